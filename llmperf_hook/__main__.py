@@ -1,0 +1,3 @@
+from llmperf_hook.cli import main
+
+main()

@@ -1,0 +1,135 @@
+"""Stage [2] output: the framework-independent training configuration.
+
+After this stage nothing knows which launcher or framework produced the job: framework differences are
+fields here. Short parallel names inside (tp pp vpp cp dp ep etp), long names at the edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from llmperf_hook.provenance import Source
+
+Precision = Literal["fp32", "fp16", "bf16", "fp8"]
+Normalization = Literal["LayerNorm", "RMSNorm"]
+PositionEmbedding = Literal["learned_absolute", "rope", "none"]
+RecomputeGranularity = Literal["none", "selective", "full"]
+AttentionBackend = Literal["flash", "fused", "unfused", "auto"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The network being trained (a decoder-only transformer, dense or MoE)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    """Dense MLP width (for SwiGLU: the width of each of the two up projections)."""
+    num_attention_heads: int
+    num_query_groups: int
+    """Key/value heads; equals num_attention_heads without GQA."""
+    kv_channels: int
+    """Per-head dimension (Megatron default hidden_size // num_attention_heads)."""
+    seq_length: int
+    vocab_size: int
+    """Tokenizer vocabulary before padding."""
+    padded_vocab_size: int
+    """ceil(V / (make_vocab_size_divisible_by * TP)) * make_vocab_size_divisible_by * TP (Megatron)."""
+    swiglu: bool = False
+    normalization: Normalization = "LayerNorm"
+    position_embedding: PositionEmbedding = "learned_absolute"
+    untie_embeddings: bool = False
+    """True when input embedding and LM head are separate weights."""
+    add_bias_linear: bool = True
+    num_experts: int = 0
+    """0 for a dense model."""
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int = 0
+    """Per-expert MLP width (Megatron default: ffn_hidden_size)."""
+    moe_layer_freq: int = 1
+    """Every k-th layer is MoE (1 = all)."""
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Parallel degrees; rank order follows Megatron: tp innermost, then cp, dp, pp (order 'tp-cp-ep-dp-pp')."""
+
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    """Virtual pipeline stages per pipeline rank (1 = no interleaving)."""
+    cp: int = 1
+    dp: int = 1
+    ep: int = 1
+    etp: int = 1
+    """Expert tensor parallel size (Megatron --expert-tensor-parallel-size; defaults to tp)."""
+    sequence_parallel: bool = False
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    micro_batch_size: int
+    global_batch_size: int
+    num_microbatches: int
+    """global_batch_size // (micro_batch_size * dp): gradient accumulation steps per optimizer step."""
+
+
+@dataclass(frozen=True)
+class RecomputeConfig:
+    granularity: RecomputeGranularity = "none"
+    method: Literal["uniform", "block"] | None = None
+    num_layers: int | None = None
+    """Layers recomputed per stage (block) or per chunk (uniform); None = all."""
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["adam", "sgd"] = "adam"
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3. Megatron's distributed optimizer is `distributed_optimizer` (ZeRO-1-like)."""
+    distributed_optimizer: bool = False
+    offload_optimizer: Literal["none", "cpu", "nvme"] = "none"
+    offload_param: Literal["none", "cpu", "nvme"] = "none"
+    overlap_grad_reduce: bool = False
+    """Megatron --overlap-grad-reduce or DeepSpeed zero_optimization.overlap_comm."""
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_bucket_size_elems: int | None = None
+    """Megatron --ddp-bucket-size or DeepSpeed reduce_bucket_size; None = framework default/unbucketed."""
+    allgather_bucket_size_elems: int | None = None
+    contiguous_gradients: bool = False
+    stage3_prefetch_bucket_size_elems: int | None = None
+    stage3_max_live_parameters: int | None = None
+    fp32_main_grads: bool = True
+    """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
+    gradient_clipping: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Everything stages [3]-[6] need, with the origin of each value in `sources` (keys = JSON key names)."""
+
+    framework: str
+    """"megatron" | "deepspeed" | "megatron-deepspeed" | "hf-deepspeed" | "torch"."""
+    launcher: str
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    model: ModelShape
+    parallel: ParallelLayout
+    batch: BatchConfig
+    precision: Precision = "bf16"
+    recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    attention_backend: AttentionBackend = "flash"
+    pipeline_schedule: Literal["1f1b", "interleaved", "none"] = "1f1b"
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    """One line per accepted-but-not-modelled setting."""
+
+    def __post_init__(self) -> None:
+        p = self.parallel
+        assert p.tp * p.pp * p.cp * p.dp == self.world_size, (p, self.world_size)

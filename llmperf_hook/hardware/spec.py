@@ -1,0 +1,46 @@
+"""Hardware (one GPU) and cluster (nodes and network) descriptions, loaded from configs/ YAML.
+
+Units: SI inside (bytes/s, FLOP/s, s); YAML keys carry human units (`_GBps` = 1e9 bytes/s per GPU one
+direction, `_TFLOPs` = 1e12 FLOP/s, `_us` = microseconds), converted once in the loader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    peak_flop_per_s: Mapping[str, float]
+    """Dense peak by dtype: "fp32", "tf32", "fp16", "bf16", "fp8"."""
+    memory_bandwidth_bytes_per_s: float
+    memory_capacity_bytes: int
+    gemm_efficiency: float = 0.8
+    """Best achievable fraction of peak on large GEMMs (calibration/ figures; documented per preset)."""
+    memory_efficiency: float = 0.85
+    """Achievable fraction of HBM bandwidth for streaming kernels."""
+    kernel_launch_s: float = 4e-6
+    """Fixed per-kernel cost floor."""
+    extra: Mapping[str, float] = field(default_factory=dict)
+    """Further documented parameters (see the YAML's comments)."""
+
+
+@dataclass(frozen=True)
+class NetworkTier:
+    bandwidth_bytes_per_s: float
+    """Per GPU, one direction."""
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    gpu: HardwareSpec
+    gpus_per_node: int
+    intra_node: NetworkTier
+    inter_node: NetworkTier
+    nics_per_node: int = 0
+    """0 = unknown (inter-node bandwidth is then taken as already per GPU)."""
+    extra: Mapping[str, float] = field(default_factory=dict)

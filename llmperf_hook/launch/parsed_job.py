@@ -1,0 +1,37 @@
+"""Stage [1] output: what the launcher will start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from llmperf_hook.provenance import Source
+
+
+@dataclass(frozen=True)
+class ParsedJob:
+    """The launch command understood: which launcher, how many processes where, and the training script."""
+
+    launcher: str
+    """"torchrun" | "torch.distributed.launch" | "deepspeed" | "srun" | "python" (single process)."""
+    nnodes: int
+    """Number of nodes (the maximum of an elastic MIN:MAX range)."""
+    nproc_per_node: int
+    """Processes (= GPUs) per node."""
+    world_size: int
+    """Total ranks; nnodes * nproc_per_node unless a hostfile/env gives uneven slots."""
+    script: str
+    """The training entry point (path of the .py, or `-m module`)."""
+    script_args: tuple[str, ...]
+    """Arguments after the script, normalised (one argv word per token)."""
+    argv: tuple[str, ...]
+    """The whole command as given, for `run` to exec unchanged."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The environment variables that were read (only those)."""
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    """Origin of nnodes, nproc_per_node, world_size, ... ."""
+    warnings: tuple[str, ...] = ()
+    """Accepted but not modelled launcher settings."""
+
+    def __post_init__(self) -> None:
+        assert self.nnodes >= 1 and self.nproc_per_node >= 1 and self.world_size >= 1, self
