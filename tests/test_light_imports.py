@@ -7,9 +7,10 @@ HEAVY = ("torch", "deepspeed", "lightgbm", "sklearn")
 
 
 def _loaded_after(code: str) -> list[str]:
-    probe = f"import sys\n{code}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    probe = f"import sys\n{code}\nprint('HEAVY:' + ' '.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    return out.stdout.split()
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("HEAVY:")][-1]
+    return line[len("HEAVY:"):].split()
 
 
 def test_import_package_is_light() -> None:
