@@ -1,0 +1,1 @@
+"""Accuracy against measured runs (issue 5)."""
