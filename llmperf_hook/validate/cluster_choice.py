@@ -1,0 +1,117 @@
+"""A measured run's cluster columns -> the cluster description its prediction uses.
+
+Precedence (highest first):
+  1. the `cluster` column: a preset name or a cluster YAML path, used as given;
+  2. a shipped cluster preset (configs/clusters/) with the row's GPU, GPUs per node and inter-node bandwidth
+     per GPU (from `inter_node_bandwidth_GBps`, or read off `inter_node_network` text such as
+     "InfiniBand HDR 200Gb/s x8 per node" or "800 Gbps per node"); a run that fits in one node ignores
+     the network and takes the first preset with that GPU and node size;
+  3. otherwise a derived cluster YAML (written into the run's work directory): the closest preset for that
+     GPU with the row's GPUs per node and bandwidths put in, so its documented efficiencies carry over.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.validate.measured_run import MeasuredRun
+
+BANDWIDTH_MATCH_TOLERANCE = 0.02
+"""Relative tolerance when comparing a row's network bandwidth with a preset's."""
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    cluster: str
+    """Preset name or YAML path, passed to `api.predict_command(cluster=...)`."""
+    notes: tuple[str, ...] = ()
+    """How it was chosen, and what was assumed."""
+
+
+def hardware_name_for(gpu_type: str) -> tuple[str, str | None]:
+    """-> (hardware preset name, assumption or None) from a GPU description such as "A100-SXM4-80GB"."""
+    text = gpu_type.lower().replace(" ", "")
+    if "gh200" in text:
+        return "gh200-96gb", None
+    if "h100" in text or "h200" in text:
+        return "h100-sxm5-80gb", (None if "h100" in text and "pcie" not in text else f"{gpu_type!r} modelled as H100 SXM5")
+    if "a100" in text:
+        if "40" in text:
+            return "a100-sxm4-40gb", None
+        if "80" in text:
+            return "a100-sxm4-80gb", None
+        return "a100-sxm4-80gb", f"GPU {gpu_type!r}: memory size not stated, A100-SXM4-80GB assumed (same peak FLOP/s)"
+    raise UsageError(f"gpu_type {gpu_type!r} is not a GPU llmperf has a preset for (A100 40/80 GB, H100, GH200); "
+                     "add a `cluster` column naming a cluster YAML for it.")
+
+
+def parse_inter_node_GBps_per_gpu(run: MeasuredRun) -> float | None:
+    """Per-GPU one-direction inter-node bandwidth in GB/s (1e9 B/s), from the number column or the text."""
+    if run.inter_node_bandwidth_GBps:
+        return run.inter_node_bandwidth_GBps
+    text = run.inter_node_network.lower()
+    match = re.search(r"(\d+(?:\.\d+)?)\s*gb(?:ps|/s|it/s)", text)
+    if not match or not run.gpus_per_node:
+        return None
+    link_gbit_s = float(match.group(1))
+    count = re.match(r"\s*(?:x|×)\s*(\d+)", text[match.end():]) or re.search(r"(\d+)\s*(?:x|×)\s*\S*\s*$", text[:match.start()])
+    links = int(count.group(1)) if count else 1
+    per_node = "per node" in text or count is not None
+    gbyte_s = link_gbit_s * links / 8.0
+    return gbyte_s / run.gpus_per_node if per_node else gbyte_s
+
+
+def read_cluster_presets(clusters_dir: Path) -> dict[str, dict[str, object]]:
+    """Shipped cluster YAMLs by name (the standard keys only are relied on)."""
+    presets: dict[str, dict[str, object]] = {}
+    for path in sorted(clusters_dir.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if isinstance(raw, dict) and "gpu" in raw:
+            presets[str(raw.get("name") or path.stem)] = raw
+    return presets
+
+
+def choose_cluster(run: MeasuredRun, presets: Mapping[str, Mapping[str, object]], work_dir: Path) -> ClusterChoice:
+    if run.cluster:
+        return ClusterChoice(run.cluster, ("cluster column",))
+    hardware, assumption = hardware_name_for(run.gpu_type)
+    notes = [assumption] if assumption else []
+    per_node = run.gpus_per_node or run.num_gpus
+    same_node = {n: p for n, p in presets.items() if p.get("gpu") == hardware and p.get("gpus_per_node") == per_node}
+    inter = parse_inter_node_GBps_per_gpu(run)
+    single_node = run.num_gpus <= per_node
+    for name, preset in same_node.items():
+        if single_node or (inter is not None and _close(preset.get("inter_node_bandwidth_GBps"), inter)):
+            return ClusterChoice(name, tuple(notes + [f"preset {name}"]))
+    if inter is None:
+        raise UsageError(f"row {run.row_id}: {run.num_gpus} GPUs span nodes but the inter-node network "
+                         f"{run.inter_node_network!r} gives no bandwidth; add `inter_node_bandwidth_GBps` "
+                         "(per GPU, one direction) or a `cluster` column.")
+    return _derived_cluster(run, hardware, inter, presets, work_dir, notes)
+
+
+def _close(value: object, target: float) -> bool:
+    return isinstance(value, (int, float)) and abs(float(value) - target) <= BANDWIDTH_MATCH_TOLERANCE * target
+
+
+def _derived_cluster(run: MeasuredRun, hardware: str, inter_GBps: float,
+                     presets: Mapping[str, Mapping[str, object]], work_dir: Path, notes: list[str]) -> ClusterChoice:
+    same_gpu = [(n, p) for n, p in presets.items() if p.get("gpu") == hardware]
+    if not same_gpu:
+        raise UsageError(f"row {run.row_id}: no shipped cluster preset uses {hardware}; add a `cluster` column.")
+    base_name, base = same_gpu[0]
+    name = f"{base_name}-{run.gpus_per_node}gpn-{inter_GBps:g}GBps"
+    derived = dict(base, name=name, gpus_per_node=run.gpus_per_node, inter_node_bandwidth_GBps=inter_GBps)
+    if run.intra_node_bandwidth_GBps:
+        derived["intra_node_bandwidth_GBps"] = run.intra_node_bandwidth_GBps
+    path = work_dir / f"cluster-{name}.yaml"
+    if not path.exists():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(derived, sort_keys=False), encoding="utf-8")
+    return ClusterChoice(str(path), tuple(notes + [f"derived from preset {base_name}: {inter_GBps:g} GB/s per GPU"]))

@@ -1,0 +1,163 @@
+"""A measured run -> the launch command that ran it (Megatron-LM, Megatron-Core or Megatron-DeepSpeed).
+
+Validation predicts every row through the same path as `llmperf predict --batch`: the row becomes a real
+`torchrun ... pretrain_gpt.py <Megatron flags>` line (plus `--deepspeed --deepspeed_config ds.json` for
+Megatron-DeepSpeed / DeepSpeed rows, the ds_config written into `config_dir`). What the framework of the
+row did by default is spelled out as flags, so the parser sees what the run really executed:
+
+- Megatron-LM 2021/2022 and Megatron-DeepSpeed ran the classic attention (QK^T bmm, fused masked softmax,
+  PV bmm), not flash attention: `--attention-backend unfused`.
+- Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`.
+- Full recompute is Megatron's `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`
+  (= the old `--checkpoint-activations`); selective is `--recompute-granularity selective`.
+- Megatron rejects `--tp-comm-overlap` without sequence parallelism, and sequence parallelism is dropped at
+  TP=1, so a recipe's `--tp-comm-overlap` is left out of TP=1 rows (noted in the plan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmperf_hook.validate.measured_run import MeasuredRun
+
+GPT2_BPE_VOCAB = 50257
+"""GPT2BPETokenizer's vocabulary: Megatron knows it without the vocab file."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The command a measured run corresponds to."""
+
+    argv: tuple[str, ...]
+    """torchrun ... pretrain_gpt.py ..., ready for `resolve_job` / `predict_command`."""
+    notes: tuple[str, ...] = ()
+    """Flags of the row that were dropped or adjusted, and why."""
+
+
+def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
+    """The launch command of `run`; ds_config files (if any) are written into `config_dir`."""
+    notes: list[str] = []
+    argv = [*_launcher_args(run), "pretrain_gpt.py", *_model_args(run), *_layout_args(run),
+            *_recompute_args(run), *_precision_args(run), *_attention_args(run)]
+    if run.distributed_optimizer:
+        argv.append("--use-distributed-optimizer")
+    argv += _extra_args(run, notes)
+    if run.framework in ("megatron-deepspeed", "deepspeed") or run.zero_stage > 0:
+        argv += _deepspeed_args(run, config_dir)
+    return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
+
+
+def _launcher_args(run: MeasuredRun) -> list[str]:
+    per_node = run.gpus_per_node or run.num_gpus
+    nproc = min(per_node, run.num_gpus)
+    nnodes = -(-run.num_gpus // nproc)
+    return ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc)]
+
+
+def _model_args(run: MeasuredRun) -> list[str]:
+    args = [
+        "--num-layers", str(run.num_layers), "--hidden-size", str(run.hidden_size),
+        "--num-attention-heads", str(run.num_attention_heads), "--ffn-hidden-size", str(run.ffn_hidden_size),
+        "--seq-length", str(run.seq_length), "--max-position-embeddings", str(run.seq_length),
+    ]
+    if run.vocab_size == GPT2_BPE_VOCAB:
+        args += ["--tokenizer-type", "GPT2BPETokenizer"]
+    else:
+        args += ["--vocab-size", str(run.vocab_size)]
+    if run.num_query_groups != run.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(run.num_query_groups)]
+    if run.swiglu:
+        args.append("--swiglu")
+    if run.normalization == "RMSNorm":
+        args += ["--normalization", "RMSNorm"]
+    if run.position_embedding == "rope":
+        args += ["--position-embedding-type", "rope"]
+    return args
+
+
+def _layout_args(run: MeasuredRun) -> list[str]:
+    args = [
+        "--micro-batch-size", str(run.micro_batch_size), "--global-batch-size", str(run.global_batch_size),
+        "--tensor-model-parallel-size", str(run.tp), "--pipeline-model-parallel-size", str(run.pp),
+    ]
+    if run.vpp > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(run.num_layers // (run.pp * run.vpp))]
+    if run.cp > 1:
+        args += ["--context-parallel-size", str(run.cp)]
+    if run.sequence_parallel:
+        args.append("--sequence-parallel")
+    return args
+
+
+def _recompute_args(run: MeasuredRun) -> list[str]:
+    if run.recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if run.recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    return []
+
+
+def _precision_args(run: MeasuredRun) -> list[str]:
+    return {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(run.precision, [])
+
+
+def _attention_args(run: MeasuredRun) -> list[str]:
+    if run.framework == "megatron-core":
+        return ["--use-flash-attn"]
+    return ["--attention-backend", "unfused"]
+
+
+def _extra_args(run: MeasuredRun, notes: list[str]) -> list[str]:
+    kept: list[str] = []
+    for flag in run.extra_args:
+        if flag == "--tp-comm-overlap" and (run.tp == 1 or not run.sequence_parallel):
+            notes.append("--tp-comm-overlap left out: Megatron requires sequence parallelism (TP > 1) for it")
+            continue
+        if flag == "--overlap-param-gather" and not run.distributed_optimizer:
+            notes.append("--overlap-param-gather implies --use-distributed-optimizer (Megatron asserts it)")
+            kept.append("--use-distributed-optimizer")
+        if flag not in kept:
+            kept.append(flag)
+    return kept
+
+
+def _deepspeed_args(run: MeasuredRun, config_dir: Path) -> list[str]:
+    path = write_ds_config(ds_config_for(run), config_dir)
+    args = ["--deepspeed", "--deepspeed_config", str(path), "--zero-stage", str(run.zero_stage)]
+    if run.pp == 1 and run.zero_stage >= 2:
+        # DeepSpeed's pipeline engine supports ZeRO 0/1 only; Megatron-DeepSpeed runs ZeRO-2/3 without it.
+        args.append("--no-pipeline-parallel")
+    return args
+
+
+def ds_config_for(run: MeasuredRun) -> dict[str, object]:
+    """The ds_config Megatron-DeepSpeed's example scripts write (batch triad, ZeRO stage, precision)."""
+    dp = run.num_gpus // (run.tp * run.pp * run.cp)
+    config: dict[str, object] = {
+        "train_batch_size": run.global_batch_size,
+        "train_micro_batch_size_per_gpu": run.micro_batch_size,
+        "gradient_accumulation_steps": run.global_batch_size // (run.micro_batch_size * dp),
+        "zero_optimization": {"stage": run.zero_stage},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    if run.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 12}
+    elif run.precision in ("bf16", "fp8"):
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+def write_ds_config(config: dict[str, object], config_dir: Path) -> Path:
+    """Write once per distinct content (rows sharing a config share the file)."""
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    digest = hashlib.sha1(text.encode()).hexdigest()[:12]
+    path = config_dir / f"ds_config-{digest}.json"
+    if not path.exists():
+        config_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,200 @@
+"""One measured training run (a row of a validation CSV), parsed into typed values.
+
+The CSV schema `llmperf validate` accepts is the configuration columns of `../shared/validation/dev.csv`
+plus the measured `iteration_time_s` and a cluster description. Cells may carry the transcriber's caveats
+after the value ("50257 (vTrain default; not in csv)", "full (use_checkpoint=true ...)", "likely (...)"):
+the leading value is read, the caveat kept for the report. Blank cells get the framework's default, and
+the handful of fill-in rules below (each recorded in `MeasuredRun.assumptions`, never silent):
+
+| column                  | blank means                                                              |
+|-------------------------|--------------------------------------------------------------------------|
+| num_attention_heads     | hidden_size // 128 (head dim 128 of GPT-3 and the Megatron papers' models) |
+| num_query_groups        | no grouped-query attention (= heads)                                     |
+| ffn_hidden_size         | 4 * hidden_size (Megatron default)                                       |
+| vocab_size              | 51200 (the Megatron papers' padded GPT-2 vocabulary)                     |
+| micro_batch_size        | 1 (the SC21 paper's choice for pipelined runs; Megatron needs a value)   |
+| vpp, cp, ep             | 1                                                                        |
+| dp                      | num_gpus / (tp * pp * cp)                                                |
+| sequence_parallel       | off;  recompute: none;  zero_stage_or_dist_opt: none                     |
+| precision               | bf16 (Megatron-Core recipes); "mixed precision (fp16 ...)" reads as fp16 |
+| framework               | Megatron-LM                                                              |
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from llmperf_hook.errors import UsageError
+
+FrameworkFamily = Literal["megatron", "megatron-core", "megatron-deepspeed", "deepspeed"]
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "num_layers", "hidden_size", "seq_length", "global_batch_size", "tp", "pp", "num_gpus",
+    "iteration_time_s",
+)
+"""Columns every validation CSV must have (cells may not be blank)."""
+
+CLUSTER_COLUMN_SETS: tuple[tuple[str, ...], ...] = (("cluster",), ("gpu_type", "gpus_per_node"))
+"""A CSV names its cluster with a `cluster` column (preset name or YAML path) or describes it with
+`gpu_type` + `gpus_per_node` (+ optional `inter_node_network` / `inter_node_bandwidth_GBps` /
+`intra_node_bandwidth_GBps`)."""
+
+OPTIONAL_COLUMNS: tuple[str, ...] = (
+    "row_id", "source_id", "source", "model", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
+    "vocab_size", "micro_batch_size", "vpp", "cp", "dp", "ep", "sequence_parallel", "recompute",
+    "zero_stage_or_dist_opt", "precision", "framework", "extra_args", "notes", "cluster", "gpu_type",
+    "gpus_per_node", "intra_node_interconnect", "inter_node_network", "intra_node_bandwidth_GBps",
+    "inter_node_bandwidth_GBps", "swiglu", "normalization", "position_embedding",
+)
+"""Columns read when present (see the module docstring for what blank means)."""
+
+HEAD_DIM_DEFAULT = 128
+"""Head dimension of GPT-3 (12288/96) and of most models in the Megatron papers; fills a blank heads cell."""
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """A measured configuration and its step time, with the cluster it ran on."""
+
+    row_id: str
+    """Identifier from the `row_id` column (else the 1-based data line number)."""
+    source_id: str
+    """Groups rows for per-source MAPE (`source_id` column, else "all")."""
+    source: str
+    """Human-readable source (paper, README) for the report."""
+    model: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    micro_batch_size: int
+    global_batch_size: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    dp: int
+    ep: int
+    num_gpus: int
+    sequence_parallel: bool
+    recompute: Literal["none", "selective", "full"]
+    zero_stage: int
+    """DeepSpeed ZeRO stage (0 = none)."""
+    distributed_optimizer: bool
+    """Megatron --use-distributed-optimizer."""
+    precision: Literal["fp32", "fp16", "bf16", "fp8"]
+    framework: FrameworkFamily
+    extra_args: tuple[str, ...]
+    """Further launch flags: the `extra_args` column, or the `flags:` list in `notes`."""
+    gpu_type: str
+    gpus_per_node: int
+    """GPUs per node of the cluster (a 2-GPU run on an 8-GPU node says 8)."""
+    cluster: str
+    """`cluster` column (preset name or YAML path); "" = derive from the gpu/network columns."""
+    inter_node_network: str
+    """Free-text network description, e.g. "InfiniBand HDR 200Gb/s x8 per node"."""
+    inter_node_bandwidth_GBps: float | None
+    """Per GPU, one direction (1 GB = 1e9 bytes), when the CSV states it as a number."""
+    intra_node_bandwidth_GBps: float | None
+    swiglu: bool
+    normalization: str
+    """"LayerNorm" | "RMSNorm"."""
+    position_embedding: str
+    """"learned_absolute" | "rope"."""
+    iteration_time_s: float
+    """The measured step time (one optimizer step of the global batch)."""
+    assumptions: tuple[str, ...] = ()
+    """Fill-in rules applied to blank cells of this row."""
+
+
+def leading_token(cell: str) -> str:
+    """The value before the caveat: "50257 (vTrain default)" -> "50257"; "likely (...)" -> "likely"."""
+    text = cell.strip()
+    match = re.match(r"[^\s(;,]+", text)
+    return match.group(0) if match else ""
+
+
+def parse_int(raw: Mapping[str, str], column: str, where: str, default: int | None = None) -> int:
+    cell = (raw.get(column) or "").strip()
+    if not cell:
+        if default is None:
+            raise UsageError(f"{where}: column `{column}` is blank; it is required (an integer). Fill it in.")
+        return default
+    token = leading_token(cell)
+    try:
+        value = float(token)
+    except ValueError:
+        raise UsageError(f"{where}: column `{column}` = {cell!r} is not a number; write an integer.") from None
+    if value != int(value) or value < 0:
+        raise UsageError(f"{where}: column `{column}` = {cell!r} must be a non-negative integer.")
+    return int(value)
+
+
+def parse_float(raw: Mapping[str, str], column: str, where: str) -> float | None:
+    cell = (raw.get(column) or "").strip()
+    if not cell:
+        return None
+    try:
+        return float(leading_token(cell))
+    except ValueError:
+        raise UsageError(f"{where}: column `{column}` = {cell!r} is not a number.") from None
+
+
+def parse_yes(cell: str) -> bool:
+    """"yes"/"true"/"1"/"on"/"likely (...)" -> True; blank/"no"/"false"/"0"/"off" -> False."""
+    return leading_token(cell).lower() in {"yes", "y", "true", "1", "on", "likely", "enabled"}
+
+
+def parse_recompute(cell: str, where: str) -> Literal["none", "selective", "full"]:
+    token = leading_token(cell).lower()
+    if token in ("", "none", "no", "off", "false"):
+        return "none"
+    if token in ("full", "selective"):
+        return token  # type: ignore[return-value]
+    raise UsageError(f"{where}: column `recompute` = {cell!r}; write full, selective or none (blank = none).")
+
+
+def parse_zero(cell: str) -> tuple[int, bool]:
+    """-> (zero_stage, distributed_optimizer) from "ZeRO-3 (DeepSpeed)", "distributed optimizer", "zero1"."""
+    text = cell.strip().lower()
+    if not text or leading_token(text) in ("none", "no", "0"):
+        return 0, False
+    match = re.search(r"zero[-_ ]?(?:stage[-_ ]?)?([0-3])", text)
+    if match:
+        return int(match.group(1)), False
+    if "distributed" in text or "dist_opt" in text or "dist-opt" in text:
+        return 0, True
+    return 0, False
+
+
+def parse_precision(cell: str) -> tuple[Literal["fp32", "fp16", "bf16", "fp8"], str | None]:
+    """-> (precision, assumption or None). The first dtype word in the cell wins."""
+    text = cell.lower()
+    for word in re.findall(r"fp8|bf16|bfloat16|fp16|float16|half|fp32|float32", text):
+        mapped = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32"}.get(word, word)
+        return mapped, None  # type: ignore[return-value]
+    return "bf16", f"precision {cell.strip()!r} names no dtype: bf16 assumed"
+
+
+def parse_framework(cell: str) -> FrameworkFamily:
+    """Megatron-DeepSpeed / DeepSpeed / Megatron-Core / Megatron-LM from the free-text framework cell."""
+    text = cell.lower()
+    if "deepspeed" in text:
+        return "megatron-deepspeed" if "megatron" in text else "deepspeed"
+    if "core" in text or "mcore" in text:
+        return "megatron-core"
+    return "megatron"
+
+
+def parse_extra_args(raw: Mapping[str, str]) -> tuple[str, ...]:
+    """`extra_args` column, else the flags listed after "flags:" in `notes` (up to the next ';')."""
+    cell = (raw.get("extra_args") or "").strip()
+    if not cell:
+        match = re.search(r"flags:\s*([^;]*)", raw.get("notes") or "")
+        cell = match.group(1) if match else ""
+    return tuple(word for word in cell.split() if word)

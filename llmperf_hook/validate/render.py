@@ -1,0 +1,82 @@
+"""ValidationReport -> the table users read, or JSON for scripts (schema 1)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from llmperf_hook.validate.scoring import RowResult, SourceSummary, ValidationReport
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def render_rows_table(rows: tuple[RowResult, ...]) -> list[str]:
+    header = f"{'row':>6} {'source':<6} {'model':<22} {'layout':<44} {'measured_s':>10} {'predicted_s':>11} {'error':>8}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        tail = _pct(r.signed_error, signed=True) if r.predicted_s is not None else "FAILED"
+        lines.append(f"{r.row_id:>6} {r.source_id:<6} {r.model[:22]:<22} {r.layout[:44]:<44} "
+                     f"{_seconds(r.measured_s):>10} {_seconds(r.predicted_s):>11} {tail:>8}")
+    return lines
+
+
+def render_source_lines(s: SourceSummary) -> list[str]:
+    lines = [f"{s.source_id:<6} {s.num_scored:>4}/{s.num_rows:<4} MAPE {_pct(s.mape):>7}  bias {_pct(s.bias, True):>7}  {s.source[:70]}"]
+    for r in s.worst:
+        lines.append(f"{'':>8}worst: row {r.row_id} {r.model[:22]} {r.layout} "
+                     f"measured {_seconds(r.measured_s)} s, predicted {_seconds(r.predicted_s)} s ({_pct(r.signed_error, True)})")
+    return lines
+
+
+def render_table(report: ValidationReport, show_rows: bool = True) -> str:
+    lines: list[str] = []
+    if show_rows:
+        lines += render_rows_table(report.rows) + [""]
+    lines.append("Per source (MAPE = mean |predicted - measured| / measured; bias = mean signed error, + = predicted slower)")
+    for summary in report.sources:
+        lines += render_source_lines(summary)
+    scored = len(report.rows) - report.num_failed
+    lines.append("")
+    lines.append(f"Overall: MAPE {_pct(report.overall_mape)} over {scored} rows "
+                 f"(mean of per-source MAPE {_pct(report.mean_source_mape)}); "
+                 f"{report.num_failed} rows failed; {report.elapsed_s:.1f} s")
+    failed = [r for r in report.rows if r.predicted_s is None]
+    for r in failed[:10]:
+        lines.append(f"  row {r.row_id} ({r.source_id}) failed: {r.error}")
+    if len(failed) > 10:
+        lines.append(f"  ... and {len(failed) - 10} more failed rows (see --format json)")
+    return "\n".join(lines)
+
+
+def row_json(r: RowResult) -> dict[str, Any]:
+    return {
+        "row_id": r.row_id, "source_id": r.source_id, "model": r.model, "layout": r.layout,
+        "measured_s": r.measured_s, "predicted_s": r.predicted_s, "signed_error": r.signed_error,
+        "fits": r.fits, "cluster": r.cluster, "command": shlex.join(r.argv) if r.argv else "",
+        "notes": list(r.notes), "error": r.error or None,
+    }
+
+
+def report_json(report: ValidationReport) -> dict[str, Any]:
+    return {
+        "schema": 1,
+        "rows": [row_json(r) for r in report.rows],
+        "sources": {
+            s.source_id: {"source": s.source, "num_rows": s.num_rows, "num_scored": s.num_scored,
+                          "mape": s.mape, "bias": s.bias, "worst_rows": [r.row_id for r in s.worst]}
+            for s in report.sources
+        },
+        "overall": {"mape": report.overall_mape, "mean_source_mape": report.mean_source_mape,
+                    "num_rows": len(report.rows), "num_failed": report.num_failed},
+        "elapsed_s": report.elapsed_s,
+    }

@@ -1,0 +1,97 @@
+"""Predict every measured run through the same path as `llmperf predict --batch` and score the results.
+
+Each run becomes a launch command (`launch_command.py`) and a cluster (`cluster_choice.py`); the command is
+predicted by `llmperf_hook.api.predict_command` with an empty environment, so the caller's SLURM_* or
+WORLD_SIZE variables cannot change what a row means. A row the framework would reject (or we cannot
+resolve) is reported with its error and left out of the MAPE; the other rows go on.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from llmperf_hook.errors import LlmperfError
+from llmperf_hook.validate.cluster_choice import ClusterChoice, choose_cluster, read_cluster_presets
+from llmperf_hook.validate.launch_command import LaunchPlan, build_launch_plan
+from llmperf_hook.validate.measured_run import MeasuredRun
+from llmperf_hook.validate.scoring import RowResult, ValidationReport, score_rows
+
+
+@dataclass(frozen=True)
+class PredictedStep:
+    step_time_s: float
+    fits: bool | None = None
+    warnings: tuple[str, ...] = ()
+
+
+PredictFn = Callable[[Sequence[str], str], PredictedStep]
+"""(launch argv, cluster name or YAML path) -> PredictedStep; raises LlmperfError for a rejected command."""
+
+
+def predict_with_api(argv: Sequence[str], cluster: str) -> PredictedStep:
+    """The production predictor: `api.predict_command` (stages [1]-[5]), as `llmperf predict` runs it."""
+    from llmperf_hook import api  # stage wiring; imported here so `llmperf validate --help` stays light
+
+    prediction = api.predict_command(list(argv), {}, cluster=cluster)
+    estimate = prediction.estimate
+    memory = getattr(estimate, "memory", None)
+    fits = getattr(memory, "fits", None)
+    return PredictedStep(step_time_s=float(estimate.step_time_s), fits=fits,
+                         warnings=tuple(getattr(estimate, "warnings", ()) or ()))
+
+
+def validate_runs(runs: Sequence[MeasuredRun], *, clusters_dir: Path, predict: PredictFn | None = None,
+                  num_worst: int = 3, work_dir: Path | None = None) -> ValidationReport:
+    """Predict (default: `predict_with_api`) and score `runs`; ds_configs and derived clusters go to `work_dir`
+    (a temp dir if None)."""
+    predict = predict or predict_with_api
+    presets = read_cluster_presets(clusters_dir)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="llmperf-validate-") as tmp:
+        out_dir = work_dir or Path(tmp)
+        results = [predict_run(run, presets, out_dir, predict) for run in runs]
+    return score_rows(results, num_worst=num_worst, elapsed_s=time.perf_counter() - started)
+
+
+def plan_run(run: MeasuredRun, presets: dict, out_dir: Path) -> tuple[LaunchPlan, ClusterChoice]:
+    """The launch command and cluster of one run (also used to write `predict --batch` files)."""
+    return build_launch_plan(run, out_dir), choose_cluster(run, presets, out_dir)
+
+
+def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: PredictFn) -> RowResult:
+    base = dict(row_id=run.row_id, source_id=run.source_id, source=run.source, model=run.model,
+                layout=describe_layout(run), measured_s=run.iteration_time_s)
+    try:
+        plan, cluster = plan_run(run, presets, out_dir)
+    except LlmperfError as err:
+        return RowResult(**base, predicted_s=None, cluster="", argv=(), error=str(err), notes=run.assumptions)
+    notes = run.assumptions + plan.notes + cluster.notes
+    try:
+        step = predict(plan.argv, cluster.cluster)
+    except LlmperfError as err:
+        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=str(err), notes=notes)
+    except Exception as err:  # noqa: BLE001 - one row's internal error is reported on that row, the rest go on
+        message = f"internal error: {type(err).__name__}: {err}"
+        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=message, notes=notes)
+    return RowResult(**base, predicted_s=step.step_time_s, cluster=cluster.cluster, argv=plan.argv,
+                     fits=step.fits, notes=notes)
+
+
+def describe_layout(run: MeasuredRun) -> str:
+    parts = [f"tp{run.tp}", f"pp{run.pp}"]
+    if run.vpp > 1:
+        parts.append(f"vpp{run.vpp}")
+    if run.cp > 1:
+        parts.append(f"cp{run.cp}")
+    parts += [f"dp{run.dp}", f"mbs{run.micro_batch_size}", f"gbs{run.global_batch_size}"]
+    if run.sequence_parallel:
+        parts.append("sp")
+    if run.recompute != "none":
+        parts.append(f"rc-{run.recompute}")
+    if run.zero_stage:
+        parts.append(f"zero{run.zero_stage}")
+    return " ".join(parts) + f" ({run.num_gpus} GPUs)"

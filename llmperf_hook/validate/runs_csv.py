@@ -1,0 +1,148 @@
+"""Read a validation CSV (edge: the file) and build `MeasuredRun`s from its rows (the schema's rules).
+
+The schema and what a blank cell means are documented in `measured_run.py`; a missing required column or a
+row that contradicts itself (tp * pp * cp * dp != num_gpus) is a clear `UsageError`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.validate.measured_run import (
+    CLUSTER_COLUMN_SETS,
+    HEAD_DIM_DEFAULT,
+    REQUIRED_COLUMNS,
+    MeasuredRun,
+    parse_extra_args,
+    parse_float,
+    parse_framework,
+    parse_int,
+    parse_precision,
+    parse_recompute,
+    parse_yes,
+    parse_zero,
+)
+
+MEGATRON_PAPERS_VOCAB = 51200
+"""GPT-2 BPE vocabulary padded as in Narayanan et al. 2021 and Korthikanti et al. 2022 (their tables use 51,200)."""
+
+
+def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
+    """The CSV's rows as dicts, after checking the columns the schema requires."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV.")
+    with file.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        columns = list(reader.fieldnames or [])
+        check_columns(columns, str(path))
+        return [dict(row) for row in reader]
+
+
+def check_columns(columns: Sequence[str], where: str) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    has_cluster = any(all(c in columns for c in group) for group in CLUSTER_COLUMN_SETS)
+    if not has_cluster:
+        missing.append("cluster (or gpu_type + gpus_per_node)")
+    if missing:
+        raise UsageError(
+            f"{where}: missing column(s) {', '.join(missing)}. A validation CSV needs {', '.join(REQUIRED_COLUMNS)} "
+            "and a cluster (a `cluster` column naming a preset or YAML file, or `gpu_type` and `gpus_per_node`); "
+            "see `llmperf validate --help` for every optional column. Add the missing column(s)."
+        )
+
+
+def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
+    """One CSV row -> MeasuredRun (line_no is the 1-based data row, used when `row_id` is absent)."""
+    row_id = (raw.get("row_id") or "").strip() or str(line_no)
+    where = f"row {row_id}"
+    notes: list[str] = []
+    shape = _model_shape(raw, where, notes)
+    layout = _parallel_layout(raw, where, notes)
+    zero_stage, dist_opt = parse_zero(raw.get("zero_stage_or_dist_opt") or "")
+    precision, precision_note = parse_precision(raw.get("precision") or "")
+    if precision_note:
+        notes.append(precision_note)
+    measured = parse_float(raw, "iteration_time_s", where)
+    if measured is None or measured <= 0:
+        raise UsageError(f"{where}: `iteration_time_s` = {raw.get('iteration_time_s')!r}; a measured step time > 0 is required.")
+    return MeasuredRun(
+        row_id=row_id,
+        source_id=(raw.get("source_id") or "").strip() or "all",
+        source=(raw.get("source") or "").strip(),
+        model=(raw.get("model") or "").strip(),
+        **shape,
+        **layout,
+        recompute=parse_recompute(raw.get("recompute") or "", where),
+        zero_stage=zero_stage,
+        distributed_optimizer=dist_opt,
+        precision=precision,
+        framework=parse_framework(raw.get("framework") or ""),
+        extra_args=parse_extra_args(raw),
+        gpu_type=(raw.get("gpu_type") or "").strip(),
+        gpus_per_node=parse_int(raw, "gpus_per_node", where, default=0),
+        cluster=(raw.get("cluster") or "").strip(),
+        inter_node_network=(raw.get("inter_node_network") or "").strip(),
+        inter_node_bandwidth_GBps=parse_float(raw, "inter_node_bandwidth_GBps", where),
+        intra_node_bandwidth_GBps=parse_float(raw, "intra_node_bandwidth_GBps", where),
+        swiglu=parse_yes(raw.get("swiglu") or ""),
+        normalization=(raw.get("normalization") or "").strip() or "LayerNorm",
+        position_embedding=(raw.get("position_embedding") or "").strip() or "learned_absolute",
+        iteration_time_s=measured,
+        assumptions=tuple(notes),
+    )
+
+
+def _model_shape(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[str, int]:
+    hidden = parse_int(raw, "hidden_size", where)
+    heads = parse_int(raw, "num_attention_heads", where, default=0)
+    if heads == 0:
+        if hidden % HEAD_DIM_DEFAULT:
+            raise UsageError(f"{where}: `num_attention_heads` is blank and hidden_size {hidden} is not a multiple "
+                             f"of {HEAD_DIM_DEFAULT}, so no head count can be assumed; fill in the column.")
+        heads = hidden // HEAD_DIM_DEFAULT
+        notes.append(f"num_attention_heads blank: {heads} assumed (head dim {HEAD_DIM_DEFAULT})")
+    vocab = parse_int(raw, "vocab_size", where, default=0)
+    if vocab == 0:
+        vocab = MEGATRON_PAPERS_VOCAB
+        notes.append(f"vocab_size blank: {vocab} assumed")
+    return {
+        "num_layers": parse_int(raw, "num_layers", where),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_query_groups": parse_int(raw, "num_query_groups", where, default=heads),
+        "ffn_hidden_size": parse_int(raw, "ffn_hidden_size", where, default=4 * hidden),
+        "vocab_size": vocab,
+        "seq_length": parse_int(raw, "seq_length", where),
+    }
+
+
+def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[str, object]:
+    tp, pp = parse_int(raw, "tp", where), parse_int(raw, "pp", where)
+    cp, num_gpus = parse_int(raw, "cp", where, default=1), parse_int(raw, "num_gpus", where)
+    if min(tp, pp, cp, num_gpus) < 1 or num_gpus % (tp * pp * cp):
+        raise UsageError(f"{where}: num_gpus {num_gpus} is not a multiple of tp*pp*cp = {tp}*{pp}*{cp}; "
+                         "fix the parallel degrees or the GPU count.")
+    dp = parse_int(raw, "dp", where, default=num_gpus // (tp * pp * cp))
+    if tp * pp * cp * dp != num_gpus:
+        raise UsageError(f"{where}: tp*pp*cp*dp = {tp}*{pp}*{cp}*{dp} = {tp * pp * cp * dp} but num_gpus is "
+                         f"{num_gpus}; the degrees must multiply to the GPU count.")
+    mbs = parse_int(raw, "micro_batch_size", where, default=0)
+    if mbs == 0:
+        mbs = 1
+        notes.append("micro_batch_size blank: 1 assumed")
+    return {
+        "micro_batch_size": mbs,
+        "global_batch_size": parse_int(raw, "global_batch_size", where),
+        "tp": tp, "pp": pp, "cp": cp, "dp": dp, "num_gpus": num_gpus,
+        "vpp": parse_int(raw, "vpp", where, default=1) or 1,
+        "ep": parse_int(raw, "ep", where, default=1) or 1,
+        "sequence_parallel": parse_yes(raw.get("sequence_parallel") or ""),
+    }
+
+
+def build_measured_runs(rows: Sequence[Mapping[str, str]]) -> list[MeasuredRun]:
+    return [build_measured_run(raw, i + 1) for i, raw in enumerate(rows)]

@@ -1,0 +1,90 @@
+"""Cluster columns -> preset or derived cluster file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.validate.cluster_choice import (
+    choose_cluster,
+    hardware_name_for,
+    parse_inter_node_GBps_per_gpu,
+    read_cluster_presets,
+)
+from llmperf_hook.validate.runs_csv import build_measured_run
+
+from .validate_helpers import BASE_ROW
+
+
+@pytest.mark.parametrize("text, per_gpu", [
+    ("InfiniBand HDR 200Gb/s x8 per node (Selene DGX A100 SuperPOD)", 25.0),
+    ("InfiniBand NDR 400Gb/s x8 per node (DGX H100)", 50.0),
+    ("800 Gbps per node (vTrain config inter_node_bandwidth)", 12.5),
+    ("8x 200 Gb/s HDR", 25.0),
+    ("", None),
+])
+def test_network_text(text: str, per_gpu: float | None) -> None:
+    run = build_measured_run({**BASE_ROW, "inter_node_network": text}, 1)
+    assert parse_inter_node_GBps_per_gpu(run) == per_gpu
+
+
+def test_number_column_wins_over_text() -> None:
+    run = build_measured_run({**BASE_ROW, "inter_node_bandwidth_GBps": "40"}, 1)
+    assert parse_inter_node_GBps_per_gpu(run) == 40.0
+
+
+@pytest.mark.parametrize("gpu, name, assumed", [
+    ("A100-SXM4-80GB", "a100-sxm4-80gb", False),
+    ("A100 SXM4 40GB", "a100-sxm4-40gb", False),
+    ("A100 (variant not stated in repo)", "a100-sxm4-80gb", True),
+    ("H100-SXM5-80GB", "h100-sxm5-80gb", False),
+    ("GH200", "gh200-96gb", False),
+])
+def test_hardware_names(gpu: str, name: str, assumed: bool) -> None:
+    got, note = hardware_name_for(gpu)
+    assert got == name and (note is not None) == assumed
+
+
+def test_unknown_gpu_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="MI250"):
+        hardware_name_for("MI250")
+
+
+def test_preset_matched_by_network(clusters_dir: Path, tmp_path: Path) -> None:
+    presets = read_cluster_presets(clusters_dir)
+    selene = build_measured_run(BASE_ROW, 1)
+    vtrain = build_measured_run({**BASE_ROW, "inter_node_network": "800 Gbps per node",
+                                 "gpu_type": "A100 (variant not stated)"}, 1)
+    h100 = build_measured_run({**BASE_ROW, "gpu_type": "H100-SXM5-80GB",
+                               "inter_node_network": "InfiniBand NDR 400Gb/s x8 per node"}, 1)
+    assert choose_cluster(selene, presets, tmp_path).cluster == "dgx-a100"
+    assert choose_cluster(vtrain, presets, tmp_path).cluster == "vtrain-a100"
+    assert choose_cluster(h100, presets, tmp_path).cluster == "dgx-h100"
+
+
+def test_single_node_run_ignores_the_network(clusters_dir: Path, tmp_path: Path) -> None:
+    run = build_measured_run({**BASE_ROW, "tp": "2", "dp": "1", "num_gpus": "2", "inter_node_network": ""}, 1)
+    assert choose_cluster(run, read_cluster_presets(clusters_dir), tmp_path).cluster in ("dgx-a100", "vtrain-a100")
+
+
+def test_unmatched_network_derives_a_cluster_file(clusters_dir: Path, tmp_path: Path) -> None:
+    run = build_measured_run({**BASE_ROW, "inter_node_network": "4x 100Gb/s per node"}, 1)
+    choice = choose_cluster(run, read_cluster_presets(clusters_dir), tmp_path / "work")
+    derived = yaml.safe_load(Path(choice.cluster).read_text())
+    assert derived["inter_node_bandwidth_GBps"] == 6.25 and derived["gpu"] == "a100-sxm4-80gb"
+    assert derived["gpus_per_node"] == 8
+
+
+def test_multi_node_run_without_network_is_an_error(clusters_dir: Path, tmp_path: Path) -> None:
+    run = build_measured_run({**BASE_ROW, "inter_node_network": "InfiniBand"}, 1)
+    presets = {k: v for k, v in read_cluster_presets(clusters_dir).items()}
+    with pytest.raises(UsageError, match="inter_node_bandwidth_GBps"):
+        choose_cluster(run, presets, tmp_path)
+
+
+def test_cluster_column_is_used_as_given(clusters_dir: Path, tmp_path: Path) -> None:
+    run = build_measured_run({**BASE_ROW, "cluster": "my-cluster.yaml"}, 1)
+    assert choose_cluster(run, read_cluster_presets(clusters_dir), tmp_path).cluster == "my-cluster.yaml"

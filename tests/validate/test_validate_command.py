@@ -1,0 +1,92 @@
+"""`llmperf validate FILE.csv`: table and JSON output, errors, with the predictor replaced by a stand-in
+whose answer is a known function of the command (the real predictor is exercised in test_dev_accuracy)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+from click.testing import CliRunner
+
+from llmperf_hook.commands.validate import command
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.validate import runner
+from llmperf_hook.validate.runner import PredictedStep
+
+from .validate_helpers import BASE_ROW, write_csv
+
+
+def fake_predict(argv: Sequence[str], cluster: str) -> PredictedStep:
+    """Step time = 0.1 s per micro-batch-size unit; TP 3 is 'rejected by the framework'."""
+    tp = int(argv[argv.index("--tensor-model-parallel-size") + 1])
+    if tp == 3:
+        raise ConfigError("tensor-model-parallel-size 3 does not divide num-attention-heads 64")
+    return PredictedStep(step_time_s=0.5 * int(argv[argv.index("--micro-batch-size") + 1]), fits=True)
+
+
+@pytest.fixture
+def csv_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clusters_dir: Path) -> Path:
+    monkeypatch.setattr(runner, "predict_with_api", fake_predict)
+    monkeypatch.setattr("llmperf_hook.resources.configs_dir", lambda: clusters_dir.parent)
+    rows = [
+        {**BASE_ROW, "row_id": "1", "micro_batch_size": "4", "iteration_time_s": "2.0"},   # exact
+        {**BASE_ROW, "row_id": "2", "micro_batch_size": "2", "iteration_time_s": "0.8"},   # +25 %
+        {**BASE_ROW, "row_id": "3", "source_id": "S02", "micro_batch_size": "1", "iteration_time_s": "1.0"},  # -50 %
+        {**BASE_ROW, "row_id": "4", "source_id": "S02", "tp": "3", "dp": "", "num_gpus": "6"},  # rejected
+    ]
+    return write_csv(tmp_path / "runs.csv", rows)
+
+
+def test_table(csv_file: Path) -> None:
+    out = CliRunner().invoke(command, [str(csv_file)])
+    assert out.exit_code == 0, out.output
+    assert "+25.0%" in out.output and "-50.0%" in out.output and "FAILED" in out.output
+    assert re.search(r"S01 +2/2 +MAPE +12.5%", out.output)
+    assert "worst: row 2" in out.output
+    assert "Overall: MAPE 25.0% over 3 rows" in out.output and "1 rows failed" in out.output
+    assert "row 4 (S02) failed: tensor-model-parallel-size 3" in out.output
+
+
+def test_json(csv_file: Path) -> None:
+    out = CliRunner().invoke(command, [str(csv_file), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["schema"] == 1 and len(data["rows"]) == 4
+    assert data["sources"]["S01"]["mape"] == pytest.approx(0.125)
+    assert data["sources"]["S02"]["num_scored"] == 1
+    assert data["rows"][1]["signed_error"] == pytest.approx(0.25)
+    assert data["rows"][0]["command"].startswith("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py")
+    assert data["rows"][3]["error"].startswith("tensor-model-parallel-size 3")
+    assert data["overall"]["num_failed"] == 1
+
+
+def test_source_filter_and_no_rows(csv_file: Path) -> None:
+    out = CliRunner().invoke(command, [str(csv_file), "--source", "S02", "--no-rows"])
+    assert out.exit_code == 0 and "S01" not in out.output and "measured_s" not in out.output
+
+
+def test_unknown_source_is_a_usage_error(csv_file: Path) -> None:
+    from llmperf_hook.errors import UsageError
+    out = CliRunner().invoke(command, [str(csv_file), "--source", "S99"])
+    assert isinstance(out.exception, UsageError) and "S99" in str(out.exception)
+
+
+def test_write_batch(csv_file: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "batch"
+    out_dir.mkdir()
+    result = CliRunner().invoke(command, [str(csv_file), "--write-batch", str(out_dir), "--no-rows"])
+    assert result.exit_code == 0, result.output
+    lines = (out_dir / "commands-dgx-a100.txt").read_text().splitlines()
+    commands = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert len(commands) == 4 and all(c.startswith("torchrun ") for c in commands)
+
+
+def test_missing_column_exits_2_through_the_cli(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    path = write_csv(tmp_path / "bad.csv", [{k: v for k, v in BASE_ROW.items() if k != "num_gpus"}])
+    proc = subprocess.run([sys.executable, "-m", "llmperf_hook", "validate", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "num_gpus" in proc.stderr and "Traceback" not in proc.stderr
