@@ -1,0 +1,174 @@
+"""Where each framework's training step begins and ends, and the (reversible) patches that report it.
+
+Patched lazily, right after the module that defines the step is imported (a post-import hook on
+sys.meta_path): a job that never imports deepspeed or megatron never has them imported by us.
+
+| framework | module patched                          | what marks a step                                      |
+|-----------|-----------------------------------------|--------------------------------------------------------|
+| megatron  | megatron.training.training (or the old  | `train_step(...)`: one call = one iteration (all       |
+|           | megatron.training module)               | micro-batches + optimizer), looked up as a module global by `train()` |
+| deepspeed | deepspeed.runtime.pipe.engine           | `PipelineEngine.train_batch()`: one call = one step     |
+| deepspeed | deepspeed.runtime.engine                | `DeepSpeedEngine.step()` when `global_steps` advances   |
+|           |                                         | (called per micro-batch; steps at the accumulation boundary) |
+| megatron-core | megatron.core.optimizer.optimizer   | `MegatronOptimizer` subclasses' `step()` (custom loops on megatron-core) |
+| torch     | torch (optimizer module)                | global optimizer step post-hook (fallback)             |
+
+The first forward of any nn.Module (a global forward pre-hook, removed after it fired) marks the start of
+step 0 for the layers whose hook fires at the end of a step.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+from llmperf_hook.instrument.recorder import StepRecorder
+
+PRIORITY = {"torch": 0, "deepspeed": 1, "megatron-core": 1, "deepspeed-pipeline": 2, "megatron": 3}
+
+
+class Patches:
+    """Every change made to a framework, with the way to undo it."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set_attr(self, owner: Any, name: str, value: Any) -> None:
+        had, old = name in vars(owner), vars(owner).get(name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
+
+    def on_undo(self, fn: Callable[[], None]) -> None:
+        self._undo.append(fn)
+
+    def undo_all(self) -> None:
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:  # noqa: BLE001 - best effort: the job must go on
+                pass
+
+
+def wrap_step(orig: Callable[..., Any], rec: StepRecorder, source: str,
+              took_step: Callable[[Any, Any], bool] | None = None) -> Callable[..., Any]:
+    """`orig` reported as a step of `source`; took_step(state_before, self) says whether it really stepped."""
+    priority = PRIORITY[source]
+
+    @functools.wraps(orig)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return orig(*args, **kwargs)
+        before = getattr(args[0], "global_steps", None) if args and took_step else None
+        rec.guarded(rec.enter_step, source, priority)
+        try:
+            out = orig(*args, **kwargs)
+        except BaseException:
+            rec.guarded(rec.exit_step, source, False)
+            raise
+        stepped = rec.guarded(took_step, before, args[0]) if took_step else True
+        rec.guarded(rec.exit_step, source, stepped is not False)
+        return out
+
+    wrapper.__llmperf_wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _global_steps_advanced(before: Any, engine: Any) -> bool:
+    after = getattr(engine, "global_steps", None)
+    if isinstance(before, int) and isinstance(after, int):
+        return after != before
+    return bool(engine.is_gradient_accumulation_boundary())
+
+
+def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim_module
+
+    handle = optim_module.register_optimizer_step_post_hook(
+        lambda opt, args, kwargs: rec.guarded(rec.torch_optimizer_stepped))
+    patches.on_undo(handle.remove)
+    fwd: list[Any] = []
+
+    def first_forward(module: Any, inputs: Any) -> None:
+        rec.guarded(rec.mark_forward)
+        fwd.pop().remove()
+
+    fwd.append(nn_module.register_module_forward_pre_hook(first_forward))
+    patches.on_undo(lambda: fwd and fwd.pop().remove())
+
+
+def patch_deepspeed_engine(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    cls = mod.DeepSpeedEngine
+    patches.set_attr(cls, "step", wrap_step(cls.step, rec, "deepspeed", _global_steps_advanced))
+
+
+def patch_deepspeed_pipeline(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    cls = mod.PipelineEngine
+    patches.set_attr(cls, "train_batch", wrap_step(cls.train_batch, rec, "deepspeed-pipeline"))
+
+
+def patch_megatron_training(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    if callable(getattr(mod, "train_step", None)):
+        patches.set_attr(mod, "train_step", wrap_step(mod.train_step, rec, "megatron"))
+
+
+def patch_megatron_core_optimizers(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    """Each optimizer class that defines its own step(); nesting (ChainedOptimizer) records the outer one."""
+    for cls in list(vars(mod).values()):
+        if isinstance(cls, type) and "step" in vars(cls) and getattr(cls, "__module__", "") == mod.__name__:
+            if not getattr(vars(cls)["step"], "__isabstractmethod__", False):
+                patches.set_attr(cls, "step", wrap_step(vars(cls)["step"], rec, "megatron-core"))
+
+
+PATCHERS: dict[str, Callable[[ModuleType, StepRecorder, Patches], None]] = {
+    "torch": patch_torch,
+    "deepspeed.runtime.engine": patch_deepspeed_engine,
+    "deepspeed.runtime.pipe.engine": patch_deepspeed_pipeline,
+    "megatron.training.training": patch_megatron_training,
+    "megatron.training": patch_megatron_training,
+    "megatron.core.optimizer.optimizer": patch_megatron_core_optimizers,
+    "megatron.core.optimizer.distrib_optimizer": patch_megatron_core_optimizers,
+}
+
+
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs callbacks[name](module) right after `name` finished executing, whoever imports it.
+
+    It finds the module with the other finders and wraps that loader's exec_module on the returned spec
+    (an instance attribute, so the loader's type, __file__ and source lookups are unchanged).
+    """
+
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.callbacks = callbacks
+        self._busy: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.callbacks or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = self._find_with_others(fullname, path, target)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callbacks[fullname]
+
+        def exec_then_patch(module: ModuleType) -> None:
+            exec_module(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+    def _find_with_others(self, fullname: str, path: Any, target: Any) -> Any:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None

@@ -1,0 +1,215 @@
+"""Stage [7]: per-rank step records, written by the hook inside the live job (`rank<R>.jsonl`).
+
+The recorder knows nothing about frameworks: the patches in `frameworks.py` tell it when a step starts and
+ends, and which framework is speaking. Several layers may speak for the same step (DeepSpeed's engine.step
+calls the torch optimizer's step; Megatron's train_step calls both); the outermost framework owns the step:
+priority megatron train_step > DeepSpeed pipeline train_batch > DeepSpeed engine / megatron-core optimizer >
+torch optimizer, and only the owner's step ends are recorded.
+
+Never harm the job: every entry point runs under `guarded`, which turns any exception into one line on
+stderr, an `error` record, and a disabled hook (the patches are taken out again); the job goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+from llmperf_hook.instrument.config import HookConfig
+from llmperf_hook.instrument.rank_memory import MemoryProbe, make_memory_probe
+from llmperf_hook.instrument.step_timer import StepTimer, make_step_timer
+
+RECORD_SCHEMA = 1
+
+
+def rank_and_world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from what torchrun / deepspeed / mpirun / srun put in the environment."""
+    env = os.environ
+    for rank_key, size_key, local_key in (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ):
+        if env.get(rank_key, "").isdigit():
+            return int(env[rank_key]), int(env.get(size_key, "1") or 1), int(env.get(local_key, "0") or 0)
+    return 0, 1, 0
+
+
+class JsonlWriter:
+    """Appends one JSON object per line with a single write(2) on an O_APPEND descriptor: lines from several
+    processes writing the same file never interleave or overwrite each other, and each line is on disk (in
+    the page cache) as soon as the call returns."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._fd is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class StepRecorder:
+    """Times the first N optimizer steps of this rank and writes them; then gets out of the way."""
+
+    def __init__(self, config: HookConfig, on_finished: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.enabled = True
+        self.rank, self.world_size, self.local_rank = rank_and_world()
+        self.writer = JsonlWriter(os.path.join(config.run_dir, f"rank{self.rank}.jsonl"))
+        self._on_finished = on_finished
+        self._owner: str | None = None
+        self._owner_priority = -1
+        self._depth: dict[str, int] = {}
+        self._num_steps_done = 0
+        self._timer: StepTimer | None = None
+        self._memory: MemoryProbe | None = None
+        self._start_mark: Any = None
+        self._profiler: Any = None
+        self._failed = False
+
+    # -- entry points called by the framework patches (always through `guarded`) --------------------------
+
+    def guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if not self.enabled:
+            return None
+        try:
+            return fn(*args)
+        except Exception as err:  # noqa: BLE001 - never let the hook harm the job
+            self.fail(err)
+            return None
+
+    def mark_forward(self) -> None:
+        """First forward of the job: the start of step 0 for frameworks whose step hook fires at its end."""
+        if self._start_mark is None and self._num_steps_done == 0:
+            self._start_mark = self._ensure_timer().mark()
+
+    def enter_step(self, source: str, priority: int) -> None:
+        if priority > self._owner_priority:
+            self._owner, self._owner_priority = source, priority
+        self._depth[source] = self._depth.get(source, 0) + 1
+        if source == self._owner and self._start_mark is None:
+            self._start_mark = self._ensure_timer().mark()
+
+    def exit_step(self, source: str, took_step: bool) -> None:
+        self._depth[source] = max(0, self._depth.get(source, 0) - 1)
+        if source == self._owner and self._depth[source] == 0 and took_step:
+            self._record_step()
+
+    def torch_optimizer_stepped(self) -> None:
+        """torch.optim post-step hook: a step only when no framework wraps it (the plain-torch fallback)."""
+        if self._owner_priority <= 0 and not any(self._depth.values()):
+            self._owner, self._owner_priority = "torch", 0
+            self._record_step()
+
+    def fail(self, err: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed, self.enabled = True, False
+        sys.stderr.write(f"llmperf hook: disabled in rank {self.rank} after an internal error "
+                         f"({type(err).__name__}: {err}); the job goes on untouched.\n")
+        for cleanup in (lambda: self.writer.write(self._base("error", error=f"{type(err).__name__}: {err}")),
+                        self._stop_profiler_quietly, self._on_finished):
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _ensure_timer(self) -> StepTimer:
+        if self._timer is None:
+            self._timer = make_step_timer()
+            self._memory = make_memory_probe(self._timer.device)
+        return self._timer
+
+    def _base(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"schema": RECORD_SCHEMA, "kind": kind, "job_id": self.config.job_id, "rank": self.rank,
+                "world_size": self.world_size, "local_rank": self.local_rank, "pid": os.getpid(),
+                "hostname": socket.gethostname(), "framework": self._owner, "time_unix_s": time.time(), **fields}
+
+    def _record_step(self) -> None:
+        timer = self._ensure_timer()
+        end = timer.mark()
+        step, cfg = self._num_steps_done, self.config
+        if cfg.inject_fault_at_step is not None and step == cfg.inject_fault_at_step:
+            raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
+        if step == 0:
+            self.writer.write(self._base("meta", **job_facts(timer.device)))
+        if step < cfg.last_hooked_step:
+            wall_s = timer.elapsed_s(self._start_mark, end) if self._start_mark is not None else None
+            self.writer.write(self._base(
+                "step", step=step, wall_time_s=wall_s, warmup=step < cfg.num_warmup_steps,
+                profiled=self._profiler is not None, timer=timer.name, device=timer.device,
+                **self._memory.sample_and_reset()))
+        self._start_mark = end
+        self._num_steps_done += 1
+        self._after_step()
+
+    def _after_step(self) -> None:
+        done, cfg = self._num_steps_done, self.config
+        if cfg.profile_ops_steps and done == cfg.num_steps:
+            from llmperf_hook.instrument.op_profile import OpProfiler
+
+            self._profiler = OpProfiler(cfg.profile_ops_steps)
+            self._profiler.start()
+        if self._profiler is not None and done == cfg.last_hooked_step:
+            self._stop_profiler()
+        if done == cfg.last_hooked_step:
+            self.writer.write(self._base("end", num_steps=done))
+        if cfg.stop_after_steps is not None and done >= cfg.stop_after_steps:
+            self._stop_job()
+        if done >= max(cfg.last_hooked_step, cfg.stop_after_steps or 0):
+            self.enabled = False  # between N and --stop-after the hook only counted steps
+            self._on_finished()
+
+    def _stop_profiler(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        for sample in profiler.stop():
+            self.writer.write(self._base("op", **sample))
+
+    def _stop_profiler_quietly(self) -> None:
+        if self._profiler is not None:
+            self._profiler.abandon()
+            self._profiler = None
+
+    def _stop_job(self) -> None:
+        """--stop-after: every rank reaches this at the same optimizer step (synchronous data parallel), after
+        that step's collectives completed; flush and leave with code 0 without running the rest of the script."""
+        if self._profiler is not None:
+            self._stop_profiler()
+        self.writer.write(self._base("stop", num_steps=self._num_steps_done))
+        self.writer.close()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(0)
+
+
+def job_facts(device: str) -> dict[str, Any]:
+    """Once per rank: what the numbers depend on (threads, machine load, library versions, argv)."""
+    facts: dict[str, Any] = {"argv": list(sys.argv), "python": sys.version.split()[0], "device": device,
+                             "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
+    for name in ("torch", "deepspeed", "megatron.core"):
+        module = sys.modules.get(name)
+        if module is not None:
+            facts[f"{name}_version"] = getattr(module, "__version__", "?")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        facts["torch_num_threads"] = torch.get_num_threads()
+    facts["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    return facts

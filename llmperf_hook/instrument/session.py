@@ -1,0 +1,167 @@
+"""`llmperf run --instrument N`: launch the user's command with the step hook in every rank, then refine.
+
+    run_instrumented(argv, env=..., steps=N, profile_ops=K, stop_after=S, run_dir=DIR, prediction=...)
+
+1. Prepare the run directory (default `./llmperf-runs/<UTC time>-<pid>`): prediction.json, session.json, and
+   hook/ with the generated sitecustomize.py and its llmperf_hook_config.json.
+2. Environment: PYTHONPATH = hook/ + the existing PYTHONPATH (kept, in order); the user's own sitecustomize
+   still runs (the generated one chains to it). PYTHONPATH is all a launcher must forward: torchrun and
+   DeepSpeed's local launcher copy the whole environment to their ranks, DeepSpeed's multi-node runners
+   (pdsh, mpi, slurm) export every PYTHON*-prefixed variable (deepspeed/launcher/runner.py EXPORT_ENVS), and
+   the hook's settings travel in the run directory, not in the environment. (Multi-node runs need the run
+   directory on a filesystem all nodes share, as they need the training script.)
+3. Launch the command as a child (argument list, no shell), its stdout/stderr passed through untouched;
+   forward SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2, and SIGINT unless the terminal already sent it to the
+   child (same foreground process group).
+4. When it ends, `refine` the run directory; a refine failure is a warning, never our exit code.
+5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.instrument.bootstrap import write_hook_dir
+from llmperf_hook.instrument.config import HookConfig, write_hook_config
+
+FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
+
+
+def default_warmup_steps(num_steps: int) -> int:
+    """Leading steps marked warm-up: none of 1, one of 2-4, two of 5 or more (first-step allocation and lazy
+    initialisation, then one more for allocator/autotuner settling)."""
+    return 0 if num_steps <= 1 else 1 if num_steps <= 4 else 2
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+
+
+def prepare_run_dir(run_dir: str | None, job_id: str) -> Path:
+    path = Path(run_dir) if run_dir else Path("llmperf-runs") / job_id
+    path = path.expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create the run directory {str(path)!r} (from --run-dir "
+                         f"{run_dir!r}): {err.strerror}. Pass a writable --run-dir.") from err
+    return path
+
+
+def build_child_env(env: Mapping[str, str], hook_dir: Path, run_dir: Path) -> dict[str, str]:
+    child = dict(env)
+    existing = child.get("PYTHONPATH", "")
+    child["PYTHONPATH"] = str(hook_dir) + (os.pathsep + existing if existing else "")
+    child["LLMPERF_RUN_DIR"] = str(run_dir)  # informational: the hook reads its settings from hook/
+    return child
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int, profile_ops: int = 0,
+                     stop_after: int | None = None, run_dir: str | None = None,
+                     prediction: dict | None = None) -> int:
+    """Launch `argv` with the step hook in every rank; refine from what it recorded; return its exit code."""
+    _check_arguments(argv, steps, profile_ops, stop_after)
+    job_id = new_job_id()
+    path = prepare_run_dir(run_dir, job_id)
+    hook_dir = write_hook_dir(path / "hook")
+    write_hook_config(HookConfig(run_dir=str(path), job_id=job_id, num_steps=steps,
+                                 num_warmup_steps=default_warmup_steps(steps), profile_ops_steps=profile_ops,
+                                 stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
+    if prediction is not None:
+        write_json_atomic(path / "prediction.json", prediction)
+    session = {"schema": 1, "job_id": job_id, "argv": list(argv), "cwd": os.getcwd(), "hostname": socket.gethostname(),
+               "steps": steps, "profile_ops": profile_ops, "stop_after": stop_after, "started_unix_s": time.time(),
+               "load_avg_1m": os.getloadavg()[0]}
+    write_json_atomic(path / "session.json", session)
+    print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
+    code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
+    write_json_atomic(path / "session.json", {**session, "exit_code": code, "ended_unix_s": time.time()})
+    _refine_quietly(path)
+    return code
+
+
+def _check_arguments(argv: Sequence[str], steps: int, profile_ops: int, stop_after: int | None) -> None:
+    if not argv:
+        raise UsageError("llmperf run --instrument needs a command to launch after `--`, e.g. "
+                         "`llmperf run --instrument 5 -- deepspeed --num_gpus 2 train.py ...`.")
+    if steps < 1:
+        raise UsageError(f"--instrument {steps}: the number of steps to record must be at least 1.")
+    if profile_ops < 0:
+        raise UsageError(f"--profile-ops {profile_ops}: the profiler window must be 0 (off) or more steps.")
+    if stop_after is not None and stop_after < 1:
+        raise UsageError(f"--stop-after {stop_after}: must be at least 1 step (or left out to let the job run on).")
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
+def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    try:
+        child = subprocess.Popen(list(argv), env=dict(env))
+    except FileNotFoundError as err:
+        raise UsageError(f"cannot launch {argv[0]!r}: no such file or command on PATH (from the command after "
+                         f"`--`). Check the spelling, or activate the environment that provides it.") from err
+    except PermissionError as err:
+        raise UsageError(f"cannot launch {argv[0]!r}: permission denied. Make it executable or name its "
+                         f"interpreter first.") from err
+    previous = _forward_signals(child)
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 128 - code if code < 0 else code
+
+
+def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
+    def forward(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and _terminal_sent_it_to_child():
+            return
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous: dict[int, Any] = {}
+    for name in FORWARDED_SIGNALS:
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, forward)
+    return previous
+
+
+def _terminal_sent_it_to_child() -> bool:
+    """Ctrl-C on a terminal signals the whole foreground process group, which includes the child."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+def _refine_quietly(run_dir: Path) -> None:
+    try:
+        from llmperf_hook.refine.refine_run import refine_run, render_refine_report
+
+        print(render_refine_report(refine_run(run_dir)), file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - the job's exit code is what matters here
+        print(f"llmperf: warning: refining from {run_dir} failed ({type(err).__name__}: {err}); the run's records "
+              f"are kept there: rerun `llmperf refine {run_dir}`.", file=sys.stderr)
