@@ -1,0 +1,82 @@
+"""`tune --apply`: the user's launch command rewritten for the chosen candidate (and a new ds_config if needed).
+
+Megatron flags are replaced in argv (tune/megatron_argv.py); a DeepSpeed config is never edited in place:
+a tuned copy is planned next to it (`ds.llmperf-tuned.json`, or `-2`, `-3`, ... if taken) and argv is
+pointed at the copy. `plan_tuned_command` only reads; `write_planned_files` is the one place that writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.tune import ds_config_rewrite as dsr
+from llmperf_hook.tune.candidate import Candidate, candidate_of
+from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
+
+MEGATRON = ("megatron", "megatron-deepspeed")
+
+
+@dataclass(frozen=True)
+class TunedCommand:
+    """The launch command to run instead of the user's."""
+
+    argv: tuple[str, ...]
+    new_files: Mapping[str, str] = field(default_factory=dict)
+    """Path -> content of files to create before launching (never existing files)."""
+    notes: tuple[str, ...] = ()
+    """What changed where, one line each, for the report."""
+
+
+def _split_joined(argv: Sequence[str]) -> list[str]:
+    from llmperf_hook.launch.argv_words import split_joined_words  # issue 2's normaliser, same words as parsed
+
+    return split_joined_words(list(argv))
+
+
+def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
+                       new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
+    """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`."""
+    base = candidate_of(base_cfg)
+    out = _split_joined(argv)
+    notes: list[str] = []
+    if base_cfg.framework in MEGATRON:
+        rewritten = rewrite_megatron_argv(out, base, new, base_cfg.model.num_layers, base_cfg.framework)
+        if rewritten != out:
+            notes.append("Megatron flags replaced in argv")
+        out = rewritten
+    files: dict[str, str] = {}
+    ref = dsr.find_ds_config(out)
+    if ref is not None and base_cfg.framework != "megatron":
+        out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes)
+    return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
+
+
+def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,
+                        new_cfg: TrainingConfig, framework: str, cwd: Path,
+                        notes: list[str]) -> tuple[list[str], dict[str, str]]:
+    original = Path(ref.path) if Path(ref.path).is_absolute() else cwd / ref.path
+    raw = dsr.read_ds_config(original)
+    num_mb = new_cfg.batch.num_microbatches
+    tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
+    if framework == "hf-deepspeed":
+        hf = dsr.rewrite_hf_argv(argv, raw, base, new, num_mb)
+        if hf != argv:
+            notes.append("Hugging Face Trainer flags replaced in argv")
+        argv = hf
+    if tuned == raw:
+        return argv, {}
+    target = dsr.fresh_path(original)
+    shown = str(Path(ref.path).parent / target.name) if not Path(ref.path).is_absolute() else str(target)
+    notes.append(f"new DeepSpeed config {shown} (copy of {ref.path}; the original is untouched)")
+    return dsr.point_argv_at(argv, ref, shown), {str(target): json.dumps(tuned, indent=2) + "\n"}
+
+
+def write_planned_files(cmd: TunedCommand) -> None:
+    """Create the planned files; refuses to overwrite (exclusive create), so a user's file is never touched."""
+    for path, content in cmd.new_files.items():
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(content)

@@ -1,0 +1,118 @@
+"""One point of the search (a `Candidate`) and how it becomes a `TrainingConfig` of the user's job.
+
+Candidates change only the parallel layout, micro-batch size, recompute and optimizer sharding; model,
+world size and global batch stay the user's. Derived values are recomputed as the frameworks do:
+dp = world / (tp * pp * cp) and num_microbatches = global_batch / (micro_batch * dp) (Megatron-LM
+`arguments.py`; DeepSpeed's batch triad train_batch = micro * accumulation * dp).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from llmperf_hook.frameworks.training_config import RecomputeConfig, TrainingConfig
+
+# Recompute modes as integer codes for the vectorised tables (tune/candidates.py).
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "block": 3}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A parallel layout / batch / memory-saving choice for the user's job."""
+
+    tp: int
+    pp: int
+    vpp: int
+    """Virtual pipeline stages per pipeline rank (1 = plain 1F1B)."""
+    cp: int
+    sequence_parallel: bool
+    micro_batch_size: int
+    recompute: str
+    """"none" | "selective" | "full" (uniform) | "block"."""
+    recompute_num_layers: int | None
+    """Megatron --recompute-num-layers: 1 for full/uniform, layers per stage for block, None otherwise."""
+    distributed_optimizer: bool
+    zero_stage: int
+
+    def describe(self) -> str:
+        rc = self.recompute if self.recompute != "block" else f"block:{self.recompute_num_layers}"
+        opt = f"zero{self.zero_stage}" if self.zero_stage else ("distopt" if self.distributed_optimizer else "")
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"vpp{self.vpp}" if self.vpp > 1 else "",
+                 f"cp{self.cp}" if self.cp > 1 else "", "sp" if self.sequence_parallel else "",
+                 f"mbs{self.micro_batch_size}", f"rc:{rc}", opt]
+        return " ".join(p for p in parts if p)
+
+
+def candidate_of(cfg: TrainingConfig) -> Candidate:
+    """The user's own configuration as a Candidate (the baseline every gain is measured against)."""
+    r = cfg.recompute
+    if r.granularity == "full":
+        mode = "block" if r.method == "block" else "full"
+        layers = r.num_layers if r.num_layers is not None else 1
+    else:
+        mode, layers = r.granularity, None
+    p = cfg.parallel
+    return Candidate(
+        tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, sequence_parallel=p.sequence_parallel,
+        micro_batch_size=cfg.batch.micro_batch_size, recompute=mode, recompute_num_layers=layers,
+        distributed_optimizer=cfg.optimizer.distributed_optimizer, zero_stage=cfg.optimizer.zero_stage,
+    )
+
+
+def recompute_config(c: Candidate) -> RecomputeConfig:
+    if c.recompute == "none":
+        return RecomputeConfig(granularity="none")
+    if c.recompute == "selective":
+        return RecomputeConfig(granularity="selective")
+    method = "block" if c.recompute == "block" else "uniform"
+    return RecomputeConfig(granularity="full", method=method, num_layers=c.recompute_num_layers)
+
+
+def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
+    """The user's TrainingConfig with this candidate's choices (dp and micro-batch count recomputed)."""
+    dp = cfg.world_size // (c.tp * c.pp * c.cp)
+    p = cfg.parallel
+    same_pp = c.pp == p.pp
+    # Expert TP follows TP unless the user pinned it (Megatron: --expert-tensor-parallel-size defaults to TP).
+    etp = p.etp if p.etp != p.tp else c.tp
+    parallel = dataclasses.replace(
+        p, tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, dp=dp, etp=etp, sequence_parallel=c.sequence_parallel,
+        decoder_first_pipeline_num_layers=p.decoder_first_pipeline_num_layers if same_pp else None,
+        decoder_last_pipeline_num_layers=p.decoder_last_pipeline_num_layers if same_pp else None,
+    )
+    gbs = cfg.batch.global_batch_size
+    batch = dataclasses.replace(cfg.batch, micro_batch_size=c.micro_batch_size,
+                                num_microbatches=gbs // (c.micro_batch_size * dp))
+    optimizer = dataclasses.replace(cfg.optimizer, distributed_optimizer=c.distributed_optimizer,
+                                    zero_stage=c.zero_stage)
+    return dataclasses.replace(cfg, parallel=parallel, batch=batch, recompute=recompute_config(c),
+                               optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
+                               deepspeed_pipeline_engine=_pipeline_engine(cfg, c))
+
+
+def _schedule(cfg: TrainingConfig, c: Candidate) -> str:
+    if (c.pp, c.vpp) == (cfg.parallel.pp, cfg.parallel.vpp):
+        return cfg.pipeline_schedule
+    return "interleaved" if c.vpp > 1 else ("1f1b" if c.pp > 1 else "none")
+
+
+def _pipeline_engine(cfg: TrainingConfig, c: Candidate) -> bool:
+    """Megatron-DeepSpeed runs DeepSpeed's PipelineEngine unless --no-pipeline-parallel, which tune adds
+    only where it must: PP = 1 with ZeRO-2/3 (the engine rejects those; tune/megatron_argv.py)."""
+    if cfg.framework != "megatron-deepspeed":
+        return cfg.deepspeed_pipeline_engine
+    if c.pp > 1:
+        return True
+    return False if c.zero_stage >= 2 else cfg.deepspeed_pipeline_engine
+
+
+def changed_fields(base: Candidate, c: Candidate) -> dict[str, tuple[object, object]]:
+    """Field -> (user's value, candidate's value) for every field the candidate changes."""
+    out: dict[str, tuple[object, object]] = {}
+    for f in dataclasses.fields(Candidate):
+        a, b = getattr(base, f.name), getattr(c, f.name)
+        if a != b:
+            out[f.name] = (a, b)
+    return out

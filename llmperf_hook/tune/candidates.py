@@ -1,0 +1,190 @@
+"""Stage [6] candidate generator: the search space as one vectorised table, with the layout rules as masks.
+
+The cross product of every knob is built with numpy (one column per knob), duplicates that the framework
+would treat as the same job are merged (sequence parallel at TP = 1, block recompute of every layer, ...),
+and Megatron-LM's divisibility rules are applied as boolean masks, each counted by name so `tune` can say
+why candidates were pruned. These masks are necessary conditions only; every survivor is checked again with
+the framework's own validation (`frameworks.validation.validate_config`) before it can be reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
+from llmperf_hook.tune.search_space import SearchSpace
+
+COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero")
+# Block recompute fractions of the layers of one model chunk, for `recompute_block_layers: auto`.
+_BLOCK_FRACTIONS = (0.25, 0.5, 0.75)
+MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """Candidates as columns (same length); see COLUMNS. `rc` holds RECOMPUTE_CODES."""
+
+    columns: Mapping[str, np.ndarray]
+    num_generated: int
+    """Size of the cross product before duplicates were merged."""
+
+    def __len__(self) -> int:
+        return int(self.columns["tp"].shape[0])
+
+    def select(self, mask: np.ndarray) -> "CandidateTable":
+        return CandidateTable({k: v[mask] for k, v in self.columns.items()}, self.num_generated)
+
+    def candidate(self, i: int) -> Candidate:
+        c = {k: int(v[i]) for k, v in self.columns.items()}
+        mode = RECOMPUTE_NAMES[c["rc"]]
+        return Candidate(
+            tp=c["tp"], pp=c["pp"], vpp=c["vpp"], cp=c["cp"], sequence_parallel=bool(c["sp"]),
+            micro_batch_size=c["mbs"], recompute=mode,
+            recompute_num_layers=c["rc_layers"] if mode in ("full", "block") else None,
+            distributed_optimizer=bool(c["distopt"]), zero_stage=c["zero"],
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [1 << i for i in range(limit.bit_length()) if (1 << i) <= limit]
+
+
+def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> dict[str, list]:
+    """Values per knob for this job: `auto` resolved, knobs the framework cannot change pinned to the user's."""
+    base = candidate_of(cfg)
+    megatron = cfg.framework in MEGATRON_FRAMEWORKS
+
+    def pin(own: int, values) -> list[int]:
+        return sorted({int(v) for v in values}) if megatron else [own]
+
+    tp_auto = _powers_of_two(space.max_tensor_parallel or gpus_per_node)
+    mbs = space.micro_batch_size or _powers_of_two(space.max_micro_batch_size)
+    vals: dict[str, list] = {
+        "tp": pin(base.tp, space.tensor_parallel or tp_auto),
+        "pp": pin(base.pp, space.pipeline_parallel or _divisors(cfg.world_size)),
+        "vpp": pin(base.vpp, space.virtual_pipeline or range(1, space.max_virtual_pipeline + 1)),
+        "cp": pin(base.cp, space.context_parallel or [1, 2, 4, 8]),
+        "sp": pin(int(base.sequence_parallel), [int(v) for v in (space.sequence_parallel or (False, True))]),
+        "mbs": sorted(set(mbs) | {base.micro_batch_size}),
+        "distopt": sorted({int(v) for v in space.distributed_optimizer}) if cfg.framework == "megatron"
+        else [int(base.distributed_optimizer)],
+        "zero": _zero_values(cfg, space, base),
+    }
+    return vals
+
+
+def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[int]:
+    if cfg.framework == "megatron":
+        return [base.zero_stage]
+    return sorted(set(space.zero_stage))
+
+
+def _recompute_modes(framework: str, space: SearchSpace) -> tuple[str, ...]:
+    """Recompute modes the launch command controls: all in Megatron; Hugging Face's --gradient_checkpointing
+    is full recompute of every layer; a plain DeepSpeed script decides in its own code (kept as is)."""
+    if framework in MEGATRON_FRAMEWORKS:
+        return space.recompute
+    if framework == "hf-deepspeed":
+        return tuple(m for m in space.recompute if m in ("none", "full"))
+    return ()
+
+
+def _recompute_options(framework: str, space: SearchSpace, base: Candidate) -> list[tuple[int, float]]:
+    """(code, layers) pairs; a negative layers value is a fraction of the chunk's layers, resolved per row."""
+    opts: list[tuple[int, float]] = []
+    for mode in _recompute_modes(framework, space):
+        if mode == "block":
+            fracs = [-f for f in _BLOCK_FRACTIONS] if space.recompute_block_layers is None else []
+            opts += [(RECOMPUTE_CODES["block"], v) for v in (*fracs, *(space.recompute_block_layers or ()))]
+        else:
+            opts.append((RECOMPUTE_CODES[mode], 1 if mode == "full" else 0))
+    own = (RECOMPUTE_CODES[base.recompute], base.recompute_num_layers or 0)
+    return sorted(set(opts) | {own})
+
+
+def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int,
+                        extra: tuple[Candidate, ...] = ()) -> CandidateTable:
+    """The cross product of the search space (plus the user's own configuration and `extra`), deduplicated."""
+    vals = knob_values(cfg, space, gpus_per_node)
+    rc_opts = _recompute_options(cfg.framework, space, candidate_of(cfg))
+    axes = [np.asarray(vals[k], dtype=np.int64) for k in ("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero")]
+    axes.append(np.arange(len(rc_opts)))
+    grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij", copy=False)]
+    cols = dict(zip(("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero"), grids[:-1]))
+    rc_arr = np.asarray(rc_opts, dtype=np.float64)
+    cols["rc"] = rc_arr[grids[-1], 0].astype(np.int64)
+    cols["rc_layers"] = _resolve_block_layers(rc_arr[grids[-1], 1], cfg.model.num_layers, cols)
+    table = _append(cols, (candidate_of(cfg), *extra))
+    return CandidateTable(_normalise_and_dedupe(table, cfg.model.num_layers), num_generated=len(table["tp"]))
+
+
+def candidates_from_list(cands: tuple[Candidate, ...]) -> CandidateTable:
+    """A table of exactly these candidates (used to rank a fixed set, e.g. measured configurations)."""
+    empty = {k: np.zeros(0, dtype=np.int64) for k in COLUMNS}
+    return CandidateTable(_append(empty, cands), num_generated=len(cands))
+
+
+def _resolve_block_layers(layers: np.ndarray, num_layers: int, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    per_chunk = np.maximum(num_layers // np.maximum(cols["pp"] * cols["vpp"], 1), 1)
+    frac = np.floor(-layers * per_chunk).astype(np.int64)
+    return np.where(layers < 0, np.maximum(frac, 1), layers.astype(np.int64))
+
+
+def _append(cols: Mapping[str, np.ndarray], cands: tuple[Candidate, ...]) -> dict[str, np.ndarray]:
+    rows = {k: [] for k in COLUMNS}
+    for c in cands:
+        row = (c.tp, c.pp, c.vpp, c.cp, int(c.sequence_parallel), c.micro_batch_size,
+               RECOMPUTE_CODES[c.recompute], c.recompute_num_layers or 0, int(c.distributed_optimizer), c.zero_stage)
+        for k, v in zip(COLUMNS, row):
+            rows[k].append(v)
+    return {k: np.concatenate([np.asarray(cols[k], dtype=np.int64), np.asarray(rows[k], dtype=np.int64)])
+            for k in COLUMNS}
+
+
+def _normalise_and_dedupe(cols: dict[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
+    """Merge rows the framework runs identically; keep first occurrence order (so the user's row survives)."""
+    cols = dict(cols)
+    cols["sp"] = np.where(cols["tp"] > 1, cols["sp"], 0)  # Megatron drops SP at TP = 1
+    rc = cols["rc"]
+    cols["rc_layers"] = np.where(rc >= RECOMPUTE_CODES["full"], cols["rc_layers"], 0)
+    # Block recompute of every layer of a chunk is full recompute (Megatron recomputes the same layers).
+    per_chunk = num_layers // np.maximum(cols["pp"] * cols["vpp"], 1)
+    all_layers = (rc == RECOMPUTE_CODES["block"]) & (cols["rc_layers"] >= per_chunk)
+    cols["rc"] = np.where(all_layers, RECOMPUTE_CODES["full"], rc)
+    cols["rc_layers"] = np.where(all_layers, 1, cols["rc_layers"])
+    matrix = np.stack([cols[k] for k in COLUMNS], axis=1)
+    _, first = np.unique(matrix, axis=0, return_index=True)
+    keep = np.sort(first)
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Named layout rules (True = violates), Megatron-LM `arguments.py` / `parallel_state.py` divisibility checks."""
+    m = cfg.model
+    tp, pp, vpp, cp, mbs = cols["tp"], cols["pp"], cols["vpp"], cols["cp"], cols["mbs"]
+    model_parallel = tp * pp * cp
+    dp = np.maximum(cfg.world_size // np.maximum(model_parallel, 1), 1)
+    p = cfg.parallel
+    uneven = p.decoder_first_pipeline_num_layers or p.decoder_last_pipeline_num_layers
+    # Megatron counts the embedding / loss as a layer when splitting if asked to (--account-for-...-split).
+    total = m.num_layers + int(getattr(p, "account_for_embedding_in_pipeline_split", False)) + int(
+        getattr(p, "account_for_loss_in_pipeline_split", False))
+    even = (total % pp == 0) & ((total // pp) % vpp == 0)
+    layers_ok = even | ((pp == p.pp) & bool(uneven))
+    return {
+        "world % (tp*pp*cp) != 0": cfg.world_size % model_parallel != 0,
+        "num_attention_heads % tp != 0": m.num_attention_heads % tp != 0,
+        "num_query_groups neither a multiple nor a divisor of tp": (m.num_query_groups % tp != 0) & (tp % m.num_query_groups != 0),
+        "virtual pipeline needs pp > 1": (vpp > 1) & (pp == 1),
+        "layers do not split evenly over pp (and vpp)": ~layers_ok,
+        "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
+        "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
+    }

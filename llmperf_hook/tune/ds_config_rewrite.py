@@ -1,0 +1,123 @@
+"""Write a tuned copy of a DeepSpeed config next to the user's (never overwriting it) and point argv at it.
+
+DeepSpeed's batch triad (deepspeed/runtime/config.py `_configure_train_batch_size`): train_batch_size =
+train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp; any two determine the third, and
+Hugging Face's integration fills `"auto"` values from its own argv (--per_device_train_batch_size,
+--gradient_accumulation_steps, --gradient_checkpointing), which is then what gets rewritten instead.
+The config flag spellings are those DeepSpeed and Hugging Face accept: --deepspeed_config, --deepspeed-config,
+and the Trainer's --deepspeed FILE (for Megatron-DeepSpeed `--deepspeed` is a bare switch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.tune import argv_edit as ed
+from llmperf_hook.tune.candidate import Candidate
+
+DS_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
+HF_DEEPSPEED_FLAG = "--deepspeed"
+HF_MBS = ("--per_device_train_batch_size", "--per-device-train-batch-size")
+HF_GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")
+HF_CKPT = ("--gradient_checkpointing", "--gradient-checkpointing")
+TUNED_SUFFIX = ".llmperf-tuned"
+
+
+@dataclass(frozen=True)
+class DsConfigRef:
+    """Where argv names the ds_config."""
+
+    index: int
+    """Index of the word holding the path (the flag word itself for `--flag=path`)."""
+    flag: str
+    inline: bool
+    path: str
+    """As written in argv (relative paths are relative to the working directory of the launch)."""
+
+
+def find_ds_config(argv: Sequence[str]) -> DsConfigRef | None:
+    ref = None
+    for hit in ed.find_flag(argv, (*DS_CONFIG_FLAGS, HF_DEEPSPEED_FLAG)):
+        if hit.inline:
+            ref = DsConfigRef(hit.index, hit.name, True, argv[hit.index].split("=", 1)[1])
+        elif hit.index + 1 < len(argv) and not argv[hit.index + 1].startswith("-"):
+            nxt = argv[hit.index + 1]
+            if hit.name != HF_DEEPSPEED_FLAG or nxt.endswith(".json") or Path(nxt).is_file():
+                ref = DsConfigRef(hit.index + 1, hit.name, False, nxt)
+    return ref
+
+
+def read_ds_config(path: Path) -> dict[str, Any]:
+    """The JSON (DeepSpeed itself reads it with hjson, so comments are tolerated when hjson is installed)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read the DeepSpeed config {path} named in the command: {err}.") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        raw = _read_hjson(text, path, err)
+    if not isinstance(raw, dict):
+        raise UsageError(f"DeepSpeed config {path} must hold a JSON object, found {type(raw).__name__}.")
+    return raw
+
+
+def _read_hjson(text: str, path: Path, err: Exception) -> Any:
+    try:
+        import hjson  # DeepSpeed's own reader; optional here
+    except ImportError:
+        raise UsageError(f"DeepSpeed config {path} is not valid JSON ({err}). Fix the file.") from None
+    try:
+        return json.loads(json.dumps(hjson.loads(text)))
+    except Exception as herr:  # noqa: BLE001 - any hjson failure is a bad file
+        raise UsageError(f"DeepSpeed config {path} is neither JSON nor HJSON ({herr}). Fix the file.") from None
+
+
+def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool) -> dict[str, Any]:
+    """A copy of `raw` with the micro-batch / accumulation / ZeRO stage of `new` (`"auto"` values kept)."""
+    out = json.loads(json.dumps(raw))
+    micro, gas = out.get("train_micro_batch_size_per_gpu"), out.get("gradient_accumulation_steps")
+    if isinstance(micro, int) or (micro is None and not isinstance(gas, int) and gas != "auto"):
+        out["train_micro_batch_size_per_gpu"] = new.micro_batch_size  # absent + no accumulation: state it
+    if isinstance(gas, int):
+        out["gradient_accumulation_steps"] = num_microbatches
+    if set_zero:
+        zero = out.setdefault("zero_optimization", {})
+        if not isinstance(zero, dict):
+            raise UsageError("ds_config zero_optimization must be an object; fix the file.")
+        zero["stage"] = new.zero_stage
+    return out
+
+
+def fresh_path(original: Path) -> Path:
+    """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file."""
+    stem, suffix = original.stem, original.suffix or ".json"
+    candidate = original.with_name(f"{stem}{TUNED_SUFFIX}{suffix}")
+    n = 2
+    while candidate.exists():
+        candidate = original.with_name(f"{stem}{TUNED_SUFFIX}-{n}{suffix}")
+        n += 1
+    return candidate
+
+
+def point_argv_at(argv: Sequence[str], ref: DsConfigRef, new_path: str) -> list[str]:
+    out = list(argv)
+    out[ref.index] = f"{ref.flag}={new_path}" if ref.inline else new_path
+    return out
+
+
+def rewrite_hf_argv(argv: Sequence[str], raw: dict[str, Any], base: Candidate, new: Candidate,
+                    num_microbatches: int) -> list[str]:
+    """Hugging Face Trainer flags for the values the ds_config leaves to it ("auto" or absent)."""
+    out = list(argv)
+    if new.micro_batch_size != base.micro_batch_size and raw.get("train_micro_batch_size_per_gpu") in ("auto", None):
+        out = ed.set_value(out, HF_MBS, str(new.micro_batch_size))
+    if new.micro_batch_size != base.micro_batch_size and raw.get("gradient_accumulation_steps") in ("auto", None):
+        out = ed.set_value(out, HF_GAS, str(num_microbatches))
+    if new.recompute != base.recompute:
+        out = ed.set_value(out, HF_CKPT, "True" if new.recompute != "none" else "False")
+    return out

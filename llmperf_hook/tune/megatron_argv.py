@@ -1,0 +1,94 @@
+"""Rewrite a Megatron-LM / Megatron-DeepSpeed command line for a tuned Candidate.
+
+Flag names and semantics are Megatron-LM `megatron/training/arguments.py` (argparse, allow_abbrev=False):
+--tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size, --sequence-parallel
+(store_true), --num-layers-per-virtual-pipeline-stage N (layers per model chunk) or the newer
+--num-virtual-stages-per-pipeline-rank V, --micro-batch-size, --recompute-granularity {full,selective},
+--recompute-method {uniform,block}, --recompute-num-layers, the older --recompute-activations (= selective)
+and --checkpoint-activations (= full uniform, 1 layer), --use-distributed-optimizer (store_true),
+--decoder-first/last-pipeline-num-layers; Megatron-DeepSpeed adds --zero-stage and --no-pipeline-parallel.
+Only what the candidate changes is touched, so the rest of the user's command stays byte-identical.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from llmperf_hook.tune import argv_edit as ed
+from llmperf_hook.tune.candidate import Candidate
+
+TP = ("--tensor-model-parallel-size",)
+PP = ("--pipeline-model-parallel-size",)
+CP = ("--context-parallel-size",)
+SP = ("--sequence-parallel",)
+VPP_LAYERS = ("--num-layers-per-virtual-pipeline-stage",)
+VPP_STAGES = ("--num-virtual-stages-per-pipeline-rank",)
+MBS = ("--micro-batch-size",)
+DISTOPT = ("--use-distributed-optimizer",)
+ZERO = ("--zero-stage",)
+UNEVEN = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+NO_PIPELINE = ("--no-pipeline-parallel",)
+RC_GRANULARITY = ("--recompute-granularity",)
+RC_METHOD = ("--recompute-method",)
+RC_LAYERS = ("--recompute-num-layers",)
+RC_OLD_SELECTIVE = ("--recompute-activations",)
+RC_OLD_FULL = ("--checkpoint-activations",)
+DS_ACTIVATION_CKPT = ("--deepspeed-activation-checkpointing",)
+
+
+def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_layers: int,
+                          framework: str) -> list[str]:
+    """`argv` with the flags of every field where `new` differs from `base` (the user's) replaced."""
+    out = list(argv)
+    if new.tp != base.tp:
+        out = ed.set_value(out, TP, str(new.tp))
+    if new.pp != base.pp:
+        out = ed.set_value(out, PP, str(new.pp))
+        out = ed.remove(out, UNEVEN, takes_value=True)  # stage sizes of the old pipeline no longer apply
+        if new.pp > 1:
+            out = ed.remove(out, NO_PIPELINE, takes_value=False)
+    if new.cp != base.cp:
+        out = ed.set_value(out, CP, str(new.cp))
+    if new.sequence_parallel != base.sequence_parallel:
+        out = ed.set_switch(out, SP, new.sequence_parallel)
+    if (new.vpp, new.pp) != (base.vpp, base.pp):
+        out = _rewrite_vpp(out, new, num_layers)
+    if new.micro_batch_size != base.micro_batch_size:
+        out = ed.set_value(out, MBS, str(new.micro_batch_size))
+    if (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers):
+        out = _rewrite_recompute(out, new)
+    if new.distributed_optimizer != base.distributed_optimizer:
+        out = ed.set_switch(out, DISTOPT, new.distributed_optimizer)
+    if new.zero_stage != base.zero_stage and (framework == "megatron-deepspeed" or ed.find_flag(out, ZERO)):
+        out = ed.set_value(out, ZERO, str(new.zero_stage))
+    if framework == "megatron-deepspeed" and new.pp == 1 and new.zero_stage >= 2:
+        out = ed.set_switch(out, NO_PIPELINE, True)  # DeepSpeed's pipeline engine rejects ZeRO-2/3
+    return out
+
+
+def _rewrite_vpp(argv: list[str], new: Candidate, num_layers: int) -> list[str]:
+    if new.vpp <= 1:
+        out = ed.remove(argv, VPP_LAYERS, takes_value=True)
+        return ed.remove(out, VPP_STAGES, takes_value=True)
+    if ed.find_flag(argv, VPP_STAGES) and not ed.find_flag(argv, VPP_LAYERS):
+        return ed.set_value(argv, VPP_STAGES, str(new.vpp))
+    out = ed.remove(argv, VPP_STAGES, takes_value=True)
+    return ed.set_value(out, VPP_LAYERS, str(num_layers // (new.pp * new.vpp)))
+
+
+def _rewrite_recompute(argv: list[str], new: Candidate) -> list[str]:
+    out = ed.remove(argv, RC_OLD_SELECTIVE, takes_value=False)
+    had_old_full = bool(ed.find_flag(out, RC_OLD_FULL))
+    out = ed.remove(out, RC_OLD_FULL, takes_value=False)
+    if new.recompute in ("none", "selective"):
+        out = ed.remove(out, RC_METHOD, takes_value=True)
+        out = ed.remove(out, RC_LAYERS, takes_value=True)
+        out = ed.remove(out, DS_ACTIVATION_CKPT, takes_value=False)
+        if new.recompute == "none":
+            return ed.remove(out, RC_GRANULARITY, takes_value=True)
+        return ed.set_value(out, RC_GRANULARITY, "selective")
+    if new.recompute == "full" and new.recompute_num_layers == 1 and had_old_full and not ed.find_flag(out, RC_GRANULARITY):
+        return [*out, RC_OLD_FULL[0]]  # keep the user's older spelling where it says the same thing
+    out = ed.set_value(out, RC_GRANULARITY, "full")
+    out = ed.set_value(out, RC_METHOD, "block" if new.recompute == "block" else "uniform")
+    return ed.set_value(out, RC_LAYERS, str(new.recompute_num_layers or 1))

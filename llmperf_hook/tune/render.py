@@ -1,0 +1,153 @@
+"""Render a TuneResult: the top-K table (or JSON), the gain over the user's command, and the pruning counts.
+
+Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the exact flags / ds_config keys
+that differ between the user's command and the tuned one (tune/apply.py produced both).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from llmperf_hook.tune.apply import TunedCommand
+from llmperf_hook.tune.search import Evaluated, TuneResult
+
+GiB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One flag or config key that differs from the user's command."""
+
+    where: str
+    """"argv" or the ds_config path."""
+    key: str
+    old: str | None
+    """None = absent in the user's command."""
+    new: str | None
+    """None = removed."""
+
+    def __str__(self) -> str:
+        prefix = "" if self.where == "argv" else "ds_config "
+        if self.new is None:
+            return f"drop {prefix}{self.key}" + (f" {self.old}" if self.old else "")
+        if self.old is None:
+            return f"add {prefix}{self.key}" + (f" {self.new}" if self.new else "")
+        return f"{prefix}{self.key} {self.old}->{self.new}"
+
+
+def argv_flags(argv: Sequence[str]) -> dict[str, str]:
+    """Flag -> value ("" for a switch); argparse's last-wins reading of `--flag value` / `--flag=value`."""
+    out: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        if not word.startswith("--") or word == "--":
+            continue
+        if "=" in word:
+            key, value = word.split("=", 1)
+            out[key] = value
+        else:
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            out[word] = "" if nxt.startswith("--") else nxt
+    return out
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: Mapping[str, Any] | None) -> list[Change]:
+    before, after = argv_flags(user_argv), argv_flags(tuned.argv)
+    changes = [Change("argv", k, before.get(k), after.get(k))
+               for k in [*before, *[k for k in after if k not in before]] if before.get(k) != after.get(k)]
+    for path, content in tuned.new_files.items():
+        old, new = _flatten(ds_original or {}), _flatten(json.loads(content))
+        changes += [Change(path, k, _s(old.get(k)), _s(new.get(k))) for k in sorted(set(old) | set(new))
+                    if old.get(k) != new.get(k)]
+    return changes
+
+
+def _s(v: Any) -> str | None:
+    return None if v is None else json.dumps(v) if not isinstance(v, str) else v
+
+
+def _row(rank: str, ev: Evaluated, changes: str) -> str:
+    e = ev.estimate
+    head = (ev.capacity_bytes - ev.peak_bytes) / GiB
+    fit = "" if ev.fits else " (no fit)"
+    return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
+            f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}{fit}  {ev.candidate.describe():<34} {changes}")
+
+
+def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
+    lines = [f"llmperf tune: {header['job']} on {header['cluster']}",
+             f"search space: {header['space']}", _pruning_line(res, header)]
+    usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
+    lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
+                 f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g})")
+    lines.append("")
+    lines.append("  #   step (s)     tokens/s    MFU  peak GiB  free GiB  layout                             changes vs your command")
+    if res.baseline is not None:
+        lines.append(_row("you", res.baseline, "(your command)"))
+    for i, (ev, ch) in enumerate(zip(res.top, changes), 1):
+        lines.append(_row(str(i), ev, ", ".join(str(c) for c in ch) or "(same as yours)"))
+    gain = gain_line(res)
+    if gain:
+        lines += ["", gain]
+    return "\n".join(lines)
+
+
+def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
+    rules = "; ".join(f"{k}: {v:,}" for k, v in res.invalid_by_rule.items())
+    return (f"{res.num_considered:,} distinct candidates ({res.num_generated:,} generated) in "
+            f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
+            f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
+            f"closed-form bound, {res.num_oom_predicted:,} by the full prediction); {res.num_slower:,} slower than the "
+            f"top {len(res.top) or 'K'} by estimate; {res.num_full_predictions:,} predicted in full")
+
+
+def gain_line(res: TuneResult) -> str:
+    if not res.top or res.baseline is None:
+        return "" if res.top else "nothing fits"
+    best, base = res.top[0], res.baseline
+    speedup = base.step_time_s / best.step_time_s
+    note = "" if base.fits else " (your command is predicted NOT to fit)"
+    return (f"predicted gain over your command: {base.step_time_s:.3f} s -> {best.step_time_s:.3f} s per step, "
+            f"{speedup:.2f}x ({100 * (1 - best.step_time_s / base.step_time_s):+.1f} % step time saved){note}")
+
+
+def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str, Any]:
+    e = ev.estimate
+    out: dict[str, Any] = {
+        **asdict(ev.candidate), "step_time_s": ev.step_time_s, "tokens_per_s": float(e.tokens_per_s),
+        "mfu": float(e.mfu), "peak_bytes_per_gpu": ev.peak_bytes, "capacity_bytes": ev.capacity_bytes,
+        "headroom_bytes": ev.capacity_bytes - ev.peak_bytes, "fits": ev.fits,
+    }
+    if changes is not None:
+        out["changes"] = [asdict(c) for c in changes]
+    return out
+
+
+def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any],
+                applied: TunedCommand | None = None) -> dict[str, Any]:
+    best, base = (res.top[0] if res.top else None), res.baseline
+    return {
+        "schema": 1,
+        "job": header["job"], "cluster": header["cluster"], "search_space": header["space"],
+        "search": {
+            "num_generated": res.num_generated, "num_considered": res.num_considered,
+            "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
+            "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
+            "num_slower_by_estimate": res.num_slower, "num_full_predictions": res.num_full_predictions,
+            "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],
+            "candidates_per_s": res.num_considered / max(header["elapsed_s"], 1e-9),
+        },
+        "baseline": _evaluated_json(base, None) if base else None,
+        "top": [_evaluated_json(ev, ch) for ev, ch in zip(res.top, changes)],
+        "speedup_over_baseline": (base.step_time_s / best.step_time_s) if best and base else None,
+        "applied": {"argv": list(applied.argv), "new_files": sorted(applied.new_files)} if applied else None,
+    }

@@ -1,0 +1,152 @@
+"""The space `llmperf tune` searches: which values of each knob to try, read from `configs/search/*.yaml`.
+
+A search file maps knob names to a list of values or to `auto` (the rule for `auto` is documented per knob
+in `configs/search/megatron.yaml`). Knobs a framework cannot change are ignored for that framework (plain
+DeepSpeed cannot change TP/PP/CP: those come from the model code, not the launch command).
+Read the file at the edge (`read_search_file`), parse separately (`parse_search_space`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.resources import configs_dir
+
+AUTO = "auto"
+RECOMPUTE_MODES = ("none", "selective", "full", "block")
+
+# knob -> (type of one value, human description) for parsing and error messages
+_KNOBS: dict[str, tuple[type, str]] = {
+    "micro_batch_size": (int, "micro-batch sizes"),
+    "tensor_parallel": (int, "tensor-parallel degrees"),
+    "pipeline_parallel": (int, "pipeline degrees"),
+    "virtual_pipeline": (int, "virtual pipeline stages per pipeline rank"),
+    "context_parallel": (int, "context-parallel degrees"),
+    "sequence_parallel": (bool, "sequence parallel on/off"),
+    "recompute": (str, "recompute modes (none, selective, full, block)"),
+    "recompute_block_layers": (int, "layers per stage recomputed in block mode"),
+    "distributed_optimizer": (bool, "Megatron distributed optimizer on/off"),
+    "zero_stage": (int, "DeepSpeed ZeRO stages"),
+}
+_SCALARS: dict[str, tuple[type, str]] = {
+    "memory_margin": (float, "fraction of GPU memory kept free"),
+    "max_micro_batch_size": (int, "largest micro-batch size `auto` tries"),
+    "max_tensor_parallel": (int, "largest TP `auto` tries (default: GPUs per node)"),
+    "max_virtual_pipeline": (int, "most virtual stages `auto` tries"),
+}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Values to try per knob; `None` means `auto` (rule applied against the job), `()` never happens."""
+
+    micro_batch_size: tuple[int, ...] | None = None
+    """None = powers of two up to max_micro_batch_size, plus the user's own value."""
+    tensor_parallel: tuple[int, ...] | None = None
+    """None = powers of two up to max_tensor_parallel (GPUs per node when unset)."""
+    pipeline_parallel: tuple[int, ...] | None = None
+    """None = every divisor of world / (tp * cp)."""
+    virtual_pipeline: tuple[int, ...] | None = None
+    """None = 1..max_virtual_pipeline (layers must split evenly; the validity rules decide)."""
+    context_parallel: tuple[int, ...] | None = (1,)
+    sequence_parallel: tuple[bool, ...] | None = None
+    """None = on and off where TP > 1 (off only at TP = 1)."""
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    recompute_block_layers: tuple[int, ...] | None = None
+    """Only with `block` in recompute; None = 1/4, 1/2, 3/4 of the layers per pipeline stage."""
+    distributed_optimizer: tuple[bool, ...] = (False, True)
+    zero_stage: tuple[int, ...] = (0, 1, 2, 3)
+    memory_margin: float = 0.05
+    """A candidate fits when predicted peak <= (1 - memory_margin) * GPU capacity."""
+    max_micro_batch_size: int = 16
+    max_tensor_parallel: int | None = None
+    max_virtual_pipeline: int = 8
+    source: str = "built-in defaults"
+    """The file this space was read from, for messages."""
+
+
+def default_search_file(framework: str) -> Path:
+    """The shipped space for a framework: plain DeepSpeed gets `deepspeed.yaml`, everything else `megatron.yaml`."""
+    name = "deepspeed.yaml" if framework in ("deepspeed", "hf-deepspeed", "torch") else "megatron.yaml"
+    return configs_dir() / "search" / name
+
+
+def read_search_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--search {path}: no such file. Give a YAML search space (see configs/search/megatron.yaml).")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise UsageError(f"--search {path}: not valid YAML ({err}). Fix the file or drop --search.") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UsageError(f"--search {path}: expected a mapping of knob: [values] | auto, got {type(raw).__name__}.")
+    return raw
+
+
+def load_search_space(path: str | Path | None, framework: str) -> SearchSpace:
+    """The user's `--search FILE` layered over the shipped default for this framework."""
+    default_path = default_search_file(framework)
+    merged = dict(read_search_file(default_path))
+    origin = str(default_path)
+    if path is not None:
+        merged.update(read_search_file(path))
+        origin = str(path)
+    return parse_search_space(merged, origin)
+
+
+def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> SearchSpace:
+    unknown = sorted(set(raw) - set(_KNOBS) - set(_SCALARS) - {"name", "description"})
+    if unknown:
+        known = ", ".join(sorted([*_KNOBS, *_SCALARS]))
+        raise UsageError(f"{origin}: unknown key(s) {', '.join(unknown)}. Known keys: {known}.")
+    values: dict[str, Any] = {"source": origin}
+    for key, (kind, what) in _KNOBS.items():
+        if key in raw:
+            values[key] = _parse_knob(raw[key], kind, f"{origin}: {key} ({what})")
+    for key, (kind, what) in _SCALARS.items():
+        if key in raw and raw[key] is not None:
+            values[key] = _parse_scalar(raw[key], kind, f"{origin}: {key} ({what})")
+    space = SearchSpace(**values)
+    _check_space(space, origin)
+    return space
+
+
+def _parse_knob(value: Any, kind: type, where: str) -> tuple | None:
+    if value == AUTO:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise UsageError(f"{where}: empty list. Give at least one value, or `auto`.")
+    return tuple(_parse_scalar(v, kind, where) for v in items)
+
+
+def _parse_scalar(value: Any, kind: type, where: str) -> Any:
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        raise UsageError(f"{where}: {value!r} is not a {kind.__name__}. Use a {kind.__name__}, a list of them, or `auto`.")
+    return value
+
+
+def _check_space(space: SearchSpace, origin: str) -> None:
+    for key in ("micro_batch_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
+                "context_parallel", "recompute_block_layers"):
+        vals = getattr(space, key)
+        if vals is not None and any(v < 1 for v in vals):
+            raise UsageError(f"{origin}: {key} values must be >= 1, got {list(vals)}.")
+    bad = [m for m in space.recompute if m not in RECOMPUTE_MODES]
+    if bad:
+        raise UsageError(f"{origin}: recompute mode(s) {bad} unknown; use {', '.join(RECOMPUTE_MODES)}.")
+    if any(z not in (0, 1, 2, 3) for z in space.zero_stage):
+        raise UsageError(f"{origin}: zero_stage values must be 0-3, got {list(space.zero_stage)}.")
+    if not 0.0 <= space.memory_margin < 0.9:
+        raise UsageError(f"{origin}: memory_margin {space.memory_margin} must be in [0, 0.9) (a fraction of capacity).")

@@ -1,0 +1,184 @@
+"""Vectorised closed-form estimates of memory and step time for a whole candidate table at once.
+
+These only ORDER and PRUNE the search: every candidate `tune` reports is re-predicted with the full
+`api.predict_config`, and its memory verdict comes from the full memory model. The estimates follow the
+textbook formulas so that they track the full model's trends (not its absolute numbers):
+- parameters and optimizer bytes per parameter: Narayanan et al. SC21 (arXiv 2104.04473) and ZeRO
+  (Rajbhandari et al. SC20, arXiv 1910.02054, section 3: 2 + 2 + 12 bytes per parameter with Adam);
+- activation bytes per layer: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, flash attention
+  (no stored softmax, so selective recompute saves nothing more), eq. for interleaved in-flight factor;
+- compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
+  small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009);
+- pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES
+
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+_GEMM_HALF_EFFICIENCY_DIM = 192.0
+"""GEMM dimension at which achieved throughput is half its large-matrix value (A100 cuBLAS BF16 curve in
+shared/validation/calibration: ~50 % of the best at 256-512 square; used only to order candidates)."""
+
+
+@dataclass(frozen=True)
+class SurrogateEstimate:
+    """Per-candidate arrays (same order as the table)."""
+
+    peak_bytes: np.ndarray
+    """Estimated peak memory of the busiest rank, bytes."""
+    step_time_s: np.ndarray
+    """Estimated step time, seconds (orders candidates; the full model gives the reported number)."""
+
+
+def _layer_params(cfg: TrainingConfig) -> tuple[float, float]:
+    """(parameters of one dense transformer layer, extra MoE expert parameters per layer on average)."""
+    m = cfg.model
+    q_dim = m.num_attention_heads * m.kv_channels
+    kv_dim = m.num_query_groups * m.kv_channels
+    attn = m.hidden_size * (q_dim + 2 * kv_dim) + q_dim * m.hidden_size
+    mlp_mats = 3 if m.swiglu else 2
+    mlp = mlp_mats * m.hidden_size * m.ffn_hidden_size
+    if m.num_experts:
+        ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
+        expert = mlp_mats * m.hidden_size * ffn * m.num_experts / max(m.moe_layer_freq, 1)
+        return attn + 4 * m.hidden_size, expert
+    return attn + mlp + 4 * m.hidden_size, 0.0
+
+
+def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """Weights + gradients + optimizer bytes per parameter (ZeRO section 3; Megatron distributed optimizer 6 + 12/d)."""
+    w = _BYTES.get(cfg.precision, 2)
+    if cfg.precision == "fp32":
+        grad, opt = 4.0, 8.0
+    else:
+        grad, opt = (4.0 if cfg.optimizer.fp32_main_grads and cfg.framework == "megatron" else float(w)), 12.0
+    full = w + grad + opt
+    sharded_opt = w + grad + opt / dp
+    zero2 = w + (grad + opt) / dp
+    zero3 = (w + grad + opt) / dp
+    out = np.where(distopt > 0, sharded_opt, full)
+    out = np.where(zero == 1, sharded_opt, out)
+    out = np.where(zero == 2, zero2, out)
+    return np.where(zero == 3, zero3, out)
+
+
+def _activation_bytes_per_layer(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(stored bytes per layer per micro-batch, bytes of one fully materialised layer), Korthikanti Table 2."""
+    h = cfg.model.hidden_size
+    tp, sp = cols["tp"].astype(np.float64), cols["sp"]
+    sbh = cols["mbs"] * (cfg.model.seq_length / cols["cp"]) * h * (_BYTES.get(cfg.precision, 2) / 2.0)
+    # Table 2 with flash attention (the 5as/h softmax term is never stored): 10 + 24/t, or 34/t with SP.
+    full_layer = sbh * np.where(sp > 0, 34.0 / tp, 10.0 + 24.0 / tp)
+    checkpoint = 2.0 * sbh / np.where(sp > 0, tp, 1.0)  # the layer input only
+    rc = cols["rc"]
+    per_chunk = np.maximum(cfg.model.num_layers / (cols["pp"] * cols["vpp"]), 1.0)
+    block_frac = np.minimum(cols["rc_layers"] / per_chunk, 1.0)
+    stored = np.where(rc == RECOMPUTE_CODES["full"], checkpoint, full_layer)
+    stored = np.where(rc == RECOMPUTE_CODES["block"], block_frac * checkpoint + (1 - block_frac) * full_layer, stored)
+    return stored, full_layer
+
+
+def estimate_memory(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Peak bytes per GPU of the first pipeline stage (holds the most micro-batches in flight)."""
+    m = cfg.model
+    tp, pp, vpp = cols["tp"], cols["pp"], cols["vpp"]
+    dp = np.maximum(cfg.world_size // (tp * pp * cols["cp"]), 1)
+    num_mb = np.maximum(cfg.batch.global_batch_size // (cols["mbs"] * dp), 1)
+    dense, expert = _layer_params(cfg)
+    ep = max(cfg.parallel.ep, 1)
+    layers_per_stage = m.num_layers / pp
+    params = layers_per_stage * (dense / tp + expert / (ep * max(cfg.parallel.etp, 1)))
+    params = params + m.padded_vocab_size * m.hidden_size / tp
+    states = params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], dp)
+    stored, full_layer = _activation_bytes_per_layer(cfg, cols)
+    # 1F1B: stage 0 holds min(pp, m) micro-batches; interleaving adds (pp-1)/(pp*vpp) (Korthikanti sec. 4.2.3).
+    in_flight = np.minimum(pp, num_mb) * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
+    acts = in_flight * layers_per_stage * stored + np.where(cols["rc"] >= RECOMPUTE_CODES["full"], full_layer, 0.0)
+    return states + acts
+
+
+def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    m, gpu = cfg.model, cluster.gpu
+    tp, pp, vpp, cp, mbs = (cols[k].astype(np.float64) for k in ("tp", "pp", "vpp", "cp", "mbs"))
+    dp = np.maximum(cfg.world_size // (tp * pp * cp), 1)
+    num_mb = np.maximum(cfg.batch.global_batch_size // (mbs * dp), 1)
+    tokens = mbs * m.seq_length / cp
+    dense, expert = _layer_params(cfg)
+    active_expert = expert * min(m.moe_router_topk, max(m.num_experts, 1)) / max(m.num_experts, 1)
+    # Narayanan et al. eq. 3 per layer: 2 FLOP per parameter per token, plus causal attention 2*s*q_dim per token.
+    q_dim = m.num_attention_heads * m.kv_channels
+    fwd_layer = tokens * (2 * (dense + active_expert) + 2 * m.seq_length * q_dim) / tp
+    width = np.minimum(m.hidden_size, m.ffn_hidden_size / tp)
+    eff = gpu.gemm_efficiency * (tokens / (tokens + _GEMM_HALF_EFFICIENCY_DIM)) * (width / (width + _GEMM_HALF_EFFICIENCY_DIM))
+    peak = gpu.peak_flop_per_s.get(cfg.precision, max(gpu.peak_flop_per_s.values()))
+    rc_passes = _recompute_passes(cfg, cols)
+    layers_per_stage = m.num_layers / pp
+    head = 2 * tokens * m.hidden_size * m.padded_vocab_size / tp
+    compute_mb = (layers_per_stage * fwd_layer * (3 + rc_passes) + 3 * head) / (peak * eff)
+    tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
+    mb_s = compute_mb + tp_comm_mb
+    p2p_s = _p2p_s(cfg, cluster, cols, tokens)
+    pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
+    return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp) + _optimizer_s(cfg, cluster, cols, dp)
+
+
+def _recompute_passes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Extra forward passes per layer from recompute (selective: the attention core only, ~10 % of a layer)."""
+    rc = cols["rc"]
+    per_chunk = np.maximum(cfg.model.num_layers / (cols["pp"] * cols["vpp"]), 1.0)
+    block_frac = np.minimum(cols["rc_layers"] / per_chunk, 1.0)
+    out = np.where(rc == RECOMPUTE_CODES["full"], 1.0, 0.0)
+    out = np.where(rc == RECOMPUTE_CODES["block"], block_frac, out)
+    return np.where(rc == RECOMPUTE_CODES["selective"], 0.1, out)
+
+
+def _bandwidth(cluster: ClusterSpec, intra: np.ndarray) -> np.ndarray:
+    return np.where(intra, cluster.intra_node.bandwidth_bytes_per_s, cluster.inter_node.bandwidth_bytes_per_s)
+
+
+def _tp_comm_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
+    """One TP all-reduce (or all-gather + reduce-scatter pair under SP: same bytes) of a layer's activations."""
+    tp = cols["tp"].astype(np.float64)
+    nbytes = tokens * cfg.model.hidden_size * _BYTES.get(cfg.precision, 2)
+    bw = _bandwidth(cluster, cols["tp"] <= cluster.gpus_per_node)
+    ring = 2 * (tp - 1) / tp * nbytes / bw + 2 * (tp - 1) * cluster.intra_node.latency_s
+    return np.where(tp > 1, ring, 0.0)
+
+
+def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
+    # Adjacent stages are tp*cp*dp ranks apart (Megatron order tp-cp-dp-pp): same node only if that fits.
+    stride = cfg.world_size // cols["pp"]
+    nbytes = tokens * cfg.model.hidden_size * _BYTES.get(cfg.precision, 2) / np.where(cols["sp"] > 0, cols["tp"], 1)
+    return nbytes / _bandwidth(cluster, stride < cluster.gpus_per_node) + cluster.inter_node.latency_s
+
+
+def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
+    dense, expert = _layer_params(cfg)
+    params = (cfg.model.num_layers / cols["pp"]) * dense / cols["tp"] + cfg.model.padded_vocab_size * cfg.model.hidden_size / cols["tp"]
+    grad_bytes = 4.0 if cfg.framework == "megatron" and cfg.optimizer.fp32_main_grads else 2.0
+    bw = _bandwidth(cluster, cols["tp"] * cols["cp"] * dp <= cluster.gpus_per_node)
+    volume = params * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
+    exposed = 0.3 if cfg.optimizer.overlap_grad_reduce else 1.0
+    return np.where(dp > 1, exposed * 2 * (dp - 1) / dp * volume / bw, 0.0)
+
+
+def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
+    dense, _ = _layer_params(cfg)
+    params = (cfg.model.num_layers / cols["pp"]) * dense / cols["tp"]
+    sharded = (cols["distopt"] > 0) | (cols["zero"] > 0)
+    params = np.where(sharded, params / dp, params)
+    # Adam reads/writes ~ 4 fp32 tensors + grads: ~ 40 bytes per parameter of HBM traffic.
+    return params * 40.0 / (cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.memory_efficiency)
+
+
+def estimate(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> SurrogateEstimate:
+    return SurrogateEstimate(peak_bytes=estimate_memory(cfg, cols), step_time_s=estimate_step_time(cfg, cluster, cols))

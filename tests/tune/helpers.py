@@ -1,0 +1,88 @@
+"""Hand-built TrainingConfig / ClusterSpec objects and a stand-in predictor for tune's unit tests.
+
+The stand-in is NOT the product's predictor: it lets the search logic be tested without depending on
+`api.predict_config`; end-to-end tests (test_tune_command.py) use the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmperf_hook.frameworks.training_config import (
+    BatchConfig, ModelShape, OptimizerConfig, ParallelLayout, RecomputeConfig, TrainingConfig,
+)
+from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
+from llmperf_hook.tune import surrogate
+from llmperf_hook.tune.candidates import candidates_from_list
+from llmperf_hook.tune.candidate import candidate_of
+
+GiB = 1 << 30
+
+
+def gpt_config(*, layers: int = 96, hidden: int = 12288, heads: int = 96, seq: int = 2048, world: int = 1024,
+               tp: int = 8, pp: int = 16, mbs: int = 1, gbs: int = 1536, framework: str = "megatron",
+               recompute: str = "full", zero: int = 0, distopt: bool = False) -> TrainingConfig:
+    vocab = 51200
+    shape = ModelShape(num_layers=layers, hidden_size=hidden, ffn_hidden_size=4 * hidden, num_attention_heads=heads,
+                       num_query_groups=heads, kv_channels=hidden // heads, seq_length=seq, vocab_size=50257,
+                       padded_vocab_size=vocab)
+    dp = world // (tp * pp)
+    rc = RecomputeConfig(granularity="full", method="uniform", num_layers=1) if recompute == "full" \
+        else RecomputeConfig(granularity=recompute)
+    return TrainingConfig(
+        framework=framework, launcher="torchrun", world_size=world, nnodes=max(world // 8, 1),
+        nproc_per_node=min(world, 8), model=shape, parallel=ParallelLayout(tp=tp, pp=pp, dp=dp),
+        batch=BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=gbs // (mbs * dp)),
+        precision="bf16", recompute=rc, optimizer=OptimizerConfig(zero_stage=zero, distributed_optimizer=distopt),
+    )
+
+
+def a100_cluster(capacity_gib: float = 80.0) -> ClusterSpec:
+    gpu = HardwareSpec(name="a100-test", peak_flop_per_s={"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+                       memory_bandwidth_bytes_per_s=2.0e12, memory_capacity_bytes=int(capacity_gib * GiB))
+    return ClusterSpec(name="test", gpu=gpu, gpus_per_node=8, intra_node=NetworkTier(300e9, 5e-6),
+                       inter_node=NetworkTier(25e9, 10e-6))
+
+
+@dataclass(frozen=True)
+class FakeMemory:
+    peak_bytes_per_gpu: float
+    capacity_bytes: float
+    fits: bool
+
+
+@dataclass(frozen=True)
+class FakeEstimate:
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    memory: FakeMemory
+
+
+class FakePredictor:
+    """Surrogate numbers perturbed deterministically per layout, so its order differs from the surrogate's."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, cfg: TrainingConfig, cluster: ClusterSpec) -> FakeEstimate:
+        self.calls += 1
+        cols = candidates_from_list((candidate_of(cfg),)).columns
+        est = surrogate.estimate(cfg, cluster, cols)
+        wobble = 1.0 + 0.07 * np.sin(3.1 * cfg.parallel.tp + 1.7 * cfg.parallel.pp + cfg.batch.micro_batch_size)
+        t = float(est.step_time_s[0]) * wobble
+        peak = float(est.peak_bytes[0]) * 1.05
+        cap = float(cluster.gpu.memory_capacity_bytes)
+        tokens = cfg.batch.global_batch_size * cfg.model.seq_length
+        return FakeEstimate(t, tokens / t, 0.4, FakeMemory(peak, cap, peak <= cap))
+
+
+def no_validation(cfg: TrainingConfig) -> None:
+    return None
+
+
+def with_model(cfg: TrainingConfig, **kw: int) -> TrainingConfig:
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **kw))

@@ -1,0 +1,72 @@
+"""--apply on Megatron argv: replace in the user's spelling, add what was absent, drop contradictions."""
+
+import dataclasses
+
+from llmperf_hook.tune import argv_edit as ed
+from llmperf_hook.tune.candidate import candidate_of
+from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
+
+from .helpers import gpt_config
+
+LAUNCH = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py"]
+
+
+def _base():
+    return candidate_of(gpt_config(world=16, tp=2, pp=2, mbs=1, gbs=64, layers=24, hidden=2048, heads=16))
+
+
+def test_replaces_both_spellings_and_keeps_the_rest() -> None:
+    argv = [*LAUNCH, "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size=2",
+            "--micro-batch-size", "1", "--global-batch-size", "64", "--lr", "1e-4"]
+    new = dataclasses.replace(_base(), tp=4, pp=4, micro_batch_size=2)
+    out = rewrite_megatron_argv(argv, _base(), new, 24, "megatron")
+    assert out == [*LAUNCH, "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size=4",
+                   "--micro-batch-size", "2", "--global-batch-size", "64", "--lr", "1e-4"]
+
+
+def test_adds_absent_flags_and_switches() -> None:
+    argv = [*LAUNCH, "--micro-batch-size", "1"]
+    new = dataclasses.replace(_base(), cp=2, sequence_parallel=True, distributed_optimizer=True, vpp=3)
+    out = rewrite_megatron_argv(argv, _base(), new, 24, "megatron")
+    assert ed.flag_value(out, ["--context-parallel-size"]) == "2"
+    assert "--sequence-parallel" in out and "--use-distributed-optimizer" in out
+    assert ed.flag_value(out, ["--num-layers-per-virtual-pipeline-stage"]) == "4"  # 24 / (2 * 3)
+
+
+def test_removes_contradictory_flags() -> None:
+    base = dataclasses.replace(_base(), vpp=2, sequence_parallel=True, recompute="full", recompute_num_layers=1)
+    argv = [*LAUNCH, "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage", "6",
+            "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+            "--decoder-first-pipeline-num-layers", "10"]
+    new = dataclasses.replace(base, vpp=1, pp=4, sequence_parallel=False, recompute="selective", recompute_num_layers=None)
+    out = rewrite_megatron_argv(argv, base, new, 24, "megatron")
+    for gone in ("--sequence-parallel", "--num-layers-per-virtual-pipeline-stage", "--recompute-method",
+                 "--recompute-num-layers", "--decoder-first-pipeline-num-layers", "6", "10", "uniform"):
+        assert gone not in out
+    assert ed.flag_value(out, ["--recompute-granularity"]) == "selective"
+
+
+def test_newer_vpp_spelling_is_kept_and_old_recompute_flags_replaced() -> None:
+    base = dataclasses.replace(_base(), vpp=2, recompute="selective", recompute_num_layers=None)
+    argv = [*LAUNCH, "--num-virtual-stages-per-pipeline-rank", "2", "--recompute-activations"]
+    new = dataclasses.replace(base, vpp=3, recompute="block", recompute_num_layers=2)
+    out = rewrite_megatron_argv(argv, base, new, 24, "megatron")
+    assert ed.flag_value(out, ["--num-virtual-stages-per-pipeline-rank"]) == "3"
+    assert "--recompute-activations" not in out
+    assert ed.flag_value(out, ["--recompute-method"]) == "block" and ed.flag_value(out, ["--recompute-num-layers"]) == "2"
+    off = rewrite_megatron_argv(out, new, dataclasses.replace(new, recompute="none", recompute_num_layers=None), 24, "megatron")
+    assert not any(w.startswith("--recompute") for w in off)
+
+
+def test_megatron_deepspeed_zero_and_pipeline_switch() -> None:
+    base = dataclasses.replace(_base(), pp=1, zero_stage=1)
+    argv = [*LAUNCH, "--zero-stage", "1", "--deepspeed"]
+    out = rewrite_megatron_argv(argv, base, dataclasses.replace(base, zero_stage=2), 24, "megatron-deepspeed")
+    assert ed.flag_value(out, ["--zero-stage"]) == "2" and "--no-pipeline-parallel" in out
+    back = rewrite_megatron_argv(out, base, dataclasses.replace(base, pp=2, zero_stage=1), 24, "megatron-deepspeed")
+    assert "--no-pipeline-parallel" not in back
+
+
+def test_unchanged_candidate_leaves_argv_identical() -> None:
+    argv = [*LAUNCH, "--tensor-model-parallel-size", "2", "--weird", "x"]
+    assert rewrite_megatron_argv(argv, _base(), _base(), 24, "megatron") == argv

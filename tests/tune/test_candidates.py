@@ -1,0 +1,72 @@
+"""Candidate generation: the cross product, duplicates merged, layout rules as named masks."""
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from llmperf_hook.tune.candidate import apply_candidate, candidate_of, changed_fields
+from llmperf_hook.tune.candidates import generate_candidates, rule_masks
+from llmperf_hook.tune.search_space import SearchSpace, load_search_space
+
+from .helpers import gpt_config
+
+
+def _rows(table) -> set[tuple]:
+    cols = table.columns
+    return set(zip(*(cols[k].tolist() for k in cols)))
+
+
+def test_user_config_is_a_candidate_and_rows_are_unique() -> None:
+    cfg = gpt_config()
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    assert len(_rows(table)) == len(table) <= table.num_generated
+    base = candidate_of(cfg)
+    assert base in {table.candidate(i) for i in range(len(table))}
+
+
+def test_sequence_parallel_is_off_at_tp1_and_block_of_all_layers_is_full() -> None:
+    cfg = gpt_config(layers=8, hidden=1024, heads=16, world=8, tp=1, pp=1, gbs=64)
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    cols = table.columns
+    assert not np.any((cols["tp"] == 1) & (cols["sp"] == 1))
+    per_chunk = 8 // (cols["pp"] * cols["vpp"])
+    assert not np.any((cols["rc"] == 3) & (cols["rc_layers"] >= np.maximum(per_chunk, 1)) & (per_chunk >= 1)
+                      & (8 % (cols["pp"] * cols["vpp"]) == 0))
+
+
+def test_deepspeed_pins_layout_knobs() -> None:
+    cfg = dataclasses.replace(gpt_config(world=16, tp=1, pp=1, gbs=64), framework="deepspeed")
+    table = generate_candidates(cfg, load_search_space(None, "deepspeed"), gpus_per_node=8)
+    cols = table.columns
+    assert set(cols["tp"].tolist()) == {1} and set(cols["pp"].tolist()) == {1}
+    assert set(cols["zero"].tolist()) == {0, 1, 2, 3}
+    assert set(cols["rc"].tolist()) == {2}  # a plain DeepSpeed script's recompute is its own code: kept
+
+
+def test_rule_masks_name_each_rule() -> None:
+    cfg = gpt_config()
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    masks = rule_masks(cfg, table.columns)
+    cols = table.columns
+    bad_world = masks["world % (tp*pp*cp) != 0"]
+    assert np.array_equal(bad_world, 1024 % (cols["tp"] * cols["pp"] * cols["cp"]) != 0)
+    assert not masks["num_attention_heads % tp != 0"].any()  # 96 heads, tp in 1..8
+    assert masks["layers do not split evenly over pp (and vpp)"][cols["pp"] == 64].all()  # 96 % 64 != 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2, 4]),
+       world=st.sampled_from([8, 16, 32]))
+def test_apply_candidate_recomputes_dp_and_microbatches(tp: int, pp: int, mbs: int, world: int) -> None:
+    cfg = gpt_config(layers=16, hidden=2048, heads=16, world=world, tp=1, pp=1, gbs=256)
+    cand = dataclasses.replace(candidate_of(cfg), tp=tp, pp=pp, micro_batch_size=mbs)
+    if world % (tp * pp):
+        return
+    new = apply_candidate(cfg, cand)
+    dp = world // (tp * pp)
+    assert new.parallel.dp == dp and new.batch.num_microbatches == 256 // (mbs * dp)
+    assert new.model == cfg.model and new.world_size == world and new.batch.global_batch_size == 256
+    assert candidate_of(new) == cand
+    assert set(changed_fields(candidate_of(cfg), cand)) == {k for k, a, b in
+        (("tp", 1, tp), ("pp", 1, pp), ("micro_batch_size", 1, mbs)) if a != b}
