@@ -1,12 +1,25 @@
-"""Stages [1]+[2] entry point: launch command -> (ParsedJob, TrainingConfig).  (Being written: issue 2.)"""
+"""Stages [1]+[2] entry point: launch command -> (ParsedJob, TrainingConfig).
+
+Which framework: Megatron-style model flags (--num-layers, --hidden-size) mean Megatron-LM, plus `--deepspeed`
+or `--deepspeed_config` Megatron-DeepSpeed; `--deepspeed FILE` is the Hugging Face Trainer with DeepSpeed;
+`--deepspeed_config FILE` alone a DeepSpeed script; anything else a plain torch script (shape from --model).
+Precedence of values is stated once, in provenance.py.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
+from llmperf_hook.frameworks.flags import FlagValues, parse_flags
+from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.frameworks.validation import validate_config
+from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.provenance import Source, SourceKind
 
 
 @dataclass(frozen=True)
@@ -19,7 +32,58 @@ class JobOverrides:
     """--model PRESET|FILE: model shape for scripts that do not state it in Megatron-style flags."""
 
 
+_MEGATRON_MARKERS = ("num_layers", "encoder_num_layers", "hidden_size", "num_attention_heads")
+
+
+def detect_framework(flags: FlagValues) -> str:
+    megatron = any(flags.has(d) for d in _MEGATRON_MARKERS)
+    deepspeed = flags.get("deepspeed")
+    ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
+    if megatron:
+        return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
+    if isinstance(deepspeed, str):
+        return "hf-deepspeed"
+    return "deepspeed" if ds_path else "torch"
+
+
+def load_ds_settings(flags: FlagValues, framework: str) -> DsSettings | None:
+    path = flags.get("deepspeed_config") or flags.get("deepscale_config")
+    if framework == "hf-deepspeed":
+        path = flags.get("deepspeed")
+    if not path:
+        if framework == "megatron-deepspeed":
+            raise ConfigError("Megatron-DeepSpeed with --deepspeed needs --deepspeed_config FILE (DeepSpeed requires a "
+                              "configuration); add it to the training arguments.")
+        return None
+    return parse_ds_config(read_ds_config(str(path)), str(path))
+
+
+def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:
+    src.update({k: v for k, v in job.sources.items()})
+    src["launcher"] = Source(SourceKind.ARGV, job.argv[0] if job.argv else job.launcher)
+    src["framework"] = Source(SourceKind.DERIVED, "detected from the training script's flags")
+
+
+def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> TrainingConfig:
+    """Stage [2]: the ParsedJob's script arguments -> a validated TrainingConfig."""
+    from llmperf_hook.frameworks.assemble import assemble_deepspeed, assemble_megatron
+
+    flags = parse_flags(job.script_args, SCRIPT_FLAGS)
+    framework = detect_framework(flags)
+    ds = load_ds_settings(flags, framework)
+    src: dict[str, Source] = {}
+    _job_sources(job, framework, src)
+    if framework in ("megatron", "megatron-deepspeed"):
+        cfg = assemble_megatron(job, flags, framework, ds, overrides, src)
+    else:
+        cfg = assemble_deepspeed(job, flags, framework, ds, overrides, src)
+    validate_config(cfg)
+    return cfg
+
+
 def resolve_job(
     argv: Sequence[str], env: Mapping[str, str], overrides: JobOverrides = JobOverrides()
 ) -> tuple[ParsedJob, TrainingConfig]:
-    raise NotImplementedError("resolve_job is being written (issue 2)")
+    """Parse the launch command (stage [1]) and the training configuration (stage [2]); ConfigError/UsageError on bad input."""
+    job = parse_launch(argv, env, overrides.nnodes, overrides.nproc_per_node)
+    return job, resolve_config(job, overrides)

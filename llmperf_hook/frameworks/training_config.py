@@ -49,6 +49,8 @@ class ModelShape:
     """Per-expert MLP width (Megatron default: ffn_hidden_size)."""
     moe_layer_freq: int = 1
     """Every k-th layer is MoE (1 = all)."""
+    max_position_embeddings: int | None = None
+    """Size of the learned position table (Megatron --max-position-embeddings); None when not stated."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class ParallelLayout:
     sequence_parallel: bool = False
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    """Megatron --account-for-embedding-in-pipeline-split: the embedding counts as one layer when splitting."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Megatron --account-for-loss-in-pipeline-split: the LM head/loss counts as one layer when splitting."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,9 @@ class TrainingConfig:
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     """One line per accepted-but-not-modelled setting."""
+    deepspeed_pipeline_engine: bool = False
+    """True when DeepSpeed's PipelineEngine runs the model (Megatron-DeepSpeed without --no-pipeline-parallel,
+    or a DeepSpeed script with pipeline stages); it rejects ZeRO-2/3."""
 
     def __post_init__(self) -> None:
         p = self.parallel

@@ -1,0 +1,128 @@
+"""Build the TrainingConfig of a Megatron(-DeepSpeed) job or of a DeepSpeed / Hugging Face / torch script."""
+
+from __future__ import annotations
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_config import DsSettings
+from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_precision, hf_batch, merge_megatron_batch
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron import resolve_megatron, world_divisibility_error
+from llmperf_hook.frameworks.resolve import JobOverrides
+from llmperf_hook.frameworks.script_shape import resolve_script_shape
+from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
+                                                     TrainingConfig)
+from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.provenance import Source, SourceKind
+
+
+def _world_source(job: ParsedJob) -> Source:
+    return job.sources.get("world_size", Source(SourceKind.LAUNCHER, job.launcher))
+
+
+def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[str]) -> DsSettings:
+    """DeepSpeed reads ZeRO from the ds_config; --zero-stage only fills it when the config is silent."""
+    from dataclasses import replace
+
+    if not flags.has("zero_stage"):
+        return ds
+    if "zero_stage" in ds.sources:
+        if flags.get("zero_stage") != ds.zero_stage:
+            warnings.append(f"--zero-stage {flags.get('zero_stage')} differs from {ds.path} zero_optimization.stage "
+                            f"{ds.zero_stage}: DeepSpeed uses the config's stage")
+        return ds
+    return replace(ds, zero_stage=flags.get("zero_stage"), sources={**ds.sources, "zero_stage": flags.source("zero_stage")})
+
+
+def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
+                      overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
+    warnings: list[str] = list(job.warnings)
+    if overrides.model:
+        warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
+    parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings)
+    optimizer, precision, pipeline_engine = parts.optimizer, parts.precision, False
+    if framework == "megatron-deepspeed" and ds is not None:
+        ds = _megatron_deepspeed_zero(flags, ds, warnings)
+        if flags.get("no_pipeline_parallel") and parts.parallel.pp > 1:
+            raise ConfigError(f"--no-pipeline-parallel with pipeline-model-parallel-size {parts.parallel.pp} ({src['pp']}): "
+                              "Megatron-DeepSpeed requires PP = 1 when the pipeline engine is disabled.")
+        pipeline_engine = not flags.get("no_pipeline_parallel", False)
+        merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
+        optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src)
+        if precision == "fp32":
+            precision = ds_precision(ds, flags, src)
+        warnings.extend(ds.warnings)
+    else:
+        src["zero_stage"] = Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)")
+    return TrainingConfig(
+        framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
+        nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
+        precision=precision, recompute=parts.recompute, optimizer=optimizer,  # type: ignore[arg-type]
+        attention_backend=parts.attention_backend, pipeline_schedule=parts.pipeline_schedule,  # type: ignore[arg-type]
+        sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
+    )
+
+
+def _script_pp(flags: FlagValues, ds: DsSettings | None, world: int, src: dict[str, Source]) -> int:
+    if flags.has("pipeline_parallel_size"):
+        pp, src["pp"] = flags.get("pipeline_parallel_size"), flags.source("pipeline_parallel_size")
+    elif ds is not None and ds.pipeline_stages:
+        pp, src["pp"] = ds.pipeline_stages, ds.sources["pipeline_stages"]
+    else:
+        pp, src["pp"] = 1, Source(SourceKind.DEFAULT, "no pipeline stages")
+    for key in ("tp", "cp", "vpp", "ep"):
+        src[key] = Source(SourceKind.DEFAULT, "DeepSpeed/torch script: 1")
+    if pp < 1 or world % pp:
+        raise world_divisibility_error(world, src["world_size"], 1, max(pp, 1), 1, src)
+    src["dp"] = Source(SourceKind.DERIVED, f"world / PP = {world}/{pp}")
+    return pp
+
+
+def _script_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeConfig:
+    if flags.get("gradient_checkpointing"):
+        src["recompute"] = flags.source("gradient_checkpointing")
+        return RecomputeConfig("full", "uniform", 1)
+    src["recompute"] = Source(SourceKind.DEFAULT, "no activation checkpointing")
+    return RecomputeConfig()
+
+
+def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
+    if ds is None:
+        mbs, src["micro_batch_size"] = flags.get("per_device_train_batch_size", 1), flags.source("per_device_train_batch_size", "default 1")
+        gas, src["num_microbatches"] = flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1")
+        src["global_batch_size"] = Source(SourceKind.DERIVED, "micro * accumulation * DP")
+        return BatchConfig(micro_batch_size=mbs, global_batch_size=mbs * gas * dp, num_microbatches=gas)
+    return hf_batch(ds, flags, dp, world, src) if framework == "hf-deepspeed" else ds_batch(ds, dp, src)
+
+
+def _script_precision(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source]) -> str:
+    if ds is not None:
+        return ds_precision(ds, flags, src)
+    for name in ("bf16", "fp16"):
+        if flags.get(name):
+            src["precision"] = flags.source(name)
+            return name
+    src["precision"] = Source(SourceKind.DEFAULT, "fp32")
+    return "fp32"
+
+
+def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
+                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
+    warnings: list[str] = list(job.warnings) + (list(ds.warnings) if ds else [])
+    model = resolve_script_shape(flags, overrides.model, src, warnings)
+    pp = _script_pp(flags, ds, job.world_size, src)
+    dp = job.world_size // pp
+    src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
+    batch = _script_batch(flags, framework, ds, dp, job.world_size, src)
+    precision = _script_precision(flags, ds, src)
+    base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
+    if ds is not None:
+        optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src)
+    else:
+        optimizer, src["zero_stage"] = base, Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
+    return TrainingConfig(
+        framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
+        nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
+        precision=precision, recompute=_script_recompute(flags, src), optimizer=optimizer,  # type: ignore[arg-type]
+        attention_backend="auto", pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
+        warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
+    )

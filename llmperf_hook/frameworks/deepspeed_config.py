@@ -1,0 +1,186 @@
+"""DeepSpeed config JSON -> DsSettings, and DeepSpeed's batch triad.
+
+Read at the edge (`read_ds_config(path) -> dict`), parse separately (`parse_ds_config(raw, origin)`).
+Defaults and rules from deepspeed/runtime/config.py and zero/config.py: ZeRO stage 0, contiguous_gradients
+True, overlap_comm True only at stage 3, reduce/allgather bucket 5e8, stage3_prefetch_bucket_size 5e7,
+stage3_max_live_parameters 1e9, gradient_clipping 0; fp16 and bf16 cannot both be enabled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.provenance import Source, SourceKind
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class DsSettings:
+    """What a ds_config says, before HF 'auto' values and the batch triad are resolved."""
+
+    path: str
+    train_batch_size: int | str | None = None
+    micro_batch_size: int | str | None = None
+    gradient_accumulation_steps: int | str | None = None
+    zero_stage: int = 0
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+    overlap_comm: bool | None = None
+    """None = DeepSpeed's default (True at stage 3, else False)."""
+    contiguous_gradients: bool = True
+    reduce_bucket_size: int | str | None = None
+    allgather_bucket_size: int | str | None = None
+    stage3_prefetch_bucket_size: int | str | None = None
+    stage3_max_live_parameters: int | str | None = None
+    fp16: bool | str = False
+    bf16: bool | str = False
+    gradient_clipping: float | str = 0.0
+    pipeline_stages: int | None = None
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def read_ds_config(path: str) -> dict[str, Any]:
+    """Read a ds_config JSON file (relative paths against the current directory)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}). "
+                         "Run llmperf from the directory you launch from, or give an absolute path.") from None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read DeepSpeed config {path}: {err}.") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
+    return raw
+
+
+def _num(value: Any, key: str, origin: str) -> int | str | None:
+    if value is None or value == AUTO:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise ConfigError(f"{origin} key {key} must be an integer or \"auto\", got {value!r}.")
+    return int(value)
+
+
+def _device(section: Any) -> str:
+    if isinstance(section, dict):
+        device = str(section.get("device", "none")).lower()
+        return device if device in ("cpu", "nvme") else "none"
+    return "none"
+
+
+def _enabled(section: Any) -> bool | str:
+    if isinstance(section, dict):
+        value = section.get("enabled", False)
+        return value if value == AUTO else bool(value)
+    return False
+
+
+def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
+    zero = raw.get("zero_optimization", {})
+    if isinstance(zero, bool):  # very old configs: "zero_optimization": true means stage 1
+        zero = {"stage": 1} if zero else {}
+    if not isinstance(zero, dict):
+        raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}.")
+    out: dict[str, Any] = {"zero_stage": _num(zero.get("stage", 0), "zero_optimization.stage", origin)}
+    out["offload_optimizer"] = "cpu" if zero.get("cpu_offload") else _device(zero.get("offload_optimizer"))
+    out["offload_param"] = "cpu" if zero.get("cpu_offload_params") else _device(zero.get("offload_param"))
+    if "overlap_comm" in zero:
+        out["overlap_comm"] = bool(zero["overlap_comm"])
+    out["contiguous_gradients"] = bool(zero.get("contiguous_gradients", True))
+    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):
+        if key in zero:
+            out[key] = _num(zero[key], f"zero_optimization.{key}", origin)
+    for key in out:
+        if key == "zero_stage" or key in zero or key.startswith("offload"):
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
+    for key in ("sub_group_size", "stage3_param_persistence_threshold", "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"):
+        if zero.get(key) not in (None, AUTO, False, 0, 1) or (key == "zero_hpz_partition_size" and zero.get(key, 1) > 1):
+            warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} accepted, not modelled")
+    return out
+
+
+def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, dest in (("train_batch_size", "train_batch_size"), ("train_micro_batch_size_per_gpu", "micro_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps")):
+        if key in raw:
+            out[dest] = _num(raw[key], key, origin)
+            src[dest] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}")
+    out["fp16"] = _enabled(raw.get("fp16"))
+    out["bf16"] = _enabled(raw.get("bf16", raw.get("bfloat16")))
+    if out["fp16"] is True and out["bf16"] is True:
+        raise ConfigError(f"{origin} enables both fp16 and bf16; DeepSpeed rejects it ('bfloat16 and fp16 modes cannot be "
+                          "simultaneously enabled'). Keep one.")
+    for key in ("fp16", "bf16"):
+        if out[key]:
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}.enabled")
+    if "gradient_clipping" in raw:
+        out["gradient_clipping"] = raw["gradient_clipping"] if raw["gradient_clipping"] == AUTO else float(raw["gradient_clipping"])
+        src["gradient_clipping"] = Source(SourceKind.CONFIG_FILE, f"{origin} gradient_clipping")
+    return out
+
+
+def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pipe = raw.get("pipeline")
+    if isinstance(pipe, dict) and isinstance(pipe.get("stages"), int) and not isinstance(pipe.get("stages"), bool):
+        out["pipeline_stages"] = pipe["stages"]
+        src["pipeline_stages"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.stages")
+    ckpt = raw.get("activation_checkpointing")
+    if isinstance(ckpt, dict):
+        for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
+            if ckpt.get(key):
+                warnings.append(f"{origin} activation_checkpointing.{key} accepted, not modelled")
+    for key in ("compression_training", "data_efficiency", "sparse_attention", "communication_data_type", "zero_allow_untested_optimizer"):
+        if raw.get(key) not in (None, False, {}):
+            warnings.append(f"{origin} {key} accepted, not modelled")
+    return out
+
+
+def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
+    """Typed settings from a ds_config dict; `origin` names the file in messages and sources."""
+    src: dict[str, Source] = {}
+    warnings: list[str] = []
+    fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
+    if fields["zero_stage"] == AUTO:
+        raise ConfigError(f"{origin} zero_optimization.stage is \"auto\"; DeepSpeed needs 0, 1, 2 or 3.")
+    if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
+        warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")
+        fields["offload_param"] = "none"
+    return DsSettings(path=origin, sources=src, warnings=tuple(warnings), **fields)
+
+
+def resolve_ds_batch(train: int | None, micro: int | None, gas: int | None, dp: int, origin: str) -> tuple[int, int, int]:
+    """DeepSpeedConfig._set_batch_related_parameters then _batch_assertion; dp = DeepSpeed's data-parallel world."""
+    if train is not None and micro is not None and gas is None:
+        gas = train // micro // dp
+    elif train is not None and gas is not None and micro is None:
+        micro = train // dp // gas
+    elif micro is not None and gas is not None and train is None:
+        train = micro * gas * dp
+    elif train is not None and micro is None and gas is None:
+        micro, gas = train // dp, 1
+    elif micro is not None and train is None and gas is None:
+        train, gas = micro * dp, 1
+    elif train is None or micro is None or gas is None:
+        raise ConfigError(f"{origin}: either train_batch_size or train_micro_batch_size_per_gpu needs to be provided "
+                          "(DeepSpeed); add one of them to the config.")
+    assert train is not None and micro is not None and gas is not None
+    for name, value in (("train_batch_size", train), ("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", gas)):
+        if value <= 0:
+            raise ConfigError(f"{origin}: {name} resolves to {value} with data-parallel size {dp}; DeepSpeed requires it > 0 "
+                              f"(train_batch_size must be at least micro x accumulation x DP = {max(micro, 1)} x {max(gas, 1)} x {dp}).")
+    if train != micro * gas * dp:
+        raise ConfigError(
+            f"{origin}: train_batch_size {train} != train_micro_batch_size_per_gpu {micro} x gradient_accumulation_steps "
+            f"{gas} x data-parallel size {dp} = {micro * gas * dp} (DeepSpeed _batch_assertion). Make train_batch_size a "
+            f"multiple of {micro * dp} or fix the micro batch / accumulation steps."
+        )
+    return train, micro, gas

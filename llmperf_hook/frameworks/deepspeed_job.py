@@ -1,0 +1,112 @@
+"""DeepSpeed's side of a job: ZeRO/offload/overlap settings, the batch triad (with Hugging Face Trainer's "auto"
+values), and how they merge with Megatron's flags for Megatron-DeepSpeed.
+
+HF "auto" resolution follows transformers' integrations/deepspeed.py `trainer_config_process`/`trainer_config_finalize`:
+micro = --per_device_train_batch_size (default 8), accumulation = --gradient_accumulation_steps (default 1),
+train_batch_size = world * micro * accumulation, gradient_clipping = --max_grad_norm (default 1.0),
+reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h; an explicit ds value that disagrees with the
+Trainer's argument is an error there ("Please correct the following DeepSpeed config values that mismatch").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, resolve_ds_batch
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig
+from llmperf_hook.provenance import Source, SourceKind
+
+# deepspeed/runtime/zero/config.py defaults (elements).
+_REDUCE_BUCKET, _ALLGATHER_BUCKET, _PREFETCH_BUCKET, _MAX_LIVE = 500_000_000, 500_000_000, 50_000_000, 1_000_000_000
+
+
+def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
+    return auto_value if value == AUTO else default if value is None else int(value)
+
+
+def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source]) -> OptimizerConfig:
+    """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce."""
+    overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
+    clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
+    src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed default stage 0"))
+    return replace(
+        base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]
+        overlap_grad_reduce=overlap, contiguous_gradients=ds.contiguous_gradients,
+        grad_bucket_size_elems=_bucket(ds.reduce_bucket_size, _REDUCE_BUCKET, hidden * hidden),
+        allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, hidden * hidden),
+        stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, int(0.9 * hidden * hidden)),
+        stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
+        gradient_clipping=clip,
+    )
+
+
+def ds_precision(ds: DsSettings, flags: FlagValues, src: dict[str, Source]) -> str:
+    """ds_config fp16/bf16 ("auto" -> the Trainer's --fp16/--bf16); neither -> fp32."""
+    for name in ("bf16", "fp16"):
+        value = getattr(ds, name)
+        if value is True or (value == AUTO and flags.get(name)):
+            src["precision"] = ds.sources.get(name, flags.source(name)) if value is True else flags.source(name)
+            return name
+    src["precision"] = Source(SourceKind.DEFAULT, f"{ds.path}: neither fp16 nor bf16 enabled (fp32)")
+    return "fp32"
+
+
+def _hf_value(flags: FlagValues, dest: str, default: int, ds_value: Any, ds_key: str, hf_flag: str, origin: str) -> int:
+    if ds_value not in (None, AUTO) and flags.has(dest) and ds_value != flags.get(dest):
+        raise ConfigError(f"{origin} {ds_key}={ds_value} disagrees with {hf_flag} {flags.get(dest)} ({flags.source(dest)}); "
+                          "the Hugging Face Trainer refuses mismatching DeepSpeed values. Set it to \"auto\" or make them equal.")
+    return flags.get(dest, default)
+
+
+def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
+    """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad."""
+    micro = _hf_value(flags, "per_device_train_batch_size", 8, ds.micro_batch_size, "train_micro_batch_size_per_gpu", "--per_device_train_batch_size", ds.path)
+    gas = _hf_value(flags, "gradient_accumulation_steps", 1, ds.gradient_accumulation_steps, "gradient_accumulation_steps", "--gradient_accumulation_steps", ds.path)
+    values: dict[str, Any] = {}
+    for key, hf_value, dest in (("micro_batch_size", micro, "per_device_train_batch_size"), ("gradient_accumulation_steps", gas, "gradient_accumulation_steps")):
+        ds_value = getattr(ds, key)
+        values[key] = hf_value if ds_value in (None, AUTO) else ds_value
+        src[key if key != "gradient_accumulation_steps" else "num_microbatches"] = (
+            ds.sources[key] if ds_value not in (None, AUTO) else flags.source(dest, f"Trainer default {hf_value}"))
+    train = ds.train_batch_size
+    if train in (None, AUTO):
+        train, src["global_batch_size"] = world * micro * gas, Source(SourceKind.DERIVED, f"HF auto: world * micro * accumulation = {world}*{micro}*{gas}")
+    else:
+        src["global_batch_size"] = ds.sources["train_batch_size"]
+    gbs, mbs, steps = resolve_ds_batch(int(train), int(values["micro_batch_size"]), int(values["gradient_accumulation_steps"]), dp, ds.path)
+    return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=steps)
+
+
+def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None) -> BatchConfig:
+    """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two fix it)."""
+    def given(value: Any) -> int | None:
+        return None if value in (None, AUTO) else int(value)
+
+    train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
+    if fallback is not None and train is None and micro is None:
+        train, micro = fallback.global_batch_size, fallback.micro_batch_size
+    gbs, mbs, steps = resolve_ds_batch(train, micro, gas, dp, ds.path)
+    for key, value, ds_key in (("global_batch_size", train, "train_batch_size"), ("micro_batch_size", micro, "micro_batch_size"),
+                               ("num_microbatches", gas, "gradient_accumulation_steps")):
+        if value is not None and ds_key in ds.sources:
+            src[key] = ds.sources[ds_key]
+        else:
+            src.setdefault(key, Source(SourceKind.DERIVED, "DeepSpeed batch triad: train = micro * accumulation * DP"))
+    return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=steps)
+
+
+def merge_megatron_batch(ds: DsSettings, megatron: BatchConfig, dp: int, src: dict[str, Source]) -> BatchConfig:
+    """Megatron-DeepSpeed: DeepSpeed's engine and Megatron's microbatch calculator must agree on the batch."""
+    ds_src: dict[str, Source] = {}
+    resolved = ds_batch(ds, dp, ds_src, fallback=megatron)
+    if (resolved.global_batch_size, resolved.micro_batch_size) != (megatron.global_batch_size, megatron.micro_batch_size):
+        raise ConfigError(
+            f"{ds.path} gives train_batch_size {resolved.global_batch_size} / micro {resolved.micro_batch_size} but Megatron's "
+            f"flags give global batch {megatron.global_batch_size} ({src.get('global_batch_size')}) / micro "
+            f"{megatron.micro_batch_size} ({src.get('micro_batch_size')}); DeepSpeed's engine and Megatron's schedule would "
+            "disagree. Make the ds_config batch keys match --global-batch-size and --micro-batch-size."
+        )
+    return megatron

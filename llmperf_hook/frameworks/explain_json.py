@@ -1,0 +1,47 @@
+"""The resolved job as flat JSON (`llmperf explain --format json`, and the `config` object of predict's JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.launch.parsed_job import ParsedJob
+
+EXPLAIN_KEYS = (
+    "world_size", "nnodes", "nproc_per_node", "tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch_size",
+    "global_batch_size", "num_microbatches", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+    "num_query_groups", "kv_channels", "seq_length", "vocab_size", "padded_vocab_size", "sequence_parallel",
+    "recompute", "recompute_method", "recompute_num_layers", "zero_stage", "precision", "framework", "launcher",
+    "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "swiglu", "normalization", "position_embedding",
+    "untie_embeddings", "distributed_optimizer", "offload_optimizer", "offload_param", "overlap_grad_reduce",
+    "overlap_param_gather", "attention_backend", "pipeline_schedule",
+)
+
+
+def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str, Any]:
+    """Flat keys (EXPLAIN_KEYS) + "script" + "sources" {key: origin} + "warnings" [...]."""
+    m, p, b, o, r = cfg.model, cfg.parallel, cfg.batch, cfg.optimizer, cfg.recompute
+    values: dict[str, Any] = {
+        "world_size": cfg.world_size, "nnodes": cfg.nnodes, "nproc_per_node": cfg.nproc_per_node,
+        "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "etp": p.etp,
+        "micro_batch_size": b.micro_batch_size, "global_batch_size": b.global_batch_size,
+        "num_microbatches": b.num_microbatches, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn_hidden_size, "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.num_query_groups, "kv_channels": m.kv_channels, "seq_length": m.seq_length,
+        "vocab_size": m.vocab_size, "padded_vocab_size": m.padded_vocab_size, "sequence_parallel": p.sequence_parallel,
+        "recompute": r.granularity, "recompute_method": r.method, "recompute_num_layers": r.num_layers,
+        "zero_stage": o.zero_stage, "precision": cfg.precision, "framework": cfg.framework, "launcher": cfg.launcher,
+        "num_experts": m.num_experts, "moe_router_topk": m.moe_router_topk if m.num_experts else None,
+        "moe_ffn_hidden_size": m.moe_ffn_hidden_size if m.num_experts else None, "swiglu": m.swiglu,
+        "normalization": m.normalization, "position_embedding": m.position_embedding,
+        "untie_embeddings": m.untie_embeddings, "distributed_optimizer": o.distributed_optimizer,
+        "offload_optimizer": o.offload_optimizer, "offload_param": o.offload_param,
+        "overlap_grad_reduce": o.overlap_grad_reduce, "overlap_param_gather": o.overlap_param_gather,
+        "attention_backend": cfg.attention_backend, "pipeline_schedule": cfg.pipeline_schedule,
+    }
+    out: dict[str, Any] = {k: values[k] for k in EXPLAIN_KEYS}
+    if job is not None:
+        out["script"] = job.script
+    out["sources"] = {k: str(v) for k, v in cfg.sources.items() if k in values}
+    out["warnings"] = list(cfg.warnings)
+    return out

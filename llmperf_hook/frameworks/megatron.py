@@ -1,0 +1,196 @@
+"""Megatron-LM (and Megatron-DeepSpeed) training arguments -> TrainingConfig.
+
+Derivations as megatron/training/arguments.py does them: DP = world / (TP*PP*CP); GBS defaults to MBS*DP;
+micro-batches = GBS / (MBS*DP); expert-tensor-parallel-size defaults to TP; sequence parallelism is dropped
+(with a warning) at TP = 1; virtual stages from --num-layers-per-virtual-pipeline-stage (layers per PP rank /
+that) or --num-virtual-stages-per-pipeline-rank, never both; --recompute-activations = selective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
+from llmperf_hook.frameworks.script_flags import NOT_MODELLED
+from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
+                                                     RecomputeConfig)
+from llmperf_hook.provenance import Source, SourceKind
+
+
+@dataclass(frozen=True)
+class MegatronParts:
+    """Everything Megatron's flags fix; the DeepSpeed side (ZeRO, ds_config batch) is merged by the resolver."""
+
+    model: ModelShape
+    parallel: ParallelLayout
+    batch: BatchConfig
+    precision: str
+    recompute: RecomputeConfig
+    optimizer: OptimizerConfig
+    attention_backend: str
+    pipeline_schedule: str
+
+
+def _deprecated(flags: FlagValues) -> None:
+    for dest, new in (("batch_size", "--micro-batch-size"), ("model_parallel_size", "--tensor-model-parallel-size")):
+        if flags.has(dest):
+            raise ConfigError(f"{flags.seen_flags[dest]} {flags.get(dest)} is no longer accepted by Megatron-LM "
+                              f"(arguments.py asserts it is unset); use {new} instead.")
+
+
+def world_divisibility_error(world: int, world_src: Source, tp: int, pp: int, cp: int, src: dict[str, Source]) -> ConfigError:
+    divisors = ", ".join(str(d) for d in range(1, world + 1) if world % d == 0)
+    return ConfigError(
+        f"world size {world} ({world_src}) is not divisible by tensor-model-parallel-size {tp} ({src['tp']}) x "
+        f"pipeline-model-parallel-size {pp} ({src['pp']}) x context-parallel-size {cp} ({src['cp']}) = {tp * pp * cp} "
+        f"(Megatron requires world % (TP*PP*CP) == 0). TP*PP*CP must be one of {divisors}; change the parallel sizes "
+        "or the number of processes."
+    )
+
+
+def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int:
+    per_stage_flag, stages_flag = flags.get("num_layers_per_virtual_pipeline_stage"), flags.get("num_virtual_stages_per_pipeline_rank")
+    if per_stage_flag is not None and stages_flag is not None:
+        raise ConfigError("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot both be "
+                          f"set (Megatron); got {per_stage_flag} and {stages_flag}. Keep one.")
+    if stages_flag is not None:
+        src["vpp"] = flags.source("num_virtual_stages_per_pipeline_rank")
+        return stages_flag
+    if per_stage_flag is None:
+        src["vpp"] = Source(SourceKind.DEFAULT, "no virtual pipeline")
+        return 1
+    if flags.has("decoder_first_pipeline_num_layers") or flags.has("decoder_last_pipeline_num_layers"):
+        raise ConfigError("with uneven pipeline stages (--decoder-first/last-pipeline-num-layers) Megatron needs "
+                          "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage.")
+    extra = int(bool(flags.get("account_for_embedding_in_pipeline_split"))) + int(bool(flags.get("account_for_loss_in_pipeline_split")))
+    per_rank, rem = divmod(layers + extra, pp)
+    if rem or per_stage_flag <= 0 or per_rank % per_stage_flag:
+        raise ConfigError(
+            f"{layers + extra} layers over pipeline-model-parallel-size {pp} ({src['pp']}) give {(layers + extra) / pp:g} per rank, "
+            f"which --num-layers-per-virtual-pipeline-stage {per_stage_flag} must divide (Megatron). "
+            f"Choose a value dividing {per_rank if not rem else 'a whole number of layers per rank'}."
+        )
+    src["vpp"] = Source(SourceKind.DERIVED, f"(layers / PP) / --num-layers-per-virtual-pipeline-stage = {per_rank}/{per_stage_flag}")
+    return per_rank // per_stage_flag
+
+
+def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str]) -> ParallelLayout:
+    tp, src["tp"] = pick(flags, "tensor_model_parallel_size", 1, "Megatron default 1")
+    pp, src["pp"] = pick(flags, "pipeline_model_parallel_size", 1, "Megatron default 1")
+    cp, src["cp"] = pick(flags, "context_parallel_size", 1, "Megatron default 1")
+    ep, src["ep"] = pick(flags, "expert_model_parallel_size", 1, "Megatron default 1")
+    etp, src["etp"] = pick(flags, "expert_tensor_parallel_size", tp, "Megatron default: tensor-model-parallel-size")
+    for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):
+        if value < 1:
+            raise ConfigError(f"{key} {value} ({src[key]}) must be at least 1.")
+    if world % (tp * pp * cp):
+        raise world_divisibility_error(world, world_src, tp, pp, cp, src)
+    src["dp"] = Source(SourceKind.DERIVED, f"world / (TP*PP*CP) = {world}/{tp * pp * cp}")
+    sp, src["sequence_parallel"] = pick(flags, "sequence_parallel", False, "Megatron default off")
+    if sp and tp == 1:
+        warnings.append("Disabling sequence parallelism because tensor model parallelism is disabled (Megatron, TP = 1)")
+        sp, src["sequence_parallel"] = False, Source(SourceKind.DERIVED, "dropped at TP = 1 (Megatron)")
+    if ep > 1 and tp > 1 and not sp:
+        warnings.append("expert and tensor parallelism without --sequence-parallel: Megatron warns that sequence parallelism must be used")
+    layers = flags.get("num_layers") or flags.get("encoder_num_layers") or 0
+    return ParallelLayout(
+        tp=tp, pp=pp, vpp=_vpp(flags, layers, pp, src), cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp,
+        sequence_parallel=bool(sp), decoder_first_pipeline_num_layers=flags.get("decoder_first_pipeline_num_layers"),
+        decoder_last_pipeline_num_layers=flags.get("decoder_last_pipeline_num_layers"),
+        account_for_embedding_in_pipeline_split=bool(flags.get("account_for_embedding_in_pipeline_split")),
+        account_for_loss_in_pipeline_split=bool(flags.get("account_for_loss_in_pipeline_split")),
+    )
+
+
+def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchConfig:
+    mbs, src["micro_batch_size"] = pick(flags, "micro_batch_size", 1, "Megatron default 1")
+    if flags.has("global_batch_size"):
+        gbs, src["global_batch_size"] = flags.get("global_batch_size"), flags.source("global_batch_size")
+    else:
+        gbs, src["global_batch_size"] = mbs * dp, Source(SourceKind.DERIVED, f"Megatron default MBS * DP = {mbs}*{dp}")
+    if mbs < 1 or gbs < 1:
+        raise ConfigError(f"micro batch size {mbs} ({src['micro_batch_size']}) and global batch size {gbs} "
+                          f"({src['global_batch_size']}) must be at least 1.")
+    src["num_microbatches"] = Source(SourceKind.DERIVED, f"GBS / (MBS*DP) = {gbs}/({mbs}*{dp})")
+    return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=max(gbs // (mbs * dp), 1))
+
+
+def megatron_precision(flags: FlagValues, src: dict[str, Source]) -> str:
+    if flags.get("fp16") and flags.get("bf16"):
+        raise ConfigError(f"{flags.seen_flags['fp16']} and {flags.seen_flags['bf16']} are both set; Megatron accepts one "
+                          "(arguments.py asserts not both). Keep one.")
+    if flags.get("fp8_format"):
+        src["precision"] = flags.source("fp8_format")
+        return "fp8"
+    for name in ("bf16", "fp16"):
+        if flags.get(name):
+            src["precision"] = flags.source(name)
+            return name
+    src["precision"] = Source(SourceKind.DEFAULT, "Megatron default fp32 (no --fp16/--bf16)")
+    return "fp32"
+
+
+def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeConfig:
+    if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
+        src["recompute"] = flags.source("checkpoint_activations")
+        return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1))
+    granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron default: no recomputation")
+    if flags.get("recompute_activations"):
+        granularity, src["recompute"] = "selective", flags.source("recompute_activations")
+    if granularity not in (None, "full", "selective"):
+        raise ConfigError(f"--recompute-granularity {granularity} must be full or selective (Megatron).")
+    method = flags.get("recompute_method")
+    if method not in (None, "uniform", "block"):
+        raise ConfigError(f"--recompute-method {method} must be uniform or block (Megatron).")
+    if flags.has("recompute_method"):
+        src["recompute_method"] = flags.source("recompute_method")
+    if flags.has("recompute_num_layers"):
+        src["recompute_num_layers"] = flags.source("recompute_num_layers")
+    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"))
+
+
+def megatron_optimizer(flags: FlagValues, src: dict[str, Source]) -> OptimizerConfig:
+    name = str(flags.get("optimizer", "adam"))
+    if name not in ("adam", "sgd"):
+        raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers here (adam, sgd).")
+    src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron default off")
+    return OptimizerConfig(
+        name=name,  # type: ignore[arg-type]
+        distributed_optimizer=bool(flags.get("use_distributed_optimizer", False)),
+        overlap_grad_reduce=bool(flags.get("overlap_grad_reduce", False)),
+        overlap_param_gather=bool(flags.get("overlap_param_gather", False)),
+        tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
+        gradient_clipping=float(flags.get("clip_grad", 1.0)),
+    )
+
+
+def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
+    backend = flags.get("attention_backend")
+    if backend is not None:
+        src["attention_backend"] = flags.source("attention_backend")
+        return {"local": "unfused"}.get(backend, backend) if backend in ("flash", "fused", "unfused", "local", "auto") else "auto"
+    for name in ("use_flash_attn", "use_flash_attn_v2", "use_flash_attn_triton"):
+        if flags.get(name):
+            src["attention_backend"] = flags.source(name)
+            return "flash"
+    src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron --attention-backend default auto")
+    return "auto"
+
+
+def not_modelled_warnings(flags: FlagValues) -> list[str]:
+    return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items() if flags.get(d) not in (None, False)]
+
+
+def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str]) -> MegatronParts:
+    """All of Megatron's side of the configuration; `src` and `warnings` are filled in place."""
+    _deprecated(flags)
+    parallel = _layout(flags, world, world_src, src, warnings)
+    model = resolve_megatron_shape(flags, parallel.tp, src, warnings)
+    batch = megatron_batch(flags, parallel.dp, src)
+    schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
+    warnings.extend(not_modelled_warnings(flags))
+    return MegatronParts(model, parallel, batch, megatron_precision(flags, src), megatron_recompute(flags, src),
+                         megatron_optimizer(flags, src), megatron_attention(flags, src), schedule)

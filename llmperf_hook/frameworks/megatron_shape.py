@@ -1,0 +1,124 @@
+"""Megatron-LM model-shape flags -> ModelShape, with Megatron's defaults and derivations.
+
+megatron/training/arguments.py `validate_args`: num-layers, hidden-size, num-attention-heads and
+max-position-embeddings are required; ffn = 4h, or int((4h * 2/3) / 64) * 64 with --swiglu; kv-channels =
+h / heads (h % heads == 0 required then); query groups only with --group-query-attention (default 1);
+moe-ffn-hidden-size defaults to ffn; padded vocab = ceil(V / (make-vocab-size-divisible-by * TP)) * that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.training_config import ModelShape
+from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
+from llmperf_hook.provenance import Source, SourceKind
+
+_ROPE_LIKE = ("rope", "yarn", "mrope", "llama3")
+
+
+def pick(flags: FlagValues, dest: str, default: Any, note: str) -> tuple[Any, Source]:
+    """argv value with its source, else the framework default with a note."""
+    if flags.has(dest):
+        return flags.get(dest), flags.source(dest)
+    return default, Source(SourceKind.DEFAULT, note)
+
+
+def _required(flags: FlagValues, dest: str, alt: str | None = None) -> tuple[int, Source]:
+    for key in (dest, alt):
+        if key and flags.has(key):
+            return flags.get(key), flags.source(key)
+    flag = "--" + dest.replace("_", "-")
+    raise ConfigError(f"Megatron requires {flag} and the command does not give it; add {flag} N to the training arguments "
+                      "(or use llmperf --model PRESET for a script that does not take Megatron model flags).")
+
+
+def _ffn(flags: FlagValues, hidden: int, swiglu: bool) -> tuple[int, Source]:
+    if flags.has("ffn_hidden_size"):
+        return flags.get("ffn_hidden_size"), flags.source("ffn_hidden_size")
+    if swiglu:  # arguments.py: keep SwiGLU's parameter count near 4h*h, a multiple of 64
+        value = int((4 * hidden * 2 / 3) / 64) * 64
+        return value, Source(SourceKind.DERIVED, f"SwiGLU default int((4*{hidden}*2/3)/64)*64")
+    return 4 * hidden, Source(SourceKind.DERIVED, f"default 4 * hidden-size {hidden}")
+
+
+def _kv_channels(flags: FlagValues, hidden: int, heads: int, src: dict[str, Source]) -> tuple[int, Source]:
+    if flags.has("kv_channels"):
+        return flags.get("kv_channels"), flags.source("kv_channels")
+    if heads <= 0 or hidden % heads != 0:
+        raise ConfigError(f"hidden-size {hidden} ({src['hidden_size']}) is not divisible by num-attention-heads {heads} "
+                          f"({src['num_attention_heads']}); Megatron derives kv-channels = hidden / heads and asserts it. "
+                          "Give --kv-channels, or a head count that divides the hidden size.")
+    return hidden // heads, Source(SourceKind.DERIVED, f"hidden-size / num-attention-heads = {hidden}/{heads}")
+
+
+def _query_groups(flags: FlagValues, heads: int, warnings: list[str]) -> tuple[int, Source]:
+    if flags.get("group_query_attention"):
+        value, source = pick(flags, "num_query_groups", 1, "Megatron --num-query-groups default 1")
+        return value, source
+    if flags.has("num_query_groups"):
+        warnings.append("--num-query-groups is ignored without --group-query-attention (Megatron uses one group per head)")
+    return heads, Source(SourceKind.DERIVED, "no --group-query-attention: one group per head")
+
+
+def _position_embedding(flags: FlagValues) -> str:
+    if flags.get("add_position_embedding") is False:
+        return "none"
+    kind = str(flags.get("position_embedding_type", "learned_absolute"))
+    if flags.get("use_rotary_position_embeddings") or kind in _ROPE_LIKE:
+        return "rope"
+    return "none" if kind == "none" else "learned_absolute"
+
+
+def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source]) -> dict[str, Any]:
+    experts = flags.get("num_experts") or 0
+    if experts <= 0:
+        return {"num_experts": 0}
+    src["num_experts"] = flags.source("num_experts")
+    topk, src["moe_router_topk"] = pick(flags, "moe_router_topk", 2, "Megatron --moe-router-topk default 2")
+    moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron default: ffn-hidden-size")
+    freq_text = str(flags.get("moe_layer_freq", "1"))
+    freq = int(freq_text) if freq_text.isdigit() else 1
+    if not freq_text.isdigit():
+        warnings.append(f"--moe-layer-freq {freq_text}: per-layer MoE pattern not modelled, every layer treated as MoE")
+    return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn, "moe_layer_freq": max(freq, 1)}
+
+
+def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> tuple[int, int | None]:
+    seq, src["seq_length"] = _required(flags, "seq_length", "encoder_seq_length")
+    positions = flags.get("max_position_embeddings")
+    if positions is None:
+        warnings.append("--max-position-embeddings not given (Megatron requires it): assumed equal to --seq-length")
+    elif positions < seq:
+        raise ConfigError(f"max-position-embeddings {positions} ({flags.source('max_position_embeddings')}) is smaller than "
+                          f"seq-length {seq} ({src['seq_length']}); Megatron asserts max_position_embeddings >= seq_length. "
+                          f"Raise --max-position-embeddings to at least {seq}.")
+    return seq, positions
+
+
+def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str]) -> ModelShape:
+    """Build the ModelShape; fills `src` for every shape key."""
+    layers, src["num_layers"] = _required(flags, "num_layers", "encoder_num_layers")
+    hidden, src["hidden_size"] = _required(flags, "hidden_size")
+    heads, src["num_attention_heads"] = _required(flags, "num_attention_heads")
+    swiglu = bool(flags.get("swiglu", False))
+    ffn, src["ffn_hidden_size"] = _ffn(flags, hidden, swiglu)
+    kv, src["kv_channels"] = _kv_channels(flags, hidden, heads, src)
+    groups, src["num_query_groups"] = _query_groups(flags, heads, warnings)
+    seq, positions = _seq_and_positions(flags, src, warnings)
+    vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"),
+                                                  flags.get("tokenizer_type"), flags.get("tokenizer_model"))
+    divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron default 128")
+    padded = pad_vocab_size(vocab, divisible, tp)
+    src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")
+    return ModelShape(
+        num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
+        num_query_groups=groups, kv_channels=kv, seq_length=seq, vocab_size=vocab, padded_vocab_size=padded,
+        swiglu=swiglu, normalization="RMSNorm" if flags.get("normalization") == "RMSNorm" else "LayerNorm",
+        position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
+        untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
+        add_bias_linear=bool(flags.get("add_bias_linear", True)), max_position_embeddings=positions,
+        **_moe(flags, ffn, warnings, src),
+    )

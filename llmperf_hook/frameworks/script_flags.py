@@ -1,0 +1,92 @@
+"""The training-script flags that change step time or memory: Megatron-LM (current and older releases),
+Megatron-DeepSpeed, DeepSpeed examples and the Hugging Face Trainer. Source of the names and kinds:
+megatron/training/arguments.py (Megatron-LM core_r0.x), Megatron-DeepSpeed megatron/arguments.py,
+transformers TrainingArguments.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.flags import Flag, Kind
+
+_INT = (
+    "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+    "kv-channels", "seq-length", "encoder-seq-length", "max-position-embeddings", "vocab-size",
+    "make-vocab-size-divisible-by", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "expert-model-parallel-size", "expert-tensor-parallel-size", "micro-batch-size", "global-batch-size",
+    "batch-size", "tensor-model-parallel-size", "pipeline-model-parallel-size",
+    "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "context-parallel-size",
+    "model-parallel-size", "recompute-num-layers", "checkpoint-num-layers", "ddp-bucket-size", "zero-stage",
+    "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
+    "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
+    "num-distributed-optimizer-instances",
+)
+_STR = (
+    "tokenizer-type", "tokenizer-model", "vocab-file", "normalization", "position-embedding-type", "moe-layer-freq",
+    "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
+    "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
+    "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
+    "model-type",
+)
+_FLOAT = ("clip-grad", "max-grad-norm")
+_TRUE = (
+    "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
+    "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "sequence-parallel", "fp16",
+    "bf16", "recompute-activations", "checkpoint-activations", "distribute-saved-activations",
+    "deepspeed-activation-checkpointing", "partition-activations", "use-distributed-optimizer",
+    "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "accumulate-allreduce-grads-in-fp32",
+    "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
+    "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
+    "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
+    "squared-relu", "deepscale",
+)
+_FALSE = {
+    "disable-bias-linear": "add_bias_linear",
+    "no-position-embedding": "add_position_embedding",
+    "no-overlap-p2p-communication": "overlap_p2p_comm",
+    "no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
+}
+
+
+def _dest(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _build() -> dict[str, Flag]:
+    table: dict[str, Flag] = {}
+    for names, kind in ((_INT, "int"), (_STR, "str"), (_FLOAT, "float"), (_TRUE, "true")):
+        for name in names:
+            table["--" + name] = Flag(_dest(name), kind)  # type: ignore[arg-type]
+    for name, dest in _FALSE.items():
+        table["--" + name] = Flag(dest, "false")
+    # Aliases and special shapes.
+    table["--deepspeed"] = Flag("deepspeed", "path_or_true")
+    table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
+    table["--rampup-batch-size"] = Flag("rampup_batch_size", "str", nargs=3)
+    table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")
+    table["--tensor-parallel-size"] = Flag("tensor_model_parallel_size", "int")
+    table["--ffn-dim"] = Flag("ffn_hidden_size", "int")
+    table["--add-bias-linear"] = Flag("add_bias_linear", "true")
+    return table
+
+
+SCRIPT_FLAGS: dict[str, Flag] = _build()
+
+# Accepted, change performance, but not modelled by llmperf: one warning each when present.
+NOT_MODELLED: dict[str, str] = {
+    "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
+    "pipeline_model_parallel_layout": "custom pipeline layout: layers assumed evenly split",
+    "moe_shared_expert_intermediate_size": "MoE shared experts not modelled",
+    "mtp_num_layers": "multi-token prediction layers not modelled",
+    "multi_latent_attention": "multi-latent attention modelled as standard attention",
+    "use_torch_fsdp2": "torch FSDP2 modelled as the distributed optimizer",
+    "use_megatron_fsdp": "Megatron FSDP modelled as the distributed optimizer",
+    "cpu_offloading": "activation CPU offloading not modelled",
+    "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
+    "num_distributed_optimizer_instances": "multiple distributed-optimizer instances not modelled",
+    "cp_comm_type": "context-parallel communication type: p2p ring assumed",
+    "squared_relu": "squared-ReLU activation timed as GeLU",
+    "moe_token_dispatcher_type": "MoE token dispatcher: all-to-all assumed",
+    "distribute_saved_activations": "distributed saved activations not modelled",
+    "fp8_param_gather": "fp8 parameter all-gather not modelled",
+}

@@ -1,0 +1,205 @@
+"""Megatron-LM's and DeepSpeed's layout rules as one pure, fast function (the tuner calls it per candidate).
+
+Rules and their sources: megatron/training/arguments.py `validate_args` (world % (TP*PP*CP), layers across
+pipeline and virtual stages, interleaving needs PP > 1, CP needs seq % 2CP, overlap-param-gather needs the
+distributed optimizer, tp-comm-overlap needs sequence parallelism, experts % EP), megatron/core
+transformer_config.py (heads % TP, query groups a multiple or divisor of TP, uneven first/last stages,
+recompute method/num-layers), parallel_state.py (world % (ETP*EP*PP)), the microbatch calculator
+(GBS % (MBS*DP)), pipeline schedules.py (interleaving needs M % PP == 0), DeepSpeed runtime/config.py
+`_batch_assertion` and pipe/engine.py (ZeRO-2/3 incompatible with the pipeline engine).
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.training_config import TrainingConfig
+
+_MEGATRON = ("megatron", "megatron-deepspeed")
+
+
+def _at(cfg: TrainingConfig, key: str, value: object) -> str:
+    """`4 (argv --tensor-model-parallel-size)`: a value with its origin."""
+    source = cfg.sources.get(key)
+    return f"{value} ({source})" if source else str(value)
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _check_positive(cfg: TrainingConfig) -> None:
+    p, b = cfg.parallel, cfg.batch
+    for key, value in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("dp", p.dp), ("ep", p.ep), ("vpp", p.vpp),
+                       ("etp", p.etp), ("micro_batch_size", b.micro_batch_size), ("global_batch_size", b.global_batch_size),
+                       ("num_layers", cfg.model.num_layers), ("num_attention_heads", cfg.model.num_attention_heads)):
+        if value < 1:
+            raise ConfigError(f"{key} {_at(cfg, key, value)} must be at least 1.")
+
+
+def _check_world(cfg: TrainingConfig) -> None:
+    p = cfg.parallel
+    model_ranks = p.tp * p.pp * p.cp
+    if cfg.world_size % model_ranks != 0 or p.tp * p.pp * p.cp * p.dp != cfg.world_size:
+        raise ConfigError(
+            f"world size {_at(cfg, 'world_size', cfg.world_size)} is not divisible by tensor-model-parallel-size "
+            f"{_at(cfg, 'tp', p.tp)} x pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} x context-parallel-size "
+            f"{_at(cfg, 'cp', p.cp)} = {model_ranks} (Megatron requires world % (TP*PP*CP) == 0; DP = world / (TP*PP*CP)). "
+            f"TP*PP*CP must divide {cfg.world_size}: one of {_divisors(cfg.world_size)}."
+        )
+
+
+def _check_heads(cfg: TrainingConfig) -> None:
+    m, tp = cfg.model, cfg.parallel.tp
+    if m.num_attention_heads % tp != 0:
+        valid = ", ".join(str(d) for d in range(1, m.num_attention_heads + 1) if m.num_attention_heads % d == 0 and cfg.world_size % d == 0)
+        raise ConfigError(
+            f"tensor-model-parallel-size {_at(cfg, 'tp', tp)} does not divide num-attention-heads "
+            f"{_at(cfg, 'num_attention_heads', m.num_attention_heads)} (Megatron requires heads % TP == 0). "
+            f"Valid TP for this model and world size: {valid}. Change --tensor-model-parallel-size."
+        )
+    groups = m.num_query_groups
+    if groups % tp != 0 and tp % groups != 0:
+        raise ConfigError(
+            f"num-query-groups {_at(cfg, 'num_query_groups', groups)} must be a multiple or a divisor of "
+            f"tensor-model-parallel-size {_at(cfg, 'tp', tp)} (Megatron TransformerConfig). "
+            f"Use a TP among {_divisors(groups)} or a multiple of {groups}."
+        )
+
+
+def _check_pipeline_layers(cfg: TrainingConfig) -> None:
+    p, layers = cfg.parallel, cfg.model.num_layers
+    extra = int(p.account_for_embedding_in_pipeline_split) + int(p.account_for_loss_in_pipeline_split)
+    first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
+    if first is None and last is None:
+        total = layers + extra
+        if total % p.pp != 0:
+            valid = ", ".join(str(d) for d in range(1, total + 1) if total % d == 0 and cfg.world_size % d == 0)
+            raise ConfigError(
+                f"num-layers {_at(cfg, 'num_layers', layers)}{f' (+{extra} for embedding/loss)' if extra else ''} is not divisible by "
+                f"pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} (Megatron requires layers % PP == 0 without "
+                f"--decoder-first/last-pipeline-num-layers). Valid PP: {valid}; or set the first/last stage sizes."
+            )
+        if (total // p.pp) % p.vpp != 0:
+            raise ConfigError(
+                f"{total // p.pp} layers per pipeline rank are not divisible by {p.vpp} virtual stages "
+                f"({_at(cfg, 'vpp', p.vpp)}); Megatron requires (layers / PP) % VPP == 0. "
+                f"Use a VPP among {_divisors(total // p.pp)}."
+            )
+        return
+    _check_uneven(cfg, layers, first, last)
+
+
+def _check_uneven(cfg: TrainingConfig, layers: int, first: int | None, last: int | None) -> None:
+    """transformer_config.py 'Uneven PP': first/last stages take their layers, the middle split evenly."""
+    p = cfg.parallel
+    middle_layers, middle_stages = layers, p.pp
+    for key, count in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+        if count is None:
+            continue
+        if count <= 0 or count % p.vpp != 0:
+            raise ConfigError(f"{key.replace('_', '-')} {_at(cfg, key, count)} must be positive and divisible by the virtual pipeline size {p.vpp}.")
+        middle_layers, middle_stages = middle_layers - count, middle_stages - 1
+    if middle_layers < 0 or bool(middle_layers) != bool(middle_stages) or (middle_stages and (middle_layers % middle_stages or (middle_layers // middle_stages) % p.vpp)):
+        raise ConfigError(
+            f"uneven pipeline split does not add up: {layers} layers, first stage {first}, last stage {last}, "
+            f"leaves {middle_layers} layers for {middle_stages} middle stages (with VPP {p.vpp}); Megatron requires "
+            "the remaining layers to split evenly over the middle stages and their virtual chunks."
+        )
+
+
+def _check_batch(cfg: TrainingConfig) -> None:
+    p, b = cfg.parallel, cfg.batch
+    per_step = b.micro_batch_size * p.dp
+    if b.global_batch_size % per_step != 0 or b.num_microbatches * per_step != b.global_batch_size:
+        ok = [g for g in range(per_step, 8 * per_step + 1, per_step)][:4]
+        raise ConfigError(
+            f"global batch size {_at(cfg, 'global_batch_size', b.global_batch_size)} is not divisible by micro batch "
+            f"size {_at(cfg, 'micro_batch_size', b.micro_batch_size)} x data parallel size {p.dp} = {per_step} "
+            f"(Megatron: GBS % (MBS*DP) == 0; DeepSpeed: train_batch_size == micro * grad_acc * DP). "
+            f"Valid global batch sizes: multiples of {per_step}, e.g. {', '.join(map(str, ok))}."
+        )
+    if p.vpp > 1 and cfg.framework in _MEGATRON and b.num_microbatches % p.pp != 0:
+        raise ConfigError(
+            f"the interleaved schedule needs the number of micro-batches ({b.num_microbatches} = GBS {b.global_batch_size} "
+            f"/ (MBS {b.micro_batch_size} x DP {p.dp})) to be a multiple of pipeline-model-parallel-size {p.pp} "
+            "(Megatron schedules.py). Change --global-batch-size or the virtual pipeline size."
+        )
+
+
+def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
+    p, seq = cfg.parallel, cfg.model.seq_length
+    if p.vpp > 1 and p.pp < 2:
+        raise ConfigError(
+            f"virtual pipeline stages {_at(cfg, 'vpp', p.vpp)} need pipeline-model-parallel-size > 1, got "
+            f"{_at(cfg, 'pp', p.pp)} (Megatron: interleaved schedule needs PP > 1). Drop the virtual-stage flag or raise PP."
+        )
+    if p.cp > 1 and seq % (2 * p.cp) != 0:
+        raise ConfigError(
+            f"seq-length {_at(cfg, 'seq_length', seq)} is not a multiple of 2 x context-parallel-size "
+            f"{_at(cfg, 'cp', p.cp)} (Megatron: seq % (2*CP) == 0 for load-balanced causal attention)."
+        )
+    if cfg.optimizer.tp_comm_overlap and not p.sequence_parallel:
+        raise ConfigError("--tp-comm-overlap needs --sequence-parallel (Megatron: TP communication/GEMM overlap only "
+                          f"with sequence parallelism), and sequence parallelism needs TP > 1 (TP is {_at(cfg, 'tp', p.tp)}).")
+
+
+def _check_experts(cfg: TrainingConfig) -> None:
+    p, experts = cfg.parallel, cfg.model.num_experts
+    if p.ep > 1 and experts <= 0:
+        raise ConfigError(f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)} needs --num-experts (Megatron: "
+                          "num_experts must be set to use expert model parallelism).")
+    if experts > 0 and experts % p.ep != 0:
+        raise ConfigError(
+            f"num-experts {_at(cfg, 'num_experts', experts)} is not a multiple of expert-model-parallel-size "
+            f"{_at(cfg, 'ep', p.ep)} (Megatron requires experts % EP == 0). Valid EP: {_divisors(experts)}."
+        )
+    expert_ranks = p.etp * p.ep * p.pp
+    if cfg.world_size % expert_ranks != 0:
+        raise ConfigError(
+            f"world size {_at(cfg, 'world_size', cfg.world_size)} is not divisible by expert-tensor-parallel-size "
+            f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} x pipeline-model-parallel-size "
+            f"{p.pp} = {expert_ranks} (Megatron parallel_state: world % (ETP*EP*PP) == 0). Change EP or ETP."
+        )
+
+
+def _check_recompute(cfg: TrainingConfig) -> None:
+    r, p = cfg.recompute, cfg.parallel
+    per_rank = cfg.model.num_layers // p.pp
+    if r.granularity == "selective" and (r.method is not None or r.num_layers is not None):
+        raise ConfigError("--recompute-granularity selective takes neither --recompute-method nor --recompute-num-layers "
+                          f"(Megatron), got method {_at(cfg, 'recompute_method', r.method)}, num-layers {r.num_layers}.")
+    if r.granularity == "full" and (r.method is None or r.num_layers is None):
+        raise ConfigError("--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers "
+                          f"between 1 and the layers per pipeline rank ({per_rank}) (Megatron TransformerConfig).")
+    if r.granularity == "full" and r.method == "block" and not 1 <= (r.num_layers or 0) <= per_rank:
+        raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be between 1 and "
+                          f"the {per_rank} layers per pipeline rank for --recompute-method block.")
+
+
+def _check_optimizer(cfg: TrainingConfig) -> None:
+    o = cfg.optimizer
+    if cfg.framework in _MEGATRON and o.overlap_param_gather and not (o.distributed_optimizer and o.overlap_grad_reduce):
+        raise ConfigError("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (Megatron "
+                          f"validate_args); distributed optimizer {o.distributed_optimizer}, overlap-grad-reduce {o.overlap_grad_reduce}.")
+    if not 0 <= o.zero_stage <= 3:
+        raise ConfigError(f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} must be 0, 1, 2 or 3.")
+    if cfg.deepspeed_pipeline_engine and o.zero_stage >= 2:
+        raise ConfigError(
+            f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} with DeepSpeed's pipeline engine: DeepSpeed rejects it "
+            "('ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'). Use ZeRO 0/1, or (Megatron-DeepSpeed) "
+            "--no-pipeline-parallel with --pipeline-model-parallel-size 1."
+        )
+
+
+def validate_config(cfg: TrainingConfig) -> None:
+    """Raise ConfigError for a layout the framework itself would reject; return None otherwise. Pure and fast."""
+    _check_positive(cfg)
+    _check_world(cfg)
+    _check_heads(cfg)
+    _check_pipeline_kinds(cfg)
+    _check_pipeline_layers(cfg)
+    _check_batch(cfg)
+    _check_experts(cfg)
+    if cfg.framework in _MEGATRON:
+        _check_recompute(cfg)
+    _check_optimizer(cfg)

@@ -1,0 +1,69 @@
+"""Vocabulary size of a Megatron tokenizer and Megatron's padding of it.
+
+Megatron builds the tokenizer and pads its `vocab_size` (megatron/training/tokenizer/tokenizer.py,
+`_vocab_size_with_padding`). We do the same without loading tokenizer libraries: GPT2BPETokenizer is
+50257 tokens (the GPT-2 vocab.json, 50256 merges + <|endoftext|>), a local Hugging Face tokenizer directory
+is read (tokenizer.json added + model vocab, or config.json `vocab_size`), `--vocab-size` is used as given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.provenance import Source, SourceKind
+
+KNOWN_VOCAB = {"GPT2BPETokenizer": 50257}
+
+
+def pad_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """Megatron `_vocab_size_with_padding`: ceil(V / (divisible_by * TP)) * divisible_by * TP."""
+    multiple = divisible_by * tp
+    return int(math.ceil(vocab_size / multiple) * multiple)
+
+
+def _tokenizer_json_size(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    vocab = raw.get("model", {}).get("vocab") if isinstance(raw, dict) else None
+    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab))) if isinstance(vocab, list) else []
+    ids += [t.get("id", -1) for t in raw.get("added_tokens", []) if isinstance(t, dict)]
+    ids = [i for i in ids if isinstance(i, int)]
+    return max(ids) + 1 if ids else None
+
+
+def vocab_from_hf_dir(path: str) -> tuple[int, Source] | None:
+    """`len(tokenizer)` of a local HF tokenizer: the highest token id + 1 in tokenizer.json, else config.json."""
+    if not os.path.isdir(path):
+        return None
+    size = _tokenizer_json_size(os.path.join(path, "tokenizer.json"))
+    if size is not None:
+        return size, Source(SourceKind.CONFIG_FILE, f"{path}/tokenizer.json")
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
+            value = json.load(handle).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (value, Source(SourceKind.CONFIG_FILE, f"{path}/config.json vocab_size")) if isinstance(value, int) else None
+
+
+def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None) -> tuple[int, Source]:
+    """--vocab-size first, then what the tokenizer type fixes, then a local tokenizer directory."""
+    if vocab_size is not None:
+        return vocab_size, vocab_source
+    if tokenizer_type in KNOWN_VOCAB:
+        return KNOWN_VOCAB[tokenizer_type], Source(SourceKind.DEFAULT, f"{tokenizer_type} vocabulary")
+    if tokenizer_model:
+        found = vocab_from_hf_dir(tokenizer_model)
+        if found is not None:
+            return found
+    raise ConfigError(
+        f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with --tokenizer-model "
+        f"{tokenizer_model or '(none)'} is not a tokenizer llmperf can size without loading it (a local Hugging Face "
+        "tokenizer directory, or GPT2BPETokenizer). Add --vocab-size N (the tokenizer's vocabulary before padding)."
+    )

@@ -1,0 +1,59 @@
+"""Normalise a pasted launch command into argv words before any launcher or framework parses it.
+
+Two things real commands do that argparse would choke on here: array elements that arrive as one word
+(`"--split '99,1,0'"` from a bash array expanded inside quotes) and `$VAR` references left unexpanded by
+copying a line out of an sbatch script. Both are fixed here, once.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def split_joined_words(words: Sequence[str]) -> list[str]:
+    """`"--split '99,1,0'"` -> ["--split", "99,1,0"]: a flag word holding whitespace is split like a shell would."""
+    out: list[str] = []
+    for word in words:
+        if word.startswith("-") and any(ch.isspace() for ch in word.strip()):
+            try:
+                out.extend(shlex.split(word))
+            except ValueError:  # unbalanced quote: keep the words as whitespace splits them
+                out.extend(word.split())
+        else:
+            out.append(word)
+    return out
+
+
+def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
+    """Replace `$VAR` / `${VAR}` with env values (recording each in `used`); unknown references stay as written."""
+    if "$" not in word:
+        return word
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in env:
+            used[name] = env[name]
+            return env[name]
+        return match.group(0)
+
+    return _VAR.sub(sub, word)
+
+
+def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str]) -> list[str]:
+    """Split joined words and expand env references in every word."""
+    return [expand_env_refs(w, env, used) for w in split_joined_words([str(a) for a in argv])]
+
+
+def parse_int(value: str, what: str, origin: str) -> int:
+    """An integer launcher/framework value, or a UsageError naming the flag and what was given."""
+    try:
+        return int(value.strip())
+    except (ValueError, AttributeError):
+        hint = " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in str(value) else ""
+        raise UsageError(f"{what} must be an integer, got {value!r} from {origin}{hint}.") from None

@@ -1,0 +1,150 @@
+"""The `deepspeed` launcher -> LaunchSize, following deepspeed/launcher/runner.py.
+
+Resource pool: the hostfile (`-H/--hostfile`, default /job/hostfile, lines `host slots=N`) or, without one, the
+local machine. Then `--include/--exclude` (NODE[:SLOT,...]@...) filter it, `--num_nodes` keeps the first N
+hosts and `--num_gpus` sets every kept host to N slots. World size = the slots that remain.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.sizing import LaunchSize, Sized
+from llmperf_hook.provenance import Source, SourceKind
+
+DEFAULT_HOSTFILE = "/job/hostfile"  # deepspeed.launcher.constants.DLTS_HOSTFILE
+_VALUED = {
+    "-H": "hostfile", "--hostfile": "hostfile", "-i": "include", "--include": "include", "-e": "exclude",
+    "--exclude": "exclude", "--num-nodes": "num_nodes", "--num-gpus": "num_gpus", "--num-accelerators": "num_gpus",
+    "--min-elastic-nodes": "min_elastic_nodes", "--max-elastic-nodes": "max_elastic_nodes",
+    "--master-port": "master_port", "--master-addr": "master_addr", "--node-rank": "node_rank",
+    "--launcher": "launcher", "--launcher-args": "launcher_args", "--enable-each-rank-log": "enable_each_rank_log",
+    "--autotuning": "autotuning", "--bind-core-list": "bind_core_list", "--ssh-port": "ssh_port",
+    "--venv-script": "venv_script", "--log-level": "log_level", "--comment": "comment",
+}
+_SWITCHES = ("--module", "--no-python", "--no-local-rank", "--no-ssh", "--no-ssh-check", "--force-multi",
+             "--save-pid", "--elastic-training", "--bind-cores-to-rank", "--quiet", "-q")
+DEEPSPEED_OPTIONS: dict[str, Option] = {
+    **{k: Option(v) for k, v in _VALUED.items()},
+    **{k: Option(k.lstrip("-").replace("-", "_"), takes_value=False) for k in _SWITCHES},
+}
+_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
+
+
+def read_hostfile(path: str) -> "OrderedDict[str, int]":
+    """Parse an MPI-style hostfile (`worker-0 slots=8`), rejecting what DeepSpeed's _parse_hostfile rejects."""
+    pool: OrderedDict[str, int] = OrderedDict()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.readlines()
+    except OSError as err:
+        raise UsageError(f"cannot read the deepspeed hostfile {path}: {err.strerror}.") from None
+    for line in (ln.strip() for ln in lines):
+        if not line or line.startswith("#"):
+            continue
+        match = _HOSTFILE_LINE.search(line)
+        if not match:
+            raise UsageError(f"hostfile {path} has a bad entry {line!r}: DeepSpeed expects lines `HOST slots=N`.")
+        if match.group(1) in pool:
+            raise UsageError(f"hostfile {path} lists host {match.group(1)} twice; DeepSpeed refuses to launch.")
+        pool[match.group(1)] = int(match.group(2))
+    if not pool:
+        raise UsageError(f"hostfile {path} is empty or not formatted as `HOST slots=N` lines.")
+    return pool
+
+
+def _parse_filter(text: str) -> dict[str, list[int]]:
+    """`worker-0@worker-1:0,2` -> {worker-0: [], worker-1: [0, 2]} (empty = every slot)."""
+    out: dict[str, list[int]] = {}
+    for spec in text.split("@"):
+        host, _, slots = spec.partition(":")
+        listed = [parse_int(s, "--include/--exclude slot", text) for s in slots.split(",")] if slots else []
+        out[host] = sorted(set(out.get(host, []) + listed))
+    return out
+
+
+def filter_resources(pool: Mapping[str, list[int]], include: str, exclude: str) -> "OrderedDict[str, list[int]]":
+    """DeepSpeed's parse_resource_filter: keep the included hosts/slots, or drop the excluded ones."""
+    if include and exclude:
+        raise UsageError("deepspeed --include and --exclude are mutually exclusive; give one of them.")
+    if not include and not exclude:
+        return OrderedDict(pool)
+    chosen: dict[str, list[int]] = {} if include else {h: list(s) for h, s in pool.items()}
+    for host, slots in _parse_filter(include or exclude).items():
+        if host not in pool:
+            raise UsageError(f"deepspeed --{'include' if include else 'exclude'} names host {host!r}, which the resource pool ({', '.join(pool)}) lacks.")
+        for slot in slots:
+            if slot not in pool[host]:
+                raise UsageError(f"deepspeed filter names slot {slot} on host {host}, which has slots {pool[host]}.")
+        if include:
+            chosen[host] = slots or list(pool[host])
+        else:
+            chosen[host] = [s for s in chosen[host] if s not in slots] if slots else []
+    return OrderedDict((h, chosen[h]) for h in pool if chosen.get(h))
+
+
+def _pool(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> tuple["OrderedDict[str, list[int]] | None", Source]:
+    """The resource pool and where it came from; None = the local machine with an unknown GPU count."""
+    path = values.get("hostfile", DEFAULT_HOSTFILE)
+    if os.path.isfile(path):
+        pool = read_hostfile(path)
+        return OrderedDict((h, list(range(n))) for h, n in pool.items()), Source(SourceKind.HOSTFILE, path)
+    if "hostfile" in values:
+        raise UsageError(
+            f"deepspeed {flags['hostfile']} names {path}, which does not exist (relative paths are read from "
+            f"{os.getcwd()}). Fix the path, or drop --hostfile and give the size with --num_nodes/--num_gpus."
+        )
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    explicit = any(k in values for k in ("include", "exclude", "num_gpus")) or int(values.get("num_nodes", "-1") or -1) > 1
+    if visible and not explicit:
+        used["CUDA_VISIBLE_DEVICES"] = visible
+        slots = [parse_int(s, "CUDA_VISIBLE_DEVICES entry", "env") for s in visible.split(",") if s.strip()]
+        return OrderedDict(localhost=slots), Source(SourceKind.ENV, "CUDA_VISIBLE_DEVICES")
+    return None, Source(SourceKind.DEFAULT, "deepspeed: every GPU of the local machine")
+
+
+def _counts(values: Mapping[str, str]) -> tuple[int, int]:
+    nodes = parse_int(values.get("num_nodes", "-1"), "--num_nodes", "the deepspeed command")
+    gpus = parse_int(values.get("num_gpus", "-1"), "--num_gpus", "the deepspeed command")
+    if (nodes >= 0 or gpus >= 0) and (values.get("include") or values.get("exclude")):
+        raise UsageError("deepspeed cannot combine --num_nodes/--num_gpus with --include/--exclude (runner.py rejects it).")
+    return nodes, gpus
+
+
+def _size_from_pool(pool: "OrderedDict[str, list[int]]", nodes: int, gpus: int, src: Source, flags: Mapping[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
+    hosts = list(pool)[:nodes] if nodes > 0 else list(pool)
+    slots = {h: (list(range(gpus)) if gpus > 0 else pool[h]) for h in hosts}
+    nnodes_src = Source(SourceKind.LAUNCHER, flags["num_nodes"]) if nodes > 0 else src
+    nproc_src = Source(SourceKind.LAUNCHER, flags["num_gpus"]) if gpus > 0 else src
+    counts = [len(s) for s in slots.values()]
+    warnings = [] if len(set(counts)) <= 1 else [f"uneven slots per node {counts}: sized by the total, {sum(counts)} ranks"]
+    return Sized(len(hosts), nnodes_src), Sized(max(counts), nproc_src), Sized(sum(counts), src if gpus <= 0 else nproc_src), warnings
+
+
+def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed")
+    values, flags = opts.values, opts.flags
+    nodes, gpus = _counts(values)
+    pool, src = _pool(values, flags, env, used)
+    warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
+    if pool is None:
+        if nodes > 1:
+            raise UsageError(f"deepspeed --num_nodes {nodes} needs a hostfile listing the nodes (runner.py: 'Num nodes is >1 but no extra nodes available via hostfile'). Pass --hostfile FILE.")
+        nproc = Sized(gpus, Source(SourceKind.LAUNCHER, flags["num_gpus"])) if gpus > 0 else Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
+        nnodes, world = Sized(1, Source(SourceKind.DEFAULT, "deepspeed: local machine only")), None
+    else:
+        pool = filter_resources(pool, values.get("include", ""), values.get("exclude", ""))
+        if not pool:
+            raise UsageError("the deepspeed --include/--exclude filter leaves no GPU to run on.")
+        nnodes, nproc, world, extra = _size_from_pool(pool, nodes, gpus, src, flags)
+        warnings += extra
+    if opts.rest >= len(words):
+        raise UsageError("the deepspeed command names no training script after its options.")
+    script = ("-m " if "module" in values else "") + words[opts.rest]
+    return LaunchSize("deepspeed", nnodes, nproc, world, script, tuple(words[opts.rest + 1:]), tuple(warnings))

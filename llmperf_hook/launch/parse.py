@@ -1,0 +1,127 @@
+"""Stage [1]: launch command (argv + env) -> ParsedJob.
+
+Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `python -m torch.distributed.launch`,
+`deepspeed`, `srun` (running a launcher or the training script directly) and a plain `python train.py`
+(WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
+environment variables for the command, as a shell would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import normalise_argv
+from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
+from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
+from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
+from llmperf_hook.launch.torchrun import parse_torchrun
+from llmperf_hook.provenance import Source, SourceKind
+
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PY_VALUED_OPTS = ("-X", "-W", "-Q")
+_MODULE_LAUNCHERS = {
+    "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
+    "deepspeed.launcher.runner": "deepspeed",
+}
+
+
+def _strip_assignments(words: list[str], env: dict[str, str]) -> int:
+    """Skip `env` and `VAR=value` words at the front, adding them to env; returns the index of the program."""
+    i = 0
+    while i < len(words):
+        if words[i] == "env" or (words[i].startswith("-") and i > 0 and words[0] == "env"):
+            i += 1
+        elif _ASSIGN.match(words[i]):
+            name, value = words[i].split("=", 1)
+            env[name] = value
+            i += 1
+        else:
+            break
+    return i
+
+
+def _is_python(word: str) -> bool:
+    return re.fullmatch(r"python[0-9.]*", os.path.basename(word)) is not None
+
+
+def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
+    j = i + 1
+    while j < len(words) and words[j].startswith("-") and words[j] != "-m":
+        j += 2 if words[j] in _PY_VALUED_OPTS else 1
+    if j < len(words) and words[j] == "-m":
+        if j + 1 >= len(words):
+            raise UsageError("`python -m` names no module.")
+        launcher = _MODULE_LAUNCHERS.get(words[j + 1])
+        if launcher == "deepspeed":
+            return parse_deepspeed_launcher(words, j + 2, env, used)
+        if launcher:
+            return parse_torchrun(words, j + 2, env, used, launcher)
+        return _single_process(f"-m {words[j + 1]}", tuple(words[j + 2:]), env, used)
+    if j >= len(words):
+        raise UsageError("the python command names no training script.")
+    return _single_process(words[j], tuple(words[j + 1:]), env, used)
+
+
+def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    sized = size_from_env(env, used)
+    if sized is None:
+        one = Sized(1, Source(SourceKind.DEFAULT, "plain python: one process"))
+        return LaunchSize("python", one, one, one, script, args)
+    nnodes, local, world = sized
+    return LaunchSize("python", nnodes, local, world, script, args)
+
+
+def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    values, flags, rest, warnings = scan_srun(words, i + 1)
+    inner = _dispatch(words, rest, env, used, inside_srun=True)
+    if inner is not None:
+        return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
+                          inner.script_args, tuple(warnings) + inner.warnings)
+    nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
+    program = words[rest + 1] if _is_python(words[rest]) and rest + 1 < len(words) else words[rest]
+    start = rest + 2 if _is_python(words[rest]) else rest + 1
+    return LaunchSize("srun", nnodes, per_node, world, program, tuple(words[start:]), tuple(warnings + extra))
+
+
+def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
+    head = os.path.basename(words[i])
+    if head == "torchrun":
+        return parse_torchrun(words, i + 1, env, used, "torchrun")
+    if head == "deepspeed":
+        return parse_deepspeed_launcher(words, i + 1, env, used)
+    if _is_python(words[i]):
+        if inside_srun and not (i + 2 < len(words) and words[i + 1] == "-m" and words[i + 2] in _MODULE_LAUNCHERS):
+            return None  # srun starts the script itself: srun sizes the job
+        return _python(words, i, env, used)
+    if inside_srun:
+        return None
+    if head == "srun":
+        return _srun(words, i, env, used)
+    if head.endswith(".py"):
+        return _single_process(words[i], tuple(words[i + 1:]), env, used)
+    raise UsageError(
+        f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
+        "python -m torch.distributed.run ..., deepspeed ..., srun ..., or python train.py ... (for an sbatch "
+        "script, paste the srun/torchrun line from inside it)."
+    )
+
+
+def parse_launch(
+    argv: Sequence[str], env: Mapping[str, str], nnodes: int | None = None, nproc_per_node: int | None = None
+) -> ParsedJob:
+    """Parse a launch command; `nnodes`/`nproc_per_node` are llmperf's overrides (highest precedence)."""
+    env_all = dict(env)
+    used: dict[str, str] = {}
+    words = [str(w) for w in argv]
+    start = _strip_assignments(words, env_all)
+    words = words[:start] + normalise_argv(words[start:], env_all, used)
+    if start >= len(words):
+        raise UsageError("no launch command given: put the training command after `--`, e.g. `-- torchrun ... pretrain_gpt.py ...`.")
+    size = _dispatch(words, start, env_all, used)
+    assert size is not None
+    return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node)

@@ -1,0 +1,91 @@
+"""How big the launch is: nodes, processes per node and world size, each with its origin.
+
+A launcher parser returns a `LaunchSize` whose counts may be unknown (`--nproc-per-node gpu`, a deepspeed
+launch without a hostfile: "every GPU of this machine", which is not the machine the job will run on).
+`finish_job` fills those from llmperf's overrides, then from the environment of the target node
+(CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE), and otherwise asks for `--nproc-per-node`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.provenance import Source, SourceKind
+
+
+@dataclass(frozen=True)
+class Sized:
+    value: int | None
+    """The count, or None when only the machine that runs the job knows it."""
+    source: Source
+    unknown_reason: str = ""
+    """Why value is None (shown in the error that asks for an override)."""
+
+
+@dataclass(frozen=True)
+class LaunchSize:
+    launcher: str
+    nnodes: Sized
+    nproc_per_node: Sized
+    world_size: Sized | None
+    """Set when the launcher states the total itself (uneven hostfile slots, srun -n, WORLD_SIZE)."""
+    script: str
+    script_args: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
+    """GPUs of a node as the job's own environment states them (the 'gpu'/'auto' count of torchrun)."""
+    for var in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        text = env.get(var, "").split("(")[0].split(":")[-1]
+        if text.isdigit() and int(text) > 0:
+            used[var] = env[var]
+            return Sized(int(text), Source(SourceKind.ENV, var))
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible and visible not in ("-1", "NoDevFiles"):
+        used["CUDA_VISIBLE_DEVICES"] = visible
+        return Sized(len([d for d in visible.split(",") if d.strip()]), Source(SourceKind.ENV, "CUDA_VISIBLE_DEVICES"))
+    return None
+
+
+def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
+    if override is not None:
+        return Sized(override, Source(SourceKind.OVERRIDE, "--nproc-per-node"))
+    if size.nproc_per_node.value is not None:
+        return size.nproc_per_node
+    from_env = gpus_from_env(env, used)
+    if from_env is not None:
+        return from_env
+    raise UsageError(
+        f"cannot tell how many processes per node the {size.launcher} command starts: "
+        f"{size.nproc_per_node.unknown_reason} ({size.nproc_per_node.source}), and that is a property of the machine "
+        "the job runs on, not this one. Give it with llmperf's --nproc-per-node N (or set CUDA_VISIBLE_DEVICES)."
+    )
+
+
+def finish_job(
+    size: LaunchSize, argv: tuple[str, ...], env: Mapping[str, str], used: dict[str, str],
+    nnodes_override: int | None = None, nproc_override: int | None = None,
+) -> ParsedJob:
+    """Apply llmperf's overrides (highest precedence) and build the ParsedJob."""
+    for name, value in (("--nnodes", nnodes_override), ("--nproc-per-node", nproc_override)):
+        if value is not None and value < 1:
+            raise UsageError(f"llmperf {name} {value} must be at least 1.")
+    nproc = _resolve_nproc(size, nproc_override, env, used)
+    nnodes = Sized(nnodes_override, Source(SourceKind.OVERRIDE, "--nnodes")) if nnodes_override else size.nnodes
+    assert nnodes.value is not None and nproc.value is not None
+    overridden = nnodes_override is not None or nproc_override is not None
+    if size.world_size is not None and size.world_size.value is not None and not overridden:
+        world = size.world_size
+    else:
+        world = Sized(nnodes.value * nproc.value, Source(SourceKind.DERIVED, "nnodes * nproc_per_node"))
+    assert world.value is not None
+    return ParsedJob(
+        launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
+        script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
+        sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
+        warnings=size.warnings,
+    )

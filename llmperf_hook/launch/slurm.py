@@ -1,0 +1,112 @@
+"""`srun ... PROGRAM` and processes started inside a Slurm allocation -> LaunchSize.
+
+srun semantics (slurm.schedmd.com/srun.html): `-N/--nodes`, `-n/--ntasks`, `--ntasks-per-node`; absent flags
+are inherited from the allocation's environment (SLURM_NNODES / SLURM_JOB_NUM_NODES, SLURM_NTASKS,
+SLURM_NTASKS_PER_NODE such as "8" or "8(x4)"). When srun runs a launcher (torchrun, deepspeed), that launcher
+sizes the job on each node and is parsed instead.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.sizing import LaunchSize, Sized, gpus_from_env
+from llmperf_hook.provenance import Source, SourceKind
+
+_VALUED = {
+    "-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks", "--ntasks-per-node": "ntasks_per_node",
+    "--gpus-per-node": "gpus_per_node", "--gres": "gres", "-G": "gpus", "--gpus": "gpus", "-c": "cpus_per_task",
+    "--cpus-per-task": "cpus_per_task", "-p": "partition", "--partition": "partition", "-A": "account",
+    "--account": "account", "-t": "time", "--time": "time", "-J": "job_name", "--job-name": "job_name",
+    "-o": "output", "--output": "output", "-e": "error", "--error": "error", "--mpi": "mpi",
+    "--container-image": "container_image", "--container-mounts": "container_mounts",
+    "--container-workdir": "container_workdir", "--container-name": "container_name", "--export": "export",
+    "--cpu-bind": "cpu_bind", "--gpu-bind": "gpu_bind", "--mem": "mem", "-w": "nodelist", "--nodelist": "nodelist",
+    "-x": "exclude", "--exclude": "exclude", "-m": "distribution", "--distribution": "distribution",
+    "--mem-per-cpu": "mem_per_cpu", "--mem-per-gpu": "mem_per_gpu", "--gpus-per-task": "gpus_per_task",
+    "--ntasks-per-gpu": "ntasks_per_gpu", "--cpus-per-gpu": "cpus_per_gpu", "--network": "network",
+    "-D": "chdir", "--chdir": "chdir", "--qos": "qos", "--reservation": "reservation", "-C": "constraint",
+    "--constraint": "constraint", "--jobid": "jobid", "--open-mode": "open_mode", "--signal": "signal",
+    "-W": "wait", "--wait": "wait", "--het-group": "het_group", "--environment": "environment",
+}
+_SWITCHES = ("-l", "--label", "--exclusive", "-u", "--unbuffered", "-K", "--kill-on-bad-exit", "--overlap",
+             "--no-container-mount-home", "--container-remap-root", "--no-kill", "-k", "-v", "--verbose", "--pty")
+SRUN_OPTIONS: dict[str, Option] = {
+    **{k: Option(v) for k, v in _VALUED.items()},
+    **{k: Option(k.lstrip("-").replace("-", "_"), takes_value=False) for k in _SWITCHES},
+}
+
+
+def _env_int(env: Mapping[str, str], names: Sequence[str], used: dict[str, str]) -> Sized | None:
+    """First of `names` set in env, as an int ("8(x4)" -> 8, "2-4" -> 4)."""
+    for name in names:
+        if env.get(name, "").strip():
+            text = env[name].split("(")[0].split(",")[0].split("-")[-1]
+            used[name] = env[name]
+            return Sized(parse_int(text, name, "the environment"), Source(SourceKind.ENV, name))
+    return None
+
+
+def _flag_int(values: Mapping[str, str], flags: Mapping[str, str], dest: str) -> Sized | None:
+    if dest not in values:
+        return None
+    text = values[dest].split("-")[-1]  # -N MIN-MAX: sized for MAX
+    return Sized(parse_int(text, flags[dest], "the srun command"), Source(SourceKind.LAUNCHER, flags[dest]))
+
+
+def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
+    if "gpus_per_node" in values:
+        return Sized(parse_int(values["gpus_per_node"].split(":")[-1], "--gpus-per-node", "srun"), Source(SourceKind.LAUNCHER, "--gpus-per-node"))
+    if "gres" in values and "gpu" in values["gres"]:
+        return Sized(parse_int(values["gres"].split(":")[-1], "--gres", "srun"), Source(SourceKind.LAUNCHER, "--gres"))
+    return gpus_from_env(env, used)
+
+
+def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
+    """(nnodes, tasks per node, world) of an srun step that starts the training processes directly."""
+    nnodes = _flag_int(values, flags, "nodes") or _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
+    nnodes = nnodes or Sized(1, Source(SourceKind.DEFAULT, "srun: one node"))
+    ntasks = _flag_int(values, flags, "ntasks")
+    per_node = _flag_int(values, flags, "ntasks_per_node")
+    warnings: list[str] = []
+    if ntasks is None and per_node is None:
+        per_node = _env_int(env, ("SLURM_NTASKS_PER_NODE",), used)
+        ntasks = None if per_node else _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
+    if ntasks is None and per_node is None:
+        per_node = _gpus_per_node(values, flags, env, used)
+        if per_node is not None:
+            warnings.append(f"srun task count not given: assumed one task per GPU ({per_node.value} per node, {per_node.source})")
+    if ntasks is None and per_node is None:
+        per_node = Sized(1, Source(SourceKind.DEFAULT, "srun: one task per node"))
+    assert nnodes.value is not None
+    if ntasks is not None:
+        assert ntasks.value is not None
+        per_node_value = -(-ntasks.value // nnodes.value)
+        return nnodes, Sized(per_node_value, Source(SourceKind.DERIVED, "ceil(ntasks / nnodes)")), ntasks, warnings
+    assert per_node is not None and per_node.value is not None
+    return nnodes, per_node, Sized(nnodes.value * per_node.value, Source(SourceKind.DERIVED, "nnodes * ntasks_per_node")), warnings
+
+
+def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[str, str], int, list[str]]:
+    """srun's options -> (values, spellings, index of the program, warnings)."""
+    opts = scan_options(words, start, SRUN_OPTIONS, "srun")
+    if opts.rest >= len(words):
+        raise UsageError("the srun command names no program to run.")
+    return opts.values, opts.flags, opts.rest, [f"unknown srun option {w} ignored" for w in opts.unknown]
+
+
+def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized] | None:
+    """A single `python train.py` process told its world by the environment: WORLD_SIZE, or an srun step's SLURM_NTASKS."""
+    world = _env_int(env, ("WORLD_SIZE",), used)
+    if world is None and ("SLURM_STEP_ID" in env or "SLURM_PROCID" in env):
+        world = _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
+    if world is None or world.value is None:
+        return None
+    nnodes = _env_int(env, ("NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used) or Sized(1, Source(SourceKind.DEFAULT, "one node"))
+    assert nnodes.value is not None
+    local = _env_int(env, ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"), used)
+    local = local or Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
+    return nnodes, local, world

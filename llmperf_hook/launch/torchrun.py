@@ -1,0 +1,97 @@
+"""torchrun / `python -m torch.distributed.run` / legacy `python -m torch.distributed.launch` -> ParsedJob.
+
+Semantics follow torch/distributed/run.py: `--nnodes N` or `MIN:MAX` (elastic; we size for MAX),
+`--nproc-per-node N|gpu|auto|cpu` (default 1), `--standalone` (single node, local rendezvous); every option
+falls back to its `PET_<NAME>` environment variable when absent from argv (torchrun's `env` action).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
+from llmperf_hook.launch.sizing import LaunchSize, Sized
+from llmperf_hook.provenance import Source, SourceKind
+
+_VALUED = (
+    "--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf",
+    "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "--log-dir",
+    "--redirects", "--tee", "--local-ranks-filter", "--node-rank", "--master-addr", "--master-port",
+    "--local-addr", "--logs-specs", "--numa-binding", "--signals-to-handle", "--duplicate-stdout-filters",
+    "--duplicate-stderr-filters", "--rdzv-timeout",
+)
+_SWITCHES = ("--standalone", "--module", "--no-python", "--run-path", "--use-env", "--virtual-local-rank")
+TORCHRUN_OPTIONS: dict[str, Option] = {
+    **{name: Option(name[2:].replace("-", "_")) for name in _VALUED},
+    **{name: Option(name[2:].replace("-", "_"), takes_value=False) for name in _SWITCHES},
+    "-m": Option("module", takes_value=False),
+    "-r": Option("redirects"),
+    "-t": Option("tee"),
+}
+# Accepted but not modelled: they change restarts, logging or placement, not step time.
+_NOT_MODELLED = ("max_restarts", "redirects", "tee", "local_ranks_filter", "numa_binding", "rdzv_conf")
+
+
+def _lookup(opts: ScannedOptions, dest: str, env: Mapping[str, str], used: dict[str, str]) -> tuple[str, Source] | None:
+    """argv first, then PET_<DEST> (torchrun's `env` action reads the variable only when the flag is absent)."""
+    if dest in opts.values:
+        return opts.values[dest], Source(SourceKind.LAUNCHER, opts.flags[dest])
+    var = "PET_" + dest.upper()
+    if var in env:
+        used[var] = env[var]
+        return env[var], Source(SourceKind.ENV, var)
+    return None
+
+
+def parse_nnodes(value: str, origin: str) -> tuple[int, str | None]:
+    """`N` or `MIN:MAX` -> (nodes to size for, warning for an elastic range)."""
+    if ":" in value:
+        low_text, high_text = value.split(":", 1)
+        low, high = parse_int(low_text, "--nnodes MIN", origin), parse_int(high_text, "--nnodes MAX", origin)
+        if not 1 <= low <= high:
+            raise UsageError(f"--nnodes {value} from {origin} is not a valid MIN:MAX range (1 <= MIN <= MAX).")
+        warning = None if low == high else f"elastic --nnodes {value}: sized for the maximum, {high} nodes"
+        return high, warning
+    nodes = parse_int(value, "--nnodes", origin)
+    if nodes < 1:
+        raise UsageError(f"--nnodes {nodes} from {origin} must be at least 1.")
+    return nodes, None
+
+
+def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
+    if found is None:
+        return Sized(1, Source(SourceKind.DEFAULT, "torchrun --nproc-per-node default 1"))
+    value, source = found
+    if value.strip() in ("gpu", "auto", "cuda", "xpu", "npu"):
+        return Sized(None, source, f"--nproc-per-node {value} means 'every GPU of the node'")
+    if value.strip() == "cpu":
+        return Sized(None, source, "--nproc-per-node cpu means 'one process per CPU core' of the node")
+    count = parse_int(value, "--nproc-per-node", str(source))
+    if count < 1:
+        raise UsageError(f"--nproc-per-node {count} from {source} must be at least 1.")
+    return Sized(count, source)
+
+
+def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str], launcher: str) -> LaunchSize:
+    """Parse words[start:] as torchrun options + program; `launcher` is "torchrun" or "torch.distributed.launch"."""
+    opts = scan_options(words, start, TORCHRUN_OPTIONS, launcher)
+    warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown]
+    nnodes_found = _lookup(opts, "nnodes", env, used)
+    if nnodes_found is None:
+        nnodes = Sized(1, Source(SourceKind.DEFAULT, "torchrun --nnodes default 1"))
+    else:
+        count, warning = parse_nnodes(nnodes_found[0], str(nnodes_found[1]))
+        nnodes = Sized(count, nnodes_found[1])
+        warnings += [warning] if warning else []
+    standalone = _lookup(opts, "standalone", env, used)
+    if standalone and nnodes.value and nnodes.value > 1:
+        warnings.append(f"--standalone starts a single-node rendezvous but --nnodes is {nnodes.value}")
+    nproc = _nproc(_lookup(opts, "nproc_per_node", env, used), env, used)
+    warnings += [f"{launcher} {opts.flags[d]} accepted, not modelled" for d in _NOT_MODELLED if d in opts.values]
+    if opts.rest >= len(words):
+        raise UsageError(f"the {launcher} command names no training script after its options.")
+    is_module = "module" in opts.values
+    script = ("-m " if is_module else "") + words[opts.rest]
+    return LaunchSize(launcher, nnodes, nproc, None, script, tuple(words[opts.rest + 1:]), tuple(warnings))
