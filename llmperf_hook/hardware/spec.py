@@ -1,7 +1,7 @@
 """Hardware (one GPU) and cluster (nodes and network) descriptions, loaded from configs/ YAML.
 
 Units: SI inside (bytes/s, FLOP/s, s); YAML keys carry human units (`_GBps` = 1e9 bytes/s per GPU one
-direction, `_TFLOPs` = 1e12 FLOP/s, `_us` = microseconds), converted once in the loader.
+direction, `_TFLOPs` = 1e12 FLOP/s, `_us` = microseconds), converted once in the loader (hardware/load.py).
 """
 
 from __future__ import annotations
@@ -25,6 +25,17 @@ class HardwareSpec:
     """Fixed per-kernel cost floor."""
     extra: Mapping[str, float] = field(default_factory=dict)
     """Further documented parameters (see the YAML's comments)."""
+    gemm_ramp_s: float = 15e-6
+    """Fixed cost per GEMM for filling the first wave of tiles: t = flops / (peak * gemm_efficiency) + ramp."""
+    attention_efficiency: float = 0.6
+    """Fraction of dense peak reached by the fused (flash) attention kernels, forward and backward."""
+
+    def peak_for(self, dtype: str) -> float:
+        """Dense peak for `dtype`; fp8 falls back to bf16 and bf16 to fp16 where a GPU lacks them."""
+        for key in (dtype, "bf16" if dtype == "fp8" else dtype, "fp16"):
+            if key in self.peak_flop_per_s:
+                return self.peak_flop_per_s[key]
+        return max(self.peak_flop_per_s.values())
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class NetworkTier:
     bandwidth_bytes_per_s: float
     """Per GPU, one direction."""
     latency_s: float
+    bus_efficiency: float = 0.8
+    """Fraction of `bandwidth_bytes_per_s` a large NCCL collective reaches as bus bandwidth (nccl-tests busbw)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,117 @@
+"""The stages wired together (DESIGN.md "Data flow"): launch command -> prediction.
+
+    [1]+[2] frameworks.resolve.resolve_job   argv + env        -> ParsedJob, TrainingConfig
+    [3]     graph.build.build_graph          TrainingConfig    -> OpGraph
+    [4]     predict.dispatch.predict_op_times OpGraph          -> OpTimes (fitted profile, else roofline / alpha-beta)
+    [5]     schedule.compose.compose_step    OpGraph + OpTimes -> step time, breakdown (pipeline simulated)
+            schedule.memory.estimate_memory  OpGraph           -> MemoryEstimate
+    [6]     report.*                         StepEstimate      -> table / JSON / trace
+
+Default cluster when none is given: DEFAULT_CLUSTER (with a warning saying so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.hardware.load import load_cluster, load_hardware
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.predict.dispatch import predict_op_times
+from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.schedule.compose import compose_step
+from llmperf_hook.schedule.memory import estimate_memory
+from llmperf_hook.schedule.step_estimate import StepEstimate
+
+__all__ = ["DEFAULT_CLUSTER", "Prediction", "load_cluster", "load_hardware", "predict_command", "predict_config",
+           "prediction_json", "resolve_cluster"]
+
+DEFAULT_CLUSTER = "dgx-h100"
+"""Cluster assumed when neither --cluster nor --hardware is given (the most common training system today)."""
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything `llmperf predict` knows about one launch command."""
+
+    job: ParsedJob
+    config: TrainingConfig
+    estimate: StepEstimate
+    cluster: ClusterSpec
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    """Job, config and cluster-choice warnings (the estimate carries its own)."""
+
+
+def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = False) -> StepEstimate:
+    """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds."""
+    graph = build_graph(cfg, cluster)
+    times = predict_op_times(graph, cluster, cfg.precision)
+    step = compose_step(graph, dict(times.seconds), cfg, detail=detail)
+    memory = estimate_memory(cfg, graph, cluster)
+    predictor = dict(times.predictor_by_class)
+    warnings = list(times.warnings) + list(graph.warnings)
+    scale = 1.0
+    calibration = find_calibration(cluster.gpu.name, cluster.name, cfg.framework)
+    if calibration is not None and calibration.step_time_scale > 0:
+        scale = calibration.step_time_scale
+        predictor["calibration"] = f"x{scale:.3f} from {calibration.num_runs} instrumented run(s)"
+        warnings.append(f"step time scaled by {scale:.3f}, the calibration of {cluster.gpu.name} on {cluster.name} "
+                        f"for {cfg.framework} fitted on {calibration.num_runs} instrumented run(s).")
+    step_s = step.step_time_s * scale
+    breakdown = dict(step.breakdown)
+    if scale != 1.0:
+        breakdown["calibration"] = step_s - step.step_time_s
+    world = cfg.world_size
+    peak = cluster.gpu.peak_for(cfg.precision)
+    return StepEstimate(
+        step_time_s=step_s,
+        tokens_per_s=cfg.batch.global_batch_size * cfg.model.seq_length / step_s,
+        mfu=graph.model_flops_per_step / (step_s * world * peak),
+        breakdown=breakdown, stages=step.stages, memory=memory, predictor=predictor, warnings=tuple(warnings),
+        model_flops_per_step=graph.model_flops_per_step, critical_stage=step.critical_stage,
+        timeline=step.timeline, calibration_scale=scale,
+    )
+
+
+def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> tuple[ClusterSpec, tuple[str, ...]]:
+    """The cluster to predict on: given, or DEFAULT_CLUSTER with a warning; `hardware` replaces its GPU."""
+    if isinstance(cluster, ClusterSpec):
+        return (replace(cluster, gpu=load_hardware(hardware)) if hardware else cluster), ()
+    if cluster:
+        return load_cluster(cluster, hardware), ()
+    note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
+            f"its network); pass --cluster NAME|FILE for your system.")
+    return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
+
+
+def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
+                    hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
+                    detail: bool = False) -> Prediction:
+    """Stages [1]-[5] for a launch command (without the leading `llmperf`)."""
+    job, cfg = resolve_job(list(argv), env, overrides)
+    spec, notes = resolve_cluster(cluster, hardware)
+    if job.nproc_per_node > spec.gpus_per_node and job.nnodes > 1:
+        notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
+                  f"{spec.gpus_per_node} GPUs per node: placement assumes {spec.gpus_per_node} ranks per node.",)
+    estimate = predict_config(cfg, spec, detail=detail)
+    return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
+                      warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)
+
+
+def config_json(pred: Prediction) -> dict[str, Any]:
+    """The `config` object: issue 2's explain JSON of the resolved job."""
+    from llmperf_hook.report.config_json import config_json as render
+
+    return render(pred.config, pred.job)
+
+
+def prediction_json(pred: Prediction) -> dict[str, Any]:
+    """The JSON object of `llmperf predict --format json` (schema 1; keys documented in report/json_report.py)."""
+    from llmperf_hook.report.json_report import render_prediction_json
+
+    return render_prediction_json(pred, config_json(pred), SCHEMA_VERSION)

@@ -1,0 +1,162 @@
+"""`llmperf predict [--cluster] [--hardware] [--format table|json] [--trace FILE] -- <command>` and
+`llmperf predict --batch FILE [--format json]`.
+
+Single command: a readable table (default) or one JSON object (schema in report/json_report.py) on stdout.
+Batch: FILE holds one launch command per line (shell words; `#` comments; blank lines skipped; `-` = stdin).
+A line may start with its own llmperf options ending in `--` (`--cluster NAME --hardware NAME --nnodes N
+--nproc-per-node N --model M -- torchrun ...`) and may start with `llmperf predict`. Relative paths in a line
+(ds_config, hostfile) resolve against the batch file's folder (FILE's directory is the working directory while
+its lines are resolved). With --format json, stdout holds one JSON object per line of input commands, in order; a
+line that fails gives {"error": "..."} and the rest go on (a count of failures goes to stderr; exit 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import click
+
+from llmperf_hook.commands.common import launch_argv, overrides
+from llmperf_hook.errors import LlmperfError, UsageError
+
+LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "nnodes",
+                "--nproc-per-node": "nproc_per_node", "--model": "model"}
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
+@click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin).")
+@click.option("--trace", "trace_file", default=None, help="Write a Chrome/Perfetto trace of the simulated step.")
+@click.option("--nnodes", type=int, default=None, help="Override the number of nodes of the command.")
+@click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
+@click.option("--model", default=None, help="Model preset or file for scripts that do not state the model shape.")
+@click.argument("launch", nargs=-1, type=click.UNPROCESSED)
+def command(cluster: str | None, hardware: str | None, fmt: str, batch_file: str | None, trace_file: str | None,
+            nnodes: int | None, nproc_per_node: int | None, model: str | None, launch: Sequence[str]) -> None:
+    """Predict step time, throughput, MFU and memory per GPU of a launch command."""
+    if batch_file is not None:
+        if launch:
+            raise UsageError("--batch FILE takes the commands from the file; remove the command after `--`.")
+        if trace_file:
+            raise UsageError("--trace writes the trace of one command; it cannot be combined with --batch.")
+        run_batch(batch_file, fmt, {"cluster": cluster, "hardware": hardware, "nnodes": nnodes,
+                                    "nproc_per_node": nproc_per_node, "model": model})
+        return
+    from llmperf_hook import api
+
+    argv = launch_argv(launch, "predict")
+    pred = api.predict_command(argv, dict(os.environ), cluster=cluster, hardware=hardware,
+                               overrides=overrides(nnodes, nproc_per_node, model), detail=trace_file is not None)
+    if trace_file:
+        write_trace(pred, trace_file)
+    click.echo(render(pred, fmt))
+
+
+def render(pred: Any, fmt: str) -> str:
+    from llmperf_hook import api
+
+    if fmt == "json":
+        return json.dumps(api.prediction_json(pred), sort_keys=False)
+    from llmperf_hook.report.table import render_prediction_table
+
+    return render_prediction_table(pred)
+
+
+def write_trace(pred: Any, path: str) -> None:
+    from llmperf_hook.report.trace import render_trace
+
+    try:
+        Path(path).write_text(json.dumps(render_trace(pred.estimate, " ".join(pred.job.argv)[:120])))
+    except OSError as err:
+        raise UsageError(f"cannot write the trace to {path}: {err}. Pass a writable --trace path.") from err
+
+
+def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+    """(launch argv, llmperf options) of one batch line, or None for a blank/comment line."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError as err:
+        raise UsageError(f"cannot split the line into shell words: {err}.") from err
+    if not words:
+        return None
+    if words[:2] == ["llmperf", "predict"]:
+        words = words[2:]
+    options = dict(defaults)
+    if words and words[0] in LINE_OPTIONS:
+        if "--" not in words:
+            raise UsageError("a line with llmperf options must separate them from the command with `--`.")
+        split = words.index("--")
+        head, words = words[:split], words[split + 1:]
+        if len(head) % 2:
+            raise UsageError(f"llmperf options {head} must come in `--option VALUE` pairs.")
+        for flag, value in zip(head[::2], head[1::2]):
+            if flag not in LINE_OPTIONS:
+                raise UsageError(f"unknown llmperf option {flag} in a batch line; accepted: {', '.join(LINE_OPTIONS)}.")
+            options[LINE_OPTIONS[flag]] = int(value) if flag in ("--nnodes", "--nproc-per-node") else value
+    if not words:
+        raise UsageError("the line has llmperf options but no launch command after `--`.")
+    return words, options
+
+
+@contextlib.contextmanager
+def working_directory(folder: Path) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _read_batch(path: str) -> tuple[list[str], Path]:
+    if path == "-":
+        return sys.stdin.read().splitlines(), Path.cwd()
+    file = Path(path)
+    try:
+        return file.read_text().splitlines(), file.resolve().parent
+    except OSError as err:
+        raise UsageError(f"cannot read the batch file {path}: {err}. Pass an existing file.") from err
+
+
+def predict_line(line: str, defaults: dict[str, Any], fmt: str) -> str | None:
+    from llmperf_hook import api
+
+    parsed = parse_batch_line(line, defaults)
+    if parsed is None:
+        return None
+    argv, opts = parsed
+    pred = api.predict_command(argv, dict(os.environ), cluster=opts["cluster"], hardware=opts["hardware"],
+                               overrides=overrides(opts["nnodes"], opts["nproc_per_node"], opts["model"]))
+    return render(pred, fmt)
+
+
+def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
+    lines, folder = _read_batch(path)
+    failures = total = 0
+    out = sys.stdout
+    with working_directory(folder):
+        for number, line in enumerate(lines, start=1):
+            try:
+                text = predict_line(line, defaults, fmt)
+            except LlmperfError as err:
+                text = json.dumps({"error": f"line {number}: {err}"}) if fmt == "json" else f"line {number}: error: {err}"
+                failures += 1
+            except Exception as err:  # noqa: BLE001 - one bad line must not stop the batch
+                text = json.dumps({"error": f"line {number}: internal error: {type(err).__name__}: {err}"}) \
+                    if fmt == "json" else f"line {number}: internal error: {type(err).__name__}: {err}"
+                failures += 1
+            if text is None:
+                continue
+            total += 1
+            out.write(text + ("\n" if fmt == "json" else "\n\n"))
+    out.flush()
+    if failures:
+        click.echo(f"llmperf predict: {failures} of {total} commands failed (see their error objects).", err=True)

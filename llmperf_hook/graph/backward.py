@@ -1,0 +1,44 @@
+"""Backward and recompute ops derived from forward ops.
+
+Backward of a GEMM is two GEMMs of the same size (dgrad, wgrad): 2x the forward FLOPs and bytes. Flash
+attention backward recomputes the scores and runs five GEMM-like products against two in forward: 2.5x
+(Dao 2023, FlashAttention-2, Sec. 3.2). Memory-bound ops read the saved input and the output gradient and write
+the input gradient: ~2x forward traffic. Collectives mirror their forward: all-gather <-> reduce-scatter under
+sequence parallelism, all-reduce stays (the conjugate f/g operators of Shoeybi et al. 2019), all-to-all and the
+CP exchange repeat (the CP ring also returns dK/dV, 2x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from llmperf_hook.graph.op import Op
+
+BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
+BWD_COMM_CLASS = {"allgather": "reducescatter", "reducescatter": "allgather"}
+SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout"})
+"""Korthikanti et al. 2022 Sec. 5: selective recompute replays the attention core (QK^T, softmax, dropout, AV)."""
+
+
+def backward_op(op: Op) -> Op:
+    if op.collective is not None:
+        factor = 2.0 if op.name == "attn.cp_kv_exchange" else 1.0
+        dims = {"bytes": int(op.dims["bytes"] * factor)}
+        return replace(op, op_class=BWD_COMM_CLASS.get(op.op_class, op.op_class), phase="bwd", dims=dims)
+    factor = BWD_FLOP_FACTOR.get(op.op_class, 2.0)
+    return replace(op, phase="bwd", flops=op.flops * factor, bytes_moved=op.bytes_moved * factor)
+
+
+def recompute_ops(fwd: list[Op], granularity: str) -> list[Op]:
+    """The forward ops replayed before backward: all of them (full) or the attention core (selective)."""
+    if granularity == "full":
+        return [replace(op, phase="recompute") for op in fwd]
+    if granularity == "selective":
+        core = [op for op in fwd if op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES]
+        return [replace(op, phase="recompute") for op in core]
+    return []
+
+
+def backward_block(fwd: list[Op], granularity: str) -> tuple[Op, ...]:
+    """Recomputed forward (if any), then the backward ops in reverse execution order."""
+    return tuple(recompute_ops(fwd, granularity) + [backward_op(op) for op in reversed(fwd)])

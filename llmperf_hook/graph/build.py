@@ -1,0 +1,160 @@
+"""Stage [3]: TrainingConfig + cluster shape -> OpGraph (ops per pipeline rank, chunk and micro-batch).
+
+Repeated layers are built once and carried with a count, so a 96-layer, 1,024-GPU model is a few hundred ops.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph import params as pc
+from llmperf_hook.graph.backward import backward_block
+from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
+from llmperf_hook.graph.placement import place_group
+from llmperf_hook.graph.stages import chunk_layer_range
+from llmperf_hook.graph.step_ops import build_step_ops, zero3_layer_comm
+from llmperf_hook.hardware.spec import ClusterSpec
+
+
+def build_context(cfg: TrainingConfig, gpus_per_node: int) -> lo.LayerContext:
+    p = cfg.parallel
+    tokens = cfg.batch.micro_batch_size * cfg.model.seq_length // p.cp
+    return lo.LayerContext(
+        cfg=cfg,
+        tokens=tokens,
+        norm_tokens=tokens // p.tp if p.sequence_parallel else tokens,
+        act_bytes=lo.DTYPE_BYTES[cfg.precision],
+        dtype=cfg.precision,
+        tp=place_group("tp", p.tp, p, gpus_per_node),
+        cp=place_group("cp", p.cp, p, gpus_per_node),
+        ep=place_group("ep", p.ep, p, gpus_per_node),
+    )
+
+
+def _block(name: str, fwd: list[Op], count: int, granularity: str) -> OpBlock:
+    return OpBlock(name=name, fwd=tuple(fwd), bwd=backward_block(fwd, granularity), count=count)
+
+
+def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num_moe: int,
+                  num_recomputed: int, gpus_per_node: int) -> list[OpBlock]:
+    """Transformer layer blocks of a chunk, split by kind and by whether full recompute covers them."""
+    blocks: list[OpBlock] = []
+    granularity = cfg.recompute.granularity
+    for kind, count, params in (("dense_layer", num_dense, pc.attention_params(cfg) + pc.mlp_params(cfg)),
+                                ("moe_layer", num_moe, pc.attention_params(cfg) + pc.moe_dense_params(cfg)
+                                 + pc.expert_params(cfg))):
+        if count == 0:
+            continue
+        fwd = lo.attention_ops(ctx)
+        if kind == "dense_layer":
+            fwd += lo.mlp_ops(ctx)
+        else:
+            moe, experts_local = lo.moe_ops(ctx)
+            fwd += _repeat_experts(moe, experts_local)
+        gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node)
+        recomputed = min(count, num_recomputed) if granularity == "full" else 0
+        for suffix, n, gran in (("", count - recomputed, "selective" if granularity == "selective" else "none"),
+                                (".recomputed", recomputed, "full")):
+            if n:
+                block = _block(kind + suffix, fwd, n, gran)
+                blocks.append(OpBlock(block.name, gather_fwd + block.fwd, gather_bwd + block.bwd + reduce, n))
+    return blocks
+
+
+def _repeat_experts(moe: list[Op], experts_local: int) -> list[Op]:
+    """Local experts run one after another (sequential GEMMs; grouped GEMM has the same FLOPs)."""
+    out: list[Op] = []
+    for op in moe:
+        out.extend([op] * (experts_local if op.name.startswith("moe.expert_") else 1))
+    return out
+
+
+def _recomputed_layers(cfg: TrainingConfig, chunk_layers: int) -> int:
+    r = cfg.recompute
+    if r.granularity != "full":
+        return 0
+    if r.method == "block" and r.num_layers is not None:
+        return min(chunk_layers, r.num_layers)
+    return chunk_layers
+
+
+def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: int, gpus_per_node: int) -> ChunkOps:
+    p = cfg.parallel
+    start, end = chunk_layer_range(cfg, stage, chunk)
+    num_moe = sum(1 for i in range(start, end) if pc.is_moe_layer(cfg, i))
+    blocks: list[OpBlock] = []
+    if stage == 0 and chunk == 0:
+        blocks.append(_block("embedding", lo.embedding_ops(ctx), 1, "none"))
+    blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
+                            gpus_per_node)
+    if stage == p.pp - 1 and chunk == p.vpp - 1:
+        blocks.append(_block("head", lo.head_ops(ctx), 1, "none"))
+    return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=tuple(blocks))
+
+
+def _chunk_params(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[int, int]:
+    """(all, expert) parameters of one rank for a chunk."""
+    total = expert = 0
+    for block in chunk.blocks:
+        if block.name.startswith("dense_layer"):
+            total += block.count * (pc.attention_params(cfg) + pc.mlp_params(cfg))
+        elif block.name.startswith("moe_layer"):
+            total += block.count * (pc.attention_params(cfg) + pc.moe_dense_params(cfg) + pc.expert_params(cfg))
+            expert += block.count * pc.expert_params(cfg)
+        elif block.name == "embedding":
+            total += pc.embedding_params(cfg)
+        elif block.name == "head":
+            total += pc.head_params(cfg)
+    return total, expert
+
+
+def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_node: int) -> StageGraph:
+    chunks = tuple(build_chunk(cfg, ctx, stage, c, gpus_per_node) for c in range(cfg.parallel.vpp))
+    counts = [_chunk_params(cfg, c) for c in chunks]
+    num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
+                                                                          gpus_per_node),
+                      num_params=num_params, num_expert_params=num_expert,
+                      num_layers=sum(c.num_layers for c in chunks))
+
+
+def _p2p_op(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> Op | None:
+    p = cfg.parallel
+    if p.pp == 1:
+        return None
+    # Megatron sends [s/cp (/tp under SP), b, h] between stages (megatron/core/pipeline_parallel/p2p_communication.py).
+    nbytes = ctx.norm_tokens * cfg.model.hidden_size * ctx.act_bytes
+    pair = place_group("pp", p.pp, p, gpus_per_node)
+    coll = type(pair)(group="pp", group_size=2, ranks_per_node=min(2, pair.ranks_per_node),
+                      groups_sharing_node=pair.groups_sharing_node)
+    return Op("pp.send_recv", "p2p", "fwd", {"bytes": nbytes}, dtype=cfg.precision, collective=coll)
+
+
+def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
+    """Forward + backward FLOPs of the step over all ranks, without recompute."""
+    p = cfg.parallel
+    per_microbatch = 0.0
+    for stage in stages:
+        for chunk in stage.chunks:
+            for block in chunk.blocks:
+                flops = sum(op.flops for op in block.fwd if op.phase == "fwd" and not op.is_comm)
+                flops += sum(op.flops for op in block.bwd if op.phase == "bwd" and not op.is_comm)
+                per_microbatch += flops * block.count
+    return per_microbatch * cfg.batch.num_microbatches * p.tp * p.cp * p.dp
+
+
+def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
+    """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
+    gpus_per_node = cluster.gpus_per_node
+    ctx = build_context(cfg, gpus_per_node)
+    stages = tuple(build_stage(cfg, ctx, s, gpus_per_node) for s in range(cfg.parallel.pp))
+    b = cfg.batch
+    return OpGraph(
+        stages=stages,
+        p2p=_p2p_op(cfg, ctx, gpus_per_node),
+        num_microbatches=b.num_microbatches,
+        vpp=cfg.parallel.vpp,
+        model_flops_per_step=_model_flops(stages, cfg),
+        tokens_per_step=b.global_batch_size * cfg.model.seq_length,
+    )

@@ -1,0 +1,191 @@
+"""Forward ops of one transformer layer, embedding and LM head on one rank, with exact per-rank shapes.
+
+Shapes follow Megatron-core (megatron/core/transformer/): tokens on a rank T = micro_batch * seq / cp; with
+sequence parallelism the norms, dropout and residual adds see T / tp tokens and the TP collectives become
+all-gather (before the column-parallel GEMM) and reduce-scatter (after the row-parallel GEMM) of T x h
+(Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2, Fig. 5), otherwise one all-reduce each (Shoeybi et al.
+2019, Fig. 3). FLOPs: 2mnk per GEMM; causal attention core 2 * 2 * b * s_q * s_kv * heads * head_dim / 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op import Collective, Op
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+"""Bytes per activation element: fp8 training keeps activations and TP traffic in bf16 (Transformer Engine)."""
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """Per-rank sizes shared by all ops of a layer."""
+
+    cfg: TrainingConfig
+    tokens: int
+    """T = micro_batch * seq / cp."""
+    norm_tokens: int
+    """T / tp under sequence parallelism, else T."""
+    act_bytes: int
+    dtype: str
+    tp: Collective
+    cp: Collective
+    ep: Collective
+
+
+def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
+    b = ctx.act_bytes
+    return Op(name, "gemm", "fwd", {"m": m, "n": n, "k": k}, flops=2.0 * m * n * k,
+              bytes_moved=float(b * (m * k + k * n + m * n)), dtype=ctx.dtype)
+
+
+def elementwise(name: str, op_class: str, dims: dict[str, int], elements: int, ctx: LayerContext,
+                passes: float = 2.0) -> Op:
+    """A memory-bound op that reads and writes `elements` `passes` times in total."""
+    return Op(name, op_class, "fwd", dims, flops=0.0, bytes_moved=passes * elements * ctx.act_bytes, dtype=ctx.dtype)
+
+
+def comm(name: str, op_class: str, nbytes: float, coll: Collective, ctx: LayerContext, **tags: str) -> Op:
+    return Op(name, op_class, "fwd", {"bytes": int(nbytes)}, dtype=ctx.dtype, collective=coll, tags=tags)
+
+
+def norm(name: str, ctx: LayerContext) -> Op:
+    h = ctx.cfg.model.hidden_size
+    op_class = "rmsnorm" if ctx.cfg.model.normalization == "RMSNorm" else "layernorm"
+    return elementwise(name, op_class, {"tokens": ctx.norm_tokens, "hidden": h}, ctx.norm_tokens * h, ctx)
+
+
+def tp_enter(name: str, ctx: LayerContext) -> list[Op]:
+    """Before a column-parallel GEMM: all-gather of the sequence shards under SP; identity otherwise."""
+    if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
+        return []
+    nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
+    return [comm(name, "allgather", nbytes, ctx.tp, ctx)]
+
+
+def tp_exit(name: str, ctx: LayerContext) -> list[Op]:
+    """After a row-parallel GEMM: reduce-scatter under SP, else all-reduce, of the T x h output."""
+    if ctx.tp.group_size == 1:
+        return []
+    nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
+    op_class = "reducescatter" if ctx.cfg.parallel.sequence_parallel else "allreduce"
+    return [comm(name, op_class, nbytes, ctx.tp, ctx)]
+
+
+def residual(name: str, ctx: LayerContext) -> Op:
+    """Fused bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py): reads 2 tensors, writes 1."""
+    elements = ctx.norm_tokens * ctx.cfg.model.hidden_size
+    return elementwise(name, "residual_add", {"elements": elements}, elements, ctx, passes=3.0)
+
+
+def attention_ops(ctx: LayerContext) -> list[Op]:
+    m, p, t = ctx.cfg.model, ctx.cfg.parallel, ctx.tp.group_size
+    heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
+    ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx),
+           gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx)]
+    if m.position_embedding == "rope":
+        ops.append(elementwise("attn.rope", "rope", {"tokens": ctx.tokens, "heads": heads + kv_heads,
+                                                    "head_dim": d}, ctx.tokens * (heads + kv_heads) * d, ctx))
+    if p.cp > 1:
+        # Ring exchange of K and V around the CP group (Megatron cp_comm_type "p2p"), hidden behind attention.
+        kv_bytes = 2 * ctx.tokens * kv_heads * d * ctx.act_bytes * (p.cp - 1)
+        ops.append(comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
+    ops.extend(attention_core(ctx, heads, kv_heads, d))
+    ops.append(gemm("attn.proj", ctx.tokens, m.hidden_size, heads * d, ctx))
+    ops.extend(tp_exit("attn.tp_reduce", ctx))
+    ops.append(residual("attn.residual", ctx))
+    return ops
+
+
+def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list[Op]:
+    cfg = ctx.cfg
+    b = cfg.batch.micro_batch_size
+    s_q = cfg.model.seq_length // cfg.parallel.cp
+    s_kv = cfg.model.seq_length
+    causal_flops = 2.0 * 2.0 * b * s_q * s_kv * heads * d * 0.5
+    if cfg.attention_backend != "unfused":
+        dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": kv_heads, "head_dim": d, "causal": 1}
+        io = b * s_q * (2 * heads + 2 * kv_heads) * d * ctx.act_bytes
+        return [Op("attn.core", "attention", "fwd", dims, flops=causal_flops, bytes_moved=float(io), dtype=ctx.dtype)]
+    # Unfused (Megatron "local" attention): QK^T bmm, masked softmax, attention dropout, AV bmm; full s x s scores.
+    batch = b * heads
+    scores = batch * s_q * s_kv
+    qk = Op("attn.qk", "bmm", "fwd", {"batch": batch, "m": s_q, "n": s_kv, "k": d}, flops=2.0 * batch * s_q * s_kv * d,
+            bytes_moved=float(ctx.act_bytes * (2 * batch * s_q * d + scores)), dtype=ctx.dtype)
+    softmax = elementwise("attn.softmax", "softmax", {"rows": batch * s_q, "cols": s_kv}, scores, ctx)
+    dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
+    av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
+            bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
+    return [qk, softmax, dropout, av]
+
+
+def mlp_ops(ctx: LayerContext) -> list[Op]:
+    m, t = ctx.cfg.model, ctx.tp.group_size
+    ffn = m.ffn_hidden_size // t
+    ops = [norm("mlp.norm", ctx), *tp_enter("mlp.tp_allgather", ctx),
+           gemm("mlp.fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx)]
+    act = "swiglu" if m.swiglu else "gelu"
+    ops.append(elementwise(f"mlp.{act}", act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
+                           passes=3.0 if m.swiglu else 2.0))
+    ops += [gemm("mlp.fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit("mlp.tp_reduce", ctx),
+            residual("mlp.residual", ctx)]
+    return ops
+
+
+def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
+    """MoE MLP (megatron/core/transformer/moe/): router, permute, all-to-all dispatch, expert GEMMs, combine.
+
+    Returns the ops and how many times the expert GEMM group repeats (local experts). Tokens are assumed
+    balanced across experts (the aux-loss target): each EP rank receives T * topk routed tokens in total.
+    """
+    m, p = ctx.cfg.model, ctx.cfg.parallel
+    h, topk = m.hidden_size, m.moe_router_topk
+    experts_local = max(1, m.num_experts // p.ep)
+    ffn = (m.moe_ffn_hidden_size or m.ffn_hidden_size) // max(1, p.etp)
+    routed = ctx.tokens * topk
+    per_expert = max(1, routed // experts_local)
+    routed_bytes = routed * h * ctx.act_bytes
+    ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx),
+           Op("moe.router", "router", "fwd", {"tokens": ctx.tokens, "hidden": h, "experts": m.num_experts},
+              flops=2.0 * ctx.tokens * h * m.num_experts, bytes_moved=float(ctx.tokens * h * ctx.act_bytes),
+              dtype=ctx.dtype),
+           elementwise("moe.permute", "permute", {"elements": routed * h}, routed * h, ctx)]
+    if p.ep > 1:
+        ops.append(comm("moe.dispatch_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
+    ops += [gemm("moe.expert_fc1", per_expert, ffn * (2 if m.swiglu else 1), h, ctx),
+            elementwise("moe.expert_act", "swiglu" if m.swiglu else "gelu", {"elements": per_expert * ffn},
+                        per_expert * ffn, ctx),
+            gemm("moe.expert_fc2", per_expert, h, ffn, ctx)]
+    if p.ep > 1:
+        ops.append(comm("moe.combine_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
+    ops += [elementwise("moe.unpermute", "permute", {"elements": routed * h}, routed * h, ctx),
+            *tp_exit("moe.tp_reduce", ctx), residual("moe.residual", ctx)]
+    return ops, experts_local
+
+
+def embedding_ops(ctx: LayerContext) -> list[Op]:
+    """Vocab-parallel embedding lookup (+ learned positions), then all-reduce (reduce-scatter under SP)."""
+    m = ctx.cfg.model
+    vocab = m.padded_vocab_size // ctx.tp.group_size
+    out = ctx.tokens * m.hidden_size
+    ops = [Op("embedding.lookup", "embedding", "fwd", {"tokens": ctx.tokens, "vocab": vocab, "hidden": m.hidden_size},
+              bytes_moved=float(2 * out * ctx.act_bytes), dtype=ctx.dtype)]
+    ops += tp_exit("embedding.tp_reduce", ctx)
+    ops.append(elementwise("embedding.dropout", "dropout", {"elements": ctx.norm_tokens * m.hidden_size},
+                           ctx.norm_tokens * m.hidden_size, ctx))
+    return ops
+
+
+def head_ops(ctx: LayerContext) -> list[Op]:
+    """Final norm, vocab-parallel LM head GEMM and cross-entropy (max/sum all-reduces of T floats over TP)."""
+    m = ctx.cfg.model
+    vocab = m.padded_vocab_size // ctx.tp.group_size
+    ops = [norm("head.final_norm", ctx), *tp_enter("head.tp_allgather", ctx),
+           gemm("head.lm_head", ctx.tokens, vocab, m.hidden_size, ctx),
+           # Cross-entropy works on fp32 logits: read the logits, exp/sum, write grads (Megatron vocab-parallel CE).
+           Op("head.cross_entropy", "cross_entropy", "fwd", {"tokens": ctx.tokens, "vocab": vocab},
+              bytes_moved=float(3 * ctx.tokens * vocab * 4), dtype=ctx.dtype)]
+    if ctx.tp.group_size > 1:
+        ops.append(comm("head.ce_allreduce", "allreduce", 3 * ctx.tokens * 4, ctx.tp, ctx))
+    return ops

@@ -1,0 +1,124 @@
+"""Data-parallel gradient sync, parameter gathers and the optimizer step (per step or per layer under ZeRO-3).
+
+Semantics followed:
+- Megatron DDP (megatron/core/distributed/distributed_data_parallel.py): one gradient all-reduce over the
+  data-parallel (x context-parallel) group per step, bucketed and overlapped with the last micro-batch's
+  backward under --overlap-grad-reduce; with --use-distributed-optimizer a reduce-scatter instead, then an
+  all-gather of the updated bf16 parameters (overlapped with the next forward under --overlap-param-gather).
+- DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): stage 0 all-reduce and stage 1
+  reduce-scatter at the gradient-accumulation boundary; stage 2 reduce-scatters in every micro-step's backward
+  (gradients are partitioned), overlapped when overlap_comm; stages 1-2 all-gather the updated parameters
+  after the step; stage 3 all-gathers each layer's parameters before its forward and again before its
+  backward (prefetched, overlapped with compute) and reduce-scatters its gradients in backward.
+- Expert parameters synchronise over the expert data-parallel group (world / (pp * etp * ep) ranks).
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph import params as pc
+from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.graph.placement import place_group
+
+PARAM_BYTES = 2
+"""bf16/fp16 parameter copies gathered by the distributed optimizer and ZeRO (fp32 when training in fp32)."""
+
+
+def grad_bytes(cfg: TrainingConfig) -> int:
+    if cfg.precision == "fp32":
+        return 4
+    return 4 if cfg.optimizer.fp32_main_grads else 2
+
+
+def param_bytes(cfg: TrainingConfig) -> int:
+    return 4 if cfg.precision == "fp32" else PARAM_BYTES
+
+
+def dp_groups(cfg: TrainingConfig, gpus_per_node: int) -> tuple[Collective, Collective]:
+    """(dense gradient group = dp x cp, expert gradient group = expert data parallel)."""
+    p = cfg.parallel
+    dense = place_group("dp_cp", p.dp * p.cp, p, gpus_per_node)
+    edp = max(1, p.tp * p.cp * p.dp // (max(1, p.etp) * p.ep))
+    return dense, place_group("edp", edp, p, gpus_per_node)
+
+
+def _comm(name: str, op_class: str, phase: str, nbytes: float, coll: Collective, cfg: TrainingConfig,
+          overlap: str | None) -> Op:
+    tags = {"overlap": overlap} if overlap else {}
+    return Op(name, op_class, phase, {"bytes": int(nbytes)}, dtype=cfg.precision, collective=coll, tags=tags)
+
+
+def zero3_layer_comm(cfg: TrainingConfig, layer_params: int,
+                     gpus_per_node: int) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """Per-layer, per-micro-batch ZeRO-2/3 comm: (gather before forward, gather before backward, grad reduce)."""
+    zero, o = cfg.optimizer.zero_stage, cfg.optimizer
+    dense, _ = dp_groups(cfg, gpus_per_node)
+    if zero < 2 or dense.group_size == 1:
+        return (), (), ()
+    grad_overlap = "grad_reduce" if o.overlap_grad_reduce else None
+    reduce = (_comm("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_bytes(cfg), dense, cfg,
+                    grad_overlap),)
+    if zero < 3:
+        return (), (), reduce
+    nbytes = layer_params * param_bytes(cfg)
+    gather_f = (_comm("zero3.param_allgather", "allgather", "fwd", nbytes, dense, cfg, "param_gather"),)
+    gather_b = (_comm("zero3.param_allgather", "allgather", "bwd", nbytes, dense, cfg, "param_gather"),)
+    return gather_f, gather_b, reduce
+
+
+def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool) -> list[Op]:
+    if params <= 0 or coll.group_size == 1:
+        return []
+    overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
+    op_class = "reducescatter" if sharded else "allreduce"
+    return [_comm(f"{name}.grad_{op_class}", op_class, "step", params * grad_bytes(cfg), coll, cfg, overlap)]
+
+
+def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
+    if params <= 0 or coll.group_size == 1:
+        return []
+    overlap = "param_gather" if cfg.optimizer.overlap_param_gather else None
+    return [_comm(f"{name}.param_allgather", "allgather", "step", params * param_bytes(cfg), coll, cfg, overlap)]
+
+
+def _non_layer_params(cfg: TrainingConfig, stage: int) -> int:
+    extra = pc.embedding_params(cfg) if stage == 0 else 0
+    return extra + (pc.head_params(cfg) if stage == cfg.parallel.pp - 1 else 0)
+
+
+def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert: int,
+                   gpus_per_node: int) -> tuple[Op, ...]:
+    o, p = cfg.optimizer, cfg.parallel
+    dense, edp = dp_groups(cfg, gpus_per_node)
+    sharded = o.distributed_optimizer or o.zero_stage >= 1
+    num_dense = num_params - num_expert
+    # ZeRO-2/3 reduce layer gradients inside backward (zero3_layer_comm); only embedding/head remain here.
+    step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
+    ops = _grad_sync(cfg, "dp", step_dense, dense, sharded) + _grad_sync(cfg, "edp", num_expert, edp, sharded)
+    ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
+    shard_dense = dense.group_size if sharded else 1
+    shard_expert = edp.group_size if sharded else 1
+    local = num_dense // shard_dense + num_expert // shard_expert
+    tags = {"offload": o.offload_optimizer} if o.offload_optimizer != "none" else {}
+    ops.append(Op("optimizer.step", "optimizer", "step", {"params": local}, flops=0.0,
+                  bytes_moved=float(local * ADAM_BYTES_PER_PARAM), dtype="fp32", tags=tags))
+    if sharded and o.zero_stage < 3:
+        ops += _param_gather(cfg, "dp", num_dense, dense) + _param_gather(cfg, "edp", num_expert, edp)
+    return tuple(ops)
+
+
+ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
+"""Adam step traffic per parameter: read fp32 param, grad, m, v (16 B), write param, m, v (12 B), write the
+bf16/fp16 model copy (2 B) (Megatron's fused multi-tensor Adam; DeepSpeed FusedAdam)."""
+
+
+def _tied_embedding_sync(cfg: TrainingConfig, stage: int, gpus_per_node: int) -> list[Op]:
+    """Megatron all-reduces the word-embedding gradient between the first and last stage when tied and pp > 1."""
+    p = cfg.parallel
+    if p.pp == 1 or cfg.model.untie_embeddings or stage not in (0, p.pp - 1):
+        return []
+    pair = place_group("pp", p.pp, p, gpus_per_node)
+    coll = Collective(group="pp", group_size=2, ranks_per_node=1 if pair.ranks_per_node < p.pp else 2,
+                      groups_sharing_node=pair.groups_sharing_node)
+    nbytes = cfg.model.padded_vocab_size // p.tp * cfg.model.hidden_size * grad_bytes(cfg)
+    return [_comm("embedding.tied_grad_allreduce", "allreduce", "step", nbytes, coll, cfg, None)]

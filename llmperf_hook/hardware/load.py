@@ -1,0 +1,159 @@
+"""Read hardware and cluster YAML (configs/hardware/NAME.yaml, configs/clusters/NAME.yaml) into specs.
+
+Lookup of a NAME_OR_PATH, first match wins: an existing file path; `$LLMPERF_HOME/hardware/NAME.yaml`
+(`$LLMPERF_HOME/clusters/NAME.yaml`), where `llmperf profile` writes user hardware; the shipped `configs/`.
+
+Hardware keys (HARDWARE_KEYS): name, peak_TFLOPs {dtype: TFLOP/s dense}, memory_bandwidth_GBps,
+memory_capacity_GiB (or memory_capacity_GB, 1e9 bytes); optional gemm_efficiency, gemm_ramp_us,
+attention_efficiency, memory_efficiency, kernel_launch_us, description, sources.
+
+Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
+gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
+bytes); optional intra_node_latency_us, inter_node_latency_us, intra_node_bus_efficiency,
+inter_node_bus_efficiency, nics_per_node, description, sources. Unknown keys are an error (a typo would
+otherwise silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
+from llmperf_hook.resources import configs_dir, llmperf_home
+
+HARDWARE_REQUIRED = ("name", "peak_TFLOPs", "memory_bandwidth_GBps")
+HARDWARE_OPTIONAL = (
+    "memory_capacity_GiB", "memory_capacity_GB", "gemm_efficiency", "gemm_ramp_us", "attention_efficiency",
+    "memory_efficiency", "kernel_launch_us", "description", "sources",
+)
+HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
+CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
+CLUSTER_OPTIONAL = (
+    "intra_node_latency_us", "inter_node_latency_us", "intra_node_bus_efficiency", "inter_node_bus_efficiency",
+    "nics_per_node", "description", "sources",
+)
+CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
+
+# Defaults for optional cluster keys: an NCCL ring reaches ~80 % of link bandwidth as bus bandwidth
+# (A100 NVSwitch 228/300 GB/s in calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv; IB ~90 %).
+DEFAULT_INTRA_LATENCY_US = 20.0
+DEFAULT_INTER_LATENCY_US = 5.0
+DEFAULT_INTRA_BUS_EFFICIENCY = 0.8
+DEFAULT_INTER_BUS_EFFICIENCY = 0.9
+
+
+def find_config_file(kind: str, name_or_path: str) -> Path:
+    """The YAML file for `name_or_path` of `kind` ("hardware" | "clusters"), by the lookup order above."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    for folder in (llmperf_home() / kind, configs_dir() / kind):
+        for suffix in (".yaml", ".yml"):
+            candidate = folder / f"{name_or_path}{suffix}"
+            if candidate.is_file():
+                return candidate
+    shipped = sorted(p.stem for p in (configs_dir() / kind).glob("*.yaml"))
+    raise UsageError(
+        f"{kind[:-1] if kind == 'clusters' else kind} '{name_or_path}' not found: it is not a file, not "
+        f"{llmperf_home() / kind}/{name_or_path}.yaml and not a shipped preset. Shipped: {', '.join(shipped)}. "
+        f"Pass one of those names or the path of a YAML file (schema: llmperf_hook/hardware/load.py)."
+    )
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot read {path}: {err}. Fix the file or point at another one.") from err
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path} must hold a YAML mapping of keys to values, found {type(raw).__name__}.")
+    return raw
+
+
+def _check_keys(raw: Mapping[str, Any], required: tuple[str, ...], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(raw) - set(allowed))
+    missing = [k for k in required if k not in raw]
+    if unknown or missing:
+        parts = [f"unknown keys {unknown}" if unknown else "", f"missing keys {missing}" if missing else ""]
+        raise UsageError(
+            f"{where}: {' and '.join(p for p in parts if p)}. Accepted keys: {', '.join(allowed)} "
+            f"(required: {', '.join(required)}). Fix the spelling or remove the key."
+        )
+
+
+def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise UsageError(f"{where}: {key} must be a positive number, found {value!r}. Fix the value.")
+    return float(value)
+
+
+def parse_hardware(raw: Mapping[str, Any], where: str) -> HardwareSpec:
+    _check_keys(raw, HARDWARE_REQUIRED, HARDWARE_KEYS, where)
+    peaks = raw["peak_TFLOPs"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise UsageError(f"{where}: peak_TFLOPs must map dtypes (fp32, tf32, fp16, bf16, fp8) to TFLOP/s.")
+    if "memory_capacity_GiB" in raw:
+        capacity = _number(raw, "memory_capacity_GiB", where) * 2**30
+    else:
+        capacity = _number(raw, "memory_capacity_GB", where) * 1e9
+    return HardwareSpec(
+        name=str(raw["name"]),
+        peak_flop_per_s={str(k): _number(peaks, k, f"{where} peak_TFLOPs") * 1e12 for k in peaks},
+        memory_bandwidth_bytes_per_s=_number(raw, "memory_bandwidth_GBps", where) * 1e9,
+        memory_capacity_bytes=int(capacity),
+        gemm_efficiency=_number(raw, "gemm_efficiency", where, 0.8),
+        memory_efficiency=_number(raw, "memory_efficiency", where, 0.85),
+        kernel_launch_s=_number(raw, "kernel_launch_us", where, 4.0) * 1e-6,
+        gemm_ramp_s=_number(raw, "gemm_ramp_us", where, 15.0) * 1e-6,
+        attention_efficiency=_number(raw, "attention_efficiency", where, 0.6),
+    )
+
+
+def load_hardware(name_or_path: str) -> HardwareSpec:
+    """HardwareSpec from a path or a name (lookup order in the module docstring)."""
+    path = find_config_file("hardware", name_or_path)
+    return parse_hardware(read_yaml_mapping(path), str(path))
+
+
+def _tier(raw: Mapping[str, Any], prefix: str, where: str, latency_us: float, efficiency: float) -> NetworkTier:
+    return NetworkTier(
+        bandwidth_bytes_per_s=_number(raw, f"{prefix}_bandwidth_GBps", where) * 1e9,
+        latency_s=_number(raw, f"{prefix}_latency_us", where, latency_us) * 1e-6,
+        bus_efficiency=_number(raw, f"{prefix}_bus_efficiency", where, efficiency),
+    )
+
+
+def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | None = None) -> ClusterSpec:
+    _check_keys(raw, CLUSTER_REQUIRED, CLUSTER_KEYS, where)
+    gpus_per_node = raw["gpus_per_node"]
+    if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+        raise UsageError(f"{where}: gpus_per_node must be a positive integer, found {gpus_per_node!r}.")
+    gpu = hardware or _cluster_gpu(raw["gpu"], where)
+    return ClusterSpec(
+        name=str(raw["name"]),
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        intra_node=_tier(raw, "intra_node", where, DEFAULT_INTRA_LATENCY_US, DEFAULT_INTRA_BUS_EFFICIENCY),
+        inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
+        nics_per_node=int(raw.get("nics_per_node", 0)),
+    )
+
+
+def _cluster_gpu(value: Any, where: str) -> HardwareSpec:
+    if isinstance(value, dict):
+        return parse_hardware(value, f"{where} gpu")
+    if isinstance(value, str) and value:
+        return load_hardware(value)
+    raise UsageError(f"{where}: gpu must be a hardware name (e.g. a100-sxm4-80gb) or a mapping, found {value!r}.")
+
+
+def load_cluster(name_or_path: str, hardware: str | HardwareSpec | None = None) -> ClusterSpec:
+    """ClusterSpec from a path or a name; `hardware` (a name, path or spec) replaces the cluster's GPU."""
+    path = find_config_file("clusters", name_or_path)
+    gpu = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    return parse_cluster(read_yaml_mapping(path), str(path), gpu)

@@ -1,0 +1,100 @@
+"""Stage [4]: seconds for every op of an OpGraph, from the best available predictor per op class.
+
+Order per op class: the fitted profile of the GPU (predict/fitted.find_profile) when it supports the class,
+phase and dtype, else the roofline; collectives: the cluster's fitted communication model
+(find_comm_model) when present, else alpha-beta. Predictions are memoised on (predictor, cluster numbers,
+op signature), so repeated layers, stages and `tune` candidates cost one prediction each.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import astuple
+from typing import Sequence
+
+from llmperf_hook.graph.op import COLLECTIVE_CLASSES, Op
+from llmperf_hook.graph.op_graph import OpGraph
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.predict import fitted
+from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
+from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
+from llmperf_hook.predict.roofline import RooflinePredictor
+
+ROOFLINE = RooflinePredictor()
+ALPHA_BETA = AlphaBetaPredictor()
+_CACHE: dict[tuple, float] = {}
+_CACHE_LIMIT = 200_000
+
+
+def clear_prediction_cache() -> None:
+    """Forget memoised op times (after a profile was refitted in the same process)."""
+    _CACHE.clear()
+
+
+def op_id(op: Op) -> str:
+    """Stable id of an op's cost-relevant signature: equal ids always have equal times."""
+    dims = ",".join(f"{k}={v}" for k, v in op.dims.items())
+    coll = op.collective
+    where = f"{coll.group}/{coll.group_size}/{coll.ranks_per_node}/{coll.groups_sharing_node}" if coll else ""
+    tags = ",".join(f"{k}={v}" for k, v in sorted(op.tags.items()))
+    return f"{op.op_class}:{op.phase}:{op.dtype}:{dims}:{op.flops:.6g}:{op.bytes_moved:.6g}:{where}:{tags}"
+
+
+def cluster_key(cluster: ClusterSpec) -> tuple:
+    gpu = cluster.gpu
+    return (cluster.name, gpu.name, tuple(sorted(gpu.peak_flop_per_s.items())), gpu.memory_bandwidth_bytes_per_s,
+            gpu.gemm_efficiency, gpu.memory_efficiency, gpu.kernel_launch_s, gpu.gemm_ramp_s,
+            gpu.attention_efficiency, cluster.gpus_per_node, astuple(cluster.intra_node), astuple(cluster.inter_node))
+
+
+def choose_predictor(op: Op, profile: OpClassPredictor | None, comm_model: OpClassPredictor | None) -> OpClassPredictor:
+    if op.op_class in COLLECTIVE_CLASSES:
+        if comm_model is not None and comm_model.supports(op.op_class, op.phase, op.dtype):
+            return comm_model
+        return ALPHA_BETA
+    if profile is not None and profile.supports(op.op_class, op.phase, op.dtype):
+        return profile
+    return ROOFLINE
+
+
+def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredictor | None,
+                comm_model: OpClassPredictor | None) -> tuple[dict[str, float], dict[str, str]]:
+    """(seconds by op id, predictor name by op class) for `ops`; one vectorised call per predictor and class."""
+    ckey = cluster_key(cluster)
+    seconds: dict[str, float] = {}
+    used: dict[str, str] = {}
+    pending: dict[tuple[int, str], list[tuple[str, Op]]] = defaultdict(list)
+    predictors: dict[int, OpClassPredictor] = {}
+    for op in ops:
+        oid = op_id(op)
+        if oid in seconds:
+            continue
+        predictor = choose_predictor(op, profile, comm_model)
+        used[op.op_class] = predictor.name
+        cached = _CACHE.get((predictor.name, ckey, oid))
+        if cached is not None:
+            seconds[oid] = cached
+            continue
+        seconds[oid] = 0.0
+        predictors[id(predictor)] = predictor
+        pending[(id(predictor), op.op_class)].append((oid, op))
+    for (pid, _), items in pending.items():
+        predictor = predictors[pid]
+        values = predictor.predict_s([op for _, op in items], cluster)
+        for (oid, _), value in zip(items, values):
+            seconds[oid] = max(0.0, float(value))
+            if len(_CACHE) < _CACHE_LIMIT:
+                _CACHE[(predictor.name, ckey, oid)] = seconds[oid]
+    return seconds, used
+
+
+def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTimes:
+    """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`)."""
+    profile = fitted.find_profile(cluster.gpu.name, dtype)
+    comm_model = fitted.find_comm_model(cluster.name)
+    seconds, used = predict_ops(graph.all_ops(), cluster, profile, comm_model)
+    warnings: tuple[str, ...] = ()
+    if profile is None:
+        warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
+                    f"roofline model (run `llmperf profile` on that GPU to fit one).",)
+    return OpTimes(seconds=seconds, predictor_by_class=dict(sorted(used.items())), warnings=warnings)

@@ -1,0 +1,46 @@
+"""Stage [6]: the JSON object of `llmperf predict --format json` (one per command in --batch mode).
+
+Schema 1 keys: schema, command, step_time_s, tokens_per_s, mfu, model_flops_per_step, memory
+{peak_bytes_per_gpu, capacity_bytes, fits, headroom_bytes, stage, components}, breakdown {component: s}
+(sums to step_time_s), stages [{stage, num_layers, fwd_s, bwd_s, compute_s, idle_s, exposed_comm_s,
+optimizer_s}], critical_stage, cluster {name, gpu, gpus_per_node, nnodes}, config (explain JSON), warnings,
+predictor {op class: cost model}.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmperf_hook.api import Prediction
+
+
+def _r(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: int) -> dict[str, Any]:
+    est, mem = pred.estimate, pred.estimate.memory
+    return {
+        "schema": schema,
+        "command": list(pred.job.argv),
+        "step_time_s": _r(est.step_time_s),
+        "tokens_per_s": _r(est.tokens_per_s),
+        "mfu": _r(est.mfu, 4),
+        "model_flops_per_step": _r(est.model_flops_per_step),
+        "memory": {
+            "peak_bytes_per_gpu": int(mem.peak_bytes_per_gpu), "capacity_bytes": int(mem.capacity_bytes),
+            "fits": bool(mem.fits), "headroom_bytes": int(mem.headroom_bytes), "stage": mem.stage,
+            "components": {k: int(v) for k, v in mem.components.items()},
+        },
+        "breakdown": {k: _r(v) for k, v in est.breakdown.items()},
+        "stages": [{"stage": s.stage, "num_layers": s.num_layers, "fwd_s": _r(s.fwd_s), "bwd_s": _r(s.bwd_s),
+                    "compute_s": _r(s.compute_s), "idle_s": _r(s.idle_s), "optimizer_s": _r(s.optimizer_s),
+                    "exposed_comm_s": {k: _r(v) for k, v in s.exposed_comm_s.items()}} for s in est.stages],
+        "critical_stage": est.critical_stage,
+        "cluster": {"name": pred.cluster.name, "gpu": pred.cluster.gpu.name,
+                    "gpus_per_node": pred.cluster.gpus_per_node, "nnodes": pred.job.nnodes},
+        "config": config,
+        "warnings": list(dict.fromkeys(list(pred.warnings) + list(est.warnings))),
+        "predictor": dict(est.predictor),
+    }

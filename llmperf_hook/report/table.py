@@ -1,0 +1,62 @@
+"""Stage [6]: the readable report of `llmperf predict` (default format)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmperf_hook.report.units import fmt_bytes, fmt_rate, fmt_seconds
+
+if TYPE_CHECKING:
+    from llmperf_hook.api import Prediction
+
+BREAKDOWN_LABELS = {
+    "compute": "compute (forward + backward)", "recompute": "activation recompute",
+    "comm_tp": "tensor-parallel comm (exposed)", "comm_cp": "context-parallel comm (exposed)",
+    "comm_ep": "expert all-to-all (exposed)", "comm_zero": "ZeRO gathers / reduces in layers (exposed)",
+    "comm_dp": "data-parallel comm in layers (exposed)", "pipeline_p2p": "pipeline send/recv (exposed)",
+    "pipeline_bubble": "pipeline bubble", "comm_dp_grad": "gradient sync (exposed)",
+    "comm_embedding_grad": "tied-embedding grad all-reduce", "optimizer": "optimizer step",
+    "comm_param_gather": "parameter all-gather (exposed)", "calibration": "calibration correction",
+}
+
+
+def _config_line(pred: "Prediction") -> str:
+    c = pred.config
+    p, b = c.parallel, c.batch
+    layout = f"TP{p.tp} PP{p.pp}" + (f" VPP{p.vpp}" if p.vpp > 1 else "") + (f" CP{p.cp}" if p.cp > 1 else "")
+    layout += f" DP{p.dp}" + (f" EP{p.ep}" if p.ep > 1 else "") + (" SP" if p.sequence_parallel else "")
+    zero = f", ZeRO-{c.optimizer.zero_stage}" if c.optimizer.zero_stage else ""
+    dist = ", distributed optimizer" if c.optimizer.distributed_optimizer else ""
+    return (f"{c.framework} on {c.world_size} GPUs ({pred.cluster.name}, {pred.cluster.gpu.name}): {layout}; "
+            f"micro-batch {b.micro_batch_size}, global batch {b.global_batch_size} ({b.num_microbatches} micro-batches "
+            f"per rank); {c.precision}, recompute {c.recompute.granularity}{zero}{dist}")
+
+
+def render_prediction_table(pred: "Prediction") -> str:
+    est, mem = pred.estimate, pred.estimate.memory
+    verdict = "fits" if mem.fits else "DOES NOT FIT"
+    lines = [
+        _config_line(pred), "",
+        f"  step time        {fmt_seconds(est.step_time_s)}",
+        f"  throughput       {fmt_rate(est.tokens_per_s)} ({fmt_rate(est.tokens_per_s / pred.config.world_size)} per GPU)",
+        f"  MFU              {est.mfu * 100:.1f} %",
+        f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: {verdict} "
+        f"({'headroom' if mem.fits else 'short by'} {fmt_bytes(abs(mem.headroom_bytes))}; busiest stage {mem.stage})",
+        "", f"  where the step goes (critical stage {est.critical_stage}):",
+    ]
+    for key, seconds in sorted(est.breakdown.items(), key=lambda kv: -kv[1]):
+        share = seconds / est.step_time_s * 100 if est.step_time_s else 0.0
+        lines.append(f"    {BREAKDOWN_LABELS.get(key, key):<44} {fmt_seconds(seconds):>10}  {share:5.1f} %")
+    lines += ["", "  memory of the busiest rank:"]
+    for key, nbytes in sorted(mem.components.items(), key=lambda kv: -kv[1]):
+        if nbytes > 0:
+            lines.append(f"    {key:<44} {fmt_bytes(nbytes):>10}")
+    if len(est.stages) > 1:
+        lines += ["", "  per stage: layers  fwd/micro-batch  bwd/micro-batch  idle"]
+        for s in est.stages:
+            lines.append(f"    {s.stage:>3} {s.num_layers:>12} {fmt_seconds(s.fwd_s):>16} {fmt_seconds(s.bwd_s):>16} "
+                         f"{fmt_seconds(s.idle_s):>10}")
+    lines += ["", "  cost models: " + ", ".join(f"{k}={v}" for k, v in est.predictor.items())]
+    for warning in dict.fromkeys(list(pred.warnings) + list(est.warnings)):
+        lines.append(f"  warning: {warning}")
+    return "\n".join(lines)

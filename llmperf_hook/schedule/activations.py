@@ -1,0 +1,103 @@
+"""Activation memory per transformer layer and micro-batch: Korthikanti et al. 2022 (arXiv 2205.05198).
+
+Section 4 counts, with 2-byte activations and 1-byte dropout masks, for s = sequence, b = micro-batch,
+h = hidden, a = heads, t = tensor-parallel size (Table 2):
+
+    no parallelism              sbh (34 + 5as/h)                                  (Eq. 1)
+    tensor parallel             sbh (10 + 24/t + 5as/(ht))                        (Eq. 2)
+    tensor + sequence parallel  sbh (34/t + 5as/(ht))                             (Eq. 3)
+    tensor + selective recomp.  sbh (10 + 24/t)
+    t + s + selective recomp.   sbh (34/t)
+    full recompute              2sbh (only each layer's input is kept; /t with SP)
+
+The 34 is the sum of: attention 11sbh (QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1) +
+5as^2b (softmax output 2, dropout mask 1, dropout output 2); MLP 19sbh (fc1 input 2, GeLU input 8, fc2 input 8,
+dropout mask 1); two LayerNorm inputs 4sbh. `layer_activation_bytes` recomputes the same terms for general
+shapes (GQA: K and V scale with kv_heads/heads; SwiGLU: fc1 output 2f wide; any ffn width f), so the paper's
+numbers come out exactly for GPT shapes (f = 4h, no GQA). Flash attention keeps no s x s tensors (only the
+log-sum-exp, 4 bytes per row and head) in place of the 5as^2b scores.
+Context parallelism divides s by cp.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+
+ACT_BYTES = 2
+MASK_BYTES = 1
+
+
+def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
+    """(replicated-across-TP bytes, TP-split bytes, attention-score bytes) of one layer, one micro-batch."""
+    m = cfg.model
+    s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
+    f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
+    kv = m.num_query_groups / m.num_attention_heads
+    sbh = s * b * h
+    ln_inputs = 2 * ACT_BYTES * sbh
+    qkv_input, mlp_input, dropout_masks = ACT_BYTES * sbh, ACT_BYTES * sbh, 2 * MASK_BYTES * sbh
+    replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
+    qkv = ACT_BYTES * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
+    proj_input = ACT_BYTES * sbh
+    fc1_out = ACT_BYTES * s * b * f * (2 if m.swiglu else 1)
+    fc2_in = ACT_BYTES * s * b * f
+    split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
+    a = m.num_attention_heads
+    scores = (2 * ACT_BYTES + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b
+    return replicated, split, scores
+
+
+def layer_activation_bytes(cfg: TrainingConfig) -> float:
+    """Stored activations of one layer for one micro-batch on one rank (Table 2 row for this config)."""
+    t, sp = cfg.parallel.tp, cfg.parallel.sequence_parallel
+    replicated, split, scores = layer_terms(cfg)
+    m = cfg.model
+    s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
+    granularity = cfg.recompute.granularity
+    if granularity == "full":
+        return ACT_BYTES * s * b * h / (t if sp else 1)
+    base = (replicated + split) / t if sp else replicated + split / t
+    if cfg.attention_backend == "unfused" and granularity == "none":
+        return base + scores / t
+    # Flash/fused attention (or selective recompute) keeps only the fp32 log-sum-exp per row and head.
+    lse = 4 * m.num_attention_heads / t * s * b if cfg.attention_backend != "unfused" else 0.0
+    return base + lse
+
+
+def recompute_working_bytes(cfg: TrainingConfig) -> float:
+    """Full recompute: during backward one layer's activations are rematerialised (one layer, one micro-batch)."""
+    if cfg.recompute.granularity != "full":
+        return 0.0
+    from dataclasses import replace
+
+    return layer_activation_bytes(replace(cfg, recompute=replace(cfg.recompute, granularity="none")))
+
+
+def embedding_activation_bytes(cfg: TrainingConfig) -> float:
+    """Input-embedding dropout mask, sbh (/t under SP) per micro-batch on the first stage (paper Sec. 4.2.3)."""
+    m, p = cfg.model, cfg.parallel
+    sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
+    return MASK_BYTES * sbh / (p.tp if p.sequence_parallel else 1)
+
+
+def output_activation_bytes(cfg: TrainingConfig) -> float:
+    """Last stage, one micro-batch: final norm, output projection and fp32 cross-entropy, 4sbh/t (1 + v/h)
+    (paper Sec. 4.2.3), with v the padded vocabulary."""
+    m, p = cfg.model, cfg.parallel
+    sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
+    return 4 * sbh / p.tp * (1 + m.padded_vocab_size / m.hidden_size)
+
+
+def microbatches_in_flight(cfg: TrainingConfig, stage: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of that stage's full layer set.
+
+    1F1B: stage r holds min(pp - r, m) micro-batches. Interleaved: warm-up + 1 virtual micro-batches of one
+    chunk each, i.e. (2 (pp - r - 1) + (vpp - 1) pp + 1) / vpp stage-equivalents; for r = 0 that is
+    pp (1 + (pp - 1) / (pp vpp)) (Korthikanti et al. 2022, Sec. 4.2.3; Narayanan et al. 2021, Sec. 2.2.2).
+    """
+    p, m = cfg.parallel, cfg.batch.num_microbatches
+    if p.vpp == 1:
+        return float(min(p.pp - stage, m))
+    total = m * p.vpp
+    warmup = total if m == p.pp else min(total, 2 * (p.pp - stage - 1) + (p.vpp - 1) * p.pp)
+    return min(total, warmup + 1) / p.vpp

@@ -1,0 +1,207 @@
+"""Stage [5]: compose op times into the step: per-pass durations, the pipeline simulation, then the
+once-per-step gradient sync, optimizer and parameter gather, with a breakdown that sums to the step time.
+
+Overlap rules (what a framework hides behind compute, and what it leaves exposed):
+- in-layer communication is on the critical path (TP all-reduce / SP gathers, expert all-to-all), except TP
+  communication under --tp-comm-overlap (Transformer Engine userbuffers) and ops tagged `overlap`
+  (context-parallel KV exchange, ZeRO-3 prefetched gathers, ZeRO-2 reduce-scatter with overlap_comm), which
+  hide behind the compute of their layer: exposed = max(0, comm - compute);
+- data-parallel gradient sync runs after the stage's last backward, or, with --overlap-grad-reduce /
+  overlap_comm, bucket by bucket during the last micro-batch's backward: exposed = max(comm - window, last
+  bucket) (megatron/core/distributed/param_and_grad_buffer.py);
+- the distributed-optimizer parameter all-gather follows the optimizer step, or hides behind the first
+  forward of the next step with --overlap-param-gather;
+- all stages meet before the optimizer (gradient-norm and found-inf reductions span the model-parallel group).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
+from llmperf_hook.predict.dispatch import op_id
+from llmperf_hook.schedule.pipeline import simulate_pipeline
+from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
+
+MEGATRON_DEFAULT_BUCKET_ELEMS = 40_000_000
+"""Megatron DDP bucket size: max(40M, 1M * dp) parameters (megatron/core/distributed/distributed_data_parallel.py)."""
+DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
+"""DeepSpeed zero_optimization.reduce_bucket_size default (deepspeed/runtime/zero/config.py)."""
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """One forward or backward pass of a chunk for one micro-batch."""
+
+    total_s: float
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+
+
+def _comm_kind(op: Op) -> str:
+    assert op.collective is not None
+    if op.name.startswith("zero"):
+        return "zero"
+    return {"dp_cp": "dp", "edp": "dp", "etp": "tp"}.get(op.collective.group, op.collective.group)
+
+
+def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool) -> PassCost:
+    compute = recompute = hidden = 0.0
+    exposed: dict[str, float] = defaultdict(float)
+    hidden_by_kind: dict[str, float] = defaultdict(float)
+    for op in ops:
+        t = seconds[op_id(op)]
+        if op.collective is None:
+            if op.phase == "recompute":
+                recompute += t
+            else:
+                compute += t
+        elif "overlap" in op.tags or (tp_overlap and op.collective.group == "tp"):
+            hidden += t
+            hidden_by_kind[_comm_kind(op)] += t
+        else:
+            exposed[_comm_kind(op)] += t
+    leftover = max(0.0, hidden - (compute + recompute))
+    for kind, t in hidden_by_kind.items():
+        exposed[kind] += leftover * t / hidden if hidden else 0.0
+    total = compute + recompute + sum(exposed.values())
+    return PassCost(total, compute, recompute, dict(exposed))
+
+
+def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, backward: bool) -> PassCost:
+    total = compute = recompute = 0.0
+    exposed: dict[str, float] = defaultdict(float)
+    for block in chunk.blocks:
+        cost = block_pass(block.bwd if backward else block.fwd, seconds, tp_overlap)
+        total += cost.total_s * block.count
+        compute += cost.compute_s * block.count
+        recompute += cost.recompute_s * block.count
+        for kind, t in cost.exposed_comm_s.items():
+            exposed[kind] += t * block.count
+    return PassCost(total, compute, recompute, dict(exposed))
+
+
+def _bucket_fraction(cfg: TrainingConfig, params: int) -> float:
+    deepspeed = "deepspeed" in cfg.framework
+    default = DEEPSPEED_DEFAULT_BUCKET_ELEMS if deepspeed else max(MEGATRON_DEFAULT_BUCKET_ELEMS,
+                                                                   1_000_000 * cfg.parallel.dp)
+    bucket = cfg.optimizer.grad_bucket_size_elems or default
+    return min(1.0, bucket / max(1, params))
+
+
+@dataclass(frozen=True)
+class StepOpsCost:
+    grad_exposed_s: float
+    embedding_s: float
+    optimizer_s: float
+    param_gather_exposed_s: float
+    grad_total_s: float
+    param_gather_total_s: float
+
+
+def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingConfig, bwd_window_s: float,
+                  fwd_window_s: float) -> StepOpsCost:
+    grad = gather = embed = opt = 0.0
+    grad_overlap = gather_overlap = False
+    for op in stage.step_ops:
+        t = seconds[op_id(op)]
+        if op.op_class == "optimizer":
+            opt += t
+        elif op.name.startswith("embedding"):
+            embed += t
+        elif "param_allgather" in op.name:
+            gather += t
+            gather_overlap = op.tags.get("overlap") == "param_gather"
+        else:
+            grad += t
+            grad_overlap = op.tags.get("overlap") == "grad_reduce"
+    grad_exposed = grad
+    if grad_overlap:
+        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage.num_params))
+    gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
+    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather)
+
+
+@dataclass(frozen=True)
+class ComposedStep:
+    step_time_s: float
+    breakdown: dict[str, float]
+    stages: tuple[StageTiming, ...]
+    critical_stage: int
+    timeline: tuple[TimelineEvent, ...]
+
+
+def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig, detail: bool = False) -> ComposedStep:
+    """Simulate the step of `graph` with op `seconds` (by op id)."""
+    tp_overlap = cfg.optimizer.tp_comm_overlap
+    fwd = [[chunk_pass(c, seconds, tp_overlap, False) for c in s.chunks] for s in graph.stages]
+    bwd = [[chunk_pass(c, seconds, tp_overlap, True) for c in s.chunks] for s in graph.stages]
+    p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
+    m = graph.num_microbatches
+    f_s = [[c.total_s for c in row] for row in fwd]
+    b_s = [[c.total_s for c in row] for row in bwd]
+    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail)
+    sim_free = simulate_pipeline(f_s, b_s, 0.0, m) if p2p_s > 0 else sim
+    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i])) for i, s in enumerate(graph.stages)]
+    sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
+    critical = max(range(len(sync_end)), key=lambda i: sync_end[i])
+    optimizer_s = max(c.optimizer_s for c in step_costs)
+    gather_s = max(c.param_gather_exposed_s for c in step_costs)
+    step = sync_end[critical] + optimizer_s + gather_s
+    breakdown = _breakdown(fwd[critical], bwd[critical], m, sim.end_s[critical], sim_free.end_s[critical],
+                           sim.busy_s[critical], step_costs[critical], optimizer_s, gather_s)
+    stages = tuple(_stage_timing(graph.stages[i], fwd[i], bwd[i], m, sim.end_s[i], sim.busy_s[i], step_costs[i])
+                   for i in range(len(graph.stages)))
+    timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s) if detail else ()
+    return ComposedStep(step, breakdown, stages, critical, timeline)
+
+
+def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, end_free_s: float, busy_s: float,
+               steps: StepOpsCost, optimizer_s: float, gather_s: float) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for cost in fwd + bwd:
+        out["compute"] += cost.compute_s * m
+        out["recompute"] += cost.recompute_s * m
+        for kind, t in cost.exposed_comm_s.items():
+            out[f"comm_{kind}"] += t * m
+    out["pipeline_p2p"] = max(0.0, end_s - end_free_s)
+    out["pipeline_bubble"] = max(0.0, end_s - busy_s - out["pipeline_p2p"])
+    out["comm_dp_grad"] += steps.grad_exposed_s
+    out["comm_embedding_grad"] += steps.embedding_s
+    out["optimizer"] = optimizer_s
+    out["comm_param_gather"] += gather_s
+    return {k: v for k, v in out.items() if v > 0.0 or k in ("compute", "pipeline_bubble", "optimizer")}
+
+
+def _stage_timing(stage: StageGraph, fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float,
+                  busy_s: float, steps: StepOpsCost) -> StageTiming:
+    exposed: dict[str, float] = defaultdict(float)
+    for cost in fwd + bwd:
+        for kind, t in cost.exposed_comm_s.items():
+            exposed[kind] += t * m
+    exposed["dp_grad"] += steps.grad_exposed_s
+    exposed["param_gather"] += steps.param_gather_exposed_s
+    exposed["embedding_grad"] += steps.embedding_s
+    compute = sum((c.compute_s + c.recompute_s) * m for c in fwd + bwd)
+    return StageTiming(stage=stage.stage, num_layers=stage.num_layers, fwd_s=sum(c.total_s for c in fwd),
+                       bwd_s=sum(c.total_s for c in bwd), compute_s=compute,
+                       exposed_comm_s={k: v for k, v in exposed.items() if v > 0}, pipeline_end_s=end_s,
+                       idle_s=max(0.0, end_s - busy_s), optimizer_s=steps.optimizer_s)
+
+
+def _timeline(events: tuple, sync_end: list[float], end_s: tuple[float, ...], steps: list[StepOpsCost],
+              optimizer_s: float, gather_s: float) -> tuple[TimelineEvent, ...]:
+    out = [TimelineEvent(stage=r, name=k, start_s=s, end_s=e, chunk=c, microbatch=i) for r, k, c, i, s, e in events]
+    opt_start = max(sync_end)
+    for r, cost in enumerate(steps):
+        if sync_end[r] > end_s[r]:
+            out.append(TimelineEvent(r, "grad_sync", end_s[r], sync_end[r]))
+        out.append(TimelineEvent(r, "optimizer", opt_start, opt_start + cost.optimizer_s))
+        if cost.param_gather_exposed_s > 0:
+            out.append(TimelineEvent(r, "param_gather", opt_start + optimizer_s,
+                                     opt_start + optimizer_s + cost.param_gather_exposed_s))
+    return tuple(out)

@@ -1,0 +1,116 @@
+"""Stage [5]: peak memory per GPU of the busiest pipeline rank, compared with the GPU's capacity.
+
+Model and optimizer state per parameter on a rank (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: mixed-precision
+Adam holds 2 + 2 + 12 bytes; Megatron keeps fp32 main gradients, 2 + 4 + 12, and its distributed optimizer
+shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_optimizer.md):
+  weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the live, gathered layers
+  gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition)
+  optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8;
+                 /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded
+Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
+Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
+communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op_graph import OpGraph, StageGraph
+from llmperf_hook.graph.step_ops import dp_groups
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.step_estimate import MemoryEstimate
+
+CUDA_CONTEXT_BYTES = 800 * 2**20
+"""CUDA context + cuBLAS/cuDNN workspaces of a PyTorch rank: 500-1,000 MiB in nvidia-smi after init on A100/H100
+(PyTorch CUDA semantics notes; lazy module loading). 800 MiB."""
+NCCL_BYTES_PER_COMMUNICATOR = 200 * 2**20
+"""NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB x (send + recv) x up to 16-32 channels, plus proxies;
+~100-300 MiB per communicator with more than one rank (NCCL environment-variable docs)."""
+FRAGMENTATION_FRACTION = 0.10
+"""PyTorch caching-allocator slack over activations and temporaries: reserved exceeds allocated by ~5-15 % in
+Megatron runs (memory snapshots in Megatron-LM issues); 10 %."""
+DEEPSPEED_BUCKET_ELEMS = 500_000_000
+"""DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (deepspeed/runtime/zero/config.py)."""
+DEEPSPEED_ZERO3_LIVE_ELEMS = 1_000_000_000
+"""DeepSpeed stage3_max_live_parameters default."""
+DEEPSPEED_ZERO3_PREFETCH_ELEMS = 50_000_000
+"""DeepSpeed stage3_prefetch_bucket_size default."""
+
+
+def _shards(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> tuple[float, float, int, int]:
+    """(dense params, expert params, dense shard count, expert shard count) of one rank of `stage`."""
+    dense, edp = dp_groups(cfg, gpus_per_node)
+    num_expert = float(stage.num_expert_params)
+    return stage.num_params - num_expert, num_expert, dense.group_size, edp.group_size
+
+
+def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
+    o = cfg.optimizer
+    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
+    total = num_dense + num_expert
+    sharded = num_dense / d_dense + num_expert / d_expert
+    fp32 = cfg.precision == "fp32"
+    weight_b = 4 if fp32 else 2
+    grad_b = 4 if (fp32 or (o.fp32_main_grads and "deepspeed" not in cfg.framework)) else 2
+    opt_b = (8 if fp32 else 12) if o.name == "adam" else (4 if fp32 else 8)
+    weights = sharded * weight_b if o.zero_stage >= 3 else total * weight_b
+    grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
+    if "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and not fp32:
+        grads += sharded * 4  # fp32 gradient partition for the optimizer (single_partition_of_fp32_groups grads)
+    opt = sharded * opt_b if (o.distributed_optimizer or o.zero_stage >= 1) else total * opt_b
+    if o.offload_optimizer != "none":
+        opt = 0.0
+    if o.offload_param != "none" and o.zero_stage >= 3:
+        weights = 0.0
+    return {"weights": weights, "gradients": grads, "optimizer_states": opt}
+
+
+def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
+    o, p = cfg.optimizer, cfg.parallel
+    out: dict[str, float] = {"cuda_context": float(CUDA_CONTEXT_BYTES)}
+    communicators = sum(1 for n in (p.tp, p.cp, p.dp * p.cp, p.pp, p.ep) if n > 1)
+    out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
+    if "deepspeed" in cfg.framework and o.zero_stage >= 1:
+        reduce = (o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * 2
+        gather = (o.allgather_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * 2
+        out["zero_buckets"] = float(min(reduce, stage.num_params * 2) + min(gather, stage.num_params * 2))
+    if o.zero_stage >= 3:
+        layer = stage.num_params / max(1, stage.num_layers)
+        live = min(o.stage3_max_live_parameters or DEEPSPEED_ZERO3_LIVE_ELEMS,
+                   2 * layer + (o.stage3_prefetch_bucket_size_elems or DEEPSPEED_ZERO3_PREFETCH_ELEMS))
+        out["zero3_live_params"] = float(live * 2)
+    return out
+
+
+def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]:
+    in_flight = act.microbatches_in_flight(cfg, stage.stage)
+    out = {"activations": stage.num_layers * act.layer_activation_bytes(cfg) * in_flight}
+    recompute = act.recompute_working_bytes(cfg)
+    if recompute:
+        out["recompute_working_set"] = recompute
+    if stage.stage == 0:
+        out["embedding_activations"] = act.embedding_activation_bytes(cfg) * in_flight
+    if stage.stage == cfg.parallel.pp - 1:
+        out["logits_and_loss"] = act.output_activation_bytes(cfg)
+    return out
+
+
+def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, int]:
+    parts = {**state_bytes(cfg, stage, gpus_per_node), **activation_bytes(cfg, stage),
+             **buffer_bytes(cfg, stage, gpus_per_node)}
+    transient = sum(v for k, v in parts.items() if k in ("activations", "recompute_working_set",
+                                                         "embedding_activations", "logits_and_loss"))
+    parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
+    return {k: int(v) for k, v in parts.items()}
+
+
+def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:
+    """Peak bytes per GPU on the busiest pipeline rank and whether it fits the GPU."""
+    per_stage = [stage_memory(cfg, s, cluster.gpus_per_node) for s in graph.stages]
+    peaks = [sum(parts.values()) for parts in per_stage]
+    worst = max(range(len(peaks)), key=lambda i: peaks[i])
+    capacity = cluster.gpu.memory_capacity_bytes
+    return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=peaks[worst] <= capacity,
+                          headroom_bytes=capacity - peaks[worst], components=per_stage[worst], stage=worst,
+                          per_stage_peak_bytes=tuple(peaks))

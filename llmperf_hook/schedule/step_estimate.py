@@ -1,0 +1,78 @@
+"""Stage [5] outputs: the simulated step (time, breakdown, per-stage detail) and the memory estimate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Memory of the busiest rank (the pipeline stage with the highest peak)."""
+
+    peak_bytes_per_gpu: int
+    capacity_bytes: int
+    fits: bool
+    """peak_bytes_per_gpu <= capacity_bytes."""
+    headroom_bytes: int
+    """capacity - peak (negative: short by that much)."""
+    components: Mapping[str, int]
+    """Bytes by component (weights, gradients, optimizer_states, activations, logits, cuda_context, ...)."""
+    stage: int = 0
+    """Pipeline rank whose peak this is."""
+    per_stage_peak_bytes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One bar of the simulated step for the trace: a forward/backward of a micro-batch, a sync or a step."""
+
+    stage: int
+    name: str
+    """"F" | "B" | "grad_sync" | "param_gather" | "optimizer" | "p2p"."""
+    start_s: float
+    end_s: float
+    chunk: int = 0
+    microbatch: int = -1
+    detail: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Per pipeline stage: per-micro-batch forward/backward times and where the stage's step time goes."""
+
+    stage: int
+    num_layers: int
+    fwd_s: float
+    """Forward of one micro-batch over all chunks of this stage (compute + exposed in-layer comm)."""
+    bwd_s: float
+    """Backward of one micro-batch incl. recompute."""
+    compute_s: float
+    """Busy compute over the step (all micro-batches, forward + backward + recompute)."""
+    exposed_comm_s: Mapping[str, float]
+    """Exposed communication over the step by kind (tp, cp, ep, zero, dp_grad, param_gather, embedding)."""
+    pipeline_end_s: float
+    """When this stage's last backward finishes."""
+    idle_s: float
+    """Pipeline bubble + waiting for p2p on this stage."""
+    optimizer_s: float
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    """model FLOPs / (step time * world size * dense peak of the training dtype)."""
+    breakdown: Mapping[str, float]
+    """Seconds by component on the critical stage; sums to step_time_s."""
+    stages: tuple[StageTiming, ...]
+    memory: MemoryEstimate
+    predictor: Mapping[str, str]
+    """Which cost model produced each op class (and "calibration" when one scaled the step)."""
+    warnings: tuple[str, ...] = ()
+    model_flops_per_step: float = 0.0
+    critical_stage: int = 0
+    timeline: tuple[TimelineEvent, ...] = ()
+    """Filled when asked for detail (trace output)."""
+    calibration_scale: float = 1.0
