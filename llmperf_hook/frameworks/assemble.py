@@ -105,6 +105,19 @@ def _script_precision(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
     return "fp32"
 
 
+_HF_ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "fused", "eager": "unfused"}
+
+
+def _script_attention(flags: FlagValues, src: dict[str, Source]) -> str:
+    """Hugging Face --attn_implementation (flash_attention_2 | sdpa | eager); otherwise the model's default."""
+    value = flags.get("attn_implementation")
+    if value in _HF_ATTENTION:
+        src["attention_backend"] = flags.source("attn_implementation")
+        return _HF_ATTENTION[value]
+    src["attention_backend"] = Source(SourceKind.DEFAULT, "script default")
+    return "auto"
+
+
 def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                        overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
     warnings: list[str] = list(job.warnings) + (list(ds.warnings) if ds else [])
@@ -123,6 +136,6 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
         precision=precision, recompute=_script_recompute(flags, src), optimizer=optimizer,  # type: ignore[arg-type]
-        attention_backend="auto", pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
+        attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
     )

@@ -17,6 +17,11 @@ from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
+# ZeRO keys that change memory or communication but that llmperf does not model, with DeepSpeed's defaults.
+_ZERO_NOT_MODELLED: dict[str, Any] = {
+    "sub_group_size": 1e9, "zero_hpz_partition_size": 1, "zero_quantized_weights": False,
+    "zero_quantized_gradients": False, "mics_shard_size": -1, "round_robin_gradients": False,
+}
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,8 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     for key in out:
         if key == "zero_stage" or key in zero or key.startswith("offload"):
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
-    for key in ("sub_group_size", "stage3_param_persistence_threshold", "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"):
-        if zero.get(key) not in (None, AUTO, False, 0, 1) or (key == "zero_hpz_partition_size" and zero.get(key, 1) > 1):
+    for key, default in _ZERO_NOT_MODELLED.items():
+        if key in zero and zero[key] not in (AUTO, default):
             warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} accepted, not modelled")
     return out
 

@@ -64,12 +64,14 @@ def _query_groups(flags: FlagValues, heads: int, warnings: list[str]) -> tuple[i
 
 
 def _position_embedding(flags: FlagValues) -> str:
-    if flags.get("add_position_embedding") is False:
-        return "none"
+    """arguments.py: --use-rotary-position-embeddings (legacy) means rope; --no-position-embedding only matters
+    without rope (older releases: no position embedding; current ones reject it in favour of the type flag)."""
     kind = str(flags.get("position_embedding_type", "learned_absolute"))
     if flags.get("use_rotary_position_embeddings") or kind in _ROPE_LIKE:
         return "rope"
-    return "none" if kind == "none" else "learned_absolute"
+    if kind == "none" or flags.get("add_position_embedding") is False:
+        return "none"
+    return "learned_absolute"
 
 
 def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source]) -> dict[str, Any]:
@@ -108,8 +110,11 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     kv, src["kv_channels"] = _kv_channels(flags, hidden, heads, src)
     groups, src["num_query_groups"] = _query_groups(flags, heads, warnings)
     seq, positions = _seq_and_positions(flags, src, warnings)
+    tokenizer = flags.get("tokenizer_type")
+    if tokenizer is None and flags.has("merge_file"):  # older scripts: --vocab-file/--merge-file = GPT-2 BPE
+        tokenizer = "GPT2BPETokenizer"
     vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"),
-                                                  flags.get("tokenizer_type"), flags.get("tokenizer_model"))
+                                                  tokenizer, flags.get("tokenizer_model"))
     divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron default 128")
     padded = pad_vocab_size(vocab, divisible, tp)
     src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")

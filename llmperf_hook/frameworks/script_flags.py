@@ -22,11 +22,11 @@ _INT = (
     "num-distributed-optimizer-instances",
 )
 _STR = (
-    "tokenizer-type", "tokenizer-model", "vocab-file", "normalization", "position-embedding-type", "moe-layer-freq",
+    "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
-    "model-type",
+    "model-type", "attn-implementation",
 )
 _FLOAT = ("clip-grad", "max-grad-norm")
 _TRUE = (
@@ -38,7 +38,7 @@ _TRUE = (
     "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
-    "squared-relu", "deepscale",
+    "squared-relu", "deepscale", "grad-reduce-in-bf16",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -89,4 +89,5 @@ NOT_MODELLED: dict[str, str] = {
     "moe_token_dispatcher_type": "MoE token dispatcher: all-to-all assumed",
     "distribute_saved_activations": "distributed saved activations not modelled",
     "fp8_param_gather": "fp8 parameter all-gather not modelled",
+    "grad_reduce_in_bf16": "gradient reduction timed in fp32, not bf16",
 }

@@ -16,7 +16,7 @@ from llmperf_hook.frameworks.presets import list_model_presets, load_model_prese
 from llmperf_hook.frameworks.training_config import ModelShape
 from llmperf_hook.provenance import Source, SourceKind
 
-# Hub names whose published shape we ship (no network access): name -> preset.
+# Hub names whose published shape we ship, suggested in the error (never fetched, never assumed): name -> preset.
 HUB_PRESETS = {
     "meta-llama/Llama-2-7b-hf": "llama2-7b", "meta-llama/Llama-2-13b-hf": "llama2-13b", "meta-llama/Llama-2-70b-hf": "llama2-70b",
     "meta-llama/Meta-Llama-3-8B": "llama3-8b", "meta-llama/Meta-Llama-3-70B": "llama3-70b", "meta-llama/Llama-3.1-8B": "llama3-8b",
@@ -33,13 +33,12 @@ def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any],
         path = flags.get(dest)
         if isinstance(path, str) and os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             return shape_from_hf_config(read_hf_config(path), path), Source(SourceKind.CONFIG_FILE, f"{path}/config.json")
-        if isinstance(path, str) and path in HUB_PRESETS:
-            return load_model_preset(HUB_PRESETS[path]), Source(SourceKind.PRESET, f"{HUB_PRESETS[path]} (for {path})")
     named = flags.get("model_name_or_path")
+    hint = f" (for {named}: llmperf --model {HUB_PRESETS[named]})" if named in HUB_PRESETS else ""
     raise ConfigError(
         "cannot find the model shape: the training script takes no Megatron-style model flags"
         + (f", and --model_name_or_path {named} is not a local directory with config.json" if named else "")
-        + f". Give llmperf --model PRESET|FILE (presets: {', '.join(list_model_presets())}; or a YAML shape file or a "
+        + f". Give llmperf --model PRESET|FILE{hint} (presets: {', '.join(list_model_presets())}; or a YAML shape file or a "
         "Hugging Face config.json), or point --model_name_or_path at a local model directory."
     )
 
