@@ -1,0 +1,42 @@
+"""`llmperf refine [RUN_DIR]`: ingest an instrumented run's actuals, refit, recalibrate; print before/after.
+
+RUN_DIR defaults to the newest folder under ./llmperf-runs (where `llmperf run --instrument` writes).
+`llmperf run --instrument` runs this automatically when the job ends.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from llmperf_hook.errors import UsageError
+
+DEFAULT_RUNS_DIR = Path("llmperf-runs")
+
+
+def newest_run_dir(parent: Path = DEFAULT_RUNS_DIR) -> Path:
+    runs = [p for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    if not runs:
+        raise UsageError(f"no RUN_DIR given and no run under {str(parent)!r} (from the working directory "
+                         f"{str(Path.cwd())!r}). Pass the run directory `llmperf run --instrument` printed.")
+    return max(runs, key=lambda p: p.stat().st_mtime)
+
+
+@click.command(name="refine")
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--hardware", default=None, help="Hardware name for the calibration key (default: from prediction.json).")
+@click.option("--cluster", default=None, help="Cluster name for the calibration key (default: from prediction.json).")
+@click.option("--framework", default=None, help="Framework for the calibration key (default: from prediction.json, else what the hook saw).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def command(run_dir: str | None, hardware: str | None, cluster: str | None, framework: str | None, fmt: str) -> None:
+    """Ingest an instrumented run into the store, refit the per-op models and the cluster calibration."""
+    from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
+
+    path = Path(run_dir) if run_dir else newest_run_dir()
+    report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)
+    if fmt == "json":
+        click.echo(json.dumps(report_json(report), indent=1))
+    else:
+        click.echo(render_refine_report(report))

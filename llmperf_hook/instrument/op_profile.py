@@ -1,0 +1,246 @@
+"""`--profile-ops K`: a torch.profiler window of K steps, its events mapped onto the graph's op classes.
+
+Each forward op that the graph models (graph/op.py dims table) becomes one sample with its dims read from the
+recorded input shapes; its backward is the sum of the autograd nodes that carry the same sequence numbers
+as the forward op and its children (the profiler tags a backward node with the sequence number of the forward
+op that created it), which is exactly the graph's "one bwd op = dgrad + wgrad of that forward op".
+
+| torch op (outermost mapped)                      | op_class      | dims                                   |
+|--------------------------------------------------|---------------|----------------------------------------|
+| aten::linear / addmm / mm / matmul (2-D weight)  | gemm          | m, n, k                                |
+| aten::bmm / matmul (batched)                     | bmm           | batch, m, n, k                         |
+| aten::scaled_dot_product_attention               | attention     | b, s, heads, kv_heads, head_dim, causal |
+| aten::layer_norm / aten::rms_norm                | layernorm / rmsnorm | tokens, hidden                   |
+| aten::gelu, aten::softmax, aten::add (same-shape)| gelu, softmax, residual_add | elements / rows, cols    |
+| aten::embedding                                  | embedding     | tokens, vocab, hidden                  |
+| aten::cross_entropy_loss / nll_loss              | cross_entropy | tokens, vocab                          |
+| Optimizer.step#*                                 | optimizer     | params                                 |
+| gloo:/nccl:/c10d:: all_reduce, all_gather, ...   | allreduce, allgather, reducescatter, broadcast, alltoall, p2p | bytes |
+
+Times: CPU time of the op and its children on CPU; on GPU the device (kernel) time under it. A sample is the
+median over its occurrences (layers x K steps); `count` says how many.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
+COLLECTIVE_WORDS = (("reduce_scatter", "reducescatter"), ("reducescatter", "reducescatter"),
+                    ("all_gather", "allgather"), ("allgather", "allgather"), ("all_reduce", "allreduce"),
+                    ("allreduce", "allreduce"), ("all_to_all", "alltoall"), ("alltoall", "alltoall"),
+                    ("broadcast", "broadcast"), ("send", "p2p"), ("recv", "p2p"))
+
+
+@dataclass
+class ProfEvent:
+    """The part of a torch.profiler FunctionEvent the mapping needs."""
+
+    name: str
+    shapes: list
+    dtypes: list
+    seconds: float
+    sequence_nr: int = -1
+    concrete: list = field(default_factory=list)
+    parent: "ProfEvent | None" = None
+    children: list = field(default_factory=list)
+
+
+def _numel(shape: Any) -> int:
+    return math.prod(int(d) for d in shape) if isinstance(shape, (list, tuple)) else 0
+
+
+def _dtype(ev: ProfEvent) -> str:
+    first = next((d for d in ev.dtypes if d), "float")
+    return DTYPES.get(first, str(first))
+
+
+def _gemm(ev: ProfEvent) -> tuple[str, dict] | None:
+    s = ev.shapes
+    if ev.name == "aten::linear" and len(s) >= 2 and len(s[1]) == 2:
+        return "gemm", {"m": _numel(s[0][:-1]), "n": s[1][0], "k": s[1][1]}
+    if ev.name == "aten::addmm" and len(s) >= 3 and len(s[1]) == 2 and len(s[2]) == 2:
+        return "gemm", {"m": s[1][0], "n": s[2][1], "k": s[1][1]}
+    if ev.name in ("aten::mm", "aten::matmul") and len(s) >= 2 and len(s[1]) == 2 and len(s[0]) >= 2:
+        return "gemm", {"m": _numel(s[0][:-1]), "n": s[1][1], "k": s[1][0]}
+    if ev.name in ("aten::bmm", "aten::matmul") and len(s) >= 2 and len(s[0]) >= 3 and len(s[1]) >= 3:
+        return "bmm", {"batch": _numel(s[0][:-2]), "m": s[0][-2], "n": s[1][-1], "k": s[0][-1]}
+    return None
+
+
+def _attention(ev: ProfEvent) -> tuple[str, dict] | None:
+    q, k = ev.shapes[0], ev.shapes[1]
+    if len(q) != 4 or len(k) != 4:
+        return None
+    causal = ev.concrete[5] if len(ev.concrete) > 5 and isinstance(ev.concrete[5], bool) else True
+    return "attention", {"b": q[0], "s": q[2], "heads": q[1], "kv_heads": k[1], "head_dim": q[3], "causal": int(causal)}
+
+
+def _rows(op_class: str, rows_key: str, cols_key: str) -> Callable[[ProfEvent], tuple[str, dict] | None]:
+    def dims(ev: ProfEvent) -> tuple[str, dict] | None:
+        x = ev.shapes[0] if ev.shapes else []
+        return (op_class, {rows_key: _numel(x[:-1]), cols_key: x[-1]}) if len(x) >= 2 else None
+
+    return dims
+
+
+def _elements(op_class: str) -> Callable[[ProfEvent], tuple[str, dict] | None]:
+    return lambda ev: (op_class, {"elements": _numel(ev.shapes[0])}) if ev.shapes and ev.shapes[0] else None
+
+
+def _residual_add(ev: ProfEvent) -> tuple[str, dict] | None:
+    s = ev.shapes
+    same = len(s) >= 2 and len(s[0]) >= 2 and list(s[0]) == list(s[1])
+    return ("residual_add", {"elements": _numel(s[0])}) if same else None
+
+
+def _embedding(ev: ProfEvent) -> tuple[str, dict] | None:
+    w, idx = ev.shapes[0], ev.shapes[1]
+    return ("embedding", {"tokens": _numel(idx), "vocab": w[0], "hidden": w[1]}) if len(w) == 2 else None
+
+
+def _optimizer(ev: ProfEvent) -> tuple[str, dict] | None:
+    params = 0
+    for d in _descendants(ev):
+        if d.name == "aten::addcdiv_" and d.shapes:
+            params += _numel(d.shapes[0])
+        elif d.name == "aten::_foreach_addcdiv_" and d.shapes:
+            params += sum(_numel(s) for s in d.shapes[0])
+    return ("optimizer", {"params": params}) if params else None
+
+
+def _collective(ev: ProfEvent) -> tuple[str, dict] | None:
+    lower = ev.name.lower()
+    for word, op_class in COLLECTIVE_WORDS:
+        if word in lower:
+            nbytes = sum(_numel(s) for s in ev.shapes[:1]) * ELEMENT_BYTES.get(_dtype(ev), 4)
+            return (op_class, {"bytes": nbytes}) if nbytes else None
+    return None
+
+
+FORWARD_MAP: dict[str, Callable[[ProfEvent], tuple[str, dict] | None]] = {
+    "aten::linear": _gemm, "aten::addmm": _gemm, "aten::mm": _gemm, "aten::matmul": _gemm, "aten::bmm": _gemm,
+    "aten::scaled_dot_product_attention": _attention,
+    "aten::layer_norm": _rows("layernorm", "tokens", "hidden"), "aten::rms_norm": _rows("rmsnorm", "tokens", "hidden"),
+    "aten::softmax": _rows("softmax", "rows", "cols"), "aten::_softmax": _rows("softmax", "rows", "cols"),
+    "aten::gelu": _elements("gelu"), "aten::add": _residual_add, "aten::embedding": _embedding,
+    "aten::cross_entropy_loss": _rows("cross_entropy", "tokens", "vocab"),
+    "aten::nll_loss": _rows("cross_entropy", "tokens", "vocab"),
+}
+
+
+def _classify(ev: ProfEvent) -> tuple[str, dict] | None:
+    if ev.name.startswith("Optimizer.step#"):
+        return _optimizer(ev)
+    if ev.name.startswith(("gloo:", "nccl:", "c10d::")) or ev.name == "record_param_comms":
+        return _collective(ev)
+    fn = FORWARD_MAP.get(ev.name)
+    return fn(ev) if fn is not None and ev.shapes else None
+
+
+def _descendants(ev: ProfEvent) -> list[ProfEvent]:
+    out, stack = [], list(ev.children)
+    while stack:
+        e = stack.pop()
+        out.append(e)
+        stack.extend(e.children)
+    return out
+
+
+def _inside_mapped_or_backward(ev: ProfEvent, mapped: set[int]) -> bool:
+    p = ev.parent
+    while p is not None:
+        if id(p) in mapped or p.name.startswith(BACKWARD_PREFIX):
+            return True
+        p = p.parent
+    return False
+
+
+def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
+    """Samples {op_class, phase, dims, dtype, seconds, count, torch_names} from parent-linked events."""
+    backward_s: dict[int, float] = defaultdict(float)
+    for ev in events:
+        if ev.name.startswith(BACKWARD_PREFIX) and ev.sequence_nr >= 0:
+            backward_s[ev.sequence_nr] += ev.seconds
+    mapped: set[int] = set()
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    names: dict[tuple, set[str]] = defaultdict(set)
+    for ev in events:  # parents come before their children in profiler order
+        if _inside_mapped_or_backward(ev, mapped):
+            continue
+        hit = _classify(ev)
+        if hit is None:
+            continue
+        mapped.add(id(ev))
+        op_class, dims = hit
+        _add(groups, names, (op_class, "fwd" if op_class not in ("optimizer",) else "step", dims, _dtype(ev)), ev.seconds, ev.name)
+        seqs = {e.sequence_nr for e in [ev, *_descendants(ev)] if e.sequence_nr >= 0}
+        bwd = sum(backward_s.get(s, 0.0) for s in seqs)
+        if bwd > 0 and op_class not in ("optimizer",) and not ev.name.startswith(("gloo:", "nccl:", "c10d::")):
+            _add(groups, names, (op_class, "bwd", dims, _dtype(ev)), bwd, ev.name)
+    return [{"op_class": c, "phase": p, "dims": dict(d), "dtype": t, "seconds": statistics.median(v),
+             "count": len(v), "torch_names": sorted(names[(c, p, tuple(sorted(d.items())), t)])}
+            for (c, p, d_items, t), v in sorted(groups.items(), key=lambda kv: str(kv[0]))
+            for d in [dict(d_items)]]
+
+
+def _add(groups: dict, names: dict, key: tuple, seconds: float, torch_name: str) -> None:
+    op_class, phase, dims, dtype = key
+    k = (op_class, phase, tuple(sorted((str(a), int(b)) for a, b in dims.items())), dtype)
+    groups[k].append(seconds)
+    names[k].add(torch_name)
+
+
+def events_from_profiler(function_events: Sequence[Any], device: str) -> list[ProfEvent]:
+    """Convert torch.profiler FunctionEvents (keeping the parent links and the profiler's order)."""
+    by_id: dict[int, ProfEvent] = {}
+    out: list[ProfEvent] = []
+    for fe in function_events:
+        us = fe.device_time_total if device == "cuda" else fe.cpu_time_total
+        ev = ProfEvent(fe.name, list(fe.input_shapes or []), list(getattr(fe, "input_dtypes", None) or []),
+                       us / 1e6, int(getattr(fe, "sequence_nr", -1)), list(getattr(fe, "concrete_inputs", None) or []))
+        by_id[id(fe)] = ev
+        out.append(ev)
+    for fe in function_events:
+        parent = getattr(fe, "cpu_parent", None)
+        if parent is not None and id(parent) in by_id:
+            by_id[id(fe)].parent = by_id[id(parent)]
+            by_id[id(parent)].children.append(by_id[id(fe)])
+    return out
+
+
+class OpProfiler:
+    """The torch.profiler window the recorder opens after the N timed steps and closes K steps later."""
+
+    def __init__(self, num_steps: int) -> None:
+        self.num_steps = num_steps
+        self._prof: Any = None
+        self._device = "cpu"
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+            self._device = "cuda"
+        self._prof = profile(activities=activities, record_shapes=True)
+        self._prof.start()
+
+    def stop(self) -> list[dict[str, Any]]:
+        prof, self._prof = self._prof, None
+        prof.stop()
+        samples = map_events(events_from_profiler(prof.events(), self._device))
+        return [{**s, "profile_steps": self.num_steps, "device": self._device} for s in samples]
+
+    def abandon(self) -> None:
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            prof.stop()

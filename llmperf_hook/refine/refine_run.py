@@ -1,0 +1,203 @@
+"""`llmperf refine RUN_DIR`: ingest an instrumented run, refit, recalibrate, and show the difference.
+
+For each job found in the run directory:
+  1. summarise its steps (run_records.summarize_job) and ingest runs, steps and op samples into the store;
+  2. with the op samples of `--profile-ops`: refit the per-op models of that hardware (op_refit);
+  3. with the prediction saved at launch: refit the (hardware, cluster, framework) calibration over every
+     run of that key in the store, and report predicted vs measured before and after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from llmperf_hook.refine import observation_store as store
+from llmperf_hook.refine.calibration import Calibration, fit_calibration
+from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
+
+HOOK_TO_FRAMEWORK = {"deepspeed": "deepspeed", "deepspeed-pipeline": "deepspeed", "megatron": "megatron",
+                     "megatron-core": "megatron", "torch": "torch"}
+
+
+@dataclass(frozen=True)
+class CalibrationKey:
+    hardware: str
+    cluster: str
+    framework: str
+
+
+@dataclass(frozen=True)
+class JobRefinement:
+    """What refining one job did."""
+
+    job: JobSteps
+    key: CalibrationKey | None
+    """None when neither the saved prediction nor the options name the hardware and cluster."""
+    predicted_before_s: float | None
+    """The step time predicted at launch (with the calibration in force then, if any)."""
+    uncalibrated_s: float | None
+    """The same prediction without any calibration."""
+    predicted_after_s: float | None
+    """The uncalibrated prediction with the calibration refitted now."""
+    calibration: Calibration | None
+    num_op_samples: int = 0
+    op_refit: str = ""
+    """What the per-op refit did (or why it did not run)."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefineReport:
+    run_dir: str
+    store_path: str
+    jobs: tuple[JobRefinement, ...]
+
+
+def _name(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, Mapping):
+        return _name(value.get("name"))
+    return None
+
+
+def calibration_key(prediction: Mapping[str, Any] | None, job: JobSteps, hardware: str | None = None,
+                    cluster: str | None = None, framework: str | None = None) -> CalibrationKey | None:
+    """Options first, then the prediction saved at launch (its cluster, the cluster's GPU, the config's
+    framework), then the framework the hook saw."""
+    pred = prediction or {}
+    cluster_v = pred.get("cluster")
+    config = pred.get("config") if isinstance(pred.get("config"), Mapping) else {}
+    hw = hardware or _name(pred.get("hardware")) or (_name(cluster_v.get("gpu")) if isinstance(cluster_v, Mapping) else None)
+    cl = cluster or _name(cluster_v)
+    fw = framework or _name(config.get("framework")) or _name(pred.get("framework")) or HOOK_TO_FRAMEWORK.get(job.framework)
+    if not (hw and cl and fw):
+        return None
+    return CalibrationKey(hw, cl, fw)
+
+
+def uncalibrated_prediction_s(prediction: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
+    """(as launched, without calibration): undo a calibration the prediction says it applied."""
+    if not prediction or not isinstance(prediction.get("step_time_s"), (int, float)):
+        return None, None
+    shown = float(prediction["step_time_s"])
+    raw = prediction.get("uncalibrated_step_time_s")
+    if isinstance(raw, (int, float)) and raw > 0:
+        return shown, float(raw)
+    cal = prediction.get("calibration")
+    if isinstance(cal, Mapping) and float(cal.get("step_time_scale") or 0) > 0:
+        return shown, (shown - float(cal.get("step_overhead_s") or 0.0)) / float(cal["step_time_scale"])
+    return shown, shown
+
+
+def refine_run(run_dir: str | Path, *, hardware: str | None = None, cluster: str | None = None,
+               framework: str | None = None, store_file: Path | None = None) -> RefineReport:
+    run = read_run_dir(run_dir)
+    conn = store.connect(store_file)
+    try:
+        jobs = tuple(_refine_job(conn, run, job_id, hardware, cluster, framework) for job_id in run.job_ids())
+    finally:
+        conn.close()
+    return RefineReport(run.path, str(store_file or store.store_path()), jobs)
+
+
+def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster: str | None,
+                framework: str | None) -> JobRefinement:
+    job = summarize_job(run.records, job_id)
+    key = calibration_key(run.prediction, job, hardware, cluster, framework)
+    shown, raw = uncalibrated_prediction_s(run.prediction)
+    notes = list(_completeness_notes(job))
+    store.record_run(conn, {
+        "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
+        "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
+        "device": job.device, "world_size": job.world_size, "num_timed_steps": job.num_timed_steps,
+        "measured_step_time_s": job.step_time_s, "predicted_step_time_s": shown, "uncalibrated_step_time_s": raw,
+        "peak_memory_bytes": job.peak_memory_bytes, "load_avg_1m": job.load_avg_1m,
+        "config_json": json.dumps((run.prediction or {}).get("config"), default=str)})
+    store.record_steps(conn, job_id, [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id])
+    samples = op_records(run.records, job_id)
+    op_refit = _refit_ops(conn, job_id, key, samples)
+    calibration = _recalibrate(conn, key, notes) if key and raw and job.step_time_s else None
+    if key is None:
+        notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
+                     "(pass --hardware and --cluster to `llmperf refine`)")
+    elif raw is None:
+        notes.append("no calibration: no prediction was saved at launch (prediction.json missing)")
+    elif job.step_time_s is None:
+        notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
+    after = calibration.apply(raw) if calibration and raw else None
+    return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes))
+
+
+def _completeness_notes(job: JobSteps) -> list[str]:
+    notes = []
+    if len(job.ranks_seen) < job.world_size:
+        missing = sorted(set(range(job.world_size)) - set(job.ranks_seen))
+        notes.append(f"ranks {missing} recorded no step (of world size {job.world_size})")
+    lengths = {len(v) for v in job.steps_by_rank.values()}
+    if len(lengths) > 1:
+        notes.append(f"ranks recorded different numbers of steps: { {r: len(v) for r, v in job.steps_by_rank.items()} }")
+    notes.extend(f"hook error: {e}" for e in job.errors)
+    return notes
+
+
+def _recalibrate(conn: Any, key: CalibrationKey, notes: list[str]) -> Calibration | None:
+    runs = store.runs_for_key(conn, key.hardware, key.cluster, key.framework)
+    if not runs:
+        return None
+    scale, overhead = fit_calibration([p for _, p, _ in runs], [m for _, _, m in runs])
+    store.save_calibration(conn, key.hardware, key.cluster, key.framework, scale, overhead, len(runs))
+    return Calibration(key.hardware, key.cluster, key.framework, scale, len(runs), overhead)
+
+
+def _refit_ops(conn: Any, job_id: str, key: CalibrationKey | None, samples: list) -> str:
+    if not samples:
+        return ""
+    hardware = key.hardware if key else "unknown"
+    store.record_op_samples(conn, job_id, hardware, [s for s in samples if s.get("op_class")])
+    from llmperf_hook.refine.op_refit import refit_op_models
+
+    return refit_op_models(hardware, store.op_samples_for_hardware(conn, hardware))
+
+
+def _pct(pred: float | None, meas: float | None) -> str:
+    return f"{(pred - meas) / meas * 100:+.1f}%" if pred and meas else "-"
+
+
+def _ms(v: float | None) -> str:
+    return f"{v * 1e3:.2f} ms" if v else "-"
+
+
+def render_refine_report(report: RefineReport) -> str:
+    lines = [f"llmperf refine: {report.run_dir} -> {report.store_path}"]
+    for r in report.jobs:
+        j = r.job
+        lines.append(f"  job {j.job_id}: {j.framework} on {j.device}, {len(j.ranks_seen)}/{j.world_size} ranks, "
+                     f"{j.num_timed_steps} timed steps, measured {_ms(j.step_time_s)}"
+                     + (f", load {j.load_avg_1m:.2f}" if j.load_avg_1m is not None else ""))
+        if r.predicted_before_s:
+            lines.append(f"    predicted before: {_ms(r.predicted_before_s)} ({_pct(r.predicted_before_s, j.step_time_s)} vs measured)")
+        if r.predicted_after_s:
+            lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, j.step_time_s)} vs measured)"
+                         f"  [{r.calibration.describe()}]")
+        if r.num_op_samples:
+            lines.append(f"    op samples: {r.num_op_samples} ingested; {r.op_refit}")
+        lines.extend(f"    note: {n}" for n in r.notes)
+    return "\n".join(lines)
+
+
+def report_json(report: RefineReport) -> dict[str, Any]:
+    return {"schema": 1, "run_dir": report.run_dir, "store": report.store_path, "jobs": [{
+        "job_id": r.job.job_id, "framework": r.job.framework, "device": r.job.device,
+        "world_size": r.job.world_size, "ranks_seen": list(r.job.ranks_seen),
+        "steps_by_rank": {str(k): list(v) for k, v in r.job.steps_by_rank.items()},
+        "measured_step_time_s": r.job.step_time_s, "predicted_before_s": r.predicted_before_s,
+        "uncalibrated_step_time_s": r.uncalibrated_s, "predicted_after_s": r.predicted_after_s,
+        "calibration": None if r.calibration is None else {
+            "hardware": r.calibration.hardware, "cluster": r.calibration.cluster, "framework": r.calibration.framework,
+            "step_time_scale": r.calibration.step_time_scale, "step_overhead_s": r.calibration.step_overhead_s,
+            "num_runs": r.calibration.num_runs},
+        "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes)} for r in report.jobs]}

@@ -1,0 +1,150 @@
+"""Stage [8] input: what an instrumented run left in its run directory, read and summarised.
+
+    <run_dir>/rank<R>.jsonl    one JSON object per line: kind = meta | step | op | end | stop | error
+    <run_dir>/prediction.json  what `llmperf run` predicted before launching (absent if it could not)
+    <run_dir>/session.json     the command, start/end time, exit code
+
+Files are read at the edge (`read_run_dir`); `summarize_job` is pure. A truncated last line (a rank killed
+mid-write) is skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Everything found in one run directory."""
+
+    path: str
+    records: tuple[Mapping[str, Any], ...]
+    """All JSONL records of all ranks and jobs, in file order."""
+    prediction: Mapping[str, Any] | None
+    session: Mapping[str, Any] | None
+    num_bad_lines: int = 0
+    """Lines that were not complete JSON objects (skipped)."""
+
+    def job_ids(self) -> list[str]:
+        return sorted({str(r["job_id"]) for r in self.records if "job_id" in r})
+
+
+@dataclass(frozen=True)
+class JobSteps:
+    """One job's measured steps, summarised the way the predictor's step time is defined."""
+
+    job_id: str
+    framework: str
+    """Which layer owned the step: megatron | deepspeed | deepspeed-pipeline | megatron-core | torch."""
+    device: str
+    world_size: int
+    ranks_seen: tuple[int, ...]
+    steps_by_rank: Mapping[int, tuple[int, ...]]
+    """Step indices recorded per rank (to check nothing was lost)."""
+    step_time_s: float | None
+    """Median over the timed steps of the slowest rank's wall time (a synchronous step ends with its slowest
+    rank); warm-up and profiler-window steps excluded. None when no such step was recorded."""
+    num_timed_steps: int
+    step_times_s: tuple[float, ...] = ()
+    """The per-step slowest-rank times that went into the median."""
+    peak_memory_bytes: int | None = None
+    """Largest per-step peak over ranks: GPU reserved bytes on CUDA, peak RSS on CPU."""
+    load_avg_1m: float | None = None
+    """Machine load when the job's first step ended (max over ranks' meta records)."""
+    errors: tuple[str, ...] = ()
+    stopped: bool = False
+    """True when --stop-after ended the job."""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    """Rank 0's meta record (argv, thread counts, library versions)."""
+
+
+def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    records, bad = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+        else:
+            bad += 1
+    return records, bad
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except ValueError:
+        return None
+
+
+def read_run_dir(path: str | Path) -> RunDir:
+    run = Path(path)
+    if not run.is_dir():
+        raise UsageError(f"run directory {str(run)!r} does not exist. Pass the folder `llmperf run --instrument` "
+                         f"printed (default ./llmperf-runs/<time>-<pid>).")
+    files = sorted(run.glob("rank*.jsonl"), key=lambda p: (len(p.name), p.name))
+    if not files:
+        raise UsageError(f"run directory {str(run)!r} holds no rank*.jsonl records: the job recorded no step "
+                         f"(it failed before its first optimizer step, or ran without `--instrument`).")
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for file in files:
+        got, nbad = _read_jsonl(file)
+        records.extend(got)
+        bad += nbad
+    return RunDir(str(run), tuple(records), _read_json(run / "prediction.json"), _read_json(run / "session.json"), bad)
+
+
+def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps:
+    mine = [r for r in records if str(r.get("job_id")) == job_id]
+    steps = [r for r in mine if r.get("kind") == "step"]
+    metas = [r for r in mine if r.get("kind") == "meta"]
+    by_rank: dict[int, list[int]] = defaultdict(list)
+    for r in steps:
+        by_rank[int(r["rank"])].append(int(r["step"]))
+    times = _slowest_rank_times(steps)
+    rank0 = min(metas, key=lambda r: int(r.get("rank", 0)), default={})
+    return JobSteps(
+        job_id=job_id, framework=str(_first(mine, "framework") or "unknown"), device=str(_first(steps, "device") or "cpu"),
+        world_size=int(_first(mine, "world_size") or 1), ranks_seen=tuple(sorted(by_rank)),
+        steps_by_rank={k: tuple(sorted(v)) for k, v in sorted(by_rank.items())},
+        step_time_s=statistics.median(times) if times else None, num_timed_steps=len(times),
+        step_times_s=tuple(times), peak_memory_bytes=_peak_memory(steps),
+        load_avg_1m=max((float(m["load_avg_1m"]) for m in metas if m.get("load_avg_1m") is not None), default=None),
+        errors=tuple(str(r.get("error")) for r in mine if r.get("kind") == "error"),
+        stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0))
+
+
+def _first(records: Sequence[Mapping[str, Any]], key: str) -> Any:
+    return next((r[key] for r in records if r.get(key) is not None), None)
+
+
+def _slowest_rank_times(steps: Sequence[Mapping[str, Any]]) -> list[float]:
+    per_step: dict[int, float] = {}
+    for r in steps:
+        if r.get("warmup") or r.get("profiled") or r.get("wall_time_s") is None:
+            continue
+        s = int(r["step"])
+        per_step[s] = max(per_step.get(s, 0.0), float(r["wall_time_s"]))
+    return [per_step[s] for s in sorted(per_step)]
+
+
+def _peak_memory(steps: Sequence[Mapping[str, Any]]) -> int | None:
+    keys = ("gpu_peak_reserved_bytes", "peak_rss_bytes")
+    values = [int(r[k]) for r in steps for k in keys[:1] if r.get(k) is not None]
+    values = values or [int(r[k]) for r in steps for k in keys[1:] if r.get(k) is not None]
+    return max(values) if values else None
+
+
+def op_records(records: Sequence[Mapping[str, Any]], job_id: str) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("kind") == "op" and str(r.get("job_id")) == job_id]

@@ -1,0 +1,68 @@
+"""Never harm the job: a hook that raises, a broken hook install, and many writers at once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import SMALL_GPT, TRAIN_GPT, read_records
+
+from llmperf_hook.instrument.bootstrap import write_hook_dir
+from llmperf_hook.instrument.config import HookConfig, write_hook_config
+from llmperf_hook.instrument.recorder import JsonlWriter
+from llmperf_hook.instrument.session import build_child_env
+
+
+def _run_with_hook(tmp_path: Path, env: dict[str, str], config: HookConfig | str, iters: int) -> subprocess.CompletedProcess:
+    hook = write_hook_dir(tmp_path / "run" / "hook")
+    if isinstance(config, HookConfig):
+        write_hook_config(config, hook)
+    else:
+        (hook / "llmperf_hook_config.json").write_text(config)
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", str(iters)]
+    return subprocess.run(argv, env=build_child_env(env, hook, tmp_path / "run"), capture_output=True, text=True, timeout=120)
+
+
+def test_hook_that_raises_leaves_training_complete(tmp_path: Path, child_env: dict[str, str]) -> None:
+    config = HookConfig(run_dir=str(tmp_path / "run"), job_id="fault", num_steps=5, inject_fault_at_step=1)
+    clean = subprocess.run([sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"], env=child_env,
+                           capture_output=True, text=True, timeout=120)
+    done = _run_with_hook(tmp_path, child_env, config, iters=6)
+    assert done.returncode == 0 == clean.returncode
+    assert done.stdout.count("iter ") == 6 and "done: 6 steps" in done.stdout
+    losses = [ln.split("loss ")[1] for ln in done.stdout.splitlines() if "loss" in ln]
+    assert losses == [ln.split("loss ")[1] for ln in clean.stdout.splitlines() if "loss" in ln]  # same training
+    assert done.stderr.count("llmperf hook: disabled") == 1 and "fault injected at step 1" in done.stderr
+    records = read_records(tmp_path / "run")
+    assert [r["step"] for r in records if r["kind"] == "step"] == [0]
+    assert [r["kind"] for r in records][-1] == "error"
+
+
+def test_unreadable_hook_config_only_warns(tmp_path: Path, child_env: dict[str, str]) -> None:
+    done = _run_with_hook(tmp_path, child_env, "{not json", iters=2)
+    assert done.returncode == 0 and "done: 2 steps" in done.stdout
+    assert "llmperf hook: not installed" in done.stderr
+    assert not list((tmp_path / "run").glob("rank*.jsonl"))
+
+
+def _append_lines(path: str, writer_id: int, count: int) -> None:
+    writer = JsonlWriter(path)
+    for i in range(count):
+        writer.write({"writer": writer_id, "i": i, "pad": "x" * (97 * (i % 7))})
+    writer.close()
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "rank0.jsonl")
+    procs = [multiprocessing.Process(target=_append_lines, args=(path, w, 300)) for w in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    lines = [json.loads(ln) for ln in Path(path).read_text().splitlines()]
+    assert len(lines) == 6 * 300
+    for w in range(6):
+        assert [x["i"] for x in lines if x["writer"] == w] == list(range(300))

@@ -1,0 +1,109 @@
+"""run_instrumented with a plain-torch job: records, output passthrough, exit codes, stop-after, chaining."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
+
+from llmperf_hook.instrument.session import build_child_env, default_warmup_steps
+
+
+def test_plain_torch_job_recorded_and_output_intact(tmp_path: Path, child_env: dict[str, str]) -> None:
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"]
+    done = run_session(tmp_path, child_env, argv, steps=4, prediction={"step_time_s": 0.01})
+    assert done.returncode == 0, done.stderr
+    assert "done: 6 steps" in done.stdout and done.stdout.count("iter ") == 6
+    records = read_records(tmp_path / "run")
+    steps = [r for r in records if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3]
+    assert [s["warmup"] for s in steps] == [True, False, False, False]
+    assert all(s["framework"] == "torch" and s["wall_time_s"] > 0 and s["peak_rss_bytes"] > 0 for s in steps)
+    assert {r["kind"] for r in records} == {"meta", "step", "end"}
+    assert json.loads((tmp_path / "run" / "prediction.json").read_text()) == {"step_time_s": 0.01}
+    assert json.loads((tmp_path / "run" / "session.json").read_text())["exit_code"] == 0
+
+
+def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[str, str]) -> None:
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--num-layers", "2", "--train-iters", "5"]
+    done = run_session(tmp_path, child_env, argv, steps=5)
+    own = [float(ln.split("step_time_s ")[1].split()[0]) for ln in done.stdout.splitlines() if ln.startswith("iter")]
+    ours = [s["wall_time_s"] for s in read_records(tmp_path / "run") if s["kind"] == "step"]
+    # The script's timer starts before data generation of the step; ours at the previous step's end.
+    for a, b in zip(own[1:], ours[1:]):
+        assert abs(a - b) <= 0.25 * a + 2e-3, (own, ours)
+
+
+def test_exit_code_and_output_pass_through(tmp_path: Path, child_env: dict[str, str]) -> None:
+    code = "import sys; print('out-line'); print('err-line', file=sys.stderr); sys.exit(7)"
+    done = run_session(tmp_path, child_env, [sys.executable, "-c", code], steps=3)
+    assert done.returncode == 7
+    assert "out-line" in done.stdout and "err-line" in done.stderr
+    assert "refining from" in done.stderr  # nothing recorded: a warning, the exit code stays 7
+
+
+def test_child_killed_by_signal_reports_128_plus_signum(tmp_path: Path, child_env: dict[str, str]) -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    assert run_session(tmp_path, child_env, [sys.executable, "-c", code], steps=1).returncode == 128 + signal.SIGTERM
+
+
+def test_sigterm_to_llmperf_reaches_the_job(tmp_path: Path, child_env: dict[str, str]) -> None:
+    marker = tmp_path / "got-term"
+    child = (f"import signal, sys, time\n"
+             f"def h(s, f):\n    open({str(marker)!r}, 'w').write('x'); sys.exit(5)\n"
+             f"signal.signal(signal.SIGTERM, h)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    call = json.dumps({"argv": [sys.executable, "-c", child], "run_dir": str(tmp_path / "run")})
+    code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
+            f"kw = json.loads({call!r})\nsys.exit(run_instrumented(kw.pop('argv'), env=os.environ, steps=1, **kw))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=child_env, stdout=subprocess.PIPE, text=True,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 5
+    assert marker.exists()
+
+
+def test_stop_after_exits_cleanly(tmp_path: Path, child_env: dict[str, str]) -> None:
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "50"]
+    done = run_session(tmp_path, child_env, argv, steps=2, stop_after=4)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("iter ") == 3 and "done:" not in done.stdout  # exits inside the 4th step
+    records = read_records(tmp_path / "run")
+    assert steps_by_rank(records) == {0: [0, 1]}
+    assert [r["num_steps"] for r in records if r["kind"] == "stop"] == [4]
+
+
+def test_existing_pythonpath_and_sitecustomize_still_work(tmp_path: Path, child_env: dict[str, str]) -> None:
+    user = tmp_path / "user-site"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n")
+    (user / "usermod.py").write_text("VALUE = 42\n")
+    env = {**child_env, "PYTHONPATH": f"{user}{os.pathsep}{child_env['PYTHONPATH']}"}
+    code = ("import os, sys, sitecustomize, usermod\n"
+            "print(os.environ.get('USER_SITECUSTOMIZE'), usermod.VALUE, sitecustomize.__file__, 'torch' in sys.modules)")
+    done = run_session(tmp_path, env, [sys.executable, "-c", code], steps=2)
+    assert done.returncode == 0, done.stderr
+    flag, value, site_file, torch_loaded = done.stdout.split()
+    assert (flag, value, Path(site_file)) == ("ran", "42", user / "sitecustomize.py")
+    assert torch_loaded == "False"  # the hook imports no framework the job does not import
+
+
+def test_child_env_prepends_and_keeps_pythonpath(tmp_path: Path) -> None:
+    env = build_child_env({"PYTHONPATH": "/a:/b", "X": "1"}, tmp_path / "hook", tmp_path)
+    assert env["PYTHONPATH"] == f"{tmp_path / 'hook'}{os.pathsep}/a:/b" and env["X"] == "1"
+    assert build_child_env({}, tmp_path / "hook", tmp_path)["PYTHONPATH"] == str(tmp_path / "hook")
+
+
+def test_warmup_steps_leave_timed_steps() -> None:
+    assert [default_warmup_steps(n) for n in (1, 2, 4, 5, 50)] == [0, 1, 1, 2, 2]
+
+
+def test_missing_command_is_a_usage_error(tmp_path: Path, child_env: dict[str, str]) -> None:
+    done = run_session(tmp_path, child_env, ["no-such-command-xyz"], steps=1)
+    assert done.returncode == 1 and "UsageError" in done.stderr and "no such file or command" in done.stderr
