@@ -1,0 +1,78 @@
+"""Samples -> fitted profile (models + metadata), shared by the sampler and the shipped-profile script.
+
+One regressor per (op class, direction) over the contract dims, trained on every sample of that class (e.g.
+one GEMM regressor from all five linear files), target log(time / roofline). The held-out error stored in the
+metadata comes from a separate fit on 80 % of the samples; the saved model uses them all.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from llmperf_hook.profile.features import RooflineConstants, build_features, schema_hash
+from llmperf_hook.profile.fit import FittedRegressor, fit_regressor
+from llmperf_hook.profile.profile_io import ModelEntry
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Measured times of one op class and direction, as contract dims."""
+
+    op_class: str
+    phase: str
+    """"fwd" | "bwd"."""
+    dims: Mapping[str, np.ndarray]
+    time_s: np.ndarray
+
+
+def pool(sets: Sequence) -> Samples:
+    """Concatenate sample sets of the same op class and phase (e.g. linear1..4 + linear_final)."""
+    first = sets[0]
+    dims = {k: np.concatenate([np.asarray(s.dims[k], dtype=np.float64) for s in sets]) for k in first.dims}
+    return Samples(first.op_class, first.phase, dims, np.concatenate([np.asarray(s.time_s) for s in sets]))
+
+
+def training_xy(s: Samples, rc: RooflineConstants) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray]:
+    """(features, log(time/roofline), feature names, roofline_s); rows with a non-positive time are dropped."""
+    keep = np.isfinite(s.time_s) & (s.time_s > 0)
+    block = build_features(s.op_class, s.phase == "bwd", {k: v[keep] for k, v in s.dims.items()}, rc)
+    return block.matrix, np.log(s.time_s[keep] / block.roofline_s), block.names, block.roofline_s
+
+
+def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, seed: int = 0) -> float | None:
+    x, y, _, roof = training_xy(s, rc)
+    if len(y) < 10:
+        return None
+    perm = np.random.default_rng(seed).permutation(len(y))
+    test, train = perm[: len(y) // 5], perm[len(y) // 5:]
+    pred = fit_regressor(x[train], y[train], prefer).ensemble().predict(x[test])
+    return float(np.mean(np.abs(np.exp(pred - y[test]) - 1.0)))
+
+
+def fit_samples(s: Samples, rc: RooflineConstants, prefer: str = "lightgbm",
+                with_holdout: bool = True) -> tuple[ModelEntry, str]:
+    x, y, names, _ = training_xy(s, rc)
+    reg: FittedRegressor = fit_regressor(x, y, prefer)
+    ext = "txt" if reg.model_format == "lightgbm-text" else "json"
+    entry = ModelEntry(
+        op_class=s.op_class, phase=s.phase, file=f"{s.op_class}.{s.phase}.{ext}", model_format=reg.model_format,
+        sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
+        train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
+        holdout_mape=holdout_mape(s, rc, prefer) if with_holdout else None)
+    return entry, reg.text
+
+
+def library_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("llmperf_hook", "numpy", "lightgbm", "scikit-learn", "torch"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out

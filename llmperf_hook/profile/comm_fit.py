@@ -1,0 +1,129 @@
+"""Fit `LayoutFit`s (comm_model.py) from collective timings: public NCCL samples or `llmperf profile --comm`.
+
+Fit: alpha-beta by least squares on relative error (weights 1/t), robust to corrupt rows by iterated outlier
+removal (|log residual - median| > max(6 x 1.4826 MAD, log 1.5) is dropped; that rule removes e.g. the ~117 us
+Vista all-gather rows of 1.3e8-element messages), then the residual as median log-ratios over up to 12
+message-size bins.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from llmperf_hook.profile.comm_model import CommModel, LayoutFit, ring_factor
+from llmperf_hook.profile.public_samples import ATTRIBUTION
+
+MIN_OUTLIER_LOG = float(np.log(1.5))
+_FILE = re.compile(r"^NVIDIA[^_]+_(allreduce|allgather|reducescatter|alltoall|p2p)(_large)?_fp16_(\d+)_(\d+)$")
+
+
+@dataclass(frozen=True)
+class CommSamples:
+    """Timings of one collective on one layout."""
+
+    collective: str
+    nodes: int
+    gpus_per_node: int
+    nbytes: np.ndarray
+    time_s: np.ndarray
+    size_class: str = ""
+    """"small" / "large" for the public files (which of the authors' error rows it belongs to)."""
+
+
+def _alpha_beta(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """Minimise sum(((a + b x - t) / t)^2) with a >= 0, b > 0."""
+    a_mat = np.column_stack([1.0 / t, x / t])
+    (a, b), *_ = np.linalg.lstsq(a_mat, np.ones_like(t), rcond=None)
+    if a < 0 or not np.isfinite(a):
+        a, b = 0.0, float(np.sum(x / t) / np.sum((x / t) ** 2))
+    if b <= 0 or not np.isfinite(b):
+        b = float(np.median(t / np.maximum(x, 1.0)))
+    return float(a), float(b)
+
+
+def _inliers(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    keep = np.ones(t.shape, dtype=bool)
+    for _ in range(3):
+        a, b = _alpha_beta(x[keep], t[keep])
+        r = np.log(t / (a + b * x))
+        med = np.median(r[keep])
+        mad = 1.4826 * np.median(np.abs(r[keep] - med))
+        new = np.abs(r - med) <= max(6.0 * mad, MIN_OUTLIER_LOG)
+        if (new == keep).all():
+            break
+        keep = new
+    return keep
+
+
+def _residual_curve(lx: np.ndarray, r: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    num_bins = int(min(12, max(1, len(r) // 10)))
+    if num_bins < 2 or np.ptp(lx) <= 0:
+        return (), ()
+    edges = np.quantile(lx, np.linspace(0, 1, num_bins + 1))
+    knots, vals = [], []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (lx >= lo) & (lx <= hi)
+        if m.sum() >= 3:
+            knots.append(float(np.median(lx[m])))
+            vals.append(float(np.median(r[m])))
+    order = np.argsort(knots)
+    return tuple(np.round(np.asarray(knots)[order], 6)), tuple(np.round(np.asarray(vals)[order], 6))
+
+
+def fit_layout(s: CommSamples) -> LayoutFit:
+    keep = np.isfinite(s.time_s) & (s.time_s > 0) & (s.nbytes > 0)
+    x, t = s.nbytes[keep], s.time_s[keep]
+    inl = _inliers(x, t) if len(t) >= 8 else np.ones(t.shape, dtype=bool)
+    a, b = _alpha_beta(x[inl], t[inl])
+    n = s.nodes * s.gpus_per_node
+    factor = ring_factor(s.collective, n) or 1.0
+    knots, vals = _residual_curve(np.log2(x[inl]), np.log(t[inl] / (a + b * x[inl])))
+    return LayoutFit(s.collective, s.nodes, s.gpus_per_node, a, factor / b, knots, vals,
+                     (float(x.min()), float(x.max())), int(inl.sum()), int((~inl).sum() + (~keep).sum()))
+
+
+def read_public_comm(nccl_dir: Path) -> list[CommSamples]:
+    """Per-layout public files (`..._N_G.csv`); `shape` is fp16 elements, `dur(us)` microseconds."""
+    out = []
+    for path in sorted(nccl_dir.glob("*.csv")):
+        m = _FILE.match(path.stem)
+        if not m:
+            continue
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        shape = np.asarray([float(r["shape"]) for r in rows])
+        dur = np.asarray([float(r["dur(us)"]) for r in rows])
+        out.append(CommSamples(m.group(1), int(m.group(3)), int(m.group(4)), shape * 2.0, dur * 1e-6,
+                               "large" if m.group(2) else "small"))
+    return out
+
+
+def pool_layouts(samples: list[CommSamples]) -> list[CommSamples]:
+    """Merge the small- and large-message files of the same collective and layout into one fit set."""
+    merged: dict[tuple[str, int, int], list[CommSamples]] = {}
+    for s in samples:
+        merged.setdefault((s.collective, s.nodes, s.gpus_per_node), []).append(s)
+    return [CommSamples(k[0], k[1], k[2], np.concatenate([s.nbytes for s in v]), np.concatenate([s.time_s for s in v]))
+            for k, v in sorted(merged.items())]
+
+
+def fit_comm_model(cluster: str, samples: list[CommSamples], provenance: Mapping[str, str]) -> CommModel:
+    return CommModel(cluster, tuple(fit_layout(s) for s in pool_layouts(samples)), dict(provenance))
+
+
+def fit_cluster_comm_model(data_root: Path, hw) -> CommModel:
+    """The shipped comm model of a ShippedHardware's cluster from op-samples/<folder>/nccl."""
+    samples = read_public_comm(data_root / hw.folder / "nccl")
+    prov = {"samples": f"op-samples/{hw.folder}/nccl (public)", "attribution": ATTRIBUTION, "license": "MIT",
+            "fitted_by": "benchmarks/fit_shipped_profiles.py",
+            "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "note": "Perlmutter inter-node samples reflect the authors' NCCL setup (0.7-2.5 GB/s), not Slingshot-11."
+            if hw.cluster == "perlmutter" else "Vista: 1 GH200 per node, every collective crosses InfiniBand."}
+    return fit_comm_model(hw.cluster, samples, prov)

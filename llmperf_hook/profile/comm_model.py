@@ -1,0 +1,176 @@
+"""Fitted communication model of one cluster: alpha-beta per collective and group layout plus a learned residual.
+
+    t(bytes) = (alpha_s + factor(n) * bytes / busbw_bytes_per_s) * exp(residual(log2 bytes))
+
+`factor(n)` is the ring traffic per rank of NCCL-tests' bus-bandwidth convention (NCCL-tests PERFORMANCE.md):
+all-reduce 2(n-1)/n, all-gather / reduce-scatter / all-to-all (n-1)/n, send/recv 1. `bytes` is the whole
+buffer of the collective (all-reduce buffer, all-gather output, reduce-scatter input, one p2p message).
+The residual is a piecewise-linear curve of median log-ratios over message-size bins (clamped at the ends), so
+the fitted alpha-beta stays in charge outside the sampled sizes. Layouts not sampled take the nearest sampled
+layout of the same tier (inside a node / across nodes) with their own n in factor(n). Reduce-scatter and
+all-to-all, when not sampled, reuse the all-gather fit of the layout (same per-rank ring traffic).
+
+Stored as JSON with a checksum; numpy only (predict path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from llmperf_hook.errors import ProfileError
+from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.hardware.spec import ClusterSpec
+
+COMM_FORMAT = "llmperf-comm-model"
+COMM_FORMAT_VERSION = 1
+COMM_FILE = "comm_model.json"
+SOURCE_OF = {"allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter",
+             "alltoall": "alltoall", "p2p": "p2p"}
+FALLBACK_OF = {"reducescatter": "allgather", "alltoall": "allgather"}
+
+
+def ring_factor(collective: str, n: int) -> float:
+    """Bytes each rank moves per buffer byte (NCCL-tests bus bandwidth factors)."""
+    n = max(int(n), 1)
+    if n == 1:
+        return 0.0
+    if collective == "allreduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class LayoutFit:
+    """alpha-beta + residual of one collective on one layout (nodes x GPUs per node)."""
+
+    collective: str
+    nodes: int
+    gpus_per_node: int
+    alpha_s: float
+    busbw_bytes_per_s: float
+    residual_knots_log2_bytes: tuple[float, ...]
+    residual_log: tuple[float, ...]
+    bytes_range: tuple[float, float]
+    num_samples: int
+    dropped_outliers: int = 0
+
+    @property
+    def group_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def predict_s(self, nbytes: np.ndarray, n: int, collective: str) -> np.ndarray:
+        base = self.alpha_s + ring_factor(collective, n) * nbytes / self.busbw_bytes_per_s
+        if not self.residual_knots_log2_bytes:
+            return base
+        res = np.interp(np.log2(np.maximum(nbytes, 1.0)), self.residual_knots_log2_bytes, self.residual_log)
+        return base * np.exp(res)
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """All layout fits of one cluster, with provenance."""
+
+    cluster: str
+    layouts: tuple[LayoutFit, ...]
+    provenance: dict
+
+    def to_json(self) -> dict:
+        body = {"cluster": self.cluster, "layouts": [asdict(f) for f in self.layouts], "provenance": self.provenance}
+        return {"format": COMM_FORMAT, "format_version": COMM_FORMAT_VERSION, **body, "checksum": _checksum(body)}
+
+
+def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def write_comm_model(directory: Path, model: CommModel) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / COMM_FILE
+    path.write_text(json.dumps(model.to_json(), indent=1) + "\n")
+    return path
+
+
+def _bad(path: Path, what: str) -> ProfileError:
+    return ProfileError(f"communication model {path} is unusable: {what}. It is never used for predictions in "
+                        f"this state; re-create it with `torchrun ... -m llmperf_hook.profile.comm_sampler` / "
+                        f"`llmperf profile --comm`, or delete it to fall back to the cluster's alpha-beta.")
+
+
+def _layout(raw: dict) -> LayoutFit:
+    fit = LayoutFit(**{**raw, "residual_knots_log2_bytes": tuple(raw["residual_knots_log2_bytes"]),
+                       "residual_log": tuple(raw["residual_log"]), "bytes_range": tuple(raw["bytes_range"])})
+    ok = (fit.collective in SOURCE_OF and fit.nodes >= 1 and fit.gpus_per_node >= 1 and fit.alpha_s >= 0
+          and math.isfinite(fit.alpha_s) and fit.busbw_bytes_per_s > 0 and math.isfinite(fit.busbw_bytes_per_s)
+          and len(fit.residual_knots_log2_bytes) == len(fit.residual_log)
+          and all(math.isfinite(v) and abs(v) < 5 for v in fit.residual_log))
+    if not ok:
+        raise ValueError(f"layout entry out of range: {raw}")
+    return fit
+
+
+def read_comm_model(directory: Path) -> CommModel:
+    path = directory / COMM_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise _bad(path, f"cannot be read as JSON ({err})") from err
+    if not isinstance(doc, dict) or doc.get("format") != COMM_FORMAT or doc.get("format_version") != COMM_FORMAT_VERSION:
+        raise _bad(path, "not an llmperf communication model of this format version")
+    body = {k: doc.get(k) for k in ("cluster", "layouts", "provenance")}
+    if doc.get("checksum") != _checksum(body):
+        raise _bad(path, "its checksum does not match its content (corrupted or edited)")
+    try:
+        return CommModel(str(doc["cluster"]), tuple(_layout(f) for f in doc["layouts"]), dict(doc["provenance"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise _bad(path, f"a field is missing or out of range ({err})") from err
+
+
+class CommPredictor:
+    """`OpClassPredictor` for collectives from a CommModel (vectorised per collective and layout)."""
+
+    def __init__(self, model: CommModel) -> None:
+        self.model = model
+        self.name = f"alpha-beta+residual:{model.cluster}"
+        self._by_kind: dict[str, list[LayoutFit]] = {}
+        for fit in model.layouts:
+            self._by_kind.setdefault(fit.collective, []).append(fit)
+
+    def _kind(self, op_class: str) -> str | None:
+        if op_class in self._by_kind:
+            return op_class
+        fallback = FALLBACK_OF.get(op_class)
+        return fallback if fallback in self._by_kind else None
+
+    def supports(self, op_class: str, phase: str, dtype: str) -> bool:
+        return self._kind(op_class) is not None
+
+    def layout_for(self, op_class: str, c: Collective) -> LayoutFit:
+        """Exact layout if sampled, else the nearest one of the same tier (log distance in nodes and GPUs/node)."""
+        fits = self._by_kind[self._kind(op_class) or ""]
+        nodes, gpn = c.num_nodes, min(c.ranks_per_node, c.group_size)
+        same_tier = [f for f in fits if (f.nodes == 1) == (nodes == 1)] or fits
+        return min(same_tier, key=lambda f: (abs(math.log(f.nodes / nodes)) + abs(math.log(f.gpus_per_node / gpn)),
+                                             -f.num_samples))
+
+    def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec) -> Sequence[float]:
+        out = np.empty(len(ops))
+        groups: dict[tuple, list[int]] = {}
+        for i, op in enumerate(ops):
+            if op.collective is None or self._kind(op.op_class) is None:
+                raise ProfileError(f"{self.name} cannot predict {op.name} ({op.op_class}); call supports() first")
+            c = op.collective
+            groups.setdefault((op.op_class, c.group_size, c.ranks_per_node), []).append(i)
+        for (op_class, n, _), idx in groups.items():
+            fit = self.layout_for(op_class, ops[idx[0]].collective)
+            nbytes = np.fromiter((float(ops[i].dims["bytes"]) for i in idx), dtype=np.float64, count=len(idx))
+            out[idx] = np.where(n > 1, fit.predict_s(nbytes, n, op_class), 0.0)
+        return out.tolist()

@@ -1,0 +1,218 @@
+"""Regressor features and roofline times per op class, from the graph's dims contract (graph/op.py).
+
+A fitted profile predicts log(measured_s / roofline_s): the tree ensemble only learns the (bounded) efficiency
+of a kernel, so a shape outside the sampled range still scales with its FLOPs and bytes instead of saturating
+at the last leaf. The roofline (Williams et al., CACM 2009) is max(flops / peak, bytes / bandwidth) with the
+constants stored in the profile itself (`RooflineConstants`), so a profile never depends on a YAML that may
+change under it.
+
+Pure numpy; imported on the predict path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+FEATURE_SCHEMA_VERSION = 1
+"""Bump when any feature formula changes: older profiles are then refused (ProfileError) instead of mispredicting."""
+
+DTYPE_BYTES: Mapping[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+# Tile edge of the tensor-core GEMM kernels (cuBLAS/CUTLASS 128x128 threadblock tiles) and of FlashAttention-2's
+# query blocks (Dao, 2023, Sec. 3.1: block size 128): waves = tiles / SMs, the quantisation that makes GEMM time
+# step-shaped rather than smooth in m and n.
+TILE = 128.0
+
+
+@dataclass(frozen=True)
+class RooflineConstants:
+    """The normaliser of the regression target; saved in the profile metadata."""
+
+    peak_flop_per_s: float
+    """Dense peak of the profiled dtype (datasheet for GPUs, measured for CPUs)."""
+    memory_bandwidth_bytes_per_s: float
+    num_sms: int
+    """Streaming multiprocessors (GPU) or cores used (CPU): the unit of the wave count."""
+    dtype_bytes: int
+
+
+Dims = Mapping[str, np.ndarray]
+Block = tuple[list[str], list[np.ndarray], np.ndarray, np.ndarray]
+"""(feature names, feature columns, flops, bytes)."""
+
+
+def _lg(x: np.ndarray) -> np.ndarray:
+    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0))
+
+
+def _tiles(rows: np.ndarray, cols: np.ndarray, tr: float = TILE, tc: float = TILE) -> np.ndarray:
+    return np.ceil(rows / tr) * np.ceil(cols / tc)
+
+
+def _wave_features(prefix: str, tiles: np.ndarray, num_sms: int) -> tuple[list[str], list[np.ndarray]]:
+    waves = tiles / num_sms
+    # Fraction of the last wave that does useful work (1.0 = no tail effect).
+    tail = waves / np.maximum(np.ceil(waves), 1.0)
+    return [f"{prefix}_log_tiles", f"{prefix}_waves", f"{prefix}_wave_eff"], [_lg(tiles), waves, tail]
+
+
+def _gemm(d: Dims, bwd: bool, rc: RooflineConstants, batch: np.ndarray | None = None) -> Block:
+    m, n, k = (np.asarray(d[x], dtype=np.float64) for x in ("m", "n", "k"))
+    bt = np.ones_like(m) if batch is None else np.asarray(batch, dtype=np.float64)
+    e = rc.dtype_bytes
+    # Forward: 2mnk FLOPs, reads A[m,k], B[k,n], writes C[m,n]. Backward = dgrad (m x k output) + wgrad
+    # (k x n output): twice the FLOPs and bytes (Narayanan et al., SC'21, Sec. 5.1: backward = 2x forward).
+    mult = 2.0 if bwd else 1.0
+    flops = mult * 2.0 * bt * m * n * k
+    nbytes = mult * bt * (m * k + k * n + m * n) * e
+    names = ["log_m", "log_n", "log_k", "m_mod_128", "n_mod_128", "k_mod_64"]
+    cols = [_lg(m), _lg(n), _lg(k), np.mod(m, 128.0), np.mod(n, 128.0), np.mod(k, 64.0)]
+    if batch is not None:
+        names, cols = names + ["log_batch"], cols + [_lg(bt)]
+    # cuBLAS picks among several threadblock tiles; the wave tail of each candidate is a feature.
+    for tr, tc in ((128.0, 128.0), (256.0, 128.0), (128.0, 256.0), (64.0, 128.0)):
+        wn, wc = _wave_features(f"fwd{int(tr)}x{int(tc)}", bt * _tiles(m, n, tr, tc), rc.num_sms)
+        names, cols = names + wn, cols + wc
+    if bwd:
+        for tag, (r, c) in {"dgrad": (m, k), "wgrad": (k, n)}.items():
+            wn, wc = _wave_features(tag, bt * _tiles(r, c), rc.num_sms)
+            names, cols = names + wn, cols + wc
+    return names, cols, flops, nbytes
+
+
+def _bmm(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    return _gemm(d, bwd, rc, batch=d["batch"])
+
+
+def _attention(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    b, s, h, kvh, hd, causal = (np.asarray(d[x], dtype=np.float64) for x in
+                                ("b", "s", "heads", "kv_heads", "head_dim", "causal"))
+    # FlashAttention-2 (Dao, 2023, Sec. 4): forward 4*b*h*s^2*d FLOPs, halved under a causal mask;
+    # backward 2.5x forward (recomputation of the scores included).
+    fwd_flops = 4.0 * b * h * s * s * hd * np.where(causal > 0, 0.5, 1.0)
+    flops = fwd_flops * (2.5 if bwd else 1.0)
+    qo = 2.0 * b * s * h * hd
+    kv = 2.0 * b * s * kvh * hd
+    nbytes = (qo + kv) * rc.dtype_bytes * (2.0 if bwd else 1.0)
+    names = ["log_b", "log_s", "log_heads", "log_kv_heads", "log_head_dim", "causal", "s_mod_128"]
+    cols = [_lg(b), _lg(s), _lg(h), _lg(kvh), _lg(hd), causal, np.mod(s, 128.0)]
+    wn, wc = _wave_features("q", b * h * np.ceil(s / TILE), rc.num_sms)
+    return names + wn, cols + wc, flops, nbytes
+
+
+def _streaming(elements: np.ndarray, flop_per_elem: float, passes: float, rc: RooflineConstants) -> tuple:
+    elements = np.asarray(elements, dtype=np.float64)
+    return flop_per_elem * elements, passes * elements * rc.dtype_bytes
+
+
+def _rows_cols(d: Dims, bwd: bool, rc: RooflineConstants, rows_key: str, cols_key: str,
+               flop_per_elem: float, passes: tuple[float, float]) -> Block:
+    rows, cols_ = (np.asarray(d[x], dtype=np.float64) for x in (rows_key, cols_key))
+    flops, nbytes = _streaming(rows * cols_, flop_per_elem, passes[1] if bwd else passes[0], rc)
+    names = [f"log_{rows_key}", f"log_{cols_key}", f"{cols_key}_mod_128"]
+    return names, [_lg(rows), _lg(cols_), np.mod(cols_, 128.0)], flops, nbytes
+
+
+def _elementwise(d: Dims, bwd: bool, rc: RooflineConstants, flop_per_elem: float,
+                 passes: tuple[float, float]) -> Block:
+    el = np.asarray(d["elements"], dtype=np.float64)
+    flops, nbytes = _streaming(el, flop_per_elem, passes[1] if bwd else passes[0], rc)
+    return ["log_elements", "elements_mod_1024"], [_lg(el), np.mod(el, 1024.0)], flops, nbytes
+
+
+def _rope(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    t, h, hd = (np.asarray(d[x], dtype=np.float64) for x in ("tokens", "heads", "head_dim"))
+    # Rotates q and k: read both plus cos/sin, write both.
+    flops, nbytes = _streaming(2.0 * t * h * hd, 3.0, 2.5, rc)
+    return ["log_tokens", "log_heads", "log_head_dim"], [_lg(t), _lg(h), _lg(hd)], flops, nbytes
+
+
+def _embedding(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    t, v, hid = (np.asarray(d[x], dtype=np.float64) for x in ("tokens", "vocab", "hidden"))
+    # Forward gathers t rows and writes them; backward zeroes the [v, hidden] gradient and scatter-adds t rows.
+    nbytes = (2.0 * t * hid + (v * hid if bwd else 0.0)) * rc.dtype_bytes
+    flops = t * hid
+    return ["log_tokens", "log_vocab", "log_hidden"], [_lg(t), _lg(v), _lg(hid)], flops, nbytes
+
+
+def _cross_entropy(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    t, v = (np.asarray(d[x], dtype=np.float64) for x in ("tokens", "vocab"))
+    # Vocab-parallel CE (Megatron): max, exp-sum and target gather over [t, v] logits (about 3 passes forward,
+    # 2 backward), done in fp32 internally.
+    flops, nbytes = _streaming(t * v, 5.0, 2.0 if bwd else 3.0, rc)
+    return ["log_tokens", "log_vocab", "vocab_mod_128"], [_lg(t), _lg(v), np.mod(v, 128.0)], flops, nbytes
+
+
+def _optimizer(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    p = np.asarray(d["params"], dtype=np.float64)
+    # Mixed-precision Adam: fp32 master weight, m, v read+written, fp16 grad read, fp16 weight written:
+    # 4*3*2 + 2 + 2 = 28 bytes per parameter (ZeRO paper, Rajbhandari et al. 2020, Sec. 3.1 counts the states).
+    return ["log_params"], [_lg(p)], 12.0 * p, 28.0 * p
+
+
+Builder = Callable[[Dims, bool, RooflineConstants], Block]
+
+BUILDERS: Mapping[str, Builder] = {
+    "gemm": _gemm,
+    "bmm": _bmm,
+    "attention": _attention,
+    "softmax": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 5.0, (2.0, 3.0)),
+    "softmax_unfused": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 5.0, (2.0, 3.0)),
+    "masked_fill": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 1.0, (2.0, 2.0)),
+    "layernorm": lambda d, b, rc: _rows_cols(d, b, rc, "tokens", "hidden", 8.0, (2.0, 4.0)),
+    "rmsnorm": lambda d, b, rc: _rows_cols(d, b, rc, "tokens", "hidden", 6.0, (2.0, 4.0)),
+    "gelu": lambda d, b, rc: _elementwise(d, b, rc, 8.0, (2.0, 3.0)),
+    "swiglu": lambda d, b, rc: _elementwise(d, b, rc, 6.0, (3.0, 5.0)),
+    "residual_add": lambda d, b, rc: _elementwise(d, b, rc, 1.0, (3.0, 3.0)),
+    "dropout": lambda d, b, rc: _elementwise(d, b, rc, 2.0, (3.0, 3.0)),
+    "rope": _rope,
+    "embedding": _embedding,
+    "cross_entropy": _cross_entropy,
+    "optimizer": _optimizer,
+}
+"""Op classes a profile can hold. softmax_unfused and masked_fill are the unfused attention path's kernels."""
+
+REQUIRED_DIMS: Mapping[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k"), "bmm": ("batch", "m", "n", "k"),
+    "attention": ("b", "s", "heads", "kv_heads", "head_dim", "causal"),
+    "softmax": ("rows", "cols"), "softmax_unfused": ("rows", "cols"), "masked_fill": ("rows", "cols"),
+    "layernorm": ("tokens", "hidden"), "rmsnorm": ("tokens", "hidden"), "gelu": ("elements",),
+    "swiglu": ("elements",), "residual_add": ("elements",), "dropout": ("elements",),
+    "rope": ("tokens", "heads", "head_dim"), "embedding": ("tokens", "vocab", "hidden"),
+    "cross_entropy": ("tokens", "vocab"), "optimizer": ("params",),
+}
+
+
+@dataclass(frozen=True)
+class FeatureBlock:
+    """What a regressor sees for a batch of shapes of one op class and direction."""
+
+    names: tuple[str, ...]
+    matrix: np.ndarray
+    """[num_shapes, num_features] float64."""
+    roofline_s: np.ndarray
+    """max(flops / peak, bytes / bandwidth) per shape: the target is log(time / roofline_s)."""
+
+
+def build_features(op_class: str, bwd: bool, dims: Dims, rc: RooflineConstants) -> FeatureBlock:
+    names, cols, flops, nbytes = BUILDERS[op_class](dims, bwd, rc)
+    flops = np.maximum(flops, 1.0)
+    nbytes = np.maximum(nbytes, 1.0)
+    names = names + ["log_flops", "log_bytes", "log_intensity"]
+    cols = cols + [_lg(flops), _lg(nbytes), np.log2(flops / nbytes)]
+    roofline_s = np.maximum(flops / rc.peak_flop_per_s, nbytes / rc.memory_bandwidth_bytes_per_s)
+    matrix = np.column_stack([np.broadcast_to(np.asarray(c, dtype=np.float64), flops.shape) for c in cols])
+    return FeatureBlock(tuple(names), matrix, roofline_s)
+
+
+def schema_hash(op_class: str, bwd: bool) -> str:
+    """Hash of the feature names and schema version: a profile fitted with other features is refused."""
+    probe = {k: np.full(1, 256.0) for k in REQUIRED_DIMS[op_class]}
+    names = build_features(op_class, bwd, probe, RooflineConstants(1.0, 1.0, 1, 2)).names
+    text = json.dumps({"v": FEATURE_SCHEMA_VERSION, "class": op_class, "bwd": bwd, "names": names})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

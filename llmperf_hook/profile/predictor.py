@@ -1,0 +1,111 @@
+"""A loaded fitted profile as an `OpClassPredictor` (predict/op_times.py): vectorised per op class.
+
+seconds = roofline_s * exp(tree_ensemble(features)); one ensemble walk per (op class, direction) for all ops
+of the call. Phases: "fwd" and "recompute" use the forward regressor, "bwd" the backward one, "step" (the
+optimizer) the single optimizer regressor. numpy only: safe on the predict path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from llmperf_hook.errors import ProfileError
+from llmperf_hook.graph.op import Op
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.profile.features import REQUIRED_DIMS, build_features
+from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
+from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
+
+_PHASE_MODEL = {"fwd": "fwd", "recompute": "fwd", "bwd": "bwd", "step": "fwd"}
+
+
+class FittedProfile:
+    """Operator-time predictor from a profile directory (models parsed on first use, then kept)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.meta: ProfileMeta = read_profile_meta(directory)
+        self._entries = {(m.op_class, m.phase): m for m in self.meta.models}
+        self._ensembles: dict[tuple[str, str], TreeEnsemble] = {}
+        backend = "lightgbm" if all(m.model_format == "lightgbm-text" for m in self.meta.models) else "sklearn"
+        self.name = f"{backend}:{self.meta.name}"
+
+    @property
+    def op_classes(self) -> tuple[str, ...]:
+        return tuple(sorted({c for c, _ in self._entries}))
+
+    def supports(self, op_class: str, phase: str, dtype: str) -> bool:
+        key = (op_class, _PHASE_MODEL.get(phase, ""))
+        return dtype in self.meta.serves_dtypes and key in self._entries
+
+    def _ensemble(self, key: tuple[str, str]) -> TreeEnsemble:
+        if key not in self._ensembles:
+            entry = self._entries[key]
+            text = read_model_text(self.directory, entry)
+            try:
+                ens = parse_lightgbm_text(text) if entry.model_format == "lightgbm-text" else \
+                    parse_sklearn_json(json.loads(text))
+            except ValueError as err:
+                raise ProfileError(f"fitted profile {self.directory}: model {entry.file} is corrupted ({err})") from err
+            if ens.num_features != len(entry.feature_names):
+                raise ProfileError(f"fitted profile {self.directory}: model {entry.file} has {ens.num_features} "
+                                   f"features, its metadata lists {len(entry.feature_names)}; re-create the profile")
+            self._ensembles[key] = ens
+        return self._ensembles[key]
+
+    def _dims_arrays(self, op_class: str, ops: Sequence[Op]) -> dict[str, np.ndarray]:
+        need = REQUIRED_DIMS[op_class]
+        for op in ops:
+            missing = [k for k in need if k not in op.dims]
+            if missing:
+                raise ProfileError(f"op {op.name} ({op_class}) lacks dims {missing}; the profile needs {list(need)} "
+                                   f"(graph/op.py dims table)")
+        return {k: np.fromiter((float(op.dims[k]) for op in ops), dtype=np.float64, count=len(ops)) for k in need}
+
+    def predict_class_s(self, op_class: str, phase_model: str, dims: dict[str, np.ndarray]) -> np.ndarray:
+        """Seconds for shapes given as dims arrays (one ensemble walk)."""
+        key = (op_class, phase_model)
+        entry = self._entries[key]
+        block = build_features(op_class, phase_model == "bwd", dims, self.meta.roofline)
+        if block.names != entry.feature_names:
+            raise ProfileError(f"fitted profile {self.directory}: features of {entry.file} differ from this llmperf's")
+        log_ratio = self._ensemble(key).predict(block.matrix)
+        seconds = block.roofline_s * np.exp(log_ratio)
+        if not np.all(np.isfinite(seconds)) or np.any(seconds <= 0):
+            raise ProfileError(f"fitted profile {self.directory}: {entry.file} produced a non-finite time")
+        return seconds
+
+    def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec) -> Sequence[float]:
+        out = np.empty(len(ops))
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, op in enumerate(ops):
+            key = (op.op_class, _PHASE_MODEL.get(op.phase, ""))
+            if key not in self._entries or op.dtype not in self.meta.serves_dtypes:
+                raise ProfileError(f"profile {self.meta.name} has no {op.op_class}/{op.phase} model for {op.dtype} "
+                                   f"(call supports() first)")
+            groups.setdefault(key, []).append(i)
+        for (op_class, phase_model), idx in groups.items():
+            dims = self._dims_arrays(op_class, [ops[i] for i in idx])
+            out[idx] = self.predict_class_s(op_class, phase_model, dims)
+        return out.tolist()
+
+    def extrapolation_warnings(self, ops: Sequence[Op]) -> tuple[str, ...]:
+        """One line per (op class, dim) whose value lies outside the sampled range (predicted, but less sure)."""
+        lines = []
+        for key, entry in sorted(self._entries.items()):
+            lines += _outside(entry, [op for op in ops if (op.op_class, _PHASE_MODEL.get(op.phase)) == key])
+        return tuple(dict.fromkeys(lines))
+
+
+def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[str]:
+    lines = []
+    for dim, (lo, hi) in entry.train_ranges.items():
+        values = [float(op.dims[dim]) for op in ops if dim in op.dims]
+        if values and (min(values) < lo or max(values) > hi):
+            lines.append(f"{entry.op_class}: {dim} in [{min(values):g}, {max(values):g}] extends beyond the "
+                         f"profiled range [{lo:g}, {hi:g}]; extrapolated along the roofline")
+    return lines

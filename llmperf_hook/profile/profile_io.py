@@ -1,0 +1,149 @@
+"""Fitted hardware profiles on disk: `NAME/profile.json` (metadata) + one model file per (op class, direction).
+
+profile.json holds the feature-schema hash of every model, the sha256 of every model file, the roofline
+constants the target is relative to, the training range of every dim (extrapolation is reported, not hidden),
+the hardware fingerprint, library versions and provenance. Loading checks all of it and raises ProfileError
+with the path and the fix on any mismatch: a corrupted or stale profile never yields a number.
+No pickle: models are LightGBM text dumps or JSON tree arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from llmperf_hook.errors import ProfileError
+from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
+
+PROFILE_FORMAT = "llmperf-profile"
+PROFILE_FORMAT_VERSION = 1
+META_FILE = "profile.json"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One regressor of a profile."""
+
+    op_class: str
+    phase: str
+    """"fwd" (also serves recompute and the optimizer's step) or "bwd"."""
+    file: str
+    """File name inside the profile directory."""
+    model_format: str
+    """"lightgbm-text" | "sklearn-gbr-json"."""
+    sha256: str
+    schema_hash: str
+    feature_names: tuple[str, ...]
+    train_ranges: Mapping[str, tuple[float, float]]
+    """Per contract dim: (min, max) over the training samples."""
+    num_samples: int
+    holdout_mape: float | None = None
+    """Mean absolute percentage error on samples held out of this fit (None when not measured)."""
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    """Everything in profile.json."""
+
+    name: str
+    dtype: str
+    """The dtype that was sampled."""
+    serves_dtypes: tuple[str, ...]
+    """Dtypes the profile answers for (fp16 profiles also serve bf16: same tensor-core rate and width)."""
+    roofline: RooflineConstants
+    hardware: Mapping[str, str]
+    """Fingerprint: device name, count of SMs/cores, driver/CUDA or CPU model."""
+    library_versions: Mapping[str, str]
+    provenance: Mapping[str, str]
+    """Where the samples came from (and their license / attribution), when and with which tool."""
+    models: tuple[ModelEntry, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, str]) -> Path:
+    """Write model files then profile.json (last, so a half-written profile has no valid metadata)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for entry in meta.models:
+        data = model_texts[entry.file].encode()
+        (directory / entry.file).write_bytes(data)
+        entries.append({**entry.__dict__, "sha256": _sha(data), "feature_names": list(entry.feature_names),
+                        "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()}})
+    doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
+           "dtype": meta.dtype, "serves_dtypes": list(meta.serves_dtypes), "roofline": meta.roofline.__dict__,
+           "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
+           "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
+    tmp = directory / (META_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(directory / META_FILE)
+    return directory
+
+
+def _fail(directory: Path, what: str) -> ProfileError:
+    return ProfileError(
+        f"fitted profile {directory} is unusable: {what}. A damaged or stale profile is never used for "
+        f"predictions. Re-create it (`llmperf profile ...`, or `python benchmarks/fit_shipped_profiles.py` for "
+        f"the shipped ones), or delete the directory to fall back to the roofline model.")
+
+
+def _entry(directory: Path, raw: dict) -> ModelEntry:
+    entry = ModelEntry(
+        op_class=str(raw["op_class"]), phase=str(raw["phase"]), file=str(raw["file"]),
+        model_format=str(raw["model_format"]), sha256=str(raw["sha256"]), schema_hash=str(raw["schema_hash"]),
+        feature_names=tuple(raw["feature_names"]),
+        train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
+        num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"))
+    if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
+        raise _fail(directory, f"model {entry.file} is for unknown op class/phase {entry.op_class}/{entry.phase}")
+    expected = schema_hash(entry.op_class, entry.phase == "bwd")
+    if entry.schema_hash != expected:
+        raise _fail(directory, f"model {entry.file} was fitted with feature schema {entry.schema_hash}, this "
+                               f"llmperf computes schema {expected} for {entry.op_class}/{entry.phase}")
+    if entry.model_format not in ("lightgbm-text", "sklearn-gbr-json"):
+        raise _fail(directory, f"model {entry.file} has unknown format {entry.model_format!r}")
+    if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
+        raise _fail(directory, f"model file name {entry.file!r} points outside the profile")
+    return entry
+
+
+def read_profile_meta(directory: Path) -> ProfileMeta:
+    path = directory / META_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _fail(directory, f"{META_FILE} is missing") from None
+    except (OSError, ValueError) as err:
+        raise _fail(directory, f"{META_FILE} is not valid JSON ({err})") from err
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+        raise _fail(directory, f"{META_FILE} is not an llmperf profile (format={doc.get('format') if isinstance(doc, dict) else None!r})")
+    if doc.get("format_version") != PROFILE_FORMAT_VERSION:
+        raise _fail(directory, f"format_version {doc.get('format_version')} is not {PROFILE_FORMAT_VERSION}")
+    try:
+        rc = RooflineConstants(**{k: (int(v) if k in ("num_sms", "dtype_bytes") else float(v))
+                                  for k, v in doc["roofline"].items()})
+        models = tuple(_entry(directory, m) for m in doc["models"])
+        return ProfileMeta(name=str(doc["name"]), dtype=str(doc["dtype"]), serves_dtypes=tuple(doc["serves_dtypes"]),
+                           roofline=rc, hardware=doc["hardware"], library_versions=doc["library_versions"],
+                           provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())))
+    except ProfileError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
+
+
+def read_model_text(directory: Path, entry: ModelEntry) -> str:
+    """The model file's text after checking its sha256 against profile.json."""
+    try:
+        data = (directory / entry.file).read_bytes()
+    except OSError as err:
+        raise _fail(directory, f"model file {entry.file} cannot be read ({err})") from err
+    if _sha(data) != entry.sha256:
+        raise _fail(directory, f"model file {entry.file} does not match its sha256 in {META_FILE} (corrupted or edited)")
+    return data.decode()

@@ -1,0 +1,104 @@
+"""What the shipped profiles are fitted from: hardware constants, fit groups and the sample-sanity rule.
+
+Used by benchmarks/fit_shipped_profiles.py (writes configs/profiles/) and the accuracy benchmarks, so the
+benchmark measures exactly the recipe that produced the shipped files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from llmperf_hook.profile.build_profile import Samples, training_xy
+from llmperf_hook.profile.features import RooflineConstants
+from llmperf_hook.profile.public_samples import MAPPINGS, SampleSet, operator_files, read_sample_sets
+
+
+@dataclass(frozen=True)
+class ShippedHardware:
+    """One GPU of the public samples."""
+
+    name: str
+    """Profile name = hardware name in configs/hardware (lower-case)."""
+    folder: str
+    """Cluster folder under op-samples/ ("Perlmutter", "Vista")."""
+    cluster: str
+    roofline: RooflineConstants
+    fingerprint: Mapping[str, str]
+
+
+# Datasheet peaks. A100-SXM4-80GB: 312 TFLOP/s dense fp16/bf16 tensor, 2,039 GB/s HBM2e, 108 SMs (NVIDIA A100
+# datasheet, 2021). GH200 96 GB: H100-class GPU, 989 TFLOP/s dense fp16/bf16, 4.0 TB/s HBM3, 132 SMs (NVIDIA
+# GH200 Grace Hopper Superchip datasheet, 2023).
+SHIPPED: Mapping[str, ShippedHardware] = {
+    "a100-sxm4-80gb": ShippedHardware("a100-sxm4-80gb", "Perlmutter", "perlmutter",
+                                      RooflineConstants(312e12, 2039e9, 108, 2),
+                                      {"device": "NVIDIA A100-SXM4-80GB", "num_sms": "108", "site": "NERSC Perlmutter"}),
+    "gh200-96gb": ShippedHardware("gh200-96gb", "Vista", "vista", RooflineConstants(989e12, 4.0e12, 132, 2),
+                                  {"device": "NVIDIA GH200 120GB (96 GB HBM3)", "num_sms": "132", "site": "TACC Vista"}),
+}
+
+FIT_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "gemm": ("linear1", "linear2", "linear3", "linear4", "linear_final"),
+    "bmm": ("baddbmm", "bmm"),
+    "attention": ("flash_atten",),
+    "softmax": ("ScaledUpperTriangMaskedSoftmax",),
+    "softmax_unfused": ("softmax",),
+    "masked_fill": ("fillmask",),
+    "layernorm": ("layernorm",),
+    "rmsnorm": ("RMSlayernorm",),
+    "gelu": ("gelu",),
+    "rope": ("RoPE",),
+    "residual_add": ("res_add",),
+    "embedding": ("embedding",),
+    "cross_entropy": ("parallel_cross_entropy_128",),
+    "optimizer": ("firstStage_optimizer", "middleStage_optimizer", "lastStage_optimizer"),
+    # Benchmark only: the A100 Adam-by-parameter-count file, timed differently from the per-stage files.
+    "optimizer_by_count": ("optimizer",),
+}
+# Shipped: the classes of the graph's dims contract. softmax_unfused / masked_fill (kernels of the unfused
+# attention path that the graph folds into "softmax") are benchmarked but not shipped, to keep profiles small.
+SHIPPED_GROUPS = tuple(g for g in FIT_GROUPS if g not in ("optimizer_by_count", "softmax_unfused", "masked_fill"))
+
+FASTER_THAN_PEAK = 0.9
+"""Sanity rule: a sample faster than 0.9 x flops / peak would beat the datasheet peak; it is corrupt."""
+EXACT_FLOP_CLASSES = frozenset({"gemm", "bmm", "attention"})
+"""Classes whose FLOP count is exact, so the rule applies; byte counts of memory-bound kernels are estimates
+(L2-resident tensors legitimately beat HBM bandwidth), so those are never dropped by it."""
+MAX_CORRUPT_FRACTION = 0.5
+"""A fit group with more corrupt samples than this is not fitted at all (the class falls back to roofline)."""
+
+
+def load_group(data_root: Path, hw: ShippedHardware, group: str) -> dict[str, list[SampleSet]]:
+    """{phase: sample sets} of one fit group that exist for this GPU (no entry when no file exists)."""
+    files = operator_files(data_root / hw.folder / "operator")
+    out: dict[str, list[SampleSet]] = {}
+    for name in FIT_GROUPS[group]:
+        if name in files and name in MAPPINGS:
+            for s in read_sample_sets(files[name], name):
+                out.setdefault(s.phase, []).append(s)
+    return out
+
+
+def plausible_mask(s: Samples, rc: RooflineConstants) -> np.ndarray:
+    """True for samples with a positive finite time that do not beat the peak (EXACT_FLOP_CLASSES only)."""
+    keep = np.isfinite(s.time_s) & (s.time_s > 0)
+    if s.op_class not in EXACT_FLOP_CLASSES:
+        return keep
+    compute_only = RooflineConstants(rc.peak_flop_per_s, float("inf"), rc.num_sms, rc.dtype_bytes)
+    ratio = np.full(s.time_s.shape, np.nan)
+    _, y, _, _ = training_xy(s, compute_only)
+    ratio[keep] = np.exp(y)
+    return keep & (ratio >= FASTER_THAN_PEAK)
+
+
+def clean(s: Samples, rc: RooflineConstants) -> tuple[Samples | None, float]:
+    """(samples without the corrupt rows, or None if most are corrupt; fraction dropped)."""
+    mask = plausible_mask(s, rc)
+    dropped = 1.0 - float(mask.mean())
+    if dropped > MAX_CORRUPT_FRACTION:
+        return None, dropped
+    return Samples(s.op_class, s.phase, {k: v[mask] for k, v in s.dims.items()}, s.time_s[mask]), dropped

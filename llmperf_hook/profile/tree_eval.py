@@ -1,0 +1,187 @@
+"""Evaluate tree ensembles stored as data, with numpy only (no lightgbm / sklearn import on the predict path).
+
+Two stored forms, one evaluator:
+- LightGBM text dumps (`Booster.model_to_string()`): numeric splits with LightGBM's missing-value rules
+  (LightGBM `Tree::NumericalDecision`: NaN becomes 0 unless missing_type is NaN; a missing value goes to the
+  default-left / right child; otherwise `x <= threshold` goes left; negative child = ~leaf index).
+- scikit-learn gradient boosting exported as JSON arrays (fallback when lightgbm is missing): `x <= threshold`
+  goes left with x cast to float32, as sklearn's trees compare.
+
+All trees are packed into flat arrays and walked together: one numpy step per depth level, for every shape and
+every tree at once, so a whole graph's ops of one class cost a few milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmperf_hook.errors import ProfileError
+
+_ZERO = 1e-35  # LightGBM kZeroThreshold
+_MISSING_NONE, _MISSING_ZERO, _MISSING_NAN = 0, 1, 2
+_CHUNK = 2048  # rows walked at once: bounds the [rows x trees] index arrays to a few MB
+
+
+@dataclass(frozen=True)
+class TreeEnsemble:
+    """Flat node arrays of all trees; a child index < 0 means leaf (~child) of the same tree."""
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    left: np.ndarray
+    """Global node index of the left child, or -(global leaf index) - 1."""
+    right: np.ndarray
+    default_left: np.ndarray
+    missing_type: np.ndarray
+    leaf_value: np.ndarray
+    roots: np.ndarray
+    """Per tree: global root node index, or -(global leaf index) - 1 for a single-leaf tree."""
+    num_features: int
+    base_score: float = 0.0
+    cast_float32: bool = False
+    """sklearn trees compare float32 inputs."""
+    max_depth: int = 64
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Sum of leaf values (+ base score) per row; repeated rows are evaluated once, in chunks."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise ProfileError(f"tree ensemble expects {self.num_features} features, got shape {x.shape}")
+        if self.cast_float32:
+            x = x.astype(np.float32).astype(np.float64)
+        if x.shape[0] == 0:
+            return np.zeros(0)
+        uniq, inverse = np.unique(x, axis=0, return_inverse=True)
+        out = np.concatenate([self._walk(uniq[i:i + _CHUNK]) for i in range(0, uniq.shape[0], _CHUNK)])
+        return out[inverse.reshape(-1)]
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
+        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        rows = np.arange(x.shape[0])[:, None]
+        for _ in range(self.max_depth + 1):
+            inner = node >= 0
+            if not inner.any():
+                break
+            idx = np.where(inner, node, 0)
+            fval = x[rows, self.feature[idx]]
+            node = np.where(inner, self._step(idx, fval), node)
+        if (node >= 0).any():
+            raise ProfileError("tree ensemble is malformed (a path is deeper than its declared depth or cyclic)")
+        return self.base_score + self.leaf_value[-node - 1].sum(axis=1)
+
+    def _step(self, idx: np.ndarray, fval: np.ndarray) -> np.ndarray:
+        mt = self.missing_type[idx]
+        fval = np.where(np.isnan(fval) & (mt != _MISSING_NAN), 0.0, fval)
+        missing = ((mt == _MISSING_ZERO) & (np.abs(fval) <= _ZERO)) | ((mt == _MISSING_NAN) & np.isnan(fval))
+        go_left = np.where(missing, self.default_left[idx], fval <= self.threshold[idx])
+        return np.where(go_left, self.left[idx], self.right[idx])
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split()]
+
+
+def _parse_blocks(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    header: dict[str, str] = {}
+    trees: list[dict[str, str]] = []
+    current = header
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Tree="):
+            current = {}
+            trees.append(current)
+        elif line == "end of trees":
+            break
+        elif "=" in line:
+            key, _, value = line.partition("=")
+            current[key] = value
+    return header, trees
+
+
+class _Packer:
+    """Appends trees to flat arrays, offsetting child and leaf indices."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {k: [] for k in
+                                      ("feature", "threshold", "left", "right", "default_left", "missing_type")}
+        self.leaves: list[float] = []
+        self.roots: list[int] = []
+        self.depth = 0
+
+    def add(self, feature, threshold, left, right, leaf_value, default_left, missing_type) -> None:
+        n_off, l_off = len(self.cols["feature"]), len(self.leaves)
+        fix = (lambda c: c + n_off if c >= 0 else -((-c - 1) + l_off) - 1)
+        if len(feature) == 0:
+            self.roots.append(-l_off - 1)
+        else:
+            self.roots.append(n_off)
+        for key, vals in (("feature", feature), ("threshold", threshold), ("default_left", default_left),
+                          ("missing_type", missing_type)):
+            self.cols[key].extend(vals)
+        self.cols["left"].extend(fix(c) for c in left)
+        self.cols["right"].extend(fix(c) for c in right)
+        self.leaves.extend(leaf_value)
+        self.depth = max(self.depth, len(feature))
+
+    def build(self, num_features: int, base: float, cast32: bool) -> TreeEnsemble:
+        c = self.cols
+        if not self.roots:
+            raise ProfileError("tree ensemble has no trees")
+        return TreeEnsemble(
+            feature=np.asarray(c["feature"] or [0], dtype=np.int64),
+            threshold=np.asarray(c["threshold"] or [0.0], dtype=np.float64),
+            left=np.asarray(c["left"] or [-1], dtype=np.int64), right=np.asarray(c["right"] or [-1], dtype=np.int64),
+            default_left=np.asarray(c["default_left"] or [False], dtype=bool),
+            missing_type=np.asarray(c["missing_type"] or [0], dtype=np.int64),
+            leaf_value=np.asarray(self.leaves, dtype=np.float64), roots=np.asarray(self.roots, dtype=np.int64),
+            num_features=num_features, base_score=base, cast_float32=cast32, max_depth=self.depth)
+
+
+def parse_lightgbm_text(text: str) -> TreeEnsemble:
+    """Parse a LightGBM v3/v4 text model of a single-output regression with numeric splits."""
+    try:
+        header, trees = _parse_blocks(text)
+        if header.get("num_tree_per_iteration", "1") != "1" or header.get("num_class", "1") != "1":
+            raise ProfileError("LightGBM model is not a single-output regression")
+        average = "average_output" in header
+        packer = _Packer()
+        for t in trees:
+            if int(t.get("num_cat", "0")) != 0:
+                raise ProfileError("LightGBM model uses categorical splits, which profiles never contain")
+            dt = _ints(t.get("decision_type", ""))
+            packer.add(_ints(t.get("split_feature", "")), _floats(t.get("threshold", "")),
+                       _ints(t.get("left_child", "")), _ints(t.get("right_child", "")),
+                       _floats(t["leaf_value"]), [bool(d & 2) for d in dt], [(d >> 2) & 3 for d in dt])
+        ens = packer.build(int(header["max_feature_idx"]) + 1, 0.0, False)
+    except ProfileError:
+        raise
+    except (KeyError, ValueError, IndexError) as err:
+        raise ProfileError(f"LightGBM model text is corrupted ({type(err).__name__}: {err})") from err
+    if average:
+        return TreeEnsemble(**{**ens.__dict__, "leaf_value": ens.leaf_value / len(trees)})
+    return ens
+
+
+def parse_sklearn_json(model: dict) -> TreeEnsemble:
+    """Parse the JSON written by `fit.export_sklearn_gbr` (sklearn GradientBoostingRegressor trees)."""
+    try:
+        lr = float(model["learning_rate"])
+        packer = _Packer()
+        for t in model["trees"]:
+            feat, left, right = t["feature"], t["left"], t["right"]
+            leaf_of = {i: j for j, i in enumerate(i for i, f in enumerate(feat) if f < 0)}
+            inner = [i for i, f in enumerate(feat) if f >= 0]
+            pos = {i: j for j, i in enumerate(inner)}
+            ref = (lambda c: pos[c] if c in pos else -leaf_of[c] - 1)
+            leaves = [lr * t["value"][i] for i in leaf_of]
+            packer.add([feat[i] for i in inner], [t["threshold"][i] for i in inner], [ref(left[i]) for i in inner],
+                       [ref(right[i]) for i in inner], leaves, [False] * len(inner), [0] * len(inner))
+        return packer.build(int(model["num_features"]), float(model["init"]), True)
+    except (KeyError, ValueError, IndexError, TypeError) as err:
+        raise ProfileError(f"scikit-learn tree JSON is corrupted ({type(err).__name__}: {err})") from err

@@ -1,0 +1,225 @@
+"""The embedded SQLite store of everything measured: operator samples, collective samples, step observations of
+instrumented runs and calibrations. Default file: $LLMPERF_HOME/store.sqlite (resources.llmperf_home()).
+
+Writers: `llmperf profile` (op and comm samples), the instrumentation hook and `refine` (step observations,
+per-op actuals as op samples with source "instrument:<run>", calibrations). Op samples are unique per
+(hardware, dtype, op class, phase, dims, source): recording a shape again replaces it, which is what makes the
+sampler resumable. The stdlib sqlite3 module only; WAL mode so several ranks may write at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.resources import llmperf_home
+
+SCHEMA_VERSION = 1
+STORE_FILE = "store.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS op_samples (
+  hardware TEXT NOT NULL, dtype TEXT NOT NULL, op_class TEXT NOT NULL, phase TEXT NOT NULL,
+  dims_key TEXT NOT NULL, dims_json TEXT NOT NULL, time_s REAL NOT NULL, source TEXT NOT NULL,
+  fingerprint TEXT NOT NULL DEFAULT '', library_versions TEXT NOT NULL DEFAULT '{}', recorded_utc TEXT NOT NULL,
+  PRIMARY KEY (hardware, dtype, op_class, phase, dims_key, source));
+CREATE TABLE IF NOT EXISTS comm_samples (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, cluster TEXT NOT NULL, backend TEXT NOT NULL, collective TEXT NOT NULL,
+  nodes INTEGER NOT NULL, gpus_per_node INTEGER NOT NULL, nbytes REAL NOT NULL, time_s REAL NOT NULL,
+  source TEXT NOT NULL, recorded_utc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS step_observations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, hardware TEXT NOT NULL, cluster TEXT NOT NULL,
+  framework TEXT NOT NULL, job_key TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  measured_s REAL NOT NULL, predicted_s REAL, extra_json TEXT NOT NULL DEFAULT '{}', recorded_utc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calibrations (
+  hardware TEXT NOT NULL, cluster TEXT NOT NULL, framework TEXT NOT NULL, step_time_scale REAL NOT NULL,
+  num_runs INTEGER NOT NULL, recorded_utc TEXT NOT NULL, PRIMARY KEY (hardware, cluster, framework));
+CREATE INDEX IF NOT EXISTS op_samples_by_class ON op_samples (hardware, dtype, op_class, phase);
+CREATE INDEX IF NOT EXISTS steps_by_run ON step_observations (run_id);
+"""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def dims_key(dims: Mapping[str, float]) -> str:
+    """Canonical text of a dims mapping (sorted keys, integers where integral)."""
+    return json.dumps({k: (int(v) if float(v).is_integer() else float(v)) for k, v in sorted(dims.items())},
+                      separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class OpSampleRecord:
+    """One measured operator time."""
+
+    hardware: str
+    dtype: str
+    op_class: str
+    phase: str
+    """"fwd" | "bwd" (graph/op.py phases; recompute is recorded as fwd)."""
+    dims: Mapping[str, float]
+    """Contract dims (graph/op.py)."""
+    time_s: float
+    source: str = "sampler"
+    """"sampler", "instrument:<run id>", ..."""
+    fingerprint: str = ""
+    library_versions: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommSampleRecord:
+    """One measured collective time."""
+
+    cluster: str
+    backend: str
+    """"nccl" | "gloo"."""
+    collective: str
+    nodes: int
+    gpus_per_node: int
+    nbytes: float
+    time_s: float
+    source: str = "sampler"
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """One measured training step of an instrumented run (and what was predicted for it)."""
+
+    run_id: str
+    hardware: str
+    cluster: str
+    framework: str
+    step: int
+    measured_s: float
+    predicted_s: float | None = None
+    rank: int = 0
+    job_key: str = ""
+    """Identifies the configuration (e.g. a hash of the TrainingConfig) so runs of the same job group together."""
+    extra: Mapping[str, float | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    hardware: str
+    cluster: str
+    framework: str
+    step_time_scale: float
+    num_runs: int
+
+
+class Store:
+    """A connection to the store; use as a context manager or call close()."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(path), timeout=30.0)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise UsageError(f"store {path} has schema version {version}, this llmperf uses {SCHEMA_VERSION}: "
+                                 f"upgrade llmperf_hook or point $LLMPERF_HOME elsewhere.")
+            self.conn.executescript(_SCHEMA)
+            self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as err:
+            raise UsageError(f"cannot open the llmperf store {path} ({err}); move the file away to start a new "
+                             f"store, or set $LLMPERF_HOME to another directory.") from err
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def record_op_samples(self, records: Iterable[OpSampleRecord]) -> int:
+        rows = [(r.hardware, r.dtype, r.op_class, r.phase, dims_key(r.dims), dims_key(r.dims), float(r.time_s),
+                 r.source, r.fingerprint, json.dumps(dict(r.library_versions), sort_keys=True), _now())
+                for r in records]
+        with self.conn:
+            self.conn.executemany("INSERT OR REPLACE INTO op_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def query_op_samples(self, hardware: str, dtype: str | None = None, op_class: str | None = None,
+                         phase: str | None = None, source: str | None = None) -> list[OpSampleRecord]:
+        where, args = ["hardware = ?"], [hardware]
+        for col, val in (("dtype", dtype), ("op_class", op_class), ("phase", phase), ("source", source)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        sql = ("SELECT hardware, dtype, op_class, phase, dims_json, time_s, source, fingerprint, library_versions "
+               f"FROM op_samples WHERE {' AND '.join(where)} ORDER BY op_class, phase, dims_key")
+        return [OpSampleRecord(h, d, c, p, json.loads(dj), t, s, f, json.loads(lv))
+                for h, d, c, p, dj, t, s, f, lv in self.conn.execute(sql, args)]
+
+    def sampled_keys(self, hardware: str, dtype: str, source: str = "sampler") -> set[tuple[str, str, str]]:
+        """{(op_class, phase, dims_key)} already in the store: what a resumed sampler skips."""
+        sql = "SELECT op_class, phase, dims_key FROM op_samples WHERE hardware=? AND dtype=? AND source=?"
+        return {tuple(r) for r in self.conn.execute(sql, (hardware, dtype, source))}
+
+    def record_comm_samples(self, records: Iterable[CommSampleRecord]) -> int:
+        rows = [(r.cluster, r.backend, r.collective, int(r.nodes), int(r.gpus_per_node), float(r.nbytes),
+                 float(r.time_s), r.source, _now()) for r in records]
+        with self.conn:
+            self.conn.executemany("INSERT INTO comm_samples (cluster, backend, collective, nodes, gpus_per_node, "
+                                  "nbytes, time_s, source, recorded_utc) VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def query_comm_samples(self, cluster: str, collective: str | None = None) -> list[CommSampleRecord]:
+        sql = ("SELECT cluster, backend, collective, nodes, gpus_per_node, nbytes, time_s, source FROM comm_samples "
+               "WHERE cluster = ?" + (" AND collective = ?" if collective else "") + " ORDER BY id")
+        args = (cluster, collective) if collective else (cluster,)
+        return [CommSampleRecord(*row) for row in self.conn.execute(sql, args)]
+
+    def record_step_observations(self, records: Iterable[StepObservation]) -> int:
+        rows = [(r.run_id, r.hardware, r.cluster, r.framework, r.job_key, int(r.rank), int(r.step),
+                 float(r.measured_s), None if r.predicted_s is None else float(r.predicted_s),
+                 json.dumps(dict(r.extra), sort_keys=True), _now()) for r in records]
+        with self.conn:
+            self.conn.executemany("INSERT INTO step_observations (run_id, hardware, cluster, framework, job_key, "
+                                  "rank, step, measured_s, predicted_s, extra_json, recorded_utc) "
+                                  "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def query_step_observations(self, run_id: str | None = None, hardware: str | None = None,
+                                cluster: str | None = None, framework: str | None = None) -> list[StepObservation]:
+        where, args = ["1=1"], []
+        for col, val in (("run_id", run_id), ("hardware", hardware), ("cluster", cluster), ("framework", framework)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        sql = ("SELECT run_id, hardware, cluster, framework, step, measured_s, predicted_s, rank, job_key, extra_json "
+               f"FROM step_observations WHERE {' AND '.join(where)} ORDER BY id")
+        return [StepObservation(*row[:9], extra=json.loads(row[9])) for row in self.conn.execute(sql, args)]
+
+    def record_calibration(self, c: CalibrationRecord) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO calibrations VALUES (?,?,?,?,?,?)",
+                              (c.hardware, c.cluster, c.framework, float(c.step_time_scale), int(c.num_runs), _now()))
+
+    def query_calibration(self, hardware: str, cluster: str, framework: str) -> CalibrationRecord | None:
+        row = self.conn.execute("SELECT hardware, cluster, framework, step_time_scale, num_runs FROM calibrations "
+                                "WHERE hardware=? AND cluster=? AND framework=?", (hardware, cluster, framework)).fetchone()
+        return CalibrationRecord(*row) if row else None
+
+    def query_calibrations(self) -> list[CalibrationRecord]:
+        sql = "SELECT hardware, cluster, framework, step_time_scale, num_runs FROM calibrations ORDER BY 1, 2, 3"
+        return [CalibrationRecord(*row) for row in self.conn.execute(sql)]
+
+
+def default_store_path() -> Path:
+    return llmperf_home() / STORE_FILE
+
+
+def open_store(path: Path | str | None = None) -> Store:
+    """Open (creating if needed) the store at `path`, default $LLMPERF_HOME/store.sqlite."""
+    return Store(Path(path).expanduser() if path is not None else default_store_path())

@@ -1,0 +1,50 @@
+"""Round trips through the embedded store, resumability keys, and a clear error on a damaged file."""
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.store import (CalibrationRecord, CommSampleRecord, OpSampleRecord, StepObservation, dims_key,
+                                open_store)
+
+
+def test_op_samples_round_trip_and_replace(tmp_path: Path) -> None:
+    rec = OpSampleRecord("cpu-x", "fp32", "gemm", "fwd", {"m": 64, "n": 128, "k": 32}, 1.5e-4,
+                         fingerprint="fp", library_versions={"torch": "2"})
+    with open_store(tmp_path / "s.sqlite") as store:
+        store.record_op_samples([rec])
+        store.record_op_samples([OpSampleRecord("cpu-x", "fp32", "gemm", "fwd", {"k": 32, "n": 128, "m": 64}, 2e-4)])
+        got = store.query_op_samples("cpu-x", "fp32", "gemm")
+        assert len(got) == 1 and got[0].time_s == 2e-4 and got[0].dims == {"k": 32, "m": 64, "n": 128}
+        assert store.sampled_keys("cpu-x", "fp32") == {("gemm", "fwd", dims_key({"m": 64, "n": 128, "k": 32}))}
+        assert store.query_op_samples("cpu-x", "bf16") == []
+
+
+def test_comm_steps_and_calibrations(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.sqlite") as store:
+        store.record_comm_samples([CommSampleRecord("c", "gloo", "allreduce", 1, 2, 1024.0, 1e-5)])
+        store.record_step_observations([StepObservation("run1", "h", "c", "deepspeed", 3, 0.5, 0.45, 1,
+                                                        extra={"tokens": 4096})])
+        store.record_calibration(CalibrationRecord("h", "c", "deepspeed", 1.1, 2))
+        store.record_calibration(CalibrationRecord("h", "c", "deepspeed", 1.2, 3))
+    with open_store(tmp_path / "s.sqlite") as store:  # persisted
+        assert store.query_comm_samples("c")[0].nbytes == 1024.0
+        step = store.query_step_observations(run_id="run1")[0]
+        assert (step.step, step.measured_s, step.predicted_s, step.rank, step.extra) == (3, 0.5, 0.45, 1, {"tokens": 4096})
+        assert store.query_calibration("h", "c", "deepspeed").step_time_scale == 1.2
+        assert store.query_calibration("h", "c", "megatron") is None
+
+
+def test_default_path_under_llmperf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    with open_store() as store:
+        assert store.path == tmp_path / "home" / "store.sqlite"
+    assert (tmp_path / "home" / "store.sqlite").is_file()
+
+
+def test_damaged_store_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "s.sqlite"
+    bad.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(UsageError, match="cannot open the llmperf store"):
+        open_store(bad)
