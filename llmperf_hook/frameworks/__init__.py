@@ -6,7 +6,7 @@ from typing import Any
 
 
 def explain_json(cfg: Any, job: Any = None) -> dict[str, Any]:
-    """Flat explain JSON of a resolved job (see frameworks/explain_json.py); imported lazily to keep this package light."""
-    from llmperf_hook.frameworks.explain_json import explain_json as _explain_json
+    """Flat explain JSON of a resolved job (see frameworks/explain_data.py); imported lazily to keep this package light."""
+    from llmperf_hook.frameworks.explain_data import explain_json as _explain_json
 
     return _explain_json(cfg, job)

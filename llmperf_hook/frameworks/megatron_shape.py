@@ -125,5 +125,6 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
         untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
         add_bias_linear=bool(flags.get("add_bias_linear", True)), max_position_embeddings=positions,
+        make_vocab_size_divisible_by=divisible,
         **_moe(flags, ffn, warnings, src),
     )

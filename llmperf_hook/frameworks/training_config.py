@@ -51,6 +51,8 @@ class ModelShape:
     """Every k-th layer is MoE (1 = all)."""
     max_position_embeddings: int | None = None
     """Size of the learned position table (Megatron --max-position-embeddings); None when not stated."""
+    make_vocab_size_divisible_by: int | None = None
+    """Megatron's vocab padding unit (padded = multiple of this * TP); None = not padded (Hugging Face models)."""
 
 
 @dataclass(frozen=True)

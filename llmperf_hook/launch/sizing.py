@@ -51,6 +51,13 @@ def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
     return None
 
 
+def _require_positive(counts: dict[str, Sized | None]) -> None:
+    for what, sized in counts.items():
+        if sized is not None and sized.value is not None and sized.value < 1:
+            raise UsageError(f"{what} {sized.value} from {sized.source} must be at least 1; fix that value "
+                             "(or give llmperf --nnodes/--nproc-per-node).")
+
+
 def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
     if override is not None:
         return Sized(override, Source(SourceKind.OVERRIDE, "--nproc-per-node"))
@@ -77,6 +84,7 @@ def finish_job(
     nproc = _resolve_nproc(size, nproc_override, env, used)
     nnodes = Sized(nnodes_override, Source(SourceKind.OVERRIDE, "--nnodes")) if nnodes_override else size.nnodes
     assert nnodes.value is not None and nproc.value is not None
+    _require_positive({"nodes": nnodes, "processes per node": nproc, "world size": size.world_size})
     overridden = nnodes_override is not None or nproc_override is not None
     if size.world_size is not None and size.world_size.value is not None and not overridden:
         world = size.world_size

@@ -1,0 +1,110 @@
+"""Megatron-LM argument semantics: defaults, derivations, flag spellings, and rejections (arguments.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.vocab import pad_vocab_size
+from llmperf_hook.provenance import SourceKind
+from tests.frameworks.helpers import BASE, megatron
+
+
+def test_defaults_and_derivations() -> None:
+    cfg = megatron()
+    assert (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp) == (1, 1, 8)
+    assert (cfg.batch.micro_batch_size, cfg.batch.global_batch_size, cfg.batch.num_microbatches) == (1, 8, 1)
+    assert cfg.model.ffn_hidden_size == 4 * 4096 and cfg.model.kv_channels == 128
+    assert cfg.model.num_query_groups == 32 and cfg.model.padded_vocab_size == 50304
+    assert cfg.precision == "fp32" and cfg.sources["global_batch_size"].kind is SourceKind.DERIVED
+
+
+def test_swiglu_ffn_rule_and_gqa() -> None:
+    cfg = megatron("--swiglu", "--group-query-attention", "--num-query-groups", "8")
+    assert cfg.model.ffn_hidden_size == int((4 * 4096 * 2 / 3) / 64) * 64 == 10880
+    assert cfg.model.num_query_groups == 8
+    assert megatron("--group-query-attention").model.num_query_groups == 1  # Megatron's default 1
+
+
+def test_last_repeated_flag_wins_and_no_forms() -> None:
+    cfg = megatron("--tensor-model-parallel-size", "4", "--tensor_model_parallel_size=2", "--swiglu", "--no-swiglu")
+    assert cfg.parallel.tp == 2 and not cfg.model.swiglu
+    assert megatron("--disable-bias-linear").model.add_bias_linear is False
+
+
+def test_virtual_pipeline_both_spellings() -> None:
+    old = megatron("--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "2", "--global-batch-size", "8")
+    new = megatron("--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "4", "--global-batch-size", "8")
+    assert old.parallel.vpp == new.parallel.vpp == 4 and old.pipeline_schedule == "interleaved"
+    with pytest.raises(ConfigError, match="cannot both"):
+        megatron("--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "2",
+                 "--num-virtual-stages-per-pipeline-rank", "4")
+    with pytest.raises(ConfigError, match="multiple of pipeline-model-parallel-size"):
+        megatron("--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "6")
+
+
+def test_uneven_pipeline() -> None:
+    cfg = megatron("--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers", "5",
+                   "--decoder-last-pipeline-num-layers", "7")
+    assert cfg.parallel.decoder_first_pipeline_num_layers == 5
+    with pytest.raises(ConfigError, match="uneven pipeline split"):
+        megatron("--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers", "6")
+
+
+def test_sequence_parallel_and_expert_tp_defaults() -> None:
+    assert megatron("--sequence-parallel").parallel.sequence_parallel is False
+    cfg = megatron("--tensor-model-parallel-size", "2", "--sequence-parallel", "--num-experts", "8",
+                   "--expert-model-parallel-size", "4")
+    assert cfg.parallel.sequence_parallel and cfg.parallel.etp == 2 and cfg.model.moe_ffn_hidden_size == 4 * 4096
+
+
+def test_precision_recompute_optimizer() -> None:
+    assert megatron("--bf16", "--fp8-format", "hybrid").precision == "fp8"
+    with pytest.raises(ConfigError, match="both set"):
+        megatron("--fp16", "--bf16")
+    assert megatron("--recompute-activations").recompute.granularity == "selective"
+    with pytest.raises(ConfigError, match="recompute-method"):
+        megatron("--recompute-granularity", "full")
+    with pytest.raises(ConfigError, match="overlap-param-gather"):
+        megatron("--overlap-param-gather")
+    cfg = megatron("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather")
+    assert cfg.optimizer.distributed_optimizer and cfg.optimizer.overlap_param_gather
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--tensor-model-parallel-size", "8", "--num-attention-heads", "20", "--kv-channels", "128"], "heads % TP"),
+    (["--pipeline-model-parallel-size", "3"], "not divisible by"),
+    (["--micro-batch-size", "3", "--global-batch-size", "16"], "GBS % (MBS*DP)"),
+    (["--context-parallel-size", "8", "--seq-length", "2056", "--max-position-embeddings", "4096"], "2 x context-parallel-size"),
+    (["--tensor-model-parallel-size", "8", "--group-query-attention", "--num-query-groups", "3"], "multiple or a divisor"),
+    (["--expert-model-parallel-size", "2"], "needs --num-experts"),
+    (["--tp-comm-overlap"], "sequence-parallel"),
+    (["--max-position-embeddings", "1024"], "max_position_embeddings >= seq_length"),
+    (["--batch-size", "4"], "no longer accepted"),
+])
+def test_rejections_name_values_and_rule(args: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        megatron(*args)
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_required_flags() -> None:
+    with pytest.raises(ConfigError, match="--seq-length"):
+        megatron(base=["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--vocab-size", "100"])
+
+
+def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pad_vocab_size(50257, 128, 8) == 51200
+    base = [a for a in BASE if a not in ("--tokenizer-type", "GPT2BPETokenizer")]
+    assert megatron("--vocab-size", "32000", base=base).model.vocab_size == 32000
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps(
+        {"model": {"vocab": {"a": 0, "b": 1, "c": 2}}, "added_tokens": [{"id": 9, "content": "<s>"}]}))
+    cfg = megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "tok", base=base)
+    assert cfg.model.vocab_size == 10 and cfg.model.padded_vocab_size == 128
+    with pytest.raises(ConfigError, match="--vocab-size"):
+        megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "org/remote-name", base=base)
