@@ -11,9 +11,24 @@ def layers_per_virtual_stage(cfg: TrainingConfig) -> list[int]:
 
     Uneven first/last stages (--decoder-first/last-pipeline-num-layers) take their layers first and the
     rest is split evenly over the remaining chunks (megatron/core/transformer/transformer_block.py).
+    --account-for-embedding/loss-in-pipeline-split count the embedding / loss as one layer each: the split is
+    of num_layers + 1 (+ 1) and the first (last) chunk holds one transformer layer fewer.
     """
     p, total = cfg.parallel, cfg.model.num_layers
     chunks = p.pp * p.vpp
+    extra_first = int(getattr(p, "account_for_embedding_in_pipeline_split", False))
+    extra_last = int(getattr(p, "account_for_loss_in_pipeline_split", False))
+    if extra_first or extra_last:
+        virtual = total + extra_first + extra_last
+        if virtual % chunks:
+            raise ConfigError(
+                f"num-layers {total} plus {extra_first + extra_last} (embedding/loss counted as layers) = {virtual} "
+                f"does not divide over {chunks} pipeline chunks (Megatron rule with --account-for-embedding/"
+                f"loss-in-pipeline-split). Change --num-layers or the pipeline sizes.")
+        counts = [virtual // chunks] * chunks
+        counts[0] -= extra_first
+        counts[-1] -= extra_last
+        return counts
     first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
     fixed = {0: first} if first is not None else {}
     if last is not None:

@@ -9,7 +9,7 @@ op signature), so repeated layers, stages and `tune` candidates cost one predict
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from typing import Sequence
 
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES, Op
@@ -69,6 +69,8 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
         oid = op_id(op)
         if oid in seconds:
             continue
+        if op.phase == "recompute":
+            op = replace(op, phase="fwd")  # a recomputed forward costs what the forward costs
         predictor = choose_predictor(op, profile, comm_model)
         used[op.op_class] = predictor.name
         cached = _CACHE.get((predictor.name, ckey, oid))

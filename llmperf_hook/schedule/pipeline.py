@@ -14,6 +14,9 @@ of the schedule: with uniform stages and free p2p the 1F1B step is (m + pp - 1) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+
+from llmperf_hook.errors import ConfigError
 
 Pass = tuple[str, int, int]
 """("F" | "B", chunk, micro-batch)."""
@@ -65,38 +68,63 @@ def _dependency(p: Pass, rank: int, pp: int, vpp: int) -> tuple[Pass, int] | Non
     return (("B", c + 1, i), 0) if c < vpp - 1 else (("F", c, i), rank)
 
 
+@lru_cache(maxsize=256)
+def compiled_schedule(pp: int, m: int, vpp: int) -> tuple[tuple[tuple[Pass, ...], ...], tuple[tuple[int, ...], ...],
+                                                             tuple[tuple[int, ...], ...]]:
+    """Per rank: its passes, and for each pass the rank and program position of the pass it waits for (-1: none)."""
+    programs = tuple(tuple(rank_program(r, m, pp, vpp)) for r in range(pp))
+    index = [{p: k for k, p in enumerate(prog)} for prog in programs]
+    dep_rank: list[tuple[int, ...]] = []
+    dep_pos: list[tuple[int, ...]] = []
+    for r, prog in enumerate(programs):
+        ranks, positions = [], []
+        for p in prog:
+            dep = _dependency(p, r, pp, vpp)
+            ranks.append(-1 if dep is None else dep[1])
+            positions.append(-1 if dep is None else index[dep[1]][dep[0]])
+        dep_rank.append(tuple(ranks))
+        dep_pos.append(tuple(positions))
+    return programs, tuple(dep_rank), tuple(dep_pos)
+
+
 def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
                       record: bool = False) -> PipelineResult:
     """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations."""
     pp, vpp = len(fwd_s), len(fwd_s[0])
-    programs = [rank_program(r, m, pp, vpp) for r in range(pp)]
-    done: list[dict[Pass, float]] = [dict() for _ in range(pp)]
+    if vpp > 1 and m % pp:
+        raise ConfigError(
+            f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple of the pipeline "
+            f"size ({pp}) (Megatron schedules.py). Change --global-batch-size, --micro-batch-size or the virtual "
+            f"pipeline size.")
+    programs, dep_rank, dep_pos = compiled_schedule(pp, m, vpp)
+    durations = [[fwd_s[r][p[1]] if p[0] == "F" else bwd_s[r][p[1]] for p in programs[r]] for r in range(pp)]
+    ends: list[list[float]] = [[] for _ in range(pp)]
     free = [0.0] * pp
-    pos = [0] * pp
-    busy = [0.0] * pp
-    events: list[tuple[int, str, int, int, float, float]] = []
+    busy = [sum(d) for d in durations]
     remaining = sum(len(p) for p in programs)
     while remaining:
-        progressed = False
+        progressed = remaining
         for r in range(pp):
-            prog, fin = programs[r], done[r]
-            while pos[r] < len(prog):
-                p = prog[pos[r]]
-                dep = _dependency(p, r, pp, vpp)
-                ready = 0.0
-                if dep is not None:
-                    dep_end = done[dep[1]].get(dep[0])
-                    if dep_end is None:
+            fin, prog_len, d_rank, d_pos, dur = ends[r], len(programs[r]), dep_rank[r], dep_pos[r], durations[r]
+            t = free[r]
+            k = len(fin)
+            while k < prog_len:
+                dr = d_rank[k]
+                if dr >= 0:
+                    other = ends[dr]
+                    if d_pos[k] >= len(other):
                         break
-                    ready = dep_end + (p2p_s if dep[1] != r else 0.0)
-                duration = fwd_s[r][p[1]] if p[0] == "F" else bwd_s[r][p[1]]
-                start = max(free[r], ready)
-                free[r] = fin[p] = start + duration
-                busy[r] += duration
-                if record:
-                    events.append((r, p[0], p[1], p[2], start, free[r]))
-                pos[r] += 1
+                    ready = other[d_pos[k]] + (p2p_s if dr != r else 0.0)
+                    if ready > t:
+                        t = ready
+                t += dur[k]
+                fin.append(t)
+                k += 1
                 remaining -= 1
-                progressed = True
-        assert progressed, "pipeline schedule deadlocked (internal error)"
-    return PipelineResult(end_s=tuple(free), busy_s=tuple(busy), events=tuple(events))
+            free[r] = t
+        assert remaining < progressed, "pipeline schedule deadlocked (internal error)"
+    events: tuple[tuple[int, str, int, int, float, float], ...] = ()
+    if record:
+        events = tuple((r, p[0], p[1], p[2], ends[r][k] - durations[r][k], ends[r][k])
+                       for r in range(pp) for k, p in enumerate(programs[r]))
+    return PipelineResult(end_s=tuple(free), busy_s=tuple(busy), events=events)

@@ -1,0 +1,153 @@
+"""`llmperf run [options] -- <command>` (and the prefix form `llmperf torchrun|deepspeed|python ...`).
+
+1. Predict the command (as `llmperf predict` does) and print the report to STDERR, so the job's own stdout
+   stays untouched (with --dry-run the report and the command go to stdout).
+2. Gates: --max-step-time S exits 3 when the predicted step time exceeds S seconds; --require-fit exits 3 when
+   the predicted peak memory exceeds the GPU's capacity. A gate that needs a prediction which could not be made
+   exits 2.
+3. --dry-run prints the exact argument list and the environment variables the launch reads, then exits 0.
+4. Otherwise replace this process with the command (os.execvp, the argument list unchanged, environment
+   inherited), so the job's exit code is ours; with --instrument N run it under the step hook instead
+   (instrument.session.run_instrumented) and exit with its code.
+A command llmperf cannot predict (unknown launcher, a plain script without a model shape) still launches,
+with a warning; a configuration the framework itself would reject (Megatron/DeepSpeed rules) stops with exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from typing import Any, Sequence
+
+import click
+
+from llmperf_hook.commands.common import launch_argv, overrides
+from llmperf_hook.errors import ConfigError, InfeasibleError, LlmperfError, UsageError
+from llmperf_hook.frameworks.resolve import JobOverrides
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
+@click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
+@click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command, then stop.")
+@click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
+@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU exceeds the GPU's.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--instrument", type=int, default=None, help="Record the first N steps of the run and refine.")
+@click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
+@click.option("--stop-after", type=int, default=None, help="With --instrument: stop the job cleanly after N steps.")
+@click.option("--run-dir", default=None, help="With --instrument: where to keep the run's records.")
+@click.option("--nnodes", type=int, default=None, help="Override the number of nodes of the command.")
+@click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
+@click.option("--model", default=None, help="Model preset or file for scripts that do not state the model shape.")
+@click.argument("launch", nargs=-1, type=click.UNPROCESSED)
+def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_time: float | None,
+            require_fit: bool, fmt: str, instrument: int | None, profile_ops: int, stop_after: int | None,
+            run_dir: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
+            launch: Sequence[str]) -> None:
+    """Predict, then launch the command (exec); gates for dry-run, step-time budget and fit."""
+    argv = launch_argv(launch, "run")
+    env = dict(os.environ)
+    gated = max_step_time is not None or require_fit
+    pred, problem = predict_or_explain(argv, env, cluster, hardware, overrides(nnodes, nproc_per_node, model))
+    out_err = not dry_run
+    if pred is None:
+        if gated:
+            raise UsageError(f"--max-step-time/--require-fit need a prediction, but none could be made: {problem}")
+        click.echo(f"llmperf: warning: nothing could be predicted for this command ({problem}); launching it anyway.",
+                   err=True)
+    else:
+        _print_prediction(pred, fmt, err=out_err)
+        check_gates(pred, max_step_time, require_fit)
+    if dry_run:
+        _print_dry_run(argv, pred, fmt)
+        return
+    if instrument is not None:
+        raise click.exceptions.Exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
+    exec_command(argv)
+
+
+def predict_or_explain(argv: list[str], env: dict[str, str], cluster: str | None, hardware: str | None,
+                       job_overrides: JobOverrides) -> tuple[Any, str]:
+    """(prediction, "") or (None, why) when the command cannot be predicted but may still be launched.
+
+    Raises the ConfigError when a Megatron/DeepSpeed configuration is invalid (the framework would reject it)
+    and UsageError for llmperf's own bad options (cluster/hardware files)."""
+    from llmperf_hook import api
+    from llmperf_hook.frameworks.flags import parse_flags
+    from llmperf_hook.frameworks.resolve import detect_framework
+    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+    from llmperf_hook.launch.parse import parse_launch
+
+    api.resolve_cluster(cluster, hardware)  # a bad --cluster/--hardware is our user's error: exit 2 now
+    try:
+        return api.predict_command(argv, env, cluster=cluster, hardware=hardware, overrides=job_overrides), ""
+    except ConfigError as err:
+        try:
+            job = parse_launch(argv, env, job_overrides.nnodes, job_overrides.nproc_per_node)
+            framework = detect_framework(parse_flags(job.script_args, SCRIPT_FLAGS))
+        except LlmperfError:
+            return None, str(err)
+        if framework != "torch":
+            raise
+        return None, str(err)
+    except UsageError as err:
+        return None, str(err)
+
+
+def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> None:
+    est = pred.estimate
+    if max_step_time is not None and est.step_time_s > max_step_time:
+        raise InfeasibleError(
+            f"predicted step time {est.step_time_s:.3f} s exceeds --max-step-time {max_step_time:g} s (llmperf "
+            f"option) on {pred.cluster.name}. Change the parallel layout or micro-batch size (see `llmperf tune`), "
+            f"or raise the budget.")
+    mem = est.memory
+    if require_fit and not mem.fits:
+        raise InfeasibleError(
+            f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "
+            f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
+            f"{-mem.headroom_bytes / 2**30:.2f} GiB (--require-fit). Reduce the micro-batch size, enable "
+            f"recompute or sequence parallelism, raise TP/PP, or shard the optimizer (see `llmperf tune`).")
+
+
+def _print_prediction(pred: Any, fmt: str, err: bool) -> None:
+    from llmperf_hook.commands.predict import render
+
+    click.echo(render(pred, fmt), err=err)
+
+
+def _print_dry_run(argv: list[str], pred: Any, fmt: str) -> None:
+    read = dict(pred.job.env) if pred is not None else {}
+    if fmt == "json":
+        click.echo(json.dumps({"dry_run": True, "command": argv, "environment": read,
+                               "environment_inherited": True}))
+        return
+    click.echo("\ndry run: would exec (argument list, environment inherited unchanged from this shell):")
+    click.echo(f"  {shlex.join(argv)}")
+    if read:
+        click.echo("environment variables the launch reads:")
+        for key, value in sorted(read.items()):
+            click.echo(f"  {key}={shlex.quote(value)}")
+
+
+def _run_instrumented(argv: list[str], env: dict[str, str], steps: int, profile_ops: int, stop_after: int | None,
+                      run_dir: str | None, pred: Any) -> int:
+    from llmperf_hook import api
+    from llmperf_hook.instrument.session import run_instrumented
+
+    prediction = api.prediction_json(pred) if pred is not None else None
+    return run_instrumented(argv, env=env, steps=steps, profile_ops=profile_ops, stop_after=stop_after,
+                            run_dir=run_dir, prediction=prediction)
+
+
+def exec_command(argv: list[str]) -> None:
+    """Replace this process with `argv` (never a shell); its exit code becomes ours."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as err:
+        raise UsageError(f"cannot launch {argv[0]!r}: {err.strerror}. Check that it is installed and on PATH.") from err

@@ -1,0 +1,57 @@
+"""Hardware and cluster YAML: presets, lookup order, schema errors."""
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.hardware.load import load_cluster, load_hardware
+
+PRESETS = {"a100-sxm4-40gb": (312e12, 1555e9, 40), "a100-sxm4-80gb": (312e12, 2039e9, 80),
+           "h100-sxm5-80gb": (989.4e12, 3350e9, 80), "gh200-96gb": (990e12, 4000e9, 95.6)}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_hardware_presets(name: str) -> None:
+    bf16, bw, gib = PRESETS[name]
+    hw = load_hardware(name)
+    assert hw.name == name and hw.peak_flop_per_s["bf16"] == bf16
+    assert hw.memory_bandwidth_bytes_per_s == bw and hw.memory_capacity_bytes == int(gib * 2**30)
+    assert 0.5 < hw.gemm_efficiency <= 1
+
+
+@pytest.mark.parametrize("name,gpu,per_node", [("dgx-a100", "a100-sxm4-80gb", 8), ("dgx-h100", "h100-sxm5-80gb", 8),
+                                               ("perlmutter", "a100-sxm4-80gb", 4), ("vista", "gh200-96gb", 1)])
+def test_cluster_presets(name: str, gpu: str, per_node: int) -> None:
+    c = load_cluster(name)
+    assert c.gpu.name == gpu and c.gpus_per_node == per_node
+    assert c.inter_node.bandwidth_bytes_per_s < c.intra_node.bandwidth_bytes_per_s
+
+
+def test_minimal_cluster_file_and_hardware_override(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ngpu: h100-sxm5-80gb\ngpus_per_node: 4\nintra_node_bandwidth_GBps: 300\n"
+                    "inter_node_bandwidth_GBps: 25\n")
+    c = load_cluster(str(path))
+    assert c.name == "mine" and c.gpus_per_node == 4
+    assert c.intra_node.bandwidth_bytes_per_s == 300e9 and c.inter_node.bandwidth_bytes_per_s == 25e9
+    assert load_cluster(str(path), "a100-sxm4-40gb").gpu.name == "a100-sxm4-40gb"
+
+
+def test_unknown_and_missing_keys_are_clear_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_bandwith_GBps: 300\n")
+    with pytest.raises(UsageError, match="unknown keys \\['intra_node_bandwith_GBps'\\].*missing keys"):
+        load_cluster(str(path))
+    with pytest.raises(UsageError, match="not found.*Shipped: dgx-a100"):
+        load_cluster("no-such-cluster")
+
+
+def test_llmperf_home_hardware_wins_over_shipped(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "cpu-box.yaml").write_text(
+        "name: cpu-box\npeak_TFLOPs: {fp32: 1.5, bf16: 0.5}\nmemory_bandwidth_GBps: 50\nmemory_capacity_GB: 24\n")
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    hw = load_hardware("cpu-box")
+    assert hw.peak_flop_per_s["fp32"] == 1.5e12 and hw.memory_capacity_bytes == 24e9
+    assert hw.peak_for("fp8") == 0.5e12

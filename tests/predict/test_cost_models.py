@@ -1,0 +1,93 @@
+"""Roofline and alpha-beta fallbacks, and the per-class predictor dispatch."""
+
+import pytest
+
+from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.hardware.load import load_cluster
+from llmperf_hook.predict import dispatch
+from llmperf_hook.predict.alpha_beta import collective_time_s
+from llmperf_hook.predict.roofline import compute_time_s
+
+A100 = load_cluster("dgx-a100")
+
+
+def _gemm(n: int, dtype: str = "bf16") -> Op:
+    return Op("g", "gemm", "fwd", {"m": n, "n": n, "k": n}, flops=2.0 * n**3, bytes_moved=6.0 * n * n, dtype=dtype)
+
+
+@pytest.mark.parametrize("n,measured_tflops", [(1024, 89), (2048, 195), (4096, 261), (8192, 292)])
+def test_gemm_curve_near_a100_cublas_figure(n: int, measured_tflops: float) -> None:
+    """Within 25 % of the A100 cuBLAS bf16 curve (../shared/validation/calibration, read off a figure +-5 TFLOP/s)."""
+    tflops = 2.0 * n**3 / compute_time_s(_gemm(n), A100.gpu) / 1e12
+    assert tflops == pytest.approx(measured_tflops, rel=0.25)
+
+
+def test_memory_bound_ops_follow_bandwidth() -> None:
+    op = Op("n", "layernorm", "fwd", {"tokens": 8192, "hidden": 8192}, bytes_moved=2 * 2 * 8192 * 8192)
+    t = compute_time_s(op, A100.gpu)
+    assert t == pytest.approx(op.bytes_moved / (2039e9 * 0.85) + 4e-6, rel=1e-9)
+    assert compute_time_s(_gemm(4096, "fp32"), A100.gpu) > 10 * compute_time_s(_gemm(4096), A100.gpu)
+
+
+def _coll(op_class: str, nbytes: int, size: int, per_node: int, sharing: int = 1, group: str = "dp") -> Op:
+    return Op("c", op_class, "step", {"bytes": nbytes}, collective=Collective(group, size, per_node, sharing))
+
+
+def test_intra_node_allreduce_matches_nccl_bus_bandwidth() -> None:
+    nbytes = 1 << 30
+    t = collective_time_s(_coll("allreduce", nbytes, 8, 8), A100)
+    busbw = nbytes * 2 * 7 / 8 / t
+    assert busbw == pytest.approx(228e9, rel=0.05)  # vTrain LUT: ~228 GB/s on 8 A100s at 1 GiB
+
+
+def test_network_share_and_algorithm_factors() -> None:
+    big = 1 << 30
+    one_group = collective_time_s(_coll("allreduce", big, 16, 8, 1), A100)
+    eight_groups = collective_time_s(_coll("allreduce", big, 16, 1, 8), A100)
+    assert eight_groups > 5 * one_group  # 8 groups crossing together share the node's NICs
+    ag = collective_time_s(_coll("allgather", big, 8, 8), A100)
+    ar = collective_time_s(_coll("allreduce", big, 8, 8), A100)
+    assert ar == pytest.approx(2 * ag, rel=0.01)
+    assert collective_time_s(_coll("allreduce", big, 1, 1), A100) == 0.0
+    tiny = collective_time_s(_coll("allreduce", 8, 512, 1, 8), A100)
+    assert tiny < 2e-4  # tree latency grows with log2(nodes), not nodes
+
+
+class _FakeProfile:
+    name = "fake:a100"
+
+    def supports(self, op_class: str, phase: str, dtype: str) -> bool:
+        return op_class == "gemm"
+
+    def predict_s(self, ops, cluster):
+        return [1.0 for _ in ops]
+
+
+def test_dispatch_prefers_fitted_profile_where_supported(monkeypatch) -> None:
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.graph.sample_configs import make_config
+
+    monkeypatch.setattr(dispatch.fitted, "find_profile", lambda hw, dtype: _FakeProfile())
+    monkeypatch.setattr(dispatch.fitted, "find_comm_model", lambda name: None)
+    dispatch.clear_prediction_cache()
+    cfg = make_config(num_layers=2, hidden_size=512, num_attention_heads=8, tp=2, dp=2)
+    times = dispatch.predict_op_times(build_graph(cfg, A100), A100, "bf16")
+    assert times.predictor_by_class["gemm"] == "fake:a100"
+    assert times.predictor_by_class["layernorm"] == "roofline"
+    assert times.predictor_by_class["allreduce"] == "alpha-beta"
+    assert any(v == 1.0 for k, v in times.seconds.items() if k.startswith("gemm:"))
+    dispatch.clear_prediction_cache()
+
+
+def test_calibration_scales_step_and_is_reported(monkeypatch) -> None:
+    import llmperf_hook.api as api
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.refine.calibration import Calibration
+
+    cfg = make_config(num_layers=2, hidden_size=512, num_attention_heads=8, dp=2)
+    plain = api.predict_config(cfg, A100)
+    monkeypatch.setattr(api, "find_calibration", lambda hw, cl, fw: Calibration(hw, cl, fw, 1.5, 3))
+    scaled = api.predict_config(cfg, A100)
+    assert scaled.step_time_s == pytest.approx(1.5 * plain.step_time_s)
+    assert "calibration" in scaled.predictor and "calibration" in scaled.breakdown
+    assert abs(sum(scaled.breakdown.values()) - scaled.step_time_s) < 1e-9
