@@ -1,0 +1,102 @@
+"""refine_run on hand-written run directories: summaries, ingestion, calibration, CLI output."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmperf_hook.commands.refine import command as refine_command
+from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.refine_run import refine_run, render_refine_report, uncalibrated_prediction_s
+from llmperf_hook.refine.run_records import read_run_dir, summarize_job
+from llmperf_hook.errors import UsageError
+
+PREDICTION = {"schema": 1, "step_time_s": 0.010, "cluster": {"name": "local-cpu", "gpu": "cpu-test"},
+              "config": {"framework": "deepspeed"}}
+
+
+def write_run(run: Path, job_id: str, rank_times: dict[int, list[float]], warmup: int = 1,
+              prediction: dict | None = PREDICTION, extra: str = "") -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    for rank, step_times in rank_times.items():
+        lines = [{"kind": "meta", "job_id": job_id, "rank": rank, "world_size": len(rank_times),
+                  "framework": "deepspeed", "load_avg_1m": 0.5}]
+        lines += [{"kind": "step", "job_id": job_id, "rank": rank, "world_size": len(rank_times), "step": i,
+                   "wall_time_s": t, "warmup": i < warmup, "profiled": False, "framework": "deepspeed",
+                   "device": "cpu", "peak_rss_bytes": 1000 + i} for i, t in enumerate(step_times)]
+        with open(run / f"rank{rank}.jsonl", "a") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in lines) + extra)
+    if prediction is not None:
+        (run / "prediction.json").write_text(json.dumps(prediction))
+    return run
+
+
+def test_step_time_is_median_of_slowest_rank_without_warmup(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.010, 0.012, 0.011], 1: [0.6, 0.013, 0.011, 0.011]},
+                    extra='{"kind": "step", "job_id": "j1", "ra')  # a rank killed mid-write
+    data = read_run_dir(run)
+    job = summarize_job(data.records, "j1")
+    assert data.num_bad_lines == 2
+    assert job.step_times_s == (0.013, 0.012, 0.011) and job.step_time_s == 0.012
+    assert job.ranks_seen == (0, 1) and job.world_size == 2 and job.peak_memory_bytes == 1003
+
+
+def test_refine_fits_calibration_and_reports_before_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020, 0.020], 1: [0.5, 0.021, 0.019, 0.020]})
+    report = refine_run(run)
+    (job,) = report.jobs
+    assert job.predicted_before_s == 0.010 and job.job.step_times_s == (0.021, 0.020, 0.020)
+    assert job.job.step_time_s == 0.020 and job.predicted_after_s == pytest.approx(0.020)
+    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
+    assert cal is not None and cal.step_time_scale == pytest.approx(2.0) and cal.num_runs == 1
+    text = render_refine_report(report)
+    assert "predicted before: 10.00 ms (-50.0% vs measured)" in text and "+0.0% vs measured" in text
+    refine_run(run)  # refining the same run again does not count it twice
+    assert find_calibration("cpu-test", "local-cpu", "deepspeed").num_runs == 1
+
+
+def test_second_run_refits_over_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    refine_run(write_run(tmp_path / "a", "ja", {0: [1.0, 0.02, 0.02]}))
+    refine_run(write_run(tmp_path / "b", "jb", {0: [1.0, 0.08, 0.08]}, prediction={**PREDICTION, "step_time_s": 0.02}))
+    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
+    assert cal.num_runs == 2 and cal.step_time_scale == pytest.approx((2.0 * 4.0) ** 0.5)
+
+
+def test_calibrated_prediction_is_undone_before_fitting() -> None:
+    pred = {"step_time_s": 0.03, "calibration": {"step_time_scale": 2.0, "step_overhead_s": 0.01}}
+    assert uncalibrated_prediction_s(pred) == (0.03, pytest.approx(0.01))
+    assert uncalibrated_prediction_s({"step_time_s": 0.03, "uncalibrated_step_time_s": 0.02}) == (0.03, 0.02)
+    assert uncalibrated_prediction_s(None) == (None, None)
+
+
+def test_missing_prediction_and_missing_ranks_are_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.1, 0.01, 0.01]}, prediction=None)
+    lines = (run / "rank0.jsonl").read_text().replace('"world_size": 1', '"world_size": 2')
+    (run / "rank0.jsonl").write_text(lines)
+    (job,) = refine_run(run).jobs
+    assert job.calibration is None
+    assert any("ranks [1] recorded no step" in n for n in job.notes)
+    assert any("does not name the hardware" in n for n in job.notes)
+    rows = sqlite3.connect(tmp_path / "home" / "store.sqlite").execute(
+        "SELECT job_id, measured_step_time_s FROM refine_runs").fetchall()
+    assert rows == [("j1", 0.01)]
+
+
+def test_cli_json_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    out = CliRunner().invoke(refine_command, [str(run), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (job,) = json.loads(out.output)["jobs"]
+    assert job["calibration"]["step_time_scale"] == pytest.approx(2.0) and job["steps_by_rank"] == {"0": [0, 1, 2]}
+    with pytest.raises(UsageError, match="holds no rank"):
+        refine_run(tmp_path)
+    with pytest.raises(UsageError, match="does not exist"):
+        refine_run(tmp_path / "nope")
