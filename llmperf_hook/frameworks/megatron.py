@@ -184,11 +184,12 @@ def not_modelled_warnings(flags: FlagValues) -> list[str]:
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items() if flags.get(d) not in (None, False)]
 
 
-def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str]) -> MegatronParts:
+def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
+                     ds_flavour: bool = False) -> MegatronParts:
     """All of Megatron's side of the configuration; `src` and `warnings` are filled in place."""
     _deprecated(flags)
     parallel = _layout(flags, world, world_src, src, warnings)
-    model = resolve_megatron_shape(flags, parallel.tp, src, warnings)
+    model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))

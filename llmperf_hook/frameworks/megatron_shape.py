@@ -74,11 +74,18 @@ def _position_embedding(flags: FlagValues) -> str:
     return "learned_absolute"
 
 
-def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source]) -> dict[str, Any]:
+def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source], ds_flavour: bool) -> dict[str, Any]:
+    """Megatron-LM: --num-experts N (> 0), top-k default 2, every layer. Megatron-DeepSpeed: --num-experts 1 is dense,
+    --topk default 1, --expert-interval default 2 (MoE on every second layer)."""
     experts = flags.get("num_experts") or 0
-    if experts <= 0:
+    if experts <= (1 if ds_flavour else 0):
         return {"num_experts": 0}
     src["num_experts"] = flags.source("num_experts")
+    if ds_flavour:
+        topk, src["moe_router_topk"] = pick(flags, "ds_moe_topk", 1, "Megatron-DeepSpeed --topk default 1")
+        freq, _ = pick(flags, "ds_moe_expert_interval", 2, "Megatron-DeepSpeed --expert-interval default 2")
+        moe_ffn, src["moe_ffn_hidden_size"] = ffn, Source(SourceKind.DERIVED, "Megatron-DeepSpeed experts use ffn-hidden-size")
+        return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn, "moe_layer_freq": max(freq, 1)}
     topk, src["moe_router_topk"] = pick(flags, "moe_router_topk", 2, "Megatron --moe-router-topk default 2")
     moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron default: ffn-hidden-size")
     freq_text = str(flags.get("moe_layer_freq", "1"))
@@ -100,7 +107,7 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
     return seq, positions
 
 
-def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str]) -> ModelShape:
+def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False) -> ModelShape:
     """Build the ModelShape; fills `src` for every shape key."""
     layers, src["num_layers"] = _required(flags, "num_layers", "encoder_num_layers")
     hidden, src["hidden_size"] = _required(flags, "hidden_size")
@@ -126,5 +133,5 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
         add_bias_linear=bool(flags.get("add_bias_linear", True)), max_position_embeddings=positions,
         make_vocab_size_divisible_by=divisible,
-        **_moe(flags, ffn, warnings, src),
+        **_moe(flags, ffn, warnings, src, ds_flavour),
     )

@@ -66,6 +66,11 @@ def _build() -> dict[str, Flag]:
     table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")
     table["--tensor-parallel-size"] = Flag("tensor_model_parallel_size", "int")
     table["--ffn-dim"] = Flag("ffn_hidden_size", "int")
+    # Megatron-DeepSpeed's MoE spellings (megatron/arguments.py there): EP size, top-k (default 1), MoE every k layers (default 2).
+    table["--moe-expert-parallel-size"] = Flag("expert_model_parallel_size", "int")
+    table["--ep-size"] = Flag("expert_model_parallel_size", "int")
+    table["--topk"] = Flag("ds_moe_topk", "int")
+    table["--expert-interval"] = Flag("ds_moe_expert_interval", "int")
     table["--add-bias-linear"] = Flag("add_bias_linear", "true")
     return table
 

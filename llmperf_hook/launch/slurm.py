@@ -46,7 +46,10 @@ def _env_int(env: Mapping[str, str], names: Sequence[str], used: dict[str, str])
         if env.get(name, "").strip():
             text = env[name].split("(")[0].split(",")[0].split("-")[-1]
             used[name] = env[name]
-            return Sized(parse_int(text, name, "the environment"), Source(SourceKind.ENV, name))
+            value = parse_int(text, name, "the environment")
+            if value < 1:
+                raise UsageError(f"{name}={env[name]} in the environment must be at least 1.")
+            return Sized(value, Source(SourceKind.ENV, name))
     return None
 
 
@@ -54,7 +57,10 @@ def _flag_int(values: Mapping[str, str], flags: Mapping[str, str], dest: str) ->
     if dest not in values:
         return None
     text = values[dest].split("-")[-1]  # -N MIN-MAX: sized for MAX
-    return Sized(parse_int(text, flags[dest], "the srun command"), Source(SourceKind.LAUNCHER, flags[dest]))
+    value = parse_int(text, flags[dest], "the srun command")
+    if value < 1:
+        raise UsageError(f"srun {flags[dest]} {values[dest]} must be at least 1.")
+    return Sized(value, Source(SourceKind.LAUNCHER, flags[dest]))
 
 
 def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> Sized | None:

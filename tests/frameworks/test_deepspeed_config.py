@@ -98,3 +98,13 @@ def test_megatron_deepspeed_batch_and_zero(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ConfigError, match="incompatible with pipeline"):
         script(argv + ["--global-batch-size", "64"])
     assert script(argv + ["--global-batch-size", "64", "--no-pipeline-parallel"]).optimizer.zero_stage == 2
+
+
+def test_megatron_deepspeed_moe_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0}})
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *BASE, "--micro-batch-size", "2", "--global-batch-size", "16",
+            "--deepspeed", "--deepspeed_config", "ds.json", "--no-pipeline-parallel"]
+    cfg = script(argv + ["--num-experts", "8", "--moe-expert-parallel-size", "4"])
+    assert (cfg.model.num_experts, cfg.model.moe_router_topk, cfg.model.moe_layer_freq, cfg.parallel.ep) == (8, 1, 2, 4)
+    assert script(argv + ["--num-experts", "1"]).model.num_experts == 0  # Megatron-DeepSpeed: one expert = dense
