@@ -87,6 +87,9 @@ def uncalibrated_prediction_s(prediction: Mapping[str, Any] | None) -> tuple[flo
     raw = prediction.get("uncalibrated_step_time_s")
     if isinstance(raw, (int, float)) and raw > 0:
         return shown, float(raw)
+    breakdown = prediction.get("breakdown")
+    if isinstance(breakdown, Mapping) and isinstance(breakdown.get("calibration"), (int, float)):
+        return shown, shown - float(breakdown["calibration"])  # api.predict_config: calibrated - uncalibrated
     cal = prediction.get("calibration")
     if isinstance(cal, Mapping) and float(cal.get("step_time_scale") or 0) > 0:
         return shown, (shown - float(cal.get("step_overhead_s") or 0.0)) / float(cal["step_time_scale"])

@@ -73,6 +73,8 @@ def test_calibrated_prediction_is_undone_before_fitting() -> None:
     assert uncalibrated_prediction_s(pred) == (0.03, pytest.approx(0.01))
     assert uncalibrated_prediction_s({"step_time_s": 0.03, "uncalibrated_step_time_s": 0.02}) == (0.03, 0.02)
     assert uncalibrated_prediction_s(None) == (None, None)
+    assert uncalibrated_prediction_s({"step_time_s": 0.03, "breakdown": {"compute": 0.01, "calibration": 0.02}}) == (
+        0.03, pytest.approx(0.01))
 
 
 def test_missing_prediction_and_missing_ranks_are_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
