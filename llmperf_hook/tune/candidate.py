@@ -87,7 +87,13 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
                                 num_microbatches=gbs // (c.micro_batch_size * dp))
     optimizer = dataclasses.replace(cfg.optimizer, distributed_optimizer=c.distributed_optimizer,
                                     zero_stage=c.zero_stage)
-    return dataclasses.replace(cfg, parallel=parallel, batch=batch, recompute=recompute_config(c),
+    model = cfg.model
+    divisible_by = getattr(model, "make_vocab_size_divisible_by", None)
+    if divisible_by and c.tp != p.tp:
+        # Megatron `_vocab_size_with_padding`: ceil(V / (divisible_by * TP)) * divisible_by * TP.
+        multiple = divisible_by * c.tp
+        model = dataclasses.replace(model, padded_vocab_size=-(-model.vocab_size // multiple) * multiple)
+    return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute_config(c),
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c))
 

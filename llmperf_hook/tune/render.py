@@ -107,7 +107,7 @@ def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
             f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
             f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
             f"closed-form bound, {res.num_oom_predicted:,} by the full prediction); {res.num_slower:,} slower than the "
-            f"top {len(res.top) or 'K'} by estimate; {res.num_full_predictions:,} predicted in full")
+            f"top {len(res.top) or 'K'} by estimate; {res.num_fitting:,} predicted in full and fit")
 
 
 def gain_line(res: TuneResult) -> str:
@@ -142,7 +142,8 @@ def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Ma
             "num_generated": res.num_generated, "num_considered": res.num_considered,
             "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
             "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
-            "num_slower_by_estimate": res.num_slower, "num_full_predictions": res.num_full_predictions,
+            "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
+            "num_full_predictions": res.num_full_predictions,
             "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],
             "candidates_per_s": res.num_considered / max(header["elapsed_s"], 1e-9),
         },

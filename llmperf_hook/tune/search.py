@@ -1,19 +1,22 @@
-"""Stage [6] search: candidates -> layout rules -> memory bound -> estimated order -> full predictions -> top-K.
+"""Stage [6] search: candidates -> layout rules -> memory bound -> corrected estimates -> full predictions -> top-K.
 
-Pure: data in, data out. The full predictor and the framework's validation are passed in (the command
-passes `api.predict_config` and `frameworks.validation.validate_config`), so every number `tune` prints is
-what `llmperf predict` says for that command. The closed-form surrogate (tune/surrogate.py) only orders the
-candidates and skips hopeless ones:
-- a candidate is skipped as out of memory without a full prediction only when its estimated peak is above
-  OOM_CERTAIN_FACTOR x the usable memory;
-- candidates are predicted in full in order of estimated step time; the search stops once the next
-  estimate, scaled by the smallest full/estimate ratio seen so far (x STOP_SAFETY), cannot beat the K-th
-  best full prediction. The rest are reported as "slower than the top-K by estimate".
+Pure: data in, data out. The full predictor, its memory model and the framework's validation are passed in
+(the command passes `api.predict_config`, the graph + memory stages, and `validate_config`), so every number
+`tune` prints is what `llmperf predict` says for that command. The closed-form surrogate (tune/surrogate.py)
+only orders candidates and skips hopeless ones:
+- skipped as out of memory without any prediction: estimated peak > OOM_CERTAIN_FACTOR x usable memory;
+- the rest are predicted in full in batches, best corrected estimate first; after each batch the surrogate's
+  error is re-fitted (tune/correction.py), and the search stops when no remaining candidate's corrected
+  estimate, Z_BOUND residual sigmas optimistic, beats the K-th best full prediction (or its corrected memory,
+  Z_BOUND sigmas optimistic, is over the usable memory). Those are reported as "slower by estimate" /
+  "out of memory by estimate".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import dataclasses
+import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -24,16 +27,24 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
 from llmperf_hook.tune.candidates import CandidateTable, rule_masks
+from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
 OOM_CERTAIN_FACTOR = 1.5
-"""Estimated peak / usable memory above which a candidate is pruned without a full prediction."""
-STOP_SAFETY = 0.85
-"""Extra slack on the smallest full/estimate ratio in the stopping rule (lower = more full predictions)."""
-MIN_FULL_PREDICTIONS = 48
-MAX_FULL_PREDICTIONS = 3000
+"""Estimated peak / usable memory above which a candidate is pruned without a full prediction (the estimate
+is a lower bound of the full memory model in the cases that matter; see tune/surrogate.py)."""
+Z_BOUND = 2.0
+"""Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
+FIRST_BATCH = 16
+"""Full predictions before the first correction fit: the best by estimate ..."""
+FIRST_EXPLORE = 8
+"""... plus this many spread over the estimated ranking, so the correction sees varied layouts."""
+BATCH = 8
+MAX_FULL_PREDICTIONS = 400
 
 PredictFn = Callable[[TrainingConfig, ClusterSpec], Any]
 ValidateFn = Callable[[TrainingConfig], None]
+MemoryFn = Callable[[TrainingConfig, ClusterSpec], Any]
+"""The full memory model alone (-> MemoryEstimate with peak_bytes_per_gpu): a cheap exact OOM check."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,9 @@ class TuneResult:
     num_slower: int
     """Never predicted in full: estimated step time cannot beat the K-th best found."""
     num_full_predictions: int
+    """Step-time predictions made (fitting + out of memory by the full prediction)."""
+    num_fitting: int
+    """Candidates predicted in full that fit: with the counts above they add up to num_considered."""
     memory_margin: float
     nearest: Evaluated | None = None
     """When nothing fits: the candidate with the least predicted memory."""
@@ -105,118 +119,178 @@ def evaluate(cfg: TrainingConfig, cand: Candidate, cluster: ClusterSpec, predict
 
 @dataclass
 class _Progress:
-    """Mutable bookkeeping of one search (local to search_candidates)."""
+    """Bookkeeping of one search (local to search_candidates)."""
 
+    n: int
+    evaluated: np.ndarray = None  # type: ignore[assignment]
+    full_s: np.ndarray = None  # type: ignore[assignment]
+    full_peak: np.ndarray = None  # type: ignore[assignment]
     fitting: list[Evaluated] = field(default_factory=list)
     unfit: list[Evaluated] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
-    min_ratio: float = float("inf")
     num_full: int = 0
+    num_oom_memory_only: int = 0
+
+    def __post_init__(self) -> None:
+        self.evaluated = np.zeros(self.n, dtype=bool)
+        self.full_s = np.full(self.n, np.nan)
+        self.full_peak = np.full(self.n, np.nan)
+
+    def kth_best_s(self, k: int) -> float:
+        times = sorted(e.step_time_s for e in self.fitting)
+        return times[k - 1] if len(times) >= k else float("inf")
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every step of one search needs (keeps signatures short)."""
+
+    cfg: TrainingConfig
+    cluster: ClusterSpec
+    predict: PredictFn
+    validate: ValidateFn
+    memory: MemoryFn | None
+    margin: float
+    usable_bytes: float
+    base: Candidate
 
 
 def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: CandidateTable, *, top_k: int,
-                      margin: float, predict: PredictFn, validate: ValidateFn) -> TuneResult:
+                      margin: float, predict: PredictFn, validate: ValidateFn,
+                      memory: MemoryFn | None = None) -> TuneResult:
     """Rank the table's candidates for this job; see the module docstring for the pruning rules."""
-    base = candidate_of(cfg)
     bad, invalid = _first_violations(rule_masks(cfg, table.columns), len(table))
     valid = table.select(~bad)
+    job = _Job(cfg, cluster, predict, validate, memory, margin,
+               (1.0 - margin) * cluster.gpu.memory_capacity_bytes, candidate_of(cfg))
     est = surrogate.estimate(cfg, cluster, valid.columns)
-    usable = (1.0 - margin) * cluster.gpu.memory_capacity_bytes
-    certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * usable
-    order = np.flatnonzero(~certain_oom)
-    order = order[np.argsort(est.step_time_s[order], kind="stable")]
-    prog = _Progress(invalid=dict(invalid))
-    stopped_at = _predict_in_order(cfg, cluster, valid, order, est.step_time_s, top_k, margin, predict, validate, prog)
-    baseline = _baseline(cfg, cluster, predict, validate, margin, base)
+    feats = layout_features(valid.columns, cfg.world_size, cfg.batch.global_batch_size)
+    certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
+    prog = _Progress(len(valid), invalid=dict(invalid))
+    open_, likely_fit = _search_loop(job, valid, est, feats, certain_oom, top_k, prog)
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = None
     if not top:
-        nearest, layers = _nearest_fit(cfg, cluster, valid, est.peak_bytes, predict, validate, margin, prog)
+        nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
     return TuneResult(
-        top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
-        invalid_by_rule=prog.invalid, num_oom_estimated=int(certain_oom.sum()), num_oom_predicted=len(prog.unfit),
-        num_slower=len(order) - stopped_at, num_full_predictions=prog.num_full, memory_margin=margin,
-        nearest=nearest, layers_that_fit=layers,
+        top=top, baseline=_baseline(job), num_generated=table.num_generated, num_considered=len(table),
+        invalid_by_rule=prog.invalid,
+        num_oom_estimated=int(certain_oom.sum() + (open_ & ~likely_fit).sum()),
+        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only, num_slower=int((open_ & likely_fit).sum()),
+        num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest, layers_that_fit=layers,
     )
 
 
-def _predict_in_order(cfg: TrainingConfig, cluster: ClusterSpec, valid: CandidateTable, order: np.ndarray,
-                      est_s: np.ndarray, top_k: int, margin: float, predict: PredictFn,
-                      validate: ValidateFn, prog: _Progress) -> int:
-    """Full predictions in estimated order until the stopping rule holds; returns how many were visited."""
-    base = candidate_of(cfg)
-    for pos, i in enumerate(order):
-        if pos >= MAX_FULL_PREDICTIONS or (pos >= MIN_FULL_PREDICTIONS and _can_stop(prog, est_s[i], top_k)):
-            return pos
-        cand = valid.candidate(int(i))
-        ev = _checked_evaluate(cfg, cand, cluster, predict, validate, margin, base, prog)
-        if ev is None:
-            continue
-        prog.min_ratio = min(prog.min_ratio, ev.step_time_s / max(float(est_s[i]), 1e-12))
-        (prog.fitting if ev.fits else prog.unfit).append(ev)
-    return len(order)
+def _search_loop(job: _Job, valid: CandidateTable, est: surrogate.SurrogateEstimate, feats: np.ndarray,
+                 certain_oom: np.ndarray, top_k: int, prog: _Progress) -> tuple[np.ndarray, np.ndarray]:
+    """Batches of full predictions until the bound holds; returns (still-open mask, likely-to-fit mask)."""
+    t_corr = m_corr = no_correction(feats.shape[1])
+    while True:
+        t_hat = est.step_time_s * t_corr.factor(feats)
+        m_low = est.peak_bytes * m_corr.factor(feats) * np.exp(-Z_BOUND * m_corr.sigma)
+        open_ = ~prog.evaluated & ~certain_oom
+        likely_fit = m_low <= job.usable_bytes
+        pool = np.flatnonzero(open_ & likely_fit)
+        lower = t_hat[pool] * np.exp(-Z_BOUND * t_corr.sigma)
+        if pool.size == 0 or prog.evaluated.sum() >= MAX_FULL_PREDICTIONS or (
+                prog.evaluated.any() and lower.min() > prog.kth_best_s(top_k)):
+            return open_, likely_fit
+        for i in _next_batch(pool, t_hat[pool], first=not prog.evaluated.any()):
+            _evaluate_index(job, valid, int(i), prog)
+        t_corr, m_corr = _refit(est, feats, prog)
 
 
-def _can_stop(prog: _Progress, next_estimate_s: float, top_k: int) -> bool:
-    if len(prog.fitting) < top_k:
-        return False
-    kth = sorted(e.step_time_s for e in prog.fitting)[top_k - 1]
-    return next_estimate_s * prog.min_ratio * STOP_SAFETY > kth
+def _next_batch(pool: np.ndarray, t_hat: np.ndarray, first: bool) -> np.ndarray:
+    order = pool[np.argsort(t_hat, kind="stable")]
+    if not first:
+        return order[:BATCH]
+    # First batch: the best estimates plus ranks spread geometrically over the rest (exploration).
+    spread = np.unique(np.geomspace(FIRST_BATCH, max(len(order) - 1, FIRST_BATCH), FIRST_EXPLORE).astype(int))
+    picks = np.r_[np.arange(min(FIRST_BATCH, len(order))), spread[spread < len(order)]]
+    return order[np.unique(picks)]
 
 
-def _checked_evaluate(cfg: TrainingConfig, cand: Candidate, cluster: ClusterSpec, predict: PredictFn,
-                      validate: ValidateFn, margin: float, base: Candidate, prog: _Progress) -> Evaluated | None:
+def _refit(est: surrogate.SurrogateEstimate, feats: np.ndarray, prog: _Progress) -> tuple[Correction, Correction]:
+    has_t, has_m = ~np.isnan(prog.full_s), ~np.isnan(prog.full_peak)
+    t_corr = fit_correction(feats[has_t], np.log(prog.full_s[has_t] / est.step_time_s[has_t]))
+    m_corr = fit_correction(feats[has_m], np.log(prog.full_peak[has_m] / est.peak_bytes[has_m]))
+    return t_corr, m_corr
+
+
+def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress) -> None:
+    prog.evaluated[i] = True
+    cand = valid.candidate(i)
+    new_cfg = _validated(job, cand, prog)
+    if new_cfg is None:
+        return
+    if job.memory is not None:
+        peak = float(job.memory(new_cfg, job.cluster).peak_bytes_per_gpu)
+        prog.full_peak[i] = peak
+        if peak > job.usable_bytes:
+            prog.num_oom_memory_only += 1
+            return
+    prog.num_full += 1
     try:
-        validate(apply_candidate(cfg, cand))
+        ev = evaluate(job.cfg, cand, job.cluster, job.predict, job.margin, job.base)
+    except (AssertionError, ArithmeticError, ValueError) as err:  # a model bug on one layout: count it, go on
+        key = f"prediction failed (internal error, please report): {type(err).__name__}: {_first_sentence(str(err))}"
+        prog.invalid[key] = prog.invalid.get(key, 0) + 1
+        prog.num_full -= 1
+        return
+    prog.full_s[i], prog.full_peak[i] = ev.step_time_s, ev.peak_bytes
+    (prog.fitting if ev.fits else prog.unfit).append(ev)
+
+
+def _validated(job: _Job, cand: Candidate, prog: _Progress) -> TrainingConfig | None:
+    new_cfg = apply_candidate(job.cfg, cand)
+    try:
+        job.validate(new_cfg)
     except ConfigError as err:
         key = f"framework validation: {_first_sentence(str(err))}"
         prog.invalid[key] = prog.invalid.get(key, 0) + 1
         return None
-    prog.num_full += 1
-    return evaluate(cfg, cand, cluster, predict, margin, base)
+    return new_cfg
 
 
 def _first_sentence(msg: str) -> str:
-    head = msg.split(". ")[0].split("\n")[0]
-    return head[:90]
+    """The rule part of a validation message, without the per-candidate numbers (so counts group by rule)."""
+    head = msg.split(". ")[0].split(" (")[0]
+    return re.sub(r"\d+", "N", head)[:80]
 
 
-def _baseline(cfg: TrainingConfig, cluster: ClusterSpec, predict: PredictFn, validate: ValidateFn,
-              margin: float, base: Candidate) -> Evaluated | None:
+def _baseline(job: _Job) -> Evaluated | None:
     try:
-        validate(cfg)
+        job.validate(job.cfg)
     except ConfigError:
         return None
-    return evaluate(cfg, base, cluster, predict, margin, base)
+    return evaluate(job.cfg, job.base, job.cluster, job.predict, job.margin, job.base)
 
 
-def _nearest_fit(cfg: TrainingConfig, cluster: ClusterSpec, valid: CandidateTable, est_peak: np.ndarray,
-                 predict: PredictFn, validate: ValidateFn, margin: float,
+def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
                  prog: _Progress) -> tuple[Evaluated | None, int | None]:
-    """Least-memory candidate (full model, among the 16 smallest estimates and all predicted) + layers that fit."""
-    base = candidate_of(cfg)
-    pool = list(prog.unfit)
-    for i in np.argsort(est_peak, kind="stable")[:16]:
-        ev = _checked_evaluate(cfg, valid.candidate(int(i)), cluster, predict, validate, margin, base, prog)
-        if ev is not None:
-            pool.append(ev)
+    """Least-memory candidate (full model, among the 16 smallest estimates and all measured) + layers that fit."""
+    idx = set(np.argsort(est_peak, kind="stable")[:16].tolist())
+    idx |= set(np.flatnonzero(~np.isnan(prog.full_peak))[np.argsort(prog.full_peak[~np.isnan(prog.full_peak)])][:4].tolist())
+    pool = []
+    for i in sorted(idx):
+        new_cfg = _validated(job, valid.candidate(int(i)), prog)
+        if new_cfg is not None:
+            pool.append(evaluate(job.cfg, valid.candidate(int(i)), job.cluster, job.predict, job.margin, job.base))
     if not pool:
         return None, None
     nearest = min(pool, key=lambda e: e.peak_bytes)
-    return nearest, _layers_that_fit(nearest, cluster, predict, margin)
+    return nearest, _layers_that_fit(nearest, job)
 
 
-def _layers_that_fit(ev: Evaluated, cluster: ClusterSpec, predict: PredictFn, margin: float) -> int | None:
+def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
     """Bisection on num_layers (multiples of pp*vpp) with the full memory model; None if not even one chunk fits."""
-    import dataclasses
-
     cfg, step = ev.config, ev.config.parallel.pp * ev.config.parallel.vpp
     lo, hi = 0, cfg.model.num_layers // step
 
     def fits(units: int) -> bool:
         shape = dataclasses.replace(cfg.model, num_layers=units * step)
-        est = predict(dataclasses.replace(cfg, model=shape), cluster)
-        return float(est.memory.peak_bytes_per_gpu) <= (1.0 - margin) * float(est.memory.capacity_bytes)
+        est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
+        return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes
 
     while lo < hi:
         mid = (lo + hi + 1) // 2

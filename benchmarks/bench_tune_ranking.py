@@ -1,0 +1,169 @@
+"""Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose]
+
+Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
+GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
+sweeps, S24). Each row becomes its launch command and cluster with the validation engineer's mapping
+(`llmperf_hook.validate`: the same one `llmperf validate` uses) and is resolved into a TrainingConfig; the
+group's configurations are then ranked by the tuner's own search (`tune.search.search_candidates` over exactly
+those candidates: layout rules, memory filter with the tune margin, full predictions). Reported per group and
+overall, for groups with at least two distinct measured configurations:
+- top-1 within 5 %: the measured time of the tuner's first choice <= 1.05 x the group's measured best
+  (target: >= 90 % of groups); a group where the tuner rejects every measured configuration is a miss;
+- top-1 exact: the first choice is the measured fastest;
+- Spearman rank correlation of predicted vs measured step time (all rows of the group, computed in numpy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DEV_CSV = ROOT.parent / "shared" / "validation" / "dev.csv"
+WITHIN = 0.05
+
+
+@dataclass
+class GroupResult:
+    key: str
+    num_configs: int
+    top1_within: bool
+    top1_exact: bool
+    spearman: float | None
+    chosen: str
+    note: str = ""
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean rank), as scipy.stats.rankdata(method='average')."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=float)
+    ranks[order] = np.arange(1, len(x) + 1)
+    for value in np.unique(x):
+        tie = x == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    ra, rb = rankdata(a), rankdata(b)
+    if len(a) < 3 or ra.std() == 0 or rb.std() == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def group_key(run) -> tuple:
+    return (run.model, run.num_layers, run.hidden_size, run.num_attention_heads, run.seq_length,
+            run.num_gpus, run.global_batch_size, run.gpu_type, run.framework)
+
+
+def load_groups(csv_path: Path):
+    from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+
+    groups: dict[tuple, list] = defaultdict(list)
+    for run in build_measured_runs(read_runs_csv(csv_path)):
+        groups[group_key(run)].append(run)
+    return groups
+
+
+def resolve_rows(runs, presets, work: Path):
+    """(run, TrainingConfig, cluster spec) per row; rows the mapping or the parser rejects are skipped."""
+    from llmperf_hook import api
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.frameworks.resolve import resolve_job
+    from llmperf_hook.validate.runner import plan_run
+
+    out = []
+    for run in runs:
+        try:
+            plan, choice = plan_run(run, presets, work)
+            _, cfg = resolve_job(list(plan.argv), {})
+            out.append((run, cfg, api.load_cluster(choice.cluster)))
+        except LlmperfError:
+            continue
+    return out
+
+
+def rank_group(key: tuple, rows) -> GroupResult | None:
+    """The tuner's search over exactly the group's measured configurations."""
+    from llmperf_hook import api
+    from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.candidate import candidate_of
+    from llmperf_hook.tune.candidates import candidates_from_list
+    from llmperf_hook.tune.search import search_candidates
+
+    measured: dict = defaultdict(list)
+    for run, cfg, _ in rows:
+        measured[candidate_of(cfg)].append(run.iteration_time_s)
+    if len(measured) < 2:
+        return None
+    base_cfg, spec = rows[0][1], rows[0][2]
+    cands = tuple(measured)
+    res = search_candidates(base_cfg, spec, candidates_from_list(cands), top_k=1, margin=0.05,
+                            predict=api.predict_config, validate=validate_config)
+    meas = {c: statistics.median(v) for c, v in measured.items()}
+    best = min(meas.values())
+    predicted = np.array([float(api.predict_config(cfg, s).step_time_s) for _, cfg, s in rows])
+    corr = spearman(predicted, np.array([r.iteration_time_s for r, _, _ in rows]))
+    label = f"{key[0]} L{key[1]} h{key[2]} {key[5]} GPUs gbs {key[6]}"
+    if not res.top:
+        return GroupResult(label, len(cands), False, False, corr, "-", "tuner found no fitting configuration")
+    chosen = res.top[0].candidate
+    return GroupResult(label, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
+                       f"{chosen.describe()} ({meas[chosen] / best:.3f}x best)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv", nargs="?", default=str(DEV_CSV))
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    from llmperf_hook.resources import configs_dir
+    from llmperf_hook.validate.cluster_choice import read_cluster_presets
+
+    started = time.perf_counter()
+    presets = read_cluster_presets(configs_dir() / "clusters")
+    results: list[GroupResult] = []
+    with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
+        for key, runs in load_groups(Path(args.csv)).items():
+            r = rank_group(key, resolve_rows(runs, presets, Path(tmp)))
+            if r is not None:
+                results.append(r)
+    report(results, time.perf_counter() - started, args.verbose)
+
+
+def report(results: list[GroupResult], elapsed_s: float, verbose: bool) -> None:
+    n = len(results)
+    if not n:
+        print("no group with two or more distinct measured configurations")
+        return
+    within = sum(r.top1_within for r in results)
+    exact = sum(r.top1_exact for r in results)
+    corrs = [r.spearman for r in results if r.spearman is not None]
+    for r in results if verbose else [r for r in results if not r.top1_within]:
+        rho = f"{r.spearman:+.2f}" if r.spearman is not None else "  n/a"
+        flag = "ok  " if r.top1_within else "MISS"
+        print(f"{flag} {r.key:<58} {r.num_configs:3d} configs  rho {rho}  chose {r.chosen} {r.note}")
+    print(f"\ngroups with >= 2 distinct measured configurations: {n} ({elapsed_s:.1f} s)")
+    print(f"top-1 within {WITHIN:.0%} of the measured best: {within}/{n} = {within / n:.1%}  (target >= 90 %)")
+    print(f"top-1 is the measured fastest:        {exact}/{n} = {exact / n:.1%}")
+    if corrs:
+        print(f"Spearman rank correlation predicted vs measured: median {statistics.median(corrs):+.3f}, "
+              f"mean {statistics.fmean(corrs):+.3f} over {len(corrs)} groups with >= 3 rows")
+
+
+if __name__ == "__main__":
+    main()

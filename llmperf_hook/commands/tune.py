@@ -1,0 +1,158 @@
+"""`llmperf tune [--top K] [--search FILE] [--apply] [--dry-run] [--format table|json] -- <command>`.
+
+Holds model, world size and global batch fixed; searches micro-batch size, pipeline degree, virtual stages,
+TP, CP, sequence parallel, recompute and optimizer sharding (configs/search/); prints the top-K by predicted
+step time with exactly what changes in the command. `--apply` rewrites the command for the best candidate
+(new ds_config next to the original, never overwriting it) and launches it as `llmperf run` does (exec);
+with `--dry-run` it prints the command instead. Exit 3 when nothing fits.
+The table goes to stdout; with `--format json` stdout holds exactly one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from typing import Any, Sequence
+
+import click
+
+from llmperf_hook.errors import InfeasibleError, UsageError
+
+GiB = float(1 << 30)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(1, 100), help="How many configurations to show.")
+@click.option("--search", "search_file", default=None, help="Search-space YAML overriding configs/search/<framework>.yaml.")
+@click.option("--apply", "apply_best", is_flag=True, help="Rewrite the command for the best configuration and launch it.")
+@click.option("--dry-run", is_flag=True, help="With --apply: print the rewritten command instead of launching it.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default: see `llmperf predict`).")
+@click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
+@click.option("--nnodes", type=int, default=None, help="Override the number of nodes of the command.")
+@click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
+@click.option("--model", default=None, help="Model preset or file for scripts that do not state the model shape.")
+@click.argument("launch", nargs=-1, type=click.UNPROCESSED)
+def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool, fmt: str, cluster: str | None,
+            hardware: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
+            launch: Sequence[str]) -> None:
+    """Search parallel layouts of a launch command and show (or launch) the fastest that fits."""
+    argv = [w for w in launch if w != "--"] if launch[:1] == ("--",) else list(launch)
+    if not argv:
+        raise UsageError("llmperf tune needs the launch command after `--`, e.g. "
+                         "`llmperf tune -- torchrun --nproc-per-node 8 pretrain_gpt.py ...`.")
+    started = time.perf_counter()
+    job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
+    result, space = _search(cfg, spec, search_file, top_k)
+    elapsed = time.perf_counter() - started
+    header = _header(cfg, spec, space.source, elapsed)
+    if not result.top:
+        raise InfeasibleError(infeasible_message(result, cfg, header))
+    plans, changes = _plans(argv, cfg, result)
+    applied = plans[0] if apply_best else None
+    if fmt == "json":
+        from llmperf_hook.tune.render import render_json
+
+        click.echo(json.dumps(render_json(result, changes, header, applied), indent=2))
+    else:
+        from llmperf_hook.tune.render import render_table
+
+        click.echo(render_table(result, changes, header))
+    if applied is not None:
+        _apply(applied, dry_run, quiet=fmt == "json")
+
+
+def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,
+             nproc_per_node: int | None, model: str | None) -> tuple[Any, Any, Any]:
+    from llmperf_hook import api
+    from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
+
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
+    job, cfg = resolve_job(argv, dict(os.environ), overrides)
+    spec, notes = api.resolve_cluster(cluster, hardware)
+    for note in notes:
+        click.echo(f"llmperf tune: warning: {note}", err=True)
+    return job, cfg, spec
+
+
+def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int) -> tuple[Any, Any]:
+    from llmperf_hook import api
+    from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.candidates import generate_candidates
+    from llmperf_hook.tune.search import search_candidates
+    from llmperf_hook.tune.search_space import load_search_space
+
+    space = load_search_space(search_file, cfg.framework)
+    table = generate_candidates(cfg, space, spec.gpus_per_node)
+    result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
+                               predict=api.predict_config, validate=validate_config, memory=memory_only)
+    return result, space
+
+
+def memory_only(cfg: Any, spec: Any) -> Any:
+    """The memory verdict of `llmperf predict` without the step-time stages (graph + memory model only)."""
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.schedule.memory import estimate_memory
+
+    return estimate_memory(cfg, build_graph(cfg, spec), spec)
+
+
+def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[str, Any]:
+    m = cfg.model
+    job = (f"{cfg.framework} {m.num_layers} layers x hidden {m.hidden_size}, seq {m.seq_length}, "
+           f"{cfg.world_size} GPUs, global batch {cfg.batch.global_batch_size}")
+    return {"job": job, "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source,
+            "elapsed_s": elapsed_s, "capacity_bytes": spec.gpu.memory_capacity_bytes}
+
+
+def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:
+    """The rewritten command of every top candidate, and its exact flag / config-key changes."""
+    from llmperf_hook.tune import ds_config_rewrite as dsr
+    from llmperf_hook.tune.apply import plan_tuned_command
+    from llmperf_hook.tune.render import command_changes
+
+    ref = dsr.find_ds_config(argv)
+    original = None
+    if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
+        original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
+    plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
+    return plans, [command_changes(argv, p, original) for p in plans]
+
+
+def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
+    from llmperf_hook.tune.apply import write_planned_files
+
+    write_planned_files(plan)
+    say = (lambda s: click.echo(s, err=True)) if quiet else click.echo
+    for path in plan.new_files:
+        say(f"llmperf tune: wrote {path}")
+    say(f"llmperf tune: {'would run' if dry_run else 'running'}: {shlex.join(plan.argv)}")
+    if dry_run:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(plan.argv[0], list(plan.argv))
+    except OSError as err:
+        raise UsageError(f"cannot launch {plan.argv[0]!r}: {err}. Is it installed and on PATH?") from None
+
+
+def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
+    usable = (1 - result.memory_margin) * header["capacity_bytes"] / GiB
+    counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
+              f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
+              f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
+              f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}).")
+    near = result.nearest
+    if near is None:
+        return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
+    short = near.peak_bytes / GiB - usable
+    msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
+           f"{near.peak_bytes / GiB:.1f} GiB per GPU, {short:.1f} GiB over.")
+    if result.layers_that_fit:
+        msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
+                f"(this one has {cfg.model.num_layers}).")
+    return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."

@@ -1,0 +1,93 @@
+"""--apply for DeepSpeed: a NEW ds_config next to the user's (never overwritten), argv pointed at it."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.tune import ds_config_rewrite as dsr
+from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
+from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+
+from .helpers import gpt_config
+
+DS = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+      "zero_optimization": {"stage": 1, "overlap_comm": True}, "bf16": {"enabled": True}}
+
+
+def _ds_cfg(framework: str = "deepspeed"):
+    return dataclasses.replace(gpt_config(world=16, tp=1, pp=1, mbs=1, gbs=64, layers=24, hidden=2048, heads=16,
+                                          zero=1), framework=framework)
+
+
+def _write(tmp_path: Path, content: dict) -> Path:
+    p = tmp_path / "ds_config.json"
+    p.write_text(json.dumps(content))
+    return p
+
+
+def test_new_config_written_next_to_original(tmp_path: Path) -> None:
+    original = _write(tmp_path, DS)
+    before = original.read_bytes()
+    cfg = _ds_cfg()
+    new = dataclasses.replace(candidate_of(cfg), micro_batch_size=4, zero_stage=2)
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds_config.json", "--lr", "3"]
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), cwd=tmp_path)
+    assert list(plan.argv) == [*argv[:5], "ds_config.llmperf-tuned.json", "--lr", "3"]
+    write_planned_files(plan)
+    tuned = json.loads((tmp_path / "ds_config.llmperf-tuned.json").read_text())
+    assert tuned["train_micro_batch_size_per_gpu"] == 4 and tuned["gradient_accumulation_steps"] == 1  # 64/(4*16)
+    assert tuned["train_batch_size"] == 64 and tuned["zero_optimization"] == {"stage": 2, "overlap_comm": True}
+    assert original.read_bytes() == before
+
+
+def test_fresh_name_when_taken_and_never_overwrites(tmp_path: Path) -> None:
+    original = _write(tmp_path, DS)
+    (tmp_path / "ds_config.llmperf-tuned.json").write_text("{}")
+    cfg = _ds_cfg()
+    new = dataclasses.replace(candidate_of(cfg), zero_stage=3)
+    argv = ["deepspeed", "train.py", f"--deepspeed_config={original}"]
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), cwd=tmp_path)
+    assert plan.argv[-1] == f"--deepspeed_config={tmp_path / 'ds_config.llmperf-tuned-2.json'}"
+    write_planned_files(plan)
+    assert (tmp_path / "ds_config.llmperf-tuned.json").read_text() == "{}"
+    with pytest.raises(FileExistsError):
+        write_planned_files(plan)
+
+
+def test_hf_auto_values_rewrite_trainer_flags(tmp_path: Path) -> None:
+    _write(tmp_path, {**DS, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                      "train_batch_size": "auto"})
+    cfg = dataclasses.replace(_ds_cfg("hf-deepspeed"), recompute=dataclasses.replace(_ds_cfg().recompute, granularity="none", method=None, num_layers=None))
+    new = dataclasses.replace(candidate_of(cfg), micro_batch_size=2, recompute="full", recompute_num_layers=1)
+    argv = ["deepspeed", "run_clm.py", "--deepspeed", "ds_config.json", "--per_device_train_batch_size", "1",
+            "--gradient_accumulation_steps", "4"]
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), cwd=tmp_path)
+    assert plan.new_files == {}  # nothing in the file changes: "auto" stays, the Trainer flags carry the values
+    out = list(plan.argv)
+    assert out[out.index("--per_device_train_batch_size") + 1] == "2"
+    assert out[out.index("--gradient_accumulation_steps") + 1] == "2"  # 64 / (2 * 16)
+    assert out[out.index("--gradient_checkpointing") + 1] == "True"
+
+
+def test_megatron_deepspeed_rewrites_argv_and_config(tmp_path: Path) -> None:
+    _write(tmp_path, {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}})
+    cfg = dataclasses.replace(_ds_cfg("megatron-deepspeed"), optimizer=dataclasses.replace(_ds_cfg().optimizer, zero_stage=0))
+    new = dataclasses.replace(candidate_of(cfg), micro_batch_size=2, zero_stage=1)
+    argv = ["deepspeed", "pretrain_gpt.py", "--micro-batch-size", "1", "--global-batch-size", "64", "--deepspeed",
+            "--deepspeed_config", "ds_config.json", "--zero-stage", "0"]
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), cwd=tmp_path)
+    out = list(plan.argv)
+    assert out[out.index("--micro-batch-size") + 1] == "2" and out[out.index("--zero-stage") + 1] == "1"
+    assert out[out.index("--deepspeed_config") + 1] == "ds_config.llmperf-tuned.json"
+    tuned = json.loads(next(iter(plan.new_files.values())))
+    assert tuned["train_micro_batch_size_per_gpu"] == 2 and tuned["zero_optimization"]["stage"] == 1
+
+
+def test_find_ds_config_spellings(tmp_path: Path) -> None:
+    assert dsr.find_ds_config(["x.py", "--deepspeed-config", "a.json"]).path == "a.json"
+    assert dsr.find_ds_config(["x.py", "--deepspeed_config=b.json"]).path == "b.json"
+    assert dsr.find_ds_config(["x.py", "--deepspeed", "c.json"]).path == "c.json"
+    assert dsr.find_ds_config(["x.py", "--deepspeed", "--deepspeed_config", "d.json"]).path == "d.json"
+    assert dsr.find_ds_config(["x.py", "--deepspeed", "--lr", "1"]) is None
