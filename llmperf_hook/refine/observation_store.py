@@ -1,9 +1,11 @@
 """Instrumented runs, their step observations, op samples and the fitted calibrations, in the SQLite store.
 
-The tables live in the same SQLite file as the profile store ($LLMPERF_HOME/store.sqlite unless
-llmperf_hook.store says otherwise) under names prefixed `refine_`, so they never collide with the profile
-engineer's tables. Only the stdlib sqlite3 is used: `find_calibration` runs on the predict path.
-Concurrent writers (several jobs refining at once) are serialised by SQLite's own locking (busy timeout).
+The shared store (llmperf_hook.store, $LLMPERF_HOME/store.sqlite) gets what it has tables for: every step of
+every rank (step_observations), the `--profile-ops` samples (op_samples, source "instrument:<job id>", where
+the profile fit finds them) and the calibration scale (calibrations). What it has no column for lives beside
+them in the same file, in tables prefixed `refine_`: one row per run with the uncalibrated prediction the
+calibration is refitted from, and the calibration's per-step overhead. Only the stdlib sqlite3 is used here
+(`find_calibration` runs on the predict path). Concurrent writers are serialised by SQLite's locking (WAL).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from llmperf_hook.resources import llmperf_home
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS refine_runs (
@@ -35,28 +36,60 @@ CREATE TABLE IF NOT EXISTS refine_calibrations (
 
 
 def store_path() -> Path:
-    """The shared SQLite file: the profile store's path when that module says so, else $LLMPERF_HOME/store.sqlite."""
-    try:
-        from llmperf_hook import store as profile_store
+    """The shared SQLite file ($LLMPERF_HOME/store.sqlite)."""
+    from llmperf_hook.store import default_store_path
 
-        for name in ("store_path", "default_store_path", "default_path"):
-            fn = getattr(profile_store, name, None)
-            if callable(fn):
-                return Path(fn())
-    except Exception:  # noqa: BLE001 - the refine tables work on their own
-        pass
-    return llmperf_home() / "store.sqlite"
+    return default_store_path()
 
 
 def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connection | None:
-    """An open connection with the refine tables, or None when the file is absent and create is False."""
+    """An open connection to the shared store with the refine tables, or None when the file is absent and
+    create is False. The shared store's own tables are created by opening it through llmperf_hook.store."""
+    from llmperf_hook.store import open_store
+
     db = Path(path) if path is not None else store_path()
     if not create and not db.is_file():
         return None
-    db.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(db), timeout=30.0)
+    conn = open_store(db).conn
     conn.executescript(SCHEMA_SQL)
     return conn
+
+
+def record_shared_steps(conn: sqlite3.Connection, job_id: str, key: tuple[str, str, str] | None,
+                        predicted_s: float | None, steps: Iterable[Mapping[str, Any]]) -> int:
+    """Every recorded step into the shared store's step_observations (once per job: re-ingesting replaces)."""
+    from llmperf_hook.store import StepObservation
+
+    hardware, cluster, framework = key or ("unknown", "unknown", "unknown")
+    obs = [StepObservation(run_id=job_id, hardware=hardware, cluster=cluster, framework=framework,
+                           step=int(s["step"]), measured_s=float(s["wall_time_s"]), predicted_s=predicted_s,
+                           rank=int(s["rank"]), job_key=job_id,
+                           extra={"warmup": int(bool(s.get("warmup"))), "profiled": int(bool(s.get("profiled"))),
+                                  "device": str(s.get("device", "")),
+                                  "peak_memory_bytes": float(s.get("gpu_peak_reserved_bytes") or s.get("peak_rss_bytes") or 0)})
+           for s in steps if s.get("wall_time_s") is not None]
+    with conn:
+        conn.execute("DELETE FROM step_observations WHERE run_id = ?", (job_id,))
+    return _shared(conn).record_step_observations(obs)
+
+
+def record_shared_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str,
+                             samples: Sequence[Mapping[str, Any]]) -> int:
+    from llmperf_hook.store import OpSampleRecord
+
+    records = [OpSampleRecord(hardware=hardware, dtype=str(s.get("dtype", "fp32")), op_class=str(s["op_class"]),
+                              phase=str(s["phase"]), dims=dict(s["dims"]), time_s=float(s["seconds"]),
+                              source=f"instrument:{job_id}") for s in samples]
+    return _shared(conn).record_op_samples(records)
+
+
+def _shared(conn: sqlite3.Connection) -> Any:
+    """The shared store's API over this (already opened and migrated) connection."""
+    from llmperf_hook.store import Store
+
+    store = Store.__new__(Store)
+    store.path, store.conn = None, conn
+    return store
 
 
 def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
@@ -97,15 +130,23 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framewor
 
 def save_calibration(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str, scale: float,
                      overhead_s: float, num_runs: int) -> None:
+    """Into the shared calibrations table (scale, runs) and refine_calibrations (with the overhead)."""
     with conn:
         conn.execute("INSERT OR REPLACE INTO refine_calibrations VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (hardware, cluster, framework, scale, overhead_s, num_runs, time.time()))
+        conn.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?)",
+                     (hardware, cluster, framework, scale, num_runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
 
 def load_calibration_row(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple | None:
     cur = conn.execute("SELECT step_time_scale, step_overhead_s, num_runs FROM refine_calibrations "
                        "WHERE hardware = ? AND cluster = ? AND framework = ?", (hardware, cluster, framework))
-    return cur.fetchone()
+    row = cur.fetchone()
+    if row is None:  # recorded by another writer of the shared table: a scale without overhead
+        cur = conn.execute("SELECT step_time_scale, 0.0, num_runs FROM calibrations "
+                           "WHERE hardware = ? AND cluster = ? AND framework = ?", (hardware, cluster, framework))
+        row = cur.fetchone()
+    return row
 
 
 def op_samples_for_hardware(conn: sqlite3.Connection, hardware: str) -> list[dict[str, Any]]:

@@ -120,7 +120,9 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "measured_step_time_s": job.step_time_s, "predicted_step_time_s": shown, "uncalibrated_step_time_s": raw,
         "peak_memory_bytes": job.peak_memory_bytes, "load_avg_1m": job.load_avg_1m,
         "config_json": json.dumps((run.prediction or {}).get("config"), default=str)})
-    store.record_steps(conn, job_id, [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id])
+    steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
+    store.record_steps(conn, job_id, steps)
+    store.record_shared_steps(conn, job_id, key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_refit = _refit_ops(conn, job_id, key, samples)
     calibration = _recalibrate(conn, key, notes) if key and raw and job.step_time_s else None
@@ -160,7 +162,9 @@ def _refit_ops(conn: Any, job_id: str, key: CalibrationKey | None, samples: list
     if not samples:
         return ""
     hardware = key.hardware if key else "unknown"
-    store.record_op_samples(conn, job_id, hardware, [s for s in samples if s.get("op_class")])
+    usable = [s for s in samples if s.get("op_class")]
+    store.record_op_samples(conn, job_id, hardware, usable)
+    store.record_shared_op_samples(conn, job_id, hardware, usable)
     from llmperf_hook.refine.op_refit import refit_op_models
 
     return refit_op_models(hardware, store.op_samples_for_hardware(conn, hardware))
