@@ -106,7 +106,10 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
 
 
 def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchConfig:
-    mbs, src["micro_batch_size"] = pick(flags, "micro_batch_size", 1, "Megatron default 1")
+    if not flags.has("micro_batch_size"):
+        raise ConfigError("Megatron requires --micro-batch-size (arguments.py asserts it is set) and the command does not "
+                          "give it; add --micro-batch-size N (samples per GPU per micro-batch).")
+    mbs, src["micro_batch_size"] = flags.get("micro_batch_size"), flags.source("micro_batch_size")
     if flags.has("global_batch_size"):
         gbs, src["global_batch_size"] = flags.get("global_batch_size"), flags.source("global_batch_size")
     else:

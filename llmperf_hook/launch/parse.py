@@ -72,8 +72,8 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
     if sized is None:
         one = Sized(1, Source(SourceKind.DEFAULT, "plain python: one process"))
         return LaunchSize("python", one, one, one, script, args)
-    nnodes, local, world = sized
-    return LaunchSize("python", nnodes, local, world, script, args)
+    nnodes, local, world, warnings = sized
+    return LaunchSize("python", nnodes, local, world, script, args, tuple(warnings))
 
 
 def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:

@@ -104,15 +104,20 @@ def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[st
     return opts.values, opts.flags, opts.rest, [f"unknown srun option {w} ignored" for w in opts.unknown]
 
 
-def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized] | None:
-    """A single `python train.py` process told its world by the environment: WORLD_SIZE, or an srun step's SLURM_NTASKS."""
+def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized, list[str]] | None:
+    """A `python train.py` told its world by the environment: WORLD_SIZE (torch's env:// rendezvous), else the
+    Slurm allocation's task layout (SLURM_NTASKS_PER_NODE / SLURM_NTASKS / SLURM_GPUS_ON_NODE with SLURM_NNODES),
+    as when an sbatch script's line runs as srun tasks."""
     world = _env_int(env, ("WORLD_SIZE",), used)
-    if world is None and ("SLURM_STEP_ID" in env or "SLURM_PROCID" in env):
-        world = _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
-    if world is None or world.value is None:
+    if world is not None and world.value is not None:
+        nnodes = _env_int(env, ("NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used) or Sized(1, Source(SourceKind.DEFAULT, "one node"))
+        assert nnodes.value is not None
+        local = _env_int(env, ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"), used)
+        local = local or Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
+        return nnodes, local, world, []
+    slurm_layout = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_GPUS_ON_NODE")
+    if not any(env.get(name, "").strip() for name in slurm_layout):
         return None
-    nnodes = _env_int(env, ("NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used) or Sized(1, Source(SourceKind.DEFAULT, "one node"))
-    assert nnodes.value is not None
-    local = _env_int(env, ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"), used)
-    local = local or Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
-    return nnodes, local, world
+    nnodes, per_node, total, warnings = size_srun_tasks({}, {}, env, used)
+    warnings.append("python started inside a Slurm allocation: sized as the allocation's tasks (SLURM_* variables)")
+    return nnodes, per_node, total, warnings

@@ -6,7 +6,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
 BASE = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "2048",
-        "--max-position-embeddings", "2048", "--tokenizer-type", "GPT2BPETokenizer"]
+        "--max-position-embeddings", "2048", "--tokenizer-type", "GPT2BPETokenizer", "--micro-batch-size", "1"]
 
 
 def megatron(*args: str, gpus: int = 8, nodes: int = 1, base: list[str] | None = None) -> TrainingConfig:

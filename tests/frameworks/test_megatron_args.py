@@ -92,8 +92,11 @@ def test_rejections_name_values_and_rule(args: list[str], fragment: str) -> None
 
 
 def test_required_flags() -> None:
+    shape = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--vocab-size", "100"]
     with pytest.raises(ConfigError, match="--seq-length"):
-        megatron(base=["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--vocab-size", "100"])
+        megatron(base=shape + ["--micro-batch-size", "1"])
+    with pytest.raises(ConfigError, match="--micro-batch-size"):
+        megatron(base=shape + ["--seq-length", "128", "--max-position-embeddings", "128"])
 
 
 def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,7 +128,8 @@ def test_plain_python() -> None:
     assert _size(["python", "train.py"]) == (1, 1, 1)
     assert _size(["python", "train.py"], {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == (1, 8, 16)
     assert _size(["python", "train.py"], {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1"}) == (1, 4, 4)
-    assert _size(["python", "train.py"], {"SLURM_NTASKS": "4"}) == (1, 1, 1)  # sbatch shell, not a task
+    assert _size(["python", "train.py"], {"SLURM_NNODES": "4", "SLURM_NTASKS_PER_NODE": "8"}) == (4, 8, 32)
+    assert _size(["python", "train.py"], {"SLURM_JOB_ID": "1"}) == (1, 1, 1)
 
 
 @pytest.mark.parametrize(("argv", "env"), [
