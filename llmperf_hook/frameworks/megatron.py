@@ -9,7 +9,6 @@ that) or --num-virtual-stages-per-pipeline-rank, never both; --recompute-activat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues

@@ -36,7 +36,7 @@ def with_layout(
         model = replace(model, padded_vocab_size=pad_vocab_size(model.vocab_size, model.make_vocab_size_divisible_by, tp))
     parallel = replace(p, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sp)
     batch = replace(b, micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=max(gbs // (mbs * dp), 1))
-    schedule = cfg.pipeline_schedule if cfg.pipeline_schedule == "none" and pp == 1 else ("none" if pp == 1 else "interleaved" if vpp > 1 else "1f1b")
+    schedule = "none" if pp == 1 else "interleaved" if vpp > 1 else "1f1b"
     new = replace(cfg, model=model, parallel=parallel, batch=batch, pipeline_schedule=schedule)  # type: ignore[arg-type]
     validate_config(new)
     return new

@@ -6,7 +6,7 @@ transformers TrainingArguments.
 
 from __future__ import annotations
 
-from llmperf_hook.frameworks.flags import Flag, Kind
+from llmperf_hook.frameworks.flags import Flag
 
 _INT = (
     "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",

@@ -133,6 +133,10 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     nodes, gpus = _counts(values)
     pool, src = _pool(values, flags, env, used)
     warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
+    if pool is None and values.get("include", "").startswith("localhost:"):
+        pool = OrderedDict(localhost=_parse_filter(values["include"]).get("localhost", []))
+        src = Source(SourceKind.LAUNCHER, flags["include"])
+        values = {k: v for k, v in values.items() if k != "include"}
     if pool is None:
         if nodes > 1:
             raise UsageError(f"deepspeed --num_nodes {nodes} needs a hostfile listing the nodes (runner.py: 'Num nodes is >1 but no extra nodes available via hostfile'). Pass --hostfile FILE.")

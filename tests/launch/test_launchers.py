@@ -78,6 +78,7 @@ def test_deepspeed_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert _size(["deepspeed", "--num_gpus", "4", "train.py"]) == (1, 4, 4)
     assert _size(["deepspeed", "--num_accelerators=2", "train.py"]) == (1, 2, 2)
     assert _size(["deepspeed", "train.py"], {"CUDA_VISIBLE_DEVICES": "0,1,2"}) == (1, 3, 3)
+    assert _size(["deepspeed", "--include", "localhost:0,1,2,3", "train.py"]) == (1, 4, 4)
     with pytest.raises(UsageError, match="--nproc-per-node"):
         parse_launch(["deepspeed", "train.py"], {})
     with pytest.raises(UsageError, match="hostfile"):
