@@ -28,6 +28,7 @@ Phases: "fwd", "bwd" (one op stands for the whole backward of that forward op: d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, Mapping
 
 Phase = Literal["fwd", "bwd", "recompute", "step"]
@@ -79,3 +80,13 @@ class Op:
     @property
     def is_comm(self) -> bool:
         return self.collective is not None
+
+    @cached_property
+    def cost_key(self) -> str:
+        """Signature of everything a cost model may look at: equal keys always have equal times (memo key)."""
+        dims = ",".join(f"{k}={v}" for k, v in self.dims.items())
+        c = self.collective
+        where = f"{c.group}/{c.group_size}/{c.ranks_per_node}/{c.groups_sharing_node}" if c else ""
+        tags = ",".join(f"{k}={v}" for k, v in sorted(self.tags.items()))
+        return (f"{self.op_class}:{self.phase}:{self.dtype}:{dims}:{self.flops:.6g}:{self.bytes_moved:.6g}:"
+                f"{where}:{tags}")

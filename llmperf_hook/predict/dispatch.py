@@ -32,12 +32,8 @@ def clear_prediction_cache() -> None:
 
 
 def op_id(op: Op) -> str:
-    """Stable id of an op's cost-relevant signature: equal ids always have equal times."""
-    dims = ",".join(f"{k}={v}" for k, v in op.dims.items())
-    coll = op.collective
-    where = f"{coll.group}/{coll.group_size}/{coll.ranks_per_node}/{coll.groups_sharing_node}" if coll else ""
-    tags = ",".join(f"{k}={v}" for k, v in sorted(op.tags.items()))
-    return f"{op.op_class}:{op.phase}:{op.dtype}:{dims}:{op.flops:.6g}:{op.bytes_moved:.6g}:{where}:{tags}"
+    """Stable id of an op's cost-relevant signature: equal ids always have equal times (Op.cost_key, cached)."""
+    return op.cost_key
 
 
 def cluster_key(cluster: ClusterSpec) -> tuple:

@@ -37,7 +37,8 @@ def test_intra_node_allreduce_matches_nccl_bus_bandwidth() -> None:
     nbytes = 1 << 30
     t = collective_time_s(_coll("allreduce", nbytes, 8, 8), A100)
     busbw = nbytes * 2 * 7 / 8 / t
-    assert busbw == pytest.approx(228e9, rel=0.05)  # vTrain LUT: ~228 GB/s on 8 A100s at 1 GiB
+    assert busbw == pytest.approx(228e9, rel=0.10)  # vTrain LUT: ~228 GB/s on 8 A100s at 1 GiB
+    assert busbw < A100.intra_node.bandwidth_bytes_per_s * A100.intra_node.bus_efficiency
 
 
 def test_network_share_and_algorithm_factors() -> None:

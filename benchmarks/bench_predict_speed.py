@@ -1,0 +1,94 @@
+"""Speed of the predict path (prints its figures).
+
+1. `llmperf predict` of GPT-3 175B on 1,024 A100 (TP 8, PP 16, DP 8, 192 micro-batches): whole process wall
+   time, median of several runs (target < 0.5 s), and whether torch got imported (must not).
+2. `llmperf predict --batch FILE --format json` over 400 varied commands: commands per second (target >= 200).
+3. `api.predict_config` alone: median milliseconds per call for the GPT-3 case (what `tune` pays per candidate).
+Run with one thread: OMP_NUM_THREADS=1 python benchmarks/bench_predict_speed.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GPT3 = ("torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py --num-layers 96 --hidden-size 12288 "
+        "--num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+        "--global-batch-size 1536 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
+        "--sequence-parallel --recompute-granularity selective --use-distributed-optimizer --bf16 --vocab-size 51200")
+PROBE = ("import sys, runpy\nsys.argv = ['llmperf'] + sys.argv[1:]\nfrom llmperf_hook.cli import main\n"
+         "try:\n    main()\nfinally:\n    sys.stderr.write('TORCH=%s\\n' % ('torch' in sys.modules))\n")
+
+
+def whole_process_s(runs: int = 7) -> tuple[float, bool]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    times, torch_loaded = [], False
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", PROBE, "predict", "--cluster", "dgx-a100", "--format", "json", "--",
+                              *GPT3.split()], capture_output=True, text=True, env=env, check=True)
+        times.append(time.perf_counter() - start)
+        torch_loaded |= "TORCH=True" in out.stderr
+    return statistics.median(times), torch_loaded
+
+
+def batch_lines(n: int) -> list[str]:
+    lines = []
+    for i in range(n):
+        layers, hidden, heads = (24, 2048, 16) if i % 2 else (32, 4096, 32)
+        tp, pp = (1, 2, 4, 8)[i % 4], (1, 2)[(i // 4) % 2]
+        dp = 8 // tp * 4 // pp
+        mbs = 1 + i % 3
+        lines.append(f"torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py --num-layers {layers} --hidden-size "
+                     f"{hidden} --num-attention-heads {heads} --seq-length 2048 --max-position-embeddings 2048 "
+                     f"--micro-batch-size {mbs} --global-batch-size {mbs * dp * 8} --tensor-model-parallel-size {tp} "
+                     f"--pipeline-model-parallel-size {pp} --bf16 --vocab-size 50257 --use-distributed-optimizer")
+    return lines
+
+
+def batch_rate(n: int = 400) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "commands.txt"
+        path.write_text("\n".join(batch_lines(n)) + "\n")
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--cluster", "dgx-h100", "--batch",
+                              str(path), "--format", "json"], capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+        elapsed = time.perf_counter() - start
+    rows = out.stdout.splitlines()
+    assert len(rows) == n and not any('"error"' in r for r in rows), out.stdout[:500]
+    return n / elapsed
+
+
+def predict_config_ms(runs: int = 20) -> float:
+    from llmperf_hook.api import load_cluster, predict_config
+    from llmperf_hook.graph.sample_configs import gpt3_175b
+
+    cluster = load_cluster("dgx-a100")
+    cfg = gpt3_175b(tp=8, pp=16, dp=8, global_batch_size=1536, sequence_parallel=True, recompute="selective",
+                    optimizer_kw=dict(distributed_optimizer=True))
+    predict_config(cfg, cluster)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        predict_config(cfg, cluster)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    wall, torch_loaded = whole_process_s()
+    print(f"llmperf predict GPT-3 175B on 1,024 GPUs: {wall:.3f} s whole process (median of 7; target < 0.5 s); "
+          f"torch imported: {torch_loaded}")
+    rate = batch_rate()
+    print(f"llmperf predict --batch (400 commands, json): {rate:.0f} commands/s (target >= 200)")
+    print(f"api.predict_config GPT-3 175B, 1,024 GPUs: {predict_config_ms():.1f} ms per call (median of 20)")
+
+
+if __name__ == "__main__":
+    main()
