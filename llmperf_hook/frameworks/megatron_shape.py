@@ -121,7 +121,7 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     if tokenizer is None and flags.has("merge_file"):  # older scripts: --vocab-file/--merge-file = GPT-2 BPE
         tokenizer = "GPT2BPETokenizer"
     vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"),
-                                                  tokenizer, flags.get("tokenizer_model"))
+                                                  tokenizer, flags.get("tokenizer_model"), flags.get("vocab_file"))
     divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron default 128")
     padded = pad_vocab_size(vocab, divisible, tp)
     src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")

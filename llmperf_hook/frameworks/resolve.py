@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
-from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.launch.parse import parse_launch
@@ -33,6 +33,14 @@ class JobOverrides:
 
 
 _MEGATRON_MARKERS = ("num_layers", "encoder_num_layers", "hidden_size", "num_attention_heads")
+
+
+def check_counts(flags: FlagValues) -> None:
+    """Sizes and counts must be positive (argparse takes any int; the frameworks then divide by them or assert)."""
+    for dest, value in flags.values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value < (0 if dest in ZERO_ALLOWED else 1):
+            floor = "0 or more" if dest in ZERO_ALLOWED else "at least 1"
+            raise ConfigError(f"{flags.seen_flags[dest]} {value} (argv) must be {floor}; fix the training arguments.")
 
 
 def detect_framework(flags: FlagValues) -> str:
@@ -69,6 +77,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     from llmperf_hook.frameworks.assemble import assemble_deepspeed, assemble_megatron
 
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
+    check_counts(flags)
     framework = detect_framework(flags)
     ds = load_ds_settings(flags, framework)
     src: dict[str, Source] = {}

@@ -77,6 +77,9 @@ def _build() -> dict[str, Flag]:
 
 SCRIPT_FLAGS: dict[str, Flag] = _build()
 
+# Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
+ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers"})
+
 # Accepted, change performance, but not modelled by llmperf: one warning each when present.
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",

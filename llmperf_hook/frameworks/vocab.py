@@ -37,13 +37,26 @@ def _tokenizer_json_size(path: str) -> int | None:
     return max(ids) + 1 if ids else None
 
 
+def _json_len(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return len(raw) if isinstance(raw, (dict, list)) else None
+
+
 def vocab_from_hf_dir(path: str) -> tuple[int, Source] | None:
-    """`len(tokenizer)` of a local HF tokenizer: the highest token id + 1 in tokenizer.json, else config.json."""
+    """`len(tokenizer)` of a local HF tokenizer (what Megatron's HuggingFaceTokenizer reports): the highest token id
+    + 1 in tokenizer.json, else vocab.json + added_tokens.json (slow tokenizers), else config.json vocab_size."""
     if not os.path.isdir(path):
         return None
     size = _tokenizer_json_size(os.path.join(path, "tokenizer.json"))
     if size is not None:
         return size, Source(SourceKind.CONFIG_FILE, f"{path}/tokenizer.json")
+    base = _json_len(os.path.join(path, "vocab.json"))
+    if base is not None:
+        return base + (_json_len(os.path.join(path, "added_tokens.json")) or 0), Source(SourceKind.CONFIG_FILE, f"{path}/vocab.json")
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
             value = json.load(handle).get("vocab_size")
@@ -52,10 +65,16 @@ def vocab_from_hf_dir(path: str) -> tuple[int, Source] | None:
     return (value, Source(SourceKind.CONFIG_FILE, f"{path}/config.json vocab_size")) if isinstance(value, int) else None
 
 
-def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None) -> tuple[int, Source]:
-    """--vocab-size first, then what the tokenizer type fixes, then a local tokenizer directory."""
+def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None,
+                       vocab_file: str | None = None) -> tuple[int, Source]:
+    """--vocab-size first, then what the tokenizer type fixes (a local GPT-2 vocab.json is counted), then a local
+    tokenizer directory."""
     if vocab_size is not None:
         return vocab_size, vocab_source
+    if tokenizer_type == "GPT2BPETokenizer" and vocab_file and os.path.isfile(vocab_file):
+        size = _json_len(vocab_file)  # Megatron's GPT-2 tokenizer: len(encoder)
+        if size:
+            return size, Source(SourceKind.CONFIG_FILE, f"{vocab_file} (GPT-2 encoder)")
     if tokenizer_type in KNOWN_VOCAB:
         return KNOWN_VOCAB[tokenizer_type], Source(SourceKind.DEFAULT, f"{tokenizer_type} vocabulary")
     if tokenizer_model:

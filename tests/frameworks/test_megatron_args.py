@@ -111,3 +111,10 @@ def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.model.vocab_size == 10 and cfg.model.padded_vocab_size == 128
     with pytest.raises(ConfigError, match="--vocab-size"):
         megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "org/remote-name", base=base)
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "vocab.json").write_text(json.dumps({str(i): i for i in range(300)}))
+    (tmp_path / "slow" / "added_tokens.json").write_text(json.dumps({"<pad>": 300}))
+    assert megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "slow", base=base).model.vocab_size == 301
+    (tmp_path / "gpt2-vocab.json").write_text(json.dumps({str(i): i for i in range(50257)}))
+    cfg = megatron("--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json", base=base)
+    assert cfg.model.vocab_size == 50257 and "gpt2-vocab.json" in str(cfg.sources["vocab_size"])
