@@ -37,14 +37,14 @@ def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str
                 continue
             if dropped > 0:
                 notes.append(f"{group}/{phase}: dropped {dropped:.1%} of {files} samples that beat the peak")
-            entry, text = fit_samples(samples, hw.roofline)
+            entry, text = fit_samples(samples, hw.roofline, "fp16")
             entries.append(entry)
             texts[entry.file] = text
             print(f"  {hw.name} {group:16s} {phase} n={entry.num_samples:5d} held-out MAPE "
                   f"{(entry.holdout_mape or 0) * 100:5.2f}%  {len(text) / 1024:6.1f} KiB", flush=True)
     notes.append("Fitted on fp16 samples; serves bf16 too (same tensor-core peak and element width on A100/H100).")
     meta = ProfileMeta(
-        name=hw.name, dtype="fp16", serves_dtypes=("fp16", "bf16"), roofline=hw.roofline, hardware=hw.fingerprint,
+        name=hw.name, roofline={"fp16": hw.roofline}, dtype_aliases={"bf16": "fp16"}, hardware=hw.fingerprint,
         library_versions=library_versions(),
         provenance={"samples": f"op-samples/{hw.folder}/operator (public)", "attribution": ATTRIBUTION,
                     "license": "MIT", "fitted_by": "benchmarks/fit_shipped_profiles.py",

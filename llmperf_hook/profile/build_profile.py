@@ -53,13 +53,14 @@ def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, seed: int = 0) 
     return float(np.mean(np.abs(np.exp(pred - y[test]) - 1.0)))
 
 
-def fit_samples(s: Samples, rc: RooflineConstants, prefer: str = "lightgbm",
+def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "lightgbm",
                 with_holdout: bool = True) -> tuple[ModelEntry, str]:
     x, y, names, _ = training_xy(s, rc)
     reg: FittedRegressor = fit_regressor(x, y, prefer)
     ext = "txt" if reg.model_format == "lightgbm-text" else "json"
     entry = ModelEntry(
-        op_class=s.op_class, phase=s.phase, file=f"{s.op_class}.{s.phase}.{ext}", model_format=reg.model_format,
+        op_class=s.op_class, phase=s.phase, dtype=dtype, file=f"{s.op_class}.{s.phase}.{dtype}.{ext}",
+        model_format=reg.model_format,
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
         train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
         holdout_mape=holdout_mape(s, rc, prefer) if with_holdout else None)

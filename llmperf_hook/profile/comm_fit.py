@@ -1,8 +1,8 @@
 """Fit `LayoutFit`s (comm_model.py) from collective timings: public NCCL samples or `llmperf profile --comm`.
 
-Fit: alpha-beta by least squares on relative error (weights 1/t), robust to corrupt rows by iterated outlier
-removal (|log residual - median| > max(6 x 1.4826 MAD, log 1.5) is dropped; that rule removes e.g. the ~117 us
-Vista all-gather rows of 1.3e8-element messages), then the residual as median log-ratios over up to 12
+Fit: rows implying an impossible bus bandwidth (> MAX_PLAUSIBLE_BUSBW) are dropped as corrupt; then alpha-beta
+by least squares on relative error (weights 1/t), robust to remaining outliers by iterated removal
+(|log residual - median| > max(6 x 1.4826 MAD, log 1.5)); then the residual as median log-ratios over up to 12
 message-size bins.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -21,6 +21,13 @@ from llmperf_hook.profile.comm_model import CommModel, LayoutFit, ring_factor
 from llmperf_hook.profile.public_samples import ATTRIBUTION
 
 MIN_OUTLIER_LOG = float(np.log(1.5))
+MIN_PLAUSIBLE_FRACTION = 0.5
+"""A layout with more corrupt rows than this is not kept: its collectives use the nearest kept layout."""
+MAX_SHIPPED_FIT_MAPE = 0.15
+"""A layout whose fit misses its own samples by more than this on average is too noisy to keep."""
+MAX_PLAUSIBLE_BUSBW = 1e12
+"""Bytes/s of bus bandwidth no GPU link reaches (NVLink 5 is 900 GB/s per GPU): faster samples are corrupt.
+This drops the Vista all-gather rows of ~117 us for 0.27-1.1 GB messages (README of the samples)."""
 _FILE = re.compile(r"^NVIDIA[^_]+_(allreduce|allgather|reducescatter|alltoall|p2p)(_large)?_fp16_(\d+)_(\d+)$")
 
 
@@ -63,7 +70,7 @@ def _inliers(x: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _residual_curve(lx: np.ndarray, r: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    num_bins = int(min(12, max(1, len(r) // 10)))
+    num_bins = int(min(40, max(1, len(r) // 8)))
     if num_bins < 2 or np.ptp(lx) <= 0:
         return (), ()
     edges = np.quantile(lx, np.linspace(0, 1, num_bins + 1))
@@ -77,16 +84,25 @@ def _residual_curve(lx: np.ndarray, r: np.ndarray) -> tuple[tuple[float, ...], t
     return tuple(np.round(np.asarray(knots)[order], 6)), tuple(np.round(np.asarray(vals)[order], 6))
 
 
+def plausible(s: CommSamples) -> np.ndarray:
+    """Positive finite times whose implied bus bandwidth is physically possible."""
+    factor = ring_factor(s.collective, s.nodes * s.gpus_per_node) or 1.0
+    ok = np.isfinite(s.time_s) & (s.time_s > 0) & (s.nbytes > 0)
+    return ok & (factor * s.nbytes / np.where(ok, s.time_s, 1.0) <= MAX_PLAUSIBLE_BUSBW)
+
+
 def fit_layout(s: CommSamples) -> LayoutFit:
-    keep = np.isfinite(s.time_s) & (s.time_s > 0) & (s.nbytes > 0)
+    keep = plausible(s)
     x, t = s.nbytes[keep], s.time_s[keep]
     inl = _inliers(x, t) if len(t) >= 8 else np.ones(t.shape, dtype=bool)
     a, b = _alpha_beta(x[inl], t[inl])
     n = s.nodes * s.gpus_per_node
     factor = ring_factor(s.collective, n) or 1.0
     knots, vals = _residual_curve(np.log2(x[inl]), np.log(t[inl] / (a + b * x[inl])))
-    return LayoutFit(s.collective, s.nodes, s.gpus_per_node, a, factor / b, knots, vals,
-                     (float(x.min()), float(x.max())), int(inl.sum()), int((~inl).sum() + (~keep).sum()))
+    fit = LayoutFit(s.collective, s.nodes, s.gpus_per_node, a, factor / b, knots, vals,
+                    (float(x.min()), float(x.max())), int(inl.sum()), int((~inl).sum() + (~keep).sum()))
+    mape = float(np.mean(np.abs(fit.predict_s(x, n, s.collective) / t - 1.0)))
+    return replace(fit, fit_mape=round(mape, 6), plausible_fraction=round(float(keep.mean()), 6))
 
 
 def read_public_comm(nccl_dir: Path) -> list[CommSamples]:
@@ -115,7 +131,22 @@ def pool_layouts(samples: list[CommSamples]) -> list[CommSamples]:
 
 
 def fit_comm_model(cluster: str, samples: list[CommSamples], provenance: Mapping[str, str]) -> CommModel:
-    return CommModel(cluster, tuple(fit_layout(s) for s in pool_layouts(samples)), dict(provenance))
+    """Fit every layout; keep those the data supports (see MIN_PLAUSIBLE_FRACTION, MAX_SHIPPED_FIT_MAPE)."""
+    kept, rejected = [], []
+    for s in pool_layouts(samples):
+        if int(plausible(s).sum()) < 4:
+            rejected.append(f"{s.collective} {s.nodes}x{s.gpus_per_node}: fewer than 4 plausible samples")
+            continue
+        fit = fit_layout(s)
+        if fit.plausible_fraction < MIN_PLAUSIBLE_FRACTION or fit.fit_mape > MAX_SHIPPED_FIT_MAPE:
+            rejected.append(f"{s.collective} {s.nodes}x{s.gpus_per_node}: {1 - fit.plausible_fraction:.0%} corrupt "
+                            f"rows, fit error {fit.fit_mape:.0%} (data too noisy or corrupt; nearest layout used)")
+            continue
+        kept.append(fit)
+    prov = dict(provenance)
+    if rejected:
+        prov["rejected_layouts"] = "; ".join(rejected)
+    return CommModel(cluster, tuple(kept), prov)
 
 
 def fit_cluster_comm_model(data_root: Path, hw) -> CommModel:

@@ -62,6 +62,10 @@ class LayoutFit:
     bytes_range: tuple[float, float]
     num_samples: int
     dropped_outliers: int = 0
+    fit_mape: float = 0.0
+    """Mean absolute percentage error of the fit over all plausible samples of the layout."""
+    plausible_fraction: float = 1.0
+    """Share of the layout's samples that were physically possible (the rest were dropped as corrupt)."""
 
     @property
     def group_size(self) -> int:

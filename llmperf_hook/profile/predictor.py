@@ -29,20 +29,22 @@ class FittedProfile:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.meta: ProfileMeta = read_profile_meta(directory)
-        self._entries = {(m.op_class, m.phase): m for m in self.meta.models}
-        self._ensembles: dict[tuple[str, str], TreeEnsemble] = {}
+        self._entries = {(m.op_class, m.phase, m.dtype): m for m in self.meta.models}
+        self._ensembles: dict[tuple[str, str, str], TreeEnsemble] = {}
         backend = "lightgbm" if all(m.model_format == "lightgbm-text" for m in self.meta.models) else "sklearn"
         self.name = f"{backend}:{self.meta.name}"
 
     @property
     def op_classes(self) -> tuple[str, ...]:
-        return tuple(sorted({c for c, _ in self._entries}))
+        return tuple(sorted({c for c, _, _ in self._entries}))
+
+    def _key(self, op_class: str, phase: str, dtype: str) -> tuple[str, str, str]:
+        return op_class, _PHASE_MODEL.get(phase, ""), self.meta.model_dtype(dtype)
 
     def supports(self, op_class: str, phase: str, dtype: str) -> bool:
-        key = (op_class, _PHASE_MODEL.get(phase, ""))
-        return dtype in self.meta.serves_dtypes and key in self._entries
+        return self._key(op_class, phase, dtype) in self._entries
 
-    def _ensemble(self, key: tuple[str, str]) -> TreeEnsemble:
+    def _ensemble(self, key: tuple[str, str, str]) -> TreeEnsemble:
         if key not in self._ensembles:
             entry = self._entries[key]
             text = read_model_text(self.directory, entry)
@@ -66,11 +68,11 @@ class FittedProfile:
                                    f"(graph/op.py dims table)")
         return {k: np.fromiter((float(op.dims[k]) for op in ops), dtype=np.float64, count=len(ops)) for k in need}
 
-    def predict_class_s(self, op_class: str, phase_model: str, dims: dict[str, np.ndarray]) -> np.ndarray:
+    def predict_class_s(self, op_class: str, phase: str, dtype: str, dims: dict[str, np.ndarray]) -> np.ndarray:
         """Seconds for shapes given as dims arrays (one ensemble walk)."""
-        key = (op_class, phase_model)
+        key = self._key(op_class, phase, dtype)
         entry = self._entries[key]
-        block = build_features(op_class, phase_model == "bwd", dims, self.meta.roofline)
+        block = build_features(op_class, key[1] == "bwd", dims, self.meta.roofline[key[2]])
         if block.names != entry.feature_names:
             raise ProfileError(f"fitted profile {self.directory}: features of {entry.file} differ from this llmperf's")
         log_ratio = self._ensemble(key).predict(block.matrix)
@@ -81,23 +83,23 @@ class FittedProfile:
 
     def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec) -> Sequence[float]:
         out = np.empty(len(ops))
-        groups: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, str, str], list[int]] = {}
         for i, op in enumerate(ops):
-            key = (op.op_class, _PHASE_MODEL.get(op.phase, ""))
-            if key not in self._entries or op.dtype not in self.meta.serves_dtypes:
+            key = self._key(op.op_class, op.phase, op.dtype)
+            if key not in self._entries:
                 raise ProfileError(f"profile {self.meta.name} has no {op.op_class}/{op.phase} model for {op.dtype} "
                                    f"(call supports() first)")
             groups.setdefault(key, []).append(i)
-        for (op_class, phase_model), idx in groups.items():
+        for (op_class, phase, dtype), idx in groups.items():
             dims = self._dims_arrays(op_class, [ops[i] for i in idx])
-            out[idx] = self.predict_class_s(op_class, phase_model, dims)
+            out[idx] = self.predict_class_s(op_class, phase, dtype, dims)
         return out.tolist()
 
     def extrapolation_warnings(self, ops: Sequence[Op]) -> tuple[str, ...]:
         """One line per (op class, dim) whose value lies outside the sampled range (predicted, but less sure)."""
         lines = []
         for key, entry in sorted(self._entries.items()):
-            lines += _outside(entry, [op for op in ops if (op.op_class, _PHASE_MODEL.get(op.phase)) == key])
+            lines += _outside(entry, [op for op in ops if self._key(op.op_class, op.phase, op.dtype) == key])
         return tuple(dict.fromkeys(lines))
 
 

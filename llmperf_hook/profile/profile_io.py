@@ -30,6 +30,8 @@ class ModelEntry:
     op_class: str
     phase: str
     """"fwd" (also serves recompute and the optimizer's step) or "bwd"."""
+    dtype: str
+    """The dtype the samples were measured in."""
     file: str
     """File name inside the profile directory."""
     model_format: str
@@ -49,11 +51,10 @@ class ProfileMeta:
     """Everything in profile.json."""
 
     name: str
-    dtype: str
-    """The dtype that was sampled."""
-    serves_dtypes: tuple[str, ...]
-    """Dtypes the profile answers for (fp16 profiles also serve bf16: same tensor-core rate and width)."""
-    roofline: RooflineConstants
+    roofline: Mapping[str, RooflineConstants]
+    """Per sampled dtype: the normaliser of its models' targets."""
+    dtype_aliases: Mapping[str, str]
+    """Dtypes answered by another dtype's models, e.g. {"bf16": "fp16"} for GPUs (same tensor-core rate and width)."""
     hardware: Mapping[str, str]
     """Fingerprint: device name, count of SMs/cores, driver/CUDA or CPU model."""
     library_versions: Mapping[str, str]
@@ -61,6 +62,15 @@ class ProfileMeta:
     """Where the samples came from (and their license / attribution), when and with which tool."""
     models: tuple[ModelEntry, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def serves_dtypes(self) -> tuple[str, ...]:
+        sampled = {m.dtype for m in self.models}
+        return tuple(sorted(sampled | {a for a, d in self.dtype_aliases.items() if d in sampled}))
+
+    def model_dtype(self, dtype: str) -> str:
+        """The sampled dtype whose models answer `dtype`."""
+        return dtype if any(m.dtype == dtype for m in self.models) else self.dtype_aliases.get(dtype, dtype)
 
 
 def _sha(data: bytes) -> str:
@@ -77,7 +87,7 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
         entries.append({**entry.__dict__, "sha256": _sha(data), "feature_names": list(entry.feature_names),
                         "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()}})
     doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
-           "dtype": meta.dtype, "serves_dtypes": list(meta.serves_dtypes), "roofline": meta.roofline.__dict__,
+           "roofline": {k: v.__dict__ for k, v in meta.roofline.items()}, "dtype_aliases": dict(meta.dtype_aliases),
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
            "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
     tmp = directory / (META_FILE + ".tmp")
@@ -95,7 +105,7 @@ def _fail(directory: Path, what: str) -> ProfileError:
 
 def _entry(directory: Path, raw: dict) -> ModelEntry:
     entry = ModelEntry(
-        op_class=str(raw["op_class"]), phase=str(raw["phase"]), file=str(raw["file"]),
+        op_class=str(raw["op_class"]), phase=str(raw["phase"]), dtype=str(raw["dtype"]), file=str(raw["file"]),
         model_format=str(raw["model_format"]), sha256=str(raw["sha256"]), schema_hash=str(raw["schema_hash"]),
         feature_names=tuple(raw["feature_names"]),
         train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
@@ -126,16 +136,22 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     if doc.get("format_version") != PROFILE_FORMAT_VERSION:
         raise _fail(directory, f"format_version {doc.get('format_version')} is not {PROFILE_FORMAT_VERSION}")
     try:
-        rc = RooflineConstants(**{k: (int(v) if k in ("num_sms", "dtype_bytes") else float(v))
-                                  for k, v in doc["roofline"].items()})
+        rc = {dt: RooflineConstants(**{k: (int(v) if k in ("num_sms", "dtype_bytes") else float(v))
+                                       for k, v in consts.items()}) for dt, consts in doc["roofline"].items()}
         models = tuple(_entry(directory, m) for m in doc["models"])
-        return ProfileMeta(name=str(doc["name"]), dtype=str(doc["dtype"]), serves_dtypes=tuple(doc["serves_dtypes"]),
-                           roofline=rc, hardware=doc["hardware"], library_versions=doc["library_versions"],
+        meta = ProfileMeta(name=str(doc["name"]), roofline=rc, dtype_aliases=dict(doc["dtype_aliases"]),
+                           hardware=doc["hardware"], library_versions=doc["library_versions"],
                            provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())))
     except ProfileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
+    bad = [f"{r.peak_flop_per_s}/{r.memory_bandwidth_bytes_per_s}" for r in rc.values()
+           if not (r.peak_flop_per_s > 0 and r.memory_bandwidth_bytes_per_s > 0 and r.num_sms > 0)]
+    missing = sorted({m.dtype for m in models} - set(rc))
+    if bad or missing:
+        raise _fail(directory, f"roofline constants invalid ({bad}) or missing for dtypes {missing}")
+    return meta
 
 
 def read_model_text(directory: Path, entry: ModelEntry) -> str:

@@ -101,6 +101,8 @@ def _parse_blocks(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
         elif "=" in line:
             key, _, value = line.partition("=")
             current[key] = value
+        elif line:  # bare flags such as "average_output" (random-forest mode)
+            current[line] = ""
     return header, trees
 
 

@@ -1,0 +1,107 @@
+"""Hold-out accuracy of the collective models (alpha-beta + learned residual per layout) on the public NCCL samples.
+
+    python benchmarks/bench_comm_accuracy.py [--data ../shared/data/op-samples] [--train-fraction 0.25]
+
+Per cluster, collective, message-size class and layout: MAPE on a random 20 % test split, the model trained on at
+most `--train-fraction` of that layout's samples (small and large messages pooled, as shipped), next to the
+authors' `Best_error%` (nccl/NVIDIA<GPU>.csv). Rows whose implied bus bandwidth is physically impossible are
+dropped from training and test and counted as corrupt; layouts where most rows are corrupt are reported as such.
+Target: within 5 % on every layout except where the data is corrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmperf_hook.profile.comm_fit import CommSamples, fit_layout, plausible, read_public_comm  # noqa: E402
+from llmperf_hook.profile.shipped import SHIPPED  # noqa: E402
+
+TARGET = 0.05
+
+
+def reference_errors(nccl_dir: Path) -> dict[tuple[str, int, int], float]:
+    out = {}
+    for table in nccl_dir.glob("NVIDIA*.csv"):
+        if "_fp16" in table.stem:
+            continue
+        with table.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                out[(row["Function"], int(row["Nodes"]), int(row["GPUsPerNode"]))] = float(row["Best_error%"])
+    return out
+
+
+def bench_layout(parts: list[CommSamples], frac: float, rng: np.random.Generator) -> list[tuple]:
+    """(size class, test MAPE, corrupt fraction, train fraction) per file of one (collective, layout)."""
+    masks = [plausible(p) for p in parts]
+    sizes = np.concatenate([p.nbytes[m] for p, m in zip(parts, masks)])
+    times = np.concatenate([p.time_s[m] for p, m in zip(parts, masks)])
+    label = np.concatenate([[p.size_class] * int(m.sum()) for p, m in zip(parts, masks)])
+    n_all = sum(len(p.time_s) for p in parts)
+    n = len(times)
+    if n < 10:
+        return [(p.size_class, None, 1.0 - float(m.mean()), 0.0) for p, m in zip(parts, masks)]
+    perm = rng.permutation(n)
+    test, train = perm[: n // 5], perm[n // 5:][: int(frac * n_all)]
+    p0 = parts[0]
+    fit = fit_layout(CommSamples(p0.collective, p0.nodes, p0.gpus_per_node, sizes[train], times[train]))
+    pred = fit.predict_s(sizes[test], p0.nodes * p0.gpus_per_node, p0.collective)
+    ape = np.abs(pred / times[test] - 1.0)
+    out = []
+    for p, m in zip(parts, masks):
+        sel = label[test] == p.size_class
+        out.append((p.size_class, float(ape[sel].mean()) if sel.any() else None, 1.0 - float(m.mean()),
+                    len(train) / n_all))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "op-samples")
+    ap.add_argument("--train-fraction", type=float, default=0.25)
+    args = ap.parse_args()
+    misses = []
+    for hw in SHIPPED.values():
+        nccl = args.data / hw.folder / "nccl"
+        ref = reference_errors(nccl)
+        groups: dict[tuple[str, int, int], list[CommSamples]] = {}
+        for s in read_public_comm(nccl):
+            groups.setdefault((s.collective, s.nodes, s.gpus_per_node), []).append(s)
+        print(f"\n== {hw.cluster} ({hw.folder}) — train on <= {args.train_fraction:.0%} of each layout's samples")
+        print(f"{'collective':20s} {'layout':>7s} {'random20':>9s} {'ref':>9s} {'corrupt':>8s} {'train':>6s}  verdict")
+        for (kind, nodes, gpn), parts in sorted(groups.items()):
+            for size_class, mape, corrupt, tf in bench_layout(parts, args.train_fraction, np.random.default_rng(0)):
+                fn = kind + ("_large" if size_class == "large" else "")
+                rf = ref.get((fn, nodes, gpn))
+                verdict = _verdict(mape, rf, corrupt)
+                if "NOT" in verdict:
+                    misses.append(f"{hw.cluster} {fn} {nodes}x{gpn}: {mape * 100:.2f}%")
+                print(f"{fn:20s} {nodes:>3d}x{gpn:<3d} {_pct(mape):>9s} {_pct(rf):>9s} {corrupt:8.1%} {tf:6.1%}  {verdict}")
+    print(f"\nSummary: layouts missing the {TARGET:.0%} target (excluding corrupt data): {len(misses)}")
+    for m in misses:
+        print(f"  {m}")
+
+
+def _verdict(mape: float | None, ref: float | None, corrupt: float) -> str:
+    if mape is None:
+        return "corrupt: too few plausible rows"
+    parts = ["within 5%" if mape <= TARGET else ("NOT within 5% (corrupt rows dropped)" if corrupt > 0.05
+                                                 else "NOT within 5%")]
+    if ref is not None:
+        parts.append("beats ref" if mape < ref else "worse than ref")
+    return "; ".join(parts)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 100:.2f}%"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""`llmperf profile`: sample operators (or, with --comm under torchrun, collectives) and fit a profile.
+
+    llmperf profile --device cpu --budget 3 [--dtype fp32|bf16] [--ops gemm,attention] [--name NAME]
+    llmperf profile --device cuda --budget 10 --for -- torchrun ... pretrain_gpt.py ...
+    torchrun --nproc-per-node 2 -m llmperf_hook profile --comm --cluster-name mycluster
+
+Writes $LLMPERF_HOME/profiles/NAME/ and $LLMPERF_HOME/hardware/NAME.yaml, so `llmperf predict --hardware NAME`
+uses the fitted profile; comm models go to $LLMPERF_HOME/profiles/comm/CLUSTER/ (`--cluster CLUSTER`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from llmperf_hook.errors import UsageError
+
+
+def _ops(text: str | None) -> tuple[str, ...]:
+    return tuple(o.strip() for o in text.split(",") if o.strip()) if text else ()
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Device to sample (default: cuda when available, else cpu).")
+@click.option("--budget", "budget_min", type=float, default=3.0, show_default=True,
+              help="Minutes of sampling, fitting included.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="Dtype to sample (default: fp32 on cpu, bf16 on cuda).")
+@click.option("--ops", "ops_text", default=None, help="Comma-separated op classes (default: all the device's).")
+@click.option("--name", default=None, help="Profile / hardware name (default: derived from the device).")
+@click.option("--threads", type=int, default=1, show_default=True, help="CPU threads per rank while sampling.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), default=None,
+              help="SQLite store (default $LLMPERF_HOME/store.sqlite).")
+@click.option("--for", "for_job", is_flag=True, help="Sample first the shapes of the job given after `--`.")
+@click.option("--comm", is_flag=True, help="Time collectives instead (run under torchrun).")
+@click.option("--cluster-name", default=None, help="With --comm: the cluster the comm model is for.")
+@click.option("--max-bytes", type=float, default=2**26, show_default=True, help="With --comm: largest message.")
+@click.argument("job", nargs=-1, type=click.UNPROCESSED)
+def command(device: str | None, budget_min: float, dtype: str | None, ops_text: str | None, name: str | None,
+            threads: int, store_path: str | None, for_job: bool, comm: bool, cluster_name: str | None,
+            max_bytes: float, job: tuple[str, ...]) -> None:
+    """Sample operators (or collectives) on this machine and fit a hardware profile."""
+    if comm:
+        _run_comm(cluster_name, max_bytes)
+        return
+    if job and not for_job:
+        raise UsageError(f"unexpected arguments {' '.join(job)!r}: to sample a job's shapes first, write "
+                         f"`llmperf profile --for -- <launch command>`.")
+    if for_job and not job:
+        raise UsageError("--for needs the launch command after `--`, e.g. `llmperf profile --for -- torchrun ...`.")
+    from pathlib import Path
+
+    from llmperf_hook.profile.sampler import ProfileRequest, run_profile
+
+    dev = device or _default_device()
+    req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype or ("fp32" if dev == "cpu" else "bf16"),
+                         ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
+                         store_path=Path(store_path) if store_path else None)
+    result = run_profile(req)
+    click.echo(f"{result.plan_note}")
+    click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
+    click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
+               f"{', '.join(result.fitted_classes)})")
+    click.echo(f"hardware {result.hardware_yaml}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _run_comm(cluster_name: str | None, max_bytes: float) -> None:
+    if not cluster_name:
+        raise UsageError("--comm needs --cluster-name NAME: the comm model is stored per cluster.")
+    from llmperf_hook.profile.comm_sampler import CommRequest, run_comm_profile
+
+    result = run_comm_profile(CommRequest(cluster_name=cluster_name, max_bytes=max_bytes))
+    if result.path:
+        click.echo(f"comm model {result.path} ({result.num_samples} timings; layouts: {', '.join(result.layouts)})")
+        for note in result.notes:
+            click.echo(f"note: {note}")

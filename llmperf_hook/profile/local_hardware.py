@@ -1,0 +1,123 @@
+"""Describe the local device for a user-fitted profile: name, fingerprint, measured peak and bandwidth, and the
+hardware YAML (`$LLMPERF_HOME/hardware/NAME.yaml`, schema of hardware/load.py) that `--hardware NAME` loads.
+
+Peak: the best of a few large square GEMMs in the profiled dtype; bandwidth: a large tensor copy (read + write).
+Both are measured with the threads the sampler uses (one per rank by default), so the roofline of a CPU profile
+describes one rank of a CPU training job. torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+import yaml
+
+from llmperf_hook.profile.features import DTYPE_BYTES, RooflineConstants
+from llmperf_hook.profile.op_sampler import TORCH_DTYPES
+from llmperf_hook.resources import llmperf_home
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$", " ", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:48] or "device"
+
+
+def cpu_model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_profile_name(device: str, threads: int = 1) -> str:
+    """`cpu-<model>-<N>t` for CPUs (a profile describes N threads per rank), the GPU name without "nvidia-"."""
+    if device == "cpu":
+        return f"cpu-{_slug(cpu_model_name())}-{threads}t"
+    import torch
+
+    return _slug(torch.cuda.get_device_name()).removeprefix("nvidia-")
+
+
+def fingerprint(device: str, threads: int) -> dict[str, str]:
+    if device == "cpu":
+        return {"device": cpu_model_name(), "machine": platform.machine(), "threads": str(threads),
+                "logical_cpus": str(os.cpu_count() or 0)}
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "num_sms": str(props.multi_processor_count), "cuda": str(torch.version.cuda),
+            "memory_bytes": str(props.total_memory)}
+
+
+def _best_time(fn, device: str, reps: int = 5) -> float:
+    from llmperf_hook.profile.op_sampler import _Clock
+
+    clock = _Clock(device)
+    clock.time(fn)
+    return min(clock.time(fn) for _ in range(reps))
+
+
+def measure_peak_flop_per_s(dtype: str, device: str) -> float:
+    import torch
+
+    n = 1024 if device == "cpu" else 8192
+    a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
+    return 2.0 * n ** 3 / _best_time(lambda: a @ a, device)
+
+
+def measure_bandwidth_bytes_per_s(device: str) -> float:
+    import torch
+
+    elems = (16 << 20) if device == "cpu" else (256 << 20)  # 64 MiB / 1 GiB of fp32: far beyond the caches
+    src, dst = torch.randn(elems, device=device), torch.empty(elems, device=device)
+    return 2.0 * elems * 4 / _best_time(lambda: dst.copy_(src), device)
+
+
+def num_units(device: str, threads: int) -> int:
+    if device == "cpu":
+        return threads
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).multi_processor_count)
+
+
+def measure_roofline(dtype: str, device: str, threads: int) -> RooflineConstants:
+    return RooflineConstants(measure_peak_flop_per_s(dtype, device), measure_bandwidth_bytes_per_s(device),
+                             num_units(device, threads), DTYPE_BYTES[dtype])
+
+
+def memory_capacity_bytes(device: str) -> int:
+    if device == "cpu":
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def write_hardware_yaml(name: str, device: str, peaks_flop_per_s: dict[str, float], rc: RooflineConstants,
+                        threads: int) -> Path:
+    """$LLMPERF_HOME/hardware/NAME.yaml in the schema of hardware/load.py (only its keys)."""
+    path = llmperf_home() / "hardware" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "name": name,
+        "peak_TFLOPs": {k: round(v / 1e12, 6) for k, v in sorted(peaks_flop_per_s.items())},
+        "memory_bandwidth_GBps": round(rc.memory_bandwidth_bytes_per_s / 1e9, 3),
+        "memory_capacity_GiB": round(memory_capacity_bytes(device) / 2**30, 2),
+        # Measured peaks are what the device reaches, so the roofline's efficiencies are 1.
+        "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
+        "description": f"{fingerprint(device, threads)['device']} measured by `llmperf profile --device {device}` "
+                       f"with {threads} thread(s) per rank" if device == "cpu" else
+                       f"{fingerprint(device, threads)['device']} measured by `llmperf profile --device {device}`",
+        "sources": f"measured {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: best of 5 square GEMMs per "
+                   f"dtype and a large tensor copy",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -1,0 +1,196 @@
+"""Micro-benchmarks of single operators with torch, on CPU (perf_counter) or CUDA (CUDA events).
+
+Each op class of the graph's dims contract gets a runner that builds its tensors from the dims and times the
+forward op or its whole backward (dgrad + wgrad for a GEMM; autograd of the op with retain_graph for the rest,
+so only the backward kernels are timed). Times: warm-up, then repetitions until ~`target_s` of work (at least
+`min_reps`), trimmed mean (the middle 60 %). torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+SAMPLED_CLASSES = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "gelu", "swiglu", "rope",
+                   "residual_add", "dropout", "embedding", "cross_entropy", "optimizer")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured shape."""
+
+    time_s: float
+    """Trimmed mean of the repetitions."""
+    num_reps: int
+    spread: float
+    """(p80 - p20) / median of the repetitions: how noisy this measurement was."""
+
+
+def trimmed_mean(samples: list[float], keep: float = 0.6) -> float:
+    """Mean of the middle `keep` fraction (drops the slowest and fastest repetitions)."""
+    xs = np.sort(np.asarray(samples, dtype=np.float64))
+    cut = int(len(xs) * (1.0 - keep) / 2.0)
+    return float(xs[cut: len(xs) - cut].mean()) if len(xs) > 2 * cut else float(np.median(xs))
+
+
+class _Clock:
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.cuda = device == "cuda"
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        if self.cuda:
+            start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+def measure(fn: Callable[[], Any], device: str, target_s: float = 0.05, min_reps: int = 5, max_reps: int = 50,
+            warmup: int = 2) -> Timing:
+    clock = _Clock(device)
+    for _ in range(warmup):
+        clock.time(fn)
+    times = [clock.time(fn)]
+    reps = int(np.clip(target_s / max(times[0], 1e-7), min_reps, max_reps))
+    times += [clock.time(fn) for _ in range(reps - 1)]
+    q20, q50, q80 = np.quantile(times, [0.2, 0.5, 0.8])
+    return Timing(trimmed_mean(times), len(times), float((q80 - q20) / q50) if q50 > 0 else 0.0)
+
+
+def _i(d: Mapping[str, float], key: str) -> int:
+    return max(1, int(round(float(d[key]))))
+
+
+def _grad_runner(torch, out, inputs: list, grad=None) -> Callable[[], Any]:
+    g = torch.ones_like(out) if grad is None else grad
+    return lambda: torch.autograd.grad(out, inputs, g, retain_graph=True)
+
+
+def _gemm(torch, d, bwd, kw) -> Callable[[], Any]:
+    m, n, k = _i(d, "m"), _i(d, "n"), _i(d, "k")
+    x, w = torch.randn(m, k, **kw), torch.randn(n, k, **kw)
+    if not bwd:
+        return lambda: torch.nn.functional.linear(x, w)
+    gy = torch.randn(m, n, **kw)
+    return lambda: (gy @ w, gy.t() @ x)  # dgrad [m,k] and wgrad [n,k]
+
+
+def _bmm(torch, d, bwd, kw) -> Callable[[], Any]:
+    b, m, n, k = _i(d, "batch"), _i(d, "m"), _i(d, "n"), _i(d, "k")
+    a, c = torch.randn(b, m, k, **kw), torch.randn(b, k, n, **kw)
+    if not bwd:
+        return lambda: torch.bmm(a, c)
+    g = torch.randn(b, m, n, **kw)
+    return lambda: (torch.bmm(g, c.transpose(1, 2)), torch.bmm(a.transpose(1, 2), g))
+
+
+def _attention(torch, d, bwd, kw) -> Callable[[], Any]:
+    b, s, h, kvh, hd = (_i(d, x) for x in ("b", "s", "heads", "kv_heads", "head_dim"))
+    causal = bool(int(d.get("causal", 1)))
+    q = torch.randn(b, h, s, hd, **kw, requires_grad=bwd)
+    k, v = (torch.randn(b, kvh, s, hd, **kw, requires_grad=bwd) for _ in range(2))
+    f = torch.nn.functional.scaled_dot_product_attention
+    extra = {"enable_gqa": True} if kvh != h else {}
+    if not bwd:
+        return lambda: f(q, k, v, is_causal=causal, **extra)
+    return _grad_runner(torch, f(q, k, v, is_causal=causal, **extra), [q, k, v])
+
+
+def _unary(torch, shape, op, bwd, kw, params: tuple = ()) -> Callable[[], Any]:
+    x = torch.randn(*shape, **kw, requires_grad=bwd)
+    if not bwd:
+        return lambda: op(x)
+    return _grad_runner(torch, op(x), [x, *params])
+
+
+def _norm(torch, d, bwd, kw, rms: bool) -> Callable[[], Any]:
+    t, hid = _i(d, "tokens"), _i(d, "hidden")
+    w = torch.ones(hid, **kw, requires_grad=bwd)
+    F = torch.nn.functional
+    op = (lambda x: F.rms_norm(x, (hid,), w)) if rms else (lambda x: F.layer_norm(x, (hid,), w))
+    return _unary(torch, (t, hid), op, bwd, kw, (w,))
+
+
+def _rope(torch, d, bwd, kw) -> Callable[[], Any]:
+    t, h, hd = _i(d, "tokens"), _i(d, "heads"), _i(d, "head_dim")
+    cos, sin = torch.randn(t, 1, hd, **kw), torch.randn(t, 1, hd, **kw)
+
+    def rot(x):  # applied to q and k: [2, tokens, heads, head_dim]
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return _unary(torch, (2, t, h, hd), rot, bwd, kw)
+
+
+def _embedding(torch, d, bwd, kw) -> Callable[[], Any]:
+    t, v, hid = _i(d, "tokens"), _i(d, "vocab"), _i(d, "hidden")
+    idx = torch.randint(0, v, (t,), device=kw["device"])
+    w = torch.randn(v, hid, **kw, requires_grad=bwd)
+    if not bwd:
+        return lambda: torch.nn.functional.embedding(idx, w)
+    return _grad_runner(torch, torch.nn.functional.embedding(idx, w), [w])
+
+
+def _cross_entropy(torch, d, bwd, kw) -> Callable[[], Any]:
+    t, v = _i(d, "tokens"), _i(d, "vocab")
+    target = torch.randint(0, v, (t,), device=kw["device"])
+    op = (lambda x: torch.nn.functional.cross_entropy(x.float(), target))
+    return _unary(torch, (t, v), op, bwd, kw)
+
+
+def _optimizer(torch, d, bwd, kw) -> Callable[[], Any]:
+    # Adam over the parameters in tensors of at most 4M elements (a layer's weights), fp32 master copy.
+    total = _i(d, "params")
+    sizes = [min(4 << 20, total - i) for i in range(0, total, 4 << 20)]
+    params = [torch.nn.Parameter(torch.randn(s, device=kw["device"])) for s in sizes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam(params, lr=1e-4)
+    return opt.step
+
+
+def _elementwise(torch, d, bwd, kw, kind: str) -> Callable[[], Any]:
+    n = _i(d, "elements")
+    F = torch.nn.functional
+    if kind == "residual_add":  # backward of a residual add is the same add (gradients of two branches summed)
+        a, b = torch.randn(n, **kw), torch.randn(n, **kw)
+        return lambda: a + b
+    if kind == "swiglu":
+        gate = torch.randn(n, **kw, requires_grad=bwd)
+        return _unary(torch, (n,), lambda x: F.silu(gate) * x, bwd, kw, (gate,))
+    op = (lambda x: F.gelu(x, approximate="tanh")) if kind == "gelu" else (lambda x: F.dropout(x, 0.1, True))
+    return _unary(torch, (n,), op, bwd, kw)
+
+
+def make_runner(op_class: str, dims: Mapping[str, float], bwd: bool, dtype: str, device: str) -> Callable[[], Any]:
+    """A zero-argument callable running the op (or its backward) once on fresh tensors of these dims."""
+    import torch
+
+    kw = {"dtype": getattr(torch, TORCH_DTYPES[dtype]), "device": device}
+    builders: dict[str, Callable] = {
+        "gemm": _gemm, "bmm": _bmm, "attention": _attention, "rope": _rope, "embedding": _embedding,
+        "cross_entropy": _cross_entropy, "optimizer": _optimizer,
+        "layernorm": lambda t, d, b, k: _norm(t, d, b, k, False), "rmsnorm": lambda t, d, b, k: _norm(t, d, b, k, True),
+        "softmax": lambda t, d, b, k: _unary(t, (_i(d, "rows"), _i(d, "cols")), lambda x: torch.softmax(x, -1), b, k),
+    }
+    if op_class in ("gelu", "swiglu", "residual_add", "dropout"):
+        return _elementwise(torch, dims, bwd, kw, op_class)
+    return builders[op_class](torch, dims, bwd, kw)
+
+
+def sample_op(op_class: str, dims: Mapping[str, float], phase: str, dtype: str, device: str,
+              target_s: float = 0.05) -> Timing:
+    """Measure one shape: forward (`phase="fwd"`) or the whole backward (`"bwd"`)."""
+    runner = make_runner(op_class, dims, phase == "bwd", dtype, device)
+    return measure(runner, device, target_s=target_s)

@@ -1,0 +1,156 @@
+"""The sampling plan: which shapes to measure first, so a few minutes of sampling give the most useful profile.
+
+Order: (1) with `--for -- <command>`, exactly the compute ops of that job and of its tuning neighbours (micro-
+batch x2 and /2, TP x2 and /2, PP x2 and /2); (2) a space-filling Latin hypercube over the log-dims of every op
+class (round-robin over classes, so a short budget still covers all of them); (3) adaptively, the candidate
+shapes where bootstrap regressors disagree most (sampler.py does this step, after a first fit).
+The plan states its cost: samples and estimated device-minutes (roofline time x repetitions + overhead).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from llmperf_hook.profile.features import RooflineConstants, build_features
+
+Range = Mapping[str, tuple[float, float]]
+
+# Dims ranges of the space-filling design, per device kind. CPU: the small GPTs trained on CPU (hidden 64-512,
+# sequence 64-512, micro-batch 1-8 => tokens 64-4096; vocab up to GPT-2's 50,257 padded), one thread per rank.
+CPU_RANGES: Mapping[str, Range] = {
+    "gemm": {"m": (64, 4096), "n": (64, 4096), "k": (64, 2048)},
+    "bmm": {"batch": (1, 64), "m": (64, 512), "n": (16, 512), "k": (16, 512)},
+    "attention": {"b": (1, 8), "s": (64, 512), "heads": (1, 16), "head_dim": (16, 128)},
+    "softmax": {"rows": (64, 65536), "cols": (64, 512)},
+    "layernorm": {"tokens": (64, 4096), "hidden": (64, 2048)},
+    "rmsnorm": {"tokens": (64, 4096), "hidden": (64, 2048)},
+    "gelu": {"elements": (4096, 8 << 20)}, "swiglu": {"elements": (4096, 8 << 20)},
+    "residual_add": {"elements": (4096, 4 << 20)}, "dropout": {"elements": (4096, 4 << 20)},
+    "rope": {"tokens": (64, 4096), "heads": (1, 16), "head_dim": (16, 128)},
+    "embedding": {"tokens": (64, 4096), "vocab": (256, 50304), "hidden": (64, 1024)},
+    "cross_entropy": {"tokens": (64, 4096), "vocab": (256, 50304)},
+    "optimizer": {"params": (1e4, 3e7)},
+}
+# GPU: Megatron-scale shapes (hidden 1k-16k, sequence 1k-8k, TP 1-8).
+GPU_RANGES: Mapping[str, Range] = {
+    **{k: {d: (lo * 16, hi * 16) for d, (lo, hi) in v.items()} for k, v in CPU_RANGES.items()},
+    "attention": {"b": (1, 8), "s": (512, 8192), "heads": (1, 64), "head_dim": (64, 128)},
+    "optimizer": {"params": (1e6, 3e9)},
+}
+CPU_DEFAULT_OPS = ("gemm", "attention", "layernorm", "gelu", "residual_add", "embedding", "cross_entropy",
+                   "optimizer", "softmax", "rmsnorm", "swiglu", "rope")
+FWD_ONLY = frozenset({"optimizer"})
+PER_SAMPLE_OVERHEAD_S = 0.02
+"""Tensor allocation, warm-up and bookkeeping per measured shape (measured on CPU)."""
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """One shape to measure."""
+
+    op_class: str
+    phase: str
+    """"fwd" | "bwd"."""
+    dims: Mapping[str, float]
+    origin: str
+    """"job" | "neighbour" | "design" | "adaptive"."""
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    num_samples: int
+    device_minutes: float
+
+
+def latin_hypercube(ranges: Range, n: int, rng: np.random.Generator) -> list[dict[str, float]]:
+    """n points, one per stratum of every log-dimension, rounded to multiples of 8 (of 1 below 64)."""
+    keys = list(ranges)
+    cols = {}
+    for key in keys:
+        lo, hi = (math.log(v) for v in ranges[key])
+        u = (rng.permutation(n) + rng.random(n)) / n
+        vals = np.exp(lo + u * (hi - lo))
+        cols[key] = np.where(vals >= 64, np.round(vals / 8) * 8, np.maximum(np.round(vals), 1))
+    return [{k: float(cols[k][i]) for k in keys} for i in range(n)]
+
+
+def complete_dims(op_class: str, dims: dict[str, float]) -> dict[str, float]:
+    """Fill dims the design does not vary (attention: kv_heads = heads, causal)."""
+    if op_class == "attention":
+        return {**dims, "kv_heads": dims["heads"], "causal": 1.0}
+    return dims
+
+
+def design_specs(op_classes: Sequence[str], ranges: Mapping[str, Range], per_class: int,
+                 seed: int = 0) -> list[SampleSpec]:
+    """Space-filling design, interleaved across classes and directions."""
+    rng = np.random.default_rng(seed)
+    columns = []
+    for cls in op_classes:
+        pts = [complete_dims(cls, p) for p in latin_hypercube(ranges[cls], per_class, rng)]
+        phases = ("fwd",) if cls in FWD_ONLY else ("fwd", "bwd")
+        for phase in phases:
+            columns.append([SampleSpec(cls, phase, p, "design") for p in pts])
+    return [col[i] for i in range(per_class) for col in columns if i < len(col)]
+
+
+def estimate_seconds(spec: SampleSpec, rc: RooflineConstants, target_s: float = 0.05) -> float:
+    """Predicted wall time of measuring one spec: reps of the roofline time (at least 5) plus overhead."""
+    block = build_features(spec.op_class, spec.phase == "bwd", {k: np.array([v]) for k, v in spec.dims.items()}, rc)
+    one = float(block.roofline_s[0]) * 2.0  # kernels reach about half of the roofline on a single CPU thread
+    reps = min(50, max(5, int(target_s / max(one, 1e-7))))
+    return (reps + 2) * one + PER_SAMPLE_OVERHEAD_S
+
+
+def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants) -> PlanCost:
+    return PlanCost(len(specs), sum(estimate_seconds(s, rc) for s in specs) / 60.0)
+
+
+def _op_spec(op, origin: str) -> SampleSpec | None:
+    if op.is_comm or op.op_class not in CPU_RANGES:
+        return None
+    phase = "bwd" if op.phase == "bwd" else "fwd"
+    return SampleSpec(op.op_class, phase, {k: float(v) for k, v in op.dims.items()}, origin)
+
+
+def _neighbours(cfg) -> list:
+    """Tuning neighbours of a TrainingConfig: micro-batch, TP and PP doubled and halved (valid ones only)."""
+    out = []
+    b, p = cfg.batch, cfg.parallel
+    for mbs in (b.micro_batch_size * 2, b.micro_batch_size // 2):
+        if mbs >= 1 and b.global_batch_size % (mbs * p.dp) == 0:
+            out.append(replace(cfg, batch=replace(b, micro_batch_size=mbs,
+                                                  num_microbatches=b.global_batch_size // (mbs * p.dp))))
+    for key in ("tp", "pp"):
+        for val in (getattr(p, key) * 2, getattr(p, key) // 2):
+            rest = cfg.world_size // max(1, val * (p.pp if key == "tp" else p.tp) * p.cp)
+            if val >= 1 and rest >= 1 and val * rest * (p.pp if key == "tp" else p.tp) * p.cp == cfg.world_size:
+                par = replace(p, **{key: val, "dp": rest})
+                out.append(replace(cfg, parallel=par, batch=replace(b, num_microbatches=max(
+                    1, b.global_batch_size // (b.micro_batch_size * rest)))))
+    return out
+
+
+def job_specs(argv: Sequence[str], env: Mapping[str, str], cluster) -> list[SampleSpec]:
+    """The compute ops of the job in `argv`, then those its tuning neighbours add (deduplicated)."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+    from llmperf_hook.graph.build import build_graph
+
+    _, cfg = resolve_job(list(argv), dict(env))
+    specs: dict[tuple, SampleSpec] = {}
+    for origin, c in [("job", cfg)] + [("neighbour", n) for n in _neighbours(cfg)]:
+        try:
+            ops = build_graph(c, cluster).all_ops()
+        except Exception:  # noqa: BLE001 - a neighbour the framework would reject is simply not sampled
+            if origin == "job":
+                raise
+            continue
+        for op in ops:
+            spec = _op_spec(op, origin)
+            if spec is not None:
+                specs.setdefault((spec.op_class, spec.phase, tuple(sorted(spec.dims.items()))), spec)
+    return list(specs.values())

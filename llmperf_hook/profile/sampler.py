@@ -1,0 +1,257 @@
+"""`llmperf profile` for operators: plan, measure within the budget (resumable), fit, write the profile.
+
+    run_profile(ProfileRequest(device="cpu", budget_min=3, dtype="fp32"))
+
+Samples go to the store (source "sampler", with the fingerprint and library versions) as they are measured,
+so an interrupted run resumes where it stopped: shapes already stored for this (name, dtype) are skipped.
+Then one regressor per (op class, direction) is fitted from all stored samples of this device and written to
+$LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/NAME.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.profile import plan as plans
+from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions
+from llmperf_hook.profile.features import RooflineConstants, build_features
+from llmperf_hook.profile.fit import fit_regressor
+from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
+from llmperf_hook.resources import llmperf_home
+from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
+
+MIN_SAMPLES_TO_FIT = 8
+DESIGN_PER_CLASS = 48
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What `llmperf profile` was asked."""
+
+    device: str = "cpu"
+    budget_min: float = 3.0
+    dtype: str = "fp32"
+    ops: tuple[str, ...] = ()
+    """Op classes to sample (empty = the device's default set)."""
+    name: str | None = None
+    threads: int = 1
+    job_argv: tuple[str, ...] = ()
+    """`--for -- <command>`: sample this job's shapes first."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    store_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    name: str
+    profile_dir: Path
+    hardware_yaml: Path
+    num_measured: int
+    num_skipped: int
+    """Shapes already in the store (resumed)."""
+    fitted_classes: tuple[str, ...]
+    """"class/phase" entries with a regressor."""
+    plan_note: str
+    notes: tuple[str, ...]
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, budget_s: float) -> None:
+        self.total, self.budget_s, self.t0, self.done = total, budget_s, time.perf_counter(), 0
+        self.shown = 0.0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if now - self.shown < 0.5 and self.done < self.total:  # redraw at most twice a second
+            return
+        self.shown = now
+        frac = self.done / max(self.total, 1)
+        bar = "#" * int(frac * 30)
+        used = time.perf_counter() - self.t0
+        sys.stderr.write(f"\r[{bar:<30s}] {self.done}/{self.total} {used:5.0f}/{self.budget_s:.0f}s {label[:40]:<40s}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def _validate(req: ProfileRequest) -> tuple[str, ...]:
+    if req.device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {req.device!r}: use cpu or cuda.")
+    if req.budget_min <= 0:
+        raise UsageError(f"--budget {req.budget_min}: the sampling budget must be a positive number of minutes.")
+    ops = req.ops or (plans.CPU_DEFAULT_OPS if req.device == "cpu" else tuple(plans.GPU_RANGES))
+    unknown = [o for o in ops if o not in plans.CPU_RANGES]
+    if unknown:
+        raise UsageError(f"--ops {','.join(unknown)}: unknown op class; choose from {', '.join(plans.CPU_RANGES)}.")
+    if req.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: torch sees no CUDA device here. Use --device cpu or run on a GPU node.")
+    return tuple(ops)
+
+
+def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name: str) -> list[plans.SampleSpec]:
+    specs: list[plans.SampleSpec] = []
+    if req.job_argv:
+        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc)) if s.op_class in ops]
+    ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
+    specs += plans.design_specs(ops, ranges, DESIGN_PER_CLASS)
+    return specs
+
+
+def _local_cluster(name: str, rc: RooflineConstants):
+    from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
+
+    hw = HardwareSpec(name, {"fp32": rc.peak_flop_per_s, "bf16": rc.peak_flop_per_s, "fp16": rc.peak_flop_per_s},
+                      rc.memory_bandwidth_bytes_per_s, 1 << 40)
+    tier = NetworkTier(10e9, 10e-6)
+    return ClusterSpec("local", hw, 8, tier, tier)
+
+
+def _record(store: Store, req: ProfileRequest, name: str, spec: plans.SampleSpec, time_s: float,
+            fp: str, versions: Mapping[str, str]) -> None:
+    store.record_op_samples([OpSampleRecord(name, req.dtype, spec.op_class, spec.phase, spec.dims, time_s,
+                                            "sampler", fp, versions)])
+
+
+def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: ProfileRequest, rc: RooflineConstants,
+                 record: Callable[[plans.SampleSpec, float], None]) -> int:
+    from llmperf_hook.profile.op_sampler import sample_op
+
+    bar = Progress(len(specs), max(deadline - time.perf_counter(), 0.0))
+    measured = 0
+    try:
+        for spec in specs:
+            if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline:
+                continue
+            timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device)
+            record(spec, timing.time_s)
+            measured += 1
+            bar.step(f"{spec.op_class} {spec.phase} {spec.origin}")
+    finally:
+        bar.close()
+    return measured
+
+
+def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> dict[tuple[str, str, str], Samples]:
+    """{(op class, phase, dtype): samples} of this device (same fingerprint); all dtypes when dtype is None."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for r in store.query_op_samples(name, dtype, source="sampler"):
+        if r.fingerprint == fp:
+            groups.setdefault((r.op_class, r.phase, r.dtype), []).append(r)
+    out = {}
+    for (cls, phase, dt), recs in groups.items():
+        keys = sorted(recs[0].dims)
+        dims = {k: np.asarray([float(r.dims.get(k, np.nan)) for r in recs]) for k in keys}
+        out[(cls, phase, dt)] = Samples(cls, phase, dims, np.asarray([r.time_s for r in recs]))
+    return out
+
+
+def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
+                    per_class: int = 8) -> list[plans.SampleSpec]:
+    """Candidates where 4 bootstrap regressors disagree most (std of their log-time predictions)."""
+    ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
+    rng = np.random.default_rng(len(groups))
+    out = []
+    for (cls, phase, _), s in sorted(groups.items()):
+        if len(s.time_s) < MIN_SAMPLES_TO_FIT or cls not in ranges:
+            continue
+        cands = [plans.complete_dims(cls, p) for p in plans.latin_hypercube(ranges[cls], 128, rng)]
+        block = build_features(cls, phase == "bwd", {k: np.asarray([c[k] for c in cands]) for k in s.dims}, rc)
+        train = build_features(cls, phase == "bwd", s.dims, rc)
+        y = np.log(s.time_s / train.roofline_s)
+        preds = []
+        for _ in range(4):
+            idx = rng.integers(0, len(y), len(y))
+            preds.append(fit_regressor(train.matrix[idx], y[idx]).ensemble().predict(block.matrix))
+        order = np.argsort(-np.std(preds, axis=0))[:per_class]
+        out += [plans.SampleSpec(cls, phase, cands[i], "adaptive") for i in order]
+    return out
+
+
+def run_profile(req: ProfileRequest) -> ProfileResult:
+    ops = _validate(req)
+    import torch
+
+    from llmperf_hook.profile import local_hardware as lh
+
+    t_start = time.perf_counter()
+    deadline = t_start + req.budget_min * 60.0 * 0.85  # the rest is for fitting and writing
+    if req.device == "cpu":
+        torch.set_num_threads(req.threads)
+    name = req.name or lh.default_profile_name(req.device, req.threads)
+    rc = lh.measure_roofline(req.dtype, req.device, req.threads)
+    fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
+    with open_store(req.store_path) as store:
+        done = store.sampled_keys(name, req.dtype)
+        specs = _specs(req, ops, rc, name)
+        todo = [s for s in specs if (s.op_class, s.phase, dims_key(s.dims)) not in done]
+        cost = plans.plan_cost(todo, rc)
+        plan_note = (f"plan: {len(specs)} shapes ({sum(s.origin in ('job', 'neighbour') for s in specs)} from the job "
+                     f"and its neighbours), {len(specs) - len(todo)} already stored; {cost.num_samples} to measure "
+                     f"= about {cost.device_minutes:.1f} device-minutes; budget {req.budget_min:g} min")
+        sys.stderr.write(plan_note + "\n")
+        record = (lambda spec, t: _record(store, req, name, spec, t, fp, versions))
+        measured = _measure_all(todo, deadline, req, rc, record)
+        if time.perf_counter() < deadline - 5.0:
+            extra = _adaptive_specs(_samples_by_class(store, name, req.dtype, fp), req, rc)
+            measured += _measure_all(extra, deadline, req, rc, record)
+        groups = _samples_by_class(store, name, None, fp)
+    return _fit_and_write(req, name, rc, fp, versions, groups, measured, len(specs) - len(todo), plan_note)
+
+
+def _peaks(req: ProfileRequest, rc: RooflineConstants) -> dict[str, float]:
+    from llmperf_hook.profile.local_hardware import measure_peak_flop_per_s
+
+    peaks = {req.dtype: rc.peak_flop_per_s}  # the hardware YAML lists every dtype's peak
+    for other in (("fp32", "bf16") if req.device == "cpu" else ("fp32", "bf16", "fp16")):
+        if other not in peaks:
+            peaks[other] = measure_peak_flop_per_s(other, req.device)
+    return peaks
+
+
+def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
+                   groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
+                   plan_note: str) -> ProfileResult:
+    from llmperf_hook.profile.local_hardware import measure_roofline, write_hardware_yaml
+
+    # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
+    rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
+                 for dt in sorted({dt for _, _, dt in groups})}
+    entries, texts, notes = [], {}, []
+    for (cls, phase, dt), s in sorted(groups.items()):
+        if len(s.time_s) < MIN_SAMPLES_TO_FIT:
+            notes.append(f"{cls}/{phase}/{dt}: only {len(s.time_s)} samples, not fitted (roofline is used); "
+                         f"run again with a larger --budget to add more")
+            continue
+        entry, text = fit_samples(s, rooflines[dt], dt, with_holdout=len(s.time_s) >= 40)
+        entries.append(entry)
+        texts[entry.file] = text
+    if not entries:
+        raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
+                         f"(need {MIN_SAMPLES_TO_FIT} per op class and direction). Give a larger --budget; "
+                         f"samples measured so far are kept in the store and reused.")
+    meta = ProfileMeta(
+        name=name, roofline={dt: rooflines[dt] for dt in {e.dtype for e in entries}}, dtype_aliases={},
+        hardware=json.loads(fp),
+        library_versions=dict(versions),
+        provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
+                    "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
+        models=tuple(entries), notes=tuple(notes))
+    profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
+    yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rc), rc, req.threads)
+    return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
+                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
