@@ -51,7 +51,7 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds."""
     graph = build_graph(cfg, cluster)
     times = predict_op_times(graph, cluster, cfg.precision)
-    step = compose_step(graph, dict(times.seconds), cfg, detail=detail)
+    step = compose_step(graph, dict(times.seconds), cfg, detail=detail, host_per_op_s=cluster.host_overhead_per_op_s)
     memory = estimate_memory(cfg, graph, cluster)
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)

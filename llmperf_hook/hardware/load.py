@@ -10,7 +10,8 @@ attention_efficiency, memory_efficiency, kernel_launch_us, description, sources.
 Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
 gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
 bytes); optional intra_node_latency_us, inter_node_latency_us, intra_node_bus_efficiency,
-inter_node_bus_efficiency, nics_per_node, description, sources. Unknown keys are an error (a typo would
+inter_node_bus_efficiency, nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op,
+default 20), description, sources. Unknown keys are an error (a typo would
 otherwise silently fall back to a default).
 """
 
@@ -38,7 +39,7 @@ HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
 CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
 CLUSTER_OPTIONAL = (
     "intra_node_latency_us", "inter_node_latency_us", "intra_node_bus_efficiency", "inter_node_bus_efficiency",
-    "nics_per_node", "description", "sources",
+    "nics_per_node", "host_overhead_per_op_us", "description", "sources",
 )
 CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 
@@ -48,6 +49,8 @@ DEFAULT_INTRA_LATENCY_US = 20.0
 DEFAULT_INTER_LATENCY_US = 5.0
 DEFAULT_INTRA_BUS_EFFICIENCY = 0.8
 DEFAULT_INTER_BUS_EFFICIENCY = 0.9
+DEFAULT_HOST_OVERHEAD_US = 20.0
+"""See ClusterSpec.host_overhead_per_op_s."""
 
 
 def find_config_file(kind: str, name_or_path: str) -> Path:
@@ -155,6 +158,7 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         intra_node=_tier(raw, "intra_node", where, DEFAULT_INTRA_LATENCY_US, DEFAULT_INTRA_BUS_EFFICIENCY),
         inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
         nics_per_node=int(raw.get("nics_per_node", 0)),
+        host_overhead_per_op_s=_number(raw, "host_overhead_per_op_us", where, DEFAULT_HOST_OVERHEAD_US) * 1e-6,
     )
 
 

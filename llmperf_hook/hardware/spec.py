@@ -57,3 +57,7 @@ class ClusterSpec:
     nics_per_node: int = 0
     """0 = unknown (inter-node bandwidth is then taken as already per GPU)."""
     extra: Mapping[str, float] = field(default_factory=dict)
+    host_overhead_per_op_s: float = 20e-6
+    """Host (CPU) time to issue one modelled op from the framework's Python: PyTorch eager dispatch with autograd
+    bookkeeping is ~10 us per PyTorch op on server CPUs and a modelled op is ~2 of them. A pass can run no faster
+    than its ops can be issued: small models and high TP are host-bound."""

@@ -16,7 +16,8 @@ BREAKDOWN_LABELS = {
     "comm_dp": "data-parallel comm in layers (exposed)", "pipeline_p2p": "pipeline send/recv (exposed)",
     "pipeline_bubble": "pipeline bubble", "comm_dp_grad": "gradient sync (exposed)",
     "comm_embedding_grad": "tied-embedding grad all-reduce", "optimizer": "optimizer step",
-    "comm_param_gather": "parameter all-gather (exposed)", "calibration": "calibration correction",
+    "comm_param_gather": "parameter all-gather (exposed)",
+    "host_overhead": "waiting for the host to issue ops", "calibration": "calibration correction",
 }
 
 

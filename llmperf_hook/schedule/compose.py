@@ -40,6 +40,8 @@ class PassCost:
     compute_s: float
     recompute_s: float
     exposed_comm_s: dict[str, float]
+    host_wait_s: float = 0.0
+    """Time the GPU waits for the host to issue ops (pass host-bound: ops x per-op host cost > GPU time)."""
 
 
 def _comm_kind(op: Op) -> str:
@@ -72,17 +74,23 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
     return PassCost(total, compute, recompute, dict(exposed))
 
 
-def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, backward: bool) -> PassCost:
-    total = compute = recompute = 0.0
+def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, backward: bool,
+               host_per_op_s: float = 0.0) -> PassCost:
+    """A chunk's pass: GPU time of its blocks, or the host's issue time when that is longer (the GPU runs
+    asynchronously behind the host, so a pass takes the longer of the two streams)."""
+    total = compute = recompute = host = 0.0
     exposed: dict[str, float] = defaultdict(float)
     for block in chunk.blocks:
-        cost = block_pass(block.bwd if backward else block.fwd, seconds, tp_overlap)
+        ops = block.bwd if backward else block.fwd
+        cost = block_pass(ops, seconds, tp_overlap)
         total += cost.total_s * block.count
         compute += cost.compute_s * block.count
         recompute += cost.recompute_s * block.count
+        host += len(ops) * block.count * host_per_op_s
         for kind, t in cost.exposed_comm_s.items():
             exposed[kind] += t * block.count
-    return PassCost(total, compute, recompute, dict(exposed))
+    wait = max(0.0, host - total)
+    return PassCost(total + wait, compute, recompute, dict(exposed), wait)
 
 
 def _bucket_fraction(cfg: TrainingConfig, params: int) -> float:
@@ -135,11 +143,12 @@ class ComposedStep:
     timeline: tuple[TimelineEvent, ...]
 
 
-def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig, detail: bool = False) -> ComposedStep:
-    """Simulate the step of `graph` with op `seconds` (by op id)."""
+def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig, detail: bool = False,
+                 host_per_op_s: float = 0.0) -> ComposedStep:
+    """Simulate the step of `graph` with op `seconds` (by op id); `host_per_op_s` = host issue time per op."""
     tp_overlap = cfg.optimizer.tp_comm_overlap
-    fwd = [[chunk_pass(c, seconds, tp_overlap, False) for c in s.chunks] for s in graph.stages]
-    bwd = [[chunk_pass(c, seconds, tp_overlap, True) for c in s.chunks] for s in graph.stages]
+    fwd = [[chunk_pass(c, seconds, tp_overlap, False, host_per_op_s) for c in s.chunks] for s in graph.stages]
+    bwd = [[chunk_pass(c, seconds, tp_overlap, True, host_per_op_s) for c in s.chunks] for s in graph.stages]
     p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
     m = graph.num_microbatches
     f_s = [[c.total_s for c in row] for row in fwd]
@@ -166,6 +175,7 @@ def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, e
     for cost in fwd + bwd:
         out["compute"] += cost.compute_s * m
         out["recompute"] += cost.recompute_s * m
+        out["host_overhead"] += cost.host_wait_s * m
         for kind, t in cost.exposed_comm_s.items():
             out[f"comm_{kind}"] += t * m
     out["pipeline_p2p"] = max(0.0, end_s - end_free_s)

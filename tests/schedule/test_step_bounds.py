@@ -13,6 +13,7 @@ CLUSTER = load_cluster("dgx-h100")
 
 
 def _sum_of_all_op_times(cfg) -> float:
+    """Upper bound: every op and collective of every stage and micro-batch run back to back."""
     graph = build_graph(cfg, CLUSTER)
     sec = predict_op_times(graph, CLUSTER, cfg.precision).seconds
     m = graph.num_microbatches
@@ -21,7 +22,9 @@ def _sum_of_all_op_times(cfg) -> float:
         total += sum(sec[op_id(op)] for op in stage.step_ops)
         for chunk in stage.chunks:
             for block in chunk.blocks:
-                total += m * block.count * sum(sec[op_id(op)] for op in block.fwd + block.bwd)
+                ops = block.fwd + block.bwd
+                # every op's time plus the host's time to issue it (a pass takes the longer of the two)
+                total += m * block.count * (sum(sec[op_id(op)] for op in ops) + len(ops) * CLUSTER.host_overhead_per_op_s)
     if graph.p2p is not None:
         total += sec[op_id(graph.p2p)] * m * 2 * (len(graph.stages) - 1) * graph.vpp
     return total
@@ -62,3 +65,14 @@ def test_detail_timeline_has_every_pass() -> None:
     passes = [e for e in est.timeline if e.name in ("F", "B")]
     assert len(passes) == 2 * 4 * cfg.batch.num_microbatches
     assert max(e.end_s for e in est.timeline) <= est.step_time_s + 1e-9
+
+
+def test_host_bound_passes_for_tiny_layers() -> None:
+    from dataclasses import replace
+
+    cfg = make_config(num_layers=24, hidden_size=256, num_attention_heads=4, seq_length=256, tp=8, dp=1,
+                      global_batch_size=8)
+    fast_host = predict_config(cfg, replace(CLUSTER, host_overhead_per_op_s=0.0))
+    slow_host = predict_config(cfg, replace(CLUSTER, host_overhead_per_op_s=100e-6))
+    assert slow_host.step_time_s > fast_host.step_time_s
+    assert slow_host.breakdown["host_overhead"] > 0 and "host_overhead" not in fast_host.breakdown
