@@ -93,7 +93,10 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
         # Megatron `_vocab_size_with_padding`: ceil(V / (divisible_by * TP)) * divisible_by * TP.
         multiple = divisible_by * c.tp
         model = dataclasses.replace(model, padded_vocab_size=-(-model.vocab_size // multiple) * multiple)
-    return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute_config(c),
+    own = candidate_of(cfg)
+    same_recompute = (c.recompute, c.recompute_num_layers) == (own.recompute, own.recompute_num_layers)
+    recompute = cfg.recompute if same_recompute else recompute_config(c)
+    return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c))
 

@@ -19,7 +19,7 @@ from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
 RIDGE = 0.3
 """Ridge penalty on the (standardised-scale) coefficients: keeps early fits, from a few points, near 'no correction'."""
-MIN_SIGMA = 0.03
+MIN_SIGMA = 0.02
 """Floor of the residual spread (log units): the fit is never trusted to better than ~3 %."""
 
 

@@ -114,10 +114,14 @@ def gain_line(res: TuneResult) -> str:
     if not res.top or res.baseline is None:
         return "" if res.top else "nothing fits"
     best, base = res.top[0], res.baseline
+    if not base.fits:
+        usable = (1 - res.memory_margin) * base.capacity_bytes / GiB
+        return (f"your command is predicted NOT to fit ({base.peak_bytes / GiB:.1f} GiB > {usable:.1f} GiB usable); "
+                f"the fastest that fits takes {best.step_time_s:.3f} s per step (yours would take "
+                f"{base.step_time_s:.3f} s if it fitted)")
     speedup = base.step_time_s / best.step_time_s
-    note = "" if base.fits else " (your command is predicted NOT to fit)"
     return (f"predicted gain over your command: {base.step_time_s:.3f} s -> {best.step_time_s:.3f} s per step, "
-            f"{speedup:.2f}x ({100 * (1 - best.step_time_s / base.step_time_s):+.1f} % step time saved){note}")
+            f"{speedup:.2f}x ({100 * (1 - best.step_time_s / base.step_time_s):.1f} % less step time)")
 
 
 def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str, Any]:

@@ -26,13 +26,13 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
-from llmperf_hook.tune.candidates import CandidateTable, rule_masks
+from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list, rule_masks
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
 OOM_CERTAIN_FACTOR = 1.5
 """Estimated peak / usable memory above which a candidate is pruned without a full prediction (the estimate
 is a lower bound of the full memory model in the cases that matter; see tune/surrogate.py)."""
-Z_BOUND = 2.0
+Z_BOUND = 1.5
 """Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
 FIRST_BATCH = 16
 """Full predictions before the first correction fit: the best by estimate ..."""
@@ -110,7 +110,7 @@ def _first_violations(masks: Mapping[str, np.ndarray], n: int) -> tuple[np.ndarr
 
 def evaluate(cfg: TrainingConfig, cand: Candidate, cluster: ClusterSpec, predict: PredictFn,
              margin: float, base: Candidate) -> Evaluated:
-    new_cfg = apply_candidate(cfg, cand)
+    new_cfg = cfg if cand == base else apply_candidate(cfg, cand)
     est = predict(new_cfg, cluster)
     peak, cap = float(est.memory.peak_bytes_per_gpu), float(est.memory.capacity_bytes)
     return Evaluated(cand, new_cfg, est, float(est.step_time_s), peak, cap,
@@ -168,15 +168,21 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
     prog = _Progress(len(valid), invalid=dict(invalid))
     open_, likely_fit = _search_loop(job, valid, est, feats, certain_oom, top_k, prog)
+    baseline = _baseline(job)
+    oom_est, slower = certain_oom | (open_ & ~likely_fit), open_ & likely_fit
+    if baseline is not None and baseline.fits and all(e.candidate != job.base for e in prog.fitting):
+        prog.fitting.append(baseline)  # the user's own configuration always competes, even if bounded out
+        for mask in (oom_est, slower):
+            mask[_row_of(valid, job.base)] = False
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = None
     if not top:
         nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
     return TuneResult(
-        top=top, baseline=_baseline(job), num_generated=table.num_generated, num_considered=len(table),
+        top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
         invalid_by_rule=prog.invalid,
-        num_oom_estimated=int(certain_oom.sum() + (open_ & ~likely_fit).sum()),
-        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only, num_slower=int((open_ & likely_fit).sum()),
+        num_oom_estimated=int(oom_est.sum()),
+        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only, num_slower=int(slower.sum()),
         num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest, layers_that_fit=layers,
     )
 
@@ -198,6 +204,15 @@ def _search_loop(job: _Job, valid: CandidateTable, est: surrogate.SurrogateEstim
         for i in _next_batch(pool, t_hat[pool], first=not prog.evaluated.any()):
             _evaluate_index(job, valid, int(i), prog)
         t_corr, m_corr = _refit(est, feats, prog)
+
+
+def _row_of(table: CandidateTable, cand: Candidate) -> np.ndarray:
+    """Boolean mask of the row holding `cand` (all False if absent)."""
+    row = candidates_from_list((cand,)).columns
+    mask = np.ones(len(table), dtype=bool)
+    for k, col in table.columns.items():
+        mask &= col == row[k][0]
+    return mask
 
 
 def _next_batch(pool: np.ndarray, t_hat: np.ndarray, first: bool) -> np.ndarray:
