@@ -1,6 +1,11 @@
 """Accuracy against measured public runs: MAPE per source of ../shared/validation/dev.csv vs the issue's targets.
 
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
+    python benchmarks/bench_validation.py --with-host-floor [CSV]
+
+`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each pass
+takes max(GPU time, host issue time)) by wrapping schedule.compose.block_pass in this process only, to show
+what the change does before it is wired into the schedule.
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
@@ -33,7 +38,28 @@ TARGETS: dict[str, tuple[float, str]] = {
 }
 
 
+def apply_host_floor() -> None:
+    """Experiment: pass time = max(GPU busy, host issue) in the schedule (see predict/host_issue.py)."""
+    import llmperf_hook.schedule.compose as compose
+    from llmperf_hook.predict.host_issue import host_bound_pass_s
+
+    original = compose.block_pass
+
+    def block_pass(ops, seconds, tp_overlap):  # type: ignore[no-untyped-def]
+        cost = original(ops, seconds, tp_overlap)
+        total = host_bound_pass_s(cost.total_s, ops)
+        if total <= cost.total_s:
+            return cost
+        return compose.PassCost(total, cost.compute_s + total - cost.total_s, cost.recompute_s, cost.exposed_comm_s)
+
+    compose.block_pass = block_pass
+
+
 def main(argv: list[str]) -> int:
+    if "--with-host-floor" in argv:
+        argv = [a for a in argv if a != "--with-host-floor"]
+        apply_host_floor()
+        print("(with the proposed host-issue floor of predict/host_issue.py applied to every pass)")
     csv_path = Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV
     if not csv_path.exists():
         print(f"{csv_path} not found: pass the validation CSV as the first argument")
