@@ -77,7 +77,10 @@ def _script_pp(flags: FlagValues, ds: DsSettings | None, world: int, src: dict[s
     return pp
 
 
-def _script_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeConfig:
+def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source]) -> RecomputeConfig:
+    if ds is not None and ds.pipeline_checkpoint_interval > 0:  # PipelineModule checkpoints every N layers
+        src["recompute"] = ds.sources["recompute"]
+        return RecomputeConfig("full", "uniform", ds.pipeline_checkpoint_interval)
     if flags.get("gradient_checkpointing"):
         src["recompute"] = flags.source("gradient_checkpointing")
         return RecomputeConfig("full", "uniform", 1)
@@ -135,7 +138,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
-        precision=precision, recompute=_script_recompute(flags, src), optimizer=optimizer,  # type: ignore[arg-type]
+        precision=precision, recompute=_script_recompute(flags, ds, src), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
     )

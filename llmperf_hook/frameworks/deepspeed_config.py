@@ -46,6 +46,8 @@ class DsSettings:
     bf16: bool | str = False
     gradient_clipping: float | str = 0.0
     pipeline_stages: int | None = None
+    pipeline_checkpoint_interval: int = 0
+    """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -138,8 +140,13 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     if isinstance(pipe, dict) and isinstance(pipe.get("stages"), int) and not isinstance(pipe.get("stages"), bool):
         out["pipeline_stages"] = pipe["stages"]
         src["pipeline_stages"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.stages")
+    if isinstance(pipe, dict) and isinstance(pipe.get("activation_checkpoint_interval"), int) and pipe["activation_checkpoint_interval"] > 0:
+        out["pipeline_checkpoint_interval"] = pipe["activation_checkpoint_interval"]
+        src["recompute"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.activation_checkpoint_interval")
     ckpt = raw.get("activation_checkpointing")
     if isinstance(ckpt, dict):
+        warnings.append(f"{origin} activation_checkpointing configures deepspeed.checkpointing; recomputation is counted only "
+                        "when the script turns it on (--checkpoint-activations, --gradient_checkpointing)")
         for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
             if ckpt.get(key):
                 warnings.append(f"{origin} activation_checkpointing.{key} accepted, not modelled")

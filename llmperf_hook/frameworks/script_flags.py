@@ -26,9 +26,9 @@ _STR = (
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
-    "model-type", "attn-implementation",
+    "model-type", "attn-implementation", "cuda-graph-impl",
 )
-_FLOAT = ("clip-grad", "max-grad-norm")
+_FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
     "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "sequence-parallel", "fp16",
@@ -38,7 +38,8 @@ _TRUE = (
     "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
-    "squared-relu", "deepscale", "grad-reduce-in-bf16",
+    "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
+    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -63,6 +64,7 @@ def _build() -> dict[str, Flag]:
     table["--deepspeed"] = Flag("deepspeed", "path_or_true")
     table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
     table["--rampup-batch-size"] = Flag("rampup_batch_size", "str", nargs=3)
+    table["--recompute-modules"] = Flag("recompute_modules", "str")  # nargs='*' in Megatron: the rest are skipped
     table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")
     table["--tensor-parallel-size"] = Flag("tensor_model_parallel_size", "int")
     table["--ffn-dim"] = Flag("ffn_hidden_size", "int")
@@ -98,4 +100,12 @@ NOT_MODELLED: dict[str, str] = {
     "distribute_saved_activations": "distributed saved activations not modelled",
     "fp8_param_gather": "fp8 parameter all-gather not modelled",
     "grad_reduce_in_bf16": "gradient reduction timed in fp32, not bf16",
+    "recompute_modules": "selective recomputation of chosen modules: core attention assumed",
+    "moe_expert_capacity_factor": "MoE capacity factor (token dropping) not modelled: dropless assumed",
+    "moe_pad_expert_input_to_capacity": "MoE padding to capacity not modelled",
+    "overlap_moe_expert_parallel_comm": "MoE expert-parallel communication overlap not modelled",
+    "enable_cuda_graph": "CUDA graphs not modelled",
+    "external_cuda_graph": "CUDA graphs not modelled",
+    "cuda_graph_impl": "CUDA graphs not modelled",
+    "optimizer_offload_fraction": "partial optimizer offload modelled as full CPU offload",
 }

@@ -44,6 +44,17 @@ def _short_attached(word: str, table: Mapping[str, Option]) -> tuple[str, str] |
     return None
 
 
+_PROGRAMS = ("python", "torchrun", "deepspeed", "bash", "sh")
+
+
+def _unknown_takes_value(words: Sequence[str], i: int) -> bool:
+    """An option we do not know: `--opt VALUE` when the next word is neither an option nor the program to run."""
+    if "=" in words[i] or i + 2 >= len(words):
+        return False
+    nxt = words[i + 1]
+    return not nxt.startswith("-") and not nxt.endswith((".py", ".sh")) and not nxt.split("/")[-1].startswith(_PROGRAMS)
+
+
 def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], origin: str) -> ScannedOptions:
     """Read options from words[start:] until the first positional word; `table` keys are canonical spellings."""
     out = ScannedOptions()
@@ -60,7 +71,7 @@ def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], 
         opt = table.get(name)
         if opt is None:
             out.unknown.append(word)
-            i += 1
+            i += 2 if _unknown_takes_value(words, i) else 1
             continue
         if not opt.takes_value:
             out.values[opt.dest], out.flags[opt.dest] = "1", word.split("=", 1)[0]

@@ -108,3 +108,14 @@ def test_megatron_deepspeed_moe_spellings(tmp_path: Path, monkeypatch: pytest.Mo
     cfg = script(argv + ["--num-experts", "8", "--moe-expert-parallel-size", "4"])
     assert (cfg.model.num_experts, cfg.model.moe_router_topk, cfg.model.moe_layer_freq, cfg.parallel.ep) == (8, 1, 2, 4)
     assert script(argv + ["--num-experts", "1"]).model.num_experts == 0  # Megatron-DeepSpeed: one expert = dense
+
+
+def test_deepspeed_pipeline_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
+                      "pipeline": {"stages": 2, "activation_checkpoint_interval": 1},
+                      "activation_checkpointing": {"partition_activations": True}})
+    cfg = script(["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"], model="gpt3-175b")
+    assert (cfg.parallel.pp, cfg.parallel.dp, cfg.batch.num_microbatches) == (2, 4, 4)
+    assert cfg.recompute.granularity == "full" and cfg.deepspeed_pipeline_engine and cfg.pipeline_schedule == "1f1b"
+    assert any("partition_activations" in w for w in cfg.warnings)

@@ -118,3 +118,13 @@ def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "gpt2-vocab.json").write_text(json.dumps({str(i): i for i in range(50257)}))
     cfg = megatron("--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json", base=base)
     assert cfg.model.vocab_size == 50257 and "gpt2-vocab.json" in str(cfg.sources["vocab_size"])
+
+
+def test_not_modelled_settings_warn_once_each() -> None:
+    cfg = megatron("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp",
+                   "--moe-expert-capacity-factor", "1.0", "--rampup-batch-size", "16", "16", "1000",
+                   "--optimizer-cpu-offload", "--cuda-graph-impl", "none")
+    text = "\n".join(cfg.warnings)
+    assert "--recompute-modules" in text and "--moe-expert-capacity-factor" in text and "--rampup-batch-size" in text
+    assert "CUDA graphs" not in text and len(cfg.warnings) == len(set(cfg.warnings))
+    assert cfg.optimizer.offload_optimizer == "cpu"

@@ -19,7 +19,7 @@ _BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "
          "--max-position-embeddings", "128", "--micro-batch-size", "1", "--vocab-size", "1000"]
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(words=st.lists(_WORD, max_size=8), pairs=st.lists(_PAIR, max_size=6), base=st.booleans(),
        model=st.sampled_from([None, "llama2-7b"]))
 def test_random_script_args_never_crash(words: list[str], pairs: list[list[str]], base: bool, model: str | None) -> None:

@@ -60,6 +60,14 @@ def test_overrides_win() -> None:
     assert job.world_size == 8 and job.sources["nnodes"].kind is SourceKind.OVERRIDE
 
 
+def test_unknown_options_keep_their_values() -> None:
+    job = parse_launch(["torchrun", "--future-opt", "v", "--nproc-per-node", "2", "train.py", "--x"], {})
+    assert job.script == "train.py" and job.world_size == 2 and any("--future-opt" in w for w in job.warnings)
+    job = parse_launch(["srun", "--container-env", "A", "-N", "2", "--ntasks-per-node", "4", "python", "t.py"], {})
+    assert job.world_size == 8 and job.script == "t.py"
+    assert parse_launch(["torchrun", "--future-flag", "train.py", "--x"], {}).script == "train.py"
+
+
 def test_module_script_and_env_prefix() -> None:
     job = parse_launch(["env", "PET_NNODES=2", "torchrun", "--nproc-per-node", "2", "-m", "my.train", "--x"], {})
     assert job.script == "-m my.train" and job.world_size == 4 and job.env == {"PET_NNODES": "2"}
