@@ -89,8 +89,10 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
 
 
 def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
-    if ds is None:
-        mbs, src["micro_batch_size"] = flags.get("per_device_train_batch_size", 1), flags.source("per_device_train_batch_size", "default 1")
+    if ds is None:  # Hugging Face Trainer's per_device_train_batch_size defaults to 8; other scripts: 1
+        default = 8 if flags.has("model_name_or_path") else 1
+        mbs = flags.get("per_device_train_batch_size", default)
+        src["micro_batch_size"] = flags.source("per_device_train_batch_size", f"script default {default}")
         gas, src["num_microbatches"] = flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1")
         src["global_batch_size"] = Source(SourceKind.DERIVED, "micro * accumulation * DP")
         return BatchConfig(micro_batch_size=mbs, global_batch_size=mbs * gas * dp, num_microbatches=gas)

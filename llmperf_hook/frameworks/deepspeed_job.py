@@ -31,7 +31,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
-    src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed default stage 0"))
+    src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed: stage 0"))
     return replace(
         base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]
         overlap_grad_reduce=overlap, contiguous_gradients=ds.contiguous_gradients,

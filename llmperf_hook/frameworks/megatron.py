@@ -77,18 +77,18 @@ def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int
 
 
 def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str]) -> ParallelLayout:
-    tp, src["tp"] = pick(flags, "tensor_model_parallel_size", 1, "Megatron default 1")
-    pp, src["pp"] = pick(flags, "pipeline_model_parallel_size", 1, "Megatron default 1")
-    cp, src["cp"] = pick(flags, "context_parallel_size", 1, "Megatron default 1")
-    ep, src["ep"] = pick(flags, "expert_model_parallel_size", 1, "Megatron default 1")
-    etp, src["etp"] = pick(flags, "expert_tensor_parallel_size", tp, "Megatron default: tensor-model-parallel-size")
+    tp, src["tp"] = pick(flags, "tensor_model_parallel_size", 1, "Megatron: 1")
+    pp, src["pp"] = pick(flags, "pipeline_model_parallel_size", 1, "Megatron: 1")
+    cp, src["cp"] = pick(flags, "context_parallel_size", 1, "Megatron: 1")
+    ep, src["ep"] = pick(flags, "expert_model_parallel_size", 1, "Megatron: 1")
+    etp, src["etp"] = pick(flags, "expert_tensor_parallel_size", tp, "Megatron: tensor-model-parallel-size")
     for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):
         if value < 1:
             raise ConfigError(f"{key} {value} ({src[key]}) must be at least 1.")
     if world % (tp * pp * cp):
         raise world_divisibility_error(world, world_src, tp, pp, cp, src)
     src["dp"] = Source(SourceKind.DERIVED, f"world / (TP*PP*CP) = {world}/{tp * pp * cp}")
-    sp, src["sequence_parallel"] = pick(flags, "sequence_parallel", False, "Megatron default off")
+    sp, src["sequence_parallel"] = pick(flags, "sequence_parallel", False, "Megatron: off")
     if sp and tp == 1:
         warnings.append("Disabling sequence parallelism because tensor model parallelism is disabled (Megatron, TP = 1)")
         sp, src["sequence_parallel"] = False, Source(SourceKind.DERIVED, "dropped at TP = 1 (Megatron)")
@@ -131,7 +131,7 @@ def megatron_precision(flags: FlagValues, src: dict[str, Source]) -> str:
         if flags.get(name):
             src["precision"] = flags.source(name)
             return name
-    src["precision"] = Source(SourceKind.DEFAULT, "Megatron default fp32 (no --fp16/--bf16)")
+    src["precision"] = Source(SourceKind.DEFAULT, "Megatron: fp32 (no --fp16/--bf16)")
     return "fp32"
 
 
@@ -139,7 +139,7 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
     if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
         src["recompute"] = flags.source("checkpoint_activations")
         return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1))
-    granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron default: no recomputation")
+    granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron: no recomputation")
     if flags.get("recompute_activations"):
         granularity, src["recompute"] = "selective", flags.source("recompute_activations")
     if granularity not in (None, "full", "selective"):
@@ -158,7 +158,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source]) -> OptimizerCo
     name = str(flags.get("optimizer", "adam"))
     if name not in ("adam", "sgd"):
         raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers here (adam, sgd).")
-    src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron default off")
+    src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron: off")
     return OptimizerConfig(
         name=name,  # type: ignore[arg-type]
         distributed_optimizer=bool(flags.get("use_distributed_optimizer", False)),
@@ -179,7 +179,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
         if flags.get(name):
             src["attention_backend"] = flags.source(name)
             return "flash"
-    src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron --attention-backend default auto")
+    src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron: auto")
     return "auto"
 
 

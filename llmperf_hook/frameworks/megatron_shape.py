@@ -87,7 +87,7 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
         moe_ffn, src["moe_ffn_hidden_size"] = ffn, Source(SourceKind.DERIVED, "Megatron-DeepSpeed experts use ffn-hidden-size")
         return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn, "moe_layer_freq": max(freq, 1)}
     topk, src["moe_router_topk"] = pick(flags, "moe_router_topk", 2, "Megatron --moe-router-topk default 2")
-    moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron default: ffn-hidden-size")
+    moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron: ffn-hidden-size")
     freq_text = str(flags.get("moe_layer_freq", "1"))
     freq = int(freq_text) if freq_text.isdigit() else 1
     if not freq_text.isdigit():
@@ -122,7 +122,7 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         tokenizer = "GPT2BPETokenizer"
     vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"),
                                                   tokenizer, flags.get("tokenizer_model"), flags.get("vocab_file"))
-    divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron default 128")
+    divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron: 128")
     padded = pad_vocab_size(vocab, divisible, tp)
     src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")
     return ModelShape(

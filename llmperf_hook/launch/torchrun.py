@@ -62,7 +62,7 @@ def parse_nnodes(value: str, origin: str) -> tuple[int, str | None]:
 
 def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
     if found is None:
-        return Sized(1, Source(SourceKind.DEFAULT, "torchrun --nproc-per-node default 1"))
+        return Sized(1, Source(SourceKind.DEFAULT, "torchrun: 1"))
     value, source = found
     if value.strip() in ("gpu", "auto", "cuda", "xpu", "npu"):
         return Sized(None, source, f"--nproc-per-node {value} means 'every GPU of the node'")
@@ -80,7 +80,7 @@ def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], use
     warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown]
     nnodes_found = _lookup(opts, "nnodes", env, used)
     if nnodes_found is None:
-        nnodes = Sized(1, Source(SourceKind.DEFAULT, "torchrun --nnodes default 1"))
+        nnodes = Sized(1, Source(SourceKind.DEFAULT, "torchrun: 1"))
     else:
         count, warning = parse_nnodes(nnodes_found[0], str(nnodes_found[1]))
         nnodes = Sized(count, nnodes_found[1])
