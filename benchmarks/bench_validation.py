@@ -3,9 +3,9 @@
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
     python benchmarks/bench_validation.py --with-host-floor [CSV]
 
-`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each pass
-takes max(GPU time, host issue time)) by wrapping schedule.compose.block_pass in this process only, to show
-what the change does before it is wired into the schedule.
+`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each pass is
+an in-order launch queue: the GPU cannot start an op before one CPU thread has issued it) by wrapping
+schedule.compose.block_pass in this process only, to show what the change does before it is wired in.
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
@@ -39,15 +39,20 @@ TARGETS: dict[str, tuple[float, str]] = {
 
 
 def apply_host_floor() -> None:
-    """Experiment: pass time = max(GPU busy, host issue) in the schedule (see predict/host_issue.py)."""
+    """Experiment: each pass is the launch queue of predict/host_issue.py (never faster than before)."""
     import llmperf_hook.schedule.compose as compose
-    from llmperf_hook.predict.host_issue import host_bound_pass_s
+    from llmperf_hook.predict.dispatch import op_id
+    from llmperf_hook.predict.host_issue import queued_pass_s
 
     original = compose.block_pass
 
     def block_pass(ops, seconds, tp_overlap):  # type: ignore[no-untyped-def]
         cost = original(ops, seconds, tp_overlap)
-        total = host_bound_pass_s(cost.total_s, ops)
+
+        def side(op):  # type: ignore[no-untyped-def]
+            return "overlap" in op.tags or (tp_overlap and op.collective.group == "tp")
+
+        total = max(cost.total_s, queued_pass_s(ops, lambda op: seconds[op_id(op)], side_stream=side))
         if total <= cost.total_s:
             return cost
         return compose.PassCost(total, cost.compute_s + total - cost.total_s, cost.recompute_s, cost.exposed_comm_s)

@@ -28,3 +28,31 @@ def test_small_layer_plateau_matches_the_documented_derivation() -> None:
     # 13 forward ops per dense layer: forward + recompute + backward = 52 units at 65 us = 3.4 ms per layer
     layer = [op("fwd")] * 13 + [op("recompute")] * 13 + [op("bwd")] * 13
     assert abs(host_issue_s(layer) - 3.38e-3) < 1e-5
+
+
+def test_queue_is_gpu_bound_for_long_kernels_and_host_bound_for_short_ones() -> None:
+    from llmperf_hook.predict.host_issue import queued_pass_s
+
+    ops = [op("fwd")] * 10
+    long_kernels = queued_pass_s(ops, lambda o: 1.0, per_op_s=0.1)
+    assert long_kernels == 0.1 + 10 * 1.0  # first launch, then the GPU never waits
+    short_kernels = queued_pass_s(ops, lambda o: 0.01, per_op_s=0.1)
+    assert abs(short_kernels - (10 * 0.1 + 0.01)) < 1e-12  # the GPU waits for every launch
+
+
+def test_queue_lies_between_max_and_sum() -> None:
+    from llmperf_hook.predict.host_issue import queued_pass_s
+
+    ops = [op("fwd"), op("bwd"), op("fwd", collective=True), op("fwd")]
+    times = {0: 0.3, 1: 0.05, 2: 0.2, 3: 0.01}
+    seconds = dict(zip(map(id, ops), times.values()))
+    got = queued_pass_s(ops, lambda o: seconds[id(o)], per_op_s=0.1)
+    gpu, host = sum(times.values()), 0.4
+    assert max(gpu, host) <= got <= gpu + host
+
+
+def test_side_stream_collectives_are_skipped() -> None:
+    from llmperf_hook.predict.host_issue import queued_pass_s
+
+    ops = [op("fwd"), op("fwd", collective=True)]
+    assert queued_pass_s(ops, lambda o: 1.0, per_op_s=0.0, side_stream=lambda o: True) == 1.0
