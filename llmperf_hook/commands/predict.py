@@ -13,6 +13,7 @@ line that fails gives {"error": "..."} and the rest go on (a count of failures g
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import json
 import os
 import shlex
@@ -126,15 +127,22 @@ def _read_batch(path: str) -> tuple[list[str], Path]:
         raise UsageError(f"cannot read the batch file {path}: {err}. Pass an existing file.") from err
 
 
-def predict_line(line: str, defaults: dict[str, Any], fmt: str) -> str | None:
+def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[tuple, Any]) -> str | None:
+    """One batch line -> rendered prediction; `clusters` memoises (cluster, hardware) -> (spec, warnings)."""
     from llmperf_hook import api
 
     parsed = parse_batch_line(line, defaults)
     if parsed is None:
         return None
     argv, opts = parsed
-    pred = api.predict_command(argv, dict(os.environ), cluster=opts["cluster"], hardware=opts["hardware"],
+    key = (opts["cluster"], opts["hardware"])
+    if key not in clusters:
+        clusters[key] = api.resolve_cluster(opts["cluster"], opts["hardware"])
+    spec, notes = clusters[key]
+    pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None,
                                overrides=overrides(opts["nnodes"], opts["nproc_per_node"], opts["model"]))
+    if notes:
+        pred = replace(pred, warnings=pred.warnings + notes)
     return render(pred, fmt)
 
 
@@ -142,10 +150,11 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     lines, folder = _read_batch(path)
     failures = total = 0
     out = sys.stdout
+    clusters: dict[tuple, Any] = {}
     with working_directory(folder):
         for number, line in enumerate(lines, start=1):
             try:
-                text = predict_line(line, defaults, fmt)
+                text = predict_line(line, defaults, fmt, clusters)
             except LlmperfError as err:
                 text = json.dumps({"error": f"line {number}: {err}"}) if fmt == "json" else f"line {number}: error: {err}"
                 failures += 1

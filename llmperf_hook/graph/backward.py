@@ -10,8 +10,6 @@ CP exchange repeat (the CP ring also returns dK/dV, 2x).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from llmperf_hook.graph.op import Op
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
@@ -21,21 +19,25 @@ SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout
 
 
 def backward_op(op: Op) -> Op:
+    # Op(...) directly rather than dataclasses.replace: this runs for every op of every graph built.
     if op.collective is not None:
         factor = 2.0 if op.name == "attn.cp_kv_exchange" else 1.0
-        dims = {"bytes": int(op.dims["bytes"] * factor)}
-        return replace(op, op_class=BWD_COMM_CLASS.get(op.op_class, op.op_class), phase="bwd", dims=dims)
+        return Op(op.name, BWD_COMM_CLASS.get(op.op_class, op.op_class), "bwd", {"bytes": int(op.dims["bytes"] * factor)},
+                  op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)
     factor = BWD_FLOP_FACTOR.get(op.op_class, 2.0)
-    return replace(op, phase="bwd", flops=op.flops * factor, bytes_moved=op.bytes_moved * factor)
+    return Op(op.name, op.op_class, "bwd", op.dims, op.flops * factor, op.bytes_moved * factor, op.dtype, None, op.tags)
+
+
+def _replayed(op: Op) -> Op:
+    return Op(op.name, op.op_class, "recompute", op.dims, op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)
 
 
 def recompute_ops(fwd: list[Op], granularity: str) -> list[Op]:
     """The forward ops replayed before backward: all of them (full) or the attention core (selective)."""
     if granularity == "full":
-        return [replace(op, phase="recompute") for op in fwd]
+        return [_replayed(op) for op in fwd]
     if granularity == "selective":
-        core = [op for op in fwd if op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES]
-        return [replace(op, phase="recompute") for op in core]
+        return [_replayed(op) for op in fwd if op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES]
     return []
 
 

@@ -79,17 +79,25 @@ def _recomputed_layers(cfg: TrainingConfig, chunk_layers: int) -> int:
     return chunk_layers
 
 
-def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: int, gpus_per_node: int) -> ChunkOps:
+def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: int, gpus_per_node: int,
+                memo: dict[tuple, tuple[OpBlock, ...]] | None = None) -> ChunkOps:
+    """A chunk's blocks; chunks with the same layer mix (and no embedding/head) share one built tuple via `memo`."""
     p = cfg.parallel
     start, end = chunk_layer_range(cfg, stage, chunk)
     num_moe = sum(1 for i in range(start, end) if pc.is_moe_layer(cfg, i))
+    first, last = stage == 0 and chunk == 0, stage == p.pp - 1 and chunk == p.vpp - 1
+    key = (first, last, end - start, num_moe)
+    if memo is not None and key in memo:
+        return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=memo[key])
     blocks: list[OpBlock] = []
-    if stage == 0 and chunk == 0:
+    if first:
         blocks.append(_block("embedding", lo.embedding_ops(ctx), 1, "none"))
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
-    if stage == p.pp - 1 and chunk == p.vpp - 1:
+    if last:
         blocks.append(_block("head", lo.head_ops(ctx), 1, "none"))
+    if memo is not None:
+        memo[key] = tuple(blocks)
     return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=tuple(blocks))
 
 
@@ -109,8 +117,9 @@ def _chunk_params(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[int, int]:
     return total, expert
 
 
-def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_node: int) -> StageGraph:
-    chunks = tuple(build_chunk(cfg, ctx, stage, c, gpus_per_node) for c in range(cfg.parallel.vpp))
+def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_node: int,
+                memo: dict[tuple, tuple[OpBlock, ...]] | None = None) -> StageGraph:
+    chunks = tuple(build_chunk(cfg, ctx, stage, c, gpus_per_node, memo) for c in range(cfg.parallel.vpp))
     counts = [_chunk_params(cfg, c) for c in chunks]
     num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
     return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
@@ -148,7 +157,8 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
     gpus_per_node = cluster.gpus_per_node
     ctx = build_context(cfg, gpus_per_node)
-    stages = tuple(build_stage(cfg, ctx, s, gpus_per_node) for s in range(cfg.parallel.pp))
+    memo: dict[tuple, tuple[OpBlock, ...]] = {}
+    stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     b = cfg.batch
     return OpGraph(
         stages=stages,

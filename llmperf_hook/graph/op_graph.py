@@ -70,11 +70,15 @@ class OpGraph:
     warnings: tuple[str, ...] = ()
 
     def all_ops(self) -> list[Op]:
-        """Every distinct op object of the graph (blocks once, not multiplied by counts)."""
+        """Every op of the graph, each block once (not multiplied by counts; blocks shared by chunks once)."""
         ops: list[Op] = [] if self.p2p is None else [self.p2p]
+        seen: set[int] = set()
         for stage in self.stages:
             ops.extend(stage.step_ops)
             for chunk in stage.chunks:
+                if id(chunk.blocks) in seen:
+                    continue
+                seen.add(id(chunk.blocks))
                 for block in chunk.blocks:
                     ops.extend(block.fwd)
                     ops.extend(block.bwd)

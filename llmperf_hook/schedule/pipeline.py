@@ -68,23 +68,60 @@ def _dependency(p: Pass, rank: int, pp: int, vpp: int) -> tuple[Pass, int] | Non
     return (("B", c + 1, i), 0) if c < vpp - 1 else (("F", c, i), rank)
 
 
+@dataclass(frozen=True)
+class CompiledSchedule:
+    """The schedule of (pp, m, vpp) flattened once: events in an order where every dependency comes first."""
+
+    programs: tuple[tuple[Pass, ...], ...]
+    order: tuple[int, ...]
+    """Flat event ids (rank-major: offset[rank] + position) in dependency order."""
+    prev: tuple[int, ...]
+    """Per flat id: the previous pass on the same rank, or -1."""
+    dep: tuple[int, ...]
+    """Per flat id: the pass on another rank (or the own forward) it waits for, or -1."""
+    cross: tuple[bool, ...]
+    """Per flat id: the dependency crosses ranks (a send/recv sits on the edge)."""
+    slot: tuple[int, ...]
+    """Per flat id: index into the duration table (rank * 2 * vpp + (0 F, 1 B) * vpp + chunk)."""
+    offset: tuple[int, ...]
+
+
 @lru_cache(maxsize=256)
-def compiled_schedule(pp: int, m: int, vpp: int) -> tuple[tuple[tuple[Pass, ...], ...], tuple[tuple[int, ...], ...],
-                                                             tuple[tuple[int, ...], ...]]:
-    """Per rank: its passes, and for each pass the rank and program position of the pass it waits for (-1: none)."""
+def compiled_schedule(pp: int, m: int, vpp: int) -> CompiledSchedule:
     programs = tuple(tuple(rank_program(r, m, pp, vpp)) for r in range(pp))
-    index = [{p: k for k, p in enumerate(prog)} for prog in programs]
-    dep_rank: list[tuple[int, ...]] = []
-    dep_pos: list[tuple[int, ...]] = []
+    offset = [0] * pp
+    for r in range(1, pp):
+        offset[r] = offset[r - 1] + len(programs[r - 1])
+    index = [{p: offset[r] + k for k, p in enumerate(prog)} for r, prog in enumerate(programs)]
+    prev, dep, cross, slot = [], [], [], []
     for r, prog in enumerate(programs):
-        ranks, positions = [], []
-        for p in prog:
-            dep = _dependency(p, r, pp, vpp)
-            ranks.append(-1 if dep is None else dep[1])
-            positions.append(-1 if dep is None else index[dep[1]][dep[0]])
-        dep_rank.append(tuple(ranks))
-        dep_pos.append(tuple(positions))
-    return programs, tuple(dep_rank), tuple(dep_pos)
+        for k, p in enumerate(prog):
+            d = _dependency(p, r, pp, vpp)
+            prev.append(offset[r] + k - 1 if k else -1)
+            dep.append(-1 if d is None else index[d[1]][d[0]])
+            cross.append(d is not None and d[1] != r)
+            slot.append(r * 2 * vpp + (0 if p[0] == "F" else 1) * vpp + p[1])
+    order = _dependency_order(programs, offset, dep)
+    return CompiledSchedule(programs, order, tuple(prev), tuple(dep), tuple(cross), tuple(slot), tuple(offset))
+
+
+def _dependency_order(programs: tuple[tuple[Pass, ...], ...], offset: list[int], dep: list[int]) -> tuple[int, ...]:
+    """Walk the ranks round-robin, each as far as its dependencies allow (a valid schedule never deadlocks)."""
+    done = [False] * len(dep)
+    pos = [0] * len(programs)
+    order: list[int] = []
+    while len(order) < len(dep):
+        before = len(order)
+        for r, prog in enumerate(programs):
+            while pos[r] < len(prog):
+                e = offset[r] + pos[r]
+                if dep[e] >= 0 and not done[dep[e]]:
+                    break
+                done[e] = True
+                order.append(e)
+                pos[r] += 1
+        assert len(order) > before, "pipeline schedule deadlocked (internal error)"
+    return tuple(order)
 
 
 def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
@@ -96,35 +133,23 @@ def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s:
             f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple of the pipeline "
             f"size ({pp}) (Megatron schedules.py). Change --global-batch-size, --micro-batch-size or the virtual "
             f"pipeline size.")
-    programs, dep_rank, dep_pos = compiled_schedule(pp, m, vpp)
-    durations = [[fwd_s[r][p[1]] if p[0] == "F" else bwd_s[r][p[1]] for p in programs[r]] for r in range(pp)]
-    ends: list[list[float]] = [[] for _ in range(pp)]
-    free = [0.0] * pp
-    busy = [sum(d) for d in durations]
-    remaining = sum(len(p) for p in programs)
-    while remaining:
-        progressed = remaining
-        for r in range(pp):
-            fin, prog_len, d_rank, d_pos, dur = ends[r], len(programs[r]), dep_rank[r], dep_pos[r], durations[r]
-            t = free[r]
-            k = len(fin)
-            while k < prog_len:
-                dr = d_rank[k]
-                if dr >= 0:
-                    other = ends[dr]
-                    if d_pos[k] >= len(other):
-                        break
-                    ready = other[d_pos[k]] + (p2p_s if dr != r else 0.0)
-                    if ready > t:
-                        t = ready
-                t += dur[k]
-                fin.append(t)
-                k += 1
-                remaining -= 1
-            free[r] = t
-        assert remaining < progressed, "pipeline schedule deadlocked (internal error)"
+    sched = compiled_schedule(pp, m, vpp)
+    table = [t for r in range(pp) for t in (*fwd_s[r], *bwd_s[r])]
+    prev, dep, cross, slot = sched.prev, sched.dep, sched.cross, sched.slot
+    end = [0.0] * len(prev)
+    for e in sched.order:
+        p = prev[e]
+        t = end[p] if p >= 0 else 0.0
+        d = dep[e]
+        if d >= 0:
+            ready = end[d] + p2p_s if cross[e] else end[d]
+            if ready > t:
+                t = ready
+        end[e] = t + table[slot[e]]
+    last = [sched.offset[r] + len(sched.programs[r]) - 1 for r in range(pp)]
+    busy = [m * (sum(fwd_s[r]) + sum(bwd_s[r])) for r in range(pp)]  # every chunk runs F and B once per micro-batch
     events: tuple[tuple[int, str, int, int, float, float], ...] = ()
     if record:
-        events = tuple((r, p[0], p[1], p[2], ends[r][k] - durations[r][k], ends[r][k])
-                       for r in range(pp) for k, p in enumerate(programs[r]))
-    return PipelineResult(end_s=tuple(free), busy_s=tuple(busy), events=events)
+        events = tuple((r, p[0], p[1], p[2], end[sched.offset[r] + k] - table[slot[sched.offset[r] + k]],
+                        end[sched.offset[r] + k]) for r in range(pp) for k, p in enumerate(sched.programs[r]))
+    return PipelineResult(end_s=tuple(end[i] for i in last), busy_s=tuple(busy), events=events)
