@@ -1,9 +1,9 @@
 """Fit `LayoutFit`s (comm_model.py) from collective timings: public NCCL samples or `llmperf profile --comm`.
 
-Fit: rows implying an impossible bus bandwidth (> MAX_PLAUSIBLE_BUSBW) are dropped as corrupt; then alpha-beta
-by least squares on relative error (weights 1/t), robust to remaining outliers by iterated removal
-(|log residual - median| > max(6 x 1.4826 MAD, log 1.5)); then the residual as median log-ratios over up to 12
-message-size bins.
+Fit: rows implying an impossible bus bandwidth (> MAX_PLAUSIBLE_BUSBW) are dropped as corrupt; a least-median
+start (robust to half the rows being wrong) marks outliers (|log residual - median| > max(6 x 1.4826 MAD,
+log 1.5)); alpha-beta is then least squares on relative error over the inliers; the residual is the median
+log-ratio over up to 40 message-size bins.
 """
 
 from __future__ import annotations
@@ -55,17 +55,36 @@ def _alpha_beta(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def _lmeds(x: np.ndarray, t: np.ndarray, trials: int = 200) -> tuple[float, float]:
+    """Least median of squares (Rousseeuw 1984): the two-point alpha-beta line with the smallest median
+    |log residual|; robust to up to half of the rows being corrupt, where least squares is not."""
+    rng = np.random.default_rng(0)
+    best, best_ab = np.inf, _alpha_beta(x, t)
+    for _ in range(trials):
+        i, j = rng.choice(len(t), 2, replace=False)
+        if x[i] == x[j]:
+            continue
+        b = (t[j] - t[i]) / (x[j] - x[i])
+        a = t[i] - b * x[i]
+        if b <= 0 or a < 0:
+            continue
+        med = float(np.median(np.abs(np.log(t / (a + b * x)))))
+        if med < best:
+            best, best_ab = med, (float(a), float(b))
+    return best_ab
+
+
 def _inliers(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    a, b = _lmeds(x, t)
     keep = np.ones(t.shape, dtype=bool)
     for _ in range(3):
-        a, b = _alpha_beta(x[keep], t[keep])
         r = np.log(t / (a + b * x))
-        med = np.median(r[keep])
-        mad = 1.4826 * np.median(np.abs(r[keep] - med))
-        new = np.abs(r - med) <= max(6.0 * mad, MIN_OUTLIER_LOG)
-        if (new == keep).all():
+        mad = 1.4826 * np.median(np.abs(r - np.median(r)))
+        new = np.abs(r - np.median(r)) <= max(6.0 * mad, MIN_OUTLIER_LOG)
+        if (new == keep).all() or new.sum() < 2:
             break
         keep = new
+        a, b = _alpha_beta(x[keep], t[keep])
     return keep
 
 
@@ -130,15 +149,17 @@ def pool_layouts(samples: list[CommSamples]) -> list[CommSamples]:
             for k, v in sorted(merged.items())]
 
 
-def fit_comm_model(cluster: str, samples: list[CommSamples], provenance: Mapping[str, str]) -> CommModel:
-    """Fit every layout; keep those the data supports (see MIN_PLAUSIBLE_FRACTION, MAX_SHIPPED_FIT_MAPE)."""
+def fit_comm_model(cluster: str, samples: list[CommSamples], provenance: Mapping[str, str],
+                   max_fit_mape: float = float("inf")) -> CommModel:
+    """Fit every layout; keep those the data supports (MIN_PLAUSIBLE_FRACTION; `max_fit_mape`, which the shipped
+    models set to MAX_SHIPPED_FIT_MAPE while a user's own measurements are always kept)."""
     kept, rejected = [], []
     for s in pool_layouts(samples):
         if int(plausible(s).sum()) < 4:
             rejected.append(f"{s.collective} {s.nodes}x{s.gpus_per_node}: fewer than 4 plausible samples")
             continue
         fit = fit_layout(s)
-        if fit.plausible_fraction < MIN_PLAUSIBLE_FRACTION or fit.fit_mape > MAX_SHIPPED_FIT_MAPE:
+        if fit.plausible_fraction < MIN_PLAUSIBLE_FRACTION or fit.fit_mape > max_fit_mape:
             rejected.append(f"{s.collective} {s.nodes}x{s.gpus_per_node}: {1 - fit.plausible_fraction:.0%} corrupt "
                             f"rows, fit error {fit.fit_mape:.0%} (data too noisy or corrupt; nearest layout used)")
             continue
@@ -157,4 +178,4 @@ def fit_cluster_comm_model(data_root: Path, hw) -> CommModel:
             "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "note": "Perlmutter inter-node samples reflect the authors' NCCL setup (0.7-2.5 GB/s), not Slingshot-11."
             if hw.cluster == "perlmutter" else "Vista: 1 GH200 per node, every collective crosses InfiniBand."}
-    return fit_comm_model(hw.cluster, samples, prov)
+    return fit_comm_model(hw.cluster, samples, prov, MAX_SHIPPED_FIT_MAPE)

@@ -74,7 +74,8 @@ def _op(dist, kind: str, group, ranks: list[int], nbytes: float, device: str):
         return lambda: dist.all_gather(parts, buf[: elems // n], group=group)
     if kind == "reducescatter":  # nbytes = the full input
         out = torch.empty(elems // n, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, buf, group=group)
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: reduce_scatter(out, buf, group=group)
     if kind == "alltoall":
         out = torch.empty_like(buf)
         return lambda: dist.all_to_all_single(out, buf, group=group)

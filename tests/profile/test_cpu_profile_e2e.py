@@ -1,0 +1,59 @@
+"""`llmperf profile --device cpu` on a tiny budget: samples, resumes, fits, and `predict --hardware` uses it."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.cli import main
+
+pytest.importorskip("torch")
+
+GPT = ["--", "torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "128",
+       "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+       "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "1000"]
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_tiny_budget_profile_is_used_by_predict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    t0 = time.perf_counter()
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.2", "--ops", "gemm,layernorm",
+                      "--name", "cpu-test"], capsys)
+    assert code == 0, out
+    assert time.perf_counter() - t0 < 0.2 * 60 * 1.6 + 10  # budget honoured (plus start-up and fitting)
+    meta = json.loads((tmp_path / "profiles" / "cpu-test" / "profile.json").read_text())
+    fitted = {(m["op_class"], m["phase"], m["dtype"]) for m in meta["models"]}
+    assert ("gemm", "fwd", "fp32") in fitted and ("layernorm", "bwd", "fp32") in fitted
+    assert (tmp_path / "hardware" / "cpu-test.yaml").is_file()
+    # Resumable: a second run reuses every stored shape.
+    code, out2 = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm,layernorm",
+                       "--name", "cpu-test"], capsys)
+    assert code == 0 and "already stored" in out2 and " 0 already stored" not in out2, out2
+    code, out3 = _run(["predict", "--format", "json", "--hardware", "cpu-test", *GPT], capsys)
+    assert code == 0, out3
+    predictor = json.loads(out3[out3.index("{"):])["predictor"]
+    assert predictor["gemm"] == "lightgbm:cpu-test" and predictor["layernorm"] == "lightgbm:cpu-test"
+    assert predictor["gelu"] == "roofline"  # not sampled: the fallback is said per class
+
+
+def test_bad_options_are_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    code, out = _run(["profile", "--device", "cpu", "--ops", "gemm,warp_drive"], capsys)
+    assert code == 2 and "warp_drive" in out and "Traceback" not in out
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0"], capsys)
+    assert code == 2 and "--budget" in out
+    code, out = _run(["profile", "--comm"], capsys)
+    assert code == 2 and "--cluster-name" in out
