@@ -54,29 +54,42 @@ def ds_precision(ds: DsSettings, flags: FlagValues, src: dict[str, Source]) -> s
     return "fp32"
 
 
-def _hf_value(flags: FlagValues, dest: str, default: int, ds_value: Any, ds_key: str, hf_flag: str, origin: str) -> int:
-    if ds_value not in (None, AUTO) and flags.has(dest) and ds_value != flags.get(dest):
-        raise ConfigError(f"{origin} {ds_key}={ds_value} disagrees with {hf_flag} {flags.get(dest)} ({flags.source(dest)}); "
-                          "the Hugging Face Trainer refuses mismatching DeepSpeed values. Set it to \"auto\" or make them equal.")
-    return flags.get(dest, default)
+_HF_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0}
+
+
+def _hf_arg(flags: FlagValues, dest: str) -> Any:
+    return flags.get(dest, _HF_DEFAULTS.get(dest, False))
+
+
+def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
+    """transformers HfTrainerDeepSpeedConfig.fill_match: an explicit ds value must equal the Trainer's argument
+    (its default when not given), else the Trainer refuses to start."""
+    pairs = (("train_micro_batch_size_per_gpu", ds.micro_batch_size, "per_device_train_batch_size"),
+             ("gradient_accumulation_steps", ds.gradient_accumulation_steps, "gradient_accumulation_steps"),
+             ("gradient_clipping", ds.gradient_clipping if "gradient_clipping" in ds.sources else None, "max_grad_norm"),
+             ("fp16.enabled", ds.fp16 if "fp16" in ds.sources else None, "fp16"),
+             ("bf16.enabled", ds.bf16 if "bf16" in ds.sources else None, "bf16"))
+    bad = [f"ds {key}={ds_value} vs hf --{dest} {_hf_arg(flags, dest)}{'' if flags.has(dest) else ' (Trainer default)'}"
+           for key, ds_value, dest in pairs if ds_value not in (None, AUTO) and ds_value != _hf_arg(flags, dest)]
+    if bad:
+        raise ConfigError(f"{ds.path} mismatches the Hugging Face Trainer's arguments ({'; '.join(bad)}); the Trainer refuses "
+                          "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
 
 
 def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
     """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad."""
-    micro = _hf_value(flags, "per_device_train_batch_size", 8, ds.micro_batch_size, "train_micro_batch_size_per_gpu", "--per_device_train_batch_size", ds.path)
-    gas = _hf_value(flags, "gradient_accumulation_steps", 1, ds.gradient_accumulation_steps, "gradient_accumulation_steps", "--gradient_accumulation_steps", ds.path)
-    values: dict[str, Any] = {}
-    for key, hf_value, dest in (("micro_batch_size", micro, "per_device_train_batch_size"), ("gradient_accumulation_steps", gas, "gradient_accumulation_steps")):
-        ds_value = getattr(ds, key)
-        values[key] = hf_value if ds_value in (None, AUTO) else ds_value
-        src[key if key != "gradient_accumulation_steps" else "num_microbatches"] = (
-            ds.sources[key] if ds_value not in (None, AUTO) else flags.source(dest, f"Trainer default {hf_value}"))
+    hf_mismatches(ds, flags)
+    micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
+    src["micro_batch_size"] = ds.sources.get("micro_batch_size") if ds.micro_batch_size not in (None, AUTO) else \
+        flags.source("per_device_train_batch_size", f"Trainer default {micro}")
+    src["num_microbatches"] = ds.sources.get("gradient_accumulation_steps") if ds.gradient_accumulation_steps not in (None, AUTO) else \
+        flags.source("gradient_accumulation_steps", f"Trainer default {gas}")
     train = ds.train_batch_size
     if train in (None, AUTO):
         train, src["global_batch_size"] = world * micro * gas, Source(SourceKind.DERIVED, f"HF auto: world * micro * accumulation = {world}*{micro}*{gas}")
     else:
         src["global_batch_size"] = ds.sources["train_batch_size"]
-    gbs, mbs, steps = resolve_ds_batch(int(train), int(values["micro_batch_size"]), int(values["gradient_accumulation_steps"]), dp, ds.path)
+    gbs, mbs, steps = resolve_ds_batch(int(train), micro, gas, dp, ds.path)
     return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=steps)
 
 

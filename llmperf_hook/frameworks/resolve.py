@@ -56,7 +56,7 @@ def detect_framework(flags: FlagValues) -> str:
 
 def load_ds_settings(flags: FlagValues, framework: str) -> DsSettings | None:
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
-    if framework == "hf-deepspeed":
+    if isinstance(flags.get("deepspeed"), str) and (framework == "hf-deepspeed" or not path):
         path = flags.get("deepspeed")
     if not path:
         if framework == "megatron-deepspeed":
