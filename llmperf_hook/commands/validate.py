@@ -59,6 +59,7 @@ def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
     from llmperf_hook.validate.runner import plan_run
 
     presets = read_cluster_presets(clusters_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     lines: dict[str, list[str]] = {}
     for run in runs:
         plan, cluster = plan_run(run, presets, out_dir)

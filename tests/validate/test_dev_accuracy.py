@@ -24,3 +24,24 @@ def test_guarded_sources_stay_accurate() -> None:
     for summary in report.sources:
         assert summary.mape is not None and summary.mape <= GUARDED_MAPE[summary.source_id], (
             summary.source_id, summary.mape, [(r.row_id, r.signed_error) for r in summary.worst])
+
+
+@pytest.mark.skipif(not DEV_CSV.exists(), reason="../shared/validation/dev.csv not present")
+def test_validate_and_predict_batch_agree(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The rows' launch commands fed to `llmperf predict --batch` give exactly validate's predictions."""
+    import json
+    import subprocess
+    import sys
+
+    def llmperf(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "llmperf_hook", *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    report = json.loads(llmperf("validate", str(DEV_CSV), "--source", "S03", "--format", "json",
+                                "--write-batch", str(tmp_path)))
+    batch = llmperf("predict", "--cluster", "dgx-a100", "--batch", str(tmp_path / "commands-dgx-a100.txt"),
+                    "--format", "json")
+    predicted = [json.loads(line)["step_time_s"] for line in batch.splitlines() if line.strip()]
+    assert predicted == pytest.approx([row["predicted_s"] for row in report["rows"]], rel=1e-5)
+    assert len(predicted) == 8
