@@ -65,7 +65,9 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
         _print_dry_run(argv, pred, fmt)
         return
     if instrument is not None:
-        raise click.exceptions.Exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
+        # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, which turns Exit into a
+        # return value that would be lost.
+        sys.exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
     exec_command(argv)
 
 

@@ -72,3 +72,11 @@ def test_real_torchrun_job_through_prefix_form(tmp_path: Path) -> None:
     through = subprocess.run([sys.executable, "-m", "llmperf_hook", "torchrun", "--nproc-per-node", "1", str(script)],
                              capture_output=True, text=True, env={**os.environ, "CHILD_EXIT": "7"}, timeout=300)
     assert direct.returncode != 0 and through.returncode == direct.returncode  # torchrun's own code for a failed child
+
+
+def test_instrument_branch_passes_the_exit_code(tmp_path: Path) -> None:
+    pytest.importorskip("llmperf_hook.instrument.session")
+    script = tmp_path / "exit3.py"
+    script.write_text("import sys\nprint('instrumented child')\nsys.exit(3)\n")
+    out = llmperf("run", "--instrument", "1", "--run-dir", str(tmp_path / "run"), "--", sys.executable, str(script))
+    assert out.returncode == 3 and "instrumented child" in out.stdout
