@@ -66,4 +66,6 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         shape["num_experts"] = experts
         shape["moe_router_topk"] = _first(raw, "num_experts_per_tok", "moe_topk") or 2
         shape["moe_ffn_hidden_size"] = _first(raw, "moe_intermediate_size") or shape["ffn_hidden_size"]
-    return shape
+    from llmperf_hook.frameworks.presets import check_shape_types
+
+    return check_shape_types(shape, origin)

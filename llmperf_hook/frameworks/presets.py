@@ -43,6 +43,25 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
+_BOOL_KEYS = ("swiglu", "untie_embeddings", "add_bias_linear")
+_CHOICES = {"normalization": ("LayerNorm", "RMSNorm"), "position_embedding": ("learned_absolute", "rope", "none")}
+
+
+def check_shape_types(shape: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Counts are positive integers (num_experts may be 0), flags booleans, names from ModelShape's choices."""
+    for key, value in shape.items():
+        if key in _BOOL_KEYS:
+            ok = isinstance(value, bool)
+        elif key in _CHOICES:
+            ok = value in _CHOICES[key]
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "num_experts" else 1)
+        if not ok:
+            expected = f"one of {_CHOICES[key]}" if key in _CHOICES else "true/false" if key in _BOOL_KEYS else "a positive integer"
+            raise UsageError(f"model shape {origin}: {key} = {value!r} must be {expected}.")
+    return shape
+
+
 def _check_shape(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if not isinstance(raw.get(k), int)]
     if missing:
@@ -50,7 +69,7 @@ def _check_shape(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(SHAPE_KEYS) - {"name"})
     if unknown:
         raise UsageError(f"model shape {origin} has unknown keys {unknown}; known keys: {', '.join(SHAPE_KEYS)}.")
-    return {k: v for k, v in raw.items() if k in SHAPE_KEYS}
+    return check_shape_types({k: v for k, v in raw.items() if k in SHAPE_KEYS}, origin)
 
 
 def load_model_preset(name_or_path: str) -> dict[str, Any]:
@@ -65,7 +84,12 @@ def load_model_preset(name_or_path: str) -> dict[str, Any]:
         return shape_from_hf_config(read_hf_config(str(path)), str(path))
     if path.is_file():
         if path.suffix == ".json":
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise UsageError(f"cannot read model file {path}: {err}.") from None
+            if not isinstance(raw, dict):
+                raise UsageError(f"model file {path} must be a JSON object of shape fields.")
             if "num_hidden_layers" in raw or "n_layer" in raw:
                 return shape_from_hf_config(raw, str(path))
             return _check_shape(raw, str(path))

@@ -47,5 +47,14 @@ def test_files_and_hf_configs(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("num_layers: 2\nwidth: 3\n")
     with pytest.raises(UsageError):
         load_model_preset(str(tmp_path / "bad.yaml"))
+    (tmp_path / "typed.yaml").write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: '100'\n")
+    with pytest.raises(UsageError, match="positive integer"):
+        load_model_preset(str(tmp_path / "typed.yaml"))
+    (tmp_path / "broken.json").write_text("{oops")
+    with pytest.raises(UsageError, match="cannot read"):
+        load_model_preset(str(tmp_path / "broken.json"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(UsageError, match="JSON object"):
+        load_model_preset(str(tmp_path / "list.json"))
     with pytest.raises(UsageError, match="neither a shipped preset"):
         load_model_preset("no-such-model")
