@@ -1,6 +1,7 @@
 """Stage [6]: Chrome / Perfetto trace (Trace Event Format, "X" complete events in microseconds) of the
-simulated step: one lane (tid) per pipeline stage with its forward/backward passes, the gradient sync,
-optimizer and parameter gather; idle gaps between passes are explicit "bubble" events. Open the file in
+simulated step. Process 0: one lane per pipeline stage with its forward/backward passes, the gradient sync,
+optimizer and parameter gather; idle gaps between passes are explicit "bubble" events. Process 1: the ops and
+collectives of micro-batch 0 on every stage (one lane for the critical path, one for overlapped communication). Open the file in
 ui.perfetto.dev or chrome://tracing.
 """
 
@@ -8,12 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmperf_hook.schedule.op_timeline import COMM_LANE_OFFSET
 from llmperf_hook.schedule.step_estimate import StepEstimate, TimelineEvent
 
 US = 1e6
 
 
 def _event(ev: TimelineEvent) -> dict[str, Any]:
+    if ev.name not in ("F", "B") and ev.detail:  # one op of micro-batch 0 (schedule/op_timeline.py)
+        cat = ev.name[ev.name.rfind("[") + 1:-1] if ev.name.endswith("]") else "op"
+        return {"name": ev.name, "cat": cat, "ph": "X", "pid": 1, "tid": ev.stage, "ts": ev.start_s * US,
+                "dur": (ev.end_s - ev.start_s) * US, "args": {"chunk": ev.chunk, **dict(ev.detail)}}
     label = {"F": "forward", "B": "backward"}.get(ev.name, ev.name)
     name = f"{label} mb{ev.microbatch} chunk{ev.chunk}" if ev.microbatch >= 0 else label
     return {"name": name, "cat": ev.name, "ph": "X", "pid": 0, "tid": ev.stage, "ts": ev.start_s * US,
@@ -40,10 +46,18 @@ def _bubbles(events: list[TimelineEvent]) -> list[dict[str, Any]]:
 def render_trace(estimate: StepEstimate, title: str = "llmperf simulated step") -> dict[str, Any]:
     """Trace Event Format JSON object for `estimate` (predicted with detail=True)."""
     events = list(estimate.timeline)
-    lanes = sorted({ev.stage for ev in events} | {s.stage for s in estimate.stages})
-    meta: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": title}}]
+    passes = [ev for ev in events if not (ev.name not in ("F", "B") and ev.detail)]
+    ops = [ev for ev in events if ev.name not in ("F", "B") and ev.detail]
+    lanes = sorted({ev.stage for ev in passes} | {s.stage for s in estimate.stages})
+    meta: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": title}},
+                                  {"name": "process_name", "ph": "M", "pid": 1,
+                                   "args": {"name": "ops of micro-batch 0 (compute lane, overlapped-comm lane)"}}]
     meta += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": s, "args": {"name": f"pipeline stage {s}"}}
              for s in lanes]
-    body = [_event(ev) for ev in events] + _bubbles(events)
+    meta += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t,
+              "args": {"name": f"stage {t} ops" if t < COMM_LANE_OFFSET else f"stage {t - COMM_LANE_OFFSET} "
+                                                                              f"overlapped comm"}}
+             for t in sorted({ev.stage for ev in ops})]
+    body = [_event(ev) for ev in events] + _bubbles(passes)
     return {"traceEvents": meta + body, "displayTimeUnit": "ms",
             "otherData": {"step_time_s": estimate.step_time_s, "breakdown": dict(estimate.breakdown)}}

@@ -23,6 +23,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.predict.dispatch import op_id
+from llmperf_hook.schedule.op_timeline import op_events
 from llmperf_hook.schedule.pipeline import simulate_pipeline
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
 
@@ -165,7 +166,10 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
                            sim.busy_s[critical], step_costs[critical], optimizer_s, gather_s)
     stages = tuple(_stage_timing(graph.stages[i], fwd[i], bwd[i], m, sim.end_s[i], sim.busy_s[i], step_costs[i])
                    for i in range(len(graph.stages)))
-    timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s) if detail else ()
+    timeline: tuple[TimelineEvent, ...] = ()
+    if detail:
+        timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s)
+        timeline += tuple(op_events(graph, seconds, sim.events, tp_overlap))
     return ComposedStep(step, breakdown, stages, critical, timeline)
 
 

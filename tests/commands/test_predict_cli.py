@@ -69,7 +69,7 @@ def test_trace_file_and_usage_errors(tmp_path: Path) -> None:
     out = llmperf("predict", "--cluster", "dgx-a100", "--trace", str(trace), "--", *GPT)
     assert out.returncode == 0, out.stderr
     events = json.loads(trace.read_text())["traceEvents"]
-    assert {e["tid"] for e in events if e.get("ph") == "X"} == {0, 1}
+    assert {e["tid"] for e in events if e.get("ph") == "X" and e["pid"] == 0} == {0, 1}
     bad = llmperf("predict", "--cluster", "nowhere", "--", *GPT)
     assert bad.returncode == 2 and "not found" in bad.stderr and "Traceback" not in bad.stderr
     empty = llmperf("predict")

@@ -39,8 +39,11 @@ def test_table_mentions_verdict_and_breakdown() -> None:
 def test_trace_has_one_lane_per_stage_and_bubbles() -> None:
     trace = render_trace(_prediction(detail=True).estimate)
     events = trace["traceEvents"]
-    lanes = {e["tid"] for e in events if e.get("ph") == "X"}
+    lanes = {e["tid"] for e in events if e.get("ph") == "X" and e["pid"] == 0}
     assert lanes == {0, 1}
+    ops = [e for e in events if e.get("ph") == "X" and e["pid"] == 1]
+    assert {"gemm", "attention", "layernorm"} <= {e["cat"] for e in ops}
+    assert {e["tid"] for e in ops} == {0, 1}
     names = {e["cat"] for e in events if e.get("ph") == "X"}
     assert {"F", "B", "bubble", "optimizer"} <= names
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")

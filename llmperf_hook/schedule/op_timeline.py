@@ -1,0 +1,52 @@
+"""Op-level detail of the simulated step for the trace: the ops of micro-batch 0's forward and backward
+pass on every stage and chunk, laid out from the pass's start. Ops on the critical path follow each other in
+the stage's lane; communication that hides behind compute (tagged `overlap`, or TP under --tp-comm-overlap)
+goes to the stage's communication lane, starting with its layer."""
+
+from __future__ import annotations
+
+from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.op_graph import OpGraph
+from llmperf_hook.predict.dispatch import op_id
+from llmperf_hook.schedule.step_estimate import TimelineEvent
+
+COMM_LANE_OFFSET = 1000
+"""Trace lane of stage s's overlapped communication: COMM_LANE_OFFSET + s."""
+
+
+def _hidden(op: Op, tp_overlap: bool) -> bool:
+    return op.collective is not None and ("overlap" in op.tags or (tp_overlap and op.collective.group == "tp"))
+
+
+def pass_op_events(ops_by_block: list[tuple[tuple[Op, ...], int]], start_s: float, stage: int, chunk: int,
+                   seconds: dict[str, float], tp_overlap: bool) -> list[TimelineEvent]:
+    out: list[TimelineEvent] = []
+    t = start_s
+    for ops, count in ops_by_block:
+        for _ in range(count):
+            side = t
+            for op in ops:
+                d = seconds[op_id(op)]
+                detail = {"seconds": d, "flops": op.flops, "bytes": float(op.dims.get("bytes", op.bytes_moved))}
+                if _hidden(op, tp_overlap):
+                    out.append(TimelineEvent(COMM_LANE_OFFSET + stage, f"{op.name} [{op.op_class}]", side, side + d,
+                                             chunk, 0, detail))
+                    side += d
+                    continue
+                out.append(TimelineEvent(stage, f"{op.name} [{op.op_class}]", t, t + d, chunk, 0, detail))
+                t += d
+    return out
+
+
+def op_events(graph: OpGraph, seconds: dict[str, float], pass_events: tuple, tp_overlap: bool) -> list[TimelineEvent]:
+    """Op events of micro-batch 0 for each (stage, chunk, F/B) pass recorded by the pipeline simulation."""
+    out: list[TimelineEvent] = []
+    for rank, kind, chunk, microbatch, start, _ in pass_events:
+        if microbatch != 0:
+            continue
+        blocks = graph.stages[rank].chunks[chunk].blocks
+        ops_by_block = [((b.fwd if kind == "F" else b.bwd), b.count) for b in blocks]
+        if kind == "B":
+            ops_by_block.reverse()
+        out.extend(pass_op_events(ops_by_block, start, rank, chunk, seconds, tp_overlap))
+    return out
