@@ -23,8 +23,13 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
-ACT_BYTES = 2
 MASK_BYTES = 1
+
+
+def act_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per stored activation: 2 in mixed precision (the paper's assumption; fp8 keeps bf16 activations
+    between layers), 4 when training in fp32."""
+    return 4 if cfg.precision == "fp32" else 2
 
 
 def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
@@ -34,16 +39,17 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
     kv = m.num_query_groups / m.num_attention_heads
     sbh = s * b * h
-    ln_inputs = 2 * ACT_BYTES * sbh
-    qkv_input, mlp_input, dropout_masks = ACT_BYTES * sbh, ACT_BYTES * sbh, 2 * MASK_BYTES * sbh
+    ab = act_bytes(cfg)  # the paper's 2 bytes, per precision
+    ln_inputs = 2 * ab * sbh
+    qkv_input, mlp_input, dropout_masks = ab * sbh, ab * sbh, 2 * MASK_BYTES * sbh
     replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
-    qkv = ACT_BYTES * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
-    proj_input = ACT_BYTES * sbh
-    fc1_out = ACT_BYTES * s * b * f * (2 if m.swiglu else 1)
-    fc2_in = ACT_BYTES * s * b * f
+    qkv = ab * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
+    proj_input = ab * sbh
+    fc1_out = ab * s * b * f * (2 if m.swiglu else 1)
+    fc2_in = ab * s * b * f
     split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
     a = m.num_attention_heads
-    scores = (2 * ACT_BYTES + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b
+    scores = (2 * ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
 
 
@@ -55,7 +61,7 @@ def layer_activation_bytes(cfg: TrainingConfig) -> float:
     s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
     granularity = cfg.recompute.granularity
     if granularity == "full":
-        return ACT_BYTES * s * b * h / (t if sp else 1)
+        return act_bytes(cfg) * s * b * h / (t if sp else 1)
     base = (replicated + split) / t if sp else replicated + split / t
     if cfg.attention_backend == "unfused" and granularity == "none":
         return base + scores / t
