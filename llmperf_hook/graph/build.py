@@ -153,9 +153,15 @@ def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
     return per_microbatch * cfg.batch.num_microbatches * p.tp * p.cp * p.dp
 
 
+def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
+    """Ranks that share a node: the launch's processes per node, at most the node's GPUs (a job that starts 4
+    processes on 8-GPU nodes spreads a TP-8 group over two nodes)."""
+    return max(1, min(cluster.gpus_per_node, cfg.nproc_per_node or cluster.gpus_per_node))
+
+
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
-    gpus_per_node = cluster.gpus_per_node
+    gpus_per_node = ranks_per_node(cfg, cluster)
     ctx = build_context(cfg, gpus_per_node)
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))

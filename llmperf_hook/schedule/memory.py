@@ -107,7 +107,9 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
 
 def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:
     """Peak bytes per GPU on the busiest pipeline rank and whether it fits the GPU."""
-    per_stage = [stage_memory(cfg, s, cluster.gpus_per_node) for s in graph.stages]
+    from llmperf_hook.graph.build import ranks_per_node
+
+    per_stage = [stage_memory(cfg, s, ranks_per_node(cfg, cluster)) for s in graph.stages]
     peaks = [sum(parts.values()) for parts in per_stage]
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes

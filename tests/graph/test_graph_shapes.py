@@ -116,3 +116,15 @@ def test_zero3_gathers_per_layer_and_zero2_reduces_in_backward() -> None:
     _, block = _layer_ops(graph)
     assert block.bwd[-1].name == "zero.grad_reduce_scatter"
     assert any(op.name == "dp.param_allgather" for op in graph.stages[0].step_ops)
+
+
+def test_placement_uses_the_launch_processes_per_node() -> None:
+    from dataclasses import replace
+
+    cfg = make_config(num_layers=4, hidden_size=1024, num_attention_heads=16, tp=8, dp=2, global_batch_size=2)
+    packed = build_graph(cfg, load_cluster("dgx-h100"))
+    spread = build_graph(replace(cfg, nnodes=4, nproc_per_node=4), load_cluster("dgx-h100"))
+    tp_packed = next(op for op in packed.stages[0].chunks[0].blocks[1].fwd if op.name == "attn.tp_reduce")
+    tp_spread = next(op for op in spread.stages[0].chunks[0].blocks[1].fwd if op.name == "attn.tp_reduce")
+    assert tp_packed.collective.intra_node and not tp_spread.collective.intra_node
+    assert tp_spread.collective.ranks_per_node == 4
