@@ -100,6 +100,25 @@ def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats:
         print(f"  user's {res.baseline.candidate.describe():<36} {res.baseline.step_time_s:8.3f} s")
 
 
+def exhaustive_check(name: str, argv: list[str], cluster: str) -> None:
+    """Same search with the bound switched off (every candidate the memory bound keeps is predicted in full)."""
+    from llmperf_hook.tune import search
+
+    saved = search.Z_BOUND, search.MAX_FULL_PREDICTIONS
+    try:
+        fast_s, fast, _ = tune_once(argv, cluster, None)
+        search.Z_BOUND, search.MAX_FULL_PREDICTIONS = 1e6, 10**9
+        full_s, full, _ = tune_once(argv, cluster, None)
+    finally:
+        search.Z_BOUND, search.MAX_FULL_PREDICTIONS = saved
+    gap = fast.top[0].step_time_s / full.top[0].step_time_s - 1
+    same = [e.candidate for e in fast.top] == [e.candidate for e in full.top]
+    worst = max(a.step_time_s / b.step_time_s - 1 for a, b in zip(fast.top, full.top))
+    print(f"\n== exhaustive check, {name} on {cluster}: bounded search {fast.num_full_predictions} full predictions "
+          f"in {fast_s:.2f} s vs exhaustive {full.num_full_predictions} in {full_s:.1f} s; top-1 gap {gap:+.2%}; "
+          f"top-{len(full.top)} identical: {same} (worst rank-by-rank step-time gap {worst:+.2%})")
+
+
 def cli_wall(argv: list[str], cluster: str, repeats: int) -> None:
     cmd = [sys.executable, "-m", "llmperf_hook", "tune", "--cluster", cluster, "--format", "json", "--", *argv]
     walls = []
@@ -117,6 +136,7 @@ def cli_wall(argv: list[str], cluster: str, repeats: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--exhaustive", action="store_true", help="also compare with an unbounded search (GPT-3: minutes)")
     args = ap.parse_args()
     print(f"one thread (OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}), {os.cpu_count()} CPUs on this machine, "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -124,6 +144,9 @@ def main() -> None:
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", WIDE_SPACE, args.repeats)
     bench("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100", None, args.repeats)
     cli_wall(GPT3_175B_1024, "dgx-a100", args.repeats)
+    exhaustive_check("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100")
+    if args.exhaustive:
+        exhaustive_check("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100")
 
 
 if __name__ == "__main__":

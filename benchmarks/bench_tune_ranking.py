@@ -39,6 +39,7 @@ WITHIN = 0.05
 @dataclass
 class GroupResult:
     key: str
+    source: str
     num_configs: int
     top1_within: bool
     top1_exact: bool
@@ -119,10 +120,11 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
     predicted = np.array([float(api.predict_config(cfg, s).step_time_s) for _, cfg, s in rows])
     corr = spearman(predicted, np.array([r.iteration_time_s for r, _, _ in rows]))
     label = f"{key[0]} L{key[1]} h{key[2]} {key[5]} GPUs gbs {key[6]}"
+    source = "/".join(sorted({r.source_id for r, _, _ in rows}))
     if not res.top:
-        return GroupResult(label, len(cands), False, False, corr, "-", "tuner found no fitting configuration")
+        return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration")
     chosen = res.top[0].candidate
-    return GroupResult(label, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
+    return GroupResult(label, source, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
                        f"{chosen.describe()} ({meas[chosen] / best:.3f}x best)")
 
 
@@ -160,6 +162,11 @@ def report(results: list[GroupResult], elapsed_s: float, verbose: bool) -> None:
     print(f"\ngroups with >= 2 distinct measured configurations: {n} ({elapsed_s:.1f} s)")
     print(f"top-1 within {WITHIN:.0%} of the measured best: {within}/{n} = {within / n:.1%}  (target >= 90 %)")
     print(f"top-1 is the measured fastest:        {exact}/{n} = {exact / n:.1%}")
+    for src in sorted({r.source for r in results}):
+        rs = [r for r in results if r.source == src]
+        cs = [r.spearman for r in rs if r.spearman is not None]
+        rho = f", median Spearman {statistics.median(cs):+.2f}" if cs else ""
+        print(f"  {src:<8} {sum(r.top1_within for r in rs)}/{len(rs)} groups top-1 within {WITHIN:.0%}{rho}")
     if corrs:
         print(f"Spearman rank correlation predicted vs measured: median {statistics.median(corrs):+.3f}, "
               f"mean {statistics.fmean(corrs):+.3f} over {len(corrs)} groups with >= 3 rows")

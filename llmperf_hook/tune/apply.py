@@ -63,7 +63,7 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
     num_mb = new_cfg.batch.num_microbatches
     tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
     if framework == "hf-deepspeed":
-        hf = dsr.rewrite_hf_argv(argv, raw, base, new, num_mb)
+        hf = dsr.rewrite_hf_argv(argv, base, new, num_mb)
         if hf != argv:
             notes.append("Hugging Face Trainer flags replaced in argv")
         argv = hf

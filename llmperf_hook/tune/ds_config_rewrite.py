@@ -3,7 +3,8 @@
 DeepSpeed's batch triad (deepspeed/runtime/config.py `_configure_train_batch_size`): train_batch_size =
 train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp; any two determine the third, and
 Hugging Face's integration fills `"auto"` values from its own argv (--per_device_train_batch_size,
---gradient_accumulation_steps, --gradient_checkpointing), which is then what gets rewritten instead.
+--gradient_accumulation_steps, --gradient_checkpointing) and rejects explicit values that differ from it, so for
+Trainer scripts those flags are rewritten too.
 The config flag spellings are those DeepSpeed and Hugging Face accept: --deepspeed_config, --deepspeed-config,
 and the Trainer's --deepspeed FILE (for Megatron-DeepSpeed `--deepspeed` is a bare switch).
 """
@@ -110,13 +111,12 @@ def point_argv_at(argv: Sequence[str], ref: DsConfigRef, new_path: str) -> list[
     return out
 
 
-def rewrite_hf_argv(argv: Sequence[str], raw: dict[str, Any], base: Candidate, new: Candidate,
-                    num_microbatches: int) -> list[str]:
-    """Hugging Face Trainer flags for the values the ds_config leaves to it ("auto" or absent)."""
+def rewrite_hf_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_microbatches: int) -> list[str]:
+    """Hugging Face Trainer flags. The Trainer refuses a ds_config value that differs from its own argument
+    (transformers `HfTrainerDeepSpeedConfig.fill_match`), so both always carry the same numbers."""
     out = list(argv)
-    if new.micro_batch_size != base.micro_batch_size and raw.get("train_micro_batch_size_per_gpu") in ("auto", None):
+    if new.micro_batch_size != base.micro_batch_size:
         out = ed.set_value(out, HF_MBS, str(new.micro_batch_size))
-    if new.micro_batch_size != base.micro_batch_size and raw.get("gradient_accumulation_steps") in ("auto", None):
         out = ed.set_value(out, HF_GAS, str(num_microbatches))
     if new.recompute != base.recompute:
         out = ed.set_value(out, HF_CKPT, "True" if new.recompute != "none" else "False")

@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
@@ -87,4 +88,33 @@ def test_megatron_deepspeed_roundtrip(tmp_path: Path, monkeypatch, data) -> None
     write_planned_files(plan)
     _, parsed = resolve_job(list(plan.argv), {})
     assert _key(parsed) == _key(apply_candidate(cfg, cand)), plan.argv
+    assert json.loads((tmp_path / "ds.json").read_text()) == ds
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_hugging_face_roundtrip(tmp_path: Path, monkeypatch, auto: bool) -> None:
+    """Trainer + DeepSpeed: ds values ("auto" or explicit) and Trainer flags stay equal, as the Trainer demands."""
+    monkeypatch.chdir(tmp_path)
+    micro, gas = ("auto", "auto") if auto else (2, 4)
+    ds = {"train_batch_size": "auto" if auto else 64, "train_micro_batch_size_per_gpu": micro,
+          "gradient_accumulation_steps": gas, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    argv = ["deepspeed", "--num_gpus", "8", "run_clm.py", "--model_name_or_path", "meta-llama/Meta-Llama-3-8B",
+            "--deepspeed", "ds.json", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
+            "--bf16", "True", "--output_dir", "out"]
+    overrides = JobOverrides(model="llama3-8b")
+    _, cfg = resolve_job(argv, {}, overrides)
+    assert cfg.framework == "hf-deepspeed"
+    space = load_search_space(None, cfg.framework)
+    table = generate_candidates(cfg, space, 8)
+    cands = [table.candidate(i) for i in range(len(table))]
+    cands = [c for c in cands if 64 % (c.micro_batch_size * 8) == 0 and c != candidate_of(cfg)]
+    assert cands
+    for cand in cands:
+        plan = plan_tuned_command(argv, cfg, cand, apply_candidate(cfg, cand))
+        write_planned_files(plan)
+        _, parsed = resolve_job(list(plan.argv), {}, overrides)
+        assert _key(parsed) == _key(apply_candidate(cfg, cand)), plan.argv
+        for f in tmp_path.glob("ds.llmperf-tuned*.json"):
+            f.unlink()
     assert json.loads((tmp_path / "ds.json").read_text()) == ds
