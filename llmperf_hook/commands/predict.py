@@ -4,7 +4,7 @@
 Single command: a readable table (default) or one JSON object (schema in report/json_report.py) on stdout.
 Batch: FILE holds one launch command per line (shell words; `#` comments; blank lines skipped; `-` = stdin).
 A line may start with its own llmperf options ending in `--` (`--cluster NAME --hardware NAME --nnodes N
---nproc-per-node N --model M -- torchrun ...`) and may start with `llmperf predict`. Relative paths in a line
+--nproc-per-node N --model M -- torchrun ...`) and may start with `llmperf predict`, `llmperf run` or `llmperf`. Relative paths in a line
 (ds_config, hostfile) resolve against the batch file's folder (FILE's directory is the working directory while
 its lines are resolved). With --format json, stdout holds one JSON object per line of input commands, in order; a
 line that fails gives {"error": "..."} and the rest go on (a count of failures goes to stderr; exit 0).
@@ -88,8 +88,8 @@ def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], di
         raise UsageError(f"cannot split the line into shell words: {err}.") from err
     if not words:
         return None
-    if words[:2] == ["llmperf", "predict"]:
-        words = words[2:]
+    if words[:1] == ["llmperf"]:
+        words = words[2:] if words[1:2] in (["predict"], ["run"]) else words[1:]
     options = dict(defaults)
     if words and words[0] in LINE_OPTIONS:
         if "--" not in words:
@@ -101,6 +101,8 @@ def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], di
         for flag, value in zip(head[::2], head[1::2]):
             if flag not in LINE_OPTIONS:
                 raise UsageError(f"unknown llmperf option {flag} in a batch line; accepted: {', '.join(LINE_OPTIONS)}.")
+            if flag in ("--nnodes", "--nproc-per-node") and not value.isdigit():
+                raise UsageError(f"{flag} {value!r} in a batch line must be a positive integer.")
             options[LINE_OPTIONS[flag]] = int(value) if flag in ("--nnodes", "--nproc-per-node") else value
     if not words:
         raise UsageError("the line has llmperf options but no launch command after `--`.")
