@@ -50,11 +50,18 @@ def render_table(report: ValidationReport, show_rows: bool = True) -> str:
     lines.append(f"Overall: MAPE {_pct(report.overall_mape)} over {scored} rows "
                  f"(mean of per-source MAPE {_pct(report.mean_source_mape)}); "
                  f"{report.num_failed} rows failed; {report.elapsed_s:.1f} s")
-    failed = [r for r in report.rows if r.predicted_s is None]
-    for r in failed[:10]:
-        lines.append(f"  row {r.row_id} ({r.source_id}) failed: {r.error}")
-    if len(failed) > 10:
-        lines.append(f"  ... and {len(failed) - 10} more failed rows (see --format json)")
+    filled = sum(1 for r in report.rows if any("blank" in note for note in r.notes))
+    if filled:
+        lines.append(f"  {filled} rows had blank cells filled by the schema's rules (listed per row in --format json)")
+    by_error: dict[str, list[str]] = {}
+    for r in report.rows:
+        if r.predicted_s is None:
+            by_error.setdefault(r.error, []).append(f"{r.row_id} ({r.source_id})")
+    for error, row_ids in list(by_error.items())[:10]:
+        more = f" and {len(row_ids) - 5} more" if len(row_ids) > 5 else ""
+        lines.append(f"  {len(row_ids)} row(s) failed, rows {', '.join(row_ids[:5])}{more}: {error}")
+    if len(by_error) > 10:
+        lines.append(f"  ... and {len(by_error) - 10} more distinct errors (see --format json)")
     return "\n".join(lines)
 
 

@@ -40,8 +40,8 @@ def predict_with_api(argv: Sequence[str], cluster: str) -> PredictedStep:
     estimate = prediction.estimate
     memory = getattr(estimate, "memory", None)
     fits = getattr(memory, "fits", None)
-    return PredictedStep(step_time_s=float(estimate.step_time_s), fits=fits,
-                         warnings=tuple(getattr(estimate, "warnings", ()) or ()))
+    warnings = tuple(prediction.warnings) + tuple(getattr(estimate, "warnings", ()) or ())
+    return PredictedStep(step_time_s=float(estimate.step_time_s), fits=fits, warnings=tuple(dict.fromkeys(warnings)))
 
 
 def validate_runs(runs: Sequence[MeasuredRun], *, clusters_dir: Path, predict: PredictFn | None = None,
@@ -78,7 +78,7 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
         message = f"internal error: {type(err).__name__}: {err}"
         return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=message, notes=notes)
     return RowResult(**base, predicted_s=step.step_time_s, cluster=cluster.cluster, argv=plan.argv,
-                     fits=step.fits, notes=notes)
+                     fits=step.fits, notes=notes + step.warnings)
 
 
 def describe_layout(run: MeasuredRun) -> str:

@@ -47,7 +47,7 @@ def test_table(csv_file: Path) -> None:
     assert re.search(r"S01 +2/2 +MAPE +12.5%", out.output)
     assert "worst: row 2" in out.output
     assert "Overall: MAPE 25.0% over 3 rows" in out.output and "1 rows failed" in out.output
-    assert "row 4 (S02) failed: tensor-model-parallel-size 3" in out.output
+    assert "1 row(s) failed, rows 4 (S02): tensor-model-parallel-size 3" in out.output
 
 
 def test_json(csv_file: Path) -> None:
