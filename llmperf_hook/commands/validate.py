@@ -13,7 +13,7 @@ from llmperf_hook.errors import UsageError
 SCHEMA_HELP = """\
 FILE.csv has one row per measured run. Required columns: num_layers, hidden_size, seq_length,
 global_batch_size, tp, pp, num_gpus, iteration_time_s (seconds per optimizer step), and the cluster: a
-`cluster` column (preset name or cluster YAML path) or `gpu_type` + `gpus_per_node` (with
+`cluster` column (preset name, or cluster YAML path, relative paths first beside the CSV) or `gpu_type` + `gpus_per_node` (with
 `inter_node_network` text such as "InfiniBand HDR 200Gb/s x8 per node", or `inter_node_bandwidth_GBps` per
 GPU, when the run spans nodes). Optional: row_id, source_id, source, model, num_attention_heads,
 num_query_groups, ffn_hidden_size, vocab_size, micro_batch_size, vpp, cp, dp, ep, sequence_parallel,
@@ -39,7 +39,7 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
     from llmperf_hook.validate.runner import validate_runs
     from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
 
-    runs = build_measured_runs(read_runs_csv(csv_file))
+    runs = build_measured_runs(read_runs_csv(csv_file), base_dir=Path(csv_file).resolve().parent)
     if sources:
         runs = [r for r in runs if r.source_id in sources]
         if not runs:

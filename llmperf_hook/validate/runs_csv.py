@@ -7,6 +7,7 @@ row that contradicts itself (tp * pp * cp * dp != num_gpus) is a clear `UsageErr
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -144,5 +145,16 @@ def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> di
     }
 
 
-def build_measured_runs(rows: Sequence[Mapping[str, str]]) -> list[MeasuredRun]:
-    return [build_measured_run(raw, i + 1) for i, raw in enumerate(rows)]
+def build_measured_runs(rows: Sequence[Mapping[str, str]], base_dir: Path | None = None) -> list[MeasuredRun]:
+    """All rows; a `cluster` cell naming a YAML file beside the CSV (`base_dir`) is resolved against it."""
+    runs = [build_measured_run(raw, i + 1) for i, raw in enumerate(rows)]
+    if base_dir is None:
+        return runs
+    return [_resolve_cluster_path(run, base_dir) for run in runs]
+
+
+def _resolve_cluster_path(run: MeasuredRun, base_dir: Path) -> MeasuredRun:
+    if not run.cluster.endswith((".yaml", ".yml")) or Path(run.cluster).is_absolute():
+        return run
+    beside = base_dir / run.cluster
+    return replace(run, cluster=str(beside)) if beside.is_file() and not Path(run.cluster).is_file() else run

@@ -80,3 +80,13 @@ def test_every_dev_row_parses() -> None:
     h100 = [r for r in runs if r.source_id == "S04"]
     assert all(r.precision == "bf16" and r.distributed_optimizer and "--overlap-grad-reduce" in r.extra_args
                for r in h100)
+
+
+def test_cluster_yaml_beside_the_csv_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my-cluster.yaml").write_text("name: mine\n")
+    row = {k: v for k, v in BASE_ROW.items() if k not in ("gpu_type", "gpus_per_node")}
+    path = write_csv(tmp_path / "runs.csv", [{**row, "cluster": "my-cluster.yaml"}])
+    monkeypatch.chdir("/")
+    runs = build_measured_runs(read_runs_csv(path), base_dir=tmp_path)
+    assert runs[0].cluster == str(tmp_path / "my-cluster.yaml")
+    assert build_measured_runs(read_runs_csv(path))[0].cluster == "my-cluster.yaml"
