@@ -19,10 +19,10 @@ def llmperf(*args: str, cwd: Path | None = None, stdin: str | None = None) -> su
 
 
 def test_predict_json_single_command_without_torch() -> None:
-    out = llmperf("predict", "--cluster", "dgx-a100", "--format", "json", "--", *GPT)
+    out = llmperf("predict", "--cluster", "dgx-h100", "--format", "json", "--", *GPT)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["schema"] == 1 and data["config"]["tp"] == 2 and data["cluster"]["name"] == "dgx-a100"
+    assert data["schema"] == 1 and data["config"]["tp"] == 2 and data["cluster"]["name"] == "dgx-h100"
     assert data["step_time_s"] > 0 and data["memory"]["fits"] is True
     assert "TORCH_LOADED=False" in out.stderr
 
@@ -37,14 +37,16 @@ def test_batch_json_keeps_order_and_reports_bad_lines(tmp_path: Path) -> None:
     lines = ["# a comment", "", " ".join(GPT), "torchrun pretrain_gpt.py --num-layers 2 --hidden-size 96 "
              "--num-attention-heads 5 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 "
              "--global-batch-size 1 --vocab-size 1000 --tensor-model-parallel-size 2",
-             "--cluster dgx-a100 -- " + " ".join(GPT)]
+             f"--cluster {tmp_path / 'mine.yaml'} -- " + " ".join(GPT)]
+    (tmp_path / "mine.yaml").write_text("name: mine\ngpu: h100-sxm5-80gb\ngpus_per_node: 4\n"
+                                        "intra_node_bandwidth_GBps: 300\ninter_node_bandwidth_GBps: 25\n")
     batch = tmp_path / "commands.txt"
     batch.write_text("\n".join(lines) + "\n")
     out = llmperf("predict", "--cluster", "dgx-h100", "--batch", str(batch), "--format", "json")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(rows) == 3
-    assert rows[0]["cluster"]["name"] == "dgx-h100" and "error" in rows[1] and rows[2]["cluster"]["name"] == "dgx-a100"
+    assert rows[0]["cluster"]["name"] == "dgx-h100" and "error" in rows[1] and rows[2]["cluster"]["name"] == "mine"
     assert "1 of 3 commands failed" in out.stderr
 
 
@@ -66,7 +68,7 @@ def test_batch_resolves_relative_paths_against_the_file(tmp_path: Path) -> None:
 
 def test_trace_file_and_usage_errors(tmp_path: Path) -> None:
     trace = tmp_path / "step.json"
-    out = llmperf("predict", "--cluster", "dgx-a100", "--trace", str(trace), "--", *GPT)
+    out = llmperf("predict", "--cluster", "dgx-h100", "--trace", str(trace), "--", *GPT)
     assert out.returncode == 0, out.stderr
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["tid"] for e in events if e.get("ph") == "X" and e["pid"] == 0} == {0, 1}

@@ -21,18 +21,18 @@ def llmperf(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_prints_command_and_stops() -> None:
-    out = llmperf("run", "--cluster", "dgx-a100", "--dry-run", "--", *GPT)
+    out = llmperf("run", "--cluster", "dgx-h100", "--dry-run", "--", *GPT)
     assert out.returncode == 0, out.stderr
     assert "would exec" in out.stdout and "pretrain_gpt.py --num-layers 4" in out.stdout
-    js = llmperf("run", "--cluster", "dgx-a100", "--dry-run", "--format", "json", "--", *GPT)
+    js = llmperf("run", "--cluster", "dgx-h100", "--dry-run", "--format", "json", "--", *GPT)
     lines = js.stdout.strip().splitlines()
     assert json.loads(lines[-1])["command"] == GPT and json.loads(lines[0])["schema"] == 1
 
 
 def test_gates_exit_3() -> None:
-    fit = llmperf("run", "--cluster", "dgx-a100", "--dry-run", "--require-fit", "--", *HUGE)
+    fit = llmperf("run", "--cluster", "dgx-h100", "--dry-run", "--require-fit", "--", *HUGE)
     assert fit.returncode == 3 and "exceeds the 80.00 GiB" in fit.stderr
-    slow = llmperf("run", "--cluster", "dgx-a100", "--max-step-time", "0.000001", "--dry-run", "--", *GPT)
+    slow = llmperf("run", "--cluster", "dgx-h100", "--max-step-time", "0.000001", "--dry-run", "--", *GPT)
     assert slow.returncode == 3 and "--max-step-time" in slow.stderr
 
 

@@ -23,7 +23,7 @@ def test_torchrun_shim_dry_run_points_at_the_real_launcher() -> None:
     cmd = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "512",
            "--num-attention-heads", "8", "--seq-length", "512", "--max-position-embeddings", "512",
            "--micro-batch-size", "1", "--global-batch-size", "8", "--vocab-size", "1000"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(LLMPERF_RUN_ARGS="--dry-run --cluster dgx-a100"),
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(LLMPERF_RUN_ARGS="--dry-run --cluster dgx-h100"),
                          timeout=120)
     assert out.returncode == 0, out.stderr
     real = str(Path(sys.executable).parent / "torchrun")
