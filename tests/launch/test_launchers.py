@@ -52,6 +52,7 @@ def test_nproc_gpu_needs_the_target_machine() -> None:
         parse_launch(["torchrun", "--nproc-per-node", "gpu", *SCRIPT], {})
     assert _size(["torchrun", "--nproc-per-node", "gpu", *SCRIPT], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == (1, 4, 4)
     assert _size(["torchrun", "--nproc-per-node", "auto", *SCRIPT], {}, nproc=8) == (1, 8, 8)
+    assert _size(["torchrun", "--nproc-per-node", "$SLURM_GPUS_PER_NODE", *SCRIPT], {"SLURM_GPUS_PER_NODE": "h100:4"}) == (1, 4, 4)
 
 
 def test_overrides_win() -> None:
