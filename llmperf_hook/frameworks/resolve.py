@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
+from llmperf_hook.frameworks.provenance_fill import fill_sources
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks.validation import validate_config
@@ -86,6 +87,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
         cfg = assemble_megatron(job, flags, framework, ds, overrides, src)
     else:
         cfg = assemble_deepspeed(job, flags, framework, ds, overrides, src)
+    fill_sources(src, flags, ds, framework)  # cfg.sources is this dict
     validate_config(cfg)
     return cfg
 

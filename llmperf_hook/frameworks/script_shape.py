@@ -45,7 +45,9 @@ def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any],
 
 def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, Source], warnings: list[str]) -> ModelShape:
     raw, origin = _shape_source(flags, model)
-    for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size", "padded_vocab_size", "kv_channels"):
+    for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size",
+                "padded_vocab_size", "kv_channels", "swiglu", "normalization", "position_embedding", "untie_embeddings",
+                "num_experts", "moe_router_topk", "moe_ffn_hidden_size"):
         src[key] = origin
     seq_flag = next((d for d in _SEQ_FLAGS if flags.has(d)), None)
     if seq_flag:

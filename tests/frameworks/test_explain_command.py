@@ -37,7 +37,7 @@ def test_json_has_every_key_and_source() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert set(REQUIRED) <= set(data) and set(REQUIRED) <= set(EXPLAIN_KEYS)
-    assert all(key in data["sources"] for key in REQUIRED), sorted(set(REQUIRED) - set(data["sources"]))
+    assert set(EXPLAIN_KEYS) <= set(data["sources"]), sorted(set(EXPLAIN_KEYS) - set(data["sources"]))
     assert (data["world_size"], data["dp"], data["num_microbatches"], data["padded_vocab_size"]) == (16, 8, 8, 128256)
 
 
