@@ -3,7 +3,8 @@
 Megatron builds the tokenizer and pads its `vocab_size` (megatron/training/tokenizer/tokenizer.py,
 `_vocab_size_with_padding`). We do the same without loading tokenizer libraries: GPT2BPETokenizer is
 50257 tokens (the GPT-2 vocab.json, 50256 merges + <|endoftext|>), a local Hugging Face tokenizer directory
-is read (tokenizer.json added + model vocab, or config.json `vocab_size`), `--vocab-size` is used as given.
+is read (tokenizer.json added + model vocab, or config.json `vocab_size`), a local SentencePiece model of
+Llama2Tokenizer is counted, `--vocab-size` is used as given.
 """
 
 from __future__ import annotations
@@ -65,6 +66,43 @@ def vocab_from_hf_dir(path: str) -> tuple[int, Source] | None:
     return (value, Source(SourceKind.CONFIG_FILE, f"{path}/config.json vocab_size")) if isinstance(value, int) else None
 
 
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def sentencepiece_pieces(path: str) -> int | None:
+    """Number of pieces in a SentencePiece tokenizer.model (protobuf ModelProto, field 1 `pieces`, repeated):
+    what Megatron's Llama2Tokenizer reports as vocab_size (sp_model.vocab_size()). None if unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        pos, count = 0, 0
+        while pos < len(data):
+            tag, pos = _varint(data, pos)
+            wire = tag & 7
+            if wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire == 2:
+                length, pos = _varint(data, pos)
+                pos += length
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                return None
+            count += int(tag >> 3 == 1 and wire == 2)
+        return count if pos == len(data) and count else None
+    except (OSError, ValueError):
+        return None
+
+
 def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None,
                        vocab_file: str | None = None) -> tuple[int, Source]:
     """--vocab-size first, then what the tokenizer type fixes (a local GPT-2 vocab.json is counted), then a local
@@ -75,6 +113,10 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         size = _json_len(vocab_file)  # Megatron's GPT-2 tokenizer: len(encoder)
         if size:
             return size, Source(SourceKind.CONFIG_FILE, f"{vocab_file} (GPT-2 encoder)")
+    if tokenizer_type == "Llama2Tokenizer" and tokenizer_model and os.path.isfile(tokenizer_model):
+        pieces = sentencepiece_pieces(tokenizer_model)
+        if pieces:
+            return pieces, Source(SourceKind.CONFIG_FILE, f"{tokenizer_model} (SentencePiece pieces)")
     if tokenizer_type in KNOWN_VOCAB:
         return KNOWN_VOCAB[tokenizer_type], Source(SourceKind.DEFAULT, f"{tokenizer_type} vocabulary")
     if tokenizer_model:

@@ -128,3 +128,29 @@ def test_not_modelled_settings_warn_once_each() -> None:
     assert "--recompute-modules" in text and "--moe-expert-capacity-factor" in text and "--rampup-batch-size" in text
     assert "CUDA graphs" not in text and len(cfg.warnings) == len(set(cfg.warnings))
     assert cfg.optimizer.offload_optimizer == "cpu"
+
+
+def _sentencepiece_model(pieces: int) -> bytes:
+    """A minimal ModelProto: `pieces` repeated SentencePiece messages (field 1) plus a trainer_spec (field 2)."""
+    def field(number: int, payload: bytes) -> bytes:
+        length, out = len(payload), b""
+        while True:
+            out += bytes([(length & 0x7F) | (0x80 if length > 0x7F else 0)])
+            length >>= 7
+            if not length:
+                break
+        return bytes([(number << 3) | 2]) + out + payload
+
+    body = b"".join(field(1, field(1, f"tok{i}".encode()) + b"\x15\x00\x00\x00\x00") for i in range(pieces))
+    return body + field(2, b"\x08\x01")
+
+
+def test_llama2_tokenizer_model_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tokenizer.model").write_bytes(_sentencepiece_model(300))
+    base = [a for a in BASE if a not in ("--tokenizer-type", "GPT2BPETokenizer")]
+    cfg = megatron("--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "tokenizer.model", base=base)
+    assert cfg.model.vocab_size == 300 and cfg.model.padded_vocab_size == 384
+    (tmp_path / "junk.model").write_bytes(b"\xff\xff\xff")
+    with pytest.raises(ConfigError, match="--vocab-size"):
+        megatron("--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "junk.model", base=base)
