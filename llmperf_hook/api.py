@@ -55,16 +55,20 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     memory = estimate_memory(cfg, graph, cluster)
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)
-    scale = 1.0
+    scale, overhead_s = 1.0, 0.0
     calibration = find_calibration(cluster.gpu.name, cluster.name, cfg.framework)
     if calibration is not None and calibration.step_time_scale > 0:
         scale = calibration.step_time_scale
-        predictor["calibration"] = f"x{scale:.3f} from {calibration.num_runs} instrumented run(s)"
-        warnings.append(f"step time scaled by {scale:.3f}, the calibration of {cluster.gpu.name} on {cluster.name} "
-                        f"for {cfg.framework} fitted on {calibration.num_runs} instrumented run(s).")
-    step_s = step.step_time_s * scale
+        overhead_s = max(0.0, float(getattr(calibration, "step_overhead_s", 0.0)))
+        predictor["calibration"] = (f"x{scale:.3f} + {overhead_s * 1e3:.1f} ms from {calibration.num_runs} "
+                                    f"instrumented run(s)")
+        warnings.append(f"step time calibrated (x{scale:.3f} + {overhead_s * 1e3:.1f} ms per step) for "
+                        f"{cluster.gpu.name} on {cluster.name} with {cfg.framework}, fitted on "
+                        f"{calibration.num_runs} instrumented run(s).")
+    # refine/calibration.py: step_time = step_time_scale * predicted + step_overhead_s
+    step_s = step.step_time_s * scale + overhead_s
     breakdown = dict(step.breakdown)
-    if scale != 1.0:
+    if calibration is not None and step_s != step.step_time_s:
         breakdown["calibration"] = step_s - step.step_time_s
     world = cfg.world_size
     peak = cluster.gpu.peak_for(cfg.precision)

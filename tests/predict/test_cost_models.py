@@ -86,9 +86,10 @@ def test_calibration_scales_step_and_is_reported(monkeypatch) -> None:
     from llmperf_hook.refine.calibration import Calibration
 
     cfg = make_config(num_layers=2, hidden_size=512, num_attention_heads=8, dp=2)
-    plain = api.predict_config(cfg, A100)
-    monkeypatch.setattr(api, "find_calibration", lambda hw, cl, fw: Calibration(hw, cl, fw, 1.5, 3))
-    scaled = api.predict_config(cfg, A100)
-    assert scaled.step_time_s == pytest.approx(1.5 * plain.step_time_s)
+    h100 = load_cluster("dgx-h100")
+    plain = api.predict_config(cfg, h100)
+    monkeypatch.setattr(api, "find_calibration", lambda hw, cl, fw: Calibration(hw, cl, fw, 1.5, 3, 0.01))
+    scaled = api.predict_config(cfg, h100)
+    assert scaled.step_time_s == pytest.approx(1.5 * plain.step_time_s + 0.01)
     assert "calibration" in scaled.predictor and "calibration" in scaled.breakdown
     assert abs(sum(scaled.breakdown.values()) - scaled.step_time_s) < 1e-9
