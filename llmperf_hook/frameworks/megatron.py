@@ -76,10 +76,14 @@ def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int
     return per_rank // per_stage_flag
 
 
-def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str]) -> ParallelLayout:
+def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
+            ds_flavour: bool = False) -> ParallelLayout:
     tp, src["tp"] = pick(flags, "tensor_model_parallel_size", 1, "Megatron: 1")
     pp, src["pp"] = pick(flags, "pipeline_model_parallel_size", 1, "Megatron: 1")
     cp, src["cp"] = pick(flags, "context_parallel_size", 1, "Megatron: 1")
+    if ds_flavour and flags.has("ds_sequence_parallel_size"):  # Megatron-DeepSpeed: DP = world / (TP*PP*SP)
+        cp, src["cp"] = flags.get("ds_sequence_parallel_size"), flags.source("ds_sequence_parallel_size")
+        warnings.append("--ds-sequence-parallel-size: DeepSpeed-Ulysses all-to-all modelled as context parallelism")
     ep, src["ep"] = pick(flags, "expert_model_parallel_size", 1, "Megatron: 1")
     etp, src["etp"] = pick(flags, "expert_tensor_parallel_size", tp, "Megatron: tensor-model-parallel-size")
     for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):
@@ -194,7 +198,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
                      ds_flavour: bool = False) -> MegatronParts:
     """All of Megatron's side of the configuration; `src` and `warnings` are filled in place."""
     _deprecated(flags)
-    parallel = _layout(flags, world, world_src, src, warnings)
+    parallel = _layout(flags, world, world_src, src, warnings, ds_flavour)
     model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"

@@ -72,6 +72,7 @@ def _build() -> dict[str, Flag]:
     table["--moe-expert-parallel-size"] = Flag("expert_model_parallel_size", "int")
     table["--ep-size"] = Flag("expert_model_parallel_size", "int")
     table["--topk"] = Flag("ds_moe_topk", "int")
+    table["--ds-sequence-parallel-size"] = Flag("ds_sequence_parallel_size", "int")  # DeepSpeed-Ulysses
     table["--expert-interval"] = Flag("ds_moe_expert_interval", "int")
     table["--add-bias-linear"] = Flag("add_bias_linear", "true")
     return table

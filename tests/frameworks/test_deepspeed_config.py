@@ -128,3 +128,11 @@ def test_deepspeed_pipeline_section(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (cfg.parallel.pp, cfg.parallel.dp, cfg.batch.num_microbatches) == (2, 4, 4)
     assert cfg.recompute.granularity == "full" and cfg.deepspeed_pipeline_engine and cfg.pipeline_schedule == "1f1b"
     assert any("partition_activations" in w for w in cfg.warnings)
+
+
+def test_megatron_deepspeed_ulysses_divides_data_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    cfg = script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *BASE, "--global-batch-size", "8", "--deepspeed",
+                  "--deepspeed_config", "ds.json", "--no-pipeline-parallel", "--ds-sequence-parallel-size", "4"])
+    assert (cfg.parallel.cp, cfg.parallel.dp, cfg.batch.num_microbatches) == (4, 2, 4)
