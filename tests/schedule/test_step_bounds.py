@@ -76,3 +76,22 @@ def test_host_bound_passes_for_tiny_layers() -> None:
     slow_host = predict_config(cfg, replace(CLUSTER, host_overhead_per_op_s=100e-6))
     assert slow_host.step_time_s > fast_host.step_time_s
     assert slow_host.breakdown["host_overhead"] > 0 and "host_overhead" not in fast_host.breakdown
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]), ep=st.sampled_from([1, 2, 4]),
+       pp=st.sampled_from([1, 2]), precision=st.sampled_from(["bf16", "fp16", "fp8", "fp32"]),
+       backend=st.sampled_from(["flash", "unfused"]), recompute=st.sampled_from(["none", "selective", "full"]),
+       tp_overlap=st.booleans())
+def test_moe_cp_fp8_layouts_predict_within_bounds(tp, cp, ep, pp, precision, backend, recompute, tp_overlap) -> None:
+    dp = 4
+    cfg = make_config(num_layers=4 * pp, hidden_size=1024, num_attention_heads=16, num_query_groups=4,
+                      seq_length=2048, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, micro_batch_size=1,
+                      global_batch_size=dp * pp * 2, sequence_parallel=tp > 1, recompute=recompute,
+                      precision=precision, attention_backend=backend,
+                      model_kw=dict(num_experts=8, moe_router_topk=2, swiglu=True, moe_layer_freq=2),
+                      optimizer_kw=dict(distributed_optimizer=True, tp_comm_overlap=tp_overlap))
+    est = predict_config(cfg, CLUSTER)
+    assert max(s.compute_s for s in est.stages) <= est.step_time_s * (1 + 1e-9)
+    assert est.step_time_s <= _sum_of_all_op_times(cfg) * (1 + 1e-9)
+    assert est.memory.peak_bytes_per_gpu > 0 and 0 < est.mfu < 1
