@@ -25,6 +25,10 @@ from llmperf_hook.profile.public_samples import ATTRIBUTION  # noqa: E402
 from llmperf_hook.profile.shipped import SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, load_group  # noqa: E402
 
 
+MAX_SHIPPED_HOLDOUT_MAPE = 0.15
+"""A regressor that misses its own held-out samples by more than this is not shipped (same rule as comm)."""
+
+
 def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str, str]]:
     entries, texts, notes = [], {}, []
     for group in SHIPPED_GROUPS:
@@ -38,6 +42,11 @@ def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str
             if dropped > 0:
                 notes.append(f"{group}/{phase}: dropped {dropped:.1%} of {files} samples that beat the peak")
             entry, text = fit_samples(samples, hw.roofline, "fp16")
+            if entry.holdout_mape is not None and entry.holdout_mape > MAX_SHIPPED_HOLDOUT_MAPE:
+                notes.append(f"{group}/{phase}: not shipped, held-out error {entry.holdout_mape:.0%} > "
+                             f"{MAX_SHIPPED_HOLDOUT_MAPE:.0%} (the samples contradict the class's dims; roofline used)")
+                print(f"  {hw.name} {group:16s} {phase} NOT shipped: held-out MAPE {entry.holdout_mape:.1%}")
+                continue
             entries.append(entry)
             texts[entry.file] = text
             print(f"  {hw.name} {group:16s} {phase} n={entry.num_samples:5d} held-out MAPE "

@@ -99,8 +99,11 @@ def _attention(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     qo = 2.0 * b * s * h * hd
     kv = 2.0 * b * s * kvh * hd
     nbytes = (qo + kv) * rc.dtype_bytes * (2.0 if bwd else 1.0)
-    names = ["log_b", "log_s", "log_heads", "log_kv_heads", "log_head_dim", "causal", "s_mod_128"]
-    cols = [_lg(b), _lg(s), _lg(h), _lg(kvh), _lg(hd), causal, np.mod(s, 128.0)]
+    # FlashAttention-2 compiles kernels for head dims 32, 64, 96, ..., 256 and pads to the next one.
+    hd_pad = np.ceil(hd / 32.0) * 32.0
+    names = ["log_b", "log_s", "log_heads", "log_kv_heads", "log_head_dim", "causal", "s_mod_128", "head_dim_padded",
+             "log_padded_flops"]
+    cols = [_lg(b), _lg(s), _lg(h), _lg(kvh), _lg(hd), causal, np.mod(s, 128.0), hd_pad, _lg(fwd_flops * hd_pad / hd)]
     wn, wc = _wave_features("q", b * h * np.ceil(s / TILE), rc.num_sms)
     return names + wn, cols + wc, flops, nbytes
 
@@ -114,8 +117,9 @@ def _rows_cols(d: Dims, bwd: bool, rc: RooflineConstants, rows_key: str, cols_ke
                flop_per_elem: float, passes: tuple[float, float]) -> Block:
     rows, cols_ = (np.asarray(d[x], dtype=np.float64) for x in (rows_key, cols_key))
     flops, nbytes = _streaming(rows * cols_, flop_per_elem, passes[1] if bwd else passes[0], rc)
-    names = [f"log_{rows_key}", f"log_{cols_key}", f"{cols_key}_mod_128"]
-    return names, [_lg(rows), _lg(cols_), np.mod(cols_, 128.0)], flops, nbytes
+    # rows / cols: the attention batches (b x heads) of a [batches, s, s] softmax, the kernel's grid dimension.
+    names = [f"log_{rows_key}", f"log_{cols_key}", f"{cols_key}_mod_128", f"log_{rows_key}_per_{cols_key}"]
+    return names, [_lg(rows), _lg(cols_), np.mod(cols_, 128.0), _lg(rows / cols_)], flops, nbytes
 
 
 def _elementwise(d: Dims, bwd: bool, rc: RooflineConstants, flop_per_elem: float,
