@@ -57,7 +57,7 @@ def _validate_us(repeats: int = 20000) -> float:
     _, cfg = resolve_job(["torchrun", "--nproc-per-node", "8", "--nnodes", "4", "pretrain_gpt.py", "--num-layers", "32",
                           "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096",
                           "--max-position-embeddings", "4096", "--vocab-size", "32000", "--tensor-model-parallel-size", "2",
-                          "--pipeline-model-parallel-size", "2", "--global-batch-size", "256"], {})
+                          "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1", "--global-batch-size", "256"], {})
     candidates = [replace(cfg, batch=replace(cfg.batch, micro_batch_size=m, num_microbatches=256 // (m * 8)))
                   for m in (1, 2, 4, 8)]
     start = time.perf_counter()
