@@ -42,7 +42,13 @@ LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "n
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def command(cluster: str | None, hardware: str | None, fmt: str, batch_file: str | None, trace_file: str | None,
             nnodes: int | None, nproc_per_node: int | None, model: str | None, launch: Sequence[str]) -> None:
-    """Predict step time, throughput, MFU and memory per GPU of a launch command."""
+    """Predict step time, throughput, MFU and memory per GPU of a launch command.
+
+    \b
+      llmperf predict --cluster dgx-a100 -- torchrun --nnodes 16 --nproc-per-node 8 pretrain_gpt.py ...
+      llmperf predict --cluster dgx-h100 --batch commands.txt --format json   (one JSON object per line)
+      llmperf predict --trace step.json -- deepspeed ...                      (open in ui.perfetto.dev)
+    """
     if batch_file is not None:
         if launch:
             raise UsageError("--batch FILE takes the commands from the file; remove the command after `--`.")

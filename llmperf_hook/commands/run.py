@@ -47,7 +47,14 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
             require_fit: bool, fmt: str, instrument: int | None, profile_ops: int, stop_after: int | None,
             run_dir: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
             launch: Sequence[str]) -> None:
-    """Predict, then launch the command (exec); gates for dry-run, step-time budget and fit."""
+    """Predict, then launch the command (exec); gates for dry-run, step-time budget and fit.
+
+    The prediction goes to stderr, then the command replaces llmperf (its exit code is ours). Gates exit 3.
+
+    \b
+      llmperf run --cluster dgx-h100 --dry-run --require-fit -- torchrun ... pretrain_gpt.py ...
+      llmperf torchrun ...          (same as llmperf run -- torchrun ...)
+    """
     argv = launch_argv(launch, "run")
     env = dict(os.environ)
     gated = max_step_time is not None or require_fit
