@@ -13,7 +13,8 @@ GPT = ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 24 -
 
 def llmperf(*args: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     probe = ("import sys\nfrom llmperf_hook.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
-             "    sys.stderr.write('TORCH_LOADED=%s\\n' % ('torch' in sys.modules))\n")
+             "    heavy = [m for m in ('torch', 'deepspeed', 'lightgbm', 'sklearn') if m in sys.modules]\n"
+             "    sys.stderr.write('TORCH_LOADED=%s HEAVY=%s\\n' % ('torch' in sys.modules, ','.join(heavy)))\n")
     return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=cwd,
                           input=stdin, timeout=120)
 
@@ -24,7 +25,10 @@ def test_predict_json_single_command_without_torch() -> None:
     data = json.loads(out.stdout)
     assert data["schema"] == 1 and data["config"]["tp"] == 2 and data["cluster"]["name"] == "dgx-h100"
     assert data["step_time_s"] > 0 and data["memory"]["fits"] is True
-    assert "TORCH_LOADED=False" in out.stderr
+    assert "TORCH_LOADED=False HEAVY=\n" in out.stderr
+    fitted = llmperf("predict", "--cluster", "dgx-a100", "--format", "json", "--", *GPT)  # shipped fitted profile
+    assert fitted.returncode == 0, fitted.stderr
+    assert "TORCH_LOADED=False HEAVY=\n" in fitted.stderr
 
 
 def test_predict_table_default_cluster_warns() -> None:
