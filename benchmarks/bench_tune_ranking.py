@@ -1,6 +1,6 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose]
+    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--with-host-floor]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -132,7 +132,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", nargs="?", default=str(DEV_CSV))
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--with-host-floor", action="store_true",
+                    help="rank with the proposed host-issue floor of predict/host_issue.py (bench_validation's switch)")
     args = ap.parse_args()
+    if args.with_host_floor:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_validation import apply_host_floor  # the validation engineer's experiment, same code path
+
+        apply_host_floor()
+        print("(with the proposed host-issue floor of predict/host_issue.py applied to every pass)")
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
 

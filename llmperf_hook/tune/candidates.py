@@ -82,7 +82,8 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
 
 
 def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[int]:
-    if cfg.framework == "megatron":
+    """ZeRO is a DeepSpeed setting: Megatron-LM proper and plain torch scripts keep theirs."""
+    if cfg.framework in ("megatron", "torch"):
         return [base.zero_stage]
     return sorted(set(space.zero_stage))
 

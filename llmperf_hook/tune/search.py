@@ -34,11 +34,11 @@ OOM_CERTAIN_FACTOR = 1.5
 is a lower bound of the full memory model in the cases that matter; see tune/surrogate.py)."""
 Z_BOUND = 1.5
 """Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
-FIRST_BATCH = 16
+FIRST_BATCH = 8
 """Full predictions before the first correction fit: the best by estimate ..."""
-FIRST_EXPLORE = 8
+FIRST_EXPLORE = 4
 """... plus this many spread over the estimated ranking, so the correction sees varied layouts."""
-BATCH = 8
+BATCH = 4
 MAX_FULL_PREDICTIONS = 400
 
 PredictFn = Callable[[TrainingConfig, ClusterSpec], Any]
