@@ -70,13 +70,36 @@ def layer_activation_bytes(cfg: TrainingConfig) -> float:
     return base + lse
 
 
-def recompute_working_bytes(cfg: TrainingConfig) -> float:
-    """Full recompute: during backward one layer's activations are rematerialised (one layer, one micro-batch)."""
-    if cfg.recompute.granularity != "full":
-        return 0.0
+def _without_recompute(cfg: TrainingConfig) -> TrainingConfig:
     from dataclasses import replace
 
-    return layer_activation_bytes(replace(cfg, recompute=replace(cfg.recompute, granularity="none")))
+    return replace(cfg, recompute=replace(cfg.recompute, granularity="none"))
+
+
+def chunk_layer_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:
+    """Stored activations of a chunk of `chunk_layers` layers for one micro-batch, by Megatron's recompute method:
+    full/uniform keeps the input of every group of --recompute-num-layers layers (2sbh each); full/block
+    recomputes the first --recompute-num-layers layers of the chunk and stores the others in full
+    (megatron/core/transformer/transformer_block.py, _checkpointed_forward)."""
+    r = cfg.recompute
+    if r.granularity != "full":
+        return chunk_layers * layer_activation_bytes(cfg)
+    checkpoint = layer_activation_bytes(cfg)  # 2sbh (/t under SP): one layer input
+    n = max(1, r.num_layers or 1)
+    if r.method == "block" and r.num_layers is not None:
+        n = min(n, chunk_layers)
+        return n * checkpoint + (chunk_layers - n) * layer_activation_bytes(_without_recompute(cfg))
+    return -(-chunk_layers // n) * checkpoint
+
+
+def recompute_working_bytes(cfg: TrainingConfig) -> float:
+    """Full recompute: during backward one group of --recompute-num-layers layers is rematerialised at a time
+    (one micro-batch); block method: one layer."""
+    r = cfg.recompute
+    if r.granularity != "full":
+        return 0.0
+    group = 1 if r.method == "block" else max(1, r.num_layers or 1)
+    return group * layer_activation_bytes(_without_recompute(cfg))
 
 
 def embedding_activation_bytes(cfg: TrainingConfig) -> float:

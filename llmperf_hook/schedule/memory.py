@@ -85,7 +85,8 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
 
 def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]:
     in_flight = act.microbatches_in_flight(cfg, stage.stage)
-    out = {"activations": stage.num_layers * act.layer_activation_bytes(cfg) * in_flight}
+    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers) for c in stage.chunks]
+    out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight}
     recompute = act.recompute_working_bytes(cfg)
     if recompute:
         out["recompute_working_set"] = recompute

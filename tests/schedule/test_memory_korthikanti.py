@@ -125,3 +125,19 @@ def test_fits_verdict_against_capacity() -> None:
     cfg = make_config(num_layers=96, hidden_size=12288, num_attention_heads=96, tp=8, dp=1, global_batch_size=1)
     mem = estimate_memory(cfg, build_graph(cfg, DGX), DGX)  # 175B on one 8-GPU node: 22B params per GPU
     assert not mem.fits and mem.headroom_bytes < 0 and mem.capacity_bytes == 80 * 2**30
+
+
+def test_recompute_methods_block_and_uniform() -> None:
+    from dataclasses import replace
+
+    from llmperf_hook.schedule.activations import chunk_layer_bytes
+
+    base = make_config(num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024, recompute="full")
+    full_one = layer_activation_bytes(base)
+    none_one = layer_activation_bytes(replace(base, recompute=replace(base.recompute, granularity="none")))
+    uniform2 = replace(base, recompute=replace(base.recompute, method="uniform", num_layers=2))
+    block3 = replace(base, recompute=replace(base.recompute, method="block", num_layers=3))
+    assert chunk_layer_bytes(uniform2, 8) == pytest.approx(4 * full_one)
+    assert chunk_layer_bytes(block3, 8) == pytest.approx(3 * full_one + 5 * none_one)
+    peak = lambda c: estimate_memory(c, build_graph(c, DGX), DGX).peak_bytes_per_gpu  # noqa: E731
+    assert peak(block3) > peak(uniform2)
