@@ -3,7 +3,9 @@
 Order per op class: the fitted profile of the GPU (predict/fitted.find_profile) when it supports the class,
 phase and dtype, else the roofline; collectives: the cluster's fitted communication model
 (find_comm_model) when present, else alpha-beta. Predictions are memoised on (predictor, cluster numbers,
-op signature), so repeated layers, stages and `tune` candidates cost one prediction each.
+op signature), so repeated layers, stages and `tune` candidates cost one prediction each. The predictor
+object is part of the key: a refitted profile (fitted.find_profile returns a new object when the files
+change) is never answered from an older profile's memo.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             op = replace(op, phase="fwd")  # a recomputed forward costs what the forward costs
         predictor = choose_predictor(op, profile, comm_model)
         used[op.op_class] = predictor.name
-        cached = _CACHE.get((predictor.name, ckey, oid))
+        cached = _CACHE.get((predictor.name, id(predictor), ckey, oid))
         if cached is not None:
             seconds[oid] = cached
             continue
@@ -82,7 +84,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
         for (oid, _), value in zip(items, values):
             seconds[oid] = max(0.0, float(value))
             if len(_CACHE) < _CACHE_LIMIT:
-                _CACHE[(predictor.name, ckey, oid)] = seconds[oid]
+                _CACHE[(predictor.name, pid, ckey, oid)] = seconds[oid]
     return seconds, used
 
 
