@@ -60,18 +60,19 @@ def _powers_of_two(limit: int) -> list[int]:
 def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> dict[str, list]:
     """Values per knob for this job: `auto` resolved, knobs the framework cannot change pinned to the user's."""
     base = candidate_of(cfg)
-    megatron = cfg.framework in MEGATRON_FRAMEWORKS
 
-    def pin(own: int, values) -> list[int]:
-        return sorted({int(v) for v in values}) if megatron else [own]
+    def pin(own: int, values, frameworks: tuple[str, ...] = MEGATRON_FRAMEWORKS) -> list[int]:
+        return sorted({int(v) for v in values}) if cfg.framework in frameworks else [own]
 
     tp_auto = _powers_of_two(space.max_tensor_parallel or gpus_per_node)
     mbs = space.micro_batch_size or _powers_of_two(space.max_micro_batch_size)
     vals: dict[str, list] = {
         "tp": pin(base.tp, space.tensor_parallel or tp_auto),
         "pp": pin(base.pp, space.pipeline_parallel or _divisors(cfg.world_size)),
-        "vpp": pin(base.vpp, space.virtual_pipeline or range(1, space.max_virtual_pipeline + 1)),
-        "cp": pin(base.cp, space.context_parallel or [1, 2, 4, 8]),
+        # Megatron-DeepSpeed runs DeepSpeed's PipelineEngine (plain 1F1B, no interleaving) and has no
+        # --context-parallel-size (its sequence parallelism is DeepSpeed-Ulysses): both stay the user's there.
+        "vpp": pin(base.vpp, space.virtual_pipeline or range(1, space.max_virtual_pipeline + 1), ("megatron",)),
+        "cp": pin(base.cp, space.context_parallel or [1, 2, 4, 8], ("megatron",)),
         "sp": pin(int(base.sequence_parallel), [int(v) for v in (space.sequence_parallel or (False, True))]),
         "mbs": sorted(set(mbs) | {base.micro_batch_size}),
         "distopt": sorted({int(v) for v in space.distributed_optimizer}) if cfg.framework == "megatron"

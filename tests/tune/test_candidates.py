@@ -70,3 +70,12 @@ def test_apply_candidate_recomputes_dp_and_microbatches(tp: int, pp: int, mbs: i
     assert candidate_of(new) == cand
     assert set(changed_fields(candidate_of(cfg), cand)) == {k for k, a, b in
         (("tp", 1, tp), ("pp", 1, pp), ("micro_batch_size", 1, mbs)) if a != b}
+
+
+def test_megatron_deepspeed_keeps_cp_vpp_and_distopt() -> None:
+    """Megatron-DeepSpeed: PipelineEngine (no interleaving), no --context-parallel-size, ZeRO instead of distopt."""
+    cfg = dataclasses.replace(gpt_config(layers=24, hidden=2048, heads=16, world=64, tp=2, pp=2, gbs=512),
+                              framework="megatron-deepspeed")
+    cols = generate_candidates(cfg, load_search_space(None, "megatron-deepspeed"), gpus_per_node=8).columns
+    assert set(cols["cp"].tolist()) == {1} and set(cols["vpp"].tolist()) == {1} and set(cols["distopt"].tolist()) == {0}
+    assert set(cols["zero"].tolist()) == {0, 1} and len(set(cols["pp"].tolist())) > 1 and len(set(cols["tp"].tolist())) > 1
