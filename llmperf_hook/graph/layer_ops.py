@@ -145,7 +145,9 @@ def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     ffn = (m.moe_ffn_hidden_size or m.ffn_hidden_size) // max(1, p.etp)
     routed = ctx.tokens * topk
     per_expert = max(1, routed // experts_local)
-    routed_bytes = routed * h * ctx.act_bytes
+    # Each rank sends its own (sequence-parallel) shard of routed tokens through the all-to-all; the TP group
+    # then shares them (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher).
+    routed_bytes = ctx.norm_tokens * topk * h * ctx.act_bytes
     ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx),
            Op("moe.router", "router", "fwd", {"tokens": ctx.tokens, "hidden": h, "experts": m.num_experts},
               flops=2.0 * ctx.tokens * h * m.num_experts, bytes_moved=float(ctx.tokens * h * ctx.act_bytes),
