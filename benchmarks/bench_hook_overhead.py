@@ -1,0 +1,123 @@
+"""Overhead of the step-timing hook (`llmperf run --instrument N`): must stay <= 1 % of step time.
+
+    python benchmarks/bench_hook_overhead.py [--rounds 60]
+
+1. Per-step cost of the hook, measured where it is largest relative to the work: a loop of optimizer steps on a
+   tiny model, in one process with the hook installed, alternating blocks of steps with the recorder enabled
+   and disabled (disabled = every hook entry returns at once), so both sides see the same machine load; one
+   thread; cost = median(enabled blocks) - median(disabled blocks), per step.
+2. That cost relative to the step time of the CPU testbed's smallest GPT configuration (plain torch, one rank,
+   median of its timed steps as the hook recorded them) and of a 2-rank DeepSpeed ZeRO-1 job.
+3. End to end, same testbed job with and without the hook, interleaved (the script's own step timer):
+   noisier than (1) on a shared machine; printed for completeness.
+Machine load (1-minute load average) is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
+SMALLEST = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+            "--micro-batch-size", "1", "--vocab-size", "512"]
+
+LOOP = """
+import json, sys, time, torch
+torch.set_num_threads(1)
+rounds, block = int(sys.argv[1]), 200
+from llmperf_hook.instrument.hook import install
+rec = install({"run_dir": sys.argv[2], "job_id": "overhead", "num_steps": 10 ** 9})
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(2, 4)
+def run(n):
+    for _ in range(n):
+        model(x).sum().backward(); opt.step(); opt.zero_grad()
+run(300)
+on, off = [], []
+for r in range(rounds):
+    for enabled, out in ((True, on), (False, off)) if r % 2 else ((False, off), (True, on)):
+        rec.enabled = enabled
+        t0 = time.perf_counter(); run(block); out.append((time.perf_counter() - t0) / block)
+print(json.dumps({"on": on, "off": off}))
+"""
+
+
+def env_one_thread() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def hook_cost_s(rounds: int) -> tuple[float, float, float]:
+    """(per-step hook cost, median step with the recorder disabled, enabled), interleaved blocks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", LOOP, str(rounds), tmp], env=env_one_thread(),
+                             capture_output=True, text=True, check=True)
+    blocks = json.loads(out.stdout.strip().splitlines()[-1])
+    on, off = statistics.median(blocks["on"]), statistics.median(blocks["off"])
+    return on - off, off, on
+
+
+def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, list[float]]:
+    """Median timed step of an instrumented run (slowest rank), and the script's own step times."""
+    from llmperf_hook.refine.run_records import read_run_dir, summarize_job
+
+    code = ("import os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
+            f"sys.exit(run_instrumented({argv!r}, env=os.environ, steps=12, run_dir={str(tmp)!r}))")
+    env = {**env_one_thread(), "LLMPERF_HOME": str(tmp / "home")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    run = read_run_dir(tmp)
+    return summarize_job(run.records, run.job_ids()[0]).step_time_s, script_step_times(out.stdout)
+
+
+def script_step_times(stdout: str) -> list[float]:
+    return [float(ln.split("step_time_s ")[1].split()[0]) for ln in stdout.splitlines() if ln.startswith("iter")]
+
+
+def end_to_end(argv: list[str], rounds: int, tmp: Path) -> tuple[float, float]:
+    """Median of the script's own step times (after 2 warm-up steps) without and with the hook."""
+    off, on = [], []
+    for r in range(rounds):
+        out = subprocess.run(argv, env=env_one_thread(), capture_output=True, text=True, check=True)
+        off += script_step_times(out.stdout)[2:]
+        on += instrumented_step_s(argv, tmp / f"e2e{r}")[1][2:]
+    return statistics.median(off), statistics.median(on)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=60, help="interleaved block pairs (200 steps each)")
+    args = ap.parse_args()
+    print(f"load average (1 min) before: {os.getloadavg()[0]:.2f}  (cores: {os.cpu_count()}, one thread per process)")
+    cost, off, on = hook_cost_s(args.rounds)
+    print(f"[1] tiny optimizer-step loop: {off * 1e6:.1f} us/step recorder disabled, {on * 1e6:.1f} us/step enabled "
+          f"-> hook cost {cost * 1e6:.1f} us per step (medians of {args.rounds} interleaved blocks of 200 steps)")
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = [sys.executable, str(TRAIN_GPT), *SMALLEST, "--train-iters", "14"]
+        ds_cfg = Path(tmp) / "ds.json"
+        ds_cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                                      "train_batch_size": 2, "zero_optimization": {"stage": 1}}))
+        ds = ["deepspeed", "--num_gpus", "2", "--master_port", "29691", str(TRAIN_GPT), "--deepspeed_config",
+              str(ds_cfg), *SMALLEST, "--train-iters", "14"]
+        for label, argv in (("plain torch, 1 rank", plain), ("DeepSpeed ZeRO-1, 2 ranks", ds)):
+            step_s, _ = instrumented_step_s(argv, Path(tmp) / label.replace(" ", "_").replace(",", ""))
+            pct = 100 * max(cost, 0.0) / step_s
+            print(f"[2] smallest testbed GPT ({label}): step {step_s * 1e3:.2f} ms -> hook overhead {pct:.3f} % "
+                  f"({'OK' if pct <= 1.0 else 'OVER'} vs the 1 % target)")
+        off_s, on_s = end_to_end(plain, 3, Path(tmp))
+        print(f"[3] end to end (plain torch, script's own timer, 3 interleaved runs): {off_s * 1e3:.3f} ms without, "
+              f"{on_s * 1e3:.3f} ms with the hook ({100 * (on_s - off_s) / off_s:+.2f} %, noise included)")
+    print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
