@@ -3,9 +3,10 @@
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
     python benchmarks/bench_validation.py --with-host-floor [CSV]
 
-`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each pass is
-an in-order launch queue: the GPU cannot start an op before one CPU thread has issued it) by wrapping
-schedule.compose.block_pass in this process only, to show what the change does before it is wired in.
+`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each block pass
+is an in-order launch queue: the GPU cannot start an op before one CPU thread has issued it, 65 us per compute
+op, backward twice) instead of the schedule's current chunk-level max(GPU, ops x host_overhead_per_op_us), by
+wrapping schedule.compose in this process only, to show what the change does before it is wired in.
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
@@ -45,6 +46,10 @@ def apply_host_floor() -> None:
     from llmperf_hook.predict.host_issue import queued_pass_s
 
     original = compose.block_pass
+    original_chunk = compose.chunk_pass
+
+    def chunk_pass(chunk, seconds, tp_overlap, backward, host_per_op_s=0.0):  # type: ignore[no-untyped-def]
+        return original_chunk(chunk, seconds, tp_overlap, backward, 0.0)  # the queue replaces the chunk-level floor
 
     def block_pass(ops, seconds, tp_overlap):  # type: ignore[no-untyped-def]
         cost = original(ops, seconds, tp_overlap)
@@ -58,6 +63,7 @@ def apply_host_floor() -> None:
         return compose.PassCost(total, cost.compute_s + total - cost.total_s, cost.recompute_s, cost.exposed_comm_s)
 
     compose.block_pass = block_pass
+    compose.chunk_pass = chunk_pass
 
 
 def main(argv: list[str]) -> int:
