@@ -32,7 +32,7 @@ from llmperf_hook.tune.correction import Correction, fit_correction, layout_feat
 OOM_CERTAIN_FACTOR = 1.5
 """Estimated peak / usable memory above which a candidate is pruned without a full prediction (the estimate
 is a lower bound of the full memory model in the cases that matter; see tune/surrogate.py)."""
-Z_BOUND = 1.5
+Z_BOUND = 2.0
 """Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
 FIRST_BATCH = 8
 """Full predictions before the first correction fit: the best by estimate ..."""
