@@ -171,6 +171,9 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source]) -> OptimizerCo
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
         offload_optimizer="cpu" if flags.get("optimizer_cpu_offload") else "none",
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
+        # Megatron arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; otherwise main_grad keeps the
+        # param dtype (fp16 grads, fp16 all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
+        fp32_main_grads=bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False),
     )
 
 
