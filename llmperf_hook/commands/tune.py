@@ -40,7 +40,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
             hardware: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
             launch: Sequence[str]) -> None:
     """Search parallel layouts of a launch command and show (or launch) the fastest that fits."""
-    argv = [w for w in launch if w != "--"] if launch[:1] == ("--",) else list(launch)
+    argv = list(launch[1:] if launch[:1] == ("--",) else launch)  # click normally consumes the `--` itself
     if not argv:
         raise UsageError("llmperf tune needs the launch command after `--`, e.g. "
                          "`llmperf tune -- torchrun --nproc-per-node 8 pretrain_gpt.py ...`.")

@@ -188,5 +188,8 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "virtual pipeline needs pp > 1": (vpp > 1) & (pp == 1),
         "layers do not split evenly over pp (and vpp)": ~layers_ok,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
+        # Megatron schedules.py: the interleaved schedule needs num_microbatches % pp == 0.
+        "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
+            (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
     }

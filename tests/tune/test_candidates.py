@@ -79,3 +79,31 @@ def test_megatron_deepspeed_keeps_cp_vpp_and_distopt() -> None:
     cols = generate_candidates(cfg, load_search_space(None, "megatron-deepspeed"), gpus_per_node=8).columns
     assert set(cols["cp"].tolist()) == {1} and set(cols["vpp"].tolist()) == {1} and set(cols["distopt"].tolist()) == {0}
     assert set(cols["zero"].tolist()) == {0, 1} and len(set(cols["pp"].tolist())) > 1 and len(set(cols["tp"].tolist())) > 1
+
+
+def test_rule_masks_agree_with_the_frameworks_validation() -> None:
+    """The vectorised rules never reject what `validate_config` (explain's rules) accepts, and miss nothing it
+    rejects for these layouts (so the pruning counts name the real reasons)."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.candidate import apply_candidate
+
+    cfg = gpt_config(layers=24, hidden=2048, heads=16, world=32, tp=2, pp=2, gbs=128)
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    bad = np.zeros(len(table), dtype=bool)
+    for mask in rule_masks(cfg, table.columns).values():
+        bad |= mask
+    disagreements = []
+    for i in range(len(table)):
+        cand = table.candidate(i)
+        if cfg.world_size % (cand.tp * cand.pp * cand.cp):
+            assert bad[i]
+            continue  # TrainingConfig itself refuses to exist for these
+        try:
+            validate_config(apply_candidate(cfg, cand))
+            ok = True
+        except ConfigError:
+            ok = False
+        if ok == bool(bad[i]):
+            disagreements.append((cand.describe(), ok))
+    assert disagreements == []
