@@ -41,8 +41,10 @@ GPU_RANGES: Mapping[str, Range] = {
     "attention": {"b": (1, 8), "s": (512, 8192), "heads": (1, 64), "head_dim": (64, 128)},
     "optimizer": {"params": (1e6, 3e9)},
 }
-CPU_DEFAULT_OPS = ("gemm", "attention", "layernorm", "gelu", "residual_add", "embedding", "cross_entropy",
-                   "optimizer", "softmax", "rmsnorm", "swiglu", "rope")
+CPU_DEFAULT_OPS = ("gemm", "attention", "layernorm", "gelu", "residual_add", "dropout", "embedding", "cross_entropy",
+                   "optimizer", "softmax", "bmm", "rmsnorm", "swiglu", "rope")
+"""What a plain-torch / Megatron GPT layer runs forward and backward (plus the unfused-attention and LLaMA-style
+kernels), in the order the design interleaves them."""
 FWD_ONLY = frozenset({"optimizer"})
 PER_SAMPLE_OVERHEAD_S = 0.02
 """Tensor allocation, warm-up and bookkeeping per measured shape (measured on CPU)."""

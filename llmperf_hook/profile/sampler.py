@@ -237,7 +237,7 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
             notes.append(f"{cls}/{phase}/{dt}: only {len(s.time_s)} samples, not fitted (roofline is used); "
                          f"run again with a larger --budget to add more")
             continue
-        entry, text = fit_samples(s, rooflines[dt], dt, with_holdout=len(s.time_s) >= 40)
+        entry, text = fit_samples(s, rooflines[dt], dt, with_holdout=len(s.time_s) >= 20)
         entries.append(entry)
         texts[entry.file] = text
     if not entries:

@@ -1,0 +1,48 @@
+"""The sampling plan: space-filling, interleaved across classes, job shapes first, with a stated cost."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmperf_hook.profile import plan
+from llmperf_hook.profile.features import RooflineConstants
+from llmperf_hook.profile.sampler import _local_cluster
+
+RC = RooflineConstants(1e11, 1e10, 1, 4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(4, 64), st.integers(0, 1000))
+def test_latin_hypercube_fills_every_log_stratum(n: int, seed: int) -> None:
+    lo, hi = 64.0, 4096.0
+    pts = plan.latin_hypercube({"m": (lo, hi)}, n, np.random.default_rng(seed))
+    u = np.array([(math.log(p["m"]) - math.log(lo)) / (math.log(hi) - math.log(lo)) for p in pts])
+    strata = np.clip(np.floor(u * n + 1e-9), 0, n - 1)
+    # rounding to multiples of 8 may move a point into a neighbouring stratum, never further
+    assert len(set(strata)) >= n * 0.7
+    assert all(p["m"] % 8 == 0 and lo * 0.9 <= p["m"] <= hi * 1.1 for p in pts)
+
+
+def test_design_interleaves_classes_and_directions() -> None:
+    specs = plan.design_specs(("gemm", "optimizer", "attention"), plan.CPU_RANGES, 5)
+    first = [(s.op_class, s.phase) for s in specs[:5]]
+    assert first == [("gemm", "fwd"), ("gemm", "bwd"), ("optimizer", "fwd"), ("attention", "fwd"), ("attention", "bwd")]
+    assert all(s.dims["kv_heads"] == s.dims["heads"] and s.dims["causal"] == 1 for s in specs if s.op_class == "attention")
+    cost = plan.plan_cost(specs, RC)
+    assert cost.num_samples == 25 and cost.device_minutes > 0
+
+
+def test_job_shapes_and_neighbours_come_from_the_graph() -> None:
+    argv = ("torchrun --nproc-per-node 2 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+            "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 8 "
+            "--vocab-size 1000").split()
+    specs = plan.job_specs(argv, {}, _local_cluster("x", RC))
+    job = {(s.op_class, s.phase, tuple(sorted(s.dims.items()))) for s in specs if s.origin == "job"}
+    # the job's QKV projection: m = micro-batch x sequence = 512 tokens, k = hidden, n = 3 x hidden
+    assert ("gemm", "fwd", (("k", 256.0), ("m", 512.0), ("n", 768.0))) in job
+    assert ("gemm", "bwd", (("k", 256.0), ("m", 512.0), ("n", 768.0))) in job
+    neighbour_m = {s.dims["m"] for s in specs if s.origin == "neighbour" and s.op_class == "gemm"}
+    assert {256.0, 1024.0} <= neighbour_m  # micro-batch 1 and 4
+    assert {s.op_class for s in specs} >= {"gemm", "attention", "layernorm", "embedding", "cross_entropy", "optimizer"}
