@@ -21,6 +21,9 @@ from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
 _PHASE_MODEL = {"fwd": "fwd", "recompute": "fwd", "bwd": "bwd", "step": "fwd"}
+DTYPE_FREE_CLASSES = frozenset({"optimizer"})
+"""Classes whose work does not depend on the training dtype: a mixed-precision Adam step updates fp32 master
+weights and moments whatever the model dtype (the graph marks it fp32), so one regressor answers every dtype."""
 
 
 class FittedProfile:
@@ -39,7 +42,11 @@ class FittedProfile:
         return tuple(sorted({c for c, _, _ in self._entries}))
 
     def _key(self, op_class: str, phase: str, dtype: str) -> tuple[str, str, str]:
-        return op_class, _PHASE_MODEL.get(phase, ""), self.meta.model_dtype(dtype)
+        key = (op_class, _PHASE_MODEL.get(phase, ""), self.meta.model_dtype(dtype))
+        if key not in self._entries and op_class in DTYPE_FREE_CLASSES:
+            sampled = sorted(d for c, p, d in self._entries if (c, p) == key[:2])
+            return (*key[:2], sampled[0]) if sampled else key
+        return key
 
     def supports(self, op_class: str, phase: str, dtype: str) -> bool:
         return self._key(op_class, phase, dtype) in self._entries
