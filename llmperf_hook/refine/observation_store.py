@@ -77,8 +77,10 @@ def record_shared_op_samples(conn: sqlite3.Connection, job_id: str, hardware: st
                              samples: Sequence[Mapping[str, Any]]) -> int:
     from llmperf_hook.store import OpSampleRecord
 
+    # The profile's convention: the optimizer's step is its "fwd" model (profile_io.ModelEntry.phase).
     records = [OpSampleRecord(hardware=hardware, dtype=str(s.get("dtype", "fp32")), op_class=str(s["op_class"]),
-                              phase=str(s["phase"]), dims=dict(s["dims"]), time_s=float(s["seconds"]),
+                              phase="fwd" if s["phase"] == "step" else str(s["phase"]), dims=dict(s["dims"]),
+                              time_s=float(s["seconds"]),
                               source=f"instrument:{job_id}") for s in samples]
     return _shared(conn).record_op_samples(records)
 

@@ -1,38 +1,77 @@
 """Per-op model refit from the op samples an instrumented run recorded with `--profile-ops`.
 
-The samples (graph op classes and dims, see instrument/op_profile.py) are stored per hardware in the store
-(`refine_op_samples`). When the hardware has a user-fitted profile ($LLMPERF_HOME/profiles/<hardware>/) and the
-profile package offers a refit entry point, they are handed to it so the next prediction uses them.
+The samples (graph op classes and dims, see instrument/op_profile.py) are in the shared store as op samples
+of the run's hardware with source "instrument:<job id>". When that hardware has a user-fitted profile
+($LLMPERF_HOME/profiles/<hardware>/, written by `llmperf profile`), every (op class, direction, dtype) that
+gained instrument samples is refitted on the sampler's samples plus the instrument samples, with the profile's
+own roofline normaliser and fitting code (profile.build_profile.fit_samples), and the profile is rewritten
+(metadata last, so a reader never sees a half-written profile). Shipped profiles are never modified.
+
+Instrument samples time an op inside the real step under torch.profiler: on CPU they include the profiler's
+few microseconds per op, so for tiny ops they read high; on GPU they are kernel times.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Sequence
 
-REFIT_ENTRY_POINTS = (("llmperf_hook.profile.refit", "refit_profile"), ("llmperf_hook.profile", "refit_profile"))
+MIN_SAMPLES_TO_FIT = 8
 
 
 def refit_op_models(hardware: str, samples: Sequence[dict[str, Any]]) -> str:
-    """Hand the stored samples of this hardware to the profile refit; say what happened."""
+    """Refit the user profile of `hardware` where instrument samples were added; say what happened."""
     if not samples:
         return "no op samples"
-    refit = _refit_entry_point()
-    classes = sorted({s["op_class"] for s in samples})
-    if refit is None:
-        return (f"{len(samples)} op samples of {hardware} stored ({', '.join(classes)}); the profile package has no "
-                f"refit entry point yet, so the per-op models were not refitted")
-    result = refit(hardware, samples)
-    return f"refitted {hardware}'s per-op models with {len(samples)} samples ({', '.join(classes)}): {result}"
+    from llmperf_hook.resources import llmperf_home
+
+    directory = llmperf_home() / "profiles" / hardware.strip().lower()
+    if not (directory / "profile.json").is_file():
+        return (f"{len(samples)} op samples of {hardware} stored; no user profile {directory} to refit "
+                f"(create one with `llmperf profile --name {hardware}`), so the per-op models were not refitted")
+    refitted = _refit_profile(directory, hardware)
+    return f"refitted {', '.join(refitted)} in {directory}" if refitted else "no op class had enough samples to refit"
 
 
-def _refit_entry_point() -> Any:
-    import importlib
+def _refit_profile(directory: Any, hardware: str) -> list[str]:
+    from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
+    from llmperf_hook.store import open_store
 
-    for module_name, attr in REFIT_ENTRY_POINTS:
-        try:
-            fn = getattr(importlib.import_module(module_name), attr, None)
-        except ImportError:
+    meta = read_profile_meta(directory)
+    with open_store() as store:
+        records = store.query_op_samples(hardware)
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for r in records:
+        groups[(r.op_class, r.phase, r.dtype)].append(r)
+    texts = {e.file: read_model_text(directory, e) for e in meta.models}
+    models, refitted = list(meta.models), []
+    for key, recs in sorted(groups.items()):
+        if not any(r.source.startswith("instrument:") for r in recs) or key[2] not in meta.roofline:
             continue
-        if callable(fn):
-            return fn
-    return None
+        fitted = _fit_group(key, recs, meta.roofline[key[2]])
+        if fitted is None:
+            continue
+        entry, text = fitted
+        models = [m for m in models if (m.op_class, m.phase, m.dtype) != key] + [entry]
+        texts[entry.file] = text
+        n_inst = sum(r.source.startswith("instrument:") for r in recs)
+        refitted.append(f"{key[0]}/{key[1]}/{key[2]} ({len(recs) - n_inst} sampled + {n_inst} instrumented)")
+    if refitted:
+        provenance = {**meta.provenance, "refined": "refitted by `llmperf refine` with op samples of instrumented runs"}
+        write_profile(directory, replace(meta, models=tuple(models), provenance=provenance), texts)
+    return refitted
+
+
+def _fit_group(key: tuple[str, str, str], recs: list, roofline: Any) -> tuple[Any, str] | None:
+    import numpy as np
+
+    from llmperf_hook.profile.build_profile import Samples, fit_samples
+
+    dim_keys = sorted(next((r.dims for r in recs if r.source == "sampler"), recs[0].dims))
+    usable = [r for r in recs if set(dim_keys) <= set(r.dims) and r.time_s > 0]
+    if len(usable) < MIN_SAMPLES_TO_FIT:
+        return None
+    dims = {k: np.asarray([float(r.dims[k]) for r in usable]) for k in dim_keys}
+    samples = Samples(key[0], key[1], dims, np.asarray([r.time_s for r in usable]))
+    return fit_samples(samples, roofline, key[2], with_holdout=False)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TESTBED, read_records, steps_by_rank
+from instrument_helpers import TESTBED, read_records, steps_by_rank
 
 SHAPE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
          "--max-position-embeddings", "64", "--micro-batch-size", "2", "--vocab-size", "512"]

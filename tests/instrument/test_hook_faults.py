@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SMALL_GPT, TRAIN_GPT, read_records
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records
 
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import read_records, steps_by_rank
+from instrument_helpers import read_records, steps_by_rank
 
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conftest import TRAIN_GPT, read_records, run_session
+from instrument_helpers import TRAIN_GPT, read_records, run_session
 
 from llmperf_hook.instrument.op_profile import BACKWARD_PREFIX, ProfEvent, map_events
 

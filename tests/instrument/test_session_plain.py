@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
 
 from llmperf_hook.instrument.session import build_child_env, default_warmup_steps
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conftest import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
 
 
 def test_torchrun_ddp_two_ranks(tmp_path: Path, child_env: dict[str, str]) -> None:

@@ -10,29 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from llmperf_hook.commands.refine import command as refine_command
+from llmperf_hook.errors import UsageError
 from llmperf_hook.refine.calibration import find_calibration
 from llmperf_hook.refine.refine_run import refine_run, render_refine_report, uncalibrated_prediction_s
 from llmperf_hook.refine.run_records import read_run_dir, summarize_job
-from llmperf_hook.errors import UsageError
-
-PREDICTION = {"schema": 1, "step_time_s": 0.010, "cluster": {"name": "local-cpu", "gpu": "cpu-test"},
-              "config": {"framework": "deepspeed"}}
-
-
-def write_run(run: Path, job_id: str, rank_times: dict[int, list[float]], warmup: int = 1,
-              prediction: dict | None = PREDICTION, extra: str = "") -> Path:
-    run.mkdir(parents=True, exist_ok=True)
-    for rank, step_times in rank_times.items():
-        lines = [{"kind": "meta", "job_id": job_id, "rank": rank, "world_size": len(rank_times),
-                  "framework": "deepspeed", "load_avg_1m": 0.5}]
-        lines += [{"kind": "step", "job_id": job_id, "rank": rank, "world_size": len(rank_times), "step": i,
-                   "wall_time_s": t, "warmup": i < warmup, "profiled": False, "framework": "deepspeed",
-                   "device": "cpu", "peak_rss_bytes": 1000 + i} for i, t in enumerate(step_times)]
-        with open(run / f"rank{rank}.jsonl", "a") as f:
-            f.write("".join(json.dumps(x) + "\n" for x in lines) + extra)
-    if prediction is not None:
-        (run / "prediction.json").write_text(json.dumps(prediction))
-    return run
+from refine_helpers import PREDICTION, write_run
 
 
 def test_step_time_is_median_of_slowest_rank_without_warmup(tmp_path: Path) -> None:

@@ -1,0 +1,244 @@
+"""Predicted vs measured step time of real DeepSpeed jobs on this machine's CPUs, before and after refinement.
+
+    python benchmarks/bench_cpu_testbed.py [--home DIR] [--profile-budget 4] [--steps 10] [--calibrate 1]
+
+1. A CPU profile from `llmperf profile --device cpu --name cpu-testbed` (fp32 and bf16; reused when present in
+   --home) and, with `llmperf profile --comm` under torchrun (2 ranks, gloo), the comm model of the cluster
+   `cpu-testbed`, described by a cluster file written to --home/clusters/cpu-testbed.yaml (2 "GPUs" = 2 ranks of
+   one thread each on this machine; gpu = the measured cpu-testbed hardware file).
+2. Twelve testbed configurations (layers, hidden, sequence, micro-batch, ZeRO 0-3, 1-2 ranks, fp32/bf16), each
+   launched for real with `deepspeed` (DS_ACCELERATOR=cpu, gloo, one thread per rank) through
+   `llmperf run --instrument N --stop-after N`: the measured step time is the median of the timed steps of the
+   slowest rank, as the hook recorded them. These measurement runs refine into a throwaway store
+   (--home/measure), so they never calibrate what is evaluated.
+3. Before refinement: `llmperf_hook.api.predict_command` for each configuration on cluster cpu-testbed with an
+   empty store (--home/eval); MAPE over the twelve.
+4. Refinement: ONE configuration (--calibrate, index) is run again through `llmperf run --instrument N` with
+   the eval store (its automatic `refine` fits the (hardware, cluster, framework) calibration); then every
+   configuration is predicted again. Error on the instrumented configuration (against its measurement run,
+   not the calibration run) and MAPE on the eleven others.
+Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
+CLUSTER = "cpu-testbed"
+TARGETS = {"before": 10.0, "instrumented": 3.0, "others": 8.0}
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    mbs: int
+    zero: int
+    ranks: int
+    dtype: str
+    accum: int = 1
+    vocab: int = 1024
+
+    def label(self) -> str:
+        acc = f" ga{self.accum}" if self.accum > 1 else ""
+        return (f"L{self.layers} h{self.hidden} s{self.seq} mbs{self.mbs}{acc} z{self.zero} "
+                f"{self.ranks}r {self.dtype}")
+
+    def ds_config(self) -> dict:
+        cfg = {"train_micro_batch_size_per_gpu": self.mbs, "gradient_accumulation_steps": self.accum,
+               "train_batch_size": self.mbs * self.accum * self.ranks, "zero_optimization": {"stage": self.zero},
+               "steps_per_print": 10 ** 9}
+        if self.dtype == "bf16":
+            cfg["bf16"] = {"enabled": True}
+        return cfg
+
+    def argv(self, ds_json: Path, port: int) -> list[str]:
+        flags = ["--num-layers", self.layers, "--hidden-size", self.hidden, "--num-attention-heads", self.heads,
+                 "--seq-length", self.seq, "--max-position-embeddings", self.seq, "--micro-batch-size", self.mbs,
+                 "--global-batch-size", self.mbs * self.accum * self.ranks, "--vocab-size", self.vocab]
+        flags += ["--bf16"] if self.dtype == "bf16" else []
+        return ["deepspeed", "--num_gpus", str(self.ranks), "--master_port", str(port), str(TRAIN_GPT),
+                "--deepspeed_config", str(ds_json), *map(str, flags), "--train-iters", "1000"]
+
+
+CONFIGS = (
+    TestbedConfig(2, 128, 4, 128, 2, 0, 1, "fp32"),
+    TestbedConfig(2, 256, 4, 128, 2, 1, 2, "fp32"),
+    TestbedConfig(4, 128, 4, 256, 1, 1, 2, "fp32"),
+    TestbedConfig(2, 256, 8, 256, 2, 2, 2, "fp32"),
+    TestbedConfig(1, 512, 8, 128, 2, 3, 2, "fp32"),
+    TestbedConfig(4, 256, 4, 64, 4, 0, 2, "fp32"),
+    TestbedConfig(2, 128, 4, 512, 1, 2, 1, "fp32"),
+    TestbedConfig(3, 192, 4, 128, 4, 1, 1, "fp32"),
+    TestbedConfig(2, 128, 4, 128, 2, 1, 2, "fp32", accum=2),
+    TestbedConfig(2, 128, 4, 128, 2, 1, 2, "bf16"),
+    TestbedConfig(2, 256, 4, 64, 2, 0, 1, "bf16"),
+    TestbedConfig(1, 256, 4, 256, 1, 2, 2, "bf16"),
+)
+
+
+def base_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", LLMPERF_HOME=str(home), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def llmperf(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmperf_hook", *args], env=env, text=True, **kw)
+
+
+def ensure_profiles(home: Path, budget_min: float) -> None:
+    env = base_env(home)
+    for dtype in ("fp32", "bf16"):
+        meta = home / "profiles" / CLUSTER / "profile.json"
+        if meta.is_file() and f'"{dtype}"' in meta.read_text():
+            print(f"  CPU profile {CLUSTER} ({dtype}): reused from {meta.parent}")
+            continue
+        print(f"  CPU profile {CLUSTER} ({dtype}): llmperf profile --device cpu --budget {budget_min} ...", flush=True)
+        llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
+                env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
+    if not comm.is_file():
+        print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm ...", flush=True)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        "29711", "-m", "llmperf_hook", "profile", "--comm", "--cluster-name", CLUSTER,
+                        "--max-bytes", str(2 ** 25)], env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    else:
+        print(f"  comm model: reused from {comm}")
+
+
+def write_cluster(home: Path) -> Path:
+    """Two ranks on this machine; gloo through shared memory/loopback (the comm model, when fitted, replaces
+    the alpha-beta numbers: bandwidth ~2 GB/s and ~50 us per collective are order-of-magnitude fallbacks)."""
+    path = home / "clusters" / f"{CLUSTER}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"name: {CLUSTER}\ngpu: {CLUSTER}\ngpus_per_node: 2\nintra_node_bandwidth_GBps: 2\n"
+                    f"inter_node_bandwidth_GBps: 1\nintra_node_latency_us: 50\n"
+                    f"description: this machine, 2 ranks of one thread (DeepSpeed on CPU, gloo)\n")
+    return path
+
+
+def shared_home(home: Path, name: str) -> Path:
+    """A home with its own (empty) store that sees the profiles, hardware and cluster files of `home`."""
+    sub = home / name
+    if sub.exists():
+        shutil.rmtree(sub)
+    sub.mkdir(parents=True)
+    for part in ("profiles", "hardware", "clusters"):
+        (sub / part).symlink_to(home / part)
+    return sub
+
+
+def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, port: int) -> dict:
+    """`llmperf run --instrument N --stop-after N` of one configuration; measured step time and load."""
+    from llmperf_hook.refine.run_records import read_run_dir, summarize_job
+
+    ds_json = work / "ds.json"
+    work.mkdir(parents=True, exist_ok=True)
+    ds_json.write_text(json.dumps(cfg.ds_config()))
+    run_dir = work / "run"
+    load = os.getloadavg()[0]
+    done = llmperf(["run", "--cluster", CLUSTER, "--instrument", str(steps), "--stop-after", str(steps),
+                    "--run-dir", str(run_dir), "--", *cfg.argv(ds_json, port)], base_env(home),
+                   capture_output=True, cwd=str(work), timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"{cfg.label()}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    run = read_run_dir(run_dir)
+    job = summarize_job(run.records, run.job_ids()[0])
+    return {"measured_s": job.step_time_s, "load_before": load, "load_during": job.load_avg_1m,
+            "steps": job.num_timed_steps, "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
+
+
+def predict_all(home: Path, work: Path) -> list[float]:
+    """Uncalibrated or calibrated predictions, whatever the store of `home` holds (fresh process)."""
+    cmds = []
+    for i, cfg in enumerate(CONFIGS):
+        ds_json = work / f"c{i}" / "ds.json"
+        ds_json.parent.mkdir(parents=True, exist_ok=True)
+        ds_json.write_text(json.dumps(cfg.ds_config()))
+        cmds.append(cfg.argv(ds_json, 29500))
+    code = ("import json, os, sys\nfrom llmperf_hook.api import predict_command\n"
+            "cmds = json.loads(sys.stdin.read())\n"
+            f"print(json.dumps([predict_command(c, os.environ, cluster={CLUSTER!r}).estimate.step_time_s for c in cmds]))")
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(cmds), env=base_env(home),
+                         capture_output=True, text=True, check=True, cwd=str(work))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas
+
+
+def mape(errors: list[float]) -> float:
+    return statistics.mean(abs(e) for e in errors)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "llmperf-cpu-testbed")
+    ap.add_argument("--profile-budget", type=float, default=4.0, help="minutes per dtype when a profile is missing")
+    ap.add_argument("--steps", type=int, default=10, help="steps per instrumented run (the first 2 are warm-up)")
+    ap.add_argument("--calibrate", type=int, default=1, help="index of the configuration to instrument")
+    args = ap.parse_args()
+    home = args.home.expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
+    ensure_profiles(home, args.profile_budget)
+    write_cluster(home)
+    measure_home, eval_home = shared_home(home, "measure"), shared_home(home, "eval")
+    work = home / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    before = predict_all(eval_home, work / "predict")
+    print(f"\n[measure] {len(CONFIGS)} configurations, `llmperf run --instrument {args.steps} --stop-after {args.steps}`")
+    measured = []
+    for i, cfg in enumerate(CONFIGS):
+        t0 = time.perf_counter()
+        m = instrumented_run(cfg, measure_home, work / f"m{i}", args.steps, 29520 + i)
+        measured.append(m)
+        print(f"  {i:2d} {cfg.label():34s} measured {m['measured_s'] * 1e3:8.2f} ms  predicted {before[i] * 1e3:8.2f} ms "
+              f"({pct(before[i], m['measured_s']):+6.1f} %)  load {m['load_before']:.2f}  [{time.perf_counter() - t0:.0f} s]",
+              flush=True)
+    k = args.calibrate
+    print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store")
+    cal = instrumented_run(CONFIGS[k], eval_home, work / "calibrate", args.steps, 29560)
+    print("  " + cal["refine"].replace("\n", "\n  "))
+    after = predict_all(eval_home, work / "predict-after")
+    report(measured, before, after, k)
+
+
+def report(measured: list[dict], before: list[float], after: list[float], k: int) -> None:
+    meas = [m["measured_s"] for m in measured]
+    err_before = [pct(p, m) for p, m in zip(before, meas)]
+    err_after = [pct(p, m) for p, m in zip(after, meas)]
+    others = [e for i, e in enumerate(err_after) if i != k]
+    print("\n  #  configuration                      measured   before (err)        after (err)")
+    for i, cfg in enumerate(CONFIGS):
+        mark = " *" if i == k else "  "
+        print(f" {i:2d}{mark}{cfg.label():34s} {meas[i] * 1e3:8.2f}  {before[i] * 1e3:8.2f} ({err_before[i]:+6.1f} %)"
+              f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)")
+    results = {"before_mape": mape(err_before), "instrumented_abs_err": abs(err_after[k]), "others_mape": mape(others)}
+    print(f"\nMAPE before refinement (12 configs): {results['before_mape']:.1f} %  (target <= {TARGETS['before']:.0f} %)")
+    print(f"after instrumenting config {k}: its error {results['instrumented_abs_err']:.1f} %  "
+          f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {results['others_mape']:.1f} %  "
+          f"(target <= {TARGETS['others']:.0f} %)")
+    loads = [m["load_before"] for m in measured]
+    print(f"machine load during the measurements: median {statistics.median(loads):.2f}, max {max(loads):.2f} "
+          f"(1-minute load average, {os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Helpers of the instrumentation tests (a uniquely named module: `conftest` names collide across test folders)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED = REPO / "examples" / "cpu-testbed"
+TRAIN_GPT = TESTBED / "train_gpt.py"
+SMALL_GPT = ["--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16",
+             "--micro-batch-size", "2", "--vocab-size", "128"]
+
+
+def make_child_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a child job: one thread, CPU DeepSpeed, a private LLMPERF_HOME, this checkout importable."""
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", LLMPERF_HOME=str(tmp_path / "home"),
+               PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    records = []
+    for path in sorted(run_dir.glob("rank*.jsonl")):
+        records.extend(json.loads(line) for line in path.read_text().splitlines())
+    return records
+
+
+def steps_by_rank(records: list[dict]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for r in records:
+        if r["kind"] == "step":
+            out.setdefault(r["rank"], []).append(r["step"])
+    return out
+
+
+def run_session(tmp_path: Path, env: dict[str, str], argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """run_instrumented in a fresh interpreter (signal handlers and sys.meta_path stay out of pytest's)."""
+    call = {"argv": argv, "run_dir": str(tmp_path / "run"), **kwargs}
+    code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
+            f"kw = json.loads({json.dumps(json.dumps(call))})\n"
+            "sys.exit(run_instrumented(kw.pop('argv'), env=os.environ, **kw))\n")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240,
+                          cwd=str(tmp_path))

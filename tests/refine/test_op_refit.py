@@ -1,0 +1,61 @@
+"""refine's per-op refit: instrument samples added to a user profile's fit (and shipped profiles untouched)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmperf_hook.refine.op_refit import refit_op_models
+from llmperf_hook.refine.refine_run import refine_run
+from refine_helpers import PREDICTION, write_run
+
+
+def _gelu_time_s(elements: float) -> float:
+    return 2e-6 + elements * 4e-9
+
+
+def _user_profile(home: Path) -> Path:
+    """A one-model profile (gelu fwd fp32) fitted by the profile package from sampler samples in the store."""
+    from llmperf_hook.profile.build_profile import Samples, fit_samples
+    from llmperf_hook.profile.features import RooflineConstants
+    from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
+    from llmperf_hook.store import OpSampleRecord, open_store
+
+    elements = np.geomspace(4096, 4 << 20, 24).round()
+    with open_store(home / "store.sqlite") as store:
+        store.record_op_samples(OpSampleRecord("cpu-test", "fp32", "gelu", "fwd", {"elements": float(e)},
+                                               _gelu_time_s(e)) for e in elements)
+    rc = RooflineConstants(peak_flop_per_s=1e11, memory_bandwidth_bytes_per_s=1e10, num_sms=1, dtype_bytes=4)
+    entry, text = fit_samples(Samples("gelu", "fwd", {"elements": elements}, _gelu_time_s(elements)), rc, "fp32",
+                              with_holdout=False)
+    meta = ProfileMeta(name="cpu-test", roofline={"fp32": rc}, dtype_aliases={}, hardware={"device": "test"},
+                       library_versions={}, provenance={"samples": "test"}, models=(entry,))
+    return write_profile(home / "profiles" / "cpu-test", meta, {entry.file: text})
+
+
+def test_instrument_samples_refit_the_user_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.profile.profile_io import read_profile_meta
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    profile = _user_profile(home)
+    before = read_profile_meta(profile).models[0].num_samples
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    ops = "".join(
+        f'{{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
+        f'"dims": {{"elements": {e}}}, "seconds": {_gelu_time_s(e) * 1.3}, "count": 4}}\n' for e in (10000, 200000, 3000000))
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write(ops)
+    (job,) = refine_run(run).jobs
+    assert job.num_op_samples == 3 and "gelu/fwd/fp32 (24 sampled + 3 instrumented)" in job.op_refit
+    meta = read_profile_meta(profile)
+    assert meta.models[0].num_samples == before + 3 and "refined" in meta.provenance
+
+
+def test_no_user_profile_means_samples_kept_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    note = refit_op_models("a100-sxm4-80gb", [{"op_class": "gemm"}])
+    assert "no user profile" in note and not (tmp_path / "profiles").exists()
+    assert PREDICTION["cluster"]["gpu"] == "cpu-test"
