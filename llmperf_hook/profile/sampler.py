@@ -29,7 +29,7 @@ from llmperf_hook.resources import llmperf_home
 from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
 MIN_SAMPLES_TO_FIT = 8
-DESIGN_PER_CLASS = 48
+DESIGN_PER_CLASS = 32
 
 
 @dataclass(frozen=True)
@@ -161,10 +161,10 @@ def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> di
 
 
 def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
-                    per_class: int = 8) -> list[plans.SampleSpec]:
+                    per_class: int = 8, seed: int = 0) -> list[plans.SampleSpec]:
     """Candidates where 4 bootstrap regressors disagree most (std of their log-time predictions)."""
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
-    rng = np.random.default_rng(len(groups))
+    rng = np.random.default_rng(seed)
     out = []
     for (cls, phase, _), s in sorted(groups.items()):
         if len(s.time_s) < MIN_SAMPLES_TO_FIT or cls not in ranges:
@@ -206,11 +206,27 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
         sys.stderr.write(plan_note + "\n")
         record = (lambda spec, t: _record(store, req, name, spec, t, fp, versions))
         measured = _measure_all(todo, deadline, req, rc, record)
-        if time.perf_counter() < deadline - 5.0:
-            extra = _adaptive_specs(_samples_by_class(store, name, req.dtype, fp), req, rc)
-            measured += _measure_all(extra, deadline, req, rc, record)
+        adaptive = _adaptive_rounds(store, req, name, rc, fp, deadline, record)
         groups = _samples_by_class(store, name, None, fp)
-    return _fit_and_write(req, name, rc, fp, versions, groups, measured, len(specs) - len(todo), plan_note)
+    plan_note += f"; {adaptive} adaptive samples where the regressors disagreed most"
+    return _fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
+                          plan_note)
+
+
+def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineConstants, fp: str,
+                     deadline: float, record: Callable[[plans.SampleSpec, float], None]) -> int:
+    """Rounds of uncertainty sampling while the budget lasts (the design came first)."""
+    total = 0
+    while time.perf_counter() < deadline - 5.0:
+        groups = _samples_by_class(store, name, req.dtype, fp)
+        done = store.sampled_keys(name, req.dtype)
+        extra = [s for s in _adaptive_specs(groups, req, rc, seed=total)
+                 if (s.op_class, s.phase, dims_key(s.dims)) not in done]
+        got = _measure_all(extra, deadline, req, rc, record) if extra else 0
+        if got == 0:
+            break
+        total += got
+    return total
 
 
 def _peaks(req: ProfileRequest, rc: RooflineConstants) -> dict[str, float]:

@@ -46,3 +46,17 @@ def test_job_shapes_and_neighbours_come_from_the_graph() -> None:
     neighbour_m = {s.dims["m"] for s in specs if s.origin == "neighbour" and s.op_class == "gemm"}
     assert {256.0, 1024.0} <= neighbour_m  # micro-batch 1 and 4
     assert {s.op_class for s in specs} >= {"gemm", "attention", "layernorm", "embedding", "cross_entropy", "optimizer"}
+
+
+def test_adaptive_round_proposes_in_range_shapes_per_class_and_direction() -> None:
+    from llmperf_hook.profile.build_profile import Samples
+    from llmperf_hook.profile.sampler import ProfileRequest, _adaptive_specs
+
+    rng = np.random.default_rng(0)
+    el = np.exp(rng.uniform(np.log(4096), np.log(8 << 20), 30))
+    groups = {("gelu", ph, "fp32"): Samples("gelu", ph, {"elements": el}, el * 4e-10 * (1 + 0.1 * rng.random(30)))
+              for ph in ("fwd", "bwd")}
+    specs = _adaptive_specs(groups, ProfileRequest(device="cpu"), RC, per_class=5, seed=1)
+    assert sorted((s.op_class, s.phase) for s in specs) == [("gelu", "bwd")] * 5 + [("gelu", "fwd")] * 5
+    lo, hi = plan.CPU_RANGES["gelu"]["elements"]
+    assert all(lo * 0.9 <= s.dims["elements"] <= hi * 1.1 and s.origin == "adaptive" for s in specs)
