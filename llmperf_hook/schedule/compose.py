@@ -23,6 +23,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.predict.dispatch import op_id
+from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import op_events
 from llmperf_hook.schedule.pipeline import simulate_pipeline
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
@@ -77,20 +78,21 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
 
 def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, backward: bool,
                host_per_op_s: float = 0.0) -> PassCost:
-    """A chunk's pass: GPU time of its blocks, or the host's issue time when that is longer (the GPU runs
-    asynchronously behind the host, so a pass takes the longer of the two streams)."""
-    total = compute = recompute = host = 0.0
+    """A chunk's pass: GPU time of its blocks, lengthened where the host cannot issue kernels fast enough
+    (each block is an in-order launch queue, `predict.host_issue.queued_pass_s`)."""
+    total = compute = recompute = wait = 0.0
     exposed: dict[str, float] = defaultdict(float)
+    side_stream = lambda op: "overlap" in op.tags or (tp_overlap and op.collective.group == "tp")  # noqa: E731
     for block in chunk.blocks:
         ops = block.bwd if backward else block.fwd
         cost = block_pass(ops, seconds, tp_overlap)
+        queued = queued_pass_s(ops, lambda op: seconds[op_id(op)], host_per_op_s, side_stream) if host_per_op_s else 0.0
+        wait += max(0.0, queued - cost.total_s) * block.count
         total += cost.total_s * block.count
         compute += cost.compute_s * block.count
         recompute += cost.recompute_s * block.count
-        host += len(ops) * block.count * host_per_op_s
         for kind, t in cost.exposed_comm_s.items():
             exposed[kind] += t * block.count
-    wait = max(0.0, host - total)
     return PassCost(total + wait, compute, recompute, dict(exposed), wait)
 
 

@@ -8,6 +8,7 @@ from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.sample_configs import make_config
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.predict.dispatch import op_id, predict_op_times
+from llmperf_hook.predict.host_issue import host_issue_s
 
 CLUSTER = load_cluster("dgx-h100")
 
@@ -23,8 +24,9 @@ def _sum_of_all_op_times(cfg) -> float:
         for chunk in stage.chunks:
             for block in chunk.blocks:
                 ops = block.fwd + block.bwd
-                # every op's time plus the host's time to issue it (a pass takes the longer of the two)
-                total += m * block.count * (sum(sec[op_id(op)] for op in ops) + len(ops) * CLUSTER.host_overhead_per_op_s)
+                # every op's time plus the host's time to issue it (the launch queue never exceeds their sum)
+                total += m * block.count * (sum(sec[op_id(op)] for op in ops)
+                                            + host_issue_s(ops, CLUSTER.host_overhead_per_op_s))
     if graph.p2p is not None:
         total += sec[op_id(graph.p2p)] * m * 2 * (len(graph.stages) - 1) * graph.vpp
     return total
