@@ -10,9 +10,9 @@ attention_efficiency, memory_efficiency, kernel_launch_us, description, sources.
 Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
 gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
 bytes); optional intra_node_latency_us, inter_node_latency_us, intra_node_bus_efficiency,
-inter_node_bus_efficiency, nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op,
-default 20), description, sources. Unknown keys are an error (a typo would
-otherwise silently fall back to a default).
+inter_node_bus_efficiency (intra-node defaults per GPU generation and node size: INTRA_NODE_DEFAULTS),
+nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op, default 65), description,
+sources. Unknown keys are an error (a typo would otherwise silently fall back to a default).
 """
 
 from __future__ import annotations
@@ -43,11 +43,26 @@ CLUSTER_OPTIONAL = (
 )
 CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 
-# Defaults for optional cluster keys: an NCCL ring reaches ~80 % of link bandwidth as bus bandwidth
-# (A100 NVSwitch 228/300 GB/s in calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv; IB ~90 %).
+# Defaults for optional cluster keys, for a GPU the table below does not know (and CPU testbeds): an NCCL ring
+# reaches ~80 % of link bandwidth as bus bandwidth (A100 NVSwitch 228/300 GB/s at 1 GB; IB ~90-95 %).
 DEFAULT_INTRA_LATENCY_US = 20.0
 DEFAULT_INTER_LATENCY_US = 5.0
 DEFAULT_INTRA_BUS_EFFICIENCY = 0.8
+INTRA_NODE_DEFAULTS: tuple[tuple[str, int, float, float], ...] = (
+    # (GPU name prefix, GPUs per node at least, intra-node latency us, bus efficiency): the fits of the shipped
+    # presets, so a cluster YAML with only the standard keys gets the numbers of its GPU generation.
+    # A100 + NVSwitch (8 per node): vTrain NCCL LUT, 448 points 1 MB-1 GB on 2-8 GPUs, 4.5 % mean error
+    # (../shared/validation/calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv).
+    ("a100", 8, 57.0, 0.72),
+    # A100 with 4 GPUs on direct NVLink (no NVSwitch, e.g. Perlmutter / HGX A100 4-GPU): a ring drives one peer
+    # link of three, about 2/3 of the NVSwitch figure (configs/clusters/perlmutter.yaml).
+    ("a100", 2, 20.0, 0.5),
+    # H100/H200 + NVSwitch gen 3 (NVLink SHARP): DGX H100 nccl-tests all-reduce 8 MB-1 GiB, 3.1 % mean error
+    # (../shared/validation/calibration/nccl_allreduce_dgx_h100_8gpu_1node.csv).
+    ("h100", 8, 54.0, 0.99),
+    ("h200", 8, 54.0, 0.99),
+)
+"""First row whose prefix starts the GPU name and whose node has at least that many GPUs wins."""
 DEFAULT_INTER_BUS_EFFICIENCY = 0.95  # NDR InfiniBand: 46-48 of 50 GB/s in the Vista NCCL samples
 DEFAULT_HOST_OVERHEAD_US = 65.0  # eager PyTorch issue cost per modelled op: see predict/host_issue.py
 """See ClusterSpec.host_overhead_per_op_s."""
@@ -155,11 +170,20 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         name=str(raw["name"]),
         gpu=gpu,
         gpus_per_node=gpus_per_node,
-        intra_node=_tier(raw, "intra_node", where, DEFAULT_INTRA_LATENCY_US, DEFAULT_INTRA_BUS_EFFICIENCY),
+        intra_node=_tier(raw, "intra_node", where, *intra_node_defaults(gpu.name, gpus_per_node)),
         inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
         nics_per_node=int(raw.get("nics_per_node", 0)),
         host_overhead_per_op_s=_number(raw, "host_overhead_per_op_us", where, DEFAULT_HOST_OVERHEAD_US) * 1e-6,
     )
+
+
+def intra_node_defaults(gpu_name: str, gpus_per_node: int) -> tuple[float, float]:
+    """(latency us, bus efficiency) of the intra-node tier when the cluster YAML leaves them out."""
+    name = gpu_name.lower()
+    for prefix, min_per_node, latency_us, efficiency in INTRA_NODE_DEFAULTS:
+        if name.startswith(prefix) and gpus_per_node >= min_per_node:
+            return latency_us, efficiency
+    return DEFAULT_INTRA_LATENCY_US, DEFAULT_INTRA_BUS_EFFICIENCY
 
 
 def _cluster_gpu(value: Any, where: str) -> HardwareSpec:

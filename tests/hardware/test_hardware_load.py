@@ -55,3 +55,21 @@ def test_llmperf_home_hardware_wins_over_shipped(tmp_path: Path, monkeypatch) ->
     hw = load_hardware("cpu-box")
     assert hw.peak_flop_per_s["fp32"] == 1.5e12 and hw.memory_capacity_bytes == 24e9
     assert hw.peak_for("fp8") == 0.5e12
+
+
+@pytest.mark.parametrize("gpu,per_node,latency_s,efficiency", [
+    ("a100-sxm4-80gb", 8, 57e-6, 0.72), ("a100-sxm4-40gb", 4, 20e-6, 0.5), ("h100-sxm5-80gb", 8, 54e-6, 0.99),
+    ("gh200-96gb", 1, 20e-6, 0.8)])
+def test_standard_keys_only_get_the_gpu_generations_intra_node_defaults(tmp_path: Path, gpu: str, per_node: int,
+                                                                       latency_s: float, efficiency: float) -> None:
+    """A held-out cluster YAML with the five standard keys gets the fitted NVLink numbers of its GPU generation."""
+    path = tmp_path / "held-out.yaml"
+    path.write_text(f"name: held-out\ngpu: {gpu}\ngpus_per_node: {per_node}\nintra_node_bandwidth_GBps: 300\n"
+                    "inter_node_bandwidth_GBps: 25\n")
+    c = load_cluster(str(path))
+    assert c.intra_node.latency_s == pytest.approx(latency_s) and c.intra_node.bus_efficiency == efficiency
+    assert c.inter_node.bus_efficiency == 0.95
+    shipped = load_cluster("dgx-a100" if gpu.startswith("a100") and per_node == 8 else "dgx-h100")
+    if (gpu, per_node) in (("a100-sxm4-80gb", 8), ("h100-sxm5-80gb", 8)):
+        assert (c.intra_node.latency_s, c.intra_node.bus_efficiency) == (shipped.intra_node.latency_s,
+                                                                         shipped.intra_node.bus_efficiency)
