@@ -83,7 +83,7 @@ class FittedProfile:
         if block.names != entry.feature_names:
             raise ProfileError(f"fitted profile {self.directory}: features of {entry.file} differ from this llmperf's")
         log_ratio = self._ensemble(key).predict(block.matrix)
-        seconds = block.roofline_s * np.exp(log_ratio)
+        seconds = (block.roofline_s + entry.floor_s) * np.exp(log_ratio)
         if not np.all(np.isfinite(seconds)) or np.any(seconds <= 0):
             raise ProfileError(f"fitted profile {self.directory}: {entry.file} produced a non-finite time")
         return seconds

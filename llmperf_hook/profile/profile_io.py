@@ -44,6 +44,8 @@ class ModelEntry:
     num_samples: int
     holdout_mape: float | None = None
     """Mean absolute percentage error on samples held out of this fit (None when not measured)."""
+    floor_s: float = 0.0
+    """Fixed time added to the roofline in the target's normaliser: t = (roofline + floor) * exp(model)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         model_format=str(raw["model_format"]), sha256=str(raw["sha256"]), schema_hash=str(raw["schema_hash"]),
         feature_names=tuple(raw["feature_names"]),
         train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
-        num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"))
+        num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)))
+    if not (0.0 <= entry.floor_s < 10.0):
+        raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
         raise _fail(directory, f"model {entry.file} is for unknown op class/phase {entry.op_class}/{entry.phase}")
     expected = schema_hash(entry.op_class, entry.phase == "bwd")
