@@ -52,11 +52,11 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
         else:
             moe, experts_local = lo.moe_ops(ctx)
             fwd += _repeat_experts(moe, experts_local)
-        gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node)
         recomputed = min(count, num_recomputed) if granularity == "full" else 0
         for suffix, n, gran in (("", count - recomputed, "selective" if granularity == "selective" else "none"),
                                 (".recomputed", recomputed, "full")):
             if n:
+                gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full")
                 block = _block(kind + suffix, fwd, n, gran)
                 blocks.append(OpBlock(block.name, gather_fwd + block.fwd, gather_bwd + block.bwd + reduce, n))
     return blocks

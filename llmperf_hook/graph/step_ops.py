@@ -48,9 +48,32 @@ def _comm(name: str, op_class: str, phase: str, nbytes: float, coll: Collective,
     return Op(name, op_class, phase, {"bytes": int(nbytes)}, dtype=cfg.precision, collective=coll, tags=tags)
 
 
-def zero3_layer_comm(cfg: TrainingConfig, layer_params: int,
-                     gpus_per_node: int) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
-    """Per-layer, per-micro-batch ZeRO-2/3 comm: (gather before forward, gather before backward, grad reduce)."""
+def zero3_gather_modules(cfg: TrainingConfig, layer_params: int) -> tuple[int, ...]:
+    """Parameters of the modules ZeRO-3 fetches one by one in a layer (QKV, projection, MLP up, MLP down).
+
+    DeepSpeed fetches a module's parameters in its pre-forward / pre-backward hook
+    (deepspeed/runtime/zero/parameter_offload.py, partitioned_param_coordinator.fetch_sub_module); norms and
+    small biases stay resident (stage3_param_persistence_threshold, 1e5 elements by default), so a dense layer
+    makes four gathers. An MoE layer's MLP part (router + local experts) is split up/down the same way."""
+    m, t = cfg.model, cfg.parallel.tp
+    qkv = m.hidden_size * (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t
+    proj = m.num_attention_heads * m.kv_channels * m.hidden_size // t
+    rest = max(0, layer_params - qkv - proj - 2 * pc.norm_params(cfg))
+    up_share = 2.0 / 3.0 if m.swiglu else 0.5  # up = ffn (x2 with SwiGLU) x h, down = ffn x h
+    up = int(rest * up_share)
+    return tuple(n for n in (qkv, proj, up, rest - up) if n > 0)
+
+
+def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
+                     recomputed: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """Per-layer, per-micro-batch ZeRO-2/3 comm: (gathers before forward, gathers in backward, grad reduce).
+
+    ZeRO-3 releases a module's gathered parameters after its forward and fetches them again before its
+    backward, and again before a recomputed forward (full recompute: three fetches per micro-batch). With
+    prefetching (stage3_prefetch_bucket_size > 0, the default) the fetches run ahead on a side stream and
+    hide behind compute (one op per fetch phase, tagged overlap). With stage3_prefetch_bucket_size 0 each
+    module's fetch starts when the module is reached and the module waits for it: one exposed all-gather per
+    module (zero3_gather_modules), in execution order."""
     zero, o = cfg.optimizer.zero_stage, cfg.optimizer
     dense, _ = dp_groups(cfg, gpus_per_node)
     if zero < 2 or dense.group_size == 1:
@@ -60,10 +83,15 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int,
                     grad_overlap),)
     if zero < 3:
         return (), (), reduce
+    if o.stage3_prefetch_bucket_size_elems == 0:
+        modules = zero3_gather_modules(cfg, layer_params)
+        fetch = tuple(_comm("zero3.param_fetch", "allgather", "fwd", n * param_bytes(cfg), dense, cfg, None)
+                      for n in modules)
+        return fetch, fetch * (2 if recomputed else 1), reduce
     nbytes = layer_params * param_bytes(cfg)
     gather_f = (_comm("zero3.param_allgather", "allgather", "fwd", nbytes, dense, cfg, "param_gather"),)
     gather_b = (_comm("zero3.param_allgather", "allgather", "bwd", nbytes, dense, cfg, "param_gather"),)
-    return gather_f, gather_b, reduce
+    return gather_f, gather_b * (2 if recomputed else 1), reduce
 
 
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool) -> list[Op]:

@@ -58,7 +58,7 @@ def inter_node_time_s(op: Op, cluster: ClusterSpec) -> float:
     if op.op_class == "p2p":
         return base + hop + nbytes / (net_bw / r)
     ring_bw = min(_intra_bw(cluster), net_bw) if r > 1 else net_bw
-    ring = base + RING_HOPS[op.op_class](nodes) * hop + RING_FACTOR[op.op_class](n) * nbytes / ring_bw
+    ring = base + RING_HOPS[op.op_class](n) * hop + RING_FACTOR[op.op_class](n) * nbytes / ring_bw
     if op.op_class != "allreduce":
         return ring
     tree = base + 2 * math.ceil(math.log2(nodes)) * hop + 2.0 * nbytes / ring_bw

@@ -10,6 +10,8 @@ row did by default is spelled out as flags, so the parser sees what the run real
 - Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`.
 - Full recompute is Megatron's `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`
   (= the old `--checkpoint-activations`); selective is `--recompute-granularity selective`.
+- DeepSpeed ZeRO-3 runs older than v0.5.5 fetched parameters synchronously: `stage3_prefetch_bucket_size 0`
+  and `overlap_comm false` in their ds_config (framework_era.py).
 - Megatron rejects `--tp-comm-overlap` without sequence parallelism, and sequence parallelism is dropped at
   TP=1, so a recipe's `--tp-comm-overlap` is left out of TP=1 rows (noted in the plan).
 """
@@ -21,8 +23,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmperf_hook.validate.framework_era import synchronous_zero3_fetch
 from llmperf_hook.validate.measured_run import MeasuredRun
 
+SYNCHRONOUS_FETCH_ZERO: dict[str, object] = {"stage3_prefetch_bucket_size": 0, "overlap_comm": False}
+"""ZeRO settings that reproduce DeepSpeed < v0.5.5's synchronous ZeRO-3 fetch (see framework_era.py)."""
 GPT2_BPE_VOCAB = 50257
 """GPT2BPETokenizer's vocabulary: Megatron knows it without the vocab file."""
 
@@ -47,6 +52,9 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     argv += _extra_args(run, notes)
     if run.framework in ("megatron-deepspeed", "deepspeed") or run.zero_stage > 0:
         argv += _deepspeed_args(run, config_dir)
+        if _synchronous_fetch(run):
+            notes.append("DeepSpeed before v0.5.5 synchronised the device before every ZeRO-3 parameter gather "
+                         "(no overlap): stage3_prefetch_bucket_size 0, overlap_comm false (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 
@@ -140,7 +148,7 @@ def ds_config_for(run: MeasuredRun) -> dict[str, object]:
         "train_batch_size": run.global_batch_size,
         "train_micro_batch_size_per_gpu": run.micro_batch_size,
         "gradient_accumulation_steps": run.global_batch_size // (run.micro_batch_size * dp),
-        "zero_optimization": {"stage": run.zero_stage},
+        "zero_optimization": {"stage": run.zero_stage, **(SYNCHRONOUS_FETCH_ZERO if _synchronous_fetch(run) else {})},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
@@ -150,6 +158,10 @@ def ds_config_for(run: MeasuredRun) -> dict[str, object]:
     elif run.precision in ("bf16", "fp8"):
         config["bf16"] = {"enabled": True}
     return config
+
+
+def _synchronous_fetch(run: MeasuredRun) -> bool:
+    return synchronous_zero3_fetch(run.zero_stage, run.framework_text, run.source, run.source_location)
 
 
 def write_ds_config(config: dict[str, object], config_dir: Path) -> Path:

@@ -46,7 +46,7 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "vocab_size", "micro_batch_size", "vpp", "cp", "dp", "ep", "sequence_parallel", "recompute",
     "zero_stage_or_dist_opt", "precision", "framework", "extra_args", "notes", "cluster", "gpu_type",
     "gpus_per_node", "intra_node_interconnect", "inter_node_network", "intra_node_bandwidth_GBps",
-    "inter_node_bandwidth_GBps", "swiglu", "normalization", "position_embedding",
+    "inter_node_bandwidth_GBps", "swiglu", "normalization", "position_embedding", "source_location",
 )
 """Columns read when present (see the module docstring for what blank means)."""
 
@@ -110,6 +110,10 @@ class MeasuredRun:
     """The measured step time (one optimizer step of the global batch)."""
     assumptions: tuple[str, ...] = ()
     """Fill-in rules applied to blank cells of this row."""
+    framework_text: str = ""
+    """The `framework` cell as written (may carry a version, e.g. "DeepSpeed 0.4.2"): see framework_era.py."""
+    source_location: str = ""
+    """The `source_location` cell (URL, commit, date): dates the run when the framework cell has no version."""
 
 
 def leading_token(cell: str) -> str:

@@ -94,6 +94,8 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
         position_embedding=(raw.get("position_embedding") or "").strip() or "learned_absolute",
         iteration_time_s=measured,
         assumptions=tuple(notes),
+        framework_text=(raw.get("framework") or "").strip(),
+        source_location=(raw.get("source_location") or "").strip(),
     )
 
 

@@ -1,5 +1,7 @@
 """Per-rank shapes, placement and parameter counts of the operator graph."""
 
+import pytest
+
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.sample_configs import gpt3_175b, llama3_8b, make_config
@@ -128,3 +130,32 @@ def test_placement_uses_the_launch_processes_per_node() -> None:
     tp_spread = next(op for op in spread.stages[0].chunks[0].blocks[1].fwd if op.name == "attn.tp_reduce")
     assert tp_packed.collective.intra_node and not tp_spread.collective.intra_node
     assert tp_spread.collective.ranks_per_node == 4
+
+
+def test_zero3_without_prefetch_fetches_each_module_exposed_and_again_for_recompute() -> None:
+    """stage3_prefetch_bucket_size 0: QKV, projection, MLP up and down fetched when reached (untagged, so the
+    schedule exposes them); full recompute fetches once more before the recomputed forward."""
+    kw = dict(num_layers=4, hidden_size=1024, num_attention_heads=16, dp=8, framework="deepspeed")
+    lazy = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3, stage3_prefetch_bucket_size_elems=0))
+    _, block = _layer_ops(build_graph(lazy, DGX))
+    fetch_f = [op for op in block.fwd if op.name == "zero3.param_fetch"]
+    fetch_b = [op for op in block.bwd if op.name == "zero3.param_fetch"]
+    assert len(fetch_f) == 4 and len(fetch_b) == 8 and not any(op.tags for op in fetch_f)
+    h = 1024
+    assert [op.dims["bytes"] for op in fetch_f][:2] == [3 * h * h * 2, h * h * 2]  # QKV, projection (bf16)
+    assert sum(op.dims["bytes"] for op in fetch_f) == pytest.approx(12 * h * h * 2, rel=0.01)
+    prefetched = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3))
+    _, block = _layer_ops(build_graph(prefetched, DGX))
+    gathers = [op for op in block.bwd if op.name == "zero3.param_allgather"]
+    assert len(gathers) == 2 and all(op.tags.get("overlap") == "param_gather" for op in gathers)
+
+
+def test_zero3_exposed_fetches_lengthen_the_step() -> None:
+    from llmperf_hook.api import predict_config
+
+    kw = dict(num_layers=8, hidden_size=4096, num_attention_heads=32, dp=64, framework="deepspeed", recompute="full")
+    hidden = predict_config(make_config(**kw, optimizer_kw=dict(zero_stage=3)), DGX)
+    exposed = predict_config(make_config(**kw, optimizer_kw=dict(zero_stage=3, stage3_prefetch_bucket_size_elems=0)),
+                             DGX)
+    assert exposed.step_time_s > hidden.step_time_s
+    assert exposed.breakdown["comm_zero"] > 0

@@ -93,3 +93,12 @@ def test_calibration_scales_step_and_is_reported(monkeypatch) -> None:
     assert scaled.step_time_s == pytest.approx(1.5 * plain.step_time_s + 0.01)
     assert "calibration" in scaled.predictor and "calibration" in scaled.breakdown
     assert abs(sum(scaled.breakdown.values()) - scaled.step_time_s) < 1e-9
+
+
+def test_multi_node_ring_pays_a_network_step_latency_per_rank() -> None:
+    """NCCL's tuning model (src/graph/tuning.cc): ring latency = base + nsteps x per-step latency, nsteps = n-1
+    for all-gather, every step at the network latency once the ring spans nodes; so a tiny all-gather over
+    1,536 ranks costs ~1,535 x 5 us while the bandwidth term is the same as over 16 ranks."""
+    small = collective_time_s(_coll("allgather", 1 << 10, 16, 8), A100)
+    large = collective_time_s(_coll("allgather", 1 << 10, 1536, 8), A100)
+    assert large - small == pytest.approx((1535 - 15) * A100.inter_node.latency_s, rel=0.01)

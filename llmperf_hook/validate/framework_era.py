@@ -1,0 +1,60 @@
+"""What a measured run's framework did at the time it was measured, when that differs from today's defaults.
+
+Measured runs come from papers and READMEs of several years; the framework changed under them. A behaviour
+that differs is written into the run's launch command as the current setting that reproduces it, so the
+predictor models it with today's semantics and the rule is visible in the plan's notes:
+
+- DeepSpeed ZeRO-3 from its release (v0.3.12, March 2021) up to v0.5.4 called `torch.cuda.synchronize()`
+  before every parameter all-gather (deepspeed/runtime/zero/partition_parameters.py `_allgather_param`),
+  so no fetch overlapped compute: "the async version is not async at all, because each all_gather calls
+  torch.cuda.synchronize()" (commit c0eeb69df, "ZeRO3, improved parameter all-gather operation", first
+  released in v0.5.5, November 2021). Today's DeepSpeed behaves so with prefetching off:
+  `zero_optimization.stage3_prefetch_bucket_size = 0` (each module's fetch starts when it is reached and
+  the module waits for it). The device-wide synchronize also waits for the gradient reduce-scatter running
+  on the reduction stream before the next module's fetch, so gradient reduction did not overlap either:
+  `overlap_comm = false`.
+
+The era of a run is its DeepSpeed version when the framework cell names one ("DeepSpeed 0.4.2"), else the
+publication month of its source: an arXiv identifier (arXiv:YYMM.NNNNN) or an ISO date in `source` /
+`source_location`.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEEPSPEED_ASYNC_FETCH_VERSION = (0, 5, 5)
+"""First DeepSpeed release whose ZeRO-3 parameter fetch does not synchronise the device (commit c0eeb69df)."""
+DEEPSPEED_ASYNC_FETCH_MONTH = (2021, 11)
+"""Its release month: runs published before it ran a DeepSpeed with the synchronous fetch."""
+
+
+def deepspeed_version(framework_cell: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from a framework cell such as "DeepSpeed v0.4.2"; None when no version is given."""
+    match = re.search(r"deepspeed\D{0,12}?v?(\d+)\.(\d+)(?:\.(\d+))?", framework_cell.lower())
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def published_month(*texts: str) -> tuple[int, int] | None:
+    """(year, month) of the earliest arXiv identifier or ISO date found in `texts`; None when there is none."""
+    found: list[tuple[int, int]] = []
+    for text in texts:
+        for yy, mm in re.findall(r"arxiv[:\s./abs]*(\d{2})(\d{2})\.\d{4,5}", text.lower()):
+            found.append((2000 + int(yy), int(mm)))
+        for yyyy, mm in re.findall(r"\b(20\d{2})-(\d{2})-\d{2}\b", text):
+            found.append((int(yyyy), int(mm)))
+    valid = [ym for ym in found if 1 <= ym[1] <= 12]
+    return min(valid) if valid else None
+
+
+def synchronous_zero3_fetch(zero_stage: int, framework_cell: str, source: str, source_location: str) -> bool:
+    """True for a ZeRO-3 run of a DeepSpeed older than v0.5.5 (by its version, else its publication month)."""
+    if zero_stage != 3 or "deepspeed" not in framework_cell.lower():
+        return False
+    version = deepspeed_version(framework_cell)
+    if version is not None:
+        return version < DEEPSPEED_ASYNC_FETCH_VERSION
+    month = published_month(source, source_location)
+    return month is not None and month < DEEPSPEED_ASYNC_FETCH_MONTH
