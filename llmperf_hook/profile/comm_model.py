@@ -99,7 +99,7 @@ def _checksum(body: dict) -> str:
 def write_comm_model(directory: Path, model: CommModel) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / COMM_FILE
-    path.write_text(json.dumps(model.to_json(), indent=1) + "\n")
+    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
     return path
 
 

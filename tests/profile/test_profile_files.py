@@ -115,3 +115,17 @@ def test_optimizer_step_is_answered_whatever_its_dtype() -> None:
     t = prof.predict_s([Op("opt", "optimizer", "step", {"params": 1e9}, dtype="fp32")], None)[0]
     # >= 16 bytes per parameter at the A100's 2,039 GB/s, and not absurdly slow
     assert 16e9 / 2039e9 < t < 0.2
+
+
+def test_sklearn_fallback_profile_round_trip(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    t, h = (rng.integers(64, 4096, 60).astype(float) for _ in range(2))
+    times = t * h * 8 / 1e10 + 5e-6
+    entry, text = fit_samples(Samples("layernorm", "bwd", {"tokens": t, "hidden": h}, times), RC, "fp32",
+                              prefer="sklearn")
+    assert entry.model_format == "sklearn-gbr-json" and entry.file.endswith(".json")
+    meta = ProfileMeta("skl", {"fp32": RC}, {}, {"device": "test"}, {}, {"samples": "synthetic"}, (entry,))
+    prof = FittedProfile(write_profile(tmp_path / "skl", meta, {entry.file: text}))
+    assert prof.name == "sklearn:skl"
+    got = prof.predict_s([Op("ln", "layernorm", "bwd", {"tokens": 1024, "hidden": 1024}, dtype="fp32")], None)[0]
+    assert got == pytest.approx(1024 * 1024 * 8 / 1e10 + 5e-6, rel=0.3)
