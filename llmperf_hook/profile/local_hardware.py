@@ -37,12 +37,20 @@ def cpu_model_name() -> str:
 
 
 def default_profile_name(device: str, threads: int = 1) -> str:
-    """`cpu-<model>-<N>t` for CPUs (a profile describes N threads per rank), the GPU name without "nvidia-"."""
+    """`cpu-<model>-<N>t` for CPUs (a profile describes N threads per rank); for GPUs the shipped hardware preset
+    whose name appears in the device name (so `--cluster` presets find the profile), else the device name."""
     if device == "cpu":
         return f"cpu-{_slug(cpu_model_name())}-{threads}t"
     import torch
 
-    return _slug(torch.cuda.get_device_name()).removeprefix("nvidia-")
+    slug = _slug(torch.cuda.get_device_name()).removeprefix("nvidia-")
+    return next((p for p in shipped_hardware_names() if p in slug), slug)
+
+
+def shipped_hardware_names() -> list[str]:
+    from llmperf_hook.resources import configs_dir
+
+    return sorted((p.stem for p in (configs_dir() / "hardware").glob("*.yaml")), key=len, reverse=True)
 
 
 def fingerprint(device: str, threads: int) -> dict[str, str]:

@@ -25,7 +25,7 @@ from llmperf_hook.profile.build_profile import Samples, fit_samples, library_ver
 from llmperf_hook.profile.features import RooflineConstants, build_features
 from llmperf_hook.profile.fit import fit_regressor
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
-from llmperf_hook.resources import llmperf_home
+from llmperf_hook.resources import configs_dir, llmperf_home
 from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
 MIN_SAMPLES_TO_FIT = 8
@@ -242,7 +242,7 @@ def _peaks(req: ProfileRequest, rc: RooflineConstants) -> dict[str, float]:
 def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
                    groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
                    plan_note: str) -> ProfileResult:
-    from llmperf_hook.profile.local_hardware import measure_roofline, write_hardware_yaml
+    from llmperf_hook.profile.local_hardware import measure_roofline, shipped_hardware_names, write_hardware_yaml
 
     # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
     rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
@@ -268,6 +268,10 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes))
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
-    yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rc), rc, req.threads)
+    if req.device == "cuda" and name in shipped_hardware_names():
+        # A GPU with a shipped preset keeps its datasheet description; only the operator profile is user-fitted.
+        yaml_path = configs_dir() / "hardware" / f"{name}.yaml"
+    else:
+        yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rc), rc, req.threads)
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
