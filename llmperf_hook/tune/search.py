@@ -4,19 +4,20 @@ Pure: data in, data out. The full predictor, its memory model and the framework'
 (the command passes `api.predict_config`, the graph + memory stages, and `validate_config`), so every number
 `tune` prints is what `llmperf predict` says for that command. The closed-form surrogate (tune/surrogate.py)
 only orders candidates and skips hopeless ones:
-- skipped as out of memory without any prediction: estimated peak > OOM_CERTAIN_FACTOR x usable memory;
-- the rest are predicted in full in batches, best corrected estimate first; after each batch the surrogate's
-  error is re-fitted (tune/correction.py), and the search stops when no remaining candidate's corrected
-  estimate, Z_BOUND residual sigmas optimistic, beats the K-th best full prediction (or its corrected memory,
-  Z_BOUND sigmas optimistic, is over the usable memory). Those are reported as "slower by estimate" /
-  "out of memory by estimate".
+- skipped as out of memory without any prediction: estimated peak > OOM_CERTAIN_FACTOR x usable memory
+  (the estimate is a lower bound of the full memory model);
+- the rest are visited in batches, best corrected step-time estimate first: candidates whose corrected memory
+  is near the limit get the cheap full memory model first (out of memory -> counted, no timing), the others a
+  full prediction. After each batch the surrogate's error is re-fitted (tune/correction.py); the search stops
+  when no remaining candidate's corrected estimate, Z_BOUND residual sigmas optimistic, beats the K-th best
+  full prediction. Those are reported as "slower by estimate".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import dataclasses
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -29,14 +30,18 @@ from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list, rule_masks
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
-OOM_CERTAIN_FACTOR = 1.5
-"""Estimated peak / usable memory above which a candidate is pruned without a full prediction (the estimate
-is a lower bound of the full memory model in the cases that matter; see tune/surrogate.py)."""
+OOM_CERTAIN_FACTOR = 1.1
+"""Estimated peak / usable memory above which a candidate is pruned without any prediction. The closed-form
+estimate is built as a lower bound of the full memory model (0.99-1.24x of it over 250 random GPT-3 175B
+layouts, tests/tune/test_surrogate.py checks >= 1/OOM_CERTAIN_FACTOR), so this never drops a fitting one."""
+MEMORY_FIRST_FRACTION = 0.9
+"""Candidates whose corrected memory estimate exceeds this fraction of usable memory get the cheap memory-only
+check before a full step-time prediction."""
 Z_BOUND = 2.0
 """Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
 FIRST_BATCH = 8
 """Full predictions before the first correction fit: the best by estimate ..."""
-FIRST_EXPLORE = 4
+FIRST_EXPLORE = 8
 """... plus this many spread over the estimated ranking, so the correction sees varied layouts."""
 BATCH = 4
 MAX_FULL_PREDICTIONS = 400
@@ -167,9 +172,9 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     feats = layout_features(valid.columns, cfg.world_size, cfg.batch.global_batch_size)
     certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
     prog = _Progress(len(valid), invalid=dict(invalid))
-    open_, likely_fit = _search_loop(job, valid, est, feats, certain_oom, top_k, prog)
+    slower = _search_loop(job, valid, est, feats, certain_oom, top_k, prog)
     baseline = _baseline(job)
-    oom_est, slower = certain_oom | (open_ & ~likely_fit), open_ & likely_fit
+    oom_est = certain_oom.copy()
     if baseline is not None and baseline.fits and all(e.candidate != job.base for e in prog.fitting):
         prog.fitting.append(baseline)  # the user's own configuration always competes, even if bounded out
         for mask in (oom_est, slower):
@@ -188,21 +193,21 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
 
 
 def _search_loop(job: _Job, valid: CandidateTable, est: surrogate.SurrogateEstimate, feats: np.ndarray,
-                 certain_oom: np.ndarray, top_k: int, prog: _Progress) -> tuple[np.ndarray, np.ndarray]:
-    """Batches of full predictions until the bound holds; returns (still-open mask, likely-to-fit mask)."""
+                 certain_oom: np.ndarray, top_k: int, prog: _Progress) -> np.ndarray:
+    """Batches of full predictions until the bound holds; returns the mask of candidates never visited."""
     t_corr = m_corr = no_correction(feats.shape[1])
     while True:
         t_hat = est.step_time_s * t_corr.factor(feats)
-        m_low = est.peak_bytes * m_corr.factor(feats) * np.exp(-Z_BOUND * m_corr.sigma)
+        m_hat = est.peak_bytes * m_corr.factor(feats)
         open_ = ~prog.evaluated & ~certain_oom
-        likely_fit = m_low <= job.usable_bytes
-        pool = np.flatnonzero(open_ & likely_fit)
+        pool = np.flatnonzero(open_)
         lower = t_hat[pool] * np.exp(-Z_BOUND * t_corr.sigma)
         if pool.size == 0 or prog.evaluated.sum() >= MAX_FULL_PREDICTIONS or (
                 prog.evaluated.any() and lower.min() > prog.kth_best_s(top_k)):
-            return open_, likely_fit
+            return open_
         for i in _next_batch(pool, t_hat[pool], first=not prog.evaluated.any()):
-            _evaluate_index(job, valid, int(i), prog)
+            # Where the corrected estimate says "near or over the limit", the cheap memory model decides first.
+            _evaluate_index(job, valid, int(i), prog, memory_first=m_hat[i] > MEMORY_FIRST_FRACTION * job.usable_bytes)
         t_corr, m_corr = _refit(est, feats, prog)
 
 
@@ -232,13 +237,13 @@ def _refit(est: surrogate.SurrogateEstimate, feats: np.ndarray, prog: _Progress)
     return t_corr, m_corr
 
 
-def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress) -> None:
+def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, memory_first: bool) -> None:
     prog.evaluated[i] = True
     cand = valid.candidate(i)
     new_cfg = _validated(job, cand, prog)
     if new_cfg is None:
         return
-    if job.memory is not None:
+    if job.memory is not None and memory_first:
         peak = float(job.memory(new_cfg, job.cluster).peak_bytes_per_gpu)
         prog.full_peak[i] = peak
         if peak > job.usable_bytes:

@@ -73,13 +73,19 @@ def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.nd
 
 def _activation_bytes_per_layer(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(stored bytes per layer per micro-batch, bytes of one fully materialised layer), Korthikanti Table 2."""
-    h = cfg.model.hidden_size
+    m = cfg.model
     tp, sp = cols["tp"].astype(np.float64), cols["sp"]
-    sbh = cols["mbs"] * (cfg.model.seq_length / cols["cp"]) * h * (_BYTES.get(cfg.precision, 2) / 2.0)
-    # Table 2 with flash attention (the 5as/h softmax term is never stored): 10 + 24/t, or 34/t with SP.
-    full_layer = sbh * np.where(sp > 0, 34.0 / tp, 10.0 + 24.0 / tp)
+    sbh = cols["mbs"] * (m.seq_length / cols["cp"]) * m.hidden_size * (_BYTES.get(cfg.precision, 2) / 2.0)
+    # Table 2 with flash attention (the 5as/h softmax term is never stored): 10 + 24/t, or 34/t with SP, where
+    # 24 = Q,K,V 6 + projection input 2 + fc1 output 8 + fc2 input 8 for f = 4h; generalised to GQA (K, V
+    # scale with groups/heads) and SwiGLU (fc1 output 2f wide).
+    f_h = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * (m.moe_router_topk if m.num_experts else 1) / m.hidden_size
+    split = 2 * (1 + 2 * m.num_query_groups / m.num_attention_heads) + 2 + 2 * f_h * (2 if m.swiglu else 1) + 2 * f_h
+    full_layer = sbh * np.where(sp > 0, (10.0 + split) / tp, 10.0 + split / tp)
     checkpoint = 2.0 * sbh / np.where(sp > 0, tp, 1.0)  # the layer input only
     rc = cols["rc"]
+    # Block recompute (Megatron transformer_block._checkpointed_forward): the first N layers of each chunk keep
+    # only their input, the others keep everything.
     per_chunk = np.maximum(cfg.model.num_layers / (cols["pp"] * cols["vpp"]), 1.0)
     block_frac = np.minimum(cols["rc_layers"] / per_chunk, 1.0)
     stored = np.where(rc == RECOMPUTE_CODES["full"], checkpoint, full_layer)
@@ -98,12 +104,22 @@ def estimate_memory(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.n
     layers_per_stage = m.num_layers / pp
     params = layers_per_stage * (dense / tp + expert / (ep * max(cfg.parallel.etp, 1)))
     params = params + m.padded_vocab_size * m.hidden_size / tp
-    states = params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], dp)
+    # Megatron's distributed optimizer shards over the data-parallel group including context parallelism.
+    shard = np.where(cols["distopt"] > 0, dp * cols["cp"], dp)
+    states = params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
     stored, full_layer = _activation_bytes_per_layer(cfg, cols)
+    working = np.where(cols["rc"] >= RECOMPUTE_CODES["full"], full_layer, 0.0)  # one layer rematerialised
     # 1F1B: stage 0 holds min(pp, m) micro-batches; interleaving adds (pp-1)/(pp*vpp) (Korthikanti sec. 4.2.3).
     in_flight = np.minimum(pp, num_mb) * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
-    acts = in_flight * layers_per_stage * stored + np.where(cols["rc"] >= RECOMPUTE_CODES["full"], full_layer, 0.0)
-    return states + acts
+    in_flight = np.minimum(in_flight, num_mb)  # never more micro-batches than the step has
+    first = states + in_flight * layers_per_stage * stored + working
+    # Last stage: one micro-batch in flight (interleaved: ((vpp-1) pp + 1) / vpp), plus fp32 logits and loss,
+    # 4sbh/t (1 + v/h) bytes (Korthikanti sec. 4.2.3).
+    last_in_flight = np.minimum(np.where(vpp > 1, ((vpp - 1) * pp + 1) / vpp, 1.0), num_mb)
+    tokens = cols["mbs"] * m.seq_length / cols["cp"]
+    logits = 4.0 * tokens * (m.hidden_size + m.padded_vocab_size) / tp
+    last = states + last_in_flight * layers_per_stage * stored + working + logits
+    return np.where(pp > 1, np.maximum(first, last), first + logits)
 
 
 def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -12,7 +12,7 @@ def test_shipped_spaces_load() -> None:
     meg = load_search_space(None, "megatron")
     ds = load_search_space(None, "deepspeed")
     assert meg.tensor_parallel is None and meg.micro_batch_size is None  # auto
-    assert set(meg.recompute) == {"none", "selective", "full"} and meg.memory_margin == pytest.approx(0.05)
+    assert set(meg.recompute) == {"none", "selective", "full", "block"} and meg.memory_margin == pytest.approx(0.05)
     assert ds.tensor_parallel == (1,) and ds.zero_stage == (0, 1, 2, 3)
     assert default_search_file("hf-deepspeed").name == "deepspeed.yaml"
     assert default_search_file("megatron-deepspeed").name == "megatron.yaml"
