@@ -3,10 +3,10 @@
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
     python benchmarks/bench_validation.py --with-host-floor [CSV]
 
-`--with-host-floor` applies the proposed schedule change of llmperf_hook/predict/host_issue.py (each block pass
-is an in-order launch queue: the GPU cannot start an op before one CPU thread has issued it, 65 us per compute
-op, backward twice) instead of the schedule's current chunk-level max(GPU, ops x host_overhead_per_op_us), by
-wrapping schedule.compose in this process only, to show what the change does before it is wired in.
+`--with-host-floor` re-applies the launch queue of llmperf_hook/predict/host_issue.py by wrapping
+schedule.compose in this process (each block pass an in-order launch queue, 65 us per compute op, backward
+twice). The schedule has used that queue since commit bf0486c, so the figures are the same; the switch stays
+for benchmarks/bench_tune_ranking.py, which imports `apply_host_floor`.
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
