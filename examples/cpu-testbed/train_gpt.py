@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None)
     p.add_argument("--deepspeed", action="store_true", help="accepted for compatibility; implied by --deepspeed_config")
+    p.add_argument("--no-pipeline-parallel", action="store_true",
+                   help="Megatron-DeepSpeed's flag for the non-pipeline engine (needed with ZeRO-2/3); this script "
+                        "always uses DeepSpeed's plain engine, so it only tells parsers what runs")
     p.add_argument("--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", "0")))
     args = p.parse_args(argv)
     if args.hidden_size % args.num_attention_heads:

@@ -102,6 +102,7 @@ class StepRecorder:
         self._timer: StepTimer | None = None
         self._memory: MemoryProbe | None = None
         self._start_mark: Any = None
+        self._start_cpu_s: float | None = None
         self._profiler: Any = None
         self._failed = False
         self._identity: dict[str, Any] | None = None
@@ -121,6 +122,7 @@ class StepRecorder:
         """First forward of the job: the start of step 0 for frameworks whose step hook fires at its end."""
         if self._start_mark is None and self._num_steps_done == 0:
             self._start_mark = self._ensure_timer().mark()
+            self._start_cpu_s = time.process_time()
 
     def enter_step(self, source: str, priority: int) -> None:
         if priority > self._owner_priority:
@@ -128,6 +130,7 @@ class StepRecorder:
         self._depth[source] = self._depth.get(source, 0) + 1
         if source == self._owner and self._start_mark is None:
             self._start_mark = self._ensure_timer().mark()
+            self._start_cpu_s = time.process_time()
 
     def exit_step(self, source: str, took_step: bool) -> None:
         self._depth[source] = max(0, self._depth.get(source, 0) - 1)
@@ -170,7 +173,7 @@ class StepRecorder:
 
     def _record_step(self) -> None:
         timer = self._ensure_timer()
-        end = timer.mark()
+        end, end_cpu_s = timer.mark(), time.process_time()
         step, cfg = self._num_steps_done, self.config
         if cfg.inject_fault_at_step is not None and step == cfg.inject_fault_at_step:
             raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
@@ -178,11 +181,14 @@ class StepRecorder:
             self.writer.write(self._base("meta", **job_facts(timer.device)))
         if step < cfg.last_hooked_step:
             wall_s = timer.elapsed_s(self._start_mark, end) if self._start_mark is not None else None
+            # CPU seconds of this process (all its threads) in the step: on a CPU job, far less than the wall
+            # time means the rank waited (for peers, or for a core the machine gave to someone else).
+            cpu_s = end_cpu_s - self._start_cpu_s if self._start_cpu_s is not None else None
             self.writer.write(self._base(
-                "step", step=step, wall_time_s=wall_s, warmup=step < cfg.num_warmup_steps,
+                "step", step=step, wall_time_s=wall_s, cpu_time_s=cpu_s, warmup=step < cfg.num_warmup_steps,
                 profiled=self._profiler is not None, timer=timer.name, device=timer.device,
                 **self._memory.sample_and_reset()))
-        self._start_mark = end
+        self._start_mark, self._start_cpu_s = end, end_cpu_s
         self._num_steps_done += 1
         self._after_step()
 

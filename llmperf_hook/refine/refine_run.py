@@ -184,6 +184,7 @@ def render_refine_report(report: RefineReport) -> str:
         j = r.job
         lines.append(f"  job {j.job_id}: {j.framework} on {j.device}, {len(j.ranks_seen)}/{j.world_size} ranks, "
                      f"{j.num_timed_steps} timed steps, measured {_ms(j.step_time_s)}"
+                     + (f" (CPU {_ms(j.cpu_time_s)} per rank)" if j.device == "cpu" and j.cpu_time_s else "")
                      + (f", load {j.load_avg_1m:.2f}" if j.load_avg_1m is not None else ""))
         if r.predicted_before_s:
             lines.append(f"    predicted before: {_ms(r.predicted_before_s)} ({_pct(r.predicted_before_s, j.step_time_s)} vs measured)")
@@ -201,7 +202,8 @@ def report_json(report: RefineReport) -> dict[str, Any]:
         "job_id": r.job.job_id, "framework": r.job.framework, "device": r.job.device,
         "world_size": r.job.world_size, "ranks_seen": list(r.job.ranks_seen),
         "steps_by_rank": {str(k): list(v) for k, v in r.job.steps_by_rank.items()},
-        "measured_step_time_s": r.job.step_time_s, "predicted_before_s": r.predicted_before_s,
+        "measured_step_time_s": r.job.step_time_s, "cpu_time_s": r.job.cpu_time_s,
+        "load_avg_1m": r.job.load_avg_1m, "predicted_before_s": r.predicted_before_s,
         "uncalibrated_step_time_s": r.uncalibrated_s, "predicted_after_s": r.predicted_after_s,
         "calibration": None if r.calibration is None else {
             "hardware": r.calibration.hardware, "cluster": r.calibration.cluster, "framework": r.calibration.framework,

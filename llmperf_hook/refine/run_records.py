@@ -63,6 +63,9 @@ class JobSteps:
     """True when --stop-after ended the job."""
     facts: Mapping[str, Any] = field(default_factory=dict)
     """Rank 0's meta record (argv, thread counts, library versions)."""
+    cpu_time_s: float | None = None
+    """Median over the timed steps of the largest per-rank CPU time (process CPU seconds in the step). On a
+    CPU job with one thread per rank, wall time well above it means ranks waited: for peers or for a core."""
 
 
 def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -122,21 +125,26 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
         step_times_s=tuple(times), peak_memory_bytes=_peak_memory(steps),
         load_avg_1m=max((float(m["load_avg_1m"]) for m in metas if m.get("load_avg_1m") is not None), default=None),
         errors=tuple(str(r.get("error")) for r in mine if r.get("kind") == "error"),
-        stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0))
+        stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0),
+        cpu_time_s=_median_or_none(_slowest_rank_times(steps, "cpu_time_s")))
 
 
 def _first(records: Sequence[Mapping[str, Any]], key: str) -> Any:
     return next((r[key] for r in records if r.get(key) is not None), None)
 
 
-def _slowest_rank_times(steps: Sequence[Mapping[str, Any]]) -> list[float]:
+def _slowest_rank_times(steps: Sequence[Mapping[str, Any]], key: str = "wall_time_s") -> list[float]:
     per_step: dict[int, float] = {}
     for r in steps:
-        if r.get("warmup") or r.get("profiled") or r.get("wall_time_s") is None:
+        if r.get("warmup") or r.get("profiled") or r.get(key) is None:
             continue
         s = int(r["step"])
-        per_step[s] = max(per_step.get(s, 0.0), float(r["wall_time_s"]))
+        per_step[s] = max(per_step.get(s, 0.0), float(r[key]))
     return [per_step[s] for s in sorted(per_step)]
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _peak_memory(steps: Sequence[Mapping[str, Any]]) -> int | None:
