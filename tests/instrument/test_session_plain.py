@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -31,13 +32,15 @@ def test_plain_torch_job_recorded_and_output_intact(tmp_path: Path, child_env: d
 
 
 def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[str, str]) -> None:
-    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--num-layers", "2", "--train-iters", "5"]
-    done = run_session(tmp_path, child_env, argv, steps=5)
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--num-layers", "2", "--train-iters", "9"]
+    done = run_session(tmp_path, child_env, argv, steps=9)
     own = [float(ln.split("step_time_s ")[1].split()[0]) for ln in done.stdout.splitlines() if ln.startswith("iter")]
-    ours = [s["wall_time_s"] for s in read_records(tmp_path / "run") if s["kind"] == "step"]
-    # The script's timer starts before data generation of the step; ours at the previous step's end.
-    for a, b in zip(own[1:], ours[1:]):
-        assert abs(a - b) <= 0.25 * a + 2e-3, (own, ours)
+    steps = [s for s in read_records(tmp_path / "run") if s["kind"] == "step"]
+    ours = [s["wall_time_s"] for s in steps]
+    # Ours runs from one step's end to the next (it includes the script's print); medians absorb a busy machine.
+    a, b = statistics.median(own[2:]), statistics.median(ours[2:])
+    assert abs(a - b) <= 0.3 * a + 1e-3, (own, ours)
+    assert all(0 < s["cpu_time_s"] <= s["wall_time_s"] * 1.5 + 1e-3 for s in steps)
 
 
 def test_exit_code_and_output_pass_through(tmp_path: Path, child_env: dict[str, str]) -> None:
