@@ -88,7 +88,7 @@ def _row(rank: str, ev: Evaluated, changes: str) -> str:
     head = (ev.capacity_bytes - ev.peak_bytes) / GiB
     fit = "" if ev.fits else " (no fit)"
     return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
-            f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}{fit}  {ev.candidate.describe():<34} {changes}")
+            f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}{fit}  {ev.candidate.describe():<40} {changes}")
 
 
 def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
@@ -98,7 +98,7 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
                  f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g})")
     lines.append("")
-    lines.append("  #   step (s)     tokens/s    MFU  peak GiB  free GiB  layout                             changes vs your command")
+    lines.append("  #   step (s)     tokens/s    MFU  peak GiB  free GiB  " + f"{'layout':<41}" + "changes vs your command")
     if res.baseline is not None:
         lines.append(_row("you", res.baseline, "(your command)"))
     for i, (ev, ch) in enumerate(zip(res.top, changes), 1):

@@ -127,9 +127,12 @@ class _Progress:
     """Bookkeeping of one search (local to search_candidates)."""
 
     n: int
-    evaluated: np.ndarray = None  # type: ignore[assignment]
-    full_s: np.ndarray = None  # type: ignore[assignment]
-    full_peak: np.ndarray = None  # type: ignore[assignment]
+    evaluated: np.ndarray = field(init=False)
+    """Visited (validated, memory-checked or predicted), per valid candidate."""
+    full_s: np.ndarray = field(init=False)
+    """Full step-time prediction per candidate (NaN where none was made)."""
+    full_peak: np.ndarray = field(init=False)
+    """Full memory model's peak per candidate (NaN where none was computed)."""
     fitting: list[Evaluated] = field(default_factory=list)
     unfit: list[Evaluated] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
@@ -252,6 +255,11 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
     prog.num_full += 1
     try:
         ev = evaluate(job.cfg, cand, job.cluster, job.predict, job.margin, job.base)
+    except ConfigError as err:  # a rule only the predictor checks (e.g. the schedule's): invalid, like the others
+        key = f"framework validation: {_first_sentence(str(err))}"
+        prog.invalid[key] = prog.invalid.get(key, 0) + 1
+        prog.num_full -= 1
+        return
     except (AssertionError, ArithmeticError, ValueError) as err:  # a model bug on one layout: count it, go on
         key = f"prediction failed (internal error, please report): {type(err).__name__}: {_first_sentence(str(err))}"
         prog.invalid[key] = prog.invalid.get(key, 0) + 1

@@ -87,3 +87,19 @@ def test_fixed_candidate_list_is_ranked() -> None:
     fits = [(pred(apply_candidate(cfg, c), cluster).step_time_s, c) for c in cands
             if cfg.world_size % (c.tp * c.pp) == 0 and 64 % (c.micro_batch_size * cfg.world_size // (c.tp * c.pp)) == 0]
     assert res.top[0].candidate == min(fits, key=lambda t: t[0])[1]
+
+
+def test_predictor_failures_on_single_layouts_are_counted_not_fatal() -> None:
+    inner = FakePredictor()
+
+    def flaky(cfg, cluster):
+        if cfg.parallel.pp == 8 and cfg.batch.micro_batch_size == 2:
+            raise AssertionError("pipeline schedule deadlocked (internal error)")
+        if cfg.parallel.pp == 4 and cfg.batch.micro_batch_size == 4:
+            raise ConfigError("the schedule rejects this. More text.")
+        return inner(cfg, cluster)
+
+    res, _, _ = _search(gpt_config(), a100_cluster(), load_search_space(None, "megatron"), predictor=flaky)
+    assert res.top and all(not (e.candidate.pp == 8 and e.candidate.micro_batch_size == 2) for e in res.top)
+    keys = " ".join(res.invalid_by_rule)
+    assert "prediction failed (internal error" in keys or "framework validation: the schedule rejects this" in keys
