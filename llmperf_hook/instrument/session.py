@@ -2,8 +2,10 @@
 
     run_instrumented(argv, env=..., steps=N, profile_ops=K, stop_after=S, run_dir=DIR, prediction=...)
 
-1. Prepare the run directory (default `./llmperf-runs/<UTC time>-<pid>`): prediction.json, session.json, and
-   hook/ with the generated sitecustomize.py and its llmperf_hook_config.json.
+1. Prepare the run directory (default `./llmperf-runs/<UTC time>-<pid>`): jobs/<job id>/ holds this job's
+   prediction.json, session.json and hook/ (the generated sitecustomize.py and its llmperf_hook_config.json),
+   so several jobs may share one run directory; prediction.json and session.json at the top are the latest
+   job's. Ranks append to rank<R>.jsonl at the top, every line tagged with the job id.
 2. Environment: PYTHONPATH = hook/ + the existing PYTHONPATH (kept, in order); the user's own sitecustomize
    still runs (the generated one chains to it). PYTHONPATH is all a launcher must forward: torchrun and
    DeepSpeed's local launcher copy the whole environment to their ranks, DeepSpeed's multi-node runners
@@ -78,19 +80,26 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
     _check_arguments(argv, steps, profile_ops, stop_after)
     job_id = new_job_id()
     path = prepare_run_dir(run_dir, job_id)
-    hook_dir = write_hook_dir(path / "hook")
+    job_dir = path / "jobs" / job_id
+    hook_dir = write_hook_dir(job_dir / "hook")
     write_hook_config(HookConfig(run_dir=str(path), job_id=job_id, num_steps=steps,
                                  num_warmup_steps=default_warmup_steps(steps), profile_ops_steps=profile_ops,
                                  stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
     if prediction is not None:
+        write_json_atomic(job_dir / "prediction.json", prediction)
         write_json_atomic(path / "prediction.json", prediction)
     session = {"schema": 1, "job_id": job_id, "argv": list(argv), "cwd": os.getcwd(), "hostname": socket.gethostname(),
                "steps": steps, "profile_ops": profile_ops, "stop_after": stop_after, "started_unix_s": time.time(),
                "load_avg_1m": os.getloadavg()[0]}
+    write_json_atomic(job_dir / "session.json", session)
     write_json_atomic(path / "session.json", session)
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
+    for warning in hook_reach_warnings(argv):
+        print(f"llmperf: warning: {warning}", file=sys.stderr)
     code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
-    write_json_atomic(path / "session.json", {**session, "exit_code": code, "ended_unix_s": time.time()})
+    ended = {**session, "exit_code": code, "ended_unix_s": time.time()}
+    write_json_atomic(job_dir / "session.json", ended)
+    write_json_atomic(path / "session.json", ended)
     _refine_quietly(path)
     return code
 
@@ -105,6 +114,21 @@ def _check_arguments(argv: Sequence[str], steps: int, profile_ops: int, stop_aft
         raise UsageError(f"--profile-ops {profile_ops}: the profiler window must be 0 (off) or more steps.")
     if stop_after is not None and stop_after < 1:
         raise UsageError(f"--stop-after {stop_after}: must be at least 1 step (or left out to let the job run on).")
+
+
+def hook_reach_warnings(argv: Sequence[str]) -> list[str]:
+    """A Python started with -I, -S or -E never runs the generated sitecustomize (isolated mode, no site
+    module, or PYTHONPATH ignored), so the hook cannot reach it."""
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return []
+    for word in argv[1:]:
+        if not word.startswith("-") or word in ("-m", "-c") or word.startswith("--"):
+            break
+        bad = sorted(set(word[1:]) & set("ISE"))
+        if bad:
+            return [f"{argv[0]} -{''.join(bad)} skips sitecustomize or PYTHONPATH: the hook cannot reach that "
+                    f"process (ranks it starts without those flags are still instrumented)."]
+    return []
 
 
 def _package_root() -> str:

@@ -110,8 +110,9 @@ def refine_run(run_dir: str | Path, *, hardware: str | None = None, cluster: str
 def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster: str | None,
                 framework: str | None) -> JobRefinement:
     job = summarize_job(run.records, job_id)
-    key = calibration_key(run.prediction, job, hardware, cluster, framework)
-    shown, raw = uncalibrated_prediction_s(run.prediction)
+    prediction = run.prediction_for(job_id)
+    key = calibration_key(prediction, job, hardware, cluster, framework)
+    shown, raw = uncalibrated_prediction_s(prediction)
     notes = list(_completeness_notes(job))
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
@@ -119,7 +120,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "device": job.device, "world_size": job.world_size, "num_timed_steps": job.num_timed_steps,
         "measured_step_time_s": job.step_time_s, "predicted_step_time_s": shown, "uncalibrated_step_time_s": raw,
         "peak_memory_bytes": job.peak_memory_bytes, "load_avg_1m": job.load_avg_1m,
-        "config_json": json.dumps((run.prediction or {}).get("config"), default=str)})
+        "config_json": json.dumps((prediction or {}).get("config"), default=str)})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     store.record_shared_steps(conn, job_id, key and (key.hardware, key.cluster, key.framework), shown, steps)

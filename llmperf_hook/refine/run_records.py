@@ -1,8 +1,9 @@
 """Stage [8] input: what an instrumented run left in its run directory, read and summarised.
 
     <run_dir>/rank<R>.jsonl    one JSON object per line: kind = meta | step | op | end | stop | error
-    <run_dir>/prediction.json  what `llmperf run` predicted before launching (absent if it could not)
-    <run_dir>/session.json     the command, start/end time, exit code
+    <run_dir>/jobs/<job id>/prediction.json  what `llmperf run` predicted before launching that job
+    <run_dir>/jobs/<job id>/session.json     the command, start/end time, exit code
+    <run_dir>/prediction.json, session.json  the latest job's (also what older run directories hold)
 
 Files are read at the edge (`read_run_dir`); `summarize_job` is pure. A truncated last line (a rank killed
 mid-write) is skipped, never fatal.
@@ -31,9 +32,14 @@ class RunDir:
     session: Mapping[str, Any] | None
     num_bad_lines: int = 0
     """Lines that were not complete JSON objects (skipped)."""
+    job_predictions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per job id, from jobs/<job id>/prediction.json (jobs sharing one run directory)."""
 
     def job_ids(self) -> list[str]:
         return sorted({str(r["job_id"]) for r in self.records if "job_id" in r})
+
+    def prediction_for(self, job_id: str) -> Mapping[str, Any] | None:
+        return self.job_predictions.get(job_id, self.prediction if len(self.job_ids()) <= 1 else None)
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,9 @@ def read_run_dir(path: str | Path) -> RunDir:
         got, nbad = _read_jsonl(file)
         records.extend(got)
         bad += nbad
-    return RunDir(str(run), tuple(records), _read_json(run / "prediction.json"), _read_json(run / "session.json"), bad)
+    per_job = {p.parent.name: _read_json(p) for p in run.glob("jobs/*/prediction.json")}
+    return RunDir(str(run), tuple(records), _read_json(run / "prediction.json"), _read_json(run / "session.json"),
+                  bad, {k: v for k, v in per_job.items() if v is not None})
 
 
 def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps:

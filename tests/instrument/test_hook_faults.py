@@ -66,3 +66,26 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     assert len(lines) == 6 * 300
     for w in range(6):
         assert [x["i"] for x in lines if x["writer"] == w] == list(range(300))
+
+
+def test_two_jobs_sharing_a_run_dir_keep_their_records(tmp_path: Path, child_env: dict[str, str]) -> None:
+    from llmperf_hook.refine.refine_run import refine_run
+
+    run_dir = tmp_path / "shared-run"
+    procs = []
+    for i, seconds in enumerate((0.5, 0.7)):
+        call = json.dumps({"argv": [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "5"],
+                           "run_dir": str(run_dir), "steps": 4, "prediction": {"step_time_s": seconds}})
+        code = ("import json, os, sys, time\nfrom llmperf_hook.instrument.session import run_instrumented\n"
+                f"time.sleep({i} * 1.1)\nkw = json.loads({call!r})\n"
+                "sys.exit(run_instrumented(kw.pop('argv'), env=os.environ, **kw))\n")
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=child_env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    records = read_records(run_dir)
+    jobs = sorted({r["job_id"] for r in records})
+    assert len(jobs) == 2
+    for job in jobs:
+        assert [r["step"] for r in records if r["kind"] == "step" and r["job_id"] == job] == [0, 1, 2, 3]
+    report = refine_run(run_dir, hardware="cpu-x", cluster="local")
+    assert sorted(j.predicted_before_s for j in report.jobs) == [0.5, 0.7]

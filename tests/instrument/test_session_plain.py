@@ -13,7 +13,7 @@ from pathlib import Path
 
 from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
 
-from llmperf_hook.instrument.session import build_child_env, default_warmup_steps
+from llmperf_hook.instrument.session import build_child_env, default_warmup_steps, hook_reach_warnings
 
 
 def test_plain_torch_job_recorded_and_output_intact(tmp_path: Path, child_env: dict[str, str]) -> None:
@@ -110,3 +110,8 @@ def test_warmup_steps_leave_timed_steps() -> None:
 def test_missing_command_is_a_usage_error(tmp_path: Path, child_env: dict[str, str]) -> None:
     done = run_session(tmp_path, child_env, ["no-such-command-xyz"], steps=1)
     assert done.returncode == 1 and "UsageError" in done.stderr and "no such file or command" in done.stderr
+
+
+def test_isolated_python_is_warned_about() -> None:
+    assert hook_reach_warnings(["python3", "-I", "train.py"]) and hook_reach_warnings(["python", "-uS", "x.py"])
+    assert not hook_reach_warnings(["python", "-u", "train.py", "-I"]) and not hook_reach_warnings(["torchrun", "-I"])
