@@ -40,6 +40,20 @@ def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
               bytes_moved=float(b * (m * k + k * n + m * n)), dtype=ctx.dtype)
 
 
+UB_PIPELINE_SPLITS = 4
+"""Chunks of Transformer Engine userbuffers' "pipeline" overlap, the default for the projection and FC2 forward
+GEMMs and their reduce-scatter (transformer_engine/pytorch/module/base.py initialize_ub: num_splits 4). The
+chunk GEMMs run on several compute streams (num_max_streams), so splitting costs no extra GEMM time; what
+it leaves exposed is the last chunk's reduce-scatter (tp_exit)."""
+
+
+def ub_overlap(ctx: LayerContext) -> bool:
+    """--tp-comm-overlap is in effect: Transformer Engine userbuffers overlap the TP all-gather / reduce-scatter
+    of sequence parallelism with the GEMMs next to them (Megatron requires SP for it)."""
+    p = ctx.cfg.parallel
+    return ctx.cfg.optimizer.tp_comm_overlap and p.sequence_parallel and ctx.tp.group_size > 1
+
+
 def elementwise(name: str, op_class: str, dims: dict[str, int], elements: int, ctx: LayerContext,
                 passes: float = 2.0) -> Op:
     """A memory-bound op that reads and writes `elements` `passes` times in total."""
@@ -65,12 +79,20 @@ def tp_enter(name: str, ctx: LayerContext) -> list[Op]:
 
 
 def tp_exit(name: str, ctx: LayerContext) -> list[Op]:
-    """After a row-parallel GEMM: reduce-scatter under SP, else all-reduce, of the T x h output."""
+    """After a row-parallel GEMM: reduce-scatter under SP, else all-reduce, of the T x h output.
+
+    Under TE's "pipeline" overlap the reduce-scatter of each of the 4 GEMM chunks runs under the next chunk;
+    the last chunk's has nothing left to hide behind: 1/4 of the bytes stay on the critical path in forward
+    (tagged ub=pipeline_tail; its backward mirror is the hidden ring-exchange all-gather of the dgrad GEMM)."""
     if ctx.tp.group_size == 1:
         return []
     nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
     op_class = "reducescatter" if ctx.cfg.parallel.sequence_parallel else "allreduce"
-    return [comm(name, op_class, nbytes, ctx.tp, ctx)]
+    if not ub_overlap(ctx):
+        return [comm(name, op_class, nbytes, ctx.tp, ctx)]
+    tail = nbytes / UB_PIPELINE_SPLITS
+    return [comm(name, op_class, nbytes - tail, ctx.tp, ctx), comm(name + ".tail", op_class, tail, ctx.tp, ctx,
+                                                                    ub="pipeline_tail")]
 
 
 def residual(name: str, ctx: LayerContext) -> Op:

@@ -24,7 +24,7 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
-from llmperf_hook.schedule.op_timeline import op_events
+from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
 from llmperf_hook.schedule.pipeline import simulate_pipeline
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
 
@@ -64,7 +64,7 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
                 recompute += t
             else:
                 compute += t
-        elif "overlap" in op.tags or (tp_overlap and op.collective.group == "tp"):
+        elif hidden_comm(op, tp_overlap):
             hidden += t
             hidden_by_kind[_comm_kind(op)] += t
         else:
@@ -82,7 +82,7 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
     (each block is an in-order launch queue, `predict.host_issue.queued_pass_s`)."""
     total = compute = recompute = wait = 0.0
     exposed: dict[str, float] = defaultdict(float)
-    side_stream = lambda op: "overlap" in op.tags or (tp_overlap and op.collective.group == "tp")  # noqa: E731
+    side_stream = lambda op: hidden_comm(op, tp_overlap)  # noqa: E731
     for block in chunk.blocks:
         ops = block.bwd if backward else block.fwd
         cost = block_pass(ops, seconds, tp_overlap)

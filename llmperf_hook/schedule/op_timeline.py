@@ -14,8 +14,16 @@ COMM_LANE_OFFSET = 1000
 """Trace lane of stage s's overlapped communication: COMM_LANE_OFFSET + s."""
 
 
-def _hidden(op: Op, tp_overlap: bool) -> bool:
-    return op.collective is not None and ("overlap" in op.tags or (tp_overlap and op.collective.group == "tp"))
+def hidden_comm(op: Op, tp_overlap: bool) -> bool:
+    """Communication on a side stream, hidden behind compute as far as it lasts: ops tagged `overlap`, and TP
+    collectives under --tp-comm-overlap except the forward tail of TE's pipelined reduce-scatter."""
+    if op.collective is None:
+        return False
+    if "overlap" in op.tags:
+        return True
+    return tp_overlap and op.collective.group == "tp" and not (op.tags.get("ub") == "pipeline_tail"
+                                                                and op.phase != "bwd")
+
 
 
 def pass_op_events(ops_by_block: list[tuple[tuple[Op, ...], int]], start_s: float, stage: int, chunk: int,
@@ -28,7 +36,7 @@ def pass_op_events(ops_by_block: list[tuple[tuple[Op, ...], int]], start_s: floa
             for op in ops:
                 d = seconds[op_id(op)]
                 detail = {"seconds": d, "flops": op.flops, "bytes": float(op.dims.get("bytes", op.bytes_moved))}
-                if _hidden(op, tp_overlap):
+                if hidden_comm(op, tp_overlap):
                     out.append(TimelineEvent(COMM_LANE_OFFSET + stage, f"{op.name} [{op.op_class}]", side, side + d,
                                              chunk, 0, detail))
                     side += d

@@ -159,3 +159,21 @@ def test_zero3_exposed_fetches_lengthen_the_step() -> None:
                              DGX)
     assert exposed.step_time_s > hidden.step_time_s
     assert exposed.breakdown["comm_zero"] > 0
+
+
+def test_tp_comm_overlap_leaves_the_last_pipelined_reduce_scatter_chunk_exposed() -> None:
+    """TE userbuffers' "pipeline" overlap (4 chunks) hides the reduce-scatter of chunks 1-3 under the next chunk's
+    GEMM; the last quarter stays on the critical path in forward, its backward mirror (ring-exchange all-gather
+    of the dgrad GEMM) hides."""
+    from llmperf_hook.schedule.op_timeline import hidden_comm
+
+    cfg = gpt3_175b(tp=8, pp=1, dp=1, sequence_parallel=True, global_batch_size=1,
+                    optimizer_kw=dict(tp_comm_overlap=True))
+    ops, block = _layer_ops(build_graph(cfg, DGX))
+    full, tail = ops["attn.tp_reduce"], ops["attn.tp_reduce.tail"]
+    assert full.dims["bytes"] + tail.dims["bytes"] == 2048 * 12288 * 2 and tail.dims["bytes"] == 2048 * 12288 * 2 // 4
+    assert hidden_comm(full, True) and not hidden_comm(tail, True)
+    tail_bwd = next(op for op in block.bwd if op.name == "attn.tp_reduce.tail")
+    assert tail_bwd.op_class == "allgather" and hidden_comm(tail_bwd, True)
+    plain = gpt3_175b(tp=8, pp=1, dp=1, sequence_parallel=True, global_batch_size=1)
+    assert "attn.tp_reduce.tail" not in _layer_ops(build_graph(plain, DGX))[0]
