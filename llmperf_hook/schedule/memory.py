@@ -77,8 +77,9 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
         out["zero_buckets"] = float(min(reduce, stage.num_params * 2) + min(gather, stage.num_params * 2))
     if o.zero_stage >= 3:
         layer = stage.num_params / max(1, stage.num_layers)
+        prefetch = o.stage3_prefetch_bucket_size_elems  # 0 = no prefetch buffer (fetch on demand)
         live = min(o.stage3_max_live_parameters or DEEPSPEED_ZERO3_LIVE_ELEMS,
-                   2 * layer + (o.stage3_prefetch_bucket_size_elems or DEEPSPEED_ZERO3_PREFETCH_ELEMS))
+                   2 * layer + (DEEPSPEED_ZERO3_PREFETCH_ELEMS if prefetch is None else prefetch))
         out["zero3_live_params"] = float(live * 2)
     return out
 
