@@ -22,7 +22,7 @@ import numpy as np
 from llmperf_hook.errors import UsageError
 from llmperf_hook.profile import plan as plans
 from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions
-from llmperf_hook.profile.features import RooflineConstants, build_features
+from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants, build_features
 from llmperf_hook.profile.fit import fit_regressor
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
 from llmperf_hook.resources import configs_dir, llmperf_home
@@ -147,22 +147,24 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
 
 
 def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> dict[tuple[str, str, str], Samples]:
-    """{(op class, phase, dtype): samples} of this device (same fingerprint); all dtypes when dtype is None."""
+    """{(op class, phase, dtype): samples} of this device: the sampler's (same fingerprint) plus the per-op
+    actuals instrumented runs recorded for it (source "instrument:<job>", see refine/op_refit.py)."""
     groups: dict[tuple[str, str, str], list] = {}
-    for r in store.query_op_samples(name, dtype, source="sampler"):
-        if r.fingerprint == fp:
+    for r in store.query_op_samples(name, dtype):
+        ours = r.source == "sampler" and r.fingerprint == fp
+        if (ours or r.source.startswith("instrument:")) and r.op_class in REQUIRED_DIMS and r.time_s > 0 \
+                and all(k in r.dims for k in REQUIRED_DIMS[r.op_class]):
             groups.setdefault((r.op_class, r.phase, r.dtype), []).append(r)
     out = {}
     for (cls, phase, dt), recs in groups.items():
-        keys = sorted(recs[0].dims)
-        dims = {k: np.asarray([float(r.dims.get(k, np.nan)) for r in recs]) for k in keys}
+        dims = {k: np.asarray([float(r.dims[k]) for r in recs]) for k in REQUIRED_DIMS[cls]}
         out[(cls, phase, dt)] = Samples(cls, phase, dims, np.asarray([r.time_s for r in recs]))
     return out
 
 
 def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
-                    per_class: int = 8, seed: int = 0) -> list[plans.SampleSpec]:
-    """Candidates where 4 bootstrap regressors disagree most (std of their log-time predictions)."""
+                    per_class: int = 12, seed: int = 0) -> list[plans.SampleSpec]:
+    """Candidates where 3 bootstrap regressors disagree most (std of their log-time predictions)."""
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     rng = np.random.default_rng(seed)
     out = []
@@ -174,7 +176,7 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
         train = build_features(cls, phase == "bwd", s.dims, rc)
         y = np.log(s.time_s / train.roofline_s)
         preds = []
-        for _ in range(4):
+        for _ in range(3):
             idx = rng.integers(0, len(y), len(y))
             preds.append(fit_regressor(train.matrix[idx], y[idx]).ensemble().predict(block.matrix))
         order = np.argsort(-np.std(preds, axis=0))[:per_class]

@@ -60,3 +60,20 @@ def test_adaptive_round_proposes_in_range_shapes_per_class_and_direction() -> No
     assert sorted((s.op_class, s.phase) for s in specs) == [("gelu", "bwd")] * 5 + [("gelu", "fwd")] * 5
     lo, hi = plan.CPU_RANGES["gelu"]["elements"]
     assert all(lo * 0.9 <= s.dims["elements"] <= hi * 1.1 and s.origin == "adaptive" for s in specs)
+
+
+def test_fit_groups_take_this_device_and_instrumented_runs_only(tmp_path) -> None:
+    from llmperf_hook.profile.sampler import _samples_by_class
+    from llmperf_hook.store import OpSampleRecord, open_store
+
+    d = {"tokens": 128, "hidden": 64}
+    with open_store(tmp_path / "s.sqlite") as store:
+        store.record_op_samples([
+            OpSampleRecord("cpu-x", "fp32", "layernorm", "fwd", d, 1e-5, "sampler", "fp-A"),
+            OpSampleRecord("cpu-x", "fp32", "layernorm", "fwd", {**d, "hidden": 128}, 2e-5, "sampler", "fp-B"),
+            OpSampleRecord("cpu-x", "fp32", "layernorm", "fwd", {**d, "hidden": 256}, 4e-5, "instrument:job1"),
+            OpSampleRecord("cpu-x", "fp32", "layernorm", "fwd", {"tokens": 5}, 4e-5, "instrument:job1"),
+        ])
+        groups = _samples_by_class(store, "cpu-x", None, "fp-A")
+    s = groups[("layernorm", "fwd", "fp32")]
+    assert sorted(s.dims["hidden"]) == [64.0, 256.0]  # other fingerprint and incomplete dims left out
