@@ -241,6 +241,11 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
     loads = [m["load_before"] for m in measured]
     print(f"machine load during the measurements: median {statistics.median(loads):.2f}, max {max(loads):.2f} "
           f"(1-minute load average, {os.cpu_count()} cores)")
+    single = [(i, m["cpu_s"]) for i, (cfg, m) in enumerate(zip(CONFIGS, measured)) if cfg.ranks == 1 and m.get("cpu_s")]
+    if single:
+        cpu_err = [pct(before[i], c) for i, c in single]
+        print(f"diagnostic, load-independent: MAPE of the uncalibrated prediction against per-step CPU time of the "
+              f"{len(single)} one-rank configurations: {mape(cpu_err):.1f} % ({', '.join(f'{e:+.0f}' for e in cpu_err)})")
     waits = [m["measured_s"] / m["cpu_s"] for m in measured if m.get("cpu_s")]
     print(f"wall / CPU time per step (1.0 = each rank had its core and never waited): median "
           f"{statistics.median(waits):.2f}, range {min(waits):.2f}-{max(waits):.2f}")
