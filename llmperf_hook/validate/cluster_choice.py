@@ -7,7 +7,9 @@ Precedence (highest first):
      "InfiniBand HDR 200Gb/s x8 per node" or "800 Gbps per node"); a run that fits in one node ignores
      the network and takes the first preset with that GPU and node size;
   3. otherwise a derived cluster YAML (written into the run's work directory): the closest preset for that
-     GPU with the row's GPUs per node and bandwidths put in, so its documented efficiencies carry over.
+     GPU (else for its generation, with the GPU swapped) with the row's GPUs per node and bandwidths put in,
+     so its documented efficiencies carry over; the node-topology fits (intra-node latency and efficiency) only
+     when the node size matches, else the loader's defaults for that GPU generation and node size.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def choose_cluster(run: MeasuredRun, presets: Mapping[str, Mapping[str, object]]
     for name, preset in same_node.items():
         if single_node or (inter is not None and _close(preset.get("inter_node_bandwidth_GBps"), inter)):
             return ClusterChoice(name, tuple(notes + [f"preset {name}"]))
-    if inter is None:
+    if inter is None and not single_node:
         raise UsageError(f"row {run.row_id}: {run.num_gpus} GPUs span nodes but the inter-node network "
                          f"{run.inter_node_network!r} gives no bandwidth; add `inter_node_bandwidth_GBps` "
                          "(per GPU, one direction) or a `cluster` column.")
@@ -100,18 +102,40 @@ def _close(value: object, target: float) -> bool:
     return isinstance(value, (int, float)) and abs(float(value) - target) <= BANDWIDTH_MATCH_TOLERANCE * target
 
 
-def _derived_cluster(run: MeasuredRun, hardware: str, inter_GBps: float,
+NODE_TOPOLOGY_KEYS = ("intra_node_latency_us", "intra_node_bus_efficiency", "nics_per_node")
+"""Preset values fitted to one node design (GPUs per node, NVSwitch or not): dropped when the row's node differs,
+so the loader's defaults for that GPU generation and node size apply (hardware/load.py INTRA_NODE_DEFAULTS)."""
+
+
+def _base_preset(run: MeasuredRun, hardware: str,
+                 presets: Mapping[str, Mapping[str, object]]) -> tuple[str, Mapping[str, object]]:
+    """The preset to derive from: one with the row's GPU, else one of the same GPU generation (A100 40 GB rows
+    take an A100 80 GB cluster with the GPU swapped: same SMs and NVLink, the hardware file has its HBM)."""
+    family = hardware.split("-")[0]
+    for candidates in ([(n, p) for n, p in presets.items() if p.get("gpu") == hardware],
+                       [(n, p) for n, p in presets.items() if str(p.get("gpu", "")).split("-")[0] == family]):
+        same_node = [(n, p) for n, p in candidates if p.get("gpus_per_node") == run.gpus_per_node]
+        if same_node or candidates:
+            return (same_node or candidates)[0]
+    raise UsageError(f"row {run.row_id}: no shipped cluster preset uses a {family.upper()} GPU ({hardware}); "
+                     "add a `cluster` column naming a cluster YAML.")
+
+
+def _derived_cluster(run: MeasuredRun, hardware: str, inter_GBps: float | None,
                      presets: Mapping[str, Mapping[str, object]], work_dir: Path, notes: list[str]) -> ClusterChoice:
-    same_gpu = [(n, p) for n, p in presets.items() if p.get("gpu") == hardware]
-    if not same_gpu:
-        raise UsageError(f"row {run.row_id}: no shipped cluster preset uses {hardware}; add a `cluster` column.")
-    base_name, base = same_gpu[0]
-    name = f"{base_name}-{run.gpus_per_node}gpn-{inter_GBps:g}GBps"
-    derived = dict(base, name=name, gpus_per_node=run.gpus_per_node, inter_node_bandwidth_GBps=inter_GBps)
+    base_name, base = _base_preset(run, hardware, presets)
+    per_node = run.gpus_per_node or run.num_gpus
+    inter = inter_GBps if inter_GBps is not None else base.get("inter_node_bandwidth_GBps")
+    name = f"{base_name}-{hardware}-{per_node}gpn-{inter:g}GBps"
+    derived = dict(base, name=name, gpu=hardware, gpus_per_node=per_node, inter_node_bandwidth_GBps=inter)
+    if base.get("gpus_per_node") != per_node:
+        for key in NODE_TOPOLOGY_KEYS:
+            derived.pop(key, None)
     if run.intra_node_bandwidth_GBps:
         derived["intra_node_bandwidth_GBps"] = run.intra_node_bandwidth_GBps
     path = work_dir / f"cluster-{name}.yaml"
     if not path.exists():
         work_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(derived, sort_keys=False), encoding="utf-8")
-    return ClusterChoice(str(path), tuple(notes + [f"derived from preset {base_name}: {inter_GBps:g} GB/s per GPU"]))
+    return ClusterChoice(str(path), tuple(notes + [f"derived from preset {base_name}: {hardware}, {per_node} GPUs "
+                                                   f"per node, {inter:g} GB/s per GPU"]))

@@ -88,3 +88,32 @@ def test_multi_node_run_without_network_is_an_error(clusters_dir: Path, tmp_path
 def test_cluster_column_is_used_as_given(clusters_dir: Path, tmp_path: Path) -> None:
     run = build_measured_run({**BASE_ROW, "cluster": "my-cluster.yaml"}, 1)
     assert choose_cluster(run, read_cluster_presets(clusters_dir), tmp_path).cluster == "my-cluster.yaml"
+
+
+def test_gpu_without_its_own_preset_derives_from_its_generation(clusters_dir: Path, tmp_path: Path) -> None:
+    """A100 40 GB rows take an A100 cluster with the GPU swapped (multi-node and single-node alike)."""
+    from llmperf_hook.hardware.load import load_cluster
+
+    presets = read_cluster_presets(clusters_dir)
+    multi = build_measured_run({**BASE_ROW, "gpu_type": "A100-SXM4-40GB"}, 1)
+    derived = yaml.safe_load(Path(choose_cluster(multi, presets, tmp_path / "a").cluster).read_text())
+    assert derived["gpu"] == "a100-sxm4-40gb" and derived["inter_node_bandwidth_GBps"] == 25.0
+    assert derived["gpus_per_node"] == 8 and derived["name"].startswith("dgx-a100")
+    single = build_measured_run({**BASE_ROW, "gpu_type": "A100-SXM4-40GB", "tp": "8", "dp": "1", "num_gpus": "8",
+                                 "inter_node_network": ""}, 1)
+    cluster = load_cluster(choose_cluster(single, presets, tmp_path / "b").cluster)
+    assert cluster.gpu.name == "a100-sxm4-40gb" and cluster.gpus_per_node == 8
+
+
+def test_other_node_size_drops_the_node_topology_fits(clusters_dir: Path, tmp_path: Path) -> None:
+    """An H100 cluster of 4 GPUs per node is not a DGX: its intra-node numbers come from the loader's defaults."""
+    from llmperf_hook.hardware.load import intra_node_defaults, load_cluster
+
+    run = build_measured_run({**BASE_ROW, "gpu_type": "H100-SXM5-80GB", "gpus_per_node": "4", "dp": "4",
+                              "tp": "4", "inter_node_network": "Slingshot 200Gb/s x4 per node"}, 1)
+    path = choose_cluster(run, read_cluster_presets(clusters_dir), tmp_path).cluster
+    raw = yaml.safe_load(Path(path).read_text())
+    assert "intra_node_bus_efficiency" not in raw and "nics_per_node" not in raw
+    cluster = load_cluster(path)
+    latency_us, efficiency = intra_node_defaults("h100-sxm5-80gb", 4)
+    assert cluster.intra_node.bus_efficiency == efficiency and cluster.intra_node.latency_s == latency_us * 1e-6
