@@ -1,6 +1,7 @@
 """Stage [4]: seconds for every op of an OpGraph, from the best available predictor per op class.
 
-Order per op class: the fitted profile of the GPU (predict/fitted.find_profile) when it supports the class,
+Order per op class: the fitted profile of the GPU (predict/fitted.find_profile; else a sibling GPU's,
+predict/sibling_profile.py) when it supports the class,
 phase and dtype, else the roofline; collectives: the cluster's fitted communication model
 (find_comm_model) when present, else alpha-beta. Predictions are memoised on (predictor, cluster numbers,
 op signature), so repeated layers, stages and `tune` candidates cost one prediction each. The predictor
@@ -21,6 +22,7 @@ from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
 from llmperf_hook.predict.roofline import RooflinePredictor
+from llmperf_hook.predict.sibling_profile import find_sibling_profile
 
 ROOFLINE = RooflinePredictor()
 ALPHA_BETA = AlphaBetaPredictor()
@@ -90,7 +92,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
 
 def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTimes:
     """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`)."""
-    profile = fitted.find_profile(cluster.gpu.name, dtype)
+    profile = fitted.find_profile(cluster.gpu.name, dtype) or find_sibling_profile(cluster.gpu, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
     seconds, used = predict_ops(graph.all_ops(), cluster, profile, comm_model)
     warnings: tuple[str, ...] = ()

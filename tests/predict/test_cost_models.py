@@ -102,3 +102,24 @@ def test_multi_node_ring_pays_a_network_step_latency_per_rank() -> None:
     small = collective_time_s(_coll("allgather", 1 << 10, 16, 8), A100)
     large = collective_time_s(_coll("allgather", 1 << 10, 1536, 8), A100)
     assert large - small == pytest.approx((1535 - 15) * A100.inter_node.latency_s, rel=0.01)
+
+
+def test_a100_40gb_borrows_the_80gb_profile_with_memory_bound_ops_scaled() -> None:
+    """Same SMs, clocks and peaks, HBM 1,555 vs 2,039 GB/s: GEMMs as measured on the 80 GB, streaming ops x1.31."""
+    from llmperf_hook.hardware.load import load_hardware
+    from llmperf_hook.predict import fitted
+    from llmperf_hook.predict.sibling_profile import find_sibling_profile
+
+    own = fitted.find_profile("a100-sxm4-80gb", "fp16")
+    if own is None:
+        pytest.skip("no shipped A100 80 GB profile")
+    small = load_cluster("dgx-a100", "a100-sxm4-40gb")
+    lent = find_sibling_profile(small.gpu, "fp16")
+    assert lent is not None and lent is find_sibling_profile(small.gpu, "fp16")
+    gemm = _gemm(4096, "fp16")
+    norm = Op("n", "layernorm", "fwd", {"tokens": 8192, "hidden": 8192}, bytes_moved=2 * 2 * 8192 * 8192, dtype="fp16")
+    (g_own, n_own), (g_lent, n_lent) = own.predict_s([gemm, norm], A100), lent.predict_s([gemm, norm], small)
+    assert g_lent == pytest.approx(g_own) and n_lent == pytest.approx(n_own * 2039 / 1555)
+    assert find_sibling_profile(load_hardware("h100-sxm5-80gb"), "bf16") is None  # GH200 is not a sibling
+    times = dispatch.predict_op_times(type("G", (), {"all_ops": lambda self: [gemm]})(), small, "fp16")
+    assert times.predictor_by_class["gemm"].startswith("lightgbm:a100-sxm4-80gb (sibling GPU")
