@@ -55,7 +55,8 @@ def find_sibling_profile(gpu: HardwareSpec, dtype: str) -> OpClassPredictor | No
     scale = sibling.memory_bandwidth_bytes_per_s / gpu.memory_bandwidth_bytes_per_s
     key = (id(profile), scale)
     if key not in _WRAPPED:
-        _WRAPPED.clear() if len(_WRAPPED) > 32 else None
+        if len(_WRAPPED) > 32:
+            _WRAPPED.clear()
         _WRAPPED[key] = SiblingProfile(profile, scale)
     return _WRAPPED[key]
 
