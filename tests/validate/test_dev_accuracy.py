@@ -12,9 +12,10 @@ from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
 
 from .validate_helpers import DEV_CSV
 
-# Issue 5 targets: S01 <= 8 %, S03 <= 5 %, S23 <= 8 % (now 5.3, 4.5, 9.5 %); the guard sits ~2 points above the
-# current figures so refits of shared profiles pass and real regressions do not.
-GUARDED_MAPE = {"S01": 0.10, "S03": 0.07, "S23": 0.11}
+# Issue 5 targets: S01 <= 8 %, S03 <= 5 %, S23 <= 8 %, S02 <= 8 % (now 5.2, 3.9, 9.1, 22.7 %); the guard sits
+# ~2 points above the current figures so refits of shared profiles pass and real regressions do not (S02: the
+# synchronous ZeRO-3 fetch of DeepSpeed < v0.5.5, validate/framework_era.py, took it from 31 % to 22.7 %).
+GUARDED_MAPE = {"S01": 0.10, "S03": 0.06, "S23": 0.11, "S02": 0.25}
 
 
 @pytest.mark.skipif(not DEV_CSV.exists(), reason="../shared/validation/dev.csv not present")
