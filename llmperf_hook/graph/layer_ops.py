@@ -201,15 +201,21 @@ def embedding_ops(ctx: LayerContext) -> list[Op]:
     return ops
 
 
+CE_FWD_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
+"""HBM bytes per logit of Megatron's vocab-parallel cross-entropy forward (tensor_parallel/cross_entropy.py):
+cast of the 16-bit logits to fp32 (read 2, write 4), max (read 4), subtract the max (read 4 + write 4), exp in
+place (8), sum (read 4), divide in place for the saved softmax (8). Its backward (graph/backward.py) multiplies
+the saved softmax by the loss gradient in place (8) and casts the gradient back to 16 bit (read 4, write 2)."""
+
+
 def head_ops(ctx: LayerContext) -> list[Op]:
     """Final norm, vocab-parallel LM head GEMM and cross-entropy (max/sum all-reduces of T floats over TP)."""
     m = ctx.cfg.model
     vocab = m.padded_vocab_size // ctx.tp.group_size
     ops = [norm("head.final_norm", ctx), *tp_enter("head.tp_allgather", ctx),
            gemm("head.lm_head", ctx.tokens, vocab, m.hidden_size, ctx),
-           # Cross-entropy works on fp32 logits: read the logits, exp/sum, write grads (Megatron vocab-parallel CE).
            Op("head.cross_entropy", "cross_entropy", "fwd", {"tokens": ctx.tokens, "vocab": vocab},
-              bytes_moved=float(3 * ctx.tokens * vocab * 4), dtype=ctx.dtype)]
+              bytes_moved=float(CE_FWD_BYTES_PER_LOGIT * ctx.tokens * vocab), dtype=ctx.dtype)]
     if ctx.tp.group_size > 1:
         ops.append(comm("head.ce_allreduce", "allreduce", 3 * ctx.tokens * 4, ctx.tp, ctx))
     return ops
