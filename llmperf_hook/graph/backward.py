@@ -13,9 +13,9 @@ from __future__ import annotations
 from llmperf_hook.graph.op import Op
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
-BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 42.0}
+BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
-14 bytes per logit against 42 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT)."""
+14 bytes per logit against 38 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT)."""
 BWD_COMM_CLASS = {"allgather": "reducescatter", "reducescatter": "allgather"}
 SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout"})
 """Korthikanti et al. 2022 Sec. 5: selective recompute replays the attention core (QK^T, softmax, dropout, AV)."""
