@@ -8,7 +8,8 @@ most `--train-fraction` of ALL samples of the fit group, averaged over 3 random 
 regressor per op class over the contract dims, e.g. one GEMM regressor for all five linear files; samples
 faster than the datasheet peak dropped; groups with a majority of such samples are reported as corrupt).
 Reference: `Best_error%` in NVIDIA<GPU>.csv (the authors' best of random forest / XGBoost on their own split,
-with far more training samples).
+with far more training samples). `repeat`: how far repeated measurements of the same per-rank shape lie from
+their median (the data's own noise floor; n/a when no shape repeats).
 """
 
 from __future__ import annotations
@@ -49,6 +50,20 @@ def extrapolation_test_mask(sets: list[SampleSet]) -> np.ndarray:
     return mask
 
 
+def repeatability(s: Samples, source: np.ndarray) -> dict[str, float]:
+    """Per file: mean |t - median| / median over samples whose contract dims were measured more than once
+    (e.g. the same per-rank GEMM from two TP degrees): the noise floor no regressor can beat."""
+    keys = np.column_stack([s.dims[k] for k in sorted(s.dims)])
+    _, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    med = np.zeros(len(counts))
+    for g in np.flatnonzero(counts > 1):
+        med[g] = np.median(s.time_s[inverse == g])
+    dup = counts[inverse] > 1
+    ape = np.where(dup, np.abs(s.time_s / np.where(dup, med[inverse], 1.0) - 1.0), np.nan)
+    return {src: float(np.nanmean(ape[source == src])) for src in np.unique(source[dup])}
+
+
 def split(n: int, test: np.ndarray, frac: float, rng: np.random.Generator) -> np.ndarray:
     """Random training rows outside `test`, at most frac * n of them."""
     pool_idx = np.flatnonzero(~test)
@@ -69,7 +84,7 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
     source = np.concatenate([[x.source] * len(x.time_s) for x in sets])
     phase_ref = "dur" if "optimizer" in sets[0].source else s.phase
     if keep.mean() < 0.5:
-        return [(x.source, s.phase, None, None, ref.get((x.source, phase_ref)), 0.0, "corrupt: beats peak")
+        return [(x.source, s.phase, None, None, ref.get((x.source, phase_ref)), 0.0, "corrupt: beats peak", None)
                 for x in sets]
     s = Samples(s.op_class, s.phase, {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep])
     sets_kept_source, n = source[keep], int(keep.sum())
@@ -83,12 +98,13 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
             ape, src = evaluate(s, train, np.flatnonzero(test), hw.roofline), sets_kept_source[test]
             per_seed[tag].append({x.source: float(ape[src == x.source].mean()) for x in sets if (src == x.source).any()})
     r_frac = len(split(n, ext_test, frac, rng)) / len(keep)  # of ALL the group's samples, corrupt ones included
+    noise = repeatability(s, sets_kept_source)
     rows = []
     for x in sets:
         rm, em = (float(np.mean([d[x.source] for d in per_seed[t]])) if all(x.source in d for d in per_seed[t])
                   else None for t in ("random", "extrap"))
         note = f"dropped {1 - keep.mean():.1%} beating peak" if keep.mean() < 1 else ""
-        rows.append((x.source, s.phase, rm, em, ref.get((x.source, phase_ref)), r_frac, note))
+        rows.append((x.source, s.phase, rm, em, ref.get((x.source, phase_ref)), r_frac, note, noise.get(x.source)))
     return rows
 
 
@@ -106,16 +122,17 @@ def main() -> None:
     for hw in SHIPPED.values():
         ref = read_reference_errors(args.data / hw.folder / "operator")
         print(f"\n== {hw.name} ({hw.folder}) — train on <= {args.train_fraction:.0%} of each group's samples")
-        print(f"{'group':18s} {'file':32s} {'dir':4s} {'random20':>8s} {'extrap':>8s} {'ref':>8s} {'train':>6s}  verdict")
+        print(f"{'group':18s} {'file':32s} {'dir':4s} {'random20':>8s} {'extrap':>8s} {'ref':>8s} {'repeat':>7s} "
+              f"{'train':>6s}  verdict")
         for group in FIT_GROUPS:
             for phase, sets in sorted(load_group(args.data, hw, group).items()):
                 for row in bench_group(hw, sets, args.train_fraction, ref, np.random.default_rng(0)):
-                    source, ph, rm, em, rf, tf, note = row
+                    source, ph, rm, em, rf, tf, note, rep = row
                     better = rm is not None and rf is not None and rm < rf
                     verdict = ("beats ref" if better else "worse than ref" if rm is not None and rf is not None
                                else "") + (f"; {note}" if note else "")
                     print(f"{group:18s} {source:32s} {ph:4s} {_pct(rm):>8s} {_pct(em):>8s} {_pct(rf):>8s} "
-                          f"{tf:6.1%}  {verdict}")
+                          f"{_pct(rep):>7s} {tf:6.1%}  {verdict}")
                     summary.append((hw.name, group, source, ph, rm, em, rf))
     _print_summary(summary)
     print(f"\n(benchmark wall time {time.perf_counter() - t0:.0f} s)")
