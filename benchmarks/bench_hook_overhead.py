@@ -6,8 +6,9 @@
    tiny model, in one process with the hook installed, alternating blocks of steps with the recorder enabled
    and disabled (disabled = every hook entry returns at once), so both sides see the same machine load; one
    thread; cost = median(enabled blocks) - median(disabled blocks), per step.
-2. That cost relative to the step time of the CPU testbed's smallest GPT configuration (plain torch, one rank,
-   median of its timed steps as the hook recorded them) and of a 2-rank DeepSpeed ZeRO-1 job.
+2. That cost relative to the step time (median of the timed steps, as the hook recorded them) of a tiny GPT
+   (stress case, ~2-3 ms steps), of the smallest configuration of the CPU testbed benchmark (plain torch, one
+   rank) and of the same shape as a 2-rank DeepSpeed ZeRO-1 job.
 3. End to end, same testbed job with and without the hook, interleaved (the script's own step timer):
    noisier than (1) on a shared machine; printed for completeness.
 Machine load (1-minute load average) is printed before and after.
@@ -26,8 +27,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
-SMALLEST = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
-            "--micro-batch-size", "1", "--vocab-size", "512"]
+TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+        "--micro-batch-size", "1", "--vocab-size", "512"]
+"""A stress case: smaller than any testbed configuration (a ~2-3 ms step)."""
+SMALLEST = ["--num-layers", "2", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
+            "--micro-batch-size", "2", "--vocab-size", "1024"]
+"""The smallest of bench_cpu_testbed.py's twelve configurations."""
 
 LOOP = """
 import json, sys, time, torch
@@ -47,7 +52,14 @@ for r in range(rounds):
     for enabled, out in ((True, on), (False, off)) if r % 2 else ((False, off), (True, on)):
         rec.enabled = enabled
         t0 = time.perf_counter(); run(block); out.append((time.perf_counter() - t0) / block)
-print(json.dumps({"on": on, "off": off}))
+rec.enabled = True
+direct = []
+for _ in range(rounds // 4 + 1):  # the record path alone (incl. its share of the buffered JSON flushes)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        rec.guarded(rec.torch_optimizer_stepped)
+    direct.append((time.perf_counter() - t0) / 2000)
+print(json.dumps({"on": on, "off": off, "direct": direct}))
 """
 
 
@@ -57,14 +69,14 @@ def env_one_thread() -> dict[str, str]:
     return env
 
 
-def hook_cost_s(rounds: int) -> tuple[float, float, float]:
-    """(per-step hook cost, median step with the recorder disabled, enabled), interleaved blocks."""
+def hook_cost_s(rounds: int) -> tuple[float, float, float, float]:
+    """(per-step hook cost, median step with the recorder disabled, enabled; direct cost of the record path)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run([sys.executable, "-c", LOOP, str(rounds), tmp], env=env_one_thread(),
                              capture_output=True, text=True, check=True)
     blocks = json.loads(out.stdout.strip().splitlines()[-1])
     on, off = statistics.median(blocks["on"]), statistics.median(blocks["off"])
-    return on - off, off, on
+    return on - off, off, on, statistics.median(blocks["direct"])
 
 
 def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, list[float]]:
@@ -98,23 +110,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=60, help="interleaved block pairs (200 steps each)")
     args = ap.parse_args()
     print(f"load average (1 min) before: {os.getloadavg()[0]:.2f}  (cores: {os.cpu_count()}, one thread per process)")
-    cost, off, on = hook_cost_s(args.rounds)
+    cost, off, on, direct = hook_cost_s(args.rounds)
     print(f"[1] tiny optimizer-step loop: {off * 1e6:.1f} us/step recorder disabled, {on * 1e6:.1f} us/step enabled "
-          f"-> hook cost {cost * 1e6:.1f} us per step (medians of {args.rounds} interleaved blocks of 200 steps)")
+          f"-> hook cost {cost * 1e6:.1f} us per step (medians of {args.rounds} interleaved blocks of 200 steps); "
+          f"the record path alone: {direct * 1e6:.1f} us per step")
     with tempfile.TemporaryDirectory() as tmp:
+        tiny = [sys.executable, str(TRAIN_GPT), *TINY, "--train-iters", "14"]
         plain = [sys.executable, str(TRAIN_GPT), *SMALLEST, "--train-iters", "14"]
         ds_cfg = Path(tmp) / "ds.json"
-        ds_cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-                                      "train_batch_size": 2, "zero_optimization": {"stage": 1}}))
+        ds_cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                                      "train_batch_size": 4, "zero_optimization": {"stage": 1}}))
         ds = ["deepspeed", "--num_gpus", "2", "--master_port", "29691", str(TRAIN_GPT), "--deepspeed_config",
               str(ds_cfg), *SMALLEST, "--train-iters", "14"]
-        for label, argv in (("plain torch, 1 rank", plain), ("DeepSpeed ZeRO-1, 2 ranks", ds)):
+        for label, argv in (("tiny GPT, stress case, plain torch, 1 rank", tiny),
+                            ("smallest testbed GPT, plain torch, 1 rank", plain),
+                            ("smallest testbed GPT, DeepSpeed ZeRO-1, 2 ranks", ds)):
             step_s, _ = instrumented_step_s(argv, Path(tmp) / label.replace(" ", "_").replace(",", ""))
             pct = 100 * max(cost, 0.0) / step_s
-            print(f"[2] smallest testbed GPT ({label}): step {step_s * 1e3:.2f} ms -> hook overhead {pct:.3f} % "
+            print(f"[2] {label}: step {step_s * 1e3:.2f} ms -> hook overhead {pct:.3f} % "
                   f"({'OK' if pct <= 1.0 else 'OVER'} vs the 1 % target)")
-        off_s, on_s = end_to_end(plain, 3, Path(tmp))
-        print(f"[3] end to end (plain torch, script's own timer, 3 interleaved runs): {off_s * 1e3:.3f} ms without, "
+        off_s, on_s = end_to_end(tiny, 3, Path(tmp))
+        print(f"[3] end to end (tiny GPT, script's own timer, 3 interleaved runs): {off_s * 1e3:.3f} ms without, "
               f"{on_s * 1e3:.3f} ms with the hook ({100 * (on_s - off_s) / off_s:+.2f} %, noise included)")
     print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
 

@@ -57,7 +57,8 @@ class JsonlWriter:
         self._pending: list[dict[str, Any]] = []
         self._atexit_registered = False
 
-    def write(self, record: dict[str, Any], flush: bool = False) -> None:
+    def write(self, record: dict[str, Any] | Callable[[], dict[str, Any] | str], flush: bool = False) -> None:
+        """Queue a record, or a function that builds it (or its JSON line) at flush time."""
         self._pending.append(record)
         if not self._atexit_registered:
             import atexit
@@ -70,7 +71,9 @@ class JsonlWriter:
     def flush(self) -> None:
         if not self._pending:
             return
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in self._pending).encode()
+        records = [r() if callable(r) else r for r in self._pending]
+        data = "".join((r if isinstance(r, str) else json.dumps(r, separators=(",", ":"))) + "\n"
+                       for r in records).encode()
         self._pending = []
         if self._fd is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -106,6 +109,7 @@ class StepRecorder:
         self._profiler: Any = None
         self._failed = False
         self._identity: dict[str, Any] | None = None
+        self._prefixes: dict[tuple, str] = {}
 
     # -- entry points called by the framework patches (always through `guarded`) --------------------------
 
@@ -180,17 +184,36 @@ class StepRecorder:
         if step == 0:
             self.writer.write(self._base("meta", **job_facts(timer.device)))
         if step < cfg.last_hooked_step:
-            wall_s = timer.elapsed_s(self._start_mark, end) if self._start_mark is not None else None
-            # CPU seconds of this process (all its threads) in the step: on a CPU job, far less than the wall
-            # time means the rank waited (for peers, or for a core the machine gave to someone else).
-            cpu_s = end_cpu_s - self._start_cpu_s if self._start_cpu_s is not None else None
-            self.writer.write(self._base(
-                "step", step=step, wall_time_s=wall_s, cpu_time_s=cpu_s, warmup=step < cfg.num_warmup_steps,
-                profiled=self._profiler is not None, timer=timer.name, device=timer.device,
-                **self._memory.sample_and_reset()))
+            self.writer.write(self._step_record(step, end, end_cpu_s, self._memory.sample_and_reset()))
         self._start_mark, self._start_cpu_s = end, end_cpu_s
         self._num_steps_done += 1
         self._after_step()
+
+    def _step_record(self, step: int, end: Any, end_cpu_s: float, memory: dict[str, Any]) -> Callable[[], str]:
+        """The step's JSON line, built when the writer flushes: only the raw marks are taken on the step path,
+        and the line is formatted directly (json.dumps of a 20-key dict would cost more than the step hook)."""
+        start, start_cpu_s, timer, now = self._start_mark, self._start_cpu_s, self._timer, time.time()
+        warmup, profiled = step < self.config.num_warmup_steps, self._profiler is not None
+
+        def build() -> str:
+            # CPU seconds of this process (all its threads) in the step: on a CPU job, far less than the wall
+            # time means the rank waited (for peers, or for a core the machine gave to someone else).
+            values = {"step": step, "wall_time_s": None if start is None else timer.elapsed_s(start, end),
+                      "cpu_time_s": None if start_cpu_s is None else end_cpu_s - start_cpu_s, "warmup": warmup,
+                      "profiled": profiled, **memory, "time_unix_s": now}
+            body = ",".join(f'"{k}":{_json_scalar(v)}' for k, v in values.items())
+            return f'{self._line_prefix("step")},{body},"timer":"{timer.name}","device":"{timer.device}"}}'
+
+        return build
+
+    def _line_prefix(self, kind: str) -> str:
+        """`{"schema":..,"kind":..,<identity>,"framework":..` as JSON text (no closing brace), cached."""
+        key = (kind, self._owner, os.getpid())
+        if key not in self._prefixes:
+            base = self._base(kind)
+            base.pop("time_unix_s")
+            self._prefixes[key] = json.dumps(base, separators=(",", ":"))[:-1]
+        return self._prefixes[key]
 
     def _after_step(self) -> None:
         done, cfg = self._num_steps_done, self.config
@@ -232,6 +255,16 @@ class StepRecorder:
             except Exception:  # noqa: BLE001
                 pass
         os._exit(0)
+
+
+def _json_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "null"
+    return str(int(value))
 
 
 def job_facts(device: str) -> dict[str, Any]:
