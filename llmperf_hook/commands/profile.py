@@ -11,6 +11,7 @@ uses the fitted profile; comm models go to $LLMPERF_HOME/profiles/comm/CLUSTER/ 
 from __future__ import annotations
 
 import os
+import re
 
 import click
 
@@ -78,6 +79,9 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
 def _run_comm(cluster_name: str | None, max_bytes: float) -> None:
     if not cluster_name:
         raise UsageError("--comm needs --cluster-name NAME: the comm model is stored per cluster.")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", cluster_name):
+        raise UsageError(f"--cluster-name {cluster_name!r}: use letters, digits, '.', '_' and '-' only (it names "
+                         f"$LLMPERF_HOME/profiles/comm/NAME; use the name you pass to --cluster).")
     from llmperf_hook.profile.comm_sampler import CommRequest, run_comm_profile
 
     result = run_comm_profile(CommRequest(cluster_name=cluster_name, max_bytes=max_bytes))

@@ -11,6 +11,7 @@ $LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/N
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ class Progress:
 def _validate(req: ProfileRequest) -> tuple[str, ...]:
     if req.device not in ("cpu", "cuda"):
         raise UsageError(f"--device {req.device!r}: use cpu or cuda.")
+    if req.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", req.name):
+        raise UsageError(f"--name {req.name!r}: use letters, digits, '.', '_' and '-' only (it names "
+                         f"$LLMPERF_HOME/profiles/NAME and hardware/NAME.yaml).")
     if req.budget_min <= 0:
         raise UsageError(f"--budget {req.budget_min}: the sampling budget must be a positive number of minutes.")
     ops = req.ops or (plans.CPU_DEFAULT_OPS if req.device == "cpu" else tuple(plans.GPU_RANGES))
@@ -194,7 +198,7 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     deadline = t_start + req.budget_min * 60.0 * 0.85  # the rest is for fitting and writing
     if req.device == "cpu":
         torch.set_num_threads(req.threads)
-    name = req.name or lh.default_profile_name(req.device, req.threads)
+    name = (req.name or lh.default_profile_name(req.device, req.threads)).lower()  # lookups lower-case names
     rc = lh.measure_roofline(req.dtype, req.device, req.threads)
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     with open_store(req.store_path) as store:
