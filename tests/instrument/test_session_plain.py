@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -37,9 +36,10 @@ def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[
     own = [float(ln.split("step_time_s ")[1].split()[0]) for ln in done.stdout.splitlines() if ln.startswith("iter")]
     steps = [s for s in read_records(tmp_path / "run") if s["kind"] == "step"]
     ours = [s["wall_time_s"] for s in steps]
-    # Ours runs from one step's end to the next (it includes the script's print); medians absorb a busy machine.
-    a, b = statistics.median(own[2:]), statistics.median(ours[2:])
-    assert abs(a - b) <= 0.3 * a + 1e-3, (own, ours)
+    # Ours runs from one step's end to the next, the script's from the top of its loop to after step(): nearly
+    # the same windows, so over several steps the totals agree even when a busy machine stretches single steps.
+    a, b = sum(own[1:]), sum(ours[1:])
+    assert abs(a - b) <= 0.1 * a + 1e-3 * len(own), (own, ours)
     assert all(0 < s["cpu_time_s"] <= s["wall_time_s"] * 1.5 + 1e-3 for s in steps)
 
 
