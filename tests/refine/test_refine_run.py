@@ -84,3 +84,19 @@ def test_cli_json_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         refine_run(tmp_path)
     with pytest.raises(UsageError, match="does not exist"):
         refine_run(tmp_path / "nope")
+
+
+def test_cli_defaults_to_the_newest_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import time
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(refine_command, []).exit_code != 0  # nothing to refine: a usage error
+    write_run(tmp_path / "llmperf-runs" / "old", "j-old", {0: [0.5, 0.02, 0.02]})
+    new = write_run(tmp_path / "llmperf-runs" / "new", "j-new", {0: [0.5, 0.04, 0.04]})
+    later = time.time() + 5
+    os.utime(new, (later, later))
+    out = CliRunner().invoke(refine_command, ["--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert [j["job_id"] for j in json.loads(out.output)["jobs"]] == ["j-new"]
