@@ -71,8 +71,9 @@ class LayoutFit:
     def group_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def predict_s(self, nbytes: np.ndarray, n: int, collective: str) -> np.ndarray:
-        base = self.alpha_s + ring_factor(collective, n) * nbytes / self.busbw_bytes_per_s
+    def predict_s(self, nbytes: np.ndarray, n: int, collective: str, share: float = 1.0) -> np.ndarray:
+        """`share`: groups crossing the network from one node at once (each gets 1/share of the NICs)."""
+        base = self.alpha_s + share * ring_factor(collective, n) * nbytes / self.busbw_bytes_per_s
         if not self.residual_knots_log2_bytes:
             return base
         res = np.interp(np.log2(np.maximum(nbytes, 1.0)), self.residual_knots_log2_bytes, self.residual_log)
@@ -172,9 +173,13 @@ class CommPredictor:
             if op.collective is None or self._kind(op.op_class) is None:
                 raise ProfileError(f"{self.name} cannot predict {op.name} ({op.op_class}); call supports() first")
             c = op.collective
-            groups.setdefault((op.op_class, c.group_size, c.ranks_per_node), []).append(i)
-        for (op_class, n, _), idx in groups.items():
-            fit = self.layout_for(op_class, ops[idx[0]].collective)
+            groups.setdefault((op.op_class, c.group_size, c.ranks_per_node, c.groups_sharing_node), []).append(i)
+        for (op_class, n, _, sharing), idx in groups.items():
+            coll = ops[idx[0]].collective
+            fit = self.layout_for(op_class, coll)
+            # The samples timed one group at a time; groups crossing the network together split the NICs
+            # (as predict/alpha_beta.py assumes). Inside a node each group has its own NVLink paths.
+            share = float(max(1, sharing)) if coll.num_nodes > 1 else 1.0
             nbytes = np.fromiter((float(ops[i].dims["bytes"]) for i in idx), dtype=np.float64, count=len(idx))
-            out[idx] = np.where(n > 1, fit.predict_s(nbytes, n, op_class), 0.0)
+            out[idx] = np.where(n > 1, fit.predict_s(nbytes, n, op_class, share), 0.0)
         return out.tolist()

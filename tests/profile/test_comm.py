@@ -77,3 +77,16 @@ def test_corrupted_comm_model_raises(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(ProfileError, match="checksum"):
         read_comm_model(tmp_path / "c")
+
+
+def test_groups_sharing_the_nics_slow_each_other_down_across_nodes_only(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    comm = find_comm_model("perlmutter")
+    alone, shared = Collective("dp", 8, 1, 1), Collective("dp", 8, 1, 4)
+    ops = [Op("a", "allreduce", "step", {"bytes": 1e9}, collective=c) for c in (alone, shared)]
+    t_alone, t_shared = comm.predict_s(ops, None)
+    assert 3.0 < t_shared / t_alone <= 4.0
+    intra = [Op("b", "allreduce", "step", {"bytes": 1e9}, collective=Collective("tp", 2, 2, g)) for g in (1, 2)]
+    t1, t2 = comm.predict_s(intra, None)
+    assert t1 == t2
