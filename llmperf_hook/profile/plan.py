@@ -35,11 +35,21 @@ CPU_RANGES: Mapping[str, Range] = {
     "cross_entropy": {"tokens": (64, 4096), "vocab": (256, 50304)},
     "optimizer": {"params": (1e4, 3e7)},
 }
-# GPU: Megatron-scale shapes (hidden 1k-16k, sequence 1k-8k, TP 1-8).
+# GPU: Megatron-scale per-rank shapes (hidden 1k-16k / TP, sequence 1k-8k, micro-batch 1-8), each tensor a
+# few GB at most so an 80 GB GPU never runs out of memory while sampling.
 GPU_RANGES: Mapping[str, Range] = {
-    **{k: {d: (lo * 16, hi * 16) for d, (lo, hi) in v.items()} for k, v in CPU_RANGES.items()},
+    "gemm": {"m": (512, 65536), "n": (256, 65536), "k": (256, 32768)},
+    "bmm": {"batch": (8, 128), "m": (512, 8192), "n": (64, 8192), "k": (64, 8192)},
     "attention": {"b": (1, 8), "s": (512, 8192), "heads": (1, 64), "head_dim": (64, 128)},
-    "optimizer": {"params": (1e6, 3e9)},
+    "softmax": {"rows": (1024, 262144), "cols": (512, 8192)},
+    "layernorm": {"tokens": (512, 65536), "hidden": (1024, 16384)},
+    "rmsnorm": {"tokens": (512, 65536), "hidden": (1024, 16384)},
+    "gelu": {"elements": (1 << 20, 1 << 30)}, "swiglu": {"elements": (1 << 20, 1 << 30)},
+    "residual_add": {"elements": (1 << 20, 1 << 30)}, "dropout": {"elements": (1 << 20, 1 << 30)},
+    "rope": {"tokens": (512, 65536), "heads": (1, 64), "head_dim": (64, 128)},
+    "embedding": {"tokens": (512, 65536), "vocab": (4096, 262144), "hidden": (1024, 16384)},
+    "cross_entropy": {"tokens": (512, 16384), "vocab": (4096, 131072)},
+    "optimizer": {"params": (1e6, 2e9)},
 }
 CPU_DEFAULT_OPS = ("gemm", "attention", "layernorm", "gelu", "residual_add", "dropout", "embedding", "cross_entropy",
                    "optimizer", "softmax", "bmm", "rmsnorm", "swiglu", "rope")

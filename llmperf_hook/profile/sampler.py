@@ -141,13 +141,29 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
         for spec in specs:
             if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline:
                 continue
-            timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device)
+            try:
+                timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device)
+            except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
+                if "out of memory" not in str(err).lower() and not isinstance(err, MemoryError):
+                    raise
+                _free_memory(req.device)
+                continue  # a shape that does not fit this device is not sampled (and not a training shape)
             record(spec, timing.time_s)
             measured += 1
             bar.step(f"{spec.op_class} {spec.phase} {spec.origin}")
     finally:
         bar.close()
     return measured
+
+
+def _free_memory(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> dict[tuple[str, str, str], Samples]:
