@@ -52,7 +52,17 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
         return None
     conn = open_store(db).conn
     conn.executescript(SCHEMA_SQL)
+    _add_missing_columns(conn)
     return conn
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Stores written by an earlier version lack the later refine_runs columns."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(refine_runs)")}
+    with conn:
+        for name, decl in (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1")):
+            if name not in have:
+                conn.execute(f"ALTER TABLE refine_runs ADD COLUMN {name} {decl}")
 
 
 def record_shared_steps(conn: sqlite3.Connection, job_id: str, key: tuple[str, str, str] | None,
@@ -97,7 +107,7 @@ def _shared(conn: sqlite3.Connection) -> Any:
 def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
     cols = ("job_id", "run_dir", "hardware", "cluster", "framework", "device", "world_size", "num_timed_steps",
             "measured_step_time_s", "predicted_step_time_s", "uncalibrated_step_time_s", "peak_memory_bytes",
-            "load_avg_1m", "config_json")
+            "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration")
     values = [row.get(c) for c in cols] + [time.time()]
     with conn:
         conn.execute(f"INSERT OR REPLACE INTO refine_runs ({', '.join(cols)}, ingested_unix_s) "
@@ -123,10 +133,12 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> list[tuple[str, float, float]]:
-    """(job_id, uncalibrated predicted, measured) of every ingested run of this key with both numbers."""
+    """(job_id, uncalibrated predicted, measured) of every ingested run of this key with both numbers that
+    was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU)."""
     cur = conn.execute("SELECT job_id, uncalibrated_step_time_s, measured_step_time_s FROM refine_runs "
                        "WHERE hardware = ? AND cluster = ? AND framework = ? AND uncalibrated_step_time_s > 0 "
-                       "AND measured_step_time_s > 0 ORDER BY ingested_unix_s", (hardware, cluster, framework))
+                       "AND measured_step_time_s > 0 AND COALESCE(usable_for_calibration, 1) = 1 "
+                       "ORDER BY ingested_unix_s", (hardware, cluster, framework))
     return [(str(j), float(p), float(m)) for j, p, m in cur.fetchall()]
 
 

@@ -18,6 +18,11 @@ from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, fit_calibration
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
 
+MAX_WALL_PER_CPU = 1.5
+"""A CPU run whose ranks' step wall time exceeds 1.5x their CPU time waited for a core (or a peer) for a third
+of the step: on an oversubscribed machine a calibration would learn the machine's load, not the cluster. Such
+runs are ingested but not calibrated from (GPU runs: CPU time says nothing, never excluded)."""
+
 HOOK_TO_FRAMEWORK = {"deepspeed": "deepspeed", "deepspeed-pipeline": "deepspeed", "megatron": "megatron",
                      "megatron-core": "megatron", "torch": "torch"}
 
@@ -114,19 +119,25 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
     notes = list(_completeness_notes(job))
+    wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
+    contended = wall_per_cpu is not None and wall_per_cpu > MAX_WALL_PER_CPU
+    if contended:
+        notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {MAX_WALL_PER_CPU}: "
+                     f"they waited for a core or a peer; load {job.load_avg_1m}); rerun on a quieter machine")
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
         "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
         "device": job.device, "world_size": job.world_size, "num_timed_steps": job.num_timed_steps,
         "measured_step_time_s": job.step_time_s, "predicted_step_time_s": shown, "uncalibrated_step_time_s": raw,
         "peak_memory_bytes": job.peak_memory_bytes, "load_avg_1m": job.load_avg_1m,
-        "config_json": json.dumps((prediction or {}).get("config"), default=str)})
+        "config_json": json.dumps((prediction or {}).get("config"), default=str), "wall_per_cpu": wall_per_cpu,
+        "usable_for_calibration": 0 if contended else 1})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     store.record_shared_steps(conn, job_id, key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_refit = _refit_ops(conn, job_id, key, samples)
-    calibration = _recalibrate(conn, key, notes) if key and raw and job.step_time_s else None
+    calibration = _recalibrate(conn, key) if key and raw and job.step_time_s else None
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
@@ -150,7 +161,7 @@ def _completeness_notes(job: JobSteps) -> list[str]:
     return notes
 
 
-def _recalibrate(conn: Any, key: CalibrationKey, notes: list[str]) -> Calibration | None:
+def _recalibrate(conn: Any, key: CalibrationKey) -> Calibration | None:
     runs = store.runs_for_key(conn, key.hardware, key.cluster, key.framework)
     if not runs:
         return None

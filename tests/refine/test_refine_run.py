@@ -100,3 +100,20 @@ def test_cli_defaults_to_the_newest_run(tmp_path: Path, monkeypatch: pytest.Monk
     out = CliRunner().invoke(refine_command, ["--format", "json"])
     assert out.exit_code == 0, out.output
     assert [j["job_id"] for j in json.loads(out.output)["jobs"]] == ["j-new"]
+
+
+def test_contended_cpu_run_is_ingested_but_not_calibrated_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.04, 0.04, 0.04]})
+    text = (run / "rank0.jsonl").read_text().replace('"device": "cpu"', '"device": "cpu", "cpu_time_s": 0.02')
+    (run / "rank0.jsonl").write_text(text)
+    (job,) = refine_run(run).jobs
+    assert job.job.cpu_time_s == 0.02 and job.calibration is None
+    assert any("2.00x the ranks' CPU time" in n for n in job.notes)
+    assert find_calibration("cpu-test", "local-cpu", "deepspeed") is None
+    calm = write_run(tmp_path / "calm", "j2", {0: [0.5, 0.03, 0.03]})
+    (calm / "rank0.jsonl").write_text((calm / "rank0.jsonl").read_text().replace(
+        '"device": "cpu"', '"device": "cpu", "cpu_time_s": 0.029'))
+    refine_run(calm)
+    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
+    assert cal.num_runs == 1 and cal.step_time_scale == pytest.approx(3.0)
