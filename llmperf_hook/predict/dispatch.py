@@ -52,6 +52,8 @@ def choose_predictor(op: Op, profile: OpClassPredictor | None, comm_model: OpCla
         if comm_model is not None and comm_model.supports(op.op_class, op.phase, op.dtype):
             return comm_model
         return ALPHA_BETA
+    if op.tags.get("offload", "none") != "none":
+        return ROOFLINE  # a CPU-offloaded optimizer step runs on the host: never a GPU regressor's answer
     if profile is not None and profile.supports(op.op_class, op.phase, op.dtype):
         return profile
     return ROOFLINE
@@ -94,8 +96,11 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`)."""
     profile = fitted.find_profile(cluster.gpu.name, dtype) or find_sibling_profile(cluster.gpu, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
-    seconds, used = predict_ops(graph.all_ops(), cluster, profile, comm_model)
+    ops = graph.all_ops()
+    seconds, used = predict_ops(ops, cluster, profile, comm_model)
     warnings: tuple[str, ...] = ()
+    if profile is not None and hasattr(profile, "extrapolation_warnings"):
+        warnings = profile.extrapolation_warnings([op for op in ops if choose_predictor(op, profile, None) is profile])
     if profile is None:
         warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
                     f"roofline model (run `llmperf profile` on that GPU to fit one).",)
