@@ -38,7 +38,7 @@ def render_table(data: dict[str, Any]) -> str:
 @click.argument("launch_command", nargs=-1, type=click.UNPROCESSED)
 def command(fmt: str, nnodes: int | None, nproc_per_node: int | None, model: str | None, launch_command: tuple[str, ...]) -> None:
     """Print the resolved job and training configuration of a launch command, with the source of every value."""
-    from llmperf_hook.frameworks.explain_json import explain_json
+    from llmperf_hook.frameworks.explain_data import explain_json
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 
     if not launch_command:
