@@ -10,10 +10,12 @@ For each job found in the run directory:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, fit_calibration
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
@@ -21,7 +23,18 @@ from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, 
 MAX_WALL_PER_CPU = 1.5
 """A CPU run whose ranks' step wall time exceeds 1.5x their CPU time waited for a core (or a peer) for a third
 of the step: on an oversubscribed machine a calibration would learn the machine's load, not the cluster. Such
-runs are ingested but not calibrated from (GPU runs: CPU time says nothing, never excluded)."""
+runs are ingested but not calibrated from (GPU runs: CPU time says nothing, never excluded). The environment
+variable LLMPERF_REFINE_MAX_WALL_PER_CPU overrides the limit (e.g. for CPU jobs that legitimately wait on
+slow communication; "inf" turns the check off)."""
+
+
+def max_wall_per_cpu() -> float:
+    raw = os.environ.get("LLMPERF_REFINE_MAX_WALL_PER_CPU", "")
+    try:
+        return float(raw) if raw else MAX_WALL_PER_CPU
+    except ValueError:
+        raise UsageError(f"LLMPERF_REFINE_MAX_WALL_PER_CPU={raw!r} (environment) is not a number: give a ratio "
+                         f"such as 2.0, or inf to calibrate from every run.") from None
 
 HOOK_TO_FRAMEWORK = {"deepspeed": "deepspeed", "deepspeed-pipeline": "deepspeed", "megatron": "megatron",
                      "megatron-core": "megatron", "torch": "torch"}
@@ -120,9 +133,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     shown, raw = uncalibrated_prediction_s(prediction)
     notes = list(_completeness_notes(job))
     wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
-    contended = wall_per_cpu is not None and wall_per_cpu > MAX_WALL_PER_CPU
+    limit = max_wall_per_cpu()
+    contended = wall_per_cpu is not None and wall_per_cpu > limit
     if contended:
-        notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {MAX_WALL_PER_CPU}: "
+        notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: "
                      f"they waited for a core or a peer; load {job.load_avg_1m}); rerun on a quieter machine")
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,

@@ -48,3 +48,12 @@ def run_session(tmp_path: Path, env: dict[str, str], argv: list[str], **kwargs) 
             "sys.exit(run_instrumented(kw.pop('argv'), env=os.environ, **kw))\n")
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240,
                           cwd=str(tmp_path))
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for torchrun / deepspeed --master_port)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, free_port, read_records, run_session, steps_by_rank
 
 
 def test_torchrun_ddp_two_ranks(tmp_path: Path, child_env: dict[str, str]) -> None:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29633",
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
             str(TRAIN_GPT), *SMALL_GPT, "--global-batch-size", "8", "--train-iters", "5"]
     done = run_session(tmp_path, child_env, argv, steps=4)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -117,3 +117,10 @@ def test_contended_cpu_run_is_ingested_but_not_calibrated_from(tmp_path: Path, m
     refine_run(calm)
     cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
     assert cal.num_runs == 1 and cal.step_time_scale == pytest.approx(3.0)
+
+    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")  # the user's override: calibrate anyway
+    (job,) = refine_run(run).jobs
+    assert job.calibration is not None and job.calibration.num_runs == 2
+    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "fast")
+    with pytest.raises(UsageError, match="not a number"):
+        refine_run(run)
