@@ -27,8 +27,17 @@ RECORD_SCHEMA = 1
 
 
 def rank_and_world() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from what torchrun / deepspeed / mpirun / srun put in the environment."""
+    """(rank, world size, local rank): torch.distributed's when the job initialised it, else what torchrun /
+    deepspeed / mpirun / srun put in the environment (read at the first step, not at start-up, so processes
+    forked or spawned by the script itself, which set RANK or init the process group, are told apart)."""
     env = os.environ
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            local = int(env["LOCAL_RANK"]) if env.get("LOCAL_RANK", "").isdigit() else 0
+            return dist.get_rank(), dist.get_world_size(), local
+    except Exception:  # noqa: BLE001 - fall back to the environment
+        pass
     for rank_key, size_key, local_key in (
         ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
         ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
@@ -162,6 +171,13 @@ class StepRecorder:
 
     # -- internals ----------------------------------------------------------------------------------------
 
+    def _resolve_rank(self) -> None:
+        rank, world, local = rank_and_world()
+        if (rank, world, local) != (self.rank, self.world_size, self.local_rank):
+            self.rank, self.world_size, self.local_rank = rank, world, local
+            self.writer = JsonlWriter(os.path.join(self.config.run_dir, f"rank{rank}.jsonl"))
+            self._identity, self._prefixes = None, {}
+
     def _ensure_timer(self) -> StepTimer:
         if self._timer is None:
             self._timer = make_step_timer()
@@ -182,6 +198,7 @@ class StepRecorder:
         if cfg.inject_fault_at_step is not None and step == cfg.inject_fault_at_step:
             raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
         if step == 0:
+            self._resolve_rank()
             self.writer.write(self._base("meta", **job_facts(timer.device)))
         if step < cfg.last_hooked_step:
             self.writer.write(self._step_record(step, end, end_cpu_s, self._memory.sample_and_reset()))

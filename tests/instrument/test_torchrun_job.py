@@ -18,3 +18,28 @@ def test_torchrun_ddp_two_ranks(tmp_path: Path, child_env: dict[str, str]) -> No
     assert steps_by_rank(records) == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}  # accumulation 2: one record per optimizer step
     assert {(r["framework"], r["world_size"]) for r in records if r["kind"] == "step"} == {("torch", 2)}
     assert len({r["pid"] for r in records}) == 2
+
+
+def test_ranks_started_by_the_script_itself(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """torch.multiprocessing.spawn workers have no RANK in their environment: the rank comes from the process
+    group they initialise, so each writes its own file."""
+    script = tmp_path / "spawn_train.py"
+    script.write_text(f'''
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+def worker(rank):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=rank, world_size=2)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2)
+    print("spawned job done")
+''')
+    done = run_session(tmp_path, child_env, [sys.executable, str(script)], steps=3)
+    assert done.returncode == 0 and "spawned job done" in done.stdout, done.stderr[-2000:]
+    records = read_records(tmp_path / "run")
+    assert steps_by_rank(records) == {0: [0, 1, 2], 1: [0, 1, 2]}
+    assert {(r["rank"], r["world_size"]) for r in records if r["kind"] == "step"} == {(0, 2), (1, 2)}
