@@ -88,8 +88,34 @@ def _relative_sse(pairs: Sequence[tuple[float, float]], a: float, b: float) -> f
     return sum(((a * p + b - m) / m) ** 2 for p, m in pairs)
 
 
+_MEMO: dict[tuple, Calibration | None] = {}
+
+
 def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:
-    """The stored calibration for this key from $LLMPERF_HOME's store, or None."""
+    """The stored calibration for this key from $LLMPERF_HOME's store, or None.
+
+    Memoised on the store files' identity (path, sizes, mtimes): `tune` and `validate` call this thousands of
+    times, and opening SQLite costs ~20 ms; a refine that writes the store changes its mtime and so the key."""
+    try:
+        from llmperf_hook.refine.observation_store import store_path
+
+        db = store_path()
+        if not db.is_file():
+            return None
+        # WAL mode: committed writes may sit in the -wal file until a checkpoint, so both files make the key.
+        files = [db, db.with_name(db.name + "-wal")]
+        identity = tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None for f in files)
+    except Exception:  # noqa: BLE001 - a missing or unreadable store never breaks a prediction
+        return None
+    key = (str(db), identity, hardware, cluster, framework)
+    if key not in _MEMO:
+        if len(_MEMO) > 1024:
+            _MEMO.clear()
+        _MEMO[key] = _load_calibration(hardware, cluster, framework)
+    return _MEMO[key]
+
+
+def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:
     try:
         from llmperf_hook.refine.observation_store import connect, load_calibration_row
 

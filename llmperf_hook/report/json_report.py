@@ -27,6 +27,8 @@ def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: i
         "schema": schema,
         "command": list(pred.job.argv),
         "step_time_s": _r(est.step_time_s),
+        # before any refine calibration (api.predict_config adds it as breakdown["calibration"])
+        "uncalibrated_step_time_s": _r(est.step_time_s - est.breakdown.get("calibration", 0.0)),
         "tokens_per_s": _r(est.tokens_per_s),
         "mfu": _r(est.mfu, 4),
         "model_flops_per_step": _r(est.model_flops_per_step),
