@@ -13,11 +13,13 @@ from __future__ import annotations
 from llmperf_hook.graph.op import Op
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
-BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0}
+BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "mask_fill": 1.0}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
-14 bytes per logit against 38 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT)."""
+14 bytes per logit against 38 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
+path's cast, scale and mask fill (layer_ops.softmax_fallback_ops) backpropagate as one kernel of the same
+traffic (cast back, multiply by the scale, masked_fill of the gradient)."""
 BWD_COMM_CLASS = {"allgather": "reducescatter", "reducescatter": "allgather"}
-SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout"})
+SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout", "cast", "scale", "mask_fill"})
 """Korthikanti et al. 2022 Sec. 5: selective recompute replays the attention core (QK^T, softmax, dropout, AV)."""
 
 

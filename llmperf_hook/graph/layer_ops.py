@@ -9,7 +9,7 @@ all-gather (before the column-parallel GEMM) and reduce-scatter (after the row-p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Collective, Op
@@ -139,7 +139,50 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
     av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
             bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
-    return [qk, softmax, dropout, av]
+    if fused_softmax_available(batch, s_q, s_kv):
+        return [qk, softmax, dropout, av]
+    before, after = softmax_fallback_ops(scores, ctx)
+    return [qk, *before, softmax, *after, dropout, av]
+
+
+FUSED_SOFTMAX_MAX_SK = 16384
+"""Longest key length the fused causal softmax kernel takes (megatron fused_softmax.py is_kernel_available)."""
+
+
+def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
+    """Megatron's FusedScaleMaskSoftmax.is_kernel_available for the causal mask (megatron/model/fused_softmax.py,
+    Megatron-DeepSpeed and Megatron-LM alike): 16 < sk <= 16384, sq and sk multiples of 4, and attn_batches =
+    micro_batch x heads per TP rank a multiple of 4 and of the kernel's batches per block. Batches per block
+    (scaled_masked_softmax.h get_batch_per_block): 128 threads / min(next_pow2(sk), 32) per warp x (2 rows per
+    warp when next_pow2(sk) <= 128, else 1) = 4 for every sk > 128. Otherwise the layer falls back to PyTorch ops
+    (forward_torch_softmax): e.g. TP 8 of 16 heads at micro-batch 1 gives attn_batches 2."""
+    if not (16 < s_kv <= FUSED_SOFTMAX_MAX_SK and s_q % 4 == 0 and s_kv % 4 == 0):
+        return False
+    pow2 = 1 << max(0, (s_kv - 1).bit_length())
+    warp = min(pow2, 32)
+    batches_per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
+    return attn_batches % 4 == 0 and attn_batches % batches_per_block == 0
+
+
+def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:
+    """The extra PyTorch kernels of FusedScaleMaskSoftmax.forward_torch_softmax over the scores, besides the
+    softmax itself: masked_fill_ with the causal mask (read scores + 1-byte mask, write scores) and, where
+    --apply-query-key-layer-scaling is on (Megatron-DeepSpeed's default: softmax_in_fp32 and scale = layer
+    number), the cast to fp32, the scale multiply and the cast back (read 2 + write 4, 8, read 4 + write 2 bytes
+    per score). Megatron-LM and Megatron-Core default to no layer scaling since 2023: mask fill only."""
+    b = ctx.act_bytes
+    fill = Op("attn.mask_fill", "mask_fill", "fwd", {"elements": scores}, flops=0.0,
+              bytes_moved=float(scores * (2 * b + 1)), dtype=ctx.dtype)
+    if ctx.cfg.framework != "megatron-deepspeed":
+        return [fill], []
+    cast_in = Op("attn.softmax_cast_fp32", "cast", "fwd", {"elements": scores}, flops=0.0,
+                 bytes_moved=float(scores * (b + 4)), dtype=ctx.dtype)
+    scale = Op("attn.softmax_scale", "scale", "fwd", {"elements": scores}, flops=float(scores),
+               bytes_moved=float(scores * 8), dtype=ctx.dtype)
+    fill = replace(fill, bytes_moved=float(scores * 9))
+    cast_out = Op("attn.softmax_cast_back", "cast", "fwd", {"elements": scores}, flops=0.0,
+                  bytes_moved=float(scores * (4 + b)), dtype=ctx.dtype)
+    return [cast_in, scale, fill], [cast_out]
 
 
 def mlp_ops(ctx: LayerContext) -> list[Op]:
