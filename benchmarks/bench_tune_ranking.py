@@ -1,6 +1,6 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--with-host-floor]
+    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--with-host-floor]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -50,6 +50,8 @@ class GroupResult:
     """Measured time of the tuner's choice / the group's measured best."""
     is_predicted_best: bool = True
     """The tuner's choice is the fastest fitting row by direct full prediction (checks the bounded search)."""
+    row_errors: tuple = ()
+    """(cell, signed relative error of the predicted step time) per row; cell = (hidden, tp, micro-batch)."""
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -128,19 +130,25 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
     corr = spearman(predicted, np.array([r.iteration_time_s for r, _, _ in rows]))
     label = f"{key[0]} L{key[1]} h{key[2]} {key[5]} GPUs gbs {key[6]}"
     source = "/".join(sorted({r.source_id for r, _, _ in rows}))
+    errors = tuple(((cfg.model.hidden_size, cfg.parallel.tp, cfg.batch.micro_batch_size),
+                    (p - r.iteration_time_s) / r.iteration_time_s) for p, (r, cfg, _) in zip(predicted, rows))
     if not res.top:
-        return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration")
+        return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration",
+                           row_errors=errors)
     chosen = res.top[0].candidate
     direct_best = min(fitting, key=lambda t: t[0])[0] if fitting else None
     return GroupResult(label, source, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
                        f"{chosen.describe()} ({meas[chosen] / best:.3f}x best)",
-                       ratio_to_best=meas[chosen] / best, is_predicted_best=direct_best is not None and res.top[0].step_time_s <= direct_best * (1 + 1e-9))
+                       ratio_to_best=meas[chosen] / best, is_predicted_best=direct_best is not None and res.top[0].step_time_s <= direct_best * (1 + 1e-9),
+                       row_errors=errors)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", nargs="?", default=str(DEV_CSV))
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--cells", action="store_true",
+                    help="also print the mean signed step-time error per (hidden, TP, micro-batch) over the ranked rows")
     ap.add_argument("--with-host-floor", action="store_true",
                     help="rank with the proposed host-issue floor of predict/host_issue.py (bench_validation's switch)")
     args = ap.parse_args()
@@ -162,6 +170,20 @@ def main() -> None:
             if r is not None:
                 results.append(r)
     report(results, time.perf_counter() - started, args.verbose)
+    if args.cells:
+        report_cells(results)
+
+
+def report_cells(results: list[GroupResult]) -> None:
+    """Layout-dependent error: a cell whose rows are all too fast (or too slow) is ranked out of place."""
+    by_cell: dict = defaultdict(list)
+    for r in results:
+        for cell, err in r.row_errors:
+            by_cell[cell].append(err)
+    print("\nsigned step-time error per (hidden, TP, micro-batch) over the ranked rows:")
+    for (h, tp, mbs), errs in sorted(by_cell.items()):
+        print(f"  hidden {h:6d} TP {tp:2d} mbs {mbs:3d}: {len(errs):4d} rows  mean {100 * statistics.fmean(errs):+6.1f} %"
+              f"  range {100 * min(errs):+6.1f} .. {100 * max(errs):+6.1f} %")
 
 
 def report(results: list[GroupResult], elapsed_s: float, verbose: bool) -> None:
