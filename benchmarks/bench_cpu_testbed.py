@@ -3,7 +3,10 @@
     python benchmarks/bench_cpu_testbed.py [--home DIR] [--profile-budget 4] [--steps 10] [--calibrate 1]
 
 1. A CPU profile from `llmperf profile --device cpu --name cpu-testbed` (fp32 and bf16; reused when present in
-   --home) and, with `llmperf profile --comm` under torchrun (2 ranks, gloo), the comm model of the cluster
+   --home and usable by this llmperf, else refitted: the samples stay in the store). The profile carries the
+   framework cost measured on this machine (profile/cpu_framework.py: per issued op, per byte, in-step operator
+   scale, Adam per tensor, DeepSpeed engine per ZeRO stage, concurrent ranks); the cluster file's
+   host_overhead_per_op_us is its per-op figure. And, with `llmperf profile --comm` under torchrun (2 ranks, gloo), the comm model of the cluster
    `cpu-testbed`, described by a cluster file written to --home/clusters/cpu-testbed.yaml (2 "GPUs" = 2 ranks of
    one thread each on this machine; gpu = the measured cpu-testbed hardware file).
 2. Twelve testbed configurations (layers, hidden, sequence, micro-batch, ZeRO 0-3, 1-2 ranks, fp32/bf16), each
@@ -102,14 +105,28 @@ def llmperf(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedP
     return subprocess.run([sys.executable, "-m", "llmperf_hook", *args], env=env, text=True, **kw)
 
 
+def profile_usable(home: Path, dtype: str) -> str | None:
+    """None when the CPU profile of `home` serves `dtype` with this llmperf's features and carries the measured
+    framework overhead; else why not (then `llmperf profile` refits it from the stored samples)."""
+    code = ("import sys\nfrom llmperf_hook.predict.fitted import find_profile\n"
+            "from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost\n"
+            f"p = find_profile({CLUSTER!r}, {dtype!r})\n"
+            "sys.exit(0 if p is not None and find_cpu_framework_cost(" f"{CLUSTER!r}, {dtype!r}) else 3)")
+    done = subprocess.run([sys.executable, "-c", code], env=base_env(home), capture_output=True, text=True)
+    if done.returncode == 0:
+        return None
+    return done.stderr.strip().splitlines()[-1][:160] if done.stderr.strip() else "missing, or no framework overhead"
+
+
 def ensure_profiles(home: Path, budget_min: float) -> None:
     env = base_env(home)
     for dtype in ("fp32", "bf16"):
-        meta = home / "profiles" / CLUSTER / "profile.json"
-        if meta.is_file() and f'"{dtype}"' in meta.read_text():
-            print(f"  CPU profile {CLUSTER} ({dtype}): reused from {meta.parent}")
+        why = profile_usable(home, dtype)
+        if why is None:
+            print(f"  CPU profile {CLUSTER} ({dtype}): reused from {home / 'profiles' / CLUSTER}")
             continue
-        print(f"  CPU profile {CLUSTER} ({dtype}): llmperf profile --device cpu --budget {budget_min} ...", flush=True)
+        print(f"  CPU profile {CLUSTER} ({dtype}): {why}; llmperf profile --device cpu --budget {budget_min} ...",
+              flush=True)
         llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
                 env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
@@ -125,13 +142,31 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
 
 def write_cluster(home: Path) -> Path:
     """Two ranks on this machine; gloo through shared memory/loopback (the comm model, when fitted, replaces
-    the alpha-beta numbers: bandwidth ~2 GB/s and ~50 us per collective are order-of-magnitude fallbacks)."""
+    the alpha-beta numbers: bandwidth ~2 GB/s and ~50 us per collective are order-of-magnitude fallbacks).
+    host_overhead_per_op_us is the CPU profile's measured framework time per issued op (the least over its
+    dtypes): on a CPU that time is already inside every op (predict/cpu_framework.py), so the launch queue of
+    predict/host_issue.py never finds the host behind and adds nothing (no double count)."""
+    per_unit_us = min(v["per_unit_s"] for v in json.loads((home / "profiles" / CLUSTER / "framework_overhead.json")
+                                                           .read_text())["dtypes"].values()) * 1e6
     path = home / "clusters" / f"{CLUSTER}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"name: {CLUSTER}\ngpu: {CLUSTER}\ngpus_per_node: 2\nintra_node_bandwidth_GBps: 2\n"
                     f"inter_node_bandwidth_GBps: 1\nintra_node_latency_us: 50\n"
+                    f"host_overhead_per_op_us: {max(per_unit_us, 1e-3):.3f}\n"
                     f"description: this machine, 2 ranks of one thread (DeepSpeed on CPU, gloo)\n")
     return path
+
+
+def print_framework_cost(home: Path) -> None:
+    doc = json.loads((home / "profiles" / CLUSTER / "framework_overhead.json").read_text())
+    print(f"  framework cost measured {doc['measured_utc']} (profile/cpu_framework.py):")
+    for dtype, v in sorted(doc["dtypes"].items()):
+        ds = ", ".join(f"z{z} {d['per_step_s'] * 1e3:.1f} ms + {d['per_param_s'] * 1e9:.1f} ns/param"
+                       for z, d in sorted(v.get("deepspeed_step", {}).items()))
+        print(f"    {dtype}: {v['per_unit_s'] * 1e6:.1f} us/op unit, {v.get('per_byte_s', 0) * 1e12:.0f} ps/byte, "
+              f"ops x{v['compute_scale']:.2f}, Adam {v['optimizer_per_tensor_s'] * 1e6:.0f} us/tensor + "
+              f"{v['optimizer_per_param_s'] * 1e9:.1f} ns/param, 2 ranks x"
+              f"{v.get('concurrency_slowdown', {}).get('2', 1.0):.2f}; DeepSpeed {ds}")
 
 
 def shared_home(home: Path, name: str) -> Path:
@@ -203,6 +238,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     ensure_profiles(home, args.profile_budget)
     write_cluster(home)
+    print_framework_cost(home)
     measure_home, eval_home = shared_home(home, "measure"), shared_home(home, "eval")
     work = home / "work"
     shutil.rmtree(work, ignore_errors=True)

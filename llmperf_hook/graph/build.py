@@ -9,6 +9,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.backward import backward_block
+from llmperf_hook.graph.cpu_stages import cpu_stages
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
@@ -165,6 +166,7 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     ctx = build_context(cfg, gpus_per_node)
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
+    stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates
     b = cfg.batch
     return OpGraph(
         stages=stages,

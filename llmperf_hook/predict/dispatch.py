@@ -20,6 +20,7 @@ from llmperf_hook.graph.op_graph import OpGraph
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
+from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
 from llmperf_hook.predict.roofline import RooflinePredictor
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
@@ -98,6 +99,10 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     comm_model = fitted.find_comm_model(cluster.name)
     ops = graph.all_ops()
     seconds, used = predict_ops(ops, cluster, profile, comm_model)
+    cpu_cost = find_cpu_framework_cost(cluster.gpu.name, dtype)
+    if cpu_cost is not None:  # CPU hardware: framework work adds to compute (predict/cpu_framework.py)
+        seconds = apply_cpu_framework_cost(seconds, ops, cpu_cost, op_id)
+        used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}
     warnings: tuple[str, ...] = ()
     if profile is not None and hasattr(profile, "extrapolation_warnings"):
         warnings = profile.extrapolation_warnings([op for op in ops if choose_predictor(op, profile, None) is profile])

@@ -212,6 +212,8 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
 
     t_start = time.perf_counter()
     deadline = t_start + req.budget_min * 60.0 * 0.85  # the rest is for fitting and writing
+    if _measures_framework(req):  # CPU: the framework cost is measured after the fit (profile/cpu_framework.py)
+        deadline -= _framework_reserved_s()
     if req.device == "cpu":
         torch.set_num_threads(req.threads)
     name = (req.name or lh.default_profile_name(req.device, req.threads)).lower()  # lookups lower-case names
@@ -264,7 +266,7 @@ def _peaks(req: ProfileRequest, rc: RooflineConstants) -> dict[str, float]:
 def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
                    groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
                    plan_note: str) -> ProfileResult:
-    from llmperf_hook.profile.local_hardware import measure_roofline, shipped_hardware_names, write_hardware_yaml
+    from llmperf_hook.profile.local_hardware import measure_roofline
 
     # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
     rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
@@ -290,10 +292,39 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes))
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
+    yaml_path = _hardware_yaml(req, name, rc)
+    if _measures_framework(req):  # framework work on the computing thread, measured against this profile
+        from llmperf_hook.profile.cpu_framework import write_framework_overhead
+
+        write_framework_overhead(profile_dir, name, sorted({e.dtype for e in entries}), req.threads)
+    elif req.device == "cpu":
+        from llmperf_hook.profile.cpu_framework import FILE_NAME
+
+        (profile_dir / FILE_NAME).unlink(missing_ok=True)  # measured against an earlier fit: stale now
+        notes.append("framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= 1 "
+                     "min; predictions on this CPU use the operator profile alone")
+    return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
+                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
+
+
+def _measures_framework(req: ProfileRequest) -> bool:
+    from llmperf_hook.profile.cpu_framework import MIN_BUDGET_MIN
+
+    return req.device == "cpu" and req.budget_min >= MIN_BUDGET_MIN
+
+
+def _framework_reserved_s() -> float:
+    from llmperf_hook.profile.cpu_framework import RESERVED_S
+
+    return RESERVED_S
+
+
+def _hardware_yaml(req: ProfileRequest, name: str, rc: RooflineConstants) -> Path:
+    from llmperf_hook.profile.local_hardware import shipped_hardware_names, write_hardware_yaml
+
     if req.device == "cuda" and name in shipped_hardware_names():
         # A GPU with a shipped preset keeps its datasheet description; only the operator profile is user-fitted.
         yaml_path = configs_dir() / "hardware" / f"{name}.yaml"
     else:
         yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rc), rc, req.threads)
-    return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
-                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
+    return yaml_path

@@ -1,0 +1,128 @@
+"""CPU hardware: the framework's own work on the one thread that also computes (profile/cpu_framework.py).
+
+A profile fitted by `llmperf profile --device cpu` carries `framework_overhead.json`, measured on that
+machine: per issued op unit (`per_unit_s`), the in-step cost of the operators per second of their isolated
+samples (`compute_scale`), and torch Adam's cost per parameter tensor and per parameter. Where it exists the
+hardware is a CPU and, for every prediction on it:
+- a compute op costs compute_scale * profile time + per_unit_s * units (host_issue.KERNELS_PER_PHASE)
+  + per_byte_s * its modelled bytes: on
+  a CPU host issue and compute are the same thread, so they add (the GPU launch-queue model, which lets the
+  host run ahead of the device, does not apply; the CPU cluster file sets host_overhead_per_op_us 0);
+- the optimizer step costs per_tensor_s * tensors + per_param_s * params, tensors from the op's
+  `param_tensors` tag (graph/param_tensors.py: 1 for DeepSpeed's flattened ZeRO / bf16 optimizers);
+- under DeepSpeed the optimizer op also carries the engine's measured per-step work for its ZeRO stage
+  (deepspeed_step: per step + per parameter of the stage);
+- with N ranks on the machine, compute and optimizer times are multiplied by the measured
+  concurrency_slowdown[N] (ranks share cores, caches and memory bandwidth);
+- collectives run on the same thread too (gloo, synchronous on CPU): nothing hides behind compute
+  (`cpu_serial_graph` drops the overlap tags the GPU model uses for side streams).
+No file (any GPU profile): nothing changes. Only json is read here; no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+from llmperf_hook.graph.op import Op
+from llmperf_hook.predict.host_issue import KERNELS_PER_PHASE
+
+FILE_NAME = "framework_overhead.json"
+"""Written by profile/cpu_framework.py next to the profile's profile.json."""
+
+
+@dataclass(frozen=True)
+class CpuFrameworkCost:
+    per_unit_s: float
+    """Seconds of framework work per issued op unit (1 per forward op, 2 per backward op)."""
+    compute_scale: float
+    """In-step seconds of the operators per second of their isolated profile samples."""
+    optimizer_per_tensor_s: float
+    """Seconds per parameter tensor of torch's Adam(W) step loop."""
+    optimizer_per_param_s: float
+    """Seconds per fp32 parameter of the Adam(W) step."""
+    per_byte_s: float = 0.0
+    """Seconds of framework work per byte of the op's modelled traffic (copies and views around the op)."""
+    concurrency_slowdown: Mapping[str, float] = field(default_factory=dict)
+    """{ranks on the machine: factor}: a rank's compute while that many ranks run at once / alone."""
+    deepspeed_step: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """{ZeRO stage: (seconds per step, seconds per parameter)} of DeepSpeed's engine beyond the plain model."""
+
+    def slowdown(self, ranks: int) -> float:
+        """Measured factor for `ranks` concurrent ranks (the largest measured count beyond it; 1 alone)."""
+        if ranks <= 1 or not self.concurrency_slowdown:
+            return 1.0
+        known = sorted(int(k) for k in self.concurrency_slowdown)
+        key = max([k for k in known if k <= ranks] or known[:1])
+        return float(self.concurrency_slowdown[str(key)])
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int) -> dict:
+    return json.loads(open(path).read())
+
+
+def find_cpu_framework_cost(hardware_name: str, dtype: str) -> CpuFrameworkCost | None:
+    """The measured CPU framework cost of this hardware's fitted profile for `dtype`, or None (not a CPU)."""
+    from llmperf_hook.predict.fitted import profile_dirs
+
+    for directory in profile_dirs(hardware_name):
+        path = directory / FILE_NAME
+        if (directory / "profile.json").is_file():
+            if not path.is_file():
+                return None
+            entry = _read(str(path), path.stat().st_mtime_ns).get("dtypes", {}).get(dtype)
+            if not entry:
+                return None
+            return CpuFrameworkCost(float(entry["per_unit_s"]), float(entry["compute_scale"]),
+                                    float(entry["optimizer_per_tensor_s"]), float(entry["optimizer_per_param_s"]),
+                                    float(entry.get("per_byte_s", 0.0)),
+                                    {str(k): float(v) for k, v in entry.get("concurrency_slowdown", {}).items()},
+                                    {str(k): (float(v["per_step_s"]), float(v["per_param_s"]))
+                                     for k, v in entry.get("deepspeed_step", {}).items()})
+    return None
+
+
+def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> float:
+    """Seconds of `op` on the CPU thread (collectives unchanged: the comm model measured them under gloo)."""
+    if op.collective is not None:
+        return profile_s
+    slowdown = cost.slowdown(ranks_on_machine)
+    if op.op_class == "optimizer":
+        tensors = int(op.tags.get("param_tensors", "1"))
+        step_s = tensors * cost.optimizer_per_tensor_s + op.dims.get("params", 0) * cost.optimizer_per_param_s
+        per_step_s, per_param_s = cost.deepspeed_step.get(op.tags.get("deepspeed_zero", ""), (0.0, 0.0))
+        return slowdown * (step_s + per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))
+    units = KERNELS_PER_PHASE.get(op.phase, 1)
+    return slowdown * (cost.compute_scale * profile_s + units * cost.per_unit_s + op.bytes_moved * cost.per_byte_s)
+
+
+def ranks_on_machine(ops: Iterable[Op]) -> int:
+    """Ranks of the job that share one machine: the most any collective group places on a node (1 alone)."""
+    return max((op.collective.ranks_per_node * max(1, op.collective.groups_sharing_node) for op in ops
+                if op.collective is not None), default=1)
+
+
+def apply_cpu_framework_cost(seconds: dict[str, float], ops: Iterable[Op], cost: CpuFrameworkCost,
+                             op_id) -> dict[str, float]:
+    """`seconds` (by op id) with the CPU framework cost of each op added (each op id once)."""
+    ops = list(ops)
+    ranks = ranks_on_machine(ops)
+    out = dict(seconds)
+    done: set[str] = set()
+    for op in ops:
+        oid = op_id(op)
+        if oid in done:
+            continue
+        done.add(oid)
+        out[oid] = op_seconds(op, seconds[oid], cost, ranks)
+    return out
+
+
+def cpu_serial_op(op: Op) -> Op:
+    """`op` without a side-stream overlap tag: on a CPU every collective blocks the computing thread."""
+    if "overlap" not in op.tags:
+        return op
+    return replace(op, tags={k: v for k, v in op.tags.items() if k != "overlap"})
