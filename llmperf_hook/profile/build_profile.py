@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from llmperf_hook.profile.features import RooflineConstants, build_features, schema_hash
-from llmperf_hook.profile.fit import FittedRegressor, fit_regressor
+from llmperf_hook.profile.fit import FittedRegressor, Loss, fit_regressor
 from llmperf_hook.profile.profile_io import ModelEntry
 
 
@@ -45,6 +45,8 @@ def training_xy(s: Samples, rc: RooflineConstants) -> tuple[np.ndarray, np.ndarr
 
 FLOOR_FRACTIONS = (0.0, 0.5)
 """Candidate fixed floors, as fractions of the fastest sample: launch and tail latency that the roofline lacks."""
+LOSSES: tuple[Loss, ...] = ("l1", "l2")
+"""Candidate losses (fit.Loss); l1 first, so a tie keeps the robust one."""
 
 
 def _mape(pred_log: np.ndarray, y: np.ndarray) -> float:
@@ -53,38 +55,41 @@ def _mape(pred_log: np.ndarray, y: np.ndarray) -> float:
 
 def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str = "lightgbm",
                    seed: int = 0) -> tuple[FittedRegressor, float]:
-    """Fit log(t / (roof + floor)); the floor is chosen by cross-validation inside (x, t) only (3 folds below
-    1,000 samples, one 20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM backward) is then
-    part of the normaliser instead of a slope the trees would have to approximate leaf by leaf."""
+    """Fit log(t / (roof + floor)); the floor and the loss (LOSSES) are chosen by cross-validation inside (x, t)
+    only (3 folds below 1,000 samples, one 20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM
+    backward) is then part of the normaliser instead of a slope the trees would have to approximate leaf by leaf."""
     floors = [f * float(t.min()) for f in FLOOR_FRACTIONS]
-    best = floors[0]
+    best: tuple[float, Loss] = (floors[0], LOSSES[0])
     if len(t) >= 30:
         perm = np.random.default_rng(seed + 101).permutation(len(t))
         folds = np.array_split(perm, 3) if len(t) < 1000 else [perm[: len(t) // 5]]
-        errors = [np.mean([_fold_error(x, t, roof, floor, val, prefer) for val in folds]) for floor in floors]
-        best = floors[int(np.argmin(errors))]
-    return fit_regressor(x, np.log(t / (roof + best)), prefer), best
+        grid = [(floor, loss) for loss in LOSSES for floor in floors]
+        errors = [np.mean([_fold_error(x, t, roof, floor, val, prefer, loss) for val in folds]) for floor, loss in grid]
+        best = grid[int(np.argmin(errors))]
+    return fit_regressor(x, np.log(t / (roof + best[0])), prefer, best[1]), best[0]
 
 
-def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, floor: float, val: np.ndarray, prefer: str) -> float:
+def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, floor: float, val: np.ndarray, prefer: str,
+                loss: Loss) -> float:
     train = np.setdiff1d(np.arange(len(t)), val)
     y = np.log(t / (roof + floor))
-    return _mape(fit_regressor(x[train], y[train], prefer).ensemble().predict(x[val]), y[val])
+    return _mape(fit_regressor(x[train], y[train], prefer, loss).ensemble().predict(x[val]), y[val])
 
 
 def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray) -> np.ndarray:
     return (roof + floor_s) * np.exp(reg.ensemble().predict(x))
 
 
-def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0) -> float | None:
-    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor the full fit chose)."""
+def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,
+                 loss: Loss = "l1") -> float | None:
+    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor and loss the full fit chose)."""
     x, y, _, roof = training_xy(s, rc)
     if len(y) < 10:
         return None
     t = roof * np.exp(y)
     perm = np.random.default_rng(seed).permutation(len(y))
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
-    reg = fit_regressor(x[train], np.log(t[train] / (roof[train] + floor_s)), prefer)
+    reg = fit_regressor(x[train], np.log(t[train] / (roof[train] + floor_s)), prefer, loss)
     return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
 
 
@@ -98,7 +103,7 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         model_format=reg.model_format,
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
         train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
-        holdout_mape=holdout_mape(s, rc, prefer, floor) if with_holdout else None, floor_s=floor)
+        holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss) if with_holdout else None, floor_s=floor)
     return entry, reg.text
 
 

@@ -16,6 +16,12 @@ import numpy as np
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
 ModelFormat = Literal["lightgbm-text", "sklearn-gbr-json"]
+Loss = Literal["l1", "l2"]
+"""Loss on the log time ratio: "l1" fits the median efficiency (robust to throttled repeats), "l2" the mean
+(lower error where the noise is symmetric, e.g. A100 flash attention and embedding). Chosen per class on an
+inner split of the training rows (build_profile.fit_with_floor), never on a test split."""
+_LGB_OBJECTIVE = {"l1": "regression_l1", "l2": "regression"}
+_SKL_LOSS = {"l1": "absolute_error", "l2": "squared_error"}
 
 # Lines of a LightGBM tree block that prediction does not read (LightGBM's loader treats them as optional).
 _DROP_KEYS = ("split_gain=", "leaf_weight=", "leaf_count=", "internal_value=", "internal_weight=", "internal_count=",
@@ -30,6 +36,8 @@ class FittedRegressor:
     text: str
     """The LightGBM text dump or the sklearn JSON."""
     num_trees: int
+    loss: Loss = "l1"
+    """The loss it was fitted with (recorded so a hold-out refit uses the same one)."""
 
     def ensemble(self) -> TreeEnsemble:
         if self.model_format == "lightgbm-text":
@@ -37,11 +45,11 @@ class FittedRegressor:
         return parse_sklearn_json(json.loads(self.text))
 
 
-def _lgb_params(num_rows: int) -> dict:
+def _lgb_params(num_rows: int, loss: Loss = "l1") -> dict:
     # L1 in log space predicts the median efficiency: robust to the clock-throttled repeats in GPU samples
     # (identical shapes measured 20-24 % apart), which an L2 fit would chase. Small trees keep profiles small.
     return {
-        "objective": "regression_l1", "learning_rate": 0.1, "num_leaves": 15,
+        "objective": _LGB_OBJECTIVE[loss], "learning_rate": 0.1, "num_leaves": 15,
         "min_data_in_leaf": int(np.clip(num_rows // 100, 2, 5)), "feature_fraction": 0.9, "bagging_fraction": 0.9,
         "bagging_freq": 1, "min_data_in_bin": 1, "max_bin": 511, "verbose": -1, "num_threads": 1, "seed": 7,
         "deterministic": True,
@@ -53,7 +61,7 @@ def num_rounds(num_rows: int) -> int:
     return int(np.clip(num_rows // 10, 40, 150))
 
 
-def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm") -> FittedRegressor:
+def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1") -> FittedRegressor:
     """Fit y (log time ratio) on feature matrix x; LightGBM unless unavailable or `prefer="sklearn"`."""
     if prefer == "lightgbm":
         try:
@@ -61,11 +69,11 @@ def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm") -> Fit
         except ImportError:
             prefer = "sklearn"
     if prefer == "lightgbm":
-        return _fit_lightgbm(x, y)
-    return _fit_sklearn(x, y)
+        return _fit_lightgbm(x, y, loss)
+    return _fit_sklearn(x, y, loss)
 
 
-def _early_stopped_rounds(x: np.ndarray, y: np.ndarray) -> int:
+def _early_stopped_rounds(x: np.ndarray, y: np.ndarray, loss: Loss) -> int:
     """Rounds at which the L1 error on a 15 % validation split stops improving (keeps easy classes small)."""
     import lightgbm as lgb
 
@@ -76,18 +84,18 @@ def _early_stopped_rounds(x: np.ndarray, y: np.ndarray) -> int:
     ds = {"min_data_in_bin": 1, "max_bin": 511, "verbose": -1}
     train_set = lgb.Dataset(x[tr], y[tr], params=ds)
     valid_set = lgb.Dataset(x[val], y[val], params=ds, reference=train_set)
-    booster = lgb.train(_lgb_params(len(tr)), train_set, num_boost_round=num_rounds(len(y)), valid_sets=[valid_set],
-                        callbacks=[lgb.early_stopping(15, verbose=False)])
+    booster = lgb.train(_lgb_params(len(tr), loss), train_set, num_boost_round=num_rounds(len(y)),
+                        valid_sets=[valid_set], callbacks=[lgb.early_stopping(15, verbose=False)])
     return int(np.clip(booster.best_iteration or num_rounds(len(y)), 20, num_rounds(len(y))))
 
 
-def _fit_lightgbm(x: np.ndarray, y: np.ndarray) -> FittedRegressor:
+def _fit_lightgbm(x: np.ndarray, y: np.ndarray, loss: Loss) -> FittedRegressor:
     import lightgbm as lgb
 
     data = lgb.Dataset(x, y, params={"min_data_in_bin": 1, "max_bin": 511, "verbose": -1})
-    booster = lgb.train(_lgb_params(len(y)), data, num_boost_round=_early_stopped_rounds(x, y))
+    booster = lgb.train(_lgb_params(len(y), loss), data, num_boost_round=_early_stopped_rounds(x, y, loss))
     text = compact_lightgbm_text(booster.model_to_string())
-    return FittedRegressor("lightgbm-text", text, booster.num_trees())
+    return FittedRegressor("lightgbm-text", text, booster.num_trees(), loss)
 
 
 def compact_lightgbm_text(text: str) -> str:
@@ -114,14 +122,14 @@ def _round_line(line: str) -> str:
     return line
 
 
-def _fit_sklearn(x: np.ndarray, y: np.ndarray) -> FittedRegressor:
+def _fit_sklearn(x: np.ndarray, y: np.ndarray, loss: Loss) -> FittedRegressor:
     from sklearn.ensemble import GradientBoostingRegressor
 
-    model = GradientBoostingRegressor(loss="absolute_error", n_estimators=num_rounds(len(y)), learning_rate=0.1,
+    model = GradientBoostingRegressor(loss=_SKL_LOSS[loss], n_estimators=num_rounds(len(y)), learning_rate=0.1,
                                       max_leaf_nodes=15, subsample=0.9, random_state=7)
     model.fit(x, y)
     return FittedRegressor("sklearn-gbr-json", json.dumps(export_sklearn_gbr(model, x.shape[1])),
-                           len(model.estimators_))
+                           len(model.estimators_), loss)
 
 
 def export_sklearn_gbr(model, num_features: int) -> dict:
