@@ -286,6 +286,12 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
         cpu_err = [pct(before[i], c) for i, c in single]
         print(f"diagnostic, load-independent: MAPE of the uncalibrated prediction against per-step CPU time of the "
               f"{len(single)} one-rank configurations: {mape(cpu_err):.1f} % ({', '.join(f'{e:+.0f}' for e in cpu_err)})")
+    every = [(i, m["cpu_s"]) for i, m in enumerate(measured) if m.get("cpu_s")]
+    if every:
+        cpu_err = [pct(before[i], c) for i, c in every]
+        print(f"diagnostic: MAPE of the uncalibrated prediction against the per-step CPU time of the slowest rank, "
+              f"all {len(every)} configurations (what a rank costs when it never waits for a core): "
+              f"{mape(cpu_err):.1f} % ({', '.join(f'{e:+.0f}' for e in cpu_err)})")
     waits = [m["measured_s"] / m["cpu_s"] for m in measured if m.get("cpu_s")]
     print(f"wall / CPU time per step (1.0 = each rank had its core and never waited): median "
           f"{statistics.median(waits):.2f}, range {min(waits):.2f}-{max(waits):.2f}")
