@@ -90,6 +90,22 @@ def latin_hypercube(ranges: Range, n: int, rng: np.random.Generator) -> list[dic
     return [{k: float(cols[k][i]) for k in keys} for i in range(n)]
 
 
+def maximin_subset(points: np.ndarray, num: int, seed: int = 0) -> np.ndarray:
+    """Indices of `num` rows of `points` [n, d] chosen by greedy farthest-point (maximin) selection on the
+    standardised columns (Gonzalez 1985: within 2x of the optimal covering radius): which candidate shapes to
+    measure when only a fraction can be. Duplicates are picked last, so repeats of one shape do not use the
+    budget while unseen shapes remain."""
+    z = (points - points.mean(axis=0)) / np.maximum(points.std(axis=0), 1e-12)
+    first = int(np.random.default_rng(seed).integers(len(z)))
+    chosen = [first]
+    dist = np.sum((z - z[first]) ** 2, axis=1)
+    for _ in range(min(num, len(z)) - 1):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, np.sum((z - z[nxt]) ** 2, axis=1))
+    return np.asarray(chosen, dtype=np.int64)
+
+
 def complete_dims(op_class: str, dims: dict[str, float]) -> dict[str, float]:
     """Fill dims the design does not vary (attention: kv_heads = heads, causal)."""
     if op_class == "attention":

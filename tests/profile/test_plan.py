@@ -77,3 +77,23 @@ def test_fit_groups_take_this_device_and_instrumented_runs_only(tmp_path) -> Non
         groups = _samples_by_class(store, "cpu-x", None, "fp-A")
     s = groups[("layernorm", "fwd", "fp32")]
     assert sorted(s.dims["hidden"]) == [64.0, 256.0]  # other fingerprint and incomplete dims left out
+
+
+def test_maximin_subset_skips_repeats_and_covers_the_space() -> None:
+    import numpy as np
+
+    from llmperf_hook.profile.plan import maximin_subset
+
+    grid = np.array([[a, b] for a in range(10) for b in range(10)], dtype=float)
+    points = np.concatenate([grid, grid[:50]])  # half the shapes measured twice
+    idx = maximin_subset(points, 100, seed=3)
+    assert len(set(idx.tolist())) == 100
+    assert len({tuple(p) for p in points[idx]}) == 100  # every distinct shape before any repeat
+
+    def covering_radius(sel: np.ndarray) -> float:
+        return float(np.max(np.min(np.linalg.norm(points[:, None, :] - points[None, sel, :], axis=2), axis=1)))
+
+    rng = np.random.default_rng(0)
+    random_radius = min(covering_radius(rng.choice(len(points), 16, replace=False)) for _ in range(20))
+    for seed in range(5):  # within 2x of the optimum (Gonzalez): better than the best of 20 random draws
+        assert covering_radius(maximin_subset(points, 16, seed)) < random_radius
