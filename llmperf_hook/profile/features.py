@@ -126,6 +126,16 @@ def _rows_cols(d: Dims, bwd: bool, rc: RooflineConstants, rows_key: str, cols_ke
     return names, [_lg(rows), _lg(cols_), np.mod(cols_, 128.0), _lg(rows / cols_)], flops, nbytes
 
 
+def _fused_softmax(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
+    names, cols, flops, nbytes = _rows_cols(d, bwd, rc, "rows", "cols", 5.0, (2.0, 3.0))
+    # Megatron's scaled_upper_triang_masked_softmax kernel is compiled per log2_elements: a row of `cols` keys is
+    # padded to the next power of two across the warp's registers, so 1,100 keys cost about what 2,048 do
+    # (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h, next_power_of_two).
+    c = np.maximum(np.asarray(d["cols"], dtype=np.float64), 1.0)
+    pow2 = 2.0 ** np.ceil(np.log2(c))
+    return names + ["log_cols_pow2", "cols_pad_eff"], cols + [np.log2(pow2), c / pow2], flops, nbytes
+
+
 def _elementwise(d: Dims, bwd: bool, rc: RooflineConstants, flop_per_elem: float,
                  passes: tuple[float, float]) -> Block:
     el = np.asarray(d["elements"], dtype=np.float64)
@@ -172,7 +182,7 @@ BUILDERS: Mapping[str, Builder] = {
     "gemm": _gemm,
     "bmm": _bmm,
     "attention": _attention,
-    "softmax": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 5.0, (2.0, 3.0)),
+    "softmax": _fused_softmax,
     "softmax_unfused": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 5.0, (2.0, 3.0)),
     "masked_fill": lambda d, b, rc: _rows_cols(d, b, rc, "rows", "cols", 1.0, (2.0, 2.0)),
     "layernorm": lambda d, b, rc: _rows_cols(d, b, rc, "tokens", "hidden", 8.0, (2.0, 4.0)),
