@@ -282,6 +282,8 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     return path
 
 
+ENGINE_REPS = 15
+"""Engine steps timed per (ZeRO stage, shape): its cost is a difference of two times, so it needs more."""
 DEEPSPEED_SHAPES = ((2, 128, 64, 2), (2, 256, 64, 2))
 """Two sizes (0.55 M and 1.9 M parameters): DeepSpeed's per-step work = a constant + a cost per parameter."""
 
@@ -302,7 +304,7 @@ def _engine_step_s(model, data, zero: int, dtype: str) -> float:
         engine.step()
 
     _median_s(step, reps=2)  # first steps build buffers
-    return _median_s(step)
+    return _median_s(step, reps=ENGINE_REPS)
 
 
 def deepspeed_child(dtype: str, threads: int) -> None:
