@@ -6,7 +6,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_precision, hf_batch, merge_megatron_batch
 from llmperf_hook.frameworks.flags import FlagValues
-from llmperf_hook.frameworks.megatron import resolve_megatron, world_divisibility_error
+from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
@@ -102,12 +102,7 @@ def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: 
 def _script_precision(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source]) -> str:
     if ds is not None:
         return ds_precision(ds, flags, src)
-    for name in ("bf16", "fp16"):
-        if flags.get(name):
-            src["precision"] = flags.source(name)
-            return name
-    src["precision"] = Source(SourceKind.DEFAULT, "fp32")
-    return "fp32"
+    return flag_precision(flags, src, "fp32")
 
 
 _HF_ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "fused", "eager": "unfused"}

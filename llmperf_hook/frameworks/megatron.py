@@ -131,11 +131,16 @@ def megatron_precision(flags: FlagValues, src: dict[str, Source]) -> str:
     if flags.get("fp8_format"):
         src["precision"] = flags.source("fp8_format")
         return "fp8"
+    return flag_precision(flags, src, "Megatron: fp32 (no --fp16/--bf16)")
+
+
+def flag_precision(flags: FlagValues, src: dict[str, Source], default_detail: str) -> str:
+    """bf16 or fp16 from their flags (bf16 first, as Megatron checks), else fp32 from the stated default."""
     for name in ("bf16", "fp16"):
         if flags.get(name):
             src["precision"] = flags.source(name)
             return name
-    src["precision"] = Source(SourceKind.DEFAULT, "Megatron: fp32 (no --fp16/--bf16)")
+    src["precision"] = Source(SourceKind.DEFAULT, default_detail)
     return "fp32"
 
 
