@@ -44,6 +44,13 @@ CREATE INDEX IF NOT EXISTS steps_by_run ON step_observations (run_id);
 """
 
 
+def _where(**equal: str | None) -> tuple[str, list[str]]:
+    """A WHERE clause of `column = ?` for every filter given (None = no filter), with its arguments.
+    Column names come from the keyword names of our own calls, never from user input."""
+    given = [(col, val) for col, val in equal.items() if val is not None]
+    return " AND ".join([f"{col} = ?" for col, _ in given] or ["1=1"]), [val for _, val in given]
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -151,13 +158,9 @@ class Store:
 
     def query_op_samples(self, hardware: str, dtype: str | None = None, op_class: str | None = None,
                          phase: str | None = None, source: str | None = None) -> list[OpSampleRecord]:
-        where, args = ["hardware = ?"], [hardware]
-        for col, val in (("dtype", dtype), ("op_class", op_class), ("phase", phase), ("source", source)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
+        where, args = _where(hardware=hardware, dtype=dtype, op_class=op_class, phase=phase, source=source)
         sql = ("SELECT hardware, dtype, op_class, phase, dims_json, time_s, source, fingerprint, library_versions "
-               f"FROM op_samples WHERE {' AND '.join(where)} ORDER BY op_class, phase, dims_key")
+               f"FROM op_samples WHERE {where} ORDER BY op_class, phase, dims_key")
         return [OpSampleRecord(h, d, c, p, json.loads(dj), t, s, f, json.loads(lv))
                 for h, d, c, p, dj, t, s, f, lv in self.conn.execute(sql, args)]
 
@@ -192,13 +195,9 @@ class Store:
 
     def query_step_observations(self, run_id: str | None = None, hardware: str | None = None,
                                 cluster: str | None = None, framework: str | None = None) -> list[StepObservation]:
-        where, args = ["1=1"], []
-        for col, val in (("run_id", run_id), ("hardware", hardware), ("cluster", cluster), ("framework", framework)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
+        where, args = _where(run_id=run_id, hardware=hardware, cluster=cluster, framework=framework)
         sql = ("SELECT run_id, hardware, cluster, framework, step, measured_s, predicted_s, rank, job_key, extra_json "
-               f"FROM step_observations WHERE {' AND '.join(where)} ORDER BY id")
+               f"FROM step_observations WHERE {where} ORDER BY id")
         return [StepObservation(*row[:9], extra=json.loads(row[9])) for row in self.conn.execute(sql, args)]
 
     def record_calibration(self, c: CalibrationRecord) -> None:
