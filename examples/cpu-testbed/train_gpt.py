@@ -13,7 +13,9 @@ LayerNorm, LM head tied to the embedding, cross-entropy. The shape flags are Meg
 so llmperf's parser reads the same values the script trains with. Data are random tokens (seeded per rank).
 
 CPU: DS_ACCELERATOR=cpu and the gloo backend; one thread per rank (torch.set_num_threads(1)) unless
---threads says otherwise. Prints one line per step (`iter N | step_time_s T | loss L`) on rank 0 and
+--threads says otherwise. GPU: when torch sees CUDA and DS_ACCELERATOR is not `cpu`, each rank trains on
+cuda:LOCAL_RANK with NCCL (`--device cpu` forces the CPU), and step times are taken after a synchronize.
+Prints one line per step (`iter N | step_time_s T | loss L`) on rank 0 and
 `done: N steps` at the end.
 """
 
@@ -46,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: cuda:LOCAL_RANK when CUDA is available and DS_ACCELERATOR is not cpu, else cpu")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None)
     p.add_argument("--deepspeed", action="store_true", help="accepted for compatibility; implied by --deepspeed_config")
@@ -132,13 +136,25 @@ def deepspeed_config(args: argparse.Namespace, world_size: int) -> dict:
     return cfg
 
 
-def build_engine(args: argparse.Namespace, model: nn.Module, world_size: int):
+def pick_device(args: argparse.Namespace) -> torch.device:
+    cuda = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "") != "cpu"
+    if args.device == "cuda" and not cuda:
+        sys.exit("--device cuda: torch sees no CUDA device (or DS_ACCELERATOR=cpu is set)")
+    if args.device == "cpu" or not cuda:
+        return torch.device("cpu")
+    torch.cuda.set_device(args.local_rank)
+    return torch.device("cuda", args.local_rank)
+
+
+def build_engine(args: argparse.Namespace, model: nn.Module, world_size: int, device: torch.device):
     """(step function, accumulation steps): DeepSpeed engine, DDP, or a plain module."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # torch Adam: nothing to JIT-compile
     if args.deepspeed_config:
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend="gloo")
+        deepspeed.init_distributed(dist_backend=backend)
         engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                config=deepspeed_config(args, world_size))
         return engine, engine.gradient_accumulation_steps()
@@ -146,8 +162,8 @@ def build_engine(args: argparse.Namespace, model: nn.Module, world_size: int):
         model = model.to(torch.bfloat16)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     if world_size > 1:
-        torch.distributed.init_process_group("gloo")
-        model = nn.parallel.DistributedDataParallel(model)
+        torch.distributed.init_process_group(backend)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     accum = batch_sizes(args, world_size)[1]
     return _PlainEngine(model, optimizer, accum), accum
 
@@ -176,16 +192,21 @@ def train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rank, world_size = world()
     torch.manual_seed(args.seed)  # same initial weights on every rank
-    engine, accum = build_engine(args, GPT(args), world_size)
+    device = pick_device(args)
+    with device:  # parameters are created (and initialised) on the device, not copied there
+        model = GPT(args)
+    engine, accum = build_engine(args, model, world_size, device)
     gen = torch.Generator().manual_seed(args.seed + rank)
     shape = (args.micro_batch_size, args.seq_length + 1)
     for it in range(args.train_iters):
         start = time.perf_counter()
         for _ in range(accum):
-            data = torch.randint(0, args.vocab_size, shape, generator=gen)
+            data = torch.randint(0, args.vocab_size, shape, generator=gen).to(device, non_blocking=True)
             loss = engine(data[:, :-1], data[:, 1:])
             engine.backward(loss)
             engine.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         if rank == 0:
             print(f"iter {it} | step_time_s {time.perf_counter() - start:.6f} | loss {loss.item():.4f}", flush=True)
     if rank == 0:

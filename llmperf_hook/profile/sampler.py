@@ -31,6 +31,8 @@ from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
 MIN_SAMPLES_TO_FIT = 8
 DESIGN_PER_CLASS = 32
+MAX_FAILURES_PER_CLASS = 3
+"""An op class whose runner fails (not out of memory) this often is skipped for the rest of the run."""
 
 
 @dataclass(frozen=True)
@@ -136,17 +138,21 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
     from llmperf_hook.profile.op_sampler import sample_op
 
     bar = Progress(len(specs), max(deadline - time.perf_counter(), 0.0))
-    measured = 0
+    measured, failures = 0, {}
     try:
         for spec in specs:
-            if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline:
+            if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline \
+                    or failures.get(spec.op_class, 0) >= MAX_FAILURES_PER_CLASS:
                 continue
             try:
                 timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device)
             except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
-                if "out of memory" not in str(err).lower() and not isinstance(err, MemoryError):
-                    raise
                 _free_memory(req.device)
+                if "out of memory" not in str(err).lower() and not isinstance(err, MemoryError):
+                    # An op this torch/device cannot run must not cost the other classes their budget.
+                    failures[spec.op_class] = failures.get(spec.op_class, 0) + 1
+                    sys.stderr.write(f"\nnote: {spec.op_class} {spec.phase} {dict(spec.dims)} failed: "
+                                     f"{str(err).splitlines()[0][:200]}\n")
                 continue  # a shape that does not fit this device is not sampled (and not a training shape)
             record(spec, timing.time_s)
             measured += 1
