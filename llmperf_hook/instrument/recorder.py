@@ -239,6 +239,11 @@ class StepRecorder:
 
             self._profiler = OpProfiler(cfg.profile_ops_steps)
             self._profiler.start()
+            # A job that ends inside the window must not exit with the profiler running (torch's profiler
+            # segfaults at interpreter teardown then, changing the job's exit code): close it at exit.
+            import atexit
+
+            atexit.register(self._stop_profiler_quietly)
         if self._profiler is not None and done == cfg.last_hooked_step:
             self._stop_profiler()
         if done == cfg.last_hooked_step:

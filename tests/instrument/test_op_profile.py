@@ -78,3 +78,14 @@ def test_profile_window_on_a_real_job(tmp_path: Path, child_env: dict[str, str])
     assert ops[("attention", "fwd")]["dims"] == {"b": 2, "s": 32, "heads": 4, "kv_heads": 4, "head_dim": 16, "causal": 1}
     assert ops[("attention", "fwd")]["count"] == 2 * 2  # 2 layers x 2 profiled steps
     assert "op samples: " in done.stderr  # refine ingested them
+
+
+def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """3 timed steps, a 2-step window opened after them, and a job of only 3 steps: the window never closes
+    on a step, so the hook closes it at exit (torch's profiler left running segfaults at interpreter teardown)."""
+    argv = [sys.executable, str(TRAIN_GPT), "--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "32", "--vocab-size", "256", "--train-iters", "3"]
+    done = run_session(tmp_path, child_env, argv, steps=3, profile_ops=2)
+    assert done.returncode == 0 and "done: 3 steps" in done.stdout, done.stderr
+    steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == [0, 1, 2]
