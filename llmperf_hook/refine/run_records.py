@@ -126,7 +126,9 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
     times = _slowest_rank_times(steps)
     rank0 = min(metas, key=lambda r: int(r.get("rank", 0)), default={})
     return JobSteps(
-        job_id=job_id, framework=str(_first(mine, "framework") or "unknown"), device=str(_first(steps, "device") or "cpu"),
+        # The last step's owner: a framework can take over from the plain-torch fallback after steps it did not
+        # drive (DeepSpeed's bf16 optimizer runs one torch step at initialize to create the Adam states).
+        job_id=job_id, framework=str(_first(steps[::-1], "framework") or _first(mine, "framework") or "unknown"), device=str(_first(steps, "device") or "cpu"),
         world_size=int(_first(mine, "world_size") or 1), ranks_seen=tuple(sorted(by_rank)),
         steps_by_rank={k: tuple(sorted(v)) for k, v in sorted(by_rank.items())},
         step_time_s=statistics.median(times) if times else None, num_timed_steps=len(times),
