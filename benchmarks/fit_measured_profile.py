@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions  # noqa: E402
 from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants  # noqa: E402
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile  # noqa: E402
-from llmperf_hook.profile.sampler import MIN_SAMPLES_TO_FIT  # noqa: E402
+from llmperf_hook.profile.sampler import MIN_SAMPLES_TO_FIT, UNFUSED_CLASSES  # noqa: E402
 
 DEFAULT_DIR = ROOT / "measurements" / "h100-sxm5-80gb-2026-11-26"
 DTYPE_ALIASES = {"fp16": "bf16"}
@@ -67,6 +67,7 @@ def fit_folder(folder: Path) -> tuple[ProfileMeta, dict[str, str]]:
         provenance={"samples": f"{folder.relative_to(ROOT)}/op_samples.csv: `llmperf profile --device cuda` on "
                                f"{meta_in['fingerprint']['device']} (own measurements; see that folder's README)",
                     "sampled_with": json.dumps(meta_in["library_versions"], sort_keys=True),
+                    "unfused_classes": UNFUSED_CLASSES,
                     "license": "own measurements", "fitted_by": "benchmarks/fit_measured_profile.py",
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         models=tuple(entries),

@@ -57,11 +57,23 @@ def ub_overlap(ctx: LayerContext) -> bool:
 def elementwise(name: str, op_class: str, dims: dict[str, int], elements: int, ctx: LayerContext,
                 passes: float = 2.0) -> Op:
     """A memory-bound op that reads and writes `elements` `passes` times in total."""
-    return Op(name, op_class, "fwd", dims, flops=0.0, bytes_moved=passes * elements * ctx.act_bytes, dtype=ctx.dtype)
+    return Op(name, op_class, "fwd", dims, flops=0.0, bytes_moved=passes * elements * ctx.act_bytes, dtype=ctx.dtype,
+              tags=fused_tag(op_class, ctx))
 
 
 def comm(name: str, op_class: str, nbytes: float, coll: Collective, ctx: LayerContext, **tags: str) -> Op:
     return Op(name, op_class, "fwd", {"bytes": int(nbytes)}, dtype=ctx.dtype, collective=coll, tags=tags)
+
+
+FUSED_BY_MEGATRON = frozenset({"rope", "swiglu"})
+"""Ops Megatron-LM runs as one fused kernel by default (megatron/training/arguments.py: --no-rope-fusion and
+--no-bias-swiglu-fusion switch them off), where plain PyTorch models run a composite of several kernels
+(rotate-half RoPE: slices, neg, cat, two products and a sum; silu(gate) * up: two kernels)."""
+
+
+def fused_tag(op_class: str, ctx: LayerContext) -> dict[str, str]:
+    """{"kernel": "fused"} when the framework runs this op class as one fused kernel (predict/dispatch.py)."""
+    return {"kernel": "fused"} if op_class in FUSED_BY_MEGATRON and ctx.cfg.framework == "megatron" else {}
 
 
 def norm(name: str, ctx: LayerContext) -> Op:

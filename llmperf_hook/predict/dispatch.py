@@ -55,9 +55,19 @@ def choose_predictor(op: Op, profile: OpClassPredictor | None, comm_model: OpCla
         return ALPHA_BETA
     if op.tags.get("offload", "none") != "none":
         return ROOFLINE  # a CPU-offloaded optimizer step runs on the host: never a GPU regressor's answer
-    if profile is not None and profile.supports(op.op_class, op.phase, op.dtype):
+    if profile is not None and profile.supports(op.op_class, op.phase, op.dtype) \
+            and not (op.tags.get("kernel") == "fused" and op.op_class in unfused_classes(profile)):
         return profile
     return ROOFLINE
+
+
+def unfused_classes(profile: OpClassPredictor) -> frozenset[str]:
+    """Op classes whose regressor a profile fitted on torch composites (several kernels; `llmperf profile` writes
+    them in provenance["unfused_classes"]): an op the framework runs as one fused kernel (graph/layer_ops.py
+    fused_tag) is one memory pass, the roofline's, not that composite."""
+    meta = getattr(profile, "meta", None)
+    text = meta.provenance.get("unfused_classes", "") if meta is not None else ""
+    return frozenset(c for c in text.split(",") if c)
 
 
 def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredictor | None,

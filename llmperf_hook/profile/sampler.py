@@ -31,6 +31,8 @@ from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
 MIN_SAMPLES_TO_FIT = 8
 DESIGN_PER_CLASS = 32
+UNFUSED_CLASSES = "rope,swiglu"
+"""Op classes op_sampler times as torch composites of several kernels (predict/dispatch.unfused_classes)."""
 MAX_FAILURES_PER_CLASS = 3
 """An op class whose runner fails (not out of memory) this often is skipped for the rest of the run."""
 
@@ -295,6 +297,7 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
         hardware=json.loads(fp),
         library_versions=dict(versions),
         provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
+                    "unfused_classes": UNFUSED_CLASSES,
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes))
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
