@@ -22,7 +22,7 @@ from llmperf_hook.profile.comm_fit import fit_cluster_comm_model  # noqa: E402
 from llmperf_hook.profile.comm_model import write_comm_model  # noqa: E402
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile  # noqa: E402
 from llmperf_hook.profile.public_samples import ATTRIBUTION  # noqa: E402
-from llmperf_hook.profile.shipped import SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, load_group  # noqa: E402
+from llmperf_hook.profile.shipped import SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, corrupt_reason, load_group  # noqa: E402
 
 
 MAX_SHIPPED_HOLDOUT_MAPE = 0.15
@@ -36,8 +36,10 @@ def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str
             samples, dropped = clean(pool(sets), hw.roofline)
             files = "+".join(s.source for s in sets)
             if samples is None:
-                notes.append(f"{group}/{phase}: not fitted, {dropped:.0%} of the samples of {files} beat the "
-                             f"datasheet peak (corrupt); the roofline model is used for it")
+                reason = corrupt_reason(pool(sets), hw.roofline)
+                notes.append(f"{group}/{phase}: not fitted, the samples of {files} are corrupt ({reason}); the "
+                             f"roofline model is used for it")
+                print(f"  {hw.name} {group:16s} {phase} NOT fitted: corrupt ({reason})")
                 continue
             if dropped > 0:
                 notes.append(f"{group}/{phase}: dropped {dropped:.1%} of {files} samples that beat the peak")

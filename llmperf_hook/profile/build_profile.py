@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from llmperf_hook.profile.features import RooflineConstants, build_features, schema_hash
+from llmperf_hook.profile.features import OPTIONAL_FEATURES, UNKNOWN, RooflineConstants, build_features, schema_hash
 from llmperf_hook.profile.fit import FittedRegressor, Loss, fit_regressor
 from llmperf_hook.profile.profile_io import ModelEntry
 
@@ -53,27 +53,60 @@ def _mape(pred_log: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(np.exp(pred_log - y) - 1.0)))
 
 
+def unknown_columns(names: Sequence[str]) -> tuple[int, ...]:
+    """Indices of the features computed from optional dims (features.OPTIONAL_FEATURES)."""
+    return tuple(i for i, n in enumerate(names) if n in OPTIONAL_FEATURES)
+
+
+def with_unknown_rows(x: np.ndarray, y: np.ndarray, cols: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Training rows plus a copy of those that know the optional dims with them set UNKNOWN: the regressor then
+    answers an op without them (e.g. from a graph or a sampler that gives only `params`) with the best estimate
+    from the required dims alone instead of extrapolating from a value it never saw."""
+    if not cols:
+        return x, y
+    known = np.flatnonzero((x[:, list(cols)] != UNKNOWN).any(axis=1))
+    if known.size == 0:
+        return x, y
+    copy = x[known].copy()
+    copy[:, list(cols)] = UNKNOWN
+    return np.vstack([x, copy]), np.concatenate([y, y[known]])
+
+
+def intercept_floor_s(t: np.ndarray, roof: np.ndarray) -> float:
+    """Fixed time b of t = a * roof + b (relative least squares over the rows), as a floor on the roofline
+    scale: b / a, within [0, 0.95 x the fastest sample]. The alpha of an alpha-beta fit: launch, optimizer
+    bookkeeping or synchronisation that does not grow with the work (e.g. ~2.5 ms of an A100 Adam step)."""
+    w = 1.0 / t
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([roof * w, w]), t * w, rcond=None)
+    return float(np.clip(b / a, 0.0, 0.95 * t.min())) if a > 0 else 0.0
+
+
 def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str = "lightgbm",
-                   seed: int = 0) -> tuple[FittedRegressor, float]:
-    """Fit log(t / (roof + floor)); the floor and the loss (LOSSES) are chosen by cross-validation inside (x, t)
-    only (3 folds below 1,000 samples, one 20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM
-    backward) is then part of the normaliser instead of a slope the trees would have to approximate leaf by leaf."""
-    floors = [f * float(t.min()) for f in FLOOR_FRACTIONS]
+                   seed: int = 0, unknown_cols: Sequence[int] = ()) -> tuple[FittedRegressor, float]:
+    """Fit log(t / (roof + floor)); the floor (FLOOR_FRACTIONS of the fastest sample, or the fitted intercept)
+    and the loss (LOSSES) are chosen by cross-validation inside (x, t) only (3 folds below 1,000 samples, one
+    20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM backward) is then part of the
+    normaliser instead of a slope the trees would have to approximate leaf by leaf. `unknown_cols`: features
+    of optional dims, trained known and UNKNOWN (with_unknown_rows)."""
+    floors = sorted({f * float(t.min()) for f in FLOOR_FRACTIONS} | {intercept_floor_s(t, roof)})
     best: tuple[float, Loss] = (floors[0], LOSSES[0])
     if len(t) >= 30:
         perm = np.random.default_rng(seed + 101).permutation(len(t))
         folds = np.array_split(perm, 3) if len(t) < 1000 else [perm[: len(t) // 5]]
         grid = [(floor, loss) for loss in LOSSES for floor in floors]
-        errors = [np.mean([_fold_error(x, t, roof, floor, val, prefer, loss) for val in folds]) for floor, loss in grid]
+        errors = [np.mean([_fold_error(x, t, roof, floor, val, prefer, loss, unknown_cols) for val in folds])
+                  for floor, loss in grid]
         best = grid[int(np.argmin(errors))]
-    return fit_regressor(x, np.log(t / (roof + best[0])), prefer, best[1]), best[0]
+    xa, ya = with_unknown_rows(x, np.log(t / (roof + best[0])), unknown_cols)
+    return fit_regressor(xa, ya, prefer, best[1]), best[0]
 
 
 def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, floor: float, val: np.ndarray, prefer: str,
-                loss: Loss) -> float:
+                loss: Loss, unknown_cols: Sequence[int] = ()) -> float:
     train = np.setdiff1d(np.arange(len(t)), val)
     y = np.log(t / (roof + floor))
-    return _mape(fit_regressor(x[train], y[train], prefer, loss).ensemble().predict(x[val]), y[val])
+    xa, ya = with_unknown_rows(x[train], y[train], unknown_cols)
+    return _mape(fit_regressor(xa, ya, prefer, loss).ensemble().predict(x[val]), y[val])
 
 
 def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray) -> np.ndarray:
@@ -83,20 +116,21 @@ def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof
 def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,
                  loss: Loss = "l1") -> float | None:
     """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor and loss the full fit chose)."""
-    x, y, _, roof = training_xy(s, rc)
+    x, y, names, roof = training_xy(s, rc)
     if len(y) < 10:
         return None
     t = roof * np.exp(y)
     perm = np.random.default_rng(seed).permutation(len(y))
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
-    reg = fit_regressor(x[train], np.log(t[train] / (roof[train] + floor_s)), prefer, loss)
+    xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), unknown_columns(names))
+    reg = fit_regressor(xa, ya, prefer, loss)
     return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
 
 
 def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "lightgbm",
                 with_holdout: bool = True) -> tuple[ModelEntry, str]:
     x, y, names, roof = training_xy(s, rc)
-    reg, floor = fit_with_floor(x, roof * np.exp(y), roof, prefer)
+    reg, floor = fit_with_floor(x, roof * np.exp(y), roof, prefer, unknown_cols=unknown_columns(names))
     ext = "txt" if reg.model_format == "lightgbm-text" else "json"
     entry = ModelEntry(
         op_class=s.op_class, phase=s.phase, dtype=dtype, file=f"{s.op_class}.{s.phase}.{dtype}.{ext}",

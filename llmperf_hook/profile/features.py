@@ -169,11 +169,31 @@ def _cross_entropy(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     return ["log_tokens", "log_vocab", "vocab_mod_128"], [_lg(t), _lg(v), np.mod(v, 128.0)], flops, nbytes
 
 
+UNKNOWN = -1.0
+"""Feature value of an optional dim the caller did not give (below every real value: log2 sizes >= 0, shares
+>= 0), so any tree learner separates known from unknown rows with one split; fitters add unknown-dim copies of
+their training rows (build_profile.with_unknown_rows) so such ops still get the params-only answer."""
+
+
+def _optional(d: Dims, key: str, like: np.ndarray) -> np.ndarray:
+    value = d.get(key)
+    return np.full(like.shape, np.nan) if value is None else np.asarray(value, dtype=np.float64) + 0.0 * like
+
+
 def _optimizer(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     p = np.asarray(d["params"], dtype=np.float64)
+    layers, emb = _optional(d, "layers", p), _optional(d, "embedding_params", p)
     # Mixed-precision Adam: fp32 master weight, m, v read+written, fp16 grad read, fp16 weight written:
     # 4*3*2 + 2 + 2 = 28 bytes per parameter (ZeRO paper, Rajbhandari et al. 2020, Sec. 3.1 counts the states).
-    return ["log_params"], [_lg(p)], 12.0 * p, 28.0 * p
+    # The multi-tensor Adam walks every tensor in 65,536-element chunks (apex multi_tensor_apply), so small
+    # tensors (a high TP degree's shards) run below bandwidth: the time depends on the tensor sizes, which the
+    # layers of the stage and its embedding/LM-head share give (A100 first-stage files: 0.13 ns/param at TP16
+    # and hidden 2,048 vs 0.02 at TP1).
+    layer_params = (p - np.nan_to_num(emb)) / np.maximum(layers, 1.0)
+    cols = [_lg(p), _lg(layer_params), np.log2(np.maximum(layers, 1.0)), emb / np.maximum(p, 1.0), _lg(emb)]
+    cols = [np.where(np.isnan(c), UNKNOWN, c) for c in cols]
+    names = ["log_params", "log_layer_params", "log_layers", "embedding_share", "log_embedding_params"]
+    return names, cols, 12.0 * p, 28.0 * p
 
 
 Builder = Callable[[Dims, bool, RooflineConstants], Block]
@@ -207,6 +227,12 @@ REQUIRED_DIMS: Mapping[str, tuple[str, ...]] = {
     "rope": ("tokens", "heads", "head_dim"), "embedding": ("tokens", "vocab", "hidden"),
     "cross_entropy": ("tokens", "vocab"), "optimizer": ("params",),
 }
+OPTIONAL_DIMS: Mapping[str, tuple[str, ...]] = {"optimizer": ("layers", "embedding_params")}
+"""Dims a class uses when the op carries them (graph/op.py): optimizer `layers` = transformer layers whose
+parameters the step updates, `embedding_params` = the word-embedding / LM-head parameters among `params` (0 on a
+middle pipeline stage). Absent ones become UNKNOWN features."""
+OPTIONAL_FEATURES = frozenset({"log_layer_params", "log_layers", "embedding_share", "log_embedding_params"})
+"""Features computed from OPTIONAL_DIMS (UNKNOWN when the dims are absent)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
-from llmperf_hook.profile.features import REQUIRED_DIMS, build_features
+from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features
 from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
@@ -73,7 +73,11 @@ class FittedProfile:
             if missing:
                 raise ProfileError(f"op {op.name} ({op_class}) lacks dims {missing}; the profile needs {list(need)} "
                                    f"(graph/op.py dims table)")
-        return {k: np.fromiter((float(op.dims[k]) for op in ops), dtype=np.float64, count=len(ops)) for k in need}
+        out = {k: np.fromiter((float(op.dims[k]) for op in ops), dtype=np.float64, count=len(ops)) for k in need}
+        for k in OPTIONAL_DIMS.get(op_class, ()):
+            if any(k in op.dims for op in ops):
+                out[k] = np.fromiter((float(op.dims.get(k, np.nan)) for op in ops), dtype=np.float64, count=len(ops))
+        return out
 
     def predict_class_s(self, op_class: str, phase: str, dtype: str, dims: dict[str, np.ndarray]) -> np.ndarray:
         """Seconds for shapes given as dims arrays (one ensemble walk)."""

@@ -94,6 +94,14 @@ def _stage_params(c: Cols, first: bool, last: bool) -> np.ndarray:
     return c["encoders"] * per_layer + extra
 
 
+def _stage_dims(c: Cols, first: bool, last: bool) -> dict:
+    """Optimizer dims of one pipeline stage: all its parameters, its layers, and the word-embedding (first stage)
+    or LM-head (last stage) parameters among them (features.OPTIONAL_DIMS)."""
+    table = _padded_vocab_per_rank(c["mp"]) * c["dim"]
+    return {"params": _stage_params(c, first, last), "layers": c["encoders"],
+            "embedding_params": table * (float(first) + float(last))}
+
+
 MAPPINGS: Mapping[str, tuple[str, Callable[[Cols], dict]]] = {
     **{k: ("gemm", _gemm(k)) for k in ("linear1", "linear2", "linear3", "linear4", "linear_final")},
     "baddbmm": ("bmm", _baddbmm), "bmm": ("bmm", _bmm), "flash_atten": ("attention", _flash),
@@ -107,9 +115,9 @@ MAPPINGS: Mapping[str, tuple[str, Callable[[Cols], dict]]] = {
     "parallel_cross_entropy_128": ("cross_entropy", lambda c: {"tokens": c["b"] * c["l"],
                                                                 "vocab": _padded_vocab_per_rank(c["mp"])}),
     "optimizer": ("optimizer", lambda c: {"params": c["params"]}),
-    "firstStage_optimizer": ("optimizer", lambda c: {"params": _stage_params(c, True, False)}),
-    "middleStage_optimizer": ("optimizer", lambda c: {"params": _stage_params(c, False, False)}),
-    "lastStage_optimizer": ("optimizer", lambda c: {"params": _stage_params(c, False, True)}),
+    "firstStage_optimizer": ("optimizer", lambda c: _stage_dims(c, True, False)),
+    "middleStage_optimizer": ("optimizer", lambda c: _stage_dims(c, False, False)),
+    "lastStage_optimizer": ("optimizer", lambda c: _stage_dims(c, False, True)),
 }
 
 

@@ -24,7 +24,8 @@ def test_shipped_profiles_and_comm_models_are_found() -> None:
     assert find_profile("A100-SXM4-80GB", "bf16").name == "lightgbm:a100-sxm4-80gb"
     assert find_profile("gh200-96gb", "fp16").name == "lightgbm:gh200-96gb"
     assert find_profile("a100-sxm4-80gb", "fp32") is None  # sampled in fp16 only
-    assert find_profile("h100-sxm5-80gb", "bf16") is None
+    assert find_profile("h100-sxm5-80gb", "bf16").name == "lightgbm:h100-sxm5-80gb"  # measured (measurements/)
+    assert find_profile("no-such-gpu", "bf16") is None
     assert find_comm_model("perlmutter").name == "alpha-beta+residual:perlmutter"
     assert find_comm_model("vista") is not None and find_comm_model("dgx-h100") is None
 
