@@ -123,10 +123,10 @@ def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_
     chunks = tuple(build_chunk(cfg, ctx, stage, c, gpus_per_node, memo) for c in range(cfg.parallel.vpp))
     counts = [_chunk_params(cfg, c) for c in chunks]
     num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    num_layers = sum(c.num_layers for c in chunks)
     return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
-                                                                          gpus_per_node),
-                      num_params=num_params, num_expert_params=num_expert,
-                      num_layers=sum(c.num_layers for c in chunks))
+                                                                          gpus_per_node, num_layers),
+                      num_params=num_params, num_expert_params=num_expert, num_layers=num_layers)
 
 
 def _p2p_op(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> Op | None:

@@ -26,8 +26,11 @@ def tensors_per_layer(cfg: TrainingConfig) -> int:
 def optimizer_param_tensors(cfg: TrainingConfig, stage: int, num_layers: int) -> int:
     """Tensors the optimizer of pipeline stage `stage` (holding `num_layers` layers) updates one by one."""
     flat = "deepspeed" in cfg.framework and (cfg.optimizer.zero_stage >= 1 or cfg.precision != "fp32")
-    if flat:
-        return 1
+    return 1 if flat else model_param_tensors(cfg, stage, num_layers)
+
+
+def model_param_tensors(cfg: TrainingConfig, stage: int, num_layers: int) -> int:
+    """Parameter tensors of the model on pipeline stage `stage` (holding `num_layers` layers)."""
     m, p = cfg.model, cfg.parallel
     n = num_layers * tensors_per_layer(cfg)
     if stage == 0:

@@ -115,7 +115,7 @@ def _non_layer_params(cfg: TrainingConfig, stage: int) -> int:
 
 
 def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert: int,
-                   gpus_per_node: int) -> tuple[Op, ...]:
+                   gpus_per_node: int, num_layers: int = 0) -> tuple[Op, ...]:
     o, p = cfg.optimizer, cfg.parallel
     dense, edp = dp_groups(cfg, gpus_per_node)
     sharded = o.distributed_optimizer or o.zero_stage >= 1
@@ -130,6 +130,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     tags = {"offload": o.offload_optimizer} if o.offload_optimizer != "none" else {}
     ops.append(Op("optimizer.step", "optimizer", "step", {"params": local}, flops=0.0,
                   bytes_moved=float(local * ADAM_BYTES_PER_PARAM), dtype="fp32", tags=tags))
+    ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
         ops += _param_gather(cfg, "dp", num_dense, dense) + _param_gather(cfg, "edp", num_expert, edp)
     return tuple(ops)
@@ -138,6 +139,39 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
 """Adam step traffic per parameter: read fp32 param, grad, m, v (16 B), write param, m, v (12 B), write the
 bf16/fp16 model copy (2 B) (Megatron's fused multi-tensor Adam; DeepSpeed FusedAdam)."""
+
+
+DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5}
+"""HBM traffic per local parameter (by ZeRO stage) of DeepSpeed's bf16/fp16 bookkeeping around the Adam update:
+the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
+bf16), flattened into the fp32 partition (ZeRO-1/2, runtime/zero/stage_1_and_2.py) or accumulated into the fp32
+gradient buffer (ZeRO-0, runtime/bf16_optimizer.py), averaged, checked for inf/nan and normed tensor by tensor,
+scaled by the clip coefficient, and the fp32 master copied back to bf16. Measured kernel by kernel on an H100
+SXM5 (DeepSpeed 0.19.8, torch 2.11): the kernel time of a DeepSpeed step beyond the same model's plain-torch step,
+Adam itself excluded, at the measured 2.98 TB/s (measurements/h100-sxm5-80gb-2026-11-26/kernels/)."""
+DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
+"""Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
+measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
+DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6}
+"""Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
+three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
+stall of the launch queue; ZeRO-1/2 loop over the tensors in Python without syncing. From the same H100 runs:
+step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors)."""
+
+
+def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int) -> list[Op]:
+    """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here)."""
+    zero = cfg.optimizer.zero_stage
+    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or cfg.optimizer.offload_optimizer != "none":
+        return []
+    from llmperf_hook.graph.param_tensors import model_param_tensors
+
+    accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    tensors = model_param_tensors(cfg, stage, num_layers)
+    return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
+               {"params": local, "param_tensors": tensors}, flops=0.0,
+               bytes_moved=float(local * (DEEPSPEED_MP_BYTES_PER_PARAM[zero] + accumulated)), dtype=cfg.precision,
+               tags={"host_s": f"{tensors * DEEPSPEED_HOST_S_PER_TENSOR[zero]:.6g}"})]
 
 
 def _tied_embedding_sync(cfg: TrainingConfig, stage: int, gpus_per_node: int) -> list[Op]:

@@ -37,7 +37,8 @@ def compute_time_s(op: Op, gpu: HardwareSpec) -> float:
     if op.op_class == "attention":
         math_s = op.flops / (gpu.peak_for(op.dtype) * gpu.attention_efficiency) + kernels * gpu.gemm_ramp_s
         return max(math_s, memory_s) + kernels * gpu.kernel_launch_s
-    return memory_s + kernels * gpu.kernel_launch_s
+    # Host work the GPU waits for inside the op (graph/step_ops.py DEEPSPEED_HOST_S_PER_TENSOR).
+    return memory_s + kernels * gpu.kernel_launch_s + float(op.tags.get("host_s", 0.0))
 
 
 class RooflinePredictor:

@@ -58,6 +58,8 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
     if "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and not fp32:
         grads += sharded * 4  # fp32 gradient partition for the optimizer (single_partition_of_fp32_groups grads)
+    if "deepspeed" in cfg.framework and o.zero_stage == 0 and not fp32:
+        grads += total * 4  # bf16_optimizer.py fp32_groups_gradients_flat (fp16: FP16_Optimizer's fp32 flat grads)
     opt = sharded * opt_b if (o.distributed_optimizer or o.zero_stage >= 1) else total * opt_b
     if o.offload_optimizer != "none":
         opt = 0.0

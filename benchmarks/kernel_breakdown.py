@@ -1,0 +1,82 @@
+"""Every kernel of a few training steps of the testbed GPT, by name (torch.profiler), for DeepSpeed or plain torch.
+
+    python benchmarks/kernel_breakdown.py OUT.txt --deepspeed_config examples/cpu-testbed/ds_zero1.json \
+        --num-layers 12 --hidden-size 2048 ... --bf16          (flags of examples/cpu-testbed/train_gpt.py)
+
+Runs 6 warm-up steps, then profiles 3 steps and writes the kernels' device time per step (or CPU time on a CPU),
+sorted, with the measured wall time per step: what a framework adds beyond the graph's operators (DeepSpeed's
+mixed-precision copies, gradient norms, bucket copies) shows up by name. Single process (WORLD_SIZE 1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples" / "cpu-testbed"))
+os.environ.setdefault("RANK", "0")
+os.environ.setdefault("LOCAL_RANK", "0")
+os.environ.setdefault("WORLD_SIZE", "1")
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29511")
+
+import torch  # noqa: E402
+import train_gpt  # noqa: E402
+
+WARMUP, PROFILED = 6, 3
+
+
+def main() -> None:
+    out, args = Path(sys.argv[1]), train_gpt.parse_args(sys.argv[2:])
+    device = train_gpt.pick_device(args)
+    with device:
+        model = train_gpt.GPT(args)
+    engine, accum = train_gpt.build_engine(args, model, 1, device)
+    gen = torch.Generator().manual_seed(1)
+
+    def step() -> None:
+        for _ in range(accum):
+            data = torch.randint(0, args.vocab_size, (args.micro_batch_size, args.seq_length + 1), generator=gen)
+            data = data.to(device)
+            loss = engine(data[:, :-1], data[:, 1:])
+            engine.backward(loss)
+            engine.step()
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(WARMUP):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(PROFILED):
+        step()
+    sync()
+    wall_s = (time.perf_counter() - t0) / PROFILED
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(PROFILED):
+            step()
+        sync()
+    write_table(out, prof, wall_s, device.type == "cuda", " ".join(sys.argv[2:]))
+
+
+def write_table(out: Path, prof, wall_s: float, cuda: bool, argv: str) -> None:
+    rows = []
+    for e in prof.key_averages():  # per aten op: the device time of the kernels it launched itself (or CPU time)
+        t = (e.self_device_time_total if cuda else e.self_cpu_time_total) / PROFILED  # us per step
+        if t > 0 and e.device_type.name == "CPU":
+            rows.append((t, e.count / PROFILED, e.key))
+    rows.sort(reverse=True)
+    total_us = sum(t for t, _, _ in rows)
+    lines = [f"# {argv}", f"# wall per step {wall_s * 1e3:.2f} ms (unprofiled, median of {PROFILED} steps' mean); "
+             f"{'kernels' if cuda else 'CPU self time'} {total_us / 1e3:.2f} ms per step",
+             "# us_per_step calls_per_step name"]
+    lines += [f"{t:10.1f} {c:8.1f} {k[:160]}" for t, c, k in rows]
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:40]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""DeepSpeed's bf16 bookkeeping around the optimizer step (graph/step_ops.deepspeed_mixed_precision)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.api import predict_command
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.graph.step_ops import DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_MP_BYTES_PER_PARAM
+
+TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
+SHAPE = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+         "--max-position-embeddings", "1024", "--vocab-size", "32000"]
+
+
+def _graph(tmp_path: Path, zero: int, *extra: str):
+    cfg_file = tmp_path / f"ds{zero}.json"
+    cfg_file.write_text(json.dumps({"zero_optimization": {"stage": zero}}))
+    argv = ["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(cfg_file), *SHAPE, *extra]
+    pred = predict_command(argv, {}, cluster="dgx-h100")
+    return pred, build_graph(pred.config, pred.cluster)
+
+
+def _bookkeeping(graph):
+    return [op for op in graph.stages[0].step_ops if op.op_class == "deepspeed_bookkeeping"]
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_bf16_step_carries_the_bookkeeping_of_its_zero_stage(tmp_path: Path, zero: int) -> None:
+    pred, graph = _graph(tmp_path, zero, "--micro-batch-size", "2", "--global-batch-size", "6", "--bf16")
+    (op,) = _bookkeeping(graph)
+    local = op.dims["params"]
+    assert local == graph.stages[0].num_params  # one rank: nothing sharded
+    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[zero] + 2 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM  # 3 micro-batches
+    assert op.bytes_moved == pytest.approx(local * per_param)
+    # per layer 4 linears and 2 LayerNorms, each a weight and a bias; word + position embeddings, final LayerNorm
+    assert op.dims["param_tensors"] == 4 * 12 + 2 + 2  # 148 for the 12 layers of the measured H100 runs
+    assert pred.estimate.breakdown["optimizer"] > 0
+
+
+def test_fp32_and_zero3_have_none(tmp_path: Path) -> None:
+    assert not _bookkeeping(_graph(tmp_path, 1, "--micro-batch-size", "2")[1])
+    assert not _bookkeeping(_graph(tmp_path, 3, "--micro-batch-size", "2", "--bf16")[1])
+
+
+def test_zero0_bf16_keeps_fp32_gradients(tmp_path: Path) -> None:
+    """runtime/bf16_optimizer.py accumulates into an fp32 flat gradient buffer: 2 + 4 B of gradients per parameter."""
+    pred, graph = _graph(tmp_path, 0, "--micro-batch-size", "2", "--bf16")
+    grads = pred.estimate.memory.components["gradients"]
+    assert grads == pytest.approx(graph.stages[0].num_params * 6)
