@@ -7,23 +7,34 @@ engine's node dispatch and gradient accumulation in backward; and the optimizer 
 per-parameter-tensor Adam loop. On a GPU that host work overlaps the kernels (predict/host_issue.py); on a
 CPU host issue and compute are the same thread, so it adds up.
 
-Measured here, once per machine and dtype, after the operator profile is fitted:
-1. A Megatron-style GPT (pre-LayerNorm, fused QKV, causal SDPA, GELU MLP, tied LM head, cross-entropy: the
-   network llmperf's graph describes) runs forward + backward for REFERENCE_SHAPES; the graph of the same
-   shape is predicted with the just-fitted profile (no framework term). Fitted (non-negative least squares on
-   relative errors): measured = per_unit_s * units + compute_scale * predicted + per_byte_s * bytes, with
-   units = issued op units (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op: eager
-   dispatch and autograd bookkeeping), bytes = the ops' modelled traffic (the views, transposes, contiguous
-   copies and gradient accumulations a modelled op stands for move data in proportion), compute_scale = what
-   the operators cost inside the step per second of their isolated samples (warm caches shared with the
-   neighbouring ops).
-2. torch AdamW steps the reference models' fp32 parameters as the module's separate tensors and as one flat
-   tensor (what DeepSpeed's ZeRO / bf16 optimizers step): measured = per_tensor_s * tensors
-   + per_param_s * params, which replaces the profile's optimizer op (sampled on one tensor) on this CPU.
-3. The ranks of a job share the machine: forward+backward of CONCURRENCY_SHAPES run in 2 .. N processes at
-   once (N = logical CPUs / threads per rank); `concurrency_slowdown[ranks]` = their CPU time / CPU time alone.
-4. DeepSpeed's engine (when installed) on one rank, ZeRO 0-3: its forward + backward + step minus the plain
-   model's and torch AdamW's, at two sizes: `deepspeed_step[zero]` = per_step_s + per_param_s * params.
+Every effect is measured by a difference designed to isolate it, in process CPU time (one thread: what the
+rank computes, not the minutes it waited for a core another program held), repeated in interleaved rounds
+and medianed; the coefficients are bounded to their physical range (>= 0). Once per machine and dtype,
+after the operator profile is fitted, on a Megatron-style GPT (pre-LayerNorm, fused QKV, causal SDPA, GELU
+MLP, tied LM head, cross-entropy: the network llmperf's graph describes), gradients set to None before every
+backward as a training step does:
+1. per issued op unit (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op): two tiny models
+   (hidden 32, sequence 16) of 1 and 9 layers; their forward+backward difference minus the profile's
+   prediction of the difference, per unit of the difference (TINY_LAYERS: compute is ~1/4 of it there).
+2. (a) `compute_scale`: the compute ops of BIAS_SHAPES' graphs sampled alone with the operator sampler,
+   against the fitted profile's prediction of them (the regressors' systematic error for the dtype; the
+   in-step cost of a kernel is taken as its isolated cost); (b) per byte of the ops' modelled traffic
+   (views, transposes, contiguous copies and bias gradients a modelled op stands for) and per parameter
+   (the backward's gradient accumulation: AccumulateGrad, the tied embedding's two contributions summed,
+   bias-gradient reductions): REFERENCE_SHAPES' forward+backward minus the per-unit cost of 1. and the ops
+   at compute_scale, non-negative least squares on relative errors. Fitting the scale together with (b)
+   drifted 0.71-0.94 between two measurements (the features are correlated); measured apart it is one
+   ratio of two sums. The
+   per-parameter part is paid once per step like the optimizer's, so it is added to optimizer_per_param_s
+   (the file keeps both parts: adam_per_param_s, backward_per_param_s). Under ZeRO the optimizer op counts
+   the rank's partition, the backward the whole model: DeepSpeed's engine term (5.) is measured against
+   this model on one rank and takes up the rest.
+3. torch AdamW steps the reference models' fp32 parameters as the module's separate tensors and as one flat
+   tensor (DeepSpeed's ZeRO / bf16 optimizers): per tensor = (module tensors - flat) / (tensors - 1) at each
+   shape, per parameter from the flat steps; medians over shapes.
+4. The ranks of a job share the machine: `concurrency_slowdown[ranks]` (cpu_engine_cost.py).
+5. DeepSpeed's engine on one rank, ZeRO 0-3: its measured step minus what 1.-3. predict for the same model
+   (cpu_engine_cost.py): everything the engine does beyond the modelled operators.
 The result is `framework_overhead.json` in the profile directory (FILE_NAME); predict/cpu_framework.py adds
 it to the op times of every prediction on that hardware. torch is imported inside the functions only.
 """
@@ -34,27 +45,33 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 FILE_NAME = "framework_overhead.json"
 MIN_BUDGET_MIN = 1.0
 """`llmperf profile --device cpu` measures the framework cost when its --budget is at least this (minutes)."""
-RESERVED_S = 75.0
+RESERVED_S = 180.0
 """Seconds of the budget the framework measurement takes (both dtypes, DeepSpeed included), kept off sampling."""
 FORMAT = "llmperf-cpu-framework-overhead"
+FORMAT_VERSION = 2
 
-REFERENCE_SHAPES: tuple[tuple[int, int, int, int], ...] = (
-    # (layers, hidden, seq, micro-batch): small to mid shapes spanning the op-count and traffic regimes,
-    # 46 k to 3.7 M parameters (the optimizer's per-parameter cost leaves the caches on the way)
-    (1, 32, 16, 1), (2, 64, 64, 1), (1, 128, 128, 2), (2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2),
-    (1, 256, 256, 2), (3, 96, 128, 2), (2, 256, 64, 2), (1, 512, 64, 1),
+Shape = tuple[int, int, int, int]
+"""(layers, hidden, sequence, micro-batch) of the reference GPT."""
+REFERENCE_SHAPES: tuple[Shape, ...] = (
+    # small to mid shapes spanning the op-count and traffic regimes, 0.17 M to 3.7 M parameters
+    (2, 64, 64, 1), (1, 128, 128, 2), (2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2),
+    (1, 256, 256, 2), (3, 96, 128, 2), (2, 256, 64, 2), (1, 512, 64, 1), (2, 128, 512, 1),
 )
+BIAS_SHAPES: tuple[Shape, ...] = ((1, 128, 128, 2), (2, 192, 128, 2), (1, 512, 64, 1), (2, 128, 512, 1))
+"""Step 2a's shapes (every op class of the graph; GEMM-, attention- and parameter-heavy)."""
+TINY_LAYERS: tuple[Shape, Shape] = ((1, 32, 16, 1), (9, 32, 16, 1))
+"""Step 1's pair: same tiny shape, 8 layers apart (240 op units; their compute is ~1/4 of the difference)."""
+SCALE_BOUNDS = (0.5, 2.0)
+"""compute_scale (isolated / profile-predicted seconds) beyond these bounds means a broken profile, not a bias."""
 VOCAB = 1024
 HEAD_DIM = 32
 REPS = 5
 ROUNDS = 3
-CONCURRENCY_SHAPES = ((2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2))
-"""Mid-size reference shapes for the concurrency measurement."""
 
 
 def _gpt(layers: int, hidden: int, seq: int):
@@ -100,7 +117,17 @@ def _gpt(layers: int, hidden: int, seq: int):
     return GPT()
 
 
-def _median_s(fn, reps: int = REPS, clock=time.perf_counter) -> float:
+def cpu_clock() -> Callable[[], float]:
+    """Process CPU time with one torch thread (op_sampler.cpu_clock_kind), else wall time."""
+    import torch
+
+    from llmperf_hook.profile.op_sampler import cpu_clock_kind
+
+    return time.process_time if cpu_clock_kind(torch.get_num_threads()) == "process_cpu" else time.perf_counter
+
+
+def _median_s(fn, reps: int = REPS, clock: Callable[[], float] | None = None) -> float:
+    clock = clock or cpu_clock()
     fn()
     times = []
     for _ in range(reps):
@@ -110,9 +137,8 @@ def _median_s(fn, reps: int = REPS, clock=time.perf_counter) -> float:
     return statistics.median(times)
 
 
-def measure_shape(shape: tuple[int, int, int, int], dtype: str,
-                  clock=time.perf_counter) -> tuple[float, float, float, int, int]:
-    """(fwd+bwd s, AdamW step over the module's tensors s, over one flat tensor s, tensors, params)."""
+def reference_model(shape: Shape, dtype: str):
+    """(model, token batch) of `shape`, seeded, in `dtype`."""
     import torch
 
     layers, hidden, seq, mbs = shape
@@ -120,28 +146,44 @@ def measure_shape(shape: tuple[int, int, int, int], dtype: str,
     model = _gpt(layers, hidden, seq)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)
-    data = torch.randint(0, VOCAB, (mbs, seq + 1))
+    return model, torch.randint(0, VOCAB, (mbs, seq + 1))
+
+
+def measure_fwd_bwd(shape: Shape, dtype: str, clock: Callable[[], float] | None = None) -> float:
+    """Median seconds of one training forward + backward (gradients None before it, as after a step)."""
+    model, data = reference_model(shape, dtype)
 
     def fwd_bwd() -> None:
+        model.zero_grad(set_to_none=True)
         model(data[:, :-1], data[:, 1:]).backward()
 
-    fb_s = _median_s(fwd_bwd, clock=clock)
-    params = [p for p in model.parameters()]
-    for p in params:
-        p.grad = torch.randn_like(p)
+    return _median_s(fwd_bwd, clock=clock)
+
+
+def measure_optimizer(shape: Shape) -> tuple[float, float, int, int]:
+    """(AdamW step over the module's fp32 tensors s, over one flat fp32 tensor s, tensors, params)."""
+    import torch
+
+    model, _ = reference_model(shape, "fp32")
     # fp32 master weights: DeepSpeed's bf16 optimizer and torch AdamW on fp32 models step fp32 tensors
-    master = [p.detach().float().requires_grad_() for p in params]
+    master = [p.detach().float().requires_grad_() for p in model.parameters()]
     for m in master:
         m.grad = torch.randn_like(m)
-    per_tensor = torch.optim.AdamW(master, lr=1e-4)
-    numel = sum(p.numel() for p in params)
+    numel = sum(m.numel() for m in master)
     flat = torch.zeros(numel, requires_grad=True)
     flat.grad = torch.randn(numel)
-    flat_opt = torch.optim.AdamW([flat], lr=1e-4)
-    return fb_s, _median_s(per_tensor.step), _median_s(flat_opt.step), len(params), numel
+    per_tensor, flat_opt = torch.optim.AdamW(master, lr=1e-4), torch.optim.AdamW([flat], lr=1e-4)
+    return _median_s(per_tensor.step), _median_s(flat_opt.step), len(master), numel
 
 
-def _reference_config(shape: tuple[int, int, int, int], dtype: str):
+def interleaved_median(measure: Callable[[Shape], float], shapes: Sequence[Shape], rounds: int = ROUNDS) -> list[float]:
+    """measure(shape) for every shape in `rounds` interleaved rounds (a slow moment hits every shape once, not
+    one shape every time); the median of the rounds per shape."""
+    runs = [[measure(shape) for shape in shapes] for _ in range(rounds)]
+    return [statistics.median(r[i] for r in runs) for i in range(len(shapes))]
+
+
+def _reference_config(shape: Shape, dtype: str):
     from llmperf_hook.api import resolve_job
 
     layers, hidden, seq, mbs = shape
@@ -153,32 +195,52 @@ def _reference_config(shape: tuple[int, int, int, int], dtype: str):
     return cfg
 
 
-def predicted_parts(shape: tuple[int, int, int, int], dtype: str, hardware_name: str) -> dict[str, float]:
-    """The graph of `shape` on `hardware_name` predicted with the fitted profile alone: fwd+bwd compute
-    seconds, issued op units, modelled bytes, and the optimizer op's seconds."""
+def _predicted_ops(shape: Shape, dtype: str, hardware_name: str) -> tuple[list[tuple], float]:
+    """([(compute op, count per step, profile seconds)], optimizer op seconds): the graph of `shape` on
+    `hardware_name` predicted with the fitted profile alone."""
     from llmperf_hook.api import build_graph
     from llmperf_hook.hardware.load import load_hardware
     from llmperf_hook.hardware.spec import ClusterSpec, NetworkTier
     from llmperf_hook.predict import fitted
     from llmperf_hook.predict.dispatch import op_id, predict_ops
-    from llmperf_hook.predict.host_issue import KERNELS_PER_PHASE
 
     tier = NetworkTier(1e9, 1e-5)
     cluster = ClusterSpec(hardware_name, load_hardware(hardware_name), 1, tier, tier)
     graph = build_graph(_reference_config(shape, dtype), cluster)
-    profile = fitted.find_profile(hardware_name, dtype)
-    seconds, _ = predict_ops(graph.all_ops(), cluster, profile, None)
-    parts = {"compute_s": 0.0, "units": 0.0, "bytes": 0.0, "optimizer_s": 0.0}
+    seconds, _ = predict_ops(graph.all_ops(), cluster, fitted.find_profile(hardware_name, dtype), None)
+    ops, optimizer_s = [], 0.0
     for stage in graph.stages:
         for chunk in stage.chunks:
             for block in chunk.blocks:
-                for op in (*block.fwd, *block.bwd):
-                    if op.collective is None:
-                        parts["compute_s"] += seconds[op_id(op)] * block.count
-                        parts["units"] += KERNELS_PER_PHASE.get(op.phase, 1) * block.count
-                        parts["bytes"] += op.bytes_moved * block.count
-        parts["optimizer_s"] += sum(seconds[op_id(op)] for op in stage.step_ops if op.op_class == "optimizer")
-    return parts
+                ops += [(op, block.count, seconds[op_id(op)]) for op in (*block.fwd, *block.bwd) if op.collective is None]
+        optimizer_s += sum(seconds[op_id(op)] for op in stage.step_ops if op.op_class == "optimizer")
+    return ops, optimizer_s
+
+
+def predicted_parts(shape: Shape, dtype: str, hardware_name: str) -> dict[str, float]:
+    """The graph of `shape` predicted with the fitted profile alone: fwd+bwd compute seconds, issued op units,
+    modelled bytes, and the optimizer op's seconds."""
+    from llmperf_hook.predict.host_issue import KERNELS_PER_PHASE
+
+    ops, optimizer_s = _predicted_ops(shape, dtype, hardware_name)
+    return {"compute_s": sum(n * t for _, n, t in ops), "units": sum(KERNELS_PER_PHASE.get(op.phase, 1) * n
+                                                                     for op, n, _ in ops),
+            "bytes": sum(op.bytes_moved * n for op, n, _ in ops), "optimizer_s": optimizer_s}
+
+
+def measure_profile_bias(dtype: str, hardware_name: str, shapes: Sequence[Shape]) -> dict:
+    """Step 2a: the compute ops of `shapes`' graphs measured alone (op_sampler, the profile's own clock and
+    runners) against the fitted profile's prediction of them: {"ratio": measured / predicted, per-shape
+    sums}. The regressors' systematic error for this dtype, isolated from any in-step effect."""
+    from llmperf_hook.profile.op_sampler import sample_op
+
+    rows = []
+    for shape in shapes:
+        ops, _ = _predicted_ops(shape, dtype, hardware_name)
+        measured = sum(n * sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype, "cpu",
+                                     target_s=0.01).time_s for op, n, _ in ops)
+        rows.append({"shape": list(shape), "isolated_s": measured, "predicted_s": sum(n * t for _, n, t in ops)})
+    return {"ratio": sum(r["isolated_s"] for r in rows) / sum(r["predicted_s"] for r in rows), "samples": rows}
 
 
 def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float]) -> list[float]:
@@ -205,65 +267,61 @@ def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float]) -> list[fl
     return [float(c) for c in best]
 
 
-def measure_shapes(dtype: str, shapes: Sequence[tuple[int, int, int, int]] = REFERENCE_SHAPES,
-                   rounds: int = ROUNDS, clock=time.perf_counter) -> list[tuple[float, float, float, int, int]]:
-    """measure_shape for every shape, `rounds` interleaved rounds, the median of the rounds' medians (the
-    central estimate the op sampler and the testbed benchmark take too)."""
-    runs = [[measure_shape(shape, dtype, clock) for shape in shapes] for _ in range(rounds)]
-    return [(*(statistics.median(r[i][k] for r in runs) for k in range(3)), *runs[0][i][3:])
-            for i in range(len(shapes))]
+def per_unit_from_difference(small_s: float, large_s: float, small: dict, large: dict, compute_scale: float = 1.0,
+                             per_byte_s: float = 0.0, per_param_s: float = 0.0) -> float:
+    """Step 1: (measured difference - the modelled compute, traffic and parameters of the difference) / unit
+    difference."""
+    rest = compute_scale * (large["compute_s"] - small["compute_s"]) + per_byte_s * (large["bytes"] - small["bytes"]) \
+        + per_param_s * (large.get("params", 0) - small.get("params", 0))
+    return max(0.0, (large_s - small_s - rest) / (large["units"] - small["units"]))
 
 
-def concurrent_child(dtype: str, threads: int) -> None:
-    """One of the processes of measure_concurrency: prints the fwd+bwd CPU seconds of CONCURRENCY_SHAPES."""
-    import torch
+def fit_compute_terms(rows: Sequence[dict], per_unit_s: float, compute_scale: float) -> tuple[float, float]:
+    """Step 2b: (per_byte_s, per_param_s) of the reference rows' forward+backward beyond the per-unit cost and
+    the operators at `compute_scale` x their profile time."""
+    y = [r["fwd_bwd_s"] - per_unit_s * r["units"] - compute_scale * r["predicted_compute_s"] for r in rows]
+    per_byte, per_param = fit_nonnegative([[r["bytes"], r["params"]] for r in rows], y)
+    return per_byte, per_param
 
-    torch.set_num_threads(threads)
-    print(json.dumps([m[0] for m in measure_shapes(dtype, CONCURRENCY_SHAPES, 1, time.process_time)]))
 
-
-def measure_concurrency(dtype: str, threads: int) -> dict[str, float]:
-    """{ranks: slowdown}: how much more CPU time a rank's forward+backward takes while `ranks` ranks of
-    `threads` threads run at once on this machine (they share caches and memory bandwidth), for 2 .. logical
-    CPUs / threads ranks; median over CONCURRENCY_SHAPES and processes. CPU time, not wall time: waiting for
-    a core that other programs hold is the machine's load at that moment, not a property of the machine
-    (the testbed benchmark records the load and the wall / CPU ratio of every run)."""
-    import os
-    import subprocess
-    import sys
-
-    alone = [m[0] for m in measure_shapes(dtype, CONCURRENCY_SHAPES, ROUNDS, time.process_time)]
-    out: dict[str, float] = {}
-    code = f"from llmperf_hook.profile.cpu_framework import concurrent_child; concurrent_child({dtype!r}, {threads})"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    for ranks in range(2, max(2, (os.cpu_count() or 1) // threads) + 1):
-        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
-                 for _ in range(ranks)]
-        times = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-        out[str(ranks)] = max(1.0, statistics.median(t[i] / alone[i] for t in times for i in range(len(alone))))
-    return out
+def fit_optimizer_terms(rows: Sequence[dict]) -> tuple[float, float]:
+    """Step 3: (per tensor s, per parameter s), medians over the shapes of the isolating differences."""
+    per_tensor = statistics.median(max(0.0, (r["optimizer_tensors_s"] - r["optimizer_flat_s"]) / (r["tensors"] - 1))
+                                   for r in rows)
+    per_param = statistics.median(max(0.0, r["optimizer_flat_s"] - per_tensor) / r["params"] for r in rows)
+    return per_tensor, per_param
 
 
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1) -> dict:
-    """Step 1 and 2 of the module docstring for one dtype: the fitted coefficients and the samples behind them."""
+    """Steps 1-5 of the module docstring for one dtype: the coefficients and the samples behind them."""
+    from llmperf_hook.profile.cpu_engine_cost import measure_concurrency, measure_deepspeed_step
+
+    tiny = interleaved_median(lambda s: measure_fwd_bwd(s, dtype), TINY_LAYERS, rounds=2 * ROUNDS + 1)
+    tiny_parts = [{**predicted_parts(s, dtype, hardware_name), "params": sum(p.numel() for p in _gpt(*s[:3]).parameters())}
+                  for s in TINY_LAYERS]
+    fb = interleaved_median(lambda s: measure_fwd_bwd(s, dtype), REFERENCE_SHAPES)
+    opt = [measure_optimizer(s) for s in REFERENCE_SHAPES]
     rows = []
-    for shape, measured in zip(REFERENCE_SHAPES, measure_shapes(dtype)):
-        fb_s, opt_tensors_s, opt_flat_s, tensors, params = measured
+    for shape, fb_s, (tensors_s, flat_s, tensors, params) in zip(REFERENCE_SHAPES, fb, opt):
         parts = predicted_parts(shape, dtype, hardware_name)
         rows.append({"shape": list(shape), "fwd_bwd_s": fb_s, "predicted_compute_s": parts["compute_s"],
-                     "units": parts["units"], "bytes": parts["bytes"], "optimizer_tensors_s": opt_tensors_s,
-                     "optimizer_flat_s": opt_flat_s, "predicted_optimizer_s": parts["optimizer_s"],
+                     "units": parts["units"], "bytes": parts["bytes"], "optimizer_tensors_s": tensors_s,
+                     "optimizer_flat_s": flat_s, "predicted_optimizer_s": parts["optimizer_s"],
                      "tensors": tensors, "params": params})
-    per_unit_s, compute_scale, per_byte_s = fit_nonnegative(
-        [[r["units"], r["predicted_compute_s"], r["bytes"]] for r in rows], [r["fwd_bwd_s"] for r in rows])
-    opt_x = [[r["tensors"], r["params"]] for r in rows] + [[1, r["params"]] for r in rows]
-    opt_y = [r["optimizer_tensors_s"] for r in rows] + [r["optimizer_flat_s"] for r in rows]
-    per_tensor_s, per_param_s = fit_nonnegative(opt_x, opt_y)
-    return {"per_unit_s": per_unit_s, "compute_scale": compute_scale, "per_byte_s": per_byte_s,
-            "optimizer_per_tensor_s": per_tensor_s,
-            "concurrency_slowdown": measure_concurrency(dtype, threads),
-            "deepspeed_step": measure_deepspeed_step(dtype, threads),
-            "optimizer_per_param_s": per_param_s, "samples": rows}
+    bias = measure_profile_bias(dtype, hardware_name, BIAS_SHAPES)
+    scale = min(SCALE_BOUNDS[1], max(SCALE_BOUNDS[0], bias["ratio"]))
+    per_byte, grad_per_param = 0.0, 0.0
+    for _ in range(3):  # steps 1 and 2b each take the other's terms out; a few rounds settle them
+        per_unit = per_unit_from_difference(*tiny, *tiny_parts, scale, per_byte, grad_per_param)
+        per_byte, grad_per_param = fit_compute_terms(rows, per_unit, scale)
+    per_tensor, per_param = fit_optimizer_terms(rows)
+    cost = {"per_unit_s": per_unit, "compute_scale": scale, "per_byte_s": per_byte,
+            "optimizer_per_tensor_s": per_tensor, "optimizer_per_param_s": per_param + grad_per_param}
+    return {**cost, "concurrency_slowdown": measure_concurrency(dtype, threads),
+            "deepspeed_step": measure_deepspeed_step(dtype, threads, cost, hardware_name),
+            "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param, "profile_bias": bias,
+            "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p} for s, t, p in zip(TINY_LAYERS, tiny, tiny_parts)],
+            "samples": rows}
 
 
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:
@@ -273,92 +331,12 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     torch.set_num_threads(threads)
     path = profile_dir / FILE_NAME
     path.unlink(missing_ok=True)  # the residual is measured against the profile alone
-    doc = {"format": FORMAT, "format_version": 1, "device": "cpu", "threads": threads,
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "device": "cpu", "threads": threads,
+           "clock": "process CPU time" if threads == 1 else "wall time",
            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "method": "llmperf_hook/profile/cpu_framework.py: reference GPT forward+backward and AdamW steps "
-                     "against the fitted profile's prediction of the same graph",
+           "method": "llmperf_hook/profile/cpu_framework.py: isolating differences (tiny models 1 vs 9 layers; "
+                     "reference GPT forward+backward against the fitted profile's prediction; AdamW per tensor "
+                     "and flat; DeepSpeed engine step against the prediction of the same model)",
            "dtypes": {dt: measure_framework_overhead(hardware_name, dt, threads) for dt in dtypes}}
     path.write_text(json.dumps(doc, indent=1))
     return path
-
-
-ENGINE_REPS = 15
-"""Engine steps timed per (ZeRO stage, shape): its cost is a difference of two times, so it needs more."""
-DEEPSPEED_SHAPES = ((2, 128, 64, 2), (2, 256, 64, 2))
-"""Two sizes (0.55 M and 1.9 M parameters): DeepSpeed's per-step work = a constant + a cost per parameter."""
-
-
-def _engine_step_s(model, data, zero: int, dtype: str) -> float:
-    import deepspeed
-    import torch
-
-    config = {"train_micro_batch_size_per_gpu": data.shape[0], "gradient_accumulation_steps": 1,
-              "train_batch_size": data.shape[0], "zero_optimization": {"stage": zero}, "steps_per_print": 10 ** 9}
-    if dtype == "bf16":
-        config["bf16"] = {"enabled": True}
-    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
-                                      config=config)
-
-    def step() -> None:
-        engine.backward(engine(data[:, :-1], data[:, 1:]))
-        engine.step()
-
-    _median_s(step, reps=2)  # first steps build buffers
-    return _median_s(step, reps=ENGINE_REPS)
-
-
-def deepspeed_child(dtype: str, threads: int) -> None:
-    """Prints {zero stage: [[params, engine step s, plain fwd+bwd s, plain optimizer s], ...]} (one process, one
-    rank, gloo): DeepSpeed's engine (forward, backward, step) against the same model in plain torch."""
-    import os
-
-    import torch
-
-    torch.set_num_threads(threads)
-    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    import deepspeed
-
-    deepspeed.init_distributed(dist_backend="gloo")
-    out: dict[str, list] = {}
-    plain = measure_shapes(dtype, DEEPSPEED_SHAPES)
-    for zero in range(4):
-        for shape, (fb_s, tensors_s, flat_s, _, params) in zip(DEEPSPEED_SHAPES, plain):
-            torch.manual_seed(0)
-            model = _gpt(*shape[:3])
-            data = torch.randint(0, VOCAB, (shape[3], shape[2] + 1))
-            plain_opt_s = flat_s if zero >= 1 or dtype != "fp32" else tensors_s
-            out.setdefault(str(zero), []).append([params, _engine_step_s(model, data, zero, dtype), fb_s, plain_opt_s])
-    print(json.dumps(out))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def measure_deepspeed_step(dtype: str, threads: int) -> dict[str, dict[str, float]]:
-    """{zero stage: {"per_step_s", "per_param_s"}}: what a DeepSpeed engine step costs on this CPU beyond the
-    plain model's forward + backward and torch AdamW step (gradient copies into flat buffers and partitions,
-    the gradient norm, fp32 master weights copied back, ZeRO-3 parameter fetch/release bookkeeping),
-    a constant + a cost per parameter from DEEPSPEED_SHAPES. Empty when DeepSpeed is not installed."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), DS_ACCELERATOR="cpu")
-    code = f"from llmperf_hook.profile.cpu_framework import deepspeed_child; deepspeed_child({dtype!r}, {threads})"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    if done.returncode != 0:
-        return {}
-    raw = json.loads(done.stdout.strip().splitlines()[-1])
-    out = {}
-    for zero, rows in raw.items():
-        extra = [(p, max(0.0, ds - fb - opt)) for p, ds, fb, opt in rows]
-        (p0, e0), (p1, e1) = extra[0], extra[-1]
-        per_param = max(0.0, (e1 - e0) / (p1 - p0)) if p1 != p0 else 0.0
-        out[zero] = {"per_step_s": max(0.0, e0 - per_param * p0), "per_param_s": per_param, "samples": rows}
-    return out

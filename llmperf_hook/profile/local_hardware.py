@@ -55,8 +55,10 @@ def shipped_hardware_names() -> list[str]:
 
 def fingerprint(device: str, threads: int) -> dict[str, str]:
     if device == "cpu":
+        from llmperf_hook.profile.op_sampler import cpu_clock_kind
+
         return {"device": cpu_model_name(), "machine": platform.machine(), "threads": str(threads),
-                "logical_cpus": str(os.cpu_count() or 0)}
+                "logical_cpus": str(os.cpu_count() or 0), "clock": cpu_clock_kind(threads)}
     import torch
 
     props = torch.cuda.get_device_properties(0)
