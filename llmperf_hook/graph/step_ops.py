@@ -142,13 +142,18 @@ bf16/fp16 model copy (2 B) (Megatron's fused multi-tensor Adam; DeepSpeed FusedA
 
 
 DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5}
-"""HBM traffic per local parameter (by ZeRO stage) of DeepSpeed's bf16/fp16 bookkeeping around the Adam update:
+"""HBM traffic per local parameter (by ZeRO stage; ZeRO-0 for bf16) of DeepSpeed's mixed-precision bookkeeping around the Adam update:
 the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
 bf16), flattened into the fp32 partition (ZeRO-1/2, runtime/zero/stage_1_and_2.py) or accumulated into the fp32
 gradient buffer (ZeRO-0, runtime/bf16_optimizer.py), averaged, checked for inf/nan and normed tensor by tensor,
 scaled by the clip coefficient, and the fp32 master copied back to bf16. Measured kernel by kernel on an H100
 SXM5 (DeepSpeed 0.19.8, torch 2.11): the kernel time of a DeepSpeed step beyond the same model's plain-torch step,
 Adam itself excluded, at the measured 2.98 TB/s (measurements/h100-sxm5-80gb-2026-11-26/kernels/)."""
+DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM = 30.0
+"""ZeRO-0 with fp16 runs FP16_Optimizer (runtime/fp16/fused_optimizer.py) instead, on flat buffers: flatten the
+fp16 gradients (2 + 2 B), one overflow check on the flat buffer (2), cast to the fp32 flat gradient (2 + 4), its
+global norm (4), the unscale-and-clip scale (4 + 4), the fp32 master copied back to fp16 (4 + 2): 30 B, with a
+few host syncs per step rather than per tensor (read from the source; not measured here)."""
 DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
 """Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
 measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
@@ -168,10 +173,13 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
 
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     tensors = model_param_tensors(cfg, stage, num_layers)
+    flat_fp16 = zero == 0 and cfg.precision == "fp16"
+    per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM if flat_fp16 else DEEPSPEED_MP_BYTES_PER_PARAM[zero]
+    host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[zero]
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
-               bytes_moved=float(local * (DEEPSPEED_MP_BYTES_PER_PARAM[zero] + accumulated)), dtype=cfg.precision,
-               tags={"host_s": f"{tensors * DEEPSPEED_HOST_S_PER_TENSOR[zero]:.6g}"})]
+               bytes_moved=float(local * (per_param + accumulated)), dtype=cfg.precision,
+               tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
 
 
 def _tied_embedding_sync(cfg: TrainingConfig, stage: int, gpus_per_node: int) -> list[Op]:

@@ -51,3 +51,12 @@ def test_zero0_bf16_keeps_fp32_gradients(tmp_path: Path) -> None:
     pred, graph = _graph(tmp_path, 0, "--micro-batch-size", "2", "--bf16")
     grads = pred.estimate.memory.components["gradients"]
     assert grads == pytest.approx(graph.stages[0].num_params * 6)
+
+
+def test_fp16_zero0_runs_the_flat_fp16_optimizer(tmp_path: Path) -> None:
+    """ZeRO-0 fp16 is FP16_Optimizer on flat buffers: fewer bytes than bf16's per-tensor optimizer, no host stalls."""
+    from llmperf_hook.graph.step_ops import DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM
+
+    (op,) = _bookkeeping(_graph(tmp_path, 0, "--micro-batch-size", "2", "--fp16")[1])
+    assert op.bytes_moved == pytest.approx(op.dims["params"] * DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM)
+    assert "host_s" not in op.tags
