@@ -134,6 +134,8 @@ def test_megatron_core_schedule_and_optimizer_on_gpu(tmp_path: Path, child_env: 
         torch.distributed.init_process_group("nccl", rank=0, world_size=1)
         from megatron.core import parallel_state
         parallel_state.initialize_model_parallel(1, 1)
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+        model_parallel_cuda_manual_seed(1234)  # GPU weight init forks the model-parallel CUDA RNG
         from megatron.core.models.gpt import GPTModel
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.optimizer import OptimizerConfig
