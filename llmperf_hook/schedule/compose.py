@@ -120,7 +120,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
-        if op.op_class == "optimizer":
+        if op.op_class in ("optimizer", "deepspeed_bookkeeping"):  # the step's own work, never overlapped
             opt += t
         elif op.name.startswith("embedding"):
             embed += t

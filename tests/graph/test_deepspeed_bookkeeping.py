@@ -60,3 +60,16 @@ def test_fp16_zero0_runs_the_flat_fp16_optimizer(tmp_path: Path) -> None:
     (op,) = _bookkeeping(_graph(tmp_path, 0, "--micro-batch-size", "2", "--fp16")[1])
     assert op.bytes_moved == pytest.approx(op.dims["params"] * DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM)
     assert "host_s" not in op.tags
+
+
+def test_bookkeeping_is_reported_with_the_optimizer_and_never_overlapped(tmp_path: Path) -> None:
+    """It runs inside the optimizer step: counted there, not as gradient sync (which overlap_comm may hide)."""
+    from llmperf_hook.predict.dispatch import op_id, predict_op_times
+    from llmperf_hook.schedule.compose import step_ops_cost
+
+    pred, graph = _graph(tmp_path, 1, "--micro-batch-size", "2", "--bf16")
+    times = predict_op_times(graph, pred.cluster, "bf16")
+    cost = step_ops_cost(graph.stages[0], dict(times.seconds), pred.config, 1.0, 1.0)
+    expected = sum(times.seconds[op_id(op)] for op in graph.stages[0].step_ops
+                   if op.op_class in ("optimizer", "deepspeed_bookkeeping"))
+    assert cost.optimizer_s == pytest.approx(expected) and cost.grad_total_s == 0.0  # one rank: no sync
