@@ -98,7 +98,7 @@ def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str =
                   for floor, loss in grid]
         best = grid[int(np.argmin(errors))]
     xa, ya = with_unknown_rows(x, np.log(t / (roof + best[0])), unknown_cols)
-    return fit_regressor(xa, ya, prefer, best[1]), best[0]
+    return fit_regressor(xa, ya, prefer, best[1], bagged=True), best[0]
 
 
 def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, floor: float, val: np.ndarray, prefer: str,
@@ -123,7 +123,7 @@ def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float 
     perm = np.random.default_rng(seed).permutation(len(y))
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
     xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), unknown_columns(names))
-    reg = fit_regressor(xa, ya, prefer, loss)
+    reg = fit_regressor(xa, ya, prefer, loss, bagged=True)
     return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
 
 
@@ -131,7 +131,7 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
                 with_holdout: bool = True) -> tuple[ModelEntry, str]:
     x, y, names, roof = training_xy(s, rc)
     reg, floor = fit_with_floor(x, roof * np.exp(y), roof, prefer, unknown_cols=unknown_columns(names))
-    ext = "txt" if reg.model_format == "lightgbm-text" else "json"
+    ext = "txt.gz" if reg.model_format == "lightgbm-text" else "json"
     entry = ModelEntry(
         op_class=s.op_class, phase=s.phase, dtype=dtype, file=f"{s.op_class}.{s.phase}.{dtype}.{ext}",
         model_format=reg.model_format,

@@ -61,15 +61,18 @@ def num_rounds(num_rows: int) -> int:
     return int(np.clip(num_rows // 10, 40, 150))
 
 
-def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1") -> FittedRegressor:
-    """Fit y (log time ratio) on feature matrix x; LightGBM unless unavailable or `prefer="sklearn"`."""
+def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1",
+                  bagged: bool = False) -> FittedRegressor:
+    """Fit y (log time ratio) on feature matrix x; LightGBM unless unavailable or `prefer="sklearn"`.
+    `bagged=True` (profile fits) averages NUM_BAGGED boosters on a small set; False fits one (the inner
+    cross-validation's quick proxy, the sampler's bootstrap members)."""
     if prefer == "lightgbm":
         try:
             import lightgbm  # noqa: F401
         except ImportError:
             prefer = "sklearn"
     if prefer == "lightgbm":
-        return _fit_lightgbm(x, y, loss)
+        return _fit_lightgbm(x, y, loss, num_boosters(len(y)) if bagged else 1)
     return _fit_sklearn(x, y, loss)
 
 
@@ -89,13 +92,49 @@ def _early_stopped_rounds(x: np.ndarray, y: np.ndarray, loss: Loss) -> int:
     return int(np.clip(booster.best_iteration or num_rounds(len(y)), 20, num_rounds(len(y))))
 
 
-def _fit_lightgbm(x: np.ndarray, y: np.ndarray, loss: Loss) -> FittedRegressor:
+BAG_BELOW_ROWS = 2000
+"""Training sets smaller than this average NUM_BAGGED boosters (bagging seeds differ): the variance of a small
+sample, not the bias, dominates there (A100 embedding backward at 25 % of the samples: 4.48 -> 4.24 % MAPE)."""
+NUM_BAGGED = 5
+
+
+def num_boosters(num_rows: int) -> int:
+    return NUM_BAGGED if num_rows < BAG_BELOW_ROWS else 1
+
+
+def _fit_lightgbm(x: np.ndarray, y: np.ndarray, loss: Loss, num_models: int) -> FittedRegressor:
     import lightgbm as lgb
 
-    data = lgb.Dataset(x, y, params={"min_data_in_bin": 1, "max_bin": 511, "verbose": -1})
-    booster = lgb.train(_lgb_params(len(y), loss), data, num_boost_round=_early_stopped_rounds(x, y, loss))
-    text = compact_lightgbm_text(booster.model_to_string())
-    return FittedRegressor("lightgbm-text", text, booster.num_trees(), loss)
+    rounds = _early_stopped_rounds(x, y, loss)
+    texts, num_trees = [], 0
+    for k in range(num_models):
+        data = lgb.Dataset(x, y, params={"min_data_in_bin": 1, "max_bin": 511, "verbose": -1})
+        booster = lgb.train({**_lgb_params(len(y), loss), "seed": 7 + k}, data, num_boost_round=rounds)
+        texts.append(compact_lightgbm_text(booster.model_to_string()))
+        num_trees += booster.num_trees()
+    return FittedRegressor("lightgbm-text", merge_lightgbm_texts(texts), num_trees, loss)
+
+
+def merge_lightgbm_texts(texts: list[str]) -> str:
+    """One LightGBM text model predicting the mean of several: every tree of each, leaf values divided by
+    their number (a LightGBM prediction is the sum of its trees), renumbered; still loads in LightGBM."""
+    if len(texts) == 1:
+        return texts[0]
+    head = texts[0].partition("\nTree=")[0]
+    blocks = []
+    for text in texts:
+        trees_part = ("Tree=" + text.partition("\nTree=")[2]).partition("end of trees")[0]
+        for block in trees_part.split("\n\n\n"):
+            lines = block.strip("\n").splitlines()
+            if not lines:
+                continue
+            lines = [f"Tree={len(blocks)}" if ln.startswith("Tree=") else
+                     _round_line("leaf_value=" + " ".join(repr(float(v) / len(texts)) for v in ln[11:].split()))
+                     if ln.startswith("leaf_value=") else ln for ln in lines]
+            blocks.append("\n".join(lines) + "\n\n\n")
+    sizes = " ".join(str(len(b.encode())) for b in blocks)
+    head_lines = [f"tree_sizes={sizes}" if ln.startswith("tree_sizes=") else ln for ln in head.splitlines()]
+    return "\n".join(head_lines) + "\n\n" + "".join(blocks) + "end of trees\n"
 
 
 def compact_lightgbm_text(text: str) -> str:

@@ -1,5 +1,7 @@
 """Profiles on disk: shipped ones load and predict sanely; damaged or stale ones raise ProfileError, never a number."""
 
+import gzip
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -61,9 +63,11 @@ def test_extrapolation_is_reported() -> None:
 def test_round_trip_and_no_pickle(tmp_path: Path) -> None:
     d = _tiny_profile(tmp_path)
     files = sorted(p.name for p in d.iterdir())
-    assert files == ["gemm.fwd.fp32.txt", "profile.json"]
+    assert files == ["gemm.fwd.fp32.txt.gz", "profile.json"]
     for p in d.iterdir():
-        assert b"pickle" not in p.read_bytes() and not p.read_bytes().startswith(b"\x80")
+        data = gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()
+        assert b"pickle" not in data and not data.startswith(b"\x80")
+    assert gzip.decompress((d / files[0]).read_bytes()).startswith(b"tree\nversion=")  # a LightGBM text dump
     t = FittedProfile(d).predict_s([Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")], None)[0]
     assert t == pytest.approx(2 * 256**3 / 5e10 + 2e-6, rel=0.5)
 
@@ -71,10 +75,10 @@ def test_round_trip_and_no_pickle(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", ["model_bytes", "json", "schema", "missing_file", "roofline", "traversal"])
 def test_damaged_profile_raises(tmp_path: Path, damage: str) -> None:
     d = _tiny_profile(tmp_path)
-    meta_path, model = d / "profile.json", d / "gemm.fwd.fp32.txt"
+    meta_path, model = d / "profile.json", d / "gemm.fwd.fp32.txt.gz"
     doc = json.loads(meta_path.read_text())
     if damage == "model_bytes":
-        model.write_text(model.read_text().replace("leaf_value=", "leaf_value=9", 1))
+        model.write_bytes(gzip.compress(gzip.decompress(model.read_bytes()).replace(b"leaf_value=", b"leaf_value=9", 1)))
     elif damage == "json":
         meta_path.write_text(meta_path.read_text()[:-20])
     elif damage == "schema":
@@ -91,6 +95,18 @@ def test_damaged_profile_raises(tmp_path: Path, damage: str) -> None:
     with pytest.raises(ProfileError, match="unusable"):
         prof = FittedProfile(d)
         prof.predict_s([Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")], None)
+
+
+def test_uncompressed_model_files_still_load(tmp_path: Path) -> None:
+    """Profiles written before models were compressed (NAME.txt) load unchanged."""
+    d = _tiny_profile(tmp_path)
+    doc = json.loads((d / "profile.json").read_text())
+    text = gzip.decompress((d / "gemm.fwd.fp32.txt.gz").read_bytes())
+    (d / "gemm.fwd.fp32.txt").write_bytes(text)
+    doc["models"][0].update(file="gemm.fwd.fp32.txt", sha256=hashlib.sha256(text).hexdigest())
+    (d / "profile.json").write_text(json.dumps(doc))
+    op = Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")
+    assert FittedProfile(d).predict_s([op], None)[0] > 0
 
 
 def test_missing_dims_is_a_clear_error(tmp_path: Path) -> None:

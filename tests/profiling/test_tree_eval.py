@@ -90,3 +90,16 @@ def test_corrupted_model_text_is_a_profile_error() -> None:
     ens = parse_lightgbm_text(text)
     with pytest.raises(ProfileError):
         ens.predict(np.zeros((3, 2)))
+
+
+def test_bagged_small_fit_is_one_lightgbm_model_averaging_its_members() -> None:
+    """A small training set averages NUM_BAGGED boosters, stored as one text model LightGBM itself loads."""
+    from llmperf_hook.profile.fit import NUM_BAGGED, merge_lightgbm_texts
+
+    x, y = _data(12)[:2]
+    one, bagged = fit_regressor(x, y), fit_regressor(x, y, bagged=True)
+    assert bagged.num_trees == NUM_BAGGED * one.num_trees
+    booster = lgb.Booster(model_str=bagged.text)
+    assert np.allclose(booster.predict(x), bagged.ensemble().predict(x), atol=1e-9)
+    twice = merge_lightgbm_texts([one.text, one.text])
+    assert np.allclose(parse_lightgbm_text(twice).predict(x), one.ensemble().predict(x), atol=1e-4)  # leaves keep 5 digits
