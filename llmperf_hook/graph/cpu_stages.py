@@ -3,8 +3,12 @@
 Where the hardware's profile was fitted on a CPU (predict/cpu_framework.find_cpu_framework_cost finds its
 measured framework cost), the per-rank graph changes in two ways, both physical:
 - the optimizer op carries `param_tensors` (graph/param_tensors.py): torch's CPU Adam loop costs per tensor;
-  under DeepSpeed also `deepspeed_zero` (stage) and `engine_params` (the stage's parameters): the engine's
-  own per-step work (flat-buffer copies, gradient norm, master-weight copies, ZeRO bookkeeping) scales with them;
+  under DeepSpeed also `deepspeed_zero` (stage) and `engine_params`: the engine's own per-step work
+  (flat-buffer copies, gradient norm, master-weight copies, ZeRO bookkeeping) scales with the parameters it
+  touches, (1 - f) x the stage's parameters (gradient hooks, ZeRO-3 fetch/release in forward and backward)
+  + f x the rank's optimizer partition (the step's norm, update and copy back), f the measured
+  `partition_fraction` of the ZeRO stage (profile/cpu_engine_cost.py; 0 for ZeRO-0, where the partition is
+  the whole stage anyway);
 - no collective hides behind compute: the overlap tags that put ZeRO prefetches, bucketed gradient
   reductions and parameter gathers on a GPU side stream are dropped. gloo runs a collective on the calling
   thread (or a helper thread that competes for the same core under one-thread-per-rank), and DeepSpeed's
@@ -14,7 +18,10 @@ Any other hardware: the stages come back unchanged.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
@@ -29,12 +36,43 @@ def _serial(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     return tuple(cpu_serial_op(op) for op in ops)
 
 
-def _stage(cfg: TrainingConfig, stage: StageGraph) -> StageGraph:
+@lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def partition_fraction(hardware_name: str, dtype: str, zero_stage: int) -> float:
+    """The measured share of DeepSpeed's per-parameter engine work done on the rank's partition (0 if none)."""
+    from llmperf_hook.predict.cpu_framework import FILE_NAME
+    from llmperf_hook.predict.fitted import profile_dirs
+
+    for directory in profile_dirs(hardware_name):
+        path = directory / FILE_NAME
+        if path.is_file():
+            entry = _read(str(path), path.stat().st_mtime_ns).get("dtypes", {}).get(dtype, {})
+            step = entry.get("deepspeed_step", {}).get(str(zero_stage), {})
+            return min(1.0, max(0.0, float(step.get("partition_fraction", 0.0))))
+    return 0.0
+
+
+def engine_params(full_params: int, partition_params: int, fraction: float) -> int:
+    """Parameters DeepSpeed's engine touches per step on one rank (module docstring)."""
+    return round((1.0 - fraction) * full_params + fraction * min(partition_params, full_params))
+
+
+def _optimizer_tags(cfg: TrainingConfig, stage: StageGraph, op: Op, fraction: float) -> dict[str, str]:
     tags = {"param_tensors": str(optimizer_param_tensors(cfg, stage.stage, stage.num_layers))}
     if "deepspeed" in cfg.framework:
-        tags.update(deepspeed_zero=str(cfg.optimizer.zero_stage), engine_params=str(stage.num_params))
-    # DeepSpeed's engine cost on a CPU is measured as a whole (profile/cpu_framework.py), bookkeeping included.
-    step_ops = tuple(replace(op, tags={**op.tags, **tags}) if op.op_class == "optimizer" else op
+        partition = int(op.dims.get("params", stage.num_params))
+        tags.update(deepspeed_zero=str(cfg.optimizer.zero_stage),
+                    engine_params=str(engine_params(stage.num_params, partition, fraction)))
+    return tags
+
+
+def _stage(cfg: TrainingConfig, stage: StageGraph, fraction: float) -> StageGraph:
+    # DeepSpeed's engine cost on a CPU is measured as a whole (profile/cpu_engine_cost.py), bookkeeping included.
+    step_ops = tuple(replace(op, tags={**op.tags, **_optimizer_tags(cfg, stage, op, fraction)})
+                     if op.op_class == "optimizer" else op
                      for op in _serial(stage.step_ops) if op.op_class != "deepspeed_bookkeeping")
     chunks = tuple(replace(chunk, blocks=tuple(replace(b, fwd=_serial(b.fwd), bwd=_serial(b.bwd))
                                                for b in chunk.blocks)) for chunk in stage.chunks)
@@ -47,5 +85,7 @@ def cpu_stages(cfg: TrainingConfig, cluster: ClusterSpec, stages: tuple[StageGra
 
     if find_cpu_framework_cost(cluster.gpu.name, cfg.precision) is None:
         return stages
-    return tuple(_stage(cfg, s) for s in stages)
+    fraction = partition_fraction(cluster.gpu.name, cfg.precision, cfg.optimizer.zero_stage) \
+        if "deepspeed" in cfg.framework else 0.0
+    return tuple(_stage(cfg, s, fraction) for s in stages)
 

@@ -13,6 +13,11 @@ time, medians):
   buffers and partitions, the gradient norm, fp32 master weights copied back, ZeRO-3 parameter fetch and
   release bookkeeping) plus whatever of a real step the operator graph does not model, as
   `deepspeed_step[zero] = per_step_s + per_param_s * params` (non-negative least squares, relative errors).
+  Forward+backward and engine.step() are timed apart: `partition_fraction` is the share of the per-parameter
+  work done in the step, which ZeRO 1-3 run on the rank's partition only (graph/cpu_stages.py counts the
+  engine's parameters as (1 - fraction) x the model's + fraction x the partition's). On this testbed the
+  whole extra counted on every parameter over-predicted the 2-rank ZeRO-1/2/3 steps by 12-17 % and the
+  2-rank ZeRO-0 step (no partition) by -3 %.
 Empty results when DeepSpeed is not installed or a child fails: predictions then leave the terms out.
 """
 
@@ -61,10 +66,12 @@ def measure_concurrency(dtype: str, threads: int) -> dict[str, float]:
     return out
 
 
-def _engine_step_s(shape: Shape, zero: int, dtype: str) -> float:
-    """Median seconds of one DeepSpeed engine step (forward, backward, step) of the reference GPT."""
+def _engine_step_s(shape: Shape, zero: int, dtype: str) -> tuple[float, float]:
+    """Median seconds of one DeepSpeed engine step of the reference GPT: (forward + backward, step)."""
     import deepspeed
     import torch
+
+    from llmperf_hook.profile.cpu_framework import cpu_clock
 
     torch.manual_seed(0)
     model = _gpt(*shape[:3])
@@ -75,18 +82,21 @@ def _engine_step_s(shape: Shape, zero: int, dtype: str) -> float:
         config["bf16"] = {"enabled": True}
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
                                       config=config)
-
-    def step() -> None:
+    clock, fb, st = cpu_clock(), [], []
+    for rep in range(2 + ENGINE_REPS):  # the first steps build buffers
+        t0 = clock()
         engine.backward(engine(data[:, :-1], data[:, 1:]))
+        t1 = clock()
         engine.step()
-
-    _median_s(step, reps=2)  # the first steps build buffers
-    return _median_s(step, reps=ENGINE_REPS)
+        if rep >= 2:
+            fb.append(t1 - t0)
+            st.append(clock() - t1)
+    return statistics.median(fb), statistics.median(st)
 
 
 def deepspeed_child(dtype: str, threads: int) -> None:
-    """Prints {zero stage: [engine step s per DEEPSPEED_SHAPES]} (one process, one rank, gloo); the stages
-    interleaved in ROUNDS rounds, medians."""
+    """Prints {zero stage: [[fwd+bwd s, step s] per DEEPSPEED_SHAPES]} (one process, one rank, gloo); the
+    stages interleaved in ROUNDS rounds, medians."""
     import torch
 
     torch.set_num_threads(threads)
@@ -97,9 +107,9 @@ def deepspeed_child(dtype: str, threads: int) -> None:
     deepspeed.init_distributed(dist_backend="gloo")
     cases = [(zero, shape) for zero in range(4) for shape in DEEPSPEED_SHAPES]
     runs = [[_engine_step_s(shape, zero, dtype) for zero, shape in cases] for _ in range(ROUNDS)]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[list[float]]] = {}
     for i, (zero, _) in enumerate(cases):
-        out.setdefault(str(zero), []).append(statistics.median(r[i] for r in runs))
+        out.setdefault(str(zero), []).append([statistics.median(r[i][k] for r in runs) for k in range(2)])
     print(json.dumps(out))
 
 
@@ -111,11 +121,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def modelled_step_s(parts: Mapping[str, float], cost: Mapping[str, float], tensors: int, params: int) -> float:
-    """What the fitted framework cost predicts for one plain step: forward+backward and the optimizer."""
+def modelled_parts_s(parts: Mapping[str, float], cost: Mapping[str, float], tensors: int,
+                     params: int) -> tuple[float, float]:
+    """What the fitted framework cost predicts for one plain step: (forward+backward, optimizer step)."""
     fb = cost["compute_scale"] * parts["compute_s"] + cost["per_unit_s"] * parts["units"] \
         + cost["per_byte_s"] * parts["bytes"]
-    return fb + cost["optimizer_per_tensor_s"] * tensors + cost["optimizer_per_param_s"] * params
+    return fb, cost["optimizer_per_tensor_s"] * tensors + cost["optimizer_per_param_s"] * params
 
 
 def fit_engine_terms(params: Sequence[int], engine_s: Sequence[float], modelled_s: Sequence[float]) -> dict:
@@ -127,9 +138,23 @@ def fit_engine_terms(params: Sequence[int], engine_s: Sequence[float], modelled_
     return {"per_step_s": per_step, "per_param_s": per_param}
 
 
+def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], total: Mapping[str, float]) -> float:
+    """Share of the engine's per-parameter work done in engine.step(): under ZeRO 1-3 that part runs on the
+    rank's partition (gradient norm, fp32 partition update and copy back: stage_1_and_2.py step(),
+    stage3.py step()), the rest in forward/backward on every parameter (gradient hooks copying into the
+    reduction buckets, ZeRO-3 fetch and release). The per-parameter slope of the step's extra over the
+    whole extra's, in [0, 1]."""
+    if total["per_param_s"] <= 0.0:
+        return 0.0
+    step_per_param = fit_nonnegative([[1.0, p] for p in params], [max(x, 1e-9) for x in step_extra_s])[1]
+    return min(1.0, step_per_param / total["per_param_s"])
+
+
 def measure_deepspeed_step(dtype: str, threads: int, cost: Mapping[str, float],
                            hardware_name: str) -> dict[str, dict]:
-    """{zero stage: {"per_step_s", "per_param_s", "samples"}} (module docstring); {} without DeepSpeed."""
+    """{zero stage: {"per_step_s", "per_param_s", "partition_fraction", "samples"}} (module docstring);
+    {} without DeepSpeed. Samples: [params, engine fwd+bwd s, engine step s, modelled fwd+bwd s, modelled
+    optimizer s]."""
     code = f"from llmperf_hook.profile.cpu_engine_cost import deepspeed_child; deepspeed_child({dtype!r}, {threads})"
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_child_env(threads),
@@ -140,12 +165,14 @@ def measure_deepspeed_step(dtype: str, threads: int, cost: Mapping[str, float],
     out = {}
     for zero, engine_s in raw.items():
         rows = []
-        for shape, step_s in zip(DEEPSPEED_SHAPES, engine_s):
+        for shape, (fb_s, step_s) in zip(DEEPSPEED_SHAPES, engine_s):
             model = _gpt(*shape[:3])
             params = sum(p.numel() for p in model.parameters())
-            cfg_tensors = len(list(model.parameters()))
             flat = int(zero) >= 1 or dtype != "fp32"  # graph/param_tensors.py: DeepSpeed's flat fp32 partitions
             parts = predicted_parts(shape, dtype, hardware_name)
-            rows.append([params, step_s, modelled_step_s(parts, cost, 1 if flat else cfg_tensors, params)])
-        out[zero] = {**fit_engine_terms(*zip(*rows)), "samples": rows}
+            rows.append([params, fb_s, step_s, *modelled_parts_s(parts, cost, 1 if flat else
+                                                                 len(list(model.parameters())), params)])
+        total = fit_engine_terms([r[0] for r in rows], [r[1] + r[2] for r in rows], [r[3] + r[4] for r in rows])
+        fraction = partition_fraction([r[0] for r in rows], [max(0.0, r[2] - r[4]) for r in rows], total)
+        out[zero] = {**total, "partition_fraction": fraction if int(zero) >= 1 else 0.0, "samples": rows}
     return out

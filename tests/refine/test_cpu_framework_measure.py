@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmperf_hook.profile import cpu_framework as cf
-from llmperf_hook.profile.cpu_engine_cost import fit_engine_terms, modelled_step_s
+from llmperf_hook.profile.cpu_engine_cost import fit_engine_terms, modelled_parts_s, partition_fraction
 from llmperf_hook.profile.op_sampler import cpu_clock_kind
 
 
@@ -82,7 +82,17 @@ def test_modelled_step_adds_the_fitted_terms() -> None:
     cost = {"compute_scale": 1.1, "per_unit_s": 1e-5, "per_byte_s": 1e-10, "optimizer_per_tensor_s": 2e-5,
             "optimizer_per_param_s": 3e-9}
     parts = {"compute_s": 0.01, "units": 75, "bytes": 1e7}
-    assert modelled_step_s(parts, cost, 28, 5e5) == pytest.approx(0.011 + 75e-5 + 1e-3 + 28 * 2e-5 + 1.5e-3)
+    fb, opt = modelled_parts_s(parts, cost, 28, 5e5)
+    assert fb == pytest.approx(0.011 + 75e-5 + 1e-3) and opt == pytest.approx(28 * 2e-5 + 1.5e-3)
+
+
+def test_partition_fraction_is_the_steps_share_of_the_per_parameter_work() -> None:
+    params = [5e5, 3.6e5, 1.9e6, 3.7e6]
+    step_extra = [1e-3 + 6e-9 * p for p in params]
+    total = {"per_step_s": 2e-3, "per_param_s": 8e-9}
+    assert partition_fraction(params, step_extra, total) == pytest.approx(0.75, rel=1e-6)
+    assert partition_fraction(params, step_extra, {"per_step_s": 0.0, "per_param_s": 0.0}) == 0.0
+    assert partition_fraction(params, [1e-3 + 2e-8 * p for p in params], total) == 1.0
 
 
 def test_one_thread_is_timed_by_process_cpu_time() -> None:
@@ -99,3 +109,25 @@ def test_cpu_fingerprint_names_the_clock() -> None:
     from llmperf_hook.profile.local_hardware import fingerprint
 
     assert fingerprint("cpu", 1)["clock"] == "process_cpu" and fingerprint("cpu", 2)["clock"] == "wall"
+
+
+def test_engine_parameters_split_between_the_model_and_the_ranks_partition(tmp_path, monkeypatch) -> None:
+    import json
+
+    from llmperf_hook.api import build_graph
+    from llmperf_hook.graph.cpu_stages import engine_params
+    from tests.refine.test_cpu_framework import _cluster, _home_with_cost, _zero3_config
+
+    assert engine_params(1000, 500, 0.0) == 1000 and engine_params(1000, 500, 1.0) == 500
+    assert engine_params(1000, 500, 0.6) == 700 and engine_params(1000, 1000, 0.6) == 1000
+    home = _home_with_cost(tmp_path, "cpu-x")
+    path = home / "profiles" / "cpu-x" / "framework_overhead.json"
+    doc = json.loads(path.read_text())
+    doc["dtypes"]["fp32"]["deepspeed_step"]["3"]["partition_fraction"] = 0.5
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    stage = build_graph(_zero3_config(tmp_path), _cluster("cpu-x")).stages[0]
+    opt = next(op for op in stage.step_ops if op.op_class == "optimizer")
+    partition = int(opt.dims["params"])
+    assert partition < stage.num_params  # two ranks: each steps half
+    assert int(opt.tags["engine_params"]) == engine_params(stage.num_params, partition, 0.5)
