@@ -89,41 +89,50 @@ def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str =
     normaliser instead of a slope the trees would have to approximate leaf by leaf. `unknown_cols`: features
     of optional dims, trained known and UNKNOWN (with_unknown_rows)."""
     floors = sorted({f * float(t.min()) for f in FLOOR_FRACTIONS} | {intercept_floor_s(t, roof)})
-    best: tuple[float, Loss] = (floors[0], LOSSES[0])
+    best: tuple[float, Loss, bool] = (floors[0], LOSSES[0], False)
     if len(t) >= 30:
         perm = np.random.default_rng(seed + 101).permutation(len(t))
         folds = np.array_split(perm, 3) if len(t) < 1000 else [perm[: len(t) // 5]]
-        grid = [(floor, loss) for loss in LOSSES for floor in floors]
-        errors = [np.mean([_fold_error(x, t, roof, floor, val, prefer, loss, unknown_cols) for val in folds])
-                  for floor, loss in grid]
+
+        def cv(floor: float, loss: Loss, base: bool) -> float:
+            return float(np.mean([_fold_error(x, t, roof, (floor, loss, base), val, prefer, unknown_cols)
+                                  for val in folds]))
+
+        grid = [(floor, loss, False) for loss in LOSSES for floor in floors]
+        errors = [cv(*g) for g in grid]
         best = grid[int(np.argmin(errors))]
+        # The linear baseline is then tried with the chosen floor and loss only (one more CV, not a grid).
+        if cv(best[0], best[1], True) < min(errors):
+            best = (best[0], best[1], True)
     xa, ya = with_unknown_rows(x, np.log(t / (roof + best[0])), unknown_cols)
-    return fit_regressor(xa, ya, prefer, best[1], bagged=True), best[0]
+    return fit_regressor(xa, ya, prefer, best[1], bagged=True, baseline=best[2], skip_cols=unknown_cols), best[0]
 
 
-def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, floor: float, val: np.ndarray, prefer: str,
-                loss: Loss, unknown_cols: Sequence[int] = ()) -> float:
+def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: tuple[float, Loss, bool], val: np.ndarray,
+                prefer: str, unknown_cols: Sequence[int] = ()) -> float:
+    floor, loss, base = choice
     train = np.setdiff1d(np.arange(len(t)), val)
     y = np.log(t / (roof + floor))
     xa, ya = with_unknown_rows(x[train], y[train], unknown_cols)
-    return _mape(fit_regressor(xa, ya, prefer, loss).ensemble().predict(x[val]), y[val])
+    return _mape(fit_regressor(xa, ya, prefer, loss, baseline=base, skip_cols=unknown_cols).predict(x[val]), y[val])
 
 
 def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray) -> np.ndarray:
-    return (roof + floor_s) * np.exp(reg.ensemble().predict(x))
+    return (roof + floor_s) * np.exp(reg.predict(x))
 
 
 def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,
-                 loss: Loss = "l1") -> float | None:
-    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor and loss the full fit chose)."""
+                 loss: Loss = "l1", baseline: bool = False) -> float | None:
+    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor, loss and baseline the full fit chose)."""
     x, y, names, roof = training_xy(s, rc)
     if len(y) < 10:
         return None
     t = roof * np.exp(y)
     perm = np.random.default_rng(seed).permutation(len(y))
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
-    xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), unknown_columns(names))
-    reg = fit_regressor(xa, ya, prefer, loss, bagged=True)
+    cols = unknown_columns(names)
+    xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), cols)
+    reg = fit_regressor(xa, ya, prefer, loss, bagged=True, baseline=baseline, skip_cols=cols)
     return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
 
 
@@ -137,7 +146,9 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         model_format=reg.model_format,
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
         train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
-        holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss) if with_holdout else None, floor_s=floor)
+        holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None)
+        if with_holdout else None, floor_s=floor,
+        baseline=reg.baseline)
     return entry, reg.text
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 
-from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
+from llmperf_hook.profile.tree_eval import LinearBaseline, TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
 ModelFormat = Literal["lightgbm-text", "sklearn-gbr-json"]
 Loss = Literal["l1", "l2"]
@@ -38,11 +38,41 @@ class FittedRegressor:
     num_trees: int
     loss: Loss = "l1"
     """The loss it was fitted with (recorded so a hold-out refit uses the same one)."""
+    baseline: LinearBaseline | None = None
+    """Linear term the trees were fitted on top of (None: trees alone)."""
 
     def ensemble(self) -> TreeEnsemble:
         if self.model_format == "lightgbm-text":
             return parse_lightgbm_text(self.text)
         return parse_sklearn_json(json.loads(self.text))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        trees = self.ensemble().predict(x)
+        return trees if self.baseline is None else trees + self.baseline.predict(x)
+
+
+RIDGE = 1.0
+"""Ridge penalty of the linear baseline on standardised features (one unit of penalty per feature)."""
+
+
+def fit_linear_baseline(x: np.ndarray, y: np.ndarray, skip_cols: Sequence[int] = ()) -> LinearBaseline:
+    """Ridge regression of y on the features (columns in `skip_cols` and constant ones left out), folded back
+    to raw-feature weights. Power laws in log sizes (e.g. a softmax's efficiency rising with the row length)
+    are then one slope instead of a staircase of leaves, and extrapolate as a slope up to the clip."""
+    use = np.ones(x.shape[1], dtype=bool)
+    use[list(skip_cols)] = False
+    mu, sd = x.mean(axis=0), x.std(axis=0)
+    use &= sd > 1e-12
+    z = (x[:, use] - mu[use]) / sd[use]
+    a = np.column_stack([z, np.ones(len(y))])
+    penalty = RIDGE * np.eye(a.shape[1])
+    penalty[-1, -1] = 0.0
+    coef = np.linalg.solve(a.T @ a + penalty, a.T @ y)
+    weights = np.zeros(x.shape[1])
+    weights[use] = coef[:-1] / sd[use]
+    intercept = float(coef[-1] - weights[use] @ mu[use])
+    fitted = x @ weights + intercept
+    return LinearBaseline(tuple(float(w) for w in weights), intercept, float(fitted.min()), float(fitted.max()))
 
 
 def _lgb_params(num_rows: int, loss: Loss = "l1") -> dict:
@@ -62,10 +92,19 @@ def num_rounds(num_rows: int) -> int:
 
 
 def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1",
-                  bagged: bool = False) -> FittedRegressor:
+                  bagged: bool = False, baseline: bool = False, skip_cols: Sequence[int] = ()) -> FittedRegressor:
     """Fit y (log time ratio) on feature matrix x; LightGBM unless unavailable or `prefer="sklearn"`.
     `bagged=True` (profile fits) averages NUM_BAGGED boosters on a small set; False fits one (the inner
-    cross-validation's quick proxy, the sampler's bootstrap members)."""
+    cross-validation's quick proxy, the sampler's bootstrap members). `baseline=True`: the trees fit what a
+    linear baseline over the features outside `skip_cols` leaves (fit_linear_baseline)."""
+    if baseline:
+        base = fit_linear_baseline(x, y, skip_cols)
+        reg = fit_regressor(x, y - base.predict(x), prefer, loss, bagged)
+        return FittedRegressor(reg.model_format, reg.text, reg.num_trees, reg.loss, base)
+    return _fit_trees(x, y, prefer, loss, bagged)
+
+
+def _fit_trees(x: np.ndarray, y: np.ndarray, prefer: str, loss: Loss, bagged: bool) -> FittedRegressor:
     if prefer == "lightgbm":
         try:
             import lightgbm  # noqa: F401

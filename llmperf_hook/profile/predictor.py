@@ -1,7 +1,7 @@
 """A loaded fitted profile as an `OpClassPredictor` (predict/op_times.py): vectorised per op class.
 
-seconds = roofline_s * exp(tree_ensemble(features)); one ensemble walk per (op class, direction) for all ops
-of the call. Phases: "fwd" and "recompute" use the forward regressor, "bwd" the backward one, "step" (the
+seconds = (roofline_s + floor_s) * exp(linear baseline + tree_ensemble(features)); one ensemble walk per
+(op class, direction) for all ops of the call. Phases: "fwd" and "recompute" use the forward regressor, "bwd" the backward one, "step" (the
 optimizer) the single optimizer regressor. numpy only: safe on the predict path.
 """
 
@@ -87,6 +87,8 @@ class FittedProfile:
         if block.names != entry.feature_names:
             raise ProfileError(f"fitted profile {self.directory}: features of {entry.file} differ from this llmperf's")
         log_ratio = self._ensemble(key).predict(block.matrix)
+        if entry.baseline is not None:
+            log_ratio = log_ratio + entry.baseline.predict(block.matrix)
         seconds = (block.roofline_s + entry.floor_s) * np.exp(log_ratio)
         if not np.all(np.isfinite(seconds)) or np.any(seconds <= 0):
             raise ProfileError(f"fitted profile {self.directory}: {entry.file} produced a non-finite time")

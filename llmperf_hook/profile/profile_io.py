@@ -19,6 +19,7 @@ from typing import Mapping
 
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
+from llmperf_hook.profile.tree_eval import LinearBaseline
 
 PROFILE_FORMAT = "llmperf-profile"
 PROFILE_FORMAT_VERSION = 1
@@ -48,6 +49,8 @@ class ModelEntry:
     """Mean absolute percentage error on samples held out of this fit (None when not measured)."""
     floor_s: float = 0.0
     """Fixed time added to the roofline in the target's normaliser: t = (roofline + floor) * exp(model)."""
+    baseline: LinearBaseline | None = None
+    """Linear term under the trees (model = baseline + trees); None in profiles fitted without one."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,13 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
     for entry in meta.models:
         data = encode_model_text(entry.file, model_texts[entry.file])
         (directory / entry.file).write_bytes(data)
-        entries.append({**entry.__dict__, "sha256": _sha(data), "feature_names": list(entry.feature_names),
-                        "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()}})
+        doc_entry = {**entry.__dict__, "sha256": _sha(data), "feature_names": list(entry.feature_names),
+                     "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()}}
+        if entry.baseline is None:
+            doc_entry.pop("baseline")  # profiles without one stay byte-identical to older writers' output
+        else:
+            doc_entry["baseline"] = {**entry.baseline.__dict__, "weights": list(entry.baseline.weights)}
+        entries.append(doc_entry)
     doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
            "roofline": {k: v.__dict__ for k, v in meta.roofline.items()}, "dtype_aliases": dict(meta.dtype_aliases),
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
@@ -113,7 +121,8 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         model_format=str(raw["model_format"]), sha256=str(raw["sha256"]), schema_hash=str(raw["schema_hash"]),
         feature_names=tuple(raw["feature_names"]),
         train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
-        num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)))
+        num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)),
+        baseline=_baseline(directory, raw))
     if not (0.0 <= entry.floor_s < 10.0):
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
@@ -127,6 +136,19 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
     if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
         raise _fail(directory, f"model file name {entry.file!r} points outside the profile")
     return entry
+
+
+def _baseline(directory: Path, raw: dict) -> LinearBaseline | None:
+    doc = raw.get("baseline")
+    if doc is None:
+        return None
+    base = LinearBaseline(tuple(float(w) for w in doc["weights"]), float(doc["intercept"]), float(doc["low"]),
+                          float(doc["high"]))
+    values = (*base.weights, base.intercept, base.low, base.high)
+    if len(base.weights) != len(raw["feature_names"]) or not all(abs(v) < 1e6 for v in values) \
+            or not base.low <= base.high:
+        raise _fail(directory, f"model {raw['file']} has a malformed linear baseline")
+    return base
 
 
 def read_profile_meta(directory: Path) -> ProfileMeta:

@@ -25,6 +25,22 @@ _CHUNK = 2048  # rows walked at once: bounds the [rows x trees] index arrays to 
 
 
 @dataclass(frozen=True)
+class LinearBaseline:
+    """A linear term under the trees: weights . features + intercept, clipped to the range it spanned over its
+    training rows (so it never extrapolates further than a leaf would)."""
+
+    weights: tuple[float, ...]
+    intercept: float
+    low: float
+    high: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        if len(self.weights) != x.shape[1]:
+            raise ProfileError(f"linear baseline has {len(self.weights)} weights for {x.shape[1]} features")
+        return np.clip(x @ np.asarray(self.weights, dtype=np.float64) + self.intercept, self.low, self.high)
+
+
+@dataclass(frozen=True)
 class TreeEnsemble:
     """Flat node arrays of all trees; a child index < 0 means leaf (~child) of the same tree."""
 

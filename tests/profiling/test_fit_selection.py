@@ -36,3 +36,29 @@ def test_selection_is_robust_to_throttled_outliers() -> None:
     clean = predict_with_floor(reg, floor, x[240:], roof[240:]) / t[240:] - 1
     # The median sample is predicted within a few percent: the 10 % throttled runs do not drag the fit.
     assert abs(np.median(clean)) < 0.01  # an L2 fit here is biased by about +1.8 %
+
+
+def test_linear_baseline_is_stored_and_predicted_as_fitted(tmp_path) -> None:
+    """A power law the trees would staircase is a baseline slope; profile.json round-trips it exactly."""
+    from llmperf_hook.graph.op import Op
+    from llmperf_hook.profile.build_profile import Samples, fit_samples
+    from llmperf_hook.profile.predictor import FittedProfile
+    from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
+
+    rng = np.random.default_rng(1)
+    rows, cols = 2.0 ** rng.uniform(10, 20, 300), 2.0 ** rng.uniform(7, 13, 300)
+    rc = RooflineConstants(1e14, 1e12, 108, 2)
+    roof = build_features("softmax", False, {"rows": rows, "cols": cols}, rc).roofline_s
+    t = roof * (1.0 + 4.0 * (cols / 128.0) ** -0.5) * np.exp(rng.normal(0, 0.01, 300))  # efficiency rises with length
+    entry, text = fit_samples(Samples("softmax", "fwd", {"rows": rows, "cols": cols}, t), rc, "fp16")
+    assert entry.baseline is not None and entry.holdout_mape < 0.03
+    meta = ProfileMeta("lin", {"fp16": rc}, {}, {"device": "test"}, {}, {"samples": "synthetic"}, (entry,))
+    prof = FittedProfile(write_profile(tmp_path / "lin", meta, {entry.file: text}))
+    assert prof._entries[("softmax", "fwd", "fp16")].baseline == entry.baseline
+    ops = [Op("s", "softmax", "fwd", {"rows": int(r), "cols": int(c)}, dtype="fp16") for r, c in zip(rows[:20], cols[:20])]
+    assert np.allclose(prof.predict_s(ops, None), t[:20], rtol=0.05)
+    # Far outside the sampled range the baseline is clipped to its training span, like a leaf: the predicted
+    # time / roofline stays within the sampled ratios instead of following the slope below the roofline.
+    far = {"rows": np.array([2.0 ** 20]), "cols": np.array([2.0 ** 24])}
+    ratio = prof.predict_class_s("softmax", "fwd", "fp16", far)[0] / build_features("softmax", False, far, rc).roofline_s[0]
+    assert 0.9 * (t / roof).min() < ratio < 1.1 * (t / roof).max()
