@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -83,6 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = args.folder.resolve()
     meta, texts = fit_folder(folder)
+    shutil.rmtree(args.out / meta.name, ignore_errors=True)  # no model file of an earlier fit stays behind
     out = write_profile(args.out / meta.name, meta, texts)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({len(texts)} regressors, {size / 1024:.0f} KiB)")
