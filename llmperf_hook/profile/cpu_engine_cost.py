@@ -130,15 +130,17 @@ def modelled_parts_s(parts: Mapping[str, float], cost: Mapping[str, float], tens
 
 
 def fit_engine_terms(params: Sequence[int], engine_s: Sequence[float], modelled_s: Sequence[float]) -> dict:
-    """{"per_step_s", "per_param_s"} of the engine's measured - modelled step (non-negative, relative)."""
+    """{"per_step_s", "per_param_s"} of the engine's measured - modelled step (non-negative, errors relative
+    to the engine's step)."""
     extra = [max(0.0, e - m) for e, m in zip(engine_s, modelled_s)]
     if not any(extra):
         return {"per_step_s": 0.0, "per_param_s": 0.0}
-    per_step, per_param = fit_nonnegative([[1.0, p] for p in params], [max(x, 1e-9) for x in extra])
+    per_step, per_param = fit_nonnegative([[1.0, p] for p in params], extra, engine_s)
     return {"per_step_s": per_step, "per_param_s": per_param}
 
 
-def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], total: Mapping[str, float]) -> float:
+def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], total: Mapping[str, float],
+                       engine_s: Sequence[float] | None = None) -> float:
     """Share of the engine's per-parameter work done in engine.step(): under ZeRO 1-3 that part runs on the
     rank's partition (gradient norm, fp32 partition update and copy back: stage_1_and_2.py step(),
     stage3.py step()), the rest in forward/backward on every parameter (gradient hooks copying into the
@@ -146,7 +148,7 @@ def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], tot
     whole extra's, in [0, 1]."""
     if total["per_param_s"] <= 0.0:
         return 0.0
-    step_per_param = fit_nonnegative([[1.0, p] for p in params], [max(x, 1e-9) for x in step_extra_s])[1]
+    step_per_param = fit_nonnegative([[1.0, p] for p in params], step_extra_s, engine_s)[1]
     return min(1.0, step_per_param / total["per_param_s"])
 
 
@@ -173,6 +175,7 @@ def measure_deepspeed_step(dtype: str, threads: int, cost: Mapping[str, float],
             rows.append([params, fb_s, step_s, *modelled_parts_s(parts, cost, 1 if flat else
                                                                  len(list(model.parameters())), params)])
         total = fit_engine_terms([r[0] for r in rows], [r[1] + r[2] for r in rows], [r[3] + r[4] for r in rows])
-        fraction = partition_fraction([r[0] for r in rows], [max(0.0, r[2] - r[4]) for r in rows], total)
+        fraction = partition_fraction([r[0] for r in rows], [max(0.0, r[2] - r[4]) for r in rows], total,
+                                      [r[1] + r[2] for r in rows])
         out[zero] = {**total, "partition_fraction": fraction if int(zero) >= 1 else 0.0, "samples": rows}
     return out

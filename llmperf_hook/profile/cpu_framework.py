@@ -58,9 +58,12 @@ FORMAT_VERSION = 2
 Shape = tuple[int, int, int, int]
 """(layers, hidden, sequence, micro-batch) of the reference GPT."""
 REFERENCE_SHAPES: tuple[Shape, ...] = (
-    # small to mid shapes spanning the op-count and traffic regimes, 0.17 M to 3.7 M parameters
-    (2, 64, 64, 1), (1, 128, 128, 2), (2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2),
-    (1, 256, 256, 2), (3, 96, 128, 2), (2, 256, 64, 2), (1, 512, 64, 1), (2, 128, 512, 1),
+    # mid shapes spanning the op-count, token and traffic regimes of CPU jobs (6-55 ms steps, 0.35 M to 3.7 M
+    # parameters, 128-512 tokens per micro-batch). No tiny shape: its fixed per-step cost (~0.4 ms: loss,
+    # arange, the autograd engine's start) is no op's and would bias the per-op terms; DeepSpeed's engine
+    # term (cpu_engine_cost.py) takes it up.
+    (1, 128, 128, 2), (2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2), (1, 256, 256, 2), (3, 96, 128, 2),
+    (2, 256, 64, 2), (1, 512, 64, 1), (2, 128, 512, 1), (3, 192, 128, 4), (4, 256, 64, 4),
 )
 BIAS_SHAPES: tuple[Shape, ...] = ((1, 128, 128, 2), (2, 192, 128, 2), (1, 512, 64, 1), (2, 128, 512, 1))
 """Step 2a's shapes (every op class of the graph; GEMM-, attention- and parameter-heavy)."""
@@ -243,16 +246,19 @@ def measure_profile_bias(dtype: str, hardware_name: str, shapes: Sequence[Shape]
     return {"ratio": sum(r["isolated_s"] for r in rows) / sum(r["predicted_s"] for r in rows), "samples": rows}
 
 
-def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float]) -> list[float]:
-    """Coefficients c >= 0 of y ~ x @ c minimising the RELATIVE squared error (rows weighted 1 / y: small and
-    large shapes count alike, as in a MAPE): exact non-negative least squares for a few features, by least
-    squares on every subset of the features and the best subset whose coefficients are all >= 0."""
+def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float],
+                    relative_to: Sequence[float] | None = None) -> list[float]:
+    """Coefficients c >= 0 of y ~ x @ c minimising the RELATIVE squared error (rows weighted 1 / relative_to,
+    default y: small and large shapes count alike, as in a MAPE; where y is a part of a measured total, pass
+    the totals, so a row whose part is small does not dominate): exact non-negative least squares for a few
+    features, by least squares on every subset of the features and the best subset whose coefficients are
+    all >= 0."""
     from itertools import combinations
 
     import numpy as np
 
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    w = 1.0 / np.maximum(np.abs(b), 1e-12)
+    w = 1.0 / np.maximum(np.abs(np.asarray(relative_to if relative_to is not None else y, dtype=float)), 1e-12)
     aw, bw = a * w[:, None], b * w
     scale = np.maximum(np.abs(aw).max(axis=0), 1e-30)  # columns of similar size for the solver
     best, best_err = np.zeros(a.shape[1]), float(bw @ bw)
@@ -280,7 +286,8 @@ def fit_compute_terms(rows: Sequence[dict], per_unit_s: float, compute_scale: fl
     """Step 2b: (per_byte_s, per_param_s) of the reference rows' forward+backward beyond the per-unit cost and
     the operators at `compute_scale` x their profile time."""
     y = [r["fwd_bwd_s"] - per_unit_s * r["units"] - compute_scale * r["predicted_compute_s"] for r in rows]
-    per_byte, per_param = fit_nonnegative([[r["bytes"], r["params"]] for r in rows], y)
+    per_byte, per_param = fit_nonnegative([[r["bytes"], r["params"]] for r in rows], y,
+                                          [r["fwd_bwd_s"] for r in rows])
     return per_byte, per_param
 
 
