@@ -1,8 +1,14 @@
 """Samples -> fitted profile (models + metadata), shared by the sampler and the shipped-profile script.
 
 One regressor per (op class, direction) over the contract dims, trained on every sample of that class (e.g.
-one GEMM regressor from all five linear files), target log(time / roofline). The held-out error stored in the
-metadata comes from a separate fit on 80 % of the samples; the saved model uses them all.
+one GEMM regressor from all five linear files), target log(time / (roofline + floor)). The recipe, every
+choice made on an inner split of the training rows only (never on a test split):
+- floor: 0, half the fastest sample, or the fitted intercept of t = a * roofline + b (intercept_floor_s);
+- loss: L1 or L2 on the log ratio; then whether a linear baseline under the trees helps (fit.fit_linear_baseline);
+- optional dims (features.OPTIONAL_DIMS) are trained both known and UNKNOWN (with_unknown_rows);
+- the saved model averages 5 boosters when fewer than 2,000 rows train it (fit.BAG_BELOW_ROWS).
+The held-out error stored in the metadata comes from a separate fit on 80 % of the samples; the saved model
+uses them all.
 """
 
 from __future__ import annotations

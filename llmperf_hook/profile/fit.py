@@ -87,8 +87,10 @@ def _lgb_params(num_rows: int, loss: Loss = "l1") -> dict:
 
 
 def num_rounds(num_rows: int) -> int:
-    """Boosting rounds grow with the data (about one per 10 samples) within [40, 150] (profile size)."""
-    return int(np.clip(num_rows // 10, 40, 150))
+    """Most boosting rounds early stopping may keep: about one per 3 samples within [40, 150] (profile size).
+    One per 10 starved clean mid-size sets (GH200 embedding at 25 % of its samples, 440 rows: 44 rounds,
+    2.2 / 3.2 % MAPE; 146 rounds: 1.9 / 2.7 %); sets above 1,500 rows are capped at 150 either way."""
+    return int(np.clip(num_rows // 3, 40, 150))
 
 
 def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1",
