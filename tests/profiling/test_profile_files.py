@@ -72,7 +72,8 @@ def test_round_trip_and_no_pickle(tmp_path: Path) -> None:
     assert t == pytest.approx(2 * 256**3 / 5e10 + 2e-6, rel=0.5)
 
 
-@pytest.mark.parametrize("damage", ["model_bytes", "json", "schema", "missing_file", "roofline", "traversal"])
+@pytest.mark.parametrize("damage", ["model_bytes", "json", "schema", "missing_file", "roofline", "traversal",
+                                    "baseline"])
 def test_damaged_profile_raises(tmp_path: Path, damage: str) -> None:
     d = _tiny_profile(tmp_path)
     meta_path, model = d / "profile.json", d / "gemm.fwd.fp32.txt.gz"
@@ -86,6 +87,9 @@ def test_damaged_profile_raises(tmp_path: Path, damage: str) -> None:
         meta_path.write_text(json.dumps(doc))
     elif damage == "missing_file":
         model.unlink()
+    elif damage == "baseline":  # a linear baseline with fewer weights than features
+        doc["models"][0]["baseline"] = {"weights": [1.0], "intercept": 0.0, "low": 0.0, "high": 0.0}
+        meta_path.write_text(json.dumps(doc))
     elif damage == "roofline":
         doc["roofline"]["fp32"]["peak_flop_per_s"] = -1
         meta_path.write_text(json.dumps(doc))
