@@ -18,6 +18,7 @@ from __future__ import annotations
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
 
 PARAM_BYTES = 2
@@ -128,7 +129,13 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     shard_expert = edp.group_size if sharded else 1
     local = num_dense // shard_dense + num_expert // shard_expert
     tags = {"offload": o.offload_optimizer} if o.offload_optimizer != "none" else {}
-    ops.append(Op("optimizer.step", "optimizer", "step", {"params": local}, flops=0.0,
+    dims = {"params": local}
+    if not sharded and num_expert == 0 and optimizer_param_tensors(cfg, stage, num_layers) > 1:
+        # A step over the model's own tensors updates whole layers and the stage's embedding / head
+        # (features.OPTIONAL_DIMS): the profile's Adam model tells first, middle and last stages apart by these.
+        # DeepSpeed's mixed-precision optimizers step one flat buffer instead: the params-only answer.
+        dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
+    ops.append(Op("optimizer.step", "optimizer", "step", dims, flops=0.0,
                   bytes_moved=float(local * ADAM_BYTES_PER_PARAM), dtype="fp32", tags=tags))
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
@@ -169,8 +176,6 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     zero = cfg.optimizer.zero_stage
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or cfg.optimizer.offload_optimizer != "none":
         return []
-    from llmperf_hook.graph.param_tensors import model_param_tensors
-
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"

@@ -104,7 +104,8 @@ class FittedProfile:
                                    f"(call supports() first)")
             groups.setdefault(key, []).append(i)
         for (op_class, phase, dtype), idx in groups.items():
-            dims = self._dims_arrays(op_class, [ops[i] for i in idx])
+            dims = _optional_within_range(self._entries[(op_class, phase, dtype)],
+                                          self._dims_arrays(op_class, [ops[i] for i in idx]))
             out[idx] = self.predict_class_s(op_class, phase, dtype, dims)
         return out.tolist()
 
@@ -114,6 +115,20 @@ class FittedProfile:
         for key, entry in sorted(self._entries.items()):
             lines += _outside(entry, [op for op in ops if self._key(op.op_class, op.phase, op.dtype) == key])
         return tuple(dict.fromkeys(lines))
+
+
+def _optional_within_range(entry: ModelEntry, dims: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Optional dims refine an answer only inside the range they were sampled over: a shape with any of them
+    outside (e.g. a whole 32-layer model in one stage, against stage samples of 4-12 layers) gets the
+    required-dims-only answer (all optional dims UNKNOWN) instead of an extrapolation along them."""
+    optional = [k for k in OPTIONAL_DIMS.get(entry.op_class, ()) if k in dims]
+    if not optional:
+        return dims
+    outside = np.zeros(len(next(iter(dims.values()))), dtype=bool)
+    for k in optional:
+        lo, hi = entry.train_ranges.get(k, (-np.inf, np.inf))
+        outside |= np.isfinite(dims[k]) & ((dims[k] < lo) | (dims[k] > hi))
+    return {k: (np.where(outside, np.nan, v) if k in optional else v) for k, v in dims.items()}
 
 
 def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[str]:
