@@ -110,6 +110,8 @@ class StepRecorder:
         self._owner: str | None = None
         self._owner_priority = -1
         self._depth: dict[str, int] = {}
+        self._at_exit: list[Callable[[], None]] = []
+        """Work deferred to interpreter exit (or to --stop-after's exit): the profile window's event mapping."""
         self._num_steps_done = 0
         self._timer: StepTimer | None = None
         self._memory: MemoryProbe | None = None
@@ -254,10 +256,31 @@ class StepRecorder:
             self.enabled = False  # between N and --stop-after the hook only counted steps
             self._on_finished()
 
-    def _stop_profiler(self) -> None:
+    def _stop_profiler(self, at_exit: bool = True) -> None:
+        """Close the window now; map its events at interpreter exit (a multi-second parse must not stall a step
+        of the running job), or right away when the job is being stopped (--stop-after leaves by os._exit)."""
         profiler, self._profiler = self._profiler, None
-        for sample in profiler.stop():
-            self.writer.write(self._base("op", **sample))
+        samples = profiler.stop()
+
+        def write_samples() -> None:
+            try:
+                for sample in samples():
+                    self.writer.write(self._base("op", **sample))
+                self.writer.flush()
+            except Exception as err:  # noqa: BLE001 - the hook never breaks the job, not even at exit
+                self.fail(err)
+
+        if not at_exit:
+            write_samples()
+            return
+        import atexit
+
+        self._at_exit.append(write_samples)
+        atexit.register(self._run_at_exit)  # runs before the writer's own close (registered earlier: LIFO)
+
+    def _run_at_exit(self) -> None:
+        while self._at_exit:
+            self._at_exit.pop(0)()
 
     def _stop_profiler_quietly(self) -> None:
         if self._profiler is not None:
@@ -268,7 +291,8 @@ class StepRecorder:
         """--stop-after: every rank reaches this at the same optimizer step (synchronous data parallel), after
         that step's collectives completed; flush and leave with code 0 without running the rest of the script."""
         if self._profiler is not None:
-            self._stop_profiler()
+            self._stop_profiler(at_exit=False)
+        self._run_at_exit()  # os._exit below skips atexit
         self.writer.write(self._base("stop", num_steps=self._num_steps_done))
         self.writer.close()
         for stream in (sys.stdout, sys.stderr):
