@@ -111,9 +111,12 @@ class FittedProfile:
 
     def extrapolation_warnings(self, ops: Sequence[Op]) -> tuple[str, ...]:
         """One line per (op class, dim) whose value lies outside the sampled range (predicted, but less sure)."""
+        by_key: dict[tuple[str, str, str], list[Op]] = {}
+        for op in ops:
+            by_key.setdefault(self._key(op.op_class, op.phase, op.dtype), []).append(op)
         lines = []
         for key, entry in sorted(self._entries.items()):
-            lines += _outside(entry, [op for op in ops if self._key(op.op_class, op.phase, op.dtype) == key])
+            lines += _outside(entry, by_key.get(key, []))
         return tuple(dict.fromkeys(lines))
 
 

@@ -71,3 +71,23 @@ def test_find_calibration_on_a_corrupt_store_is_none(tmp_path: Path, monkeypatch
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
     (tmp_path / "store.sqlite").write_bytes(b"this is not a database" * 100)
     assert find_calibration("cpu", "local", "deepspeed") is None
+
+
+def test_find_calibration_reads_without_writing_the_store(tmp_path, monkeypatch) -> None:
+    """A read that opened the store for writing changed its mtime and so defeated find_calibration's memo."""
+    import os
+    import sqlite3
+
+    from llmperf_hook.refine.calibration import find_calibration
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    db = tmp_path / "store.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE calibrations (hardware, cluster, framework, step_time_scale, num_runs, t)")
+        conn.execute("INSERT INTO calibrations VALUES ('h', 'c', 'megatron', 1.25, 3, 'now')")
+    conn.close()
+    os.utime(db, ns=(1, 1))
+    found = find_calibration("h", "c", "megatron")
+    assert found is not None and found.step_time_scale == 1.25 and found.step_overhead_s == 0.0
+    assert find_calibration("h", "c", "deepspeed") is None
+    assert db.stat().st_mtime_ns == 1 and not (tmp_path / "store.sqlite-wal").exists()
