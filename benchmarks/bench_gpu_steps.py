@@ -124,9 +124,11 @@ def main() -> None:
             errs["refined"].append(loo)
         if m is not None:
             errs["memory"].append(abs(m))
+        refined_text = f"   |e| {loo * 100:5.1f}%" if loo is not None else "-"
+        memory_text = _pct(m) if m is not None else ""
         print(f"{r.run:4s} {r.framework:18s} {r.measured_s * 1e3:7.1f}ms {r.analytic_s * 1e3:7.1f}ms {_pct(a)} "
-              f"{r.profile_s * 1e3:7.1f}ms {_pct(p)} {'   |e| ' + f'{loo * 100:5.1f}%' if loo is not None else '        -':>14s}"
-              f" {r.measured_peak_bytes / 2**30:10.2f}GiB {r.predicted_peak_bytes / 2**30:7.2f}GiB {_pct(m) if m is not None else ''}")
+              f"{r.profile_s * 1e3:7.1f}ms {_pct(p)} {refined_text:>14s} {r.measured_peak_bytes / 2**30:10.2f}GiB "
+              f"{r.predicted_peak_bytes / 2**30:7.2f}GiB {memory_text}")
     print()
     for name, values in errs.items():
         if values:

@@ -149,8 +149,8 @@ bf16/fp16 model copy (2 B) (Megatron's fused multi-tensor Adam; DeepSpeed FusedA
 
 
 DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5}
-"""HBM traffic per local parameter (by ZeRO stage; ZeRO-0 for bf16) of DeepSpeed's mixed-precision bookkeeping around the Adam update:
-the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
+"""HBM traffic per local parameter (by ZeRO stage; ZeRO-0 for bf16) of DeepSpeed's mixed-precision bookkeeping
+around the Adam update: the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
 bf16), flattened into the fp32 partition (ZeRO-1/2, runtime/zero/stage_1_and_2.py) or accumulated into the fp32
 gradient buffer (ZeRO-0, runtime/bf16_optimizer.py), averaged, checked for inf/nan and normed tensor by tensor,
 scaled by the clip coefficient, and the fp32 master copied back to bf16. Measured kernel by kernel on an H100
@@ -174,7 +174,8 @@ step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8
 def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int) -> list[Op]:
     """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here)."""
     zero = cfg.optimizer.zero_stage
-    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or cfg.optimizer.offload_optimizer != "none":
+    offloaded = cfg.optimizer.offload_optimizer != "none"
+    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or offloaded:
         return []
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     tensors = model_param_tensors(cfg, stage, num_layers)

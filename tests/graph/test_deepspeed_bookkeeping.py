@@ -12,8 +12,8 @@ from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.step_ops import DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_MP_BYTES_PER_PARAM
 
 TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
-SHAPE = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
-         "--max-position-embeddings", "1024", "--vocab-size", "32000"]
+SHAPE = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16",
+         "--seq-length", "1024", "--max-position-embeddings", "1024", "--vocab-size", "32000"]
 
 
 def _graph(tmp_path: Path, zero: int, *extra: str):

@@ -42,5 +42,6 @@ def test_megatron_tags_rope_and_swiglu_fused() -> None:
              "--micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 32000").split()
     pred = predict_command(["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *llama], {}, cluster="dgx-h100")
     graph = build_graph(pred.config, pred.cluster)
-    tags = {op.op_class: op.tags.get("kernel") for op in graph.all_ops() if op.op_class in ("rope", "swiglu", "rmsnorm")}
+    classes = ("rope", "swiglu", "rmsnorm")
+    tags = {op.op_class: op.tags.get("kernel") for op in graph.all_ops() if op.op_class in classes}
     assert tags == {"rope": "fused", "swiglu": "fused", "rmsnorm": None}
