@@ -1,0 +1,32 @@
+"""The shipped H100 profile is the fit of the committed measurement (benchmarks/fit_measured_profile.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fit_measured_profile import DEFAULT_DIR, load_samples  # noqa: E402
+
+
+def test_shipped_h100_profile_counts_match_the_measured_samples() -> None:
+    samples = load_samples(DEFAULT_DIR)
+    meta = json.loads((ROOT / "configs" / "profiles" / "h100-sxm5-80gb" / "profile.json").read_text())
+    fitted = {(m["op_class"], m["phase"], m["dtype"]): m["num_samples"] for m in meta["models"]}
+    assert fitted == {k: len(s.time_s) for k, s in samples.items()}
+    assert "measurements/h100-sxm5-80gb-2026-11-26/op_samples.csv" in meta["provenance"]["samples"]
+    assert set(meta["provenance"]["unfused_classes"].split(",")) == {"rope", "swiglu"}
+
+
+def test_measured_runs_have_their_commands_and_step_records() -> None:
+    runs = sorted((DEFAULT_DIR / "runs").iterdir())
+    assert len(runs) == 8
+    for run in runs:
+        session = json.loads((run / "session.json").read_text())
+        assert session["argv"][0] in ("deepspeed", "python3")
+        steps = [json.loads(line) for line in (run / "rank0.jsonl").read_text().splitlines()]
+        timed = [r for r in steps if r["kind"] == "step" and not r["warmup"] and not r["profiled"]]
+        assert len(timed) >= 6 and all(r["timer"] == "cuda_event" for r in timed)
