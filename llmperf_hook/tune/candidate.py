@@ -35,12 +35,22 @@ class Candidate:
     """Megatron --recompute-num-layers: 1 for full/uniform, layers per stage for block, None otherwise."""
     distributed_optimizer: bool
     zero_stage: int
+    ep: int = 1
+    """Megatron --expert-model-parallel-size (MoE models; 1 for dense ones)."""
+    etp: int | None = None
+    """Megatron --expert-tensor-parallel-size; None = the flag's default, which follows tp."""
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel degree the framework runs (etp, or tp when it follows TP)."""
+        return self.tp if self.etp is None else self.etp
 
     def describe(self) -> str:
         rc = self.recompute if self.recompute != "block" else f"block:{self.recompute_num_layers}"
         opt = f"zero{self.zero_stage}" if self.zero_stage else ("distopt" if self.distributed_optimizer else "")
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"vpp{self.vpp}" if self.vpp > 1 else "",
-                 f"cp{self.cp}" if self.cp > 1 else "", "sp" if self.sequence_parallel else "",
+                 f"cp{self.cp}" if self.cp > 1 else "", f"ep{self.ep}" if self.ep > 1 else "",
+                f"etp{self.etp}" if self.etp is not None else "", "sp" if self.sequence_parallel else "",
                  f"mbs{self.micro_batch_size}", f"rc:{rc}", opt]
         return " ".join(p for p in parts if p)
 
@@ -58,6 +68,7 @@ def candidate_of(cfg: TrainingConfig) -> Candidate:
         tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, sequence_parallel=p.sequence_parallel,
         micro_batch_size=cfg.batch.micro_batch_size, recompute=mode, recompute_num_layers=layers,
         distributed_optimizer=cfg.optimizer.distributed_optimizer, zero_stage=cfg.optimizer.zero_stage,
+        ep=p.ep, etp=None if p.etp == p.tp else p.etp,
     )
 
 
@@ -75,10 +86,10 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     dp = cfg.world_size // (c.tp * c.pp * c.cp)
     p = cfg.parallel
     same_pp = c.pp == p.pp
-    # Expert TP follows TP unless the user pinned it (Megatron: --expert-tensor-parallel-size defaults to TP).
-    etp = p.etp if p.etp != p.tp else c.tp
+    # Expert TP follows TP unless pinned (Megatron: --expert-tensor-parallel-size defaults to TP); the user's
+    # pinned value is candidate_of's etp, so a candidate that keeps it keeps the user's expert layout.
     parallel = dataclasses.replace(
-        p, tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, dp=dp, etp=etp, sequence_parallel=c.sequence_parallel,
+        p, tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, dp=dp, ep=c.ep, etp=c.expert_tp, sequence_parallel=c.sequence_parallel,
         decoder_first_pipeline_num_layers=p.decoder_first_pipeline_num_layers if same_pp else None,
         decoder_last_pipeline_num_layers=p.decoder_last_pipeline_num_layers if same_pp else None,
     )

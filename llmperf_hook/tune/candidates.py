@@ -5,6 +5,11 @@ would treat as the same job are merged (sequence parallel at TP = 1, block recom
 and Megatron-LM's divisibility rules are applied as boolean masks, each counted by name so `tune` can say
 why candidates were pruned. These masks are necessary conditions only; every survivor is checked again with
 the framework's own validation (`frameworks.validation.validate_config`) before it can be reported.
+
+Expert parallelism (EP, expert TP) is searched for MoE models under Megatron-LM only. Megatron-DeepSpeed's MoE
+is DeepSpeed-MoE (`--ep-size`, expert groups carved out of the data-parallel group by deepspeed/utils/groups.py,
+experts not tensor-split by default), which our graph does not lay out separately: its EP stays the
+command's, as does a plain DeepSpeed script's (set in the script's own code).
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
 from llmperf_hook.tune.search_space import SearchSpace
 
-COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero")
+COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero", "ep", "etp")
+_CROSS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero", "ep", "etp")
+"""Knobs of the cross product (recompute is added as one axis of (mode, layers) pairs)."""
+FOLLOW_TP = 0
+"""etp value of a knob_values list meaning "no --expert-tensor-parallel-size: expert TP = TP" (the default)."""
 # Block recompute fractions of the layers of one model chunk, for `recompute_block_layers: auto`.
 _BLOCK_FRACTIONS = (0.25, 0.5, 0.75)
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
@@ -26,7 +35,7 @@ MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
 
 @dataclass(frozen=True)
 class CandidateTable:
-    """Candidates as columns (same length); see COLUMNS. `rc` holds RECOMPUTE_CODES."""
+    """Candidates as columns (same length); see COLUMNS. `rc` holds RECOMPUTE_CODES, `etp` the expert TP run."""
 
     columns: Mapping[str, np.ndarray]
     num_generated: int
@@ -46,6 +55,7 @@ class CandidateTable:
             micro_batch_size=c["mbs"], recompute=mode,
             recompute_num_layers=c["rc_layers"] if mode in ("full", "block") else None,
             distributed_optimizer=bool(c["distopt"]), zero_stage=c["zero"],
+            ep=c["ep"], etp=None if c["etp"] == c["tp"] else c["etp"],
         )
 
 
@@ -78,8 +88,26 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
         "distopt": sorted({int(v) for v in space.distributed_optimizer}) if cfg.framework == "megatron"
         else [int(base.distributed_optimizer)],
         "zero": _zero_values(cfg, space, base),
+        **_expert_values(cfg, space, base),
     }
     return vals
+
+
+def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> dict[str, list[int]]:
+    """EP and expert TP (FOLLOW_TP = the flag left out): searched for MoE models under Megatron-LM only.
+
+    auto EP = divisors of num_experts (arguments.py: num_experts % EP == 0). auto expert TP = the command's own
+    (by default it follows TP); a list adds pinned values (MoE parallel folding, Megatron-core >= 0.10:
+    parallel_state.py builds the expert grid tp-ep-dp-pp from ETP independently of the attention TP). Not
+    searched by default: graph/layer_ops.moe_ops gives every TP rank the whole TP group's routed tokens, which
+    is right only for ETP = TP (for ETP < TP it prices the expert GEMMs TP/ETP times too high).
+    """
+    own_etp = FOLLOW_TP if base.etp is None else base.etp
+    if cfg.framework != "megatron" or cfg.model.num_experts <= 0:
+        return {"ep": [base.ep], "etp": [own_etp]}
+    ep = space.expert_parallel or _divisors(cfg.model.num_experts)
+    etp = space.expert_tensor_parallel or ()
+    return {"ep": sorted(set(ep) | {base.ep}), "etp": sorted(set(etp) | {own_etp})}
 
 
 def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[int]:
@@ -117,10 +145,11 @@ def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: 
     """The cross product of the search space (plus the user's own configuration and `extra`), deduplicated."""
     vals = knob_values(cfg, space, gpus_per_node)
     rc_opts = _recompute_options(cfg.framework, space, candidate_of(cfg))
-    axes = [np.asarray(vals[k], dtype=np.int64) for k in ("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero")]
+    axes = [np.asarray(vals[k], dtype=np.int64) for k in _CROSS]
     axes.append(np.arange(len(rc_opts)))
     grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij", copy=False)]
-    cols = dict(zip(("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero"), grids[:-1]))
+    cols = dict(zip(_CROSS, grids[:-1]))
+    cols["etp"] = np.where(cols["etp"] == FOLLOW_TP, cols["tp"], cols["etp"])
     rc_arr = np.asarray(rc_opts, dtype=np.float64)
     cols["rc"] = rc_arr[grids[-1], 0].astype(np.int64)
     cols["rc_layers"] = _resolve_block_layers(rc_arr[grids[-1], 1], cfg.model.num_layers, cols)
@@ -144,7 +173,8 @@ def _append(cols: Mapping[str, np.ndarray], cands: tuple[Candidate, ...]) -> dic
     rows = {k: [] for k in COLUMNS}
     for c in cands:
         row = (c.tp, c.pp, c.vpp, c.cp, int(c.sequence_parallel), c.micro_batch_size,
-               RECOMPUTE_CODES[c.recompute], c.recompute_num_layers or 0, int(c.distributed_optimizer), c.zero_stage)
+               RECOMPUTE_CODES[c.recompute], c.recompute_num_layers or 0, int(c.distributed_optimizer), c.zero_stage,
+               c.ep, c.expert_tp)
         for k, v in zip(COLUMNS, row):
             rows[k].append(v)
     return {k: np.concatenate([np.asarray(cols[k], dtype=np.int64), np.asarray(rows[k], dtype=np.int64)])
@@ -192,4 +222,21 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
             (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
+        **_expert_masks(cfg, cols),
+    }
+
+
+def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Megatron-LM's expert-layout rules (True = violates)."""
+    experts = cfg.model.num_experts
+    ep, etp, tp, pp = cols["ep"], cols["etp"], cols["tp"], cols["pp"]
+    return {
+        # arguments.py validate_args: EP > 1 needs --num-experts, and num_experts % EP == 0.
+        "num_experts % ep != 0": (ep > 1) & ((experts <= 0) | (max(experts, 1) % ep != 0)),
+        # parallel_state.initialize_model_parallel: the expert grid ETP x EP x (expert DP) x PP spans the world.
+        "world % (etp*ep*pp) != 0": cfg.world_size % (etp * ep * pp) != 0,
+        # moe_layer.py MoELayer.forward raises ValueError in training when MoE runs with TP > 1 and no
+        # --sequence-parallel (Megatron-LM; DeepSpeed-MoE has no such rule).
+        "MoE with tp > 1 needs sequence parallel": (cfg.framework == "megatron") & (experts > 0) & (tp > 1) & (
+            cols["sp"] == 0),
     }

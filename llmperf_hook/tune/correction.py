@@ -24,7 +24,8 @@ MIN_SIGMA = 0.02
 
 
 def layout_features(cols: Mapping[str, np.ndarray], world: int, global_batch: int) -> np.ndarray:
-    """One row per candidate: intercept, log2 degrees, recompute / optimizer indicators, log2 micro-batches."""
+    """One row per candidate: intercept, log2 degrees, recompute / optimizer indicators, log2 micro-batches
+    (and log2 EP / expert TP when the table varies them)."""
     tp, pp, cp, mbs = (cols[k].astype(np.float64) for k in ("tp", "pp", "cp", "mbs"))
     dp = np.maximum(world // (tp * pp * cp), 1)
     num_mb = np.maximum(global_batch // (mbs * dp), 1)
@@ -32,6 +33,12 @@ def layout_features(cols: Mapping[str, np.ndarray], world: int, global_batch: in
     feats = [np.ones_like(tp), np.log2(tp), np.log2(pp), np.log2(cols["vpp"]), np.log2(cp), cols["sp"],
              np.log2(mbs), np.log2(num_mb), rc == RECOMPUTE_CODES["selective"], rc == RECOMPUTE_CODES["full"],
              rc == RECOMPUTE_CODES["block"], cols["distopt"], zero == 1, zero == 2, zero == 3]
+    # Expert layout terms only where the table varies them (MoE searches): a constant column would add a
+    # parameter to the residual spread's degrees of freedom and change dense searches for nothing.
+    if "ep" in cols and cols["ep"].size and np.ptp(cols["ep"]) > 0:
+        feats.append(np.log2(cols["ep"].astype(np.float64)))
+    if "etp" in cols and np.any(cols["etp"] != cols["tp"]):
+        feats.append(np.log2(cols["etp"].astype(np.float64)))
     return np.stack([np.asarray(f, dtype=np.float64) for f in feats], axis=1)
 
 

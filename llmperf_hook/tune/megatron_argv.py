@@ -6,7 +6,8 @@ Flag names and semantics are Megatron-LM `megatron/training/arguments.py` (argpa
 --num-virtual-stages-per-pipeline-rank V, --micro-batch-size, --recompute-granularity {full,selective},
 --recompute-method {uniform,block}, --recompute-num-layers, the older --recompute-activations (= selective)
 and --checkpoint-activations (= full uniform, 1 layer), --use-distributed-optimizer (store_true),
---decoder-first/last-pipeline-num-layers; Megatron-DeepSpeed adds --zero-stage and --no-pipeline-parallel.
+--decoder-first/last-pipeline-num-layers, --expert-model-parallel-size, --expert-tensor-parallel-size (default:
+TP); Megatron-DeepSpeed adds --zero-stage and --no-pipeline-parallel.
 Only what the candidate changes is touched, so the rest of the user's command stays byte-identical.
 """
 
@@ -26,6 +27,8 @@ VPP_STAGES = ("--num-virtual-stages-per-pipeline-rank",)
 MBS = ("--micro-batch-size",)
 DISTOPT = ("--use-distributed-optimizer",)
 ZERO = ("--zero-stage",)
+EP = ("--expert-model-parallel-size",)
+ETP = ("--expert-tensor-parallel-size",)
 UNEVEN = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
 NO_PIPELINE = ("--no-pipeline-parallel",)
 RC_GRANULARITY = ("--recompute-granularity",)
@@ -49,6 +52,9 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
             out = ed.remove(out, NO_PIPELINE, takes_value=False)
     if new.cp != base.cp:
         out = ed.set_value(out, CP, str(new.cp))
+    if new.ep != base.ep:
+        out = ed.set_value(out, EP, str(new.ep))
+    out = _rewrite_etp(out, base, new)
     if new.sequence_parallel != base.sequence_parallel:
         out = ed.set_switch(out, SP, new.sequence_parallel)
     if (new.vpp, new.pp) != (base.vpp, base.pp):
@@ -64,6 +70,16 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
     if framework == "megatron-deepspeed" and new.pp == 1 and new.zero_stage >= 2:
         out = ed.set_switch(out, NO_PIPELINE, True)  # DeepSpeed's pipeline engine rejects ZeRO-2/3
     return out
+
+
+def _rewrite_etp(argv: list[str], base: Candidate, new: Candidate) -> list[str]:
+    """Expert TP: a pinned value is written; "follows TP" drops a flag that would pin another value (the user's
+    --expert-tensor-parallel-size equal to their old TP would otherwise keep the old TP for the experts)."""
+    if new.etp is not None:
+        return argv if new.etp == base.etp else ed.set_value(argv, ETP, str(new.etp))
+    if ed.find_flag(argv, ETP) and ed.flag_value(argv, ETP) != str(new.tp):
+        return ed.remove(argv, ETP, takes_value=True)
+    return argv
 
 
 def _rewrite_vpp(argv: list[str], new: Candidate, num_layers: int) -> list[str]:

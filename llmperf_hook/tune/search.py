@@ -178,10 +178,13 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     slower = _search_loop(job, valid, est, feats, certain_oom, top_k, prog)
     baseline = _baseline(job)
     oom_est = certain_oom.copy()
-    if baseline is not None and baseline.fits and all(e.candidate != job.base for e in prog.fitting):
-        prog.fitting.append(baseline)  # the user's own configuration always competes, even if bounded out
+    base_row = _row_of(valid, job.base)
+    if baseline is not None and baseline.fits and base_row.any() and all(e.candidate != job.base for e in prog.fitting):
+        # The user's own configuration always competes, even if bounded out (not when a layout rule rejects it,
+        # e.g. MoE + TP without sequence parallelism, which Megatron refuses at the first training step).
+        prog.fitting.append(baseline)
         for mask in (oom_est, slower):
-            mask[_row_of(valid, job.base)] = False
+            mask[base_row] = False
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = None
     if not top:

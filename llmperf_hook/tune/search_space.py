@@ -28,6 +28,8 @@ _KNOBS: dict[str, tuple[type, str]] = {
     "virtual_pipeline": (int, "virtual pipeline stages per pipeline rank"),
     "context_parallel": (int, "context-parallel degrees"),
     "sequence_parallel": (bool, "sequence parallel on/off"),
+    "expert_parallel": (int, "expert-parallel degrees (MoE models)"),
+    "expert_tensor_parallel": (int, "expert tensor-parallel degrees (MoE models)"),
     "recompute": (str, "recompute modes (none, selective, full, block)"),
     "recompute_block_layers": (int, "layers per stage recomputed in block mode"),
     "distributed_optimizer": (bool, "Megatron distributed optimizer on/off"),
@@ -56,6 +58,12 @@ class SearchSpace:
     context_parallel: tuple[int, ...] | None = (1,)
     sequence_parallel: tuple[bool, ...] | None = None
     """None = on and off where TP > 1 (off only at TP = 1)."""
+    expert_parallel: tuple[int, ...] | None = None
+    """None = every divisor of num_experts (MoE models under Megatron-LM; dense models and other frameworks
+    keep the command's EP)."""
+    expert_tensor_parallel: tuple[int, ...] | None = None
+    """None = the command's own (by default expert TP follows TP); a list adds pinned values (MoE models under
+    Megatron-LM only; others keep the command's)."""
     recompute: tuple[str, ...] = ("none", "selective", "full")
     recompute_block_layers: tuple[int, ...] | None = None
     """Only with `block` in recompute; None = 1/4, 1/2, 3/4 of the layers per pipeline stage."""
@@ -139,7 +147,7 @@ def _parse_scalar(value: Any, kind: type, where: str) -> Any:
 
 def _check_space(space: SearchSpace, origin: str) -> None:
     for key in ("micro_batch_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
-                "context_parallel", "recompute_block_layers"):
+                "context_parallel", "recompute_block_layers", "expert_parallel", "expert_tensor_parallel"):
         vals = getattr(space, key)
         if vals is not None and any(v < 1 for v in vals):
             raise UsageError(f"{origin}: {key} values must be >= 1, got {list(vals)}.")

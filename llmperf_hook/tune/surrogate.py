@@ -71,6 +71,22 @@ def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.nd
     return np.where(zero == 3, zero3, out)
 
 
+def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(ep * etp: ranks one layer's experts are split over, expert data-parallel size world / (etp * ep * pp)),
+    Megatron-core parallel_state.py's expert rank generator."""
+    split = np.maximum(cols["ep"] * cols["etp"], 1)
+    return split, np.maximum(cfg.world_size // (split * cols["pp"]), 1)
+
+
+def _expert_state_bytes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], expert: float, dp: np.ndarray) -> np.ndarray:
+    """Weights, gradients and optimizer state of the rank's experts: sharded over the expert data-parallel group
+    by Megatron's distributed optimizer (graph/step_ops.py, schedule/memory.py), over DP by DeepSpeed ZeRO."""
+    split, edp = _expert_grid(cfg, cols)
+    params = (cfg.model.num_layers / cols["pp"]) * expert / split
+    shard = np.where(cols["distopt"] > 0, edp, dp)
+    return params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
+
+
 def _activation_bytes_per_layer(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(stored bytes per layer per micro-batch, bytes of one fully materialised layer), Korthikanti Table 2."""
     m = cfg.model
@@ -100,13 +116,13 @@ def estimate_memory(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.n
     dp = np.maximum(cfg.world_size // (tp * pp * cols["cp"]), 1)
     num_mb = np.maximum(cfg.batch.global_batch_size // (cols["mbs"] * dp), 1)
     dense, expert = _layer_params(cfg)
-    ep = max(cfg.parallel.ep, 1)
     layers_per_stage = m.num_layers / pp
-    params = layers_per_stage * (dense / tp + expert / (ep * max(cfg.parallel.etp, 1)))
-    params = params + m.padded_vocab_size * m.hidden_size / tp
+    dense_params = layers_per_stage * (dense / tp) + m.padded_vocab_size * m.hidden_size / tp
     # Megatron's distributed optimizer shards over the data-parallel group including context parallelism.
     shard = np.where(cols["distopt"] > 0, dp * cols["cp"], dp)
-    states = params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
+    states = dense_params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
+    if expert:
+        states = states + _expert_state_bytes(cfg, cols, expert, dp)
     stored, full_layer = _activation_bytes_per_layer(cfg, cols)
     working = np.where(cols["rc"] >= RECOMPUTE_CODES["full"], full_layer, 0.0)  # one layer rematerialised
     # 1F1B: stage 0 holds min(pp, m) micro-batches; interleaving adds (pp-1)/(pp*vpp) (Korthikanti sec. 4.2.3).
@@ -142,6 +158,9 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
     compute_mb = (layers_per_stage * fwd_layer * (3 + rc_passes) + 3 * head) / (peak * eff)
     tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
     mb_s = compute_mb + tp_comm_mb
+    if m.num_experts:
+        mb_s = mb_s + _ep_alltoall_s(cfg, cluster, cols, tokens) * (layers_per_stage / max(m.moe_layer_freq, 1)) * (
+            4 + 2 * (rc_passes > 0.5))
     p2p_s = _p2p_s(cfg, cluster, cols, tokens)
     pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
     return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp) + _optimizer_s(cfg, cluster, cols, dp)
@@ -170,6 +189,20 @@ def _tp_comm_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.
     return np.where(tp > 1, ring, 0.0)
 
 
+def _ep_alltoall_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray],
+                   tokens: np.ndarray) -> np.ndarray:
+    """One token dispatch (or combine) all-to-all of an MoE layer: each rank sends its tokens' top-k copies,
+    the (ep-1)/ep share that leaves the rank (Megatron alltoall dispatcher; tokens per rank are split by TP
+    under sequence parallelism). EP ranks are etp apart (expert order tp-ep-dp-pp): NVLink while etp * ep
+    fits in a node."""
+    m = cfg.model
+    ep = cols["ep"].astype(np.float64)
+    nbytes = tokens * m.moe_router_topk * m.hidden_size * _BYTES.get(cfg.precision, 2) / np.where(
+        cols["sp"] > 0, cols["tp"], 1)
+    bw = _bandwidth(cluster, cols["ep"] * cols["etp"] <= cluster.gpus_per_node)
+    return np.where(ep > 1, (ep - 1) / ep * nbytes / bw + (ep - 1) * cluster.intra_node.latency_s, 0.0)
+
+
 def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
     # Adjacent stages are tp*cp*dp ranks apart (Megatron order tp-cp-dp-pp): same node only if that fits.
     stride = cfg.world_size // cols["pp"]
@@ -184,14 +217,25 @@ def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.
     bw = _bandwidth(cluster, cols["tp"] * cols["cp"] * dp <= cluster.gpus_per_node)
     volume = params * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
     exposed = 0.3 if cfg.optimizer.overlap_grad_reduce else 1.0
-    return np.where(dp > 1, exposed * 2 * (dp - 1) / dp * volume / bw, 0.0)
+    out = np.where(dp > 1, exposed * 2 * (dp - 1) / dp * volume / bw, 0.0)
+    if not expert:
+        return out
+    # Expert gradients synchronise over the expert data-parallel group (its members are etp * ep ranks apart).
+    split, edp = _expert_grid(cfg, cols)
+    e_volume = (cfg.model.num_layers / cols["pp"]) * expert / split * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
+    e_bw = _bandwidth(cluster, split * edp <= cluster.gpus_per_node)
+    return out + np.where(edp > 1, exposed * 2 * (edp - 1) / edp * e_volume / e_bw, 0.0)
 
 
 def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
-    dense, _ = _layer_params(cfg)
+    dense, expert = _layer_params(cfg)
     params = (cfg.model.num_layers / cols["pp"]) * dense / cols["tp"]
     sharded = (cols["distopt"] > 0) | (cols["zero"] > 0)
     params = np.where(sharded, params / dp, params)
+    if expert:
+        split, edp = _expert_grid(cfg, cols)
+        e_params = (cfg.model.num_layers / cols["pp"]) * expert / split
+        params = params + np.where(sharded, e_params / np.where(cols["distopt"] > 0, edp, dp), e_params)
     # Adam reads/writes ~ 4 fp32 tensors + grads: ~ 40 bytes per parameter of HBM traffic.
     return params * 40.0 / (cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.memory_efficiency)
 
