@@ -78,7 +78,8 @@ def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[n
     return split, np.maximum(cfg.world_size // (split * cols["pp"]), 1)
 
 
-def _expert_state_bytes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], expert: float, dp: np.ndarray) -> np.ndarray:
+def _expert_state_bytes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], expert: float,
+                        dp: np.ndarray) -> np.ndarray:
     """Weights, gradients and optimizer state of the rank's experts: sharded over the expert data-parallel group
     by Megatron's distributed optimizer (graph/step_ops.py, schedule/memory.py), over DP by DeepSpeed ZeRO."""
     split, edp = _expert_grid(cfg, cols)

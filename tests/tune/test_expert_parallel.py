@@ -94,12 +94,13 @@ def test_etp_list_searches_pinned_expert_tp() -> None:
 
 def test_dense_models_get_no_expert_candidates() -> None:
     """Counts of the tree before EP was searched (GPT-3 175B on 1,024 GPUs; the 16-GPU command of the e2e tests)."""
-    for cfg, (distinct, generated) in ((gpt_config(), (49_700, 84_481)), (resolve_job(SMALL_MEGATRON, {})[1], (22_820, 38_401))):
+    cases = ((gpt_config(), (49_700, 84_481)), (resolve_job(SMALL_MEGATRON, {})[1], (22_820, 38_401)))
+    wide_space = parse_search_space({"expert_parallel": [1, 2, 4], "expert_tensor_parallel": [1]})
+    for cfg, (distinct, generated) in cases:
         table = generate_candidates(cfg, load_search_space(None, "megatron"), 8)
         assert (len(table), table.num_generated) == (distinct, generated)
         assert set(table.columns["ep"].tolist()) == {1}
-        wide = generate_candidates(cfg, parse_search_space({"expert_parallel": [1, 2, 4], "expert_tensor_parallel": [1]}), 8)
-        assert len(wide) == len(generate_candidates(cfg, parse_search_space({}), 8))
+        assert len(generate_candidates(cfg, wide_space, 8)) == len(generate_candidates(cfg, parse_search_space({}), 8))
 
 
 def test_megatron_deepspeed_keeps_its_ep() -> None:
@@ -118,8 +119,8 @@ def test_expert_candidates_never_break_divisibility(experts: int, world: int, tp
     assume(world % (tp * pp) == 0)
     base = gpt_config(layers=8, hidden=1024, heads=16, seq=2048, world=world, tp=tp, pp=pp, gbs=4 * world)
     cfg = with_model(base, num_experts=experts, moe_router_topk=2, moe_ffn_hidden_size=2048)
-    cfg = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, ep=user_ep if experts % user_ep == 0 else 1,
-                                                                etp=tp, sequence_parallel=tp > 1))
+    ep = user_ep if experts % user_ep == 0 else 1
+    cfg = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, ep=ep, etp=tp, sequence_parallel=tp > 1))
     space = parse_search_space({"micro_batch_size": [1], "recompute": ["none"], "virtual_pipeline": [1],
                                 **({"expert_parallel": listed} if listed else {})})
     table, valid = _valid_rows(cfg, space)
@@ -187,7 +188,8 @@ def test_mixtral_tune_apply_is_accepted_by_explain(tmp_path: Path, capsys) -> No
     resolved = json.loads(eout)
     assert (resolved["ep"], resolved["tp"], resolved["pp"], resolved["micro_batch_size"]) == (
         best["ep"], best["tp"], best["pp"], best["micro_batch_size"])
-    code, pout, perr = _run(["predict", "--cluster", "dgx-h100", "--format", "json", "--", *data["applied"]["argv"]], capsys)
+    code, pout, perr = _run(["predict", "--cluster", "dgx-h100", "--format", "json", "--",
+                             *data["applied"]["argv"]], capsys)
     assert code == 0, perr
     assert json.loads(pout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-5)
 
