@@ -7,8 +7,8 @@ JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `search` {nu
 num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_slower_by_estimate,
 num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
 {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute, recompute_num_layers, distributed_optimizer,
-zero_stage, ep, etp (null = expert TP follows TP), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes, fits}, `top`
-entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
+zero_stage, ep, etp (null = expert TP follows TP), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
+capacity_bytes, headroom_bytes, fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
 `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 """
 
