@@ -1,7 +1,7 @@
 """CPU framework overhead, the parts measured in child processes: concurrent ranks and DeepSpeed's engine.
 
 Both run the reference GPT of cpu_framework.py in separate Python processes (one thread each, process CPU
-time, medians):
+time, medians of repetitions, the quietest of interleaved rounds):
 - `measure_concurrency`: forward+backward of CONCURRENCY_SHAPES in 2 .. N processes at once (N = logical CPUs
   / threads per rank) against alone: `concurrency_slowdown[ranks]`, what a rank loses to the others' use of
   the shared caches and memory bandwidth. CPU time, not wall time: waiting for a core that other programs
@@ -31,7 +31,7 @@ import sys
 from typing import Mapping, Sequence
 
 from llmperf_hook.profile.cpu_framework import (ROUNDS, Shape, VOCAB, _gpt, _median_s, fit_nonnegative,
-                                                interleaved_median, measure_fwd_bwd, predicted_parts)
+                                                interleaved_quietest, measure_fwd_bwd, predicted_parts)
 
 CONCURRENCY_SHAPES: tuple[Shape, ...] = ((2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2))
 """Mid-size reference shapes for the concurrency measurement."""
@@ -46,7 +46,7 @@ def concurrent_child(dtype: str, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    print(json.dumps(interleaved_median(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES, 1)))
+    print(json.dumps(interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES)))
 
 
 def _child_env(threads: int) -> dict[str, str]:
@@ -55,7 +55,7 @@ def _child_env(threads: int) -> dict[str, str]:
 
 def measure_concurrency(dtype: str, threads: int) -> dict[str, float]:
     """{ranks: slowdown} for 2 .. logical CPUs / threads ranks; median over shapes and processes."""
-    alone = interleaved_median(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES)
+    alone = interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES)
     out: dict[str, float] = {}
     code = f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; concurrent_child({dtype!r}, {threads})"
     for ranks in range(2, max(2, (os.cpu_count() or 1) // threads) + 1):
@@ -95,8 +95,8 @@ def _engine_step_s(shape: Shape, zero: int, dtype: str) -> tuple[float, float]:
 
 
 def deepspeed_child(dtype: str, threads: int) -> None:
-    """Prints {zero stage: [[fwd+bwd s, step s] per DEEPSPEED_SHAPES]} (one process, one rank, gloo); the
-    stages interleaved in ROUNDS rounds, medians."""
+    """Prints {zero stage: [[fwd+bwd s, step s] per DEEPSPEED_SHAPES]} (one process, one rank, gloo): medians
+    of ENGINE_REPS steps, the stages interleaved in ROUNDS rounds, the quietest round's."""
     import torch
 
     torch.set_num_threads(threads)
@@ -109,7 +109,7 @@ def deepspeed_child(dtype: str, threads: int) -> None:
     runs = [[_engine_step_s(shape, zero, dtype) for zero, shape in cases] for _ in range(ROUNDS)]
     out: dict[str, list[list[float]]] = {}
     for i, (zero, _) in enumerate(cases):
-        out.setdefault(str(zero), []).append([statistics.median(r[i][k] for r in runs) for k in range(2)])
+        out.setdefault(str(zero), []).append([min(r[i][k] for r in runs) for k in range(2)])  # quietest round
     print(json.dumps(out))
 
 

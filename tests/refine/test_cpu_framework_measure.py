@@ -16,7 +16,8 @@ from llmperf_hook.profile.op_sampler import cpu_clock_kind
 def _row(compute_s: float, units: float, nbytes: float, scale: float, per_unit: float, per_byte: float,
          params: float = 0.0, per_param: float = 0.0) -> dict:
     return {"predicted_compute_s": compute_s, "compute_s": compute_s, "units": units, "bytes": nbytes,
-            "params": params, "fwd_bwd_s": scale * compute_s + per_unit * units + per_byte * nbytes + per_param * params}
+            "params": params,
+            "fwd_bwd_s": scale * compute_s + per_unit * units + per_byte * nbytes + per_param * params}
 
 
 @settings(max_examples=40, deadline=None)
