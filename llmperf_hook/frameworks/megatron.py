@@ -96,8 +96,6 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
     if sp and tp == 1:
         warnings.append("Disabling sequence parallelism because tensor model parallelism is disabled (Megatron, TP = 1)")
         sp, src["sequence_parallel"] = False, Source(SourceKind.DERIVED, "dropped at TP = 1 (Megatron)")
-    if ep > 1 and tp > 1 and not sp:
-        warnings.append("expert and tensor parallelism without --sequence-parallel: Megatron warns that sequence parallelism must be used")
     layers = flags.get("num_layers") or flags.get("encoder_num_layers") or 0
     return ParallelLayout(
         tp=tp, pp=pp, vpp=_vpp(flags, layers, pp, src), cp=cp, dp=world // (tp * pp * cp), ep=ep, etp=etp,

@@ -145,6 +145,12 @@ def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
 
 def _check_experts(cfg: TrainingConfig) -> None:
     p, experts = cfg.parallel, cfg.model.num_experts
+    if experts > 0 and p.tp > 1 and not p.sequence_parallel and cfg.framework == "megatron":
+        raise ConfigError(
+            f"MoE ({_at(cfg, 'num_experts', experts)} experts) with tensor-model-parallel-size {_at(cfg, 'tp', p.tp)} "
+            "needs --sequence-parallel: Megatron's MoE layer raises ValueError at the first training step otherwise "
+            "(megatron/core/transformer/moe/moe_layer.py). Add --sequence-parallel or use TP 1."
+        )
     if p.ep > 1 and experts <= 0:
         raise ConfigError(f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)} needs --num-experts (Megatron: "
                           "num_experts must be set to use expert model parallelism).")

@@ -81,6 +81,7 @@ def test_precision_recompute_optimizer() -> None:
     (["--context-parallel-size", "8", "--seq-length", "2056", "--max-position-embeddings", "4096"], "2 x context-parallel-size"),
     (["--tensor-model-parallel-size", "8", "--group-query-attention", "--num-query-groups", "3"], "multiple or a divisor"),
     (["--expert-model-parallel-size", "2"], "needs --num-experts"),
+    (["--num-experts", "8", "--tensor-model-parallel-size", "2"], "needs --sequence-parallel"),
     (["--tp-comm-overlap"], "sequence-parallel"),
     (["--max-position-embeddings", "1024"], "max_position_embeddings >= seq_length"),
     (["--batch-size", "4"], "no longer accepted"),

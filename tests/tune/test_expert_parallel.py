@@ -195,17 +195,18 @@ def test_mixtral_tune_apply_is_accepted_by_explain(tmp_path: Path, capsys) -> No
 
 
 def test_moe_without_sequence_parallel_does_not_compete(tmp_path: Path, capsys) -> None:
-    """TP 2 without --sequence-parallel: Megatron's MoE layer raises in training, so tune counts that layout as
-    invalid and never ranks it, though it still reports the command's own prediction as the baseline."""
+    """TP 2 without --sequence-parallel: Megatron's MoE layer raises in training. The command itself is rejected
+    (exit 2, naming the rule, as explain does); from a valid command, tune never ranks such a layout."""
     argv = list(MIXTRAL)
     argv[argv.index("--tensor-model-parallel-size") + 1] = "2"
+    code, _, err = _run(["tune", "--cluster", "dgx-h100", "--", *argv], capsys)
+    assert code == 2 and "needs --sequence-parallel" in err and "moe_layer.py" in err
     (tmp_path / "space.yaml").write_text(json.dumps({**NARROW, "tensor_parallel": [1, 2]}))
     code, out, err = _run(["tune", "--cluster", "dgx-h100", "--top", "3", "--format", "json", "--search",
-                           str(tmp_path / "space.yaml"), "--", *argv], capsys)
+                           str(tmp_path / "space.yaml"), "--", *argv, "--sequence-parallel"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["search"]["invalid_by_rule"]["MoE with tp > 1 needs sequence parallel"] > 0
-    assert data["baseline"] is not None and not data["baseline"]["sequence_parallel"]
     assert all(t["tp"] == 1 or t["sequence_parallel"] for t in data["top"])
 
 
