@@ -220,7 +220,9 @@ def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     h, topk = m.hidden_size, m.moe_router_topk
     experts_local = max(1, m.num_experts // p.ep)
     ffn = (m.moe_ffn_hidden_size or m.ffn_hidden_size) // max(1, p.etp)
-    routed = ctx.tokens * topk
+    # The TP group's routed tokens are split over TP / ETP expert replicas: with ETP = TP (the default) every TP
+    # rank computes its ffn/TP slice for all of them; with ETP < TP each rank takes ETP/TP of them, ffn/ETP wide.
+    routed = max(1, ctx.tokens * topk * max(1, p.etp) // max(1, p.tp))
     per_expert = max(1, routed // experts_local)
     # Each rank sends its own (sequence-parallel) shard of routed tokens through the all-to-all; the TP group
     # then shares them (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher).
