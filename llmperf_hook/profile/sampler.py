@@ -307,11 +307,11 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
 
         write_framework_overhead(profile_dir, name, sorted({e.dtype for e in entries}), req.threads)
     elif req.device == "cpu":
-        from llmperf_hook.profile.cpu_framework import FILE_NAME
+        from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
 
         (profile_dir / FILE_NAME).unlink(missing_ok=True)  # measured against an earlier fit: stale now
-        notes.append("framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= 1 "
-                     "min; predictions on this CPU use the operator profile alone")
+        notes.append(f"framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= "
+                     f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
 
