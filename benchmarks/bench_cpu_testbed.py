@@ -115,6 +115,12 @@ def llmperf(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedP
 def profile_usable(home: Path, dtype: str) -> str | None:
     """None when the CPU profile of `home` serves `dtype` with this llmperf's features and carries the measured
     framework overhead; else why not (then `llmperf profile` refits it from the stored samples)."""
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    if path.is_file():  # measured by an older method (wall-time samples, correlated fit): measure again
+        from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
+
+        if json.loads(path.read_text()).get("format_version", 1) < FORMAT_VERSION:
+            return "framework cost measured by an older method"
     code = ("import sys\nfrom llmperf_hook.predict.fitted import find_profile\n"
             "from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost\n"
             f"p = find_profile({CLUSTER!r}, {dtype!r})\n"
