@@ -40,7 +40,7 @@ CPU_RANGES: Mapping[str, Range] = {
 GPU_RANGES: Mapping[str, Range] = {
     "gemm": {"m": (512, 65536), "n": (256, 65536), "k": (256, 32768)},
     "bmm": {"batch": (8, 128), "m": (512, 8192), "n": (64, 8192), "k": (64, 8192)},
-    "attention": {"b": (1, 8), "s": (512, 8192), "heads": (1, 64), "head_dim": (64, 128)},
+    "attention": {"b": (1, 8), "s": (512, 8192), "heads": (1, 64), "head_dim": (64, 128), "kv_group": (1, 8)},
     "softmax": {"rows": (1024, 262144), "cols": (512, 8192)},
     "layernorm": {"tokens": (512, 65536), "hidden": (1024, 16384)},
     "rmsnorm": {"tokens": (512, 65536), "hidden": (1024, 16384)},
@@ -107,10 +107,15 @@ def maximin_subset(points: np.ndarray, num: int, seed: int = 0) -> np.ndarray:
 
 
 def complete_dims(op_class: str, dims: dict[str, float]) -> dict[str, float]:
-    """Fill dims the design does not vary (attention: kv_heads = heads, causal)."""
-    if op_class == "attention":
-        return {**dims, "kv_heads": dims["heads"], "causal": 1.0}
-    return dims
+    """Fill dims the design does not vary (attention: causal; kv_heads = heads, or with `kv_group` in the design,
+    grouped-query attention with that many query heads per KV head, rounded to a power of two, and heads rounded
+    to a multiple of it)."""
+    if op_class != "attention":
+        return dims
+    out = {k: v for k, v in dims.items() if k != "kv_group"}
+    group = 2 ** int(round(math.log2(max(1.0, dims.get("kv_group", 1.0)))))
+    heads = max(group, int(round(dims["heads"] / group)) * group)
+    return {**out, "heads": float(heads), "kv_heads": float(heads // group), "causal": 1.0}
 
 
 def design_specs(op_classes: Sequence[str], ranges: Mapping[str, Range], per_class: int,
