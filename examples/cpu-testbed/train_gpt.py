@@ -22,6 +22,7 @@ Prints one line per step (`iter N | step_time_s T | loss L`) on rank 0 and
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -212,8 +213,11 @@ def train(args: argparse.Namespace) -> int:
     if rank == 0:
         print(f"done: {args.train_iters} steps", flush=True)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # Tear the process group down before the interpreter does: gloo's threads destroyed at exit can abort the
-        # process ("terminate called without an active exception", exit 250 in one CI run of 2-rank ZeRO-1).
+        # Free the engine (DDP's reducer, DeepSpeed's buffers) and then the process group, before the interpreter
+        # tears them down in its own order: with torch 2.13 + gloo a DDP job left so aborts at exit about one run
+        # in three ("terminate called without an active exception", exit 250); freed in this order, 0 of 12.
+        del engine
+        gc.collect()
         torch.distributed.destroy_process_group()
     return 0
 

@@ -33,6 +33,8 @@ def worker(rank):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(4):
         model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+    del model, opt  # DDP's reducer outliving its process group aborts ~1 exit in 3 (torch 2.13, gloo)
+    import gc; gc.collect()
     dist.destroy_process_group()
 if __name__ == "__main__":
     mp.spawn(worker, nprocs=2)
