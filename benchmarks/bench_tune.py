@@ -40,6 +40,16 @@ LLAMA3_8B_64 = [
     "--seq-length", "8192", "--max-position-embeddings", "8192", "--vocab-size", "128256",
     "--micro-batch-size", "1", "--global-batch-size", "512", "--tensor-model-parallel-size", "4", "--bf16",
 ]
+MIXTRAL_8X7B_64 = [  # MoE: tune also searches expert parallelism (Megatron-LM)
+    "torchrun", "--nnodes", "8", "--nproc-per-node", "8", "pretrain_gpt.py",
+    "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+    "--group-query-attention", "--num-query-groups", "8", "--swiglu", "--normalization", "RMSNorm",
+    "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--num-experts", "8", "--moe-router-topk", "2", "--moe-grouped-gemm", "--expert-model-parallel-size", "2",
+    "--seq-length", "4096", "--max-position-embeddings", "32768", "--vocab-size", "32000",
+    "--micro-batch-size", "1", "--global-batch-size", "256", "--pipeline-model-parallel-size", "4",
+    "--use-distributed-optimizer", "--bf16",
+]
 WIDE_SPACE = {
     "micro_batch_size": [1, 2, 4, 8, 16, 32], "context_parallel": [1, 2, 4, 8], "max_virtual_pipeline": 12,
     "recompute_block_layers": [1, 2, 4, 8], "recompute": ["none", "selective", "full", "block"],
@@ -143,6 +153,7 @@ def main() -> None:
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", None, args.repeats)
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", WIDE_SPACE, args.repeats)
     bench("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100", None, args.repeats)
+    bench("Mixtral-8x7B (MoE, EP searched), 64 GPUs", MIXTRAL_8X7B_64, "dgx-h100", None, args.repeats)
     cli_wall(GPT3_175B_1024, "dgx-a100", args.repeats)
     exhaustive_check("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100")
     if args.exhaustive:
