@@ -120,25 +120,16 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibratio
     find_calibration, one SQLite open per prediction (a third of `predict --batch` time)."""
     import sqlite3
 
-    from llmperf_hook.refine.observation_store import store_path
+    from llmperf_hook.refine.observation_store import load_calibration_row, store_path
 
-    row = None
     try:
         conn = sqlite3.connect(f"{store_path().resolve().as_uri()}?mode=ro", uri=True)
     except Exception:  # noqa: BLE001 - a missing or locked store never breaks a prediction
         return None
     try:
-        for sql in ("SELECT step_time_scale, step_overhead_s, num_runs FROM refine_calibrations "
-                    "WHERE hardware = ? AND cluster = ? AND framework = ?",
-                    # recorded by another writer of the shared table: a scale without overhead
-                    "SELECT step_time_scale, 0.0, num_runs FROM calibrations "
-                    "WHERE hardware = ? AND cluster = ? AND framework = ?"):
-            try:
-                row = conn.execute(sql, (hardware, cluster, framework)).fetchone()
-            except sqlite3.Error:  # a table an older or partial store lacks
-                row = None
-            if row is not None:
-                break
+        row = load_calibration_row(conn, hardware, cluster, framework)
+    except Exception:  # noqa: BLE001
+        return None
     finally:
         conn.close()
     if row is None:

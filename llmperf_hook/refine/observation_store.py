@@ -153,14 +153,19 @@ def save_calibration(conn: sqlite3.Connection, hardware: str, cluster: str, fram
 
 
 def load_calibration_row(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple | None:
-    cur = conn.execute("SELECT step_time_scale, step_overhead_s, num_runs FROM refine_calibrations "
-                       "WHERE hardware = ? AND cluster = ? AND framework = ?", (hardware, cluster, framework))
-    row = cur.fetchone()
-    if row is None:  # recorded by another writer of the shared table: a scale without overhead
-        cur = conn.execute("SELECT step_time_scale, 0.0, num_runs FROM calibrations "
-                           "WHERE hardware = ? AND cluster = ? AND framework = ?", (hardware, cluster, framework))
-        row = cur.fetchone()
-    return row
+    """(scale, overhead, runs) from refine's table, else from the shared calibrations table (another writer's:
+    a scale without overhead); a table the store lacks (an older or partial store) is skipped."""
+    for sql in ("SELECT step_time_scale, step_overhead_s, num_runs FROM refine_calibrations "
+                "WHERE hardware = ? AND cluster = ? AND framework = ?",
+                "SELECT step_time_scale, 0.0, num_runs FROM calibrations "
+                "WHERE hardware = ? AND cluster = ? AND framework = ?"):
+        try:
+            row = conn.execute(sql, (hardware, cluster, framework)).fetchone()
+        except sqlite3.Error:
+            row = None
+        if row is not None:
+            return row
+    return None
 
 
 def op_samples_for_hardware(conn: sqlite3.Connection, hardware: str) -> list[dict[str, Any]]:
