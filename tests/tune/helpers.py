@@ -16,7 +16,7 @@ from llmperf_hook.frameworks.training_config import (
 )
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec, NetworkTier
 from llmperf_hook.tune import surrogate
-from llmperf_hook.tune.candidates import candidates_from_list
+from llmperf_hook.tune.candidates import candidates_from_list, rule_masks
 from llmperf_hook.tune.candidate import candidate_of
 
 GiB = 1 << 30
@@ -86,3 +86,30 @@ def no_validation(cfg: TrainingConfig) -> None:
 
 def with_model(cfg: TrainingConfig, **kw: int) -> TrainingConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **kw))
+
+
+def rule_rejected(cfg: TrainingConfig, table) -> np.ndarray:
+    """Rows of a candidate table that any of tune's vectorised validity rules (candidates.rule_masks) rejects."""
+    bad = np.zeros(len(table), dtype=bool)
+    for mask in rule_masks(cfg, table.columns).values():
+        bad |= mask
+    return bad
+
+
+def explain_valid(cfg: TrainingConfig, table, rows, limit: int | None = None) -> list:
+    """Candidates of `rows` (in that order) that explain's rules (validate_config) accept, at most `limit`."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.candidate import apply_candidate
+
+    out = []
+    for i in rows:
+        cand = table.candidate(int(i))
+        try:
+            validate_config(apply_candidate(cfg, cand))
+        except ConfigError:
+            continue
+        out.append(cand)
+        if len(out) == limit:
+            break
+    return out

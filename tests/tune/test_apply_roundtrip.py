@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
-from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
-from llmperf_hook.tune.candidates import generate_candidates, rule_masks
+from llmperf_hook.tune.candidates import generate_candidates
 from llmperf_hook.tune.search_space import load_search_space, parse_search_space
 
+from .helpers import explain_valid, rule_rejected
 from .test_tune_command import SMALL_MEGATRON
 
 MDS = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size",
@@ -31,17 +30,7 @@ MDS = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", 
 def _valid_candidates(argv: list[str], space) -> tuple:
     _, cfg = resolve_job(argv, {})
     table = generate_candidates(cfg, space, 8)
-    bad = np.zeros(len(table), dtype=bool)
-    for mask in rule_masks(cfg, table.columns).values():
-        bad |= mask
-    out = []
-    for i in np.flatnonzero(~bad):
-        cand = table.candidate(int(i))
-        try:
-            validate_config(apply_candidate(cfg, cand))
-        except ConfigError:
-            continue
-        out.append(cand)
+    out = explain_valid(cfg, table, np.flatnonzero(~rule_rejected(cfg, table)))
     return cfg, out
 
 

@@ -9,7 +9,7 @@ from llmperf_hook.tune.candidate import apply_candidate, candidate_of, changed_f
 from llmperf_hook.tune.candidates import generate_candidates, rule_masks
 from llmperf_hook.tune.search_space import SearchSpace, load_search_space
 
-from .helpers import gpt_config
+from .helpers import gpt_config, rule_rejected
 
 
 def _rows(table) -> set[tuple]:
@@ -90,9 +90,7 @@ def test_rule_masks_agree_with_the_frameworks_validation() -> None:
 
     cfg = gpt_config(layers=24, hidden=2048, heads=16, world=32, tp=2, pp=2, gbs=128)
     table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
-    bad = np.zeros(len(table), dtype=bool)
-    for mask in rule_masks(cfg, table.columns).values():
-        bad |= mask
+    bad = rule_rejected(cfg, table)
     disagreements = []
     for i in range(len(table)):
         cand = table.candidate(i)

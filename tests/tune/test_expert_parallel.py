@@ -19,12 +19,12 @@ from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.apply import plan_tuned_command
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of
-from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates, knob_values, rule_masks
+from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates, knob_values
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 from llmperf_hook.tune.search import OOM_CERTAIN_FACTOR
 from llmperf_hook.tune.search_space import load_search_space, parse_search_space
 
-from .helpers import gpt_config, with_model
+from .helpers import gpt_config, rule_rejected, with_model
 from .test_tune_command import SMALL_MEGATRON
 
 # Megatron-LM examples/mixtral/train_mixtral_8x7b_distributed.sh, on 8 nodes of 8 GPUs, EP 2.
@@ -57,10 +57,7 @@ def _mixtral():
 
 def _valid_rows(cfg, space, gpus_per_node: int = 8):
     table = generate_candidates(cfg, space, gpus_per_node)
-    bad = np.zeros(len(table), dtype=bool)
-    for mask in rule_masks(cfg, table.columns).values():
-        bad |= mask
-    return table, np.flatnonzero(~bad)
+    return table, np.flatnonzero(~rule_rejected(cfg, table))
 
 
 def test_mixtral_candidates_span_the_divisors_of_num_experts() -> None:

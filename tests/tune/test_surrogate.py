@@ -8,13 +8,13 @@ import pytest
 
 from llmperf_hook import api
 from llmperf_hook.commands.tune import memory_only
-from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import resolve_job
-from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.tune import search, surrogate
 from llmperf_hook.tune.candidate import apply_candidate
-from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates, rule_masks
+from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates
 from llmperf_hook.tune.search_space import load_search_space
+
+from .helpers import explain_valid, rule_rejected
 
 GPT = ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32",
        "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "2048",
@@ -32,20 +32,8 @@ def _sample(argv: list[str], cluster: str, n: int, seed: int):
     _, cfg = resolve_job(argv, {})
     spec = api.load_cluster(cluster)
     table = generate_candidates(cfg, load_search_space(None, "megatron"), spec.gpus_per_node)
-    bad = np.zeros(len(table), dtype=bool)
-    for mask in rule_masks(cfg, table.columns).values():
-        bad |= mask
-    idx = np.random.default_rng(seed).permutation(np.flatnonzero(~bad))
-    out = []
-    for i in idx:
-        cand = table.candidate(int(i))
-        try:
-            validate_config(apply_candidate(cfg, cand))
-        except ConfigError:
-            continue
-        out.append(cand)
-        if len(out) == n:
-            break
+    order = np.random.default_rng(seed).permutation(np.flatnonzero(~rule_rejected(cfg, table)))
+    out = explain_valid(cfg, table, order, limit=n)
     return cfg, spec, out
 
 
