@@ -38,12 +38,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1)
 
     def step() -> None:
-        for _ in range(accum):
-            data = torch.randint(0, args.vocab_size, (args.micro_batch_size, args.seq_length + 1), generator=gen)
-            data = data.to(device)
-            loss = engine(data[:, :-1], data[:, 1:])
-            engine.backward(loss)
-            engine.step()
+        train_gpt.train_step(args, engine, accum, gen, device)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(WARMUP):

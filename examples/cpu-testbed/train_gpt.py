@@ -189,6 +189,18 @@ class _PlainEngine:
             self.optimizer.zero_grad(set_to_none=True)
 
 
+def train_step(args: argparse.Namespace, engine, accum: int, gen: torch.Generator,
+               device: torch.device) -> torch.Tensor:
+    """One optimizer step: `accum` micro-batches of random tokens through forward, backward and engine.step()."""
+    shape = (args.micro_batch_size, args.seq_length + 1)
+    for _ in range(accum):
+        data = torch.randint(0, args.vocab_size, shape, generator=gen).to(device, non_blocking=True)
+        loss = engine(data[:, :-1], data[:, 1:])
+        engine.backward(loss)
+        engine.step()
+    return loss
+
+
 def train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rank, world_size = world()
@@ -198,14 +210,9 @@ def train(args: argparse.Namespace) -> int:
         model = GPT(args)
     engine, accum = build_engine(args, model, world_size, device)
     gen = torch.Generator().manual_seed(args.seed + rank)
-    shape = (args.micro_batch_size, args.seq_length + 1)
     for it in range(args.train_iters):
         start = time.perf_counter()
-        for _ in range(accum):
-            data = torch.randint(0, args.vocab_size, shape, generator=gen).to(device, non_blocking=True)
-            loss = engine(data[:, :-1], data[:, 1:])
-            engine.backward(loss)
-            engine.step()
+        loss = train_step(args, engine, accum, gen, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         if rank == 0:
