@@ -82,18 +82,18 @@ def refined_errors(rows: list[Row], folder: Path, tmp: Path) -> dict[str, list[f
     """{run: [relative errors after refining on each other run of its framework]} through refine_run."""
     from llmperf_hook.refine.refine_run import refine_run
 
-    scales: dict[str, object] = {}
+    calibrations: dict[str, object] = {}
     for r in rows:  # ingest each run alone into its own store, with the current prediction as the launch one
         copy = tmp / "refine" / r.run
         shutil.copytree(folder / "runs" / r.run, copy)
         shutil.rmtree(copy / "jobs", ignore_errors=True)
         (copy / "prediction.json").write_text(json.dumps(r.prediction_json))
         report = refine_run(copy, hardware=HARDWARE, cluster=CLUSTER, store_file=tmp / "refine" / f"{r.run}.sqlite")
-        scales[r.run] = report.jobs[0].calibration
+        calibrations[r.run] = report.jobs[0].calibration
     out: dict[str, list[float]] = {r.run: [] for r in rows}
     for r in rows:
         for other in rows:
-            cal = scales[other.run]
+            cal = calibrations[other.run]
             if other.run != r.run and other.framework == r.framework and cal is not None:
                 out[r.run].append(cal.apply(r.profile_s) / r.measured_s - 1.0)
     return out

@@ -24,12 +24,3 @@ def test_a_shape_outside_any_optional_range_gets_the_params_only_answer() -> Non
     assert np.isnan(out["layers"][2])  # absent stays absent
     assert np.array_equal(out["params"], dims["params"])  # required dims untouched
 
-
-def test_gpu_attention_design_samples_grouped_query_attention() -> None:
-    """The H100 profile of 26 Nov had only kv_heads = heads: GQA models extrapolated on that feature."""
-    from llmperf_hook.profile.plan import GPU_RANGES, design_specs
-
-    specs = [s for s in design_specs(["attention"], GPU_RANGES, 64) if s.phase == "fwd"]
-    groups = {int(s.dims["heads"]) // int(s.dims["kv_heads"]) for s in specs}
-    assert groups == {1, 2, 4, 8}
-    assert all(int(s.dims["heads"]) % int(s.dims["kv_heads"]) == 0 and "kv_group" not in s.dims for s in specs)

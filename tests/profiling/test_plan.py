@@ -97,3 +97,13 @@ def test_maximin_subset_skips_repeats_and_covers_the_space() -> None:
     random_radius = min(covering_radius(rng.choice(len(points), 16, replace=False)) for _ in range(20))
     for seed in range(5):  # within 2x of the optimum (Gonzalez): better than the best of 20 random draws
         assert covering_radius(maximin_subset(points, 16, seed)) < random_radius
+
+
+def test_gpu_attention_design_samples_grouped_query_attention() -> None:
+    """The H100 profile of 26 Nov had only kv_heads = heads: GQA models extrapolated on that feature."""
+    from llmperf_hook.profile.plan import GPU_RANGES, design_specs
+
+    specs = [s for s in design_specs(["attention"], GPU_RANGES, 64) if s.phase == "fwd"]
+    groups = {int(s.dims["heads"]) // int(s.dims["kv_heads"]) for s in specs}
+    assert groups == {1, 2, 4, 8}
+    assert all(int(s.dims["heads"]) % int(s.dims["kv_heads"]) == 0 and "kv_group" not in s.dims for s in specs)
