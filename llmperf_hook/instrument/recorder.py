@@ -241,11 +241,12 @@ class StepRecorder:
 
             self._profiler = OpProfiler(cfg.profile_ops_steps)
             self._profiler.start()
-            # A job that ends inside the window must not exit with the profiler running (torch's profiler
-            # segfaults at interpreter teardown then, changing the job's exit code): close it at exit.
+            # At exit: a job that ended inside the window must not leave the profiler running (torch's profiler
+            # segfaults at interpreter teardown then, changing the job's exit code), and the window's events
+            # are mapped then (_stop_profiler). Registered after the writer's close, so it runs before it (LIFO).
             import atexit
 
-            atexit.register(self._stop_profiler_quietly)
+            atexit.register(self._run_at_exit)
         if self._profiler is not None and done == cfg.last_hooked_step:
             self._stop_profiler()
         if done == cfg.last_hooked_step:
@@ -256,9 +257,9 @@ class StepRecorder:
             self.enabled = False  # between N and --stop-after the hook only counted steps
             self._on_finished()
 
-    def _stop_profiler(self, at_exit: bool = True) -> None:
-        """Close the window now; map its events at interpreter exit (a multi-second parse must not stall a step
-        of the running job), or right away when the job is being stopped (--stop-after leaves by os._exit)."""
+    def _stop_profiler(self) -> None:
+        """Close the window now; map its events in _run_at_exit (at interpreter exit, or when --stop-after stops
+        the job): a multi-second parse must not stall a step of the running job."""
         profiler, self._profiler = self._profiler, None
         samples = profiler.stop()
 
@@ -270,15 +271,10 @@ class StepRecorder:
             except Exception as err:  # noqa: BLE001 - the hook never breaks the job, not even at exit
                 self.fail(err)
 
-        if not at_exit:
-            write_samples()
-            return
-        import atexit
-
         self._at_exit.append(write_samples)
-        atexit.register(self._run_at_exit)  # runs before the writer's own close (registered earlier: LIFO)
 
     def _run_at_exit(self) -> None:
+        self._stop_profiler_quietly()
         while self._at_exit:
             self._at_exit.pop(0)()
 
@@ -291,7 +287,7 @@ class StepRecorder:
         """--stop-after: every rank reaches this at the same optimizer step (synchronous data parallel), after
         that step's collectives completed; flush and leave with code 0 without running the rest of the script."""
         if self._profiler is not None:
-            self._stop_profiler(at_exit=False)
+            self._stop_profiler()
         self._run_at_exit()  # os._exit below skips atexit
         self.writer.write(self._base("stop", num_steps=self._num_steps_done))
         self.writer.close()
