@@ -129,16 +129,25 @@ def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_
                       num_params=num_params, num_expert_params=num_expert, num_layers=num_layers)
 
 
-def _p2p_op(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> Op | None:
+def _p2p_ops(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> tuple[Op | None, Op | None]:
+    """(send/recv between adjacent stages, all-gather that rebuilds a partitioned send) per micro-batch."""
     p = cfg.parallel
     if p.pp == 1:
-        return None
+        return None, None
     # Megatron sends [s/cp (/tp under SP), b, h] between stages (megatron/core/pipeline_parallel/p2p_communication.py).
     nbytes = ctx.norm_tokens * cfg.model.hidden_size * ctx.act_bytes
     pair = place_group("pp", p.pp, p, gpus_per_node)
     coll = type(pair)(group="pp", group_size=2, ranks_per_node=min(2, pair.ranks_per_node),
                       groups_sharing_node=pair.groups_sharing_node)
-    return Op("pp.send_recv", "p2p", "fwd", {"bytes": nbytes}, dtype=cfg.precision, collective=coll)
+    if not (cfg.deepspeed_pipeline_engine and p.tp > 1):
+        return Op("pp.send_recv", "p2p", "fwd", {"bytes": nbytes}, dtype=cfg.precision, collective=coll), None
+    # DeepSpeed's PipelineEngine with model parallelism sends each activation and its gradient as a
+    # PartitionedTensor: every TP rank sends its 1/TP slice, the receiver rebuilds the whole tensor with an
+    # all-gather over its TP group before computing (deepspeed/runtime/pipe/engine.py is_pipe_partitioned /
+    # is_grad_partitioned, on whenever the model-parallel size > 1; runtime/utils.py PartitionedTensor.full).
+    send = Op("pp.send_recv", "p2p", "fwd", {"bytes": -(-nbytes // p.tp)}, dtype=cfg.precision, collective=coll)
+    gather = lo.comm("pp.partition_allgather", "allgather", nbytes, ctx.tp, ctx)
+    return send, gather
 
 
 def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
@@ -168,9 +177,11 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates
     b = cfg.batch
+    p2p, p2p_gather = _p2p_ops(cfg, ctx, gpus_per_node)
     return OpGraph(
         stages=stages,
-        p2p=_p2p_op(cfg, ctx, gpus_per_node),
+        p2p=p2p,
+        p2p_gather=p2p_gather,
         num_microbatches=b.num_microbatches,
         vpp=cfg.parallel.vpp,
         model_flops_per_step=_model_flops(stages, cfg),

@@ -68,10 +68,13 @@ class OpGraph:
     """FLOPs of forward + backward of the whole step over all ranks, without recompute (for MFU)."""
     tokens_per_step: int
     warnings: tuple[str, ...] = ()
+    p2p_gather: Op | None = None
+    """All-gather over the TP group that rebuilds a received activation (or gradient) sent in 1/TP slices, on
+    the receiver before it can compute; None when the whole tensor is sent (see graph/build.py `_p2p_ops`)."""
 
     def all_ops(self) -> list[Op]:
         """Every op of the graph, each block once (not multiplied by counts; blocks shared by chunks once)."""
-        ops: list[Op] = [] if self.p2p is None else [self.p2p]
+        ops: list[Op] = [op for op in (self.p2p, self.p2p_gather) if op is not None]
         seen: set[int] = set()
         for stage in self.stages:
             ops.extend(stage.step_ops)

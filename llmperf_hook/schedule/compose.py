@@ -152,7 +152,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     tp_overlap = cfg.optimizer.tp_comm_overlap
     fwd = [[chunk_pass(c, seconds, tp_overlap, False, host_per_op_s) for c in s.chunks] for s in graph.stages]
     bwd = [[chunk_pass(c, seconds, tp_overlap, True, host_per_op_s) for c in s.chunks] for s in graph.stages]
-    p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
+    p2p_s = sum(seconds[op_id(op)] for op in (graph.p2p, graph.p2p_gather) if op is not None)
     m = graph.num_microbatches
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
