@@ -152,7 +152,9 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     tp_overlap = cfg.optimizer.tp_comm_overlap
     fwd = [[chunk_pass(c, seconds, tp_overlap, False, host_per_op_s) for c in s.chunks] for s in graph.stages]
     bwd = [[chunk_pass(c, seconds, tp_overlap, True, host_per_op_s) for c in s.chunks] for s in graph.stages]
-    p2p_s = sum(seconds[op_id(op)] for op in (graph.p2p, graph.p2p_gather) if op is not None)
+    p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
+    if graph.p2p_gather is not None:
+        fwd, bwd = _with_partition_gathers(fwd, bwd, seconds[op_id(graph.p2p_gather)])
     m = graph.num_microbatches
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
@@ -173,6 +175,27 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
         timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s)
         timeline += tuple(op_events(graph, seconds, sim.events, tp_overlap))
     return ComposedStep(step, breakdown, stages, critical, timeline)
+
+
+def _with_partition_gathers(fwd: list[list[PassCost]], bwd: list[list[PassCost]],
+                            gather_s: float) -> tuple[list[list[PassCost]], list[list[PassCost]]]:
+    """Passes with DeepSpeed's PipelineEngine rebuilding its 1/TP pipeline slices on the stage's own stream
+    (deepspeed/runtime/pipe/engine.py): a forward after the first stage all-gathers the received activation
+    (_exec_forward_pass, PartitionedTensor.full); a backward before the last stage all-gathers its own output,
+    which it cleared after sending, and the received gradient (_exec_backward_pass). The engine has no
+    interleaving, so each stage has one chunk."""
+    last = len(fwd) - 1
+
+    def add(cost: PassCost, n: int) -> PassCost:
+        if n == 0:
+            return cost
+        exposed = dict(cost.exposed_comm_s)
+        exposed["pp_gather"] = exposed.get("pp_gather", 0.0) + n * gather_s
+        return PassCost(cost.total_s + n * gather_s, cost.compute_s, cost.recompute_s, exposed, cost.host_wait_s)
+
+    fwd = [[add(c, int(i > 0)) for c in row] for i, row in enumerate(fwd)]
+    bwd = [[add(c, 2 * int(i < last)) for c in row] for i, row in enumerate(bwd)]
+    return fwd, bwd
 
 
 def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, end_free_s: float, busy_s: float,

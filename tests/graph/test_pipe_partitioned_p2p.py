@@ -45,3 +45,17 @@ def test_no_gather_without_model_parallelism_or_pipeline() -> None:
     cfg = make_config(num_layers=4, hidden_size=1024, num_attention_heads=16, tp=2, framework="megatron-deepspeed")
     graph = build_graph(dataclasses.replace(cfg, deepspeed_pipeline_engine=True), load_cluster("vtrain-a100"))
     assert graph.p2p is None and graph.p2p_gather is None
+
+
+def test_stages_rebuild_their_slices_on_their_own_stream() -> None:
+    from llmperf_hook.schedule.compose import PassCost, _with_partition_gathers
+
+    def passes() -> list[list[PassCost]]:
+        return [[PassCost(1.0, 1.0, 0.0, {})] for _ in range(3)]
+
+    fwd, bwd = _with_partition_gathers(passes(), passes(), 0.1)
+    # Forward: every stage but the first gathers what it received.
+    assert [row[0].total_s for row in fwd] == pytest.approx([1.0, 1.1, 1.1])
+    # Backward: every stage but the last gathers its own cleared output and the received gradient.
+    assert [row[0].total_s for row in bwd] == pytest.approx([1.2, 1.2, 1.0])
+    assert bwd[0][0].exposed_comm_s == {"pp_gather": pytest.approx(0.2)}
