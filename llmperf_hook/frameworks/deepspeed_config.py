@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -53,23 +54,92 @@ class DsSettings:
 
 
 def read_ds_config(path: str) -> dict[str, Any]:
-    """Read a ds_config JSON file (relative paths against the current directory)."""
+    """Read a ds_config file (relative paths against the current directory) as DeepSpeed does: hjson, so `//`,
+    `#` and `/* */` comments and trailing commas are accepted, and a key given twice is an error
+    (deepspeed/runtime/config.py: hjson.load(..., object_pairs_hook=dict_raise_error_on_duplicate_keys))."""
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
+            text = handle.read()
     except FileNotFoundError:
         raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}). "
                          "Run llmperf from the directory you launch from, or give an absolute path.") from None
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read DeepSpeed config {path}: {err}.") from None
+        raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
+    raw = _load_hjson_subset(text, path)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
     return raw
 
 
+class _DuplicateKeys(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise _DuplicateKeys(", ".join(twice))
+    return dict(pairs)
+
+
+def _load_hjson_subset(text: str, path: str) -> Any:
+    """JSON, else JSON with the comments and trailing commas hjson (DeepSpeed's reader) accepts."""
+    try:
+        return _loads(text, path)
+    except json.JSONDecodeError as first:
+        try:
+            return _loads(strip_json_comments(text), path)
+        except json.JSONDecodeError:
+            raise UsageError(f"cannot read DeepSpeed config {path}: {first}.") from None
+
+
+def _loads(text: str, path: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKeys as err:
+        raise ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
+                          "('Duplicate keys in DeepSpeed config'). Keep one of each.") from None
+
+
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+
+
+def strip_json_comments(text: str) -> str:
+    """Drop `//`, `#` and `/* */` comments outside strings, then commas before `}` or `]`."""
+    out: list[str] = []
+    i, in_string = 0, False
+    while i < len(text):
+        ch = text[i]
+        if in_string:
+            out.append(ch)
+            if ch == "\\":
+                out.append(text[i + 1:i + 2])
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+            out.append(ch)
+        elif ch == "#" or text.startswith("//", i):
+            i = text.find("\n", i)
+            i = len(text) if i < 0 else i
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return _TRAILING_COMMA.sub(r"\1", "".join(out))
+
+
 def _num(value: Any, key: str, origin: str) -> int | str | None:
     if value is None or value == AUTO:
         return value
+    if isinstance(value, str) and key.startswith("zero_optimization.") and value.strip().isdigit():
+        value = int(value)  # pydantic (DeepSpeedZeroConfig) reads "2" as 2; the batch keys are read raw and are not
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise ConfigError(f"{origin} key {key} must be an integer or \"auto\", got {value!r}.")
     return int(value)
@@ -82,10 +152,24 @@ def _device(section: Any) -> str:
     return "none"
 
 
-def _enabled(section: Any) -> bool | str:
+# Strings pydantic's lax mode reads as booleans (DeepSpeed's config sections are pydantic models).
+_BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
+              "false": False, "f": False, "no": False, "n": False, "off": False, "0": False}
+
+
+def _bool(value: Any, key: str, origin: str) -> bool:
+    """A boolean as DeepSpeed's pydantic config models accept it: true/false, 0/1, or their usual spellings."""
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[value.strip().lower()]
+    raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
+
+
+def _enabled(section: Any, key: str, origin: str) -> bool | str:
     if isinstance(section, dict):
         value = section.get("enabled", False)
-        return value if value == AUTO else bool(value)
+        return value if value == AUTO else _bool(value, f"{key}.enabled", origin)
     return False
 
 
@@ -96,11 +180,14 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     if not isinstance(zero, dict):
         raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}.")
     out: dict[str, Any] = {"zero_stage": _num(zero.get("stage", 0), "zero_optimization.stage", origin)}
+    if out["zero_stage"] not in (0, 1, 2, 3, AUTO):
+        raise ConfigError(f"{origin} zero_optimization.stage is {out['zero_stage']}; DeepSpeed's ZeroStageEnum accepts 0, 1, 2 "
+                          "or 3. Pick one of them.")
     out["offload_optimizer"] = "cpu" if zero.get("cpu_offload") else _device(zero.get("offload_optimizer"))
     out["offload_param"] = "cpu" if zero.get("cpu_offload_params") else _device(zero.get("offload_param"))
     if "overlap_comm" in zero:
-        out["overlap_comm"] = bool(zero["overlap_comm"])
-    out["contiguous_gradients"] = bool(zero.get("contiguous_gradients", True))
+        out["overlap_comm"] = _bool(zero["overlap_comm"], "zero_optimization.overlap_comm", origin)
+    out["contiguous_gradients"] = _bool(zero.get("contiguous_gradients", True), "zero_optimization.contiguous_gradients", origin)
     for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):
         if key in zero:
             out[key] = _num(zero[key], f"zero_optimization.{key}", origin)
@@ -120,8 +207,8 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
         if key in raw:
             out[dest] = _num(raw[key], key, origin)
             src[dest] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}")
-    out["fp16"] = _enabled(raw.get("fp16"))
-    out["bf16"] = _enabled(raw.get("bf16", raw.get("bfloat16")))
+    out["fp16"] = _enabled(raw.get("fp16"), "fp16", origin)
+    out["bf16"] = _enabled(raw.get("bf16", raw.get("bfloat16")), "bf16", origin)
     if out["fp16"] is True and out["bf16"] is True:
         raise ConfigError(f"{origin} enables both fp16 and bf16; DeepSpeed rejects it ('bfloat16 and fp16 modes cannot be "
                           "simultaneously enabled'). Keep one.")
@@ -129,9 +216,20 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
         if out[key]:
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}.enabled")
     if "gradient_clipping" in raw:
-        out["gradient_clipping"] = raw["gradient_clipping"] if raw["gradient_clipping"] == AUTO else float(raw["gradient_clipping"])
+        out["gradient_clipping"] = _clip(raw["gradient_clipping"], origin)
         src["gradient_clipping"] = Source(SourceKind.CONFIG_FILE, f"{origin} gradient_clipping")
     return out
+
+
+def _clip(value: Any, origin: str) -> float | str:
+    if value == AUTO:
+        return value
+    if value is None:
+        return 0.0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{origin} gradient_clipping must be a number, got {value!r}; DeepSpeed compares it with 0.") from None
 
 
 def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:

@@ -53,29 +53,10 @@ def find_ds_config(argv: Sequence[str]) -> DsConfigRef | None:
 
 
 def read_ds_config(path: Path) -> dict[str, Any]:
-    """The JSON (DeepSpeed itself reads it with hjson, so comments are tolerated when hjson is installed)."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UsageError(f"cannot read the DeepSpeed config {path} named in the command: {err}.") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raw = _read_hjson(text, path, err)
-    if not isinstance(raw, dict):
-        raise UsageError(f"DeepSpeed config {path} must hold a JSON object, found {type(raw).__name__}.")
-    return raw
+    """The config as explain reads it (DeepSpeed's hjson subset: comments, trailing commas; duplicate keys refused)."""
+    from llmperf_hook.frameworks.deepspeed_config import read_ds_config as read_as_explain
 
-
-def _read_hjson(text: str, path: Path, err: Exception) -> Any:
-    try:
-        import hjson  # DeepSpeed's own reader; optional here
-    except ImportError:
-        raise UsageError(f"DeepSpeed config {path} is not valid JSON ({err}). Fix the file.") from None
-    try:
-        return json.loads(json.dumps(hjson.loads(text)))
-    except Exception as herr:  # noqa: BLE001 - any hjson failure is a bad file
-        raise UsageError(f"DeepSpeed config {path} is neither JSON nor HJSON ({herr}). Fix the file.") from None
+    return read_as_explain(str(path))
 
 
 def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""Regressions from the robustness campaign (issue h17): ds_config and Megatron argv as the frameworks read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config, strip_json_comments
+
+from .helpers import megatron, script
+
+DS = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config"]
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_ds_config_with_comments_and_trailing_commas(tmp_path: Path) -> None:
+    # DeepSpeed reads its config with hjson: comments and trailing commas are fine (runtime/config.py).
+    text = '{\n  // batch\n  "train_batch_size": 64, # hash comment\n  /* zero */ "zero_optimization": {"stage": 2,},\n}'
+    cfg = script([*DS, _write(tmp_path, text)], model="llama2-7b")
+    assert (cfg.batch.global_batch_size, cfg.optimizer.zero_stage) == (64, 2)
+
+
+def test_comment_markers_inside_strings_are_kept() -> None:
+    assert strip_json_comments('{"a": "x // y # z /* w */", "b": "q\\"#",}') == '{"a": "x // y # z /* w */", "b": "q\\"#"}'
+
+
+def test_ds_config_duplicate_keys_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="twice"):
+        read_ds_config(_write(tmp_path, '{"train_batch_size": 8, "train_batch_size": 16}'))
+
+
+def test_ds_config_garbage_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read"):
+        read_ds_config(_write(tmp_path, "not json {"))
+
+
+def test_pydantic_coercions_match_deepspeed() -> None:
+    # DeepSpeed's ZeRO/fp16/bf16 sections are pydantic models: "2" is stage 2 and "false" is False.
+    ds = parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": "2", "overlap_comm": "true"},
+                          "fp16": {"enabled": "false"}, "bf16": {"enabled": True}, "gradient_clipping": None}, "ds.json")
+    assert (ds.zero_stage, ds.overlap_comm, ds.fp16, ds.bf16, ds.gradient_clipping) == (2, True, False, True, 0.0)
+
+
+@pytest.mark.parametrize(("raw", "match"), [
+    ({"zero_optimization": {"stage": 4}}, "0, 1, 2 or 3"),
+    ({"fp16": {"enabled": "maybe"}}, "true or false"),
+    ({"gradient_clipping": "x"}, "must be a number"),
+])
+def test_values_deepspeed_rejects(raw: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_ds_config({"train_batch_size": 8, **raw}, "ds.json")
+
+
+def test_unknown_megatron_option_rejected_with_suggestion() -> None:
+    # pretrain_gpt.py parses with parse_args(): an option no release defines stops the job ("unrecognized arguments").
+    with pytest.raises(ConfigError, match=r"--tensor-model-paralel-size \(did you mean --tensor-model-parallel-size\?\)"):
+        megatron("--tensor-model-paralel-size", "2")
+    with pytest.raises(ConfigError, match="--my-flag"):
+        megatron("--my-flag=3")
+
+
+def test_real_megatron_options_accepted() -> None:
+    cfg = megatron("--use-mcore-models", "--mock-data", "--tiktoken-pattern", "v2", "--no-mmap-bin-files",
+                   "--cross-entropy-loss-fusion", "--deepspeed_mpi", "--no-gradient-accumulation-fusion")
+    assert cfg.parallel.dp == 8 and not any("unknown" in w for w in cfg.warnings)
+
+
+def test_respelled_and_custom_script_options_only_warn() -> None:
+    cfg = megatron("--micro_batch_size", "2", "--swiglu", "--no-swiglu")
+    assert cfg.batch.micro_batch_size == 2 and not cfg.model.swiglu
+    assert any("--micro_batch_size" in w for w in cfg.warnings) and any("--no-swiglu" in w for w in cfg.warnings)
+    custom = script(["torchrun", "--nproc-per-node", "8", "my_train.py", "--num-layers", "2", "--hidden-size", "64",
+                     "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+                     "--vocab-size", "1000", "--micro-batch-size", "1", "--my-own-flag", "1"])
+    assert any("--my-own-flag" in w for w in custom.warnings)
