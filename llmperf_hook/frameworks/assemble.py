@@ -6,6 +6,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_precision, hf_batch, merge_megatron_batch
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
@@ -35,7 +36,7 @@ def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[s
 
 def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
-    warnings: list[str] = list(job.warnings)
+    warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args)
     if overrides.model:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed")

@@ -1,0 +1,84 @@
+"""Options a Megatron-LM entry script would refuse: argparse's "unrecognized arguments" at start-up.
+
+Megatron-LM's pretrain_gpt.py (and the other `pretrain_*.py` entry scripts of Megatron-LM and Megatron-DeepSpeed)
+parse with `ArgumentParser(allow_abbrev=False).parse_args()`: an option no release defines, a misspelling
+(`--tensor-model-paralel-size`) or the underscore spelling of a dashed flag (`--micro_batch_size`) ends the job
+before training starts. Those are rejected here with the closest real names. A custom script that takes
+Megatron-style flags may add options of its own (extra_args_provider), so for it unknown names only warn.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Sequence
+
+from llmperf_hook.errors import ConfigError
+
+_ENTRY_SCRIPT = re.compile(r"^pretrain_\w+\.py$")
+
+
+def _is_entry_script(script: str) -> bool:
+    """Megatron's own entry points: `pretrain_gpt.py` and siblings, or `-m megatron...` modules."""
+    return bool(_ENTRY_SCRIPT.match(os.path.basename(script))) or script.startswith("-m megatron")
+
+
+def unknown_option_names(script_args: Sequence[str]) -> list[str]:
+    """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines, in order."""
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    unknown: list[str] = []
+    for word in script_args:
+        if not word.startswith("--") or word == "--":
+            continue
+        name = word.split("=", 1)[0]
+        if name[2:] not in MEGATRON_OPTION_NAMES and name not in unknown:
+            unknown.append(name)
+    return unknown
+
+
+def _suggestion(name: str) -> str:
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    dashed = name[2:].replace("_", "-")
+    if dashed in MEGATRON_OPTION_NAMES:
+        return f"--{dashed}"
+    close = difflib.get_close_matches(name[2:], MEGATRON_OPTION_NAMES, n=1, cutoff=0.8)
+    return f"--{close[0]}" if close else ""
+
+
+def _respelled(name: str) -> bool:
+    """`--under_score` or `--no-X` spellings of a real flag: llmperf reads them as that flag (and warns)."""
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    dashed = name[2:].replace("_", "-")
+    return dashed in MEGATRON_OPTION_NAMES or (dashed.startswith("no-") and dashed[3:] in MEGATRON_OPTION_NAMES)
+
+
+def _reading(name: str) -> str:
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    dashed = name[2:].replace("_", "-")
+    return f"--{dashed}" if dashed in MEGATRON_OPTION_NAMES else f"--{dashed[3:]} switched off"
+
+
+def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
+    """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
+    for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
+    unknown = unknown_option_names(script_args)
+    respelled = [name for name in unknown if _respelled(name)]
+    warnings = [f"{name} is read by llmperf as {_reading(name)}, but Megatron's parser defines no such option and would "
+                "reject it; use the spelling Megatron defines" for name in respelled]
+    unknown = [name for name in unknown if name not in respelled]
+    if not unknown:
+        return warnings
+    hints = [f"{name} (did you mean {_suggestion(name)}?)" if _suggestion(name) else name for name in unknown]
+    if _is_entry_script(script):
+        raise ConfigError(
+            f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser does not know "
+            f"{', '.join(hints)} (argparse 'unrecognized arguments'; Megatron parses with allow_abbrev=False, and its "
+            "flags are spelled with dashes). Fix or remove these options."
+        )
+    return warnings + [f"options unknown to Megatron-LM: {', '.join(hints)}; {os.path.basename(script)} must define them "
+                       "itself (extra_args_provider), or Megatron's parser stops the job"]
