@@ -46,8 +46,9 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> 
 
 
 def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str]) -> list[str]:
-    """Split joined words and expand env references in every word."""
-    return [expand_env_refs(w, env, used) for w in split_joined_words([str(a) for a in argv])]
+    """Expand env references in every word, then split joined words: `$MEGATRON_PARAMS` holding several flags
+    becomes those flags, as the shell's word splitting of an unquoted variable would make them."""
+    return split_joined_words([expand_env_refs(str(w), env, used) for w in argv])
 
 
 def parse_int(value: str, what: str, origin: str) -> int:

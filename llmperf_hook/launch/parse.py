@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
@@ -21,6 +22,7 @@ from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.provenance import Source, SourceKind
 
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_VALUED_OPTS = ("-X", "-W", "-Q")
 _MODULE_LAUNCHERS = {
@@ -48,11 +50,17 @@ def _is_python(word: str) -> bool:
     return re.fullmatch(r"python[0-9.]*", os.path.basename(word)) is not None
 
 
-def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
-    """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
+def _python_script_index(words: Sequence[str], i: int) -> int:
+    """Index of the script (or of `-m`) after `python` and its own options (`-u`, `-X dev`, ...)."""
     j = i + 1
     while j < len(words) and words[j].startswith("-") and words[j] != "-m":
         j += 2 if words[j] in _PY_VALUED_OPTS else 1
+    return j
+
+
+def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
+    j = _python_script_index(words, i)
     if j < len(words) and words[j] == "-m":
         if j + 1 >= len(words):
             raise UsageError("`python -m` names no module.")
@@ -78,17 +86,36 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
 
 def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
+    words = _shell_c(words, rest, env, used) or words
     inner = _dispatch(words, rest, env, used, inside_srun=True)
     if inner is not None:
         return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
                           inner.script_args, tuple(warnings) + inner.warnings)
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
-    program = words[rest + 1] if _is_python(words[rest]) and rest + 1 < len(words) else words[rest]
-    start = rest + 2 if _is_python(words[rest]) else rest + 1
-    return LaunchSize("srun", nnodes, per_node, world, program, tuple(words[start:]), tuple(warnings + extra))
+    start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
+    if start >= len(words):
+        raise UsageError("the python command that srun starts names no training script.")
+    return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
+
+
+def _shell_c(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> list[str] | None:
+    """`sh -c "CMD"` / `bash -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell."""
+    if os.path.basename(words[i]) not in _SHELLS or i + 2 >= len(words) or words[i + 1] not in ("-c", "-lc", "-xc", "-ec"):
+        return None
+    try:
+        inner = shlex.split(words[i + 2])
+    except ValueError as err:
+        raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[i + 2]!r}.") from None
+    inner = inner[_strip_assignments(inner, env):] if isinstance(env, dict) else inner
+    if not inner:
+        raise UsageError(f"{words[i]} -c is given an empty command.")
+    return [*words[:i], *normalise_argv(inner, env, used)]
 
 
 def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
+    unwrapped = _shell_c(words, i, env, used)
+    if unwrapped is not None:
+        return _dispatch(unwrapped, i, env, used, inside_srun)
     head = os.path.basename(words[i])
     if head == "torchrun":
         return parse_torchrun(words, i + 1, env, used, "torchrun")

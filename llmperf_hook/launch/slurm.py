@@ -81,6 +81,8 @@ def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Ma
     if ntasks is None and per_node is None:
         per_node = _env_int(env, ("SLURM_NTASKS_PER_NODE",), used)
         ntasks = None if per_node else _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
+    if ntasks is None and per_node is None and env.get("SLURM_TASKS_PER_NODE", "").strip():
+        return _allocation_tasks(env, used, nnodes)
     if ntasks is None and per_node is None:
         per_node = _gpus_per_node(values, flags, env, used)
         if per_node is not None:
@@ -94,6 +96,30 @@ def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Ma
         return nnodes, Sized(per_node_value, Source(SourceKind.DERIVED, "ceil(ntasks / nnodes)")), ntasks, warnings
     assert per_node is not None and per_node.value is not None
     return nnodes, per_node, Sized(nnodes.value * per_node.value, Source(SourceKind.DERIVED, "nnodes * ntasks_per_node")), warnings
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """Slurm's compressed SLURM_TASKS_PER_NODE ("8(x2),4" -> [8, 8, 4])."""
+    counts: list[int] = []
+    for part in text.split(","):
+        count, _, repeat = part.strip().partition("(x")
+        counts += [parse_int(count, "SLURM_TASKS_PER_NODE", "the environment")] * (
+            parse_int(repeat.rstrip(")"), "SLURM_TASKS_PER_NODE", "the environment") if repeat else 1)
+    return counts
+
+
+def _allocation_tasks(env: Mapping[str, str], used: dict[str, str], nnodes: Sized) -> tuple[Sized, Sized, Sized, list[str]]:
+    """The allocation's task layout from SLURM_TASKS_PER_NODE, which Slurm always sets (SLURM_NTASKS_PER_NODE only
+    with --ntasks-per-node): one entry per node of the allocation."""
+    text = env["SLURM_TASKS_PER_NODE"]
+    used["SLURM_TASKS_PER_NODE"] = text
+    counts = tasks_per_node(text)
+    if min(counts) < 1:
+        raise UsageError(f"SLURM_TASKS_PER_NODE={text} in the environment must give at least 1 task per node.")
+    src = Source(SourceKind.ENV, "SLURM_TASKS_PER_NODE")
+    warnings = [] if len(set(counts)) == 1 else [f"uneven tasks per node {counts} (SLURM_TASKS_PER_NODE): sized by the total, {sum(counts)} ranks"]
+    nodes = nnodes if nnodes.source.kind != SourceKind.DEFAULT else Sized(len(counts), src)
+    return nodes, Sized(max(counts), src), Sized(sum(counts), src), warnings
 
 
 def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[str, str], int, list[str]]:
@@ -115,7 +141,7 @@ def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, 
         local = _env_int(env, ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"), used)
         local = local or Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
         return nnodes, local, world, []
-    slurm_layout = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_GPUS_ON_NODE")
+    slurm_layout = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_GPUS_ON_NODE")
     if not any(env.get(name, "").strip() for name in slurm_layout):
         return None
     nnodes, per_node, total, warnings = size_srun_tasks({}, {}, env, used)

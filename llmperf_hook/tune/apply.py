@@ -8,6 +8,7 @@ pointed at the copy. `plan_tuned_command` only reads; `write_planned_files` is t
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -37,9 +38,30 @@ def _split_joined(argv: Sequence[str]) -> list[str]:
     return split_joined_words(list(argv))
 
 
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
+
+
+def _shell_command_index(argv: Sequence[str]) -> int | None:
+    """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ..."), where the flags live."""
+    for i, word in enumerate(argv[:-2]):
+        if Path(word).name in _SHELLS and argv[i + 1] in ("-c", "-lc", "-xc", "-ec"):
+            return i + 2
+    return None
+
+
+def _shell_join(words: Sequence[str]) -> str:
+    """Join words for `sh -c`, leaving `$VAR` references unquoted so the shell still expands them."""
+    return " ".join(w if "$" in w and not any(c.isspace() or c in "'\"" for c in w) else shlex.quote(w) for w in words)
+
+
 def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
-    """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`."""
+    """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
+    passed to `sh -c` as one word is rewritten inside that word."""
+    k = _shell_command_index(argv)
+    if k is not None:
+        inner = plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
+        return TunedCommand((*argv[:k], _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
     out = _split_joined(argv)
     notes: list[str] = []
