@@ -125,14 +125,35 @@ def working_directory(folder: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def _read_batch(path: str) -> tuple[list[str], Path]:
+def _read_batch(path: str) -> tuple[list[tuple[int, str]], Path]:
+    """(first line number, command) per logical line, and the folder relative paths resolve against."""
     if path == "-":
-        return sys.stdin.read().splitlines(), Path.cwd()
+        return join_continued_lines(sys.stdin.read().splitlines()), Path.cwd()
     file = Path(path)
     try:
-        return file.read_text().splitlines(), file.resolve().parent
+        return join_continued_lines(file.read_text(encoding="utf-8").splitlines()), file.resolve().parent
+    except UnicodeDecodeError as err:
+        raise UsageError(f"the batch file {path} is not UTF-8 text (byte {err.start}: {err.reason}); write one launch "
+                         "command per line as plain text.") from None
     except OSError as err:
         raise UsageError(f"cannot read the batch file {path}: {err}. Pass an existing file.") from err
+
+
+def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """A line ending in a backslash continues on the next one, as in the shell script it was copied from."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, line in enumerate(lines, start=1):
+        start, text = pending if pending else (number, "")
+        text += line
+        if line.endswith("\\") and not line.endswith("\\\\") and not text.lstrip().startswith("#"):
+            pending = (start, text[:-1] + " ")
+            continue
+        pending = None
+        out.append((start, text))
+    if pending:
+        out.append(pending)
+    return out
 
 
 def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[tuple, Any]) -> str | None:
@@ -160,7 +181,7 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     out = sys.stdout
     clusters: dict[tuple, Any] = {}
     with working_directory(folder):
-        for number, line in enumerate(lines, start=1):
+        for number, line in lines:
             try:
                 text = predict_line(line, defaults, fmt, clusters)
             except LlmperfError as err:

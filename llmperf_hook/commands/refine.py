@@ -24,6 +24,19 @@ def newest_run_dir(parent: Path = DEFAULT_RUNS_DIR) -> Path:
     return max(runs, key=lambda p: p.stat().st_mtime)
 
 
+def check_has_jobs(path: Path) -> None:
+    """A run directory whose records name no job (corrupt, or truncated before the first step) is bad input: say so
+    instead of reporting an empty refinement."""
+    from llmperf_hook.refine.run_records import read_run_dir
+
+    run = read_run_dir(path)
+    if not run.job_ids():
+        raise UsageError(
+            f"run directory {str(path)!r} holds no step record of any job ({len(run.records)} readable record(s) without a "
+            f"job id, {run.num_bad_lines} unreadable line(s) in its rank*.jsonl files): nothing to refine. Pass the "
+            "folder of a run that reached its first optimizer step under `llmperf run --instrument`.")
+
+
 @click.command(name="refine")
 @click.argument("run_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--hardware", default=None, help="Hardware name for the calibration key (default: from prediction.json).")
@@ -35,6 +48,7 @@ def command(run_dir: str | None, hardware: str | None, cluster: str | None, fram
     from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
 
     path = Path(run_dir) if run_dir else newest_run_dir()
+    check_has_jobs(path)
     report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)
     if fmt == "json":
         click.echo(json.dumps(report_json(report), indent=1))

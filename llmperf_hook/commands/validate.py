@@ -39,7 +39,7 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
     from llmperf_hook.validate.runner import validate_runs
     from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
 
-    runs = build_measured_runs(read_runs_csv(csv_file), base_dir=Path(csv_file).resolve().parent)
+    runs = build_measured_runs(_read_csv(csv_file, read_runs_csv), base_dir=Path(csv_file).resolve().parent)
     if sources:
         runs = [r for r in runs if r.source_id in sources]
         if not runs:
@@ -51,6 +51,19 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
         click.echo(json.dumps(report_json(report), indent=1))
     else:
         click.echo(render_table(report, show_rows=rows))
+
+
+def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:
+    """The CSV's rows; a file that is not UTF-8 text or not CSV is bad input (exit 2), not an internal error."""
+    import csv
+
+    try:
+        return read_runs_csv(csv_file)
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{csv_file} is not UTF-8 text (byte {err.start}: {err.reason}); export the measured runs as a "
+                         "UTF-8 CSV.") from None
+    except csv.Error as err:
+        raise UsageError(f"{csv_file} is not a readable CSV ({err}); export the measured runs as a plain CSV.") from None
 
 
 def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
