@@ -96,11 +96,16 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
 
 
 def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> tuple[int, int | None]:
+    if flags.has("seq_length") and flags.has("encoder_seq_length"):
+        raise ConfigError(f"{flags.seen_flags['seq_length']} and {flags.seen_flags['encoder_seq_length']} are both given; "
+                          "Megatron asserts encoder_seq_length is None when --seq-length is set. Keep --seq-length.")
     seq, src["seq_length"] = _required(flags, "seq_length", "encoder_seq_length")
     positions = flags.get("max_position_embeddings")
     if positions is None:
-        warnings.append("--max-position-embeddings not given (Megatron requires it): assumed equal to --seq-length")
-    elif positions < seq:
+        raise ConfigError("Megatron requires --max-position-embeddings (arguments.py: required_args, 'max_position_embeddings "
+                          f"argument is None') and the command does not give it; add --max-position-embeddings {seq} "
+                          f"(at least seq-length {seq}, {src['seq_length']}).")
+    if positions < seq:
         raise ConfigError(f"max-position-embeddings {positions} ({flags.source('max_position_embeddings')}) is smaller than "
                           f"seq-length {seq} ({src['seq_length']}); Megatron asserts max_position_embeddings >= seq_length. "
                           f"Raise --max-position-embeddings to at least {seq}.")
@@ -109,6 +114,9 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
 
 def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False) -> ModelShape:
     """Build the ModelShape; fills `src` for every shape key."""
+    if flags.has("num_layers") and flags.has("encoder_num_layers"):
+        raise ConfigError(f"{flags.seen_flags['num_layers']} and {flags.seen_flags['encoder_num_layers']} are both given; "
+                          "Megatron refuses it ('cannot have both num-layers and encoder-num-layers specified'). Keep one.")
     layers, src["num_layers"] = _required(flags, "num_layers", "encoder_num_layers")
     hidden, src["hidden_size"] = _required(flags, "hidden_size")
     heads, src["num_attention_heads"] = _required(flags, "num_attention_heads")

@@ -9,7 +9,7 @@ import pytest
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config, strip_json_comments
 
-from .helpers import megatron, script
+from .helpers import BASE, megatron, script
 
 DS = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config"]
 
@@ -80,3 +80,15 @@ def test_respelled_and_custom_script_options_only_warn() -> None:
                      "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
                      "--vocab-size", "1000", "--micro-batch-size", "1", "--my-own-flag", "1"])
     assert any("--my-own-flag" in w for w in custom.warnings)
+
+
+def test_megatron_required_and_exclusive_shape_flags() -> None:
+    # arguments.py: max_position_embeddings is a required argument; seq/encoder-seq and layers/encoder-layers exclusive.
+    i = BASE.index("--max-position-embeddings")
+    no_positions = BASE[:i] + BASE[i + 2:]
+    with pytest.raises(ConfigError, match="requires --max-position-embeddings"):
+        megatron(base=no_positions)
+    with pytest.raises(ConfigError, match="encoder_seq_length"):
+        megatron("--encoder-seq-length", "2048")
+    with pytest.raises(ConfigError, match="cannot have both"):
+        megatron("--encoder-num-layers", "32")
