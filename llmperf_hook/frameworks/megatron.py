@@ -103,6 +103,7 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
         decoder_last_pipeline_num_layers=flags.get("decoder_last_pipeline_num_layers"),
         account_for_embedding_in_pipeline_split=bool(flags.get("account_for_embedding_in_pipeline_split")),
         account_for_loss_in_pipeline_split=bool(flags.get("account_for_loss_in_pipeline_split")),
+        pipeline_layout=flags.get("pipeline_model_parallel_layout"),
     )
 
 
@@ -161,10 +162,20 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
     return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"))
 
 
-def megatron_optimizer(flags: FlagValues, src: dict[str, Source]) -> OptimizerConfig:
+# arguments.py --optimizer choices (Megatron-LM 2026): those llmperf prices, and those it prices as Adam.
+_OPTIMIZERS_MODELLED = ("adam", "sgd")
+_OPTIMIZERS_AS_ADAM = ("muon", "dist_muon", "lion", "soap", "adaptive_muon")
+
+
+def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list[str] | None = None) -> OptimizerConfig:
     name = str(flags.get("optimizer", "adam"))
-    if name not in ("adam", "sgd"):
-        raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers here (adam, sgd).")
+    if name in _OPTIMIZERS_AS_ADAM:
+        if warnings is not None:
+            warnings.append(f"--optimizer {name}: its step and states are modelled as Adam's")
+        name = "adam"
+    if name not in _OPTIMIZERS_MODELLED:
+        raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers (arguments.py choices: "
+                          f"{', '.join(_OPTIMIZERS_MODELLED + _OPTIMIZERS_AS_ADAM)}). Pick one of them.")
     src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron: off")
     return OptimizerConfig(
         name=name,  # type: ignore[arg-type]
@@ -210,4 +221,4 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src), megatron_recompute(flags, src),
-                         megatron_optimizer(flags, src), megatron_attention(flags, src), schedule)
+                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src), schedule)

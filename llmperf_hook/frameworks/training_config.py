@@ -75,6 +75,8 @@ class ParallelLayout:
     """Megatron --account-for-embedding-in-pipeline-split: the embedding counts as one layer when splitting."""
     account_for_loss_in_pipeline_split: bool = False
     """Megatron --account-for-loss-in-pipeline-split: the LM head/loss counts as one layer when splitting."""
+    pipeline_layout: str | None = None
+    """Megatron --pipeline-model-parallel-layout as given (modelled as an even split; see validation)."""
 
 
 @dataclass(frozen=True)

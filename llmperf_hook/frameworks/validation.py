@@ -72,6 +72,12 @@ def _check_pipeline_layers(cfg: TrainingConfig) -> None:
     first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
     if first is None and last is None:
         total = layers + extra
+        if total % p.pp != 0 and p.pipeline_layout:
+            raise ConfigError(
+                f"--pipeline-model-parallel-layout {p.pipeline_layout!r} places num-layers {_at(cfg, 'num_layers', layers)} "
+                f"on pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} stages unevenly. Megatron accepts the layout, but "
+                "llmperf models pipeline stages only as an even split or with --decoder-first/last-pipeline-num-layers; "
+                "to predict this job, express the split with those two flags (or a layer count divisible by PP).")
         if total % p.pp != 0:
             valid = ", ".join(str(d) for d in range(1, total + 1) if total % d == 0 and cfg.world_size % d == 0)
             raise ConfigError(

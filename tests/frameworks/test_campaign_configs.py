@@ -92,3 +92,20 @@ def test_megatron_required_and_exclusive_shape_flags() -> None:
         megatron("--encoder-seq-length", "2048")
     with pytest.raises(ConfigError, match="cannot have both"):
         megatron("--encoder-num-layers", "32")
+
+
+def test_megatron_optimizer_choices() -> None:
+    # arguments.py --optimizer choices include muon, lion, soap (was: exit 2 "not one Megatron-LM offers").
+    cfg = megatron("--optimizer", "muon")
+    assert cfg.optimizer.name == "adam" and any("--optimizer muon" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match="choices"):
+        megatron("--optimizer", "adagrad")
+
+
+def test_uneven_pipeline_layout_is_named_not_blamed_on_megatron() -> None:
+    # Megatron accepts --pipeline-model-parallel-layout with layers % PP != 0; llmperf cannot model it and says so.
+    with pytest.raises(ConfigError, match="Megatron accepts the layout"):
+        megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*3|(tt|)*6mL",
+                 base=[*BASE[:1], "15", *BASE[2:]])
+    even = megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*16|t*16L")
+    assert even.parallel.pipeline_layout == "Et*16|t*16L"
