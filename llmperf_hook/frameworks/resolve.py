@@ -2,7 +2,8 @@
 
 Which framework: Megatron-style model flags (--num-layers, --hidden-size) mean Megatron-LM, plus `--deepspeed`
 or `--deepspeed_config` Megatron-DeepSpeed; `--deepspeed FILE` is the Hugging Face Trainer with DeepSpeed;
-`--deepspeed_config FILE` alone a DeepSpeed script; anything else a plain torch script (shape from --model).
+`--deepspeed_config FILE` alone a DeepSpeed script, as is the bare `--deepspeed` switch with `--zero_stage`
+(DeepSpeed-Chat, which builds its config in code: deepspeed_chat.py); anything else a plain torch script (shape from --model).
 Precedence of values is stated once, in provenance.py.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.provenance_fill import fill_sources
@@ -52,10 +54,12 @@ def detect_framework(flags: FlagValues) -> str:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
     if isinstance(deepspeed, str):
         return "hf-deepspeed"
-    return "deepspeed" if ds_path else "torch"
+    return "deepspeed" if ds_path or is_deepspeed_chat(flags) else "torch"
 
 
-def load_ds_settings(flags: FlagValues, framework: str) -> DsSettings | None:
+def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None = None) -> DsSettings | None:
+    if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
+        return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if isinstance(flags.get("deepspeed"), str) and (framework == "hf-deepspeed" or not path):
         path = flags.get("deepspeed")
@@ -80,7 +84,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
     framework = detect_framework(flags)
-    ds = load_ds_settings(flags, framework)
+    ds = load_ds_settings(flags, framework, job.world_size)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

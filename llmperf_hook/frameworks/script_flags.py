@@ -19,14 +19,14 @@ _INT = (
     "model-parallel-size", "recompute-num-layers", "checkpoint-num-layers", "ddp-bucket-size", "zero-stage",
     "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
-    "num-distributed-optimizer-instances",
+    "num-distributed-optimizer-instances", "max-seq-len",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
-    "model-type", "attn-implementation", "cuda-graph-impl",
+    "model-type", "attn-implementation", "cuda-graph-impl", "dtype",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -39,7 +39,7 @@ _TRUE = (
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
-    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm",
+    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",

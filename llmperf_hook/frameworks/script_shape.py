@@ -1,7 +1,7 @@
 """Model shape for scripts that do not take Megatron-style model flags (DeepSpeed examples, Hugging Face
 Trainer scripts): llmperf's `--model PRESET|FILE`, else a local `--model_name_or_path`/`--config_name` directory
 with config.json, else a Hub name we ship a preset for. Sequence length from the script's own flag
-(--max_seq_length, --block_size, --model_max_length, --seq-length) or, failing that, the shape's.
+(--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len) or, failing that, the shape's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ HUB_PRESETS = {
     "meta-llama/Llama-3.1-70B": "llama3-70b", "meta-llama/Llama-3.1-405B": "llama3-405b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "EleutherAI/gpt-neox-20b": "gpt-neox-20b",
 }
-_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length")
+_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len")
 
 
 def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any], Source]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of
@@ -71,6 +72,11 @@ def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candi
             notes.append("Megatron flags replaced in argv")
         out = rewritten
     files: dict[str, str] = {}
+    if base_cfg.framework == "deepspeed" and DS_CHAT in str(base_cfg.sources.get("zero_stage", "")):
+        chat = dsr.rewrite_ds_chat_argv(out, base, new, new_cfg.batch.num_microbatches)
+        if chat != out:
+            notes.append("DeepSpeed-Chat flags replaced in argv (its ds_config is built from them)")
+        return TunedCommand(argv=tuple(chat), notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":
         out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes)

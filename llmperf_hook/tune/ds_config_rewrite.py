@@ -25,6 +25,7 @@ HF_DEEPSPEED_FLAG = "--deepspeed"
 HF_MBS = ("--per_device_train_batch_size", "--per-device-train-batch-size")
 HF_GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")
 HF_CKPT = ("--gradient_checkpointing", "--gradient-checkpointing")
+DS_CHAT_ZERO = ("--zero_stage", "--zero-stage")
 TUNED_SUFFIX = ".llmperf-tuned"
 
 
@@ -101,4 +102,18 @@ def rewrite_hf_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_mi
         out = ed.set_value(out, HF_GAS, str(num_microbatches))
     if new.recompute != base.recompute:
         out = ed.set_value(out, HF_CKPT, "True" if new.recompute != "none" else "False")
+    return out
+
+
+def rewrite_ds_chat_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_microbatches: int) -> list[str]:
+    """DeepSpeed-Chat builds its ds_config from argv (frameworks/deepspeed_chat.py): micro-batch, accumulation,
+    ZeRO stage and gradient checkpointing are all flags, so the command is the only thing to rewrite."""
+    out = list(argv)
+    if new.micro_batch_size != base.micro_batch_size:
+        out = ed.set_value(out, HF_MBS, str(new.micro_batch_size))
+        out = ed.set_value(out, HF_GAS, str(num_microbatches))
+    if new.zero_stage != base.zero_stage:
+        out = ed.set_value(out, DS_CHAT_ZERO, str(new.zero_stage))
+    if new.recompute != base.recompute:
+        out = ed.set_switch(out, HF_CKPT, new.recompute != "none")
     return out
