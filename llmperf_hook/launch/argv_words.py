@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=])([^}]*))?\}|(\w+))")
 
 
 def split_joined_words(words: Sequence[str]) -> list[str]:
@@ -31,15 +31,18 @@ def split_joined_words(words: Sequence[str]) -> list[str]:
 
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
-    """Replace `$VAR` / `${VAR}` with env values (recording each in `used`); unknown references stay as written."""
+    """Replace `$VAR` / `${VAR}` with env values (recording each in `used`), `${VAR:-default}` with the default when
+    VAR is unset or empty (`${VAR-default}`: unset); other unknown references stay as written."""
     if "$" not in word:
         return word
 
     def sub(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name in env:
+        name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
+        if name in env and not (op in (":-", ":=") and env[name] == ""):
             used[name] = env[name]
             return env[name]
+        if op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the shell's default when VAR is unset
+            return default.strip("'\"")
         return match.group(0)
 
     return _VAR.sub(sub, word)

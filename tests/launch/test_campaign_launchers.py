@@ -57,3 +57,11 @@ def test_env_variable_holding_several_flags_is_split() -> None:
 def test_bad_shell_forms_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(UsageError):
         parse_launch(argv, {})
+
+
+def test_shell_default_expansions() -> None:
+    # Megatron's mixtral example: NNODES=${SLURM_NNODES:-"1"}; a pasted line keeps the reference.
+    argv = ["torchrun", "--nnodes", '${SLURM_NNODES:-"1"}', "--nproc-per-node", "${GPUS:-8}", *SCRIPT]
+    assert _size(argv) == (1, 8, 8)
+    assert _size(argv, {"SLURM_NNODES": "4"}) == (4, 8, 32)
+    assert _size(argv, {"GPUS": ""}) == (1, 8, 8)  # ':-' also replaces an empty value
