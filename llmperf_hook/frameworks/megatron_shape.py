@@ -55,6 +55,13 @@ def _kv_channels(flags: FlagValues, hidden: int, heads: int, src: dict[str, Sour
 
 
 def _query_groups(flags: FlagValues, heads: int, warnings: list[str]) -> tuple[int, Source]:
+    if flags.has("num_key_value_heads"):  # Megatron-DeepSpeed's GQA flag (default: one KV head per attention head)
+        kv_heads = flags.get("num_key_value_heads")
+        if heads % kv_heads != 0:
+            raise ConfigError(f"num-attention-heads {heads} is not a multiple of --num-key-value-heads {kv_heads} "
+                              f"({flags.source('num_key_value_heads')}); Megatron-DeepSpeed's attention groups query heads "
+                              "per KV head and asserts it. Use a divisor of the head count.")
+        return kv_heads, flags.source("num_key_value_heads")
     if flags.get("group_query_attention"):
         value, source = pick(flags, "num_query_groups", 1, "Megatron --num-query-groups default 1")
         return value, source
@@ -112,6 +119,16 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
     return seq, positions
 
 
+def _normalization(flags: FlagValues) -> str:
+    """Megatron-LM spells the choices LayerNorm / RMSNorm, Megatron-DeepSpeed layernorm / rmsnorm (argparse choices)."""
+    given = str(flags.get("normalization", "LayerNorm"))
+    known = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+    if given.lower() not in known:
+        raise ConfigError(f"--normalization {given} ({flags.source('normalization')}) is not a choice Megatron offers "
+                          "(LayerNorm, RMSNorm; Megatron-DeepSpeed: layernorm, rmsnorm). Pick one of them.")
+    return known[given.lower()]
+
+
 def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False) -> ModelShape:
     """Build the ModelShape; fills `src` for every shape key."""
     if flags.has("num_layers") and flags.has("encoder_num_layers"):
@@ -136,7 +153,7 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     return ModelShape(
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
         num_query_groups=groups, kv_channels=kv, seq_length=seq, vocab_size=vocab, padded_vocab_size=padded,
-        swiglu=swiglu, normalization="RMSNorm" if flags.get("normalization") == "RMSNorm" else "LayerNorm",
+        swiglu=swiglu, normalization=_normalization(flags),
         position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
         untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
         add_bias_linear=bool(flags.get("add_bias_linear", True)), max_position_embeddings=positions,

@@ -19,7 +19,7 @@ _INT = (
     "model-parallel-size", "recompute-num-layers", "checkpoint-num-layers", "ddp-bucket-size", "zero-stage",
     "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
-    "num-distributed-optimizer-instances", "max-seq-len",
+    "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",

@@ -109,3 +109,15 @@ def test_uneven_pipeline_layout_is_named_not_blamed_on_megatron() -> None:
                  base=[*BASE[:1], "15", *BASE[2:]])
     even = megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*16|t*16L")
     assert even.parallel.pipeline_layout == "Et*16|t*16L"
+
+
+def test_megatron_deepspeed_llama_flags() -> None:
+    # Megatron-DeepSpeed examples_deepspeed/pretrain_llama2_distributed.sh: --normalization rmsnorm (its lowercase
+    # choices) and GQA through --num-key-value-heads; they were read as LayerNorm and one group per head.
+    cfg = megatron("--normalization", "rmsnorm", "--num-key-value-heads", "8")
+    assert (cfg.model.normalization, cfg.model.num_query_groups) == ("RMSNorm", 8)
+    assert megatron("--normalization", "RMSNorm").model.normalization == "RMSNorm"
+    with pytest.raises(ConfigError, match="not a choice"):
+        megatron("--normalization", "batchnorm")
+    with pytest.raises(ConfigError, match="num-key-value-heads"):
+        megatron("--num-key-value-heads", "5")
