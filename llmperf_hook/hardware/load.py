@@ -17,6 +17,7 @@ sources. Unknown keys are an error (a typo would otherwise silently fall back to
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,8 +39,8 @@ HARDWARE_OPTIONAL = (
 HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
 CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
 CLUSTER_OPTIONAL = (
-    "intra_node_latency_us", "inter_node_latency_us", "intra_node_bus_efficiency", "inter_node_bus_efficiency",
-    "nics_per_node", "host_overhead_per_op_us", "description", "sources",
+    "intra_node_latency_us", "intra_node_latency_per_step_us", "inter_node_latency_us", "intra_node_bus_efficiency",
+    "inter_node_bus_efficiency", "nics_per_node", "host_overhead_per_op_us", "description", "sources",
 )
 CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 
@@ -48,19 +49,22 @@ CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 DEFAULT_INTRA_LATENCY_US = 20.0
 DEFAULT_INTER_LATENCY_US = 5.0
 DEFAULT_INTRA_BUS_EFFICIENCY = 0.8
-INTRA_NODE_DEFAULTS: tuple[tuple[str, int, float, float], ...] = (
-    # (GPU name prefix, GPUs per node at least, intra-node latency us, bus efficiency): the fits of the shipped
-    # presets, so a cluster YAML with only the standard keys gets the numbers of its GPU generation.
-    # A100 + NVSwitch (8 per node): vTrain NCCL LUT, 448 points 1 MB-1 GB on 2-8 GPUs, 4.5 % mean error
+INTRA_NODE_DEFAULTS: tuple[tuple[str, int, float, float, float], ...] = (
+    # (GPU name prefix, GPUs per node at least, intra-node latency us, latency per ring step us, bus efficiency):
+    # the fits of the shipped presets, so a cluster YAML with only the standard keys gets the numbers of its GPU
+    # generation.
+    # A100 + NVSwitch (8 per node): vTrain NCCL LUT, 448 points 1 MB-1 GB on 2-8 GPUs: 44 us + 2.03 us per ring
+    # step, efficiency 0.72, 4.5 % mean error (8.1 % on the 17 points under 300 us, 11.1 % with a flat 57 us)
     # (../shared/validation/calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv).
-    ("a100", 8, 57.0, 0.72),
+    ("a100", 8, 44.0, 2.03, 0.72),
     # A100 with 4 GPUs on direct NVLink (no NVSwitch, e.g. Perlmutter / HGX A100 4-GPU): a ring drives one peer
     # link of three, about 2/3 of the NVSwitch figure (configs/clusters/perlmutter.yaml).
-    ("a100", 2, 20.0, 0.5),
+    ("a100", 2, 20.0, 0.0, 0.5),
     # H100/H200 + NVSwitch gen 3 (NVLink SHARP): DGX H100 nccl-tests all-reduce 8 MB-1 GiB, 3.1 % mean error
-    # (../shared/validation/calibration/nccl_allreduce_dgx_h100_8gpu_1node.csv).
-    ("h100", 8, 54.0, 0.99),
-    ("h200", 8, 54.0, 0.99),
+    # (../shared/validation/calibration/nccl_allreduce_dgx_h100_8gpu_1node.csv); 8 GPUs only, so the latency
+    # cannot be split into a base and a per-step part: flat.
+    ("h100", 8, 54.0, 0.0, 0.99),
+    ("h200", 8, 54.0, 0.0, 0.99),
 )
 """First row whose prefix starts the GPU name and whose node has at least that many GPUs wins."""
 DEFAULT_INTER_BUS_EFFICIENCY = 0.95  # NDR InfiniBand: 46-48 of 50 GB/s in the Vista NCCL samples
@@ -160,6 +164,18 @@ def _tier(raw: Mapping[str, Any], prefix: str, where: str, latency_us: float, ef
     )
 
 
+def _intra_tier(raw: Mapping[str, Any], where: str, gpu_name: str, gpus_per_node: int) -> NetworkTier:
+    tier = _tier(raw, "intra_node", where, *intra_node_defaults(gpu_name, gpus_per_node))
+    # A YAML that states its own latency but no per-step part means a flat latency: the generation's per-step
+    # default only completes the generation's own base latency.
+    default_step = 0.0 if "intra_node_latency_us" in raw else intra_node_step_default(gpu_name, gpus_per_node)
+    step_us = raw.get("intra_node_latency_per_step_us", default_step)
+    if isinstance(step_us, bool) or not isinstance(step_us, (int, float)) or step_us < 0:
+        raise UsageError(f"{where}: intra_node_latency_per_step_us must be a number >= 0, found {step_us!r}. "
+                         "Fix the value (0 = a flat latency per collective).")
+    return replace(tier, latency_per_step_s=float(step_us) * 1e-6)
+
+
 def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | None = None) -> ClusterSpec:
     _check_keys(raw, CLUSTER_REQUIRED, CLUSTER_KEYS, where)
     gpus_per_node = raw["gpus_per_node"]
@@ -170,7 +186,7 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         name=str(raw["name"]),
         gpu=gpu,
         gpus_per_node=gpus_per_node,
-        intra_node=_tier(raw, "intra_node", where, *intra_node_defaults(gpu.name, gpus_per_node)),
+        intra_node=_intra_tier(raw, where, gpu.name, gpus_per_node),
         inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
         nics_per_node=int(raw.get("nics_per_node", 0)),
         host_overhead_per_op_s=_number(raw, "host_overhead_per_op_us", where, DEFAULT_HOST_OVERHEAD_US) * 1e-6,
@@ -179,11 +195,21 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
 
 def intra_node_defaults(gpu_name: str, gpus_per_node: int) -> tuple[float, float]:
     """(latency us, bus efficiency) of the intra-node tier when the cluster YAML leaves them out."""
+    latency_us, _, efficiency = _intra_node_row(gpu_name, gpus_per_node)
+    return latency_us, efficiency
+
+
+def intra_node_step_default(gpu_name: str, gpus_per_node: int) -> float:
+    """Latency per ring step (us) of the intra-node tier when the cluster YAML leaves it out."""
+    return _intra_node_row(gpu_name, gpus_per_node)[1]
+
+
+def _intra_node_row(gpu_name: str, gpus_per_node: int) -> tuple[float, float, float]:
     name = gpu_name.lower()
-    for prefix, min_per_node, latency_us, efficiency in INTRA_NODE_DEFAULTS:
+    for prefix, min_per_node, latency_us, step_us, efficiency in INTRA_NODE_DEFAULTS:
         if name.startswith(prefix) and gpus_per_node >= min_per_node:
-            return latency_us, efficiency
-    return DEFAULT_INTRA_LATENCY_US, DEFAULT_INTRA_BUS_EFFICIENCY
+            return latency_us, step_us, efficiency
+    return DEFAULT_INTRA_LATENCY_US, 0.0, DEFAULT_INTRA_BUS_EFFICIENCY
 
 
 def _cluster_gpu(value: Any, where: str) -> HardwareSpec:

@@ -45,6 +45,10 @@ class NetworkTier:
     latency_s: float
     bus_efficiency: float = 0.8
     """Fraction of `bandwidth_bytes_per_s` a large NCCL collective reaches as bus bandwidth (nccl-tests busbw)."""
+    latency_per_step_s: float = 0.0
+    """Intra-node tier only: latency added per ring step of a collective (2(n-1) for all-reduce, n-1 for
+    all-gather / reduce-scatter, 1 for send/recv) on top of `latency_s`, as NCCL's tuning model charges
+    baseLat + nsteps x hwLat (src/graph/tuning.cc). 0 = a flat latency per collective."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,10 @@ def _group_network_bw(op: Op, cluster: ClusterSpec) -> float:
 
 def intra_node_time_s(op: Op, cluster: ClusterSpec) -> float:
     n, nbytes = op.collective.group_size, op.dims["bytes"]  # type: ignore[union-attr]
-    return cluster.intra_node.latency_s + RING_FACTOR[op.op_class](n) * nbytes / _intra_bw(cluster)
+    tier = cluster.intra_node
+    # NCCL's tuning model: baseLat + nsteps x hwLat (src/graph/tuning.cc); the A100 presets fit both to the LUT.
+    latency = tier.latency_s + RING_HOPS[op.op_class](n) * tier.latency_per_step_s
+    return latency + RING_FACTOR[op.op_class](n) * nbytes / _intra_bw(cluster)
 
 
 def inter_node_time_s(op: Op, cluster: ClusterSpec) -> float:

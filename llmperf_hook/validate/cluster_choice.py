@@ -102,7 +102,8 @@ def _close(value: object, target: float) -> bool:
     return isinstance(value, (int, float)) and abs(float(value) - target) <= BANDWIDTH_MATCH_TOLERANCE * target
 
 
-NODE_TOPOLOGY_KEYS = ("intra_node_latency_us", "intra_node_bus_efficiency", "nics_per_node")
+NODE_TOPOLOGY_KEYS = ("intra_node_latency_us", "intra_node_latency_per_step_us", "intra_node_bus_efficiency",
+                      "nics_per_node")
 """Preset values fitted to one node design (GPUs per node, NVSwitch or not): dropped when the row's node differs,
 so the loader's defaults for that GPU generation and node size apply (hardware/load.py INTRA_NODE_DEFAULTS)."""
 

@@ -57,19 +57,34 @@ def test_llmperf_home_hardware_wins_over_shipped(tmp_path: Path, monkeypatch) ->
     assert hw.peak_for("fp8") == 0.5e12
 
 
-@pytest.mark.parametrize("gpu,per_node,latency_s,efficiency", [
-    ("a100-sxm4-80gb", 8, 57e-6, 0.72), ("a100-sxm4-40gb", 4, 20e-6, 0.5), ("h100-sxm5-80gb", 8, 54e-6, 0.99),
-    ("gh200-96gb", 1, 20e-6, 0.8)])
+@pytest.mark.parametrize("gpu,per_node,latency_s,step_s,efficiency", [
+    ("a100-sxm4-80gb", 8, 44e-6, 2.03e-6, 0.72), ("a100-sxm4-40gb", 4, 20e-6, 0.0, 0.5),
+    ("h100-sxm5-80gb", 8, 54e-6, 0.0, 0.99), ("gh200-96gb", 1, 20e-6, 0.0, 0.8)])
 def test_standard_keys_only_get_the_gpu_generations_intra_node_defaults(tmp_path: Path, gpu: str, per_node: int,
-                                                                       latency_s: float, efficiency: float) -> None:
+                                                                       latency_s: float, step_s: float,
+                                                                       efficiency: float) -> None:
     """A held-out cluster YAML with the five standard keys gets the fitted NVLink numbers of its GPU generation."""
     path = tmp_path / "held-out.yaml"
     path.write_text(f"name: held-out\ngpu: {gpu}\ngpus_per_node: {per_node}\nintra_node_bandwidth_GBps: 300\n"
                     "inter_node_bandwidth_GBps: 25\n")
     c = load_cluster(str(path))
     assert c.intra_node.latency_s == pytest.approx(latency_s) and c.intra_node.bus_efficiency == efficiency
+    assert c.intra_node.latency_per_step_s == pytest.approx(step_s)
     assert c.inter_node.bus_efficiency == 0.95
     shipped = load_cluster("dgx-a100" if gpu.startswith("a100") and per_node == 8 else "dgx-h100")
     if (gpu, per_node) in (("a100-sxm4-80gb", 8), ("h100-sxm5-80gb", 8)):
-        assert (c.intra_node.latency_s, c.intra_node.bus_efficiency) == (shipped.intra_node.latency_s,
-                                                                         shipped.intra_node.bus_efficiency)
+        assert (c.intra_node.latency_s, c.intra_node.latency_per_step_s, c.intra_node.bus_efficiency) == (
+            shipped.intra_node.latency_s, shipped.intra_node.latency_per_step_s, shipped.intra_node.bus_efficiency)
+
+
+def test_a_stated_latency_without_a_per_step_part_stays_flat(tmp_path: Path) -> None:
+    path = tmp_path / "own.yaml"
+    base = ("name: own\ngpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_bandwidth_GBps: 300\n"
+            "inter_node_bandwidth_GBps: 25\nintra_node_latency_us: 57\n")
+    path.write_text(base)
+    assert load_cluster(str(path)).intra_node.latency_per_step_s == 0.0
+    path.write_text(base + "intra_node_latency_per_step_us: 3.4\n")
+    assert load_cluster(str(path)).intra_node.latency_per_step_s == pytest.approx(3.4e-6)
+    path.write_text(base + "intra_node_latency_per_step_us: -1\n")
+    with pytest.raises(UsageError, match="intra_node_latency_per_step_us"):
+        load_cluster(str(path))

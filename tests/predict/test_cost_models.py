@@ -123,3 +123,16 @@ def test_a100_40gb_borrows_the_80gb_profile_with_memory_bound_ops_scaled() -> No
     assert find_sibling_profile(load_hardware("h100-sxm5-80gb"), "bf16") is None  # GH200 is not a sibling
     times = dispatch.predict_op_times(type("G", (), {"all_ops": lambda self: [gemm]})(), small, "fp16")
     assert times.predictor_by_class["gemm"].startswith("lightgbm:a100-sxm4-80gb (sibling GPU")
+
+
+def test_intra_node_latency_grows_with_ring_steps_as_in_the_vtrain_lut() -> None:
+    """A100 NVSwitch, vTrain's NCCL LUT at 1 MiB: 44 us on 2 GPUs, 93 us on 8 (2 and 14 ring steps)."""
+    two, eight = (collective_time_s(_coll("allreduce", 2**20, n, n, group="tp"), A100) for n in (2, 8))
+    assert two == pytest.approx(44.2e-6, rel=0.25) and eight == pytest.approx(92.8e-6, rel=0.25)
+    assert eight / two > 1.4  # the LUT: 2.1; a flat latency per collective: 1.06
+    # An all-gather walks half the ring steps of an all-reduce, a send/recv one.
+    gather = collective_time_s(_coll("allgather", 2**10, 8, 8, group="tp"), A100)
+    send = collective_time_s(_coll("p2p", 2**10, 2, 2, group="pp"), A100)
+    step = A100.intra_node.latency_per_step_s
+    assert step > 0 and gather == pytest.approx(A100.intra_node.latency_s + 7 * step, rel=0.01)
+    assert send == pytest.approx(A100.intra_node.latency_s + step, rel=0.01)
