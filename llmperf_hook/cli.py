@@ -8,6 +8,7 @@ prefix forms of `llmperf run -- ...`.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from typing import Sequence
 
@@ -53,8 +54,14 @@ def cli() -> None:
     """Predict how fast (and whether) a Megatron-LM or DeepSpeed training job will run, then launch it."""
 
 
+def _is_launcher_word(word: str) -> bool:
+    """`torchrun`, `/opt/conda/bin/deepspeed`, `python3.11`, `env` (an `env VAR=1 torchrun ...` prefix)."""
+    name = word.rsplit("/", 1)[-1]
+    return name in LAUNCHER_PREFIXES or name == "env" or re.fullmatch(r"python[0-9.]*", name) is not None
+
+
 def _rewrite_prefix(args: list[str]) -> list[str]:
-    if args and args[0] in LAUNCHER_PREFIXES:
+    if args and _is_launcher_word(args[0]) and args[0] not in SUBCOMMANDS:
         return ["run", "--", *args]
     return args
 

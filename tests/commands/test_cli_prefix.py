@@ -1,0 +1,19 @@
+"""`llmperf LAUNCHER ...` is `llmperf run -- LAUNCHER ...` for every spelling of the launcher (issue h17 campaign:
+`llmperf python3.11 -m torch.distributed.run ...` and `llmperf /opt/conda/bin/torchrun ...` were 'No such command')."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmperf_hook.cli import _rewrite_prefix
+
+
+@pytest.mark.parametrize("head", ["torchrun", "deepspeed", "python", "python3", "python3.11", "/opt/conda/bin/torchrun",
+                                  "/usr/bin/python3", "srun", "env"])
+def test_launcher_prefixes(head: str) -> None:
+    assert _rewrite_prefix([head, "x.py"]) == ["run", "--", head, "x.py"]
+
+
+@pytest.mark.parametrize("args", [["predict", "--", "torchrun"], ["explain"], [], ["--help"], ["pythonic"]])
+def test_subcommands_untouched(args: list[str]) -> None:
+    assert _rewrite_prefix(args) == args
