@@ -63,9 +63,35 @@ def _reading(name: str) -> str:
     return f"--{dashed}" if dashed in MEGATRON_OPTION_NAMES else f"--{dashed[3:]} switched off"
 
 
+_BOOL_TEXT = frozenset({"true", "false", "1", "0", "yes", "no"})
+
+
+def switch_values(script_args: Sequence[str]) -> list[str]:
+    """`--bf16 True` / `--bf16=false` on a Megatron switch (store_true): argparse refuses both ('ignored explicit
+    argument', or 'unrecognized arguments: True'), although Hugging Face's parser accepts them."""
+    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+
+    bad: list[str] = []
+    for i, word in enumerate(script_args):
+        name, eq, value = word.partition("=")
+        flag = SCRIPT_FLAGS.get("--" + name.lstrip("-").replace("_", "-")) if word.startswith("--") else None
+        if flag is None or flag.kind not in ("true", "false"):
+            continue
+        nxt = value if eq else (script_args[i + 1] if i + 1 < len(script_args) else "")
+        if nxt.lower() in _BOOL_TEXT and (eq or not nxt.startswith("-")):
+            bad.append(f"{name}{'=' if eq else ' '}{nxt}")
+    return bad
+
+
 def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
     """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
     for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
+    valued = switch_values(script_args) if _is_entry_script(script) else []
+    if valued:
+        raise ConfigError(
+            f"{os.path.basename(script)} would stop at start-up: {', '.join(valued)} gives a value to a Megatron switch "
+            "(argparse store_true: 'ignored explicit argument' / 'unrecognized arguments'). Write the switch alone to turn "
+            "it on, and leave it out to keep it off.")
     unknown = unknown_option_names(script_args)
     respelled = [name for name in unknown if _respelled(name)]
     warnings = [f"{name} is read by llmperf as {_reading(name)}, but Megatron's parser defines no such option and would "

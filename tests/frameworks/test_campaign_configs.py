@@ -121,3 +121,11 @@ def test_megatron_deepspeed_llama_flags() -> None:
         megatron("--normalization", "batchnorm")
     with pytest.raises(ConfigError, match="num-key-value-heads"):
         megatron("--num-key-value-heads", "5")
+
+
+def test_values_given_to_megatron_switches_rejected() -> None:
+    with pytest.raises(ConfigError, match="--bf16 True"):
+        megatron("--bf16", "True")
+    with pytest.raises(ConfigError, match="--sequence-parallel=false"):
+        megatron("--sequence-parallel=false")
+    assert megatron("--bf16", "--use-distributed-optimizer").precision == "bf16"
