@@ -261,6 +261,10 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
     if fields["zero_stage"] == AUTO:
         raise ConfigError(f"{origin} zero_optimization.stage is \"auto\"; DeepSpeed needs 0, 1, 2 or 3.")
+    if fields["offload_optimizer"] != "none" and fields["zero_stage"] == 0:
+        # engine.py builds the ZeRO optimizer (the only one that offloads) only when zero_optimization_stage > 0.
+        warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
+        fields["offload_optimizer"] = "none"
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
         warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")
         fields["offload_param"] = "none"

@@ -139,3 +139,10 @@ def test_hub_tokenizer_vocab() -> None:
     with pytest.raises(ConfigError, match="--vocab-size"):
         megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "someone/unknown-model",
                  base=[w for w in BASE if w != "GPT2BPETokenizer" and w != "--tokenizer-type"])
+
+
+def test_offload_optimizer_ignored_at_stage_0() -> None:
+    ds = parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}, "ds.json")
+    assert ds.offload_optimizer == "none" and any("stage 0" in w for w in ds.warnings)
+    assert parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},
+                           "ds.json").offload_optimizer == "cpu"
