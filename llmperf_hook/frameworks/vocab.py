@@ -17,16 +17,6 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.provenance import Source, SourceKind
 
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257}
-# len(tokenizer) of public Hugging Face hub tokenizers (what Megatron's HuggingFaceTokenizer reports after it
-# downloads them): Llama-3 128,000 BPE tokens + 256 reserved special tokens; Llama-2 / Mistral SentencePiece 32,000.
-_LLAMA3 = ("Meta-Llama-3-8B", "Meta-Llama-3-70B", "Meta-Llama-3-8B-Instruct", "Meta-Llama-3-70B-Instruct", "Llama-3.1-8B",
-           "Llama-3.1-70B", "Llama-3.1-405B", "Llama-3.1-8B-Instruct", "Llama-3.1-70B-Instruct", "Llama-3.1-405B-Instruct",
-           "Meta-Llama-3.1-8B", "Meta-Llama-3.1-70B", "Meta-Llama-3.1-405B")
-_LLAMA2 = ("Llama-2-7b-hf", "Llama-2-13b-hf", "Llama-2-70b-hf", "Llama-2-7b-chat-hf", "Llama-2-13b-chat-hf", "Llama-2-70b-chat-hf")
-HUB_TOKENIZER_VOCAB = {
-    **{f"meta-llama/{name}": 128256 for name in _LLAMA3}, **{f"meta-llama/{name}": 32000 for name in _LLAMA2},
-    "mistralai/Mixtral-8x7B-v0.1": 32000, "mistralai/Mixtral-8x7B-Instruct-v0.1": 32000, "mistralai/Mistral-7B-v0.1": 32000,
-}
 
 
 def pad_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -133,8 +123,6 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         found = vocab_from_hf_dir(tokenizer_model)
         if found is not None:
             return found
-    if tokenizer_model in HUB_TOKENIZER_VOCAB and not os.path.exists(tokenizer_model):
-        return HUB_TOKENIZER_VOCAB[tokenizer_model], Source(SourceKind.DERIVED, f"len(tokenizer) of the hub tokenizer {tokenizer_model}")
     raise ConfigError(
         f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with --tokenizer-model "
         f"{tokenizer_model or '(none)'} is not a tokenizer llmperf can size without loading it (a local Hugging Face "

@@ -131,16 +131,6 @@ def test_values_given_to_megatron_switches_rejected() -> None:
     assert megatron("--bf16", "--use-distributed-optimizer").precision == "bf16"
 
 
-def test_hub_tokenizer_vocab() -> None:
-    # HuggingFaceTokenizer with a public hub id: Megatron downloads it; its len(tokenizer) is fixed and public.
-    cfg = megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "meta-llama/Meta-Llama-3-8B",
-                   base=[w for w in BASE if w != "GPT2BPETokenizer" and w != "--tokenizer-type"])
-    assert (cfg.model.vocab_size, cfg.model.padded_vocab_size) == (128256, 128256)
-    with pytest.raises(ConfigError, match="--vocab-size"):
-        megatron("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "someone/unknown-model",
-                 base=[w for w in BASE if w != "GPT2BPETokenizer" and w != "--tokenizer-type"])
-
-
 def test_offload_optimizer_ignored_at_stage_0() -> None:
     ds = parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}, "ds.json")
     assert ds.offload_optimizer == "none" and any("stage 0" in w for w in ds.warnings)
