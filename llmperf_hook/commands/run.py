@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 import click
@@ -56,6 +57,7 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
       llmperf torchrun ...          (same as llmperf run -- torchrun ...)
     """
     argv = launch_argv(launch, "run")
+    check_instrument_options(argv, instrument, profile_ops, stop_after, run_dir)
     env = dict(os.environ)
     gated = max_step_time is not None or require_fit
     pred, problem = predict_or_explain(argv, env, cluster, hardware, overrides(nnodes, nproc_per_node, model))
@@ -69,7 +71,7 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
         _print_prediction(pred, fmt, err=out_err)
         check_gates(pred, max_step_time, require_fit)
     if dry_run:
-        _print_dry_run(argv, pred, fmt)
+        _print_dry_run(argv, pred, fmt, instrument, run_dir)
         return
     if instrument is not None:
         # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, which turns Exit into a
@@ -128,14 +130,47 @@ def _print_prediction(pred: Any, fmt: str, err: bool) -> None:
     click.echo(render(pred, fmt), err=err)
 
 
-def _print_dry_run(argv: list[str], pred: Any, fmt: str) -> None:
+def check_instrument_options(argv: list[str], instrument: int | None, profile_ops: int, stop_after: int | None,
+                             run_dir: str | None) -> None:
+    """The hook's options only mean something with --instrument: refuse them alone (they were silently ignored and the
+    job ran uninstrumented), and check their ranges before anything is predicted or launched."""
+    given = [name for name, value in (("--profile-ops", profile_ops or None), ("--stop-after", stop_after),
+                                      ("--run-dir", run_dir)) if value is not None]
+    if instrument is None:
+        if given:
+            raise UsageError(f"{', '.join(given)} only work with --instrument N (the hook that records the first N steps); "
+                             "add --instrument N, or drop them.")
+        return
+    from llmperf_hook.instrument.session import _check_arguments
+
+    _check_arguments(argv, instrument, profile_ops, stop_after)
+
+
+def _instrument_plan(instrument: int | None, run_dir: str | None) -> dict[str, str] | None:
+    """What an instrumented launch adds to the environment (nothing is created by a dry run)."""
+    if instrument is None:
+        return None
+    where = str(Path(run_dir).expanduser().resolve()) if run_dir else str(Path("llmperf-runs").resolve() / "<job id>")
+    return {"PYTHONPATH": f"{where}/jobs/<job id>/hook" + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+            "LLMPERF_RUN_DIR": where}
+
+
+def _print_dry_run(argv: list[str], pred: Any, fmt: str, instrument: int | None = None, run_dir: str | None = None) -> None:
     read = dict(pred.job.env) if pred is not None else {}
+    added = _instrument_plan(instrument, run_dir)
     if fmt == "json":
         click.echo(json.dumps({"dry_run": True, "command": argv, "environment": read,
-                               "environment_inherited": True}))
+                               "environment_inherited": True, "environment_added": added or {}}))
         return
-    click.echo("\ndry run: would exec (argument list, environment inherited unchanged from this shell):")
-    click.echo(f"  {shlex.join(argv)}")
+    if added:
+        click.echo(f"\ndry run: would launch and wait (argument list, this shell's environment plus the hook's "
+                   f"variables below), recording the first {instrument} steps of every rank:")
+        click.echo(f"  {shlex.join(argv)}")
+        for key, value in added.items():
+            click.echo(f"  + {key}={value}")
+    else:
+        click.echo("\ndry run: would exec (argument list, environment inherited unchanged from this shell):")
+        click.echo(f"  {shlex.join(argv)}")
     if read:
         click.echo("environment variables the launch reads:")
         for key, value in sorted(read.items()):

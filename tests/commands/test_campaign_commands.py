@@ -49,3 +49,22 @@ def test_refine_on_run_dir_without_job_records(tmp_path: Path, lines: list[str],
     out = CliRunner().invoke(refine_command, [str(run)])
     assert getattr(out.exception, "exit_code", None) == 2 and "nothing to refine" in str(out.exception)
     assert not (tmp_path / "home" / "store.sqlite").exists()
+
+
+def test_run_hook_options_need_instrument(tmp_path: Path) -> None:
+    from llmperf_hook.commands.run import command as run_command
+
+    alone = CliRunner().invoke(run_command, ["--profile-ops", "2", "--dry-run", "--", "python", "train.py"])
+    assert getattr(alone.exception, "exit_code", None) == 2 and "--instrument" in str(alone.exception)
+    zero = CliRunner().invoke(run_command, ["--instrument", "0", "--dry-run", "--", "python", "train.py"])
+    assert getattr(zero.exception, "exit_code", None) == 2
+
+
+def test_run_dry_run_with_instrument_shows_the_hook_environment(tmp_path: Path) -> None:
+    from llmperf_hook.commands.run import command as run_command
+
+    out = CliRunner().invoke(run_command, ["--instrument", "3", "--dry-run", "--format", "json", "--run-dir",
+                                           str(tmp_path / "runs"), "--", "python", "train.py"])
+    added = json.loads(out.output.strip().splitlines()[-1])["environment_added"]
+    assert added["LLMPERF_RUN_DIR"] == str(tmp_path / "runs") and "/hook" in added["PYTHONPATH"]
+    assert not (tmp_path / "runs").exists()  # a dry run creates nothing
