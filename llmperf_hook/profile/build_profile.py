@@ -4,7 +4,8 @@ One regressor per (op class, direction) over the contract dims, trained on every
 one GEMM regressor from all five linear files), target log(time / (roofline + floor)). The recipe, every
 choice made on an inner split of the training rows only (never on a test split):
 - floor: 0, half the fastest sample, or the fitted intercept of t = a * roofline + b (intercept_floor_s);
-- loss: L1 or L2 on the log ratio; then whether a linear baseline under the trees helps (fit.fit_linear_baseline);
+- loss: L1 or L2 on the log ratio; then whether a linear baseline under the trees helps (fit.fit_linear_baseline),
+  then whether linear leaves (LightGBM linear trees, L2) do, then (from LARGE_SET_ROWS) 31 leaves per tree;
 - optional dims (features.OPTIONAL_DIMS) are trained both known and UNKNOWN (with_unknown_rows);
 - the saved model averages 5 boosters when fewer than 2,000 rows train it (fit.BAG_BELOW_ROWS).
 The held-out error stored in the metadata comes from a separate fit on 80 % of the samples; the saved model
@@ -20,7 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from llmperf_hook.profile.features import OPTIONAL_FEATURES, UNKNOWN, RooflineConstants, build_features, schema_hash
-from llmperf_hook.profile.fit import FittedRegressor, Loss, fit_regressor
+from llmperf_hook.profile.fit import MORE_LEAVES, NUM_LEAVES, FittedRegressor, Loss, fit_regressor
 from llmperf_hook.profile.profile_io import ModelEntry
 
 
@@ -87,40 +88,57 @@ def intercept_floor_s(t: np.ndarray, roof: np.ndarray) -> float:
     return float(np.clip(b / a, 0.0, 0.95 * t.min())) if a > 0 else 0.0
 
 
+Choice = tuple[float, Loss, bool, bool, int]
+"""(floor_s, loss, linear baseline, linear leaves, leaves per tree) of fit_with_floor's search."""
+LARGE_SET_ROWS = 1000
+"""Training sets from this size (validated on one 20 % split) also try fit.MORE_LEAVES per tree."""
+
+
 def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str = "lightgbm",
                    seed: int = 0, unknown_cols: Sequence[int] = ()) -> tuple[FittedRegressor, float]:
     """Fit log(t / (roof + floor)); the floor (FLOOR_FRACTIONS of the fastest sample, or the fitted intercept)
     and the loss (LOSSES) are chosen by cross-validation inside (x, t) only (3 folds below 1,000 samples, one
     20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM backward) is then part of the
-    normaliser instead of a slope the trees would have to approximate leaf by leaf. `unknown_cols`: features
-    of optional dims, trained known and UNKNOWN (with_unknown_rows)."""
+    normaliser instead of a slope the trees would have to approximate leaf by leaf. Then a linear baseline and
+    linear leaves are each kept if they lower the same cross-validated error. `unknown_cols`: features of
+    optional dims, trained known and UNKNOWN (with_unknown_rows)."""
     floors = sorted({f * float(t.min()) for f in FLOOR_FRACTIONS} | {intercept_floor_s(t, roof)})
-    best: tuple[float, Loss, bool] = (floors[0], LOSSES[0], False)
+    best: Choice = (floors[0], LOSSES[0], False, False, NUM_LEAVES)
     if len(t) >= 30:
         perm = np.random.default_rng(seed + 101).permutation(len(t))
-        folds = np.array_split(perm, 3) if len(t) < 1000 else [perm[: len(t) // 5]]
+        folds = np.array_split(perm, 3) if len(t) < LARGE_SET_ROWS else [perm[: len(t) // 5]]
 
-        def cv(floor: float, loss: Loss, base: bool) -> float:
-            return float(np.mean([_fold_error(x, t, roof, (floor, loss, base), val, prefer, unknown_cols)
-                                  for val in folds]))
+        def cv(choice: Choice) -> float:
+            return float(np.mean([_fold_error(x, t, roof, choice, val, prefer, unknown_cols) for val in folds]))
 
-        grid = [(floor, loss, False) for loss in LOSSES for floor in floors]
-        errors = [cv(*g) for g in grid]
-        best = grid[int(np.argmin(errors))]
-        # The linear baseline is then tried with the chosen floor and loss only (one more CV, not a grid).
-        if cv(best[0], best[1], True) < min(errors):
-            best = (best[0], best[1], True)
+        grid: list[Choice] = [(floor, loss, False, False, NUM_LEAVES) for loss in LOSSES for floor in floors]
+        errors = [cv(g) for g in grid]
+        best, best_error = grid[int(np.argmin(errors))], min(errors)
+        # The linear baseline, then linear leaves, then (large sets) bigger trees are tried on top of the choice
+        # so far: one more CV each, not a grid. Linear leaves and leaf counts are LightGBM's (not the fallback's).
+        candidates = [lambda b: (b[0], b[1], True, False, b[4])]
+        if prefer != "sklearn":
+            candidates.append(lambda b: (b[0], "l2", b[2], True, b[4]))
+            if len(t) >= LARGE_SET_ROWS:
+                candidates.append(lambda b: (*b[:4], MORE_LEAVES))
+        for make in candidates:
+            choice = make(best)
+            error = cv(choice)
+            if error < best_error:
+                best, best_error = choice, error
     xa, ya = with_unknown_rows(x, np.log(t / (roof + best[0])), unknown_cols)
-    return fit_regressor(xa, ya, prefer, best[1], bagged=True, baseline=best[2], skip_cols=unknown_cols), best[0]
+    return fit_regressor(xa, ya, prefer, best[1], bagged=True, baseline=best[2], skip_cols=unknown_cols,
+                         linear=best[3], leaves=best[4]), best[0]
 
 
-def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: tuple[float, Loss, bool], val: np.ndarray,
+def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: Choice, val: np.ndarray,
                 prefer: str, unknown_cols: Sequence[int] = ()) -> float:
-    floor, loss, base = choice
+    floor, loss, base, linear, leaves = choice
     train = np.setdiff1d(np.arange(len(t)), val)
     y = np.log(t / (roof + floor))
     xa, ya = with_unknown_rows(x[train], y[train], unknown_cols)
-    return _mape(fit_regressor(xa, ya, prefer, loss, baseline=base, skip_cols=unknown_cols).predict(x[val]), y[val])
+    reg = fit_regressor(xa, ya, prefer, loss, baseline=base, skip_cols=unknown_cols, linear=linear, leaves=leaves)
+    return _mape(reg.predict(x[val]), y[val])
 
 
 def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray) -> np.ndarray:
@@ -128,7 +146,8 @@ def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof
 
 
 def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,
-                 loss: Loss = "l1", baseline: bool = False) -> float | None:
+                 loss: Loss = "l1", baseline: bool = False, linear: bool = False,
+                 leaves: int = NUM_LEAVES) -> float | None:
     """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor, loss and baseline the full fit chose)."""
     x, y, names, roof = training_xy(s, rc)
     if len(y) < 10:
@@ -138,7 +157,8 @@ def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float 
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
     cols = unknown_columns(names)
     xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), cols)
-    reg = fit_regressor(xa, ya, prefer, loss, bagged=True, baseline=baseline, skip_cols=cols)
+    reg = fit_regressor(xa, ya, prefer, loss, bagged=True, baseline=baseline, skip_cols=cols, linear=linear,
+                        leaves=leaves)
     return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
 
 
@@ -152,7 +172,8 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         model_format=reg.model_format,
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
         train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
-        holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None)
+        holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None,
+                                  linear=reg.linear_leaves, leaves=reg.num_leaves)
         if with_holdout else None, floor_s=floor,
         baseline=reg.baseline)
     return entry, reg.text

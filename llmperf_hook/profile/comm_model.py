@@ -63,9 +63,10 @@ class LayoutFit:
     num_samples: int
     dropped_outliers: int = 0
     fit_mape: float = 0.0
-    """Mean absolute percentage error of the fit over all plausible samples of the layout."""
+    """Mean absolute percentage error of the fit over the samples it was fitted from (plausible, undisturbed)."""
     plausible_fraction: float = 1.0
-    """Share of the layout's samples that were physically possible (the rest were dropped as corrupt)."""
+    """Share of the layout's samples that were physically possible and undisturbed (comm_fit.plausible,
+    comm_fit.disturbed); the rest were dropped as corrupt."""
 
     @property
     def group_size(self) -> int:

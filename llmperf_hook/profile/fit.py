@@ -40,6 +40,10 @@ class FittedRegressor:
     """The loss it was fitted with (recorded so a hold-out refit uses the same one)."""
     baseline: LinearBaseline | None = None
     """Linear term the trees were fitted on top of (None: trees alone)."""
+    linear_leaves: bool = False
+    """LightGBM linear trees: a ridge model of the features on its path in every leaf (fit_regressor)."""
+    num_leaves: int = 15
+    """Leaves per tree it was fitted with (NUM_LEAVES, or MORE_LEAVES where an inner split chose them)."""
 
     def ensemble(self) -> TreeEnsemble:
         if self.model_format == "lightgbm-text":
@@ -75,15 +79,31 @@ def fit_linear_baseline(x: np.ndarray, y: np.ndarray, skip_cols: Sequence[int] =
     return LinearBaseline(tuple(float(w) for w in weights), intercept, float(fitted.min()), float(fitted.max()))
 
 
-def _lgb_params(num_rows: int, loss: Loss = "l1") -> dict:
+NUM_LEAVES = 15
+"""Leaves per tree: small trees keep profiles small."""
+MORE_LEAVES = 31
+"""The alternative build_profile.fit_with_floor tries on large training sets, kept where its inner split says
+(A100 GEMM forward at 25 % of the samples: 3.22 -> 3.16 % inner error; flash attention 7.18 -> 7.31 %, so not
+there)."""
+LINEAR_LAMBDA = 0.1
+"""Ridge penalty of the linear-tree leaf models (LightGBM `linear_lambda`)."""
+
+
+def _lgb_params(num_rows: int, loss: Loss = "l1", linear: bool = False, leaves: int = NUM_LEAVES) -> dict:
     # L1 in log space predicts the median efficiency: robust to the clock-throttled repeats in GPU samples
     # (identical shapes measured 20-24 % apart), which an L2 fit would chase. Small trees keep profiles small.
-    return {
-        "objective": _LGB_OBJECTIVE[loss], "learning_rate": 0.1, "num_leaves": 15,
+    # Linear leaves need the L2 objective (LightGBM fits their ridge models by least squares).
+    params = {
+        "objective": _LGB_OBJECTIVE["l2" if linear else loss], "learning_rate": 0.1, "num_leaves": leaves,
         "min_data_in_leaf": int(np.clip(num_rows // 100, 2, 5)), "feature_fraction": 0.9, "bagging_fraction": 0.9,
         "bagging_freq": 1, "min_data_in_bin": 1, "max_bin": 511, "verbose": -1, "num_threads": 1, "seed": 7,
         "deterministic": True,
     }
+    return {**params, "linear_tree": True, "linear_lambda": LINEAR_LAMBDA} if linear else params
+
+
+def _dataset_params(linear: bool) -> dict:
+    return {"min_data_in_bin": 1, "max_bin": 511, "verbose": -1, **({"linear_tree": True} if linear else {})}
 
 
 def num_rounds(num_rows: int) -> int:
@@ -94,30 +114,37 @@ def num_rounds(num_rows: int) -> int:
 
 
 def fit_regressor(x: np.ndarray, y: np.ndarray, prefer: str = "lightgbm", loss: Loss = "l1",
-                  bagged: bool = False, baseline: bool = False, skip_cols: Sequence[int] = ()) -> FittedRegressor:
+                  bagged: bool = False, baseline: bool = False, skip_cols: Sequence[int] = (),
+                  linear: bool = False, leaves: int = NUM_LEAVES) -> FittedRegressor:
     """Fit y (log time ratio) on feature matrix x; LightGBM unless unavailable or `prefer="sklearn"`.
     `bagged=True` (profile fits) averages NUM_BAGGED boosters on a small set; False fits one (the inner
     cross-validation's quick proxy, the sampler's bootstrap members). `baseline=True`: the trees fit what a
-    linear baseline over the features outside `skip_cols` leaves (fit_linear_baseline)."""
+    linear baseline over the features outside `skip_cols` leaves (fit_linear_baseline). `linear=True`:
+    LightGBM linear trees (a hinge such as the GH200 embedding forward, linear in the tokens until the time
+    of the table's size takes over, is one split and two slopes instead of a staircase); L2 objective;
+    ignored by the scikit-learn fallback. `leaves`: leaves per tree (LightGBM)."""
     if baseline:
         base = fit_linear_baseline(x, y, skip_cols)
-        reg = fit_regressor(x, y - base.predict(x), prefer, loss, bagged)
-        return FittedRegressor(reg.model_format, reg.text, reg.num_trees, reg.loss, base)
-    return _fit_trees(x, y, prefer, loss, bagged)
+        reg = fit_regressor(x, y - base.predict(x), prefer, loss, bagged, linear=linear, leaves=leaves)
+        return FittedRegressor(reg.model_format, reg.text, reg.num_trees, reg.loss, base, reg.linear_leaves,
+                               reg.num_leaves)
+    return _fit_trees(x, y, prefer, loss, bagged, linear, leaves)
 
 
-def _fit_trees(x: np.ndarray, y: np.ndarray, prefer: str, loss: Loss, bagged: bool) -> FittedRegressor:
+def _fit_trees(x: np.ndarray, y: np.ndarray, prefer: str, loss: Loss, bagged: bool,
+               linear: bool = False, leaves: int = NUM_LEAVES) -> FittedRegressor:
     if prefer == "lightgbm":
         try:
             import lightgbm  # noqa: F401
         except ImportError:
             prefer = "sklearn"
     if prefer == "lightgbm":
-        return _fit_lightgbm(x, y, loss, num_boosters(len(y)) if bagged else 1)
+        return _fit_lightgbm(x, y, loss, num_boosters(len(y)) if bagged else 1, linear, leaves)
     return _fit_sklearn(x, y, loss)
 
 
-def _early_stopped_rounds(x: np.ndarray, y: np.ndarray, loss: Loss) -> int:
+def _early_stopped_rounds(x: np.ndarray, y: np.ndarray, loss: Loss, linear: bool = False,
+                          leaves: int = NUM_LEAVES) -> int:
     """Rounds at which the L1 error on a 15 % validation split stops improving (keeps easy classes small)."""
     import lightgbm as lgb
 
@@ -125,10 +152,10 @@ def _early_stopped_rounds(x: np.ndarray, y: np.ndarray, loss: Loss) -> int:
         return num_rounds(len(y))
     perm = np.random.default_rng(11).permutation(len(y))
     val, tr = perm[: len(y) * 15 // 100], perm[len(y) * 15 // 100:]
-    ds = {"min_data_in_bin": 1, "max_bin": 511, "verbose": -1}
+    ds = _dataset_params(linear)
     train_set = lgb.Dataset(x[tr], y[tr], params=ds)
     valid_set = lgb.Dataset(x[val], y[val], params=ds, reference=train_set)
-    booster = lgb.train(_lgb_params(len(tr), loss), train_set, num_boost_round=num_rounds(len(y)),
+    booster = lgb.train(_lgb_params(len(tr), loss, linear, leaves), train_set, num_boost_round=num_rounds(len(y)),
                         valid_sets=[valid_set], callbacks=[lgb.early_stopping(15, verbose=False)])
     return int(np.clip(booster.best_iteration or num_rounds(len(y)), 20, num_rounds(len(y))))
 
@@ -143,17 +170,20 @@ def num_boosters(num_rows: int) -> int:
     return NUM_BAGGED if num_rows < BAG_BELOW_ROWS else 1
 
 
-def _fit_lightgbm(x: np.ndarray, y: np.ndarray, loss: Loss, num_models: int) -> FittedRegressor:
+def _fit_lightgbm(x: np.ndarray, y: np.ndarray, loss: Loss, num_models: int, linear: bool = False,
+                  leaves: int = NUM_LEAVES) -> FittedRegressor:
     import lightgbm as lgb
 
-    rounds = _early_stopped_rounds(x, y, loss)
+    rounds = _early_stopped_rounds(x, y, loss, linear, leaves)
     texts, num_trees = [], 0
     for k in range(num_models):
-        data = lgb.Dataset(x, y, params={"min_data_in_bin": 1, "max_bin": 511, "verbose": -1})
-        booster = lgb.train({**_lgb_params(len(y), loss), "seed": 7 + k}, data, num_boost_round=rounds)
+        data = lgb.Dataset(x, y, params=_dataset_params(linear))
+        booster = lgb.train({**_lgb_params(len(y), loss, linear, leaves), "seed": 7 + k}, data,
+                            num_boost_round=rounds)
         texts.append(compact_lightgbm_text(booster.model_to_string()))
         num_trees += booster.num_trees()
-    return FittedRegressor("lightgbm-text", merge_lightgbm_texts(texts), num_trees, loss)
+    return FittedRegressor("lightgbm-text", merge_lightgbm_texts(texts), num_trees, "l2" if linear else loss,
+                           linear_leaves=linear, num_leaves=leaves)
 
 
 def merge_lightgbm_texts(texts: list[str]) -> str:
@@ -169,13 +199,22 @@ def merge_lightgbm_texts(texts: list[str]) -> str:
             lines = block.strip("\n").splitlines()
             if not lines:
                 continue
-            lines = [f"Tree={len(blocks)}" if ln.startswith("Tree=") else
-                     _round_line("leaf_value=" + " ".join(repr(float(v) / len(texts)) for v in ln[11:].split()))
-                     if ln.startswith("leaf_value=") else ln for ln in lines]
+            lines = [f"Tree={len(blocks)}" if ln.startswith("Tree=") else _scaled(ln, len(texts)) for ln in lines]
             blocks.append("\n".join(lines) + "\n\n\n")
     sizes = " ".join(str(len(b.encode())) for b in blocks)
     head_lines = [f"tree_sizes={sizes}" if ln.startswith("tree_sizes=") else ln for ln in head.splitlines()]
     return "\n".join(head_lines) + "\n\n" + "".join(blocks) + "end of trees\n"
+
+
+_SCALED_KEYS = ("leaf_value=", "leaf_const=", "leaf_coeff=")
+"""Lines of a tree that are summed into the prediction: divided by the number of averaged models."""
+
+
+def _scaled(line: str, num_models: int) -> str:
+    for key in _SCALED_KEYS:
+        if line.startswith(key):
+            return _round_line(key + " ".join(repr(float(v) / num_models) for v in line[len(key):].split()))
+    return line
 
 
 def compact_lightgbm_text(text: str) -> str:
@@ -196,7 +235,10 @@ def _round_line(line: str) -> str:
     # 7 significant digits of a threshold on log2 sizes move it by < 1e-6 (a shape 0.0001 % larger may take the
     # neighbouring leaf); 5 digits of a log-ratio leaf are 1e-5 relative in time. Halves the file size; the
     # benchmark measures the rounded models.
-    for key, fmt in (("threshold=", "{:.7g}"), ("leaf_value=", "{:.5g}")):
+    # Linear-leaf constants and coefficients get the leaf values' 5 digits too: the leaf's log-ratio moves by
+    # about 1e-4 (0.01 % in time).
+    for key, fmt in (("threshold=", "{:.7g}"), ("leaf_value=", "{:.5g}"), ("leaf_const=", "{:.5g}"),
+                     ("leaf_coeff=", "{:.5g}")):
         if line.startswith(key):
             return key + " ".join(fmt.format(float(v)) for v in line[len(key):].split())
     return line

@@ -6,6 +6,11 @@ Two stored forms, one evaluator:
   default-left / right child; otherwise `x <= threshold` goes left; negative child = ~leaf index).
 - scikit-learn gradient boosting exported as JSON arrays (fallback when lightgbm is missing): `x <= threshold`
   goes left with x cast to float32, as sklearn's trees compare.
+LightGBM linear trees (`linear_tree=True`, `is_linear=1` blocks) answer leaf_const + coefficients . features in
+each leaf (LightGBM `Tree::Predict`), and the plain leaf value where one of those features is NaN. Unlike
+LightGBM, the features of that linear term are first clipped to the range they spanned in training (the
+header's `feature_infos`): identical inside it, and outside a linear leaf stays at its edge value like a constant
+leaf instead of extending its slope (the roofline normaliser carries the scaling there).
 
 All trees are packed into flat arrays and walked together: one numpy step per depth level, for every shape and
 every tree at once, so a whole graph's ops of one class cost a few milliseconds.
@@ -59,6 +64,15 @@ class TreeEnsemble:
     cast_float32: bool = False
     """sklearn trees compare float32 inputs."""
     max_depth: int = 64
+    leaf_const: np.ndarray | None = None
+    """Linear trees: per global leaf, the constant of its linear model (None: constant leaves only)."""
+    coef_feature: np.ndarray | None = None
+    """Linear trees: [leaves, k] feature index of each coefficient (-1 pads a leaf with fewer than k)."""
+    coef_value: np.ndarray | None = None
+    """Linear trees: [leaves, k] coefficients (already scaled by the shrinkage, as LightGBM stores them)."""
+    feature_low: np.ndarray | None = None
+    """Linear trees: per feature, the smallest training value (the linear term's inputs are clipped to it)."""
+    feature_high: np.ndarray | None = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Sum of leaf values (+ base score) per row; repeated rows are evaluated once, in chunks."""
@@ -70,7 +84,9 @@ class TreeEnsemble:
         if x.shape[0] == 0:
             return np.zeros(0)
         uniq, inverse = np.unique(x, axis=0, return_inverse=True)
-        out = np.concatenate([self._walk(uniq[i:i + _CHUNK]) for i in range(0, uniq.shape[0], _CHUNK)])
+        chunk = _CHUNK if self.coef_value is None else \
+            max(16, _CHUNK * 8 // max(1, self.roots.size * self.coef_value.shape[1] // 64))
+        out = np.concatenate([self._walk(uniq[i:i + chunk]) for i in range(0, uniq.shape[0], chunk)])
         return out[inverse.reshape(-1)]
 
     def _walk(self, x: np.ndarray) -> np.ndarray:
@@ -85,7 +101,16 @@ class TreeEnsemble:
             node = np.where(inner, self._step(idx, fval), node)
         if (node >= 0).any():
             raise ProfileError("tree ensemble is malformed (a path is deeper than its declared depth or cyclic)")
-        return self.base_score + self.leaf_value[-node - 1].sum(axis=1)
+        leaf = -node - 1
+        if self.leaf_const is None:
+            return self.base_score + self.leaf_value[leaf].sum(axis=1)
+        # [rows, trees, k] feature values of each reached leaf's coefficients.
+        feat = self.coef_feature[leaf]
+        xc = x if self.feature_low is None else np.clip(x, self.feature_low, self.feature_high)
+        vals = np.where(feat >= 0, xc[rows[:, :, None], np.maximum(feat, 0)], 0.0)
+        linear = self.leaf_const[leaf] + (np.nan_to_num(vals) * self.coef_value[leaf]).sum(axis=2)
+        nan = np.isnan(vals).any(axis=2)
+        return self.base_score + np.where(nan, self.leaf_value[leaf], linear).sum(axis=1)
 
     def _step(self, idx: np.ndarray, fval: np.ndarray) -> np.ndarray:
         mt = self.missing_type[idx]
@@ -171,13 +196,32 @@ def parse_lightgbm_text(text: str) -> TreeEnsemble:
         if any(int(t.get("num_cat", "0")) != 0 for t in trees):
             raise ProfileError("LightGBM model uses categorical splits, which profiles never contain")
         ens = _pack_lightgbm(trees, int(header["max_feature_idx"]) + 1)
+        if ens.leaf_const is not None:
+            low, high = _feature_ranges(header.get("feature_infos", ""), ens.num_features)
+            ens = TreeEnsemble(**{**ens.__dict__, "feature_low": low, "feature_high": high})
     except ProfileError:
         raise
     except (KeyError, ValueError, IndexError) as err:
         raise ProfileError(f"LightGBM model text is corrupted ({type(err).__name__}: {err})") from err
     if average:
-        return TreeEnsemble(**{**ens.__dict__, "leaf_value": ens.leaf_value / len(trees)})
+        scaled = {k: getattr(ens, k) / len(trees) for k in ("leaf_value", "leaf_const", "coef_value")
+                  if getattr(ens, k) is not None}
+        return TreeEnsemble(**{**ens.__dict__, **scaled})
     return ens
+
+
+def _feature_ranges(infos: str, num_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature [min:max] of the training data from LightGBM's `feature_infos` ("none": a constant or unused
+    feature, left unclipped)."""
+    low, high = np.full(num_features, -np.inf), np.full(num_features, np.inf)
+    items = infos.split()
+    if len(items) != num_features:
+        raise ProfileError(f"LightGBM linear-tree model has {len(items)} feature ranges for {num_features} features")
+    for i, item in enumerate(items):
+        if item.startswith("[") and item.endswith("]"):
+            lo, _, hi = item[1:-1].partition(":")
+            low[i], high[i] = float(lo), float(hi)
+    return low, high
 
 
 def _column(trees: list[dict[str, str]], key: str, dtype: type) -> np.ndarray:
@@ -203,10 +247,34 @@ def _pack_lightgbm(trees: list[dict[str, str]], num_features: int) -> TreeEnsemb
         feature, threshold = _column(trees, "split_feature", np.int64), _column(trees, "threshold", np.float64)
         left, right = fix(_column(trees, "left_child", np.int64)), fix(_column(trees, "right_child", np.int64))
         default_left, missing_type = (dt & 2).astype(bool), (dt >> 2) & 3
+    leaf_value = _column(trees, "leaf_value", np.float64)
     return TreeEnsemble(feature=feature, threshold=threshold, left=left, right=right, default_left=default_left,
-                        missing_type=missing_type, leaf_value=_column(trees, "leaf_value", np.float64),
+                        missing_type=missing_type, leaf_value=leaf_value,
                         roots=roots.astype(np.int64), num_features=num_features, base_score=0.0, cast_float32=False,
-                        max_depth=int(inner.max()))
+                        max_depth=int(inner.max()), **_linear_leaves(trees, leaf_value, num_features))
+
+
+def _linear_leaves(trees: list[dict[str, str]], leaf_value: np.ndarray, num_features: int) -> dict:
+    """leaf_const / coef_feature / coef_value of linear trees ({} when no tree is linear); a constant tree's
+    leaves become linear models without coefficients."""
+    if not any(t.get("is_linear", "0") == "1" for t in trees):
+        return {}
+    const = np.concatenate([_floats(t["leaf_const"]) if t.get("is_linear", "0") == "1" else
+                            _floats(t["leaf_value"]) for t in trees])
+    counts = np.concatenate([_ints(t["num_features"]) if t.get("is_linear", "0") == "1" else
+                             [0] * len(t["leaf_value"].split()) for t in trees]).astype(np.int64)
+    feats = np.array(" ".join(t.get("leaf_features", "") for t in trees if t.get("is_linear", "0") == "1").split(),
+                     dtype=np.int64)
+    coefs = _column([t for t in trees if t.get("is_linear", "0") == "1"], "leaf_coeff", np.float64)
+    if not (const.size == counts.size == leaf_value.size and feats.size == coefs.size == counts.sum()) \
+            or (feats.size and (feats.min() < 0 or feats.max() >= num_features)):
+        raise ProfileError("LightGBM linear-tree leaves are inconsistent (counts, features or coefficients)")
+    k = max(1, int(counts.max(initial=0)))
+    row = np.repeat(np.arange(counts.size), counts)
+    col = np.arange(feats.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    coef_feature, coef_value = np.full((counts.size, k), -1, np.int64), np.zeros((counts.size, k))
+    coef_feature[row, col], coef_value[row, col] = feats, coefs
+    return {"leaf_const": const, "coef_feature": coef_feature, "coef_value": coef_value}
 
 
 def parse_sklearn_json(model: dict) -> TreeEnsemble:

@@ -90,3 +90,33 @@ def test_groups_sharing_the_nics_slow_each_other_down_across_nodes_only(tmp_path
     intra = [Op("b", "allreduce", "step", {"bytes": 1e9}, collective=Collective("tp", 2, 2, g)) for g in (1, 2)]
     t1, t2 = comm.predict_s(intra, None)
     assert t1 == t2
+
+
+def test_disturbed_rows_are_the_ones_slower_than_larger_messages_and_leave_the_fit() -> None:
+    from llmperf_hook.profile.comm_fit import disturbed
+
+    rng = np.random.default_rng(1)
+    nbytes = np.geomspace(1e7, 1e9, 400)
+    t = (30e-6 + ring_factor("allreduce", 4) * nbytes / 200e9) * np.exp(rng.normal(0, 0.01, nbytes.size))
+    slow = np.zeros(nbytes.size, dtype=bool)
+    slow[rng.choice(nbytes.size - 20, 60, replace=False)] = True  # 15 % of the rows 2-4x slower (another job)
+    t_obs = np.where(slow, t * rng.uniform(2.0, 4.0, nbytes.size), t)
+    flagged = disturbed(CommSamples("allreduce", 1, 4, nbytes, t_obs))
+    assert (flagged == slow).mean() > 0.97 and not flagged[~slow].any()
+    fit = fit_layout(CommSamples("allreduce", 1, 4, nbytes, t_obs))
+    assert fit.busbw_bytes_per_s == pytest.approx(200e9, rel=0.02)
+    assert fit.plausible_fraction == pytest.approx(1 - flagged.mean(), abs=1e-6)
+    assert np.mean(np.abs(fit.predict_s(nbytes, 4, "allreduce") / t - 1)) < 0.02
+
+
+def test_one_corrupt_fast_row_does_not_make_the_rows_before_it_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.profile import comm_fit
+
+    nbytes = np.geomspace(1e6, 1e8, 100)
+    t = 20e-6 + nbytes / 50e9
+    t[80] = 0.3e-3  # 2.7x too fast for its ~40 MB, yet under the bandwidth bound (plausible on its own)
+    samples = CommSamples("p2p", 2, 1, nbytes, t)
+    assert comm_fit.plausible(samples).all()
+    assert not comm_fit.disturbed(samples).any()
+    monkeypatch.setattr(comm_fit, "DISTURBED_WITNESSES", 1)  # one witness would condemn the rows before it
+    assert comm_fit.disturbed(samples).sum() > 5

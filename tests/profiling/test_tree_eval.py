@@ -103,3 +103,34 @@ def test_bagged_small_fit_is_one_lightgbm_model_averaging_its_members() -> None:
     assert np.allclose(booster.predict(x), bagged.ensemble().predict(x), atol=1e-9)
     twice = merge_lightgbm_texts([one.text, one.text])
     assert np.allclose(parse_lightgbm_text(twice).predict(x), one.ensemble().predict(x), atol=1e-4)  # leaves keep 5 digits
+
+
+def test_linear_trees_equal_lightgbm_inside_the_training_range_and_stay_at_its_edge_outside() -> None:
+    x, y = _data(21)
+    y = y + 2.0 * np.maximum(x[:, 3], 0.0)  # a hinge: one split, two slopes
+    x_nan = x.copy()
+    x_nan[::9, 2] = np.nan
+    params = {"objective": "regression", "linear_tree": True, "linear_lambda": 0.1, "verbose": -1,
+              "num_threads": 1, "seed": 3}
+    booster = lgb.train(params, lgb.Dataset(x_nan, y, params={"linear_tree": True}), num_boost_round=30)
+    ens = parse_lightgbm_text(booster.model_to_string())
+    assert ens.leaf_const is not None and (ens.coef_feature >= 0).any()
+    low, high = np.nanmin(x_nan, axis=0), np.nanmax(x_nan, axis=0)
+    inside = np.clip(np.random.default_rng(22).normal(size=(400, 5)), low, high)
+    inside[::6, 2] = np.nan  # a NaN input of a leaf's linear model gives that leaf's constant value
+    np.testing.assert_allclose(ens.predict(inside), booster.predict(inside), rtol=1e-12, atol=1e-12)
+    far = np.zeros((2, 5))
+    top = np.nanmax(x_nan[:, 3])
+    far[:, 3] = [top + 10.0, top + 1000.0]
+    edge = far.copy()
+    edge[:, 3] = top
+    np.testing.assert_allclose(ens.predict(far), booster.predict(edge), rtol=1e-12, atol=1e-12)
+    assert booster.predict(far)[1] > booster.predict(edge)[1] + 100  # LightGBM itself extends the slope
+
+
+def test_bagged_linear_fit_is_one_model_lightgbm_loads() -> None:
+    x, y = _data(23)
+    reg = fit_regressor(x, y + np.maximum(x[:, 0], 0.0), loss="l1", bagged=True, linear=True)
+    assert reg.linear_leaves and reg.loss == "l2"  # linear leaves are fitted by least squares
+    booster = lgb.Booster(model_str=reg.text)
+    np.testing.assert_allclose(reg.ensemble().predict(x), booster.predict(x), rtol=1e-9, atol=1e-9)
