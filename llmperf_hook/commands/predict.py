@@ -86,10 +86,30 @@ def write_trace(pred: Any, path: str) -> None:
         raise UsageError(f"cannot write the trace to {path}: {err}. Pass a writable --trace path.") from err
 
 
+def strip_shell_comment(line: str) -> str:
+    """Cut the line at a `#` that starts a word outside quotes, as the shell does (`nvcr.io#nvidia/pytorch` is a word,
+    not a comment: shlex's comments=True cut it)."""
+    quote, escaped, word_start = "", False, True
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped, word_start = False, False
+            continue
+        if ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and word_start:
+            return line[:i]
+        word_start = not quote and ch.isspace()
+    return line
+
+
 def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
     """(launch argv, llmperf options) of one batch line, or None for a blank/comment line."""
     try:
-        words = shlex.split(line, comments=True)
+        words = shlex.split(strip_shell_comment(line))
     except ValueError as err:
         raise UsageError(f"cannot split the line into shell words: {err}.") from err
     if not words:

@@ -68,3 +68,14 @@ def test_run_dry_run_with_instrument_shows_the_hook_environment(tmp_path: Path) 
     added = json.loads(out.output.strip().splitlines()[-1])["environment_added"]
     assert added["LLMPERF_RUN_DIR"] == str(tmp_path / "runs") and "/hook" in added["PYTHONPATH"]
     assert not (tmp_path / "runs").exists()  # a dry run creates nothing
+
+
+@pytest.mark.parametrize(("line", "kept"), [
+    ("srun --container-image nvcr.io#nvidia/pytorch:24.01 python x.py # run", "srun --container-image nvcr.io#nvidia/pytorch:24.01 python x.py "),
+    ("# only a comment", ""), ('x "# quoted" y # c', 'x "# quoted" y '), ("a\\ #b", "a\\ #b"),
+])
+def test_batch_comment_only_at_word_start(line: str, kept: str) -> None:
+    # shlex's comments=True cut `nvcr.io#nvidia/pytorch` (pyxis image names, Megatron's sc21 SRUN.sh) at the '#'.
+    from llmperf_hook.commands.predict import strip_shell_comment
+
+    assert strip_shell_comment(line) == kept
