@@ -26,7 +26,7 @@ _STR = (
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
-    "model-type", "attn-implementation", "cuda-graph-impl", "dtype",
+    "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -86,6 +86,7 @@ ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_interm
 # Accepted, change performance, but not modelled by llmperf: one warning each when present.
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
+    "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
     "pipeline_model_parallel_layout": "custom pipeline layout: layers assumed evenly split",
     "moe_shared_expert_intermediate_size": "MoE shared experts not modelled",
     "mtp_num_layers": "multi-token prediction layers not modelled",

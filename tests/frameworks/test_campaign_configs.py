@@ -136,3 +136,9 @@ def test_offload_optimizer_ignored_at_stage_0() -> None:
     assert ds.offload_optimizer == "none" and any("stage 0" in w for w in ds.warnings)
     assert parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},
                            "ds.json").offload_optimizer == "cpu"
+
+
+def test_step_batch_size_schedule_warns() -> None:
+    # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ramps the batch with --step-batch-size-schedule.
+    cfg = megatron("--step-batch-size-schedule", "0:16 2.4B:320 12B:1536", "--global-batch-size", "1536", gpus=8)
+    assert any("--step-batch-size-schedule" in w for w in cfg.warnings)
