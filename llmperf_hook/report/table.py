@@ -14,6 +14,7 @@ BREAKDOWN_LABELS = {
     "comm_tp": "tensor-parallel comm (exposed)", "comm_cp": "context-parallel comm (exposed)",
     "comm_ep": "expert all-to-all (exposed)", "comm_zero": "ZeRO gathers / reduces in layers (exposed)",
     "comm_dp": "data-parallel comm in layers (exposed)", "pipeline_p2p": "pipeline send/recv (exposed)",
+    "comm_pp_gather": "pipeline slice all-gathers (DeepSpeed engine)",
     "pipeline_bubble": "pipeline bubble", "comm_dp_grad": "gradient sync (exposed)",
     "comm_embedding_grad": "tied-embedding grad all-reduce", "optimizer": "optimizer step",
     "comm_param_gather": "parameter all-gather (exposed)",
