@@ -19,14 +19,14 @@ _INT = (
     "model-parallel-size", "recompute-num-layers", "checkpoint-num-layers", "ddp-bucket-size", "zero-stage",
     "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
-    "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads",
+    "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
-    "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule",
+    "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -39,7 +39,7 @@ _TRUE = (
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
-    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload",
+    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -81,12 +81,16 @@ def _build() -> dict[str, Flag]:
 SCRIPT_FLAGS: dict[str, Flag] = _build()
 
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
-ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers"})
+ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
+                          "empty_unused_memory_level"})
 
 # Accepted, change performance, but not modelled by llmperf: one warning each when present.
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
     "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
+    "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
+    "qk_layernorm": "query/key layer norms not modelled",
+    "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",
     "pipeline_model_parallel_layout": "custom pipeline layout: layers assumed evenly split",
     "moe_shared_expert_intermediate_size": "MoE shared experts not modelled",
     "mtp_num_layers": "multi-token prediction layers not modelled",

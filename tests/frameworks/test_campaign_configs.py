@@ -142,3 +142,10 @@ def test_step_batch_size_schedule_warns() -> None:
     # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ramps the batch with --step-batch-size-schedule.
     cfg = megatron("--step-batch-size-schedule", "0:16 2.4B:320 12B:1536", "--global-batch-size", "1536", gpus=8)
     assert any("--step-batch-size-schedule" in w for w in cfg.warnings)
+
+
+def test_more_accepted_but_not_modelled_settings_warn() -> None:
+    cfg = megatron("--empty-unused-memory-level", "1", "--qk-layernorm", "--hybrid-override-pattern", "M-M*-")
+    for flag in ("--empty-unused-memory-level", "--qk-layernorm", "--hybrid-override-pattern"):
+        assert any(w.startswith(flag) for w in cfg.warnings), flag
+    assert not any("--empty-unused-memory-level" in w for w in megatron("--empty-unused-memory-level", "0").warnings)
