@@ -78,6 +78,8 @@ def _check_pipeline_layers(cfg: TrainingConfig) -> None:
                 f"on pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} stages unevenly. Megatron accepts the layout, but "
                 "llmperf models pipeline stages only as an even split or with --decoder-first/last-pipeline-num-layers; "
                 "to predict this job, express the split with those two flags (or a layer count divisible by PP).")
+        if total % p.pp != 0 and cfg.deepspeed_pipeline_engine and p.vpp == 1 and not extra:
+            return  # DeepSpeed's PipelineModule splits any layer count (graph/stages.deepspeed_transformer_partition)
         if total % p.pp != 0:
             valid = ", ".join(str(d) for d in range(1, total + 1) if total % d == 0 and cfg.world_size % d == 0)
             raise ConfigError(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
+
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
@@ -30,6 +34,8 @@ def layers_per_virtual_stage(cfg: TrainingConfig) -> list[int]:
         counts[-1] -= extra_last
         return counts
     first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
+    if cfg.deepspeed_pipeline_engine and chunks == p.pp and first is None and last is None and total % p.pp:
+        return list(deepspeed_transformer_partition(total, p.pp, cfg.precision != "fp32"))
     fixed = {0: first} if first is not None else {}
     if last is not None:
         fixed[chunks - 1] = last
@@ -52,3 +58,39 @@ def chunk_layer_range(cfg: TrainingConfig, stage: int, chunk: int) -> tuple[int,
     v = chunk * cfg.parallel.pp + stage
     start = sum(counts[:v])
     return start, start + counts[v]
+
+
+@lru_cache(maxsize=256)
+def deepspeed_transformer_partition(num_layers: int, num_stages: int, mixed_precision: bool) -> tuple[int, ...]:
+    """Transformer layers per stage as DeepSpeed's PipelineModule splits Megatron-DeepSpeed's GPTModelPipe.
+
+    GPTModelPipe (Megatron-DeepSpeed megatron/model/gpt_model.py) lists its layers as [to-half cast (fp16/bf16),
+    embedding, num_layers transformer layers, final norm, tied head, to-fp32 cast (fp16/bf16)] and partitions
+    them with partition_method='type:transformer': weight 1 per transformer layer, 0 for the rest, split by
+    deepspeed/runtime/utils.py partition_balanced, a dynamic programme minimising the spread (max - min) of the
+    stage weights; on ties it keeps the last split point it tried (`if dp_cost[i, j] >= cost`). So a layer count
+    not divisible by PP is legal there (BLOOM-176B: 70 layers on 12 stages). Vectorised over the split point and
+    the stage count; the same parts as DeepSpeed's loops.
+    """
+    cast = int(mixed_precision)
+    weights = np.array([0] * cast + [0] + [1] * num_layers + [0, 0] + [0] * cast, dtype=float)
+    n, m = len(weights), num_stages
+    prefix = np.concatenate(([0.0], np.cumsum(weights)))
+    dp_max = np.full((n + 1, m + 1), np.inf)
+    dp_min = np.full((n + 1, m + 1), np.inf)
+    position = np.zeros((n + 1, m + 1), dtype=int)
+    dp_max[0, 0] = 0.0
+    for i in range(1, n + 1):
+        js = np.arange(1, min(i, m) + 1)
+        seg = (prefix[i] - prefix[:i])[:, None]                       # [k, 1]: weight of layers k..i-1
+        max_sum = np.maximum(dp_max[:i, js - 1], seg)
+        min_sum = np.minimum(dp_min[:i, js - 1], seg)
+        cost = max_sum - min_sum                                      # [k, j]
+        best = cost.min(axis=0)
+        k = i - 1 - np.argmax((cost == best)[::-1], axis=0)           # the last k reaching the minimum
+        dp_max[i, js], dp_min[i, js], position[i, js] = max_sum[k, js - 1], min_sum[k, js - 1], k
+    parts = [n]
+    for j in range(m, 0, -1):
+        parts.append(int(position[parts[-1], j]))
+    parts.reverse()
+    return tuple(int(prefix[b] - prefix[a]) for a, b in zip(parts[:-1], parts[1:]))

@@ -1,0 +1,46 @@
+"""Megatron-DeepSpeed's pipeline engine splits any layer count over PP, as DeepSpeed's PipelineModule does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.graph.stages import deepspeed_transformer_partition, layers_per_virtual_stage
+
+
+@pytest.mark.parametrize("layers, stages", [(70, 12), (30, 4), (41, 8), (95, 16), (7, 3), (24, 5)])
+@pytest.mark.parametrize("mixed_precision", [True, False])
+def test_partition_is_deepspeeds_own(layers: int, stages: int, mixed_precision: bool) -> None:
+    from deepspeed.runtime.utils import partition_balanced
+
+    cast = [0] * int(mixed_precision)
+    weights = cast + [0] + [1] * layers + [0, 0] + cast  # GPTModelPipe's specs, partition_method='type:transformer'
+    parts = partition_balanced(weights, stages)
+    expected = tuple(sum(weights[a:b]) for a, b in zip(parts[:-1], parts[1:]))
+    assert deepspeed_transformer_partition(layers, stages, mixed_precision) == expected
+
+
+def _bloom_argv(tmp_path: Path, *extra: str) -> list[str]:
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 2048,
+                              "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    return ["torchrun", "--nnodes", "48", "--nproc-per-node", "8", "pretrain_gpt.py",
+            "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "12", "--num-layers", "70",
+            "--hidden-size", "14336", "--num-attention-heads", "112", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--micro-batch-size", "2", "--global-batch-size", "2048", "--bf16",
+            "--vocab-size", "250880", "--deepspeed", "--deepspeed_config", str(ds), "--zero-stage", "1", *extra]
+
+
+def test_bloom_176b_layout_is_accepted_with_the_engines_split(tmp_path: Path) -> None:
+    _, cfg = resolve_job(_bloom_argv(tmp_path), {})
+    assert cfg.deepspeed_pipeline_engine
+    assert layers_per_virtual_stage(cfg) == [6] * 10 + [5, 5]
+
+
+def test_without_the_pipeline_engine_megatron_rule_holds(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not divisible by"):
+        resolve_job(_bloom_argv(tmp_path)[:-5] + ["--bf16"], {})  # plain Megatron-LM: layers % PP == 0
