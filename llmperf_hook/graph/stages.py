@@ -64,16 +64,15 @@ def chunk_layer_range(cfg: TrainingConfig, stage: int, chunk: int) -> tuple[int,
 def deepspeed_transformer_partition(num_layers: int, num_stages: int, mixed_precision: bool) -> tuple[int, ...]:
     """Transformer layers per stage as DeepSpeed's PipelineModule splits Megatron-DeepSpeed's GPTModelPipe.
 
-    GPTModelPipe (Megatron-DeepSpeed megatron/model/gpt_model.py) lists its layers as [to-half cast (fp16/bf16),
-    embedding, num_layers transformer layers, final norm, tied head, to-fp32 cast (fp16/bf16)] and partitions
+    GPTModelPipe (Megatron-DeepSpeed megatron/model/gpt_model.py) lists its layers as [to-half cast, embedding,
+    num_layers transformer layers, final norm, head, to-fp32 cast (fp16/bf16 only)] and partitions
     them with partition_method='type:transformer': weight 1 per transformer layer, 0 for the rest, split by
     deepspeed/runtime/utils.py partition_balanced, a dynamic programme minimising the spread (max - min) of the
     stage weights; on ties it keeps the last split point it tried (`if dp_cost[i, j] >= cost`). So a layer count
     not divisible by PP is legal there (BLOOM-176B: 70 layers on 12 stages). Vectorised over the split point and
     the stage count; the same parts as DeepSpeed's loops.
     """
-    cast = int(mixed_precision)
-    weights = np.array([0] * cast + [0] + [1] * num_layers + [0, 0] + [0] * cast, dtype=float)
+    weights = np.array([0, 0] + [1] * num_layers + [0, 0] + [0] * int(mixed_precision), dtype=float)
     n, m = len(weights), num_stages
     prefix = np.concatenate(([0.0], np.cumsum(weights)))
     dp_max = np.full((n + 1, m + 1), np.inf)

@@ -17,8 +17,8 @@ from llmperf_hook.graph.stages import deepspeed_transformer_partition, layers_pe
 def test_partition_is_deepspeeds_own(layers: int, stages: int, mixed_precision: bool) -> None:
     from deepspeed.runtime.utils import partition_balanced
 
-    cast = [0] * int(mixed_precision)
-    weights = cast + [0] + [1] * layers + [0, 0] + cast  # GPTModelPipe's specs, partition_method='type:transformer'
+    # GPTModelPipe's specs: _to_float16, embedding, the transformer layers, norm, head, float16_to_fp32 (fp16/bf16).
+    weights = [0, 0] + [1] * layers + [0, 0] + [0] * int(mixed_precision)  # partition_method='type:transformer'
     parts = partition_balanced(weights, stages)
     expected = tuple(sum(weights[a:b]) for a, b in zip(parts[:-1], parts[1:]))
     assert deepspeed_transformer_partition(layers, stages, mixed_precision) == expected
