@@ -19,7 +19,14 @@ from llmperf_hook.errors import UsageError
 
 
 def _ops(text: str | None) -> tuple[str, ...]:
-    return tuple(o.strip() for o in text.split(",") if o.strip()) if text else ()
+    """--ops as op classes (lower-case, each once, in the order given); () when the option is absent."""
+    if text is None:
+        return ()
+    ops = tuple(dict.fromkeys(o.strip().lower() for o in text.split(",") if o.strip()))
+    if not ops:
+        raise UsageError(f"--ops {text!r} names no op class. Give a comma-separated list such as "
+                         f"--ops gemm,attention, or leave --ops out to sample every op class of the device.")
+    return ops
 
 
 def _default_device() -> str:

@@ -131,6 +131,21 @@ def design_specs(op_classes: Sequence[str], ranges: Mapping[str, Range], per_cla
     return [col[i] for i in range(per_class) for col in columns if i < len(col)]
 
 
+def fit_first(specs: Sequence[SampleSpec], min_per_group: int) -> list[SampleSpec]:
+    """`specs` reordered so that the first `min_per_group` shapes of every (op class, direction) come first, one
+    group after the other in the order groups first appear; then the rest in their own order. A budget too short
+    for the whole first round then still fits a regressor for the leading classes (GEMM first), instead of
+    leaving every class a few samples short of a fit; a budget that covers the first round is unaffected."""
+    counts: dict[tuple[str, str], int] = {}
+    first: dict[tuple[str, str], list[SampleSpec]] = {}
+    rest: list[SampleSpec] = []
+    for spec in specs:
+        key = (spec.op_class, spec.phase)
+        counts[key] = counts.get(key, 0) + 1
+        (first.setdefault(key, []) if counts[key] <= min_per_group else rest).append(spec)
+    return [s for group in first.values() for s in group] + rest
+
+
 def estimate_seconds(spec: SampleSpec, rc: RooflineConstants, target_s: float = 0.05) -> float:
     """Predicted wall time of measuring one spec: reps of the roofline time (at least 5) plus overhead."""
     block = build_features(spec.op_class, spec.phase == "bwd", {k: np.array([v]) for k, v in spec.dims.items()}, rc)

@@ -116,7 +116,8 @@ def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name:
     if req.job_argv:
         specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc)) if s.op_class in ops]
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
-    specs += plans.design_specs(ops, ranges, DESIGN_PER_CLASS)
+    # The design's first round comes group by group, so a short budget still fits the leading classes.
+    specs += plans.fit_first(plans.design_specs(ops, ranges, DESIGN_PER_CLASS), MIN_SAMPLES_TO_FIT)
     return specs
 
 

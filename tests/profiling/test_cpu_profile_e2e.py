@@ -55,5 +55,8 @@ def test_bad_options_are_usage_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 2 and "warp_drive" in out and "Traceback" not in out
     code, out = _run(["profile", "--device", "cpu", "--budget", "0"], capsys)
     assert code == 2 and "--budget" in out
+    for empty in ("", ",", " , "):  # an --ops naming nothing is a mistake, not "every class"
+        code, out = _run(["profile", "--device", "cpu", "--ops", empty], capsys)
+        assert code == 2 and "--ops" in out and "names no op class" in out and "Traceback" not in out
     code, out = _run(["profile", "--comm"], capsys)
     assert code == 2 and "--cluster-name" in out
