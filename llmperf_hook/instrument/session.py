@@ -87,21 +87,65 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
                                  stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
     if prediction is not None:
         write_json_atomic(job_dir / "prediction.json", prediction)
-        write_json_atomic(path / "prediction.json", prediction)
+        write_latest_copy(path, "prediction.json", prediction)
     session = {"schema": 1, "job_id": job_id, "argv": list(argv), "cwd": os.getcwd(), "hostname": socket.gethostname(),
                "steps": steps, "profile_ops": profile_ops, "stop_after": stop_after, "started_unix_s": time.time(),
                "load_avg_1m": os.getloadavg()[0]}
     write_json_atomic(job_dir / "session.json", session)
-    write_json_atomic(path / "session.json", session)
+    write_latest_copy(path, "session.json", session)
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
     ended = {**session, "exit_code": code, "ended_unix_s": time.time()}
+    write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
     write_json_atomic(job_dir / "session.json", ended)
-    write_json_atomic(path / "session.json", ended)
+    if stop_after is not None and code == 0 and _stopped_by_hook(path, job_id):
+        print(f"llmperf: --stop-after {stop_after}: the job was stopped cleanly after {stop_after} optimizer "
+              f"steps (exit code 0); the rest of the script did not run.", file=sys.stderr)
     _refine_quietly(path)
     return code
+
+
+def write_latest_copy(run_dir: Path, name: str, data: Mapping[str, Any]) -> None:
+    """The latest job's copy at the top of the run directory, unless a file of that name is there that no job of
+    ours wrote (a user's own file in a reused --run-dir is never overwritten; refine reads jobs/<id>/ first)."""
+    target = run_dir / name
+    if target.exists() and not _written_by_a_job(run_dir, name, target):
+        return
+    write_json_atomic(target, data)
+
+
+def _written_by_a_job(run_dir: Path, name: str, target: Path) -> bool:
+    try:
+        text = target.read_bytes()
+        if any(p.read_bytes() == text for p in run_dir.glob(f"jobs/*/{name}")):
+            return True
+        doc = json.loads(text)  # a session record names its job, whose folder is here
+        return isinstance(doc, dict) and isinstance(doc.get("job_id"), str) and "/" not in doc["job_id"] \
+            and bool(doc["job_id"]) and (run_dir / "jobs" / doc["job_id"]).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _stopped_by_hook(run_dir: Path, job_id: str) -> bool:
+    """Whether a rank of this job wrote its `stop` record (--stop-after reached)."""
+    for path in run_dir.glob("rank*.jsonl"):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if any('"stop"' in line and _is_stop_of(line, job_id) for line in f):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _is_stop_of(line: str, job_id: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("kind") == "stop" and record.get("job_id") == job_id
 
 
 def _check_arguments(argv: Sequence[str], steps: int, profile_ops: int, stop_after: int | None) -> None:

@@ -74,12 +74,33 @@ def test_sigterm_to_llmperf_reaches_the_job(tmp_path: Path, child_env: dict[str,
 
 def test_stop_after_exits_cleanly(tmp_path: Path, child_env: dict[str, str]) -> None:
     argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "50"]
+    run = tmp_path / "run"  # a reused --run-dir holding the user's own files of the names we write at the top
+    run.mkdir()
+    (run / "session.json").write_text('{"mine": true}\n')
+    (run / "notes.txt").write_text("user notes\n")
     done = run_session(tmp_path, child_env, argv, steps=2, stop_after=4)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("iter ") == 3 and "done:" not in done.stdout  # exits inside the 4th step
-    records = read_records(tmp_path / "run")
+    assert "--stop-after 4: the job was stopped cleanly after 4 optimizer steps" in done.stderr
+    records = read_records(run)
     assert steps_by_rank(records) == {0: [0, 1]}
     assert [r["num_steps"] for r in records if r["kind"] == "stop"] == [4]
+    assert (run / "session.json").read_text() == '{"mine": true}\n' and (run / "notes.txt").read_text() == "user notes\n"
+    (job_session,) = run.glob("jobs/*/session.json")
+    assert json.loads(job_session.read_text())["exit_code"] == 0
+
+
+def test_latest_copy_replaces_only_our_own_files(tmp_path: Path) -> None:
+    from llmperf_hook.instrument.session import write_json_atomic, write_latest_copy
+
+    (tmp_path / "jobs" / "j1").mkdir(parents=True)
+    write_json_atomic(tmp_path / "jobs" / "j1" / "session.json", {"job_id": "j1"})
+    write_latest_copy(tmp_path, "session.json", {"job_id": "j1"})  # absent: written
+    write_latest_copy(tmp_path, "session.json", {"job_id": "j2", "exit_code": 0})  # ours (names job j1): replaced
+    assert json.loads((tmp_path / "session.json").read_text())["job_id"] == "j2"
+    (tmp_path / "prediction.json").write_text("user text")
+    write_latest_copy(tmp_path, "prediction.json", {"step_time_s": 1.0})  # a file no job wrote: kept
+    assert (tmp_path / "prediction.json").read_text() == "user text"
 
 
 def test_existing_pythonpath_and_sitecustomize_still_work(tmp_path: Path, child_env: dict[str, str]) -> None:
