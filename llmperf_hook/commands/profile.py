@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from typing import Any, Callable, TypeVar
 
 import click
 
 from llmperf_hook.errors import UsageError
+
+T = TypeVar("T")
 
 
 def _ops(text: str | None) -> tuple[str, ...]:
@@ -72,7 +76,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype or ("fp32" if dev == "cpu" else "bf16"),
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
                          store_path=Path(store_path) if store_path else None)
-    result = run_profile(req)
+    result = _interruptible(lambda: run_profile(req), req.store_path)
     click.echo(f"{result.plan_note}")
     click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
@@ -81,6 +85,39 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     for note in result.notes:
         click.echo(f"note: {note}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _interruptible(run: Callable[[], T], store_path: Any) -> T:
+    """run(), with Ctrl-C or SIGTERM (a scheduler's time limit) ending it cleanly: the samples already measured
+    are in the store (each is committed as it is measured), so the same command resumes; exit 130 / 143."""
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: leave SIGTERM as it is
+        previous = None
+    try:
+        return run()
+    except (KeyboardInterrupt, _Terminated) as err:
+        from llmperf_hook.resources import llmperf_home
+        from llmperf_hook.store.sqlite_store import STORE_FILE
+
+        store = store_path or llmperf_home() / STORE_FILE
+        what = "SIGTERM" if isinstance(err, _Terminated) else "Ctrl-C (SIGINT)"
+        click.echo(f"\nllmperf: profile stopped by {what}: the shapes measured so far are kept in {store}; run the "
+                   f"same command again to resume (stored shapes are skipped, then the profile is fitted).", err=True)
+        # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, where Exit's code is lost.
+        sys.exit(143 if isinstance(err, _Terminated) else 130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM while profiling (a BaseException, like KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
 def _run_comm(cluster_name: str | None, max_bytes: float) -> None:

@@ -60,3 +60,26 @@ def test_bad_options_are_usage_errors(tmp_path: Path, monkeypatch: pytest.Monkey
         assert code == 2 and "--ops" in out and "names no op class" in out and "Traceback" not in out
     code, out = _run(["profile", "--comm"], capsys)
     assert code == 2 and "--cluster-name" in out
+
+
+def test_sigterm_stops_cleanly_and_keeps_the_samples(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM (or Ctrl-C) mid-sampling: exit 143 with a line saying how to resume, no traceback,
+    and the shapes measured so far in the store (it used to die silently with the progress bar half drawn)."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "llmperf_hook", "profile", "--device", "cpu", "--budget", "0.5",
+                             "--ops", "gemm", "--name", "cpu-term"], env=env, stderr=subprocess.PIPE, text=True)
+    seen = proc.stderr.readline()  # the plan line: sampling starts now
+    assert seen.startswith("plan:"), seen
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    err = seen + proc.stderr.read()
+    assert proc.wait(timeout=60) == 143, err[-2000:]
+    assert "stopped by SIGTERM" in err and "resume" in err and "Traceback" not in err
+    with sqlite3.connect(tmp_path / "store.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM op_samples WHERE hardware = 'cpu-term'").fetchone()[0] >= 1
