@@ -215,6 +215,7 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
 
 def run_profile(req: ProfileRequest) -> ProfileResult:
     ops = _validate(req)
+    _check_state_dirs(req)
     import torch
 
     from llmperf_hook.profile import local_hardware as lh
@@ -244,6 +245,15 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     plan_note += f"; {adaptive} adaptive samples where the regressors disagreed most"
     return _fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
                           plan_note)
+
+
+def _check_state_dirs(req: ProfileRequest) -> None:
+    """Where the samples, the profile and the hardware file go must be writable, before any sampling."""
+    from llmperf_hook.refine.observation_store import check_writable_dir
+
+    check_writable_dir(llmperf_home(), "the profile and hardware files")
+    if req.store_path is not None:
+        check_writable_dir(req.store_path.expanduser().resolve().parent, "the store", f"--store {req.store_path}")
 
 
 def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineConstants, fp: str,

@@ -11,10 +11,13 @@ calibration is refitted from, and the calibration's per-step overhead. Only the 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
 
 
 SCHEMA_SQL = """
@@ -42,6 +45,25 @@ def store_path() -> Path:
     return default_store_path()
 
 
+def check_writable_dir(directory: Path, what: str = "the llmperf store", origin: str | None = None) -> None:
+    """`directory` exists (created if needed) and this process may write in it; else a UsageError that names the
+    folder, where it came from ($LLMPERF_HOME or its default) and what to change (was an internal error such as
+    FileExistsError when $LLMPERF_HOME named a file)."""
+    reason = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        file = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+        reason = f"{str(file)!r} is a file, not a folder" if file else (err.strerror or type(err).__name__)
+    if reason is None and not os.access(directory, os.W_OK | os.X_OK):
+        reason = "not writable"
+    if reason is not None:
+        home = os.environ.get("LLMPERF_HOME")
+        origin = origin or (f"$LLMPERF_HOME={home}" if home else "the default ~/.cache/llmperf ($LLMPERF_HOME is not set)")
+        raise UsageError(f"cannot write {what} in {str(directory)!r} ({reason}; the folder comes from {origin}). "
+                         f"Point it at a writable directory.")
+
+
 def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connection | None:
     """An open connection to the shared store with the refine tables, or None when the file is absent and
     create is False. The shared store's own tables are created by opening it through llmperf_hook.store."""
@@ -50,6 +72,7 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
     db = Path(path) if path is not None else store_path()
     if not create and not db.is_file():
         return None
+    check_writable_dir(db.parent)
     conn = open_store(db).conn
     conn.executescript(SCHEMA_SQL)
     _add_missing_columns(conn)

@@ -124,3 +124,28 @@ def test_contended_cpu_run_is_ingested_but_not_calibrated_from(tmp_path: Path, m
     monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "fast")
     with pytest.raises(UsageError, match="not a number"):
         refine_run(run)
+
+
+def test_unwritable_llmperf_home_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$LLMPERF_HOME naming a file (or a folder this user may not write) exits 2 naming it, for refine and profile
+    alike (was an internal error: FileExistsError from the store's mkdir)."""
+    from llmperf_hook.cli import main
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.refine.observation_store import check_writable_dir
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("LLMPERF_HOME", str(afile / "home"))
+    with pytest.raises(UsageError, match="is a file, not a folder.*LLMPERF_HOME="):
+        check_writable_dir(afile / "home")
+    monkeypatch.setattr("os.access", lambda *a: False)
+    with pytest.raises(UsageError, match="not writable"):
+        check_writable_dir(tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setenv("LLMPERF_HOME", str(afile))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020]})
+    for args in (["refine", str(run)], ["profile", "--device", "cpu", "--ops", "gemm", "--budget", "0.1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 2, args
+    assert afile.read_text() == "x"
