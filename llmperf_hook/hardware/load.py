@@ -111,7 +111,11 @@ def _parse_yaml_file(path: str, mtime_ns: int) -> dict[str, Any]:
 
 
 def _check_keys(raw: Mapping[str, Any], required: tuple[str, ...], allowed: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(raw) - set(allowed))
+    """Missing required keys and misspelt accepted ones (a close match: the setting would silently fall back to its
+    default) are errors; other extra keys (description, notes, site-specific fields) are the user's and ignored."""
+    import difflib
+
+    unknown = sorted(k for k in set(raw) - set(allowed) if difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.8))
     missing = [k for k in required if k not in raw]
     if unknown or missing:
         parts = [f"unknown keys {unknown}" if unknown else "", f"missing keys {missing}" if missing else ""]

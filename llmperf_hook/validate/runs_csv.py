@@ -36,7 +36,7 @@ def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV.")
-    with file.open(newline="", encoding="utf-8") as handle:
+    with file.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's BOM
         reader = csv.DictReader(handle)
         columns = list(reader.fieldnames or [])
         check_columns(columns, str(path))

@@ -47,6 +47,17 @@ def test_unknown_and_missing_keys_are_clear_errors(tmp_path: Path) -> None:
         load_cluster("no-such-cluster")
 
 
+def test_extra_keys_are_the_users_but_a_misspelt_optional_key_is_an_error(tmp_path: Path) -> None:
+    base = "name: mine\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_bandwidth_GBps: 300\ninter_node_bandwidth_GBps: 50\n"
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(base + "description: our SLURM partition\nsite_contact: ops@example.org\n")
+    assert load_cluster(str(extra)).name == "mine"
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(base + "inter_node_latency_uss: 5\n")
+    with pytest.raises(UsageError, match="unknown keys \\['inter_node_latency_uss'\\]"):
+        load_cluster(str(typo))
+
+
 def test_llmperf_home_hardware_wins_over_shipped(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "hardware").mkdir()
     (tmp_path / "hardware" / "cpu-box.yaml").write_text(

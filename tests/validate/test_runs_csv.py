@@ -32,6 +32,14 @@ def test_a_cluster_column_is_enough(tmp_path: Path) -> None:
     assert runs[0].cluster == "dgx-a100"
 
 
+def test_excel_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "runs.csv", [BASE_ROW])
+    path = Path(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # Excel's "CSV UTF-8" starts with a BOM
+    rows = read_runs_csv(path)
+    assert list(rows[0])[0] == next(iter(BASE_ROW))
+
+
 def test_row_values() -> None:
     run = build_measured_run(BASE_ROW, 1)
     assert (run.tp, run.pp, run.dp, run.num_gpus, run.micro_batch_size) == (8, 1, 2, 16, 4)
