@@ -62,3 +62,22 @@ def test_linear_baseline_is_stored_and_predicted_as_fitted(tmp_path) -> None:
     far = {"rows": np.array([2.0 ** 20]), "cols": np.array([2.0 ** 24])}
     ratio = prof.predict_class_s("softmax", "fwd", "fp16", far)[0] / build_features("softmax", False, far, rc).roofline_s[0]
     assert 0.9 * (t / roof).min() < ratio < 1.1 * (t / roof).max()
+
+
+def _embedding_hinge(n: int = 400, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GH200-like embedding forward: linear in the tokens until the time of the table's size takes over."""
+    rng = np.random.default_rng(seed)
+    dims = {"tokens": 2.0 ** rng.uniform(11, 15.3, n), "vocab": 50304 / 2.0 ** rng.integers(0, 5, n),
+            "hidden": 256.0 * rng.integers(8, 33, n)}
+    block = build_features("embedding", False, dims, RooflineConstants(989e12, 4e12, 132, 2))
+    t = np.maximum(dims["tokens"] * dims["hidden"] * 2 / 0.6e12, dims["vocab"] * dims["hidden"] * 2 / 1.8e12)
+    return block.matrix, (t + 20e-6) * np.exp(rng.normal(0, 0.01, n)), block.roofline_s
+
+
+def test_linear_leaves_are_kept_for_a_hinge_and_not_for_what_trees_already_fit() -> None:
+    x, t, roof = _embedding_hinge()
+    reg, _ = fit_with_floor(x, t, roof)
+    assert reg.linear_leaves and reg.loss == "l2"
+    x, t, roof = _gemm_samples("normal")  # a smooth efficiency surface: no 10 % inner gain to pay for the size
+    reg, _ = fit_with_floor(x, t, roof)
+    assert not reg.linear_leaves and reg.num_leaves == 15
