@@ -10,7 +10,9 @@ megatron/**.py and the top-level entry scripts; `--no-name` for argparse.Boolean
 releases that build options from config dataclasses (megatron/training/argument_utils.py ArgumentGroupFactory),
 every field of those dataclasses and their parents as `--field-name`, `--no-field-name` and
 `--disable-field-name`; and DeepSpeed's deepspeed.add_config_arguments (--deepspeed, --deepspeed_config,
---deepscale, --deepscale_config, --deepspeed_mpi). A superset on purpose: a name any release accepted is accepted.
+--deepscale, --deepscale_config, --deepspeed_mpi); and the options only the bigscience-workshop fork of Megatron-DeepSpeed
+(BLOOM's) adds (the second string: --embed-layernorm, --pp-partition-method, --pad-vocab-size-to, ...).
+A superset on purpose: a name any release accepted is accepted.
 """
 
 from __future__ import annotations
@@ -623,4 +625,11 @@ weight-decay weight-decay-incr-style wgrad-deferral-limit window-attn-skip-freq 
 yaml-cfg yarn-beta-fast yarn-beta-slow yarn-correction-range-round-to-int yarn-original-max-position-embeddings
 your-arg-name1 your-arg-name2 zero-allgather-bucket-size zero-contigious-gradients zero-reduce-bucket-size
 zero-reduce-scatter zero-stage
+""".split() + """
+abort-on-unmet-fused-kernel-constraints codecarbon-dir embed-layernorm eval-only glu-activation kill-switch-path
+log-level log-level-replica log-path loss-on-targets-only mean-noise-span-length noise-density pad-vocab-size-to
+pp-partition-method reweight-loss-based-on-position-frequency skip-train-iteration-range
+sync-tp-duplicated-parameters test-weighted-split-paths test-weighted-split-paths-path tokenizer-name-or-path
+train-weighted-split-paths train-weighted-split-paths-path use-bnb-optimizer valid-num-workers
+valid-weighted-split-paths valid-weighted-split-paths-path
 """.split())

@@ -27,10 +27,11 @@ _STR = (
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
+    "pp-partition-method",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
-    "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
+    "embed-layernorm", "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "sequence-parallel", "fp16",
     "bf16", "recompute-activations", "checkpoint-activations", "distribute-saved-activations",
     "deepspeed-activation-checkpointing", "partition-activations", "use-distributed-optimizer",
@@ -88,6 +89,9 @@ ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_interm
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
     "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
+    "pp_partition_method": "pipeline partition method (bigscience Megatron-DeepSpeed): DeepSpeed's default "
+                           "'type:transformer' split assumed",
+    "embed_layernorm": "embedding layer norm (bigscience Megatron-DeepSpeed) not modelled",
     "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
     "qk_layernorm": "query/key layer norms not modelled",
     "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",

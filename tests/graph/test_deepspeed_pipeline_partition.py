@@ -44,3 +44,14 @@ def test_bloom_176b_layout_is_accepted_with_the_engines_split(tmp_path: Path) ->
 def test_without_the_pipeline_engine_megatron_rule_holds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not divisible by"):
         resolve_job(_bloom_argv(tmp_path)[:-5] + ["--bf16"], {})  # plain Megatron-LM: layers % PP == 0
+
+
+def test_bigscience_fork_options_are_known_and_flagged_as_not_modelled(tmp_path: Path) -> None:
+    # BLOOM's training script (bigscience-workshop/Megatron-DeepSpeed) adds options of its fork.
+    argv = _bloom_argv(tmp_path, "--embed-layernorm", "--pp-partition-method", "type:transformer|embedding",
+                       "--abort-on-unmet-fused-kernel-constraints", "--pad-vocab-size-to", "250880")
+    _, cfg = resolve_job(argv, {})
+    assert any("--pp-partition-method" in w for w in cfg.warnings)
+    assert any("--embed-layernorm" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match="did you mean --embed-layernorm"):
+        resolve_job(_bloom_argv(tmp_path, "--embed-layernom"), {})
