@@ -54,14 +54,15 @@ def _default_device() -> str:
 @click.option("--for", "for_job", is_flag=True, help="Sample first the shapes of the job given after `--`.")
 @click.option("--comm", is_flag=True, help="Time collectives instead (run under torchrun).")
 @click.option("--cluster-name", default=None, help="With --comm: the cluster the comm model is for.")
+@click.option("--min-bytes", type=float, default=2**12, show_default=True, help="With --comm: smallest message.")
 @click.option("--max-bytes", type=float, default=2**26, show_default=True, help="With --comm: largest message.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(device: str | None, budget_min: float, dtype: str | None, ops_text: str | None, name: str | None,
             threads: int, store_path: str | None, for_job: bool, comm: bool, cluster_name: str | None,
-            max_bytes: float, job: tuple[str, ...]) -> None:
+            min_bytes: float, max_bytes: float, job: tuple[str, ...]) -> None:
     """Sample operators (or collectives) on this machine and fit a hardware profile."""
     if comm:
-        _run_comm(cluster_name, max_bytes)
+        _run_comm(cluster_name, min_bytes, max_bytes)
         return
     if job and not for_job:
         raise UsageError(f"unexpected arguments {' '.join(job)!r}: to sample a job's shapes first, write "
@@ -120,7 +121,7 @@ class _Terminated(BaseException):
     """SIGTERM while profiling (a BaseException, like KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
-def _run_comm(cluster_name: str | None, max_bytes: float) -> None:
+def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float) -> None:
     if not cluster_name:
         raise UsageError("--comm needs --cluster-name NAME: the comm model is stored per cluster.")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", cluster_name):
@@ -128,7 +129,7 @@ def _run_comm(cluster_name: str | None, max_bytes: float) -> None:
                          f"$LLMPERF_HOME/profiles/comm/NAME; use the name you pass to --cluster).")
     from llmperf_hook.profile.comm_sampler import CommRequest, run_comm_profile
 
-    result = run_comm_profile(CommRequest(cluster_name=cluster_name, max_bytes=max_bytes))
+    result = run_comm_profile(CommRequest(cluster_name=cluster_name, min_bytes=min_bytes, max_bytes=max_bytes))
     if result.path:
         click.echo(f"comm model {result.path} ({result.num_samples} timings; layouts: {', '.join(result.layouts)})")
         for note in result.notes:

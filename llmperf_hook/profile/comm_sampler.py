@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
+import yaml
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.profile.comm_fit import CommSamples, fit_comm_model
@@ -137,6 +139,10 @@ def run_comm_profile(req: CommRequest) -> CommResult:
         raise UsageError("`llmperf profile --comm` must run under torchrun (RANK / WORLD_SIZE are not set): "
                          "torchrun --nproc-per-node 2 -m llmperf_hook profile --comm --cluster-name NAME")
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    from llmperf_hook.profile.local_hardware import memory_capacity_bytes
+
+    check_message_sizes(req, 1 if device == "cuda" else local, memory_capacity_bytes(device))  # before any rank waits
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device == "cuda" else "gloo")
@@ -180,5 +186,68 @@ def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str],
             "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notes": "; ".join(notes)}
     model = fit_comm_model(req.cluster_name, samples, prov)
     path = write_comm_model(llmperf_home() / "profiles" / "comm" / req.cluster_name.lower(), model)
+    cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size())
+    if cluster_yaml is not None:
+        notes.append(f"wrote {cluster_yaml}: `--cluster {req.cluster_name}` now names this machine (edit it for "
+                     f"a larger cluster of the same nodes)")
     return CommResult(str(path), n, tuple(labels), tuple(notes))
+
+
+def check_message_sizes(req: CommRequest, local_ranks: int, memory_bytes: int) -> None:
+    """Sizes the sampler can allocate: finite, min <= max, and the largest collective's buffers (input, output and
+    a gathered copy, about 3x the message on every rank of this node) in half the device memory."""
+    if not (np.isfinite(req.min_bytes) and np.isfinite(req.max_bytes) and 0 < req.min_bytes <= req.max_bytes):
+        raise UsageError(f"--min-bytes {req.min_bytes:g} / --max-bytes {req.max_bytes:g}: message sizes must be "
+                         f"finite, positive, and min <= max (defaults 4096 and 67108864 bytes).")
+    need = 3.0 * req.max_bytes * local_ranks
+    if need > memory_bytes / 2:
+        raise UsageError(f"--max-bytes {req.max_bytes:g}: {local_ranks} ranks on this node would allocate about "
+                         f"{need / 2**30:.1f} GiB of buffers, more than half of the {memory_bytes / 2**30:.1f} GiB "
+                         f"here. Give a --max-bytes of at most {memory_bytes / 6 / local_ranks:.3g}.")
+
+
+def _ensure_cluster_yaml(name: str, model: Any, device: str, world: int) -> Path | None:
+    """$LLMPERF_HOME/clusters/NAME.yaml describing the measured machine, when NAME is no cluster yet (so the
+    `--cluster NAME` that uses the comm model also resolves); an existing cluster file is never touched."""
+    from llmperf_hook.hardware.load import find_config_file
+    from llmperf_hook.profile import local_hardware as lh
+
+    try:
+        find_config_file("clusters", name)
+        return None
+    except UsageError:
+        pass
+    gpu = _local_hardware_name(device)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    fits = {(f.collective, f.nodes): f for f in model.layouts}
+    intra = fits.get(("allreduce", 1)) or next((f for f in model.layouts if f.nodes == 1), None)
+    inter = fits.get(("allreduce", 2)) or next((f for f in model.layouts if f.nodes > 1), intra)
+    doc = {"name": name, "gpu": gpu, "gpus_per_node": local,
+           "intra_node_bandwidth_GBps": round((intra.busbw_bytes_per_s if intra else 1e9) / 1e9, 3),
+           "inter_node_bandwidth_GBps": round((inter.busbw_bytes_per_s if inter else 1e9) / 1e9, 3),
+           "intra_node_latency_us": round((intra.alpha_s if intra else 1e-5) * 1e6, 2),
+           "inter_node_latency_us": round((inter.alpha_s if inter else 1e-5) * 1e6, 2),
+           "description": f"{lh.fingerprint(device, 1)['device']} x{local} per node, measured by `llmperf profile "
+                          f"--comm` ({world} ranks); collectives use the fitted comm model of the same name",
+           "sources": f"all-reduce alpha-beta fits, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"}
+    path = llmperf_home() / "clusters" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _local_hardware_name(device: str) -> str:
+    """The hardware preset of this device (`llmperf profile`'s default name), written from measurements when no
+    hardware file of that name exists yet."""
+    from llmperf_hook.hardware.load import find_config_file
+    from llmperf_hook.profile import local_hardware as lh
+
+    name = lh.default_profile_name(device, 1)
+    try:
+        find_config_file("hardware", name)
+    except UsageError:
+        dtypes = ("fp32", "bf16") if device == "cpu" else ("fp32", "bf16", "fp16")
+        peaks = {dt: lh.measure_peak_flop_per_s(dt, device) for dt in dtypes}
+        lh.write_hardware_yaml(name, device, peaks, lh.measure_roofline("fp32", device, 1), 1)
+    return name
 

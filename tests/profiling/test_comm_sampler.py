@@ -1,0 +1,59 @@
+"""`llmperf profile --comm` inputs and outputs that need no second process: message-size checks before any rank
+waits on another, and the cluster file written so `--cluster NAME` resolves (the 2-rank gloo run is in test_comm.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.profile import comm_sampler
+from llmperf_hook.profile.comm_model import CommModel, LayoutFit
+from llmperf_hook.profile.comm_sampler import CommRequest, check_message_sizes
+
+
+@pytest.mark.parametrize("min_b,max_b", [(4096, 0), (4096, -5), (4096, float("nan")), (4096, float("inf")),
+                                         (1e6, 1e5), (0, 4096)])
+def test_bad_message_sizes_are_usage_errors(min_b: float, max_b: float) -> None:
+    with pytest.raises(UsageError, match="finite, positive, and min <= max"):
+        check_message_sizes(CommRequest("c", min_bytes=min_b, max_bytes=max_b), 2, 64 << 30)
+
+
+def test_sizes_beyond_memory_are_refused_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-bytes 1e12 used to be SIGKILLed by the kernel's OOM killer mid-run."""
+    with pytest.raises(UsageError, match="--max-bytes 1e\\+12.*at most"):
+        check_message_sizes(CommRequest("c", max_bytes=1e12), 2, 24 << 30)
+    check_message_sizes(CommRequest("c", max_bytes=2**26), 2, 24 << 30)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="--max-bytes"):  # raised before init_process_group waits for rank 1
+        comm_sampler.run_comm_profile(CommRequest("c", max_bytes=float("nan")))
+
+
+def _model(name: str) -> CommModel:
+    fit = LayoutFit("allreduce", 1, 2, 2e-4, 1.5e9, (), (), (4096.0, 262144.0), 8)
+    return CommModel(name, (fit,), {})
+
+
+def test_new_cluster_name_gets_a_cluster_file_that_predict_resolves(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`profile --comm --cluster-name mybox` then `predict --cluster mybox` failed: 'cluster mybox not found'."""
+    from llmperf_hook.hardware.load import load_cluster
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(comm_sampler, "_local_hardware_name", lambda device: "a100-sxm4-80gb")
+    path = comm_sampler._ensure_cluster_yaml("mybox", _model("mybox"), "cpu", 2)
+    assert path == tmp_path / "clusters" / "mybox.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc["gpus_per_node"] == 2 and doc["intra_node_bandwidth_GBps"] == 1.5 and doc["intra_node_latency_us"] == 200
+    cluster = load_cluster("mybox")
+    assert cluster.name == "mybox" and cluster.gpus_per_node == 2
+    path.write_text(path.read_text().replace("gpus_per_node: 2", "gpus_per_node: 4"))  # the user's edit
+    assert comm_sampler._ensure_cluster_yaml("mybox", _model("mybox"), "cpu", 2) is None  # never overwritten
+    assert "gpus_per_node: 4" in path.read_text()
+    assert comm_sampler._ensure_cluster_yaml("perlmutter", _model("perlmutter"), "cpu", 2) is None  # a preset
+    assert not (tmp_path / "clusters" / "perlmutter.yaml").exists()
