@@ -33,6 +33,18 @@ def _ops(text: str | None) -> tuple[str, ...]:
     return ops
 
 
+def _job_dtype(job: tuple[str, ...], model: str | None) -> str | None:
+    """With --for and no --dtype: the job's own precision (a bf16 job predicted from an fp32 profile would find
+    no fitted model for its dtype)."""
+    if not job:
+        return None
+    from llmperf_hook.profile.plan import job_precision
+
+    dtype = job_precision(job, os.environ, model)
+    click.echo(f"llmperf: sampling in {dtype}, the job's precision (--dtype to choose another)", err=True)
+    return dtype
+
+
 def _default_device() -> str:
     import torch
 
@@ -51,14 +63,17 @@ def _default_device() -> str:
 @click.option("--threads", type=int, default=1, show_default=True, help="CPU threads per rank while sampling.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), default=None,
               help="SQLite store (default $LLMPERF_HOME/store.sqlite).")
-@click.option("--for", "for_job", is_flag=True, help="Sample first the shapes of the job given after `--`.")
+@click.option("--for", "for_job", is_flag=True, help="Sample first the shapes of the job given after `--` "
+              "(and in its dtype unless --dtype is given).")
+@click.option("--model", default=None, help="With --for: model preset or file for a script that does not state "
+              "the model shape in Megatron-style flags.")
 @click.option("--comm", is_flag=True, help="Time collectives instead (run under torchrun).")
 @click.option("--cluster-name", default=None, help="With --comm: the cluster the comm model is for.")
 @click.option("--min-bytes", type=float, default=2**12, show_default=True, help="With --comm: smallest message.")
 @click.option("--max-bytes", type=float, default=2**26, show_default=True, help="With --comm: largest message.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(device: str | None, budget_min: float, dtype: str | None, ops_text: str | None, name: str | None,
-            threads: int, store_path: str | None, for_job: bool, comm: bool, cluster_name: str | None,
+            threads: int, store_path: str | None, for_job: bool, model: str | None, comm: bool, cluster_name: str | None,
             min_bytes: float, max_bytes: float, job: tuple[str, ...]) -> None:
     """Sample operators (or collectives) on this machine and fit a hardware profile."""
     if comm:
@@ -69,14 +84,17 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                          f"`llmperf profile --for -- <launch command>`.")
     if for_job and not job:
         raise UsageError("--for needs the launch command after `--`, e.g. `llmperf profile --for -- torchrun ...`.")
+    if model and not for_job:
+        raise UsageError(f"--model {model}: only used with --for (the shape of the job whose shapes are sampled first).")
     from pathlib import Path
 
     from llmperf_hook.profile.sampler import ProfileRequest, run_profile
 
     dev = device or _default_device()
-    req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype or ("fp32" if dev == "cpu" else "bf16"),
+    dtype = dtype or _job_dtype(tuple(job), model) or ("fp32" if dev == "cpu" else "bf16")
+    req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
-                         store_path=Path(store_path) if store_path else None)
+                         store_path=Path(store_path) if store_path else None, job_model=model)
     result = _interruptible(lambda: run_profile(req), req.store_path)
     click.echo(f"{result.plan_note}")
     click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")

@@ -52,6 +52,8 @@ class ProfileRequest:
     """`--for -- <command>`: sample this job's shapes first."""
     env: Mapping[str, str] = field(default_factory=dict)
     store_path: Path | None = None
+    job_model: str | None = None
+    """--model PRESET|FILE for a `--for` job whose script states no Megatron-style model shape."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
 def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name: str) -> list[plans.SampleSpec]:
     specs: list[plans.SampleSpec] = []
     if req.job_argv:
-        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc)) if s.op_class in ops]
+        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc), req.job_model)
+                  if s.op_class in ops]
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     # The design's first round comes group by group, so a short budget still fits the leading classes.
     specs += plans.fit_first(plans.design_specs(ops, ranges, DESIGN_PER_CLASS), MIN_SAMPLES_TO_FIT)

@@ -129,3 +129,25 @@ def test_ops_option_is_case_insensitive_and_deduplicated() -> None:
     from llmperf_hook.commands.profile import _ops
 
     assert _ops(None) == () and _ops("GEMM, gemm,LayerNorm") == ("gemm", "layernorm")
+
+
+def test_for_job_samples_in_the_jobs_precision(capsys) -> None:
+    """`profile --for -- <bf16 job>` without --dtype sampled fp32 on CPU, so `predict` of that bf16 job found no
+    fitted model for its dtype; the job's precision is the default now, and --model reaches the job's resolution."""
+    import pytest
+
+    from llmperf_hook.cli import main
+    from llmperf_hook.commands.profile import _job_dtype
+
+    argv = ("torchrun --nproc-per-node 2 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+            "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 8 "
+            "--vocab-size 1000").split()
+    assert _job_dtype(tuple(argv + ["--bf16"]), None) == "bf16" and _job_dtype(tuple(argv + ["--fp16"]), None) == "fp16"
+    assert _job_dtype((), None) is None
+    plain = ("python", "train.py")
+    assert plan.job_precision(plain, {}, "llama2-7b") in ("fp32", "bf16", "fp16")
+    specs = plan.job_specs(plain, {}, _local_cluster("x", RC), "llama2-7b")
+    assert any(s.op_class == "gemm" and 4096 in s.dims.values() for s in specs)
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--device", "cpu", "--model", "llama2-7b"])
+    assert exc.value.code == 2 and "only used with --for" in capsys.readouterr().err
