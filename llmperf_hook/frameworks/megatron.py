@@ -104,6 +104,7 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
         account_for_embedding_in_pipeline_split=bool(flags.get("account_for_embedding_in_pipeline_split")),
         account_for_loss_in_pipeline_split=bool(flags.get("account_for_loss_in_pipeline_split")),
         pipeline_layout=flags.get("pipeline_model_parallel_layout"),
+        microbatch_group_size=flags.get("microbatch_group_size_per_virtual_pipeline_stage"),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llmperf_hook.frameworks.flags import Flag
 
 _INT = (
-    "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+    "microbatch-group-size-per-virtual-pipeline-stage", "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
     "kv-channels", "seq-length", "encoder-seq-length", "max-position-embeddings", "vocab-size",
     "make-vocab-size-divisible-by", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
     "expert-model-parallel-size", "expert-tensor-parallel-size", "micro-batch-size", "global-batch-size",

@@ -77,6 +77,14 @@ class ParallelLayout:
     """Megatron --account-for-loss-in-pipeline-split: the LM head/loss counts as one layer when splitting."""
     pipeline_layout: str | None = None
     """Megatron --pipeline-model-parallel-layout as given (modelled as an even split; see validation)."""
+    microbatch_group_size: int | None = None
+    """Megatron --microbatch-group-size-per-virtual-pipeline-stage: contiguous micro-batches per model chunk in the
+    interleaved schedule (None = pipeline-model-parallel-size, Megatron's default)."""
+
+    @property
+    def vpp_group(self) -> int:
+        """Micro-batches the interleaved schedule runs through one model chunk before the next."""
+        return self.microbatch_group_size or self.pp
 
 
 @dataclass(frozen=True)

@@ -126,12 +126,8 @@ def _check_batch(cfg: TrainingConfig) -> None:
             f"(Megatron: GBS % (MBS*DP) == 0; DeepSpeed: train_batch_size == micro * grad_acc * DP). "
             f"Valid global batch sizes: multiples of {per_step}, e.g. {', '.join(map(str, ok))}."
         )
-    if p.vpp > 1 and cfg.framework in _MEGATRON and b.num_microbatches % p.pp != 0:
-        raise ConfigError(
-            f"the interleaved schedule needs the number of micro-batches ({b.num_microbatches} = GBS {b.global_batch_size} "
-            f"/ (MBS {b.micro_batch_size} x DP {p.dp})) to be a multiple of pipeline-model-parallel-size {p.pp} "
-            "(Megatron schedules.py). Change --global-batch-size or the virtual pipeline size."
-        )
+    if p.vpp > 1 and cfg.framework in _MEGATRON:
+        _check_microbatch_groups(cfg)
 
 
 def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
@@ -174,6 +170,30 @@ def _check_experts(cfg: TrainingConfig) -> None:
             f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} x pipeline-model-parallel-size "
             f"{p.pp} = {expert_ranks} (Megatron parallel_state: world % (ETP*EP*PP) == 0). Change EP or ETP."
         )
+
+
+def _check_microbatch_groups(cfg: TrainingConfig) -> None:
+    """Megatron's interleaved schedule (core/pipeline_parallel/schedules.py): the group of contiguous micro-batches
+    per model chunk, N (--microbatch-group-size-per-virtual-pipeline-stage, default PP), lies in [PP, M], and the
+    last group, M % N, is empty or at least PP. With the default N = PP this is M % PP == 0."""
+    p, m = cfg.parallel, cfg.batch.num_microbatches
+    group = p.vpp_group
+    how = f"--microbatch-group-size-per-virtual-pipeline-stage {group}"
+    counts = f"{m} micro-batches (GBS {cfg.batch.global_batch_size} / (MBS {cfg.batch.micro_batch_size} x DP {p.dp}))"
+    if not p.microbatch_group_size and m % p.pp:
+        raise ConfigError(
+            f"the interleaved schedule needs the number of micro-batches ({m} = GBS {cfg.batch.global_batch_size} / "
+            f"(MBS {cfg.batch.micro_batch_size} x DP {p.dp})) to be a multiple of pipeline-model-parallel-size {p.pp} "
+            "(Megatron schedules.py, groups of PP micro-batches per model chunk). Change --global-batch-size or the "
+            "virtual pipeline size, or set --microbatch-group-size-per-virtual-pipeline-stage.")
+    if not p.pp <= group <= m:
+        raise ConfigError(
+            f"the interleaved schedule runs {how} micro-batches per model chunk, which must lie between PP {p.pp} and the "
+            f"{counts} (Megatron schedules.py). Change --global-batch-size or the group size.")
+    if 0 < m % group < p.pp:
+        raise ConfigError(
+            f"the interleaved schedule with {how} leaves a last group of {m % group} of the {counts}; Megatron needs it "
+            f"empty or at least PP {p.pp} (schedules.py). Use a multiple of {group} micro-batches or another group size.")
 
 
 def _check_recompute(cfg: TrainingConfig) -> None:

@@ -158,8 +158,9 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     m = graph.num_microbatches
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
-    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail)
-    sim_free = simulate_pipeline(f_s, b_s, 0.0, m) if p2p_s > 0 else sim
+    group = cfg.parallel.microbatch_group_size
+    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail, group_size=group)
+    sim_free = simulate_pipeline(f_s, b_s, 0.0, m, group_size=group) if p2p_s > 0 else sim
     step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i])) for i, s in enumerate(graph.stages)]
     sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
     critical = max(range(len(sync_end)), key=lambda i: sync_end[i])

@@ -3,8 +3,9 @@
 Per pipeline rank the order of forward (F) and backward (B) passes is Megatron's
 (megatron/core/pipeline_parallel/schedules.py): 1F1B runs min(pp - rank - 1, m) warm-up forwards, then
 alternates one forward and one backward, then drains the remaining backwards; the interleaved schedule runs
-(pp - rank - 1) * 2 + (vpp - 1) * pp warm-up forwards (all of them when m == pp) over virtual micro-batches
-ordered in groups of pp micro-batches per model chunk. A pass starts when its rank is free and its input has
+(pp - rank - 1) * 2 + (vpp - 1) * N warm-up forwards (all of them when m == pp) over virtual micro-batches
+ordered in groups of N micro-batches per model chunk (N = --microbatch-group-size-per-virtual-pipeline-stage,
+default pp; get_schedule_table). A pass starts when its rank is free and its input has
 arrived: F(chunk c, rank r) after F(c, r-1) (or F(c-1, pp-1) for r = 0) plus the send/recv time, B after
 B(c, r+1) (or B(c+1, 0) for the last rank) plus the send/recv time. The simulation is exact for this model
 of the schedule: with uniform stages and free p2p the 1F1B step is (m + pp - 1) (tF + tB) (Narayanan et al.
@@ -32,25 +33,26 @@ class PipelineResult:
     """(rank, kind, chunk, micro-batch, start, end) when recorded, else empty."""
 
 
-def virtual_order(m: int, pp: int, vpp: int, backward: bool) -> list[tuple[int, int]]:
-    """(chunk, micro-batch) in execution order: groups of pp micro-batches, each group through all chunks."""
+def virtual_order(m: int, group_size: int, vpp: int, backward: bool) -> list[tuple[int, int]]:
+    """(chunk, micro-batch) in execution order: groups of `group_size` micro-batches, each through all chunks."""
     order: list[tuple[int, int]] = []
-    for group_start in range(0, m, pp):
-        group = range(group_start, min(m, group_start + pp))
+    for group_start in range(0, m, group_size):
+        group = range(group_start, min(m, group_start + group_size))
         chunks = range(vpp - 1, -1, -1) if backward else range(vpp)
         order.extend((c, i) for c in chunks for i in group)
     return order
 
 
-def rank_program(rank: int, m: int, pp: int, vpp: int) -> list[Pass]:
-    """The sequence of passes one pipeline rank executes."""
-    fwd = [("F", c, i) for c, i in virtual_order(m, pp, vpp, backward=False)]
-    bwd = [("B", c, i) for c, i in virtual_order(m, pp, vpp, backward=True)]
+def rank_program(rank: int, m: int, pp: int, vpp: int, group_size: int | None = None) -> list[Pass]:
+    """The sequence of passes one pipeline rank executes (group_size: micro-batches per chunk group, default pp)."""
+    group_size = group_size or pp
+    fwd = [("F", c, i) for c, i in virtual_order(m, group_size, vpp, backward=False)]
+    bwd = [("B", c, i) for c, i in virtual_order(m, group_size, vpp, backward=True)]
     total = len(fwd)
     if vpp == 1:
         warmup = min(pp - rank - 1, m)
     else:
-        warmup = total if m == pp else min(total, (pp - rank - 1) * 2 + (vpp - 1) * pp)
+        warmup = total if m == pp else min(total, (pp - rank - 1) * 2 + (vpp - 1) * group_size)
     program: list[Pass] = fwd[:warmup]
     for k in range(total - warmup):
         program += [fwd[warmup + k], bwd[k]]
@@ -87,8 +89,8 @@ class CompiledSchedule:
 
 
 @lru_cache(maxsize=256)
-def compiled_schedule(pp: int, m: int, vpp: int) -> CompiledSchedule:
-    programs = tuple(tuple(rank_program(r, m, pp, vpp)) for r in range(pp))
+def compiled_schedule(pp: int, m: int, vpp: int, group_size: int | None = None) -> CompiledSchedule:
+    programs = tuple(tuple(rank_program(r, m, pp, vpp, group_size)) for r in range(pp))
     offset = [0] * pp
     for r in range(1, pp):
         offset[r] = offset[r - 1] + len(programs[r - 1])
@@ -125,15 +127,18 @@ def _dependency_order(programs: tuple[tuple[Pass, ...], ...], offset: list[int],
 
 
 def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
-                      record: bool = False) -> PipelineResult:
-    """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations."""
+                      record: bool = False, group_size: int | None = None) -> PipelineResult:
+    """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations;
+    group_size: the interleaved schedule's micro-batches per chunk group (None = pp)."""
     pp, vpp = len(fwd_s), len(fwd_s[0])
-    if vpp > 1 and m % pp:
+    group = group_size or pp
+    if vpp > 1 and (not pp <= group <= m or 0 < m % group < pp):
         raise ConfigError(
-            f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple of the pipeline "
-            f"size ({pp}) (Megatron schedules.py). Change --global-batch-size, --micro-batch-size or the virtual "
-            f"pipeline size.")
-    sched = compiled_schedule(pp, m, vpp)
+            f"the interleaved schedule cannot run {m} micro-batches in groups of {group} on {pp} pipeline ranks "
+            f"(Megatron schedules.py: the group lies in [PP, micro-batches] and the last group is empty or at least PP). "
+            f"Change --global-batch-size, --micro-batch-size, the virtual pipeline size or "
+            f"--microbatch-group-size-per-virtual-pipeline-stage.")
+    sched = compiled_schedule(pp, m, vpp, group if vpp > 1 else None)
     table = [t for r in range(pp) for t in (*fwd_s[r], *bwd_s[r])]
     prev, dep, cross, slot = sched.prev, sched.dep, sched.cross, sched.slot
     end = [0.0] * len(prev)

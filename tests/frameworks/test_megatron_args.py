@@ -46,6 +46,20 @@ def test_virtual_pipeline_both_spellings() -> None:
         megatron("--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "6")
 
 
+def test_microbatch_group_size_relaxes_the_interleaved_rule() -> None:
+    # World 8, PP 2 -> DP 4; GBS 20 -> 5 micro-batches: not a multiple of PP, legal in groups of 5 (or 3 + 2).
+    args = ("--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "20")
+    with pytest.raises(ConfigError, match="multiple of pipeline-model-parallel-size 2"):
+        megatron(*args)
+    for group in ("5", "3"):
+        cfg = megatron(*args, "--microbatch-group-size-per-virtual-pipeline-stage", group)
+        assert cfg.parallel.vpp_group == int(group) and cfg.batch.num_microbatches == 5
+    with pytest.raises(ConfigError, match="between PP 2"):
+        megatron(*args, "--microbatch-group-size-per-virtual-pipeline-stage", "6")  # more than the 5 micro-batches
+    with pytest.raises(ConfigError, match="last group of 1"):
+        megatron(*args, "--microbatch-group-size-per-virtual-pipeline-stage", "4")
+
+
 def test_uneven_pipeline() -> None:
     cfg = megatron("--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers", "5",
                    "--decoder-last-pipeline-num-layers", "7")

@@ -60,5 +60,28 @@ def test_interleaved_with_ragged_microbatches_is_a_config_error() -> None:
 
     from llmperf_hook.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="multiple of the pipeline"):
+    with pytest.raises(ConfigError, match="cannot run 5 micro-batches in groups of 4"):
         simulate_pipeline([[1.0, 1.0]] * 4, [[2.0, 2.0]] * 4, 0.0, 5)
+    with pytest.raises(ConfigError, match="groups of 4"):  # last group of 2 < PP 4
+        simulate_pipeline([[1.0, 1.0]] * 4, [[2.0, 2.0]] * 4, 0.0, 10, group_size=4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pp=st.integers(2, 6), vpp=st.integers(2, 3), extra=st.integers(0, 6), m_extra=st.integers(0, 12))
+def test_microbatch_groups_follow_megatrons_schedule_table(pp: int, vpp: int, extra: int, m_extra: int) -> None:
+    """--microbatch-group-size-per-virtual-pipeline-stage N: the forward order is Megatron's get_schedule_table,
+    the warm-up (pp - rank - 1) * 2 + (vpp - 1) * N, and every pass runs once."""
+    from megatron.core.pipeline_parallel.schedules import get_schedule_table
+
+    group = pp + extra
+    m = group + m_extra
+    if 0 < m % group < pp:
+        m += pp - m % group  # Megatron refuses a last group smaller than PP
+    table = [(c, i) for i, c in get_schedule_table(m, vpp, group)]
+    for r in range(pp):
+        program = rank_program(r, m, pp, vpp, group)
+        assert [(c, i) for k, c, i in program if k == "F"] == table
+        warmup = m * vpp if m == pp else min(m * vpp, (pp - r - 1) * 2 + (vpp - 1) * group)
+        assert all(k == "F" for k, _, _ in program[:warmup])
+    result = simulate_pipeline([[1.0] * vpp] * pp, [[2.0] * vpp] * pp, 0.1, m, record=True, group_size=group)
+    assert len(result.events) == 2 * pp * vpp * m
