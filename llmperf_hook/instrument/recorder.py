@@ -86,8 +86,15 @@ class JsonlWriter:
         self._pending = []
         if self._fd is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            data = self._after_torn_line() + data
         os.write(self._fd, data)
+
+    def _after_torn_line(self) -> bytes:
+        """A newline when the file ends inside a line (a rank of an earlier job killed mid-write), so this
+        process's first record starts a line of its own instead of being glued to the torn one and lost."""
+        size = os.fstat(self._fd).st_size
+        return b"\n" if size and os.pread(self._fd, 1, size - 1) != b"\n" else b""
 
     def close(self) -> None:
         try:

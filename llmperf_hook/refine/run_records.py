@@ -77,6 +77,8 @@ class JobSteps:
 def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     records, bad = [], 0
     for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
         try:
             obj = json.loads(line)
         except ValueError:

@@ -89,3 +89,24 @@ def test_two_jobs_sharing_a_run_dir_keep_their_records(tmp_path: Path, child_env
         assert [r["step"] for r in records if r["kind"] == "step" and r["job_id"] == job] == [0, 1, 2, 3]
     report = refine_run(run_dir, hardware="cpu-x", cluster="local")
     assert sorted(j.predicted_before_s for j in report.jobs) == [0.5, 0.7]
+
+
+def test_records_after_a_torn_line_are_kept(tmp_path: Path) -> None:
+    """A rank killed mid-write leaves a line without its newline; the next job appending to the same rank file
+    used to glue its first record (the meta record) onto it, and refine lost both."""
+    from llmperf_hook.instrument.recorder import JsonlWriter
+    from llmperf_hook.refine.run_records import read_run_dir
+
+    path = tmp_path / "rank0.jsonl"
+    path.write_text('{"kind":"step","job_id":"old","rank":0,"step":0}\n{"kind":"step","job_id":"old","ra')
+    writer = JsonlWriter(str(path))
+    writer.write({"kind": "meta", "job_id": "new", "rank": 0})
+    writer.write({"kind": "step", "job_id": "new", "rank": 0, "step": 0}, flush=True)
+    writer.close()
+    run = read_run_dir(tmp_path)
+    assert [(r["job_id"], r["kind"]) for r in run.records] == [("old", "step"), ("new", "meta"), ("new", "step")]
+    assert run.num_bad_lines == 1  # the torn line alone
+    writer = JsonlWriter(str(path))  # a file ending in a newline gets no blank line
+    writer.write({"kind": "end", "job_id": "new", "rank": 0}, flush=True)
+    writer.close()
+    assert "\n\n" not in path.read_text() and read_run_dir(tmp_path).num_bad_lines == 1
