@@ -17,11 +17,27 @@ DEFAULT_RUNS_DIR = Path("llmperf-runs")
 
 
 def newest_run_dir(parent: Path = DEFAULT_RUNS_DIR) -> Path:
+    """The newest of the runs under ./llmperf-runs and the latest `llmperf run --instrument` recorded in
+    $LLMPERF_HOME (a run given --run-dir elsewhere)."""
     runs = [p for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    latest = _recorded_latest_run()
+    runs += [latest] if latest is not None else []
     if not runs:
-        raise UsageError(f"no RUN_DIR given and no run under {str(parent)!r} (from the working directory "
-                         f"{str(Path.cwd())!r}). Pass the run directory `llmperf run --instrument` printed.")
+        raise UsageError(f"no RUN_DIR given, no run under {str(parent)!r} (from the working directory "
+                         f"{str(Path.cwd())!r}) and no instrumented run recorded in $LLMPERF_HOME. Pass the run "
+                         f"directory `llmperf run --instrument` printed.")
     return max(runs, key=lambda p: p.stat().st_mtime)
+
+
+def _recorded_latest_run() -> Path | None:
+    from llmperf_hook.instrument.session import LATEST_RUN_FILE
+    from llmperf_hook.resources import llmperf_home
+
+    try:
+        text = (llmperf_home() / LATEST_RUN_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return Path(text) if text and Path(text).is_dir() else None
 
 
 def check_has_jobs(path: Path) -> None:

@@ -96,6 +96,7 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
+    remember_latest_run(path)
     code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
     ended = {**session, "exit_code": code, "ended_unix_s": time.time()}
     write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
@@ -105,6 +106,24 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
               f"steps (exit code 0); the rest of the script did not run.", file=sys.stderr)
     _refine_quietly(path)
     return code
+
+
+LATEST_RUN_FILE = "latest_run_dir"
+"""In $LLMPERF_HOME: the run directory of the latest `llmperf run --instrument`, for `llmperf refine` without one."""
+
+
+def remember_latest_run(path: Path) -> None:
+    """Best effort: a state folder that cannot be written must not stop the job (refine then warns)."""
+    from llmperf_hook.resources import llmperf_home
+
+    try:
+        home = llmperf_home()
+        home.mkdir(parents=True, exist_ok=True)
+        tmp = home / f".{LATEST_RUN_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(str(path) + "\n")
+        os.replace(tmp, home / LATEST_RUN_FILE)
+    except OSError:
+        pass
 
 
 def write_latest_copy(run_dir: Path, name: str, data: Mapping[str, Any]) -> None:

@@ -149,3 +149,22 @@ def test_unwritable_llmperf_home_is_a_usage_error(tmp_path: Path, monkeypatch: p
             main(args)
         assert exc.value.code == 2, args
     assert afile.read_text() == "x"
+
+
+def test_cli_without_run_dir_finds_a_run_given_run_dir_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmperf run --instrument --run-dir runs/x` then `llmperf refine`: the run is not under ./llmperf-runs,
+    so refine without RUN_DIR said there was nothing to refine; the session records its run directory."""
+    from llmperf_hook.instrument.session import remember_latest_run
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs" / "zero1", "j-elsewhere", {0: [0.5, 0.02, 0.02]})
+    remember_latest_run(run)
+    out = CliRunner().invoke(refine_command, ["--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert [j["job_id"] for j in json.loads(out.output)["jobs"]] == ["j-elsewhere"]
+    import shutil
+
+    shutil.rmtree(run)  # a recorded run that is gone is no candidate
+    out = CliRunner().invoke(refine_command, [])
+    assert isinstance(out.exception, UsageError) and "no instrumented run recorded" in str(out.exception)
