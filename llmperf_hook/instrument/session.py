@@ -249,6 +249,8 @@ def _refine_quietly(run_dir: Path) -> None:
         from llmperf_hook.refine.refine_run import refine_run, render_refine_report
 
         print(render_refine_report(refine_run(run_dir)), file=sys.stderr)
+    except UsageError as err:  # nothing to refine (the job never reached an optimizer step): rerunning won't help
+        print(f"llmperf: nothing refined: {err}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - the job's exit code is what matters here
         print(f"llmperf: warning: refining from {run_dir} failed ({type(err).__name__}: {err}); the run's records "
               f"are kept there: rerun `llmperf refine {run_dir}`.", file=sys.stderr)

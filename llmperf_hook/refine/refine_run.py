@@ -131,7 +131,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     prediction = run.prediction_for(job_id)
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
-    notes = list(_completeness_notes(job))
+    notes = list(_completeness_notes(job)) + _short_run_note(Path(run.path), job_id, job)
     wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
     limit = max_wall_per_cpu()
     contended = wall_per_cpu is not None and wall_per_cpu > limit
@@ -173,6 +173,18 @@ def _completeness_notes(job: JobSteps) -> list[str]:
         notes.append(f"ranks recorded different numbers of steps: { {r: len(v) for r, v in job.steps_by_rank.items()} }")
     notes.extend(f"hook error: {e}" for e in job.errors)
     return notes
+
+
+def _short_run_note(run_dir: Path, job_id: str, job: JobSteps) -> list[str]:
+    """The job ended before the steps --instrument asked for (jobs/<id>/session.json records the request)."""
+    try:
+        asked = json.loads((run_dir / "jobs" / job_id / "session.json").read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        return []
+    got = max((len(v) for v in job.steps_by_rank.values()), default=0)
+    if isinstance(asked, int) and not job.stopped and got < asked:
+        return [f"the job ran {got} optimizer step(s), fewer than the {asked} of --instrument {asked}: it ended first"]
+    return []
 
 
 def _recalibrate(conn: Any, key: CalibrationKey) -> Calibration | None:

@@ -48,7 +48,8 @@ def test_exit_code_and_output_pass_through(tmp_path: Path, child_env: dict[str, 
     done = run_session(tmp_path, child_env, [sys.executable, "-c", code], steps=3)
     assert done.returncode == 7
     assert "out-line" in done.stdout and "err-line" in done.stderr
-    assert "refining from" in done.stderr  # nothing recorded: a warning, the exit code stays 7
+    # no step recorded: said plainly, without advising a `llmperf refine` rerun that cannot help
+    assert "nothing refined" in done.stderr and "rerun `llmperf refine" not in done.stderr
 
 
 def test_child_killed_by_signal_reports_128_plus_signum(tmp_path: Path, child_env: dict[str, str]) -> None:

@@ -168,3 +168,15 @@ def test_cli_without_run_dir_finds_a_run_given_run_dir_elsewhere(tmp_path: Path,
     shutil.rmtree(run)  # a recorded run that is gone is no candidate
     out = CliRunner().invoke(refine_command, [])
     assert isinstance(out.exception, UsageError) and "no instrumented run recorded" in str(out.exception)
+
+
+def test_job_that_ended_before_the_requested_steps_is_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    (run / "jobs" / "j1").mkdir(parents=True)
+    (run / "jobs" / "j1" / "session.json").write_text(json.dumps({"job_id": "j1", "steps": 50}))
+    (job,) = refine_run(run).jobs
+    assert any("ran 3 optimizer step(s), fewer than the 50 of --instrument 50" in n for n in job.notes)
+    (run / "jobs" / "j1" / "session.json").write_text(json.dumps({"job_id": "j1", "steps": 3}))
+    (job,) = refine_run(run).jobs
+    assert not any("fewer than" in n for n in job.notes)
