@@ -51,6 +51,11 @@ def new_job_id() -> str:
 def prepare_run_dir(run_dir: str | None, job_id: str) -> Path:
     path = Path(run_dir) if run_dir else Path("llmperf-runs") / job_id
     path = path.expanduser().resolve()
+    if os.pathsep in str(path):  # the hook's folder goes on PYTHONPATH, which splits at it: no rank would find it
+        origin = f"--run-dir {run_dir!r}" if run_dir else f"the working directory {os.getcwd()!r}"
+        raise UsageError(f"the run directory {str(path)!r} (from {origin}) contains {os.pathsep!r}, which splits "
+                         f"PYTHONPATH: the hook could not reach the job's ranks. Pass a --run-dir without "
+                         f"{os.pathsep!r}.")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -137,3 +137,16 @@ def test_missing_command_is_a_usage_error(tmp_path: Path, child_env: dict[str, s
 def test_isolated_python_is_warned_about() -> None:
     assert hook_reach_warnings(["python3", "-I", "train.py"]) and hook_reach_warnings(["python", "-uS", "x.py"])
     assert not hook_reach_warnings(["python", "-u", "train.py", "-I"]) and not hook_reach_warnings(["torchrun", "-I"])
+
+
+def test_run_dir_with_a_path_separator_is_refused(tmp_path: Path) -> None:
+    """A --run-dir containing ':' put a split hook folder on PYTHONPATH: the job ran, nothing was recorded."""
+    import pytest
+
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.instrument.session import prepare_run_dir
+
+    with pytest.raises(UsageError, match="--run-dir.*splits PYTHONPATH"):
+        prepare_run_dir(str(tmp_path / f"a{os.pathsep}b"), "job")
+    assert not (tmp_path / f"a{os.pathsep}b").exists()
+    assert prepare_run_dir(str(tmp_path / "a b é"), "job").is_dir()
