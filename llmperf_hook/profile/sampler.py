@@ -99,8 +99,12 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
     if req.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", req.name):
         raise UsageError(f"--name {req.name!r}: use letters, digits, '.', '_' and '-' only (it names "
                          f"$LLMPERF_HOME/profiles/NAME and hardware/NAME.yaml).")
-    if req.budget_min <= 0:
-        raise UsageError(f"--budget {req.budget_min}: the sampling budget must be a positive number of minutes.")
+    if not (0 < req.budget_min < float("inf")):  # nan and inf too: the budget bounds the run
+        raise UsageError(f"--budget {req.budget_min}: the sampling budget must be a positive, finite number of "
+                         f"minutes (default 3).")
+    if req.threads < 1:
+        raise UsageError(f"--threads {req.threads}: the CPU threads per rank must be at least 1 (default 1, the "
+                         f"one thread per rank a CPU training job runs).")
     ops = req.ops or (plans.CPU_DEFAULT_OPS if req.device == "cpu" else tuple(plans.GPU_RANGES))
     unknown = [o for o in ops if o not in plans.CPU_RANGES]
     if unknown:

@@ -55,6 +55,9 @@ def test_bad_options_are_usage_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 2 and "warp_drive" in out and "Traceback" not in out
     code, out = _run(["profile", "--device", "cpu", "--budget", "0"], capsys)
     assert code == 2 and "--budget" in out
+    for bad in (["--budget", "nan"], ["--budget", "inf"], ["--threads", "0"], ["--threads", "-2"]):
+        code, out = _run(["profile", "--device", "cpu", *bad], capsys)  # nan ignored the budget, inf never ended,
+        assert code == 2 and bad[0] in out and "internal error" not in out, out  # --threads 0: internal error
     for empty in ("", ",", " , "):  # an --ops naming nothing is a mistake, not "every class"
         code, out = _run(["profile", "--device", "cpu", "--ops", empty], capsys)
         assert code == 2 and "--ops" in out and "names no op class" in out and "Traceback" not in out
