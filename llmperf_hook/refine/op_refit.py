@@ -38,12 +38,18 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
     from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
     from llmperf_hook.store import open_store
 
+    import json
+
     meta = read_profile_meta(directory)
     with open_store() as store:
         records = store.query_op_samples(hardware)
+    # The sampler's samples of the machine this profile describes only, as `llmperf profile` fits them: a store
+    # shared by several machines (an NFS home) may hold the same NAME sampled on another CPU or GPU.
+    fingerprint = json.dumps(dict(meta.hardware), sort_keys=True)
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for r in records:
-        groups[(r.op_class, r.phase, r.dtype)].append(r)
+        if r.source != "sampler" or r.fingerprint == fingerprint:
+            groups[(r.op_class, r.phase, r.dtype)].append(r)
     texts = {e.file: read_model_text(directory, e) for e in meta.models}
     models, refitted = list(meta.models), []
     for key, recs in sorted(groups.items()):

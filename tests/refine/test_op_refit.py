@@ -12,6 +12,10 @@ from llmperf_hook.refine.refine_run import refine_run
 from refine_helpers import PREDICTION, write_run
 
 
+FINGERPRINT = '{"device": "test"}'
+"""json.dumps(profile.json's "hardware", sort_keys=True): how `llmperf profile` tags its samples."""
+
+
 def _gelu_time_s(elements: float) -> float:
     return 2e-6 + elements * 4e-9
 
@@ -26,7 +30,7 @@ def _user_profile(home: Path) -> Path:
     elements = np.geomspace(4096, 4 << 20, 24).round()
     with open_store(home / "store.sqlite") as store:
         store.record_op_samples(OpSampleRecord("cpu-test", "fp32", "gelu", "fwd", {"elements": float(e)},
-                                               _gelu_time_s(e)) for e in elements)
+                                               _gelu_time_s(e), fingerprint=FINGERPRINT) for e in elements)
     rc = RooflineConstants(peak_flop_per_s=1e11, memory_bandwidth_bytes_per_s=1e10, num_sms=1, dtype_bytes=4)
     entry, text = fit_samples(Samples("gelu", "fwd", {"elements": elements}, _gelu_time_s(elements)), rc, "fp32",
                               with_holdout=False)
@@ -59,3 +63,23 @@ def test_no_user_profile_means_samples_kept_only(tmp_path: Path, monkeypatch: py
     note = refit_op_models("a100-sxm4-80gb", [{"op_class": "gemm"}])
     assert "no user profile" in note and not (tmp_path / "profiles").exists()
     assert PREDICTION["cluster"]["gpu"] == "cpu-test"
+
+
+def test_refit_ignores_samples_of_the_same_name_from_another_machine(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store shared by two machines (an NFS home) holds the same NAME sampled on another CPU: `llmperf profile`
+    fits only its own machine's samples, and refine's refit mixed them in."""
+    from llmperf_hook.store import OpSampleRecord, open_store
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    _user_profile(home)
+    with open_store(home / "store.sqlite") as store:
+        store.record_op_samples(OpSampleRecord("cpu-test", "fp32", "gelu", "fwd", {"elements": float(e)}, 1.0,
+                                               fingerprint='{"device": "other"}') for e in (5000, 7000, 9000))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write('{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
+                f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
+    (job,) = refine_run(run).jobs
+    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in job.op_refit, job.op_refit
