@@ -236,6 +236,7 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     name = (req.name or lh.default_profile_name(req.device, req.threads)).lower()  # lookups lower-case names
     rc = lh.measure_roofline(req.dtype, req.device, req.threads)
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
+    _check_same_machine(name, json.loads(fp))
     with open_store(req.store_path) as store:
         done = store.sampled_keys(name, req.dtype)
         specs = _specs(req, ops, rc, name)
@@ -261,6 +262,21 @@ def _check_state_dirs(req: ProfileRequest) -> None:
     check_writable_dir(llmperf_home(), "the profile and hardware files")
     if req.store_path is not None:
         check_writable_dir(req.store_path.expanduser().resolve().parent, "the store", f"--store {req.store_path}")
+
+
+def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
+    """Refitting profile NAME here would replace a profile of another machine (a shared $LLMPERF_HOME, or a
+    profile copied from elsewhere): refuse, naming both. An unreadable profile.json is simply re-created."""
+    try:
+        theirs = json.loads((llmperf_home() / "profiles" / name / "profile.json").read_text()).get("hardware")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(theirs, dict) and theirs and theirs != dict(fingerprint):
+        diff = ", ".join(f"{k} {theirs.get(k)!r} there, {fingerprint.get(k)!r} here"
+                         for k in sorted(set(theirs) | set(fingerprint)) if theirs.get(k) != fingerprint.get(k))
+        raise UsageError(f"profile {name!r} ({llmperf_home() / 'profiles' / name}) was fitted on another machine or "
+                         f"setting ({diff}); sampling here would replace it with this machine's. Give this machine "
+                         f"its own --name, or delete that folder to re-create it here.")
 
 
 def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineConstants, fp: str,

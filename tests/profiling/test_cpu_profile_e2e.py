@@ -86,3 +86,23 @@ def test_sigterm_stops_cleanly_and_keeps_the_samples(tmp_path: Path) -> None:
     assert "stopped by SIGTERM" in err and "resume" in err and "Traceback" not in err
     with sqlite3.connect(tmp_path / "store.sqlite") as conn:
         assert conn.execute("SELECT COUNT(*) FROM op_samples WHERE hardware = 'cpu-term'").fetchone()[0] >= 1
+
+
+def test_profile_of_another_machine_is_not_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """`llmperf profile --name X` where X's profile.json names another device (a shared $LLMPERF_HOME, a copied
+    profile): exit 2 naming both, before sampling; it silently replaced the other machine's profile."""
+    from llmperf_hook.profile.local_hardware import fingerprint
+    from llmperf_hook.profile.sampler import _check_same_machine
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    folder = tmp_path / "profiles" / "shared-cpu"
+    folder.mkdir(parents=True)
+    here = fingerprint("cpu", 1)
+    (folder / "profile.json").write_text(json.dumps({"hardware": {**here, "device": "AMD EPYC 7763"}}))
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm", "--name", "shared-cpu"], capsys)
+    assert code == 2 and "AMD EPYC 7763" in out and "--name" in out and "Traceback" not in out, out
+    (folder / "profile.json").write_text(json.dumps({"hardware": here}))
+    _check_same_machine("shared-cpu", here)  # the same machine: refitting is fine
+    (folder / "profile.json").write_text("{truncated")
+    _check_same_machine("shared-cpu", here)  # unreadable: re-created by this run
