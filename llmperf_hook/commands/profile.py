@@ -103,6 +103,8 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     click.echo(f"hardware {result.hardware_yaml}")
     for note in result.notes:
         click.echo(f"note: {note}")
+    if name and name != result.name:
+        click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
 
 
