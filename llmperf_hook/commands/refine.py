@@ -53,6 +53,15 @@ def check_has_jobs(path: Path) -> None:
             "folder of a run that reached its first optimizer step under `llmperf run --instrument`.")
 
 
+def _preset_names(hardware: str | None, cluster: str | None) -> tuple[str | None, str | None]:
+    """--hardware/--cluster as the names `predict` looks calibrations up by: a preset name or YAML file that must
+    exist (a misspelt one stored a calibration no prediction would ever find), a file read for its `name`."""
+    from llmperf_hook.hardware.load import load_cluster, load_hardware
+
+    return (load_hardware(hardware).name if hardware else None,
+            load_cluster(cluster).name if cluster else None)
+
+
 @click.command(name="refine")
 @click.argument("run_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--hardware", default=None, help="Hardware name for the calibration key (default: from prediction.json).")
@@ -63,6 +72,7 @@ def command(run_dir: str | None, hardware: str | None, cluster: str | None, fram
     """Ingest an instrumented run into the store, refit the per-op models and the cluster calibration."""
     from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
 
+    hardware, cluster = _preset_names(hardware, cluster)
     path = Path(run_dir) if run_dir else newest_run_dir()
     check_has_jobs(path)
     report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)

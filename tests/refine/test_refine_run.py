@@ -180,3 +180,20 @@ def test_job_that_ended_before_the_requested_steps_is_noted(tmp_path: Path, monk
     (run / "jobs" / "j1" / "session.json").write_text(json.dumps({"job_id": "j1", "steps": 3}))
     (job,) = refine_run(run).jobs
     assert not any("fewer than" in n for n in job.notes)
+
+
+def test_cli_hardware_and_cluster_must_name_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt --hardware/--cluster stored a calibration under a name no prediction looks up; a YAML path
+    stored the path. Both are resolved as predict resolves them now."""
+    from llmperf_hook.resources import configs_dir
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]},
+                    prediction={"schema": 1, "step_time_s": 0.01, "config": {"framework": "deepspeed"}})
+    out = CliRunner().invoke(refine_command, [str(run), "--hardware", "a100-sxm4-80gbb", "--cluster", "perlmutter"])
+    assert isinstance(out.exception, UsageError) and "a100-sxm4-80gbb" in str(out.exception)
+    path = str(configs_dir() / "clusters" / "perlmutter.yaml")
+    out = CliRunner().invoke(refine_command, [str(run), "--hardware", "a100-sxm4-80gb", "--cluster", path])
+    assert out.exit_code == 0, out.output
+    assert find_calibration("a100-sxm4-80gb", "perlmutter", "deepspeed") is not None
