@@ -212,6 +212,9 @@ def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
     except PermissionError as err:
         raise UsageError(f"cannot launch {argv[0]!r}: permission denied. Make it executable or name its "
                          f"interpreter first.") from err
+    except OSError as err:  # e.g. ENOEXEC: an executable script without a #! line
+        raise UsageError(f"cannot launch {argv[0]!r}: {err.strerror or err}. If it is a script, name its "
+                         f"interpreter first (python {argv[0]} ...) or give it a #! line.") from err
     previous = _forward_signals(child)
     try:
         code = child.wait()

@@ -150,3 +150,17 @@ def test_run_dir_with_a_path_separator_is_refused(tmp_path: Path) -> None:
         prepare_run_dir(str(tmp_path / f"a{os.pathsep}b"), "job")
     assert not (tmp_path / f"a{os.pathsep}b").exists()
     assert prepare_run_dir(str(tmp_path / "a b é"), "job").is_dir()
+
+
+def test_unlaunchable_script_is_a_usage_error(tmp_path: Path) -> None:
+    """An executable file without a #! line (ENOEXEC) was an internal error (exit 1) instead of exit 2."""
+    import pytest
+
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.instrument.session import launch_and_wait
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0o755)
+    with pytest.raises(UsageError, match="name its interpreter first"):
+        launch_and_wait([str(script)], dict(os.environ))
