@@ -146,12 +146,42 @@ def fit_first(specs: Sequence[SampleSpec], min_per_group: int) -> list[SampleSpe
     return [s for group in first.values() for s in group] + rest
 
 
+INIT_BYTES_PER_S = 1e9
+"""Filling freshly allocated tensors with torch.randn, per thread (measured on CPU: about 1-2 GB/s)."""
+
+
+def alloc_elements(spec: SampleSpec) -> float:
+    """Elements op_sampler.py allocates for one spec (inputs, weights, outputs; x2 for backward: their
+    gradients), so shapes that would not fit, or would take longer to fill than to time, are known before
+    allocating (a --for job of a large model on a CPU used to spend the budget filling tables)."""
+    d = {k: float(v) for k, v in spec.dims.items()}
+    per_class = {
+        "gemm": lambda: d["m"] * d["k"] + d["k"] * d["n"] + d["m"] * d["n"],
+        "bmm": lambda: d["batch"] * (d["m"] * d["k"] + d["k"] * d["n"] + d["m"] * d["n"]),
+        "attention": lambda: d["b"] * d["s"] * d["head_dim"] * (2 * d["heads"] + 2 * d.get("kv_heads", d["heads"])),
+        "embedding": lambda: d["vocab"] * d["hidden"] + d["tokens"] * d["hidden"],
+        "cross_entropy": lambda: 2 * d["tokens"] * d["vocab"],
+        "optimizer": lambda: 4 * d["params"],
+        "softmax": lambda: 2 * d["rows"] * d["cols"],
+        "rope": lambda: 2 * d["tokens"] * d["heads"] * d["head_dim"] + 2 * d["tokens"] * d["head_dim"],
+    }
+    if spec.op_class in per_class:
+        n = per_class[spec.op_class]()
+    elif "elements" in d:
+        n = 3 * d["elements"]
+    else:  # layernorm / rmsnorm
+        n = 2 * d.get("tokens", 1.0) * d.get("hidden", 1.0)
+    return n * (2 if spec.phase == "bwd" else 1)
+
+
 def estimate_seconds(spec: SampleSpec, rc: RooflineConstants, target_s: float = 0.05) -> float:
-    """Predicted wall time of measuring one spec: reps of the roofline time (at least 5) plus overhead."""
+    """Predicted wall time of measuring one spec: filling its tensors, reps of the roofline time (at least 5)
+    plus overhead."""
     block = build_features(spec.op_class, spec.phase == "bwd", {k: np.array([v]) for k, v in spec.dims.items()}, rc)
     one = float(block.roofline_s[0]) * 2.0  # kernels reach about half of the roofline on a single CPU thread
     reps = min(50, max(5, int(target_s / max(one, 1e-7))))
-    return (reps + 2) * one + PER_SAMPLE_OVERHEAD_S
+    fill_s = alloc_elements(spec) * rc.dtype_bytes / INIT_BYTES_PER_S
+    return (reps + 2) * one + fill_s + PER_SAMPLE_OVERHEAD_S
 
 
 def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants) -> PlanCost:

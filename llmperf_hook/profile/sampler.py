@@ -149,10 +149,16 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
 
     bar = Progress(len(specs), max(deadline - time.perf_counter(), 0.0))
     measured, failures = 0, {}
+    max_bytes = _memory_bytes(req.device) / 4  # never near what the machine (shared, on CPU) can give
+    too_big = [s for s in specs if plans.alloc_elements(s) * rc.dtype_bytes > max_bytes]
+    if too_big:
+        sys.stderr.write(f"note: {len(too_big)} shapes ({', '.join(sorted({s.op_class for s in too_big}))}) not "
+                         f"sampled: their tensors would need more than a quarter of the {req.device}'s memory\n")
     try:
         for spec in specs:
             if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline \
-                    or failures.get(spec.op_class, 0) >= MAX_FAILURES_PER_CLASS:
+                    or failures.get(spec.op_class, 0) >= MAX_FAILURES_PER_CLASS \
+                    or plans.alloc_elements(spec) * rc.dtype_bytes > max_bytes:
                 continue
             try:
                 timing = sample_op(spec.op_class, spec.dims, spec.phase, req.dtype, req.device)
@@ -170,6 +176,15 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
     finally:
         bar.close()
     return measured
+
+
+def _memory_bytes(device: str) -> float:
+    from llmperf_hook.profile.local_hardware import memory_capacity_bytes
+
+    try:
+        return float(memory_capacity_bytes(device))
+    except (OSError, ValueError, RuntimeError):
+        return float("inf")
 
 
 def _free_memory(device: str) -> None:

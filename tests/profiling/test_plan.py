@@ -151,3 +151,17 @@ def test_for_job_samples_in_the_jobs_precision(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["profile", "--device", "cpu", "--model", "llama2-7b"])
     assert exc.value.code == 2 and "only used with --for" in capsys.readouterr().err
+
+
+def test_allocation_estimate_counts_tables_and_backward() -> None:
+    """A --for job of a large model on a CPU spent the budget allocating and filling tensors (an embedding table of
+    50k x 12k is 2.5 GB) that the time estimate ignored; the sampler now knows each spec's tensor sizes."""
+    emb = plan.SampleSpec("embedding", "fwd", {"tokens": 2048, "vocab": 50257, "hidden": 12288}, "job")
+    assert plan.alloc_elements(emb) == 50257 * 12288 + 2048 * 12288
+    gemm = plan.SampleSpec("gemm", "fwd", {"m": 64, "n": 128, "k": 32}, "design")
+    assert plan.alloc_elements(gemm) == 64 * 32 + 32 * 128 + 64 * 128
+    assert plan.alloc_elements(plan.SampleSpec("gemm", "bwd", gemm.dims, "design")) == 2 * plan.alloc_elements(gemm)
+    for cls, ranges in plan.CPU_RANGES.items():  # every class has an estimate, and the design fits a small machine
+        hi = plan.complete_dims(cls, {k: v[1] for k, v in ranges.items()})
+        assert 0 < plan.alloc_elements(plan.SampleSpec(cls, "bwd", hi, "design")) * 4 < 4 * 2**30, cls
+    assert plan.estimate_seconds(emb, RC) > emb.dims["vocab"] * emb.dims["hidden"] * 4 / plan.INIT_BYTES_PER_S
