@@ -68,8 +68,11 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         assert [x["i"] for x in lines if x["writer"] == w] == list(range(300))
 
 
-def test_two_jobs_sharing_a_run_dir_keep_their_records(tmp_path: Path, child_env: dict[str, str]) -> None:
+def test_two_jobs_sharing_a_run_dir_keep_their_records(tmp_path: Path, child_env: dict[str, str],
+                                                        monkeypatch) -> None:
     from llmperf_hook.refine.refine_run import refine_run
+
+    monkeypatch.setenv("LLMPERF_HOME", child_env["LLMPERF_HOME"])  # the in-process refine below: never ~/.cache
 
     run_dir = tmp_path / "shared-run"
     procs = []
