@@ -143,6 +143,9 @@ def run_comm_profile(req: CommRequest) -> CommResult:
     from llmperf_hook.profile.local_hardware import memory_capacity_bytes
 
     check_message_sizes(req, 1 if device == "cuda" else local, memory_capacity_bytes(device))  # before any rank waits
+    from llmperf_hook.refine.observation_store import check_writable_dir
+
+    check_writable_dir(llmperf_home(), "the comm model and the store")  # not after minutes of measuring
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device == "cuda" else "gloo")

@@ -57,3 +57,12 @@ def test_new_cluster_name_gets_a_cluster_file_that_predict_resolves(tmp_path: Pa
     assert "gpus_per_node: 4" in path.read_text()
     assert comm_sampler._ensure_cluster_yaml("perlmutter", _model("perlmutter"), "cpu", 2) is None  # a preset
     assert not (tmp_path / "clusters" / "perlmutter.yaml").exists()
+
+
+def test_unwritable_home_is_refused_before_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "afile"))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="comm model.*is a file"):
+        comm_sampler.run_comm_profile(CommRequest("c"))
