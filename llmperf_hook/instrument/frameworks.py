@@ -88,7 +88,7 @@ def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
     from torch.optim import optimizer as optim_module
 
     handle = optim_module.register_optimizer_step_post_hook(
-        lambda opt, args, kwargs: rec.guarded(rec.torch_optimizer_stepped))
+        lambda opt, args, kwargs: rec.guarded(rec.torch_optimizer_stepped, opt))
     patches.on_undo(handle.remove)
     fwd: list[Any] = []
 

@@ -128,6 +128,8 @@ class StepRecorder:
         self._failed = False
         self._identity: dict[str, Any] | None = None
         self._prefixes: dict[tuple, str] = {}
+        self._lead_optimizer: Callable[[], Any] | None = None
+        """Weak reference to the optimizer whose steps are the job's steps (plain-torch fallback)."""
 
     # -- entry points called by the framework patches (always through `guarded`) --------------------------
 
@@ -159,11 +161,19 @@ class StepRecorder:
         if source == self._owner and self._depth[source] == 0 and took_step:
             self._record_step()
 
-    def torch_optimizer_stepped(self) -> None:
-        """torch.optim post-step hook: a step only when no framework wraps it (the plain-torch fallback)."""
-        if self._owner_priority <= 0 and not any(self._depth.values()):
-            self._owner, self._owner_priority = "torch", 0
-            self._record_step()
+    def torch_optimizer_stepped(self, optimizer: Any = None) -> None:
+        """torch.optim post-step hook: a step only when no framework wraps it (the plain-torch fallback), and
+        only of the first optimizer that stepped while it lives: a loop stepping several optimizers per
+        iteration (Muon + AdamW, a GAN's two) has one training step per iteration, not one per optimizer."""
+        if self._owner_priority > 0 or any(self._depth.values()):
+            return
+        lead = self._lead_optimizer() if self._lead_optimizer is not None else None
+        if optimizer is not None and lead is not None and lead is not optimizer:
+            return
+        if optimizer is not None and lead is None:
+            self._lead_optimizer = _weak(optimizer)
+        self._owner, self._owner_priority = "torch", 0
+        self._record_step()
 
     def fail(self, err: BaseException) -> None:
         if self._failed:
@@ -304,6 +314,16 @@ class StepRecorder:
             except Exception:  # noqa: BLE001
                 pass
         os._exit(0)
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    """A weak reference (a replaced optimizer hands the lead to the next one), or a strong one if unsupported."""
+    import weakref
+
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _json_scalar(value: Any) -> str:

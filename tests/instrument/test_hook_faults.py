@@ -113,3 +113,30 @@ def test_records_after_a_torn_line_are_kept(tmp_path: Path) -> None:
     writer.write({"kind": "end", "job_id": "new", "rank": 0}, flush=True)
     writer.close()
     assert "\n\n" not in path.read_text() and read_run_dir(tmp_path).num_bad_lines == 1
+
+
+def test_several_optimizers_per_iteration_make_one_step(tmp_path: Path) -> None:
+    """Plain torch with two optimizers stepped per iteration (Muon + AdamW, a GAN) recorded two 'steps' per
+    iteration, each half an iteration long; the first optimizer's steps are the job's steps, and when it is
+    gone the next one takes over."""
+    import gc
+
+    from llmperf_hook.instrument.recorder import StepRecorder
+
+    class Opt:  # stands for a torch.optim.Optimizer (the post-step hook passes the instance)
+        pass
+
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=10, num_warmup_steps=0))
+    first, second = Opt(), Opt()
+    for _ in range(3):
+        rec.torch_optimizer_stepped(first)
+        rec.torch_optimizer_stepped(second)
+    assert rec._num_steps_done == 3
+    del first
+    gc.collect()
+    third = Opt()
+    rec.torch_optimizer_stepped(second)  # the lead is gone: the next optimizer to step leads
+    rec.torch_optimizer_stepped(third)
+    rec.torch_optimizer_stepped(second)
+    assert rec._num_steps_done == 5
+    rec.writer.close()
