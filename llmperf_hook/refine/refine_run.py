@@ -132,6 +132,9 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
     notes = list(_completeness_notes(job)) + _short_run_note(Path(run.path), job_id, job)
+    if run.num_bad_lines:
+        notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
+                     f"(a rank killed mid-write, or an edited file)")
     wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
     limit = max_wall_per_cpu()
     contended = wall_per_cpu is not None and wall_per_cpu > limit

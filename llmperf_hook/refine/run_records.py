@@ -12,6 +12,7 @@ mid-write) is skipped, never fatal.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -84,11 +85,42 @@ def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
         except ValueError:
             bad += 1
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and well_formed(obj):
             records.append(obj)
         else:
             bad += 1
     return records, bad
+
+
+_INT_FIELDS = ("rank", "world_size", "local_rank", "step", "count")
+_NUMBER_FIELDS = ("wall_time_s", "cpu_time_s", "seconds", "load_avg_1m", "peak_rss_bytes",
+                  "gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes")
+
+
+def _is_number(value: Any, integral: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value >= 0 and math.isfinite(value) and (not integral or float(value).is_integer())
+
+
+def well_formed(record: Mapping[str, Any]) -> bool:
+    """Whether a record has the types the hook writes (a hand-edited or corrupted line that still parses as JSON
+    is skipped and counted like an unreadable one, instead of failing refine): string kind and job id,
+    non-negative integral ranks and steps, non-negative finite times and sizes (or null), op dims as numbers."""
+    if not isinstance(record.get("kind", ""), str) or not isinstance(record.get("job_id", ""), str):
+        return False
+    if any(k in record and not _is_number(record[k], integral=True) for k in _INT_FIELDS):
+        return False
+    if any(record.get(k) is not None and not _is_number(record[k]) for k in _NUMBER_FIELDS):
+        return False
+    if record.get("kind") == "step" and ("rank" not in record or "step" not in record):
+        return False
+    if record.get("kind") == "op":
+        dims = record.get("dims")
+        return isinstance(dims, dict) and all(_is_number(v) for v in dims.values()) \
+            and _is_number(record.get("seconds")) and isinstance(record.get("op_class"), str) \
+            and isinstance(record.get("phase"), str) and isinstance(record.get("dtype", ""), str)
+    return True
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from llmperf_hook.refine.run_records import summarize_job
 
 
@@ -20,3 +22,25 @@ def test_framework_is_the_owner_of_the_steps_not_of_the_first_record() -> None:
     job = summarize_job(records, "j")
     assert job.framework == "deepspeed"
     assert job.step_time_s == 0.175 and job.num_timed_steps == 2
+
+
+def test_malformed_records_are_skipped_not_fatal(tmp_path, monkeypatch) -> None:
+    """Lines that parse as JSON but carry the wrong types (a rank 'zero', a string time, a list) made refine an
+    internal error (int('zero')); they are skipped and counted, and the rest is refined."""
+    from llmperf_hook.refine.refine_run import refine_run
+    from llmperf_hook.refine.run_records import read_run_dir, well_formed
+
+    good = {"kind": "step", "job_id": "j1", "rank": 0, "world_size": 1, "step": 1, "wall_time_s": 0.02}
+    bad = [{**good, "rank": "zero"}, {**good, "wall_time_s": "abc"}, {**good, "step": None}, {**good, "step": 1.5},
+           {**good, "wall_time_s": float("nan")}, {**good, "wall_time_s": -1}, {**good, "job_id": ["j1"]},
+           {**good, "rank": True}, {"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gemm", "phase": "fwd",
+                                    "dims": {"m": "a"}, "seconds": 0.1}]
+    assert well_formed(good) and well_formed({**good, "wall_time_s": None})
+    assert not any(well_formed(b) for b in bad)
+    lines = [json.dumps(x) for x in [good, *bad]] + ["[1, 2]", '"text"', json.dumps({**good, "step": 2})]
+    (tmp_path / "rank0.jsonl").write_text("\n".join(lines) + "\n")
+    run = read_run_dir(tmp_path)
+    assert len(run.records) == 2 and run.num_bad_lines == len(bad) + 2
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (job,) = refine_run(tmp_path, store_file=tmp_path / "store.sqlite").jobs
+    assert job.job.step_times_s == (0.02, 0.02) and any("11 unreadable or malformed" in n for n in job.notes)
