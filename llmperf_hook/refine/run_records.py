@@ -124,10 +124,12 @@ def well_formed(record: Mapping[str, Any]) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The file's JSON object; None when absent, unreadable, or not an object (a user's file of that name)."""
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except ValueError:
+        doc = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def read_run_dir(path: str | Path) -> RunDir:

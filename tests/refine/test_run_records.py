@@ -44,3 +44,18 @@ def test_malformed_records_are_skipped_not_fatal(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
     (job,) = refine_run(tmp_path, store_file=tmp_path / "store.sqlite").jobs
     assert job.job.step_times_s == (0.02, 0.02) and any("11 unreadable or malformed" in n for n in job.notes)
+
+
+def test_prediction_files_that_are_not_objects_are_ignored(tmp_path, monkeypatch) -> None:
+    """prediction.json holding a JSON list (a user's file of that name in a reused --run-dir) was an internal
+    error ('list' object has no attribute 'get')."""
+    from llmperf_hook.refine.refine_run import refine_run
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (tmp_path / "rank0.jsonl").write_text(json.dumps({"kind": "step", "job_id": "j1", "rank": 0, "step": 1,
+                                                      "wall_time_s": 0.02}) + "\n")
+    (tmp_path / "prediction.json").write_text("[1, 2]")
+    (tmp_path / "jobs" / "j1").mkdir(parents=True)
+    (tmp_path / "jobs" / "j1" / "session.json").write_text('"text"')
+    (job,) = refine_run(tmp_path).jobs
+    assert job.predicted_before_s is None
