@@ -140,6 +140,8 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
             continue
         print(f"  CPU profile {CLUSTER} ({dtype}): {why}; llmperf profile --device cpu --budget {budget_min} ...",
               flush=True)
+        if dtype == "fp32":  # this benchmark's own home: a stale profile (other machine or method) is re-created
+            shutil.rmtree(home / "profiles" / CLUSTER, ignore_errors=True)
         llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
                 env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
