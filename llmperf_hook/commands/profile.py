@@ -77,6 +77,11 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
             min_bytes: float, max_bytes: float, job: tuple[str, ...]) -> None:
     """Sample operators (or collectives) on this machine and fit a hardware profile."""
     if comm:
+        ignored = [opt for opt, given in (("--ops", ops_text is not None), ("--for", for_job or bool(job)),
+                                          ("--model", model), ("--dtype", dtype), ("--name", name)) if given]
+        if ignored:
+            raise UsageError(f"{', '.join(ignored)} with --comm: collectives are timed in fp32 over message sizes "
+                             f"and stored per --cluster-name; drop them, or profile operators in a separate run.")
         _run_comm(cluster_name, min_bytes, max_bytes)
         return
     if job and not for_job:

@@ -66,3 +66,11 @@ def test_unwritable_home_is_refused_before_measuring(tmp_path: Path, monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UsageError, match="comm model.*is a file"):
         comm_sampler.run_comm_profile(CommRequest("c"))
+
+
+def test_operator_options_with_comm_are_refused(capsys: pytest.CaptureFixture) -> None:
+    from llmperf_hook.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--comm", "--cluster-name", "c", "--ops", "gemm", "--dtype", "bf16"])
+    assert exc.value.code == 2 and "--ops, --dtype with --comm" in capsys.readouterr().err
