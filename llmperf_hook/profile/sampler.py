@@ -286,9 +286,13 @@ def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
         theirs = json.loads((llmperf_home() / "profiles" / name / "profile.json").read_text()).get("hardware")
     except (OSError, ValueError, AttributeError):
         return
-    if isinstance(theirs, dict) and theirs and theirs != dict(fingerprint):
-        diff = ", ".join(f"{k} {theirs.get(k)!r} there, {fingerprint.get(k)!r} here"
-                         for k in sorted(set(theirs) | set(fingerprint)) if theirs.get(k) != fingerprint.get(k))
+    if not isinstance(theirs, dict) or not theirs:
+        return
+    # The device itself, not its software (a CUDA upgrade re-profiles the same GPU: only its new samples fit).
+    keys = sorted((set(theirs) | set(fingerprint)) - {"cuda", "clock"})
+    diff = ", ".join(f"{k} {theirs.get(k)!r} there, {fingerprint.get(k)!r} here"
+                     for k in keys if str(theirs.get(k)) != str(fingerprint.get(k)))
+    if diff:
         raise UsageError(f"profile {name!r} ({llmperf_home() / 'profiles' / name}) was fitted on another machine or "
                          f"setting ({diff}); sampling here would replace it with this machine's. Give this machine "
                          f"its own --name, or delete that folder to re-create it here.")

@@ -107,5 +107,7 @@ def test_profile_of_another_machine_is_not_replaced(tmp_path: Path, monkeypatch:
     assert code == 2 and "AMD EPYC 7763" in out and "--name" in out and "Traceback" not in out, out
     (folder / "profile.json").write_text(json.dumps({"hardware": here}))
     _check_same_machine("shared-cpu", here)  # the same machine: refitting is fine
+    (folder / "profile.json").write_text(json.dumps({"hardware": {**here, "cuda": "12.1", "clock": "wall"}}))
+    _check_same_machine("shared-cpu", {**here, "cuda": "12.4"})  # new software on the same device: fine too
     (folder / "profile.json").write_text("{truncated")
     _check_same_machine("shared-cpu", here)  # unreadable: re-created by this run
