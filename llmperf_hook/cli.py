@@ -69,7 +69,8 @@ def _rewrite_prefix(args: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _rewrite_prefix(list(sys.argv[1:] if argv is None else argv))
     try:
-        cli.main(args=args, prog_name="llmperf", standalone_mode=False)
+        # standalone_mode=False: click returns (not raises) the code of a click.exceptions.Exit raised in a command.
+        code = cli.main(args=args, prog_name="llmperf", standalone_mode=False)
     except LlmperfError as err:
         click.echo(f"llmperf: error: {err}", err=True)
         sys.exit(err.exit_code)
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise
         click.echo(f"llmperf: internal error: {type(err).__name__}: {err} (set LLMPERF_DEBUG=1 for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -17,3 +17,21 @@ def test_launcher_prefixes(head: str) -> None:
 @pytest.mark.parametrize("args", [["predict", "--", "torchrun"], ["explain"], [], ["--help"], ["pythonic"]])
 def test_subcommands_untouched(args: list[str]) -> None:
     assert _rewrite_prefix(args) == args
+
+
+def test_a_click_exit_raised_in_a_command_keeps_its_code(monkeypatch) -> None:
+    """click returns (does not raise) an Exit's code with standalone_mode=False; main must pass it on."""
+    import click
+    import pytest
+
+    from llmperf_hook import cli
+
+    @click.command()
+    def exit3() -> None:
+        raise click.exceptions.Exit(3)
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "exit3", "test command")
+    monkeypatch.setattr(cli.LazyGroup, "get_command", lambda self, ctx, name: exit3 if name == "exit3" else None)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["exit3"])
+    assert info.value.code == 3
