@@ -138,6 +138,9 @@ class Store:
         except sqlite3.DatabaseError as err:
             raise UsageError(f"cannot open the llmperf store {path} ({err}); move the file away to start a new "
                              f"store, or set $LLMPERF_HOME to another directory.") from err
+        except OSError as err:  # its folder cannot be created: a path through a file, no permission
+            raise UsageError(f"cannot create the llmperf store {path} ({err.strerror or err}); point $LLMPERF_HOME "
+                             f"(or --store) at a writable directory.") from err
 
     def __enter__(self) -> "Store":
         return self

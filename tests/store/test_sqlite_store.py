@@ -48,3 +48,10 @@ def test_damaged_store_is_a_usage_error(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not a database at all" * 100)
     with pytest.raises(UsageError, match="cannot open the llmperf store"):
         open_store(bad)
+
+
+def test_store_under_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "home"
+    blocker.write_text("a file where $LLMPERF_HOME should be a folder")
+    with pytest.raises(UsageError, match="cannot create the llmperf store"):
+        open_store(blocker / "store.sqlite")
