@@ -50,6 +50,14 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
         if meta.is_file():
             profile = _load_profile(str(directory), meta.stat().st_mtime_ns)
             return profile if dtype in profile.meta.serves_dtypes else None
+        if directory.is_dir() and any(directory.glob("*.txt*")):
+            from llmperf_hook.errors import ProfileError
+
+            raise ProfileError(
+                f"fitted profile {directory} has model files but no profile.json (written last by llmperf profile: "
+                f"an interrupted fit, or a copy that left it out), so it is never used. Re-create it with "
+                f"`llmperf profile ... --name {hardware_name.strip().lower()}`, copy its profile.json too, or delete "
+                f"the directory to fall back to the roofline model.")
     return None
 
 

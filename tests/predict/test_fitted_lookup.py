@@ -40,6 +40,12 @@ def test_user_profile_takes_precedence_and_damage_is_reported(_home: Path) -> No
     (user / "profile.json").write_text("{not json")
     with pytest.raises(ProfileError):
         find_profile("a100-sxm4-80gb", "bf16")
+    (user / "profile.json").unlink()  # model files without their metadata: never a silent roofline fallback
+    with pytest.raises(ProfileError, match="no profile.json"):
+        find_profile("a100-sxm4-80gb", "bf16")
+    shutil.rmtree(user)
+    user.mkdir()  # an empty folder is no profile at all: the shipped one serves
+    assert find_profile("a100-sxm4-80gb", "bf16").name == "lightgbm:a100-sxm4-80gb"
 
 
 def test_whole_large_job_predicts_in_well_under_a_second() -> None:
