@@ -213,13 +213,49 @@ def not_modelled_warnings(flags: FlagValues) -> list[str]:
 
 
 def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
-                     ds_flavour: bool = False) -> MegatronParts:
-    """All of Megatron's side of the configuration; `src` and `warnings` are filled in place."""
+                     ds_flavour: bool = False, shape_model: str | None = None) -> MegatronParts:
+    """All of Megatron's side of the configuration; `src` and `warnings` are filled in place. `shape_model`
+    (llmperf --model, for a Megatron-style script without model-shape flags) gives the model shape."""
     _deprecated(flags)
+    if shape_model:
+        flags = _with_preset_counts(flags, shape_model)
     parallel = _layout(flags, world, world_src, src, warnings, ds_flavour)
-    model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
+    if shape_model:
+        model = preset_megatron_shape(flags, shape_model, parallel.tp, src, warnings)
+    else:
+        model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src), megatron_recompute(flags, src),
                          megatron_optimizer(flags, src, warnings), megatron_attention(flags, src), schedule)
+
+
+def preset_megatron_shape(flags: FlagValues, shape_model: str, tp: int, src: dict[str, Source],
+                          warnings: list[str]) -> ModelShape:
+    """The --model preset's shape with Megatron's vocabulary padding (arguments.py: ceil(V / (divisible * TP)))."""
+    from dataclasses import replace
+
+    from llmperf_hook.frameworks.script_shape import resolve_script_shape
+    from llmperf_hook.frameworks.vocab import pad_vocab_size
+
+    model = resolve_script_shape(flags, shape_model, src, warnings)
+    divisible = flags.get("make_vocab_size_divisible_by", 128)
+    src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({model.vocab_size} / ({divisible} * TP {tp})) * {divisible * tp}")
+    return replace(model, padded_vocab_size=pad_vocab_size(model.vocab_size, divisible, tp),
+                   make_vocab_size_divisible_by=divisible)
+
+
+def _with_preset_counts(flags: FlagValues, shape_model: str) -> FlagValues:
+    """A copy of `flags` holding the preset's layer and expert counts, as if given as Megatron flags: the layout
+    rules (layers per stage, virtual stages, num_experts % EP) read them there."""
+    from dataclasses import replace
+
+    from llmperf_hook.frameworks.presets import load_model_preset
+
+    raw, source = load_model_preset(shape_model), Source(SourceKind.OVERRIDE, f"--model {shape_model}")
+    values, sources = dict(flags.values), dict(flags.sources)
+    for dest in ("num_layers", "num_experts"):
+        if raw.get(dest) and dest not in values:
+            values[dest], sources[dest] = int(raw[dest]), source
+    return replace(flags, values=values, sources=sources)

@@ -36,6 +36,14 @@ class JobOverrides:
 
 
 _MEGATRON_MARKERS = ("num_layers", "encoder_num_layers", "hidden_size", "num_attention_heads")
+_MEGATRON_LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                          "--expert-model-parallel-size", "--num-layers-per-virtual-pipeline-stage")
+"""Megatron's own parallel-layout spellings (arguments.py, dashes only): a script taking them is Megatron-style
+even when its model shape comes from llmperf --model rather than --num-layers/--hidden-size."""
+
+
+def has_megatron_shape(flags: FlagValues) -> bool:
+    return any(flags.has(d) for d in _MEGATRON_MARKERS)
 
 
 def check_counts(flags: FlagValues) -> None:
@@ -47,7 +55,7 @@ def check_counts(flags: FlagValues) -> None:
 
 
 def detect_framework(flags: FlagValues) -> str:
-    megatron = any(flags.has(d) for d in _MEGATRON_MARKERS)
+    megatron = has_megatron_shape(flags) or any(f in _MEGATRON_LAYOUT_FLAGS for f in flags.seen_flags.values())
     deepspeed = flags.get("deepspeed")
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
