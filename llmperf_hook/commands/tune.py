@@ -25,7 +25,7 @@ GiB = float(1 << 30)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(1, 100), help="How many configurations to show.")
+@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1), help="How many configurations to show (at most the fitting ones found).")
 @click.option("--search", "search_file", default=None, help="Search-space YAML overriding configs/search/<framework>.yaml.")
 @click.option("--apply", "apply_best", is_flag=True, help="Rewrite the command for the best configuration and launch it.")
 @click.option("--dry-run", is_flag=True, help="With --apply: print the rewritten command instead of launching it.")
@@ -85,7 +85,11 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int) -> tuple[A
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import load_search_space
 
+    from llmperf_hook.tune.search_space import ignored_knobs
+
     space = load_search_space(search_file, cfg.framework)
+    for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
+        click.echo(f"llmperf tune: warning: {note}", err=True)
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only)

@@ -141,7 +141,8 @@ def _parse_scalar(value: Any, kind: type, where: str) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
     if not ok:
-        raise UsageError(f"{where}: {value!r} is not a {kind.__name__}. Use a {kind.__name__}, a list of them, or `auto`.")
+        what = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+        raise UsageError(f"{where}: {value!r} is not {what}. Use {what}, a list of them, or `auto`.")
     return value
 
 
@@ -158,3 +159,36 @@ def _check_space(space: SearchSpace, origin: str) -> None:
         raise UsageError(f"{origin}: zero_stage values must be 0-3, got {list(space.zero_stage)}.")
     if not 0.0 <= space.memory_margin < 0.9:
         raise UsageError(f"{origin}: memory_margin {space.memory_margin} must be in [0, 0.9) (a fraction of capacity).")
+
+
+_MEGATRON_ONLY = ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "max_tensor_parallel")
+_CORE_ONLY = ("virtual_pipeline", "max_virtual_pipeline", "context_parallel", "distributed_optimizer")
+_PINNED: dict[str, tuple[str, ...]] = {
+    # What tune/candidates.knob_values keeps at the command's own value, per framework.
+    "megatron": ("zero_stage",),
+    "megatron-deepspeed": (*_CORE_ONLY, "expert_parallel", "expert_tensor_parallel"),
+    "deepspeed": (*_MEGATRON_ONLY, *_CORE_ONLY, "expert_parallel", "expert_tensor_parallel", "recompute",
+                  "recompute_block_layers"),
+    "hf-deepspeed": (*_MEGATRON_ONLY, *_CORE_ONLY, "expert_parallel", "expert_tensor_parallel", "recompute_block_layers"),
+    "torch": (*_MEGATRON_ONLY, *_CORE_ONLY, "expert_parallel", "expert_tensor_parallel", "recompute",
+              "recompute_block_layers", "zero_stage"),
+}
+
+
+def ignored_knobs(path: str | Path, framework: str, num_experts: int) -> list[str]:
+    """Keys of the user's `--search FILE` that this framework's launch command cannot change (kept as the
+    command has them), one note each, so a widened knob that does nothing is not silent."""
+    raw = read_search_file(path)
+    pinned = set(_PINNED.get(framework, ()))
+    if num_experts <= 0:
+        pinned |= {"expert_parallel", "expert_tensor_parallel"}
+    keys = [k for k in raw if k in pinned and raw[k] is not None]
+    return [f"{path}: {k} is not searched for a {framework} command (the command's own value is kept: "
+            f"{_WHY.get(k, 'the framework has no such setting in its launch command')})" for k in keys]
+
+
+_WHY = {
+    "zero_stage": "ZeRO is a DeepSpeed setting; Megatron-LM shards optimizer state with distributed_optimizer",
+    "expert_parallel": "dense model, or EP is set in the script's own code",
+    "expert_tensor_parallel": "dense model, or expert TP is set in the script's own code",
+}

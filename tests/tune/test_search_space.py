@@ -30,7 +30,7 @@ def test_user_file_overrides_default(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("raw, words", [
     ({"micro_batch_sizes": [1]}, ["unknown key", "micro_batch_sizes"]),
-    ({"micro_batch_size": ["two"]}, ["not a int"]),
+    ({"micro_batch_size": ["two"]}, ["not an integer"]),
     ({"micro_batch_size": []}, ["empty list"]),
     ({"recompute": ["sometimes"]}, ["recompute mode", "sometimes"]),
     ({"zero_stage": [4]}, ["0-3"]),

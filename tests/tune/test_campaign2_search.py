@@ -1,0 +1,54 @@
+"""Robustness campaign 2: the first rows of `tune` do not depend on --top, a huge --top is accepted, and a
+--search file setting a knob the framework cannot change says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmperf_hook.cli import main
+
+SEVEN_B_16 = [
+    "torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32",
+    "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096", "--max-position-embeddings",
+    "4096", "--micro-batch-size", "1", "--global-batch-size", "64", "--tensor-model-parallel-size", "2",
+    "--pipeline-model-parallel-size", "2", "--bf16", "--use-mcore-models", "--vocab-size", "32000",
+]
+
+
+def _tune(capsys, *opts: str, argv=SEVEN_B_16) -> tuple[int, dict | str, str]:
+    with pytest.raises(SystemExit) as ex:
+        main(["tune", "--cluster", "dgx-a100", *opts, "--", *argv])
+    out, err = capsys.readouterr()
+    code = int(ex.value.code or 0)
+    return code, (json.loads(out) if code == 0 and "json" in opts else out), err
+
+
+def test_top1_is_the_same_best_as_a_long_list(capsys):
+    """--top 1 stopped the bounded search against the 1st-best, missing the best --top 5 (and a full search) found."""
+    _, one, _ = _tune(capsys, "--top", "1", "--format", "json")
+    _, many, _ = _tune(capsys, "--top", "1000", "--format", "json")
+    assert len(one["top"]) == 1 and 1 < len(many["top"]) <= 1000
+    assert one["top"][0]["step_time_s"] == pytest.approx(many["top"][0]["step_time_s"])
+
+
+def test_tuned_command_finds_itself_best(capsys):
+    """Round trip: re-tuning the command --apply printed finds nothing faster than itself."""
+    import shlex
+
+    code, out, err = _tune(capsys, "--top", "1", "--apply", "--dry-run")
+    assert code == 0
+    line = next(x for x in (out + err).splitlines() if "would run: " in x)
+    tuned = shlex.split(line.split("would run: ", 1)[1])
+    code, again, _ = _tune(capsys, "--top", "1", "--format", "json", argv=tuned)
+    assert code == 0
+    assert again["top"][0]["step_time_s"] == pytest.approx(again["baseline"]["step_time_s"])
+
+
+def test_zero_stage_knob_for_megatron_lm_is_named_as_ignored(capsys, tmp_path):
+    space = tmp_path / "zero.yaml"
+    space.write_text("zero_stage: [3]\nmicro_batch_size: [1]\n")
+    code, _, err = _tune(capsys, "--top", "1", "--search", str(space))
+    assert code == 0
+    assert "zero_stage" in err and "megatron" in err.lower()
