@@ -37,15 +37,17 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.render import render_table, report_json
     from llmperf_hook.validate.runner import validate_runs
-    from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+    from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv
 
-    runs = build_measured_runs(_read_csv(csv_file, read_runs_csv), base_dir=Path(csv_file).resolve().parent)
+    runs = build_runs_or_failures(_read_csv(csv_file, read_runs_csv), base_dir=Path(csv_file).resolve().parent)
     if sources:
         runs = [r for r in runs if r.source_id in sources]
         if not runs:
             raise UsageError(f"--source {', '.join(sources)}: no row of {csv_file} has that source_id.")
     if write_batch:
-        write_batch_files(runs, Path(write_batch), configs_dir() / "clusters")
+        from llmperf_hook.validate.scoring import RowResult
+
+        write_batch_files([r for r in runs if not isinstance(r, RowResult)], Path(write_batch), configs_dir() / "clusters")
     report = validate_runs(runs, clusters_dir=configs_dir() / "clusters", num_worst=worst)
     if fmt == "json":
         click.echo(json.dumps(report_json(report), indent=1))

@@ -44,7 +44,7 @@ def predict_with_api(argv: Sequence[str], cluster: str) -> PredictedStep:
     return PredictedStep(step_time_s=float(estimate.step_time_s), fits=fits, warnings=tuple(dict.fromkeys(warnings)))
 
 
-def validate_runs(runs: Sequence[MeasuredRun], *, clusters_dir: Path, predict: PredictFn | None = None,
+def validate_runs(runs: Sequence[MeasuredRun | RowResult], *, clusters_dir: Path, predict: PredictFn | None = None,
                   num_worst: int = 3, work_dir: Path | None = None) -> ValidationReport:
     """Predict (default: `predict_with_api`) and score `runs`; ds_configs and derived clusters go to `work_dir`
     (a temp dir if None)."""
@@ -53,7 +53,7 @@ def validate_runs(runs: Sequence[MeasuredRun], *, clusters_dir: Path, predict: P
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="llmperf-validate-") as tmp:
         out_dir = work_dir or Path(tmp)
-        results = [predict_run(run, presets, out_dir, predict) for run in runs]
+        results = [run if isinstance(run, RowResult) else predict_run(run, presets, out_dir, predict) for run in runs]
     return score_rows(results, num_worst=num_worst, elapsed_s=time.perf_counter() - started)
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from llmperf_hook.errors import UsageError
+from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.validate.measured_run import (
     CLUSTER_COLUMN_SETS,
     HEAD_DIM_DEFAULT,
@@ -26,6 +26,7 @@ from llmperf_hook.validate.measured_run import (
     parse_yes,
     parse_zero,
 )
+from llmperf_hook.validate.scoring import RowResult
 
 MEGATRON_PAPERS_VOCAB = 51200
 """GPT-2 BPE vocabulary padded as in Narayanan et al. 2021 and Korthikanti et al. 2022 (their tables use 51,200)."""
@@ -153,6 +154,36 @@ def build_measured_runs(rows: Sequence[Mapping[str, str]], base_dir: Path | None
     if base_dir is None:
         return runs
     return [_resolve_cluster_path(run, base_dir) for run in runs]
+
+
+def build_runs_or_failures(rows: Sequence[Mapping[str, str]], base_dir: Path | None = None) -> list[MeasuredRun | RowResult]:
+    """Like `build_measured_runs`, but a row that breaks the schema's or the framework's rules (tp*pp*cp not
+    dividing num_gpus, no measured time, ...) becomes a failed RowResult in its place: it is reported on its
+    row and the other rows are still predicted (one bad row used to abort the whole validation)."""
+    out: list[MeasuredRun | RowResult] = []
+    for i, raw in enumerate(rows):
+        try:
+            run = build_measured_run(raw, i + 1)
+        except LlmperfError as err:
+            out.append(failed_row(raw, i + 1, str(err)))
+            continue
+        out.append(run if base_dir is None else _resolve_cluster_path(run, base_dir))
+    return out
+
+
+def failed_row(raw: Mapping[str, str], line_no: int, error: str) -> RowResult:
+    """A row that could not be read as a run, with what its cells say (for the table)."""
+    def cell(name: str) -> str:
+        return (raw.get(name) or "").strip()
+
+    try:
+        measured: float | None = float(cell("iteration_time_s"))
+    except ValueError:
+        measured = None
+    layout = f"tp{cell('tp') or '?'} pp{cell('pp') or '?'} ({cell('num_gpus') or '?'} GPUs)"
+    return RowResult(row_id=cell("row_id") or str(line_no), source_id=cell("source_id") or "all",
+                     source=cell("source"), model=cell("model"), layout=layout, measured_s=measured,
+                     predicted_s=None, cluster="", argv=(), error=error)
 
 
 def _resolve_cluster_path(run: MeasuredRun, base_dir: Path) -> MeasuredRun:

@@ -16,7 +16,8 @@ class RowResult:
     model: str
     layout: str
     """Short description: "tp8 pp12 dp4 mbs1 gbs1536 (384 GPUs)"."""
-    measured_s: float
+    measured_s: float | None
+    """None only for a row whose measured time could not be read (then `error` says why)."""
     predicted_s: float | None
     """None when the prediction failed (see `error`)."""
     cluster: str
@@ -33,7 +34,7 @@ class RowResult:
     @property
     def signed_error(self) -> float | None:
         """(predicted - measured) / measured: positive = predicted slower than measured."""
-        if self.predicted_s is None:
+        if self.predicted_s is None or not self.measured_s:
             return None
         return (self.predicted_s - self.measured_s) / self.measured_s
 
