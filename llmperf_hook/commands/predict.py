@@ -34,8 +34,8 @@ LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "n
 @click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
 @click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin).")
-@click.option("--trace", "trace_file", default=None, help="Write a Chrome/Perfetto trace of the simulated step.")
+@click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin; `#` comments and blank lines skipped). A line that fails gives {\"error\": ...} in its place (its line number in the message), the others are still predicted, and the exit code is 0; the count of failed lines goes to stderr.")
+@click.option("--trace", "trace_file", default=None, help="Write a Chrome/Perfetto trace of the simulated step. An existing file is replaced only if empty or a trace llmperf wrote.")
 @click.option("--nnodes", type=int, default=None, help="Override the number of nodes of the command.")
 @click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
 @click.option("--model", default=None, help="Model preset or file for scripts that do not state the model shape.")
@@ -78,8 +78,18 @@ def render(pred: Any, fmt: str) -> str:
 
 
 def write_trace(pred: Any, path: str) -> None:
-    from llmperf_hook.report.trace import render_trace
+    """Write the trace; an existing file is replaced only when empty or a trace llmperf wrote, so a mistyped
+    --trace (`--trace config.json`) never destroys the user's data."""
+    from llmperf_hook.report.trace import is_llmperf_trace, render_trace
 
+    target = Path(path)
+    try:
+        old = target.read_text(encoding="utf-8", errors="replace") if target.is_file() else ""
+    except OSError:
+        old = ""
+    if old.strip() and not is_llmperf_trace(old):
+        raise UsageError(f"--trace {path}: the file exists and is not a trace llmperf wrote ({len(old):,} characters); "
+                         "llmperf does not overwrite it. Pass a new path, or delete the file first.")
     try:
         Path(path).write_text(json.dumps(render_trace(pred.estimate, " ".join(pred.job.argv)[:120])))
     except OSError as err:

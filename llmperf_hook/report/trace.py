@@ -60,4 +60,22 @@ def render_trace(estimate: StepEstimate, title: str = "llmperf simulated step") 
              for t in sorted({ev.stage for ev in ops})]
     body = [_event(ev) for ev in events] + _bubbles(passes)
     return {"traceEvents": meta + body, "displayTimeUnit": "ms",
-            "otherData": {"step_time_s": estimate.step_time_s, "breakdown": dict(estimate.breakdown)}}
+            "otherData": {"generator": TRACE_GENERATOR, "step_time_s": estimate.step_time_s,
+                          "breakdown": dict(estimate.breakdown)}}
+
+
+TRACE_GENERATOR = "llmperf"
+"""otherData.generator of every trace llmperf writes: `predict --trace` replaces only such files (or empty ones)."""
+
+
+def is_llmperf_trace(text: str) -> bool:
+    """True for a trace llmperf wrote (this marker, or an older trace's otherData.step_time_s + traceEvents)."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    other = doc.get("otherData") if isinstance(doc, dict) else None
+    return isinstance(other, dict) and "traceEvents" in doc and (
+        other.get("generator") == TRACE_GENERATOR or "step_time_s" in other)
