@@ -83,7 +83,11 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
 
 
 def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> tuple[ClusterSpec, tuple[str, ...]]:
-    """The cluster to predict on: given, or DEFAULT_CLUSTER with a warning; `hardware` replaces its GPU."""
+    """The cluster to predict on: given, or DEFAULT_CLUSTER with a warning; `hardware` replaces its GPU.
+    A name that is not a file is looked up lower-case (presets and `llmperf profile` names are lower-case:
+    `--cluster DGX-A100` was 'not found')."""
+    cluster = _preset_name(cluster) if isinstance(cluster, str) else cluster
+    hardware = _preset_name(hardware) if hardware else hardware
     if isinstance(cluster, ClusterSpec):
         return (replace(cluster, gpu=load_hardware(hardware)) if hardware else cluster), ()
     if cluster:
@@ -91,6 +95,12 @@ def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> 
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
+
+
+def _preset_name(name: str) -> str:
+    import os
+
+    return name if os.path.exists(name) or os.sep in name or name.endswith((".yaml", ".yml")) else name.lower()
 
 
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
