@@ -129,7 +129,11 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
 def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
     from llmperf_hook.tune.apply import write_planned_files
 
-    write_planned_files(plan)
+    try:
+        write_planned_files(plan)
+    except OSError as err:  # a read-only folder, a full disk, a name taken between planning and writing
+        raise UsageError(f"cannot write the tuned DeepSpeed config {err.filename or ''}: {err.strerror or err}. Make its "
+                         "folder writable, or copy the ds_config somewhere writable and point the command at it.") from None
     say = (lambda s: click.echo(s, err=True)) if quiet else click.echo
     for path in plan.new_files:
         say(f"llmperf tune: wrote {path}")

@@ -52,3 +52,20 @@ def test_zero_stage_knob_for_megatron_lm_is_named_as_ignored(capsys, tmp_path):
     code, _, err = _tune(capsys, "--top", "1", "--search", str(space))
     assert code == 0
     assert "zero_stage" in err and "megatron" in err.lower()
+
+
+def test_apply_into_an_unwritable_folder_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    """--apply whose new ds_config cannot be written (read-only folder) exits 2 naming it, not an internal error."""
+    import llmperf_hook.tune.apply as apply_mod
+
+    def refuse(plan):
+        raise PermissionError(13, "Permission denied", str(next(iter(plan.new_files))))
+
+    monkeypatch.setattr(apply_mod, "write_planned_files", refuse)
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2,
+                              "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", str(ds)]
+    code, _, err = _tune(capsys, "--model", "llama2-7b", "--top", "1", "--apply", "--dry-run", argv=argv)
+    assert code == 2 and "Permission denied" in err and "ds.llmperf-tuned" in err
+    assert json.loads(ds.read_text())["train_micro_batch_size_per_gpu"] == 2
