@@ -77,8 +77,13 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
 
 
 def fresh_path(original: Path) -> Path:
-    """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file."""
+    """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file.
+    Re-tuning a tuned copy continues its numbering (`ds.llmperf-tuned-3.json` -> `ds.llmperf-tuned-4.json`, not
+    `ds.llmperf-tuned-3.llmperf-tuned.json`)."""
+    import re
+
     stem, suffix = original.stem, original.suffix or ".json"
+    stem = re.sub(re.escape(TUNED_SUFFIX) + r"(-\d+)?$", "", stem)
     candidate = original.with_name(f"{stem}{TUNED_SUFFIX}{suffix}")
     n = 2
     while candidate.exists():

@@ -69,3 +69,14 @@ def test_apply_into_an_unwritable_folder_is_a_usage_error(capsys, tmp_path, monk
     code, _, err = _tune(capsys, "--model", "llama2-7b", "--top", "1", "--apply", "--dry-run", argv=argv)
     assert code == 2 and "Permission denied" in err and "ds.llmperf-tuned" in err
     assert json.loads(ds.read_text())["train_micro_batch_size_per_gpu"] == 2
+
+
+def test_retuning_a_tuned_copy_continues_its_numbering(tmp_path):
+    from llmperf_hook.tune.ds_config_rewrite import fresh_path
+
+    (tmp_path / "ds.json").write_text("{}")
+    (tmp_path / "ds.llmperf-tuned.json").write_text("{}")
+    (tmp_path / "ds.llmperf-tuned-2.json").write_text("{}")
+    assert fresh_path(tmp_path / "ds.llmperf-tuned-2.json").name == "ds.llmperf-tuned-3.json"
+    assert fresh_path(tmp_path / "ds.json").name == "ds.llmperf-tuned-3.json"
+    assert fresh_path(tmp_path / "my.llmperf-tuned.cfg.json").name == "my.llmperf-tuned.cfg.llmperf-tuned.json"
