@@ -55,8 +55,10 @@ def check_counts(flags: FlagValues) -> None:
 
 
 def detect_framework(flags: FlagValues) -> str:
-    megatron = has_megatron_shape(flags) or any(f in _MEGATRON_LAYOUT_FLAGS for f in flags.seen_flags.values())
     deepspeed = flags.get("deepspeed")
+    hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
+    megatron = has_megatron_shape(flags) or (
+        not hf_trainer and any(f in _MEGATRON_LAYOUT_FLAGS for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"

@@ -33,3 +33,10 @@ def test_virtual_stages_and_expert_rule_use_the_preset_counts():
 def test_without_a_preset_megatron_asks_for_its_shape_flags():
     with pytest.raises(ConfigError, match="--num-layers"):
         script(LAYOUT_ONLY)
+
+
+def test_a_hugging_face_script_with_a_tp_flag_stays_hugging_face(tmp_path):
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}')
+    cfg = script(["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", str(tmp_path / "ds.json"),
+                  "--tensor-model-parallel-size", "2", "--max_seq_length", "1024"], model="llama2-7b")
+    assert cfg.framework == "hf-deepspeed"
