@@ -119,12 +119,23 @@ def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> 
     for key, (kind, what) in _KNOBS.items():
         if key in raw:
             values[key] = _parse_knob(raw[key], kind, f"{origin}: {key} ({what})")
+            if values[key] is None and key in _AUTO_ALL:  # `auto` for a knob without a rule: every value
+                values[key] = _AUTO_ALL[key]
     for key, (kind, what) in _SCALARS.items():
         if key in raw and raw[key] is not None:
-            values[key] = _parse_scalar(raw[key], kind, f"{origin}: {key} ({what})")
+            values[key] = _parse_scalar(raw[key], kind, f"{origin}: {key} ({what})", scalar=True)
     space = SearchSpace(**values)
     _check_space(space, origin)
     return space
+
+
+_AUTO_ALL: dict[str, tuple] = {
+    "recompute": RECOMPUTE_MODES,
+    "distributed_optimizer": (False, True),
+    "zero_stage": (0, 1, 2, 3),
+}
+"""Knobs whose `auto` means "try every value" (their SearchSpace fields have no None rule; `auto` was an
+internal error)."""
 
 
 def _parse_knob(value: Any, kind: type, where: str) -> tuple | None:
@@ -136,13 +147,14 @@ def _parse_knob(value: Any, kind: type, where: str) -> tuple | None:
     return tuple(_parse_scalar(v, kind, where) for v in items)
 
 
-def _parse_scalar(value: Any, kind: type, where: str) -> Any:
+def _parse_scalar(value: Any, kind: type, where: str, scalar: bool = False) -> Any:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
     if not ok:
         what = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
-        raise UsageError(f"{where}: {value!r} is not {what}. Use {what}, a list of them, or `auto`.")
+        use = f"Use {what}." if scalar else f"Use {what}, a list of them, or `auto`."
+        raise UsageError(f"{where}: {value!r} is not {what}. {use}")
     return value
 
 
@@ -152,6 +164,10 @@ def _check_space(space: SearchSpace, origin: str) -> None:
         vals = getattr(space, key)
         if vals is not None and any(v < 1 for v in vals):
             raise UsageError(f"{origin}: {key} values must be >= 1, got {list(vals)}.")
+    for key in ("max_micro_batch_size", "max_tensor_parallel", "max_virtual_pipeline"):
+        value = getattr(space, key)
+        if value is not None and value < 1:
+            raise UsageError(f"{origin}: {key} {value} must be >= 1 (the largest value `auto` tries).")
     bad = [m for m in space.recompute if m not in RECOMPUTE_MODES]
     if bad:
         raise UsageError(f"{origin}: recompute mode(s) {bad} unknown; use {', '.join(RECOMPUTE_MODES)}.")

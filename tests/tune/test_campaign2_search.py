@@ -80,3 +80,34 @@ def test_retuning_a_tuned_copy_continues_its_numbering(tmp_path):
     assert fresh_path(tmp_path / "ds.llmperf-tuned-2.json").name == "ds.llmperf-tuned-3.json"
     assert fresh_path(tmp_path / "ds.json").name == "ds.llmperf-tuned-3.json"
     assert fresh_path(tmp_path / "my.llmperf-tuned.cfg.json").name == "my.llmperf-tuned.cfg.llmperf-tuned.json"
+
+
+@pytest.mark.parametrize("key,expected", [("recompute", ("none", "selective", "full", "block")),
+                                          ("distributed_optimizer", (False, True)), ("zero_stage", (0, 1, 2, 3))])
+def test_auto_for_a_knob_without_a_rule_means_every_value(key, expected):
+    """`recompute: auto` (and distributed_optimizer / zero_stage) was an internal error (None is not iterable)."""
+    from llmperf_hook.tune.search_space import parse_search_space
+
+    assert getattr(parse_search_space({key: "auto"}), key) == expected
+
+
+@pytest.mark.parametrize("raw,words", [({"max_micro_batch_size": 0}, "max_micro_batch_size 0 must be >= 1"),
+                                       ({"max_tensor_parallel": -1}, "max_tensor_parallel -1"),
+                                       ({"max_virtual_pipeline": 0}, "max_virtual_pipeline 0"),
+                                       ({"memory_margin": "auto"}, "is not a number. Use a number.")])
+def test_bad_scalars_are_usage_errors(raw, words):
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.tune.search_space import parse_search_space
+
+    with pytest.raises(UsageError, match=words.replace(".", r"\.")):
+        parse_search_space(raw)
+
+
+def test_recompute_auto_end_to_end(capsys, tmp_path):
+    space = tmp_path / "rc.yaml"
+    space.write_text("recompute: auto\nzero_stage: auto\n")
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", str(tmp_path / "ds.json")]
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
+                                                  "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    code, out, _ = _tune(capsys, "--model", "llama2-7b", "--top", "2", "--format", "json", "--search", str(space), argv=argv)
+    assert code == 0 and out["top"]
