@@ -39,7 +39,10 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
     from llmperf_hook.validate.runner import validate_runs
     from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv
 
-    runs = build_runs_or_failures(_read_csv(csv_file, read_runs_csv), base_dir=Path(csv_file).resolve().parent)
+    raw_rows = _read_csv(csv_file, read_runs_csv)
+    if not raw_rows:
+        raise UsageError(f"{csv_file} has a header but no rows: nothing to validate. Add one row per measured run.")
+    runs = build_runs_or_failures(raw_rows, base_dir=Path(csv_file).resolve().parent)
     if sources:
         runs = [r for r in runs if r.source_id in sources]
         if not runs:

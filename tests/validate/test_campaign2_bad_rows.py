@@ -37,3 +37,11 @@ def test_bad_row_in_the_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert int(ex.value.code or 0) == 0
     assert "FAILED" in out and "row 9" in out and "Traceback" not in out
+
+
+def test_a_header_without_rows_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(BASE_ROW) + "\r\n")
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", str(path)])
+    assert int(ex.value.code) == 2 and "no rows" in capsys.readouterr().err
