@@ -122,8 +122,11 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     original = None
     if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
         original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
+    from llmperf_hook.tune.apply import expand_flag_variables
+
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
-    return plans, [command_changes(argv, p, original) for p in plans]
+    shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
+    return plans, [command_changes(shown, p, original) for p in plans]
 
 
 def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:

@@ -42,6 +42,30 @@ def _split_joined(argv: Sequence[str]) -> list[str]:
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 
 
+def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """`$GPT_ARGS` (a variable holding several flags, left unexpanded) -> its flags, as the parser read them: a
+    flag inside the variable can only be changed or dropped once it is a word of its own (appending a later
+    `--micro-batch-size` wins by argparse's last-wins rule, but `--use-distributed-optimizer` or
+    `--recompute-granularity full` inside the variable stayed on while the tuned layout had them off).
+    A variable holding one value (`--tensor-model-parallel-size $TP`) stays as written."""
+    import os
+
+    from llmperf_hook.launch.argv_words import expand_env_refs
+
+    env = os.environ if env is None else env
+    out: list[str] = []
+    for word in argv:
+        expanded = expand_env_refs(word, env, {}) if "$" in word else word
+        if expanded != word and expanded.strip().startswith("-") and any(c.isspace() for c in expanded.strip()):
+            try:
+                out.extend(shlex.split(expanded))
+            except ValueError:
+                out.extend(expanded.split())
+        else:
+            out.append(word)
+    return out
+
+
 def _shell_command_index(argv: Sequence[str]) -> int | None:
     """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ..."), where the flags live."""
     for i, word in enumerate(argv[:-2]):
@@ -64,7 +88,7 @@ def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candi
         inner = plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
         return TunedCommand((*argv[:k], _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
-    out = _split_joined(argv)
+    out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
     if base_cfg.framework in MEGATRON:
         rewritten = rewrite_megatron_argv(out, base, new, base_cfg.model.num_layers, base_cfg.framework)

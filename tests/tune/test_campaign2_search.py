@@ -111,3 +111,32 @@ def test_recompute_auto_end_to_end(capsys, tmp_path):
                                                   "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
     code, out, _ = _tune(capsys, "--model", "llama2-7b", "--top", "2", "--format", "json", "--search", str(space), argv=argv)
     assert code == 0 and out["top"]
+
+
+def test_flags_inside_a_variable_are_rewritten(capsys, tmp_path, monkeypatch):
+    """`pretrain_gpt.py $GPT_ARGS` (unexpanded) holding --use-distributed-optimizer and full recompute: the tuned
+    layout turned both off, yet --apply kept `$GPT_ARGS`, so the launched job ran them anyway."""
+    monkeypatch.setenv("GPT_ARGS", " ".join(SEVEN_B_16[6:SEVEN_B_16.index("--tensor-model-parallel-size")])
+                       + " --use-distributed-optimizer --recompute-granularity full --recompute-method uniform"
+                       " --recompute-num-layers 1 --vocab-size 32000")
+    space = tmp_path / "off.yaml"
+    space.write_text("distributed_optimizer: [false]\nrecompute: [none]\n")
+    argv = [*SEVEN_B_16[:6], "$GPT_ARGS", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+            "--bf16"]
+    code, out, _ = _tune(capsys, "--top", "1", "--format", "json", "--apply", "--dry-run", "--search", str(space),
+                         argv=argv)
+    assert code == 0
+    best, applied = out["top"][0], out["applied"]["argv"]
+    assert not best["distributed_optimizer"] and best["recompute"] == "none"
+    assert "$GPT_ARGS" not in applied and "--use-distributed-optimizer" not in applied
+    assert "--recompute-granularity" not in applied
+    removed = {c["key"] for c in best["changes"] if c["new"] is None}
+    assert {"--use-distributed-optimizer", "--recompute-granularity"} <= removed
+
+
+def test_a_variable_holding_one_value_stays(capsys, monkeypatch):
+    from llmperf_hook.tune.apply import expand_flag_variables
+
+    env = {"TP": "2", "ARGS": "--bf16 --seq-length 4096"}
+    assert expand_flag_variables(["x.py", "--tensor-model-parallel-size", "$TP", "${ARGS}"], env) == [
+        "x.py", "--tensor-model-parallel-size", "$TP", "--bf16", "--seq-length", "4096"]
