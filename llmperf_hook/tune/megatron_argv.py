@@ -86,8 +86,12 @@ def _rewrite_vpp(argv: list[str], new: Candidate, num_layers: int) -> list[str]:
     if new.vpp <= 1:
         out = ed.remove(argv, VPP_LAYERS, takes_value=True)
         return ed.remove(out, VPP_STAGES, takes_value=True)
-    if ed.find_flag(argv, VPP_STAGES) and not ed.find_flag(argv, VPP_LAYERS):
-        return ed.set_value(argv, VPP_STAGES, str(new.vpp))
+    uneven = any(ed.find_flag(argv, (flag,)) for flag in UNEVEN)
+    if uneven or (ed.find_flag(argv, VPP_STAGES) and not ed.find_flag(argv, VPP_LAYERS)):
+        # arguments.py: with --decoder-first/last-pipeline-num-layers, virtual stages must be given as
+        # --num-virtual-stages-per-pipeline-rank (it rejects --num-layers-per-virtual-pipeline-stage there)
+        out = ed.remove(argv, VPP_LAYERS, takes_value=True)
+        return ed.set_value(out, VPP_STAGES, str(new.vpp))
     out = ed.remove(argv, VPP_STAGES, takes_value=True)
     return ed.set_value(out, VPP_LAYERS, str(num_layers // (new.pp * new.vpp)))
 

@@ -254,25 +254,25 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
     new_cfg = _validated(job, cand, prog)
     if new_cfg is None:
         return
-    if job.memory is not None and memory_first:
-        peak = float(job.memory(new_cfg, job.cluster).peak_bytes_per_gpu)
-        prog.full_peak[i] = peak
-        if peak > job.usable_bytes:
-            prog.num_oom_memory_only += 1
-            return
-    prog.num_full += 1
     try:
+        if job.memory is not None and memory_first:
+            peak = float(job.memory(new_cfg, job.cluster).peak_bytes_per_gpu)
+            prog.full_peak[i] = peak
+            if peak > job.usable_bytes:
+                prog.num_oom_memory_only += 1
+                return
         ev = evaluate(job.cfg, cand, job.cluster, job.predict, job.margin, job.base)
-    except ConfigError as err:  # a rule only the predictor checks (e.g. the schedule's): invalid, like the others
+    except ConfigError as err:
+        # A rule only the graph / schedule checks (uneven first/last stages with virtual stages): invalid, like
+        # the others. The memory-only check raised it uncaught, ending the whole tune with that candidate's error.
         key = f"framework validation: {_first_sentence(str(err))}"
         prog.invalid[key] = prog.invalid.get(key, 0) + 1
-        prog.num_full -= 1
         return
     except (AssertionError, ArithmeticError, ValueError) as err:  # a model bug on one layout: count it, go on
         key = f"prediction failed (internal error, please report): {type(err).__name__}: {_first_sentence(str(err))}"
         prog.invalid[key] = prog.invalid.get(key, 0) + 1
-        prog.num_full -= 1
         return
+    prog.num_full += 1
     prog.full_s[i], prog.full_peak[i] = ev.step_time_s, ev.peak_bytes
     (prog.fitting if ev.fits else prog.unfit).append(ev)
 
@@ -310,8 +310,12 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
     pool = []
     for i in sorted(idx):
         new_cfg = _validated(job, valid.candidate(int(i)), prog)
-        if new_cfg is not None:
+        if new_cfg is None:
+            continue
+        try:
             pool.append(evaluate(job.cfg, valid.candidate(int(i)), job.cluster, job.predict, job.margin, job.base))
+        except ConfigError:  # a rule only the graph checks: not a configuration to name
+            continue
     if not pool:
         return None, None
     nearest = min(pool, key=lambda e: e.peak_bytes)
@@ -325,7 +329,10 @@ def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
 
     def fits(units: int) -> bool:
         shape = dataclasses.replace(cfg.model, num_layers=units * step)
-        est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
+        try:
+            est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
+        except ConfigError:  # that layer count breaks a stage rule (uneven first/last stages)
+            return False
         return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes
 
     while lo < hi:

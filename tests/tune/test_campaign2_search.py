@@ -140,3 +140,30 @@ def test_a_variable_holding_one_value_stays(capsys, monkeypatch):
     env = {"TP": "2", "ARGS": "--bf16 --seq-length 4096"}
     assert expand_flag_variables(["x.py", "--tensor-model-parallel-size", "$TP", "${ARGS}"], env) == [
         "x.py", "--tensor-model-parallel-size", "$TP", "--bf16", "--seq-length", "4096"]
+
+
+UNEVEN = ["torchrun", "--nnodes=8", "--nproc-per-node=8", "pretrain_gpt.py", "--num-layers=48", "--hidden-size=6144",
+          "--num-attention-heads=48", "--seq-length=2048", "--max-position-embeddings=2048", "--micro-batch-size=1",
+          "--global-batch-size=512", "--fp16", "--vocab-size=51200", "--tensor-model-parallel-size=8",
+          "--pipeline-model-parallel-size=2", "--decoder-first-pipeline-num-layers=20", "--checkpoint-activations"]
+
+
+def test_uneven_first_stage_with_virtual_stages_is_an_invalid_candidate_not_the_end(capsys):
+    """--decoder-first-pipeline-num-layers 20 of 48 over PP 2: a VPP 2 candidate breaks the stage rule only the graph
+    checks; the memory-only check raised it and the whole tune exited 2 with that candidate's error."""
+    code, out, err = _tune(capsys, "--top", "2", "--format", "json", argv=UNEVEN)
+    assert code == 0, err
+    assert out["top"] and any("framework validation" in k for k in out["search"]["invalid_by_rule"])
+
+
+def test_virtual_stages_with_uneven_stages_are_written_as_stages_per_rank():
+    from llmperf_hook.tune.candidate import Candidate
+    from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
+
+    base = Candidate(tp=8, pp=2, vpp=1, cp=1, sequence_parallel=False, micro_batch_size=1, recompute="full",
+                     recompute_num_layers=1, distributed_optimizer=False, zero_stage=0)
+    new = Candidate(tp=8, pp=2, vpp=2, cp=1, sequence_parallel=False, micro_batch_size=1, recompute="full",
+                    recompute_num_layers=1, distributed_optimizer=False, zero_stage=0)
+    out = rewrite_megatron_argv(UNEVEN[3:], base, new, 48, "megatron")
+    assert "--num-virtual-stages-per-pipeline-rank" in out and out[out.index("--num-virtual-stages-per-pipeline-rank") + 1] == "2"
+    assert not any(w.startswith("--num-layers-per-virtual-pipeline-stage") for w in out)
