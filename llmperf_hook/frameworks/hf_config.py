@@ -66,6 +66,9 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         shape["num_experts"] = experts
         shape["moe_router_topk"] = _first(raw, "num_experts_per_tok", "moe_topk") or 2
         shape["moe_ffn_hidden_size"] = _first(raw, "moe_intermediate_size") or shape["ffn_hidden_size"]
+    window = raw.get("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0 and raw.get("use_sliding_window", True) is not False:
+        shape["sliding_window"] = window  # Mistral-7B v0.1: 4096; read only for a warning (script_shape.py)
     from llmperf_hook.frameworks.presets import check_shape_types
 
     return check_shape_types(shape, origin)

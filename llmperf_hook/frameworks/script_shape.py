@@ -57,6 +57,9 @@ def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, So
         warnings.append(f"sequence length not given by the script: assumed {seq} from {origin}; pass --max_seq_length/--block_size to be exact")
     else:
         raise ConfigError(f"cannot tell the sequence length: {origin} has none and the script gives no --max_seq_length/--block_size/--seq-length.")
+    if raw.get("sliding_window") and seq > raw["sliding_window"]:
+        warnings.append(f"sliding-window attention (window {raw['sliding_window']} in {origin}) is not modelled: attention "
+                        f"is priced as full causal attention over seq {seq}, an overestimate of its time")
     if "vocab_size" not in raw:
         raise ConfigError(f"{origin} states no vocab_size; add vocab_size to the shape file.")
     hidden, heads = raw["hidden_size"], raw["num_attention_heads"]
