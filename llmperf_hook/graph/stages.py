@@ -13,8 +13,8 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 def layers_per_virtual_stage(cfg: TrainingConfig) -> list[int]:
     """Layer counts of the pp * vpp model chunks in model order (chunk number v = vchunk * pp + stage).
 
-    Uneven first/last stages (--decoder-first/last-pipeline-num-layers) take their layers first and the
-    rest is split evenly over the remaining chunks (megatron/core/transformer/transformer_block.py).
+    Uneven first/last stages (--decoder-first/last-pipeline-num-layers) take their layers, the middle stages split
+    the rest evenly, and every stage splits its layers evenly over its virtual chunks (Megatron's "Uneven PP").
     --account-for-embedding/loss-in-pipeline-split count the embedding / loss as one layer each: the split is
     of num_layers + 1 (+ 1) and the first (last) chunk holds one transformer layer fewer.
     """
@@ -36,20 +36,23 @@ def layers_per_virtual_stage(cfg: TrainingConfig) -> list[int]:
     first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
     if cfg.deepspeed_pipeline_engine and chunks == p.pp and first is None and last is None and total % p.pp:
         return list(deepspeed_transformer_partition(total, p.pp, cfg.precision != "fp32"))
+    # Uneven PP (megatron/core/transformer/transformer_config.py): the first / last pipeline STAGE holds the given
+    # layers, the middle stages split the rest evenly, and each stage splits its layers evenly over its VPP chunks.
     fixed = {0: first} if first is not None else {}
     if last is not None:
-        fixed[chunks - 1] = last
+        fixed[p.pp - 1] = last
     rest_layers = total - sum(fixed.values())
-    rest_chunks = chunks - len(fixed)
-    if rest_layers < 0 or (rest_chunks == 0 and rest_layers) or (rest_chunks and rest_layers % rest_chunks):
+    rest_stages = p.pp - len(fixed)
+    per_stage = [fixed.get(s, rest_layers // rest_stages if rest_stages else 0) for s in range(p.pp)]
+    if (rest_layers < 0 or (rest_stages == 0 and rest_layers) or (rest_stages and rest_layers % rest_stages)
+            or any(n % p.vpp for n in per_stage)):
         raise ConfigError(
             f"num-layers {total} cannot be split over {p.pp} pipeline stages x {p.vpp} virtual stages with "
             f"first/last stage layers {first}/{last}: the remaining {rest_layers} layers must divide evenly over "
-            f"{rest_chunks} chunks (Megatron rule). Change --num-layers, --pipeline-model-parallel-size or the "
-            f"--decoder-first/last-pipeline-num-layers values."
+            f"{rest_stages} stages and each stage's layers over its {p.vpp} virtual stages (Megatron rule). Change "
+            f"--num-layers, --pipeline-model-parallel-size or the --decoder-first/last-pipeline-num-layers values."
         )
-    even = rest_layers // rest_chunks if rest_chunks else 0
-    return [fixed.get(v, even) for v in range(chunks)]
+    return [per_stage[v % p.pp] // p.vpp for v in range(chunks)]
 
 
 def chunk_layer_range(cfg: TrainingConfig, stage: int, chunk: int) -> tuple[int, int]:

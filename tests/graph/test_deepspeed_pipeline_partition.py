@@ -55,3 +55,16 @@ def test_bigscience_fork_options_are_known_and_flagged_as_not_modelled(tmp_path:
     assert any("--embed-layernorm" in w for w in cfg.warnings)
     with pytest.raises(ConfigError, match="did you mean --embed-layernorm"):
         resolve_job(_bloom_argv(tmp_path, "--embed-layernom"), {})
+
+
+def test_uneven_first_stage_is_split_over_its_virtual_chunks() -> None:
+    # Megatron "Uneven PP" with VPP: stage 0 holds 20 layers (10 per chunk), stage 1 the other 28 (14 per chunk);
+    # chunk v = vchunk * PP + stage. explain accepted this and predict used to refuse it.
+    from tests.frameworks.helpers import megatron
+
+    cfg = megatron("--num-layers", "48", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                   "20", "--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "16")
+    assert layers_per_virtual_stage(cfg) == [10, 14, 10, 14]
+    cfg = megatron("--num-layers", "30", "--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers",
+                   "6", "--decoder-last-pipeline-num-layers", "8", "--global-batch-size", "16")
+    assert layers_per_virtual_stage(cfg) == [6, 8, 8, 8]
