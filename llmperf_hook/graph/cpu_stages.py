@@ -18,10 +18,7 @@ Any other hardware: the stages come back unchanged.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from functools import lru_cache
-from pathlib import Path
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
@@ -36,14 +33,9 @@ def _serial(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     return tuple(cpu_serial_op(op) for op in ops)
 
 
-@lru_cache(maxsize=16)
-def _read(path: str, mtime_ns: int) -> dict:
-    return json.loads(Path(path).read_text())
-
-
 def partition_fraction(hardware_name: str, dtype: str, zero_stage: int) -> float:
     """The measured share of DeepSpeed's per-parameter engine work done on the rank's partition (0 if none)."""
-    from llmperf_hook.predict.cpu_framework import FILE_NAME
+    from llmperf_hook.predict.cpu_framework import FILE_NAME, _read  # the same cached read of the same file
     from llmperf_hook.predict.fitted import profile_dirs
 
     for directory in profile_dirs(hardware_name):
