@@ -71,19 +71,20 @@ def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.nd
     return np.where(zero == 3, zero3, out)
 
 
-def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(ep * etp: ranks one layer's experts are split over, expert data-parallel size world / (etp * ep * pp)),
-    Megatron-core parallel_state.py's expert rank generator."""
+def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray],
+                 expert: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the rank's expert parameters, ep * etp: ranks one layer's experts are split over, expert data-parallel
+    size world / (etp * ep * pp)), Megatron-core parallel_state.py's expert rank generator."""
     split = np.maximum(cols["ep"] * cols["etp"], 1)
-    return split, np.maximum(cfg.world_size // (split * cols["pp"]), 1)
+    params = (cfg.model.num_layers / cols["pp"]) * expert / split
+    return params, split, np.maximum(cfg.world_size // (split * cols["pp"]), 1)
 
 
 def _expert_state_bytes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], expert: float,
                         dp: np.ndarray) -> np.ndarray:
     """Weights, gradients and optimizer state of the rank's experts: sharded over the expert data-parallel group
     by Megatron's distributed optimizer (graph/step_ops.py, schedule/memory.py), over DP by DeepSpeed ZeRO."""
-    split, edp = _expert_grid(cfg, cols)
-    params = (cfg.model.num_layers / cols["pp"]) * expert / split
+    params, _, edp = _expert_grid(cfg, cols, expert)
     shard = np.where(cols["distopt"] > 0, edp, dp)
     return params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
 
@@ -226,8 +227,8 @@ def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.
     if not expert:
         return out
     # Expert gradients synchronise over the expert data-parallel group (its members are etp * ep ranks apart).
-    split, edp = _expert_grid(cfg, cols)
-    e_volume = (cfg.model.num_layers / cols["pp"]) * expert / split * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
+    e_params, split, edp = _expert_grid(cfg, cols, expert)
+    e_volume = e_params * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
     e_bw = _bandwidth(cluster, split * edp <= cluster.gpus_per_node)
     return out + np.where(edp > 1, exposed * 2 * (edp - 1) / edp * e_volume / e_bw, 0.0)
 
@@ -238,8 +239,7 @@ def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, n
     sharded = (cols["distopt"] > 0) | (cols["zero"] > 0)
     params = np.where(sharded, params / dp, params)
     if expert:
-        split, edp = _expert_grid(cfg, cols)
-        e_params = (cfg.model.num_layers / cols["pp"]) * expert / split
+        e_params, _, edp = _expert_grid(cfg, cols, expert)
         params = params + np.where(sharded, e_params / np.where(cols["distopt"] > 0, edp, dp), e_params)
     # Adam reads/writes ~ 4 fp32 tensors + grads: ~ 40 bytes per parameter of HBM traffic.
     return params * 40.0 / (cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.memory_efficiency)
