@@ -169,10 +169,11 @@ def _tier(raw: Mapping[str, Any], prefix: str, where: str, latency_us: float, ef
 
 
 def _intra_tier(raw: Mapping[str, Any], where: str, gpu_name: str, gpus_per_node: int) -> NetworkTier:
-    tier = _tier(raw, "intra_node", where, *intra_node_defaults(gpu_name, gpus_per_node))
+    latency_us, step_default_us, efficiency = _intra_node_row(gpu_name, gpus_per_node)
+    tier = _tier(raw, "intra_node", where, latency_us, efficiency)
     # A YAML that states its own latency but no per-step part means a flat latency: the generation's per-step
     # default only completes the generation's own base latency.
-    default_step = 0.0 if "intra_node_latency_us" in raw else intra_node_step_default(gpu_name, gpus_per_node)
+    default_step = 0.0 if "intra_node_latency_us" in raw else step_default_us
     step_us = raw.get("intra_node_latency_per_step_us", default_step)
     if isinstance(step_us, bool) or not isinstance(step_us, (int, float)) or step_us < 0:
         raise UsageError(f"{where}: intra_node_latency_per_step_us must be a number >= 0, found {step_us!r}. "
@@ -203,12 +204,8 @@ def intra_node_defaults(gpu_name: str, gpus_per_node: int) -> tuple[float, float
     return latency_us, efficiency
 
 
-def intra_node_step_default(gpu_name: str, gpus_per_node: int) -> float:
-    """Latency per ring step (us) of the intra-node tier when the cluster YAML leaves it out."""
-    return _intra_node_row(gpu_name, gpus_per_node)[1]
-
-
 def _intra_node_row(gpu_name: str, gpus_per_node: int) -> tuple[float, float, float]:
+    """(latency us, latency per ring step us, bus efficiency): the first INTRA_NODE_DEFAULTS row that matches."""
     name = gpu_name.lower()
     for prefix, min_per_node, latency_us, step_us, efficiency in INTRA_NODE_DEFAULTS:
         if name.startswith(prefix) and gpus_per_node >= min_per_node:
