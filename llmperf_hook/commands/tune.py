@@ -83,9 +83,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int) -> tuple[A
     from llmperf_hook.frameworks.validation import validate_config
     from llmperf_hook.tune.candidates import generate_candidates
     from llmperf_hook.tune.search import search_candidates
-    from llmperf_hook.tune.search_space import load_search_space
-
-    from llmperf_hook.tune.search_space import ignored_knobs
+    from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
     space = load_search_space(search_file, cfg.framework)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
