@@ -91,7 +91,7 @@ def write_trace(pred: Any, path: str) -> None:
         raise UsageError(f"--trace {path}: the file exists and is not a trace llmperf wrote ({len(old):,} characters); "
                          "llmperf does not overwrite it. Pass a new path, or delete the file first.")
     try:
-        Path(path).write_text(json.dumps(render_trace(pred.estimate, " ".join(pred.job.argv)[:120])))
+        target.write_text(json.dumps(render_trace(pred.estimate, " ".join(pred.job.argv)[:120])))
     except OSError as err:
         raise UsageError(f"cannot write the trace to {path}: {err}. Pass a writable --trace path.") from err
 
