@@ -165,12 +165,11 @@ def _print_dry_run(argv: list[str], pred: Any, fmt: str, instrument: int | None 
     if added:
         click.echo(f"\ndry run: would launch and wait (argument list, this shell's environment plus the hook's "
                    f"variables below), recording the first {instrument} steps of every rank:")
-        click.echo(f"  {shlex.join(argv)}")
-        for key, value in added.items():
-            click.echo(f"  + {key}={value}")
     else:
         click.echo("\ndry run: would exec (argument list, environment inherited unchanged from this shell):")
-        click.echo(f"  {shlex.join(argv)}")
+    click.echo(f"  {shlex.join(argv)}")
+    for key, value in (added or {}).items():
+        click.echo(f"  + {key}={value}")
     if read:
         click.echo("environment variables the launch reads:")
         for key, value in sorted(read.items()):
