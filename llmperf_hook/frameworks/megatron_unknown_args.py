@@ -99,7 +99,7 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
     unknown = [name for name in unknown if name not in respelled]
     if not unknown:
         return warnings
-    hints = [f"{name} (did you mean {_suggestion(name)}?)" if _suggestion(name) else name for name in unknown]
+    hints = [f"{name} (did you mean {hint}?)" if (hint := _suggestion(name)) else name for name in unknown]
     if _is_entry_script(script):
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser does not know "
