@@ -8,7 +8,7 @@ from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_pre
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
-from llmperf_hook.frameworks.resolve import JobOverrides
+from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
@@ -37,8 +37,6 @@ def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[s
 def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
     warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args)
-    from llmperf_hook.frameworks.resolve import has_megatron_shape
-
     shape_model = None if has_megatron_shape(flags) else overrides.model
     if overrides.model and shape_model is None:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
