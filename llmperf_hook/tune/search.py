@@ -312,11 +312,11 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
     idx |= set(np.flatnonzero(~np.isnan(prog.full_peak))[np.argsort(prog.full_peak[~np.isnan(prog.full_peak)])][:4].tolist())
     pool = []
     for i in sorted(idx):
-        new_cfg = _validated(job, valid.candidate(int(i)), prog)
-        if new_cfg is None:
+        cand = valid.candidate(int(i))
+        if _validated(job, cand, prog) is None:
             continue
         try:
-            pool.append(evaluate(job.cfg, valid.candidate(int(i)), job.cluster, job.predict, job.margin, job.base))
+            pool.append(evaluate(job.cfg, cand, job.cluster, job.predict, job.margin, job.base))
         except ConfigError:  # a rule only the graph checks: not a configuration to name
             continue
     if not pool:
