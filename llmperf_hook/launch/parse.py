@@ -98,9 +98,14 @@ def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, 
     return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
 
 
+def is_shell_c(words: Sequence[str], i: int) -> bool:
+    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec): the job's words live in CMD."""
+    return os.path.basename(words[i]) in _SHELLS and i + 2 < len(words) and words[i + 1] in ("-c", "-lc", "-xc", "-ec")
+
+
 def _shell_c(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> list[str] | None:
     """`sh -c "CMD"` / `bash -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell."""
-    if os.path.basename(words[i]) not in _SHELLS or i + 2 >= len(words) or words[i + 1] not in ("-c", "-lc", "-xc", "-ec"):
+    if not is_shell_c(words, i):
         return None
     try:
         inner = shlex.split(words[i + 2])

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.launch.parse import is_shell_c
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
@@ -37,9 +38,6 @@ def _split_joined(argv: Sequence[str]) -> list[str]:
     from llmperf_hook.launch.argv_words import split_joined_words  # issue 2's normaliser, same words as parsed
 
     return split_joined_words(list(argv))
-
-
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 
 
 def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
@@ -68,10 +66,7 @@ def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = N
 
 def _shell_command_index(argv: Sequence[str]) -> int | None:
     """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ..."), where the flags live."""
-    for i, word in enumerate(argv[:-2]):
-        if Path(word).name in _SHELLS and argv[i + 1] in ("-c", "-lc", "-xc", "-ec"):
-            return i + 2
-    return None
+    return next((i + 2 for i in range(len(argv)) if is_shell_c(argv, i)), None)
 
 
 def _shell_join(words: Sequence[str]) -> str:
