@@ -71,7 +71,7 @@ def _engine_step_s(shape: Shape, zero: int, dtype: str) -> tuple[float, float]:
     import deepspeed
     import torch
 
-    from llmperf_hook.profile.cpu_framework import cpu_clock
+    from llmperf_hook.profile.op_sampler import cpu_clock
 
     torch.manual_seed(0)
     model = _gpt(*shape[:3])

@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from llmperf_hook.profile.op_sampler import cpu_clock
+
 FILE_NAME = "framework_overhead.json"
 MIN_BUDGET_MIN = 3.0
 """`llmperf profile --device cpu` measures the framework cost when its --budget is at least this (minutes)."""
@@ -119,15 +121,6 @@ def _gpt(layers: int, hidden: int, seq: int):
             return F.cross_entropy(logits.float().view(-1, VOCAB), labels.reshape(-1))
 
     return GPT()
-
-
-def cpu_clock() -> Callable[[], float]:
-    """Process CPU time with one torch thread (op_sampler.cpu_clock_kind), else wall time."""
-    import torch
-
-    from llmperf_hook.profile.op_sampler import cpu_clock_kind
-
-    return time.process_time if cpu_clock_kind(torch.get_num_threads()) == "process_cpu" else time.perf_counter
 
 
 def _median_s(fn, reps: int = REPS, clock: Callable[[], float] | None = None) -> float:

@@ -49,13 +49,20 @@ def cpu_clock_kind(threads: int) -> str:
     return "process_cpu" if threads == 1 else "wall"
 
 
+def cpu_clock() -> Callable[[], float]:
+    """Process CPU time with one torch thread (cpu_clock_kind), else wall time."""
+    import torch
+
+    return time.process_time if cpu_clock_kind(torch.get_num_threads()) == "process_cpu" else time.perf_counter
+
+
 class _Clock:
     def __init__(self, device: str) -> None:
         import torch
 
         self.torch = torch
         self.cuda = device == "cuda"
-        self.now = time.process_time if cpu_clock_kind(torch.get_num_threads()) == "process_cpu" else time.perf_counter
+        self.now = cpu_clock()
 
     def time(self, fn: Callable[[], Any], inner: int = 1) -> float:
         """Seconds per call of `inner` back-to-back calls (on CUDA: between two events, queued as in a step)."""
