@@ -30,7 +30,7 @@ import subprocess
 import sys
 from typing import Mapping, Sequence
 
-from llmperf_hook.profile.cpu_framework import (ROUNDS, Shape, VOCAB, _gpt, _median_s, fit_nonnegative,
+from llmperf_hook.profile.cpu_framework import (ROUNDS, Shape, VOCAB, _gpt, fit_nonnegative,
                                                 interleaved_quietest, measure_fwd_bwd, predicted_parts)
 
 CONCURRENCY_SHAPES: tuple[Shape, ...] = ((2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2))
