@@ -257,15 +257,16 @@ def _pack_lightgbm(trees: list[dict[str, str]], num_features: int) -> TreeEnsemb
 def _linear_leaves(trees: list[dict[str, str]], leaf_value: np.ndarray, num_features: int) -> dict:
     """leaf_const / coef_feature / coef_value of linear trees ({} when no tree is linear); a constant tree's
     leaves become linear models without coefficients."""
-    if not any(t.get("is_linear", "0") == "1" for t in trees):
+    is_linear = [t.get("is_linear", "0") == "1" for t in trees]
+    if not any(is_linear):
         return {}
-    const = np.concatenate([_floats(t["leaf_const"]) if t.get("is_linear", "0") == "1" else
-                            _floats(t["leaf_value"]) for t in trees])
-    counts = np.concatenate([_ints(t["num_features"]) if t.get("is_linear", "0") == "1" else
-                             [0] * len(t["leaf_value"].split()) for t in trees]).astype(np.int64)
-    feats = np.array(" ".join(t.get("leaf_features", "") for t in trees if t.get("is_linear", "0") == "1").split(),
-                     dtype=np.int64)
-    coefs = _column([t for t in trees if t.get("is_linear", "0") == "1"], "leaf_coeff", np.float64)
+    linear = [t for t, lin in zip(trees, is_linear) if lin]
+    const = np.concatenate([_floats(t["leaf_const"]) if lin else _floats(t["leaf_value"])
+                            for t, lin in zip(trees, is_linear)])
+    counts = np.concatenate([_ints(t["num_features"]) if lin else [0] * len(t["leaf_value"].split())
+                             for t, lin in zip(trees, is_linear)]).astype(np.int64)
+    feats = _column(linear, "leaf_features", np.int64)
+    coefs = _column(linear, "leaf_coeff", np.float64)
     if not (const.size == counts.size == leaf_value.size and feats.size == coefs.size == counts.sum()) \
             or (feats.size and (feats.min() < 0 or feats.max() >= num_features)):
         raise ProfileError("LightGBM linear-tree leaves are inconsistent (counts, features or coefficients)")
