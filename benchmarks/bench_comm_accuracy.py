@@ -68,7 +68,8 @@ def bench_layout(parts: list[CommSamples], frac: float, rng: np.random.Generator
     sizes = np.concatenate([p.nbytes[m] for p, m in zip(parts, masks)])
     times = np.concatenate([p.time_s[m] for p, m in zip(parts, masks)])
     label = np.concatenate([[p.size_class] * int(m.sum()) for p, m in zip(parts, masks)])
-    slow = np.concatenate([disturbed(p)[m] for p, m in zip(parts, masks)])
+    slow_rows = [disturbed(p) for p in parts]
+    slow = np.concatenate([d[m] for d, m in zip(slow_rows, masks)])
     n_all = sum(len(p.time_s) for p in parts)
     n = len(times)
     if n < 10:
@@ -81,11 +82,11 @@ def bench_layout(parts: list[CommSamples], frac: float, rng: np.random.Generator
     pred = fit.predict_s(sizes[test], p0.nodes * p0.gpus_per_node, p0.collective)
     ape = np.abs(pred / times[test] - 1.0)
     out = []
-    for p, m in zip(parts, masks):
+    for p, m, d in zip(parts, masks, slow_rows):
         sel = label[test] == p.size_class
         ok = sel & ~slow[test]
         out.append((p.size_class, float(ape[sel].mean()) if sel.any() else None, 1.0 - float(m.mean()),
-                    len(train) / n_all, local_noise(p), float(disturbed(p).mean()),
+                    len(train) / n_all, local_noise(p), float(d.mean()),
                     float(ape[ok].mean()) if ok.any() else None))
     return out
 
