@@ -6,6 +6,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_precision, hf_batch, merge_megatron_batch
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape
@@ -42,6 +43,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",
                              shape_model)
+    warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, parts.recompute.granularity,
+                                     framework == "megatron-deepspeed")
     optimizer, precision, pipeline_engine = parts.optimizer, parts.precision, False
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)

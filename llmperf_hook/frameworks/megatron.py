@@ -105,6 +105,7 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
         account_for_loss_in_pipeline_split=bool(flags.get("account_for_loss_in_pipeline_split")),
         pipeline_layout=flags.get("pipeline_model_parallel_layout"),
         microbatch_group_size=flags.get("microbatch_group_size_per_virtual_pipeline_stage"),
+        overlap_p2p_comm=bool(flags.get("overlap_p2p_comm", True)),
     )
 
 
@@ -151,6 +152,11 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
     granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron: no recomputation")
     if flags.get("recompute_activations"):
         granularity, src["recompute"] = "selective", flags.source("recompute_activations")
+    if flags.get("moe_layer_recompute"):  # TransformerConfig: deprecated spelling of selective + 'moe'
+        if granularity == "full":
+            raise ConfigError("--moe-layer-recompute cannot be combined with --recompute-granularity full (Megatron "
+                              "TransformerConfig raises ValueError). Drop one of them.")
+        granularity, src["recompute"] = "selective", flags.source("moe_layer_recompute")
     if granularity not in (None, "full", "selective"):
         raise ConfigError(f"--recompute-granularity {granularity} must be full or selective (Megatron).")
     method = flags.get("recompute_method")
@@ -160,7 +166,8 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
         src["recompute_method"] = flags.source("recompute_method")
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
-    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"))
+    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"),
+                           distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)))
 
 
 # arguments.py --optimizer choices (Megatron-LM 2026): those llmperf prices, and those it prices as Adam.

@@ -20,6 +20,7 @@ _INT = (
     "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
+    "cpu-offloading-num-layers",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -27,7 +28,7 @@ _STR = (
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
-    "pp-partition-method",
+    "pp-partition-method", "moe-router-score-function",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -41,6 +42,7 @@ _TRUE = (
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm",
+    "moe-router-pre-softmax", "moe-layer-recompute",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -76,6 +78,11 @@ def _build() -> dict[str, Flag]:
     table["--ds-sequence-parallel-size"] = Flag("ds_sequence_parallel_size", "int")  # DeepSpeed-Ulysses
     table["--expert-interval"] = Flag("ds_moe_expert_interval", "int")
     table["--add-bias-linear"] = Flag("add_bias_linear", "true")
+    table["--overlap-p2p-comm"] = Flag("overlap_p2p_comm", "true")
+    table["--overlap-p2p-communication"] = Flag("overlap_p2p_comm", "true")
+    # nargs='+' in Megatron: the first value is read, the others are skipped as positional words.
+    table["--hierarchical-context-parallel-sizes"] = Flag("hierarchical_context_parallel_sizes", "int")
+    table["--moe-router-load-balancing-type"] = Flag("moe_router_load_balancing_type", "str")
     return table
 
 
@@ -83,7 +90,7 @@ SCRIPT_FLAGS: dict[str, Flag] = _build()
 
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
 ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
-                          "empty_unused_memory_level"})
+                          "empty_unused_memory_level", "cpu_offloading_num_layers"})
 
 # Accepted, change performance, but not modelled by llmperf: one warning each when present.
 NOT_MODELLED: dict[str, str] = {

@@ -80,6 +80,9 @@ class ParallelLayout:
     microbatch_group_size: int | None = None
     """Megatron --microbatch-group-size-per-virtual-pipeline-stage: contiguous micro-batches per model chunk in the
     interleaved schedule (None = pipeline-model-parallel-size, Megatron's default)."""
+    overlap_p2p_comm: bool = True
+    """Megatron's overlap of pipeline send/recv in the interleaved schedule (on unless
+    --no-overlap-p2p-communication); without it Megatron needs PP > 2 for virtual stages."""
 
     @property
     def vpp_group(self) -> int:
@@ -101,6 +104,9 @@ class RecomputeConfig:
     method: Literal["uniform", "block"] | None = None
     num_layers: int | None = None
     """Layers recomputed per stage (block) or per chunk (uniform); None = all."""
+    distribute_saved_activations: bool = False
+    """Megatron --distribute-saved-activations: full-recompute checkpoints split over the TP group (needs TP > 1,
+    full granularity with a method, and no sequence parallelism)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Rules and their sources: megatron/training/arguments.py `validate_args` (world % (TP*PP*CP), layers across
 pipeline and virtual stages, interleaving needs PP > 1, CP needs seq % 2CP, overlap-param-gather needs the
-distributed optimizer, tp-comm-overlap needs sequence parallelism, experts % EP), megatron/core
+distributed optimizer, tp-comm-overlap needs sequence parallelism, experts % EP, virtual stages without p2p
+overlap need PP > 2, --distribute-saved-activations needs TP > 1 and full recompute), megatron/core
 transformer_config.py (heads % TP, query groups a multiple or divisor of TP, uneven first/last stages,
 recompute method/num-layers), parallel_state.py (world % (ETP*EP*PP)), the microbatch calculator
 (GBS % (MBS*DP)), pipeline schedules.py (interleaving needs M % PP == 0), DeepSpeed runtime/config.py
@@ -137,6 +138,7 @@ def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
             f"virtual pipeline stages {_at(cfg, 'vpp', p.vpp)} need pipeline-model-parallel-size > 1, got "
             f"{_at(cfg, 'pp', p.pp)} (Megatron: interleaved schedule needs PP > 1). Drop the virtual-stage flag or raise PP."
         )
+    _check_interleaving_pp2(cfg)
     if p.cp > 1 and seq % (2 * p.cp) != 0:
         raise ConfigError(
             f"seq-length {_at(cfg, 'seq_length', seq)} is not a multiple of 2 x context-parallel-size "
@@ -145,6 +147,20 @@ def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
     if cfg.optimizer.tp_comm_overlap and not p.sequence_parallel:
         raise ConfigError("--tp-comm-overlap needs --sequence-parallel (Megatron: TP communication/GEMM overlap only "
                           f"with sequence parallelism), and sequence parallelism needs TP > 1 (TP is {_at(cfg, 'tp', p.tp)}).")
+
+
+def _check_interleaving_pp2(cfg: TrainingConfig) -> None:
+    """arguments.py validate_args: with virtual stages and without p2p overlap (--no-overlap-p2p-communication;
+    Megatron-DeepSpeed has no overlap) PP must exceed 2, so two ranks never exchange several sends per batch."""
+    p = cfg.parallel
+    no_overlap = cfg.framework == "megatron-deepspeed" or (cfg.framework == "megatron" and not p.overlap_p2p_comm)
+    if p.vpp > 1 and p.pp == 2 and no_overlap:
+        why = ("Megatron-DeepSpeed's interleaved schedule" if cfg.framework == "megatron-deepspeed"
+               else "with --no-overlap-p2p-communication, Megatron's interleaved schedule")
+        raise ConfigError(
+            f"virtual pipeline stages {_at(cfg, 'vpp', p.vpp)} with pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)}: "
+            f"{why} needs PP > 2 (arguments.py validate_args asserts it). Use PP > 2, drop the virtual stages"
+            f"{'' if cfg.framework == 'megatron-deepspeed' else ', or drop --no-overlap-p2p-communication'}.")
 
 
 def _check_experts(cfg: TrainingConfig) -> None:
@@ -205,9 +221,23 @@ def _check_recompute(cfg: TrainingConfig) -> None:
     if r.granularity == "full" and (r.method is None or r.num_layers is None):
         raise ConfigError("--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers "
                           f"between 1 and the layers per pipeline rank ({per_rank}) (Megatron TransformerConfig).")
-    if r.granularity == "full" and r.method == "block" and not 1 <= (r.num_layers or 0) <= per_rank:
-        raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be between 1 and "
-                          f"the {per_rank} layers per pipeline rank for --recompute-method block.")
+    if r.granularity == "full" and (r.num_layers or 0) < 1:
+        raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be at least 1.")
+    # More block layers than a chunk holds recompute all of them (megatron/core/recompute.py): no upper bound.
+    if r.distribute_saved_activations:
+        _check_distributed_saved(cfg)
+
+
+def _check_distributed_saved(cfg: TrainingConfig) -> None:
+    """--distribute-saved-activations: validate_args asserts TP > 1 and full granularity with a method;
+    TransformerConfig raises when sequence parallelism is on."""
+    r, p = cfg.recompute, cfg.parallel
+    if p.tp < 2 or r.granularity != "full" or r.method is None or p.sequence_parallel:
+        raise ConfigError(
+            "--distribute-saved-activations splits full-recompute checkpoints over the tensor-parallel group: Megatron "
+            "requires tensor-model-parallel-size > 1, --recompute-granularity full with a --recompute-method, and no "
+            f"--sequence-parallel (arguments.py, TransformerConfig); got TP {_at(cfg, 'tp', p.tp)}, recompute "
+            f"{r.granularity} (method {r.method}), sequence parallel {p.sequence_parallel}. Drop the flag or meet the rule.")
 
 
 def _check_optimizer(cfg: TrainingConfig) -> None:

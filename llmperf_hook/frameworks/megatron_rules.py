@@ -1,0 +1,146 @@
+"""Megatron-LM rules on single flags and flag pairs that no layout change can fix, checked once per command.
+
+Each rule is Megatron's own, cited where it lives: argparse `choices` (megatron/training/arguments.py, and the
+TransformerConfig fields whose `Literal[...]` types become choices through megatron/training/argument_utils.py),
+`validate_args` asserts, and TransformerConfig.__post_init__ ValueErrors (megatron/core/transformer/
+transformer_config.py). Layout-dependent rules (those `tune` may change) live in validation.py instead.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.training_config import ModelShape, ParallelLayout
+
+# argparse choices, the union over Megatron-LM releases (and Megatron-DeepSpeed where it defines the flag).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "fp8_format": ("e4m3", "hybrid"),
+    "fp8_recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
+    "transformer_impl": ("local", "transformer_engine", "inference_optimized"),
+    "attention_backend": ("flash", "fused", "unfused", "local", "auto"),  # AttnBackend enum
+    "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
+    "moe_token_dispatcher_type": ("allgather", "alltoall", "flex", "alltoall_seq"),  # alltoall_seq: before 2025
+    "moe_router_score_function": ("softmax", "sigmoid", "sqrtsoftplus"),
+}
+# TransformerConfig: allowed --recompute-modules (union over releases; moe_layer was the 2024 spelling).
+RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                               "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc", "moe_layer"})
+
+
+def list_values(script_args: Sequence[str], flag: str) -> list[str] | None:
+    """The words after the last `flag` up to the next option (argparse nargs='*'/'+'), or None if absent."""
+    found: list[str] | None = None
+    for i, word in enumerate(script_args):
+        name, eq, value = word.partition("=")
+        if name.replace("_", "-") != flag:
+            continue
+        found = [value] if eq else []
+        for nxt in script_args[i + 1:]:
+            if nxt.startswith("--") or eq:
+                break
+            found.append(nxt)
+    return found
+
+
+def check_choices(flags: FlagValues) -> None:
+    for dest, allowed in CHOICES.items():
+        value = flags.get(dest)
+        if value is not None and str(value) not in allowed:
+            raise ConfigError(
+                f"{flags.seen_flags[dest]} {value} (argv) is not a choice Megatron offers ({', '.join(allowed)}); its "
+                "argument parser stops the job at start-up ('invalid choice'). Pick one of them.")
+
+
+_RECENT = "Megatron-LM {since} and later refuse this at start-up (TransformerConfig: {quote}); older releases accept it"
+
+
+def _router_warnings(flags: FlagValues, model: ModelShape, etp: int) -> list[str]:
+    topk, experts = model.moe_router_topk, model.num_experts
+    if topk > experts:
+        raise ConfigError(f"--moe-router-topk {topk} ({flags.source('moe_router_topk')}) exceeds --num-experts {experts}: "
+                          "the router's top-k over the experts fails at the first step (torch.topk). Use at most "
+                          f"{experts}.")
+    out: list[str] = []
+    score = flags.get("moe_router_score_function", "softmax")
+    balancing = flags.get("moe_router_load_balancing_type", "aux_loss")
+    if topk == 1 and score == "softmax" and not flags.get("moe_router_pre_softmax") and balancing != "sinkhorn":
+        out.append("--moe-router-topk 1 without --moe-router-pre-softmax: " + _RECENT.format(
+            since="2025-02", quote="'Please use --moe-router-pre-softmax when topk is 1'"))
+    if model.add_bias_linear and etp > 1:  # 2025-04: no bias in MoE at all; 2025-09: bias only with ETP 1
+        out.append(f"MoE with linear biases (no --disable-bias-linear) and expert-tensor-parallel-size {etp}: " + _RECENT.format(
+            since="2025-04", quote="'Bias in Moe is only supported when ETP==1'") + "; add --disable-bias-linear")
+    return out
+
+
+def _moe_warnings(flags: FlagValues, model: ModelShape, etp: int) -> list[str]:
+    if flags.get("moe_pad_expert_input_to_capacity") and flags.get("moe_expert_capacity_factor") is None:
+        raise ConfigError("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (Megatron "
+                          "TransformerConfig raises otherwise). Give a capacity factor or drop the flag.")
+    if model.num_experts > 0:
+        return _router_warnings(flags, model, etp)
+    if flags.has("moe_ffn_hidden_size") and str(flags.get("moe_layer_freq", "1")) == "1":
+        return ["--moe-ffn-hidden-size without --num-experts is ignored (dense model); " + _RECENT.format(
+            since="2026-04", quote="'moe_ffn_hidden_size is set but num_moe_experts is None'")]
+    return []
+
+
+def _check_pipeline(flags: FlagValues) -> None:
+    uneven = [flags.seen_flags[d] for d in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+              if flags.has(d)]
+    accounted = [flags.seen_flags[d] for d in ("account_for_embedding_in_pipeline_split",
+                                               "account_for_loss_in_pipeline_split") if flags.get(d)]
+    if uneven and accounted:
+        raise ConfigError(
+            f"{' and '.join(uneven)} cannot be combined with {' and '.join(accounted)} (Megatron TransformerConfig raises "
+            "ValueError: the first/last stage sizes already place the embedding and loss). Keep one way of splitting.")
+    if flags.has("pipeline_model_parallel_layout") and (uneven or accounted):
+        raise ConfigError(
+            f"--pipeline-model-parallel-layout cannot be set with {', '.join(uneven + accounted)} (Megatron "
+            "TransformerConfig: 'pipeline_model_parallel_layout cannot be set with other pipeline layout arguments').")
+
+
+def _check_context_parallel(flags: FlagValues, script_args: Sequence[str]) -> None:
+    types = list_values(script_args, "--cp-comm-type") or []
+    if any("a2a+p2p" in t for t in types) and not flags.has("hierarchical_context_parallel_sizes"):
+        raise ConfigError("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (arguments.py validate_args "
+                          "asserts it). Give the two-level sizes, e.g. --hierarchical-context-parallel-sizes 2 4.")
+
+
+def _check_recompute_modules(flags: FlagValues, script_args: Sequence[str]) -> None:
+    modules = list_values(script_args, "--recompute-modules")
+    if not modules:
+        return
+    bad = sorted(set(modules) - RECOMPUTE_MODULES)
+    if bad:
+        raise ConfigError(f"--recompute-modules {' '.join(bad)}: not a module Megatron can recompute (TransformerConfig "
+                          f"allows {', '.join(sorted(RECOMPUTE_MODULES))}).")
+    if "moe_act" in modules and not flags.get("moe_grouped_gemm"):
+        raise ConfigError("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron TransformerConfig raises "
+                          "'moe_act in recompute_modules is only supported with moe_grouped_gemm').")
+
+
+def _check_cpu_offloading(flags: FlagValues, model: ModelShape, pp: int, recompute: str) -> None:
+    layers = flags.get("cpu_offloading_num_layers", 0)
+    if not (flags.get("cpu_offloading") or layers > 0):
+        return
+    if pp > 1 or recompute != "none" or layers >= model.num_layers:
+        raise ConfigError(
+            f"activation CPU offloading (--cpu-offloading, {layers} layers) is refused by Megatron's TransformerConfig "
+            f"with pipeline parallelism (PP {pp}), with activation recomputation ({recompute}), or for as many layers "
+            f"as the model has ({model.num_layers}). Drop the offloading or those settings.")
+
+
+def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,
+                         recompute: str, ds_flavour: bool) -> list[str]:
+    """ConfigError for what Megatron-LM refuses at start-up or at its first step (see the module docstring);
+    warnings for what only its releases since 2025 refuse."""
+    check_choices(flags)
+    _check_pipeline(flags)
+    if ds_flavour:  # Megatron-DeepSpeed: DeepSpeed-MoE and its own recompute/offload flags
+        return []
+    _check_context_parallel(flags, script_args)
+    _check_recompute_modules(flags, script_args)
+    _check_cpu_offloading(flags, model, parallel.pp, recompute)
+    return _moe_warnings(flags, model, parallel.etp)

@@ -1,0 +1,83 @@
+"""Round-4 campaign: Megatron-Core era flags checked against megatron/training/arguments.py and
+megatron/core/transformer/transformer_config.py (argparse choices, validate_args asserts, TransformerConfig errors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import megatron
+
+MOE = ("--num-experts", "8", "--moe-router-topk", "2")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--fp8-format", "e5m2"], "not a choice"),
+    (["--transformer-impl", "te"], "not a choice"),
+    (["--attention-backend", "flash2"], "not a choice"),
+    (["--position-embedding-type", "alibi"], "not a choice"),
+    (["--moe-token-dispatcher-type", "all2all", *MOE], "not a choice"),
+    # validate_args: interleaving without p2p overlap needs PP > 2
+    (["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+      "--no-overlap-p2p-communication"], "PP > 2"),
+    # validate_args / TransformerConfig: distributed saved activations
+    (["--distribute-saved-activations", "--recompute-granularity", "full", "--recompute-method", "uniform",
+      "--recompute-num-layers", "1"], "tensor-parallel group"),
+    (["--tensor-model-parallel-size", "2", "--distribute-saved-activations", "--recompute-activations"], "full"),
+    (["--tensor-model-parallel-size", "2", "--sequence-parallel", "--distribute-saved-activations",
+      "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], "sequence"),
+    (["--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "15",
+      "--account-for-embedding-in-pipeline-split"], "cannot be combined"),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"], "hierarchical"),
+    (["--recompute-granularity", "selective", "--recompute-modules", "core_attn", "attn"], "not a module"),
+    (["--recompute-granularity", "selective", "--recompute-modules", "moe_act", *MOE], "moe-grouped-gemm"),
+    (["--moe-router-topk", "9", "--num-experts", "8"], "exceeds"),
+    (["--moe-pad-expert-input-to-capacity", *MOE], "capacity-factor"),
+    (["--cpu-offloading", "--pipeline-model-parallel-size", "2"], "offloading"),
+    (["--moe-layer-recompute", "--recompute-granularity", "full", "--recompute-method", "uniform",
+      "--recompute-num-layers", "1", *MOE], "moe-layer-recompute"),
+])
+def test_megatron_refusals(args: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        megatron(*args)
+
+
+def test_accepted_megatron_core_settings() -> None:
+    cfg = megatron("--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                   "--global-batch-size", "8")
+    assert cfg.parallel.vpp == 2 and cfg.parallel.overlap_p2p_comm  # overlap is Megatron's default
+    cfg = megatron("--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes",
+                   "1", "2")
+    assert cfg.parallel.cp == 2
+    cfg = megatron("--tensor-model-parallel-size", "2", "--distribute-saved-activations", "--recompute-granularity",
+                   "full", "--recompute-method", "uniform", "--recompute-num-layers", "1")
+    assert cfg.recompute.distribute_saved_activations
+    cfg = megatron("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp", "--fp8-format", "hybrid",
+                   "--transformer-impl", "transformer_engine", "--attention-backend", "fused")
+    assert cfg.recompute.granularity == "selective" and cfg.precision == "fp8"
+    assert megatron(*MOE, "--moe-layer-recompute").recompute.granularity == "selective"
+
+
+def test_block_recompute_of_more_layers_than_a_rank_holds_is_accepted() -> None:
+    # megatron/core/recompute.py recomputes layer_idx < recompute_num_layers: a larger count means every layer.
+    cfg = megatron("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "40")
+    assert cfg.recompute.num_layers == 40
+
+
+def test_rules_only_recent_releases_enforce_warn() -> None:
+    cfg = megatron("--tensor-model-parallel-size", "2", "--sequence-parallel", *MOE)
+    assert any("Bias in Moe" in w for w in cfg.warnings)
+    assert not any("Bias in Moe" in w for w in megatron("--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                                         "--disable-bias-linear", *MOE).warnings)
+    assert any("pre-softmax" in w for w in megatron("--num-experts", "8", "--moe-router-topk", "1").warnings)
+    assert not any("pre-softmax" in w for w in megatron("--num-experts", "8", "--moe-router-topk", "1",
+                                                         "--moe-router-pre-softmax").warnings)
+    assert any("moe-ffn-hidden-size" in w for w in megatron("--moe-ffn-hidden-size", "1024").warnings)
+
+
+def test_megatron_deepspeed_interleaving_needs_pp_above_two(tmp_path) -> None:
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}')
+    with pytest.raises(ConfigError, match="PP > 2"):
+        megatron("--deepspeed", "--deepspeed_config", str(ds), "--pipeline-model-parallel-size", "2",
+                 "--num-layers-per-virtual-pipeline-stage", "4", "--global-batch-size", "8")
