@@ -53,22 +53,35 @@ class DsSettings:
     warnings: tuple[str, ...] = ()
 
 
-def read_ds_config(path: str) -> dict[str, Any]:
-    """Read a ds_config file (relative paths against the current directory) as DeepSpeed does: hjson, so `//`,
-    `#` and `/* */` comments and trailing commas are accepted, and a key given twice is an error
-    (deepspeed/runtime/config.py: hjson.load(..., object_pairs_hook=dict_raise_error_on_duplicate_keys))."""
+def read_ds_config(path: str, hf_trainer: bool = False) -> dict[str, Any]:
+    """Read a ds_config file (relative paths against the current directory) as the job will: DeepSpeed reads it with
+    hjson (deepspeed/runtime/config.py: `//`, `#` and `/* */` comments, trailing commas, a UTF-8 byte-order mark and
+    hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
+    `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except FileNotFoundError:
         raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}). "
                          "Run llmperf from the directory you launch from, or give an absolute path.") from None
+    except IsADirectoryError:
+        raise UsageError(f"DeepSpeed config {path} is a directory, not a JSON file; name the config file itself.") from None
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
-    raw = _load_hjson_subset(text, path)
+    raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
     return raw
+
+
+def _load_strict_json(text: str, path: str) -> Any:
+    try:
+        return _loads(text, path)
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"the Hugging Face Trainer cannot read DeepSpeed config {path}: {err}. It loads --deepspeed FILE with "
+            "json.load (accelerate HfDeepSpeedConfig), which refuses the comments, trailing commas and byte-order mark "
+            "that DeepSpeed's own hjson reader accepts; save the file as plain JSON.") from None
 
 
 class _DuplicateKeys(ValueError):
@@ -84,14 +97,34 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _load_hjson_subset(text: str, path: str) -> Any:
-    """JSON, else JSON with the comments and trailing commas hjson (DeepSpeed's reader) accepts."""
+    """JSON, else JSON with the comments and trailing commas hjson (DeepSpeed's reader) accepts, else hjson itself
+    where it is installed (it comes with DeepSpeed): unquoted keys and strings, braces omitted at the top."""
     try:
         return _loads(text, path)
     except json.JSONDecodeError as first:
         try:
             return _loads(strip_json_comments(text), path)
         except json.JSONDecodeError:
-            raise UsageError(f"cannot read DeepSpeed config {path}: {first}.") from None
+            raw = _load_hjson(text, path)
+            if raw is None:
+                raise UsageError(f"cannot read DeepSpeed config {path}: {first}.") from None
+            return raw
+
+
+def _load_hjson(text: str, path: str) -> Any:
+    """hjson.loads as DeepSpeed calls it, or None when hjson is missing or refuses the text."""
+    try:
+        import hjson  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        raw = hjson.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKeys as err:
+        raise ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
+                          "('Duplicate keys in DeepSpeed config'). Keep one of each.") from None
+    except Exception:  # noqa: BLE001 - hjson raises its own HjsonDecodeError and ValueErrors
+        return None
+    return json.loads(json.dumps(raw)) if isinstance(raw, dict) else None
 
 
 def _loads(text: str, path: str) -> Any:
@@ -178,7 +211,9 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     if isinstance(zero, bool):  # very old configs: "zero_optimization": true means stage 1
         zero = {"stage": 1} if zero else {}
     if not isinstance(zero, dict):
-        raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}.")
+        hint = " (a YAML-style nested section reads as a string in DeepSpeed's hjson; write the config as JSON)" \
+            if isinstance(zero, str) and ":" in zero else ""
+        raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}{hint}.")
     out: dict[str, Any] = {"zero_stage": _num(zero.get("stage", 0), "zero_optimization.stage", origin)}
     if out["zero_stage"] not in (0, 1, 2, 3, AUTO):
         raise ConfigError(f"{origin} zero_optimization.stage is {out['zero_stage']}; DeepSpeed's ZeroStageEnum accepts 0, 1, 2 "

@@ -78,7 +78,8 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None =
             raise ConfigError("Megatron-DeepSpeed with --deepspeed needs --deepspeed_config FILE (DeepSpeed requires a "
                               "configuration); add it to the training arguments.")
         return None
-    return parse_ds_config(read_ds_config(str(path)), str(path))
+    hf_trainer = framework == "hf-deepspeed" and path == flags.get("deepspeed")
+    return parse_ds_config(read_ds_config(str(path), hf_trainer), str(path))
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:

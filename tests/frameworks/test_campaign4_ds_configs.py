@@ -1,0 +1,54 @@
+"""Round-4 campaign: ds_config files read as the job reads them. DeepSpeed: hjson (deepspeed/runtime/config.py),
+so a UTF-8 byte-order mark and hjson syntax are fine; the Hugging Face Trainer: json.load first (accelerate
+HfDeepSpeedConfig), so only plain JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.frameworks.deepspeed_config import read_ds_config
+from tests.frameworks.helpers import script
+
+DS = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config"]
+HF = ["deepspeed", "--num_gpus", "8", "train.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "4",
+      "--bf16", "--deepspeed"]
+PLAIN = '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}'
+
+
+def _write(tmp_path: Path, data: bytes) -> str:
+    path = tmp_path / "ds.json"
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_byte_order_mark_is_read_by_deepspeed_not_by_the_hf_trainer(tmp_path: Path) -> None:
+    path = _write(tmp_path, b"\xef\xbb\xbf" + PLAIN.encode())
+    cfg = script([*DS, path], model="llama2-7b")
+    assert (cfg.batch.global_batch_size, cfg.batch.micro_batch_size, cfg.optimizer.zero_stage) == (64, 2, 2)
+    with pytest.raises(ConfigError, match="json.load"):
+        script([*HF, path], model="llama2-7b")
+
+
+def test_hf_trainer_refuses_comments(tmp_path: Path) -> None:
+    path = _write(tmp_path, b'{"train_batch_size": "auto", // micro\n "train_micro_batch_size_per_gpu": "auto"}')
+    with pytest.raises(ConfigError, match="plain JSON"):
+        script([*HF, path], model="llama2-7b")
+
+
+def test_a_directory_is_named_as_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is a directory"):
+        read_ds_config(str(tmp_path))
+
+
+def test_hjson_syntax_deepspeed_accepts(tmp_path: Path) -> None:
+    pytest.importorskip("hjson")
+    path = _write(tmp_path, b"train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 2\n")
+    assert read_ds_config(path) == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2}
+    nested = _write(tmp_path, b"train_batch_size: 64\nzero_optimization:\n  stage: 2\n")
+    with pytest.raises(ConfigError, match="YAML-style"):
+        script([*DS, nested], model="llama2-7b")
+    with pytest.raises(ConfigError, match="twice"):
+        read_ds_config(_write(tmp_path, b"{a: 1, a: 2}"))
