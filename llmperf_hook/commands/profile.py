@@ -100,7 +100,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
                          store_path=Path(store_path) if store_path else None, job_model=model)
+    start = _reference_reading("profile-start") if dev == "cpu" else None
     result = _interruptible(lambda: run_profile(req), req.store_path)
+    if start is not None:
+        click.echo(_write_reference(result.profile_dir, start, threads, concurrent=_framework_measured(budget_min)))
     click.echo(f"{result.plan_note}")
     click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
@@ -111,6 +114,45 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _reference_reading(where: str) -> Any:
+    from llmperf_hook.instrument.reference_speed import measure_reference
+
+    return measure_reference(where)
+
+
+def _framework_measured(budget_min: float) -> bool:
+    from llmperf_hook.profile.cpu_framework import MIN_BUDGET_MIN
+
+    return budget_min >= MIN_BUDGET_MIN
+
+
+def _write_reference(profile_dir: Any, start: Any, threads: int, concurrent: bool = True) -> str:
+    """reference_speed.json in the profile directory: the machine's speed while the profile was taken (readings
+    at the start, around the framework measurement, at the end; and, when the framework cost was measured (a
+    profile for CPU training jobs), with 2 .. CPUs / threads copies at once, as the ranks of a CPU job read
+    it), which `refine` compares a run's reading with."""
+    import json
+
+    from llmperf_hook.instrument.reference_speed import (PROFILE_FILE_NAME, measure_reference,
+                                                         measure_reference_concurrent, profile_reference_doc,
+                                                         readings_in)
+
+    readings = [start]
+    try:
+        framework = json.loads((profile_dir / "framework_overhead.json").read_text()).get("reference")
+        readings += readings_in(framework)
+    except (OSError, ValueError, AttributeError):
+        pass
+    readings.append(measure_reference("profile-end"))
+    for copies in range(2, max(2, (os.cpu_count() or 1) // max(1, threads)) + 1) if concurrent else ():
+        readings += measure_reference_concurrent(copies, f"profile-end-{copies}-copies")
+    doc = profile_reference_doc(readings)
+    (profile_dir / PROFILE_FILE_NAME).write_text(json.dumps(doc, indent=1) + "\n")
+    per = ", ".join(f"{n} at once {v * 1e3:.2f} ms" for n, v in doc["reference_cpu_s"].items() if v)
+    return (f"machine speed while profiling: reference workload {per} of CPU time (drift during the profile "
+            f"x{doc['drift_during_profile']:.3f}); {profile_dir / PROFILE_FILE_NAME}")
 
 
 def _interruptible(run: Callable[[], T], store_path: Any) -> T:

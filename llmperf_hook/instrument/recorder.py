@@ -126,6 +126,8 @@ class StepRecorder:
         self._start_cpu_s: float | None = None
         self._profiler: Any = None
         self._failed = False
+        self._reference: dict[str, Any] | None = None
+        """The reference workload's reading taken before step 0 (reference_speed.py), written in the meta record."""
         self._identity: dict[str, Any] | None = None
         self._prefixes: dict[tuple, str] = {}
         self._lead_optimizer: Callable[[], Any] | None = None
@@ -145,16 +147,33 @@ class StepRecorder:
     def mark_forward(self) -> None:
         """First forward of the job: the start of step 0 for frameworks whose step hook fires at its end."""
         if self._start_mark is None and self._num_steps_done == 0:
-            self._start_mark = self._ensure_timer().mark()
-            self._start_cpu_s = time.process_time()
+            self._mark_start()
 
     def enter_step(self, source: str, priority: int) -> None:
         if priority > self._owner_priority:
             self._owner, self._owner_priority = source, priority
         self._depth[source] = self._depth.get(source, 0) + 1
         if source == self._owner and self._start_mark is None:
-            self._start_mark = self._ensure_timer().mark()
-            self._start_cpu_s = time.process_time()
+            self._mark_start()
+
+    def _mark_start(self) -> None:
+        timer = self._ensure_timer()
+        if self._num_steps_done == 0 and self._reference is None:
+            self._reference = self._read_reference(timer.device)
+        self._start_mark = timer.mark()
+        self._start_cpu_s = time.process_time()
+
+    def _read_reference(self, device: str) -> dict[str, Any]:
+        """Once, before step 0 starts (so no step contains it): the reference workload's reading on a CPU job
+        ({} otherwise, or when the config turns it off). A failure only loses the reading."""
+        if device != "cpu" or not self.config.reference_speed:
+            return {}
+        from llmperf_hook.instrument.reference_speed import measure_reference
+
+        try:
+            return measure_reference("hook", local_world_size(self.world_size)).to_json()
+        except Exception as err:  # noqa: BLE001 - the reading is optional; the steps are what matter
+            return {"error": f"{type(err).__name__}: {err}"}
 
     def exit_step(self, source: str, took_step: bool) -> None:
         self._depth[source] = max(0, self._depth.get(source, 0) - 1)
@@ -218,7 +237,8 @@ class StepRecorder:
             raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
         if step == 0:
             self._resolve_rank()
-            self.writer.write(self._base("meta", **job_facts(timer.device)))
+            self.writer.write(self._base("meta", **job_facts(timer.device),
+                                         **({"reference": self._reference} if self._reference else {})))
         if step < cfg.last_hooked_step:
             self.writer.write(self._step_record(step, end, end_cpu_s, self._memory.sample_and_reset()))
         self._start_mark, self._start_cpu_s = end, end_cpu_s
@@ -334,6 +354,15 @@ def _json_scalar(value: Any) -> str:
     if isinstance(value, float):
         return repr(value) if value == value and abs(value) != float("inf") else "null"
     return str(int(value))
+
+
+def local_world_size(world_size: int) -> int:
+    """Ranks of this job on this machine: torchrun's LOCAL_WORLD_SIZE, DeepSpeed's LOCAL_SIZE, else the world."""
+    for key in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return max(1, world_size)
 
 
 def job_facts(device: str) -> dict[str, Any]:

@@ -333,6 +333,8 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     """Measure every dtype the profile serves and write FILE_NAME next to its profile.json."""
     import torch
 
+    from llmperf_hook.instrument.reference_speed import measure_reference
+
     torch.set_num_threads(threads)
     path = profile_dir / FILE_NAME
     path.unlink(missing_ok=True)  # the residual is measured against the profile alone
@@ -342,6 +344,10 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
            "method": "llmperf_hook/profile/cpu_framework.py: isolating differences (tiny models 1 vs 9 layers; "
                      "reference GPT forward+backward against the fitted profile's prediction; AdamW per tensor "
                      "and flat; DeepSpeed engine step against the prediction of the same model)",
-           "dtypes": {dt: measure_framework_overhead(hardware_name, dt, threads) for dt in dtypes}}
+           "dtypes": {}, "reference": []}
+    for dt in dtypes:  # the machine's speed around each measurement (instrument/reference_speed.py)
+        doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
+        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads)
+    doc["reference"].append(measure_reference("framework-after").to_json())
     path.write_text(json.dumps(doc, indent=1))
     return path

@@ -73,6 +73,11 @@ class JobSteps:
     cpu_time_s: float | None = None
     """Median over the timed steps of the largest per-rank CPU time (process CPU seconds in the step). On a
     CPU job with one thread per rank, wall time well above it means ranks waited: for peers or for a core."""
+    reference_cpu_s: float | None = None
+    """CPU job: median over ranks of the reference workload's reading taken by the hook before step 0
+    (instrument/reference_speed.py): the machine's speed when the run started. None when no rank took one."""
+    reference_concurrent: int = 1
+    """How many ranks on the machine read the reference at once (their readings share caches and bandwidth)."""
 
 
 def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -172,7 +177,19 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
         load_avg_1m=max((float(m["load_avg_1m"]) for m in metas if m.get("load_avg_1m") is not None), default=None),
         errors=tuple(str(r.get("error")) for r in mine if r.get("kind") == "error"),
         stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0),
-        cpu_time_s=_median_or_none(_slowest_rank_times(steps, "cpu_time_s")))
+        cpu_time_s=_median_or_none(_slowest_rank_times(steps, "cpu_time_s")),
+        **_reference_fields(metas))
+
+
+def _reference_fields(metas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """reference_cpu_s and reference_concurrent from the ranks' meta records (readings of this workload only)."""
+    from llmperf_hook.instrument.reference_speed import reading_from_json
+
+    readings = [r for r in (reading_from_json(m.get("reference")) for m in metas) if r is not None]
+    if not readings:
+        return {}
+    return {"reference_cpu_s": statistics.median(r.cpu_s for r in readings),
+            "reference_concurrent": max(r.concurrent for r in readings)}
 
 
 def _first(records: Sequence[Mapping[str, Any]], key: str) -> Any:

@@ -1,0 +1,124 @@
+"""Machine-speed normalisation of CPU runs: the reference workload's readings, the profile's record of them, and
+refine calibrating from the step time brought to the profile's speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.instrument.reference_speed import (PROFILE_FILE_NAME, WORKLOAD, ReferenceReading,
+                                                     normalise_to_reference, profile_reference_cpu_s,
+                                                     profile_reference_doc, reading_from_json, readings_in,
+                                                     speed_ratio)
+from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
+from llmperf_hook.refine.run_records import read_run_dir, summarize_job
+from refine_helpers import write_run
+
+
+def reading(cpu_s: float, concurrent: int = 1, where: str = "") -> ReferenceReading:
+    return ReferenceReading(cpu_s, {"gemm_s": cpu_s / 3, "sweep_s": cpu_s / 3, "dispatch_s": cpu_s / 3}, 0.07,
+                            1.7e9, concurrent, 0.5, WORKLOAD, where)
+
+
+def test_reading_round_trips_and_other_workloads_are_refused() -> None:
+    r = reading(0.008, 2, "hook")
+    assert reading_from_json(json.loads(json.dumps(r.to_json()))) == r
+    assert reading_from_json({**r.to_json(), "workload": "v0: something else"}) is None
+    assert reading_from_json({**r.to_json(), "cpu_s": 0}) is None
+    assert reading_from_json({"error": "RuntimeError: x"}) is None and reading_from_json(None) is None
+    assert readings_in([r.to_json(), {"cpu_s": 1}, "x"]) == [r] and readings_in({"a": 1}) == []
+
+
+def test_normalisation_brings_a_slow_minute_back_to_the_profile_speed() -> None:
+    assert speed_ratio(0.011, 0.010) == pytest.approx(1.1)
+    # 10 % slower machine now: a 66 ms step is a 60 ms step at the profile's speed
+    assert normalise_to_reference(0.066, 0.011, 0.010) == pytest.approx(0.060)
+
+
+def test_profile_doc_keeps_medians_per_concurrency_and_the_drift() -> None:
+    doc = profile_reference_doc([reading(0.008), reading(0.010), reading(0.009), reading(0.012, 2), reading(0.011, 2)])
+    assert profile_reference_cpu_s(doc, 1) == pytest.approx(0.009)
+    assert profile_reference_cpu_s(doc, 2) == pytest.approx(0.0115)
+    assert profile_reference_cpu_s(doc, 3) is None
+    assert doc["drift_during_profile"] == pytest.approx(0.010 / 0.008) and len(doc["readings"]) == 5
+    assert profile_reference_cpu_s({**doc, "workload": "older"}, 1) is None and profile_reference_cpu_s(None) is None
+
+
+def test_measure_reference_is_one_thread_cpu_time_and_restores_threads() -> None:
+    torch = pytest.importorskip("torch")
+    from llmperf_hook.instrument.reference_speed import measure_reference
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        r = measure_reference("test")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert set(r.parts_s) == {"gemm_s", "sweep_s", "dispatch_s"} and all(v > 0 for v in r.parts_s.values())
+    assert r.cpu_s == pytest.approx(sum(r.parts_s.values())) and 0.0005 < r.cpu_s < 0.5
+    assert r.where == "test" and r.concurrent == 1
+
+
+def with_reference(run: Path, cpu_s: float, concurrent: int) -> Path:
+    for path in run.glob("rank*.jsonl"):
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for x in lines:
+            if x["kind"] == "meta":
+                x["reference"] = reading(cpu_s, concurrent, "hook").to_json()
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def write_profile(home: Path, readings: list[ReferenceReading]) -> None:
+    prof = home / "profiles" / "cpu-test"
+    prof.mkdir(parents=True)
+    (prof / "profile.json").write_text("{}")
+    (prof / PROFILE_FILE_NAME).write_text(json.dumps(profile_reference_doc(readings)))
+
+
+def test_summary_takes_the_median_of_the_ranks_readings(tmp_path: Path) -> None:
+    run = with_reference(write_run(tmp_path / "r", "j1", {0: [0.5, 0.02], 1: [0.5, 0.02]}), 0.011, 2)
+    job = summarize_job(read_run_dir(run).records, "j1")
+    assert job.reference_cpu_s == pytest.approx(0.011) and job.reference_concurrent == 2
+    plain = summarize_job(read_run_dir(write_run(tmp_path / "p", "j2", {0: [0.5, 0.02]})).records, "j2")
+    assert plain.reference_cpu_s is None
+
+
+def test_refine_calibrates_from_the_step_at_the_profile_speed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    write_profile(home, [reading(0.009), reading(0.010, 2), reading(0.010, 2)])
+    # prediction 10 ms; measured 22 ms while the machine ran 10 % slower than at profile (2 ranks: 11 vs 10 ms)
+    run = with_reference(write_run(tmp_path / "r", "j1", {0: [0.5, 0.022, 0.022], 1: [0.5, 0.022, 0.022]}), 0.011, 2)
+    (job,) = refine_run(run).jobs
+    assert job.speed is not None and job.speed.ratio == pytest.approx(1.1)
+    assert job.speed.calibration_measured_s == pytest.approx(0.020)
+    assert find_calibration("cpu-test", "local-cpu", "deepspeed").step_time_scale == pytest.approx(2.0)
+    text = render_refine_report(refine_run(run))
+    assert "machine speed: reference workload 11.00 ms" in text and "x1.100" in text and "= 20.00 ms" in text
+    assert report_json(refine_run(run))["jobs"][0]["machine_speed"]["ratio"] == pytest.approx(1.1)
+
+
+def test_refine_without_a_usable_profile_reading_calibrates_raw_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    write_profile(home, [reading(0.009)])  # no reading with 2 copies at once
+    run = with_reference(write_run(tmp_path / "r", "j1", {0: [0.5, 0.022], 1: [0.5, 0.022]}), 0.011, 2)
+    (job,) = refine_run(run).jobs
+    assert job.speed is None and any("no machine-speed reading for 2 rank(s)" in n for n in job.notes)
+    assert find_calibration("cpu-test", "local-cpu", "deepspeed").step_time_scale == pytest.approx(2.2)
+
+
+def test_normalisation_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    monkeypatch.setenv("LLMPERF_REFINE_SPEED_NORMALISE", "0")
+    write_profile(home, [reading(0.010)])
+    run = with_reference(write_run(tmp_path / "r", "j1", {0: [0.5, 0.022]}), 0.011, 1)
+    (job,) = refine_run(run).jobs
+    assert job.speed is None and find_calibration("cpu-test", "local-cpu", "deepspeed").step_time_scale == pytest.approx(2.2)
