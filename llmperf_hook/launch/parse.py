@@ -1,7 +1,8 @@
 """Stage [1]: launch command (argv + env) -> ParsedJob.
 
 Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `python -m torch.distributed.launch`,
-`deepspeed`, `srun` (running a launcher or the training script directly) and a plain `python train.py`
+`deepspeed`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly) and a plain
+`python train.py`
 (WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
 environment variables for the command, as a shell would.
 """
@@ -16,6 +17,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
+from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, mpirun_size, scan_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
@@ -98,6 +100,19 @@ def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, 
     return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
 
 
+def _mpirun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    """`mpirun [opts] PROGRAM`: a launcher it runs (one per node) sizes the job, else mpirun's own ranks do."""
+    job_env = env if isinstance(env, dict) else dict(env)
+    values, rest, warnings = scan_mpirun(words, i, job_env)
+    words = _shell_c(words, rest, job_env, used) or words
+    inner = _dispatch(words, rest, job_env, used, inside_srun=True)
+    if inner is not None:
+        return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
+                          inner.script_args, tuple(warnings) + inner.warnings)
+    start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
+    return mpirun_size(words, i, values, rest, start, warnings)
+
+
 def is_shell_c(words: Sequence[str], i: int) -> bool:
     """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec): the job's words live in CMD."""
     return os.path.basename(words[i]) in _SHELLS and i + 2 < len(words) and words[i + 1] in ("-c", "-lc", "-xc", "-ec")
@@ -134,11 +149,13 @@ def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[s
         return None
     if head == "srun":
         return _srun(words, i, env, used)
+    if head in MPI_LAUNCHERS:
+        return _mpirun(words, i, env, used)
     if head.endswith(".py"):
         return _single_process(words[i], tuple(words[i + 1:]), env, used)
     raise UsageError(
         f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
-        "python -m torch.distributed.run ..., deepspeed ..., srun ..., or python train.py ... (for an sbatch "
+        "python -m torch.distributed.run ..., deepspeed ..., srun ..., mpirun ..., or python train.py ... (for an sbatch "
         "script, paste the srun/torchrun line from inside it)."
     )
 

@@ -90,12 +90,21 @@ def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Ma
     if ntasks is None and per_node is None:
         per_node = Sized(1, Source(SourceKind.DEFAULT, "srun: one task per node"))
     assert nnodes.value is not None
+    if ntasks is not None and per_node is not None and "nodes" not in values:
+        return _tasks_with_cap(ntasks, per_node), per_node, ntasks, warnings
     if ntasks is not None:
         assert ntasks.value is not None
         per_node_value = -(-ntasks.value // nnodes.value)
         return nnodes, Sized(per_node_value, Source(SourceKind.DERIVED, "ceil(ntasks / nnodes)")), ntasks, warnings
     assert per_node is not None and per_node.value is not None
     return nnodes, per_node, Sized(nnodes.value * per_node.value, Source(SourceKind.DERIVED, "nnodes * ntasks_per_node")), warnings
+
+
+def _tasks_with_cap(ntasks: Sized, per_node: Sized) -> Sized:
+    """srun -n N --ntasks-per-node M without -N: -n takes precedence and M is the most tasks on a node
+    (srun.html, --ntasks-per-node), so the step spans ceil(N / M) nodes."""
+    assert ntasks.value is not None and per_node.value is not None
+    return Sized(-(-ntasks.value // per_node.value), Source(SourceKind.DERIVED, "ceil(ntasks / ntasks_per_node)"))
 
 
 def tasks_per_node(text: str) -> list[int]:

@@ -1,0 +1,75 @@
+"""Round-4 campaign: srun -n with --ntasks-per-node (srun.html: -n wins, the per-node count is a maximum) and
+mpirun/mpiexec (Open MPI, MPICH, Intel MPI option spellings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmperf_hook.errors import LlmperfError, UsageError
+from llmperf_hook.launch.parse import parse_launch
+
+SCRIPT = ["python", "pretrain_gpt.py", "--num-layers", "2"]
+
+
+def _size(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, int, int]:
+    job = parse_launch(argv, env or {})
+    return job.nnodes, job.nproc_per_node, job.world_size
+
+
+def test_srun_ntasks_with_a_per_node_cap_spans_nodes() -> None:
+    assert _size(["srun", "--ntasks", "16", "--ntasks-per-node", "8", *SCRIPT]) == (2, 8, 16)
+    assert _size(["srun", "-n", "16", "--ntasks-per-node=4", *SCRIPT], {"SLURM_NNODES": "8"}) == (4, 4, 16)
+    assert _size(["srun", "-N", "2", "-n", "16", "--ntasks-per-node", "8", *SCRIPT]) == (2, 8, 16)
+
+
+@pytest.mark.parametrize(("launch", "expected"), [
+    (["mpirun", "-np", "16", "-H", "a:8,b:8"], (2, 8, 16)),
+    (["mpirun", "-n", "16", "--npernode", "8", "-x", "NCCL_DEBUG=INFO"], (2, 8, 16)),
+    (["mpiexec", "-n", "8"], (1, 8, 8)),
+    (["mpiexec", "-n", "8", "-ppn", "4", "-genv", "OMP_NUM_THREADS", "1"], (2, 4, 8)),
+    (["mpirun", "-np", "16", "--map-by", "ppr:8:node", "--bind-to", "none", "--mca", "btl", "^openib"], (2, 8, 16)),
+    (["mpirun", "-np", "12", "-H", "a:8,b:8,c:8"], (2, 6, 12)),
+])
+def test_mpirun_sizes(launch: list[str], expected: tuple[int, int, int]) -> None:
+    assert _size([*launch, *SCRIPT]) == expected
+
+
+def test_mpirun_hostfiles_and_env(tmp_path: Path) -> None:
+    ompi, mpich = tmp_path / "ompi", tmp_path / "mpich"
+    ompi.write_text("a slots=8  # first\nb slots=8\n")
+    mpich.write_text("a:4\nb:4\n")
+    assert _size(["mpirun", "--hostfile", str(ompi), *SCRIPT]) == (2, 8, 16)
+    assert _size(["mpiexec", "-f", str(mpich), "-n", "8", *SCRIPT]) == (2, 4, 8)
+    job = parse_launch(["mpirun", "-np", "2", "-x", "CUDA_VISIBLE_DEVICES=0,1", "train.py"], {})
+    assert (job.launcher, job.script, job.world_size) == ("mpirun", "train.py", 2)
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["mpirun", *SCRIPT], "give -np"),
+    (["mpirun", "-np", "0", *SCRIPT], "at least 1"),
+    (["mpirun", "-np", "8"], "names no program"),
+    (["mpirun", "-np", "8", "--hostfile", "/nonexistent/hosts", *SCRIPT], "cannot read"),
+])
+def test_mpirun_usage_errors(argv: list[str], fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        parse_launch(argv, {})
+
+
+_MPI_WORDS = st.sampled_from(["mpirun", "mpiexec", "-np", "-n", "-N", "-ppn", "--npernode", "-H", "a:8,b", "a:x",
+                              "--hostfile", "--map-by", "ppr:8:node", "ppr:x:node", "-x", "A=1", "-genv", "--mca",
+                              "0", "-2", "8", "python", "torchrun", "train.py", "--", "="])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MPI_WORDS, max_size=10))
+def test_random_mpirun_argv_never_crashes(argv: list[str]) -> None:
+    try:
+        job = parse_launch(["mpirun", *argv], {})
+    except LlmperfError:
+        return
+    assert job.world_size >= 1 and job.nnodes >= 1 and job.nproc_per_node >= 1
