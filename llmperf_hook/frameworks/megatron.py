@@ -184,10 +184,10 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
     if name not in _OPTIMIZERS_MODELLED:
         raise ConfigError(f"--optimizer {name} is not one Megatron-LM offers (arguments.py choices: "
                           f"{', '.join(_OPTIMIZERS_MODELLED + _OPTIMIZERS_AS_ADAM)}). Pick one of them.")
-    src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron: off")
     return OptimizerConfig(
         name=name,  # type: ignore[arg-type]
-        distributed_optimizer=bool(flags.get("use_distributed_optimizer", False)),
+        distributed_optimizer=_sharded_optimizer(flags, src),
+        fsdp="megatron_fsdp" if flags.get("use_megatron_fsdp") else "torch_fsdp2" if flags.get("use_torch_fsdp2") else "none",
         overlap_grad_reduce=bool(flags.get("overlap_grad_reduce", False)),
         overlap_param_gather=bool(flags.get("overlap_param_gather", False)),
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
@@ -197,6 +197,17 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         # param dtype (fp16 grads, fp16 all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
         fp32_main_grads=bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False),
     )
+
+
+def _sharded_optimizer(flags: FlagValues, src: dict[str, Source]) -> bool:
+    """--use-distributed-optimizer, or an FSDP that shards the optimizer states (torch FSDP2, Megatron FSDP; the
+    latter's v1 turns the distributed optimizer on itself in validate_args): modelled as the distributed optimizer."""
+    for dest in ("use_megatron_fsdp", "use_torch_fsdp2"):
+        if flags.get(dest):
+            src["distributed_optimizer"] = Source(SourceKind.ARGV, f"{flags.seen_flags[dest]} (sharded optimizer states)")
+            return True
+    src["distributed_optimizer"] = flags.source("use_distributed_optimizer", "Megatron: off")
+    return bool(flags.get("use_distributed_optimizer", False))
 
 
 def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:

@@ -23,6 +23,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
     "moe_token_dispatcher_type": ("allgather", "alltoall", "flex", "alltoall_seq"),  # alltoall_seq: before 2025
     "moe_router_score_function": ("softmax", "sigmoid", "sqrtsoftplus"),
+    "ckpt_format": ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"),  # zarr: core_r0.6-0.9
 }
 # TransformerConfig: allowed --recompute-modules (union over releases; moe_layer was the 2024 spelling).
 RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
@@ -132,6 +133,27 @@ def _check_cpu_offloading(flags: FlagValues, model: ModelShape, pp: int, recompu
             f"as the model has ({model.num_layers}). Drop the offloading or those settings.")
 
 
+def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: bool) -> None:
+    """validate_args for --use-torch-fsdp2 (since the flag came, 2024-11) and the torch_dcp/fsdp_dtensor formats."""
+    fmt = flags.get("ckpt_format")
+    if fmt == "torch_dcp" and not (flags.get("use_torch_fsdp2") and parallel.tp == 1 and parallel.pp == 1):
+        raise ConfigError("--ckpt-format torch_dcp needs --use-torch-fsdp2 with tensor- and pipeline-model-parallel-size 1 "
+                          f"(arguments.py validate_args); got TP {parallel.tp}, PP {parallel.pp}. Use --ckpt-format torch_dist.")
+    if fmt == "fsdp_dtensor" and not flags.get("use_megatron_fsdp"):
+        raise ConfigError("--ckpt-format fsdp_dtensor needs --use-megatron-fsdp (arguments.py validate_args).")
+    if not flags.get("use_torch_fsdp2"):
+        return
+    refused = [why for bad, why in (
+        (parallel.pp > 1, f"pipeline-model-parallel-size {parallel.pp}"), (parallel.ep > 1, f"expert-model-parallel-size {parallel.ep}"),
+        (bool(flags.get("use_distributed_optimizer")), "--use-distributed-optimizer"), (precision_fp16, "--fp16"),
+        (not flags.get("untie_embeddings_and_output_weights"), "tied embeddings (no --untie-embeddings-and-output-weights)"),
+        (fmt not in (None, "torch_dist", "torch_dcp"), f"--ckpt-format {fmt}")) if bad]
+    if refused:
+        raise ConfigError(f"--use-torch-fsdp2 is refused by Megatron's validate_args with {', '.join(refused)}: torch FSDP2 "
+                          "needs PP 1, EP 1, no distributed optimizer, no fp16, untied embeddings and --ckpt-format "
+                          "torch_dist or torch_dcp. Change those settings or drop --use-torch-fsdp2.")
+
+
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,
                          recompute: str, ds_flavour: bool) -> list[str]:
     """ConfigError for what Megatron-LM refuses at start-up or at its first step (see the module docstring);
@@ -143,4 +165,5 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_context_parallel(flags, script_args)
     _check_recompute_modules(flags, script_args)
     _check_cpu_offloading(flags, model, parallel.pp, recompute)
+    _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     return _moe_warnings(flags, model, parallel.etp)

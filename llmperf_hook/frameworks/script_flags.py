@@ -28,7 +28,7 @@ _STR = (
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
-    "pp-partition-method", "moe-router-score-function",
+    "pp-partition-method", "moe-router-score-function", "ckpt-format",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (

@@ -115,6 +115,8 @@ class OptimizerConfig:
     zero_stage: int = 0
     """DeepSpeed ZeRO stage 0-3. Megatron's distributed optimizer is `distributed_optimizer` (ZeRO-1-like)."""
     distributed_optimizer: bool = False
+    fsdp: Literal["none", "torch_fsdp2", "megatron_fsdp"] = "none"
+    """Megatron --use-torch-fsdp2 / --use-megatron-fsdp (modelled as the distributed optimizer, which they imply)."""
     offload_optimizer: Literal["none", "cpu", "nvme"] = "none"
     offload_param: Literal["none", "cpu", "nvme"] = "none"
     overlap_grad_reduce: bool = False

@@ -245,6 +245,8 @@ def _check_optimizer(cfg: TrainingConfig) -> None:
     if cfg.framework in _MEGATRON and o.overlap_param_gather and not (o.distributed_optimizer and o.overlap_grad_reduce):
         raise ConfigError("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (Megatron "
                           f"validate_args); distributed optimizer {o.distributed_optimizer}, overlap-grad-reduce {o.overlap_grad_reduce}.")
+    if o.fsdp != "none":
+        _check_fsdp_layout(cfg)
     if not 0 <= o.zero_stage <= 3:
         raise ConfigError(f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} must be 0, 1, 2 or 3.")
     if cfg.deepspeed_pipeline_engine and o.zero_stage >= 2:
@@ -253,6 +255,20 @@ def _check_optimizer(cfg: TrainingConfig) -> None:
             "('ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'). Use ZeRO 0/1, or (Megatron-DeepSpeed) "
             "--no-pipeline-parallel with --pipeline-model-parallel-size 1."
         )
+
+
+def _check_fsdp_layout(cfg: TrainingConfig) -> None:
+    """FSDP shards the optimizer states (modelled as the distributed optimizer); torch FSDP2 also refuses pipeline
+    and expert parallelism (arguments.py validate_args)."""
+    p, o = cfg.parallel, cfg.optimizer
+    if not o.distributed_optimizer:
+        flag = "--use-torch-fsdp2" if o.fsdp == "torch_fsdp2" else "--use-megatron-fsdp"
+        raise ConfigError(f"{flag} shards the optimizer states: a layout without the distributed optimizer cannot "
+                          "keep FSDP.")
+    if o.fsdp == "torch_fsdp2" and (p.pp > 1 or p.ep > 1):
+        raise ConfigError(f"--use-torch-fsdp2 with pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} and "
+                          f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)}: Megatron's validate_args refuses FSDP2 with "
+                          "pipeline or expert parallelism. Use PP 1 and EP 1, or drop --use-torch-fsdp2.")
 
 
 def validate_config(cfg: TrainingConfig) -> None:

@@ -81,3 +81,16 @@ def test_megatron_deepspeed_interleaving_needs_pp_above_two(tmp_path) -> None:
     with pytest.raises(ConfigError, match="PP > 2"):
         megatron("--deepspeed", "--deepspeed_config", str(ds), "--pipeline-model-parallel-size", "2",
                  "--num-layers-per-virtual-pipeline-stage", "4", "--global-batch-size", "8")
+
+
+def test_fsdp_is_modelled_as_the_distributed_optimizer_and_keeps_megatron_rules() -> None:
+    # validate_args: FSDP2 refuses PP/EP > 1, the distributed optimizer, fp16, tied embeddings (since 2024-11)
+    cfg = megatron("--use-torch-fsdp2", "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dcp")
+    assert cfg.optimizer.distributed_optimizer and cfg.optimizer.fsdp == "torch_fsdp2"
+    assert megatron("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor").optimizer.distributed_optimizer
+    for extra in (["--pipeline-model-parallel-size", "2"], ["--use-distributed-optimizer"], []):
+        with pytest.raises(ConfigError, match="fsdp2"):
+            megatron("--use-torch-fsdp2", *extra, *([] if not extra else ["--untie-embeddings-and-output-weights"]))
+    for fmt, fragment in (("safetensors", "not a choice"), ("torch_dcp", "torch_dcp"), ("fsdp_dtensor", "fsdp_dtensor")):
+        with pytest.raises(ConfigError, match=fragment):
+            megatron("--ckpt-format", fmt)
