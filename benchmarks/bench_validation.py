@@ -2,6 +2,7 @@
 
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
     python benchmarks/bench_validation.py --with-host-floor [CSV]
+    python benchmarks/bench_validation.py --audit-s24 [CSV]   # also: how vTrain's S24 rows were composed
 
 `--with-host-floor` re-applies the launch queue of llmperf_hook/predict/host_issue.py by wrapping
 schedule.compose in this process (each block pass an in-order launch queue, 65 us per compute op, backward
@@ -11,22 +12,37 @@ for benchmarks/bench_tune_ranking.py, which imports `apply_host_floor`.
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
 published reference where there is one; then overall MAPE and the wall time (one thread).
+
+`--audit-s24` adds what the S24 rows are made of (docs/model.md, round 5): (1) per configuration, the step
+time is exactly linear in the number of micro-batches (residual of a least-squares line through 3-4 global
+batch sizes, at the 6 significant digits the CSV keeps); (2) the step time of a data-parallel row minus the
+same layout's DP=1 row (identical for every micro-batch size and count) against what NCCL's ring all-reduce of
+the gradients takes in vTrain's own LUT (calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv)
+and against bytes / bus bandwidth, the LUT lookup of vTrain's simulator (github.com/VIA-Research/vTrain
+src/predictor.py compute_comm_time) for messages above the LUT's 1 GiB, which leaves out the ring factor
+2(n-1)/n; (3) MAPE of the S24 rows with and without data parallelism.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from llmperf_hook.resources import configs_dir  # noqa: E402
 from llmperf_hook.validate.runner import validate_runs  # noqa: E402
+from llmperf_hook.validate.measured_run import MeasuredRun  # noqa: E402
 from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "dev.csv"
+VTRAIN_LUT_CSV = DEFAULT_CSV.parent / "calibration" / "nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv"
 
 # Issue 5 "Done when" targets (MAPE, fraction) and the published figures quoted there.
 TARGETS: dict[str, tuple[float, str]] = {
@@ -66,11 +82,104 @@ def apply_host_floor() -> None:
     compose.chunk_pass = chunk_pass
 
 
+def _config_key(run: MeasuredRun) -> tuple[int, ...]:
+    """Every column of an S24 row but the global batch: (layers, hidden, tp, pp, dp, micro-batch)."""
+    return (run.num_layers, run.hidden_size, run.tp, run.pp, run.dp, run.micro_batch_size)
+
+
+def linear_fits(runs: list[MeasuredRun]) -> dict[tuple[int, ...], tuple[float, float, float, int]]:
+    """Per configuration with >= 2 micro-batch counts n: least squares t = fixed + n x per_microbatch,
+    as (fixed_s, per_microbatch_s, largest |residual| s, number of distinct n)."""
+    points: dict[tuple[int, ...], list[tuple[int, float]]] = defaultdict(list)
+    for run in runs:
+        n = run.global_batch_size // (run.micro_batch_size * run.dp)
+        points[_config_key(run)].append((n, run.iteration_time_s))
+    fits = {}
+    for key, pts in points.items():
+        if len({n for n, _ in pts}) < 2:
+            continue
+        a = np.array([[n, 1.0] for n, _ in pts])
+        y = np.array([t for _, t in pts])
+        coef = np.linalg.lstsq(a, y, rcond=None)[0]
+        fits[key] = (float(coef[1]), float(coef[0]), float(np.abs(a @ coef - y).max()), len({n for n, _ in pts}))
+    return fits
+
+
+def read_allreduce_lut(path: Path) -> dict[int, list[tuple[float, float, float]]]:
+    """vTrain's NCCL all-reduce LUT: per group size, (bytes, seconds, bus GB/s) ascending (out-of-place)."""
+    lut: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            lut[int(row["num_gpus"])].append((float(row["size_bytes"]), float(row["time_ns_out_of_place"]) * 1e-9,
+                                              float(row["busbw_GBps_out_of_place"])))
+    return {n: sorted(points) for n, points in lut.items()}
+
+
+def lut_ring_s(points: list[tuple[float, float, float]], nbytes: float) -> float:
+    """What NCCL's all-reduce of `nbytes` took in the LUT (interpolated; beyond 1 GiB at the largest size's rate)."""
+    sizes = [p[0] for p in points]
+    if nbytes >= sizes[-1]:
+        return points[-1][1] * nbytes / sizes[-1]
+    return float(np.interp(nbytes, sizes, [p[1] for p in points]))
+
+
+def vtrain_gradient_bytes(run: MeasuredRun) -> int:
+    """fp16 gradient bytes of one rank (pp 1) as vTrain's simulator lists the parameters (src/predictor.py
+    model_params): word + position embedding, 12 tensors per layer (4 norms, QKV, projection, MLP up/down with
+    biases), an untied logit layer."""
+    h, tp, v = run.hidden_size, run.tp, run.vocab_size
+    layer = 6 * h + 3 * h * (h // tp) + 3 * h // tp + h * (h // tp) + h * (4 * h // tp) + 4 * h // tp + 4 * h * (h // tp)
+    return 2 * ((v // tp) * h + run.seq_length * h + run.num_layers * layer + (v // tp) * h)
+
+
+def audit_s24(runs: list[MeasuredRun], report: object, lut_path: Path) -> None:
+    """Print how the S24 rows were composed (see the module docstring)."""
+    s24 = [r for r in runs if r.source_id == "S24"]
+    fits = linear_fits(s24)
+    strict = [f for f in fits.values() if f[3] >= 3]
+    print(f"\nS24 audit: {len(fits)} configurations with >= 2 global batch sizes; of the {len(strict)} with 3-4, "
+          f"the largest residual of t = fixed + n x per-micro-batch is {max(f[2] for f in strict) * 1e6:.1f} us "
+          "(the CSV keeps 6 significant digits)")
+    if lut_path.exists():
+        _audit_dp_increments(s24, fits, read_allreduce_lut(lut_path))
+    dp_of = {r.row_id: r.dp for r in s24}
+    for label, keep in (("DP = 1", lambda dp: dp == 1), ("DP > 1", lambda dp: dp > 1)):
+        errors = [abs(r.signed_error) for r in report.rows  # type: ignore[attr-defined]
+                  if r.row_id in dp_of and keep(dp_of[r.row_id]) and r.signed_error is not None]
+        print(f"S24 rows with {label}: {len(errors)} rows, MAPE {np.mean(errors) * 100:.2f}%")
+
+
+def _audit_dp_increments(s24: list[MeasuredRun], fits: dict, lut: dict) -> None:
+    """Fixed part of a DP > 1 configuration minus the same layout's DP = 1 one, vs the LUT (pp 1 rows)."""
+    first = {_config_key(r): r for r in s24}
+    small, large = [], []
+    print("  layers hidden tp dp mbs  grad MB   DP cost ms  LUT ring ms  bytes/busbw ms")
+    for key, (fixed, *_rest) in sorted(fits.items()):
+        layers, hidden, tp, pp, dp, mbs = key
+        base = fits.get((layers, hidden, tp, pp, 1, mbs))
+        if pp != 1 or dp == 1 or base is None or dp not in lut:
+            continue
+        nbytes = vtrain_gradient_bytes(first[key])
+        extra_s, ring_s = fixed - base[0], lut_ring_s(lut[dp], nbytes)
+        flat_s = nbytes / (lut[dp][-1][2] * 2**30)  # vTrain above 1 GiB: MiB / (busbw x 1024), no 2(n-1)/n
+        (large if nbytes > 2**30 else small).append((extra_s, ring_s, flat_s))
+        print(f"  {layers:6d} {hidden:6d} {tp:2d} {dp:2d} {mbs:3d} {nbytes / 2**20:8.0f} {extra_s * 1e3:11.3f}"
+              f" {ring_s * 1e3:12.3f} {flat_s * 1e3:15.3f}")
+    for label, rows in (("<= 1 GiB", small), ("> 1 GiB", large)):
+        if rows:
+            ring = np.mean([e / r for e, r, _ in rows])
+            flat = np.mean([e / f for e, _, f in rows])
+            print(f"  gradients {label}: DP cost / LUT ring time {ring:.3f}, / (bytes / busbw) {flat:.3f} "
+                  f"({len(rows)} configurations)")
+
+
 def main(argv: list[str]) -> int:
     if "--with-host-floor" in argv:
         argv = [a for a in argv if a != "--with-host-floor"]
         apply_host_floor()
         print("(with the proposed host-issue floor of predict/host_issue.py applied to every pass)")
+    audit = "--audit-s24" in argv
+    argv = [a for a in argv if a != "--audit-s24"]
     csv_path = Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV
     if not csv_path.exists():
         print(f"{csv_path} not found: pass the validation CSV as the first argument")
@@ -95,6 +204,8 @@ def main(argv: list[str]) -> int:
     mean_src = f"{report.mean_source_mape * 100:.2f}%" if report.mean_source_mape is not None else "-"
     print(f"overall MAPE {overall} over {len(report.rows) - report.num_failed} rows; mean of per-source MAPE "
           f"{mean_src}; {report.num_failed} failed; {len(report.rows)} rows in {wall_s:.1f} s wall")
+    if audit:
+        audit_s24(runs, report, VTRAIN_LUT_CSV)
     return 0
 
 
