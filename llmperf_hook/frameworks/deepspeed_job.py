@@ -101,6 +101,13 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     if fallback is not None and train is None and micro is None:
         train, micro = fallback.global_batch_size, fallback.micro_batch_size
+    autos = [k for k, v in (("train_batch_size", ds.train_batch_size),
+                            ("train_micro_batch_size_per_gpu", ds.micro_batch_size)) if v == AUTO]
+    if train is None and micro is None and autos:
+        raise ConfigError(
+            f"{ds.path} leaves {' and '.join(autos)} \"auto\": only the Hugging Face Trainer (--deepspeed FILE) or "
+            "Accelerate fill \"auto\" in; a script passing --deepspeed_config to deepspeed.initialize needs "
+            "train_batch_size or train_micro_batch_size_per_gpu as numbers.")
     gbs, mbs, steps = resolve_ds_batch(train, micro, gas, dp, ds.path)
     for key, value, ds_key in (("global_batch_size", train, "train_batch_size"), ("micro_batch_size", micro, "micro_batch_size"),
                                ("num_microbatches", gas, "gradient_accumulation_steps")):

@@ -52,3 +52,11 @@ def test_hjson_syntax_deepspeed_accepts(tmp_path: Path) -> None:
         script([*DS, nested], model="llama2-7b")
     with pytest.raises(ConfigError, match="twice"):
         read_ds_config(_write(tmp_path, b"{a: 1, a: 2}"))
+
+
+def test_auto_batch_outside_the_hf_trainer_says_who_fills_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, b'{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", '
+                            b'"gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 3}}')
+    with pytest.raises(ConfigError, match="Hugging Face Trainer"):
+        script([*DS, path], model="llama2-7b")
+    assert script([*HF, path], model="llama2-7b").batch.global_batch_size == 4 * 8
