@@ -308,6 +308,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
 
 def resolve_ds_batch(train: int | None, micro: int | None, gas: int | None, dp: int, origin: str) -> tuple[int, int, int]:
     """DeepSpeedConfig._set_batch_related_parameters then _batch_assertion; dp = DeepSpeed's data-parallel world."""
+    given_micro, given_gas = micro is not None, gas is not None
     if train is not None and micro is not None and gas is None:
         gas = train // micro // dp
     elif train is not None and gas is not None and micro is None:
@@ -327,9 +328,11 @@ def resolve_ds_batch(train: int | None, micro: int | None, gas: int | None, dp: 
             raise ConfigError(f"{origin}: {name} resolves to {value} with data-parallel size {dp}; DeepSpeed requires it > 0 "
                               f"(train_batch_size must be at least micro x accumulation x DP = {max(micro, 1)} x {max(gas, 1)} x {dp}).")
     if train != micro * gas * dp:
+        # The quantum train_batch_size must be a multiple of: the given per-step keys times DP.
+        step = (micro if given_micro else 1) * (gas if given_gas else 1) * dp
         raise ConfigError(
             f"{origin}: train_batch_size {train} != train_micro_batch_size_per_gpu {micro} x gradient_accumulation_steps "
-            f"{gas} x data-parallel size {dp} = {micro * gas * dp} (DeepSpeed _batch_assertion). Make train_batch_size a "
-            f"multiple of {micro * dp} or fix the micro batch / accumulation steps."
-        )
+            f"{gas} x data-parallel size {dp} = {micro * gas * dp} (DeepSpeed _batch_assertion; the keys not given are "
+            f"derived from the others). Make train_batch_size a multiple of {step} or fix the micro batch / accumulation "
+            "steps.")
     return train, micro, gas

@@ -60,3 +60,10 @@ def test_auto_batch_outside_the_hf_trainer_says_who_fills_it(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="Hugging Face Trainer"):
         script([*DS, path], model="llama2-7b")
     assert script([*HF, path], model="llama2-7b").batch.global_batch_size == 4 * 8
+
+
+def test_batch_assertion_hint_counts_only_the_given_keys(tmp_path: Path) -> None:
+    # train_batch_size alone: DeepSpeed derives micro = train // DP, so any multiple of DP passes.
+    with pytest.raises(ConfigError, match="multiple of 8 "):
+        script([*DS, _write(tmp_path, b'{"train_batch_size": 100}')], model="llama2-7b")
+    assert script([*DS, _write(tmp_path, b'{"train_batch_size": 104}')], model="llama2-7b").batch.micro_batch_size == 13
