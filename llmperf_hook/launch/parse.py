@@ -4,7 +4,8 @@ Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `pyt
 `deepspeed`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly) and a plain
 `python train.py`
 (WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
-environment variables for the command, as a shell would.
+environment variables for the command, as a shell would; wrappers such as `nohup`, `numactl`, `taskset`, `uv run`
+or `apptainer exec IMAGE` are skipped (launch/wrappers.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
+from llmperf_hook.launch.wrappers import ENV_VALUED, unwrap
 from llmperf_hook.provenance import Source, SourceKind
 
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
@@ -37,7 +39,9 @@ def _strip_assignments(words: list[str], env: dict[str, str]) -> int:
     """Skip `env` and `VAR=value` words at the front, adding them to env; returns the index of the program."""
     i = 0
     while i < len(words):
-        if words[i] == "env" or (words[i].startswith("-") and i > 0 and words[0] == "env"):
+        if words[i] in ENV_VALUED and i > 0 and words[0] == "env":
+            i += 2  # env -u NAME / -C DIR
+        elif words[i] == "env" or (words[i].startswith("-") and i > 0 and words[0] == "env"):
             i += 1
         elif _ASSIGN.match(words[i]):
             name, value = words[i].split("=", 1)
@@ -94,6 +98,7 @@ def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, 
         return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
                           inner.script_args, tuple(warnings) + inner.warnings)
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
+    rest = unwrap(words, rest)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
     if start >= len(words):
         raise UsageError("the python command that srun starts names no training script.")
@@ -109,6 +114,7 @@ def _mpirun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
     if inner is not None:
         return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
                           inner.script_args, tuple(warnings) + inner.warnings)
+    rest = unwrap(words, rest)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
     return mpirun_size(words, i, values, rest, start, warnings)
 
@@ -136,6 +142,8 @@ def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[s
     unwrapped = _shell_c(words, i, env, used)
     if unwrapped is not None:
         return _dispatch(unwrapped, i, env, used, inside_srun)
+    if unwrap(words, i) != i:
+        return _dispatch(words, unwrap(words, i), env, used, inside_srun)
     head = os.path.basename(words[i])
     if head == "torchrun":
         return parse_torchrun(words, i + 1, env, used, "torchrun")

@@ -73,3 +73,33 @@ def test_random_mpirun_argv_never_crashes(argv: list[str]) -> None:
     except LlmperfError:
         return
     assert job.world_size >= 1 and job.nnodes >= 1 and job.nproc_per_node >= 1
+
+
+@pytest.mark.parametrize("prefix", [
+    ["env", "-u", "FOO", "NCCL_DEBUG=INFO"], ["nohup"], ["time", "-p"], ["nice", "-n", "10"], ["numactl", "--interleave=all"],
+    ["nohup", "numactl", "-N", "0", "-m", "0"], ["taskset", "-c", "0-7"], ["uv", "run", "--with", "x"],
+    ["conda", "run", "-n", "env", "--no-capture-output"], ["apptainer", "exec", "--nv", "-B", "/d:/d", "img.sif"],
+])
+def test_wrappers_before_the_launcher_are_skipped(prefix: list[str]) -> None:
+    assert _size([*prefix, "torchrun", "--nnodes", "2", "--nproc-per-node", "4", *SCRIPT[1:]]) == (2, 4, 8)
+
+
+def test_wrappers_between_srun_or_mpirun_and_the_script() -> None:
+    job = parse_launch(["srun", "-N", "2", "--ntasks-per-node", "8", "numactl", "--cpunodebind=0", *SCRIPT], {})
+    assert (job.world_size, job.script) == (16, "pretrain_gpt.py")
+    job = parse_launch(["mpirun", "-np", "8", "taskset", "-c", "0-7", *SCRIPT], {})
+    assert (job.world_size, job.script) == (8, "pretrain_gpt.py")
+
+
+_WRAP_WORDS = st.sampled_from(["nohup", "time", "nice", "-n", "numactl", "-N", "taskset", "-c", "uv", "run", "conda",
+                               "apptainer", "exec", "env", "-u", "X", "torchrun", "python", "train.py", "0", "--"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WRAP_WORDS, max_size=8))
+def test_random_wrapper_chains_never_crash(argv: list[str]) -> None:
+    try:
+        job = parse_launch(argv, {})
+    except LlmperfError:
+        return
+    assert job.world_size >= 1

@@ -1,0 +1,74 @@
+"""Commands that only wrap the launch: `nohup`, `time`, `nice -n 5`, `stdbuf -oL`, `numactl --interleave=all`,
+`taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`.
+They start the command after their own options unchanged, so the launch is parsed from there; and the options of
+an `env` prefix (`env -u NAME`, `env -i`, `env -C DIR`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+# wrapper -> (options that take a separate value, words that follow the wrapper's name before its options)
+_WRAPPERS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "nohup": (frozenset(), ()),
+    "time": (frozenset({"-f", "--format", "-o", "--output"}), ()),
+    "nice": (frozenset({"-n", "--adjustment"}), ()),
+    "ionice": (frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid"}), ()),
+    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), ()),
+    "numactl": (frozenset({"-N", "-m", "-C", "-i", "-p", "--cpunodebind", "--membind", "--physcpubind", "--interleave",
+                           "--preferred"}), ()),
+    "uv": (frozenset({"--with", "--python", "-p", "--project", "--directory", "--env-file", "--extra", "--group"}), ("run",)),
+    "poetry": (frozenset(), ("run",)),
+    "pipenv": (frozenset(), ("run",)),
+    "conda": (frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}), ("run",)),
+    "mamba": (frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}), ("run",)),
+    "micromamba": (frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}), ("run",)),
+}
+_CONTAINERS = frozenset({"apptainer", "singularity"})
+_CONTAINER_VALUED = frozenset({"-B", "--bind", "--env", "--env-file", "-H", "--home", "--pwd", "-W", "--workdir",
+                               "--overlay", "-o", "--mount", "--network", "--security"})
+ENV_VALUED = frozenset({"-u", "--unset", "-C", "--chdir"})
+
+
+def _skip_options(words: Sequence[str], j: int, valued: frozenset[str]) -> int:
+    while j < len(words) and words[j].startswith("-") and words[j] != "--":
+        j += 2 if words[j] in valued else 1
+    return j + (j < len(words) and words[j] == "--")
+
+
+def _taskset(words: Sequence[str], i: int) -> int:
+    """`taskset MASK CMD` or `taskset -c LIST CMD` (options -a, -c, -p)."""
+    j = i + 1
+    while j < len(words) and words[j].startswith("-"):
+        j += 1
+    return j + 1  # the mask or CPU list
+
+
+def wrapped_program(words: Sequence[str], i: int) -> int | None:
+    """Index of the command a wrapper at words[i] runs, or None when words[i] is not a known wrapper."""
+    head = os.path.basename(words[i])
+    if head == "taskset":
+        return _taskset(words, i)
+    if head in _CONTAINERS and i + 1 < len(words) and words[i + 1] in ("exec", "run"):
+        return _skip_options(words, i + 2, _CONTAINER_VALUED) + 1  # + the image
+    if head not in _WRAPPERS:
+        return None
+    valued, subcommand = _WRAPPERS[head]
+    j = i + 1
+    if subcommand:
+        j = _skip_options(words, j, valued)  # `uv --project X run`
+        if j >= len(words) or words[j] not in subcommand:
+            return None
+        j += 1
+    return _skip_options(words, j, valued)
+
+
+def unwrap(words: Sequence[str], i: int) -> int:
+    """Skip any chain of wrappers at words[i] (`nohup numactl -N 0 torchrun ...`): the index of the real program."""
+    while i < len(words):
+        j = wrapped_program(words, i)
+        if j is None or j >= len(words):
+            return i
+        i = j
+    return i
