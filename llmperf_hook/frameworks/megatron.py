@@ -125,11 +125,16 @@ def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchC
     return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=max(gbs // (mbs * dp), 1))
 
 
-def megatron_precision(flags: FlagValues, src: dict[str, Source]) -> str:
+def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list[str] | None = None) -> str:
     if flags.get("fp16") and flags.get("bf16"):
         raise ConfigError(f"{flags.seen_flags['fp16']} and {flags.seen_flags['bf16']} are both set; Megatron accepts one "
                           "(arguments.py asserts not both). Keep one.")
-    if flags.get("fp8_format"):
+    if flags.get("fp8_format") and flags.get("transformer_impl") == "local":
+        # FP8 runs inside Transformer Engine modules; the local spec's torch layers ignore it (gpt_layer_specs.py).
+        if warnings is not None:
+            warnings.append("--fp8-format has no effect with --transformer-impl local (only Transformer Engine layers run "
+                            "FP8): priced in the --bf16/--fp16 precision")
+    elif flags.get("fp8_format"):
         src["precision"] = flags.source("fp8_format")
         return "fp8"
     return flag_precision(flags, src, "Megatron: fp32 (no --fp16/--bf16)")
@@ -225,9 +230,10 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
 
 def not_modelled_warnings(flags: FlagValues) -> list[str]:
     """One line per accepted flag that changes step time or memory but that llmperf does not model."""
-    skip = {"cuda_graph_impl": "none", "optimizer_offload_fraction": 1.0}
+    modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
+                "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "none")}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
-            if flags.get(d) not in (None, False) and flags.get(d) != skip.get(d)]
+            if flags.get(d) not in (None, False) and flags.get(d) not in modelled.get(d, ())]
 
 
 def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
@@ -245,7 +251,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
-    return MegatronParts(model, parallel, batch, megatron_precision(flags, src), megatron_recompute(flags, src),
+    return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings), megatron_recompute(flags, src),
                          megatron_optimizer(flags, src, warnings), megatron_attention(flags, src), schedule)
 
 

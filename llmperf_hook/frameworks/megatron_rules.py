@@ -52,6 +52,9 @@ def check_choices(flags: FlagValues) -> None:
             raise ConfigError(
                 f"{flags.seen_flags[dest]} {value} (argv) is not a choice Megatron offers ({', '.join(allowed)}); its "
                 "argument parser stops the job at start-up ('invalid choice'). Pick one of them.")
+    if flags.get("position_embedding_type") == "relative" and flags.get("transformer_impl") == "local":
+        raise ConfigError("--position-embedding-type relative needs --transformer-impl transformer_engine (arguments.py "
+                          "validate_args: the local implementation has no attention-bias position embeddings).")
 
 
 _RECENT = "Megatron-LM {since} and later refuse this at start-up (TransformerConfig: {quote}); older releases accept it"

@@ -113,6 +113,7 @@ NOT_MODELLED: dict[str, str] = {
     "num_distributed_optimizer_instances": "multiple distributed-optimizer instances not modelled",
     "cp_comm_type": "context-parallel communication type: p2p ring assumed",
     "squared_relu": "squared-ReLU activation timed as GeLU",
+    "position_embedding_type": "relative position bias (T5-style) not modelled: priced as learned absolute embeddings",
     "moe_token_dispatcher_type": "MoE token dispatcher: all-to-all assumed",
     "distribute_saved_activations": "distributed saved activations not modelled",
     "fp8_param_gather": "fp8 parameter all-gather not modelled",

@@ -94,3 +94,13 @@ def test_fsdp_is_modelled_as_the_distributed_optimizer_and_keeps_megatron_rules(
     for fmt, fragment in (("safetensors", "not a choice"), ("torch_dcp", "torch_dcp"), ("fsdp_dtensor", "fsdp_dtensor")):
         with pytest.raises(ConfigError, match=fragment):
             megatron("--ckpt-format", fmt)
+
+
+def test_fp8_with_the_local_transformer_and_relative_positions() -> None:
+    cfg = megatron("--bf16", "--fp8-format", "hybrid", "--transformer-impl", "local")
+    assert cfg.precision == "bf16" and any("no effect" in w for w in cfg.warnings)
+    assert megatron("--bf16", "--fp8-format", "hybrid").precision == "fp8"
+    assert any("relative position" in w for w in megatron("--position-embedding-type", "relative").warnings)
+    assert not any("position" in w for w in megatron("--position-embedding-type", "rope").warnings)
+    with pytest.raises(ConfigError, match="transformer_engine"):
+        megatron("--position-embedding-type", "relative", "--transformer-impl", "local")
