@@ -127,6 +127,14 @@ def _size_from_pool(pool: "OrderedDict[str, list[int]]", nodes: int, gpus: int, 
     return Sized(len(hosts), nnodes_src), Sized(max(counts), nproc_src), Sized(sum(counts), src if gpus <= 0 else nproc_src), warnings
 
 
+def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
+    """Every GPU of the local machine; with --exclude (runner.py then ignores CUDA_VISIBLE_DEVICES) minus some."""
+    if values.get("exclude"):
+        return Sized(None, src, f"deepspeed --exclude {values['exclude']} without a hostfile leaves the local machine's GPUs "
+                     "minus those (runner.py ignores CUDA_VISIBLE_DEVICES with --exclude); give the number left", False)
+    return Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
+
+
 def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
     opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed")
     values, flags = opts.values, opts.flags
@@ -140,7 +148,7 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     if pool is None:
         if nodes > 1:
             raise UsageError(f"deepspeed --num_nodes {nodes} needs a hostfile listing the nodes (runner.py: 'Num nodes is >1 but no extra nodes available via hostfile'). Pass --hostfile FILE.")
-        nproc = Sized(gpus, Source(SourceKind.LAUNCHER, flags["num_gpus"])) if gpus > 0 else Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
+        nproc = Sized(gpus, Source(SourceKind.LAUNCHER, flags["num_gpus"])) if gpus > 0 else _local_unknown(values, src)
         nnodes, world = Sized(1, Source(SourceKind.DEFAULT, "deepspeed: local machine only")), None
     else:
         pool = filter_resources(pool, values.get("include", ""), values.get("exclude", ""))

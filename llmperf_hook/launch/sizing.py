@@ -23,6 +23,9 @@ class Sized:
     source: Source
     unknown_reason: str = ""
     """Why value is None (shown in the error that asks for an override)."""
+    env_may_tell: bool = True
+    """Whether CUDA_VISIBLE_DEVICES / SLURM_GPUS_ON_NODE may fill an unknown value (deepspeed ignores
+    CUDA_VISIBLE_DEVICES once --include/--exclude/--num_gpus/--num_nodes are given)."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,14 @@ def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str
         return Sized(override, Source(SourceKind.OVERRIDE, "--nproc-per-node"))
     if size.nproc_per_node.value is not None:
         return size.nproc_per_node
-    from_env = gpus_from_env(env, used)
+    from_env = gpus_from_env(env, used) if size.nproc_per_node.env_may_tell else None
     if from_env is not None:
         return from_env
     raise UsageError(
         f"cannot tell how many processes per node the {size.launcher} command starts: "
         f"{size.nproc_per_node.unknown_reason} ({size.nproc_per_node.source}), and that is a property of the machine "
-        "the job runs on, not this one. Give it with llmperf's --nproc-per-node N (or set CUDA_VISIBLE_DEVICES)."
+        "the job runs on, not this one. Give it with llmperf's --nproc-per-node N"
+        f"{' (or set CUDA_VISIBLE_DEVICES)' if size.nproc_per_node.env_may_tell else ''}."
     )
 
 

@@ -103,3 +103,12 @@ def test_random_wrapper_chains_never_crash(argv: list[str]) -> None:
     except LlmperfError:
         return
     assert job.world_size >= 1
+
+
+def test_deepspeed_exclude_without_hostfile_ignores_cuda_visible_devices() -> None:
+    # runner.py: with --include/--exclude/--num_gpus/--num_nodes, CUDA_VISIBLE_DEVICES is ignored (and deleted).
+    script = ["deepspeed", "--exclude", "localhost:0", "pretrain_gpt.py"]
+    with pytest.raises(UsageError, match="ignores CUDA_VISIBLE_DEVICES"):
+        parse_launch(script, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert parse_launch(script, {}, nproc_per_node=7).world_size == 7
+    assert parse_launch(["deepspeed", "pretrain_gpt.py"], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).world_size == 4
