@@ -24,12 +24,24 @@
    then every configuration is predicted again. Error on the instrumented configuration (against its
    measurement run, not the calibration run) and MAPE on the eleven others.
 Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
+
+Machine speed. The profile records the reference workload's reading (instrument/reference_speed.py,
+reference_speed.json; a profile without it is re-created); every measurement and calibration run is bracketed by
+a reading in this process, printed as a ratio to the profile's (x1.05 = the machine runs 5 % slower than while
+profiling), with the hook's in-job reading beside it. The figures stay raw: the reading does not track this
+machine's step-time drift, so nothing is normalised by it. `--drift-check R` shows that: R interleaved runs of
+--drift-configs (default 0 and 1), a reading before and after each, per configuration the correlation of the
+step CPU time with the reading (and its parts, the hook's reading, and the run's wall / CPU contention) and the
+run-to-run spread raw and normalised (x first reading / reading now). On 2026-11-26 (load 3.5-5, 10 runs each):
+step CPU spread x1.17 / x1.20, reference x1.08, correlation +0.20 / +0.06 (contention +0.45 / +0.84), spread
+of log step CPU 0.046 -> 0.046 and 0.045 -> 0.049 normalised: the drift follows contention, not machine speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -116,6 +128,15 @@ def profile_usable(home: Path, dtype: str) -> str | None:
     """None when the CPU profile of `home` serves `dtype` with this llmperf's features and carries the measured
     framework overhead; else why not (then `llmperf profile` refits it from the stored samples)."""
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    if (home / "profiles" / CLUSTER / "profile.json").is_file():  # the speed the profile was taken at
+        from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s
+
+        try:
+            doc = json.loads((home / "profiles" / CLUSTER / PROFILE_FILE_NAME).read_text())
+        except (OSError, ValueError):
+            doc = None
+        if profile_reference_cpu_s(doc, 1) is None:
+            return "no machine-speed reference recorded with the profile (instrument/reference_speed.py)"
     if path.is_file():  # measured by an older method (wall-time samples, correlated fit): measure again
         from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
 
@@ -204,6 +225,7 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
     work.mkdir(parents=True, exist_ok=True)
     ds_json.write_text(json.dumps(cfg.ds_config()))
     run_dir = work / "run"
+    ref_before = reference_now("before-run")
     load = os.getloadavg()[0]
     # refine calibrates only from a run as quiet as the benchmark's measurements (refine_run.max_wall_per_cpu)
     env = dict(base_env(home), LLMPERF_REFINE_MAX_WALL_PER_CPU=str(QUIET_WALL_PER_CPU[min(cfg.ranks, 2)]))
@@ -212,9 +234,12 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
                    capture_output=True, cwd=str(work), timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{cfg.label()}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    ref_after = reference_now("after-run")
     run = read_run_dir(run_dir)
     job = summarize_job(run.records, run.job_ids()[0])
     return {"measured_s": job.step_time_s, "cpu_s": job.cpu_time_s, "load_before": load, "load_during": job.load_avg_1m,
+            "hook_reference_s": job.reference_cpu_s, "ref_before_s": ref_before["cpu_s"], "ref_after_s": ref_after["cpu_s"],
+            "ref_now_s": (ref_before["cpu_s"] + ref_after["cpu_s"]) / 2,
             "steps": job.num_timed_steps, "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
 
 
@@ -234,6 +259,66 @@ def quiet_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, port: int,
             break
     best = min(runs, key=lambda m: waited(cfg, m))
     return {**best, "tries": len(runs), "contended": waited(cfg, best) > 1.0}
+
+
+def reference_now(where: str, diagnostics: bool = False) -> dict:
+    """One reading of the reference workload in this process (instrument/reference_speed.py), alone."""
+    from llmperf_hook.instrument.reference_speed import measure_reference
+
+    return measure_reference(where, diagnostics=diagnostics).to_json()
+
+
+def drift_check(home: Path, work: Path, indices: list[int], repeats: int, steps: int) -> None:
+    """Does the reference track the testbed's step-time drift? The same configurations run `repeats` times,
+    interleaved, the reference timed right before and after each run (with the uncounted DRAM copy); per
+    configuration the Pearson correlation of log(step CPU time) with log(reference), for the counted reading
+    and each part, and the run-to-run spread of the step CPU time raw and normalised (x reference of the first
+    run / reference now)."""
+    shutil.rmtree(work, ignore_errors=True)  # a reused run directory would hold an earlier job's records
+    rows: dict[int, list[dict]] = {i: [] for i in indices}
+    print(f"\n[drift check] configurations {indices}, {repeats} runs each, interleaved; reference before and after")
+    for r in range(repeats):
+        for i in indices:
+            before = reference_now("before-run", True)
+            m = instrumented_run(CONFIGS[i], home, work / f"d{i}-{r}", steps, 29600 + i)
+            after = reference_now("after-run", True)
+            parts = {k: (before["parts_s"][k] + after["parts_s"][k]) / 2 for k in before["parts_s"]}
+            row = {**m, "ref": (before["cpu_s"] + after["cpu_s"]) / 2, **parts,
+                   "change": abs(after["cpu_s"] - before["cpu_s"]) / before["cpu_s"]}
+            rows[i].append(row)
+            print(f"  run {r} config {i:2d}: step CPU {m['cpu_s'] * 1e3:7.2f} ms wall {m['measured_s'] * 1e3:7.2f} ms; "
+                  f"reference {before['cpu_s'] * 1e3:.2f} -> {after['cpu_s'] * 1e3:.2f} ms (hook "
+                  f"{(m['hook_reference_s'] or 0) * 1e3:.2f}; gemm {parts['gemm_s'] * 1e3:.2f}, sweep "
+                  f"{parts['sweep_s'] * 1e3:.2f}, dispatch {parts['dispatch_s'] * 1e3:.2f}, DRAM copy (not counted) "
+                  f"{parts['dram_sweep_s'] * 1e3:.2f}); load {m['load_before']:.2f}", flush=True)
+    for i, data in rows.items():
+        print_drift_summary(i, data)
+
+
+def print_drift_summary(i: int, data: list[dict]) -> None:
+    import math
+
+    cpu = [math.log(d["cpu_s"]) for d in data]
+    corr = {k: pearson(cpu, [math.log(d[k]) for d in data])
+            for k in ("ref", "gemm_s", "sweep_s", "dispatch_s", "dram_sweep_s")}
+    corr["contention (wall / CPU)"] = pearson(cpu, [math.log(d["measured_s"] / d["cpu_s"]) for d in data])
+    hook = [d for d in data if d.get("hook_reference_s")]
+    if len(hook) > 2:
+        corr["hook reading"] = pearson([math.log(d["cpu_s"]) for d in hook], [math.log(d["hook_reference_s"]) for d in hook])
+    ref = [math.log(d["ref"]) for d in data]
+    norm = [c - x + ref[0] for c, x in zip(cpu, ref)]
+    print(f"  config {i} ({CONFIGS[i].label()}), {len(data)} runs: corr(log step CPU, log x) for x = "
+          + ", ".join(f"{k} {v:+.2f}" for k, v in corr.items())
+          + f"; step CPU max/min raw {math.exp(max(cpu) - min(cpu)):.3f}, normalised {math.exp(max(norm) - min(norm)):.3f};"
+          f" stdev of log raw {statistics.pstdev(cpu):.3f}, normalised {statistics.pstdev(norm):.3f}; reference "
+          f"max/min {math.exp(max(ref) - min(ref)):.3f}, median change before->after {statistics.median(d['change'] for d in data):.1%}")
+
+
+def pearson(x: list[float], y: list[float]) -> float:
+    mx, my = statistics.mean(x), statistics.mean(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
 
 
 def predict_all(home: Path, work: Path) -> list[float]:
@@ -269,13 +354,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="steps per instrumented run (the first 2 are warm-up)")
     ap.add_argument("--calibrate", type=int, default=1, help="index of the configuration to instrument")
     ap.add_argument("--tries", type=int, default=3, help="runs per configuration while its ranks wait for a core")
+    ap.add_argument("--drift-check", type=int, default=0, metavar="R",
+                    help="only check whether the reference tracks the step-time drift: R interleaved runs of "
+                         "--drift-configs, no prediction")
+    ap.add_argument("--drift-configs", default="0,1", help="configuration indices for --drift-check")
     args = ap.parse_args()
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     ensure_profiles(home, args.profile_budget)
     write_cluster(home)
+    if args.drift_check:
+        drift_check(shared_home(home, "drift"), home / "work-drift",
+                    [int(i) for i in args.drift_configs.split(",")], args.drift_check, args.steps)
+        return
     print_framework_cost(home)
+    ref_profile = print_profile_reference(home)
     measure_home, eval_home = shared_home(home, "measure"), shared_home(home, "eval")
     work = home / "work"
     shutil.rmtree(work, ignore_errors=True)
@@ -288,6 +382,8 @@ def main() -> None:
         measured.append(m)
         print(f"  {i:2d} {cfg.label():34s} measured {m['measured_s'] * 1e3:8.2f} ms (CPU {m['cpu_s'] * 1e3:7.2f} ms)  "
               f"predicted {before[i] * 1e3:8.2f} ms ({pct(before[i], m['measured_s']):+6.1f} %)  load {m['load_before']:.2f}"
+              f"  reference {m['ref_before_s'] * 1e3:.2f} -> {m['ref_after_s'] * 1e3:.2f} ms (x{m['ref_now_s'] / ref_profile:.3f}"
+              f" of the profile's; hook {(m['hook_reference_s'] or 0) * 1e3:.2f} ms)"
               f"  {m['tries']} run(s){' CONTENDED' if m['contended'] else ''}  [{time.perf_counter() - t0:.0f} s]",
               flush=True)
     k = args.calibrate
@@ -295,27 +391,49 @@ def main() -> None:
     for attempt in range(1, 4):  # refine refuses to calibrate from a run whose ranks waited for a core
         cal = instrumented_run(CONFIGS[k], eval_home, work / f"calibrate{attempt}", args.steps, 29560 + attempt)
         print("  " + cal["refine"].replace("\n", "\n  "))
+        print(f"  reference around the calibration run: {cal['ref_before_s'] * 1e3:.2f} -> {cal['ref_after_s'] * 1e3:.2f} ms "
+              f"(x{cal['ref_now_s'] / ref_profile:.3f} of the profile's); load {cal['load_before']:.2f}")
         if "calibrated x" in cal["refine"]:
             break
     after = predict_all(eval_home, work / "predict-after")
-    report(measured, before, after, k)
+    report(measured, before, after, k, ref_profile)
 
 
-def report(measured: list[dict], before: list[float], after: list[float], k: int) -> None:
+def print_profile_reference(home: Path) -> float:
+    """The profile's machine-speed reading alone (reference_speed.json), printed with its readings' spread."""
+    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s, readings_in
+
+    doc = json.loads((home / "profiles" / CLUSTER / PROFILE_FILE_NAME).read_text())
+    ref = profile_reference_cpu_s(doc, 1)
+    readings = readings_in(doc.get("readings"))
+    print(f"  machine speed while profiling ({doc['measured_utc']}): reference {ref * 1e3:.2f} ms alone (median of "
+          f"{sum(r.concurrent == 1 for r in readings)} readings, drift x{doc['drift_during_profile']:.3f} during the "
+          f"profile), " + ", ".join(f"{n} at once {v * 1e3:.2f} ms" for n, v in doc["reference_cpu_s"].items() if n != "1"))
+    return ref
+
+
+def report(measured: list[dict], before: list[float], after: list[float], k: int, ref_profile: float) -> None:
     meas = [m["measured_s"] for m in measured]
-    err_before = [pct(p, m) for p, m in zip(before, meas)]
-    err_after = [pct(p, m) for p, m in zip(after, meas)]
+    err_before = [pct(p, x) for p, x in zip(before, meas)]
+    err_after = [pct(p, x) for p, x in zip(after, meas)]
     others = [e for i, e in enumerate(err_after) if i != k]
-    print("\n  #  configuration                      measured   before (err)        after (err)")
+    print("\n  #  configuration                      measured   before (err)        after (err)        reference "
+          "(x profile's)")
     for i, cfg in enumerate(CONFIGS):
         mark = " *" if i == k else "  "
         print(f" {i:2d}{mark}{cfg.label():34s} {meas[i] * 1e3:8.2f}  {before[i] * 1e3:8.2f} ({err_before[i]:+6.1f} %)"
-              f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)")
-    results = {"before_mape": mape(err_before), "instrumented_abs_err": abs(err_after[k]), "others_mape": mape(others)}
-    print(f"\nMAPE before refinement (12 configs): {results['before_mape']:.1f} %  (target <= {TARGETS['before']:.0f} %)")
-    print(f"after instrumenting config {k}: its error {results['instrumented_abs_err']:.1f} %  "
-          f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {results['others_mape']:.1f} %  "
+              f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)  {measured[i]['ref_now_s'] * 1e3:.2f} ms "
+              f"(x{measured[i]['ref_now_s'] / ref_profile:.3f})")
+    print(f"\nMAPE before refinement (12 configs): {mape(err_before):.1f} %  (target <= {TARGETS['before']:.0f} %)")
+    print(f"after instrumenting config {k}: its error {abs(err_after[k]):.1f} %  "
+          f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {mape(others):.1f} %  "
           f"(target <= {TARGETS['others']:.0f} %)")
+    ratios = [m["ref_now_s"] / ref_profile for m in measured]
+    changes = [abs(m["ref_after_s"] - m["ref_before_s"]) / m["ref_before_s"] for m in measured]
+    print(f"machine speed (reference workload, instrument/reference_speed.py): x{min(ratios):.3f}-x{max(ratios):.3f} "
+          f"of the profile's over the measurements (median x{statistics.median(ratios):.3f}; >1 = slower); before -> "
+          f"after a run: median {statistics.median(changes):.1%}, max {max(changes):.1%}; correlation of the "
+          f"prediction error (before) with it: {pearson([math.log(r) for r in ratios], [math.log1p(e / 100) for e in err_before]):+.2f}")
     loads = [m["load_before"] for m in measured]
     print(f"machine load during the measurements: median {statistics.median(loads):.2f}, max {max(loads):.2f} "
           f"(1-minute load average, {os.cpu_count()} cores)")

@@ -37,7 +37,7 @@ class HookConfig:
     """Folder that holds the `llmperf_hook` package, appended to sys.path when the job's Python lacks it."""
     reference_speed: bool = True
     """On a CPU job, time the reference workload once per rank before the first step (instrument/reference_speed.py:
-    the machine's speed at run start, which refine compares with the profile's); never inside a step."""
+    the machine's speed at run start, recorded in the meta record and the store); never inside a step."""
     inject_fault_at_step: int | None = None
     """Tests only: raise inside the hook at this step to prove the job survives a failing hook."""
 

@@ -8,11 +8,20 @@ is no model's error. The reference workload makes that drift visible, so it can 
   measurement, at the end: `reference_speed.json` in the profile directory, and per dtype in
   framework_overhead.json): the machine speed the profile was taken at;
 - the step hook of `llmperf run --instrument` takes one reading per rank before the first step of a CPU job
-  (never inside a step, never on a GPU job), stored in the rank's `meta` record;
-- `llmperf refine` divides a CPU run's measured step time by the speed ratio before calibrating from it, so a
-  calibration taken on a slow minute is not learned as a model error (refine/refine_run.py);
-- benchmarks/bench_cpu_testbed.py times it before and after every measured configuration and prints the
-  speed-normalised measurements beside the raw ones.
+  (never inside a step, never on a GPU job), stored in the rank's `meta` record; `llmperf refine` stores it
+  with the run (refine_runs.reference_cpu_s);
+- benchmarks/bench_cpu_testbed.py times it before and after every measured configuration and prints it beside
+  the measurement, as a ratio to the profile's reading.
+
+What it does NOT do, measured (bench_cpu_testbed.py --drift-check, 2026-11-26, load 3.5-5 on the 2 vCPUs):
+it does not track the testbed's step-time drift. Over 10 interleaved runs each, the step CPU time of
+configuration 0 (1 rank) moved x1.17 and of configuration 1 (2 ranks, ZeRO-1) x1.20 while the reference moved
+x1.08 (mostly its own +-3 % noise); correlation of log step CPU time with log reference +0.20 and +0.06 (the
+hook's in-job reading +0.17 and +0.60), against +0.45 and +0.84 with the run's contention (step wall / CPU
+time). Normalising by it left the run-to-run spread unchanged (stdev of log step CPU 0.046 -> 0.046, 0.045
+-> 0.049). The drift follows other programs sharing the cores (their time slices evict our caches and, for
+2 ranks, a rank spins in its collective while its peer waits for a core), which a short workload of medianed
+repetitions does not see. So no prediction, calibration or benchmark figure is normalised by it.
 
 The workload (WORKLOAD), one thread, fp32, process CPU time (the thread's own work, not the time it waited for
 a core someone else held), each part the median of PART_REPS repetitions after one warm-up:

@@ -84,7 +84,7 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
     have = {row[1] for row in conn.execute("PRAGMA table_info(refine_runs)")}
     with conn:
         for name, decl in (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
-                           ("reference_cpu_s", "REAL"), ("speed_ratio", "REAL"), ("calibration_measured_s", "REAL")):
+                           ("reference_cpu_s", "REAL")):
             if name not in have:
                 conn.execute(f"ALTER TABLE refine_runs ADD COLUMN {name} {decl}")
 
@@ -131,8 +131,7 @@ def _shared(conn: sqlite3.Connection) -> Any:
 def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
     cols = ("job_id", "run_dir", "hardware", "cluster", "framework", "device", "world_size", "num_timed_steps",
             "measured_step_time_s", "predicted_step_time_s", "uncalibrated_step_time_s", "peak_memory_bytes",
-            "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s", "speed_ratio",
-            "calibration_measured_s")
+            "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s")
     values = [row.get(c) for c in cols] + [time.time()]
     with conn:
         conn.execute(f"INSERT OR REPLACE INTO refine_runs ({', '.join(cols)}, ingested_unix_s) "
@@ -159,10 +158,8 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> list[tuple[str, float, float]]:
     """(job_id, uncalibrated predicted, measured) of every ingested run of this key with both numbers that
-    was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU); measured at the profile's machine speed where
-    the run's reference reading allowed it (calibration_measured_s, refine_run.speed_normalised)."""
-    cur = conn.execute("SELECT job_id, uncalibrated_step_time_s, "
-                       "COALESCE(calibration_measured_s, measured_step_time_s) FROM refine_runs "
+    was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU)."""
+    cur = conn.execute("SELECT job_id, uncalibrated_step_time_s, measured_step_time_s FROM refine_runs "
                        "WHERE hardware = ? AND cluster = ? AND framework = ? AND uncalibrated_step_time_s > 0 "
                        "AND measured_step_time_s > 0 AND COALESCE(usable_for_calibration, 1) = 1 "
                        "ORDER BY ingested_unix_s", (hardware, cluster, framework))

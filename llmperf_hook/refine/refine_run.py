@@ -36,56 +36,6 @@ def max_wall_per_cpu() -> float:
         raise UsageError(f"LLMPERF_REFINE_MAX_WALL_PER_CPU={raw!r} (environment) is not a number: give a ratio "
                          f"such as 2.0, or inf to calibrate from every run.") from None
 
-SPEED_NORMALISE_ENV = "LLMPERF_REFINE_SPEED_NORMALISE"
-"""Set to 0 to calibrate CPU runs from their raw step times (no machine-speed normalisation)."""
-
-
-@dataclass(frozen=True)
-class SpeedNormalisation:
-    """A CPU run's step time brought to the machine speed its profile was taken at (reference_speed.py)."""
-
-    run_reference_cpu_s: float
-    """The hook's reading before step 0 (median over ranks)."""
-    profile_reference_cpu_s: float
-    """The profile's reading with as many copies at once (reference_speed.json)."""
-    concurrent: int
-    """Ranks that read it at once on the machine (the profile's reading of that many copies is compared)."""
-    measured_s: float
-    """The run's measured step time."""
-
-    @property
-    def ratio(self) -> float:
-        """How much slower the machine ran than while profiling (1.10 = the reference took 10 % longer)."""
-        return self.run_reference_cpu_s / self.profile_reference_cpu_s
-
-    @property
-    def calibration_measured_s(self) -> float:
-        """measured x speed now / speed at profile: what the calibration learns from."""
-        return self.measured_s / self.ratio
-
-    def describe(self) -> str:
-        return (f"machine speed: reference workload {self.run_reference_cpu_s * 1e3:.2f} ms of CPU time at run start "
-                f"({self.concurrent} rank(s) at once) against {self.profile_reference_cpu_s * 1e3:.2f} ms when the "
-                f"profile was taken: x{self.ratio:.3f}; calibrated from {self.measured_s * 1e3:.2f} / {self.ratio:.3f}"
-                f" = {self.calibration_measured_s * 1e3:.2f} ms (the profile's speed)")
-
-
-def speed_normalised(job: JobSteps, hardware: str | None) -> tuple[SpeedNormalisation | None, str | None]:
-    """(normalisation, None), or (None, why not) for a CPU run; (None, None) when it does not apply (GPU)."""
-    if job.device != "cpu" or not job.step_time_s or os.environ.get(SPEED_NORMALISE_ENV, "1") == "0":
-        return None, None
-    if job.reference_cpu_s is None:
-        return None, "no machine-speed reading at run start (an older hook, or it failed): calibrated from the raw step time"
-    from llmperf_hook.instrument.reference_speed import profile_reference_cpu_s, read_profile_reference
-
-    profile = profile_reference_cpu_s(read_profile_reference(hardware), job.reference_concurrent) if hardware else None
-    if profile is None:
-        return None, (f"the profile of {hardware!r} recorded no machine-speed reading for {job.reference_concurrent} "
-                      f"rank(s) at once (profiled before llmperf recorded it: run `llmperf profile --device cpu` "
-                      f"again); calibrated from the raw step time")
-    return SpeedNormalisation(job.reference_cpu_s, profile, job.reference_concurrent, job.step_time_s), None
-
-
 HOOK_TO_FRAMEWORK = {"deepspeed": "deepspeed", "deepspeed-pipeline": "deepspeed", "megatron": "megatron",
                      "megatron-core": "megatron", "torch": "torch"}
 
@@ -115,8 +65,6 @@ class JobRefinement:
     op_refit: str = ""
     """What the per-op refit did (or why it did not run)."""
     notes: tuple[str, ...] = ()
-    speed: SpeedNormalisation | None = None
-    """CPU run: its step time at the profile's machine speed, which the calibration learned from."""
 
 
 @dataclass(frozen=True)
@@ -193,8 +141,6 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     if contended:
         notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: "
                      f"they waited for a core or a peer; load {job.load_avg_1m}); rerun on a quieter machine")
-    speed, why_not = speed_normalised(job, key.hardware if key else None)
-    notes += [why_not] if why_not else []
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
         "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
@@ -202,8 +148,9 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "measured_step_time_s": job.step_time_s, "predicted_step_time_s": shown, "uncalibrated_step_time_s": raw,
         "peak_memory_bytes": job.peak_memory_bytes, "load_avg_1m": job.load_avg_1m,
         "config_json": json.dumps((prediction or {}).get("config"), default=str), "wall_per_cpu": wall_per_cpu,
-        "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s,
-        "speed_ratio": speed and speed.ratio, "calibration_measured_s": speed and speed.calibration_measured_s})
+        # recorded, not applied: the hook's machine-speed reading does not track this testbed's step-time drift
+        # (instrument/reference_speed.py, benchmarks/bench_cpu_testbed.py --drift-check)
+        "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     store.record_shared_steps(conn, job_id, key and (key.hardware, key.cluster, key.framework), shown, steps)
@@ -218,7 +165,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
     after = calibration.apply(raw) if calibration and raw else None
-    return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes), speed)
+    return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes))
 
 
 def _completeness_notes(job: JobSteps) -> list[str]:
@@ -287,10 +234,6 @@ def render_refine_report(report: RefineReport) -> str:
         if r.predicted_after_s:
             lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, j.step_time_s)} vs measured)"
                          f"  [{r.calibration.describe()}]")
-        if r.speed is not None:
-            lines.append(f"    {r.speed.describe()}"
-                         + (f"; predicted after {_pct(r.predicted_after_s, r.speed.calibration_measured_s)} vs it"
-                            if r.predicted_after_s else ""))
         if r.num_op_samples:
             lines.append(f"    op samples: {r.num_op_samples} ingested; {r.op_refit}")
         lines.extend(f"    note: {n}" for n in r.notes)
@@ -309,8 +252,4 @@ def report_json(report: RefineReport) -> dict[str, Any]:
             "hardware": r.calibration.hardware, "cluster": r.calibration.cluster, "framework": r.calibration.framework,
             "step_time_scale": r.calibration.step_time_scale, "step_overhead_s": r.calibration.step_overhead_s,
             "num_runs": r.calibration.num_runs},
-        "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes),
-        "machine_speed": None if r.speed is None else {
-            "run_reference_cpu_s": r.speed.run_reference_cpu_s, "profile_reference_cpu_s": r.speed.profile_reference_cpu_s,
-            "concurrent": r.speed.concurrent, "ratio": r.speed.ratio,
-            "calibration_measured_s": r.speed.calibration_measured_s}} for r in report.jobs]}
+        "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes)} for r in report.jobs]}
