@@ -58,7 +58,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             precision = ds_precision(ds, flags, src)
         warnings.extend(ds.warnings)
     else:
-        src["zero_stage"] = Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)")
+        src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,

@@ -193,6 +193,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         name=name,  # type: ignore[arg-type]
         distributed_optimizer=_sharded_optimizer(flags, src),
         fsdp="megatron_fsdp" if flags.get("use_megatron_fsdp") else "torch_fsdp2" if flags.get("use_torch_fsdp2") else "none",
+        zero_stage=fsdp_zero_stage(flags, src),
         overlap_grad_reduce=bool(flags.get("overlap_grad_reduce", False)),
         overlap_param_gather=bool(flags.get("overlap_param_gather", False)),
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
@@ -202,6 +203,27 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         # param dtype (fp16 grads, fp16 all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
         fp32_main_grads=bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False),
     )
+
+
+# Megatron FSDP --data-parallel-sharding-strategy (arguments.py, default optim_grads_params) as the ZeRO stage it is.
+FSDP_SHARDING_STAGES = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def fsdp_zero_stage(flags: FlagValues, src: dict[str, Source]) -> int:
+    """What an FSDP shards, as a ZeRO stage: torch FSDP2's fully_shard everything (3); Megatron FSDP what
+    --data-parallel-sharding-strategy says (default optim_grads_params = 3). Without FSDP: 0 (no ZeRO)."""
+    if flags.get("use_megatron_fsdp"):
+        strategy = str(flags.get("data_parallel_sharding_strategy", "optim_grads_params"))
+        if strategy not in FSDP_SHARDING_STAGES:
+            raise ConfigError(f"--data-parallel-sharding-strategy {strategy} is not a choice Megatron offers "
+                              f"({', '.join(FSDP_SHARDING_STAGES)}). Pick one of them.")
+        src["zero_stage"] = flags.source("data_parallel_sharding_strategy", "Megatron FSDP: optim_grads_params")
+        return FSDP_SHARDING_STAGES[strategy]
+    if flags.get("use_torch_fsdp2"):
+        src["zero_stage"] = Source(SourceKind.ARGV, f"{flags.seen_flags['use_torch_fsdp2']} (fully_shard: params, "
+                                                    "gradients and optimizer states)")
+        return 3
+    return 0
 
 
 def _sharded_optimizer(flags: FlagValues, src: dict[str, Source]) -> bool:

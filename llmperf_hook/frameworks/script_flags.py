@@ -28,7 +28,7 @@ _STR = (
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
-    "pp-partition-method", "moe-router-score-function", "ckpt-format",
+    "pp-partition-method", "moe-router-score-function", "ckpt-format", "data-parallel-sharding-strategy",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -106,8 +106,8 @@ NOT_MODELLED: dict[str, str] = {
     "moe_shared_expert_intermediate_size": "MoE shared experts not modelled",
     "mtp_num_layers": "multi-token prediction layers not modelled",
     "multi_latent_attention": "multi-latent attention modelled as standard attention",
-    "use_torch_fsdp2": "torch FSDP2 modelled as the distributed optimizer",
-    "use_megatron_fsdp": "Megatron FSDP modelled as the distributed optimizer",
+    "use_torch_fsdp2": "torch FSDP2 modelled as ZeRO-3 sharding (its gathers and reduce-scatters as DeepSpeed's)",
+    "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading not modelled",
     "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
     "num_distributed_optimizer_instances": "multiple distributed-optimizer instances not modelled",

@@ -87,7 +87,13 @@ def test_fsdp_is_modelled_as_the_distributed_optimizer_and_keeps_megatron_rules(
     # validate_args: FSDP2 refuses PP/EP > 1, the distributed optimizer, fp16, tied embeddings (since 2024-11)
     cfg = megatron("--use-torch-fsdp2", "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dcp")
     assert cfg.optimizer.distributed_optimizer and cfg.optimizer.fsdp == "torch_fsdp2"
-    assert megatron("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor").optimizer.distributed_optimizer
+    assert cfg.optimizer.zero_stage == 3  # fully_shard: params, gradients, optimizer states
+    fsdp = megatron("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor").optimizer
+    assert fsdp.distributed_optimizer and fsdp.zero_stage == 3  # default optim_grads_params
+    assert megatron("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads").optimizer.zero_stage == 2
+    assert megatron().optimizer.zero_stage == 0
+    with pytest.raises(ConfigError, match="not a choice"):
+        megatron("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "full")
     for extra in (["--pipeline-model-parallel-size", "2"], ["--use-distributed-optimizer"], []):
         with pytest.raises(ConfigError, match="fsdp2"):
             megatron("--use-torch-fsdp2", *extra, *([] if not extra else ["--untie-embeddings-and-output-weights"]))
