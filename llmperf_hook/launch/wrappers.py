@@ -1,4 +1,4 @@
-"""Commands that only wrap the launch: `nohup`, `time`, `nice -n 5`, `stdbuf -oL`, `numactl --interleave=all`,
+"""Commands that only wrap the launch: `nohup`, `time`, `nice -n 5`, `nsys profile -o out`, `stdbuf -oL`, `numactl --interleave=all`,
 `taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`.
 They start the command after their own options unchanged, so the launch is parsed from there; and the options of
 an `env` prefix (`env -u NAME`, `env -i`, `env -C DIR`).
@@ -45,9 +45,21 @@ def _taskset(words: Sequence[str], i: int) -> int:
     return j + 1  # the mask or CPU list
 
 
+def _nsys(words: Sequence[str], i: int) -> int | None:
+    """`nsys profile|launch [opts] CMD`: Nsight Systems options take a value (`-o out`, `--trace=cuda,nvtx`)."""
+    if i + 1 >= len(words) or words[i + 1] not in ("profile", "launch"):
+        return None
+    j = i + 2
+    while j < len(words) and words[j].startswith("-"):
+        j += 1 if "=" in words[j] else 2
+    return j
+
+
 def wrapped_program(words: Sequence[str], i: int) -> int | None:
     """Index of the command a wrapper at words[i] runs, or None when words[i] is not a known wrapper."""
     head = os.path.basename(words[i])
+    if head == "nsys":
+        return _nsys(words, i)
     if head == "taskset":
         return _taskset(words, i)
     if head in _CONTAINERS and i + 1 < len(words) and words[i + 1] in ("exec", "run"):

@@ -79,6 +79,8 @@ def test_random_mpirun_argv_never_crashes(argv: list[str]) -> None:
     ["env", "-u", "FOO", "NCCL_DEBUG=INFO"], ["nohup"], ["time", "-p"], ["nice", "-n", "10"], ["numactl", "--interleave=all"],
     ["nohup", "numactl", "-N", "0", "-m", "0"], ["taskset", "-c", "0-7"], ["uv", "run", "--with", "x"],
     ["conda", "run", "-n", "env", "--no-capture-output"], ["apptainer", "exec", "--nv", "-B", "/d:/d", "img.sif"],
+    # Megatron-LM examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh: uv run nsys profile ... python -m ...
+    ["uv", "run", "nsys", "profile", "--sample=none", "--trace=cuda,nvtx", "-f", "true", "-x", "true", "-o", "prof"],
 ])
 def test_wrappers_before_the_launcher_are_skipped(prefix: list[str]) -> None:
     assert _size([*prefix, "torchrun", "--nnodes", "2", "--nproc-per-node", "4", *SCRIPT[1:]]) == (2, 4, 8)
