@@ -129,6 +129,19 @@ def _normalization(flags: FlagValues) -> str:
     return known[given.lower()]
 
 
+def _gated_mlp(flags: FlagValues, swiglu: bool, warnings: list[str]) -> bool:
+    """argument_utils.py core_transformer_config_from_args: --squared-relu and --quick-geglu assert not --swiglu;
+    --quick-geglu is a gated MLP (two up projections) like SwiGLU, its ffn default staying 4h."""
+    for dest in ("squared_relu", "quick_geglu"):
+        if flags.get(dest) and swiglu:
+            raise ConfigError(f"{flags.seen_flags[dest]} and {flags.seen_flags['swiglu']} both set the MLP activation; "
+                              "Megatron asserts not both (argument_utils.py). Keep one.")
+    if flags.get("quick_geglu"):
+        warnings.append("--quick-geglu: gated MLP priced as SwiGLU (same shapes, quick-GELU gate)")
+        return True
+    return swiglu
+
+
 def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False) -> ModelShape:
     """Build the ModelShape; fills `src` for every shape key."""
     if flags.has("num_layers") and flags.has("encoder_num_layers"):
@@ -139,6 +152,7 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     heads, src["num_attention_heads"] = _required(flags, "num_attention_heads")
     swiglu = bool(flags.get("swiglu", False))
     ffn, src["ffn_hidden_size"] = _ffn(flags, hidden, swiglu)
+    swiglu = _gated_mlp(flags, swiglu, warnings)
     kv, src["kv_channels"] = _kv_channels(flags, hidden, heads, src)
     groups, src["num_query_groups"] = _query_groups(flags, heads, warnings)
     seq, positions = _seq_and_positions(flags, src, warnings)

@@ -28,7 +28,7 @@ _STR = (
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
-    "pp-partition-method", "moe-router-score-function", "ckpt-format", "data-parallel-sharding-strategy",
+    "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -41,7 +41,7 @@ _TRUE = (
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
-    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm",
+    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu",
     "moe-router-pre-softmax", "moe-layer-recompute",
 )
 _FALSE = {
@@ -113,6 +113,7 @@ NOT_MODELLED: dict[str, str] = {
     "num_distributed_optimizer_instances": "multiple distributed-optimizer instances not modelled",
     "cp_comm_type": "context-parallel communication type: p2p ring assumed",
     "squared_relu": "squared-ReLU activation timed as GeLU",
+    "window_size": "sliding-window attention not modelled: attention priced as full causal",
     "position_embedding_type": "relative position bias (T5-style) not modelled: priced as learned absolute embeddings",
     "moe_token_dispatcher_type": "MoE token dispatcher: all-to-all assumed",
     "distribute_saved_activations": "distributed saved activations not modelled",
