@@ -253,8 +253,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
 def not_modelled_warnings(flags: FlagValues) -> list[str]:
     """One line per accepted flag that changes step time or memory but that llmperf does not model."""
     modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
-                "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "none"),
-                "moe_token_dispatcher_type": ("alltoall",)}
+                "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "none")}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
             if flags.get(d) not in (None, False) and flags.get(d) not in modelled.get(d, ())]
 
