@@ -129,6 +129,9 @@ def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list
     if flags.get("fp16") and flags.get("bf16"):
         raise ConfigError(f"{flags.seen_flags['fp16']} and {flags.seen_flags['bf16']} are both set; Megatron accepts one "
                           "(arguments.py asserts not both). Keep one.")
+    legacy = [flags.seen_flags[d] for d in ("fp8_e4m3", "fp8_hybrid") if flags.get(d)]
+    if legacy:
+        return _legacy_fp8(flags, legacy, src)
     if flags.get("fp8_format") and flags.get("transformer_impl") == "local":
         # FP8 runs inside Transformer Engine modules; the local spec's torch layers ignore it (gpt_layer_specs.py).
         if warnings is not None:
@@ -138,6 +141,19 @@ def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list
         src["precision"] = flags.source("fp8_format")
         return "fp8"
     return flag_precision(flags, src, "Megatron: fp32 (no --fp16/--bf16)")
+
+
+def _legacy_fp8(flags: FlagValues, given: list[str], src: dict[str, Source]) -> str:
+    """--fp8-e4m3 / --fp8-hybrid (Megatron-DeepSpeed, Megatron-LM of 2023): validate_args asserts one of them only,
+    and --transformer-impl transformer_engine (the default there is local)."""
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} are both set; Megatron asserts 'cannot train with both fp8 e4m3 and "
+                          "hybrid formatting'. Keep one.")
+    if flags.get("transformer_impl") != "transformer_engine":
+        raise ConfigError(f"{given[0]} needs --transformer-impl transformer_engine (validate_args: 'transformer-engine "
+                          "required for fp8 training and inference'; the default implementation there is local).")
+    src["precision"] = flags.source("fp8_e4m3" if flags.get("fp8_e4m3") else "fp8_hybrid")
+    return "fp8"
 
 
 def flag_precision(flags: FlagValues, src: dict[str, Source], default_detail: str) -> str:

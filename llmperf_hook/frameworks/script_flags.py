@@ -41,7 +41,7 @@ _TRUE = (
     "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
-    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu",
+    "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute",
 )
 _FALSE = {

@@ -120,3 +120,12 @@ def test_gpt_oss_style_flags() -> None:
     assert any("sliding-window" in w for w in cfg.warnings)
     with pytest.raises(ConfigError, match="both set"):
         megatron("--swiglu", "--quick-geglu")
+
+
+def test_legacy_fp8_switches() -> None:
+    # Megatron-DeepSpeed (and Megatron-LM of 2023): --fp8-e4m3 / --fp8-hybrid need Transformer Engine, one at a time.
+    assert megatron("--bf16", "--fp8-hybrid", "--transformer-impl", "transformer_engine").precision == "fp8"
+    with pytest.raises(ConfigError, match="transformer-engine required"):
+        megatron("--bf16", "--fp8-e4m3")
+    with pytest.raises(ConfigError, match="both"):
+        megatron("--fp8-e4m3", "--fp8-hybrid", "--transformer-impl", "transformer_engine")
