@@ -309,6 +309,10 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
 def resolve_ds_batch(train: int | None, micro: int | None, gas: int | None, dp: int, origin: str) -> tuple[int, int, int]:
     """DeepSpeedConfig._set_batch_related_parameters then _batch_assertion; dp = DeepSpeed's data-parallel world."""
     given_micro, given_gas = micro is not None, gas is not None
+    for name, value in (("train_batch_size", train), ("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", gas)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{origin}: {name} is {value}; DeepSpeed requires it > 0 (it divides by it, then asserts). "
+                              "Give a positive value or leave the key out.")
     if train is not None and micro is not None and gas is None:
         gas = train // micro // dp
     elif train is not None and gas is not None and micro is None:

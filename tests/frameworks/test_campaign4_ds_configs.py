@@ -67,3 +67,12 @@ def test_batch_assertion_hint_counts_only_the_given_keys(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="multiple of 8 "):
         script([*DS, _write(tmp_path, b'{"train_batch_size": 100}')], model="llama2-7b")
     assert script([*DS, _write(tmp_path, b'{"train_batch_size": 104}')], model="llama2-7b").batch.micro_batch_size == 13
+
+
+@pytest.mark.parametrize("text", [b'{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 0}',
+                                  b'{"train_batch_size": 64, "gradient_accumulation_steps": 0}',
+                                  b'{"train_micro_batch_size_per_gpu": -2}'])
+def test_zero_or_negative_batch_keys_exit_2(tmp_path: Path, text: bytes) -> None:
+    # train_micro_batch_size_per_gpu 0 with train_batch_size was a ZeroDivisionError (internal error, exit 1).
+    with pytest.raises(ConfigError, match="> 0"):
+        script([*DS, _write(tmp_path, text)], model="llama2-7b")
