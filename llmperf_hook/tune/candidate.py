@@ -107,9 +107,18 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     own = candidate_of(cfg)
     same_recompute = (c.recompute, c.recompute_num_layers) == (own.recompute, own.recompute_num_layers)
     recompute = cfg.recompute if same_recompute else recompute_config(c)
+    # --distribute-saved-activations stays only where Megatron allows it (TP > 1, full recompute, no SP); the
+    # rewritten command drops it elsewhere (tune/megatron_argv.py), so candidates are not refused for it.
+    distribute = cfg.recompute.distribute_saved_activations and keeps_distributed_saved(c)
+    recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute)
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c))
+
+
+def keeps_distributed_saved(c: Candidate) -> bool:
+    """Megatron's rule for --distribute-saved-activations (arguments.py, TransformerConfig)."""
+    return c.tp > 1 and c.recompute in ("full", "block") and not c.sequence_parallel
 
 
 def _schedule(cfg: TrainingConfig, c: Candidate) -> str:

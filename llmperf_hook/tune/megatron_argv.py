@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from llmperf_hook.tune import argv_edit as ed
-from llmperf_hook.tune.candidate import Candidate
+from llmperf_hook.tune.candidate import Candidate, keeps_distributed_saved
 
 TP = ("--tensor-model-parallel-size",)
 PP = ("--pipeline-model-parallel-size",)
@@ -37,6 +37,7 @@ RC_LAYERS = ("--recompute-num-layers",)
 RC_OLD_SELECTIVE = ("--recompute-activations",)
 RC_OLD_FULL = ("--checkpoint-activations",)
 DS_ACTIVATION_CKPT = ("--deepspeed-activation-checkpointing",)
+DISTRIBUTE_SAVED = ("--distribute-saved-activations",)
 
 
 def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_layers: int,
@@ -69,6 +70,8 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
         out = ed.set_value(out, ZERO, str(new.zero_stage))
     if framework == "megatron-deepspeed" and new.pp == 1 and new.zero_stage >= 2:
         out = ed.set_switch(out, NO_PIPELINE, True)  # DeepSpeed's pipeline engine rejects ZeRO-2/3
+    if not keeps_distributed_saved(new):
+        out = ed.remove(out, DISTRIBUTE_SAVED, takes_value=False)
     return out
 
 
