@@ -188,7 +188,8 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
     return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"),
-                           distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)))
+                           distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
+                           cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0))
 
 
 # arguments.py --optimizer choices (Megatron-LM 2026): those llmperf prices, and those it prices as Adam.

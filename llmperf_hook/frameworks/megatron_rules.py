@@ -125,15 +125,12 @@ def _check_recompute_modules(flags: FlagValues, script_args: Sequence[str]) -> N
                           "'moe_act in recompute_modules is only supported with moe_grouped_gemm').")
 
 
-def _check_cpu_offloading(flags: FlagValues, model: ModelShape, pp: int, recompute: str) -> None:
+def _check_cpu_offloading(flags: FlagValues, model: ModelShape) -> None:
+    """TransformerConfig: offloaded layers below num_layers (PP and recompute: validation.py, tune changes them)."""
     layers = flags.get("cpu_offloading_num_layers", 0)
-    if not (flags.get("cpu_offloading") or layers > 0):
-        return
-    if pp > 1 or recompute != "none" or layers >= model.num_layers:
-        raise ConfigError(
-            f"activation CPU offloading (--cpu-offloading, {layers} layers) is refused by Megatron's TransformerConfig "
-            f"with pipeline parallelism (PP {pp}), with activation recomputation ({recompute}), or for as many layers "
-            f"as the model has ({model.num_layers}). Drop the offloading or those settings.")
+    if (flags.get("cpu_offloading") or layers > 0) and layers >= model.num_layers:
+        raise ConfigError(f"--cpu-offloading-num-layers {layers} must be below num-layers {model.num_layers} (Megatron "
+                          "TransformerConfig: 'CPU offloading can be done only for layers less than num_layers').")
 
 
 def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: bool) -> None:
@@ -167,6 +164,6 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
         return []
     _check_context_parallel(flags, script_args)
     _check_recompute_modules(flags, script_args)
-    _check_cpu_offloading(flags, model, parallel.pp, recompute)
+    _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     return _moe_warnings(flags, model, parallel.etp)

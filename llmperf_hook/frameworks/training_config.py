@@ -104,6 +104,9 @@ class RecomputeConfig:
     method: Literal["uniform", "block"] | None = None
     num_layers: int | None = None
     """Layers recomputed per stage (block) or per chunk (uniform); None = all."""
+    cpu_offloading: bool = False
+    """Megatron --cpu-offloading (activations offloaded to the host; not modelled, but Megatron refuses it with
+    pipeline parallelism and with recomputation)."""
     distribute_saved_activations: bool = False
     """Megatron --distribute-saved-activations: full-recompute checkpoints split over the TP group (needs TP > 1,
     full granularity with a method, and no sequence parallelism)."""

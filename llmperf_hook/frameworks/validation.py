@@ -226,6 +226,11 @@ def _check_recompute(cfg: TrainingConfig) -> None:
     # More block layers than a chunk holds recompute all of them (megatron/core/recompute.py): no upper bound.
     if r.distribute_saved_activations:
         _check_distributed_saved(cfg)
+    if r.cpu_offloading and (p.pp > 1 or r.granularity != "none"):
+        raise ConfigError(
+            f"--cpu-offloading (activations to the host) with pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} and "
+            f"recompute {_at(cfg, 'recompute', r.granularity)}: Megatron's TransformerConfig refuses CPU offloading with "
+            "pipeline parallelism and with activation recomputation. Drop the offloading or use PP 1 without recompute.")
 
 
 def _check_distributed_saved(cfg: TrainingConfig) -> None:

@@ -110,7 +110,8 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     # --distribute-saved-activations stays only where Megatron allows it (TP > 1, full recompute, no SP); the
     # rewritten command drops it elsewhere (tune/megatron_argv.py), so candidates are not refused for it.
     distribute = cfg.recompute.distribute_saved_activations and keeps_distributed_saved(c)
-    recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute)
+    recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
+                                    cpu_offloading=cfg.recompute.cpu_offloading)
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
@@ -30,3 +33,15 @@ def test_distribute_saved_activations_is_dropped_where_the_tuned_layout_forbids_
     kept = rewrite_megatron_argv(ARGV, base, dataclasses.replace(base, micro_batch_size=2), 16, "megatron")
     assert "--distribute-saved-activations" in kept
     assert resolve_job(kept, {})[1].recompute.distribute_saved_activations
+
+
+def test_cpu_offloading_candidates_keep_megatron_rules() -> None:
+    # TransformerConfig refuses --cpu-offloading with PP > 1 or any recompute: tune must not propose those.
+    argv = [w for w in ARGV if w not in ("--distribute-saved-activations",)]
+    argv = argv[:argv.index("--recompute-granularity")] + ["--cpu-offloading"]
+    cfg = resolve_job(argv, {})[1]
+    base = candidate_of(cfg)
+    for new in (dataclasses.replace(base, pp=2), dataclasses.replace(base, recompute="selective")):
+        with pytest.raises(ConfigError, match="cpu-offloading"):
+            validate_config(apply_candidate(cfg, new))
+    validate_config(apply_candidate(cfg, dataclasses.replace(base, micro_batch_size=2)))
