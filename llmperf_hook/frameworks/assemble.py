@@ -43,8 +43,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",
                              shape_model)
-    warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, parts.recompute.granularity,
-                                     framework == "megatron-deepspeed")
+    warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, framework == "megatron-deepspeed")
     optimizer, precision, pipeline_engine = parts.optimizer, parts.precision, False
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)

@@ -155,7 +155,7 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
 
 
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,
-                         recompute: str, ds_flavour: bool) -> list[str]:
+                         ds_flavour: bool) -> list[str]:
     """ConfigError for what Megatron-LM refuses at start-up or at its first step (see the module docstring);
     warnings for what only its releases since 2025 refuse."""
     check_choices(flags)
