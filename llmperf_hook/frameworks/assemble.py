@@ -64,6 +64,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         precision=precision, recompute=parts.recompute, optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=parts.attention_backend, pipeline_schedule=parts.pipeline_schedule,  # type: ignore[arg-type]
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
+        transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
     )
 
 

@@ -161,6 +161,9 @@ class TrainingConfig:
     deepspeed_pipeline_engine: bool = False
     """True when DeepSpeed's PipelineEngine runs the model (Megatron-DeepSpeed without --no-pipeline-parallel,
     or a DeepSpeed script with pipeline stages); it rejects ZeRO-2/3."""
+    transformer_impl: str = "transformer_engine"
+    """Megatron --transformer-impl (transformer_engine | local | inference_optimized); the local layers' attention
+    has no context parallelism."""
 
     def __post_init__(self) -> None:
         p = self.parallel

@@ -139,6 +139,11 @@ def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
             f"{_at(cfg, 'pp', p.pp)} (Megatron: interleaved schedule needs PP > 1). Drop the virtual-stage flag or raise PP."
         )
     _check_interleaving_pp2(cfg)
+    if p.cp > 1 and cfg.framework == "megatron" and cfg.transformer_impl == "local":
+        raise ConfigError(
+            f"context-parallel-size {_at(cfg, 'cp', p.cp)} with --transformer-impl local: Megatron's local attention "
+            "asserts 'Context parallelism is only supported by TEDotProductAttention!' "
+            "(megatron/core/transformer/dot_product_attention.py). Use --transformer-impl transformer_engine or CP 1.")
     if p.cp > 1 and seq % (2 * p.cp) != 0:
         raise ConfigError(
             f"seq-length {_at(cfg, 'seq_length', seq)} is not a multiple of 2 x context-parallel-size "

@@ -129,3 +129,9 @@ def test_legacy_fp8_switches() -> None:
         megatron("--bf16", "--fp8-e4m3")
     with pytest.raises(ConfigError, match="both"):
         megatron("--fp8-e4m3", "--fp8-hybrid", "--transformer-impl", "transformer_engine")
+
+
+def test_context_parallelism_needs_transformer_engine_attention() -> None:
+    with pytest.raises(ConfigError, match="TEDotProductAttention"):
+        megatron("--context-parallel-size", "2", "--transformer-impl", "local")
+    assert megatron("--context-parallel-size", "2").parallel.cp == 2
