@@ -127,7 +127,9 @@ def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], di
     if words[:1] == ["llmperf"]:
         words = words[2:] if words[1:2] in (["predict"], ["run"]) else words[1:]
     options = dict(defaults)
-    if words and words[0] in LINE_OPTIONS:
+    if words[:1] == ["--"]:  # `-- torchrun ...`: no llmperf options before the separator
+        words = words[1:]
+    elif words and (words[0] in LINE_OPTIONS or (words[0].startswith("--") and "--" in words)):  # llmperf options
         if "--" not in words:
             raise UsageError("a line with llmperf options must separate them from the command with `--`.")
         split = words.index("--")
