@@ -106,9 +106,12 @@ def _preset_name(name: str) -> str:
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
                     hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
                     detail: bool = False) -> Prediction:
-    """Stages [1]-[5] for a launch command (without the leading `llmperf`)."""
-    job, cfg = resolve_job(list(argv), env, overrides)
+    """Stages [1]-[5] for a launch command (without the leading `llmperf`). A cluster that is given (not the
+    assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`)."""
     spec, notes = resolve_cluster(cluster, hardware)
+    if cluster is not None and overrides.cluster_gpus_per_node is None:
+        overrides = replace(overrides, cluster_gpus_per_node=spec.gpus_per_node)
+    job, cfg = resolve_job(list(argv), env, overrides)
     if job.nproc_per_node > spec.gpus_per_node and job.nnodes > 1:
         notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
                   f"{spec.gpus_per_node} GPUs per node: placement assumes {spec.gpus_per_node} ranks per node.",)

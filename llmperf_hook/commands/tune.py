@@ -70,9 +70,10 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
     from llmperf_hook import api
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 
-    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
-    job, cfg = resolve_job(argv, dict(os.environ), overrides)
     spec, notes = api.resolve_cluster(cluster, hardware)
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model,
+                             cluster_gpus_per_node=spec.gpus_per_node if cluster else None)
+    job, cfg = resolve_job(argv, dict(os.environ), overrides)
     for note in notes:
         click.echo(f"llmperf tune: warning: {note}", err=True)
     return job, cfg, spec

@@ -33,6 +33,9 @@ class JobOverrides:
     nproc_per_node: int | None = None
     model: str | None = None
     """--model PRESET|FILE: model shape for scripts that do not state it in Megatron-style flags."""
+    cluster_gpus_per_node: int | None = None
+    """GPUs per node of the --cluster given: what a launch that starts one process per GPU of the node
+    (`--nproc-per-node gpu`, deepspeed without --num_gpus) starts, when its environment does not say."""
 
 
 _MEGATRON_MARKERS = ("num_layers", "encoder_num_layers", "hidden_size", "num_attention_heads")
@@ -111,5 +114,5 @@ def resolve_job(
     argv: Sequence[str], env: Mapping[str, str], overrides: JobOverrides = JobOverrides()
 ) -> tuple[ParsedJob, TrainingConfig]:
     """Parse the launch command (stage [1]) and the training configuration (stage [2]); ConfigError/UsageError on bad input."""
-    job = parse_launch(argv, env, overrides.nnodes, overrides.nproc_per_node)
+    job = parse_launch(argv, env, overrides.nnodes, overrides.nproc_per_node, overrides.cluster_gpus_per_node)
     return job, resolve_config(job, overrides)

@@ -169,9 +169,12 @@ def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[s
 
 
 def parse_launch(
-    argv: Sequence[str], env: Mapping[str, str], nnodes: int | None = None, nproc_per_node: int | None = None
+    argv: Sequence[str], env: Mapping[str, str], nnodes: int | None = None, nproc_per_node: int | None = None,
+    cluster_gpus_per_node: int | None = None,
 ) -> ParsedJob:
-    """Parse a launch command; `nnodes`/`nproc_per_node` are llmperf's overrides (highest precedence)."""
+    """Parse a launch command; `nnodes`/`nproc_per_node` are llmperf's overrides (highest precedence);
+    `cluster_gpus_per_node` (the --cluster's GPUs per node) is what 'every GPU of the node' means when neither the
+    command nor its environment says."""
     env_all = dict(env)
     used: dict[str, str] = {}
     words = [str(w) for w in argv]
@@ -181,4 +184,4 @@ def parse_launch(
         raise UsageError("no launch command given: put the training command after `--`, e.g. `-- torchrun ... pretrain_gpt.py ...`.")
     size = _dispatch(words, start, env_all, used)
     assert size is not None
-    return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node)
+    return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node, cluster_gpus_per_node)

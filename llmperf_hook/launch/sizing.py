@@ -3,7 +3,8 @@
 A launcher parser returns a `LaunchSize` whose counts may be unknown (`--nproc-per-node gpu`, a deepspeed
 launch without a hostfile: "every GPU of this machine", which is not the machine the job will run on).
 `finish_job` fills those from llmperf's overrides, then from the environment of the target node
-(CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE), and otherwise asks for `--nproc-per-node`.
+(CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE), then from the --cluster's GPUs per node, and otherwise asks for
+`--nproc-per-node`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _require_positive(counts: dict[str, Sized | None]) -> None:
                              "(or give llmperf --nnodes/--nproc-per-node).")
 
 
-def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
+def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str], used: dict[str, str],
+                   cluster_gpus: int | None = None) -> Sized:
     if override is not None:
         return Sized(override, Source(SourceKind.OVERRIDE, "--nproc-per-node"))
     if size.nproc_per_node.value is not None:
@@ -69,23 +71,26 @@ def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str
     from_env = gpus_from_env(env, used) if size.nproc_per_node.env_may_tell else None
     if from_env is not None:
         return from_env
+    if cluster_gpus is not None and size.nproc_per_node.env_may_tell:
+        return Sized(cluster_gpus, Source(SourceKind.OVERRIDE, "--cluster: its GPUs per node"))
     raise UsageError(
         f"cannot tell how many processes per node the {size.launcher} command starts: "
         f"{size.nproc_per_node.unknown_reason} ({size.nproc_per_node.source}), and that is a property of the machine "
         "the job runs on, not this one. Give it with llmperf's --nproc-per-node N"
-        f"{' (or set CUDA_VISIBLE_DEVICES)' if size.nproc_per_node.env_may_tell else ''}."
+        f"{' (or set CUDA_VISIBLE_DEVICES; predict and tune also read it from --cluster)' if size.nproc_per_node.env_may_tell else ''}."
     )
 
 
 def finish_job(
     size: LaunchSize, argv: tuple[str, ...], env: Mapping[str, str], used: dict[str, str],
-    nnodes_override: int | None = None, nproc_override: int | None = None,
+    nnodes_override: int | None = None, nproc_override: int | None = None, cluster_gpus: int | None = None,
 ) -> ParsedJob:
-    """Apply llmperf's overrides (highest precedence) and build the ParsedJob."""
+    """Apply llmperf's overrides (highest precedence) and build the ParsedJob; `cluster_gpus` sizes a launch that
+    starts one process per GPU of the node when nothing else says how many that is."""
     for name, value in (("--nnodes", nnodes_override), ("--nproc-per-node", nproc_override)):
         if value is not None and value < 1:
             raise UsageError(f"llmperf {name} {value} must be at least 1.")
-    nproc = _resolve_nproc(size, nproc_override, env, used)
+    nproc = _resolve_nproc(size, nproc_override, env, used, cluster_gpus)
     nnodes = Sized(nnodes_override, Source(SourceKind.OVERRIDE, "--nnodes")) if nnodes_override else size.nnodes
     assert nnodes.value is not None and nproc.value is not None
     _require_positive({"nodes": nnodes, "processes per node": nproc, "world size": size.world_size})

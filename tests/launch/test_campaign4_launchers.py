@@ -114,3 +114,13 @@ def test_deepspeed_exclude_without_hostfile_ignores_cuda_visible_devices() -> No
         parse_launch(script, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert parse_launch(script, {}, nproc_per_node=7).world_size == 7
     assert parse_launch(["deepspeed", "pretrain_gpt.py"], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).world_size == 4
+
+
+def test_every_gpu_of_the_node_is_the_clusters_count_when_given() -> None:
+    argv = ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "pretrain_gpt.py"]
+    with pytest.raises(UsageError, match="--cluster"):
+        parse_launch(argv, {})
+    job = parse_launch(argv, {}, cluster_gpus_per_node=4)
+    assert (job.nproc_per_node, job.world_size) == (4, 8)
+    assert parse_launch(argv, {"CUDA_VISIBLE_DEVICES": "0,1"}, cluster_gpus_per_node=4).nproc_per_node == 2
+    assert parse_launch(["deepspeed", "pretrain_gpt.py"], {}, cluster_gpus_per_node=8).world_size == 8
