@@ -98,7 +98,7 @@ def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, 
         return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
                           inner.script_args, tuple(warnings) + inner.warnings)
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
-    rest = unwrap(words, rest)
+    rest = _skip_prefixes(words, rest, env)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
     if start >= len(words):
         raise UsageError("the python command that srun starts names no training script.")
@@ -114,9 +114,22 @@ def _mpirun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
     if inner is not None:
         return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
                           inner.script_args, tuple(warnings) + inner.warnings)
-    rest = unwrap(words, rest)
+    rest = _skip_prefixes(words, rest, job_env)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
     return mpirun_size(words, i, values, rest, start, warnings)
+
+
+def _skip_prefixes(words: Sequence[str], i: int, env: Mapping[str, str]) -> int:
+    """Past wrappers (`nohup`, `numactl ...`) and `env A=1` / `A=1` words before the program (`nohup env A=1
+    torchrun ...`, `srun ... env OMP_NUM_THREADS=1 python ...`); assignments go into `env`."""
+    while i < len(words):
+        j = unwrap(words, i)
+        if j == i and (os.path.basename(words[i]) == "env" or _ASSIGN.match(words[i])) and isinstance(env, dict):
+            j = i + _strip_assignments(list(words[i:]), env)
+        if j == i or j >= len(words):
+            return i
+        i = j
+    return i
 
 
 def is_shell_c(words: Sequence[str], i: int) -> bool:
@@ -142,8 +155,9 @@ def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[s
     unwrapped = _shell_c(words, i, env, used)
     if unwrapped is not None:
         return _dispatch(unwrapped, i, env, used, inside_srun)
-    if unwrap(words, i) != i:
-        return _dispatch(words, unwrap(words, i), env, used, inside_srun)
+    j = _skip_prefixes(words, i, env)
+    if j != i:
+        return _dispatch(words, j, env, used, inside_srun)
     head = os.path.basename(words[i])
     if head == "torchrun":
         return parse_torchrun(words, i + 1, env, used, "torchrun")

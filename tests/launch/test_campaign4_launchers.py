@@ -124,3 +124,11 @@ def test_every_gpu_of_the_node_is_the_clusters_count_when_given() -> None:
     assert (job.nproc_per_node, job.world_size) == (4, 8)
     assert parse_launch(argv, {"CUDA_VISIBLE_DEVICES": "0,1"}, cluster_gpus_per_node=4).nproc_per_node == 2
     assert parse_launch(["deepspeed", "pretrain_gpt.py"], {}, cluster_gpus_per_node=8).world_size == 8
+
+
+def test_env_assignments_after_a_wrapper_or_inside_srun_and_mpirun() -> None:
+    job = parse_launch(["nohup", "env", "CUDA_VISIBLE_DEVICES=0,1,2,3", "deepspeed", "pretrain_gpt.py"], {})
+    assert job.world_size == 4
+    for launch in (["srun", "-N", "2", "--ntasks-per-node", "4"], ["mpirun", "-np", "8", "--npernode", "4"]):
+        job = parse_launch([*launch, "env", "OMP_NUM_THREADS=1", *SCRIPT], {})
+        assert (job.script, job.world_size) == ("pretrain_gpt.py", 8)  # the script was read as 'env'
