@@ -3,7 +3,9 @@
 Each rule is Megatron's own, cited where it lives: argparse `choices` (megatron/training/arguments.py, and the
 TransformerConfig fields whose `Literal[...]` types become choices through megatron/training/argument_utils.py),
 `validate_args` asserts, and TransformerConfig.__post_init__ ValueErrors (megatron/core/transformer/
-transformer_config.py). Layout-dependent rules (those `tune` may change) live in validation.py instead.
+transformer_config.py). Rules that `tune` may break by changing the layout live in validation.py (those here
+read the command's own layout only where the flag itself pins it, e.g. torch FSDP2). Rules only Megatron-LM
+releases since 2025 enforce are warnings, as older releases accept the command.
 """
 
 from __future__ import annotations
