@@ -46,6 +46,8 @@ class DsSettings:
     fp16: bool | str = False
     bf16: bool | str = False
     gradient_clipping: float | str = 0.0
+    torch_autocast: str | None = None
+    """ds_config torch_autocast (DeepSpeed >= 0.17): the autocast compute dtype ("bf16" | "fp16"), None = off."""
     pipeline_stages: int | None = None
     pipeline_checkpoint_interval: int = 0
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
@@ -250,10 +252,31 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
     for key in ("fp16", "bf16"):
         if out[key]:
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} {key}.enabled")
+    out["torch_autocast"] = _autocast(raw.get("torch_autocast"), origin)
+    if out["torch_autocast"]:
+        src["torch_autocast"] = Source(SourceKind.CONFIG_FILE, f"{origin} torch_autocast")
     if "gradient_clipping" in raw:
         out["gradient_clipping"] = _clip(raw["gradient_clipping"], origin)
         src["gradient_clipping"] = Source(SourceKind.CONFIG_FILE, f"{origin} gradient_clipping")
     return out
+
+
+# deepspeed/runtime/config.py get_torch_autocast_dtype -> DtypeEnum spellings; torch.autocast's CUDA default is fp16.
+_AUTOCAST_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "bfloat": "bf16", "torch.bfloat16": "bf16", "fp16": "fp16",
+                    "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp32": "fp32", "float32": "fp32",
+                    "float": "fp32", "torch.float32": "fp32"}
+
+
+def _autocast(section: Any, origin: str) -> str | None:
+    if not isinstance(section, dict) or not _bool(section.get("enabled", False), "torch_autocast.enabled", origin):
+        return None
+    dtype = section.get("dtype")
+    if dtype is None:
+        return "fp16"
+    if str(dtype).lower() not in _AUTOCAST_DTYPES:
+        raise ConfigError(f"{origin} torch_autocast.dtype {dtype!r} is not a dtype DeepSpeed knows ('Invalid dtype for "
+                          "torch autocast'); use \"bfloat16\" or \"float16\".")
+    return _AUTOCAST_DTYPES[str(dtype).lower()]
 
 
 def _clip(value: Any, origin: str) -> float | str:
@@ -294,6 +317,9 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     src: dict[str, Source] = {}
     warnings: list[str] = []
     fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
+    if fields["torch_autocast"] in ("bf16", "fp16") and fields["fp16"] is not True and fields["bf16"] is not True:
+        warnings.append(f"{origin} torch_autocast computes in {fields['torch_autocast']} on fp32 parameters and gradients: "
+                        f"priced as {fields['torch_autocast']} mixed precision (2-byte weights)")
     if fields["zero_stage"] == AUTO:
         raise ConfigError(f"{origin} zero_optimization.stage is \"auto\"; DeepSpeed needs 0, 1, 2 or 3.")
     if fields["offload_optimizer"] != "none" and fields["zero_stage"] == 0:

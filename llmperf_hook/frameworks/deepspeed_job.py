@@ -50,6 +50,9 @@ def ds_precision(ds: DsSettings, flags: FlagValues, src: dict[str, Source]) -> s
         if value is True or (value == AUTO and flags.get(name)):
             src["precision"] = ds.sources.get(name, flags.source(name)) if value is True else flags.source(name)
             return name
+    if ds.torch_autocast in ("bf16", "fp16"):
+        src["precision"] = ds.sources["torch_autocast"]
+        return ds.torch_autocast
     src["precision"] = Source(SourceKind.DEFAULT, f"{ds.path}: neither fp16 nor bf16 enabled (fp32)")
     return "fp32"
 

@@ -76,3 +76,16 @@ def test_zero_or_negative_batch_keys_exit_2(tmp_path: Path, text: bytes) -> None
     # train_micro_batch_size_per_gpu 0 with train_batch_size was a ZeroDivisionError (internal error, exit 1).
     with pytest.raises(ConfigError, match="> 0"):
         script([*DS, _write(tmp_path, text)], model="llama2-7b")
+
+
+def test_torch_autocast_section_sets_the_compute_precision(tmp_path: Path) -> None:
+    # deepspeed/runtime/config.py get_torch_autocast_dtype (DeepSpeed 0.17+); torch.autocast's CUDA default is fp16.
+    cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": '
+                                        b'{"enabled": true, "dtype": "bfloat16"}}')], model="llama2-7b")
+    assert cfg.precision == "bf16" and any("torch_autocast" in w for w in cfg.warnings)
+    cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": {"enabled": true}}')],
+                 model="llama2-7b")
+    assert cfg.precision == "fp16"
+    with pytest.raises(ConfigError, match="Invalid dtype"):
+        script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": '
+                                      b'{"enabled": true, "dtype": "int8"}}')], model="llama2-7b")
