@@ -47,7 +47,8 @@ class DsSettings:
     bf16: bool | str = False
     gradient_clipping: float | str = 0.0
     torch_autocast: str | None = None
-    """ds_config torch_autocast (DeepSpeed >= 0.17): the autocast compute dtype ("bf16" | "fp16"), None = off."""
+    """ds_config torch_autocast (DeepSpeed >= 0.17) or apex `amp`: the autocast compute dtype ("bf16" | "fp16"),
+    None = off."""
     pipeline_stages: int | None = None
     pipeline_checkpoint_interval: int = 0
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
@@ -255,6 +256,9 @@ def _batch_and_precision(raw: dict[str, Any], origin: str, src: dict[str, Source
     out["torch_autocast"] = _autocast(raw.get("torch_autocast"), origin)
     if out["torch_autocast"]:
         src["torch_autocast"] = Source(SourceKind.CONFIG_FILE, f"{origin} torch_autocast")
+    elif isinstance(raw.get("amp"), dict) and _bool(raw["amp"].get("enabled", False), "amp.enabled", origin):
+        out["torch_autocast"] = "fp16"  # NVIDIA apex amp (deepspeed/runtime/engine.py amp.initialize): fp16 compute
+        src["torch_autocast"] = Source(SourceKind.CONFIG_FILE, f"{origin} amp.enabled")
     if "gradient_clipping" in raw:
         out["gradient_clipping"] = _clip(raw["gradient_clipping"], origin)
         src["gradient_clipping"] = Source(SourceKind.CONFIG_FILE, f"{origin} gradient_clipping")
@@ -318,7 +322,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     warnings: list[str] = []
     fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
     if fields["torch_autocast"] in ("bf16", "fp16") and fields["fp16"] is not True and fields["bf16"] is not True:
-        warnings.append(f"{origin} torch_autocast computes in {fields['torch_autocast']} on fp32 parameters and gradients: "
+        warnings.append(f"{origin} {'torch_autocast' if 'torch_autocast' in raw else 'amp'} computes in "
+                        f"{fields['torch_autocast']} on fp32 parameters and gradients: "
                         f"priced as {fields['torch_autocast']} mixed precision (2-byte weights)")
     if fields["zero_stage"] == AUTO:
         raise ConfigError(f"{origin} zero_optimization.stage is \"auto\"; DeepSpeed needs 0, 1, 2 or 3.")

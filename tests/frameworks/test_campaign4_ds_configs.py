@@ -89,3 +89,6 @@ def test_torch_autocast_section_sets_the_compute_precision(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="Invalid dtype"):
         script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "torch_autocast": '
                                       b'{"enabled": true, "dtype": "int8"}}')], model="llama2-7b")
+    cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "amp": {"enabled": true, "opt_level": "O1"}}')],
+                 model="llama2-7b")
+    assert cfg.precision == "fp16" and any("amp computes" in w for w in cfg.warnings)
