@@ -51,7 +51,8 @@ def _convert(text: str, kind: Kind, flag: str) -> Any:
         if kind == "float":
             return float(text)
     except ValueError:
-        raise ConfigError(f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {text!r} (argv).") from None
+        hint = " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in text else ""
+        raise ConfigError(f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {text!r} (argv){hint}.") from None
     return text
 
 

@@ -135,3 +135,9 @@ def test_context_parallelism_needs_transformer_engine_attention() -> None:
     with pytest.raises(ConfigError, match="TEDotProductAttention"):
         megatron("--context-parallel-size", "2", "--transformer-impl", "local")
     assert megatron("--context-parallel-size", "2").parallel.cp == 2
+
+
+def test_unexpanded_variable_in_a_training_flag_is_named_as_such() -> None:
+    with pytest.raises(ConfigError, match="unexpanded shell variable"):
+        megatron("--tensor-model-parallel-size", "$TP")
+    assert megatron("--tensor-model-parallel-size", "2").parallel.tp == 2
