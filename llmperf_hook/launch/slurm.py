@@ -91,7 +91,10 @@ def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Ma
         per_node = Sized(1, Source(SourceKind.DEFAULT, "srun: one task per node"))
     assert nnodes.value is not None
     if ntasks is not None and per_node is not None and "nodes" not in values:
-        return _tasks_with_cap(ntasks, per_node), per_node, ntasks, warnings
+        nodes = _tasks_with_cap(ntasks, per_node)
+        assert nodes.value is not None and ntasks.value is not None
+        spread = Sized(-(-ntasks.value // nodes.value), Source(SourceKind.DERIVED, "ceil(ntasks / nnodes)"))
+        return nodes, (per_node if spread.value == per_node.value else spread), ntasks, warnings
     if ntasks is not None:
         assert ntasks.value is not None
         per_node_value = -(-ntasks.value // nnodes.value)

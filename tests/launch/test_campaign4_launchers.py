@@ -25,6 +25,7 @@ def test_srun_ntasks_with_a_per_node_cap_spans_nodes() -> None:
     assert _size(["srun", "--ntasks", "16", "--ntasks-per-node", "8", *SCRIPT]) == (2, 8, 16)
     assert _size(["srun", "-n", "16", "--ntasks-per-node=4", *SCRIPT], {"SLURM_NNODES": "8"}) == (4, 4, 16)
     assert _size(["srun", "-N", "2", "-n", "16", "--ntasks-per-node", "8", *SCRIPT]) == (2, 8, 16)
+    assert _size(["srun", "-n", "4", "--ntasks-per-node", "8", *SCRIPT]) == (1, 4, 4)  # fewer tasks than the cap
 
 
 @pytest.mark.parametrize(("launch", "expected"), [
