@@ -35,6 +35,7 @@ def test_srun_ntasks_with_a_per_node_cap_spans_nodes() -> None:
     (["mpiexec", "-n", "8", "-ppn", "4", "-genv", "OMP_NUM_THREADS", "1"], (2, 4, 8)),
     (["mpirun", "-np", "16", "--map-by", "ppr:8:node", "--bind-to", "none", "--mca", "btl", "^openib"], (2, 8, 16)),
     (["mpirun", "-np", "12", "-H", "a:8,b:8,c:8"], (2, 6, 12)),
+    (["mpirun", "-np", "4", "--npernode", "8"], (1, 4, 4)),
 ])
 def test_mpirun_sizes(launch: list[str], expected: tuple[int, int, int]) -> None:
     assert _size([*launch, *SCRIPT]) == expected
