@@ -134,7 +134,7 @@ def size_mpirun(values: Mapping[str, str], name: str) -> tuple[Sized, Sized, Siz
         assert per_node.value is not None
         nodes = Sized(-(-world.value // max(per_node.value, 1)), Source(SourceKind.DERIVED, "ceil(np / processes per node)"))
         if nodes.value == 1 and world.value < per_node.value:  # fewer ranks than one node's share
-            per_node = Sized(world.value, np_opt and Source(SourceKind.LAUNCHER, np_opt[0]) or world.source)
+            per_node = Sized(world.value, world.source)
         return nodes, per_node, world
     if hosts:
         nodes = Sized(_nodes_filled(world.value, hosts[0]), Source(SourceKind.DERIVED, f"hosts filled slot by slot ({hosts[1]})"))
