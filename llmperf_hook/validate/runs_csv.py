@@ -45,6 +45,11 @@ def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
 
 
 def check_columns(columns: Sequence[str], where: str) -> None:
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        # csv.DictReader would keep only the last cell of a repeated name, silently.
+        raise UsageError(f"{where}: column(s) {', '.join(map(repr, repeated))} appear more than once in the header, so "
+                         "it is ambiguous which cell a row means. Rename or drop the repeated column(s).")
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     has_cluster = any(all(c in columns for c in group) for group in CLUSTER_COLUMN_SETS)
     if not has_cluster:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmperf_hook.commands.validate import command
-from llmperf_hook.errors import ConfigError
+from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.validate import runner
 from llmperf_hook.validate.runner import PredictedStep
 
@@ -90,3 +90,23 @@ def test_missing_column_exits_2_through_the_cli(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "bad.csv", [{k: v for k, v in BASE_ROW.items() if k != "num_gpus"}])
     proc = subprocess.run([sys.executable, "-m", "llmperf_hook", "validate", str(path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "num_gpus" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_row_failed_exits_2_after_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    clusters_dir: Path) -> None:
+    monkeypatch.setattr(runner, "predict_with_api", fake_predict)
+    monkeypatch.setattr("llmperf_hook.resources.configs_dir", lambda: clusters_dir.parent)
+    bad = {**BASE_ROW, "tp": "3", "dp": "", "num_gpus": "6"}
+    path = write_csv(tmp_path / "bad.csv", [{**bad, "row_id": "1"}, {**bad, "row_id": "2"}])
+    out = CliRunner().invoke(command, [str(path)])
+    assert isinstance(out.exception, UsageError) and out.exception.exit_code == 2  # cli.main turns it into exit 2
+    assert "FAILED" in out.output and "nothing was scored" in str(out.exception)
+
+
+def test_a_repeated_column_name_exits_2(tmp_path: Path, clusters_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("llmperf_hook.resources.configs_dir", lambda: clusters_dir.parent)
+    path = write_csv(tmp_path / "runs.csv", [{**BASE_ROW, "row_id": "1", "iteration_time_s": "2.0"}])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text(lines[0] + ",tp\n" + lines[1] + ",4\n", encoding="utf-8")
+    out = CliRunner().invoke(command, [str(path)])
+    assert isinstance(out.exception, UsageError) and "'tp' appear more than once" in str(out.exception)
