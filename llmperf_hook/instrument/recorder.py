@@ -235,13 +235,19 @@ class StepRecorder:
         step, cfg = self._num_steps_done, self.config
         if cfg.inject_fault_at_step is not None and step == cfg.inject_fault_at_step:
             raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
+        memory = self._memory.sample_and_reset() if step < cfg.last_hooked_step else None
+        restart = None
         if step == 0:
             self._resolve_rank()
+            if self._reference is None:  # step 0 had no start mark (a step before the first forward: DeepSpeed's
+                # bf16 optimizer steps torch Adam at initialize): read between steps 0 and 1, in neither
+                self._reference = self._read_reference(timer.device)
+                restart = timer.mark(), time.process_time()
             self.writer.write(self._base("meta", **job_facts(timer.device),
                                          **({"reference": self._reference} if self._reference else {})))
-        if step < cfg.last_hooked_step:
-            self.writer.write(self._step_record(step, end, end_cpu_s, self._memory.sample_and_reset()))
-        self._start_mark, self._start_cpu_s = end, end_cpu_s
+        if memory is not None:
+            self.writer.write(self._step_record(step, end, end_cpu_s, memory))
+        self._start_mark, self._start_cpu_s = restart or (end, end_cpu_s)
         self._num_steps_done += 1
         self._after_step()
 

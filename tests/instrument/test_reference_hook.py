@@ -58,3 +58,17 @@ def test_local_world_size_from_the_launchers(monkeypatch: pytest.MonkeyPatch) ->
     assert local_world_size(8) == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # torchrun
     assert local_world_size(8) == 3
+
+
+def test_step_before_any_forward_reads_between_steps_zero_and_one(tmp_path: Path) -> None:
+    """DeepSpeed's bf16 optimizer steps torch Adam at initialize, before any forward: step 0 has no start mark, so
+    the reading comes after it, and step 1 starts after the reading."""
+    pytest.importorskip("torch")
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=2, num_warmup_steps=0))
+    rec.torch_optimizer_stepped()  # step 0, no forward before it
+    rec.torch_optimizer_stepped()  # step 1, right away
+    rec.writer.close()
+    records = _records(tmp_path)
+    (meta,) = [r for r in records if r["kind"] == "meta"]
+    steps = [r for r in records if r["kind"] == "step"]
+    assert meta["reference"]["cpu_s"] > 0 and steps[1]["wall_time_s"] < meta["reference"]["wall_s"] / 2
