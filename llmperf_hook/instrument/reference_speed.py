@@ -1,9 +1,9 @@
 """How fast this machine's CPU is right now: a tiny fixed reference workload, timed the same way everywhere.
 
-A shared or virtual machine's CPU speed drifts: on the 2-vCPU KVM machine of the CPU testbed the same
+A shared or virtual machine's CPU speed may drift: on the 2-vCPU KVM machine of the CPU testbed the same
 DeepSpeed step took 55.6 ms of CPU time in one run and 63.6 ms a minute later, with no steal time and wall time
-equal to CPU time. A profile taken at one minute and a measurement at another then disagree by the drift, which
-is no model's error. The reference workload makes that drift visible, so it can be told apart:
+equal to CPU time. A profile taken at one minute and a measurement at another would then disagree by the
+drift, which is no model's error. The reference workload is meant to make such drift visible:
 - `llmperf profile --device cpu` records readings with the profile (before sampling, around the framework
   measurement, at the end: `reference_speed.json` in the profile directory, and per dtype in
   framework_overhead.json): the machine speed the profile was taken at;
@@ -29,10 +29,10 @@ a core someone else held), each part the median of PART_REPS repetitions after o
 - `sweep_s`: 8 copies of 1 MiB into 1 MiB (cache-resident traffic, as the activations of a small step);
 - `dispatch_s`: 1000 tiny eager ops (torch's per-op dispatch, the dominant cost of small CPU training steps).
 The reading is `cpu_s`, the sum of these three medians (~6 ms). Recorded beside it with `diagnostics`, not
-counted: `dram_sweep_s`, a copy of 32 MiB into 32 MiB. On the testbed machine it moved 2.5-5.4 ms from one reading to
-the next while another program ran on the other core, while the testbed's step CPU time stayed within 1 %
-(benchmarks/bench_cpu_testbed.py --drift-check): it measures the neighbours' memory traffic, not the speed
-the step sees. About 75 ms of wall time per reading with the repetitions. `speed_ratio` compares two readings
+counted: `dram_sweep_s`, a copy of 32 MiB into 32 MiB. In an earlier version it was counted, and moved 2.6-5.4 ms
+between readings while another program ran on the other core, while four runs of testbed configuration 1 took
+59.6-59.8 ms of CPU time per step: it measures the neighbours' memory traffic, not the speed the step sees.
+A reading costs ~50 ms of CPU time (50-150 ms of wall time on a loaded machine). `speed_ratio` compares two readings
 taken with the same number of concurrent copies (`concurrent`: ranks of the job on the machine running it at
 once share caches and memory bandwidth).
 torch is imported inside the functions only.
