@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 # Words that make `llmperf WORD ...` mean `llmperf run -- WORD ...`.
-LAUNCHER_PREFIXES = frozenset({"torchrun", "deepspeed", "python", "python3", "srun"})
+LAUNCHER_PREFIXES = frozenset({"torchrun", "deepspeed", "python", "python3", "srun", "mpirun", "mpiexec"})
 
 
 class LazyGroup(click.Group):
