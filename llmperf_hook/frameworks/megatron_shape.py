@@ -8,6 +8,7 @@ moe-ffn-hidden-size defaults to ffn; padded vocab = ceil(V / (make-vocab-size-di
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
@@ -95,11 +96,49 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
         return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn, "moe_layer_freq": max(freq, 1)}
     topk, src["moe_router_topk"] = pick(flags, "moe_router_topk", 2, "Megatron --moe-router-topk default 2")
     moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron: ffn-hidden-size")
-    freq_text = str(flags.get("moe_layer_freq", "1"))
-    freq = int(freq_text) if freq_text.isdigit() else 1
-    if not freq_text.isdigit():
-        warnings.append(f"--moe-layer-freq {freq_text}: per-layer MoE pattern not modelled, every layer treated as MoE")
-    return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn, "moe_layer_freq": max(freq, 1)}
+    freq_text = str(flags.get("moe_layer_freq", "1")).strip()
+    shape = {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn}
+    if "[" in freq_text:
+        pattern = moe_layer_pattern(freq_text, flags.get("num_layers"), flags.source("moe_layer_freq"))
+        return {**shape, "moe_layer_pattern": pattern}
+    try:
+        freq = int(freq_text)
+    except ValueError:
+        raise ConfigError(f"--moe-layer-freq {freq_text!r} ({flags.source('moe_layer_freq')}) is neither an integer nor "
+                          "a list pattern; Megatron's moe_freq_type would fail. Give N (every N-th layer is MoE) or a "
+                          "pattern such as '([0]*3+[1]*58)'.") from None
+    return {**shape, "moe_layer_freq": max(freq, 1)}
+
+
+def moe_layer_pattern(text: str, num_layers: int | None, where: Source) -> tuple[int, ...]:
+    """arguments.py moe_freq_type: a Python list expression ("([0]*3+[1]*58)") -> one entry per layer, checked as
+    gpt_layer_specs.py asserts (length = num_layers). Evaluated on a whitelist of list / int literals, + and *."""
+    try:
+        value = _eval_pattern(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        raise ConfigError(f"--moe-layer-freq {text!r} ({where}) is not a list expression of integers such as "
+                          "'([0]*3+[1]*58)'; Megatron evaluates it as one 1 (MoE) or 0 (dense) per layer.")
+    if num_layers is not None and len(value) != num_layers:
+        raise ConfigError(f"--moe-layer-freq {text!r} ({where}) gives {len(value)} layers but --num-layers is "
+                          f"{num_layers}; Megatron asserts the pattern has one entry per layer (gpt_layer_specs.py). "
+                          "Make the pattern as long as the model.")
+    return tuple(value)
+
+
+def _eval_pattern(node: ast.AST) -> Any:
+    if isinstance(node, ast.List):
+        return [_eval_pattern(e) for e in node.elts]
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        left, right = _eval_pattern(node.left), _eval_pattern(node.right)
+        if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and right * len(left) <= 1 << 16:
+            return left * right
+        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            return left + right
+    raise ValueError("not a list pattern")
 
 
 def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> tuple[int, int | None]:

@@ -49,6 +49,8 @@ class ModelShape:
     """Per-expert MLP width (Megatron default: ffn_hidden_size)."""
     moe_layer_freq: int = 1
     """Every k-th layer is MoE (1 = all)."""
+    moe_layer_pattern: tuple[int, ...] = ()
+    """Per-layer pattern of --moe-layer-freq's list form (1 = MoE layer, else dense); () when moe_layer_freq applies."""
     max_position_embeddings: int | None = None
     """Size of the learned position table (Megatron --max-position-embeddings); None when not stated."""
     make_vocab_size_divisible_by: int | None = None

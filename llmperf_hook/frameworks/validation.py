@@ -184,6 +184,10 @@ def _check_experts(cfg: TrainingConfig) -> None:
             f"num-experts {_at(cfg, 'num_experts', experts)} is not a multiple of expert-model-parallel-size "
             f"{_at(cfg, 'ep', p.ep)} (Megatron requires experts % EP == 0). Valid EP: {_divisors(experts)}."
         )
+    pattern, layers = cfg.model.moe_layer_pattern, cfg.model.num_layers
+    if experts > 0 and pattern and len(pattern) != layers:
+        raise ConfigError(f"the --moe-layer-freq pattern has {len(pattern)} entries but the model has {layers} layers "
+                          f"({_at(cfg, 'num_layers', layers)}); Megatron asserts one entry per layer (gpt_layer_specs.py).")
     expert_ranks = p.etp * p.ep * p.pp
     if cfg.world_size % expert_ranks != 0:
         raise ConfigError(

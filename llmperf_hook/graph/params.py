@@ -54,6 +54,11 @@ def head_params(cfg: TrainingConfig) -> int:
 
 
 def is_moe_layer(cfg: TrainingConfig, layer_index: int) -> bool:
-    """Megatron --moe-layer-freq k: layers 0, k, 2k, ... are MoE (an int frequency)."""
+    """Megatron --moe-layer-freq: k -> layers 0, k, 2k, ... are MoE; a list pattern -> the layers whose entry is 1
+    (gpt_layer_specs.py get_gpt_decoder_block_spec)."""
     m = cfg.model
-    return m.num_experts > 0 and layer_index % max(1, m.moe_layer_freq) == 0
+    if m.num_experts == 0:
+        return False
+    if m.moe_layer_pattern:
+        return m.moe_layer_pattern[layer_index] == 1
+    return layer_index % max(1, m.moe_layer_freq) == 0

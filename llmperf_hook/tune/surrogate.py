@@ -19,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
@@ -39,6 +39,13 @@ class SurrogateEstimate:
     """Estimated step time, seconds (orders candidates; the full model gives the reported number)."""
 
 
+def moe_layer_fraction(m: ModelShape) -> float:
+    """Share of the layers that are MoE (--moe-layer-freq k: 1/k; a list pattern: its count of 1s)."""
+    if m.moe_layer_pattern:
+        return sum(1 for v in m.moe_layer_pattern if v == 1) / len(m.moe_layer_pattern)
+    return 1.0 / max(m.moe_layer_freq, 1)
+
+
 def _layer_params(cfg: TrainingConfig) -> tuple[float, float]:
     """(parameters of one dense transformer layer, extra MoE expert parameters per layer on average)."""
     m = cfg.model
@@ -49,7 +56,7 @@ def _layer_params(cfg: TrainingConfig) -> tuple[float, float]:
     mlp = mlp_mats * m.hidden_size * m.ffn_hidden_size
     if m.num_experts:
         ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
-        expert = mlp_mats * m.hidden_size * ffn * m.num_experts / max(m.moe_layer_freq, 1)
+        expert = mlp_mats * m.hidden_size * ffn * m.num_experts * moe_layer_fraction(m)
         return attn + 4 * m.hidden_size, expert
     return attn + mlp + 4 * m.hidden_size, 0.0
 
@@ -161,7 +168,7 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
     tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
     mb_s = compute_mb + tp_comm_mb
     if m.num_experts:
-        mb_s = mb_s + _ep_alltoall_s(cfg, cluster, cols, tokens) * (layers_per_stage / max(m.moe_layer_freq, 1)) * (
+        mb_s = mb_s + _ep_alltoall_s(cfg, cluster, cols, tokens) * (layers_per_stage * moe_layer_fraction(m)) * (
             4 + 2 * (rc_passes > 0.5))
     p2p_s = _p2p_s(cfg, cluster, cols, tokens)
     pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
