@@ -106,6 +106,7 @@ def _layout(flags: FlagValues, world: int, world_src: Source, src: dict[str, Sou
         pipeline_layout=flags.get("pipeline_model_parallel_layout"),
         microbatch_group_size=flags.get("microbatch_group_size_per_virtual_pipeline_stage"),
         overlap_p2p_comm=bool(flags.get("overlap_p2p_comm", True)),
+        pp_partition_method=flags.get("pp_partition_method"),
     )
 
 

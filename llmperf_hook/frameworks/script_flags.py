@@ -96,8 +96,6 @@ ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_interm
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
     "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
-    "pp_partition_method": "pipeline partition method (bigscience Megatron-DeepSpeed): DeepSpeed's default "
-                           "'type:transformer' split assumed",
     "embed_layernorm": "embedding layer norm (bigscience Megatron-DeepSpeed) not modelled",
     "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
     "qk_layernorm": "query/key layer norms not modelled",

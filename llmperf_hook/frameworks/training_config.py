@@ -85,6 +85,9 @@ class ParallelLayout:
     overlap_p2p_comm: bool = True
     """Megatron's overlap of pipeline send/recv in the interleaved schedule (on unless
     --no-overlap-p2p-communication); without it Megatron needs PP > 2 for virtual stages."""
+    pp_partition_method: str | None = None
+    """DeepSpeed PipelineModule partition_method of the bigscience Megatron-DeepSpeed fork's --pp-partition-method
+    ('type:REGEX', 'uniform', 'parameters'); None = the microsoft fork's fixed 'type:transformer'."""
 
     @property
     def vpp_group(self) -> int:

@@ -80,7 +80,7 @@ def _check_pipeline_layers(cfg: TrainingConfig) -> None:
                 "llmperf models pipeline stages only as an even split or with --decoder-first/last-pipeline-num-layers; "
                 "to predict this job, express the split with those two flags (or a layer count divisible by PP).")
         if total % p.pp != 0 and cfg.deepspeed_pipeline_engine and p.vpp == 1 and not extra:
-            return  # DeepSpeed's PipelineModule splits any layer count (graph/stages.deepspeed_transformer_partition)
+            return  # DeepSpeed's PipelineModule splits any layer count (graph/stages.deepspeed_pipeline_partition)
         if total % p.pp != 0:
             valid = ", ".join(str(d) for d in range(1, total + 1) if total % d == 0 and cfg.world_size % d == 0)
             raise ConfigError(
