@@ -210,7 +210,10 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
     total = m.num_layers + int(getattr(p, "account_for_embedding_in_pipeline_split", False)) + int(
         getattr(p, "account_for_loss_in_pipeline_split", False))
     even = (total % pp == 0) & ((total // pp) % vpp == 0)
-    layers_ok = even | ((pp == p.pp) & bool(uneven))
+    # DeepSpeed's PipelineEngine splits any layer count (graph/stages.deepspeed_pipeline_partition); it runs for
+    # every Megatron-DeepSpeed candidate with PP > 1 (candidate._pipeline_engine) and never interleaves.
+    engine = (pp > 1) if cfg.framework == "megatron-deepspeed" else np.full(pp.shape, cfg.deepspeed_pipeline_engine)
+    layers_ok = even | ((pp == p.pp) & bool(uneven)) | (engine & (vpp == 1) & (total == m.num_layers))
     return {
         "world % (tp*pp*cp) != 0": cfg.world_size % model_parallel != 0,
         "num_attention_heads % tp != 0": m.num_attention_heads % tp != 0,

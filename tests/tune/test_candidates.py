@@ -105,3 +105,17 @@ def test_rule_masks_agree_with_the_frameworks_validation() -> None:
         if ok == bool(bad[i]):
             disagreements.append((cand.describe(), ok))
     assert disagreements == []
+
+
+def test_deepspeed_pipeline_engine_candidates_may_split_layers_unevenly() -> None:
+    # BLOOM-176B: 70 layers on 384 GPUs with global batch 2048 needs a PP with a factor 3 (12, 3, 6, 24);
+    # Megatron-DeepSpeed's PipelineEngine splits 70 over those, so they are valid layouts (they were all refused).
+    cfg = dataclasses.replace(gpt_config(layers=70, hidden=14336, heads=112, world=384, tp=4, pp=12, gbs=2048),
+                              framework="megatron-deepspeed", deepspeed_pipeline_engine=True)
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    cols, masks = table.columns, rule_masks(cfg, table.columns)
+    uneven = masks["layers do not split evenly over pp (and vpp)"]
+    assert not uneven[(cols["pp"] == 12) & (cols["vpp"] == 1)].any()
+    assert uneven[(cols["pp"] == 12) & (cols["vpp"] > 1)].all()  # the engine never interleaves
+    plain = dataclasses.replace(cfg, framework="megatron", deepspeed_pipeline_engine=False)
+    assert rule_masks(plain, cols)["layers do not split evenly over pp (and vpp)"][cols["pp"] == 12].all()
