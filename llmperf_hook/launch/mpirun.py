@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.sizing import LaunchSize, Sized
+from llmperf_hook.launch.sizing import Sized
 from llmperf_hook.provenance import Source, SourceKind
 
 MPI_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra"})
@@ -150,11 +150,3 @@ def scan_mpirun(words: Sequence[str], i: int, env: dict[str, str]) -> tuple[Mapp
         raise UsageError(f"the {words[i]} command names no program to run.")
     return values, rest, warnings
 
-
-def mpirun_size(words: Sequence[str], i: int, values: Mapping[str, str], rest: int, start: int,
-                warnings: list[str]) -> LaunchSize:
-    """The LaunchSize of an mpirun that starts the training script itself (`start` indexes the script)."""
-    nodes, per_node, world = size_mpirun(values, words[i].split("/")[-1])
-    if start >= len(words):
-        raise UsageError(f"the python command that {words[i]} starts names no training script.")
-    return LaunchSize("mpirun", nodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings))

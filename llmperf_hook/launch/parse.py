@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
-from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, mpirun_size, scan_mpirun
+from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
@@ -92,16 +93,11 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
 
 def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
-    words = _shell_c(words, rest, env, used) or words
-    inner = _dispatch(words, rest, env, used, inside_srun=True)
+    words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
-        return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
-                          inner.script_args, tuple(warnings) + inner.warnings)
+        return inner
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
-    rest = _skip_prefixes(words, rest, env)
-    start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
-    if start >= len(words):
-        raise UsageError("the python command that srun starts names no training script.")
+    start = _script_index(words, rest, env, "srun")
     return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
 
 
@@ -109,14 +105,30 @@ def _mpirun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
     """`mpirun [opts] PROGRAM`: a launcher it runs (one per node) sizes the job, else mpirun's own ranks do."""
     job_env = env if isinstance(env, dict) else dict(env)
     values, rest, warnings = scan_mpirun(words, i, job_env)
-    words = _shell_c(words, rest, job_env, used) or words
-    inner = _dispatch(words, rest, job_env, used, inside_srun=True)
+    words, inner = _inner_launch(words, rest, job_env, used, warnings)
     if inner is not None:
-        return LaunchSize(inner.launcher, inner.nnodes, inner.nproc_per_node, inner.world_size, inner.script,
-                          inner.script_args, tuple(warnings) + inner.warnings)
-    rest = _skip_prefixes(words, rest, job_env)
+        return inner
+    nodes, per_node, world = size_mpirun(values, words[i].split("/")[-1])
+    start = _script_index(words, rest, job_env, words[i])
+    return LaunchSize("mpirun", nodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings))
+
+
+def _inner_launch(words: Sequence[str], rest: int, env: Mapping[str, str], used: dict[str, str],
+                  warnings: list[str]) -> tuple[Sequence[str], LaunchSize | None]:
+    """srun/mpirun running words[rest] (`sh -c CMD` opened): the launcher it runs once per node, which sizes the job
+    (the outer launcher's warnings first), or None when it starts the training script itself."""
+    words = _shell_c(words, rest, env, used) or words
+    inner = _dispatch(words, rest, env, used, inside_srun=True)
+    return words, (None if inner is None else replace(inner, warnings=(*warnings, *inner.warnings)))
+
+
+def _script_index(words: Sequence[str], rest: int, env: Mapping[str, str], launcher: str) -> int:
+    """Index of the training script that srun/mpirun starts as its tasks (past wrappers, `env` and `python [opts]`)."""
+    rest = _skip_prefixes(words, rest, env)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
-    return mpirun_size(words, i, values, rest, start, warnings)
+    if start >= len(words):
+        raise UsageError(f"the python command that {launcher} starts names no training script.")
+    return start
 
 
 def _skip_prefixes(words: Sequence[str], i: int, env: Mapping[str, str]) -> int:
