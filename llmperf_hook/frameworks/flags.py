@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.launch.argv_words import unexpanded_hint
 from llmperf_hook.provenance import Source, SourceKind
 
 Kind = Literal["int", "float", "str", "true", "false", "path_or_true"]
@@ -51,8 +52,8 @@ def _convert(text: str, kind: Kind, flag: str) -> Any:
         if kind == "float":
             return float(text)
     except ValueError:
-        hint = " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in text else ""
-        raise ConfigError(f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {text!r} (argv){hint}.") from None
+        raise ConfigError(f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {text!r} (argv)"
+                          f"{unexpanded_hint(text)}.") from None
     return text
 
 

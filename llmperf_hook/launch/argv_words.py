@@ -59,5 +59,9 @@ def parse_int(value: str, what: str, origin: str) -> int:
     try:
         return int(value.strip())
     except (ValueError, AttributeError):
-        hint = " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in str(value) else ""
-        raise UsageError(f"{what} must be an integer, got {value!r} from {origin}{hint}.") from None
+        raise UsageError(f"{what} must be an integer, got {value!r} from {origin}{unexpanded_hint(str(value))}.") from None
+
+
+def unexpanded_hint(text: str) -> str:
+    """The hint for a number given as a `$VAR` nothing expanded (a line copied without its environment)."""
+    return " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in text else ""
