@@ -22,7 +22,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fp8_recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
     "transformer_impl": ("local", "transformer_engine", "inference_optimized"),
     "attention_backend": ("flash", "fused", "unfused", "local", "auto"),  # AttnBackend enum
-    "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
+    # absolute / rotary / alibi: the bigscience Megatron-DeepSpeed fork's PositionEmbeddingType (BLOOM: alibi).
+    "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none", "absolute", "rotary",
+                                "alibi"),
     "moe_token_dispatcher_type": ("allgather", "alltoall", "flex", "alltoall_seq"),  # alltoall_seq: before 2025
     "moe_router_score_function": ("softmax", "sigmoid", "sqrtsoftplus"),
     "ckpt_format": ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"),  # zarr: core_r0.6-0.9

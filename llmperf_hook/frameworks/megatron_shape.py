@@ -17,7 +17,7 @@ from llmperf_hook.frameworks.training_config import ModelShape
 from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
 from llmperf_hook.provenance import Source, SourceKind
 
-_ROPE_LIKE = ("rope", "yarn", "mrope", "llama3")
+_ROPE_LIKE = ("rope", "yarn", "mrope", "llama3", "rotary")  # rotary: the bigscience fork's spelling
 
 
 def pick(flags: FlagValues, dest: str, default: Any, note: str) -> tuple[Any, Source]:
@@ -77,8 +77,8 @@ def _position_embedding(flags: FlagValues) -> str:
     kind = str(flags.get("position_embedding_type", "learned_absolute"))
     if flags.get("use_rotary_position_embeddings") or kind in _ROPE_LIKE:
         return "rope"
-    if kind == "none" or flags.get("add_position_embedding") is False:
-        return "none"
+    if kind in ("none", "alibi") or flags.get("add_position_embedding") is False:
+        return "none"  # ALiBi (bigscience fork, BLOOM): no position table; its bias rides on the attention scores
     return "learned_absolute"
 
 

@@ -15,7 +15,7 @@ MOE = ("--num-experts", "8", "--moe-router-topk", "2")
     (["--fp8-format", "e5m2"], "not a choice"),
     (["--transformer-impl", "te"], "not a choice"),
     (["--attention-backend", "flash2"], "not a choice"),
-    (["--position-embedding-type", "alibi"], "not a choice"),
+    (["--position-embedding-type", "sinusoidal"], "not a choice"),  # alibi is the bigscience fork's
     (["--moe-token-dispatcher-type", "all2all", *MOE], "not a choice"),
     # validate_args: interleaving without p2p overlap needs PP > 2
     (["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
