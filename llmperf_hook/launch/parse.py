@@ -91,7 +91,7 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
     return LaunchSize("python", nnodes, local, world, script, args, tuple(warnings))
 
 
-def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
     words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
@@ -101,19 +101,18 @@ def _srun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, 
     return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
 
 
-def _mpirun(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+def _mpirun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
     """`mpirun [opts] PROGRAM`: a launcher it runs (one per node) sizes the job, else mpirun's own ranks do."""
-    job_env = env if isinstance(env, dict) else dict(env)
-    values, rest, warnings = scan_mpirun(words, i, job_env)
-    words, inner = _inner_launch(words, rest, job_env, used, warnings)
+    values, rest, warnings = scan_mpirun(words, i, env)
+    words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
         return inner
     nodes, per_node, world = size_mpirun(values, words[i].split("/")[-1])
-    start = _script_index(words, rest, job_env, words[i])
+    start = _script_index(words, rest, env, words[i])
     return LaunchSize("mpirun", nodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings))
 
 
-def _inner_launch(words: Sequence[str], rest: int, env: Mapping[str, str], used: dict[str, str],
+def _inner_launch(words: Sequence[str], rest: int, env: dict[str, str], used: dict[str, str],
                   warnings: list[str]) -> tuple[Sequence[str], LaunchSize | None]:
     """srun/mpirun running words[rest] (`sh -c CMD` opened): the launcher it runs once per node, which sizes the job
     (the outer launcher's warnings first), or None when it starts the training script itself."""
@@ -122,7 +121,7 @@ def _inner_launch(words: Sequence[str], rest: int, env: Mapping[str, str], used:
     return words, (None if inner is None else replace(inner, warnings=(*warnings, *inner.warnings)))
 
 
-def _script_index(words: Sequence[str], rest: int, env: Mapping[str, str], launcher: str) -> int:
+def _script_index(words: Sequence[str], rest: int, env: dict[str, str], launcher: str) -> int:
     """Index of the training script that srun/mpirun starts as its tasks (past wrappers, `env` and `python [opts]`)."""
     rest = _skip_prefixes(words, rest, env)
     start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
@@ -131,12 +130,12 @@ def _script_index(words: Sequence[str], rest: int, env: Mapping[str, str], launc
     return start
 
 
-def _skip_prefixes(words: Sequence[str], i: int, env: Mapping[str, str]) -> int:
+def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     """Past wrappers (`nohup`, `numactl ...`) and `env A=1` / `A=1` words before the program (`nohup env A=1
     torchrun ...`, `srun ... env OMP_NUM_THREADS=1 python ...`); assignments go into `env`."""
     while i < len(words):
         j = unwrap(words, i)
-        if j == i and (os.path.basename(words[i]) == "env" or _ASSIGN.match(words[i])) and isinstance(env, dict):
+        if j == i and (os.path.basename(words[i]) == "env" or _ASSIGN.match(words[i])):
             j = i + _strip_assignments(list(words[i:]), env)
         if j == i or j >= len(words):
             return i
@@ -149,7 +148,7 @@ def is_shell_c(words: Sequence[str], i: int) -> bool:
     return os.path.basename(words[i]) in _SHELLS and i + 2 < len(words) and words[i + 1] in ("-c", "-lc", "-xc", "-ec")
 
 
-def _shell_c(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> list[str] | None:
+def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
     """`sh -c "CMD"` / `bash -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell."""
     if not is_shell_c(words, i):
         return None
@@ -157,13 +156,14 @@ def _shell_c(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[st
         inner = shlex.split(words[i + 2])
     except ValueError as err:
         raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[i + 2]!r}.") from None
-    inner = inner[_strip_assignments(inner, env):] if isinstance(env, dict) else inner
+    inner = inner[_strip_assignments(inner, env):]
     if not inner:
         raise UsageError(f"{words[i]} -c is given an empty command.")
     return [*words[:i], *normalise_argv(inner, env, used)]
 
 
-def _dispatch(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
+def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
+    """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend."""
     unwrapped = _shell_c(words, i, env, used)
     if unwrapped is not None:
         return _dispatch(unwrapped, i, env, used, inside_srun)
