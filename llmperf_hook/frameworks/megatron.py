@@ -126,7 +126,7 @@ def megatron_batch(flags: FlagValues, dp: int, src: dict[str, Source]) -> BatchC
     return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=max(gbs // (mbs * dp), 1))
 
 
-def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list[str] | None = None) -> str:
+def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> str:
     if flags.get("fp16") and flags.get("bf16"):
         raise ConfigError(f"{flags.seen_flags['fp16']} and {flags.seen_flags['bf16']} are both set; Megatron accepts one "
                           "(arguments.py asserts not both). Keep one.")
@@ -135,9 +135,8 @@ def megatron_precision(flags: FlagValues, src: dict[str, Source], warnings: list
         return _legacy_fp8(flags, legacy, src)
     if flags.get("fp8_format") and flags.get("transformer_impl") == "local":
         # FP8 runs inside Transformer Engine modules; the local spec's torch layers ignore it (gpt_layer_specs.py).
-        if warnings is not None:
-            warnings.append("--fp8-format has no effect with --transformer-impl local (only Transformer Engine layers run "
-                            "FP8): priced in the --bf16/--fp16 precision")
+        warnings.append("--fp8-format has no effect with --transformer-impl local (only Transformer Engine layers run "
+                        "FP8): priced in the --bf16/--fp16 precision")
     elif flags.get("fp8_format"):
         src["precision"] = flags.source("fp8_format")
         return "fp8"
