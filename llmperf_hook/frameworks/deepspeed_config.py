@@ -91,6 +91,11 @@ class _DuplicateKeys(ValueError):
     pass
 
 
+def _duplicate_keys_error(path: str, err: _DuplicateKeys) -> ConfigError:
+    return ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
+                       "('Duplicate keys in DeepSpeed config'). Keep one of each.")
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     twice = sorted({key for key in keys if keys.count(key) > 1})
@@ -123,8 +128,7 @@ def _load_hjson(text: str, path: str) -> Any:
     try:
         raw = hjson.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKeys as err:
-        raise ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
-                          "('Duplicate keys in DeepSpeed config'). Keep one of each.") from None
+        raise _duplicate_keys_error(path, err) from None
     except Exception:  # noqa: BLE001 - hjson raises its own HjsonDecodeError and ValueErrors
         return None
     return json.loads(json.dumps(raw)) if isinstance(raw, dict) else None
@@ -134,8 +138,7 @@ def _loads(text: str, path: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKeys as err:
-        raise ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
-                          "('Duplicate keys in DeepSpeed config'). Keep one of each.") from None
+        raise _duplicate_keys_error(path, err) from None
 
 
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
