@@ -124,7 +124,8 @@ class OptimizerConfig:
     """DeepSpeed ZeRO stage 0-3. Megatron's distributed optimizer is `distributed_optimizer` (ZeRO-1-like)."""
     distributed_optimizer: bool = False
     fsdp: Literal["none", "torch_fsdp2", "megatron_fsdp"] = "none"
-    """Megatron --use-torch-fsdp2 / --use-megatron-fsdp (modelled as the distributed optimizer, which they imply)."""
+    """Megatron --use-torch-fsdp2 / --use-megatron-fsdp: priced through zero_stage (what they shard) with
+    distributed_optimizer on, which they imply (frameworks/megatron.py fsdp_zero_stage)."""
     offload_optimizer: Literal["none", "cpu", "nvme"] = "none"
     offload_param: Literal["none", "cpu", "nvme"] = "none"
     overlap_grad_reduce: bool = False
