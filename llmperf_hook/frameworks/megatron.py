@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
+from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.script_flags import NOT_MODELLED
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig)
@@ -270,7 +271,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
 def not_modelled_warnings(flags: FlagValues) -> list[str]:
     """One line per accepted flag that changes step time or memory but that llmperf does not model."""
     modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
-                "position_embedding_type": ("learned_absolute", "rope", "yarn", "mrope", "none")}
+                "position_embedding_type": tuple(c for c in CHOICES["position_embedding_type"] if c != "relative")}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
             if flags.get(d) not in (None, False) and flags.get(d) not in modelled.get(d, ())]
 

@@ -13,3 +13,8 @@ from tests.frameworks.helpers import megatron
 def test_fork_position_types(value: str, expected: str) -> None:
     cfg = megatron("--position-embedding-type", value)
     assert cfg.model.position_embedding == expected
+
+
+@pytest.mark.parametrize("value", ["alibi", "rotary", "absolute"])
+def test_fork_position_types_do_not_warn(value: str) -> None:
+    assert not any("position" in w for w in megatron("--position-embedding-type", value).warnings)
