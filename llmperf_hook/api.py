@@ -106,10 +106,11 @@ def _preset_name(name: str) -> str:
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
                     hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
                     detail: bool = False) -> Prediction:
-    """Stages [1]-[5] for a launch command (without the leading `llmperf`). A cluster that is given (not the
-    assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`)."""
+    """Stages [1]-[5] for a launch command (without the leading `llmperf`). A cluster named here (not the
+    assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`); a caller
+    passing a resolved ClusterSpec says so itself through `overrides.cluster_gpus_per_node`."""
     spec, notes = resolve_cluster(cluster, hardware)
-    if cluster is not None and overrides.cluster_gpus_per_node is None:
+    if isinstance(cluster, str) and cluster and overrides.cluster_gpus_per_node is None:
         overrides = replace(overrides, cluster_gpus_per_node=spec.gpus_per_node)
     job, cfg = resolve_job(list(argv), env, overrides)
     if job.nproc_per_node > spec.gpus_per_node and job.nnodes > 1:

@@ -200,8 +200,10 @@ def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[t
     if key not in clusters:
         clusters[key] = api.resolve_cluster(opts["cluster"], opts["hardware"])
     spec, notes = clusters[key]
-    pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None,
-                               overrides=overrides(opts["nnodes"], opts["nproc_per_node"], opts["model"]))
+    job_overrides = overrides(opts["nnodes"], opts["nproc_per_node"], opts["model"])
+    if opts["cluster"]:  # a named cluster sizes 'every GPU of the node'; the assumed default does not
+        job_overrides = replace(job_overrides, cluster_gpus_per_node=spec.gpus_per_node)
+    pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None, overrides=job_overrides)
     if notes:
         pred = replace(pred, warnings=pred.warnings + notes)
     return render(pred, fmt)
