@@ -56,7 +56,7 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
         click.echo(json.dumps(report_json(report), indent=1))
     else:
         click.echo(render_table(report, show_rows=rows))
-    if report.num_failed == len(report.rows):
+    if report.rows and report.num_failed == len(report.rows):
         # The report above names each row's error; nothing was scored, so the input is unusable as given.
         raise UsageError(f"every row of {csv_file} failed ({report.num_failed}); nothing was scored. Fix the rows as "
                          "their errors above say.")
