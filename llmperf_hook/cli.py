@@ -27,8 +27,8 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 # Words that make `llmperf WORD ...` mean `llmperf run -- WORD ...`.
-LAUNCHER_PREFIXES = frozenset({"torchrun", "deepspeed", "python", "python3", "srun", "mpirun", "mpiexec", "orterun",
-                               "prterun", "mpiexec.hydra"})
+LAUNCHER_PREFIXES = frozenset({"torchrun", "deepspeed", "accelerate", "accelerate-launch", "python", "python3", "srun",
+                               "mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra"})
 
 
 class LazyGroup(click.Group):

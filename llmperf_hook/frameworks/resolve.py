@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
@@ -57,7 +58,8 @@ def check_counts(flags: FlagValues) -> None:
             raise ConfigError(f"{flags.seen_flags[dest]} {value} (argv) must be {floor}; fix the training arguments.")
 
 
-def detect_framework(flags: FlagValues) -> str:
+def detect_framework(flags: FlagValues, env: Mapping[str, str] | None = None) -> str:
+    """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed."""
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
     megatron = has_megatron_shape(flags) or (
@@ -65,12 +67,15 @@ def detect_framework(flags: FlagValues) -> str:
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
-    if isinstance(deepspeed, str):
+    if isinstance(deepspeed, str) or (not ds_path and accelerate_deepspeed(env or {})):
         return "hf-deepspeed"
     return "deepspeed" if ds_path or is_deepspeed_chat(flags) else "torch"
 
 
-def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None = None) -> DsSettings | None:
+def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None = None,
+                     env: Mapping[str, str] | None = None) -> DsSettings | None:
+    if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env or {}):
+        return parse_ds_config(*accelerate_ds_config(env or {}))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
         return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
@@ -97,8 +102,8 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
 
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
-    framework = detect_framework(flags)
-    ds = load_ds_settings(flags, framework, job.world_size)
+    framework = detect_framework(flags, job.env)
+    ds = load_ds_settings(flags, framework, job.world_size, job.env)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

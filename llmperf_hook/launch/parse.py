@@ -1,7 +1,7 @@
 """Stage [1]: launch command (argv + env) -> ParsedJob.
 
 Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `python -m torch.distributed.launch`,
-`deepspeed`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly) and a plain
+`deepspeed`, `accelerate launch`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly) and a plain
 `python train.py`
 (WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
 environment variables for the command, as a shell would; wrappers such as `nohup`, `numactl`, `taskset`, `uv run`
@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.accelerate import parse_accelerate
 from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
@@ -32,7 +33,7 @@ _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_VALUED_OPTS = ("-X", "-W", "-Q")
 _MODULE_LAUNCHERS = {
     "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
-    "deepspeed.launcher.runner": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed", "accelerate.commands.launch": "accelerate",
 }
 
 
@@ -74,6 +75,8 @@ def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
         launcher = _MODULE_LAUNCHERS.get(words[j + 1])
         if launcher == "deepspeed":
             return parse_deepspeed_launcher(words, j + 2, env, used)
+        if launcher == "accelerate":
+            return parse_accelerate(words, j + 2, env, used)
         if launcher:
             return parse_torchrun(words, j + 2, env, used, launcher)
         return _single_process(f"-m {words[j + 1]}", tuple(words[j + 2:]), env, used)
@@ -175,6 +178,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return parse_torchrun(words, i + 1, env, used, "torchrun")
     if head == "deepspeed":
         return parse_deepspeed_launcher(words, i + 1, env, used)
+    if head == "accelerate-launch" or (head == "accelerate" and i + 1 < len(words) and words[i + 1] == "launch"):
+        return parse_accelerate(words, i + (1 if head == "accelerate-launch" else 2), env, used)
     if _is_python(words[i]):
         if inside_srun and not (i + 2 < len(words) and words[i + 1] == "-m" and words[i + 2] in _MODULE_LAUNCHERS):
             return None  # srun starts the script itself: srun sizes the job
@@ -189,8 +194,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return _single_process(words[i], tuple(words[i + 1:]), env, used)
     raise UsageError(
         f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
-        "python -m torch.distributed.run ..., deepspeed ..., srun ..., mpirun ..., or python train.py ... (for an sbatch "
-        "script, paste the srun/torchrun line from inside it)."
+        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., or python "
+        "train.py ... (for an sbatch script, paste the srun/torchrun line from inside it)."
     )
 
 

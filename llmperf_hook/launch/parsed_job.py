@@ -13,7 +13,8 @@ class ParsedJob:
     """The launch command understood: which launcher, how many processes where, and the training script."""
 
     launcher: str
-    """"torchrun" | "torch.distributed.launch" | "deepspeed" | "srun" | "python" (single process)."""
+    """"torchrun" | "torch.distributed.launch" | "deepspeed" | "accelerate" | "srun" | "mpirun" | "python" (single
+    process)."""
     nnodes: int
     """Number of nodes (the maximum of an elastic MIN:MAX range)."""
     nproc_per_node: int

@@ -9,7 +9,8 @@ from llmperf_hook.cli import _rewrite_prefix
 
 
 @pytest.mark.parametrize("head", ["torchrun", "deepspeed", "python", "python3", "python3.11", "/opt/conda/bin/torchrun",
-                                  "/usr/bin/python3", "srun", "env", "mpirun", "mpiexec", "orterun", "mpiexec.hydra"])
+                                  "/usr/bin/python3", "srun", "env", "mpirun", "mpiexec", "orterun", "mpiexec.hydra",
+                                  "accelerate", "accelerate-launch"])
 def test_launcher_prefixes(head: str) -> None:
     assert _rewrite_prefix([head, "x.py"]) == ["run", "--", head, "x.py"]
 

@@ -1,0 +1,160 @@
+"""`accelerate launch` / `python -m accelerate.commands.launch` (Hugging Face Accelerate) -> LaunchSize.
+
+Semantics follow accelerate/commands/launch.py `_validate_launch_command`: options are read with dashes or
+underscores (`--num-processes` = `--num_processes`); a config file (`--config_file`, else the default
+`$HF_HOME/accelerate/default_config.yaml` when it exists) fills every option the command leaves unset, its
+`deepspeed_config` section included; `--num_processes` is the TOTAL over `--num_machines` machines (default 1),
+each machine running num_processes / num_machines of them; without it and without a config file accelerate
+starts one process per GPU of the machine. The processes it starts get the DeepSpeed plugin's settings as
+environment variables (accelerate/utils/launch.py `prepare_deepspeed_cmd_env`), which is how the Trainer or
+`Accelerator` in the script learns them; they go into the job's environment here the same way, for
+frameworks/accelerate_plugin.py to read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
+from llmperf_hook.launch.sizing import LaunchSize, Sized
+from llmperf_hook.provenance import Source, SourceKind
+
+_SWITCHES = ("quiet", "cpu", "multi_gpu", "tpu", "enable_cpu_affinity", "dynamo_use_fullgraph", "dynamo_use_dynamic",
+             "dynamo_use_regional_compilation", "use_deepspeed", "use_fsdp", "use_parallelism_config",
+             "use_megatron_lm", "same_network", "module", "no_python", "tpu_cluster", "no_tpu_cluster", "tpu_use_sudo",
+             "downcast_bf16", "fp8_use_autocast_during_eval", "debug")
+_VALUED = ("config_file", "mixed_precision", "num_processes", "num_machines", "num_cpu_threads_per_process",
+           "dynamo_backend", "dynamo_mode", "gpu_ids", "machine_rank", "main_process_ip", "main_process_port", "tee",
+           "log_dir", "role", "rdzv_backend", "rdzv_conf", "max_restarts", "monitor_interval", "vm", "env",
+           "main_training_function", "deepspeed_config_file", "zero_stage", "offload_optimizer_device",
+           "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path",
+           "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model",
+           "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
+           "deepspeed_multinode_launcher", "deepspeed_moe_layer_cls_names", "mpirun_hostfile")
+_VALUED_PREFIXES = ("fsdp_", "megatron_lm_", "fp8_", "parallelism_config_", "aws_")
+"""Families of valued options (accelerate's FSDP, Megatron-LM, FP8 and parallelism-config plugins)."""
+
+# DeepSpeed plugin settings -> the variable accelerate exports for them (utils/launch.py prepare_deepspeed_cmd_env).
+PLUGIN_ENV = {
+    "zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+    "gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    "gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
+    "offload_optimizer_device": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+    "offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+    "deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+}
+
+
+def _table() -> dict[str, Option]:
+    table = {"--" + d.replace("_", "-"): Option(d) for d in _VALUED}
+    table.update({"--" + d.replace("_", "-"): Option(d, takes_value=False) for d in _SWITCHES})
+    table.update({"-m": Option("module", takes_value=False), "-q": Option("quiet", takes_value=False),
+                  "-t": Option("tee")})
+    return table
+
+
+ACCELERATE_OPTIONS = _table()
+
+
+def _scan(words: Sequence[str], start: int) -> ScannedOptions:
+    """accelerate's options; the FSDP / Megatron-LM / FP8 families take a value each."""
+    opts = scan_options(words, start, ACCELERATE_OPTIONS, "accelerate launch")
+    opts.unknown = [w for w in opts.unknown if not w.lstrip("-").replace("-", "_").startswith(_VALUED_PREFIXES)]
+    return opts
+
+
+def _config_file(opts: ScannedOptions, env: Mapping[str, str], used: dict[str, str]) -> tuple[dict[str, Any], str] | None:
+    """(settings, where) of --config_file, else of accelerate's default config file when it exists."""
+    if "config_file" in opts.values:
+        path = Path(opts.values["config_file"])
+        if not path.is_file():
+            raise UsageError(f"accelerate launch --config_file {path}: no such file; give the YAML or JSON file "
+                             "`accelerate config` wrote.")
+    else:
+        hf_home = env.get("HF_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cache", "huggingface")
+        path = Path(hf_home) / "accelerate" / "default_config.yaml"
+        if not path.is_file() or "cpu" in opts.values:
+            return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot read the accelerate config file {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"the accelerate config file {path} is not a mapping of settings.")
+    return data, str(path)
+
+
+def _settings(opts: ScannedOptions, config: tuple[dict[str, Any], str] | None) -> dict[str, tuple[Any, Source]]:
+    """dest -> (value, source): the command's options, then the config file's top level and deepspeed_config."""
+    out = {d: (v, Source(SourceKind.LAUNCHER, opts.flags[d])) for d, v in opts.values.items()}
+    if config is None:
+        return out
+    data, where = config
+    for key, value in {**data, **(data.get("deepspeed_config") or {})}.items():
+        if value is not None and not isinstance(value, dict) and key not in out:
+            out[key] = (value, Source(SourceKind.CONFIG_FILE, f"{where}: {key}"))
+    return out
+
+
+def _count(settings: Mapping[str, tuple[Any, Source]], key: str) -> tuple[int, Source] | None:
+    if key not in settings:
+        return None
+    value, source = settings[key]
+    count = parse_int(str(value), f"accelerate {key}", str(source))
+    if count < 1:
+        raise UsageError(f"accelerate {key} {count} ({source}) must be at least 1.")
+    return count, source
+
+
+def _uses_deepspeed(settings: Mapping[str, tuple[Any, Source]]) -> bool:
+    if "use_deepspeed" in settings and settings["use_deepspeed"][1].kind == SourceKind.LAUNCHER:
+        return True
+    explicit_mode = any(k in settings and settings[k][1].kind == SourceKind.LAUNCHER
+                        for k in ("multi_gpu", "use_fsdp", "use_megatron_lm", "cpu", "tpu"))
+    return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "DEEPSPEED"
+
+
+def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) -> list[str]:
+    """The environment accelerate gives its processes (what the script's Trainer / Accelerator reads)."""
+    warnings = []
+    mixed = str(settings.get("mixed_precision", ("no", None))[0]).lower()
+    used["ACCELERATE_MIXED_PRECISION"] = mixed
+    if _uses_deepspeed(settings):
+        used["ACCELERATE_USE_DEEPSPEED"] = "true"
+        for key, var in PLUGIN_ENV.items():
+            if key in settings and str(settings[key][0]).lower() != "none":
+                used[var] = str(settings[key][0])
+    elif "use_fsdp" in settings or str(settings.get("distributed_type", ("", None))[0]).upper() == "FSDP":
+        warnings.append("accelerate FSDP: priced as plain data parallelism (its sharding is not modelled)")
+    return warnings
+
+
+def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+    """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`)."""
+    opts = _scan(words, start)
+    settings = _settings(opts, _config_file(opts, env, used))
+    warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown] + _export(settings, used)
+    machines = _count(settings, "num_machines") or (1, Source(SourceKind.DEFAULT, "accelerate: 1 machine"))
+    processes = _count(settings, "num_processes")
+    nnodes = Sized(*machines)
+    if processes is None:
+        nproc = Sized(None, Source(SourceKind.DEFAULT, "accelerate: one process per GPU"),
+                      "accelerate launch without --num_processes (or a config file) starts one process per GPU of the machine")
+        world = None
+    elif processes[0] % machines[0]:
+        raise UsageError(f"accelerate num_processes {processes[0]} ({processes[1]}) is the total over num_machines "
+                         f"{machines[0]} ({machines[1]}) and does not divide evenly; give a multiple of the machines.")
+    else:
+        nproc = Sized(processes[0] // machines[0], Source(SourceKind.DERIVED, f"num_processes / num_machines "
+                                                                              f"({processes[1]})"))
+        world = Sized(*processes)
+    if opts.rest >= len(words):
+        raise UsageError("the accelerate launch command names no training script after its options.")
+    script = ("-m " if "module" in opts.values else "") + words[opts.rest]
+    return LaunchSize("accelerate", nnodes, nproc, world, script, tuple(words[opts.rest + 1:]), tuple(warnings))
