@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parse import is_shell_c
+from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
@@ -96,6 +97,10 @@ def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candi
         if chat != out:
             notes.append("DeepSpeed-Chat flags replaced in argv (its ds_config is built from them)")
         return TunedCommand(argv=tuple(chat), notes=tuple(notes))
+    span = accelerate_options_span(out) if base_cfg.framework == "hf-deepspeed" else None
+    if span is not None and dsr.find_ds_config(out[span[1]:]) is None:  # the DeepSpeed plugin of accelerate launch
+        out, files = rewrite_accelerate_job(out, span, base, new, new_cfg.batch.num_microbatches, cwd or Path.cwd(), notes)
+        return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":
         out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes)

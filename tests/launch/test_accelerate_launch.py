@@ -3,6 +3,7 @@ plugin settings it exports to the script (read by frameworks/accelerate_plugin.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -93,3 +94,29 @@ def test_deepspeed_config_file_wins_over_the_plugin_but_its_auto_values_are_fill
     assert (cfg.optimizer.zero_stage, cfg.precision) == (3, "bf16")
     (workdir / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 1}}))
     assert resolve_job(argv, {})[1].optimizer.zero_stage == 1
+
+
+def test_tune_apply_rewrites_the_plugin_and_the_trainer_apart(workdir: Path) -> None:
+    from llmperf_hook.tune.apply import plan_tuned_command
+    from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+
+    argv = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--zero_stage", "2",
+            "--gradient_accumulation_steps", "2", *_script("--bf16", "--gradient_accumulation_steps", "2")]
+    _, cfg = resolve_job(argv, {})
+    new = dataclasses.replace(candidate_of(cfg), zero_stage=3, micro_batch_size=1)
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), workdir)
+    out = list(plan.argv)
+    script = out.index("run_clm.py")
+    assert out[:script] == ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--zero_stage", "3",
+                            "--gradient_accumulation_steps", "4"]
+    assert out[script + 1:] == ["--model_name_or_path", "llama", "--per_device_train_batch_size", "1", "--block_size",
+                                "2048", "--bf16", "--gradient_accumulation_steps", "4"]
+    _, tuned = resolve_job(out, {})
+    assert (tuned.optimizer.zero_stage, tuned.batch.micro_batch_size, tuned.batch.global_batch_size) == (3, 1, 32)
+    # with a ds_config file: a tuned copy beside it, the user's file untouched
+    (workdir / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}))
+    argv = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--deepspeed_config_file", "ds.json", *_script("--bf16")]
+    _, cfg = resolve_job(argv, {})
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), workdir)
+    assert "ds.llmperf-tuned.json" in plan.argv and json.loads(next(iter(plan.new_files.values())))["zero_optimization"]["stage"] == 3
+    assert json.loads((workdir / "ds.json").read_text())["zero_optimization"]["stage"] == 2

@@ -1,0 +1,70 @@
+"""`tune --apply` for a job started by `accelerate launch` with its DeepSpeed plugin (frameworks/accelerate_plugin.py).
+
+Accelerate's own options come before the script and share spellings with the Trainer's
+(`--gradient_accumulation_steps`), so the two parts of argv are edited apart: the Trainer's flags in the script's
+part (as for `--deepspeed FILE`, ds_config_rewrite.rewrite_hf_argv), and in accelerate's part either a tuned copy
+of `--deepspeed_config_file` (never the user's file) or, without a file, the plugin's `--zero_stage`, which the
+command line sets over a config file's (accelerate/commands/launch.py: the command wins).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS
+from llmperf_hook.launch.options import scan_options
+from llmperf_hook.tune import argv_edit as ed
+from llmperf_hook.tune import ds_config_rewrite as dsr
+from llmperf_hook.tune.candidate import Candidate
+
+_CONFIG_FILE = ("--deepspeed_config_file", "--deepspeed-config-file")
+_ZERO = ("--zero_stage", "--zero-stage")
+_GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")
+_MODULE = "accelerate.commands.launch"
+
+
+def accelerate_options_span(argv: Sequence[str]) -> tuple[int, int] | None:
+    """(first option, script index) of an `accelerate launch` in argv, or None."""
+    for i, word in enumerate(argv):
+        name = Path(word).name
+        if name == "accelerate" and i + 1 < len(argv) and argv[i + 1] == "launch":
+            start = i + 2
+        elif name == "accelerate-launch":
+            start = i + 1
+        elif word == "-m" and i + 1 < len(argv) and argv[i + 1] == _MODULE:
+            start = i + 2
+        else:
+            continue
+        return start, scan_options(argv, start, ACCELERATE_OPTIONS, "accelerate launch").rest
+    return None
+
+
+def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Candidate, new: Candidate,
+                           num_microbatches: int, cwd: Path, notes: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(new argv, files to write) so that the Trainer and the DeepSpeed plugin run `new`."""
+    start, rest = span
+    head, options, script = list(argv[:start]), list(argv[start:rest]), list(argv[rest:])
+    new_script = dsr.rewrite_hf_argv(script, base, new, num_microbatches)
+    if new_script != script:
+        notes.append("Hugging Face Trainer flags replaced in argv")
+    if ed.flag_value(options, _GAS) is not None and new.micro_batch_size != base.micro_batch_size:
+        options = ed.set_value(options, _GAS, str(num_microbatches))
+    files: dict[str, str] = {}
+    path = ed.flag_value(options, _CONFIG_FILE)
+    if path is not None:
+        original = Path(path) if Path(path).is_absolute() else cwd / path
+        raw = dsr.read_ds_config(original)
+        tuned = dsr.tuned_ds_config(raw, new, num_microbatches, set_zero=new.zero_stage != base.zero_stage)
+        if tuned != raw:
+            target = dsr.fresh_path(original)
+            shown = str(target) if Path(path).is_absolute() else str(Path(path).parent / target.name)
+            options = ed.set_value(options, _CONFIG_FILE, shown)
+            files[str(target)] = json.dumps(tuned, indent=2) + "\n"
+            notes.append(f"new DeepSpeed config {shown} (copy of {path}; the original is untouched)")
+    elif new.zero_stage != base.zero_stage:
+        options = ed.set_value(options, _ZERO, str(new.zero_stage)) if ed.find_flag(options, _ZERO) else \
+            [_ZERO[0], str(new.zero_stage), *options]
+        notes.append("accelerate's --zero_stage set in argv")
+    return [*head, *options, *new_script], files
