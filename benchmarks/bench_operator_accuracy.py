@@ -15,9 +15,15 @@ error when the ops carry only `params` (without the optional dims layers / embed
 Reference: `Best_error%` in NVIDIA<GPU>.csv (the authors' best of random forest / XGBoost on their own split,
 with far more training samples). `repeat`: how far repeated measurements of the same per-rank shape lie from
 their median; `floor` = sqrt(2) x repeat, the MAPE a perfect predictor of each shape's mean time would still
-have (for Gaussian repeats in pairs |t - median| = |e1 - e2| / 2 and E|e1 - e2| = sqrt(2) E|e|).
-Rows that do not beat the reference at `--train-fraction` are evaluated again with the reference's own share of
-training data (`REFERENCE_TRAIN_FRACTION`, the authors' 80/20 split), so the two errors compare like for like.
+have (for Gaussian repeats in pairs |t - median| = |e1 - e2| / 2 and E|e1 - e2| = sqrt(2) E|e|). The floor is
+a lower bound: the repeats of a shape come from neighbouring runs of the authors' sweep (TP 1 heads 16 and TP 2
+heads 32 are measured one after the other), and run-to-run drift shared by such neighbours does not show in it
+(A100 flash attention: consecutive runs of about 100 shapes sit -12 % to +9 % apart, a spread no shape feature
+can predict).
+Rows that do not beat the reference, or miss the GEMM / flash-attention target, at `--train-fraction` are
+evaluated again with the reference's own share of training data (`REFERENCE_TRAIN_FRACTION`, the authors' 80/20
+split): like for like with the reference, and whether more data would reach the target; `run drift` then
+says how much of their error follows the run they were measured in rather than their shape (run_drift).
 `--design maximin`: the training rows are the greedy farthest-point subset of the non-test rows in log-dims
 space (plan.maximin_subset, the profiler's choice of WHICH shapes to measure) instead of a random subset;
 `--design mixed`: half of them maximin (covers the corners), half random (follows the density of the space).
@@ -109,7 +115,10 @@ def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.nd
 
 
 def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: dict, rng,
-                design: str = "random") -> list[tuple]:
+                design: str = "random", extrap: bool = True) -> list[tuple]:
+    """Rows (file, phase, random-split MAPE, extrapolation MAPE, reference, training share, note, repeat) of
+    one fit group. `extrap=False` draws the extrapolation splits (same random draws after them) without
+    fitting them; their MAPE is then None."""
     s = pool(sets)
     keep = plausible_mask(s, hw.roofline)
     source = np.concatenate([[x.source] * len(x.time_s) for x in sets])
@@ -129,6 +138,8 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
         rand_test[rng.permutation(n)[: n // 5]] = True
         for tag, test in (("random", rand_test), ("extrap", ext_test)):
             train = split(n, test, frac, rng, points, 0.5 if design == "mixed" else 1.0)
+            if tag == "extrap" and not extrap:
+                continue
             (ape, bare), src = evaluate(s, train, np.flatnonzero(test), hw.roofline), sets_kept_source[test]
             per_seed[tag].append({x.source: float(ape[src == x.source].mean()) for x in sets if (src == x.source).any()})
             if tag == "random" and bare is not None:
@@ -138,8 +149,8 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
     noise = repeatability(s, sets_kept_source)
     rows = []
     for x in sets:
-        rm, em = (float(np.mean([d[x.source] for d in per_seed[t]])) if all(x.source in d for d in per_seed[t])
-                  else None for t in ("random", "extrap"))
+        rm, em = (float(np.mean([d[x.source] for d in per_seed[t]]))
+                  if per_seed[t] and all(x.source in d for d in per_seed[t]) else None for t in ("random", "extrap"))
         note = f"dropped {1 - keep.mean():.1%} beating peak" if keep.mean() < 1 else ""
         if per_seed["bare"]:
             bare = float(np.mean([d[x.source] for d in per_seed["bare"] if x.source in d]))
@@ -183,17 +194,70 @@ def main() -> None:
     print(f"\n(benchmark wall time {time.perf_counter() - t0:.0f} s)")
 
 
+TARGETS = {"gemm": GEMM_TARGET, "attention": FLASH_TARGET}
+DRIFT_NEIGHBOURS = 7
+"""Test rows taken on each side of a row, in the order of its sample file, to estimate the drift of the run it
+was measured in (the files list each sweep's shapes run after run)."""
+
+
+DRIFT_MIN_CORR = 0.2
+"""Below this correlation the neighbours' mean is mostly their own noise: no drift is reported."""
+
+
+def run_drift(hw: ShippedHardware, sets: list[SampleSet], rng) -> dict[str, tuple[float, float]]:
+    """Per file: (correlation of a test row's log error with the mean log error of its DRIFT_NEIGHBOURS test
+    neighbours on each side in file order, MAPE left once that mean is taken off). Neighbours in a file share
+    their run's TP degree and micro-batch, not their shape (each run sweeps sequence lengths and hidden sizes),
+    so a correlation well above 0 is mostly drift from run to run (clocks, another GPU), which no regressor of
+    the shape can predict; the part due to a model error shared by one TP degree's shapes is an upper bound
+    on what better features could still gain. One fit on 80 % random rows."""
+    s = pool(sets)
+    keep = plausible_mask(s, hw.roofline)
+    s = Samples(s.op_class, s.phase, {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep])
+    source = np.concatenate([[x.source] * len(x.time_s) for x in sets])[keep]
+    x, y, names, roof = training_xy(s, hw.roofline)
+    t, perm = roof * np.exp(y), rng.permutation(len(y))
+    test, train = np.sort(perm[: len(y) // 5]), perm[len(y) // 5:]
+    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names))
+    err = np.log(predict_with_floor(reg, floor, x[test], roof[test]) / t[test])
+    out = {}
+    for src in np.unique(source[test]):
+        e = err[source[test] == src]
+        window = np.ones(2 * DRIFT_NEIGHBOURS + 1)
+        window[DRIFT_NEIGHBOURS] = 0.0
+        drift = np.convolve(e, window, "same") / np.convolve(np.ones_like(e), window, "same")
+        out[str(src)] = (float(np.corrcoef(e, drift)[0, 1]), float(np.mean(np.abs(np.exp(e - drift) - 1.0))))
+    return out
+
+
+def _missed(r: tuple) -> bool:
+    """A row worse than the reference, or over its group's target (GEMM, flash attention)."""
+    worse = r[4] is not None and r[6] is not None and r[4] >= r[6]
+    return worse or (r[4] is not None and r[1] in TARGETS and r[4] > TARGETS[r[1]])
+
+
 def _print_at_reference_share(data: Path, summary: list[tuple]) -> None:
-    """The rows that do not beat the reference, trained on the reference's share of the samples instead."""
-    worse = {(r[0], r[1], r[3]) for r in summary if r[4] is not None and r[6] is not None and r[4] >= r[6]}
-    for name, group, phase in sorted(worse):
+    """The rows that miss (worse than the reference or over target), trained on the reference's share of the
+    samples instead: whether 3x more training data would close the gap, or the data's noise bounds the error."""
+    missed = {(r[0], r[1], r[3]) for r in summary if _missed(r)}
+    if missed:
+        print(f"\nRows that miss, trained on {REFERENCE_TRAIN_FRACTION:.0%} of the samples (the reference's share):")
+    for name, group, phase in sorted(missed):
         hw = SHIPPED[name]
         ref = read_reference_errors(data / hw.folder / "operator")
-        rows = bench_group(hw, load_group(data, hw, group)[phase], REFERENCE_TRAIN_FRACTION, ref,
-                           np.random.default_rng(0))
+        sets = load_group(data, hw, group)[phase]
+        rows = bench_group(hw, sets, REFERENCE_TRAIN_FRACTION, ref, np.random.default_rng(0), extrap=False)
+        drift = run_drift(hw, sets, np.random.default_rng(0))
         for source, ph, rm, _, rf, tf, _, _ in rows:
-            print(f"  {name} {source} {ph} trained on {tf:.0%} of the samples like the reference: ours "
-                  f"{_pct(rm).strip()} vs {_pct(rf).strip()} ({'beats ref' if rm < rf else 'worse than ref'})")
+            if not any(r[0] == name and r[2] == source and r[3] == ph and _missed(r) for r in summary):
+                continue
+            verdicts = [] if rf is None else [f"vs ref {_pct(rf).strip()}: {'beats' if rm < rf else 'worse'}"]
+            if group in TARGETS:
+                verdicts.append(f"target {TARGETS[group]:.0%}: {'met' if rm <= TARGETS[group] else 'NOT met'}")
+            corr, rest = drift.get(source, (float("nan"), float("nan")))
+            shared = f"{_pct(rest).strip()} without it" if corr >= DRIFT_MIN_CORR else "none"
+            print(f"  {name} {source} {ph} trained on {tf:.0%}: ours {_pct(rm).strip()} ({'; '.join(verdicts)}); "
+                  f"run drift (error vs file neighbours' r = {corr:.2f}): {shared}")
 
 
 def _print_summary(summary: list[tuple]) -> None:
