@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_job import ds_batch, ds_optimizer, ds_precision, hf_batch, merge_megatron_batch
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
@@ -23,8 +26,6 @@ def _world_source(job: ParsedJob) -> Source:
 
 def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[str]) -> DsSettings:
     """DeepSpeed reads ZeRO from the ds_config; --zero-stage only fills it when the config is silent."""
-    from dataclasses import replace
-
     if not flags.has("zero_stage"):
         return ds
     if "zero_stage" in ds.sources:
@@ -83,10 +84,14 @@ def _script_pp(flags: FlagValues, ds: DsSettings | None, world: int, src: dict[s
     return pp
 
 
-def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source]) -> RecomputeConfig:
+def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source],
+                      fsdp: FsdpSharding | None = None) -> RecomputeConfig:
     if ds is not None and ds.pipeline_checkpoint_interval > 0:  # PipelineModule checkpoints every N layers
         src["recompute"] = ds.sources["recompute"]
         return RecomputeConfig("full", "uniform", ds.pipeline_checkpoint_interval)
+    if fsdp is not None and fsdp.activation_checkpointing:  # accelerate's fsdp_activation_checkpointing
+        src["recompute"] = fsdp.source
+        return RecomputeConfig("full", "uniform", 1)
     if flags.get("gradient_checkpointing"):
         src["recompute"] = flags.source("gradient_checkpointing")
         return RecomputeConfig("full", "uniform", 1)
@@ -134,14 +139,20 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     batch = _script_batch(flags, framework, ds, dp, job.world_size, src)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
+    fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
     if ds is not None:
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src)
+    elif fsdp is not None:
+        offload = "cpu" if fsdp.offload else "none"
+        optimizer = replace(base, zero_stage=fsdp.zero_stage, offload_optimizer=offload, overlap_grad_reduce=True,
+                            offload_param=offload if fsdp.zero_stage == 3 else "none")
+        src["zero_stage"] = fsdp.source
     else:
         optimizer, src["zero_stage"] = base, Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
-        precision=precision, recompute=_script_recompute(flags, ds, src), optimizer=optimizer,  # type: ignore[arg-type]
+        precision=precision, recompute=_script_recompute(flags, ds, src, fsdp), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
     )

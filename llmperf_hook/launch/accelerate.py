@@ -6,9 +6,9 @@ underscores (`--num-processes` = `--num_processes`); a config file (`--config_fi
 `deepspeed_config` section included; `--num_processes` is the TOTAL over `--num_machines` machines (default 1),
 each machine running num_processes / num_machines of them; without it and without a config file accelerate
 starts one process per GPU of the machine. The processes it starts get the DeepSpeed plugin's settings as
-environment variables (accelerate/utils/launch.py `prepare_deepspeed_cmd_env`), which is how the Trainer or
-`Accelerator` in the script learns them; they go into the job's environment here the same way, for
-frameworks/accelerate_plugin.py to read.
+environment variables (accelerate/utils/launch.py `prepare_deepspeed_cmd_env`; FSDP_* for the FSDP plugin,
+`prepare_multi_gpu_env`), which is how the Trainer or `Accelerator` in the script learns them; they go into the
+job's environment here the same way, for frameworks/accelerate_plugin.py and frameworks/fsdp_sharding.py to read.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ _VALUED = ("config_file", "mixed_precision", "num_processes", "num_machines", "n
            "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path",
            "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model",
            "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
-           "deepspeed_multinode_launcher", "deepspeed_moe_layer_cls_names", "mpirun_hostfile")
+           "deepspeed_multinode_launcher", "deepspeed_moe_layer_cls_names", "mpirun_hostfile", "fsdp_version",
+           "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_offload_params", "fsdp_activation_checkpointing")
 _VALUED_PREFIXES = ("fsdp_", "megatron_lm_", "fp8_", "parallelism_config_", "aws_")
 """Families of valued options (accelerate's FSDP, Megatron-LM, FP8 and parallelism-config plugins)."""
 
@@ -49,6 +50,11 @@ PLUGIN_ENV = {
     "offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
     "deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
 }
+
+
+FSDP_KEYS = ("fsdp_version", "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_offload_params",
+             "fsdp_activation_checkpointing")
+"""FSDP plugin settings exported as FSDP_<NAME> (utils/launch.py prepare_multi_gpu_env) that change the step."""
 
 
 def _table() -> dict[str, Option]:
@@ -96,7 +102,8 @@ def _settings(opts: ScannedOptions, config: tuple[dict[str, Any], str] | None) -
     if config is None:
         return out
     data, where = config
-    for key, value in {**data, **(data.get("deepspeed_config") or {})}.items():
+    fsdp = {k if k.startswith("fsdp") else "fsdp_" + k: v for k, v in (data.get("fsdp_config") or {}).items()}
+    for key, value in {**data, **(data.get("deepspeed_config") or {}), **fsdp}.items():
         if value is not None and not isinstance(value, dict) and key not in out:
             out[key] = (value, Source(SourceKind.CONFIG_FILE, f"{where}: {key}"))
     return out
@@ -130,9 +137,20 @@ def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) ->
         for key, var in PLUGIN_ENV.items():
             if key in settings and str(settings[key][0]).lower() != "none":
                 used[var] = str(settings[key][0])
-    elif "use_fsdp" in settings or str(settings.get("distributed_type", ("", None))[0]).upper() == "FSDP":
-        warnings.append("accelerate FSDP: priced as plain data parallelism (its sharding is not modelled)")
+    elif _uses_fsdp(settings):
+        used["ACCELERATE_USE_FSDP"] = "true"
+        for key in FSDP_KEYS:
+            if key in settings:
+                used[key.upper()] = str(settings[key][0]).lower() if isinstance(settings[key][0], bool) else str(settings[key][0])
     return warnings
+
+
+def _uses_fsdp(settings: Mapping[str, tuple[Any, Source]]) -> bool:
+    if "use_fsdp" in settings and settings["use_fsdp"][1].kind == SourceKind.LAUNCHER:
+        return True
+    explicit_mode = any(k in settings and settings[k][1].kind == SourceKind.LAUNCHER
+                        for k in ("multi_gpu", "use_deepspeed", "use_megatron_lm", "cpu", "tpu"))
+    return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "FSDP"
 
 
 def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:

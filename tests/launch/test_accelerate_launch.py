@@ -120,3 +120,27 @@ def test_tune_apply_rewrites_the_plugin_and_the_trainer_apart(workdir: Path) -> 
     plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new), workdir)
     assert "ds.llmperf-tuned.json" in plan.argv and json.loads(next(iter(plan.new_files.values())))["zero_optimization"]["stage"] == 3
     assert json.loads((workdir / "ds.json").read_text())["zero_optimization"]["stage"] == 2
+
+
+@pytest.mark.parametrize("options, stage, offload, recompute", [
+    (["--use_fsdp"], 3, "none", "none"),
+    (["--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP"], 2, "none", "none"),
+    (["--use-fsdp", "--fsdp-version", "2", "--fsdp-reshard-after-forward", "false"], 2, "none", "none"),
+    (["--use_fsdp", "--fsdp_offload_params", "true", "--fsdp_activation_checkpointing", "true"], 3, "cpu", "full"),
+    (["--use_fsdp", "--fsdp_sharding_strategy", "NO_SHARD"], 0, "none", "none"),
+])
+def test_accelerate_fsdp_is_priced_as_the_zero_stage_it_shards(workdir: Path, options: list[str], stage: int,
+                                                                offload: str, recompute: str) -> None:
+    _, cfg = resolve_job(["accelerate", "launch", "--num_processes", "8", *options, *_script("--bf16")], {})
+    assert (cfg.optimizer.zero_stage, cfg.optimizer.offload_optimizer, cfg.recompute.granularity) == (stage, offload, recompute)
+
+
+def test_trainer_fsdp_flag(workdir: Path) -> None:
+    run = ["torchrun", "--nproc-per-node", "8", *_script("--bf16")]
+    assert resolve_job([*run, "--fsdp", "full_shard auto_wrap"], {})[1].optimizer.zero_stage == 3
+    assert resolve_job([*run, "--fsdp", "shard_grad_op offload"], {})[1].optimizer.offload_optimizer == "cpu"
+    hybrid = resolve_job([*run, "--fsdp", "hybrid_shard"], {})[1]
+    assert hybrid.optimizer.zero_stage == 3 and any("hybrid_shard" in w for w in hybrid.warnings)
+    assert resolve_job(run, {})[1].optimizer.zero_stage == 0
+    with pytest.raises(ConfigError, match="not an FSDP option"):
+        resolve_job([*run, "--fsdp", "fullshard"], {})
