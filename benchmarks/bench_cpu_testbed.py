@@ -434,6 +434,11 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
           f"of the profile's over the measurements (median x{statistics.median(ratios):.3f}; >1 = slower); before -> "
           f"after a run: median {statistics.median(changes):.1%}, max {max(changes):.1%}; correlation of the "
           f"prediction error (before) with it: {pearson([math.log(r) for r in ratios], [math.log1p(e / 100) for e in err_before]):+.2f}")
+    norm = [m["measured_s"] * ref_profile / m["ref_now_s"] for m in measured]  # measured x speed now / at profile
+    n_before, n_after = [pct(p, x) for p, x in zip(before, norm)], [pct(p, x) for p, x in zip(after, norm)]
+    print(f"diagnostic only (the reference does not reliably track the drift, see --drift-check): against measured x "
+          f"reference at profile / reference now, MAPE before {mape(n_before):.1f} %, instrumented config "
+          f"{abs(n_after[k]):.1f} %, other 11 {mape([e for i, e in enumerate(n_after) if i != k]):.1f} %")
     loads = [m["load_before"] for m in measured]
     print(f"machine load during the measurements: median {statistics.median(loads):.2f}, max {max(loads):.2f} "
           f"(1-minute load average, {os.cpu_count()} cores)")
