@@ -20,6 +20,11 @@ from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import Source, SourceKind
 
 
+DDP_BUCKET_ELEMS = 25 * 2**20 // 4
+"""torch DistributedDataParallel bucket_cap_mb 25 of fp32 gradients (autocast keeps the parameters, so the
+gradients, in fp32)."""
+
+
 def _world_source(job: ParsedJob) -> Source:
     return job.sources.get("world_size", Source(SourceKind.LAUNCHER, job.launcher))
 
@@ -147,8 +152,10 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         optimizer = replace(base, zero_stage=fsdp.zero_stage, offload_optimizer=offload, overlap_grad_reduce=True,
                             offload_param=offload if fsdp.zero_stage == 3 else "none")
         src["zero_stage"] = fsdp.source
-    else:
-        optimizer, src["zero_stage"] = base, Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
+    else:  # torch DistributedDataParallel: its Reducer all-reduces 25 MiB gradient buckets during backward
+        optimizer = replace(base, overlap_grad_reduce=True, grad_bucket_size_elems=DDP_BUCKET_ELEMS)
+        src["zero_stage"] = Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
+        src["overlap_grad_reduce"] = Source(SourceKind.DEFAULT, "torch DDP: bucketed all-reduce in backward")
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
