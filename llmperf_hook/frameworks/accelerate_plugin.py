@@ -6,8 +6,7 @@ accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__ reads what the lau
 win, its "auto" values are filled from the plugin: zero_stage, gradient_accumulation_steps, gradient_clipping,
 offload devices); without a file the plugin builds one: ZeRO stage ACCELERATE_DEEPSPEED_ZERO_STAGE (default 2),
 gradient_accumulation_steps / gradient_clipping from their variables (default "auto"), the batch keys "auto".
-`DeepSpeedPlugin.set_mixed_precision` adds the fp16 / bf16 section of ACCELERATE_MIXED_PRECISION when the config
-has none.
+`DeepSpeedPlugin.set_mixed_precision` adds the fp16 / bf16 section of the mixed precision when the config has none.
 """
 
 from __future__ import annotations
@@ -59,7 +58,13 @@ def _fill(raw: dict[str, Any], path: tuple[str, ...], value: Any, overwrite: boo
 
 
 def _mixed_precision(raw: dict[str, Any], mixed: str) -> None:
-    """set_mixed_precision adds the section of --mixed_precision when the config has neither; an "auto" `enabled`
-    is left to the Trainer's --bf16 / --fp16, which fills it first (transformers trainer_config_process)."""
-    if mixed in ("fp16", "bf16") and "fp16" not in raw and "bf16" not in raw:
+    """set_mixed_precision adds the section of the Accelerator's mixed precision when the config has neither:
+    accelerate's --mixed_precision, else the Trainer's --bf16 / --fp16 (TrainingArguments exports it as
+    ACCELERATE_MIXED_PRECISION), left "auto" here for frameworks/deepspeed_job.ds_precision to read from the
+    Trainer's flags; an "auto" `enabled` likewise."""
+    if "fp16" in raw or "bf16" in raw:
+        return
+    if mixed in ("fp16", "bf16"):
         raw[mixed] = {"enabled": True}
+    else:
+        raw.update({"bf16": {"enabled": AUTO}, "fp16": {"enabled": AUTO}})

@@ -153,9 +153,21 @@ def _uses_fsdp(settings: Mapping[str, tuple[Any, Source]]) -> bool:
     return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "FSDP"
 
 
+def _check_modes(opts: ScannedOptions) -> None:
+    """_validate_launch_command's sanity checks on the command's own switches."""
+    modes = [opts.flags[d] for d in ("multi_gpu", "cpu", "tpu", "use_deepspeed", "use_fsdp") if d in opts.values]
+    if len(modes) > 1:
+        raise UsageError(f"accelerate launch {' and '.join(modes)}: accelerate allows only one of --cpu, --multi_gpu, "
+                         "--tpu, --use_deepspeed, --use_fsdp (it raises ValueError). Keep one.")
+    if "multi_gpu" in opts.values and opts.values.get("num_processes", "2").isdigit() and int(opts.values.get("num_processes", "2")) < 2:
+        raise UsageError("accelerate launch --multi_gpu needs at least 2 processes (--num_processes); accelerate raises "
+                         "ValueError otherwise.")
+
+
 def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
     """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`)."""
     opts = _scan(words, start)
+    _check_modes(opts)
     settings = _settings(opts, _config_file(opts, env, used))
     warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown] + _export(settings, used)
     machines = _count(settings, "num_machines") or (1, Source(SourceKind.DEFAULT, "accelerate: 1 machine"))

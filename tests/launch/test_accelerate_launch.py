@@ -68,6 +68,8 @@ def test_without_a_process_count_it_is_every_gpu_of_the_machine(workdir: Path) -
     (["accelerate", "launch", "--num_processes", "6", "--num_machines", "4"], "does not divide"),
     (["accelerate", "launch", "--num_processes", "8"], "names no training script"),
     (["accelerate", "launch", "--config_file", "missing.yaml"], "no such file"),
+    (["accelerate", "launch", "--use_deepspeed", "--use_fsdp", "--num_processes", "8"], "only one of"),
+    (["accelerate", "launch", "--multi_gpu", "--num_processes", "1"], "at least 2 processes"),
 ])
 def test_bad_launches_exit_2(workdir: Path, argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -83,6 +85,9 @@ def test_deepspeed_plugin_without_a_file_is_zero_2_by_default(workdir: Path) -> 
     assert (cfg.optimizer.zero_stage, cfg.optimizer.offload_optimizer) == (3, "cpu")
     with pytest.raises(ConfigError, match="bf16.enabled=True vs hf --bf16 False"):  # Trainer's fill_match refuses
         resolve_job([*base, *_script()], {})
+    plain = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed"]  # the Trainer's --bf16 decides
+    assert resolve_job([*plain, *_script("--bf16")], {})[1].precision == "bf16"
+    assert resolve_job([*plain, *_script()], {})[1].precision == "fp32"
 
 
 def test_deepspeed_config_file_wins_over_the_plugin_but_its_auto_values_are_filled(workdir: Path) -> None:
