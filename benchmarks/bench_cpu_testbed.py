@@ -32,9 +32,10 @@ profiling), with the hook's in-job reading beside it. The figures stay raw: the 
 machine's step-time drift, so nothing is normalised by it. `--drift-check R` shows that: R interleaved runs of
 --drift-configs (default 0 and 1), a reading before and after each, per configuration the correlation of the
 step CPU time with the reading (and its parts, the hook's reading, and the run's wall / CPU contention) and the
-run-to-run spread raw and normalised (x first reading / reading now). On 2026-11-26 (load 3.5-5, 10 runs each):
-step CPU spread x1.17 / x1.20, reference x1.08, correlation +0.20 / +0.06 (contention +0.45 / +0.84), spread
-of log step CPU 0.046 -> 0.046 and 0.045 -> 0.049 normalised: the drift follows contention, not machine speed.
+run-to-run spread raw and normalised (x first reading / reading now). On 2026-11-26: configurations 0 and 1
+(load 3.5-5) and 6 and 7 (load 1.0-3.5, 16 of 20 runs uncontended), 10 runs each: step CPU spread x1.14-x1.24, reference
+correlation -0.08 to +0.20, spread widened by normalising (0.049 -> 0.056); across five full runs (56
+measurements) correlation +0.52, spread 0.051 -> 0.044. Details in instrument/reference_speed.py.
 """
 
 from __future__ import annotations

@@ -13,15 +13,20 @@ drift, which is no model's error. The reference workload is meant to make such d
 - benchmarks/bench_cpu_testbed.py times it before and after every measured configuration and prints it beside
   the measurement, as a ratio to the profile's reading.
 
-What it does NOT do, measured (bench_cpu_testbed.py --drift-check, 2026-11-26, load 3.5-5 on the 2 vCPUs):
-it does not track the testbed's step-time drift. Over 10 interleaved runs each, the step CPU time of
-configuration 0 (1 rank) moved x1.17 and of configuration 1 (2 ranks, ZeRO-1) x1.20 while the reference moved
-x1.08 (mostly its own +-3 % noise); correlation of log step CPU time with log reference +0.20 and +0.06 (the
-hook's in-job reading +0.17 and +0.60), against +0.45 and +0.84 with the run's contention (step wall / CPU
-time). Normalising by it left the run-to-run spread unchanged (stdev of log step CPU 0.046 -> 0.046, 0.045
--> 0.049). The drift follows other programs sharing the cores (their time slices evict our caches and, for
-2 ranks, a rank spins in its collective while its peer waits for a core), which a short workload of medianed
-repetitions does not see. So no prediction, calibration or benchmark figure is normalised by it.
+What it does NOT do, measured on 2026-11-26 (benchmarks/bench_cpu_testbed.py): track the run-to-run drift of
+the testbed's step time reliably enough to correct anything by it.
+- `--drift-check 10`, configurations 0 and 1 at load 3.5-5: step CPU time moved x1.17 / x1.20 between runs,
+  the reference x1.08 (mostly its own +-3 % noise); correlation +0.20 / +0.06 (with the run's contention,
+  step wall / CPU time: +0.45 / +0.84).
+- `--drift-check 10 --drift-configs 6,7` on a quieter machine (load 1.0-3.5, wall = CPU time in 16 of 20 runs):
+  step CPU time x1.14 / x1.24 (configuration 7: 63.3-75.5 ms with wall = CPU), reference correlation -0.08 /
+  +0.06. Over these 40 runs normalising by the reading widened the run-to-run spread (stdev of log step CPU
+  0.049 -> 0.056); the hook's in-job reading correlated better (+0.37; +0.54 over the quiet runs: the drift
+  looks partly per process, e.g. where its memory landed) but normalising by it widened the spread further
+  (0.074: its own noise and outliers).
+- Across 5 full benchmark runs (56 measurements over ~50 minutes, load 2.3-5.8) it followed the slower trend
+  partly: within-configuration correlation +0.52, spread 0.051 -> 0.044 normalised.
+So the readings are recorded (profile, run meta records, store) and printed, and nothing is normalised by them.
 
 The workload (WORKLOAD), one thread, fp32, process CPU time (the thread's own work, not the time it waited for
 a core someone else held), each part the median of PART_REPS repetitions after one warm-up:
@@ -159,7 +164,8 @@ def measure_reference(where: str = "", concurrent: int = 1, diagnostics: bool = 
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
-    return ReferenceReading(sum(parts[k] for k in COUNTED_PARTS), parts, time.perf_counter() - wall0, time.time(), concurrent,
+    return ReferenceReading(sum(parts[k] for k in COUNTED_PARTS), parts, time.perf_counter() - wall0, time.time(),
+                            concurrent,
                             os.getloadavg()[0], WORKLOAD, where)
 
 
@@ -179,7 +185,8 @@ def measure_reference_concurrent(copies: int, where: str = "", start_delay_s: fl
     out = []
     for proc in procs:
         text = proc.communicate(timeout=120)[0]
-        reading = reading_from_json(json.loads(text.strip().splitlines()[-1])) if proc.returncode == 0 and text.strip() else None
+        ok = proc.returncode == 0 and text.strip()
+        reading = reading_from_json(json.loads(text.strip().splitlines()[-1])) if ok else None
         if reading is not None:
             out.append(reading)
     return out

@@ -102,3 +102,11 @@ def test_refine_records_the_reading_and_calibrates_from_the_raw_step(tmp_path: P
     with sqlite3.connect(home / "store.sqlite") as conn:
         (stored,) = conn.execute("SELECT reference_cpu_s FROM refine_runs WHERE job_id = 'j1'").fetchone()
     assert stored == pytest.approx(0.011)
+
+
+def test_concurrent_readings_come_from_separate_processes() -> None:
+    pytest.importorskip("torch")
+    from llmperf_hook.instrument.reference_speed import measure_reference_concurrent
+
+    got = measure_reference_concurrent(2, "test-2", start_delay_s=2.0)
+    assert len(got) == 2 and all(r.concurrent == 2 and r.where == "test-2" and r.cpu_s > 0 for r in got)
