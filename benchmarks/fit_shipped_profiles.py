@@ -22,7 +22,8 @@ from llmperf_hook.profile.comm_fit import fit_cluster_comm_model  # noqa: E402
 from llmperf_hook.profile.comm_model import write_comm_model  # noqa: E402
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile  # noqa: E402
 from llmperf_hook.profile.public_samples import ATTRIBUTION  # noqa: E402
-from llmperf_hook.profile.shipped import SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, corrupt_reason, load_group  # noqa: E402
+from llmperf_hook.profile.shipped import (SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, corrupt_reason,  # noqa: E402
+                                          first_step_reason, load_group)
 
 
 MAX_SHIPPED_HOLDOUT_MAPE = 0.15
@@ -40,6 +41,11 @@ def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str
                 notes.append(f"{group}/{phase}: not fitted, the samples of {files} are corrupt ({reason}); the "
                              f"roofline model is used for it")
                 print(f"  {hw.name} {group:16s} {phase} NOT fitted: corrupt ({reason})")
+                continue
+            first_step = first_step_reason(samples)
+            if first_step is not None:
+                notes.append(f"{group}/{phase}: not shipped, {files}: {first_step}; the roofline model is used for it")
+                print(f"  {hw.name} {group:16s} {phase} NOT shipped: {first_step}")
                 continue
             if dropped > 0:
                 notes.append(f"{group}/{phase}: dropped {dropped:.1%} of {files} samples that beat the peak")

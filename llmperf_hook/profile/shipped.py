@@ -137,6 +137,31 @@ def corrupt_reason(s: Samples, rc: RooflineConstants) -> str | None:
     return None
 
 
+MAX_STEADY_S_PER_TENSOR = 5e-6
+"""A training step's fused Adam (apex / DeepSpeed FusedAdam, Megatron's) runs multi_tensor_apply: one kernel per
+chunk of up to ~110 tensors, so each tensor adds well under this. Samples that pay more per tensor time the
+optimizer's FIRST step, which allocates and zero-fills exp_avg / exp_avg_sq tensor by tensor (torch.zeros_like in
+FusedAdam.step): not the step training repeats. The A100 stage-optimizer files pay 31 us per tensor (least squares
+of time on parameters, tensors and a constant over the three files: 19.0 ps per parameter, i.e. 33 B at the
+streaming bandwidth, an Adam pass plus the zero fill)."""
+NEOX_TENSORS_PER_LAYER = 12
+"""Weights and biases of a GPT-NeoX layer: QKV, attention output, MLP up and down, two LayerNorms."""
+
+
+def first_step_reason(s: Samples) -> str | None:
+    """Why optimizer samples time a first step (per-tensor cost over MAX_STEADY_S_PER_TENSOR), or None."""
+    if s.op_class != "optimizer" or "layers" not in s.dims:
+        return None
+    tensors = NEOX_TENSORS_PER_LAYER * s.dims["layers"] + 2.0 * (s.dims.get("embedding_params", 0 * s.time_s) > 0)
+    design = np.column_stack([s.dims["params"], tensors, np.ones_like(tensors)])
+    per_param_s, per_tensor_s, _ = np.linalg.lstsq(design, s.time_s, rcond=None)[0]
+    if per_tensor_s <= MAX_STEADY_S_PER_TENSOR:
+        return None
+    return (f"{per_tensor_s * 1e6:.0f} us per parameter tensor ({per_param_s * 1e12:.1f} ps per parameter): the samples "
+            f"time a first step that allocates the optimizer state, not the step training repeats (rule: <= "
+            f"{MAX_STEADY_S_PER_TENSOR * 1e6:.0f} us)")
+
+
 def clean(s: Samples, rc: RooflineConstants) -> tuple[Samples | None, float]:
     """(samples without the corrupt rows, or None if the group is corrupt (corrupt_reason); fraction dropped)."""
     mask = plausible_mask(s, rc)

@@ -7,7 +7,7 @@ import pytest
 from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, intercept_floor_s, predict_with_floor,
                                                 training_xy, unknown_columns, with_unknown_rows)
 from llmperf_hook.profile.features import OPTIONAL_DIMS, UNKNOWN, RooflineConstants, build_features, schema_hash
-from llmperf_hook.profile.shipped import corrupt_reason, streaming_slope
+from llmperf_hook.profile.shipped import corrupt_reason, first_step_reason, streaming_slope
 
 RC = RooflineConstants(312e12, 2.0e12, 108, 2)
 
@@ -69,17 +69,15 @@ def test_a_streaming_step_that_does_not_grow_with_its_bytes_is_corrupt() -> None
     assert streaming_slope(flat, RC) < 0.5 and "params^" in corrupt_reason(flat, RC)
 
 
-def test_shipped_a100_optimizer_uses_the_stage_dims_when_given() -> None:
-    from llmperf_hook.graph.op import Op
+def test_first_step_samples_are_not_the_step_training_repeats() -> None:
+    """Samples paying tens of microseconds per parameter tensor time a first step (optimizer-state allocation);
+    the shipped A100 profile therefore has no optimizer model and the roofline prices Adam."""
     from llmperf_hook.profile.predictor import FittedProfile
     from llmperf_hook.resources import configs_dir
 
-    profile = FittedProfile(configs_dir() / "profiles" / "a100-sxm4-80gb")
-    # A TP-16 first stage of hidden 2,048 (4 layers + its 3,200 x 2,048 embedding shard) and the same
-    # parameter count without the stage dims; the A100 samples took 2.5-2.7 ms for this stage.
-    params = 4 * ((12 * 2048 ** 2 + 9 * 2048) // 16 + 4 * 2048) + 3200 * 2048
-    dims = {"params": params, "layers": 4, "embedding_params": 3200 * 2048}
-    ops = [Op("optimizer.step", "optimizer", "step", dims, dtype="fp32"),
-           Op("optimizer.step", "optimizer", "step", {"params": params}, dtype="fp32")]
-    staged, bare = profile.predict_s(ops, cluster=None)
-    assert 2.0e-3 < staged < 3.2e-3 and bare > 0
+    s = _stages()
+    assert first_step_reason(s) is None  # a fixed cost per step is not a cost per tensor
+    tensors = 12 * s.dims["layers"]
+    first = Samples(s.op_class, s.phase, s.dims, s.time_s + 30e-6 * tensors)
+    assert "us per parameter tensor" in first_step_reason(first)
+    assert not FittedProfile(configs_dir() / "profiles" / "a100-sxm4-80gb").supports("optimizer", "step", "fp32")

@@ -130,11 +130,11 @@ def test_shipped_copy_is_self_contained(tmp_path: Path) -> None:
 
 
 def test_optimizer_step_is_answered_whatever_its_dtype() -> None:
-    prof = FittedProfile(SHIPPED / "a100-sxm4-80gb")
+    prof = FittedProfile(SHIPPED / "h100-sxm5-80gb")
     assert prof.supports("optimizer", "step", "fp32") and prof.supports("optimizer", "step", "bf16")
     t = prof.predict_s([Op("opt", "optimizer", "step", {"params": 1e9}, dtype="fp32")], None)[0]
-    # >= 16 bytes per parameter at the A100's 2,039 GB/s, and not absurdly slow
-    assert 16e9 / 2039e9 < t < 0.2
+    # >= 16 bytes per parameter at the H100's 3,350 GB/s, and not absurdly slow
+    assert 16e9 / 3350e9 < t < 0.2
 
 
 def test_sklearn_fallback_profile_round_trip(tmp_path: Path) -> None:
