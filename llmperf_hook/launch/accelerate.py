@@ -75,7 +75,7 @@ def _scan(words: Sequence[str], start: int) -> ScannedOptions:
     return opts
 
 
-def _config_file(opts: ScannedOptions, env: Mapping[str, str], used: dict[str, str]) -> tuple[dict[str, Any], str] | None:
+def _config_file(opts: ScannedOptions, env: Mapping[str, str]) -> tuple[dict[str, Any], str] | None:
     """(settings, where) of --config_file, else of accelerate's default config file when it exists."""
     if "config_file" in opts.values:
         path = Path(opts.values["config_file"])
@@ -127,9 +127,8 @@ def _uses_deepspeed(settings: Mapping[str, tuple[Any, Source]]) -> bool:
     return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "DEEPSPEED"
 
 
-def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) -> list[str]:
+def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) -> None:
     """The environment accelerate gives its processes (what the script's Trainer / Accelerator reads)."""
-    warnings = []
     mixed = str(settings.get("mixed_precision", ("no", None))[0]).lower()
     used["ACCELERATE_MIXED_PRECISION"] = mixed
     if _uses_deepspeed(settings):
@@ -142,7 +141,6 @@ def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) ->
         for key in FSDP_KEYS:
             if key in settings:
                 used[key.upper()] = str(settings[key][0]).lower() if isinstance(settings[key][0], bool) else str(settings[key][0])
-    return warnings
 
 
 def _uses_fsdp(settings: Mapping[str, tuple[Any, Source]]) -> bool:
@@ -168,8 +166,9 @@ def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], u
     """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`)."""
     opts = _scan(words, start)
     _check_modes(opts)
-    settings = _settings(opts, _config_file(opts, env, used))
-    warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown] + _export(settings, used)
+    settings = _settings(opts, _config_file(opts, env))
+    _export(settings, used)
+    warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown]
     machines = _count(settings, "num_machines") or (1, Source(SourceKind.DEFAULT, "accelerate: 1 machine"))
     processes = _count(settings, "num_processes")
     nnodes = Sized(*machines)
