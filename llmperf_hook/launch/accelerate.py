@@ -119,36 +119,31 @@ def _count(settings: Mapping[str, tuple[Any, Source]], key: str) -> tuple[int, S
     return count, source
 
 
-def _uses_deepspeed(settings: Mapping[str, tuple[Any, Source]]) -> bool:
-    if "use_deepspeed" in settings and settings["use_deepspeed"][1].kind == SourceKind.LAUNCHER:
+_MODE_SWITCHES = ("multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "cpu", "tpu")
+
+
+def _uses(settings: Mapping[str, tuple[Any, Source]], switch: str, distributed_type: str) -> bool:
+    """The command's mode switch `switch`, else (no mode switch on the command) the config file's distributed_type."""
+    on_command = [k for k in _MODE_SWITCHES if k in settings and settings[k][1].kind == SourceKind.LAUNCHER]
+    if switch in on_command:
         return True
-    explicit_mode = any(k in settings and settings[k][1].kind == SourceKind.LAUNCHER
-                        for k in ("multi_gpu", "use_fsdp", "use_megatron_lm", "cpu", "tpu"))
-    return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "DEEPSPEED"
+    return not on_command and str(settings.get("distributed_type", ("", None))[0]).upper() == distributed_type
 
 
 def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) -> None:
     """The environment accelerate gives its processes (what the script's Trainer / Accelerator reads)."""
     mixed = str(settings.get("mixed_precision", ("no", None))[0]).lower()
     used["ACCELERATE_MIXED_PRECISION"] = mixed
-    if _uses_deepspeed(settings):
+    if _uses(settings, "use_deepspeed", "DEEPSPEED"):
         used["ACCELERATE_USE_DEEPSPEED"] = "true"
         for key, var in PLUGIN_ENV.items():
             if key in settings and str(settings[key][0]).lower() != "none":
                 used[var] = str(settings[key][0])
-    elif _uses_fsdp(settings):
+    elif _uses(settings, "use_fsdp", "FSDP"):
         used["ACCELERATE_USE_FSDP"] = "true"
         for key in FSDP_KEYS:
             if key in settings:
                 used[key.upper()] = str(settings[key][0]).lower() if isinstance(settings[key][0], bool) else str(settings[key][0])
-
-
-def _uses_fsdp(settings: Mapping[str, tuple[Any, Source]]) -> bool:
-    if "use_fsdp" in settings and settings["use_fsdp"][1].kind == SourceKind.LAUNCHER:
-        return True
-    explicit_mode = any(k in settings and settings[k][1].kind == SourceKind.LAUNCHER
-                        for k in ("multi_gpu", "use_deepspeed", "use_megatron_lm", "cpu", "tpu"))
-    return not explicit_mode and str(settings.get("distributed_type", ("", None))[0]).upper() == "FSDP"
 
 
 def _check_modes(opts: ScannedOptions) -> None:
