@@ -58,7 +58,7 @@ def check_counts(flags: FlagValues) -> None:
             raise ConfigError(f"{flags.seen_flags[dest]} {value} (argv) must be {floor}; fix the training arguments.")
 
 
-def detect_framework(flags: FlagValues, env: Mapping[str, str] | None = None) -> str:
+def detect_framework(flags: FlagValues, env: Mapping[str, str]) -> str:
     """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed."""
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
@@ -67,15 +67,15 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str] | None = None) ->
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
-    if isinstance(deepspeed, str) or (not ds_path and accelerate_deepspeed(env or {})):
+    if isinstance(deepspeed, str) or (not ds_path and accelerate_deepspeed(env)):
         return "hf-deepspeed"
     return "deepspeed" if ds_path or is_deepspeed_chat(flags) else "torch"
 
 
-def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None = None,
-                     env: Mapping[str, str] | None = None) -> DsSettings | None:
-    if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env or {}):
-        return parse_ds_config(*accelerate_ds_config(env or {}))
+def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None,
+                     env: Mapping[str, str]) -> DsSettings | None:
+    if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
+        return parse_ds_config(*accelerate_ds_config(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
         return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
