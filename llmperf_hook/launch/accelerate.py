@@ -152,7 +152,8 @@ def _check_modes(opts: ScannedOptions) -> None:
     if len(modes) > 1:
         raise UsageError(f"accelerate launch {' and '.join(modes)}: accelerate allows only one of --cpu, --multi_gpu, "
                          "--tpu, --use_deepspeed, --use_fsdp (it raises ValueError). Keep one.")
-    if "multi_gpu" in opts.values and opts.values.get("num_processes", "2").isdigit() and int(opts.values.get("num_processes", "2")) < 2:
+    processes = opts.values.get("num_processes", "2")
+    if "multi_gpu" in opts.values and processes.isdigit() and int(processes) < 2:
         raise UsageError("accelerate launch --multi_gpu needs at least 2 processes (--num_processes); accelerate raises "
                          "ValueError otherwise.")
 
