@@ -34,7 +34,7 @@ def test_reading_is_taken_before_step_zero_starts(tmp_path: Path) -> None:
     ref = meta["reference"]
     assert ref["where"] == "hook" and ref["cpu_s"] > 0 and set(ref["parts_s"]) == {"gemm_s", "sweep_s", "dispatch_s"}
     # the reading takes tens of milliseconds; step 0 (nothing between its marks) does not contain it
-    assert len(steps) == 2 and steps[0]["wall_time_s"] < ref["wall_s"] / 2
+    assert len(steps) == 2 and steps[0]["wall_time_s"] < ref["wall_s"]  # it would be longer with the reading inside
 
 
 def test_no_reading_when_turned_off(tmp_path: Path) -> None:
@@ -71,4 +71,4 @@ def test_step_before_any_forward_reads_between_steps_zero_and_one(tmp_path: Path
     records = _records(tmp_path)
     (meta,) = [r for r in records if r["kind"] == "meta"]
     steps = [r for r in records if r["kind"] == "step"]
-    assert meta["reference"]["cpu_s"] > 0 and steps[1]["wall_time_s"] < meta["reference"]["wall_s"] / 2
+    assert meta["reference"]["cpu_s"] > 0 and steps[1]["wall_time_s"] < meta["reference"]["wall_s"]
