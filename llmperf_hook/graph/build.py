@@ -42,9 +42,8 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
     """Transformer layer blocks of a chunk, split by kind and by whether full recompute covers them."""
     blocks: list[OpBlock] = []
     granularity = cfg.recompute.granularity
-    for kind, count, params in (("dense_layer", num_dense, pc.attention_params(cfg) + pc.mlp_params(cfg)),
-                                ("moe_layer", num_moe, pc.attention_params(cfg) + pc.moe_dense_params(cfg)
-                                 + pc.expert_params(cfg))):
+    for kind, count, params in (("dense_layer", num_dense, pc.layer_params(cfg, moe=False)),
+                                ("moe_layer", num_moe, pc.layer_params(cfg, moe=True))):
         if count == 0:
             continue
         fwd = lo.attention_ops(ctx)
@@ -107,9 +106,9 @@ def _chunk_params(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[int, int]:
     total = expert = 0
     for block in chunk.blocks:
         if block.name.startswith("dense_layer"):
-            total += block.count * (pc.attention_params(cfg) + pc.mlp_params(cfg))
+            total += block.count * pc.layer_params(cfg, moe=False)
         elif block.name.startswith("moe_layer"):
-            total += block.count * (pc.attention_params(cfg) + pc.moe_dense_params(cfg) + pc.expert_params(cfg))
+            total += block.count * pc.layer_params(cfg, moe=True)
             expert += block.count * pc.expert_params(cfg)
         elif block.name == "embedding":
             total += pc.embedding_params(cfg)

@@ -39,6 +39,14 @@ def moe_dense_params(cfg: TrainingConfig) -> int:
     return norm_params(cfg) + cfg.model.hidden_size * cfg.model.num_experts
 
 
+def layer_params(cfg: TrainingConfig, moe: bool) -> int:
+    """All parameters of one transformer layer on a rank: attention plus the dense MLP, or plus the MoE block's
+    norm, router and this rank's local experts."""
+    if moe:
+        return attention_params(cfg) + moe_dense_params(cfg) + expert_params(cfg)
+    return attention_params(cfg) + mlp_params(cfg)
+
+
 def embedding_params(cfg: TrainingConfig) -> int:
     m = cfg.model
     positions = m.seq_length * m.hidden_size if m.position_embedding == "learned_absolute" else 0

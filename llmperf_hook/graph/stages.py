@@ -77,7 +77,7 @@ def gpt_model_pipe_specs(cfg: TrainingConfig) -> list[tuple[str, int]]:
     bigscience fork (the one with --pp-partition-method): a transpose lambda after the embedding and `undo`
     before its MixedFusedLayerNorm; the head is always the tied EmbeddingPipe. DeepSpeed counts a tied layer's
     parameters at each of its places (PipelineModule._count_layer_params builds every LayerSpec)."""
-    layers = [(TRANSFORMER_SPEC, _transformer_params(cfg, i)) for i in range(cfg.model.num_layers)]
+    layers = [(TRANSFORMER_SPEC, pc.layer_params(cfg, pc.is_moe_layer(cfg, i))) for i in range(cfg.model.num_layers)]
     embedding, norm = ("EmbeddingPipe", pc.embedding_params(cfg)), ("MixedFusedLayerNorm", pc.norm_params(cfg))
     cast = [("float16_to_fp32", 0)] if cfg.precision != "fp32" else []
     if cfg.parallel.pp_partition_method is not None:
@@ -85,12 +85,6 @@ def gpt_model_pipe_specs(cfg: TrainingConfig) -> list[tuple[str, int]]:
     head = ("LMHeadPipe", pc.head_params(cfg) - pc.norm_params(cfg)) if cfg.model.untie_embeddings else embedding
     moe_loss = [("_calculate_moe_loss", 0)] if cfg.model.num_experts else []
     return [("_to_float16", 0), embedding, *layers, *moe_loss, norm, head, *cast]
-
-
-def _transformer_params(cfg: TrainingConfig, layer: int) -> int:
-    if pc.is_moe_layer(cfg, layer):
-        return pc.attention_params(cfg) + pc.moe_dense_params(cfg) + pc.expert_params(cfg)
-    return pc.attention_params(cfg) + pc.mlp_params(cfg)
 
 
 def deepspeed_pipeline_partition(cfg: TrainingConfig) -> tuple[int, ...]:
