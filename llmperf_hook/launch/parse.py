@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.accelerate import parse_accelerate
+from llmperf_hook.launch.accelerate import MODULE as ACCELERATE_MODULE, accelerate_options_start, parse_accelerate
 from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
@@ -33,7 +33,7 @@ _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_VALUED_OPTS = ("-X", "-W", "-Q")
 _MODULE_LAUNCHERS = {
     "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
-    "deepspeed.launcher.runner": "deepspeed", "accelerate.commands.launch": "accelerate",
+    "deepspeed.launcher.runner": "deepspeed", ACCELERATE_MODULE: "accelerate",
 }
 
 
@@ -178,8 +178,9 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return parse_torchrun(words, i + 1, env, used, "torchrun")
     if head == "deepspeed":
         return parse_deepspeed_launcher(words, i + 1, env, used)
-    if head == "accelerate-launch" or (head == "accelerate" and i + 1 < len(words) and words[i + 1] == "launch"):
-        return parse_accelerate(words, i + (1 if head == "accelerate-launch" else 2), env, used)
+    start = accelerate_options_start(words, i)
+    if start is not None:
+        return parse_accelerate(words, start, env, used)
     if _is_python(words[i]):
         if inside_srun and not (i + 2 < len(words) and words[i + 1] == "-m" and words[i + 2] in _MODULE_LAUNCHERS):
             return None  # srun starts the script itself: srun sizes the job

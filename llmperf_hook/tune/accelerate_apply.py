@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS
+from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS, accelerate_options_start
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.tune import argv_edit as ed
 from llmperf_hook.tune import ds_config_rewrite as dsr
@@ -22,22 +22,14 @@ from llmperf_hook.tune.candidate import Candidate
 _CONFIG_FILE = ("--deepspeed_config_file", "--deepspeed-config-file")
 _ZERO = ("--zero_stage", "--zero-stage")
 _GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")
-_MODULE = "accelerate.commands.launch"
 
 
 def accelerate_options_span(argv: Sequence[str]) -> tuple[int, int] | None:
     """(first option, script index) of an `accelerate launch` in argv, or None."""
-    for i, word in enumerate(argv):
-        name = Path(word).name
-        if name == "accelerate" and i + 1 < len(argv) and argv[i + 1] == "launch":
-            start = i + 2
-        elif name == "accelerate-launch":
-            start = i + 1
-        elif word == "-m" and i + 1 < len(argv) and argv[i + 1] == _MODULE:
-            start = i + 2
-        else:
-            continue
-        return start, scan_options(argv, start, ACCELERATE_OPTIONS, "accelerate launch").rest
+    for i in range(len(argv)):
+        start = accelerate_options_start(argv, i)
+        if start is not None:
+            return start, scan_options(argv, start, ACCELERATE_OPTIONS, "accelerate launch").rest
     return None
 
 
