@@ -73,7 +73,8 @@ def gpt_model_pipe_specs(cfg: TrainingConfig) -> list[tuple[str, int]]:
     """(class or function name, parameters) of each entry of Megatron-DeepSpeed's GPTModelPipe layer list.
 
     microsoft fork (megatron/model/gpt_model.py): _to_float16, EmbeddingPipe, the transformer layers (then
-    _calculate_moe_loss for an MoE model), the final norm, the head (the tied EmbeddingPipe, or LMHeadPipe when untied), float16_to_fp32 (fp16/bf16 only).
+    _calculate_moe_loss for an MoE model), the final norm, the head (the tied EmbeddingPipe, or LMHeadPipe when
+    untied), float16_to_fp32 (fp16/bf16 only).
     bigscience fork (the one with --pp-partition-method): a transpose lambda after the embedding and `undo`
     before its MixedFusedLayerNorm; the head is always the tied EmbeddingPipe. DeepSpeed counts a tied layer's
     parameters at each of its places (PipelineModule._count_layer_params builds every LayerSpec)."""
