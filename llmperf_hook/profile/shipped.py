@@ -152,7 +152,7 @@ def first_step_reason(s: Samples) -> str | None:
     """Why optimizer samples time a first step (per-tensor cost over MAX_STEADY_S_PER_TENSOR), or None."""
     if s.op_class != "optimizer" or "layers" not in s.dims:
         return None
-    tensors = NEOX_TENSORS_PER_LAYER * s.dims["layers"] + 2.0 * (s.dims.get("embedding_params", 0 * s.time_s) > 0)
+    tensors = NEOX_TENSORS_PER_LAYER * s.dims["layers"] + 2.0 * (s.dims.get("embedding_params", np.zeros_like(s.time_s)) > 0)
     design = np.column_stack([s.dims["params"], tensors, np.ones_like(tensors)])
     per_param_s, per_tensor_s, _ = np.linalg.lstsq(design, s.time_s, rcond=None)[0]
     if per_tensor_s <= MAX_STEADY_S_PER_TENSOR:
