@@ -7,7 +7,11 @@
 #      operator-profiler window (--profile-ops).
 # Everything lands in $OUT/results.tgz (re-packed after each step, so a timeout keeps what was measured) and
 # the log in $OUT/log.txt. Wheels for what the machine lacks (deepspeed, lightgbm, ...) come in .whl/.
+#   3. with RUN_GPU_TESTS=1, the megatron-core hook tests, its `gpu`-marked one included (CUDA), log in $OUT/gpu_tests.txt.
+# FOR_A (optional) replaces the job that profile A samples first (default: S04's GPT-70B run).
 # Usage: bash benchmarks/measure_gpu.sh NAME PROFILE_MINUTES_A PROFILE_MINUTES_B
+# Runs: H100 SXM5 2026-11-26 (NAME h100-sxm5-80gb, 2 1); H200 SXM 2026-11-26 (NAME h200-sxm-141gb, 1.5 0.5, FOR_A =
+# a Llama-3-70B-like GQA job, RUN_GPU_TESTS=1).
 set -u
 NAME=${1:-h100-sxm5-80gb}; BUDGET_A=${2:-2}; BUDGET_B=${3:-1}
 OUT=${OUT:-/tmp/llmperf-gpu-out}; mkdir -p "$OUT"
@@ -25,11 +29,11 @@ T=examples/cpu-testbed
 } > "$W/environment.txt" 2>&1
 cat "$W/environment.txt"; pack
 
-echo "== profile A: Megatron GPT-70B shapes (S04 row 35: TP8 PP2 SP, seq 4096) =="
-S04="torchrun --nnodes 96 --nproc-per-node 8 pretrain_gpt.py --num-layers 84 --hidden-size 8192
+echo "== profile A: ${FOR_A:+FOR_A job}${FOR_A:-Megatron GPT-70B shapes (S04 row 35: TP8 PP2 SP, seq 4096)} =="
+S04="${FOR_A:-torchrun --nnodes 96 --nproc-per-node 8 pretrain_gpt.py --num-layers 84 --hidden-size 8192
  --num-attention-heads 64 --ffn-hidden-size 32768 --seq-length 4096 --max-position-embeddings 4096
  --micro-batch-size 1 --global-batch-size 384 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 2
- --sequence-parallel --use-distributed-optimizer --bf16 --tokenizer-type NullTokenizer --vocab-size 131072"
+ --sequence-parallel --use-distributed-optimizer --bf16 --tokenizer-type NullTokenizer --vocab-size 131072}"
 timeout 200 python3 -m llmperf_hook profile --device cuda --dtype bf16 --budget "$BUDGET_A" --name "$NAME" \
   --for -- $S04 2> "$W/profile_a.err"; echo "profile A exit $?"; tail -c 2000 "$W/profile_a.err"; pack
 
@@ -66,5 +70,10 @@ run c07 0 $DS --deepspeed_config $T/ds_zero1.json --num-layers 12 --hidden-size 
   --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 2 --global-batch-size 8 $COMMON
 run c08 0 python3 $T/train_gpt.py --num-layers 12 --hidden-size 2048 --num-attention-heads 16 \
   --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 4 $COMMON
+if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
+  echo "== gpu tests =="
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/instrument/test_megatron_hook.py > "$OUT/gpu_tests.txt" 2>&1
+  echo "gpu tests exit $?"; tail -5 "$OUT/gpu_tests.txt"
+fi
 echo "== done $(date -u) =="
 pack
