@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.frameworks.deepspeed_schema import check_sections, check_top_level, check_zero_section
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
 # ZeRO keys that change memory or communication but that llmperf does not model, with DeepSpeed's defaults.
 _ZERO_NOT_MODELLED: dict[str, Any] = {
     "sub_group_size": 1e9, "zero_hpz_partition_size": 1, "zero_quantized_weights": False,
-    "zero_quantized_gradients": False, "mics_shard_size": -1, "round_robin_gradients": False,
+    "zero_quantized_gradients": False, "round_robin_gradients": False,
 }
 
 
@@ -52,6 +53,9 @@ class DsSettings:
     pipeline_stages: int | None = None
     pipeline_checkpoint_interval: int = 0
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
+    sequence_parallel_size: int = 1
+    """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
+    the batch triad's world by it; 1 = off."""
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -219,13 +223,17 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     if not isinstance(zero, dict):
         hint = " (a YAML-style nested section reads as a string in DeepSpeed's hjson; write the config as JSON)" \
             if isinstance(zero, str) and ":" in zero else ""
-        raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}{hint}.")
-    out: dict[str, Any] = {"zero_stage": _num(zero.get("stage", 0), "zero_optimization.stage", origin)}
+        raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}{hint}; DeepSpeed's get_zero_config "
+                          "builds DeepSpeedZeroConfig(**zero_optimization) and fails on anything else. Write "
+                          "\"zero_optimization\": {\"stage\": N} (false or true, DeepSpeed's old spellings, also work).")
+    check_zero_section(zero, origin)
+    stage = zero.get("stage", 0)  # pydantic's lax ZeroStageEnum reads true / false as 1 / 0
+    out: dict[str, Any] = {"zero_stage": _num(int(stage) if isinstance(stage, bool) else stage, "zero_optimization.stage", origin)}
     if out["zero_stage"] not in (0, 1, 2, 3, AUTO):
         raise ConfigError(f"{origin} zero_optimization.stage is {out['zero_stage']}; DeepSpeed's ZeroStageEnum accepts 0, 1, 2 "
                           "or 3. Pick one of them.")
     out["offload_optimizer"] = "cpu" if zero.get("cpu_offload") else _device(zero.get("offload_optimizer"))
-    out["offload_param"] = "cpu" if zero.get("cpu_offload_params") else _device(zero.get("offload_param"))
+    out["offload_param"] = "cpu" if zero.get("cpu_offload_param") else _device(zero.get("offload_param"))
     if "overlap_comm" in zero:
         out["overlap_comm"] = _bool(zero["overlap_comm"], "zero_optimization.overlap_comm", origin)
     out["contiguous_gradients"] = _bool(zero.get("contiguous_gradients", True), "zero_optimization.contiguous_gradients", origin)
@@ -291,10 +299,10 @@ def _clip(value: Any, origin: str) -> float | str:
         return value
     if value is None:
         return 0.0
-    try:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{origin} gradient_clipping must be a number, got {value!r}; DeepSpeed compares it with 0.") from None
+    raise ConfigError(f"{origin} gradient_clipping must be a number, got {value!r}; DeepSpeed keeps the raw value and its "
+                      "engine fails comparing it with 0.0 at the first step (TypeError). Write it as a JSON number, e.g. 1.0.")
 
 
 def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
@@ -313,7 +321,7 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
         for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
             if ckpt.get(key):
                 warnings.append(f"{origin} activation_checkpointing.{key} accepted, not modelled")
-    for key in ("compression_training", "data_efficiency", "sparse_attention", "communication_data_type", "zero_allow_untested_optimizer"):
+    for key in ("data_efficiency", "communication_data_type", "zero_allow_untested_optimizer"):
         if raw.get(key) not in (None, False, {}):
             warnings.append(f"{origin} {key} accepted, not modelled")
     return out
@@ -323,7 +331,9 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     """Typed settings from a ds_config dict; `origin` names the file in messages and sources."""
     src: dict[str, Source] = {}
     warnings: list[str] = []
+    check_sections(raw, origin)
     fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
+    fields.update(check_top_level(raw, origin, fields, src, warnings))
     if fields["torch_autocast"] in ("bf16", "fp16") and fields["fp16"] is not True and fields["bf16"] is not True:
         warnings.append(f"{origin} {'torch_autocast' if 'torch_autocast' in raw else 'amp'} computes in "
                         f"{fields['torch_autocast']} on fp32 parameters and gradients: "

@@ -1,0 +1,221 @@
+"""What DeepSpeed's config models refuse in a ds_config, checked before anything is priced.
+
+DeepSpeed builds its config sections as pydantic models with `extra="forbid"` (deepspeed/runtime/config_utils.py
+DeepSpeedConfigModel): an unknown or misspelt key in zero_optimization, offload_param / offload_optimizer, fp16 /
+bf16 or a monitor section (tensorboard, wandb, csv_monitor, comet) stops deepspeed.initialize with "Extra inputs are
+not permitted". Numeric fields carry pydantic bounds (zero/config.py: reduce_bucket_size gt=0, the other sizes ge=0)
+and integer fields refuse fractions and text ("5e8" as a string). "auto" values are dropped before validation
+(DeepSpeedConfigModel non-strict), so they always pass. Key lists: the union of DeepSpeed 0.19.6's and 0.19.8's
+models, so a key either release accepts is accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.provenance import Source, SourceKind
+
+AUTO = "auto"
+
+ZERO_KEYS = frozenset("""
+allgather_bucket_size allgather_partitions allgather_sequential compute_grad_norm contiguous_gradients cpu_offload
+cpu_offload_param cpu_offload_use_pin_memory elastic_checkpoint enable_sanity_checks
+gather_16bit_weights_on_model_save ignore_unused_parameters leaf_module legacy_stage1 load_from_fp32_weights
+log_trace_cache_warnings max_live_parameters max_reuse_distance memory_efficient_linear mics_hierarchical_params_gather
+mics_shard_size model_persistence_threshold module_granularity_threshold offload_optimizer offload_param overlap_comm
+override_module_apply param_persistence_threshold parameter_alignment pipeline_loading_checkpoint prefetch_bucket_size
+reduce_bucket_size reduce_scatter round_robin_gradients save_muon_momentum_buffer_in_memory stage
+stage3_allgather_sequential stage3_gather_16bit_weights_on_model_save stage3_gather_fp16_weights_on_model_save
+stage3_max_live_parameters stage3_max_reuse_distance stage3_model_persistence_threshold
+stage3_module_granularity_threshold stage3_param_persistence_threshold stage3_prefetch_bucket_size
+stage3_use_all_reduce_for_fetch_params sub_group_size use_all_reduce_for_fetch_params use_multi_rank_bucket_allreduce
+zenflow zero_hpz_partition_size zero_quantized_gradients zero_quantized_nontrainable_weights zero_quantized_weights
+zeropp_loco_param
+""".split())
+"""zero/config.py DeepSpeedZeroConfig fields and aliases (0.19.6 and 0.19.8)."""
+
+# zero/config.py Field(..., gt=0 / ge=0) on integer fields; the value is the lower bound and whether it is strict.
+ZERO_INT_BOUNDS: dict[str, tuple[int, bool]] = {
+    "reduce_bucket_size": (0, True), "allgather_bucket_size": (0, False), "sub_group_size": (0, False),
+    "prefetch_bucket_size": (0, False), "stage3_prefetch_bucket_size": (0, False),
+    "param_persistence_threshold": (0, False), "stage3_param_persistence_threshold": (0, False),
+    "model_persistence_threshold": (0, False), "stage3_model_persistence_threshold": (0, False),
+    "max_live_parameters": (0, False), "stage3_max_live_parameters": (0, False),
+    "max_reuse_distance": (0, False), "stage3_max_reuse_distance": (0, False),
+    "zero_hpz_partition_size": (0, False),
+}
+
+OFFLOAD_PARAM_KEYS = frozenset("device nvme_path buffer_count buffer_size max_in_cpu pin_memory".split())
+OFFLOAD_OPTIMIZER_KEYS = frozenset("""device nvme_path buffer_count pin_memory pipeline_read pipeline_write fast_init
+ratio super_offload cpuadam_cores_perc pipeline""".split())
+"""zero/offload_config.py; `pipeline` is the optimizer offload's pre-0.6 switch (set_pipeline reads it)."""
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+"""OffloadDeviceEnum values: pydantic matches them exactly (lower case)."""
+
+PRECISION_KEYS = {
+    "bf16": frozenset("enabled immediate_grad_update check_grad_overflow bf16_master_weights_and_grads "
+                      "bf16_optimizer_states".split()),
+    "fp16": frozenset("enabled auto_cast loss_scale initial_scale_power loss_scale_window hysteresis "
+                      "consecutive_hysteresis min_loss_scale fp16_master_weights_and_grads".split()),
+}
+"""precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config."""
+
+MONITOR_KEYS = {
+    "tensorboard": frozenset("enabled output_path job_name".split()),
+    "csv_monitor": frozenset("enabled output_path job_name".split()),
+    "wandb": frozenset("enabled group team project".split()),
+    "comet": frozenset("enabled samples_log_interval project workspace api_key experiment_name experiment_key online "
+                       "mode".split()),
+}
+"""deepspeed/monitor/config.py TensorBoardConfig, CSVConfig, WandbConfig, CometConfig."""
+
+COMM_DTYPES = ("fp16", "bf16", "fp32")
+"""config.py get_communication_data_type: the value, lower-cased, must be one of these."""
+
+
+def _unknown_keys(section: dict[str, Any], known: frozenset[str], where: str, origin: str, model: str) -> None:
+    unknown = sorted(key for key in section if key not in known)
+    if not unknown:
+        return
+    hints = [f"{key!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, known, 1, 0.75))
+             else repr(key) for key in unknown]
+    raise ConfigError(f"{origin} {where} has key(s) DeepSpeed does not know: {', '.join(hints)}. DeepSpeed validates "
+                      f"the section with pydantic ({model}, extra keys forbidden) and stops at deepspeed.initialize "
+                      "('Extra inputs are not permitted'). Fix the spelling or remove the key.")
+
+
+def _int_field(value: Any, key: str, origin: str, bound: tuple[int, bool] | None) -> None:
+    if value == AUTO or value is None:
+        return
+    number = value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        number = int(value)  # pydantic's lax mode reads "500000000" as an integer, not "5e8"
+    ok = isinstance(number, (int, float)) and not isinstance(number, bool) and float(number).is_integer()
+    if not ok:
+        raise ConfigError(f"{origin} {key} must be an integer (5e8 as a JSON number is fine), got {value!r}; DeepSpeed's "
+                          "pydantic model refuses text and fractions ('Input should be a valid integer').")
+    if bound is not None and (number <= bound[0] if bound[1] else number < bound[0]):
+        rule = f"> {bound[0]}" if bound[1] else f">= {bound[0]}"
+        raise ConfigError(f"{origin} {key} is {value!r}; DeepSpeed requires {rule} (zero/config.py Field constraint). "
+                          "Give a value in range or leave the key out for DeepSpeed's default.")
+
+
+def _offload(section: Any, key: str, origin: str) -> None:
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"{origin} zero_optimization.{key} must be an object such as {{\"device\": \"cpu\"}}, got "
+                          f"{section!r}; DeepSpeed's pydantic model refuses it.")
+    known = OFFLOAD_PARAM_KEYS if key == "offload_param" else OFFLOAD_OPTIMIZER_KEYS
+    _unknown_keys(section, known, f"zero_optimization.{key}", origin, "DeepSpeedZeroOffload*Config")
+    device = section.get("device", "none")
+    if device != AUTO and device not in OFFLOAD_DEVICES:
+        raise ConfigError(f"{origin} zero_optimization.{key}.device is {device!r}; DeepSpeed's OffloadDeviceEnum accepts "
+                          "exactly \"none\", \"cpu\" or \"nvme\" (lower case). Use one of them.")
+    ratio = section.get("ratio", 1.0)
+    if key == "offload_optimizer" and ratio != AUTO and (not isinstance(ratio, (int, float)) or isinstance(ratio, bool)
+                                                         or not 0.0 <= ratio <= 1.0):
+        raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio is {ratio!r}; DeepSpeed requires a number "
+                          "from 0.0 to 1.0 (the share of the optimizer offloaded).")
+    for name in ("buffer_count", "buffer_size", "max_in_cpu"):
+        if name in section:
+            _int_field(section[name], f"zero_optimization.{key}.{name}", origin, (0, False))
+
+
+def check_zero_section(zero: dict[str, Any], origin: str) -> None:
+    """DeepSpeedZeroConfig: known keys, integer bounds, offload sub-models."""
+    _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
+    for key, bound in ZERO_INT_BOUNDS.items():
+        if key in zero:
+            _int_field(zero[key], f"zero_optimization.{key}", origin, bound)
+    for key in ("offload_param", "offload_optimizer"):
+        _offload(zero.get(key), key, origin)
+
+
+def check_sections(raw: dict[str, Any], origin: str) -> None:
+    """fp16/bf16 and monitor sections as DeepSpeed's models read them; communication_data_type's choices."""
+    for name, known in PRECISION_KEYS.items():
+        key = "bfloat16" if name == "bf16" and "bf16" not in raw and "bfloat16" in raw else name
+        section = raw.get(key)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ConfigError(f"{origin} {key} is {section!r}; DeepSpeed builds the section with "
+                              f"DeepSpeed{name.upper()}Config(**{key}) and fails on anything but an object. Write "
+                              f"\"{key}\": {{\"enabled\": true}}.")
+        _unknown_keys(section, known, key, origin, f"DeepSpeed{name.upper()}Config")
+    for name, known in MONITOR_KEYS.items():
+        section = raw.get(name)
+        if isinstance(section, dict):
+            _unknown_keys(section, known, name, origin, "DeepSpeedMonitorConfig")
+    for key in ("communication_data_type", "seq_parallel_communication_data_type"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or value.lower() not in COMM_DTYPES):
+            raise ConfigError(f"{origin} {key} is {value!r}; DeepSpeed accepts \"fp16\", \"bf16\" or \"fp32\" ('Invalid "
+                              "communication_data_type'). Use one of them or leave the key out.")
+
+
+REMOVED_KEYS = ("nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
+                "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop")
+"""Top-level sections DeepSpeed 0.19.8 refuses (config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS, deepspeedai/DeepSpeed#8489);
+0.19.6 and earlier accept them. The release the job runs is not known here, so they warn."""
+REMOVED_ZERO_KEYS = ("mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param")
+
+# config.py DtypeEnum spellings (matched exactly); int8 is a member but no training dtype pairs with it.
+_DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp32": "fp32",
+           "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+           "torch.bfloat16": "bf16", "int8": "int8", "torch.int8": "int8"}
+
+
+def _removed(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    gone = [key for key in REMOVED_KEYS if key in raw] + [f"zero_optimization.{key}" for key in REMOVED_ZERO_KEYS
+                                                         if key in zero]
+    for key in gone:
+        warnings.append(f"{origin} {key} accepted, not modelled; DeepSpeed 0.19.8 and later refuse the config (feature "
+                        "removed, deepspeedai/DeepSpeed#8489), earlier releases accept it")
+
+
+def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], warnings: list[str]) -> None:
+    """engine.py get_data_types / _do_optimizer_sanity_check: without ZeRO the gradient-accumulation dtype must be
+    the model's ('unsupported mix of model_dtype and grad_accum_dtype'); ZeRO-1 with bf16 and fp32 accumulation runs
+    BF16_Optimizer, which keeps an fp32 gradient per parameter."""
+    types = raw.get("data_types")
+    value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
+    if value is None or value == AUTO:
+        return
+    if value not in _DTYPES:
+        raise ConfigError(f"{origin} data_types.grad_accum_dtype is {value!r}; DeepSpeed's DtypeEnum knows \"fp32\", "
+                          "\"bf16\" and \"fp16\" (and their torch spellings) and fails at deepspeed.initialize otherwise.")
+    if AUTO in (fields["fp16"], fields["bf16"]):
+        return
+    model = "fp16" if fields["fp16"] else "bf16" if fields["bf16"] else "fp32"
+    if fields["zero_stage"] == 0 and _DTYPES[value] != model:
+        raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
+                          "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
+                          f"'unsupported mix of model_dtype and grad_accum_dtype'. Use {model!r}, drop the key, or enable "
+                          "ZeRO (stage 1 with bf16 accumulates in fp32).")
+    if _DTYPES[value] != model:
+        warnings.append(f"{origin} data_types.grad_accum_dtype {value} with {model} training accepted, not modelled "
+                        "(ZeRO-1 + bf16 + fp32 keeps an fp32 gradient buffer per parameter)")
+
+
+def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    value = raw.get("sequence_parallel_size")
+    if value is None:
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{origin} sequence_parallel_size is {value!r}; DeepSpeed divides the world size by it "
+                          "(DeepSpeedConfig) and Ulysses groups need a whole number >= 1. Give a positive integer.")
+    src["sequence_parallel_size"] = Source(SourceKind.CONFIG_FILE, f"{origin} sequence_parallel_size")
+    return {"sequence_parallel_size": value}
+
+
+def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], src: dict[str, Source],
+                    warnings: list[str]) -> dict[str, Any]:
+    """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size."""
+    _removed(raw, origin, warnings)
+    _grad_accum_dtype(raw, origin, fields, warnings)
+    return _sequence_parallel(raw, origin, src)

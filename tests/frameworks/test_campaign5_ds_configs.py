@@ -1,0 +1,127 @@
+"""Round-5 campaign: ds_configs as 2025-26 users write them, checked against what DeepSpeed 0.19's config models
+accept (deepspeed/runtime/config.py, zero/config.py, zero/offload_config.py, precision_config.py,
+monitor/config.py: pydantic with extra keys forbidden) and Megatron-DeepSpeed's own start-up checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import script
+
+DS = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config"]
+HF = ["deepspeed", "--num_gpus", "8", "train.py", "--per_device_train_batch_size", "2", "--bf16", "--deepspeed"]
+BASE: dict[str, Any] = {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}}
+MEGATRON = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--vocab-size", "50257", "--micro-batch-size", "2",
+            "--global-batch-size", "64", "--bf16", "--deepspeed", "--no-pipeline-parallel"]
+
+
+def _ds(tmp_path: Path, **extra: Any) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**BASE, **extra}))
+    return str(path)
+
+
+def _zero(tmp_path: Path, **zero: Any) -> str:
+    return _ds(tmp_path, zero_optimization=zero)
+
+
+def test_zero_plus_plus_and_scientific_sizes_are_accepted(tmp_path: Path) -> None:
+    path = _zero(tmp_path, stage=3, zero_hpz_partition_size=8, zero_quantized_weights=True, zero_quantized_gradients=True,
+                 reduce_bucket_size=5e8, allgather_bucket_size=5.5e8, stage3_prefetch_bucket_size="auto",
+                 stage3_max_live_parameters=1e9, stage3_param_persistence_threshold=1e5, sub_group_size=1e9,
+                 offload_optimizer={"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": True, "buffer_count": 4},
+                 offload_param={"device": "nvme", "nvme_path": "/local_nvme", "buffer_size": 1e8, "max_in_cpu": 1e9})
+    cfg = script([*DS, path], model="llama3-8b")
+    assert (cfg.optimizer.zero_stage, cfg.optimizer.offload_optimizer, cfg.optimizer.offload_param) == (3, "nvme", "nvme")
+    assert any("zero_hpz_partition_size = 8" in w for w in cfg.warnings)
+
+
+@pytest.mark.parametrize("zero, fragment", [
+    ({"stage": 3, "stage3_prefetch_bucket": 5e7}, "did you mean 'stage3_prefetch_bucket_size'"),
+    ({"stage": 2, "cpu_offload_params": True}, "cpu_offload_param"),
+    ({"stage": 2, "reduce_bucket_size": 0}, "requires > 0"),
+    ({"stage": 2, "allgather_bucket_size": -1}, "requires >= 0"),
+    ({"stage": 3, "zero_hpz_partition_size": -1}, "requires >= 0"),
+    ({"stage": 3, "stage3_prefetch_bucket_size": "5e7"}, "valid integer"),
+    ({"stage": 2, "reduce_bucket_size": 1.5}, "valid integer"),
+    ({"stage": 3, "offload_optimizer": {"device": "gpu"}}, "OffloadDeviceEnum"),
+    ({"stage": 3, "offload_optimizer": {"device": "NVMe", "nvme_path": "/x"}}, "lower case"),
+    ({"stage": 3, "offload_param": {"device": "cpu", "pin_memroy": True}}, "did you mean 'pin_memory'"),
+    ({"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}, "0.0 to 1.0"),
+    ({"stage": 3, "offload_optimizer": "cpu"}, "must be an object"),
+])
+def test_zero_section_refusals_match_deepspeeds_pydantic_model(tmp_path: Path, zero: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        script([*DS, _zero(tmp_path, **zero)], model="llama3-8b")
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"bf16": {"enabled": True, "bogus": 1}}, "DeepSpeedBF16Config"),
+    ({"bf16": True}, "must be an object|anything but an object"),
+    ({"tensorboard": {"enabled": True, "output_dir": "/tmp"}}, "DeepSpeedMonitorConfig"),
+    ({"communication_data_type": "int8"}, "Invalid communication_data_type"),
+    ({"gradient_clipping": "1.0"}, "JSON number"),
+    ({"data_types": {"grad_accum_dtype": "int4"}}, "DtypeEnum"),
+    ({"data_types": {"grad_accum_dtype": "fp32"}}, "unsupported mix"),
+    ({"sequence_parallel_size": 0}, "positive integer"),
+    ({"sequence_parallel_size": 3}, "not divisible"),
+])
+def test_top_level_refusals(tmp_path: Path, extra: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        script([*DS, _ds(tmp_path, **extra)], model="llama2-7b" if "sequence_parallel_size" not in extra else "llama3-8b")
+
+
+def test_ulysses_heads_rule_uses_the_model(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="40 attention heads"):  # llama2-13b: 40 heads, SP 16
+        script(["deepspeed", "--num_gpus", "16", *DS[3:], _ds(tmp_path, sequence_parallel_size=16)], model="llama2-13b")
+
+
+def test_accepted_spellings_and_sections(tmp_path: Path) -> None:
+    path = _ds(tmp_path, zero_optimization={"stage": True}, communication_data_type="FP32", steps_per_print=10,
+               wall_clock_breakdown=True, bf16={"enabled": True, "immediate_grad_update": True},
+               flops_profiler={"enabled": True, "profile_step": 1}, csv_monitor={"enabled": True, "output_path": "/t"},
+               wandb={"enabled": True, "project": "p"}, data_types={"grad_accum_dtype": "fp32"})
+    cfg = script([*DS, path], model="llama2-7b")
+    assert cfg.optimizer.zero_stage == 1 and cfg.precision == "bf16"  # pydantic reads stage true as 1
+    assert any("grad_accum_dtype fp32" in w for w in cfg.warnings)
+    assert script([*DS, _ds(tmp_path, zero_optimization=False)], model="llama2-7b").optimizer.zero_stage == 0
+
+
+def test_removed_sections_warn_with_the_release(tmp_path: Path) -> None:
+    cfg = script([*DS, _ds(tmp_path, zero_optimization={"stage": 3, "mics_shard_size": 8}, sparse_attention={"mode": "fixed"})],
+                 model="llama2-7b")
+    removed = [w for w in cfg.warnings if "0.19.8" in w]
+    assert len(removed) == 2 and not any("mics_shard_size = 8" in w for w in cfg.warnings)
+
+
+def test_ulysses_sequence_parallel_divides_the_batch_world(tmp_path: Path) -> None:
+    cfg = script([*DS, _ds(tmp_path, sequence_parallel_size=2, train_batch_size=16)], model="llama3-8b")
+    # DeepSpeedConfig: world 8 / SP 2 = 4 data-parallel ranks, so 16 = 2 x 2 accumulation x 4.
+    assert (cfg.parallel.cp, cfg.parallel.dp, cfg.batch.num_microbatches) == (2, 4, 2)
+    hf = script([*HF, _ds(tmp_path, sequence_parallel_size=2, train_micro_batch_size_per_gpu="auto")], model="llama3-8b")
+    assert (hf.parallel.cp, hf.parallel.dp, hf.batch.global_batch_size) == (2, 4, 8)
+
+
+def test_hf_trainer_ignores_the_pipeline_section(tmp_path: Path) -> None:
+    path = _ds(tmp_path, train_micro_batch_size_per_gpu="auto", pipeline={"stages": 2, "activation_checkpoint_interval": 1})
+    cfg = script([*HF, path], model="llama2-7b")
+    assert (cfg.parallel.pp, cfg.parallel.dp, cfg.recompute.granularity) == (1, 8, "none")
+    assert any("PipelineModule" in w for w in cfg.warnings)
+
+
+def test_megatron_deepspeed_num_experts_list_and_ulysses_with_sequence_parallel(tmp_path: Path) -> None:
+    path = _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 1})
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--deepspeed_config", path]
+    with pytest.raises(ConfigError, match="12 MoE layers"):
+        script([*run, "--num-experts", "8", "8", "8", "8"])
+    cfg = script([*run, "--num-experts", *["8"] * 11, "4"])
+    assert cfg.model.num_experts == 8 and any("per-layer expert counts differ" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match="not compatible with Megatron-LM's sequence parallel"):
+        script([*run, "--ds-sequence-parallel-size", "2", "--sequence-parallel", "--tensor-model-parallel-size", "2"])
+    assert script([*run, "--ds-sequence-parallel-size", "2", "--sequence-parallel"]).parallel.cp == 2
