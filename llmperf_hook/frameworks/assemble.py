@@ -74,24 +74,46 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     )
 
 
-def _script_pp(flags: FlagValues, ds: DsSettings | None, world: int, src: dict[str, Source]) -> int:
+def _script_pp(flags: FlagValues, ds: DsSettings | None, framework: str, src: dict[str, Source], warnings: list[str]) -> int:
+    """A pipeline script's PP; the Hugging Face Trainer never builds DeepSpeed's PipelineModule, so its ds_config
+    pipeline section does nothing there."""
     if flags.has("pipeline_parallel_size"):
         pp, src["pp"] = flags.get("pipeline_parallel_size"), flags.source("pipeline_parallel_size")
-    elif ds is not None and ds.pipeline_stages:
+    elif ds is not None and ds.pipeline_stages and framework != "hf-deepspeed":
         pp, src["pp"] = ds.pipeline_stages, ds.sources["pipeline_stages"]
     else:
         pp, src["pp"] = 1, Source(SourceKind.DEFAULT, "no pipeline stages")
+    if framework == "hf-deepspeed" and ds is not None and (ds.pipeline_stages or ds.pipeline_checkpoint_interval):
+        warnings.append(f"{ds.path} pipeline section ignored: the Hugging Face Trainer trains without DeepSpeed's "
+                        "PipelineModule, so every rank holds the whole model (no pipeline stages)")
     for key in ("tp", "cp", "vpp", "ep"):
         src[key] = Source(SourceKind.DEFAULT, "DeepSpeed/torch script: 1")
-    if pp < 1 or world % pp:
-        raise world_divisibility_error(world, src["world_size"], 1, max(pp, 1), 1, src)
-    src["dp"] = Source(SourceKind.DERIVED, f"world / PP = {world}/{pp}")
     return pp
 
 
+def _script_layout(pp: int, ds: DsSettings | None, world: int, heads: int, src: dict[str, Source],
+                   warnings: list[str]) -> ParallelLayout:
+    """PP x Ulysses sequence parallelism (ds_config sequence_parallel_size) x DP. DeepSpeedConfig divides the
+    batch's world by the SP size; deepspeed/runtime/sequence_parallel/parallel_state_sp.py requires world % SP == 0
+    and UlyssesSPAttentionHF heads % SP == 0. Ulysses' all-to-all is priced as context parallelism."""
+    sp = ds.sequence_parallel_size if ds is not None else 1
+    if sp > 1:
+        src["cp"] = ds.sources["sequence_parallel_size"]  # type: ignore[union-attr]
+        warnings.append(f"{src['cp']} {sp}: DeepSpeed-Ulysses all-to-all modelled as context parallelism (the script "
+                        "must shard the sequence, e.g. UlyssesSPAttentionHF)")
+        if heads % sp:
+            raise ConfigError(f"{src['cp']} {sp} does not divide the model's {heads} attention heads ({src.get('num_attention_heads')}); "
+                              f"DeepSpeed-Ulysses splits heads across the sequence-parallel group and raises 'Attention head "
+                              f"count {heads} is not divisible by SP size {sp}'. Use an SP size dividing {heads}.")
+    if pp < 1 or world % (pp * sp):
+        raise world_divisibility_error(world, src["world_size"], 1, max(pp, 1), sp, src)
+    src["dp"] = Source(SourceKind.DERIVED, f"world / (PP * SP) = {world}/({pp}*{sp})" if sp > 1 else f"world / PP = {world}/{pp}")
+    return ParallelLayout(pp=pp, cp=sp, dp=world // (pp * sp))
+
+
 def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source],
-                      fsdp: FsdpSharding | None = None) -> RecomputeConfig:
-    if ds is not None and ds.pipeline_checkpoint_interval > 0:  # PipelineModule checkpoints every N layers
+                      fsdp: FsdpSharding | None = None, pipeline_engine: bool = True) -> RecomputeConfig:
+    if ds is not None and ds.pipeline_checkpoint_interval > 0 and pipeline_engine:  # PipelineModule: every N layers
         src["recompute"] = ds.sources["recompute"]
         return RecomputeConfig("full", "uniform", ds.pipeline_checkpoint_interval)
     if fsdp is not None and fsdp.activation_checkpointing:  # accelerate's fsdp_activation_checkpointing
@@ -138,10 +160,11 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                        overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
     warnings: list[str] = list(job.warnings) + (list(ds.warnings) if ds else [])
     model = resolve_script_shape(flags, overrides.model, src, warnings)
-    pp = _script_pp(flags, ds, job.world_size, src)
-    dp = job.world_size // pp
+    pp = _script_pp(flags, ds, framework, src, warnings)
+    layout = _script_layout(pp, ds, job.world_size, model.num_attention_heads, src, warnings)
+    dp = layout.dp
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
-    batch = _script_batch(flags, framework, ds, dp, job.world_size, src)
+    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
@@ -158,8 +181,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         src["overlap_grad_reduce"] = Source(SourceKind.DEFAULT, "torch DDP: bucketed all-reduce in backward")
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
-        nproc_per_node=job.nproc_per_node, model=model, parallel=ParallelLayout(pp=pp, dp=dp), batch=batch,
-        precision=precision, recompute=_script_recompute(flags, ds, src, fsdp), optimizer=optimizer,  # type: ignore[arg-type]
+        nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
+        recompute=_script_recompute(flags, ds, src, fsdp, framework != "hf-deepspeed"), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
     )
