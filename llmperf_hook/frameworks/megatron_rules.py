@@ -158,6 +158,31 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
                           "torch_dist or torch_dcp. Change those settings or drop --use-torch-fsdp2.")
 
 
+def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
+    """Megatron-DeepSpeed's own start-up refusals: Ulysses with Megatron sequence parallelism (initialize.py raises
+    once arguments.py has dropped --sequence-parallel at TP 1), and the --num-experts list form, which
+    get_num_experts_per_layer (model/transformer.py) asserts is one value or one per MoE layer."""
+    if flags.get("ds_sequence_parallel_size", 1) > 1 and parallel.sequence_parallel:
+        raise ConfigError(f"--ds-sequence-parallel-size {flags.get('ds_sequence_parallel_size')} with --sequence-parallel "
+                          f"(tensor-model-parallel-size {parallel.tp}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size "
+                          "> 1 enables DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence "
+                          "parallel'. Drop --sequence-parallel or --ds-sequence-parallel-size.")
+    experts = list_values(script_args, "--num-experts") or []
+    if len(experts) <= 1:
+        return []
+    layers, interval = flags.get("num_layers") or 0, flags.get("ds_moe_expert_interval", 2)
+    moe_layers = layers // max(interval, 1)
+    if len(experts) != moe_layers:
+        raise ConfigError(f"--num-experts gives {len(experts)} values ({' '.join(experts)}) but --num-layers {layers} with "
+                          f"--expert-interval {interval} has {moe_layers} MoE layers; Megatron-DeepSpeed asserts 'num_experts "
+                          "must be either a single value or a list of the same length as the number of MoE layers'. Give "
+                          f"one value or {moe_layers}.")
+    if len(set(experts)) > 1:
+        return [f"--num-experts {' '.join(experts)}: per-layer expert counts differ; every MoE layer priced with "
+                f"{flags.get('num_experts')} experts"]
+    return []
+
+
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,
                          ds_flavour: bool) -> list[str]:
     """ConfigError for what Megatron-LM refuses at start-up or at its first step (see the module docstring);
@@ -165,7 +190,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     check_choices(flags)
     _check_pipeline(flags)
     if ds_flavour:  # Megatron-DeepSpeed: DeepSpeed-MoE and its own recompute/offload flags
-        return []
+        return _check_megatron_deepspeed(flags, script_args, parallel)
     _check_context_parallel(flags, script_args)
     _check_recompute_modules(flags, script_args)
     _check_cpu_offloading(flags, model)
