@@ -18,6 +18,28 @@ EXPLAIN_KEYS = (
 )
 
 
+DEEPSEEK_KEYS = (
+    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+    "mtp_num_layers", "moe_shared_expert_intermediate_size",
+)
+"""Shown only when in effect (MLA on; MTP depths > 0; shared experts in an MoE model), so other jobs' output
+keeps its keys."""
+
+
+def deepseek_values(cfg: TrainingConfig) -> dict[str, Any]:
+    """The DEEPSEEK_KEYS in effect for `cfg`."""
+    m = cfg.model
+    out: dict[str, Any] = {}
+    if m.multi_latent_attention:
+        out.update(multi_latent_attention=True, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                   qk_head_dim=m.qk_head_dim, qk_pos_emb_head_dim=m.qk_pos_emb_head_dim, v_head_dim=m.v_head_dim)
+    if m.mtp_num_layers:
+        out["mtp_num_layers"] = m.mtp_num_layers
+    if m.moe_shared_expert_intermediate_size and m.num_experts:
+        out["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size
+    return out
+
+
 def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str, Any]:
     """Flat keys (EXPLAIN_KEYS) + "script" + "sources" {key: origin} + "warnings" [...]."""
     m, p, b, o, r = cfg.model, cfg.parallel, cfg.batch, cfg.optimizer, cfg.recompute
@@ -39,7 +61,8 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
         "overlap_grad_reduce": o.overlap_grad_reduce, "overlap_param_gather": o.overlap_param_gather,
         "attention_backend": cfg.attention_backend, "pipeline_schedule": cfg.pipeline_schedule,
     }
-    out: dict[str, Any] = {k: values[k] for k in EXPLAIN_KEYS}
+    values.update(deepseek_values(cfg))
+    out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS) if k in values}
     if job is not None:
         out["script"] = job.script
     out["sources"] = {k: str(v) for k, v in cfg.sources.items() if k in values}

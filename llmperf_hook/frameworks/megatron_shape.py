@@ -13,6 +13,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
 from llmperf_hook.frameworks.training_config import ModelShape
 from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
 from llmperf_hook.provenance import Source, SourceKind
@@ -203,6 +204,9 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron: 128")
     padded = pad_vocab_size(vocab, divisible, tp)
     src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")
+    moe = _moe(flags, ffn, warnings, src, ds_flavour)
+    deepseek = {**resolve_mla(flags, src, warnings), **resolve_mtp(flags, src, warnings, ds_flavour),
+                **resolve_shared_experts(flags, moe["num_experts"], src, warnings)}
     return ModelShape(
         num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
         num_query_groups=groups, kv_channels=kv, seq_length=seq, vocab_size=vocab, padded_vocab_size=padded,
@@ -211,5 +215,5 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
         add_bias_linear=bool(flags.get("add_bias_linear", True)), max_position_embeddings=positions,
         make_vocab_size_divisible_by=divisible,
-        **_moe(flags, ffn, warnings, src, ds_flavour),
+        **moe, **deepseek,
     )

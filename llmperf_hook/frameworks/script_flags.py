@@ -20,7 +20,7 @@ _INT = (
     "per-device-train-batch-size", "gradient-accumulation-steps", "max-seq-length", "block-size",
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
-    "cpu-offloading-num-layers",
+    "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -29,7 +29,7 @@ _STR = (
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
-    "fsdp",
+    "fsdp", "rope-type",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -43,13 +43,15 @@ _TRUE = (
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
-    "moe-router-pre-softmax", "moe-layer-recompute",
+    "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
+    "moe-shared-expert-gate", "moe-shared-expert-overlap",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
     "no-position-embedding": "add_position_embedding",
     "no-overlap-p2p-communication": "overlap_p2p_comm",
     "no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
+    "no-rope-fusion": "apply_rope_fusion",
 }
 
 
@@ -99,12 +101,8 @@ NOT_MODELLED: dict[str, str] = {
     "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",
     "embed_layernorm": "embedding layer norm (bigscience Megatron-DeepSpeed) not modelled",
     "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
-    "qk_layernorm": "query/key layer norms not modelled",
     "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",
     "pipeline_model_parallel_layout": "custom pipeline layout: layers assumed evenly split",
-    "moe_shared_expert_intermediate_size": "MoE shared experts not modelled",
-    "mtp_num_layers": "multi-token prediction layers not modelled",
-    "multi_latent_attention": "multi-latent attention modelled as standard attention",
     "use_torch_fsdp2": "torch FSDP2 modelled as ZeRO-3 sharding (its gathers and reduce-scatters as DeepSpeed's)",
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading not modelled",
@@ -126,4 +124,6 @@ NOT_MODELLED: dict[str, str] = {
     "external_cuda_graph": "CUDA graphs not modelled",
     "cuda_graph_impl": "CUDA graphs not modelled",
     "optimizer_offload_fraction": "partial optimizer offload modelled as full CPU offload",
+    "moe_shared_expert_overlap": "shared experts priced without overlap with the token dispatch",
+    "mla_down_proj_fusion": "fused MLA down projections priced as the two separate GEMMs",
 }

@@ -55,6 +55,26 @@ class ModelShape:
     """Size of the learned position table (Megatron --max-position-embeddings); None when not stated."""
     make_vocab_size_divisible_by: int | None = None
     """Megatron's vocab padding unit (padded = multiple of this * TP); None = not padded (Hugging Face models)."""
+    multi_latent_attention: bool = False
+    """Megatron-Core --multi-latent-attention (DeepSeek-V2/V3 MLA): low-rank q / kv projections replace QKV."""
+    q_lora_rank: int | None = None
+    """MLA --q-lora-rank: width of the query's low-rank latent; None = one direct q projection (Megatron default)."""
+    kv_lora_rank: int = 32
+    """MLA --kv-lora-rank: width of the key/value latent (Megatron default 32)."""
+    qk_head_dim: int = 128
+    """MLA --qk-head-dim: per-head query/key width without the rope part (Megatron default 128)."""
+    qk_pos_emb_head_dim: int = 64
+    """MLA --qk-pos-emb-head-dim: per-head rope width of query and key, one shared rope key (Megatron default 64)."""
+    v_head_dim: int = 128
+    """MLA --v-head-dim: per-head value width; the output projection reads heads x v_head_dim (default 128)."""
+    qk_layernorm: bool = False
+    """Megatron --qk-layernorm; under MLA it adds the q latent norm (with q_lora_rank) and the kv latent norm."""
+    mtp_num_layers: int = 0
+    """Megatron --mtp-num-layers: multi-token prediction depths on the last pipeline stage (0 = none)."""
+    moe_shared_expert_intermediate_size: int = 0
+    """Megatron --moe-shared-expert-intermediate-size: width of the shared-expert MLP of every MoE layer (0 = none)."""
+    moe_shared_expert_gate: bool = False
+    """Megatron --moe-shared-expert-gate: a sigmoid gate (h weights) scales the shared experts' output."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.backward import backward_block
 from llmperf_hook.graph.cpu_stages import cpu_stages
+from llmperf_hook.graph.mtp_ops import mtp_depth_ops
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
@@ -46,12 +47,7 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
                                 ("moe_layer", num_moe, pc.layer_params(cfg, moe=True))):
         if count == 0:
             continue
-        fwd = lo.attention_ops(ctx)
-        if kind == "dense_layer":
-            fwd += lo.mlp_ops(ctx)
-        else:
-            moe, experts_local = lo.moe_ops(ctx)
-            fwd += _repeat_experts(moe, experts_local)
+        fwd = _layer_fwd(ctx, kind == "moe_layer")
         recomputed = min(count, num_recomputed) if granularity == "full" else 0
         for suffix, n, gran in (("", count - recomputed, "selective" if granularity == "selective" else "none"),
                                 (".recomputed", recomputed, "full")):
@@ -60,6 +56,21 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
                 block = _block(kind + suffix, fwd, n, gran)
                 blocks.append(OpBlock(block.name, gather_fwd + block.fwd, gather_bwd + block.bwd + reduce, n))
     return blocks
+
+
+def _layer_fwd(ctx: lo.LayerContext, moe: bool) -> list[Op]:
+    """Forward ops of one transformer layer: attention, then the dense MLP or the MoE block."""
+    if not moe:
+        return lo.attention_ops(ctx) + lo.mlp_ops(ctx)
+    ops, experts_local = lo.moe_ops(ctx)
+    return lo.attention_ops(ctx) + _repeat_experts(ops, experts_local)
+
+
+def _mtp_block(cfg: TrainingConfig, ctx: lo.LayerContext) -> OpBlock:
+    """The MTP depths (graph/mtp_ops.py), after the decoder on the last chunk of the last pipeline stage."""
+    layer = _layer_fwd(ctx, pc.mtp_layer_is_moe(cfg))
+    granularity = "selective" if cfg.recompute.granularity == "selective" else "none"
+    return _block("mtp", mtp_depth_ops(ctx, layer), cfg.model.mtp_num_layers, granularity)
 
 
 def _repeat_experts(moe: list[Op], experts_local: int) -> list[Op]:
@@ -94,6 +105,8 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         blocks.append(_block("embedding", lo.embedding_ops(ctx), 1, "none"))
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
+    if last and cfg.model.mtp_num_layers:
+        blocks.append(_mtp_block(cfg, ctx))
     if last:
         blocks.append(_block("head", lo.head_ops(ctx), 1, "none"))
     if memo is not None:
@@ -114,6 +127,9 @@ def _chunk_params(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[int, int]:
             total += pc.embedding_params(cfg)
         elif block.name == "head":
             total += pc.head_params(cfg)
+        elif block.name == "mtp":
+            total += pc.mtp_params(cfg)
+            expert += block.count * pc.expert_params(cfg) if pc.mtp_layer_is_moe(cfg) else 0
     return total, expert
 
 

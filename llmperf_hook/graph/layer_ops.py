@@ -115,6 +115,10 @@ def residual(name: str, ctx: LayerContext) -> Op:
 
 def attention_ops(ctx: LayerContext) -> list[Op]:
     m, p, t = ctx.cfg.model, ctx.cfg.parallel, ctx.tp.group_size
+    if m.multi_latent_attention:
+        from llmperf_hook.graph.mla_ops import mla_attention_ops  # mla_ops builds on this module
+
+        return mla_attention_ops(ctx)
     heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
     ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx),
            gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx)]
@@ -228,8 +232,10 @@ def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     # then shares them (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher).
     routed_bytes = ctx.norm_tokens * topk * h * ctx.act_bytes
     ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx),
-           Op("moe.router", "router", "fwd", {"tokens": ctx.tokens, "hidden": h, "experts": m.num_experts},
-              flops=2.0 * ctx.tokens * h * m.num_experts, bytes_moved=float(ctx.tokens * h * ctx.act_bytes),
+           # The router scores the rank's own tokens: the sequence shard under SP (moe_layer.py routes before
+           # the dispatcher gathers anything), all T tokens on every TP rank otherwise.
+           Op("moe.router", "router", "fwd", {"tokens": ctx.norm_tokens, "hidden": h, "experts": m.num_experts},
+              flops=2.0 * ctx.norm_tokens * h * m.num_experts, bytes_moved=float(ctx.norm_tokens * h * ctx.act_bytes),
               dtype=ctx.dtype),
            elementwise("moe.permute", "permute", {"elements": routed * h}, routed * h, ctx)]
     if p.ep > 1:
@@ -241,8 +247,25 @@ def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
     if p.ep > 1:
         ops.append(comm("moe.combine_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
     ops += [elementwise("moe.unpermute", "permute", {"elements": routed * h}, routed * h, ctx),
-            *tp_exit("moe.tp_reduce", ctx), residual("moe.residual", ctx)]
+            *tp_exit("moe.tp_reduce", ctx), *shared_expert_ops(ctx), residual("moe.residual", ctx)]
     return ops, experts_local
+
+
+def shared_expert_ops(ctx: LayerContext) -> list[Op]:
+    """Shared experts beside the routed ones (megatron/core/transformer/moe/shared_experts.py SharedExpertMLP): a
+    dense MLP of width moe_shared_expert_intermediate_size over every token, TP-split as the dense MLP with its
+    own sequence-parallel all-gather / reduce-scatter, its output added to the routed experts' (no residual of
+    its own)."""
+    m, t = ctx.cfg.model, ctx.tp.group_size
+    ffn = m.moe_shared_expert_intermediate_size // t
+    if not ffn:
+        return []
+    act = "swiglu" if m.swiglu else "gelu"
+    return [*tp_enter("moe.shared_tp_allgather", ctx),
+            gemm("moe.shared_fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx),
+            elementwise(f"moe.shared_{act}", act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
+                        passes=3.0 if m.swiglu else 2.0),
+            gemm("moe.shared_fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit("moe.shared_tp_reduce", ctx)]
 
 
 def embedding_ops(ctx: LayerContext) -> list[Op]:

@@ -12,10 +12,51 @@ def norm_params(cfg: TrainingConfig) -> int:
 
 def attention_params(cfg: TrainingConfig) -> int:
     m, t = cfg.model, cfg.parallel.tp
+    if m.multi_latent_attention:
+        return mla_params(cfg) + norm_params(cfg)
     qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
     weights = m.hidden_size * qkv_out // t + m.num_attention_heads * m.kv_channels * m.hidden_size // t
     biases = (qkv_out // t + m.hidden_size) if m.add_bias_linear else 0
     return weights + biases + norm_params(cfg)
+
+
+def latent_norm_params(cfg: TrainingConfig, width: int) -> int:
+    """An MLA q/kv latent norm (Megatron --qk-layernorm) of `width` channels: weight (+ bias for LayerNorm)."""
+    return width * (1 if cfg.model.normalization == "RMSNorm" else 2) if cfg.model.qk_layernorm else 0
+
+
+def mla_down_split(cfg: TrainingConfig) -> int:
+    """How many ranks split the MLA down projections: none under Transformer Engine, whose TELinear runs them
+    'duplicated' on every TP rank (multi_latent_attention.py, parallel_mode='duplicated'); the local spec's
+    ColumnParallelLinear splits them over TP."""
+    return cfg.parallel.tp if cfg.transformer_impl == "local" else 1
+
+
+def mla_params(cfg: TrainingConfig) -> int:
+    """Multi-latent attention on one rank (megatron/core/transformer/multi_latent_attention.py MLASelfAttention):
+    q_down h x q_lora and q_up q_lora x n(d_qk + d_rope) with the q latent norm, or one q_proj h x n(d_qk + d_rope);
+    kv_down h x (kv_lora + d_rope), kv latent norm, kv_up kv_lora x n(d_qk + d_v); linear_proj n d_v x h (+ bias
+    with --add-bias-linear; the other MLA linears have none). Same sum as Megatron's theoretical_memory_usage."""
+    m, t, down = cfg.model, cfg.parallel.tp, mla_down_split(cfg)
+    n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+    if m.q_lora_rank:
+        q = m.hidden_size * m.q_lora_rank // down + m.q_lora_rank * n * q_head // t + latent_norm_params(cfg, m.q_lora_rank)
+    else:  # with --qk-layernorm the q projection fuses a norm of its h-wide input (mla_qk_norm_config.py)
+        q = m.hidden_size * n * q_head // t + latent_norm_params(cfg, m.hidden_size)
+    kv = (m.hidden_size * (m.kv_lora_rank + m.qk_pos_emb_head_dim) // down
+          + m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) // t + latent_norm_params(cfg, m.kv_lora_rank))
+    proj = n * m.v_head_dim * m.hidden_size // t + (m.hidden_size if m.add_bias_linear else 0)
+    return q + kv + proj
+
+
+def shared_expert_params(cfg: TrainingConfig) -> int:
+    """Shared experts of one MoE layer on a rank: a dense MLP of width moe_shared_expert_intermediate_size, split
+    over TP like the dense MLP, no biases (moe/shared_experts.py SharedExpertMLP), plus an h-weight gate."""
+    m, t = cfg.model, cfg.parallel.tp
+    ffn = m.moe_shared_expert_intermediate_size
+    if not ffn:
+        return 0
+    return m.hidden_size * ffn * (3 if m.swiglu else 2) // t + (m.hidden_size if m.moe_shared_expert_gate else 0)
 
 
 def mlp_params(cfg: TrainingConfig) -> int:
@@ -35,8 +76,8 @@ def expert_params(cfg: TrainingConfig) -> int:
 
 
 def moe_dense_params(cfg: TrainingConfig) -> int:
-    """Non-expert parameters of an MoE MLP block: its norm and the router (h x experts)."""
-    return norm_params(cfg) + cfg.model.hidden_size * cfg.model.num_experts
+    """Non-expert parameters of an MoE MLP block: its norm, the router (h x experts) and the shared experts."""
+    return norm_params(cfg) + cfg.model.hidden_size * cfg.model.num_experts + shared_expert_params(cfg)
 
 
 def layer_params(cfg: TrainingConfig, moe: bool) -> int:
@@ -70,3 +111,26 @@ def is_moe_layer(cfg: TrainingConfig, layer_index: int) -> bool:
     if m.moe_layer_pattern:
         return m.moe_layer_pattern[layer_index] == 1
     return layer_index % max(1, m.moe_layer_freq) == 0
+
+
+def mtp_layer_is_moe(cfg: TrainingConfig) -> bool:
+    """An MTP depth repeats the decoder's last layer spec (gpt_layer_specs.py get_gpt_mtp_block_spec), as
+    Megatron's FLOP and memory counts assume (last_layer_is_moe)."""
+    return is_moe_layer(cfg, cfg.model.num_layers - 1)
+
+
+def mtp_depth_params(cfg: TrainingConfig) -> int:
+    """One MTP depth on a rank (multi_token_prediction.py MultiTokenPredictionLayer): enorm and hnorm, eh_proj
+    (column-parallel 2h -> h, no bias), one transformer layer, final_layernorm; the output head is the main one."""
+    m = cfg.model
+    eh_proj = 2 * m.hidden_size * m.hidden_size // cfg.parallel.tp
+    return 3 * norm_params(cfg) + eh_proj + layer_params(cfg, mtp_layer_is_moe(cfg))
+
+
+def mtp_params(cfg: TrainingConfig) -> int:
+    """All MTP parameters of the last pipeline stage: the depths, and with PP > 1 the word embedding the MTP block
+    looks up the shifted tokens in (gpt_model.py builds an embedding where pre_process or mtp_process)."""
+    m = cfg.model
+    if not m.mtp_num_layers:
+        return 0
+    return m.mtp_num_layers * mtp_depth_params(cfg) + (embedding_params(cfg) if cfg.parallel.pp > 1 else 0)

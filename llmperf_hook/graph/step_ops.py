@@ -189,9 +189,11 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
 
 
 def _tied_embedding_sync(cfg: TrainingConfig, stage: int, gpus_per_node: int) -> list[Op]:
-    """Megatron all-reduces the word-embedding gradient between the first and last stage when tied and pp > 1."""
+    """Megatron all-reduces the word-embedding gradient between the first and last stage when tied and pp > 1, or
+    when the last stage holds the MTP block's copy of the embedding (finalize_model_grads, embedding group)."""
     p = cfg.parallel
-    if p.pp == 1 or cfg.model.untie_embeddings or stage not in (0, p.pp - 1):
+    shared = not cfg.model.untie_embeddings or cfg.model.mtp_num_layers > 0
+    if p.pp == 1 or not shared or stage not in (0, p.pp - 1):
         return []
     pair = place_group("pp", p.pp, p, gpus_per_node)
     coll = Collective(group="pp", group_size=2, ranks_per_node=1 if pair.ranks_per_node < p.pp else 2,

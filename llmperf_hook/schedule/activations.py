@@ -37,6 +37,7 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     m = cfg.model
     s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
     f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
+    f += m.moe_shared_expert_intermediate_size if m.num_experts else 0  # shared experts: one more MLP, TP-split
     kv = m.num_query_groups / m.num_attention_heads
     sbh = s * b * h
     ab = act_bytes(cfg)  # the paper's 2 bytes, per precision
@@ -47,10 +48,42 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     proj_input = ab * sbh
     fc1_out = ab * s * b * f * (2 if m.swiglu else 1)
     fc2_in = ab * s * b * f
+    if m.multi_latent_attention:
+        latents, qkv, proj_input = mla_terms(cfg)
+        replicated += latents
     split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
     a = m.num_attention_heads
     scores = (2 * ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def mla_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
+    """(latent bytes, Q K V bytes, output-projection input bytes) of multi-latent attention, one micro-batch.
+
+    The up projections save their inputs, the q latent (with --q-lora-rank) and the kv latent, plus the rope key;
+    the down projections run whole on every TP rank (graph/mla_ops.py), so these are replicated without
+    sequence parallelism. The latent norms (--qk-layernorm) save their inputs too. Q and K are d_qk + d_rope wide
+    per head, V and the projection input d_v, all split over TP."""
+    m = cfg.model
+    sb, ab, n = m.seq_length / cfg.parallel.cp * cfg.batch.micro_batch_size, act_bytes(cfg), m.num_attention_heads
+    q_lora = m.q_lora_rank or 0
+    latents = ab * sb * (q_lora + m.kv_lora_rank + m.qk_pos_emb_head_dim)
+    if m.qk_layernorm:
+        latents += ab * sb * (q_lora + m.kv_lora_rank)
+    qkv = ab * sb * n * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+    return latents, qkv, ab * sb * n * m.v_head_dim
+
+
+def mtp_activation_bytes(cfg: TrainingConfig) -> float:
+    """Last stage, the micro-batch in backward: each MTP depth stores a transformer layer's activations, its
+    enorm/hnorm inputs and the eh_proj input (2h + 2h, /t under SP), the embedding dropout mask and its own
+    logits and loss (multi_token_prediction.py; output_activation_bytes per depth)."""
+    m, p = cfg.model, cfg.parallel
+    if not m.mtp_num_layers:
+        return 0.0
+    sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
+    around = (4 * act_bytes(cfg) * sbh + MASK_BYTES * sbh) / (p.tp if p.sequence_parallel else 1)
+    return m.mtp_num_layers * (layer_activation_bytes(cfg) + around + output_activation_bytes(cfg))
 
 
 def layer_activation_bytes(cfg: TrainingConfig) -> float:

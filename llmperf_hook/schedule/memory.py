@@ -97,6 +97,8 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
         out["embedding_activations"] = act.embedding_activation_bytes(cfg) * in_flight
     if stage.stage == cfg.parallel.pp - 1:
         out["logits_and_loss"] = act.output_activation_bytes(cfg)
+        if cfg.model.mtp_num_layers:
+            out["mtp_activations"] = act.mtp_activation_bytes(cfg)
     return out
 
 
@@ -104,7 +106,8 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     parts = {**state_bytes(cfg, stage, gpus_per_node), **activation_bytes(cfg, stage),
              **buffer_bytes(cfg, stage, gpus_per_node)}
     transient = sum(v for k, v in parts.items() if k in ("activations", "recompute_working_set",
-                                                         "embedding_activations", "logits_and_loss"))
+                                                         "embedding_activations", "logits_and_loss",
+                                                         "mtp_activations"))
     parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
     return {k: int(v) for k, v in parts.items()}
 

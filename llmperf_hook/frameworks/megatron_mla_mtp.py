@@ -1,0 +1,143 @@
+"""Megatron-Core's DeepSeek-style model flags -> ModelShape fields: multi-latent attention (MLA), multi-token
+prediction (MTP) and MoE shared experts, with Megatron's defaults and the rules it enforces.
+
+Defaults (megatron/training/arguments.py _add_mla_args): --q-lora-rank None (no query compression),
+--kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128; --rope-type None (MLA then
+takes MLATransformerConfig's "yarn"). Rules, each an exit 2 here as Megatron raises at start-up:
+- validate_args: MLA and --group-query-attention are mutually exclusive; --mla-down-proj-fusion needs MLA;
+  --mtp-num-layers needs --position-embedding-type rope or none.
+- argument_utils.py core_transformer_config_from_args: --rope-type other than rope needs MLA.
+- MLATransformerConfig.__post_init__: rope fusion (on unless --no-rope-fusion) needs rope_type yarn;
+  TransformerConfig: --rotary-interleaved does not work with MLA; moe_shared_expert_intermediate_size > 0;
+  --moe-shared-expert-overlap needs the alltoall or flex token dispatcher (default allgather).
+- moe/shared_experts.py SharedExpertMLP: shared experts refuse linear biases (--disable-bias-linear).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.provenance import Source, SourceKind
+
+MLA_DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+"""megatron/training/arguments.py _add_mla_args defaults (q_lora_rank: None)."""
+MLA_KEYS = ("multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+            "v_head_dim")
+MTP_POSITION_TYPES = ("rope", "none")
+"""validate_args: 'Multi-Token Prediction (MTP) is not supported with {type} position embedding type'."""
+
+
+def _flag(flags: FlagValues, dest: str) -> str:
+    return flags.seen_flags.get(dest, "--" + dest.replace("_", "-"))
+
+
+def _mla_rules(flags: FlagValues) -> None:
+    if flags.get("group_query_attention"):
+        raise ConfigError(f"{_flag(flags, 'multi_latent_attention')} and {_flag(flags, 'group_query_attention')} are "
+                          "both given; Megatron asserts 'Group query attention is mutually exclusive with multi latent "
+                          "attention' (validate_args). MLA has no query groups: drop --group-query-attention.")
+    if flags.get("rotary_interleaved"):
+        raise ConfigError(f"{_flag(flags, 'rotary_interleaved')} with {_flag(flags, 'multi_latent_attention')}: Megatron "
+                          "raises 'rotary_interleaved does not work with multi_latent_attention' (TransformerConfig). "
+                          "Drop --rotary-interleaved.")
+    rope_type = flags.get("rope_type") or "yarn"
+    if rope_type != "yarn" and flags.get("apply_rope_fusion", True):
+        raise ConfigError(f"--rope-type {rope_type} ({flags.source('rope_type')}) with MLA and rope fusion on (Megatron's "
+                          "default): MLATransformerConfig raises 'apply_rope_fusion for MLA only works with YARN RoPE'. "
+                          "Use --rope-type yarn (MLA's default), or add --no-rope-fusion.")
+
+
+def _rope_type_rules(flags: FlagValues, mla: bool) -> None:
+    rope_type = flags.get("rope_type")
+    if rope_type is not None and rope_type not in ("rope", "yarn"):
+        raise ConfigError(f"--rope-type {rope_type} ({flags.source('rope_type')}) is not a choice Megatron offers "
+                          "(rope, yarn). Pick one of them.")
+    if rope_type not in (None, "rope") and not mla:
+        raise ConfigError(f"--rope-type {rope_type} ({flags.source('rope_type')}) without --multi-latent-attention: "
+                          "Megatron asserts 'Common attention only support rope_type=\"rope\"' "
+                          "(argument_utils.py). Use --rope-type rope, or add --multi-latent-attention.")
+    if flags.get("mla_down_proj_fusion") and not mla:
+        raise ConfigError(f"{_flag(flags, 'mla_down_proj_fusion')} without --multi-latent-attention: Megatron asserts "
+                          "'--mla-down-proj-fusion requires --multi-latent-attention'. Add the one or drop the other.")
+
+
+def resolve_mla(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
+    """ModelShape fields of multi-latent attention ({} without --multi-latent-attention)."""
+    mla = bool(flags.get("multi_latent_attention"))
+    _rope_type_rules(flags, mla)
+    if not mla:
+        if flags.get("qk_layernorm"):
+            warnings.append(f"{_flag(flags, 'qk_layernorm')}: query/key layer norms not modelled")
+        ignored = [_flag(flags, k) for k in ("q_lora_rank", *MLA_DEFAULTS) if flags.has(k)]
+        if ignored:
+            warnings.append(f"{', '.join(ignored)}: ignored without --multi-latent-attention (Megatron builds standard "
+                            "attention and does not read them)")
+        return {}
+    _mla_rules(flags)
+    src["multi_latent_attention"] = flags.source("multi_latent_attention")
+    out: dict[str, Any] = {"multi_latent_attention": True, "qk_layernorm": bool(flags.get("qk_layernorm"))}
+    if flags.has("q_lora_rank"):
+        out["q_lora_rank"], src["q_lora_rank"] = flags.get("q_lora_rank"), flags.source("q_lora_rank")
+    else:
+        out["q_lora_rank"] = None
+        src["q_lora_rank"] = Source(SourceKind.DEFAULT, "Megatron --q-lora-rank default None: one q projection")
+    for dest, default in MLA_DEFAULTS.items():
+        if flags.has(dest):
+            out[dest], src[dest] = flags.get(dest), flags.source(dest)
+        else:
+            out[dest], src[dest] = default, Source(SourceKind.DEFAULT, f"Megatron --{dest.replace('_', '-')} default {default}")
+    return out
+
+
+def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], ds_flavour: bool) -> dict[str, Any]:
+    """ModelShape.mtp_num_layers: MTP depths, all on the last pipeline stage (multi_token_prediction.py
+    mtp_on_this_rank without a custom layout)."""
+    depths = flags.get("mtp_num_layers") or 0
+    if depths == 0:
+        return {}
+    if ds_flavour:
+        warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
+                        "Megatron-DeepSpeed")
+        return {}
+    kind = "rope" if flags.get("use_rotary_position_embeddings") else str(flags.get("position_embedding_type", "learned_absolute"))
+    if kind not in MTP_POSITION_TYPES:
+        where = flags.source("position_embedding_type", "Megatron's default")
+        raise ConfigError(f"--mtp-num-layers {depths} ({flags.source('mtp_num_layers')}) with --position-embedding-type "
+                          f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with {kind} "
+                          "position embedding type. The supported position embedding types are rope and none' "
+                          "(validate_args). Add --position-embedding-type rope.")
+    if flags.get("pipeline_model_parallel_layout"):
+        warnings.append("--pipeline-model-parallel-layout with --mtp-num-layers: the MTP layers are priced on the last "
+                        "pipeline stage (Megatron's placement without a layout)")
+    src["mtp_num_layers"] = flags.source("mtp_num_layers")
+    return {"mtp_num_layers": depths}
+
+
+def resolve_shared_experts(flags: FlagValues, num_experts: int, src: dict[str, Source],
+                           warnings: list[str]) -> dict[str, Any]:
+    """ModelShape.moe_shared_expert_intermediate_size (and the gate) of the MoE layers."""
+    if not flags.has("moe_shared_expert_intermediate_size"):
+        return {}
+    size, where = flags.get("moe_shared_expert_intermediate_size"), flags.source("moe_shared_expert_intermediate_size")
+    if size <= 0:
+        raise ConfigError(f"--moe-shared-expert-intermediate-size {size} ({where}): Megatron raises "
+                          "'moe_shared_expert_intermediate_size must be num_shared_experts * ffn_size_of_each_shared_expert' "
+                          "for a value <= 0 (TransformerConfig). Give the shared experts' total width, or drop the flag.")
+    if num_experts == 0:
+        warnings.append("--moe-shared-expert-intermediate-size: ignored without --num-experts (no MoE layer builds "
+                        "shared experts)")
+        return {}
+    if flags.get("add_bias_linear", True):
+        raise ConfigError(f"--moe-shared-expert-intermediate-size {size} ({where}) with linear biases on (Megatron's "
+                          "default --add-bias-linear): SharedExpertMLP asserts 'bias is not supported in the shared "
+                          "experts, please set --disable-bias-linear instead'. Add --disable-bias-linear.")
+    dispatcher = flags.get("moe_token_dispatcher_type", "allgather")
+    if flags.get("moe_shared_expert_overlap") and dispatcher not in ("alltoall", "flex"):
+        raise ConfigError(f"{_flag(flags, 'moe_shared_expert_overlap')} with --moe-token-dispatcher-type {dispatcher} "
+                          f"({flags.source('moe_token_dispatcher_type', 'Megatron default allgather')}): Megatron raises "
+                          "'moe_shared_expert_overlap only works with alltoall or flex token dispatcher'. Use "
+                          "--moe-token-dispatcher-type alltoall.")
+    src["moe_shared_expert_intermediate_size"] = where
+    return {"moe_shared_expert_intermediate_size": size, "moe_shared_expert_gate": bool(flags.get("moe_shared_expert_gate"))}

@@ -1,0 +1,95 @@
+"""Forward ops of Megatron-Core multi-latent attention (DeepSeek-V2/V3 MLA) on one rank, with real GEMM shapes.
+
+megatron/core/transformer/multi_latent_attention.py MLASelfAttention with the Transformer Engine spec
+(gpt_layer_specs.py): the down projections are TELinear in 'duplicated' mode, so every TP rank runs them whole
+on its own tokens (T / tp under sequence parallelism, T otherwise); the up projections and the output projection
+are column / row parallel over the heads. Under sequence parallelism the up projections all-gather their
+latent inputs (q_lora and kv_lora wide, not h) and the rope key (d_rope wide) is gathered apart
+(gather_from_sequence_parallel_region); without a q latent, the q projection all-gathers the h-wide input.
+Per head the scores use d_qk + d_rope channels and the values d_v (one rope key shared by all heads).
+The q / kv latent norms exist with --qk-layernorm (mla_qk_norm_config.py), fused into the up projections.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.params import mla_down_split
+
+
+def _gather(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
+    """All-gather of a T x width activation over the TP group (sequence parallelism only)."""
+    if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
+        return []
+    return [lo.comm(name, "allgather", ctx.tokens * width * ctx.act_bytes, ctx.tp, ctx)]
+
+
+def _latent_norm(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
+    m = ctx.cfg.model
+    if not m.qk_layernorm:
+        return []
+    op_class = "rmsnorm" if m.normalization == "RMSNorm" else "layernorm"
+    return [lo.elementwise(name, op_class, {"tokens": ctx.norm_tokens, "hidden": width}, ctx.norm_tokens * width, ctx)]
+
+
+def _down_tokens(ctx: lo.LayerContext) -> int:
+    """Rows of a down projection: the rank's own tokens under TE (T / tp with SP); the local spec's
+    ColumnParallelLinear gathers the sequence first (T rows)."""
+    return ctx.tokens if mla_down_split(ctx.cfg) > 1 else ctx.norm_tokens
+
+
+def query_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
+    """q_down -> q latent norm -> all-gather -> q_up; or one q projection without --q-lora-rank."""
+    m = ctx.cfg.model
+    q_out = heads * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+    if not m.q_lora_rank:
+        return [*lo.tp_enter("attn.tp_allgather", ctx), *_latent_norm("attn.q_norm", m.hidden_size, ctx),
+                lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx)]
+    split = mla_down_split(ctx.cfg)
+    return [lo.gemm("attn.q_down", _down_tokens(ctx), m.q_lora_rank // split, m.hidden_size, ctx),
+            *_latent_norm("attn.q_norm", m.q_lora_rank, ctx), *_gather("attn.q_allgather", m.q_lora_rank, ctx),
+            lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx)]
+
+
+def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
+    """kv_down (latent + rope key) -> kv latent norm -> all-gathers -> kv_up (keys and values of every head)."""
+    m = ctx.cfg.model
+    split = mla_down_split(ctx.cfg)
+    return [lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim) // split,
+                    m.hidden_size, ctx),
+            *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *_gather("attn.kv_allgather", m.kv_lora_rank, ctx),
+            *_gather("attn.k_rope_allgather", m.qk_pos_emb_head_dim, ctx),
+            lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, ctx)]
+
+
+def mla_core(ctx: lo.LayerContext, heads: int) -> Op:
+    """Causal attention with d_qk + d_rope channels for the scores and d_v for the values: FLOPs
+    2 b s_q s_kv n (d_q + d_v) / 2 (QK^T and AV, half under the causal mask; Megatron's
+    num_floating_point_operations MLA core term). The predictor's head_dim is the mean (d_q + d_v) / 2, the
+    square head that does the same FLOPs."""
+    cfg, m = ctx.cfg, ctx.cfg.model
+    b, s_q, s_kv = cfg.batch.micro_batch_size, m.seq_length // cfg.parallel.cp, m.seq_length
+    d_q, d_v = m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
+    flops = 2.0 * b * s_q * s_kv * heads * (d_q + d_v) * 0.5
+    dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": heads, "head_dim": (d_q + d_v) // 2, "causal": 1}
+    io = b * s_q * heads * (2 * d_q + 2 * d_v) * ctx.act_bytes  # read Q, K, V; write O
+    return Op("attn.core", "attention", "fwd", dims, flops=flops, bytes_moved=float(io), dtype=ctx.dtype)
+
+
+def mla_attention_ops(ctx: lo.LayerContext) -> list[Op]:
+    """The attention half of a transformer layer with MLA."""
+    m, p = ctx.cfg.model, ctx.cfg.parallel
+    heads = m.num_attention_heads // ctx.tp.group_size
+    d_rope = m.qk_pos_emb_head_dim
+    # The local spec's column-parallel down projections gather the sequence first (the q projection without a
+    # latent gathers its own input).
+    gather = lo.tp_enter("attn.tp_allgather", ctx) if mla_down_split(ctx.cfg) > 1 and m.q_lora_rank else []
+    ops = [lo.norm("attn.norm", ctx), *gather, *query_ops(ctx, heads), *key_value_ops(ctx, heads),
+           lo.elementwise("attn.rope", "rope", {"tokens": ctx.tokens, "heads": heads + 1, "head_dim": d_rope},
+                          ctx.tokens * (heads + 1) * d_rope, ctx)]
+    if p.cp > 1:  # the CP ring passes every head's full K (d_qk + d_rope) and V (d_v)
+        kv_bytes = ctx.tokens * heads * (m.qk_head_dim + d_rope + m.v_head_dim) * ctx.act_bytes * (p.cp - 1)
+        ops.append(lo.comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
+    ops += [mla_core(ctx, heads), lo.gemm("attn.proj", ctx.tokens, m.hidden_size, heads * m.v_head_dim, ctx),
+            *lo.tp_exit("attn.tp_reduce", ctx), lo.residual("attn.residual", ctx)]
+    return ops

@@ -1,0 +1,40 @@
+"""Forward ops of one Megatron-Core multi-token prediction (MTP) depth on the last pipeline stage.
+
+megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer, per depth k: the input tokens
+shifted by k are looked up in the (shared) word embedding, the embedding and the previous hidden states are
+normalised (enorm, hnorm), concatenated (2h) and projected back to h by the column-parallel eh_proj (no bias;
+under sequence parallelism it all-gathers its 2h input, and its h/tp output is all-gathered over TP before
+being split back to the sequence shard), then one transformer layer of the decoder's last-layer kind, the
+depth's final_layernorm, the shared output layer and a cross-entropy loss (process_mtp_loss).
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph.op import Op
+
+
+def _concat_projection(ctx: lo.LayerContext) -> list[Op]:
+    m, p = ctx.cfg.model, ctx.cfg.parallel
+    h, t = m.hidden_size, ctx.tp.group_size
+    ops = [lo.norm("mtp.enorm", ctx), lo.norm("mtp.hnorm", ctx),
+           lo.elementwise("mtp.concat", "permute", {"elements": 2 * ctx.norm_tokens * h}, 2 * ctx.norm_tokens * h, ctx)]
+    if t > 1 and p.sequence_parallel:
+        ops.append(lo.comm("mtp.eh_tp_allgather", "allgather", ctx.tokens * 2 * h * ctx.act_bytes, ctx.tp, ctx))
+    ops.append(lo.gemm("mtp.eh_proj", ctx.tokens, h // t, 2 * h, ctx))
+    if t > 1:  # gather_from_tensor_model_parallel_region: the h/tp output slices become T x h on every rank
+        ops.append(lo.comm("mtp.eh_out_allgather", "allgather", ctx.tokens * h * ctx.act_bytes, ctx.tp, ctx))
+    return ops
+
+
+def mtp_head_ops(ctx: lo.LayerContext) -> list[Op]:
+    """The depth's final norm, the shared output layer and its loss (the main head's ops, renamed)."""
+    return [Op("mtp." + op.name.split(".", 1)[1], op.op_class, op.phase, op.dims, op.flops, op.bytes_moved, op.dtype,
+               op.collective, op.tags) for op in lo.head_ops(ctx)]
+
+
+def mtp_depth_ops(ctx: lo.LayerContext, layer: list[Op]) -> list[Op]:
+    """One MTP depth around `layer` (the transformer layer's forward ops)."""
+    embed = [Op("mtp." + op.name, op.op_class, op.phase, op.dims, op.flops, op.bytes_moved, op.dtype, op.collective,
+                op.tags) for op in lo.embedding_ops(ctx)]
+    return [*embed, *_concat_projection(ctx), *layer, *mtp_head_ops(ctx)]
