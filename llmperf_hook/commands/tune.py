@@ -62,7 +62,17 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
 
         click.echo(render_table(result, changes, header))
     if applied is not None:
+        _refuse_batch_script(argv, job.script)
         _apply(applied, dry_run, quiet=fmt == "json")
+
+
+def _refuse_batch_script(argv: Sequence[str], script: str) -> None:
+    """`sbatch job.sh`: the training flags live in the script, which --apply does not rewrite (appending them to
+    sbatch's argv would hand them to the script as $1..., unread)."""
+    if script not in argv and any(os.path.basename(word) == "sbatch" for word in argv):
+        raise UsageError("tune --apply cannot rewrite an sbatch script: the training command is inside it. Make the changes "
+                         "listed above in the script, or run tune --apply on the launch line itself (`llmperf tune --apply "
+                         "-- srun ... pretrain_gpt.py ...` inside the allocation).")
 
 
 def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,

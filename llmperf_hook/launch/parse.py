@@ -1,7 +1,8 @@
 """Stage [1]: launch command (argv + env) -> ParsedJob.
 
 Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `python -m torch.distributed.launch`,
-`deepspeed`, `accelerate launch`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly) and a plain
+`deepspeed`, `accelerate launch`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly),
+`sbatch SCRIPT` (the script's launch line in the allocation its #SBATCH / command-line options ask for) and a plain
 `python train.py`
 (WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
 environment variables for the command, as a shell would; wrappers such as `nohup`, `numactl`, `taskset`, `uv run`
@@ -22,6 +23,7 @@ from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.sbatch import sbatch_launch
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
@@ -189,14 +191,17 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return None
     if head == "srun":
         return _srun(words, i, env, used)
+    if head == "sbatch":  # the script's own launch line in the allocation its options ask for (launch/sbatch.py)
+        inner = normalise_argv(sbatch_launch(words, i, env, used), env, used)
+        return _dispatch(inner, _strip_assignments(inner, env), env, used)
     if head in MPI_LAUNCHERS:
         return _mpirun(words, i, env, used)
     if head.endswith(".py"):
         return _single_process(words[i], tuple(words[i + 1:]), env, used)
     raise UsageError(
         f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
-        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., or python "
-        "train.py ... (for an sbatch script, paste the srun/torchrun line from inside it)."
+        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., sbatch job.sh, "
+        "or python train.py ...."
     )
 
 
