@@ -53,6 +53,8 @@ class DsSettings:
     pipeline_stages: int | None = None
     pipeline_checkpoint_interval: int = 0
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
+    zero_hpz_partition_size: int = 1
+    """ZeRO++ hierarchical partitioning (hpZ): ranks holding a secondary copy of the ZeRO-3 weights; 1 = off."""
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
@@ -243,6 +245,8 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     for key in out:
         if key == "zero_stage" or key in zero or key.startswith("offload"):
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
+    if isinstance(zero.get("zero_hpz_partition_size"), (int, float)) and not isinstance(zero["zero_hpz_partition_size"], bool):
+        out["zero_hpz_partition_size"] = int(zero["zero_hpz_partition_size"])
     for key, default in _ZERO_NOT_MODELLED.items():
         if key in zero and zero[key] not in (AUTO, default):
             warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} accepted, not modelled")

@@ -43,6 +43,16 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     )
 
 
+def check_hpz(ds: DsSettings, world: int) -> None:
+    """ZeRO++ hpZ at stage 3: deepspeed/utils/groups.py _create_zero_param_parallel_group splits the world into
+    groups of min(hpz, world) ranks and asserts the world divides evenly."""
+    size = min(ds.zero_hpz_partition_size, world)
+    if ds.zero_stage == 3 and size > 1 and world % size:
+        raise ConfigError(f"{ds.path} zero_optimization.zero_hpz_partition_size {ds.zero_hpz_partition_size} does not divide "
+                          f"the world size {world}; DeepSpeed builds hpZ groups of that many ranks and asserts "
+                          f"'{world} is not divisible by {size}'. Use a divisor of {world} (usually the GPUs per node).")
+
+
 def ds_precision(ds: DsSettings, flags: FlagValues, src: dict[str, Source]) -> str:
     """ds_config fp16/bf16 ("auto" -> the Trainer's --fp16/--bf16); neither -> fp32."""
     for name in ("bf16", "fp16"):

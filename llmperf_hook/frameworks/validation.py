@@ -263,6 +263,11 @@ def _check_optimizer(cfg: TrainingConfig) -> None:
         _check_fsdp_layout(cfg)
     if not 0 <= o.zero_stage <= 3:
         raise ConfigError(f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} must be 0, 1, 2 or 3.")
+    if cfg.framework == "megatron-deepspeed" and cfg.model.num_experts > 0 and o.zero_stage == 3:
+        raise ConfigError(
+            f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} with DeepSpeed-MoE ({cfg.model.num_experts} experts, "
+            f"{cfg.sources.get('num_experts')}): DeepSpeed's engine raises 'MoE not supported with Stage 3' (0.19.8: 'Native "
+            "DeepSpeed MoE is not supported with ZeRO Stage 3'). Use ZeRO stage 1 or 2.")
     if cfg.deepspeed_pipeline_engine and o.zero_stage >= 2:
         raise ConfigError(
             f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} with DeepSpeed's pipeline engine: DeepSpeed rejects it "

@@ -242,4 +242,6 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[s
         # --sequence-parallel (Megatron-LM; DeepSpeed-MoE has no such rule).
         "MoE with tp > 1 needs sequence parallel": (cfg.framework == "megatron") & (experts > 0) & (tp > 1) & (
             cols["sp"] == 0),
+        # deepspeed/runtime/engine.py: native DeepSpeed-MoE (Megatron-DeepSpeed --num-experts) refuses ZeRO-3.
+        "DeepSpeed-MoE with ZeRO-3": (cfg.framework == "megatron-deepspeed") & (experts > 0) & (cols["zero"] == 3),
     }

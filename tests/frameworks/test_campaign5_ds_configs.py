@@ -125,3 +125,24 @@ def test_megatron_deepspeed_num_experts_list_and_ulysses_with_sequence_parallel(
     with pytest.raises(ConfigError, match="not compatible with Megatron-LM's sequence parallel"):
         script([*run, "--ds-sequence-parallel-size", "2", "--sequence-parallel", "--tensor-model-parallel-size", "2"])
     assert script([*run, "--ds-sequence-parallel-size", "2", "--sequence-parallel"]).parallel.cp == 2
+
+
+def test_hpz_groups_must_divide_the_world(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="8 is not divisible by 3"):
+        script([*DS, _zero(tmp_path, stage=3, zero_hpz_partition_size=3)], model="llama3-8b")
+    assert script([*DS, _zero(tmp_path, stage=2, zero_hpz_partition_size=3)], model="llama3-8b").optimizer.zero_stage == 2
+    assert script([*DS, _zero(tmp_path, stage=3, zero_hpz_partition_size=16)], model="llama3-8b").optimizer.zero_stage == 3
+
+
+def test_deepspeed_moe_refuses_zero3_in_explain_and_in_tune(tmp_path: Path) -> None:
+    import numpy as np
+
+    from llmperf_hook.tune.candidates import rule_masks
+
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--num-experts", "8", "--moe-expert-parallel-size", "4"]
+    with pytest.raises(ConfigError, match="MoE not supported with Stage 3"):
+        script([*run, "--deepspeed_config", _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 3})])
+    cfg = script([*run, "--deepspeed_config", _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 1})])
+    one = {k: np.array([v]) for k, v in dict(tp=1, pp=1, vpp=1, cp=1, sp=0, mbs=2, zero=3, ep=4, etp=1).items()}
+    assert rule_masks(cfg, one)["DeepSpeed-MoE with ZeRO-3"][0]
+    assert not rule_masks(cfg, {**one, "zero": np.array([2])})["DeepSpeed-MoE with ZeRO-3"][0]
