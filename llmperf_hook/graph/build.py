@@ -10,7 +10,7 @@ from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.backward import backward_block
 from llmperf_hook.graph.cpu_stages import cpu_stages
-from llmperf_hook.graph.mtp_ops import mtp_depth_ops
+from llmperf_hook.graph.mtp_ops import mtp_depth_ops, mtp_head_ops
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
@@ -66,11 +66,14 @@ def _layer_fwd(ctx: lo.LayerContext, moe: bool) -> list[Op]:
     return lo.attention_ops(ctx) + _repeat_experts(ops, experts_local)
 
 
-def _mtp_block(cfg: TrainingConfig, ctx: lo.LayerContext) -> OpBlock:
-    """The MTP depths (graph/mtp_ops.py), after the decoder on the last chunk of the last pipeline stage."""
+def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
+    """The MTP depths (graph/mtp_ops.py), after the decoder on the last chunk of the last pipeline stage: under
+    full recompute Megatron checkpoints each depth's projection and layer (MultiTokenPredictionBlock
+    _checkpointed_forward), not its loss head, so the head ops are a block of their own."""
     layer = _layer_fwd(ctx, pc.mtp_layer_is_moe(cfg))
-    granularity = "selective" if cfg.recompute.granularity == "selective" else "none"
-    return _block("mtp", mtp_depth_ops(ctx, layer), cfg.model.mtp_num_layers, granularity)
+    depths = cfg.model.mtp_num_layers
+    return [_block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity),
+            _block("mtp_head", mtp_head_ops(ctx), depths, "none")]
 
 
 def _repeat_experts(moe: list[Op], experts_local: int) -> list[Op]:
@@ -106,7 +109,7 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
     if last and cfg.model.mtp_num_layers:
-        blocks.append(_mtp_block(cfg, ctx))
+        blocks += _mtp_blocks(cfg, ctx)
     if last:
         blocks.append(_block("head", lo.head_ops(ctx), 1, "none"))
     if memo is not None:

@@ -34,7 +34,8 @@ def mtp_head_ops(ctx: lo.LayerContext) -> list[Op]:
 
 
 def mtp_depth_ops(ctx: lo.LayerContext, layer: list[Op]) -> list[Op]:
-    """One MTP depth around `layer` (the transformer layer's forward ops)."""
+    """One MTP depth up to its loss head: the shifted tokens' embedding, the concat projection and `layer` (the
+    transformer layer's forward ops); mtp_head_ops follow."""
     embed = [Op("mtp." + op.name, op.op_class, op.phase, op.dims, op.flops, op.bytes_moved, op.dtype, op.collective,
                 op.tags) for op in lo.embedding_ops(ctx)]
-    return [*embed, *_concat_projection(ctx), *layer, *mtp_head_ops(ctx)]
+    return [*embed, *_concat_projection(ctx), *layer]

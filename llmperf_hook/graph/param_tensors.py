@@ -20,6 +20,12 @@ NORMS_PER_LAYER = 2
 def tensors_per_layer(cfg: TrainingConfig) -> int:
     m = cfg.model
     per_norm = 1 if m.normalization == "RMSNorm" else 2
+    if m.multi_latent_attention:
+        # MLA (graph/params.py mla_params): q_down + q_up or one q_proj, kv_down, kv_up, proj (the only one with a
+        # bias), MLP up and down; the q and kv latent norms with --qk-layernorm.
+        linears = (2 if m.q_lora_rank else 1) + 3 + 2
+        norms = NORMS_PER_LAYER + (2 if m.qk_layernorm else 0)
+        return linears + (3 if m.add_bias_linear else 0) + norms * per_norm
     return LINEARS_PER_LAYER * (2 if m.add_bias_linear else 1) + NORMS_PER_LAYER * per_norm
 
 

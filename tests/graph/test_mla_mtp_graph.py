@@ -81,10 +81,11 @@ def test_mtp_runs_on_the_last_pipeline_stage_only() -> None:
     cfg = _cfg(*MOE, "--mtp-num-layers", "2", pp=2)
     graph = build_graph(cfg, H100)
     names = [[b.name for c in s.chunks for b in c.blocks] for s in graph.stages]
-    assert "mtp" not in names[0] and names[1][-2:] == ["mtp", "head"]
+    assert "mtp" not in names[0] and names[1][-3:] == ["mtp", "mtp_head", "head"]
     mtp = _block(graph, "mtp", stage=1)
     assert mtp.count == 2 and any(op.name == "moe.router" for op in mtp.fwd)  # the last layer is MoE
     eh = next(op for op in mtp.fwd if op.name == "mtp.eh_proj")
+    assert [op.name for op in _block(graph, "mtp_head", stage=1).fwd if op.op_class == "gemm"] == ["mtp.lm_head"]
     assert dict(eh.dims) == {"m": SEQ, "n": H // TP, "k": 2 * H}
     plain = build_graph(replace(cfg, model=replace(cfg.model, mtp_num_layers=0)), H100)
     assert graph.stages[0].num_params == plain.stages[0].num_params
@@ -121,3 +122,37 @@ def test_model_flops_follow_megatrons_counter() -> None:
     graph = build_graph(cfg, H100)
     expected = megatron_flops + router - norms + core_flops * (3.5 / 3 - 1)
     assert abs(graph.model_flops_per_step - expected) / expected < 1e-6
+
+
+def test_mla_activation_terms_are_the_saved_tensors() -> None:
+    """schedule/activations.py under MLA: latents (q 1536, kv 512, rope key 64, and the two latent norm inputs)
+    replace nothing of the 10sbh; Q/K (192 per head), V and the projection input (128 per head) replace QKV."""
+    from llmperf_hook.schedule.activations import layer_terms
+
+    cfg = _cfg()
+    plain = replace(cfg, model=replace(cfg.model, multi_latent_attention=False))
+    sb = SEQ * 1
+    rep, split, _ = layer_terms(cfg)
+    rep0, split0, _ = layer_terms(plain)
+    assert rep - rep0 == 2 * sb * (1536 + 512 + 64 + 1536 + 512)
+    assert split - split0 == 2 * sb * HEADS * (2 * 192 + 128 + 128) - 2 * sb * H * (1 + 2 + 1)
+
+
+def test_a_new_layout_keeps_the_model_and_tune_apply_keeps_the_flags() -> None:
+    from click.testing import CliRunner
+
+    from llmperf_hook.cli import cli
+    from llmperf_hook.frameworks.relayout import with_layout
+
+    cfg = _cfg(*MOE, "--mtp-num-layers", "1")
+    moved = with_layout(cfg, tp=4, micro_batch_size=2)
+    assert moved.model == replace(cfg.model, padded_vocab_size=moved.model.padded_vocab_size)
+    argv = ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "pretrain_gpt.py", *BASE, *MLA, *MOE,
+            "--mtp-num-layers", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+            "--global-batch-size", "64"]
+    out = CliRunner().invoke(cli, ["tune", "--apply", "--dry-run", "--top", "1", "--cluster", "dgx-h100", "--", *argv])
+    assert out.exit_code == 0, out.output
+    command = next(line for line in out.output.splitlines() if "would run:" in line)
+    for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--mtp-num-layers 1",
+                 "--moe-shared-expert-intermediate-size 2048", "--qk-layernorm"):
+        assert flag in command, flag
