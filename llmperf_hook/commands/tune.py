@@ -46,7 +46,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
                          "`llmperf tune -- torchrun --nproc-per-node 8 pretrain_gpt.py ...`.")
     started = time.perf_counter()
     job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-    result, space = _search(cfg, spec, search_file, top_k)
+    result, space = _search(cfg, spec, search_file, top_k, argv)
     elapsed = time.perf_counter() - started
     header = _header(cfg, spec, space.source, elapsed)
     if not result.top:
@@ -89,14 +89,20 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
     return job, cfg, spec
 
 
-def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int) -> tuple[Any, Any]:
+def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = ()) -> tuple[Any, Any]:
+    from dataclasses import replace
+
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
     from llmperf_hook.tune.candidates import generate_candidates
+    from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
     space = load_search_space(search_file, cfg.framework)
+    accepted = zero_stages_deepspeed_accepts(argv, space.zero_stage) if cfg.framework != "megatron" else None
+    if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
+        space = replace(space, zero_stage=accepted)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
     table = generate_candidates(cfg, space, spec.gpus_per_node)

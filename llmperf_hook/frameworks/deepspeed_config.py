@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
-from llmperf_hook.frameworks.deepspeed_schema import check_sections, check_top_level, check_zero_section
+from llmperf_hook.frameworks.deepspeed_schema import check_sections, check_top_level, check_zero_section, offload_rules
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -348,6 +348,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         # engine.py builds the ZeRO optimizer (the only one that offloads) only when zero_optimization_stage > 0.
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
+    offload_rules(raw, fields, origin, warnings)
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
         warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")
         fields["offload_param"] = "none"

@@ -219,3 +219,29 @@ def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], sr
     _removed(raw, origin, warnings)
     _grad_accum_dtype(raw, origin, fields, warnings)
     return _sequence_parallel(raw, origin, src)
+
+
+def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """What the ZeRO optimizers do with an offload section once the stage is known: NVMe at stage 3 needs nvme_path
+    (stage3.py / partitioned_param_swapper.py join it into the swap folder, a TypeError when missing); ZeRO-1/2
+    keep an offloaded optimizer in CPU memory whatever the device (stage_1_and_2.py cpu_offload); a ratio below 1
+    (partial offload) leaves part of the optimizer on the GPU."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key) if isinstance(zero.get(key), dict) else {}
+        if fields[key] == "nvme" and fields["zero_stage"] == 3 and not section.get("nvme_path"):
+            raise ConfigError(f"{origin} zero_optimization.{key} offloads to nvme without nvme_path; DeepSpeed's ZeRO-3 "
+                              "builds its swap folder from nvme_path and fails at deepspeed.initialize. Add \"nvme_path\": "
+                              "\"/local_nvme\" (a fast local disk) or use \"device\": \"cpu\".")
+    if fields["offload_optimizer"] == "nvme" and fields["zero_stage"] in (1, 2):
+        warnings.append(f"{origin} offload_optimizer device nvme at ZeRO stage {fields['zero_stage']}: DeepSpeed's ZeRO-1/2 "
+                        "optimizer offloads to CPU memory (stage_1_and_2.py), priced as cpu")
+        fields["offload_optimizer"] = "cpu"
+    ratio = zero["offload_optimizer"].get("ratio", 1.0) if isinstance(zero.get("offload_optimizer"), dict) else 1.0
+    if isinstance(ratio, (int, float)) and ratio < 1.0 and fields["zero_stage"] != 3:
+        raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "
+                          "DeepSpeedZeroConfig asserts 'Partial offloading only supported for ZeRO Stage 3.' Use stage 3 or "
+                          "drop the ratio.")
+    if fields["offload_optimizer"] != "none" and isinstance(ratio, (int, float)) and ratio < 1.0:
+        warnings.append(f"{origin} offload_optimizer.ratio {ratio} (partial offload) accepted, not modelled: priced as "
+                        "offloading the whole optimizer")

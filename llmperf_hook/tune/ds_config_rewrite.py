@@ -122,3 +122,28 @@ def rewrite_ds_chat_argv(argv: Sequence[str], base: Candidate, new: Candidate, n
     if new.recompute != base.recompute:
         out = ed.set_switch(out, HF_CKPT, new.recompute != "none")
     return out
+
+
+def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int]) -> tuple[int, ...] | None:
+    """The ZeRO stages the command's ds_config still passes DeepSpeed's checks with (llmperf's parse_ds_config on a
+    copy with zero_optimization.stage replaced): a partial optimizer offload needs stage 3, NVMe offload at stage 3
+    needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. None when argv names no readable ds_config."""
+    from llmperf_hook.errors import ConfigError, LlmperfError
+    from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config as read_raw
+
+    ref = find_ds_config(argv)
+    if ref is None or not Path(ref.path).is_file():
+        return None
+    try:
+        raw = read_raw(ref.path)
+    except LlmperfError:
+        return None
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    accepted = []
+    for stage in stages:
+        try:
+            parse_ds_config({**raw, "zero_optimization": {**zero, "stage": stage}}, ref.path)
+        except ConfigError:
+            continue
+        accepted.append(stage)
+    return tuple(accepted)

@@ -146,3 +146,26 @@ def test_deepspeed_moe_refuses_zero3_in_explain_and_in_tune(tmp_path: Path) -> N
     one = {k: np.array([v]) for k, v in dict(tp=1, pp=1, vpp=1, cp=1, sp=0, mbs=2, zero=3, ep=4, etp=1).items()}
     assert rule_masks(cfg, one)["DeepSpeed-MoE with ZeRO-3"][0]
     assert not rule_masks(cfg, {**one, "zero": np.array([2])})["DeepSpeed-MoE with ZeRO-3"][0]
+
+
+def test_offload_rules_once_the_stage_is_known(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Partial offloading only supported for ZeRO Stage 3"):
+        script([*DS, _zero(tmp_path, stage=2, offload_optimizer={"device": "cpu", "ratio": 0.5})], model="llama2-7b")
+    partial = script([*DS, _zero(tmp_path, stage=3, offload_optimizer={"device": "cpu", "ratio": 0.5})], model="llama2-7b")
+    assert any("partial offload" in w for w in partial.warnings)
+    with pytest.raises(ConfigError, match="without nvme_path"):
+        script([*DS, _zero(tmp_path, stage=3, offload_param={"device": "nvme"})], model="llama2-7b")
+    stage2 = script([*DS, _zero(tmp_path, stage=2, offload_optimizer={"device": "nvme"})], model="llama2-7b")
+    assert stage2.optimizer.offload_optimizer == "cpu"  # stage_1_and_2.py offloads to CPU memory
+
+
+def test_tune_searches_only_the_stages_the_ds_config_allows(tmp_path: Path) -> None:
+    from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
+
+    def stages(**extra: Any) -> tuple[int, ...] | None:
+        return zero_stages_deepspeed_accepts([*DS, _ds(tmp_path, **extra)], (0, 1, 2, 3))
+
+    assert stages(zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}) == (3,)
+    assert stages(zero_optimization={"stage": 1}, data_types={"grad_accum_dtype": "fp32"}) == (1, 2, 3)
+    assert stages(zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}) == (0, 1, 2)
+    assert zero_stages_deepspeed_accepts(["torchrun", "pretrain_gpt.py"], (0, 1)) is None
