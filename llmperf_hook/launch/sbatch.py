@@ -7,7 +7,8 @@ SLURM_* variables (SLURM_NNODES / SLURM_JOB_NUM_NODES, SLURM_NTASKS_PER_NODE, SL
 which the srun or launcher line inside inherits. So: the allocation becomes those variables (only for what the
 options state; the rest comes from the submitting environment, which sbatch exports by default), plain
 `NAME=value` / `export NAME=value` lines of the script are applied in order, and the one launch line (srun,
-torchrun, deepspeed, accelerate, mpirun, or python running a launcher module) is parsed in that environment.
+torchrun, deepspeed, accelerate, mpirun, or python running a launcher module) is parsed in that environment; a
+script without one but with one `python train.py` line runs that once, on the first node (one process).
 A script with no such line, or several, exits 2 naming them: pass the line itself after `--`.
 `llmperf run -- sbatch job.sh` still submits the script unchanged.
 """
@@ -32,7 +33,9 @@ SBATCH_OPTIONS: dict[str, Option] = {
 }
 _LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                            "orterun", "prterun", "mpiexec.hydra"})
+_TASK_LAYOUT = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+(?:-\S+\s+)*\S+\.py\b")
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
                         r"\.runner|accelerate\.commands\.launch)\b")
 
@@ -107,6 +110,7 @@ def _is_launch(words: Sequence[str], line: str) -> bool:
 def _script_launch(lines: list[tuple[int, str]], env: dict[str, str], used: dict[str, str], path: str) -> list[str]:
     """Apply the script's plain assignments in order; return the words of its one launch line."""
     found: list[tuple[int, list[str]]] = []
+    single: list[tuple[int, list[str]]] = []
     for number, line in lines:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -123,6 +127,9 @@ def _script_launch(lines: list[tuple[int, str]], env: dict[str, str], used: dict
             continue
         if words and _is_launch(words, stripped):
             found.append((number, words))
+        elif words and _PY_SCRIPT.match(stripped):
+            single.append((number, words))
+    found = found or single  # no launcher: a `python train.py` line runs once, on the first node
     if len(found) != 1:
         listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, accelerate " \
@@ -146,7 +153,13 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
         lines = _lines(_read_script(path))
         header = {**scan_options(_header_options(lines), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
                   **cli.values}
-    for name, value in _allocation_env(header).items():
-        env[name] = value
-        used[name] = value
-    return _script_launch(lines, env, used, path)
+    allocation = _allocation_env(header)
+    env.update(allocation)
+    used.update(allocation)
+    words = _script_launch(lines, env, used, path)
+    if not _is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
+        for name in _TASK_LAYOUT:
+            if name in allocation:
+                env.pop(name, None)
+                used.pop(name, None)
+    return words

@@ -142,6 +142,20 @@ def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[st
     return opts.values, opts.flags, opts.rest, [f"unknown srun option {w} ignored" for w in opts.unknown]
 
 
+def _consistent_with_world(nnodes: Sized, local: Sized, world: Sized) -> tuple[Sized, Sized, Sized, list[str]]:
+    """WORLD_SIZE is what torch's env:// rendezvous uses; node counts that disagree with it are re-derived from it."""
+    assert nnodes.value is not None and local.value is not None and world.value is not None
+    if nnodes.value * local.value == world.value or local.source.kind == SourceKind.DERIVED:
+        return nnodes, local, world, []
+    note = (f"{world.source} {world.value} disagrees with {nnodes.source} {nnodes.value} x {local.source} {local.value}: "
+            "sized from WORLD_SIZE")
+    if world.value % local.value == 0:
+        derived = Sized(world.value // local.value, Source(SourceKind.DERIVED, "world_size / processes per node"))
+        return derived, local, world, [] if nnodes.source.kind == SourceKind.DEFAULT else [note]
+    per_node = Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
+    return nnodes, per_node, world, [note]
+
+
 def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized, list[str]] | None:
     """A `python train.py` told its world by the environment: WORLD_SIZE (torch's env:// rendezvous), else the
     Slurm allocation's task layout (SLURM_NTASKS_PER_NODE / SLURM_NTASKS / SLURM_GPUS_ON_NODE with SLURM_NNODES),
@@ -152,7 +166,7 @@ def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, 
         assert nnodes.value is not None
         local = _env_int(env, ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"), used)
         local = local or Sized(-(-world.value // nnodes.value), Source(SourceKind.DERIVED, "ceil(world_size / nnodes)"))
-        return nnodes, local, world, []
+        return _consistent_with_world(nnodes, local, world)
     slurm_layout = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_GPUS_ON_NODE")
     if not any(env.get(name, "").strip() for name in slurm_layout):
         return None

@@ -136,7 +136,7 @@ def test_srun_runs_a_launcher() -> None:
 
 def test_plain_python() -> None:
     assert _size(["python", "train.py"]) == (1, 1, 1)
-    assert _size(["python", "train.py"], {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == (1, 8, 16)
+    assert _size(["python", "train.py"], {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == (2, 8, 16)  # 16 ranks, 8 a node
     assert _size(["python", "train.py"], {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1"}) == (1, 4, 4)
     assert _size(["python", "train.py"], {"SLURM_NNODES": "4", "SLURM_NTASKS_PER_NODE": "8"}) == (4, 8, 32)
     assert _size(["python", "train.py"], {"SLURM_JOB_ID": "1"}) == (1, 1, 1)

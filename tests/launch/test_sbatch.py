@@ -71,3 +71,13 @@ def test_tune_apply_refuses_to_rewrite_a_batch_script(tmp_path: Path, capsys: py
         main(["tune", "--apply", "--dry-run", "--cluster", "dgx-h100", "--", "sbatch", path])
     err = capsys.readouterr().err
     assert ex.value.code == 2 and "cannot rewrite an sbatch script" in err and "Traceback" not in err
+
+
+def test_a_bare_python_line_runs_once_and_a_launcher_line_wins_over_it(tmp_path: Path) -> None:
+    single = _write(tmp_path, "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=1\n"
+                              f"source venv/bin/activate\npython -u pretrain_gpt.py {GPT}\n")
+    job = parse_launch(["sbatch", single], {})
+    assert (job.launcher, job.world_size) == ("python", 1)
+    both = _write(tmp_path, f"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\npython prepare.py\n"
+                            f"srun python pretrain_gpt.py {GPT}\n", "both.sh")
+    assert parse_launch(["sbatch", both], {}).world_size == 16
