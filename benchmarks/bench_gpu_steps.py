@@ -1,13 +1,14 @@
-"""Predicted vs measured single-GPU training steps on a real GPU (H100 SXM5, measured 2026-11-26).
+"""Predicted vs measured single-GPU training steps on a real GPU (H100 SXM5 and H200 SXM, measured 2026-11-26).
 
-    python benchmarks/bench_gpu_steps.py [measurements/h100-sxm5-80gb-2026-11-26]
+    python benchmarks/bench_gpu_steps.py [measurements/h100-sxm5-80gb-2026-11-26 | measurements/h200-sxm-141gb-2026-11-26]
 
 The measurements are real DeepSpeed (ZeRO-0/1, bf16) and plain-torch steps of the testbed GPT on one GPU,
 recorded by `llmperf run --instrument` (benchmarks/measure_gpu.sh; the folder's README has the environment).
 For every run it prints the measured median step (warm-up and profiled steps excluded) and three predictions:
 
-  analytic   the shipped h100-sxm5-80gb preset with the roofline model (the fitted profile hidden);
-  profile    the same preset with the operator profile fitted from our H100 samples (configs/profiles);
+  analytic   the shipped hardware preset of the folder's GPU (op_samples_meta.json's hardware_name) with the
+             roofline model (the fitted profile hidden), on the cluster preset of that GPU;
+  profile    the same preset with the operator profile fitted from that folder's samples (configs/profiles);
   refined    the profile prediction after `llmperf refine` ingested ONE other run of the same framework
              (leave-one-out: every other run in turn; the mean over those choices is printed).
 
@@ -29,7 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_DIR = ROOT / "measurements" / "h100-sxm5-80gb-2026-11-26"
-HARDWARE, CLUSTER = "h100-sxm5-80gb", "dgx-h100"
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,39 @@ class Row:
     prediction_json: dict
 
 
-def _analytic_hardware(tmp: Path) -> str:
+def device_presets(folder: Path) -> tuple[str, str]:
+    """(hardware preset, cluster preset) of the folder's GPU: the samples' hardware name, and the shipped cluster
+    whose nodes hold that GPU."""
+    import yaml
+
+    from llmperf_hook.resources import configs_dir
+
+    hardware = json.loads((folder / "op_samples_meta.json").read_text())["hardware_name"]
+    clusters = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
+                      if yaml.safe_load(p.read_text()).get("gpu") == hardware)
+    if not clusters:
+        sys.exit(f"no cluster preset in configs/clusters has gpu: {hardware}")
+    return hardware, clusters[0]
+
+
+def _analytic_hardware(tmp: Path, hardware: str) -> str:
     """The shipped preset under another name, so no fitted profile is found for it."""
     import yaml
 
     from llmperf_hook.resources import configs_dir
 
-    doc = yaml.safe_load((configs_dir() / "hardware" / f"{HARDWARE}.yaml").read_text())
-    doc["name"] = f"analytic-{HARDWARE}"  # another family: no sibling profile either
-    path = tmp / f"analytic-{HARDWARE}.yaml"
+    doc = yaml.safe_load((configs_dir() / "hardware" / f"{hardware}.yaml").read_text())
+    doc["name"] = f"analytic-{hardware}"  # another family: no sibling profile either
+    path = tmp / f"analytic-{hardware}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return str(path)
 
 
-def measure_rows(folder: Path, tmp: Path) -> list[Row]:
+def measure_rows(folder: Path, tmp: Path, hardware: str, cluster: str) -> list[Row]:
     from llmperf_hook.api import predict_command, prediction_json
     from llmperf_hook.refine.run_records import read_run_dir, summarize_job
 
-    analytic_hw = _analytic_hardware(tmp)
+    analytic_hw = _analytic_hardware(tmp, hardware)
     rows = []
     for run_dir in sorted(p for p in (folder / "runs").iterdir() if p.is_dir()):
         session = json.loads((run_dir / "session.json").read_text())
@@ -70,15 +85,15 @@ def measure_rows(folder: Path, tmp: Path) -> list[Row]:
         job = summarize_job(run.records, str(session["job_id"]))
         argv = tuple(a.replace("examples/", str(ROOT / "examples") + "/") for a in session["argv"])
         env = {"PATH": os.environ.get("PATH", "")}
-        analytic = predict_command(argv, env, cluster=CLUSTER, hardware=analytic_hw)
-        fitted = predict_command(argv, env, cluster=CLUSTER, hardware=HARDWARE)
+        analytic = predict_command(argv, env, cluster=cluster, hardware=analytic_hw)
+        fitted = predict_command(argv, env, cluster=cluster, hardware=hardware)
         rows.append(Row(run_dir.name, argv, fitted.config.framework, float(job.step_time_s),
                         int(job.peak_memory_bytes or 0), analytic.estimate.step_time_s, fitted.estimate.step_time_s,
                         int(fitted.estimate.memory.peak_bytes_per_gpu), prediction_json(fitted)))
     return rows
 
 
-def refined_errors(rows: list[Row], folder: Path, tmp: Path) -> dict[str, list[float]]:
+def refined_errors(rows: list[Row], folder: Path, tmp: Path, hardware: str, cluster: str) -> dict[str, list[float]]:
     """{run: [relative errors after refining on each other run of its framework]} through refine_run."""
     from llmperf_hook.refine.refine_run import refine_run
 
@@ -88,7 +103,7 @@ def refined_errors(rows: list[Row], folder: Path, tmp: Path) -> dict[str, list[f
         shutil.copytree(folder / "runs" / r.run, copy)
         shutil.rmtree(copy / "jobs", ignore_errors=True)
         (copy / "prediction.json").write_text(json.dumps(r.prediction_json))
-        report = refine_run(copy, hardware=HARDWARE, cluster=CLUSTER, store_file=tmp / "refine" / f"{r.run}.sqlite")
+        report = refine_run(copy, hardware=hardware, cluster=cluster, store_file=tmp / "refine" / f"{r.run}.sqlite")
         calibrations[r.run] = report.jobs[0].calibration
     out: dict[str, list[float]] = {r.run: [] for r in rows}
     for r in rows:
@@ -108,9 +123,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         os.environ["LLMPERF_HOME"] = str(tmp / "home")  # no user calibration or profile
-        rows = measure_rows(folder, tmp)
-        refined = refined_errors(rows, folder, tmp)
-    print(f"{len(rows)} measured runs from {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}")
+        hardware, cluster = device_presets(folder)
+        rows = measure_rows(folder, tmp, hardware, cluster)
+        refined = refined_errors(rows, folder, tmp, hardware, cluster)
+    where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    print(f"{len(rows)} measured runs from {where} (hardware {hardware}, cluster {cluster})")
     print(f"{'run':4s} {'framework':18s} {'measured':>9s} {'analytic':>16s} {'profile':>16s} {'refined (LOO)':>14s}"
           f" {'peak mem meas':>13s} {'pred':>16s}")
     errs: dict[str, list[float]] = {"analytic": [], "profile": [], "refined": [], "memory": []}

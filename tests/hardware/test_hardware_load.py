@@ -8,7 +8,8 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.hardware.load import load_cluster, load_hardware
 
 PRESETS = {"a100-sxm4-40gb": (312e12, 1555e9, 40), "a100-sxm4-80gb": (312e12, 2039e9, 80),
-           "h100-sxm5-80gb": (989.4e12, 3350e9, 80), "gh200-96gb": (990e12, 4000e9, 95.6)}
+           "h100-sxm5-80gb": (989.4e12, 3350e9, 80), "gh200-96gb": (990e12, 4000e9, 95.6),
+           "h200-sxm-141gb": (989.4e12, 4800e9, 139.8)}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -21,6 +22,7 @@ def test_hardware_presets(name: str) -> None:
 
 
 @pytest.mark.parametrize("name,gpu,per_node", [("dgx-a100", "a100-sxm4-80gb", 8), ("dgx-h100", "h100-sxm5-80gb", 8),
+                                               ("dgx-h200", "h200-sxm-141gb", 8),
                                                ("perlmutter", "a100-sxm4-80gb", 4), ("vista", "gh200-96gb", 1)])
 def test_cluster_presets(name: str, gpu: str, per_node: int) -> None:
     c = load_cluster(name)
