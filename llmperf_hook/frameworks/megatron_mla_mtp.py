@@ -5,9 +5,11 @@ Defaults (megatron/training/arguments.py _add_mla_args): --q-lora-rank None (no 
 --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128; --rope-type None (MLA then
 takes MLATransformerConfig's "yarn"). Rules, each an exit 2 here as Megatron raises at start-up:
 - validate_args: MLA and --group-query-attention are mutually exclusive; --mla-down-proj-fusion needs MLA;
-  --mtp-num-layers needs --position-embedding-type rope or none.
+  --mtp-num-layers needs a position type that uses position ids (learned_absolute, rope, mrope, none; before
+  Megatron-LM #3114 of Feb 2026 only rope and none: a warning then).
 - argument_utils.py core_transformer_config_from_args: --rope-type other than rope needs MLA.
-- MLATransformerConfig.__post_init__: rope fusion (on unless --no-rope-fusion) needs rope_type yarn;
+- MLATransformerConfig.__post_init__: rope fusion (on unless --no-rope-fusion, off by validate_args for a
+  position type other than rope) needs rope_type yarn;
   TransformerConfig: --rotary-interleaved does not work with MLA; moe_shared_expert_intermediate_size > 0;
   --moe-shared-expert-overlap needs the alltoall or flex token dispatcher (default allgather).
 - moe/shared_experts.py SharedExpertMLP: shared experts refuse linear biases (--disable-bias-linear).
@@ -25,8 +27,11 @@ MLA_DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 6
 """megatron/training/arguments.py _add_mla_args defaults (q_lora_rank: None)."""
 MLA_KEYS = ("multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
             "v_head_dim")
-MTP_POSITION_TYPES = ("rope", "none")
-"""validate_args: 'Multi-Token Prediction (MTP) is not supported with {type} position embedding type'."""
+MTP_POSITION_TYPES = ("learned_absolute", "rope", "mrope", "none")
+"""validate_args: 'Multi-Token Prediction (MTP) is not supported with {type} position embedding type' for any other
+(megatron/training/arguments.py since 70719cdd, "mRoPE for MTP", Feb 2026)."""
+MTP_POSITION_TYPES_BEFORE_2026 = ("rope", "none")
+"""The same assert before that change: rope and none only."""
 
 
 def _flag(flags: FlagValues, dest: str) -> str:
@@ -43,10 +48,18 @@ def _mla_rules(flags: FlagValues) -> None:
                           "raises 'rotary_interleaved does not work with multi_latent_attention' (TransformerConfig). "
                           "Drop --rotary-interleaved.")
     rope_type = flags.get("rope_type") or "yarn"
-    if rope_type != "yarn" and flags.get("apply_rope_fusion", True):
+    fused = flags.get("apply_rope_fusion", True) and _position_type(flags) == "rope"  # validate_args turns it off
+    if rope_type != "yarn" and fused:
         raise ConfigError(f"--rope-type {rope_type} ({flags.source('rope_type')}) with MLA and rope fusion on (Megatron's "
                           "default): MLATransformerConfig raises 'apply_rope_fusion for MLA only works with YARN RoPE'. "
                           "Use --rope-type yarn (MLA's default), or add --no-rope-fusion.")
+
+
+def _position_type(flags: FlagValues) -> str:
+    """--position-embedding-type as validate_args leaves it (the legacy --use-rotary-position-embeddings sets rope)."""
+    if flags.get("use_rotary_position_embeddings"):
+        return "rope"
+    return str(flags.get("position_embedding_type", "learned_absolute"))
 
 
 def _rope_type_rules(flags: FlagValues, mla: bool) -> None:
@@ -101,13 +114,16 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
         warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
                         "Megatron-DeepSpeed")
         return {}
-    kind = "rope" if flags.get("use_rotary_position_embeddings") else str(flags.get("position_embedding_type", "learned_absolute"))
+    kind = _position_type(flags)
+    where = flags.source("position_embedding_type", "Megatron's default")
     if kind not in MTP_POSITION_TYPES:
-        where = flags.source("position_embedding_type", "Megatron's default")
         raise ConfigError(f"--mtp-num-layers {depths} ({flags.source('mtp_num_layers')}) with --position-embedding-type "
-                          f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with {kind} "
-                          "position embedding type. The supported position embedding types are rope and none' "
-                          "(validate_args). Add --position-embedding-type rope.")
+                          f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with '{kind}' "
+                          f"position embedding type. The supported position embedding types are: "
+                          f"{', '.join(MTP_POSITION_TYPES)}' (validate_args). Add --position-embedding-type rope.")
+    if kind not in MTP_POSITION_TYPES_BEFORE_2026:
+        warnings.append(f"--mtp-num-layers with --position-embedding-type {kind} ({where}): Megatron-LM releases before "
+                        "Feb 2026 assert MTP supports only rope and none; newer ones accept it")
     if flags.get("pipeline_model_parallel_layout"):
         warnings.append("--pipeline-model-parallel-layout with --mtp-num-layers: the MTP layers are priced on the last "
                         "pipeline stage (Megatron's placement without a layout)")
