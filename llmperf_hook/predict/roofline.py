@@ -25,6 +25,40 @@ PCIE_BYTES_PER_S = 20e9
 """Host <-> GPU copy rate for offloaded gradients and parameters (PCIe Gen4 x16 ~25 GB/s peak, ~20 achieved)."""
 
 
+FP8_GEMM_CLASSES = frozenset({"gemm"})
+"""Op classes Transformer Engine runs in FP8 under --fp8-format: the TE linear layers (QKV, projection, MLP,
+expert GEMMs). The rest of an FP8 run computes in bf16: attention (TransformerConfig.fp8_dot_product_attention
+defaults to False; TE's DotProductAttention is FP8 only with the recipe's fp8_dpa), and the LM head, which
+Megatron-Core builds as tensor_parallel.ColumnParallelLinear, not a TE layer, outside MXFP8
+(megatron/core/models/gpt/gpt_model.py, output_layer_cls)."""
+BF16_IN_FP8_RUN_OPS = frozenset({"head.lm_head"})
+
+
+def math_dtype(op: Op) -> str:
+    """The dtype whose tensor-core peak prices `op`'s math: bf16 for the parts of an FP8 run that TE keeps in bf16."""
+    if op.dtype == "fp8" and (op.op_class not in FP8_GEMM_CLASSES or op.name in BF16_IN_FP8_RUN_OPS):
+        return "bf16"
+    return op.dtype
+
+
+FP8_QUANTIZE_BYTES_PER_ELEMENT = 4.0
+"""HBM bytes per element of a Transformer Engine FP8 quantize of a GEMM operand: read the bf16 tensor (2) and
+write its FP8 copy twice, row-wise for this GEMM and column-wise (transposed) for the weight-gradient GEMM
+(1 + 1): tex.cast with rowwise_usage and columnwise_usage (transformer_engine/pytorch/csrc/extensions/cast.cu),
+the fused cast-transpose of the FP8 recipe (Micikevicius et al. 2022, arXiv:2209.05433, Sec. 3: tensors are
+scaled and cast before every FP8 GEMM)."""
+
+
+def fp8_quantize_s(op: Op, gpu: HardwareSpec) -> float:
+    """Time of the memory-bound FP8 quantize kernel in front of an FP8 GEMM, not in the graph: forward (and its
+    recompute) quantizes the activation input (m x k); backward quantizes the output gradient (m x n) that both
+    the data- and the weight-gradient GEMM read. Weights are quantized once per step, not per micro-batch
+    (TE's is_first_microbatch caching), so they are left out here."""
+    operand = op.dims.get("m", 0) * (op.dims.get("n", 0) if op.phase == "bwd" else op.dims.get("k", 0))
+    nbytes = FP8_QUANTIZE_BYTES_PER_ELEMENT * operand
+    return nbytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency) + gpu.kernel_launch_s
+
+
 def compute_time_s(op: Op, gpu: HardwareSpec) -> float:
     kernels = KERNELS_PER_OP.get(op.phase, 1)
     memory_s = op.bytes_moved / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
@@ -32,10 +66,11 @@ def compute_time_s(op: Op, gpu: HardwareSpec) -> float:
         params = op.dims["params"]
         return params / CPU_ADAM_PARAMS_PER_S + params * (4 + 2) / PCIE_BYTES_PER_S
     if op.op_class in MATH_CLASSES:
-        math_s = op.flops / (gpu.peak_for(op.dtype) * gpu.gemm_efficiency) + kernels * gpu.gemm_ramp_s
-        return max(math_s, memory_s) + kernels * gpu.kernel_launch_s
+        math_s = op.flops / (gpu.peak_for(math_dtype(op)) * gpu.gemm_efficiency) + kernels * gpu.gemm_ramp_s
+        quantize_s = fp8_quantize_s(op, gpu) if math_dtype(op) == "fp8" else 0.0
+        return max(math_s, memory_s) + kernels * gpu.kernel_launch_s + quantize_s
     if op.op_class == "attention":
-        math_s = op.flops / (gpu.peak_for(op.dtype) * gpu.attention_efficiency) + kernels * gpu.gemm_ramp_s
+        math_s = op.flops / (gpu.peak_for(math_dtype(op)) * gpu.attention_efficiency) + kernels * gpu.gemm_ramp_s
         return max(math_s, memory_s) + kernels * gpu.kernel_launch_s
     # Host work the GPU waits for inside the op (graph/step_ops.py DEEPSPEED_HOST_S_PER_TENSOR).
     return memory_s + kernels * gpu.kernel_launch_s + float(op.tags.get("host_s", 0.0))

@@ -91,10 +91,16 @@ def _layout_args(run: MeasuredRun) -> list[str]:
         "--micro-batch-size", str(run.micro_batch_size), "--global-batch-size", str(run.global_batch_size),
         "--tensor-model-parallel-size", str(run.tp), "--pipeline-model-parallel-size", str(run.pp),
     ]
-    if run.vpp > 1:
+    if run.vpp > 1 and run.num_layers % (run.pp * run.vpp) == 0:
         args += ["--num-layers-per-virtual-pipeline-stage", str(run.num_layers // (run.pp * run.vpp))]
+    elif run.vpp > 1:
+        # Layers that do not split evenly (Llama 3.1 405B: 126 over 8 x 8 chunks) are split by the recipe's own
+        # flags (--account-for-embedding/loss-in-pipeline-split); Megatron-Core then takes the chunk count.
+        args += ["--num-virtual-stages-per-pipeline-rank", str(run.vpp)]
     if run.cp > 1:
         args += ["--context-parallel-size", str(run.cp)]
+    if run.ep > 1:
+        args += ["--expert-model-parallel-size", str(run.ep)]
     if run.sequence_parallel:
         args.append("--sequence-parallel")
     return args
@@ -127,7 +133,7 @@ def _extra_args(run: MeasuredRun, notes: list[str]) -> list[str]:
         if flag == "--overlap-param-gather" and not run.distributed_optimizer:
             notes.append("--overlap-param-gather implies --use-distributed-optimizer (Megatron asserts it)")
             kept.append("--use-distributed-optimizer")
-        if flag not in kept:
+        if not flag.startswith("--") or flag not in kept:  # values repeat ("--kv-channels 128 --num-experts 128")
             kept.append(flag)
     return kept
 

@@ -83,3 +83,23 @@ def test_tp_comm_overlap_is_dropped_where_megatron_rejects_it(tmp_path: Path) ->
     plan = build_launch_plan(build_measured_run(row, 1), tmp_path)
     assert "--tp-comm-overlap" not in plan.argv and "--overlap-grad-reduce" in plan.argv
     assert any("tp-comm-overlap" in note for note in plan.notes)
+
+
+def test_expert_parallel_and_repeated_flag_values(tmp_path: Path) -> None:
+    """The ep column becomes --expert-model-parallel-size; a value repeated in the notes' flags is kept (only
+    repeated flags are dropped), so '--kv-channels 128 --num-experts 128' stays whole."""
+    row = {**BASE_ROW, "tp": "1", "dp": "16", "ep": "16", "notes": "x; flags: --kv-channels 128 --num-experts 128 "
+           "--swiglu --swiglu"}
+    argv = build_launch_plan(build_measured_run(row, 1), tmp_path).argv
+    assert flag(argv, "--expert-model-parallel-size") == "16"
+    assert flag(argv, "--kv-channels") == "128" and flag(argv, "--num-experts") == "128"
+    assert argv.count("--swiglu") == 1
+
+
+def test_uneven_interleaving_passes_the_chunk_count(tmp_path: Path) -> None:
+    """126 layers over PP 8 x VP 8 (Llama 3.1 405B recipes) do not give whole layers per chunk: the chunk count is
+    passed (--num-virtual-stages-per-pipeline-rank) and the recipe's account-for flags split the layers."""
+    row = {**BASE_ROW, "num_layers": "126", "tp": "8", "pp": "8", "vpp": "8", "dp": "1", "num_gpus": "64"}
+    argv = build_launch_plan(build_measured_run(row, 1), tmp_path).argv
+    assert flag(argv, "--num-virtual-stages-per-pipeline-rank") == "8"
+    assert "--num-layers-per-virtual-pipeline-stage" not in argv

@@ -1,0 +1,186 @@
+"""Accuracy on public measured runs that dev.csv does not have (benchmarks/data/public_runs.csv): a stand-in for
+issue 5's held-out set, scored before it is, without fitting to it.
+
+    python benchmarks/bench_public_runs.py [CSV]        # default: benchmarks/data/public_runs.csv
+
+Both scoring paths of the issue are run as a user runs them, through the CLI:
+  1. `llmperf validate CSV --format json --write-batch DIR` (the rows as launch commands, one file per cluster);
+  2. `llmperf predict --cluster C --batch FILE --format json` on those files; the two step times of every row
+     must agree (the largest relative difference is printed).
+Then per source: rows, MAPE, bias (mean signed error, + = predicted slower), the worst rows; breakdowns by GPU
+type, GPU count band, model size, and by feature (GQA, SwiGLU, MoE, CP, VPP, SP, FP8, recompute mode); and the
+same figures for ../shared/validation/dev.csv for comparison. One thread per process (OMP_NUM_THREADS=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from llmperf_hook.validate.measured_run import MeasuredRun  # noqa: E402
+from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PUBLIC_CSV = HERE / "data" / "public_runs.csv"
+DEV_CSV = HERE.parents[1] / "shared" / "validation" / "dev.csv"
+LLMPERF = [sys.executable, "-m", "llmperf_hook.cli"]
+
+
+def run_cli(args: list[str]) -> str:
+    """stdout of `llmperf ARGS` (the installed entry point's module), failing loudly on a non-zero exit."""
+    done = subprocess.run([*LLMPERF, *args], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        raise SystemExit(f"llmperf {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def validate_json(csv_path: Path, batch_dir: Path | None = None) -> dict:
+    args = ["validate", str(csv_path), "--format", "json"]
+    if batch_dir is not None:
+        args += ["--write-batch", str(batch_dir)]
+    return json.loads(run_cli(args))
+
+
+def batch_step_times(batch_dir: Path) -> dict[str, float | None]:
+    """Row id -> step time from `llmperf predict --batch` on each commands-<cluster>.txt the validation wrote."""
+    out: dict[str, float | None] = {}
+    for commands in sorted(batch_dir.glob("commands-*.txt")):
+        name = commands.stem.removeprefix("commands-")
+        cluster = str(batch_dir / f"{name}.yaml") if (batch_dir / f"{name}.yaml").exists() else name
+        row_ids = re.findall(r"^# row (\S+) ", commands.read_text(encoding="utf-8"), flags=re.M)
+        lines = [json.loads(x) for x in run_cli(["predict", "--cluster", cluster, "--batch", str(commands),
+                                                "--format", "json"]).splitlines() if x.strip()]
+        for row_id, result in zip(row_ids, lines):
+            out[row_id] = result.get("step_time_s")
+    return out
+
+
+def params_b(run: MeasuredRun) -> float:
+    """Total parameters in billions (attention with GQA, 2 or 3 MLP matrices, every expert, embedding + head)."""
+    h, layers = run.hidden_size, run.num_layers
+    kv_channels = _flag_value(run, "--kv-channels") or h // run.num_attention_heads
+    attn = h * kv_channels * (2 * run.num_attention_heads + 2 * run.num_query_groups)
+    experts = _flag_value(run, "--num-experts") or 1
+    ffn = _flag_value(run, "--moe-ffn-hidden-size") or run.ffn_hidden_size
+    mlp = (3 if "--swiglu" in run.extra_args else 2) * h * ffn * experts
+    return (layers * (attn + mlp) + 2 * run.vocab_size * h) / 1e9
+
+
+def _flag_value(run: MeasuredRun, flag: str) -> int:
+    args = list(run.extra_args)
+    return int(args[args.index(flag) + 1]) if flag in args else 0
+
+
+def gpu_band(n: int) -> str:
+    return next(label for top, label in ((8, "1-8"), (64, "9-64"), (512, "65-512"), (10**9, "513+")) if n <= top)
+
+
+def size_band(run: MeasuredRun) -> str:
+    p = params_b(run)
+    return "<10B" if p < 10 else ("10-100B" if p < 100 else ">=100B")
+
+
+FEATURES: dict[str, Callable[[MeasuredRun], bool]] = {
+    "GQA": lambda r: r.num_query_groups < r.num_attention_heads,
+    "SwiGLU": lambda r: r.swiglu or "--swiglu" in r.extra_args,
+    "MoE": lambda r: "--num-experts" in r.extra_args,
+    "CP>1": lambda r: r.cp > 1,
+    "VPP>1": lambda r: r.vpp > 1,
+    "SP": lambda r: r.sequence_parallel,
+    "FP8": lambda r: r.precision == "fp8",
+    "TP-overlap": lambda r: "--tp-comm-overlap" in r.extra_args and r.sequence_parallel,
+    "ZeRO/DeepSpeed": lambda r: r.zero_stage > 0,
+}
+
+
+def summary(errors: Iterable[float]) -> str:
+    e = np.array(list(errors))
+    if e.size == 0:
+        return "    -"
+    return f"{e.size:5d} rows  MAPE {np.mean(np.abs(e)) * 100:6.2f}%  bias {np.mean(e) * 100:+7.2f}%"
+
+
+def print_groups(title: str, runs: dict[str, MeasuredRun], errors: dict[str, float],
+                 key: Callable[[MeasuredRun], str]) -> None:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row_id, err in errors.items():
+        groups[key(runs[row_id])].append(err)
+    print(f"\nby {title}:")
+    for label in sorted(groups):
+        print(f"  {label:<24}{summary(groups[label])}")
+
+
+def print_features(runs: dict[str, MeasuredRun], errors: dict[str, float]) -> None:
+    print("\nby feature (a row counts under every feature it has; 'without' = the other rows):")
+    for name, has in FEATURES.items():
+        with_f = [e for i, e in errors.items() if has(runs[i])]
+        without = [e for i, e in errors.items() if not has(runs[i])]
+        if with_f:
+            print(f"  {name:<15} with {summary(with_f)} | without {summary(without)}")
+    print_groups("recompute mode", runs, errors, lambda r: r.recompute)
+
+
+def print_sources(report: dict, num_worst: int) -> None:
+    print(f"{'source':<7}{'rows':>5}{'scored':>8}{'MAPE':>9}{'bias':>9}  description")
+    rows = {r["row_id"]: r for r in report["rows"]}
+    for source_id, s in report["sources"].items():
+        mape = f"{s['mape'] * 100:.2f}%" if s["mape"] is not None else "-"
+        bias = f"{s['bias'] * 100:+.1f}%" if s["bias"] is not None else "-"
+        print(f"{source_id:<7}{s['num_rows']:>5}{s['num_scored']:>8}{mape:>9}{bias:>9}  {s['source'][:70]}")
+        for row_id in s["worst_rows"][:num_worst]:
+            r = rows[row_id]
+            print(f"{'':>9}worst {row_id} {r['model']} {r['layout']}: measured {r['measured_s']:.4g} s, predicted "
+                  f"{r['predicted_s']:.4g} s ({r['signed_error'] * 100:+.1f}%)")
+    for r in report["rows"]:
+        if r["error"]:
+            print(f"  FAILED row {r['row_id']} ({r['source_id']}): {r['error']}")
+    o = report["overall"]
+    print(f"overall MAPE {o['mape'] * 100:.2f}% over {o['num_rows'] - o['num_failed']} rows; mean of per-source "
+          f"MAPE {o['mean_source_mape'] * 100:.2f}%; {o['num_failed']} failed")
+
+
+def check_paths_agree(report: dict, batch: dict[str, float | None]) -> None:
+    diffs = []
+    for r in report["rows"]:
+        if r["predicted_s"] is None:
+            continue
+        other = batch.get(r["row_id"])
+        diffs.append(float("inf") if other is None else abs(other - r["predicted_s"]) / r["predicted_s"])
+    worst = max(diffs) if diffs else 0.0
+    print(f"\nllmperf validate vs llmperf predict --batch: {len(diffs)} rows, largest relative difference "
+          f"{worst:.2e} ({'agree' if worst < 1e-4 else 'DISAGREE'})")
+
+
+def main(argv: list[str]) -> int:
+    csv_path = Path(argv[1]) if len(argv) > 1 else PUBLIC_CSV
+    runs = {r.row_id: r for r in build_runs_or_failures(read_runs_csv(csv_path)) if isinstance(r, MeasuredRun)}
+    with tempfile.TemporaryDirectory(prefix="llmperf-public-") as tmp:
+        report = validate_json(csv_path, Path(tmp))
+        batch = batch_step_times(Path(tmp))
+    print(f"== {csv_path} ==")
+    print_sources(report, num_worst=3)
+    check_paths_agree(report, batch)
+    errors = {r["row_id"]: r["signed_error"] for r in report["rows"] if r["signed_error"] is not None}
+    print_groups("GPU type", runs, errors, lambda r: r.gpu_type.split("-")[0])
+    print_groups("GPU count", runs, errors, lambda r: gpu_band(r.num_gpus))
+    print_groups("model size (total parameters)", runs, errors, size_band)
+    print_features(runs, errors)
+    if DEV_CSV.exists():
+        print(f"\n== for comparison: {DEV_CSV} ==")
+        print_sources(validate_json(DEV_CSV), num_worst=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,272 @@
+"""Write public_runs.csv (dev.csv's schema) from the public measurements transcribed below.
+
+    python benchmarks/data/compile_public_runs.py      # rewrites benchmarks/data/public_runs.csv
+
+Every figure in the tables below was read from the source named in its `Source` entry (a file at a commit of a
+public repository); nothing is fitted or adjusted here. A step time is derived from the reported throughput with
+the formula written into the row's `iteration_time_method`:
+
+    tokens/s/GPU reported:      t = GBS * seq_length / (tokens_per_s_per_gpu * num_gpus)
+    aggregate tokens/s:         t = GBS * seq_length / tokens_per_s
+    elapsed time per iteration: t = the logged value (reported)
+
+What a source does not state is left blank (the CSV reader's documented default applies) and said in `notes`.
+Architecture flags that dev.csv has no column for (SwiGLU, RMSNorm, RoPE, untied embeddings, MoE, head size)
+are listed after "flags:" in `notes`, which `llmperf validate` reads as extra launch flags.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT_CSV = HERE / "public_runs.csv"
+
+COLUMNS = (
+    "row_id,source_id,source,source_location,model,num_layers,hidden_size,num_attention_heads,num_query_groups,"
+    "ffn_hidden_size,vocab_size,seq_length,micro_batch_size,global_batch_size,tp,pp,vpp,cp,dp,ep,"
+    "sequence_parallel,recompute,zero_stage_or_dist_opt,precision,gpu_type,gpu_memory_gb,gpus_per_node,"
+    "intra_node_interconnect,inter_node_network,num_gpus,framework,metric_name,metric_value,metric_unit,"
+    "reported_mfu,iteration_time_s,iteration_time_method,confidence,notes"
+).split(",")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A network as its framework configures it (source named in `where`)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int | None
+    """None = multi-head attention (the column stays blank)."""
+    ffn_hidden_size: int
+    vocab_size: int
+    flags: str
+    """Launch flags for what dev.csv has no column for (Megatron spelling)."""
+    where: str
+
+
+LLAMA = "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear"
+NEMOTRON = ("--squared-relu --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
+            "--apply-layernorm-1p")
+QWEN3_MOE = (LLAMA + " --qk-layernorm --kv-channels 128 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm "
+             "--moe-token-dispatcher-type alltoall --moe-router-load-balancing-type aux_loss")
+GPT3 = ""
+NEMO_ARCH = "NVIDIA/NeMo nemo/collections/llm/gpt/model/{} @8e3d65dcfe"
+ARCHS: dict[str, Arch] = {a.name: a for a in (
+    # GPT-3 family of NeMo (GPT-2 BPE vocabulary, learned positions, GeLU, LayerNorm, tied embeddings).
+    Arch("GPT3-5B", 24, 4096, 32, None, 16384, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/5b.yaml"),
+    Arch("GPT3-20B", 44, 6144, 48, None, 24576, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/20b.yaml"),
+    Arch("GPT3-175B", 96, 12288, 96, None, 49152, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/175b.yaml"),
+    Arch("LLAMA2-7B", 32, 4096, 32, None, 11008, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config7B")),
+    Arch("LLAMA2-13B", 40, 5120, 40, None, 13824, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config13B")),
+    Arch("LLAMA2-70B", 80, 8192, 64, 8, 28672, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config70B")),
+    Arch("LLAMA3-8B", 32, 4096, 32, 8, 14336, 128256, LLAMA, NEMO_ARCH.format("llama.py Llama3Config8B")),
+    Arch("LLAMA3-70B", 80, 8192, 64, 8, 28672, 128256, LLAMA, NEMO_ARCH.format("llama.py Llama3Config70B")),
+    Arch("LLAMA3.1-405B", 126, 16384, 128, 8, 53248, 128256,
+         LLAMA + " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+         "meta-llama/Meta-Llama-3.1-405B config (126 layers, h 16384, 8 KV heads, FFN 53248); 126 layers over PP8 x VP8 "
+         "split with the embedding and the loss counted as layers (NVIDIA-NeMo/Megatron-Bridge "
+         "src/megatron/bridge/recipes/llama/h100/llama3.py @067f987df, 405B recipe: account_for_embedding/loss_in_pipeline_split)"),
+    Arch("Nemotron-8B", 32, 4096, 32, None, 16384, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron3Config8B")),
+    Arch("Nemotron-22B", 40, 6144, 48, None, 24576, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config22B")),
+    Arch("Nemotron-340B", 96, 18432, 96, 8, 73728, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config340B")),
+    Arch("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 151936, QWEN3_MOE + " --moe-ffn-hidden-size 768",
+         "Qwen/Qwen3-30B-A3B config.json (48 layers, h 2048, 32 heads / 4 KV, head 128, 128 experts top-8, expert FFN 768)"),
+    Arch("Qwen3-235B-A22B", 94, 4096, 64, 4, 12288, 151936, QWEN3_MOE + " --moe-ffn-hidden-size 1536",
+         "Qwen/Qwen3-235B-A22B config.json (94 layers, h 4096, 64 heads / 4 KV, head 128, 128 experts top-8, expert FFN 1536)"),
+    # BLOOM-176B (bigscience-workshop/bigscience train/tr11-176B-ml/README.md): ALiBi, embedding LayerNorm, GeLU.
+    Arch("BLOOM-176B", 70, 14336, 112, None, 57344, 250880, "--position-embedding-type alibi",
+         "bigscience-workshop/bigscience train/tr11-176B-ml/README.md (NLAYERS 70, NHIDDEN 14336, NHEADS 112; vocab 250,680 padded to 250,880)"),
+)}
+
+H100 = dict(gpu_type="H100-SXM5-80GB", gpu_memory_gb="80", gpus_per_node="8",
+            intra_node_interconnect="NVLink4/NVSwitch (900 GB/s bidir per GPU)",
+            inter_node_network="InfiniBand NDR 400Gb/s x8 per node (DGX H100)")
+A100_SELENE = dict(gpu_type="A100-SXM4-80GB", gpu_memory_gb="80", gpus_per_node="8",
+                   intra_node_interconnect="NVLink3/NVSwitch (600 GB/s bidir per GPU)",
+                   inter_node_network="InfiniBand HDR 200Gb/s x8 per node (DGX A100 SuperPOD)")
+A100_JEAN_ZAY = dict(gpu_type="A100-SXM4-80GB", gpu_memory_gb="80", gpus_per_node="8",
+                     intra_node_interconnect="NVLink (README: 'NVLink 4 inter-gpu connects')",
+                     inter_node_network="Omni-Path 100Gb/s x4 per node (Jean Zay; README: 4 OmniPath links)")
+
+
+@dataclass(frozen=True)
+class Source:
+    source_id: str
+    source: str
+    location: str
+    framework: str
+    cluster: dict[str, str]
+    precision: str
+    zero: str
+    flags: str
+    """Recipe flags common to the source's rows (overlaps); added to each row's notes."""
+    caveat: str
+    """What the source does not say, for every row."""
+    confidence: str
+
+
+NEMO_2407 = Source(
+    "P01", "NVIDIA NeMo 24.07 performance summary (pre-training, FP8, DGX-H100)",
+    "github.com/NVIDIA/NeMo docs/source/performance/performance_summary.md @8e3d65dcfe (2024-09-09, '24.07 perf numbers'), Pretraining table",
+    "Megatron-Core (NeMo 24.07)", H100, "fp8 (Transformer Engine, hybrid)", "distributed optimizer (NeMo mcore recipes)",
+    "--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap",
+    "recompute not stated (blank = none); sequence parallelism assumed on where TP > 1 (NeMo recipes; required by "
+    "--tp-comm-overlap); Nemotron's squared-ReLU MLP and LayerNorm1p as in nemotron.py",
+    "high (table values); recipe details medium")
+BRIDGE = Source(
+    "P02", "NVIDIA Megatron-Bridge performance summary archive (pre-training, DGX-H100)",
+    "github.com/NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md @067f987df (2026-08-22)",
+    "Megatron-Core (Megatron-Bridge)", H100, "fp8 (current scaling, Transformer Engine)", "distributed optimizer (Megatron-Bridge recipes)",
+    "--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap",
+    "recompute per the H100 recipe (src/megatron/bridge/perf_recipes/*/h100/*.py @067f987df): none for Qwen3; not set for "
+    "Llama; Llama3-70B recipe uses an uneven pipeline layout (embedding and loss on stages of their own) priced as even",
+    "high (table values); recipe flags medium (the recipe file is of the archive's commit, not of each release)")
+MEGATRON_LLAMA = Source(
+    "P03", "Megatron-LM examples/llama README 'FP8 Performance' (Llama 3 on H100, NeMo performance-script settings)",
+    "github.com/NVIDIA/Megatron-LM examples/llama/README.md @bd32927e7e (2025-12-09), table 'FP8 Performance'",
+    "Megatron-Core", H100, "fp8 (hybrid, Transformer Engine)", "distributed optimizer",
+    "--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap",
+    "system not named in the table (the script is train_llama3_8b_h100_fp8.sh, so DGX H100 taken); recompute not stated",
+    "medium (system inferred from the script name)")
+BLOOM = Source(
+    "P04", "BigScience BLOOM-176B training (tr11-176B-ml), Megatron-DeepSpeed on Jean Zay",
+    "github.com/bigscience-workshop/bigscience train/tr11-176B-ml/README.md @e726b15982 ('Important checkpoints': iteration 85376 log line; 'Replica setup')",
+    "Megatron-DeepSpeed (bigscience fork, DeepSpeed ZeRO-1)", A100_JEAN_ZAY, "bf16", "ZeRO-1 (DeepSpeed)", "",
+    "full activation checkpointing per README ('we use activation check-pointing'); ALiBi and embedding LayerNorm; "
+    "data-loader / checkpoint time inside the logged iteration time",
+    "high (logged iteration time)")
+LAUNCHER = Source(
+    "P05", "NVIDIA NeMo Megatron Launcher README 'Training Performance Results' (GPT-3 5B and 175B on DGX A100)",
+    "github.com/NVIDIA/NeMo-Framework-Launcher README.md @3579cdb3 (2022-09-07), section GPT-3 'Training Performance Results'; "
+    "layout from conf/training/gpt3/5b.yaml and 175b.yaml at the same commit",
+    "NeMo Megatron (2022)", A100_SELENE, "bf16 (megatron_amp_O2)", "distributed optimizer (distributed_fused_adam)", "",
+    "the README does not restate the layout: it is the launcher's default training config at the same commit "
+    "(5B: TP1 PP1 MBS2 GBS2048, activations_checkpoint_num_layers 0; 175B: TP8 PP8 MBS2 GBS2048, selective "
+    "recompute + SP, so 8 nodes = one replica); throughput includes everything in the training loop",
+    "medium (layout from the default config of the same commit)")
+
+
+def tokens_per_gpu_row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int,
+                       cp: int, vp: int, ep: int, tok_s_gpu: float, tflops: float | None, extra: str = "") -> dict:
+    """A row whose step time is derived from tokens/s/GPU."""
+    t = gbs * seq / (tok_s_gpu * gpus)
+    method = f"derived: t = GBS*seq/(tokens_per_s_per_gpu*GPUs) = {gbs}*{seq}/({tok_s_gpu:g}*{gpus})"
+    metric = ("tokens/s/GPU", tok_s_gpu, "tokens/s/GPU")
+    mfu = f"model TFLOP/s/GPU {tflops:g} (reported)" if tflops else ""
+    return _row(src, arch, gpus, gbs, mbs, seq, tp, pp, cp, vp, ep, t, method, metric, mfu, extra)
+
+
+def _row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int, cp: int, vp: int,
+         ep: int, t: float, method: str, metric: tuple, mfu: str, extra: str, recompute: str = "") -> dict:
+    dp = gpus // (tp * pp * cp)
+    assert tp * pp * cp * dp == gpus, (arch.name, gpus)
+    flags = " ".join(f for f in (arch.flags, src.flags) if f)
+    notes = "; ".join(x for x in (f"architecture: {arch.where}", src.caveat, extra) if x)
+    if flags:
+        notes += f"; flags: {flags}"
+    sp = "yes (recipe: TP > 1)" if tp > 1 and src.source_id in ("P01", "P02", "P03") else ""
+    return dict(
+        source_id=src.source_id, source=src.source, source_location=src.location, model=arch.name,
+        num_layers=arch.num_layers, hidden_size=arch.hidden_size, num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_query_groups or "", ffn_hidden_size=arch.ffn_hidden_size,
+        vocab_size=arch.vocab_size, seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs, tp=tp, pp=pp,
+        vpp=vp if vp > 1 else "", cp=cp if cp > 1 else "", dp=dp, ep=ep if ep > 1 else "",
+        sequence_parallel=sp, recompute=recompute, zero_stage_or_dist_opt=src.zero, precision=src.precision,
+        **src.cluster, num_gpus=gpus, framework=src.framework, metric_name=metric[0], metric_value=metric[1],
+        metric_unit=metric[2], reported_mfu=mfu, iteration_time_s=f"{t:.6g}", iteration_time_method=method,
+        confidence=src.confidence, notes=notes,
+    )
+
+
+# NeMo 24.07 Pretraining table (FP8, DGX-H100): model, GPUs, GBS, MBS, seq, TP, PP, CP, VP, tokens/s/GPU, TFLOP/s/GPU.
+NEMO_2407_TABLE = (
+    ("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23574, 770),
+    ("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5894, 755),
+    ("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 745, 802),
+    ("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 832, 895),
+    ("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16634, 767),
+    ("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715, 760),
+    ("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1717, 763),
+    ("Nemotron-8B", 64, 256, 4, 4096, 2, 1, 1, 1, 12507, 643),
+    ("Nemotron-22B", 64, 256, 2, 4096, 2, 4, 1, 10, 4289, 559),
+    ("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 328, 691),
+    ("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 11883, 688),
+    ("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1549, 746),
+)
+
+# Megatron-Bridge archive, DGX-H100 rows (one per distinct configuration, newest release that lists it):
+# release, model, GPUs, GBS, MBS, seq, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU.
+BRIDGE_TABLE = (
+    ("26.04.01", "LLAMA3-70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
+    ("26.04.01", "LLAMA3.1-405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
+    ("25.11", "LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1, 1602, 719),
+    ("25.11", "LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, 292, 737),
+    ("26.04.01", "Qwen3-30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
+    # Qwen3-235B-A22B (256 GPUs, TP2 PP8 VP4 EP32, 1712 tokens/s/GPU) left out: 94 layers do not split over
+    # PP8 x VP4 and the H100 recipe's uneven split is not in the stored sources.
+)
+
+# Megatron-LM examples/llama FP8 Performance: model, GPUs, GBS, MBS, seq, TP, PP, CP, VP, tokens/s/GPU, TFLOP/s/GPU.
+MEGATRON_LLAMA_TABLE = (
+    ("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 13812, 800),
+    ("LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1621, 780),
+    ("LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8, 315, 834),
+)
+
+# NeMo Megatron Launcher README: aggregate tokens/s by node count (8 A100-80GB per node).
+LAUNCHER_5B = ((1, 40345), (2, 79815), (4, 161754), (8, 312774), (16, 659481), (32, 1159288))
+LAUNCHER_175B = ((8, 7500), (16, 14950), (32, 29537), (64, 58211), (128, 109684))
+
+
+def launcher_rows() -> list[dict]:
+    rows = []
+    for arch, table, tp, pp, recompute, sp in (("GPT3-5B", LAUNCHER_5B, 1, 1, "", ""),
+                                              ("GPT3-175B", LAUNCHER_175B, 8, 8, "selective", "yes (175b.yaml)")):
+        for nodes, tok_s in table:
+            gpus, gbs, seq = 8 * nodes, 2048, 2048
+            t = gbs * seq / tok_s
+            method = f"derived: t = GBS*seq/tokens_per_s = {gbs}*{seq}/{tok_s}"
+            row = _row(LAUNCHER, ARCHS[arch], gpus, gbs, 2, seq, tp, pp, 1, 1, 1, t, method,
+                       ("aggregate tokens/s", tok_s, "tokens/s"), "", f"{nodes} DGX A100 nodes", recompute)
+            row["sequence_parallel"] = sp
+            rows.append(row)
+    return rows
+
+
+def bloom_rows() -> list[dict]:
+    # iteration 85376: 'elapsed time per iteration (s): 104.70 | global batch size: 2048 | ... TFLOPs: 149.77'
+    return [_row(BLOOM, ARCHS["BLOOM-176B"], 384, 2048, 2, 2048, 4, 12, 1, 1, 1, 104.70, "reported",
+                 ("elapsed time per iteration", 104.70, "s"), "149.77 TFLOPs (BigScience HFU-style, incl. recompute)",
+                 "TP=4 PP=12 DP=8 MBS=2 from 'Replica setup'", "full")]
+
+
+def all_rows() -> list[dict]:
+    rows = [tokens_per_gpu_row(NEMO_2407, ARCHS[m], *rest) for m, *rest in
+            ((m, g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf) for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE)]
+    rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}")
+             for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
+    rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf)
+             for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in MEGATRON_LLAMA_TABLE]
+    rows += bloom_rows() + launcher_rows()
+    for i, row in enumerate(rows, start=1):
+        row["row_id"] = f"p{i}"
+    return rows
+
+
+def main() -> None:
+    rows = all_rows()
+    with OUT_CSV.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {len(rows)} rows to {OUT_CSV}")
+
+
+if __name__ == "__main__":
+    main()

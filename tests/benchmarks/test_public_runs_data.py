@@ -1,0 +1,75 @@
+"""benchmarks/data/public_runs.csv: dev.csv's schema, reproducible from its transcription script, every row
+readable by `llmperf validate`, every step time equal to its stated derivation."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.resources import configs_dir
+from llmperf_hook.validate.runner import validate_runs
+from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "benchmarks" / "data"
+PUBLIC_CSV = DATA / "public_runs.csv"
+DEV_CSV = ROOT.parent / "shared" / "validation" / "dev.csv"
+
+
+def _compile_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("compile_public_runs", DATA / "compile_public_runs.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _rows() -> list[dict[str, str]]:
+    with PUBLIC_CSV.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_script_reproduces_the_csv(tmp_path: Path) -> None:
+    module = _compile_module()
+    module.OUT_CSV = tmp_path / "public_runs.csv"
+    module.main()
+    assert module.OUT_CSV.read_text(encoding="utf-8") == PUBLIC_CSV.read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(not DEV_CSV.exists(), reason="../shared/validation/dev.csv not beside the checkout")
+def test_same_columns_as_dev_csv() -> None:
+    with DEV_CSV.open(newline="", encoding="utf-8") as dev, PUBLIC_CSV.open(newline="", encoding="utf-8") as pub:
+        assert next(csv.reader(pub)) == next(csv.reader(dev))
+
+
+def test_every_row_is_cited_and_its_time_follows_its_method() -> None:
+    rows = _rows()
+    assert len(rows) >= 30 and len({r["source_id"] for r in rows}) >= 5
+    for row in rows:
+        for column in ("source", "source_location", "iteration_time_method", "confidence", "micro_batch_size",
+                       "global_batch_size", "tp", "pp", "dp"):
+            assert row[column].strip(), (row["row_id"], column)
+        t = float(row["iteration_time_s"])
+        method = row["iteration_time_method"]
+        if method == "reported":
+            assert t == pytest.approx(float(row["metric_value"]))
+            continue
+        gbs, seq, rate = int(row["global_batch_size"]), int(row["seq_length"]), float(row["metric_value"])
+        per_gpu = "per_gpu" in method
+        expected = gbs * seq / (rate * (int(row["num_gpus"]) if per_gpu else 1))
+        assert t == pytest.approx(expected, rel=1e-5), row["row_id"]
+        assert re.search(rf"= {gbs}\*{seq}/", method), method
+
+
+def test_validate_scores_every_row() -> None:
+    runs = build_measured_runs(read_runs_csv(PUBLIC_CSV))
+    assert {r.gpu_type.split("-")[0] for r in runs} == {"A100", "H100"}
+    assert max(r.num_gpus for r in runs) >= 1024 and min(r.num_gpus for r in runs) <= 8
+    report = validate_runs(runs, clusters_dir=configs_dir() / "clusters")
+    assert report.num_failed == 0, [r.error for r in report.rows if r.error]
+    assert all(r.predicted_s and r.predicted_s > 0 for r in report.rows)

@@ -1,0 +1,52 @@
+"""FP8 runs: only Transformer Engine's linear GEMMs run in FP8, each behind a memory-bound quantize kernel."""
+
+import pytest
+
+from llmperf_hook.graph.op import Op
+from llmperf_hook.hardware.load import load_cluster
+from llmperf_hook.predict.roofline import FP8_QUANTIZE_BYTES_PER_ELEMENT, compute_time_s, fp8_quantize_s, math_dtype
+
+H100 = load_cluster("dgx-h100").gpu
+
+
+def _gemm(name: str, phase: str, dtype: str, m: int = 8192, n: int = 4096, k: int = 4096) -> Op:
+    factor = 2.0 if phase == "bwd" else 1.0
+    return Op(name, "gemm", phase, {"m": m, "n": n, "k": k}, flops=factor * 2.0 * m * n * k,
+              bytes_moved=2.0 * (m * k + k * n + m * n), dtype=dtype)
+
+
+def _attention(dtype: str) -> Op:
+    return Op("attn.core", "attention", "fwd", {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 128},
+              flops=4.0 * 32 * 8192 * 8192 * 128 / 2, bytes_moved=4.0 * 2 * 8192 * 4096, dtype=dtype)
+
+
+def test_attention_and_lm_head_of_an_fp8_run_cost_as_bf16() -> None:
+    assert math_dtype(_attention("fp8")) == "bf16"
+    assert compute_time_s(_attention("fp8"), H100) == compute_time_s(_attention("bf16"), H100)
+    head = _gemm("head.lm_head", "fwd", "fp8", n=128256)
+    assert compute_time_s(head, H100) == compute_time_s(_gemm("head.lm_head", "fwd", "bf16", n=128256), H100)
+    bmm = Op("attn.qk", "bmm", "fwd", {"m": 2048, "n": 2048, "k": 128}, flops=2.0 * 2048 * 2048 * 128 * 32,
+             bytes_moved=1e6, dtype="fp8")
+    assert math_dtype(bmm) == "bf16"
+
+
+def test_fp8_linear_gemm_is_faster_than_bf16_but_pays_its_quantize() -> None:
+    fp8, bf16 = _gemm("mlp.fc1", "fwd", "fp8"), _gemm("mlp.fc1", "fwd", "bf16")
+    assert math_dtype(fp8) == "fp8"
+    t8, t16 = compute_time_s(fp8, H100), compute_time_s(bf16, H100)
+    assert t8 < t16 < 2.0 * t8  # twice the peak, less the quantize kernel
+    # Forward quantizes the m x k input; backward the m x n output gradient (4 bytes per element each).
+    fwd_bytes = FP8_QUANTIZE_BYTES_PER_ELEMENT * 8192 * 4096
+    assert fp8_quantize_s(fp8, H100) == pytest.approx(
+        fwd_bytes / (H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency) + H100.kernel_launch_s)
+    wide = _gemm("mlp.fc1", "bwd", "fp8", n=4 * 4096)
+    assert fp8_quantize_s(wide, H100) > 3.5 * fp8_quantize_s(_gemm("mlp.fc1", "bwd", "fp8"), H100)
+
+
+def test_bf16_and_fp16_runs_are_unchanged() -> None:
+    for dtype in ("bf16", "fp16"):
+        op = _gemm("mlp.fc1", "fwd", dtype)
+        assert math_dtype(op) == dtype
+        expected = max(op.flops / (H100.peak_for(dtype) * H100.gemm_efficiency) + H100.gemm_ramp_s,
+                       op.bytes_moved / (H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency))
+        assert compute_time_s(op, H100) == pytest.approx(expected + H100.kernel_launch_s, rel=1e-12)
