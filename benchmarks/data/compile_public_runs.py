@@ -152,6 +152,30 @@ LAUNCHER = Source(
     "medium (layout from the default config of the same commit)")
 
 
+BIGSCIENCE_PREQUEL = Source(
+    "P06", "BigScience tr11 (BLOOM) 3D-topology benchmarks on Jean Zay, Megatron-DeepSpeed + ZeRO-1 (chronicles-prequel)",
+    "github.com/bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @e726b15982 (Feb 2022), "
+    "sections 'Best TFLOPs' (bf16), '48 node contenders', 'Final round comparison', 'NHEADs comparison'",
+    "Megatron-DeepSpeed (bigscience fork, DeepSpeed ZeRO-1)", A100_JEAN_ZAY, "bf16", "ZeRO-1 (DeepSpeed)", "",
+    "Sec/it is one snapshot at iteration 2 ('the data isn't exact and can fluctuate a bit'); the runs followed the "
+    "section on CUDA_LAUNCH_BLOCKING=1 against Jean Zay hangs (its async yes/no table differs by <= 7 %); full "
+    "activation checkpointing of the tr11 scripts (not restated; the reported TFLOPs use the recompute formula "
+    "96*B*s*l*h^2*(1+s/6h+V/16lh) and match Sec/it with vocab 250,880); precision not restated after the bf16 section",
+    "medium (single-iteration snapshots)")
+LONG_SEQ = Source(
+    "P07", "Megatron-DeepSpeed long-sequence support (DeepSpeed4Science): GPT 30B, TP 32 over 4 DGX A100-40GB nodes",
+    "github.com/deepspeedai/Megatron-DeepSpeed examples_deepspeed/deepspeed4science/megatron_long_seq_support/README.md "
+    "@cc3a94c6 (2023-09-18) table 'New Megatron-DeepSpeed (TFLOPS)'; layout from pretrain_gpt_30B_seq_parallel.sh "
+    "at the same commit",
+    "Megatron-DeepSpeed (2023, DeepSpeed ZeRO-0)", dict(A100_SELENE, gpu_type="A100-SXM4-40GB", gpu_memory_gb="40",
+                                                      inter_node_network="InfiniBand HDR 200Gb/s x8 per node"),
+    "fp16", "", "--no-pipeline-parallel --use-flash-attn-triton",
+    "TFLOPS are integers (+-0.5); script: 64 layers, h 6144, 64 heads, TP 32 with sequence parallelism, MBS 1, "
+    "GBS 2, --checkpoint-activations, Triton flash attention, fp16, ZeRO stage 0; GPT-2 vocabulary padded to "
+    "53,248 (divisible by 128 x TP)",
+    "medium (TFLOPS rounded; layout from the example script)")
+
+
 def tokens_per_gpu_row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int,
                        cp: int, vp: int, ep: int, tok_s_gpu: float, tflops: float | None, extra: str = "") -> dict:
     """A row whose step time is derived from tokens/s/GPU."""
@@ -246,6 +270,75 @@ def bloom_rows() -> list[dict]:
                  "TP=4 PP=12 DP=8 MBS=2 from 'Replica setup'", "full")]
 
 
+# chronicles-prequel: (hidden, layers, heads, GPUs, TP, PP, MBS, GBS, Sec/it, table). Rows repeated in a later
+# table with the same configuration (02-23 re-runs of 14336/72) are left out; so is the ZeRO-0 row the page says
+# must be re-tested, and the 1-node 18B rows whose header and table disagree on GBS.
+PREQUEL_TABLE = (
+    (14400, 8, 32, 8, 8, 1, 1, 2048, 777.09, "Best TFLOPs / bf16, 1 node"),
+    (14400, 80, 96, 80, 8, 10, 1, 2048, 853.81, "Best TFLOPs / bf16, 10 nodes"),
+    (14400, 80, 96, 160, 8, 10, 1, 2048, 434.14, "Best TFLOPs / bf16, 20 nodes"),
+    (14336, 72, 64, 384, 8, 12, 1, 2048, 143.31, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 12, 2, 2048, 134.02, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 12, 4, 2048, 123.69, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 12, 8, 2048, 129.26, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 6, 1, 2048, 139.82, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 6, 2, 2048, 131.02, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 64, 384, 8, 6, 4, 2048, 121.48, "48 node contenders, NHIDDEN=14336 / NLAYERS=72"),
+    (13824, 84, 64, 384, 8, 12, 2, 2048, 143.89, "48 node contenders, NHIDDEN=13824 / NLAYERS=84"),
+    (13824, 84, 64, 384, 8, 12, 4, 2048, 133.12, "48 node contenders, NHIDDEN=13824 / NLAYERS=84"),
+    (13824, 84, 64, 384, 8, 6, 2, 2048, 141.41, "48 node contenders, NHIDDEN=13824 / NLAYERS=84"),
+    (13824, 84, 64, 384, 8, 6, 4, 2048, 130.31, "48 node contenders, NHIDDEN=13824 / NLAYERS=84"),
+    (13824, 80, 64, 320, 8, 10, 4, 2048, 147.04, "48 node contenders, NHIDDEN=13824 / NLAYERS=80 (40 nodes)"),
+    (12288, 96, 64, 384, 8, 6, 2, 2048, 136.73, "Final round comparison, NHIDDEN=12288 / NLAYERS=96"),
+    (12288, 96, 64, 384, 8, 6, 4, 2048, 122.96, "Final round comparison, NHIDDEN=12288 / NLAYERS=96"),
+    (13312, 84, 64, 384, 8, 12, 4, 2048, 125.52, "Final round comparison, NHIDDEN=13312 / NLAYERS=84"),
+    (13312, 84, 64, 384, 8, 6, 2, 2048, 135.55, "Final round comparison, NHIDDEN=13312 / NLAYERS=84"),
+    (13312, 84, 64, 384, 8, 6, 4, 2048, 122.93, "Final round comparison, NHIDDEN=13312 / NLAYERS=84"),
+    (13824, 78, 64, 384, 8, 6, 4, 2048, 121.28, "Final round comparison, NHIDDEN=13824 / NLAYERS=78"),
+    (14336, 72, 16, 384, 8, 6, 4, 2048, 121.03, "NHEADs comparison, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 32, 384, 8, 6, 4, 2048, 124.01, "NHEADs comparison, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 112, 384, 8, 6, 4, 2048, 138.72, "NHEADs comparison, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 128, 384, 8, 6, 4, 2048, 124.89, "NHEADs comparison, NHIDDEN=14336 / NLAYERS=72"),
+    (14336, 72, 256, 384, 8, 6, 4, 2048, 132.85, "NHEADs comparison, NHIDDEN=14336 / NLAYERS=72"),
+    (13824, 78, 96, 384, 8, 6, 4, 2048, 124.75, "NHEADs comparison, NHIDDEN=13824 / NLAYERS=78"),
+    (13824, 78, 128, 384, 8, 6, 4, 2048, 162.72, "NHEADs comparison, NHIDDEN=13824 / NLAYERS=78"),
+    (13312, 84, 128, 384, 8, 6, 4, 2048, 129.17, "NHEADs comparison, NHIDDEN=13312 / NLAYERS=84"),
+    (12288, 96, 96, 384, 8, 6, 4, 2048, 145.40, "NHEADs comparison, NHIDDEN=12288 / NLAYERS=96"),
+)
+
+# Long-sequence table: sequence length (k = 1024 tokens) -> TFLOPS per GPU, 'New Megatron-DeepSpeed' column.
+LONG_SEQ_TABLE = ((2, 68), (4, 80), (8, 86), (16, 92), (32, 100), (64, 106), (128, 119), (256, 94))
+
+
+def prequel_rows() -> list[dict]:
+    rows = []
+    for hidden, layers, heads, gpus, tp, pp, mbs, gbs, sec_it, table in PREQUEL_TABLE:
+        arch = Arch(f"BigScience {hidden}x{layers} ({heads} heads)", layers, hidden, heads, None, 4 * hidden,
+                    250880, "", "the table's NHIDDEN / NLAYERS / NHEADS; 4h MLP, 250,880 vocabulary (tr11)")
+        rows.append(_row(BIGSCIENCE_PREQUEL, arch, gpus, gbs, mbs, 2048, tp, pp, 1, 1, 1, sec_it, "reported",
+                         ("Sec/it at iteration 2", sec_it, "s"), "", f"table: {table}", "full"))
+    return rows
+
+
+def long_seq_rows() -> list[dict]:
+    arch = Arch("GPT 30B (Megatron-DeepSpeed example)", 64, 6144, 64, None, 24576, 53248, "",
+                "pretrain_gpt_30B_seq_parallel.sh @cc3a94c6")
+    rows = []
+    for k, tflops in LONG_SEQ_TABLE:
+        seq, gbs, gpus = 1024 * k, 2, 32
+        # Megatron-DeepSpeed throughput_calculator at cc3a94c6 (megatron/utils.py), checkpoint factor 4:
+        flops = 24 * 4 * gbs * seq * 64 * 6144**2 * (1 + seq / (6 * 6144) + 53248 / (16 * 64 * 6144))
+        t = flops / (tflops * 1e12 * gpus)
+        method = ("derived: t = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (TFLOPS*1e12*GPUs) with B=2 s=" f"{seq} l=64 "
+                  "h=6144 V=53248 GPUs=32 (Megatron-DeepSpeed throughput_calculator, checkpoint factor 4)")
+        row = _row(LONG_SEQ, arch, gpus, gbs, 1, seq, 32, 1, 1, 1, 1, t, method,
+                   ("TFLOPS per GPU", tflops, "TFLOP/s/GPU"), "", f"sequence length {k}k", "full")
+        row["sequence_parallel"] = "yes (--sequence-parallel)"
+        row["zero_stage_or_dist_opt"] = "ZeRO-0 (DeepSpeed)"
+        rows.append(row)
+    return rows
+
+
 def all_rows() -> list[dict]:
     rows = [tokens_per_gpu_row(NEMO_2407, ARCHS[m], *rest) for m, *rest in
             ((m, g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf) for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE)]
@@ -253,7 +346,7 @@ def all_rows() -> list[dict]:
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
     rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf)
              for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in MEGATRON_LLAMA_TABLE]
-    rows += bloom_rows() + launcher_rows()
+    rows += bloom_rows() + launcher_rows() + prequel_rows() + long_seq_rows()
     for i, row in enumerate(rows, start=1):
         row["row_id"] = f"p{i}"
     return rows

@@ -22,7 +22,7 @@ from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
-from llmperf_hook.predict.roofline import RooflinePredictor
+from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
 
 ROOFLINE = RooflinePredictor()
@@ -84,6 +84,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             continue
         if op.phase == "recompute":
             op = replace(op, phase="fwd")  # a recomputed forward costs what the forward costs
+        op = bf16_part_of_fp8_run(op)
         predictor = choose_predictor(op, profile, comm_model)
         used[op.op_class] = predictor.name
         cached = _CACHE.get((predictor.name, id(predictor), ckey, oid))
@@ -103,9 +104,24 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
     return seconds, used
 
 
+def bf16_part_of_fp8_run(op: Op) -> Op:
+    """An op of an FP8 run that Transformer Engine executes in bf16 (everything but its FP8 linear GEMMs:
+    roofline.math_dtype) is the bf16 op, so a bf16 operator profile prices it; FP8 GEMMs keep dtype fp8."""
+    if op.dtype == "fp8" and op.op_class not in COLLECTIVE_CLASSES and math_dtype(op) == "bf16":
+        return replace(op, dtype="bf16")
+    return op
+
+
+def find_operator_profile(cluster: ClusterSpec, dtype: str) -> OpClassPredictor | None:
+    """The GPU's fitted profile for `dtype` (else a sibling GPU's); for an FP8 run, the bf16 one, which prices the
+    ops TE runs in bf16 (an fp8 GEMM is not in a bf16 profile and falls back to the roofline)."""
+    serves = "bf16" if dtype == "fp8" else dtype
+    return fitted.find_profile(cluster.gpu.name, serves) or find_sibling_profile(cluster.gpu, serves)
+
+
 def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTimes:
     """Stage [4]: OpTimes for every op of `graph` on `cluster` (training precision `dtype`)."""
-    profile = fitted.find_profile(cluster.gpu.name, dtype) or find_sibling_profile(cluster.gpu, dtype)
+    profile = find_operator_profile(cluster, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
     ops = graph.all_ops()
     seconds, used = predict_ops(ops, cluster, profile, comm_model)
@@ -115,7 +131,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
         used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}
     warnings: tuple[str, ...] = ()
     if profile is not None and hasattr(profile, "extrapolation_warnings"):
-        warnings = profile.extrapolation_warnings([op for op in ops if choose_predictor(op, profile, None) is profile])
+        priced = [bf16_part_of_fp8_run(op) for op in ops]
+        warnings = profile.extrapolation_warnings([op for op in priced if choose_predictor(op, profile, None) is profile])
     if profile is None:
         warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
                     f"roofline model (run `llmperf profile` on that GPU to fit one).",)

@@ -118,7 +118,13 @@ def _precision_args(run: MeasuredRun) -> list[str]:
     return {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(run.precision, [])
 
 
+ATTENTION_FLAGS = ("--attention-backend", "--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-triton")
+"""Flags that choose the attention kernel: a row whose own flags name one keeps it (--attention-backend would win)."""
+
+
 def _attention_args(run: MeasuredRun) -> list[str]:
+    if any(flag in ATTENTION_FLAGS for flag in run.extra_args):
+        return []
     if run.framework == "megatron-core":
         return ["--use-flash-attn"]
     return ["--attention-backend", "unfused"]

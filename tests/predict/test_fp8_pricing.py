@@ -16,7 +16,7 @@ def _gemm(name: str, phase: str, dtype: str, m: int = 8192, n: int = 4096, k: in
 
 
 def _attention(dtype: str) -> Op:
-    return Op("attn.core", "attention", "fwd", {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 128},
+    return Op("attn.core", "attention", "fwd", {"b": 1, "s": 8192, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": 1},
               flops=4.0 * 32 * 8192 * 8192 * 128 / 2, bytes_moved=4.0 * 2 * 8192 * 4096, dtype=dtype)
 
 
@@ -50,3 +50,21 @@ def test_bf16_and_fp16_runs_are_unchanged() -> None:
         expected = max(op.flops / (H100.peak_for(dtype) * H100.gemm_efficiency) + H100.gemm_ramp_s,
                        op.bytes_moved / (H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency))
         assert compute_time_s(op, H100) == pytest.approx(expected + H100.kernel_launch_s, rel=1e-12)
+
+
+def test_an_fp8_run_prices_its_bf16_ops_with_the_bf16_profile() -> None:
+    """The shipped H100 profile is bf16: in an FP8 run it prices attention, norms and the LM head (TE runs them in
+    bf16) exactly as in a bf16 run, while the FP8 linear GEMMs fall back to the roofline at the FP8 peak."""
+    from llmperf_hook.predict import dispatch
+
+    cluster = load_cluster("dgx-h100")
+    profile = dispatch.find_operator_profile(cluster, "fp8")
+    assert profile is not None and profile is dispatch.find_operator_profile(cluster, "bf16")
+    attention8, attention16 = _attention("fp8"), _attention("bf16")
+    seconds, used = dispatch.predict_ops([attention8], cluster, profile, None)
+    expected, _ = dispatch.predict_ops([attention16], cluster, profile, None)
+    assert used["attention"].startswith("lightgbm")
+    assert seconds[dispatch.op_id(attention8)] == pytest.approx(expected[dispatch.op_id(attention16)])
+    fc1 = _gemm("mlp.fc1", "fwd", "fp8")
+    seconds, used = dispatch.predict_ops([fc1], cluster, profile, None)
+    assert used["gemm"] == "roofline" and seconds[dispatch.op_id(fc1)] == pytest.approx(compute_time_s(fc1, H100))
