@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import AUTO, read_ds_config
 
 USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
@@ -35,15 +36,36 @@ def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
     """(ds_config dict, its origin for messages) of an `accelerate launch --use_deepspeed` job."""
     if env.get(CONFIG_FILE):
         raw, origin = read_ds_config(env[CONFIG_FILE], hf_trainer=True), env[CONFIG_FILE]
-    else:
-        raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
-               "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
-        origin = "accelerate DeepSpeed plugin (--zero_stage etc.)"
+        return plugin_config_file(raw, env, origin), origin
+    raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
+           "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
     for var, (path, kind) in _PLUGIN_KEYS.items():
         if env.get(var, "none").lower() not in ("none", ""):
-            _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=not env.get(CONFIG_FILE))
+            _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
     _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())
-    return raw, origin
+    return raw, "accelerate DeepSpeed plugin (--zero_stage etc.)"
+
+
+# DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.
+_PLUGIN_DEFAULTS = {"ACCELERATE_DEEPSPEED_ZERO_STAGE": "2", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none",
+                    "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none"}
+
+
+def plugin_config_file(raw: dict[str, Any], env: Mapping[str, str], origin: str) -> dict[str, Any]:
+    """A ds_config file given to DeepSpeedPlugin(hf_ds_config=...), as `accelerate launch --deepspeed_config_file`
+    and the Trainer's `--deepspeed FILE` (TrainingArguments builds that plugin) both do: the file must have a
+    zero_optimization section ('Please specify the ZeRO optimization config in the DeepSpeed config.'), and its
+    "auto" stage / offload devices / accumulation / clipping take the plugin's values (fill_match, must_match=False):
+    stage ACCELERATE_DEEPSPEED_ZERO_STAGE or 2, offload devices "none" unless their variables say."""
+    if "zero_optimization" not in raw:
+        raise ConfigError(f"{origin} has no zero_optimization section; Accelerate's DeepSpeedPlugin (used by `accelerate "
+                          "launch` and by the Hugging Face Trainer's --deepspeed) raises 'Please specify the ZeRO "
+                          "optimization config in the DeepSpeed config.' Add \"zero_optimization\": {\"stage\": N}.")
+    for var, (path, kind) in _PLUGIN_KEYS.items():
+        value = env.get(var, _PLUGIN_DEFAULTS.get(var, "auto"))
+        if value.lower() not in ("auto", ""):
+            _fill(raw, path, kind(value) if kind is not str else value.lower(), overwrite=False)
+    return raw
 
 
 def _fill(raw: dict[str, Any], path: tuple[str, ...], value: Any, overwrite: bool) -> None:

@@ -236,9 +236,11 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
                           "or 3. Pick one of them.")
     out["offload_optimizer"] = "cpu" if zero.get("cpu_offload") else _device(zero.get("offload_optimizer"))
     out["offload_param"] = "cpu" if zero.get("cpu_offload_param") else _device(zero.get("offload_param"))
-    if "overlap_comm" in zero:
+    # DeepSpeedConfigModel drops "auto" values before validation: the key takes DeepSpeed's default.
+    if zero.get("overlap_comm", AUTO) != AUTO:
         out["overlap_comm"] = _bool(zero["overlap_comm"], "zero_optimization.overlap_comm", origin)
-    out["contiguous_gradients"] = _bool(zero.get("contiguous_gradients", True), "zero_optimization.contiguous_gradients", origin)
+    contiguous = zero.get("contiguous_gradients", True)
+    out["contiguous_gradients"] = _bool(True if contiguous == AUTO else contiguous, "zero_optimization.contiguous_gradients", origin)
     for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):
         if key in zero:
             out[key] = _num(zero[key], f"zero_optimization.{key}", origin)
@@ -342,8 +344,10 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} {'torch_autocast' if 'torch_autocast' in raw else 'amp'} computes in "
                         f"{fields['torch_autocast']} on fp32 parameters and gradients: "
                         f"priced as {fields['torch_autocast']} mixed precision (2-byte weights)")
-    if fields["zero_stage"] == AUTO:
-        raise ConfigError(f"{origin} zero_optimization.stage is \"auto\"; DeepSpeed needs 0, 1, 2 or 3.")
+    if fields["zero_stage"] == AUTO:  # dropped by DeepSpeedZeroConfig: stage 0 (the HF Trainer / Accelerate fill it first)
+        warnings.append(f"{origin} zero_optimization.stage \"auto\": DeepSpeed drops \"auto\" values, so ZeRO is off "
+                        "(stage 0); only the Hugging Face Trainer / Accelerate fill it (stage 2 by default)")
+        fields["zero_stage"] = 0
     if fields["offload_optimizer"] != "none" and fields["zero_stage"] == 0:
         # engine.py builds the ZeRO optimizer (the only one that offloads) only when zero_optimization_stage > 0.
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")

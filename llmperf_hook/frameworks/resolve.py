@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config
+from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config, plugin_config_file
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
@@ -87,7 +87,10 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None,
                               "configuration); add it to the training arguments.")
         return None
     hf_trainer = framework == "hf-deepspeed" and path == flags.get("deepspeed")
-    return parse_ds_config(read_ds_config(str(path), hf_trainer), str(path))
+    raw = read_ds_config(str(path), hf_trainer)
+    if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
+        raw = plugin_config_file(raw, env, str(path))
+    return parse_ds_config(raw, str(path))
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:

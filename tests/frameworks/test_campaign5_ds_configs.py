@@ -104,12 +104,14 @@ def test_ulysses_sequence_parallel_divides_the_batch_world(tmp_path: Path) -> No
     cfg = script([*DS, _ds(tmp_path, sequence_parallel_size=2, train_batch_size=16)], model="llama3-8b")
     # DeepSpeedConfig: world 8 / SP 2 = 4 data-parallel ranks, so 16 = 2 x 2 accumulation x 4.
     assert (cfg.parallel.cp, cfg.parallel.dp, cfg.batch.num_microbatches) == (2, 4, 2)
-    hf = script([*HF, _ds(tmp_path, sequence_parallel_size=2, train_micro_batch_size_per_gpu="auto")], model="llama3-8b")
+    hf = script([*HF, _ds(tmp_path, sequence_parallel_size=2, train_micro_batch_size_per_gpu="auto",
+                          zero_optimization={"stage": 2})], model="llama3-8b")
     assert (hf.parallel.cp, hf.parallel.dp, hf.batch.global_batch_size) == (2, 4, 8)
 
 
 def test_hf_trainer_ignores_the_pipeline_section(tmp_path: Path) -> None:
-    path = _ds(tmp_path, train_micro_batch_size_per_gpu="auto", pipeline={"stages": 2, "activation_checkpoint_interval": 1})
+    path = _ds(tmp_path, train_micro_batch_size_per_gpu="auto", pipeline={"stages": 2, "activation_checkpoint_interval": 1},
+               zero_optimization={"stage": 1})
     cfg = script([*HF, path], model="llama2-7b")
     assert (cfg.parallel.pp, cfg.parallel.dp, cfg.recompute.granularity) == (1, 8, "none")
     assert any("PipelineModule" in w for w in cfg.warnings)
@@ -169,3 +171,20 @@ def test_tune_searches_only_the_stages_the_ds_config_allows(tmp_path: Path) -> N
     assert stages(zero_optimization={"stage": 1}, data_types={"grad_accum_dtype": "fp32"}) == (1, 2, 3)
     assert stages(zero_optimization={"stage": 2, "offload_optimizer": {"device": "nvme"}}) == (0, 1, 2)
     assert zero_stages_deepspeed_accepts(["torchrun", "pretrain_gpt.py"], (0, 1)) is None
+
+
+def test_auto_in_the_zero_section(tmp_path: Path) -> None:
+    """DeepSpeedConfigModel drops "auto" values (plain DeepSpeed: defaults, stage 0); the HF Trainer's
+    DeepSpeedPlugin(hf_ds_config=...) fills stage 2 (ACCELERATE_DEEPSPEED_ZERO_STAGE) and needs the section."""
+    zero = {"stage": "auto", "overlap_comm": "auto", "contiguous_gradients": "auto",
+            "offload_optimizer": {"device": "auto"}}
+    plain = script([*DS, _ds(tmp_path, zero_optimization=zero)], model="llama2-7b")
+    assert (plain.optimizer.zero_stage, plain.optimizer.offload_optimizer) == (0, "none")
+    assert any("ZeRO is off" in w for w in plain.warnings)
+    hf_path = _ds(tmp_path, zero_optimization=zero, train_micro_batch_size_per_gpu="auto")
+    assert script([*HF, hf_path], model="llama2-7b").optimizer.zero_stage == 2
+    accelerate = script(["accelerate", "launch", "--use_deepspeed", "--deepspeed_config_file", hf_path, "--num_processes",
+                         "8", "train.py", "--per_device_train_batch_size", "2", "--bf16"], model="llama2-7b")
+    assert accelerate.optimizer.zero_stage == 2
+    with pytest.raises(ConfigError, match="Please specify the ZeRO optimization config"):
+        script([*HF, _ds(tmp_path, train_micro_batch_size_per_gpu="auto")], model="llama2-7b")

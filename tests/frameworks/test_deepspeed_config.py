@@ -79,11 +79,12 @@ def test_hf_trainer_auto_and_mismatch(tmp_path: Path, monkeypatch: pytest.Monkey
                  model="llama2-7b")
     assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (8, 1, 32)
     assert cfg.optimizer.grad_bucket_size_elems == 4096 * 4096 and cfg.precision == "fp32"
-    _write(tmp_path, {"train_micro_batch_size_per_gpu": 2})
+    _write(tmp_path, {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})
     with pytest.raises(ConfigError, match="mismatch"):
         script(["deepspeed", "--num_gpus", "4", "train.py", "--deepspeed", "ds.json", "--per_device_train_batch_size", "4"],
                model="llama2-7b")
-    _write(tmp_path, {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}, "gradient_clipping": 1.0})
+    _write(tmp_path, {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+                      "zero_optimization": {"stage": 1}})
     with pytest.raises(ConfigError, match=r"per_device_train_batch_size 8 \(Trainer default\)"):
         script(["deepspeed", "--num_gpus", "4", "train.py", "--deepspeed", "ds.json", "--bf16"], model="llama2-7b")
     with pytest.raises(ConfigError, match="bf16.enabled=True vs hf --bf16 False"):
