@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
-from llmperf_hook.frameworks.deepspeed_job import (check_hpz, ds_batch, ds_optimizer, ds_precision, hf_batch,
-                                                    merge_megatron_batch)
+from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
+                                                    ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
@@ -54,7 +54,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     optimizer, precision, pipeline_engine = parts.optimizer, parts.precision, False
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)
-        check_hpz(ds, job.world_size)
+        check_plain_deepspeed(ds, job.world_size)
         if flags.get("no_pipeline_parallel") and parts.parallel.pp > 1:
             raise ConfigError(f"--no-pipeline-parallel with pipeline-model-parallel-size {parts.parallel.pp} ({src['pp']}): "
                               "Megatron-DeepSpeed requires PP = 1 when the pipeline engine is disabled.")
@@ -171,7 +171,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
     if ds is not None:
-        check_hpz(ds, job.world_size)
+        (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"

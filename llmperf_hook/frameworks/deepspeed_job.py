@@ -43,6 +43,16 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     )
 
 
+def check_plain_deepspeed(ds: DsSettings, world: int) -> None:
+    """A ds_config that reaches deepspeed.initialize as written (no Trainer / Accelerate fill-ins): gradient_clipping
+    "auto" stays the string, which the engine compares with 0.0 at the first step (TypeError); then hpZ's groups."""
+    if ds.gradient_clipping == AUTO:
+        raise ConfigError(f"{ds.path} gradient_clipping is \"auto\": only the Hugging Face Trainer / Accelerate fill it; "
+                          "a script calling deepspeed.initialize keeps the string and DeepSpeed's engine fails comparing it "
+                          "with 0.0 at the first step. Give a number (1.0 is usual, 0 turns clipping off).")
+    check_hpz(ds, world)
+
+
 def check_hpz(ds: DsSettings, world: int) -> None:
     """ZeRO++ hpZ at stage 3: deepspeed/utils/groups.py _create_zero_param_parallel_group splits the world into
     groups of min(hpz, world) ranks and asserts the world divides evenly."""

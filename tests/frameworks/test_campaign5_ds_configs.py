@@ -67,6 +67,7 @@ def test_zero_section_refusals_match_deepspeeds_pydantic_model(tmp_path: Path, z
     ({"tensorboard": {"enabled": True, "output_dir": "/tmp"}}, "DeepSpeedMonitorConfig"),
     ({"communication_data_type": "int8"}, "Invalid communication_data_type"),
     ({"gradient_clipping": "1.0"}, "JSON number"),
+    ({"gradient_clipping": "auto"}, "only the Hugging Face Trainer / Accelerate fill it"),
     ({"data_types": {"grad_accum_dtype": "int4"}}, "DtypeEnum"),
     ({"data_types": {"grad_accum_dtype": "fp32"}}, "unsupported mix"),
     ({"sequence_parallel_size": 0}, "positive integer"),
