@@ -16,11 +16,17 @@ from llmperf_hook.errors import UsageError
 _VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=])([^}]*))?\}|(\w+))")
 
 
+# Options whose value is itself a command-line string (deepspeed --launcher_args "--qos high", sbatch --wrap): the
+# value word is kept whole.
+FREE_TEXT_OPTIONS = frozenset({"--launcher_args", "--launcher-args", "--wrap", "--comment"})
+
+
 def split_joined_words(words: Sequence[str]) -> list[str]:
     """`"--split '99,1,0'"` -> ["--split", "99,1,0"]: a flag word holding whitespace is split like a shell would."""
     out: list[str] = []
     for word in words:
-        if word.startswith("-") and any(ch.isspace() for ch in word.strip()):
+        free_text = (out and out[-1] in FREE_TEXT_OPTIONS) or word.split("=", 1)[0] in FREE_TEXT_OPTIONS
+        if word.startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text:
             try:
                 out.extend(shlex.split(word))
             except ValueError:  # unbalanced quote: keep the words as whitespace splits them
