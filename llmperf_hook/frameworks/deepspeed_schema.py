@@ -213,10 +213,23 @@ def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source])
     return {"sequence_parallel_size": value}
 
 
+def _instrumentation(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """engine.py: wall_clock_breakdown (or an enabled flops_profiler, which turns it on) times every forward, backward
+    and step with synchronizing timers; the flops profiler also profiles one whole step (profile_step)."""
+    profiler = raw.get("flops_profiler") if isinstance(raw.get("flops_profiler"), dict) else {}
+    if profiler.get("enabled") is True:
+        warnings.append(f"{origin} flops_profiler enabled accepted, not modelled (its profile step, default 1, runs "
+                        "slower; it also turns on wall_clock_breakdown)")
+    elif raw.get("wall_clock_breakdown") is True:
+        warnings.append(f"{origin} wall_clock_breakdown accepted, not modelled (its timers synchronize the device "
+                        "around every forward, backward and optimizer step)")
+
+
 def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], src: dict[str, Source],
                     warnings: list[str]) -> dict[str, Any]:
     """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size."""
     _removed(raw, origin, warnings)
+    _instrumentation(raw, origin, warnings)
     _grad_accum_dtype(raw, origin, fields, warnings)
     return _sequence_parallel(raw, origin, src)
 

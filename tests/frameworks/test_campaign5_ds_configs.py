@@ -189,3 +189,11 @@ def test_auto_in_the_zero_section(tmp_path: Path) -> None:
     assert accelerate.optimizer.zero_stage == 2
     with pytest.raises(ConfigError, match="Please specify the ZeRO optimization config"):
         script([*HF, _ds(tmp_path, train_micro_batch_size_per_gpu="auto")], model="llama2-7b")
+
+
+def test_step_instrumentation_warns(tmp_path: Path) -> None:
+    timed = script([*DS, _ds(tmp_path, wall_clock_breakdown=True, steps_per_print=1)], model="llama2-7b")
+    assert any("wall_clock_breakdown accepted, not modelled" in w for w in timed.warnings)
+    profiled = script([*DS, _ds(tmp_path, flops_profiler={"enabled": True, "profile_step": 5})], model="llama2-7b")
+    assert sum("flops_profiler" in w or "wall_clock" in w for w in profiled.warnings) == 1
+    assert not any("wall_clock" in w for w in script([*DS, _ds(tmp_path, wall_clock_breakdown=False)], model="llama2-7b").warnings)
