@@ -53,6 +53,10 @@ REFERENCE_TRAIN_FRACTION = 0.8
 """The share of the samples the authors' regressors were trained on (80/20 split)."""
 SEEDS = 3
 """Each split is drawn this many times and the MAPEs averaged (one split alone varies by about +-0.5 points)."""
+INNER_SHARE = 0.2
+"""`--inner`: share of each random draw's training rows held out to judge a change to the fitting recipe."""
+INNER_SEED = 1000
+"""Seed of the inner hold-out of draw d: INNER_SEED + d (its own generator, so the test draws do not move)."""
 
 
 def _raw(sets: list[SampleSet], key: str) -> np.ndarray:
@@ -114,32 +118,49 @@ def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.nd
     return ape, np.abs(predict_with_floor(reg, floor, bare, roof[test]) / t[test] - 1.0)
 
 
+def inner_split(train: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fit rows, validation rows): INNER_SHARE of a training split held out, drawn apart from the test draws."""
+    perm = np.random.default_rng(INNER_SEED + draw).permutation(train)
+    num_val = int(round(len(perm) * INNER_SHARE))
+    return perm[num_val:], perm[:num_val]
+
+
+def _per_source(ape: np.ndarray, src: np.ndarray, sets: list[SampleSet]) -> dict[str, float]:
+    return {x.source: float(ape[src == x.source].mean()) for x in sets if (src == x.source).any()}
+
+
 def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: dict, rng,
-                design: str = "random", extrap: bool = True) -> list[tuple]:
-    """Rows (file, phase, random-split MAPE, extrapolation MAPE, reference, training share, note, repeat) of
-    one fit group. `extrap=False` draws the extrapolation splits (same random draws after them) without
-    fitting them; their MAPE is then None."""
+                design: str = "random", extrap: bool = True, inner: bool = False) -> list[tuple]:
+    """Rows (file, phase, random-split MAPE, extrapolation MAPE, reference, training share, note, repeat,
+    inner-CV MAPE) of one fit group. `extrap=False` draws the extrapolation splits (same random draws after
+    them) without fitting them; their MAPE is then None. `inner=True` also fits each random draw's training
+    rows without INNER_SHARE of them and measures those (test rows unused): the figure a change to the recipe
+    is judged on; None otherwise."""
     s = pool(sets)
     keep = plausible_mask(s, hw.roofline)
     source = np.concatenate([[x.source] * len(x.time_s) for x in sets])
     phase_ref = "dur" if "optimizer" in sets[0].source else s.phase
     reason = corrupt_reason(s, hw.roofline)
     if reason is not None:
-        return [(x.source, s.phase, None, None, ref.get((x.source, phase_ref)), 0.0, f"corrupt: {reason}", None)
-                for x in sets]
+        return [(x.source, s.phase, None, None, ref.get((x.source, phase_ref)), 0.0, f"corrupt: {reason}", None,
+                 None) for x in sets]
     s = Samples(s.op_class, s.phase, {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep])
     sets_kept_source, n = source[keep], int(keep.sum())
     ext_test = extrapolation_test_mask(sets)[keep]
     points = np.log2(np.column_stack([np.maximum(s.dims[k], 1.0) for k in sorted(s.dims)])) \
         if design != "random" else None
-    per_seed: dict[str, list[dict[str, float]]] = {"random": [], "extrap": [], "bare": []}
-    for _ in range(SEEDS):
+    per_seed: dict[str, list[dict[str, float]]] = {"random": [], "extrap": [], "bare": [], "inner": []}
+    for draw in range(SEEDS):
         rand_test = np.zeros(n, dtype=bool)
         rand_test[rng.permutation(n)[: n // 5]] = True
         for tag, test in (("random", rand_test), ("extrap", ext_test)):
             train = split(n, test, frac, rng, points, 0.5 if design == "mixed" else 1.0)
             if tag == "extrap" and not extrap:
                 continue
+            if tag == "random" and inner:
+                fit_rows, val = inner_split(train, draw)
+                per_seed["inner"].append(_per_source(evaluate(s, fit_rows, val, hw.roofline)[0],
+                                                     sets_kept_source[val], sets))
             (ape, bare), src = evaluate(s, train, np.flatnonzero(test), hw.roofline), sets_kept_source[test]
             per_seed[tag].append({x.source: float(ape[src == x.source].mean()) for x in sets if (src == x.source).any()})
             if tag == "random" and bare is not None:
@@ -149,13 +170,14 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
     noise = repeatability(s, sets_kept_source)
     rows = []
     for x in sets:
-        rm, em = (float(np.mean([d[x.source] for d in per_seed[t]]))
-                  if per_seed[t] and all(x.source in d for d in per_seed[t]) else None for t in ("random", "extrap"))
+        rm, em, im = (float(np.mean([d[x.source] for d in per_seed[t]]))
+                      if per_seed[t] and all(x.source in d for d in per_seed[t]) else None
+                      for t in ("random", "extrap", "inner"))
         note = f"dropped {1 - keep.mean():.1%} beating peak" if keep.mean() < 1 else ""
         if per_seed["bare"]:
             bare = float(np.mean([d[x.source] for d in per_seed["bare"] if x.source in d]))
             note = "; ".join(filter(None, [note, f"{bare:.2%} without the optional dims {OPTIONAL_DIMS[s.op_class]}"]))
-        rows.append((x.source, s.phase, rm, em, ref.get((x.source, phase_ref)), r_frac, note, noise.get(x.source)))
+        rows.append((x.source, s.phase, rm, em, ref.get((x.source, phase_ref)), r_frac, note, noise.get(x.source), im))
     return rows
 
 
@@ -169,6 +191,9 @@ def main() -> None:
     ap.add_argument("--train-fraction", type=float, default=0.25)
     ap.add_argument("--design", choices=("random", "maximin", "mixed"), default="random",
                     help="how the training rows are chosen among the non-test rows")
+    ap.add_argument("--inner", action="store_true",
+                    help="also print the inner-CV MAPE (INNER_SHARE of each training split held out, test rows "
+                         "unused): judge changes to the fitting recipe on it, never on the test columns")
     args = ap.parse_args()
     t0 = time.perf_counter()
     summary = []
@@ -177,19 +202,24 @@ def main() -> None:
         print(f"\n== {hw.name} ({hw.folder}) — train on <= {args.train_fraction:.0%} of each group's samples "
               f"({args.design} training rows)")
         print(f"{'group':18s} {'file':32s} {'dir':4s} {'random20':>8s} {'extrap':>8s} {'ref':>8s} {'repeat':>7s} "
-              f"{'floor':>7s} {'train':>6s}  verdict")
+              f"{'floor':>7s} {'train':>6s} " + (f"{'inner':>7s} " if args.inner else "") + " verdict")
         for group in FIT_GROUPS:
             for phase, sets in sorted(load_group(args.data, hw, group).items()):
-                for row in bench_group(hw, sets, args.train_fraction, ref, np.random.default_rng(0), args.design):
-                    source, ph, rm, em, rf, tf, note, rep = row
+                for row in bench_group(hw, sets, args.train_fraction, ref, np.random.default_rng(0), args.design,
+                                       inner=args.inner):
+                    source, ph, rm, em, rf, tf, note, rep, im = row
                     better = rm is not None and rf is not None and rm < rf
                     verdict = ("beats ref" if better else "worse than ref" if rm is not None and rf is not None
                                else "") + (f"; {note}" if note else "")
                     floor = None if rep is None else np.sqrt(2.0) * rep
                     print(f"{group:18s} {source:32s} {ph:4s} {_pct(rm):>8s} {_pct(em):>8s} {_pct(rf):>8s} "
-                          f"{_pct(rep):>7s} {_pct(floor):>7s} {tf:6.1%}  {verdict}")
-                    summary.append((hw.name, group, source, ph, rm, em, rf, floor))
+                          f"{_pct(rep):>7s} {_pct(floor):>7s} {tf:6.1%} " + (f"{_pct(im):>7s} " if args.inner else "")
+                          + f" {verdict}")
+                    summary.append((hw.name, group, source, ph, rm, em, rf, floor, im))
     _print_summary(summary)
+    if args.inner:
+        inner = [r[8] for r in summary if r[8] is not None]
+        print(f"  inner CV: mean MAPE {np.mean(inner) * 100:.2f}% over {len(inner)} (file, direction) rows")
     _print_at_reference_share(args.data, summary)
     print(f"\n(benchmark wall time {time.perf_counter() - t0:.0f} s)")
 
@@ -248,7 +278,7 @@ def _print_at_reference_share(data: Path, summary: list[tuple]) -> None:
         sets = load_group(data, hw, group)[phase]
         rows = bench_group(hw, sets, REFERENCE_TRAIN_FRACTION, ref, np.random.default_rng(0), extrap=False)
         drift = run_drift(hw, sets, np.random.default_rng(0))
-        for source, ph, rm, _, rf, tf, _, _ in rows:
+        for source, ph, rm, _, rf, tf, _, _, _ in rows:
             if not any(r[0] == name and r[2] == source and r[3] == ph and _missed(r) for r in summary):
                 continue
             verdicts = [] if rf is None else [f"vs ref {_pct(rf).strip()}: {'beats' if rm < rf else 'worse'}"]
