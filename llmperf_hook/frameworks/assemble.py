@@ -51,7 +51,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",
                              shape_model)
     warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, framework == "megatron-deepspeed")
-    optimizer, precision, pipeline_engine = parts.optimizer, parts.precision, False
+    optimizer, precision, pipeline_engine, recompute = parts.optimizer, parts.precision, False, parts.recompute
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)
         check_plain_deepspeed(ds, job.world_size)
@@ -59,6 +59,11 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             raise ConfigError(f"--no-pipeline-parallel with pipeline-model-parallel-size {parts.parallel.pp} ({src['pp']}): "
                               "Megatron-DeepSpeed requires PP = 1 when the pipeline engine is disabled.")
         pipeline_engine = not flags.get("no_pipeline_parallel", False)
+        if pipeline_engine and ds.pipeline_checkpoint_interval > 0:
+            # pipe/engine.py: the ds_config's interval replaces GPTModelPipe's (--checkpoint-num-layers or 0)
+            recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)
+            for key in ("recompute", "recompute_method", "recompute_num_layers"):
+                src[key] = ds.sources["recompute"]
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src)
         if precision == "fp32":
@@ -69,7 +74,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
-        precision=precision, recompute=parts.recompute, optimizer=optimizer,  # type: ignore[arg-type]
+        precision=precision, recompute=recompute, optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=parts.attention_backend, pipeline_schedule=parts.pipeline_schedule,  # type: ignore[arg-type]
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),

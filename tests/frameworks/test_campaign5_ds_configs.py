@@ -197,3 +197,15 @@ def test_step_instrumentation_warns(tmp_path: Path) -> None:
     profiled = script([*DS, _ds(tmp_path, flops_profiler={"enabled": True, "profile_step": 5})], model="llama2-7b")
     assert sum("flops_profiler" in w or "wall_clock" in w for w in profiled.warnings) == 1
     assert not any("wall_clock" in w for w in script([*DS, _ds(tmp_path, wall_clock_breakdown=False)], model="llama2-7b").warnings)
+
+
+def test_pipeline_engine_takes_the_ds_config_checkpoint_interval(tmp_path: Path) -> None:
+    """pipe/engine.py: pipeline.activation_checkpoint_interval > 0 replaces GPTModelPipe's interval, so the
+    Megatron-DeepSpeed pipeline engine recomputes even without --checkpoint-activations; --no-pipeline-parallel
+    runs no PipelineEngine."""
+    path = _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 1}, pipeline={"activation_checkpoint_interval": 2})
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *[w for w in MEGATRON if w != "--no-pipeline-parallel"],
+           "--deepspeed_config", path]
+    cfg = script([*run, "--pipeline-model-parallel-size", "2"])
+    assert (cfg.recompute.granularity, cfg.recompute.num_layers) == ("full", 2)
+    assert script([*run, "--no-pipeline-parallel"]).recompute.granularity == "none"
