@@ -114,6 +114,9 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
     raw = dsr.read_ds_config(original)
     num_mb = new_cfg.batch.num_microbatches
     tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
+    recompute_changed = (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers)
+    if framework == "megatron-deepspeed" and recompute_changed and dsr.release_pipeline_interval(tuned):
+        notes.append("ds_config pipeline.activation_checkpoint_interval set to 0: the Megatron recompute flags decide")
     if framework == "hf-deepspeed":
         hf = dsr.rewrite_hf_argv(argv, base, new, num_mb)
         if hf != argv:

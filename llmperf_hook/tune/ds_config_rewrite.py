@@ -76,6 +76,18 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
     return out
 
 
+def release_pipeline_interval(tuned: dict[str, Any]) -> bool:
+    """Megatron-DeepSpeed: a ds_config pipeline.activation_checkpoint_interval > 0 overrides GPTModelPipe's interval
+    (deepspeed/runtime/pipe/engine.py), so a candidate recomputing differently sets it to 0 and lets the rewritten
+    Megatron flags decide. True when it changed the copy."""
+    pipe = tuned.get("pipeline")
+    interval = pipe.get("activation_checkpoint_interval") if isinstance(pipe, dict) else None
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        pipe["activation_checkpoint_interval"] = 0  # type: ignore[index]
+        return True
+    return False
+
+
 def fresh_path(original: Path) -> Path:
     """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file.
     Re-tuning a tuned copy continues its numbering (`ds.llmperf-tuned-3.json` -> `ds.llmperf-tuned-4.json`, not
