@@ -65,7 +65,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             for key in ("recompute", "recompute_method", "recompute_num_layers"):
                 src[key] = ds.sources["recompute"]
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
-        optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src)
+        optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
         warnings.extend(ds.warnings)
@@ -177,7 +177,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
-        optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src)
+        optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
+                                 hf_fill=framework == "hf-deepspeed")
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"
         optimizer = replace(base, zero_stage=fsdp.zero_stage, offload_optimizer=offload, overlap_grad_reduce=True,

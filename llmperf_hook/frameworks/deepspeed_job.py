@@ -27,17 +27,22 @@ def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
     return auto_value if value == AUTO else default if value is None else int(value)
 
 
-def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source]) -> OptimizerConfig:
-    """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce."""
+def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source],
+                 hf_fill: bool = True) -> OptimizerConfig:
+    """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce. `hf_fill`: the
+    Hugging Face Trainer / Accelerate replace "auto" reduce_bucket_size with h*h and (ZeRO-3) the prefetch bucket
+    with 0.9*h*h (transformers trainer_config_finalize); elsewhere DeepSpeed drops "auto" and keeps its default,
+    as it does for allgather_bucket_size and stage3_max_live_parameters, which nobody fills."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
     src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed: stage 0"))
+    reduce_auto, prefetch_auto = (hidden * hidden, int(0.9 * hidden * hidden)) if hf_fill else (_REDUCE_BUCKET, _PREFETCH_BUCKET)
     return replace(
         base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]
         overlap_grad_reduce=overlap, contiguous_gradients=ds.contiguous_gradients,
-        grad_bucket_size_elems=_bucket(ds.reduce_bucket_size, _REDUCE_BUCKET, hidden * hidden),
-        allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, hidden * hidden),
-        stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, int(0.9 * hidden * hidden)),
+        grad_bucket_size_elems=_bucket(ds.reduce_bucket_size, _REDUCE_BUCKET, reduce_auto),
+        allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, _ALLGATHER_BUCKET),
+        stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),
         stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
         gradient_clipping=clip,
     )

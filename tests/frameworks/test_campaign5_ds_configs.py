@@ -209,3 +209,13 @@ def test_pipeline_engine_takes_the_ds_config_checkpoint_interval(tmp_path: Path)
     cfg = script([*run, "--pipeline-model-parallel-size", "2"])
     assert (cfg.recompute.granularity, cfg.recompute.num_layers) == ("full", 2)
     assert script([*run, "--no-pipeline-parallel"]).recompute.granularity == "none"
+
+
+def test_auto_bucket_sizes_only_the_trainer_fills(tmp_path: Path) -> None:
+    zero = {"stage": 3, "reduce_bucket_size": "auto", "allgather_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": "auto", "stage3_max_live_parameters": "auto"}
+    plain = script([*DS, _ds(tmp_path, zero_optimization=zero)], model="llama2-7b").optimizer
+    assert (plain.grad_bucket_size_elems, plain.stage3_prefetch_bucket_size_elems) == (500_000_000, 50_000_000)
+    hf = script([*HF, _ds(tmp_path, zero_optimization=zero, train_micro_batch_size_per_gpu="auto")], model="llama2-7b").optimizer
+    assert (hf.grad_bucket_size_elems, hf.stage3_prefetch_bucket_size_elems) == (4096 * 4096, int(0.9 * 4096 * 4096))
+    assert plain.allgather_bucket_size_elems == hf.allgather_bucket_size_elems == 500_000_000
