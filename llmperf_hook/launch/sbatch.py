@@ -96,7 +96,18 @@ def _allocation_env(values: dict[str, str]) -> dict[str, str]:
     gpus = values.get("gpus_per_node") or (values["gres"] if "gpu" in values.get("gres", "") else None)
     if gpus:
         env["SLURM_GPUS_ON_NODE"] = gpus.split(",")[0].split(":")[-1]
+    elif _digits(values.get("gpus_per_task")) and _digits(values.get("ntasks_per_node")):
+        env["SLURM_GPUS_ON_NODE"] = str(int(_digits(values["gpus_per_task"])) * int(_digits(values["ntasks_per_node"])))
+    elif _digits(values.get("gpus")) and _digits(values.get("nodes", "1").split("-")[-1]):  # -G total over the nodes
+        nodes = int(_digits(values.get("nodes", "1").split("-")[-1]))
+        env["SLURM_GPUS_ON_NODE"] = str(-(-int(_digits(values["gpus"])) // max(nodes, 1)))
     return env
+
+
+def _digits(value: str | None) -> str:
+    """The count of a GPU option ("h100:8" -> "8"), or "" when it is not a number."""
+    text = (value or "").split(",")[0].split(":")[-1]
+    return text if text.isdigit() else ""
 
 
 def _is_launch(words: Sequence[str], line: str) -> bool:

@@ -81,3 +81,12 @@ def test_a_bare_python_line_runs_once_and_a_launcher_line_wins_over_it(tmp_path:
     both = _write(tmp_path, f"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\npython prepare.py\n"
                             f"srun python pretrain_gpt.py {GPT}\n", "both.sh")
     assert parse_launch(["sbatch", both], {}).world_size == 16
+
+
+def test_gpus_per_node_from_total_gpus_or_gpus_per_task(tmp_path: Path) -> None:
+    total = _write(tmp_path, f"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gpus=16\n"
+                             f"torchrun --nproc-per-node gpu pretrain_gpt.py {GPT}\n")
+    assert parse_launch(["sbatch", total], {}).nproc_per_node == 8  # 16 GPUs over 2 nodes
+    per_task = _write(tmp_path, f"#!/bin/bash\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=2\n"
+                                f"torchrun --nproc-per-node gpu pretrain_gpt.py {GPT}\n", "t.sh")
+    assert parse_launch(["sbatch", per_task], {}).nproc_per_node == 8
