@@ -53,15 +53,18 @@ class Arch:
 LLAMA = "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear"
 NEMOTRON = ("--squared-relu --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
             "--apply-layernorm-1p")
+# Megatron-Bridge H100 Qwen3 recipe (perf_recipes/qwen/h100/qwen3_moe.py): flex dispatcher with the HybridEP
+# backend, routing force-balanced ('we force-balance the token distribution among experts').
 QWEN3_MOE = (LLAMA + " --qk-layernorm --kv-channels 128 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm "
-             "--moe-token-dispatcher-type alltoall --moe-router-load-balancing-type aux_loss")
+             "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-router-force-load-balancing")
 GPT3 = ""
 NEMO_ARCH = "NVIDIA/NeMo nemo/collections/llm/gpt/model/{} @8e3d65dcfe"
+LAUNCHER_ARCH = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{}.yaml @80353286"
 ARCHS: dict[str, Arch] = {a.name: a for a in (
     # GPT-3 family of NeMo (GPT-2 BPE vocabulary, learned positions, GeLU, LayerNorm, tied embeddings).
-    Arch("GPT3-5B", 24, 4096, 32, None, 16384, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/5b.yaml"),
-    Arch("GPT3-20B", 44, 6144, 48, None, 24576, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/20b.yaml"),
-    Arch("GPT3-175B", 96, 12288, 96, None, 49152, 50257, GPT3, "NVIDIA/NeMo-Framework-Launcher conf/training/gpt3/175b.yaml"),
+    Arch("GPT3-5B", 24, 4096, 32, None, 16384, 50257, GPT3, LAUNCHER_ARCH.format("5b") + " (GPT2BPETokenizer)"),
+    Arch("GPT3-20B", 44, 6144, 48, None, 24576, 50257, GPT3, LAUNCHER_ARCH.format("20b")),
+    Arch("GPT3-175B", 96, 12288, 96, None, 49152, 50257, GPT3, LAUNCHER_ARCH.format("175b")),
     Arch("LLAMA2-7B", 32, 4096, 32, None, 11008, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config7B")),
     Arch("LLAMA2-13B", 40, 5120, 40, None, 13824, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config13B")),
     Arch("LLAMA2-70B", 80, 8192, 64, 8, 28672, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config70B")),
@@ -69,7 +72,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("LLAMA3-70B", 80, 8192, 64, 8, 28672, 128256, LLAMA, NEMO_ARCH.format("llama.py Llama3Config70B")),
     Arch("LLAMA3.1-405B", 126, 16384, 128, 8, 53248, 128256,
          LLAMA + " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
-         "meta-llama/Meta-Llama-3.1-405B config (126 layers, h 16384, 8 KV heads, FFN 53248); 126 layers over PP8 x VP8 "
+         NEMO_ARCH.format("llama.py Llama31Config405B") + "; 126 layers over PP8 x VP8 "
          "split with the embedding and the loss counted as layers (NVIDIA-NeMo/Megatron-Bridge "
          "src/megatron/bridge/recipes/llama/h100/llama3.py @067f987df, 405B recipe: account_for_embedding/loss_in_pipeline_split)"),
     Arch("Nemotron-8B", 32, 4096, 32, None, 16384, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron3Config8B")),

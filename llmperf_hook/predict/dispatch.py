@@ -132,7 +132,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     warnings: tuple[str, ...] = ()
     if profile is not None and hasattr(profile, "extrapolation_warnings"):
         priced = [bf16_part_of_fp8_run(op) for op in ops]
-        warnings = profile.extrapolation_warnings([op for op in priced if choose_predictor(op, profile, None) is profile])
+        warnings = profile.extrapolation_warnings(
+            [op for op in priced if choose_predictor(op, profile, None) is profile])
     if profile is None:
         warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
                     f"roofline model (run `llmperf profile` on that GPU to fit one).",)

@@ -4,7 +4,12 @@ import pytest
 
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.load import load_cluster
-from llmperf_hook.predict.roofline import FP8_QUANTIZE_BYTES_PER_ELEMENT, compute_time_s, fp8_quantize_s, math_dtype
+from llmperf_hook.predict.roofline import (
+    FP8_QUANTIZE_BYTES_PER_ELEMENT,
+    compute_time_s,
+    fp8_quantize_s,
+    math_dtype,
+)
 
 H100 = load_cluster("dgx-h100").gpu
 
@@ -16,7 +21,8 @@ def _gemm(name: str, phase: str, dtype: str, m: int = 8192, n: int = 4096, k: in
 
 
 def _attention(dtype: str) -> Op:
-    return Op("attn.core", "attention", "fwd", {"b": 1, "s": 8192, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": 1},
+    dims = {"b": 1, "s": 8192, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": 1}
+    return Op("attn.core", "attention", "fwd", dims,
               flops=4.0 * 32 * 8192 * 8192 * 128 / 2, bytes_moved=4.0 * 2 * 8192 * 4096, dtype=dtype)
 
 
