@@ -74,3 +74,15 @@ def test_an_fp8_run_prices_its_bf16_ops_with_the_bf16_profile() -> None:
     fc1 = _gemm("mlp.fc1", "fwd", "fp8")
     seconds, used = dispatch.predict_ops([fc1], cluster, profile, None)
     assert used["gemm"] == "roofline" and seconds[dispatch.op_id(fc1)] == pytest.approx(compute_time_s(fc1, H100))
+
+
+def test_fp8_gemm_reaches_the_calibrated_share_of_the_fp8_peak() -> None:
+    """Large FP8 GEMM: 0.80 (H100 bf16 MAMF share) x 0.926 (GH200 FP8 / bf16 MAMF shares) of 1978.9 TFLOP/s, plus
+    its quantize kernel: ~1,470 TFLOP/s of math, within the H800 SXM FP8 figures (1,378-1,541 TFLOP/s)."""
+    from llmperf_hook.predict.roofline import FP8_GEMM_EFFICIENCY_RATIO
+
+    op = _gemm("mlp.fc1", "fwd", "fp8", m=8192, n=8192, k=16384)
+    math_s = compute_time_s(op, H100) - fp8_quantize_s(op, H100) - H100.kernel_launch_s - H100.gemm_ramp_s
+    assert FP8_GEMM_EFFICIENCY_RATIO == pytest.approx(0.926, abs=1e-3)
+    assert op.flops / math_s / 1e12 == pytest.approx(1978.9 * 0.80 * FP8_GEMM_EFFICIENCY_RATIO, rel=1e-6)
+    assert 1378 <= op.flops / math_s / 1e12 <= 1541
