@@ -71,7 +71,8 @@ def read_ds_config(path: str, hf_trainer: bool = False) -> dict[str, Any]:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except FileNotFoundError:
-        raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}). "
+        hint = "; it holds an unexpanded shell variable: set it in the environment or write the path" if "$" in path else ""
+        raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}{hint}). "
                          "Run llmperf from the directory you launch from, or give an absolute path.") from None
     except IsADirectoryError:
         raise UsageError(f"DeepSpeed config {path} is a directory, not a JSON file; name the config file itself.") from None

@@ -167,9 +167,10 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
                           f"(tensor-model-parallel-size {parallel.tp}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size "
                           "> 1 enables DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence "
                           "parallel'. Drop --sequence-parallel or --ds-sequence-parallel-size.")
+    warnings = _ds_checkpointing_warnings(flags, script_args)
     experts = list_values(script_args, "--num-experts") or []
     if len(experts) <= 1:
-        return []
+        return warnings
     layers, interval = flags.get("num_layers") or 0, flags.get("ds_moe_expert_interval", 2)
     moe_layers = layers // max(interval, 1)
     if len(experts) != moe_layers:
@@ -178,9 +179,23 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
                           "must be either a single value or a list of the same length as the number of MoE layers'. Give "
                           f"one value or {moe_layers}.")
     if len(set(experts)) > 1:
-        return [f"--num-experts {' '.join(experts)}: per-layer expert counts differ; every MoE layer priced with "
-                f"{flags.get('num_experts')} experts"]
-    return []
+        warnings.append(f"--num-experts {' '.join(experts)}: per-layer expert counts differ; every MoE layer priced with "
+                        f"{flags.get('num_experts')} experts")
+    return warnings
+
+
+# Megatron-DeepSpeed passes these to deepspeed.checkpointing.configure when --deepspeed-activation-checkpointing is on.
+_DS_CHECKPOINTING = {"--partition-activations": "checkpoints split over the tensor-parallel group",
+                     "--checkpoint-in-cpu": "checkpoints kept in host memory",
+                     "--contigious-checkpointing": "checkpoints in one preallocated buffer",
+                     "--synchronize-each-layer": "a device synchronize around every checkpointed layer"}
+
+
+def _ds_checkpointing_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[str]:
+    given = {word.split("=", 1)[0].replace("_", "-") for word in script_args if word.startswith("--")}
+    if "--deepspeed-activation-checkpointing" not in given:
+        return []
+    return [f"{flag} accepted, not modelled ({what})" for flag, what in _DS_CHECKPOINTING.items() if flag in given]
 
 
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,

@@ -219,3 +219,16 @@ def test_auto_bucket_sizes_only_the_trainer_fills(tmp_path: Path) -> None:
     hf = script([*HF, _ds(tmp_path, zero_optimization=zero, train_micro_batch_size_per_gpu="auto")], model="llama2-7b").optimizer
     assert (hf.grad_bucket_size_elems, hf.stage3_prefetch_bucket_size_elems) == (4096 * 4096, int(0.9 * 4096 * 4096))
     assert plain.allgather_bucket_size_elems == hf.allgather_bucket_size_elems == 500_000_000
+
+
+def test_megatron_deepspeed_checkpointing_flags_warn_and_unset_config_variable(tmp_path: Path) -> None:
+    from llmperf_hook.errors import UsageError
+
+    path = _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 1})
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--deepspeed_config", path, "--checkpoint-activations",
+           "--partition-activations", "--checkpoint-in-cpu"]
+    assert not any("--partition-activations" in w for w in script(run).warnings)  # deepspeed.checkpointing not used
+    warned = script([*run, "--deepspeed-activation-checkpointing"]).warnings
+    assert sum("accepted, not modelled (checkpoints" in w for w in warned) == 2
+    with pytest.raises(UsageError, match="unexpanded shell variable"):
+        script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--deepspeed_config", "$DS_CONFIG"])
