@@ -14,12 +14,13 @@ textbook formulas so that they track the full model's trends (not its absolute n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
+from llmperf_hook.graph import params
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
@@ -47,18 +48,17 @@ def moe_layer_fraction(m: ModelShape) -> float:
 
 
 def _layer_params(cfg: TrainingConfig) -> tuple[float, float]:
-    """(parameters of one dense transformer layer, extra MoE expert parameters per layer on average)."""
+    """(parameters of one layer outside its routed experts, routed-expert parameters per layer on average), unsplit:
+    graph/params.py's counts (MLA, GQA, shared experts, dense layers between MoE ones) at TP = EP = ETP = 1."""
     m = cfg.model
-    q_dim = m.num_attention_heads * m.kv_channels
-    kv_dim = m.num_query_groups * m.kv_channels
-    attn = m.hidden_size * (q_dim + 2 * kv_dim) + q_dim * m.hidden_size
-    mlp_mats = 3 if m.swiglu else 2
-    mlp = mlp_mats * m.hidden_size * m.ffn_hidden_size
-    if m.num_experts:
-        ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
-        expert = mlp_mats * m.hidden_size * ffn * m.num_experts * moe_layer_fraction(m)
-        return attn + 4 * m.hidden_size, expert
-    return attn + mlp + 4 * m.hidden_size, 0.0
+    lay = cfg.parallel
+    one = replace(cfg, parallel=replace(lay, tp=1, dp=lay.dp * lay.tp, ep=1, etp=1, sequence_parallel=False))
+    attn = params.attention_params(one)
+    if not m.num_experts:
+        return float(attn + params.mlp_params(one)), 0.0
+    frac = moe_layer_fraction(m)
+    dense = attn + frac * params.moe_dense_params(one) + (1.0 - frac) * params.mlp_params(one)
+    return float(dense), float(params.expert_params(one) * frac)
 
 
 def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.ndarray, dp: np.ndarray) -> np.ndarray:
