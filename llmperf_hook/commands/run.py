@@ -26,6 +26,7 @@ import click
 
 from llmperf_hook.commands.common import launch_argv, overrides
 from llmperf_hook.errors import ConfigError, InfeasibleError, LlmperfError, UsageError
+from llmperf_hook.launch.sbatch import SBATCH_JOB_ID
 from llmperf_hook.frameworks.resolve import JobOverrides
 
 
@@ -170,8 +171,13 @@ def _print_dry_run(argv: list[str], pred: Any, fmt: str, instrument: int | None 
     click.echo(f"  {shlex.join(argv)}")
     for key, value in (added or {}).items():
         click.echo(f"  + {key}={value}")
-    if read:
+    if read.get("SLURM_JOB_ID") == SBATCH_JOB_ID:  # launch/sbatch.py: the allocation the batch step will get
+        del read["SLURM_JOB_ID"]
+        click.echo("environment variables the launch reads (SLURM_* as sbatch will set them for the batch step, "
+                   "from its #SBATCH and command-line options):")
+    elif read:
         click.echo("environment variables the launch reads:")
+    if read:
         for key, value in sorted(read.items()):
             click.echo(f"  {key}={shlex.quote(value)}")
 

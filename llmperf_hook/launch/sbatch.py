@@ -31,6 +31,8 @@ SBATCH_OPTIONS: dict[str, Option] = {
     "--mail-user": Option("mail_user"), "--gpus-per-socket": Option("gpus_per_socket"),
     "--requeue": Option("requeue", takes_value=False), "--parsable": Option("parsable", takes_value=False),
 }
+SBATCH_JOB_ID = "llmperf-sbatch"
+"""SLURM_JOB_ID given to the script's launch line: the job does not exist yet (sbatch has not run)."""
 _LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                            "orterun", "prterun", "mpiexec.hydra"})
 _TASK_LAYOUT = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
@@ -85,7 +87,7 @@ def _header_options(lines: list[tuple[int, str]]) -> list[str]:
 
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
     """The SLURM_* variables the batch step sees for what the sbatch options state."""
-    env: dict[str, str] = {"SLURM_JOB_ID": "llmperf-sbatch"}
+    env: dict[str, str] = {"SLURM_JOB_ID": SBATCH_JOB_ID}
     if "nodes" in values:
         nodes = values["nodes"].split("-")[-1]
         env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = nodes
