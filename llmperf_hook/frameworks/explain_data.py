@@ -40,6 +40,29 @@ def deepseek_values(cfg: TrainingConfig) -> dict[str, Any]:
     return out
 
 
+MOE_DISPATCH_KEYS = ("moe_token_dispatcher", "moe_flex_dispatcher_backend", "moe_grouped_gemm",
+                     "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+                     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap")
+"""Shown for Megatron-Core MoE models only (graph/moe_ops.py prices them)."""
+
+
+def moe_dispatch_values(cfg: TrainingConfig) -> dict[str, Any]:
+    """The MOE_DISPATCH_KEYS of a Megatron MoE job ({} otherwise): the dispatcher always, the rest when set."""
+    m, d = cfg.model, cfg.model.moe_dispatch
+    if not m.num_experts or cfg.framework != "megatron":
+        return {}
+    out: dict[str, Any] = {"moe_token_dispatcher": d.token_dispatcher or "allgather", "moe_grouped_gemm": d.grouped_gemm}
+    if out["moe_token_dispatcher"] == "flex":
+        out["moe_flex_dispatcher_backend"] = d.flex_backend
+    if d.capacity_factor is not None:
+        out.update(moe_expert_capacity_factor=d.capacity_factor, moe_pad_expert_input_to_capacity=d.pad_to_capacity)
+    if d.overlap_ep_comm:
+        out["overlap_moe_expert_parallel_comm"] = True
+    if d.shared_expert_overlap:
+        out["moe_shared_expert_overlap"] = True
+    return out
+
+
 def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str, Any]:
     """Flat keys (EXPLAIN_KEYS) + "script" + "sources" {key: origin} + "warnings" [...]."""
     m, p, b, o, r = cfg.model, cfg.parallel, cfg.batch, cfg.optimizer, cfg.recompute
@@ -62,7 +85,8 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
         "attention_backend": cfg.attention_backend, "pipeline_schedule": cfg.pipeline_schedule,
     }
     values.update(deepseek_values(cfg))
-    out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS) if k in values}
+    values.update(moe_dispatch_values(cfg))
+    out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS) if k in values}
     if job is not None:
         out["script"] = job.script
     out["sources"] = {k: str(v) for k, v in cfg.sources.items() if k in values}

@@ -12,9 +12,10 @@ import ast
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.flags import Flag, FlagValues
 from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
-from llmperf_hook.frameworks.training_config import ModelShape
+from llmperf_hook.frameworks.script_flags import NOT_MODELLED, SCRIPT_FLAGS
+from llmperf_hook.frameworks.training_config import ModelShape, MoeDispatch
 from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -88,6 +89,9 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
     --topk default 1, --expert-interval default 2 (MoE on every second layer)."""
     experts = flags.get("num_experts") or 0
     if experts <= (1 if ds_flavour else 0):
+        ignored = [flags.seen_flags[d] for d in (*MODELLED_MOE_FLAGS, "moe_grouped_gemm") if flags.get(d) not in (None, False)]
+        if ignored and not ds_flavour:
+            warnings.append(f"{', '.join(ignored)}: ignored without --num-experts (a dense model has no MoE layer)")
         return {"num_experts": 0}
     src["num_experts"] = flags.source("num_experts")
     if ds_flavour:
@@ -98,7 +102,8 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
     topk, src["moe_router_topk"] = pick(flags, "moe_router_topk", 2, "Megatron --moe-router-topk default 2")
     moe_ffn, src["moe_ffn_hidden_size"] = pick(flags, "moe_ffn_hidden_size", ffn, "Megatron: ffn-hidden-size")
     freq_text = str(flags.get("moe_layer_freq", "1")).strip()
-    shape = {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn}
+    shape = {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": moe_ffn,
+             "moe_dispatch": resolve_moe_dispatch(flags, src, warnings)}
     if "[" in freq_text:
         pattern = moe_layer_pattern(freq_text, flags.get("num_layers"), flags.source("moe_layer_freq"))
         return {**shape, "moe_layer_pattern": pattern}
@@ -217,3 +222,143 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         make_vocab_size_divisible_by=divisible,
         **moe, **deepseek,
     )
+
+
+# --- Megatron-Core token dispatcher and expert kernels ---------------------------------------------------------
+
+MOE_DISPATCH_FLAGS = {
+    "--moe-flex-dispatcher-backend": Flag("moe_flex_dispatcher_backend", "str"),
+    "--moe-enable-deepep": Flag("moe_enable_deepep", "true"),
+    "--moe-permute-fusion": Flag("moe_permute_fusion", "true"),
+    "--delay-wgrad-compute": Flag("delay_wgrad_compute", "true"),
+    "--moe-router-num-groups": Flag("moe_router_num_groups", "int"),
+    "--moe-router-group-topk": Flag("moe_router_group_topk", "int"),
+}
+"""Dispatcher flags the script-flag table lacks; registered into it below until script_flags.py lists them."""
+MODELLED_MOE_FLAGS = ("moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+                      "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap")
+"""Flags script_flags.NOT_MODELLED still warns about that the graph now models (graph/moe_ops.py)."""
+for _name, _flag_def in MOE_DISPATCH_FLAGS.items():
+    SCRIPT_FLAGS.setdefault(_name, _flag_def)
+for _dest in MODELLED_MOE_FLAGS:
+    NOT_MODELLED.pop(_dest, None)
+
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+"""TransformerConfig.moe_flex_dispatcher_backend Literal (argparse choices through argument_utils.py)."""
+CAPACITY_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+"""TransformerConfig: 'moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none'."""
+
+
+def _dispatcher(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> str:
+    """--moe-token-dispatcher-type, Megatron's default allgather (TransformerConfig.moe_token_dispatcher_type)."""
+    kind, src["moe_token_dispatcher"] = pick(flags, "moe_token_dispatcher_type", "allgather",
+                                             "Megatron --moe-token-dispatcher-type default allgather")
+    if kind == "alltoall_seq":  # removed in 2025 (MoEAlltoAllSEQTokenDispatcher): the alltoall of older releases
+        warnings.append("--moe-token-dispatcher-type alltoall_seq: priced as alltoall (releases since 2025 removed it)")
+        return "alltoall"
+    return str(kind)
+
+
+def _flex_backend(flags: FlagValues, dispatcher: str) -> str:
+    """TransformerConfig.__post_init__: --moe-enable-deepep (deprecated) needs flex and means backend deepep."""
+    backend = str(flags.get("moe_flex_dispatcher_backend", "deepep"))
+    where = flags.source("moe_flex_dispatcher_backend", "Megatron default deepep")
+    if backend not in FLEX_BACKENDS:
+        raise ConfigError(f"--moe-flex-dispatcher-backend {backend} ({where}) is not a choice Megatron offers "
+                          f"({', '.join(FLEX_BACKENDS)}); its argument parser stops the job. Pick one of them.")
+    if flags.get("moe_enable_deepep"):
+        if dispatcher != "flex":
+            raise ConfigError(f"--moe-enable-deepep with --moe-token-dispatcher-type {dispatcher}: Megatron raises "
+                              "'DeepEP backend is only supported with flex token dispatcher' (TransformerConfig). Add "
+                              "--moe-token-dispatcher-type flex.")
+        if backend == "hybridep":
+            raise ConfigError(f"--moe-enable-deepep with --moe-flex-dispatcher-backend hybridep ({where}): Megatron "
+                              "raises 'Only one backend is supported for flex token dispatcher'. Drop one of them.")
+        return "deepep"
+    if backend == "ncclep" and dispatcher != "flex":
+        raise ConfigError(f"--moe-flex-dispatcher-backend ncclep ({where}) with --moe-token-dispatcher-type "
+                          f"{dispatcher}: Megatron raises \"moe_flex_dispatcher_backend='ncclep' requires "
+                          "moe_token_dispatcher_type='flex'\". Add --moe-token-dispatcher-type flex.")
+    return backend
+
+
+def _capacity(flags: FlagValues, dispatcher: str, backend: str) -> tuple[float | None, bool]:
+    """Capacity factor (a negative one means dropless, as TransformerConfig sets it to None) and padding."""
+    factor = flags.get("moe_expert_capacity_factor")
+    factor = None if factor is None or factor < 0 else float(factor)
+    pad = bool(flags.get("moe_pad_expert_input_to_capacity"))
+    balancing = str(flags.get("moe_router_load_balancing_type", "aux_loss"))
+    if factor is not None and balancing not in CAPACITY_BALANCING:
+        raise ConfigError(f"--moe-expert-capacity-factor {factor} with --moe-router-load-balancing-type {balancing} "
+                          f"({flags.source('moe_router_load_balancing_type')}): Megatron raises 'moe_expert_capacity_factor "
+                          f"only works with {', '.join(CAPACITY_BALANCING)} load balancing'. Change one of them.")
+    if pad and dispatcher == "flex" and backend == "deepep":
+        raise ConfigError("--moe-pad-expert-input-to-capacity with the flex dispatcher's deepep backend: Megatron raises "
+                          "'Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'. "
+                          "Drop the padding, or use --moe-flex-dispatcher-backend hybridep.")
+    return factor, pad and factor is not None
+
+
+def _ep_overlap_rules(flags: FlagValues, dispatcher: str) -> None:
+    """TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm (the command's own layout)."""
+    ep, pp = flags.get("expert_model_parallel_size", 1), flags.get("pipeline_model_parallel_size", 1)
+    vpp = flags.has("num_virtual_stages_per_pipeline_rank") or flags.has("num_layers_per_virtual_pipeline_stage")
+    recompute = flags.get("recompute_granularity") == "full"
+    broken = [
+        (ep <= 1, f"expert-model-parallel-size {ep}", "'overlap_moe_expert_parallel_comm is only supported with expert "
+         "model parallelism'", "set --expert-model-parallel-size > 1"),
+        (dispatcher not in ("alltoall", "flex"), f"--moe-token-dispatcher-type {dispatcher}", "'overlap_moe_expert_parallel_"
+         "comm is supported with alltoall/flex token dispatcher'", "use --moe-token-dispatcher-type alltoall"),
+        (pp > 1 and not vpp, f"pipeline-model-parallel-size {pp} without virtual stages", "'virtual_pipeline_model_"
+         "parallel_size must be specified when pipeline_model_parallel_size > 1'", "add --num-layers-per-virtual-"
+         "pipeline-stage"),
+        (recompute or flags.has("recompute_method"), "full recomputation / --recompute-method", "'disable full "
+         "recomputation when enabling overlap_moe_expert_parallel_comm'", "drop the recompute flags"),
+        (not (flags.get("bf16") or flags.get("fp16")), "fp32 (no --bf16/--fp16)", "'overlap_moe_expert_parallel_comm is "
+         "only supported with bf16 or fp16 model'", "add --bf16"),
+        (bool(flags.get("moe_shared_expert_overlap")), "--moe-shared-expert-overlap", "'disable moe_shared_expert_overlap "
+         "when enabling overlap_moe_expert_parallel_comm'", "drop --moe-shared-expert-overlap"),
+        ((flags.get("mtp_num_layers") or 0) > 1, f"--mtp-num-layers {flags.get('mtp_num_layers')}", "'MTP supports at "
+         "most one layer when enabling overlap_moe_expert_parallel_comm'", "use --mtp-num-layers 1"),
+    ]
+    for bad, what, quote, fix in broken:
+        if bad:
+            raise ConfigError(f"--overlap-moe-expert-parallel-comm with {what} (argv or Megatron's default): Megatron "
+                              f"asserts {quote} (TransformerConfig.__post_init__). To keep the overlap, {fix}.")
+
+
+def _wgrad_rules(flags: FlagValues, overlap: bool, warnings: list[str]) -> None:
+    if not flags.get("delay_wgrad_compute"):
+        return
+    if flags.get("transformer_impl", "transformer_engine") != "transformer_engine":
+        raise ConfigError(f"--delay-wgrad-compute with --transformer-impl {flags.get('transformer_impl')}: Megatron "
+                          "asserts 'Delaying wgrad compute is only supported with transformer_engine implementation' "
+                          "(validate_args). Use --transformer-impl transformer_engine or drop the flag.")
+    if not overlap:
+        warnings.append("--delay-wgrad-compute without --overlap-moe-expert-parallel-comm: accepted, not modelled (the "
+                        "delayed weight gradients are priced where the backward computes them)")
+
+
+def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> MoeDispatch:
+    """MoeDispatch of a Megatron-Core MoE model, with Megatron's defaults and start-up rules (exit 2)."""
+    dispatcher = _dispatcher(flags, src, warnings)
+    backend = _flex_backend(flags, dispatcher)
+    factor, pad = _capacity(flags, dispatcher, backend)
+    overlap = bool(flags.get("overlap_moe_expert_parallel_comm"))
+    if overlap:
+        _ep_overlap_rules(flags, dispatcher)
+    _wgrad_rules(flags, overlap, warnings)
+    if dispatcher == "flex" and backend == "ncclep":
+        warnings.append("--moe-flex-dispatcher-backend ncclep: NCCL EP priced as an all-to-all of every top-k copy")
+    if flags.get("moe_shared_expert_overlap") and not flags.has("moe_shared_expert_intermediate_size"):
+        warnings.append("--moe-shared-expert-overlap without --moe-shared-expert-intermediate-size: no shared experts, "
+                        "nothing to overlap")
+    groups, group_topk = flags.get("moe_router_num_groups"), flags.get("moe_router_group_topk")
+    for key, dest, note in (("moe_flex_dispatcher_backend", "moe_flex_dispatcher_backend", "Megatron default deepep"),
+                            ("moe_grouped_gemm", "moe_grouped_gemm", "Megatron default off: SequentialMLP")):
+        src[key] = flags.source(dest) if flags.has(dest) else Source(SourceKind.DEFAULT, note)
+    return MoeDispatch(token_dispatcher=dispatcher, flex_backend=backend, grouped_gemm=bool(flags.get("moe_grouped_gemm")),
+                       permute_fusion=bool(flags.get("moe_permute_fusion")), capacity_factor=factor, pad_to_capacity=pad,
+                       overlap_ep_comm=overlap, shared_expert_overlap=bool(flags.get("moe_shared_expert_overlap")),
+                       router_num_groups=groups if groups and group_topk else None,
+                       router_group_topk=group_topk if groups and group_topk else None)

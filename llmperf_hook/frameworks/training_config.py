@@ -19,6 +19,37 @@ AttentionBackend = Literal["flash", "fused", "unfused", "auto"]
 
 
 @dataclass(frozen=True)
+class MoeDispatch:
+    """How Megatron-Core moves and computes an MoE layer's tokens (megatron/core/transformer/moe/): the token
+    dispatcher, the expert GEMM kernel, token dropping and the EP communication overlaps."""
+
+    token_dispatcher: str | None = None
+    """--moe-token-dispatcher-type: "allgather" (Megatron's default), "alltoall" or "flex"; None = the
+    framework's own (DeepSpeed-MoE and Hugging Face models: an all-to-all of the top-k copies)."""
+    flex_backend: str = "deepep"
+    """--moe-flex-dispatcher-backend of the flex dispatcher: deepep (default), hybridep or ncclep."""
+    grouped_gemm: bool = False
+    """--moe-grouped-gemm: one grouped GEMM over all local experts (TEGroupedMLP) instead of one GEMM per
+    expert (SequentialMLP)."""
+    permute_fusion: bool = False
+    """--moe-permute-fusion: Transformer Engine's fused permute / unpermute kernels."""
+    capacity_factor: float | None = None
+    """--moe-expert-capacity-factor: tokens an expert takes = ceil(tokens * topk / experts * factor); None =
+    dropless."""
+    pad_to_capacity: bool = False
+    """--moe-pad-expert-input-to-capacity: every expert computes exactly its capacity (padding)."""
+    overlap_ep_comm: bool = False
+    """--overlap-moe-expert-parallel-comm: EP all-to-all hidden behind the other micro-batch's compute."""
+    shared_expert_overlap: bool = False
+    """--moe-shared-expert-overlap: shared experts run on a side stream during the dispatch / combine."""
+    router_group_topk: int | None = None
+    """--moe-router-group-topk with --moe-router-num-groups: experts chosen from at most this many groups
+    (DeepSeek-V3's node-limited routing); None = unlimited."""
+    router_num_groups: int | None = None
+    """--moe-router-num-groups: expert groups of the group-limited router (None = no grouping)."""
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """The network being trained (a decoder-only transformer, dense or MoE)."""
 
@@ -75,6 +106,8 @@ class ModelShape:
     """Megatron --moe-shared-expert-intermediate-size: width of the shared-expert MLP of every MoE layer (0 = none)."""
     moe_shared_expert_gate: bool = False
     """Megatron --moe-shared-expert-gate: a sigmoid gate (h weights) scales the shared experts' output."""
+    moe_dispatch: MoeDispatch = field(default_factory=MoeDispatch)
+    """Megatron-Core's token dispatcher and expert-kernel settings of the MoE layers."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ def build_context(cfg: TrainingConfig, gpus_per_node: int) -> lo.LayerContext:
         tp=place_group("tp", p.tp, p, gpus_per_node),
         cp=place_group("cp", p.cp, p, gpus_per_node),
         ep=place_group("ep", p.ep, p, gpus_per_node),
+        gpus_per_node=gpus_per_node,
     )
 
 
@@ -77,7 +78,7 @@ def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
 
 
 def _repeat_experts(moe: list[Op], experts_local: int) -> list[Op]:
-    """Local experts run one after another (sequential GEMMs; grouped GEMM has the same FLOPs)."""
+    """SequentialMLP: the local experts' GEMMs run one after another (a grouped GEMM comes with repeat 1)."""
     out: list[Op] = []
     for op in moe:
         out.extend([op] * (experts_local if op.name.startswith("moe.expert_") else 1))

@@ -32,6 +32,8 @@ class LayerContext:
     tp: Collective
     cp: Collective
     ep: Collective
+    gpus_per_node: int = 1
+    """GPUs per node of the cluster (placement of the MoE dispatcher's groups, graph/moe_ops.py)."""
 
 
 def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
@@ -215,25 +217,36 @@ def mlp_ops(ctx: LayerContext) -> list[Op]:
 
 
 def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
-    """MoE MLP (megatron/core/transformer/moe/): router, permute, all-to-all dispatch, expert GEMMs, combine.
+    """MoE MLP: norm, router, the token dispatcher's dispatch, expert GEMMs, combine, shared experts, residual.
 
-    Returns the ops and how many times the expert GEMM group repeats (local experts). Tokens are assumed
-    balanced across experts (the aux-loss target): each EP rank receives T * topk routed tokens in total.
+    Returns the ops and how many times the expert GEMM group repeats (local experts under SequentialMLP, 1 for a
+    grouped GEMM). Megatron-Core's dispatchers are built in graph/moe_ops.py; other frameworks keep
+    deepspeed_moe_ops. Tokens are assumed balanced across experts (the aux-loss target).
     """
+    from llmperf_hook.graph import moe_ops as mo  # moe_ops builds on this module
+
+    kind = mo.dispatcher_of(ctx)
+    if kind == "deepspeed":
+        return deepspeed_moe_ops(ctx)
+    build = {"allgather": mo.allgather_dispatch, "alltoall": mo.alltoall_dispatch, "flex": mo.flex_dispatch}[kind]
+    before, after, routed = build(ctx)
+    experts, repeat = mo.expert_ops(ctx, routed)
+    ops = [norm("moe.norm", ctx), mo._router(ctx), *before, *experts, *after, *shared_expert_ops(ctx),
+           residual("moe.residual", ctx)]
+    return ops, repeat
+
+
+def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
+    """DeepSpeed-MoE (Megatron-DeepSpeed) and Hugging Face MoE models: TP gather, router, permute, all-to-all
+    of the top-k copies, per-expert GEMMs, all-to-all, unpermute, TP reduce."""
     m, p = ctx.cfg.model, ctx.cfg.parallel
     h, topk = m.hidden_size, m.moe_router_topk
     experts_local = max(1, m.num_experts // p.ep)
     ffn = (m.moe_ffn_hidden_size or m.ffn_hidden_size) // max(1, p.etp)
-    # The TP group's routed tokens are split over TP / ETP expert replicas: with ETP = TP (the default) every TP
-    # rank computes its ffn/TP slice for all of them; with ETP < TP each rank takes ETP/TP of them, ffn/ETP wide.
     routed = max(1, ctx.tokens * topk * max(1, p.etp) // max(1, p.tp))
     per_expert = max(1, routed // experts_local)
-    # Each rank sends its own (sequence-parallel) shard of routed tokens through the all-to-all; the TP group
-    # then shares them (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher).
     routed_bytes = ctx.norm_tokens * topk * h * ctx.act_bytes
     ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx),
-           # The router scores the rank's own tokens: the sequence shard under SP (moe_layer.py routes before
-           # the dispatcher gathers anything), all T tokens on every TP rank otherwise.
            Op("moe.router", "router", "fwd", {"tokens": ctx.norm_tokens, "hidden": h, "experts": m.num_experts},
               flops=2.0 * ctx.norm_tokens * h * m.num_experts, bytes_moved=float(ctx.norm_tokens * h * ctx.act_bytes),
               dtype=ctx.dtype),

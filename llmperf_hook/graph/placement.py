@@ -17,6 +17,7 @@ def group_stride(group: str, layout: ParallelLayout) -> int:
     strides = {
         "tp": 1,
         "etp": 1,
+        "tp_ep": 1,
         "cp": layout.tp,
         "dp_cp": layout.tp,
         "ep": layout.etp,

@@ -50,13 +50,30 @@ def _comm_kind(op: Op) -> str:
     assert op.collective is not None
     if op.name.startswith("zero"):
         return "zero"
-    return {"dp_cp": "dp", "edp": "dp", "etp": "tp"}.get(op.collective.group, op.collective.group)
+    if op.name.startswith(("moe.dispatch", "moe.combine")):  # the dispatcher's ETP gathers are EP traffic too
+        return "ep"
+    return {"dp_cp": "dp", "edp": "dp", "etp": "tp", "tp_ep": "ep"}.get(op.collective.group, op.collective.group)
+
+
+SCOPED_OVERLAP = {"shared_experts": "moe.shared_"}
+"""Side-stream communication that hides only behind some of its layer's compute: the MoE dispatch / combine
+under --moe-shared-expert-overlap behind the shared experts' ops (token_dispatcher.py: shared fc1 runs during
+the dispatch A2A, fc2 during the combine A2A)."""
+
+
+def _scoped_exposed(ops: tuple[Op, ...], seconds: dict[str, float], scope: str) -> float:
+    """Exposed time of the communication tagged overlap=`scope`: max(0, comm - compute of its window ops)."""
+    prefix = SCOPED_OVERLAP[scope]
+    comm_s = sum(seconds[op_id(op)] for op in ops if op.collective is not None and op.tags.get("overlap") == scope)
+    window_s = sum(seconds[op_id(op)] for op in ops if op.collective is None and op.name.startswith(prefix))
+    return max(0.0, comm_s - window_s)
 
 
 def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool) -> PassCost:
     compute = recompute = hidden = 0.0
     exposed: dict[str, float] = defaultdict(float)
     hidden_by_kind: dict[str, float] = defaultdict(float)
+    scopes: set[str] = set()
     for op in ops:
         t = seconds[op_id(op)]
         if op.collective is None:
@@ -64,6 +81,8 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
                 recompute += t
             else:
                 compute += t
+        elif op.tags.get("overlap") in SCOPED_OVERLAP:
+            scopes.add(op.tags["overlap"])
         elif hidden_comm(op, tp_overlap):
             hidden += t
             hidden_by_kind[_comm_kind(op)] += t
@@ -72,6 +91,8 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
     leftover = max(0.0, hidden - (compute + recompute))
     for kind, t in hidden_by_kind.items():
         exposed[kind] += leftover * t / hidden if hidden else 0.0
+    for scope in scopes:
+        exposed["ep"] += _scoped_exposed(ops, seconds, scope)
     total = compute + recompute + sum(exposed.values())
     return PassCost(total, compute, recompute, dict(exposed))
 

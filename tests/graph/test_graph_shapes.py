@@ -2,6 +2,7 @@
 
 import pytest
 
+from llmperf_hook.frameworks.training_config import MoeDispatch
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.sample_configs import gpt3_175b, llama3_8b, make_config
@@ -52,7 +53,8 @@ def test_gqa_swiglu_rope_context_parallel_shapes() -> None:
 
 def test_moe_layer_has_router_alltoall_and_local_experts() -> None:
     cfg = make_config(num_layers=4, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=14336, dp=8, ep=8,
-                      global_batch_size=8, model_kw=dict(num_experts=8, moe_router_topk=2, swiglu=True))
+                      global_batch_size=8, model_kw=dict(num_experts=8, moe_router_topk=2, swiglu=True,
+                                                         moe_dispatch=MoeDispatch(token_dispatcher="alltoall")))
     graph = build_graph(cfg, load_cluster("dgx-h100"))
     ops, block = _layer_ops(graph, name="moe_layer")
     assert ops["moe.router"].dims["experts"] == 8
