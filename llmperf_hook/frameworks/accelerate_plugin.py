@@ -35,15 +35,17 @@ def accelerate_deepspeed(env: Mapping[str, str]) -> bool:
 def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
     """(ds_config dict, its origin for messages) of an `accelerate launch --use_deepspeed` job."""
     if env.get(CONFIG_FILE):
-        raw, origin = read_ds_config(env[CONFIG_FILE], hf_trainer=True), env[CONFIG_FILE]
-        return plugin_config_file(raw, env, origin), origin
-    raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
-           "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
-    for var, (path, kind) in _PLUGIN_KEYS.items():
-        if env.get(var, "none").lower() not in ("none", ""):
-            _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
-    _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())
-    return raw, "accelerate DeepSpeed plugin (--zero_stage etc.)"
+        origin = env[CONFIG_FILE]
+        raw = plugin_config_file(read_ds_config(origin, hf_trainer=True), env, origin)
+    else:
+        origin = "accelerate DeepSpeed plugin (--zero_stage etc.)"
+        raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
+               "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
+        for var, (path, kind) in _PLUGIN_KEYS.items():
+            if env.get(var, "none").lower() not in ("none", ""):
+                _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
+    _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
+    return raw, origin
 
 
 # DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.

@@ -101,6 +101,18 @@ def test_deepspeed_config_file_wins_over_the_plugin_but_its_auto_values_are_fill
     assert resolve_job(argv, {})[1].optimizer.zero_stage == 1
 
 
+def test_deepspeed_config_file_without_precision_takes_the_accelerator_mixed_precision(workdir: Path) -> None:
+    """AcceleratorState calls DeepSpeedPlugin.set_mixed_precision with or without a config file: a file with no
+    fp16/bf16 section gets the launcher's --mixed_precision, else the Trainer's --bf16 / --fp16 decides."""
+    (workdir / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}))
+    base = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--deepspeed_config_file", "ds.json"]
+    assert resolve_job([*base, "--mixed_precision", "bf16", *_script("--bf16")], {})[1].precision == "bf16"
+    assert resolve_job([*base, *_script("--bf16")], {})[1].precision == "bf16"
+    assert resolve_job([*base, *_script()], {})[1].precision == "fp32"
+    with pytest.raises(ConfigError, match="bf16.enabled=True vs hf --bf16 False"):  # Trainer's fill_match refuses
+        resolve_job([*base, "--mixed_precision", "bf16", *_script()], {})
+
+
 def test_tune_apply_rewrites_the_plugin_and_the_trainer_apart(workdir: Path) -> None:
     from llmperf_hook.tune.apply import plan_tuned_command
     from llmperf_hook.tune.candidate import apply_candidate, candidate_of
