@@ -233,6 +233,8 @@ MOE_DISPATCH_FLAGS = {
     "--delay-wgrad-compute": Flag("delay_wgrad_compute", "true"),
     "--moe-router-num-groups": Flag("moe_router_num_groups", "int"),
     "--moe-router-group-topk": Flag("moe_router_group_topk", "int"),
+    "--moe-router-dtype": Flag("moe_router_dtype", "str"),
+    "--moe-router-padding-for-quantization": Flag("moe_router_padding_for_quantization", "true"),
 }
 """Dispatcher flags the script-flag table lacks; registered into it below until script_flags.py lists them."""
 MODELLED_MOE_FLAGS = ("moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
@@ -299,6 +301,30 @@ def _capacity(flags: FlagValues, dispatcher: str, backend: str) -> tuple[float |
     return factor, pad and factor is not None
 
 
+ROUTER_DTYPES = ("fp32", "fp64")
+"""TransformerConfig.moe_router_dtype Literal (None = the activations' dtype)."""
+
+
+def _dispatcher_rules(flags: FlagValues, dispatcher: str, backend: str) -> None:
+    """Rules of the dispatchers themselves: router dtype choices; allgather refuses quantization padding
+    (TransformerConfig); DeepEP / NCCL EP assert 'requires TPxEP > 1' (MoEFlexTokenDispatcher.__init__)."""
+    dtype = flags.get("moe_router_dtype")
+    if dtype is not None and dtype not in ROUTER_DTYPES:
+        raise ConfigError(f"--moe-router-dtype {dtype} ({flags.source('moe_router_dtype')}) is not a choice Megatron "
+                          f"offers ({', '.join(ROUTER_DTYPES)}); its argument parser stops the job. Pick one of them.")
+    if flags.get("moe_router_padding_for_quantization") and dispatcher == "allgather":
+        raise ConfigError("--moe-router-padding-for-quantization with the allgather token dispatcher (Megatron's default "
+                          "when --moe-token-dispatcher-type is not given): Megatron raises 'allgather and alltoall_seq "
+                          "dispatcher does not support moe_router_padding_for_quantization'. Use "
+                          "--moe-token-dispatcher-type alltoall or flex.")
+    tp = flags.get("tensor_model_parallel_size", 1)
+    etp, ep = flags.get("expert_tensor_parallel_size", tp), flags.get("expert_model_parallel_size", 1)
+    if dispatcher == "flex" and backend in ("deepep", "ncclep") and etp * ep <= 1:
+        raise ConfigError(f"--moe-token-dispatcher-type flex with backend {backend} at expert-tensor-parallel-size {etp} "
+                          f"x expert-model-parallel-size {ep} = 1: Megatron asserts '{'DeepEP' if backend == 'deepep' else 'NCCL EP'} "
+                          "dispatcher requires TPxEP > 1'. Use --expert-model-parallel-size > 1, or another dispatcher.")
+
+
 def _ep_overlap_rules(flags: FlagValues, dispatcher: str) -> None:
     """TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm (the command's own layout)."""
     ep, pp = flags.get("expert_model_parallel_size", 1), flags.get("pipeline_model_parallel_size", 1)
@@ -344,6 +370,7 @@ def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: li
     dispatcher = _dispatcher(flags, src, warnings)
     backend = _flex_backend(flags, dispatcher)
     factor, pad = _capacity(flags, dispatcher, backend)
+    _dispatcher_rules(flags, dispatcher, backend)
     overlap = bool(flags.get("overlap_moe_expert_parallel_comm"))
     if overlap:
         _ep_overlap_rules(flags, dispatcher)
@@ -361,4 +388,5 @@ def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: li
                        permute_fusion=bool(flags.get("moe_permute_fusion")), capacity_factor=factor, pad_to_capacity=pad,
                        overlap_ep_comm=overlap, shared_expert_overlap=bool(flags.get("moe_shared_expert_overlap")),
                        router_num_groups=groups if groups and group_topk else None,
-                       router_group_topk=group_topk if groups and group_topk else None)
+                       router_group_topk=group_topk if groups and group_topk else None,
+                       router_dtype=flags.get("moe_router_dtype"))

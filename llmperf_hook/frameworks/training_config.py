@@ -47,6 +47,9 @@ class MoeDispatch:
     (DeepSeek-V3's node-limited routing); None = unlimited."""
     router_num_groups: int | None = None
     """--moe-router-num-groups: expert groups of the group-limited router (None = no grouping)."""
+    router_dtype: str | None = None
+    """--moe-router-dtype fp32 / fp64: the routing probs' dtype (None = the activations'); the allgather and
+    alltoall dispatchers reduce-scatter the expert outputs in it (token_dispatcher.py: .to(probs.dtype))."""
 
 
 @dataclass(frozen=True)

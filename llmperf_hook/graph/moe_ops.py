@@ -102,6 +102,11 @@ def _ep_tags(ctx: LayerContext) -> dict[str, str]:
     return {}
 
 
+def probs_bytes(ctx: LayerContext) -> int:
+    """Bytes per routing prob: --moe-router-dtype fp32 / fp64, else the activations' (router.py gating)."""
+    return {"fp32": 4, "fp64": 8}.get(ctx.cfg.model.moe_dispatch.router_dtype or "", ctx.act_bytes)
+
+
 def _router(ctx: LayerContext) -> Op:
     """The router scores the rank's own tokens (moe_layer.py routes before the dispatcher gathers anything)."""
     m, n = ctx.cfg.model, ctx.norm_tokens
@@ -125,13 +130,14 @@ def allgather_dispatch(ctx: LayerContext) -> tuple[list[Op], list[Op], int]:
     before: list[Op] = []
     after: list[Op] = []
     if g.group_size > 1:
-        before += [comm("moe.dispatch_allgather_probs", "allgather", rows * m.num_experts * (ctx.act_bytes + 1), g, ctx,
-                        **tags),
+        before += [comm("moe.dispatch_allgather_probs", "allgather", rows * m.num_experts * (probs_bytes(ctx) + 1), g,
+                        ctx, **tags),
                    comm("moe.dispatch_allgather", "allgather", rows * h * ctx.act_bytes, g, ctx, **tags)]
     before.append(_permute("moe.permute", routed, ctx))
     after.append(_permute("moe.unpermute", routed, ctx, unpermute=True))
     if g.group_size > 1:
-        after.append(comm("moe.combine_reducescatter", "reducescatter", rows * h * ctx.act_bytes, g, ctx, **tags))
+        # token_combine reduce-scatters in the probs' dtype (hidden_states.to(self.local_probs.dtype))
+        after.append(comm("moe.combine_reducescatter", "reducescatter", rows * h * probs_bytes(ctx), g, ctx, **tags))
     return before, after, routed
 
 
@@ -148,8 +154,8 @@ def alltoall_dispatch(ctx: LayerContext) -> tuple[list[Op], list[Op], int]:
         before.append(comm("moe.dispatch_alltoall", "alltoall", c * h * ctx.act_bytes, ctx.ep, ctx, **tags))
     if etp > 1:
         before.append(comm("moe.dispatch_etp_allgather", "allgather", routed * h * ctx.act_bytes, etp_group, ctx, **tags))
-        after.append(comm("moe.combine_etp_reducescatter", "reducescatter", routed * h * ctx.act_bytes, etp_group, ctx,
-                          **tags))
+        after.append(comm("moe.combine_etp_reducescatter", "reducescatter", routed * h * probs_bytes(ctx), etp_group,
+                          ctx, **tags))  # in the probs' dtype, as combine_preprocess casts
     if local > 1:
         before.append(_permute("moe.sort_chunks", routed, ctx))
         after.insert(0, _permute("moe.unsort_chunks", routed, ctx))

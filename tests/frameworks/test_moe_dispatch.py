@@ -146,3 +146,27 @@ def test_tune_candidates_and_apply_keep_the_dispatcher_settings() -> None:
     assert apply_candidate(cfg, new).model.moe_dispatch == cfg.model.moe_dispatch
     argv = rewrite_megatron_argv([*MOE, *flags], base, new, cfg.model.num_layers, cfg.framework)
     assert argv[-len(flags):] == flags and "4" == argv[argv.index("--expert-model-parallel-size") + 1]
+
+
+def test_fp32_router_makes_the_combine_reduce_scatter_fp32() -> None:
+    ops = _by_name(_moe_ops("--moe-router-dtype", "fp32"))
+    assert ops["moe.combine_reducescatter"].dims["bytes"] == N * 8 * H * 4  # token_combine casts to the probs' dtype
+    assert ops["moe.dispatch_allgather"].dims["bytes"] == N * 8 * H * BF16  # the gather stays in bf16
+    assert ops["moe.dispatch_allgather_probs"].dims["bytes"] == N * 8 * 8 * (4 + 1)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--moe-router-padding-for-quantization"], "does not support moe_router_padding_for_quantization"),
+    (["--moe-router-dtype", "bf16"], "not a choice"),
+])
+def test_more_dispatcher_rules_exit_2(extra: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        resolve_job([*MOE, *extra], {})
+
+
+def test_deepep_needs_more_than_one_expert_rank() -> None:
+    single = ("torchrun --nproc-per-node 1 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+              "--seq-length 512 --max-position-embeddings 512 --vocab-size 1000 --num-experts 4 --micro-batch-size 1 "
+              "--global-batch-size 1 --bf16 --moe-token-dispatcher-type flex").split()
+    with pytest.raises(ConfigError, match="requires TPxEP > 1"):
+        resolve_job(single, {})
