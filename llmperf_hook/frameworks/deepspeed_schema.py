@@ -102,8 +102,22 @@ def _int_field(value: Any, key: str, origin: str, bound: tuple[int, bool] | None
                           "Give a value in range or leave the key out for DeepSpeed's default.")
 
 
+def offload_ratio(section: Any) -> Any:
+    """offload_optimizer.ratio as DeepSpeed reads it: pydantic's lax float takes "0.5" as 0.5; "auto" (dropped) and a
+    missing key are the default 1.0. Anything else is returned as given, for the caller to refuse."""
+    value = section.get("ratio", 1.0) if isinstance(section, dict) else 1.0
+    if value == AUTO:
+        return 1.0
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _offload(section: Any, key: str, origin: str) -> None:
-    if section is None:
+    if section is None or section == AUTO:  # DeepSpeedConfigModel drops "auto" values: the default (no offload)
         return
     if not isinstance(section, dict):
         raise ConfigError(f"{origin} zero_optimization.{key} must be an object such as {{\"device\": \"cpu\"}}, got "
@@ -114,11 +128,11 @@ def _offload(section: Any, key: str, origin: str) -> None:
     if device != AUTO and device not in OFFLOAD_DEVICES:
         raise ConfigError(f"{origin} zero_optimization.{key}.device is {device!r}; DeepSpeed's OffloadDeviceEnum accepts "
                           "exactly \"none\", \"cpu\" or \"nvme\" (lower case). Use one of them.")
-    ratio = section.get("ratio", 1.0)
-    if key == "offload_optimizer" and ratio != AUTO and (not isinstance(ratio, (int, float)) or isinstance(ratio, bool)
-                                                         or not 0.0 <= ratio <= 1.0):
-        raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio is {ratio!r}; DeepSpeed requires a number "
-                          "from 0.0 to 1.0 (the share of the optimizer offloaded).")
+    ratio = offload_ratio(section)
+    if key == "offload_optimizer" and (not isinstance(ratio, (int, float)) or isinstance(ratio, bool)
+                                       or not 0.0 <= ratio <= 1.0):
+        raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio is {section['ratio']!r}; DeepSpeed requires "
+                          "a number from 0.0 to 1.0 (the share of the optimizer offloaded).")
     for name in ("buffer_count", "buffer_size", "max_in_cpu"):
         if name in section:
             _int_field(section[name], f"zero_optimization.{key}.{name}", origin, (0, False))
@@ -250,11 +264,11 @@ def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warn
         warnings.append(f"{origin} offload_optimizer device nvme at ZeRO stage {fields['zero_stage']}: DeepSpeed's ZeRO-1/2 "
                         "optimizer offloads to CPU memory (stage_1_and_2.py), priced as cpu")
         fields["offload_optimizer"] = "cpu"
-    ratio = zero["offload_optimizer"].get("ratio", 1.0) if isinstance(zero.get("offload_optimizer"), dict) else 1.0
-    if isinstance(ratio, (int, float)) and ratio < 1.0 and fields["zero_stage"] != 3:
+    ratio = offload_ratio(zero.get("offload_optimizer"))
+    if ratio < 1.0 and fields["zero_stage"] != 3:
         raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "
                           "DeepSpeedZeroConfig asserts 'Partial offloading only supported for ZeRO Stage 3.' Use stage 3 or "
                           "drop the ratio.")
-    if fields["offload_optimizer"] != "none" and isinstance(ratio, (int, float)) and ratio < 1.0:
+    if fields["offload_optimizer"] != "none" and ratio < 1.0:
         warnings.append(f"{origin} offload_optimizer.ratio {ratio} (partial offload) accepted, not modelled: priced as "
                         "offloading the whole optimizer")

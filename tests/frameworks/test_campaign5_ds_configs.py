@@ -162,6 +162,19 @@ def test_offload_rules_once_the_stage_is_known(tmp_path: Path) -> None:
     assert stage2.optimizer.offload_optimizer == "cpu"  # stage_1_and_2.py offloads to CPU memory
 
 
+def test_offload_values_pydantic_reads_laxly(tmp_path: Path) -> None:
+    """DeepSpeedConfigModel drops an "auto" offload section (no offload), and OffloadOptimizerConfig.ratio is a lax
+    float: "0.5" is 0.5, so the partial-offload rules see it."""
+    cfg = script([*DS, _zero(tmp_path, stage=3, offload_param="auto", offload_optimizer="auto")], model="llama2-7b")
+    assert (cfg.optimizer.offload_optimizer, cfg.optimizer.offload_param) == ("none", "none")
+    partial = script([*DS, _zero(tmp_path, stage=3, offload_optimizer={"device": "cpu", "ratio": "0.5"})], model="llama2-7b")
+    assert any("ratio 0.5 (partial offload)" in w for w in partial.warnings)
+    with pytest.raises(ConfigError, match="Partial offloading only supported for ZeRO Stage 3"):
+        script([*DS, _zero(tmp_path, stage=2, offload_optimizer={"device": "cpu", "ratio": "0.5"})], model="llama2-7b")
+    with pytest.raises(ConfigError, match="ratio is 'half'.*0.0 to 1.0"):
+        script([*DS, _zero(tmp_path, stage=3, offload_optimizer={"device": "cpu", "ratio": "half"})], model="llama2-7b")
+
+
 def test_tune_searches_only_the_stages_the_ds_config_allows(tmp_path: Path) -> None:
     from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
 
