@@ -7,12 +7,17 @@ bf16. Per rank n = 2048 / 4 = 512 routed tokens; tp_ep group G = ETP x EP = 8; l
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmperf_hook.api import predict_command
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.frameworks.training_config import MoeDispatch
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.moe_ops import expected_distinct
+from llmperf_hook.graph.sample_configs import make_config
+from llmperf_hook.hardware.load import load_cluster
 
 MOE = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 1024 --ffn-hidden-size 4096 "
        "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 "
@@ -170,3 +175,20 @@ def test_deepep_needs_more_than_one_expert_rank() -> None:
               "--global-batch-size 1 --bf16 --moe-token-dispatcher-type flex").split()
     with pytest.raises(ConfigError, match="requires TPxEP > 1"):
         resolve_job(single, {})
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8]), topk=st.sampled_from([1, 2, 4]),
+       grouped=st.booleans())
+def test_every_dispatcher_computes_the_same_expert_work(tp: int, ep: int, topk: int, grouped: bool) -> None:
+    """The dispatcher moves tokens differently; the expert FLOPs per rank are the same (balanced routing)."""
+    flops = set()
+    for kind in ("allgather", "alltoall", "flex"):
+        cfg = make_config(num_layers=2, hidden_size=256, num_attention_heads=4, seq_length=512, tp=tp, dp=8 // tp,
+                          ep=ep, sequence_parallel=tp > 1, global_batch_size=8 // tp,
+                          model_kw=dict(num_experts=8, moe_router_topk=topk, add_bias_linear=False,
+                                        moe_dispatch=MoeDispatch(token_dispatcher=kind, grouped_gemm=grouped)))
+        block = next(b for b in build_graph(cfg, load_cluster("dgx-h100")).stages[0].chunks[0].blocks
+                     if b.name == "moe_layer")
+        flops.add(round(sum(op.flops for op in block.fwd if op.name.startswith("moe.expert_fc"))))
+    assert len(flops) == 1
