@@ -92,6 +92,8 @@ def _moe(flags: FlagValues, ffn: int, warnings: list[str], src: dict[str, Source
         ignored = [flags.seen_flags[d] for d in (*MODELLED_MOE_FLAGS, "moe_grouped_gemm") if flags.get(d) not in (None, False)]
         if ignored and not ds_flavour:
             warnings.append(f"{', '.join(ignored)}: ignored without --num-experts (a dense model has no MoE layer)")
+        if not ds_flavour:
+            wgrad_rules(flags, overlap=False)
         return {"num_experts": 0}
     src["num_experts"] = flags.source("num_experts")
     if ds_flavour:
@@ -353,7 +355,10 @@ def _ep_overlap_rules(flags: FlagValues, dispatcher: str) -> None:
                               f"asserts {quote} (TransformerConfig.__post_init__). To keep the overlap, {fix}.")
 
 
-def _wgrad_rules(flags: FlagValues, overlap: bool, warnings: list[str]) -> None:
+def wgrad_rules(flags: FlagValues, overlap: bool) -> None:
+    """--delay-wgrad-compute: validate_args asserts the Transformer Engine implementation; TransformerConfig
+    'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute' (the delayed weight
+    gradients are what the EP A2A overlap runs beside the other micro-batch's dispatch)."""
     if not flags.get("delay_wgrad_compute"):
         return
     if flags.get("transformer_impl", "transformer_engine") != "transformer_engine":
@@ -361,8 +366,10 @@ def _wgrad_rules(flags: FlagValues, overlap: bool, warnings: list[str]) -> None:
                           "asserts 'Delaying wgrad compute is only supported with transformer_engine implementation' "
                           "(validate_args). Use --transformer-impl transformer_engine or drop the flag.")
     if not overlap:
-        warnings.append("--delay-wgrad-compute without --overlap-moe-expert-parallel-comm: accepted, not modelled (the "
-                        "delayed weight gradients are priced where the backward computes them)")
+        raise ConfigError(f"{flags.seen_flags['delay_wgrad_compute']} without --overlap-moe-expert-parallel-comm: Megatron "
+                          "asserts 'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute' "
+                          "(TransformerConfig). Add --overlap-moe-expert-parallel-comm (an MoE model with EP > 1) or "
+                          "drop --delay-wgrad-compute.")
 
 
 def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> MoeDispatch:
@@ -374,7 +381,7 @@ def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: li
     overlap = bool(flags.get("overlap_moe_expert_parallel_comm"))
     if overlap:
         _ep_overlap_rules(flags, dispatcher)
-    _wgrad_rules(flags, overlap, warnings)
+    wgrad_rules(flags, overlap)
     if dispatcher == "flex" and backend == "ncclep":
         warnings.append("--moe-flex-dispatcher-backend ncclep: NCCL EP priced as an all-to-all of every top-k copy")
     if flags.get("moe_shared_expert_overlap") and not flags.has("moe_shared_expert_intermediate_size"):

@@ -116,6 +116,7 @@ def test_shared_expert_overlap_hides_dispatch_behind_shared_experts() -> None:
       "full", "--recompute-method", "uniform"], "disable full recomputation"),
     (["--moe-expert-capacity-factor", "1", "--moe-router-load-balancing-type", "sinkhorn"], "only works with"),
     (["--delay-wgrad-compute", "--transformer-impl", "local"], "transformer_engine"),
+    (["--moe-token-dispatcher-type", "alltoall", "--delay-wgrad-compute"], "must be enabled when enabling delay_wgrad"),
 ])
 def test_megatron_dispatcher_rules_exit_2(extra: list[str], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
