@@ -199,11 +199,10 @@ def flex_dispatch(ctx: LayerContext) -> tuple[list[Op], list[Op], int]:
     m, p, g = ctx.cfg.model, ctx.cfg.parallel, tp_ep_group(ctx)
     routed = copies_per_rank(ctx) * max(1, p.etp)
     if m.moe_dispatch.flex_backend == "ncclep":
-        c = copies_per_rank(ctx) * max(1, p.etp)
-        nbytes = c * m.hidden_size * ctx.act_bytes
-        a2a = [comm(f"moe.{kind}_alltoall", "alltoall", nbytes, g, ctx, **_ep_tags(ctx)) if g.group_size > 1 else None
-               for kind in ("dispatch", "combine")]
-        before = [_permute("moe.permute", c, ctx), *[op for op in a2a[:1] if op]]
-        return before, [*[op for op in a2a[1:] if op], _permute("moe.unpermute", c, ctx, unpermute=True)], routed
+        nbytes, tags = routed * m.hidden_size * ctx.act_bytes, _ep_tags(ctx)
+        dispatch = [comm("moe.dispatch_alltoall", "alltoall", nbytes, g, ctx, **tags)] if g.group_size > 1 else []
+        combine = [comm("moe.combine_alltoall", "alltoall", nbytes, g, ctx, **tags)] if g.group_size > 1 else []
+        return ([_permute("moe.permute", routed, ctx), *dispatch],
+                [*combine, _permute("moe.unpermute", routed, ctx, unpermute=True)], routed)
     return ([*flex_comm(ctx, "moe.dispatch"), _permute("moe.permute", routed, ctx)],
             [_permute("moe.unpermute", routed, ctx, unpermute=True), *flex_comm(ctx, "moe.combine")], routed)

@@ -193,3 +193,9 @@ def test_every_dispatcher_computes_the_same_expert_work(tp: int, ep: int, topk: 
                      if b.name == "moe_layer")
         flops.add(round(sum(op.flops for op in block.fwd if op.name.startswith("moe.expert_fc"))))
     assert len(flops) == 1
+
+
+def test_ncclep_is_an_alltoall_of_every_copy_over_tp_ep() -> None:
+    ops = _by_name(_moe_ops("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "ncclep"))
+    a2a = ops["moe.dispatch_alltoall"]
+    assert a2a.collective.group == "tp_ep" and a2a.dims["bytes"] == 4 * N * 2 * H * BF16  # ETP 4 x 512 x top-2
