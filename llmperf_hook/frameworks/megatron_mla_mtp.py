@@ -5,8 +5,8 @@ Defaults (megatron/training/arguments.py _add_mla_args): --q-lora-rank None (no 
 --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128; --rope-type None (MLA then
 takes MLATransformerConfig's "yarn"). Rules, each an exit 2 here as Megatron raises at start-up:
 - validate_args: MLA and --group-query-attention are mutually exclusive; --mla-down-proj-fusion needs MLA;
-  --mtp-num-layers needs a position type that uses position ids (learned_absolute, rope, mrope, none; before
-  Megatron-LM #3114 of Feb 2026 only rope and none: a warning then).
+  --mtp-num-layers needs --position-embedding-type rope or none (validate_args's 'MTP validation' assert; its
+  later, looser list of learned_absolute/rope/mrope/none never gets to decide).
 - argument_utils.py core_transformer_config_from_args: --rope-type other than rope needs MLA.
 - MLATransformerConfig.__post_init__: rope fusion (on unless --no-rope-fusion, off by validate_args for a
   position type other than rope) needs rope_type yarn;
@@ -27,11 +27,10 @@ MLA_DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 6
 """megatron/training/arguments.py _add_mla_args defaults (q_lora_rank: None)."""
 MLA_KEYS = ("multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
             "v_head_dim")
-MTP_POSITION_TYPES = ("learned_absolute", "rope", "mrope", "none")
-"""validate_args: 'Multi-Token Prediction (MTP) is not supported with {type} position embedding type' for any other
-(megatron/training/arguments.py since 70719cdd, "mRoPE for MTP", Feb 2026)."""
-MTP_POSITION_TYPES_BEFORE_2026 = ("rope", "none")
-"""The same assert before that change: rope and none only."""
+MTP_POSITION_TYPES = ("rope", "none")
+"""validate_args: 'Multi-Token Prediction (MTP) is not supported with {type} position embedding type. The supported
+position embedding types are rope and none' (megatron/training/arguments.py, MTP validation; re-added 9d71cb1c,
+Feb 2026, before the mRoPE list of 70719cdd that would also accept learned_absolute and mrope)."""
 
 
 def _flag(flags: FlagValues, dest: str) -> str:
@@ -115,15 +114,12 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
                         "Megatron-DeepSpeed")
         return {}
     kind = _position_type(flags)
-    where = flags.source("position_embedding_type", "Megatron's default")
     if kind not in MTP_POSITION_TYPES:
+        where = flags.source("position_embedding_type", "Megatron's default")
         raise ConfigError(f"--mtp-num-layers {depths} ({flags.source('mtp_num_layers')}) with --position-embedding-type "
-                          f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with '{kind}' "
-                          f"position embedding type. The supported position embedding types are: "
-                          f"{', '.join(MTP_POSITION_TYPES)}' (validate_args). Add --position-embedding-type rope.")
-    if kind not in MTP_POSITION_TYPES_BEFORE_2026:
-        warnings.append(f"--mtp-num-layers with --position-embedding-type {kind} ({where}): Megatron-LM releases before "
-                        "Feb 2026 assert MTP supports only rope and none; newer ones accept it")
+                          f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with {kind} "
+                          "position embedding type. The supported position embedding types are rope and none' "
+                          "(validate_args). Add --position-embedding-type rope.")
     if flags.get("pipeline_model_parallel_layout"):
         warnings.append("--pipeline-model-parallel-layout with --mtp-num-layers: the MTP layers are priced on the last "
                         "pipeline stage (Megatron's placement without a layout)")

@@ -54,7 +54,8 @@ def test_plain_jobs_keep_their_explain_keys() -> None:
     ((*MLA, "--rotary-interleaved"), "rotary_interleaved"),
     (("--rope-type", "yarn"), "Common attention"),
     (("--mla-down-proj-fusion",), "requires --multi-latent-attention"),
-    (("--mtp-num-layers", "1", "--position-embedding-type", "relative"), "learned_absolute, rope, mrope, none"),
+    (("--mtp-num-layers", "1"), "learned_absolute"),
+    (("--mtp-num-layers", "1", "--position-embedding-type", "mrope"), "rope and none"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "1024"), "--disable-bias-linear"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "0", "--disable-bias-linear"), "<= 0"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "1024", "--disable-bias-linear",
@@ -69,9 +70,6 @@ def test_rules_megatron_enforces_exit_2(args: tuple[str, ...], fragment: str) ->
 def test_accepted_variants() -> None:
     assert megatron(*MLA, "--rope-type", "rope", "--no-rope-fusion", base=SMALL).model.multi_latent_attention
     assert megatron("--mtp-num-layers", "1", "--position-embedding-type", "none", base=SMALL).model.mtp_num_layers == 1
-    # Megatron-LM accepts learned positions with MTP since Feb 2026 (validate_args); older releases refused them.
-    learned = megatron("--mtp-num-layers", "1", base=SMALL)
-    assert learned.model.mtp_num_layers == 1 and any("before Feb 2026" in w for w in learned.warnings)
     # validate_args turns rope fusion off for a position type other than rope, so MLATransformerConfig's
     # 'apply_rope_fusion for MLA only works with YARN RoPE' cannot fire.
     assert megatron("--multi-latent-attention", "--position-embedding-type", "none", "--rope-type", "rope",
