@@ -36,7 +36,8 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     """(replicated-across-TP bytes, TP-split bytes, attention-score bytes) of one layer, one micro-batch."""
     m = cfg.model
     s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
-    f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
+    share = moe_copy_share(cfg)
+    f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk * share
     f += m.moe_shared_expert_intermediate_size if m.num_experts else 0  # shared experts: one more MLP, TP-split
     kv = m.num_query_groups / m.num_attention_heads
     sbh = s * b * h
@@ -44,6 +45,10 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     ln_inputs = 2 * ab * sbh
     qkv_input, mlp_input, dropout_masks = ab * sbh, ab * sbh, 2 * MASK_BYTES * sbh
     replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
+    if m.num_experts and cfg.framework == "megatron":
+        # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
+        # per rank (graph/moe_ops.py); the MLP input above is the router's saved input.
+        replicated += ab * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
     qkv = ab * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
     proj_input = ab * sbh
     fc1_out = ab * s * b * f * (2 if m.swiglu else 1)
@@ -55,6 +60,15 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     a = m.num_attention_heads
     scores = (2 * ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def moe_copy_share(cfg: TrainingConfig) -> float:
+    """Routed copies kept per top-k copy under --moe-expert-capacity-factor f: f when padded to capacity,
+    min(1, f) when dropping (balanced routing, graph/moe_ops.copies_per_rank without its ceil); 1 dropless."""
+    d = cfg.model.moe_dispatch
+    if d.capacity_factor is None or cfg.framework != "megatron":
+        return 1.0
+    return d.capacity_factor if d.pad_to_capacity else min(1.0, d.capacity_factor)
 
 
 def mla_terms(cfg: TrainingConfig) -> tuple[float, float, float]:

@@ -199,3 +199,17 @@ def test_ncclep_is_an_alltoall_of_every_copy_over_tp_ep() -> None:
     ops = _by_name(_moe_ops("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "ncclep"))
     a2a = ops["moe.dispatch_alltoall"]
     assert a2a.collective.group == "tp_ep" and a2a.dims["bytes"] == 4 * N * 2 * H * BF16  # ETP 4 x 512 x top-2
+
+
+def test_expert_activations_follow_the_routed_copies() -> None:
+    """Stored per layer: the experts' FC1 input (k x ETP copies of sbh) and FC1 out / FC2 in (s b k f each), all
+    halved by a dropping capacity factor 0.5. h 256, s 512, b 1, k 2, f 1024, TP 1: sbh = 131,072."""
+    from llmperf_hook.schedule.activations import layer_activation_bytes
+
+    def cfg(dispatch: MoeDispatch):
+        return make_config(num_layers=2, hidden_size=256, num_attention_heads=4, seq_length=512, ep=1,
+                           model_kw=dict(num_experts=8, moe_router_topk=2, moe_dispatch=dispatch))
+
+    dropless = layer_activation_bytes(cfg(MoeDispatch(token_dispatcher="alltoall")))
+    dropped = layer_activation_bytes(cfg(MoeDispatch(token_dispatcher="alltoall", capacity_factor=0.5)))
+    assert dropless - dropped == pytest.approx(0.5 * (2 * 131072 * 2 + 2 * (2 * 512 * 1024 * 2)))
