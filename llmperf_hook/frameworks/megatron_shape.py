@@ -12,9 +12,8 @@ import ast
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.flags import Flag, FlagValues
+from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
-from llmperf_hook.frameworks.script_flags import NOT_MODELLED, SCRIPT_FLAGS
 from llmperf_hook.frameworks.training_config import ModelShape, MoeDispatch
 from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
 from llmperf_hook.provenance import Source, SourceKind
@@ -228,25 +227,9 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
 
 # --- Megatron-Core token dispatcher and expert kernels ---------------------------------------------------------
 
-MOE_DISPATCH_FLAGS = {
-    "--moe-flex-dispatcher-backend": Flag("moe_flex_dispatcher_backend", "str"),
-    "--moe-enable-deepep": Flag("moe_enable_deepep", "true"),
-    "--moe-permute-fusion": Flag("moe_permute_fusion", "true"),
-    "--delay-wgrad-compute": Flag("delay_wgrad_compute", "true"),
-    "--moe-router-num-groups": Flag("moe_router_num_groups", "int"),
-    "--moe-router-group-topk": Flag("moe_router_group_topk", "int"),
-    "--moe-router-dtype": Flag("moe_router_dtype", "str"),
-    "--moe-router-padding-for-quantization": Flag("moe_router_padding_for_quantization", "true"),
-}
-"""Dispatcher flags the script-flag table lacks; registered into it below until script_flags.py lists them."""
 MODELLED_MOE_FLAGS = ("moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
                       "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap")
-"""Flags script_flags.NOT_MODELLED still warns about that the graph now models (graph/moe_ops.py)."""
-for _name, _flag_def in MOE_DISPATCH_FLAGS.items():
-    SCRIPT_FLAGS.setdefault(_name, _flag_def)
-for _dest in MODELLED_MOE_FLAGS:
-    NOT_MODELLED.pop(_dest, None)
-
+"""MoE settings the graph models (graph/moe_ops.py); on a dense model they are ignored, with a warning."""
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 """TransformerConfig.moe_flex_dispatcher_backend Literal (argparse choices through argument_utils.py)."""
 CAPACITY_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")

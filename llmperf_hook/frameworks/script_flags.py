@@ -21,6 +21,7 @@ _INT = (
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+    "moe-router-num-groups", "moe-router-group-topk",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -29,7 +30,7 @@ _STR = (
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
-    "fsdp", "rope-type",
+    "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -44,7 +45,8 @@ _TRUE = (
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
-    "moe-shared-expert-gate", "moe-shared-expert-overlap",
+    "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
+    "delay-wgrad-compute", "moe-router-padding-for-quantization",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -112,18 +114,13 @@ NOT_MODELLED: dict[str, str] = {
     "squared_relu": "squared-ReLU activation timed as GeLU",
     "window_size": "sliding-window attention not modelled: attention priced as full causal",
     "position_embedding_type": "relative position bias (T5-style) not modelled: priced as learned absolute embeddings",
-    "moe_token_dispatcher_type": "MoE token dispatcher: all-to-all assumed",
     "distribute_saved_activations": "distributed saved activations not modelled",
     "fp8_param_gather": "fp8 parameter all-gather not modelled",
     "grad_reduce_in_bf16": "gradient reduction timed in fp32, not bf16",
     "recompute_modules": "selective recomputation of chosen modules: core attention assumed",
-    "moe_expert_capacity_factor": "MoE capacity factor (token dropping) not modelled: dropless assumed",
-    "moe_pad_expert_input_to_capacity": "MoE padding to capacity not modelled",
-    "overlap_moe_expert_parallel_comm": "MoE expert-parallel communication overlap not modelled",
     "enable_cuda_graph": "CUDA graphs not modelled",
     "external_cuda_graph": "CUDA graphs not modelled",
     "cuda_graph_impl": "CUDA graphs not modelled",
     "optimizer_offload_fraction": "partial optimizer offload modelled as full CPU offload",
-    "moe_shared_expert_overlap": "shared experts priced without overlap with the token dispatch",
     "mla_down_proj_fusion": "fused MLA down projections priced as the two separate GEMMs",
 }

@@ -34,7 +34,8 @@ MIXTRAL = [
     "--num-query-groups", "8", "--kv-channels", "128", "--seq-length", "4096", "--max-position-embeddings", "32768",
     "--tokenizer-type", "Llama2Tokenizer", "--vocab-size", "32000", "--position-embedding-type", "rope", "--swiglu",
     "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-    "--num-experts", "8", "--moe-router-topk", "2", "--moe-grouped-gemm", "--expert-model-parallel-size", "2",
+    "--num-experts", "8", "--moe-router-topk", "2", "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm",
+    "--expert-model-parallel-size", "2",
     "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "4", "--use-distributed-optimizer",
     "--micro-batch-size", "1", "--global-batch-size", "256", "--bf16",
 ]
