@@ -304,6 +304,10 @@ def preset_megatron_shape(flags: FlagValues, shape_model: str, tp: int, src: dic
     from llmperf_hook.frameworks.vocab import pad_vocab_size
 
     model = resolve_script_shape(flags, shape_model, src, warnings)
+    if model.num_experts:  # the script is Megatron's: its dispatcher flags (default allgather) apply to the preset
+        from llmperf_hook.frameworks.megatron_shape import resolve_moe_dispatch
+
+        model = replace(model, moe_dispatch=resolve_moe_dispatch(flags, src, warnings))
     divisible = flags.get("make_vocab_size_divisible_by", 128)
     src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({model.vocab_size} / ({divisible} * TP {tp})) * {divisible * tp}")
     return replace(model, padded_vocab_size=pad_vocab_size(model.vocab_size, divisible, tp),

@@ -213,3 +213,17 @@ def test_expert_activations_follow_the_routed_copies() -> None:
     dropless = layer_activation_bytes(cfg(MoeDispatch(token_dispatcher="alltoall")))
     dropped = layer_activation_bytes(cfg(MoeDispatch(token_dispatcher="alltoall", capacity_factor=0.5)))
     assert dropless - dropped == pytest.approx(0.5 * (2 * 131072 * 2 + 2 * (2 * 512 * 1024 * 2)))
+
+
+@pytest.mark.parametrize("extra, dispatcher", [((), "allgather"),
+                                               (("--moe-token-dispatcher-type", "alltoall"), "alltoall")])
+def test_a_megatron_script_with_a_model_preset_reads_its_dispatcher_flags(extra: tuple[str, ...],
+                                                                          dispatcher: str) -> None:
+    """`--model mixtral-8x7b` on a Megatron script: the preset gives the shape, the script's flags the dispatcher
+    (it was always the default before)."""
+    from llmperf_hook.frameworks.resolve import JobOverrides
+
+    argv = ["torchrun", "--nnodes", "8", "--nproc-per-node", "8", "pretrain_gpt.py", "--expert-model-parallel-size",
+            "8", "--micro-batch-size", "1", "--global-batch-size", "256", "--bf16", "--seq-length", "4096", *extra]
+    pred = predict_command(argv, {}, cluster="dgx-h100", overrides=JobOverrides(model="mixtral-8x7b"))
+    assert pred.config.model.num_experts == 8 and pred.config.model.moe_dispatch.token_dispatcher == dispatcher
