@@ -21,6 +21,7 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
+from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
 from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
@@ -58,6 +59,8 @@ def choose_predictor(op: Op, profile: OpClassPredictor | None, comm_model: OpCla
     if profile is not None and profile.supports(op.op_class, op.phase, op.dtype) \
             and not (op.tags.get("kernel") == "fused" and op.op_class in unfused_classes(profile)):
         return profile
+    if profile is not None and fp8_gemm_predictor(profile).supports(op.op_class, op.phase, op.dtype):
+        return fp8_gemm_predictor(profile)
     return ROOFLINE
 
 
@@ -114,7 +117,7 @@ def bf16_part_of_fp8_run(op: Op) -> Op:
 
 def find_operator_profile(cluster: ClusterSpec, dtype: str) -> OpClassPredictor | None:
     """The GPU's fitted profile for `dtype` (else a sibling GPU's); for an FP8 run, the bf16 one, which prices the
-    ops TE runs in bf16 (an fp8 GEMM is not in a bf16 profile and falls back to the roofline)."""
+    ops TE runs in bf16 and, through predict/fp8_gemm.py, its FP8 GEMMs."""
     serves = "bf16" if dtype == "fp8" else dtype
     return fitted.find_profile(cluster.gpu.name, serves) or find_sibling_profile(cluster.gpu, serves)
 

@@ -60,7 +60,7 @@ def test_bf16_and_fp16_runs_are_unchanged() -> None:
 
 def test_an_fp8_run_prices_its_bf16_ops_with_the_bf16_profile() -> None:
     """The shipped H100 profile is bf16: in an FP8 run it prices attention, norms and the LM head (TE runs them in
-    bf16) exactly as in a bf16 run, while the FP8 linear GEMMs fall back to the roofline at the FP8 peak."""
+    bf16) exactly as in a bf16 run, and the FP8 linear GEMMs from its bf16 GEMMs (predict/fp8_gemm.py)."""
     from llmperf_hook.predict import dispatch
 
     cluster = load_cluster("dgx-h100")
@@ -73,7 +73,7 @@ def test_an_fp8_run_prices_its_bf16_ops_with_the_bf16_profile() -> None:
     assert seconds[dispatch.op_id(attention8)] == pytest.approx(expected[dispatch.op_id(attention16)])
     fc1 = _gemm("mlp.fc1", "fwd", "fp8")
     seconds, used = dispatch.predict_ops([fc1], cluster, profile, None)
-    assert used["gemm"] == "roofline" and seconds[dispatch.op_id(fc1)] == pytest.approx(compute_time_s(fc1, H100))
+    assert used["gemm"].endswith("(bf16 / fp8 speed-up)") and seconds[dispatch.op_id(fc1)] > 0
 
 
 def test_fp8_gemm_reaches_the_calibrated_share_of_the_fp8_peak() -> None:
