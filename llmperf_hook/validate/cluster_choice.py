@@ -41,15 +41,17 @@ def hardware_name_for(gpu_type: str) -> tuple[str, str | None]:
     text = gpu_type.lower().replace(" ", "")
     if "gh200" in text:
         return "gh200-96gb", None
-    if "h100" in text or "h200" in text:
-        return "h100-sxm5-80gb", (None if "h100" in text and "pcie" not in text else f"{gpu_type!r} modelled as H100 SXM5")
+    if "h200" in text:
+        return "h200-sxm-141gb", (None if "nvl" not in text else f"{gpu_type!r} modelled as H200 SXM")
+    if "h100" in text:
+        return "h100-sxm5-80gb", (None if "pcie" not in text else f"{gpu_type!r} modelled as H100 SXM5")
     if "a100" in text:
         if "40" in text:
             return "a100-sxm4-40gb", None
         if "80" in text:
             return "a100-sxm4-80gb", None
         return "a100-sxm4-80gb", f"GPU {gpu_type!r}: memory size not stated, A100-SXM4-80GB assumed (same peak FLOP/s)"
-    raise UsageError(f"gpu_type {gpu_type!r} is not a GPU llmperf has a preset for (A100 40/80 GB, H100, GH200); "
+    raise UsageError(f"gpu_type {gpu_type!r} is not a GPU llmperf has a preset for (A100 40/80 GB, H100, H200, GH200); "
                      "add a `cluster` column naming a cluster YAML for it.")
 
 

@@ -42,6 +42,8 @@ def test_number_column_wins_over_text() -> None:
     ("A100 (variant not stated in repo)", "a100-sxm4-80gb", True),
     ("H100-SXM5-80GB", "h100-sxm5-80gb", False),
     ("GH200", "gh200-96gb", False),
+    ("H200-SXM-141GB", "h200-sxm-141gb", False),
+    ("H100 PCIe", "h100-sxm5-80gb", True),
 ])
 def test_hardware_names(gpu: str, name: str, assumed: bool) -> None:
     got, note = hardware_name_for(gpu)
@@ -63,6 +65,9 @@ def test_preset_matched_by_network(clusters_dir: Path, tmp_path: Path) -> None:
     assert choose_cluster(selene, presets, tmp_path).cluster == "dgx-a100"
     assert choose_cluster(vtrain, presets, tmp_path).cluster == "vtrain-a100"
     assert choose_cluster(h100, presets, tmp_path).cluster == "dgx-h100"
+    h200 = build_measured_run({**BASE_ROW, "gpu_type": "H200 SXM 141GB",
+                               "inter_node_network": "InfiniBand NDR 400Gb/s x8 per node"}, 1)
+    assert choose_cluster(h200, presets, tmp_path).cluster == "dgx-h200"
 
 
 def test_single_node_run_ignores_the_network(clusters_dir: Path, tmp_path: Path) -> None:
