@@ -16,6 +16,7 @@ def clusters_dir(tmp_path: Path) -> Path:
         "dgx-a100": ("a100-sxm4-80gb", 25.0),
         "vtrain-a100": ("a100-sxm4-80gb", 12.5),
         "dgx-h100": ("h100-sxm5-80gb", 50.0),
+        "dgx-h200": ("h200-sxm-141gb", 50.0),
     }
     for name, (gpu, inter) in presets.items():
         body = {"name": name, "gpu": gpu, "gpus_per_node": 8, "intra_node_bandwidth_GBps": 300.0,
