@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
-from llmperf_hook.frameworks.deepspeed_schema import check_sections, check_top_level, check_zero_section, offload_rules
+from llmperf_hook.frameworks.deepspeed_schema import (ZEROPP_KEYS, check_sections, check_top_level, check_zero_section,
+                                                     offload_ratio, offload_rules, zeropp_rules)
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
-# ZeRO keys that change memory or communication but that llmperf does not model, with DeepSpeed's defaults.
-_ZERO_NOT_MODELLED: dict[str, Any] = {
-    "sub_group_size": 1e9, "zero_hpz_partition_size": 1, "zero_quantized_weights": False,
-    "zero_quantized_gradients": False, "round_robin_gradients": False,
-}
+# ZeRO keys that change memory or communication but that llmperf does not model, with DeepSpeed's defaults
+# (sub_group_size only sets how a partial offload splits the optimizer; its step-time buffers are not modelled).
+_ZERO_NOT_MODELLED: dict[str, Any] = {"sub_group_size": 1e9, "round_robin_gradients": False}
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,18 @@ class DsSettings:
     """DeepSpeed pipeline engine's activation_checkpoint_interval (layers per checkpoint; 0 = none)."""
     zero_hpz_partition_size: int = 1
     """ZeRO++ hierarchical partitioning (hpZ): ranks holding a secondary copy of the ZeRO-3 weights; 1 = off."""
+    zero_quantized_weights: bool = False
+    """ZeRO++ qwZ: int8 parameter all-gathers (stage 3)."""
+    zero_quantized_gradients: bool = False
+    """ZeRO++ qgZ: int4 hierarchical all-to-all gradient reduction (stage 3)."""
+    sub_group_size: int = 1_000_000_000
+    """zero_optimization.sub_group_size (elements per optimizer sub-group; DeepSpeed default 1e9)."""
+    offload_optimizer_ratio: float = 1.0
+    """offload_optimizer.ratio: share of the ZeRO-3 optimizer offloaded (1.0 = all; partial offload below)."""
+    communication_data_type: str | None = None
+    """Top-level communication_data_type ("fp16" | "bf16" | "fp32"); None = DeepSpeed's default (the model's)."""
+    grad_accum_dtype: str | None = None
+    """data_types.grad_accum_dtype, canonical ("fp32" | "bf16" | "fp16"); None = the model's dtype."""
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
@@ -248,11 +259,38 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     for key in out:
         if key == "zero_stage" or key in zero or key.startswith("offload"):
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
-    if isinstance(zero.get("zero_hpz_partition_size"), (int, float)) and not isinstance(zero["zero_hpz_partition_size"], bool):
-        out["zero_hpz_partition_size"] = int(zero["zero_hpz_partition_size"])
+    out.update(_zeropp(zero, origin, src))
     for key, default in _ZERO_NOT_MODELLED.items():
         if key in zero and zero[key] not in (AUTO, default):
-            warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} accepted, not modelled")
+            what = ("only its split of a partial offload (offload_optimizer.ratio) is modelled, not its step buffers"
+                    if key == "sub_group_size" else "accepted, not modelled")
+            warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} {what}")
+    return out
+
+
+def _zeropp(zero: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    """ZeRO++ switches, sub_group_size and offload_optimizer.ratio as DeepSpeedZeroConfig reads them ("auto" is
+    dropped: the default); check_zero_section has already refused malformed values."""
+    out: dict[str, Any] = {}
+    hpz = zero.get("zero_hpz_partition_size")
+    if isinstance(hpz, (int, float, str)) and not isinstance(hpz, bool) and hpz != AUTO:
+        out["zero_hpz_partition_size"] = max(1, int(hpz))
+    for key in ("zero_quantized_weights", "zero_quantized_gradients"):
+        if zero.get(key, AUTO) != AUTO:
+            out[key] = _bool(zero[key], f"zero_optimization.{key}", origin)
+    size = zero.get("sub_group_size")
+    if isinstance(size, (int, float, str)) and not isinstance(size, bool) and size != AUTO:
+        out["sub_group_size"] = max(1, int(size))
+    section = zero.get("offload_optimizer")
+    if isinstance(section, dict) and "ratio" in section:
+        ratio = offload_ratio(section)
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool):
+            out["offload_optimizer_ratio"] = float(ratio)
+    for key in (*ZEROPP_KEYS, "sub_group_size"):
+        if key in out:
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{key}")
+    if "offload_optimizer_ratio" in out:
+        src["offload_optimizer_ratio"] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.offload_optimizer.ratio")
     return out
 
 
@@ -328,9 +366,12 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
         for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
             if ckpt.get(key):
                 warnings.append(f"{origin} activation_checkpointing.{key} accepted, not modelled")
-    for key in ("data_efficiency", "communication_data_type", "zero_allow_untested_optimizer"):
+    for key in ("data_efficiency", "zero_allow_untested_optimizer"):
         if raw.get(key) not in (None, False, {}):
             warnings.append(f"{origin} {key} accepted, not modelled")
+    if isinstance(raw.get("communication_data_type"), str):  # check_sections refused anything but fp16/bf16/fp32
+        out["communication_data_type"] = raw["communication_data_type"].lower()
+        src["communication_data_type"] = Source(SourceKind.CONFIG_FILE, f"{origin} communication_data_type")
     return out
 
 
@@ -354,6 +395,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
+    zeropp_rules(fields, origin, warnings)
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
         warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")
         fields["offload_param"] = "none"

@@ -44,8 +44,25 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, _ALLGATHER_BUCKET),
         stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),
         stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
-        gradient_clipping=clip,
+        gradient_clipping=clip, **_zeropp_fields(ds, src),
     )
+
+
+def _zeropp_fields(ds: DsSettings, src: dict[str, Source]) -> dict[str, Any]:
+    """ZeRO++ switches, dtypes of the gradient accumulation / reduction and the partial offload, with their sources."""
+    out: dict[str, Any] = {
+        "zero_hpz_partition_size": ds.zero_hpz_partition_size, "zero_quantized_weights": ds.zero_quantized_weights,
+        "zero_quantized_gradients": ds.zero_quantized_gradients, "grad_accum_dtype": ds.grad_accum_dtype,
+        "grad_comm_dtype": ds.communication_data_type, "sub_group_size_elems": ds.sub_group_size,
+        "offload_optimizer_ratio": ds.offload_optimizer_ratio if ds.offload_optimizer != "none" else 1.0,
+    }
+    for key, ds_key in (("zero_hpz_partition_size", "zero_hpz_partition_size"), ("grad_comm_dtype", "communication_data_type"),
+                        ("zero_quantized_weights", "zero_quantized_weights"), ("grad_accum_dtype", "grad_accum_dtype"),
+                        ("zero_quantized_gradients", "zero_quantized_gradients"),
+                        ("offload_optimizer_ratio", "offload_optimizer_ratio")):
+        if ds_key in ds.sources:
+            src[key] = ds.sources[ds_key]
+    return out
 
 
 def check_plain_deepspeed(ds: DsSettings, world: int) -> None:

@@ -192,28 +192,26 @@ def _removed(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
                         "removed, deepspeedai/DeepSpeed#8489), earlier releases accept it")
 
 
-def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], warnings: list[str]) -> None:
+def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> dict[str, Any]:
     """engine.py get_data_types / _do_optimizer_sanity_check: without ZeRO the gradient-accumulation dtype must be
     the model's ('unsupported mix of model_dtype and grad_accum_dtype'); ZeRO-1 with bf16 and fp32 accumulation runs
-    BF16_Optimizer, which keeps an fp32 gradient per parameter."""
+    BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py)."""
     types = raw.get("data_types")
     value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
     if value is None or value == AUTO:
-        return
+        return {}
     if value not in _DTYPES:
         raise ConfigError(f"{origin} data_types.grad_accum_dtype is {value!r}; DeepSpeed's DtypeEnum knows \"fp32\", "
                           "\"bf16\" and \"fp16\" (and their torch spellings) and fails at deepspeed.initialize otherwise.")
     if AUTO in (fields["fp16"], fields["bf16"]):
-        return
+        return {"grad_accum_dtype": _DTYPES[value]}
     model = "fp16" if fields["fp16"] else "bf16" if fields["bf16"] else "fp32"
     if fields["zero_stage"] == 0 and _DTYPES[value] != model:
         raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
                           "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
                           f"'unsupported mix of model_dtype and grad_accum_dtype'. Use {model!r}, drop the key, or enable "
                           "ZeRO (stage 1 with bf16 accumulates in fp32).")
-    if _DTYPES[value] != model:
-        warnings.append(f"{origin} data_types.grad_accum_dtype {value} with {model} training accepted, not modelled "
-                        "(ZeRO-1 + bf16 + fp32 keeps an fp32 gradient buffer per parameter)")
+    return {"grad_accum_dtype": _DTYPES[value]}
 
 
 def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
@@ -244,8 +242,10 @@ def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], sr
     """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size."""
     _removed(raw, origin, warnings)
     _instrumentation(raw, origin, warnings)
-    _grad_accum_dtype(raw, origin, fields, warnings)
-    return _sequence_parallel(raw, origin, src)
+    accum = _grad_accum_dtype(raw, origin, fields)
+    if accum:
+        src["grad_accum_dtype"] = Source(SourceKind.CONFIG_FILE, f"{origin} data_types.grad_accum_dtype")
+    return {**accum, **_sequence_parallel(raw, origin, src)}
 
 
 def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warnings: list[str]) -> None:
@@ -269,6 +269,18 @@ def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warn
         raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "
                           "DeepSpeedZeroConfig asserts 'Partial offloading only supported for ZeRO Stage 3.' Use stage 3 or "
                           "drop the ratio.")
-    if fields["offload_optimizer"] != "none" and ratio < 1.0:
-        warnings.append(f"{origin} offload_optimizer.ratio {ratio} (partial offload) accepted, not modelled: priced as "
-                        "offloading the whole optimizer")
+
+
+ZEROPP_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients")
+"""ZeRO++ (Wang et al. 2023, arXiv:2306.10209): read by stage3.py / partition_parameters.py only."""
+
+
+def zeropp_rules(fields: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """ZeRO++ lives in DeepSpeed's stage-3 code (stage3.py, partition_parameters.py): stages 0-2 ignore it."""
+    given = [key for key in ZEROPP_KEYS if fields.get(key) is True or (key == "zero_hpz_partition_size"
+                                                                         and fields.get(key, 1) > 1)]
+    if given and fields["zero_stage"] != 3:
+        warnings.append(f"{origin} zero_optimization.{', '.join(given)}: ZeRO++ works at ZeRO stage 3 only; DeepSpeed "
+                        f"ignores it at stage {fields['zero_stage']} (not priced)")
+        for key in given:
+            fields[key] = 1 if key == "zero_hpz_partition_size" else False

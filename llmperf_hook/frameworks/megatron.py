@@ -167,10 +167,25 @@ def flag_precision(flags: FlagValues, src: dict[str, Source], default_detail: st
     return "fp32"
 
 
+def ds_checkpointing(flags: FlagValues, src: dict[str, Source]) -> dict[str, bool]:
+    """Megatron-DeepSpeed's checkpointed layers under --deepspeed-activation-checkpointing run deepspeed.checkpointing,
+    configured from --partition-activations and --checkpoint-in-cpu (megatron/initialize.py
+    _configure_deepspeed_activation_checkpointing; these store_true flags always override the ds_config's
+    activation_checkpointing section, being passed as False when absent)."""
+    if not flags.get("deepspeed_activation_checkpointing"):
+        return {}
+    out = {"partition_activations": bool(flags.get("partition_activations")),
+           "checkpoint_in_cpu": bool(flags.get("checkpoint_in_cpu"))}
+    for key, on in out.items():
+        if on:
+            src[key] = flags.source(key)
+    return out
+
+
 def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeConfig:
     if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
         src["recompute"] = flags.source("checkpoint_activations")
-        return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1))
+        return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1), **ds_checkpointing(flags, src))
     granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron: no recomputation")
     if flags.get("recompute_activations"):
         granularity, src["recompute"] = "selective", flags.source("recompute_activations")

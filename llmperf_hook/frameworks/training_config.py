@@ -171,6 +171,13 @@ class RecomputeConfig:
     distribute_saved_activations: bool = False
     """Megatron --distribute-saved-activations: full-recompute checkpoints split over the TP group (needs TP > 1,
     full granularity with a method, and no sequence parallelism)."""
+    partition_activations: bool = False
+    """Megatron-DeepSpeed --partition-activations (with --deepspeed-activation-checkpointing): DeepSpeed's
+    checkpointing stores each full-recompute checkpoint split over the tensor-parallel group (1/TP per rank) and
+    all-gathers it over TP before the recompute (deepspeed/runtime/activation_checkpointing/checkpointing.py)."""
+    checkpoint_in_cpu: bool = False
+    """Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints are kept in host memory (copied out
+    over PCIe in forward and back before the recompute); GPU memory holds none of them."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,26 @@ class OptimizerConfig:
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     gradient_clipping: float = 0.0
+    zero_hpz_partition_size: int = 1
+    """DeepSpeed ZeRO++ hpZ (stage 3): ranks of the group holding a secondary copy of the 16-bit weights, which the
+    backward all-gathers read instead of the whole data-parallel group; 1 = off."""
+    zero_quantized_weights: bool = False
+    """DeepSpeed ZeRO++ qwZ (stage 3): parameter all-gathers in int8 with fp32 block scales."""
+    zero_quantized_gradients: bool = False
+    """DeepSpeed ZeRO++ qgZ (stage 3): the gradient reduce-scatter as a two-hop int4 all-to-all (intra- then
+    inter-node) when the data-parallel group spans nodes."""
+    grad_accum_dtype: str | None = None
+    """DeepSpeed data_types.grad_accum_dtype ("fp32" | "bf16" | "fp16"); None = the model's dtype (DeepSpeed's
+    default)."""
+    grad_comm_dtype: str | None = None
+    """DeepSpeed communication_data_type: the dtype of the gradient reduction; None = llmperf's framework default
+    (grad_bytes in graph/step_ops.py)."""
+    offload_optimizer_ratio: float = 1.0
+    """DeepSpeed offload_optimizer.ratio (ZeRO-3 partial offload): the share of the optimizer's sub-groups kept on
+    the host; 1.0 = everything offloaded."""
+    sub_group_size_elems: int = 1_000_000_000
+    """DeepSpeed zero_optimization.sub_group_size: elements per optimizer sub-group of a rank's partition (the unit
+    a partial offload assigns to the GPU or the host)."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ Semantics followed:
   (gradients are partitioned), overlapped when overlap_comm; stages 1-2 all-gather the updated parameters
   after the step; stage 3 all-gathers each layer's parameters before its forward and again before its
   backward (prefetched, overlapped with compute) and reduce-scatters its gradients in backward.
+- ZeRO++ (Wang et al. 2023, arXiv:2306.10209) at stage 3: hpZ, qwZ and qgZ (zero3_fetch_ops, zero_grad_reduce_ops); the gradient
+  reduction in communication_data_type; a partial optimizer offload (offload_optimizer.ratio) splits the step.
 - Expert parameters synchronise over the expert data-parallel group (world / (pp * etp * ep) ranks).
 """
 
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
-from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
+from llmperf_hook.graph.op import Collective, Op, Phase
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
 
@@ -33,6 +36,27 @@ def grad_bytes(cfg: TrainingConfig) -> int:
 
 def param_bytes(cfg: TrainingConfig) -> int:
     return 4 if cfg.precision == "fp32" else PARAM_BYTES
+
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+
+
+def runs_bf16_optimizer(cfg: TrainingConfig) -> bool:
+    """DeepSpeed ZeRO-1 with bf16 and data_types.grad_accum_dtype fp32 (no CPU offload) runs BF16_Optimizer, not the
+    ZeRO optimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16): an fp32 gradient buffer of the whole
+    model, gradients all-reduced by the engine, then each rank steps its fp32 partition and all-gathers the bf16
+    weights (bf16_optimizer.py)."""
+    o = cfg.optimizer
+    return ("deepspeed" in cfg.framework and cfg.precision == "bf16" and o.zero_stage == 1
+            and o.grad_accum_dtype == "fp32" and o.offload_optimizer == "none")
+
+
+def grad_comm_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per element of the gradient reduction: DeepSpeed's communication_data_type when the ds_config sets it
+    (engine.py communication_data_type; stage_1_and_2.py / stage3.py cast the gradients to it before reducing),
+    else grad_bytes."""
+    dtype = cfg.optimizer.grad_comm_dtype
+    return DTYPE_BYTES[dtype] if dtype in DTYPE_BYTES else grad_bytes(cfg)
 
 
 def dp_groups(cfg: TrainingConfig, gpus_per_node: int) -> tuple[Collective, Collective]:
@@ -74,25 +98,139 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     prefetching (stage3_prefetch_bucket_size > 0, the default) the fetches run ahead on a side stream and
     hide behind compute (one op per fetch phase, tagged overlap). With stage3_prefetch_bucket_size 0 each
     module's fetch starts when the module is reached and the module waits for it: one exposed all-gather per
-    module (zero3_gather_modules), in execution order."""
-    zero, o = cfg.optimizer.zero_stage, cfg.optimizer
+    module (zero3_gather_modules), in execution order. ZeRO++ changes groups and bytes (zero3_fetch_ops,
+    zero_grad_reduce_ops). A recomputed layer also carries DeepSpeed activation checkpointing's traffic
+    (ds_checkpoint_ops)."""
+    ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
+    fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
+    return fwd + ckpt_fwd, bwd + ckpt_bwd, reduce
+
+
+def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
+                     recomputed: bool) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
     dense, _ = dp_groups(cfg, gpus_per_node)
-    if zero < 2 or dense.group_size == 1:
+    if cfg.optimizer.zero_stage < 2 or dense.group_size == 1:
         return (), (), ()
-    grad_overlap = "grad_reduce" if o.overlap_grad_reduce else None
-    reduce = (_comm("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_bytes(cfg), dense, cfg,
-                    grad_overlap),)
-    if zero < 3:
+    reduce = zero_grad_reduce_ops(cfg, layer_params, dense)
+    if cfg.optimizer.zero_stage < 3:
         return (), (), reduce
+    secondary = hpz_group(cfg, dense, gpus_per_node)
+    m = max(1, cfg.batch.num_microbatches)
+    # hpZ: the secondary copy exists from the first release after a forward until the optimizer step
+    # (stage3.py _post_step -> invalidate_secondary_tensor), so micro-batch 1's forward gathers over the whole
+    # DP group and every later fetch (later forwards, all backwards and recomputes) inside the hpZ group
+    # (partition_parameters.py all_gather_coalesced: `ds_process_group = self.zero_param_process_group`).
+    if secondary is None or m == 1:
+        fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0)
+    else:
+        fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0 / m) + \
+            zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
+    bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", 1.0)
+    return fwd, bwd * (2 if recomputed else 1), reduce
+
+
+def ds_checkpoint_ops(cfg: TrainingConfig, gpus_per_node: int, recomputed: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward) ops of one recomputed layer under Megatron-DeepSpeed's deepspeed.checkpointing
+    (activation_checkpointing/checkpointing.py CheckpointFunction): --partition-activations stores 1/TP of the
+    checkpointed input (partition_activations) and all-gathers it over TP before the recompute (get_full_inputs);
+    --checkpoint-in-cpu copies the stored checkpoint to the host in forward and back in backward. One checkpoint
+    per --checkpoint-num-layers layers (uniform), so a layer carries that share of it."""
+    r, p, m = cfg.recompute, cfg.parallel, cfg.model
+    if not recomputed or not (r.partition_activations or r.checkpoint_in_cpu):
+        return (), ()
+    share = 1.0 if r.method == "block" else 1.0 / max(1, r.num_layers or 1)
+    full = ACT_BYTES[cfg.precision] * m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size * share
+    full /= p.tp if p.sequence_parallel else 1
+    split = p.tp if r.partition_activations else 1
+    fwd: tuple[Op, ...] = ()
+    bwd: tuple[Op, ...] = ()
+    if r.checkpoint_in_cpu:
+        fwd, bwd = (_host_copy(full / split, "fwd", "d2h"),), (_host_copy(full / split, "bwd", "h2d"),)
+    if split > 1:
+        bwd += (Op("ds_checkpoint.allgather", "allgather", "bwd", {"bytes": int(full)}, dtype=cfg.precision,
+                   collective=place_group("tp", p.tp, p, gpus_per_node)),)
+    return fwd, bwd
+
+
+CHECKPOINT_HOST_BYTES_PER_S = 20e9
+"""Host <-> GPU copy rate of a checkpoint (PCIe Gen4 x16: ~25 GB/s peak, ~20 GB/s achieved; the rate
+predict/roofline.py PCIE_BYTES_PER_S prices offload copies with)."""
+
+
+def _host_copy(nbytes: float, phase: Phase, direction: str) -> Op:
+    """A checkpoint copy between GPU and host memory, on the compute stream (the recompute waits for it)."""
+    return Op(f"ds_checkpoint.{direction}_copy", "host_copy", phase, {"bytes": int(nbytes)}, flops=0.0,
+              bytes_moved=0.0, dtype="bf16", tags={"host_s": f"{nbytes / CHECKPOINT_HOST_BYTES_PER_S:.6g}"})
+
+
+QWZ_BYTES_PER_ELEM = 1.0 + 4.0 / 4096
+"""qwZ gathers int8 weights plus one fp32 scale per quantization block (partition_parameters.py CUDAQuantizer:
+blocks of 4k-8k elements, 'the optimal size is 4k'; _all_gather_coalesced gathers the int8 tensor and the scales;
+ZeRO++ paper Sec. 3.1, block-based quantization): 1 + 4/4096 B per element instead of 2."""
+QWZ_KERNEL_BYTES_PER_ELEM = 3.0
+"""Dequantizing a gathered module on the compute stream: read int8 (1 B), write the 16-bit weight (2 B)."""
+QGZ_BYTES_PER_ELEM = 0.5 + 4.0 / 4096
+"""qgZ sends int4 gradients plus one fp32 scale per group (coalesced_collectives.py all_to_all_quant_reduce:
+swizzle_quant(tensor, max(rows, cols, world) groups, 4 bits), ~h elements a group)."""
+
+
+def hpz_group(cfg: TrainingConfig, dense: Collective, gpus_per_node: int) -> Collective | None:
+    """The hpZ secondary-partition group: min(k, DP) consecutive ranks (deepspeed/utils/groups.py
+    _create_zero_param_parallel_group), so k = GPUs per node keeps it inside a node; None when hpZ is off."""
+    k = min(cfg.optimizer.zero_hpz_partition_size, dense.group_size)
+    if cfg.optimizer.zero_stage < 3 or k <= 1 or k >= dense.group_size:
+        return None
+    per_node = max(1, min(k, dense.ranks_per_node))
+    sharing = max(1, gpus_per_node // per_node) if per_node < k else 1
+    return Collective(group="hpz", group_size=k, ranks_per_node=per_node, groups_sharing_node=sharing)
+
+
+def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, phase: Phase, share: float) -> tuple[Op, ...]:
+    """One phase's parameter fetches of a layer over `coll` (`share` of the micro-batches take this path): one
+    prefetched all-gather tagged overlap, or one exposed all-gather per module without prefetching; with qwZ
+    (quantize=zero_quantized_weights for every fetch, partitioned_param_coordinator.py __all_gather_params) the
+    bytes are int8 + scales and each gathered module is dequantized on the compute stream."""
+    o = cfg.optimizer
+    per_elem = QWZ_BYTES_PER_ELEM if o.zero_quantized_weights else param_bytes(cfg)
+    dtype = "int8" if o.zero_quantized_weights else cfg.precision
     if o.stage3_prefetch_bucket_size_elems == 0:
         modules = zero3_gather_modules(cfg, layer_params)
-        fetch = tuple(_comm("zero3.param_fetch", "allgather", "fwd", n * param_bytes(cfg), dense, cfg, None)
-                      for n in modules)
-        return fetch, fetch * (2 if recomputed else 1), reduce
-    nbytes = layer_params * param_bytes(cfg)
-    gather_f = (_comm("zero3.param_allgather", "allgather", "fwd", nbytes, dense, cfg, "param_gather"),)
-    gather_b = (_comm("zero3.param_allgather", "allgather", "bwd", nbytes, dense, cfg, "param_gather"),)
-    return gather_f, gather_b * (2 if recomputed else 1), reduce
+        ops = tuple(Op("zero3.param_fetch", "allgather", "fwd", {"bytes": int(n * per_elem * share)}, dtype=dtype,
+                       collective=coll) for n in modules)
+    else:
+        ops = (Op("zero3.param_allgather", "allgather", phase, {"bytes": int(layer_params * per_elem * share)},
+                  dtype=dtype, collective=coll, tags={"overlap": "param_gather"}),)
+    if not o.zero_quantized_weights:
+        return ops
+    elems = int(layer_params * share)
+    return ops + (Op("zeropp.qwz_dequantize", "quantize", phase, {"elements": elems}, flops=0.0,
+                     bytes_moved=float(elems * QWZ_KERNEL_BYTES_PER_ELEM), dtype=cfg.precision),)
+
+
+def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collective) -> tuple[Op, ...]:
+    """A layer's gradient reduction in backward: a reduce-scatter over the DP group in the communication dtype,
+    or, with qgZ at stage 3 across nodes, stage3.py __avg_scatter_grads -> all_to_all_quant_reduce (ZeRO++ Sec.
+    3.3): int4 all-to-all among the node's r GPUs, a quantized reduction to 1/r of the gradient, an int4
+    all-to-all among the n nodes, dequantize. Tensors not divisible by 2 x world and 1-D ones fall back to the
+    reduce-scatter there; they are a small share of a layer and priced as quantized."""
+    o = cfg.optimizer
+    overlap = {"overlap": "grad_reduce"} if o.overlap_grad_reduce else {}
+    if not (o.zero_stage == 3 and o.zero_quantized_gradients and dense.num_nodes > 1):
+        return (_comm("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_comm_bytes(cfg), dense,
+                      cfg, overlap.get("overlap")),)
+    r, nodes = dense.ranks_per_node, dense.num_nodes
+    intra = Collective(group="qgz_intra", group_size=r, ranks_per_node=r)
+    inter = Collective(group="qgz_inter", group_size=nodes, ranks_per_node=1, groups_sharing_node=r)
+    # Kernel passes per element of the layer's gradient: swizzle_quant reads 16-bit, writes int4 (2.5); the
+    # quantized reduction reads the r int4 slices and writes 1/r of them (0.5 + 0.5/r); dequantize reads 1/r int4
+    # and writes 1/r 16-bit (2.5/r): 3 + 3/r bytes.
+    kernel_bytes = layer_params * (3.0 + 3.0 / r)
+    return (Op("zeropp.qgz_intra_alltoall", "alltoall", "bwd", {"bytes": int(layer_params * QGZ_BYTES_PER_ELEM)},
+               dtype="int4", collective=intra, tags=overlap),
+            Op("zeropp.qgz_inter_alltoall", "alltoall", "bwd", {"bytes": int(layer_params / r * QGZ_BYTES_PER_ELEM)},
+               dtype="int4", collective=inter, tags=overlap),
+            Op("zeropp.qgz_quantize", "quantize", "bwd", {"elements": layer_params}, flops=0.0,
+               bytes_moved=float(kernel_bytes), dtype=cfg.precision))
 
 
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool) -> list[Op]:
@@ -100,7 +238,7 @@ def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sh
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
-    return [_comm(f"{name}.grad_{op_class}", op_class, "step", params * grad_bytes(cfg), coll, cfg, overlap)]
+    return [_comm(f"{name}.grad_{op_class}", op_class, "step", params * grad_comm_bytes(cfg), coll, cfg, overlap)]
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
@@ -123,7 +261,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     num_dense = num_params - num_expert
     # ZeRO-2/3 reduce layer gradients inside backward (zero3_layer_comm); only embedding/head remain here.
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
-    ops = _grad_sync(cfg, "dp", step_dense, dense, sharded) + _grad_sync(cfg, "edp", num_expert, edp, sharded)
+    reduce_sharded = sharded and not runs_bf16_optimizer(cfg)
+    ops = _grad_sync(cfg, "dp", step_dense, dense, reduce_sharded) + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded)
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
     shard_dense = dense.group_size if sharded else 1
     shard_expert = edp.group_size if sharded else 1
@@ -135,12 +274,36 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
         # (features.OPTIONAL_DIMS): the profile's Adam model tells first, middle and last stages apart by these.
         # DeepSpeed's mixed-precision optimizers step one flat buffer instead: the params-only answer.
         dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
-    ops.append(Op("optimizer.step", "optimizer", "step", dims, flops=0.0,
-                  bytes_moved=float(local * ADAM_BYTES_PER_PARAM), dtype="fp32", tags=tags))
+    ops += _optimizer_steps(cfg, local, dims, tags)
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
         ops += _param_gather(cfg, "dp", num_dense, dense) + _param_gather(cfg, "edp", num_expert, edp)
     return tuple(ops)
+
+
+def offloaded_optimizer_share(cfg: TrainingConfig, local_params: int) -> float:
+    """Share of a rank's optimizer partition on the host. ZeRO-3 partial offload (offload_optimizer.ratio < 1,
+    ZeRO-Offload++ 'twin-flow') assigns whole optimizer sub-groups: stage3.py _create_fp32_partitions puts sub-group
+    i on the CPU when i >= int((1 - ratio) x n), n = ceil(local / sub_group_size); one sub-group (a partition
+    under sub_group_size, 1e9 by default) means all or nothing."""
+    o = cfg.optimizer
+    if o.offload_optimizer == "none":
+        return 0.0
+    if o.offload_optimizer_ratio >= 1.0 or o.zero_stage != 3:
+        return 1.0
+    n = max(1, -(-local_params // max(1, o.sub_group_size_elems)))
+    on_gpu = int((1.0 - o.offload_optimizer_ratio) * n)
+    return (n - on_gpu) / n
+
+
+def _optimizer_steps(cfg: TrainingConfig, local: int, dims: dict[str, int], tags: dict[str, str]) -> list[Op]:
+    """The Adam step, split between the GPU (a torch AdamW over its sub-groups, stage3.py backup_optimizer) and
+    the host (DeepSpeedCPUAdam) under a partial offload."""
+    share = offloaded_optimizer_share(cfg, local)
+    parts = [(local, tags)] if share in (0.0, 1.0) else \
+        [(local - round(local * share), {}), (round(local * share), tags)]
+    return [Op("optimizer.step", "optimizer", "step", {**dims, "params": n}, flops=0.0,
+               bytes_moved=float(n * ADAM_BYTES_PER_PARAM), dtype="fp32", tags=t) for n, t in parts if n > 0]
 
 
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
@@ -180,8 +343,9 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
-    per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM if flat_fp16 else DEEPSPEED_MP_BYTES_PER_PARAM[zero]
-    host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[zero]
+    kind = 0 if runs_bf16_optimizer(cfg) else zero  # BF16_Optimizer: the bookkeeping measured at ZeRO-0 bf16
+    per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM if flat_fp16 else DEEPSPEED_MP_BYTES_PER_PARAM[kind]
+    host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[kind]
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
                bytes_moved=float(local * (per_param + accumulated)), dtype=cfg.precision,

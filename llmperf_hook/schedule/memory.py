@@ -6,7 +6,10 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
   weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the live, gathered layers
   gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition)
   optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8;
-                 /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded
+                 /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded (ZeRO-3 partial
+                 offload: the GPU's share of the sub-groups stays)
+  DeepSpeed      ZeRO++ hpZ secondary weights 2/k; a wider data_types.grad_accum_dtype (grad_accum_extra_bytes);
+                 Megatron-DeepSpeed --partition-activations / --checkpoint-in-cpu take checkpoints off the GPU
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
-from llmperf_hook.graph.step_ops import dp_groups
+from llmperf_hook.graph.step_ops import DTYPE_BYTES, dp_groups, offloaded_optimizer_share, runs_bf16_optimizer
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
@@ -60,12 +63,36 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
         grads += sharded * 4  # fp32 gradient partition for the optimizer (single_partition_of_fp32_groups grads)
     if "deepspeed" in cfg.framework and o.zero_stage == 0 and not fp32:
         grads += total * 4  # bf16_optimizer.py fp32_groups_gradients_flat (fp16: FP16_Optimizer's fp32 flat grads)
+    grads += grad_accum_extra_bytes(cfg, total, sharded, grad_b)
     opt = sharded * opt_b if (o.distributed_optimizer or o.zero_stage >= 1) else total * opt_b
-    if o.offload_optimizer != "none":
-        opt = 0.0
+    # Partial offload (ZeRO-3 offload_optimizer.ratio < 1): the GPU keeps its sub-groups' optimizer state.
+    opt *= 1.0 - offloaded_optimizer_share(cfg, int(sharded))
     if o.offload_param != "none" and o.zero_stage >= 3:
         weights = 0.0
-    return {"weights": weights, "gradients": grads, "optimizer_states": opt}
+    out = {"weights": weights, "gradients": grads, "optimizer_states": opt}
+    k = min(o.zero_hpz_partition_size, d_dense)
+    if o.zero_stage == 3 and k > 1 and o.offload_param == "none":
+        # hpZ secondary partition: 1/k of every 16-bit weight, in the parameters' dtype, kept from a layer's first
+        # release until the step (partition_parameters.py _partition_param_sec: tensor_size // num_ranks_in_param_group;
+        # ZeRO++ Sec. 3.2, memory overhead M/k).
+        out["zero_hpz_secondary"] = total / k * weight_b
+    return out
+
+
+def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, grad_b: int) -> float:
+    """DeepSpeed data_types.grad_accum_dtype wider than the 16-bit model: ZeRO-1 keeps a full-model accumulation
+    buffer (BF16_Optimizer fp32_groups_gradients_flat, whose partition is a view replacing the fp32 partition;
+    otherwise stage_1_and_2.py param.grad_accum per parameter); ZeRO-2/3 accumulate the gradient partition in it
+    (stage_1_and_2.py averaged_gradients, stage3.py grad_partitions_flat_buffer dtype=gradient_accumulation_dtype)."""
+    o = cfg.optimizer
+    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.grad_accum_dtype not in DTYPE_BYTES:
+        return 0.0
+    accum_b = DTYPE_BYTES[o.grad_accum_dtype]
+    if accum_b <= grad_b:
+        return 0.0
+    if o.zero_stage == 1:
+        return total * accum_b - (sharded * 4 if runs_bf16_optimizer(cfg) else 0.0)
+    return sharded * (accum_b - grad_b) if o.zero_stage >= 2 else 0.0
 
 
 def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
@@ -86,9 +113,25 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     return out
 
 
+def checkpoints_off_gpu_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:
+    """Full-recompute checkpoint bytes of a chunk (one micro-batch) that Megatron-DeepSpeed's deepspeed.checkpointing
+    keeps off this GPU: --partition-activations stores 1/TP of each (checkpointing.py partition_activations:
+    narrow(0, get_partition_start, size / mp_size)), --checkpoint-in-cpu stores them in host memory (buffer_device
+    cpu). Checkpoints per chunk as activations.chunk_layer_bytes counts them."""
+    r, t = cfg.recompute, cfg.parallel.tp
+    if r.granularity != "full" or not (r.partition_activations or r.checkpoint_in_cpu):
+        return 0.0
+    n = max(1, r.num_layers or 1)
+    count = min(n, chunk_layers) if r.method == "block" and r.num_layers is not None else -(-chunk_layers // n)
+    stored = count * act.layer_activation_bytes(cfg)  # 2sbh (/t under SP) each
+    kept = 0.0 if r.checkpoint_in_cpu else stored / (t if r.partition_activations else 1)
+    return stored - kept
+
+
 def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]:
     in_flight = act.microbatches_in_flight(cfg, stage.stage)
-    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers) for c in stage.chunks]
+    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers) - checkpoints_off_gpu_bytes(cfg, c.num_layers)
+                 for c in stage.chunks]
     out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight}
     recompute = act.recompute_working_bytes(cfg)
     if recompute:
