@@ -104,8 +104,8 @@ def main() -> None:
             for name, extra in MEGATRON_CASES:
                 result = _row(name, [*MEGATRON_DS, "--deepspeed_config", ds, *extra], cluster, base)
                 base = base or result
-    print("\nZeRO++ paper (Sec. 5, 384 V100 / up to 128 A100 GPUs): 4x less cross-node volume, up to 2.16x "
-          "throughput at low bandwidth; hpZ costs M/k extra weight memory per GPU.")
+    print("\nZeRO++ paper (arXiv:2306.10209, abstract and Sec. 5): 4x less cross-node communication volume, up to "
+          "2.16x throughput at 384 GPUs, most on low-bandwidth clusters; hpZ costs M/k extra weight memory per GPU.")
 
 
 if __name__ == "__main__":

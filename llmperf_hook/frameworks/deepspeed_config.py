@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
-from llmperf_hook.frameworks.deepspeed_schema import (ZEROPP_KEYS, check_sections, check_top_level, check_zero_section,
-                                                     offload_ratio, offload_rules, zeropp_rules)
+from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
+                                                     offload_rules, zeropp_rules, zeropp_settings)
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -209,18 +209,7 @@ def _device(section: Any) -> str:
     return "none"
 
 
-# Strings pydantic's lax mode reads as booleans (DeepSpeed's config sections are pydantic models).
-_BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
-              "false": False, "f": False, "no": False, "n": False, "off": False, "0": False}
-
-
-def _bool(value: Any, key: str, origin: str) -> bool:
-    """A boolean as DeepSpeed's pydantic config models accept it: true/false, 0/1, or their usual spellings."""
-    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
-        return _BOOL_TEXT[value.strip().lower()]
-    raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
+_bool = ds_bool
 
 
 def _enabled(section: Any, key: str, origin: str) -> bool | str:
@@ -259,38 +248,12 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     for key in out:
         if key == "zero_stage" or key in zero or key.startswith("offload"):
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
-    out.update(_zeropp(zero, origin, src))
+    out.update(zeropp_settings(zero, out["zero_stage"], origin, src))
     for key, default in _ZERO_NOT_MODELLED.items():
         if key in zero and zero[key] not in (AUTO, default):
             what = ("only its split of a partial offload (offload_optimizer.ratio) is modelled, not its step buffers"
                     if key == "sub_group_size" else "accepted, not modelled")
             warnings.append(f"{origin} zero_optimization.{key} = {zero[key]} {what}")
-    return out
-
-
-def _zeropp(zero: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
-    """ZeRO++ switches, sub_group_size and offload_optimizer.ratio as DeepSpeedZeroConfig reads them ("auto" is
-    dropped: the default); check_zero_section has already refused malformed values."""
-    out: dict[str, Any] = {}
-    hpz = zero.get("zero_hpz_partition_size")
-    if isinstance(hpz, (int, float, str)) and not isinstance(hpz, bool) and hpz != AUTO:
-        out["zero_hpz_partition_size"] = max(1, int(hpz))
-    for key in ("zero_quantized_weights", "zero_quantized_gradients"):
-        if zero.get(key, AUTO) != AUTO:
-            out[key] = _bool(zero[key], f"zero_optimization.{key}", origin)
-    size = zero.get("sub_group_size")
-    if isinstance(size, (int, float, str)) and not isinstance(size, bool) and size != AUTO:
-        out["sub_group_size"] = max(1, int(size))
-    section = zero.get("offload_optimizer")
-    if isinstance(section, dict) and "ratio" in section:
-        ratio = offload_ratio(section)
-        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool):
-            out["offload_optimizer_ratio"] = float(ratio)
-    for key in (*ZEROPP_KEYS, "sub_group_size"):
-        if key in out:
-            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{key}")
-    if "offload_optimizer_ratio" in out:
-        src["offload_optimizer_ratio"] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.offload_optimizer.ratio")
     return out
 
 

@@ -71,6 +71,20 @@ MONITOR_KEYS = {
 }
 """deepspeed/monitor/config.py TensorBoardConfig, CSVConfig, WandbConfig, CometConfig."""
 
+# Strings pydantic's lax mode reads as booleans (DeepSpeed's config sections are pydantic models).
+_BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
+              "false": False, "f": False, "no": False, "n": False, "off": False, "0": False}
+
+
+def ds_bool(value: Any, key: str, origin: str) -> bool:
+    """A boolean as DeepSpeed's pydantic config models accept it: true/false, 0/1, or their usual spellings."""
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[value.strip().lower()]
+    raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
+
+
 COMM_DTYPES = ("fp16", "bf16", "fp32")
 """config.py get_communication_data_type: the value, lower-cased, must be one of these."""
 
@@ -284,3 +298,35 @@ def zeropp_rules(fields: dict[str, Any], origin: str, warnings: list[str]) -> No
                         f"ignores it at stage {fields['zero_stage']} (not priced)")
         for key in given:
             fields[key] = 1 if key == "zero_hpz_partition_size" else False
+
+
+def zeropp_settings(zero: dict[str, Any], stage: Any, origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    """ZeRO++ switches, sub_group_size and offload_optimizer.ratio as DeepSpeedZeroConfig reads them ("auto" is
+    dropped: the default); check_zero_section has already refused malformed values."""
+    out: dict[str, Any] = {}
+    hpz = zero.get("zero_hpz_partition_size")
+    if isinstance(hpz, (int, float, str)) and not isinstance(hpz, bool) and hpz != AUTO:
+        out["zero_hpz_partition_size"] = max(1, int(hpz))
+    for key in ("zero_quantized_weights", "zero_quantized_gradients"):
+        if zero.get(key, AUTO) != AUTO:
+            out[key] = ds_bool(zero[key], f"zero_optimization.{key}", origin)
+    size = zero.get("sub_group_size")
+    if isinstance(size, (int, float, str)) and not isinstance(size, bool) and size != AUTO:
+        out["sub_group_size"] = max(1, int(size))
+    section = zero.get("offload_optimizer")
+    if isinstance(section, dict) and "ratio" in section:
+        ratio = offload_ratio(section)
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool):
+            out["offload_optimizer_ratio"] = float(ratio)
+    scatter = zero.get("reduce_scatter", True)
+    if out.get("zero_quantized_gradients") and stage == 3 and scatter != AUTO and \
+            not ds_bool(scatter, "zero_optimization.reduce_scatter", origin):
+        raise ConfigError(f"{origin} zero_optimization.zero_quantized_gradients with reduce_scatter false: DeepSpeed's "
+                          "ZeRO-3 asserts 'when enable all_to_all_reduce, reduce_scatter should also be enabled' "
+                          "(stage3.py). Drop reduce_scatter: false or zero_quantized_gradients.")
+    for key in (*ZEROPP_KEYS, "sub_group_size"):
+        if key in out:
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{key}")
+    if "offload_optimizer_ratio" in out:
+        src["offload_optimizer_ratio"] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.offload_optimizer.ratio")
+    return out

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from llmperf_hook.errors import ConfigError
 from tests.frameworks.helpers import script
 
 DS = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config"]
@@ -60,3 +63,9 @@ def test_megatron_deepspeed_partition_activations(tmp_path: Path) -> None:
     cfg = script([*run, "--deepspeed-activation-checkpointing"])
     assert cfg.recompute.partition_activations and cfg.recompute.granularity == "full"
     assert "--partition-activations" in str(cfg.sources["partition_activations"])
+
+
+def test_qgz_needs_reduce_scatter(tmp_path: Path) -> None:
+    path = _ds(tmp_path, zero_optimization={"stage": 3, "zero_quantized_gradients": True, "reduce_scatter": False})
+    with pytest.raises(ConfigError, match="reduce_scatter should also be enabled"):
+        script([*DS, path], model="llama2-7b")

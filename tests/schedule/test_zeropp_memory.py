@@ -28,6 +28,8 @@ def test_hpz_adds_a_secondary_copy_of_one_kth_of_the_weights() -> None:
     assert "zero_hpz_secondary" not in plain
     assert hpz["zero_hpz_secondary"] == pytest.approx(2 * p / 8)  # +2P/k bytes per GPU
     assert hpz["weights"] == plain["weights"] == pytest.approx(2 * p / 16)
+    whole, _ = _state(_cfg(zero_hpz_partition_size=16))  # a secondary group of the whole DP group still exists
+    assert whole["zero_hpz_secondary"] == pytest.approx(2 * p / 16)
 
 
 @pytest.mark.parametrize("stage, extra_per_param", [
