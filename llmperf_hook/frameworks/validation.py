@@ -5,15 +5,18 @@ pipeline and virtual stages, interleaving needs PP > 1, CP needs seq % 2CP, over
 distributed optimizer, tp-comm-overlap needs sequence parallelism, experts % EP, virtual stages without p2p
 overlap need PP > 2, --distribute-saved-activations needs TP > 1 and full recompute), megatron/core
 transformer_config.py (heads % TP, query groups a multiple or divisor of TP, uneven first/last stages,
-recompute method/num-layers), parallel_state.py (world % (ETP*EP*PP)), the microbatch calculator
+recompute method/num-layers, --overlap-moe-expert-parallel-comm's layout asserts), the flex token dispatcher
+(DeepEP / NCCL EP need ETP x EP > 1), parallel_state.py (world % (ETP*EP*PP)), the microbatch calculator
 (GBS % (MBS*DP)), pipeline schedules.py (interleaving needs M % PP == 0), DeepSpeed runtime/config.py
-`_batch_assertion` and pipe/engine.py (ZeRO-2/3 incompatible with the pipeline engine).
+`_batch_assertion` and pipe/engine.py (ZeRO-2/3 incompatible with the pipeline engine), Megatron-DeepSpeed's
+initialize.py (DeepSpeed-Ulysses refuses Megatron's sequence parallelism).
 """
 
 from __future__ import annotations
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.provenance import SourceKind
 
 _MEGATRON = ("megatron", "megatron-deepspeed")
 
@@ -188,6 +191,10 @@ def _check_experts(cfg: TrainingConfig) -> None:
     if experts > 0 and pattern and len(pattern) != layers:
         raise ConfigError(f"the --moe-layer-freq pattern has {len(pattern)} entries but the model has {layers} layers "
                           f"({_at(cfg, 'num_layers', layers)}); Megatron asserts one entry per layer (gpt_layer_specs.py).")
+    if experts > 0 and cfg.framework == "megatron":
+        if cfg.model.moe_dispatch.overlap_ep_comm:
+            _check_ep_overlap(cfg)
+        _check_flex_group(cfg)
     expert_ranks = p.etp * p.ep * p.pp
     if cfg.world_size % expert_ranks != 0:
         raise ConfigError(
@@ -195,6 +202,45 @@ def _check_experts(cfg: TrainingConfig) -> None:
             f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} x pipeline-model-parallel-size "
             f"{p.pp} = {expert_ranks} (Megatron parallel_state: world % (ETP*EP*PP) == 0). Change EP or ETP."
         )
+
+
+def virtual_stages_given(cfg: TrainingConfig) -> bool:
+    """Megatron's virtual_pipeline_model_parallel_size is set (not None): more than one virtual stage, or a
+    virtual-stage flag that gives one (arguments.py sets the size from either flag, even to 1)."""
+    source = cfg.sources.get("vpp")
+    return cfg.parallel.vpp > 1 or (source is not None and source.kind != SourceKind.DEFAULT)
+
+
+def _check_ep_overlap(cfg: TrainingConfig) -> None:
+    """--overlap-moe-expert-parallel-comm: the layout-dependent asserts of TransformerConfig.__post_init__ (EP > 1,
+    virtual stages when PP > 1, no full recomputation / recompute method; frameworks/megatron_shape.py checks the
+    others on the command), so that a re-laid-out configuration (tune) obeys them too."""
+    p, r = cfg.parallel, cfg.recompute
+    broken = [
+        (p.ep <= 1, f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)}",
+         "'overlap_moe_expert_parallel_comm is only supported with expert model parallelism'", "use EP > 1"),
+        (p.pp > 1 and not virtual_stages_given(cfg), f"pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} without "
+         "virtual stages", "'virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size "
+         "> 1'", "add --num-layers-per-virtual-pipeline-stage or use PP 1"),
+        (r.granularity == "full" or r.method is not None, f"recompute {_at(cfg, 'recompute', r.granularity)} (method "
+         f"{r.method})", "'disable full recomputation when enabling overlap_moe_expert_parallel_comm'",
+         "drop the full recompute flags (selective recompute is allowed)"),
+    ]
+    for bad, what, quote, fix in broken:
+        if bad:
+            raise ConfigError(f"--overlap-moe-expert-parallel-comm with {what}: Megatron asserts {quote} "
+                              f"(TransformerConfig.__post_init__). To keep the overlap, {fix}.")
+
+
+def _check_flex_group(cfg: TrainingConfig) -> None:
+    """MoEFlexTokenDispatcher.__init__: DeepEP and NCCL EP assert 'requires TPxEP > 1' (the ETP x EP group)."""
+    d, p = cfg.model.moe_dispatch, cfg.parallel
+    if d.token_dispatcher == "flex" and d.flex_backend in ("deepep", "ncclep") and p.etp * p.ep <= 1:
+        raise ConfigError(
+            f"--moe-token-dispatcher-type flex with backend {d.flex_backend} at expert-tensor-parallel-size "
+            f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} = 1: Megatron asserts "
+            f"'{'DeepEP' if d.flex_backend == 'deepep' else 'NCCL EP'} dispatcher requires TPxEP > 1'. Use EP > 1, "
+            "or another dispatcher.")
 
 
 def _check_microbatch_groups(cfg: TrainingConfig) -> None:
@@ -254,6 +300,18 @@ def _check_distributed_saved(cfg: TrainingConfig) -> None:
             f"{r.granularity} (method {r.method}), sequence parallel {p.sequence_parallel}. Drop the flag or meet the rule.")
 
 
+def _check_ulysses(cfg: TrainingConfig) -> None:
+    """Megatron-DeepSpeed's sequence parallelism is DeepSpeed-Ulysses (--ds-sequence-parallel-size, our CP): its
+    initialize.py raises when Megatron's --sequence-parallel is on as well (kept only at TP > 1)."""
+    p = cfg.parallel
+    if cfg.framework == "megatron-deepspeed" and p.cp > 1 and p.sequence_parallel:
+        raise ConfigError(
+            f"--ds-sequence-parallel-size {_at(cfg, 'cp', p.cp)} with --sequence-parallel (tensor-model-parallel-size "
+            f"{_at(cfg, 'tp', p.tp)}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size > 1 enables "
+            "DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence parallel'. Drop "
+            "--sequence-parallel or --ds-sequence-parallel-size.")
+
+
 def _check_optimizer(cfg: TrainingConfig) -> None:
     o = cfg.optimizer
     if cfg.framework in _MEGATRON and o.overlap_param_gather and not (o.distributed_optimizer and o.overlap_grad_reduce):
@@ -301,4 +359,5 @@ def validate_config(cfg: TrainingConfig) -> None:
     _check_experts(cfg)
     if cfg.framework in _MEGATRON:
         _check_recompute(cfg)
+    _check_ulysses(cfg)
     _check_optimizer(cfg)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Mapping
 
 from llmperf_hook.frameworks.training_config import RecomputeConfig, TrainingConfig
+from llmperf_hook.provenance import Source, SourceKind
 
 # Recompute modes as integer codes for the vectorised tables (tune/candidates.py).
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "block": 3}
@@ -114,7 +116,18 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
                                     cpu_offloading=cfg.recompute.cpu_offloading)
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
-                               deepspeed_pipeline_engine=_pipeline_engine(cfg, c))
+                               deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))
+
+
+def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:
+    """The command's sources, with the virtual stages' as the rewritten command gives them: a candidate that
+    changes PP or VPP writes --num-layers-per-virtual-pipeline-stage for VPP > 1 and drops it for VPP 1
+    (tune/megatron_argv.py), which Megatron's --overlap-moe-expert-parallel-comm rule reads
+    (frameworks/validation.virtual_stages_given)."""
+    if (c.pp, c.vpp) == (cfg.parallel.pp, cfg.parallel.vpp):
+        return cfg.sources
+    vpp = Source(SourceKind.DERIVED, "tune candidate") if c.vpp > 1 else Source(SourceKind.DEFAULT, "no virtual pipeline")
+    return {**cfg.sources, "vpp": vpp}
 
 
 def keeps_distributed_saved(c: Candidate) -> bool:

@@ -20,6 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.frameworks.validation import virtual_stages_given
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
 from llmperf_hook.tune.search_space import SearchSpace
 
@@ -98,9 +99,11 @@ def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> 
 
     auto EP = divisors of num_experts (arguments.py: num_experts % EP == 0). auto expert TP = the command's own
     (by default it follows TP); a list adds pinned values (MoE parallel folding, Megatron-core >= 0.10:
-    parallel_state.py builds the expert grid tp-ep-dp-pp from ETP independently of the attention TP). Not
-    searched by default: graph/layer_ops.moe_ops gives every TP rank the whole TP group's routed tokens, which
-    is right only for ETP = TP (for ETP < TP it prices the expert GEMMs TP/ETP times too high).
+    parallel_state.py builds the expert grid etp-ep-edp-pp from ETP independently of the attention TP). Every
+    ETP is priced as it runs (graph/moe_ops.py: each rank routes its own sequence shard and computes c x ETP
+    token copies over its E/EP local experts, ffn / ETP wide; the dispatcher's traffic spans the ETP x EP
+    group). ETP is not searched by default only to keep the table small: each listed value adds a copy of the
+    whole cross product (list them under expert_tensor_parallel to search them).
     """
     own_etp = FOLLOW_TP if base.etp is None else base.etp
     if cfg.framework != "megatron" or cfg.model.num_experts <= 0:
@@ -226,6 +229,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
             (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         **_expert_masks(cfg, cols),
+        **_ulysses_masks(cfg, cols),
     }
 
 
@@ -244,4 +248,36 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[s
             cols["sp"] == 0),
         # deepspeed/runtime/engine.py: native DeepSpeed-MoE (Megatron-DeepSpeed --num-experts) refuses ZeRO-3.
         "DeepSpeed-MoE with ZeRO-3": (cfg.framework == "megatron-deepspeed") & (experts > 0) & (cols["zero"] == 3),
+        **_dispatcher_masks(cfg, cols),
     }
+
+
+def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Megatron-Core's token-dispatcher rules that depend on the layout (frameworks/validation.py
+    _check_ep_overlap and _check_flex_group say the same per configuration)."""
+    d, n = cfg.model.moe_dispatch, len(cols["tp"])
+    if cfg.framework != "megatron" or cfg.model.num_experts <= 0:
+        return {}
+    ep, pp, vpp, rc = cols["ep"], cols["pp"], cols["vpp"], cols["rc"]
+    overlap = np.full(n, d.overlap_ep_comm)
+    # A virtual-stage flag that gives one stage still sets Megatron's virtual size: only the command's (pp, vpp).
+    base = candidate_of(cfg)
+    own_vpp_flag = virtual_stages_given(cfg) & (pp == base.pp) & (vpp == base.vpp)
+    flex_needs_group = d.token_dispatcher == "flex" and d.flex_backend in ("deepep", "ncclep")
+    return {
+        # TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm.
+        "EP comm overlap needs ep > 1": overlap & (ep <= 1),
+        "EP comm overlap needs vpp when pp > 1": overlap & (pp > 1) & (vpp == 1) & ~own_vpp_flag,
+        "EP comm overlap refuses full recompute": overlap & ((rc == RECOMPUTE_CODES["full"]) | (
+            rc == RECOMPUTE_CODES["block"])),
+        # MoEFlexTokenDispatcher.__init__: 'DeepEP dispatcher requires TPxEP > 1' (NCCL EP likewise).
+        "flex DeepEP / NCCL EP need etp*ep > 1": np.full(n, flex_needs_group) & (cols["etp"] * ep <= 1),
+    }
+
+
+def _ulysses_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Megatron-DeepSpeed's initialize.py: DeepSpeed-Ulysses (--ds-sequence-parallel-size, our CP) refuses
+    Megatron's --sequence-parallel (kept at TP > 1 only; _normalise_and_dedupe drops it at TP 1)."""
+    if cfg.framework != "megatron-deepspeed":
+        return {}
+    return {"DeepSpeed-Ulysses refuses sequence parallel": (cols["cp"] > 1) & (cols["sp"] > 0)}

@@ -8,7 +8,8 @@ textbook formulas so that they track the full model's trends (not its absolute n
 - activation bytes per layer: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, flash attention
   (no stored softmax, so selective recompute saves nothing more), eq. for interleaved in-flight factor;
 - compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
-  small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009);
+  small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009),
+  MoE token dispatch / combine as the command's dispatcher moves the tokens (tune/surrogate_moe.py);
 - pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2).
 """
 
@@ -22,6 +23,8 @@ import numpy as np
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.graph import params
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.tune import surrogate_moe
+from llmperf_hook.tune.surrogate_comm import per_node, ring_s
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -168,8 +171,8 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
     tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
     mb_s = compute_mb + tp_comm_mb
     if m.num_experts:
-        mb_s = mb_s + _ep_alltoall_s(cfg, cluster, cols, tokens) * (layers_per_stage * moe_layer_fraction(m)) * (
-            4 + 2 * (rc_passes > 0.5))
+        exposed = _moe_exposed_s(cfg, cluster, cols, tokens, fwd_layer / (peak * eff), peak * eff, rc_passes)
+        mb_s = mb_s + exposed * (layers_per_stage * moe_layer_fraction(m))
     p2p_s = _p2p_s(cfg, cluster, cols, tokens)
     pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
     return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp) + _optimizer_s(cfg, cluster, cols, dp)
@@ -198,18 +201,16 @@ def _tp_comm_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.
     return np.where(tp > 1, ring, 0.0)
 
 
-def _ep_alltoall_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray],
-                   tokens: np.ndarray) -> np.ndarray:
-    """One token dispatch (or combine) all-to-all of an MoE layer: each rank sends its tokens' top-k copies,
-    the (ep-1)/ep share that leaves the rank (Megatron alltoall dispatcher; tokens per rank are split by TP
-    under sequence parallelism). EP ranks are etp apart (expert order tp-ep-dp-pp): NVLink while etp * ep
-    fits in a node."""
+def _moe_exposed_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], tokens: np.ndarray,
+                   layer_fwd_s: np.ndarray, flop_per_s: np.ndarray, rc_passes: np.ndarray) -> np.ndarray:
+    """Exposed token dispatch + combine of one MoE layer per micro-batch, as the command's dispatcher moves the
+    tokens (tune/surrogate_moe.py), less what its EP-comm or shared-expert overlap hides."""
     m = cfg.model
-    ep = cols["ep"].astype(np.float64)
-    nbytes = tokens * m.moe_router_topk * m.hidden_size * _BYTES.get(cfg.precision, 2) / np.where(
-        cols["sp"] > 0, cols["tp"], 1)
-    bw = _bandwidth(cluster, cols["ep"] * cols["etp"] <= cluster.gpus_per_node)
-    return np.where(ep > 1, (ep - 1) / ep * nbytes / bw + (ep - 1) * cluster.intra_node.latency_s, 0.0)
+    comm = surrogate_moe.ep_comm_fwd_s(cfg, cluster, cols, tokens)
+    # Shared experts: a dense MLP over every token, TP-split (graph/layer_ops.shared_expert_ops), 2 FLOP / weight.
+    shared_weights = m.hidden_size * m.moe_shared_expert_intermediate_size * (3 if m.swiglu else 2)
+    shared_fwd_s = 2.0 * tokens * shared_weights / cols["tp"] / flop_per_s
+    return surrogate_moe.exposed_ep_s(cfg, comm, layer_fwd_s, shared_fwd_s, rc_passes)
 
 
 def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
@@ -224,20 +225,22 @@ def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndar
 
 
 def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
+    """Gradient all-reduce over the data-parallel group (with CP: dp x cp ranks, tp apart) and, for MoE models,
+    of the expert gradients over the expert data-parallel group (etp x ep apart), graph/step_ops.dp_groups; a
+    ring over the members a node holds (tune/surrogate_comm.py), so a group of neighbouring ranks that spans
+    nodes runs at the node's NIC bandwidth, not one GPU's."""
     dense, expert = _layer_params(cfg)
-    params = (cfg.model.num_layers / cols["pp"]) * dense / cols["tp"] + cfg.model.padded_vocab_size * cfg.model.hidden_size / cols["tp"]
+    tp, gpn = cols["tp"], cluster.gpus_per_node
+    params = (cfg.model.num_layers / cols["pp"]) * dense / tp + cfg.model.padded_vocab_size * cfg.model.hidden_size / tp
     grad_bytes = 4.0 if cfg.framework == "megatron" and cfg.optimizer.fp32_main_grads else 2.0
-    bw = _bandwidth(cluster, cols["tp"] * cols["cp"] * dp <= cluster.gpus_per_node)
-    volume = params * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
+    zero3 = np.where(cols["zero"] == 3, 2.5, 1.0)
     exposed = 0.3 if cfg.optimizer.overlap_grad_reduce else 1.0
-    out = np.where(dp > 1, exposed * 2 * (dp - 1) / dp * volume / bw, 0.0)
+    group = dp * cols["cp"]
+    out = exposed * 2 * ring_s(cluster, params * grad_bytes * zero3, group, per_node(group, tp, gpn))
     if not expert:
         return out
-    # Expert gradients synchronise over the expert data-parallel group (its members are etp * ep ranks apart).
     e_params, split, edp = _expert_grid(cfg, cols, expert)
-    e_volume = e_params * grad_bytes * np.where(cols["zero"] == 3, 2.5, 1.0)
-    e_bw = _bandwidth(cluster, split * edp <= cluster.gpus_per_node)
-    return out + np.where(edp > 1, exposed * 2 * (edp - 1) / edp * e_volume / e_bw, 0.0)
+    return out + exposed * 2 * ring_s(cluster, e_params * grad_bytes * zero3, edp, per_node(edp, split, gpn))
 
 
 def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
