@@ -185,9 +185,7 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
 
 
 # Megatron-DeepSpeed passes these to deepspeed.checkpointing.configure when --deepspeed-activation-checkpointing is on.
-_DS_CHECKPOINTING = {"--partition-activations": "checkpoints split over the tensor-parallel group",
-                     "--checkpoint-in-cpu": "checkpoints kept in host memory",
-                     "--contigious-checkpointing": "checkpoints in one preallocated buffer",
+_DS_CHECKPOINTING = {"--contigious-checkpointing": "checkpoints in one preallocated buffer",
                      "--synchronize-each-layer": "a device synchronize around every checkpointed layer"}
 
 

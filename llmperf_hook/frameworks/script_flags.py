@@ -46,7 +46,7 @@ _TRUE = (
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
-    "delay-wgrad-compute", "moe-router-padding-for-quantization",
+    "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
