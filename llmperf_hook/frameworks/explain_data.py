@@ -63,6 +63,25 @@ def moe_dispatch_values(cfg: TrainingConfig) -> dict[str, Any]:
     return out
 
 
+DEEPSPEED_EXTRA_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+                        "grad_accum_dtype", "grad_comm_dtype", "offload_optimizer_ratio", "partition_activations",
+                        "checkpoint_in_cpu")
+"""ZeRO++, the gradient dtypes, a partial optimizer offload and Megatron-DeepSpeed's checkpoint placement: shown only
+when set away from DeepSpeed's defaults (graph/step_ops.py and schedule/memory.py price them)."""
+
+
+def deepspeed_extra_values(cfg: TrainingConfig) -> dict[str, Any]:
+    """The DEEPSPEED_EXTRA_KEYS in effect for `cfg`."""
+    o, r = cfg.optimizer, cfg.recompute
+    values = {"zero_hpz_partition_size": o.zero_hpz_partition_size if o.zero_hpz_partition_size > 1 else None,
+              "zero_quantized_weights": o.zero_quantized_weights or None,
+              "zero_quantized_gradients": o.zero_quantized_gradients or None,
+              "grad_accum_dtype": o.grad_accum_dtype, "grad_comm_dtype": o.grad_comm_dtype,
+              "offload_optimizer_ratio": o.offload_optimizer_ratio if o.offload_optimizer_ratio < 1.0 else None,
+              "partition_activations": r.partition_activations or None, "checkpoint_in_cpu": r.checkpoint_in_cpu or None}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str, Any]:
     """Flat keys (EXPLAIN_KEYS) + "script" + "sources" {key: origin} + "warnings" [...]."""
     m, p, b, o, r = cfg.model, cfg.parallel, cfg.batch, cfg.optimizer, cfg.recompute
@@ -86,7 +105,9 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
     }
     values.update(deepseek_values(cfg))
     values.update(moe_dispatch_values(cfg))
-    out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS) if k in values}
+    values.update(deepspeed_extra_values(cfg))
+    out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS,
+                                                  *DEEPSPEED_EXTRA_KEYS) if k in values}
     if job is not None:
         out["script"] = job.script
     out["sources"] = {k: str(v) for k, v in cfg.sources.items() if k in values}

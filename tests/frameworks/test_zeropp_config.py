@@ -38,6 +38,14 @@ def test_zeropp_keys_are_priced_at_stage3(tmp_path: Path) -> None:
     assert "zero_optimization.zero_hpz_partition_size" in str(cfg.sources["zero_hpz_partition_size"])
     assert "communication_data_type" in str(cfg.sources["grad_comm_dtype"])
     assert "offload_optimizer.ratio" in str(cfg.sources["offload_optimizer_ratio"])
+    from llmperf_hook.frameworks.explain_data import explain_json
+
+    shown = explain_json(cfg)  # explain names what it prices, with where each value came from
+    assert (shown["zero_hpz_partition_size"], shown["grad_comm_dtype"], shown["offload_optimizer_ratio"]) == \
+        (8, "bf16", 0.25)
+    assert "zero_optimization.zero_quantized_weights" in shown["sources"]["zero_quantized_weights"]
+    assert not {"zero_hpz_partition_size", "grad_accum_dtype", "partition_activations"} & set(
+        explain_json(script([*DS, _ds(tmp_path)], model="llama2-7b")))  # defaults: the keys stay out
 
 
 def test_zeropp_below_stage3_is_ignored_as_deepspeed_does(tmp_path: Path) -> None:
