@@ -32,7 +32,7 @@ def test_both_losses_fit_and_are_recorded(loss: str) -> None:
 def test_selection_is_robust_to_throttled_outliers() -> None:
     x, t, roof = _gemm_samples("throttled")
     reg, floor = fit_with_floor(x[:240], t[:240], roof[:240])
-    assert reg.loss in ("l1", "l2") and floor >= 0.0
+    assert reg.loss in ("l1", "l2", "huber") and floor >= 0.0
     clean = predict_with_floor(reg, floor, x[240:], roof[240:]) / t[240:] - 1
     # The median sample is predicted within a few percent: the 10 % throttled runs do not drag the fit.
     assert abs(np.median(clean)) < 0.01  # an L2 fit here is biased by about +1.8 %
