@@ -48,6 +48,8 @@ SPACE = {"micro_batch_size": [1, 2], "virtual_pipeline": [1], "context_parallel"
 
 @functools.lru_cache(maxsize=None)
 def _cfg(kind: str):
+    if kind == "deepspeed-moe":  # Megatron-DeepSpeed's DeepSpeed-MoE: an A2A of the top-k copies over EP
+        return dataclasses.replace(_cfg("allgather"), framework="megatron-deepspeed")
     return resolve_job([*MIXTRAL, *DISPATCHERS[kind]], {})[1]
 
 
@@ -63,7 +65,7 @@ def _graph_ep_fwd_s(cfg, spec) -> float:
                if op.collective is not None and op.name.startswith(("moe.dispatch", "moe.combine")))
 
 
-@pytest.mark.parametrize("kind", list(DISPATCHERS))
+@pytest.mark.parametrize("kind", [*DISPATCHERS, "deepspeed-moe"])
 def test_surrogate_ep_comm_follows_the_graph(kind: str) -> None:
     cfg, spec = _cfg(kind), api.load_cluster("dgx-h100")
     cands = tuple(_cand(*layout) for layout in LAYOUTS)
