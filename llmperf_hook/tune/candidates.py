@@ -228,6 +228,10 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
             (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
+        # arguments.py validate_args: --overlap-param-gather needs the distributed optimizer.
+        "overlap-param-gather needs distributed optimizer": np.full(tp.shape, cfg.framework in MEGATRON_FRAMEWORKS
+                                                                    and cfg.optimizer.overlap_param_gather) & (
+            cols["distopt"] == 0),
         **_expert_masks(cfg, cols),
         **_ulysses_masks(cfg, cols),
     }

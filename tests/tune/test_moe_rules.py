@@ -155,3 +155,30 @@ def test_ulysses_commands_never_get_megatron_sequence_parallel(tmp_path: Path, m
     assert data["top"] and all(row["cp"] == 2 and not row["sequence_parallel"] for row in data["top"])
     code, _, eerr = _run(["explain", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, eerr
+
+
+@pytest.mark.parametrize("argv", [
+    OVERLAP,
+    _with(_with(OVERLAP, "--moe-token-dispatcher-type", "flex"), "--num-layers-per-virtual-pipeline-stage", "8"),
+    [*OVERLAP, "--overlap-grad-reduce", "--overlap-param-gather"],
+], ids=["alltoall-overlap", "flex-overlap-one-virtual-stage", "overlap-param-gather"])
+def test_rule_masks_agree_with_the_frameworks_validation(argv: list[str]) -> None:
+    """Every row the masks keep passes validate_config and every row they reject fails it (rows whose TP x PP x CP
+    does not divide the world cannot even become a TrainingConfig), so the counts name the real reasons."""
+    cfg = resolve_job(argv, {})[1]
+    space = {**SPACE, "tensor_parallel": [1, 2], "expert_parallel": [1, 4, 8], "distributed_optimizer": [False, True]}
+    table = generate_candidates(cfg, parse_search_space(space), 8)
+    bad = rule_rejected(cfg, table)
+    disagreements = []
+    for i in range(len(table)):
+        cand = table.candidate(i)
+        if cfg.world_size % (cand.tp * cand.pp * cand.cp):
+            continue
+        try:
+            validate_config(apply_candidate(cfg, cand))
+            ok = True
+        except ConfigError:
+            ok = False
+        if ok == bool(bad[i]):
+            disagreements.append((cand.describe(), ok))
+    assert disagreements == [] and bad.sum() < len(table)
