@@ -221,47 +221,19 @@ def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
 
     Returns the ops and how many times the expert GEMM group repeats (local experts under SequentialMLP, 1 for a
     grouped GEMM). Megatron-Core's dispatchers are built in graph/moe_ops.py; other frameworks keep
-    deepspeed_moe_ops. Tokens are assumed balanced across experts (the aux-loss target).
+    moe_ops.deepspeed_moe_ops. Tokens are assumed balanced across experts (the aux-loss target).
     """
     from llmperf_hook.graph import moe_ops as mo  # moe_ops builds on this module
 
     kind = mo.dispatcher_of(ctx)
     if kind == "deepspeed":
-        return deepspeed_moe_ops(ctx)
+        return mo.deepspeed_moe_ops(ctx)
     build = {"allgather": mo.allgather_dispatch, "alltoall": mo.alltoall_dispatch, "flex": mo.flex_dispatch}[kind]
     before, after, routed = build(ctx)
     experts, repeat = mo.expert_ops(ctx, routed)
-    ops = [norm("moe.norm", ctx), mo._router(ctx), *before, *experts, *after, *shared_expert_ops(ctx),
+    ops = [norm("moe.norm", ctx), mo.router(ctx), *before, *experts, *after, *shared_expert_ops(ctx),
            residual("moe.residual", ctx)]
     return ops, repeat
-
-
-def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
-    """DeepSpeed-MoE (Megatron-DeepSpeed) and Hugging Face MoE models: TP gather, router, permute, all-to-all
-    of the top-k copies, per-expert GEMMs, all-to-all, unpermute, TP reduce."""
-    m, p = ctx.cfg.model, ctx.cfg.parallel
-    h, topk = m.hidden_size, m.moe_router_topk
-    experts_local = max(1, m.num_experts // p.ep)
-    ffn = (m.moe_ffn_hidden_size or m.ffn_hidden_size) // max(1, p.etp)
-    routed = max(1, ctx.tokens * topk * max(1, p.etp) // max(1, p.tp))
-    per_expert = max(1, routed // experts_local)
-    routed_bytes = ctx.norm_tokens * topk * h * ctx.act_bytes
-    ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx),
-           Op("moe.router", "router", "fwd", {"tokens": ctx.norm_tokens, "hidden": h, "experts": m.num_experts},
-              flops=2.0 * ctx.norm_tokens * h * m.num_experts, bytes_moved=float(ctx.norm_tokens * h * ctx.act_bytes),
-              dtype=ctx.dtype),
-           elementwise("moe.permute", "permute", {"elements": routed * h}, routed * h, ctx)]
-    if p.ep > 1:
-        ops.append(comm("moe.dispatch_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
-    ops += [gemm("moe.expert_fc1", per_expert, ffn * (2 if m.swiglu else 1), h, ctx),
-            elementwise("moe.expert_act", "swiglu" if m.swiglu else "gelu", {"elements": per_expert * ffn},
-                        per_expert * ffn, ctx),
-            gemm("moe.expert_fc2", per_expert, h, ffn, ctx)]
-    if p.ep > 1:
-        ops.append(comm("moe.combine_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
-    ops += [elementwise("moe.unpermute", "permute", {"elements": routed * h}, routed * h, ctx),
-            *tp_exit("moe.tp_reduce", ctx), *shared_expert_ops(ctx), residual("moe.residual", ctx)]
-    return ops, experts_local
 
 
 def shared_expert_ops(ctx: LayerContext) -> list[Op]:

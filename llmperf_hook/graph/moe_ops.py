@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-from llmperf_hook.graph.layer_ops import LayerContext, comm, elementwise, gemm, norm
+from llmperf_hook.graph.layer_ops import (LayerContext, comm, elementwise, gemm, norm, residual, shared_expert_ops,
+                                          tp_enter, tp_exit)
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.placement import place_group
 
@@ -107,12 +108,32 @@ def probs_bytes(ctx: LayerContext) -> int:
     return {"fp32": 4, "fp64": 8}.get(ctx.cfg.model.moe_dispatch.router_dtype or "", ctx.act_bytes)
 
 
-def _router(ctx: LayerContext) -> Op:
+def router(ctx: LayerContext) -> Op:
     """The router scores the rank's own tokens (moe_layer.py routes before the dispatcher gathers anything)."""
     m, n = ctx.cfg.model, ctx.norm_tokens
     return Op("moe.router", "router", "fwd", {"tokens": n, "hidden": m.hidden_size, "experts": m.num_experts},
               flops=2.0 * n * m.hidden_size * m.num_experts, bytes_moved=float(n * m.hidden_size * ctx.act_bytes),
               dtype=ctx.dtype)
+
+
+def deepspeed_moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
+    """DeepSpeed-MoE (Megatron-DeepSpeed) and Hugging Face MoE models: TP gather, router, permute, all-to-all
+    of the top-k copies, per-expert GEMMs (expert_ops: sequential), all-to-all, unpermute, TP reduce. Returns
+    the ops and the local experts (the expert GEMM group's repeat count)."""
+    m, p = ctx.cfg.model, ctx.cfg.parallel
+    h, topk = m.hidden_size, m.moe_router_topk
+    routed = max(1, ctx.tokens * topk * max(1, p.etp) // max(1, p.tp))
+    routed_bytes = ctx.norm_tokens * topk * h * ctx.act_bytes
+    ops = [norm("moe.norm", ctx), *tp_enter("moe.tp_allgather", ctx), router(ctx), _permute("moe.permute", routed, ctx)]
+    if p.ep > 1:
+        ops.append(comm("moe.dispatch_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
+    experts, experts_local = expert_ops(ctx, routed)
+    ops += experts
+    if p.ep > 1:
+        ops.append(comm("moe.combine_alltoall", "alltoall", routed_bytes, ctx.ep, ctx))
+    ops += [_permute("moe.unpermute", routed, ctx), *tp_exit("moe.tp_reduce", ctx), *shared_expert_ops(ctx),
+            residual("moe.residual", ctx)]
+    return ops, experts_local
 
 
 def _permute(name: str, copies: int, ctx: LayerContext, unpermute: bool = False) -> Op:
