@@ -19,6 +19,7 @@ dropless; capped or padded by the capacity factor). Dispatchers (token_dispatche
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from llmperf_hook.graph.layer_ops import (LayerContext, comm, elementwise, gemm, norm, residual, shared_expert_ops,
                                           tp_enter, tp_exit)
@@ -83,8 +84,7 @@ def expert_ops(ctx: LayerContext, routed: int) -> tuple[list[Op], int]:
     for name, (n, k) in weights.items():
         op = gemm(name, routed, n, k, ctx)
         extra = (local - 1) * k * n * ctx.act_bytes  # the other local experts' weights
-        ops.append(Op(op.name, op.op_class, op.phase, op.dims, op.flops, op.bytes_moved + extra, op.dtype,
-                      tags={"grouped": str(local)}))
+        ops.append(replace(op, bytes_moved=op.bytes_moved + extra, tags={"grouped": str(local)}))
     ops.insert(1, elementwise("moe.expert_act", act, {"elements": routed * ffn}, routed * ffn, ctx))
     return ops, 1
 

@@ -10,6 +10,8 @@ depth's final_layernorm, the shared output layer and a cross-entropy loss (proce
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph.op import Op
 
@@ -29,13 +31,11 @@ def _concat_projection(ctx: lo.LayerContext) -> list[Op]:
 
 def mtp_head_ops(ctx: lo.LayerContext) -> list[Op]:
     """The depth's final norm, the shared output layer and its loss (the main head's ops, renamed)."""
-    return [Op("mtp." + op.name.split(".", 1)[1], op.op_class, op.phase, op.dims, op.flops, op.bytes_moved, op.dtype,
-               op.collective, op.tags) for op in lo.head_ops(ctx)]
+    return [replace(op, name="mtp." + op.name.split(".", 1)[1]) for op in lo.head_ops(ctx)]
 
 
 def mtp_depth_ops(ctx: lo.LayerContext, layer: list[Op]) -> list[Op]:
     """One MTP depth up to its loss head: the shifted tokens' embedding, the concat projection and `layer` (the
     transformer layer's forward ops); mtp_head_ops follow."""
-    embed = [Op("mtp." + op.name, op.op_class, op.phase, op.dims, op.flops, op.bytes_moved, op.dtype, op.collective,
-                op.tags) for op in lo.embedding_ops(ctx)]
+    embed = [replace(op, name="mtp." + op.name) for op in lo.embedding_ops(ctx)]
     return [*embed, *_concat_projection(ctx), *layer]
