@@ -228,10 +228,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
             (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
-        # arguments.py validate_args: --overlap-param-gather needs the distributed optimizer.
-        "overlap-param-gather needs distributed optimizer": np.full(tp.shape, cfg.framework in MEGATRON_FRAMEWORKS
-                                                                    and cfg.optimizer.overlap_param_gather) & (
-            cols["distopt"] == 0),
+        **_param_gather_masks(cfg, cols),
         **_expert_masks(cfg, cols),
         **_ulysses_masks(cfg, cols),
     }
@@ -277,6 +274,13 @@ def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> di
         # MoEFlexTokenDispatcher.__init__: 'DeepEP dispatcher requires TPxEP > 1' (NCCL EP likewise).
         "flex DeepEP / NCCL EP need etp*ep > 1": np.full(n, flex_needs_group) & (cols["etp"] * ep <= 1),
     }
+
+
+def _param_gather_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """arguments.py validate_args: --overlap-param-gather needs the distributed optimizer (a knob tune flips)."""
+    if cfg.framework not in MEGATRON_FRAMEWORKS or not cfg.optimizer.overlap_param_gather:
+        return {}
+    return {"overlap-param-gather needs distributed optimizer": cols["distopt"] == 0}
 
 
 def _ulysses_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
