@@ -254,26 +254,25 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[s
 
 
 def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Megatron-Core's token-dispatcher rules that depend on the layout (frameworks/validation.py
-    _check_ep_overlap and _check_flex_group say the same per configuration)."""
-    d, n = cfg.model.moe_dispatch, len(cols["tp"])
+    """Megatron-Core's token-dispatcher rules that depend on the layout, where the command's flags bring them in
+    (frameworks/validation.py _check_ep_overlap and _check_flex_group say the same per configuration)."""
+    d = cfg.model.moe_dispatch
     if cfg.framework != "megatron" or cfg.model.num_experts <= 0:
         return {}
-    ep, pp, vpp, rc = cols["ep"], cols["pp"], cols["vpp"], cols["rc"]
-    overlap = np.full(n, d.overlap_ep_comm)
-    # A virtual-stage flag that gives one stage still sets Megatron's virtual size: only the command's (pp, vpp).
-    base = candidate_of(cfg)
-    own_vpp_flag = virtual_stages_given(cfg) & (pp == base.pp) & (vpp == base.vpp)
-    flex_needs_group = d.token_dispatcher == "flex" and d.flex_backend in ("deepep", "ncclep")
-    return {
+    masks: dict[str, np.ndarray] = {}
+    if d.overlap_ep_comm:
+        ep, pp, vpp, rc = cols["ep"], cols["pp"], cols["vpp"], cols["rc"]
+        # A virtual-stage flag that gives one stage still sets Megatron's virtual size: only the command's (pp, vpp).
+        base = candidate_of(cfg)
+        own_vpp_flag = virtual_stages_given(cfg) & (pp == base.pp) & (vpp == base.vpp)
         # TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm.
-        "EP comm overlap needs ep > 1": overlap & (ep <= 1),
-        "EP comm overlap needs vpp when pp > 1": overlap & (pp > 1) & (vpp == 1) & ~own_vpp_flag,
-        "EP comm overlap refuses full recompute": overlap & ((rc == RECOMPUTE_CODES["full"]) | (
-            rc == RECOMPUTE_CODES["block"])),
+        masks["EP comm overlap needs ep > 1"] = ep <= 1
+        masks["EP comm overlap needs vpp when pp > 1"] = (pp > 1) & (vpp == 1) & ~own_vpp_flag
+        masks["EP comm overlap refuses full recompute"] = (rc == RECOMPUTE_CODES["full"]) | (rc == RECOMPUTE_CODES["block"])
+    if d.token_dispatcher == "flex" and d.flex_backend in ("deepep", "ncclep"):
         # MoEFlexTokenDispatcher.__init__: 'DeepEP dispatcher requires TPxEP > 1' (NCCL EP likewise).
-        "flex DeepEP / NCCL EP need etp*ep > 1": np.full(n, flex_needs_group) & (cols["etp"] * ep <= 1),
-    }
+        masks["flex DeepEP / NCCL EP need etp*ep > 1"] = cols["etp"] * cols["ep"] <= 1
+    return masks
 
 
 def _param_gather_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
