@@ -290,9 +290,10 @@ ROUTER_DTYPES = ("fp32", "fp64")
 """TransformerConfig.moe_router_dtype Literal (None = the activations' dtype)."""
 
 
-def _dispatcher_rules(flags: FlagValues, dispatcher: str, backend: str) -> None:
+def _dispatcher_rules(flags: FlagValues, dispatcher: str) -> None:
     """Rules of the dispatchers themselves: router dtype choices; allgather refuses quantization padding
-    (TransformerConfig); DeepEP / NCCL EP assert 'requires TPxEP > 1' (MoEFlexTokenDispatcher.__init__)."""
+    (TransformerConfig). DeepEP / NCCL EP's 'requires TPxEP > 1' depends on the layout: validation.py checks it on
+    the resolved configuration, as for a tuned one."""
     dtype = flags.get("moe_router_dtype")
     if dtype is not None and dtype not in ROUTER_DTYPES:
         raise ConfigError(f"--moe-router-dtype {dtype} ({flags.source('moe_router_dtype')}) is not a choice Megatron "
@@ -302,29 +303,15 @@ def _dispatcher_rules(flags: FlagValues, dispatcher: str, backend: str) -> None:
                           "when --moe-token-dispatcher-type is not given): Megatron raises 'allgather and alltoall_seq "
                           "dispatcher does not support moe_router_padding_for_quantization'. Use "
                           "--moe-token-dispatcher-type alltoall or flex.")
-    tp = flags.get("tensor_model_parallel_size", 1)
-    etp, ep = flags.get("expert_tensor_parallel_size", tp), flags.get("expert_model_parallel_size", 1)
-    if dispatcher == "flex" and backend in ("deepep", "ncclep") and etp * ep <= 1:
-        raise ConfigError(f"--moe-token-dispatcher-type flex with backend {backend} at expert-tensor-parallel-size {etp} "
-                          f"x expert-model-parallel-size {ep} = 1: Megatron asserts '{'DeepEP' if backend == 'deepep' else 'NCCL EP'} "
-                          "dispatcher requires TPxEP > 1'. Use --expert-model-parallel-size > 1, or another dispatcher.")
 
 
 def _ep_overlap_rules(flags: FlagValues, dispatcher: str) -> None:
-    """TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm (the command's own layout)."""
-    ep, pp = flags.get("expert_model_parallel_size", 1), flags.get("pipeline_model_parallel_size", 1)
-    vpp = flags.has("num_virtual_stages_per_pipeline_rank") or flags.has("num_layers_per_virtual_pipeline_stage")
-    recompute = flags.get("recompute_granularity") == "full"
+    """TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm that do not depend on the
+    layout; the layout's (EP > 1, virtual stages when PP > 1, no full recomputation / recompute method) are
+    validation.py's, checked on the resolved configuration as for a tuned one."""
     broken = [
-        (ep <= 1, f"expert-model-parallel-size {ep}", "'overlap_moe_expert_parallel_comm is only supported with expert "
-         "model parallelism'", "set --expert-model-parallel-size > 1"),
         (dispatcher not in ("alltoall", "flex"), f"--moe-token-dispatcher-type {dispatcher}", "'overlap_moe_expert_parallel_"
          "comm is supported with alltoall/flex token dispatcher'", "use --moe-token-dispatcher-type alltoall"),
-        (pp > 1 and not vpp, f"pipeline-model-parallel-size {pp} without virtual stages", "'virtual_pipeline_model_"
-         "parallel_size must be specified when pipeline_model_parallel_size > 1'", "add --num-layers-per-virtual-"
-         "pipeline-stage"),
-        (recompute or flags.has("recompute_method"), "full recomputation / --recompute-method", "'disable full "
-         "recomputation when enabling overlap_moe_expert_parallel_comm'", "drop the recompute flags"),
         (not (flags.get("bf16") or flags.get("fp16")), "fp32 (no --bf16/--fp16)", "'overlap_moe_expert_parallel_comm is "
          "only supported with bf16 or fp16 model'", "add --bf16"),
         (bool(flags.get("moe_shared_expert_overlap")), "--moe-shared-expert-overlap", "'disable moe_shared_expert_overlap "
@@ -360,7 +347,7 @@ def resolve_moe_dispatch(flags: FlagValues, src: dict[str, Source], warnings: li
     dispatcher = _dispatcher(flags, src, warnings)
     backend = _flex_backend(flags, dispatcher)
     factor, pad = _capacity(flags, dispatcher, backend)
-    _dispatcher_rules(flags, dispatcher, backend)
+    _dispatcher_rules(flags, dispatcher)
     overlap = bool(flags.get("overlap_moe_expert_parallel_comm"))
     if overlap:
         _ep_overlap_rules(flags, dispatcher)
