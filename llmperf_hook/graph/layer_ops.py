@@ -78,17 +78,19 @@ def fused_tag(op_class: str, ctx: LayerContext) -> dict[str, str]:
     return {"kernel": "fused"} if op_class in FUSED_BY_MEGATRON and ctx.cfg.framework == "megatron" else {}
 
 
-def norm(name: str, ctx: LayerContext) -> Op:
-    h = ctx.cfg.model.hidden_size
+def norm(name: str, ctx: LayerContext, width: int | None = None) -> Op:
+    """LayerNorm / RMSNorm over the rank's tokens, `width` channels (default the hidden size)."""
+    h = width or ctx.cfg.model.hidden_size
     op_class = "rmsnorm" if ctx.cfg.model.normalization == "RMSNorm" else "layernorm"
     return elementwise(name, op_class, {"tokens": ctx.norm_tokens, "hidden": h}, ctx.norm_tokens * h, ctx)
 
 
-def tp_enter(name: str, ctx: LayerContext) -> list[Op]:
-    """Before a column-parallel GEMM: all-gather of the sequence shards under SP; identity otherwise."""
+def tp_enter(name: str, ctx: LayerContext, width: int | None = None) -> list[Op]:
+    """Before a column-parallel GEMM: all-gather of the sequence shards (T x `width`, default the hidden size)
+    under SP; identity otherwise."""
     if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
         return []
-    nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
+    nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * ctx.act_bytes
     return [comm(name, "allgather", nbytes, ctx.tp, ctx)]
 
 

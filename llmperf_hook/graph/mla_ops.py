@@ -17,19 +17,9 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.params import mla_down_split
 
 
-def _gather(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
-    """All-gather of a T x width activation over the TP group (sequence parallelism only)."""
-    if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
-        return []
-    return [lo.comm(name, "allgather", ctx.tokens * width * ctx.act_bytes, ctx.tp, ctx)]
-
-
 def _latent_norm(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
-    m = ctx.cfg.model
-    if not m.qk_layernorm:
-        return []
-    op_class = "rmsnorm" if m.normalization == "RMSNorm" else "layernorm"
-    return [lo.elementwise(name, op_class, {"tokens": ctx.norm_tokens, "hidden": width}, ctx.norm_tokens * width, ctx)]
+    """A q / kv latent norm of `width` channels, with --qk-layernorm only."""
+    return [lo.norm(name, ctx, width)] if ctx.cfg.model.qk_layernorm else []
 
 
 def _down_tokens(ctx: lo.LayerContext) -> int:
@@ -47,7 +37,7 @@ def query_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
                 lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx)]
     split = mla_down_split(ctx.cfg)
     return [lo.gemm("attn.q_down", _down_tokens(ctx), m.q_lora_rank // split, m.hidden_size, ctx),
-            *_latent_norm("attn.q_norm", m.q_lora_rank, ctx), *_gather("attn.q_allgather", m.q_lora_rank, ctx),
+            *_latent_norm("attn.q_norm", m.q_lora_rank, ctx), *lo.tp_enter("attn.q_allgather", ctx, m.q_lora_rank),
             lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx)]
 
 
@@ -57,8 +47,8 @@ def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
     split = mla_down_split(ctx.cfg)
     return [lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim) // split,
                     m.hidden_size, ctx),
-            *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *_gather("attn.kv_allgather", m.kv_lora_rank, ctx),
-            *_gather("attn.k_rope_allgather", m.qk_pos_emb_head_dim, ctx),
+            *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *lo.tp_enter("attn.kv_allgather", ctx, m.kv_lora_rank),
+            *lo.tp_enter("attn.k_rope_allgather", ctx, m.qk_pos_emb_head_dim),
             lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, ctx)]
 
 

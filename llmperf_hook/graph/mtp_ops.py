@@ -17,13 +17,10 @@ from llmperf_hook.graph.op import Op
 
 
 def _concat_projection(ctx: lo.LayerContext) -> list[Op]:
-    m, p = ctx.cfg.model, ctx.cfg.parallel
-    h, t = m.hidden_size, ctx.tp.group_size
+    h, t = ctx.cfg.model.hidden_size, ctx.tp.group_size
     ops = [lo.norm("mtp.enorm", ctx), lo.norm("mtp.hnorm", ctx),
            lo.elementwise("mtp.concat", "permute", {"elements": 2 * ctx.norm_tokens * h}, 2 * ctx.norm_tokens * h, ctx)]
-    if t > 1 and p.sequence_parallel:
-        ops.append(lo.comm("mtp.eh_tp_allgather", "allgather", ctx.tokens * 2 * h * ctx.act_bytes, ctx.tp, ctx))
-    ops.append(lo.gemm("mtp.eh_proj", ctx.tokens, h // t, 2 * h, ctx))
+    ops += [*lo.tp_enter("mtp.eh_tp_allgather", ctx, 2 * h), lo.gemm("mtp.eh_proj", ctx.tokens, h // t, 2 * h, ctx)]
     if t > 1:  # gather_from_tensor_model_parallel_region: the h/tp output slices become T x h on every rank
         ops.append(lo.comm("mtp.eh_out_allgather", "allgather", ctx.tokens * h * ctx.act_bytes, ctx.tp, ctx))
     return ops
