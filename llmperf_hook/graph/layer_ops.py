@@ -206,16 +206,20 @@ def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list
 
 
 def mlp_ops(ctx: LayerContext) -> list[Op]:
+    return [norm("mlp.norm", ctx), *tp_split_mlp("mlp.", ctx.cfg.model.ffn_hidden_size, ctx), residual("mlp.residual", ctx)]
+
+
+def tp_split_mlp(prefix: str, ffn: int, ctx: LayerContext) -> list[Op]:
+    """A dense MLP of width `ffn` split over TP (the dense layer's, or the shared experts'): SP all-gather,
+    column-parallel FC1, GeLU / SwiGLU, row-parallel FC2, all-reduce / reduce-scatter; op names start `prefix`."""
     m, t = ctx.cfg.model, ctx.tp.group_size
-    ffn = m.ffn_hidden_size // t
-    ops = [norm("mlp.norm", ctx), *tp_enter("mlp.tp_allgather", ctx),
-           gemm("mlp.fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx)]
+    ffn //= t
     act = "swiglu" if m.swiglu else "gelu"
-    ops.append(elementwise(f"mlp.{act}", act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
-                           passes=3.0 if m.swiglu else 2.0))
-    ops += [gemm("mlp.fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit("mlp.tp_reduce", ctx),
-            residual("mlp.residual", ctx)]
-    return ops
+    return [*tp_enter(prefix + "tp_allgather", ctx),
+            gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx),
+            elementwise(prefix + act, act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
+                        passes=3.0 if m.swiglu else 2.0),
+            gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit(prefix + "tp_reduce", ctx)]
 
 
 def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:
@@ -243,16 +247,8 @@ def shared_expert_ops(ctx: LayerContext) -> list[Op]:
     dense MLP of width moe_shared_expert_intermediate_size over every token, TP-split as the dense MLP with its
     own sequence-parallel all-gather / reduce-scatter, its output added to the routed experts' (no residual of
     its own)."""
-    m, t = ctx.cfg.model, ctx.tp.group_size
-    ffn = m.moe_shared_expert_intermediate_size // t
-    if not ffn:
-        return []
-    act = "swiglu" if m.swiglu else "gelu"
-    return [*tp_enter("moe.shared_tp_allgather", ctx),
-            gemm("moe.shared_fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx),
-            elementwise(f"moe.shared_{act}", act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
-                        passes=3.0 if m.swiglu else 2.0),
-            gemm("moe.shared_fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit("moe.shared_tp_reduce", ctx)]
+    width = ctx.cfg.model.moe_shared_expert_intermediate_size
+    return tp_split_mlp("moe.shared_", width, ctx) if width // ctx.tp.group_size else []
 
 
 def embedding_ops(ctx: LayerContext) -> list[Op]:
