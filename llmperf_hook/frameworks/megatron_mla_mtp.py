@@ -113,7 +113,9 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
         warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
                         "Megatron-DeepSpeed")
         return {}
-    kind = _position_type(flags)
+    # validate_args checks MTP before it maps the legacy --use-rotary-position-embeddings to rope (arguments.py
+    # 'MTP validation' precedes 'Legacy RoPE arguments'): that flag alone does not satisfy the check.
+    kind = str(flags.get("position_embedding_type", "learned_absolute"))
     if kind not in MTP_POSITION_TYPES:
         where = flags.source("position_embedding_type", "Megatron's default")
         raise ConfigError(f"--mtp-num-layers {depths} ({flags.source('mtp_num_layers')}) with --position-embedding-type "

@@ -56,6 +56,7 @@ def test_plain_jobs_keep_their_explain_keys() -> None:
     (("--mla-down-proj-fusion",), "requires --multi-latent-attention"),
     (("--mtp-num-layers", "1"), "learned_absolute"),
     (("--mtp-num-layers", "1", "--position-embedding-type", "mrope"), "rope and none"),
+    (("--mtp-num-layers", "1", "--use-rotary-position-embeddings"), "rope and none"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "1024"), "--disable-bias-linear"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "0", "--disable-bias-linear"), "<= 0"),
     (("--num-experts", "8", "--moe-shared-expert-intermediate-size", "1024", "--disable-bias-linear",
