@@ -218,12 +218,14 @@ def _check_ep_overlap(cfg: TrainingConfig) -> None:
     p, r = cfg.parallel, cfg.recompute
     broken = [
         (p.ep <= 1, f"expert-model-parallel-size {_at(cfg, 'ep', p.ep)}",
-         "'overlap_moe_expert_parallel_comm is only supported with expert model parallelism'", "use EP > 1"),
+         "'overlap_moe_expert_parallel_comm is only supported with expert model parallelism'",
+         "set --expert-model-parallel-size > 1"),
         (p.pp > 1 and not virtual_stages_given(cfg), f"pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} without "
          "virtual stages", "'virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size "
          "> 1'", "add --num-layers-per-virtual-pipeline-stage or use PP 1"),
-        (r.granularity == "full" or r.method is not None, f"recompute {_at(cfg, 'recompute', r.granularity)} (method "
-         f"{r.method})", "'disable full recomputation when enabling overlap_moe_expert_parallel_comm'",
+        (r.granularity == "full" or r.method is not None, f"recompute {_at(cfg, 'recompute', r.granularity)}, method "
+         f"{_at(cfg, 'recompute_method', r.method)}", "'disable full recomputation when enabling "
+         "overlap_moe_expert_parallel_comm'",
          "drop the full recompute flags (selective recompute is allowed)"),
     ]
     for bad, what, quote, fix in broken:
@@ -239,8 +241,9 @@ def _check_flex_group(cfg: TrainingConfig) -> None:
         raise ConfigError(
             f"--moe-token-dispatcher-type flex with backend {d.flex_backend} at expert-tensor-parallel-size "
             f"{_at(cfg, 'etp', p.etp)} x expert-model-parallel-size {_at(cfg, 'ep', p.ep)} = 1: Megatron asserts "
-            f"'{'DeepEP' if d.flex_backend == 'deepep' else 'NCCL EP'} dispatcher requires TPxEP > 1'. Use EP > 1, "
-            "or another dispatcher.")
+            f"'{'DeepEP' if d.flex_backend == 'deepep' else 'NCCL EP'} dispatcher requires TPxEP > 1'. Set "
+            "--expert-model-parallel-size > 1, "
+            "or another --moe-token-dispatcher-type.")
 
 
 def _check_microbatch_groups(cfg: TrainingConfig) -> None:
