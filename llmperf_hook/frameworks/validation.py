@@ -14,9 +14,10 @@ initialize.py (DeepSpeed-Ulysses refuses Megatron's sequence parallelism).
 
 from __future__ import annotations
 
+import re
+
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.provenance import SourceKind
 
 _MEGATRON = ("megatron", "megatron-deepspeed")
 
@@ -204,11 +205,21 @@ def _check_experts(cfg: TrainingConfig) -> None:
         )
 
 
+def layout_num_stages(layout: str) -> int:
+    """PP x VPP stages of a --pipeline-model-parallel-layout string, as Megatron counts them
+    (pipeline_parallel_layer_layout.py parse_str_to_list: commas dropped, "(..)*n" and "x*n" unrolled, "|" splits)."""
+    text = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    return len(text.split("|"))
+
+
 def virtual_stages_given(cfg: TrainingConfig) -> bool:
-    """Megatron's virtual_pipeline_model_parallel_size is set (not None): more than one virtual stage, or a
-    virtual-stage flag that gives one (arguments.py sets the size from either flag, even to 1)."""
-    source = cfg.sources.get("vpp")
-    return cfg.parallel.vpp > 1 or (source is not None and source.kind != SourceKind.DEFAULT)
+    """Megatron's virtual_pipeline_model_parallel_size is set (not None): more than one virtual stage from the
+    virtual-stage flags, or a --pipeline-model-parallel-layout of more stages than PP (arguments.py derives the size
+    from either and resets a size of 1 to None)."""
+    p = cfg.parallel
+    return p.vpp > 1 or (bool(p.pipeline_layout) and layout_num_stages(p.pipeline_layout) > p.pp)
 
 
 def _check_ep_overlap(cfg: TrainingConfig) -> None:

@@ -228,6 +228,10 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
             (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
+        # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
+        # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).
+        "custom pipeline layout fixes pp and vpp": np.full(pp.shape, bool(p.pipeline_layout)) & (
+            (pp != p.pp) | (vpp != p.vpp)),
         **_param_gather_masks(cfg, cols),
         **_expert_masks(cfg, cols),
         **_ulysses_masks(cfg, cols),
@@ -262,7 +266,8 @@ def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> di
     masks: dict[str, np.ndarray] = {}
     if d.overlap_ep_comm:
         ep, pp, vpp, rc = cols["ep"], cols["pp"], cols["vpp"], cols["rc"]
-        # A virtual-stage flag that gives one stage still sets Megatron's virtual size: only the command's (pp, vpp).
+        # A --pipeline-model-parallel-layout of more stages than PP sets Megatron's virtual size: the command's
+        # (pp, vpp) satisfies the rule through it.
         base = candidate_of(cfg)
         own_vpp_flag = virtual_stages_given(cfg) & (pp == base.pp) & (vpp == base.vpp)
         # TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm.

@@ -102,21 +102,20 @@ def test_validate_config_refuses_candidates_that_break_the_ep_overlap(change: di
                                                              recompute_num_layers=None, ep=4)))
 
 
-def test_a_virtual_stage_flag_of_one_stage_satisfies_the_rule() -> None:
-    """--num-layers-per-virtual-pipeline-stage 8 at PP 4 gives one virtual stage, which still sets Megatron's
-    virtual_pipeline_model_parallel_size: the command and candidates keeping its PP and flag are valid, a
-    candidate with another PP (the flag dropped by the rewrite) is not."""
-    argv = _with(OVERLAP, "--num-layers-per-virtual-pipeline-stage", "8")
+def test_a_virtual_stage_flag_of_one_stage_does_not_satisfy_the_rule_but_a_longer_layout_does() -> None:
+    """--num-layers-per-virtual-pipeline-stage 8 at PP 4 gives one virtual stage, which arguments.py resets to None:
+    Megatron refuses the overlap then. A --pipeline-model-parallel-layout of 8 stages at PP 4 sets 2 virtual stages
+    (get_num_stages_from_str // PP): accepted, and candidates keeping its PP are valid."""
+    with pytest.raises(ConfigError, match="without virtual stages"):
+        resolve_job(_with(OVERLAP, "--num-layers-per-virtual-pipeline-stage", "8"), {})
+    argv = [*_with(OVERLAP, "--num-layers-per-virtual-pipeline-stage", None),
+            "--pipeline-model-parallel-layout", "E(t*4|)*7,t*4L"]
     cfg = resolve_job(argv, {})[1]
     assert (cfg.parallel.pp, cfg.parallel.vpp) == (4, 1)
     table = generate_candidates(cfg, parse_search_space(SPACE), 8)
     vpp_rule = rule_masks(cfg, table.columns)["EP comm overlap needs vpp when pp > 1"]
     c = table.columns
     assert not vpp_rule[(c["pp"] == 4) & (c["vpp"] == 1)].any() and vpp_rule[(c["pp"] == 2) & (c["vpp"] == 1)].all()
-    keep = dataclasses.replace(candidate_of(cfg), micro_batch_size=2)
-    validate_config(apply_candidate(cfg, keep))
-    with pytest.raises(ConfigError, match="without virtual stages"):
-        validate_config(apply_candidate(cfg, dataclasses.replace(keep, pp=2)))
 
 
 def test_deepep_needs_an_expert_group() -> None:
@@ -159,9 +158,9 @@ def test_ulysses_commands_never_get_megatron_sequence_parallel(tmp_path: Path, m
 
 @pytest.mark.parametrize("argv", [
     OVERLAP,
-    _with(_with(OVERLAP, "--moe-token-dispatcher-type", "flex"), "--num-layers-per-virtual-pipeline-stage", "8"),
+    _with(OVERLAP, "--moe-token-dispatcher-type", "flex"),
     [*OVERLAP, "--overlap-grad-reduce", "--overlap-param-gather"],
-], ids=["alltoall-overlap", "flex-overlap-one-virtual-stage", "overlap-param-gather"])
+], ids=["alltoall-overlap", "flex-overlap", "overlap-param-gather"])
 def test_rule_masks_agree_with_the_frameworks_validation(argv: list[str]) -> None:
     """Every row the masks keep passes validate_config and every row they reject fails it (rows whose TP x PP x CP
     does not divide the world cannot even become a TrainingConfig), so the counts name the real reasons."""
@@ -182,3 +181,16 @@ def test_rule_masks_agree_with_the_frameworks_validation(argv: list[str]) -> Non
         if ok == bool(bad[i]):
             disagreements.append((cand.describe(), ok))
     assert disagreements == [] and bad.sum() < len(table)
+
+
+def test_a_custom_pipeline_layout_keeps_its_pipeline_degree() -> None:
+    """--pipeline-model-parallel-layout names every stage: a candidate with another PP or VPP would launch with
+    a layout that no longer matches (the rewritten command keeps the flag), so tune names and drops it."""
+    argv = [*_with(OVERLAP, "--num-layers-per-virtual-pipeline-stage", None),
+            "--pipeline-model-parallel-layout", "E(t*4|)*7,t*4L"]
+    argv = [w for w in argv if w != "--overlap-moe-expert-parallel-comm"]
+    cfg = resolve_job(argv, {})[1]
+    table = generate_candidates(cfg, parse_search_space(SPACE), 8)
+    mask = rule_masks(cfg, table.columns)["custom pipeline layout fixes pp and vpp"]
+    c = table.columns
+    assert np.array_equal(mask, (c["pp"] != 4) | (c["vpp"] != 1)) and mask.any() and not mask.all()
