@@ -122,8 +122,7 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
 def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:
     """The command's sources, with the virtual stages' as the rewritten command gives them: a candidate that
     changes PP or VPP writes --num-layers-per-virtual-pipeline-stage for VPP > 1 and drops it for VPP 1
-    (tune/megatron_argv.py), which Megatron's --overlap-moe-expert-parallel-comm rule reads
-    (frameworks/validation.virtual_stages_given)."""
+    (tune/megatron_argv.py), so its explain output names the flag it will run with."""
     if (c.pp, c.vpp) == (cfg.parallel.pp, cfg.parallel.vpp):
         return cfg.sources
     vpp = Source(SourceKind.DERIVED, "tune candidate") if c.vpp > 1 else Source(SourceKind.DEFAULT, "no virtual pipeline")
