@@ -96,6 +96,29 @@ def rule_rejected(cfg: TrainingConfig, table) -> np.ndarray:
     return bad
 
 
+def mask_disagreements(cfg: TrainingConfig, table) -> list[tuple[str, bool]]:
+    """(candidate, accepted by validate_config) for every row where tune's rule masks and explain's rules disagree;
+    a row whose TP x PP x CP does not divide the world cannot become a TrainingConfig and must be masked."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.candidate import apply_candidate
+
+    bad, out = rule_rejected(cfg, table), []
+    for i in range(len(table)):
+        cand = table.candidate(i)
+        if cfg.world_size % (cand.tp * cand.pp * cand.cp):
+            ok = False
+        else:
+            try:
+                validate_config(apply_candidate(cfg, cand))
+                ok = True
+            except ConfigError:
+                ok = False
+        if ok == bool(bad[i]):
+            out.append((cand.describe(), ok))
+    return out
+
+
 def explain_valid(cfg: TrainingConfig, table, rows, limit: int | None = None) -> list:
     """Candidates of `rows` (in that order) that explain's rules (validate_config) accept, at most `limit`."""
     from llmperf_hook.errors import ConfigError

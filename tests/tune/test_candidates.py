@@ -9,7 +9,7 @@ from llmperf_hook.tune.candidate import apply_candidate, candidate_of, changed_f
 from llmperf_hook.tune.candidates import generate_candidates, rule_masks
 from llmperf_hook.tune.search_space import SearchSpace, load_search_space
 
-from .helpers import gpt_config, rule_rejected
+from .helpers import gpt_config, mask_disagreements
 
 
 def _rows(table) -> set[tuple]:
@@ -84,27 +84,9 @@ def test_megatron_deepspeed_keeps_cp_vpp_and_distopt() -> None:
 def test_rule_masks_agree_with_the_frameworks_validation() -> None:
     """The vectorised rules never reject what `validate_config` (explain's rules) accepts, and miss nothing it
     rejects for these layouts (so the pruning counts name the real reasons)."""
-    from llmperf_hook.errors import ConfigError
-    from llmperf_hook.frameworks.validation import validate_config
-    from llmperf_hook.tune.candidate import apply_candidate
-
     cfg = gpt_config(layers=24, hidden=2048, heads=16, world=32, tp=2, pp=2, gbs=128)
     table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
-    bad = rule_rejected(cfg, table)
-    disagreements = []
-    for i in range(len(table)):
-        cand = table.candidate(i)
-        if cfg.world_size % (cand.tp * cand.pp * cand.cp):
-            assert bad[i]
-            continue  # TrainingConfig itself refuses to exist for these
-        try:
-            validate_config(apply_candidate(cfg, cand))
-            ok = True
-        except ConfigError:
-            ok = False
-        if ok == bool(bad[i]):
-            disagreements.append((cand.describe(), ok))
-    assert disagreements == []
+    assert mask_disagreements(cfg, table) == []
 
 
 def test_deepspeed_pipeline_engine_candidates_may_split_layers_unevenly() -> None:
