@@ -21,7 +21,14 @@ class Flag:
     dest: str
     kind: Kind
     nargs: int = 1
-    """Values the flag takes (rampup-batch-size takes 3); only for valued kinds."""
+    """Values the flag takes (rampup-batch-size takes 3); ONE_OR_MORE for argparse's nargs='+'; only for valued
+    kinds."""
+
+
+ONE_OR_MORE = 0
+"""Flag.nargs of an argparse nargs='+' flag: every following word up to the next option (a negative number is a
+value, as argparse reads it); one value is read as that value, several as a tuple (Megatron's validate_args
+unwraps a one-element list the same way)."""
 
 
 @dataclass
@@ -66,9 +73,27 @@ def _lookup(name: str, table: Mapping[str, Flag]) -> tuple[Flag | None, bool]:
     return None, False
 
 
+def _is_option(word: str) -> bool:
+    """argparse's test: a word starting with '-' is an option unless it reads as a negative number."""
+    if not word.startswith("-"):
+        return False
+    try:
+        float(word)
+    except ValueError:
+        return True
+    return False
+
+
 def _take_values(words: Sequence[str], i: int, word: str, flag: Flag) -> tuple[list[str], int]:
     if "=" in word:
         return [word.split("=", 1)[1]], i + 1
+    if flag.nargs == ONE_OR_MORE:
+        end = i + 1
+        while end < len(words) and not _is_option(words[end]):
+            end += 1
+        if end == i + 1:
+            raise ConfigError(f"{word} needs at least one value in the training script's arguments, but none follow it.")
+        return list(words[i + 1:end]), end
     taken = list(words[i + 1:i + 1 + flag.nargs])
     if len(taken) < flag.nargs or any(t.startswith("--") for t in taken):
         raise ConfigError(f"{word} needs {flag.nargs} value(s) in the training script's arguments, but none follow it.")
@@ -118,4 +143,4 @@ def _read_one(words: Sequence[str], i: int, word: str, flag: Flag, negated: bool
         return (nxt, i + 2) if nxt and not nxt.startswith("-") else (True, i + 1)
     texts, i = _take_values(words, i, word, flag)
     values = [_convert(t, flag.kind, word) for t in texts]
-    return (values[0] if flag.nargs == 1 else tuple(values)), i
+    return (values[0] if len(values) == 1 and flag.nargs in (1, ONE_OR_MORE) else tuple(values)), i

@@ -82,10 +82,34 @@ def _router_warnings(flags: FlagValues, model: ModelShape, etp: int) -> list[str
     return out
 
 
+def _moe_config_rules(flags: FlagValues) -> None:
+    """TransformerConfig.__post_init__ rules that hold whether or not the model has experts."""
+    factor = flags.get("moe_expert_capacity_factor")
+    if flags.get("moe_pad_expert_input_to_capacity") and (factor is None or factor < 0):
+        given = "none given" if factor is None else f"{factor} given, which Megatron sets to None (dropless)"
+        raise ConfigError(f"--moe-pad-expert-input-to-capacity needs a --moe-expert-capacity-factor ({given}): Megatron "
+                          "raises 'moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity'. Give a "
+                          "positive capacity factor or drop the flag.")
+    types, coeff = flags.get("moe_router_load_balancing_type"), flags.get("moe_aux_loss_coeff")
+    if isinstance(types, tuple) and not (isinstance(coeff, tuple) and len(coeff) == len(types)):
+        raise ConfigError(f"--moe-router-load-balancing-type {' '.join(types)} with --moe-aux-loss-coeff "
+                          f"{' '.join(map(str, coeff)) if isinstance(coeff, tuple) else coeff if coeff is not None else '(default 0.0)'}: "
+                          "Megatron asserts 'moe_aux_loss_coeff must be a list of the same length as "
+                          f"moe_router_load_balancing_type'. Give {len(types)} coefficients, one per type.")
+    if flags.get("moe_router_padding_for_quantization") and not any(
+            flags.get(d) for d in ("fp8_format", "fp4_format", "fp8_e4m3", "fp8_hybrid")):
+        raise ConfigError(f"{flags.seen_flags['moe_router_padding_for_quantization']} without --fp8-format or "
+                          "--fp4-format: Megatron raises 'fp8/fp4 must be specified when moe_router_padding_for_quantization "
+                          "is True' (TransformerConfig). Add the FP8 / FP4 format or drop the flag.")
+    if flags.get("moe_enable_deepep") and flags.get("moe_token_dispatcher_type", "allgather") != "flex":
+        raise ConfigError(f"--moe-enable-deepep with --moe-token-dispatcher-type "
+                          f"{flags.get('moe_token_dispatcher_type', 'allgather (the default)')}: Megatron raises 'DeepEP "
+                          "backend is only supported with flex token dispatcher' (TransformerConfig). Add "
+                          "--moe-token-dispatcher-type flex.")
+
+
 def _moe_warnings(flags: FlagValues, model: ModelShape, etp: int) -> list[str]:
-    if flags.get("moe_pad_expert_input_to_capacity") and flags.get("moe_expert_capacity_factor") is None:
-        raise ConfigError("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (Megatron "
-                          "TransformerConfig raises otherwise). Give a capacity factor or drop the flag.")
+    _moe_config_rules(flags)
     if model.num_experts > 0:
         return _router_warnings(flags, model, etp)
     if flags.has("moe_ffn_hidden_size") and str(flags.get("moe_layer_freq", "1")) == "1":

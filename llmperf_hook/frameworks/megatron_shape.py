@@ -269,16 +269,27 @@ def _flex_backend(flags: FlagValues, dispatcher: str) -> str:
     return backend
 
 
+def balancing_types(flags: FlagValues) -> tuple[str, ...]:
+    """--moe-router-load-balancing-type as a tuple (nargs='+'; Megatron's default aux_loss)."""
+    given = flags.get("moe_router_load_balancing_type", "aux_loss")
+    return tuple(given) if isinstance(given, tuple) else (str(given),)
+
+
 def _capacity(flags: FlagValues, dispatcher: str, backend: str) -> tuple[float | None, bool]:
-    """Capacity factor (a negative one means dropless, as TransformerConfig sets it to None) and padding."""
-    factor = flags.get("moe_expert_capacity_factor")
-    factor = None if factor is None or factor < 0 else float(factor)
+    """Capacity factor (a negative one means dropless, as TransformerConfig sets it to None) and padding.
+
+    TransformerConfig.__post_init__ sets a negative factor to None inside the block that then checks the load
+    balancing types, so a negative factor still needs capacity-compatible balancing, and padding then finds no
+    factor ('moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity')."""
+    given = flags.get("moe_expert_capacity_factor")
+    factor = None if given is None or given < 0 else float(given)
     pad = bool(flags.get("moe_pad_expert_input_to_capacity"))
-    balancing = str(flags.get("moe_router_load_balancing_type", "aux_loss"))
-    if factor is not None and balancing not in CAPACITY_BALANCING:
-        raise ConfigError(f"--moe-expert-capacity-factor {factor} with --moe-router-load-balancing-type {balancing} "
+    wrong = [t for t in balancing_types(flags) if t not in CAPACITY_BALANCING]
+    if given is not None and wrong:
+        raise ConfigError(f"--moe-expert-capacity-factor {given} with --moe-router-load-balancing-type {' '.join(wrong)} "
                           f"({flags.source('moe_router_load_balancing_type')}): Megatron raises 'moe_expert_capacity_factor "
-                          f"only works with {', '.join(CAPACITY_BALANCING)} load balancing'. Change one of them.")
+                          f"only works with {', '.join(CAPACITY_BALANCING)} load balancing' (a negative factor too: "
+                          "TransformerConfig checks before dropping it). Change one of them.")
     if pad and dispatcher == "flex" and backend == "deepep":
         raise ConfigError("--moe-pad-expert-input-to-capacity with the flex dispatcher's deepep backend: Megatron raises "
                           "'Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'. "

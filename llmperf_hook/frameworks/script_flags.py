@@ -6,7 +6,7 @@ transformers TrainingArguments.
 
 from __future__ import annotations
 
-from llmperf_hook.frameworks.flags import Flag
+from llmperf_hook.frameworks.flags import ONE_OR_MORE, Flag
 
 _INT = (
     "microbatch-group-size-per-virtual-pipeline-stage", "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
@@ -30,7 +30,7 @@ _STR = (
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
-    "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype",
+    "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format",
 )
 _FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -87,7 +87,10 @@ def _build() -> dict[str, Flag]:
     table["--overlap-p2p-communication"] = Flag("overlap_p2p_comm", "true")
     # nargs='+' in Megatron: the first value is read, the others are skipped as positional words.
     table["--hierarchical-context-parallel-sizes"] = Flag("hierarchical_context_parallel_sizes", "int")
-    table["--moe-router-load-balancing-type"] = Flag("moe_router_load_balancing_type", "str")
+    # TransformerConfig Union[str, List[str]] fields: nargs='+' (argument_utils.py), a list of several values read whole.
+    table["--moe-router-load-balancing-type"] = Flag("moe_router_load_balancing_type", "str", nargs=ONE_OR_MORE)
+    table["--moe-aux-loss-coeff"] = Flag("moe_aux_loss_coeff", "float", nargs=ONE_OR_MORE)
+    table["--moe-router-padding-for-fp8"] = Flag("moe_router_padding_for_quantization", "true")  # deprecated alias
     return table
 
 
