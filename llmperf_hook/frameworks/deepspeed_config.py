@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
-                                                     offload_rules, zeropp_rules, zeropp_settings)
+                                                     grad_norm_rules, offload_rules, zeropp_rules, zeropp_settings)
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -358,6 +358,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
+    grad_norm_rules(raw, fields, origin)
     zeropp_rules(fields, origin, warnings)
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
         warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")

@@ -212,9 +212,9 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) 
     BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py)."""
     types = raw.get("data_types")
     value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
-    if value is None or value == AUTO:
+    if value is None:
         return {}
-    if value not in _DTYPES:
+    if value not in _DTYPES:  # "auto" too: neither the Hugging Face Trainer nor Accelerate fills this key
         raise ConfigError(f"{origin} data_types.grad_accum_dtype is {value!r}; DeepSpeed's DtypeEnum knows \"fp32\", "
                           "\"bf16\" and \"fp16\" (and their torch spellings) and fails at deepspeed.initialize otherwise.")
     if AUTO in (fields["fp16"], fields["bf16"]):
@@ -283,6 +283,28 @@ def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warn
         raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "
                           "DeepSpeedZeroConfig asserts 'Partial offloading only supported for ZeRO Stage 3.' Use stage 3 or "
                           "drop the ratio.")
+
+
+def grad_norm_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> None:
+    """zero_optimization.compute_grad_norm false (DeepSpeed 0.19.8): DeepSpeedZeroConfig allows it at stage 1 or 2
+    only (compute_grad_norm_valid), stage_1_and_2.py needs gradient_clipping 0, and engine.py
+    _do_optimizer_sanity_check refuses the ZeRO-1 BF16 optimizer (bf16 with fp32 accumulation, no CPU offload)."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    if "compute_grad_norm" not in zero or ds_bool(zero["compute_grad_norm"], "zero_optimization.compute_grad_norm", origin):
+        return
+    stage, clip = fields["zero_stage"], fields.get("gradient_clipping", 0.0)
+    where = f"{origin} zero_optimization.compute_grad_norm false"
+    if stage not in (1, 2):
+        raise ConfigError(f"{where} at ZeRO stage {stage}: DeepSpeedZeroConfig raises 'compute_grad_norm=false is "
+                          "supported only with ZeRO Stage 1 or 2'. Use stage 1 or 2, or drop the key.")
+    if isinstance(clip, (int, float)) and clip > 0:
+        raise ConfigError(f"{where} with gradient_clipping {clip}: DeepSpeed's ZeRO-1/2 optimizer raises "
+                          "'zero_optimization.compute_grad_norm=false requires gradient_clipping=0'. Set gradient_clipping "
+                          "to 0 or drop the key.")
+    if stage == 1 and fields["bf16"] is True and fields.get("grad_accum_dtype") == "fp32" and fields["offload_optimizer"] == "none":
+        raise ConfigError(f"{where} with bf16, ZeRO stage 1 and data_types.grad_accum_dtype fp32 (the BF16 optimizer): "
+                          "DeepSpeed's engine raises 'zero_optimization.compute_grad_norm=false does not support ZeRO Stage "
+                          "1 with BF16 parameters and FP32 gradient accumulation'. Drop one of them.")
 
 
 ZEROPP_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients")

@@ -71,12 +71,24 @@ def test_zero_section_refusals_match_deepspeeds_pydantic_model(tmp_path: Path, z
     ({"gradient_clipping": "auto"}, "only the Hugging Face Trainer / Accelerate fill it"),
     ({"data_types": {"grad_accum_dtype": "int4"}}, "DtypeEnum"),
     ({"data_types": {"grad_accum_dtype": "fp32"}}, "unsupported mix"),
+    ({"data_types": {"grad_accum_dtype": "auto"}}, "DtypeEnum"),  # no Trainer / Accelerate fills this key
+    ({"zero_optimization": {"stage": 3, "compute_grad_norm": False}}, "only with ZeRO Stage 1 or 2"),
+    ({"zero_optimization": {"stage": 0, "compute_grad_norm": False}}, "only with ZeRO Stage 1 or 2"),
+    ({"zero_optimization": {"stage": 2, "compute_grad_norm": False}, "gradient_clipping": 1.0}, "gradient_clipping=0"),
+    ({"zero_optimization": {"stage": 1, "compute_grad_norm": "false"}, "data_types": {"grad_accum_dtype": "fp32"}},
+     "BF16 parameters and FP32 gradient accumulation"),
     ({"sequence_parallel_size": 0}, "positive integer"),
     ({"sequence_parallel_size": 3}, "not divisible"),
 ])
 def test_top_level_refusals(tmp_path: Path, extra: dict, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         script([*DS, _ds(tmp_path, **extra)], model="llama2-7b" if "sequence_parallel_size" not in extra else "llama3-8b")
+
+
+def test_compute_grad_norm_off_is_accepted_where_deepspeed_accepts_it(tmp_path: Path) -> None:
+    for zero in ({"stage": 2, "compute_grad_norm": False}, {"stage": 1, "compute_grad_norm": False},
+                 {"stage": 3, "compute_grad_norm": True}):
+        assert script([*DS, _ds(tmp_path, zero_optimization=zero)], model="llama2-7b").optimizer.zero_stage == zero["stage"]
 
 
 def test_ulysses_heads_rule_uses_the_model(tmp_path: Path) -> None:
