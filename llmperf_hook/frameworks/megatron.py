@@ -14,6 +14,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
 from llmperf_hook.frameworks.megatron_rules import CHOICES
+from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
 from llmperf_hook.frameworks.script_flags import NOT_MODELLED
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig)
@@ -53,9 +54,21 @@ def world_divisibility_error(world: int, world_src: Source, tp: int, pp: int, cp
 
 def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int:
     per_stage_flag, stages_flag = flags.get("num_layers_per_virtual_pipeline_stage"), flags.get("num_virtual_stages_per_pipeline_rank")
-    if per_stage_flag is not None and stages_flag is not None:
-        raise ConfigError("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot both be "
-                          f"set (Megatron); got {per_stage_flag} and {stages_flag}. Keep one.")
+    layout = flags.get("pipeline_model_parallel_layout")
+    given = [flags.seen_flags[d] for d in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                                           "pipeline_model_parallel_layout") if flags.get(d) is not None]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} cannot {'both ' if len(given) == 2 else ''}be set together; Megatron asserts 'No more than one of the following arguments "
+                          "can be set at the same time: --num-layers-per-virtual-pipeline-stage, "
+                          "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout' (arguments.py). Keep one.")
+    if layout is not None:
+        stages = layout_num_stages(layout)
+        if stages % pp:
+            raise ConfigError(f"--pipeline-model-parallel-layout {layout!r} has {stages} stages, not a multiple of "
+                              f"pipeline-model-parallel-size {pp} ({src['pp']}); Megatron asserts 'The length of "
+                              "pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size'. Fix one.")
+        src["vpp"] = Source(SourceKind.DERIVED, f"--pipeline-model-parallel-layout stages / PP = {stages}/{pp}")
+        return stages // pp
     if stages_flag is not None:
         src["vpp"] = flags.source("num_virtual_stages_per_pipeline_rank")
         return stages_flag

@@ -21,6 +21,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.pipeline_layout import layout_stages
 from llmperf_hook.provenance import Source, SourceKind
 
 MLA_DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
@@ -122,11 +123,18 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
                           f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with {kind} "
                           "position embedding type. The supported position embedding types are rope and none' "
                           "(validate_args). Add --position-embedding-type rope.")
-    if flags.get("pipeline_model_parallel_layout"):
-        warnings.append("--pipeline-model-parallel-layout with --mtp-num-layers: the MTP layers are priced on the last "
-                        "pipeline stage (Megatron's placement without a layout)")
+    layout, pp = flags.get("pipeline_model_parallel_layout"), flags.get("pipeline_model_parallel_size", 1)
+    if layout and "m" in layout and not _mtp_on_last_rank(layout, pp):
+        warnings.append("--pipeline-model-parallel-layout places the MTP layers on a pipeline rank before the last one "
+                        "(Megatron's standalone MTP stage): priced on the last pipeline stage")
     src["mtp_num_layers"] = flags.source("mtp_num_layers")
     return {"mtp_num_layers": depths}
+
+
+def _mtp_on_last_rank(layout: str, pp: int) -> bool:
+    """Whether the layout's MTP stage runs on the last pipeline rank (stage i runs on rank i % PP)."""
+    stages = layout_stages(layout)
+    return all(i % pp == pp - 1 for i, stage in enumerate(stages) if "m" in stage)
 
 
 def resolve_shared_experts(flags: FlagValues, num_experts: int, src: dict[str, Source],

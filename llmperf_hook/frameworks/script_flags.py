@@ -107,7 +107,6 @@ NOT_MODELLED: dict[str, str] = {
     "embed_layernorm": "embedding layer norm (bigscience Megatron-DeepSpeed) not modelled",
     "empty_unused_memory_level": "torch.cuda.empty_cache() after every step not timed",
     "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",
-    "pipeline_model_parallel_layout": "custom pipeline layout: layers assumed evenly split",
     "use_torch_fsdp2": "torch FSDP2 modelled as ZeRO-3 sharding (its gathers and reduce-scatters as DeepSpeed's)",
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading not modelled",

@@ -14,9 +14,8 @@ initialize.py (DeepSpeed-Ulysses refuses Megatron's sequence parallelism).
 
 from __future__ import annotations
 
-import re
-
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.pipeline_layout import check_layout, layout_num_stages
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
 _MEGATRON = ("megatron", "megatron-deepspeed")
@@ -75,14 +74,16 @@ def _check_pipeline_layers(cfg: TrainingConfig) -> None:
     p, layers = cfg.parallel, cfg.model.num_layers
     extra = int(p.account_for_embedding_in_pipeline_split) + int(p.account_for_loss_in_pipeline_split)
     first, last = p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers
+    if p.pipeline_layout:
+        check_layout(p.pipeline_layout, p.pp, layers, cfg.model.mtp_num_layers)
+        if layout_num_stages(p.pipeline_layout) != p.pp * p.vpp:
+            raise ConfigError(f"--pipeline-model-parallel-layout {p.pipeline_layout!r} has "
+                              f"{layout_num_stages(p.pipeline_layout)} stages, but the layout is PP {_at(cfg, 'pp', p.pp)} x "
+                              f"VPP {_at(cfg, 'vpp', p.vpp)}: Megatron derives the virtual stages from the layout. Keep them "
+                              "in step.")
+        return
     if first is None and last is None:
         total = layers + extra
-        if total % p.pp != 0 and p.pipeline_layout:
-            raise ConfigError(
-                f"--pipeline-model-parallel-layout {p.pipeline_layout!r} places num-layers {_at(cfg, 'num_layers', layers)} "
-                f"on pipeline-model-parallel-size {_at(cfg, 'pp', p.pp)} stages unevenly. Megatron accepts the layout, but "
-                "llmperf models pipeline stages only as an even split or with --decoder-first/last-pipeline-num-layers; "
-                "to predict this job, express the split with those two flags (or a layer count divisible by PP).")
         if total % p.pp != 0 and cfg.deepspeed_pipeline_engine and p.vpp == 1 and not extra:
             return  # DeepSpeed's PipelineModule splits any layer count (graph/stages.deepspeed_pipeline_partition)
         if total % p.pp != 0:
@@ -205,21 +206,11 @@ def _check_experts(cfg: TrainingConfig) -> None:
         )
 
 
-def layout_num_stages(layout: str) -> int:
-    """PP x VPP stages of a --pipeline-model-parallel-layout string, as Megatron counts them
-    (pipeline_parallel_layer_layout.py parse_str_to_list: commas dropped, "(..)*n" and "x*n" unrolled, "|" splits)."""
-    text = layout.replace(",", "")
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
-    return len(text.split("|"))
-
-
 def virtual_stages_given(cfg: TrainingConfig) -> bool:
-    """Megatron's virtual_pipeline_model_parallel_size is set (not None): more than one virtual stage from the
-    virtual-stage flags, or a --pipeline-model-parallel-layout of more stages than PP (arguments.py derives the size
-    from either and resets a size of 1 to None)."""
-    p = cfg.parallel
-    return p.vpp > 1 or (bool(p.pipeline_layout) and layout_num_stages(p.pipeline_layout) > p.pp)
+    """Megatron's virtual_pipeline_model_parallel_size is set (not None): more than one virtual stage, from the
+    virtual-stage flags or a --pipeline-model-parallel-layout of more stages than PP (arguments.py derives the size
+    from either and resets a size of 1 to None; frameworks/megatron.py _vpp does the same)."""
+    return cfg.parallel.vpp > 1
 
 
 def _check_ep_overlap(cfg: TrainingConfig) -> None:

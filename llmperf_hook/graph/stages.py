@@ -8,6 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.pipeline_layout import layout_layers_per_stage
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 
@@ -18,10 +19,13 @@ def layers_per_virtual_stage(cfg: TrainingConfig) -> list[int]:
     Uneven first/last stages (--decoder-first/last-pipeline-num-layers) take their layers, the middle stages split
     the rest evenly, and every stage splits its layers evenly over its virtual chunks (Megatron's "Uneven PP").
     --account-for-embedding/loss-in-pipeline-split count the embedding / loss as one layer each: the split is
-    of num_layers + 1 (+ 1) and the first (last) chunk holds one transformer layer fewer.
+    of num_layers + 1 (+ 1) and the first (last) chunk holds one transformer layer fewer. A
+    --pipeline-model-parallel-layout gives every chunk's layers itself.
     """
     p, total = cfg.parallel, cfg.model.num_layers
     chunks = p.pp * p.vpp
+    if p.pipeline_layout:  # --pipeline-model-parallel-layout names each chunk's layers (checked by validation.py)
+        return list(layout_layers_per_stage(p.pipeline_layout))
     extra_first = int(getattr(p, "account_for_embedding_in_pipeline_split", False))
     extra_last = int(getattr(p, "account_for_loss_in_pipeline_split", False))
     if extra_first or extra_last:

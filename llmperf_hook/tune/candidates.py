@@ -20,7 +20,6 @@ from typing import Mapping
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.frameworks.validation import virtual_stages_given
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
 from llmperf_hook.tune.search_space import SearchSpace
 
@@ -266,13 +265,10 @@ def _dispatcher_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> di
     masks: dict[str, np.ndarray] = {}
     if d.overlap_ep_comm:
         ep, pp, vpp, rc = cols["ep"], cols["pp"], cols["vpp"], cols["rc"]
-        # A --pipeline-model-parallel-layout of more stages than PP sets Megatron's virtual size: the command's
-        # (pp, vpp) satisfies the rule through it.
-        base = candidate_of(cfg)
-        own_vpp_flag = virtual_stages_given(cfg) & (pp == base.pp) & (vpp == base.vpp)
         # TransformerConfig.__post_init__ asserts for --overlap-moe-expert-parallel-comm.
         masks["EP comm overlap needs ep > 1"] = ep <= 1
-        masks["EP comm overlap needs vpp when pp > 1"] = (pp > 1) & (vpp == 1) & ~own_vpp_flag
+        # vpp counts a --pipeline-model-parallel-layout's virtual stages too (frameworks/megatron.py _vpp).
+        masks["EP comm overlap needs vpp when pp > 1"] = (pp > 1) & (vpp == 1)
         masks["EP comm overlap refuses full recompute"] = (rc == RECOMPUTE_CODES["full"]) | (rc == RECOMPUTE_CODES["block"])
     if d.token_dispatcher == "flex" and d.flex_backend in ("deepep", "ncclep"):
         # MoEFlexTokenDispatcher.__init__: 'DeepEP dispatcher requires TPxEP > 1' (NCCL EP likewise).

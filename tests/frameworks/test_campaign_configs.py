@@ -8,6 +8,7 @@ import pytest
 
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config, strip_json_comments
+from llmperf_hook.graph.stages import layers_per_virtual_stage
 
 from .helpers import BASE, megatron, script
 
@@ -102,13 +103,14 @@ def test_megatron_optimizer_choices() -> None:
         megatron("--optimizer", "adagrad")
 
 
-def test_uneven_pipeline_layout_is_named_not_blamed_on_megatron() -> None:
-    # Megatron accepts --pipeline-model-parallel-layout with layers % PP != 0; llmperf cannot model it and says so.
-    with pytest.raises(ConfigError, match="Megatron accepts the layout"):
-        megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*3|(tt|)*6mL",
-                 base=[*BASE[:1], "15", *BASE[2:]])
+def test_uneven_pipeline_layout_is_priced_per_stage() -> None:
+    # Megatron accepts --pipeline-model-parallel-layout with layers % PP != 0; each stage gets the layers it names.
+    cfg = megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*3|(tt|)*6L",
+                   "--global-batch-size", "8", base=[*BASE[:1], "15", *BASE[2:]])
+    assert (cfg.parallel.pp, cfg.parallel.vpp) == (2, 4)
+    assert layers_per_virtual_stage(cfg) == [3, 2, 2, 2, 2, 2, 2, 0]
     even = megatron("--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*16|t*16L")
-    assert even.parallel.pipeline_layout == "Et*16|t*16L"
+    assert even.parallel.pipeline_layout == "Et*16|t*16L" and layers_per_virtual_stage(even) == [16, 16]
 
 
 def test_megatron_deepspeed_llama_flags() -> None:
