@@ -224,6 +224,13 @@ class OptimizerConfig:
     sub_group_size_elems: int = 1_000_000_000
     """DeepSpeed zero_optimization.sub_group_size: elements per optimizer sub-group of a rank's partition (the unit
     a partial offload assigns to the GPU or the host)."""
+    zero3_list_param_gather: bool = False
+    """DeepSpeed ZeRO-3 before v0.5.5: one list all-gather per parameter tensor, each with a Python loop and one
+    copy per rank (graph/zero3_legacy.py); False = today's flat gathers. Set for runs of that era
+    (validate/framework_era.py); no ds_config key carries it."""
+    zero3_per_tensor_grad_reduce: bool = False
+    """DeepSpeed ZeRO-3 before v0.6.0: one list reduce-scatter per parameter gradient, small ones included
+    (graph/zero3_legacy.py); False = today's coalesced reduce-scatter. Set like zero3_list_param_gather."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ Semantics followed:
   backward (prefetched, overlapped with compute) and reduce-scatters its gradients in backward.
 - ZeRO++ (Wang et al. 2023, arXiv:2306.10209) at stage 3: hpZ, qwZ and qgZ (zero3_fetch_ops, zero_grad_reduce_ops); the gradient
   reduction in communication_data_type; a partial optimizer offload (offload_optimizer.ratio) splits the step.
+- DeepSpeed ZeRO-3 before v0.5.5 / v0.6.0 (runs of that era, validate/framework_era.py): per-tensor list
+  all-gathers and reduce-scatters with their per-rank host loop and copies (graph/zero3_legacy.py).
 - Expert parameters synchronise over the expert data-parallel group (world / (pp * etp * ep) ranks).
 """
 
@@ -23,6 +25,7 @@ from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
 from llmperf_hook.graph.op import Collective, Op, Phase
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
+from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops
 
 PARAM_BYTES = 2
 """bf16/fp16 parameter copies gathered by the distributed optimizer and ZeRO (fp32 when training in fp32)."""
@@ -193,13 +196,14 @@ def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, ph
     o = cfg.optimizer
     per_elem = QWZ_BYTES_PER_ELEM if o.zero_quantized_weights else param_bytes(cfg)
     dtype = "int8" if o.zero_quantized_weights else cfg.precision
+    modules = zero3_gather_modules(cfg, layer_params)
     if o.stage3_prefetch_bucket_size_elems == 0:
-        modules = zero3_gather_modules(cfg, layer_params)
         ops = tuple(Op("zero3.param_fetch", "allgather", "fwd", {"bytes": int(n * per_elem * share)}, dtype=dtype,
                        collective=coll) for n in modules)
     else:
         ops = (Op("zero3.param_allgather", "allgather", phase, {"bytes": int(layer_params * per_elem * share)},
                   dtype=dtype, collective=coll, tags={"overlap": "param_gather"}),)
+    ops += list_gather_overhead_ops(cfg, modules, coll, share)
     if not o.zero_quantized_weights:
         return ops
     elems = int(layer_params * share)
@@ -215,6 +219,10 @@ def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collecti
     reduce-scatter there; they are a small share of a layer and priced as quantized."""
     o = cfg.optimizer
     overlap = {"overlap": "grad_reduce"} if o.overlap_grad_reduce else {}
+    if o.zero_stage == 3 and o.zero3_per_tensor_grad_reduce and not o.zero_quantized_gradients:
+        modules = zero3_gather_modules(cfg, layer_params)
+        # That code reduce-scattered param.grad itself, in the parameters' dtype (communication_data_type came later).
+        return per_tensor_reduce_ops(cfg, modules, layer_params, dense, param_bytes(cfg), overlap)
     if not (o.zero_stage == 3 and o.zero_quantized_gradients and dense.num_nodes > 1):
         return (_comm("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_comm_bytes(cfg), dense,
                       cfg, overlap.get("overlap")),)

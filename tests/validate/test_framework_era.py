@@ -42,3 +42,23 @@ def test_2021_zero3_row_gets_synchronous_fetch_settings(tmp_path: Path) -> None:
     assert any("v0.5.5" in note for note in plan.notes)
     modern = build_launch_plan(build_measured_run({**row, "framework": "DeepSpeed 0.14.0"}, 1), tmp_path / "new")
     assert _ds_config(modern.argv)["zero_optimization"] == {"stage": 3}
+
+
+def test_per_tensor_reduce_lasted_until_v0_6_0() -> None:
+    from llmperf_hook.validate.framework_era import per_tensor_zero3_reduce
+
+    assert per_tensor_zero3_reduce(3, "DeepSpeed v0.5.10", "", "")
+    assert not per_tensor_zero3_reduce(3, "DeepSpeed v0.6.0", "", "")
+    assert per_tensor_zero3_reduce(3, "DeepSpeed ZeRO-3", "arXiv:2201.11990", "")
+    assert not per_tensor_zero3_reduce(3, "DeepSpeed ZeRO-3", "arXiv:2203.15556", "")
+    assert not per_tensor_zero3_reduce(2, "DeepSpeed ZeRO-2", "arXiv:2104.04473", "")
+
+
+def test_era_optimizer_fields_per_release() -> None:
+    from llmperf_hook.validate.framework_era import era_optimizer_fields
+
+    both = {"zero3_list_param_gather": True, "zero3_per_tensor_grad_reduce": True}
+    assert era_optimizer_fields(3, "DeepSpeed ZeRO-3", "Narayanan et al. SC21 (arXiv:2104.04473)", "") == both
+    assert era_optimizer_fields(3, "DeepSpeed 0.5.7", "", "") == {"zero3_per_tensor_grad_reduce": True}
+    assert era_optimizer_fields(3, "DeepSpeed 0.14.0", "arXiv:2104.04473", "") == {}
+    assert era_optimizer_fields(3, "DeepSpeed ZeRO-3", "an undated blog post", "") == {}

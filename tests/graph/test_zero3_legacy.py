@@ -1,0 +1,99 @@
+"""ZeRO-3 as DeepSpeed < v0.5.5 / v0.6.0 ran it (graph/zero3_legacy.py): per-tensor list collectives with a host
+loop and one copy per rank, switched on only by the era fields of OptimizerConfig.
+
+The job: GPT-3 175B shape (96 layers, h = 12288), fp16, TP 1 PP 1, ZeRO-3 with the synchronous fetch
+(stage3_prefetch_bucket_size 0, overlap_comm false) on 384 or 1,536 GPUs of 8-GPU nodes, full recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
+                                                     RecomputeConfig, TrainingConfig)
+from llmperf_hook.graph.param_tensors import tensors_per_layer
+from llmperf_hook.graph.params import layer_params
+from llmperf_hook.graph.step_ops import zero3_gather_modules, zero3_layer_comm
+from llmperf_hook.graph.zero3_legacy import (COPY_S_PER_RANK, GATHER_EXTRA_BYTES_PER_ELEM, GATHER_LOOP_S_PER_RANK,
+                                             REDUCE_LOOP_S_PER_RANK)
+
+H = 12288
+GPN = 8
+ERA = {"zero3_list_param_gather": True, "zero3_per_tensor_grad_reduce": True}
+
+
+def _cfg(world: int = 384, **opt: object) -> TrainingConfig:
+    model = ModelShape(num_layers=96, hidden_size=H, ffn_hidden_size=4 * H, num_attention_heads=96, num_query_groups=96,
+                       kv_channels=128, seq_length=2048, vocab_size=51200, padded_vocab_size=51200)
+    optimizer = OptimizerConfig(zero_stage=3, overlap_grad_reduce=False, stage3_prefetch_bucket_size_elems=0,
+                                fp32_main_grads=False, **opt)  # type: ignore[arg-type]
+    return TrainingConfig(framework="megatron-deepspeed", launcher="torchrun", world_size=world, nnodes=world // GPN,
+                          nproc_per_node=GPN, model=model, parallel=ParallelLayout(dp=world),
+                          batch=BatchConfig(1, world, 1), precision="fp16", optimizer=optimizer,
+                          recompute=RecomputeConfig(granularity="full", method="uniform", num_layers=1))
+
+
+def _legacy(ops: tuple) -> list:
+    return [op for op in ops if op.name.startswith("zero3_legacy.")]
+
+
+def test_todays_zero3_has_no_legacy_ops() -> None:
+    cfg = _cfg()
+    fwd, bwd, reduce = zero3_layer_comm(cfg, layer_params(cfg, moe=False), GPN, recomputed=True)
+    assert not _legacy(fwd + bwd + reduce)
+    assert [op.op_class for op in reduce] == ["reducescatter"]
+
+
+def test_list_gather_costs_each_rank_of_each_gather() -> None:
+    """Per fetch phase: the four module weights, each a loop over the 384 ranks plus 384 copies."""
+    cfg = _cfg(zero3_list_param_gather=True)
+    params = layer_params(cfg, moe=False)
+    fwd, bwd, _ = zero3_layer_comm(cfg, params, GPN, recomputed=True)
+    modules = zero3_gather_modules(cfg, params)
+    (extra,) = _legacy(fwd)
+    assert float(extra.tags["host_s"]) == pytest.approx(len(modules) * 384 * (GATHER_LOOP_S_PER_RANK + COPY_S_PER_RANK))
+    assert extra.bytes_moved == pytest.approx(sum(modules) * GATHER_EXTRA_BYTES_PER_ELEM, rel=1e-6)
+    assert len(_legacy(bwd)) == 2  # the recomputed forward's fetch and the backward's
+
+
+def test_list_costs_grow_with_the_data_parallel_size() -> None:
+    small, large = _cfg(384, **ERA), _cfg(1536, **ERA)
+    params = layer_params(small, moe=False)
+    host = [sum(float(op.tags.get("host_s", 0.0)) for part in zero3_layer_comm(c, params, GPN, True) for op in _legacy(part))
+            for c in (small, large)]
+    assert host[1] == pytest.approx(4 * host[0], rel=1e-5)  # tags keep 6 significant digits
+
+
+def test_per_tensor_reduce_scatters_every_parameter_tensor() -> None:
+    """Twelve tensors per layer (four weights, four biases, two LayerNorms' weight and bias), the layer's bytes in
+    the parameters' dtype, and the loop + flatten copies per tensor and rank."""
+    cfg = _cfg(zero3_per_tensor_grad_reduce=True)
+    params = layer_params(cfg, moe=False)
+    reduce = zero3_layer_comm(cfg, params, GPN, True)[2]
+    scatters = [op for op in reduce if op.op_class == "reducescatter"]
+    assert len(scatters) == tensors_per_layer(cfg) == 12
+    assert sum(op.dims["bytes"] for op in scatters) == pytest.approx(2 * params, abs=2 * 12)
+    (extra,) = _legacy(tuple(op for op in reduce if op.op_class != "reducescatter"))
+    assert float(extra.tags["host_s"]) == pytest.approx(12 * 384 * (REDUCE_LOOP_S_PER_RANK + COPY_S_PER_RANK))
+
+
+def test_qgz_keeps_its_own_reduction() -> None:
+    """ZeRO++ is a DeepSpeed of 2023: the era field does not turn its reduction into per-tensor scatters."""
+    cfg = _cfg(zero3_per_tensor_grad_reduce=True, zero_quantized_gradients=True)
+    reduce = zero3_layer_comm(cfg, layer_params(cfg, moe=False), GPN, True)[2]
+    assert not _legacy(reduce) and {op.op_class for op in reduce} >= {"alltoall"}
+
+
+def test_era_makes_the_step_slower_and_more_so_at_larger_dp() -> None:
+    from llmperf_hook.api import predict_config
+    from llmperf_hook.hardware.load import load_cluster
+
+    cluster = load_cluster("dgx-a100")
+    ratios = []
+    for world in (384, 1536):
+        today = predict_config(_cfg(world), cluster).step_time_s
+        legacy = predict_config(replace(_cfg(world), optimizer=replace(_cfg(world).optimizer, **ERA)), cluster)
+        ratios.append(legacy.step_time_s / today)
+    assert 1.0 < ratios[0] < ratios[1]
