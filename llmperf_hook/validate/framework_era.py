@@ -84,6 +84,15 @@ def per_tensor_zero3_reduce(zero_stage: int, framework_cell: str, source: str, s
                              framework_cell, source, source_location)
 
 
+def release_optimizer_fields(zero_stage: int, version: tuple[int, int, int]) -> dict[str, bool]:
+    """The same fields for a known DeepSpeed release (e.g. the installed one, importlib.metadata.version)."""
+    if zero_stage != 3:
+        return {}
+    fields = {"zero3_list_param_gather": version < DEEPSPEED_ASYNC_FETCH_VERSION,
+              "zero3_per_tensor_grad_reduce": version < DEEPSPEED_COALESCED_REDUCE_VERSION}
+    return {k: v for k, v in fields.items() if v}
+
+
 def era_optimizer_fields(zero_stage: int, framework_cell: str, source: str, source_location: str) -> dict[str, bool]:
     """OptimizerConfig fields that make a run's ZeRO-3 collectives those of its DeepSpeed release (empty for
     today's): apply with dataclasses.replace(cfg.optimizer, **fields)."""

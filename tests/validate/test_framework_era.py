@@ -62,3 +62,13 @@ def test_era_optimizer_fields_per_release() -> None:
     assert era_optimizer_fields(3, "DeepSpeed 0.5.7", "", "") == {"zero3_per_tensor_grad_reduce": True}
     assert era_optimizer_fields(3, "DeepSpeed 0.14.0", "arXiv:2104.04473", "") == {}
     assert era_optimizer_fields(3, "DeepSpeed ZeRO-3", "an undated blog post", "") == {}
+
+
+def test_release_optimizer_fields_follow_the_version() -> None:
+    from llmperf_hook.validate.framework_era import release_optimizer_fields
+
+    assert release_optimizer_fields(3, (0, 3, 13)) == {"zero3_list_param_gather": True,
+                                                       "zero3_per_tensor_grad_reduce": True}
+    assert release_optimizer_fields(3, (0, 5, 5)) == {"zero3_per_tensor_grad_reduce": True}
+    assert release_optimizer_fields(3, (0, 19, 0)) == {}
+    assert release_optimizer_fields(2, (0, 3, 13)) == {}
