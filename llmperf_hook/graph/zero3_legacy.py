@@ -77,8 +77,10 @@ def list_gather_overhead_ops(cfg: TrainingConfig, modules: tuple[int, ...], coll
 
 def per_tensor_reduce_ops(cfg: TrainingConfig, modules: tuple[int, ...], layer_params: int, dense: Collective,
                           nbytes_per_elem: float, tags: dict[str, str]) -> tuple[Op, ...]:
-    """A layer's gradient reduction as that DeepSpeed ran it: one reduce-scatter per parameter tensor (the module
-    weights with their share of the layer's bytes, then one per bias / norm tensor), plus the list overhead."""
+    """A layer's gradient reduction as that DeepSpeed ran it: one reduce-scatter per parameter tensor, plus the
+    list overhead. The four module weights carry the elements step_ops.zero3_gather_modules gives them (the biases'
+    included), the other tensors (biases, norm weights and biases) share the norms' elements: tiny messages whose
+    time is the ring's latency, so their exact split does not matter."""
     small_tensors = max(0, tensors_per_layer(cfg) - len(modules))
     small_elems = max(0, layer_params - sum(modules))
     each_small = small_elems // small_tensors if small_tensors else 0
