@@ -23,7 +23,11 @@ can predict).
 Rows that do not beat the reference, or miss the GEMM / flash-attention target, at `--train-fraction` are
 evaluated again with the reference's own share of training data (`REFERENCE_TRAIN_FRACTION`, the authors' 80/20
 split): like for like with the reference, and whether more data would reach the target; `run drift` then
-says how much of their error follows the run they were measured in rather than their shape (run_drift).
+says how much of their error follows the run they were measured in rather than their shape: run_drift (file
+neighbours), and `same-run drift` (sibling_drift): the correlation of a row's error with the error of rows
+measured in the same configuration of the authors' sweep, the other GEMM files' shapes (A100 GEMM forward at
+80 %: r = 0.34-0.49) and the other direction of the same CSV row (A100 flash attention: r = 0.90), with the
+error left once that shared part is taken off.
 `--inner`: a column with the inner-CV MAPE (INNER_SHARE of each random draw's training rows held out, the test
 rows unused), the figure a change to the fitting recipe is judged on; the test columns only report it.
 `--design maximin`: the training rows are the greedy farthest-point subset of the non-test rows in log-dims
@@ -237,29 +241,72 @@ DRIFT_MIN_CORR = 0.2
 """Below this correlation the neighbours' mean is mostly their own noise: no drift is reported."""
 
 
-def run_drift(hw: ShippedHardware, sets: list[SampleSet], rng) -> dict[str, tuple[float, float]]:
+def _test_errors(hw: ShippedHardware, sets: list[SampleSet], rng) -> "Errors":
+    """(log error, file, run key) of the test rows, in file order, of one fit on 80 % random rows. The run key
+    is the row's raw configuration columns (mp, b, l, dim, h): the files of one group measured the same
+    configurations, and one configuration's ops (e.g. its five GEMMs) ran in the same run."""
+    s = pool(sets)
+    keep = plausible_mask(s, hw.roofline)
+    s = Samples(s.op_class, s.phase, {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep])
+    source = np.concatenate([[x.source] * len(x.time_s) for x in sets])[keep]
+    cols = [c for c in ("mp", "b", "l", "dim", "h") if all(c in x.raw for x in sets)]
+    keys = np.column_stack([_raw(sets, c) for c in cols])[keep] if cols else np.zeros((int(keep.sum()), 0))
+    x, y, names, roof = training_xy(s, hw.roofline)
+    t, perm = roof * np.exp(y), rng.permutation(len(y))
+    test, train = np.sort(perm[: len(y) // 5]), perm[len(y) // 5:]
+    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names))
+    return np.log(predict_with_floor(reg, floor, x[test], roof[test]) / t[test]), source[test], keys[test]
+
+
+def run_drift(hw: ShippedHardware, sets: list[SampleSet], rng,
+              errors: "Errors | None" = None) -> dict[str, tuple[float, float]]:
     """Per file: (correlation of a test row's log error with the mean log error of its DRIFT_NEIGHBOURS test
     neighbours on each side in file order, MAPE left once that mean is taken off). Neighbours in a file share
     their run's TP degree and micro-batch, not their shape (each run sweeps sequence lengths and hidden sizes),
     so a correlation well above 0 is mostly drift from run to run (clocks, another GPU), which no regressor of
     the shape can predict; the part due to a model error shared by one TP degree's shapes is an upper bound
-    on what better features could still gain. One fit on 80 % random rows."""
-    s = pool(sets)
-    keep = plausible_mask(s, hw.roofline)
-    s = Samples(s.op_class, s.phase, {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep])
-    source = np.concatenate([[x.source] * len(x.time_s) for x in sets])[keep]
-    x, y, names, roof = training_xy(s, hw.roofline)
-    t, perm = roof * np.exp(y), rng.permutation(len(y))
-    test, train = np.sort(perm[: len(y) // 5]), perm[len(y) // 5:]
-    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names))
-    err = np.log(predict_with_floor(reg, floor, x[test], roof[test]) / t[test])
+    on what better features could still gain. One fit on 80 % random rows (`errors`: _test_errors' answer)."""
+    err, source, _ = _test_errors(hw, sets, rng) if errors is None else errors
     out = {}
-    for src in np.unique(source[test]):
-        e = err[source[test] == src]
+    for src in np.unique(source):
+        e = err[source == src]
         window = np.ones(2 * DRIFT_NEIGHBOURS + 1)
         window[DRIFT_NEIGHBOURS] = 0.0
         drift = np.convolve(e, window, "same") / np.convolve(np.ones_like(e), window, "same")
         out[str(src)] = (float(np.corrcoef(e, drift)[0, 1]), float(np.mean(np.abs(np.exp(e - drift) - 1.0))))
+    return out
+
+
+Errors = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""(log error, file, run key) of test rows (_test_errors)."""
+
+
+def sibling_drift(mine: Errors, theirs: Errors | None = None) -> dict[str, tuple[float, float, int]]:
+    """Per file: (r, MAPE left without the same-run part, number of pairs). r is the correlation of the log
+    errors of sibling pairs measured in the same run (same run key): with `theirs` None, a test row and a test
+    row of ANOTHER file of the group (the QKV, MLP and LM-head GEMMs of one layer size: different n and k, so
+    what their errors share is the state of the run, clocks or power, not a shape the regressor could learn);
+    with `theirs` the other direction's test rows, the same file's row of the same configuration (the F_dur
+    and B_dur of one CSV row come from the same profiled iterations; same shape, so a shape both models miss
+    also counts: an upper bound on the run's share). Under e = run + rest with independent parts, r is the
+    run's share of the error variance (intraclass correlation) and the error left without it scales by
+    sqrt(1 - r) (the file's MAPE times that); subtracting a sibling's error instead would add its noise."""
+    err_a, src_a, key_a = mine
+    err_b, src_b, key_b = mine if theirs is None else theirs
+    keys, run = np.unique(np.vstack([key_a, key_b]), axis=0, return_inverse=True)
+    run_a, run_b = run.reshape(-1)[: len(err_a)], run.reshape(-1)[len(err_a):]
+    e_a, e_b = err_a - err_a.mean(), err_b - err_b.mean()
+    out = {}
+    for src in np.unique(src_a):
+        rows = np.flatnonzero(src_a == src)
+        partner = (src_b != src) if theirs is None else (src_b == src)
+        pairs = [(i, j) for i in rows for j in np.flatnonzero(partner & (run_b == run_a[i]))]
+        if len(pairs) < 20:
+            continue
+        ia, jb = (np.array(v) for v in zip(*pairs))
+        r = float(np.corrcoef(e_a[ia], e_b[jb])[0, 1])
+        mape = float(np.mean(np.abs(np.exp(err_a[rows]) - 1.0)))
+        out[str(src)] = (r, mape * np.sqrt(1.0 - min(max(r, 0.0), 1.0)), len(pairs))
     return out
 
 
@@ -271,16 +318,21 @@ def _missed(r: tuple) -> bool:
 
 def _print_at_reference_share(data: Path, summary: list[tuple]) -> None:
     """The rows that miss (worse than the reference or over target), trained on the reference's share of the
-    samples instead: whether 3x more training data would close the gap, or the data's noise bounds the error."""
+    samples instead: whether 3x more training data would close the gap, or the data's noise bounds the error;
+    then how much of their error the run they were measured in explains (run_drift, sibling_drift)."""
     missed = {(r[0], r[1], r[3]) for r in summary if _missed(r)}
     if missed:
         print(f"\nRows that miss, trained on {REFERENCE_TRAIN_FRACTION:.0%} of the samples (the reference's share):")
     for name, group, phase in sorted(missed):
         hw = SHIPPED[name]
         ref = read_reference_errors(data / hw.folder / "operator")
-        sets = load_group(data, hw, group)[phase]
-        rows = bench_group(hw, sets, REFERENCE_TRAIN_FRACTION, ref, np.random.default_rng(0), extrap=False)
-        drift = run_drift(hw, sets, np.random.default_rng(0))
+        by_phase = load_group(data, hw, group)
+        rows = bench_group(hw, by_phase[phase], REFERENCE_TRAIN_FRACTION, ref, np.random.default_rng(0), extrap=False)
+        errors = _test_errors(hw, by_phase[phase], np.random.default_rng(0))
+        drift, files = run_drift(hw, by_phase[phase], None, errors), sibling_drift(errors)
+        other = [p for p in by_phase if p != phase]
+        directions = sibling_drift(errors, _test_errors(hw, by_phase[other[0]], np.random.default_rng(0))) \
+            if other else {}
         for source, ph, rm, _, rf, tf, _, _, _ in rows:
             if not any(r[0] == name and r[2] == source and r[3] == ph and _missed(r) for r in summary):
                 continue
@@ -290,7 +342,18 @@ def _print_at_reference_share(data: Path, summary: list[tuple]) -> None:
             corr, rest = drift.get(source, (float("nan"), float("nan")))
             shared = f"{_pct(rest).strip()} without it" if corr >= DRIFT_MIN_CORR else "none"
             print(f"  {name} {source} {ph} trained on {tf:.0%}: ours {_pct(rm).strip()} ({'; '.join(verdicts)}); "
-                  f"run drift (error vs file neighbours' r = {corr:.2f}): {shared}")
+                  f"run drift (error vs file neighbours' r = {corr:.2f}): {shared}"
+                  + _sibling_note("the same configuration's rows in the other files", files.get(source))
+                  + _sibling_note(f"the same rows' {other[0] if other else ''} error", directions.get(source)))
+
+
+def _sibling_note(what: str, sib: tuple[float, float, int] | None) -> str:
+    """The same-run part of a row's error (sibling_drift), when it has siblings."""
+    if sib is None:
+        return ""
+    corr, rest, num_pairs = sib
+    left = f"~{_pct(rest).strip()} without it" if corr >= DRIFT_MIN_CORR else "none"
+    return f"; same-run drift (error vs {what}, {num_pairs} pairs, r = {corr:.2f}): {left}"
 
 
 def _print_summary(summary: list[tuple]) -> None:
