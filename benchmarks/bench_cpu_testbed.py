@@ -51,6 +51,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
@@ -115,6 +116,14 @@ CONFIGS = (
 )
 
 
+def deepspeed_buffers_removed(port: int) -> Any:
+    """tests/deepspeed_shm.py's context manager: the job's /dev/shm buffers go once it has ended."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from deepspeed_shm import deepspeed_buffers_removed as removed
+
+    return removed(port)
+
+
 def base_env(home: Path) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", LLMPERF_HOME=str(home), PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -164,8 +173,10 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
               flush=True)
         if dtype == "fp32":  # this benchmark's own home: a stale profile (other machine or method) is re-created
             shutil.rmtree(home / "profiles" / CLUSTER, ignore_errors=True)
-        llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
-                env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port = {"fp32": 29704, "bf16": 29705}[dtype]  # MASTER_PORT of its DeepSpeed engine measurement
+        with deepspeed_buffers_removed(port):
+            llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
+                    dict(env, MASTER_PORT=str(port)), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
     if not comm.is_file():
         print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm ...", flush=True)
@@ -230,9 +241,10 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
     load = os.getloadavg()[0]
     # refine calibrates only from a run as quiet as the benchmark's measurements (refine_run.max_wall_per_cpu)
     env = dict(base_env(home), LLMPERF_REFINE_MAX_WALL_PER_CPU=str(QUIET_WALL_PER_CPU[min(cfg.ranks, 2)]))
-    done = llmperf(["run", "--cluster", CLUSTER, "--instrument", str(steps), "--stop-after", str(steps),
-                    "--run-dir", str(run_dir), "--", *cfg.argv(ds_json, port)], env,
-                   capture_output=True, cwd=str(work), timeout=900)
+    with deepspeed_buffers_removed(port):  # DeepSpeed never unlinks its /dev/shm all-reduce buffers
+        done = llmperf(["run", "--cluster", CLUSTER, "--instrument", str(steps), "--stop-after", str(steps),
+                        "--run-dir", str(run_dir), "--", *cfg.argv(ds_json, port)], env,
+                       capture_output=True, cwd=str(work), timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{cfg.label()}: exit {done.returncode}\n{done.stderr[-3000:]}")
     ref_after = reference_now("after-run")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from instrument_helpers import TESTBED, free_port, read_records, steps_by_rank
+from instrument_helpers import TESTBED, read_records, steps_by_rank
 
 SHAPE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
          "--max-position-embeddings", "64", "--micro-batch-size", "2", "--vocab-size", "512"]
@@ -27,19 +27,20 @@ def _ds_config(tmp_path: Path, stage: int) -> Path:
     return path
 
 
-def _job(tmp_path: Path, stage: int, iters: int) -> list[str]:
-    return ["deepspeed", "--num_gpus", "2", "--master_port", str(free_port()), str(TESTBED / "train_gpt.py"),
+def _job(tmp_path: Path, stage: int, iters: int, port: int) -> list[str]:
+    return ["deepspeed", "--num_gpus", "2", "--master_port", str(port), str(TESTBED / "train_gpt.py"),
             "--deepspeed_config", str(_ds_config(tmp_path, stage)), *SHAPE, "--train-iters", str(iters)]
 
 
 @pytest.mark.slow
-def test_deepspeed_zero1_two_ranks_through_llmperf_run(tmp_path: Path, child_env: dict[str, str]) -> None:
+def test_deepspeed_zero1_two_ranks_through_llmperf_run(tmp_path: Path, child_env: dict[str, str],
+                                                       deepspeed_port: int) -> None:
     run_dir = tmp_path / "run"
     # The wiring is under test here, not the machine: calibrate even if CI's ranks wait for a core (the
     # contention guard has its own test in tests/refine).
     child_env = {**child_env, "LLMPERF_REFINE_MAX_WALL_PER_CPU": "inf"}
     cmd = [sys.executable, "-m", "llmperf_hook", "run", "--instrument", "5", "--run-dir", str(run_dir),
-           "--", *_job(tmp_path, 1, 8)]
+           "--", *_job(tmp_path, 1, 8, deepspeed_port)]
     done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("iter ") == 8 and "done: 8 steps" in done.stdout  # the job's own output, intact
@@ -65,13 +66,14 @@ def _assert_calibrated(env: dict[str, str], prediction: dict) -> None:
     assert num_runs == 1 and scale > 0
 
 
-def test_deepspeed_accumulation_counts_optimizer_steps(tmp_path: Path, child_env: dict[str, str]) -> None:
+def test_deepspeed_accumulation_counts_optimizer_steps(tmp_path: Path, child_env: dict[str, str],
+                                                       deepspeed_port: int) -> None:
     """ZeRO-2, bf16, 2 micro-batches per step: engine.step() runs per micro-batch, one record per optimizer
     step; --stop-after ends the job with code 0 after that many optimizer steps."""
     ds = tmp_path / "ds_ga2.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
                               "train_batch_size": 2, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
-    argv = ["deepspeed", "--num_gpus", "1", "--master_port", str(free_port()), str(TESTBED / "train_gpt.py"),
+    argv = ["deepspeed", "--num_gpus", "1", "--master_port", str(deepspeed_port), str(TESTBED / "train_gpt.py"),
             "--deepspeed_config", str(ds), *SHAPE[:-4], "--micro-batch-size", "1", "--global-batch-size", "2",
             "--vocab-size", "512", "--bf16", "--train-iters", "50"]
     code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
