@@ -11,7 +11,10 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
   bucket) (megatron/core/distributed/param_and_grad_buffer.py);
 - the distributed-optimizer parameter all-gather follows the optimizer step, or hides behind the first
   forward of the next step with --overlap-param-gather;
-- all stages meet before the optimizer (gradient-norm and found-inf reductions span the model-parallel group).
+- all stages meet before the optimizer (gradient-norm and found-inf reductions span the model-parallel group);
+- pipeline send/recv: Megatron's wait on the dependency edge; DeepSpeed's PipelineEngine sends and receives with
+  blocking calls at the start of each step of its lock-step schedule, on the stage's own stream
+  (schedule.pipeline.simulate_lockstep).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
-from llmperf_hook.schedule.pipeline import simulate_pipeline
+from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
 
 MEGATRON_DEFAULT_BUCKET_ELEMS = 40_000_000
@@ -179,9 +182,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     m = graph.num_microbatches
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
-    group = cfg.parallel.microbatch_group_size
-    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail, group_size=group)
-    sim_free = simulate_pipeline(f_s, b_s, 0.0, m, group_size=group) if p2p_s > 0 else sim
+    sim, sim_free = _simulate(cfg, f_s, b_s, p2p_s, m, detail)
     step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i])) for i, s in enumerate(graph.stages)]
     sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
     critical = max(range(len(sync_end)), key=lambda i: sync_end[i])
@@ -197,6 +198,20 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
         timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s)
         timeline += tuple(op_events(graph, seconds, sim.events, tp_overlap))
     return ComposedStep(step, breakdown, stages, critical, timeline)
+
+
+def _simulate(cfg: TrainingConfig, f_s: list[list[float]], b_s: list[list[float]], p2p_s: float, m: int,
+              detail: bool) -> tuple[PipelineResult, PipelineResult]:
+    """(the step's schedule, the same with free send/recv): DeepSpeed's PipelineEngine as its lock-step of
+    blocking exchanges (schedule.pipeline.simulate_lockstep; the engine has one chunk per stage), else
+    Megatron's schedule with the send/recv on the dependency edge."""
+    if cfg.deepspeed_pipeline_engine and len(f_s) > 1 and len(f_s[0]) == 1:
+        fwd, bwd = [row[0] for row in f_s], [row[0] for row in b_s]
+        sim = simulate_lockstep(fwd, bwd, p2p_s, m, record=detail)
+        return sim, (simulate_lockstep(fwd, bwd, 0.0, m) if p2p_s > 0 else sim)
+    group = cfg.parallel.microbatch_group_size
+    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail, group_size=group)
+    return sim, (simulate_pipeline(f_s, b_s, 0.0, m, group_size=group) if p2p_s > 0 else sim)
 
 
 def _with_partition_gathers(fwd: list[list[PassCost]], bwd: list[list[PassCost]],

@@ -10,6 +10,16 @@ arrived: F(chunk c, rank r) after F(c, r-1) (or F(c-1, pp-1) for r = 0) plus the
 B(c, r+1) (or B(c+1, 0) for the last rank) plus the send/recv time. The simulation is exact for this model
 of the schedule: with uniform stages and free p2p the 1F1B step is (m + pp - 1) (tF + tB) (Narayanan et al.
 2021, Sec. 2.2) and interleaving divides the bubble by vpp.
+
+DeepSpeed's PipelineEngine runs the same 1F1B order as a lock-step (`simulate_lockstep`): its TrainSchedule
+(deepspeed/runtime/pipe/schedule.py) has 2 (m + pp - 1) steps; in step t stage s runs the forward of micro-batch
+(t - s) / 2 or the backward of (t - 2 pp + s + 1) / 2, whichever is whole and in range. A forward step begins
+with SendGrad (the previous backward's input gradient) and RecvActivation to/from s - 1, a backward step with
+RecvGrad and SendActivation from/to s + 1, each a blocking p2p.send / p2p.recv (torch.distributed send/recv,
+which make the compute stream wait for the transfer, engine.py _exec_send_activations ... _exec_recv_grads).
+Neighbours therefore meet at the start of each step and spend the transfers together before computing: a
+middle stage spends four transfers per micro-batch on its own stream, where Megatron's 1F1B only waits for
+an activation on the edge.
 """
 
 from __future__ import annotations
@@ -158,3 +168,48 @@ def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s:
         events = tuple((r, p[0], p[1], p[2], end[sched.offset[r] + k] - table[slot[sched.offset[r] + k]],
                         end[sched.offset[r] + k]) for r in range(pp) for k, p in enumerate(sched.programs[r]))
     return PipelineResult(end_s=tuple(end[i] for i in last), busy_s=tuple(busy), events=events)
+
+
+def _lockstep_pass(rank: int, step: int, pp: int, m: int) -> tuple[str, int] | None:
+    """What stage `rank` computes in TrainSchedule step `step` (_step_to_micro_batch): F of micro-batch
+    (step - rank) / 2 on steps of the stage's parity, else B of (step - 2 pp + rank + 1) / 2; None when idle."""
+    if (step - rank) % 2 == 0:
+        i, kind = (step - rank) // 2, "F"
+    else:
+        i, kind = (step - 2 * pp + rank + 1) // 2, "B"
+    return (kind, i) if 0 <= i < m else None
+
+
+def _exchanges(rank: int, step: int, pp: int, m: int) -> int:
+    """Transfers stage `rank` makes with its forward-side neighbour rank - 1 at the start of `step`, when the
+    step is a forward step of `rank` (SendGrad of the previous step's backward, RecvActivation of this step's
+    forward); the neighbour's backward step makes the matching RecvGrad / SendActivation."""
+    if rank == 0 or (step - rank) % 2 != 0:
+        return 0
+    previous = _lockstep_pass(rank, step - 1, pp, m) if step > 0 else None
+    current = _lockstep_pass(rank, step, pp, m)
+    return int(previous is not None and previous[0] == "B") + int(current is not None and current[0] == "F")
+
+
+def simulate_lockstep(fwd_s: list[float], bwd_s: list[float], transfer_s: float, m: int,
+                      record: bool = False) -> PipelineResult:
+    """Simulate one step of DeepSpeed's PipelineEngine (see the module docstring): per-stage pass durations,
+    `transfer_s` per blocking send or receive of an activation or its gradient. The pair (s - 1, s) that
+    exchanges at a step starts it when both are free, spends its transfers, then each computes its pass."""
+    pp = len(fwd_s)
+    free = [0.0] * pp
+    events: list[tuple[int, str, int, int, float, float]] = []
+    for step in range(2 * (m + pp - 1)):
+        start = list(free)
+        for rank in range(1, pp):
+            n = _exchanges(rank, step, pp, m)
+            if n:
+                start[rank] = start[rank - 1] = max(free[rank], free[rank - 1]) + n * transfer_s
+        for rank in range(pp):
+            work = _lockstep_pass(rank, step, pp, m)
+            duration = 0.0 if work is None else (fwd_s[rank] if work[0] == "F" else bwd_s[rank])
+            free[rank] = start[rank] + duration
+            if record and work is not None:
+                events.append((rank, work[0], 0, work[1], start[rank], free[rank]))
+    busy = tuple(m * (fwd_s[r] + bwd_s[r]) for r in range(pp))
+    return PipelineResult(end_s=tuple(free), busy_s=busy, events=tuple(events))
