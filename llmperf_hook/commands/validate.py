@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from llmperf_hook.errors import UsageError
+from llmperf_hook.errors import LlmperfError, UsageError
 
 SCHEMA_HELP = """\
 FILE.csv has one row per measured run. Required columns: num_layers, hidden_size, seq_length,
@@ -29,13 +29,44 @@ per row in --format json). The columns of ../shared/validation/dev.csv are this 
 @click.argument("csv_file", metavar="FILE.csv", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--source", "sources", multiple=True, help="Only rows of this source_id (repeatable).")
-@click.option("--worst", default=3, show_default=True, help="Worst rows listed per source.")
+@click.option("--worst", default=3, show_default=True, type=click.IntRange(min=0), help="Worst rows listed per source.")
 @click.option("--rows/--no-rows", default=True, show_default=True, help="Print the per-row table.")
 @click.option("--write-batch", type=click.Path(file_okay=False), default=None,
               help="Also write the rows as launch commands (one file per cluster, for `llmperf predict --batch`) into this folder.")
 def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows: bool, write_batch: str | None) -> None:
+    try:
+        report = _validate(csv_file, sources, worst, write_batch)
+    except LlmperfError as err:
+        if fmt == "json":  # stdout stays one well-formed JSON object; the message goes to stderr as always
+            click.echo(json.dumps({"schema": 1, "error": str(err), "exit_code": err.exit_code}, indent=1))
+        raise
+    if fmt == "json":
+        from llmperf_hook.validate.render import report_json
+
+        click.echo(json.dumps(finite_json(report_json(report)), indent=1, allow_nan=False))
+    else:
+        from llmperf_hook.validate.render import render_table
+
+        click.echo(render_table(report, show_rows=rows))
+    if report.rows and report.num_failed == len(report.rows):
+        # The report above names each row's error; nothing was scored, so the input is unusable as given.
+        raise UsageError(f"every row of {csv_file} failed ({report.num_failed}); nothing was scored. Fix the rows as "
+                         "their errors above say.")
+
+
+def finite_json(value):
+    """JSON has no NaN or Infinity (json.dumps would write them, and strict readers refuse the file): null."""
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def _validate(csv_file: str, sources: tuple[str, ...], worst: int, write_batch: str | None):
     from llmperf_hook.resources import configs_dir
-    from llmperf_hook.validate.render import render_table, report_json
     from llmperf_hook.validate.runner import validate_runs
     from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv
 
@@ -51,15 +82,7 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
         from llmperf_hook.validate.scoring import RowResult
 
         write_batch_files([r for r in runs if not isinstance(r, RowResult)], Path(write_batch), configs_dir() / "clusters")
-    report = validate_runs(runs, clusters_dir=configs_dir() / "clusters", num_worst=worst)
-    if fmt == "json":
-        click.echo(json.dumps(report_json(report), indent=1))
-    else:
-        click.echo(render_table(report, show_rows=rows))
-    if report.rows and report.num_failed == len(report.rows):
-        # The report above names each row's error; nothing was scored, so the input is unusable as given.
-        raise UsageError(f"every row of {csv_file} failed ({report.num_failed}); nothing was scored. Fix the rows as "
-                         "their errors above say.")
+    return validate_runs(runs, clusters_dir=configs_dir() / "clusters", num_worst=worst)
 
 
 def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:
@@ -81,14 +104,39 @@ def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
     from llmperf_hook.validate.runner import plan_run
 
     presets = read_cluster_presets(clusters_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lines: dict[str, list[str]] = {}
-    for run in runs:
-        plan, cluster = plan_run(run, presets, out_dir)
-        lines.setdefault(cluster.cluster, []).append(
-            f"# row {run.row_id} ({run.source_id}) measured {run.iteration_time_s:g} s\n{shlex.join(plan.argv)}")
-    for cluster, entries in lines.items():
-        name = Path(cluster).stem if cluster.endswith(".yaml") else cluster
-        (out_dir / f"commands-{name}.txt").write_text("\n".join(entries) + "\n", encoding="utf-8")
-        click.echo(f"wrote {out_dir / f'commands-{name}.txt'} ({len(entries)} commands; "
-                   f"llmperf predict --cluster {cluster} --batch FILE --format json)", err=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lines: dict[str, list[str]] = {}
+        for run in runs:
+            plan, cluster = plan_run(run, presets, out_dir)
+            lines.setdefault(cluster.cluster, []).append(
+                f"# row {run.row_id} ({run.source_id}) measured {run.iteration_time_s:g} s\n{shlex.join(plan.argv)}")
+        files = {out_dir / f"commands-{Path(c).stem if c.endswith('.yaml') else c}.txt": c for c in lines}
+        _refuse_foreign_files(files, out_dir)
+        for path, cluster in files.items():
+            path.write_text(BATCH_MARKER + "\n" + "\n".join(lines[cluster]) + "\n", encoding="utf-8")
+            click.echo(f"wrote {path} ({len(lines[cluster])} commands; "
+                       f"llmperf predict --cluster {cluster} --batch FILE --format json)", err=True)
+    except OSError as err:
+        raise UsageError(f"--write-batch {str(out_dir)!r}: cannot write {err.filename or out_dir} ({err.strerror or err}). "
+                         "Pass a writable folder (it is created if missing).") from None
+
+
+BATCH_MARKER = "# written by llmperf validate --write-batch (a later run with the same folder replaces this file)"
+"""First line of every batch file validate writes: only files that carry it are ever replaced."""
+
+
+def _refuse_foreign_files(files: dict[Path, str], out_dir: Path) -> None:
+    """A commands-<cluster>.txt already in the folder that validate did not write is the user's: never replaced."""
+    theirs = []
+    for path in files:
+        try:
+            first = path.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0] if path.exists() else BATCH_MARKER
+        except OSError:
+            first = ""
+        if path.exists() and (not path.is_file() or first != BATCH_MARKER):
+            theirs.append(path.name)
+    if theirs:
+        raise UsageError(f"--write-batch {str(out_dir)!r}: {', '.join(theirs)} already exist(s) there and were not "
+                         "written by llmperf validate, so they are left untouched and nothing was written. Pass an "
+                         "empty or new folder, or move those files away.")

@@ -22,6 +22,7 @@ the handful of fill-in rules below (each recorded in `MeasuredRun.assumptions`, 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal, Mapping
@@ -140,13 +141,18 @@ def parse_int(raw: Mapping[str, str], column: str, where: str, default: int | No
 
 
 def parse_float(raw: Mapping[str, str], column: str, where: str) -> float | None:
+    """A positive, finite number (times and bandwidths), or None for a blank cell."""
     cell = (raw.get(column) or "").strip()
     if not cell:
         return None
     try:
-        return float(leading_token(cell))
+        value = float(leading_token(cell))
     except ValueError:
         raise UsageError(f"{where}: column `{column}` = {cell!r} is not a number.") from None
+    if not (0 < value < math.inf):  # nan too: it would turn every MAPE into nan
+        raise UsageError(f"{where}: column `{column}` = {cell!r} must be a positive, finite number; fix the cell "
+                         f"or leave it blank where the column is optional.")
+    return value
 
 
 def parse_yes(cell: str) -> bool:
@@ -185,14 +191,22 @@ def parse_precision(cell: str) -> tuple[Literal["fp32", "fp16", "bf16", "fp8"], 
     return "bf16", f"precision {cell.strip()!r} names no dtype: bf16 assumed"
 
 
-def parse_framework(cell: str) -> FrameworkFamily:
-    """Megatron-DeepSpeed / DeepSpeed / Megatron-Core / Megatron-LM from the free-text framework cell."""
+def parse_framework(cell: str, where: str = "row") -> FrameworkFamily:
+    """Megatron-DeepSpeed / DeepSpeed / Megatron-Core / Megatron-LM from the free-text framework cell (blank:
+    Megatron-LM; NeMo runs Megatron-Core). A cell naming none of them is refused: its row would be priced as a
+    Megatron-LM run it is not."""
     text = cell.lower()
     if "deepspeed" in text:
         return "megatron-deepspeed" if "megatron" in text else "deepspeed"
     if "core" in text or "mcore" in text:
         return "megatron-core"
-    return "megatron"
+    if "megatron" in text or not text.strip():
+        return "megatron"
+    if "nemo" in text:  # NeMo 2 runs Megatron-Core ("NeMo Megatron (2022)" reads as Megatron-LM above)
+        return "megatron-core"
+    raise UsageError(f"{where}: column `framework` = {cell.strip()!r} names no framework llmperf validates; write "
+                     f"Megatron-LM, Megatron-Core (or NeMo), Megatron-DeepSpeed or DeepSpeed (blank = Megatron-LM), or "
+                     f"leave the row out.")
 
 
 def parse_extra_args(raw: Mapping[str, str]) -> tuple[str, ...]:

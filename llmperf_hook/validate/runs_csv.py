@@ -87,7 +87,7 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
         zero_stage=zero_stage,
         distributed_optimizer=dist_opt,
         precision=precision,
-        framework=parse_framework(raw.get("framework") or ""),
+        framework=parse_framework(raw.get("framework") or "", where),
         extra_args=parse_extra_args(raw),
         gpu_type=(raw.get("gpu_type") or "").strip(),
         gpus_per_node=parse_int(raw, "gpus_per_node", where, default=0),
@@ -132,7 +132,11 @@ def _model_shape(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[s
 def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[str, object]:
     tp, pp = parse_int(raw, "tp", where), parse_int(raw, "pp", where)
     cp, num_gpus = parse_int(raw, "cp", where, default=1), parse_int(raw, "num_gpus", where)
-    if min(tp, pp, cp, num_gpus) < 1 or num_gpus % (tp * pp * cp):
+    zero = [f"{name} = 0" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("num_gpus", num_gpus)) if value < 1]
+    if zero:
+        raise UsageError(f"{where}: {', '.join(zero)}; parallel degrees and the GPU count are at least 1 (blank cp = 1). "
+                         "Fix the cell(s).")
+    if num_gpus % (tp * pp * cp):
         raise UsageError(f"{where}: num_gpus {num_gpus} is not a multiple of tp*pp*cp = {tp}*{pp}*{cp}; "
                          "fix the parallel degrees or the GPU count.")
     dp = parse_int(raw, "dp", where, default=num_gpus // (tp * pp * cp))
@@ -166,7 +170,15 @@ def build_runs_or_failures(rows: Sequence[Mapping[str, str]], base_dir: Path | N
     dividing num_gpus, no measured time, ...) becomes a failed RowResult in its place: it is reported on its
     row and the other rows are still predicted (one bad row used to abort the whole validation)."""
     out: list[MeasuredRun | RowResult] = []
+    first_line: dict[str, int] = {}
     for i, raw in enumerate(rows):
+        row_id = (raw.get("row_id") or "").strip() or str(i + 1)
+        if row_id in first_line:  # the report, --source and --write-batch name rows by row_id
+            out.append(failed_row(raw, i + 1, f"row_id {row_id!r} (data row {i + 1}) repeats the row_id of data row "
+                                              f"{first_line[row_id]}, so the report could not tell them apart; only "
+                                              f"the first is scored. Give each row its own row_id."))
+            continue
+        first_line[row_id] = i + 1
         try:
             run = build_measured_run(raw, i + 1)
         except LlmperfError as err:
@@ -184,6 +196,8 @@ def failed_row(raw: Mapping[str, str], line_no: int, error: str) -> RowResult:
     try:
         measured: float | None = float(cell("iteration_time_s"))
     except ValueError:
+        measured = None
+    if measured is not None and not 0 < measured < float("inf"):  # nan / inf / <= 0: not a measurement
         measured = None
     layout = f"tp{cell('tp') or '?'} pp{cell('pp') or '?'} ({cell('num_gpus') or '?'} GPUs)"
     return RowResult(row_id=cell("row_id") or str(line_no), source_id=cell("source_id") or "all",
