@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
+from llmperf_hook.frameworks.deepspeed_release import as_released
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
                                                     ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
@@ -66,6 +67,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
                 src[key] = ds.sources["recompute"]
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False)
+        optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
         warnings.extend(ds.warnings)
@@ -179,6 +181,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
                                  hf_fill=framework == "hf-deepspeed")
+        optimizer = as_released(optimizer, job.env, src, warnings)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"
         optimizer = replace(base, zero_stage=fsdp.zero_stage, offload_optimizer=offload, overlap_grad_reduce=True,

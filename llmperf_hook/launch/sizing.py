@@ -17,6 +17,11 @@ from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import Source, SourceKind
 
 
+DEEPSPEED_VERSION_ENV = "LLMPERF_DEEPSPEED_VERSION"
+"""llmperf's own job setting read from the job's environment: the DeepSpeed release that runs it
+(frameworks/deepspeed_release.py)."""
+
+
 @dataclass(frozen=True)
 class Sized:
     value: int | None
@@ -100,6 +105,8 @@ def finish_job(
     else:
         world = Sized(nnodes.value * nproc.value, Source(SourceKind.DERIVED, "nnodes * nproc_per_node"))
     assert world.value is not None
+    if DEEPSPEED_VERSION_ENV in env:
+        used[DEEPSPEED_VERSION_ENV] = env[DEEPSPEED_VERSION_ENV]
     return ParsedJob(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),

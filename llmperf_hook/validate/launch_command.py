@@ -10,8 +10,8 @@ row did by default is spelled out as flags, so the parser sees what the run real
 - Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`.
 - Full recompute is Megatron's `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`
   (= the old `--checkpoint-activations`); selective is `--recompute-granularity selective`.
-- DeepSpeed ZeRO-3 runs older than v0.5.5 fetched parameters synchronously: `stage3_prefetch_bucket_size 0`
-  and `overlap_comm false` in their ds_config (framework_era.py).
+- DeepSpeed ZeRO-3 runs of releases before v0.6.0 get `LLMPERF_DEEPSPEED_VERSION=<release>` before the command
+  (framework_era.py): their collectives are priced as that release ran them.
 - Megatron rejects `--tp-comm-overlap` without sequence parallelism, and sequence parallelism is dropped at
   TP=1, so a recipe's `--tp-comm-overlap` is left out of TP=1 rows (noted in the plan).
 """
@@ -23,11 +23,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmperf_hook.validate.framework_era import synchronous_zero3_fetch
+from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
+from llmperf_hook.validate.framework_era import legacy_zero3_release
 from llmperf_hook.validate.measured_run import MeasuredRun
 
-SYNCHRONOUS_FETCH_ZERO: dict[str, object] = {"stage3_prefetch_bucket_size": 0, "overlap_comm": False}
-"""ZeRO settings that reproduce DeepSpeed < v0.5.5's synchronous ZeRO-3 fetch (see framework_era.py)."""
 GPT2_BPE_VOCAB = 50257
 """GPT2BPETokenizer's vocabulary: Megatron knows it without the vocab file."""
 
@@ -52,9 +51,12 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     argv += _extra_args(run, notes)
     if run.framework in ("megatron-deepspeed", "deepspeed") or run.zero_stage > 0:
         argv += _deepspeed_args(run, config_dir)
-        if _synchronous_fetch(run):
-            notes.append("DeepSpeed before v0.5.5 synchronised the device before every ZeRO-3 parameter gather "
-                         "(no overlap): stage3_prefetch_bucket_size 0, overlap_comm false (framework_era.py)")
+    release = legacy_zero3_release(run.zero_stage, run.framework_text, run.source, run.source_location)
+    if release is not None:
+        version = ".".join(map(str, release))
+        argv.insert(0, f"{DEEPSPEED_VERSION_ENV}={version}")
+        notes.append(f"ZeRO-3 as DeepSpeed {version} (the run's release, or the newest before its publication) ran it: "
+                     f"{DEEPSPEED_VERSION_ENV}={version} (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 
@@ -160,8 +162,7 @@ def ds_config_for(run: MeasuredRun) -> dict[str, object]:
         "train_batch_size": run.global_batch_size,
         "train_micro_batch_size_per_gpu": run.micro_batch_size,
         "gradient_accumulation_steps": run.global_batch_size // (run.micro_batch_size * dp),
-        "zero_optimization": {"stage": run.zero_stage,
-                              **(SYNCHRONOUS_FETCH_ZERO if _synchronous_fetch(run) else {})},
+        "zero_optimization": {"stage": run.zero_stage},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
@@ -171,10 +172,6 @@ def ds_config_for(run: MeasuredRun) -> dict[str, object]:
     elif run.precision in ("bf16", "fp8"):
         config["bf16"] = {"enabled": True}
     return config
-
-
-def _synchronous_fetch(run: MeasuredRun) -> bool:
-    return synchronous_zero3_fetch(run.zero_stage, run.framework_text, run.source, run.source_location)
 
 
 def write_ds_config(config: dict[str, object], config_dir: Path) -> Path:

@@ -1,0 +1,104 @@
+"""Which DeepSpeed release runs a job, and what releases before v0.6.0 did differently in ZeRO-3.
+
+The release is LLMPERF_DEEPSPEED_VERSION when the job's environment (or a `VAR=value` word before the launch
+command) gives it, else the DeepSpeed installed beside llmperf (importlib.metadata reads its version without
+importing it: the machine that launches the job usually runs it), else unknown: today's behaviour.
+
+ZeRO-3 before v0.5.5 (deepspeed/runtime/zero/partition_parameters.py of v0.3.x-v0.5.4) gathered each parameter
+tensor on its own, after `torch.cuda.synchronize()`, with a Python loop over the ranks and torch's list
+all_gather (one copy per rank afterwards), so no fetch overlapped compute and the gradient reduce-scatter did not
+overlap either (commit c0eeb69df, first released in v0.5.5). Before v0.6.0 it also reduce-scattered every
+parameter gradient as a list of per-rank tensors (replaced by reduce_scatter_coalesced). graph/zero3_legacy.py
+prices both; the fields below switch them on.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from dataclasses import replace
+from typing import Any, Mapping
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.training_config import OptimizerConfig
+from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
+from llmperf_hook.provenance import Source, SourceKind
+
+Version = tuple[int, int, int]
+
+ASYNC_FETCH_VERSION: Version = (0, 5, 5)
+"""First release whose ZeRO-3 fetch neither synchronises the device nor gathers tensor by tensor (c0eeb69df)."""
+COALESCED_REDUCE_VERSION: Version = (0, 6, 0)
+"""First release whose ZeRO-3 gradient reduce-scatter is coalesced (reduce_scatter_coalesced)."""
+
+RELEASE_DATES: tuple[tuple[Version, tuple[int, int, int]], ...] = (
+    ((0, 3, 0), (2020, 9, 10)), ((0, 3, 1), (2020, 11, 12)), ((0, 3, 8), (2020, 12, 9)), ((0, 3, 9), (2020, 12, 22)),
+    ((0, 3, 10), (2021, 1, 8)), ((0, 3, 11), (2021, 2, 2)), ((0, 3, 12), (2021, 3, 12)), ((0, 3, 13), (2021, 3, 16)),
+    ((0, 3, 14), (2021, 4, 8)), ((0, 3, 15), (2021, 4, 19)), ((0, 3, 16), (2021, 4, 29)), ((0, 4, 0), (2021, 6, 8)),
+    ((0, 4, 1), (2021, 6, 21)), ((0, 4, 2), (2021, 6, 28)), ((0, 4, 3), (2021, 7, 12)), ((0, 4, 4), (2021, 7, 29)),
+    ((0, 4, 5), (2021, 8, 6)), ((0, 5, 0), (2021, 8, 17)), ((0, 5, 1), (2021, 8, 26)), ((0, 5, 2), (2021, 9, 13)),
+    ((0, 5, 3), (2021, 9, 16)), ((0, 5, 4), (2021, 10, 6)), ((0, 5, 5), (2021, 11, 2)), ((0, 5, 6), (2021, 11, 11)),
+    ((0, 5, 7), (2021, 11, 19)), ((0, 5, 8), (2021, 11, 30)), ((0, 5, 9), (2022, 1, 3)), ((0, 5, 10), (2022, 1, 14)),
+    ((0, 6, 0), (2022, 3, 7)),
+)
+"""Release dates of DeepSpeed v0.3.0-v0.6.0 (git tags of deepspeedai/DeepSpeed; the November 2020 patch releases
+between v0.3.1 and v0.3.8 are left out: the same ZeRO code)."""
+
+
+def parse_version(text: str) -> Version | None:
+    """(major, minor, patch) from "0.3.13", "v0.4", "0.19.8+cu121"; None when the text has no version."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
+
+
+def release_before(year: int, month: int) -> Version | None:
+    """The newest release published before the given month began (what a run measured then used at the latest);
+    None after v0.6.0 (today's ZeRO-3 from then on)."""
+    released = [v for v, date in RELEASE_DATES if date[:2] < (year, month)]
+    if not released or released[-1] >= COALESCED_REDUCE_VERSION:
+        return None
+    return released[-1]
+
+
+def job_release(env: Mapping[str, str]) -> tuple[Version | None, Source | None]:
+    """The DeepSpeed release of the job and where that came from (see the module docstring)."""
+    given = env.get(DEEPSPEED_VERSION_ENV)
+    if given is not None:
+        version = parse_version(given)
+        if version is None:
+            raise ConfigError(f"{DEEPSPEED_VERSION_ENV}={given!r} (environment) is not a DeepSpeed version; give it as "
+                              "MAJOR.MINOR.PATCH, e.g. 0.14.4, or unset it.")
+        return version, Source(SourceKind.ENV, DEEPSPEED_VERSION_ENV)
+    try:
+        installed = parse_version(metadata.version("deepspeed"))
+    except metadata.PackageNotFoundError:
+        return None, None
+    return installed, Source(SourceKind.DERIVED, "the DeepSpeed installed beside llmperf") if installed else None
+
+
+def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, Any]:
+    """OptimizerConfig fields that make ZeRO-3 run as `version` ran it (empty for v0.6.0 and later, or unknown)."""
+    if zero_stage != 3 or version is None or version >= COALESCED_REDUCE_VERSION:
+        return {}
+    fields: dict[str, Any] = {"zero3_per_tensor_grad_reduce": True}
+    if version < ASYNC_FETCH_VERSION:
+        fields.update(zero3_list_param_gather=True, stage3_prefetch_bucket_size_elems=0, overlap_grad_reduce=False)
+    return fields
+
+
+def as_released(optimizer: OptimizerConfig, env: Mapping[str, str], src: dict[str, Source],
+                warnings: list[str]) -> OptimizerConfig:
+    """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named."""
+    version, where = job_release(env)
+    fields = release_zero3_fields(optimizer.zero_stage, version)
+    if not fields:
+        return optimizer
+    assert version is not None and where is not None
+    for key in fields:
+        src[key] = where
+    release = ".".join(map(str, version))
+    gathers = ("per-tensor list all-gathers after a device synchronize (no prefetch, no overlap) and "
+               if "zero3_list_param_gather" in fields else "")
+    warnings.append(f"ZeRO-3 priced as DeepSpeed {release} ({where}) ran it: {gathers}per-tensor list "
+                    "reduce-scatters of the gradients (graph/zero3_legacy.py)")
+    return replace(optimizer, **fields)
