@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError
@@ -69,11 +70,17 @@ def job_release(env: Mapping[str, str]) -> tuple[Version | None, Source | None]:
             raise ConfigError(f"{DEEPSPEED_VERSION_ENV}={given!r} (environment) is not a DeepSpeed version; give it as "
                               "MAJOR.MINOR.PATCH, e.g. 0.14.4, or unset it.")
         return version, Source(SourceKind.ENV, DEEPSPEED_VERSION_ENV)
-    try:
-        installed = parse_version(metadata.version("deepspeed"))
-    except metadata.PackageNotFoundError:
-        return None, None
+    installed = installed_release()
     return installed, Source(SourceKind.DERIVED, "the DeepSpeed installed beside llmperf") if installed else None
+
+
+@lru_cache(maxsize=1)
+def installed_release() -> Version | None:
+    """The installed DeepSpeed's version from its package metadata (read once; deepspeed is not imported)."""
+    try:
+        return parse_version(metadata.version("deepspeed"))
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, Any]:
