@@ -96,6 +96,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     from llmperf_hook.profile.sampler import ProfileRequest, run_profile
 
     dev = device or _default_device()
+    _check_name_for_device(name, dev)
     dtype = dtype or _job_dtype(tuple(job), model) or ("fp32" if dev == "cpu" else "bf16")
     req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
@@ -114,6 +115,21 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _check_name_for_device(name: str | None, device: str) -> None:
+    """A CPU profile may not take a shipped GPU preset's name: $LLMPERF_HOME/hardware/NAME.yaml and profiles/NAME
+    are looked up before the shipped ones, so every later `--hardware NAME` (and every cluster with that GPU, the
+    default dgx-h100 included) would be priced with this CPU's speed and memory, silently."""
+    if not name or device != "cpu":
+        return
+    from llmperf_hook.profile.local_hardware import shipped_hardware_names
+
+    if name.lower() in shipped_hardware_names():
+        raise UsageError(f"--name {name}: that is the shipped GPU preset configs/hardware/{name.lower()}.yaml, and a "
+                         f"profile taken with --device cpu under that name would replace it in every prediction for "
+                         f"that GPU (user profiles and hardware files in $LLMPERF_HOME come first). Choose another "
+                         f"name for this CPU (e.g. --name my-cpu), or profile that GPU with --device cuda on it.")
 
 
 def _reference_reading(where: str) -> Any:

@@ -49,6 +49,7 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
         meta = directory / "profile.json"
         if meta.is_file():
             profile = _load_profile(str(directory), meta.stat().st_mtime_ns)
+            _check_fitted_for(profile.meta, directory)
             return profile if dtype in profile.meta.serves_dtypes else None
         if directory.is_dir() and any(directory.glob("*.txt*")):
             from llmperf_hook.errors import ProfileError
@@ -59,6 +60,43 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
                 f"`llmperf profile ... --name {hardware_name.strip().lower()}`, copy its profile.json too, or delete "
                 f"the directory to fall back to the roofline model.")
     return None
+
+
+def _check_fitted_for(meta, directory: Path) -> None:
+    """A profile serves the hardware it was fitted for: profiles/NAME holds the profile whose profile.json says
+    NAME. One copied or renamed from another GPU or machine would price this hardware with that one's times."""
+    from llmperf_hook.errors import ProfileError
+
+    device = meta.hardware.get("device", "?") if isinstance(meta.hardware, dict) else "?"
+    if str(meta.name).strip().lower() == directory.name:
+        if not _fingerprint_fits_preset(directory.name, meta.hardware):
+            raise ProfileError(
+                f"fitted profile {directory} is for the GPU preset {directory.name!r}, but its hardware fingerprint "
+                f"says it was measured on {device!r} ({dict(meta.hardware) if isinstance(meta.hardware, dict) else meta.hardware}): "
+                f"a profile of other hardware is never used for this GPU. Re-create it on that GPU with `llmperf "
+                f"profile --device cuda --name {directory.name}`, or delete the folder to use the shipped profile "
+                f"or the roofline model.")
+        return
+    raise ProfileError(
+        f"fitted profile {directory} is for hardware {directory.name!r}, but its profile.json says it was fitted as "
+        f"{meta.name!r} (hardware fingerprint: {device}): a profile copied or renamed from other hardware is never "
+        f"used, its operator times would be that hardware's. Move it back to profiles/{str(meta.name).lower()}, "
+        f"re-create it on this hardware with `llmperf profile ... --name {directory.name}`, or delete the folder to "
+        f"fall back to the roofline model.")
+
+
+def _fingerprint_fits_preset(name: str, hardware: object) -> bool:
+    """For a shipped GPU preset name (`h100-sxm5-80gb`): the fingerprint is a GPU's (no CPU clock) whose device
+    name carries the preset's chip (`H100` among the words of 'NVIDIA H100 80GB HBM3'). Other names: True."""
+    import re
+
+    from llmperf_hook.profile.local_hardware import shipped_hardware_names
+
+    if name not in shipped_hardware_names():
+        return True
+    if not isinstance(hardware, dict) or "cpu" in str(hardware.get("clock", "")).lower():
+        return False
+    return name.split("-")[0].upper() in re.split(r"[^A-Z0-9]+", str(hardware.get("device", "")).upper())
 
 
 def find_comm_model(cluster_name: str) -> OpClassPredictor | None:

@@ -85,7 +85,11 @@ class FittedProfile:
         entry = self._entries[key]
         block = build_features(op_class, key[1] == "bwd", dims, self.meta.roofline[key[2]])
         if block.names != entry.feature_names:
-            raise ProfileError(f"fitted profile {self.directory}: features of {entry.file} differ from this llmperf's")
+            raise ProfileError(f"fitted profile {self.directory} is unusable: model {entry.file} lists features "
+                               f"{list(entry.feature_names)}, this llmperf computes {list(block.names)} for "
+                               f"{op_class}/{phase} (an edited profile.json, or one from another llmperf version). A "
+                               f"damaged or stale profile is never used for predictions. Re-create it (`llmperf "
+                               f"profile ...`), or delete the directory to fall back to the roofline model.")
         log_ratio = self._ensemble(key).predict(block.matrix)
         if entry.baseline is not None:
             log_ratio = log_ratio + entry.baseline.predict(block.matrix)

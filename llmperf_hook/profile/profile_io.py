@@ -172,7 +172,8 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
                            provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())))
     except ProfileError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError) as err:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # AttributeError: a list or
+        # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
     bad = [f"{r.peak_flop_per_s}/{r.memory_bandwidth_bytes_per_s}" for r in rc.values()
            if not (r.peak_flop_per_s > 0 and r.memory_bandwidth_bytes_per_s > 0 and r.num_sms > 0)]
