@@ -74,6 +74,7 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
     if dry_run:
         _print_dry_run(argv, pred, fmt, instrument, run_dir)
         return
+    check_launchable(argv)  # after the gates (their verdict stands), before a run directory is made
     if instrument is not None:
         # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, which turns Exit into a
         # return value that would be lost.
@@ -145,6 +146,27 @@ def check_instrument_options(argv: list[str], instrument: int | None, profile_op
     from llmperf_hook.instrument.session import _check_arguments
 
     _check_arguments(argv, instrument, profile_ops, stop_after)
+    _check_run_dir(run_dir)
+
+
+def _check_run_dir(run_dir: str | None) -> None:
+    """--run-dir must be (or become) a folder: a file there, or a file among its parents, is refused before the
+    prediction and the launch (it failed only after both were under way)."""
+    if run_dir is None:
+        return
+    if not run_dir.strip():
+        raise UsageError("--run-dir '' is empty: give the folder for the run's records, or leave --run-dir out "
+                         "(default ./llmperf-runs/<time>-<pid>).")
+    path = Path(run_dir).expanduser()
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UsageError(f"--run-dir {run_dir!r}: {str(part)!r} is a file, not a folder, so the run's records "
+                                 "cannot go there. Pass a folder (it is created if missing).")
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise UsageError(f"--run-dir {run_dir!r}: {str(part)!r} is not writable by this user. Pass a "
+                                 "writable folder.")
+            return
 
 
 def _instrument_plan(instrument: int | None, run_dir: str | None) -> dict[str, str] | None:
@@ -192,11 +214,35 @@ def _run_instrumented(argv: list[str], env: dict[str, str], steps: int, profile_
                             run_dir=run_dir, prediction=prediction)
 
 
+def check_launchable(argv: Sequence[str]) -> None:
+    """The command's program exists and may be executed, or a UsageError (exit 2: bad input, DESIGN.md; a shell
+    would say 127 / 126, but no job ran, so there is no child exit code to pass through)."""
+    import shutil
+
+    program = argv[0]
+    if shutil.which(program):
+        return
+    where = "the first word of the command after `--`"
+    if "/" not in program:
+        raise UsageError(f"cannot launch {program!r} ({where}): no such command on PATH. Check the spelling, or "
+                         f"activate the environment that provides it.")
+    path = Path(program)
+    if not path.exists():
+        raise UsageError(f"cannot launch {program!r} ({where}): no such file. Check the path.")
+    if path.is_dir():
+        raise UsageError(f"cannot launch {program!r} ({where}): it is a directory. Name the launcher or script "
+                         f"inside it.")
+    raise UsageError(f"cannot launch {program!r} ({where}): it is not executable. Make it executable "
+                     f"(chmod +x) or name its interpreter first (python {program} ...).")
+
+
 def exec_command(argv: list[str]) -> None:
     """Replace this process with `argv` (never a shell); its exit code becomes ours."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
-    except OSError as err:
-        raise UsageError(f"cannot launch {argv[0]!r}: {err.strerror}. Check that it is installed and on PATH.") from err
+    except OSError as err:  # e.g. ENOEXEC: an executable script without a #! line
+        raise UsageError(f"cannot launch {argv[0]!r}: {err.strerror or err}. If it is a script, name its interpreter "
+                         f"first (python {argv[0]} ...) or give it a #! line; check that it is installed and on "
+                         f"PATH.") from err

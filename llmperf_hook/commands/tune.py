@@ -50,7 +50,11 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     elapsed = time.perf_counter() - started
     header = _header(cfg, spec, space.source, elapsed)
     if not result.top:
-        raise InfeasibleError(infeasible_message(result, cfg, header))
+        message = infeasible_message(result, cfg, header)
+        if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
+            click.echo(json.dumps({"error": message, "exit_code": 3, "fits": False, "header": header,
+                                   "nearest": _nearest_json(result)}, indent=2))
+        raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
     if fmt == "json":
@@ -144,9 +148,22 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     return plans, [command_changes(shown, p, original) for p in plans]
 
 
+def _nearest_json(result: Any) -> dict[str, Any] | None:
+    """The least-memory configuration an infeasible search found (what the message names), as JSON."""
+    near = result.nearest
+    if near is None:
+        return None
+    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes,
+            "layers_that_fit": result.layers_that_fit or None}
+
+
 def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
     from llmperf_hook.tune.apply import write_planned_files
 
+    if not dry_run:  # a launcher that is not there: say so before a tuned ds_config is written for nothing
+        from llmperf_hook.commands.run import check_launchable
+
+        check_launchable(plan.argv)
     try:
         write_planned_files(plan)
     except OSError as err:  # a read-only folder, a full disk, a name taken between planning and writing

@@ -141,6 +141,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     if contended:
         notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: "
                      f"they waited for a core or a peer; load {job.load_avg_1m}); rerun on a quieter machine")
+    mismatch = device_mismatch(job.device, key, hardware)
+    if mismatch:
+        notes.append(mismatch)
+        contended = True  # kept in the store, never calibrated from
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
         "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
@@ -153,10 +157,11 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
-    store.record_shared_steps(conn, job_id, key and (key.hardware, key.cluster, key.framework), shown, steps)
+    usable_key = None if mismatch else key
+    store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
-    op_refit = _refit_ops(conn, job_id, key, samples)
-    calibration = _recalibrate(conn, key) if key and raw and job.step_time_s else None
+    op_refit = _refit_ops(conn, job_id, usable_key, samples)
+    calibration = _recalibrate(conn, key) if key and raw and job.step_time_s and not mismatch else None
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
@@ -166,6 +171,47 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
     after = calibration.apply(raw) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes))
+
+
+def device_mismatch(device: str, key: CalibrationKey | None, hardware_option: str | None) -> str:
+    """Why this run may not calibrate `key.hardware` ("" when it may): a job the hook saw on the CPU cannot
+    calibrate a GPU's predictions, nor a GPU job a CPU profile's (the saved prediction, or --hardware, named
+    other hardware than the job ran on: e.g. a CPU test job predicted for the default dgx-h100)."""
+    if key is None or device not in ("cpu", "cuda"):
+        return ""
+    kind = hardware_device(key.hardware)
+    if kind is None or kind == device:
+        return ""
+    origin = "--hardware" if hardware_option else "the prediction saved at launch"
+    wanted = "a CPU profile's name (`llmperf profile --device cpu --name NAME`)" if device == "cpu" else "the GPU's preset"
+    return (f"not calibrated from: the job ran on {'the CPU' if device == 'cpu' else 'a GPU'}, but the hardware "
+            f"{key.hardware!r} (from {origin}) is {'a GPU' if kind == 'cuda' else 'a CPU profile'}; a calibration "
+            f"from it would change that hardware's predictions. Rerun `llmperf refine --hardware ...` with {wanted}.")
+
+
+def hardware_device(name: str) -> str | None:
+    """'cpu' or 'cuda' for a hardware name: its fitted profile's fingerprint (a CPU clock, or a GPU's SM count),
+    else its hardware file (shipped presets are GPUs; `llmperf profile --device cpu` writes so in the
+    description); None when nothing says."""
+    from llmperf_hook.predict.fitted import profile_dirs
+    from llmperf_hook.resources import configs_dir, llmperf_home
+
+    for directory in profile_dirs(name):
+        try:
+            fingerprint = json.loads((directory / "profile.json").read_text()).get("hardware") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if "cpu" in str(fingerprint.get("clock", "")).lower():
+            return "cpu"
+        if "num_sms" in fingerprint or str(fingerprint.get("device", "")).upper().startswith("NVIDIA"):
+            return "cuda"
+    user_yaml = llmperf_home() / "hardware" / f"{name.lower()}.yaml"
+    try:
+        if "--device cpu" in user_yaml.read_text(errors="replace"):
+            return "cpu"
+    except OSError:
+        pass
+    return "cuda" if (configs_dir() / "hardware" / f"{name.lower()}.yaml").is_file() else None
 
 
 def _completeness_notes(job: JobSteps) -> list[str]:

@@ -39,8 +39,14 @@ def test_deepspeed_zero1_two_ranks_through_llmperf_run(tmp_path: Path, child_env
     # The wiring is under test here, not the machine: calibrate even if CI's ranks wait for a core (the
     # contention guard has its own test in tests/refine).
     child_env = {**child_env, "LLMPERF_REFINE_MAX_WALL_PER_CPU": "inf"}
-    cmd = [sys.executable, "-m", "llmperf_hook", "run", "--instrument", "5", "--run-dir", str(run_dir),
-           "--", *_job(tmp_path, 1, 8, deepspeed_port)]
+    # A CPU job calibrates a CPU hardware only (refine_run.device_mismatch): this machine described as
+    # `llmperf profile --device cpu` writes it, without the minutes of sampling.
+    hardware = Path(child_env["LLMPERF_HOME"]) / "hardware" / "cpu-ci.yaml"
+    hardware.parent.mkdir(parents=True, exist_ok=True)
+    hardware.write_text("name: cpu-ci\npeak_TFLOPs: {fp32: 0.1, bf16: 0.05}\nmemory_bandwidth_GBps: 10\n"
+                        "memory_capacity_GiB: 16\ndescription: this CPU measured by `llmperf profile --device cpu`\n")
+    cmd = [sys.executable, "-m", "llmperf_hook", "run", "--hardware", "cpu-ci", "--instrument", "5", "--run-dir",
+           str(run_dir), "--", *_job(tmp_path, 1, 8, deepspeed_port)]
     done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("iter ") == 8 and "done: 8 steps" in done.stdout  # the job's own output, intact

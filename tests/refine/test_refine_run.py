@@ -191,6 +191,8 @@ def test_cli_hardware_and_cluster_must_name_presets(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")
     run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]},
                     prediction={"schema": 1, "step_time_s": 0.01, "config": {"framework": "deepspeed"}})
+    # a GPU run: a CPU one never calibrates a GPU (test_round6_run_tune.test_cpu_run_never_calibrates_a_gpu)
+    (run / "rank0.jsonl").write_text((run / "rank0.jsonl").read_text().replace('"device": "cpu"', '"device": "cuda"'))
     out = CliRunner().invoke(refine_command, [str(run), "--hardware", "a100-sxm4-80gbb", "--cluster", "perlmutter"])
     assert isinstance(out.exception, UsageError) and "a100-sxm4-80gbb" in str(out.exception)
     path = str(configs_dir() / "clusters" / "perlmutter.yaml")
