@@ -210,6 +210,7 @@ def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float) -> N
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", cluster_name):
         raise UsageError(f"--cluster-name {cluster_name!r}: use letters, digits, '.', '_' and '-' only (it names "
                          f"$LLMPERF_HOME/profiles/comm/NAME; use the name you pass to --cluster).")
+    _check_comm_name_for_device(cluster_name)
     from llmperf_hook.profile.comm_sampler import CommRequest, run_comm_profile
 
     result = run_comm_profile(CommRequest(cluster_name=cluster_name, min_bytes=min_bytes, max_bytes=max_bytes))
@@ -217,3 +218,20 @@ def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float) -> N
         click.echo(f"comm model {result.path} ({result.num_samples} timings; layouts: {', '.join(result.layouts)})")
         for note in result.notes:
             click.echo(f"note: {note}")
+
+
+def _check_comm_name_for_device(cluster_name: str) -> None:
+    """Collectives timed with gloo between CPU processes may not take a shipped GPU cluster's name: the comm model
+    in $LLMPERF_HOME/profiles/comm/NAME comes before the shipped one, so every `--cluster NAME` prediction (the
+    default dgx-h100 included) would price NCCL over NVLink and InfiniBand at this machine's gloo speed."""
+    from llmperf_hook.resources import configs_dir
+
+    if not (configs_dir() / "clusters" / f"{cluster_name.lower()}.yaml").is_file():
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"--cluster-name {cluster_name}: that is the shipped GPU cluster preset "
+                         f"configs/clusters/{cluster_name.lower()}.yaml, and collectives timed here with gloo on the "
+                         f"CPU would replace its communication model in every prediction for it. Choose another name "
+                         f"for this machine (e.g. --cluster-name my-cpu-box), or profile on that cluster's GPUs.")

@@ -96,3 +96,12 @@ def test_edited_feature_list_names_both_lists(_home: Path) -> None:
     prof = find_profile("h100-sxm5-80gb", "bf16")
     with pytest.raises(ProfileError, match="lists features .* this llmperf computes .* gemm/fwd"):
         prof.predict_class_s("gemm", "fwd", "bf16", {k: np.array([float(v)]) for k, v in GEMM[0].dims.items()})
+
+
+def test_gloo_comm_profile_may_not_take_a_shipped_cluster_name(_home: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU machine the collectives are NCCL's: the cluster's own name is allowed")
+    out = CliRunner().invoke(profile_command, ["--comm", "--cluster-name", "DGX-H100"])
+    assert isinstance(out.exception, UsageError) and "configs/clusters/dgx-h100.yaml" in str(out.exception)
+    assert not _home.exists()
