@@ -140,6 +140,18 @@ def parse_int(raw: Mapping[str, str], column: str, where: str, default: int | No
     return int(value)
 
 
+def parse_count(raw: Mapping[str, str], column: str, where: str) -> int | None:
+    """An optional count (heads, vocabulary, micro-batch, vpp, ep, GPUs per node): None when blank, else at least
+    1. A written 0 is refused, not read as blank: the table above fills only cells that say nothing."""
+    if not (raw.get(column) or "").strip():
+        return None
+    value = parse_int(raw, column, where)
+    if value < 1:
+        raise UsageError(f"{where}: column `{column}` = {raw.get(column)!r} must be at least 1; leave it blank for "
+                         f"the default.")
+    return value
+
+
 def parse_float(raw: Mapping[str, str], column: str, where: str) -> float | None:
     """A positive, finite number (times and bandwidths), or None for a blank cell."""
     cell = (raw.get(column) or "").strip()

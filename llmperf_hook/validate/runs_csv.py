@@ -20,6 +20,7 @@ from llmperf_hook.validate.measured_run import (
     parse_extra_args,
     parse_float,
     parse_framework,
+    parse_count,
     parse_int,
     parse_precision,
     parse_recompute,
@@ -90,7 +91,7 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
         framework=parse_framework(raw.get("framework") or "", where),
         extra_args=parse_extra_args(raw),
         gpu_type=(raw.get("gpu_type") or "").strip(),
-        gpus_per_node=parse_int(raw, "gpus_per_node", where, default=0),
+        gpus_per_node=parse_count(raw, "gpus_per_node", where) or 0,
         cluster=(raw.get("cluster") or "").strip(),
         inter_node_network=(raw.get("inter_node_network") or "").strip(),
         inter_node_bandwidth_GBps=parse_float(raw, "inter_node_bandwidth_GBps", where),
@@ -107,14 +108,14 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
 
 def _model_shape(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[str, int]:
     hidden = parse_int(raw, "hidden_size", where)
-    heads = parse_int(raw, "num_attention_heads", where, default=0)
+    heads = parse_count(raw, "num_attention_heads", where) or 0
     if heads == 0:
         if hidden % HEAD_DIM_DEFAULT:
             raise UsageError(f"{where}: `num_attention_heads` is blank and hidden_size {hidden} is not a multiple "
                              f"of {HEAD_DIM_DEFAULT}, so no head count can be assumed; fill in the column.")
         heads = hidden // HEAD_DIM_DEFAULT
         notes.append(f"num_attention_heads blank: {heads} assumed (head dim {HEAD_DIM_DEFAULT})")
-    vocab = parse_int(raw, "vocab_size", where, default=0)
+    vocab = parse_count(raw, "vocab_size", where) or 0
     if vocab == 0:
         vocab = MEGATRON_PAPERS_VOCAB
         notes.append(f"vocab_size blank: {vocab} assumed")
@@ -122,8 +123,8 @@ def _model_shape(raw: Mapping[str, str], where: str, notes: list[str]) -> dict[s
         "num_layers": parse_int(raw, "num_layers", where),
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "num_query_groups": parse_int(raw, "num_query_groups", where, default=heads),
-        "ffn_hidden_size": parse_int(raw, "ffn_hidden_size", where, default=4 * hidden),
+        "num_query_groups": parse_count(raw, "num_query_groups", where) or heads,
+        "ffn_hidden_size": parse_count(raw, "ffn_hidden_size", where) or 4 * hidden,
         "vocab_size": vocab,
         "seq_length": parse_int(raw, "seq_length", where),
     }
@@ -143,7 +144,7 @@ def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> di
     if tp * pp * cp * dp != num_gpus:
         raise UsageError(f"{where}: tp*pp*cp*dp = {tp}*{pp}*{cp}*{dp} = {tp * pp * cp * dp} but num_gpus is "
                          f"{num_gpus}; the degrees must multiply to the GPU count.")
-    mbs = parse_int(raw, "micro_batch_size", where, default=0)
+    mbs = parse_count(raw, "micro_batch_size", where) or 0
     if mbs == 0:
         mbs = 1
         notes.append("micro_batch_size blank: 1 assumed")
@@ -151,8 +152,8 @@ def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> di
         "micro_batch_size": mbs,
         "global_batch_size": parse_int(raw, "global_batch_size", where),
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "num_gpus": num_gpus,
-        "vpp": parse_int(raw, "vpp", where, default=1) or 1,
-        "ep": parse_int(raw, "ep", where, default=1) or 1,
+        "vpp": parse_count(raw, "vpp", where) or 1,
+        "ep": parse_count(raw, "ep", where) or 1,
         "sequence_parallel": parse_yes(raw.get("sequence_parallel") or ""),
     }
 
@@ -172,6 +173,12 @@ def build_runs_or_failures(rows: Sequence[Mapping[str, str]], base_dir: Path | N
     out: list[MeasuredRun | RowResult] = []
     first_line: dict[str, int] = {}
     for i, raw in enumerate(rows):
+        if all(not (v or "").strip() for k, v in raw.items() if k is not None) and None not in raw:
+            continue  # a line of blanks or commas only: no run
+        ragged = _ragged(raw, i + 1)
+        if ragged:
+            out.append(failed_row(raw, i + 1, ragged))
+            continue
         row_id = (raw.get("row_id") or "").strip() or str(i + 1)
         if row_id in first_line:  # the report, --source and --write-batch name rows by row_id
             out.append(failed_row(raw, i + 1, f"row_id {row_id!r} (data row {i + 1}) repeats the row_id of data row "
@@ -186,6 +193,19 @@ def build_runs_or_failures(rows: Sequence[Mapping[str, str]], base_dir: Path | N
             continue
         out.append(run if base_dir is None else _resolve_cluster_path(run, base_dir))
     return out
+
+
+def _ragged(raw: Mapping[str | None, object], line_no: int) -> str:
+    """csv.DictReader puts a row's extra cells under None and fills missing ones with None: either way its cells
+    no longer line up with the header (an unquoted comma inside a cell, or a cut line)."""
+    extra = raw.get(None)
+    missing = [k for k, v in raw.items() if k is not None and v is None]
+    if not extra and not missing:
+        return ""
+    what = (f"{len(extra)} cell(s) more than the header" if extra else  # type: ignore[arg-type]
+            f"{len(missing)} cell(s) fewer than the header (from `{missing[0]}` on)")
+    return (f"data row {line_no} has {what}, so its cells do not line up with the columns (a cell holding a comma "
+            f"must be quoted, \"like, this\"). Fix the row.")
 
 
 def failed_row(raw: Mapping[str, str], line_no: int, error: str) -> RowResult:

@@ -111,3 +111,24 @@ def test_write_batch_into_an_unwritable_place_is_bad_input(tmp_path: Path) -> No
     csv_path = write_csv(tmp_path / "runs.csv", [BASE_ROW])
     out = _invoke("--format", "json", "--write-batch", str(tmp_path / "a_file" / "sub"), str(csv_path))
     assert _code(out) == 2 and "cannot write" in _json(out)["error"]
+
+
+@pytest.mark.parametrize("column", ["num_attention_heads", "micro_batch_size", "vocab_size", "gpus_per_node", "vpp",
+                                    "ep", "ffn_hidden_size", "num_query_groups"])
+def test_a_written_zero_is_not_a_blank_cell(tmp_path: Path, column: str) -> None:
+    rows = [{**BASE_ROW, column: "0"}, {**BASE_ROW, "row_id": "2"}]
+    doc = _json(_invoke("--format", "json", str(write_csv(tmp_path / "runs.csv", rows))))
+    assert f"`{column}` = '0' must be at least 1" in doc["rows"][0]["error"] and doc["rows"][1]["error"] is None
+
+
+def test_rows_whose_cells_do_not_line_up_fail_and_blank_lines_are_skipped(tmp_path: Path) -> None:
+    header = ",".join(BASE_ROW)
+    good = ",".join(f'"{v}"' for v in BASE_ROW.values())
+    unquoted = ",".join({**BASE_ROW, "row_id": "2", "model": "GPT, 22B"}.values())  # one comma too many
+    cut = ",".join(list({**BASE_ROW, "row_id": "3"}.values())[:-3])
+    (tmp_path / "runs.csv").write_text("\n".join([header, good, " , ,", unquoted, "   ", cut, ""]), encoding="utf-8")
+    doc = _json(_invoke("--format", "json", str(tmp_path / "runs.csv")))
+    rows = doc["rows"]
+    assert len(rows) == 3 and rows[0]["error"] is None
+    assert "1 cell(s) more than the header" in rows[1]["error"] and "quoted" in rows[1]["error"]
+    assert "3 cell(s) fewer than the header" in rows[2]["error"]
