@@ -60,32 +60,24 @@ def test_a_middle_stage_spends_four_transfers_per_microbatch(pp: int, m: int, x:
     assert max(result.end_s) >= max(simulate_pipeline([[1.0]] * pp, [[3.0]] * pp, x, m).end_s) - 1e-9
 
 
-def _engine_step(engine: bool) -> float:
+def _engine_graph():  # type: ignore[no-untyped-def]
     cfg = make_config(num_layers=16, hidden_size=4096, num_attention_heads=32, seq_length=2048, tp=2, pp=8, dp=8,
                       micro_batch_size=2, global_batch_size=256, precision="fp16", framework="megatron-deepspeed")
-    cfg = dataclasses.replace(cfg, deepspeed_pipeline_engine=engine)
+    cfg = dataclasses.replace(cfg, deepspeed_pipeline_engine=True)
     cluster = load_cluster("vtrain-a100")
     graph = build_graph(cfg, cluster)
-    times = predict_op_times(graph, cluster, cfg.precision)
-    step = compose_step(graph, dict(times.seconds), cfg)
-    assert graph.p2p is not None and times.seconds[op_id(graph.p2p)] > 0
-    assert sum(step.breakdown.values()) == pytest.approx(step.step_time_s, rel=1e-6)
-    return step.step_time_s
+    return cfg, graph, dict(predict_op_times(graph, cluster, cfg.precision).seconds)
 
 
 def test_pipeline_engine_pays_its_blocking_exchanges() -> None:
     # Stages are tp x dp = 16 ranks apart on 8-GPU nodes: every send crosses the network and holds the stream.
-    with_lockstep = _engine_step(engine=True)
-    assert with_lockstep > 0
-    cfg_free = make_config(num_layers=16, hidden_size=4096, num_attention_heads=32, seq_length=2048, tp=2, pp=8,
-                           dp=8, micro_batch_size=2, global_batch_size=256, precision="fp16",
-                           framework="megatron-deepspeed")
-    cluster = load_cluster("vtrain-a100")
-    graph = build_graph(dataclasses.replace(cfg_free, deepspeed_pipeline_engine=True), cluster)
-    seconds = dict(predict_op_times(graph, cluster, "fp16").seconds)
-    seconds[op_id(graph.p2p)] = 0.0
-    free = compose_step(graph, seconds, dataclasses.replace(cfg_free, deepspeed_pipeline_engine=True)).step_time_s
-    transfer = dict(predict_op_times(graph, cluster, "fp16").seconds)[op_id(graph.p2p)]
-    m = graph.num_microbatches
+    cfg, graph, seconds = _engine_graph()
+    assert graph.p2p is not None
+    transfer = seconds[op_id(graph.p2p)]
+    assert transfer > 0
+    step = compose_step(graph, seconds, cfg)
+    assert sum(step.breakdown.values()) == pytest.approx(step.step_time_s, rel=1e-6)
+    assert step.breakdown["pipeline_p2p"] > 0
+    free = compose_step(graph, {**seconds, op_id(graph.p2p): 0.0}, cfg)
     # The first stage, which ends the step, receives every gradient and sends every activation on its stream.
-    assert with_lockstep - free >= 2 * m * transfer * 0.99
+    assert step.step_time_s - free.step_time_s >= 2 * graph.num_microbatches * transfer * 0.99
