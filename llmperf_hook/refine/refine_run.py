@@ -10,6 +10,7 @@ For each job found in the run directory:
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,20 +98,31 @@ def calibration_key(prediction: Mapping[str, Any] | None, job: JobSteps, hardwar
     return CalibrationKey(hw, cl, fw)
 
 
+def _seconds(value: Any) -> float | None:
+    """A step time from prediction.json: a positive, finite number (not a bool, not NaN), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        return None
+    return float(value)
+
+
 def uncalibrated_prediction_s(prediction: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
-    """(as launched, without calibration): undo a calibration the prediction says it applied."""
-    if not prediction or not isinstance(prediction.get("step_time_s"), (int, float)):
+    """(as launched, without calibration): undo a calibration the prediction says it applied. A prediction.json
+    whose step time is not a positive, finite number (edited, or from a broken prediction) counts as none."""
+    shown = _seconds((prediction or {}).get("step_time_s"))
+    if shown is None:
         return None, None
-    shown = float(prediction["step_time_s"])
-    raw = prediction.get("uncalibrated_step_time_s")
-    if isinstance(raw, (int, float)) and raw > 0:
-        return shown, float(raw)
+    raw = _seconds(prediction.get("uncalibrated_step_time_s"))
+    if raw is not None:
+        return shown, raw
     breakdown = prediction.get("breakdown")
     if isinstance(breakdown, Mapping) and isinstance(breakdown.get("calibration"), (int, float)):
-        return shown, shown - float(breakdown["calibration"])  # api.predict_config: calibrated - uncalibrated
+        return shown, _seconds(shown - float(breakdown["calibration"]))  # api.predict_config: calibrated - uncalibrated
     cal = prediction.get("calibration")
-    if isinstance(cal, Mapping) and float(cal.get("step_time_scale") or 0) > 0:
-        return shown, (shown - float(cal.get("step_overhead_s") or 0.0)) / float(cal["step_time_scale"])
+    try:
+        if isinstance(cal, Mapping) and _seconds(cal.get("step_time_scale")):
+            return shown, _seconds((shown - float(cal.get("step_overhead_s") or 0.0)) / float(cal["step_time_scale"]))
+    except (TypeError, ValueError):
+        return shown, None
     return shown, shown
 
 
@@ -166,7 +178,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
     elif raw is None:
-        notes.append("no calibration: no prediction was saved at launch (prediction.json missing)")
+        notes.append("no calibration: no usable prediction was saved at launch (prediction.json missing, or its "
+                     "step_time_s not a positive number)")
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
     after = calibration.apply(raw) if calibration and raw else None

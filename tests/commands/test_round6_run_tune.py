@@ -157,3 +157,38 @@ def test_cpu_run_never_calibrates_a_gpu(tmp_path: Path, monkeypatch: pytest.Monk
     cpu_prediction = {**PREDICTION, "cluster": {"name": "local-cpu", "gpu": "my-cpu"}}
     (job,) = refine_run(write_run(tmp_path / "c", "j2", {0: [0.5, 0.02, 0.02]}, prediction=cpu_prediction)).jobs
     assert job.calibration is not None and find_calibration("my-cpu", "local-cpu", "deepspeed") is not None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0, -1.0, True, "0.01"])
+def test_prediction_json_without_a_usable_step_time_calibrates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       value: object) -> None:
+    from llmperf_hook.refine.refine_run import refine_run, uncalibrated_prediction_s
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "refine"))
+    from refine_helpers import PREDICTION, write_run
+
+    prediction = {**PREDICTION, "step_time_s": value}
+    assert uncalibrated_prediction_s(prediction) == (None, None)
+    (job,) = refine_run(write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]}, prediction=prediction)).jobs
+    assert job.calibration is None and job.predicted_before_s is None
+    assert any("no usable prediction" in n for n in job.notes)
+
+
+def test_refines_at_once_on_one_store_all_succeed(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "refine"))
+    from refine_helpers import write_run
+
+    runs = [write_run(tmp_path / f"r{i}", f"j{i}", {0: [0.5, 0.02, 0.021], 1: [0.5, 0.02, 0.022]}) for i in range(4)]
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path / "home"), "LLMPERF_REFINE_MAX_WALL_PER_CPU": "inf"}
+    procs = [subprocess.Popen([sys.executable, "-m", "llmperf_hook", "refine", "--format", "json", str(run)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
+    results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert all(code == 0 for _, code in results), [err for (_, err), _ in results]
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "home" / "store.sqlite") as conn:
+        jobs = {row[0] for row in conn.execute("SELECT job_id FROM refine_runs")}
+        (num_runs,) = conn.execute("SELECT num_runs FROM calibrations").fetchone()
+    assert jobs == {"j0", "j1", "j2", "j3"} and num_runs == 4
