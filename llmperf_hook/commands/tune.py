@@ -103,7 +103,11 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
-    space = load_search_space(search_file, cfg.framework)
+    try:
+        space = load_search_space(search_file, cfg.framework)
+    except UnicodeDecodeError as err:
+        raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
+                         f"space. Give a YAML file like those in configs/search/.") from None
     accepted = zero_stages_deepspeed_accepts(argv, space.zero_stage) if cfg.framework != "megatron" else None
     if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
         space = replace(space, zero_stage=accepted)

@@ -192,3 +192,9 @@ def test_refines_at_once_on_one_store_all_succeed(tmp_path: Path) -> None:
         jobs = {row[0] for row in conn.execute("SELECT job_id FROM refine_runs")}
         (num_runs,) = conn.execute("SELECT num_runs FROM calibrations").fetchone()
     assert jobs == {"j0", "j1", "j2", "j3"} and num_runs == 4
+
+
+def test_tune_search_file_that_is_not_text_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "space.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    out = llmperf("tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "space.yaml"), "--", *GPT, cwd=tmp_path)
+    assert out.returncode == 2 and "not UTF-8" in out.stderr and "internal error" not in out.stderr
