@@ -44,6 +44,9 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     if not argv:
         raise UsageError("llmperf tune needs the launch command after `--`, e.g. "
                          "`llmperf tune -- torchrun --nproc-per-node 8 pretrain_gpt.py ...`.")
+    if dry_run and not apply_best:
+        raise UsageError("--dry-run only works with --apply (print the rewritten command instead of launching it); "
+                         "add --apply, or drop --dry-run: without --apply tune never launches anything.")
     started = time.perf_counter()
     job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
     result, space = _search(cfg, spec, search_file, top_k, argv)
@@ -88,7 +91,7 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
     overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model,
                              cluster_gpus_per_node=spec.gpus_per_node if cluster else None)
     job, cfg = resolve_job(argv, dict(os.environ), overrides)
-    for note in notes:
+    for note in (*notes, *cfg.warnings):  # as predict shows them: an ignored option or unmodelled setting is never silent
         click.echo(f"llmperf tune: warning: {note}", err=True)
     return job, cfg, spec
 

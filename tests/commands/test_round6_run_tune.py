@@ -198,3 +198,10 @@ def test_tune_search_file_that_is_not_text_exits_2(tmp_path: Path) -> None:
     (tmp_path / "space.yaml").write_bytes(b"\xff\xfe\x00garbage")
     out = llmperf("tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "space.yaml"), "--", *GPT, cwd=tmp_path)
     assert out.returncode == 2 and "not UTF-8" in out.stderr and "internal error" not in out.stderr
+
+
+def test_tune_dry_run_without_apply_is_refused_and_ignored_options_are_named(tmp_path: Path) -> None:
+    out = llmperf("tune", "--cluster", "dgx-h100", "--dry-run", "--", *GPT, cwd=tmp_path)
+    assert out.returncode == 2 and "--dry-run only works with --apply" in out.stderr
+    out = llmperf("tune", "--cluster", "dgx-h100", "--model", "no-such-preset", "--top", "1", "--", *GPT, cwd=tmp_path)
+    assert out.returncode == 0 and "--model no-such-preset ignored" in out.stderr  # as predict and explain say
