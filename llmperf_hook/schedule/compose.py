@@ -58,6 +58,11 @@ def _comm_kind(op: Op) -> str:
     return {"dp_cp": "dp", "edp": "dp", "etp": "tp", "tp_ep": "ep"}.get(op.collective.group, op.collective.group)
 
 
+COMM_PART = {"zero3_list_copy": "zero"}
+"""Non-collective ops that are part of a collective's cost, reported on its line: the host loop and per-rank copies
+of DeepSpeed < v0.6.0's ZeRO-3 list collectives (graph/zero3_legacy.py)."""
+
+
 SCOPED_OVERLAP = {"shared_experts": "moe.shared_"}
 """Side-stream communication that hides only behind some of its layer's compute: the MoE dispatch / combine
 under --moe-shared-expert-overlap behind the shared experts' ops (token_dispatcher.py: shared fc1 runs during
@@ -80,7 +85,9 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
     for op in ops:
         t = seconds[op_id(op)]
         if op.collective is None:
-            if op.phase == "recompute":
+            if op.op_class in COMM_PART:
+                exposed[COMM_PART[op.op_class]] += t
+            elif op.phase == "recompute":
                 recompute += t
             else:
                 compute += t
