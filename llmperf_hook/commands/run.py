@@ -58,6 +58,9 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
       llmperf torchrun ...          (same as llmperf run -- torchrun ...)
     """
     argv = launch_argv(launch, "run")
+    if max_step_time is not None and not 0 < max_step_time < float("inf"):  # nan compared False: no gate at all
+        raise UsageError(f"--max-step-time {max_step_time:g}: the step-time budget must be a positive, finite number of "
+                         f"seconds per optimizer step (llmperf option). Give one, or leave the option out.")
     check_instrument_options(argv, instrument, profile_ops, stop_after, run_dir)
     env = dict(os.environ)
     gated = max_step_time is not None or require_fit

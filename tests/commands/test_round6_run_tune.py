@@ -205,3 +205,9 @@ def test_tune_dry_run_without_apply_is_refused_and_ignored_options_are_named(tmp
     assert out.returncode == 2 and "--dry-run only works with --apply" in out.stderr
     out = llmperf("tune", "--cluster", "dgx-h100", "--model", "no-such-preset", "--top", "1", "--", *GPT, cwd=tmp_path)
     assert out.returncode == 0 and "--model no-such-preset ignored" in out.stderr  # as predict and explain say
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan", "inf"])
+def test_max_step_time_must_be_a_positive_finite_budget(tmp_path: Path, budget: str) -> None:
+    out = llmperf("run", "--cluster", "dgx-h100", "--max-step-time", budget, "--dry-run", "--", *GPT, cwd=tmp_path)
+    assert out.returncode == 2 and f"--max-step-time {budget}" in out.stderr and "positive, finite" in out.stderr
