@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.build import build_graph
@@ -113,12 +114,24 @@ def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
     if isinstance(cluster, str) and cluster and overrides.cluster_gpus_per_node is None:
         overrides = replace(overrides, cluster_gpus_per_node=spec.gpus_per_node)
     job, cfg = resolve_job(list(argv), env, overrides)
+    check_precision_support(cfg, spec)
     if job.nproc_per_node > spec.gpus_per_node and job.nnodes > 1:
         notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
                   f"{spec.gpus_per_node} GPUs per node: placement assumes {spec.gpus_per_node} ranks per node.",)
     estimate = predict_config(cfg, spec, detail=detail)
     return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
                       warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)
+
+
+def check_precision_support(cfg: TrainingConfig, spec: ClusterSpec) -> None:
+    """FP8 needs FP8 tensor cores: Transformer Engine's fp8_autocast asserts check_fp8_support, 'Device compute
+    capability 8.9 or higher required for FP8 execution' (transformer_engine/pytorch/fp8.py), at the first forward.
+    A GPU preset without an fp8 peak has none (A100 and older)."""
+    if cfg.precision == "fp8" and "fp8" not in spec.gpu.peak_flop_per_s:
+        raise ConfigError(f"FP8 training ({cfg.sources.get('precision', 'the command')}) on {spec.gpu.name} ({spec.name}): "
+                          "Transformer Engine asserts 'Device compute capability 8.9 or higher required for FP8 "
+                          "execution' at the first forward; this GPU has no FP8 tensor cores. Drop the FP8 flags (train "
+                          "in bf16) or predict on an FP8 GPU (e.g. --cluster dgx-h100).")
 
 
 def config_json(pred: Prediction) -> dict[str, Any]:

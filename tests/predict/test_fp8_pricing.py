@@ -86,3 +86,17 @@ def test_fp8_gemm_reaches_the_calibrated_share_of_the_fp8_peak() -> None:
     assert FP8_GEMM_EFFICIENCY_RATIO == pytest.approx(0.926, abs=1e-3)
     assert op.flops / math_s / 1e12 == pytest.approx(1978.9 * 0.80 * FP8_GEMM_EFFICIENCY_RATIO, rel=1e-6)
     assert 1378 <= op.flops / math_s / 1e12 <= 1541
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused() -> None:
+    """Transformer Engine asserts compute capability 8.9 for FP8: an A100 job with --fp8-format fails at its first
+    forward, so predict exits 2 instead of pricing it; the same command on H100 is priced."""
+    from llmperf_hook.api import predict_command
+    from llmperf_hook.errors import ConfigError
+
+    argv = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 1024 --num-attention-heads 16 "
+            "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 32000 --fp8-format hybrid").split()
+    with pytest.raises(ConfigError, match="8.9 or higher"):
+        predict_command(argv, {}, cluster="dgx-a100")
+    assert predict_command(argv, {}, cluster="dgx-h100").config.precision == "fp8"
