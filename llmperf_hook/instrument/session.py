@@ -86,23 +86,27 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
     job_id = new_job_id()
     path = prepare_run_dir(run_dir, job_id)
     job_dir = path / "jobs" / job_id
-    hook_dir = write_hook_dir(job_dir / "hook")
-    write_hook_config(HookConfig(run_dir=str(path), job_id=job_id, num_steps=steps,
-                                 num_warmup_steps=default_warmup_steps(steps), profile_ops_steps=profile_ops,
-                                 stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
-    if prediction is not None:
-        write_json_atomic(job_dir / "prediction.json", prediction)
-        write_latest_copy(path, "prediction.json", prediction)
-    session = {"schema": 1, "job_id": job_id, "argv": list(argv), "cwd": os.getcwd(), "hostname": socket.gethostname(),
-               "steps": steps, "profile_ops": profile_ops, "stop_after": stop_after, "started_unix_s": time.time(),
-               "load_avg_1m": os.getloadavg()[0]}
-    write_json_atomic(job_dir / "session.json", session)
-    write_latest_copy(path, "session.json", session)
+    try:
+        session = _session_record(job_id, argv, steps, profile_ops, stop_after)
+        hook_dir = _write_job_files(path, job_dir, job_id, steps, profile_ops, stop_after, prediction, session)
+    except OSError as err:  # a full disk, a quota: before the launch, so the job is not started half-instrumented
+        raise UsageError(f"cannot write the hook's files in the run directory {str(path)!r} (from "
+                         f"{'--run-dir' if run_dir else 'the default ./llmperf-runs'}): {err.strerror or err}. Free "
+                         f"space there or pass another --run-dir; the job was not started.") from err
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
     code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
+    try:  # the job has ended: nothing after this may change its exit code (which is ours)
+        _record_end(path, job_dir, job_id, session, code, stop_after)
+    except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
+        print(f"llmperf: warning: the job ended with exit code {code}, but its end could not be recorded in "
+              f"{path} ({type(err).__name__}: {err}); nothing refined.", file=sys.stderr)
+    return code
+
+
+def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, code: int, stop_after: int | None) -> None:
     ended = {**session, "exit_code": code, "ended_unix_s": time.time()}
     write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
     write_json_atomic(job_dir / "session.json", ended)
@@ -110,7 +114,27 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
         print(f"llmperf: --stop-after {stop_after}: the job was stopped cleanly after {stop_after} optimizer "
               f"steps (exit code 0); the rest of the script did not run.", file=sys.stderr)
     _refine_quietly(path)
-    return code
+
+
+def _write_job_files(path: Path, job_dir: Path, job_id: str, steps: int, profile_ops: int, stop_after: int | None,
+                     prediction: dict | None, session: dict) -> Path:
+    """The hook's folder and config, the prediction and the session record; the hook folder's path."""
+    hook_dir = write_hook_dir(job_dir / "hook")
+    write_hook_config(HookConfig(run_dir=str(path), job_id=job_id, num_steps=steps,
+                                 num_warmup_steps=default_warmup_steps(steps), profile_ops_steps=profile_ops,
+                                 stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
+    if prediction is not None:
+        write_json_atomic(job_dir / "prediction.json", prediction)
+        write_latest_copy(path, "prediction.json", prediction)
+    write_json_atomic(job_dir / "session.json", session)
+    write_latest_copy(path, "session.json", session)
+    return hook_dir
+
+
+def _session_record(job_id: str, argv: Sequence[str], steps: int, profile_ops: int, stop_after: int | None) -> dict:
+    return {"schema": 1, "job_id": job_id, "argv": list(argv), "cwd": os.getcwd(), "hostname": socket.gethostname(),
+            "steps": steps, "profile_ops": profile_ops, "stop_after": stop_after, "started_unix_s": time.time(),
+            "load_avg_1m": os.getloadavg()[0]}
 
 
 LATEST_RUN_FILE = "latest_run_dir"
