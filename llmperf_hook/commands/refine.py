@@ -15,6 +15,9 @@ from llmperf_hook.errors import UsageError
 
 DEFAULT_RUNS_DIR = Path("llmperf-runs")
 
+CALIBRATION_FRAMEWORKS = ("megatron", "deepspeed", "megatron-deepspeed", "hf-deepspeed", "torch")
+"""TrainingConfig.framework values: the calibration key's framework part, as predictions look it up."""
+
 
 def newest_run_dir(parent: Path = DEFAULT_RUNS_DIR) -> Path:
     """The newest of the runs under ./llmperf-runs and the latest `llmperf run --instrument` recorded in
@@ -73,6 +76,10 @@ def command(run_dir: str | None, hardware: str | None, cluster: str | None, fram
     from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
 
     hardware, cluster = _preset_names(hardware, cluster)
+    if framework is not None and framework not in CALIBRATION_FRAMEWORKS:
+        raise UsageError(f"--framework {framework!r}: predictions look calibrations up by one of "
+                         f"{', '.join(CALIBRATION_FRAMEWORKS)} (`llmperf explain` names a job's), so one stored under "
+                         f"another name would never be used. Pass one of those, or leave --framework out.")
     path = Path(run_dir) if run_dir else newest_run_dir()
     check_has_jobs(path)
     report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)

@@ -82,7 +82,12 @@ class JobSteps:
 
 def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     records, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as err:  # unreadable (permissions, removed meanwhile): say which file, as bad input
+        raise UsageError(f"cannot read {str(path)!r} ({err.strerror or err}) in the run directory; make it readable, "
+                         f"or move it out of the folder to refine from the other ranks.") from None
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:
@@ -142,7 +147,8 @@ def read_run_dir(path: str | Path) -> RunDir:
     if not run.is_dir():
         raise UsageError(f"run directory {str(run)!r} does not exist. Pass the folder `llmperf run --instrument` "
                          f"printed (default ./llmperf-runs/<time>-<pid>).")
-    files = sorted(run.glob("rank*.jsonl"), key=lambda p: (len(p.name), p.name))
+    # a folder or other non-file that happens to match is no rank's record
+    files = sorted((p for p in run.glob("rank*.jsonl") if p.is_file()), key=lambda p: (len(p.name), p.name))
     if not files:
         raise UsageError(f"run directory {str(run)!r} holds no rank*.jsonl records: the job recorded no step "
                          f"(it failed before its first optimizer step, or ran without `--instrument`).")

@@ -211,3 +211,33 @@ def test_tune_dry_run_without_apply_is_refused_and_ignored_options_are_named(tmp
 def test_max_step_time_must_be_a_positive_finite_budget(tmp_path: Path, budget: str) -> None:
     out = llmperf("run", "--cluster", "dgx-h100", "--max-step-time", budget, "--dry-run", "--", *GPT, cwd=tmp_path)
     assert out.returncode == 2 and f"--max-step-time {budget}" in out.stderr and "positive, finite" in out.stderr
+
+
+def test_refine_framework_must_be_one_predictions_look_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.commands.refine import command as refine_command
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "refine"))
+    from refine_helpers import write_run
+
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    out = CliRunner().invoke(refine_command, [str(run), "--framework", "Megatron-LM"])
+    assert isinstance(out.exception, UsageError) and "'Megatron-LM'" in str(out.exception)
+    assert not (tmp_path / "home" / "store.sqlite").exists()
+    assert CliRunner().invoke(refine_command, [str(run), "--framework", "megatron"]).exit_code == 0
+
+
+def test_refine_skips_a_folder_named_like_a_rank_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.refine.refine_run import refine_run
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "refine"))
+    from refine_helpers import write_run
+
+    (tmp_path / "empty" / "rank0.jsonl").mkdir(parents=True)
+    with pytest.raises(UsageError, match="holds no rank"):
+        refine_run(tmp_path / "empty")
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    (run / "rank1.jsonl").mkdir()
+    (job,) = refine_run(run).jobs
+    assert job.job.step_time_s == pytest.approx(0.02)
