@@ -231,4 +231,5 @@ def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
             out.write(text + ("\n" if fmt == "json" else "\n\n"))
     out.flush()
     if failures:
-        click.echo(f"llmperf predict: {failures} of {total} commands failed (see their error objects).", err=True)
+        what = "error objects" if fmt == "json" else "'line N: error:' entries"
+        click.echo(f"llmperf predict: {failures} of {total} commands failed (see their {what}).", err=True)

@@ -37,7 +37,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 @click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
 @click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU exceeds the GPU's.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--instrument", type=int, default=None, help="Record the first N steps of the run and refine.")
+@click.option("--instrument", type=int, default=None, help="Run under the step hook, record the first N steps, then refine from them when the job ends.")
 @click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
 @click.option("--stop-after", type=int, default=None, help="With --instrument: stop the job cleanly after N steps.")
 @click.option("--run-dir", default=None, help="With --instrument: where to keep the run's records.")
@@ -51,7 +51,8 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
             launch: Sequence[str]) -> None:
     """Predict, then launch the command (exec); gates for dry-run, step-time budget and fit.
 
-    The prediction goes to stderr, then the command replaces llmperf (its exit code is ours). Gates exit 3.
+    The prediction goes to stderr, then the command replaces llmperf (its exit code is ours); with --dry-run the
+    prediction and the command go to stdout. Gates exit 3.
 
     \b
       llmperf run --cluster dgx-h100 --dry-run --require-fit -- torchrun ... pretrain_gpt.py ...
