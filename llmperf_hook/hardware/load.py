@@ -11,8 +11,9 @@ Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline ha
 gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
 bytes); optional intra_node_latency_us, inter_node_latency_us, intra_node_bus_efficiency,
 inter_node_bus_efficiency (intra-node defaults per GPU generation and node size: INTRA_NODE_DEFAULTS),
-nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op, default 65), description,
-sources. Unknown keys are an error (a typo would otherwise silently fall back to a default).
+nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op, default 65), gpus_per_host (GPUs of
+one OS host where the intra-node tier spans hosts: a GB200 NVL72 rack has gpus_per_node 72, the NVLink domain,
+and gpus_per_host 4, one compute tray; default gpus_per_node), description, sources. Unknown keys are an error (a typo would otherwise silently fall back to a default).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
 CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
 CLUSTER_OPTIONAL = (
     "intra_node_latency_us", "intra_node_latency_per_step_us", "inter_node_latency_us", "intra_node_bus_efficiency",
-    "inter_node_bus_efficiency", "nics_per_node", "host_overhead_per_op_us", "description", "sources",
+    "inter_node_bus_efficiency", "nics_per_node", "host_overhead_per_op_us", "gpus_per_host", "description", "sources",
 )
 CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 
@@ -52,19 +53,20 @@ DEFAULT_INTRA_BUS_EFFICIENCY = 0.8
 INTRA_NODE_DEFAULTS: tuple[tuple[str, int, float, float, float], ...] = (
     # (GPU name prefix, GPUs per node at least, intra-node latency us, latency per ring step us, bus efficiency):
     # the fits of the shipped presets, so a cluster YAML with only the standard keys gets the numbers of its GPU
-    # generation.
+    # generation. The prefixes name the SXM parts: a PCIe card of the same generation (a100-pcie-80gb,
+    # h100-pcie-80gb) has no NVSwitch and no NVLink mesh, so it takes the generic defaults above.
     # A100 + NVSwitch (8 per node): vTrain NCCL LUT, 448 points 1 MB-1 GB on 2-8 GPUs: 44 us + 2.03 us per ring
     # step, efficiency 0.72, 4.5 % mean error (8.1 % on the 17 points under 300 us, 11.1 % with a flat 57 us)
     # (../shared/validation/calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv).
-    ("a100", 8, 44.0, 2.03, 0.72),
+    ("a100-sxm", 8, 44.0, 2.03, 0.72),
     # A100 with 4 GPUs on direct NVLink (no NVSwitch, e.g. Perlmutter / HGX A100 4-GPU): a ring drives one peer
     # link of three, about 2/3 of the NVSwitch figure (configs/clusters/perlmutter.yaml).
-    ("a100", 2, 20.0, 0.0, 0.5),
+    ("a100-sxm", 2, 20.0, 0.0, 0.5),
     # H100/H200 + NVSwitch gen 3 (NVLink SHARP): DGX H100 nccl-tests all-reduce 8 MB-1 GiB, 3.1 % mean error
     # (../shared/validation/calibration/nccl_allreduce_dgx_h100_8gpu_1node.csv); 8 GPUs only, so the latency
     # cannot be split into a base and a per-step part: flat.
-    ("h100", 8, 54.0, 0.0, 0.99),
-    ("h200", 8, 54.0, 0.0, 0.99),
+    ("h100-sxm", 8, 54.0, 0.0, 0.99),
+    ("h200-sxm", 8, 54.0, 0.0, 0.99),
 )
 """First row whose prefix starts the GPU name and whose node has at least that many GPUs wins."""
 DEFAULT_INTER_BUS_EFFICIENCY = 0.95  # NDR InfiniBand: 46-48 of 50 GB/s in the Vista NCCL samples
@@ -187,6 +189,7 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
     if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise UsageError(f"{where}: gpus_per_node must be a positive integer, found {gpus_per_node!r}.")
     gpu = hardware or _cluster_gpu(raw["gpu"], where)
+    gpus_per_host = _gpus_per_host(raw, gpus_per_node, where)
     return ClusterSpec(
         name=str(raw["name"]),
         gpu=gpu,
@@ -195,7 +198,21 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
         nics_per_node=int(raw.get("nics_per_node", 0)),
         host_overhead_per_op_s=_number(raw, "host_overhead_per_op_us", where, DEFAULT_HOST_OVERHEAD_US) * 1e-6,
+        gpus_per_host=gpus_per_host,
     )
+
+
+def _gpus_per_host(raw: Mapping[str, Any], gpus_per_node: int, where: str) -> int:
+    """0 when absent (the host is the NVLink domain); else a positive divisor of gpus_per_node: the domain is
+    whole hosts (GB200 NVL72: 18 trays x 4 GPUs = 72)."""
+    if "gpus_per_host" not in raw:
+        return 0
+    value = raw["gpus_per_host"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or gpus_per_node % value:
+        raise UsageError(f"{where}: gpus_per_host must be a positive integer dividing gpus_per_node {gpus_per_node} "
+                         f"(the NVLink domain is made of whole hosts), found {value!r}. Fix the value, or remove it "
+                         "when one host is the whole domain.")
+    return 0 if value == gpus_per_node else value
 
 
 def intra_node_defaults(gpu_name: str, gpus_per_node: int) -> tuple[float, float]:

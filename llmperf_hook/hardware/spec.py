@@ -65,3 +65,21 @@ class ClusterSpec:
     """Host (CPU) time to issue one modelled op from the framework's Python: PyTorch eager dispatch with autograd
     bookkeeping is ~10 us per PyTorch op on server CPUs and a modelled op is ~2 of them. A pass can run no faster
     than its ops can be issued: small models and high TP are host-bound."""
+    gpus_per_host: int = 0
+    """GPUs of one OS host (the launcher's node: torchrun --nproc-per-node, a hostfile's slots) where the intra-node
+    tier spans several hosts: a GB200 NVL72 rack is one NVLink domain of 72 GPUs (`gpus_per_node`, what the
+    collective model calls a node) over 18 compute trays of 4 (NVIDIA GB200 NVL72 datasheet, 2024). 0 = the
+    host is the whole domain (`gpus_per_node`), as on every DGX/HGX node."""
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs of one OS host: what `--nproc-per-node gpu` counts."""
+        return self.gpus_per_host or self.gpus_per_node
+
+    def ranks_per_fabric(self, procs_per_host: int) -> int:
+        """Ranks that share the intra-node tier when each host starts `procs_per_host` processes (0 = one per GPU),
+        at most the domain's GPUs. torchrun numbers ranks host by host (node_rank x nproc_per_node + local_rank),
+        so the hosts of one NVLink domain hold consecutive ranks when the job's hosts are listed domain by domain
+        (Slurm's block topology does this). One host per domain (gpus_per_host 0): min(gpus_per_node, procs)."""
+        hosts_per_domain = max(1, self.gpus_per_node // self.host_gpus)
+        return max(1, min(self.gpus_per_node, (procs_per_host or self.host_gpus) * hosts_per_domain))
