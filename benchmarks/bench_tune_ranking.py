@@ -1,6 +1,7 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--with-host-floor]
+    OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
+        [--with-host-floor]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -13,6 +14,12 @@ overall, for groups with at least two distinct measured configurations:
   (target: >= 90 % of groups); a group where the tuner rejects every measured configuration is a miss;
 - top-1 exact: the first choice is the measured fastest;
 - Spearman rank correlation of predicted vs measured step time (all rows of the group, computed in numpy).
+
+`--host-cells` prints, per (hidden, TP, micro-batch) of the single-stage S24 rows, the per-layer and per-micro-batch
+slopes of the step time (least squares t = n (a L + b) + c over layers L and micro-batches n), measured and
+predicted, and reads the host cost per op unit off the host-bound cells (hidden 1024, micro-batch 1-2, TP 1-4):
+the unit that makes their mean predicted per-layer slope the measured one (the configs/clusters A100 presets'
+`host_overhead_per_op_us`; predict/host_issue.py).
 """
 
 from __future__ import annotations
@@ -149,6 +156,8 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--cells", action="store_true",
                     help="also print the mean signed step-time error per (hidden, TP, micro-batch) over the ranked rows")
+    ap.add_argument("--host-cells", action="store_true",
+                    help="also print per-layer / per-micro-batch slopes of the single-stage S24 cells and the host unit")
     ap.add_argument("--with-host-floor", action="store_true",
                     help="rank with the proposed host-issue floor of predict/host_issue.py (bench_validation's switch)")
     args = ap.parse_args()
@@ -172,6 +181,9 @@ def main() -> None:
     report(results, time.perf_counter() - started, args.verbose)
     if args.cells:
         report_cells(results)
+    if args.host_cells:
+        with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
+            report_host_cells(Path(args.csv), presets, Path(tmp))
 
 
 def report_cells(results: list[GroupResult]) -> None:
@@ -184,6 +196,48 @@ def report_cells(results: list[GroupResult]) -> None:
     for (h, tp, mbs), errs in sorted(by_cell.items()):
         print(f"  hidden {h:6d} TP {tp:2d} mbs {mbs:3d}: {len(errs):4d} rows  mean {100 * statistics.fmean(errs):+6.1f} %"
               f"  range {100 * min(errs):+6.1f} .. {100 * max(errs):+6.1f} %")
+
+
+def _slopes(points: list[tuple[int, int, int, float]]) -> tuple[float, float] | None:
+    """(per layer, per micro-batch outside the layers) of t = n (a L + b) + c_(L, dp), points (L, dp, n, t)."""
+    by_run: dict = defaultdict(list)
+    for layers, dp, n, t in points:
+        by_run[(layers, dp)].append((n, t))
+    slopes = [(layers, np.polyfit([n for n, _ in v], [t for _, t in v], 1)[0])
+              for (layers, _), v in by_run.items() if len({n for n, _ in v}) >= 2]
+    if len({layers for layers, _ in slopes}) < 2:
+        return None
+    a, b = np.polyfit([layers for layers, _ in slopes], [s for _, s in slopes], 1)
+    return float(a), float(b)
+
+
+def report_host_cells(csv_path: Path, presets, work: Path) -> None:
+    from llmperf_hook import api
+
+    cells: dict = defaultdict(list)
+    unit_s = 0.0
+    for runs in load_groups(csv_path).values():
+        for run, cfg, spec in resolve_rows([r for r in runs if r.source_id == "S24" and r.pp == 1], presets, work):
+            n = run.global_batch_size // (run.micro_batch_size * run.dp)
+            pred = api.predict_config(cfg, spec).step_time_s
+            cells[(run.hidden_size, run.tp, run.micro_batch_size)].append((run.num_layers, run.dp, n,
+                                                                           run.iteration_time_s, pred))
+            unit_s = spec.host_overhead_per_op_s
+    print("\nS24 single-stage cells, ms per layer and micro-batch / per micro-batch outside the layers "
+          "(measured / predicted):")
+    host_bound = []
+    for (h, tp, mbs), pts in sorted(cells.items()):
+        meas, pred = (_slopes([(p[0], p[1], p[2], p[k]) for p in pts]) for k in (3, 4))
+        if meas is None or pred is None:
+            continue
+        print(f"  hidden {h:5d} TP {tp} mbs {mbs}: layer {1e3 * meas[0]:5.2f} / {1e3 * pred[0]:5.2f}   "
+              f"micro-batch {1e3 * meas[1]:6.2f} / {1e3 * pred[1]:6.2f}")
+        if h == 1024 and tp <= 4 and mbs <= 2:
+            host_bound.append((meas[0], pred[0]))
+    if host_bound:
+        implied = unit_s * sum(m for m, _ in host_bound) / sum(p for _, p in host_bound)
+        print(f"host-bound cells (hidden 1024, TP 1-4, mbs 1-2): {len(host_bound)}; the preset's unit "
+              f"{unit_s * 1e6:.1f} us predicts their mean per-layer slope with a unit of {implied * 1e6:.1f} us")
 
 
 def report(results: list[GroupResult], elapsed_s: float, verbose: bool) -> None:

@@ -3,24 +3,45 @@
 Megatron-LM and DeepSpeed run PyTorch in eager mode: every kernel is issued by Python through the PyTorch
 dispatcher and the CUDA launch path, one after the other, on one CPU thread per rank. The GPU can only run
 what the CPU has issued. One pass over a block of ops is an in-order launch queue (`queued_pass_s`): the CPU
-issues op i at c_i = c_(i-1) + kernels(op_i) * HOST_ISSUE_S_PER_OP, the GPU starts it at max(g_(i-1), c_i)
-and ends it at g_i = start + t_i; the pass takes g_last. The CPU runs ahead during long GEMMs and falls behind
-on runs of short kernels, so the pass lies between max(GPU busy, host issue) and their sum. A pass boundary
-(waiting for communication or the next micro-batch) drains the queue. For big layers the GPU is the
-bottleneck and nothing changes; for small models (hidden 1-2k, micro-batch 1-2) the host is, and step time
-stops depending on tensor-parallel degree and micro-batch size: exactly the
-signature of vTrain's measured single-node runs (../shared/validation/dev.csv S24), where time per layer and
-micro-batch stays at 3.0-3.4 ms from TP 1 to TP 4 and from micro-batch 1 to 2 at hidden 1024, 12-24 layers.
+issues op i at c_i = c_(i-1) + units(op_i) * per_op_s, the GPU starts it at max(g_(i-1), c_i) and ends it at
+g_i = start + t_i; the pass takes g_last. The CPU runs ahead during long GEMMs and falls behind on runs of
+short kernels, so the pass lies between max(GPU busy, host issue) and their sum. A pass boundary (waiting for
+communication or the next micro-batch) drains the queue. For big layers the GPU is the bottleneck and nothing
+changes; for small models (hidden 1-2k, micro-batch 1-2) the host is, and step time stops depending on the
+micro-batch size: the signature of vTrain's measured single-node runs (../shared/validation/dev.csv S24,
+Megatron-DeepSpeed on DeepSpeed's PipelineEngine, fp16, full recompute).
 
-One modelled op stands for the several framework ops Megatron issues around it (the GEMM and its bias add,
-views/transposes, casts, the fused-kernel wrapper, autograd bookkeeping in backward): about 4 PyTorch ops at
-~15 us of eager dispatch each on a server CPU (PyTorch's per-op CPU overhead is 10-20 us, e.g. the PyTorch
-profiler's CPU-time column for aten ops; Megatron GPT layers issue 50-60 kernels in forward), i.e. ~60-65 us
-per modelled op. With the graph's 13 compute ops per dense layer forward, forward + recompute + backward
-(2 kernels per op) gives 52 units = 3.4 ms per layer and micro-batch, the plateau of the S24 runs.
-Collectives cost no host time (one NCCL call each) but hold the stream for their duration; collectives on a
-side stream (tagged `overlap`, or TP communication under --tp-comm-overlap) are left to the schedule's
-overlap rule and skipped here.
+What the host issues, counted from the sources of that stack (Megatron-DeepSpeed `megatron/model/transformer.py`,
+`megatron/core/tensor_parallel/{layers,mappings,data}.py`, DeepSpeed v0.9.5 `runtime/pipe/engine.py`,
+`utils/timer.py`):
+- Compute ops (`KERNELS_PER_PHASE`): one modelled op stands for the framework ops Megatron issues around it
+  (the GEMM and its bias add, views/transposes, the fused-kernel wrapper, the RNG-tracker fork around dropout,
+  autograd bookkeeping), about 4 PyTorch ops each. A dense layer is 13 modelled ops; under full recompute it
+  issues them in the checkpointed forward, again in the recompute, and its backward issues input- and
+  weight-gradient work (2 units per op): 52 units per layer and micro-batch.
+- Collectives on the compute stream (`COLLECTIVE_CALL_UNITS`): each is a Python call through an autograd
+  Function (`_ReduceFromModelParallelRegion`, the column-parallel linear's backward all-reduce), then
+  `torch.distributed.all_reduce` and ProcessGroupNCCL (stream-event sync, allocator record, NCCL enqueue). A TP
+  layer makes 6 such calls per micro-batch (2 forward, 2 recompute, 2 backward); TP 1 makes none (`_reduce`
+  returns its input when the group has one rank). Collectives on a side stream (tagged `overlap`, TP under
+  --tp-comm-overlap) are issued from C++ (Transformer Engine userbuffers, the CP ring) or bucket hooks and are
+  left to the schedule's overlap rule: no host time, no queue slot here.
+- The micro-batch prologue (`MICROBATCH_PROLOGUE_UNITS`, on the pass that holds the forward embedding lookup):
+  DeepSpeed's PipelineEngine synchronises the device at every micro-batch's forward (`_exec_forward_pass` and
+  `DeepSpeedEngine.forward` call `ThroughputTimer.start`, which runs `torch.cuda.synchronize()` from the third
+  step on), and Megatron's data path reads the broadcast sizes back to the host (`broadcast_data`:
+  `sizes_cuda.cpu()`), so the launch queue is empty when the micro-batch starts and the GPU idles while the host
+  loads it: the size broadcast and the data broadcast (2 collective calls), and about 52 framework ops (13 units)
+  between the synchronisation and the first layer kernel: the CPU-to-GPU copies and slicing of `get_batch_pipe`,
+  the causal mask, loss mask and position ids of `get_ltor_masks_and_position_ids`, the engine's clone / detach /
+  requires_grad of each loaded tensor and of the forward inputs, and the engine's Python around the module call.
+
+The per-unit cost is the cluster's `host_overhead_per_op_us`. The A100 presets read it from S24's host-bound
+cells (hidden 1024, micro-batch 1-2, pp 1, where the GPU needs about a third of the time): 3.00-3.16 ms per layer
+and micro-batch at TP 1 (52 units, no collective calls) and 3.31-3.58 ms at TP 2 and 4 (52 units + 6 calls);
+least squares over the six cells with one unit per collective call gives 57 us per unit (a call then costs
+57 us, the TP 2-4 excess 0.33 ms / 6 calls = 56 us). `HOST_ISSUE_S_PER_OP` is the generic default for a server
+CPU (~4 framework ops x ~16 us of eager dispatch each, PyTorch's per-op CPU overhead being 10-20 us).
 """
 
 from __future__ import annotations
@@ -33,12 +54,42 @@ HOST_ISSUE_S_PER_OP = 65e-6
 """CPU seconds to issue one modelled compute op in PyTorch eager mode (~4 framework ops x ~16 us; see above)."""
 
 KERNELS_PER_PHASE = {"fwd": 1, "recompute": 1, "bwd": 2, "step": 1}
-"""Backward of an op issues its input-gradient and weight-gradient work: twice the forward's launches."""
+"""Host units of a compute op by phase: backward issues input-gradient and weight-gradient work, twice the forward's."""
+
+COLLECTIVE_CALL_UNITS = 1.0
+"""Host units of one collective issued on the compute stream (autograd Function + torch.distributed +
+ProcessGroupNCCL enqueue): read with the per-unit cost from the TP 1 vs TP 2-4 host-bound cells of S24 (above)."""
+
+MICROBATCH_PROLOGUE_UNITS = 13.0 + 2 * COLLECTIVE_CALL_UNITS
+"""Host units between the per-micro-batch device synchronisation and the first layer kernel, GPU idle: ~52
+framework ops of data loading, masks and engine Python (13 units) and the two broadcasts of `broadcast_data`."""
+
+MICROBATCH_START_OP = ("embedding.lookup", "fwd")
+"""(name, phase) of the op whose pass starts a micro-batch on the first pipeline stage (graph/layer_ops.py)."""
+
+
+def op_host_units(op: Op, side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
+    """Host units the CPU spends to issue `op` (0 for a side-stream collective)."""
+    if op.collective is None:
+        return float(KERNELS_PER_PHASE.get(op.phase, 1))
+    return 0.0 if side_stream(op) else COLLECTIVE_CALL_UNITS
+
+
+def prologue_units(ops: Iterable[Op]) -> float:
+    """`MICROBATCH_PROLOGUE_UNITS` if this pass starts a micro-batch (holds the forward embedding lookup), else 0."""
+    starts = any((op.name, op.phase) == MICROBATCH_START_OP for op in ops)
+    return MICROBATCH_PROLOGUE_UNITS if starts else 0.0
 
 
 def host_issue_s(ops: Iterable[Op], per_op_s: float = HOST_ISSUE_S_PER_OP) -> float:
-    """CPU time to issue the compute ops of one pass (collectives excluded)."""
+    """CPU time to issue the compute ops of one pass (collectives and the prologue excluded: `pass_host_s`)."""
     return per_op_s * sum(KERNELS_PER_PHASE.get(op.phase, 1) for op in ops if op.collective is None)
+
+
+def pass_host_s(ops: Sequence[Op], per_op_s: float = HOST_ISSUE_S_PER_OP,
+                side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
+    """All CPU time of one pass as `queued_pass_s` issues it: compute ops, collective calls and the prologue."""
+    return per_op_s * (prologue_units(ops) + sum(op_host_units(op, side_stream) for op in ops))
 
 
 def host_bound_pass_s(gpu_busy_s: float, ops: Iterable[Op], per_op_s: float = HOST_ISSUE_S_PER_OP) -> float:
@@ -49,11 +100,23 @@ def host_bound_pass_s(gpu_busy_s: float, ops: Iterable[Op], per_op_s: float = HO
 def queued_pass_s(ops: Sequence[Op], seconds_of: Callable[[Op], float], per_op_s: float = HOST_ISSUE_S_PER_OP,
                   side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
     """GPU end time of one pass of `ops` (execution order) issued by one CPU thread (the queue above)."""
-    issued_s = gpu_end_s = 0.0
+    return queued_op_spans(ops, seconds_of, per_op_s, side_stream)[-1][1] if ops else 0.0
+
+
+def queued_op_spans(ops: Sequence[Op], seconds_of: Callable[[Op], float], per_op_s: float = HOST_ISSUE_S_PER_OP,
+                    side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags
+                    ) -> list[tuple[float, float]]:
+    """(GPU start, GPU end) of each op of the queue, from the pass start; a side-stream collective gets the
+    span (end of the previous op, same), as it holds no slot of the compute stream."""
+    issued_s = per_op_s * prologue_units(ops)
+    gpu_end_s = 0.0
+    spans: list[tuple[float, float]] = []
     for op in ops:
         if op.collective is not None and side_stream(op):
+            spans.append((gpu_end_s, gpu_end_s))
             continue
-        if op.collective is None:
-            issued_s += per_op_s * KERNELS_PER_PHASE.get(op.phase, 1)
-        gpu_end_s = max(gpu_end_s, issued_s) + seconds_of(op)
-    return gpu_end_s
+        issued_s += per_op_s * op_host_units(op, side_stream)
+        start_s = max(gpu_end_s, issued_s)
+        gpu_end_s = start_s + seconds_of(op)
+        spans.append((start_s, gpu_end_s))
+    return spans

@@ -10,7 +10,10 @@ textbook formulas so that they track the full model's trends (not its absolute n
 - compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
   small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009),
   MoE token dispatch / combine as the command's dispatcher moves the tokens (tune/surrogate_moe.py);
-- pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2).
+- pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2);
+- host issue: a micro-batch never runs faster than its CPU issues it (predict/host_issue.py's units: per dense
+  layer 13 ops forward, again per recompute pass, 2 units each in backward, one per TP collective call on the
+  compute stream, and the micro-batch prologue), so small layers stop getting faster with TP or smaller micro-batches.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ import numpy as np
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.graph import params
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.predict import host_issue
 from llmperf_hook.tune import surrogate_moe
 from llmperf_hook.tune.surrogate_comm import per_node, ring_s
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+DENSE_LAYER_OPS = 13
+"""Compute ops of a dense transformer layer's forward in the graph (graph/layer_ops.py: 2 norms, QKV, QK^T,
+softmax, dropout, AV, projection, 2 residual adds, FC1, activation, FC2)."""
 _GEMM_HALF_EFFICIENCY_DIM = 192.0
 """GEMM dimension at which achieved throughput is half its large-matrix value (A100 cuBLAS BF16 curve in
 shared/validation/calibration: ~50 % of the best at 256-512 square; used only to order candidates)."""
@@ -169,13 +176,28 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
     head = 2 * tokens * m.hidden_size * m.padded_vocab_size / tp
     compute_mb = (layers_per_stage * fwd_layer * (3 + rc_passes) + 3 * head) / (peak * eff)
     tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
-    mb_s = compute_mb + tp_comm_mb
+    mb_s = np.maximum(compute_mb + tp_comm_mb, _host_mb_s(cfg, cluster, cols, layers_per_stage, rc_passes))
     if m.num_experts:
         exposed = _moe_exposed_s(cfg, cluster, cols, tokens, fwd_layer / (peak * eff), peak * eff, rc_passes)
         mb_s = mb_s + exposed * (layers_per_stage * moe_layer_fraction(m))
     p2p_s = _p2p_s(cfg, cluster, cols, tokens)
     pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
     return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp) + _optimizer_s(cfg, cluster, cols, dp)
+
+
+def _host_mb_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray],
+               layers_per_stage: np.ndarray, rc_passes: np.ndarray) -> np.ndarray:
+    """CPU time to issue one micro-batch of a stage (predict/host_issue.py): compute-op units of each layer's
+    forward, recompute and backward, the TP collective calls on the compute stream (2 per layer and pass, 4 with
+    sequence parallelism; none under --tp-comm-overlap) and the micro-batch prologue."""
+    units = host_issue.KERNELS_PER_PHASE
+    compute = DENSE_LAYER_OPS * (units["fwd"] + units["recompute"] * rc_passes + units["bwd"])
+    calls = np.where(cols["sp"] > 0, 4.0, 2.0) * (2.0 + rc_passes)
+    if cfg.optimizer.tp_comm_overlap:
+        calls = np.zeros_like(calls)
+    calls = np.where(cols["tp"] > 1, calls * host_issue.COLLECTIVE_CALL_UNITS, 0.0)
+    per_mb_units = layers_per_stage * (compute + calls) + host_issue.MICROBATCH_PROLOGUE_UNITS
+    return cluster.host_overhead_per_op_s * per_mb_units
 
 
 def _recompute_passes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray:
