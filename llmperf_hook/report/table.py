@@ -34,6 +34,21 @@ def _config_line(pred: "Prediction") -> str:
             f"per rank); {c.precision}, recompute {c.recompute.granularity}{zero}{dist}")
 
 
+def _mfu_basis(pred: "Prediction") -> str:
+    """What the MFU divides: the model's forward + backward FLOPs per GPU-second (recompute not counted) over the
+    GPU's dense peak for the job's precision (api.predict_config: mfu = model FLOPs / (step x GPUs x peak))."""
+    est, c = pred.estimate, pred.config
+    achieved_flop_per_s = est.model_flops_per_step / (est.step_time_s * c.world_size) if est.step_time_s else 0.0
+    gpu = pred.cluster.gpu
+    peak_flop_per_s = gpu.peak_for(c.precision)
+    # the dtype whose peak hardware/spec.py peak_for picked (fp8 falls back to bf16, bf16 to fp16)
+    order = (c.precision, "bf16" if c.precision == "fp8" else c.precision, "fp16")
+    dtype = next((k for k in order if gpu.peak_flop_per_s.get(k) == peak_flop_per_s), "highest")
+    scale, unit = (1e12, "TFLOP/s") if peak_flop_per_s >= 1e12 else (1e9, "GFLOP/s")  # a CPU's peak is GFLOP/s
+    return (f"({achieved_flop_per_s / scale:,.0f} model {unit} per GPU of the {peak_flop_per_s / scale:,.0f} {unit} "
+            f"dense {dtype} peak; recompute not counted)")
+
+
 def render_prediction_table(pred: "Prediction") -> str:
     est, mem = pred.estimate, pred.estimate.memory
     verdict = "fits" if mem.fits else "DOES NOT FIT"
@@ -41,7 +56,7 @@ def render_prediction_table(pred: "Prediction") -> str:
         _config_line(pred), "",
         f"  step time        {fmt_seconds(est.step_time_s)}",
         f"  throughput       {fmt_rate(est.tokens_per_s)} ({fmt_rate(est.tokens_per_s / pred.config.world_size)} per GPU)",
-        f"  MFU              {est.mfu * 100:.1f} %",
+        f"  MFU              {est.mfu * 100:.1f} %  {_mfu_basis(pred)}",
         f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: {verdict} "
         f"({'headroom' if mem.fits else 'short by'} {fmt_bytes(abs(mem.headroom_bytes))}; busiest stage {mem.stage})",
         "", f"  where the step goes (critical stage {est.critical_stage}):",
