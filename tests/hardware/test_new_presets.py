@@ -73,6 +73,26 @@ def test_every_new_preset_names_its_source(name: str) -> None:
             assert lines[i - 1].startswith("#"), f"{name}: {line} has no source comment"
 
 
+@pytest.mark.parametrize("name,fields,source", [
+    ("h100-pcie-80gb", ("gemm_efficiency", "gemm_ramp_s", "attention_efficiency", "memory_efficiency"), "h100-sxm5-80gb"),
+    ("mi300x-192gb", ("gemm_efficiency", "gemm_ramp_s", "attention_efficiency", "memory_efficiency"), "h100-sxm5-80gb"),
+    ("b200-180gb", ("gemm_ramp_s", "attention_efficiency"), "h100-sxm5-80gb"),
+    ("gb200-186gb", ("gemm_efficiency", "gemm_ramp_s", "attention_efficiency", "memory_efficiency"), "b200-180gb"),
+    ("l40s-48gb", ("gemm_efficiency",), "a100-pcie-80gb"),
+    ("l40s-48gb", ("gemm_ramp_s", "attention_efficiency"), "a100-sxm4-80gb"),
+    ("a100-pcie-80gb", ("gemm_ramp_s", "attention_efficiency", "memory_efficiency"), "a100-sxm4-80gb"),
+])
+def test_copied_efficiencies_follow_their_source(name: str, fields: tuple[str, ...], source: str) -> None:
+    new, src = load_hardware(name), load_hardware(source)
+    assert [getattr(new, f) for f in fields] == [getattr(src, f) for f in fields]
+
+
+def test_measured_gemm_efficiencies_are_the_calibration_tables() -> None:
+    """stas00's mamf-finder figures (../shared/validation/calibration/gemm_mamf_bf16_fp8_stas00.csv)."""
+    assert load_hardware("a100-pcie-80gb").gemm_efficiency == round(252.9 / 312, 2)
+    assert load_hardware("b200-180gb").gemm_efficiency == round(1745.0 / 2250, 2)
+
+
 def test_physical_orderings_between_generations() -> None:
     bf16 = {n: load_hardware(n).peak_flop_per_s["bf16"] for n in
             ("a100-sxm4-80gb", "a100-pcie-80gb", "h100-pcie-80gb", "h100-sxm5-80gb", "b200-180gb", "gb200-186gb",
@@ -95,6 +115,23 @@ def test_cluster_preset_loads_with_its_gpu_and_network(name: str) -> None:
     assert c.inter_node.bandwidth_bytes_per_s < c.intra_node.bandwidth_bytes_per_s
     assert 0 < c.intra_node.bus_efficiency <= 1 and 0 < c.inter_node.bus_efficiency <= 1
     assert 0 < c.intra_node.latency_s < 1e-3 and 0 < c.host_overhead_per_op_s < 1e-3
+
+
+@pytest.mark.parametrize("name,source", [("dgx-b200", "dgx-h100"), ("gb200-nvl72", "dgx-h100"),
+                                         ("pcie-h100-4x400g", "dgx-h100"), ("pcie-l40s-2x200g", "dgx-h100"),
+                                         ("mi300x-8x400g", "dgx-h100")])
+def test_copied_values_follow_their_measured_source(name: str, source: str) -> None:
+    """Values the YAML says are copied ("as dgx-h100", "as perlmutter") must not drift from a refitted source."""
+    new, src = load_cluster(name), load_cluster(source)
+    assert new.host_overhead_per_op_s == src.host_overhead_per_op_s
+    assert (new.inter_node.bus_efficiency, new.inter_node.latency_s) == (src.inter_node.bus_efficiency,
+                                                                         src.inter_node.latency_s)
+    if name in ("dgx-b200", "gb200-nvl72"):  # NVSwitch with NVLink SHARP, as on DGX H100
+        assert (new.intra_node.bus_efficiency, new.intra_node.latency_s) == (src.intra_node.bus_efficiency,
+                                                                             src.intra_node.latency_s)
+    mesh, perlmutter = load_cluster("mi300x-8x400g"), load_cluster("perlmutter")
+    assert (mesh.intra_node.bus_efficiency, mesh.intra_node.latency_s) == (perlmutter.intra_node.bus_efficiency,
+                                                                           perlmutter.intra_node.latency_s)
 
 
 def test_nvlink_domain_of_several_hosts() -> None:
