@@ -112,12 +112,12 @@ def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
     passing a resolved ClusterSpec says so itself through `overrides.cluster_gpus_per_node`."""
     spec, notes = resolve_cluster(cluster, hardware)
     if isinstance(cluster, str) and cluster and overrides.cluster_gpus_per_node is None:
-        overrides = replace(overrides, cluster_gpus_per_node=spec.gpus_per_node)
+        overrides = replace(overrides, cluster_gpus_per_node=spec.host_gpus)
     job, cfg = resolve_job(list(argv), env, overrides)
     check_precision_support(cfg, spec)
-    if job.nproc_per_node > spec.gpus_per_node and job.nnodes > 1:
+    if job.nproc_per_node > spec.host_gpus and job.nnodes > 1:
         notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
-                  f"{spec.gpus_per_node} GPUs per node: placement assumes {spec.gpus_per_node} ranks per node.",)
+                  f"{spec.host_gpus} GPUs per node: placement assumes {spec.host_gpus} ranks per node.",)
     estimate = predict_config(cfg, spec, detail=detail)
     return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
                       warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)

@@ -183,9 +183,10 @@ def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
 
 
 def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
-    """Ranks that share a node: the launch's processes per node, at most the node's GPUs (a job that starts 4
-    processes on 8-GPU nodes spreads a TP-8 group over two nodes)."""
-    return max(1, min(cluster.gpus_per_node, cfg.nproc_per_node or cluster.gpus_per_node))
+    """Ranks that share a node (the intra-node tier): the launch's processes per host, at most the node's GPUs (a
+    job that starts 4 processes on 8-GPU nodes spreads a TP-8 group over two nodes); on a multi-host NVLink domain
+    (GB200 NVL72) the processes of all its hosts (ClusterSpec.ranks_per_fabric)."""
+    return cluster.ranks_per_fabric(cfg.nproc_per_node)
 
 
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:

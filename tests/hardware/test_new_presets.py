@@ -173,8 +173,6 @@ def test_collectives_inside_the_nvl72_domain_run_at_nvlink_speed() -> None:
     assert collective_time_s(op, pcie) > 10 * nvlink_s  # 64 GB/s PCIe Gen5 against 900 GB/s NVLink 5
 
 
-@pytest.mark.xfail(strict=True, reason="graph/build.ranks_per_node still caps placement at --nproc-per-node (4 on a "
-                   "GB200 tray); it should call ClusterSpec.ranks_per_fabric (lead: see the hardware presets report)")
 def test_torchrun_on_gb200_trays_places_tp8_inside_the_nvlink_domain() -> None:
     from llmperf_hook.graph.build import build_graph
 
@@ -184,8 +182,6 @@ def test_torchrun_on_gb200_trays_places_tp8_inside_the_nvlink_domain() -> None:
     assert groups["tp"].ranks_per_node == 8 and groups["tp"].intra_node
 
 
-@pytest.mark.xfail(strict=True, reason="api.predict_command sizes '--nproc-per-node gpu' with spec.gpus_per_node (72 "
-                   "on GB200 NVL72) instead of ClusterSpec.host_gpus (4 per tray) (lead: see the hardware presets report)")
 def test_nproc_per_node_gpu_on_gb200_counts_the_trays_gpus() -> None:
     argv = ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", *LLAMA3_8B, "--global-batch-size", "144"]
     assert predict_command(argv, {}, cluster="gb200-nvl72").config.world_size == 8
