@@ -30,8 +30,9 @@ def _config_line(pred: "Prediction") -> str:
     zero = f", ZeRO-{c.optimizer.zero_stage}" if c.optimizer.zero_stage else ""
     dist = ", distributed optimizer" if c.optimizer.distributed_optimizer else ""
     return (f"{c.framework} on {c.world_size} GPUs ({pred.cluster.name}, {pred.cluster.gpu.name}): {layout}; "
-            f"micro-batch {b.micro_batch_size}, global batch {b.global_batch_size} ({b.num_microbatches} micro-batches "
-            f"per rank); {c.precision}, recompute {c.recompute.granularity}{zero}{dist}")
+            f"micro-batch {b.micro_batch_size}, global batch {b.global_batch_size} ({b.num_microbatches} "
+            f"micro-batch{'es' if b.num_microbatches != 1 else ''} per rank); {c.precision}, "
+            f"recompute {c.recompute.granularity}{zero}{dist}")
 
 
 def _mfu_basis(pred: "Prediction") -> str:
