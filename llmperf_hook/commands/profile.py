@@ -120,7 +120,12 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
 def _check_name_for_device(name: str | None, device: str) -> None:
     """A CPU profile may not take a shipped GPU preset's name: $LLMPERF_HOME/hardware/NAME.yaml and profiles/NAME
     are looked up before the shipped ones, so every later `--hardware NAME` (and every cluster with that GPU, the
-    default dgx-h100 included) would be priced with this CPU's speed and memory, silently."""
+    default dgx-h100 included) would be priced with this CPU's speed and memory, silently. `comm` is no name at
+    all: profiles/comm/ holds the clusters' communication models."""
+    if name and name.lower() == "comm":
+        raise UsageError("--name comm: $LLMPERF_HOME/profiles/comm/ holds the clusters' communication models "
+                         "(`llmperf profile --comm`), so an operator profile cannot be stored under that name. "
+                         "Choose another --name.")
     if not name or device != "cpu":
         return
     from llmperf_hook.profile.local_hardware import shipped_hardware_names

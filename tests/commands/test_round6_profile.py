@@ -105,3 +105,9 @@ def test_gloo_comm_profile_may_not_take_a_shipped_cluster_name(_home: Path) -> N
     out = CliRunner().invoke(profile_command, ["--comm", "--cluster-name", "DGX-H100"])
     assert isinstance(out.exception, UsageError) and "configs/clusters/dgx-h100.yaml" in str(out.exception)
     assert not _home.exists()
+
+
+def test_comm_is_not_a_profile_name(_home: Path) -> None:
+    out = CliRunner().invoke(profile_command, ["--device", "cpu", "--budget", "0.1", "--name", "Comm"])
+    assert isinstance(out.exception, UsageError) and "profiles/comm/" in str(out.exception)
+    assert not _home.exists()
