@@ -111,3 +111,42 @@ def test_comm_is_not_a_profile_name(_home: Path) -> None:
     out = CliRunner().invoke(profile_command, ["--device", "cpu", "--budget", "0.1", "--name", "Comm"])
     assert isinstance(out.exception, UsageError) and "profiles/comm/" in str(out.exception)
     assert not _home.exists()
+
+
+def test_profile_killed_mid_run_leaves_a_consistent_store_that_resumes(tmp_path: Path) -> None:
+    """SIGKILL (no handler runs: the OOM killer, a node lost) while shapes are measured: every sample committed
+    so far is intact and the same command measures only the rest."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "llmperf_hook", "profile", "--device", "cpu", "--ops", "gemm,layernorm", "--name",
+            "killed"]
+    proc = subprocess.Popen([*args, "--budget", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    store = tmp_path / "home" / "store.sqlite"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and _stored(store) < 10:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    stored = _stored(store)
+    assert stored >= 10
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    again = subprocess.run([*args, "--budget", "0.1"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{stored} already stored" in again.stdout or f"{stored} already stored" in again.stderr
+
+
+def _stored(store: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as conn:
+            return conn.execute("SELECT COUNT(*) FROM op_samples WHERE hardware = 'killed'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
