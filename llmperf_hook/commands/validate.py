@@ -21,7 +21,8 @@ recompute (full|selective|none), zero_stage_or_dist_opt, precision, framework (M
 Megatron-Core, Megatron-DeepSpeed, DeepSpeed), extra_args (launch flags), notes ("flags: ..." is read as
 extra_args), intra_node_bandwidth_GBps, swiglu, normalization, position_embedding. A cell's value is its
 first word ("full (use_checkpoint=true)" = full); blank cells take the framework default (rules printed
-per row in --format json). The columns of ../shared/validation/dev.csv are this schema.
+per row in --format json). An example in this schema ships with the repository:
+`llmperf validate benchmarks/data/public_runs.csv` (70 public runs).
 """
 
 
