@@ -1,7 +1,6 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
-        [--with-host-floor]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -158,15 +157,7 @@ def main() -> None:
                     help="also print the mean signed step-time error per (hidden, TP, micro-batch) over the ranked rows")
     ap.add_argument("--host-cells", action="store_true",
                     help="also print per-layer / per-micro-batch slopes of the single-stage S24 cells and the host unit")
-    ap.add_argument("--with-host-floor", action="store_true",
-                    help="rank with the proposed host-issue floor of predict/host_issue.py (bench_validation's switch)")
     args = ap.parse_args()
-    if args.with_host_floor:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from bench_validation import apply_host_floor  # the validation engineer's experiment, same code path
-
-        apply_host_floor()
-        print("(with the proposed host-issue floor of predict/host_issue.py applied to every pass)")
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
 

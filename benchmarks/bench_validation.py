@@ -1,13 +1,7 @@
 """Accuracy against measured public runs: MAPE per source of ../shared/validation/dev.csv vs the issue's targets.
 
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
-    python benchmarks/bench_validation.py --with-host-floor [CSV]
     python benchmarks/bench_validation.py --audit-s24 [CSV]   # also: how vTrain's S24 rows were composed
-
-`--with-host-floor` re-applies the launch queue of llmperf_hook/predict/host_issue.py by wrapping
-schedule.compose in this process (each block pass an in-order launch queue, 65 us per compute op, backward
-twice). The schedule has used that queue since commit bf0486c, so the figures are the same; the switch stays
-for benchmarks/bench_tune_ranking.py, which imports `apply_host_floor`.
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
@@ -53,33 +47,6 @@ TARGETS: dict[str, tuple[float, str]] = {
     "S02": (0.08, ""),
     "S04": (0.10, ""),
 }
-
-
-def apply_host_floor() -> None:
-    """Experiment: each pass is the launch queue of predict/host_issue.py (never faster than before)."""
-    import llmperf_hook.schedule.compose as compose
-    from llmperf_hook.predict.dispatch import op_id
-    from llmperf_hook.predict.host_issue import queued_pass_s
-
-    original = compose.block_pass
-    original_chunk = compose.chunk_pass
-
-    def chunk_pass(chunk, seconds, tp_overlap, backward, host_per_op_s=0.0):  # type: ignore[no-untyped-def]
-        return original_chunk(chunk, seconds, tp_overlap, backward, 0.0)  # the queue replaces the chunk-level floor
-
-    def block_pass(ops, seconds, tp_overlap):  # type: ignore[no-untyped-def]
-        cost = original(ops, seconds, tp_overlap)
-
-        def side(op):  # type: ignore[no-untyped-def]
-            return "overlap" in op.tags or (tp_overlap and op.collective.group == "tp")
-
-        total = max(cost.total_s, queued_pass_s(ops, lambda op: seconds[op_id(op)], side_stream=side))
-        if total <= cost.total_s:
-            return cost
-        return compose.PassCost(total, cost.compute_s + total - cost.total_s, cost.recompute_s, cost.exposed_comm_s)
-
-    compose.block_pass = block_pass
-    compose.chunk_pass = chunk_pass
 
 
 def _config_key(run: MeasuredRun) -> tuple[int, ...]:
@@ -174,10 +141,6 @@ def _audit_dp_increments(s24: list[MeasuredRun], fits: dict, lut: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--with-host-floor" in argv:
-        argv = [a for a in argv if a != "--with-host-floor"]
-        apply_host_floor()
-        print("(with the proposed host-issue floor of predict/host_issue.py applied to every pass)")
     audit = "--audit-s24" in argv
     argv = [a for a in argv if a != "--audit-s24"]
     csv_path = Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV

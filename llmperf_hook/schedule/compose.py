@@ -203,7 +203,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     timeline: tuple[TimelineEvent, ...] = ()
     if detail:
         timeline = _timeline(sim.events, sync_end, sim.end_s, step_costs, optimizer_s, gather_s)
-        timeline += tuple(op_events(graph, seconds, sim.events, tp_overlap))
+        timeline += tuple(op_events(graph, seconds, sim.events, tp_overlap, host_per_op_s))
     return ComposedStep(step, breakdown, stages, critical, timeline)
 
 
