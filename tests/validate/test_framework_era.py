@@ -3,6 +3,8 @@ as LLMPERF_DEEPSPEED_VERSION before the run's launch command."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from llmperf_hook.api import predict_command
@@ -46,6 +48,17 @@ def test_release_fields_follow_the_two_changes() -> None:
 def test_job_release_reads_the_variable_first() -> None:
     version, source = job_release({"LLMPERF_DEEPSPEED_VERSION": "v0.4.2"})
     assert version == (0, 4, 2) and source is not None and "LLMPERF_DEEPSPEED_VERSION" in str(source)
+
+
+def test_a_megatron_predict_reads_no_package_metadata() -> None:
+    """The installed DeepSpeed's version is read only for DeepSpeed jobs: importlib.metadata (~25 ms of imports)
+    stays out of a Megatron prediction."""
+    code = ("import sys; from llmperf_hook.api import predict_command; predict_command('torchrun --nproc-per-node 8 "
+            "pretrain_gpt.py --num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 512 "
+            "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 32000'.split(), {}); "
+            "print('importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_2021_zero3_row_runs_as_its_release(tmp_path: Path) -> None:
