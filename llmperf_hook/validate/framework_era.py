@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import re
 
-from llmperf_hook.frameworks.deepspeed_release import Version, release_before, release_zero3_fields
+from llmperf_hook.frameworks.deepspeed_release import Version, parse_version, release_before, release_zero3_fields
 
 
 def deepspeed_version(framework_cell: str) -> Version | None:
     """(major, minor, patch) from a framework cell such as "DeepSpeed v0.4.2"; None when no version is given."""
-    match = re.search(r"deepspeed\D{0,12}?v?(\d+)\.(\d+)(?:\.(\d+))?", framework_cell.lower())
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    match = re.search(r"deepspeed\D{0,12}?v?(\d+\.\d+(?:\.\d+)?)", framework_cell.lower())
+    return parse_version(match.group(1)) if match else None
 
 
 def published_month(*texts: str) -> tuple[int, int] | None:
