@@ -21,6 +21,10 @@ from llmperf_hook.errors import UsageError
 
 T = TypeVar("T")
 
+MAX_BUDGET_MIN = 24 * 60
+"""The longest --budget accepted (a day): adaptive sampling runs until the budget is spent, so a mistyped 1e9
+would never end."""
+
 
 def _ops(text: str | None) -> tuple[str, ...]:
     """--ops as op classes (lower-case, each once, in the order given); () when the option is absent."""
@@ -84,6 +88,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                              f"and stored per --cluster-name; drop them, or profile operators in a separate run.")
         _run_comm(cluster_name, min_bytes, max_bytes)
         return
+    if budget_min > MAX_BUDGET_MIN:  # nan and <= 0 are the sampler's (ProfileRequest) to refuse
+        raise UsageError(f"--budget {budget_min:g} minutes is more than a day ({MAX_BUDGET_MIN} min): the budget is "
+                         f"how long sampling runs, and its adaptive rounds go on until it is spent. Give the minutes "
+                         f"you mean (3-10 fit a profile; the same command later adds samples and refits).")
     if job and not for_job:
         raise UsageError(f"unexpected arguments {' '.join(job)!r}: to sample a job's shapes first, write "
                          f"`llmperf profile --for -- <launch command>`.")

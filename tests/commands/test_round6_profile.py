@@ -150,3 +150,10 @@ def _stored(store: Path) -> int:
             return conn.execute("SELECT COUNT(*) FROM op_samples WHERE hardware = 'killed'").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+@pytest.mark.parametrize("budget", ["1e9", "1441", "inf"])
+def test_a_budget_of_more_than_a_day_is_refused(_home: Path, budget: str) -> None:
+    out = CliRunner().invoke(profile_command, ["--device", "cpu", "--budget", budget])
+    assert isinstance(out.exception, UsageError) and f"--budget {float(budget):g} " in str(out.exception)
+    assert "more than a day" in str(out.exception) and not _home.exists()
