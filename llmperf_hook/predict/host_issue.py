@@ -68,7 +68,12 @@ MICROBATCH_START_OP = ("embedding.lookup", "fwd")
 """(name, phase) of the op whose pass starts a micro-batch on the first pipeline stage (graph/layer_ops.py)."""
 
 
-def op_host_units(op: Op, side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
+def side_stream_collective(op: Op) -> bool:
+    """The default side-stream test: a collective the graph tags `overlap` (the schedule hides it behind compute)."""
+    return "overlap" in op.tags
+
+
+def op_host_units(op: Op, side_stream: Callable[[Op], bool] = side_stream_collective) -> float:
     """Host units the CPU spends to issue `op` (0 for a side-stream collective)."""
     if op.collective is None:
         return float(KERNELS_PER_PHASE.get(op.phase, 1))
@@ -83,11 +88,11 @@ def prologue_units(ops: Iterable[Op]) -> float:
 
 def host_issue_s(ops: Iterable[Op], per_op_s: float = HOST_ISSUE_S_PER_OP) -> float:
     """CPU time to issue the compute ops of one pass (collectives and the prologue excluded: `pass_host_s`)."""
-    return per_op_s * sum(KERNELS_PER_PHASE.get(op.phase, 1) for op in ops if op.collective is None)
+    return per_op_s * sum(op_host_units(op) for op in ops if op.collective is None)
 
 
 def pass_host_s(ops: Sequence[Op], per_op_s: float = HOST_ISSUE_S_PER_OP,
-                side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
+                side_stream: Callable[[Op], bool] = side_stream_collective) -> float:
     """All CPU time of one pass as `queued_pass_s` issues it: compute ops, collective calls and the prologue."""
     return per_op_s * (prologue_units(ops) + sum(op_host_units(op, side_stream) for op in ops))
 
@@ -98,13 +103,13 @@ def host_bound_pass_s(gpu_busy_s: float, ops: Iterable[Op], per_op_s: float = HO
 
 
 def queued_pass_s(ops: Sequence[Op], seconds_of: Callable[[Op], float], per_op_s: float = HOST_ISSUE_S_PER_OP,
-                  side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags) -> float:
+                  side_stream: Callable[[Op], bool] = side_stream_collective) -> float:
     """GPU end time of one pass of `ops` (execution order) issued by one CPU thread (the queue above)."""
     return queued_op_spans(ops, seconds_of, per_op_s, side_stream)[-1][1] if ops else 0.0
 
 
 def queued_op_spans(ops: Sequence[Op], seconds_of: Callable[[Op], float], per_op_s: float = HOST_ISSUE_S_PER_OP,
-                    side_stream: Callable[[Op], bool] = lambda op: "overlap" in op.tags
+                    side_stream: Callable[[Op], bool] = side_stream_collective
                     ) -> list[tuple[float, float]]:
     """(GPU start, GPU end) of each op of the queue, from the pass start; a side-stream collective gets the
     span (end of the previous op, same), as it holds no slot of the compute stream."""
