@@ -27,12 +27,12 @@ per row in --format json). An example in this schema ships with the repository:
 
 
 @click.command(help="Compare predictions with measured runs from a CSV and print the errors.\n\n" + SCHEMA_HELP)
-@click.argument("csv_file", metavar="FILE.csv", type=click.Path(dir_okay=False))
+@click.argument("csv_file", metavar="FILE.csv")  # checked by read_runs_csv, so --format json reports it as JSON too
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--source", "sources", multiple=True, help="Only rows of this source_id (repeatable).")
 @click.option("--worst", default=3, show_default=True, type=click.IntRange(min=0), help="Worst rows listed per source.")
 @click.option("--rows/--no-rows", default=True, show_default=True, help="Print the per-row table.")
-@click.option("--write-batch", type=click.Path(file_okay=False), default=None,
+@click.option("--write-batch", default=None,
               help="Also write the rows as launch commands (one file per cluster, for `llmperf predict --batch`) into this folder.")
 def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows: bool, write_batch: str | None) -> None:
     try:
@@ -105,6 +105,9 @@ def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
     from llmperf_hook.validate.runner import plan_run
 
     presets = read_cluster_presets(clusters_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--write-batch {str(out_dir)!r} is a file; give a folder for the batch files (it is created "
+                         "if missing).")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         lines: dict[str, list[str]] = {}

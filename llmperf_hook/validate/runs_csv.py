@@ -36,6 +36,8 @@ MEGATRON_PAPERS_VOCAB = 51200
 def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows as dicts, after checking the columns the schema requires."""
     file = Path(path)
+    if file.is_dir():
+        raise UsageError(f"validation CSV {str(path)!r} is a directory; pass the path of a CSV file.")
     if not file.is_file():
         raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV.")
     with file.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's BOM

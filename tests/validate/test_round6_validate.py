@@ -132,3 +132,11 @@ def test_rows_whose_cells_do_not_line_up_fail_and_blank_lines_are_skipped(tmp_pa
     assert len(rows) == 3 and rows[0]["error"] is None
     assert "1 cell(s) more than the header" in rows[1]["error"] and "quoted" in rows[1]["error"]
     assert "3 cell(s) fewer than the header" in rows[2]["error"]
+
+
+def test_a_directory_as_file_or_a_file_as_batch_folder_is_json_too(tmp_path: Path) -> None:
+    out = _invoke("--format", "json", str(tmp_path))
+    assert _code(out) == 2 and "is a directory" in _json(out)["error"]
+    (tmp_path / "taken").write_text("mine")
+    out = _invoke("--format", "json", "--write-batch", str(tmp_path / "taken"), str(write_csv(tmp_path / "r.csv", [BASE_ROW])))
+    assert _code(out) == 2 and "is a file" in _json(out)["error"] and (tmp_path / "taken").read_text() == "mine"
