@@ -39,7 +39,12 @@ GiB = float(1 << 30)
 def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool, fmt: str, cluster: str | None,
             hardware: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
             launch: Sequence[str]) -> None:
-    """Search parallel layouts of a launch command and show (or launch) the fastest that fits."""
+    """Search parallel layouts of a launch command and show (or launch) the fastest that fits.
+
+    Keeps the model, world size and global batch; a candidate fits when its predicted peak is at most 95 % of
+    the GPU's memory (memory_margin 0.05 in the search space; predict's verdict uses 100 %). Exit 3 when
+    nothing fits.
+    """
     argv = list(launch[1:] if launch[:1] == ("--",) else launch)  # click normally consumes the `--` itself
     if not argv:
         raise UsageError("llmperf tune needs the launch command after `--`, e.g. "
