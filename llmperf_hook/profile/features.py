@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Mapping
 
 import numpy as np
@@ -159,20 +158,7 @@ def _embedding(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     # The table size v*hidden sets how many pages the random row gather touches (TLB reach): on the GH200
     # samples the same gather of 5,120 tokens x 6,144 takes 115 us from a 1/16 table and 205 us from the whole one.
     names = ["log_tokens", "log_vocab", "log_hidden", "log_table_elements", "log_tokens_per_vocab"]
-    cols = [_lg(t), _lg(v), _lg(hid), _lg(v * hid), _lg(t) - _lg(v)]
-    # Revision 2 (FEATURE_REVISIONS). Rows of the table the t lookups touch, for uniformly random token ids (the
-    # public samples' and the sampler's inputs, torch.randint): v * (1 - exp(-t / v)) expected distinct rows
-    # (occupancy of v bins by t draws). The gather reads each distinct row from HBM once (repeats hit L2), and
-    # the backward (torch's embedding_dense_backward: sort the ids, sum each id's run of gradient rows, write
-    # one row per distinct id) does one accumulation run per distinct row, t / distinct rows long. With the
-    # elements gathered (t * hidden) and the table plus output (the forward's hinge between the two) as direct
-    # columns: inner error (20 % of each 25 % benchmark training split, test rows unused) GH200 embedding fwd
-    # 2.38 -> 2.20 %, bwd 2.24 -> 1.88 %; A100 fwd 3.85 -> 3.68 %, bwd 4.55 -> 4.36 %.
-    distinct = v * -np.expm1(-t / np.maximum(v, 1.0))
-    names += ["log_distinct_rows", "log_distinct_row_elements", "tokens_per_distinct_row", "log_gathered_elements",
-              "log_table_and_output_elements"]
-    cols += [_lg(distinct), _lg(distinct * hid), t / np.maximum(distinct, 1.0), _lg(t * hid), _lg((v + t) * hid)]
-    return names, cols, flops, nbytes
+    return names, [_lg(t), _lg(v), _lg(hid), _lg(v * hid), _lg(t) - _lg(v)], flops, nbytes
 
 
 def _cross_entropy(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
@@ -260,27 +246,8 @@ class FeatureBlock:
     """max(flops / peak, bytes / bandwidth) per shape: the target is log(time / roofline_s)."""
 
 
-FEATURE_REVISIONS: Mapping[str, tuple[tuple[str, ...], ...]] = {
-    "embedding": (("log_distinct_rows", "log_distinct_row_elements", "tokens_per_distinct_row",
-                   "log_gathered_elements", "log_table_and_output_elements"),),
-}
-"""Features added to a class after profiles had been fitted without them: entry i lists what revision i + 2 adds
-(revision 1: the class's first set). A model keeps the revision it was fitted with (its schema hash names it,
-revision_of), so a profile fitted before a revision (the measured H100 / H200 profiles) still loads and predicts
-with its own columns; new fits take the latest. A changed formula still bumps FEATURE_SCHEMA_VERSION."""
-
-
-def latest_revision(op_class: str) -> int:
-    return 1 + len(FEATURE_REVISIONS.get(op_class, ()))
-
-
-def build_features(op_class: str, bwd: bool, dims: Dims, rc: RooflineConstants,
-                   revision: int | None = None) -> FeatureBlock:
-    """Features of `revision` (FEATURE_REVISIONS; None: the latest) for a batch of shapes."""
+def build_features(op_class: str, bwd: bool, dims: Dims, rc: RooflineConstants) -> FeatureBlock:
     names, cols, flops, nbytes = BUILDERS[op_class](dims, bwd, rc)
-    later = {n for added in FEATURE_REVISIONS.get(op_class, ())[(revision or latest_revision(op_class)) - 1:]
-             for n in added}
-    names, cols = [n for n in names if n not in later], [c for n, c in zip(names, cols) if n not in later]
     flops = np.maximum(flops, 1.0)
     nbytes = np.maximum(nbytes, 1.0)
     names = names + ["log_flops", "log_bytes", "log_intensity"]
@@ -290,19 +257,9 @@ def build_features(op_class: str, bwd: bool, dims: Dims, rc: RooflineConstants,
     return FeatureBlock(tuple(names), matrix, roofline_s)
 
 
-def schema_hash(op_class: str, bwd: bool, revision: int | None = None) -> str:
+def schema_hash(op_class: str, bwd: bool) -> str:
     """Hash of the feature names and schema version: a profile fitted with other features is refused."""
     probe = {k: np.full(1, 256.0) for k in REQUIRED_DIMS[op_class]}
-    names = build_features(op_class, bwd, probe, RooflineConstants(1.0, 1.0, 1, 2), revision).names
+    names = build_features(op_class, bwd, probe, RooflineConstants(1.0, 1.0, 1, 2)).names
     text = json.dumps({"v": FEATURE_SCHEMA_VERSION, "class": op_class, "bwd": bwd, "names": names})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@lru_cache(maxsize=256)
-def revision_of(op_class: str, bwd: bool, schema: str) -> int | None:
-    """The feature revision whose schema hash is `schema`, or None (features this llmperf does not compute).
-    Memoised: the predictor asks once per model and call."""
-    for revision in range(latest_revision(op_class), 0, -1):
-        if schema_hash(op_class, bwd, revision) == schema:
-            return revision
-    return None

@@ -16,7 +16,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
-from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features, revision_of
+from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features
 from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
@@ -83,8 +83,7 @@ class FittedProfile:
         """Seconds for shapes given as dims arrays (one ensemble walk)."""
         key = self._key(op_class, phase, dtype)
         entry = self._entries[key]
-        block = build_features(op_class, key[1] == "bwd", dims, self.meta.roofline[key[2]],
-                               revision_of(op_class, key[1] == "bwd", entry.schema_hash))
+        block = build_features(op_class, key[1] == "bwd", dims, self.meta.roofline[key[2]])
         if block.names != entry.feature_names:
             raise ProfileError(f"fitted profile {self.directory} is unusable: model {entry.file} lists features "
                                f"{list(entry.feature_names)}, this llmperf computes {list(block.names)} for "

@@ -1,7 +1,6 @@
 """Fitted hardware profiles on disk: `NAME/profile.json` (metadata) + one model file per (op class, direction).
 
-profile.json holds the feature-schema hash of every model (of the feature revision it was fitted with,
-features.FEATURE_REVISIONS), the sha256 of every model file, the roofline
+profile.json holds the feature-schema hash of every model, the sha256 of every model file, the roofline
 constants the target is relative to, the training range of every dim (extrapolation is reported, not hidden),
 the hardware fingerprint, library versions and provenance. Loading checks all of it and raises ProfileError
 with the path and the fix on any mismatch: a corrupted or stale profile never yields a number.
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from llmperf_hook.errors import ProfileError
-from llmperf_hook.profile.features import BUILDERS, RooflineConstants, revision_of, schema_hash
+from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.tree_eval import LinearBaseline
 
 PROFILE_FORMAT = "llmperf-profile"
@@ -128,10 +127,10 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
         raise _fail(directory, f"model {entry.file} is for unknown op class/phase {entry.op_class}/{entry.phase}")
-    if revision_of(entry.op_class, entry.phase == "bwd", entry.schema_hash) is None:
+    expected = schema_hash(entry.op_class, entry.phase == "bwd")
+    if entry.schema_hash != expected:
         raise _fail(directory, f"model {entry.file} was fitted with feature schema {entry.schema_hash}, this "
-                               f"llmperf computes schema {schema_hash(entry.op_class, entry.phase == 'bwd')} for "
-                               f"{entry.op_class}/{entry.phase} (or an earlier revision's, features.FEATURE_REVISIONS)")
+                               f"llmperf computes schema {expected} for {entry.op_class}/{entry.phase}")
     if entry.model_format not in ("lightgbm-text", "sklearn-gbr-json"):
         raise _fail(directory, f"model {entry.file} has unknown format {entry.model_format!r}")
     if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):

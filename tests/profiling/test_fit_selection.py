@@ -65,13 +65,11 @@ def test_linear_baseline_is_stored_and_predicted_as_fitted(tmp_path) -> None:
 
 
 def _embedding_hinge(n: int = 400, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GH200-like embedding forward: linear in the tokens until the time of the table's size takes over. The
-    first embedding features (revision 1), without revision 2's table-plus-output column, which lets trees and
-    the linear baseline fit this hinge without linear leaves."""
+    """GH200-like embedding forward: linear in the tokens until the time of the table's size takes over."""
     rng = np.random.default_rng(seed)
     dims = {"tokens": 2.0 ** rng.uniform(11, 15.3, n), "vocab": 50304 / 2.0 ** rng.integers(0, 5, n),
             "hidden": 256.0 * rng.integers(8, 33, n)}
-    block = build_features("embedding", False, dims, RooflineConstants(989e12, 4e12, 132, 2), revision=1)
+    block = build_features("embedding", False, dims, RooflineConstants(989e12, 4e12, 132, 2))
     t = np.maximum(dims["tokens"] * dims["hidden"] * 2 / 0.6e12, dims["vocab"] * dims["hidden"] * 2 / 1.8e12)
     return block.matrix, (t + 20e-6) * np.exp(rng.normal(0, 0.01, n)), block.roofline_s
 

@@ -149,19 +149,3 @@ def test_sklearn_fallback_profile_round_trip(tmp_path: Path) -> None:
     assert prof.name == "sklearn:skl"
     got = prof.predict_s([Op("ln", "layernorm", "bwd", {"tokens": 1024, "hidden": 1024}, dtype="fp32")], None)[0]
     assert got == pytest.approx(1024 * 1024 * 8 / 1e10 + 5e-6, rel=0.3)
-
-
-def test_a_model_fitted_before_a_feature_revision_still_loads_and_predicts() -> None:
-    """The measured H100 profile's embedding models have the first embedding features (FEATURE_REVISIONS): they
-    load and predict with their own columns, while new fits take the latest."""
-    from llmperf_hook.profile.features import build_features, latest_revision, revision_of
-
-    prof = FittedProfile(SHIPPED / "h100-sxm5-80gb")
-    entry = prof._entries[("embedding", "fwd", "bf16")]
-    assert latest_revision("embedding") == 2 and revision_of("embedding", False, entry.schema_hash) == 1
-    dims = {"tokens": np.array([8192.0]), "vocab": np.array([32000.0]), "hidden": np.array([4096.0])}
-    rc = prof.meta.roofline["bf16"]
-    assert build_features("embedding", False, dims, rc, 1).names == entry.feature_names
-    assert len(build_features("embedding", False, dims, rc).names) == len(entry.feature_names) + 5
-    assert 0 < prof.predict_class_s("embedding", "fwd", "bf16", dims)[0] < 1e-2
-    assert revision_of("embedding", False, "0" * 16) is None
