@@ -124,10 +124,14 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
         argv = hf
     if tuned == raw:
         return argv, {}
-    target = dsr.fresh_path(original)
+    content = json.dumps(tuned, indent=2) + "\n"
+    target = dsr.fresh_path(original, content)
     shown = str(Path(ref.path).parent / target.name) if not Path(ref.path).is_absolute() else str(target)
+    if target.exists():  # the same tuned copy from an earlier run: reused, not written again
+        notes.append(f"DeepSpeed config {shown} (the tuned copy of {ref.path} an earlier run wrote, reused)")
+        return dsr.point_argv_at(argv, ref, shown), {}
     notes.append(f"new DeepSpeed config {shown} (copy of {ref.path}; the original is untouched)")
-    return dsr.point_argv_at(argv, ref, shown), {str(target): json.dumps(tuned, indent=2) + "\n"}
+    return dsr.point_argv_at(argv, ref, shown), {str(target): content}
 
 
 def write_planned_files(cmd: TunedCommand) -> None:

@@ -88,10 +88,11 @@ def release_pipeline_interval(tuned: dict[str, Any]) -> bool:
     return False
 
 
-def fresh_path(original: Path) -> Path:
-    """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file.
-    Re-tuning a tuned copy continues its numbering (`ds.llmperf-tuned-3.json` -> `ds.llmperf-tuned-4.json`, not
-    `ds.llmperf-tuned-3.llmperf-tuned.json`)."""
+def fresh_path(original: Path, content: str | None = None) -> Path:
+    """`ds.json` -> `ds.llmperf-tuned.json`, then `ds.llmperf-tuned-2.json`, ... : never an existing file, unless
+    one of those tuned copies already holds exactly `content` (a repeated `tune --apply`, e.g. a dry run then the
+    real one, reuses it instead of piling up copies). Re-tuning a tuned copy continues its numbering
+    (`ds.llmperf-tuned-3.json` -> `ds.llmperf-tuned-4.json`, not `ds.llmperf-tuned-3.llmperf-tuned.json`)."""
     import re
 
     stem, suffix = original.stem, original.suffix or ".json"
@@ -99,9 +100,18 @@ def fresh_path(original: Path) -> Path:
     candidate = original.with_name(f"{stem}{TUNED_SUFFIX}{suffix}")
     n = 2
     while candidate.exists():
+        if content is not None and candidate.is_file() and _text_or_none(candidate) == content:
+            return candidate
         candidate = original.with_name(f"{stem}{TUNED_SUFFIX}-{n}{suffix}")
         n += 1
     return candidate
+
+
+def _text_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def point_argv_at(argv: Sequence[str], ref: DsConfigRef, new_path: str) -> list[str]:

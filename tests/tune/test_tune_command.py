@@ -122,3 +122,19 @@ def test_apply_launches_the_rewritten_command(tmp_path: Path) -> None:
     assert "llmperf tune: running:" in out.stdout
     assert child_argv != argv[2:]  # a 1-GPU job of a tiny model: larger micro-batches, no recompute win
     assert "--global-batch-size" in child_argv and child_argv[child_argv.index("--global-batch-size") + 1] == "16"
+
+
+def test_a_repeated_apply_reuses_its_tuned_copy(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A dry run, then the same tune again: the second finds the identical tuned copy and points at it instead of
+    writing ds.llmperf-tuned-2.json; a tuned name holding other content is never reused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG, indent=1))  # ZeRO-0: llama3-8b does not fit
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"]
+    runs = [_applied_argv(_run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
+                                *argv], capsys)[1]) for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0] != argv
+    assert sorted(p.name for p in tmp_path.glob("ds.llmperf-tuned*")) == ["ds.llmperf-tuned.json"]
+    (tmp_path / "ds.llmperf-tuned.json").write_text("{}")  # not what tune would write: a fresh name
+    third = _applied_argv(_run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
+                                *argv], capsys)[1])
+    assert third[third.index("--deepspeed_config") + 1] == "ds.llmperf-tuned-2.json"
