@@ -85,8 +85,13 @@ def find_config_file(kind: str, name_or_path: str) -> Path:
             if candidate.is_file():
                 return candidate
     shipped = sorted(p.stem for p in (configs_dir() / kind).glob("*.yaml"))
+    what = kind[:-1] if kind == "clusters" else kind
+    if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:  # a path, not a name: say only what was looked for
+        raise UsageError(f"{what} file {name_or_path} not found{' (it is a folder)' if path.is_dir() else ''}. Give the "
+                         f"path of a YAML file (schema: llmperf_hook/hardware/load.py) or a preset name: "
+                         f"{', '.join(shipped)}.")
     raise UsageError(
-        f"{kind[:-1] if kind == 'clusters' else kind} '{name_or_path}' not found: it is not a file, not "
+        f"{what} '{name_or_path}' not found: it is not a file, not "
         f"{llmperf_home() / kind}/{name_or_path}.yaml and not a shipped preset. Shipped: {', '.join(shipped)}. "
         f"Pass one of those names or the path of a YAML file (schema: llmperf_hook/hardware/load.py)."
     )

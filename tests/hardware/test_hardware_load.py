@@ -101,3 +101,19 @@ def test_a_stated_latency_without_a_per_step_part_stays_flat(tmp_path: Path) -> 
     path.write_text(base + "intra_node_latency_per_step_us: -1\n")
     with pytest.raises(UsageError, match="intra_node_latency_per_step_us"):
         load_cluster(str(path))
+
+
+def test_a_missing_path_is_named_as_given(tmp_path) -> None:
+    """A path (absolute, relative with a folder, or *.yaml) that does not exist is reported as that path, not
+    glued onto $LLMPERF_HOME (the message read '.../clusters//nonexistent/x.yaml.yaml')."""
+    import pytest
+
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.hardware.load import find_config_file
+
+    for given in (str(tmp_path / "x.yaml"), "sub/x.yaml", "x.yml"):
+        with pytest.raises(UsageError) as err:
+            find_config_file("clusters", given)
+        assert f"cluster file {given} not found" in str(err.value) and ".yaml.yaml" not in str(err.value)
+    with pytest.raises(UsageError, match="it is a folder"):
+        find_config_file("hardware", str(tmp_path))
