@@ -59,7 +59,8 @@ def _default_device() -> str:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Device to sample (default: cuda when available, else cpu).")
 @click.option("--budget", "budget_min", type=float, default=3.0, show_default=True,
-              help="Minutes of sampling, fitting included.")
+              help="Minutes of sampling, fitting included; on CPU a budget of 3 or more also measures the framework cost "
+                   "(2 of those minutes). A target, not a wall-clock limit: a loaded machine runs over.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
               help="Dtype to sample (default: fp32 on cpu, bf16 on cuda).")
 @click.option("--ops", "ops_text", default=None, help="Comma-separated op classes (default: all the device's).")
