@@ -29,7 +29,7 @@ from llmperf_hook.schedule.memory import estimate_memory
 from llmperf_hook.schedule.step_estimate import StepEstimate
 
 __all__ = ["DEFAULT_CLUSTER", "Prediction", "load_cluster", "load_hardware", "predict_command", "predict_config",
-           "prediction_json", "resolve_cluster"]
+           "prediction_json", "resolve_cluster", "resolve_command"]
 
 DEFAULT_CLUSTER = "dgx-h100"
 """Cluster assumed when neither --cluster nor --hardware is given (the most common training system today)."""
@@ -104,12 +104,13 @@ def _preset_name(name: str) -> str:
     return name if os.path.exists(name) or os.sep in name or name.endswith((".yaml", ".yml")) else name.lower()
 
 
-def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
-                    hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
-                    detail: bool = False) -> Prediction:
-    """Stages [1]-[5] for a launch command (without the leading `llmperf`). A cluster named here (not the
-    assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`); a caller
-    passing a resolved ClusterSpec says so itself through `overrides.cluster_gpus_per_node`."""
+def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
+                    hardware: str | None = None, overrides: JobOverrides = JobOverrides()
+                    ) -> tuple[ParsedJob, TrainingConfig, ClusterSpec, tuple[str, ...]]:
+    """Stages [1]-[2] against a cluster: (job, config, cluster, cluster notes). A cluster named here (not the
+    assumed default) also says how many GPUs 'every GPU of the node' is (`--nproc-per-node gpu`: one host's GPUs);
+    a caller passing a resolved ClusterSpec says so itself through `overrides.cluster_gpus_per_node`. What the
+    cluster's GPUs cannot run (FP8 without FP8 tensor cores) exits 2 here."""
     spec, notes = resolve_cluster(cluster, hardware)
     if isinstance(cluster, str) and cluster and overrides.cluster_gpus_per_node is None:
         overrides = replace(overrides, cluster_gpus_per_node=spec.host_gpus)
@@ -118,6 +119,14 @@ def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
     if job.nproc_per_node > spec.host_gpus and job.nnodes > 1:
         notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
                   f"{spec.host_gpus} GPUs per node: placement assumes {spec.host_gpus} ranks per node.",)
+    return job, cfg, spec, notes
+
+
+def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,
+                    hardware: str | None = None, overrides: JobOverrides = JobOverrides(),
+                    detail: bool = False) -> Prediction:
+    """Stages [1]-[5] for a launch command (without the leading `llmperf`); see resolve_command."""
+    job, cfg, spec, notes = resolve_command(argv, env, cluster=cluster, hardware=hardware, overrides=overrides)
     estimate = predict_config(cfg, spec, detail=detail)
     return Prediction(job=job, config=cfg, estimate=estimate, cluster=spec,
                       warnings=tuple(job.warnings) + tuple(cfg.warnings) + notes)

@@ -90,12 +90,11 @@ def _refuse_batch_script(argv: Sequence[str], script: str) -> None:
 def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,
              nproc_per_node: int | None, model: str | None) -> tuple[Any, Any, Any]:
     from llmperf_hook import api
-    from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
+    from llmperf_hook.frameworks.resolve import JobOverrides
 
-    spec, notes = api.resolve_cluster(cluster, hardware)
-    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model,
-                             cluster_gpus_per_node=spec.gpus_per_node if cluster else None)
-    job, cfg = resolve_job(argv, dict(os.environ), overrides)
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
+    job, cfg, spec, notes = api.resolve_command(argv, dict(os.environ), cluster=cluster, hardware=hardware,
+                                                overrides=overrides)
     for note in (*notes, *cfg.warnings):  # as predict shows them: an ignored option or unmodelled setting is never silent
         click.echo(f"llmperf tune: warning: {note}", err=True)
     return job, cfg, spec

@@ -138,3 +138,9 @@ def test_a_repeated_apply_reuses_its_tuned_copy(tmp_path: Path, capsys, monkeypa
     third = _applied_argv(_run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
                                 *argv], capsys)[1])
     assert third[third.index("--deepspeed_config") + 1] == "ds.llmperf-tuned-2.json"
+
+
+def test_tune_refuses_what_predict_refuses(capsys) -> None:
+    """tune resolves the command as predict does (api.resolve_command): FP8 on an A100 exits 2, not a tuned table."""
+    code, _, err = _run(["tune", "--cluster", "dgx-a100", "--", *SMALL_MEGATRON, "--fp8-format", "hybrid"], capsys)
+    assert code == 2 and "8.9 or higher" in err
