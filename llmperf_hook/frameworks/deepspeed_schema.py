@@ -287,7 +287,8 @@ def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warn
 
 def grad_norm_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> None:
     """zero_optimization.compute_grad_norm false (DeepSpeed 0.19.8): DeepSpeedZeroConfig allows it at stage 1 or 2
-    only (compute_grad_norm_valid), stage_1_and_2.py needs gradient_clipping 0, and engine.py
+    only (compute_grad_norm_valid), stage_1_and_2.py needs no optimizer offload, no ZenFlow and gradient_clipping 0
+    (a Trainer's "auto" is filled from --max_grad_norm later and not checked here), and engine.py
     _do_optimizer_sanity_check refuses the ZeRO-1 BF16 optimizer (bf16 with fp32 accumulation, no CPU offload)."""
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     if "compute_grad_norm" not in zero or ds_bool(zero["compute_grad_norm"], "zero_optimization.compute_grad_norm", origin):
@@ -297,6 +298,12 @@ def grad_norm_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str) ->
     if stage not in (1, 2):
         raise ConfigError(f"{where} at ZeRO stage {stage}: DeepSpeedZeroConfig raises 'compute_grad_norm=false is "
                           "supported only with ZeRO Stage 1 or 2'. Use stage 1 or 2, or drop the key.")
+    broken = [(fields["offload_optimizer"] != "none", "offload_optimizer", "does not support optimizer offload"),
+              (zero.get("zenflow") is not None, "zenflow", "does not support ZenFlow")]
+    for bad, key, why in broken:
+        if bad:
+            raise ConfigError(f"{where} with zero_optimization.{key}: DeepSpeed's ZeRO-1/2 optimizer raises "
+                              f"'zero_optimization.compute_grad_norm=false {why}'. Drop one of them.")
     if isinstance(clip, (int, float)) and clip > 0:
         raise ConfigError(f"{where} with gradient_clipping {clip}: DeepSpeed's ZeRO-1/2 optimizer raises "
                           "'zero_optimization.compute_grad_norm=false requires gradient_clipping=0'. Set gradient_clipping "

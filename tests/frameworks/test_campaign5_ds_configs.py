@@ -75,6 +75,8 @@ def test_zero_section_refusals_match_deepspeeds_pydantic_model(tmp_path: Path, z
     ({"zero_optimization": {"stage": 3, "compute_grad_norm": False}}, "only with ZeRO Stage 1 or 2"),
     ({"zero_optimization": {"stage": 0, "compute_grad_norm": False}}, "only with ZeRO Stage 1 or 2"),
     ({"zero_optimization": {"stage": 2, "compute_grad_norm": False}, "gradient_clipping": 1.0}, "gradient_clipping=0"),
+    ({"zero_optimization": {"stage": 2, "compute_grad_norm": False, "offload_optimizer": {"device": "cpu"}}},
+     "does not support optimizer offload"),
     ({"zero_optimization": {"stage": 1, "compute_grad_norm": "false"}, "data_types": {"grad_accum_dtype": "fp32"}},
      "BF16 parameters and FP32 gradient accumulation"),
     ({"sequence_parallel_size": 0}, "positive integer"),
