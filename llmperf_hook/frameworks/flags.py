@@ -5,6 +5,7 @@ their values) skipped. Both `--dash-names` and `--underscore_names` are accepted
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -26,8 +27,8 @@ class Flag:
 
 
 ONE_OR_MORE = 0
-"""Flag.nargs of an argparse nargs='+' flag: every following word up to the next option (a negative number is a
-value, as argparse reads it); one value is read as that value, several as a tuple (Megatron's validate_args
+"""Flag.nargs of an argparse nargs='+' flag: every following word up to the next option (a plain negative number
+is a value, as argparse reads it); one value is read as that value, several as a tuple (Megatron's validate_args
 unwraps a one-element list the same way)."""
 
 
@@ -73,15 +74,13 @@ def _lookup(name: str, table: Mapping[str, Flag]) -> tuple[Flag | None, bool]:
     return None, False
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+"""argparse.ArgumentParser._negative_number_matcher: '-3' and '-.5' are values, '-1e-3' is an option word."""
+
+
 def _is_option(word: str) -> bool:
-    """argparse's test: a word starting with '-' is an option unless it reads as a negative number."""
-    if not word.startswith("-"):
-        return False
-    try:
-        float(word)
-    except ValueError:
-        return True
-    return False
+    """argparse's test: a word starting with '-' is an option unless it is a plain negative number."""
+    return word.startswith("-") and not _NEGATIVE_NUMBER.match(word)
 
 
 def _take_values(words: Sequence[str], i: int, word: str, flag: Flag) -> tuple[list[str], int]:

@@ -58,3 +58,5 @@ def test_one_or_more_reads_every_value_up_to_the_next_option() -> None:
     assert parse_flags(["--types=a"], table).get("types") == "a"
     with pytest.raises(ConfigError, match="at least one value"):
         parse_flags(["--types", "--bf16"], table)
+    with pytest.raises(ConfigError, match="at least one value"):  # argparse reads '-1e-3' as an option, not a value
+        parse_flags(["--coeff", "-1e-3"], table)
