@@ -12,11 +12,22 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.provenance import Source, SourceKind
 
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257}
+
+HUB_TOKENIZER_VOCAB = (
+    (re.compile(r"^meta-llama/(Meta-)?Llama-3(\.\d)?-", re.I), 128256, "Llama 3 tokenizer: 128,000 BPE + 256 special"),
+    (re.compile(r"^meta-llama/Llama-2-", re.I), 32000, "Llama 2 SentencePiece tokenizer"),
+    (re.compile(r"^mistralai/(Mistral-7B(-Instruct)?-v0\.1|Mixtral-8x7B)", re.I), 32000,
+     "Mistral v0.1 / Mixtral SentencePiece tokenizer"),
+    (re.compile(r"^(openai-community/)?gpt2(-medium|-large|-xl)?$", re.I), 50257, "GPT-2 BPE"),
+)
+"""Hugging Face Hub tokenizers whose size Megatron's HuggingFaceTokenizer (vocab_size = len(tokenizer)) reads from
+the Hub, by repository name: the sizes their tokenizer files give (len including the added special tokens)."""
 
 
 def pad_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -123,6 +134,9 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         found = vocab_from_hf_dir(tokenizer_model)
         if found is not None:
             return found
+        for pattern, size, what in HUB_TOKENIZER_VOCAB:
+            if pattern.match(tokenizer_model) and not os.path.exists(tokenizer_model):
+                return size, Source(SourceKind.DEFAULT, f"--tokenizer-model {tokenizer_model} ({what})")
     raise ConfigError(
         f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with --tokenizer-model "
         f"{tokenizer_model or '(none)'} is not a tokenizer llmperf can size without loading it (a local Hugging Face "
