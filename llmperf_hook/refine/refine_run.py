@@ -152,7 +152,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     contended = wall_per_cpu is not None and wall_per_cpu > limit
     if contended:
         notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: "
-                     f"they waited for a core or a peer; load {job.load_avg_1m}); rerun on a quieter machine")
+                     f"they waited for a core or a peer{_load_text(job.load_avg_1m)}); rerun on a quieter machine")
     mismatch = device_mismatch(job.device, key, hardware)
     if mismatch:
         notes.append(mismatch)
@@ -287,7 +287,7 @@ def render_refine_report(report: RefineReport) -> str:
         lines.append(f"  job {j.job_id}: {j.framework} on {j.device}, {len(j.ranks_seen)}/{j.world_size} ranks, "
                      f"{j.num_timed_steps} timed steps, measured {_ms(j.step_time_s)}"
                      + (f" (CPU {_ms(j.cpu_time_s)} per rank)" if j.device == "cpu" and j.cpu_time_s else "")
-                     + (f", load {j.load_avg_1m:.2f}" if j.load_avg_1m is not None else ""))
+                     + _load_text(j.load_avg_1m))
         if r.predicted_before_s:
             lines.append(f"    predicted before: {_ms(r.predicted_before_s)} ({_pct(r.predicted_before_s, j.step_time_s)} vs measured)")
         if r.predicted_after_s:
@@ -312,3 +312,8 @@ def report_json(report: RefineReport) -> dict[str, Any]:
             "step_time_scale": r.calibration.step_time_scale, "step_overhead_s": r.calibration.step_overhead_s,
             "num_runs": r.calibration.num_runs},
         "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes)} for r in report.jobs]}
+
+
+def _load_text(load_avg_1m: float | None) -> str:
+    """', load 5.58' for a note, or nothing when the run recorded no load."""
+    return f", load {load_avg_1m:.2f}" if load_avg_1m is not None else ""
