@@ -97,6 +97,8 @@ def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, 
 def as_released(optimizer: OptimizerConfig, env: Mapping[str, str], src: dict[str, Source],
                 warnings: list[str]) -> OptimizerConfig:
     """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named."""
+    if optimizer.zero_stage != 3 and DEEPSPEED_VERSION_ENV not in env:
+        return optimizer  # nothing to change; a stated version is still checked below
     version, where = job_release(env)
     fields = release_zero3_fields(optimizer.zero_stage, version)
     if not fields:
