@@ -43,8 +43,29 @@ def default_profile_name(device: str, threads: int = 1) -> str:
         return f"cpu-{_slug(cpu_model_name())}-{threads}t"
     import torch
 
-    slug = _slug(torch.cuda.get_device_name()).removeprefix("nvidia-")
-    return next((p for p in shipped_hardware_names() if p in slug), slug)
+    return preset_for_device(torch.cuda.get_device_name())
+
+
+DEVICE_PRESETS = (
+    (re.compile(r"^NVIDIA H100 80GB HBM3$"), "h100-sxm5-80gb"),  # what torch names the SXM5 part (our measurements)
+    (re.compile(r"^NVIDIA H100 PCIe$"), "h100-pcie-80gb"),
+    (re.compile(r"^NVIDIA H200$"), "h200-sxm-141gb"),  # the SXM part (our measurements); "H200 NVL" is another
+    (re.compile(r"^NVIDIA A100 80GB PCIe$"), "a100-pcie-80gb"),
+    (re.compile(r"^NVIDIA B200$"), "b200-180gb"),
+    (re.compile(r"^NVIDIA GB200$"), "gb200-186gb"),
+    (re.compile(r"^NVIDIA L40S$"), "l40s-48gb"),
+    (re.compile(r"^AMD Instinct MI300X"), "mi300x-192gb"),
+)
+"""torch.cuda.get_device_name() of GPUs whose name does not contain their preset's (A100 SXM4 names do)."""
+
+
+def preset_for_device(device_name: str) -> str:
+    """The shipped hardware preset a GPU's profile is named after, else the slug of its device name."""
+    slug = _slug(device_name).removeprefix("nvidia-")
+    contained = next((p for p in shipped_hardware_names() if p in slug), None)
+    if contained is not None:
+        return contained
+    return next((preset for pattern, preset in DEVICE_PRESETS if pattern.match(device_name.strip())), slug)
 
 
 def shipped_hardware_names() -> list[str]:
