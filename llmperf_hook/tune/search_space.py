@@ -87,7 +87,8 @@ def default_search_file(framework: str) -> Path:
 def read_search_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"--search {path}: no such file. Give a YAML search space (see configs/search/megatron.yaml).")
+        what = "a folder, not a file" if p.is_dir() else "no such file"
+        raise UsageError(f"--search {path}: {what}. Give a YAML search space (see configs/search/megatron.yaml).")
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:

@@ -48,6 +48,8 @@ def test_bad_space_is_a_usage_error(raw: dict, words: list[str]) -> None:
 def test_missing_or_malformed_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         load_search_space(tmp_path / "nope.yaml", "megatron")
+    with pytest.raises(UsageError, match="a folder, not a file"):
+        load_search_space(tmp_path, "megatron")
     bad = tmp_path / "bad.yaml"
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(UsageError, match="mapping"):
