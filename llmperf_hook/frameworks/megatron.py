@@ -58,9 +58,11 @@ def _vpp(flags: FlagValues, layers: int, pp: int, src: dict[str, Source]) -> int
     given = [flags.seen_flags[d] for d in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
                                            "pipeline_model_parallel_layout") if flags.get(d) is not None]
     if len(given) > 1:
-        raise ConfigError(f"{' and '.join(given)} cannot {'both ' if len(given) == 2 else ''}be set together; Megatron asserts 'No more than one of the following arguments "
-                          "can be set at the same time: --num-layers-per-virtual-pipeline-stage, "
-                          "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout' (arguments.py). Keep one.")
+        both = "both " if len(given) == 2 else ""
+        raise ConfigError(f"{' and '.join(given)} cannot {both}be set together; Megatron asserts 'No more than one of the "
+                          "following arguments can be set at the same time: --num-layers-per-virtual-pipeline-stage, "
+                          "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout' (arguments.py). "
+                          "Keep one.")
     if layout is not None:
         stages = layout_num_stages(layout)
         if stages % pp:
