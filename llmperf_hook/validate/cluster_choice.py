@@ -39,20 +39,25 @@ class ClusterChoice:
 def hardware_name_for(gpu_type: str) -> tuple[str, str | None]:
     """-> (hardware preset name, assumption or None) from a GPU description such as "A100-SXM4-80GB"."""
     text = gpu_type.lower().replace(" ", "")
-    if "gh200" in text:
-        return "gh200-96gb", None
+    for family, preset in (("gh200", "gh200-96gb"), ("gb200", "gb200-186gb"), ("b200", "b200-180gb"),
+                           ("l40s", "l40s-48gb"), ("mi300x", "mi300x-192gb")):
+        if family in text:
+            return preset, None
     if "h200" in text:
         return "h200-sxm-141gb", (None if "nvl" not in text else f"{gpu_type!r} modelled as H200 SXM")
     if "h100" in text:
-        return "h100-sxm5-80gb", (None if "pcie" not in text else f"{gpu_type!r} modelled as H100 SXM5")
+        return ("h100-pcie-80gb", None) if "pcie" in text else ("h100-sxm5-80gb", None)
     if "a100" in text:
+        if "pcie" in text and "40" not in text:
+            return "a100-pcie-80gb", None
         if "40" in text:
-            return "a100-sxm4-40gb", None
+            return "a100-sxm4-40gb", (None if "pcie" not in text else f"{gpu_type!r} modelled as A100 SXM4 40 GB")
         if "80" in text:
             return "a100-sxm4-80gb", None
         return "a100-sxm4-80gb", f"GPU {gpu_type!r}: memory size not stated, A100-SXM4-80GB assumed (same peak FLOP/s)"
-    raise UsageError(f"gpu_type {gpu_type!r} is not a GPU llmperf has a preset for (A100 40/80 GB, H100, H200, GH200); "
-                     "add a `cluster` column naming a cluster YAML for it.")
+    raise UsageError(f"gpu_type {gpu_type!r} is not a GPU llmperf has a preset for (A100 40/80 GB SXM and PCIe, H100 SXM "
+                     "and PCIe, H200, GH200, B200, GB200, L40S, MI300X); add a `cluster` column naming a cluster YAML "
+                     "for it.")
 
 
 def parse_inter_node_GBps_per_gpu(run: MeasuredRun) -> float | None:

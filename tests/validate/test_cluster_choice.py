@@ -43,7 +43,13 @@ def test_number_column_wins_over_text() -> None:
     ("H100-SXM5-80GB", "h100-sxm5-80gb", False),
     ("GH200", "gh200-96gb", False),
     ("H200-SXM-141GB", "h200-sxm-141gb", False),
-    ("H100 PCIe", "h100-sxm5-80gb", True),
+    ("H100 PCIe", "h100-pcie-80gb", False),  # its own preset since session 6 (was modelled as the SXM5)
+    ("A100 80GB PCIe", "a100-pcie-80gb", False),
+    ("A100 PCIe 40GB", "a100-sxm4-40gb", True),
+    ("NVIDIA B200", "b200-180gb", False),
+    ("GB200 NVL72", "gb200-186gb", False),
+    ("L40S", "l40s-48gb", False),
+    ("AMD MI300X", "mi300x-192gb", False),
 ])
 def test_hardware_names(gpu: str, name: str, assumed: bool) -> None:
     got, note = hardware_name_for(gpu)
