@@ -20,12 +20,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import click
 
 from llmperf_hook.commands.common import launch_argv, overrides
 from llmperf_hook.errors import ConfigError, InfeasibleError, LlmperfError, UsageError
+from llmperf_hook.launch.parse import leading_assignments
 from llmperf_hook.launch.sbatch import SBATCH_JOB_ID
 from llmperf_hook.frameworks.resolve import JobOverrides
 
@@ -79,12 +80,14 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
     if dry_run:
         _print_dry_run(argv, pred, fmt, instrument, run_dir)
         return
+    assigned, argv = leading_assignments(argv)  # `FOO=1 torchrun ...`: FOO in the job's environment, as a shell does
+    env.update(assigned)
     check_launchable(argv)  # after the gates (their verdict stands), before a run directory is made
     if instrument is not None:
         # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, which turns Exit into a
         # return value that would be lost.
         sys.exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
-    exec_command(argv)
+    exec_command(argv, env)
 
 
 def predict_or_explain(argv: list[str], env: dict[str, str], cluster: str | None, hardware: str | None,
@@ -241,12 +244,12 @@ def check_launchable(argv: Sequence[str]) -> None:
                      f"(chmod +x) or name its interpreter first (python {program} ...).")
 
 
-def exec_command(argv: list[str]) -> None:
-    """Replace this process with `argv` (never a shell); its exit code becomes ours."""
+def exec_command(argv: list[str], env: Mapping[str, str] | None = None) -> None:
+    """Replace this process with `argv` (never a shell), in `env` (default: ours); its exit code becomes ours."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execvp(argv[0], argv)
+        os.execvpe(argv[0], argv, dict(os.environ if env is None else env))
     except OSError as err:  # e.g. ENOEXEC: an executable script without a #! line
         raise UsageError(f"cannot launch {argv[0]!r}: {err.strerror or err}. If it is a script, name its interpreter "
                          f"first (python {argv[0]} ...) or give it a #! line; check that it is installed and on "

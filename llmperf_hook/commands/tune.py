@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import time
 from typing import Any, Sequence
 
@@ -171,10 +170,12 @@ def _nearest_json(result: Any) -> dict[str, Any] | None:
 def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
     from llmperf_hook.tune.apply import write_planned_files
 
-    if not dry_run:  # a launcher that is not there: say so before a tuned ds_config is written for nothing
-        from llmperf_hook.commands.run import check_launchable
+    from llmperf_hook.commands.run import check_launchable, exec_command
+    from llmperf_hook.launch.parse import leading_assignments
 
-        check_launchable(plan.argv)
+    assigned, program_argv = leading_assignments(plan.argv)  # `FOO=1 deepspeed ...`: FOO for the job, as a shell does
+    if not dry_run:  # a launcher that is not there: say so before a tuned ds_config is written for nothing
+        check_launchable(program_argv)
     try:
         write_planned_files(plan)
     except OSError as err:  # a read-only folder, a full disk, a name taken between planning and writing
@@ -186,12 +187,7 @@ def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
     say(f"llmperf tune: {'would run' if dry_run else 'running'}: {shlex.join(plan.argv)}")
     if dry_run:
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(plan.argv[0], list(plan.argv))
-    except OSError as err:
-        raise UsageError(f"cannot launch {plan.argv[0]!r}: {err}. Is it installed and on PATH?") from None
+    exec_command(program_argv, {**os.environ, **assigned})
 
 
 def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:

@@ -39,6 +39,15 @@ _MODULE_LAUNCHERS = {
 }
 
 
+def leading_assignments(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """(`VAR=value` words at the front as a mapping, the command after them): what a shell does with
+    `FOO=1 torchrun ...` before it runs torchrun with FOO in its environment."""
+    i = 0
+    while i < len(words) and _ASSIGN.match(words[i]):
+        i += 1
+    return dict(w.split("=", 1) for w in words[:i]), list(words[i:])
+
+
 def _strip_assignments(words: list[str], env: dict[str, str]) -> int:
     """Skip `env` and `VAR=value` words at the front, adding them to env; returns the index of the program."""
     i = 0

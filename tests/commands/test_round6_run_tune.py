@@ -241,3 +241,13 @@ def test_refine_skips_a_folder_named_like_a_rank_file(tmp_path: Path, monkeypatc
     (run / "rank1.jsonl").mkdir()
     (job,) = refine_run(run).jobs
     assert job.job.step_time_s == pytest.approx(0.02)
+
+
+def test_leading_assignments_go_into_the_jobs_environment(tmp_path: Path) -> None:
+    """`llmperf run -- FOO=1 cmd` runs cmd with FOO=1, as a shell would (execvp of 'FOO=1' failed), e.g.
+    LLMPERF_DEEPSPEED_VERSION=0.4.2 before a deepspeed command; a missing program after them is named."""
+    out = llmperf("run", "--", "FOO=1", "BAR=two", sys.executable, "-c",
+                  "import os; print(os.environ['FOO'], os.environ['BAR'])", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().endswith("1 two"), out.stderr
+    missing = llmperf("run", "--", "FOO=1", "no-such-launcher-xyz", cwd=tmp_path)
+    assert missing.returncode == 2 and "cannot launch 'no-such-launcher-xyz'" in missing.stderr
