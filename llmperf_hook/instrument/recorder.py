@@ -19,6 +19,11 @@ import sys
 import time
 from typing import Any, Callable
 
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 from llmperf_hook.instrument.config import HookConfig
 from llmperf_hook.instrument.rank_memory import MemoryProbe, current_rss_bytes, make_memory_probe
 from llmperf_hook.instrument.step_timer import StepTimer, make_step_timer
@@ -84,11 +89,12 @@ class JsonlWriter:
         data = "".join((r if isinstance(r, str) else json.dumps(r, separators=(",", ":"))) + "\n"
                        for r in records).encode()
         self._pending = []
-        if self._fd is None:
+        first = self._fd is None
+        if first:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            data = self._after_torn_line() + data
-        os.write(self._fd, data)
+        with _exclusive(self._fd):  # the torn-line check must not see another writer's write half done
+            os.write(self._fd, (self._after_torn_line() + data) if first else data)
 
     def _after_torn_line(self) -> bytes:
         """A newline when the file ends inside a line (a rank of an earlier job killed mid-write), so this
@@ -103,6 +109,28 @@ class JsonlWriter:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+class _exclusive:
+    """flock(LOCK_EX) on `fd` for a with-block (POSIX; elsewhere nothing): the writers of one file take turns, so a
+    writer checking the file's last byte never reads it while another writer's multi-page write is in progress
+    (an O_APPEND write is atomic against other writes, not against a concurrent read)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.locked = False
+
+    def __enter__(self) -> None:
+        try:
+            if fcntl is not None:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                self.locked = True
+        except OSError:  # a filesystem without locks (some network mounts): write unlocked, as before
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.locked:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 class StepRecorder:
