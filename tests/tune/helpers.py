@@ -136,3 +136,25 @@ def explain_valid(cfg: TrainingConfig, table, rows, limit: int | None = None) ->
         if len(out) == limit:
             break
     return out
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """`llmperf ARGS` in this process: (exit code, stdout, stderr)."""
+    import pytest
+
+    from llmperf_hook.cli import main
+
+    with pytest.raises(SystemExit) as ex:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(ex.value.code or 0), out, err
+
+
+def tune_apply_json(tmp_path, capsys, space: dict, argv: list[str]) -> tuple[int, str, str]:
+    """`llmperf tune --cluster dgx-h100 --top 10 --search SPACE --format json --apply --dry-run -- ARGV` with the
+    search space written to tmp_path/space.yaml: (exit code, stdout, stderr)."""
+    import json
+
+    (tmp_path / "space.yaml").write_text(json.dumps(space))
+    return run_cli(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", str(tmp_path / "space.yaml"),
+                    "--format", "json", "--apply", "--dry-run", "--", *argv], capsys)

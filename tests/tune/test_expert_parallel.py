@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from llmperf_hook.cli import main
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.frameworks.validation import validate_config
@@ -24,7 +23,7 @@ from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 from llmperf_hook.tune.search import OOM_CERTAIN_FACTOR
 from llmperf_hook.tune.search_space import load_search_space, parse_search_space
 
-from .helpers import gpt_config, rule_rejected, with_model
+from .helpers import gpt_config, rule_rejected, run_cli, tune_apply_json, with_model
 from .test_tune_command import SMALL_MEGATRON
 
 # Megatron-LM examples/mixtral/train_mixtral_8x7b_distributed.sh, on 8 nodes of 8 GPUs, EP 2.
@@ -42,13 +41,6 @@ MIXTRAL = [
 # A narrower space keeps the end-to-end tests fast; EP stays `auto`.
 NARROW = {"micro_batch_size": [1, 2], "virtual_pipeline": [1], "context_parallel": [1], "recompute": ["none", "full"],
           "distributed_optimizer": [True]}
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ex:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ex.value.code or 0), out, err
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,9 +161,7 @@ def test_expert_flags_rewritten(argv: list[str], base: Candidate, new: Candidate
 
 
 def test_mixtral_tune_apply_is_accepted_by_explain(tmp_path: Path, capsys) -> None:
-    (tmp_path / "space.yaml").write_text(json.dumps(NARROW))
-    code, out, err = _run(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", str(tmp_path / "space.yaml"),
-                           "--format", "json", "--apply", "--dry-run", "--", *MIXTRAL], capsys)
+    code, out, err = tune_apply_json(tmp_path, capsys, NARROW, MIXTRAL)
     assert code == 0, err
     data = json.loads(out)
     s = data["search"]
@@ -181,12 +171,12 @@ def test_mixtral_tune_apply_is_accepted_by_explain(tmp_path: Path, capsys) -> No
     assert best["ep"] != 2  # EP 2 holds 4 of the 8 experts per GPU: the model prefers more expert parallelism
     changed = {c["key"]: (c["old"], c["new"]) for c in best["changes"]}
     assert changed["--expert-model-parallel-size"] == ("2", str(best["ep"]))
-    code, eout, eerr = _run(["explain", "--format", "json", "--", *data["applied"]["argv"]], capsys)
+    code, eout, eerr = run_cli(["explain", "--format", "json", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, eerr
     resolved = json.loads(eout)
     assert (resolved["ep"], resolved["tp"], resolved["pp"], resolved["micro_batch_size"]) == (
         best["ep"], best["tp"], best["pp"], best["micro_batch_size"])
-    code, pout, perr = _run(["predict", "--cluster", "dgx-h100", "--format", "json", "--",
+    code, pout, perr = run_cli(["predict", "--cluster", "dgx-h100", "--format", "json", "--",
                              *data["applied"]["argv"]], capsys)
     assert code == 0, perr
     assert json.loads(pout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-5)
@@ -197,10 +187,10 @@ def test_moe_without_sequence_parallel_does_not_compete(tmp_path: Path, capsys) 
     (exit 2, naming the rule, as explain does); from a valid command, tune never ranks such a layout."""
     argv = list(MIXTRAL)
     argv[argv.index("--tensor-model-parallel-size") + 1] = "2"
-    code, _, err = _run(["tune", "--cluster", "dgx-h100", "--", *argv], capsys)
+    code, _, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *argv], capsys)
     assert code == 2 and "needs --sequence-parallel" in err and "moe_layer.py" in err
     (tmp_path / "space.yaml").write_text(json.dumps({**NARROW, "tensor_parallel": [1, 2]}))
-    code, out, err = _run(["tune", "--cluster", "dgx-h100", "--top", "3", "--format", "json", "--search",
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "3", "--format", "json", "--search",
                            str(tmp_path / "space.yaml"), "--", *argv, "--sequence-parallel"], capsys)
     assert code == 0, err
     data = json.loads(out)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmperf_hook.cli import main
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.frameworks.validation import validate_config
@@ -22,7 +21,7 @@ from llmperf_hook.tune.candidate import apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import generate_candidates, rule_masks
 from llmperf_hook.tune.search_space import load_search_space, parse_search_space
 
-from .helpers import mask_disagreements, rule_rejected
+from .helpers import mask_disagreements, rule_rejected, run_cli, tune_apply_json
 
 # Mixtral-8x7B with the alltoall dispatcher and its EP all-to-all overlapped: PP 4 with 2 virtual stages, EP 4.
 OVERLAP = [
@@ -42,13 +41,6 @@ SPACE = {"micro_batch_size": [1, 2], "virtual_pipeline": [1, 2, 4], "context_par
          "recompute": ["none", "selective", "full", "block"], "distributed_optimizer": [True]}
 
 
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ex:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ex.value.code or 0), out, err
-
-
 def _with(argv: list[str], flag: str, value: str | None) -> list[str]:
     """argv with `flag`'s value replaced (value None: the flag and its value dropped)."""
     i = argv.index(flag)
@@ -56,9 +48,7 @@ def _with(argv: list[str], flag: str, value: str | None) -> list[str]:
 
 
 def test_tune_never_proposes_what_the_ep_overlap_refuses(tmp_path: Path, capsys) -> None:
-    (tmp_path / "space.yaml").write_text(json.dumps(SPACE))
-    code, out, err = _run(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", str(tmp_path / "space.yaml"),
-                           "--format", "json", "--apply", "--dry-run", "--", *OVERLAP], capsys)
+    code, out, err = tune_apply_json(tmp_path, capsys, SPACE, OVERLAP)
     assert code == 0, err
     data = json.loads(out)
     invalid = data["search"]["invalid_by_rule"]
@@ -66,7 +56,7 @@ def test_tune_never_proposes_what_the_ep_overlap_refuses(tmp_path: Path, capsys)
     assert not any(key.startswith("framework validation") for key in invalid), invalid
     for row in data["top"]:
         assert row["ep"] > 1 and (row["pp"] == 1 or row["vpp"] > 1) and row["recompute"] in ("none", "selective"), row
-    code, eout, eerr = _run(["explain", "--format", "json", "--", *data["applied"]["argv"]], capsys)
+    code, eout, eerr = run_cli(["explain", "--format", "json", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, eerr
     best, resolved = data["top"][0], json.loads(eout)
     assert [resolved[k] for k in ("tp", "pp", "vpp", "ep", "micro_batch_size")] == [
@@ -146,13 +136,13 @@ def test_ulysses_commands_never_get_megatron_sequence_parallel(tmp_path: Path, m
     with pytest.raises(ConfigError, match="not compatible with Megatron-LM's sequence parallel"):
         validate_config(apply_candidate(cfg, dataclasses.replace(candidate_of(cfg), sequence_parallel=True)))
     (tmp_path / "space.yaml").write_text(json.dumps({"tensor_parallel": [2, 4], "micro_batch_size": [1, 2]}))
-    code, out, err = _run(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", str(tmp_path / "space.yaml"),
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", str(tmp_path / "space.yaml"),
                            "--format", "json", "--apply", "--dry-run", "--", *MDS_ULYSSES], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["search"]["invalid_by_rule"]["DeepSpeed-Ulysses refuses sequence parallel"] > 0
     assert data["top"] and all(row["cp"] == 2 and not row["sequence_parallel"] for row in data["top"])
-    code, _, eerr = _run(["explain", "--", *data["applied"]["argv"]], capsys)
+    code, _, eerr = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, eerr
 
 

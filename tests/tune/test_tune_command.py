@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmperf_hook.cli import main
+from .helpers import run_cli
 
 SMALL_MEGATRON = [
     "torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py",
@@ -26,15 +26,8 @@ DS_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradi
              "zero_optimization": {"stage": 0}, "bf16": {"enabled": True}}
 
 
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ex:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ex.value.code or 0), out, err
-
-
 def _explain(argv: list[str], capsys, extra: list[str] = ()) -> dict:
-    code, out, err = _run(["explain", "--format", "json", *extra, "--", *argv], capsys)
+    code, out, err = run_cli(["explain", "--format", "json", *extra, "--", *argv], capsys)
     assert code == 0, err
     return json.loads(out)
 
@@ -45,7 +38,7 @@ def _applied_argv(out: str) -> list[str]:
 
 
 def test_megatron_apply_dry_run_is_accepted_by_explain(capsys) -> None:
-    code, out, err = _run(["tune", "--cluster", "dgx-a100", "--format", "json", "--apply", "--dry-run", "--",
+    code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--format", "json", "--apply", "--dry-run", "--",
                            *SMALL_MEGATRON], capsys)
     assert code == 0, err
     data = json.loads(out)
@@ -62,7 +55,7 @@ def test_megatron_apply_dry_run_is_accepted_by_explain(capsys) -> None:
     assert resolved["global_batch_size"] == 256 and resolved["world_size"] == 16
     assert best["step_time_s"] <= data["baseline"]["step_time_s"] + 1e-9 or not data["baseline"]["fits"]
     # The top candidate's numbers are exactly what `llmperf predict` says for the rewritten command.
-    code, pout, perr = _run(["predict", "--cluster", "dgx-a100", "--format", "json", "--", *new_argv], capsys)
+    code, pout, perr = run_cli(["predict", "--cluster", "dgx-a100", "--format", "json", "--", *new_argv], capsys)
     assert code == 0, perr
     assert json.loads(pout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-5)  # JSON keeps 6 digits
 
@@ -72,7 +65,7 @@ def test_deepspeed_apply_writes_new_config_and_keeps_the_users(tmp_path: Path, c
     (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG, indent=1))
     before = (tmp_path / "ds.json").read_bytes()
     argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"]
-    code, out, err = _run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
                            *argv], capsys)
     assert code == 0, err
     assert (tmp_path / "ds.json").read_bytes() == before
@@ -92,7 +85,7 @@ def test_nothing_fits_exits_3_naming_the_closest(capsys) -> None:
     argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "96", "--hidden-size", "12288",
             "--num-attention-heads", "96", "--seq-length", "2048", "--max-position-embeddings", "2048",
             "--tokenizer-type", "GPT2BPETokenizer", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16"]
-    code, out, err = _run(["tune", "--cluster", "dgx-a100", "--hardware", "a100-sxm4-40gb", "--", *argv], capsys)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-a100", "--hardware", "a100-sxm4-40gb", "--", *argv], capsys)
     assert code == 3
     assert "nothing fits" in err and "least-memory configuration" in err and "GiB" in err
     assert "Traceback" not in err
@@ -101,7 +94,7 @@ def test_nothing_fits_exits_3_naming_the_closest(capsys) -> None:
 def test_bad_search_file_is_exit_2(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "s.yaml"
     bad.write_text("pipeline_parallel: [zero]\n")
-    code, _, err = _run(["tune", "--cluster", "dgx-a100", "--search", str(bad), "--", *SMALL_MEGATRON], capsys)
+    code, _, err = run_cli(["tune", "--cluster", "dgx-a100", "--search", str(bad), "--", *SMALL_MEGATRON], capsys)
     assert code == 2 and "pipeline_parallel" in err
 
 
@@ -130,17 +123,17 @@ def test_a_repeated_apply_reuses_its_tuned_copy(tmp_path: Path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG, indent=1))  # ZeRO-0: llama3-8b does not fit
     argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"]
-    runs = [_applied_argv(_run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
+    runs = [_applied_argv(run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
                                 *argv], capsys)[1]) for _ in range(2)]
     assert runs[0] == runs[1] and runs[0] != argv
     assert sorted(p.name for p in tmp_path.glob("ds.llmperf-tuned*")) == ["ds.llmperf-tuned.json"]
     (tmp_path / "ds.llmperf-tuned.json").write_text("{}")  # not what tune would write: a fresh name
-    third = _applied_argv(_run(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
+    third = _applied_argv(run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama3-8b", "--apply", "--dry-run", "--",
                                 *argv], capsys)[1])
     assert third[third.index("--deepspeed_config") + 1] == "ds.llmperf-tuned-2.json"
 
 
 def test_tune_refuses_what_predict_refuses(capsys) -> None:
     """tune resolves the command as predict does (api.resolve_command): FP8 on an A100 exits 2, not a tuned table."""
-    code, _, err = _run(["tune", "--cluster", "dgx-a100", "--", *SMALL_MEGATRON, "--fp8-format", "hybrid"], capsys)
+    code, _, err = run_cli(["tune", "--cluster", "dgx-a100", "--", *SMALL_MEGATRON, "--fp8-format", "hybrid"], capsys)
     assert code == 2 and "8.9 or higher" in err
