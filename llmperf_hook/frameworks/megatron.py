@@ -285,8 +285,17 @@ def _sharded_optimizer(flags: FlagValues, src: dict[str, Source]) -> bool:
     return bool(flags.get("use_distributed_optimizer", False))
 
 
-def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
+def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bool = False) -> str:
+    """The attention kernels the job runs. `--transformer-impl local` builds megatron-core's local layer spec,
+    whose DotProductAttention is unfused whatever --attention-backend says (gpt_builders.py
+    _get_transformer_layer_spec -> get_gpt_layer_local_spec; core/transformer/dot_product_attention.py: baddbmm,
+    FusedScaleMaskSoftmax, bmm); Megatron-DeepSpeed's ParallelAttention runs its unfused CoreAttention unless a
+    --use-flash-attn* flag is given (megatron/model/transformer.py)."""
     backend = flags.get("attention_backend")
+    if flags.get("transformer_impl") == "local" and not ds_flavour:
+        src["attention_backend"] = Source(SourceKind.ARGV, f"{flags.seen_flags.get('transformer_impl', '--transformer-impl')} local: "
+                                          "megatron-core's local DotProductAttention (unfused)")
+        return "unfused"
     if backend is not None:
         src["attention_backend"] = flags.source("attention_backend")
         return {"local": "unfused"}.get(backend, backend) if backend in ("flash", "fused", "unfused", "local", "auto") else "auto"
@@ -294,6 +303,10 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source]) -> str:
         if flags.get(name):
             src["attention_backend"] = flags.source(name)
             return "flash"
+    if ds_flavour:
+        src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron-DeepSpeed: CoreAttention (unfused) "
+                                          "without --use-flash-attn")
+        return "unfused"
     src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron: auto")
     return "auto"
 
@@ -322,7 +335,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings), megatron_recompute(flags, src),
-                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src), schedule)
+                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour), schedule)
 
 
 def preset_megatron_shape(flags: FlagValues, shape_model: str, tp: int, src: dict[str, Source],
