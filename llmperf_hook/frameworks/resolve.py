@@ -9,7 +9,7 @@ Precedence of values is stated once, in provenance.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
@@ -17,6 +17,7 @@ from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, acce
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
+from llmperf_hook.frameworks.model_family import check_model_family, fill_script_tokenizer
 from llmperf_hook.frameworks.provenance_fill import fill_sources
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
 from llmperf_hook.frameworks.training_config import TrainingConfig
@@ -103,9 +104,12 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     """Stage [2]: the ParsedJob's script arguments -> a validated TrainingConfig."""
     from llmperf_hook.frameworks.assemble import assemble_deepspeed, assemble_megatron
 
+    family_warnings = check_model_family(job.script, job.script_args)
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
     framework = detect_framework(flags, job.env)
+    if framework in ("megatron", "megatron-deepspeed"):
+        fill_script_tokenizer(flags, job.script)
     ds = load_ds_settings(flags, framework, job.world_size, job.env)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
@@ -114,6 +118,8 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     else:
         cfg = assemble_deepspeed(job, flags, framework, ds, overrides, src)
     fill_sources(src, flags, ds, framework)  # cfg.sources is this dict
+    if family_warnings:
+        cfg = replace(cfg, warnings=tuple(dict.fromkeys((*family_warnings, *cfg.warnings))))
     validate_config(cfg)
     return cfg
 

@@ -4,7 +4,8 @@ Megatron builds the tokenizer and pads its `vocab_size` (megatron/training/token
 `_vocab_size_with_padding`). We do the same without loading tokenizer libraries: GPT2BPETokenizer is
 50257 tokens (the GPT-2 vocab.json, 50256 merges + <|endoftext|>), a local Hugging Face tokenizer directory
 is read (tokenizer.json added + model vocab, or config.json `vocab_size`), a local SentencePiece model of
-Llama2Tokenizer is counted, `--vocab-size` is used as given.
+Llama2Tokenizer is counted, a local WordPiece vocab.txt of BertWordPiece(Lower)Case is counted,
+`--vocab-size` is used as given.
 """
 
 from __future__ import annotations
@@ -114,6 +115,22 @@ def sentencepiece_pieces(path: str) -> int | None:
         return None
 
 
+SENTENCEPIECE_TOKENIZERS = ("Llama2Tokenizer", "GPTSentencePieceTokenizer")
+"""vocab_size = the SentencePiece model's pieces (tokenizer.py _Llama2Tokenizer / _GPTSentencePieceTokenizer)."""
+BERT_TOKENIZERS = ("BertWordPieceLowerCase", "BertWordPieceCase")
+
+
+def wordpiece_size(path: str) -> int | None:
+    """Megatron's _BertWordPieceTokenizer: the vocab.txt tokens (one per line, load_vocab keeps the last of a
+    repeated one) plus [BOS] and [EOS], added when absent (tokenizer.py add_token, core_r0.5.0 :121-130)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tokens = {line.strip() for line in handle if line.strip()}
+    except (OSError, UnicodeDecodeError):
+        return None
+    return len(tokens | {"[BOS]", "[EOS]"}) if tokens else None
+
+
 def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None,
                        vocab_file: str | None = None) -> tuple[int, Source]:
     """--vocab-size first, then what the tokenizer type fixes (a local GPT-2 vocab.json is counted), then a local
@@ -124,10 +141,14 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         size = _json_len(vocab_file)  # Megatron's GPT-2 tokenizer: len(encoder)
         if size:
             return size, Source(SourceKind.CONFIG_FILE, f"{vocab_file} (GPT-2 encoder)")
-    if tokenizer_type == "Llama2Tokenizer" and tokenizer_model and os.path.isfile(tokenizer_model):
+    if tokenizer_type in SENTENCEPIECE_TOKENIZERS and tokenizer_model and os.path.isfile(tokenizer_model):
         pieces = sentencepiece_pieces(tokenizer_model)
         if pieces:
             return pieces, Source(SourceKind.CONFIG_FILE, f"{tokenizer_model} (SentencePiece pieces)")
+    if tokenizer_type in BERT_TOKENIZERS and vocab_file and os.path.isfile(vocab_file):
+        size = wordpiece_size(vocab_file)
+        if size:
+            return size, Source(SourceKind.CONFIG_FILE, f"{vocab_file} (WordPiece tokens + [BOS], [EOS])")
     if tokenizer_type in KNOWN_VOCAB:
         return KNOWN_VOCAB[tokenizer_type], Source(SourceKind.DEFAULT, f"{tokenizer_type} vocabulary")
     if tokenizer_model:
@@ -137,8 +158,12 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         for pattern, size, what in HUB_TOKENIZER_VOCAB:
             if pattern.match(tokenizer_model) and not os.path.exists(tokenizer_model):
                 return size, Source(SourceKind.DEFAULT, f"--tokenizer-model {tokenizer_model} ({what})")
+    given = f"--tokenizer-model {tokenizer_model}" if tokenizer_model else (
+        f"--vocab-file {vocab_file}" if vocab_file else "no --tokenizer-model or --vocab-file")
     raise ConfigError(
-        f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with --tokenizer-model "
-        f"{tokenizer_model or '(none)'} is not a tokenizer llmperf can size without loading it (a local Hugging Face "
-        "tokenizer directory, or GPT2BPETokenizer). Add --vocab-size N (the tokenizer's vocabulary before padding)."
+        f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with {given} is not a "
+        "tokenizer llmperf can size without loading it (it reads a local Hugging Face tokenizer directory, a local "
+        "GPT-2 vocab.json, WordPiece vocab.txt or Llama 2 SentencePiece model, and knows GPT2BPETokenizer and a few "
+        "Hub repositories by name; the file named is not on this machine or not one of those). Add --vocab-size N "
+        "(the tokenizer's vocabulary before padding), or run llmperf where the tokenizer file is."
     )

@@ -1,0 +1,76 @@
+"""Which network a Megatron-style training script builds, read from the script's name as its users run it.
+
+llmperf models decoder-only transformer stacks (attention + dense MLP or MoE): Megatron-LM's and
+Megatron-DeepSpeed's `pretrain_gpt.py` and what shares its layers. Other entry points of those repositories train
+other networks that the same flags only partly describe; pricing them as a GPT would be a wrong number printed
+with confidence, so they stop with exit 2 and say why. BERT is priced as its encoder stack, with a warning.
+
+Each script also fills `--tokenizer-type` when the command does not (its `pretrain(..., args_defaults=...)`),
+which decides how the vocabulary is sized.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.provenance import Source, SourceKind
+
+SCRIPT_TOKENIZER = {
+    "pretrain_gpt.py": "GPT2BPETokenizer", "pretrain_gpt_core.py": "GPT2BPETokenizer",
+    "pretrain_bert.py": "BertWordPieceLowerCase", "pretrain_t5.py": "BertWordPieceLowerCase",
+}
+"""`pretrain(..., args_defaults={'tokenizer_type': ...})` of each entry point (NVIDIA/Megatron-LM pretrain_gpt.py
+:527 and pretrain_bert.py:165 at d98e8a6, core_r0.5.0 pretrain_gpt.py:211 / pretrain_bert.py:196; deepspeedai/
+Megatron-DeepSpeed pretrain_gpt.py:364, pretrain_bert.py:165, pretrain_t5.py:163 at 4efb479). Megatron applies
+them only to arguments the command leaves unset (arguments.py parse_args: args_defaults)."""
+
+_UNMODELLED = (
+    (re.compile(r"pretrain_t5\.py"), "a T5 encoder-decoder (an encoder stack, a decoder stack with cross-attention "
+     "over the encoder output, --encoder-num-layers/--decoder-num-layers)"),
+    (re.compile(r"pretrain_(mamba|hybrid)\.py"), "a Mamba / hybrid Mamba-attention model (selective state-space "
+     "layers laid out by --hybrid-override-pattern / --hybrid-layer-pattern)"),
+    (re.compile(r"pretrain_(vlm|vit|vision_\w+|ict|retro|mimo)\.py"), "a vision, retrieval (ICT, RETRO) or "
+     "multimodal model, whose encoders and data flow are not Megatron's GPT layers"),
+)
+_NEOX_WORDS = ("--megatron_config", "--megatron-config")
+
+
+def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
+    """Exit 2 for entry points llmperf does not model (naming the script and what it trains); the warnings of
+    those priced with a caveat."""
+    name = os.path.basename(script)
+    if name == "deepy.py" or any(w in _NEOX_WORDS for w in script_args) or _neox_yaml(name, script_args):
+        raise ConfigError(
+            f"{script} is EleutherAI GPT-NeoX (deepy.py / train.py with YAML configs), which llmperf does not "
+            "support: NeoX reads its model shape, parallel layout, batch and precision from its YAML files (and "
+            "passes them to train.py as an encoded --megatron_config), not from Megatron-LM or DeepSpeed command-line "
+            "arguments. Predict the same model as a Megatron-LM pretrain_gpt.py or DeepSpeed command, or with "
+            "--model gpt-neox-20b on a plain DeepSpeed script.")
+    for pattern, what in _UNMODELLED:
+        if pattern.fullmatch(name):
+            raise ConfigError(
+                f"{script} trains {what}, which llmperf does not model: it prices decoder-only transformer layers "
+                "(attention + MLP or MoE) as pretrain_gpt.py builds them, and would misprice this network. Predict "
+                "a pretrain_gpt.py job instead.")
+    if name == "pretrain_bert.py":
+        return [f"{name}: BERT priced as its encoder stack of transformer layers; bidirectional attention costs "
+                "as a causal one, and the pooler, binary head and LM-head transform are not modelled"]
+    return []
+
+
+def _neox_yaml(name: str, script_args: Sequence[str]) -> bool:
+    """GPT-NeoX's `train.py configs/125M.yml configs/local_setup.yml`: YAML files as positional arguments."""
+    return name == "train.py" and any(w.endswith((".yml", ".yaml")) and not w.startswith("-") for w in script_args)
+
+
+def fill_script_tokenizer(flags: FlagValues, script: str) -> None:
+    """--tokenizer-type from the entry point's args_defaults when the command leaves it unset."""
+    name = os.path.basename(script)
+    if flags.has("tokenizer_type") or name not in SCRIPT_TOKENIZER:
+        return
+    flags.values["tokenizer_type"] = SCRIPT_TOKENIZER[name]
+    flags.sources["tokenizer_type"] = Source(SourceKind.DEFAULT, f"{name} args_defaults")
