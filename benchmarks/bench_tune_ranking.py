@@ -1,6 +1,7 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
+                                                              [--misses [--noise PCT]]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -19,6 +20,15 @@ slopes of the step time (least squares t = n (a L + b) + c over layers L and mic
 predicted, and reads the host cost per op unit off the host-bound cells (hidden 1024, micro-batch 1-2, TP 1-4):
 the unit that makes their mean predicted per-layer slope the measured one (the configs/clusters A100 presets'
 `host_overhead_per_op_us`; predict/host_issue.py).
+
+`--misses` prints, per missed group, the measured best and the choice with the signed error of each and the
+runner-up's measured gap; then oracles that re-rank every group with part of the prediction taken from the
+measurements: each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source,
+hidden, TP, PP, micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside
+the layers, per step), and each (hidden, TP, micro-batch) cell priced at its measured times. They say which
+error decides the misses, not what to fit. `--noise PCT` adds the figure with every row within PCT % of a
+group's fastest counted as its best (S24 itself has no run-to-run spread to read a noise from: its rows are
+composed, `bench_validation.py --audit-s24`).
 """
 
 from __future__ import annotations
@@ -58,6 +68,26 @@ class GroupResult:
     """The tuner's choice is the fastest fitting row by direct full prediction (checks the bounded search)."""
     row_errors: tuple = ()
     """(cell, signed relative error of the predicted step time) per row; cell = (hidden, tp, micro-batch)."""
+    points: tuple = ()
+    """One RowPoint per row of the group (what --misses re-ranks)."""
+
+
+@dataclass(frozen=True)
+class RowPoint:
+    """One measured row of a group as the diagnostics need it."""
+
+    layout: str
+    """The candidate's description (tp, pp, micro-batch, recompute)."""
+    cell: tuple
+    """(hidden, tp, micro-batch)."""
+    family: tuple
+    """(source, hidden, tp, pp, micro-batch, dp): rows that differ only in layers and micro-batch count."""
+    num_layers: int
+    num_microbatches: int
+    measured_s: float
+    predicted_s: float
+    fits: bool
+    """Peak memory <= 95 % of the GPU (the tuner's fit rule): only such rows can be chosen."""
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -138,15 +168,26 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
     source = "/".join(sorted({r.source_id for r, _, _ in rows}))
     errors = tuple(((cfg.model.hidden_size, cfg.parallel.tp, cfg.batch.micro_batch_size),
                     (p - r.iteration_time_s) / r.iteration_time_s) for p, (r, cfg, _) in zip(predicted, rows))
+    points = tuple(_row_point(r, cfg, e) for r, cfg, e in zip((r for r, _, _ in rows), (c for _, c, _ in rows), estimates))
     if not res.top:
         return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration",
-                           row_errors=errors)
+                           row_errors=errors, points=points)
     chosen = res.top[0].candidate
     direct_best = min(fitting, key=lambda t: t[0])[0] if fitting else None
     return GroupResult(label, source, len(cands), meas[chosen] <= (1 + WITHIN) * best, meas[chosen] == best, corr,
                        f"{chosen.describe()} ({meas[chosen] / best:.3f}x best)",
                        ratio_to_best=meas[chosen] / best, is_predicted_best=direct_best is not None and res.top[0].step_time_s <= direct_best * (1 + 1e-9),
-                       row_errors=errors)
+                       row_errors=errors, points=points)
+
+
+def _row_point(run, cfg, estimate) -> RowPoint:
+    from llmperf_hook.tune.candidate import candidate_of
+
+    h, tp, pp, mbs = cfg.model.hidden_size, cfg.parallel.tp, cfg.parallel.pp, cfg.batch.micro_batch_size
+    return RowPoint(candidate_of(cfg).describe(), (h, tp, mbs), (run.source_id, h, tp, pp, mbs, cfg.parallel.dp),
+                    cfg.model.num_layers, cfg.batch.num_microbatches, run.iteration_time_s,
+                    float(estimate.step_time_s),
+                    estimate.memory.peak_bytes_per_gpu <= 0.95 * estimate.memory.capacity_bytes)
 
 
 def main() -> None:
@@ -157,6 +198,10 @@ def main() -> None:
                     help="also print the mean signed step-time error per (hidden, TP, micro-batch) over the ranked rows")
     ap.add_argument("--host-cells", action="store_true",
                     help="also print per-layer / per-micro-batch slopes of the single-stage S24 cells and the host unit")
+    ap.add_argument("--misses", action="store_true",
+                    help="also print each miss's deciding rows and the oracles (which part / cell flips the misses)")
+    ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
+                    help="with --misses: also count rows within PCT %% of a group's fastest as its best")
     args = ap.parse_args()
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
@@ -172,6 +217,8 @@ def main() -> None:
     report(results, time.perf_counter() - started, args.verbose)
     if args.cells:
         report_cells(results)
+    if args.misses:
+        report_misses(results, args.noise / 100)
     if args.host_cells:
         with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
             report_host_cells(Path(args.csv), presets, Path(tmp))
@@ -229,6 +276,95 @@ def report_host_cells(csv_path: Path, presets, work: Path) -> None:
         implied = unit_s * sum(m for m, _ in host_bound) / sum(p for _, p in host_bound)
         print(f"host-bound cells (hidden 1024, TP 1-4, mbs 1-2): {len(host_bound)}; the preset's unit "
               f"{unit_s * 1e6:.1f} us predicts their mean per-layer slope with a unit of {implied * 1e6:.1f} us")
+
+
+def choice_index(points, predicted) -> int | None:
+    """The row the tuner picks: the fastest predicted among the rows that fit (None if none fits)."""
+    fitting = [i for i, p in enumerate(points) if p.fits]
+    return min(fitting, key=lambda i: predicted[i]) if fitting else None
+
+
+def is_hit(points, predicted, noise: float = 0.0) -> bool:
+    """Top-1 within 5 % of the measured best; with `noise`, every row within that fraction of the fastest
+    counts as the best (the slowest of them is the reference)."""
+    i = choice_index(points, predicted)
+    if i is None:
+        return False
+    fastest = min(p.measured_s for p in points)
+    best = max(p.measured_s for p in points if p.measured_s <= fastest * (1 + noise))
+    return points[i].measured_s <= (1 + WITHIN) * best
+
+
+def count_hits(groups, predicted_of, noise: float = 0.0) -> int:
+    return sum(is_hit(pts, [predicted_of(p) for p in pts], noise) for pts in groups)
+
+
+def bilinear_fit(points, value) -> np.ndarray | None:
+    """Least squares t = a n L + b n + c L + d over one family's rows (n micro-batches, L layers): per layer and
+    micro-batch, per micro-batch outside the layers, per layer and step, per step. None when under-determined."""
+    if len({p.num_layers for p in points}) < 2 or len({(p.num_layers, p.num_microbatches) for p in points}) < 4:
+        return None
+    a = np.array([[p.num_microbatches * p.num_layers, p.num_microbatches, p.num_layers, 1.0] for p in points])
+    return np.linalg.lstsq(a, np.array([value(p) for p in points]), rcond=None)[0]
+
+
+COMPONENTS = {"per layer and micro-batch": (0,), "per micro-batch outside the layers": (1,),
+              "per step": (2, 3), "per layer and micro-batch + per micro-batch": (0, 1), "all four": (0, 1, 2, 3)}
+"""Parts of the step time the --misses oracle takes from the measurements (indices into bilinear_fit)."""
+
+
+def component_oracle(points, parts: tuple[int, ...]) -> dict:
+    """RowPoint -> predicted time with the `parts` of its family's bilinear fit replaced by the measured ones."""
+    families: dict = defaultdict(list)
+    for p in points:
+        families[p.family].append(p)
+    out = {}
+    for rows in families.values():
+        measured, predicted = bilinear_fit(rows, lambda p: p.measured_s), bilinear_fit(rows, lambda p: p.predicted_s)
+        delta = np.zeros(4)
+        if measured is not None and predicted is not None:
+            delta[list(parts)] = (measured - predicted)[list(parts)]
+        for p in rows:
+            out[p] = p.predicted_s + float(np.array([p.num_microbatches * p.num_layers, p.num_microbatches,
+                                                     p.num_layers, 1.0]) @ delta)
+    return out
+
+
+def report_misses(results: list[GroupResult], noise: float) -> None:
+    """Which rows decide each miss, which part of the step time and which (hidden, TP, micro-batch) cell flips
+    them (oracles: that part or that cell taken from the measurements), and the figure with a noise band."""
+    groups = [r.points for r in results if r.points]
+    print("\nmisses: measured best vs the tuner's choice (signed error of the prediction), runner-up gap:")
+    for r in results:
+        pts = r.points
+        i = choice_index(pts, [p.predicted_s for p in pts])
+        if not pts or is_hit(pts, [p.predicted_s for p in pts]) or i is None:
+            continue
+        order = sorted(pts, key=lambda p: p.measured_s)
+        best, chosen = order[0], pts[i]
+        gap = order[1].measured_s / best.measured_s - 1
+        print(f"  {r.key:<52} best {_describe(best)}  chose {_describe(chosen)}  runner-up +{100 * gap:.1f} %")
+    base = count_hits(groups, lambda p: p.predicted_s)
+    print(f"\noracles (re-ranked by direct prediction; base {base}/{len(groups)}):")
+    everything = [p for pts in groups for p in pts]
+    for label, parts in COMPONENTS.items():
+        fixed = component_oracle(everything, parts)
+        print(f"  {label} from the measurements: {count_hits(groups, fixed.__getitem__)}/{len(groups)}")
+    cells = sorted({(p.family[0],) + p.cell for p in everything})
+    flips = sorted(((count_hits(groups, lambda p, c=c: p.measured_s if (p.family[0],) + p.cell == c
+                                else p.predicted_s), c) for c in cells), reverse=True)
+    print("  one (source, hidden, TP, micro-batch) cell priced at its measured times: "
+          + ", ".join(f"{c[0]} h{c[1]} TP{c[2]} mbs{c[3]} -> {n}" for n, c in flips[:5]))
+    if noise > 0:
+        ties = sum(1 for pts in groups if len(pts) > 1 and
+                   sorted(p.measured_s for p in pts)[1] <= min(p.measured_s for p in pts) * (1 + noise))
+        print(f"noise band {100 * noise:.1f} %: {ties} groups have a runner-up within it; top-1 within 5 % "
+              f"{base}/{len(groups)} as measured, {count_hits(groups, lambda p: p.predicted_s, noise)}/{len(groups)} "
+              "with every row in the band counted as the best")
+
+
+def _describe(p: RowPoint) -> str:
+    return f"{p.layout} {1e3 * p.measured_s:.1f} ms ({100 * (p.predicted_s / p.measured_s - 1):+.1f} %)"
 
 
 def report(results: list[GroupResult], elapsed_s: float, verbose: bool) -> None:
