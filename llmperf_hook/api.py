@@ -23,7 +23,7 @@ from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.predict.dispatch import predict_op_times
-from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.calibration import calibrate_step, find_calibration
 from llmperf_hook.schedule.compose import compose_step
 from llmperf_hook.schedule.memory import estimate_memory
 from llmperf_hook.schedule.step_estimate import StepEstimate
@@ -56,20 +56,14 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     memory = estimate_memory(cfg, graph, cluster)
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)
-    scale, overhead_s = 1.0, 0.0
-    calibration = find_calibration(cluster.gpu.name, cluster.name, cfg.framework)
-    if calibration is not None and calibration.step_time_scale > 0:
-        scale = calibration.step_time_scale
-        overhead_s = max(0.0, float(getattr(calibration, "step_overhead_s", 0.0)))
-        predictor["calibration"] = (f"x{scale:.3f} + {overhead_s * 1e3:.1f} ms from {calibration.num_runs} "
-                                    f"instrumented run(s)")
-        warnings.append(f"step time calibrated (x{scale:.3f} + {overhead_s * 1e3:.1f} ms per step) for "
-                        f"{cluster.gpu.name} on {cluster.name} with {cfg.framework}, fitted on "
-                        f"{calibration.num_runs} instrumented run(s).")
-    # refine/calibration.py: step_time = step_time_scale * predicted + step_overhead_s
-    step_s = step.step_time_s * scale + overhead_s
+    # refine/calibration.py: this configuration's own calibration if it was instrumented, else the shared one shrunk
+    calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s)
+    scale, step_s = (calibrated.scale, calibrated.step_time_s) if calibrated else (1.0, step.step_time_s)
+    if calibrated is not None:
+        predictor["calibration"] = calibrated.predictor_note
+        warnings.append(calibrated.warning)
     breakdown = dict(step.breakdown)
-    if calibration is not None and step_s != step.step_time_s:
+    if calibrated is not None and step_s != step.step_time_s:
         breakdown["calibration"] = step_s - step.step_time_s
     world = cfg.world_size
     peak = cluster.gpu.peak_for(cfg.precision)

@@ -13,6 +13,10 @@ ingested by `llmperf refine`; the predictor applies it as
 - three or more runs whose predictions span at least 1.5x: scale and a fixed per-step overhead by weighted
   least squares on relative error (weights 1/measured^2), kept only when it fits the runs better than the
   scale alone and both terms come out non-negative.
+A calibration knows what it saw (refine/shrinkage.py): a configuration with instrumented runs of its own (same
+fingerprint, refine/config_fingerprint.py) gets its own measured ratio (the posterior mean E[b + c_f]); every
+other configuration gets the shared fit above, shrunk toward 1 in log space by the posterior weight k of the shared
+bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k.
 `find_calibration` is on the predict path: stdlib sqlite3 only, never raises (a broken store means None).
 """
 
@@ -20,10 +24,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 MIN_RUNS_FOR_OVERHEAD = 3
 MIN_SPREAD_FOR_OVERHEAD = 1.5
+
+
+@dataclass(frozen=True)
+class ConfigScale:
+    """The calibration of one configuration that was instrumented."""
+
+    fingerprint: str
+    """refine/config_fingerprint.py."""
+    step_time_scale: float
+    """Posterior mean of its measured / predicted ratio (refine/shrinkage.py: E[b + c_f])."""
+    measured_scale: float
+    """Geometric mean of its runs' measured / predicted ratios."""
+    num_runs: int
+    """How many instrumented runs of this configuration."""
+    label: str = ""
+    """What the configuration is, for notes (config_fingerprint.describe_config)."""
 
 
 @dataclass(frozen=True)
@@ -32,20 +52,89 @@ class Calibration:
     cluster: str
     framework: str
     step_time_scale: float
-    """Measured / predicted step time, fitted on instrumented runs (1.0 = no correction)."""
+    """Measured / predicted step time, fitted on instrumented runs (1.0 = no correction): the shared fit,
+    before the shrinkage of `shared_weight`."""
     num_runs: int
     """How many instrumented runs the fit used."""
     step_overhead_s: float = 0.0
-    """Fixed seconds per step added after scaling (0 unless >= 3 runs of different sizes support it)."""
+    """Fixed seconds per step added after scaling (0 unless >= 3 configurations of different sizes support it)."""
+    shared_weight: float = 1.0
+    """Posterior weight k of the shared fit for a configuration without runs of its own (1 = in full, as a
+    calibration stored before shrinkage existed)."""
+    num_configs: int = 0
+    """How many distinct configurations the runs were (0: not recorded, an older store)."""
+    config_scales: tuple[ConfigScale, ...] = ()
+    """The instrumented configurations' own calibrations."""
+    sd_config: float = 0.0
+    """Standard deviation of a configuration's own log-bias the shrinkage used (0: none)."""
+    sd_run: float = 0.0
+    """Run-to-run standard deviation of log step time the shrinkage used (0: none)."""
 
-    def apply(self, predicted_step_time_s: float) -> float:
-        """The calibrated step time for an uncalibrated prediction."""
-        return self.step_time_scale * predicted_step_time_s + self.step_overhead_s
+    def own_scale(self, fingerprint: str | None) -> ConfigScale | None:
+        """The configuration's own calibration, if it was instrumented."""
+        return next((c for c in self.config_scales if fingerprint and c.fingerprint == fingerprint), None)
 
-    def describe(self) -> str:
+    def apply(self, predicted_step_time_s: float, fingerprint: str | None = None) -> float:
+        """The calibrated step time for an uncalibrated prediction of the configuration `fingerprint`."""
+        own = self.own_scale(fingerprint)
+        if own is not None:
+            return own.step_time_scale * predicted_step_time_s
+        fitted = self.step_time_scale * predicted_step_time_s + self.step_overhead_s
+        if self.shared_weight >= 1.0 or predicted_step_time_s <= 0 or fitted <= 0:
+            return fitted
+        return predicted_step_time_s * (fitted / predicted_step_time_s) ** max(self.shared_weight, 0.0)
+
+    def describe(self, fingerprint: str | None = None) -> str:
+        """Which calibration applies to `fingerprint`, in one sentence."""
+        where = f"{self.framework} on {self.cluster} ({self.hardware})"
+        own = self.own_scale(fingerprint)
+        if own is not None:
+            return (f"calibrated on this exact configuration: x{own.step_time_scale:.3f} from {own.num_runs} "
+                    f"instrumented run(s) of it (measured x{own.measured_scale:.3f}, weighted against run-to-run "
+                    f"spread {self.sd_run:.1%}) of {where}")
         extra = f" + {self.step_overhead_s * 1e3:.2f} ms" if self.step_overhead_s else ""
-        return (f"calibrated x{self.step_time_scale:.3f}{extra} from {self.num_runs} instrumented run(s) of "
-                f"{self.framework} on {self.cluster} ({self.hardware})")
+        if self.num_configs == 0:
+            return f"calibrated x{self.step_time_scale:.3f}{extra} from {self.num_runs} instrumented run(s) of {where}"
+        return (f"cluster calibration from {self.num_runs} run(s) of {self.num_configs} configuration(s), shrunk "
+                f"{1 - self.shared_weight:.0%}: fitted x{self.step_time_scale:.3f}{extra} applied to the power "
+                f"{self.shared_weight:.2f} (shared-bias prior {_SD_SHARED:.0%}, configuration spread "
+                f"{self.sd_config:.1%}, run spread {self.sd_run:.1%}) of {where}")
+
+
+_SD_SHARED = 0.10  # refine/shrinkage.SD_SHARED_PRIOR (not imported: this module is on the predict path)
+
+
+@dataclass(frozen=True)
+class CalibratedStep:
+    """What a calibration did to one prediction (api.predict_config)."""
+
+    step_time_s: float
+    """The calibrated step time."""
+    scale: float
+    """Calibrated / uncalibrated step time."""
+    predictor_note: str
+    """The `predictor["calibration"]` line."""
+    warning: str
+    """The sentence predict prints."""
+
+
+def calibrate_step(calibration: Calibration | None, cfg: Any, step_time_s: float) -> CalibratedStep | None:
+    """The calibration for this configuration applied to an uncalibrated step time; None without one. The
+    configuration's fingerprint is built only when the calibration has configurations of its own."""
+    if calibration is None or calibration.step_time_scale <= 0 or step_time_s <= 0:
+        return None
+    fingerprint = None
+    if calibration.config_scales:
+        from llmperf_hook.refine.config_fingerprint import config_fingerprint
+
+        fingerprint = config_fingerprint(cfg)
+    calibrated = calibration.apply(step_time_s, fingerprint)
+    if not calibrated > 0:
+        return None
+    text = calibration.describe(fingerprint)
+    scale = calibrated / step_time_s
+    note = f"x{scale:.3f}: {text}"
+    return CalibratedStep(calibrated, scale, note, f"step time {note}.")
 
 
 def fit_calibration(predicted_s: Sequence[float], measured_s: Sequence[float]) -> tuple[float, float]:
@@ -120,7 +209,7 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibratio
     find_calibration, one SQLite open per prediction (a third of `predict --batch` time)."""
     import sqlite3
 
-    from llmperf_hook.refine.observation_store import load_calibration_row, store_path
+    from llmperf_hook.refine.observation_store import load_calibration_row, load_shrinkage, store_path
 
     try:
         conn = sqlite3.connect(f"{store_path().resolve().as_uri()}?mode=ro", uri=True)
@@ -128,11 +217,13 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibratio
         return None
     try:
         row = load_calibration_row(conn, hardware, cluster, framework)
-    except Exception:  # noqa: BLE001
+        extra = load_shrinkage(conn, hardware, cluster, framework) if row is not None else {}
+        scale, overhead, num_runs = row if row is not None else (0.0, 0.0, 0)
+        scales = tuple(ConfigScale(str(f), float(s), float(m), int(n), str(label or ""))
+                       for f, s, m, n, label in extra.pop("config_scales", ()) if f and s and s > 0)
+        return None if row is None else Calibration(hardware, cluster, framework, float(scale), int(num_runs),
+                                                    float(overhead or 0.0), config_scales=scales, **extra)
+    except Exception:  # noqa: BLE001 - a malformed row never breaks a prediction
         return None
     finally:
         conn.close()
-    if row is None:
-        return None
-    scale, overhead, num_runs = row
-    return Calibration(hardware, cluster, framework, float(scale), int(num_runs), float(overhead or 0.0))

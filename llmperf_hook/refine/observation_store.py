@@ -35,7 +35,19 @@ CREATE TABLE IF NOT EXISTS refine_op_samples (
 CREATE TABLE IF NOT EXISTS refine_calibrations (
     hardware TEXT, cluster TEXT, framework TEXT, step_time_scale REAL, step_overhead_s REAL, num_runs INTEGER,
     fitted_unix_s REAL, PRIMARY KEY (hardware, cluster, framework));
+CREATE TABLE IF NOT EXISTS refine_config_scales (
+    hardware TEXT, cluster TEXT, framework TEXT, fingerprint TEXT, step_time_scale REAL, measured_scale REAL,
+    num_runs INTEGER, label TEXT, PRIMARY KEY (hardware, cluster, framework, fingerprint));
 """
+
+ADDED_COLUMNS = {
+    "refine_runs": (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
+                    ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT")),
+    "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
+                            ("sd_run", "REAL")),
+}
+"""Columns added after the first release of a table: a store written by an earlier version gets them on open
+(NULL: a calibration without shared_weight is one fitted before shrinkage, refitted by _migrate_calibrations)."""
 
 
 def store_path() -> Path:
@@ -76,17 +88,48 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
     conn = open_store(db).conn
     conn.executescript(SCHEMA_SQL)
     _add_missing_columns(conn)
+    _migrate_calibrations(conn)
     return conn
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    """Stores written by an earlier version lack the later refine_runs columns."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(refine_runs)")}
+    """Stores written by an earlier version lack the later columns (ADDED_COLUMNS); runs stored before
+    fingerprints existed get theirs from the config they saved (refine/config_fingerprint.py)."""
     with conn:
-        for name, decl in (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
-                           ("reference_cpu_s", "REAL")):
-            if name not in have:
-                conn.execute(f"ALTER TABLE refine_runs ADD COLUMN {name} {decl}")
+        for table, columns in ADDED_COLUMNS.items():
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for name, decl in columns:
+                if name not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        _backfill_fingerprints(conn)
+
+
+def _backfill_fingerprints(conn: sqlite3.Connection) -> None:
+    from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
+
+    rows = conn.execute("SELECT job_id, config_json FROM refine_runs WHERE config_fingerprint IS NULL "
+                        "AND config_json IS NOT NULL").fetchall()
+    for job_id, text in rows:
+        try:
+            fingerprint = fingerprint_from_config_json(json.loads(text))
+        except (TypeError, ValueError):
+            fingerprint = None
+        if fingerprint:
+            conn.execute("UPDATE refine_runs SET config_fingerprint = ? WHERE job_id = ?", (fingerprint, job_id))
+
+
+def _migrate_calibrations(conn: sqlite3.Connection) -> None:
+    """A calibration fitted before shrinkage (shared_weight NULL) is refitted from its runs, so an old store's
+    one-run scale stops applying in full to every configuration."""
+    keys = conn.execute("SELECT hardware, cluster, framework FROM refine_calibrations "
+                        "WHERE shared_weight IS NULL").fetchall()
+    if keys:
+        from llmperf_hook.refine.recalibrate import recalibrate
+
+        for hardware, cluster, framework in keys:
+            recalibrate(conn, hardware, cluster, framework)
+        with conn:  # a key without usable runs keeps its scale, applied in full as before
+            conn.execute("UPDATE refine_calibrations SET shared_weight = 1.0 WHERE shared_weight IS NULL")
 
 
 def record_shared_steps(conn: sqlite3.Connection, job_id: str, key: tuple[str, str, str] | None,
@@ -131,7 +174,8 @@ def _shared(conn: sqlite3.Connection) -> Any:
 def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
     cols = ("job_id", "run_dir", "hardware", "cluster", "framework", "device", "world_size", "num_timed_steps",
             "measured_step_time_s", "predicted_step_time_s", "uncalibrated_step_time_s", "peak_memory_bytes",
-            "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s")
+            "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s",
+            "config_fingerprint")
     values = [row.get(c) for c in cols] + [time.time()]
     with conn:
         conn.execute(f"INSERT OR REPLACE INTO refine_runs ({', '.join(cols)}, ingested_unix_s) "
@@ -156,24 +200,33 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
     return len(rows)
 
 
-def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> list[tuple[str, float, float]]:
-    """(job_id, uncalibrated predicted, measured) of every ingested run of this key with both numbers that
-    was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU)."""
-    cur = conn.execute("SELECT job_id, uncalibrated_step_time_s, measured_step_time_s FROM refine_runs "
-                       "WHERE hardware = ? AND cluster = ? AND framework = ? AND uncalibrated_step_time_s > 0 "
-                       "AND measured_step_time_s > 0 AND COALESCE(usable_for_calibration, 1) = 1 "
-                       "ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    return [(str(j), float(p), float(m)) for j, p, m in cur.fetchall()]
+def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
+                 framework: str) -> list[tuple[str, str | None, float, float, str | None]]:
+    """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON) of every ingested run of this
+    key with both numbers that was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU)."""
+    cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, measured_step_time_s, config_json "
+                       "FROM refine_runs WHERE hardware = ? AND cluster = ? AND framework = ? "
+                       "AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
+                       "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
+    return [(str(j), f, float(p), float(m), c) for j, f, p, m, c in cur.fetchall()]
 
 
-def save_calibration(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str, scale: float,
-                     overhead_s: float, num_runs: int) -> None:
-    """Into the shared calibrations table (scale, runs) and refine_calibrations (with the overhead)."""
+def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
+    """A refine/calibration.Calibration into refine_calibrations and refine_config_scales (replacing the key's
+    earlier fit), and its shared scale into the shared calibrations table (another reader's: scale and runs)."""
+    key = (cal.hardware, cal.cluster, cal.framework)
     with conn:
-        conn.execute("INSERT OR REPLACE INTO refine_calibrations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (hardware, cluster, framework, scale, overhead_s, num_runs, time.time()))
+        conn.execute("INSERT OR REPLACE INTO refine_calibrations (hardware, cluster, framework, step_time_scale, "
+                     "step_overhead_s, num_runs, fitted_unix_s, shared_weight, num_configs, sd_config, sd_run) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (*key, cal.step_time_scale, cal.step_overhead_s, cal.num_runs, time.time(), cal.shared_weight,
+                      cal.num_configs, cal.sd_config, cal.sd_run))
+        conn.execute("DELETE FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ?", key)
+        conn.executemany("INSERT INTO refine_config_scales VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         [(*key, c.fingerprint, c.step_time_scale, c.measured_scale, c.num_runs, c.label)
+                          for c in cal.config_scales])
         conn.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?)",
-                     (hardware, cluster, framework, scale, num_runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+                     (*key, cal.step_time_scale, cal.num_runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
 
 def load_calibration_row(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple | None:
@@ -190,6 +243,24 @@ def load_calibration_row(conn: sqlite3.Connection, hardware: str, cluster: str, 
         if row is not None:
             return row
     return None
+
+
+def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> dict[str, Any]:
+    """The shrinkage columns and the configurations' own scales of this key ({} when the store predates them:
+    the calibration then applies in full, as it was fitted)."""
+    key = (hardware, cluster, framework)
+    try:
+        row = conn.execute("SELECT shared_weight, num_configs, sd_config, sd_run FROM refine_calibrations "
+                           "WHERE hardware = ? AND cluster = ? AND framework = ?", key).fetchone()
+        scales = conn.execute("SELECT fingerprint, step_time_scale, measured_scale, num_runs, label FROM "
+                              "refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ? "
+                              "ORDER BY fingerprint", key).fetchall()
+    except sqlite3.Error:
+        return {}
+    if row is None or row[0] is None:
+        return {}
+    return {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
+            "sd_run": float(row[3] or 0.0), "config_scales": [tuple(r) for r in scales]}
 
 
 def op_samples_for_hardware(conn: sqlite3.Connection, hardware: str) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from typing import Any, Mapping
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.refine import observation_store as store
-from llmperf_hook.refine.calibration import Calibration, fit_calibration
+from llmperf_hook.refine.calibration import Calibration
+from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
+from llmperf_hook.refine.recalibrate import recalibrate
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
 
 MAX_WALL_PER_CPU = 1.5
@@ -66,6 +68,8 @@ class JobRefinement:
     op_refit: str = ""
     """What the per-op refit did (or why it did not run)."""
     notes: tuple[str, ...] = ()
+    fingerprint: str | None = None
+    """The run's configuration (refine/config_fingerprint.py); None when prediction.json names none."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     prediction = run.prediction_for(job_id)
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
+    fingerprint = fingerprint_from_config_json((prediction or {}).get("config"))
     notes = list(_completeness_notes(job)) + _short_run_note(Path(run.path), job_id, job)
     if run.num_bad_lines:
         notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
@@ -166,14 +171,18 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "config_json": json.dumps((prediction or {}).get("config"), default=str), "wall_per_cpu": wall_per_cpu,
         # recorded, not applied: the hook's machine-speed reading does not track this testbed's step-time drift
         # (instrument/reference_speed.py, benchmarks/bench_cpu_testbed.py --drift-check)
-        "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s})
+        "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s,
+        "config_fingerprint": fingerprint})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     usable_key = None if mismatch else key
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_refit = _refit_ops(conn, job_id, usable_key, samples)
-    calibration = _recalibrate(conn, key) if key and raw and job.step_time_s and not mismatch else None
+    calibration, variance_source = (recalibrate(conn, key.hardware, key.cluster, key.framework)
+                                    if key and raw and job.step_time_s and not mismatch else (None, ""))
+    if calibration is not None and calibration.num_configs:
+        notes.append(_shrinkage_note(calibration, fingerprint, variance_source))
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
@@ -182,8 +191,17 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                      "step_time_s not a positive number)")
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
-    after = calibration.apply(raw) if calibration and raw else None
-    return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes))
+    after = calibration.apply(raw, fingerprint) if calibration and raw else None
+    return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
+                         fingerprint=fingerprint)
+
+
+def _shrinkage_note(cal: Calibration, fingerprint: str | None, variance_source: str) -> str:
+    """What the calibration does for the other configurations, and where its variances came from."""
+    seen = ("this configuration has its own calibration; " if cal.own_scale(fingerprint) is not None else
+            "the run's prediction.json names no configuration, so it only informs the shared part; ")
+    return (f"{seen}other configurations get the {cal.describe()} [variances: {variance_source}; shared-bias "
+            f"prior and its source: refine/shrinkage.py]")
 
 
 def device_mismatch(device: str, key: CalibrationKey | None, hardware_option: str | None) -> str:
@@ -251,15 +269,6 @@ def _short_run_note(run_dir: Path, job_id: str, job: JobSteps) -> list[str]:
     return []
 
 
-def _recalibrate(conn: Any, key: CalibrationKey) -> Calibration | None:
-    runs = store.runs_for_key(conn, key.hardware, key.cluster, key.framework)
-    if not runs:
-        return None
-    scale, overhead = fit_calibration([p for _, p, _ in runs], [m for _, _, m in runs])
-    store.save_calibration(conn, key.hardware, key.cluster, key.framework, scale, overhead, len(runs))
-    return Calibration(key.hardware, key.cluster, key.framework, scale, len(runs), overhead)
-
-
 def _refit_ops(conn: Any, job_id: str, key: CalibrationKey | None, samples: list) -> str:
     if not samples:
         return ""
@@ -292,7 +301,7 @@ def render_refine_report(report: RefineReport) -> str:
             lines.append(f"    predicted before: {_ms(r.predicted_before_s)} ({_pct(r.predicted_before_s, j.step_time_s)} vs measured)")
         if r.predicted_after_s:
             lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, j.step_time_s)} vs measured)"
-                         f"  [{r.calibration.describe()}]")
+                         f"  [{r.calibration.describe(r.fingerprint)}]")
         if r.num_op_samples:
             lines.append(f"    op samples: {r.num_op_samples} ingested; {r.op_refit}")
         lines.extend(f"    note: {n}" for n in r.notes)
@@ -310,8 +319,17 @@ def report_json(report: RefineReport) -> dict[str, Any]:
         "calibration": None if r.calibration is None else {
             "hardware": r.calibration.hardware, "cluster": r.calibration.cluster, "framework": r.calibration.framework,
             "step_time_scale": r.calibration.step_time_scale, "step_overhead_s": r.calibration.step_overhead_s,
-            "num_runs": r.calibration.num_runs},
+            "num_runs": r.calibration.num_runs, "shared_weight": r.calibration.shared_weight,
+            "num_configs": r.calibration.num_configs, "sd_config": r.calibration.sd_config,
+            "sd_run": r.calibration.sd_run, "config_fingerprint": r.fingerprint,
+            "own_scale": _own_scale(r)},
         "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes)} for r in report.jobs]}
+
+
+def _own_scale(r: JobRefinement) -> float | None:
+    """The job's configuration's own calibrated ratio, or None when it has none."""
+    own = r.calibration.own_scale(r.fingerprint) if r.calibration else None
+    return own.step_time_scale if own else None
 
 
 def _load_text(load_avg_1m: float | None) -> str:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+CONFIG = {"framework": "deepspeed", "world_size": 2, "num_layers": 2, "hidden_size": 64, "seq_length": 128,
+          "micro_batch_size": 2, "global_batch_size": 4, "zero_stage": 1, "precision": "fp32"}
+"""The part of the explain JSON that makes a configuration (refine/config_fingerprint.py)."""
 PREDICTION = {"schema": 1, "step_time_s": 0.010, "cluster": {"name": "local-cpu", "gpu": "cpu-test"},
-              "config": {"framework": "deepspeed"}}
+              "config": CONFIG}
 
 
 def write_run(run: Path, job_id: str, rank_times: dict[int, list[float]], warmup: int = 1,

@@ -61,7 +61,7 @@ def test_find_calibration_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert find_calibration("cpu", "local", "deepspeed") is None  # no store yet: None, and no file created
     assert not (tmp_path / "store.sqlite").exists()
     conn = store.connect()
-    store.save_calibration(conn, "cpu", "local", "deepspeed", 1.25, 0.002, 4)
+    store.save_calibration(conn, Calibration("cpu", "local", "deepspeed", 1.25, 4, 0.002))
     conn.close()
     assert find_calibration("cpu", "local", "deepspeed") == Calibration("cpu", "local", "deepspeed", 1.25, 4, 0.002)
     assert find_calibration("cpu", "local", "megatron") is None

@@ -14,6 +14,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.refine.calibration import find_calibration
 from llmperf_hook.refine.refine_run import refine_run, render_refine_report, uncalibrated_prediction_s
 from llmperf_hook.refine.run_records import read_run_dir, summarize_job
+from llmperf_hook.refine.shrinkage import SD_CONFIG_NO_PROFILE, SD_RUN_PRIOR, SD_SHARED_PRIOR
 from refine_helpers import PREDICTION, write_run
 
 
@@ -33,11 +34,16 @@ def test_refine_fits_calibration_and_reports_before_after(tmp_path: Path, monkey
     report = refine_run(run)
     (job,) = report.jobs
     assert job.predicted_before_s == 0.010 and job.job.step_times_s == (0.021, 0.020, 0.020)
-    assert job.job.step_time_s == 0.020 and job.predicted_after_s == pytest.approx(0.020)
+    # its own ratio x2, weighted against run-to-run noise (refine/shrinkage.py; no profile of cpu-test)
+    prior = SD_SHARED_PRIOR ** 2 + SD_CONFIG_NO_PROFILE ** 2
+    own = 0.010 * 2.0 ** (prior / (prior + SD_RUN_PRIOR ** 2))
+    assert job.job.step_time_s == 0.020 and job.predicted_after_s == pytest.approx(own)
     cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
     assert cal is not None and cal.step_time_scale == pytest.approx(2.0) and cal.num_runs == 1
     text = render_refine_report(report)
-    assert "predicted before: 10.00 ms (-50.0% vs measured)" in text and "+0.0% vs measured" in text
+    assert "predicted before: 10.00 ms (-50.0% vs measured)" in text
+    assert f"{(own - 0.02) / 0.02 * 100:+.1f}% vs measured" in text and "this exact configuration" in text
+    assert "other configurations get the cluster calibration from 1 run(s) of 1 configuration(s), shrunk" in text
     refine_run(run)  # refining the same run again does not count it twice
     assert find_calibration("cpu-test", "local-cpu", "deepspeed").num_runs == 1
 

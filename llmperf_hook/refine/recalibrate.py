@@ -1,0 +1,58 @@
+"""Refit one (hardware, cluster, framework) calibration from every usable run of it in the store.
+
+    runs (store) -> configurations (fingerprints) -> variances -> posterior -> Calibration (store)
+
+The shared part is fitted on one point per configuration (the geometric mean of its runs), so a configuration
+instrumented ten times does not outvote nine others run once: scale only (the posterior's weighted mean mu), or
+scale + per-step overhead where refine/calibration.fit_calibration finds >= 3 configurations of different
+sizes support one. It transfers to configurations without runs with the posterior weight k
+(refine/shrinkage.py); each instrumented configuration keeps its own posterior ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from typing import Any
+
+from llmperf_hook.refine import observation_store as store
+from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
+from llmperf_hook.refine.config_fingerprint import describe_config
+from llmperf_hook.refine.shrinkage import ConfigRuns, estimate_variances, group_runs, posterior, sd_config_prior
+
+
+def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
+    """(the refitted calibration, where its variances came from), stored; (None, "") when the key has no usable
+    run (a stored calibration of it is left as it is)."""
+    runs = store.runs_for_key(conn, hardware, cluster, framework)
+    configs = group_runs([(j, f, p, m) for j, f, p, m, _ in runs])
+    if not configs:
+        return None, ""
+    sd_prior, prior_source = sd_config_prior(hardware)
+    variances = estimate_variances(configs, sd_prior, prior_source)
+    post = posterior(configs, variances)
+    scale, overhead = _shared_fit(configs, post.shared_log_scale)
+    labels = {f: describe_config(_config(text)) for _, f, _, _, text in runs if f}
+    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint]),
+                            math.exp(sum(c.log_ratios) / len(c.log_ratios)), len(c.log_ratios),
+                            labels.get(c.fingerprint, "")) for c in configs if not c.fingerprint.startswith("job:"))
+    cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
+                      num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
+                      sd_run=variances.sd_run)
+    store.save_calibration(conn, cal)
+    return cal, variances.source
+
+
+def _shared_fit(configs: list[ConfigRuns], mu: float) -> tuple[float, float]:
+    """(scale, overhead) of the shared part: exp(mu), or the affine fit over the configurations' means."""
+    scale, overhead = fit_calibration([c.predicted_s for c in configs], [c.measured_s for c in configs])
+    return (scale, overhead) if overhead > 0 else (math.exp(mu), 0.0)
+
+
+def _config(text: Any) -> dict | None:
+    try:
+        doc = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
