@@ -13,7 +13,8 @@ Semantics followed:
 - ZeRO++ (Wang et al. 2023, arXiv:2306.10209) at stage 3: hpZ, qwZ and qgZ (zero3_fetch_ops, zero_grad_reduce_ops); the gradient
   reduction in communication_data_type; a partial optimizer offload (offload_optimizer.ratio) splits the step.
 - DeepSpeed ZeRO-3 before v0.5.5 / v0.6.0 (runs of that era, validate/framework_era.py): per-tensor list
-  all-gathers and reduce-scatters with their per-rank host loop and copies (graph/zero3_legacy.py).
+  all-gathers and reduce-scatters with their per-rank host loop and copies, and (before v0.5.5) the step's
+  re-gather of the persistent parameters with one copy per parameter and rank (graph/zero3_legacy.py).
 - Expert parameters synchronise over the expert data-parallel group (world / (pp * etp * ep) ranks).
 """
 
@@ -25,7 +26,7 @@ from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
 from llmperf_hook.graph.op import Collective, Op, Phase
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
-from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops
+from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops, persistent_gather_ops
 
 PARAM_BYTES = 2
 """bf16/fp16 parameter copies gathered by the distributed optimizer and ZeRO (fp32 when training in fp32)."""
@@ -286,6 +287,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
         ops += _param_gather(cfg, "dp", num_dense, dense) + _param_gather(cfg, "edp", num_expert, edp)
+    if o.zero_stage == 3:
+        ops += persistent_gather_ops(cfg, num_layers, stage == p.pp - 1, dense)
     return tuple(ops)
 
 

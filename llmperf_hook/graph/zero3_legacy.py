@@ -21,6 +21,13 @@ What that code did per collective (git show v0.3.13:deepspeed/runtime/zero/parti
   average_tensor divides the bucket in place (`tensor.div_(world_size)`) and reduce_independent_p_g_buckets_and_
   remove_grads copies each gradient of at most reduce_bucket_size elements (5e8 by default) into the contiguous
   ipg bucket. Replaced by reduce_scatter_coalesced in v0.6.0.
+- Persistent parameters after the step, `_post_step` (stage3.py): the parameters under
+  stage3_param_persistence_threshold (biases, norms) stay gathered between steps, so the step re-gathers them with
+  `all_gather(persistent_parameters)`, async_op=False, which runs `_allgather_params`: one coalesced list
+  all-gather (a loop of N `narrow` views, torch's N copy-outs), then for every persistent parameter a Python loop
+  over the world size copying each rank's few elements into the full tensor (`narrow`, `view(-1).narrow`,
+  `copy_`): one tiny copy per parameter and rank, issued by the host while the GPU waits. From v0.5.5 on
+  `_allgather_params_coalesced` gathers into place without that loop.
 """
 
 from __future__ import annotations
@@ -50,6 +57,14 @@ REDUCE_EXTRA_BYTES_PER_ELEM = 4 + 4
 input list (read 2, write 2)."""
 IPG_COPY_BYTES_PER_ELEM = 4
 """Copy of a gradient of at most reduce_bucket_size elements into the contiguous ipg bucket (read 2, write 2)."""
+PERSISTENT_COPY_LOOP_S = 4.9e-6
+"""Host time per (persistent parameter, rank) of `_allgather_params`' copy loop without the copy itself (`narrow`,
+`view(-1).narrow`, the bounds test and `min`): 4.9-5.0 us, measured by benchmarks/measure_zero3_persistent_gather.py
+(torch 2.13 CPU, one thread, 2,240 ranks, best of 101; same machine as GATHER_LOOP_S_PER_RANK). The copy adds
+COPY_S_PER_RANK."""
+PERSISTENCE_THRESHOLD_DEFAULT = 100_000
+"""stage3_param_persistence_threshold default (v0.3.13 stage3.py FP16_DeepSpeedZeroOptimizer_Stage3
+param_persistence_threshold=100000): parameters with fewer elements stay gathered (ds_persist)."""
 REDUCE_BUCKET_SIZE_DEFAULT = 500_000_000
 """zero_optimization.reduce_bucket_size default (v0.3.13 zero/constants.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT):
 gradients larger than it are reduced in place (extra_large_param_to_reduce), smaller ones copied into the bucket."""
@@ -94,3 +109,47 @@ def per_tensor_reduce_ops(cfg: TrainingConfig, modules: tuple[int, ...], layer_p
     nbytes = layer_params * REDUCE_EXTRA_BYTES_PER_ELEM + ipg
     return tuple(ops) + (_list_overhead("zero3_legacy.reduce_list_copies", "bwd", layer_params, nbytes, host_s,
                                         cfg.precision),)
+
+
+def persistent_tensor_sizes(cfg: TrainingConfig, num_layers: int, last_stage: bool) -> tuple[int, ...]:
+    """Elements of the parameters of a stage's `num_layers` layers (and the final norm on the last stage) that stay
+    gathered (under PERSISTENCE_THRESHOLD_DEFAULT), per TP rank: the QKV and MLP-up biases (column-parallel, split
+    over TP), the projection and MLP-down biases (row-parallel, whole), the two norms' weight (and bias for
+    LayerNorm). Every weight matrix is larger than the threshold for any hidden size above 316."""
+    m, t = cfg.model, cfg.parallel.tp
+    h = m.hidden_size
+    per_norm = (h,) if m.normalization == "RMSNorm" else (h, h)
+    biases: tuple[int, ...] = ()
+    if m.add_bias_linear:
+        ffn = m.ffn_hidden_size * (2 if m.swiglu else 1)
+        biases = ((m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t, h, ffn // t, h)
+    layer = tuple(n for n in biases + per_norm * 2 if 0 < n < PERSISTENCE_THRESHOLD_DEFAULT)
+    final = tuple(n for n in per_norm if n < PERSISTENCE_THRESHOLD_DEFAULT) if last_stage else ()
+    return layer * num_layers + final
+
+
+def rank_copies(numel: int, world: int) -> int:
+    """Copies `_allgather_params` makes for one parameter: ranks whose padded partition (ceil(numel / world)
+    elements, _aligned_size / world_size) starts inside the parameter."""
+    part = -(-numel // world)
+    return min(world, -(-numel // part))
+
+
+def persistent_gather_ops(cfg: TrainingConfig, num_layers: int, last_stage: bool, dense: Collective) -> tuple[Op, ...]:
+    """The step's re-gather of the persistent parameters (DeepSpeed < v0.5.5, see the module docstring): the
+    coalesced all-gather over the data-parallel group and, on the critical path after the optimizer, its list loop
+    (N x (loop + copy-out)) and the per-parameter copy loop (copies x (PERSISTENT_COPY_LOOP_S + COPY_S_PER_RANK))."""
+    sizes = persistent_tensor_sizes(cfg, num_layers, last_stage)
+    n = dense.group_size
+    if not cfg.optimizer.zero3_list_param_gather or not sizes or n <= 1:
+        return ()
+    elems = sum(sizes)
+    gather_bytes = sum(-(-e // n) for e in sizes) * n * 2
+    copies = sum(rank_copies(e, n) for e in sizes)
+    host_s = n * (REDUCE_LOOP_S_PER_RANK + COPY_S_PER_RANK) + copies * (PERSISTENT_COPY_LOOP_S + COPY_S_PER_RANK)
+    gather = Op("zero3_legacy.persistent_param_allgather", "allgather", "step", {"bytes": gather_bytes},
+                dtype=cfg.precision, collective=dense)
+    # The copy-out of torch's list gather and the copies into the parameters: read and write each element twice.
+    copy = Op("zero3_legacy.persistent_param_allgather_copies", "zero3_list_copy", "step", {"elements": elems},
+              flops=0.0, bytes_moved=float(elems * 2 * 4), dtype=cfg.precision, tags={"host_s": f"{host_s:.6g}"})
+    return gather, copy

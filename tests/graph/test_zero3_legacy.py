@@ -97,3 +97,52 @@ def test_era_makes_the_step_slower_and_more_so_at_larger_dp() -> None:
         legacy = predict_config(replace(_cfg(world), optimizer=replace(_cfg(world).optimizer, **ERA)), cluster)
         ratios.append(legacy.step_time_s / today)
     assert 1.0 < ratios[0] < ratios[1]
+
+
+def test_rank_copies_follow_the_padded_partitions() -> None:
+    """_allgather_params copies one slice per rank whose padded partition starts inside the parameter: a 12,288-
+    element bias over 1,536 ranks is 8 elements a rank, all 1,536; 20,480 over 2,240 ranks pads to 10 a rank,
+    so only 2,048 ranks hold any of it; a parameter smaller than the world is one element a rank."""
+    from llmperf_hook.graph.zero3_legacy import rank_copies
+
+    assert rank_copies(12288, 1536) == 1536
+    assert rank_copies(20480, 2240) == 2048
+    assert rank_copies(100, 384) == 100
+
+
+def test_step_regathers_the_persistent_parameters_with_a_copy_per_parameter_and_rank() -> None:
+    """DeepSpeed < v0.5.5 _post_step: eight persistent tensors per layer (four biases, two LayerNorms' weight and
+    bias) plus the final LayerNorm, every one under the 1e5 threshold, re-gathered with one copy per rank each;
+    on the critical path after the optimizer (it is neither overlapped nor part of the gradient sync)."""
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.graph.zero3_legacy import PERSISTENT_COPY_LOOP_S, persistent_tensor_sizes
+    from llmperf_hook.hardware.load import load_cluster
+
+    cfg = _cfg(1536, **ERA)
+    sizes = persistent_tensor_sizes(cfg, 96, last_stage=True)
+    assert len(sizes) == 8 * 96 + 2 and max(sizes) == 4 * H  # the MLP-up bias, 49,152 elements
+    step_ops = build_graph(cfg, load_cluster("dgx-a100")).stages[0].step_ops
+    (copies,) = [op for op in step_ops if op.name == "zero3_legacy.persistent_param_allgather_copies"]
+    per_copy = PERSISTENT_COPY_LOOP_S + COPY_S_PER_RANK
+    expected = len(sizes) * 1536 * per_copy + 1536 * (REDUCE_LOOP_S_PER_RANK + COPY_S_PER_RANK)
+    assert float(copies.tags["host_s"]) == pytest.approx(expected, rel=1e-5)
+    assert not any(op.tags.get("overlap") for op in step_ops if "persistent" in op.name)
+
+
+def test_no_persistent_regather_from_v055_or_without_era_fields() -> None:
+    """v0.5.5 gathers in place (_allgather_params_coalesced): only zero3_list_param_gather turns the loop on."""
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.hardware.load import load_cluster
+
+    cluster = load_cluster("dgx-a100")
+    for cfg in (_cfg(1536), _cfg(1536, zero3_per_tensor_grad_reduce=True)):
+        assert not [op for op in build_graph(cfg, cluster).stages[0].step_ops if "persistent" in op.name]
+
+
+def test_persistent_regather_is_reported_as_the_parameter_gather() -> None:
+    from llmperf_hook.api import predict_config
+    from llmperf_hook.hardware.load import load_cluster
+
+    cluster = load_cluster("dgx-a100")
+    small, large = (predict_config(_cfg(world, **ERA), cluster).breakdown["comm_param_gather"] for world in (384, 1536))
+    assert 0.0 < small and large == pytest.approx(4 * small, rel=0.02)  # the loop is per rank
