@@ -54,12 +54,16 @@ def _read_script(path: str) -> str:
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
-    """(line number, logical line) with backslash continuations joined."""
+    """(line number, logical line) with backslash continuations joined, as bash reads them: not after a comment
+    line (bigscience tr11-176B-ml.slurm has `#    --universal-checkpoint \\` right above `export CMD=...`)."""
     out: list[tuple[int, str]] = []
     pending, first = "", 0
     for number, line in enumerate(text.splitlines(), 1):
         if not pending:
             first = number
+            if line.lstrip().startswith("#"):  # a comment ends at its newline: its trailing backslash joins nothing
+                out.append((number, line))
+                continue
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
             continue
