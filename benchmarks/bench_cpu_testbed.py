@@ -15,14 +15,22 @@
    slowest rank, as the hook recorded them. A run whose wall time exceeds its ranks' CPU time by more than
    QUIET_WALL_PER_CPU (other programs held the cores) is run again (--tries; the least contended run is kept,
    chosen on wall / CPU time alone, and flagged CONTENDED when none was quiet). These measurement runs refine
-   into a throwaway store (--home/measure), so they never calibrate what is evaluated.
+   into a throwaway store (--home/measure), so they never calibrate what is evaluated. With --repeats R (default
+   2) the twelve are measured in R interleaved passes (0..11, then 0..11 again) and each configuration's
+   measured step time is the median of its R passes: on this shared machine one configuration moves 8-20 %
+   between runs minutes apart (session 6: config 8 46.8 then 38.9 ms), and one pass would score that drift.
+   The spread between the passes is printed per configuration.
 3. Before refinement: `llmperf_hook.api.predict_command` for each configuration on cluster cpu-testbed with an
    empty store (--home/eval); MAPE over the twelve.
 4. Refinement: ONE configuration (--calibrate, index) is run again through `llmperf run --instrument N` with
    the eval store (its automatic `refine` fits the (hardware, cluster, framework) calibration; when refine
    refuses a run whose ranks waited for a core, wall > QUIET_WALL_PER_CPU x CPU time, it is run again, 3 tries);
-   then every configuration is predicted again. Error on the instrumented configuration (against its
-   measurement run, not the calibration run) and MAPE on the eleven others.
+   then every configuration is predicted again. The calibration knows what it saw (refine/shrinkage.py): the
+   instrumented configuration gets its own ratio, the eleven others the shared part shrunk by empirical Bayes.
+   The instrumented configuration's error is printed two ways: against its measurement runs of step 2 (the
+   median of the passes, independent of the calibration run: THE TARGET USES THIS ONE) and against the
+   calibration run's own steps (what the user sees in `llmperf refine`'s "predicted after"). The gap between
+   them is this machine's run-to-run drift, which no calibration can remove. MAPE on the eleven others.
 Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
 
 Machine speed. The profile records the reference workload's reading (instrument/reference_speed.py,
@@ -367,6 +375,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="steps per instrumented run (the first 2 are warm-up)")
     ap.add_argument("--calibrate", type=int, default=1, help="index of the configuration to instrument")
     ap.add_argument("--tries", type=int, default=3, help="runs per configuration while its ranks wait for a core")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="interleaved measurement passes over the twelve; each configuration's median is scored")
     ap.add_argument("--drift-check", type=int, default=0, metavar="R",
                     help="only check whether the reference tracks the step-time drift: R interleaved runs of "
                          "--drift-configs, no prediction")
@@ -387,18 +397,7 @@ def main() -> None:
     work = home / "work"
     shutil.rmtree(work, ignore_errors=True)
     before = predict_all(eval_home, work / "predict")
-    print(f"\n[measure] {len(CONFIGS)} configurations, `llmperf run --instrument {args.steps} --stop-after {args.steps}`")
-    measured = []
-    for i, cfg in enumerate(CONFIGS):
-        t0 = time.perf_counter()
-        m = quiet_run(cfg, measure_home, work / f"m{i}", args.steps, 29520 + i, args.tries)
-        measured.append(m)
-        print(f"  {i:2d} {cfg.label():34s} measured {m['measured_s'] * 1e3:8.2f} ms (CPU {m['cpu_s'] * 1e3:7.2f} ms)  "
-              f"predicted {before[i] * 1e3:8.2f} ms ({pct(before[i], m['measured_s']):+6.1f} %)  load {m['load_before']:.2f}"
-              f"  reference {m['ref_before_s'] * 1e3:.2f} -> {m['ref_after_s'] * 1e3:.2f} ms (x{m['ref_now_s'] / ref_profile:.3f}"
-              f" of the profile's; hook {(m['hook_reference_s'] or 0) * 1e3:.2f} ms)"
-              f"  {m['tries']} run(s){' CONTENDED' if m['contended'] else ''}  [{time.perf_counter() - t0:.0f} s]",
-              flush=True)
+    measured = measure_all(measure_home, work, before, ref_profile, args)
     k = args.calibrate
     print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store")
     for attempt in range(1, 4):  # refine refuses to calibrate from a run whose ranks waited for a core
@@ -406,10 +405,53 @@ def main() -> None:
         print("  " + cal["refine"].replace("\n", "\n  "))
         print(f"  reference around the calibration run: {cal['ref_before_s'] * 1e3:.2f} -> {cal['ref_after_s'] * 1e3:.2f} ms "
               f"(x{cal['ref_now_s'] / ref_profile:.3f} of the profile's); load {cal['load_before']:.2f}")
-        if "calibrated x" in cal["refine"]:
+        if "predicted after:" in cal["refine"]:
             break
     after = predict_all(eval_home, work / "predict-after")
     report(measured, before, after, k, ref_profile)
+    report_instrumented(measured[k], cal, before[k], after[k], k)
+
+
+def measure_all(home: Path, work: Path, before: list[float], ref_profile: float, args: Any) -> list[dict]:
+    """Every configuration measured in args.repeats interleaved passes, summarised by median_pass."""
+    passes: list[list[dict]] = [[] for _ in CONFIGS]
+    for r in range(max(args.repeats, 1)):
+        print(f"\n[measure] pass {r + 1} of {args.repeats}: {len(CONFIGS)} configurations, "
+              f"`llmperf run --instrument {args.steps} --stop-after {args.steps}`")
+        for i, cfg in enumerate(CONFIGS):
+            t0 = time.perf_counter()
+            m = quiet_run(cfg, home, work / f"m{i}-{r}", args.steps, 29520 + i, args.tries)
+            passes[i].append(m)
+            print(f"  {i:2d} {cfg.label():34s} measured {m['measured_s'] * 1e3:8.2f} ms (CPU {m['cpu_s'] * 1e3:7.2f} ms)  "
+                  f"predicted {before[i] * 1e3:8.2f} ms ({pct(before[i], m['measured_s']):+6.1f} %)  load {m['load_before']:.2f}"
+                  f"  reference x{m['ref_now_s'] / ref_profile:.3f} of the profile's (hook "
+                  f"{(m['hook_reference_s'] or 0) * 1e3:.2f} ms)  {m['tries']} run(s){' CONTENDED' if m['contended'] else ''}"
+                  f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+    return [median_pass(runs) for runs in passes]
+
+
+def median_pass(runs: list[dict]) -> dict:
+    """The passes of one configuration as one measurement: the median step time, CPU time and load (two passes:
+    their means), the machine-speed readings of the middle run, CONTENDED when any pass was, the passes' spread."""
+    ordered = sorted(runs, key=lambda m: m["measured_s"])
+    times = [m["measured_s"] for m in ordered]
+    cpu = [m["cpu_s"] for m in ordered if m.get("cpu_s")]
+    return {**ordered[(len(ordered) - 1) // 2], "measured_s": statistics.median(times),
+            "cpu_s": statistics.median(cpu) if cpu else None,
+            "load_before": statistics.median(m["load_before"] for m in ordered),
+            "contended": any(m["contended"] for m in ordered), "pass_times_s": times, "pass_spread": times[-1] / times[0]}
+
+
+def report_instrumented(m: dict, cal: dict, before: float, after: float, k: int) -> None:
+    """The instrumented configuration scored against its measurement (the target) and its calibration run."""
+    spread = ", ".join(f"{t * 1e3:.2f}" for t in m["pass_times_s"])
+    print(f"\ninstrumented config {k}: measurement passes {spread} ms (median {m['measured_s'] * 1e3:.2f}); its "
+          f"calibration run {cal['measured_s'] * 1e3:.2f} ms ({pct(cal['measured_s'], m['measured_s']):+.1f} % from the "
+          f"median: this machine's run-to-run drift)")
+    print(f"  after refinement {after * 1e3:.2f} ms: {pct(after, m['measured_s']):+.1f} % against the measurement runs "
+          f"(the target's figure), {pct(after, cal['measured_s']):+.1f} % against the calibration run's own steps "
+          f"(what `llmperf refine` shows the user); before: {pct(before, m['measured_s']):+.1f} % / "
+          f"{pct(before, cal['measured_s']):+.1f} %")
 
 
 def print_profile_reference(home: Path) -> float:
@@ -452,6 +494,10 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
     print(f"diagnostic only (the reference does not reliably track the drift, see --drift-check): against measured x "
           f"reference at profile / reference now, MAPE before {mape(n_before):.1f} %, instrumented config "
           f"{abs(n_after[k]):.1f} %, other 11 {mape([e for i, e in enumerate(n_after) if i != k]):.1f} %")
+    spreads = [m.get("pass_spread", 1.0) for m in measured]
+    if len(measured[0].get("pass_times_s", ())) > 1:
+        print(f"run-to-run drift between the measurement passes (max / min per configuration): median "
+              f"x{statistics.median(spreads):.3f}, max x{max(spreads):.3f} (config {spreads.index(max(spreads))})")
     loads = [m["load_before"] for m in measured]
     print(f"machine load during the measurements: median {statistics.median(loads):.2f}, max {max(loads):.2f} "
           f"(1-minute load average, {os.cpu_count()} cores)")

@@ -131,10 +131,17 @@ def calibrate_step(calibration: Calibration | None, cfg: Any, step_time_s: float
     calibrated = calibration.apply(step_time_s, fingerprint)
     if not calibrated > 0:
         return None
-    text = calibration.describe(fingerprint)
     scale = calibrated / step_time_s
-    note = f"x{scale:.3f}: {text}"
-    return CalibratedStep(calibrated, scale, note, f"step time {note}.")
+    own = calibration.own_scale(fingerprint)
+    if own is not None:
+        short = f"this exact configuration, {own.num_runs} run(s)"
+    elif calibration.num_configs:
+        short = (f"cluster calibration from {calibration.num_runs} run(s) of {calibration.num_configs} "
+                 f"configuration(s), shrunk {1 - calibration.shared_weight:.0%}")
+    else:
+        short = f"{calibration.num_runs} instrumented run(s)"
+    return CalibratedStep(calibrated, scale, f"x{scale:.3f} ({short})",
+                          f"step time x{scale:.3f}: {calibration.describe(fingerprint)}.")
 
 
 def fit_calibration(predicted_s: Sequence[float], measured_s: Sequence[float]) -> tuple[float, float]:

@@ -122,7 +122,8 @@ def test_predict_says_which_calibration_applies(tmp_path: Path, monkeypatch: pyt
     own = cal.config_scales[0].step_time_scale
     got_seen, got_other = api.predict_config(seen, h100), api.predict_config(other, h100)
     assert got_seen.step_time_s == pytest.approx(own * plain_seen.step_time_s) and 1.8 < own < 2.0
-    assert "calibrated on this exact configuration" in got_seen.predictor["calibration"]
+    assert "this exact configuration, 1 run(s)" in got_seen.predictor["calibration"]
+    assert any("calibrated on this exact configuration" in w for w in got_seen.warnings)
     shared = 2.0 ** cal.shared_weight
     assert got_other.step_time_s == pytest.approx(shared * plain_other.step_time_s) and 1.0 < shared < own
     assert "cluster calibration from 1 run(s) of 1 configuration(s), shrunk" in got_other.predictor["calibration"]
