@@ -183,6 +183,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                                     if key and raw and job.step_time_s and not mismatch else (None, ""))
     if calibration is not None and calibration.num_configs:
         notes.append(_shrinkage_note(calibration, fingerprint, variance_source))
+    if calibration is not None and op_refit.startswith("refitted"):
+        notes.append("the calibration compares measured steps with the prediction made at launch, before this op "
+                     "refit: until a run launched with the refitted ops is refined, an op error it corrected is also "
+                     "in the calibration's ratios")
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
