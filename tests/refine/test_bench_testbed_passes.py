@@ -1,0 +1,27 @@
+"""benchmarks/bench_cpu_testbed.py's summary of interleaved measurement passes (the figure the targets score)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_cpu_testbed as bench  # noqa: E402
+
+
+def _run(measured: float, cpu: float, load: float, contended: bool = False) -> dict:
+    return {"measured_s": measured, "cpu_s": cpu, "load_before": load, "contended": contended, "ref_now_s": 0.006}
+
+
+def test_two_passes_score_their_mean_and_keep_the_spread() -> None:
+    m = bench.median_pass([_run(0.060, 0.050, 2.0, contended=True), _run(0.050, 0.045, 1.0)])
+    assert m["measured_s"] == pytest.approx(0.055) and m["cpu_s"] == pytest.approx(0.0475)
+    assert m["pass_times_s"] == [0.050, 0.060] and m["pass_spread"] == pytest.approx(1.2)
+    assert m["contended"] and m["load_before"] == pytest.approx(1.5)
+
+
+def test_three_passes_score_the_middle_one() -> None:
+    m = bench.median_pass([_run(0.07, 0.05, 1.0), _run(0.05, 0.05, 1.0), _run(0.06, 0.05, 1.0)])
+    assert m["measured_s"] == 0.06 and not m["contended"]
