@@ -296,6 +296,7 @@ def is_hit(points, predicted, noise: float = 0.0) -> bool:
 
 
 def count_hits(groups, predicted_of, noise: float = 0.0) -> int:
+    """Groups (lists of RowPoint) whose pick by `predicted_of` is a hit."""
     return sum(is_hit(pts, [predicted_of(p) for p in pts], noise) for pts in groups)
 
 
@@ -334,6 +335,7 @@ def report_misses(results: list[GroupResult], noise: float) -> None:
     """Which rows decide each miss, which part of the step time and which (hidden, TP, micro-batch) cell flips
     them (oracles: that part or that cell taken from the measurements), and the figure with a noise band."""
     groups = [r.points for r in results if r.points]
+    pairs: dict = defaultdict(int)
     print("\nmisses: measured best vs the tuner's choice (signed error of the prediction), runner-up gap:")
     for r in results:
         pts = r.points
@@ -343,13 +345,16 @@ def report_misses(results: list[GroupResult], noise: float) -> None:
         order = sorted(pts, key=lambda p: p.measured_s)
         best, chosen = order[0], pts[i]
         gap = order[1].measured_s / best.measured_s - 1
+        pairs[(best.cell, chosen.cell)] += 1
         print(f"  {r.key:<52} best {_describe(best)}  chose {_describe(chosen)}  runner-up +{100 * gap:.1f} %")
+    print("(hidden, TP, micro-batch) of the best -> of the choice: " + ", ".join(
+        f"{b} -> {c} x{n}" for (b, c), n in sorted(pairs.items(), key=lambda kv: -kv[1])))
     base = count_hits(groups, lambda p: p.predicted_s)
     print(f"\noracles (re-ranked by direct prediction; base {base}/{len(groups)}):")
     everything = [p for pts in groups for p in pts]
     for label, parts in COMPONENTS.items():
-        fixed = component_oracle(everything, parts)
-        print(f"  {label} from the measurements: {count_hits(groups, fixed.__getitem__)}/{len(groups)}")
+        print(f"  {label} from the measurements: "
+              f"{count_hits(groups, component_oracle(everything, parts).__getitem__)}/{len(groups)}")
     cells = sorted({(p.family[0],) + p.cell for p in everything})
     flips = sorted(((count_hits(groups, lambda p, c=c: p.measured_s if (p.family[0],) + p.cell == c
                                 else p.predicted_s), c) for c in cells), reverse=True)
