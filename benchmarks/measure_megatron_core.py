@@ -58,7 +58,9 @@ def megatron_command(layers: int, hidden: int, heads: int, seq: int, mbs: int, g
            "--hidden-size", str(hidden), "--num-attention-heads", str(heads), "--seq-length", str(seq),
            "--max-position-embeddings", str(seq), "--micro-batch-size", str(mbs), "--global-batch-size", str(gbs),
            "--bf16", "--transformer-impl", "local", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB),
-           "--no-gradient-accumulation-fusion", "--lr", "1e-4", "--train-iters", "12"]
+           "--no-gradient-accumulation-fusion", "--lr", "1e-4", "--train-iters", "12",
+           # TransformerConfig's defaults where Megatron-LM's arguments differ (build() leaves them as they are)
+           "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"]
     if recompute:
         cmd += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     return cmd

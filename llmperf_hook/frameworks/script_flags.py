@@ -46,7 +46,8 @@ _TRUE = (
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
-    "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu",
+    "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
+    "apply-query-key-layer-scaling",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -54,6 +55,8 @@ _FALSE = {
     "no-overlap-p2p-communication": "overlap_p2p_comm",
     "no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
     "no-rope-fusion": "apply_rope_fusion",
+    "no-masked-softmax-fusion": "masked_softmax_fusion",
+    "no-query-key-layer-scaling": "apply_query_key_layer_scaling",  # Megatron-DeepSpeed (on by default there)
 }
 
 

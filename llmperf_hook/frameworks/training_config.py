@@ -250,6 +250,16 @@ class TrainingConfig:
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     attention_backend: AttentionBackend = "flash"
+    masked_softmax_fusion: bool = True
+    """Unfused attention: Megatron's fused scale-mask-softmax kernel where its shape rules allow it (off with
+    --no-masked-softmax-fusion: the PyTorch fallback always)."""
+    softmax_in_fp32: bool | None = None
+    """Unfused attention: the PyTorch fallback's softmax in fp32 (Megatron --attention-softmax-in-fp32, implied by
+    query-key layer scaling); None = the framework's default."""
+    query_key_layer_scaling: bool | None = None
+    """Unfused attention: scores scaled by the layer number before the softmax (Megatron
+    --apply-query-key-layer-scaling; Megatron-DeepSpeed's default, off with --no-query-key-layer-scaling); None =
+    the framework's default."""
     pipeline_schedule: Literal["1f1b", "interleaved", "none"] = "1f1b"
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()

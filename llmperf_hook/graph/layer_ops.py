@@ -159,20 +159,37 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
     av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
             bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
-    if fused_softmax_available(batch, s_q, s_kv):
+    if cfg.masked_softmax_fusion and fused_softmax_available(batch, s_q, s_kv):
         return [qk, softmax, dropout, av]
     before, after = softmax_fallback_ops(scores, ctx)
+    if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
+        softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
     return [qk, *before, softmax, *after, dropout, av]
 
 
-FUSED_SOFTMAX_MAX_SK = 16384
-"""Longest key length the fused causal softmax kernel takes (megatron fused_softmax.py is_kernel_available)."""
+FUSED_SOFTMAX_MAX_SK = 4096
+"""Longest key length the fused causal softmax kernel takes (FusedScaleMaskSoftmax.is_kernel_available: 16 < sk
+<= 4096 in megatron-core's fusions/fused_softmax.py and in the Megatron-DeepSpeed forks' megatron/model/
+fused_softmax.py; only Megatron-LM's apex-era legacy copy of 2023, cd126362bb, took 16384)."""
+FP32_BYTES = 4
+
+
+def softmax_precision(cfg: TrainingConfig) -> tuple[bool, bool]:
+    """(query-key layer scaling, softmax in fp32) of the PyTorch softmax fallback: Megatron-DeepSpeed scales by the
+    layer number unless --no-query-key-layer-scaling (megatron/arguments.py there), Megatron-LM only with
+    --apply-query-key-layer-scaling; scaling forces the softmax to fp32 (TransformerConfig.__post_init__), as
+    --attention-softmax-in-fp32 does."""
+    scaling = cfg.query_key_layer_scaling
+    if scaling is None:
+        scaling = cfg.framework == "megatron-deepspeed"
+    return scaling, bool(scaling or cfg.softmax_in_fp32)
 
 
 def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
-    """Megatron's FusedScaleMaskSoftmax.is_kernel_available for the causal mask (megatron/model/fused_softmax.py,
-    Megatron-DeepSpeed and Megatron-LM alike): 16 < sk <= 16384, sq and sk multiples of 4, and attn_batches =
-    micro_batch x heads per TP rank a multiple of 4 and of the kernel's batches per block. Batches per block
+    """Megatron's FusedScaleMaskSoftmax.is_kernel_available for the causal mask (megatron-core
+    fusions/fused_softmax.py, Megatron-DeepSpeed megatron/model/fused_softmax.py): 16 < sk <= 4096, sq and sk
+    multiples of 4, and attn_batches = micro_batch x heads per TP rank a multiple of 4 and of the kernel's batches
+    per block. Batches per block
     (scaled_masked_softmax.h get_batch_per_block): 128 threads / min(next_pow2(sk), 32) per warp x (2 rows per
     warp when next_pow2(sk) <= 128, else 1) = 4 for every sk > 128. Otherwise the layer falls back to PyTorch ops
     (forward_torch_softmax): e.g. TP 8 of 16 heads at micro-batch 1 gives attn_batches 2."""
@@ -186,23 +203,24 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
 
 def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:
     """The extra PyTorch kernels of FusedScaleMaskSoftmax.forward_torch_softmax over the scores, besides the
-    softmax itself: masked_fill_ with the causal mask (read scores + 1-byte mask, write scores) and, where
-    --apply-query-key-layer-scaling is on (Megatron-DeepSpeed's default: softmax_in_fp32 and scale = layer
-    number), the cast to fp32, the scale multiply and the cast back (read 2 + write 4, 8, read 4 + write 2 bytes
-    per score). Megatron-LM and Megatron-Core default to no layer scaling since 2023: mask fill only."""
+    softmax itself: masked_fill_ with the causal mask (read scores + 1-byte mask, write scores) and, with the
+    softmax in fp32 (softmax_precision), the cast to fp32 before and the cast back after (read 2 + write 4, read 4 +
+    write 2 bytes per score), with query-key layer scaling also the scale multiply (read and write 4 bytes), the mask
+    fill then on fp32 scores. Megatron-LM and Megatron-Core default to neither since 2023: mask fill only."""
     b = ctx.act_bytes
+    scaling, in_fp32 = softmax_precision(ctx.cfg)
     fill = Op("attn.mask_fill", "mask_fill", "fwd", {"elements": scores}, flops=0.0,
               bytes_moved=float(scores * (2 * b + 1)), dtype=ctx.dtype)
-    if ctx.cfg.framework != "megatron-deepspeed":
+    if not in_fp32:
         return [fill], []
     cast_in = Op("attn.softmax_cast_fp32", "cast", "fwd", {"elements": scores}, flops=0.0,
-                 bytes_moved=float(scores * (b + 4)), dtype=ctx.dtype)
+                 bytes_moved=float(scores * (b + FP32_BYTES)), dtype=ctx.dtype)
     scale = Op("attn.softmax_scale", "scale", "fwd", {"elements": scores}, flops=float(scores),
-               bytes_moved=float(scores * 8), dtype=ctx.dtype)
-    fill = replace(fill, bytes_moved=float(scores * 9))
+               bytes_moved=float(scores * 2 * FP32_BYTES), dtype=ctx.dtype)
+    fill = replace(fill, bytes_moved=float(scores * (2 * FP32_BYTES + 1)))
     cast_out = Op("attn.softmax_cast_back", "cast", "fwd", {"elements": scores}, flops=0.0,
-                  bytes_moved=float(scores * (4 + b)), dtype=ctx.dtype)
-    return [cast_in, scale, fill], [cast_out]
+                  bytes_moved=float(scores * (FP32_BYTES + b)), dtype=ctx.dtype)
+    return [cast_in, *([scale] if scaling else []), fill], [cast_out]
 
 
 def mlp_ops(ctx: LayerContext) -> list[Op]:

@@ -58,8 +58,19 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
         replicated += latents
     split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
     a = m.num_attention_heads
-    scores = (2 * ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
+    scores = (softmax_output_bytes(cfg) + ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def softmax_output_bytes(cfg: TrainingConfig) -> float:
+    """Bytes per score of the saved softmax output: the PyTorch fallback in fp32 saves its fp32 output (the cast
+    back to bf16 saves nothing; graph/layer_ops.attention_core decides which path runs)."""
+    from llmperf_hook.graph.layer_ops import FP32_BYTES, fused_softmax_available, softmax_precision
+
+    m, t = cfg.model, cfg.parallel.tp
+    s = m.seq_length // cfg.parallel.cp
+    fused = cfg.masked_softmax_fusion and fused_softmax_available(cfg.batch.micro_batch_size * (m.num_attention_heads // t), s, m.seq_length)
+    return FP32_BYTES if cfg.attention_backend == "unfused" and not fused and softmax_precision(cfg)[1] else act_bytes(cfg)
 
 
 def moe_copy_share(cfg: TrainingConfig) -> float:
