@@ -8,8 +8,9 @@
 #      shipped profile was not sampled for), to score the shipped profile on shapes it never saw.
 # Everything lands in $OUT/results.tgz (re-packed after each step) and the log in $OUT/log.txt. Wheels for what
 # the machine lacks (deepspeed, lightgbm, megatron-core, ...) come in .whl/.
-# Usage: bash benchmarks/measure_gpu_extra.sh NAME PROFILE_MINUTES [STEPS]   (STEPS: any of mcore,hook,profile)
-# Run: H100 SXM5 2026-11-26 (NAME h100-sxm5-80gb, 1.5).
+#   4. (step "kernels") torch.profiler kernel tables of four Megatron-Core configurations.
+# Usage: bash benchmarks/measure_gpu_extra.sh NAME PROFILE_MINUTES [STEPS]   (STEPS: any of mcore,kernels,hook,profile)
+# Runs: H100 SXM5 2026-11-26 (NAME h100-sxm5-80gb, 1.5; then STEPS mcore,hook; then kernels).
 set -u
 NAME=${1:-h100-sxm5-80gb}; BUDGET=${2:-1.5}; STEPS=${3:-mcore,hook,profile}
 OUT=${OUT:-/tmp/llmperf-gpu-out}; mkdir -p "$OUT"
@@ -29,6 +30,12 @@ if [[ $STEPS == *mcore* ]]; then
   echo "== megatron-core steps =="
   timeout 210 python3 benchmarks/measure_megatron_core.py "$W/megatron_core.jsonl" 2> "$W/megatron_core.err"
   echo "megatron-core exit $?"; grep -v Warning "$W/megatron_core.err" | tail -c 1500; pack
+fi
+if [[ $STEPS == *kernels* ]]; then
+  echo "== megatron-core kernel tables (torch.profiler) of four configurations =="
+  timeout 150 python3 benchmarks/measure_megatron_core.py "$W/megatron_core_kernels.jsonl" --kernels "$W/kernels" \
+    --only l12h1024-m4 l4h4096-m2 l24h2048-m2-norc l2h512-m1 2> "$W/megatron_core_kernels.err"
+  echo "kernels exit $?"; grep -v Warning "$W/megatron_core_kernels.err" | tail -c 1500; pack
 fi
 if [[ $STEPS == *hook* ]]; then
   echo "== hook overhead on the GPU =="

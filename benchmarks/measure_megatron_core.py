@@ -1,6 +1,6 @@
 """Measure Megatron-Core GPT training steps on one GPU, as Megatron-LM's `pretrain_gpt.py --transformer-impl local` runs them.
 
-    python benchmarks/measure_megatron_core.py OUT.jsonl [--only NAME ...]
+    python benchmarks/measure_megatron_core.py OUT.jsonl [--only NAME ...] [--kernels DIR]
 
 Run on a GPU machine with megatron-core installed (benchmarks/measure_gpu_extra.sh). For each configuration of
 CONFIGS it builds what Megatron-LM's `pretrain_gpt.py` builds for one GPU (megatron/training/training.py
@@ -21,7 +21,9 @@ Timing: 3 warm-up iterations, then 3 blocks of 3 iterations, each block between 
 calls (no synchronize inside a block: the host runs ahead as in a real job, as Megatron-LM's log-interval timer
 sees it); the figure is the median of the blocks' per-iteration times. Peak allocated / reserved memory after
 the run. One JSON line per configuration with the Megatron-LM command that describes it (`llmperf predict` input).
-A configuration that fails is written with its error and the next one runs.
+A configuration that fails is written with its error and the next one runs. --kernels DIR: after the timed
+blocks, 3 more iterations under torch.profiler, every kernel's device time per iteration by aten op in
+DIR/NAME.txt (benchmarks/kernel_breakdown.py's table).
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def build(layers: int, hidden: int, heads: int, seq: int, recompute: bool):
     return ddp, opt
 
 
-def measure(name: str, layers: int, hidden: int, heads: int, seq: int, mbs: int, gbs: int, recompute: bool) -> dict:
+def measure(name: str, layers: int, hidden: int, heads: int, seq: int, mbs: int, gbs: int, recompute: bool,
+            kernels_dir: str | None = None) -> dict:
     import torch
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -129,6 +132,19 @@ def measure(name: str, layers: int, hidden: int, heads: int, seq: int, mbs: int,
             iteration()
         torch.cuda.synchronize()
         blocks.append((time.perf_counter() - t0) / ITERS_PER_BLOCK)
+    if kernels_dir:  # every kernel of 3 more iterations by aten op (benchmarks/kernel_breakdown.py's table)
+        from pathlib import Path
+
+        from kernel_breakdown import PROFILED, write_table
+
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(PROFILED):
+                iteration()
+            torch.cuda.synchronize()
+        Path(kernels_dir).mkdir(parents=True, exist_ok=True)
+        write_table(Path(kernels_dir) / f"{name}.txt", prof, statistics.median(blocks), True,
+                    " ".join(megatron_command(layers, hidden, heads, seq, mbs, gbs, recompute)))
     out = {"step_time_s": statistics.median(blocks), "block_step_times_s": blocks,
            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
@@ -141,6 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--kernels", default=None, help="also write each configuration's kernel table into this folder")
     args = ap.parse_args()
     import torch
 
@@ -161,7 +178,7 @@ def main() -> None:
                    "command": megatron_command(*shape)}
             t0 = time.time()
             try:
-                row.update(measure(name, *shape))
+                row.update(measure(name, *shape, kernels_dir=args.kernels))
             except Exception as err:  # noqa: BLE001 - record it, go on with the next configuration
                 row["error"] = f"{type(err).__name__}: {err}"
                 row["traceback"] = traceback.format_exc()[-3000:]
