@@ -50,7 +50,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     if overrides.model and shape_model is None:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",
-                             shape_model)
+                             shape_model, job.script)
     warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, framework == "megatron-deepspeed")
     optimizer, precision, pipeline_engine, recompute = parts.optimizer, parts.precision, False, parts.recompute
     if framework == "megatron-deepspeed" and ds is not None:

@@ -8,6 +8,8 @@ that) or --num-virtual-stages-per-pipeline-rank, never both; --recompute-activat
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 
 from llmperf_hook.errors import ConfigError
@@ -285,12 +287,13 @@ def _sharded_optimizer(flags: FlagValues, src: dict[str, Source]) -> bool:
     return bool(flags.get("use_distributed_optimizer", False))
 
 
-def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bool = False) -> str:
+def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bool = False, script: str = "") -> str:
     """The attention kernels the job runs. `--transformer-impl local` builds megatron-core's local layer spec,
     whose DotProductAttention is unfused whatever --attention-backend says (gpt_builders.py
     _get_transformer_layer_spec -> get_gpt_layer_local_spec; core/transformer/dot_product_attention.py: baddbmm,
-    FusedScaleMaskSoftmax, bmm); Megatron-DeepSpeed's ParallelAttention runs its unfused CoreAttention unless a
-    --use-flash-attn* flag is given (megatron/model/transformer.py)."""
+    FusedScaleMaskSoftmax, bmm); Megatron-DeepSpeed's own entry points (pretrain_gpt.py, ...) build ParallelAttention,
+    which runs its unfused CoreAttention unless a --use-flash-attn* flag is given (megatron/model/transformer.py).
+    Another script that only takes Megatron-style flags builds its own attention: the Megatron default stands."""
     backend = flags.get("attention_backend")
     if flags.get("transformer_impl") == "local" and not ds_flavour:
         src["attention_backend"] = Source(SourceKind.ARGV, f"{flags.seen_flags.get('transformer_impl', '--transformer-impl')} local: "
@@ -303,7 +306,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
         if flags.get(name):
             src["attention_backend"] = flags.source(name)
             return "flash"
-    if ds_flavour:
+    if ds_flavour and megatron_entry_point(script):
         src["attention_backend"] = Source(SourceKind.DEFAULT, "Megatron-DeepSpeed: CoreAttention (unfused) "
                                           "without --use-flash-attn")
         return "unfused"
@@ -319,8 +322,14 @@ def not_modelled_warnings(flags: FlagValues) -> list[str]:
             if flags.get(d) not in (None, False) and flags.get(d) not in modelled.get(d, ())]
 
 
+def megatron_entry_point(script: str) -> bool:
+    """A Megatron(-DeepSpeed) training entry point of the repository itself (pretrain_gpt.py, pretrain_llama.py,
+    finetune*.py, ...), whose model code is the framework's, rather than a user's script taking its flags."""
+    return os.path.basename(script).startswith(("pretrain_", "finetune"))
+
+
 def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],
-                     ds_flavour: bool = False, shape_model: str | None = None) -> MegatronParts:
+                     ds_flavour: bool = False, shape_model: str | None = None, script: str = "") -> MegatronParts:
     """All of Megatron's side of the configuration; `src` and `warnings` are filled in place. `shape_model`
     (llmperf --model, for a Megatron-style script without model-shape flags) gives the model shape."""
     _deprecated(flags)
@@ -335,7 +344,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings), megatron_recompute(flags, src),
-                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour), schedule)
+                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour, script), schedule)
 
 
 def preset_megatron_shape(flags: FlagValues, shape_model: str, tp: int, src: dict[str, Source],
