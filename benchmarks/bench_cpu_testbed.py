@@ -482,7 +482,8 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
     print(f"\nMAPE before refinement (12 configs): {mape(err_before):.1f} %  (target <= {TARGETS['before']:.0f} %)")
     print(f"after instrumenting config {k}: its error {abs(err_after[k]):.1f} %  "
           f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {mape(others):.1f} %  "
-          f"(target <= {TARGETS['others']:.0f} %)")
+          f"(target <= {TARGETS['others']:.0f} %; {mape([e for i, e in enumerate(err_before) if i != k]):.1f} % "
+          f"before refinement)")
     ratios = [m["ref_now_s"] / ref_profile for m in measured]
     changes = [abs(m["ref_after_s"] - m["ref_before_s"]) / m["ref_before_s"] for m in measured]
     print(f"machine speed (reference workload, instrument/reference_speed.py): x{min(ratios):.3f}-x{max(ratios):.3f} "
