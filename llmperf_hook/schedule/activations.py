@@ -65,12 +65,53 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
 def softmax_output_bytes(cfg: TrainingConfig) -> float:
     """Bytes per score of the saved softmax output: the PyTorch fallback in fp32 saves its fp32 output (the cast
     back to bf16 saves nothing; graph/layer_ops.attention_core decides which path runs)."""
-    from llmperf_hook.graph.layer_ops import FP32_BYTES, fused_softmax_available, softmax_precision
+    from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision
+
+    return FP32_BYTES if torch_softmax_path(cfg) and softmax_precision(cfg)[1] else act_bytes(cfg)
+
+
+def torch_softmax_path(cfg: TrainingConfig) -> bool:
+    """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused kernel."""
+    from llmperf_hook.graph.layer_ops import fused_softmax_available
 
     m, t = cfg.model, cfg.parallel.tp
     s = m.seq_length // cfg.parallel.cp
     fused = cfg.masked_softmax_fusion and fused_softmax_available(cfg.batch.micro_batch_size * (m.num_attention_heads // t), s, m.seq_length)
-    return FP32_BYTES if cfg.attention_backend == "unfused" and not fused and softmax_precision(cfg)[1] else act_bytes(cfg)
+    return cfg.attention_backend == "unfused" and not fused
+
+
+def score_elements(cfg: TrainingConfig) -> float:
+    """a s^2 b / t: attention scores of one layer and micro-batch on a rank."""
+    m, t = cfg.model, cfg.parallel.tp
+    s = m.seq_length / cfg.parallel.cp
+    return m.num_attention_heads / t * s * m.seq_length * cfg.batch.micro_batch_size
+
+
+def softmax_backward_extra_bytes(cfg: TrainingConfig) -> float:
+    """Bytes alive during one layer's attention backward on the PyTorch softmax path beyond its stored scores.
+
+    With f the softmax's bytes per score (4 in fp32, softmax_output_bytes) and a the activations': the layer stores
+    the softmax output (f), the dropout mask (1) and the dropout output (a) (layer_terms). The backward frees the
+    dropout's two once the AV product's and the dropout's backward have run; the softmax backward then holds its
+    saved output, the incoming gradient (cast to f bytes), `tmp = grad * output` and the input gradient at once
+    (aten/src/ATen/native/cuda/SoftMax.cu softmax_backward_cuda_out): 4f per score against the f + a + 1 stored,
+    (3f - a - 1) a s^2 b more (9 per score in fp32). Full recompute: the rematerialised layer's (recompute_working_bytes
+    holds its stored part); selective recompute stores no scores, so all 4f. The fused kernel computes its
+    gradient in place (scaled_masked_softmax backward writes output_grads): nothing extra."""
+    if not torch_softmax_path(cfg):
+        return 0.0
+    f = softmax_output_bytes(cfg)
+    per_score = 4 * f if cfg.recompute.granularity == "selective" else 3 * f - act_bytes(cfg) - MASK_BYTES
+    return per_score * score_elements(cfg)
+
+
+def score_buffer_bytes(cfg: TrainingConfig) -> float:
+    """Megatron's unfused attention writes QK^T with baddbmm into a global buffer it keeps for the whole run
+    (megatron-core transformer/dot_product_attention.py and Megatron-DeepSpeed CoreAttention:
+    parallel_state.get_global_memory_buffer().get_tensor(..., "mpu")): a s^2 b / t activations, allocated once."""
+    if cfg.attention_backend != "unfused" or "megatron" not in cfg.framework:
+        return 0.0
+    return act_bytes(cfg) * score_elements(cfg)
 
 
 def moe_copy_share(cfg: TrainingConfig) -> float:

@@ -98,6 +98,8 @@ def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, gr
 def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
     o, p = cfg.optimizer, cfg.parallel
     out: dict[str, float] = {"cuda_context": float(CUDA_CONTEXT_BYTES)}
+    if act.score_buffer_bytes(cfg):
+        out["attention_score_buffer"] = act.score_buffer_bytes(cfg)
     communicators = sum(1 for n in (p.tp, p.cp, p.dp * p.cp, p.pp, p.ep) if n > 1)
     out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
     if "deepspeed" in cfg.framework and o.zero_stage >= 1:
@@ -136,6 +138,9 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
     recompute = act.recompute_working_bytes(cfg)
     if recompute:
         out["recompute_working_set"] = recompute
+    softmax_backward = act.softmax_backward_extra_bytes(cfg)
+    if softmax_backward:
+        out["softmax_backward_working_set"] = softmax_backward
     if stage.stage == 0:
         out["embedding_activations"] = act.embedding_activation_bytes(cfg) * in_flight
     if stage.stage == cfg.parallel.pp - 1:
@@ -145,12 +150,34 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
     return out
 
 
+TRANSIENT_PARTS = frozenset({"activations", "recompute_working_set", "softmax_backward_working_set",
+                             "embedding_activations", "logits_and_loss", "mtp_activations"})
+"""Components the caching allocator's fragmentation applies to (FRAGMENTATION_FRACTION)."""
+
+
+BACKWARD_WORKING_PARTS = ("recompute_working_set", "softmax_backward_working_set")
+"""Transients of one layer's backward (its recomputed forward, the PyTorch softmax's gradient tensors)."""
+
+
+def one_peak_of_two(parts: dict[str, float]) -> dict[str, float]:
+    """The logits and loss of the last stage and a layer's backward working set are never alive together: the
+    layers' backward starts after the LM head's and the cross-entropy's backward have freed them (autograd runs the
+    head first; only the sbh gradient into the last layer remains), so the peak holds the larger of the two. The
+    smaller is dropped from the components, which sum to the peak."""
+    logits = parts.get("logits_and_loss", 0.0)
+    working = sum(parts.get(k, 0.0) for k in BACKWARD_WORKING_PARTS)
+    if not logits or not working:
+        return parts
+    if logits >= working:
+        return {k: v for k, v in parts.items() if k not in BACKWARD_WORKING_PARTS}
+    return {k: v for k, v in parts.items() if k != "logits_and_loss"}
+
+
 def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, int]:
     parts = {**state_bytes(cfg, stage, gpus_per_node), **activation_bytes(cfg, stage),
              **buffer_bytes(cfg, stage, gpus_per_node)}
-    transient = sum(v for k, v in parts.items() if k in ("activations", "recompute_working_set",
-                                                         "embedding_activations", "logits_and_loss",
-                                                         "mtp_activations"))
+    parts = one_peak_of_two(parts)
+    transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
     parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
     return {k: int(v) for k, v in parts.items()}
 
