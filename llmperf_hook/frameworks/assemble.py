@@ -16,6 +16,7 @@ from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
+from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
 from llmperf_hook.launch.parsed_job import ParsedJob
@@ -78,7 +79,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
         precision=precision, recompute=recompute, optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=parts.attention_backend, pipeline_schedule=parts.pipeline_schedule,  # type: ignore[arg-type]
-        masked_softmax_fusion=bool(flags.get("masked_softmax_fusion", True)),
+        masked_softmax_fusion=bool(flags.get("masked_softmax_fusion", True)), **step_fusions(flags, framework, optimizer),
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),

@@ -17,7 +17,8 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
 from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
-from llmperf_hook.frameworks.script_flags import NOT_MODELLED
+from llmperf_hook.frameworks.script_flags import FALSE_DESTS, NOT_MODELLED
+from llmperf_hook.frameworks.step_flags import step_flag_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig)
 from llmperf_hook.provenance import Source, SourceKind
@@ -315,11 +316,13 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
 
 
 def not_modelled_warnings(flags: FlagValues) -> list[str]:
-    """One line per accepted flag that changes step time or memory but that llmperf does not model."""
+    """One line per accepted flag that changes step time or memory but that llmperf does not model: a store_true
+    or valued flag when set (not None / False / 0), a store_false one (`--no-X`) when given (False)."""
     modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
                 "position_embedding_type": tuple(c for c in CHOICES["position_embedding_type"] if c != "relative")}
+    off = {d: ((True, None) if d in FALSE_DESTS else (None, False)) for d in NOT_MODELLED}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
-            if flags.get(d) not in (None, False) and flags.get(d) not in modelled.get(d, ())]
+            if flags.get(d) not in off[d] and flags.get(d) not in modelled.get(d, ())] + step_flag_warnings(flags)
 
 
 def megatron_entry_point(script: str) -> bool:

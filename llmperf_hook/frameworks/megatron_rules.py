@@ -28,6 +28,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "moe_token_dispatcher_type": ("allgather", "alltoall", "flex", "alltoall_seq"),  # alltoall_seq: before 2025
     "moe_router_score_function": ("softmax", "sigmoid", "sqrtsoftplus"),
     "ckpt_format": ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"),  # zarr: core_r0.6-0.9
+    "timing_log_level": ("0", "1", "2"),  # choices=range(0, 3); Literal[0, 1, 2] in training_config.py
+    "empty_unused_memory_level": ("0", "1", "2"),
+    "DDP_impl": ("local", "torch", "FSDP"),  # Megatron-DeepSpeed and Megatron-LM before 2023
 }
 # TransformerConfig: allowed --recompute-modules (union over releases; moe_layer was the 2024 spelling).
 RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",

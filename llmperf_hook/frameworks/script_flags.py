@@ -7,6 +7,7 @@ transformers TrainingArguments.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.flags import ONE_OR_MORE, Flag
+from llmperf_hook.frameworks import step_flags
 
 _INT = (
     "microbatch-group-size-per-virtual-pipeline-stage", "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
@@ -32,7 +33,7 @@ _STR = (
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format",
 )
-_FLOAT = ("clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
+_FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
     "embed-layernorm", "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "sequence-parallel", "fp16",
@@ -71,6 +72,12 @@ def _build() -> dict[str, Flag]:
             table["--" + name] = Flag(_dest(name), kind)  # type: ignore[arg-type]
     for name, dest in _FALSE.items():
         table["--" + name] = Flag(dest, "false")
+    # Step flags (frameworks/step_flags.py): fusions, per-step checks, timers, DP bucket settings.
+    for names, kind in ((step_flags.STEP_INT, "int"), (step_flags.STEP_STR, "str"), (step_flags.STEP_TRUE, "true")):
+        for name in names:
+            table["--" + name] = Flag(_dest(name), kind)  # type: ignore[arg-type]
+    for name, dest in step_flags.STEP_FALSE.items():
+        table["--" + name] = Flag(dest, "false")
     # Aliases and special shapes.
     table["--deepspeed"] = Flag("deepspeed", "path_or_true")
     table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
@@ -101,9 +108,14 @@ SCRIPT_FLAGS: dict[str, Flag] = _build()
 
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
 ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
-                          "empty_unused_memory_level", "cpu_offloading_num_layers"})
+                          "empty_unused_memory_level", "cpu_offloading_num_layers", "timing_log_level",
+                          "manual_gc_interval"})
 
-# Accepted, change performance, but not modelled by llmperf: one warning each when present.
+FALSE_DESTS = frozenset(dest for dest, kind in ((f.dest, f.kind) for f in SCRIPT_FLAGS.values()) if kind == "false")
+"""Destinations of store_false flags (`--no-X`): True unless given."""
+
+# Accepted, change performance, but not modelled by llmperf: one warning each when present (a store_false flag's
+# when given, i.e. False; frameworks/step_flags.py has the step flags' rules).
 NOT_MODELLED: dict[str, str] = {
     "rampup_batch_size": "batch-size ramp-up: predicted at the final global batch size",
     "step_batch_size_schedule": "step batch-size schedule: predicted at --global-batch-size",

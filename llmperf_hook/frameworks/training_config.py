@@ -260,6 +260,22 @@ class TrainingConfig:
     """Unfused attention: scores scaled by the layer number before the softmax (Megatron
     --apply-query-key-layer-scaling; Megatron-DeepSpeed's default, off with --no-query-key-layer-scaling); None =
     the framework's default."""
+    bias_activation_fusion: bool = True
+    """Megatron's fused bias-add + activation kernel (TransformerConfig.bias_activation_fusion: bias_gelu_impl /
+    bias_swiglu_impl, mlp.py); False
+    (--no-bias-gelu-fusion, --no-bias-swiglu-fusion with --swiglu) adds the FC1 bias in a kernel of its own when the
+    layers have biases (for SwiGLU it also runs the activation as PyTorch's composite)."""
+    bias_dropout_fusion: bool = True
+    """Megatron's fused bias-dropout-add (fusions/fused_bias_dropout.py); False (--no-bias-dropout-fusion): bias
+    add, dropout and residual add as separate kernels (_bias_dropout_add_func)."""
+    hidden_dropout: float = 0.1
+    """Megatron --hidden-dropout (default 0.1): with the unfused bias-dropout-add a probability of 0 runs no dropout
+    kernel (torch's dropout returns its input)."""
+    apply_rope_fusion: bool = True
+    """Megatron's fused rotary-embedding kernel; False (--no-rope-fusion): PyTorch's rotate-half composite."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron's wgrad GEMMs accumulate into main_grad themselves; False (--no-gradient-accumulation-fusion, Megatron
+    DDP only): each micro-batch's weight gradients are added into main_grad by the DDP hook (main_grad.add_)."""
     pipeline_schedule: Literal["1f1b", "interleaved", "none"] = "1f1b"
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()

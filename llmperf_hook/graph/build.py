@@ -15,7 +15,7 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.stages import chunk_layer_range
-from llmperf_hook.graph.step_ops import build_step_ops, zero3_layer_comm
+from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops, zero3_layer_comm
 from llmperf_hook.hardware.spec import ClusterSpec
 
 
@@ -55,7 +55,8 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
             if n:
                 gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full")
                 block = _block(kind + suffix, fwd, n, gran)
-                blocks.append(OpBlock(block.name, gather_fwd + block.fwd, gather_bwd + block.bwd + reduce, n))
+                bwd = gather_bwd + block.bwd + main_grad_add_ops(cfg, params) + reduce
+                blocks.append(OpBlock(block.name, gather_fwd + block.fwd, bwd, n))
     return blocks
 
 

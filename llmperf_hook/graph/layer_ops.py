@@ -69,13 +69,16 @@ def comm(name: str, op_class: str, nbytes: float, coll: Collective, ctx: LayerCo
 
 FUSED_BY_MEGATRON = frozenset({"rope", "swiglu"})
 """Ops Megatron-LM runs as one fused kernel by default (megatron/training/arguments.py: --no-rope-fusion and
---no-bias-swiglu-fusion switch them off), where plain PyTorch models run a composite of several kernels
-(rotate-half RoPE: slices, neg, cat, two products and a sum; silu(gate) * up: two kernels)."""
+--no-bias-swiglu-fusion switch them off: TrainingConfig.apply_rope_fusion / bias_activation_fusion), where plain
+PyTorch models run a composite of several kernels (rotate-half RoPE: slices, neg, cat, two products and a sum;
+silu(gate) * up: two kernels)."""
 
 
 def fused_tag(op_class: str, ctx: LayerContext) -> dict[str, str]:
     """{"kernel": "fused"} when the framework runs this op class as one fused kernel (predict/dispatch.py)."""
-    return {"kernel": "fused"} if op_class in FUSED_BY_MEGATRON and ctx.cfg.framework == "megatron" else {}
+    cfg = ctx.cfg
+    on = {"rope": cfg.apply_rope_fusion, "swiglu": cfg.bias_activation_fusion}.get(op_class, False)
+    return {"kernel": "fused"} if on and op_class in FUSED_BY_MEGATRON and cfg.framework == "megatron" else {}
 
 
 def norm(name: str, ctx: LayerContext, width: int | None = None) -> Op:
@@ -112,9 +115,37 @@ def tp_exit(name: str, ctx: LayerContext) -> list[Op]:
 
 
 def residual(name: str, ctx: LayerContext) -> Op:
-    """Fused bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py): reads 2 tensors, writes 1."""
-    elements = ctx.norm_tokens * ctx.cfg.model.hidden_size
-    return elementwise(name, "residual_add", {"elements": elements}, elements, ctx, passes=3.0)
+    """The bias-dropout-add after a row-parallel GEMM. Fused (megatron/core/fusions/fused_bias_dropout.py): one
+    kernel that reads 2 tensors and writes 1. With --no-bias-dropout-fusion megatron-core's _bias_dropout_add_func
+    (Megatron-DeepSpeed get_bias_dropout_add) runs `x + bias` when the layers have biases (read, write: 2 passes),
+    torch dropout (read 2 + write 2 + a 1-byte mask per 16-bit element: 2.5 passes; none at --hidden-dropout 0,
+    where torch returns its input) and the residual add (3 passes): one op of class bias_dropout_add, so the host
+    issues one unit for the three eager kernels as for the fused call (predict/host_issue.py); its backward is the
+    fused one's (graph/backward.py)."""
+    cfg = ctx.cfg
+    elements = ctx.norm_tokens * cfg.model.hidden_size
+    passes = 3.0
+    if not cfg.bias_dropout_fusion:
+        passes += (2.0 if cfg.model.add_bias_linear else 0.0) + (2.5 if cfg.hidden_dropout > 0 else 0.0)
+    if passes == 3.0:
+        return elementwise(name, "residual_add", {"elements": elements}, elements, ctx, passes=3.0)
+    return elementwise(name, "bias_dropout_add", {"elements": elements}, elements, ctx, passes=passes)
+
+
+def activation(name: str, ffn: int, ctx: LayerContext) -> Op:
+    """GeLU or SwiGLU over the rank's FFN activations. Without the fused bias-activation kernel
+    (TrainingConfig.bias_activation_fusion False: --no-bias-gelu-fusion, --no-bias-swiglu-fusion) and with biases,
+    mlp.py first runs `intermediate_parallel + bias_parallel` over the FC1 output (read and write: 2 passes of
+    its 1 or 2 x ffn columns), then the activation (GeLU: 2 passes; SwiGLU's PyTorch composite silu(a) * b: 5):
+    one op of class bias_activation, one host unit as the fused call."""
+    m = ctx.cfg.model
+    act = "swiglu" if m.swiglu else "gelu"
+    elements = ctx.tokens * ffn
+    if m.add_bias_linear and not ctx.cfg.bias_activation_fusion:
+        passes = 2.0 * 2 + 5.0 if m.swiglu else 2.0 + 2.0
+        return elementwise(name + act, "bias_activation", {"elements": elements, "swiglu": int(m.swiglu)}, elements, ctx,
+                           passes=passes)
+    return elementwise(name + act, act, {"elements": elements}, elements, ctx, passes=3.0 if m.swiglu else 2.0)
 
 
 def attention_ops(ctx: LayerContext) -> list[Op]:
@@ -232,11 +263,8 @@ def tp_split_mlp(prefix: str, ffn: int, ctx: LayerContext) -> list[Op]:
     column-parallel FC1, GeLU / SwiGLU, row-parallel FC2, all-reduce / reduce-scatter; op names start `prefix`."""
     m, t = ctx.cfg.model, ctx.tp.group_size
     ffn //= t
-    act = "swiglu" if m.swiglu else "gelu"
     return [*tp_enter(prefix + "tp_allgather", ctx),
-            gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx),
-            elementwise(prefix + act, act, {"elements": ctx.tokens * ffn}, ctx.tokens * ffn, ctx,
-                        passes=3.0 if m.swiglu else 2.0),
+            gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx), activation(prefix, ffn, ctx),
             gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit(prefix + "tp_reduce", ctx)]
 
 
