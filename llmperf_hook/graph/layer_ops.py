@@ -193,6 +193,8 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     if cfg.masked_softmax_fusion and fused_softmax_available(batch, s_q, s_kv):
         return [qk, softmax, dropout, av]
     before, after = softmax_fallback_ops(scores, ctx)
+    # torch.nn.Softmax: its CUDA backward is two kernels (graph/backward.py TORCH_SOFTMAX_BWD_BYTES_FACTOR).
+    softmax = replace(softmax, tags={**softmax.tags, "kernel": "torch"})
     if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
         softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
     return [qk, *before, softmax, *after, dropout, av]
