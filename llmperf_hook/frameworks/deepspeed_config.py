@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
                                                      grad_norm_rules, offload_rules, zeropp_rules, zeropp_settings)
+from llmperf_hook.frameworks.deepspeed_step_keys import step_key_warnings
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -345,6 +346,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     check_sections(raw, origin)
     fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
     fields.update(check_top_level(raw, origin, fields, src, warnings))
+    warnings.extend(step_key_warnings(raw, origin))
     if fields["torch_autocast"] in ("bf16", "fp16") and fields["fp16"] is not True and fields["bf16"] is not True:
         warnings.append(f"{origin} {'torch_autocast' if 'torch_autocast' in raw else 'amp'} computes in "
                         f"{fields['torch_autocast']} on fp32 parameters and gradients: "

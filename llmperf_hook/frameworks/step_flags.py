@@ -36,7 +36,7 @@ STEP_TRUE = (
     "log-params-norm", "log-num-zeros-in-grad", "manual-gc", "cross-entropy-loss-fusion", "no-persist-layer-norm",
     "ddp-average-in-collective", "ddp-pad-buckets-for-high-nccl-busbw", "ddp-reduce-scatter-with-fp32-accumulation",
     "overlap-param-gather-with-optimizer-step", "use-nccl-ub", "check-for-large-grads", "check-for-spiky-loss",
-    "log-straggler", "synchronize-each-layer", "contigious-checkpointing", "deterministic-mode",
+    "log-straggler", "synchronize-each-layer", "contigious-checkpointing", "profile-backward", "deterministic-mode",
 )
 STEP_INT = ("timing-log-level", "manual-gc-interval", "ddp-num-buckets", "check-weight-hash-across-dp-replicas-interval")
 STEP_STR = ("DDP-impl",)
@@ -86,6 +86,8 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
     "log_straggler": NotModelled(False, "straggler detector's per-step timing not timed"),
     "synchronize_each_layer": NotModelled(False, "a device synchronize at each checkpointed layer's start and end "
                                           "(DeepSpeed checkpointing) not timed"),
+    "profile_backward": NotModelled(False, "timers around every checkpointed layer's forward and recompute (DeepSpeed "
+                                    "checkpointing, device synchronizes) not timed"),
     "contigious_checkpointing": NotModelled(False, "DeepSpeed contiguous checkpoint buffers (a copy of each "
                                             "checkpoint into them) not modelled"),
     "deterministic_mode": NotModelled(False, "deterministic kernels (slower attention and reductions) not modelled"),
