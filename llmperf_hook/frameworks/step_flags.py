@@ -37,8 +37,11 @@ STEP_TRUE = (
     "ddp-average-in-collective", "ddp-pad-buckets-for-high-nccl-busbw", "ddp-reduce-scatter-with-fp32-accumulation",
     "overlap-param-gather-with-optimizer-step", "use-nccl-ub", "check-for-large-grads", "check-for-spiky-loss",
     "log-straggler", "synchronize-each-layer", "contigious-checkpointing", "profile-backward", "deterministic-mode",
+    "fp16-lm-cross-entropy", "use-precision-aware-optimizer",
 )
-STEP_INT = ("timing-log-level", "manual-gc-interval", "ddp-num-buckets", "check-weight-hash-across-dp-replicas-interval")
+STEP_INT = ("timing-log-level", "manual-gc-interval", "ddp-num-buckets", "check-weight-hash-across-dp-replicas-interval",
+            "gpu-sniff-test-interval")
+STEP_FLOAT = ("attention-dropout",)
 STEP_STR = ("DDP-impl",)
 
 
@@ -91,6 +94,12 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
     "contigious_checkpointing": NotModelled(False, "DeepSpeed contiguous checkpoint buffers (a copy of each "
                                             "checkpoint into them) not modelled"),
     "deterministic_mode": NotModelled(False, "deterministic kernels (slower attention and reductions) not modelled"),
+    "fp16_lm_cross_entropy": NotModelled(False, "16-bit cross-entropy (no fp32 cast of the logits) priced as "
+                                         "Megatron's fp32 one"),
+    "use_precision_aware_optimizer": NotModelled(False, "main gradients, master weights and Adam states in the "
+                                                 "--main-grads-dtype / --main-params-dtype / --exp-avg(-sq)-dtype "
+                                                 "dtypes priced as fp32"),
+    "gpu_sniff_test_interval": NotModelled(None, "a GPU sniff test every N steps is not timed"),
     "ddp_num_buckets": NotModelled(None, "gradient buckets of params / N elements: timed with Megatron's default "
                                    "bucket size"),
     "check_weight_hash_across_dp_replicas_interval": NotModelled(None, "a hash of every weight and its all-gather "
@@ -125,6 +134,7 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig) 
     megatron_ddp = framework == "megatron" and optimizer.fsdp == "none"
     return {"bias_activation_fusion": bool(activation), "bias_dropout_fusion": bool(flags.get("bias_dropout_fusion", True)),
             "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
+            "attention_dropout": float(flags.get("attention_dropout", 0.1)),
             "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
             "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp}
 
@@ -150,11 +160,22 @@ def _manual_gc_warnings(flags: FlagValues) -> list[str]:
     return []
 
 
-def step_flag_warnings(flags: FlagValues) -> list[str]:
-    """One line per step flag of this module given with a value that changes the step but is not priced."""
+def _attention_dropout_warnings(flags: FlagValues, attention_backend: str) -> list[str]:
+    """torch dropout at p = 0 returns its input (no kernel, no mask): the unfused attention's dropout over the
+    s x s scores (graph/layer_ops.attention_core) disappears at --attention-dropout 0; flash kernels take the
+    probability as an argument (a few percent either way)."""
+    if attention_backend != "unfused" or flags.get("attention_dropout", 0.1) > 0:
+        return []
+    return [f"{flags.seen_flags['attention_dropout']} {flags.get('attention_dropout')}: the unfused attention's dropout "
+            "over the scores (and its mask) is still priced though it does not run"]
+
+
+def step_flag_warnings(flags: FlagValues, attention_backend: str = "auto") -> list[str]:
+    """One line per step flag of this module given with a value that changes the step but is not priced
+    (`attention_backend`: the kernels resolved for the job, megatron.megatron_attention)."""
     special = {"manual_gc_interval", "barrier_with_l1_time"}
     out = [f"{flags.seen_flags[d]}: {rule.effect}" for d, rule in NOT_MODELLED_STEP.items()
            if d not in special and flags.has(d) and flags.get(d) != rule.default]
     if flags.get("barrier_with_l1_time", True) is False and flags.get("timing_log_level", 0) >= 1:
         out.append(f"{flags.seen_flags['barrier_with_l1_time']}: {NOT_MODELLED_STEP['barrier_with_l1_time'].effect}")
-    return out + _timing_warnings(flags) + _manual_gc_warnings(flags)
+    return out + _timing_warnings(flags) + _manual_gc_warnings(flags) + _attention_dropout_warnings(flags, attention_backend)

@@ -271,6 +271,9 @@ class TrainingConfig:
     hidden_dropout: float = 0.1
     """Megatron --hidden-dropout (default 0.1): with the unfused bias-dropout-add a probability of 0 runs no dropout
     kernel (torch's dropout returns its input)."""
+    attention_dropout: float = 0.1
+    """Megatron --attention-dropout (default 0.1). At 0 the unfused attention runs no dropout over its scores (torch's
+    dropout returns its input); the graph still prices it (frameworks/step_flags.py warns)."""
     apply_rope_fusion: bool = True
     """Megatron's fused rotary-embedding kernel; False (--no-rope-fusion): PyTorch's rotate-half composite."""
     gradient_accumulation_fusion: bool = True

@@ -175,3 +175,17 @@ def test_unfused_rope_costs_time_with_a_fused_profile() -> None:
     argv = (*LLAMA, "--transformer-impl", "local")
     assert predict_command([*argv, "--no-rope-fusion"], {}, cluster="dgx-h100", hardware="h100-sxm5-80gb").estimate.step_time_s \
         > predict_command(list(argv), {}, cluster="dgx-h100", hardware="h100-sxm5-80gb").estimate.step_time_s
+
+
+@pytest.mark.parametrize("flag", ["--fp16-lm-cross-entropy", "--use-precision-aware-optimizer"])
+def test_precision_switches_warn(flag: str) -> None:
+    assert any(w.startswith(flag + ":") for w in _cfg(*MEGATRON, flag).warnings)
+
+
+def test_attention_dropout_zero_warns_only_for_unfused_attention() -> None:
+    unfused = (*MEGATRON, "--transformer-impl", "local", "--attention-dropout", "0")
+    assert any(w.startswith("--attention-dropout 0.0: the unfused attention's dropout") for w in _cfg(*unfused).warnings)
+    assert _cfg(*unfused).attention_dropout == 0.0
+    flash = (*MEGATRON, "--attention-backend", "flash", "--attention-dropout", "0")
+    assert not any(w.startswith("--attention-dropout") for w in _cfg(*flash).warnings)
+    assert not any(w.startswith("--attention-dropout") for w in _cfg(*MEGATRON, "--transformer-impl", "local").warnings)
