@@ -26,6 +26,7 @@ STEP_FALSE: dict[str, str] = {
     "no-check-for-nan-in-loss-and-grad": "check_for_nan_in_loss_and_grad",
     "no-barrier-with-level-1-timing": "barrier_with_l1_time",
     "no-align-grad-reduce": "align_grad_reduce",
+    "disable-align-grad-reduce": "align_grad_reduce",  # HEAD: a config dataclass field (training/config/common_config.py)
     "no-align-param-gather": "align_param_gather",
     "no-async-tensor-model-parallel-allreduce": "async_tensor_model_parallel_allreduce",
     "no-contiguous-buffers-in-local-ddp": "use_contiguous_buffers_in_local_ddp",

@@ -189,3 +189,9 @@ def test_attention_dropout_zero_warns_only_for_unfused_attention() -> None:
     flash = (*MEGATRON, "--attention-backend", "flash", "--attention-dropout", "0")
     assert not any(w.startswith("--attention-dropout") for w in _cfg(*flash).warnings)
     assert not any(w.startswith("--attention-dropout") for w in _cfg(*MEGATRON, "--transformer-impl", "local").warnings)
+
+
+def test_dataclass_spelling_of_a_false_flag_warns() -> None:
+    # Megatron-LM HEAD builds --no-X and --disable-X for a True-by-default config field (argument_utils.py)
+    warnings = _cfg(*MEGATRON, "--disable-align-grad-reduce").warnings
+    assert any(w.startswith("--disable-align-grad-reduce: each pipeline stage") for w in warnings), warnings
