@@ -410,6 +410,7 @@ def main() -> None:
     after = predict_all(eval_home, work / "predict-after")
     report(measured, before, after, k, ref_profile)
     report_instrumented(measured[k], cal, before[k], after[k], k)
+    report_full_scale(measured, before, cal, k)
 
 
 def measure_all(home: Path, work: Path, before: list[float], ref_profile: float, args: Any) -> list[dict]:
@@ -452,6 +453,15 @@ def report_instrumented(m: dict, cal: dict, before: float, after: float, k: int)
           f"(the target's figure), {pct(after, cal['measured_s']):+.1f} % against the calibration run's own steps "
           f"(what `llmperf refine` shows the user); before: {pct(before, m['measured_s']):+.1f} % / "
           f"{pct(before, cal['measured_s']):+.1f} %")
+
+
+def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: int) -> None:
+    """What the calibration of earlier sessions (the one run's ratio applied in full to every configuration)
+    would have made of the same runs, beside the shrunk one: the comparison the shrinkage is for."""
+    scale = cal["measured_s"] / before[k]
+    full = [pct(p * scale, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
+    print(f"for comparison, the one-run ratio x{scale:.3f} applied in full to every configuration (refine before "
+          f"shrinkage): MAPE of the other 11 {mape(full):.1f} %")
 
 
 def print_profile_reference(home: Path) -> float:
