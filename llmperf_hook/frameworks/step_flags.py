@@ -18,6 +18,7 @@ from typing import Any
 
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.training_config import OptimizerConfig
+from llmperf_hook.provenance import Source, SourceKind
 
 STEP_FALSE: dict[str, str] = {
     "no-bias-gelu-fusion": "bias_gelu_fusion",
@@ -117,7 +118,30 @@ gradient is never overlapped with the weight-gradient GEMM (Megatron's async def
 
 
 
-def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig) -> dict[str, object]:
+FUSION_FIELDS: dict[str, str] = {
+    "masked_softmax_fusion": "masked_softmax", "bias_activation_fusion": "bias_activation",
+    "bias_dropout_fusion": "bias_dropout_add", "apply_rope_fusion": "rope",
+    "gradient_accumulation_fusion": "gradient_accumulation",
+}
+"""TrainingConfig fusion field -> the kernel's short name in explain's `unfused_kernels`."""
+_FUSION_FLAGS = {"masked_softmax_fusion": ("masked_softmax_fusion",),
+                 "bias_activation_fusion": ("bias_gelu_fusion", "bias_swiglu_fusion"),
+                 "bias_dropout_fusion": ("bias_dropout_fusion",), "apply_rope_fusion": ("apply_rope_fusion",),
+                 "gradient_accumulation_fusion": ("gradient_accumulation_fusion",)}
+"""TrainingConfig fusion field -> the flags' destinations that switch it off (FUSION_FIELDS' order)."""
+
+
+def unfused_source(flags: FlagValues, fields: dict[str, object], src: dict[str, Source]) -> None:
+    """src["unfused_kernels"]: the `--no-...` flags that switched a priced fusion off (explain shows the key only
+    then, so jobs on the defaults keep their output)."""
+    given = [flags.seen_flags[d] for field, dests in _FUSION_FLAGS.items() if fields.get(field, True) is False
+             for d in dests if flags.get(d, True) is False]
+    if given:
+        src["unfused_kernels"] = Source(SourceKind.ARGV, " ".join(given))
+
+
+def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
+                 src: dict[str, Source] | None = None) -> dict[str, object]:
     """The TrainingConfig fusion fields of a Megatron(-DeepSpeed) job (all True by default, as Megatron's flags).
 
     - bias_activation_fusion: argument_utils.core_transformer_config_from_args takes --no-bias-swiglu-fusion with
@@ -133,11 +157,14 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig) 
     if framework == "megatron-deepspeed" and swiglu:
         activation = False
     megatron_ddp = framework == "megatron" and optimizer.fsdp == "none"
-    return {"bias_activation_fusion": bool(activation), "bias_dropout_fusion": bool(flags.get("bias_dropout_fusion", True)),
+    fields = {"bias_activation_fusion": bool(activation), "bias_dropout_fusion": bool(flags.get("bias_dropout_fusion", True)),
             "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
             "attention_dropout": float(flags.get("attention_dropout", 0.1)),
             "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
             "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp}
+    if src is not None:
+        unfused_source(flags, {**fields, "masked_softmax_fusion": flags.get("masked_softmax_fusion", True)}, src)
+    return fields
 
 
 def _timing_warnings(flags: FlagValues) -> list[str]:

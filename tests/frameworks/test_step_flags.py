@@ -195,3 +195,12 @@ def test_dataclass_spelling_of_a_false_flag_warns() -> None:
     # Megatron-LM HEAD builds --no-X and --disable-X for a True-by-default config field (argument_utils.py)
     warnings = _cfg(*MEGATRON, "--disable-align-grad-reduce").warnings
     assert any(w.startswith("--disable-align-grad-reduce: each pipeline stage") for w in warnings), warnings
+
+
+def test_explain_names_the_unfused_kernels_and_their_flags() -> None:
+    from llmperf_hook.frameworks.explain_data import explain_json
+
+    data = explain_json(_cfg(*LLAMA, "--no-rope-fusion", "--no-bias-swiglu-fusion"))
+    assert data["unfused_kernels"] == "bias_activation, rope"
+    assert data["sources"]["unfused_kernels"] == "argv --no-bias-swiglu-fusion --no-rope-fusion"
+    assert "unfused_kernels" not in explain_json(_cfg(*LLAMA))  # defaults: output unchanged
