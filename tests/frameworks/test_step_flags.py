@@ -204,3 +204,13 @@ def test_explain_names_the_unfused_kernels_and_their_flags() -> None:
     assert data["unfused_kernels"] == "bias_activation, rope"
     assert data["sources"]["unfused_kernels"] == "argv --no-bias-swiglu-fusion --no-rope-fusion"
     assert "unfused_kernels" not in explain_json(_cfg(*LLAMA))  # defaults: output unchanged
+
+
+def test_a_store_false_flag_in_not_modelled_warns_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    # script_flags.NOT_MODELLED reads a store_false flag as set when it is False (given), not when it is True (absent)
+    from llmperf_hook.frameworks import megatron
+
+    monkeypatch.setitem(megatron.NOT_MODELLED, "overlap_p2p_comm", "p2p overlap switched off")
+    assert "--no-overlap-p2p-communication: p2p overlap switched off" in _cfg(*MEGATRON, "--no-overlap-p2p-communication").warnings
+    assert not any("p2p overlap switched off" in w for w in _cfg(*MEGATRON).warnings)
+    assert not any("p2p overlap switched off" in w for w in _cfg(*MEGATRON, "--overlap-p2p-communication").warnings)
