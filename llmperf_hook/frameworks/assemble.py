@@ -17,6 +17,7 @@ from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, w
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
 from llmperf_hook.frameworks.step_flags import step_fusions
+from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
 from llmperf_hook.launch.parsed_job import ParsedJob
@@ -180,6 +181,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
+    warnings += trainer_warnings(flags) if ds is None else []  # DeepSpeed replaces DDP and a config's optimizer --optim
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
@@ -191,7 +193,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                             offload_param=offload if fsdp.zero_stage == 3 else "none")
         src["zero_stage"] = fsdp.source
     else:  # torch DistributedDataParallel: its Reducer all-reduces 25 MiB gradient buckets during backward
-        optimizer = replace(base, overlap_grad_reduce=True, grad_bucket_size_elems=DDP_BUCKET_ELEMS)
+        bucket = ddp_bucket_elems(flags, src) or DDP_BUCKET_ELEMS
+        optimizer = replace(base, overlap_grad_reduce=True, grad_bucket_size_elems=bucket)
         src["zero_stage"] = Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
         src["overlap_grad_reduce"] = Source(SourceKind.DEFAULT, "torch DDP: bucketed all-reduce in backward")
     return TrainingConfig(

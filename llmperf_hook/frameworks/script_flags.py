@@ -7,7 +7,7 @@ transformers TrainingArguments.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.flags import ONE_OR_MORE, Flag
-from llmperf_hook.frameworks import step_flags
+from llmperf_hook.frameworks import step_flags, trainer_flags
 
 _INT = (
     "microbatch-group-size-per-virtual-pipeline-stage", "num-layers", "encoder-num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
@@ -74,7 +74,8 @@ def _build() -> dict[str, Flag]:
         table["--" + name] = Flag(dest, "false")
     # Step flags (frameworks/step_flags.py): fusions, per-step checks, timers, DP bucket settings.
     for names, kind in ((step_flags.STEP_INT, "int"), (step_flags.STEP_STR, "str"), (step_flags.STEP_TRUE, "true"),
-                        (step_flags.STEP_FLOAT, "float")):
+                        (step_flags.STEP_FLOAT, "float"), (trainer_flags.TRAINER_INT, "int"),
+                        (trainer_flags.TRAINER_STR, "str"), (trainer_flags.TRAINER_TRUE, "true")):
         for name in names:
             table["--" + name] = Flag(_dest(name), kind)  # type: ignore[arg-type]
     for name, dest in step_flags.STEP_FALSE.items():

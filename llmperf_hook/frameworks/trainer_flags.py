@@ -1,0 +1,44 @@
+"""Hugging Face Trainer flags (transformers TrainingArguments) that change a step without changing the model, layout
+or batch: the DDP bucket size is priced, the others are named in a "not modelled" warning (tests/frameworks/
+real_scripts/FLAGS.md). Only for a script without a ds_config (plain torch DDP or FSDP): under DeepSpeed the engine
+replaces DDP and a ds_config optimizer replaces --optim.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.provenance import Source, SourceKind
+
+TRAINER_INT = ("ddp-bucket-cap-mb",)
+TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters")
+TRAINER_STR = ("optim",)
+
+ADAM_OPTIMS = frozenset({"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw_torch_xla",
+                         "adamw_torch_npu_fused", "adamw_anyprecision"})
+"""TrainingArguments.optim values (transformers OptimizerNames) that run a full-precision Adam(W): priced as Adam."""
+
+
+def ddp_bucket_elems(flags: FlagValues, src: dict[str, Source]) -> int | None:
+    """--ddp_bucket_cap_mb N: torch DDP's bucket_cap_mb (Trainer passes it to DistributedDataParallel), in fp32
+    gradient elements (N MiB / 4 B, as assemble.DDP_BUCKET_ELEMS for the default 25); None = not given."""
+    cap_mb = flags.get("ddp_bucket_cap_mb")
+    if cap_mb is None:
+        return None
+    src["grad_bucket_size_elems"] = flags.source("ddp_bucket_cap_mb")
+    return int(cap_mb) * 2**20 // 4
+
+
+def trainer_warnings(flags: FlagValues) -> list[str]:
+    """--torch_compile (Inductor fuses the model's kernels; priced as eager PyTorch); --ddp_find_unused_parameters
+    True (DDP walks the autograd graph after every forward, torch/nn/parallel/distributed.py prepare_for_backward);
+    an --optim other than a full-precision AdamW (8-bit, paged, Adafactor, SGD, ...: other states and step)."""
+    out: list[str] = []
+    if flags.get("torch_compile"):
+        out.append(f"{flags.seen_flags['torch_compile']}: torch.compile's fused kernels priced as eager PyTorch ops")
+    if flags.get("ddp_find_unused_parameters"):
+        out.append(f"{flags.seen_flags['ddp_find_unused_parameters']} True: DDP's search of the autograd graph for "
+                   "unused parameters after every forward is not timed")
+    optim = flags.get("optim")
+    if optim is not None and optim not in ADAM_OPTIMS:
+        out.append(f"{flags.seen_flags['optim']} {optim}: its optimizer states and step priced as AdamW's")
+    return out
