@@ -117,7 +117,6 @@ gradient is never overlapped with the weight-gradient GEMM (Megatron's async def
 --no-async-tensor-model-parallel-allreduce. Both are gaps of the default, tabled in FLAGS.md."""
 
 
-
 FUSION_FIELDS: dict[str, str] = {
     "masked_softmax_fusion": "masked_softmax", "bias_activation_fusion": "bias_activation",
     "bias_dropout_fusion": "bias_dropout_add", "apply_rope_fusion": "rope",

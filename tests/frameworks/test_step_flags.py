@@ -101,6 +101,9 @@ def test_priced_fusions_do_not_warn() -> None:
              "--no-async-tensor-model-parallel-allreduce")
     warnings = _cfg(*LLAMA, *flags).warnings
     assert not [w for w in warnings if w.startswith(flags)], warnings
+    from llmperf_hook.frameworks.step_flags import NOT_MODELLED_STEP, PRICED_AS_GIVEN
+
+    assert not set(PRICED_AS_GIVEN) & set(NOT_MODELLED_STEP)
 
 
 def test_fusion_defaults_follow_megatron() -> None:
