@@ -19,8 +19,21 @@ ZERO_KEYS: dict[str, tuple[Any, str]] = {
     "memory_efficient_linear": (True, "ZeRO-3 linear layers through torch's F.linear instead of DeepSpeed's "
                                       "LinearFunctionForZeroStage3: what autograd then saves is not modelled"),
     "legacy_stage1": (False, "DeepSpeed's legacy ZeRO-1 partitioning not modelled"),
+    "allgather_partitions": (True, "ZeRO-1/2 parameters gathered by one broadcast per rank instead of an all-gather: "
+                                   "timed as the all-gather"),
+    "stage3_param_persistence_threshold": (100_000, "ZeRO-3 keeps parameters under this many elements resident: "
+                                                    "priced at DeepSpeed's 1e5"),
+    "param_persistence_threshold": (100_000, "ZeRO-3 keeps parameters under this many elements resident: priced at "
+                                             "DeepSpeed's 1e5"),
+    "stage3_model_persistence_threshold": (None, "a cap on ZeRO-3's resident parameters not modelled"),
+    "model_persistence_threshold": (None, "a cap on ZeRO-3's resident parameters not modelled"),
+    "stage3_max_reuse_distance": (1_000_000_000, "ZeRO-3's release of parameters by reuse distance is not modelled "
+                                                 "(each layer is gathered again for its backward)"),
+    "max_reuse_distance": (1_000_000_000, "ZeRO-3's release of parameters by reuse distance is not modelled (each "
+                                          "layer is gathered again for its backward)"),
 }
-"""zero_optimization key -> (DeepSpeed's default, what a different value changes)."""
+"""zero_optimization key -> (DeepSpeed's default, what a different value changes); None: any value warns (the
+default is sys.maxsize). HF's "auto" fills (10 x hidden for the persistence threshold) are left alone."""
 
 CHECKPOINTING_KEYS: dict[str, str] = {
     "synchronize_checkpoint_boundary": "a device synchronize before and after every checkpointed layer not timed",
@@ -29,12 +42,17 @@ CHECKPOINTING_KEYS: dict[str, str] = {
 """activation_checkpointing keys (default false) that add work to every checkpointed layer."""
 
 
+def _differs(value: Any, default: Any) -> bool:
+    """A value the user set away from DeepSpeed's default ("auto" is filled by the Hugging Face integration)."""
+    return value not in (None, "auto") and (default is None or value != default)
+
+
 def _zero_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     zero = raw.get("zero_optimization")
     if not isinstance(zero, dict):
         return []
     return [f"{origin} zero_optimization.{key} = {zero[key]}: {effect}" for key, (default, effect) in ZERO_KEYS.items()
-            if key in zero and zero[key] not in ("auto", default)]
+            if _differs(zero.get(key), default)]
 
 
 def _top_level_warnings(raw: dict[str, Any], origin: str) -> list[str]:
