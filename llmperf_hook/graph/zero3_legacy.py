@@ -150,6 +150,5 @@ def persistent_gather_ops(cfg: TrainingConfig, num_layers: int, last_stage: bool
     gather = Op("zero3_legacy.persistent_param_allgather", "allgather", "step", {"bytes": gather_bytes},
                 dtype=cfg.precision, collective=dense)
     # The copy-out of torch's list gather and the copies into the parameters: read and write each element twice.
-    copy = Op("zero3_legacy.persistent_param_allgather_copies", "zero3_list_copy", "step", {"elements": elems},
-              flops=0.0, bytes_moved=float(elems * 2 * 4), dtype=cfg.precision, tags={"host_s": f"{host_s:.6g}"})
-    return gather, copy
+    return gather, _list_overhead("zero3_legacy.persistent_param_allgather_copies", "step", elems, elems * 2 * 4,
+                                  host_s, cfg.precision)
