@@ -190,7 +190,7 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
     av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
             bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
-    if cfg.masked_softmax_fusion and fused_softmax_available(batch, s_q, s_kv):
+    if not torch_softmax_path(cfg):
         return [qk, softmax, dropout, av]
     before, after = softmax_fallback_ops(scores, ctx)
     # torch.nn.Softmax: its CUDA backward is two kernels (graph/backward.py TORCH_SOFTMAX_BWD_BYTES_FACTOR).
@@ -232,6 +232,17 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
     warp = min(pow2, 32)
     batches_per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
     return attn_batches % 4 == 0 and attn_batches % batches_per_block == 0
+
+
+def torch_softmax_path(cfg: TrainingConfig) -> bool:
+    """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
+    kernel: --no-masked-softmax-fusion, or a shape the kernel does not take (fused_softmax_available; attention
+    batches = micro-batch x heads per TP rank). The graph (attention_core) and the memory model
+    (schedule/activations.py) both ask here."""
+    m, p = cfg.model, cfg.parallel
+    attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
+    fused = cfg.masked_softmax_fusion and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length)
+    return cfg.attention_backend == "unfused" and not fused
 
 
 def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:

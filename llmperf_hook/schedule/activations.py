@@ -22,6 +22,7 @@ Context parallelism divides s by cp.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision, torch_softmax_path
 
 MASK_BYTES = 1
 
@@ -64,20 +65,8 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
 
 def softmax_output_bytes(cfg: TrainingConfig) -> float:
     """Bytes per score of the saved softmax output: the PyTorch fallback in fp32 saves its fp32 output (the cast
-    back to bf16 saves nothing; graph/layer_ops.attention_core decides which path runs)."""
-    from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision
-
+    back to bf16 saves nothing; graph/layer_ops.torch_softmax_path decides which path runs)."""
     return FP32_BYTES if torch_softmax_path(cfg) and softmax_precision(cfg)[1] else act_bytes(cfg)
-
-
-def torch_softmax_path(cfg: TrainingConfig) -> bool:
-    """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused kernel."""
-    from llmperf_hook.graph.layer_ops import fused_softmax_available
-
-    m, t = cfg.model, cfg.parallel.tp
-    s = m.seq_length // cfg.parallel.cp
-    fused = cfg.masked_softmax_fusion and fused_softmax_available(cfg.batch.micro_batch_size * (m.num_attention_heads // t), s, m.seq_length)
-    return cfg.attention_backend == "unfused" and not fused
 
 
 def score_elements(cfg: TrainingConfig) -> float:
