@@ -13,8 +13,8 @@ from __future__ import annotations
 from llmperf_hook.graph.op import Op
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
-BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "mask_fill": 1.0,
-                    "bias_dropout_add": 0.8, "bias_activation": 1.25}
+BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "bias_dropout_add": 0.8,
+                    "bias_activation": 1.25}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
 14 bytes per logit against 38 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
 path's cast and scale (layer_ops.softmax_fallback_ops) backpropagate as one kernel of the same traffic (cast
