@@ -98,8 +98,9 @@ def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, gr
 def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
     o, p = cfg.optimizer, cfg.parallel
     out: dict[str, float] = {"cuda_context": float(CUDA_CONTEXT_BYTES)}
-    if act.score_buffer_bytes(cfg):
-        out["attention_score_buffer"] = act.score_buffer_bytes(cfg)
+    score_buffer = act.score_buffer_bytes(cfg)
+    if score_buffer:
+        out["attention_score_buffer"] = score_buffer
     communicators = sum(1 for n in (p.tp, p.cp, p.dp * p.cp, p.pp, p.ep) if n > 1)
     out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
     if "deepspeed" in cfg.framework and o.zero_stage >= 1:
