@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
+
+from measure_zero3_host_loop import _best_us_per_rank  # best of 101 timed calls, in us per unit
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -41,15 +42,10 @@ def main(ranks: int, numel: int = 20480) -> None:
                 views.append((replicated.view(-1).narrow(0, param_start, numel_to_copy), src))
         return views
 
-    samples = []
-    for _ in range(101):
-        start = time.perf_counter()
-        loop_without_copy()
-        samples.append(time.perf_counter() - start)
     iterations = min(ranks, -(-numel // part))
     print(f"torch {torch.__version__}, {ranks} ranks, a {numel}-element parameter ({iterations} copies), one thread:")
     print(f"  _allgather_params copy loop without the copy_ (narrow + view + narrow)  "
-          f"{min(samples) / iterations * 1e6:.2f} us per iteration (best of 101)")
+          f"{_best_us_per_rank(loop_without_copy, iterations):.2f} us per iteration (best of 101)")
 
 
 if __name__ == "__main__":
