@@ -315,14 +315,14 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
     return "auto"
 
 
-def not_modelled_warnings(flags: FlagValues, attention_backend: str = "auto") -> list[str]:
+def not_modelled_warnings(flags: FlagValues) -> list[str]:
     """One line per accepted flag that changes step time or memory but that llmperf does not model: a store_true
     or valued flag when set (not None / False / 0), a store_false one (`--no-X`) when given (False)."""
     modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
                 "position_embedding_type": tuple(c for c in CHOICES["position_embedding_type"] if c != "relative")}
     off = {d: ((True, None) if d in FALSE_DESTS else (None, False)) for d in NOT_MODELLED}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
-            if flags.get(d) not in off[d] and flags.get(d) not in modelled.get(d, ())] + step_flag_warnings(flags, attention_backend)
+            if flags.get(d) not in off[d] and flags.get(d) not in modelled.get(d, ())] + step_flag_warnings(flags)
 
 
 def megatron_entry_point(script: str) -> bool:
@@ -345,10 +345,10 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
         model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
-    attention = megatron_attention(flags, src, ds_flavour, script)
-    warnings.extend(not_modelled_warnings(flags, attention))
+    warnings.extend(not_modelled_warnings(flags))
     return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings), megatron_recompute(flags, src),
-                         megatron_optimizer(flags, src, warnings), attention, schedule)
+                         megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour, script),
+                         schedule)
 
 
 def preset_megatron_shape(flags: FlagValues, shape_model: str, tp: int, src: dict[str, Source],

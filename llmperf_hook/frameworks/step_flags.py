@@ -187,22 +187,11 @@ def _manual_gc_warnings(flags: FlagValues) -> list[str]:
     return []
 
 
-def _attention_dropout_warnings(flags: FlagValues, attention_backend: str) -> list[str]:
-    """torch dropout at p = 0 returns its input (no kernel, no mask): the unfused attention's dropout over the
-    s x s scores (graph/layer_ops.attention_core) disappears at --attention-dropout 0; flash kernels take the
-    probability as an argument (a few percent either way)."""
-    if attention_backend != "unfused" or flags.get("attention_dropout", 0.1) > 0:
-        return []
-    return [f"{flags.seen_flags['attention_dropout']} {flags.get('attention_dropout')}: the unfused attention's dropout "
-            "over the scores (and its mask) is still priced though it does not run"]
-
-
-def step_flag_warnings(flags: FlagValues, attention_backend: str = "auto") -> list[str]:
-    """One line per step flag of this module given with a value that changes the step but is not priced
-    (`attention_backend`: the kernels resolved for the job, megatron.megatron_attention)."""
+def step_flag_warnings(flags: FlagValues) -> list[str]:
+    """One line per step flag of this module given with a value that changes the step but is not priced."""
     special = {"manual_gc_interval", "barrier_with_l1_time"}
     out = [f"{flags.seen_flags[d]}: {rule.effect}" for d, rule in NOT_MODELLED_STEP.items()
            if d not in special and flags.has(d) and flags.get(d) != rule.default]
     if flags.get("barrier_with_l1_time", True) is False and flags.get("timing_log_level", 0) >= 1:
         out.append(f"{flags.seen_flags['barrier_with_l1_time']}: {NOT_MODELLED_STEP['barrier_with_l1_time'].effect}")
-    return out + _timing_warnings(flags) + _manual_gc_warnings(flags) + _attention_dropout_warnings(flags, attention_backend)
+    return out + _timing_warnings(flags) + _manual_gc_warnings(flags)

@@ -190,14 +190,15 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
     av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
             bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
+    dropouts = [dropout] if cfg.attention_dropout > 0 else []  # torch's dropout at p = 0 returns its input
     if not torch_softmax_path(cfg):
-        return [qk, softmax, dropout, av]
+        return [qk, softmax, *dropouts, av]
     before, after = softmax_fallback_ops(scores, ctx)
     # torch.nn.Softmax: its CUDA backward is two kernels (graph/backward.py TORCH_SOFTMAX_BWD_BYTES_FACTOR).
     softmax = replace(softmax, tags={**softmax.tags, "kernel": "torch"})
     if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
         softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
-    return [qk, *before, softmax, *after, dropout, av]
+    return [qk, *before, softmax, *after, *dropouts, av]
 
 
 FUSED_SOFTMAX_MAX_SK = 4096
@@ -236,12 +237,13 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
 
 def torch_softmax_path(cfg: TrainingConfig) -> bool:
     """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
-    kernel: --no-masked-softmax-fusion, or a shape the kernel does not take (fused_softmax_available; attention
-    batches = micro-batch x heads per TP rank). The graph (attention_core) and the memory model
+    kernel: --no-masked-softmax-fusion, fp32 scores (is_kernel_available needs input_in_float16), or a shape the
+    kernel does not take (fused_softmax_available; attention batches = micro-batch x heads per TP rank). The graph (attention_core) and the memory model
     (schedule/activations.py) both ask here."""
     m, p = cfg.model, cfg.parallel
     attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
-    fused = cfg.masked_softmax_fusion and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length)
+    fused = (cfg.masked_softmax_fusion and cfg.precision != "fp32"  # the kernel takes fp16 / bf16 input only
+             and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length))
     return cfg.attention_backend == "unfused" and not fused
 
 
@@ -253,18 +255,17 @@ def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list
     fill then on fp32 scores. Megatron-LM and Megatron-Core default to neither since 2023: mask fill only."""
     b = ctx.act_bytes
     scaling, in_fp32 = softmax_precision(ctx.cfg)
+    width = FP32_BYTES if in_fp32 else b
+    casts = width != b  # fp32 training: input.float() returns the scores as they are, and nothing is cast back
     fill = Op("attn.mask_fill", "mask_fill", "fwd", {"elements": scores}, flops=0.0,
-              bytes_moved=float(scores * (2 * b + 1)), dtype=ctx.dtype)
-    if not in_fp32:
-        return [fill], []
+              bytes_moved=float(scores * (2 * width + 1)), dtype=ctx.dtype)
     cast_in = Op("attn.softmax_cast_fp32", "cast", "fwd", {"elements": scores}, flops=0.0,
                  bytes_moved=float(scores * (b + FP32_BYTES)), dtype=ctx.dtype)
     scale = Op("attn.softmax_scale", "scale", "fwd", {"elements": scores}, flops=float(scores),
-               bytes_moved=float(scores * 2 * FP32_BYTES), dtype=ctx.dtype)
-    fill = replace(fill, bytes_moved=float(scores * (2 * FP32_BYTES + 1)))
+               bytes_moved=float(scores * 2 * width), dtype=ctx.dtype)
     cast_out = Op("attn.softmax_cast_back", "cast", "fwd", {"elements": scores}, flops=0.0,
                   bytes_moved=float(scores * (FP32_BYTES + b)), dtype=ctx.dtype)
-    return [cast_in, *([scale] if scaling else []), fill], [cast_out]
+    return [*([cast_in] if casts else []), *([scale] if scaling else []), fill], [cast_out] if casts else []
 
 
 def mlp_ops(ctx: LayerContext) -> list[Op]:

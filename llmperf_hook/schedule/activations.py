@@ -59,8 +59,19 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
         replicated += latents
     split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
     a = m.num_attention_heads
-    scores = (softmax_output_bytes(cfg) + ab + MASK_BYTES) * a * s * s * b  # = 5 a s^2 b in mixed precision
+    scores = stored_score_bytes(cfg) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def stored_score_bytes(cfg: TrainingConfig) -> float:
+    """Bytes per score a layer keeps for its backward: the softmax output (for the softmax's backward), the dropout
+    mask and the dropout output (the AV product's input): Korthikanti et al.'s 5 in mixed precision. At
+    --attention-dropout 0 there is no dropout (torch returns its input), and the AV product keeps the softmax
+    output itself, or its bf16 cast where the softmax ran in fp32."""
+    f, ab = softmax_output_bytes(cfg), act_bytes(cfg)
+    if cfg.attention_dropout > 0:
+        return f + ab + MASK_BYTES
+    return f + (ab if f != ab else 0.0)
 
 
 def softmax_output_bytes(cfg: TrainingConfig) -> float:
@@ -83,14 +94,14 @@ def softmax_backward_extra_bytes(cfg: TrainingConfig) -> float:
     the softmax output (f), the dropout mask (1) and the dropout output (a) (layer_terms). The backward frees the
     dropout's two once the AV product's and the dropout's backward have run; the softmax backward then holds its
     saved output, the incoming gradient (cast to f bytes), `tmp = grad * output` and the input gradient at once
-    (aten/src/ATen/native/cuda/SoftMax.cu softmax_backward_cuda_out): 4f per score against the f + a + 1 stored,
-    (3f - a - 1) a s^2 b more (9 per score in fp32). Full recompute: the rematerialised layer's (recompute_working_bytes
+    (aten/src/ATen/native/cuda/SoftMax.cu softmax_backward_cuda_out): 4f per score against the f + a + 1 stored
+    (stored_score_bytes), (3f - a - 1) a s^2 b more (9 per score in fp32). Full recompute: the rematerialised layer's (recompute_working_bytes
     holds its stored part); selective recompute stores no scores, so all 4f. The fused kernel computes its
     gradient in place (scaled_masked_softmax backward writes output_grads): nothing extra."""
     if not torch_softmax_path(cfg):
         return 0.0
     f = softmax_output_bytes(cfg)
-    per_score = 4 * f if cfg.recompute.granularity == "selective" else 3 * f - act_bytes(cfg) - MASK_BYTES
+    per_score = 4 * f if cfg.recompute.granularity == "selective" else 4 * f - stored_score_bytes(cfg)
     return per_score * score_elements(cfg)
 
 

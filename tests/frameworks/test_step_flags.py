@@ -185,13 +185,11 @@ def test_precision_switches_warn(flag: str) -> None:
     assert any(w.startswith(flag + ":") for w in _cfg(*MEGATRON, flag).warnings)
 
 
-def test_attention_dropout_zero_warns_only_for_unfused_attention() -> None:
+def test_attention_dropout_zero_is_priced_not_warned() -> None:
+    """The graph drops the unfused attention's dropout at --attention-dropout 0 (tests/graph/test_softmax_fallback.py)."""
     unfused = (*MEGATRON, "--transformer-impl", "local", "--attention-dropout", "0")
-    assert any(w.startswith("--attention-dropout 0.0: the unfused attention's dropout") for w in _cfg(*unfused).warnings)
     assert _cfg(*unfused).attention_dropout == 0.0
-    flash = (*MEGATRON, "--attention-backend", "flash", "--attention-dropout", "0")
-    assert not any(w.startswith("--attention-dropout") for w in _cfg(*flash).warnings)
-    assert not any(w.startswith("--attention-dropout") for w in _cfg(*MEGATRON, "--transformer-impl", "local").warnings)
+    assert not any(w.startswith("--attention-dropout") for w in _cfg(*unfused).warnings)
 
 
 def test_dataclass_spelling_of_a_false_flag_warns() -> None:

@@ -80,3 +80,45 @@ def test_fp32_softmax_output_is_what_the_layer_saves() -> None:
     fallback_fp32 = layer_terms(replace(cfg, masked_softmax_fusion=False, softmax_in_fp32=True))[2]
     assert fused == 5 * 16 * 1024 * 1024 * 4  # Korthikanti et al.: 5 a s^2 b
     assert fallback_fp32 == 7 * 16 * 1024 * 1024 * 4  # fp32 softmax output + mask + bf16 dropout output
+
+
+def test_no_attention_dropout_no_dropout_kernel_and_no_mask() -> None:
+    """torch's dropout at p = 0 returns its input (ATen dropout): no kernel, no mask, and the AV product keeps the
+    softmax output itself (2 bytes per score in bf16 instead of Korthikanti's 5), or its bf16 cast (4 + 2)."""
+    from dataclasses import replace
+
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.schedule.activations import stored_score_bytes
+
+    assert "attn.dropout" not in _attention_names("megatron", 1, 4, attention_dropout=0.0)
+    assert "attn.dropout" in _attention_names("megatron", 1, 4)
+    cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, micro_batch_size=4,
+                      precision="bf16", framework="megatron", attention_backend="unfused")
+    assert stored_score_bytes(replace(cfg, attention_dropout=0.0)) == 2
+    assert stored_score_bytes(replace(cfg, attention_dropout=0.0, masked_softmax_fusion=False, softmax_in_fp32=True)) == 6
+
+
+def test_fp32_scores_take_the_torch_path_without_casts() -> None:
+    """The fused kernel needs fp16 / bf16 input (is_kernel_available: input_in_float16); fp32 scores are softmaxed
+    as they are: input.float() is a no-op and nothing is cast back, only layer scaling's multiply remains."""
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.graph.layer_ops import torch_softmax_path
+
+    cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, micro_batch_size=4,
+                      precision="fp32", framework="megatron-deepspeed", attention_backend="unfused")
+    assert torch_softmax_path(cfg)
+    names = [op.name for op in _fp32_attention_ops()]
+    assert "attn.softmax_cast_fp32" not in names and "attn.softmax_cast_back" not in names
+    assert "attn.softmax_scale" in names and "attn.mask_fill" in names
+
+
+def _fp32_attention_ops() -> list:
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.hardware.load import load_cluster
+
+    cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, micro_batch_size=4,
+                      precision="fp32", framework="megatron-deepspeed", attention_backend="unfused")
+    block = next(b for b in build_graph(cfg, load_cluster("dgx-a100")).stages[0].chunks[0].blocks
+                 if b.name.startswith("dense_layer"))
+    return [op for op in block.fwd if op.name.startswith("attn.")]
