@@ -169,6 +169,22 @@ def _cross_entropy(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     return ["log_tokens", "log_vocab", "vocab_mod_128"], [_lg(t), _lg(v), np.mod(v, 128.0)], flops, nbytes
 
 
+ROPE_TENSORS = 2
+"""A profile's rope sample rotates two tensors of `heads` heads each, q and k (op_sampler._rope times one
+[2, tokens, heads, head_dim] rotation; the public samples' RoPE is "rotary embedding on q and k" of
+[l, b, h/mp, dim/h] each, data/op-samples README), while the graph's rope op counts every rotated head once:
+heads = q heads + k heads of the rank (graph/layer_ops.py: heads + kv_heads, GQA included)."""
+
+
+def profile_dims(op_class: str, dims: Mapping[str, float]) -> dict[str, float]:
+    """A graph op's dims (graph/op.py contract) as the dims a profile's samples are keyed by. They agree except
+    for rope, whose graph heads (q + k) are ROPE_TENSORS tensors of heads / ROPE_TENSORS each: passing them as
+    they are priced a rope twice (a Llama-3-8B TP2 rope, 16 + 4 heads, was looked up as 2 x 20 rotated heads)."""
+    if op_class != "rope":
+        return dict(dims)
+    return {**dims, "heads": dims["heads"] / ROPE_TENSORS}
+
+
 UNKNOWN = -1.0
 """Feature value of an optional dim the caller did not give (below every real value: log2 sizes >= 0, shares
 >= 0), so any tree learner separates known from unknown rows with one split; fitters add unknown-dim copies of

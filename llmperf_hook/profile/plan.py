@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from llmperf_hook.profile.features import RooflineConstants, build_features
+from llmperf_hook.profile.features import RooflineConstants, build_features, profile_dims
 
 Range = Mapping[str, tuple[float, float]]
 
@@ -200,7 +200,11 @@ def _op_spec(op, origin: str) -> SampleSpec | None:
     if op.is_comm or op.op_class not in CPU_RANGES:
         return None
     phase = "bwd" if op.phase == "bwd" else "fwd"
-    return SampleSpec(op.op_class, phase, {k: float(v) for k, v in op.dims.items()}, origin)
+    # The job's op as the sampler keys it (features.profile_dims: a rope's q + k heads are two tensors).
+    dims = profile_dims(op.op_class, {k: float(v) for k, v in op.dims.items()})
+    if op.op_class == "rope":  # whole heads, as op_sampler rounds them (round(2.5) = 2 is what it would time)
+        dims["heads"] = float(max(1, round(dims["heads"])))
+    return SampleSpec(op.op_class, phase, dims, origin)
 
 
 def _neighbours(cfg) -> list:

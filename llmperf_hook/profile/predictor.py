@@ -16,7 +16,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
-from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features
+from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features, profile_dims
 from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
@@ -74,13 +74,15 @@ class FittedProfile:
                 raise ProfileError(f"op {op.name} ({op_class}) lacks dims {missing}; the profile needs {list(need)} "
                                    f"(graph/op.py dims table)")
         out = {k: np.fromiter((float(op.dims[k]) for op in ops), dtype=np.float64, count=len(ops)) for k in need}
+        out = profile_dims(op_class, out)
         for k in OPTIONAL_DIMS.get(op_class, ()):
             if any(k in op.dims for op in ops):
                 out[k] = np.fromiter((float(op.dims.get(k, np.nan)) for op in ops), dtype=np.float64, count=len(ops))
         return out
 
     def predict_class_s(self, op_class: str, phase: str, dtype: str, dims: dict[str, np.ndarray]) -> np.ndarray:
-        """Seconds for shapes given as dims arrays (one ensemble walk)."""
+        """Seconds for shapes given as dims arrays as the profile's samples are keyed (features.profile_dims of a
+        graph op's dims; one ensemble walk)."""
         key = self._key(op_class, phase, dtype)
         entry = self._entries[key]
         block = build_features(op_class, key[1] == "bwd", dims, self.meta.roofline[key[2]])
@@ -141,7 +143,7 @@ def _optional_within_range(entry: ModelEntry, dims: dict[str, np.ndarray]) -> di
 def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[str]:
     lines = []
     for dim, (lo, hi) in entry.train_ranges.items():
-        values = [float(op.dims[dim]) for op in ops if dim in op.dims]
+        values = [float(profile_dims(op.op_class, op.dims)[dim]) for op in ops if dim in op.dims]
         if values and (min(values) < lo or max(values) > hi):
             lines.append(f"{entry.op_class}: {dim} in [{min(values):g}, {max(values):g}] extends beyond the "
                          f"profiled range [{lo:g}, {hi:g}]; extrapolated along the roofline")
