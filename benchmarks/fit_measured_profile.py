@@ -174,7 +174,8 @@ def main() -> None:
     try:
         meta, texts = fit_folders(folders)
     except ConfigError as err:
-        sys.exit(f"error: {err}")
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
     shutil.rmtree(args.out / meta.name, ignore_errors=True)  # no model file of an earlier fit stays behind
     out = write_profile(args.out / meta.name, meta, texts)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
