@@ -63,8 +63,12 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
 
 
 def _neox_yaml(name: str, script_args: Sequence[str]) -> bool:
-    """GPT-NeoX's `train.py configs/125M.yml configs/local_setup.yml`: YAML files as positional arguments."""
-    return name == "train.py" and any(w.endswith((".yml", ".yaml")) and not w.startswith("-") for w in script_args)
+    """GPT-NeoX's `train.py configs/125M.yml configs/local_setup.yml`: YAML files as positional arguments. A YAML
+    path after an option is that option's value (`train.py --config cfg.yaml --deepspeed ds.json`, a user's
+    DeepSpeed script), not NeoX's configs."""
+    previous = [""] + list(script_args[:-1])
+    return name == "train.py" and any(w.endswith((".yml", ".yaml")) and not w.startswith("-") and not p.startswith("-")
+                                      for w, p in zip(script_args, previous))
 
 
 def fill_script_tokenizer(flags: FlagValues, script: str) -> None:

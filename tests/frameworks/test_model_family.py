@@ -1,0 +1,39 @@
+"""model_family: which Megatron-style entry points exit 2, and that a user's train.py is not mistaken for GPT-NeoX."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.model_family import check_model_family
+
+
+@pytest.mark.parametrize("args", [["configs/125M.yml", "configs/local_setup.yml"],
+                                  ["-d", "configs", "125M.yml", "local_setup.yml"],
+                                  ["--deepspeed_config", "e30=", "--megatron_config", "e30="]])
+def test_neox_train_py_is_refused(args: list[str]) -> None:
+    with pytest.raises(ConfigError, match="GPT-NeoX"):
+        check_model_family("train.py", args)
+
+
+def test_neox_launcher_is_refused() -> None:
+    with pytest.raises(ConfigError, match="GPT-NeoX"):
+        check_model_family("deepy.py", ["train.py", "configs/125M.yml"])
+
+
+@pytest.mark.parametrize("args", [["--config", "configs/llama.yaml", "--deepspeed", "ds.json"],
+                                  ["--config=configs/llama.yml"], []])
+def test_a_yaml_option_value_of_a_user_train_py_is_not_neox(args: list[str]) -> None:
+    assert check_model_family("train.py", args) == []
+
+
+@pytest.mark.parametrize("script", ["pretrain_t5.py", "pretrain_mamba.py", "pretrain_hybrid.py", "pretrain_vlm.py",
+                                    "pretrain_vision_dino.py", "pretrain_ict.py", "pretrain_retro.py"])
+def test_unmodelled_entry_points_are_refused(script: str) -> None:
+    with pytest.raises(ConfigError, match="does not model"):
+        check_model_family(f"/repo/{script}", [])
+
+
+@pytest.mark.parametrize("script", ["pretrain_gpt.py", "pretrain_gpt_core.py", "finetune_llama.py", "train_gpt.py"])
+def test_gpt_entry_points_pass(script: str) -> None:
+    assert check_model_family(script, ["--num-layers", "2", "--yaml-cfg", "x.yaml"]) == []
