@@ -24,9 +24,9 @@ SCRIPT_TOKENIZER = {
     "pretrain_bert.py": "BertWordPieceLowerCase", "pretrain_t5.py": "BertWordPieceLowerCase",
 }
 """`pretrain(..., args_defaults={'tokenizer_type': ...})` of each entry point (NVIDIA/Megatron-LM pretrain_gpt.py
-:527 and pretrain_bert.py:165 at d98e8a6, core_r0.5.0 pretrain_gpt.py:211 / pretrain_bert.py:196; deepspeedai/
-Megatron-DeepSpeed pretrain_gpt.py:364, pretrain_bert.py:165, pretrain_t5.py:163 at 4efb479). Megatron applies
-them only to arguments the command leaves unset (arguments.py parse_args: args_defaults)."""
+:527 and examples/bert/pretrain_bert.py:185 at d98e8a6, core_r0.5.0 pretrain_gpt.py:211 / pretrain_bert.py:196;
+deepspeedai/Megatron-DeepSpeed pretrain_gpt.py:364, pretrain_bert.py:165, pretrain_t5.py:163 at 4efb479). Megatron
+applies them only to arguments the command leaves unset (arguments.py parse_args: args_defaults)."""
 
 _UNMODELLED = (
     (re.compile(r"pretrain_t5\.py"), "a T5 encoder-decoder (an encoder stack, a decoder stack with cross-attention "
