@@ -141,7 +141,8 @@ def unfused_source(flags: FlagValues, fields: dict[str, object], src: dict[str, 
 
 def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
                  src: dict[str, Source] | None = None) -> dict[str, object]:
-    """The TrainingConfig fusion fields of a Megatron(-DeepSpeed) job (all True by default, as Megatron's flags).
+    """The TrainingConfig fusion and dropout fields of a Megatron(-DeepSpeed) job (fusions True by default, as
+    Megatron's flags).
 
     - bias_activation_fusion: argument_utils.core_transformer_config_from_args takes --no-bias-swiglu-fusion with
       --swiglu, else --no-bias-gelu-fusion; validate_args turns the GeLU one off without biases (--disable-bias-linear),
@@ -156,13 +157,14 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
     if framework == "megatron-deepspeed" and swiglu:
         activation = False
     megatron_ddp = framework == "megatron" and optimizer.fsdp == "none"
-    fields = {"bias_activation_fusion": bool(activation), "bias_dropout_fusion": bool(flags.get("bias_dropout_fusion", True)),
-            "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
-            "attention_dropout": float(flags.get("attention_dropout", 0.1)),
-            "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
-            "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp}
+    fields = {"masked_softmax_fusion": bool(flags.get("masked_softmax_fusion", True)),
+              "bias_activation_fusion": bool(activation), "bias_dropout_fusion": bool(flags.get("bias_dropout_fusion", True)),
+              "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
+              "attention_dropout": float(flags.get("attention_dropout", 0.1)),
+              "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
+              "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp}
     if src is not None:
-        unfused_source(flags, {**fields, "masked_softmax_fusion": flags.get("masked_softmax_fusion", True)}, src)
+        unfused_source(flags, fields, src)
     return fields
 
 
