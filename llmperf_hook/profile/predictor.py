@@ -142,8 +142,9 @@ def _optional_within_range(entry: ModelEntry, dims: dict[str, np.ndarray]) -> di
 
 def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[str]:
     lines = []
+    keyed = [profile_dims(op.op_class, op.dims) for op in ops]  # each op's dims as the samples are keyed, once
     for dim, (lo, hi) in entry.train_ranges.items():
-        values = [float(profile_dims(op.op_class, op.dims)[dim]) for op in ops if dim in op.dims]
+        values = [float(dims[dim]) for dims in keyed if dim in dims]
         if values and (min(values) < lo or max(values) > hi):
             lines.append(f"{entry.op_class}: {dim} in [{min(values):g}, {max(values):g}] extends beyond the "
                          f"profiled range [{lo:g}, {hi:g}]; extrapolated along the roofline")
