@@ -122,8 +122,8 @@ BERT_TOKENIZERS = ("BertWordPieceLowerCase", "BertWordPieceCase")
 
 def wordpiece_size(path: str) -> int | None:
     """Megatron's _BertWordPieceTokenizer: the vocab.txt tokens (one per line, load_vocab keeps the last of a
-    repeated one) plus [BOS] and [EOS], added when absent (megatron/tokenizer/tokenizer.py
-    _BertWordPieceTokenizer.__init__ and add_token, core_r0.5.0 :86-110)."""
+    repeated one: bert_tokenization.py:121-133 at core_r0.5.0) plus [BOS] and [EOS], added when absent
+    (tokenizer.py _BertWordPieceTokenizer.__init__ and add_token, :86-110)."""
     try:
         with open(path, encoding="utf-8") as handle:
             tokens = {line.strip() for line in handle if line.strip()}
