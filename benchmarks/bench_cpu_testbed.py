@@ -30,7 +30,16 @@
    The instrumented configuration's error is printed two ways: against its measurement runs of step 2 (the
    median of the passes, independent of the calibration run: THE TARGET USES THIS ONE) and against the
    calibration run's own steps (what the user sees in `llmperf refine`'s "predicted after"). The gap between
-   them is this machine's run-to-run drift, which no calibration can remove. MAPE on the eleven others.
+   them is this machine's run-to-run drift, which no calibration can remove. MAPE on the eleven others, beside
+   what the one-run ratio applied in full to every configuration (refine before shrinkage) would have made of
+   them. On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
+   alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
+   its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
+   1.64, 10 of 12 quiet): before 10.4 %, config 9 8.1 % (2.7 % against its calibration run; its two passes
+   40.8 / 46.4 ms), other 11 8.7 % (9.2 % before; the full ratio x1.241: 16.1 %); --calibrate 0 (load 0.93,
+   12 of 12 quiet): before 8.8 %, config 0 24.7 % (2.8 % against its calibration run, whose step CPU time was
+   28 % above both measurement passes: 18.6 ms against 14.2 / 14.7), other 11 11.0 % (9.4 % before; the full
+   ratio x1.258: 23.7 %). Two runs at higher load (2.45, 7 of 12 contended) are not quoted.
 Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
 
 Machine speed. The profile records the reference workload's reading (instrument/reference_speed.py,
