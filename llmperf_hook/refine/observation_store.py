@@ -4,7 +4,10 @@ The shared store (llmperf_hook.store, $LLMPERF_HOME/store.sqlite) gets what it h
 every rank (step_observations), the `--profile-ops` samples (op_samples, source "instrument:<job id>", where
 the profile fit finds them) and the calibration scale (calibrations). What it has no column for lives beside
 them in the same file, in tables prefixed `refine_`: one row per run with the uncalibrated prediction the
-calibration is refitted from, and the calibration's per-step overhead. Only the stdlib sqlite3 is used here
+calibration is refitted from and its configuration's fingerprint, the calibration's per-step overhead and
+shrinkage (refine/shrinkage.py), and each instrumented configuration's own scale (refine_config_scales). A store
+written by an earlier version gets the added columns on open (ADDED_COLUMNS), fingerprints from the configs its
+runs saved, and its calibrations refitted with shrinkage. Only the stdlib sqlite3 is used here
 (`find_calibration` runs on the predict path). Concurrent writers are serialised by SQLite's locking (WAL).
 """
 
