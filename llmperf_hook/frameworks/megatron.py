@@ -297,8 +297,9 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
     Another script that only takes Megatron-style flags builds its own attention: the Megatron default stands."""
     backend = flags.get("attention_backend")
     if flags.get("transformer_impl") == "local" and not ds_flavour:
-        src["attention_backend"] = Source(SourceKind.ARGV, f"{flags.seen_flags.get('transformer_impl', '--transformer-impl')} local: "
-                                          "megatron-core's local DotProductAttention (unfused)")
+        flag = flags.seen_flags.get("transformer_impl", "--transformer-impl")
+        src["attention_backend"] = Source(SourceKind.ARGV, f"{flag} local: megatron-core's local DotProductAttention "
+                                          "(unfused)")
         return "unfused"
     if backend is not None:
         src["attention_backend"] = flags.source("attention_backend")
