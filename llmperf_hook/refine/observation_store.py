@@ -97,14 +97,30 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
     """Stores written by an earlier version lack the later columns (ADDED_COLUMNS); runs stored before
-    fingerprints existed get theirs from the config they saved (refine/config_fingerprint.py)."""
+    fingerprints existed get theirs from the config they saved (refine/config_fingerprint.py). Several
+    processes open a new store at once (the ranks' refines, `llmperf refine` beside a job): the columns are
+    added under SQLite's write lock (BEGIN IMMEDIATE), their list read again inside it, so a column another
+    process added between the first look and the lock is not added twice ("duplicate column name")."""
+    if _missing_columns(conn):  # unlocked first look: an up-to-date store takes no write lock
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table, name, decl in _missing_columns(conn):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
     with conn:
-        for table, columns in ADDED_COLUMNS.items():
-            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-            for name, decl in columns:
-                if name not in have:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         _backfill_fingerprints(conn)
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """(table, column, declaration) of every ADDED_COLUMNS entry the store's tables lack."""
+    out = []
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        out += [(table, name, decl) for name, decl in columns if name not in have]
+    return out
 
 
 def _backfill_fingerprints(conn: sqlite3.Connection) -> None:
