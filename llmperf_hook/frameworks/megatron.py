@@ -8,13 +8,12 @@ that) or --num-virtual-stages-per-pipeline-rank, never both; --recompute-activat
 
 from __future__ import annotations
 
-import os
-
 from dataclasses import dataclass
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
+from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
 from llmperf_hook.frameworks.script_flags import FALSE_DESTS, NOT_MODELLED
@@ -324,12 +323,6 @@ def not_modelled_warnings(flags: FlagValues) -> list[str]:
     off = {d: ((True, None) if d in FALSE_DESTS else (None, False)) for d in NOT_MODELLED}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()
             if flags.get(d) not in off[d] and flags.get(d) not in modelled.get(d, ())] + step_flag_warnings(flags)
-
-
-def megatron_entry_point(script: str) -> bool:
-    """A Megatron(-DeepSpeed) training entry point of the repository itself (pretrain_gpt.py, pretrain_llama.py,
-    finetune*.py, ...), whose model code is the framework's, rather than a user's script taking its flags."""
-    return os.path.basename(script).startswith(("pretrain_", "finetune"))
 
 
 def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict[str, Source], warnings: list[str],

@@ -1,7 +1,8 @@
 """Options a Megatron-LM entry script would refuse: argparse's "unrecognized arguments" at start-up.
 
-Megatron-LM's pretrain_gpt.py (and the other `pretrain_*.py` entry scripts of Megatron-LM and Megatron-DeepSpeed)
-parse with `ArgumentParser(allow_abbrev=False).parse_args()`: an option no release defines, a misspelling
+Megatron-LM's pretrain_gpt.py (and the other entry points of Megatron-LM and Megatron-DeepSpeed, as
+megatron_entry_points lists them: pretrain_*.py, finetune*.py, tasks/main.py, ...) parse with
+`ArgumentParser(allow_abbrev=False).parse_args()`: an option no release defines, a misspelling
 (`--tensor-model-paralel-size`) or the underscore spelling of a dashed flag (`--micro_batch_size`) ends the job
 before training starts. Those are rejected here with the closest real names. A custom script that takes
 Megatron-style flags may add options of its own (extra_args_provider), so for it unknown names only warn.
@@ -11,29 +12,24 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
-
-_ENTRY_SCRIPT = re.compile(r"^pretrain_\w+\.py$")
-
-
-def _is_entry_script(script: str) -> bool:
-    """Megatron's own entry points: `pretrain_gpt.py` and siblings, or `-m megatron...` modules."""
-    return bool(_ENTRY_SCRIPT.match(os.path.basename(script))) or script.startswith("-m megatron")
+from llmperf_hook.frameworks.megatron_entry_points import entry_point_options, megatron_entry_point
 
 
-def unknown_option_names(script_args: Sequence[str]) -> list[str]:
-    """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines, in order."""
+def unknown_option_names(script_args: Sequence[str], script: str = "") -> list[str]:
+    """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines, nor the entry
+    point `script` itself (its extra_args_provider), in order."""
     from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
 
+    extra = entry_point_options(script)
     unknown: list[str] = []
     for word in script_args:
         if not word.startswith("--") or word == "--":
             continue
         name = word.split("=", 1)[0]
-        if name[2:] not in MEGATRON_OPTION_NAMES and name not in unknown:
+        if name[2:] not in MEGATRON_OPTION_NAMES and name[2:] not in extra and name not in unknown:
             unknown.append(name)
     return unknown
 
@@ -86,13 +82,13 @@ def switch_values(script_args: Sequence[str]) -> list[str]:
 def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
     """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
     for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
-    valued = switch_values(script_args) if _is_entry_script(script) else []
+    valued = switch_values(script_args) if megatron_entry_point(script) else []
     if valued:
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: {', '.join(valued)} gives a value to a Megatron switch "
             "(argparse store_true: 'ignored explicit argument' / 'unrecognized arguments'). Write the switch alone to turn "
             "it on, and leave it out to keep it off.")
-    unknown = unknown_option_names(script_args)
+    unknown = unknown_option_names(script_args, script)
     respelled = [name for name in unknown if _respelled(name)]
     warnings = [f"{name} is read by llmperf as {_reading(name)}, but Megatron's parser defines no such option and would "
                 "reject it; use the spelling Megatron defines" for name in respelled]
@@ -100,7 +96,7 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
     if not unknown:
         return warnings
     hints = [f"{name} (did you mean {hint}?)" if (hint := _suggestion(name)) else name for name in unknown]
-    if _is_entry_script(script):
+    if megatron_entry_point(script):
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser does not know "
             f"{', '.join(hints)} (argparse 'unrecognized arguments'; Megatron parses with allow_abbrev=False, and its "

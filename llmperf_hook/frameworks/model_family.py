@@ -17,6 +17,7 @@ from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_entry_points import tasks_entry_point
 from llmperf_hook.provenance import Source, SourceKind
 
 SCRIPT_TOKENIZER = {
@@ -35,6 +36,8 @@ _UNMODELLED = (
      "layers laid out by --hybrid-override-pattern / --hybrid-layer-pattern)"),
     (re.compile(r"pretrain_(vlm|vit|vision_\w+|ict|retro|mimo)\.py"), "a vision, retrieval (ICT, RETRO) or "
      "multimodal model, whose encoders and data flow are not Megatron's GPT layers"),
+    (re.compile(r"train_rl\.py"), "a model by GRPO reinforcement learning (Megatron-LM train_rl.py: rollouts generated "
+     "by an inference engine between training steps, with their log-probabilities and a GRPO loss)"),
 )
 _NEOX_WORDS = ("--megatron_config", "--megatron-config")
 
@@ -56,6 +59,12 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
                 f"{script} trains {what}, which llmperf does not model: it prices decoder-only transformer layers "
                 "(attention + MLP or MoE) as pretrain_gpt.py builds them, and would misprice this network. Predict "
                 "a pretrain_gpt.py job instead.")
+    if tasks_entry_point(script):
+        raise ConfigError(
+            f"{script} is Megatron's downstream-task runner ({tasks_entry_point(script)} --task ...: GLUE / RACE "
+            "classification heads, zero-shot LAMBADA / WikiText evaluation, retriever fine-tuning, MSDP prompting), "
+            "which llmperf does not model: it prices decoder-only pretraining steps as pretrain_gpt.py runs them. "
+            "Predict a pretrain_gpt.py (or pretrain_bert.py) job with the same model flags instead.")
     if name == "pretrain_bert.py":
         return [f"{name}: BERT priced as its encoder stack of transformer layers; bidirectional attention costs "
                 "as a causal one, and the pooler, binary head and LM-head transform are not modelled"]
