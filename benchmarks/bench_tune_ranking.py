@@ -1,7 +1,7 @@
 """Ranking quality of `llmperf tune` on measured runs: does the tuner's first choice run fastest in reality?
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
-                                                              [--misses [--noise PCT]]
+                                                              [--misses [--noise PCT]] [--resolution]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -29,6 +29,11 @@ the layers, per step), and each (hidden, TP, micro-batch) cell priced at its mea
 (benchmarks/ranking_diagnostics.py). They say which error decides the misses, not what to fit. `--noise PCT`
 adds the figure with every row within PCT % of a group's fastest counted as its best (S24 itself has no
 run-to-run spread to read a noise from: its rows are composed, `bench_validation.py --audit-s24`).
+
+`--resolution` prints what the measurements can resolve (ranking_diagnostics.report_resolution): S24's rows are
+composed from one per-layer cost per (hidden, TP, micro-batch) cell (the per-micro-batch slope is linear in the
+layer count to a microsecond and the same for every pp and DP), so its 120 groups rest on 24 per-layer numbers;
+the cells whose larger micro-batch measures cheaper; a perfect model's count under a per-cell error.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking_diagnostics import WITHIN, RowPoint, report_misses
+from ranking_diagnostics import WITHIN, RowPoint, report_misses, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,6 +188,9 @@ def main() -> None:
                     help="also print per-layer / per-micro-batch slopes of the single-stage S24 cells and the host unit")
     ap.add_argument("--misses", action="store_true",
                     help="also print each miss's deciding rows and the oracles (which part / cell flips the misses)")
+    ap.add_argument("--resolution", action="store_true",
+                    help="also print how many independent measurements the groups rest on and a perfect model's "
+                         "count under a per-cell measurement error")
     ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
                     help="with --misses: also count rows within PCT %% of a group's fastest as its best")
     args = ap.parse_args()
@@ -202,6 +210,8 @@ def main() -> None:
         report_cells(results)
     if args.misses:
         report_misses(results, args.noise / 100)
+    if args.resolution:
+        report_resolution(results)
     if args.host_cells:
         with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
             report_host_cells(Path(args.csv), presets, Path(tmp))

@@ -62,3 +62,62 @@ def test_component_oracle_replaces_only_the_named_part() -> None:
 def test_component_oracle_leaves_an_underdetermined_family_as_predicted() -> None:
     rows = [_point(0.1, 0.2, layers=12, n=n) for n in (2, 4)]
     assert diag.component_oracle(rows, (0, 1, 2, 3)) == {p: p.predicted_s for p in rows}
+
+
+def _composed_rows(per_layer_s: float, family: tuple, head_s: float = 5e-3, jitter=None,
+                   predicted_per_layer_s: float | None = None) -> list[diag.RowPoint]:
+    """Rows of one family built as vTrain's S24 rows are: n micro-batches x (L x per-layer + head) + per step;
+    `jitter(L, n)` adds what a separate run of each depth would scatter by; the prediction is the same
+    composition with `predicted_per_layer_s` (default: the measured one)."""
+    rows = []
+    pp = family[3]
+    predicted_per_layer_s = per_layer_s if predicted_per_layer_s is None else predicted_per_layer_s
+    for layers in (12, 16, 24):
+        for n in (2, 4, 8):
+            t, p = ((n + pp - 1) * (layers / pp * a + head_s) + 1e-3 * layers for a in (per_layer_s, predicted_per_layer_s))
+            t += jitter(layers, n) if jitter else 0.0
+            rows.append(_point(t, p, layers=layers, n=n, family=family))
+    return rows
+
+
+def test_composed_rows_share_one_per_layer_cost_across_pp_and_dp() -> None:
+    rows = (_composed_rows(3e-3, ("S24", 2048, 2, 1, 2, 1)) + _composed_rows(3e-3, ("S24", 2048, 2, 2, 2, 1))
+            + _composed_rows(3e-3, ("S24", 2048, 2, 1, 2, 4)))
+    costs = diag.layer_cost_by_family(rows)
+    assert set(costs) == {r.family for r in rows}
+    for a in costs.values():
+        assert a == pytest.approx(3e-3, rel=1e-6)
+    audit = diag.composition_audit(rows)["S24"]
+    assert (audit["cells"], audit["shared_families"], audit["same"]) == (1, 3, 3)
+    families, residual_s, _ = diag.layer_linearity(rows)["S24"]
+    assert families == 3 and residual_s < 1e-9
+
+
+def test_separate_runs_miss_the_line_in_the_layer_count() -> None:
+    noise = {12: 0.0, 16: 1.5e-3, 24: -0.5e-3}
+    rows = _composed_rows(3e-3, ("S03", 4096, 8, 1, 1, 1), jitter=lambda layers, n: n * noise[layers])
+    _, residual_s, relative = diag.layer_linearity(rows)["S03"]
+    assert residual_s > 5e-4 and relative > 1e-3
+
+
+def test_monotonicity_violation_needs_a_measured_drop_the_prediction_does_not_make() -> None:
+    small = _composed_rows(3.0e-3, ("S24", 2048, 4, 1, 1, 1))
+    large = _composed_rows(2.75e-3, ("S24", 2048, 4, 1, 2, 1), predicted_per_layer_s=3.2e-3)
+    bad = diag.monotonicity_violations(small + large)
+    assert len(bad) == 1
+    key, m1, m2, change, predicted = bad[0]
+    assert (key, m1, m2) == (("S24", 2048, 4), 1, 2)
+    assert change == pytest.approx(-0.0833, abs=1e-3) and predicted == pytest.approx(0.0667, abs=1e-3)
+    # a prediction that drops as well (Megatron's softmax fallback at the smaller micro-batch, say) explains the pair
+    explained = _composed_rows(2.75e-3, ("S24", 2048, 4, 1, 2, 1), predicted_per_layer_s=2.9e-3)
+    assert diag.monotonicity_violations(small + explained) == []
+
+
+def test_noise_floor_is_perfect_without_noise_and_falls_with_it() -> None:
+    cheap = _composed_rows(3.0e-3, ("S24", 1024, 1, 1, 1, 1))
+    dear = _composed_rows(3.6e-3, ("S24", 1024, 2, 1, 1, 1))
+    groups = [[a, b] for a, b in zip(cheap, dear)]  # one group per (layers, micro-batches), as a sweep's groups
+    assert diag.noise_floor(groups, 0.0, trials=5) == len(groups)
+    noisy = diag.noise_floor(groups, 0.3, trials=50)
+    assert noisy < len(groups)
+    assert diag.noise_floor(groups, 0.3, trials=50) == noisy  # seeded: the bench prints the same figure each run
