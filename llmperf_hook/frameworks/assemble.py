@@ -7,6 +7,7 @@ from dataclasses import replace
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_release import as_released
+from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
                                                     ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
@@ -75,6 +76,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         warnings.extend(ds.warnings)
     else:
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
+    warnings += megatron_deepspeed_warnings(flags, recompute.granularity, framework == "megatron-deepspeed",
+                                            ds.path if ds else "", ds.checkpointing_keys if ds else ())
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -171,7 +174,7 @@ def _script_attention(flags: FlagValues, src: dict[str, Source]) -> str:
 
 def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                        overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
-    warnings: list[str] = list(job.warnings) + (list(ds.warnings) if ds else [])
+    warnings: list[str] = list(job.warnings) + (list(ds.warnings) + list(ds.checkpointing_warnings) if ds else [])
     model = resolve_script_shape(flags, overrides.model, src, warnings)
     pp = _script_pp(flags, ds, framework, src, warnings)
     layout = _script_layout(pp, ds, job.world_size, model.num_attention_heads, src, warnings)

@@ -18,6 +18,7 @@ from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
                                                      grad_norm_rules, offload_rules, zeropp_rules, zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_step_keys import step_key_warnings
+from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -72,6 +73,11 @@ class DsSettings:
     the batch triad's world by it; 1 = off."""
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    checkpointing_keys: tuple[str, ...] = ()
+    """activation_checkpointing keys DeepSpeed reads as set away from its default (ds_checkpointing.section_keys_set)."""
+    checkpointing_warnings: tuple[str, ...] = ()
+    """Warnings about that section for a script that configures deepspeed.checkpointing from this file itself; not
+    in `warnings`, because Megatron-DeepSpeed's flags override the whole section (ds_checkpointing.py)."""
 
 
 def read_ds_config(path: str, hf_trainer: bool = False) -> dict[str, Any]:
@@ -323,13 +329,6 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     if isinstance(pipe, dict) and isinstance(pipe.get("activation_checkpoint_interval"), int) and pipe["activation_checkpoint_interval"] > 0:
         out["pipeline_checkpoint_interval"] = pipe["activation_checkpoint_interval"]
         src["recompute"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.activation_checkpoint_interval")
-    ckpt = raw.get("activation_checkpointing")
-    if isinstance(ckpt, dict):
-        warnings.append(f"{origin} activation_checkpointing configures deepspeed.checkpointing; recomputation is counted only "
-                        "when the script turns it on (--checkpoint-activations, --gradient_checkpointing)")
-        for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
-            if ckpt.get(key):
-                warnings.append(f"{origin} activation_checkpointing.{key} accepted, not modelled")
     for key in ("data_efficiency", "zero_allow_untested_optimizer"):
         if raw.get(key) not in (None, False, {}):
             warnings.append(f"{origin} {key} accepted, not modelled")
@@ -365,7 +364,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:
         warnings.append(f"{origin} offload_param needs ZeRO stage 3; DeepSpeed ignores it at stage {fields['zero_stage']}")
         fields["offload_param"] = "none"
-    return DsSettings(path=origin, sources=src, warnings=tuple(warnings), **fields)
+    return DsSettings(path=origin, sources=src, warnings=tuple(warnings), checkpointing_keys=section_keys_set(raw),
+                      checkpointing_warnings=tuple(section_warnings(raw, origin)), **fields)
 
 
 def resolve_ds_batch(train: int | None, micro: int | None, gas: int | None, dp: int, origin: str) -> tuple[int, int, int]:

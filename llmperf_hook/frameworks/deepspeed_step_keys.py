@@ -1,9 +1,10 @@
 """ds_config keys that change a DeepSpeed step's time or memory and that llmperf does not price: one warning each
 when set to something other than DeepSpeed's default (0.19.8: runtime/config.py, runtime/constants.py,
-runtime/zero/config.py, runtime/activation_checkpointing/config.py, utils/config.py). The keys llmperf prices
+runtime/zero/config.py, utils/config.py). The keys llmperf prices
 (ZeRO stage, buckets, overlap_comm, contiguous_gradients, communication_data_type, grad_accum_dtype, offload, ZeRO++)
 and those it warns about elsewhere (wall_clock_breakdown, flops_profiler, removed sections, sub_group_size,
-round_robin_gradients) are read by deepspeed_config.py / deepspeed_schema.py; the table of decisions is
+round_robin_gradients) are read by deepspeed_config.py / deepspeed_schema.py, the activation_checkpointing section by
+ds_checkpointing.py; the table of decisions is
 tests/frameworks/real_scripts/FLAGS.md.
 """
 
@@ -34,13 +35,6 @@ ZERO_KEYS: dict[str, tuple[Any, str]] = {
 }
 """zero_optimization key -> (DeepSpeed's default, what a different value changes); None: any value warns (the
 default is sys.maxsize). HF's "auto" fills (10 x hidden for the persistence threshold) are left alone."""
-
-CHECKPOINTING_KEYS: dict[str, str] = {
-    "synchronize_checkpoint_boundary": "a device synchronize before and after every checkpointed layer not timed",
-    "profile": "timers around every checkpointed layer's forward and recompute (device synchronizes) not timed",
-}
-"""activation_checkpointing keys (default false) that add work to every checkpointed layer."""
-
 
 def _differs(value: Any, default: Any) -> bool:
     """A value the user set away from DeepSpeed's default ("auto" is filled by the Hugging Face integration)."""
@@ -94,15 +88,6 @@ def _timer_and_precision_warnings(raw: dict[str, Any], origin: str) -> list[str]
     return out
 
 
-def _checkpointing_warnings(raw: dict[str, Any], origin: str) -> list[str]:
-    section = raw.get("activation_checkpointing")
-    if not isinstance(section, dict):
-        return []
-    return [f"{origin} activation_checkpointing.{key}: {effect}" for key, effect in CHECKPOINTING_KEYS.items()
-            if section.get(key) is True]
-
-
 def step_key_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     """One line per ds_config key set away from its default that changes the step and is not priced."""
-    return (_zero_warnings(raw, origin) + _top_level_warnings(raw, origin) + _timer_and_precision_warnings(raw, origin)
-            + _checkpointing_warnings(raw, origin))
+    return _zero_warnings(raw, origin) + _top_level_warnings(raw, origin) + _timer_and_precision_warnings(raw, origin)

@@ -220,7 +220,9 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
         src["recompute_method"] = flags.source("recompute_method")
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
+    # Megatron-DeepSpeed's full recompute runs deepspeed.checkpointing too (transformer.py _checkpointed_forward)
     return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"),
+                           **(ds_checkpointing(flags, src) if granularity == "full" else {}),
                            distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
                            cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0))
 

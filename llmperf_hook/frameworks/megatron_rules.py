@@ -194,7 +194,7 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
                           f"(tensor-model-parallel-size {parallel.tp}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size "
                           "> 1 enables DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence "
                           "parallel'. Drop --sequence-parallel or --ds-sequence-parallel-size.")
-    warnings = _ds_checkpointing_warnings(flags, script_args)
+    warnings: list[str] = []
     experts = list_values(script_args, "--num-experts") or []
     if len(experts) <= 1:
         return warnings
@@ -209,18 +209,6 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
         warnings.append(f"--num-experts {' '.join(experts)}: per-layer expert counts differ; every MoE layer priced with "
                         f"{flags.get('num_experts')} experts")
     return warnings
-
-
-# Megatron-DeepSpeed passes these to deepspeed.checkpointing.configure when --deepspeed-activation-checkpointing is on.
-_DS_CHECKPOINTING = {"--contigious-checkpointing": "checkpoints in one preallocated buffer",
-                     "--synchronize-each-layer": "a device synchronize around every checkpointed layer"}
-
-
-def _ds_checkpointing_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[str]:
-    given = {word.split("=", 1)[0].replace("_", "-") for word in script_args if word.startswith("--")}
-    if "--deepspeed-activation-checkpointing" not in given:
-        return []
-    return [f"{flag} accepted, not modelled ({what})" for flag, what in _DS_CHECKPOINTING.items() if flag in given]
 
 
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,

@@ -89,12 +89,6 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
                                          "timed"),
     "check_for_spiky_loss": NotModelled(False, "spiky-loss check (a host read of the loss per step) not timed"),
     "log_straggler": NotModelled(False, "straggler detector's per-step timing not timed"),
-    "synchronize_each_layer": NotModelled(False, "a device synchronize at each checkpointed layer's start and end "
-                                          "(DeepSpeed checkpointing) not timed"),
-    "profile_backward": NotModelled(False, "timers around every checkpointed layer's forward and recompute (DeepSpeed "
-                                    "checkpointing, device synchronizes) not timed"),
-    "contigious_checkpointing": NotModelled(False, "DeepSpeed contiguous checkpoint buffers (a copy of each "
-                                            "checkpoint into them) not modelled"),
     "deterministic_mode": NotModelled(False, "deterministic kernels (slower attention and reductions) not modelled"),
     "fp16_lm_cross_entropy": NotModelled(False, "16-bit cross-entropy (no fp32 cast of the logits) priced as "
                                          "Megatron's fp32 one"),

@@ -255,7 +255,10 @@ def test_megatron_deepspeed_checkpointing_flags_warn_and_unset_config_variable(t
     path = _ds(tmp_path, train_batch_size=64, zero_optimization={"stage": 1})
     run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--deepspeed_config", path, "--checkpoint-activations",
            "--partition-activations", "--checkpoint-in-cpu"]
-    assert not any("--partition-activations" in w for w in script(run).warnings)  # deepspeed.checkpointing not used
+    # deepspeed.checkpointing not configured: the flags change nothing, which the one warning says
+    assert [w for w in script(run).warnings if "--partition-activations" in w] == [
+        "--partition-activations, --checkpoint-in-cpu: no effect without --deepspeed and --deepspeed-activation-checkpointing "
+        "(Megatron-DeepSpeed passes them to deepspeed.checkpointing.configure only under both)"]
     warned = script([*run, "--deepspeed-activation-checkpointing"]).warnings
     assert not any("--partition-activations" in w or "--checkpoint-in-cpu" in w for w in warned)  # now priced
     cfg = script([*run, "--deepspeed-activation-checkpointing"])

@@ -30,9 +30,6 @@ def _warnings(raw: dict[str, Any]) -> list[str]:
     ({"timers": {"throughput": {"enabled": True, "synchronized": False}}}, "ds.json timers.throughput without a synchronized"),
     ({"timers": {"throughput": {"enabled": False}}}, "ds.json timers.throughput without a synchronized"),
     ({"bf16": {"enabled": True, "immediate_grad_update": True}}, "ds.json bf16.immediate_grad_update"),
-    ({"activation_checkpointing": {"synchronize_checkpoint_boundary": True}},
-     "ds.json activation_checkpointing.synchronize_checkpoint_boundary: a device synchronize"),
-    ({"activation_checkpointing": {"profile": True}}, "ds.json activation_checkpointing.profile: timers"),
 ])
 def test_step_key_warns(raw: dict[str, Any], expected: str) -> None:
     assert any(w.startswith(expected) for w in _warnings(raw)), _warnings(raw)
