@@ -12,6 +12,7 @@ models, so a key either release accepts is accepted.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
@@ -77,12 +78,29 @@ _BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "on": True, "1": 
 
 
 def ds_bool(value: Any, key: str, origin: str) -> bool:
-    """A boolean as DeepSpeed's pydantic config models accept it: true/false, 0/1, or their usual spellings."""
+    """A boolean as DeepSpeed's pydantic config models accept it: true/false, 0/1, or their usual spellings in any
+    case (" true" with a space is refused, as pydantic 2 refuses it)."""
     if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
-        return _BOOL_TEXT[value.strip().lower()]
+    if isinstance(value, str) and value.lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[value.lower()]
     raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
+
+
+_INT_TEXT = re.compile(r"\s*[+-]?\d+(\.0*)?\s*")
+
+
+def pydantic_int(value: Any) -> int | None:
+    """An integer as pydantic 2's lax mode reads it (DeepSpeed's config models): an int or bool, a float without a
+    fraction, a string of digits with an optional sign, surrounding spaces or a ".0" tail ("100000", " 7 ",
+    "100000.0"); None for anything pydantic refuses ("1e5", 1.5, "auto")."""
+    if isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value):
+        return int(value.strip().split(".")[0])
+    return None
 
 
 COMM_DTYPES = ("fp16", "bf16", "fp32")
@@ -103,11 +121,8 @@ def _unknown_keys(section: dict[str, Any], known: frozenset[str], where: str, or
 def _int_field(value: Any, key: str, origin: str, bound: tuple[int, bool] | None) -> None:
     if value == AUTO or value is None:
         return
-    number = value
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        number = int(value)  # pydantic's lax mode reads "500000000" as an integer, not "5e8"
-    ok = isinstance(number, (int, float)) and not isinstance(number, bool) and float(number).is_integer()
-    if not ok:
+    number = pydantic_int(value)  # pydantic's lax mode reads "500000000" as an integer, not "5e8"
+    if number is None:
         raise ConfigError(f"{origin} {key} must be an integer (5e8 as a JSON number is fine), got {value!r}; DeepSpeed's "
                           "pydantic model refuses text and fractions ('Input should be a valid integer').")
     if bound is not None and (number <= bound[0] if bound[1] else number < bound[0]):

@@ -1,16 +1,25 @@
 """ds_config keys that change a DeepSpeed step's time or memory and that llmperf does not price: one warning each
 when set to something other than DeepSpeed's default (0.19.8: runtime/config.py, runtime/constants.py,
-runtime/zero/config.py, utils/config.py). The keys llmperf prices
-(ZeRO stage, buckets, overlap_comm, contiguous_gradients, communication_data_type, grad_accum_dtype, offload, ZeRO++)
-and those it warns about elsewhere (wall_clock_breakdown, flops_profiler, removed sections, sub_group_size,
-round_robin_gradients) are read by deepspeed_config.py / deepspeed_schema.py, the activation_checkpointing section by
-ds_checkpointing.py; the table of decisions is
-tests/frameworks/real_scripts/FLAGS.md.
+runtime/zero/config.py, utils/config.py, comm/config.py). The keys llmperf prices (ZeRO stage, buckets, overlap_comm,
+contiguous_gradients, communication_data_type, grad_accum_dtype, offload, ZeRO++) and those it warns about elsewhere
+(wall_clock_breakdown, flops_profiler, removed sections, sub_group_size, round_robin_gradients) are read by
+deepspeed_config.py / deepspeed_schema.py, the activation_checkpointing section by ds_checkpointing.py; the table of
+decisions is tests/frameworks/real_scripts/FLAGS.md.
+
+Each key is read as DeepSpeed reads it. The sections that are pydantic models (DeepSpeedZeroConfig, CommsLoggerConfig,
+DeepSpeedThroughputTimerConfig, DeepSpeedBF16Config) coerce in lax mode: "true"/"false", "yes"/"no", 1/0 are
+booleans, "100000" and 1e5 are integers, anything else is refused at deepspeed.initialize. The top-level keys
+gradient_predivide_factor, prescale_gradients and memory_breakdown are read raw (config.py get_scalar_param) and
+tested by Python truth or arithmetic: the string "false" is true there, and a string factor fails at the first
+all-reduce.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_schema import AUTO, ds_bool, pydantic_int
 
 ZERO_KEYS: dict[str, tuple[Any, str]] = {
     "reduce_scatter": (True, "gradients all-reduced instead of reduce-scattered at ZeRO-1/2 (stage_1_and_2.py "
@@ -36,58 +45,101 @@ ZERO_KEYS: dict[str, tuple[Any, str]] = {
 """zero_optimization key -> (DeepSpeed's default, what a different value changes); None: any value warns (the
 default is sys.maxsize). HF's "auto" fills (10 x hidden for the persistence threshold) are left alone."""
 
-def _differs(value: Any, default: Any) -> bool:
-    """A value the user set away from DeepSpeed's default ("auto" is filled by the Hugging Face integration)."""
-    return value not in (None, "auto") and (default is None or value != default)
+def _read(value: Any, default: Any, key: str, origin: str) -> Any:
+    """A DeepSpeedZeroConfig field as pydantic reads it: a bool field (bool default) with lax bool coercion, an int
+    field (int or sys.maxsize default) with lax int coercion (check_zero_section has refused what pydantic refuses)."""
+    if isinstance(default, bool):
+        return ds_bool(value, key, origin)
+    number = pydantic_int(value)
+    return value if number is None else number
 
 
 def _zero_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     zero = raw.get("zero_optimization")
     if not isinstance(zero, dict):
         return []
-    return [f"{origin} zero_optimization.{key} = {zero[key]}: {effect}" for key, (default, effect) in ZERO_KEYS.items()
-            if _differs(zero.get(key), default)]
+    out: list[str] = []
+    for key, (default, effect) in ZERO_KEYS.items():
+        if zero.get(key) in (None, AUTO):  # DeepSpeedConfigModel drops "auto": the default
+            continue
+        value = _read(zero[key], default, f"zero_optimization.{key}", origin)
+        if default is None or value != default:
+            out.append(f"{origin} zero_optimization.{key} = {zero[key]!r}: {effect}")
+    return out
+
+
+def _predivide_warnings(raw: dict[str, Any], origin: str) -> list[str]:
+    """gradient_predivide_factor, read raw: engine.py allreduce_bucket (postscale, i.e. prescale_gradients false by
+    Python truth) scales by 1 / factor before the all-reduce and by factor / DP after it (one pass each, against one
+    pass by 1/DP otherwise), and stage_1_and_2.py asserts factor == 1.0 and postscale at ZeRO-2 with reduce_scatter
+    (the default). True counts as 1.0, as `True != 1.0` is false in the engine."""
+    factor, prescale = raw.get("gradient_predivide_factor", 1.0), bool(raw.get("prescale_gradients", False))
+    numeric = isinstance(factor, (int, float))
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    scatter = zero.get("reduce_scatter", True)
+    stage2_scatter = zero.get("stage") in (2, "2") and (scatter == AUTO or ds_bool(scatter, "zero_optimization."
+                                                                                   "reduce_scatter", origin))
+    if stage2_scatter and (prescale or not numeric or factor != 1.0):
+        what = (f"prescale_gradients = {raw['prescale_gradients']!r} (read raw: true)" if prescale
+                else f"gradient_predivide_factor = {factor!r}")
+        raise ConfigError(f"{origin} {what} at ZeRO stage 2 with reduce_scatter on: DeepSpeed's ZeRO-2 optimizer asserts "
+                          "gradient_predivide_factor == 1.0 and post-scaled gradients there (stage_1_and_2.py "
+                          "'not yet supported with ZeRO-2 with reduce scatter enabled'). Remove the key, or set "
+                          "zero_optimization.reduce_scatter to false.")
+    if prescale or (numeric and factor == 1.0):
+        return []
+    if not numeric or factor == 0:
+        raise ConfigError(f"{origin} gradient_predivide_factor = {factor!r}: DeepSpeed reads it raw (config.py "
+                          "get_gradient_predivide_factor) and divides the gradients by it before every all-reduce "
+                          "(engine.py allreduce_bucket: 1.0 / factor), which fails at the first step (TypeError or "
+                          "ZeroDivisionError). Write a positive JSON number such as 1.0.")
+    return [f"{origin} gradient_predivide_factor = {factor!r}: an extra scaling pass over the gradients per step not "
+            "timed"]
 
 
 def _top_level_warnings(raw: dict[str, Any], origin: str) -> list[str]:
-    """engine.py allreduce_bucket: a gradient_predivide_factor other than 1 scales the gradients before and after the
-    all-reduce (one pass each, against one pass by 1/DP otherwise); comms_logger synchronizes the device after every
-    collective (comm/comm.py timed_op: 'Need to make op blocking for accurate logging'); memory_breakdown calls
+    """comms_logger: DeepSpeed turns the logger on whenever the section is present (comm/config.py DeepSpeedCommsConfig:
+    comms_logger_enabled = 'comms_logger' in ds_config; utils/comms_logging.py configure takes that, not the section's
+    pydantic-validated `enabled`), and the logger synchronizes the device after every collective (comm/comm.py
+    timed_op: 'Need to make op blocking for accurate logging'). memory_breakdown, read raw and tested by truth, calls
     see_memory_usage around every forward and backward, which runs gc.collect() on rank 0 (runtime/utils.py) while
     the other ranks wait at the next collective."""
-    out: list[str] = []
-    factor = raw.get("gradient_predivide_factor", 1.0)
-    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor != 1.0:
-        out.append(f"{origin} gradient_predivide_factor = {factor}: an extra scaling pass over the gradients per step "
-                   "not timed")
+    out = _predivide_warnings(raw, origin)
     logger = raw.get("comms_logger")
-    if isinstance(logger, dict) and logger.get("enabled") is True:
-        out.append(f"{origin} comms_logger enabled: DeepSpeed synchronizes the device after every collective it logs, "
-                   "which serializes communication with compute; not modelled")
-    if raw.get("memory_breakdown") is True:
-        out.append(f"{origin} memory_breakdown: gc.collect() and memory reports on rank 0 around every forward and "
-                   "backward not timed")
+    if isinstance(logger, dict):
+        if logger.get("enabled", AUTO) != AUTO:
+            ds_bool(logger["enabled"], "comms_logger.enabled", origin)  # CommsLoggerConfig validates it all the same
+        out.append(f"{origin} comms_logger present: DeepSpeed turns its comms logger on whenever the section exists "
+                   f"(its enabled = {logger.get('enabled', False)!r} is validated but not read) and synchronizes the "
+                   "device after every collective, which serializes communication with compute; not modelled")
+    if raw.get("memory_breakdown", False):
+        out.append(f"{origin} memory_breakdown = {raw['memory_breakdown']!r} (read raw: true): gc.collect() and memory "
+                   "reports on rank 0 around every forward and backward not timed")
     return out
 
 
 def _timer_and_precision_warnings(raw: dict[str, Any], origin: str) -> list[str]:
-    """utils/config.py DeepSpeedThroughputTimerConfig (enabled and synchronized, default true): the synchronized
-    throughput timer drains the device at every micro-batch's start, which predict/host_issue.py prices as the
-    micro-batch prologue. bf16.immediate_grad_update (default false in 0.19.8): BF16_Optimizer accumulates each
-    micro-batch's gradients into fp32 from backward hooks instead of in 16 bit."""
+    """utils/config.py DeepSpeedThroughputTimerConfig (enabled and synchronized, pydantic bools, default true): the
+    synchronized throughput timer drains the device at every micro-batch's start, which predict/host_issue.py prices
+    as the micro-batch prologue. bf16.immediate_grad_update (pydantic bool, default false in 0.19.8): BF16_Optimizer
+    accumulates each micro-batch's gradients into fp32 from backward hooks instead of in 16 bit."""
     out: list[str] = []
     timers = raw.get("timers")
     throughput = timers.get("throughput") if isinstance(timers, dict) else None
-    if isinstance(throughput, dict) and False in (throughput.get("enabled", True), throughput.get("synchronized", True)):
+    if isinstance(throughput, dict) and not all(
+            ds_bool(throughput[key], f"timers.throughput.{key}", origin) for key in ("enabled", "synchronized")
+            if throughput.get(key, AUTO) != AUTO):
         out.append(f"{origin} timers.throughput without a synchronized timer: the device sync at each micro-batch's "
                    "start, priced as a stall of the launch queue, does not happen")
     bf16 = raw.get("bf16", raw.get("bfloat16"))
-    if isinstance(bf16, dict) and bf16.get("immediate_grad_update") is True:
+    update = bf16.get("immediate_grad_update", AUTO) if isinstance(bf16, dict) else AUTO
+    if update != AUTO and ds_bool(update, "bf16.immediate_grad_update", origin):
         out.append(f"{origin} bf16.immediate_grad_update: fp32 gradient accumulation from backward hooks timed as the "
                    "16-bit accumulation")
     return out
 
 
 def step_key_warnings(raw: dict[str, Any], origin: str) -> list[str]:
-    """One line per ds_config key set away from its default that changes the step and is not priced."""
+    """One line per ds_config key set away from its default that changes the step and is not priced; ConfigError for
+    a value DeepSpeed refuses or fails on."""
     return _zero_warnings(raw, origin) + _top_level_warnings(raw, origin) + _timer_and_precision_warnings(raw, origin)

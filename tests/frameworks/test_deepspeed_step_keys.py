@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
 
 
@@ -25,8 +26,8 @@ def _warnings(raw: dict[str, Any]) -> list[str]:
     ({"zero_optimization": {"stage": 3, "model_persistence_threshold": 10**9}}, "ds.json zero_optimization.model_persistence_threshold"),
     ({"zero_optimization": {"stage": 1, "allgather_partitions": False}}, "ds.json zero_optimization.allgather_partitions = False"),
     ({"gradient_predivide_factor": 8.0}, "ds.json gradient_predivide_factor = 8.0: an extra scaling pass"),
-    ({"comms_logger": {"enabled": True}}, "ds.json comms_logger enabled: DeepSpeed synchronizes the device after every"),
-    ({"memory_breakdown": True}, "ds.json memory_breakdown: gc.collect()"),
+    ({"comms_logger": {"enabled": True}}, "ds.json comms_logger present: DeepSpeed turns its comms logger on"),
+    ({"memory_breakdown": True}, "ds.json memory_breakdown = True (read raw: true): gc.collect()"),
     ({"timers": {"throughput": {"enabled": True, "synchronized": False}}}, "ds.json timers.throughput without a synchronized"),
     ({"timers": {"throughput": {"enabled": False}}}, "ds.json timers.throughput without a synchronized"),
     ({"bf16": {"enabled": True, "immediate_grad_update": True}}, "ds.json bf16.immediate_grad_update"),
@@ -41,10 +42,101 @@ def test_step_key_warns(raw: dict[str, Any], expected: str) -> None:
     {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": "auto", "stage3_max_reuse_distance": 1e9,
                            "param_persistence_threshold": 100000}},
     {"gradient_predivide_factor": 1.0, "prescale_gradients": True},  # one scaling pass either way (engine.py)
-    {"comms_logger": {"enabled": False}},
     {"memory_breakdown": False},
     {"timers": {"throughput": {"enabled": True, "synchronized": True}}},
     {"bf16": {"enabled": True, "immediate_grad_update": False}},
 ])
 def test_defaults_are_silent(raw: dict[str, Any]) -> None:
     assert _warnings(raw) == []
+
+
+# Item: values as DeepSpeed reads them, key by key (pydantic lax coercion for the model sections, raw for the rest).
+_BOOL_VALUES = [True, False, 1, 0, 1.0, "true", "false", "True", "FALSE", "1", "0", "yes", "no", "on", "off", "t", "f"]
+_REFUSED_BOOLS = ["maybe", " true", 2, "1.0"]
+_INT_VALUES = [100000, 100000.0, "100000", " 100000 ", "100000.0", "+100000", 1e6, "1000000", True]
+
+
+def _zero_field(key: str, value: Any) -> Any:
+    """What DeepSpeed 0.19.8's own DeepSpeedZeroConfig makes of the value (the test reads the real pydantic model)."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    model = DeepSpeedZeroConfig(**{key: value})
+    name = {"stage3_param_persistence_threshold": "param_persistence_threshold",
+            "stage3_max_reuse_distance": "max_reuse_distance"}.get(key, key)
+    return getattr(model, name)
+
+
+@pytest.mark.parametrize("key", ["reduce_scatter", "allgather_partitions", "memory_efficient_linear", "legacy_stage1",
+                                 "use_multi_rank_bucket_allreduce"])
+@pytest.mark.parametrize("value", _BOOL_VALUES)
+def test_zero_bool_keys_warn_exactly_when_deepspeed_reads_a_non_default(key: str, value: Any) -> None:
+    from llmperf_hook.frameworks.deepspeed_step_keys import ZERO_KEYS
+
+    warned = any(f"zero_optimization.{key} =" in w for w in _warnings({"zero_optimization": {"stage": 1, key: value}}))
+    assert warned == (_zero_field(key, value) != ZERO_KEYS[key][0])
+
+
+@pytest.mark.parametrize("value", _REFUSED_BOOLS)
+def test_zero_bool_values_deepspeed_refuses_exit_2(value: Any) -> None:
+    with pytest.raises(ConfigError, match="must be true or false"):
+        _warnings({"zero_optimization": {"stage": 1, "reduce_scatter": value}})
+
+
+@pytest.mark.parametrize("key", ["stage3_param_persistence_threshold", "stage3_max_reuse_distance"])
+@pytest.mark.parametrize("value", _INT_VALUES)
+def test_zero_int_keys_read_as_pydantic_ints(key: str, value: Any) -> None:
+    from llmperf_hook.frameworks.deepspeed_step_keys import ZERO_KEYS
+
+    warned = any(f"zero_optimization.{key} =" in w for w in _warnings({"zero_optimization": {"stage": 3, key: value}}))
+    assert warned == (_zero_field(key, value) != ZERO_KEYS[key][0])
+
+
+@pytest.mark.parametrize("value", ["1e5", 1.5, "100000.5"])
+def test_zero_int_values_pydantic_refuses_exit_2(value: Any) -> None:
+    with pytest.raises(ConfigError, match="must be an integer"):
+        _warnings({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": value}})
+
+
+@pytest.mark.parametrize("value", _BOOL_VALUES)
+def test_model_section_bools_coerced(value: Any) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config
+    from deepspeed.utils.config import DeepSpeedThroughputTimerConfig
+
+    timers = _warnings({"timers": {"throughput": {"synchronized": value}}})
+    assert bool(timers) == (not DeepSpeedThroughputTimerConfig(synchronized=value).synchronized)
+    bf16 = _warnings({"bf16": {"enabled": True, "immediate_grad_update": value}})
+    assert bool(bf16) == DeepSpeedBF16Config(enabled=True, immediate_grad_update=value).immediate_grad_update
+
+
+@pytest.mark.parametrize("value", [True, False, "false", 0])
+def test_comms_logger_is_on_whenever_the_section_is_present(value: Any) -> None:
+    # comm/config.py: comms_logger_enabled = 'comms_logger' in ds_config; `enabled` is validated, never read
+    assert any(w.startswith("ds.json comms_logger present") for w in _warnings({"comms_logger": {"enabled": value}}))
+    with pytest.raises(ConfigError, match="must be true or false"):
+        _warnings({"comms_logger": {"enabled": "maybe"}})
+
+
+@pytest.mark.parametrize(("value", "on"), [(True, True), ("false", True), ("0", True), (1, True), (False, False),
+                                           (0, False), ("", False)])
+def test_memory_breakdown_is_read_raw(value: Any, on: bool) -> None:
+    # config.py get_memory_breakdown -> engine see_memory_usage(force=value): Python truth, "false" is true
+    assert any("memory_breakdown" in w for w in _warnings({"memory_breakdown": value})) == on
+
+
+def test_gradient_predivide_factor_read_raw() -> None:
+    assert _warnings({"gradient_predivide_factor": True}) == []  # True != 1.0 is false in engine.py
+    assert _warnings({"gradient_predivide_factor": "8", "prescale_gradients": True}) == []  # never divided by
+    for bad in ("8", "1.0", False):
+        with pytest.raises(ConfigError, match="divides the gradients by it"):
+            _warnings({"gradient_predivide_factor": bad})
+
+
+@pytest.mark.parametrize("raw", [{"gradient_predivide_factor": 8.0}, {"prescale_gradients": "false"},
+                                 {"prescale_gradients": True, "zero_optimization": {"stage": 2, "reduce_scatter": "yes"}}])
+def test_zero2_reduce_scatter_asserts_post_scaling(raw: dict[str, Any]) -> None:
+    zero = {"stage": 2, **raw.pop("zero_optimization", {})}
+    with pytest.raises(ConfigError, match="ZeRO stage 2 with reduce_scatter on"):
+        _warnings({**raw, "zero_optimization": zero})
+    _warnings({**raw, "zero_optimization": {**zero, "reduce_scatter": "false"}})  # reduce_scatter off: no assert
