@@ -272,5 +272,18 @@ def report_resolution(results: list, sigmas: tuple[float, ...] = (0.02, 0.04, 0.
     bad = monotonicity_violations(everything)
     print(f"cells whose larger micro-batch measures cheaper per layer, predicted not ({len(bad)}): " + ", ".join(
         f"{s} h{h} TP{tp} mbs {m1}->{m2} {100 * d:+.1f} % (predicted {100 * pd:+.1f} %)" for (s, h, tp), m1, m2, d, pd in bad))
+    unorderable = {(s, h, tp, m) for (s, h, tp), m1, m2, _, _ in bad for m in (m1, m2)}
+    misses = [(best, chosen) for best, chosen in (miss_pair(pts) for pts in groups) if best is not None]
+    involved = sum(cell_key(b) in unorderable or cell_key(c) in unorderable for b, c in misses)
+    print(f"misses whose measured best or choice lies in one of those cells: {involved}/{len(misses)}")
     print("perfect model against a per-cell measurement error sigma (mean over 200 draws): " + ", ".join(
         f"{100 * s:.0f} % -> {noise_floor(groups, s):.1f}/{len(groups)}" for s in sigmas))
+
+
+def miss_pair(points) -> tuple:
+    """(measured best, tuner's choice) of a missed group, (None, None) for a hit or a group with no choice."""
+    predicted = [p.predicted_s for p in points]
+    i = choice_index(points, predicted)
+    if not points or i is None or is_hit(points, predicted):
+        return None, None
+    return min(points, key=lambda p: p.measured_s), points[i]

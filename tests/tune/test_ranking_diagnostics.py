@@ -121,3 +121,10 @@ def test_noise_floor_is_perfect_without_noise_and_falls_with_it() -> None:
     noisy = diag.noise_floor(groups, 0.3, trials=50)
     assert noisy < len(groups)
     assert diag.noise_floor(groups, 0.3, trials=50) == noisy  # seeded: the bench prints the same figure each run
+
+
+def test_miss_pair_names_the_best_and_the_choice_of_a_missed_group_only() -> None:
+    best, wrong = _point(1.0, 1.2), _point(1.2, 1.0)
+    assert diag.miss_pair([best, wrong]) == (best, wrong)
+    assert diag.miss_pair([_point(1.0, 1.0), _point(1.2, 1.2)]) == (None, None)
+    assert diag.miss_pair([_point(1.0, 1.0, fits=False)]) == (None, None)
