@@ -19,6 +19,8 @@ from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, c
                                                      grad_norm_rules, offload_rules, zeropp_rules, zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_step_keys import step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
+from llmperf_hook.launch.batch_script import written_text
+from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -80,14 +82,23 @@ class DsSettings:
     in `warnings`, because Megatron-DeepSpeed's flags override the whole section (ds_checkpointing.py)."""
 
 
-def read_ds_config(path: str, hf_trainer: bool = False) -> dict[str, Any]:
+def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | None = None) -> dict[str, Any]:
     """Read a ds_config file (relative paths against the current directory) as the job will: DeepSpeed reads it with
     hjson (deepspeed/runtime/config.py: `//`, `#` and `/* */` comments, trailing commas, a UTF-8 byte-order mark and
     hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
-    `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only."""
+    `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
+    `written`: the batch script writes the file before launching (a here-document), so its text is read instead."""
+    text = written_text(path, written) if written is not None else _file_text(path)
+    raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
+    if not isinstance(raw, dict):
+        raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
+    return raw
+
+
+def _file_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+            return handle.read()
     except FileNotFoundError:
         hint = "; it holds an unexpanded shell variable: set it in the environment or write the path" if "$" in path else ""
         raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}{hint}). "
@@ -96,10 +107,6 @@ def read_ds_config(path: str, hf_trainer: bool = False) -> dict[str, Any]:
         raise UsageError(f"DeepSpeed config {path} is a directory, not a JSON file; name the config file itself.") from None
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
-    raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
-    if not isinstance(raw, dict):
-        raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
-    return raw
 
 
 def _load_strict_json(text: str, path: str) -> Any:

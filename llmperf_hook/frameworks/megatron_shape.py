@@ -15,7 +15,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
 from llmperf_hook.frameworks.training_config import ModelShape, MoeDispatch
-from llmperf_hook.frameworks.vocab import pad_vocab_size, resolve_vocab_size
+from llmperf_hook.frameworks.vocab import megatron_vocab
 from llmperf_hook.provenance import Source, SourceKind
 
 _ROPE_LIKE = ("rope", "yarn", "mrope", "llama3", "rotary")  # rotary: the bigscience fork's spelling
@@ -205,11 +205,8 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     tokenizer = flags.get("tokenizer_type")
     if tokenizer is None and flags.has("merge_file"):  # older scripts: --vocab-file/--merge-file = GPT-2 BPE
         tokenizer = "GPT2BPETokenizer"
-    vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"),
-                                                  tokenizer, flags.get("tokenizer_model"), flags.get("vocab_file"))
     divisible, div_src = pick(flags, "make_vocab_size_divisible_by", 128, "Megatron: 128")
-    padded = pad_vocab_size(vocab, divisible, tp)
-    src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * {divisible * tp}")
+    vocab, padded = megatron_vocab(flags, tokenizer, divisible, div_src, tp, src)
     moe = _moe(flags, ffn, warnings, src, ds_flavour)
     deepseek = {**resolve_mla(flags, src, warnings), **resolve_mtp(flags, src, warnings, ds_flavour),
                 **resolve_shared_experts(flags, moe["num_experts"], src, warnings)}

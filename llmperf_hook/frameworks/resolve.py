@@ -9,6 +9,7 @@ Precedence of values is stated once, in provenance.py.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
@@ -23,7 +24,7 @@ from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.launch.parse import parse_launch
-from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.provenance import Source, SourceKind
 
 
@@ -73,8 +74,9 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str]) -> str:
     return "deepspeed" if ds_path or is_deepspeed_chat(flags) else "torch"
 
 
-def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None,
-                     env: Mapping[str, str]) -> DsSettings | None:
+def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, env: Mapping[str, str],
+                     script_files: Mapping[str, ScriptFile] | None = None) -> DsSettings | None:
+    """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead)."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
         return parse_ds_config(*accelerate_ds_config(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
@@ -88,7 +90,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None,
                               "configuration); add it to the training arguments.")
         return None
     hf_trainer = framework == "hf-deepspeed" and path == flags.get("deepspeed")
-    raw = read_ds_config(str(path), hf_trainer)
+    raw = read_ds_config(str(path), hf_trainer, (script_files or {}).get(os.path.normpath(str(path))))
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
     return parse_ds_config(raw, str(path))
@@ -110,7 +112,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     framework = detect_framework(flags, job.env)
     if framework in ("megatron", "megatron-deepspeed"):
         fill_script_tokenizer(flags, job.script)
-    ds = load_ds_settings(flags, framework, job.world_size, job.env)
+    ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

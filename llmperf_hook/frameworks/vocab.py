@@ -16,6 +16,7 @@ import os
 import re
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.provenance import Source, SourceKind
 
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257}
@@ -168,3 +169,33 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         "Hub repositories by name; the file named is not on this machine or not one of those). Add --vocab-size N "
         "(the tokenizer's vocabulary before padding), or run llmperf where the tokenizer file is."
     )
+
+
+def megatron_vocab(flags: FlagValues, tokenizer: str | None, divisible: int, div_src: str, tp: int,
+           src: dict[str, Source]) -> tuple[int, int]:
+    """(vocabulary, padded vocabulary). Megatron pads to a multiple of divisible * TP; the bigscience fork's
+    --pad-vocab-size-to N pads to N itself (megatron/tokenizer/tokenizer.py _vocab_size_with_padding at 8387ae1: it
+    raises when N < the vocabulary or N % make-vocab-size-divisible-by != 0), so with it the tokenizer need not be
+    sized; VocabParallelEmbedding then splits N over TP (mpu/utils.py divide asserts N % TP == 0)."""
+    pad_to = flags.get("pad_vocab_size_to")
+    try:
+        vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"), tokenizer,
+                                                      flags.get("tokenizer_model"), flags.get("vocab_file"))
+    except ConfigError:
+        if pad_to is None:
+            raise
+        vocab, src["vocab_size"] = pad_to, Source(SourceKind.DERIVED, f"{flags.seen_flags['pad_vocab_size_to']} "
+                                                  f"{pad_to} (the tokenizer's own size is not known here)")
+    if pad_to is None:
+        src["padded_vocab_size"] = Source(SourceKind.DERIVED, f"ceil({vocab} / ({divisible} [{div_src}] * TP {tp})) * "
+                                          f"{divisible * tp}")
+        return vocab, pad_vocab_size(vocab, divisible, tp)
+    flag = flags.seen_flags["pad_vocab_size_to"]
+    for bad, rule in ((pad_to < vocab, f"is below the vocabulary {vocab} ({src['vocab_size']}): it can only pad up"),
+                      (pad_to % divisible != 0, f"is not divisible by --make-vocab-size-divisible-by {divisible}"),
+                      (pad_to % tp != 0, f"does not split over tensor-model-parallel-size {tp} (VocabParallelEmbedding)")):
+        if bad:
+            raise ConfigError(f"{flag} {pad_to} {rule}; the bigscience Megatron-DeepSpeed fork raises at start-up "
+                              "(_vocab_size_with_padding). Give a multiple of both that is at least the vocabulary.")
+    src["padded_vocab_size"] = flags.source("pad_vocab_size_to")
+    return vocab, pad_to

@@ -22,11 +22,12 @@ FREE_TEXT_OPTIONS = frozenset({"--launcher_args", "--launcher-args", "--wrap", "
 
 
 def split_joined_words(words: Sequence[str]) -> list[str]:
-    """`"--split '99,1,0'"` -> ["--split", "99,1,0"]: a flag word holding whitespace is split like a shell would."""
+    """`"--split '99,1,0'"` -> ["--split", "99,1,0"]: a flag word holding whitespace is split like a shell would,
+    also when the variable that gave it starts with blanks (bigscience's `SRUN_ARGS=" \\` newline `--wait=60 ..."`)."""
     out: list[str] = []
     for word in words:
         free_text = (out and out[-1] in FREE_TEXT_OPTIONS) or word.split("=", 1)[0] in FREE_TEXT_OPTIONS
-        if word.startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text:
+        if word.lstrip().startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text:
             try:
                 out.extend(shlex.split(word))
             except ValueError:  # unbalanced quote: keep the words as whitespace splits them

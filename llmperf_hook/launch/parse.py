@@ -193,7 +193,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     if start is not None:
         return parse_accelerate(words, start, env, used)
     if _is_python(words[i]):
-        if inside_srun and not (i + 2 < len(words) and words[i + 1] == "-m" and words[i + 2] in _MODULE_LAUNCHERS):
+        j = _python_script_index(words, i)  # past python's own options: `python -u -m torch.distributed.launch`
+        if inside_srun and not (j + 1 < len(words) and words[j] == "-m" and words[j + 1] in _MODULE_LAUNCHERS):
             return None  # srun starts the script itself: srun sizes the job
         return _python(words, i, env, used)
     if inside_srun:
@@ -201,8 +202,10 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     if head == "srun":
         return _srun(words, i, env, used)
     if head == "sbatch":  # the script's own launch line in the allocation its options ask for (launch/sbatch.py)
-        inner = normalise_argv(sbatch_launch(words, i, env, used), env, used)
-        return _dispatch(inner, _strip_assignments(inner, env), env, used)
+        launch, files = sbatch_launch(words, i, env, used)
+        inner = normalise_argv(launch, env, used)
+        size = _dispatch(inner, _strip_assignments(inner, env), env, used)
+        return replace(size, script_files=files) if size is not None and files else size
     if head in MPI_LAUNCHERS:
         return _mpirun(words, i, env, used)
     if head.endswith(".py"):

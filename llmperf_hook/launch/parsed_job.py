@@ -9,6 +9,16 @@ from llmperf_hook.provenance import Source
 
 
 @dataclass(frozen=True)
+class ScriptFile:
+    """A file a submitted batch script writes before its launch line (a here-document), known without running it."""
+
+    text: str
+    """The content the script writes, its variables expanded as bash would."""
+    origin: str
+    """Where the script writes it, for messages: `job.slurm line 142 (the here-document of ...)`."""
+
+
+@dataclass(frozen=True)
 class ParsedJob:
     """The launch command understood: which launcher, how many processes where, and the training script."""
 
@@ -33,6 +43,9 @@ class ParsedJob:
     """Origin of nnodes, nproc_per_node, world_size, ... ."""
     warnings: tuple[str, ...] = ()
     """Accepted but not modelled launcher settings."""
+    script_files: Mapping[str, ScriptFile] = field(default_factory=dict)
+    """Files the submitted batch script writes before its launch line (sbatch job.slurm with `cat <<EOT > ds.json`),
+    by normalised path: read in place of the disk, where they do not exist yet."""
 
     def __post_init__(self) -> None:
         assert self.nnodes >= 1 and self.nproc_per_node >= 1 and self.world_size >= 1, self

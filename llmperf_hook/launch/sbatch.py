@@ -16,13 +16,14 @@ A script with no such line, or several, exits 2 naming them: pass the line itsel
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.batch_script import is_launch, read_batch_script
 from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.shell_script import logical_lines
 from llmperf_hook.launch.slurm import SRUN_OPTIONS
 
 SBATCH_OPTIONS: dict[str, Option] = {
@@ -33,13 +34,7 @@ SBATCH_OPTIONS: dict[str, Option] = {
 }
 SBATCH_JOB_ID = "llmperf-sbatch"
 """SLURM_JOB_ID given to the script's launch line: the job does not exist yet (sbatch has not run)."""
-_LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
-                           "orterun", "prterun", "mpiexec.hydra"})
 _TASK_LAYOUT = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
-_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+(?:-\S+\s+)*\S+\.py\b")
-_PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
-                        r"\.runner|accelerate\.commands\.launch)\b")
 
 
 def _read_script(path: str) -> str:
@@ -53,32 +48,11 @@ def _read_script(path: str) -> str:
         raise UsageError(f"cannot read sbatch script {path}: {err.strerror or err}.") from None
 
 
-def _lines(text: str) -> list[tuple[int, str]]:
-    """(line number, logical line) with backslash continuations joined, as bash reads them: not after a comment
-    line (bigscience tr11-176B-ml.slurm has `#    --universal-checkpoint \\` right above `export CMD=...`)."""
-    out: list[tuple[int, str]] = []
-    pending, first = "", 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if not pending:
-            first = number
-            if line.lstrip().startswith("#"):  # a comment ends at its newline: its trailing backslash joins nothing
-                out.append((number, line))
-                continue
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append((first, pending + line))
-        pending = ""
-    if pending:
-        out.append((first, pending))
-    return out
-
-
-def _header_options(lines: list[tuple[int, str]]) -> list[str]:
+def _header_options(text: str) -> list[str]:
     """#SBATCH words before the script's first command (sbatch stops reading directives there)."""
     words: list[str] = []
-    for _, line in lines:
-        stripped = line.strip()
+    for line in logical_lines(text):
+        stripped = line.text.strip()
         if stripped.startswith("#SBATCH"):
             try:
                 words += shlex.split(stripped[len("#SBATCH"):], comments=True)
@@ -91,7 +65,7 @@ def _header_options(lines: list[tuple[int, str]]) -> list[str]:
 
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
     """The SLURM_* variables the batch step sees for what the sbatch options state."""
-    env: dict[str, str] = {"SLURM_JOB_ID": SBATCH_JOB_ID}
+    env: dict[str, str] = {"SLURM_JOB_ID": SBATCH_JOB_ID, "SLURM_JOBID": SBATCH_JOB_ID}  # and its older name
     if "nodes" in values:
         nodes = values["nodes"].split("-")[-1]
         env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = nodes
@@ -116,67 +90,27 @@ def _digits(value: str | None) -> str:
     return text if text.isdigit() else ""
 
 
-def _is_launch(words: Sequence[str], line: str) -> bool:
-    i = 0
-    while i < len(words) and _ASSIGN.match(words[i]):
-        i += 1
-    head = os.path.basename(words[i]) if i < len(words) else ""
-    return head in _LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
-
-
-def _script_launch(lines: list[tuple[int, str]], env: dict[str, str], used: dict[str, str], path: str) -> list[str]:
-    """Apply the script's plain assignments in order; return the words of its one launch line."""
-    found: list[tuple[int, list[str]]] = []
-    single: list[tuple[int, list[str]]] = []
-    for number, line in lines:
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        try:
-            words = shlex.split(stripped, comments=True)
-        except ValueError:
-            continue
-        assign = _ASSIGN.match(" ".join(words[-2:])) if words[:1] == ["export"] and len(words) == 2 else \
-            _ASSIGN.match(words[0]) if len(words) == 1 else None
-        if assign:
-            if not found and "$(" not in assign.group(2) and "`" not in assign.group(2):
-                env[assign.group(1)] = expand_env_refs(assign.group(2), env, used)  # command substitutions stay unset
-            continue
-        if words and _is_launch(words, stripped):
-            found.append((number, words))
-        elif words and _PY_SCRIPT.match(stripped):
-            single.append((number, words))
-    found = found or single  # no launcher: a `python train.py` line runs once, on the first node
-    if len(found) != 1:
-        listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
-        what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, accelerate " \
-            "launch, mpirun or python -m torch.distributed.run)"
-        raise UsageError(f"sbatch script {path} has {what}; llmperf predicts one training launch. Give that line after `--` "
-                         "(e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
-    return found[0][1]
-
-
-def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str]:
-    """The launch words sbatch's script (or --wrap command) runs; `env` gains the allocation and the script's
-    assignments. Command-line options win over #SBATCH lines."""
+def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
+                  used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
+    """The launch words sbatch's script (or --wrap command) runs and the files the script writes before it; `env`
+    gains the allocation and the script's assignments. Command-line options win over #SBATCH lines."""
     cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch")
     if "wrap" in cli.values:
-        text, path = cli.values["wrap"], "--wrap"
-        lines, header = [(1, text)], cli.values
+        text, path, header = cli.values["wrap"], "--wrap", cli.values
     else:
         if cli.rest >= len(words):
             raise UsageError("sbatch is given no script: write `sbatch [options] job.sh` or `sbatch --wrap \"CMD\"`.")
         path = words[cli.rest]
-        lines = _lines(_read_script(path))
-        header = {**scan_options(_header_options(lines), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
+        text = _read_script(path)
+        header = {**scan_options(_header_options(text), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
                   **cli.values}
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)
-    words = _script_launch(lines, env, used, path)
-    if not _is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
+    words, files = read_batch_script(text, env, used, path)
+    if not is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
         for name in _TASK_LAYOUT:
             if name in allocation:
                 env.pop(name, None)
                 used.pop(name, None)
-    return words
+    return words, files

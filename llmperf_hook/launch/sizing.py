@@ -9,11 +9,11 @@ launch without a hostfile: "every GPU of this machine", which is not the machine
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.provenance import Source, SourceKind
 
 
@@ -44,6 +44,8 @@ class LaunchSize:
     script: str
     script_args: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    script_files: Mapping[str, ScriptFile] = field(default_factory=dict)
+    """Files the batch script writes before its launch line (ParsedJob.script_files)."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -111,5 +113,5 @@ def finish_job(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
-        warnings=size.warnings,
+        warnings=size.warnings, script_files=size.script_files,
     )

@@ -18,3 +18,35 @@ def test_fork_position_types(value: str, expected: str) -> None:
 @pytest.mark.parametrize("value", ["alibi", "rotary", "absolute"])
 def test_fork_position_types_do_not_warn(value: str) -> None:
     assert not any("position" in w for w in megatron("--position-embedding-type", value).warnings)
+
+
+def _bloom(*extra: str, tp: str = "4") -> list[str]:
+    return ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "1024",
+            "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+            "--micro-batch-size", "1", "--tensor-model-parallel-size", tp, "--tokenizer-type", "PretrainedFromHF",
+            "--tokenizer-name-or-path", "bigscience/tokenizer", *extra]
+
+
+def test_pad_vocab_size_to_fixes_the_padded_vocabulary() -> None:
+    # bigscience fork tokenizer.py _vocab_size_with_padding: after = pad_vocab_size_to; the Hub tokenizer need not be sized
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    cfg = resolve_job(_bloom("--pad-vocab-size-to", "250880"), {})[1]
+    assert (cfg.model.vocab_size, cfg.model.padded_vocab_size) == (250880, 250880)
+    assert "--pad-vocab-size-to" in str(cfg.sources["padded_vocab_size"])
+    sized = resolve_job(_bloom("--pad-vocab-size-to", "51200", "--vocab-size", "50257"), {})[1]
+    assert (sized.model.vocab_size, sized.model.padded_vocab_size) == (50257, 51200)
+
+
+@pytest.mark.parametrize(("extra", "tp", "match"), [
+    (["--vocab-size", "50257", "--pad-vocab-size-to", "50176"], "4", "below the vocabulary 50257"),
+    (["--pad-vocab-size-to", "250881"], "1", "not divisible by --make-vocab-size-divisible-by 128"),
+    (["--pad-vocab-size-to", "250", "--make-vocab-size-divisible-by", "1", "--vocab-size", "200"], "4",
+     "--pad-vocab-size-to 250 does not split over tensor-model-parallel-size 4"),
+])
+def test_pad_vocab_size_to_the_fork_refuses(extra: list[str], tp: str, match: str) -> None:
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    with pytest.raises(ConfigError, match=match):
+        resolve_job(_bloom(*extra, tp=tp), {})

@@ -1,0 +1,123 @@
+"""A batch script read, not run: its variables in order, the files its here-documents write, and its one launch line.
+
+What bash would do is followed only where it has no effect outside the script: `NAME=value` / `export NAME=value`
+(multi-line quoted values included) set variables; `cd DIR` and `` `pwd` `` / `$(pwd)` name the folder; `cat <<EOT >
+FILE` writes FILE with the script's variables expanded (the ds_config of bigscience's .slurm scripts); `clear;`, `echo`,
+`set -x` and other commands beside the launch are skipped, and a launch piped into `tee` (or redirected) is the launch.
+Other command substitutions (`$(scontrol ...)`) leave their variable unset; nothing is executed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, pipelines, strip_redirections
+
+LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
+                          "orterun", "prterun", "mpiexec.hydra"})
+ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+(?:-\S+\s+)*\S+\.py\b")
+_PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
+                        r"\.runner|accelerate\.commands\.launch)\b")
+_PWD = re.compile(r"`pwd`|\$\(pwd\)")
+
+
+def is_launch(words: Sequence[str], line: str) -> bool:
+    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
+    i = 0
+    while i < len(words) and ASSIGN.match(words[i]):
+        i += 1
+    head = os.path.basename(words[i]) if i < len(words) else ""
+    return head in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
+
+
+@dataclass
+class _Reading:
+    """The state of one pass over the script (local to read_batch_script)."""
+
+    env: dict[str, str]
+    used: dict[str, str]
+    path: str
+    cwd: str = field(default_factory=os.getcwd)
+    launches: list[tuple[int, list[str]]] = field(default_factory=list)
+    singles: list[tuple[int, list[str]]] = field(default_factory=list)
+    files: dict[str, ScriptFile] = field(default_factory=dict)
+    unsplit: list[int] = field(default_factory=list)
+
+    def expand(self, text: str) -> str:
+        return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
+
+    def command(self, line: ScriptLine, text: str) -> None:
+        try:
+            words, writes = strip_redirections(shlex.split(_PWD.sub(self.cwd, text), comments=True))
+        except ValueError:
+            if any(head in text for head in LAUNCH_HEADS):
+                self.unsplit.append(line.number)
+            return
+        if not words or self.launches:  # what follows the launch line does not change it
+            if words and is_launch(words, text):
+                self.launches.append((line.number, words))
+            return
+        if len(words) <= 2 and self.assign(words):
+            return
+        if words[0] == "cd" and len(words) == 2:
+            self.cwd = os.path.join(self.cwd, self.expand(words[1]))
+        elif words[0] == "cat" and line.heredoc is not None and writes:
+            body = self.expand(line.heredoc.body) if line.heredoc.expand else line.heredoc.body
+            origin = f"{self.path} line {line.heredoc.first_line} (the here-document of `{line.text.strip()[:60]}`)"
+            self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
+        elif is_launch(words, text):
+            self.launches.append((line.number, words))
+        elif _PY_SCRIPT.match(text.strip()):
+            self.singles.append((line.number, words))
+
+    def assign(self, words: list[str]) -> bool:
+        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes)."""
+        match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
+            ASSIGN.match(words[0]) if len(words) == 1 else None
+        if match and "$(" not in match.group(2) and "`" not in match.group(2):
+            self.env[match.group(1)] = self.expand(match.group(2))
+        return match is not None
+
+    def launch(self) -> list[str]:
+        found = self.launches or self.singles  # no launcher: a `python train.py` line runs once, on the first node
+        if len(found) == 1:
+            return found[0][1]
+        listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
+        what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
+            "accelerate launch, mpirun or python -m torch.distributed.run)"
+        unsplit = f"; line(s) {', '.join(map(str, self.unsplit))} could not be read as shell words (an unclosed quote?)" \
+            if self.unsplit and not found else ""
+        raise UsageError(f"sbatch script {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
+                         "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
+
+
+def read_batch_script(text: str, env: dict[str, str], used: dict[str, str],
+                      path: str) -> tuple[list[str], dict[str, ScriptFile]]:
+    """The words of the script's one launch line and the files it writes before it; `env` gains its variables."""
+    reading = _Reading(env, used, path)
+    for line in logical_lines(text):
+        if line.text.strip() and not line.text.lstrip().startswith("#"):
+            for pipeline in pipelines(line.text):
+                for command in pipeline:
+                    reading.command(line, command)
+    return reading.launch(), reading.files
+
+
+def written_text(path: str, written: ScriptFile) -> str:
+    """The text of a file the script writes (a here-document), read from `path` by the job; refused while it still
+    holds what only running the script would give."""
+    unresolved = sorted(set(re.findall(r"\$\{?([A-Za-z_]\w*)", written.text)))
+    if unresolved or "$(" in written.text or "`" in written.text:
+        what = ", ".join(f"${name}" for name in unresolved) or "a command substitution"
+        raise UsageError(f"{path} is written by {written.origin} with {what}, which llmperf cannot evaluate without "
+                         "running the script (a variable the script does not set, or a command). Set the variable in "
+                         "llmperf's environment, or write the file yourself and give its path.")
+    return written.text

@@ -1,0 +1,153 @@
+"""The part of bash's grammar a batch script's launch line needs, read without running anything.
+
+bash (gnu.org/software/bash/manual: 3.1.2 Quoting, 3.2 Shell Commands, 3.6 Redirections) reads a script as logical
+lines: a backslash-newline outside single quotes continues the line, and a newline inside an open quote is part of
+the word (bigscience's `GPT_ARGS=" \\ ... --seed 42` newline `$OPTIMIZER_ARGS \\ ..."`). A line holds commands
+separated by `;`, `&&`, `||` or `&`, each a pipeline of simple commands joined by `|` (`clear; srun ... 2>&1 | tee
+-a log`). A `<<WORD` redirection takes the following lines up to WORD as the command's standard input (a here-document;
+`<<-` strips leading tabs, a quoted WORD turns expansion off), as in `cat <<EOT > $config_json`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_REDIRECT = re.compile(r"^(?:\d*|&)(>>|>\||>&|<&|>|<<<|<<-|<<|<)(.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    """A here-document a logical line opens."""
+
+    body: str
+    """The lines between the redirection and its delimiter, each ending in a newline."""
+    expand: bool
+    """Whether bash expands $VARS in the body (the delimiter is unquoted)."""
+    first_line: int
+    """Line number of the body's first line."""
+
+
+@dataclass(frozen=True)
+class ScriptLine:
+    """One logical line of a script."""
+
+    number: int
+    """Line number where it starts (1-based)."""
+    text: str
+    """The line, continuations joined (a backslash-newline becomes a space, a newline in quotes stays)."""
+    heredoc: Heredoc | None = None
+    """The here-document the line opens, if any."""
+
+
+def _scan(text: str) -> tuple[list[bool], str, int]:
+    """For each character: outside quotes and not escaped; the quote still open at the end ("" if none); where a
+    comment starts (len(text) if none)."""
+    outside, quote, i = [False] * len(text), "", 0
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\":
+            i += 2
+            continue
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1] in " \t;&|()"):
+            return outside, "", i
+        else:
+            outside[i] = True
+        i += 1
+    return outside, quote, len(text)
+
+
+def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:
+    """The here-document `text` opens and how many of the following lines (`rest`) it takes."""
+    outside, _, end = _scan(text)
+    for match in _HEREDOC.finditer(text, 0, end):
+        if not outside[match.start()] or text[match.start():match.start() + 3] == "<<<":
+            continue
+        strip_tabs, quoted, delimiter = match.group(1) == "-", bool(match.group(2)), match.group(3)
+        body: list[str] = []
+        for line in rest:
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                return Heredoc("".join(body), not quoted, number + 1), len(body) + 1
+            body.append((line.lstrip("\t") if strip_tabs else line) + "\n")
+        return Heredoc("".join(body), not quoted, number + 1), len(body)
+    return None, 0
+
+
+def logical_lines(text: str) -> list[ScriptLine]:
+    """The script's logical lines in order; a comment line stays one line (its trailing backslash joins nothing)."""
+    physical = text.splitlines()
+    out: list[ScriptLine] = []
+    pending, first, i = "", 0, 0
+    while i < len(physical):
+        line, i = physical[i], i + 1
+        if not pending:
+            first = i
+            if line.lstrip().startswith("#"):
+                out.append(ScriptLine(i, line))
+                continue
+        _, quote, _ = _scan(pending + line)
+        if quote != "'" and line.rstrip().endswith("\\") and not line.rstrip().endswith("\\\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        if quote:
+            pending += line + "\n"
+            continue
+        heredoc, taken = _heredoc(pending + line, physical[i:], i)
+        out.append(ScriptLine(first, pending + line, heredoc))
+        pending, i = "", i + taken
+    if pending:
+        out.append(ScriptLine(first, pending))
+    return out
+
+
+def pipelines(text: str) -> list[list[str]]:
+    """The line's commands (split at unquoted `;`, `&&`, `||`, `&`), each the list of its pipeline's simple
+    commands (split at `|`), comments dropped. `2>&1`, `>&` and `&>` are redirections, not separators."""
+    outside, _, end = _scan(text)
+    out: list[list[str]] = []
+    pipeline: list[str] = []
+    start = i = 0
+    while i < end:
+        c = text[i]
+        redirect = c == "&" and ((i > 0 and text[i - 1] in "<>") or text[i + 1:i + 2] == ">")
+        if not outside[i] or c not in ";&|" or redirect:
+            i += 1
+            continue
+        pipeline.append(text[start:i])
+        step = 2 if text[i:i + 2] in ("&&", "||", "|&", ";;") else 1
+        if c != "|" or step == 2 and text[i:i + 2] == "||":
+            out.append(pipeline)
+            pipeline = []
+        i += step
+        start = i
+    pipeline.append(text[start:end])
+    out.append(pipeline)
+    return [[cmd for cmd in p if cmd.strip()] for p in out if any(cmd.strip() for cmd in p)]
+
+
+def strip_redirections(words: list[str]) -> tuple[list[str], list[str]]:
+    """A simple command's words without its redirections, and the files it writes with `>` / `>>` (`2>&1`, `< in`,
+    `<<EOT` dropped)."""
+    kept: list[str] = []
+    writes: list[str] = []
+    i = 0
+    while i < len(words):
+        match = _REDIRECT.match(words[i])
+        if match is None:
+            kept.append(words[i])
+            i += 1
+            continue
+        op, target = match.group(1), match.group(2)
+        if not target and i + 1 < len(words):
+            target, i = words[i + 1], i + 1
+        if op in (">", ">>", ">|") and target:
+            writes.append(target)
+        i += 1
+    return kept, writes
