@@ -42,6 +42,7 @@ it to the op times of every prediction on that hardware. torch is imported insid
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -327,6 +328,37 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1)
             "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param, "profile_bias": bias,
             "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p} for s, t, p in zip(TINY_LAYERS, tiny, tiny_parts)],
             "samples": rows}
+
+
+def step_holdout_log_errors(doc: dict) -> list[float]:
+    """The framework file's own step-level held-out error: log(predicted / measured) of every step it measured
+    (each dtype's reference forward+backward rows of step 2b and DeepSpeed engine steps of step 5), each
+    predicted by the cost refitted without it (leave-one-out: per_byte_s and the backward's per-parameter term
+    for a reference row, the ZeRO stage's engine terms for an engine row; the per-unit cost and compute scale
+    are measured on other models and kept). What a step of a job the file never saw is off by, from the file's
+    samples alone; refine/shrinkage.py takes its variances from it. [] for a file without samples."""
+    from llmperf_hook.profile.cpu_engine_cost import fit_engine_terms
+
+    errors: list[float] = []
+    for entry in (doc.get("dtypes") or {}).values():
+        rows = entry.get("samples") or []
+        for i, row in enumerate(rows if len(rows) > 2 else ()):
+            per_byte, per_param = fit_compute_terms(rows[:i] + rows[i + 1:], entry["per_unit_s"], entry["compute_scale"])
+            predicted = entry["per_unit_s"] * row["units"] + entry["compute_scale"] * row["predicted_compute_s"] \
+                + per_byte * row["bytes"] + per_param * row["params"]
+            errors.append(_log_ratio(predicted, row["fwd_bwd_s"]))
+        for stage in (entry.get("deepspeed_step") or {}).values():
+            engine = stage.get("samples") or []
+            for i, (params, fb_s, step_s, model_fb_s, model_opt_s) in enumerate(engine if len(engine) > 2 else ()):
+                rest = engine[:i] + engine[i + 1:]
+                terms = fit_engine_terms([r[0] for r in rest], [r[1] + r[2] for r in rest], [r[3] + r[4] for r in rest])
+                predicted = model_fb_s + model_opt_s + terms["per_step_s"] + terms["per_param_s"] * params
+                errors.append(_log_ratio(predicted, fb_s + step_s))
+    return [e for e in errors if math.isfinite(e)]
+
+
+def _log_ratio(predicted_s: float, measured_s: float) -> float:
+    return math.log(predicted_s / measured_s) if predicted_s > 0 and measured_s > 0 else math.nan
 
 
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:

@@ -69,6 +69,9 @@ class Calibration:
     """Standard deviation of a configuration's own log-bias the shrinkage used (0: none)."""
     sd_run: float = 0.0
     """Run-to-run standard deviation of log step time the shrinkage used (0: none)."""
+    sd_shared: float = 0.10
+    """Prior standard deviation of the shared log-bias the shrinkage used (refine/shrinkage.variance_priors; a
+    calibration stored before it was recorded used SD_SHARED_PRIOR, 0.10)."""
 
     def own_scale(self, fingerprint: str | None) -> ConfigScale | None:
         """The configuration's own calibration, if it was instrumented."""
@@ -97,11 +100,9 @@ class Calibration:
             return f"calibrated x{self.step_time_scale:.3f}{extra} from {self.num_runs} instrumented run(s) of {where}"
         return (f"cluster calibration from {self.num_runs} run(s) of {self.num_configs} configuration(s), shrunk "
                 f"{1 - self.shared_weight:.0%}: fitted x{self.step_time_scale:.3f}{extra} applied to the power "
-                f"{self.shared_weight:.2f} (shared-bias prior {_SD_SHARED:.0%}, configuration spread "
+                f"{self.shared_weight:.2f} (shared-bias prior {self.sd_shared:.1%}, configuration spread "
                 f"{self.sd_config:.1%}, run spread {self.sd_run:.1%}) of {where}")
 
-
-_SD_SHARED = 0.10  # refine/shrinkage.SD_SHARED_PRIOR (not imported: this module is on the predict path)
 
 
 @dataclass(frozen=True)

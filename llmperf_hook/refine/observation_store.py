@@ -47,7 +47,7 @@ ADDED_COLUMNS = {
     "refine_runs": (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
                     ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT")),
     "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
-                            ("sd_run", "REAL")),
+                            ("sd_run", "REAL"), ("sd_shared", "REAL")),
 }
 """Columns added after the first release of a table: a store written by an earlier version gets them on open
 (NULL: a calibration without shared_weight is one fitted before shrinkage, refitted by _migrate_calibrations)."""
@@ -236,10 +236,10 @@ def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
     key = (cal.hardware, cal.cluster, cal.framework)
     with conn:
         conn.execute("INSERT OR REPLACE INTO refine_calibrations (hardware, cluster, framework, step_time_scale, "
-                     "step_overhead_s, num_runs, fitted_unix_s, shared_weight, num_configs, sd_config, sd_run) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     "step_overhead_s, num_runs, fitted_unix_s, shared_weight, num_configs, sd_config, sd_run, "
+                     "sd_shared) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (*key, cal.step_time_scale, cal.step_overhead_s, cal.num_runs, time.time(), cal.shared_weight,
-                      cal.num_configs, cal.sd_config, cal.sd_run))
+                      cal.num_configs, cal.sd_config, cal.sd_run, cal.sd_shared))
         conn.execute("DELETE FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ?", key)
         conn.executemany("INSERT INTO refine_config_scales VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          [(*key, c.fingerprint, c.step_time_scale, c.measured_scale, c.num_runs, c.label)
@@ -278,8 +278,14 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
         return {}
     if row is None or row[0] is None:
         return {}
-    return {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
-            "sd_run": float(row[3] or 0.0), "config_scales": [tuple(r) for r in scales]}
+    out = {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
+           "sd_run": float(row[3] or 0.0), "config_scales": [tuple(r) for r in scales]}
+    try:  # a store the read-only predict path opens before any refine added the column has none
+        (sd_shared,) = conn.execute("SELECT sd_shared FROM refine_calibrations WHERE hardware = ? AND cluster = ? "
+                                    "AND framework = ?", key).fetchone()
+    except (sqlite3.Error, TypeError):
+        sd_shared = None
+    return {**out, "sd_shared": float(sd_shared)} if sd_shared else out
 
 
 def op_samples_for_hardware(conn: sqlite3.Connection, hardware: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
-from llmperf_hook.refine.shrinkage import ConfigRuns, estimate_variances, group_runs, posterior, sd_config_prior
+from llmperf_hook.refine.shrinkage import ConfigRuns, estimate_variances, group_runs, posterior, variance_priors
 
 
 def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
@@ -29,8 +29,8 @@ def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework
     configs = group_runs([(j, f, p, m) for j, f, p, m, _ in runs])
     if not configs:
         return None, ""
-    sd_prior, prior_source = sd_config_prior(hardware)
-    variances = estimate_variances(configs, sd_prior, prior_source)
+    priors = variance_priors(hardware)
+    variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared)
     post = posterior(configs, variances)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text in runs if f}
@@ -39,7 +39,7 @@ def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework
                             labels.get(c.fingerprint, "")) for c in configs if not c.fingerprint.startswith("job:"))
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
-                      sd_run=variances.sd_run)
+                      sd_run=variances.sd_run, sd_shared=variances.sd_shared)
     store.save_calibration(conn, cal)
     return cal, variances.source
 

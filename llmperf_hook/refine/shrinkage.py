@@ -17,11 +17,20 @@ and a configuration with runs of its own gets E[b + c_f | y]: the same model wit
 posterior of b (mean m, variance V) as the prior of b, lambda = (V + sd_config^2) / (V + sd_config^2 + sd_run^2 / n_f),
 E = m + lambda (ybar_f - m). More runs and more configurations -> less shrinkage.
 
-Where the variances come from (never from the benchmark's rows):
-- sd_shared: SD_SHARED_PRIOR, documented below; one cluster cannot estimate the spread between clusters.
-- sd_config: the hardware profile's own held-out error (median over its op models of holdout_mape, as a
-  normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE; with >= 2 configurations in the store,
-  pooled with their measured spread (scaled-inverse-chi^2 posterior point estimate, the prior worth PRIOR_DOF).
+Where the variances come from (never from the benchmark's rows), `variance_priors`:
+- A profile measured on the machine itself with its step cost (a CPU profile: framework_overhead.json,
+  profile/cpu_framework.py) has measured whole steps, and every one of them predicted by the cost refitted
+  without it (cpu_framework.step_holdout_log_errors; 54 steps for the testbed's fp32 + bf16). sd_config is their
+  root mean square (what a step the profile never saw is off by); sd_shared what they leave for a bias common to
+  every job: their mean, its standard error, and the machine's speed drift while the profile was taken (the
+  reference workload's readings, reference_speed.json), in quadrature. On the testbed profile of 26 Nov: held-out
+  steps rms 8.9 %, mean +0.3 % +- 1.2 %, reference readings sd 3.1 %: sd_shared 3.4 %, one run's k 0.10 (it was
+  0.50 with the cross-cluster prior below, and one configuration's own error then moved the eleven others).
+- Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one
+  cluster cannot estimate the spread between clusters); sd_config the profile's own held-out op error (median
+  over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
+- With >= 2 configurations in the store, sd_config is pooled with their measured spread (scaled-inverse-chi^2
+  posterior point estimate, the prior worth PRIOR_DOF).
 - sd_run: SD_RUN_PRIOR, pooled with the spread between runs of the same configuration in the store.
 """
 
@@ -98,7 +107,8 @@ def group_runs(runs: Sequence[tuple[str, str | None, float, float]]) -> list[Con
                        math.exp(statistics.fmean(math.log(m) for _, m in pm))) for f, pm in groups.items()]
 
 
-def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, prior_source: str) -> Variances:
+def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, prior_source: str,
+                       sd_shared: float = SD_SHARED_PRIOR) -> Variances:
     """Priors pooled with the store's spread: within configurations for sd_run, between them for sd_config."""
     within = [(y - statistics.fmean(c.log_ratios)) ** 2 for c in configs for y in c.log_ratios]
     dof_run = sum(len(c.log_ratios) - 1 for c in configs)
@@ -114,7 +124,7 @@ def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, pr
         source += f", pooled with the spread of {len(configs)} configurations' ratios ({math.sqrt(spread):.3f})"
     if dof_run:
         source += f"; sd_run pooled with {dof_run} repeat(s) of a configuration"
-    return Variances(SD_SHARED_PRIOR, math.sqrt(var_config), math.sqrt(var_run), source)
+    return Variances(sd_shared, math.sqrt(var_config), math.sqrt(var_run), source)
 
 
 def posterior(configs: Sequence[ConfigRuns], v: Variances) -> Posterior:
@@ -155,3 +165,71 @@ def sd_config_prior(hardware: str) -> tuple[float, str]:
     except (OSError, ValueError, TypeError, AttributeError):
         pass
     return SD_CONFIG_NO_PROFILE, "no fitted profile: the roofline-only step error of docs/model.md"
+
+
+@dataclass(frozen=True)
+class Priors:
+    """The prior standard deviations of a hardware's calibration, before the store's runs are pooled in."""
+
+    sd_shared: float
+    """Of the shared log-bias b."""
+    sd_config: float
+    """Of a configuration's own log-bias c_j."""
+    source: str
+    """Where both came from, for the notes."""
+
+
+def variance_priors(hardware: str) -> Priors:
+    """The module docstring's priors for `hardware`: from its profile's measured steps where it has them, else
+    SD_SHARED_PRIOR and sd_config_prior. Never raises."""
+    try:
+        from llmperf_hook.predict.fitted import profile_dirs
+
+        for directory in profile_dirs(hardware):
+            if (directory / "profile.json").is_file():
+                priors = measured_step_priors(directory)
+                if priors is not None:
+                    return priors
+                break
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        pass
+    sd, source = sd_config_prior(hardware)
+    return Priors(SD_SHARED_PRIOR, sd, f"{source}; shared-bias prior {SD_SHARED_PRIOR:.0%} across clusters")
+
+
+MIN_SD = 1e-3
+"""Numerical floor of a measured standard deviation (the posterior divides by its square)."""
+MIN_HELD_OUT_STEPS = 8
+"""Fewer held-out steps than this (a framework file of one dtype without DeepSpeed) do not make a spread."""
+
+
+def measured_step_priors(directory) -> Priors | None:
+    """Priors from the held-out steps of the framework file in the profile `directory` and the spread of its
+    reference readings (module docstring); None without enough of them."""
+    from llmperf_hook.profile.cpu_framework import FILE_NAME, step_holdout_log_errors
+
+    path = directory / FILE_NAME
+    if not path.is_file():
+        return None
+    errors = step_holdout_log_errors(json.loads(path.read_text()))
+    if len(errors) < MIN_HELD_OUT_STEPS:
+        return None
+    rms = math.sqrt(statistics.fmean(e * e for e in errors))
+    mean, se = statistics.fmean(errors), statistics.stdev(errors) / math.sqrt(len(errors))
+    drift = machine_drift_sd(directory)
+    sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + drift ** 2), MIN_SD)
+    return Priors(sd_shared, rms, f"{len(errors)} held-out steps of {path} (rms {rms:.1%}, mean {mean:+.1%} +- "
+                                  f"{se:.1%}) and the machine's speed drift while profiling (sd {drift:.1%}): "
+                                  f"shared-bias prior {sd_shared:.1%}")
+
+
+def machine_drift_sd(directory) -> float:
+    """Standard deviation of log(reference reading) over the readings alone that the profile took
+    (instrument/reference_speed.py); 0 without two of them."""
+    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, readings_in
+
+    path = directory / PROFILE_FILE_NAME
+    if not path.is_file():
+        return 0.0
+    alone = [r.cpu_s for r in readings_in(json.loads(path.read_text()).get("readings")) if r.concurrent == 1 and r.cpu_s > 0]
+    return statistics.stdev(math.log(x) for x in alone) if len(alone) >= 2 else 0.0
