@@ -14,6 +14,7 @@ from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.fpdt import fpdt_warnings
 from llmperf_hook.frameworks.training_config import ModelShape, ParallelLayout
 
 # argparse choices, the union over Megatron-LM releases (and Megatron-DeepSpeed where it defines the flag).
@@ -187,14 +188,14 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
 
 def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
     """Megatron-DeepSpeed's own start-up refusals: Ulysses with Megatron sequence parallelism (initialize.py raises
-    once arguments.py has dropped --sequence-parallel at TP 1), and the --num-experts list form, which
-    get_num_experts_per_layer (model/transformer.py) asserts is one value or one per MoE layer."""
+    once arguments.py has dropped --sequence-parallel at TP 1), FPDT's chunking (fpdt.py), and the --num-experts list
+    form, which get_num_experts_per_layer (model/transformer.py) asserts is one value or one per MoE layer."""
     if flags.get("ds_sequence_parallel_size", 1) > 1 and parallel.sequence_parallel:
         raise ConfigError(f"--ds-sequence-parallel-size {flags.get('ds_sequence_parallel_size')} with --sequence-parallel "
                           f"(tensor-model-parallel-size {parallel.tp}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size "
                           "> 1 enables DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence "
                           "parallel'. Drop --sequence-parallel or --ds-sequence-parallel-size.")
-    warnings: list[str] = []
+    warnings = fpdt_warnings(flags)
     experts = list_values(script_args, "--num-experts") or []
     if len(experts) <= 1:
         return warnings

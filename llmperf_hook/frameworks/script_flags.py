@@ -22,7 +22,7 @@ _INT = (
     "model-max-length", "pipeline-parallel-size", "moe-shared-expert-intermediate-size", "mtp-num-layers",
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
-    "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to",
+    "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -35,6 +35,7 @@ _STR = (
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
+    "ds-sequence-parallel-fpdt", "ds-sequence-parallel-fpdt-offloading",
     "embed-layernorm", "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "sequence-parallel", "fp16",
     "bf16", "recompute-activations", "checkpoint-activations", "distribute-saved-activations",
