@@ -66,7 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +93,13 @@ class TestbedConfig:
     dtype: str
     accum: int = 1
     vocab: int = 1024
+    bind: bool = False
+    """Launch with DeepSpeed's --bind_cores_to_rank (numactl -C: each rank on its own cores; --bind-cores)."""
 
     def label(self) -> str:
         acc = f" ga{self.accum}" if self.accum > 1 else ""
         return (f"L{self.layers} h{self.hidden} s{self.seq} mbs{self.mbs}{acc} z{self.zero} "
-                f"{self.ranks}r {self.dtype}")
+                f"{self.ranks}r {self.dtype}" + (" bound" if self.bind else ""))
 
     def ds_config(self) -> dict:
         cfg = {"train_micro_batch_size_per_gpu": self.mbs, "gradient_accumulation_steps": self.accum,
@@ -113,7 +115,8 @@ class TestbedConfig:
                  "--global-batch-size", self.mbs * self.accum * self.ranks, "--vocab-size", self.vocab,
                  "--no-pipeline-parallel"]
         flags += ["--bf16"] if self.dtype == "bf16" else []
-        return ["deepspeed", "--num_gpus", str(self.ranks), "--master_port", str(port), str(TRAIN_GPT),
+        bind = ["--bind_cores_to_rank"] if self.bind else []
+        return ["deepspeed", "--num_gpus", str(self.ranks), *bind, "--master_port", str(port), str(TRAIN_GPT),
                 "--deepspeed_config", str(ds_json), *map(str, flags), "--train-iters", "1000"]
 
 
@@ -270,7 +273,8 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
     return {"measured_s": job.step_time_s, "cpu_s": job.cpu_time_s, "load_before": load, "load_during": job.load_avg_1m,
             "hook_reference_s": job.reference_cpu_s, "ref_before_s": ref_before["cpu_s"], "ref_after_s": ref_after["cpu_s"],
             "ref_now_s": (ref_before["cpu_s"] + ref_after["cpu_s"]) / 2,
-            "steps": job.num_timed_steps, "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
+            "steps": job.num_timed_steps, "step_times_s": list(job.step_times_s),
+            "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
 
 
 def waited(cfg: TestbedConfig, m: dict) -> float:
@@ -344,6 +348,42 @@ def print_drift_summary(i: int, data: list[dict]) -> None:
           f"max/min {math.exp(max(ref) - min(ref)):.3f}, median change before->after {statistics.median(d['change'] for d in data):.1%}")
 
 
+SHORT_TIMED_STEPS = 8
+"""--spread-check scores each run also on its first 8 timed steps: what the default --steps 10 (2 warm-up) times."""
+
+
+def spread_check(home: Path, work: Path, indices: list[int], rounds: int, steps: int) -> None:
+    """The run-to-run spread of a configuration's measured step time as launched and with each rank bound to its
+    own core (DeepSpeed --bind_cores_to_rank: numactl -C per local rank, OMP_NUM_THREADS = cores per rank), in
+    `rounds` interleaved rounds (the order alternating); each run scored on its median over all timed steps and
+    over the first SHORT_TIMED_STEPS, and the median of 2 and of 3 consecutive runs."""
+    shutil.rmtree(work, ignore_errors=True)
+    rows: dict[tuple[int, bool], list[dict]] = {(i, b): [] for i in indices for b in (False, True)}
+    print(f"\n[spread check] configurations {indices}, {rounds} rounds, as launched and bound; {steps} steps per run")
+    for r in range(rounds):
+        for i in indices:
+            for bind in ((False, True) if r % 2 == 0 else (True, False)):
+                cfg = replace(CONFIGS[i], bind=bind)
+                m = instrumented_run(cfg, home, work / f"s{i}-{int(bind)}-{r}", steps, 29600 + i + 20 * bind)
+                rows[(i, bind)].append(m)
+                print(f"  round {r} {cfg.label():40s} {m['measured_s'] * 1e3:8.2f} ms (first {SHORT_TIMED_STEPS}: "
+                      f"{statistics.median(m['step_times_s'][:SHORT_TIMED_STEPS]) * 1e3:8.2f}) wall/CPU "
+                      f"{m['measured_s'] / m['cpu_s']:.2f} load {m['load_before']:.2f}", flush=True)
+    for (i, bind), runs in rows.items():
+        label = replace(CONFIGS[i], bind=bind).label()
+        full = [m["measured_s"] for m in runs]
+        short = [statistics.median(m["step_times_s"][:SHORT_TIMED_STEPS]) for m in runs]
+        pairs = [statistics.median(full[j:j + 2]) for j in range(0, len(full) - 1, 2)]
+        triples = [statistics.median(full[j:j + 3]) for j in range(0, len(full) - 2, 3)]
+        print(f"  {label:40s} sd of log step time: all timed steps {log_sd(full):.3f} (max/min x{max(full) / min(full):.3f}), "
+              f"first {SHORT_TIMED_STEPS} {log_sd(short):.3f}, median of 2 runs {log_sd(pairs):.3f}, of 3 runs "
+              f"{log_sd(triples):.3f}; median {statistics.median(full) * 1e3:.2f} ms")
+
+
+def log_sd(values: list[float]) -> float:
+    return statistics.stdev(math.log(v) for v in values) if len(values) > 1 else float("nan")
+
+
 def pearson(x: list[float], y: list[float]) -> float:
     mx, my = statistics.mean(x), statistics.mean(y)
     sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
@@ -382,14 +422,21 @@ def main() -> None:
     ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "llmperf-cpu-testbed")
     ap.add_argument("--profile-budget", type=float, default=4.0, help="minutes per dtype when a profile is missing")
     ap.add_argument("--steps", type=int, default=10, help="steps per instrumented run (the first 2 are warm-up)")
-    ap.add_argument("--calibrate", type=int, default=1, help="index of the configuration to instrument")
+    ap.add_argument("--calibrate", type=lambda v: [int(i) for i in v.split(",")], default=[1],
+                    help="index of the configuration to instrument; several (1,9) are each evaluated on the same "
+                         "measurements, each in a fresh evaluation store")
     ap.add_argument("--tries", type=int, default=3, help="runs per configuration while its ranks wait for a core")
     ap.add_argument("--repeats", type=int, default=2,
                     help="interleaved measurement passes over the twelve; each configuration's median is scored")
     ap.add_argument("--drift-check", type=int, default=0, metavar="R",
                     help="only check whether the reference tracks the step-time drift: R interleaved runs of "
                          "--drift-configs, no prediction")
-    ap.add_argument("--drift-configs", default="0,1", help="configuration indices for --drift-check")
+    ap.add_argument("--drift-configs", default="0,1", help="configuration indices for --drift-check / --spread-check")
+    ap.add_argument("--spread-check", type=int, default=0, metavar="R",
+                    help="only measure the run-to-run spread: R rounds of --drift-configs, each launched as is and "
+                         "with --bind_cores_to_rank (order alternating), scored on all timed steps and on the first 8")
+    ap.add_argument("--bind-cores", action="store_true",
+                    help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -400,6 +447,13 @@ def main() -> None:
         drift_check(shared_home(home, "drift"), home / "work-drift",
                     [int(i) for i in args.drift_configs.split(",")], args.drift_check, args.steps)
         return
+    if args.spread_check:
+        spread_check(shared_home(home, "spread"), home / "work-spread", [int(i) for i in args.drift_configs.split(",")],
+                     args.spread_check, args.steps)
+        return
+    if args.bind_cores:
+        global CONFIGS
+        CONFIGS = tuple(replace(c, bind=True) for c in CONFIGS)
     print_framework_cost(home)
     ref_profile = print_profile_reference(home)
     measure_home, eval_home = shared_home(home, "measure"), shared_home(home, "eval")
@@ -407,19 +461,26 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     before = predict_all(eval_home, work / "predict")
     measured = measure_all(measure_home, work, before, ref_profile, args)
-    k = args.calibrate
-    print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store")
+    for k in args.calibrate:  # one measurement, each index calibrated into its own fresh evaluation store
+        eval_home = shared_home(home, "eval" if k == args.calibrate[0] else f"eval-c{k}")
+        evaluate_calibration(eval_home, work, k, measured, before, ref_profile, args.steps)
+
+
+def evaluate_calibration(eval_home: Path, work: Path, k: int, measured: list[dict], before: list[float],
+                         ref_profile: float, steps: int) -> None:
+    """Step 4 of the module docstring for configuration k: instrument it into `eval_home`, predict all again."""
+    print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store {eval_home.name}")
     for attempt in range(1, 4):  # refine refuses to calibrate from a run whose ranks waited for a core
-        cal = instrumented_run(CONFIGS[k], eval_home, work / f"calibrate{attempt}", args.steps, 29560 + attempt)
+        cal = instrumented_run(CONFIGS[k], eval_home, work / f"calibrate{k}-{attempt}", steps, 29560 + attempt)
         print("  " + cal["refine"].replace("\n", "\n  "))
         print(f"  reference around the calibration run: {cal['ref_before_s'] * 1e3:.2f} -> {cal['ref_after_s'] * 1e3:.2f} ms "
               f"(x{cal['ref_now_s'] / ref_profile:.3f} of the profile's); load {cal['load_before']:.2f}")
         if "predicted after:" in cal["refine"]:
             break
-    after = predict_all(eval_home, work / "predict-after")
+    after = predict_all(eval_home, work / f"predict-after{k}")
     report(measured, before, after, k, ref_profile)
     report_instrumented(measured[k], cal, before[k], after[k], k)
-    report_full_scale(measured, before, cal, k)
+    report_full_scale(measured, before, cal, k, eval_home)
 
 
 def measure_all(home: Path, work: Path, before: list[float], ref_profile: float, args: Any) -> list[dict]:
@@ -464,13 +525,21 @@ def report_instrumented(m: dict, cal: dict, before: float, after: float, k: int)
           f"{pct(before, cal['measured_s']):+.1f} %")
 
 
-def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: int) -> None:
-    """What the calibration of earlier sessions (the one run's ratio applied in full to every configuration)
-    would have made of the same runs, beside the shrunk one: the comparison the shrinkage is for."""
+def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: int, eval_home: Path) -> None:
+    """What earlier calibrations would have made of the same runs, beside the shrunk one: the one run's ratio
+    applied in full to every configuration (sessions before 7), and session 7's shrinkage (the cross-cluster
+    shared-bias prior SD_SHARED_PRIOR with the profile's op-level held-out error as sd_config)."""
+    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, SD_SHARED_PRIOR, sd_config_prior
+
     scale = cal["measured_s"] / before[k]
     full = [pct(p * scale, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
+    os.environ["LLMPERF_HOME"] = str(eval_home)  # sd_config_prior reads the profile this store's predictions use
+    sd_op = sd_config_prior(CLUSTER)[0]
+    k_old = SD_SHARED_PRIOR ** 2 / (SD_SHARED_PRIOR ** 2 + sd_op ** 2 + SD_RUN_PRIOR ** 2)
+    old = [pct(p * scale ** k_old, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
     print(f"for comparison, the one-run ratio x{scale:.3f} applied in full to every configuration (refine before "
-          f"shrinkage): MAPE of the other 11 {mape(full):.1f} %")
+          f"shrinkage): MAPE of the other 11 {mape(full):.1f} %; with session 7's shrinkage (shared-bias prior "
+          f"{SD_SHARED_PRIOR:.0%} across clusters, op-level sd_config {sd_op:.1%}: k = {k_old:.2f}): {mape(old):.1f} %")
 
 
 def print_profile_reference(home: Path) -> float:

@@ -25,3 +25,19 @@ def test_two_passes_score_their_mean_and_keep_the_spread() -> None:
 def test_three_passes_score_the_middle_one() -> None:
     m = bench.median_pass([_run(0.07, 0.05, 1.0), _run(0.05, 0.05, 1.0), _run(0.06, 0.05, 1.0)])
     assert m["measured_s"] == 0.06 and not m["contended"]
+
+
+def test_bound_configuration_passes_deepspeeds_bind_flag_to_the_launcher() -> None:
+    """--bind-cores / --spread-check: the launcher option goes before the script (DeepSpeed's runner reads its own
+    options there; after the script it would be the script's), and the label says so."""
+    from dataclasses import replace
+
+    cfg = replace(bench.CONFIGS[1], bind=True)
+    argv = cfg.argv(Path("ds.json"), 29500)
+    assert argv.index("--bind_cores_to_rank") < argv.index(str(bench.TRAIN_GPT)) and cfg.label().endswith("bound")
+    assert "--bind_cores_to_rank" not in bench.CONFIGS[1].argv(Path("ds.json"), 29500)
+
+
+def test_log_spread_of_runs() -> None:
+    assert bench.log_sd([0.05, 0.05]) == 0.0 and bench.log_sd([0.05]) != bench.log_sd([0.05])  # one run: nan
+    assert bench.log_sd([0.05, 0.055]) == pytest.approx(0.0674, abs=1e-4)
