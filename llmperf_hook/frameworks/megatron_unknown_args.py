@@ -100,7 +100,9 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser does not know "
             f"{', '.join(hints)} (argparse 'unrecognized arguments'; Megatron parses with allow_abbrev=False, and its "
-            "flags are spelled with dashes). Fix or remove these options."
+            "flags are spelled with dashes). Fix or remove these options. (llmperf takes pretrain_*.py, finetune*.py, "
+            "train_rl.py and tasks/main.py for Megatron's own entry points; a script of yours that defines these options "
+            "itself needs another name.)"
         )
     return warnings + [f"options unknown to Megatron-LM: {', '.join(hints)}; {os.path.basename(script)} must define them "
                        "itself (extra_args_provider), or Megatron's parser stops the job"]

@@ -73,3 +73,9 @@ def test_megatron_deepspeed_entry_points_default_to_unfused_attention(path: str)
 def test_task_runner_and_rl_are_not_modelled(path: str) -> None:
     with pytest.raises(ConfigError, match="does not model"):
         check_model_family(path, ["--task", "RACE"])
+
+
+def test_the_refusal_says_how_a_users_own_script_of_that_name_escapes_it() -> None:
+    with pytest.raises(ConfigError, match="a script of yours that defines these options itself needs another name"):
+        check_megatron_options("finetune_mymodel.py", ["--my-lora-rank", "8"])
+    assert check_megatron_options("train_mymodel.py", ["--my-lora-rank", "8"])  # a warning only
