@@ -197,6 +197,9 @@ class OptimizerConfig:
     tp_comm_overlap: bool = False
     grad_bucket_size_elems: int | None = None
     """Megatron --ddp-bucket-size or DeepSpeed reduce_bucket_size; None = framework default/unbucketed."""
+    grad_num_buckets: int | None = None
+    """Megatron --ddp-num-buckets: the overlapped gradient reduction in this many buckets of params // N elements
+    each (megatron/training/training.py resolve_ddp_bucket_size); None = by grad_bucket_size_elems or the default."""
     allgather_bucket_size_elems: int | None = None
     contiguous_gradients: bool = False
     stage3_prefetch_bucket_size_elems: int | None = None

@@ -242,12 +242,49 @@ def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collecti
                bytes_moved=float(kernel_bytes), dtype=cfg.precision))
 
 
+MEGATRON_DEFAULT_BUCKET_ELEMS = 40_000_000
+"""Megatron DDP bucket size: max(40M, 1M * dp_cp) parameters (megatron/training/training.py
+resolve_ddp_bucket_size; megatron/core/distributed/distributed_data_parallel_config.py bucket_size)."""
+DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
+"""DeepSpeed zero_optimization.reduce_bucket_size default (deepspeed/runtime/zero/config.py)."""
+
+
+def grad_bucket_elems(cfg: TrainingConfig, params: int) -> int:
+    """Parameters per bucket of the overlapped gradient reduction of a rank holding `params`: Megatron's
+    resolve_ddp_bucket_size (--ddp-num-buckets N: params // N; else --ddp-bucket-size; else max(40M, 1M x dp_cp)),
+    DeepSpeed's reduce_bucket_size. Megatron without --overlap-grad-reduce reduces its whole buffer as one bucket."""
+    o = cfg.optimizer
+    if "deepspeed" in cfg.framework:
+        return o.grad_bucket_size_elems or DEEPSPEED_DEFAULT_BUCKET_ELEMS
+    if o.grad_num_buckets:
+        return max(1, params // o.grad_num_buckets)
+    dp_cp = cfg.parallel.dp * cfg.parallel.cp
+    return o.grad_bucket_size_elems or max(MEGATRON_DEFAULT_BUCKET_ELEMS, 1_000_000 * dp_cp)
+
+
+def _bucket_params(cfg: TrainingConfig, params: int) -> list[int]:
+    """Megatron's overlapped DDP launches one collective per bucket (param_and_grad_buffer.py start_grad_sync), each
+    paying the collective's latency: --ddp-num-buckets N gives N buckets of params // N (the remainder joins the
+    last, as the buffer's last bucket takes what is left); a bucket size gives full buckets and a remainder. The
+    collectives stay one op per distinct size. DeepSpeed and the unoverlapped reduction: one op for the buffer."""
+    o = cfg.optimizer
+    if "deepspeed" in cfg.framework or not o.overlap_grad_reduce:
+        return [params]
+    bucket = grad_bucket_elems(cfg, params)
+    if o.grad_num_buckets and o.grad_num_buckets > 1 and bucket < params:
+        n = min(o.grad_num_buckets, params)
+        return [bucket] * (n - 1) + [params - bucket * (n - 1)]
+    full, rest = divmod(params, bucket)
+    return [bucket] * full + ([rest] if rest else [])
+
+
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool) -> list[Op]:
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
-    return [_comm(f"{name}.grad_{op_class}", op_class, "step", params * grad_comm_bytes(cfg), coll, cfg, overlap)]
+    return [_comm(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
+            for n in _bucket_params(cfg, params)]
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:

@@ -25,16 +25,13 @@ from dataclasses import dataclass
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
+from llmperf_hook.graph.step_ops import grad_bucket_elems
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
 from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
 
-MEGATRON_DEFAULT_BUCKET_ELEMS = 40_000_000
-"""Megatron DDP bucket size: max(40M, 1M * dp) parameters (megatron/core/distributed/distributed_data_parallel.py)."""
-DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
-"""DeepSpeed zero_optimization.reduce_bucket_size default (deepspeed/runtime/zero/config.py)."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +125,8 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
 
 
 def _bucket_fraction(cfg: TrainingConfig, params: int) -> float:
-    deepspeed = "deepspeed" in cfg.framework
-    default = DEEPSPEED_DEFAULT_BUCKET_ELEMS if deepspeed else max(MEGATRON_DEFAULT_BUCKET_ELEMS,
-                                                                   1_000_000 * cfg.parallel.dp)
-    bucket = cfg.optimizer.grad_bucket_size_elems or default
-    return min(1.0, bucket / max(1, params))
+    """Share of the gradient reduction in its last bucket, which no backward is left to hide."""
+    return min(1.0, grad_bucket_elems(cfg, params) / max(1, params))
 
 
 @dataclass(frozen=True)

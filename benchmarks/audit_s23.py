@@ -1,0 +1,112 @@
+"""What vTrain's multi-node rows (S23 of ../shared/validation/dev.csv) say about their residual, three ways.
+
+    python benchmarks/audit_s23.py [CSV]
+
+Each row is predicted as `llmperf validate` predicts it (shipped presets, the vtrain-a100 cluster); the gap is
+measured minus predicted step time and `dp AR` the modelled data-parallel all-reduce on the step's critical path.
+
+1. 3.6B without tensor parallelism, pipeline 1 (DP 64) against pipeline 2 (DP 32) at the same micro-batch: the
+   second holds half the gradients per rank, so a gap made of a slower gradient all-reduce would halve with it;
+   `gap / dp AR` is that test (constant if the all-reduce's bandwidth were the cause).
+2. 3.6B, pipeline 1, by tensor-parallel degree: the mean gap and the node bandwidth the all-reduce would need
+   to run at for the gap to be all in it (each node sends ~2x the model's fp16 gradients whatever the TP).
+3. The pipelined TP 2 / TP 4 layouts at several micro-batch sizes: seconds per sample and pipeline slot,
+   step / ((m + pp - 1) x micro-batch), measured and predicted; a cost that the model lacks per micro-batch or
+   per sample would move both the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from llmperf_hook import api  # noqa: E402
+from llmperf_hook.validate.measured_run import MeasuredRun  # noqa: E402
+from llmperf_hook.validate.cluster_choice import read_cluster_presets  # noqa: E402
+from llmperf_hook.validate.runner import plan_run  # noqa: E402
+from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv  # noqa: E402
+from llmperf_hook.resources import configs_dir  # noqa: E402
+
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "dev.csv"
+FP16_BYTES = 2
+
+
+def predict_rows(runs: list[MeasuredRun]) -> dict[str, tuple[float, float]]:
+    """Row id -> (predicted step s, modelled exposed data-parallel gradient sync s)."""
+    presets = read_cluster_presets(configs_dir() / "clusters")
+    out: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="llmperf-s23-") as tmp:
+        for run in runs:
+            plan, choice = plan_run(run, presets, Path(tmp))
+            est = api.predict_command(list(plan.argv), {}, cluster=choice.cluster).estimate
+            out[run.row_id] = (est.step_time_s, est.breakdown.get("comm_dp_grad", 0.0))
+    return out
+
+
+def model_params(run: MeasuredRun) -> float:
+    """GPT parameters: 12 h^2 per layer plus the 50,257-token embedding (vTrain's vocabulary)."""
+    return run.num_layers * 12 * run.hidden_size ** 2 + 50257 * run.hidden_size
+
+
+def section_pp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+    print("1. GPT 3.6B, TP 1: pipeline 1 (DP 64) vs pipeline 2 (DP 32)")
+    print(f"   {'mbs':>4} {'pp':>3} {'measured':>9} {'predicted':>10} {'gap s':>7} {'dp AR s':>8} {'gap/AR':>7}")
+    rows = sorted((r for r in runs if r.hidden_size == 3072 and r.tp == 1), key=lambda r: (r.micro_batch_size, r.pp))
+    for r in rows:
+        step, ar = pred[r.row_id]
+        gap = r.iteration_time_s - step
+        print(f"   {r.micro_batch_size:>4} {r.pp:>3} {r.iteration_time_s:>9.3f} {step:>10.3f} {gap:>7.3f} {ar:>8.3f} "
+              f"{gap / ar if ar else float('nan'):>7.2f}")
+
+
+def section_tp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+    print("\n2. GPT 3.6B, pipeline 1, by TP (64 GPUs, 8 nodes)")
+    print(f"   {'tp':>3} {'rows':>5} {'mean gap s':>11} {'dp AR s':>8} {'node GB/s if the gap were the AR':>34}")
+    by_tp: dict[int, list[MeasuredRun]] = defaultdict(list)
+    for r in runs:
+        if r.hidden_size == 3072 and r.pp == 1:
+            by_tp[r.tp].append(r)
+    for tp, rows in sorted(by_tp.items()):
+        gaps = [r.iteration_time_s - pred[r.row_id][0] for r in rows]
+        ar = sum(pred[r.row_id][1] for r in rows) / len(rows)
+        mean_gap = sorted(gaps)[len(gaps) // 2] if len(gaps) > 2 else sum(gaps) / len(gaps)
+        node_bytes = 2 * model_params(rows[0]) * FP16_BYTES  # ring all-reduce: ~2x the gradients leave each node
+        need = node_bytes / (ar + mean_gap) / 1e9 if ar + mean_gap > 0 else float("nan")
+        print(f"   {tp:>3} {len(rows):>5} {mean_gap:>11.3f} {ar:>8.3f} {need:>34.1f}")
+    print("   (median gap where a layout has 3 rows or more; TP 16's all-reduce is its in-layer TP traffic)")
+
+
+def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+    print("\n3. Pipelined TP 2 / TP 4 layouts: seconds per sample and pipeline slot")
+    print(f"   {'hidden':>6} {'tp':>3} {'pp':>3} {'dp':>3} {'mbs':>4} {'m':>4} {'measured':>9} {'predicted':>10} "
+          f"{'error':>7}")
+    picked = [r for r in runs if r.tp in (2, 4) and r.pp > 1]
+    for r in sorted(picked, key=lambda r: (r.hidden_size, r.tp, r.pp, r.micro_batch_size)):
+        m = r.global_batch_size // (r.dp * r.micro_batch_size)
+        slots = (m + r.pp - 1) * r.micro_batch_size
+        step = pred[r.row_id][0]
+        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.micro_batch_size:>4} {m:>4} "
+              f"{r.iteration_time_s / slots:>9.4f} {step / slots:>10.4f} "
+              f"{(step - r.iteration_time_s) / r.iteration_time_s * 100:>+6.1f}%")
+
+
+def main(argv: list[str]) -> int:
+    csv_path = Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV
+    if not csv_path.exists():
+        print(f"{csv_path} not found: pass the validation CSV as the first argument")
+        return 2
+    runs = [r for r in build_measured_runs(read_runs_csv(csv_path)) if r.source_id == "S23"]
+    pred = predict_rows(runs)
+    section_pp(runs, pred)
+    section_tp(runs, pred)
+    section_slots(runs, pred)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

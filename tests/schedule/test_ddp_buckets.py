@@ -1,0 +1,63 @@
+"""Megatron DDP gradient buckets: how many reductions the overlapped sync launches and what stays exposed
+(graph/step_ops.py grad_bucket_elems / _bucket_params, schedule/compose.py step_ops_cost)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from llmperf_hook.api import predict_config
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.graph.sample_configs import llama3_8b
+from llmperf_hook.graph.step_ops import MEGATRON_DEFAULT_BUCKET_ELEMS, grad_bucket_elems
+from llmperf_hook.hardware.load import load_cluster
+from llmperf_hook.predict.dispatch import op_id, predict_op_times
+
+CLUSTER = load_cluster("dgx-h100")
+
+
+def _cfg(overlap: bool = True, num_buckets: int | None = None, **kw):
+    cfg = llama3_8b(tp=2, pp=1, dp=8, micro_batch_size=1, global_batch_size=64, seq_length=4096, **kw)
+    optimizer = replace(cfg.optimizer, overlap_grad_reduce=overlap, grad_num_buckets=num_buckets)
+    return replace(cfg, optimizer=optimizer)
+
+
+def _grad_ops(cfg):
+    graph = build_graph(cfg, CLUSTER)
+    return graph, [op for op in graph.stages[0].step_ops if op.name.startswith("dp.grad_")]
+
+
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_num_buckets_splits_the_rank_parameters(n: int) -> None:
+    """--ddp-num-buckets N: N reductions of params // N elements, the remainder in the last; bytes conserved."""
+    graph, ops = _grad_ops(_cfg(num_buckets=n))
+    params = graph.stages[0].num_params
+    assert len(ops) == n
+    per_elem = ops[0].dims["bytes"] / (params // n)
+    assert sum(op.dims["bytes"] for op in ops) == pytest.approx(params * per_elem, rel=1e-6)
+    assert grad_bucket_elems(_cfg(num_buckets=n), params) == params // n
+
+
+def test_default_bucket_is_megatrons_rule_and_unoverlapped_is_one_reduction() -> None:
+    cfg = _cfg()
+    graph, ops = _grad_ops(cfg)
+    params = graph.stages[0].num_params
+    assert grad_bucket_elems(cfg, params) == max(MEGATRON_DEFAULT_BUCKET_ELEMS, 1_000_000 * 8)
+    assert len(ops) == -(-params // MEGATRON_DEFAULT_BUCKET_ELEMS)
+    assert len(_grad_ops(_cfg(overlap=False))[1]) == 1
+    assert len(_grad_ops(_cfg(overlap=False, num_buckets=8))[1]) == 1  # no overlap: one bucket (bucket_size None)
+
+
+def test_more_buckets_pay_more_latency_but_expose_a_smaller_tail() -> None:
+    """Each bucket is a collective with its own latency; only the last bucket is sure to stay exposed."""
+    one, many = _cfg(num_buckets=1), _cfg(num_buckets=64)
+    totals = []
+    for cfg in (one, many):
+        graph, ops = _grad_ops(cfg)
+        sec = predict_op_times(graph, CLUSTER, cfg.precision).seconds
+        totals.append(sum(sec[op_id(op)] for op in ops))
+    assert totals[1] > totals[0]
+    exposed = [predict_config(cfg, CLUSTER).breakdown.get("comm_dp_grad", 0.0) for cfg in (one, many)]
+    assert exposed[0] == pytest.approx(totals[0])  # one bucket: nothing to overlap with
+    assert exposed[1] < exposed[0]
