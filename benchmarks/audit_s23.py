@@ -96,6 +96,9 @@ def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]])
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(__doc__)
+        return 0
     csv_path = Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV
     if not csv_path.exists():
         print(f"{csv_path} not found: pass the validation CSV as the first argument")

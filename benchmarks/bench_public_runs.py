@@ -163,6 +163,9 @@ def check_paths_agree(report: dict, batch: dict[str, float | None]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(__doc__)
+        return 0
     csv_path = Path(argv[1]) if len(argv) > 1 else PUBLIC_CSV
     runs = {r.row_id: r for r in build_runs_or_failures(read_runs_csv(csv_path)) if isinstance(r, MeasuredRun)}
     with tempfile.TemporaryDirectory(prefix="llmperf-public-") as tmp:
