@@ -180,7 +180,8 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     if cfg.attention_backend != "unfused":
         dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": kv_heads, "head_dim": d, "causal": 1}
         io = b * s_q * (2 * heads + 2 * kv_heads) * d * ctx.act_bytes
-        return [Op("attn.core", "attention", "fwd", dims, flops=causal_flops, bytes_moved=float(io), dtype=ctx.dtype)]
+        core = Op("attn.core", "attention", "fwd", dims, flops=causal_flops, bytes_moved=float(io), dtype=ctx.dtype)
+        return context_parallel_steps(core, cfg.parallel.cp)
     # Unfused (Megatron "local" attention): QK^T bmm, masked softmax, attention dropout, AV bmm; full s x s scores.
     batch = b * heads
     scores = batch * s_q * s_kv
@@ -199,6 +200,20 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
         softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
     return [qk, *before, softmax, *after, *dropouts, av]
+
+
+def context_parallel_steps(core: Op, cp: int) -> list[Op]:
+    """The fused attention of one rank under context parallelism as the cp kernel calls it runs: the rank's
+    s/cp queries meet all s keys, cp/2 x the FLOPs of a causal self-attention over s/cp (core.flops), in cp
+    steps of one causal s/cp x s/cp block (the local chunk) and cp - 1 unmasked s/cp x s/(2 cp) blocks (TE's
+    load-balanced ring, AttnFuncWithCPAndKVP2P: each step one flash-attention call; DeepSpeed-Ulysses, priced as
+    CP, does the same FLOPs as one call over s with heads/cp). Each step does the FLOPs of a causal
+    self-attention over s/cp, which is what the op's dims describe to a fitted profile; one op over those dims
+    would be priced as 1/cp of the work. Each step reads its queries and a key/value chunk and writes its
+    partial output: the op's bytes."""
+    if cp == 1:
+        return [core]
+    return [replace(core, name=f"{core.name}.cp{i}", flops=core.flops / cp) for i in range(cp)]
 
 
 FUSED_SOFTMAX_MAX_SK = 4096

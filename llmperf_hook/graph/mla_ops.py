@@ -80,6 +80,7 @@ def mla_attention_ops(ctx: lo.LayerContext) -> list[Op]:
     if p.cp > 1:  # the CP ring passes every head's full K (d_qk + d_rope) and V (d_v)
         kv_bytes = ctx.tokens * heads * (m.qk_head_dim + d_rope + m.v_head_dim) * ctx.act_bytes * (p.cp - 1)
         ops.append(lo.comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
-    ops += [mla_core(ctx, heads), lo.gemm("attn.proj", ctx.tokens, m.hidden_size, heads * m.v_head_dim, ctx),
+    ops += [*lo.context_parallel_steps(mla_core(ctx, heads), p.cp),
+            lo.gemm("attn.proj", ctx.tokens, m.hidden_size, heads * m.v_head_dim, ctx),
             *lo.tp_exit("attn.tp_reduce", ctx), lo.residual("attn.residual", ctx)]
     return ops
