@@ -262,29 +262,44 @@ def grad_bucket_elems(cfg: TrainingConfig, params: int) -> int:
     return o.grad_bucket_size_elems or max(MEGATRON_DEFAULT_BUCKET_ELEMS, 1_000_000 * dp_cp)
 
 
-def _bucket_params(cfg: TrainingConfig, params: int) -> list[int]:
-    """Megatron's overlapped DDP launches one collective per bucket (param_and_grad_buffer.py start_grad_sync), each
-    paying the collective's latency: --ddp-num-buckets N gives N buckets of params // N (the remainder joins the
-    last, as the buffer's last bucket takes what is left); a bucket size gives full buckets and a remainder. The
-    collectives stay one op per distinct size. DeepSpeed and the unoverlapped reduction: one op for the buffer."""
+def megatron_chunk_bucketed(cfg: TrainingConfig, stage: int) -> bool:
+    """Whether Megatron's DDP buckets this rank's first model chunk: only with --overlap-grad-reduce and on pipeline
+    rank 0 ("data-parallel communication on these stages is not on the critical path", Megatron-LM 5d745a79cd,
+    Sep 2023: distributed_data_parallel.py, today training.py per_chunk_bucket_sizes); chunks after the first of an
+    interleaved schedule are never bucketed (disable_bucketing=(model_chunk_idx > 0))."""
+    return "deepspeed" not in cfg.framework and cfg.optimizer.overlap_grad_reduce and stage == 0
+
+
+def _bucket_params(cfg: TrainingConfig, params: int, stage: int) -> list[int]:
+    """Elements of each gradient reduction a rank launches. Megatron's overlapped DDP launches one collective per
+    bucket (param_and_grad_buffer.py start_grad_sync), each paying the collective's latency: on pipeline rank 0 the
+    first chunk's params / vpp in buckets of grad_bucket_elems (--ddp-num-buckets N: N buckets of params // N, the
+    remainder in the last), every later chunk in one; a later pipeline rank one per chunk. DeepSpeed and the
+    unoverlapped reduction: one op for the whole buffer. The collectives stay one op per distinct size."""
     o = cfg.optimizer
     if "deepspeed" in cfg.framework or not o.overlap_grad_reduce:
         return [params]
+    vpp = max(1, cfg.parallel.vpp)
+    chunk = params // vpp
+    later = [chunk] * (vpp - 2) + [params - chunk * (vpp - 1)] if vpp > 1 else []
+    if not megatron_chunk_bucketed(cfg, stage):
+        return [chunk] + later if vpp > 1 else [params]
     bucket = grad_bucket_elems(cfg, params)
-    if o.grad_num_buckets and o.grad_num_buckets > 1 and bucket < params:
-        n = min(o.grad_num_buckets, params)
-        return [bucket] * (n - 1) + [params - bucket * (n - 1)]
-    full, rest = divmod(params, bucket)
-    return [bucket] * full + ([rest] if rest else [])
+    if o.grad_num_buckets and o.grad_num_buckets > 1 and bucket < chunk:
+        n = min(o.grad_num_buckets, chunk // bucket)
+        return [bucket] * (n - 1) + [chunk - bucket * (n - 1)] + later
+    full, rest = divmod(chunk, bucket)
+    return [bucket] * full + ([rest] if rest else []) + later
 
 
-def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool) -> list[Op]:
+def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,
+               stage: int = 0) -> list[Op]:
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
     return [_comm(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
-            for n in _bucket_params(cfg, params)]
+            for n in _bucket_params(cfg, params, stage)]
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
@@ -330,7 +345,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     # ZeRO-2/3 reduce layer gradients inside backward (zero3_layer_comm); only embedding/head remain here.
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
     reduce_sharded = sharded and not runs_bf16_optimizer(cfg)
-    ops = _grad_sync(cfg, "dp", step_dense, dense, reduce_sharded) + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded)
+    ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded, stage)
+           + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded, stage))
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
     shard_dense = dense.group_size if sharded else 1
     shard_expert = edp.group_size if sharded else 1

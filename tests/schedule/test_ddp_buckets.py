@@ -61,3 +61,21 @@ def test_more_buckets_pay_more_latency_but_expose_a_smaller_tail() -> None:
     exposed = [predict_config(cfg, CLUSTER).breakdown.get("comm_dp_grad", 0.0) for cfg in (one, many)]
     assert exposed[0] == pytest.approx(totals[0])  # one bucket: nothing to overlap with
     assert exposed[1] < exposed[0]
+
+
+def test_only_pipeline_rank_zero_buckets_its_first_chunk() -> None:
+    """Megatron-LM 5d745a79cd (Sep 2023): no bucketing on pipeline ranks > 0 nor on model chunks after the first."""
+    cfg = _cfg(num_buckets=8)
+    cfg = replace(cfg, parallel=replace(cfg.parallel, pp=4, dp=2), pipeline_schedule="1f1b")
+    graph = build_graph(cfg, CLUSTER)
+    counts = [sum(op.name.startswith("dp.grad_") for op in s.step_ops) for s in graph.stages]
+    assert counts == [8, 1, 1, 1]
+    interleaved = replace(cfg, parallel=replace(cfg.parallel, vpp=2), pipeline_schedule="interleaved")
+    graph = build_graph(interleaved, CLUSTER)
+    first = [op for op in graph.stages[0].step_ops if op.name.startswith("dp.grad_")]
+    later = [op for op in graph.stages[1].step_ops if op.name.startswith("dp.grad_")]
+    # params // 8 per bucket (num_parameters counts every chunk) fills chunk 0 (half the params) with 4 buckets;
+    # chunk 1 is one reduction; a later pipeline rank reduces each chunk whole
+    assert len(first) == 4 + 1 and len(later) == 2
+    params = graph.stages[0].num_params
+    assert grad_bucket_elems(interleaved, params) == params // 8
