@@ -66,7 +66,7 @@ def section_pp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) ->
 
 def section_tp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
     print("\n2. GPT 3.6B, pipeline 1, by TP (64 GPUs, 8 nodes)")
-    print(f"   {'tp':>3} {'rows':>5} {'mean gap s':>11} {'dp AR s':>8} {'node GB/s if the gap were the AR':>34}")
+    print(f"   {'tp':>3} {'rows':>5} {'gap s':>11} {'dp AR s':>8} {'node GB/s if the gap were the AR':>34}")
     by_tp: dict[int, list[MeasuredRun]] = defaultdict(list)
     for r in runs:
         if r.hidden_size == 3072 and r.pp == 1:
