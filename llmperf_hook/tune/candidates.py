@@ -84,7 +84,9 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
         "vpp": pin(base.vpp, space.virtual_pipeline or range(1, space.max_virtual_pipeline + 1), ("megatron",)),
         "cp": pin(base.cp, space.context_parallel or [1, 2, 4, 8], ("megatron",)),
         "sp": pin(int(base.sequence_parallel), [int(v) for v in (space.sequence_parallel or (False, True))]),
-        "mbs": sorted(set(mbs) | {base.micro_batch_size}),
+        # auto adds the command's own micro-batch; an explicit list is searched as given (`--search` narrows):
+        # the command itself is still one candidate (generate_candidates appends it).
+        "mbs": sorted(set(mbs) | ({base.micro_batch_size} if not space.micro_batch_size else set())),
         "distopt": sorted({int(v) for v in space.distributed_optimizer}) if cfg.framework == "megatron"
         else [int(base.distributed_optimizer)],
         "zero": _zero_values(cfg, space, base),
@@ -109,7 +111,8 @@ def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> 
         return {"ep": [base.ep], "etp": [own_etp]}
     ep = space.expert_parallel or _divisors(cfg.model.num_experts)
     etp = space.expert_tensor_parallel or ()
-    return {"ep": sorted(set(ep) | {base.ep}), "etp": sorted(set(etp) | {own_etp})}
+    own_ep = {base.ep} if not space.expert_parallel else set()
+    return {"ep": sorted(set(ep) | own_ep), "etp": sorted(set(etp) | {own_etp})}
 
 
 def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[int]:
@@ -138,8 +141,11 @@ def _recompute_options(framework: str, space: SearchSpace, base: Candidate) -> l
             opts += [(RECOMPUTE_CODES["block"], v) for v in (*fracs, *(space.recompute_block_layers or ()))]
         else:
             opts.append((RECOMPUTE_CODES[mode], 1 if mode == "full" else 0))
+    # The command's own (mode, layers) joins the cross product only when its mode is searched (e.g. full
+    # recompute of 2-layer groups beside the space's 1): `recompute: [full]` must not bring back `none` rows.
+    modes = _recompute_modes(framework, space)
     own = (RECOMPUTE_CODES[base.recompute], base.recompute_num_layers or 0)
-    return sorted(set(opts) | {own})
+    return sorted(set(opts) | ({own} if base.recompute in modes or not modes else set()))
 
 
 def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int,
