@@ -92,12 +92,22 @@ def read_search_file(path: str | Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as err:
-        raise UsageError(f"--search {path}: not valid YAML ({err}). Fix the file or drop --search.") from None
+        raise UsageError(f"--search {path}: not valid YAML ({_yaml_problem(err)}). Fix the file or drop --search.") \
+            from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise UsageError(f"--search {path}: expected a mapping of knob: [values] | auto, got {type(raw).__name__}.")
     return raw
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: 'line L, column C: problem' (its own text spans several lines, with the
+    offending line quoted and a caret under it, which breaks the one-paragraph error)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"
 
 
 def load_search_space(path: str | Path | None, framework: str) -> SearchSpace:
