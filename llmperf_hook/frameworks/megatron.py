@@ -249,6 +249,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         overlap_grad_reduce=bool(flags.get("overlap_grad_reduce", False)),
         overlap_param_gather=bool(flags.get("overlap_param_gather", False)),
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
+        grad_num_buckets=_ddp_num_buckets(flags),
         offload_optimizer="cpu" if flags.get("optimizer_cpu_offload") else "none",
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
         # Megatron arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; otherwise main_grad keeps the
@@ -276,6 +277,21 @@ def fsdp_zero_stage(flags: FlagValues, src: dict[str, Source]) -> int:
                                                     "gradients and optimizer states)")
         return 3
     return 0
+
+
+def _ddp_num_buckets(flags: FlagValues) -> int | None:
+    """--ddp-num-buckets as Megatron-Core's DistributedDataParallelConfig.__post_init__ takes it (training.py
+    get_megatron_ddp_config passes num_buckets and bucket_size): 'Cannot specify both num_buckets and
+    bucket_size' (a count below 1 is refused with the other step integers, step_flags.py)."""
+    n = flags.get("ddp_num_buckets")
+    if n is None:
+        return None
+    given = flags.seen_flags.get("ddp_num_buckets", "--ddp-num-buckets")
+    if flags.get("ddp_bucket_size") is not None:
+        raise ConfigError(f"{given} {n} and {flags.seen_flags.get('ddp_bucket_size', '--ddp-bucket-size')} "
+                          f"{flags.get('ddp_bucket_size')} are both given; Megatron-Core's DistributedDataParallelConfig "
+                          "asserts 'Cannot specify both num_buckets and bucket_size'. Keep one of them.")
+    return int(n)
 
 
 def _sharded_optimizer(flags: FlagValues, src: dict[str, Source]) -> bool:

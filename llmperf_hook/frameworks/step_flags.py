@@ -96,8 +96,6 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
                                                  "--main-grads-dtype / --main-params-dtype / --exp-avg(-sq)-dtype "
                                                  "dtypes priced as fp32"),
     "gpu_sniff_test_interval": NotModelled(None, "a GPU sniff test every N steps is not timed"),
-    "ddp_num_buckets": NotModelled(None, "gradient buckets of params / N elements: timed with Megatron's default "
-                                   "bucket size"),
     "check_weight_hash_across_dp_replicas_interval": NotModelled(None, "a hash of every weight and its all-gather "
                                                                  "across DP every N steps are not timed"),
     "DDP_impl": NotModelled("local", "DDP implementation other than Megatron's local one: timed as the local DDP"),

@@ -67,7 +67,7 @@ def test_flag_that_changes_the_step_warns(flag: str, expected: str) -> None:
     (("--manual-gc",), None),  # automatic GC off, no collection added: nothing timed either way
     (("--manual-gc", "--manual-gc-interval", "100"), "--manual-gc-interval 100: a full gc.collect() every N steps"),
     (("--manual-gc-interval", "100"), None),  # the interval does nothing without --manual-gc (training.py)
-    (("--ddp-num-buckets", "4"), "--ddp-num-buckets: gradient buckets of params / N elements"),
+    (("--ddp-num-buckets", "4"), None),  # priced: OptimizerConfig.grad_num_buckets (graph/step_ops.py)
     (("--no-barrier-with-level-1-timing",), None),  # barrier-free timers only matter when level-1 timers run
 ])
 def test_valued_step_flags_warn_only_when_they_change_the_step(extra: tuple[str, ...], expected: str | None) -> None:
@@ -215,3 +215,14 @@ def test_a_store_false_flag_in_not_modelled_warns_when_given(monkeypatch: pytest
     assert "--no-overlap-p2p-communication: p2p overlap switched off" in _cfg(*MEGATRON, "--no-overlap-p2p-communication").warnings
     assert not any("p2p overlap switched off" in w for w in _cfg(*MEGATRON).warnings)
     assert not any("p2p overlap switched off" in w for w in _cfg(*MEGATRON, "--overlap-p2p-communication").warnings)
+
+
+def test_ddp_num_buckets_reaches_the_optimizer_config_and_megatron_core_asserts_are_kept() -> None:
+    from llmperf_hook.errors import ConfigError
+
+    assert _cfg(*MEGATRON, "--ddp-num-buckets", "4").optimizer.grad_num_buckets == 4
+    assert _cfg(*MEGATRON).optimizer.grad_num_buckets is None
+    with pytest.raises(ConfigError, match="Cannot specify both num_buckets and bucket_size"):
+        _cfg(*MEGATRON, "--ddp-num-buckets", "4", "--ddp-bucket-size", "40000000")
+    with pytest.raises(ConfigError, match="--ddp-num-buckets 0 .* must be at least 1"):
+        _cfg(*MEGATRON, "--ddp-num-buckets", "0")
