@@ -292,9 +292,14 @@ def _validated(job: _Job, cand: Candidate, prog: _Progress) -> TrainingConfig | 
 
 
 def _first_sentence(msg: str) -> str:
-    """The rule part of a validation message, without the per-candidate numbers (so counts group by rule)."""
-    head = msg.split(". ")[0].split(" (")[0]
-    return re.sub(r"\d+", "N", head)[:80]
+    """The rule part of a validation message, without the per-candidate numbers (so counts group by rule).
+
+    Parenthesised sources are dropped, not cut at: 'ZeRO stage 2 (argv --zero-stage) with DeepSpeed's pipeline
+    engine: ...' was counted as 'ZeRO stage N', which names no rule."""
+    head = msg
+    while (shorter := re.sub(r"\s*\([^()]*\)", "", head)) != head:
+        head = shorter
+    return re.sub(r"\d+", "N", head.split(". ")[0].split(" (")[0])[:80]
 
 
 def _baseline(job: _Job) -> Evaluated | None:
