@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
-                                                     grad_norm_rules, offload_rules, zeropp_rules, zeropp_settings)
+                                                     grad_norm_rules, offload_rules, pydantic_int, zeropp_rules,
+                                                     zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_step_keys import step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.launch.batch_script import written_text
@@ -209,8 +210,8 @@ def strip_json_comments(text: str) -> str:
 def _num(value: Any, key: str, origin: str) -> int | str | None:
     if value is None or value == AUTO:
         return value
-    if isinstance(value, str) and key.startswith("zero_optimization.") and value.strip().isdigit():
-        value = int(value)  # pydantic (DeepSpeedZeroConfig) reads "2" as 2; the batch keys are read raw and are not
+    if key.startswith("zero_optimization.") and (number := pydantic_int(value)) is not None:
+        return number  # DeepSpeedZeroConfig's lax int ("2", "+2", "2.0"); the batch keys are read raw and are not
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise ConfigError(f"{origin} key {key} must be an integer or \"auto\", got {value!r}.")
     return int(value)

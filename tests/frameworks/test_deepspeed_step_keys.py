@@ -63,7 +63,8 @@ def _zero_field(key: str, value: Any) -> Any:
 
     model = DeepSpeedZeroConfig(**{key: value})
     name = {"stage3_param_persistence_threshold": "param_persistence_threshold",
-            "stage3_max_reuse_distance": "max_reuse_distance"}.get(key, key)
+            "stage3_max_reuse_distance": "max_reuse_distance", "stage3_prefetch_bucket_size": "prefetch_bucket_size",
+            "stage3_max_live_parameters": "max_live_parameters"}.get(key, key)
     return getattr(model, name)
 
 
@@ -90,6 +91,16 @@ def test_zero_int_keys_read_as_pydantic_ints(key: str, value: Any) -> None:
 
     warned = any(f"zero_optimization.{key} =" in w for w in _warnings({"zero_optimization": {"stage": 3, key: value}}))
     assert warned == (_zero_field(key, value) != ZERO_KEYS[key][0])
+
+
+@pytest.mark.parametrize("key", ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                                 "stage3_max_live_parameters", "stage"])
+@pytest.mark.parametrize("value", ["3", " 3 ", "+3", "3.0", 3.0, True])
+def test_priced_zero_ints_read_as_deepspeed_reads_them(key: str, value: Any) -> None:
+    # the priced keys go through the same lax int as the step keys: DeepSpeedZeroConfig takes every one of these
+    expected = _zero_field(key, value)
+    settings = parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 3, key: value}}, "ds.json")
+    assert (settings.zero_stage if key == "stage" else getattr(settings, key)) == expected
 
 
 @pytest.mark.parametrize("value", ["1e5", 1.5, "100000.5"])
