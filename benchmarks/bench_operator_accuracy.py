@@ -1,7 +1,7 @@
 """Hold-out accuracy of the operator regressors on the public samples, next to the authors' own regressors.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_operator_accuracy.py [--data ../shared/data/op-samples] [--train-fraction 0.25]
-        [--design random|maximin|mixed] [--inner]
+        [--design random|maximin|mixed|config] [--inner]
 
 For every GPU, operator file and direction: MAPE on (a) a random 20 % test split and (b) an extrapolation split
 (test = the samples at the largest hidden size or sequence length; train on the others), each trained on at
@@ -33,6 +33,12 @@ rows unused), the figure a change to the fitting recipe is judged on; the test c
 `--design maximin`: the training rows are the greedy farthest-point subset of the non-test rows in log-dims
 space (plan.maximin_subset, the profiler's choice of WHICH shapes to measure) instead of a random subset;
 `--design mixed`: half of them maximin (covers the corners), half random (follows the density of the space).
+`--design config`: configuration-stratified (config_stratified_subset): the training rows are dealt round-robin
+over the authors' sweep configurations (CONFIG_COLUMNS: TP degree, micro-batch, sequence, hidden size, heads,
+layers), so every configuration has one of its rows measured before any has two. Where a group pools several
+files measured in the same runs (the five GEMMs of a layer size, baddbmm + bmm, the three pipeline-stage Adam
+steps) each run is then represented, and the drift its rows share (same-run drift above) is seen in training;
+in a single-file group whose rows are each their own configuration it is a random subset.
 """
 
 from __future__ import annotations
@@ -97,16 +103,48 @@ def repeatability(s: Samples, source: np.ndarray) -> dict[str, float]:
 
 
 def split(n: int, test: np.ndarray, frac: float, rng: np.random.Generator,
-          points: np.ndarray | None = None, maximin_share: float = 1.0) -> np.ndarray:
+          points: np.ndarray | None = None, maximin_share: float = 1.0,
+          configs: np.ndarray | None = None) -> np.ndarray:
     """Training rows outside `test`, at most frac * n of them: random, or `maximin_share` of them maximin over
-    `points` (when given) and the rest random among the remaining rows."""
+    `points` (when given) and the rest random among the remaining rows, or (`configs` given) dealt round-robin
+    over the sweep configurations (config_stratified_subset)."""
     pool_idx = np.flatnonzero(~test)
+    if configs is not None:
+        num = min(int(frac * n), len(pool_idx))
+        return pool_idx[config_stratified_subset(configs[pool_idx], num, rng)]
     if points is None:
         return rng.permutation(pool_idx)[: int(frac * n)]
     num = min(int(frac * n), len(pool_idx))
     picked = pool_idx[maximin_subset(points[pool_idx], int(maximin_share * num), int(rng.integers(1 << 30)))]
     rest = rng.permutation(np.setdiff1d(pool_idx, picked))[: num - len(picked)]
     return np.concatenate([picked, rest])
+
+
+CONFIG_COLUMNS = ("mp", "b", "l", "dim", "h", "encoders")
+"""Raw columns naming one configuration of the authors' sweep (TP degree, micro-batch, sequence, hidden size,
+heads, layers): the rows of a group that share them were measured in the same run (e.g. the five GEMMs of one
+layer size, or the three pipeline-stage Adam steps of one model)."""
+
+
+def config_keys(sets: list[SampleSet]) -> np.ndarray:
+    """[rows, columns] of the group's configuration columns (CONFIG_COLUMNS that every file of it has)."""
+    cols = [c for c in CONFIG_COLUMNS if all(c in x.raw for x in sets)]
+    rows = sum(len(x.time_s) for x in sets)
+    return np.column_stack([_raw(sets, c) for c in cols]) if cols else np.zeros((rows, 0))
+
+
+def config_stratified_subset(keys: np.ndarray, num: int, rng: np.random.Generator) -> np.ndarray:
+    """`num` row indices dealt round-robin over the distinct rows of `keys`: every configuration gets one row
+    (a random one of its rows) before any gets a second, configurations drawn in random order within a round.
+    Where each row is its own configuration this is a random subset."""
+    _, config = np.unique(keys, axis=0, return_inverse=True)
+    config = config.reshape(-1)
+    order = rng.permutation(len(config))
+    order = order[np.argsort(config[order], kind="stable")]  # grouped by configuration, random within
+    first = np.r_[0, np.flatnonzero(np.diff(config[order])) + 1]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    return np.lexsort((rng.random(len(config)), rank))[:num]
 
 
 def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.ndarray, np.ndarray | None]:
@@ -154,13 +192,14 @@ def bench_group(hw: ShippedHardware, sets: list[SampleSet], frac: float, ref: di
     sets_kept_source, n = source[keep], int(keep.sum())
     ext_test = extrapolation_test_mask(sets)[keep]
     points = np.log2(np.column_stack([np.maximum(s.dims[k], 1.0) for k in sorted(s.dims)])) \
-        if design != "random" else None
+        if design in ("maximin", "mixed") else None
+    configs = config_keys(sets)[keep] if design == "config" else None
     per_seed: dict[str, list[dict[str, float]]] = {"random": [], "extrap": [], "bare": [], "inner": []}
     for draw in range(SEEDS):
         rand_test = np.zeros(n, dtype=bool)
         rand_test[rng.permutation(n)[: n // 5]] = True
         for tag, test in (("random", rand_test), ("extrap", ext_test)):
-            train = split(n, test, frac, rng, points, 0.5 if design == "mixed" else 1.0)
+            train = split(n, test, frac, rng, points, 0.5 if design == "mixed" else 1.0, configs)
             if tag == "extrap" and not extrap:
                 continue
             if tag == "random" and inner:
@@ -195,7 +234,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "op-samples")
     ap.add_argument("--train-fraction", type=float, default=0.25)
-    ap.add_argument("--design", choices=("random", "maximin", "mixed"), default="random",
+    ap.add_argument("--design", choices=("random", "maximin", "mixed", "config"), default="random",
                     help="how the training rows are chosen among the non-test rows")
     ap.add_argument("--inner", action="store_true",
                     help="also print the inner-CV MAPE (INNER_SHARE of each training split held out, test rows "
