@@ -87,13 +87,14 @@ def ds_bool(value: Any, key: str, origin: str) -> bool:
     raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
 
 
-_INT_TEXT = re.compile(r"\s*[+-]?\d+(\.0*)?\s*")
+_INT_TEXT = re.compile(r"\s*[+-]?\d+(_\d+)*(\.0*)?\s*")
 
 
 def pydantic_int(value: Any) -> int | None:
     """An integer as pydantic 2's lax mode reads it (DeepSpeed's config models): an int or bool, a float without a
-    fraction, a string of digits with an optional sign, surrounding spaces or a ".0" tail ("100000", " 7 ",
-    "100000.0"); None for anything pydantic refuses ("1e5", 1.5, "auto")."""
+    fraction, a string of digits with an optional sign, single underscores between digits (as in a Python literal),
+    surrounding spaces or a ".0" tail ("100000", " 7 ", "100_000", "100000.0"); None for anything pydantic refuses
+    ("1e5", 1.5, "auto", "1__000")."""
     if isinstance(value, (bool, int)):
         return int(value)
     if isinstance(value, float):

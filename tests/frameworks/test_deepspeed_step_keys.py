@@ -53,7 +53,8 @@ def test_defaults_are_silent(raw: dict[str, Any]) -> None:
 # Item: values as DeepSpeed reads them, key by key (pydantic lax coercion for the model sections, raw for the rest).
 _BOOL_VALUES = [True, False, 1, 0, 1.0, "true", "false", "True", "FALSE", "1", "0", "yes", "no", "on", "off", "t", "f"]
 _REFUSED_BOOLS = ["maybe", " true", 2, "1.0"]
-_INT_VALUES = [100000, 100000.0, "100000", " 100000 ", "100000.0", "+100000", 1e6, "1000000", True]
+_INT_VALUES = [100000, 100000.0, "100000", " 100000 ", "100000.0", "+100000", 1e6, "1000000", True, "100_000",
+               "1_000_000"]
 
 
 def _zero_field(key: str, value: Any) -> Any:
@@ -103,7 +104,16 @@ def test_priced_zero_ints_read_as_deepspeed_reads_them(key: str, value: Any) -> 
     assert (settings.zero_stage if key == "stage" else getattr(settings, key)) == expected
 
 
-@pytest.mark.parametrize("value", ["1e5", 1.5, "100000.5"])
+def test_int_fields_take_underscored_digits_as_pydantic_does() -> None:
+    # pydantic 2 lax int: "500_000_000" is 500000000 (DeepSpeedZeroConfig accepts it), "5__00" is refused
+    assert _zero_field("reduce_bucket_size", "500_000_000") == 500_000_000
+    assert parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": "500_000_000"}},
+                           "ds.json").reduce_bucket_size == 500_000_000
+    with pytest.raises(ConfigError, match="must be an integer"):
+        _warnings({"zero_optimization": {"stage": 2, "reduce_bucket_size": "5__00"}})
+
+
+@pytest.mark.parametrize("value", ["1e5", 1.5, "100000.5", "1__000", "_1000", "1000_"])
 def test_zero_int_values_pydantic_refuses_exit_2(value: Any) -> None:
     with pytest.raises(ConfigError, match="must be an integer"):
         _warnings({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": value}})
