@@ -163,6 +163,14 @@ def layer_cost_by_family(points, value=lambda p: p.measured_s) -> dict:
     return out
 
 
+def layer_costs_by_cell(points, value=lambda p: p.measured_s) -> dict:
+    """(source, hidden, TP, micro-batch) -> the per-layer costs (layer_cost_by_family) of the families in the cell."""
+    by_cell: dict = defaultdict(list)
+    for fam, a in layer_cost_by_family(points, value).items():
+        by_cell[(fam[0], fam[1], fam[2], fam[4])].append(a)
+    return by_cell
+
+
 SAME_MEASUREMENT = 0.005
 """Relative distance from its cell's median within which a family's per-layer cost counts as the same number:
 real runs of other depths, pipeline splits and DP sizes scatter by more than this run to run."""
@@ -173,9 +181,7 @@ def composition_audit(points) -> dict:
     cells with several (other pp, other DP) carry their cell's per-layer cost to within SAME_MEASUREMENT. All of
     them doing so says the rows were composed from one per-layer number per cell: the cell is one measurement,
     however many rows and groups carry it."""
-    by_cell: dict = defaultdict(list)
-    for fam, a in layer_cost_by_family(points).items():
-        by_cell[(fam[0], fam[1], fam[2], fam[4])].append(a)
+    by_cell = layer_costs_by_cell(points)
     out: dict = {}
     for source in sorted({p.family[0] for p in points}):
         cells = {c: v for c, v in by_cell.items() if c[0] == source}
@@ -214,10 +220,7 @@ def layer_linearity(points) -> dict:
 
 def cell_costs(points, value=lambda p: p.measured_s) -> dict:
     """(source, hidden, TP, micro-batch) -> median over its families of the per-layer cost (layer_cost_by_family)."""
-    by_cell: dict = defaultdict(list)
-    for fam, a in layer_cost_by_family(points, value).items():
-        by_cell[(fam[0], fam[1], fam[2], fam[4])].append(a)
-    return {c: float(np.median(v)) for c, v in by_cell.items()}
+    return {c: float(np.median(v)) for c, v in layer_costs_by_cell(points, value).items()}
 
 
 def monotonicity_violations(points) -> list[tuple[tuple, int, int, float, float]]:
