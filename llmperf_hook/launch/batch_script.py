@@ -18,7 +18,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
-from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, pipelines, strip_redirections
+from llmperf_hook.launch.shell_script import ScriptLine, pipelines, strip_redirections
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
@@ -99,11 +99,12 @@ class _Reading:
                          "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
 
 
-def read_batch_script(text: str, env: dict[str, str], used: dict[str, str],
+def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: dict[str, str],
                       path: str) -> tuple[list[str], dict[str, ScriptFile]]:
-    """The words of the script's one launch line and the files it writes before it; `env` gains its variables."""
+    """The words of the script's one launch line and the files it writes before it, from its logical lines
+    (shell_script.logical_lines); `env` gains its variables."""
     reading = _Reading(env, used, path)
-    for line in logical_lines(text):
+    for line in lines:
         if line.text.strip() and not line.text.lstrip().startswith("#"):
             for pipeline in pipelines(line.text):
                 for command in pipeline:

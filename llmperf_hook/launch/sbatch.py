@@ -23,7 +23,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.batch_script import is_launch, read_batch_script
 from llmperf_hook.launch.options import Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
-from llmperf_hook.launch.shell_script import logical_lines
+from llmperf_hook.launch.shell_script import ScriptLine, logical_lines
 from llmperf_hook.launch.slurm import SRUN_OPTIONS
 
 SBATCH_OPTIONS: dict[str, Option] = {
@@ -48,10 +48,10 @@ def _read_script(path: str) -> str:
         raise UsageError(f"cannot read sbatch script {path}: {err.strerror or err}.") from None
 
 
-def _header_options(text: str) -> list[str]:
+def _header_options(lines: list[ScriptLine]) -> list[str]:
     """#SBATCH words before the script's first command (sbatch stops reading directives there)."""
     words: list[str] = []
-    for line in logical_lines(text):
+    for line in lines:
         stripped = line.text.strip()
         if stripped.startswith("#SBATCH"):
             try:
@@ -96,18 +96,18 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
     gains the allocation and the script's assignments. Command-line options win over #SBATCH lines."""
     cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch")
     if "wrap" in cli.values:
-        text, path, header = cli.values["wrap"], "--wrap", cli.values
+        lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", cli.values
     else:
         if cli.rest >= len(words):
             raise UsageError("sbatch is given no script: write `sbatch [options] job.sh` or `sbatch --wrap \"CMD\"`.")
         path = words[cli.rest]
-        text = _read_script(path)
-        header = {**scan_options(_header_options(text), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
+        lines = logical_lines(_read_script(path))
+        header = {**scan_options(_header_options(lines), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
                   **cli.values}
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)
-    words, files = read_batch_script(text, env, used, path)
+    words, files = read_batch_script(lines, env, used, path)
     if not is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
         for name in _TASK_LAYOUT:
             if name in allocation:
