@@ -283,17 +283,16 @@ def _bucket_params(cfg: TrainingConfig, params: int, stage: int) -> list[int]:
     chunk = params // vpp
     later = [chunk] * (vpp - 2) + [params - chunk * (vpp - 1)] if vpp > 1 else []
     if not megatron_chunk_bucketed(cfg, stage):
-        return [chunk] + later if vpp > 1 else [params]
+        return [chunk] + later
     bucket = grad_bucket_elems(cfg, params)
-    if o.grad_num_buckets and o.grad_num_buckets > 1 and bucket < chunk:
+    if o.grad_num_buckets and bucket < chunk:
         n = min(o.grad_num_buckets, chunk // bucket)
         return [bucket] * (n - 1) + [chunk - bucket * (n - 1)] + later
     full, rest = divmod(chunk, bucket)
     return [bucket] * full + ([rest] if rest else []) + later
 
 
-def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,
-               stage: int = 0) -> list[Op]:
+def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool, stage: int) -> list[Op]:
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
