@@ -230,6 +230,14 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
     return [(str(j), f, float(p), float(m), c) for j, f, p, m, c in cur.fetchall()]
 
 
+def reference_readings_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
+                               framework: str) -> list[tuple[float, int]]:
+    """(the hook's machine-speed reading s, ranks) of every run of this key that has one (CPU runs)."""
+    cur = conn.execute("SELECT reference_cpu_s, world_size FROM refine_runs WHERE hardware = ? AND cluster = ? AND "
+                       "framework = ? AND reference_cpu_s > 0", (hardware, cluster, framework))
+    return [(float(r), int(w or 1)) for r, w in cur.fetchall()]
+
+
 def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
     """A refine/calibration.Calibration into refine_calibrations and refine_config_scales (replacing the key's
     earlier fit), and its shared scale into the shared calibrations table (another reader's: scale and runs)."""

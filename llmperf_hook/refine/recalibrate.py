@@ -29,7 +29,7 @@ def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework
     configs = group_runs([(j, f, p, m) for j, f, p, m, _ in runs])
     if not configs:
         return None, ""
-    priors = variance_priors(hardware)
+    priors = variance_priors(hardware, store.reference_readings_for_key(conn, hardware, cluster, framework))
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared)
     post = posterior(configs, variances)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)

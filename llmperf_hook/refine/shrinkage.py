@@ -22,10 +22,12 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   profile/cpu_framework.py) has measured whole steps, and every one of them predicted by the cost refitted
   without it (cpu_framework.step_holdout_log_errors; 54 steps for the testbed's fp32 + bf16). sd_config is their
   root mean square (what a step the profile never saw is off by); sd_shared what they leave for a bias common to
-  every job: their mean, its standard error, and the machine's speed drift while the profile was taken (the
-  reference workload's readings, reference_speed.json), in quadrature. On the testbed profile of 26 Nov: held-out
-  steps rms 8.9 %, mean +0.3 % +- 1.2 %, reference readings sd 3.1 %: sd_shared 3.4 %, one run's k 0.10 (it was
-  0.50 with the cross-cluster prior below, and one configuration's own error then moved the eleven others).
+  every job, their mean and its standard error, plus how far the machine's speed moves from the profile's
+  (machine_drift_sd: the reference workload's readings while profiling, and each stored run's in-job reading
+  against the profile's), in quadrature. Testbed profile of 26 Nov 08:34: held-out steps rms 8.9 %, mean
+  +0.3 % +- 1.2 %, readings sd 3.1 %: sd_shared 3.4 %, one run's k 0.10; refitted 18:13: 7.0 %, +0.3 % +- 1.0 %,
+  1.3 %: 1.7 %, k 0.04 before any run's reading joins. With the cross-cluster prior below k was 0.50, and one
+  configuration's own error (config 1: +15.6 %) moved the eleven others by half of it.
 - Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one
   cluster cannot estimate the spread between clusters); sd_config the profile's own held-out op error (median
   over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
@@ -179,15 +181,16 @@ class Priors:
     """Where both came from, for the notes."""
 
 
-def variance_priors(hardware: str) -> Priors:
-    """The module docstring's priors for `hardware`: from its profile's measured steps where it has them, else
-    SD_SHARED_PRIOR and sd_config_prior. Never raises."""
+def variance_priors(hardware: str, run_readings: Sequence[tuple[float, int]] = ()) -> Priors:
+    """The module docstring's priors for `hardware`: from its profile's measured steps where it has them (the
+    machine's drift also from `run_readings`, (hook reference reading s, ranks on the machine) of the store's
+    runs), else SD_SHARED_PRIOR and sd_config_prior. Never raises."""
     try:
         from llmperf_hook.predict.fitted import profile_dirs
 
         for directory in profile_dirs(hardware):
             if (directory / "profile.json").is_file():
-                priors = measured_step_priors(directory)
+                priors = measured_step_priors(directory, run_readings)
                 if priors is not None:
                     return priors
                 break
@@ -203,9 +206,9 @@ MIN_HELD_OUT_STEPS = 8
 """Fewer held-out steps than this (a framework file of one dtype without DeepSpeed) do not make a spread."""
 
 
-def measured_step_priors(directory) -> Priors | None:
-    """Priors from the held-out steps of the framework file in the profile `directory` and the spread of its
-    reference readings (module docstring); None without enough of them."""
+def measured_step_priors(directory, run_readings: Sequence[tuple[float, int]] = ()) -> Priors | None:
+    """Priors from the held-out steps of the framework file in the profile `directory` and the machine's speed
+    drift (machine_drift_sd); None without enough held-out steps."""
     from llmperf_hook.profile.cpu_framework import FILE_NAME, step_holdout_log_errors
 
     path = directory / FILE_NAME
@@ -216,20 +219,30 @@ def measured_step_priors(directory) -> Priors | None:
         return None
     rms = math.sqrt(statistics.fmean(e * e for e in errors))
     mean, se = statistics.fmean(errors), statistics.stdev(errors) / math.sqrt(len(errors))
-    drift = machine_drift_sd(directory)
+    drift, n_readings = machine_drift_sd(directory, run_readings)
     sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + drift ** 2), MIN_SD)
     return Priors(sd_shared, rms, f"{len(errors)} held-out steps of {path} (rms {rms:.1%}, mean {mean:+.1%} +- "
-                                  f"{se:.1%}) and the machine's speed drift while profiling (sd {drift:.1%}): "
-                                  f"shared-bias prior {sd_shared:.1%}")
+                                  f"{se:.1%}) and the machine's speed drift from {n_readings} reference reading(s) "
+                                  f"(sd {drift:.1%}): shared-bias prior {sd_shared:.1%}")
 
 
-def machine_drift_sd(directory) -> float:
-    """Standard deviation of log(reference reading) over the readings alone that the profile took
-    (instrument/reference_speed.py); 0 without two of them."""
-    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, readings_in
+def machine_drift_sd(directory, run_readings: Sequence[tuple[float, int]] = ()) -> tuple[float, int]:
+    """(sd, readings): how far this machine's speed moves from the profile's, in log, by the reference workload
+    (instrument/reference_speed.py): the profile's own readings alone about their mean (n - 1 degrees of
+    freedom) pooled with each run's in-job reading against the profile's reading for as many copies at once
+    (its ranks on this machine; one degree each, a persistent offset since profiling counts in full). (0, n)
+    with fewer than two degrees of freedom."""
+    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s, readings_in
 
     path = directory / PROFILE_FILE_NAME
-    if not path.is_file():
-        return 0.0
-    alone = [r.cpu_s for r in readings_in(json.loads(path.read_text()).get("readings")) if r.concurrent == 1 and r.cpu_s > 0]
-    return statistics.stdev(math.log(x) for x in alone) if len(alone) >= 2 else 0.0
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    alone = [math.log(r.cpu_s) for r in readings_in(doc.get("readings")) if r.concurrent == 1 and r.cpu_s > 0]
+    squares = [(x - statistics.fmean(alone)) ** 2 for x in alone]
+    dof = max(len(alone) - 1, 0)
+    for reading_s, ranks in run_readings:
+        base = profile_reference_cpu_s(doc, max(int(ranks or 1), 1)) or profile_reference_cpu_s(doc, 1)
+        if base and reading_s and reading_s > 0:
+            squares.append(math.log(reading_s / base) ** 2)
+            dof += 1
+    n = len(squares)
+    return (math.sqrt(sum(squares) / dof), n) if dof >= 2 else (0.0, n)

@@ -60,7 +60,8 @@ def _profile(home: Path, name: str, doc: dict | None, readings_cpu_s: tuple[floa
         (prof / "framework_overhead.json").write_text(json.dumps(doc))
     readings = [{"cpu_s": c, "workload": WORKLOAD, "concurrent": 1} for c in readings_cpu_s]
     readings.append({"cpu_s": 1.0, "workload": WORKLOAD, "concurrent": 2})  # two copies at once: not the drift
-    (prof / "reference_speed.json").write_text(json.dumps({"readings": readings}))
+    (prof / "reference_speed.json").write_text(json.dumps({"workload": WORKLOAD, "readings": readings,
+                                                           "reference_cpu_s": {"1": 0.006, "2": 0.0066}}))
     return prof
 
 
@@ -77,6 +78,24 @@ def test_priors_come_from_the_held_out_steps_and_the_reference_readings(tmp_path
     se = statistics.stdev(errors) / math.sqrt(len(errors))
     assert priors.sd_shared == pytest.approx(math.sqrt(statistics.fmean(errors) ** 2 + se ** 2 + drift ** 2))
     assert "9 held-out steps" in priors.source and "drift" in priors.source
+
+
+def test_the_runs_reference_readings_join_the_machine_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's in-job reading against the profile's for as many copies at once: a machine that got 10 % slower
+    since profiling widens the shared-bias prior; readings at the profile's speed narrow it."""
+    from llmperf_hook.refine.shrinkage import machine_drift_sd
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    prof = _profile(tmp_path, "my-cpu", framework_doc(off=1.3), (0.0058, 0.0061, 0.0056))
+    logs = [math.log(x) for x in (0.0058, 0.0061, 0.0056)]
+    within = sum((x - statistics.fmean(logs)) ** 2 for x in logs)
+    assert machine_drift_sd(prof) == (pytest.approx(math.sqrt(within / 2)), 3)
+    slow = [(0.0066, 1), (0.00726, 2)]  # 10 % above the profile's 1-copy and 2-copy readings
+    sd, n = machine_drift_sd(prof, slow)
+    assert n == 5 and sd == pytest.approx(math.sqrt((within + 2 * math.log(1.1) ** 2) / 4))
+    assert variance_priors("my-cpu", slow).sd_shared > variance_priors("my-cpu").sd_shared
+    assert variance_priors("my-cpu", [(0.006, 1)] * 4).sd_shared < variance_priors("my-cpu").sd_shared
+    assert machine_drift_sd(prof, [(0.0, 1), (-1.0, 2)]) == machine_drift_sd(prof)  # no reading, nothing counted
 
 
 def test_a_profile_without_measured_steps_keeps_the_cross_cluster_prior(tmp_path: Path,
