@@ -78,7 +78,11 @@ def _shell_join(words: Sequence[str]) -> str:
 def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
     """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
-    passed to `sh -c` as one word is rewritten inside that word."""
+    passed to `sh -c` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
+    (what the user edits by hand: --apply refuses batch scripts)."""
+    words = batch_script_words(argv)
+    if words is not None:
+        return _batch_launch_line(words, base_cfg, new)
     k = _shell_command_index(argv)
     if k is not None:
         inner = plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
@@ -105,6 +109,33 @@ def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candi
     if ref is not None and base_cfg.framework != "megatron":
         out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes)
     return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
+
+
+def batch_script_words(argv: Sequence[str]) -> list[str] | None:
+    """`sbatch [opts] job.sh`: the training script and its flags as the script's launch line gives them (its
+    variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the sbatch
+    argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the script
+    stayed on while the tuned layout had recompute off)."""
+    import os
+
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.launch.parse import parse_launch
+
+    if not any(os.path.basename(word) == "sbatch" for word in argv):
+        return None
+    try:
+        job = parse_launch(argv, dict(os.environ))
+    except LlmperfError:
+        return None
+    return None if job.script in argv else [job.script, *job.script_args]
+
+
+def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> TunedCommand:
+    """The script's launch line with the Megatron flags of `new` (a ds_config the script writes is not rewritten)."""
+    out = words
+    if base_cfg.framework in MEGATRON:
+        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, base_cfg.model.num_layers, base_cfg.framework)
+    return TunedCommand(argv=tuple(out), notes=("the launch line inside the sbatch script, to edit there",))
 
 
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,

@@ -1,0 +1,35 @@
+"""`llmperf tune -- sbatch job.sh`: the changes listed are those of the script's launch line, the line the user
+edits by hand (--apply refuses batch scripts). Diffed against the sbatch argv they read 'add --micro-batch-size
+16' instead of '1->16' and never named a flag to drop, so --recompute-activations in the script stayed on
+while the tuned layout had recompute off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .helpers import run_cli
+
+SCRIPT = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+ARGS="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048"
+srun python pretrain_gpt.py $ARGS --micro-batch-size 1 --global-batch-size 256 --bf16 --vocab-size 50257 \\
+    --tensor-model-parallel-size 2 --sequence-parallel --recompute-activations
+"""
+
+
+def test_changes_are_those_of_the_scripts_launch_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [4]\ntensor_parallel: [1]\npipeline_parallel: [1]\n"
+                                     "recompute: [none]\ndistributed_optimizer: [true]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--search", str(tmp_path / "s.yaml"),
+                              "--", "sbatch", str(tmp_path / "job.sh")], capsys)
+    assert code == 0, err
+    best = next(r for r in json.loads(out)["top"] if r["changes"])
+    changes = {c["key"]: (c["old"], c["new"]) for c in best["changes"]}
+    assert changes == {"--micro-batch-size": ("1", "4"), "--tensor-model-parallel-size": ("2", "1"),
+                       "--sequence-parallel": ("", None), "--recompute-activations": ("", None),
+                       "--use-distributed-optimizer": (None, "")}
+    assert all(c["where"] == "argv" for c in best["changes"])
