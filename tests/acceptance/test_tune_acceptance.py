@@ -44,8 +44,9 @@ def test_json_report_top_k_gain_and_pruned_counts(capsys) -> None:
     assert data["speedup_over_baseline"] == pytest.approx(base["step_time_s"] / top[0]["step_time_s"], rel=1e-6)
     assert data["speedup_over_baseline"] > 1.0
     # every considered candidate is accounted for, and each invalid one under a named rule
-    assert search["num_considered"] == (search["num_invalid"] + search["num_oom_estimated"] + search["num_oom_predicted"]
-                                        + search["num_slower_by_estimate"] + search["num_fitting"])
+    assert search["num_considered"] == (search["num_invalid"] + search["num_oom_estimated"]
+                                        + search["num_oom_predicted"] + search["num_slower_by_estimate"]
+                                        + search["num_fitting"])
     assert sum(search["invalid_by_rule"].values()) == search["num_invalid"] > 0
     assert all(rule and not rule.endswith(" N") for rule in search["invalid_by_rule"])
 
@@ -127,7 +128,8 @@ def test_deepspeed_apply_writes_a_new_config_next_to_the_original(tmp_path: Path
     data = _tune_json(["--model", "llama2-13b", "--apply", "--dry-run", "--", *argv], capsys)
     new_files = data["applied"]["new_files"]
     assert new_files == [str(tmp_path / "ds.llmperf-tuned-2.json")]
-    assert (tmp_path / "ds.json").read_bytes() == original and (tmp_path / "ds.llmperf-tuned.json").read_bytes() == taken
+    assert (tmp_path / "ds.json").read_bytes() == original
+    assert (tmp_path / "ds.llmperf-tuned.json").read_bytes() == taken
     applied = data["applied"]["argv"]
     assert applied[applied.index("--deepspeed_config") + 1] == "ds.llmperf-tuned-2.json"
     written = json.loads(Path(new_files[0]).read_text())
