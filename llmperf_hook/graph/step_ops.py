@@ -270,12 +270,15 @@ def megatron_chunk_bucketed(cfg: TrainingConfig, stage: int) -> bool:
     return "deepspeed" not in cfg.framework and cfg.optimizer.overlap_grad_reduce and stage == 0
 
 
-def _bucket_params(cfg: TrainingConfig, params: int, stage: int) -> list[int]:
+def _bucket_params(cfg: TrainingConfig, params: int, stage: int, tensors: int) -> list[int]:
     """Elements of each gradient reduction a rank launches. Megatron's overlapped DDP launches one collective per
     bucket (param_and_grad_buffer.py start_grad_sync), each paying the collective's latency: on pipeline rank 0 the
     first chunk's params / vpp in buckets of grad_bucket_elems (--ddp-num-buckets N: N buckets of params // N, the
     remainder in the last), every later chunk in one; a later pipeline rank one per chunk. DeepSpeed and the
-    unoverlapped reduction: one op for the whole buffer. The collectives stay one op per distinct size."""
+    unoverlapped reduction: one op for the whole buffer. The collectives stay one op per distinct size. A bucket
+    closes only after a whole parameter tensor (param_and_grad_buffer.py: params are added one by one until the
+    bucket holds bucket_size elements), so the first chunk's `tensors` / vpp tensors bound the bucket count: a
+    bucket size below every tensor gives one bucket per tensor, not params / size collectives."""
     o = cfg.optimizer
     if "deepspeed" in cfg.framework or not o.overlap_grad_reduce:
         return [params]
@@ -285,20 +288,25 @@ def _bucket_params(cfg: TrainingConfig, params: int, stage: int) -> list[int]:
     if not megatron_chunk_bucketed(cfg, stage):
         return [chunk] + later
     bucket = grad_bucket_elems(cfg, params)
+    max_buckets = max(1, tensors // vpp)
     if o.grad_num_buckets and bucket < chunk:
-        n = min(o.grad_num_buckets, chunk // bucket)
+        n = min(o.grad_num_buckets, chunk // bucket, max_buckets)
         return [bucket] * (n - 1) + [chunk - bucket * (n - 1)] + later
     full, rest = divmod(chunk, bucket)
+    if full + (1 if rest else 0) > max_buckets:
+        bucket = chunk // max_buckets
+        return [bucket] * (max_buckets - 1) + [chunk - bucket * (max_buckets - 1)] + later
     return [bucket] * full + ([rest] if rest else []) + later
 
 
-def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool, stage: int) -> list[Op]:
+def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool, stage: int,
+               tensors: int) -> list[Op]:
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
     return [_comm(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
-            for n in _bucket_params(cfg, params, stage)]
+            for n in _bucket_params(cfg, params, stage, tensors)]
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
@@ -344,8 +352,9 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     # ZeRO-2/3 reduce layer gradients inside backward (zero3_layer_comm); only embedding/head remain here.
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
     reduce_sharded = sharded and not runs_bf16_optimizer(cfg)
-    ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded, stage)
-           + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded, stage))
+    tensors = model_param_tensors(cfg, stage, num_layers)
+    ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded, stage, tensors)
+           + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded, stage, tensors))
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
     shard_dense = dense.group_size if sharded else 1
     shard_expert = edp.group_size if sharded else 1

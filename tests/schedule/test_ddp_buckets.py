@@ -79,3 +79,17 @@ def test_only_pipeline_rank_zero_buckets_its_first_chunk() -> None:
     assert len(first) == 4 + 1 and len(later) == 2
     params = graph.stages[0].num_params
     assert grad_bucket_elems(interleaved, params) == params // 8
+
+
+@pytest.mark.parametrize("num_buckets, bucket_elems", [(100_000, None), (None, 1_000)])
+def test_buckets_close_at_whole_tensors_so_never_more_than_the_stage_has(num_buckets, bucket_elems) -> None:
+    """param_and_grad_buffer.py adds whole parameter tensors to a bucket until it holds bucket_size elements: a
+    bucket size below every tensor gives one bucket per tensor (7B: 32 x 9 + 3 tensors), never params / size."""
+    from llmperf_hook.graph.param_tensors import model_param_tensors
+
+    cfg = _cfg(num_buckets=num_buckets)
+    cfg = replace(cfg, optimizer=replace(cfg.optimizer, grad_bucket_size_elems=bucket_elems))
+    graph, ops = _grad_ops(cfg)
+    tensors = model_param_tensors(cfg, 0, graph.stages[0].num_layers)
+    assert 100 < len(ops) <= tensors
+    assert sum(op.dims["bytes"] for op in ops) == pytest.approx(sum(op.dims["bytes"] for op in _grad_ops(_cfg())[1]))
