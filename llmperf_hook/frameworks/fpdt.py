@@ -7,6 +7,7 @@ megatron/model/transformer.py and gpt_model.py). For a sequence S over SP ranks 
 - attention: FPDT_Attention.forward takes S // C chunks (num_chunks_attn = local tokens * SP // C), and
   _FPDTGPUAttentionImpl_ asserts that they divide the S / SP local tokens (S < C divides by zero);
 - MLP: FPDT_FFN runs chunks of C // SP // 2 local tokens and asserts they divide S / SP;
+- input: FPDT_InputConstruct (pretrain_gpt.py's batch) asserts S % SP == 0 and S % C == 0;
 - loss: FPDT_LogitsLoss runs num_chunks_ce = (S / SP) // (C // SP // 32) chunks and asserts they divide S / SP.
 The chunks hold the same FLOPs as one Ulysses pass (each query chunk against the key chunks up to it, causal on the
 diagonal); what differs is memory (never the whole sequence's QKV, MLP intermediate or logits at once; with
@@ -33,6 +34,9 @@ def _refuse(rule: str, seq: int, sp: int, chunk: int) -> ConfigError:
 def fpdt_chunks(seq: int, sp: int, chunk: int) -> tuple[int, int, int]:
     """(attention chunks, MLP chunks, loss chunks) FPDT runs per layer and step; ConfigError where it fails."""
     local = seq // sp
+    if seq % sp or seq % chunk:
+        raise _refuse(f"the input split needs the sequence divisible by the SP size and by the chunk size ({seq} % {sp} "
+                      f"= {seq % sp}, {seq} % {chunk} = {seq % chunk}; FPDT_InputConstruct asserts)", seq, sp, chunk)
     attn = seq // chunk
     if attn == 0 or local % attn:
         raise _refuse(f"attention runs {seq} // {chunk} = {attn} chunks, which must divide the {local} tokens per rank "

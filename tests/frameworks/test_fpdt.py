@@ -26,9 +26,11 @@ def test_chunks_as_fpdt_runs_them() -> None:
 
 
 @pytest.mark.parametrize(("seq", "sp", "chunk", "match"), [
-    (32768, 4, 65536, "attention runs 32768 // 65536 = 0 chunks"),
-    (20000, 1, 3000, "attention runs 20000 // 3000 = 6 chunks, which must divide the 20000 tokens per rank"),
-    (8192, 2, 3000, "the MLP runs chunks of 3000 // 2 // 2 = 750 tokens"),
+    (32768, 4, 65536, "32768 % 65536 = 32768; FPDT_InputConstruct"),
+    (20000, 1, 3000, "20000 % 3000 = 2000; FPDT_InputConstruct"),
+    (98304, 4, 65536, "98304 % 65536 = 32768; FPDT_InputConstruct"),  # the review's case: passed before
+    (8190, 4, 2730, r"8190 % 4 = 2, 8190 % 2730 = 0"),
+    (300, 3, 100, "attention runs 300 // 100 = 3 chunks, which must divide the 100 tokens per rank"),
     (6000, 1, 3000, r"the loss runs 6000 // \(3000 // 1 // 32\) = 64 chunks"),
     (4096, 4, 64, r"the loss runs 1024 // \(64 // 4 // 32\) = 0 chunks"),
 ])
