@@ -71,21 +71,22 @@ def _zero_warnings(raw: dict[str, Any], origin: str) -> list[str]:
 def _predivide_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     """gradient_predivide_factor, read raw: engine.py allreduce_bucket (postscale, i.e. prescale_gradients false by
     Python truth) scales by 1 / factor before the all-reduce and by factor / DP after it (one pass each, against one
-    pass by 1/DP otherwise), and stage_1_and_2.py asserts factor == 1.0 and postscale at ZeRO-2 with reduce_scatter
-    (the default). True counts as 1.0, as `True != 1.0` is false in the engine."""
+    pass by 1/DP otherwise), and stage_1_and_2.py / stage3.py assert factor == 1.0 and postscale at ZeRO-2 and
+    ZeRO-3 with reduce_scatter (the default). True counts as 1.0, as `True != 1.0` is false in the engine."""
     factor, prescale = raw.get("gradient_predivide_factor", 1.0), bool(raw.get("prescale_gradients", False))
     numeric = isinstance(factor, (int, float))
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     scatter = zero.get("reduce_scatter", True)
-    stage2_scatter = zero.get("stage") in (2, "2") and (scatter == AUTO or ds_bool(scatter, "zero_optimization."
-                                                                                   "reduce_scatter", origin))
-    if stage2_scatter and (prescale or not numeric or factor != 1.0):
+    stage = pydantic_int(zero.get("stage"))
+    partitioned_scatter = stage in (2, 3) and (scatter == AUTO or ds_bool(scatter, "zero_optimization.reduce_scatter",
+                                                                          origin))
+    if partitioned_scatter and (prescale or not numeric or factor != 1.0):
         what = (f"prescale_gradients = {raw['prescale_gradients']!r} (read raw: true)" if prescale
                 else f"gradient_predivide_factor = {factor!r}")
-        raise ConfigError(f"{origin} {what} at ZeRO stage 2 with reduce_scatter on: DeepSpeed's ZeRO-2 optimizer asserts "
-                          "gradient_predivide_factor == 1.0 and post-scaled gradients there (stage_1_and_2.py "
-                          "'not yet supported with ZeRO-2 with reduce scatter enabled'). Remove the key, or set "
-                          "zero_optimization.reduce_scatter to false.")
+        raise ConfigError(f"{origin} {what} at ZeRO stage {stage} with reduce_scatter on: DeepSpeed's ZeRO-{stage} "
+                          "optimizer asserts gradient_predivide_factor == 1.0 and post-scaled gradients there "
+                          f"(stage_1_and_2.py, stage3.py: 'not yet supported with ZeRO-{stage} with reduce scatter "
+                          "enabled'). Remove the key, or set zero_optimization.reduce_scatter to false.")
     if prescale or (numeric and factor == 1.0):
         return []
     if not numeric or factor == 0:

@@ -161,3 +161,12 @@ def test_zero2_reduce_scatter_asserts_post_scaling(raw: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="ZeRO stage 2 with reduce_scatter on"):
         _warnings({**raw, "zero_optimization": zero})
     _warnings({**raw, "zero_optimization": {**zero, "reduce_scatter": "false"}})  # reduce_scatter off: no assert
+
+
+@pytest.mark.parametrize("stage", [3, "3", "+2", 2.0, " 2 "])
+def test_zero3_and_lax_stage_values_assert_post_scaling_too(stage: Any) -> None:
+    """stage3.py asserts the same as stage_1_and_2.py with reduce_scatter on; the stage is read as pydantic reads it."""
+    expected = 3 if str(stage).strip() == "3" else 2
+    with pytest.raises(ConfigError, match=f"ZeRO stage {expected} with reduce_scatter on"):
+        _warnings({"gradient_predivide_factor": 8.0, "zero_optimization": {"stage": stage}})
+    assert _warnings({"gradient_predivide_factor": 8.0, "zero_optimization": {"stage": 1}})  # warned, not refused
