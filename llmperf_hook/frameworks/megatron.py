@@ -188,8 +188,9 @@ def ds_checkpointing(flags: FlagValues, src: dict[str, Source]) -> dict[str, boo
     """Megatron-DeepSpeed's checkpointed layers under --deepspeed-activation-checkpointing run deepspeed.checkpointing,
     configured from --partition-activations and --checkpoint-in-cpu (megatron/initialize.py
     _configure_deepspeed_activation_checkpointing; these store_true flags always override the ds_config's
-    activation_checkpointing section, being passed as False when absent)."""
-    if not flags.get("deepspeed_activation_checkpointing"):
+    activation_checkpointing section, being passed as False when absent). Without --deepspeed the job never calls it
+    (initialize.py: `if args.deepspeed and args.deepspeed_activation_checkpointing`)."""
+    if not (flags.get("deepspeed") and flags.get("deepspeed_activation_checkpointing")):
         return {}
     out = {"partition_activations": bool(flags.get("partition_activations")),
            "checkpoint_in_cpu": bool(flags.get("checkpoint_in_cpu"))}

@@ -265,3 +265,14 @@ def test_megatron_deepspeed_checkpointing_flags_warn_and_unset_config_variable(t
     assert cfg.recompute.partition_activations and cfg.recompute.checkpoint_in_cpu
     with pytest.raises(UsageError, match="unexpanded shell variable"):
         script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MEGATRON, "--deepspeed_config", "$DS_CONFIG"])
+
+
+def test_checkpointing_flags_are_not_priced_without_deepspeed(tmp_path: Path) -> None:
+    """initialize.py configures deepspeed.checkpointing only `if args.deepspeed and args.deepspeed_activation_checkpointing`:
+    without --deepspeed the flags warn 'no effect' and must not be priced either."""
+    argv = [a for a in MEGATRON if a != "--deepspeed"]
+    run = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *argv, "--checkpoint-activations",
+           "--deepspeed-activation-checkpointing", "--partition-activations", "--checkpoint-in-cpu"]
+    cfg = script(run)
+    assert not (cfg.recompute.partition_activations or cfg.recompute.checkpoint_in_cpu)
+    assert any(w.startswith("--partition-activations, --checkpoint-in-cpu: no effect without --deepspeed") for w in cfg.warnings)
