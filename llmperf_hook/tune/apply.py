@@ -33,6 +33,8 @@ class TunedCommand:
     """Path -> content of files to create before launching (never existing files)."""
     notes: tuple[str, ...] = ()
     """What changed where, one line each, for the report."""
+    launch_refusal: str | None = None
+    """Why --apply must neither write nor launch this command (the layout was tuned for another world size)."""
 
 
 def _split_joined(argv: Sequence[str]) -> list[str]:
@@ -77,6 +79,41 @@ def _shell_join(words: Sequence[str]) -> str:
 
 def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
+    """The rewritten command (below), marked not launchable when llmperf's --nnodes / --nproc-per-node sized
+    the search differently from what the command itself starts."""
+    plan = _plan_tuned_command(argv, base_cfg, new, new_cfg, cwd)
+    refusal = size_override_refusal(argv, base_cfg)
+    return TunedCommand(plan.argv, plan.new_files, plan.notes, refusal) if refusal else plan
+
+
+def size_override_refusal(argv: Sequence[str], cfg: TrainingConfig) -> str | None:
+    """`tune --nproc-per-node 6 --apply -- torchrun --nproc-per-node 8 ...` searched layouts of 6 GPUs but would
+    launch 8 processes (a tuned --micro-batch-size 8 at GBS 48 then fails Megatron's GBS % (MBS*DP) check).
+    None when no override changed the size, or when the command does not say it (the override does)."""
+    import os
+
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.launch.parse import parse_launch
+
+    given = [k for k in ("nnodes", "nproc_per_node") if str(cfg.sources.get(k, "")).startswith("llmperf option")]
+    if not given:
+        return None
+    try:
+        own = parse_launch(list(argv), dict(os.environ))
+    except LlmperfError:
+        return None
+    if own.world_size == cfg.world_size:
+        return None
+    options = ", ".join(f"--{k.replace('_', '-')} {getattr(cfg, k)}" for k in given)
+    return (f"tune --apply: the layouts were searched for {cfg.world_size} GPUs ({options} given to llmperf), but the "
+            f"command starts {own.world_size} process(es) ({own.nnodes} node(s) x {own.nproc_per_node}); launched as "
+            "written, the tuned layout would run on the wrong number of GPUs, where Megatron or DeepSpeed may refuse "
+            "it. Put the size in the launch command itself and tune again, or drop --apply and make the changes "
+            "listed above by hand.")
+
+
+def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
+                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
     """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
     passed to `sh -c` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
     (what the user edits by hand: --apply refuses batch scripts)."""
@@ -85,7 +122,7 @@ def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candi
         return _batch_launch_line(words, base_cfg, new)
     k = _shell_command_index(argv)
     if k is not None:
-        inner = plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
+        inner = _plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
         return TunedCommand((*argv[:k], _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
     out = _split_joined(expand_flag_variables(argv))
@@ -166,7 +203,12 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
 
 
 def write_planned_files(cmd: TunedCommand) -> None:
-    """Create the planned files; refuses to overwrite (exclusive create), so a user's file is never touched."""
+    """Create the planned files; refuses to overwrite (exclusive create), so a user's file is never touched.
+    The one step every --apply (dry run or launch) passes first: a command planned not launchable stops here."""
+    if cmd.launch_refusal:
+        from llmperf_hook.errors import UsageError
+
+        raise UsageError(cmd.launch_refusal)
     for path, content in cmd.new_files.items():
         with open(path, "x", encoding="utf-8") as fh:
             fh.write(content)
