@@ -27,7 +27,8 @@ def test_apply_refuses_a_layout_tuned_for_another_world_size(capsys) -> None:
     assert len(message) == 1
     assert "searched for 6 GPUs (--nproc-per-node 6 given to llmperf)" in message[0]
     assert "the command starts 8 process(es)" in message[0]
-    code, out, err = _tune(["--nnodes", "2", "--nproc-per-node", "8", "--apply", "--dry-run"], ["python", *SHAPE], capsys)
+    code, out, err = _tune(["--nnodes", "2", "--nproc-per-node", "8", "--apply", "--dry-run"], ["python", *SHAPE],
+                           capsys)
     assert code == 2 and "the command starts 1 process(es)" in err
 
 
