@@ -64,6 +64,8 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
+    if applied is not None:
+        _refuse_apply(argv, job.script, applied, fmt)
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
 
@@ -73,8 +75,20 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
 
         click.echo(render_table(result, changes, header))
     if applied is not None:
-        _refuse_batch_script(argv, job.script)
         _apply(applied, dry_run, quiet=fmt == "json")
+
+
+def _refuse_apply(argv: Sequence[str], script: str, plan: Any, fmt: str) -> None:
+    """An --apply that cannot be carried out stops before anything is printed as if it would be (exit 2); with
+    --format json stdout still holds one JSON object, the error."""
+    try:
+        _refuse_batch_script(argv, script)
+        if plan.launch_refusal:
+            raise UsageError(plan.launch_refusal)
+    except UsageError as err:
+        if fmt == "json":
+            click.echo(json.dumps({"error": str(err), "exit_code": 2}, indent=2))
+        raise
 
 
 def _refuse_batch_script(argv: Sequence[str], script: str) -> None:

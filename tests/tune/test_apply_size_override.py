@@ -40,3 +40,11 @@ def test_without_apply_or_with_a_matching_size_nothing_changes(capsys) -> None:
     open_size = ["torchrun", "--nproc-per-node", "gpu", *SHAPE]  # the override says what 'gpu' means here
     code, out, err = _tune(["--nproc-per-node", "8", "--apply", "--dry-run"], open_size, capsys)
     assert code == 0 and json.loads(out)["applied"]["argv"][:3] == ["torchrun", "--nproc-per-node", "gpu"]
+
+
+def test_refused_apply_prints_only_the_error_as_json(capsys) -> None:
+    """stdout holds one JSON object, the error, not a result with "applied" that is then refused."""
+    code, out, err = _tune(["--nproc-per-node", "6", "--apply", "--dry-run"], TORCHRUN_8, capsys)
+    body = json.loads(out)
+    assert code == 2 and body["exit_code"] == 2 and "applied" not in body
+    assert "searched for 6 GPUs" in body["error"]
