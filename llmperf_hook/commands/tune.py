@@ -64,8 +64,11 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
-    if applied is not None:
-        _refuse_apply(argv, job.script, applied, fmt)
+    if applied is not None and applied.launch_refusal:
+        _refuse_before_output(applied.launch_refusal, fmt)
+    batch_script = applied is not None and _is_batch_script(argv, job.script)
+    if batch_script:  # the changes are shown for the user to make by hand; nothing is applied
+        applied = None
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
 
@@ -74,30 +77,29 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         from llmperf_hook.tune.render import render_table
 
         click.echo(render_table(result, changes, header))
+    if batch_script:
+        raise UsageError(BATCH_SCRIPT_REFUSAL)
     if applied is not None:
         _apply(applied, dry_run, quiet=fmt == "json")
 
 
-def _refuse_apply(argv: Sequence[str], script: str, plan: Any, fmt: str) -> None:
-    """An --apply that cannot be carried out stops before anything is printed as if it would be (exit 2); with
-    --format json stdout still holds one JSON object, the error."""
-    try:
-        _refuse_batch_script(argv, script)
-        if plan.launch_refusal:
-            raise UsageError(plan.launch_refusal)
-    except UsageError as err:
-        if fmt == "json":
-            click.echo(json.dumps({"error": str(err), "exit_code": 2}, indent=2))
-        raise
+def _refuse_before_output(message: str, fmt: str) -> None:
+    """An --apply that must not launch (a layout tuned for another world size) stops before the result is printed
+    as if it would be applied (exit 2); with --format json stdout still holds one JSON object, the error."""
+    if fmt == "json":
+        click.echo(json.dumps({"error": message, "exit_code": 2}, indent=2))
+    raise UsageError(message)
 
 
-def _refuse_batch_script(argv: Sequence[str], script: str) -> None:
+def _is_batch_script(argv: Sequence[str], script: str) -> bool:
     """`sbatch job.sh`: the training flags live in the script, which --apply does not rewrite (appending them to
     sbatch's argv would hand them to the script as $1..., unread)."""
-    if script not in argv and any(os.path.basename(word) == "sbatch" for word in argv):
-        raise UsageError("tune --apply cannot rewrite an sbatch script: the training command is inside it. Make the changes "
-                         "listed above in the script, or run tune --apply on the launch line itself (`llmperf tune --apply "
-                         "-- srun ... pretrain_gpt.py ...` inside the allocation).")
+    return script not in argv and any(os.path.basename(word) == "sbatch" for word in argv)
+
+
+BATCH_SCRIPT_REFUSAL = ("tune --apply cannot rewrite an sbatch script: the training command is inside it. Make the "
+                        "changes listed above in the script, or run tune --apply on the launch line itself (`llmperf "
+                        "tune --apply -- srun ... pretrain_gpt.py ...` inside the allocation).")
 
 
 def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,
