@@ -83,6 +83,13 @@ def recompute_config(c: Candidate) -> RecomputeConfig:
     return RecomputeConfig(granularity="full", method=method, num_layers=c.recompute_num_layers)
 
 
+def fixed_padded_vocab(cfg: TrainingConfig) -> bool:
+    """The bigscience fork's --pad-vocab-size-to N pads to N whatever the TP (frameworks/vocab.py megatron_vocab):
+    a candidate keeps N, which VocabParallelEmbedding must split over its TP."""
+    source = cfg.sources.get("padded_vocab_size")
+    return source is not None and "--pad-vocab-size-to" in source.detail
+
+
 def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     """The user's TrainingConfig with this candidate's choices (dp and micro-batch count recomputed)."""
     dp = cfg.world_size // (c.tp * c.pp * c.cp)
@@ -102,7 +109,7 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
                                     zero_stage=c.zero_stage)
     model = cfg.model
     divisible_by = getattr(model, "make_vocab_size_divisible_by", None)
-    if divisible_by and c.tp != p.tp:
+    if divisible_by and c.tp != p.tp and not fixed_padded_vocab(cfg):
         # Megatron `_vocab_size_with_padding`: ceil(V / (divisible_by * TP)) * divisible_by * TP.
         multiple = divisible_by * c.tp
         model = dataclasses.replace(model, padded_vocab_size=-(-model.vocab_size // multiple) * multiple)

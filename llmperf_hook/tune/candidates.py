@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of, fixed_padded_vocab
 from llmperf_hook.tune.search_space import SearchSpace
 
 COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero", "ep", "etp")
@@ -240,7 +240,14 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         **_param_gather_masks(cfg, cols),
         **_expert_masks(cfg, cols),
         **_ulysses_masks(cfg, cols),
+        **_fixed_vocab_masks(cfg, cols),
     }
+
+
+def _fixed_vocab_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if not fixed_padded_vocab(cfg):
+        return {}
+    return {"--pad-vocab-size-to % tp != 0 (VocabParallelEmbedding)": cfg.model.padded_vocab_size % cols["tp"] != 0}
 
 
 def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

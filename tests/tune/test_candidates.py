@@ -101,3 +101,19 @@ def test_deepspeed_pipeline_engine_candidates_may_split_layers_unevenly() -> Non
     assert uneven[(cols["pp"] == 12) & (cols["vpp"] > 1)].all()  # the engine never interleaves
     plain = dataclasses.replace(cfg, framework="megatron", deepspeed_pipeline_engine=False)
     assert rule_masks(plain, cols)["layers do not split evenly over pp (and vpp)"][cols["pp"] == 12].all()
+
+
+def test_pad_vocab_size_to_keeps_its_padded_vocab_and_needs_tp_to_split_it() -> None:
+    """The bigscience fork's --pad-vocab-size-to N: every candidate keeps N (no re-padding for its TP), and a TP
+    that does not divide N is invalid (VocabParallelEmbedding's divide assert)."""
+    from tests.frameworks.helpers import megatron
+
+    cfg = megatron("--pad-vocab-size-to", "50260", "--make-vocab-size-divisible-by", "4", "--tensor-model-parallel-size",
+                   "2", "--global-batch-size", "32", "--vocab-size", "50257", gpus=32)
+    assert cfg.model.padded_vocab_size == 50260  # 4 x 12565
+    four = dataclasses.replace(candidate_of(cfg), tp=4, micro_batch_size=1)
+    assert apply_candidate(cfg, four).model.padded_vocab_size == 50260
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    tp = table.columns["tp"]
+    bad = rule_masks(cfg, table.columns)["--pad-vocab-size-to % tp != 0 (VocabParallelEmbedding)"]
+    assert set(tp[bad]) == {8} and 4 in set(tp[~bad])  # 50260 = 4 x 12565
