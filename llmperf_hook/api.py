@@ -48,6 +48,13 @@ class Prediction:
     """Job, config and cluster-choice warnings (the estimate carries its own)."""
 
 
+IMPLAUSIBLE_MFU = 0.75
+"""Model FLOPs utilisation above which a prediction is flagged: the best published dense-model training runs reach
+about 55 % (MegaScale, Jiang et al. NSDI 2024: 55.2 % for 175B on 12,288 A100s; PaLM 540B: 46.2 %, Chowdhery et al.
+2022; Megatron-LM on H100: 47 %), so a predicted 75 % means an op priced far below its work (context-parallel
+attention once gave 94 %)."""
+
+
 def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = False) -> StepEstimate:
     """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds."""
     graph = build_graph(cfg, cluster)
@@ -65,12 +72,15 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     breakdown = dict(step.breakdown)
     if calibrated is not None and step_s != step.step_time_s:
         breakdown["calibration"] = step_s - step.step_time_s
-    world = cfg.world_size
-    peak = cluster.gpu.peak_for(cfg.precision)
+    mfu = graph.model_flops_per_step / (step_s * cfg.world_size * cluster.gpu.peak_for(cfg.precision))
+    if mfu > IMPLAUSIBLE_MFU:
+        warnings.append(f"predicted MFU {100 * mfu:.0f} % is above what any published training run reaches (about "
+                        "55 % at best): a cost this job runs is likely not modelled; please report the command as an "
+                        "llmperf bug, and do not rely on this step time")
     return StepEstimate(
         step_time_s=step_s,
         tokens_per_s=cfg.batch.global_batch_size * cfg.model.seq_length / step_s,
-        mfu=graph.model_flops_per_step / (step_s * world * peak),
+        mfu=mfu,
         breakdown=breakdown, stages=step.stages, memory=memory, predictor=predictor, warnings=tuple(warnings),
         model_flops_per_step=graph.model_flops_per_step, critical_stage=step.critical_stage,
         timeline=step.timeline, calibration_scale=scale,

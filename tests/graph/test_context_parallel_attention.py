@@ -47,3 +47,17 @@ def test_fitted_profile_prices_cp_attention_near_half_of_cp1() -> None:
         seconds = predict_op_times(graph, H100, cfg.precision).seconds
         times[cp] = sum(seconds[op_id(op)] for op in ops)
     assert 0.4 < times[2] / times[1] < 0.7
+
+
+def test_an_implausible_mfu_is_flagged() -> None:
+    """api.IMPLAUSIBLE_MFU: a prediction above any published run's MFU says so (the CP bug once predicted 94 %)."""
+    from dataclasses import replace
+
+    from llmperf_hook import api
+
+    cfg = llama3_8b(tp=1, cp=1, dp=8, global_batch_size=8)
+    plain = api.predict_config(cfg, H100)
+    assert plain.mfu < api.IMPLAUSIBLE_MFU and not any("predicted MFU" in w for w in plain.warnings)
+    fast = replace(H100, gpu=replace(H100.gpu, peak_flop_per_s={k: v / 4 for k, v in H100.gpu.peak_flop_per_s.items()}))
+    flagged = api.predict_config(cfg, fast)
+    assert flagged.mfu > api.IMPLAUSIBLE_MFU and any("above what any published training run" in w for w in flagged.warnings)
