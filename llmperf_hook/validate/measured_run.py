@@ -124,13 +124,34 @@ def leading_token(cell: str) -> str:
     return match.group(0) if match else ""
 
 
+THOUSANDS_NUMBER = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?=$|[\s(;])")
+"""A number written with thousands separators, "1,024" or "1,234.5" (a spreadsheet's export of a quoted cell)."""
+
+
+def number_token(cell: str, column: str, where: str) -> str:
+    """The number at the start of a numeric cell. "1,024" is 1024, not 1 followed by a caveat: the comma that ends a
+    leading token elsewhere ("full, selective ...") would read a thousands-grouped GPU count or step time as its first
+    group, silently. A comma that is not a thousands separator right after the digits ("4,25", "1,5": a decimal comma?)
+    is refused as ambiguous."""
+    text = cell.strip()
+    grouped = THOUSANDS_NUMBER.match(text)
+    if grouped:
+        return grouped.group(0).replace(",", "")
+    token = leading_token(text)
+    if re.match(r",\s*\d", text[len(token):]) and re.fullmatch(r"[+-]?[\d.]+", token):
+        raise UsageError(f"{where}: column `{column}` = {cell!r} is ambiguous: its comma does not group thousands "
+                         "(as in 1,024), so it may be a decimal comma. Write the number with a decimal point and no "
+                         "separators (4.25, 1024).")
+    return token
+
+
 def parse_int(raw: Mapping[str, str], column: str, where: str, default: int | None = None) -> int:
     cell = (raw.get(column) or "").strip()
     if not cell:
         if default is None:
             raise UsageError(f"{where}: column `{column}` is blank; it is required (an integer). Fill it in.")
         return default
-    token = leading_token(cell)
+    token = number_token(cell, column, where)
     try:
         value = float(token)
     except ValueError:
@@ -158,7 +179,7 @@ def parse_float(raw: Mapping[str, str], column: str, where: str) -> float | None
     if not cell:
         return None
     try:
-        value = float(leading_token(cell))
+        value = float(number_token(cell, column, where))
     except ValueError:
         raise UsageError(f"{where}: column `{column}` = {cell!r} is not a number.") from None
     if not (0 < value < math.inf):  # nan too: it would turn every MAPE into nan
