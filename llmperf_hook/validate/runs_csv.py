@@ -7,6 +7,8 @@ row that contradicts itself (tp * pp * cp * dp != num_gpus) is a clear `UsageErr
 from __future__ import annotations
 
 import csv
+import io
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -40,11 +42,31 @@ def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
         raise UsageError(f"validation CSV {str(path)!r} is a directory; pass the path of a CSV file.")
     if not file.is_file():
         raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV.")
-    with file.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's BOM
-        reader = csv.DictReader(handle)
-        columns = list(reader.fieldnames or [])
-        check_columns(columns, str(path))
-        return [dict(row) for row in reader]
+    text = re.sub(r"^(?:[ \t]*\r?\n)+", "", file.read_text(encoding="utf-8-sig"))  # -sig: Excel's BOM
+    if not text.strip():
+        raise UsageError(f"validation CSV {str(path)!r} is empty; write the header ({', '.join(REQUIRED_COLUMNS)}, "
+                         "cluster, ...) and one row per measured run.")
+    header = text.split("\n", 1)[0]
+    # skipinitialspace: a hand-written "a, b, c" header or `1, "1,024"` row reads as "a,b,c" does
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header, str(path)),
+                            skipinitialspace=True)
+    columns = [(name or "").strip() for name in reader.fieldnames or []]
+    check_columns(columns, str(path))
+    reader.fieldnames = columns
+    return [dict(row) for row in reader]
+
+
+def _delimiter(header: str, where: str) -> str:
+    """Comma, or tab for a header with tabs and no comma (a TSV export). A semicolon-separated header (the export
+    of spreadsheets set to a decimal comma) is refused: its cells may hold 4,25 meaning 4.25."""
+    if "," in header or not header.strip():
+        return ","
+    if "\t" in header:
+        return "\t"
+    if ";" in header:
+        raise UsageError(f"{where}: the header is separated by semicolons, not commas (a spreadsheet export with a "
+                         "decimal comma?). Export the file as a comma-separated CSV with decimal points.")
+    return ","
 
 
 def check_columns(columns: Sequence[str], where: str) -> None:
