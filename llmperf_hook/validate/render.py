@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import unicodedata
 from typing import Any
 
 from llmperf_hook.validate.scoring import RowResult, SourceSummary, ValidationReport
@@ -20,12 +21,39 @@ def _seconds(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+MODEL_WIDTH = 22
+"""Model names are cut to this many columns (they can be a sentence); ids and layouts are never cut."""
+
+
+def _width(text: str) -> int:
+    """Terminal columns of `text`: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _cut(text: str, width: int) -> str:
+    while _width(text) > width:
+        text = text[:-1]
+    return text
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    fill = " " * max(0, width - _width(text))
+    return fill + text if right else text + fill
+
+
 def render_rows_table(rows: tuple[RowResult, ...]) -> list[str]:
-    header = f"{'row':>6} {'source':<6} {'model':<22} {'layout':<44} {'measured_s':>10} {'predicted_s':>11} {'error':>8}"
+    """One line per row; the id, source and layout columns are as wide as their longest cell (a 48-character layout
+    such as "tp1 pp1 dp16 mbs4 gbs512 rc-full zero2 (16 GPUs)" used to lose its GPU count)."""
+    w_id = max([6] + [_width(r.row_id) for r in rows])
+    w_src = max([6] + [_width(r.source_id) for r in rows])
+    w_layout = max([44] + [_width(r.layout) for r in rows])
+    header = (f"{_pad('row', w_id, True)} {_pad('source', w_src)} {_pad('model', MODEL_WIDTH)} "
+              f"{_pad('layout', w_layout)} {'measured_s':>10} {'predicted_s':>11} {'error':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         tail = _pct(r.signed_error, signed=True) if r.predicted_s is not None else "FAILED"
-        lines.append(f"{r.row_id:>6} {r.source_id:<6} {r.model[:22]:<22} {r.layout[:44]:<44} "
+        model = _pad(_cut(r.model, MODEL_WIDTH), MODEL_WIDTH)
+        lines.append(f"{_pad(r.row_id, w_id, True)} {_pad(r.source_id, w_src)} {model} {_pad(r.layout, w_layout)} "
                      f"{_seconds(r.measured_s):>10} {_seconds(r.predicted_s):>11} {tail:>8}")
     return lines
 
