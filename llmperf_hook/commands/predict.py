@@ -209,8 +209,27 @@ def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[t
     return render(pred, fmt)
 
 
+def paths_from_cwd(defaults: dict[str, Any]) -> dict[str, Any]:
+    """The command line's own --cluster / --hardware / --model files, made absolute before the batch file's folder
+    becomes the working directory: `llmperf predict --cluster mine.yaml --batch runs/cmds.txt` reads ./mine.yaml
+    (it was looked up as runs/mine.yaml and every line failed). A model preset name keeps its precedence over a
+    file of that name, as `load_model_preset` gives it; paths written inside the file resolve against its folder."""
+    from llmperf_hook.frameworks.presets import list_model_presets
+
+    out = dict(defaults)
+    for key in ("cluster", "hardware", "model"):
+        value = out.get(key)
+        if not value or os.path.isabs(value) or not os.path.exists(value):
+            continue
+        if key == "model" and value in list_model_presets():
+            continue
+        out[key] = os.path.abspath(value)
+    return out
+
+
 def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     lines, folder = _read_batch(path)
+    defaults = paths_from_cwd(defaults)
     failures = total = 0
     out = sys.stdout
     clusters: dict[tuple, Any] = {}
