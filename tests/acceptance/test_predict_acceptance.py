@@ -137,7 +137,8 @@ def test_explain_deepspeed_hostfile_include_and_ds_config(tmp_path: Path, monkey
         3, "cpu", "bf16", "deepspeed")
     assert data["sources"]["world_size"] == "hostfile hosts"
     assert data["sources"]["zero_stage"] == "config file ds.json zero_optimization.stage"
-    assert (data["num_layers"], data["hidden_size"]) == (32, 4096) and "--model llama2-7b" in data["sources"]["num_layers"]
+    assert (data["num_layers"], data["hidden_size"]) == (32, 4096)
+    assert "--model llama2-7b" in data["sources"]["num_layers"]
 
 
 def test_explain_hf_trainer_zero3_with_auto_and_a_local_config_json(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -222,7 +223,8 @@ def test_deepspeed_launcher_rejections(tmp_path: Path, monkeypatch, capsys) -> N
         assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
 
 
-PREDICT_KEYS = {"schema", "step_time_s", "tokens_per_s", "mfu", "memory", "breakdown", "config", "warnings", "predictor"}
+PREDICT_KEYS = {"schema", "step_time_s", "tokens_per_s", "mfu", "memory", "breakdown", "config", "warnings",
+                "predictor"}
 
 
 def test_predict_json_and_the_memory_verdict_both_ways(capsys) -> None:
@@ -260,3 +262,47 @@ def test_trace_has_one_lane_per_pipeline_stage_and_spares_user_files(tmp_path: P
     theirs.write_text('{"mine": true}')
     code, _, err = run_cli(["predict", "--trace", str(theirs), "--", *argv], capsys)
     assert code == 2 and theirs.read_text() == '{"mine": true}' and "not a trace" in err
+
+
+def test_batch_file_order_comments_failures_and_relative_paths(tmp_path: Path, monkeypatch, capsys) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                                              "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    (jobs / "hosts").write_text("n1 slots=8\nn2 slots=8\n")
+    megatron = " ".join(["torchrun", "--nproc-per-node", "8", *SMALL])
+    deepspeed = "deepspeed --hostfile hosts train.py --deepspeed_config ds.json"
+    (jobs / "cmds.txt").write_text("\n".join([
+        "# cluster history, one launch per line",
+        megatron,
+        "",
+        f"--model llama2-7b -- {deepspeed}   # trailing comment",
+        f"{megatron} --tensor-model-parallel-size 3",
+        "   # an indented comment",
+        f"llmperf predict --model llama2-7b -- {deepspeed.replace('hosts', 'no-such-hosts')}",
+        "torchrun --nproc-per-node 8 \\",
+        "  " + " ".join(SMALL) + " --pipeline-model-parallel-size 2",
+        '"unbalanced quote',
+    ]) + "\n")
+    monkeypatch.chdir(tmp_path / "..")  # relative paths in the file resolve against its folder, not the cwd
+    results, err = _batch(jobs / "cmds.txt", capsys, "--cluster", "dgx-a100")
+    assert len(results) == 6
+    ok = [r for r in results if "error" not in r]
+    assert [r["config"]["dp"] for r in ok] == [8, 16, 4]
+    assert results[1]["config"]["num_microbatches"] == 4 and results[1]["config"]["zero_stage"] == 2
+    errors = [r["error"] for r in results if "error" in r]
+    assert [e.split(":")[0] for e in errors] == ["line 5", "line 7", "line 10"]
+    assert "tensor-model-parallel-size 3" in errors[0] and "no-such-hosts" in errors[1]
+    assert "3 of 6 commands failed" in err
+    single = _json(["predict", "--cluster", "dgx-a100", "--format", "json", "--", *megatron.split()], capsys)
+    assert results[0]["step_time_s"] == single["step_time_s"] and results[0]["memory"] == single["memory"]
+
+
+def test_batch_from_stdin_and_in_table_form(monkeypatch, capsys) -> None:
+    import io
+    import sys
+
+    line = " ".join(["torchrun", "--nproc-per-node", "8", *SMALL])
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{line}\n{line} --fp16\n"))
+    code, out, err = run_cli(["predict", "--cluster", "dgx-h100", "--batch", "-"], capsys)
+    assert code == 0 and out.count("step time") == 1 and "line 2: error:" in out and "1 of 2" in err
