@@ -44,7 +44,7 @@ class LaunchPlan:
 def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     """The launch command of `run`; ds_config files (if any) are written into `config_dir`."""
     notes: list[str] = []
-    argv = [*_launcher_args(run), "pretrain_gpt.py", *_model_args(run), *_layout_args(run),
+    argv = [*_launcher_args(run, notes), "pretrain_gpt.py", *_model_args(run), *_layout_args(run),
             *_recompute_args(run), *_precision_args(run), *_attention_args(run)]
     if run.distributed_optimizer:
         argv.append("--use-distributed-optimizer")
@@ -60,11 +60,20 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 
-def _launcher_args(run: MeasuredRun) -> list[str]:
-    per_node = run.gpus_per_node or run.num_gpus
-    nproc = min(per_node, run.num_gpus)
-    nnodes = -(-run.num_gpus // nproc)
+def _launcher_args(run: MeasuredRun, notes: list[str]) -> list[str]:
+    nnodes, nproc = launch_size(run.num_gpus, run.gpus_per_node or run.num_gpus)
+    if nnodes * nproc == run.num_gpus and nproc < min(run.gpus_per_node, run.num_gpus):
+        notes.append(f"{run.num_gpus} GPUs on {run.gpus_per_node}-GPU nodes: launched as {nnodes} nodes of {nproc} "
+                     f"(torchrun starts as many processes on every node)")
     return ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc)]
+
+
+def launch_size(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, processes per node) that start exactly `num_gpus` ranks with at most `gpus_per_node` per node. torchrun
+    starts --nproc-per-node on every node, so 12 GPUs on 8-GPU nodes are 2 nodes of 6: the largest divisor of the GPU
+    count that fits a node (ceil(12 / 8) nodes of 8 would be a 16-rank job, another DP)."""
+    nproc = max(d for d in range(1, min(gpus_per_node, num_gpus) + 1) if num_gpus % d == 0)
+    return num_gpus // nproc, nproc
 
 
 def _model_args(run: MeasuredRun) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -58,8 +58,16 @@ def validate_runs(runs: Sequence[MeasuredRun | RowResult], *, clusters_dir: Path
 
 
 def plan_run(run: MeasuredRun, presets: dict, out_dir: Path) -> tuple[LaunchPlan, ClusterChoice]:
-    """The launch command and cluster of one run (also used to write `predict --batch` files)."""
-    return build_launch_plan(run, out_dir), choose_cluster(run, presets, out_dir)
+    """The launch command and cluster of one run (also used to write `predict --batch` files). A row that names its
+    cluster without a `gpus_per_node` cell runs on that cluster's hosts: 16 GPUs on dgx-h100 are 2 nodes of 8 (they
+    were launched as one node of 16, every collective priced inside one NVLink domain)."""
+    cluster = choose_cluster(run, presets, out_dir)
+    if not run.gpus_per_node:
+        from llmperf_hook import api  # stage wiring; imported here so `llmperf validate --help` stays light
+
+        spec, _ = api.resolve_cluster(cluster.cluster, None)
+        run = replace(run, gpus_per_node=spec.host_gpus)
+    return build_launch_plan(run, out_dir), cluster
 
 
 def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: PredictFn) -> RowResult:
