@@ -89,6 +89,10 @@ def read_cluster_presets(clusters_dir: Path) -> dict[str, dict[str, object]]:
 def choose_cluster(run: MeasuredRun, presets: Mapping[str, Mapping[str, object]], work_dir: Path) -> ClusterChoice:
     if run.cluster:
         return ClusterChoice(run.cluster, ("cluster column",))
+    if not run.gpu_type:
+        raise UsageError(f"row {run.row_id}: no cluster: its `cluster` cell is blank and it gives no `gpu_type` (with "
+                         "`gpus_per_node`). Name a cluster preset or YAML file in the `cluster` cell, or describe the "
+                         "GPUs in `gpu_type` and `gpus_per_node`.")
     hardware, assumption = hardware_name_for(run.gpu_type)
     notes = [assumption] if assumption else []
     per_node = run.gpus_per_node or run.num_gpus

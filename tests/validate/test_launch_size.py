@@ -47,3 +47,12 @@ def test_a_named_cluster_gives_the_node_size(cluster: str, num_gpus: str, size: 
     plan, choice = plan_run(build_measured_run(row, 1), read_cluster_presets(configs_dir() / "clusters"), tmp_path)
     assert choice.cluster == cluster
     assert (plan.argv[2], plan.argv[4]) == size
+
+
+def test_a_blank_cluster_cell_without_gpu_columns_says_so(tmp_path: Path) -> None:
+    from llmperf_hook.errors import UsageError
+
+    row = {k: v for k, v in BASE_ROW.items() if k not in ("gpu_type", "gpus_per_node", "inter_node_network")}
+    row["cluster"] = ""
+    with pytest.raises(UsageError, match="`cluster` cell is blank and it gives no `gpu_type`"):
+        plan_run(build_measured_run(row, 1), read_cluster_presets(configs_dir() / "clusters"), tmp_path)
