@@ -8,6 +8,7 @@ resolve) is reported with its error and left out of the MAPE; the other rows go 
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -81,12 +82,20 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
     try:
         step = predict(plan.argv, cluster.cluster)
     except LlmperfError as err:
-        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=str(err), notes=notes)
+        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv,
+                         error=row_error_text(str(err), out_dir), notes=notes)
     except Exception as err:  # noqa: BLE001 - one row's internal error is reported on that row, the rest go on
         message = f"internal error: {type(err).__name__}: {err}"
         return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=message, notes=notes)
     return RowResult(**base, predicted_s=step.step_time_s, cluster=cluster.cluster, argv=plan.argv,
                      fits=step.fits, notes=notes + step.warnings)
+
+
+def row_error_text(message: str, out_dir: Path) -> str:
+    """The framework's message with the ds_config validate wrote for the row (a temporary file, gone when the report
+    is read) named by the cells it came from."""
+    written = r"(?:config file )?" + re.escape(str(out_dir)) + r"/ds_config-[0-9a-f]+\.json"
+    return re.sub(written, "the ds_config written for this row (from its ZeRO, precision and batch cells):", message)
 
 
 def describe_layout(run: MeasuredRun) -> str:

@@ -188,6 +188,8 @@ def test_deepspeed_and_megatron_deepspeed_rows(tmp_path: Path, capsys) -> None:
     assert "--deepspeed" not in by_id["mlm"]["command"] and "--use-distributed-optimizer" in by_id["mlm"]["command"]
     # DeepSpeed's pipeline engine refuses ZeRO-2: FAILED on its own row, the others scored
     assert by_id["z2-pp"]["predicted_s"] is None and "pipeline" in by_id["z2-pp"]["error"]
+    # named by where it came from, not by the temporary file validate wrote and removed
+    assert "ds_config written for this row" in by_id["z2-pp"]["error"] and "/tmp" not in by_id["z2-pp"]["error"]
     assert data["overall"]["num_failed"] == 1
 
 
