@@ -27,7 +27,8 @@ def split_joined_words(words: Sequence[str]) -> list[str]:
     out: list[str] = []
     for word in words:
         free_text = (out and out[-1] in FREE_TEXT_OPTIONS) or word.split("=", 1)[0] in FREE_TEXT_OPTIONS
-        if word.lstrip().startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text:
+        if word.lstrip().startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text \
+                and not is_quoted_assignment(word):
             try:
                 out.extend(shlex.split(word))
             except ValueError:  # unbalanced quote: keep the words as whitespace splits them
@@ -35,6 +36,17 @@ def split_joined_words(words: Sequence[str]) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+def is_quoted_assignment(word: str) -> bool:
+    """`--deepspeed_config="my dir/ds.json"` reaches us as ONE word `--deepspeed_config=my dir/ds.json`, a value with
+    blanks the user quoted, not flags joined into one word: a `--name=` word none of whose later blank-separated parts
+    is a flag is kept whole (it was split into `--deepspeed_config=my` and `dir/ds.json`, and the config 'my' was
+    missing). `"--lr=1e-4 --bf16"` still splits."""
+    head, _, value = word.partition("=")
+    if not value or any(ch.isspace() for ch in head) or not re.fullmatch(r"--?[A-Za-z][\w.-]*", head):
+        return False
+    return not any(part.startswith("-") for part in value.split()[1:])
 
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
