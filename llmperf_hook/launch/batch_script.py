@@ -18,7 +18,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
-from llmperf_hook.launch.shell_script import ScriptLine, pipelines, strip_redirections
+from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
@@ -27,6 +27,7 @@ _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
                         r"\.runner|accelerate\.commands\.launch)\b")
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
+_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\1")
 
 
 def is_launch(words: Sequence[str], line: str) -> bool:
@@ -50,11 +51,36 @@ class _Reading:
     singles: list[tuple[int, list[str]]] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[int] = field(default_factory=list)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
 
     def expand(self, text: str) -> str:
         return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
 
+    def assign_array(self, text: str) -> bool:
+        """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""
+        match = ARRAY_ASSIGN.match(text)
+        body = text[match.end():] if match else ""
+        if match is None or ")" not in body:
+            return False
+        try:
+            words = shlex.split(body[:body.rindex(")")], comments=True)
+        except ValueError:
+            return False
+        elements = [self.expand(word) for word in words]
+        self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
+        return True
+
+    def expand_arrays(self, text: str) -> str:
+        """`${NAME[@]}` (quoted or not) -> the array's elements as shell words; an array the script never set stays."""
+        def words(found: re.Match[str]) -> str:
+            name = found.group(2)
+            return shlex.join(self.arrays[name]) if name in self.arrays else found.group(0)
+
+        return _ARRAY_REF.sub(words, text)
+
     def command(self, line: ScriptLine, text: str) -> None:
+        if self.arrays:
+            text = self.expand_arrays(text)
         try:
             words, writes = strip_redirections(shlex.split(_PWD.sub(self.cwd, text), comments=True))
         except ValueError:
@@ -105,6 +131,8 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     (shell_script.logical_lines); `env` gains its variables."""
     reading = _Reading(env, used, path)
     for line in lines:
+        if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.assign_array(line.text):
+            continue
         if line.text.strip() and not line.text.lstrip().startswith("#"):
             for pipeline in pipelines(line.text):
                 for command in pipeline:

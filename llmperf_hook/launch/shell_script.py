@@ -80,8 +80,23 @@ def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, i
     return None, 0
 
 
+ARRAY_ASSIGN = re.compile(r"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
+"""`NAME=(`, `NAME+=(` or `declare -a NAME=(`: a bash array assignment (Megatron-LM's example scripts keep their flags
+in arrays, `GPT_MODEL_ARGS=(` newline `--num-layers 96` ... newline `)`, expanded as `${GPT_MODEL_ARGS[@]}`)."""
+
+
+def _array_closed(text: str) -> bool:
+    """Whether an array assignment's `(` is closed by an unquoted `)` (comments after `#` on each line ignored)."""
+    depth = 0
+    for line in text.split("\n"):
+        outside, _, end = _scan(line)
+        depth += sum((c == "(") - (c == ")") for c, out in zip(line[:end], outside) if out)
+    return depth <= 0
+
+
 def logical_lines(text: str) -> list[ScriptLine]:
-    """The script's logical lines in order; a comment line stays one line (its trailing backslash joins nothing)."""
+    """The script's logical lines in order; a comment line stays one line (its trailing backslash joins nothing);
+    a bash array assignment spanning lines is one logical line, its lines joined by newlines."""
     physical = text.splitlines()
     out: list[ScriptLine] = []
     pending, first, i = "", 0, 0
@@ -92,6 +107,9 @@ def logical_lines(text: str) -> list[ScriptLine]:
             if line.lstrip().startswith("#"):
                 out.append(ScriptLine(i, line))
                 continue
+        if ARRAY_ASSIGN.match(pending + line) and not _array_closed(pending + line):
+            pending += (line.rstrip()[:-1] if line.rstrip().endswith("\\") else line) + "\n"
+            continue
         _, quote, _ = _scan(pending + line)
         if quote != "'" and line.rstrip().endswith("\\") and not line.rstrip().endswith("\\\\"):
             pending += line.rstrip()[:-1] + " "
