@@ -1,6 +1,7 @@
 """`--flag="a value with blanks"` arrives as one argv word `--flag=a value with blanks`: kept whole, not split like
-an array element joined into one word (`"--split '99,1,0'"`), so a ds_config path with a space is read. Found by the
-issue-5 acceptance audit (a predict --batch line `--deepspeed_config="dir ü/ds конфиг.json"` read the config 'dir')."""
+an array element joined into one word (`"--split '99,1,0'"`), so a ds_config path with a space is read. Found by
+the issue-5 acceptance audit (a predict --batch line `--deepspeed_config="dir ü/ds конфиг.json"` read the config
+'dir')."""
 
 from __future__ import annotations
 
