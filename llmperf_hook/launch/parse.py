@@ -23,7 +23,7 @@ from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
-from llmperf_hook.launch.sbatch import sbatch_launch
+from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
@@ -176,6 +176,14 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     return [*words[:i], *normalise_argv(inner, env, used)]
 
 
+def _is_shell_script(words: Sequence[str], i: int) -> bool:
+    """`bash train.sh ...` / `sh train.sh` (a script file after the shell, no shell options) or `./train.sh ...`."""
+    head = os.path.basename(words[i])
+    if head in _SHELLS:
+        return i + 1 < len(words) and not words[i + 1].startswith("-")
+    return head.endswith(".sh")
+
+
 def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
     """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend."""
     unwrapped = _shell_c(words, i, env, used)
@@ -201,8 +209,10 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return None
     if head == "srun":
         return _srun(words, i, env, used)
-    if head == "sbatch":  # the script's own launch line in the allocation its options ask for (launch/sbatch.py)
-        launch, files = sbatch_launch(words, i, env, used)
+    if head == "sbatch" or _is_shell_script(words, i):  # the script's own launch line (launch/sbatch.py)
+        script = words[i + 1] if head in _SHELLS else words[i]
+        launch, files = sbatch_launch(words, i, env, used) if head == "sbatch" else \
+            shell_script_launch(script, env, used)
         inner = normalise_argv(launch, env, used)
         size = _dispatch(inner, _strip_assignments(inner, env), env, used)
         return replace(size, script_files=files) if size is not None and files else size
@@ -212,8 +222,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return _single_process(words[i], tuple(words[i + 1:]), env, used)
     raise UsageError(
         f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
-        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., sbatch job.sh, "
-        "or python train.py ...."
+        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., "
+        "sbatch job.sh, bash train.sh, or python train.py ...."
     )
 
 

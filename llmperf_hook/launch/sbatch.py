@@ -37,15 +37,23 @@ SBATCH_JOB_ID = "llmperf-sbatch"
 _TASK_LAYOUT = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
 
 
-def _read_script(path: str) -> str:
+def _read_script(path: str, what: str = "sbatch script") -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except FileNotFoundError:
-        raise UsageError(f"sbatch script {path} does not exist (relative paths are read from {os.getcwd()}). Run llmperf "
-                         "from the directory you submit from, or give the path.") from None
+        raise UsageError(f"{what} {path} does not exist (relative paths are read from {os.getcwd()}). Run llmperf "
+                         "from the directory you launch from, or give the path.") from None
     except OSError as err:
-        raise UsageError(f"cannot read sbatch script {path}: {err.strerror or err}.") from None
+        raise UsageError(f"cannot read {what} {path}: {err.strerror or err}.") from None
+
+
+def shell_script_launch(path: str, env: dict[str, str],
+                        used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
+    """`bash train.sh ARGS` (sh, zsh, dash; or `./train.sh`): the script's one launch line, read as for sbatch but
+    without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/train_gpt3_175b_distributed.sh ...`,
+    size the job on their torchrun line)."""
+    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path)
 
 
 def _header_options(lines: list[ScriptLine]) -> list[str]:

@@ -104,3 +104,20 @@ def test_append_and_quoted_references(tmp_path: Path, ref: str) -> None:
               f"srun python pretrain_gpt.py {ref} --micro-batch-size 1 --bf16 --vocab-size 50257\n")
     job, cfg = resolve_job(["sbatch", _write(tmp_path, script)], {})
     assert (job.world_size, cfg.parallel.tp, cfg.parallel.dp, cfg.model.seq_length) == (16, 2, 8, 2048)
+
+
+@pytest.mark.parametrize("launch", [["bash"], ["sh"], []])
+def test_the_example_run_with_bash_as_its_readme_says(launch: list[str], tmp_path: Path, monkeypatch) -> None:
+    """`bash examples/gpt3/train_gpt3_175b_distributed.sh ...` (or `./train.sh`): the same launch line, no allocation."""
+    (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
+    monkeypatch.chdir(tmp_path)
+    job, cfg = resolve_job([*launch, "train.sh" if launch else "./train.sh", "ckpt", "tb", "vocab.json"], {})
+    assert (job.launcher, job.nnodes, job.nproc_per_node, cfg.parallel.pp) == ("torchrun", 16, 8, 16)
+
+
+def test_a_missing_shell_script_is_named(tmp_path: Path, monkeypatch) -> None:
+    from llmperf_hook.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="shell script nope.sh does not exist"):
+        resolve_job(["bash", "nope.sh"], {})
