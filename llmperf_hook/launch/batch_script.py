@@ -52,6 +52,8 @@ class _Reading:
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[int] = field(default_factory=list)
     arrays: dict[str, list[str]] = field(default_factory=dict)
+    kind: str = "sbatch script"
+    """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
 
     def expand(self, text: str) -> str:
         return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
@@ -121,15 +123,15 @@ class _Reading:
             "accelerate launch, mpirun or python -m torch.distributed.run)"
         unsplit = f"; line(s) {', '.join(map(str, self.unsplit))} could not be read as shell words (an unclosed quote?)" \
             if self.unsplit and not found else ""
-        raise UsageError(f"sbatch script {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
+        raise UsageError(f"{self.kind} {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
                          "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
 
 
 def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: dict[str, str],
-                      path: str) -> tuple[list[str], dict[str, ScriptFile]]:
+                      path: str, kind: str = "sbatch script") -> tuple[list[str], dict[str, ScriptFile]]:
     """The words of the script's one launch line and the files it writes before it, from its logical lines
     (shell_script.logical_lines); `env` gains its variables."""
-    reading = _Reading(env, used, path)
+    reading = _Reading(env, used, path, kind=kind)
     for line in lines:
         if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.assign_array(line.text):
             continue

@@ -53,7 +53,7 @@ def shell_script_launch(path: str, env: dict[str, str],
     """`bash train.sh ARGS` (sh, zsh, dash; or `./train.sh`): the script's one launch line, read as for sbatch but
     without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/train_gpt3_175b_distributed.sh ...`,
     size the job on their torchrun line)."""
-    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path)
+    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path, "shell script")
 
 
 def _header_options(lines: list[ScriptLine]) -> list[str]:

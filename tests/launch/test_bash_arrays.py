@@ -121,3 +121,12 @@ def test_a_missing_shell_script_is_named(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match="shell script nope.sh does not exist"):
         resolve_job(["bash", "nope.sh"], {})
+
+
+def test_a_shell_script_without_a_launch_line_is_called_a_shell_script(tmp_path: Path, monkeypatch) -> None:
+    from llmperf_hook.errors import UsageError
+
+    (tmp_path / "train.sh").write_text('run_cmd="deepspeed pretrain_gpt.py $ARGS"\neval ${run_cmd}\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="^shell script train.sh has no launch line"):
+        resolve_job(["bash", "train.sh"], {})
