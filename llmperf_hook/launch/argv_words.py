@@ -46,7 +46,7 @@ def is_quoted_assignment(word: str) -> bool:
     head, _, value = word.partition("=")
     if not value or any(ch.isspace() for ch in head) or not re.fullmatch(r"--?[A-Za-z][\w.-]*", head):
         return False
-    return not any(part.startswith("-") for part in value.split()[1:])
+    return not any(part.startswith(("-", "$")) for part in value.split()[1:])  # a flag, or a variable's words
 
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:

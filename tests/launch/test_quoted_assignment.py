@@ -20,6 +20,7 @@ from llmperf_hook.launch.argv_words import split_joined_words
     (["--lr=1e-4 --bf16"], ["--lr=1e-4", "--bf16"]),
     ([" \n--wait=60 --kill-on-bad-exit=1"], ["--wait=60", "--kill-on-bad-exit=1"]),
     (["  --x=1 2"], ["--x=1", "2"]),  # blanks before the flag: a variable's words, not a quoted value
+    (["--num-layers=24 $EXTRA"], ["--num-layers=24", "$EXTRA"]),  # an unexpanded variable after the value
 ])
 def test_quoted_values_stay_whole_joined_flags_split(words: list[str], expected: list[str]) -> None:
     assert split_joined_words(words) == expected
