@@ -33,18 +33,13 @@ rows unused), the figure a change to the fitting recipe is judged on; the test c
 `--design maximin`: the training rows are the greedy farthest-point subset of the non-test rows in log-dims
 space (plan.maximin_subset, the profiler's choice of WHICH shapes to measure) instead of a random subset;
 `--design mixed`: half of them maximin (covers the corners), half random (follows the density of the space).
-`--design config`: configuration-stratified (config_stratified_subset): the training rows are dealt round-robin
-over the authors' sweep configurations (CONFIG_COLUMNS: TP degree, micro-batch, sequence, hidden size, heads,
-layers), so every configuration has one of its rows measured before any has two. Where a group pools several
-files measured in the same runs (the five GEMMs of a layer size, baddbmm + bmm, the three pipeline-stage Adam
-steps) each run is then represented, and the drift its rows share (same-run drift above) is seen in training;
-in a single-file group whose rows are each their own configuration it is a random subset. Measured, not the
-default: A100 GEMM forward on the benchmark's draws 3.20 / 2.62 / 3.08 / 2.67 / 3.47 % (linear1, 2, 3, 4, final;
-random) -> 2.98 / 2.44 / 2.82 / 2.63 / 3.51 %, but on the draws of seed 1 3.29 / 2.45 / 2.94 / 2.80 / 3.51 ->
-3.35 / 2.58 / 3.00 / 2.59 / 3.31 %: a mean gain of 0.03-0.13 points, within the +-0.2 points a row moves
-between draws. The whole benchmark with it: 70/74 rows beat the reference (random: 72/74; the A100 fused
-softmax forward 5.25 % and GH200 masked fill backward 0.64 % lose on new draws), GH200 GEMM worse (linear2 bwd
-2.92 -> 3.63 %, linear1 bwd 2.18 -> 2.71 %), inner CV 2.58 -> 2.54 %.
+`--design config`: the training rows dealt round-robin over the authors' sweep configurations (CONFIG_COLUMNS;
+plan.config_stratified_subset), every configuration measured once before any twice, so each run of a group that
+pools files of the same runs (five GEMMs, baddbmm + bmm, stage Adam) is seen in training; a random subset where
+each row is its own configuration. Measured, not the default: A100 GEMM fwd linear1/2/3/4/final 3.20 / 2.62 /
+3.08 / 2.67 / 3.47 % (random) -> 2.98 / 2.44 / 2.82 / 2.63 / 3.51 % on the benchmark's draws, 3.29 / 2.45 / 2.94 /
+2.80 / 3.51 -> 3.35 / 2.58 / 3.00 / 2.59 / 3.31 % on seed 1's: within the +-0.2 points a row moves between draws;
+the whole benchmark 70/74 rows beat the reference (random 72/74), GH200 GEMM worse (linear2 bwd 2.92 -> 3.63 %).
 """
 
 from __future__ import annotations
@@ -62,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, pool, predict_with_floor, training_xy,  # noqa: E402
                                                 unknown_columns)
 from llmperf_hook.profile.features import OPTIONAL_DIMS, UNKNOWN  # noqa: E402
-from llmperf_hook.profile.plan import maximin_subset  # noqa: E402
+from llmperf_hook.profile.plan import config_stratified_subset, maximin_subset  # noqa: E402
 from llmperf_hook.profile.public_samples import SampleSet, read_reference_errors  # noqa: E402
 from llmperf_hook.profile.shipped import FIT_GROUPS, SHIPPED, ShippedHardware, corrupt_reason, load_group, plausible_mask  # noqa: E402
 
@@ -113,7 +108,7 @@ def split(n: int, test: np.ndarray, frac: float, rng: np.random.Generator,
           configs: np.ndarray | None = None) -> np.ndarray:
     """Training rows outside `test`, at most frac * n of them: random, or `maximin_share` of them maximin over
     `points` (when given) and the rest random among the remaining rows, or (`configs` given) dealt round-robin
-    over the sweep configurations (config_stratified_subset)."""
+    over the sweep configurations (plan.config_stratified_subset)."""
     pool_idx = np.flatnonzero(~test)
     if configs is not None:
         num = min(int(frac * n), len(pool_idx))
@@ -137,20 +132,6 @@ def config_keys(sets: list[SampleSet]) -> np.ndarray:
     cols = [c for c in CONFIG_COLUMNS if all(c in x.raw for x in sets)]
     rows = sum(len(x.time_s) for x in sets)
     return np.column_stack([_raw(sets, c) for c in cols]) if cols else np.zeros((rows, 0))
-
-
-def config_stratified_subset(keys: np.ndarray, num: int, rng: np.random.Generator) -> np.ndarray:
-    """`num` row indices dealt round-robin over the distinct rows of `keys`: every configuration gets one row
-    (a random one of its rows) before any gets a second, configurations drawn in random order within a round.
-    Where each row is its own configuration this is a random subset."""
-    _, config = np.unique(keys, axis=0, return_inverse=True)
-    config = config.reshape(-1)
-    order = rng.permutation(len(config))
-    order = order[np.argsort(config[order], kind="stable")]  # grouped by configuration, random within
-    first = np.r_[0, np.flatnonzero(np.diff(config[order])) + 1]
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
-    return np.lexsort((rng.random(len(config)), rank))[:num]
 
 
 def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.ndarray, np.ndarray | None]:

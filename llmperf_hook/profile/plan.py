@@ -90,6 +90,21 @@ def latin_hypercube(ranges: Range, n: int, rng: np.random.Generator) -> list[dic
     return [{k: float(cols[k][i]) for k in keys} for i in range(n)]
 
 
+def config_stratified_subset(keys: np.ndarray, num: int, rng: np.random.Generator) -> np.ndarray:
+    """`num` row indices dealt round-robin over the distinct rows of `keys` (one configuration each, e.g. the
+    settings of one run of a sweep): every configuration gets one row (a random one of its rows) before any gets
+    a second, configurations in random order within a round. Where each row is its own configuration this is a
+    random subset."""
+    _, config = np.unique(keys, axis=0, return_inverse=True)
+    config = config.reshape(-1)
+    order = rng.permutation(len(config))
+    order = order[np.argsort(config[order], kind="stable")]  # grouped by configuration, random within
+    first = np.r_[0, np.flatnonzero(np.diff(config[order])) + 1]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    return np.lexsort((rng.random(len(config)), rank))[:num]
+
+
 def maximin_subset(points: np.ndarray, num: int, seed: int = 0) -> np.ndarray:
     """Indices of `num` rows of `points` [n, d] chosen by greedy farthest-point (maximin) selection on the
     standardised columns (Gonzalez 1985: within 2x of the optimal covering radius): which candidate shapes to

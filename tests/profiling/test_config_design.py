@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_operator_accuracy import config_keys, config_stratified_subset, split  # noqa: E402
+from bench_operator_accuracy import config_keys, split  # noqa: E402
 
+from llmperf_hook.profile.plan import config_stratified_subset  # noqa: E402
 from llmperf_hook.profile.public_samples import SampleSet  # noqa: E402
 
 
