@@ -18,7 +18,8 @@ global_batch_size, tp, pp, num_gpus, iteration_time_s (seconds per optimizer ste
 GPU, when the run spans nodes). Optional: row_id, source_id, source, model, num_attention_heads,
 num_query_groups, ffn_hidden_size, vocab_size, micro_batch_size, vpp, cp, dp, ep, sequence_parallel,
 recompute (full|selective|none), zero_stage_or_dist_opt, precision, framework (Megatron-LM,
-Megatron-Core, Megatron-DeepSpeed, DeepSpeed), extra_args (launch flags), notes ("flags: ..." is read as
+Megatron-Core, Megatron-DeepSpeed, DeepSpeed; a Megatron-LM row dated before 2024, "Megatron-LM (2021)" or an
+arXiv id in `source`, runs the papers' unfused attention, an undated one today's flash attention), extra_args (launch flags), notes ("flags: ..." is read as
 extra_args), intra_node_bandwidth_GBps, swiglu, normalization, position_embedding. A cell's value is its
 first word ("full (use_checkpoint=true)" = full); blank cells take the framework default (rules printed
 per row in --format json). An example in this schema ships with the repository:

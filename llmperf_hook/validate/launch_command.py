@@ -7,7 +7,9 @@ row did by default is spelled out as flags, so the parser sees what the run real
 
 - Megatron-LM 2021/2022 and Megatron-DeepSpeed ran the classic attention (QK^T bmm, fused masked softmax,
   PV bmm), not flash attention: `--attention-backend unfused`.
-- Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`.
+- Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`; so does
+  a Megatron-LM row of 2024 or later, or one nothing dates (no year in its framework cell, no arXiv id or ISO date
+  in its source): a user's own job on today's Megatron-LM (run_year).
 - Full recompute is Megatron's `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`
   (= the old `--checkpoint-activations`); selective is `--recompute-granularity selective`.
 - DeepSpeed ZeRO-3 runs of releases before v0.6.0 get `LLMPERF_DEEPSPEED_VERSION=<release>` before the command
@@ -20,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
-from llmperf_hook.validate.framework_era import legacy_zero3_release
+from llmperf_hook.validate.framework_era import legacy_zero3_release, published_month
 from llmperf_hook.validate.measured_run import MeasuredRun
 
 GPT2_BPE_VOCAB = 50257
@@ -45,7 +48,7 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     """The launch command of `run`; ds_config files (if any) are written into `config_dir`."""
     notes: list[str] = []
     argv = [*_launcher_args(run, notes), "pretrain_gpt.py", *_model_args(run), *_layout_args(run),
-            *_recompute_args(run), *_precision_args(run), *_attention_args(run)]
+            *_recompute_args(run), *_precision_args(run), *_attention_args(run, notes)]
     if run.distributed_optimizer:
         argv.append("--use-distributed-optimizer")
     argv += _extra_args(run, notes)
@@ -133,12 +136,38 @@ ATTENTION_FLAGS = ("--attention-backend", "--use-flash-attn", "--use-flash-attn-
 """Flags that choose the attention kernel: a row whose own flags name one keeps it (--attention-backend would win)."""
 
 
-def _attention_args(run: MeasuredRun) -> list[str]:
+def _attention_args(run: MeasuredRun, notes: list[str]) -> list[str]:
     if any(flag in ATTENTION_FLAGS for flag in run.extra_args):
         return []
     if run.framework == "megatron-core":
         return ["--use-flash-attn"]
+    year = run_year(run)
+    if run.framework == "megatron" and (year is None or year >= MEGATRON_TE_ATTENTION_YEAR):
+        dated = f"of {year}" if year else "with no date in its framework, source or source_location cells"
+        notes.append(f"attention: flash (a Megatron-LM row {dated} is priced as Megatron-LM has run since "
+                     f"{MEGATRON_TE_ATTENTION_YEAR}; write the run's year, e.g. 'Megatron-LM (2021)', for the "
+                     "classic unfused attention of the papers)")
+        return ["--use-flash-attn"]
+    if run.framework == "megatron":
+        notes.append(f"attention: classic unfused kernels (QK^T bmm, masked softmax, PV bmm), as Megatron-LM ran them "
+                     f"in {year}; give --use-flash-attn in extra_args if this run used it")
     return ["--attention-backend", "unfused"]
+
+
+MEGATRON_TE_ATTENTION_YEAR = 2024
+"""From 2024 Megatron-LM trains the Megatron-Core model with Transformer Engine's attention by default
+(--use-mcore-models the default from core_r0.7, --attention-backend auto later); the 2021-2022 papers' runs used
+the classic QK^T / softmax / PV kernels."""
+
+
+def run_year(run: MeasuredRun) -> int | None:
+    """The run's year: one written in the framework cell ("Megatron-LM (2021)"), else its source's arXiv id or ISO
+    date; None when nothing dates it (a user's own job: today's framework)."""
+    written = re.search(r"\b(20\d{2})\b", run.framework_text)
+    if written:
+        return int(written.group(1))
+    month = published_month(run.source, run.source_location)
+    return month[0] if month else None
 
 
 def _extra_args(run: MeasuredRun, notes: list[str]) -> list[str]:
