@@ -156,8 +156,8 @@ def _attention_args(run: MeasuredRun, notes: list[str]) -> list[str]:
 
 MEGATRON_TE_ATTENTION_YEAR = 2024
 """From 2024 Megatron-LM trains the Megatron-Core model with Transformer Engine's attention by default
-(--use-mcore-models the default from core_r0.7, --attention-backend auto later); the 2021-2022 papers' runs used
-the classic QK^T / softmax / PV kernels."""
+(Megatron-Core models the default on main since 2024-05-24, commit 9ad1a56, first released in core_r0.8.0;
+--attention-backend auto later); the 2021-2022 papers' runs used the classic QK^T / softmax / PV kernels."""
 
 
 def run_year(run: MeasuredRun) -> int | None:
