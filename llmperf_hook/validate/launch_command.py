@@ -65,7 +65,7 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
 
 def _launcher_args(run: MeasuredRun, notes: list[str]) -> list[str]:
     nnodes, nproc = launch_size(run.num_gpus, run.gpus_per_node or run.num_gpus)
-    if nnodes * nproc == run.num_gpus and nproc < min(run.gpus_per_node, run.num_gpus):
+    if nproc < min(run.gpus_per_node, run.num_gpus):
         notes.append(f"{run.num_gpus} GPUs on {run.gpus_per_node}-GPU nodes: launched as {nnodes} nodes of {nproc} "
                      f"(torchrun starts as many processes on every node)")
     return ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc)]
