@@ -47,8 +47,8 @@
    its calibration run, 61.4 ms), other 11 11.1 % (11.0 % before; the full ratio x0.934: 15.4 %, session 7's
    shrinkage: 12.5 %), the 7 other quiet ones 5.1 -> 4.9 %; --calibrate 9 (its calibration run quiet at the
    third try, 35.4 ms): config 9 33.3 % against the median of its passes (1.7 % against its run), other 11 8.4 %
-   (8.4 % before, the full ratio x1.056 and session 7's shrinkage 8.4 %). Runs at load 2.7-5.5 (0-4 of 12 quiet)
-   are not quoted.
+   (8.4 % before, the full ratio x1.056 and session 7's shrinkage 8.4 %). Three runs at load 2.2-5.5 (0-5 of 12
+   quiet) are not quoted; in each the quiet configurations moved by at most 0.4 points after refinement.
    On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
    alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
    its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
