@@ -135,7 +135,8 @@ def _recompute_modes(framework: str, space: SearchSpace) -> tuple[str, ...]:
 def _recompute_options(framework: str, space: SearchSpace, base: Candidate) -> list[tuple[int, float]]:
     """(code, layers) pairs; a negative layers value is a fraction of the chunk's layers, resolved per row."""
     opts: list[tuple[int, float]] = []
-    for mode in _recompute_modes(framework, space):
+    modes = _recompute_modes(framework, space)
+    for mode in modes:
         if mode == "block":
             fracs = [-f for f in _BLOCK_FRACTIONS] if space.recompute_block_layers is None else []
             opts += [(RECOMPUTE_CODES["block"], v) for v in (*fracs, *(space.recompute_block_layers or ()))]
@@ -143,7 +144,6 @@ def _recompute_options(framework: str, space: SearchSpace, base: Candidate) -> l
             opts.append((RECOMPUTE_CODES[mode], 1 if mode == "full" else 0))
     # The command's own (mode, layers) joins the cross product only when its mode is searched (e.g. full
     # recompute of 2-layer groups beside the space's 1): `recompute: [full]` must not bring back `none` rows.
-    modes = _recompute_modes(framework, space)
     own = (RECOMPUTE_CODES[base.recompute], base.recompute_num_layers or 0)
     return sorted(set(opts) | ({own} if base.recompute in modes or not modes else set()))
 
