@@ -66,7 +66,9 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     applied = plans[0] if apply_best else None
     if applied is not None and applied.launch_refusal:
         _refuse_before_output(applied.launch_refusal, fmt)
-    batch_script = applied is not None and _is_batch_script(argv, job.script)
+    from llmperf_hook.tune.apply import is_batch_script
+
+    batch_script = applied is not None and is_batch_script(argv, job.script)
     if batch_script:  # the changes are shown for the user to make by hand; nothing is applied
         applied = None
     if fmt == "json":
@@ -89,12 +91,6 @@ def _refuse_before_output(message: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"error": message, "exit_code": 2}, indent=2))
     raise UsageError(message)
-
-
-def _is_batch_script(argv: Sequence[str], script: str) -> bool:
-    """`sbatch job.sh`: the training flags live in the script, which --apply does not rewrite (appending them to
-    sbatch's argv would hand them to the script as $1..., unread)."""
-    return script not in argv and any(os.path.basename(word) == "sbatch" for word in argv)
 
 
 BATCH_SCRIPT_REFUSAL = ("tune --apply cannot rewrite an sbatch script: the training command is inside it. Make the "
@@ -167,11 +163,12 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     original = None
     if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
         original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
-    from llmperf_hook.tune.apply import expand_flag_variables
+    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
-    return plans, [command_changes(shown, p, original) for p in plans]
+    before = batch_script_words(shown) or shown  # `sbatch job.sh`: its launch line, the one the user edits
+    return plans, [command_changes(before, p, original) for p in plans]
 
 
 def _nearest_json(result: Any) -> dict[str, Any] | None:

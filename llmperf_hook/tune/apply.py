@@ -8,14 +8,16 @@ pointed at the copy. `plan_tuned_command` only reads; `write_planned_files` is t
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.launch.parse import is_shell_c
+from llmperf_hook.launch.parse import is_shell_c, parse_launch
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of
@@ -90,11 +92,6 @@ def size_override_refusal(argv: Sequence[str], cfg: TrainingConfig) -> str | Non
     """`tune --nproc-per-node 6 --apply -- torchrun --nproc-per-node 8 ...` searched layouts of 6 GPUs but would
     launch 8 processes (a tuned --micro-batch-size 8 at GBS 48 then fails Megatron's GBS % (MBS*DP) check).
     None when no override changed the size, or when the command does not say it (the override does)."""
-    import os
-
-    from llmperf_hook.errors import LlmperfError
-    from llmperf_hook.launch.parse import parse_launch
-
     given = [k for k in ("nnodes", "nproc_per_node") if str(cfg.sources.get(k, "")).startswith("llmperf option")]
     if not given:
         return None
@@ -153,18 +150,20 @@ def batch_script_words(argv: Sequence[str]) -> list[str] | None:
     variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the sbatch
     argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the script
     stayed on while the tuned layout had recompute off)."""
-    import os
-
-    from llmperf_hook.errors import LlmperfError
-    from llmperf_hook.launch.parse import parse_launch
-
     if not any(os.path.basename(word) == "sbatch" for word in argv):
         return None
     try:
         job = parse_launch(argv, dict(os.environ))
     except LlmperfError:
         return None
-    return None if job.script in argv else [job.script, *job.script_args]
+    return [job.script, *job.script_args] if is_batch_script(argv, job.script) else None
+
+
+def is_batch_script(argv: Sequence[str], script: str) -> bool:
+    """`sbatch job.sh`: the training script (`script`, as parsed) is not in the argv but inside the script sbatch
+    runs, which --apply does not rewrite (appending the tuned flags to sbatch's argv would hand them to the script
+    as $1..., unread)."""
+    return script not in argv and any(os.path.basename(word) == "sbatch" for word in argv)
 
 
 def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> TunedCommand:
@@ -206,8 +205,6 @@ def write_planned_files(cmd: TunedCommand) -> None:
     """Create the planned files; refuses to overwrite (exclusive create), so a user's file is never touched.
     The one step every --apply (dry run or launch) passes first: a command planned not launchable stops here."""
     if cmd.launch_refusal:
-        from llmperf_hook.errors import UsageError
-
         raise UsageError(cmd.launch_refusal)
     for path, content in cmd.new_files.items():
         with open(path, "x", encoding="utf-8") as fh:

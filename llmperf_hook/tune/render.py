@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from llmperf_hook.tune.apply import TunedCommand, batch_script_words
+from llmperf_hook.tune.apply import TunedCommand
 from llmperf_hook.tune.search import Evaluated, TuneResult
 
 GiB = float(1 << 30)
@@ -69,7 +69,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: Mapping[str, Any] | None) -> list[Change]:
-    before, after = argv_flags(batch_script_words(user_argv) or user_argv), argv_flags(tuned.argv)
+    before, after = argv_flags(user_argv), argv_flags(tuned.argv)
     changes = [Change("argv", k, before.get(k), after.get(k))
                for k in [*before, *[k for k in after if k not in before]] if before.get(k) != after.get(k)]
     for path, content in tuned.new_files.items():
