@@ -24,7 +24,24 @@ from llmperf_hook.refine.shrinkage import ConfigRuns, estimate_variances, group_
 
 def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
     """(the refitted calibration, where its variances came from), stored; (None, "") when the key has no usable
-    run (a stored calibration of it is left as it is)."""
+    run (a stored calibration of it is left as it is). The runs are read and the calibration written under one
+    write lock (BEGIN IMMEDIATE): refines finishing at once each fit every run stored before them, and the last
+    one written has them all (two refines could otherwise each save a fit that missed the other's run)."""
+    began = not conn.in_transaction
+    if began:
+        conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = _refit(conn, hardware, cluster, framework)
+        if began and conn.in_transaction:
+            conn.commit()
+        return result
+    except BaseException:
+        if began and conn.in_transaction:
+            conn.rollback()
+        raise
+
+
+def _refit(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
     runs = store.runs_for_key(conn, hardware, cluster, framework)
     configs = group_runs([(j, f, p, m) for j, f, p, m, _ in runs])
     if not configs:

@@ -120,6 +120,29 @@ class CalibrationRecord:
     num_runs: int
 
 
+LOCKED_RETRY_S = 30.0
+"""How long opening a store retries its setup while another process holds the file (the connection's own busy
+timeout, 30 s)."""
+
+
+def _retry_while_locked(setup) -> None:
+    """Run the idempotent `setup` again while SQLite answers 'database is locked' without waiting in its busy
+    handler (switching a new store's journal mode to WAL, a WAL read upgraded to a write after another process
+    wrote): four refines opening a new store at once failed 'cannot open the llmperf store ... (database is
+    locked)' about one run in ten."""
+    deadline = time.monotonic() + LOCKED_RETRY_S
+    delay = 0.005
+    while True:
+        try:
+            setup()
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 class Store:
     """A connection to the store; use as a context manager or call close()."""
 
@@ -128,19 +151,23 @@ class Store:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(str(path), timeout=30.0)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise UsageError(f"store {path} has schema version {version}, this llmperf uses {SCHEMA_VERSION}: "
-                                 f"upgrade llmperf_hook or point $LLMPERF_HOME elsewhere.")
-            self.conn.executescript(_SCHEMA)
-            self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            _retry_while_locked(self._set_up)
         except sqlite3.DatabaseError as err:
             raise UsageError(f"cannot open the llmperf store {path} ({err}); move the file away to start a new "
                              f"store, or set $LLMPERF_HOME to another directory.") from err
         except OSError as err:  # its folder cannot be created: a path through a file, no permission
             raise UsageError(f"cannot create the llmperf store {path} ({err.strerror or err}); point $LLMPERF_HOME "
                              f"(or --store) at a writable directory.") from err
+
+    def _set_up(self) -> None:
+        """WAL mode, the schema version checked, the tables (idempotent: run again while the file is locked)."""
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise UsageError(f"store {self.path} has schema version {version}, this llmperf uses {SCHEMA_VERSION}: "
+                             f"upgrade llmperf_hook or point $LLMPERF_HOME elsewhere.")
+        self.conn.executescript(_SCHEMA)
+        self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def __enter__(self) -> "Store":
         return self
