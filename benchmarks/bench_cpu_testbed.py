@@ -13,7 +13,8 @@
    launched for real with `deepspeed` (DS_ACCELERATOR=cpu, gloo, one thread per rank) through
    `llmperf run --instrument N --stop-after N`: the measured step time is the median of the timed steps of the
    slowest rank, as the hook recorded them (24 of the 26 steps; 8 of 10 before session 8, when the 8-step median's
-   own sampling error, 0.012-0.065 in log by bootstrap over each run's steps, was ~40 % of the run-to-run variance). A run whose wall time exceeds its ranks' CPU time by more than
+   own sampling error, 0.012-0.065 in log by bootstrap over each run's steps, was ~40 % of the run-to-run
+   variance). A run whose wall time exceeds its ranks' CPU time by more than
    QUIET_WALL_PER_CPU (other programs held the cores) is run again (--tries; the least contended run is kept,
    chosen on wall / CPU time alone, and flagged CONTENDED when none was quiet). These measurement runs refine
    into a throwaway store (--home/measure), so they never calibrate what is evaluated. With --repeats R (default
@@ -36,7 +37,8 @@
    what the one-run ratio applied in full to every configuration (refine before shrinkage) and session 7's
    shrinkage (10 % cross-cluster prior, op-level sd_config: k = 0.50) would have made of them. Session 8: the
    variances come from the profile's own held-out steps (refine/shrinkage.py; the 08:34 profile: sd_shared 3.4 %,
-   sd_config 8.9 %, k = 0.10; refitted at 18:13: 1.7 % and 7.0 %, k 0.04-0.06 with a run's reading), so one configuration's own error no longer moves the eleven others by half of it. Re-scored on
+   sd_config 8.9 %, k = 0.10; refitted at 18:13: 1.7 % and 7.0 %, k 0.04-0.06 with a run's reading), so one
+   configuration's own error no longer moves the eleven others by half of it. Re-scored on
    session 7's final, quiet measurements (load 1.16, 12 of 12 quiet; config 1 calibrated from its 65.4 ms run):
    the other eleven 9.8 % with k = 0.50, 8.1 % with k = 0.10 (7.6 % before refinement, 12.0 % with the full ratio);
    config 1 8.4 % against its passes (7.6 % with the old priors: the posterior keeps 0.78 of its own run's ratio

@@ -343,7 +343,8 @@ def step_holdout_log_errors(doc: dict) -> list[float]:
     for entry in (doc.get("dtypes") or {}).values():
         rows = entry.get("samples") or []
         for i, row in enumerate(rows if len(rows) > 2 else ()):
-            per_byte, per_param = fit_compute_terms(rows[:i] + rows[i + 1:], entry["per_unit_s"], entry["compute_scale"])
+            rest = rows[:i] + rows[i + 1:]
+            per_byte, per_param = fit_compute_terms(rest, entry["per_unit_s"], entry["compute_scale"])
             predicted = entry["per_unit_s"] * row["units"] + entry["compute_scale"] * row["predicted_compute_s"] \
                 + per_byte * row["bytes"] + per_param * row["params"]
             errors.append(_log_ratio(predicted, row["fwd_bwd_s"]))
