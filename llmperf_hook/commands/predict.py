@@ -213,13 +213,15 @@ def paths_from_cwd(defaults: dict[str, Any]) -> dict[str, Any]:
     """The command line's own --cluster / --hardware / --model files, made absolute before the batch file's folder
     becomes the working directory: `llmperf predict --cluster mine.yaml --batch runs/cmds.txt` reads ./mine.yaml
     (it was looked up as runs/mine.yaml and every line failed). A model preset name keeps its precedence over a
-    file of that name, as `load_model_preset` gives it; paths written inside the file resolve against its folder."""
+    file of that name, as `load_model_preset` gives it, and a cluster or GPU preset over a folder of that name, as
+    `find_config_file` does (only a file wins there); paths written inside the file resolve against its folder."""
     from llmperf_hook.frameworks.presets import list_model_presets
 
     out = dict(defaults)
     for key in ("cluster", "hardware", "model"):
         value = out.get(key)
-        if not value or os.path.isabs(value) or not os.path.exists(value):
+        found = os.path.exists if key == "model" else os.path.isfile  # a model may be a Hugging Face folder
+        if not value or os.path.isabs(value) or not found(value):
             continue
         if key == "model" and value in list_model_presets():
             continue

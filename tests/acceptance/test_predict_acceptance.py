@@ -62,6 +62,16 @@ def test_batch_reads_the_command_lines_own_files_from_the_working_directory(tmp_
     assert [r["cluster"]["name"] for r in results] == ["my-a100s", "inner-h100s"]
 
 
+def test_batch_cluster_preset_beside_a_folder_of_its_name(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`--cluster dgx-h100` in a folder holding a `dgx-h100/` directory is the preset, as in a single predict (only a
+    file of that name wins over a preset); it was made /cwd/dgx-h100 and every line failed 'it is a folder'."""
+    (tmp_path / "dgx-h100").mkdir()
+    (tmp_path / "cmds.txt").write_text(" ".join(["torchrun", "--nproc-per-node", "8", *SMALL]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    results, _ = _batch(Path("cmds.txt"), capsys, "--cluster", "dgx-h100")
+    assert [r["cluster"]["name"] for r in results] == ["dgx-h100"]
+
+
 def _explain(argv: list[str], capsys, *options: str) -> dict:
     return _json(["explain", "--format", "json", *options, "--", *argv], capsys)
 
