@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
-from llmperf_hook.frameworks.deepspeed_release import as_released
+from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
                                                     ds_precision, hf_batch, merge_megatron_batch)
@@ -69,7 +70,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             for key in ("recompute", "recompute_method", "recompute_num_layers"):
                 src[key] = ds.sources["recompute"]
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
-        optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False)
+        optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
+                                 multi_rank_release=_multi_rank_release(ds, job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
@@ -188,7 +190,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
-                                 hf_fill=framework == "hf-deepspeed")
+                                 hf_fill=framework == "hf-deepspeed", multi_rank_release=_multi_rank_release(ds, job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"
@@ -207,3 +209,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
     )
+
+
+def _multi_rank_release(ds: DsSettings, env: Mapping[str, str]) -> bool:
+    """ZeRO-1/2 only: whether the job's DeepSpeed all-reduces gradient buckets (reads the release only then)."""
+    return ds.zero_stage not in (1, 2) or multi_rank_bucket_release(env)

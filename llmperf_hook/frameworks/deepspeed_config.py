@@ -44,6 +44,11 @@ class DsSettings:
     overlap_comm: bool | None = None
     """None = DeepSpeed's default (True at stage 3, else False)."""
     contiguous_gradients: bool = True
+    reduce_scatter: bool = True
+    """zero_optimization.reduce_scatter (false: ZeRO-1/2 all-reduce the whole gradient bucket)."""
+    multi_rank_bucket_allreduce: bool = True
+    """zero_optimization.use_multi_rank_bucket_allreduce (DeepSpeed >= 0.12.4; true: the reduce-scatter path also
+    all-reduces each bucket, allreduce_and_scatter)."""
     reduce_bucket_size: int | str | None = None
     allgather_bucket_size: int | str | None = None
     stage3_prefetch_bucket_size: int | str | None = None
@@ -255,6 +260,10 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
     # DeepSpeedConfigModel drops "auto" values before validation: the key takes DeepSpeed's default.
     if zero.get("overlap_comm", AUTO) != AUTO:
         out["overlap_comm"] = _bool(zero["overlap_comm"], "zero_optimization.overlap_comm", origin)
+    scatter, multi_rank = (zero.get(key, True) for key in ("reduce_scatter", "use_multi_rank_bucket_allreduce"))
+    out["reduce_scatter"] = _bool(True if scatter == AUTO else scatter, "zero_optimization.reduce_scatter", origin)
+    out["multi_rank_bucket_allreduce"] = _bool(True if multi_rank == AUTO else multi_rank,
+                                               "zero_optimization.use_multi_rank_bucket_allreduce", origin)
     contiguous = zero.get("contiguous_gradients", True)
     out["contiguous_gradients"] = _bool(True if contiguous == AUTO else contiguous, "zero_optimization.contiguous_gradients", origin)
     for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):

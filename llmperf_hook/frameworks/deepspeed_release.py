@@ -84,6 +84,18 @@ def installed_release() -> Version | None:
         return None
 
 
+MULTI_RANK_ALLREDUCE_VERSION = (0, 12, 4)
+"""First release with zero_optimization.use_multi_rank_bucket_allreduce (default true; DeepSpeed 2afa1c7f2, Nov 2023,
+"Communication Optimization for Large-Scale Training"): ZeRO-1/2 all-reduce each gradient bucket; before, each
+slice was reduced to the rank that owns it (dist.reduce), reduce-scatter traffic."""
+
+
+def multi_rank_bucket_release(env: Mapping[str, str]) -> bool:
+    """Whether the job's DeepSpeed (job_release; unknown = the installed one or newer) all-reduces ZeRO-1/2 buckets."""
+    version, _ = job_release(env)
+    return version is None or version >= MULTI_RANK_ALLREDUCE_VERSION
+
+
 def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, Any]:
     """OptimizerConfig fields that make ZeRO-3 run as `version` ran it (empty for v0.6.0 and later, or unknown)."""
     if zero_stage != 3 or version is None or version >= COALESCED_REDUCE_VERSION:

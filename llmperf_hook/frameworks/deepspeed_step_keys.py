@@ -22,10 +22,6 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_schema import AUTO, ds_bool, pydantic_int
 
 ZERO_KEYS: dict[str, tuple[Any, str]] = {
-    "reduce_scatter": (True, "gradients all-reduced instead of reduce-scattered at ZeRO-1/2 (stage_1_and_2.py "
-                             "average_tensor: about twice the bytes); timed as the reduce-scatter"),
-    "use_multi_rank_bucket_allreduce": (True, "per-rank bucket all-reduces of the reduce_scatter false path not "
-                                              "modelled"),
     "memory_efficient_linear": (True, "ZeRO-3 linear layers through torch's F.linear instead of DeepSpeed's "
                                       "LinearFunctionForZeroStage3: what autograd then saves is not modelled"),
     "legacy_stage1": (False, "DeepSpeed's legacy ZeRO-1 partitioning not modelled"),

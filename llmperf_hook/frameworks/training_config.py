@@ -234,6 +234,11 @@ class OptimizerConfig:
     zero3_per_tensor_grad_reduce: bool = False
     """DeepSpeed ZeRO-3 before v0.6.0: one list reduce-scatter per parameter gradient, small ones included
     (graph/zero3_legacy.py); False = today's coalesced reduce-scatter. Set like zero3_list_param_gather."""
+    zero_grad_allreduce: bool = False
+    """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
+    average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,
+    allreduce_and_scatter) instead of reducing each slice to its owner (reduce-scatter traffic); set from the
+    ds_config and the job's DeepSpeed release (frameworks/deepspeed_release.py)."""
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,9 @@ def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collecti
         modules = zero3_gather_modules(cfg, layer_params)
         # That code reduce-scattered param.grad itself, in the parameters' dtype (communication_data_type came later).
         return per_tensor_reduce_ops(cfg, modules, layer_params, dense, param_bytes(cfg), overlap)
+    if o.zero_grad_allreduce:  # ZeRO-2, DeepSpeed >= 0.12.4: allreduce_and_scatter of each bucket
+        return (_comm("zero.grad_allreduce", "allreduce", "bwd", layer_params * grad_comm_bytes(cfg), dense,
+                      cfg, overlap.get("overlap")),)
     if not (o.zero_stage == 3 and o.zero_quantized_gradients and dense.num_nodes > 1):
         return (_comm("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_comm_bytes(cfg), dense,
                       cfg, overlap.get("overlap")),)
@@ -351,7 +354,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     num_dense = num_params - num_expert
     # ZeRO-2/3 reduce layer gradients inside backward (zero3_layer_comm); only embedding/head remain here.
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
-    reduce_sharded = sharded and not runs_bf16_optimizer(cfg)
+    # ZeRO-1/2 under DeepSpeed >= 0.12.4 all-reduce each bucket and keep their partition (OptimizerConfig.zero_grad_allreduce)
+    reduce_sharded = sharded and not runs_bf16_optimizer(cfg) and not o.zero_grad_allreduce
     tensors = model_param_tensors(cfg, stage, num_layers)
     ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded, stage, tensors)
            + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded, stage, tensors))

@@ -16,8 +16,6 @@ def _warnings(raw: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("raw, expected", [
-    ({"zero_optimization": {"stage": 2, "reduce_scatter": False}}, "ds.json zero_optimization.reduce_scatter = False: "
-                                                                   "gradients all-reduced instead of reduce-scattered"),
     ({"zero_optimization": {"stage": 3, "memory_efficient_linear": False}}, "ds.json zero_optimization.memory_efficient_linear = False"),
     ({"zero_optimization": {"stage": 1, "legacy_stage1": True}}, "ds.json zero_optimization.legacy_stage1 = True"),
     ({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1e6}},
@@ -69,8 +67,7 @@ def _zero_field(key: str, value: Any) -> Any:
     return getattr(model, name)
 
 
-@pytest.mark.parametrize("key", ["reduce_scatter", "allgather_partitions", "memory_efficient_linear", "legacy_stage1",
-                                 "use_multi_rank_bucket_allreduce"])
+@pytest.mark.parametrize("key", ["allgather_partitions", "memory_efficient_linear", "legacy_stage1"])
 @pytest.mark.parametrize("value", _BOOL_VALUES)
 def test_zero_bool_keys_warn_exactly_when_deepspeed_reads_a_non_default(key: str, value: Any) -> None:
     from llmperf_hook.frameworks.deepspeed_step_keys import ZERO_KEYS
@@ -170,3 +167,13 @@ def test_zero3_and_lax_stage_values_assert_post_scaling_too(stage: Any) -> None:
     with pytest.raises(ConfigError, match=f"ZeRO stage {expected} with reduce_scatter on"):
         _warnings({"gradient_predivide_factor": 8.0, "zero_optimization": {"stage": stage}})
     assert _warnings({"gradient_predivide_factor": 8.0, "zero_optimization": {"stage": 1}})  # warned, not refused
+
+
+@pytest.mark.parametrize("key, field", [("reduce_scatter", "reduce_scatter"),
+                                        ("use_multi_rank_bucket_allreduce", "multi_rank_bucket_allreduce")])
+@pytest.mark.parametrize("value", _BOOL_VALUES)
+def test_priced_zero_reduction_keys_read_as_deepspeed_reads_them(key: str, field: str, value: Any) -> None:
+    """Both are priced (OptimizerConfig.zero_grad_allreduce), so they never warn and read exactly as pydantic does."""
+    settings = parse_ds_config({"train_batch_size": 8, "zero_optimization": {"stage": 1, key: value}}, "ds.json")
+    assert getattr(settings, field) == _zero_field(key, value)
+    assert not any(key in w for w in settings.warnings)

@@ -1,0 +1,48 @@
+"""DeepSpeed ZeRO-1/2 gradient reduction as the job's release runs it: since v0.12.4 (use_multi_rank_bucket_allreduce,
+default true) stage_1_and_2.py average_tensor all-reduces each bucket and keeps its partition (allreduce_and_scatter);
+before, each slice was reduced to its owner (reduce-scatter traffic); reduce_scatter false all-reduces in every
+release. Priced as an all-reduce (about twice the bytes of a reduce-scatter) exactly then."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.hardware.load import load_cluster
+from tests.frameworks.helpers import script
+
+CLUSTER = load_cluster("dgx-a100")
+
+
+def _grad_classes(tmp_path: Path, stage: int, env: dict[str, str] | None = None, **zero: Any) -> set[str]:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                "data_types": {"grad_accum_dtype": "bf16"},
+                                "zero_optimization": {"stage": stage, **zero}}))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", str(path)]
+    cfg = script(argv, model="llama2-7b", env=env)
+    graph = build_graph(cfg, CLUSTER)
+    ops = [op for stage_graph in graph.stages for op in stage_graph.step_ops]
+    ops += [op for chunk in graph.stages[0].chunks for block in chunk.blocks for op in block.bwd]
+    return {op.op_class for op in ops if "grad_" in op.name and op.op_class in ("allreduce", "reducescatter")}
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_todays_deepspeed_all_reduces_zero12_buckets(tmp_path: Path, stage: int) -> None:
+    assert _grad_classes(tmp_path, stage) == {"allreduce"}
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_before_0_12_4_or_without_multi_rank_it_reduce_scatters(tmp_path: Path, stage: int) -> None:
+    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}) == {"reducescatter"}
+    assert _grad_classes(tmp_path, stage, use_multi_rank_bucket_allreduce=False) == {"reducescatter"}
+    # reduce_scatter false: gradient_reduction_w_predivide all-reduces the whole bucket in every release
+    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}, reduce_scatter=False) == {"allreduce"}
+
+
+def test_zero3_keeps_its_reduce_scatter(tmp_path: Path) -> None:
+    assert _grad_classes(tmp_path, 3) == {"reducescatter"}
