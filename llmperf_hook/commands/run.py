@@ -67,6 +67,8 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
     check_instrument_options(argv, instrument, profile_ops, stop_after, run_dir)
     env = dict(os.environ)
     gated = max_step_time is not None or require_fit
+    if instrument is not None and hardware is None and cluster is None:
+        hardware = _local_cpu(argv, env)
     pred, problem = predict_or_explain(argv, env, cluster, hardware, overrides(nnodes, nproc_per_node, model))
     out_err = not dry_run
     if pred is None:
@@ -88,6 +90,19 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
         # return value that would be lost.
         sys.exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
     exec_command(argv, env)
+
+
+def _local_cpu(argv: list[str], env: dict[str, str]) -> str | None:
+    """An instrumented job that runs on this machine's CPU is predicted for a CPU (hardware/local_cpu.py), so refine
+    can calibrate from it."""
+    from llmperf_hook.hardware.local_cpu import local_cpu_hardware
+
+    hardware = local_cpu_hardware(argv, env)
+    if hardware is not None:
+        click.echo(f"llmperf: the job runs on this machine's CPU (no --hardware given): predicted for hardware "
+                   f"{hardware!r}, which refine calibrates from its steps (`llmperf profile --device cpu` fits a "
+                   "better one; --hardware chooses another)", err=True)
+    return hardware
 
 
 def predict_or_explain(argv: list[str], env: dict[str, str], cluster: str | None, hardware: str | None,
