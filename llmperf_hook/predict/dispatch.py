@@ -139,5 +139,5 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
             [op for op in priced if choose_predictor(op, profile, None) is profile])
     if profile is None:
         warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
-                    f"roofline model (run `llmperf profile` on that GPU to fit one).",)
+                    f"roofline model (run `llmperf profile` on that device to fit one).",)
     return OpTimes(seconds=seconds, predictor_by_class=dict(sorted(used.items())), warnings=warnings)
