@@ -118,10 +118,13 @@ def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, code: int
 
 def _write_job_files(path: Path, job_dir: Path, job_id: str, steps: int, profile_ops: int, stop_after: int | None,
                      prediction: dict | None, session: dict) -> Path:
-    """The hook's folder and config, the prediction and the session record; the hook folder's path."""
+    """The hook's folder and config, the prediction and the session record; the hook folder's path. The warm-up
+    share follows the steps the job will really run: `--instrument 5 --stop-after 2` marks one warm-up step, not
+    two, so one step is timed instead of none."""
     hook_dir = write_hook_dir(job_dir / "hook")
     write_hook_config(HookConfig(run_dir=str(path), job_id=job_id, num_steps=steps,
-                                 num_warmup_steps=default_warmup_steps(steps), profile_ops_steps=profile_ops,
+                                 num_warmup_steps=default_warmup_steps(min(steps, stop_after or steps)),
+                                 profile_ops_steps=profile_ops,
                                  stop_after_steps=stop_after, package_root=_package_root()), hook_dir)
     if prediction is not None:
         write_json_atomic(job_dir / "prediction.json", prediction)

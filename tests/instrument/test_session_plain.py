@@ -164,3 +164,15 @@ def test_unlaunchable_script_is_a_usage_error(tmp_path: Path) -> None:
     script.chmod(0o755)
     with pytest.raises(UsageError, match="name its interpreter first"):
         launch_and_wait([str(script)], dict(os.environ))
+
+
+def test_warm_up_follows_the_steps_stop_after_lets_run(tmp_path) -> None:
+    """--instrument 5 --stop-after 2 ran two warm-up steps and timed none ('0 timed steps, measured -')."""
+    from llmperf_hook.instrument.config import read_hook_config
+    from llmperf_hook.instrument.session import _write_job_files
+
+    for stop_after, warmup in ((2, 1), (1, 0), (None, 2), (9, 2)):
+        job_dir = tmp_path / f"job{stop_after}"
+        job_dir.mkdir()
+        hook_dir = _write_job_files(tmp_path, job_dir, "id", 5, 0, stop_after, None, {})
+        assert read_hook_config(hook_dir).num_warmup_steps == warmup
