@@ -31,19 +31,13 @@ def runs_on_local_cpu(argv: Sequence[str], env: Mapping[str, str]) -> bool:
 
 
 def newest_cpu_profile() -> str | None:
-    """The most recently fitted CPU profile in $LLMPERF_HOME/profiles (its fingerprint names a CPU clock)."""
-    import json
-
+    """The most recently fitted profile in $LLMPERF_HOME/profiles that refine counts as a CPU's
+    (refine_run.hardware_device: its fingerprint names a CPU clock)."""
+    from llmperf_hook.refine.refine_run import hardware_device
     from llmperf_hook.resources import llmperf_home
 
-    found: list[tuple[float, str]] = []
-    for path in (llmperf_home() / "profiles").glob("*/profile.json"):
-        try:
-            hardware = json.loads(path.read_text()).get("hardware") or {}
-        except (OSError, ValueError, AttributeError):
-            continue
-        if "cpu" in str(hardware.get("clock", "")).lower():
-            found.append((path.stat().st_mtime, path.parent.name))
+    found = [(path.stat().st_mtime, path.parent.name) for path in (llmperf_home() / "profiles").glob("*/profile.json")
+             if hardware_device(path.parent.name) == "cpu"]
     return max(found)[1] if found else None
 
 
@@ -62,6 +56,7 @@ def describe_local_cpu() -> Path:
     import numpy as np
     import yaml
 
+    from llmperf_hook.profile.local_hardware import memory_capacity_bytes
     from llmperf_hook.resources import llmperf_home
 
     path = llmperf_home() / "hardware" / f"{LOCAL_CPU}.yaml"
@@ -71,7 +66,7 @@ def describe_local_cpu() -> Path:
     peak = 2 * 512 ** 3 / _best_s(lambda: a @ a)
     src = np.ones(16 * 2 ** 20, dtype=np.float32)
     bandwidth = 2 * src.nbytes / _best_s(lambda: src.copy())
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = memory_capacity_bytes("cpu")
     doc = {"name": LOCAL_CPU, "peak_TFLOPs": {"fp32": round(peak / 1e12, 6), "bf16": round(peak / 2e12, 6)},
            "memory_bandwidth_GBps": round(bandwidth / 1e9, 3), "memory_capacity_GiB": round(memory / 2 ** 30, 2),
            "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
