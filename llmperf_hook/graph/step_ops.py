@@ -294,12 +294,12 @@ def _bucket_params(cfg: TrainingConfig, params: int, stage: int, tensors: int) -
     max_buckets = max(1, tensors // vpp)
     if o.grad_num_buckets and bucket < chunk:
         n = min(o.grad_num_buckets, chunk // bucket, max_buckets)
-        return [bucket] * (n - 1) + [chunk - bucket * (n - 1)] + later
-    full, rest = divmod(chunk, bucket)
-    if full + (1 if rest else 0) > max_buckets:
-        bucket = chunk // max_buckets
-        return [bucket] * (max_buckets - 1) + [chunk - bucket * (max_buckets - 1)] + later
-    return [bucket] * full + ([rest] if rest else []) + later
+    else:
+        n = -(-chunk // bucket)
+        if n > max_buckets:
+            n, bucket = max_buckets, chunk // max_buckets
+    # n buckets of `bucket` elements, the remainder in the last
+    return ([bucket] * (n - 1) + [chunk - bucket * (n - 1)] if n else []) + later
 
 
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool, stage: int,
