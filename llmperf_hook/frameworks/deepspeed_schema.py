@@ -87,20 +87,29 @@ def ds_bool(value: Any, key: str, origin: str) -> bool:
     raise ConfigError(f"{origin} key {key} must be true or false, got {value!r} (DeepSpeed's config validation rejects it).")
 
 
-_INT_TEXT = re.compile(r"\s*[+-]?\d+(_\d+)*(\.0*)?\s*")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(_[0-9]+)*(\.0+)?", re.ASCII)
+"""pydantic-core's str -> int (lax): ASCII digits only ("٣" and "１２" are refused), single underscores between
+digits, and a ".0" tail with at least one zero ("100000." and ".0" are refused)."""
+_RUST_SPACE = "".join(chr(c) for c in (*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028,
+                                       0x2029, 0x202F, 0x205F, 0x3000))
+"""The blanks pydantic-core trims around a number (Rust's str::trim, Unicode White_Space). Python's str.strip also
+trims U+001C..U+001F, which pydantic keeps and refuses."""
+_I64_BOUND = 2.0 ** 63
+"""pydantic-core converts a float to an int through i64: -2**63 and 2**63 and beyond are refused (1e20 too)."""
 
 
 def pydantic_int(value: Any) -> int | None:
-    """An integer as pydantic 2's lax mode reads it (DeepSpeed's config models): an int or bool, a float without a
-    fraction, a string of digits with an optional sign, single underscores between digits (as in a Python literal),
-    surrounding spaces or a ".0" tail ("100000", " 7 ", "100_000", "100000.0"); None for anything pydantic refuses
-    ("1e5", 1.5, "auto", "1__000")."""
+    """An integer exactly as pydantic 2's lax mode reads it (DeepSpeed 0.19.8's config models, pydantic 2.14 /
+    pydantic-core 2.50): an int or bool; a finite float without a fraction inside the i64 range; a string of ASCII
+    digits with an optional sign, single underscores between digits, a ".0..." tail and surrounding Unicode blanks
+    ("100000", " 7 ", "100_000", "100000.0"). None for anything pydantic refuses ("1e5", 1.5, "auto", "1__000",
+    "100000.", non-ASCII digits, 1e20). tests/frameworks/test_pydantic_int.py checks it against pydantic itself."""
     if isinstance(value, (bool, int)):
         return int(value)
     if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    if isinstance(value, str) and _INT_TEXT.fullmatch(value):
-        return int(value.strip().split(".")[0])
+        return int(value) if value.is_integer() and -_I64_BOUND < value < _I64_BOUND else None
+    if isinstance(value, str) and _INT_TEXT.fullmatch(text := value.strip(_RUST_SPACE)):
+        return int(text.split(".")[0])
     return None
 
 
