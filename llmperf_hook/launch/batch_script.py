@@ -4,7 +4,10 @@ What bash would do is followed only where it has no effect outside the script: `
 (multi-line quoted values included) set variables; `cd DIR` and `` `pwd` `` / `$(pwd)` name the folder; `cat <<EOT >
 FILE` writes FILE with the script's variables expanded (the ds_config of bigscience's .slurm scripts); `clear;`, `echo`,
 `set -x` and other commands beside the launch are skipped, and a launch piped into `tee` (or redirected) is the launch.
-Other command substitutions (`$(scontrol ...)`) leave their variable unset; nothing is executed.
+Other command substitutions (`$(scontrol ...)`) leave their variable unset; nothing is executed. `eval "$CMD"` /
+`eval $LAUNCHER $ARGS` (Megatron-DeepSpeed's examples: `run_cmd="deepspeed ... 2>&1 | tee log"`, `eval ${run_cmd}`)
+is read as bash reads it: its words expanded from the script's variables, joined by blanks and read again as a line;
+an eval of a command substitution or of a variable the script does not set plainly is refused, naming the line.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
                         r"\.runner|accelerate\.commands\.launch)\b")
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
+_UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\1")
 
 
@@ -51,6 +55,8 @@ class _Reading:
     singles: list[tuple[int, list[str]]] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[int] = field(default_factory=list)
+    unevaluated: list[str] = field(default_factory=list)
+    """`eval` lines whose text only running the script would give (line number and why), for the refusal."""
     arrays: dict[str, list[str]] = field(default_factory=dict)
     kind: str = "sbatch script"
     """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
@@ -95,6 +101,9 @@ class _Reading:
             return
         if len(words) <= 2 and self.assign(words):
             return
+        if words[0] == "eval":
+            self.evaluate(line, text, words[1:])
+            return
         if words[0] == "cd" and len(words) == 2:
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
         elif words[0] == "cat" and line.heredoc is not None and writes:
@@ -105,6 +114,24 @@ class _Reading:
             self.launches.append((line.number, words))
         elif _PY_SCRIPT.match(text.strip()):
             self.singles.append((line.number, words))
+
+    def evaluate(self, line: ScriptLine, text: str, args: list[str]) -> None:
+        """`eval ARGS`: bash expands ARGS, joins them with blanks and reads the result as a command line (bash manual
+        4.1 Bourne Shell Builtins, eval), so a launch held in a variable is read from the variable, never run."""
+        expanded = " ".join(self.expand(arg) for arg in args)
+        unset = sorted(set(_UNSET_REF.findall(expanded)))
+        if "$(" in text or "`" in text or "$(" in expanded or "`" in expanded:
+            self.unevaluated.append(f"line {line.number} evals a command substitution")
+            return
+        if unset and not any(head in expanded for head in LAUNCH_HEADS) and not _PY_SCRIPT.search(expanded):
+            names = ", ".join(f"${name}" for name in unset)
+            self.unevaluated.append(f"line {line.number} evals {names}, which the script does not set with a plain "
+                                    "NAME=value line before it")
+            return
+        evaluated = ScriptLine(line.number, expanded)
+        for pipeline in pipelines(expanded):
+            for command in pipeline:
+                self.command(evaluated, command)
 
     def assign(self, words: list[str]) -> bool:
         """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes)."""
@@ -123,6 +150,9 @@ class _Reading:
             "accelerate launch, mpirun or python -m torch.distributed.run)"
         unsplit = f"; line(s) {', '.join(map(str, self.unsplit))} could not be read as shell words (an unclosed quote?)" \
             if self.unsplit and not found else ""
+        if self.unevaluated and not found:
+            unsplit += (f"; {'; '.join(self.unevaluated)} (llmperf reads a script's variables and never runs its "
+                        "commands, so it cannot know what that eval runs)")
         raise UsageError(f"{self.kind} {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
                          "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
 

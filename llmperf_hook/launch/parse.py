@@ -157,9 +157,33 @@ def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     return i
 
 
+_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--init-file", "--rcfile"})
+"""Shell options that take the next word as their value (`bash -o pipefail train.sh`, `bash --rcfile F ...`)."""
+
+
+def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:
+    """For a shell at words[i] (sh, bash, zsh, dash): the index of its first operand past its own options (`bash -x
+    -e train.sh`, `bash -o pipefail train.sh`, `bash -- train.sh`) and the single-letter options it was given (bash
+    manual 6.1 Invoking Bash: -c reads the command from the operand, -s from standard input)."""
+    j, letters = i + 1, ""
+    while j < len(words) and words[j][:1] in "-+" and len(words[j]) > 1:
+        word = words[j]
+        if word == "--":
+            return j + 1, letters
+        j += 1
+        if word in _SHELL_VALUED or (not word.startswith("--") and word[1:].count("o") + word[1:].count("O")):
+            j += 1  # a cluster like -eo takes its value from the next word
+        if not word.startswith("--"):
+            letters += word[1:]
+    return j, letters
+
+
 def is_shell_c(words: Sequence[str], i: int) -> bool:
-    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec): the job's words live in CMD."""
-    return os.path.basename(words[i]) in _SHELLS and i + 2 < len(words) and words[i + 1] in ("-c", "-lc", "-xc", "-ec")
+    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec, `-x -c`): the job's words live in CMD."""
+    if os.path.basename(words[i]) not in _SHELLS:
+        return False
+    operand, letters = shell_operand(words, i)
+    return "c" in letters and operand < len(words) and operand == i + 2
 
 
 def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
@@ -176,12 +200,14 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     return [*words[:i], *normalise_argv(inner, env, used)]
 
 
-def _is_shell_script(words: Sequence[str], i: int) -> bool:
-    """`bash train.sh ...` / `sh train.sh` (a script file after the shell, no shell options) or `./train.sh ...`."""
+def _shell_script_index(words: Sequence[str], i: int) -> int | None:
+    """The index of the script file in `bash train.sh ...` / `bash -x -e train.sh` / `sh train.sh` (past the shell's
+    own options; not -c or -s, which take no script file) or `./train.sh ...`; None when words[i] runs no script."""
     head = os.path.basename(words[i])
     if head in _SHELLS:
-        return i + 1 < len(words) and not words[i + 1].startswith("-")
-    return head.endswith(".sh")
+        operand, letters = shell_operand(words, i)
+        return operand if operand < len(words) and not {"c", "s"} & set(letters) else None
+    return i if head.endswith(".sh") else None
 
 
 def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
@@ -209,10 +235,10 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return None
     if head == "srun":
         return _srun(words, i, env, used)
-    if head == "sbatch" or _is_shell_script(words, i):  # the script's own launch line (launch/sbatch.py)
-        script = words[i + 1] if head in _SHELLS else words[i]
-        launch, files = sbatch_launch(words, i, env, used) if head == "sbatch" else \
-            shell_script_launch(script, env, used)
+    script_at = None if head == "sbatch" else _shell_script_index(words, i)
+    if head == "sbatch" or script_at is not None:  # the script's own launch line (launch/sbatch.py)
+        launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
+            shell_script_launch(words[script_at], env, used)
         inner = normalise_argv(launch, env, used)
         size = _dispatch(inner, _strip_assignments(inner, env), env, used)
         return replace(size, script_files=files) if size is not None and files else size

@@ -126,7 +126,7 @@ def test_a_missing_shell_script_is_named(tmp_path: Path, monkeypatch) -> None:
 def test_a_shell_script_without_a_launch_line_is_called_a_shell_script(tmp_path: Path, monkeypatch) -> None:
     from llmperf_hook.errors import UsageError
 
-    (tmp_path / "train.sh").write_text('run_cmd="deepspeed pretrain_gpt.py $ARGS"\neval ${run_cmd}\n')
+    (tmp_path / "train.sh").write_text('echo start\npython -c "print(1)"\n')
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match="^shell script train.sh has no launch line"):
         resolve_job(["bash", "train.sh"], {})
