@@ -201,11 +201,18 @@ def recompute_working_bytes(cfg: TrainingConfig) -> float:
     return group * layer_activation_bytes(_without_recompute(cfg))
 
 
+TOKEN_ID_BYTES = 8
+"""int64 token ids (Megatron's get_batch and Hugging Face's input_ids are torch.long)."""
+
+
 def embedding_activation_bytes(cfg: TrainingConfig) -> float:
-    """Input-embedding dropout mask, sbh (/t under SP) per micro-batch on the first stage (paper Sec. 4.2.3)."""
+    """First stage, per micro-batch: the input-embedding dropout mask, sbh (/t under SP) (paper Sec. 4.2.3), and
+    the token ids the embedding keeps for its backward, 8sb on every TP rank (F.embedding saves its indices;
+    Megatron's VocabParallelEmbedding saves its masked copy of them; theoretical_memory_usage.py counts the same
+    8sb per in-flight micro-batch as 'Input to embedding')."""
     m, p = cfg.model, cfg.parallel
-    sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
-    return MASK_BYTES * sbh / (p.tp if p.sequence_parallel else 1)
+    sb = m.seq_length / p.cp * cfg.batch.micro_batch_size
+    return MASK_BYTES * sb * m.hidden_size / (p.tp if p.sequence_parallel else 1) + TOKEN_ID_BYTES * sb
 
 
 def output_activation_bytes(cfg: TrainingConfig) -> float:

@@ -59,7 +59,9 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     opt_b = (8 if fp32 else 12) if o.name == "adam" else (4 if fp32 else 8)
     weights = sharded * weight_b if o.zero_stage >= 3 else total * weight_b
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
-    if "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and not fp32:
+    if gradient_partition_on_host(cfg):
+        grads = 0.0  # only the bucket being reduced stays on the GPU (zero_buckets)
+    elif "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and not fp32 and o.offload_optimizer == "none":
         grads += sharded * 4  # fp32 gradient partition for the optimizer (single_partition_of_fp32_groups grads)
     if "deepspeed" in cfg.framework and o.zero_stage == 0 and not fp32:
         grads += total * 4  # bf16_optimizer.py fp32_groups_gradients_flat (fp16: FP16_Optimizer's fp32 flat grads)
@@ -79,13 +81,26 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     return out
 
 
+def gradient_partition_on_host(cfg: TrainingConfig) -> bool:
+    """DeepSpeed ZeRO-2/3 with offload_optimizer: the rank's gradient partition lives in host memory. ZeRO-2
+    copies each reduced gradient straight into the CPU fp32 partition (stage_1_and_2.py self.device = 'cpu';
+    copy_grads_in_partition returns before grads_in_partition is allocated), ZeRO-3 allocates
+    grad_partitions_flat_buffer on self.device, the CPU under any offload_optimizer (stage3.py), partial ratio
+    included. ZeRO-1 still accumulates the whole model's 16-bit gradients in param.grad until the boundary; its
+    fp32 partition is on the host too (state_bytes). DeepSpeed's own estimators agree: ZeRO-2 offload 2 bytes per
+    parameter on the GPU, ZeRO-3 offload_optimizer 2/d (estimate_zero{2,3}_model_states_mem_needs)."""
+    o = cfg.optimizer
+    return "deepspeed" in cfg.framework and o.zero_stage >= 2 and o.offload_optimizer != "none"
+
+
 def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, grad_b: int) -> float:
     """DeepSpeed data_types.grad_accum_dtype wider than the 16-bit model: ZeRO-1 keeps a full-model accumulation
     buffer (BF16_Optimizer fp32_groups_gradients_flat, whose partition is a view replacing the fp32 partition;
     otherwise stage_1_and_2.py param.grad_accum per parameter); ZeRO-2/3 accumulate the gradient partition in it
     (stage_1_and_2.py averaged_gradients, stage3.py grad_partitions_flat_buffer dtype=gradient_accumulation_dtype)."""
     o = cfg.optimizer
-    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.grad_accum_dtype not in DTYPE_BYTES:
+    if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.grad_accum_dtype not in DTYPE_BYTES
+            or gradient_partition_on_host(cfg)):
         return 0.0
     accum_b = DTYPE_BYTES[o.grad_accum_dtype]
     if accum_b <= grad_b:
@@ -180,7 +195,24 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     parts = one_peak_of_two(parts)
     transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
     parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
+    step = zero3_step_grad_bytes(cfg, stage, gpus_per_node)
+    if step > transient * (1 + FRAGMENTATION_FRACTION):
+        # The optimizer step is the peak: the backward's transients are freed, one sub-group's fp32 gradients live.
+        parts["zero3_step_fp32_grads"] = step - transient * (1 + FRAGMENTATION_FRACTION)
     return {k: int(v) for k, v in parts.items()}
+
+
+def zero3_step_grad_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
+    """DeepSpeed ZeRO-3 on the GPU keeps its gradient partition in 16 bits; the step casts one optimizer sub-group
+    of it to fp32 at a time and frees it after that sub-group's Adam (stage3.py _prepare_fp32_grad_for_sub_group,
+    _release_sub_group): 4 x min(partition, sub_group_size) bytes while the activations are gone. DeepSpeed's
+    estimate_zero3_model_states_mem_needs counts these 4 bytes for every parameter of the partition (its 18 = 2 + 4 +
+    4 + 8) as if always alive; offloaded optimizers build them on the host."""
+    o = cfg.optimizer
+    if "deepspeed" not in cfg.framework or o.zero_stage < 3 or o.offload_optimizer != "none" or cfg.precision == "fp32":
+        return 0.0
+    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
+    return 4.0 * min(num_dense / d_dense + num_expert / d_expert, o.sub_group_size_elems)
 
 
 def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:
