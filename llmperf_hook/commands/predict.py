@@ -229,8 +229,21 @@ def paths_from_cwd(defaults: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _require_commands(path: str, lines: list[tuple[int, str]]) -> None:
+    """A batch with no launch command is refused (exit 2): an empty file, or stdin from a pipeline that matched
+    nothing, is almost always the wrong input, and exiting 0 with no output looked like success."""
+    if any(line.strip() and not line.lstrip().startswith("#") for _, line in lines):
+        return
+    name = "standard input" if path == "-" else f"the batch file {path}"
+    held = f"{len(lines)} line(s), all blank or comments" if lines else "nothing"
+    raise UsageError(f"{name} holds no launch command ({held}); llmperf predict --batch predicts one command per line. "
+                     "Write one launch command per line (torchrun ..., deepspeed ..., sbatch job.sh) or pass the "
+                     "file that holds them.")
+
+
 def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     lines, folder = _read_batch(path)
+    _require_commands(path, lines)
     defaults = paths_from_cwd(defaults)
     failures = total = 0
     out = sys.stdout
