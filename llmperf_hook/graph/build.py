@@ -145,7 +145,7 @@ def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_
     num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
     num_layers = sum(c.num_layers for c in chunks)
     return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
-                                                                          gpus_per_node, num_layers),
+                                                                          gpus_per_node, num_layers, chunks),
                       num_params=num_params, num_expert_params=num_expert, num_layers=num_layers)
 
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
+from llmperf_hook.graph.ddp_buckets import rank_grad_buckets
 from llmperf_hook.graph.op import Collective, Op, Phase
+from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops, persistent_gather_ops
@@ -245,71 +247,15 @@ def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collecti
                bytes_moved=float(kernel_bytes), dtype=cfg.precision))
 
 
-MEGATRON_DEFAULT_BUCKET_ELEMS = 40_000_000
-"""Megatron DDP bucket size: max(40M, 1M * dp_cp) parameters (megatron/training/training.py
-resolve_ddp_bucket_size; megatron/core/distributed/distributed_data_parallel_config.py bucket_size)."""
-DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
-"""DeepSpeed zero_optimization.reduce_bucket_size default (deepspeed/runtime/zero/config.py)."""
-
-
-def grad_bucket_elems(cfg: TrainingConfig, params: int) -> int:
-    """Parameters per bucket of the overlapped gradient reduction of a rank holding `params`: Megatron's
-    resolve_ddp_bucket_size (--ddp-num-buckets N: params // N; else --ddp-bucket-size; else max(40M, 1M x dp_cp)),
-    DeepSpeed's reduce_bucket_size. Megatron without --overlap-grad-reduce reduces its whole buffer as one bucket."""
-    o = cfg.optimizer
-    if "deepspeed" in cfg.framework:
-        return o.grad_bucket_size_elems or DEEPSPEED_DEFAULT_BUCKET_ELEMS
-    if o.grad_num_buckets:
-        return max(1, params // o.grad_num_buckets)
-    dp_cp = cfg.parallel.dp * cfg.parallel.cp
-    return o.grad_bucket_size_elems or max(MEGATRON_DEFAULT_BUCKET_ELEMS, 1_000_000 * dp_cp)
-
-
-def megatron_chunk_bucketed(cfg: TrainingConfig, stage: int) -> bool:
-    """Whether Megatron's DDP buckets this rank's first model chunk: only with --overlap-grad-reduce and on pipeline
-    rank 0 ("data-parallel communication on these stages is not on the critical path", Megatron-LM 5d745a79cd,
-    Sep 2023: distributed_data_parallel.py, today training.py per_chunk_bucket_sizes); chunks after the first of an
-    interleaved schedule are never bucketed (disable_bucketing=(model_chunk_idx > 0))."""
-    return "deepspeed" not in cfg.framework and cfg.optimizer.overlap_grad_reduce and stage == 0
-
-
-def _bucket_params(cfg: TrainingConfig, params: int, stage: int, tensors: int) -> list[int]:
-    """Elements of each gradient reduction a rank launches. Megatron's overlapped DDP launches one collective per
-    bucket (param_and_grad_buffer.py start_grad_sync), each paying the collective's latency: on pipeline rank 0 the
-    first chunk's params / vpp in buckets of grad_bucket_elems (--ddp-num-buckets N: N buckets of params // N, the
-    remainder in the last), every later chunk in one; a later pipeline rank one per chunk. DeepSpeed and the
-    unoverlapped reduction: one op for the whole buffer. The collectives stay one op per distinct size. A bucket
-    closes only after a whole parameter tensor (param_and_grad_buffer.py: params are added one by one until the
-    bucket holds bucket_size elements), so the first chunk's `tensors` / vpp tensors bound the bucket count: a
-    bucket size below every tensor gives one bucket per tensor, not params / size collectives."""
-    o = cfg.optimizer
-    if "deepspeed" in cfg.framework or not o.overlap_grad_reduce:
-        return [params]
-    vpp = max(1, cfg.parallel.vpp)
-    chunk = params // vpp
-    later = [chunk] * (vpp - 2) + [params - chunk * (vpp - 1)] if vpp > 1 else []
-    if not megatron_chunk_bucketed(cfg, stage):
-        return [chunk] + later
-    bucket = grad_bucket_elems(cfg, params)
-    max_buckets = max(1, tensors // vpp)
-    if o.grad_num_buckets and bucket < chunk:
-        n = min(o.grad_num_buckets, chunk // bucket, max_buckets)
-    else:
-        n = -(-chunk // bucket)
-        if n > max_buckets:
-            n, bucket = max_buckets, chunk // max_buckets
-    # n buckets of `bucket` elements, the remainder in the last
-    return ([bucket] * (n - 1) + [chunk - bucket * (n - 1)] if n else []) + later
-
-
-def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool, stage: int,
-               tensors: int) -> list[Op]:
+def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,
+               buckets: list[int]) -> list[Op]:
+    """One reduction per bucket (graph/ddp_buckets.py); `buckets` empty = the whole `params` at once."""
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
     return [_comm(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
-            for n in _bucket_params(cfg, params, stage, tensors)]
+            for n in (buckets or [params])]
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
@@ -347,7 +293,9 @@ def _non_layer_params(cfg: TrainingConfig, stage: int) -> int:
 
 
 def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert: int,
-                   gpus_per_node: int, num_layers: int = 0) -> tuple[Op, ...]:
+                   gpus_per_node: int, num_layers: int = 0, chunks: tuple[ChunkOps, ...] = ()) -> tuple[Op, ...]:
+    """The rank's once-per-step ops; `chunks` (its model chunks) lay out Megatron's DDP buckets (graph/ddp_buckets.py),
+    without them each gradient buffer is reduced whole."""
     o, p = cfg.optimizer, cfg.parallel
     dense, edp = dp_groups(cfg, gpus_per_node)
     sharded = o.distributed_optimizer or o.zero_stage >= 1
@@ -356,9 +304,11 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
     # ZeRO-1/2 under DeepSpeed >= 0.12.4 all-reduce each bucket and keep their partition (OptimizerConfig.zero_grad_allreduce)
     reduce_sharded = sharded and not runs_bf16_optimizer(cfg) and not o.zero_grad_allreduce
-    tensors = model_param_tensors(cfg, stage, num_layers)
-    ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded, stage, tensors)
-           + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded, stage, tensors))
+    bucketed = chunks and "deepspeed" not in cfg.framework and o.overlap_grad_reduce
+    ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded,
+                      rank_grad_buckets(cfg, stage, chunks, expert=False) if bucketed else [])
+           + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded,
+                        rank_grad_buckets(cfg, stage, chunks, expert=True) if bucketed else []))
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
     shard_dense = dense.group_size if sharded else 1
     shard_expert = edp.group_size if sharded else 1

@@ -23,9 +23,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.ddp_buckets import grad_bucket_elems, last_bucket_elems
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
-from llmperf_hook.graph.step_ops import grad_bucket_elems, megatron_chunk_bucketed
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
@@ -124,15 +124,14 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
     return PassCost(total + wait, compute, recompute, dict(exposed), wait)
 
 
-def _bucket_fraction(cfg: TrainingConfig, params: int, stage: int) -> float:
-    """Share of the gradient reduction in its last bucket, which no backward is left to hide: Megatron's DDP buckets
-    only the first chunk of pipeline rank 0 (graph/step_ops.py megatron_chunk_bucketed); elsewhere the last
-    reduction is a whole chunk (1 / vpp of the rank's parameters) launched after that chunk's last backward."""
+def _bucket_fraction(cfg: TrainingConfig, stage: StageGraph) -> float:
+    """Share of the gradient reduction in its last bucket, which no backward is left to hide. DeepSpeed: one
+    reduce_bucket_size of the buffer. Megatron's DDP (graph/ddp_buckets.py): the last bucket of the first chunk, the
+    one holding its first parameters (the embedding on pipeline rank 0); a whole chunk where it is not bucketed."""
+    params = stage.num_params
     if "deepspeed" in cfg.framework:
         return min(1.0, grad_bucket_elems(cfg, params) / max(1, params))
-    chunk = params // max(1, cfg.parallel.vpp)
-    last = min(grad_bucket_elems(cfg, params), chunk) if megatron_chunk_bucketed(cfg, stage) else chunk
-    return min(1.0, last / max(1, params))
+    return min(1.0, last_bucket_elems(cfg, stage.stage, stage.chunks) / max(1, params))
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
             grad_overlap = op.tags.get("overlap") == "grad_reduce"
     grad_exposed = grad
     if grad_overlap:
-        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage.num_params, stage.stage))
+        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
     return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather)
 
