@@ -114,15 +114,21 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
         warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
                         "Megatron-DeepSpeed")
         return {}
-    # validate_args checks MTP before it maps the legacy --use-rotary-position-embeddings to rope (arguments.py
-    # 'MTP validation' precedes 'Legacy RoPE arguments'): that flag alone does not satisfy the check.
+    # Since core_v0.17.0 (300d1b6, 'Add MTP support for hybrid models') validate_args checks MTP before it maps the
+    # legacy --use-rotary-position-embeddings to rope ('MTP validation' precedes 'Legacy RoPE arguments'): that flag
+    # alone does not satisfy the check. Releases up to core_v0.16 map it first; Pai-Megatron-Patch runs its pinned
+    # backends (Megatron-LM-250328 / 250624 / 250908, all before that change), so there it is rope.
     kind = str(flags.get("position_embedding_type", "learned_absolute"))
+    if flags.get("use_rotary_position_embeddings") and flags.has("patch_tokenizer_type"):
+        kind = "rope"
     if kind not in MTP_POSITION_TYPES:
         where = flags.source("position_embedding_type", "Megatron's default")
+        legacy = (" (--use-rotary-position-embeddings, the legacy spelling, is mapped to rope only after this check "
+                  "since core_v0.17.0)" if flags.get("use_rotary_position_embeddings") else "")
         raise ConfigError(f"--mtp-num-layers {depths} ({flags.source('mtp_num_layers')}) with --position-embedding-type "
                           f"{kind} ({where}): Megatron asserts 'Multi-Token Prediction (MTP) is not supported with {kind} "
-                          "position embedding type. The supported position embedding types are rope and none' "
-                          "(validate_args). Add --position-embedding-type rope.")
+                          f"position embedding type. The supported position embedding types are rope and none' "
+                          f"(validate_args){legacy}. Add --position-embedding-type rope.")
     layout, pp = flags.get("pipeline_model_parallel_layout"), flags.get("pipeline_model_parallel_size", 1)
     if layout and "m" in layout and not _mtp_on_last_rank(layout, pp):
         warnings.append("--pipeline-model-parallel-layout places the MTP layers on a pipeline rank before the last one "
