@@ -23,7 +23,7 @@ def unknown_option_names(script_args: Sequence[str], script: str = "") -> list[s
     point `script` itself (its extra_args_provider), in order."""
     from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
 
-    extra = entry_point_options(script)
+    extra = entry_point_options(script, script_args)
     unknown: list[str] = []
     for word in script_args:
         if not word.startswith("--") or word == "--":

@@ -23,6 +23,7 @@ _INT = (
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
+    "extra-vocab-size", "padded-vocab-size",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -31,7 +32,7 @@ _STR = (
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
-    "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format",
+    "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -112,7 +113,7 @@ SCRIPT_FLAGS: dict[str, Flag] = _build()
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
 ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
                           "empty_unused_memory_level", "cpu_offloading_num_layers", "timing_log_level",
-                          "manual_gc_interval"})
+                          "manual_gc_interval", "extra_vocab_size", "padded_vocab_size"})
 
 FALSE_DESTS = frozenset(dest for dest, kind in ((f.dest, f.kind) for f in SCRIPT_FLAGS.values()) if kind == "false")
 """Destinations of store_false flags (`--no-X`): True unless given."""

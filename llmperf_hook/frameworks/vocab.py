@@ -177,6 +177,12 @@ def megatron_vocab(flags: FlagValues, tokenizer: str | None, divisible: int, div
     --pad-vocab-size-to N pads to N itself (megatron/tokenizer/tokenizer.py _vocab_size_with_padding at 8387ae1: it
     raises when N < the vocabulary or N % make-vocab-size-divisible-by != 0), so with it the tokenizer need not be
     sized; VocabParallelEmbedding then splits N over TP (mpu/utils.py divide asserts N % TP == 0)."""
+    if flags.has("patch_tokenizer_type"):  # a Pai-Megatron-Patch entry point sizes its own tokenizer
+        from llmperf_hook.frameworks.pai_patch import pai_vocab
+
+        found = pai_vocab(flags, src)
+        if found is not None:
+            return found
     pad_to = flags.get("pad_vocab_size_to")
     try:
         vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"), tokenizer,
