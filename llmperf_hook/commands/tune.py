@@ -66,7 +66,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     applied = plans[0] if apply_best else None
     if applied is not None and applied.launch_refusal:
         _refuse_before_output(applied.launch_refusal, fmt)
-    from llmperf_hook.tune.apply import is_batch_script
+    from llmperf_hook.tune.apply import is_batch_script, script_file_kind
 
     batch_script = applied is not None and is_batch_script(argv, job.script)
     if batch_script:  # the changes are shown for the user to make by hand; nothing is applied
@@ -80,7 +80,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
 
         click.echo(render_table(result, changes, header))
     if batch_script:
-        raise UsageError(BATCH_SCRIPT_REFUSAL)
+        raise UsageError(batch_script_refusal(script_file_kind(argv) or "sbatch script"))
     if applied is not None:
         _apply(applied, dry_run, quiet=fmt == "json")
 
@@ -93,9 +93,16 @@ def _refuse_before_output(message: str, fmt: str) -> None:
     raise UsageError(message)
 
 
-BATCH_SCRIPT_REFUSAL = ("tune --apply cannot rewrite an sbatch script: the training command is inside it. Make the "
-                        "changes listed above in the script, or run tune --apply on the launch line itself (`llmperf "
-                        "tune --apply -- srun ... pretrain_gpt.py ...` inside the allocation).")
+def batch_script_refusal(kind: str) -> str:
+    """Why --apply stops on `sbatch job.sh` / `bash train.sh` (kind 'sbatch script' / 'shell script')."""
+    sbatch = kind == "sbatch script"
+    article, outer = ("an", "sbatch") if sbatch else ("a", "script")
+    inside = "srun ... pretrain_gpt.py ...` inside the allocation" if sbatch else \
+        "torchrun ... pretrain_gpt.py ...`, the script's launch line"
+    return (f"tune --apply cannot rewrite {article} {kind}: the training command is inside it, and flags appended to "
+            f"the {outer} command would reach the script as $1, $2, ..., which it does not pass on. Make the changes "
+            f"listed above in the script, or run tune --apply on the launch line itself (`llmperf tune --apply -- "
+            f"{inside}).")
 
 
 def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,

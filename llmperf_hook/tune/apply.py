@@ -17,13 +17,14 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.launch.parse import is_shell_c, parse_launch
+from llmperf_hook.launch.parse import is_shell_c, parse_launch, shell_operand
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
 MEGATRON = ("megatron", "megatron-deepspeed")
+_SHELLS = ("sh", "bash", "zsh", "dash")
 
 
 @dataclass(frozen=True)
@@ -146,11 +147,11 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
 
 
 def batch_script_words(argv: Sequence[str]) -> list[str] | None:
-    """`sbatch [opts] job.sh`: the training script and its flags as the script's launch line gives them (its
-    variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the sbatch
-    argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the script
-    stayed on while the tuned layout had recompute off)."""
-    if not any(os.path.basename(word) == "sbatch" for word in argv):
+    """`sbatch [opts] job.sh` / `bash train.sh`: the training script and its flags as the script's launch line gives
+    them (its variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the
+    outer argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the
+    script stayed on while the tuned layout had recompute off)."""
+    if script_file_kind(argv) is None:
         return None
     try:
         job = parse_launch(argv, dict(os.environ))
@@ -159,11 +160,30 @@ def batch_script_words(argv: Sequence[str]) -> list[str] | None:
     return [job.script, *job.script_args] if is_batch_script(argv, job.script) else None
 
 
+def script_file_kind(argv: Sequence[str]) -> str | None:
+    """'sbatch script' for `sbatch job.sh`, 'shell script' for `bash [-x] train.sh` / `sh train.sh` / `./train.sh` (how
+    Megatron-LM's README runs examples/gpt3/train_gpt3_175b_distributed.sh), else None: the launch line lives in a
+    file, where --apply's flags never reach it."""
+    if any(os.path.basename(word) == "sbatch" for word in argv):
+        return "sbatch script"
+    for i, word in enumerate(argv):
+        if any(c.isspace() for c in word):  # `sh -c "CMD"`'s CMD: rewritten in place, not a file
+            continue
+        head = os.path.basename(word)
+        if head in _SHELLS:  # `bash -x -e train.sh` (not -c CMD, not -s: those run no script file)
+            operand, letters = shell_operand(argv, i)
+            if operand < len(argv) and not {"c", "s"} & set(letters):
+                return "shell script"
+        if head.endswith(".sh") and not word.startswith("-"):
+            return "shell script"
+    return None
+
+
 def is_batch_script(argv: Sequence[str], script: str) -> bool:
-    """`sbatch job.sh`: the training script (`script`, as parsed) is not in the argv but inside the script sbatch
-    runs, which --apply does not rewrite (appending the tuned flags to sbatch's argv would hand them to the script
-    as $1..., unread)."""
-    return script not in argv and any(os.path.basename(word) == "sbatch" for word in argv)
+    """`sbatch job.sh` or `bash train.sh`: the training script (`script`, as parsed) is not in the argv but inside
+    the script file that runs it, which --apply does not rewrite (appending the tuned flags to the outer argv
+    would hand them to the script as $1..., unread)."""
+    return script not in argv and script_file_kind(argv) is not None
 
 
 def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> TunedCommand:
@@ -171,7 +191,7 @@ def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidat
     out = words
     if base_cfg.framework in MEGATRON:
         out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, base_cfg.model.num_layers, base_cfg.framework)
-    return TunedCommand(argv=tuple(out), notes=("the launch line inside the sbatch script, to edit there",))
+    return TunedCommand(argv=tuple(out), notes=("the launch line inside the script, to edit there",))
 
 
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,

@@ -33,3 +33,37 @@ def test_changes_are_those_of_the_scripts_launch_line(tmp_path: Path, capsys) ->
                        "--sequence-parallel": ("", None), "--recompute-activations": ("", None),
                        "--use-distributed-optimizer": (None, "")}
     assert all(c["where"] == "argv" for c in best["changes"])
+
+
+LAUNCH_SCRIPT = """#!/bin/bash
+GPUS_PER_NODE=8
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes 2
+)
+MODEL_ARGS=(
+    --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} --micro-batch-size 1 --global-batch-size 256 \\
+    --bf16 --vocab-size 50257 --tensor-model-parallel-size 2 --sequence-parallel --recompute-activations
+"""
+
+
+def test_bash_train_sh_is_refused_by_apply_with_the_launch_lines_changes(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`bash train.sh` (how Megatron-LM's README runs its examples) reads the script's torchrun line; --apply used
+    to append the tuned flags to `bash train.sh ...`, where the script reads them as $1... and never passes them on
+    ('would run: bash train.sh --pipeline-model-parallel-size 2 ...', exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(LAUNCH_SCRIPT)
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [4]\ntensor_parallel: [1]\npipeline_parallel: [1]\n"
+                                     "recompute: [none]\ndistributed_optimizer: [true]\n")
+    before = (tmp_path / "train.sh").read_bytes()
+    for launch in (["bash", "train.sh", "ckpt"], ["./train.sh"], ["bash", "-x", "-e", "train.sh"]):
+        code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--search", "s.yaml",
+                                  "--apply", "--dry-run", "--", *launch], capsys)
+        assert code == 2 and "cannot rewrite a shell script" in err and "would run" not in out + err
+        data = json.loads(out)
+        assert data["applied"] is None
+        changes = {c["key"]: (c["old"], c["new"]) for c in next(r for r in data["top"] if r["changes"])["changes"]}
+        assert changes["--micro-batch-size"] == ("1", "4") and changes["--recompute-activations"] == ("", None)
+    assert (tmp_path / "train.sh").read_bytes() == before
