@@ -23,7 +23,9 @@ PP = ("--pipeline-model-parallel-size",)
 CP = ("--context-parallel-size",)
 SP = ("--sequence-parallel",)
 VPP_LAYERS = ("--num-layers-per-virtual-pipeline-stage",)
-VPP_STAGES = ("--num-virtual-stages-per-pipeline-rank",)
+# --virtual-pipeline-model-parallel-size: Megatron-LM's first spelling of the same count (dd88906, removed in
+# dcef906, 2021), still written by NeMo-derived scripts; explain reads it as --num-virtual-stages-per-pipeline-rank
+VPP_STAGES = ("--num-virtual-stages-per-pipeline-rank", "--virtual-pipeline-model-parallel-size")
 MBS = ("--micro-batch-size",)
 DISTOPT = ("--use-distributed-optimizer",)
 ZERO = ("--zero-stage",)

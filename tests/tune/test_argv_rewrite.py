@@ -70,3 +70,16 @@ def test_megatron_deepspeed_zero_and_pipeline_switch() -> None:
 def test_unchanged_candidate_leaves_argv_identical() -> None:
     argv = [*LAUNCH, "--tensor-model-parallel-size", "2", "--weird", "x"]
     assert rewrite_megatron_argv(argv, _base(), _base(), 24, "megatron") == argv
+
+
+def test_first_vpp_spelling_is_rewritten_or_dropped() -> None:
+    """--virtual-pipeline-model-parallel-size V (Megatron-LM's 2021 spelling, which explain reads as
+    --num-virtual-stages-per-pipeline-rank) stayed in the rewritten command: a tuned vpp 1 ran interleaved with V
+    stages, and a tuned vpp 2 added --num-layers-per-virtual-pipeline-stage beside it, which Megatron refuses."""
+    base = dataclasses.replace(_base(), vpp=4)
+    argv = [*LAUNCH, "--pipeline-model-parallel-size", "2", "--virtual-pipeline-model-parallel-size", "4"]
+    flat = rewrite_megatron_argv(argv, base, dataclasses.replace(base, pp=4, vpp=1), 24, "megatron")
+    assert "--virtual-pipeline-model-parallel-size" not in flat and "4" == ed.flag_value(flat, ["--pipeline-model-parallel-size"])
+    two = rewrite_megatron_argv(argv, base, dataclasses.replace(base, pp=4, vpp=2), 24, "megatron")
+    assert ed.flag_value(two, ["--virtual-pipeline-model-parallel-size"]) == "2"
+    assert not ed.find_flag(two, ["--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"])
