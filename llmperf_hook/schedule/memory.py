@@ -61,8 +61,7 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
     if gradient_partition_on_host(cfg):
         grads = 0.0  # only the bucket being reduced stays on the GPU (zero_buckets)
-    elif "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and not fp32 and o.offload_optimizer == "none":
-        grads += sharded * 4  # fp32 gradient partition for the optimizer (single_partition_of_fp32_groups grads)
+    # ZeRO-1/2's fp32 gradient partition exists only during the step: optimizer_step_bytes.
     if "deepspeed" in cfg.framework and o.zero_stage == 0 and not fp32:
         grads += total * 4  # bf16_optimizer.py fp32_groups_gradients_flat (fp16: FP16_Optimizer's fp32 flat grads)
     grads += grad_accum_extra_bytes(cfg, total, sharded, grad_b)
@@ -106,8 +105,22 @@ def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, gr
     if accum_b <= grad_b:
         return 0.0
     if o.zero_stage == 1:
-        return total * accum_b - (sharded * 4 if runs_bf16_optimizer(cfg) else 0.0)
+        return total * accum_b
     return sharded * (accum_b - grad_b) if o.zero_stage >= 2 else 0.0
+
+
+def zero_reduce_bucket_bytes(cfg: TrainingConfig) -> float:
+    """DeepSpeed's gradient reduction bucket: torch.empty(reduce_bucket_size) in the reduction dtype (the model's,
+    the grad_accum_dtype when gradients accumulate in it), whatever the model's size; ZeRO-1/2 allocate it per
+    backward (stage_1_and_2.py setup_buckets, a second one with overlap_comm) and free it at its end
+    (_release_ipg_buffers), ZeRO-3 once (stage3.py, one per dtype). The all-gather of the updated weights writes
+    into the flat 16-bit parameter buffer itself (runtime/utils.py all_gather_dp_groups): allgather_bucket_size
+    allocates nothing."""
+    o = cfg.optimizer
+    accum = DTYPE_BYTES.get(o.grad_accum_dtype or "", 0)
+    dtype_b = max(4 if cfg.precision == "fp32" else 2, accum if o.zero_stage in (1, 2) else 0)
+    count = 2 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else 1
+    return float((o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * dtype_b * count)
 
 
 def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
@@ -119,9 +132,7 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     communicators = sum(1 for n in (p.tp, p.cp, p.dp * p.cp, p.pp, p.ep) if n > 1)
     out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
     if "deepspeed" in cfg.framework and o.zero_stage >= 1:
-        reduce = (o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * 2
-        gather = (o.allgather_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * 2
-        out["zero_buckets"] = float(min(reduce, stage.num_params * 2) + min(gather, stage.num_params * 2))
+        out["zero_buckets"] = zero_reduce_bucket_bytes(cfg)
     if o.zero_stage >= 3:
         layer = stage.num_params / max(1, stage.num_layers)
         prefetch = o.stage3_prefetch_bucket_size_elems  # 0 = no prefetch buffer (fetch on demand)
@@ -195,24 +206,37 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     parts = one_peak_of_two(parts)
     transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
     parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
-    step = zero3_step_grad_bytes(cfg, stage, gpus_per_node)
-    if step > transient * (1 + FRAGMENTATION_FRACTION):
-        # The optimizer step is the peak: the backward's transients are freed, one sub-group's fp32 gradients live.
-        parts["zero3_step_fp32_grads"] = step - transient * (1 + FRAGMENTATION_FRACTION)
+    backward_only = transient * (1 + FRAGMENTATION_FRACTION) + parts.get("zero3_live_params", 0.0) + (
+        parts.get("zero_buckets", 0.0) if cfg.optimizer.zero_stage in (1, 2) else 0.0)
+    step = optimizer_step_bytes(cfg, stage, gpus_per_node) - parts["gradients"]
+    if step > backward_only:
+        # The optimizer step is the peak (the two phases never overlap): the components sum to the larger.
+        parts["optimizer_step_working_set"] = step - backward_only
     return {k: int(v) for k, v in parts.items()}
 
 
-def zero3_step_grad_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
-    """DeepSpeed ZeRO-3 on the GPU keeps its gradient partition in 16 bits; the step casts one optimizer sub-group
-    of it to fp32 at a time and frees it after that sub-group's Adam (stage3.py _prepare_fp32_grad_for_sub_group,
-    _release_sub_group): 4 x min(partition, sub_group_size) bytes while the activations are gone. DeepSpeed's
-    estimate_zero3_model_states_mem_needs counts these 4 bytes for every parameter of the partition (its 18 = 2 + 4 +
-    4 + 8) as if always alive; offloaded optimizers build them on the host."""
+def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
+    """Gradient bytes alive during DeepSpeed's optimizer step, once the backward's activations and buckets are freed
+    (the weights and optimizer states are alive in both phases).
+
+    ZeRO-1/2: the step flattens the rank's 16-bit gradient partition, casts it to an fp32 partition for Adam and
+    frees it after the step (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32), then
+    single_partition_of_fp32_groups[i].grad = None): 2 + 2 + 4 bytes per parameter of the partition; the other
+    ranks' gradients are freed first (free_grad_in_param_list). ZeRO-3 does the same per optimizer sub-group
+    (_prepare_fp32_grad_for_sub_group, _release_sub_group) beside its 16-bit gradient partition. DeepSpeed's
+    estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
+    Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
+    parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers and
+    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing."""
     o = cfg.optimizer
-    if "deepspeed" not in cfg.framework or o.zero_stage < 3 or o.offload_optimizer != "none" or cfg.precision == "fp32":
+    if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
+            or o.zero_stage == 0 or runs_bf16_optimizer(cfg)):
         return 0.0
     num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
-    return 4.0 * min(num_dense / d_dense + num_expert / d_expert, o.sub_group_size_elems)
+    sharded = num_dense / d_dense + num_expert / d_expert
+    if o.zero_stage == 3:
+        return 2.0 * sharded + 6.0 * min(sharded, o.sub_group_size_elems)
+    return 8.0 * sharded
 
 
 def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:

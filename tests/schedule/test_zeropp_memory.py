@@ -33,7 +33,7 @@ def test_hpz_adds_a_secondary_copy_of_one_kth_of_the_weights() -> None:
 
 
 @pytest.mark.parametrize("stage, extra_per_param", [
-    (1, 4.0 - 4.0 / 8),   # BF16_Optimizer: a full fp32 buffer (4P) replaces the fp32 partition (4P/8)
+    (1, 4.0),             # BF16_Optimizer: a full fp32 buffer (4P); the ZeRO optimizer's fp32 partition is the step's
     (2, 2.0 / 8),         # the gradient partition accumulates in fp32 instead of bf16: +2P/8
     (3, 2.0 / 8),
 ])

@@ -1,0 +1,104 @@
+"""Peak memory per GPU against the frameworks' own memory code and against measured peaks.
+
+    python benchmarks/bench_memory_reference.py [measurements/h100-sxm5-80gb-2026-11-26]
+
+1. Megatron-LM megatron/training/theoretical_memory_usage.py (as shipped, with a stub args namespace; needs a
+   Megatron-LM checkout: the mirror or $LLMPERF_MEGATRON_LM) on the Megatron rows of
+   tests/schedule/test_memory_reference.py: weight + optimizer bytes of the most loaded rank and activation bytes
+   of the first stage, Megatron's figure, ours, and the documented differences (the test checks ours = Megatron +
+   those terms).
+2. DeepSpeed estimate_zero2/3_model_states_mem_needs (the installed deepspeed) on the DeepSpeed rows: the
+   estimator's GPU bytes and our model-state bytes in each phase (backward, optimizer step).
+3. The measured single-GPU runs of a measurements folder (DeepSpeed ZeRO-0/1 and plain torch on an H100): the
+   peak allocated and reserved bytes the hook recorded against our peak (which includes the CUDA context, absent
+   from torch's counters: compared with allocated + context and with reserved + context).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DEFAULT_RUNS = ROOT / "measurements" / "h100-sxm5-80gb-2026-11-26"
+GB = 1e9
+
+
+def _gb(x: float | None) -> str:
+    return f"{x / GB:8.2f}" if x is not None else "       -"
+
+
+def megatron_table(ref: object, resolved: dict) -> None:
+    from tests.schedule import test_memory_reference as t
+
+    print("Megatron-LM theoretical_memory_usage.py (GB per GPU; expected = Megatron + documented terms)")
+    print(f"{'case':34} {'W+O mlm':>8} {'ours':>8} {'exp':>8}  {'act mlm':>8} {'ours':>8} {'exp':>8}  differences")
+    for case in t.MEGATRON_CASES:
+        r = resolved[case.name]
+        s_mlm, s_exp, s_note = t.megatron_state_expected(ref, r)
+        skip = t.megatron_activations_comparable(r.cfg)
+        a_mlm, a_exp, a_note = (None, None, skip) if skip else t.megatron_activation_expected(ref, r)
+        ours_a = t.our_stage0_activations(r)
+        print(f"{case.name:34} {_gb(s_mlm)} {_gb(t.our_state(r))} {_gb(s_exp)}  {_gb(a_mlm)} {_gb(ours_a)} "
+              f"{_gb(a_exp)}  W+O: {s_note}; act: {a_note}")
+
+
+def deepspeed_table(resolved: dict) -> None:
+    from tests.schedule import test_memory_reference as t
+
+    print("\nDeepSpeed estimate_zero{2,3}_model_states_mem_needs (GB per GPU, model states only)")
+    print(f"{'case':36} {'DS est':>8} {'ours bwd':>8} {'exp bwd':>8} {'ours step':>9} {'exp step':>8}  differences")
+    for case in t.DEEPSPEED_CASES:
+        r = resolved[case.name]
+        want = t.deepspeed_state_expected(r)
+        backward, step = t.our_deepspeed_phases(r)
+        print(f"{case.name:36} {_gb(want.estimator_bytes)} {_gb(backward)} {_gb(want.backward_bytes)} "
+              f"{_gb(step)} {_gb(want.step_bytes)}   {want.note}")
+
+
+def measured_table(folder: Path) -> None:
+    from llmperf_hook.api import predict_command
+
+    print(f"\nMeasured peaks, {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder} (GB; ctx = our "
+          "CUDA context, outside torch's counters)")
+    print(f"{'run':4} {'alloc+ctx':>9} {'resv+ctx':>9} {'ours':>8} {'vs alloc':>9} {'vs resv':>8}")
+    errors: dict[str, list[float]] = {"alloc": [], "resv": []}
+    for run_dir in sorted(p for p in (folder / "runs").iterdir() if p.is_dir()):
+        argv = [a.replace("examples/", f"{ROOT}/examples/") for a in json.loads((run_dir / "session.json").read_text())["argv"]]
+        steps = [json.loads(line) for line in (run_dir / "rank0.jsonl").read_text().splitlines() if '"kind":"step"' in line]
+        pred = predict_command(argv, {"PATH": os.environ.get("PATH", "")}, cluster="dgx-h100", hardware="h100-sxm5-80gb")
+        mem = pred.estimate.memory
+        ctx = mem.components.get("cuda_context", 0)
+        alloc = max(s["gpu_peak_allocated_bytes"] for s in steps) + ctx
+        resv = max(s["gpu_peak_reserved_bytes"] for s in steps) + ctx
+        e_a, e_r = mem.peak_bytes_per_gpu / alloc - 1, mem.peak_bytes_per_gpu / resv - 1
+        errors["alloc"].append(abs(e_a))
+        errors["resv"].append(abs(e_r))
+        print(f"{run_dir.name:4} {_gb(alloc)}  {_gb(resv)} {_gb(mem.peak_bytes_per_gpu)} {e_a * 100:+8.1f}% {e_r * 100:+7.1f}%")
+    for name, errs in errors.items():
+        print(f"peak memory MAPE vs {name:5} {100 * statistics.fmean(errs):5.1f}%  (n={len(errs)})")
+
+
+def main() -> None:
+    from tests.schedule import test_memory_reference as t
+
+    folder = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else DEFAULT_RUNS
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["LLMPERF_HOME"] = str(Path(tmp) / "home")  # no user calibration
+        resolved = {c.name: t.resolve(c, Path(tmp) / str(i)) for i, c in enumerate(t.CASES)}
+        if t.REFERENCE is None:
+            print("Megatron-LM checkout not found (set LLMPERF_MEGATRON_LM): Megatron table skipped")
+        else:
+            megatron_table(t.REFERENCE, resolved)
+        deepspeed_table(resolved)
+        if (folder / "runs").is_dir():
+            measured_table(folder)
+
+
+if __name__ == "__main__":
+    main()
