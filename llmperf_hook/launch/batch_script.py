@@ -23,12 +23,12 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections
 
-LAUNCH_HEADS = frozenset({"srun", "torchrun", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
+LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+(?:-\S+\s+)*\S+\.py\b")
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
-                        r"\.runner|accelerate\.commands\.launch)\b")
+                        r"\.runner|accelerate\.commands\.launch|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\1")

@@ -1,6 +1,7 @@
 """Stage [1]: launch command (argv + env) -> ParsedJob.
 
 Recognised launchers: `torchrun`, `python -m torch.distributed.run`, legacy `python -m torch.distributed.launch`,
+nvidia-resiliency-ext's `ft_launcher` (torchrun's options plus fault-tolerance ones),
 `deepspeed`, `accelerate launch`, `srun` and `mpirun`/`mpiexec` (running a launcher or the training script directly),
 `sbatch SCRIPT` (the script's launch line in the allocation its #SBATCH / command-line options ask for) and a plain
 `python train.py`
@@ -36,6 +37,7 @@ _PY_VALUED_OPTS = ("-X", "-W", "-Q")
 _MODULE_LAUNCHERS = {
     "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
     "deepspeed.launcher.runner": "deepspeed", ACCELERATE_MODULE: "accelerate",
+    "nvidia_resiliency_ext.fault_tolerance.launcher": "ft_launcher",
 }
 
 
@@ -219,8 +221,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     if j != i:
         return _dispatch(words, j, env, used, inside_srun)
     head = os.path.basename(words[i])
-    if head == "torchrun":
-        return parse_torchrun(words, i + 1, env, used, "torchrun")
+    if head in ("torchrun", "ft_launcher"):
+        return parse_torchrun(words, i + 1, env, used, head)
     if head == "deepspeed":
         return parse_deepspeed_launcher(words, i + 1, env, used)
     start = accelerate_options_start(words, i)
@@ -248,7 +250,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return _single_process(words[i], tuple(words[i + 1:]), env, used)
     raise UsageError(
         f"llmperf does not know the launcher {words[i]!r}. Give the command that starts training: torchrun ..., "
-        "python -m torch.distributed.run ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., "
+        "python -m torch.distributed.run ..., ft_launcher ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., "
         "sbatch job.sh, bash train.sh, or python train.py ...."
     )
 

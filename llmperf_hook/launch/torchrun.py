@@ -1,4 +1,4 @@
-"""torchrun / `python -m torch.distributed.run` / legacy `python -m torch.distributed.launch` -> ParsedJob.
+"""torchrun / `python -m torch.distributed.run` / legacy `python -m torch.distributed.launch` / ft_launcher -> ParsedJob.
 
 Semantics follow torch/distributed/run.py: `--nnodes N` or `MIN:MAX` (elastic; we size for MAX),
 `--nproc-per-node N|gpu|auto|cpu` (default 1), `--standalone` (single node, local rendezvous); every option
@@ -30,6 +30,18 @@ TORCHRUN_OPTIONS: dict[str, Option] = {
     "-r": Option("redirects"),
     "-t": Option("tee"),
 }
+FT_LAUNCHER_OPTIONS: dict[str, Option] = {
+    **TORCHRUN_OPTIONS, "--term-timeout": Option("term_timeout"), "--workers-stop-timeout": Option("workers_stop_timeout"),
+    "--ft-ignore-missing-cfg": Option("ft_ignore_missing_cfg", takes_value=False),
+    "--ignore-missing-fault-tol-cfg": Option("ft_ignore_missing_cfg", takes_value=False),
+}
+"""nvidia-resiliency-ext's ft_launcher (fault_tolerance/launcher.py at d8686d9, the launcher of Megatron-LM's CI and
+release jobs): torchrun's parser (its own copy of torch/distributed/run.py) plus --term-timeout,
+--workers-stop-timeout and the fault-tolerance options; every --ft-* option takes a value (their booleans are
+typed values, `--ft-enable-nic-monitor true`) except the switch --ft-ignore-missing-cfg (older releases:
+--ignore-missing-fault-tol-cfg; --fault-tol-cfg-path and --ft-param-* take values)."""
+_FT_PREFIXES = ("--ft-", "--ft_", "--fault-tol")
+
 # Accepted but not modelled: they change restarts, logging or placement, not step time.
 _NOT_MODELLED = ("max_restarts", "redirects", "tee", "local_ranks_filter", "numa_binding", "rdzv_conf")
 
@@ -76,8 +88,13 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
 
 def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str], launcher: str) -> LaunchSize:
     """Parse words[start:] as torchrun options + program; `launcher` is "torchrun" or "torch.distributed.launch"."""
-    opts = scan_options(words, start, TORCHRUN_OPTIONS, launcher)
-    warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown]
+    ft = launcher == "ft_launcher"
+    opts = scan_options(words, start, FT_LAUNCHER_OPTIONS if ft else TORCHRUN_OPTIONS, launcher)
+    fault_tolerance = [w.split("=", 1)[0] for w in opts.unknown if ft and w.startswith(_FT_PREFIXES)]
+    warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown if not w.startswith(_FT_PREFIXES) or not ft]
+    if fault_tolerance:
+        warnings.append(f"ft_launcher fault-tolerance options {', '.join(fault_tolerance)} accepted, not modelled "
+                        "(hang detection and restarts do not change the step time)")
     nnodes_found = _lookup(opts, "nnodes", env, used)
     if nnodes_found is None:
         nnodes = Sized(1, Source(SourceKind.DEFAULT, "torchrun: 1"))
