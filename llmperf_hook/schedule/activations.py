@@ -44,7 +44,7 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     sbh = s * b * h
     ab = act_bytes(cfg)  # the paper's 2 bytes, per precision
     ln_inputs = 2 * ab * sbh
-    qkv_input, mlp_input, dropout_masks = ab * sbh, ab * sbh, 2 * MASK_BYTES * sbh
+    qkv_input, mlp_input, dropout_masks = ab * sbh, ab * sbh, 2 * hidden_mask_bytes(cfg) * sbh
     replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
     if m.num_experts and cfg.framework == "megatron":
         # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
@@ -61,6 +61,14 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     a = m.num_attention_heads
     scores = stored_score_bytes(cfg) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def hidden_mask_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per element of a hidden-state dropout mask (the two after attention and MLP, the embedding's): 1, or
+    none at --hidden-dropout 0, where torch's dropout returns its input without drawing a mask
+    (aten/src/ATen/native/Dropout.cpp: `if (p == 0 || !train ...) return input`), as Megatron's bias-dropout-add
+    and embedding dropout call it. Megatron's Llama recipes train at 0."""
+    return MASK_BYTES if cfg.hidden_dropout > 0 else 0
 
 
 def stored_score_bytes(cfg: TrainingConfig) -> float:
@@ -148,7 +156,7 @@ def mtp_activation_bytes(cfg: TrainingConfig) -> float:
     if not m.mtp_num_layers:
         return 0.0
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
-    around = (4 * act_bytes(cfg) * sbh + MASK_BYTES * sbh) / (p.tp if p.sequence_parallel else 1)
+    around = (4 * act_bytes(cfg) * sbh + hidden_mask_bytes(cfg) * sbh) / (p.tp if p.sequence_parallel else 1)
     return m.mtp_num_layers * (layer_activation_bytes(cfg) + around + output_activation_bytes(cfg))
 
 
@@ -212,7 +220,7 @@ def embedding_activation_bytes(cfg: TrainingConfig) -> float:
     8sb per in-flight micro-batch as 'Input to embedding')."""
     m, p = cfg.model, cfg.parallel
     sb = m.seq_length / p.cp * cfg.batch.micro_batch_size
-    return MASK_BYTES * sb * m.hidden_size / (p.tp if p.sequence_parallel else 1) + TOKEN_ID_BYTES * sb
+    return hidden_mask_bytes(cfg) * sb * m.hidden_size / (p.tp if p.sequence_parallel else 1) + TOKEN_ID_BYTES * sb
 
 
 def output_activation_bytes(cfg: TrainingConfig) -> float:

@@ -25,6 +25,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmperf_hook import api
 from llmperf_hook.frameworks.resolve import JobOverrides
@@ -117,13 +119,15 @@ MEGATRON_CASES = (
               "--use-distributed-optimizer"),
     _megatron("llama3-8b tp8 no-sp", "8", LLAMA3_8B, "--micro-batch-size 1 --global-batch-size 8 "
               "--tensor-model-parallel-size 8"),
+    _megatron("llama3-8b tp8 no-sp no dropout", "8", LLAMA3_8B, "--micro-batch-size 1 --global-batch-size 8 "
+              "--tensor-model-parallel-size 8 --hidden-dropout 0 --attention-dropout 0"),
     _megatron("llama3-8b tp1 full", "8", LLAMA3_8B, "--micro-batch-size 1 --global-batch-size 64 "
               "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
               "--use-distributed-optimizer"),
     _megatron("llama3-70b tp8 pp4 vpp5 sp sel", "8", LLAMA3_70B, "--micro-batch-size 1 --global-batch-size 128 "
               "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --sequence-parallel "
               "--recompute-granularity selective --num-layers-per-virtual-pipeline-stage 4 "
-              "--use-distributed-optimizer", nodes=8),
+              "--use-distributed-optimizer --hidden-dropout 0 --attention-dropout 0", nodes=8),
     _megatron("mixtral tp1 ep8 pp4 distopt", "8", MIXTRAL, "--micro-batch-size 1 --global-batch-size 64 "
               "--expert-model-parallel-size 8 --pipeline-model-parallel-size 4 --recompute-granularity full "
               "--recompute-method uniform --recompute-num-layers 1 --use-distributed-optimizer", nodes=4),
@@ -298,6 +302,13 @@ def megatron_activation_expected(ref: ModuleType, r: Resolved) -> tuple[float, f
         per_layer += (ours_mlp - theirs_mlp) / t
         notes.append("SwiGLU 2f" if m.swiglu else "ffn width")
     per_layer += 4 * m.num_attention_heads / t * s * mbs  # flash attention's fp32 log-sum-exp per row and head
+    if cfg.hidden_dropout == 0:
+        # torch's dropout at p = 0 returns its input: no masks (2sbh per layer, sbh per micro-batch at the
+        # embedding); the formula counts them always.
+        shard = t if p.sequence_parallel else 1
+        per_layer -= 2 * s * mbs * m.hidden_size / shard
+        expected -= s * mbs * m.hidden_size * in_flight / shard
+        notes.append("no dropout masks")
     expected += per_layer * layers
     if p.pp == 1 and not p.sequence_parallel:
         # The without-SP formula counts the output layer as 2(sbv/t + sbh); ours is Korthikanti Sec. 4.2.3's
@@ -498,3 +509,31 @@ def test_one_gpu_zero1_peaks_at_the_step_with_22_bytes_per_parameter() -> None:
     assert mem.peak_bytes_per_gpu == pytest.approx(22 * params + fixed, rel=1e-9)
     assert mem.components["optimizer_step_working_set"] > 0
     assert sum(mem.components.values()) == mem.peak_bytes_per_gpu
+
+
+@settings(max_examples=40, deadline=None)
+@given(zero=st.integers(0, 3), dp=st.sampled_from([1, 2, 8]), mbs=st.integers(1, 8),
+       offload=st.sampled_from(["none", "cpu"]), precision=st.sampled_from(["bf16", "fp16", "fp32"]))
+def test_peak_is_the_larger_of_backward_and_step(zero: int, dp: int, mbs: int, offload: str, precision: str) -> None:
+    """Whatever the layout, the components sum to the peak, and the peak is the backward's (state + buffers +
+    transients) or the step's (weights + optimizer states + the step's gradient bytes + persistent buffers),
+    whichever is larger."""
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.hardware.load import load_cluster
+    from llmperf_hook.schedule.memory import optimizer_step_bytes
+
+    cluster = load_cluster("dgx-h100")
+    cfg = make_config(num_layers=4, hidden_size=2048, num_attention_heads=16, seq_length=1024, dp=dp,
+                      micro_batch_size=mbs, global_batch_size=mbs * dp, precision=precision, framework="deepspeed",
+                      optimizer_kw=dict(zero_stage=zero, offload_optimizer=offload if zero else "none"))
+    graph = build_graph(cfg, cluster)
+    mem = estimate_memory(cfg, graph, cluster)
+    c = dict(mem.components)
+    assert sum(c.values()) == mem.peak_bytes_per_gpu
+    top_up = c.pop("optimizer_step_working_set", 0)
+    backward = sum(c.values())
+    persistent = sum(v for k, v in c.items() if k in ("weights", "optimizer_states", "cuda_context", "nccl_buffers"))
+    persistent += c.get("zero_buckets", 0) if zero == 3 else 0
+    step = persistent + (optimizer_step_bytes(cfg, graph.stages[0], 8) or c["gradients"])
+    assert mem.peak_bytes_per_gpu == pytest.approx(max(backward, step), abs=16)
+    assert (top_up > 16) == (step > backward + 16)
