@@ -59,8 +59,11 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     if not result.top:
         message = infeasible_message(result, cfg, header)
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
+            from llmperf_hook.tune.render import search_json
+
             click.echo(json.dumps({"error": message, "exit_code": 3, "fits": False, "header": header,
-                                   "nearest": _nearest_json(result)}, indent=2))
+                                   "search": search_json(result, header), "nearest": _nearest_json(result)},
+                                  indent=2))
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
@@ -82,7 +85,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     if batch_script:
         raise UsageError(batch_script_refusal(script_file_kind(argv) or "sbatch script"))
     if applied is not None:
-        _apply(applied, dry_run, quiet=fmt == "json")
+        _apply(applied, dry_run, quiet=fmt == "json", unchanged=list(applied.argv) == argv and not applied.new_files)
 
 
 def _refuse_before_output(message: str, fmt: str) -> None:
@@ -187,7 +190,7 @@ def _nearest_json(result: Any) -> dict[str, Any] | None:
             "layers_that_fit": result.layers_that_fit or None}
 
 
-def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
+def _apply(plan: Any, dry_run: bool, quiet: bool, unchanged: bool = False) -> None:
     from llmperf_hook.tune.apply import write_planned_files
 
     from llmperf_hook.commands.run import check_launchable, exec_command
@@ -202,6 +205,8 @@ def _apply(plan: Any, dry_run: bool, quiet: bool) -> None:
         raise UsageError(f"cannot write the tuned DeepSpeed config {err.filename or ''}: {err.strerror or err}. Make its "
                          "folder writable, or copy the ds_config somewhere writable and point the command at it.") from None
     say = (lambda s: click.echo(s, err=True)) if quiet else click.echo
+    if unchanged:  # --apply of a command that is already the fastest layout found: said, then run as given
+        say("llmperf tune: your command is already the fastest configuration found: nothing to change")
     for path in plan.new_files:
         say(f"llmperf tune: wrote {path}")
     say(f"llmperf tune: {'would run' if dry_run else 'running'}: {shlex.join(plan.argv)}")

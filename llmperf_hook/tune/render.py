@@ -7,9 +7,11 @@ JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `search` {nu
 num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_slower_by_estimate,
 num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
 {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute, recompute_num_layers, distributed_optimizer,
-zero_stage, ep, etp (null = expert TP follows TP), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
+zero_stage, ep, etp (null = expert TP follows TP), layout (the table's layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
 capacity_bytes, headroom_bytes, fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
 `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
+Nothing fits (exit 3): {error, exit_code 3, fits false, header, search, nearest {layout, peak_bytes,
+layers_that_fit}}.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def gain_line(res: TuneResult) -> str:
 def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str, Any]:
     e = ev.estimate
     out: dict[str, Any] = {
-        **asdict(ev.candidate), "step_time_s": ev.step_time_s, "tokens_per_s": float(e.tokens_per_s),
+        **asdict(ev.candidate), "layout": ev.candidate.describe(), "step_time_s": ev.step_time_s, "tokens_per_s": float(e.tokens_per_s),
         "mfu": float(e.mfu), "peak_bytes_per_gpu": ev.peak_bytes, "capacity_bytes": ev.capacity_bytes,
         "headroom_bytes": ev.capacity_bytes - ev.peak_bytes, "fits": ev.fits,
     }
@@ -144,21 +146,27 @@ def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str
     return out
 
 
+def search_json(res: TuneResult, header: Mapping[str, Any]) -> dict[str, Any]:
+    """How many candidates were considered and why the rest were pruned (the `search` object, also in the
+    nothing-fits JSON)."""
+    return {
+        "num_generated": res.num_generated, "num_considered": res.num_considered,
+        "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
+        "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
+        "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
+        "num_full_predictions": res.num_full_predictions,
+        "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],
+        "candidates_per_s": res.num_considered / max(header["elapsed_s"], 1e-9),
+    }
+
+
 def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any],
                 applied: TunedCommand | None = None) -> dict[str, Any]:
     best, base = (res.top[0] if res.top else None), res.baseline
     return {
         "schema": 1,
         "job": header["job"], "cluster": header["cluster"], "search_space": header["space"],
-        "search": {
-            "num_generated": res.num_generated, "num_considered": res.num_considered,
-            "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
-            "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
-            "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
-            "num_full_predictions": res.num_full_predictions,
-            "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],
-            "candidates_per_s": res.num_considered / max(header["elapsed_s"], 1e-9),
-        },
+        "search": search_json(res, header),
         "baseline": _evaluated_json(base, None) if base else None,
         "top": [_evaluated_json(ev, ch) for ev, ch in zip(res.top, changes)],
         "speedup_over_baseline": (base.step_time_s / best.step_time_s) if best and base else None,

@@ -1,0 +1,95 @@
+"""Issue 7's `llmperf tune` attacked as a skeptical Megatron-LM / DeepSpeed user would: --apply of a command that
+is already the best, the JSON rows' layout and the nothing-fits JSON's pruning counts, and tuned ds_configs that
+DeepSpeed's own batch rule (deepspeed/runtime/config.py _configure_train_batch_size) accepts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .cli import GPT3_ON_8, run_cli
+
+ZERO3 = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+         "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+ONE_SIZE = "micro_batch_size: [2]\nzero_stage: [3]\nrecompute: [none]\n"
+
+
+def test_apply_when_the_command_is_already_the_best_says_so_and_writes_nothing(tmp_path: Path, capsys,
+                                                                                monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO3))
+    (tmp_path / "s.yaml").write_text(ONE_SIZE)
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--search", "s.yaml", "--apply",
+                              "--dry-run", "--", *argv], capsys)
+    assert code == 0, err
+    assert "already the fastest configuration found: nothing to change" in out
+    assert out.splitlines()[-1] == "llmperf tune: would run: " + " ".join(argv)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "s.yaml"]
+
+
+def test_json_rows_carry_the_tables_layout(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps(ZERO3))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--top", "2",
+                              "--", *argv], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["baseline"]["layout"] == "tp1 pp1 mbs2 rc:none zero3"
+    for row in data["top"]:
+        assert row["layout"].startswith(f"tp{row['tp']} pp{row['pp']} ") and f"mbs{row['micro_batch_size']}" in row["layout"]
+
+
+def test_nothing_fits_json_counts_the_pruned_candidates(capsys) -> None:
+    code, out, _ = run_cli(["tune", "--cluster", "dgx-a100", "--format", "json", "--", *GPT3_ON_8], capsys)
+    assert code == 3
+    data = json.loads(out)
+    search = data["search"]
+    assert search["num_fitting"] == 0 and search["num_considered"] == (
+        search["num_invalid"] + search["num_oom_estimated"] + search["num_oom_predicted"] + search["num_slower_by_estimate"])
+    assert sum(search["invalid_by_rule"].values()) == search["num_invalid"]
+    assert str(search["num_considered"]) in data["error"].replace(",", "")
+
+
+class _Mpu:
+    """What DeepSpeedConfig asks a model-parallel unit for: the data-parallel size."""
+
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+
+@pytest.mark.parametrize("keys", [
+    {"train_batch_size": 128},
+    {"train_batch_size": 128, "gradient_accumulation_steps": 2},
+    {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2},
+    {"train_batch_size": 128, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4},
+])
+def test_tuned_ds_config_passes_deepspeeds_batch_rule(tmp_path: Path, capsys, monkeypatch, keys) -> None:
+    """Every way of giving DeepSpeed's batch triad; the tuned copy is read by DeepSpeed's own DeepSpeedConfig at the
+    data-parallel size explain reads for the applied command, and agrees with the tuned row."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({**keys, "fp16": {"enabled": True}, "zero_optimization": {"stage": 0}}))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--apply",
+                              "--dry-run", "--", *argv], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    best, tuned = data["top"][0], data["applied"]["new_files"]
+    assert len(tuned) == 1 and json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["stage"] == 0
+    code, out, err = run_cli(["explain", "--model", "llama2-7b", "--format", "json", "--", *data["applied"]["argv"]],
+                             capsys)
+    assert code == 0, err
+    resolved = json.loads(out)
+    ds = deepspeed_config.DeepSpeedConfig(tuned[0], mpu=_Mpu(resolved["dp"]))
+    assert (ds.train_micro_batch_size_per_gpu, ds.zero_optimization_stage) == (best["micro_batch_size"], best["zero_stage"])
+    assert ds.train_batch_size == resolved["global_batch_size"] == 128  # every triad above gives 128 on 8 GPUs
+    assert ds.train_batch_size == ds.train_micro_batch_size_per_gpu * ds.gradient_accumulation_steps * resolved["dp"]
