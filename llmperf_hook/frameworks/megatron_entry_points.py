@@ -16,6 +16,7 @@ microsoft/Megatron-DeepSpeed, bigscience-workshop/Megatron-DeepSpeed 8387ae1), e
 - train_rl.py (Megatron-LM);
 - tasks/main.py, tasks/vision/main.py, tasks/msdp/main.py (`initialize_megatron(extra_args_provider=get_tasks_args)`);
 - `python -m megatron...` modules;
+- epfLLM/Megatron-LLM's finetune.py (806a833; underscore option names, see MEGATRON_LLM_OPTIONS);
 - alibaba/Pai-Megatron-Patch's examples/*/pretrain_*.py (a098ca5): Megatron-LM's `pretrain(...,
   extra_args_provider=get_patch_args)`, its options those of megatron_patch/arguments.py. They are known by
   `--patch-tokenizer-type`, which only that provider defines and every Pai-Megatron-Patch launch script passes.
@@ -67,6 +68,48 @@ use-tiling verbosity version vision-model-type vision-tower z-loss-weight
 """Every `'--name'` literal of Pai-Megatron-Patch a098ca5 megatron_patch/arguments.py (get_patch_args) that
 megatron_known_flags lacks."""
 PAI_PATCH_MARK = "--patch-tokenizer-type"
+MEGATRON_LLM_OPTIONS = frozenset("""
+DDP_impl accumulate_allreduce_grads_in_fp32 adam_beta1 adam_beta2 adam_eps adlr_autoresume adlr_autoresume_interval
+apply_residual_connection_post_layernorm attention_dropout attention_softmax_in_fp32 barrier_with_L1_time bert_load
+biencoder_projection_dim biencoder_shared_query_context_model block_data_path classes_fraction clip_grad data_impl
+data_parallel_random_init data_path data_per_class_fraction data_type dataloader_type decoder_num_layers
+decoder_seq_length dino_bottleneck_size dino_freeze_last_layer dino_head_hidden_size dino_local_crops_number
+dino_local_img_size dino_norm_last_layer dino_teacher_temp dino_warmup_teacher_temp dino_warmup_teacher_temp_epochs
+distribute_saved_activations distributed_backend embedding_path empty_unused_memory_level encoder_num_layers
+encoder_seq_length end_weight_decay eod_mask_loss eval_interval eval_iters eval_only evidence_data_path
+exit_duration_in_mins exit_interval exit_signal_handler ffn_hidden_size fp16_lm_cross_entropy
+fp32_residual_connection fp8_amax_compute_algo fp8_amax_history_len fp8_e4m3 fp8_hybrid fp8_interval fp8_margin
+global_batch_size glu_activation head_lr_mult hidden_dropout hidden_size ict_head_size ict_load img_h img_w
+indexer_batch_size indexer_log_interval inference_batch_times_seqlen_threshold init_method_std
+init_method_xavier_uniform initial_loss_scale iter_per_epoch kv_channels layernorm_epsilon lima_dropout load_iters
+log_batch_size_to_tensorboard log_interval log_learning_rate_to_tensorboard log_loss_scale_to_tensorboard
+log_memory_to_tensorboard log_num_zeros_in_grad log_params_norm log_timers_to_tensorboard
+log_validation_ppl_to_tensorboard log_world_size_to_tensorboard loss_scale loss_scale_window lr_decay_iters
+lr_decay_samples lr_decay_style lr_warmup_fraction lr_warmup_iters lr_warmup_samples make_vocab_size_divisible_by
+mask_prob max_position_embeddings max_tokens_to_oom merge_file metrics micro_batch_size min_loss_scale min_lr
+mmap_warmup model_name model_type no_async_tensor_model_parallel_allreduce no_bias_dropout_fusion
+no_bias_gelu_fusion no_contiguous_buffers_in_local_ddp no_data_sharding no_fp8_wgrad no_gradient_accumulation_fusion
+no_initialization no_load_optim no_load_rng no_masked_softmax_fusion no_new_tokens no_persist_layer_norm
+no_query_key_layer_scaling no_save_optim no_save_rng no_scatter_gather_tensors_in_pipeline no_tie_embed_logits
+num_attention_heads num_attention_heads_kv num_channels num_classes num_layers num_layers_per_virtual_pipeline_stage
+num_workers onnx_safe override_opt_param_scheduler parallel_attn parallel_layernorm patch_dim
+pipeline_model_parallel_size pipeline_model_parallel_split_rank position_embedding_type query_in_block_prob
+rampup_batch_size recompute_activations recompute_granularity recompute_method recompute_num_layers
+reset_attention_mask reset_position_ids retriever_report_topk_accuracies retriever_score_scaling
+retriever_seq_length rope_scaling_factor rope_theta sample_rate save_interval scalar_loss_mask seq_length
+sequence_parallel sgd_momentum short_seq_prob skip_iters sliding_window_size standalone_embedding_stage
+start_weight_decay tensor_model_parallel_size tensorboard_dir tensorboard_log_interval tensorboard_queue_size
+test_data_path timing_log_level timing_log_option titles_data_path tokenizer_model tokenizer_type train_data_path
+train_iters train_samples transformer_impl use_bias use_checkpoint_args use_checkpoint_opt_param_scheduler
+use_cpu_initialization use_distributed_optimizer use_flash_attn use_one_sent_docs use_post_ln use_ring_exchange_p2p
+use_rms_norm valid_data_path variable_seq_lengths vocab_extra_ids vocab_extra_ids_list vocab_file wandb_api_key
+wandb_entity wandb_id wandb_logger wandb_name wandb_project wandb_resume weight_decay weight_decay_incr_style
+""".split())
+"""epfLLM/Megatron-LLM (806a833): every `'--name'` literal of megatron/arguments.py and finetune.py that
+megatron_known_flags lacks. Its parser spells Megatron's options with underscores (--tensor_model_parallel_size,
+--micro_batch_size) and adds its model switches (--use_rms_norm, --glu_activation, --no_tie_embed_logits,
+--num_attention_heads_kv); finetune.py's extra_args_provider adds --model_name (gpt, llama, llama2, codellama,
+falcon, mistral), by which such a job is known."""
 
 
 def pai_patch_job(script: str, script_args: Sequence[str]) -> bool:
@@ -98,7 +141,15 @@ def tasks_entry_point(script: str) -> str:
     return key if key in _TASKS_SCRIPTS else ""
 
 
+def megatron_llm_job(script: str, script_args: Sequence[str]) -> bool:
+    """epfLLM/Megatron-LLM's finetune.py, known by its --model_name option."""
+    return _entry_key(script) == "finetune.py" and any(w == "--model_name" or w.startswith("--model_name=")
+                                                       for w in script_args)
+
+
 def entry_point_options(script: str, script_args: Sequence[str] = ()) -> frozenset[str]:
     """Option names (without `--`) the entry point defines beyond Megatron's own parser."""
     own = _EXTRA_OPTIONS.get(_entry_key(script), frozenset())
+    if megatron_llm_job(script, script_args):
+        return MEGATRON_LLM_OPTIONS
     return own | PAI_PATCH_OPTIONS if pai_patch_job(script, script_args) else own

@@ -11,7 +11,9 @@ releases that build options from config dataclasses (megatron/training/argument_
 every field of those dataclasses and their parents as `--field-name`, `--no-field-name` and
 `--disable-field-name`; and DeepSpeed's deepspeed.add_config_arguments (--deepspeed, --deepspeed_config,
 --deepscale, --deepscale_config, --deepspeed_mpi); and the options only the bigscience-workshop fork of Megatron-DeepSpeed
-(BLOOM's) adds (the second string: --embed-layernorm, --pp-partition-method, --pad-vocab-size-to, ...).
+(BLOOM's) adds (the second string: --embed-layernorm, --pp-partition-method, --pad-vocab-size-to, ...), and those only
+bigcode-project/Megatron-LM (7c325cd, StarCoder's and SantaCoder's) adds (the third: --attention-head-type,
+--tokenizer-file, --fragment-fim-rate, ...).
 A superset on purpose: a name any release accepted is accepted.
 """
 
@@ -632,4 +634,7 @@ pp-partition-method reweight-loss-based-on-position-frequency skip-train-iterati
 sync-tp-duplicated-parameters test-weighted-split-paths test-weighted-split-paths-path tokenizer-name-or-path
 train-weighted-split-paths train-weighted-split-paths-path use-bnb-optimizer valid-num-workers
 valid-weighted-split-paths valid-weighted-split-paths-path
+""".split() + """
+attention-head-type distributed-timeout fragment-fim-rate rotary-theta sanity-check-dataloader-interval structured-logs
+structured-logs-dir tokenizer-file transformer-timers wandb-entity-name wandb-project-name
 """.split())

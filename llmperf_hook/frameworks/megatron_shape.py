@@ -33,6 +33,12 @@ def _required(flags: FlagValues, dest: str, alt: str | None = None) -> tuple[int
         if key and flags.has(key):
             return flags.get(key), flags.source(key)
     flag = "--" + dest.replace("_", "-")
+    if flags.get("use_checkpoint_args"):  # arguments.py load_args_from_checkpoint: the shape is the checkpoint's
+        load = f" in --load {flags.get('load')}" if flags.get("load") else ""
+        raise ConfigError(f"the command gives no {flag}: with {flags.seen_flags['use_checkpoint_args']} Megatron takes the "
+                          f"model shape from the checkpoint's saved arguments{load}, which llmperf does not read. Give "
+                          "llmperf --model PRESET|FILE (a preset name, a YAML shape or the model's Hugging Face "
+                          f"config.json), or add {flag} and the other shape flags to the training arguments.")
     raise ConfigError(f"Megatron requires {flag} and the command does not give it; add {flag} N to the training arguments "
                       "(or use llmperf --model PRESET for a script that does not take Megatron model flags).")
 
@@ -67,6 +73,9 @@ def _query_groups(flags: FlagValues, heads: int, warnings: list[str]) -> tuple[i
     if flags.get("group_query_attention"):
         value, source = pick(flags, "num_query_groups", 1, "Megatron --num-query-groups default 1")
         return value, source
+    if flags.get("attention_head_type") == "multiquery":  # bigcode-project/Megatron-LM (StarCoder, SantaCoder)
+        # transformer.py ParallelAttention: one key/value projection of 2 * kv_channels shared by every head
+        return 1, flags.source("attention_head_type")
     if flags.has("num_query_groups"):
         warnings.append("--num-query-groups is ignored without --group-query-attention (Megatron uses one group per head)")
     return heads, Source(SourceKind.DERIVED, "no --group-query-attention: one group per head")

@@ -18,6 +18,7 @@ from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, acce
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
+from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.model_family import check_model_family, fill_script_tokenizer
 from llmperf_hook.frameworks.provenance_fill import fill_sources
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
@@ -60,12 +61,15 @@ def check_counts(flags: FlagValues) -> None:
             raise ConfigError(f"{flags.seen_flags[dest]} {value} (argv) must be {floor}; fix the training arguments.")
 
 
-def detect_framework(flags: FlagValues, env: Mapping[str, str]) -> str:
-    """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed."""
+def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = "") -> str:
+    """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed. `script`:
+    a Megatron entry point (megatron_entry_points) given the layout flags in underscore spelling is a Megatron fork
+    whose parser spells them so (epfLLM/Megatron-LLM's finetune.py: --tensor_model_parallel_size)."""
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
-    megatron = has_megatron_shape(flags) or (
-        not hf_trainer and any(f in _MEGATRON_LAYOUT_FLAGS for f in flags.seen_flags.values()))
+    layout = _MEGATRON_LAYOUT_FLAGS if not megatron_entry_point(script) else \
+        (*_MEGATRON_LAYOUT_FLAGS, *("--" + f[2:].replace("-", "_") for f in _MEGATRON_LAYOUT_FLAGS))
+    megatron = has_megatron_shape(flags) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
@@ -109,7 +113,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     family_warnings = check_model_family(job.script, job.script_args)
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
-    framework = detect_framework(flags, job.env)
+    framework = detect_framework(flags, job.env, job.script)
     if framework in ("megatron", "megatron-deepspeed"):
         fill_script_tokenizer(flags, job.script)
     ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files)

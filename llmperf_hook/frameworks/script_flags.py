@@ -33,6 +33,7 @@ _STR = (
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
+    "attention-head-type", "tokenizer-file",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -50,7 +51,7 @@ _TRUE = (
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
     "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
-    "apply-query-key-layer-scaling",
+    "apply-query-key-layer-scaling", "use-checkpoint-args",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",

@@ -133,8 +133,12 @@ def wordpiece_size(path: str) -> int | None:
     return len(tokens | {"[BOS]", "[EOS]"}) if tokens else None
 
 
+FILE_TOKENIZERS = ("TokenizerFromFile", "TokenizerFromFileWithFIM")
+"""bigcode-project/Megatron-LM's tokenizers read from --tokenizer-file (a Hugging Face tokenizer.json)."""
+
+
 def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None,
-                       vocab_file: str | None = None) -> tuple[int, Source]:
+                       vocab_file: str | None = None, tokenizer_file: str | None = None) -> tuple[int, Source]:
     """--vocab-size first, then what the tokenizer type fixes (a local GPT-2 vocab.json is counted), then a local
     tokenizer directory."""
     if vocab_size is not None:
@@ -151,6 +155,10 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
         size = wordpiece_size(vocab_file)
         if size:
             return size, Source(SourceKind.CONFIG_FILE, f"{vocab_file} (WordPiece tokens + [BOS], [EOS])")
+    if tokenizer_type in FILE_TOKENIZERS and tokenizer_file and os.path.isfile(tokenizer_file):
+        size = _tokenizer_json_size(tokenizer_file)  # bigcode's TokenizerFromFile[WithFIM]: HF tokenizer.json
+        if size:
+            return size, Source(SourceKind.CONFIG_FILE, f"{tokenizer_file} (tokenizer.json)")
     if tokenizer_type in KNOWN_VOCAB:
         return KNOWN_VOCAB[tokenizer_type], Source(SourceKind.DEFAULT, f"{tokenizer_type} vocabulary")
     if tokenizer_model:
@@ -161,7 +169,8 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
             if pattern.match(tokenizer_model) and not os.path.exists(tokenizer_model):
                 return size, Source(SourceKind.DEFAULT, f"--tokenizer-model {tokenizer_model} ({what})")
     given = f"--tokenizer-model {tokenizer_model}" if tokenizer_model else (
-        f"--vocab-file {vocab_file}" if vocab_file else "no --tokenizer-model or --vocab-file")
+        f"--vocab-file {vocab_file}" if vocab_file else f"--tokenizer-file {tokenizer_file}" if tokenizer_file else
+        "no --tokenizer-model or --vocab-file")
     raise ConfigError(
         f"cannot tell the vocabulary size: --tokenizer-type {tokenizer_type or '(none)'} with {given} is not a "
         "tokenizer llmperf can size without loading it (it reads a local Hugging Face tokenizer directory, a local "
@@ -186,7 +195,8 @@ def megatron_vocab(flags: FlagValues, tokenizer: str | None, divisible: int, div
     pad_to = flags.get("pad_vocab_size_to")
     try:
         vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"), tokenizer,
-                                                      flags.get("tokenizer_model"), flags.get("vocab_file"))
+                                                      flags.get("tokenizer_model"), flags.get("vocab_file"),
+                                                      flags.get("tokenizer_file"))
     except ConfigError:
         if pad_to is None:
             raise
