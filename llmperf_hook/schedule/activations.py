@@ -225,10 +225,16 @@ def embedding_activation_bytes(cfg: TrainingConfig) -> float:
 
 def output_activation_bytes(cfg: TrainingConfig) -> float:
     """Last stage, one micro-batch: final norm, output projection and fp32 cross-entropy, 4sbh/t (1 + v/h)
-    (paper Sec. 4.2.3), with v the padded vocabulary."""
+    (paper Sec. 4.2.3), with v the padded vocabulary, plus the 16-bit logits, alive beside their fp32 copy while
+    the loss runs and again in its backward: the cross entropy upcasts a copy (megatron/core/tensor_parallel/
+    cross_entropy.py calculate_logits_max: vocab_parallel_logits.float(), exp taken in place and saved) while the
+    caller still holds the logits (GPTModel compute_language_model_loss(labels, logits); Megatron-DeepSpeed
+    output.float(); Hugging Face logits.float()); the backward casts the fp32 gradient back to them. 2sbv/t more in
+    mixed precision; theoretical_memory_usage.py counts the paper's figure."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
-    return 4 * sbh / p.tp * (1 + m.padded_vocab_size / m.hidden_size)
+    logits_16bit = act_bytes(cfg) if act_bytes(cfg) < FP32_BYTES else 0
+    return sbh / p.tp * (4 * (1 + m.padded_vocab_size / m.hidden_size) + logits_16bit * m.padded_vocab_size / m.hidden_size)
 
 
 def microbatches_in_flight(cfg: TrainingConfig, stage: int) -> float:

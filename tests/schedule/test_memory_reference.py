@@ -310,11 +310,17 @@ def megatron_activation_expected(ref: ModuleType, r: Resolved) -> tuple[float, f
         expected -= s * mbs * m.hidden_size * in_flight / shard
         notes.append("no dropout masks")
     expected += per_layer * layers
-    if p.pp == 1 and not p.sequence_parallel:
-        # The without-SP formula counts the output layer as 2(sbv/t + sbh); ours is Korthikanti Sec. 4.2.3's
-        # 4sbh/t (1 + v/h) (fp32 logits kept by the vocab-parallel cross entropy), what the SP formula uses too.
-        expected += act.output_activation_bytes(cfg) - 2 * (s * mbs * m.padded_vocab_size / t + s * mbs * m.hidden_size)
-        notes.append("output layer per paper")
+    if p.pp == 1:
+        # Output layer and loss. The SP formula counts Korthikanti Sec. 4.2.3's 4sbh/t (1 + v/h) (fp32 logits kept
+        # by the vocab-parallel cross entropy), the other one 2(sbv/t + sbh); ours is the paper's plus the 16-bit
+        # logits alive beside their fp32 copy, 2sbv/t (cross_entropy.py calculate_logits_max upcasts a copy).
+        sbv = s * mbs * m.padded_vocab_size
+        theirs_out = 4 * s * mbs * m.hidden_size / t * (1 + m.padded_vocab_size / m.hidden_size) \
+            if p.sequence_parallel else 2 * (sbv / t + s * mbs * m.hidden_size)
+        assert act.output_activation_bytes(cfg) == pytest.approx(
+            4 * s * mbs * m.hidden_size / t * (1 + m.padded_vocab_size / m.hidden_size) + 2 * sbv / t)
+        expected += act.output_activation_bytes(cfg) - theirs_out
+        notes.append("output: paper + bf16 logits" if p.sequence_parallel else "output per paper + bf16 logits")
     return theirs, expected, ", ".join(n for n in notes if n) or "-"
 
 

@@ -62,7 +62,10 @@ def test_full_recompute_memory_rises_with_the_fp32_softmax_backward() -> None:
     from llmperf_hook.schedule.memory import estimate_memory
 
     cluster = load_cluster("dgx-h100")
-    base = _cfg(recompute=replace(_cfg().recompute, granularity="full", method="uniform", num_layers=1))
+    # A small vocabulary, so the layer's backward working set, not the logits and loss, makes the fused path's peak.
+    small_vocab = replace(_cfg().model, vocab_size=8192, padded_vocab_size=8192)
+    base = _cfg(recompute=replace(_cfg().recompute, granularity="full", method="uniform", num_layers=1),
+                model=small_vocab)
     fused = estimate_memory(base, build_graph(base, cluster), cluster)
     torch_path = replace(base, masked_softmax_fusion=False, softmax_in_fp32=True)
     unfused = estimate_memory(torch_path, build_graph(torch_path, cluster), cluster)
