@@ -14,9 +14,9 @@ CASES = load_cases()
 LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "global_batch_size", "seq_length")
 
 
-def test_at_least_forty_scripts_from_four_repositories() -> None:
-    assert len({(c["repository"], c["path"]) for c in CASES}) >= 40
-    assert len({c["repository"] for c in CASES}) >= 4
+def test_at_least_sixty_scripts_from_seven_repositories() -> None:
+    assert len({(c["repository"], c["path"]) for c in CASES}) >= 60
+    assert len({c["repository"] for c in CASES}) >= 7
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -90,7 +90,7 @@ def _config_files(rec: dict) -> dict[str, str]:
 
 
 def capture(name: str, repo: str, commit: str, path: str, args: list[str], env: dict[str, str], in_dir: bool,
-            mkdirs: list[str]) -> dict:
+            mkdirs: list[str], touch: tuple[str, ...] = ()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _extract(repo, commit, path, root)
@@ -100,6 +100,9 @@ def capture(name: str, repo: str, commit: str, path: str, args: list[str], env: 
         cwd = root / Path(path).parent if in_dir else root  # the folder its README says to run it from
         for d in mkdirs:
             (cwd / d).mkdir(parents=True, exist_ok=True)
+        for f in touch:  # a file the user has (a converted checkpoint's config.json the script copies)
+            (cwd / f).parent.mkdir(parents=True, exist_ok=True)
+            (cwd / f).write_text("{}\n")
         script = Path(path).name if in_dir else path
         run_env = {"PATH": f"{root / '.bin'}:/usr/bin:/bin", "HOME": tmp, "CAPTURE_LOG": str(log), **env}
         proc = subprocess.run(["bash", script, *args], cwd=cwd, env=run_env, capture_output=True, text=True,
@@ -138,9 +141,10 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--in-dir", action="store_true", help="run from the script's own folder")
     ap.add_argument("--mkdir", action="append", default=[], help="a folder the user is expected to have made")
+    ap.add_argument("--touch", action="append", default=[], help="a file the user is expected to have")
     ns = ap.parse_args()
     env = dict(e.split("=", 1) for e in ns.env)
-    case = capture(ns.name, ns.repo, ns.commit, ns.path, ns.arg, env, ns.in_dir, ns.mkdir)
+    case = capture(ns.name, ns.repo, ns.commit, ns.path, ns.arg, env, ns.in_dir, ns.mkdir, tuple(ns.touch))
     out = CASES / f"{ns.name}.json"
     old = json.loads(out.read_text()) if out.exists() else {}
     case["expect"] = old.get("expect", {})
