@@ -58,7 +58,9 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
     if new.ep != base.ep:
         out = ed.set_value(out, EP, str(new.ep))
     out = _rewrite_etp(out, base, new)
-    if new.sequence_parallel != base.sequence_parallel:
+    # --sequence-parallel given at TP 1 is dropped by Megatron (base: off) but turns on at a tuned TP > 1
+    sp_given = bool(ed.find_flag(out, SP))
+    if new.sequence_parallel != base.sequence_parallel or (new.tp > 1 and sp_given != new.sequence_parallel):
         out = ed.set_switch(out, SP, new.sequence_parallel)
     if (new.vpp, new.pp) != (base.vpp, base.pp):
         out = _rewrite_vpp(out, new, num_layers)

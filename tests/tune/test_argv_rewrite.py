@@ -83,3 +83,16 @@ def test_first_vpp_spelling_is_rewritten_or_dropped() -> None:
     two = rewrite_megatron_argv(argv, base, dataclasses.replace(base, pp=4, vpp=2), 24, "megatron")
     assert ed.flag_value(two, ["--virtual-pipeline-model-parallel-size"]) == "2"
     assert not ed.find_flag(two, ["--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"])
+
+
+def test_sequence_parallel_given_at_tp1_is_dropped_for_a_tuned_tp_without_it() -> None:
+    """--sequence-parallel at TP 1 is off (Megatron drops it; the user's candidate says sp False); a tuned TP 2
+    candidate without sequence parallelism kept the flag, so the launched job ran with it on."""
+    base = candidate_of(gpt_config(world=16, tp=1, pp=2, mbs=1, gbs=64, layers=24, hidden=2048, heads=16))
+    argv = [*LAUNCH, "--tensor-model-parallel-size", "1", "--sequence-parallel"]
+    out = rewrite_megatron_argv(argv, base, dataclasses.replace(base, tp=2, sequence_parallel=False), 24, "megatron")
+    assert "--sequence-parallel" not in out and ed.flag_value(out, ["--tensor-model-parallel-size"]) == "2"
+    kept = rewrite_megatron_argv(argv, base, dataclasses.replace(base, tp=2, sequence_parallel=True), 24, "megatron")
+    assert kept.count("--sequence-parallel") == 1
+    assert rewrite_megatron_argv(argv, base, dataclasses.replace(base, micro_batch_size=2), 24, "megatron").count(
+        "--sequence-parallel") == 1  # still TP 1: the user's flag is left alone
