@@ -8,8 +8,10 @@ Both scoring paths of the issue are run as a user runs them, through the CLI:
   2. `llmperf predict --cluster C --batch FILE --format json` on those files; the two step times of every row
      must agree (the largest relative difference is printed).
 Then per source: rows, MAPE, bias (mean signed error, + = predicted slower), the worst rows; breakdowns by GPU
-type, GPU count band, model size, and by feature (GQA, SwiGLU, MoE, CP, VPP, SP, FP8, recompute mode); and the
-same figures for ../shared/validation/dev.csv for comparison. One thread per process (OMP_NUM_THREADS=1).
+type, GPU count band, model size, and by feature (GQA, SwiGLU, MoE, CP, VPP, SP, FP8, recompute mode, a head
+dimension whose rows are not 16-byte aligned); the A100 bias by source within each GPU-count band (is it scale or
+source?); the configurations that two sources measured identically (how far the sources themselves disagree); and
+the same figures for ../shared/validation/dev.csv for comparison. One thread per process (OMP_NUM_THREADS=1).
 """
 
 from __future__ import annotations
@@ -101,7 +103,53 @@ FEATURES: dict[str, Callable[[MeasuredRun], bool]] = {
     "FP8": lambda r: r.precision == "fp8",
     "TP-overlap": lambda r: "--tp-comm-overlap" in r.extra_args and r.sequence_parallel,
     "ZeRO/DeepSpeed": lambda r: r.zero_stage > 0,
+    # cuBLAS runs its fastest tensor-core kernels only on 16-byte aligned operands (cuBLAS guide, "Tensor Core
+    # usage"); the unfused attention's batched GEMMs step through Q, K, V by the head dimension
+    "head dim not 16 B": lambda r: (r.hidden_size // r.num_attention_heads) * 2 % 16 != 0,
 }
+
+
+def config_key(run: MeasuredRun) -> tuple:
+    """What a step time depends on in a row: model, layout, batch, precision, GPU type and count."""
+    return (run.gpu_type, run.num_gpus, run.num_layers, run.hidden_size, run.num_attention_heads,
+            run.num_query_groups, run.ffn_hidden_size, run.vocab_size, run.seq_length, run.micro_batch_size,
+            run.global_batch_size, run.tp, run.pp, run.vpp, run.cp, run.dp, run.ep, run.recompute, run.precision)
+
+
+def print_same_config(runs: dict[str, MeasuredRun], report: dict) -> None:
+    """Rows of different sources with identical configurations: the spread between sources is a floor no model of
+    the configuration can go under."""
+    predicted = {r["row_id"]: r["predicted_s"] for r in report["rows"]}
+    groups: dict[tuple, list[MeasuredRun]] = defaultdict(list)
+    for run in runs.values():
+        groups[config_key(run)].append(run)
+    shared = [g for g in groups.values() if len({r.source_id for r in g}) > 1]
+    print(f"\nsame configuration, different sources ({len(shared)} configurations):")
+    for group in shared:
+        group.sort(key=lambda r: r.iteration_time_s)
+        low = group[0].iteration_time_s
+        cells = ", ".join(f"{r.source_id} {r.row_id} {r.iteration_time_s:.4g} s "
+                          f"({(r.iteration_time_s / low - 1) * 100:+.1f}%)" for r in group)
+        pred = predicted.get(group[0].row_id)
+        pred_text = f"{pred:.4g} s" if pred else "-"
+        print(f"  {group[0].model[:24]:<24} {group[0].num_gpus:>5} GPUs: {cells}; predicted {pred_text}")
+
+
+def print_bias_by_source_and_band(runs: dict[str, MeasuredRun], errors: dict[str, float], gpu: str) -> None:
+    """Bias of one GPU type's rows per (source, model size) and GPU-count band: a scale effect moves along a line,
+    a source (software, system) effect shifts the whole line."""
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row_id, err in errors.items():
+        run = runs[row_id]
+        if run.gpu_type.startswith(gpu):
+            cells[(f"{run.source_id} {size_band(run)}", gpu_band(run.num_gpus))].append(err)
+    bands = ("1-8", "9-64", "65-512", "513+")
+    print(f"\n{gpu} bias by source, model size and GPU count (mean signed error, rows):")
+    print(f"  {'source':<14}" + "".join(f"{b:>16}" for b in bands))
+    for line in sorted({s for s, _ in cells}):
+        row = [cells.get((line, b), []) for b in bands]
+        print(f"  {line:<14}" + "".join(f"{np.mean(e) * 100:+10.1f}% ({len(e):>2})" if e else f"{'-':>16}"
+                                        for e in row))
 
 
 def summary(errors: Iterable[float]) -> str:
@@ -179,6 +227,8 @@ def main(argv: list[str]) -> int:
     print_groups("GPU count", runs, errors, lambda r: gpu_band(r.num_gpus))
     print_groups("model size (total parameters)", runs, errors, size_band)
     print_features(runs, errors)
+    print_bias_by_source_and_band(runs, errors, "A100")
+    print_same_config(runs, report)
     if DEV_CSV.exists():
         print(f"\n== for comparison: {DEV_CSV} ==")
         print_sources(validate_json(DEV_CSV), num_worst=0)

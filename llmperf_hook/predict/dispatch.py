@@ -23,7 +23,7 @@ from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
-from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype
+from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype, sustained_math_floor_s
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
 
 ROOFLINE = RooflinePredictor()
@@ -74,8 +74,11 @@ def unfused_classes(profile: OpClassPredictor) -> frozenset[str]:
 
 
 def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredictor | None,
-                comm_model: OpClassPredictor | None) -> tuple[dict[str, float], dict[str, str]]:
-    """(seconds by op id, predictor name by op class) for `ops`; one vectorised call per predictor and class."""
+                comm_model: OpClassPredictor | None, sustained_floor: bool = False
+                ) -> tuple[dict[str, float], dict[str, str]]:
+    """(seconds by op id, predictor name by op class) for `ops`; one vectorised call per predictor and class.
+    `sustained_floor`: a profile's GEMM is never faster than the GPU's sustained matmul rate (a GPU training step;
+    roofline.sustained_math_floor_s)."""
     ckey = cluster_key(cluster)
     seconds: dict[str, float] = {}
     used: dict[str, str] = {}
@@ -90,7 +93,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
         op = bf16_part_of_fp8_run(op)
         predictor = choose_predictor(op, profile, comm_model)
         used[op.op_class] = predictor.name
-        cached = _CACHE.get((predictor.name, id(predictor), ckey, oid))
+        cached = _CACHE.get((predictor.name, id(predictor), ckey, oid, sustained_floor))
         if cached is not None:
             seconds[oid] = cached
             continue
@@ -100,10 +103,12 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
     for (pid, _), items in pending.items():
         predictor = predictors[pid]
         values = predictor.predict_s([op for _, op in items], cluster)
-        for (oid, _), value in zip(items, values):
+        for (oid, op), value in zip(items, values):
             seconds[oid] = max(0.0, float(value))
+            if sustained_floor and predictor is not ROOFLINE:  # isolated-kernel GEMM timings run above sustained
+                seconds[oid] = max(seconds[oid], sustained_math_floor_s(op, cluster.gpu))
             if len(_CACHE) < _CACHE_LIMIT:
-                _CACHE[(predictor.name, pid, ckey, oid)] = seconds[oid]
+                _CACHE[(predictor.name, pid, ckey, oid, sustained_floor)] = seconds[oid]
     return seconds, used
 
 
@@ -127,8 +132,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     profile = find_operator_profile(cluster, dtype)
     comm_model = fitted.find_comm_model(cluster.name)
     ops = graph.all_ops()
-    seconds, used = predict_ops(ops, cluster, profile, comm_model)
     cpu_cost = find_cpu_framework_cost(cluster.gpu.name, dtype)
+    seconds, used = predict_ops(ops, cluster, profile, comm_model, sustained_floor=cpu_cost is None)
     if cpu_cost is not None:  # CPU hardware: framework work adds to compute (predict/cpu_framework.py)
         seconds = apply_cpu_framework_cost(seconds, ops, cpu_cost, op_id)
         used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}

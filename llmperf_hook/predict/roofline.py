@@ -64,6 +64,19 @@ def fp8_quantize_s(op: Op, gpu: HardwareSpec) -> float:
     return nbytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency) + gpu.kernel_launch_s
 
 
+def sustained_math_floor_s(op: Op, gpu: HardwareSpec) -> float:
+    """The least time a GEMM / batched GEMM can take on `gpu` in a training step: its FLOPs at the preset's best
+    sustained matmul throughput (peak x gemm_efficiency, the MAMF figure each preset cites; FP8 x the FP8 ratio).
+    A fitted profile prices isolated kernels timed for a few iterations, which run at boost clocks: the public
+    A100 samples reach 293 TFLOP/s (0.94 of peak) where mamf-finder's repeated runs of the best shape sustain 271.2
+    (0.87); a step's back-to-back GEMMs run at the sustained figure, so no profile answer goes below this."""
+    if op.op_class not in MATH_CLASSES or op.flops <= 0:
+        return 0.0
+    fp8 = math_dtype(op) == "fp8"
+    efficiency = gpu.gemm_efficiency * (FP8_GEMM_EFFICIENCY_RATIO if fp8 else 1.0)
+    return op.flops / (gpu.peak_for(math_dtype(op)) * efficiency)
+
+
 def compute_time_s(op: Op, gpu: HardwareSpec) -> float:
     kernels = KERNELS_PER_OP.get(op.phase, 1)
     memory_s = op.bytes_moved / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
