@@ -49,7 +49,7 @@ def megatron_table(ref: object, resolved: dict) -> None:
 
 
 def deepspeed_table(resolved: dict) -> None:
-    from tests.schedule import test_memory_reference as t
+    from tests.schedule import test_memory_reference_deepspeed as t
 
     print("\nDeepSpeed estimate_zero{2,3}_model_states_mem_needs (GB per GPU, model states only)")
     print(f"{'case':36} {'DS est':>8} {'ours bwd':>8} {'exp bwd':>8} {'ours step':>9} {'exp step':>8}  differences")
@@ -68,10 +68,13 @@ def measured_table(folder: Path) -> None:
           "CUDA context, outside torch's counters)")
     print(f"{'run':4} {'alloc+ctx':>9} {'resv+ctx':>9} {'ours':>8} {'vs alloc':>9} {'vs resv':>8}")
     errors: dict[str, list[float]] = {"alloc": [], "resv": []}
+    hardware = json.loads((folder / "op_samples_meta.json").read_text())["hardware_name"]
     for run_dir in sorted(p for p in (folder / "runs").iterdir() if p.is_dir()):
-        argv = [a.replace("examples/", f"{ROOT}/examples/") for a in json.loads((run_dir / "session.json").read_text())["argv"]]
-        steps = [json.loads(line) for line in (run_dir / "rank0.jsonl").read_text().splitlines() if '"kind":"step"' in line]
-        pred = predict_command(argv, {"PATH": os.environ.get("PATH", "")}, cluster="dgx-h100", hardware="h100-sxm5-80gb")
+        session = json.loads((run_dir / "session.json").read_text())
+        argv = [a.replace("examples/", f"{ROOT}/examples/") for a in session["argv"]]
+        records = (run_dir / "rank0.jsonl").read_text().splitlines()
+        steps = [json.loads(line) for line in records if '"kind":"step"' in line]
+        pred = predict_command(argv, {"PATH": os.environ.get("PATH", "")}, hardware=hardware)
         mem = pred.estimate.memory
         ctx = mem.components.get("cuda_context", 0)
         alloc = max(s["gpu_peak_allocated_bytes"] for s in steps) + ctx
@@ -79,7 +82,8 @@ def measured_table(folder: Path) -> None:
         e_a, e_r = mem.peak_bytes_per_gpu / alloc - 1, mem.peak_bytes_per_gpu / resv - 1
         errors["alloc"].append(abs(e_a))
         errors["resv"].append(abs(e_r))
-        print(f"{run_dir.name:4} {_gb(alloc)}  {_gb(resv)} {_gb(mem.peak_bytes_per_gpu)} {e_a * 100:+8.1f}% {e_r * 100:+7.1f}%")
+        print(f"{run_dir.name:4} {_gb(alloc)}  {_gb(resv)} {_gb(mem.peak_bytes_per_gpu)} {e_a * 100:+8.1f}% "
+              f"{e_r * 100:+7.1f}%")
     for name, errs in errors.items():
         print(f"peak memory MAPE vs {name:5} {100 * statistics.fmean(errs):5.1f}%  (n={len(errs)})")
 
@@ -90,7 +94,7 @@ def main() -> None:
     folder = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else DEFAULT_RUNS
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LLMPERF_HOME"] = str(Path(tmp) / "home")  # no user calibration
-        resolved = {c.name: t.resolve(c, Path(tmp) / str(i)) for i, c in enumerate(t.CASES)}
+        resolved = {c.name: t.resolve(c, Path(tmp) / str(i)) for i, c in enumerate(t.CASES)}  # both tables
         if t.REFERENCE is None:
             print("Megatron-LM checkout not found (set LLMPERF_MEGATRON_LM): Megatron table skipped")
         else:

@@ -233,8 +233,9 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     mixed precision; theoretical_memory_usage.py counts the paper's figure."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
+    v_h = m.padded_vocab_size / m.hidden_size
     logits_16bit = act_bytes(cfg) if act_bytes(cfg) < FP32_BYTES else 0
-    return sbh / p.tp * (4 * (1 + m.padded_vocab_size / m.hidden_size) + logits_16bit * m.padded_vocab_size / m.hidden_size)
+    return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h)
 
 
 def microbatches_in_flight(cfg: TrainingConfig, stage: int) -> float:

@@ -5,7 +5,8 @@ References, run on CPU:
   activation function report_theoretical_memory picks), loaded from a Megatron-LM checkout (the mirror, or
   $LLMPERF_MEGATRON_LM, a clone's root) with a stub args namespace built from the resolved job;
 - DeepSpeed estimate_zero2_model_states_mem_needs / estimate_zero3_model_states_mem_needs imported from the
-  installed deepspeed (runtime/zero/stage_1_and_2.py, stage3.py).
+  installed deepspeed (runtime/zero/stage_1_and_2.py, stage3.py): test_memory_reference_deepspeed.py, on this
+  table's DeepSpeed rows; `llmperf predict` on its rows: test_memory_reference_cli.py.
 
 Every configuration goes through the real launch path (api.resolve_command on a launch command). Where our
 figure differs from a reference, the difference is stated below as a named term with the framework's real
@@ -25,8 +26,6 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from llmperf_hook import api
 from llmperf_hook.frameworks.resolve import JobOverrides
@@ -34,7 +33,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.build import build_graph, ranks_per_node
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
-from llmperf_hook.schedule.memory import activation_bytes, estimate_memory, state_bytes
+from llmperf_hook.schedule.memory import activation_bytes, state_bytes
 
 MEGATRON_MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
 MEGATRON_FILE = "megatron/training/theoretical_memory_usage.py"
@@ -345,86 +344,6 @@ def our_state(r: Resolved) -> float:
     return max(sum(s[k] for k in STATE_PARTS) for s in r.stage_states)
 
 
-# ---------------------------------------------------------------- DeepSpeed estimators
-
-
-@dataclass(frozen=True)
-class DeepSpeedExpectation:
-    """DeepSpeed's estimator figure and what ours should be in each phase of the step."""
-
-    estimator_bytes: float | None
-    """estimate_zero{2,3}_model_states_mem_needs' GPU bytes (None: no estimator for this stage)."""
-    backward_bytes: float
-    """Expected weights + gradients + optimizer states while the backward runs (ours: state_bytes)."""
-    step_bytes: float
-    """Expected weights + optimizer states + gradient bytes while the optimizer steps (ours: optimizer_step_bytes)."""
-    note: str
-    """The documented differences."""
-
-
-def deepspeed_state_expected(r: Resolved) -> DeepSpeedExpectation:
-    """DeepSpeed's estimators count every model-state byte as always alive; the real allocation has two phases.
-    With P parameters over N ranks, stage_1_and_2.py / stage3.py hold during the backward 2 (16-bit weights; /N at
-    ZeRO-3) + 2 (16-bit gradients: ZeRO-1 the whole model's param.grad, ZeRO-2/3 the partition) + 12/N (fp32 master,
-    Adam m and v), and during the step the 16-bit gradient partition, its flattened copy and its fp32 cast (2 + 2 + 4
-    per parameter of the partition; ZeRO-3 per sub-group), freed afterwards. The estimators' 18 is 2 grads16 + 4
-    grads32 + 4 params32 + 8 Adam (ZeRO-3: the 16-bit parameter partition is not in it)."""
-    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
-
-    cfg, o = r.cfg, r.cfg.optimizer
-    total, n = total_params(r), cfg.world_size
-    offload = o.offload_optimizer != "none"
-    if o.zero_stage in (1, 2):
-        _, gpu = estimate_zero2_model_states_mem_needs(total, num_gpus_per_node=cfg.nproc_per_node,
-                                                       num_nodes=cfg.nnodes, cpu_offload=offload)
-        if offload:  # 16-bit weights only: gradients go straight to the host partition
-            return DeepSpeedExpectation(gpu, gpu, gpu, "-")
-        step = gpu + 2 * total / n  # + the flattened 16-bit partition the cast reads
-        if o.zero_stage == 2:
-            return DeepSpeedExpectation(gpu, gpu - 4 * total / n, step, "fp32 grads at step only; flat copy")
-        # No ZeRO-1 estimator: the ZeRO-2 one with ZeRO-1's whole-model 16-bit gradients during the backward.
-        return DeepSpeedExpectation(None, gpu - 6 * total / n + 2 * total, step, "zero2 estimator, full grads16")
-    if o.zero_stage == 3:
-        largest = largest_module_params(cfg)
-        _, gpu, largest_bytes = estimate_zero3_model_states_mem_needs(
-            total, largest, num_gpus_per_node=cfg.nproc_per_node, num_nodes=cfg.nnodes, cpu_offload=offload,
-            cpu_offload_params=o.offload_param != "none")
-        states = gpu - largest_bytes  # the gathered largest module: ours is zero3_live_params, a buffer
-        if offload:
-            return DeepSpeedExpectation(gpu, states, states, "largest module in buffers")
-        backward = states - 4 * total / n + 2 * total / n  # no fp32 grads; the 16-bit parameter partition
-        sub = min(total / n, o.sub_group_size_elems)
-        return DeepSpeedExpectation(gpu, backward, backward + 6 * sub, "largest module in buffers; params16 2; "
-                                    "fp32 grads + flat copy per sub-group at step")
-    raise AssertionError(f"ZeRO-{o.zero_stage} has no DeepSpeed estimator")
-
-
-def our_deepspeed_phases(r: Resolved) -> tuple[float, float]:
-    """(our weights + gradients + optimizer states during the backward, the same during the step)."""
-    from llmperf_hook.schedule.memory import optimizer_step_bytes
-
-    stage = build_graph(r.cfg, r.cluster).stages[0]
-    s = r.stage_states[0]
-    step = optimizer_step_bytes(r.cfg, stage, ranks_per_node(r.cfg, r.cluster))
-    return sum(s[k] for k in STATE_PARTS), s["weights"] + s["optimizer_states"] + (step or s["gradients"])
-
-
-def total_params(r: Resolved) -> float:
-    """Parameters of the model (pp = tp = 1 for the DeepSpeed rows: the first stage holds all)."""
-    assert r.cfg.parallel.pp == 1 and r.cfg.parallel.tp == 1
-    from llmperf_hook.graph.build import build_graph as build
-
-    return float(build(r.cfg, r.cluster).stages[0].num_params)
-
-
-def largest_module_params(cfg: TrainingConfig) -> int:
-    """model_to_params' largest module (its own parameters, recurse=False) of a Hugging Face decoder: the word
-    embedding or the LM head, v x h, or a routed expert's projection if larger."""
-    m = cfg.model
-    return max(m.vocab_size * m.hidden_size, m.hidden_size * m.ffn_hidden_size)
-
-
 # ---------------------------------------------------------------- tests
 
 REFERENCE = load_megatron_reference()
@@ -434,7 +353,7 @@ needs_megatron = pytest.mark.skipif(REFERENCE is None, reason="no Megatron-LM ch
 @pytest.fixture(scope="module")
 def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Resolved]:
     root = tmp_path_factory.mktemp("memory_reference")
-    return {c.name: resolve(c, root / str(i)) for i, c in enumerate(CASES)}
+    return {c.name: resolve(c, root / str(i)) for i, c in enumerate(MEGATRON_CASES)}
 
 
 def test_table_has_twenty_configurations_of_every_kind() -> None:
@@ -467,79 +386,3 @@ def test_megatron_gpt_mha_gelu_matches_the_formula_without_corrections(resolved:
     r = resolved["gpt175b tp8 pp8 sp sel"]
     theirs, _, _ = megatron_activation_expected(REFERENCE, r)
     assert our_stage0_activations(r) == pytest.approx(theirs, rel=5e-3)
-
-
-@pytest.mark.parametrize("case", DEEPSPEED_CASES, ids=lambda c: c.name)
-def test_deepspeed_model_state_bytes_in_both_phases(case: Case, resolved: dict[str, Resolved]) -> None:
-    r = resolved[case.name]
-    want = deepspeed_state_expected(r)
-    backward, step = our_deepspeed_phases(r)
-    assert backward == pytest.approx(want.backward_bytes, rel=1e-6)
-    assert step == pytest.approx(want.step_bytes, rel=1e-6)
-
-
-def test_zero2_estimator_is_the_step_phase_less_the_flat_copy(resolved: dict[str, Resolved]) -> None:
-    r = resolved["llama2-7b zero2"]
-    want = deepspeed_state_expected(r)
-    _, step = our_deepspeed_phases(r)
-    assert step - want.estimator_bytes == pytest.approx(2 * total_params(r) / r.cfg.world_size, rel=1e-6)
-
-
-@pytest.mark.parametrize("name", ["llama2-13b zero3", "llama2-13b zero3 offload opt",
-                                  "llama2-70b zero3 offload opt+param"])
-def test_zero3_gathered_parameters_cover_the_estimators_largest_module(name: str,
-                                                                       resolved: dict[str, Resolved]) -> None:
-    """The estimator's 4 x largest module (its gathered 16-bit weights and their 16-bit gradient): ours holds the
-    live gathered layers (zero3_live_params) and the gradient in the reduce bucket (zero_buckets)."""
-    r = resolved[name]
-    mem = estimate_memory(r.cfg, build_graph(r.cfg, r.cluster), r.cluster)
-    assert mem.components["zero3_live_params"] >= 2 * largest_module_params(r.cfg)
-    assert mem.components["zero_buckets"] >= 2 * largest_module_params(r.cfg)
-
-
-def test_one_gpu_zero1_peaks_at_the_step_with_22_bytes_per_parameter() -> None:
-    """The measured H100 run c06 (measurements/h100-sxm5-80gb-2026-11-26: DeepSpeed 0.19.8 ZeRO-1 bf16 on one GPU, 4
-    layers of h 6144, 2.13 B parameters) peaked at 47.01 GB allocated = 22.03 bytes per parameter, after the step
-    14.03 (2 weights + 12 Adam): the step's 16-bit gradients, their flat copy and the fp32 cast (2 + 2 + 4) on top.
-    Its backward (16 bytes per parameter + 4.3 GB of activations) is smaller, so ours is the step phase."""
-    from llmperf_hook.graph.sample_configs import make_config
-    from llmperf_hook.hardware.load import load_cluster
-
-    cluster = load_cluster("dgx-h100")
-    cfg = make_config(num_layers=4, hidden_size=6144, num_attention_heads=48, seq_length=2048, vocab_size=50304,
-                      micro_batch_size=2, framework="deepspeed", optimizer_kw=dict(zero_stage=1))
-    graph = build_graph(cfg, cluster)
-    mem = estimate_memory(cfg, graph, cluster)
-    params = graph.stages[0].num_params
-    fixed = mem.components["cuda_context"] + mem.components["nccl_buffers"]
-    assert mem.peak_bytes_per_gpu == pytest.approx(22 * params + fixed, rel=1e-9)
-    assert mem.components["optimizer_step_working_set"] > 0
-    assert sum(mem.components.values()) == mem.peak_bytes_per_gpu
-
-
-@settings(max_examples=40, deadline=None)
-@given(zero=st.integers(0, 3), dp=st.sampled_from([1, 2, 8]), mbs=st.integers(1, 8),
-       offload=st.sampled_from(["none", "cpu"]), precision=st.sampled_from(["bf16", "fp16", "fp32"]))
-def test_peak_is_the_larger_of_backward_and_step(zero: int, dp: int, mbs: int, offload: str, precision: str) -> None:
-    """Whatever the layout, the components sum to the peak, and the peak is the backward's (state + buffers +
-    transients) or the step's (weights + optimizer states + the step's gradient bytes + persistent buffers),
-    whichever is larger."""
-    from llmperf_hook.graph.sample_configs import make_config
-    from llmperf_hook.hardware.load import load_cluster
-    from llmperf_hook.schedule.memory import optimizer_step_bytes
-
-    cluster = load_cluster("dgx-h100")
-    cfg = make_config(num_layers=4, hidden_size=2048, num_attention_heads=16, seq_length=1024, dp=dp,
-                      micro_batch_size=mbs, global_batch_size=mbs * dp, precision=precision, framework="deepspeed",
-                      optimizer_kw=dict(zero_stage=zero, offload_optimizer=offload if zero else "none"))
-    graph = build_graph(cfg, cluster)
-    mem = estimate_memory(cfg, graph, cluster)
-    c = dict(mem.components)
-    assert sum(c.values()) == mem.peak_bytes_per_gpu
-    top_up = c.pop("optimizer_step_working_set", 0)
-    backward = sum(c.values())
-    persistent = sum(v for k, v in c.items() if k in ("weights", "optimizer_states", "cuda_context", "nccl_buffers"))
-    persistent += c.get("zero_buckets", 0) if zero == 3 else 0
-    step = persistent + (optimizer_step_bytes(cfg, graph.stages[0], 8) or c["gradients"])
-    assert mem.peak_bytes_per_gpu == pytest.approx(max(backward, step), abs=16)
-    assert (top_up > 16) == (step > backward + 16)
