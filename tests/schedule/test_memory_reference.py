@@ -373,6 +373,15 @@ def test_megatron_weight_and_optimizer_bytes(case: Case, resolved: dict[str, Res
 @pytest.mark.parametrize("case", MEGATRON_CASES, ids=lambda c: c.name)
 def test_megatron_activation_bytes_first_stage(case: Case, resolved: dict[str, Resolved]) -> None:
     r = resolved[case.name]
+    if r.cfg.recompute.granularity == "full":
+        # The formula has no full recompute: Korthikanti Table 2's row instead, each layer's input (2sbh, /t under
+        # SP) for every layer of the micro-batches in flight (--recompute-method uniform --recompute-num-layers 1).
+        cfg, m = r.cfg, r.cfg.model
+        sbh = m.seq_length / cfg.parallel.cp * cfg.batch.micro_batch_size * m.hidden_size
+        per_layer = 2 * sbh / (cfg.parallel.tp if cfg.parallel.sequence_parallel else 1)
+        in_flight_layers = m.num_layers / cfg.parallel.pp * act.microbatches_in_flight(cfg, 0)
+        assert r.stage0_activations["activations"] == pytest.approx(per_layer * in_flight_layers, rel=1e-9)
+        return
     if megatron_activations_comparable(r.cfg) is not None:
         pytest.skip(megatron_activations_comparable(r.cfg))
     _, expected, _ = megatron_activation_expected(REFERENCE, r)
