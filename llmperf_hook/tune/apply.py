@@ -126,7 +126,8 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
     if base_cfg.framework in MEGATRON:
-        rewritten = rewrite_megatron_argv(out, base, new, base_cfg.model.num_layers, base_cfg.framework)
+        rewritten = rewrite_megatron_argv(out, base, new, base_cfg.model.num_layers, base_cfg.framework,
+                                          (base_cfg.world_size, base_cfg.batch.global_batch_size))
         if rewritten != out:
             notes.append("Megatron flags replaced in argv")
         out = rewritten
@@ -190,7 +191,8 @@ def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidat
     """The script's launch line with the Megatron flags of `new` (a ds_config the script writes is not rewritten)."""
     out = words
     if base_cfg.framework in MEGATRON:
-        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, base_cfg.model.num_layers, base_cfg.framework)
+        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, base_cfg.model.num_layers, base_cfg.framework,
+                                    (base_cfg.world_size, base_cfg.batch.global_batch_size))
     return TunedCommand(argv=tuple(out), notes=("the launch line inside the script, to edit there",))
 
 

@@ -27,6 +27,7 @@ VPP_LAYERS = ("--num-layers-per-virtual-pipeline-stage",)
 # dcef906, 2021), still written by NeMo-derived scripts; explain reads it as --num-virtual-stages-per-pipeline-rank
 VPP_STAGES = ("--num-virtual-stages-per-pipeline-rank", "--virtual-pipeline-model-parallel-size")
 MBS = ("--micro-batch-size",)
+GBS = ("--global-batch-size",)
 DISTOPT = ("--use-distributed-optimizer",)
 ZERO = ("--zero-stage",)
 EP = ("--expert-model-parallel-size",)
@@ -43,9 +44,10 @@ DISTRIBUTE_SAVED = ("--distribute-saved-activations",)
 
 
 def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_layers: int,
-                          framework: str) -> list[str]:
-    """`argv` with the flags of every field where `new` differs from `base` (the user's) replaced."""
-    out = list(argv)
+                          framework: str, batch: tuple[int, int] | None = None) -> list[str]:
+    """`argv` with the flags of every field where `new` differs from `base` (the user's) replaced; `batch` =
+    (world size, global batch the search held) states --global-batch-size where the command leaves it out."""
+    out = _pin_global_batch(list(argv), new, batch)
     if new.tp != base.tp:
         out = ed.set_value(out, TP, str(new.tp))
     if new.pp != base.pp:
@@ -77,6 +79,18 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
     if not keeps_distributed_saved(new):
         out = ed.remove(out, DISTRIBUTE_SAVED, takes_value=False)
     return out
+
+
+def _pin_global_batch(argv: list[str], new: Candidate, batch: tuple[int, int] | None) -> list[str]:
+    """Without --global-batch-size Megatron runs micro-batch x DP (arguments.py: args.global_batch_size =
+    args.micro_batch_size * args.data_parallel_size, DP = world / (TP x PP x CP)); tune holds the command's global
+    batch, so a layout whose micro-batch x DP differs states it (it ran another batch, or was refused)."""
+    if batch is None or ed.find_flag(argv, GBS):
+        return argv
+    world, global_batch = batch
+    if new.micro_batch_size * (world // (new.tp * new.pp * new.cp)) == global_batch:
+        return argv
+    return [*argv, GBS[0], str(global_batch)]
 
 
 def _rewrite_etp(argv: list[str], base: Candidate, new: Candidate) -> list[str]:

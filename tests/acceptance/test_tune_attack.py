@@ -4,6 +4,7 @@ DeepSpeed's own batch rule (deepspeed/runtime/config.py _configure_train_batch_s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -93,3 +94,32 @@ def test_tuned_ds_config_passes_deepspeeds_batch_rule(tmp_path: Path, capsys, mo
     assert (ds.train_micro_batch_size_per_gpu, ds.zero_optimization_stage) == (best["micro_batch_size"], best["zero_stage"])
     assert ds.train_batch_size == resolved["global_batch_size"] == 128  # every triad above gives 128 on 8 GPUs
     assert ds.train_batch_size == ds.train_micro_batch_size_per_gpu * ds.gradient_accumulation_steps * resolved["dp"]
+
+
+def test_tuned_rows_state_the_global_batch_a_command_left_to_megatrons_default(tmp_path: Path, capsys) -> None:
+    """Without --global-batch-size Megatron runs micro-batch x DP; tune holds the command's (1 x 4 = 4 here), so a
+    tuned layout with another micro-batch x DP (1 x 2 at TP 4 or PP 4) must say --global-batch-size 4. It was left
+    out: the applied command ran another global batch, or explain refused it (interleaving with fewer micro-batches
+    than PP)."""
+
+    argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
+            "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+            "--micro-batch-size", "1", "--bf16", "--vocab-size", "50257", "--tensor-model-parallel-size", "2"]
+    for search in ("tensor_parallel: [4]\npipeline_parallel: [1]\ncontext_parallel: [1]\nmicro_batch_size: [1]\n",
+                   "tensor_parallel: [1]\npipeline_parallel: [4]\ncontext_parallel: [1]\nmicro_batch_size: [1]\n"):
+        (tmp_path / "s.yaml").write_text(search)
+        code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--top", "20", "--search",
+                                  str(tmp_path / "s.yaml"), "--", *argv], capsys)
+        assert code == 0, err
+        tuned = [row for row in json.loads(out)["top"] if (row["tp"], row["pp"]) != (2, 1)]
+        assert tuned and all({"where": "argv", "key": "--global-batch-size", "old": None, "new": "4"} in row["changes"]
+                             for row in tuned)
+    from llmperf_hook import api
+    from llmperf_hook.tune.apply import plan_tuned_command
+    from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+
+    _, cfg, _, _ = api.resolve_command(argv, {}, cluster="dgx-h100")
+    new = dataclasses.replace(candidate_of(cfg), tp=1, pp=4)
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new))
+    _, resolved, _, _ = api.resolve_command(list(plan.argv), {}, cluster="dgx-h100")
+    assert (resolved.batch.global_batch_size, candidate_of(resolved)) == (4, new)
