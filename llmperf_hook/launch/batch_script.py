@@ -12,6 +12,7 @@ an eval of a command substitution or of a variable the script does not set plain
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -21,6 +22,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
@@ -30,8 +32,52 @@ _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
                         r"\.runner|accelerate\.commands\.launch|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
+_VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+"""A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\1")
+
+
+_ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")
+"""`$(( expr ))` with up to two levels of parentheses inside."""
+
+
+def _c_div(a: int, b: int) -> int:
+    """Integer division truncating toward zero, as C and bash divide."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
+
+
+_ARITH_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+              ast.Div: _c_div, ast.Mod: lambda a, b: a - b * _c_div(a, b), ast.Pow: lambda a, b: a ** b}
+"""bash arithmetic (bash manual 6.5 Shell Arithmetic): integers; `/` and `%` truncate toward zero as in C."""
+
+
+def _arith_value(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _arith_value(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+        right = _arith_value(node.right)
+        if (isinstance(node.op, (ast.Div, ast.Mod)) and right == 0) or (isinstance(node.op, ast.Pow)
+                                                                       and not 0 <= right <= 64):
+            raise ValueError("division by zero or a large power")
+        return _ARITH_OPS[type(node.op)](_arith_value(node.left), right)
+    raise ValueError("not plain integer arithmetic")
+
+
+def _arithmetic(expr: str, env: dict[str, str]) -> str:
+    """The value of `$(( expr ))` (its `$VARS` already expanded; a bare NAME is the variable, as in bash), or the
+    text unchanged (the variable is then left unset) when it is not plain integer arithmetic over known values."""
+    text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: env.get(m.group(0), m.group(0)), expr).strip()
+    if not re.fullmatch(r"[0-9+\-*/%() \t]+", text) or "//" in text:
+        return f"$(({expr}))"
+    try:
+        return str(_arith_value(ast.parse(text, mode="eval").body))
+    except (ValueError, SyntaxError, RecursionError):
+        return f"$(({expr}))"
 
 
 def is_launch(words: Sequence[str], line: str) -> bool:
@@ -60,8 +106,18 @@ class _Reading:
     arrays: dict[str, list[str]] = field(default_factory=dict)
     kind: str = "sbatch script"
     """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
+    conditions: Conditions = field(default_factory=Conditions)
+    """The open `if` blocks (launch/shell_conditions.py)."""
+    positional: dict[str, str] = field(default_factory=dict)
+    """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
+    undecidable: set[str] = field(default_factory=set)
+    """Variables only a command substitution sets (`N=$(nvidia-smi ... | wc -l)`): a test on them is undecided."""
+
+    def test(self, words: list[str]) -> bool | None:
+        return decide_test(words, condition_expander(self.env, self.undecidable, self.expand))
 
     def expand(self, text: str) -> str:
+        text = _positional(text, self.positional)
         return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
 
     def assign_array(self, text: str) -> bool:
@@ -70,8 +126,8 @@ class _Reading:
         body = text[match.end():] if match else ""
         if match is None or ")" not in body:
             return False
-        try:
-            words = shlex.split(body[:body.rindex(")")], comments=True)
+        try:  # `A=( "${A[@]}" --more )` refers to the array's own elements
+            words = shlex.split(self.expand_arrays(body[:body.rindex(")")]), comments=True)
         except ValueError:
             return False
         elements = [self.expand(word) for word in words]
@@ -89,11 +145,25 @@ class _Reading:
     def command(self, line: ScriptLine, text: str) -> None:
         if self.arrays:
             text = self.expand_arrays(text)
+        if "$#" in text and "#" in self.positional:  # shlex would read the `#` of `$#` as a comment
+            text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
+        if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
+            text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
         try:
             words, writes = strip_redirections(shlex.split(_PWD.sub(self.cwd, text), comments=True))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(line.number)
+            return
+        if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
+            words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
+        stepped = self.conditions.step(words, self.test)
+        if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
+            words, text = stepped, shlex.join(stepped)
+        if words and self.conditions.uncertain() and len(words) <= 2 and ASSIGN.match(words[-1]):
+            name = ASSIGN.match(words[-1]).group(1)  # type: ignore[union-attr]
+            self.env.pop(name, None)  # a loop or case body: its value is not known without running it
+            self.undecidable.add(name)
             return
         if not words or self.launches:  # what follows the launch line does not change it
             if words and is_launch(words, text):
@@ -114,6 +184,11 @@ class _Reading:
             self.launches.append((line.number, words))
         elif _PY_SCRIPT.match(text.strip()):
             self.singles.append((line.number, words))
+        elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
+            for target in writes:
+                origin = f"{self.path} line {line.number}"
+                self.files.setdefault(os.path.normpath(self.expand(target)),
+                                      ScriptFile("", origin, command=" ".join(words)[:80]))
 
     def evaluate(self, line: ScriptLine, text: str, args: list[str]) -> None:
         """`eval ARGS`: bash expands ARGS, joins them with blanks and reads the result as a command line (bash manual
@@ -134,17 +209,24 @@ class _Reading:
                 self.command(evaluated, command)
 
     def assign(self, words: list[str]) -> bool:
-        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes)."""
+        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); `$(( ))`
+        arithmetic over numbers and the script's variables is evaluated, as bash does, without running anything."""
         match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
             ASSIGN.match(words[0]) if len(words) == 1 else None
-        if match and "$(" not in match.group(2) and "`" not in match.group(2):
-            self.env[match.group(1)] = self.expand(match.group(2))
-        return match is not None
+        if match is None:
+            return False
+        value = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), match.group(2))
+        if "$(" not in value and "`" not in value:
+            self.env[match.group(1)] = self.expand(value)
+            self.undecidable.discard(match.group(1))
+        else:
+            self.undecidable.add(match.group(1))
+        return True
 
     def launch(self) -> list[str]:
         found = self.launches or self.singles  # no launcher: a `python train.py` line runs once, on the first node
         if len(found) == 1:
-            return found[0][1]
+            return [_positional(word, self.positional) for word in found[0][1]]
         listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"
@@ -158,12 +240,16 @@ class _Reading:
 
 
 def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: dict[str, str],
-                      path: str, kind: str = "sbatch script") -> tuple[list[str], dict[str, ScriptFile]]:
+                      path: str, kind: str = "sbatch script",
+                      args: Sequence[str] = ()) -> tuple[list[str], dict[str, ScriptFile]]:
     """The words of the script's one launch line and the files it writes before it, from its logical lines
-    (shell_script.logical_lines); `env` gains its variables."""
-    reading = _Reading(env, used, path, kind=kind)
+    (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...)."""
+    positional = {"0": path, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
+                  **{str(i): arg for i, arg in enumerate(args, start=1)}}
+    reading = _Reading(env, used, path, kind=kind, positional=positional)
     for line in lines:
-        if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.assign_array(line.text):
+        if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.conditions.running() and \
+                reading.assign_array(line.text):
             continue
         if line.text.strip() and not line.text.lstrip().startswith("#"):
             for pipeline in pipelines(line.text):
@@ -172,9 +258,38 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     return reading.launch(), reading.files
 
 
+_POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
+
+
+def _positional(text: str, positional: dict[str, str]) -> str:
+    """`$1`, `${10}`, `${3:-MOCK}`, `$#`, `$@`: the script's arguments, as bash expands them (an argument not given is
+    empty, or the default of `${N:-default}`)."""
+    if "$" not in text or not positional:
+        return text
+
+    def sub(match: re.Match[str]) -> str:
+        name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
+        value = positional.get(name, "")
+        if op and (value == "" if op == ":-" else name not in positional):
+            return default.strip("'\"")
+        return value
+
+    return _POSITIONAL.sub(sub, text)
+
+
 def written_text(path: str, written: ScriptFile) -> str:
     """The text of a file the script writes (a here-document), read from `path` by the job; refused while it still
-    holds what only running the script would give."""
+    holds what only running the script would give. A file a command writes (`sed ... > FILE`) is read from disk
+    when it is there (an earlier run wrote it), else refused naming that command."""
+    if written.command:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError:
+            raise UsageError(f"{path} does not exist: the script writes it at {written.origin} with `{written.command}`, "
+                             "a command llmperf does not run (it reads scripts, never executes them). Run the script "
+                             "once so the file exists (or write it yourself), then predict again from that folder.") \
+                from None
     unresolved = sorted(set(re.findall(r"\$\{?([A-Za-z_]\w*)", written.text)))
     if unresolved or "$(" in written.text or "`" in written.text:
         what = ", ".join(f"${name}" for name in unresolved) or "a command substitution"

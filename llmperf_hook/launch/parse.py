@@ -240,7 +240,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     script_at = None if head == "sbatch" else _shell_script_index(words, i)
     if head == "sbatch" or script_at is not None:  # the script's own launch line (launch/sbatch.py)
         launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
-            shell_script_launch(words[script_at], env, used)
+            shell_script_launch(words[script_at], env, used, words[script_at + 1:])
         inner = normalise_argv(launch, env, used)
         size = _dispatch(inner, _strip_assignments(inner, env), env, used)
         return replace(size, script_files=files) if size is not None and files else size

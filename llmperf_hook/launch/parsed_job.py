@@ -16,6 +16,9 @@ class ScriptFile:
     """The content the script writes, its variables expanded as bash would."""
     origin: str
     """Where the script writes it, for messages: `job.slurm line 142 (the here-document of ...)`."""
+    command: str = ""
+    """The command that writes it when that is not a here-document (`sed "s/.../" tmpl > ds_config.json`): its
+    content is unknown until the command runs, so `text` is empty and the file on disk, if any, is read instead."""
 
 
 @dataclass(frozen=True)

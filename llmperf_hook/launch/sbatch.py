@@ -48,12 +48,12 @@ def _read_script(path: str, what: str = "sbatch script") -> str:
         raise UsageError(f"cannot read {what} {path}: {err.strerror or err}.") from None
 
 
-def shell_script_launch(path: str, env: dict[str, str],
-                        used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
+def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str],
+                        args: Sequence[str] = ()) -> tuple[list[str], dict[str, ScriptFile]]:
     """`bash train.sh ARGS` (sh, zsh, dash; or `./train.sh`): the script's one launch line, read as for sbatch but
     without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/train_gpt3_175b_distributed.sh ...`,
     size the job on their torchrun line)."""
-    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path, "shell script")
+    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path, "shell script", args)
 
 
 def _header_options(lines: list[ScriptLine]) -> list[str]:
@@ -115,7 +115,8 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)
-    words, files = read_batch_script(lines, env, used, path)
+    script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
+    words, files = read_batch_script(lines, env, used, path, args=script_args)
     if not is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
         for name in _TASK_LAYOUT:
             if name in allocation:

@@ -1,0 +1,164 @@
+"""`if` / `elif` / `else` / `fi` in a launch script, decided from the script's own variables, never by running it.
+
+Real launch scripts choose their flags in conditionals (Pai-Megatron-Patch: `if [ $MODEL_SIZE = 7B ]; then
+NUM_LAYERS=28 ...`; Megatron-DeepSpeed: `if [[ "${no_pp}" = "true" ]]; then deepspeed_options="... --no-pipeline-
+parallel"; fi`). Reading every branch applied the assignments of all of them. A test bash can decide from the
+script's variables (bash manual 6.4 Bash Conditional Expressions: `[ A = B ]`, `[[ A == B ]]`, `test`, `!`,
+-z / -n, -eq / -ne / -gt / -ge / -lt / -le) selects its branch; anything else (a command's exit status, a file
+test, a variable only a command substitution sets) leaves the branch undecided, and an undecided branch is read as
+before: its assignments applied. Loops and `case` are not run: `while [[ $# -gt 0 ]]` that bash would not enter
+(no arguments) is skipped, and a variable assigned inside a loop or `case` that runs (`case $1 in --tp) TP=$2`)
+is unknown afterwards, so a launch using it says so instead of taking one branch's value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)[^}\s]*\}?")
+_INT_TESTS = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
+              "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b, "-le": lambda a, b: a <= b}
+
+
+@dataclass
+class _Frame:
+    """One open `if` block."""
+
+    parts: list[bool | None] = field(default_factory=list)
+    """The tests of the condition being read (the commands before `then`)."""
+    reading: bool = True
+    """Between `if`/`elif` and `then`."""
+    active: bool | None = None
+    """Whether the current branch runs (None: undecided)."""
+    taken: bool | None = False
+    """Whether an earlier branch ran (None: undecided)."""
+    kind: str = "if"
+    """if, while, until, for or case."""
+    uncertain: bool = False
+    """A loop or case body that may run: what it assigns cannot be known without running it."""
+
+
+def _combine(parts: list[bool | None]) -> bool | None:
+    """A condition list `A && B` / `A || B` (the separator is not kept): decided only when every test agrees."""
+    return parts[0] if parts and all(p is parts[0] for p in parts) and parts[0] is not None else None
+
+
+def decide_test(words: list[str], expand: Callable[[str], str | None]) -> bool | None:
+    """The truth of `[ ... ]`, `[[ ... ]]` or `test ...`, or None when bash would need more than the variables."""
+    negate = False
+    while words and words[0] == "!":
+        negate, words = not negate, words[1:]
+    if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
+        inner = words[1:-1]
+    elif words and words[0] == "test":
+        inner = words[1:]
+    else:
+        return None
+    while inner and inner[0] == "!":
+        negate, inner = not negate, inner[1:]
+    values = [expand(w) for w in inner]
+    if any(v is None for v in values):
+        return None
+    result = _decide(inner, values, words[0] == "[[")  # type: ignore[arg-type]
+    return None if result is None else result != negate
+
+
+def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
+    if len(values) == 1:
+        return values[0] != ""
+    if len(values) == 2 and raw[0] in ("-z", "-n"):
+        return (values[1] == "") == (raw[0] == "-z")
+    if len(values) != 3:
+        return None
+    left, op, right = values[0], raw[1], values[2]
+    if op in ("=", "==", "!=") and double and any(c in right for c in "*?["):
+        return None  # [[ A == pattern ]] globs unless the pattern was quoted, which the split words no longer show
+    if op in ("=", "=="):
+        return left == right
+    if op == "!=":
+        return left != right
+    if op in _INT_TESTS and re.fullmatch(r"[+-]?\d+", left.strip()) and re.fullmatch(r"[+-]?\d+", right.strip()):
+        return _INT_TESTS[op](int(left), int(right))
+    return None
+
+
+def condition_expander(env: Mapping[str, str], undecidable: set[str],
+                       expand: Callable[[str], str]) -> Callable[[str], str | None]:
+    """A word of a test with the script's variables: a variable the script sets only by running a command
+    (`$(...)`) is undecidable (None); one nobody set is empty, as bash expands it."""
+    def word(text: str) -> str | None:
+        names = {m.group(1) for m in _REF.finditer(text)}
+        if names & undecidable - set(env):
+            return None
+        done = expand(text)
+        return _REF.sub("", done) if "$" in done else done
+    return word
+
+
+def _taken(frame: _Frame) -> bool | None:
+    """Whether a branch so far ran: once one surely ran the rest cannot; undecided while one might have."""
+    if frame.taken is True or frame.active is True:
+        return True
+    return None if frame.taken is None or frame.active is None else False
+
+
+class Conditions:
+    """The open `if` blocks while a script is read; `step` says what of a command runs."""
+
+    def __init__(self) -> None:
+        self.frames: list[_Frame] = []
+
+    def running(self) -> bool:
+        """Whether a command here runs (an undecided branch counts as running)."""
+        return all(f.active is not False for f in self.frames)
+
+    def uncertain(self) -> bool:
+        """Whether a command here sits in a loop or `case` body that may run."""
+        return any(f.uncertain for f in self.frames)
+
+    def step(self, words: list[str], test: Callable[[list[str]], bool | None]) -> list[str]:
+        """Consume the compound-command keywords at the front of a command; the rest of it when it runs, else []."""
+        head = words[0] if words else ""
+        if head in ("if", "while", "until", "for"):
+            self.frames.append(_Frame(parts=[None if head == "for" else test(words[1:])], kind=head))
+            return []
+        if head == "case":
+            self.frames.append(_Frame(reading=False, kind="case", uncertain=True))
+            return []
+        frame = self.frames[-1] if self.frames else None
+        if frame is None:
+            return words
+        if frame.reading and head not in ("then", "do"):
+            frame.parts.append(test(words))
+            return []
+        if head in ("then", "do"):
+            self._decide(frame)
+        elif head == "elif":
+            frame.taken = _taken(frame)
+            frame.reading, frame.parts = True, [test(words[1:])]
+            return []
+        elif head == "else":
+            frame.taken = _taken(frame)
+            frame.active = False if frame.taken else (None if frame.taken is None else True)
+        elif head in ("fi", "done", "esac"):
+            self.frames.pop()
+        else:
+            return words if self.running() else []
+        return words[1:] if self.running() else []
+
+    @staticmethod
+    def _decide(frame: _Frame) -> None:
+        condition = _combine(frame.parts)
+        frame.reading = False
+        if frame.kind in ("while", "until", "for"):
+            skipped = condition is False if frame.kind == "while" else condition is True if frame.kind == "until" \
+                else False
+            frame.active, frame.uncertain = (False, False) if skipped else (None, True)
+        elif frame.taken:
+            frame.active = False
+        elif frame.taken is None:
+            frame.active = None if condition is not False else False
+        else:
+            frame.active = condition
