@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import click
 
-from llmperf_hook.errors import InfeasibleError, UsageError
+from llmperf_hook.errors import InfeasibleError, LlmperfError, UsageError
 
 GiB = float(1 << 30)
 
@@ -52,8 +52,13 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         raise UsageError("--dry-run only works with --apply (print the rewritten command instead of launching it); "
                          "add --apply, or drop --dry-run: without --apply tune never launches anything.")
     started = time.perf_counter()
-    job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-    result, space = _search(cfg, spec, search_file, top_k, argv)
+    try:
+        job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
+        result, space = _search(cfg, spec, search_file, top_k, argv)
+    except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
+        if fmt == "json":
+            click.echo(json.dumps({"error": str(err), "exit_code": err.exit_code}, indent=2))
+        raise
     elapsed = time.perf_counter() - started
     header = _header(cfg, spec, space.source, elapsed)
     if not result.top:

@@ -123,3 +123,16 @@ def test_tuned_rows_state_the_global_batch_a_command_left_to_megatrons_default(t
     plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new))
     _, resolved, _, _ = api.resolve_command(list(plan.argv), {}, cluster="dgx-h100")
     assert (resolved.batch.global_batch_size, candidate_of(resolved)) == (4, new)
+
+
+def test_json_bad_input_prints_one_error_object_and_exits_2(tmp_path: Path, capsys) -> None:
+    """`--format json` keeps stdout one JSON object when the command itself is refused before tuning (its own
+    layout invalid, a bad --search file), as it already did for nothing-fits and --apply refusals; stdout was empty."""
+    argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "30", "--hidden-size", "2048",
+            "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+            "--micro-batch-size", "1", "--bf16", "--vocab-size", "50257", "--pipeline-model-parallel-size", "4"]
+    (tmp_path / "bad.yaml").write_text("micro_batch_size: [0]\n")
+    for extra, argv_used in ((), argv), (("--search", str(tmp_path / "bad.yaml")), argv[:-2]):
+        code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", *extra, "--", *argv_used], capsys)
+        data = json.loads(out)
+        assert code == 2 and data["exit_code"] == 2 and data["error"] in err
