@@ -4,7 +4,8 @@ Model and optimizer state per parameter on a rank (Rajbhandari et al. 2020, ZeRO
 Adam holds 2 + 2 + 12 bytes; Megatron keeps fp32 main gradients, 2 + 4 + 12, and its distributed optimizer
 shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_optimizer.md):
   weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the live, gathered layers
-  gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition)
+  gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition); 0 on the GPU under
+                 ZeRO-2/3 offload_optimizer (the partition lives on the host)
   optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8;
                  /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded (ZeRO-3 partial
                  offload: the GPU's share of the sub-groups stays)
@@ -13,6 +14,11 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
+Two phases: the backward (state + activations + buffers) and DeepSpeed's optimizer step, which casts the gradient
+partition to fp32 (optimizer_step_bytes); the peak is the larger, the components sum to it
+(optimizer_step_working_set tops the backward up when the step is larger). DeepSpeed's own estimators count the
+step's fp32 gradients as always alive; Megatron's theoretical_memory_usage.py counts what this module counts,
+less the terms tests/schedule/test_memory_reference.py names.
 """
 
 from __future__ import annotations
