@@ -2,8 +2,9 @@
 
 References, run on CPU:
 - Megatron-LM megatron/training/theoretical_memory_usage.py (compute_weight_and_optimizer_memory and the
-  activation function report_theoretical_memory picks), loaded from a Megatron-LM checkout (the mirror, or
-  $LLMPERF_MEGATRON_LM, a clone's root) with a stub args namespace built from the resolved job;
+  activation function report_theoretical_memory picks), loaded from a Megatron-LM checkout ($LLMPERF_MEGATRON_LM,
+  a clone's root, or the mirror; else the verbatim copy in reference/) with a stub args namespace built from the
+  resolved job;
 - DeepSpeed estimate_zero2_model_states_mem_needs / estimate_zero3_model_states_mem_needs imported from the
   installed deepspeed (runtime/zero/stage_1_and_2.py, stage3.py): test_memory_reference_deepspeed.py, on this
   table's DeepSpeed rows; `llmperf predict` on its rows: test_memory_reference_cli.py.
@@ -37,6 +38,7 @@ from llmperf_hook.schedule.memory import activation_bytes, state_bytes
 
 MEGATRON_MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
 MEGATRON_FILE = "megatron/training/theoretical_memory_usage.py"
+VENDORED_MEGATRON = Path(__file__).parent / "reference" / "megatron_theoretical_memory_usage.py"
 STATE_PARTS = ("weights", "gradients", "optimizer_states")
 
 GPT_13B = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 "
@@ -187,15 +189,17 @@ def resolve(case: Case, folder: Path) -> Resolved:
 
 
 def megatron_source() -> str | None:
-    """The file's text from a Megatron-LM checkout: $LLMPERF_MEGATRON_LM (a clone's root), else the mirror."""
+    """The file's text from a Megatron-LM checkout: $LLMPERF_MEGATRON_LM (a clone's root), else the mirror's HEAD,
+    else the verbatim copy in tests/schedule/reference/ (its README gives the commit and license)."""
     root = os.environ.get("LLMPERF_MEGATRON_LM")
     if root and (Path(root) / MEGATRON_FILE).is_file():
         return (Path(root) / MEGATRON_FILE).read_text()
-    if not MEGATRON_MIRROR.is_dir():
-        return None
-    out = subprocess.run(["git", "--git-dir", str(MEGATRON_MIRROR), "show", f"HEAD:{MEGATRON_FILE}"],
-                         capture_output=True, text=True, check=False)
-    return out.stdout if out.returncode == 0 else None
+    if MEGATRON_MIRROR.is_dir():
+        out = subprocess.run(["git", "--git-dir", str(MEGATRON_MIRROR), "show", f"HEAD:{MEGATRON_FILE}"],
+                             capture_output=True, text=True, check=False)
+        if out.returncode == 0:
+            return out.stdout
+    return VENDORED_MEGATRON.read_text() if VENDORED_MEGATRON.is_file() else None
 
 
 def load_megatron_reference() -> ModuleType | None:
