@@ -234,5 +234,10 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
            f"{near.peak_bytes / GiB:.1f} GiB per GPU, {short:.1f} GiB over.")
     if result.layers_that_fit:
         msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
-                f"(this one has {cfg.model.num_layers}).")
-    return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
+                f"hidden size, sequence length, batch and GPUs kept).")
+    if cfg.framework in ("megatron", "megatron-deepspeed"):
+        return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+    script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
+    return msg + (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
+                  f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")

@@ -136,3 +136,17 @@ def test_json_bad_input_prints_one_error_object_and_exits_2(tmp_path: Path, caps
         code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", *extra, "--", *argv_used], capsys)
         data = json.loads(out)
         assert code == 2 and data["exit_code"] == 2 and data["error"] in err
+
+
+def test_nothing_fits_for_a_deepspeed_script_points_at_what_tune_does_not_search(tmp_path: Path, capsys,
+                                                                                 monkeypatch) -> None:
+    """A plain DeepSpeed script's TP/PP and recompute are in its own code, so 'widen the search with more TP/PP'
+    was advice tune cannot follow; the message names offload and activation checkpointing instead, and says what
+    'largest' means."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+                                                  "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    code, _, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-70b", "--", *argv], capsys)
+    assert code == 3 and "offload_optimizer" in err and "activation checkpointing" in err and "TP/PP" not in err
+    assert "largest = most layers" in err
