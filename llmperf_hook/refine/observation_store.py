@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS refine_config_scales (
 
 ADDED_COLUMNS = {
     "refine_runs": (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
-                    ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT")),
+                    ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT"), ("calibration_step_time_s", "REAL"),
+                    ("observation_sd", "REAL")),
     "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
                             ("sd_run", "REAL"), ("sd_shared", "REAL")),
 }
@@ -194,7 +195,7 @@ def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
     cols = ("job_id", "run_dir", "hardware", "cluster", "framework", "device", "world_size", "num_timed_steps",
             "measured_step_time_s", "predicted_step_time_s", "uncalibrated_step_time_s", "peak_memory_bytes",
             "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s",
-            "config_fingerprint")
+            "config_fingerprint", "calibration_step_time_s", "observation_sd")
     values = [row.get(c) for c in cols] + [time.time()]
     with conn:
         conn.execute(f"INSERT OR REPLACE INTO refine_runs ({', '.join(cols)}, ingested_unix_s) "
@@ -220,14 +221,29 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
-                 framework: str) -> list[tuple[str, str | None, float, float, str | None]]:
-    """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON) of every ingested run of this
-    key with both numbers that was fit to calibrate from (see refine_run.MAX_WALL_PER_CPU)."""
-    cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, measured_step_time_s, config_json "
-                       "FROM refine_runs WHERE hardware = ? AND cluster = ? AND framework = ? "
-                       "AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
+                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float]]:
+    """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON, observation sd) of every ingested
+    run of this key with both numbers that may calibrate it. `measured` is what the calibration compares with: the
+    measured step time, or a contended CPU run's quiet-equivalent reading (refine/contention.py), whose extra log
+    standard deviation is the observation sd (0 for a quiet run). Runs stored before that treatment existed as
+    contended (usable_for_calibration 0) stay out, as then."""
+    cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, "
+                       "COALESCE(calibration_step_time_s, measured_step_time_s), config_json, "
+                       "COALESCE(observation_sd, 0.0) FROM refine_runs WHERE hardware = ? AND cluster = ? AND "
+                       "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
+                       "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
                        "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    return [(str(j), f, float(p), float(m), c) for j, f, p, m, c in cur.fetchall()]
+    return [(str(j), f, float(p), float(m), c, float(sd)) for j, f, p, m, c, sd in cur.fetchall()]
+
+
+def quiet_wall_per_cpu_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str,
+                               world_size: int, limit: float) -> list[float]:
+    """The step wall / CPU ratios of the uncontended CPU runs (ratio <= limit) of this key with `world_size`
+    ranks: how long a quiet step of as many ranks waits for its peers (refine/contention.py)."""
+    cur = conn.execute("SELECT wall_per_cpu FROM refine_runs WHERE hardware = ? AND cluster = ? AND framework = ? "
+                       "AND world_size = ? AND device = 'cpu' AND wall_per_cpu > 0 AND wall_per_cpu <= ?",
+                       (hardware, cluster, framework, world_size, limit))
+    return [float(r) for (r,) in cur.fetchall()]
 
 
 def reference_readings_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,

@@ -43,14 +43,14 @@ def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework
 
 def _refit(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
     runs = store.runs_for_key(conn, hardware, cluster, framework)
-    configs = group_runs([(j, f, p, m) for j, f, p, m, _ in runs])
+    configs = group_runs([(j, f, p, m, sd) for j, f, p, m, _, sd in runs])
     if not configs:
         return None, ""
     priors = variance_priors(hardware, store.reference_readings_for_key(conn, hardware, cluster, framework))
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared)
     post = posterior(configs, variances)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
-    labels = {f: describe_config(_config(text)) for _, f, _, _, text in runs if f}
+    labels = {f: describe_config(_config(text)) for _, f, _, _, text, _ in runs if f}
     own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint]),
                             math.exp(sum(c.log_ratios) / len(c.log_ratios)), len(c.log_ratios),
                             labels.get(c.fingerprint, "")) for c in configs if not c.fingerprint.startswith("job:"))

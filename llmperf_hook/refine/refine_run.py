@@ -20,15 +20,18 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration
 from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
+from llmperf_hook.refine.contention import ContendedStep, contended_step
+from llmperf_hook.refine.contention import describe as describe_contended
 from llmperf_hook.refine.recalibrate import recalibrate
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
 
 MAX_WALL_PER_CPU = 1.5
 """A CPU run whose ranks' step wall time exceeds 1.5x their CPU time waited for a core (or a peer) for a third
-of the step: on an oversubscribed machine a calibration would learn the machine's load, not the cluster. Such
-runs are ingested but not calibrated from (GPU runs: CPU time says nothing, never excluded). The environment
-variable LLMPERF_REFINE_MAX_WALL_PER_CPU overrides the limit (e.g. for CPU jobs that legitimately wait on
-slow communication; "inf" turns the check off)."""
+of the step: on an oversubscribed machine a calibration from its wall time would learn the machine's load, not
+the cluster. Such a run is calibrated from its step CPU time instead, as a noisier reading
+(refine/contention.py); GPU runs: CPU time says nothing, never treated so. The environment variable
+LLMPERF_REFINE_MAX_WALL_PER_CPU overrides the limit (e.g. for CPU jobs that legitimately wait on slow
+communication; "inf": every run calibrates from its wall time)."""
 
 
 def max_wall_per_cpu() -> float:
@@ -70,6 +73,14 @@ class JobRefinement:
     notes: tuple[str, ...] = ()
     fingerprint: str | None = None
     """The run's configuration (refine/config_fingerprint.py); None when prediction.json names none."""
+    contended: ContendedStep | None = None
+    """A CPU run whose ranks waited for a core: the CPU-time reading it was calibrated from (None: a quiet run,
+    calibrated from its measured wall time)."""
+
+    @property
+    def calibrated_from_s(self) -> float | None:
+        """The step time the calibration compared the prediction with."""
+        return self.contended.step_time_s if self.contended else self.job.step_time_s
 
 
 @dataclass(frozen=True)
@@ -153,15 +164,12 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
                      f"(a rank killed mid-write, or an edited file)")
     wall_per_cpu = job.step_time_s / job.cpu_time_s if job.device == "cpu" and job.step_time_s and job.cpu_time_s else None
-    limit = max_wall_per_cpu()
-    contended = wall_per_cpu is not None and wall_per_cpu > limit
-    if contended:
-        notes.append(f"not calibrated from: step wall time {wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: "
-                     f"they waited for a core or a peer{_load_text(job.load_avg_1m)}); rerun on a quieter machine")
     mismatch = device_mismatch(job.device, key, hardware)
+    contended = _contended_step(conn, job, key, wall_per_cpu)
+    if contended is not None:
+        notes.append(describe_contended(contended, max_wall_per_cpu(), _load_text(job.load_avg_1m)))
     if mismatch:
         notes.append(mismatch)
-        contended = True  # kept in the store, never calibrated from
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
         "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
@@ -171,8 +179,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "config_json": json.dumps((prediction or {}).get("config"), default=str), "wall_per_cpu": wall_per_cpu,
         # recorded, not applied: the hook's machine-speed reading does not track this testbed's step-time drift
         # (instrument/reference_speed.py, benchmarks/bench_cpu_testbed.py --drift-check)
-        "usable_for_calibration": 0 if contended else 1, "reference_cpu_s": job.reference_cpu_s,
-        "config_fingerprint": fingerprint})
+        "usable_for_calibration": 0 if mismatch else 1, "reference_cpu_s": job.reference_cpu_s,
+        "config_fingerprint": fingerprint,
+        "calibration_step_time_s": contended.step_time_s if contended else job.step_time_s,
+        "observation_sd": contended.observation_sd if contended else 0.0})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     usable_key = None if mismatch else key
@@ -197,7 +207,19 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
     after = calibration.apply(raw, fingerprint) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
-                         fingerprint=fingerprint)
+                         fingerprint=fingerprint, contended=contended)
+
+
+def _contended_step(conn: Any, job: JobSteps, key: CalibrationKey | None,
+                    wall_per_cpu: float | None) -> ContendedStep | None:
+    """The CPU-time reading of a run whose ranks waited for a core (refine/contention.py); None for a quiet run
+    (or a GPU one)."""
+    limit = max_wall_per_cpu()
+    if wall_per_cpu is None or not wall_per_cpu > limit or not job.cpu_time_s:
+        return None
+    quiet = store.quiet_wall_per_cpu_for_key(conn, key.hardware, key.cluster, key.framework, job.world_size,
+                                             limit) if key else []
+    return contended_step(wall_per_cpu, job.cpu_time_s, job.world_size, limit, quiet)
 
 
 def _shrinkage_note(cal: Calibration, fingerprint: str | None, variance_source: str) -> str:
@@ -304,8 +326,10 @@ def render_refine_report(report: RefineReport) -> str:
         if r.predicted_before_s:
             lines.append(f"    predicted before: {_ms(r.predicted_before_s)} ({_pct(r.predicted_before_s, j.step_time_s)} vs measured)")
         if r.predicted_after_s:
-            lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, j.step_time_s)} vs measured)"
-                         f"  [{r.calibration.describe(r.fingerprint)}]")
+            versus = (f"vs measured" if r.contended is None else
+                      f"vs the contended run's quiet-equivalent {_ms(r.contended.step_time_s)}")
+            lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, r.calibrated_from_s)} "
+                         f"{versus})  [{r.calibration.describe(r.fingerprint)}]")
         if r.num_op_samples:
             lines.append(f"    op samples: {r.num_op_samples} ingested; {r.op_refit}")
         lines.extend(f"    note: {n}" for n in r.notes)
@@ -327,7 +351,11 @@ def report_json(report: RefineReport) -> dict[str, Any]:
             "num_configs": r.calibration.num_configs, "sd_config": r.calibration.sd_config,
             "sd_run": r.calibration.sd_run, "config_fingerprint": r.fingerprint,
             "own_scale": _own_scale(r)},
-        "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes)} for r in report.jobs]}
+        "num_op_samples": r.num_op_samples, "op_refit": r.op_refit, "notes": list(r.notes),
+        "contended": None if r.contended is None else {
+            "wall_per_cpu": r.contended.wall_per_cpu, "cpu_time_s": r.contended.cpu_time_s,
+            "quiet_wall_per_cpu": r.contended.quiet_wall_per_cpu, "calibrated_from_s": r.contended.step_time_s,
+            "observation_sd": r.contended.observation_sd}} for r in report.jobs]}
 
 
 def _own_scale(r: JobRefinement) -> float | None:

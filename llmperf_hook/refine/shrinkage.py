@@ -15,7 +15,10 @@ al., Bayesian Data Analysis, 3rd ed., section 5.4, eq. 5.17 with a known prior m
 
 and a configuration with runs of its own gets E[b + c_f | y]: the same model with the other configurations'
 posterior of b (mean m, variance V) as the prior of b, lambda = (V + sd_config^2) / (V + sd_config^2 + sd_run^2 / n_f),
-E = m + lambda (ybar_f - m). More runs and more configurations -> less shrinkage.
+E = m + lambda (ybar_f - m). More runs and more configurations -> less shrinkage. A run whose reading is noisier
+than the run-to-run spread (a contended CPU run calibrated from its CPU time, refine/contention.py: extra log sd
+s_i) weighs 1 / (sd_run^2 + s_i^2): ybar_j is the precision-weighted mean and sd_run^2 / n_j becomes
+1 / sum_i 1 / (sd_run^2 + s_i^2) everywhere above.
 
 Where the variances come from (never from the benchmark's rows), `variance_priors`:
 - A profile measured on the machine itself with its step cost (a CPU profile: framework_overhead.json,
@@ -74,6 +77,20 @@ class ConfigRuns:
     """Geometric mean of the runs' uncalibrated predictions."""
     measured_s: float
     """Geometric mean of the runs' measured step times."""
+    observation_sds: tuple[float, ...] = ()
+    """Per run, the extra log standard deviation of its reading beyond the run-to-run spread (a contended CPU
+    run calibrated from its CPU time: refine/contention.py); empty or 0: a quiet run."""
+
+    def extra_variances(self) -> tuple[float, ...]:
+        return tuple((self.observation_sds[i] if i < len(self.observation_sds) else 0.0) ** 2
+                     for i in range(len(self.log_ratios)))
+
+    def mean_and_variance(self, sd_run: float) -> tuple[float, float]:
+        """(precision-weighted mean log-ratio, its variance): each run weighs 1 / (sd_run^2 + its extra
+        variance); quiet runs alone give the plain mean and sd_run^2 / n."""
+        weights = [1.0 / (sd_run ** 2 + extra) for extra in self.extra_variances()]
+        total = sum(weights)
+        return sum(w * y for w, y in zip(weights, self.log_ratios)) / total, 1.0 / total
 
 
 @dataclass(frozen=True)
@@ -98,28 +115,32 @@ class Posterior:
     """E[b + c_f | y] per fingerprint with runs."""
 
 
-def group_runs(runs: Sequence[tuple[str, str | None, float, float]]) -> list[ConfigRuns]:
-    """(job id, fingerprint, predicted, measured) rows -> one ConfigRuns per fingerprint, in first-seen order."""
-    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for job_id, fingerprint, p, m in runs:
+def group_runs(runs: Sequence[tuple]) -> list[ConfigRuns]:
+    """(job id, fingerprint, predicted, measured[, observation sd]) rows -> one ConfigRuns per fingerprint, in
+    first-seen order."""
+    groups: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for job_id, fingerprint, p, m, *rest in runs:
         if p > 0 and m > 0:
-            groups[fingerprint or f"job:{job_id}"].append((p, m))
-    return [ConfigRuns(f, tuple(math.log(m / p) for p, m in pm),
-                       math.exp(statistics.fmean(math.log(p) for p, _ in pm)),
-                       math.exp(statistics.fmean(math.log(m) for _, m in pm))) for f, pm in groups.items()]
+            groups[fingerprint or f"job:{job_id}"].append((p, m, float(rest[0]) if rest and rest[0] else 0.0))
+    return [ConfigRuns(f, tuple(math.log(m / p) for p, m, _ in pm),
+                       math.exp(statistics.fmean(math.log(p) for p, _, _ in pm)),
+                       math.exp(statistics.fmean(math.log(m) for _, m, _ in pm)),
+                       tuple(sd for _, _, sd in pm)) for f, pm in groups.items()]
 
 
 def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, prior_source: str,
                        sd_shared: float = SD_SHARED_PRIOR) -> Variances:
     """Priors pooled with the store's spread: within configurations for sd_run, between them for sd_config."""
-    within = [(y - statistics.fmean(c.log_ratios)) ** 2 for c in configs for y in c.log_ratios]
-    dof_run = sum(len(c.log_ratios) - 1 for c in configs)
+    # the run-to-run spread from quiet readings only (a contended one's extra noise has its own variance)
+    quiet = [[y for y, extra in zip(c.log_ratios, c.extra_variances()) if extra == 0.0] for c in configs]
+    within = [(y - statistics.fmean(ys)) ** 2 for ys in quiet for y in ys]
+    dof_run = sum(max(len(ys) - 1, 0) for ys in quiet)
     var_run = (PRIOR_DOF * SD_RUN_PRIOR ** 2 + sum(within)) / (PRIOR_DOF + dof_run)
     source = f"sd_config prior {sd_config_prior:.3f} ({prior_source})"
     var_config = sd_config_prior ** 2
     if len(configs) >= 2:
-        means = [statistics.fmean(c.log_ratios) for c in configs]
-        noise = statistics.fmean(var_run / len(c.log_ratios) for c in configs)
+        means = [c.mean_and_variance(math.sqrt(var_run))[0] for c in configs]
+        noise = statistics.fmean(c.mean_and_variance(math.sqrt(var_run))[1] for c in configs)
         spread = max(statistics.variance(means) - noise, 0.0)
         dof = len(configs) - 1
         var_config = (PRIOR_DOF * var_config + dof * spread) / (PRIOR_DOF + dof)
@@ -131,8 +152,9 @@ def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, pr
 
 def posterior(configs: Sequence[ConfigRuns], v: Variances) -> Posterior:
     """The posterior means of the module docstring's model."""
-    weights = {c.fingerprint: 1.0 / (v.sd_config ** 2 + v.sd_run ** 2 / len(c.log_ratios)) for c in configs}
-    means = {c.fingerprint: statistics.fmean(c.log_ratios) for c in configs}
+    moments = {c.fingerprint: c.mean_and_variance(v.sd_run) for c in configs}
+    weights = {f: 1.0 / (v.sd_config ** 2 + var) for f, (_, var) in moments.items()}
+    means = {f: mean for f, (mean, _) in moments.items()}
     total = sum(weights.values())
     mu = sum(weights[f] * means[f] for f in means) / total
     k = total / (total + 1.0 / v.sd_shared ** 2)
@@ -143,7 +165,7 @@ def posterior(configs: Sequence[ConfigRuns], v: Variances) -> Posterior:
         var_b = 1.0 / (rest + 1.0 / v.sd_shared ** 2)  # posterior of b from the other configurations
         mean_b = var_b * sum(weights[g] * means[g] for g in means if g != f)
         prior = var_b + v.sd_config ** 2
-        lam = prior / (prior + v.sd_run ** 2 / len(c.log_ratios))
+        lam = prior / (prior + moments[f][1])
         own[f] = mean_b + lam * (means[f] - mean_b)
     return Posterior(mu, k, own)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -108,28 +109,61 @@ def test_cli_defaults_to_the_newest_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert [j["job_id"] for j in json.loads(out.output)["jobs"]] == ["j-new"]
 
 
-def test_contended_cpu_run_is_ingested_but_not_calibrated_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
-    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.04, 0.04, 0.04]})
-    text = (run / "rank0.jsonl").read_text().replace('"device": "cpu"', '"device": "cpu", "cpu_time_s": 0.02')
-    (run / "rank0.jsonl").write_text(text)
-    (job,) = refine_run(run).jobs
-    assert job.job.cpu_time_s == 0.02 and job.calibration is None
-    assert any("2.00x the ranks' CPU time" in n for n in job.notes)
-    assert find_calibration("cpu-test", "local-cpu", "deepspeed") is None
-    calm = write_run(tmp_path / "calm", "j2", {0: [0.5, 0.03, 0.03]})
-    (calm / "rank0.jsonl").write_text((calm / "rank0.jsonl").read_text().replace(
-        '"device": "cpu"', '"device": "cpu", "cpu_time_s": 0.029'))
-    refine_run(calm)
-    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
-    assert cal.num_runs == 1 and cal.step_time_scale == pytest.approx(3.0)
+def _with_cpu_time(run: Path, cpu_s: float) -> Path:
+    for f in run.glob("rank*.jsonl"):
+        f.write_text(f.read_text().replace('"device": "cpu"', f'"device": "cpu", "cpu_time_s": {cpu_s}'))
+    return run
 
-    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")  # the user's override: calibrate anyway
+
+def test_contended_cpu_run_calibrates_from_its_cpu_time_as_a_noisier_reading(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose ranks waited for a core (wall 2x CPU) is calibrated, from its CPU time, not refused (was: no
+    calibration at all on a busy machine) and not from its wall time (that learns the load); it weighs less than
+    a quiet run of the same configuration, and the output says the run was contended and how it was treated."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = _with_cpu_time(write_run(tmp_path / "r", "j1", {0: [0.5, 0.04, 0.04, 0.04]}), 0.02)
     (job,) = refine_run(run).jobs
-    assert job.calibration is not None and job.calibration.num_runs == 2
+    assert job.job.cpu_time_s == 0.02 and job.calibration is not None
+    assert job.contended is not None and job.contended.step_time_s == pytest.approx(0.02)  # one rank: x1
+    assert job.calibration.own_scale(job.fingerprint).measured_scale == pytest.approx(2.0)  # 0.02 / 0.01, not 4
+    text = render_refine_report(refine_run(run))
+    assert "contended run: step wall time 2.00x the ranks' CPU time (> 1.5" in text and "CPU time per step" in text
+    assert "vs the contended run's quiet-equivalent 20.00 ms" in text and "predicted after" in text
+    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
+    assert cal.num_runs == 1 and cal.config_scales[0].num_runs == 1
+    # a quiet run of the same configuration (ratio 3) outweighs the contended one (ratio 2)
+    refine_run(_with_cpu_time(write_run(tmp_path / "calm", "j2", {0: [0.5, 0.03, 0.03]}), 0.029))
+    cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
+    own = cal.config_scales[0]
+    assert cal.num_runs == 2 and own.num_runs == 2 and own.measured_scale == pytest.approx(math.sqrt(6.0))
+    assert cal.step_time_scale > 2.7 and own.step_time_scale > own.measured_scale  # weighted toward 3, not sqrt(6)
+
+    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")  # the user's override: calibrate from the wall time
+    (job,) = refine_run(run).jobs
+    assert job.contended is None and job.calibration.num_runs == 2
     monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "fast")
     with pytest.raises(UsageError, match="not a number"):
         refine_run(run)
+
+
+def test_contended_multi_rank_run_takes_the_peer_wait_of_quiet_runs(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks also wait for each other in a quiet step: the CPU time is scaled by the quiet wall / CPU of the
+    store's uncontended 2-rank runs (else the middle of [1, limit]), and its spread joins the reading's."""
+    from llmperf_hook.refine.contention import contended_step
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    busy = _with_cpu_time(write_run(tmp_path / "busy", "j1", {0: [0.5, 0.06, 0.06], 1: [0.5, 0.06, 0.06]}), 0.02)
+    (job,) = refine_run(busy).jobs
+    assert job.contended.quiet_wall_per_cpu == pytest.approx(1.5 ** 0.5) and "no uncontended 2-rank" in job.notes[0]
+    quiet = _with_cpu_time(write_run(tmp_path / "q", "j2", {0: [0.5, 0.022, 0.022], 1: [0.5, 0.022, 0.022]}), 0.02)
+    refine_run(quiet)
+    (job,) = refine_run(busy).jobs
+    assert job.contended.quiet_wall_per_cpu == pytest.approx(1.1) and "1 uncontended 2-rank run" in job.notes[0]
+    assert job.contended.step_time_s == pytest.approx(0.022)
+    # more contention, a noisier reading; one rank has no peer to wait for
+    assert contended_step(6.0, 0.02, 2, 1.5).observation_sd > contended_step(2.0, 0.02, 2, 1.5).observation_sd
+    assert contended_step(2.0, 0.02, 1, 1.5).quiet_wall_per_cpu == 1.0
 
 
 def test_unwritable_llmperf_home_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

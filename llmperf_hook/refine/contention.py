@@ -1,0 +1,89 @@
+"""A CPU run whose ranks waited for a core: what refine calibrates from, and how much that reading is worth.
+
+On a CPU a rank's step wall time is its CPU time, plus the time it waited for a peer in a collective, plus the
+time it was runnable but another program held the core. The last part is the machine's load at that moment,
+not the cluster: a calibration from the wall time of a contended run would learn the load. The step's CPU
+time does not contain it, and moves far less with the load. Measured on this 2-core machine, 26 Nov 2026
+20:08-20:20 (testbed configurations 0, 1, 9 of benchmarks/bench_cpu_testbed.py, each quiet and beside two
+busy loops, load 2-12; wall / CPU of the slowest rank 1.0-9.3):
+
+    config 0 (1 rank fp32)    CPU 15.3 ms quiet -> 16.8 / 19.3 / 20.1 ms at wall/CPU 2.0 / 3.7 / 6.9 (wall 34-139 ms)
+    config 1 (2 ranks ZeRO-1) CPU 62.4 ms -> 62.4 / 66.2 / 67.1 ms at wall/CPU 2.0 / 6.0 / 8.7 (wall 126-581 ms)
+    config 9 (2 ranks bf16)   CPU 41.1 ms -> 38.2 / 40.3 / 40.5 ms at wall/CPU 2.5 / 5.6 / 9.3 (wall 85-378 ms)
+
+so a contended run is calibrated from its step CPU time, never its wall time: the slowest rank's median CPU
+time per step, times the wall / CPU ratio a quiet run of as many ranks has (the part of a quiet step spent
+waiting for peers: 1 for one rank; for several, the median of the store's uncontended runs of the same
+(hardware, cluster, framework) and rank count, else the middle of [1, the contention limit]). Its observation
+variance in the shrinkage (refine/shrinkage.py) adds, to the run-to-run spread every run has:
+- CPU_INFLATION_PER_LOG x log(wall / CPU): what the contention still added to the CPU time (shared caches,
+  context switches; the one-rank config above, 0.13-0.18 per log, the upper end taken);
+- the spread of that quiet wall / CPU ratio (of the store's quiet runs, or the uniform's over the interval).
+A run at wall / CPU 2 thus counts about a fifth of a quiet one in the pooled fit; its own configuration keeps
+less of its ratio, and the other configurations move less. Pure functions; refine_run.py applies them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+CPU_INFLATION_PER_LOG = 0.15
+"""Log growth of a contended rank's step CPU time per log of its wall / CPU ratio, as a standard deviation
+(module docstring: 0.13-0.18 for one rank, 0.00-0.03 for two ranks; the upper end)."""
+MIN_SD = 1e-3
+
+
+@dataclass(frozen=True)
+class ContendedStep:
+    """What refine calibrates from for a contended CPU run."""
+
+    wall_per_cpu: float
+    """The run's slowest-rank step wall time / its CPU time."""
+    cpu_time_s: float
+    """Median over the timed steps of the slowest rank's CPU time."""
+    quiet_wall_per_cpu: float
+    """The wall / CPU ratio of a quiet run of as many ranks (peer waits), applied to the CPU time."""
+    quiet_source: str
+    """Where quiet_wall_per_cpu came from, for the note."""
+    step_time_s: float
+    """cpu_time_s x quiet_wall_per_cpu: the quiet-equivalent step time the calibration uses."""
+    observation_sd: float
+    """Extra log standard deviation of this reading, added in quadrature to the run-to-run spread."""
+
+
+def contended_step(wall_per_cpu: float, cpu_time_s: float, world_size: int, limit: float,
+                   quiet_ratios: Sequence[float] = ()) -> ContendedStep:
+    """The module docstring's reading of a run with wall / CPU `wall_per_cpu` above `limit`; `quiet_ratios`
+    are the wall / CPU ratios of the store's uncontended runs of the same key and rank count."""
+    ratio, ratio_sd, source = quiet_wall_per_cpu(world_size, limit, quiet_ratios)
+    inflation_sd = CPU_INFLATION_PER_LOG * math.log(max(wall_per_cpu, 1.0))
+    sd = max(math.hypot(inflation_sd, ratio_sd), MIN_SD)
+    return ContendedStep(wall_per_cpu, cpu_time_s, ratio, source, cpu_time_s * ratio, sd)
+
+
+def quiet_wall_per_cpu(world_size: int, limit: float, quiet_ratios: Sequence[float] = ()) -> tuple[float, float, str]:
+    """(ratio, its log sd, source): one rank never waits for a peer; several wait as the store's quiet runs
+    did (median, spread of their logs), else anywhere in [1, limit] (log-uniform: middle, width / sqrt(12))."""
+    if world_size <= 1:
+        return 1.0, 0.0, "one rank waits for no peer"
+    usable = [r for r in quiet_ratios if 0.5 < r <= limit]
+    if usable:
+        logs = [math.log(r) for r in usable]
+        sd = statistics.stdev(logs) if len(logs) > 1 else math.log(limit) / math.sqrt(12.0)
+        return (statistics.median(usable), sd,
+                f"the median wall / CPU of {len(usable)} uncontended {world_size}-rank run(s) in the store")
+    width = math.log(max(limit, 1.0))
+    return (math.exp(width / 2), width / math.sqrt(12.0),
+            f"no uncontended {world_size}-rank run in the store: the middle of [1, {limit:g}]")
+
+
+def describe(step: ContendedStep, limit: float, load_text: str) -> str:
+    """The note refine prints for a contended run."""
+    return (f"contended run: step wall time {step.wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: they "
+            f"waited for a core{load_text}). Calibrated from the CPU time per step instead of the wall time: "
+            f"{step.cpu_time_s * 1e3:.2f} ms x{step.quiet_wall_per_cpu:.3f} ({step.quiet_source}) = "
+            f"{step.step_time_s * 1e3:.2f} ms, weighted as a noisier reading (observation sd +{step.observation_sd:.1%} "
+            f"in quadrature with the run-to-run spread: refine/contention.py); a quieter rerun weighs more")
