@@ -70,6 +70,15 @@ def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = N
     return out
 
 
+def split_layers(cfg: TrainingConfig) -> int:
+    """The layer count Megatron splits over pipeline stages and virtual stages: --num-layers, plus one each for
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (arguments.py adds them
+    before dividing by PP and by --num-layers-per-virtual-pipeline-stage)."""
+    p = cfg.parallel
+    return cfg.model.num_layers + int(p.account_for_embedding_in_pipeline_split) + int(
+        p.account_for_loss_in_pipeline_split)
+
+
 def _shell_command_index(argv: Sequence[str]) -> int | None:
     """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ..."), where the flags live."""
     return next((i + 2 for i in range(len(argv)) if is_shell_c(argv, i)), None)
@@ -126,7 +135,7 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
     if base_cfg.framework in MEGATRON:
-        rewritten = rewrite_megatron_argv(out, base, new, base_cfg.model.num_layers, base_cfg.framework,
+        rewritten = rewrite_megatron_argv(out, base, new, split_layers(base_cfg), base_cfg.framework,
                                           (base_cfg.world_size, base_cfg.batch.global_batch_size))
         if rewritten != out:
             notes.append("Megatron flags replaced in argv")
@@ -191,7 +200,7 @@ def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidat
     """The script's launch line with the Megatron flags of `new` (a ds_config the script writes is not rewritten)."""
     out = words
     if base_cfg.framework in MEGATRON:
-        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, base_cfg.model.num_layers, base_cfg.framework,
+        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, split_layers(base_cfg), base_cfg.framework,
                                     (base_cfg.world_size, base_cfg.batch.global_batch_size))
     return TunedCommand(argv=tuple(out), notes=("the launch line inside the script, to edit there",))
 

@@ -150,3 +150,25 @@ def test_nothing_fits_for_a_deepspeed_script_points_at_what_tune_does_not_search
     code, _, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-70b", "--", *argv], capsys)
     assert code == 3 and "offload_optimizer" in err and "activation checkpointing" in err and "TP/PP" not in err
     assert "largest = most layers" in err
+
+
+def test_layers_per_virtual_stage_count_the_accounted_embedding_and_loss() -> None:
+    """--account-for-embedding/loss-in-pipeline-split add a layer each before Megatron divides by PP and by
+    --num-layers-per-virtual-pipeline-stage (30 + 2 = 32 here); --apply wrote 30 // (PP x VPP), which explain and
+    Megatron refuse ('7 must divide 16') or read as another VPP (8 -> 16): 40 of 80 sampled layouts."""
+    from llmperf_hook import api
+    from llmperf_hook.tune.apply import plan_tuned_command
+    from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+
+    argv = ["torchrun", "--nproc-per-node", "8", "--nnodes", "2", "pretrain_gpt.py", "--num-layers", "30",
+            "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16",
+            "--vocab-size", "50257", "--pipeline-model-parallel-size", "2", "--account-for-embedding-in-pipeline-split",
+            "--account-for-loss-in-pipeline-split"]
+    _, cfg, _, _ = api.resolve_command(argv, {}, cluster="dgx-h100")
+    for vpp in (2, 8):
+        new = dataclasses.replace(candidate_of(cfg), vpp=vpp)
+        plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new))
+        assert plan.argv[-2:] == ("--num-layers-per-virtual-pipeline-stage", str(32 // (2 * vpp)))
+        _, resolved, _, _ = api.resolve_command(list(plan.argv), {}, cluster="dgx-h100")
+        assert candidate_of(resolved) == new
