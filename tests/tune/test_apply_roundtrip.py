@@ -39,7 +39,7 @@ def _key(cfg) -> tuple:
     return (p.tp, p.pp, p.vpp, p.cp, p.dp, p.sequence_parallel, b.micro_batch_size, b.global_batch_size,
             b.num_microbatches, r.granularity, r.method if r.granularity == "full" else None,
             r.num_layers if r.granularity == "full" else None, o.distributed_optimizer, o.zero_stage,
-            cfg.model.padded_vocab_size, cfg.pipeline_schedule, cfg.deepspeed_pipeline_engine)
+            cfg.model.padded_vocab_size, cfg.pipeline_schedule, cfg.deepspeed_pipeline_engine, p.ep, p.etp)
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,3 +107,49 @@ def test_hugging_face_roundtrip(tmp_path: Path, monkeypatch, auto: bool) -> None
         for f in tmp_path.glob("ds.llmperf-tuned*.json"):
             f.unlink()
     assert json.loads((tmp_path / "ds.json").read_text()) == ds
+
+
+_GPT = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", "--hidden-size", "2048",
+        "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+        "--vocab-size", "50257", "--micro-batch-size", "1", "--bf16"]
+SHAPES = {  # command forms whose rewrite went wrong once (each commit's regression), layers 24 unless given
+    "no --global-batch-size (Megatron's default micro x DP)": ["--num-layers", "24", "--tensor-model-parallel-size", "2"],
+    "--account-for-*-in-pipeline-split": ["--num-layers", "30", "--global-batch-size", "64",
+                                          "--pipeline-model-parallel-size", "2",
+                                          "--account-for-embedding-in-pipeline-split",
+                                          "--account-for-loss-in-pipeline-split"],
+    "--sequence-parallel at TP 1": ["--num-layers", "24", "--global-batch-size", "64", "--sequence-parallel"],
+    "--virtual-pipeline-model-parallel-size": ["--num-layers", "24", "--global-batch-size", "64",
+                                               "--pipeline-model-parallel-size", "2",
+                                               "--virtual-pipeline-model-parallel-size", "3"],
+    "MoE with expert parallelism": ["--num-layers", "24", "--global-batch-size", "64", "--num-experts", "8",
+                                    "--moe-router-topk", "2", "--expert-model-parallel-size", "2",
+                                    "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                    "--moe-token-dispatcher-type", "alltoall"],
+    "uneven first / last stages": ["--num-layers", "24", "--global-batch-size", "64", "--pipeline-model-parallel-size",
+                                   "4", "--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers",
+                                   "8", "--num-virtual-stages-per-pipeline-rank", "2"],
+}
+_SHAPE_SPACE = parse_search_space({"micro_batch_size": [1, 2, 4], "context_parallel": [1, 2]})
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_candidates(name: str) -> tuple:
+    argv = [*_GPT, *SHAPES[name]]
+    _, cfg = resolve_job(argv, {})
+    table = generate_candidates(cfg, _SHAPE_SPACE, 8)
+    rows = np.random.default_rng(0).permutation(np.flatnonzero(~rule_rejected(cfg, table)))
+    return argv, cfg, explain_valid(cfg, table, rows, limit=60)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_command_forms_roundtrip(name: str, data) -> None:
+    """The rewritten command of any valid layout resolves to that layout and to the global batch tune held."""
+    argv, cfg, cands = _shape_candidates(name)
+    cand = data.draw(st.sampled_from(cands))
+    plan = plan_tuned_command(argv, cfg, cand, apply_candidate(cfg, cand))
+    _, parsed = resolve_job(list(plan.argv), {})
+    assert _key(parsed) == _key(apply_candidate(cfg, cand)), plan.argv
+    assert parsed.batch.global_batch_size == cfg.batch.global_batch_size
