@@ -362,14 +362,55 @@ def _log_ratio(predicted_s: float, measured_s: float) -> float:
     return math.log(predicted_s / measured_s) if predicted_s > 0 and measured_s > 0 else math.nan
 
 
+MAX_HISTORY = 12
+"""Earlier measurements of the steps a framework file keeps (carried_history)."""
+
+
+def measured_steps(doc: dict) -> dict[str, float]:
+    """{step key: measured seconds} of every whole step the file measured (each dtype's reference
+    forward+backward rows and DeepSpeed engine steps): the same keys in every file of this FORMAT_VERSION."""
+    out: dict[str, float] = {}
+    for dtype, entry in (doc.get("dtypes") or {}).items():
+        for i, row in enumerate(entry.get("samples") or []):
+            out[f"{dtype}/fwd_bwd/" + "x".join(map(str, row.get("shape") or [i]))] = float(row["fwd_bwd_s"])
+        for zero, stage in (entry.get("deepspeed_step") or {}).items():
+            for i, sample in enumerate(stage.get("samples") or []):
+                out[f"{dtype}/deepspeed_z{zero}/{i}"] = float(sample[1] + sample[2])
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def carried_history(old: dict | None) -> list[dict]:
+    """The history a re-measured file keeps: the replaced file's own steps (when of this method,
+    FORMAT_VERSION) and the history it carried, newest first, at most MAX_HISTORY. How far the same steps moved
+    between measurements is the machine's step-time drift (refine/shrinkage.step_drift_sd)."""
+    if not isinstance(old, dict) or old.get("format_version", 1) != FORMAT_VERSION:
+        return []
+    entry = {"measured_utc": old.get("measured_utc"), "load_avg_1m": old.get("load_avg_1m"),
+             "steps": measured_steps(old)}
+    earlier = [h for h in old.get("history") or [] if isinstance(h, dict)]
+    return ([entry] if entry["steps"] else []) + earlier[:MAX_HISTORY - 1]
+
+
+def _previous(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:
-    """Measure every dtype the profile serves and write FILE_NAME next to its profile.json."""
+    """Measure every dtype the profile serves and write FILE_NAME next to its profile.json, with the machine's
+    1-minute load average before and after each dtype (load_avg_1m: the largest; on a busy machine the
+    measurement's "alone" is not alone) and the steps of the file it replaces (carried_history)."""
+    import os
+
     import torch
 
     from llmperf_hook.instrument.reference_speed import measure_reference
 
     torch.set_num_threads(threads)
     path = profile_dir / FILE_NAME
+    history = carried_history(_previous(path))
     path.unlink(missing_ok=True)  # the residual is measured against the profile alone
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "device": "cpu", "threads": threads,
            "clock": "process CPU time" if threads == 1 else "wall time",
@@ -377,10 +418,14 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
            "method": "llmperf_hook/profile/cpu_framework.py: isolating differences (tiny models 1 vs 9 layers; "
                      "reference GPT forward+backward against the fitted profile's prediction; AdamW per tensor "
                      "and flat; DeepSpeed engine step against the prediction of the same model)",
-           "dtypes": {}, "reference": []}
+           "dtypes": {}, "reference": [], "loads_1m": []}
     for dt in dtypes:  # the machine's speed around each measurement (instrument/reference_speed.py)
         doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
+        doc["loads_1m"].append(os.getloadavg()[0])
         doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads)
+        doc["loads_1m"].append(os.getloadavg()[0])
     doc["reference"].append(measure_reference("framework-after").to_json())
+    doc["load_avg_1m"] = max(doc["loads_1m"])
+    doc["history"] = history
     path.write_text(json.dumps(doc, indent=1))
     return path

@@ -25,12 +25,14 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   profile/cpu_framework.py) has measured whole steps, and every one of them predicted by the cost refitted
   without it (cpu_framework.step_holdout_log_errors; 54 steps for the testbed's fp32 + bf16). sd_config is their
   root mean square (what a step the profile never saw is off by); sd_shared what they leave for a bias common to
-  every job, their mean and its standard error, plus how far the machine's speed moves from the profile's
-  (machine_drift_sd: the reference workload's readings while profiling, and each stored run's in-job reading
-  against the profile's), in quadrature. Testbed profile of 26 Nov 08:34: held-out steps rms 8.9 %, mean
-  +0.3 % +- 1.2 %, readings sd 3.1 %: sd_shared 3.4 %, one run's k 0.10; refitted 18:13: 7.0 %, +0.3 % +- 1.0 %,
-  1.3 %: 1.7 %, k 0.04 before any run's reading joins. With the cross-cluster prior below k was 0.50, and one
-  configuration's own error (config 1: +15.6 %) moved the eleven others by half of it.
+  every job, their mean and its standard error, plus how far the machine's whole steps move between the
+  profile's measurement and later runs (step_drift_sd: STEP_DRIFT_SD_PRIOR, the same reference steps re-measured
+  by seven profiles of this machine, sd 9.5 %, pooled with the profile's own earlier measurements of its steps),
+  in quadrature. Session 8 took that drift from the reference workload's readings instead (1.3-3.1 %: k
+  0.04-0.10), which do not track the step-time drift; its benchmark runs had every configuration 8-23 % fast
+  after a machine-wide shift, and the calibration moved the others by 4 % of a run's ratio. With the step
+  drift, the testbed profile of 18:13 (held-out rms 7.0 %, mean +0.3 % +- 1.0 %): sd_shared 9.6 %, one quiet
+  run's k = 0.0091 / (0.0091 + 0.0049 + 0.0025) = 0.55 (session 7's cross-cluster 10 %: 0.50).
 - Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one
   cluster cannot estimate the spread between clusters); sd_config the profile's own held-out op error (median
   over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
@@ -204,9 +206,9 @@ class Priors:
 
 
 def variance_priors(hardware: str, run_readings: Sequence[tuple[float, int]] = ()) -> Priors:
-    """The module docstring's priors for `hardware`: from its profile's measured steps where it has them (the
-    machine's drift also from `run_readings`, (hook reference reading s, ranks on the machine) of the store's
-    runs), else SD_SHARED_PRIOR and sd_config_prior. Never raises."""
+    """The module docstring's priors for `hardware`: from its profile's measured steps where it has them, else
+    SD_SHARED_PRIOR and sd_config_prior. Never raises. `run_readings` (the store's runs' reference readings) are
+    accepted and not used (measured_step_priors)."""
     try:
         from llmperf_hook.predict.fitted import profile_dirs
 
@@ -228,43 +230,54 @@ MIN_HELD_OUT_STEPS = 8
 """Fewer held-out steps than this (a framework file of one dtype without DeepSpeed) do not make a spread."""
 
 
+STEP_DRIFT_SD_PRIOR = 0.095
+"""Prior standard deviation of how far this machine's whole steps move, in log, between the profile's
+measurement and a later run: the SAME reference steps (forward+backward of the 11 reference GPTs, DeepSpeed
+engine steps at ZeRO 0-3; 27-54 per file) measured by seven framework-cost profiles of this 2-core machine on
+26 Nov 2026 (04:41, 04:52, 07:00, 09:54, 13:24, 13:37, 18:13 UTC; method unchanged since 04:42): each file's
+shared level (its mean log time over the 27 steps all seven have, minus their mean) -0.122 .. +0.167, standard
+deviation 0.096; pairwise, the shared shift's root mean square 0.134 = sqrt(2) x 0.094. Step times, not the
+reference workload's readings (which did not track the step-time drift: bench_cpu_testbed.py --drift-check),
+and never the testbed benchmark's rows."""
+
+
 def measured_step_priors(directory, run_readings: Sequence[tuple[float, int]] = ()) -> Priors | None:
-    """Priors from the held-out steps of the framework file in the profile `directory` and the machine's speed
-    drift (machine_drift_sd); None without enough held-out steps."""
+    """Priors from the held-out steps of the framework file in the profile `directory` (sd_config; their mean
+    and its standard error for sd_shared) and the machine's step-time drift (step_drift_sd), in quadrature;
+    None without enough held-out steps. `run_readings` (the runs' reference readings) are accepted for the
+    callers and not used: the reference does not track the step-time drift."""
     from llmperf_hook.profile.cpu_framework import FILE_NAME, step_holdout_log_errors
 
     path = directory / FILE_NAME
     if not path.is_file():
         return None
-    errors = step_holdout_log_errors(json.loads(path.read_text()))
+    doc = json.loads(path.read_text())
+    errors = step_holdout_log_errors(doc)
     if len(errors) < MIN_HELD_OUT_STEPS:
         return None
     rms = math.sqrt(statistics.fmean(e * e for e in errors))
     mean, se = statistics.fmean(errors), statistics.stdev(errors) / math.sqrt(len(errors))
-    drift, n_readings = machine_drift_sd(directory, run_readings)
+    drift, n_shifts = step_drift_sd(doc)
     sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + drift ** 2), MIN_SD)
     return Priors(sd_shared, rms, f"{len(errors)} held-out steps of {path} (rms {rms:.1%}, mean {mean:+.1%} +- "
-                                  f"{se:.1%}) and the machine's speed drift from {n_readings} reference reading(s) "
-                                  f"(sd {drift:.1%}): shared-bias prior {sd_shared:.1%}")
+                                  f"{se:.1%}) and the machine's step-time drift (sd {drift:.1%}: the prior "
+                                  f"{STEP_DRIFT_SD_PRIOR:.1%} of re-measured profile steps pooled with {n_shifts} "
+                                  f"re-measurement(s) of this profile's own): shared-bias prior {sd_shared:.1%}")
 
 
-def machine_drift_sd(directory, run_readings: Sequence[tuple[float, int]] = ()) -> tuple[float, int]:
-    """(sd, readings): how far this machine's speed moves from the profile's, in log, by the reference workload
-    (instrument/reference_speed.py): the profile's own readings alone about their mean (n - 1 degrees of
-    freedom) pooled with each run's in-job reading against the profile's reading for as many copies at once
-    (its ranks on this machine; one degree each, a persistent offset since profiling counts in full). (0, n)
-    with fewer than two degrees of freedom."""
-    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s, readings_in
+def step_drift_sd(doc: dict) -> tuple[float, int]:
+    """(sd, shifts): how far the machine's whole steps move between measurements, in log. The framework file
+    keeps the steps of the measurements it replaced (cpu_framework.carried_history): each earlier measurement's
+    shared shift d (mean log ratio over the steps both measured) is a difference of two levels, so d^2 / 2
+    estimates the variance, pooled with STEP_DRIFT_SD_PRIOR worth PRIOR_DOF."""
+    from llmperf_hook.profile.cpu_framework import measured_steps
 
-    path = directory / PROFILE_FILE_NAME
-    doc = json.loads(path.read_text()) if path.is_file() else {}
-    alone = [math.log(r.cpu_s) for r in readings_in(doc.get("readings")) if r.concurrent == 1 and r.cpu_s > 0]
-    squares = [(x - statistics.fmean(alone)) ** 2 for x in alone]
-    dof = max(len(alone) - 1, 0)
-    for reading_s, ranks in run_readings:
-        base = profile_reference_cpu_s(doc, max(int(ranks or 1), 1)) or profile_reference_cpu_s(doc, 1)
-        if base and reading_s and reading_s > 0:
-            squares.append(math.log(reading_s / base) ** 2)
-            dof += 1
-    n = len(squares)
-    return (math.sqrt(sum(squares) / dof), n) if dof >= 2 else (0.0, n)
+    now = measured_steps(doc)
+    shifts = []
+    for entry in doc.get("history") or []:
+        then = entry.get("steps") if isinstance(entry, dict) else None
+        common = [k for k in now if isinstance(then, dict) and isinstance(then.get(k), (int, float)) and then[k] > 0]
+        if len(common) >= MIN_HELD_OUT_STEPS:
+            shifts.append(statistics.fmean(math.log(now[k] / then[k]) for k in common))
+    var = (PRIOR_DOF * STEP_DRIFT_SD_PRIOR ** 2 + sum(d * d / 2 for d in shifts)) / (PRIOR_DOF + len(shifts))
+    return math.sqrt(var), len(shifts)

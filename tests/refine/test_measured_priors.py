@@ -1,5 +1,5 @@
 """The shrinkage's variances from what the profile measured (refine/shrinkage.variance_priors): a CPU profile's
-own held-out steps (profile/cpu_framework.step_holdout_log_errors) and its reference readings' spread; a profile
+own held-out steps (profile/cpu_framework.step_holdout_log_errors) and the step-time drift; a profile
 without measured steps keeps the cross-cluster prior. Never from the validated rows."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.instrument.reference_speed import WORKLOAD
-from llmperf_hook.profile.cpu_framework import step_holdout_log_errors
+from llmperf_hook.profile.cpu_framework import FORMAT_VERSION, carried_history, step_holdout_log_errors
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import find_calibration
 from llmperf_hook.refine.recalibrate import recalibrate
-from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, SD_SHARED_PRIOR, measured_step_priors, variance_priors
+from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, SD_SHARED_PRIOR, STEP_DRIFT_SD_PRIOR, measured_step_priors,
+                                          step_drift_sd, variance_priors)
 
 PER_UNIT, SCALE, PER_BYTE, PER_PARAM = 2e-6, 1.0, 1e-11, 1e-9
 ENGINE_STEP, ENGINE_PARAM = 1e-3, 5e-9
@@ -65,37 +66,41 @@ def _profile(home: Path, name: str, doc: dict | None, readings_cpu_s: tuple[floa
     return prof
 
 
-def test_priors_come_from_the_held_out_steps_and_the_reference_readings(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_priors_come_from_the_held_out_steps_and_the_step_drift(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """sd_shared: the held-out steps' mean and its standard error and the machine's step-time drift (the
+    documented prior alone for a file measured once), in quadrature; the reference readings play no part."""
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
     doc = framework_doc(off=1.3)
     prof = _profile(tmp_path, "my-cpu", doc, (0.0058, 0.0061, 0.0056))
     errors = step_holdout_log_errors(doc)
-    drift = statistics.stdev(math.log(x) for x in (0.0058, 0.0061, 0.0056))
     priors = variance_priors("my-cpu")
-    assert priors == measured_step_priors(prof)
+    assert priors == measured_step_priors(prof) == variance_priors("my-cpu", [(0.0066, 1)] * 4)
     assert priors.sd_config == pytest.approx(math.sqrt(statistics.fmean(e * e for e in errors)))
     se = statistics.stdev(errors) / math.sqrt(len(errors))
-    assert priors.sd_shared == pytest.approx(math.sqrt(statistics.fmean(errors) ** 2 + se ** 2 + drift ** 2))
-    assert "9 held-out steps" in priors.source and "drift" in priors.source
+    assert priors.sd_shared == pytest.approx(math.sqrt(statistics.fmean(errors) ** 2 + se ** 2 + STEP_DRIFT_SD_PRIOR ** 2))
+    assert "9 held-out steps" in priors.source and "step-time drift" in priors.source
 
 
-def test_the_runs_reference_readings_join_the_machine_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run's in-job reading against the profile's for as many copies at once: a machine that got 10 % slower
-    since profiling widens the shared-bias prior; readings at the profile's speed narrow it."""
-    from llmperf_hook.refine.shrinkage import machine_drift_sd
-
-    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
-    prof = _profile(tmp_path, "my-cpu", framework_doc(off=1.3), (0.0058, 0.0061, 0.0056))
-    logs = [math.log(x) for x in (0.0058, 0.0061, 0.0056)]
-    within = sum((x - statistics.fmean(logs)) ** 2 for x in logs)
-    assert machine_drift_sd(prof) == (pytest.approx(math.sqrt(within / 2)), 3)
-    slow = [(0.0066, 1), (0.00726, 2)]  # 10 % above the profile's 1-copy and 2-copy readings
-    sd, n = machine_drift_sd(prof, slow)
-    assert n == 5 and sd == pytest.approx(math.sqrt((within + 2 * math.log(1.1) ** 2) / 4))
-    assert variance_priors("my-cpu", slow).sd_shared > variance_priors("my-cpu").sd_shared
-    assert variance_priors("my-cpu", [(0.006, 1)] * 4).sd_shared < variance_priors("my-cpu").sd_shared
-    assert machine_drift_sd(prof, [(0.0, 1), (-1.0, 2)]) == machine_drift_sd(prof)  # no reading, nothing counted
+def test_the_profiles_earlier_measurements_of_its_steps_join_the_drift() -> None:
+    """A re-measured framework file keeps the steps it replaced (cpu_framework.carried_history): the shared
+    shift d between the two measurements of the same steps adds d^2 / 2 to the drift's variance, pooled with
+    the prior; a steady machine narrows it, a file of another method or with too few common steps is no shift."""
+    first = {**framework_doc(), "format_version": FORMAT_VERSION, "measured_utc": "t0"}
+    assert step_drift_sd(first) == (pytest.approx(STEP_DRIFT_SD_PRIOR), 0)
+    slower = framework_doc()
+    for row in slower["dtypes"]["fp32"]["samples"]:
+        row["fwd_bwd_s"] *= 1.2
+    for sample in slower["dtypes"]["fp32"]["deepspeed_step"]["1"]["samples"]:
+        sample[1], sample[2] = sample[1] * 1.2, sample[2] * 1.2
+    remeasured = {**slower, "history": carried_history(first)}
+    assert len(remeasured["history"]) == 1 and len(remeasured["history"][0]["steps"]) == 9
+    sd, n = step_drift_sd(remeasured)
+    assert n == 1 and sd == pytest.approx(math.sqrt((STEP_DRIFT_SD_PRIOR ** 2 + math.log(1.2) ** 2 / 2) / 2))
+    steady = {**framework_doc(), "history": carried_history(first) * 3}
+    assert step_drift_sd(steady)[0] < STEP_DRIFT_SD_PRIOR
+    assert carried_history({**first, "format_version": 1}) == [] and carried_history(None) == []
+    assert step_drift_sd({**first, "history": [{"steps": {"fp32/fwd_bwd/0": 1.0}}, "junk"]})[1] == 0
 
 
 def test_a_profile_without_measured_steps_keeps_the_cross_cluster_prior(tmp_path: Path,
