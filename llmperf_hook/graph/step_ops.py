@@ -304,7 +304,8 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     step_dense = _non_layer_params(cfg, stage) if o.zero_stage >= 2 and dense.group_size > 1 else num_dense
     # ZeRO-1/2 under DeepSpeed >= 0.12.4 all-reduce each bucket and keep their partition (OptimizerConfig.zero_grad_allreduce)
     reduce_sharded = sharded and not runs_bf16_optimizer(cfg) and not o.zero_grad_allreduce
-    bucketed = chunks and "deepspeed" not in cfg.framework and o.overlap_grad_reduce
+    # Megatron's DDP buckets (graph/ddp_buckets.py); under ZeRO-2/3 and FSDP only the embedding / head remain here
+    bucketed = chunks and "deepspeed" not in cfg.framework and o.overlap_grad_reduce and step_dense == num_dense
     ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded,
                       rank_grad_buckets(cfg, stage, chunks, expert=False) if bucketed else [])
            + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded,

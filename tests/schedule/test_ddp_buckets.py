@@ -153,3 +153,13 @@ def test_expert_and_dense_buffers_share_the_bucket_size_of_all_the_rank_paramete
     assert _elems(dense, cfg) == megatron_buckets(dense_tensors, size)
     assert _elems(expert, cfg) == megatron_buckets(expert_tensors, size)
     assert sum(_elems(dense, cfg)) + sum(_elems(expert, cfg)) == pytest.approx(stage.num_params, rel=1e-6)
+
+
+def test_under_fsdp_only_the_embedding_and_head_are_reduced_per_step() -> None:
+    """Megatron FSDP (priced as ZeRO-3 with the distributed optimizer) reduce-scatters each layer's gradients inside
+    backward; the step's own reduction is the embedding and head alone, however the DDP buckets would lay out."""
+    cfg = _cfg(num_buckets=8)
+    cfg = replace(cfg, optimizer=replace(cfg.optimizer, zero_stage=3, distributed_optimizer=True, fsdp="megatron_fsdp"))
+    graph, ops = _grad_ops(cfg)
+    non_layer = pc.embedding_params(cfg) + pc.head_params(cfg)
+    assert sum(_elems(ops, cfg)) == pytest.approx(non_layer, rel=1e-6)
