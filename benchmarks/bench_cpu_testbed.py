@@ -241,14 +241,47 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
             llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
                     dict(env, MASTER_PORT=str(port)), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
-    if not comm.is_file():
-        print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm ...", flush=True)
+    rounds = json.loads(comm.read_text()).get("provenance", {}).get("rounds") if comm.is_file() else None
+    quiet = os.getloadavg()[0] <= (os.cpu_count() or 1)
+    if comm.is_file() and rounds is None and not quiet:
+        print(f"  comm model: fitted from one round per size, but the machine is busy now (load "
+              f"{os.getloadavg()[0]:.2f}): reused from {comm}; rerun when quieter to refit it")
+    elif not comm.is_file() or rounds is None:  # one trimmed mean per size (before session 9): refitted
+        print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm (interleaved rounds) ...",
+              flush=True)
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                         "29711", "-m", "llmperf_hook", "profile", "--comm", "--cluster-name", CLUSTER,
                         "--max-bytes", str(2 ** 25)], env=env, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     else:
         print(f"  comm model: reused from {comm}")
+
+
+def refresh_framework_cost(home: Path) -> None:
+    """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes,
+    80-170 s) when it was measured on a busy machine (its recorded 1-minute load above the core count, or not
+    recorded: files before session 9; the 18:13 one was measured at load 4-6) and the machine is quiet now; the
+    replaced file's steps stay in its history (the shrinkage's step-time drift)."""
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, os.getloadavg()[0]
+    load = doc.get("load_avg_1m")
+    if load is not None and load <= cores:
+        print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
+        return
+    was = "unrecorded" if load is None else f"{load:.2f}"
+    if now > cores:
+        print(f"  framework cost measured at load {was}, but the machine is busy now (load {now:.2f} > {cores} "
+              f"cores): kept; rerun when quieter to re-measure it")
+        return
+    print(f"  framework cost measured at load {was}: re-measuring it now (load {now:.2f}) ...", flush=True)
+    code = ("import sys\nfrom pathlib import Path\nfrom llmperf_hook.profile.cpu_framework import write_framework_overhead\n"
+            f"write_framework_overhead(Path(sys.argv[1]), {CLUSTER!r}, sorted(sys.argv[2:]), 1)")
+    with deepspeed_buffers_removed(29706):
+        subprocess.run([sys.executable, "-c", code, str(path.parent), *doc["dtypes"]],
+                       env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
+    fresh = json.loads(path.read_text())
+    print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} earlier "
+          f"measurement(s) of its steps kept)")
 
 
 def write_cluster(home: Path) -> Path:
@@ -479,6 +512,8 @@ def main() -> None:
     ap.add_argument("--spread-check", type=int, default=0, metavar="R",
                     help="only measure the run-to-run spread: R rounds of --drift-configs, each launched as is and "
                          "with --bind_cores_to_rank (order alternating), scored on all timed steps and on the first 8")
+    ap.add_argument("--keep-framework-cost", action="store_true",
+                    help="never re-measure the profile's framework cost (refresh_framework_cost)")
     ap.add_argument("--bind-cores", action="store_true",
                     help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
@@ -486,6 +521,8 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     ensure_profiles(home, args.profile_budget)
+    if not args.keep_framework_cost:
+        refresh_framework_cost(home)
     write_cluster(home)
     if args.drift_check:
         drift_check(shared_home(home, "drift"), home / "work-drift",
@@ -514,12 +551,14 @@ def evaluate_calibration(eval_home: Path, work: Path, k: int, measured: list[dic
                          ref_profile: float, steps: int) -> None:
     """Step 4 of the module docstring for configuration k: instrument it into `eval_home`, predict all again."""
     print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store {eval_home.name}")
-    for attempt in range(1, 4):  # refine refuses to calibrate from a run whose ranks waited for a core
+    for attempt in range(1, 4):  # a contended run calibrates from its CPU time (refine/contention.py), weighted
+        if attempt > 1:          # less; a quieter one is tried for, each in a fresh store, the last one kept
+            eval_home = shared_home(eval_home.parent, eval_home.name)
         cal = instrumented_run(CONFIGS[k], eval_home, work / f"calibrate{k}-{attempt}", steps, 29560 + attempt)
         print("  " + cal["refine"].replace("\n", "\n  "))
         print(f"  reference around the calibration run: {cal['ref_before_s'] * 1e3:.2f} -> {cal['ref_after_s'] * 1e3:.2f} ms "
               f"(x{cal['ref_now_s'] / ref_profile:.3f} of the profile's); load {cal['load_before']:.2f}")
-        if "predicted after:" in cal["refine"]:
+        if "predicted after:" in cal["refine"] and "contended run" not in cal["refine"]:
             break
     after = predict_all(eval_home, work / f"predict-after{k}")
     report(measured, before, after, k, ref_profile)

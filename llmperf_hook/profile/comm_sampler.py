@@ -6,7 +6,13 @@ cluster's comm model (comm_model.py) and store it as `$LLMPERF_HOME/profiles/com
 Layouts: a pair inside a node, the full node, and (with several nodes) a pair across nodes and the whole job.
 Collectives: all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; the ones a backend lacks (gloo
 has no reduce-scatter) are skipped with a note. Each size: warm-up, repetitions, the slowest rank's time
-(what a training step waits for), trimmed mean. Backend: NCCL on CUDA, gloo on CPU. torch is imported inside.
+(what a training step waits for), trimmed mean; all of that in ROUNDS interleaved rounds (every layout,
+collective and size once per round), and per size the quietest round's (interleaved_quietest): on a shared
+machine other programs only ever add time, and one busy minute hits every size once instead of a whole
+collective. Before session 9 one round: the CPU testbed's model (26 Nov 01:44) had its 2-rank ring all-gather
+and reduce-scatter bandwidths (569 / 394 MB/s) below its all-reduce's (1.34 GB/s), where the all-reduce moves
+twice their bytes. Every round's time goes to the store. Backend: NCCL on CUDA, gloo on CPU. torch is
+imported inside.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from llmperf_hook.profile.op_sampler import trimmed_mean
 from llmperf_hook.resources import llmperf_home
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
+ROUNDS = 3
+"""Interleaved rounds of every layout, collective and size (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class CommRequest:
     num_sizes: int = 8
     reps: int = 5
     collectives: tuple[str, ...] = COLLECTIVES
+    rounds: int = ROUNDS
+    """Interleaved rounds; per size the quietest round's time is fitted."""
 
 
 @dataclass(frozen=True)
@@ -160,32 +170,43 @@ def _sample_and_fit(dist, req: CommRequest, device: str) -> CommResult:
     if world < 2:
         raise UsageError("--comm needs at least 2 processes (torchrun --nproc-per-node 2 or more).")
     sizes = np.geomspace(req.min_bytes, req.max_bytes, req.num_sizes)
-    samples, notes, labels = [], [], []
-    for label, ranks, nodes, gpn in _layouts(world, local):
-        group = dist.new_group(ranks)  # every rank calls new_group for every layout, as torch requires
-        labels.append(f"{label} ({nodes}x{gpn})")
-        for kind in req.collectives:
-            times = _measure_layout(dist, kind, ranks, group, sizes, device, req.reps)
-            if times is None:
-                notes.append(f"{kind} on {label}: not supported by the {dist.get_backend()} backend, skipped")
-                continue
-            samples.append(CommSamples(kind, nodes, gpn, np.asarray(sizes, dtype=float), np.asarray(times)))
-    return _write(dist, req, samples, notes, labels, device)
+    layouts = _layouts(world, local)
+    groups = [dist.new_group(ranks) for _, ranks, _, _ in layouts]  # every rank, every layout, as torch requires
+    labels = [f"{label} ({nodes}x{gpn})" for label, _, nodes, gpn in layouts]
+    rounds: dict[tuple[int, str], list[list[float]]] = {}
+    notes: list[str] = []
+    for _ in range(max(req.rounds, 1)):
+        for li, (label, ranks, _, _) in enumerate(layouts):
+            for kind in req.collectives:
+                if (li, kind) in rounds and rounds[(li, kind)] is None:
+                    continue
+                times = _measure_layout(dist, kind, ranks, groups[li], sizes, device, req.reps)
+                if times is None:
+                    notes.append(f"{kind} on {label}: not supported by the {dist.get_backend()} backend, skipped")
+                rounds[(li, kind)] = None if times is None else [*(rounds.get((li, kind)) or []), times]
+    samples = [CommSamples(kind, layouts[li][2], layouts[li][3], np.asarray(sizes, dtype=float),
+                           quietest_round(runs)) for (li, kind), runs in rounds.items() if runs]
+    return _write(dist, req, samples, notes, labels, device, rounds={k: v for k, v in rounds.items() if v})
+
+
+def quietest_round(runs: Sequence[Sequence[float]]) -> np.ndarray:
+    """Per size, the least of the rounds' times (other programs only add time)."""
+    return np.asarray(runs, dtype=float).min(axis=0)
 
 
 def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str], labels: list[str],
-           device: str) -> CommResult:
+           device: str, rounds: dict | None = None) -> CommResult:
     n = sum(len(s.time_s) for s in samples)
     if dist.get_rank() != 0:
         return CommResult(None, n, tuple(labels), tuple(notes))
-    from llmperf_hook.store import CommSampleRecord, open_store
+    from llmperf_hook.store import open_store
 
     backend = str(dist.get_backend())
     with open_store() as store:
-        store.record_comm_samples([CommSampleRecord(req.cluster_name, backend, s.collective, s.nodes, s.gpus_per_node,
-                                                    float(b), float(t)) for s in samples
-                                   for b, t in zip(s.nbytes, s.time_s)])
-    prov = {"samples": f"llmperf profile --comm ({backend}, {device}, world {dist.get_world_size()})",
+        store.record_comm_samples(_store_rows(req.cluster_name, backend, samples, rounds))
+    prov = {"samples": f"llmperf profile --comm ({backend}, {device}, world {dist.get_world_size()}; per size the "
+                       f"quietest of {max(req.rounds, 1)} interleaved round(s) of {req.reps} repetitions)",
+            "rounds": str(max(req.rounds, 1)),
             "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notes": "; ".join(notes)}
     model = fit_comm_model(req.cluster_name, samples, prov)
     path = write_comm_model(llmperf_home() / "profiles" / "comm" / req.cluster_name.lower(), model)
@@ -194,6 +215,15 @@ def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str],
         notes.append(f"wrote {cluster_yaml}: `--cluster {req.cluster_name}` now names this machine (edit it for "
                      f"a larger cluster of the same nodes)")
     return CommResult(str(path), n, tuple(labels), tuple(notes))
+
+
+def _store_rows(cluster: str, backend: str, samples: list[CommSamples], rounds: dict | None) -> list:
+    """One store row per size and round (the fitted quietest ones alone when no rounds are given)."""
+    from llmperf_hook.store import CommSampleRecord
+
+    per_sample = [[s.time_s] for s in samples] if rounds is None else list(rounds.values())
+    return [CommSampleRecord(cluster, backend, s.collective, s.nodes, s.gpus_per_node, float(b), float(t))
+            for s, runs in zip(samples, per_sample) for times in runs for b, t in zip(s.nbytes, times)]
 
 
 def check_message_sizes(req: CommRequest, local_ranks: int, memory_bytes: int) -> None:

@@ -74,3 +74,47 @@ def test_operator_options_with_comm_are_refused(capsys: pytest.CaptureFixture) -
     with pytest.raises(SystemExit) as exc:
         main(["profile", "--comm", "--cluster-name", "c", "--ops", "gemm", "--dtype", "bf16"])
     assert exc.value.code == 2 and "--ops, --dtype with --comm" in capsys.readouterr().err
+
+
+def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every collective is measured once per round, rounds interleaved; per size the least of the rounds is
+    fitted (a busy round only adds time) and every round's time is stored; a collective the backend lacks is
+    asked once and skipped with one note."""
+    import numpy as np
+
+    class FakeDist:
+        def get_world_size(self) -> int:
+            return 2
+
+        def get_rank(self) -> int:
+            return 0
+
+        def new_group(self, ranks):
+            return tuple(ranks)
+
+        def get_backend(self) -> str:
+            return "gloo"
+
+    calls: list[str] = []
+    busy = {1: 3.0}  # round 1 (the second) ran beside another program
+
+    def measure(dist, kind, ranks, group, sizes, device, reps):
+        calls.append(kind)
+        if kind == "reducescatter":
+            return None
+        rnd = sum(c == kind for c in calls) - 1
+        return [1e-4 * (i + 1) * busy.get(rnd, 1.0) * (1.1 if rnd == 2 else 1.0) for i in range(len(sizes))]
+
+    captured = {}
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(comm_sampler, "_measure_layout", measure)
+    monkeypatch.setattr(comm_sampler, "_write", lambda dist, req, samples, notes, labels, device, rounds=None:
+                        captured.update(samples=samples, notes=notes, rounds=rounds))
+    req = CommRequest("c", num_sizes=3, collectives=("allreduce", "allgather", "reducescatter"), rounds=3)
+    comm_sampler._sample_and_fit(FakeDist(), req, "cpu")
+    assert calls == ["allreduce", "allgather", "reducescatter", "allreduce", "allgather", "allreduce", "allgather"]
+    assert [s.collective for s in captured["samples"]] == ["allreduce", "allgather"]
+    assert np.allclose(captured["samples"][0].time_s, [1e-4, 2e-4, 3e-4])  # round 0, the quietest
+    assert len(captured["notes"]) == 1 and "reducescatter" in captured["notes"][0]
+    rows = comm_sampler._store_rows("c", "gloo", captured["samples"], captured["rounds"])
+    assert len(rows) == 2 * 3 * 3 and max(r.time_s for r in rows) == pytest.approx(9e-4)
