@@ -249,6 +249,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         zero_stage=fsdp_zero_stage(flags, src),
         overlap_grad_reduce=bool(flags.get("overlap_grad_reduce", False)),
         overlap_param_gather=bool(flags.get("overlap_param_gather", False)),
+        overlap_param_gather_with_optimizer_step=bool(flags.get("overlap_param_gather_with_optimizer_step", False)),
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
         grad_num_buckets=_ddp_num_buckets(flags),
         offload_optimizer="cpu" if flags.get("optimizer_cpu_offload") else "none",

@@ -81,8 +81,9 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
                                                        "bandwidth change is not modelled"),
     "ddp_reduce_scatter_with_fp32_accumulation": NotModelled(False, "gradient reduce-scatter as an all-to-all with "
                                                              "fp32 local accumulation: timed as the ring reduce-scatter"),
-    "overlap_param_gather_with_optimizer_step": NotModelled(False, "first parameter all-gather overlapped with the "
-                                                            "optimizer step: not modelled"),
+    "overlap_param_gather_with_optimizer_step": NotModelled(False, "first chunk's parameter all-gather overlapped "
+                                                            "with the optimizer step: not modelled (its unbucketed "
+                                                            "gradient buffers are)"),
     "use_nccl_ub": NotModelled(False, "NCCL user-buffer registration of the DP buffers (fewer SMs for "
                                "communication) not modelled"),
     "check_for_large_grads": NotModelled(False, "large-gradient check (a gradient norm and host sync per step) not "

@@ -194,6 +194,9 @@ class OptimizerConfig:
     overlap_grad_reduce: bool = False
     """Megatron --overlap-grad-reduce or DeepSpeed zero_optimization.overlap_comm."""
     overlap_param_gather: bool = False
+    overlap_param_gather_with_optimizer_step: bool = False
+    """Megatron --overlap-param-gather-with-optimizer-step: the first chunk's parameter all-gather starts inside the
+    optimizer step; Megatron then builds every chunk's gradient buffer unbucketed (training.py disable_bucketing)."""
     tp_comm_overlap: bool = False
     grad_bucket_size_elems: int | None = None
     """Megatron --ddp-bucket-size or DeepSpeed reduce_bucket_size; None = framework default/unbucketed."""

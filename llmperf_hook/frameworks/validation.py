@@ -317,11 +317,27 @@ def _check_ulysses(cfg: TrainingConfig) -> None:
             "--sequence-parallel or --ds-sequence-parallel-size.")
 
 
+def _check_param_gather_with_step(cfg: TrainingConfig) -> None:
+    """Megatron validate_args (core_r0.9 to HEAD): --overlap-param-gather-with-optimizer-step asserts the distributed
+    optimizer, --overlap-param-gather and the interleaved schedule (and no distributed checkpointing, not checked:
+    its default format changed between releases)."""
+    o, p = cfg.optimizer, cfg.parallel
+    missing = [need for ok, need in ((o.distributed_optimizer, "--use-distributed-optimizer"),
+                                     (o.overlap_param_gather, "--overlap-param-gather"),
+                                     (p.vpp > 1, "an interleaved pipeline (virtual stages: --num-virtual-stages-per-"
+                                                 f"pipeline-rank > 1; now {_at(cfg, 'vpp', p.vpp)})")) if not ok]
+    if missing:
+        raise ConfigError("--overlap-param-gather-with-optimizer-step needs " + ", ".join(missing) + " (Megatron "
+                          "validate_args asserts each). Add them or drop --overlap-param-gather-with-optimizer-step.")
+
+
 def _check_optimizer(cfg: TrainingConfig) -> None:
     o = cfg.optimizer
     if cfg.framework in _MEGATRON and o.overlap_param_gather and not (o.distributed_optimizer and o.overlap_grad_reduce):
         raise ConfigError("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (Megatron "
                           f"validate_args); distributed optimizer {o.distributed_optimizer}, overlap-grad-reduce {o.overlap_grad_reduce}.")
+    if cfg.framework in _MEGATRON and o.overlap_param_gather_with_optimizer_step:
+        _check_param_gather_with_step(cfg)
     if o.fsdp != "none":
         _check_fsdp_layout(cfg)
     if not 0 <= o.zero_stage <= 3:

@@ -32,9 +32,8 @@ DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
 
 
 def overlap_param_gather_with_optimizer_step(cfg: TrainingConfig) -> bool:
-    """Megatron --overlap-param-gather-with-optimizer-step (OptimizerConfig field of that name once the framework
-    reader fills it; absent = off)."""
-    return bool(getattr(cfg.optimizer, "overlap_param_gather_with_optimizer_step", False))
+    """Megatron --overlap-param-gather-with-optimizer-step (OptimizerConfig)."""
+    return cfg.optimizer.overlap_param_gather_with_optimizer_step
 
 
 def grad_bucket_elems(cfg: TrainingConfig, rank_params: int) -> int:

@@ -88,6 +88,21 @@ def test_precision_recompute_optimizer() -> None:
     assert cfg.optimizer.distributed_optimizer and cfg.optimizer.overlap_param_gather
 
 
+def test_overlap_param_gather_with_optimizer_step_asserts_and_is_read() -> None:
+    """arguments.py validate_args (core_r0.9 .. HEAD) asserts the distributed optimizer, --overlap-param-gather and
+    an interleaved pipeline; the flag then reaches OptimizerConfig (graph/ddp_buckets.py: buckets off)."""
+    gather = ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    interleaved = ["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                   "--global-batch-size", "16"]
+    for args, missing in ((interleaved, "--use-distributed-optimizer"), (gather, "interleaved pipeline"),
+                          (interleaved + gather[:2], r"needs --overlap-param-gather \(")):
+        with pytest.raises(ConfigError, match=missing):
+            megatron("--overlap-param-gather-with-optimizer-step", *args)
+    cfg = megatron("--overlap-param-gather-with-optimizer-step", *gather, *interleaved)
+    assert cfg.optimizer.overlap_param_gather_with_optimizer_step
+    assert not megatron(*gather, *interleaved).optimizer.overlap_param_gather_with_optimizer_step
+
+
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--tensor-model-parallel-size", "8", "--num-attention-heads", "20", "--kv-channels", "128"], "heads % TP"),
     (["--pipeline-model-parallel-size", "3"], "not divisible by"),

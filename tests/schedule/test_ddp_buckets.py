@@ -129,11 +129,7 @@ def test_overlap_param_gather_with_optimizer_step_disables_bucketing() -> None:
     cfg = _cfg(num_buckets=8)
     cfg = replace(cfg, parallel=replace(cfg.parallel, pp=2, vpp=2, dp=4), pipeline_schedule="interleaved")
     assert len(_grad_ops(cfg)[1]) > 2
-    optimizer = cfg.optimizer
-    if "overlap_param_gather_with_optimizer_step" in type(optimizer).__dataclass_fields__:
-        optimizer = replace(optimizer, overlap_param_gather_with_optimizer_step=True)
-    else:  # until frameworks/ fills the OptimizerConfig field, the graph reads the attribute when present
-        object.__setattr__(optimizer, "overlap_param_gather_with_optimizer_step", True)
+    optimizer = replace(cfg.optimizer, overlap_param_gather_with_optimizer_step=True)
     assert len(_grad_ops(replace(cfg, optimizer=optimizer))[1]) == 2  # one per chunk
 
 
