@@ -161,7 +161,11 @@ def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: 
     rc_arr = np.asarray(rc_opts, dtype=np.float64)
     cols["rc"] = rc_arr[grids[-1], 0].astype(np.int64)
     cols["rc_layers"] = _resolve_block_layers(rc_arr[grids[-1], 1], cfg.model.num_layers, cols)
-    table = _append(cols, (candidate_of(cfg), *extra))
+    base = candidate_of(cfg)
+    table = _append(cols, (base, *extra))
+    if not cfg.model.num_experts:  # dense: the distributed optimizer shards over DP x CP, nothing to shard at 1
+        alone = table["tp"] * table["pp"] == cfg.world_size  # DP = CP = 1
+        table["distopt"] = np.where(alone, int(base.distributed_optimizer), table["distopt"])
     return CandidateTable(_normalise_and_dedupe(table, cfg.model.num_layers), num_generated=len(table["tp"]))
 
 

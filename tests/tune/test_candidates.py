@@ -117,3 +117,16 @@ def test_pad_vocab_size_to_keeps_its_padded_vocab_and_needs_tp_to_split_it() -> 
     tp = table.columns["tp"]
     bad = rule_masks(cfg, table.columns)["--pad-vocab-size-to % tp != 0 (VocabParallelEmbedding)"]
     assert set(tp[bad]) == {8} and 4 in set(tp[~bad])  # 50260 = 4 x 12565
+
+
+def test_distributed_optimizer_with_nothing_to_shard_is_one_candidate() -> None:
+    """At DP x CP = 1 (one GPU, or TP x PP = world) the distributed optimizer shards over one rank: the same job as
+    without it, which filled the top rows twice ('mbs8' and 'mbs8 distopt', identical figures)."""
+    cfg = gpt_config(world=8, tp=1, pp=1, mbs=1, gbs=64, layers=24, hidden=2048, heads=16)
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), 8)
+    cands = [table.candidate(i) for i in range(len(table))]
+    alone = [c for c in cands if c.tp * c.pp == 8]
+    assert alone and not any(c.distributed_optimizer for c in alone)
+    assert any(c.distributed_optimizer for c in cands if c.tp * c.pp < 8)  # still searched where it shards
+    keys = [dataclasses.replace(c, distributed_optimizer=False) for c in alone]
+    assert len(keys) == len(set(keys))
