@@ -165,7 +165,6 @@ def test_prediction_json_without_a_usable_step_time_calibrates_nothing(tmp_path:
     from llmperf_hook.refine.refine_run import refine_run, uncalibrated_prediction_s
 
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "refine"))
     from refine_helpers import PREDICTION, write_run
 
@@ -181,7 +180,7 @@ def test_refines_at_once_on_one_store_all_succeed(tmp_path: Path) -> None:
     from refine_helpers import write_run
 
     runs = [write_run(tmp_path / f"r{i}", f"j{i}", {0: [0.5, 0.02, 0.021], 1: [0.5, 0.02, 0.022]}) for i in range(4)]
-    env = {**os.environ, "LLMPERF_HOME": str(tmp_path / "home"), "LLMPERF_REFINE_MAX_WALL_PER_CPU": "inf"}
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path / "home")}
     procs = [subprocess.Popen([sys.executable, "-m", "llmperf_hook", "refine", "--format", "json", str(run)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
     results = [(p.communicate(timeout=120), p.returncode) for p in procs]
