@@ -137,9 +137,10 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
     if fsdp is not None and fsdp.activation_checkpointing:  # accelerate's fsdp_activation_checkpointing
         src["recompute"] = fsdp.source
         return RecomputeConfig("full", "uniform", 1)
-    if flags.get("gradient_checkpointing"):
-        src["recompute"] = flags.source("gradient_checkpointing")
-        return RecomputeConfig("full", "uniform", 1)
+    for dest in ("gradient_checkpointing", "activation_checkpointing"):  # the script's own switch (DeepSpeed-Chat,
+        if flags.get(dest):  # DeepSpeedExamples' finetune_zero3.py: model.gradient_checkpointing_enable())
+            src["recompute"] = flags.source(dest)
+            return RecomputeConfig("full", "uniform", 1)
     src["recompute"] = Source(SourceKind.DEFAULT, "no activation checkpointing")
     return RecomputeConfig()
 

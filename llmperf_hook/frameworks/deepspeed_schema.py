@@ -303,6 +303,12 @@ def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warn
         warnings.append(f"{origin} offload_optimizer device nvme at ZeRO stage {fields['zero_stage']}: DeepSpeed's ZeRO-1/2 "
                         "optimizer offloads to CPU memory (stage_1_and_2.py), priced as cpu")
         fields["offload_optimizer"] = "cpu"
+    optimizer = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
+    if "super_offload" in optimizer and ds_bool(optimizer["super_offload"], "offload_optimizer.super_offload", origin) \
+            and fields["zero_stage"] == 3:  # engine.py: SuperOffloadOptimizer_Stage3 replaces the ZeRO-3 optimizer
+        warnings.append(f"{origin} offload_optimizer.super_offload: SuperOffload's ZeRO-3 optimizer (the CPU Adam step "
+                        "overlapped with the backward, built for Grace Hopper superchips) is not modelled; priced as "
+                        "ZeRO-Offload's CPU optimizer step after the backward")
     ratio = offload_ratio(zero.get("offload_optimizer"))
     if ratio < 1.0 and fields["zero_stage"] != 3:
         raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "

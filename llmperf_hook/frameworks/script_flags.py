@@ -23,7 +23,7 @@ _INT = (
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
-    "extra-vocab-size", "padded-vocab-size",
+    "extra-vocab-size", "padded-vocab-size", "max-length",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -33,7 +33,7 @@ _STR = (
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
-    "attention-head-type", "tokenizer-file",
+    "attention-head-type", "tokenizer-file", "model-name",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
 _TRUE = (
@@ -51,7 +51,7 @@ _TRUE = (
     "moe-router-pre-softmax", "moe-layer-recompute", "rotary-interleaved", "mla-down-proj-fusion",
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
     "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
-    "apply-query-key-layer-scaling", "use-checkpoint-args",
+    "apply-query-key-layer-scaling", "use-checkpoint-args", "activation-checkpointing",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",

@@ -1,7 +1,8 @@
 """Model shape for scripts that do not take Megatron-style model flags (DeepSpeed examples, Hugging Face
 Trainer scripts): llmperf's `--model PRESET|FILE`, else a local `--model_name_or_path`/`--config_name` directory
 with config.json, else a Hub name we ship a preset for. Sequence length from the script's own flag
-(--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len) or, failing that, the shape's.
+(--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len, the
+`--max_length` of DeepSpeedExamples' finetune scripts, which pad every sample to it) or, failing that, the shape's.
 """
 
 from __future__ import annotations
@@ -21,23 +22,26 @@ HUB_PRESETS = {
     "meta-llama/Llama-2-7b-hf": "llama2-7b", "meta-llama/Llama-2-13b-hf": "llama2-13b", "meta-llama/Llama-2-70b-hf": "llama2-70b",
     "meta-llama/Meta-Llama-3-8B": "llama3-8b", "meta-llama/Meta-Llama-3-70B": "llama3-70b", "meta-llama/Llama-3.1-8B": "llama3-8b",
     "meta-llama/Llama-3.1-70B": "llama3-70b", "meta-llama/Llama-3.1-405B": "llama3-405b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama3-70b",
+    "meta-llama/Llama-3.3-70B-Instruct": "llama3-70b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "EleutherAI/gpt-neox-20b": "gpt-neox-20b",
 }
-_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len")
+_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len", "max_length")
 
 
 def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any], Source]:
     if model:
         return load_model_preset(model), Source(SourceKind.OVERRIDE, f"--model {model}")
-    for dest in ("config_name", "model_name_or_path"):
+    for dest in ("config_name", "model_name_or_path", "model_name"):
         path = flags.get(dest)
         if isinstance(path, str) and os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             return shape_from_hf_config(read_hf_config(path), path), Source(SourceKind.CONFIG_FILE, f"{path}/config.json")
-    named = flags.get("model_name_or_path")
+    flag = "--model_name_or_path" if flags.has("model_name_or_path") else "--model_name"
+    named = flags.get("model_name_or_path") or flags.get("model_name")  # DeepSpeedExamples scripts: --model_name
     hint = f" (for {named}: llmperf --model {HUB_PRESETS[named]})" if named in HUB_PRESETS else ""
     raise ConfigError(
         "cannot find the model shape: the training script takes no Megatron-style model flags"
-        + (f", and --model_name_or_path {named} is not a local directory with config.json" if named else "")
+        + (f", and {flag} {named} is not a local directory with config.json" if named else "")
         + f". Give llmperf --model PRESET|FILE{hint} (presets: {', '.join(list_model_presets())}; or a YAML shape file or a "
         "Hugging Face config.json), or point --model_name_or_path at a local model directory."
     )
