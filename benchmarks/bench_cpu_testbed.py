@@ -26,8 +26,9 @@
    empty store (--home/eval); MAPE over the twelve.
 4. Refinement: ONE configuration (--calibrate, index; several indices are each evaluated on the same measurements,
    each in a fresh evaluation store) is run again through `llmperf run --instrument N` with
-   the eval store (its automatic `refine` fits the (hardware, cluster, framework) calibration; when refine
-   refuses a run whose ranks waited for a core, wall > QUIET_WALL_PER_CPU x CPU time, it is run again, 3 tries);
+   the eval store (its automatic `refine` fits the (hardware, cluster, framework) calibration; a run whose ranks
+   waited for a core, wall > QUIET_WALL_PER_CPU x CPU time, is calibrated from its CPU time as a noisier reading,
+   refine/contention.py, and run again in a fresh store for a quiet one, 3 tries, the last kept);
    then every configuration is predicted again. The calibration knows what it saw (refine/shrinkage.py): the
    instrumented configuration gets its own ratio, the eleven others the shared part shrunk by empirical Bayes.
    The instrumented configuration's error is printed two ways: against its measurement runs of step 2 (the
@@ -51,6 +52,18 @@
    third try, 35.4 ms): config 9 33.3 % against the median of its passes (1.7 % against its run), other 11 8.4 %
    (8.4 % before, the full ratio x1.056 and session 7's shrinkage 8.4 %). Three runs at load 2.2-5.5 (0-5 of 12
    quiet) are not quoted; in each the quiet configurations moved by at most 0.4 points after refinement.
+   Session 9: the shared-bias prior takes the machine's drift from step times (refine/shrinkage.py
+   STEP_DRIFT_SD_PRIOR, 9.5 %: the same reference steps re-measured by seven profiles of this machine), no longer
+   from the reference readings: sd_shared 9.6 %, one quiet run's k = 0.55 (was 0.04). Session 8's final runs
+   re-scored with it (--rescore LOG: their printed measurements, predictions and calibration runs): run A
+   (load 1.16) --calibrate 1: config 1 0.3 %, other 11 7.1 % (9.4 % with session 8's priors); --calibrate 9:
+   6.2 % (10.9 %); run B (load 1.24) --calibrate 1: config 1 1.3 %, other 11 7.1 % (9.4 %), before 9.4 %: the
+   three targets in one run; --calibrate 0: other 11 6.8 % (8.9 %). H56's run (load 1.76, 8 of 12 quiet):
+   --calibrate 1 others 12.7 % (11.1 %), --calibrate 9 8.4 % (8.4 %). Run A's "before" stays 12.3 %: its
+   framework cost was measured at load 4-6 (refresh_framework_cost re-measures it when the machine is quiet).
+   Not run on the session-9 tree: the load stayed 8.8-11 (other helpers' jobs) from 20:15 to the deadline; an
+   attempt at load 9.4-11 had configs 0 and 1 contended in 3 of 3 tries each (wall 42.4 / 192.2 ms against CPU
+   17.5 / 62.3 ms) and was stopped.
    On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
    alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
    its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
@@ -120,8 +133,9 @@ TARGETS = {"before": 10.0, "instrumented": 3.0, "others": 8.0}
 QUIET_WALL_PER_CPU = {1: 1.1, 2: 1.25}
 """Step wall / CPU time of the slowest rank above which a run counts as contended (other programs held the
 cores): one rank computes all the time; two ranks also wait for each other in gloo: 1.03-1.17 in the
-quietest runs on this machine (load ~1.5), 1.3-2.0 while another program held a core. The calibration run
-is held to the same limit (LLMPERF_REFINE_MAX_WALL_PER_CPU)."""
+quietest runs on this machine (load ~1.5), 1.3-2.0 while another program held a core. The calibration run's
+refine marks a run above the same limit contended (LLMPERF_REFINE_MAX_WALL_PER_CPU) and calibrates from its CPU
+time (refine/contention.py)."""
 
 
 @dataclass(frozen=True)
@@ -268,12 +282,12 @@ def refresh_framework_cost(home: Path) -> None:
     if load is not None and load <= cores:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return
-    was = "unrecorded" if load is None else f"{load:.2f}"
+    was = "an unrecorded load" if load is None else f"load {load:.2f}"
     if now > cores:
-        print(f"  framework cost measured at load {was}, but the machine is busy now (load {now:.2f} > {cores} "
+        print(f"  framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} "
               f"cores): kept; rerun when quieter to re-measure it")
         return
-    print(f"  framework cost measured at load {was}: re-measuring it now (load {now:.2f}) ...", flush=True)
+    print(f"  framework cost measured at {was}: re-measuring it now (load {now:.2f}) ...", flush=True)
     code = ("import sys\nfrom pathlib import Path\nfrom llmperf_hook.profile.cpu_framework import write_framework_overhead\n"
             f"write_framework_overhead(Path(sys.argv[1]), {CLUSTER!r}, sorted(sys.argv[2:]), 1)")
     with deepspeed_buffers_removed(29706):
@@ -512,6 +526,9 @@ def main() -> None:
     ap.add_argument("--spread-check", type=int, default=0, metavar="R",
                     help="only measure the run-to-run spread: R rounds of --drift-configs, each launched as is and "
                          "with --bind_cores_to_rank (order alternating), scored on all timed steps and on the first 8")
+    ap.add_argument("--rescore", nargs="+", type=Path, metavar="LOG",
+                    help="only re-score the calibrations printed in earlier outputs of this benchmark with the "
+                         "current shrinkage priors (nothing is run or refitted)")
     ap.add_argument("--keep-framework-cost", action="store_true",
                     help="never re-measure the profile's framework cost (refresh_framework_cost)")
     ap.add_argument("--bind-cores", action="store_true",
@@ -519,6 +536,9 @@ def main() -> None:
     args = ap.parse_args()
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
+    if args.rescore:
+        rescore(home, args.rescore)
+        return
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     ensure_profiles(home, args.profile_budget)
     if not args.keep_framework_cost:
@@ -545,6 +565,34 @@ def main() -> None:
     for k in args.calibrate:  # one measurement, each index calibrated into its own fresh evaluation store
         eval_home = shared_home(home, "eval" if k == args.calibrate[0] else f"eval-c{k}")
         evaluate_calibration(eval_home, work, k, measured, before, ref_profile, args.steps)
+
+
+def rescore(home: Path, logs: list[Path]) -> None:
+    """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
+    calibration run's measured step) re-scored with the current shrinkage priors of the profile in `home`."""
+    import re
+
+    from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior, variance_priors
+
+    os.environ["LLMPERF_HOME"] = str(home)
+    pri = variance_priors(CLUSTER)
+    print(f"priors now: sd_shared {pri.sd_shared:.3f}, sd_config {pri.sd_config:.3f} ({pri.source})")
+    row = re.compile(r"^\s*(\d+)\s*\*?\s*L\d+ .*?\s{2,}([\d.]+)\s+([\d.]+) \(")
+    for log in logs:
+        for sec in log.read_text().split("[refine] instrumenting configuration ")[1:]:
+            k, runs = int(sec.split()[0]), re.findall(r"measured ([\d.]+) ms \(CPU", sec.split("\n  #")[0])
+            rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+                    for m in map(row.match, sec.splitlines()) if m}
+            if len(rows) != len(CONFIGS) or not runs:
+                continue
+            configs = group_runs([("j", "f", rows[k][1], float(runs[-1]))])
+            post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared))
+            own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
+            shared = math.exp(post.shared_weight * post.shared_log_scale)
+            others = [pct(b * shared, m) for i, (m, b) in rows.items() if i != k]
+            print(f"{log.name} --calibrate {k}: run x{float(runs[-1]) / rows[k][1]:.3f}, k {post.shared_weight:.2f}; "
+                  f"before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config {k} {abs(own):.1f} %, "
+                  f"other {len(others)} {mape(others):.1f} %")
 
 
 def evaluate_calibration(eval_home: Path, work: Path, k: int, measured: list[dict], before: list[float],
