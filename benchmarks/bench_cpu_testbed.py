@@ -56,9 +56,9 @@
    STEP_DRIFT_SD_PRIOR, 9.5 %: the same reference steps re-measured by seven profiles of this machine), no longer
    from the reference readings: sd_shared 9.6 %, one quiet run's k = 0.55 (was 0.04). Session 8's final runs
    re-scored with it (--rescore LOG: their printed measurements, predictions and calibration runs): run A
-   (load 1.16) --calibrate 1: config 1 0.3 %, other 11 7.1 % (9.4 % with session 8's priors); --calibrate 9:
-   6.2 % (10.9 %); run B (load 1.24) --calibrate 1: config 1 1.3 %, other 11 7.1 % (9.4 %), before 9.4 %: the
-   three targets in one run; --calibrate 0: other 11 6.8 % (8.9 %). H56's run (load 1.76, 8 of 12 quiet):
+   (load 1.16) --calibrate 1: config 1 0.3 %, other 11 7.1 % (session 8's priors: 0.3 / 7.1 %); --calibrate 9:
+   config 9 12.4 %, others 6.2 % (14.6 / 10.9 %); run B (load 1.24) --calibrate 1: config 1 1.3 %, other 11
+   7.1 % (2.6 / 9.4 %), before 9.4 %: the three targets in one run; --calibrate 0: others 6.8 % (8.9 %). H56's run (load 1.76, 8 of 12 quiet):
    --calibrate 1 others 12.7 % (11.1 %), --calibrate 9 8.4 % (8.4 %). Run A's "before" stays 12.3 %: its
    framework cost was measured at load 4-6 (refresh_framework_cost re-measures it when the machine is quiet).
    Not run on the session-9 tree: the load stayed 8.8-11 (other helpers' jobs) from 20:15 to the deadline; an
