@@ -6,11 +6,14 @@ Lookup order, first found wins:
   communication model: $LLMPERF_HOME/profiles/comm/NAME/comm_model.json, then configs/profiles/comm/NAME/
 NAME is the hardware (or cluster) name, lower-cased. A profile that exists but is corrupted or was fitted with
 other features raises ProfileError (never a silently wrong number); a missing one returns None and the
-caller falls back to roofline / alpha-beta. Loaded profiles are cached per path and modification time.
+caller falls back to roofline / alpha-beta. Loaded profiles are cached per path and sha256 of the metadata file
+(profile.json, which holds the models' own sha256; comm_model.json): a rewrite within the file system's timestamp
+granularity, even one of the same size (a hand-edited peak), is a new key, where a modification time is not.
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,15 +32,20 @@ def profile_dirs(name: str, *parts: str) -> list[Path]:
     return [root.joinpath(*parts, key) for root in roots]
 
 
+def content_key(path: Path) -> str:
+    """The cache key of a metadata file: the sha256 of its bytes (about 25 KB: tens of microseconds)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 @lru_cache(maxsize=16)
-def _load_profile(directory: str, mtime_ns: int):
+def _load_profile(directory: str, key: str):
     from llmperf_hook.profile.predictor import FittedProfile
 
     return FittedProfile(Path(directory))
 
 
 @lru_cache(maxsize=16)
-def _load_comm(directory: str, mtime_ns: int):
+def _load_comm(directory: str, key: str):
     from llmperf_hook.profile.comm_model import CommPredictor, read_comm_model
 
     return CommPredictor(read_comm_model(Path(directory)))
@@ -48,7 +56,7 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
     for directory in profile_dirs(hardware_name):
         meta = directory / "profile.json"
         if meta.is_file():
-            profile = _load_profile(str(directory), meta.stat().st_mtime_ns)
+            profile = _load_profile(str(directory), content_key(meta))
             _check_fitted_for(profile.meta, directory)
             return profile if dtype in profile.meta.serves_dtypes else None
         if directory.is_dir() and any(directory.glob("*.txt*")):
@@ -104,5 +112,5 @@ def find_comm_model(cluster_name: str) -> OpClassPredictor | None:
     for directory in profile_dirs(cluster_name, "comm"):
         path = directory / "comm_model.json"
         if path.is_file():
-            return _load_comm(str(directory), path.stat().st_mtime_ns)
+            return _load_comm(str(directory), content_key(path))
     return None

@@ -1,7 +1,8 @@
 """Fitted hardware profiles on disk: `NAME/profile.json` (metadata) + one model file per (op class, direction).
 
 profile.json holds the feature-schema hash of every model, the sha256 of every model file, the roofline
-constants the target is relative to, the training range of every dim (extrapolation is reported, not hidden),
+constants the target is relative to (and their sha256: every prediction scales with them, so a hand-edited peak
+is as unusable as an edited model), the training range of every dim (extrapolation is reported, not hidden),
 the hardware fingerprint, library versions and provenance. Loading checks all of it and raises ProfileError
 with the path and the fix on any mismatch: a corrupted or stale profile never yields a number.
 No pickle: models are LightGBM text dumps (gzip-compressed as NAME.txt.gz) or JSON tree arrays.
@@ -84,6 +85,17 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _roofline_doc(roofline: Mapping[str, RooflineConstants]) -> dict:
+    return {dt: {k: (int(v) if k in ("num_sms", "dtype_bytes") else float(v)) for k, v in rc.__dict__.items()}
+            for dt, rc in roofline.items()}
+
+
+def roofline_sha256(roofline: Mapping[str, RooflineConstants]) -> str:
+    """sha256 of the roofline constants as canonical JSON (sorted keys, counts as ints, the rest as floats), so
+    the same constants written by any writer, or re-read and re-written, give the same digest."""
+    return _sha(json.dumps(_roofline_doc(roofline), sort_keys=True).encode())
+
+
 def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, str]) -> Path:
     """Write model files then profile.json (last, so a half-written profile has no valid metadata)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -99,7 +111,8 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
             doc_entry["baseline"] = {**entry.baseline.__dict__, "weights": list(entry.baseline.weights)}
         entries.append(doc_entry)
     doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
-           "roofline": {k: v.__dict__ for k, v in meta.roofline.items()}, "dtype_aliases": dict(meta.dtype_aliases),
+           "roofline": _roofline_doc(meta.roofline), "roofline_sha256": roofline_sha256(meta.roofline),
+           "dtype_aliases": dict(meta.dtype_aliases),
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
            "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
     tmp = directory / (META_FILE + ".tmp")
@@ -175,12 +188,27 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # AttributeError: a list or
         # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
+    _check_roofline_sha(directory, doc, rc)
     bad = [f"{r.peak_flop_per_s}/{r.memory_bandwidth_bytes_per_s}" for r in rc.values()
            if not (r.peak_flop_per_s > 0 and r.memory_bandwidth_bytes_per_s > 0 and r.num_sms > 0)]
     missing = sorted({m.dtype for m in models} - set(rc))
     if bad or missing:
         raise _fail(directory, f"roofline constants invalid ({bad}) or missing for dtypes {missing}")
     return meta
+
+
+def _check_roofline_sha(directory: Path, doc: dict, rc: Mapping[str, RooflineConstants]) -> None:
+    """The roofline constants must match the roofline_sha256 written with them. Profiles written before the
+    digest existed have none and are read as before; the shipped ones carry it."""
+    expected = doc.get("roofline_sha256")
+    if expected is None:
+        return
+    if expected != roofline_sha256(rc):
+        consts = "; ".join(f"{dt}: peak {r.peak_flop_per_s:.4g} FLOP/s, memory {r.memory_bandwidth_bytes_per_s:.4g} "
+                           f"B/s, {r.num_sms} SMs/cores, {r.dtype_bytes} B" for dt, r in sorted(rc.items()))
+        raise _fail(directory, f"its roofline constants ({consts}) do not match their roofline_sha256 in {META_FILE} "
+                               f"(corrupted or edited: every model predicts a ratio to the roofline it was fitted "
+                               f"with, so a changed peak or bandwidth would scale every operator time)")
 
 
 def read_model_text(directory: Path, entry: ModelEntry) -> str:
