@@ -3,7 +3,8 @@
 Order: (1) with `--for -- <command>`, exactly the compute ops of that job and of its tuning neighbours (micro-
 batch x2 and /2, TP x2 and /2, PP x2 and /2); (2) a space-filling Latin hypercube over the log-dims of every op
 class (round-robin over classes, so a short budget still covers all of them); (3) adaptively, the candidate
-shapes where bootstrap regressors disagree most (sampler.py does this step, after a first fit).
+shapes where bootstrap regressors disagree most (sampler.py does this step, after a first fit, with the rule of
+adaptive.py that the operator benchmark's --design adaptive also applies).
 The plan states its cost: samples and estimated device-minutes (roofline time x repetitions + overhead).
 """
 

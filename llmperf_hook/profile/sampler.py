@@ -24,7 +24,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.profile import plan as plans
 from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions
 from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants, build_features
-from llmperf_hook.profile.fit import fit_regressor
+from llmperf_hook.profile.adaptive import most_uncertain
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
 from llmperf_hook.resources import configs_dir, llmperf_home
 from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
@@ -215,7 +215,8 @@ def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> di
 
 def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
                     per_class: int = 12, seed: int = 0) -> list[plans.SampleSpec]:
-    """Candidates where 3 bootstrap regressors disagree most (std of their log-time predictions)."""
+    """Candidates where bootstrap regressors disagree most (adaptive.most_uncertain, the rule the operator
+    benchmark's --design adaptive also applies)."""
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     rng = np.random.default_rng(seed)
     out = []
@@ -226,11 +227,7 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
         block = build_features(cls, phase == "bwd", {k: np.asarray([c[k] for c in cands]) for k in s.dims}, rc)
         train = build_features(cls, phase == "bwd", s.dims, rc)
         y = np.log(s.time_s / train.roofline_s)
-        preds = []
-        for _ in range(3):
-            idx = rng.integers(0, len(y), len(y))
-            preds.append(fit_regressor(train.matrix[idx], y[idx]).ensemble().predict(block.matrix))
-        order = np.argsort(-np.std(preds, axis=0))[:per_class]
+        order = most_uncertain(train.matrix, y, block.matrix, per_class, rng)
         out += [plans.SampleSpec(cls, phase, cands[i], "adaptive") for i in order]
     return out
 
