@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 # Words that make `llmperf WORD ...` mean `llmperf run -- WORD ...`.
-LAUNCHER_PREFIXES = frozenset({"torchrun", "deepspeed", "accelerate", "accelerate-launch", "python", "python3", "srun", "sbatch",
+LAUNCHER_PREFIXES = frozenset({"torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "python", "python3", "srun", "sbatch",
                                "mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra"})
 
 

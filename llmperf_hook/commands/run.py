@@ -123,7 +123,7 @@ def predict_or_explain(argv: list[str], env: dict[str, str], cluster: str | None
     except ConfigError as err:
         try:
             job = parse_launch(argv, env, job_overrides.nnodes, job_overrides.nproc_per_node)
-            framework = detect_framework(parse_flags(job.script_args, SCRIPT_FLAGS), job.env)
+            framework = detect_framework(parse_flags(job.script_args, SCRIPT_FLAGS), job.env, job.script)
         except LlmperfError:
             return None, str(err)
         if framework != "torch":

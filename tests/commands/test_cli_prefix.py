@@ -8,7 +8,7 @@ import pytest
 from llmperf_hook.cli import _rewrite_prefix
 
 
-@pytest.mark.parametrize("head", ["torchrun", "deepspeed", "python", "python3", "python3.11", "/opt/conda/bin/torchrun",
+@pytest.mark.parametrize("head", ["torchrun", "ft_launcher", "deepspeed", "python", "python3", "python3.11", "/opt/conda/bin/torchrun",
                                   "/usr/bin/python3", "srun", "env", "mpirun", "mpiexec", "orterun", "mpiexec.hydra",
                                   "accelerate", "accelerate-launch", "sbatch"])
 def test_launcher_prefixes(head: str) -> None:
