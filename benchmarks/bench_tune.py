@@ -69,7 +69,7 @@ def tune_once(argv: list[str], cluster: str, space_overrides: dict | None) -> tu
     from llmperf_hook.tune.search_space import load_search_space, parse_search_space, read_search_file, default_search_file
 
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _, cfg = resolve_job(argv, {})
     spec = api.load_cluster(cluster)
     raw = dict(read_search_file(default_search_file(cfg.framework)))
@@ -90,7 +90,7 @@ def tune_once(argv: list[str], cluster: str, space_overrides: dict | None) -> tu
     res = search_candidates(cfg, spec, table, top_k=5, margin=space.memory_margin, predict=predict, validate=validate_config)
     t3 = time.perf_counter()
     timings.update(resolve_s=t1 - t0, generate_s=t2 - t1, search_s=t3 - t2, predict_calls=calls["n"],
-                   predict_s=calls["s"])
+                   predict_s=calls["s"], cpu_s=time.process_time() - c0)
     return t3 - t0, res, timings
 
 
@@ -104,7 +104,9 @@ def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats:
     print(f"candidates: {n:,} distinct ({res.num_generated:,} generated); invalid {res.num_invalid:,}, "
           f"OOM by bound {res.num_oom_estimated:,}, OOM predicted {res.num_oom_predicted:,}, "
           f"slower by estimate {res.num_slower:,}, predicted in full {res.num_full_predictions:,}")
-    print(f"tune time (median of {repeats}, in process): {total:.3f} s  ->  {n / total:,.0f} candidates/s")
+    cpu = statistics.median(r[2]["cpu_s"] for r in runs)  # this process's own CPU: what one core gives it under load
+    print(f"tune time (median of {repeats}, in process): {total:.3f} s wall  ->  {n / total:,.0f} candidates/s; "
+          f"{cpu:.3f} s CPU  ->  {n / cpu:,.0f} candidates per CPU second")
     print(f"  resolve {timings['resolve_s'] * 1e3:.1f} ms, generate {timings['generate_s'] * 1e3:.1f} ms, "
           f"search {timings['search_s'] * 1e3:.1f} ms of which {timings['predict_calls']} full predictions "
           f"{timings['predict_s'] * 1e3:.1f} ms ({timings['predict_s'] / max(timings['predict_calls'], 1) * 1e3:.2f} ms each)")
