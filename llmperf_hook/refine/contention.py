@@ -3,24 +3,26 @@
 On a CPU a rank's step wall time is its CPU time, plus the time it waited for a peer in a collective, plus the
 time it was runnable but another program held the core. The last part is the machine's load at that moment,
 not the cluster: a calibration from the wall time of a contended run would learn the load. The step's CPU
-time does not contain it, and moves far less with the load. Measured on this 2-core machine, 26 Nov 2026
-20:08-20:20 (testbed configurations 0, 1, 9 of benchmarks/bench_cpu_testbed.py, each quiet and beside two
-busy loops, load 2-12; wall / CPU of the slowest rank 1.0-9.3):
+time does not contain it, and moves far less with the load. Measured on this 2-core machine, 26 Nov 2026: testbed
+configurations 0, 1, 9 of benchmarks/bench_cpu_testbed.py run beside two busy loops or other helpers' jobs
+(20:08-20:20, load 2-12), and config 1's --spread-check runs (17:51-17:56, load 6.5-8.5), against the same
+configurations' quiet runs of 19:35-19:39 (load 1.0-1.4, wall/CPU 1.00 for one rank, 1.06-1.17 for two):
 
-    config 0 (1 rank fp32)    CPU 15.3 ms quiet -> 16.8 / 19.3 / 20.1 ms at wall/CPU 2.0 / 3.7 / 6.9 (wall 34-139 ms)
-    config 1 (2 ranks ZeRO-1) CPU 62.4 ms -> 62.4 / 66.2 / 67.1 ms at wall/CPU 2.0 / 6.0 / 8.7 (wall 126-581 ms)
-    config 9 (2 ranks bf16)   CPU 41.1 ms -> 38.2 / 40.3 / 40.5 ms at wall/CPU 2.5 / 5.6 / 9.3 (wall 85-378 ms)
+    config 0 (1 rank fp32)    quiet CPU 15.4 ms; at wall/CPU 2.0-6.9: CPU 16.8-20.1 ms (wall 34-139 ms)
+    config 1 (2 ranks ZeRO-1) quiet CPU 59.5 ms; at wall/CPU 2.0-8.7: CPU 60.7-67.1 ms (wall 121-581 ms)
+    config 9 (2 ranks bf16)   quiet CPU 34.8 ms; at wall/CPU 2.1-9.3: CPU 38.2-41.1 ms (wall 85-378 ms)
 
-so a contended run is calibrated from its step CPU time, never its wall time: the slowest rank's median CPU
-time per step, times the wall / CPU ratio a quiet run of as many ranks has (the part of a quiet step spent
-waiting for peers: 1 for one rank; for several, the median of the store's uncontended runs of the same
-(hardware, cluster, framework) and rank count, else the middle of [1, the contention limit]). Its observation
-variance in the shrinkage (refine/shrinkage.py) adds, to the run-to-run spread every run has:
-- CPU_INFLATION_PER_LOG x log(wall / CPU): what the contention still added to the CPU time (shared caches,
-  context switches; the one-rank config above, 0.13-0.18 per log, the upper end taken);
-- the spread of that quiet wall / CPU ratio (of the store's quiet runs, or the uniform's over the interval).
-A run at wall / CPU 2 thus counts about a fifth of a quiet one in the pooled fit; its own configuration keeps
-less of its ratio, and the other configurations move less. Pure functions; refine_run.py applies them.
+Over the 19 contended runs the step CPU time was log +0.020 .. +0.266 above the quiet one (median +0.068, standard
+deviation 0.068), unrelated to how contended beyond wall/CPU 2; the wall time was 2-9x. So a contended run is
+calibrated from its step CPU time, never its wall time: the slowest rank's median CPU time per step, less the
+contention's median share (CPU_INFLATION_LOG), times the wall / CPU ratio a quiet run of as many ranks has (the
+part of a quiet step spent waiting for peers: 1 for one rank; for several, the median of the store's
+uncontended runs of the same (hardware, cluster, framework) and rank count, else the middle of [1, the
+contention limit]). Its observation variance in the shrinkage (refine/shrinkage.py) adds, to the run-to-run
+spread every run has, the contention share's spread (CPU_INFLATION_SD) and that quiet ratio's (the store's
+quiet runs', or the uniform's over the interval); both terms ramp in from wall/CPU 1 to 2 (ramp). With the
+quiet ratio from the store a contended run weighs about a third of a quiet one; without, less. Pure functions;
+refine_run.py applies them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-CPU_INFLATION_PER_LOG = 0.15
-"""Log growth of a contended rank's step CPU time per log of its wall / CPU ratio, as a standard deviation
-(module docstring: 0.13-0.18 for one rank, 0.00-0.03 for two ranks; the upper end)."""
+CPU_INFLATION_LOG = 0.068
+"""Median log growth of a contended rank's step CPU time over a quiet run's (module docstring, 19 runs)."""
+CPU_INFLATION_SD = 0.068
+"""Standard deviation of that growth over the same 19 runs."""
 MIN_SD = 1e-3
 
 
@@ -59,9 +62,16 @@ def contended_step(wall_per_cpu: float, cpu_time_s: float, world_size: int, limi
     """The module docstring's reading of a run with wall / CPU `wall_per_cpu` above `limit`; `quiet_ratios`
     are the wall / CPU ratios of the store's uncontended runs of the same key and rank count."""
     ratio, ratio_sd, source = quiet_wall_per_cpu(world_size, limit, quiet_ratios)
-    inflation_sd = CPU_INFLATION_PER_LOG * math.log(max(wall_per_cpu, 1.0))
-    sd = max(math.hypot(inflation_sd, ratio_sd), MIN_SD)
-    return ContendedStep(wall_per_cpu, cpu_time_s, ratio, source, cpu_time_s * ratio, sd)
+    share = ramp(wall_per_cpu)
+    sd = max(math.hypot(share * CPU_INFLATION_SD, ratio_sd), MIN_SD)
+    quiet_cpu_s = cpu_time_s * math.exp(-share * CPU_INFLATION_LOG)
+    return ContendedStep(wall_per_cpu, cpu_time_s, ratio, source, quiet_cpu_s * ratio, sd)
+
+
+def ramp(wall_per_cpu: float) -> float:
+    """How much of the measured contention effect applies: 0 at wall/CPU 1, in full from 2 (where the module
+    docstring's runs start), log-linear between."""
+    return min(1.0, max(0.0, math.log(max(wall_per_cpu, 1.0)) / math.log(2.0)))
 
 
 def quiet_wall_per_cpu(world_size: int, limit: float, quiet_ratios: Sequence[float] = ()) -> tuple[float, float, str]:
@@ -84,6 +94,7 @@ def describe(step: ContendedStep, limit: float, load_text: str) -> str:
     """The note refine prints for a contended run."""
     return (f"contended run: step wall time {step.wall_per_cpu:.2f}x the ranks' CPU time (> {limit:g}: they "
             f"waited for a core{load_text}). Calibrated from the CPU time per step instead of the wall time: "
-            f"{step.cpu_time_s * 1e3:.2f} ms x{step.quiet_wall_per_cpu:.3f} ({step.quiet_source}) = "
+            f"{step.cpu_time_s * 1e3:.2f} ms, less {ramp(step.wall_per_cpu) * CPU_INFLATION_LOG:.1%} the contention "
+            f"adds to it, x{step.quiet_wall_per_cpu:.3f} ({step.quiet_source}) = "
             f"{step.step_time_s * 1e3:.2f} ms, weighted as a noisier reading (observation sd +{step.observation_sd:.1%} "
             f"in quadrature with the run-to-run spread: refine/contention.py); a quieter rerun weighs more")

@@ -120,23 +120,27 @@ def test_contended_cpu_run_calibrates_from_its_cpu_time_as_a_noisier_reading(tmp
     """A run whose ranks waited for a core (wall 2x CPU) is calibrated, from its CPU time, not refused (was: no
     calibration at all on a busy machine) and not from its wall time (that learns the load); it weighs less than
     a quiet run of the same configuration, and the output says the run was contended and how it was treated."""
+    from llmperf_hook.refine.contention import CPU_INFLATION_LOG
+
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
     run = _with_cpu_time(write_run(tmp_path / "r", "j1", {0: [0.5, 0.04, 0.04, 0.04]}), 0.02)
     (job,) = refine_run(run).jobs
     assert job.job.cpu_time_s == 0.02 and job.calibration is not None
-    assert job.contended is not None and job.contended.step_time_s == pytest.approx(0.02)  # one rank: x1
-    assert job.calibration.own_scale(job.fingerprint).measured_scale == pytest.approx(2.0)  # 0.02 / 0.01, not 4
+    quiet_s = 0.02 * math.exp(-CPU_INFLATION_LOG)  # one rank: no peer wait; the contention's CPU share taken off
+    assert job.contended is not None and job.contended.step_time_s == pytest.approx(quiet_s)
+    assert job.calibration.own_scale(job.fingerprint).measured_scale == pytest.approx(quiet_s / 0.01)  # not 4
     text = render_refine_report(refine_run(run))
     assert "contended run: step wall time 2.00x the ranks' CPU time (> 1.5" in text and "CPU time per step" in text
-    assert "vs the contended run's quiet-equivalent 20.00 ms" in text and "predicted after" in text
+    assert f"vs the contended run's quiet-equivalent {quiet_s * 1e3:.2f} ms" in text and "predicted after" in text
     cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
     assert cal.num_runs == 1 and cal.config_scales[0].num_runs == 1
     # a quiet run of the same configuration (ratio 3) outweighs the contended one (ratio 2)
     refine_run(_with_cpu_time(write_run(tmp_path / "calm", "j2", {0: [0.5, 0.03, 0.03]}), 0.029))
     cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
     own = cal.config_scales[0]
-    assert cal.num_runs == 2 and own.num_runs == 2 and own.measured_scale == pytest.approx(math.sqrt(6.0))
-    assert cal.step_time_scale > 2.7 and own.step_time_scale > own.measured_scale  # weighted toward 3, not sqrt(6)
+    plain = math.sqrt(3.0 * quiet_s / 0.01)  # the unweighted geometric mean of the two ratios
+    assert cal.num_runs == 2 and own.num_runs == 2 and own.measured_scale == pytest.approx(plain)
+    assert cal.step_time_scale > plain + 0.1 and own.step_time_scale > plain  # weighted toward the quiet 3
 
     monkeypatch.setenv("LLMPERF_REFINE_MAX_WALL_PER_CPU", "inf")  # the user's override: calibrate from the wall time
     (job,) = refine_run(run).jobs
@@ -150,7 +154,7 @@ def test_contended_multi_rank_run_takes_the_peer_wait_of_quiet_runs(tmp_path: Pa
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Two ranks also wait for each other in a quiet step: the CPU time is scaled by the quiet wall / CPU of the
     store's uncontended 2-rank runs (else the middle of [1, limit]), and its spread joins the reading's."""
-    from llmperf_hook.refine.contention import contended_step
+    from llmperf_hook.refine.contention import CPU_INFLATION_LOG, contended_step
 
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
     busy = _with_cpu_time(write_run(tmp_path / "busy", "j1", {0: [0.5, 0.06, 0.06], 1: [0.5, 0.06, 0.06]}), 0.02)
@@ -160,9 +164,10 @@ def test_contended_multi_rank_run_takes_the_peer_wait_of_quiet_runs(tmp_path: Pa
     refine_run(quiet)
     (job,) = refine_run(busy).jobs
     assert job.contended.quiet_wall_per_cpu == pytest.approx(1.1) and "1 uncontended 2-rank run" in job.notes[0]
-    assert job.contended.step_time_s == pytest.approx(0.022)
-    # more contention, a noisier reading; one rank has no peer to wait for
-    assert contended_step(6.0, 0.02, 2, 1.5).observation_sd > contended_step(2.0, 0.02, 2, 1.5).observation_sd
+    assert job.contended.step_time_s == pytest.approx(0.022 * math.exp(-CPU_INFLATION_LOG))  # wall/CPU 3: in full
+    # the contention's share ramps in from wall/CPU 1 to 2; one rank has no peer to wait for
+    assert contended_step(1.6, 0.02, 1, 1.5).observation_sd < contended_step(2.0, 0.02, 1, 1.5).observation_sd
+    assert contended_step(6.0, 0.02, 1, 1.5).step_time_s == contended_step(2.0, 0.02, 1, 1.5).step_time_s
     assert contended_step(2.0, 0.02, 1, 1.5).quiet_wall_per_cpu == 1.0
 
 
