@@ -170,6 +170,13 @@ def _p2p_ops(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> t
     return send, gather
 
 
+def _model_op_flops(op: Op) -> float:
+    """The model's FLOPs of an op: a kernel that pads the head dimension (layer_ops.flash_head_dim) executes more
+    than the model asks for, and MFU counts the model's share."""
+    model_d = op.tags.get("model_head_dim")
+    return op.flops * int(model_d) / op.dims["head_dim"] if model_d else op.flops
+
+
 def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
     """Forward + backward FLOPs of the step over all ranks, without recompute."""
     p = cfg.parallel
@@ -177,8 +184,8 @@ def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
     for stage in stages:
         for chunk in stage.chunks:
             for block in chunk.blocks:
-                flops = sum(op.flops for op in block.fwd if op.phase == "fwd" and not op.is_comm)
-                flops += sum(op.flops for op in block.bwd if op.phase == "bwd" and not op.is_comm)
+                flops = sum(_model_op_flops(op) for op in block.fwd if op.phase == "fwd" and not op.is_comm)
+                flops += sum(_model_op_flops(op) for op in block.bwd if op.phase == "bwd" and not op.is_comm)
                 per_microbatch += flops * block.count
     return per_microbatch * cfg.batch.num_microbatches * p.tp * p.cp * p.dp
 

@@ -178,9 +178,11 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     s_kv = cfg.model.seq_length
     causal_flops = 2.0 * 2.0 * b * s_q * s_kv * heads * d * 0.5
     if cfg.attention_backend != "unfused":
-        dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": kv_heads, "head_dim": d, "causal": 1}
+        tile_d, tags = flash_head_dim(cfg, d)
+        dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": kv_heads, "head_dim": tile_d, "causal": 1}
         io = b * s_q * (2 * heads + 2 * kv_heads) * d * ctx.act_bytes
-        core = Op("attn.core", "attention", "fwd", dims, flops=causal_flops, bytes_moved=float(io), dtype=ctx.dtype)
+        core = Op("attn.core", "attention", "fwd", dims, flops=causal_flops * tile_d / d, bytes_moved=float(io),
+                  dtype=ctx.dtype, tags=tags)
         return context_parallel_steps(core, cfg.parallel.cp)
     # Unfused (Megatron "local" attention): QK^T bmm, masked softmax, attention dropout, AV bmm; full s x s scores.
     batch = b * heads
@@ -200,6 +202,27 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
         softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
     return [qk, *before, softmax, *after, *dropouts, av]
+
+
+TRITON_FLASH_FLAG = "--use-flash-attn-triton"
+"""Megatron-DeepSpeed's flag for flash-attention v1.0.4's Triton kernel (megatron/model/transformer.py
+FlashSelfAttentionTriton -> flash_attn.flash_attn_triton.flash_attn_func)."""
+
+
+def flash_head_dim(cfg: TrainingConfig, d: int) -> tuple[int, dict[str, str]]:
+    """(head dimension the fused attention kernel computes at, the op's tags). flash-attention's Triton kernel tiles
+    the head dimension at BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16) and masks the padding to zeros
+    (flash_attn/flash_attn_triton.py _flash_attn_forward / _flash_attn_backward, v1.0.4, the version the
+    Megatron-DeepSpeed README installs for --use-flash-attn-triton): its Q.K^T and P.V products run at that width,
+    so head dimension 96 does the tensor-core work of 128 (4/3). The op carries the padded dims and FLOPs (what the
+    kernel executes) and tags the model's own head dimension, which the step's model FLOPs count (build.py).
+    Other flash kernels: the dims are the model's. The kernel is read from where the attention backend came from
+    (TrainingConfig has no field for the flash implementation)."""
+    source = cfg.sources.get("attention_backend")
+    if source is None or source.detail != TRITON_FLASH_FLAG:
+        return d, {}
+    tile = max(16, 1 << (d - 1).bit_length())
+    return tile, {"kernel": "flash_triton", "model_head_dim": str(d)} if tile != d else {"kernel": "flash_triton"}
 
 
 def context_parallel_steps(core: Op, cp: int) -> list[Op]:

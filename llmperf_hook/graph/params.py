@@ -89,8 +89,15 @@ def layer_params(cfg: TrainingConfig, moe: bool) -> int:
 
 
 def embedding_params(cfg: TrainingConfig) -> int:
+    """The rank's word-embedding shard plus the learned position table. Megatron-DeepSpeed under
+    --sequence-parallel splits the position table over the TP ranks (megatron/model/language_model.py Embedding ->
+    tensor_parallel.layers.SequenceParallelPositionEmbedding: max_sequence_length // TP rows a rank, since the
+    2023-09 rebase that brought sequence parallelism, cc3a94c6); Megatron-LM keeps the whole table on every rank
+    (megatron/core/models/common/embeddings/language_model_embedding.py)."""
     m = cfg.model
     positions = m.seq_length * m.hidden_size if m.position_embedding == "learned_absolute" else 0
+    if cfg.framework == "megatron-deepspeed" and cfg.parallel.sequence_parallel:
+        positions //= cfg.parallel.tp
     return m.padded_vocab_size // cfg.parallel.tp * m.hidden_size + positions
 
 
