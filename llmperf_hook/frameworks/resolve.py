@@ -79,8 +79,9 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
 
 
 def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, env: Mapping[str, str],
-                     script_files: Mapping[str, ScriptFile] | None = None) -> DsSettings | None:
-    """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead)."""
+                     script_files: Mapping[str, ScriptFile] | None = None, autotuning: str = "") -> DsSettings | None:
+    """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
+    `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
         return parse_ds_config(*accelerate_ds_config(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
@@ -95,6 +96,8 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         return None
     hf_trainer = framework == "hf-deepspeed" and path == flags.get("deepspeed")
     raw = read_ds_config(str(path), hf_trainer, (script_files or {}).get(os.path.normpath(str(path))))
+    if autotuning and "zero_optimization" not in raw:  # autotuner.py tune(): the user's stage, else 0, is what
+        raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
     return parse_ds_config(raw, str(path))
@@ -116,7 +119,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     framework = detect_framework(flags, job.env, job.script)
     if framework in ("megatron", "megatron-deepspeed"):
         fill_script_tokenizer(flags, job.script)
-    ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files)
+    ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files, job.autotuning)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

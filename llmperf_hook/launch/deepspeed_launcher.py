@@ -159,4 +159,25 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
     script = ("-m " if "module" in values else "") + words[opts.rest]
-    return LaunchSize("deepspeed", nnodes, nproc, world, script, tuple(words[opts.rest + 1:]), tuple(warnings))
+    autotuning = _autotuning(values, flags, warnings)
+    return LaunchSize("deepspeed", nnodes, nproc, world, script, tuple(words[opts.rest + 1:]), tuple(warnings),
+                      autotuning=autotuning)
+
+
+def _autotuning(values: Mapping[str, str], flags: Mapping[str, str], warnings: list[str]) -> str:
+    """`--autotuning tune|run` (runner.py: argparse choices). runner.py's run_autotuning then runs the Autotuner's
+    experiments, each with its own ZeRO stage and micro batch (the ds_config's zero_optimization.stage, 0 without
+    one, every stage for "all"); `run` launches the fastest with ds_config_optimal.json, `tune` stops there."""
+    mode = values.get("autotuning")
+    if mode is None:
+        return ""
+    if mode not in ("tune", "run"):
+        raise UsageError(f"deepspeed {flags['autotuning']} {mode!r} is not one of DeepSpeed's choices 'tune', 'run' "
+                         "(runner.py's argparse refuses it). Use --autotuning run (tune, then train with the best "
+                         "configuration) or --autotuning tune (tune only), or drop the option.")
+    after = ("then trains with the fastest (ds_config_optimal.json)" if mode == "run"
+             else "writes the fastest to ds_config_optimal.json and exits without training")
+    warnings.append(f"deepspeed {flags['autotuning']} {mode}: DeepSpeed's autotuner first runs short experiments over "
+                    f"ZeRO stages and micro-batch sizes and {after}; priced as the command's own ds_config and micro "
+                    "batch (llmperf tune searches the layout instead)")
+    return mode

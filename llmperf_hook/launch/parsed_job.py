@@ -49,6 +49,9 @@ class ParsedJob:
     script_files: Mapping[str, ScriptFile] = field(default_factory=dict)
     """Files the submitted batch script writes before its launch line (sbatch job.slurm with `cat <<EOT > ds.json`),
     by normalised path: read in place of the disk, where they do not exist yet."""
+    autotuning: str = ""
+    """`deepspeed --autotuning tune|run` ("" = not given): DeepSpeed's autotuner runs experiments that set the
+    ZeRO stage and micro batch themselves (deepspeed/autotuning/autotuner.py), so the ds_config is a template."""
 
     def __post_init__(self) -> None:
         assert self.nnodes >= 1 and self.nproc_per_node >= 1 and self.world_size >= 1, self

@@ -46,6 +46,8 @@ class LaunchSize:
     warnings: tuple[str, ...] = ()
     script_files: Mapping[str, ScriptFile] = field(default_factory=dict)
     """Files the batch script writes before its launch line (ParsedJob.script_files)."""
+    autotuning: str = ""
+    """deepspeed --autotuning tune|run (ParsedJob.autotuning)."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -113,5 +115,5 @@ def finish_job(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
-        warnings=size.warnings, script_files=size.script_files,
+        warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning,
     )

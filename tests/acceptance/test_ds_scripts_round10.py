@@ -1,0 +1,122 @@
+"""Issues 2, 3 through the real CLI with DeepSpeed launch lines: DeepSpeedExamples' autotuning scripts
+(`deepspeed --autotuning run ... run_clm.py --deepspeed ds_config_fp16_tune.json`, whose ds_config has no
+zero_optimization section because the autotuner's experiments write one), DeepSpeed-Chat's BLOOM SFT (a BLOOM
+config.json names its width `n_embed`), and what DeepSpeed's own DeepSpeedConfig reads from each new case's
+ds_config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.cli import run_cli
+
+# DeepSpeedExamples@45b4b7156c training/autotuning/hf/dsconfigs/ds_config_fp16_tune.json, verbatim.
+TUNE_CONFIG = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "fp16": {"enabled": True},
+    "autotuning": {"enabled": True, "overwrite": False, "fast": True,
+                   "arg_mappings": {"train_micro_batch_size_per_gpu": "--per_device_train_batch_size",
+                                    "gradient_accumulation_steps ": "--gradient_accumulation_steps"}},
+}
+GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+        "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
+RUN_CLM = ["run_clm.py", "--deepspeed", "ds_config_fp16_tune.json", "--model_name_or_path", "gpt2", "--do_train",
+           "--fp16", "--per_device_train_batch_size", "1", "--output_dir", "out", "--block_size", "1024"]
+
+
+def _explain(tmp_path: Path, capsys, launcher: list[str]) -> tuple[int, str, str]:
+    (tmp_path / "ds_config_fp16_tune.json").write_text(json.dumps(TUNE_CONFIG))
+    (tmp_path / "gpt2").mkdir(exist_ok=True)
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(GPT2))
+    return run_cli(["explain", "--format", "json", "--model", str(tmp_path / "gpt2" / "config.json"), "--",
+                    *launcher, *RUN_CLM], capsys)
+
+
+@pytest.mark.parametrize("mode,after", [("run", "then trains with the fastest"), ("tune", "exits without training")])
+def test_autotuning_prices_the_template_at_the_autotuners_default_stage(mode: str, after: str, tmp_path: Path,
+                                                                       capsys, monkeypatch) -> None:
+    """The autotuner's experiments set zero_optimization {stage: the user's, else 0} (autotuner.py tune()), so the
+    Trainer's 'Please specify the ZeRO optimization config' never fires; it exited 2 with that message."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _explain(tmp_path, capsys, ["deepspeed", "--autotuning", mode, "--num_nodes=1", "--num_gpus=16"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["world_size"], data["zero_stage"], data["micro_batch_size"], data["precision"]) == (16, 0, 1, "fp16")
+    assert any(f"--autotuning {mode}" in w and after in w for w in data["warnings"]), data["warnings"]
+
+
+def test_without_autotuning_the_trainer_still_refuses_a_config_without_zero(tmp_path: Path, capsys,
+                                                                             monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _explain(tmp_path, capsys, ["deepspeed", "--num_gpus=16"])
+    assert code == 2 and "Please specify the ZeRO optimization config" in err and "Traceback" not in err
+
+
+def test_an_autotuning_mode_deepspeed_does_not_offer_exits_2(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _explain(tmp_path, capsys, ["deepspeed", "--autotuning", "fast", "--num_gpus=16"])
+    assert code == 2 and "'fast' is not one of DeepSpeed's choices 'tune', 'run'" in err, err
+
+
+def test_a_bloom_config_json_is_read_with_its_n_embed_width(tmp_path: Path, capsys, monkeypatch) -> None:
+    """bigscience/bloom-1b1's config.json: n_embed 1536, n_layer 24 (DeepSpeed-Chat's run_chinese.sh); it exited 2
+    'lacks num_hidden_layers/hidden_size/num_attention_heads'."""
+    monkeypatch.chdir(tmp_path)
+    bloom = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1536, "n_head": 16,
+             "n_layer": 24, "vocab_size": 250880}
+    (tmp_path / "bloom.json").write_text(json.dumps(bloom))
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "bloom.json", "--nproc-per-node", "8", "--",
+                              "deepspeed", "main.py", "--model_name_or_path", "bigscience/bloom-1b1",
+                              "--per_device_train_batch_size", "8", "--max_seq_len", "512", "--zero_stage", "2",
+                              "--deepspeed"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["hidden_size"], data["num_layers"], data["num_attention_heads"]) == (1536, 24, 16)
+    assert (data["global_batch_size"], data["zero_stage"]) == (64, 2)
+
+
+class _Mpu:
+    """What DeepSpeedConfig asks a model-parallel unit for: the data-parallel size."""
+
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+
+def _round10_cases() -> list[dict]:
+    from tests.frameworks.real_scripts.replay import load_cases
+
+    return [c for c in load_cases() if c.get("round") == 10 and c["expect"].get("ds_config_checked")]
+
+
+@pytest.mark.parametrize("case", _round10_cases(), ids=lambda c: c["name"])
+def test_deepspeed_reads_each_new_cases_ds_config_as_llmperf_does(case: dict, tmp_path: Path, monkeypatch) -> None:
+    """DeepSpeed 0.19's DeepSpeedConfig on the case's own ds_config (its "auto" values filled as the Trainer would,
+    from the expectations) at llmperf's data-parallel size: batch triad, ZeRO stage, offload devices, precision."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
+    from tests.frameworks.real_scripts.replay import replay
+
+    expect = case["expect"]
+    result = replay(case, "explain", tmp_path)
+    assert result.exit_code == 0, result.output
+    raw = json.loads(case["files"][expect["ds_config_checked"]])
+    for key, value in (("train_micro_batch_size_per_gpu", expect["micro_batch_size"]),
+                       ("gradient_accumulation_steps", expect["num_microbatches"]),
+                       ("train_batch_size", expect["global_batch_size"])):
+        if raw.get(key) == "auto":
+            raw[key] = value
+    raw.pop("autotuning", None)
+    ds = deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(result.data["dp"]))
+    offload = ds.zero_config.offload_optimizer.device.value if ds.zero_config.offload_optimizer else "none"
+    precision = "bf16" if ds.bfloat16_enabled else "fp16" if ds.fp16_enabled else "fp32"
+    assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == (
+        result.data["global_batch_size"], result.data["micro_batch_size"], result.data["num_microbatches"])
+    assert (ds.zero_optimization_stage, offload, precision) == (
+        result.data["zero_stage"], result.data["offload_optimizer"], result.data["precision"])
