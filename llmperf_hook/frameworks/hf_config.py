@@ -2,7 +2,8 @@
 
 Key names per transformers' configuration classes: Llama/Mistral/Mixtral/Qwen2 (num_hidden_layers,
 intermediate_size, num_key_value_heads, rms_norm_eps, num_local_experts), GPT-2 (n_layer, n_embd, n_head,
-n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim), Falcon/BLOOM (n_head, multi_query).
+n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim), Falcon/BLOOM (n_head, multi_query; BLOOM's
+n_embed, which BloomConfig.__init__ takes as hidden_size).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _first(raw: dict[str, Any], *keys: str) -> Any:
 def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     """Translate the HF keys; ffn defaults to 4h (GPT-2 `n_inner: null`)."""
     layers = _first(raw, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _first(raw, "hidden_size", "n_embd", "d_model")
+    hidden = _first(raw, "hidden_size", "n_embd", "n_embed", "d_model")  # n_embed: BloomConfig pops it into hidden_size
     heads = _first(raw, "num_attention_heads", "n_head")
     if not all(isinstance(v, int) for v in (layers, hidden, heads)):
         raise UsageError(f"Hugging Face config {origin} lacks num_hidden_layers/hidden_size/num_attention_heads.")
