@@ -12,7 +12,7 @@ config itself with dschat/utils/ds_utils.get_train_ds_config(offload, dtype, sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.provenance import Source, SourceKind
@@ -50,3 +50,33 @@ def deepspeed_chat_config(flags: FlagValues, world_size: int) -> dict[str, Any]:
         ("bf16" if dtype == "bf16" else "fp16"): {"enabled": True},
         "gradient_clipping": 1.0,
     }
+
+
+def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `flag` in `args` (`--flag V` or `--flag=V`); None = not given."""
+    for i, word in enumerate(args):
+        if word == flag and i + 1 < len(args):
+            return args[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def deepspeed_chat_warnings(args: Sequence[str]) -> list[str]:
+    """What DeepSpeed-Chat's main.py trains beyond the plain causal LM llmperf prices, one warning each:
+    --lora_dim N > 0 (dschat/utils/module/lora.py convert_linear_layer_to_lora adds rank-N adapters to the
+    --lora_module_name linears; without --only_optimize_lora every weight still trains) and step 2's reward model
+    (--num_padding_at_beginning, main.py's only option step 1 lacks: dschat/utils/data/data_utils.py
+    DataCollatorReward concatenates chosen and rejected answers, 2 x --per_device_train_batch_size sequences, and
+    RewardModel puts a 1-output value head where the LM head was)."""
+    out: list[str] = []
+    lora = _arg_value(args, "--lora_dim")
+    if lora and lora.isdigit() and int(lora) > 0:
+        trains = ("only the adapters train (--only_optimize_lora), priced as full fine-tuning"
+                  if "--only_optimize_lora" in args else "every weight trains, priced as full fine-tuning")
+        out.append(f"DeepSpeed-Chat --lora_dim {lora}: the LoRA adapters' matmuls are not priced; {trains}")
+    if _arg_value(args, "--num_padding_at_beginning") is not None and _arg_value(args, "--actor_model_name_or_path") is None:
+        out.append("DeepSpeed-Chat reward model (--num_padding_at_beginning): each step holds chosen and rejected "
+                   "answers, 2 x --per_device_train_batch_size sequences, and a value head instead of the LM head; "
+                   "priced as a causal LM at --per_device_train_batch_size")
+    return out

@@ -120,3 +120,20 @@ def test_deepspeed_reads_each_new_cases_ds_config_as_llmperf_does(case: dict, tm
         result.data["global_batch_size"], result.data["micro_batch_size"], result.data["num_microbatches"])
     assert (ds.zero_optimization_stage, offload, precision) == (
         result.data["zero_stage"], result.data["offload_optimizer"], result.data["precision"])
+
+
+@pytest.mark.parametrize("extra,warned", [
+    (["--lora_dim", "128", "--lora_module_name", "layers."], "--lora_dim 128: the LoRA adapters' matmuls are not priced"),
+    (["--num_padding_at_beginning", "1"], "reward model (--num_padding_at_beginning)"),
+    ([], None),
+])
+def test_deepspeed_chat_lora_and_reward_model_are_warned(extra: list[str], warned: str | None, tmp_path: Path,
+                                                         capsys, monkeypatch) -> None:
+    """DeepSpeed-Chat run_llama2_7b_lora.sh / step 2 run_350m.sh were priced as plain fine-tuning without a word."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--nproc-per-node", "8", "--",
+                              "deepspeed", "main.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                              "--per_device_train_batch_size", "4", "--zero_stage", "3", "--deepspeed", *extra], capsys)
+    assert code == 0, err
+    chat = [w for w in json.loads(out)["warnings"] if w.startswith("DeepSpeed-Chat")]
+    assert chat == ([] if warned is None else [w for w in chat if warned in w]) and len(chat) == (warned is not None)
