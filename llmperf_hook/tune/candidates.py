@@ -233,9 +233,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "virtual pipeline needs pp > 1": (vpp > 1) & (pp == 1),
         "layers do not split evenly over pp (and vpp)": ~layers_ok,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
-        # Megatron schedules.py: the interleaved schedule needs num_microbatches % pp == 0.
-        "interleaving needs num_microbatches % pp == 0": (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS) & (
-            (cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)) % pp != 0),
+        **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
         # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).
@@ -246,6 +244,19 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         **_ulysses_masks(cfg, cols),
         **_fixed_vocab_masks(cfg, cols),
     }
+
+
+def _interleaving_masks(cfg: TrainingConfig, vpp: np.ndarray, pp: np.ndarray, num_mb: np.ndarray) -> dict[str, np.ndarray]:
+    """Megatron schedules.py: the interleaved schedule runs groups of N contiguous micro-batches per model chunk
+    (--microbatch-group-size-per-virtual-pipeline-stage, default PP), PP <= N <= M and M % N either 0 or >= PP;
+    with the default N = PP that is M % PP == 0 (validation._check_microbatch_groups, the same rules)."""
+    interleaved = (vpp > 1) & (cfg.framework in MEGATRON_FRAMEWORKS)
+    group = cfg.parallel.microbatch_group_size
+    if not group:
+        return {"interleaving needs num_microbatches % pp == 0": interleaved & (num_mb % pp != 0)}
+    rest = num_mb % group
+    fits = (pp <= group) & (group <= num_mb) & ((rest == 0) | (rest >= pp))
+    return {"interleaving needs pp <= micro-batch group <= num_microbatches, remainder 0 or >= pp": interleaved & ~fits}
 
 
 def _fixed_vocab_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -130,3 +130,13 @@ def test_distributed_optimizer_with_nothing_to_shard_is_one_candidate() -> None:
     assert any(c.distributed_optimizer for c in cands if c.tp * c.pp < 8)  # still searched where it shards
     keys = [dataclasses.replace(c, distributed_optimizer=False) for c in alone]
     assert len(keys) == len(set(keys))
+
+
+def test_interleaving_masks_follow_the_commands_micro_batch_group() -> None:
+    """With --microbatch-group-size-per-virtual-pipeline-stage N Megatron needs PP <= N <= M and M % N = 0 or >= PP
+    (schedules.py), not M % PP == 0: the mask applied M % PP and so let through layouts explain refuses (N 4 < PP 8)
+    and rejected none it should have counted under the group rule."""
+    base = gpt_config(layers=24, hidden=2048, heads=16, world=16, tp=1, pp=2, gbs=48)
+    cfg = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, vpp=4, microbatch_group_size=4))
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    assert mask_disagreements(cfg, table) == []
