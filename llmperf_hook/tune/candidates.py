@@ -234,6 +234,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "layers do not split evenly over pp (and vpp)": ~layers_ok,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
         **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
+        **_uneven_stage_masks(cfg, total, pp, vpp),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
         # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).
@@ -244,6 +245,22 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         **_ulysses_masks(cfg, cols),
         **_fixed_vocab_masks(cfg, cols),
     }
+
+
+def _uneven_stage_masks(cfg: TrainingConfig, total: int, pp: np.ndarray, vpp: np.ndarray) -> dict[str, np.ndarray]:
+    """A command's --decoder-first/last-pipeline-num-layers stay at its own PP (apply drops them elsewhere), where
+    transformer_config.py splits each stage's layers over the virtual chunks: the first / last counts and the
+    middle stages' share must each divide by VPP (validation._check_uneven)."""
+    p = cfg.parallel
+    given = [n for n in (p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers) if n]
+    if not given or p.pipeline_layout:
+        return {}
+    middle_stages = p.pp - len(given)
+    share = (total - sum(given)) // middle_stages if middle_stages > 0 else 0
+    bad = np.zeros(vpp.shape, dtype=bool)
+    for count in (*given, share):
+        bad |= count % vpp != 0
+    return {"uneven first/last stages need their layers divisible by vpp": (pp == p.pp) & bad}
 
 
 def _interleaving_masks(cfg: TrainingConfig, vpp: np.ndarray, pp: np.ndarray, num_mb: np.ndarray) -> dict[str, np.ndarray]:

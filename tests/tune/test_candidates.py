@@ -140,3 +140,16 @@ def test_interleaving_masks_follow_the_commands_micro_batch_group() -> None:
     cfg = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, vpp=4, microbatch_group_size=4))
     table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
     assert mask_disagreements(cfg, table) == []
+
+
+def test_uneven_stage_masks_require_vpp_to_split_each_stage() -> None:
+    """--decoder-first/last-pipeline-num-layers stay at the command's PP, where every stage's layers must split over
+    the virtual chunks: first 5 / last 9 admit no VPP > 1 and first 4 / last 8 (middle 10) only VPP 2. The masks
+    accepted any VPP there (2,600 rows explain refuses, counted as 'framework validation' after a wasted check)."""
+    base = gpt_config(layers=32, hidden=2048, heads=16, world=32, tp=1, pp=4, gbs=128)
+    for first, last in ((5, 9), (4, 8)):
+        parallel = dataclasses.replace(base.parallel, decoder_first_pipeline_num_layers=first,
+                                       decoder_last_pipeline_num_layers=last)
+        cfg = dataclasses.replace(base, parallel=parallel)
+        table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+        assert mask_disagreements(cfg, table) == []
