@@ -65,10 +65,23 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
             "classification heads, zero-shot LAMBADA / WikiText evaluation, retriever fine-tuning, MSDP prompting), "
             "which llmperf does not model: it prices decoder-only pretraining steps as pretrain_gpt.py runs them. "
             "Predict a pretrain_gpt.py (or pretrain_bert.py) job with the same model flags instead.")
+    if _is_dschat_rlhf(script_args):
+        raise ConfigError(
+            f"{script} is DeepSpeed-Chat step 3 (RLHF: --actor_model_name_or_path and --critic_model_name_or_path), "
+            "which llmperf does not model: each PPO step generates answers with the actor (the hybrid engine's "
+            "inference mode), scores them with frozen reference and reward models and trains actor and critic, each "
+            "with its own ZeRO stage; llmperf prices one model's training step. Predict the actor's step-1 "
+            "(supervised fine-tuning) or the critic's step-2 (reward model) script instead.")
     if name == "pretrain_bert.py":
         return [f"{name}: BERT priced as its encoder stack of transformer layers; bidirectional attention costs "
                 "as a causal one, and the pooler, binary head and LM-head transform are not modelled"]
     return []
+
+
+def _is_dschat_rlhf(script_args: Sequence[str]) -> bool:
+    """DeepSpeed-Chat step3_rlhf_finetuning/main.py: the only main.py taking an actor and a critic model."""
+    given = {w.split("=", 1)[0] for w in script_args if w.startswith("--")}
+    return {"--actor_model_name_or_path", "--critic_model_name_or_path"} <= given
 
 
 def _neox_yaml(name: str, script_args: Sequence[str]) -> bool:

@@ -115,7 +115,7 @@ def test_deepspeed_reads_each_new_cases_ds_config_as_llmperf_does(case: dict, tm
     raw.pop("autotuning", None)
     ds = deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(result.data["dp"]))
     offload = ds.zero_config.offload_optimizer.device.value if ds.zero_config.offload_optimizer else "none"
-    precision = "bf16" if ds.bfloat16_enabled else "fp16" if ds.fp16_enabled else "fp32"
+    precision = "bf16" if ds.bfloat16_config.enabled else "fp16" if ds.float16_config.enabled else "fp32"
     assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == (
         result.data["global_batch_size"], result.data["micro_batch_size"], result.data["num_microbatches"])
     assert (ds.zero_optimization_stage, offload, precision) == (
@@ -137,3 +137,12 @@ def test_deepspeed_chat_lora_and_reward_model_are_warned(extra: list[str], warne
     assert code == 0, err
     chat = [w for w in json.loads(out)["warnings"] if w.startswith("DeepSpeed-Chat")]
     assert chat == ([] if warned is None else [w for w in chat if warned in w]) and len(chat) == (warned is not None)
+
+
+def test_deepspeed_chat_step3_rlhf_exits_2_naming_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    """step3 run_1.3b.sh given llmperf --model was priced as one plain torch model's step (no ZeRO, no generation)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["predict", "--model", "llama2-7b", "--nproc-per-node", "8", "--", "deepspeed", "main.py",
+                              "--actor_model_name_or_path", "a", "--critic_model_name_or_path", "c",
+                              "--actor_zero_stage", "2", "--critic_zero_stage", "2", "--deepspeed"], capsys)
+    assert code == 2 and "DeepSpeed-Chat step 3 (RLHF" in err and "Traceback" not in err, err
