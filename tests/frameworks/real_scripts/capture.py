@@ -25,7 +25,7 @@ MIRRORS = Path("/work/.mirror")
 CASES = Path(__file__).parent / "cases"
 LAUNCHERS = ("torchrun", "deepspeed", "python", "python3", "srun", "mpirun", "accelerate", "uv")
 _SHELL_VARS = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "LC_CTYPE"})
-CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--ds-config", "--ds_config", "--hostfile")
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--ds-config", "--ds_config", "--hostfile", "--deepspeed")
 
 SHIM = """#!{python}
 import json, os, sys
@@ -70,7 +70,7 @@ def _shims(bin_dir: Path) -> None:
 
 def _launch(records: list[dict]) -> dict:
     for rec in records:
-        if any(re.search(r"(^|[ /])(pretrain|train|main|finetune)[\w.-]*\.py\b", w) for w in rec["argv"]):
+        if any(re.search(r"(^|[ /])(pretrain|train|main|finetune|run_clm|run_translation|run_mlm)[\w.-]*\.py\b", w) for w in rec["argv"]):
             return rec
     raise SystemExit(f"no training launch recorded: {records}")
 
