@@ -51,7 +51,7 @@ def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[s
 def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
     warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args)
-    shape_model = None if has_megatron_shape(flags) else overrides.model
+    shape_model = None if has_megatron_shape(flags, job.script) else overrides.model
     if overrides.model and shape_model is None:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",

@@ -49,8 +49,12 @@ _MEGATRON_LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-para
 even when its model shape comes from llmperf --model rather than --num-layers/--hidden-size."""
 
 
-def has_megatron_shape(flags: FlagValues) -> bool:
-    return any(flags.has(d) for d in _MEGATRON_MARKERS)
+def has_megatron_shape(flags: FlagValues, script: str = "") -> bool:
+    """Megatron's model-shape flags as Megatron's parser spells them (--num-layers: argparse maps no `_` spelling to
+    a dashed option, so a script taking --num_layers / --hidden_size has its own parser, e.g. DeepSpeedExamples'
+    bf16_master_weight train.py), or in any spelling for a Megatron entry point (forks such as epfLLM's)."""
+    any_spelling = not script or megatron_entry_point(script)
+    return any(flags.has(d) and (any_spelling or "-" in flags.seen_flags.get(d, "--")[2:]) for d in _MEGATRON_MARKERS)
 
 
 def check_counts(flags: FlagValues) -> None:
@@ -69,7 +73,7 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
     layout = _MEGATRON_LAYOUT_FLAGS if not megatron_entry_point(script) else \
         (*_MEGATRON_LAYOUT_FLAGS, *("--" + f[2:].replace("-", "_") for f in _MEGATRON_LAYOUT_FLAGS))
-    megatron = has_megatron_shape(flags) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
+    megatron = has_megatron_shape(flags, script) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
