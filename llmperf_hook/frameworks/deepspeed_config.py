@@ -18,7 +18,7 @@ from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
                                                      grad_norm_rules, offload_rules, pydantic_int, zeropp_rules,
                                                      zeropp_settings)
-from llmperf_hook.frameworks.deepspeed_step_keys import step_key_warnings
+from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.launch.batch_script import written_text
 from llmperf_hook.launch.parsed_job import ScriptFile
@@ -376,6 +376,7 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
+    warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))
     grad_norm_rules(raw, fields, origin)
     zeropp_rules(fields, origin, warnings)
     if fields["offload_param"] != "none" and fields["zero_stage"] != 3:

@@ -140,3 +140,34 @@ def step_key_warnings(raw: dict[str, Any], origin: str) -> list[str]:
     """One line per ds_config key set away from its default that changes the step and is not priced; ConfigError for
     a value DeepSpeed refuses or fails on."""
     return _zero_warnings(raw, origin) + _top_level_warnings(raw, origin) + _timer_and_precision_warnings(raw, origin)
+
+
+_MASTER_KEYS = (("fp16", "fp16_master_weights_and_grads", "Fp16_master_weights_and_grads"),
+                ("bf16", "bf16_master_weights_and_grads", "Bf16_master_weights_and_grads"),
+                ("bf16", "bf16_optimizer_states", "bf16_optimizer_states"))
+
+
+def master_weight_rules(raw: dict[str, Any], zero_stage: Any, origin: str) -> list[str]:
+    """16-bit master weights, gradients and optimizer states (precision_config.py pydantic bools, default false):
+    DeepSpeedConfig._do_error_check asserts each '... is only supported with ZeRO Stage 1, 2, or 3.' and that
+    bf16_optimizer_states 'requires bf16_master_weights_and_grads to be enabled.'; accepted ones get one warning
+    (the ZeRO optimizer keeps 2-byte copies where llmperf prices 4-byte master weights, gradients and Adam states)."""
+    set_keys: list[str] = []
+    for section, key, name in _MASTER_KEYS:
+        node = raw.get(section, raw.get("bfloat16") if section == "bf16" else None)
+        value = node.get(key, AUTO) if isinstance(node, dict) else AUTO
+        if value == AUTO or not ds_bool(value, f"{section}.{key}", origin):
+            continue
+        if not isinstance(zero_stage, int) or zero_stage not in (1, 2, 3):
+            raise ConfigError(f"{origin} {section}.{key} is true at zero_optimization.stage {zero_stage}; DeepSpeed "
+                              f"asserts '{name} is only supported with ZeRO Stage 1, 2, or 3.' Set the stage to 1-3 or "
+                              f"drop {key}.")
+        set_keys.append(f"{section}.{key}")
+    if "bf16.bf16_optimizer_states" in set_keys and "bf16.bf16_master_weights_and_grads" not in set_keys:
+        raise ConfigError(f"{origin} sets bf16.bf16_optimizer_states without bf16.bf16_master_weights_and_grads; "
+                          "DeepSpeed asserts 'bf16_optimizer_states requires bf16_master_weights_and_grads to be "
+                          "enabled.' Set both, or drop bf16_optimizer_states.")
+    if not set_keys:
+        return []
+    return [f"{origin} {' and '.join(set_keys)}: the optimizer's 16-bit master weights / gradients / states are "
+            "priced as fp32 ones (memory and step overestimated)"]

@@ -146,3 +146,30 @@ def test_deepspeed_chat_step3_rlhf_exits_2_naming_it(tmp_path: Path, capsys, mon
                               "--actor_model_name_or_path", "a", "--critic_model_name_or_path", "c",
                               "--actor_zero_stage", "2", "--critic_zero_stage", "2", "--deepspeed"], capsys)
     assert code == 2 and "DeepSpeed-Chat step 3 (RLHF" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("bf16,stage,refused", [
+    ({"bf16_optimizer_states": True}, 2, "requires bf16_master_weights_and_grads to be enabled"),
+    ({"bf16_master_weights_and_grads": True}, 0, "Bf16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3"),
+    ({"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}, 3, None),
+])
+def test_16_bit_master_weights_follow_deepspeeds_asserts(bf16: dict, stage: int, refused: str | None, tmp_path: Path,
+                                                         capsys, monkeypatch) -> None:
+    """DeepSpeedExamples' bf16_master_weight/configs/bf16_full.json keys were accepted silently; each refusal is the
+    assert DeepSpeedConfig itself raises on the same config."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.chdir(tmp_path)
+    raw = {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True, **bf16}, "zero_optimization": {"stage": stage}}
+    (tmp_path / "ds.json").write_text(json.dumps(raw))
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "deepspeed", "--num_gpus",
+                              "2", "train.py", "--deepspeed_config", "ds.json"], capsys)
+    deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda *a, **k: 0)
+    if refused:
+        assert code == 2 and refused in err and "Traceback" not in err, err
+        with pytest.raises(AssertionError, match=refused.split(" is ")[0]):
+            deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(2))
+        return
+    assert code == 0, err
+    assert any("16-bit master weights" in w for w in json.loads(out)["warnings"])
+    deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(2))
