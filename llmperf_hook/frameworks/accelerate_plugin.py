@@ -11,7 +11,8 @@ gradient_accumulation_steps / gradient_clipping from their variables (default "a
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import os
+from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import AUTO, read_ds_config
@@ -92,3 +93,16 @@ def _mixed_precision(raw: dict[str, Any], mixed: str) -> None:
         raw[mixed] = {"enabled": True}
     else:
         raw.update({"bf16": {"enabled": AUTO}, "fp16": {"enabled": AUTO}})
+
+
+_ACCELERATOR_EXAMPLES = ("nlp_example.py", "cv_example.py", "complete_nlp_example.py", "complete_cv_example.py")
+
+
+def accelerator_script(script: str, script_args: Sequence[str]) -> bool:
+    """A script that drives `Accelerator` itself rather than the Hugging Face Trainer: transformers' *_no_trainer.py
+    examples, accelerate's examples (examples/by_feature/*.py, nlp_example.py ...), or one taking their
+    --with_tracking. Accelerator fills the ds_config's "auto" from its dataloader and plugin and checks nothing
+    against the script's arguments (DeepSpeedPlugin.fill_match must_match=False), unlike the Trainer's fill_match."""
+    name = os.path.basename(script)
+    return (name.endswith("_no_trainer.py") or name in _ACCELERATOR_EXAMPLES or "/by_feature/" in script
+            or "--with_tracking" in script_args)

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release
@@ -146,7 +147,8 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
     return RecomputeConfig()
 
 
-def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
+def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source],
+                  trainer: bool = True) -> BatchConfig:
     if ds is None:  # Hugging Face Trainer's per_device_train_batch_size defaults to 8; other scripts: 1
         default = 8 if flags.has("model_name_or_path") else 1
         mbs = flags.get("per_device_train_batch_size", default)
@@ -154,7 +156,7 @@ def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: 
         gas, src["num_microbatches"] = flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1")
         src["global_batch_size"] = Source(SourceKind.DERIVED, "micro * accumulation * DP")
         return BatchConfig(micro_batch_size=mbs, global_batch_size=mbs * gas * dp, num_microbatches=gas)
-    return hf_batch(ds, flags, dp, world, src) if framework == "hf-deepspeed" else ds_batch(ds, dp, src)
+    return hf_batch(ds, flags, dp, world, src, trainer) if framework == "hf-deepspeed" else ds_batch(ds, dp, src)
 
 
 def _script_precision(flags: FlagValues, ds: DsSettings | None, src: dict[str, Source]) -> str:
@@ -186,7 +188,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     layout = _script_layout(pp, ds, job.world_size, model.num_attention_heads, src, warnings)
     dp = layout.dp
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
-    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src)
+    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src,
+                          not accelerator_script(job.script, job.script_args))
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None

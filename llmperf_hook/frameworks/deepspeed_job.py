@@ -124,9 +124,12 @@ def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
                           "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
 
 
-def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source]) -> BatchConfig:
-    """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad."""
-    hf_mismatches(ds, flags)
+def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source],
+             trainer: bool = True) -> BatchConfig:
+    """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad; `trainer`
+    False: a script driving Accelerate's Accelerator, which fills "auto" alike but checks no mismatch."""
+    if trainer:
+        hf_mismatches(ds, flags)
     micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
     src["micro_batch_size"] = ds.sources.get("micro_batch_size") if ds.micro_batch_size not in (None, AUTO) else \
         flags.source("per_device_train_batch_size", f"Trainer default {micro}")
