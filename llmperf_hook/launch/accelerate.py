@@ -146,6 +146,36 @@ def _export(settings: Mapping[str, tuple[Any, Source]], used: dict[str, str]) ->
                 used[key.upper()] = str(settings[key][0]).lower() if isinstance(settings[key][0], bool) else str(settings[key][0])
 
 
+_IGNORED_WITH_DS_FILE = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                         "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                         "zero3_save_16bit_model", "mixed_precision")
+"""DeepSpeedPlugin._deepspeed_config_checks' env_variable_names_to_ignore, as it names them."""
+
+
+def _check_config_file_fields(settings: Mapping[str, tuple[Any, Source]], config: tuple[dict[str, Any], str] | None) -> None:
+    """launch_command passes the config file's deepspeed_config keys (plus mixed_precision when the file, not the
+    command, sets it: `mp_from_config_flag`) as ACCELERATE_CONFIG_DS_FIELDS; with a deepspeed_config_file the
+    DeepSpeedPlugin then raises ValueError for any of them that the file would ignore."""
+    if config is None or not _uses(settings, "use_deepspeed", "DEEPSPEED"):
+        return
+    ds_file = settings.get("deepspeed_config_file", (None, None))[0]
+    if ds_file is None or str(ds_file).lower() == "none":
+        return
+    data, where = config
+    fields = list(data.get("deepspeed_config") or {})
+    mixed = settings.get("mixed_precision")
+    if mixed is not None and mixed[1].kind == SourceKind.CONFIG_FILE:
+        fields.append("mixed_precision")
+    clash = [f for f in fields if f in _IGNORED_WITH_DS_FILE]
+    if clash:
+        raise UsageError(
+            f"the accelerate config file {where} sets {', '.join(clash)} beside deepspeed_config_file {ds_file}; "
+            "Accelerate's DeepSpeedPlugin refuses that ('When using `deepspeed_config_file`, the following accelerate "
+            "config variables will be ignored: ...'; mixed_precision counts when the config file, not the command, "
+            "gives it). Put those settings in the DeepSpeed config file and remove them from the accelerate config, "
+            "or give --mixed_precision on the accelerate launch command instead.")
+
+
 MODULE = "accelerate.commands.launch"
 
 
@@ -178,7 +208,9 @@ def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], u
     """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`)."""
     opts = _scan(words, start)
     _check_modes(opts)
-    settings = _settings(opts, _config_file(opts, env))
+    config = _config_file(opts, env)
+    settings = _settings(opts, config)
+    _check_config_file_fields(settings, config)
     _export(settings, used)
     warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown]
     machines = _count(settings, "num_machines") or (1, Source(SourceKind.DEFAULT, "accelerate: 1 machine"))

@@ -114,7 +114,8 @@ def test_deepspeed_reads_each_new_cases_ds_config_as_llmperf_does(case: dict, tm
             raw[key] = value
     raw.pop("autotuning", None)
     ds = deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(result.data["dp"]))
-    offload = ds.zero_config.offload_optimizer.device.value if ds.zero_config.offload_optimizer else "none"
+    device = ds.zero_config.offload_optimizer.device if ds.zero_config.offload_optimizer else "none"
+    offload = str(getattr(device, "value", device))
     precision = "bf16" if ds.bfloat16_config.enabled else "fp16" if ds.float16_config.enabled else "fp32"
     assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == (
         result.data["global_batch_size"], result.data["micro_batch_size"], result.data["num_microbatches"])
@@ -173,3 +174,62 @@ def test_16_bit_master_weights_follow_deepspeeds_asserts(bf16: dict, stage: int,
     assert code == 0, err
     assert any("16-bit master weights" in w for w in json.loads(out)["warnings"])
     deepspeed_config.DeepSpeedConfig(raw, mpu=_Mpu(2))
+
+
+ACC_YAML = """compute_environment: LOCAL_MACHINE
+deepspeed_config:
+ deepspeed_config_file: ds.json
+{extra}distributed_type: DEEPSPEED
+{mixed}num_machines: 1
+num_processes: 2
+"""
+
+
+@pytest.mark.parametrize("extra,mixed,command_mp,refused", [
+    ("", "mixed_precision: fp16\n", [], "sets mixed_precision beside deepspeed_config_file"),
+    (" zero_stage: 3\n", "", [], "sets zero_stage beside deepspeed_config_file"),
+    ("", "", ["--mixed_precision", "fp16"], None),
+    (" zero3_init_flag: true\n", "", [], None),
+])
+def test_accelerate_config_fields_beside_a_deepspeed_config_file(extra: str, mixed: str, command_mp: list[str],
+                                                                 refused: str | None, tmp_path: Path, capsys,
+                                                                 monkeypatch) -> None:
+    """DeepSpeedPlugin._deepspeed_config_checks: a config-file field the ds_config overrides is refused (the usage
+    guide's own ZeRO-2 example config has mixed_precision: fp16); the command's --mixed_precision is not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acc.yaml").write_text(ACC_YAML.format(extra=extra, mixed=mixed))
+    (tmp_path / "ds.json").write_text(json.dumps({"fp16": {"enabled": True}, "zero_optimization": {"stage": 2},
+                                                  "train_micro_batch_size_per_gpu": "auto",
+                                                  "train_batch_size": "auto"}))
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "accelerate", "launch",
+                              "--config_file", "acc.yaml", *command_mp, "run_clm_no_trainer.py",
+                              "--per_device_train_batch_size", "4", "--block_size", "1024"], capsys)
+    if refused:
+        assert code == 2 and refused in err and "Traceback" not in err, err
+        return
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["world_size"], data["micro_batch_size"], data["global_batch_size"], data["precision"]) == (2, 4, 8, "fp16")
+
+
+@pytest.mark.parametrize("script,args,trainer", [
+    ("examples/by_feature/deepspeed_with_config_support.py", [], False),
+    ("run_clm_no_trainer.py", [], False),
+    ("my_train.py", ["--with_tracking"], False),
+    ("run_clm.py", [], True),
+])
+def test_only_the_trainer_checks_ds_values_against_its_arguments(script: str, args: list[str], trainer: bool,
+                                                                 tmp_path: Path, capsys, monkeypatch) -> None:
+    """Accelerator (no Trainer) fills "auto" with must_match=False: an explicit fp16 with no --fp16 is fine; the
+    Trainer's fill_match refuses it. The usage guide's deepspeed_with_config_support.py was refused as a Trainer."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acc.yaml").write_text(ACC_YAML.format(extra="", mixed=""))
+    (tmp_path / "ds.json").write_text(json.dumps({"fp16": {"enabled": True}, "zero_optimization": {"stage": 2},
+                                                  "train_micro_batch_size_per_gpu": "auto"}))
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "accelerate", "launch",
+                              "--config_file", "acc.yaml", script, "--per_device_train_batch_size", "4",
+                              "--block_size", "1024", *args], capsys)
+    if trainer:
+        assert code == 2 and "mismatches the Hugging Face Trainer's arguments" in err, err
+    else:
+        assert code == 0 and json.loads(out)["precision"] == "fp16", err
