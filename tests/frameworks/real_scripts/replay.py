@@ -3,7 +3,8 @@
 A case holds the exact command the script runs (argv), the variables it exports (env), the files it wrote or the
 user supplies (files: ds_config, hostfile) and the folder it is launched from (cwd). `/workspace` in a case is
 the repository checkout the script ran in; absolute file names are laid out under a scratch folder and rewritten
-in argv, so nothing outside the scratch folder is read.
+in argv, the environment and the files' own text (as are the folders a case lists under "roots", e.g. the $HOME
+holding accelerate's default config), so nothing outside the scratch folder is read.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,18 +44,21 @@ def lay_out(case: dict[str, Any], scratch: Path) -> tuple[list[str], dict[str, s
     cwd = root / case["cwd"]
     cwd.mkdir(parents=True, exist_ok=True)
     moved: dict[str, str] = {"/workspace": str(root)}
-    for name, text in case["files"].items():
+    moved.update({folder: str(scratch / folder.lstrip("/")) for folder in case.get("roots", [])})
+    for name in case["files"]:
         if name.startswith("/") and not name.startswith("/workspace/"):
             moved[name] = str(scratch / name.lstrip("/"))
+
+    pattern = re.compile("|".join(re.escape(old) for old in sorted(moved, key=len, reverse=True)))
+
+    def move(word: str) -> str:  # one pass, longest name first: a moved path is not moved again
+        return pattern.sub(lambda m: moved[m.group(0)], word)
+
+    for name, text in case["files"].items():  # a file naming another (accelerate's YAML -> its ds_config) moves too
         target = Path(moved.get(name, name.replace("/workspace", str(root), 1)))
         target = target if target.is_absolute() else cwd / target
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-
-    def move(word: str) -> str:
-        for old, new in sorted(moved.items(), key=lambda kv: -len(kv[0])):
-            word = word.replace(old, new)
-        return word
+        target.write_text(move(text))
 
     env = {k: move(v) for k, v in case["env"].items()}
     options = [move(w) for w in case.get("llmperf_options", [])]
