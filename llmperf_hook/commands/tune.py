@@ -144,12 +144,26 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     accepted = zero_stages_deepspeed_accepts(argv, space.zero_stage) if cfg.framework != "megatron" else None
     if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
         space = replace(space, zero_stage=accepted)
+    if cfg.framework == "megatron" and _gives_flag(argv, "--hierarchical-context-parallel-sizes"):
+        # arguments.py asserts context_parallel_size == prod(hierarchical sizes): the command's flag fixes CP
+        space = replace(space, context_parallel=(cfg.parallel.cp,))
+        click.echo(f"llmperf tune: warning: --hierarchical-context-parallel-sizes fixes context parallel at "
+                   f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only)
     return result, space
+
+
+def _gives_flag(argv: Sequence[str], flag: str) -> bool:
+    """The launch (or the launch line of an sbatch / bash script, $VARIABLES expanded) passes `flag`."""
+    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables
+
+    words = expand_flag_variables(argv)
+    words = batch_script_words(words) or words
+    return any(w == flag or w.startswith(flag + "=") for w in words)
 
 
 def memory_only(cfg: Any, spec: Any) -> Any:

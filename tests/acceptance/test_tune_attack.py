@@ -172,3 +172,17 @@ def test_layers_per_virtual_stage_count_the_accounted_embedding_and_loss() -> No
         assert plan.argv[-2:] == ("--num-layers-per-virtual-pipeline-stage", str(32 // (2 * vpp)))
         _, resolved, _, _ = api.resolve_command(list(plan.argv), {}, cluster="dgx-h100")
         assert candidate_of(resolved) == new
+
+
+def test_hierarchical_context_parallel_sizes_fix_cp(capsys) -> None:
+    """--hierarchical-context-parallel-sizes 2 2 (needed by --cp-comm-type a2a+p2p) must multiply to CP (arguments.py
+    asserts it), and --apply keeps the flag: CP 1 / 2 rows were proposed, which Megatron refuses at start-up."""
+    argv = ["torchrun", "--nproc-per-node", "8", "--nnodes", "2", "pretrain_gpt.py", "--num-layers", "24",
+            "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "8192", "--max-position-embeddings",
+            "8192", "--micro-batch-size", "1", "--global-batch-size", "32", "--bf16", "--vocab-size", "50257",
+            "--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "4",
+            "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "2"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--top", "10", "--", *argv], capsys)
+    assert code == 0, err
+    assert {row["cp"] for row in json.loads(out)["top"]} == {4}
+    assert "--hierarchical-context-parallel-sizes fixes context parallel at 4" in err
