@@ -235,6 +235,8 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
         **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
         **_uneven_stage_masks(cfg, total, pp, vpp),
+        # --tp-comm-overlap (kept by --apply) overlaps TP collectives with GEMMs only under sequence parallelism
+        **({"--tp-comm-overlap needs sequence parallel (tp > 1)": cols["sp"] == 0} if cfg.optimizer.tp_comm_overlap else {}),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
         # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).

@@ -153,3 +153,13 @@ def test_uneven_stage_masks_require_vpp_to_split_each_stage() -> None:
         cfg = dataclasses.replace(base, parallel=parallel)
         table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
         assert mask_disagreements(cfg, table) == []
+
+
+def test_tp_comm_overlap_masks_layouts_without_sequence_parallel() -> None:
+    """--tp-comm-overlap stays in the rewritten command and needs --sequence-parallel (so TP > 1): the masks let
+    2,900 such rows of a 16-GPU command through to a full check, counted as 'framework validation'."""
+    base = gpt_config(layers=24, hidden=2048, heads=16, world=16, tp=4, pp=1, gbs=64)
+    cfg = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, sequence_parallel=True),
+                              optimizer=dataclasses.replace(base.optimizer, tp_comm_overlap=True))
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
+    assert mask_disagreements(cfg, table) == []
