@@ -9,6 +9,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
+from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
@@ -183,6 +184,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     warnings: list[str] = list(job.warnings) + (list(ds.warnings) + list(ds.checkpointing_warnings) if ds else [])
     if is_deepspeed_chat(flags):
         warnings += deepspeed_chat_warnings(job.script_args)
+    warnings += openrlhf_warnings(job.script, job.script_args)
     model = resolve_script_shape(flags, overrides.model, src, warnings)
     pp = _script_pp(flags, ds, framework, src, warnings)
     layout = _script_layout(pp, ds, job.world_size, model.num_attention_heads, src, warnings)

@@ -19,6 +19,7 @@ from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
+from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF_ORIGIN, check_openrlhf, openrlhf_ds_config, openrlhf_trainer
 from llmperf_hook.frameworks.model_family import check_model_family, fill_script_tokenizer
 from llmperf_hook.frameworks.provenance_fill import fill_sources
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
@@ -69,6 +70,8 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
     """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed. `script`:
     a Megatron entry point (megatron_entry_points) given the layout flags in underscore spelling is a Megatron fork
     whose parser spells them so (epfLLM/Megatron-LLM's finetune.py: --tensor_model_parallel_size)."""
+    if openrlhf_trainer(script):  # DeepspeedStrategy builds the ds_config in code (frameworks/openrlhf.py)
+        return "deepspeed"
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
     layout = _MEGATRON_LAYOUT_FLAGS if not megatron_entry_point(script) else \
@@ -83,11 +86,14 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
 
 
 def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, env: Mapping[str, str],
-                     script_files: Mapping[str, ScriptFile] | None = None, autotuning: str = "") -> DsSettings | None:
+                     script_files: Mapping[str, ScriptFile] | None = None, autotuning: str = "",
+                     script: str = "") -> DsSettings | None:
     """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
         return parse_ds_config(*accelerate_ds_config(env))
+    if framework == "deepspeed" and openrlhf_trainer(script):
+        return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN)
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
         return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
@@ -118,12 +124,13 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     from llmperf_hook.frameworks.assemble import assemble_deepspeed, assemble_megatron
 
     family_warnings = check_model_family(job.script, job.script_args)
+    check_openrlhf(job.script)
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
     framework = detect_framework(flags, job.env, job.script)
     if framework in ("megatron", "megatron-deepspeed"):
         fill_script_tokenizer(flags, job.script)
-    ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files, job.autotuning)
+    ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files, job.autotuning, job.script)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

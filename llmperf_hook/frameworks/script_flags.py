@@ -24,6 +24,8 @@ _INT = (
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
     "extra-vocab-size", "padded-vocab-size", "max-length",
+    # OpenRLHF (openrlhf/cli/train_*.py): frameworks/openrlhf.py
+    "max-len", "micro-train-batch-size", "train-batch-size", "zpg",
 )
 _STR = (
     "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
@@ -33,9 +35,10 @@ _STR = (
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
-    "attention-head-type", "tokenizer-file", "model-name",
+    "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype",
 )
-_FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor")
+_FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
+          "max-norm")
 _TRUE = (
     "ds-sequence-parallel-fpdt", "ds-sequence-parallel-fpdt-offloading",
     "embed-layernorm", "group-query-attention", "swiglu", "use-rotary-position-embeddings", "untie-embeddings-and-output-weights",
@@ -44,7 +47,7 @@ _TRUE = (
     "deepspeed-activation-checkpointing", "partition-activations", "use-distributed-optimizer",
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "accumulate-allreduce-grads-in-fp32",
     "use-flash-attn", "use-flash-attn-v2", "use-flash-attn-triton", "no-pipeline-parallel", "cpu-optimizer",
-    "gradient-checkpointing", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
+    "gradient-checkpointing", "adam-offload", "moe-grouped-gemm", "use-torch-fsdp2", "use-megatron-fsdp", "cpu-offloading",
     "multi-latent-attention", "defer-embedding-wgrad-compute", "fp8-param-gather", "use-mcore-models",
     "squared-relu", "deepscale", "grad-reduce-in-bf16", "optimizer-cpu-offload", "enable-cuda-graph",
     "external-cuda-graph", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm", "offload", "qk-layernorm", "quick-geglu", "fp8-e4m3", "fp8-hybrid",

@@ -2,7 +2,8 @@
 Trainer scripts): llmperf's `--model PRESET|FILE`, else a local `--model_name_or_path`/`--config_name` directory
 with config.json, else a Hub name we ship a preset for. Sequence length from the script's own flag
 (--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len, the
-`--max_length` of DeepSpeedExamples' finetune scripts, which pad every sample to it) or, failing that, the shape's.
+`--max_length` of DeepSpeedExamples' finetune scripts, which pad every sample to it, OpenRLHF's --max_len) or, failing
+that, the shape's.
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ HUB_PRESETS = {
     "meta-llama/Llama-3.3-70B-Instruct": "llama3-70b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "EleutherAI/gpt-neox-20b": "gpt-neox-20b",
 }
-_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len", "max_length")
+_SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len", "max_length", "max_len")
 
 
 def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any], Source]:
     if model:
         return load_model_preset(model), Source(SourceKind.OVERRIDE, f"--model {model}")
-    for dest in ("config_name", "model_name_or_path", "model_name"):
+    for dest in ("config_name", "model_name_or_path", "model_name", "pretrain"):  # pretrain: OpenRLHF
         path = flags.get(dest)
         if isinstance(path, str) and os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             return shape_from_hf_config(read_hf_config(path), path), Source(SourceKind.CONFIG_FILE, f"{path}/config.json")
-    flag = "--model_name_or_path" if flags.has("model_name_or_path") else "--model_name"
-    named = flags.get("model_name_or_path") or flags.get("model_name")  # DeepSpeedExamples scripts: --model_name
+    dest = next((d for d in ("model_name_or_path", "model_name", "pretrain") if flags.has(d)), "model_name_or_path")
+    flag, named = "--" + dest, flags.get(dest)  # DeepSpeedExamples scripts: --model_name; OpenRLHF: --pretrain
     hint = f" (for {named}: llmperf --model {HUB_PRESETS[named]})" if named in HUB_PRESETS else ""
     raise ConfigError(
         "cannot find the model shape: the training script takes no Megatron-style model flags"

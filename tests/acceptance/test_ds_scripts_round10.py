@@ -233,3 +233,43 @@ def test_only_the_trainer_checks_ds_values_against_its_arguments(script: str, ar
         assert code == 2 and "mismatches the Hugging Face Trainer's arguments" in err, err
     else:
         assert code == 0 and json.loads(out)["precision"] == "fp16", err
+
+
+@pytest.mark.parametrize("launch,extra,expect", [
+    (["--module", "openrlhf.cli.train_sft"], ["--train_batch_size", "256", "--micro_train_batch_size", "2"],
+     {"micro_batch_size": 2, "global_batch_size": 256, "num_microbatches": 16, "zero_stage": 2, "precision": "bf16",
+      "offload_optimizer": "none", "seq_length": 2048}),
+    (["openrlhf/cli/train_sft.py"], ["--zero_stage", "3", "--adam_offload", "--param_dtype", "fp16", "--max_len", "4096"],
+     {"micro_batch_size": 8, "global_batch_size": 128, "num_microbatches": 2, "zero_stage": 3, "precision": "fp16",
+      "offload_optimizer": "cpu", "seq_length": 4096}),
+])
+def test_openrlhf_trainers_read_the_ds_config_their_strategy_builds(launch: list[str], extra: list[str], expect: dict,
+                                                                  tmp_path: Path, capsys, monkeypatch) -> None:
+    """OpenRLHF's train_sft_llama.sh was priced as plain torch DDP (micro 1, ZeRO 0, the preset's sequence); the
+    ds_config DeepspeedStrategy builds is read by DeepSpeedConfig at the same DP with the same triad."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama3-8b", "--nproc-per-node", "8", "--",
+                              "deepspeed", *launch, "--pretrain", "meta-llama/Meta-Llama-3-8B",
+                              "--gradient_checkpointing", *extra], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert {k: data[k] for k in expect} == expect and data["recompute"] == "full"
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda *a, **k: 0)
+    from llmperf_hook.frameworks.flags import parse_flags
+    from llmperf_hook.frameworks.openrlhf import openrlhf_ds_config
+    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+
+    ds = deepspeed_config.DeepSpeedConfig(openrlhf_ds_config(parse_flags(extra, SCRIPT_FLAGS)), mpu=_Mpu(data["dp"]))
+    assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps,
+            ds.zero_optimization_stage) == (data["global_batch_size"], data["micro_batch_size"],
+                                            data["num_microbatches"], data["zero_stage"])
+
+
+@pytest.mark.parametrize("trainer", ["train_ppo", "train_ppo_ray", "train_grpo"])
+def test_openrlhf_rl_trainers_exit_2(trainer: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["predict", "--model", "llama3-8b", "--nproc-per-node", "8", "--", "deepspeed", "--module",
+                              f"openrlhf.cli.{trainer}", "--pretrain", "x", "--zero_stage", "2"], capsys)
+    assert code == 2 and f"is OpenRLHF's {trainer} (reinforcement learning" in err and "Traceback" not in err, err
