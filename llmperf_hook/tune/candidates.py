@@ -235,8 +235,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
         **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
         **_uneven_stage_masks(cfg, total, pp, vpp),
-        # --tp-comm-overlap (kept by --apply) overlaps TP collectives with GEMMs only under sequence parallelism
-        **({"--tp-comm-overlap needs sequence parallel (tp > 1)": cols["sp"] == 0} if cfg.optimizer.tp_comm_overlap else {}),
+        **_kept_flag_masks(cfg, cols),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
         # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).
@@ -247,6 +246,24 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         **_ulysses_masks(cfg, cols),
         **_fixed_vocab_masks(cfg, cols),
     }
+
+
+def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rules a flag of the command brings in, which --apply keeps (validation.py refuses the same layouts): only
+    where the command gives the flag, so no empty rule is named."""
+    o, sp, pp, cp = cfg.optimizer, cols["sp"], cols["pp"], cols["cp"]
+    masks: dict[str, np.ndarray] = {}
+    if o.tp_comm_overlap:  # TP collectives overlap the GEMMs only under sequence parallelism
+        masks["--tp-comm-overlap needs sequence parallel (tp > 1)"] = sp == 0
+    if cfg.framework == "megatron" and cfg.transformer_impl == "local":  # only TEDotProductAttention splits CP
+        masks["--transformer-impl local refuses cp > 1"] = cp > 1
+    if cfg.recompute.cpu_offloading:  # TransformerConfig: activation offloading without PP or recompute
+        masks["--cpu-offloading refuses pp > 1 and recompute"] = (pp > 1) | (cols["rc"] != RECOMPUTE_CODES["none"])
+    if o.fsdp != "none":  # FSDP shards the optimizer states; FSDP2 also refuses PP and EP (validate_args)
+        masks["FSDP needs the distributed optimizer"] = cols["distopt"] == 0
+        if o.fsdp == "torch_fsdp2":
+            masks["--use-torch-fsdp2 refuses pp > 1 and ep > 1"] = (pp > 1) | (cols["ep"] > 1)
+    return masks
 
 
 def _uneven_stage_masks(cfg: TrainingConfig, total: int, pp: np.ndarray, vpp: np.ndarray) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of, changed_fields
@@ -155,11 +156,24 @@ def test_uneven_stage_masks_require_vpp_to_split_each_stage() -> None:
         assert mask_disagreements(cfg, table) == []
 
 
-def test_tp_comm_overlap_masks_layouts_without_sequence_parallel() -> None:
-    """--tp-comm-overlap stays in the rewritten command and needs --sequence-parallel (so TP > 1): the masks let
-    2,900 such rows of a 16-GPU command through to a full check, counted as 'framework validation'."""
-    base = gpt_config(layers=24, hidden=2048, heads=16, world=16, tp=4, pp=1, gbs=64)
-    cfg = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, sequence_parallel=True),
-                              optimizer=dataclasses.replace(base.optimizer, tp_comm_overlap=True))
+_ONE_NODE = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
+             "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+             "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", "--vocab-size", "50257",
+             "--tensor-model-parallel-size", "2"]
+
+
+@pytest.mark.parametrize("flags", [
+    ["--sequence-parallel", "--tp-comm-overlap"],
+    ["--transformer-impl", "local"],
+    ["--cpu-offloading", "--cpu-offloading-num-layers", "4"],
+    ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer"],
+])
+def test_masks_of_flags_apply_keeps_agree_with_validation(flags: list[str]) -> None:
+    """Flags --apply keeps bring rules in (--tp-comm-overlap needs sequence parallel, local attention refuses CP,
+    --cpu-offloading refuses PP and recompute, FSDP needs the distributed optimizer): the masks let 2,180-4,754 rows
+    of a 16-GPU command through to a full check each, counted as 'framework validation'."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    _, cfg = resolve_job([*_ONE_NODE, *flags], {})
     table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
     assert mask_disagreements(cfg, table) == []
