@@ -90,3 +90,14 @@ def openrlhf_warnings(script: str, script_args: Sequence[str]) -> list[str]:
     if any(w in script_args for w in ("--ring_attn_size", "--ds_tensor_parallel_size")):
         out.append("OpenRLHF --ring_attn_size / --ds_tensor_parallel_size: ring attention and AutoTP not modelled")
     return out
+
+
+def rewrite_openrlhf_argv(argv: Sequence[str], micro_batch_size: int, zero_stage: int, recompute: bool) -> list[str]:
+    """An OpenRLHF command with another micro batch / ZeRO stage / full recompute, for tune --apply (its ds_config is
+    built from these flags): --micro_train_batch_size, --zero_stage, --gradient_checkpointing; --train_batch_size is
+    the global batch, held (DeepSpeed derives the accumulation steps from it)."""
+    from llmperf_hook.tune import argv_edit as ed
+
+    out = ed.set_value(list(argv), ("--micro_train_batch_size",), str(micro_batch_size))
+    out = ed.set_value(out, ("--zero_stage",), str(zero_stage))
+    return ed.set_switch(out, ("--gradient_checkpointing",), recompute)

@@ -273,3 +273,21 @@ def test_openrlhf_rl_trainers_exit_2(trainer: str, tmp_path: Path, capsys, monke
     code, out, err = run_cli(["predict", "--model", "llama3-8b", "--nproc-per-node", "8", "--", "deepspeed", "--module",
                               f"openrlhf.cli.{trainer}", "--pretrain", "x", "--zero_stage", "2"], capsys)
     assert code == 2 and f"is OpenRLHF's {trainer} (reinforcement learning" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("micro,stage,recompute", [(8, 1, True), (4, 3, False), (2, 2, True)])
+def test_an_openrlhf_command_rewritten_for_a_layout_explains_to_it(micro: int, stage: int, recompute: bool,
+                                                                  tmp_path: Path, capsys, monkeypatch) -> None:
+    """rewrite_openrlhf_argv (for tune --apply, whose rewrite knows DeepSpeed-Chat's flags but not OpenRLHF's)."""
+    from llmperf_hook.frameworks.openrlhf import rewrite_openrlhf_argv
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["deepspeed", "--module", "openrlhf.cli.train_sft", "--train_batch_size", "256", "--micro_train_batch_size",
+            "2", "--pretrain", "x", "--zero_stage", "2", "--gradient_checkpointing", "--max_len", "2048"]
+    new = rewrite_openrlhf_argv(argv, micro, stage, recompute)
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama3-8b", "--nproc-per-node", "8", "--",
+                              *new], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["micro_batch_size"], data["zero_stage"], data["recompute"], data["global_batch_size"]) == (
+        micro, stage, "full" if recompute else "none", 256)
