@@ -259,6 +259,11 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
         masks["--transformer-impl local refuses cp > 1"] = cp > 1
     if cfg.recompute.cpu_offloading:  # TransformerConfig: activation offloading without PP or recompute
         masks["--cpu-offloading refuses pp > 1 and recompute"] = (pp > 1) | (cols["rc"] != RECOMPUTE_CODES["none"])
+    if cfg.framework == "megatron" and not cfg.parallel.overlap_p2p_comm:  # validate_args: interleaving needs PP > 2
+        masks["--no-overlap-p2p-communication refuses virtual stages at pp 2"] = (cols["vpp"] > 1) & (pp == 2)
+    if cfg.framework in MEGATRON_FRAMEWORKS and o.overlap_param_gather_with_optimizer_step:  # validate_args asserts
+        masks["--overlap-param-gather-with-optimizer-step needs distopt and virtual stages"] = (
+            (cols["distopt"] == 0) | (cols["vpp"] == 1))
     if o.fsdp != "none":  # FSDP shards the optimizer states; FSDP2 also refuses PP and EP (validate_args)
         masks["FSDP needs the distributed optimizer"] = cols["distopt"] == 0
         if o.fsdp == "torch_fsdp2":

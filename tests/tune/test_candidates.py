@@ -167,11 +167,16 @@ _ONE_NODE = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-laye
     ["--transformer-impl", "local"],
     ["--cpu-offloading", "--cpu-offloading-num-layers", "4"],
     ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer"],
+    ["--no-overlap-p2p-communication", "--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "3"],
+    ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+     "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-size", "2",
+     "--num-layers-per-virtual-pipeline-stage", "4"],
 ])
 def test_masks_of_flags_apply_keeps_agree_with_validation(flags: list[str]) -> None:
     """Flags --apply keeps bring rules in (--tp-comm-overlap needs sequence parallel, local attention refuses CP,
-    --cpu-offloading refuses PP and recompute, FSDP needs the distributed optimizer): the masks let 2,180-4,754 rows
-    of a 16-GPU command through to a full check each, counted as 'framework validation'."""
+    --cpu-offloading refuses PP and recompute, FSDP needs the distributed optimizer, --no-overlap-p2p-communication
+    refuses interleaving at PP 2, --overlap-param-gather-with-optimizer-step needs distopt and virtual stages): the
+    masks let 739-4,754 rows of such commands through to a full check each, counted as 'framework validation'."""
     from llmperf_hook.frameworks.resolve import resolve_job
 
     _, cfg = resolve_job([*_ONE_NODE, *flags], {})
