@@ -254,9 +254,11 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         grad_num_buckets=_ddp_num_buckets(flags),
         offload_optimizer="cpu" if flags.get("optimizer_cpu_offload") else "none",
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
-        # Megatron arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32; otherwise main_grad keeps the
-        # param dtype (fp16 grads, fp16 all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
-        fp32_main_grads=bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False),
+        # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
+        # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16
+        # all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
+        fp32_main_grads=(not flags.get("grad_reduce_in_bf16", False) if flags.get("bf16", False) else
+                         bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False)),
     )
 
 

@@ -184,3 +184,13 @@ def test_llama2_tokenizer_model_is_counted(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "junk.model").write_bytes(b"\xff\xff\xff")
     with pytest.raises(ConfigError, match="--vocab-size"):
         megatron("--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "junk.model", base=base)
+
+
+@pytest.mark.parametrize(("args", "fp32"), [
+    (["--bf16"], True), (["--bf16", "--grad-reduce-in-bf16"], False),
+    (["--bf16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"], False),
+    (["--fp16"], False), (["--fp16", "--accumulate-allreduce-grads-in-fp32"], True)])
+def test_main_gradient_dtype_follows_megatron(args: list[str], fp32: bool) -> None:
+    """arguments.py: under --bf16 accumulate_allreduce_grads_in_fp32 is set unless --grad-reduce-in-bf16 clears it
+    (bf16 main grads, bf16 reduction: half the gradient buffer and bytes); fp16 keeps fp16 unless asked."""
+    assert megatron(*args).optimizer.fp32_main_grads is fp32
