@@ -8,6 +8,7 @@ stage3_max_live_parameters 1e9, gradient_clipping 0; fp16 and bf16 cannot both b
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -94,11 +95,25 @@ def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | No
     hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
     `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
     `written`: the batch script writes the file before launching (a here-document), so its text is read instead."""
-    text = written_text(path, written) if written is not None else _file_text(path)
+    inline = None if written is not None or os.path.exists(path) else _inline_config(path, hf_trainer)
+    text = written_text(path, written) if written is not None else inline if inline is not None else _file_text(path)
     raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
     return raw
+
+
+def _inline_config(word: str, hf_trainer: bool) -> str | None:
+    """The config text of a word that is not a file: DeepSpeedConfig decodes it as base64 (urlsafe) JSON
+    (deepspeed/runtime/config.py); accelerate's HfDeepSpeedConfig, which the Trainer uses, first tries it as a JSON
+    string. None when neither reading gives a JSON object (then it is a missing file)."""
+    if hf_trainer and word.lstrip().startswith("{"):
+        return word
+    try:
+        text = base64.urlsafe_b64decode(word).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        return None
+    return text if text.lstrip().startswith("{") else None
 
 
 def _file_text(path: str) -> str:
@@ -106,7 +121,9 @@ def _file_text(path: str) -> str:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
     except FileNotFoundError:
-        hint = "; it holds an unexpanded shell variable: set it in the environment or write the path" if "$" in path else ""
+        hint = "; it holds an unexpanded shell variable: set it in the environment or write the path" if "$" in path else \
+            ("; DeepSpeed takes a file, a Python dict or base64-encoded JSON, not a JSON string (DeepSpeedConfig "
+             "base64-decodes it and fails): write it to a file or base64-encode it" if path.lstrip().startswith("{") else "")
         raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}{hint}). "
                          "Run llmperf from the directory you launch from, or give an absolute path.") from None
     except IsADirectoryError:

@@ -291,3 +291,36 @@ def test_an_openrlhf_command_rewritten_for_a_layout_explains_to_it(micro: int, s
     data = json.loads(out)
     assert (data["micro_batch_size"], data["zero_stage"], data["recompute"], data["global_batch_size"]) == (
         micro, stage, "full" if recompute else "none", 256)
+
+
+def test_a_base64_ds_config_is_read_as_deepspeed_decodes_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    """DeepSpeedConfig takes a base64-encoded JSON string in place of a path; llmperf said 'does not exist'."""
+    import base64
+
+    monkeypatch.chdir(tmp_path)
+    raw = {"train_batch_size": 32, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    word = base64.urlsafe_b64encode(json.dumps(raw).encode()).decode()
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "deepspeed", "--num_gpus",
+                              "4", "train.py", "--deepspeed_config", word], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda *a, **k: 0)
+    ds = deepspeed_config.DeepSpeedConfig(word, mpu=_Mpu(data["dp"]))
+    assert (ds.train_micro_batch_size_per_gpu, ds.train_batch_size, ds.zero_optimization_stage) == (
+        data["micro_batch_size"], data["global_batch_size"], data["zero_stage"]) == (8, 32, 2)
+
+
+def test_a_json_string_is_a_trainer_config_but_not_a_deepspeed_one(tmp_path: Path, capsys, monkeypatch) -> None:
+    """accelerate's HfDeepSpeedConfig (the Trainer's --deepspeed) json.loads a string; DeepSpeedConfig only
+    base64-decodes it, so --deepspeed_config '{...}' exits 2 saying so."""
+    monkeypatch.chdir(tmp_path)
+    text = '{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 1}}'
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", "deepspeed", "--num_gpus",
+                              "4", "run_clm.py", "--model_name_or_path", "x", "--deepspeed", text, "--block_size",
+                              "1024"], capsys)
+    assert code == 0 and json.loads(out)["zero_stage"] == 1, err
+    code, out, err = run_cli(["explain", "--model", "llama2-7b", "--", "deepspeed", "--num_gpus", "4", "train.py",
+                              "--deepspeed_config", '{"train_batch_size": 32}'], capsys)
+    assert code == 2 and "not a JSON string" in err and "Traceback" not in err, err
