@@ -239,7 +239,7 @@ def profile_usable(home: Path, dtype: str) -> str | None:
     return done.stderr.strip().splitlines()[-1][:160] if done.stderr.strip() else "missing, or no framework overhead"
 
 
-def ensure_profiles(home: Path, budget_min: float) -> None:
+def ensure_profiles(home: Path, budget_min: float, load_at_start: float) -> None:
     env = base_env(home)
     for dtype in ("fp32", "bf16"):
         why = profile_usable(home, dtype)
@@ -256,10 +256,10 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
                     dict(env, MASTER_PORT=str(port)), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
     rounds = json.loads(comm.read_text()).get("provenance", {}).get("rounds") if comm.is_file() else None
-    quiet = os.getloadavg()[0] <= (os.cpu_count() or 1)
+    quiet = load_at_start <= (os.cpu_count() or 1)
     if comm.is_file() and rounds is None and not quiet:
         print(f"  comm model: fitted from one round per size, but the machine is busy now (load "
-              f"{os.getloadavg()[0]:.2f}): reused from {comm}; rerun when quieter to refit it")
+              f"{load_at_start:.2f}): reused from {comm}; rerun when quieter to refit it")
     elif not comm.is_file() or rounds is None:  # one trimmed mean per size (before session 9): refitted
         print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm (interleaved rounds) ...",
               flush=True)
@@ -271,13 +271,14 @@ def ensure_profiles(home: Path, budget_min: float) -> None:
         print(f"  comm model: reused from {comm}")
 
 
-def refresh_framework_cost(home: Path) -> None:
+def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes,
     80-170 s) when it was measured on a busy machine (its recorded 1-minute load above the core count, or not
     recorded: files before session 9; the 18:13 one was measured at load 4-6) and the machine is quiet now; the
-    replaced file's steps stay in its history (the shrinkage's step-time drift)."""
+    replaced file's steps stay in its history (the shrinkage's step-time drift). "Now" is the load when the
+    benchmark started (the comm refit before this raises it by itself)."""
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
-    doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, os.getloadavg()[0]
+    doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
     load = doc.get("load_avg_1m")
     if load is not None and load <= cores:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
@@ -540,9 +541,10 @@ def main() -> None:
         rescore(home, args.rescore)
         return
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
-    ensure_profiles(home, args.profile_budget)
+    load_at_start = os.getloadavg()[0]
+    ensure_profiles(home, args.profile_budget, load_at_start)
     if not args.keep_framework_cost:
-        refresh_framework_cost(home)
+        refresh_framework_cost(home, load_at_start)
     write_cluster(home)
     if args.drift_check:
         drift_check(shared_home(home, "drift"), home / "work-drift",
