@@ -259,6 +259,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         # all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
         fp32_main_grads=(not flags.get("grad_reduce_in_bf16", False) if flags.get("bf16", False) else
                          bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False)),
+        fp8_param_gather=bool(flags.get("fp8_param_gather", False)),
     )
 
 

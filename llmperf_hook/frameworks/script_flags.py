@@ -140,7 +140,6 @@ NOT_MODELLED: dict[str, str] = {
     "window_size": "sliding-window attention not modelled: attention priced as full causal",
     "position_embedding_type": "relative position bias (T5-style) not modelled: priced as learned absolute embeddings",
     "distribute_saved_activations": "distributed saved activations not modelled",
-    "fp8_param_gather": "fp8 parameter all-gather not modelled",
     "recompute_modules": "selective recomputation of chosen modules: core attention assumed",
     "enable_cuda_graph": "CUDA graphs not modelled",
     "external_cuda_graph": "CUDA graphs not modelled",

@@ -209,6 +209,10 @@ class OptimizerConfig:
     stage3_max_live_parameters: int | None = None
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
+    fp8_param_gather: bool = False
+    """Megatron --fp8-param-gather: with an fp8 format, Transformer Engine's linear layers hold fp8 primary weights
+    (1 byte in the distributed optimizer's uint8 parameter buffer, all-gathered as such; graph/step_ops.py
+    fp8_param_gather). Without an fp8 format it does nothing."""
     gradient_clipping: float = 0.0
     zero_hpz_partition_size: int = 1
     """DeepSpeed ZeRO++ hpZ (stage 3): ranks of the group holding a secondary copy of the 16-bit weights, which the

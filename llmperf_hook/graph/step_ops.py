@@ -258,11 +258,36 @@ def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sh
             for n in (buckets or [params])]
 
 
-def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective) -> list[Op]:
+def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective, fp8_params: int = 0) -> list[Op]:
+    """The distributed optimizer's all-gather of the updated weights: `fp8_params` of them 1 byte each under
+    --fp8-param-gather (their buffer is uint8), the others in the 16-bit dtype."""
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "param_gather" if cfg.optimizer.overlap_param_gather else None
-    return [_comm(f"{name}.param_allgather", "allgather", "step", params * param_bytes(cfg), coll, cfg, overlap)]
+    nbytes = (params - fp8_params) * param_bytes(cfg) + fp8_params * FP8_PARAM_BYTES
+    return [_comm(f"{name}.param_allgather", "allgather", "step", nbytes, coll, cfg, overlap)]
+
+
+FP8_PARAM_BYTES = 1
+"""An fp8 primary weight: Megatron's parameter buffer holds Transformer Engine's Float8Tensor data as torch.uint8
+(megatron/core/distributed/param_and_grad_buffer.py L894-923: 'param_dtype: storage dtype (torch.uint8 for
+FP8/NVFP4 parameters)'), so its all-gather moves one byte per parameter."""
+
+
+def fp8_param_gather(cfg: TrainingConfig) -> bool:
+    """Megatron --fp8-param-gather with an fp8 format and Transformer Engine layers: the linear layers are built
+    under TE's fp8_model_init (megatron/core/fp8_utils.py get_fp8_context / fp8_model_init), so their weights are
+    fp8 primary weights; the distributed optimizer keeps their fp32 master shards and casts its updates straight
+    into the uint8 buffer (quantize_param_shard). Embeddings, output layer, norms and biases stay 16-bit."""
+    return (cfg.optimizer.fp8_param_gather and cfg.precision == "fp8" and cfg.framework == "megatron"
+            and cfg.transformer_impl == "transformer_engine" and cfg.optimizer.zero_stage < 3)
+
+
+def fp8_linear_params(cfg: TrainingConfig, stage: int, num_params: int, num_layers: int) -> int:
+    """Of a rank's `num_params`, those in Transformer Engine linear layers (QKV, projection, FC1, FC2, experts):
+    all but the stage's embedding / output layer and each layer's two norm weights (TE's LayerNormLinear keeps
+    layer_norm_weight in high precision under fp8_model_init). Biases are counted with the linear layers."""
+    return max(0, num_params - _non_layer_params(cfg, stage) - num_layers * 2 * pc.norm_params(cfg))
 
 
 MAIN_GRAD_ADD_KERNELS_PER_LAYER = 12
@@ -324,7 +349,10 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     ops += _optimizer_steps(cfg, local, dims, tags)
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
-        ops += _param_gather(cfg, "dp", num_dense, dense) + _param_gather(cfg, "edp", num_expert, edp)
+        fp8 = fp8_linear_params(cfg, stage, num_params, num_layers) if fp8_param_gather(cfg) else 0
+        fp8_expert = min(fp8, num_expert)
+        ops += (_param_gather(cfg, "dp", num_dense, dense, fp8 - fp8_expert)
+                + _param_gather(cfg, "edp", num_expert, edp, fp8_expert))
     if o.zero_stage == 3:
         ops += persistent_gather_ops(cfg, num_layers, stage == p.pp - 1, dense)
     return tuple(ops)

@@ -17,6 +17,11 @@ shapes (GQA: K and V scale with kv_heads/heads; SwiGLU: fc1 output 2f wide; any 
 numbers come out exactly for GPT shapes (f = 4h, no GQA). Flash attention keeps no s x s tensors (only the
 log-sum-exp, 4 bytes per row and head) in place of the 5as^2b scores.
 Context parallelism divides s by cp.
+
+FP8 (Megatron with Transformer Engine layers): each fp8 linear layer saves the fp8 cast of its GEMM input, one
+byte (gemm_input_bytes), so the QKV and FC1 inputs (the fused norms' outputs) and the FC2 input drop to 1 byte,
+while the norms' inputs, Q/K/V and the attention output (kept by the flash/cuDNN kernel, beside the projection's
+fp8 copy) and the SwiGLU input stay bf16: 34 sbh -> 29.5 sbh for Llama-3 8B (tests/schedule/test_fp8_memory.py).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ MASK_BYTES = 1
 
 def act_bytes(cfg: TrainingConfig) -> int:
     """Bytes per stored activation: 2 in mixed precision (the paper's assumption; fp8 keeps bf16 activations
-    between layers), 4 when training in fp32."""
+    between layers, only the GEMM inputs TE saves are fp8: gemm_input_bytes), 4 when training in fp32."""
     return 4 if cfg.precision == "fp32" else 2
 
 
@@ -43,17 +48,20 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     kv = m.num_query_groups / m.num_attention_heads
     sbh = s * b * h
     ab = act_bytes(cfg)  # the paper's 2 bytes, per precision
+    gb = gemm_input_bytes(cfg)  # what a linear layer saves of its input: ab, or 1 under Transformer Engine fp8
     ln_inputs = 2 * ab * sbh
-    qkv_input, mlp_input, dropout_masks = ab * sbh, ab * sbh, 2 * hidden_mask_bytes(cfg) * sbh
+    # The pre-MLP norm of an MoE layer is a TENorm whose bf16 output the router saves; dense layers fuse it into fc1.
+    mlp_input = (ab if m.num_experts else gb) * sbh
+    qkv_input, dropout_masks = gb * sbh, 2 * hidden_mask_bytes(cfg) * sbh
     replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
     if m.num_experts and cfg.framework == "megatron":
         # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
         # per rank (graph/moe_ops.py); the MLP input above is the router's saved input.
-        replicated += ab * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
+        replicated += gb * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
     qkv = ab * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
-    proj_input = ab * sbh
-    fc1_out = ab * s * b * f * (2 if m.swiglu else 1)
-    fc2_in = ab * s * b * f
+    proj_input = ab * sbh + fp8_projection_copy_bytes(cfg) * sbh
+    fc1_out = ab * s * b * f * (2 if m.swiglu else 1)  # the activation's input, bf16 (fused_bias_swiglu saves it)
+    fc2_in = gb * s * b * f
     if m.multi_latent_attention:
         latents, qkv, proj_input = mla_terms(cfg)
         replicated += latents
@@ -61,6 +69,35 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     a = m.num_attention_heads
     scores = stored_score_bytes(cfg) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def fp8_saves_gemm_inputs(cfg: TrainingConfig) -> bool:
+    """Megatron's Transformer Engine layers under --fp8-format (Megatron-DeepSpeed's --fp8-hybrid/--fp8-e4m3 with
+    TE too): each fp8 linear layer saves its input for the weight-gradient GEMM as the fp8 cast it ran the GEMM on."""
+    return cfg.precision == "fp8" and "megatron" in cfg.framework and cfg.transformer_impl == "transformer_engine"
+
+
+def gemm_input_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per element a linear layer keeps of its input for the weight gradient. Under fp8 Transformer Engine
+    saves the fp8 cast, one byte, and frees the bf16 one (TransformerEngine 4329ff84 = 2.17, the revision Megatron-LM
+    d98e8a6 pins in pyproject.toml; pytorch/module/linear.py L373-389: input_quantizer(inputmat) with columnwise
+    usage, L558-565: 'Discard row-wise data since it is not needed in backward pass', saved_inputmat = inputmat;
+    layernorm_linear.py L232-246: the norm writes ln_out in fp8 (with_quantized_norm), L448-458 keeps its column-wise
+    data, L492-502 saves it beside the norm's bf16 input `inputmat`, which ln_inputs count). Under sequence
+    parallelism with per-tensor scaling it keeps the row-wise fp8 shard to re-gather: still one byte."""
+    return 1 if fp8_saves_gemm_inputs(cfg) else act_bytes(cfg)
+
+
+def fp8_projection_copy_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per element beyond the attention output for the output projection's saved input. In bf16 it is one
+    tensor, the flash/cuDNN kernel's saved `out` (Korthikanti's 2sbh). Under fp8 the projection saves its own fp8
+    cast (1 byte) while the attention keeps its bf16 output (attention/dot_product_attention/backends.py
+    FusedAttnFunc.forward L1538: f16_tensors = (q, k, v, out_f16), saved at L1560-1570; flash-attn's
+    _flash_attn_forward saves out too): 2 + 1. Megatron's unfused attention saves its probabilities and V, not its
+    output: only the fp8 copy remains."""
+    if not fp8_saves_gemm_inputs(cfg):
+        return 0
+    return 1 if cfg.attention_backend != "unfused" else 1 - act_bytes(cfg)
 
 
 def hidden_mask_bytes(cfg: TrainingConfig) -> int:

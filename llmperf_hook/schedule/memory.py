@@ -11,6 +11,9 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
                  offload: the GPU's share of the sub-groups stays)
   DeepSpeed      ZeRO++ hpZ secondary weights 2/k; a wider data_types.grad_accum_dtype (grad_accum_extra_bytes);
                  Megatron-DeepSpeed --partition-activations / --checkpoint-in-cpu take checkpoints off the GPU
+  fp8            Megatron + Transformer Engine: the cached fp8 copy of every linear weight (row-wise + transpose,
+                 2 per linear parameter); with --fp8-param-gather the weight itself is fp8 (1) plus its transpose
+                 (fp8_weight_bytes)
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
@@ -77,6 +80,10 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     if o.offload_param != "none" and o.zero_stage >= 3:
         weights = 0.0
     out = {"weights": weights, "gradients": grads, "optimizer_states": opt}
+    fp8_primary, fp8_copies = fp8_weight_bytes(cfg, stage)
+    if fp8_copies:
+        out["weights"] -= fp8_primary  # 1 byte, not 2, per fp8 primary weight
+        out["fp8_weight_copies"] = fp8_copies
     k = min(o.zero_hpz_partition_size, d_dense)
     if o.zero_stage == 3 and k > 1 and o.offload_param == "none":
         # hpZ secondary partition: 1/k of every 16-bit weight, in the parameters' dtype, kept from a layer's first
@@ -84,6 +91,33 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
         # ZeRO++ Sec. 3.2, memory overhead M/k).
         out["zero_hpz_secondary"] = total / k * weight_b
     return out
+
+
+FP8_COPY_BYTES_PER_PARAM = 2
+"""Transformer Engine's fp8 copy of a 16-bit linear weight: the row-wise data the forward GEMM reads and the
+column-wise (transposed) data the backward's data-gradient GEMM reads, one byte each. Hopper's fp8 GEMMs take only
+the TN layout (TransformerEngine 2.17 pytorch/utils.py L657-662 is_non_tn_fp8_gemm_supported: sm 10.x and >= 13
+only), and MXFP8 keeps both orientations on any GPU."""
+
+
+def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph) -> tuple[float, float]:
+    """(bytes `weights` over-counts, bytes of fp8 weight copies) of a rank under Megatron + Transformer Engine fp8.
+
+    Without --fp8-param-gather every linear weight stays bf16 and TE caches its fp8 cast across micro-batches and
+    steps (module/linear.py L421-433 quantize_weight(workspace=..., cache=args.cache_weight), L1924 cache_weight =
+    cache_name is not None, which Megatron requests by passing is_first_microbatch unless
+    --disable-parameter-transpose-cache: megatron/core/extensions/transformer_engine.py L1338-1344): 2 bytes more per
+    linear parameter. With it the weight is the fp8 tensor itself, 1 byte in Megatron's uint8 parameter buffer
+    (graph/step_ops.FP8_PARAM_BYTES), and Hopper keeps its transpose beside it, created after each all-gather
+    (megatron/core/fp8_utils.py post_all_gather_processing -> TE tensor/utils.py L950-956 _create_transpose): 1 byte."""
+    from llmperf_hook.graph.step_ops import fp8_linear_params, fp8_param_gather
+
+    if not act.fp8_saves_gemm_inputs(cfg) or cfg.framework != "megatron" or cfg.optimizer.zero_stage >= 3:
+        return 0.0, 0.0
+    linear = float(fp8_linear_params(cfg, stage.stage, stage.num_params, stage.num_layers))
+    if fp8_param_gather(cfg):
+        return linear * (2 - 1), linear * (FP8_COPY_BYTES_PER_PARAM - 1)
+    return 0.0, linear * FP8_COPY_BYTES_PER_PARAM
 
 
 def gradient_partition_on_host(cfg: TrainingConfig) -> bool:
