@@ -103,6 +103,23 @@ def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | No
     return raw
 
 
+def inline_ds_config_form(word: str, hf_trainer: bool = False) -> str | None:
+    """"base64" or "json" when `word`, given where a ds_config path goes, is the config itself (as read_ds_config
+    reads it: not an existing path, and decoding to a JSON object); None for a path. tune --apply writes a tuned
+    config back in the same form."""
+    if os.path.exists(word):
+        return None
+    if hf_trainer and word.lstrip().startswith("{"):
+        return "json"
+    return "base64" if _inline_config(word, False) is not None else None
+
+
+def encode_inline_ds_config(raw: Mapping[str, Any], form: str) -> str:
+    """A config dict as one argv word of `form` ("base64": urlsafe, what DeepSpeedConfig decodes; "json": compact)."""
+    text = json.dumps(raw, separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii") if form == "base64" else text
+
+
 def _inline_config(word: str, hf_trainer: bool) -> str | None:
     """The config text of a word that is not a file: DeepSpeedConfig decodes it as base64 (urlsafe) JSON
     (deepspeed/runtime/config.py); accelerate's HfDeepSpeedConfig, which the Trainer uses, first tries it as a JSON

@@ -95,9 +95,23 @@ def openrlhf_warnings(script: str, script_args: Sequence[str]) -> list[str]:
 def rewrite_openrlhf_argv(argv: Sequence[str], micro_batch_size: int, zero_stage: int, recompute: bool) -> list[str]:
     """An OpenRLHF command with another micro batch / ZeRO stage / full recompute, for tune --apply (its ds_config is
     built from these flags): --micro_train_batch_size, --zero_stage, --gradient_checkpointing; --train_batch_size is
-    the global batch, held (DeepSpeed derives the accumulation steps from it)."""
+    the global batch, held (DeepSpeed derives the accumulation steps from it). A flag whose value (given, or the
+    script's default) is already the one asked for is left as written, so the command changes only where it must."""
     from llmperf_hook.tune import argv_edit as ed
 
-    out = ed.set_value(list(argv), ("--micro_train_batch_size",), str(micro_batch_size))
-    out = ed.set_value(out, ("--zero_stage",), str(zero_stage))
+    out = list(argv)
+    for flag, value in (("micro_train_batch_size", micro_batch_size), ("zero_stage", zero_stage)):
+        if _given_int(out, flag) != value:
+            out = ed.set_value(out, (f"--{flag}",), str(value))
     return ed.set_switch(out, ("--gradient_checkpointing",), recompute)
+
+
+def _given_int(argv: Sequence[str], dest: str) -> int | None:
+    """The value argparse reads for `--dest` (its last occurrence), else the script's default; None if not an int."""
+    from llmperf_hook.tune import argv_edit as ed
+
+    word = ed.flag_value(argv, (f"--{dest}",))
+    try:
+        return int(word) if word is not None else int(_DEFAULTS[dest])
+    except ValueError:
+        return None

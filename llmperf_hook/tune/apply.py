@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
+from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF, rewrite_openrlhf_argv
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parse import is_shell_c, parse_launch, shell_operand
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
@@ -146,6 +147,11 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         if chat != out:
             notes.append("DeepSpeed-Chat flags replaced in argv (its ds_config is built from them)")
         return TunedCommand(argv=tuple(chat), notes=tuple(notes))
+    if base_cfg.framework == "deepspeed" and OPENRLHF in str(base_cfg.sources.get("zero_stage", "")):
+        rlhf = rewrite_openrlhf_argv(out, new.micro_batch_size, new.zero_stage, new.recompute != "none")
+        if rlhf != out:
+            notes.append("OpenRLHF flags replaced in argv (DeepspeedStrategy builds its ds_config from them)")
+        return TunedCommand(argv=tuple(rlhf), notes=tuple(notes))
     span = accelerate_options_span(out) if base_cfg.framework == "hf-deepspeed" else None
     if span is not None and dsr.find_ds_config(out[span[1]:]) is None:  # the DeepSpeed plugin of accelerate launch
         out, files = rewrite_accelerate_job(out, span, base, new, new_cfg.batch.num_microbatches, cwd or Path.cwd(), notes)
@@ -208,8 +214,9 @@ def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidat
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,
                         new_cfg: TrainingConfig, framework: str, cwd: Path,
                         notes: list[str]) -> tuple[list[str], dict[str, str]]:
-    original = Path(ref.path) if Path(ref.path).is_absolute() else cwd / ref.path
-    raw = dsr.read_ds_config(original)
+    inline = dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG)
+    original = Path(ref.path) if Path(ref.path).is_absolute() or inline else cwd / ref.path
+    raw = dsr.read_as_given(ref) if inline else dsr.read_ds_config(original)
     num_mb = new_cfg.batch.num_microbatches
     tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
     recompute_changed = (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers)
@@ -222,6 +229,10 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
         argv = hf
     if tuned == raw:
         return argv, {}
+    word = dsr.inline_tuned_word(ref, tuned)
+    if word is not None:  # base64 / JSON in argv: rewritten in the same form, no file (dsr.inline_tuned_word)
+        notes.append(f"DeepSpeed config given in argv ({inline}) replaced by the tuned one, in the same form")
+        return dsr.point_argv_at(argv, ref, word), {}
     content = json.dumps(tuned, indent=2) + "\n"
     target = dsr.fresh_path(original, content)
     shown = str(Path(ref.path).parent / target.name) if not Path(ref.path).is_absolute() else str(target)

@@ -48,9 +48,28 @@ def find_ds_config(argv: Sequence[str]) -> DsConfigRef | None:
             ref = DsConfigRef(hit.index, hit.name, True, argv[hit.index].split("=", 1)[1])
         elif hit.index + 1 < len(argv) and not argv[hit.index + 1].startswith("-"):
             nxt = argv[hit.index + 1]
-            if hit.name != HF_DEEPSPEED_FLAG or nxt.endswith(".json") or Path(nxt).is_file():
+            if hit.name != HF_DEEPSPEED_FLAG or nxt.endswith(".json") or Path(nxt).is_file() or inline_form(nxt, True):
                 ref = DsConfigRef(hit.index + 1, hit.name, False, nxt)
     return ref
+
+
+def inline_form(word: str, hf_trainer: bool = False) -> str | None:
+    """"base64" / "json" when argv gives the config itself in place of a path (DeepSpeedConfig base64-decodes a word
+    that is not a file; the Trainer's --deepspeed also takes a JSON string), else None."""
+    from llmperf_hook.frameworks.deepspeed_config import inline_ds_config_form
+
+    return inline_ds_config_form(word, hf_trainer)
+
+
+def inline_tuned_word(ref: DsConfigRef, tuned: dict[str, Any]) -> str | None:
+    """The tuned config as the argv word that replaces an inline one (same form: base64 stays base64), or None when
+    `ref` names a file. Written back in place rather than to a new file: a config passed inline keeps the command
+    self-contained (DeepSpeed's multi-node runner starts it on hosts that may not share this directory), and there
+    is no "next to the original" for a file that does not exist."""
+    from llmperf_hook.frameworks.deepspeed_config import encode_inline_ds_config
+
+    form = inline_form(ref.path, ref.flag == HF_DEEPSPEED_FLAG)
+    return None if form is None else encode_inline_ds_config(tuned, form)
 
 
 def read_ds_config(path: Path) -> dict[str, Any]:
@@ -58,6 +77,13 @@ def read_ds_config(path: Path) -> dict[str, Any]:
     from llmperf_hook.frameworks.deepspeed_config import read_ds_config as read_as_explain
 
     return read_as_explain(str(path))
+
+
+def read_as_given(ref: DsConfigRef) -> dict[str, Any]:
+    """The config `ref` names, read as explain reads it for that flag (the Trainer's --deepspeed also takes JSON)."""
+    from llmperf_hook.frameworks.deepspeed_config import read_ds_config as read_as_explain
+
+    return read_as_explain(ref.path, hf_trainer=ref.flag == HF_DEEPSPEED_FLAG)
 
 
 def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool) -> dict[str, Any]:
@@ -154,7 +180,7 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int]) ->
     from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config as read_raw
 
     ref = find_ds_config(argv)
-    if ref is None or not Path(ref.path).is_file():
+    if ref is None or not (Path(ref.path).is_file() or inline_form(ref.path, ref.flag == HF_DEEPSPEED_FLAG)):
         return None
     try:
         raw = read_raw(ref.path)

@@ -70,15 +70,38 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+INLINE_WHERE = "ds_config in argv"
+"""`where` of a key changed inside a config given in argv itself (base64 or JSON in place of a path)."""
+
+
 def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: Mapping[str, Any] | None) -> list[Change]:
     before, after = argv_flags(user_argv), argv_flags(tuned.argv)
-    changes = [Change("argv", k, before.get(k), after.get(k))
-               for k in [*before, *[k for k in after if k not in before]] if before.get(k) != after.get(k)]
+    changes: list[Change] = []
+    for k in [*before, *[k for k in after if k not in before]]:
+        if before.get(k) != after.get(k):
+            changes += _inline_config_changes(k, before.get(k), after.get(k)) or [Change("argv", k, before.get(k), after.get(k))]
     for path, content in tuned.new_files.items():
-        old, new = _flatten(ds_original or {}), _flatten(json.loads(content))
-        changes += [Change(path, k, _s(old.get(k)), _s(new.get(k))) for k in sorted(set(old) | set(new))
-                    if old.get(k) != new.get(k)]
+        changes += _key_changes(path, ds_original or {}, json.loads(content))
     return changes
+
+
+def _key_changes(where: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
+    old, new = _flatten(before), _flatten(after)
+    return [Change(where, k, _s(old.get(k)), _s(new.get(k))) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def _inline_config_changes(flag: str, old: str | None, new: str | None) -> list[Change]:
+    """A ds_config flag whose value is the config itself (tune --apply rewrites it in place): its keys that changed,
+    not two unreadable base64 words. [] when `flag` is not such a flag or either value is a path."""
+    from llmperf_hook.frameworks.deepspeed_config import read_ds_config
+    from llmperf_hook.tune import ds_config_rewrite as dsr
+
+    if flag not in (*dsr.DS_CONFIG_FLAGS, dsr.HF_DEEPSPEED_FLAG) or not old or not new:
+        return []
+    hf = flag == dsr.HF_DEEPSPEED_FLAG
+    if not (dsr.inline_form(old, hf) and dsr.inline_form(new, hf)):
+        return []
+    return _key_changes(INLINE_WHERE, read_ds_config(old, hf), read_ds_config(new, hf))
 
 
 def _s(v: Any) -> str | None:
@@ -104,11 +127,20 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     if res.baseline is not None:
         lines.append(_row("you", res.baseline, "(your command)"))
     for i, (ev, ch) in enumerate(zip(res.top, changes), 1):
-        lines.append(_row(str(i), ev, ", ".join(str(c) for c in ch) or "(same as yours)"))
+        lines.append(_row(str(i), ev, ", ".join(str(c) for c in ch) or _no_change_label(ev, res.baseline)))
     gain = gain_line(res)
     if gain:
         lines += ["", gain]
     return "\n".join(lines)
+
+
+def _no_change_label(ev: Evaluated, baseline: Evaluated | None) -> str:
+    """What a row whose command equals the user's says: "(same as yours)" only when its layout is the user's too; a
+    layout that differs with no flag or ds_config key changed means --apply cannot express it (OpenRLHF rows were
+    labelled "(same as yours)" while their micro batch and ZeRO stage differed), and the row says so."""
+    if baseline is None or ev.candidate == baseline.candidate:
+        return "(same as yours)"
+    return "(differs from yours, but no flag or ds_config key of your command sets it: change it by hand)"
 
 
 def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
