@@ -2,7 +2,8 @@
 
 Key names per transformers' configuration classes: Llama/Mistral/Mixtral/Qwen2 (num_hidden_layers,
 intermediate_size, num_key_value_heads, rms_norm_eps, num_local_experts), GPT-2 (n_layer, n_embd, n_head,
-n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim), Falcon/BLOOM (n_head, multi_query; BLOOM's
+n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim; word_embed_proj_dim, the width of its word embedding and
+tied LM head when project_in / project_out map it to hidden_size), Falcon/BLOOM (n_head, multi_query; BLOOM's
 n_embed, which BloomConfig.__init__ takes as hidden_size).
 """
 
@@ -62,6 +63,9 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         shape["seq_length"] = positions
     if isinstance(raw.get("vocab_size"), int):
         shape["vocab_size"] = raw["vocab_size"]
+    proj = raw.get("word_embed_proj_dim")  # OPTConfig: None -> hidden_size; OPTDecoder projects only when they differ
+    if isinstance(proj, int) and not isinstance(proj, bool) and proj != hidden:
+        shape["word_embed_proj_dim"] = proj
     experts = _first(raw, "num_local_experts", "num_experts", "n_routed_experts")
     if isinstance(experts, int) and experts > 0:
         shape["num_experts"] = experts

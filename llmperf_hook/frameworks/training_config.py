@@ -87,6 +87,10 @@ class ModelShape:
     """Per-layer pattern of --moe-layer-freq's list form (1 = MoE layer, else dense); () when moe_layer_freq applies."""
     max_position_embeddings: int | None = None
     """Size of the learned position table (Megatron --max-position-embeddings); None when not stated."""
+    word_embed_proj_dim: int | None = None
+    """Hugging Face OPT `word_embed_proj_dim` where it differs from hidden_size (facebook/opt-350m: 512 vs 1024): the
+    word embedding and the tied LM head are that wide, and bias-free project_in / project_out linears map between it
+    and hidden_size (transformers OPTDecoder). None = hidden_size wide, no projections."""
     make_vocab_size_divisible_by: int | None = None
     """Megatron's vocab padding unit (padded = multiple of this * TP); None = not padded (Hugging Face models)."""
     multi_latent_attention: bool = False

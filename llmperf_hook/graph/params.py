@@ -98,15 +98,31 @@ def embedding_params(cfg: TrainingConfig) -> int:
     positions = m.seq_length * m.hidden_size if m.position_embedding == "learned_absolute" else 0
     if cfg.framework == "megatron-deepspeed" and cfg.parallel.sequence_parallel:
         positions //= cfg.parallel.tp
-    return m.padded_vocab_size // cfg.parallel.tp * m.hidden_size + positions
+    return m.padded_vocab_size // cfg.parallel.tp * embedding_width(cfg) + positions + embedding_projection_params(cfg)
+
+
+def embedding_width(cfg: TrainingConfig) -> int:
+    """Width of the word embedding and the (tied) LM head: OPT's word_embed_proj_dim where it differs from hidden_size
+    (facebook/opt-350m: 512), else hidden_size."""
+    return cfg.model.word_embed_proj_dim or cfg.model.hidden_size
+
+
+def embedding_projection_params(cfg: TrainingConfig) -> int:
+    """One of OPT's two projections between the embedding width and hidden_size (transformers OPTDecoder: project_in
+    after the embedding lookup, project_out before the LM head; nn.Linear(..., bias=False), so E x h weights each);
+    0 without word_embed_proj_dim. facebook/opt-350m: 512 x 1024 = 524,288 each."""
+    width = cfg.model.word_embed_proj_dim
+    return width * cfg.model.hidden_size if width and width != cfg.model.hidden_size else 0
 
 
 def head_params(cfg: TrainingConfig) -> int:
     """Final norm plus the output projection, which exists separately when untied or when pp > 1
-    (Megatron keeps a copy of the word embeddings on the last stage and all-reduces its gradient)."""
+    (Megatron keeps a copy of the word embeddings on the last stage and all-reduces its gradient); plus OPT's
+    project_out where the embedding is narrower than hidden_size."""
     m = cfg.model
     separate = m.untie_embeddings or cfg.parallel.pp > 1
-    return norm_params(cfg) + (m.padded_vocab_size // cfg.parallel.tp * m.hidden_size if separate else 0)
+    output = m.padded_vocab_size // cfg.parallel.tp * embedding_width(cfg) if separate else 0
+    return norm_params(cfg) + output + embedding_projection_params(cfg)
 
 
 def is_moe_layer(cfg: TrainingConfig, layer_index: int) -> bool:
