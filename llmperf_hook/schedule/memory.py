@@ -109,7 +109,8 @@ def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph) -> tuple[float, flo
     --disable-parameter-transpose-cache: megatron/core/extensions/transformer_engine.py L1338-1344): 2 bytes more per
     linear parameter. With it the weight is the fp8 tensor itself, 1 byte in Megatron's uint8 parameter buffer
     (graph/step_ops.FP8_PARAM_BYTES), and Hopper keeps its transpose beside it, created after each all-gather
-    (megatron/core/fp8_utils.py post_all_gather_processing -> TE tensor/utils.py L950-956 _create_transpose): 1 byte."""
+    (megatron/core/distributed/param_and_grad_buffer.py L343 calls fp8_utils.post_all_gather_processing after each
+    bucket's all-gather -> TE tensor/utils.py L950-956 _create_transpose): 1 byte."""
     from llmperf_hook.graph.step_ops import fp8_linear_params, fp8_param_gather
 
     if not act.fp8_saves_gemm_inputs(cfg) or cfg.framework != "megatron" or cfg.optimizer.zero_stage >= 3:
