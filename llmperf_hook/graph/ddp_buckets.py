@@ -31,11 +31,6 @@ DEEPSPEED_DEFAULT_BUCKET_ELEMS = 500_000_000
 """DeepSpeed zero_optimization.reduce_bucket_size default (runtime/zero/config.py)."""
 
 
-def overlap_param_gather_with_optimizer_step(cfg: TrainingConfig) -> bool:
-    """Megatron --overlap-param-gather-with-optimizer-step (OptimizerConfig)."""
-    return cfg.optimizer.overlap_param_gather_with_optimizer_step
-
-
 def grad_bucket_elems(cfg: TrainingConfig, rank_params: int) -> int:
     """Parameters per bucket of the overlapped gradient reduction; `rank_params` = every parameter the rank holds
     (all chunks, dense and expert). Megatron: resolve_ddp_bucket_size (see the module docstring); DeepSpeed: its
@@ -52,7 +47,7 @@ def grad_bucket_elems(cfg: TrainingConfig, rank_params: int) -> int:
 def megatron_chunk_bucketed(cfg: TrainingConfig, stage: int) -> bool:
     """Whether Megatron's DDP buckets this rank's first model chunk (module docstring)."""
     return ("deepspeed" not in cfg.framework and cfg.optimizer.overlap_grad_reduce and stage == 0
-            and not overlap_param_gather_with_optimizer_step(cfg))
+            and not cfg.optimizer.overlap_param_gather_with_optimizer_step)
 
 
 def _norm(cfg: TrainingConfig) -> list[int]:
