@@ -130,29 +130,33 @@ def megatron_buckets(tensors: Iterable[int], bucket_elems: int | None) -> list[i
     return buckets + ([current] if current else [])
 
 
+def _first_chunk_bucket_elems(cfg: TrainingConfig, stage: int, tensors: list[tuple[list[int], list[int]]]
+                              ) -> int | None:
+    """Bucket size of the rank's first chunk, from `tensors` (chunk_tensors of each of its chunks): grad_bucket_elems
+    of every parameter the rank holds; None (one bucket) where Megatron does not bucket it."""
+    if not megatron_chunk_bucketed(cfg, stage):
+        return None
+    return grad_bucket_elems(cfg, sum(sum(dense) + sum(expert) for dense, expert in tensors))
+
+
 def rank_grad_buckets(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOps, ...], expert: bool) -> list[int]:
-    """Elements of each gradient reduction this rank launches for its dense (or expert) buffers, chunk by chunk, each
-    chunk's buckets in launch order: Megatron's overlapped DDP one collective per bucket; DeepSpeed and Megatron
-    without --overlap-grad-reduce one reduction of the whole buffer."""
-    per_chunk = [chunk_tensors(cfg, c)[1 if expert else 0] for c in chunks]
-    whole = sum(sum(t) for t in per_chunk)
-    if "deepspeed" in cfg.framework or not cfg.optimizer.overlap_grad_reduce:
-        return [whole] if whole else []
-    rank_params = sum(sum(d) + sum(e) for d, e in (chunk_tensors(cfg, c) for c in chunks))
-    size = grad_bucket_elems(cfg, rank_params) if megatron_chunk_bucketed(cfg, stage) else None
-    out = megatron_buckets(per_chunk[0], size) if per_chunk else []
-    return out + [sum(t) for t in per_chunk[1:] if sum(t)]
+    """Elements of each gradient reduction Megatron's overlapped DDP launches for this rank's dense (or expert)
+    buffers, one collective per bucket: the first chunk's buckets in launch order, then each later chunk whole.
+    DeepSpeed and Megatron without --overlap-grad-reduce reduce each buffer whole (graph/step_ops.py build_step_ops
+    does not call this for them)."""
+    tensors = [chunk_tensors(cfg, c) for c in chunks]
+    if not tensors:
+        return []
+    per_chunk = [t[1 if expert else 0] for t in tensors]
+    first = megatron_buckets(per_chunk[0], _first_chunk_bucket_elems(cfg, stage, tensors))
+    return first + [sum(t) for t in per_chunk[1:] if sum(t)]
 
 
 def last_bucket_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOps, ...]) -> int:
     """Elements reduced after the rank's last backward ends, which nothing hides: the last bucket of the first chunk
     (its embedding end) of the dense buffer, plus that of the expert buffer, launched in the same last layers."""
-    total = 0
-    for expert in (False, True):
-        per_chunk = [chunk_tensors(cfg, c)[1 if expert else 0] for c in chunks[:1]]
-        if not per_chunk or not per_chunk[0]:
-            continue
-        rank_params = sum(sum(d) + sum(e) for d, e in (chunk_tensors(cfg, c) for c in chunks))
-        size = grad_bucket_elems(cfg, rank_params) if megatron_chunk_bucketed(cfg, stage) else None
-        total += megatron_buckets(per_chunk[0], size)[-1]
-    return total
+    tensors = [chunk_tensors(cfg, c) for c in chunks]
+    if not tensors:
+        return 0
+    size = _first_chunk_bucket_elems(cfg, stage, tensors)
+    return sum(megatron_buckets(buffer, size)[-1] for buffer in tensors[0] if buffer)
