@@ -119,7 +119,8 @@ class Conditions:
         return any(f.uncertain for f in self.frames)
 
     def step(self, words: list[str], test: Callable[[list[str]], bool | None]) -> list[str]:
-        """Consume the compound-command keywords at the front of a command; the rest of it when it runs, else []."""
+        """Consume the compound-command keywords at the front of a command (all of them: `else if [ ... ]` opens a
+        block); the rest of it when it runs, else []."""
         head = words[0] if words else ""
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[None if head == "for" else test(words[1:])], kind=head))
@@ -146,7 +147,7 @@ class Conditions:
             self.frames.pop()
         else:
             return words if self.running() else []
-        return words[1:] if self.running() else []
+        return self.step(words[1:], test)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
 
     @staticmethod
     def _decide(frame: _Frame) -> None:
