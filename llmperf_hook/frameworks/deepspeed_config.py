@@ -95,8 +95,11 @@ def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | No
     hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
     `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
     `written`: the batch script writes the file before launching (a here-document), so its text is read instead."""
-    inline = None if written is not None or os.path.exists(path) else _inline_config(path, hf_trainer)
-    text = written_text(path, written) if written is not None else inline if inline is not None else _file_text(path)
+    if written is not None:
+        text = written_text(path, written)
+    else:
+        inline = _inline_config(path, hf_trainer)
+        text = inline[1] if inline else _file_text(path)
     raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
@@ -107,11 +110,8 @@ def inline_ds_config_form(word: str, hf_trainer: bool = False) -> str | None:
     """"base64" or "json" when `word`, given where a ds_config path goes, is the config itself (as read_ds_config
     reads it: not an existing path, and decoding to a JSON object); None for a path. tune --apply writes a tuned
     config back in the same form."""
-    if os.path.exists(word):
-        return None
-    if hf_trainer and word.lstrip().startswith("{"):
-        return "json"
-    return "base64" if _inline_config(word, False) is not None else None
+    inline = _inline_config(word, hf_trainer)
+    return inline[0] if inline else None
 
 
 def encode_inline_ds_config(raw: Mapping[str, Any], form: str) -> str:
@@ -120,17 +120,19 @@ def encode_inline_ds_config(raw: Mapping[str, Any], form: str) -> str:
     return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii") if form == "base64" else text
 
 
-def _inline_config(word: str, hf_trainer: bool) -> str | None:
-    """The config text of a word that is not a file: DeepSpeedConfig decodes it as base64 (urlsafe) JSON
-    (deepspeed/runtime/config.py); accelerate's HfDeepSpeedConfig, which the Trainer uses, first tries it as a JSON
-    string. None when neither reading gives a JSON object (then it is a missing file)."""
+def _inline_config(word: str, hf_trainer: bool) -> tuple[str, str] | None:
+    """(form, config text) of a word that is not an existing file: DeepSpeedConfig decodes it as base64 (urlsafe)
+    JSON (deepspeed/runtime/config.py); accelerate's HfDeepSpeedConfig, which the Trainer uses, first tries it as a
+    JSON string. None for an existing file, or when neither reading gives a JSON object (then it is a missing file)."""
+    if os.path.exists(word):
+        return None
     if hf_trainer and word.lstrip().startswith("{"):
-        return word
+        return "json", word
     try:
         text = base64.urlsafe_b64decode(word).decode("utf-8")
     except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
         return None
-    return text if text.lstrip().startswith("{") else None
+    return ("base64", text) if text.lstrip().startswith("{") else None
 
 
 def _file_text(path: str) -> str:
