@@ -114,8 +114,12 @@ falcon, mistral), by which such a job is known."""
 
 def pai_patch_job(script: str, script_args: Sequence[str]) -> bool:
     """A Pai-Megatron-Patch entry point: a Megatron entry-point name given `--patch-tokenizer-type`."""
-    return bool(_entry_key(script)) and any(w == PAI_PATCH_MARK or w.startswith(PAI_PATCH_MARK + "=")
-                                             for w in script_args)
+    return bool(_entry_key(script)) and _given(script_args, PAI_PATCH_MARK)
+
+
+def _given(script_args: Sequence[str], flag: str) -> bool:
+    """`flag` is among `script_args`, alone (`--flag V`) or with its value attached (`--flag=V`)."""
+    return any(w == flag or w.startswith(flag + "=") for w in script_args)
 
 
 def _entry_key(script: str) -> str:
@@ -143,8 +147,7 @@ def tasks_entry_point(script: str) -> str:
 
 def megatron_llm_job(script: str, script_args: Sequence[str]) -> bool:
     """epfLLM/Megatron-LLM's finetune.py, known by its --model_name option."""
-    return _entry_key(script) == "finetune.py" and any(w == "--model_name" or w.startswith("--model_name=")
-                                                       for w in script_args)
+    return _entry_key(script) == "finetune.py" and _given(script_args, "--model_name")
 
 
 def entry_point_options(script: str, script_args: Sequence[str] = ()) -> frozenset[str]:
