@@ -28,17 +28,20 @@ HUB_PRESETS = {
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "EleutherAI/gpt-neox-20b": "gpt-neox-20b",
 }
 _SEQ_FLAGS = ("max_seq_length", "block_size", "model_max_length", "seq_length", "max_seq_len", "max_length", "max_len")
+_MODEL_DESTS = ("model_name_or_path", "model_name", "pretrain")
+"""The script's flag naming the model: the Hugging Face Trainer's --model_name_or_path, DeepSpeedExamples' --model_name,
+OpenRLHF's --pretrain."""
 
 
 def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any], Source]:
     if model:
         return load_model_preset(model), Source(SourceKind.OVERRIDE, f"--model {model}")
-    for dest in ("config_name", "model_name_or_path", "model_name", "pretrain"):  # pretrain: OpenRLHF
+    for dest in ("config_name", *_MODEL_DESTS):
         path = flags.get(dest)
         if isinstance(path, str) and os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             return shape_from_hf_config(read_hf_config(path), path), Source(SourceKind.CONFIG_FILE, f"{path}/config.json")
-    dest = next((d for d in ("model_name_or_path", "model_name", "pretrain") if flags.has(d)), "model_name_or_path")
-    flag, named = "--" + dest, flags.get(dest)  # DeepSpeedExamples scripts: --model_name; OpenRLHF: --pretrain
+    dest = next((d for d in _MODEL_DESTS if flags.has(d)), "model_name_or_path")
+    flag, named = "--" + dest, flags.get(dest)
     hint = f" (for {named}: llmperf --model {HUB_PRESETS[named]})" if named in HUB_PRESETS else ""
     raise ConfigError(
         "cannot find the model shape: the training script takes no Megatron-style model flags"
