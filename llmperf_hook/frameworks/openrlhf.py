@@ -36,8 +36,8 @@ _PAIRED = {"train_rm": "a reward model on chosen and rejected answers (2 x --mic
 def openrlhf_trainer(script: str) -> str:
     """`train_sft` ... for `-m openrlhf.cli.train_sft` or a path ending openrlhf/cli/train_sft.py, else ""."""
     module = script[3:] if script.startswith("-m ") else script.replace(os.sep, ".").removesuffix(".py")
-    head, _, name = module.rpartition("openrlhf.cli.")
-    return name if _ and name.startswith("train_") else ""
+    _, found, name = module.rpartition("openrlhf.cli.")
+    return name if found and name.startswith("train_") else ""
 
 
 def _arg(flags: FlagValues, dest: str) -> Any:
