@@ -48,6 +48,9 @@ _MEGATRON_LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-para
                           "--expert-model-parallel-size", "--num-layers-per-virtual-pipeline-stage")
 """Megatron's own parallel-layout spellings (arguments.py, dashes only): a script taking them is Megatron-style
 even when its model shape comes from llmperf --model rather than --num-layers/--hidden-size."""
+_FORK_LAYOUT_FLAGS = tuple("--" + f[2:].replace("-", "_") for f in _MEGATRON_LAYOUT_FLAGS)
+"""The same in underscore spelling, as a Megatron fork's parser spells them (epfLLM/Megatron-LLM's finetune.py:
+--tensor_model_parallel_size); read only for a Megatron entry point."""
 
 
 def has_megatron_shape(flags: FlagValues, script: str = "") -> bool:
@@ -74,8 +77,7 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
         return "deepspeed"
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
-    layout = _MEGATRON_LAYOUT_FLAGS if not megatron_entry_point(script) else \
-        (*_MEGATRON_LAYOUT_FLAGS, *("--" + f[2:].replace("-", "_") for f in _MEGATRON_LAYOUT_FLAGS))
+    layout = (*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS) if megatron_entry_point(script) else _MEGATRON_LAYOUT_FLAGS
     megatron = has_megatron_shape(flags, script) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron:
