@@ -61,9 +61,12 @@
    7.1 % (2.6 / 9.4 %), before 9.4 %: the three targets in one run; --calibrate 0: others 6.8 % (8.9 %). H56's run (load 1.76, 8 of 12 quiet):
    --calibrate 1 others 12.7 % (11.1 %), --calibrate 9 8.4 % (8.4 %). Run A's "before" stays 12.3 %: its
    framework cost was measured at load 4-6 (refresh_framework_cost re-measures it when the machine is quiet).
-   Not run on the session-9 tree: the load stayed 8.8-11 (other helpers' jobs) from 20:15 to the deadline; an
-   attempt at load 9.4-11 had configs 0 and 1 contended in 3 of 3 tries each (wall 42.4 / 192.2 ms against CPU
-   17.5 / 62.3 ms) and was stopped.
+   On the session-9 tree the load was 8-11 (other helpers' jobs) from 20:15 to 21:10 and 2-6 after: a run at 21:11
+   (load 1.8 at its start: the comm model refitted with rounds; the framework cost not refreshed, the comm refit
+   had raised the load) measured pass 1 at load 2.1-3.9, 9 of 12 quiet, all predicted fast: -3.2, -15.5, -14.8,
+   -7.7, -1.7, -9.5, -5.2, -16.2, -15.0 % (MAPE 9.9 % on the 9; configs 1 and 7 70.9 / 81.4 ms against 66.5 /
+   73.8 ms in session 8's run B: a machine-wide shift again); pass 2 (load 3.4-5.8) was contended in every
+   configuration (wall 2x CPU after 3 tries), so that run scores the load, not the model, and is not quoted.
    On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
    alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
    its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
