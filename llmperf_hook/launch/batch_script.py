@@ -80,6 +80,17 @@ def _arithmetic(expr: str, env: dict[str, str]) -> str:
         return f"$(({expr}))"
 
 
+def _cut_substitution(words: list[str]) -> re.Match[str] | None:
+    """`N=$(nvidia-smi -L | wc -l)` (or backquotes) reaches a command cut at the blanks and `|` inside it: the
+    assignment word (after `export`) whose substitution it does not close, nothing after the word that closes it."""
+    at = 1 if words[0] == "export" else 0
+    match = ASSIGN.match(words[at]) if at < len(words) else None
+    if match is None or not (match.group(2).count("(") > match.group(2).count(")") or match.group(2).count("`") % 2):
+        return None
+    closing = [k for k, word in enumerate(words) if k > at and (")" in word or "`" in word)]
+    return match if closing in ([], [len(words) - 1]) else None
+
+
 def is_launch(words: Sequence[str], line: str) -> bool:
     """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
     i = 0
@@ -111,10 +122,11 @@ class _Reading:
     positional: dict[str, str] = field(default_factory=dict)
     """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
     undecidable: set[str] = field(default_factory=set)
-    """Variables only a command substitution sets (`N=$(nvidia-smi ... | wc -l)`): a test on them is undecided."""
+    """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose value
+    env keeps for the launch line as before): a test on them is undecided."""
 
     def test(self, words: list[str]) -> bool | None:
-        return decide_test(words, condition_expander(self.env, self.undecidable, self.expand))
+        return decide_test(words, condition_expander(self.undecidable, self.expand))
 
     def expand(self, text: str) -> str:
         text = _positional(text, self.positional)
@@ -169,7 +181,7 @@ class _Reading:
             if words and is_launch(words, text):
                 self.launches.append((line.number, words))
             return
-        if len(words) <= 2 and self.assign(words):
+        if self.assign(words):
             return
         if words[0] == "eval":
             self.evaluate(line, text, words[1:])
@@ -212,15 +224,15 @@ class _Reading:
         """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); `$(( ))`
         arithmetic over numbers and the script's variables is evaluated, as bash does, without running anything."""
         match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
-            ASSIGN.match(words[0]) if len(words) == 1 else None
+            ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
         if match is None:
             return False
         value = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), match.group(2))
         if "$(" not in value and "`" not in value:
             self.env[match.group(1)] = self.expand(value)
             self.undecidable.discard(match.group(1))
-        else:
-            self.undecidable.add(match.group(1))
+        elif any(s in expand_env_refs(_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
+            self.undecidable.add(match.group(1))  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale
         return True
 
     def launch(self) -> list[str]:

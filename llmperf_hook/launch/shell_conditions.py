@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable
 
-_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)[^}\s]*\}?")
+_NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+"""`$NAME` / `${NAME}`: what is left of one after expansion is a variable nobody set."""
 _INT_TESTS = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
               "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b, "-le": lambda a, b: a <= b}
 
@@ -84,16 +86,15 @@ def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
     return None
 
 
-def condition_expander(env: Mapping[str, str], undecidable: set[str],
-                       expand: Callable[[str], str]) -> Callable[[str], str | None]:
-    """A word of a test with the script's variables: a variable the script sets only by running a command
-    (`$(...)`) is undecidable (None); one nobody set is empty, as bash expands it."""
+def condition_expander(undecidable: set[str], expand: Callable[[str], str]) -> Callable[[str], str | None]:
+    """A word of a test with the script's variables: a variable the script sets by running a command (`$(...)`,
+    also after an earlier plain value) is undecidable (None), and so is what only bash computes (`$(...)`, `${#X}`,
+    `${X%.*}`); a variable nobody set is empty, as bash expands it."""
     def word(text: str) -> str | None:
-        names = {m.group(1) for m in _REF.finditer(text)}
-        if names & undecidable - set(env):
+        if {m.group(1) for m in _NAME_REF.finditer(text)} & undecidable:
             return None
-        done = expand(text)
-        return _REF.sub("", done) if "$" in done else done
+        done = _PLAIN_REF.sub("", expand(text))
+        return None if "$" in done or "`" in done else done
     return word
 
 

@@ -47,3 +47,28 @@ def test_an_if_opened_after_then_else_or_do_on_the_same_line(body: str, tmp_path
     script.write_text("#!/bin/bash\n" + body + LAUNCH)
     monkeypatch.chdir(tmp_path)
     assert _llmperf_tp(script) == _bash_tp(script)
+
+
+TEST_WORDS = {
+    "$X-x, X unset": 'TP=1\nif [ "$X-x" = "-x" ]; then TP=2; fi\n',
+    "$(...) in a test": 'TP=1\nif [ "$(echo 7B)" = 7B ]; then TP=2; fi\n',
+    "${#X} in a test": 'X=abc\nTP=1\nif [ "${#X}" = 3 ]; then TP=2; fi\n',
+    "${X%.json} in a test": 'X=a.json\nTP=1\nif [ "${X%.json}" = a ]; then TP=2; fi\n',
+    "N=$(... | ...)": 'TP=1\nN=$(echo 4 | wc -l)\nif [ -z "$N" ]; then TP=2; else TP=3; fi\n',
+    "export N=`...`": 'TP=1\nexport N=`echo 4 | wc -l`\nif [ -z "$N" ]; then TP=2; else TP=3; fi\n',
+    "N=1 then N=$(...)": "N=1\nN=$(echo 4)\nTP=1\nif [ $N -gt 2 ]; then TP=2; fi\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", TEST_WORDS.values(), ids=TEST_WORDS.keys())
+def test_test_words_as_bash_expands_them(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each was decided against bash (TP 1 where bash gives 2, 2 where it gives 3): text after `$X` taken as part
+    of the reference, `$(...)` / `${#X}` / `${X%...}` compared as written, and a variable a command sets (cut at its
+    blanks, or after a plain value) read as empty or stale. Bash needs only the variables for the first; the rest
+    are left undecided, every branch read, as before."""
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + body + LAUNCH)
+    monkeypatch.chdir(tmp_path)
+    assert _llmperf_tp(script) == _bash_tp(script)
+
