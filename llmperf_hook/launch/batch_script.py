@@ -23,7 +23,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test
-from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections
+from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections, word_quoting
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
@@ -125,8 +125,11 @@ class _Reading:
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose value
     env keeps for the launch line as before): a test on them is undecided."""
 
-    def test(self, words: list[str]) -> bool | None:
-        return decide_test(words, condition_expander(self.undecidable, self.expand))
+    def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
+        """The truth of the test `tested`, the last words of the command `words` split from `source`."""
+        quoting = word_quoting(source)  # a redirection dropped or a head split: which words were quoted is unknown
+        unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
+        return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
 
     def expand(self, text: str) -> str:
         text = _positional(text, self.positional)
@@ -161,15 +164,16 @@ class _Reading:
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+        source = _PWD.sub(self.cwd, text)
         try:
-            words, writes = strip_redirections(shlex.split(_PWD.sub(self.cwd, text), comments=True))
+            words, writes = strip_redirections(shlex.split(source, comments=True))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(line.number)
             return
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
             words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
-        stepped = self.conditions.step(words, self.test)
+        stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested))
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.uncertain() and len(words) <= 2 and ASSIGN.match(words[-1]):

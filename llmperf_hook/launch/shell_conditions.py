@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 _NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
@@ -47,24 +47,45 @@ def _combine(parts: list[bool | None]) -> bool | None:
     return parts[0] if parts and all(p is parts[0] for p in parts) and parts[0] is not None else None
 
 
-def decide_test(words: list[str], expand: Callable[[str], str | None]) -> bool | None:
-    """The truth of `[ ... ]`, `[[ ... ]]` or `test ...`, or None when bash would need more than the variables."""
+def decide_test(words: list[str], expand: Callable[[str], str | None],
+                unquoted: Sequence[bool | None] | None = None) -> bool | None:
+    """The truth of `[ ... ]`, `[[ ... ]]` or `test ...`, or None when bash would need more than the variables.
+    `unquoted` (per word, as shell_script.word_quoting says; None: each word quoted, `"$X"`) tells the words of `[`
+    and `test` that bash splits after expanding them: `[ -n $X ]` with X empty is `[ -n ]`, which is true."""
+    flags = list(unquoted) if unquoted is not None else [False] * len(words)
     negate = False
     while words and words[0] == "!":
-        negate, words = not negate, words[1:]
+        negate, words, flags = not negate, words[1:], flags[1:]
     if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
-        inner = words[1:-1]
+        inner, flags = words[1:-1], flags[1:-1]
     elif words and words[0] == "test":
-        inner = words[1:]
+        inner, flags = words[1:], flags[1:]
     else:
         return None
     while inner and inner[0] == "!":
-        negate, inner = not negate, inner[1:]
+        negate, inner, flags = not negate, inner[1:], flags[1:]
     values = [expand(w) for w in inner]
     if any(v is None for v in values):
         return None
-    result = _decide(inner, values, words[0] == "[[")  # type: ignore[arg-type]
+    if words[0] == "[[":  # no word splitting inside [[ ]]; its operators are the words as written
+        result = _decide(inner, values, True)  # type: ignore[arg-type]
+    else:  # `[` and `test` are commands: they see the words expansion and splitting give, operators included
+        fields = [_fields(w, v, q) for w, v, q in zip(inner, values, flags)]  # type: ignore[arg-type]
+        args = None if any(f is None for f in fields) else [a for f in fields for a in f]  # type: ignore[union-attr]
+        result = None if args is None else _decide(args, args, False)
     return None if result is None else result != negate
+
+
+def _fields(word: str, value: str, unquoted: bool | None) -> list[str] | None:
+    """The arguments one word of `[` / `test` gives (bash manual 3.5.7 Word Splitting, 3.5.8 Filename Expansion):
+    an unquoted expansion splits at blanks and vanishes when empty; None where that depends on quoting the words
+    no longer show (a word mixing both) or on the files of the folder (`*`, `?`, `[` in an unquoted value)."""
+    if "$" not in word or unquoted is False:
+        return [value]
+    if any(c in value for c in "*?["):
+        return None
+    parts = [p for p in re.split(r"[ \t\n]+", value) if p]
+    return parts if unquoted else ([value] if parts == [value] else None)
 
 
 def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:

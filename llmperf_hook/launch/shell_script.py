@@ -64,6 +64,24 @@ def _scan(text: str) -> tuple[list[bool], str, int]:
     return outside, quote, len(text)
 
 
+def word_quoting(text: str) -> list[bool | None]:
+    """For each word of a simple command (split at blanks outside quotes, as shlex.split(text, comments=True) splits
+    it): True when it holds `$` outside quotes and no quoting at all (bash splits what that expansion gives at blanks
+    and drops it when empty, 3.5.7 Word Splitting), False when it holds no `$` outside quotes (one word as written,
+    even empty), None when it mixes both."""
+    outside, _, end = _scan(text)
+    out: list[bool | None] = []
+    dollar = quoted = in_word = False
+    for i in range(end + 1):
+        if i == end or (outside[i] and text[i] in " \t\n"):
+            if in_word:
+                out.append((None if quoted else True) if dollar else False)
+            dollar = quoted = in_word = False
+        else:
+            in_word, dollar, quoted = True, dollar or (outside[i] and text[i] == "$"), quoted or not outside[i]
+    return out
+
+
 def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:
     """The here-document `text` opens and how many of the following lines (`rest`) it takes."""
     outside, _, end = _scan(text)

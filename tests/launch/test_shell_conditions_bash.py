@@ -5,13 +5,17 @@ unknown; a decided value bash would not give is a wrong guess."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmperf_hook.launch.parse import parse_launch
+from llmperf_hook.launch.shell_conditions import decide_test
 
 BASH = shutil.which("bash")
 LAUNCH = "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n"
@@ -50,6 +54,8 @@ def test_an_if_opened_after_then_else_or_do_on_the_same_line(body: str, tmp_path
 
 
 TEST_WORDS = {
+    "[ -n $X ], X unset: bash tests '-n' itself": "TP=1\nif [ -n $X ]; then TP=2; fi\n",
+    "test $X, X='-z a': two arguments": "X='-z a'\nTP=1\nif test $X; then TP=2; fi\n",
     "$X-x, X unset": 'TP=1\nif [ "$X-x" = "-x" ]; then TP=2; fi\n',
     "$(...) in a test": 'TP=1\nif [ "$(echo 7B)" = 7B ]; then TP=2; fi\n',
     "${#X} in a test": 'X=abc\nTP=1\nif [ "${#X}" = 3 ]; then TP=2; fi\n',
@@ -63,12 +69,44 @@ TEST_WORDS = {
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 @pytest.mark.parametrize("body", TEST_WORDS.values(), ids=TEST_WORDS.keys())
 def test_test_words_as_bash_expands_them(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each was decided against bash (TP 1 where bash gives 2, 2 where it gives 3): text after `$X` taken as part
-    of the reference, `$(...)` / `${#X}` / `${X%...}` compared as written, and a variable a command sets (cut at its
-    blanks, or after a plain value) read as empty or stale. Bash needs only the variables for the first; the rest
-    are left undecided, every branch read, as before."""
+    """Each was decided against bash (TP 1 where bash gives 2, 2 where it gives 3): an unquoted word of `[` / `test`
+    read as if quoted, text after `$X` taken as part of the reference, `$(...)` / `${#X}` / `${X%...}` compared as
+    written, and a variable a command sets (cut at its blanks, or after a plain value) read as empty or stale. Bash
+    needs only the variables for the first three; the rest are left undecided, every branch read, as before."""
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n" + body + LAUNCH)
     monkeypatch.chdir(tmp_path)
     assert _llmperf_tp(script) == _bash_tp(script)
 
+
+VALUES = st.sampled_from(["", "a", "7", "a b", "-n", "-z", "!", "=", "a*", " 7 "])
+REF = st.tuples(st.sampled_from(["$L", "$R"]), st.booleans())  # a reference and whether it is quoted
+FORMS = st.one_of(st.tuples(REF), st.tuples(st.sampled_from(["-n", "-z", "!"]), REF),
+                  st.tuples(REF, st.sampled_from(["=", "!=", "-eq", "-gt"]), REF))
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["[", "test"]), FORMS, VALUES, VALUES)
+def test_bracket_and_test_never_decide_otherwise_than_bash(tmp_path_factory: pytest.TempPathFactory, command: str,
+                                                          form: tuple, left: str, right: str) -> None:
+    """`[` / `test` over quoted and unquoted variables holding blanks, operators, globs or nothing: where llmperf
+    decides, bash (in an empty folder, so that a glob matches nothing) agrees and reports no error."""
+    parts = [p if isinstance(p, tuple) else (p, None) for p in form]
+    words = [command, *(w for w, _ in parts), *(["]"] if command == "[" else [])]
+    unquoted = [False, *(q is False for _, q in parts), *([False] if command == "[" else [])]
+    ours = decide_test(words, lambda w: {"$L": left, "$R": right}.get(w, w), unquoted)
+    line = " ".join(w if q is None else (f'"{w}"' if q else w) for w, q in [(command, None), *parts]) + \
+        (" ]" if command == "[" else "")
+    proc = subprocess.run([BASH or "bash", "-c", f"L={shlex.quote(left)}; R={shlex.quote(right)}; {line}"],
+                          capture_output=True, text=True, cwd=tmp_path_factory.mktemp("empty"))
+    if ours is not None:
+        assert (proc.returncode, proc.stderr) == (0 if ours else 1, ""), (line, left, right, proc.stderr)
+
+
+def test_decided_where_bash_needs_only_the_variables() -> None:
+    values = {"$X": ""}.get
+    assert decide_test(["[", "-n", "$X", "]"], lambda w: values(w, w), [False, False, True, False]) is True
+    assert decide_test(["[", "-n", "$X", "]"], lambda w: values(w, w), [False, False, False, False]) is False
+    assert decide_test(["[", "$X", "!=", "7B", "]"], lambda w: values(w, w), [False, True, False, False, False]) \
+        is None  # bash: '[: !=: unary operator expected', status 2
