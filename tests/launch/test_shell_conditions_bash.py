@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmperf_hook.launch.batch_script import _arithmetic
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.shell_conditions import decide_test
 
@@ -110,3 +111,21 @@ def test_decided_where_bash_needs_only_the_variables() -> None:
     assert decide_test(["[", "-n", "$X", "]"], lambda w: values(w, w), [False, False, False, False]) is False
     assert decide_test(["[", "$X", "!=", "7B", "]"], lambda w: values(w, w), [False, True, False, False, False]) \
         is None  # bash: '[: !=: unary operator expected', status 2
+
+
+NAMED = {"X": "2+3", "Y": "-3", "BIG": "9223372036854775807", "Z": "7"}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@settings(max_examples=80, deadline=None)
+@given(st.recursive(st.sampled_from(["X", "Y", "BIG", "Z", "$Z", "2", "63", "0"]),
+                    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "%", "**"]), inner).map(
+                        lambda t: f"({t[0]} {t[1]} {t[2]})"), max_leaves=5))
+def test_arithmetic_over_named_variables_and_large_values_matches_bash(expr: str) -> None:
+    """A bare NAME is its value evaluated on its own (X=2+3: X*2 is 10, not 2+3*2) and bash wraps at 64 bits: a
+    value beyond them is left unevaluated, never given as Python's unbounded integer."""
+    assigns = "; ".join(f"{name}={value}" for name, value in NAMED.items())
+    proc = subprocess.run([BASH or "bash", "-c", f"{assigns}; echo $(( {expr} ))"], capture_output=True, text=True)
+    ours = _arithmetic(expr.replace("$Z", NAMED["Z"]), NAMED)
+    if not ours.startswith("$(("):
+        assert (proc.returncode, ours) == (0, proc.stdout.strip()), expr
