@@ -94,13 +94,17 @@ def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | No
     hjson (deepspeed/runtime/config.py: `//`, `#` and `/* */` comments, trailing commas, a UTF-8 byte-order mark and
     hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
     `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
-    `written`: the batch script writes the file before launching (a here-document), so its text is read instead."""
+    `written`: the batch script writes the file before launching (a here-document), so its text is read instead.
+    Only DeepSpeed's own file reader refuses a key given twice (hjson.load with dict_raise_error_on_duplicate_keys);
+    its base64 reader (hjson.loads) and accelerate's json.load / json.loads keep the last value, as llmperf does there."""
     if written is not None:
-        text = written_text(path, written)
+        text, inline = written_text(path, written), None
     else:
         inline = _inline_config(path, hf_trainer)
         text = inline[1] if inline else _file_text(path)
-    raw = _load_strict_json(text, path) if hf_trainer else _load_hjson_subset(text.removeprefix("\ufeff"), path)
+    unique = not hf_trainer and inline is None
+    raw = _load_strict_json(text, path, unique) if hf_trainer else \
+        _load_hjson_subset(text.removeprefix("\ufeff"), path, unique)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
     return raw
@@ -132,7 +136,10 @@ def _inline_config(word: str, hf_trainer: bool) -> tuple[str, str] | None:
         text = base64.urlsafe_b64decode(word).decode("utf-8")
     except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
         return None
-    return ("base64", text) if text.lstrip().startswith("{") else None
+    # hjson.loads also takes an object without its braces ("train_batch_size: 8"); accelerate's json.loads does not
+    if text.lstrip().startswith("{") or (not hf_trainer and _load_hjson(text, word, unique=False) is not None):
+        return "base64", text
+    return None
 
 
 def _file_text(path: str) -> str:
@@ -151,9 +158,9 @@ def _file_text(path: str) -> str:
         raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
 
 
-def _load_strict_json(text: str, path: str) -> Any:
+def _load_strict_json(text: str, path: str, unique: bool = True) -> Any:
     try:
-        return _loads(text, path)
+        return _loads(text, path, unique)
     except json.JSONDecodeError as err:
         raise ConfigError(
             f"the Hugging Face Trainer cannot read DeepSpeed config {path}: {err}. It loads --deepspeed FILE with "
@@ -178,29 +185,30 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _load_hjson_subset(text: str, path: str) -> Any:
+def _load_hjson_subset(text: str, path: str, unique: bool = True) -> Any:
     """JSON, else JSON with the comments and trailing commas hjson (DeepSpeed's reader) accepts, else hjson itself
-    where it is installed (it comes with DeepSpeed): unquoted keys and strings, braces omitted at the top."""
+    where it is installed (it comes with DeepSpeed): unquoted keys and strings, braces omitted at the top. `unique`:
+    a key given twice is an error (else the last value is kept)."""
     try:
-        return _loads(text, path)
+        return _loads(text, path, unique)
     except json.JSONDecodeError as first:
         try:
-            return _loads(strip_json_comments(text), path)
+            return _loads(strip_json_comments(text), path, unique)
         except json.JSONDecodeError:
-            raw = _load_hjson(text, path)
+            raw = _load_hjson(text, path, unique)
             if raw is None:
                 raise UsageError(f"cannot read DeepSpeed config {path}: {first}.") from None
             return raw
 
 
-def _load_hjson(text: str, path: str) -> Any:
+def _load_hjson(text: str, path: str, unique: bool = True) -> Any:
     """hjson.loads as DeepSpeed calls it, or None when hjson is missing or refuses the text."""
     try:
         import hjson  # type: ignore[import-untyped]
     except ImportError:
         return None
     try:
-        raw = hjson.loads(text, object_pairs_hook=_no_duplicate_keys)
+        raw = hjson.loads(text, object_pairs_hook=_no_duplicate_keys if unique else None)
     except _DuplicateKeys as err:
         raise _duplicate_keys_error(path, err) from None
     except Exception:  # noqa: BLE001 - hjson raises its own HjsonDecodeError and ValueErrors
@@ -208,9 +216,9 @@ def _load_hjson(text: str, path: str) -> Any:
     return json.loads(json.dumps(raw)) if isinstance(raw, dict) else None
 
 
-def _loads(text: str, path: str) -> Any:
+def _loads(text: str, path: str, unique: bool = True) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys if unique else None)
     except _DuplicateKeys as err:
         raise _duplicate_keys_error(path, err) from None
 

@@ -8,6 +8,9 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
+from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_config import encode_inline_ds_config, inline_ds_config_form, read_ds_config
 from llmperf_hook.frameworks.resolve import resolve_job
 
@@ -38,3 +41,32 @@ def test_the_form_of_a_config_word(tmp_path: Path, monkeypatch) -> None:
     for form in ("base64", "json"):
         word = encode_inline_ds_config(RAW, form)
         assert read_ds_config(word, hf_trainer=form == "json") == RAW
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def test_a_base64_hjson_object_without_braces_is_read_as_deepspeed_reads_it(tmp_path: Path, monkeypatch) -> None:
+    """DeepSpeedConfig hjson.loads the decoded text, which takes a top-level object without braces (checked with
+    DeepSpeed 0.19.8: DeepSpeedConfig(<base64 of 'train_batch_size: 8 ...'>).train_batch_size == 8); it exited 2
+    'does not exist'. accelerate's json.loads (the Trainer's --deepspeed) refuses it, so that stays refused."""
+    monkeypatch.chdir(tmp_path)
+    word = _b64("train_batch_size: 8\ntrain_micro_batch_size_per_gpu: 8")
+    assert read_ds_config(word) == {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8}
+    assert inline_ds_config_form(word) == "base64" and inline_ds_config_form(word, hf_trainer=True) is None
+    with pytest.raises(UsageError, match="does not exist"):
+        read_ds_config(word, hf_trainer=True)
+
+
+def test_a_key_given_twice_is_refused_only_where_deepspeed_reads_the_file(tmp_path: Path, monkeypatch) -> None:
+    """DeepSpeedConfig refuses duplicate keys in a file (hjson.load with dict_raise_error_on_duplicate_keys) but its
+    base64 reader (hjson.loads) keeps the last value, as accelerate's json.load / json.loads do for the Trainer's
+    --deepspeed file or string (the engine then gets a dict); those exited 2 'gives the key(s) ... twice'."""
+    monkeypatch.chdir(tmp_path)
+    text = '{"train_batch_size": 4, "train_batch_size": 8}'
+    (tmp_path / "ds.json").write_text(text)
+    with pytest.raises(ConfigError, match="train_batch_size twice"):
+        read_ds_config("ds.json")
+    for word, hf_trainer in ((_b64(text), False), (_b64(text), True), (text, True), ("ds.json", True)):
+        assert read_ds_config(word, hf_trainer) == {"train_batch_size": 8}
