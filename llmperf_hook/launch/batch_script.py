@@ -234,13 +234,13 @@ class _Reading:
                 self.command(evaluated, command)
 
     def assign(self, words: list[str]) -> bool:
-        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); `$(( ))`
-        arithmetic over numbers and the script's variables is evaluated, as bash does, without running anything."""
+        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); its `$(( ))`
+        arithmetic was evaluated with the rest of the command's text (`command`)."""
         match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
             ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
         if match is None:
             return False
-        value = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), match.group(2))
+        value = match.group(2)
         if "$(" not in value and "`" not in value:
             self.env[match.group(1)] = self.expand(value)
             self.undecidable.discard(match.group(1))
