@@ -181,7 +181,8 @@ def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:
 
 
 def is_shell_c(words: Sequence[str], i: int) -> bool:
-    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec, `-x -c`): the job's words live in CMD."""
+    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec: one option word, CMD at i + 2, where
+    _shell_c and tune's rewrite take it; `bash -x -c CMD` is not read): the job's words live in CMD."""
     if os.path.basename(words[i]) not in _SHELLS:
         return False
     operand, letters = shell_operand(words, i)
