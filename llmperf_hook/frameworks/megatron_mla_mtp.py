@@ -114,7 +114,8 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
         warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
                         "Megatron-DeepSpeed")
         return {}
-    # Since core_v0.17.0 (300d1b6, 'Add MTP support for hybrid models') validate_args checks MTP before it maps the
+    # Since core_v0.17.0 (9d71cb1, which reapplied the reverted 300d1b6 'Add MTP support for hybrid models';
+    # core_v0.16.0 holds 300d1b6 and its revert 6472fb9) validate_args checks MTP before it maps the
     # legacy --use-rotary-position-embeddings to rope ('MTP validation' precedes 'Legacy RoPE arguments'): that flag
     # alone does not satisfy the check. Releases up to core_v0.16 map it first; Pai-Megatron-Patch runs its pinned
     # backends (Megatron-LM-250328 / 250624 / 250908, all before that change), so there it is rope.
