@@ -169,7 +169,7 @@ class _Reading:
     def command(self, line: ScriptLine, text: str) -> None:
         if self.arrays:
             text = self.expand_arrays(text)
-        if "$#" in text and "#" in self.positional:  # shlex would read the `#` of `$#` as a comment
+        if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)

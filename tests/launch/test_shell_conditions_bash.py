@@ -129,3 +129,14 @@ def test_arithmetic_over_named_variables_and_large_values_matches_bash(expr: str
     ours = _arithmetic(expr.replace("$Z", NAMED["Z"]), NAMED)
     if not ours.startswith("$(("):
         assert (proc.returncode, ours) == (0, proc.stdout.strip()), expr
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("count", ["$#", "${#}"])
+def test_an_argument_loop_bash_does_not_enter(count: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`while [ ${#} -gt 0 ]` with no arguments is skipped as `$#` is: `${#}` alone reached shlex, which cut the
+    line at its `#`, and the loop was read as one that may run (TP unknown)."""
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nTP=1\nwhile [ {count} -gt 0 ]; do TP=$1; shift; done\n" + LAUNCH)
+    monkeypatch.chdir(tmp_path)
+    assert _llmperf_tp(script) == _bash_tp(script) == "1"
