@@ -151,15 +151,17 @@ def grad_accum_extra_bytes(cfg: TrainingConfig, total: float, sharded: float, gr
 
 
 def zero_reduce_bucket_bytes(cfg: TrainingConfig) -> float:
-    """DeepSpeed's gradient reduction bucket: torch.empty(reduce_bucket_size) in the reduction dtype (the model's,
-    the grad_accum_dtype when gradients accumulate in it), whatever the model's size; ZeRO-1/2 allocate it per
-    backward (stage_1_and_2.py setup_buckets, a second one with overlap_comm) and free it at its end
-    (_release_ipg_buffers), ZeRO-3 once (stage3.py, one per dtype). The all-gather of the updated weights writes
-    into the flat 16-bit parameter buffer itself (runtime/utils.py all_gather_dp_groups): allgather_bucket_size
+    """DeepSpeed's gradient reduction bucket: torch.empty(reduce_bucket_size) in the reduction dtype, whatever the
+    model's size: the model's, or at ZeRO-1 a wider grad_accum_dtype (stage_1_and_2.py
+    _gradient_reduction_buffer_dtype: gradient_accumulation_dtype only under use_grad_accum_attribute, set when it
+    differs from the model's dtype and gradients are not partitioned; 'ZeRO-2 keeps low-precision staging'); ZeRO-1/2
+    allocate it per backward (setup_buckets, a second one with overlap_comm) and free it at its end
+    (_release_ipg_buffers), ZeRO-3 once (stage3.py, one per parameter dtype). The all-gather of the updated weights
+    writes into the flat 16-bit parameter buffer itself (runtime/utils.py all_gather_dp_groups): allgather_bucket_size
     allocates nothing."""
     o = cfg.optimizer
     accum = DTYPE_BYTES.get(o.grad_accum_dtype or "", 0)
-    dtype_b = max(4 if cfg.precision == "fp32" else 2, accum if o.zero_stage in (1, 2) else 0)
+    dtype_b = max(4 if cfg.precision == "fp32" else 2, accum if o.zero_stage == 1 else 0)
     count = 2 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else 1
     return float((o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * dtype_b * count)
 

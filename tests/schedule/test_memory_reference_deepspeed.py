@@ -174,3 +174,26 @@ def test_peak_is_the_larger_of_backward_and_step(zero: int, dp: int, mbs: int, o
     step = persistent + (optimizer_step_bytes(cfg, graph.stages[0], 8) or c["gradients"])
     assert mem.peak_bytes_per_gpu == pytest.approx(max(backward, step), abs=16)
     assert (top_up > 16) == (step > backward + 16)
+
+
+@pytest.mark.parametrize("zero, precision, overlap, elem_bytes, buffers", [
+    (1, "fp16", False, 4, 1),  # use_grad_accum_attribute: ZeRO-1 stages the fp32 accumulator
+    (1, "fp16", True, 4, 2),   # a second bucket with overlap_comm
+    (2, "bf16", False, 2, 1),  # ZeRO-2 keeps low-precision staging whatever grad_accum_dtype says
+    (2, "bf16", True, 2, 2),
+    (3, "bf16", True, 2, 1),   # stage3.py: one bucket per parameter dtype, allocated once
+])
+def test_reduce_bucket_is_in_deepspeeds_reduction_dtype(zero: int, precision: str, overlap: bool, elem_bytes: int,
+                                                         buffers: int) -> None:
+    """grad_accum_dtype fp32 under a 16-bit model: stage_1_and_2.py setup_buckets allocates reduce_bucket_size
+    elements of _gradient_reduction_buffer_dtype(), the fp32 accumulation dtype only where use_grad_accum_attribute
+    is set (it differs from the model's dtype and `not self.partition_gradients`: ZeRO-1), the model's dtype at
+    ZeRO-2; ZeRO-3 allocates its bucket in the parameters' dtype."""
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.schedule.memory import zero_reduce_bucket_bytes
+
+    cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=8, dp=8, precision=precision,
+                      framework="deepspeed", optimizer_kw=dict(zero_stage=zero, grad_accum_dtype="fp32",
+                                                                overlap_grad_reduce=overlap,
+                                                                grad_bucket_size_elems=200_000_000))
+    assert zero_reduce_bucket_bytes(cfg) == 200_000_000 * elem_bytes * buffers
