@@ -59,7 +59,7 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
         # per rank (graph/moe_ops.py); the MLP input above is the router's saved input.
         replicated += gb * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
     qkv = ab * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
-    proj_input = ab * sbh + fp8_projection_copy_bytes(cfg) * sbh
+    proj_input = (gb + attention_output_bytes(cfg)) * sbh  # what the projection saves, and the attention beside it
     fc1_out = ab * s * b * f * (2 if m.swiglu else 1)  # the activation's input, bf16 (fused_bias_swiglu saves it)
     fc2_in = gb * s * b * f
     if m.multi_latent_attention:
@@ -88,16 +88,14 @@ def gemm_input_bytes(cfg: TrainingConfig) -> int:
     return 1 if fp8_saves_gemm_inputs(cfg) else act_bytes(cfg)
 
 
-def fp8_projection_copy_bytes(cfg: TrainingConfig) -> int:
-    """Bytes per element beyond the attention output for the output projection's saved input. In bf16 it is one
-    tensor, the flash/cuDNN kernel's saved `out` (Korthikanti's 2sbh). Under fp8 the projection saves its own fp8
-    cast (1 byte) while the attention keeps its bf16 output (attention/dot_product_attention/backends.py
-    FusedAttnFunc.forward L1538: f16_tensors = (q, k, v, out_f16), saved at L1560-1570; flash-attn's
-    _flash_attn_forward saves out too): 2 + 1. Megatron's unfused attention saves its probabilities and V, not its
-    output: only the fp8 copy remains."""
-    if not fp8_saves_gemm_inputs(cfg):
-        return 0
-    return 1 if cfg.attention_backend != "unfused" else 1 - act_bytes(cfg)
+def attention_output_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per element the attention keeps of its own output beside the output projection's saved input
+    (gemm_input_bytes). In bf16 the two are one tensor, the flash/cuDNN kernel's saved `out` (Korthikanti's 2sbh):
+    nothing more. Under fp8 the projection saves its own fp8 cast (1 byte) while the attention keeps its bf16 output
+    (attention/dot_product_attention/backends.py FusedAttnFunc.forward L1538: f16_tensors = (q, k, v, out_f16), saved
+    at L1560-1570; flash-attn's _flash_attn_forward saves out too): 1 + 2. Megatron's unfused attention saves its
+    probabilities and V, not its output: only the fp8 copy remains."""
+    return act_bytes(cfg) if fp8_saves_gemm_inputs(cfg) and cfg.attention_backend != "unfused" else 0
 
 
 def hidden_mask_bytes(cfg: TrainingConfig) -> int:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
-from llmperf_hook.graph.step_ops import DTYPE_BYTES, dp_groups, offloaded_optimizer_share, runs_bf16_optimizer
+from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params, fp8_param_gather,
+                                         offloaded_optimizer_share, runs_bf16_optimizer)
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
@@ -111,13 +112,12 @@ def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph) -> tuple[float, flo
     (graph/step_ops.FP8_PARAM_BYTES), and Hopper keeps its transpose beside it, created after each all-gather
     (megatron/core/distributed/param_and_grad_buffer.py L343 calls fp8_utils.post_all_gather_processing after each
     bucket's all-gather -> TE tensor/utils.py L950-956 _create_transpose): 1 byte."""
-    from llmperf_hook.graph.step_ops import fp8_linear_params, fp8_param_gather
-
     if not act.fp8_saves_gemm_inputs(cfg) or cfg.framework != "megatron" or cfg.optimizer.zero_stage >= 3:
         return 0.0, 0.0
     linear = float(fp8_linear_params(cfg, stage.stage, stage.num_params, stage.num_layers))
     if fp8_param_gather(cfg):
-        return linear * (2 - 1), linear * (FP8_COPY_BYTES_PER_PARAM - 1)
+        # the fp8 weight is the copy's row-wise half: only its transpose is extra
+        return linear * (2 - FP8_PARAM_BYTES), linear * (FP8_COPY_BYTES_PER_PARAM - FP8_PARAM_BYTES)
     return 0.0, linear * FP8_COPY_BYTES_PER_PARAM
 
 
