@@ -54,7 +54,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     started = time.perf_counter()
     try:
         job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-        result, space = _search(cfg, spec, search_file, top_k, argv)
+        result, space = _search(cfg, spec, search_file, top_k, argv, job.script_args)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
         if fmt == "json":
             click.echo(json.dumps({"error": str(err), "exit_code": err.exit_code}, indent=2))
@@ -126,7 +126,10 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
     return job, cfg, spec
 
 
-def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = ()) -> tuple[Any, Any]:
+def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = (),
+            script_args: Sequence[str] = ()) -> tuple[Any, Any]:
+    """The search over the command's space; `script_args` are the training script's own flags as the launch was
+    parsed (inside `sh -c`, an sbatch or a bash script, variables expanded: ParsedJob.script_args)."""
     from dataclasses import replace
 
     from llmperf_hook import api
@@ -144,7 +147,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     accepted = zero_stages_deepspeed_accepts(argv, space.zero_stage) if cfg.framework != "megatron" else None
     if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
         space = replace(space, zero_stage=accepted)
-    if cfg.framework == "megatron" and _gives_flag(argv, "--hierarchical-context-parallel-sizes"):
+    cp_sizes = "--hierarchical-context-parallel-sizes"
+    if cfg.framework == "megatron" and any(w == cp_sizes or w.startswith(cp_sizes + "=") for w in script_args):
         # arguments.py asserts context_parallel_size == prod(hierarchical sizes): the command's flag fixes CP
         space = replace(space, context_parallel=(cfg.parallel.cp,))
         click.echo(f"llmperf tune: warning: --hierarchical-context-parallel-sizes fixes context parallel at "
@@ -155,15 +159,6 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only)
     return result, space
-
-
-def _gives_flag(argv: Sequence[str], flag: str) -> bool:
-    """The launch (or the launch line of an sbatch / bash script, $VARIABLES expanded) passes `flag`."""
-    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables
-
-    words = expand_flag_variables(argv)
-    words = batch_script_words(words) or words
-    return any(w == flag or w.startswith(flag + "=") for w in words)
 
 
 def memory_only(cfg: Any, spec: Any) -> Any:

@@ -186,3 +186,19 @@ def test_hierarchical_context_parallel_sizes_fix_cp(capsys) -> None:
     assert code == 0, err
     assert {row["cp"] for row in json.loads(out)["top"]} == {4}
     assert "--hierarchical-context-parallel-sizes fixes context parallel at 4" in err
+
+
+def test_hierarchical_context_parallel_sizes_inside_sh_c_fix_cp(capsys) -> None:
+    """The same command inside `sh -c "..."` (as srun runs one): the flag is found among the training script's parsed
+    arguments; it was looked for among the outer words only, where the whole command is one word, and CP 1 / 2 rows
+    were proposed."""
+    argv = ["torchrun", "--nproc-per-node", "8", "--nnodes", "2", "pretrain_gpt.py", "--num-layers", "24",
+            "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "8192", "--max-position-embeddings",
+            "8192", "--micro-batch-size", "1", "--global-batch-size", "32", "--bf16", "--vocab-size", "50257",
+            "--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "4",
+            "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "2"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--top", "10", "--", "sh", "-c",
+                              " ".join(argv)], capsys)
+    assert code == 0, err
+    assert {row["cp"] for row in json.loads(out)["top"]} == {4}
+    assert "--hierarchical-context-parallel-sizes fixes context parallel at 4" in err
