@@ -21,7 +21,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parse import is_shell_c, parse_launch, shell_operand
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
-from llmperf_hook.tune.candidate import Candidate, candidate_of
+from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
 MEGATRON = ("megatron", "megatron-deepspeed")
@@ -69,15 +69,6 @@ def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = N
         else:
             out.append(word)
     return out
-
-
-def split_layers(cfg: TrainingConfig) -> int:
-    """The layer count Megatron splits over pipeline stages and virtual stages: --num-layers, plus one each for
-    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (arguments.py adds them
-    before dividing by PP and by --num-layers-per-virtual-pipeline-stage)."""
-    p = cfg.parallel
-    return cfg.model.num_layers + int(p.account_for_embedding_in_pipeline_split) + int(
-        p.account_for_loss_in_pipeline_split)
 
 
 def _shell_command_index(argv: Sequence[str]) -> int | None:
@@ -136,8 +127,7 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
     if base_cfg.framework in MEGATRON:
-        rewritten = rewrite_megatron_argv(out, base, new, split_layers(base_cfg), base_cfg.framework,
-                                          (base_cfg.world_size, base_cfg.batch.global_batch_size))
+        rewritten = _rewrite_megatron_flags(out, base_cfg, new)
         if rewritten != out:
             notes.append("Megatron flags replaced in argv")
         out = rewritten
@@ -204,11 +194,15 @@ def is_batch_script(argv: Sequence[str], script: str) -> bool:
 
 def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> TunedCommand:
     """The script's launch line with the Megatron flags of `new` (a ds_config the script writes is not rewritten)."""
-    out = words
-    if base_cfg.framework in MEGATRON:
-        out = rewrite_megatron_argv(words, candidate_of(base_cfg), new, split_layers(base_cfg), base_cfg.framework,
-                                    (base_cfg.world_size, base_cfg.batch.global_batch_size))
+    out = _rewrite_megatron_flags(words, base_cfg, new) if base_cfg.framework in MEGATRON else words
     return TunedCommand(argv=tuple(out), notes=("the launch line inside the script, to edit there",))
+
+
+def _rewrite_megatron_flags(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> list[str]:
+    """`words` with the Megatron flags of `new`, the layer count split over stages and the global batch the search
+    held taken from the user's configuration."""
+    return rewrite_megatron_argv(words, candidate_of(base_cfg), new, split_layers(base_cfg), base_cfg.framework,
+                                 (base_cfg.world_size, base_cfg.batch.global_batch_size))
 
 
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,

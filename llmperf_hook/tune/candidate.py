@@ -90,6 +90,15 @@ def fixed_padded_vocab(cfg: TrainingConfig) -> bool:
     return source is not None and "--pad-vocab-size-to" in source.detail
 
 
+def split_layers(cfg: TrainingConfig) -> int:
+    """The layer count Megatron splits over pipeline stages and virtual stages: --num-layers, plus one each for
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (arguments.py adds them
+    before dividing by PP and by --num-layers-per-virtual-pipeline-stage)."""
+    p = cfg.parallel
+    return cfg.model.num_layers + int(p.account_for_embedding_in_pipeline_split) + int(
+        p.account_for_loss_in_pipeline_split)
+
+
 def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     """The user's TrainingConfig with this candidate's choices (dp and micro-batch count recomputed)."""
     dp = cfg.world_size // (c.tp * c.pp * c.cp)

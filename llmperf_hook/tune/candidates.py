@@ -20,7 +20,8 @@ from typing import Mapping
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of, fixed_padded_vocab
+from llmperf_hook.tune.candidate import (RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of, fixed_padded_vocab,
+                                         split_layers)
 from llmperf_hook.tune.search_space import SearchSpace
 
 COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero", "ep", "etp")
@@ -218,9 +219,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
     dp = np.maximum(cfg.world_size // np.maximum(model_parallel, 1), 1)
     p = cfg.parallel
     uneven = p.decoder_first_pipeline_num_layers or p.decoder_last_pipeline_num_layers
-    # Megatron counts the embedding / loss as a layer when splitting if asked to (--account-for-...-split).
-    total = m.num_layers + int(getattr(p, "account_for_embedding_in_pipeline_split", False)) + int(
-        getattr(p, "account_for_loss_in_pipeline_split", False))
+    total = split_layers(cfg)  # Megatron counts the embedding / loss as a layer if asked to (--account-for-...-split)
     even = (total % pp == 0) & ((total // pp) % vpp == 0)
     # DeepSpeed's PipelineEngine splits any layer count (graph/stages.deepspeed_pipeline_partition); it runs for
     # every Megatron-DeepSpeed candidate with PP > 1 (candidate._pipeline_engine) and never interleaves.

@@ -46,7 +46,7 @@ DISTRIBUTE_SAVED = ("--distribute-saved-activations",)
 def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_layers: int,
                           framework: str, batch: tuple[int, int] | None = None) -> list[str]:
     """`argv` with the flags of every field where `new` differs from `base` (the user's) replaced. `num_layers` is
-    the count Megatron splits over stages (apply.split_layers: with the --account-for-*-in-pipeline-split layers);
+    the count Megatron splits over stages (candidate.split_layers: with the --account-for-*-in-pipeline-split layers);
     `batch` = (world size, global batch the search held) states --global-batch-size where the command leaves it out."""
     out = _pin_global_batch(list(argv), new, batch)
     if new.tp != base.tp:
