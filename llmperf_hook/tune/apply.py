@@ -18,14 +18,13 @@ from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF, rewrite_openrlhf_argv
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.launch.parse import is_shell_c, parse_launch, shell_operand
+from llmperf_hook.launch.parse import _shell_script_index, is_shell_c, parse_launch
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
 MEGATRON = ("megatron", "megatron-deepspeed")
-_SHELLS = ("sh", "bash", "zsh", "dash")
 
 
 @dataclass(frozen=True)
@@ -173,14 +172,9 @@ def script_file_kind(argv: Sequence[str]) -> str | None:
     if any(os.path.basename(word) == "sbatch" for word in argv):
         return "sbatch script"
     for i, word in enumerate(argv):
-        if any(c.isspace() for c in word):  # `sh -c "CMD"`'s CMD: rewritten in place, not a file
+        if any(c.isspace() for c in word) or word.startswith("-"):  # `sh -c "CMD"`'s CMD (rewritten in place), options
             continue
-        head = os.path.basename(word)
-        if head in _SHELLS:  # `bash -x -e train.sh` (not -c CMD, not -s: those run no script file)
-            operand, letters = shell_operand(argv, i)
-            if operand < len(argv) and not {"c", "s"} & set(letters):
-                return "shell script"
-        if head.endswith(".sh") and not word.startswith("-"):
+        if _shell_script_index(argv, i) is not None:  # the launch parser's rule: not `bash -c CMD`, not `bash -s`
             return "shell script"
     return None
 

@@ -67,3 +67,16 @@ def test_bash_train_sh_is_refused_by_apply_with_the_launch_lines_changes(tmp_pat
         changes = {c["key"]: (c["old"], c["new"]) for c in next(r for r in data["top"] if r["changes"])["changes"]}
         assert changes["--micro-batch-size"] == ("1", "4") and changes["--recompute-activations"] == ("", None)
     assert (tmp_path / "train.sh").read_bytes() == before
+
+
+def test_a_flag_whose_value_names_a_shell_is_not_a_script_file() -> None:
+    """Only a word that runs (a shell past its options, or a .sh file) makes the command a script file, as the
+    launch parser reads it: `--shell=/bin/bash` is an option of the training script, which --apply rewrites (it
+    was taken for `bash` running the next word and the command refused as a shell script)."""
+    from llmperf_hook.tune.apply import script_file_kind
+
+    assert script_file_kind(["torchrun", "pretrain_gpt.py", "--shell=/bin/bash", "--lr", "1e-4"]) is None
+    assert script_file_kind(["torchrun", "pretrain_gpt.py", "--hook=post.sh"]) is None
+    assert script_file_kind(["bash", "-x", "train.sh"]) == script_file_kind(["./train.sh"]) == "shell script"
+    assert script_file_kind(["bash", "-c", "torchrun pretrain_gpt.py"]) is None
+    assert script_file_kind(["sbatch", "job.sh"]) == "sbatch script"
