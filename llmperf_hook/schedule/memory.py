@@ -266,7 +266,9 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     frees it after the step (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32), then
     single_partition_of_fp32_groups[i].grad = None): 2 + 2 + 4 bytes per parameter of the partition; the other
     ranks' gradients are freed first (free_grad_in_param_list). ZeRO-3 does the same per optimizer sub-group
-    (_prepare_fp32_grad_for_sub_group, _release_sub_group) beside its 16-bit gradient partition. DeepSpeed's
+    (_prepare_fp32_grad_for_sub_group, _release_sub_group) beside its gradient partition, which is in the
+    grad_accum_dtype (grad_partitions_flat_buffer): an fp32 partition's flattened copy is already fp32 (4, not
+    2 + 4), the partition 4 bytes per parameter. DeepSpeed's
     estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
     Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
     parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers and
@@ -278,7 +280,9 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
     sharded = num_dense / d_dense + num_expert / d_expert
     if o.zero_stage == 3:
-        return 2.0 * sharded + 6.0 * min(sharded, o.sub_group_size_elems)
+        partition_b = max(2, DTYPE_BYTES.get(o.grad_accum_dtype or "", 0))
+        sub_group_b = partition_b + (4 if partition_b < 4 else 0)  # flatten, then .to(fp32) copies unless fp32
+        return partition_b * sharded + sub_group_b * min(sharded, o.sub_group_size_elems)
     return 8.0 * sharded
 
 

@@ -197,3 +197,27 @@ def test_reduce_bucket_is_in_deepspeeds_reduction_dtype(zero: int, precision: st
                                                                 overlap_grad_reduce=overlap,
                                                                 grad_bucket_size_elems=200_000_000))
     assert zero_reduce_bucket_bytes(cfg) == 200_000_000 * elem_bytes * buffers
+
+
+@pytest.mark.parametrize("grad_accum_dtype, partition_b, sub_group_b", [
+    (None, 2, 2 + 4),    # bf16 partition: its flattened copy, then the fp32 cast
+    ("fp32", 4, 4),      # fp32 partition: the flattened copy is the fp32 gradient (.to(fp32) returns it)
+])
+def test_zero3_step_holds_the_partition_and_one_sub_groups_copies(grad_accum_dtype: str | None, partition_b: int,
+                                                                  sub_group_b: int) -> None:
+    """stage3.py: grad_partitions_flat_buffer is allocated in gradient_accumulation_dtype; the step prepares one
+    sub-group at a time, flatten(averaged_gradients[i]).to(fp32) (_prepare_fp32_grad_for_sub_group), so a rank whose
+    partition spans several sub-groups holds the whole partition plus one sub-group's copies."""
+    from llmperf_hook.graph.sample_configs import make_config
+    from llmperf_hook.hardware.load import load_cluster
+    from llmperf_hook.schedule.memory import optimizer_step_bytes
+
+    cluster = load_cluster("dgx-h100")
+    cfg = make_config(num_layers=4, hidden_size=2048, num_attention_heads=16, dp=8, framework="deepspeed",
+                      optimizer_kw=dict(zero_stage=3, grad_accum_dtype=grad_accum_dtype,
+                                        sub_group_size_elems=5_000_000))
+    stage = build_graph(cfg, cluster).stages[0]
+    sharded = stage.num_params / 8
+    assert sharded > 4 * 5_000_000
+    step = optimizer_step_bytes(cfg, stage, ranks_per_node(cfg, cluster))
+    assert step == pytest.approx(partition_b * sharded + sub_group_b * 5_000_000)
