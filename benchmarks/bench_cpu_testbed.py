@@ -67,6 +67,16 @@
    -7.7, -1.7, -9.5, -5.2, -16.2, -15.0 % (MAPE 9.9 % on the 9; configs 1 and 7 70.9 / 81.4 ms against 66.5 /
    73.8 ms in session 8's run B: a machine-wide shift again); pass 2 (load 3.4-5.8) was contended in every
    configuration (wall 2x CPU after 3 tries), so that run scores the load, not the model, and is not quoted.
+   The lead's final runs on the final tree (--calibrate 1,9): at 21:36 (load 1.5 at the start, 2.0-2.8 during;
+   the framework cost re-measured at load 2.85: 2 ranks x1.14 fp32) 7 of 12 quiet, before 4.3 % on those 7 (19.0 %
+   on all 12, the contended ones scoring the load). At 21:48 (load 0.35 at the start, 1.1-1.3 during, 12 of 12
+   quiet; the framework cost re-measured at load 1.35: 2 ranks x1.00 fp32, ops x1.01) every configuration
+   was predicted fast: before 16.2 % (-3.6 .. -30.3 %); --calibrate 1: config 1 7.5 % against its passes (its own
+   posterior x1.168 of the run's x1.225), other 11 10.6 % (the full ratio 7.8 %); --calibrate 9: config 9 10.0 %,
+   other 11 11.1 % (the full ratio 7.3 %). So the framework-cost measurement itself moves by ~15 % between two
+   quiet-ish measurements minutes apart (x1.14 vs x1.00 for two ranks): one reading of it is not a stable
+   profile, and re-measuring it on a quiet machine did not make "before" better. Next: the median of repeated
+   measurements, or its terms fitted from instrumented runs.
    On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
    alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
    its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
