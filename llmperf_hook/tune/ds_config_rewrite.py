@@ -177,13 +177,13 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int]) ->
     copy with zero_optimization.stage replaced): a partial optimizer offload needs stage 3, NVMe offload at stage 3
     needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. None when argv names no readable ds_config."""
     from llmperf_hook.errors import ConfigError, LlmperfError
-    from llmperf_hook.frameworks.deepspeed_config import parse_ds_config, read_ds_config as read_raw
+    from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
 
     ref = find_ds_config(argv)
     if ref is None or not (Path(ref.path).is_file() or inline_form(ref.path, ref.flag == HF_DEEPSPEED_FLAG)):
         return None
     try:
-        raw = read_raw(ref.path)
+        raw = read_as_given(ref)
     except LlmperfError:
         return None
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}

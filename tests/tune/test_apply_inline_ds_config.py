@@ -106,3 +106,6 @@ def test_zero_stages_are_checked_for_an_inline_config() -> None:
     word = base64.urlsafe_b64encode(json.dumps(partial).encode()).decode()
     # DeepSpeed takes a partial optimizer offload (ratio < 1) at ZeRO-3 only (was None: 'no readable ds_config').
     assert dsr.zero_stages_deepspeed_accepts(["train.py", "--deepspeed_config", word], (0, 1, 2, 3)) == (3,)
+    # The Trainer's --deepspeed also takes a JSON string (read as explain reads it): it was None, so tune kept ZeRO
+    # stages DeepSpeed refuses for it.
+    assert dsr.zero_stages_deepspeed_accepts(["run_clm.py", "--deepspeed", json.dumps(partial)], (0, 1, 2, 3)) == (3,)
