@@ -131,6 +131,19 @@ def _exported(root: Path, cwd: Path, path: str, args: list[str], run_env: dict[s
     return json.loads(envlog.read_text()) if envlog.exists() else {}
 
 
+def write_case(name: str, case: dict) -> None:
+    """cases/NAME.json with `case`, keeping the hand-written expect / notes of the file it replaces (argv on one
+    line before cwd)."""
+    out = CASES / f"{name}.json"
+    old = json.loads(out.read_text()) if out.exists() else {}
+    case["expect"] = old.get("expect", {})
+    case["notes"] = old.get("notes", "")
+    argv = case.pop("argv")
+    text = json.dumps(case, indent=1).replace('"cwd":', f'"argv": {json.dumps(argv)},\n "cwd":', 1)
+    out.write_text(text + "\n")
+    print(out, " ".join(argv)[:300])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("name")
@@ -144,15 +157,8 @@ def main() -> None:
     ap.add_argument("--touch", action="append", default=[], help="a file the user is expected to have")
     ns = ap.parse_args()
     env = dict(e.split("=", 1) for e in ns.env)
-    case = capture(ns.name, ns.repo, ns.commit, ns.path, ns.arg, env, ns.in_dir, ns.mkdir, tuple(ns.touch))
-    out = CASES / f"{ns.name}.json"
-    old = json.loads(out.read_text()) if out.exists() else {}
-    case["expect"] = old.get("expect", {})
-    case["notes"] = old.get("notes", "")
-    argv = case.pop("argv")
-    text = json.dumps(case, indent=1).replace('"cwd":', f'"argv": {json.dumps(argv)},\n "cwd":', 1)
-    out.write_text(text + "\n")
-    print(out, " ".join(argv)[:300])
+    write_case(ns.name, capture(ns.name, ns.repo, ns.commit, ns.path, ns.arg, env, ns.in_dir, ns.mkdir,
+                                tuple(ns.touch)))
 
 
 if __name__ == "__main__":

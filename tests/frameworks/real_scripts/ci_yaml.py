@@ -14,15 +14,15 @@ else `--flag value`), ENV_VARS exported, and the launch `uv run --no-sync python
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from capture import write_case  # run as a script from this folder, as capture.py is
+
 MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
-CASES = Path(__file__).parent / "cases"
 RECIPE_PATHS = {"DATA_PATH": "/mnt/artifacts", "DATA_CACHE_PATH": "/workspace/data/cache",
                 "OUTPUT_PATH": "/workspace/assets", "TENSORBOARD_PATH": "/workspace/assets/tensorboard",
                 "CHECKPOINT_SAVE_PATH": "/workspace/artifacts/checkpoints", "CHECKPOINT_LOAD_PATH": "/mnt/artifacts/"}
@@ -82,15 +82,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--script", default="pretrain_gpt.py")
     ns = ap.parse_args()
-    case = build(ns.name, ns.commit, ns.case, ns.nodes, ns.script)
-    out = CASES / f"{ns.name}.json"
-    old = json.loads(out.read_text()) if out.exists() else {}
-    case["expect"] = old.get("expect", {})
-    case["notes"] = old.get("notes", "")
-    argv = case.pop("argv")
-    text = json.dumps(case, indent=1).replace('"cwd":', f'"argv": {json.dumps(argv)},\n "cwd":', 1)
-    out.write_text(text + "\n")
-    print(out, " ".join(argv)[:300])
+    write_case(ns.name, build(ns.name, ns.commit, ns.case, ns.nodes, ns.script))
 
 
 if __name__ == "__main__":
