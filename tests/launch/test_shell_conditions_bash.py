@@ -33,6 +33,14 @@ def _llmperf_tp(script: Path) -> str:
     return parse_launch(["bash", script.name], {}).script_args[-1]
 
 
+def _both_tp(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """(llmperf's, bash's) last launch word of a train.sh of `body` plus the launch line, run from its folder."""
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + body + LAUNCH)
+    monkeypatch.chdir(tmp_path)
+    return _llmperf_tp(script), _bash_tp(script)
+
+
 NESTED_ON_ONE_LINE = {
     "then if": "A=1\nTP=1\nif [ $A = 1 ]; then if [ $A = 2 ]; then TP=2; fi\nfi\n",
     "then if, outer not taken": "A=1\nTP=1\nif [ $A = 2 ]; then if [ $A = 1 ]; then TP=2; fi\nTP=8\nfi\n",
@@ -48,10 +56,8 @@ def test_an_if_opened_after_then_else_or_do_on_the_same_line(body: str, tmp_path
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """`then if ...; then ...; fi` opens a block bash reads as one: it was read as the outer block's `then` again,
     applying TP=2 that bash never runs."""
-    script = tmp_path / "train.sh"
-    script.write_text("#!/bin/bash\n" + body + LAUNCH)
-    monkeypatch.chdir(tmp_path)
-    assert _llmperf_tp(script) == _bash_tp(script)
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
 
 
 TEST_WORDS = {
@@ -74,10 +80,8 @@ def test_test_words_as_bash_expands_them(body: str, tmp_path: Path, monkeypatch:
     read as if quoted, text after `$X` taken as part of the reference, `$(...)` / `${#X}` / `${X%...}` compared as
     written, and a variable a command sets (cut at its blanks, or after a plain value) read as empty or stale. Bash
     needs only the variables for the first three; the rest are left undecided, every branch read, as before."""
-    script = tmp_path / "train.sh"
-    script.write_text("#!/bin/bash\n" + body + LAUNCH)
-    monkeypatch.chdir(tmp_path)
-    assert _llmperf_tp(script) == _bash_tp(script)
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
 
 
 VALUES = st.sampled_from(["", "a", "7", "a b", "-n", "-z", "!", "=", "a*", " 7 "])
@@ -136,7 +140,5 @@ def test_arithmetic_over_named_variables_and_large_values_matches_bash(expr: str
 def test_an_argument_loop_bash_does_not_enter(count: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`while [ ${#} -gt 0 ]` with no arguments is skipped as `$#` is: `${#}` alone reached shlex, which cut the
     line at its `#`, and the loop was read as one that may run (TP unknown)."""
-    script = tmp_path / "train.sh"
-    script.write_text(f"#!/bin/bash\nTP=1\nwhile [ {count} -gt 0 ]; do TP=$1; shift; done\n" + LAUNCH)
-    monkeypatch.chdir(tmp_path)
-    assert _llmperf_tp(script) == _bash_tp(script) == "1"
+    ours, bash = _both_tp(f"TP=1\nwhile [ {count} -gt 0 ]; do TP=$1; shift; done\n", tmp_path, monkeypatch)
+    assert ours == bash == "1"
