@@ -109,7 +109,39 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     (ds_checkpoint_ops)."""
     ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
-    return fwd + ckpt_fwd, bwd + ckpt_bwd, reduce
+    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size)
+    return copy_fwd + fwd + ckpt_fwd, copy_bwd * (2 if recomputed else 1) + bwd + ckpt_bwd, reduce
+
+
+HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
+"""The GPU <-> host link as the 'group' of a host copy that runs on the all-gather stream: the composer hides such
+an op behind compute as it hides the gathers beside it (tagged overlap), or charges it as exposed ZeRO time."""
+
+
+def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward) host-to-device copies of a layer's parameter partition under ZeRO-3 offload_param.
+
+    The rank's partition (param.ds_tensor, 1/d of each parameter in its 16-bit dtype) lives in host memory
+    (partition_parameters.py _partition_param: ds_tensor on the offload device, pinned with pin_memory), so every
+    fetch copies it to the GPU before gathering it: all_gather_coalesced -> _all_gather_dtype(
+    param_ds_tensor.to(current_device_name()), ...), and with one rank _no_gather_coalesced's ds_tensor.to(device).
+    The fetch runs under `with get_accelerator().stream(self.__allgather_stream)` (partitioned_param_coordinator.py
+    __all_gather_params_), so the copy and the gather are one side-stream sequence: prefetched
+    (stage3_prefetch_bucket_size > 0) they hide behind compute together, without prefetching each module's copy is
+    exposed before its gather. Fetched before the forward and the backward (and a recompute), as the gathers."""
+    o = cfg.optimizer
+    if o.zero_stage < 3 or o.offload_param == "none" or layer_params <= 0:
+        return (), ()
+    per_rank = param_bytes(cfg) / max(1, d)
+
+    def phase_ops(phase: Phase) -> tuple[Op, ...]:
+        if o.stage3_prefetch_bucket_size_elems == 0:
+            return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
+                            bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK)
+                         for n in zero3_gather_modules(cfg, layer_params))
+        return (Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(layer_params * per_rank)}, flops=0.0,
+                   bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK, tags={"overlap": "param_gather"}),)
+    return phase_ops("fwd"), phase_ops("bwd")
 
 
 def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
@@ -158,15 +190,11 @@ def ds_checkpoint_ops(cfg: TrainingConfig, gpus_per_node: int, recomputed: bool)
     return fwd, bwd
 
 
-CHECKPOINT_HOST_BYTES_PER_S = 20e9
-"""Host <-> GPU copy rate of a checkpoint (PCIe Gen4 x16: ~25 GB/s peak, ~20 GB/s achieved; the rate
-predict/roofline.py PCIE_BYTES_PER_S prices offload copies with)."""
-
-
 def _host_copy(nbytes: float, phase: Phase, direction: str) -> Op:
-    """A checkpoint copy between GPU and host memory, on the compute stream (the recompute waits for it)."""
+    """A checkpoint copy between GPU and host memory, on the compute stream (the recompute waits for it); priced
+    over the GPU's host link (predict/roofline.py host_copy_s)."""
     return Op(f"ds_checkpoint.{direction}_copy", "host_copy", phase, {"bytes": int(nbytes)}, flops=0.0,
-              bytes_moved=0.0, dtype="bf16", tags={"host_s": f"{nbytes / CHECKPOINT_HOST_BYTES_PER_S:.6g}"})
+              bytes_moved=0.0, dtype="bf16")
 
 
 QWZ_BYTES_PER_ELEM = 1.0 + 4.0 / 4096

@@ -29,6 +29,10 @@ class HardwareSpec:
     """Fixed cost per GEMM for filling the first wave of tiles: t = flops / (peak * gemm_efficiency) + ramp."""
     attention_efficiency: float = 0.6
     """Fraction of dense peak reached by the fused (flash) attention kernels, forward and backward."""
+    host_link_bytes_per_s: float = 31.5e9
+    """GPU <-> host link, per direction, as specified (the YAML's host_link_GBps, cited per preset): PCIe Gen4 x16
+    31.5 GB/s (16 GT/s x 16 lanes x 128/130 / 8), Gen5 x16 63 GB/s, NVLink-C2C 450 GB/s (Grace Hopper / Grace
+    Blackwell). Offload copies reach predict/roofline.py HOST_LINK_EFFICIENCY of it. Default: PCIe Gen4 x16."""
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak for `dtype`; fp8 falls back to bf16 and bf16 to fp16 where a GPU lacks them."""

@@ -21,8 +21,22 @@ KERNELS_PER_OP = {"fwd": 1, "recompute": 1, "bwd": 2, "step": 1}
 CPU_ADAM_PARAMS_PER_S = 1.0e9
 """DeepSpeed CPUAdam throughput per GPU process with offload (Ren et al. 2021, ZeRO-Offload, Sec. 5.2: ~1 s
 per billion parameters on a multi-core host shared by the node's GPUs); used for offload_optimizer = cpu/nvme."""
-PCIE_BYTES_PER_S = 20e9
-"""Host <-> GPU copy rate for offloaded gradients and parameters (PCIe Gen4 x16 ~25 GB/s peak, ~20 achieved)."""
+HOST_LINK_EFFICIENCY = 0.8
+"""Share of the GPU <-> host link (HardwareSpec.host_link_bytes_per_s, per direction) that a large pinned copy reaches:
+CUDA's bandwidthTest (cuda-samples, pinned, 32 MB transfers) reports ~25-26 GB/s host-to-device on PCIe Gen4 x16
+(of 31.5) and ~50-55 GB/s on Gen5 x16 (of 63). NVLink-C2C is taken at the same share (an assumption: no figure of
+ours measures it)."""
+
+
+def host_link_rate(gpu: HardwareSpec) -> float:
+    """Bytes per second of a host <-> GPU copy of offloaded parameters, gradients or checkpoints on `gpu`."""
+    return gpu.host_link_bytes_per_s * HOST_LINK_EFFICIENCY
+
+
+def host_copy_s(op: Op, gpu: HardwareSpec) -> float:
+    """A copy between host and GPU memory (op class host_copy: ZeRO-3 offload_param's partition before its
+    all-gather, DeepSpeed activation checkpoints in CPU): its bytes over the host link, plus one launch."""
+    return op.dims.get("bytes", 0) / host_link_rate(gpu) + gpu.kernel_launch_s
 
 
 FP8_GEMM_CLASSES = frozenset({"gemm"})
@@ -82,7 +96,9 @@ def compute_time_s(op: Op, gpu: HardwareSpec) -> float:
     memory_s = op.bytes_moved / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
     if op.op_class == "optimizer" and op.tags.get("offload", "none") != "none":
         params = op.dims["params"]
-        return params / CPU_ADAM_PARAMS_PER_S + params * (4 + 2) / PCIE_BYTES_PER_S
+        return params / CPU_ADAM_PARAMS_PER_S + params * (4 + 2) / host_link_rate(gpu)
+    if op.op_class == "host_copy":
+        return host_copy_s(op, gpu)
     if op.op_class in MATH_CLASSES:
         fp8 = math_dtype(op) == "fp8"
         efficiency = gpu.gemm_efficiency * (FP8_GEMM_EFFICIENCY_RATIO if fp8 else 1.0)
