@@ -131,8 +131,8 @@ class _Reading:
     positional: dict[str, str] = field(default_factory=dict)
     """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
     undecidable: set[str] = field(default_factory=set)
-    """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose value
-    env keeps for the launch line as before): a test on them is undecided."""
+    """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
+    env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
@@ -245,7 +245,11 @@ class _Reading:
             self.env[match.group(1)] = self.expand(value)
             self.undecidable.discard(match.group(1))
         elif any(s in expand_env_refs(_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
-            self.undecidable.add(match.group(1))  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale
+            self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
+            self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
+        else:
+            self.env[match.group(1)] = self.expand(value)
+            self.undecidable.discard(match.group(1))
         return True
 
     def launch(self) -> list[str]:

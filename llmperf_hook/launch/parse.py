@@ -24,7 +24,9 @@ from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.batch_script import read_batch_script
 from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
+from llmperf_hook.launch.shell_script import logical_lines, pipelines
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
@@ -180,23 +182,39 @@ def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:
     return j, letters
 
 
-def is_shell_c(words: Sequence[str], i: int) -> bool:
-    """`words[i:i + 3]` is `sh -c CMD` (bash, zsh, dash; -c, -lc, -xc, -ec: one option word, CMD at i + 2, where
-    _shell_c and tune's rewrite take it; `bash -x -c CMD` is not read): the job's words live in CMD."""
+def shell_command_index(words: Sequence[str], i: int) -> int | None:
+    """For a shell at words[i] given -c (sh, bash, zsh, dash): the index of CMD, its first operand past all its own
+    options (`bash -c CMD`, `bash -lc CMD`, `bash -x -c CMD`, `bash -o pipefail -c CMD`; bash manual 6.1 Invoking
+    Bash: with -c the commands are read from the first non-option argument); None for any other command."""
     if os.path.basename(words[i]) not in _SHELLS:
-        return False
+        return None
     operand, letters = shell_operand(words, i)
-    return "c" in letters and operand < len(words) and operand == i + 2
+    return operand if "c" in letters and operand < len(words) else None
+
+
+def is_shell_c(words: Sequence[str], i: int) -> bool:
+    """`words[i:i + 3]` is `sh -c CMD` with one option word (-c, -lc, -xc, -ec), CMD at i + 2, where tune's rewrite
+    takes it; the parser reads every form through shell_command_index (`bash -x -c CMD` too)."""
+    return shell_command_index(words, i) == i + 2
 
 
 def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
-    """`sh -c "CMD"` / `bash -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell."""
-    if not is_shell_c(words, i):
+    """`sh -c "CMD"` / `bash -x -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell.
+    A CMD of several commands (`TP=2; cd /w && torchrun ...`) is a script: read as batch scripts are, its
+    one launch line (or `python train.py` line) taken."""
+    k = shell_command_index(words, i)
+    if k is None:
         return None
-    try:
-        inner = shlex.split(words[i + 2])
-    except ValueError as err:
-        raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[i + 2]!r}.") from None
+    # the string may already hold a variable's newlines (`srun bash -c '$LAUNCHER $CMD'`, expanded here, where
+    # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
+    if sum(len(p) for p in pipelines(words[k].replace("\n", " "))) > 1:
+        inner, _ = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
+                                     "the command string of", words[k + 2:])
+    else:
+        try:
+            inner = shlex.split(words[k])
+        except ValueError as err:
+            raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[k]!r}.") from None
     inner = inner[_strip_assignments(inner, env):]
     if not inner:
         raise UsageError(f"{words[i]} -c is given an empty command.")

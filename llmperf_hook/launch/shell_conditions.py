@@ -119,6 +119,18 @@ def condition_expander(undecidable: set[str], expand: Callable[[str], str]) -> C
     return word
 
 
+def _arm_pattern_end(words: list[str]) -> int:
+    """How many words of a command in a `case` body are an arm's pattern (`7B)`, `(7B)`, `7B|13B)`, `7B | 13B)`;
+    bash manual 3.2.5.2: `[(] pattern [| pattern]...) command-list ;;`), 0 when it opens with none. A pattern ends at
+    the first word closing more parentheses than it opens; `X=$(nproc)` closes what it opens."""
+    for k, word in enumerate(words):
+        if word.count(")") > word.count("(") or (k == 0 and word.startswith("(") and word.endswith(")")):
+            return k + 1
+        if k > 0 and words[k - 1] != "|" and word != "|" and not words[k - 1].endswith("|") and not word.startswith("|"):
+            return 0  # two words not joined by `|`: a command, not a pattern list
+    return 0
+
+
 def _taken(frame: _Frame) -> bool | None:
     """Whether a branch so far ran: once one surely ran the rest cannot; undecided while one might have."""
     if frame.taken is True or frame.active is True:
@@ -147,12 +159,14 @@ class Conditions:
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[None if head == "for" else test(words[1:])], kind=head))
             return []
-        if head == "case":
+        if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
             self.frames.append(_Frame(reading=False, kind="case", uncertain=True))
-            return []
+            return self.step(words[3:], test) if len(words) > 3 and words[2] == "in" else []
         frame = self.frames[-1] if self.frames else None
         if frame is None:
             return words
+        if frame.kind == "case" and head != "esac" and _arm_pattern_end(words):
+            return self.step(words[_arm_pattern_end(words):], test)  # `7B) if [ ... ]; then` : the arm's commands
         if frame.reading and head not in ("then", "do"):
             frame.parts.append(test(words))
             return []

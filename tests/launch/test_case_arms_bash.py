@@ -1,0 +1,75 @@
+"""`case` arms read as bash reads them, and a variable a command substitution sets after a plain value: each script is
+run by bash itself (tests/launch/test_shell_conditions_bash.py's runner) and through the real `llmperf explain`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.launch.cli_run import llmperf
+from tests.launch.test_shell_conditions_bash import _both_tp
+
+BASH = shutil.which("bash")
+GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+       "--micro-batch-size 1 --global-batch-size 8 --tokenizer-type NullTokenizer --vocab-size 1000")
+
+CASE_ARMS = {
+    "if ... fi in an arm, inside an if bash does not run":
+        "A=1\nTP=1\nif [ $A = 2 ]; then\ncase $M in\n  7B) if [ $A = 1 ]; then X=2; fi ;;\nesac\nTP=8\nfi\n",
+    "if ... fi in an arm, then a later arm and an outer if":
+        "A=1\nTP=1\nif [ $A = 1 ]; then\ncase $M in\n  7B) if [ $A = 1 ]; then X=2; fi ;;\n  *) X=3 ;;\nesac\n"
+        "if [ $A = 2 ]; then TP=8; fi\nfi\n",
+    "patterns joined by |, (pattern) form":
+        "A=1\nTP=1\nif [ $A = 2 ]; then\ncase $M in\n  7B | 13B) if [ $A = 1 ]; then X=2; fi ;;\n"
+        "  (70B) if true; then X=4; fi ;;\nesac\nTP=8\nfi\n",
+    "case ... esac on one line": "A=1\nTP=1\nif [ $A = 2 ]; then case $M in 7B) if true; then X=2; fi;; esac; TP=8; fi\n",
+    "an arm's command with $(...)": "TP=1\ncase $M in\n  7B) X=$(nproc) ;;\nesac\nif [ 1 = 2 ]; then TP=8; fi\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", CASE_ARMS.values(), ids=CASE_ARMS.keys())
+def test_an_if_inside_a_case_arm_keeps_the_blocks(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`7B) if ...; then ...; fi ;;` was read as the case's own `then` / `fi`: the `fi` closed the case and `esac` the
+    outer `if`, so TP=8, which bash never runs, was applied."""
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
+
+
+def test_a_variable_assigned_in_an_arm_is_unknown_afterwards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text("TP=1\ncase $M in\n  7B) if true; then TP=2; fi ;;\nesac\n"
+                                       f"torchrun --nproc_per_node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size $TP\n")
+    out = llmperf(capsys, "explain", "--", "bash", "train.sh")
+    assert out.code == 2 and "'$TP'" in out.err and out.err.startswith("llmperf: error: ")
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_a_command_substitution_after_a_plain_value_makes_the_variable_unknown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`TP=2; TP=$(...)`: the launch line used the stale 2; bash gives what the command prints (here 4)."""
+    body = "TP=2\nTP=$(echo 4)\n"
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert (ours, bash) == ("$TP", "4")
+    out = llmperf(capsys, "explain", "--", "bash", "train.sh")
+    assert out.code == 2 and "'$TP'" in out.err, out.err
+
+
+def test_nproc_from_a_substitution_after_a_plain_value_is_not_statically_known(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"N=1; N=$(nproc)\ntorchrun --nproc_per_node $N pretrain_gpt.py {GPT}\n")
+    out = llmperf(capsys, "explain", "--", "bash", "train.sh")
+    assert out.code == 2 and "sets by running a command" in out.err, out.err
+    out = llmperf(capsys, "explain", "--nproc-per-node", "4", "--", "bash", "train.sh")
+    assert out.code == 0 and "nproc_per_node         4" in out.out, out.err
+
+
+@pytest.mark.parametrize("body, value", [("X=1\nTP=${X:-$(nproc)}\n", "1"), ("TP=3\nTP=${TP:-$(nproc)}\n", "3")])
+def test_a_default_substitution_bash_does_not_run(body: str, value: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash == value
