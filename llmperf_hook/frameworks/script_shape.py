@@ -4,18 +4,24 @@ with config.json, else a Hub name we ship a preset for. Sequence length from the
 (--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len, the
 `--max_length` of DeepSpeedExamples' finetune scripts, which pad every sample to it, OpenRLHF's --max_len) or, failing
 that, the shape's.
+
+Also what a plain-torch script's own code does with its weights' dtype and optimizer (script_training: read with
+`ast`, never imported or run), so a script that casts its model to bf16 and steps torch.optim over it is priced
+with 16-bit states instead of Megatron's mixed-precision 18 bytes per parameter.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.hf_config import read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
-from llmperf_hook.frameworks.training_config import ModelShape
+from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
 
 # Hub names whose published shape we ship, suggested in the error (never fetched, never assumed): name -> preset.
@@ -82,3 +88,112 @@ def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, So
         moe_ffn_hidden_size=raw.get("moe_ffn_hidden_size", 0), moe_layer_freq=raw.get("moe_layer_freq", 1),
         word_embed_proj_dim=raw.get("word_embed_proj_dim"),
     )
+
+
+@dataclass(frozen=True)
+class ScriptTraining:
+    """What a plain-torch training script's own code does with its model's dtype and optimizer (read, never run)."""
+
+    optimizer: str
+    """"adam" (torch.optim.Adam / AdamW) or "sgd" (torch.optim.SGD)."""
+    impl: str
+    """"fused" (fused=True given as a literal) or "foreach" (torch's default on CUDA)."""
+    where: str
+    """`path line N` of the cast, for provenance."""
+
+
+_TORCH_OPTIMIZERS = {"Adam": "adam", "AdamW": "adam", "SGD": "sgd"}
+_HALF_DTYPES = frozenset({"bfloat16", "float16", "half"})
+
+
+def _dotted(node: ast.AST) -> str:
+    """`torch.optim.AdamW` for an attribute chain of names, else ""."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _is_half_cast(call: ast.Call) -> bool:
+    """`X.to(torch.bfloat16)`, `X.to(dtype=torch.half)`, `X.bfloat16()`, `X.half()`."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in ("bfloat16", "half") and not call.args:
+        return True
+    dtypes = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")] if func.attr == "to" else []
+    return any(_dotted(d).split(".")[-1] in _HALF_DTYPES for d in dtypes)
+
+
+def _half_cast_names(tree: ast.AST) -> dict[str, int]:
+    """{name: line} of the names a script casts to 16 bits: the receiver of a cast (`model.half()` casts an
+    nn.Module in place) and the target of an assignment from one (`model = GPT(args).to(torch.bfloat16)`)."""
+    out: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _is_half_cast(node) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name):
+            out.setdefault(node.func.value.id, node.lineno)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_half_cast(node.value):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out.setdefault(target.id, node.lineno)
+    return out
+
+
+def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str, str] | None:
+    """(optimizer, impl, model name) of `torch.optim.AdamW(model.parameters(), ...)`, or None."""
+    name = _dotted(call.func)
+    short = name.split(".")[-1]
+    if short not in _TORCH_OPTIMIZERS or not (name.startswith(("torch.optim.", "optim.")) or imported.get(short)):
+        return None
+    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
+    if not (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters"
+            and isinstance(first.func.value, ast.Name)):
+        return None
+    fused = any(k.arg == "fused" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
+    return _TORCH_OPTIMIZERS[short], "fused" if fused else "foreach", first.func.value.id
+
+
+def script_training(script: str) -> ScriptTraining | None:
+    """A plain-torch script that casts its model to 16 bits and builds a torch.optim optimizer over that model's
+    parameters: its step updates the 16-bit weights with 16-bit gradients and states (torch.optim keeps each state
+    in its parameter's dtype: adamw.py _init_group zeros_like(p, memory_format=...)). None when the file cannot be
+    read or parsed, or the script does not do both (autocast keeps fp32 weights: mixed precision)."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    imported = {a.asname or a.name: node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "torch.optim" for a in node.names}
+    casts = _half_cast_names(tree)
+    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        found = _optimizer_over(call, imported)
+        if found and found[2] in casts:
+            return ScriptTraining(found[0], found[1], f"{script} line {casts[found[2]]}")
+    return None
+
+
+def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
+    """`cfg` with the optimizer a plain-torch script really runs (script_training): a user's script (not a Megatron
+    entry point) without DeepSpeed, trained in bf16/fp16, whose code casts the model and steps torch.optim over it
+    keeps weights, gradients and optimizer states in the 16-bit dtype (Adam: 2 + 2 + 2 x 2 bytes per parameter, not
+    Megatron's 2 + 4 + 12). Any other job is returned unchanged."""
+    from dataclasses import replace
+
+    from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
+
+    if cfg.framework not in ("megatron", "torch") or cfg.precision not in ("bf16", "fp16") or megatron_entry_point(script):
+        return cfg
+    o = cfg.optimizer
+    if o.distributed_optimizer or o.zero_stage or o.fsdp != "none":
+        return cfg
+    found = script_training(script)
+    if found is None:
+        return cfg
+    origin = Source(SourceKind.DERIVED, f"{found.where}: the model is cast to {cfg.precision} and torch.optim steps it")
+    sources = {**cfg.sources, "master_weights": origin, "fp32_main_grads": origin, "torch_optimizer_impl": origin}
+    optimizer = replace(o, name=found.optimizer, master_weights=False, fp32_main_grads=False,  # type: ignore[arg-type]
+                        torch_optimizer_impl=found.impl)
+    return replace(cfg, optimizer=optimizer, sources=sources)

@@ -245,6 +245,14 @@ class OptimizerConfig:
     zero3_per_tensor_grad_reduce: bool = False
     """DeepSpeed ZeRO-3 before v0.6.0: one list reduce-scatter per parameter gradient, small ones included
     (graph/zero3_legacy.py); False = today's coalesced reduce-scatter. Set like zero3_list_param_gather."""
+    master_weights: bool = True
+    """False: the optimizer updates the 16-bit model parameters themselves, as a plain-torch script does that casts
+    its model (model.to(torch.bfloat16), .half()) and builds a torch.optim optimizer over it: gradients and the
+    optimizer's states are in the model's dtype and no fp32 master copy exists (frameworks/script_shape.py
+    script_training). True: mixed precision with fp32 master weights (Megatron, DeepSpeed, torch autocast)."""
+    torch_optimizer_impl: str = ""
+    """The torch.optim implementation a plain-torch script's step runs when master_weights is False: "foreach" (the
+    CUDA default, multi-tensor kernels) or "fused" (fused=True); "" = the framework's own optimizer."""
     zero_grad_allreduce: bool = False
     """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,

@@ -6,7 +6,9 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
   weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the live, gathered layers
   gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition); 0 on the GPU under
                  ZeRO-2/3 offload_optimizer (the partition lives on the host)
-  optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8;
+  optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8; a plain-torch
+                 script stepping its 16-bit model with torch.optim (OptimizerConfig.master_weights False): Adam 4,
+                 SGD 2 (momentum), with 16-bit gradients (2);
                  /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded (ZeRO-3 partial
                  offload: the GPU's share of the sub-groups stays)
   DeepSpeed      ZeRO++ hpZ secondary weights 2/k; a wider data_types.grad_accum_dtype (grad_accum_extra_bytes);
@@ -67,6 +69,8 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     weight_b = 4 if fp32 else 2
     grad_b = 4 if (fp32 or (o.fp32_main_grads and "deepspeed" not in cfg.framework)) else 2
     opt_b = (8 if fp32 else 12) if o.name == "adam" else (4 if fp32 else 8)
+    if not o.master_weights and not fp32:
+        opt_b = 4 if o.name == "adam" else 2  # torch.optim states in the 16-bit parameter's dtype, no master copy
     weights = sharded * weight_b if o.zero_stage >= 3 else total * weight_b
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
     if gradient_partition_on_host(cfg):
