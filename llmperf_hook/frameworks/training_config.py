@@ -208,7 +208,9 @@ class OptimizerConfig:
     """Megatron --ddp-num-buckets: the overlapped gradient reduction in this many buckets of params // N elements
     each (megatron/training/training.py resolve_ddp_bucket_size); None = by grad_bucket_size_elems or the default."""
     allgather_bucket_size_elems: int | None = None
-    contiguous_gradients: bool = False
+    contiguous_gradients: bool = True
+    """DeepSpeed zero_optimization.contiguous_gradients (DeepSpeed's default True): gradients copied into the
+    reduction buffers as they are produced; False keeps them as separate tensors (schedule/memory.zero_bucket_count)."""
     stage3_prefetch_bucket_size_elems: int | None = None
     stage3_max_live_parameters: int | None = None
     fp32_main_grads: bool = True

@@ -166,8 +166,26 @@ def zero_reduce_bucket_bytes(cfg: TrainingConfig) -> float:
     o = cfg.optimizer
     accum = DTYPE_BYTES.get(o.grad_accum_dtype or "", 0)
     dtype_b = max(4 if cfg.precision == "fp32" else 2, accum if o.zero_stage == 1 else 0)
-    count = 2 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else 1
-    return float((o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * dtype_b * count)
+    return float((o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * dtype_b * zero_bucket_count(cfg))
+
+
+def zero_bucket_count(cfg: TrainingConfig) -> int:
+    """Reduction buckets' worth of gradient memory DeepSpeed holds in backward. contiguous_gradients (the default):
+    its ipg buffers, two under ZeRO-1/2 overlap_comm (setup_buckets' double buffer), one otherwise; each gradient is
+    copied in and param.grad becomes a view of it. contiguous_gradients false allocates no buffer (stage3.py /
+    setup_buckets only `if self.contiguous_gradients`): a bucket's gradients stay separate param.grad tensors until
+    reduce_bucket_size of them are ready, and the reduction flattens them into a temporary of the same size
+    (stage_1_and_2.py buffered_reduce_fallback -> flatten; stage3.py __avg_scatter_grads -> reduce_scatter_coalesced's
+    torch.cat): two buckets, ZeRO-3 included; ZeRO-2 with overlap_comm frees the other partitions' gradients of a
+    bucket only during the next reduction (previous_reduced_grads): three. ZeRO-1 keeps every gradient anyway (in
+    `gradients`): only the flatten temporary. Offloading ZeRO-1/2 forces contiguous gradients (cpu_offload)."""
+    o = cfg.optimizer
+    contiguous = o.contiguous_gradients or (o.zero_stage in (1, 2) and o.offload_optimizer != "none")
+    if contiguous:
+        return 2 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else 1
+    if o.zero_stage == 1:
+        return 1
+    return 3 if o.zero_stage == 2 and o.overlap_grad_reduce else 2
 
 
 def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
@@ -253,8 +271,9 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     parts = one_peak_of_two(parts)
     transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
     parts["allocator_fragmentation"] = FRAGMENTATION_FRACTION * transient
+    freed_buckets = cfg.optimizer.zero_stage in (1, 2) or not cfg.optimizer.contiguous_gradients
     backward_only = transient * (1 + FRAGMENTATION_FRACTION) + parts.get("zero3_live_params", 0.0) + (
-        parts.get("zero_buckets", 0.0) if cfg.optimizer.zero_stage in (1, 2) else 0.0)
+        parts.get("zero_buckets", 0.0) if freed_buckets else 0.0)
     step = optimizer_step_bytes(cfg, stage, gpus_per_node) - parts["gradients"]
     if step > backward_only:
         # The optimizer step is the peak (the two phases never overlap): the components sum to the larger.
