@@ -22,6 +22,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections, word_quoting
 
@@ -31,6 +32,20 @@ ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+(?:-\S+\s+)*\S+\.py\b")
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+(?:-\S+\s+)*-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
                         r"\.runner|accelerate\.commands\.launch|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
+_APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
+"""`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
+_ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
+"""`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
+_ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
+                 "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _ansi_c(found: re.Match[str]) -> str:
+    """A `$'...'` word part as a single-quoted shell word (its simple escapes decoded; a numeric one left as written)."""
+    body = re.sub(r"\\(.)", lambda m: _ANSI_ESCAPES.get(m.group(1), m.group(0)), found.group(1))
+    return shlex.quote(body)
+
+
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
@@ -130,6 +145,8 @@ class _Reading:
     """The open `if` blocks (launch/shell_conditions.py)."""
     positional: dict[str, str] = field(default_factory=dict)
     """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
+    shell: tuple[str, str] = ("bash", "")
+    """The shell that runs the script and what said so (posix_shell.script_shell): dash refuses bash-only commands."""
     undecidable: set[str] = field(default_factory=set)
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
     env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
@@ -167,6 +184,8 @@ class _Reading:
         return _ARRAY_REF.sub(words, text)
 
     def command(self, line: ScriptLine, text: str) -> None:
+        if "$'" in text and self.shell[0] == "bash":
+            text = _ANSI_C.sub(_ansi_c, text)
         if self.arrays:
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
@@ -182,11 +201,15 @@ class _Reading:
             return
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
             words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
+        running = self.conditions.running()
         stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested))
+        if self.shell[0] == "dash" and not self.launches:
+            self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
-        if words and self.conditions.uncertain() and len(words) <= 2 and ASSIGN.match(words[-1]):
-            name = ASSIGN.match(words[-1]).group(1)  # type: ignore[union-attr]
+        assigned = (ASSIGN.match(words[-1]) or _APPEND.match(words[-1])) if words else None
+        if words and self.conditions.uncertain() and len(words) <= 2 and assigned:
+            name = assigned.group(1)
             self.env.pop(name, None)  # a loop or case body: its value is not known without running it
             self.undecidable.add(name)
             return
@@ -215,6 +238,12 @@ class _Reading:
                 self.files.setdefault(os.path.normpath(self.expand(target)),
                                       ScriptFile("", origin, command=" ".join(words)[:80]))
 
+    def refuse_bash_only(self, line: ScriptLine, text: str, runs: bool) -> None:
+        """Under dash, a command that runs (or a test dash evaluates) holding a bash-only construct is refused."""
+        found = bash_only(text, runs)
+        if found is not None:
+            raise refuse_bash_only(self.kind, self.path, self.shell[1], line.number, line.text, found)
+
     def evaluate(self, line: ScriptLine, text: str, args: list[str]) -> None:
         """`eval ARGS`: bash expands ARGS, joins them with blanks and reads the result as a command line (bash manual
         4.1 Bourne Shell Builtins, eval), so a launch held in a variable is read from the variable, never run."""
@@ -236,6 +265,8 @@ class _Reading:
     def assign(self, words: list[str]) -> bool:
         """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); its `$(( ))`
         arithmetic was evaluated with the rest of the command's text (`command`)."""
+        if len(words) == 1 + (words[0] == "export") and _APPEND.match(words[-1]):
+            return self.append(*_APPEND.match(words[-1]).groups())  # type: ignore[union-attr]
         match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
             ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
         if match is None:
@@ -250,6 +281,15 @@ class _Reading:
         else:
             self.env[match.group(1)] = self.expand(value)
             self.undecidable.discard(match.group(1))
+        return True
+
+    def append(self, name: str, value: str) -> bool:
+        """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
+        if name in self.undecidable or "$(" in value or "`" in value:
+            self.env.pop(name, None)
+            self.undecidable.add(name)
+        else:
+            self.env[name] = self.env.get(name, "") + self.expand(value)
         return True
 
     def launch(self) -> list[str]:
@@ -269,14 +309,18 @@ class _Reading:
 
 
 def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: dict[str, str],
-                      path: str, kind: str = "sbatch script",
-                      args: Sequence[str] = ()) -> tuple[list[str], dict[str, ScriptFile]]:
+                      path: str, kind: str = "sbatch script", args: Sequence[str] = (),
+                      shell: tuple[str, str] = ("bash", "")) -> tuple[list[str], dict[str, ScriptFile]]:
     """The words of the script's one launch line and the files it writes before it, from its logical lines
-    (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...)."""
+    (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...);
+    `shell` is posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
     positional = {"0": path, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
                   **{str(i): arg for i, arg in enumerate(args, start=1)}}
-    reading = _Reading(env, used, path, kind=kind, positional=positional)
+    reading = _Reading(env, used, path, kind=kind, positional=positional, shell=shell)
     for line in lines:
+        found = bash_only(line.text, False) if shell[0] == "dash" and not reading.launches else None
+        if found is not None:  # a syntax error where dash reads the line, whether it runs or not
+            raise refuse_bash_only(kind, path, shell[1], line.number, line.text, found)
         if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.conditions.running() and \
                 reading.assign_array(line.text):
             continue

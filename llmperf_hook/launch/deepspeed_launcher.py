@@ -2,7 +2,8 @@
 
 Resource pool: the hostfile (`-H/--hostfile`, default /job/hostfile, lines `host slots=N`) or, without one, the
 local machine. Then `--include/--exclude` (NODE[:SLOT,...]@...) filter it, `--num_nodes` keeps the first N
-hosts and `--num_gpus` sets every kept host to N slots. World size = the slots that remain.
+hosts and `--num_gpus` sets every kept host to N slots. World size = the slots that remain. A multi-node launch
+exports the `.deepspeed_env` files to every rank (launch/deepspeed_env.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.deepspeed_env import apply_rank_exports
 from llmperf_hook.launch.options import Option, scan_options
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
@@ -158,6 +160,8 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
         warnings += extra
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
+    multi_node = ("force_multi" in values or (nnodes.value or 1) > 1) and "no_ssh" not in values
+    warnings += apply_rank_exports(env, used, multi_node)  # type: ignore[arg-type]  # parse_launch's own copy
     script = ("-m " if "module" in values else "") + words[opts.rest]
     autotuning = _autotuning(values, flags, warnings)
     return LaunchSize("deepspeed", nnodes, nproc, world, script, tuple(words[opts.rest + 1:]), tuple(warnings),

@@ -7,7 +7,9 @@ nvidia-resiliency-ext's `ft_launcher` (torchrun's options plus fault-tolerance o
 `python train.py`
 (WORLD_SIZE when set, else one process). Leading `VAR=value` words and an `env VAR=value` prefix set
 environment variables for the command, as a shell would; wrappers such as `nohup`, `numactl`, `taskset`, `uv run`
-or `apptainer exec IMAGE` are skipped (launch/wrappers.py).
+or `apptainer exec IMAGE` are skipped (launch/wrappers.py). A script is read with bash's rules unless dash runs it
+(`dash train.sh`, `sh train.sh` where sh is dash, a `#!/bin/sh` script): then its bash-only constructs are refused
+(launch/posix_shell.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from llmperf_hook.launch.argv_words import normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.batch_script import read_batch_script
 from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_script import logical_lines, pipelines
@@ -209,7 +212,7 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
     if sum(len(p) for p in pipelines(words[k].replace("\n", " "))) > 1:
         inner, _ = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
-                                     "the command string of", words[k + 2:])
+                                     "the command string of", words[k + 2:], script_shell(words[i], ""))
     else:
         try:
             inner = shlex.split(words[k])
@@ -259,7 +262,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     script_at = None if head == "sbatch" else _shell_script_index(words, i)
     if head == "sbatch" or script_at is not None:  # the script's own launch line (launch/sbatch.py)
         launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
-            shell_script_launch(words[script_at], env, used, words[script_at + 1:])
+            shell_script_launch(words[script_at], env, used, words[script_at + 1:], words[i] if script_at > i else None)
         inner = normalise_argv(launch, env, used)
         size = _dispatch(inner, _strip_assignments(inner, env), env, used)
         return replace(size, script_files=files) if size is not None and files else size

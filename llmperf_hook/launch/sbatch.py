@@ -23,6 +23,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.batch_script import is_launch, read_batch_script
 from llmperf_hook.launch.options import Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines
 from llmperf_hook.launch.slurm import SRUN_OPTIONS
 
@@ -48,12 +49,13 @@ def _read_script(path: str, what: str = "sbatch script") -> str:
         raise UsageError(f"cannot read {what} {path}: {err.strerror or err}.") from None
 
 
-def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str],
-                        args: Sequence[str] = ()) -> tuple[list[str], dict[str, ScriptFile]]:
-    """`bash train.sh ARGS` (sh, zsh, dash; or `./train.sh`): the script's one launch line, read as for sbatch but
-    without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/train_gpt3_175b_distributed.sh ...`,
-    size the job on their torchrun line)."""
-    return read_batch_script(logical_lines(_read_script(path, "shell script")), env, used, path, "shell script", args)
+def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str], args: Sequence[str] = (),
+                        shell_word: str | None = None) -> tuple[list[str], dict[str, ScriptFile]]:
+    """`bash train.sh ARGS` (sh, zsh, dash: `shell_word`; or `./train.sh`, run by its #! line): the script's one
+    launch line, read as for sbatch but without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/
+    train_gpt3_175b_distributed.sh ...`, size the job on their torchrun line)."""
+    text = _read_script(path, "shell script")
+    return read_batch_script(logical_lines(text), env, used, path, "shell script", args, script_shell(shell_word, text))
 
 
 def _header_options(lines: list[ScriptLine]) -> list[str]:
@@ -103,20 +105,22 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
     """The launch words sbatch's script (or --wrap command) runs and the files the script writes before it; `env`
     gains the allocation and the script's assignments. Command-line options win over #SBATCH lines."""
     cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch")
-    if "wrap" in cli.values:
+    if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script
         lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", cli.values
+        shell = script_shell("/bin/sh", "")
     else:
         if cli.rest >= len(words):
             raise UsageError("sbatch is given no script: write `sbatch [options] job.sh` or `sbatch --wrap \"CMD\"`.")
         path = words[cli.rest]
-        lines = logical_lines(_read_script(path))
+        text = _read_script(path)
+        lines, shell = logical_lines(text), script_shell(None, text)
         header = {**scan_options(_header_options(lines), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
                   **cli.values}
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)
     script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
-    words, files = read_batch_script(lines, env, used, path, args=script_args)
+    words, files = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
     if not is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
         for name in _TASK_LAYOUT:
             if name in allocation:

@@ -8,7 +8,8 @@ script's variables (bash manual 6.4 Bash Conditional Expressions: `[ A = B ]`, `
 test, a variable only a command substitution sets) leaves the branch undecided, and an undecided branch is read as
 before: its assignments applied. Loops and `case` are not run: `while [[ $# -gt 0 ]]` that bash would not enter
 (no arguments) is skipped, and a variable assigned inside a loop or `case` that runs (`case $1 in --tp) TP=$2`)
-is unknown afterwards, so a launch using it says so instead of taking one branch's value.
+is unknown afterwards, so a launch using it says so instead of taking one branch's value. A `case` arm's pattern
+(`7B)`, `7B|13B)`) is stepped over, so an `if ... fi` on the arm's line opens and closes its own block.
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ class Conditions:
     def running(self) -> bool:
         """Whether a command here runs (an undecided branch counts as running)."""
         return all(f.active is not False for f in self.frames)
+
+    def reading(self) -> bool:
+        """Whether the innermost block is reading its condition (a test being evaluated, not a branch)."""
+        return bool(self.frames) and self.frames[-1].reading
 
     def uncertain(self) -> bool:
         """Whether a command here sits in a loop or `case` body that may run."""

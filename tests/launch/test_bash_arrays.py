@@ -106,13 +106,29 @@ def test_append_and_quoted_references(tmp_path: Path, ref: str) -> None:
     assert (job.world_size, cfg.parallel.tp, cfg.parallel.dp, cfg.model.seq_length) == (16, 2, 8, 2048)
 
 
-@pytest.mark.parametrize("launch", [["bash"], ["sh"], []])
+@pytest.mark.parametrize("launch", [["bash"], []])
 def test_the_example_run_with_bash_as_its_readme_says(launch: list[str], tmp_path: Path, monkeypatch) -> None:
     """`bash examples/gpt3/train_gpt3_175b_distributed.sh ...` (or `./train.sh`): the same launch line, no allocation."""
     (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
     monkeypatch.chdir(tmp_path)
     job, cfg = resolve_job([*launch, "train.sh" if launch else "./train.sh", "ckpt", "tb", "vocab.json"], {})
     assert (job.launcher, job.nnodes, job.nproc_per_node, cfg.parallel.pp) == ("torchrun", 16, 8, 16)
+
+
+def test_the_example_run_with_sh_is_read_as_the_machines_sh(tmp_path: Path, monkeypatch) -> None:
+    """`sh train.sh`: where /bin/sh is bash its arrays work; where it is dash (Debian, Ubuntu) the script stops at its
+    first array (tests/launch/test_posix_sh.py), and llmperf refuses it instead of reading it as bash."""
+    from llmperf_hook.errors import UsageError
+    from llmperf_hook.launch.posix_shell import script_shell
+
+    (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
+    monkeypatch.chdir(tmp_path)
+    if script_shell("sh", "")[0] == "bash":
+        job, cfg = resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json"], {})
+        assert (job.launcher, job.nnodes, cfg.parallel.pp) == ("torchrun", 16, 16)
+    else:
+        with pytest.raises(UsageError, match="uses a bash array assignment"):
+            resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json"], {})
 
 
 def test_a_missing_shell_script_is_named(tmp_path: Path, monkeypatch) -> None:

@@ -73,3 +73,17 @@ def test_a_default_substitution_bash_does_not_run(body: str, value: str, tmp_pat
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     ours, bash = _both_tp(body, tmp_path, monkeypatch)
     assert ours == bash == value
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", ["TP=\nTP+=2\n", "TP=$'2'\n", "X=1\nX+=$'\\t'\nTP=2\n", "TP=1\nexport TP+=6\n"])
+def test_append_and_ansi_c_quoting_as_bash(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TP+=2` appends (it was skipped, the old value kept) and `$'2'` is bash's quoting (it was read as $2, empty)."""
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_append_in_a_loop_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, bash = _both_tp("TP=1\nfor i in 1; do TP+=1; done\n", tmp_path, monkeypatch)
+    assert (ours, bash) == ("$TP", "11")
