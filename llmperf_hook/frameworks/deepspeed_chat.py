@@ -53,13 +53,15 @@ def deepspeed_chat_config(flags: FlagValues, world_size: int) -> dict[str, Any]:
 
 
 def _arg_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of `flag` in `args` (`--flag V` or `--flag=V`); None = not given."""
+    """The value of `flag` in `args` (`--flag V` or `--flag=V`) as main.py's argparse keeps it: the last occurrence
+    wins (each one stores over the one before); None = not given."""
+    value = None
     for i, word in enumerate(args):
         if word == flag and i + 1 < len(args):
-            return args[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
+            value = args[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return value
 
 
 def deepspeed_chat_warnings(args: Sequence[str]) -> list[str]:

@@ -93,7 +93,23 @@ def _config_file(opts: ScannedOptions, env: Mapping[str, str]) -> tuple[dict[str
         raise UsageError(f"cannot read the accelerate config file {path}: {err}") from None
     if not isinstance(data, dict):
         raise UsageError(f"the accelerate config file {path} is not a mapping of settings.")
-    return data, str(path)
+    return _process_config(data, str(path)), str(path)
+
+
+def _process_config(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """What accelerate's BaseConfig.process_config (commands/config/config_args.py) makes of a loaded config file:
+    a `distributed_type` is required (ValueError), and a legacy `fp16: true` without `mixed_precision` becomes
+    mixed_precision fp16 (`fp16` itself dropped): a config-file mixed precision, as launch.py's mp_from_config_flag
+    treats it."""
+    if "distributed_type" not in data:
+        raise UsageError(f"the accelerate config file {where} has no distributed_type; accelerate refuses it ('A "
+                         "`distributed_type` must be specified in the config file.'). Add distributed_type (NO, "
+                         "MULTI_GPU, DEEPSPEED, FSDP ...) or write the file again with `accelerate config`.")
+    out = dict(data)
+    if "mixed_precision" not in out:
+        out["mixed_precision"] = "fp16" if out.get("fp16") else None
+    out.pop("fp16", None)
+    return out
 
 
 def _settings(opts: ScannedOptions, config: tuple[dict[str, Any], str] | None) -> dict[str, tuple[Any, Source]]:
@@ -172,8 +188,8 @@ def _check_config_file_fields(settings: Mapping[str, tuple[Any, Source]], config
             f"the accelerate config file {where} sets {', '.join(clash)} beside deepspeed_config_file {ds_file}; "
             "Accelerate's DeepSpeedPlugin refuses that ('When using `deepspeed_config_file`, the following accelerate "
             "config variables will be ignored: ...'; mixed_precision counts when the config file, not the command, "
-            "gives it). Put those settings in the DeepSpeed config file and remove them from the accelerate config, "
-            "or give --mixed_precision on the accelerate launch command instead.")
+            "gives it, a legacy `fp16: true` key too). Put those settings in the DeepSpeed config file and remove them "
+            "from the accelerate config, or give --mixed_precision on the accelerate launch command instead.")
 
 
 MODULE = "accelerate.commands.launch"
