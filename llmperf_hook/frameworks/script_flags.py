@@ -6,7 +6,8 @@ transformers TrainingArguments.
 
 from __future__ import annotations
 
-from llmperf_hook.frameworks.flags import ONE_OR_MORE, Flag
+from llmperf_hook.frameworks.flags import ONE_OR_MORE, Flag, FlagValues
+from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks import step_flags, trainer_flags
 
 _INT = (
@@ -35,7 +36,7 @@ _STR = (
     "model-type", "attn-implementation", "cuda-graph-impl", "dtype", "step-batch-size-schedule", "hybrid-override-pattern",
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
-    "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype",
+    "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype", "cross-entropy-fusion-impl",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
           "max-norm")
@@ -55,6 +56,7 @@ _TRUE = (
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
     "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
     "apply-query-key-layer-scaling", "use-checkpoint-args", "activation-checkpointing",
+    "disable-parameter-transpose-cache",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -147,3 +149,29 @@ NOT_MODELLED: dict[str, str] = {
     "optimizer_offload_fraction": "partial optimizer offload modelled as full CPU offload",
     "mla_down_proj_fusion": "fused MLA down projections priced as the two separate GEMMs",
 }
+
+
+def megatron_memory_fields(flags: FlagValues) -> dict[str, object]:
+    """TrainingConfig fields of the Megatron flags that change what Transformer Engine and the loss keep in memory
+    (schedule/memory.py, schedule/activations.py): --fp8-recipe (default delayed, arguments.py), --disable-parameter-
+    transpose-cache, and --cross-entropy-fusion-impl (default native) when --cross-entropy-loss-fusion is given
+    (language_module.py compute_language_model_loss reads the impl only then)."""
+    fused = bool(flags.get("cross_entropy_loss_fusion"))
+    return {"fp8_recipe": str(flags.get("fp8_recipe") or "delayed"),
+            "parameter_transpose_cache": not flags.get("disable_parameter_transpose_cache"),
+            "cross_entropy_fusion_impl": str(flags.get("cross_entropy_fusion_impl") or "native") if fused else ""}
+
+
+def apply_memory_flags(cfg: TrainingConfig, flags: FlagValues) -> TrainingConfig:
+    """`cfg` with megatron_memory_fields for a Megatron(-DeepSpeed) job, each given flag's origin in its sources;
+    other frameworks unchanged."""
+    from dataclasses import replace
+
+    if cfg.framework not in ("megatron", "megatron-deepspeed"):
+        return cfg
+    sources = dict(cfg.sources)
+    for field, dest in (("fp8_recipe", "fp8_recipe"), ("parameter_transpose_cache", "disable_parameter_transpose_cache"),
+                        ("cross_entropy_fusion_impl", "cross_entropy_fusion_impl")):
+        if flags.has(dest):
+            sources[field] = flags.source(dest)
+    return replace(cfg, sources=sources, **megatron_memory_fields(flags))  # type: ignore[arg-type]

@@ -319,6 +319,18 @@ class TrainingConfig:
     """Megatron --transformer-impl (transformer_engine | local | inference_optimized); the local layers' attention
     has no context parallelism."""
 
+    fp8_recipe: str = "delayed"
+    """Megatron --fp8-recipe (delayed, its default; tensorwise, mxfp8, blockwise): per-tensor recipes keep one fp8
+    layout that Blackwell's GEMMs read both ways; mxfp8 / blockwise scale along rows and columns separately, so a
+    weight keeps a rowwise and a columnwise copy on any GPU (schedule/memory.fp8_copy_bytes_per_param)."""
+    parameter_transpose_cache: bool = True
+    """False under Megatron --disable-parameter-transpose-cache: Transformer Engine re-quantizes each weight every
+    micro-batch instead of caching its fp8 copies (is_first_microbatch is not passed)."""
+    cross_entropy_fusion_impl: str = ""
+    """Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl: "native" (fused_vocab_parallel_cross_
+    entropy, memory as the unfused one) or "te" (Transformer Engine's parallel_cross_entropy: no fp32 copy of the
+    logits, the gradient written into them); "" = not fused."""
+
     def __post_init__(self) -> None:
         p = self.parallel
         assert p.tp * p.pp * p.cp * p.dp == self.world_size, (p, self.world_size)

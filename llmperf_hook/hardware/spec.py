@@ -29,6 +29,9 @@ class HardwareSpec:
     """Fixed cost per GEMM for filling the first wave of tiles: t = flops / (peak * gemm_efficiency) + ramp."""
     attention_efficiency: float = 0.6
     """Fraction of dense peak reached by the fused (flash) attention kernels, forward and backward."""
+    compute_capability: float = 0.0
+    """CUDA compute capability (9.0 Hopper, 10.0 Blackwell B200/GB200); 0 = not an NVIDIA GPU or unknown. Decides
+    what Transformer Engine's fp8 GEMMs can read (schedule/memory.py non_tn_fp8_gemms)."""
     host_link_bytes_per_s: float = 31.5e9
     """GPU <-> host link, per direction, as specified (the YAML's host_link_GBps, cited per preset): PCIe Gen4 x16
     31.5 GB/s (16 GT/s x 16 lanes x 128/130 / 8), Gen5 x16 63 GB/s, NVLink-C2C 450 GB/s (Grace Hopper / Grace

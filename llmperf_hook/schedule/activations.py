@@ -265,10 +265,16 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     cross_entropy.py calculate_logits_max: vocab_parallel_logits.float(), exp taken in place and saved) while the
     caller still holds the logits (GPTModel compute_language_model_loss(labels, logits); Megatron-DeepSpeed
     output.float(); Hugging Face logits.float()); the backward casts the fp32 gradient back to them. 2sbv/t more in
-    mixed precision; theoretical_memory_usage.py counts the paper's figure."""
+    mixed precision; theoretical_memory_usage.py counts the paper's figure. Megatron's --cross-entropy-fusion-impl te
+    (with --cross-entropy-loss-fusion) runs Transformer Engine's parallel_cross_entropy on the logits as they are: it
+    works in fp32 inside its Triton kernel, saves only the logits and per-token statistics (cross_entropy.py
+    CrossEntropyFunction: ctx.save_for_backward(_input, target, m_d_X_y)) and writes the gradient into them, so the
+    fp32 copy's 4sbv/t is not held."""
     m, p = cfg.model, cfg.parallel
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     v_h = m.padded_vocab_size / m.hidden_size
+    if cfg.cross_entropy_fusion_impl == "te" and "megatron" in cfg.framework:
+        return sbh / p.tp * (4 + act_bytes(cfg) * v_h)
     logits_16bit = act_bytes(cfg) if act_bytes(cfg) < FP32_BYTES else 0
     return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h)
 

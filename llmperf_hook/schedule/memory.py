@@ -14,8 +14,9 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
   DeepSpeed      ZeRO++ hpZ secondary weights 2/k; a wider data_types.grad_accum_dtype (grad_accum_extra_bytes);
                  Megatron-DeepSpeed --partition-activations / --checkpoint-in-cpu take checkpoints off the GPU
   fp8            Megatron + Transformer Engine: the cached fp8 copy of every linear weight (row-wise + transpose,
-                 2 per linear parameter); with --fp8-param-gather the weight itself is fp8 (1) plus its transpose
-                 (fp8_weight_bytes)
+                 2 per linear parameter on Hopper, 1 on Blackwell with a per-tensor recipe, 2 + scales under mxfp8;
+                 per micro-batch in flight, column-wise only, with --disable-parameter-transpose-cache); with
+                 --fp8-param-gather the weight itself is fp8 (1) plus its column-wise usage (fp8_weight_bytes)
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
@@ -32,7 +33,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params, fp8_param_gather,
                                          offloaded_optimizer_share, runs_bf16_optimizer)
-from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
@@ -60,7 +61,8 @@ def _shards(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> tuple
     return stage.num_params - num_expert, num_expert, dense.group_size, edp.group_size
 
 
-def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
+def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
+                gpu: HardwareSpec | None = None) -> dict[str, float]:
     o = cfg.optimizer
     num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
     total = num_dense + num_expert
@@ -85,7 +87,7 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
     if o.offload_param != "none" and o.zero_stage >= 3:
         weights = 0.0
     out = {"weights": weights, "gradients": grads, "optimizer_states": opt}
-    fp8_primary, fp8_copies = fp8_weight_bytes(cfg, stage)
+    fp8_primary, fp8_copies = fp8_weight_bytes(cfg, stage, gpu)
     if fp8_copies:
         out["weights"] -= fp8_primary  # 1 byte, not 2, per fp8 primary weight
         out["fp8_weight_copies"] = fp8_copies
@@ -99,30 +101,60 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> d
 
 
 FP8_COPY_BYTES_PER_PARAM = 2
-"""Transformer Engine's fp8 copy of a 16-bit linear weight: the row-wise data the forward GEMM reads and the
+"""Transformer Engine's fp8 copy of a 16-bit linear weight on Hopper: the row-wise data the forward GEMM reads and the
 column-wise (transposed) data the backward's data-gradient GEMM reads, one byte each. Hopper's fp8 GEMMs take only
 the TN layout (TransformerEngine 2.17 pytorch/utils.py L657-662 is_non_tn_fp8_gemm_supported: sm 10.x and >= 13
-only), and MXFP8 keeps both orientations on any GPU."""
+only); fp8_copy_bytes_per_param has the other GPUs and recipes."""
+MX_SCALE_BYTES_PER_PARAM = 1.0 / 32
+"""MXFP8: one E8M0 scale byte per block of 32 elements, per orientation (OCP Microscaling Formats spec v1.0)."""
 
 
-def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph) -> tuple[float, float]:
+def non_tn_fp8_gemms(gpu: HardwareSpec | None) -> bool:
+    """TE's is_non_tn_fp8_gemm_supported on `gpu`: compute capability 10.x (B200, GB200) or >= 13. Unknown: Hopper's
+    TN-only GEMMs."""
+    cc = gpu.compute_capability if gpu is not None else 0.0
+    return 10.0 <= cc < 12.0 or cc >= 13.0
+
+
+def fp8_copy_bytes_per_param(cfg: TrainingConfig, gpu: HardwareSpec | None) -> tuple[float, float]:
+    """(row-wise, column-wise) bytes per linear parameter of a quantized weight. Per-tensor recipes (delayed,
+    tensorwise): one byte each on Hopper; on Blackwell one layout serves both usages (TE docs, features/low_precision_
+    training/performance_considerations: 'On Blackwell, rowwise and columnwise usages share the same memory layout'),
+    so the column-wise half costs nothing. mxfp8 scales 1x32 blocks along rows and along columns: two copies with
+    their scales on any GPU; blockwise (1x128 / 128x128) keeps a transposed copy too."""
+    if cfg.fp8_recipe == "mxfp8":
+        return 1 + MX_SCALE_BYTES_PER_PARAM, 1 + MX_SCALE_BYTES_PER_PARAM
+    if cfg.fp8_recipe != "blockwise" and non_tn_fp8_gemms(gpu):
+        return 1.0, 0.0
+    return 1.0, 1.0
+
+
+def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph, gpu: HardwareSpec | None = None) -> tuple[float, float]:
     """(bytes `weights` over-counts, bytes of fp8 weight copies) of a rank under Megatron + Transformer Engine fp8.
 
     Without --fp8-param-gather every linear weight stays bf16 and TE caches its fp8 cast across micro-batches and
     steps (module/linear.py L421-433 quantize_weight(workspace=..., cache=args.cache_weight), L1924 cache_weight =
     cache_name is not None, which Megatron requests by passing is_first_microbatch unless
-    --disable-parameter-transpose-cache: megatron/core/extensions/transformer_engine.py L1338-1344): 2 bytes more per
-    linear parameter. With it the weight is the fp8 tensor itself, 1 byte in Megatron's uint8 parameter buffer
-    (graph/step_ops.FP8_PARAM_BYTES), and Hopper keeps its transpose beside it, created after each all-gather
-    (megatron/core/distributed/param_and_grad_buffer.py L343 calls fp8_utils.post_all_gather_processing after each
-    bucket's all-gather -> TE tensor/utils.py L950-956 _create_transpose): 1 byte."""
+    --disable-parameter-transpose-cache: megatron/core/extensions/transformer_engine.py L1338-1344): row-wise +
+    column-wise bytes per linear parameter (fp8_copy_bytes_per_param). With that flag each forward quantizes the
+    weight afresh and saves only its column-wise usage for the data gradient (linear.py: weightmat.update_usage(
+    rowwise_usage=False) before ctx.save_for_backward): one copy per micro-batch in flight (one layer's under full
+    recompute, whose forward saves nothing). With --fp8-param-gather the weight is the fp8 tensor itself, row-wise
+    data in Megatron's uint8 parameter buffer (graph/step_ops.FP8_PARAM_BYTES), and its column-wise usage is created
+    beside it after each all-gather (megatron/core/distributed/param_and_grad_buffer.py L343 calls
+    fp8_utils.post_all_gather_processing -> TE tensor/utils.py L950-956 _create_transpose)."""
     if not act.fp8_saves_gemm_inputs(cfg) or cfg.framework != "megatron" or cfg.optimizer.zero_stage >= 3:
         return 0.0, 0.0
     linear = float(fp8_linear_params(cfg, stage.stage, stage.num_params, stage.num_layers))
+    rowwise_b, columnwise_b = fp8_copy_bytes_per_param(cfg, gpu)
     if fp8_param_gather(cfg):
-        # the fp8 weight is the copy's row-wise half: only its transpose is extra
-        return linear * (2 - FP8_PARAM_BYTES), linear * (FP8_COPY_BYTES_PER_PARAM - FP8_PARAM_BYTES)
-    return 0.0, linear * FP8_COPY_BYTES_PER_PARAM
+        # the fp8 weight is the copy's row-wise half: only its column-wise usage is extra
+        return linear * (2 - FP8_PARAM_BYTES), linear * (rowwise_b + columnwise_b - FP8_PARAM_BYTES)
+    if not cfg.parameter_transpose_cache:
+        layers = 1.0 / max(1, stage.num_layers) if cfg.recompute.granularity == "full" else \
+            act.microbatches_in_flight(cfg, stage.stage)
+        return 0.0, linear * columnwise_b * layers if columnwise_b else linear * rowwise_b * layers
+    return 0.0, linear * (rowwise_b + columnwise_b)
 
 
 def gradient_partition_on_host(cfg: TrainingConfig) -> bool:
@@ -265,8 +297,9 @@ def one_peak_of_two(parts: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in parts.items() if k != "logits_and_loss"}
 
 
-def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, int]:
-    parts = {**state_bytes(cfg, stage, gpus_per_node), **activation_bytes(cfg, stage),
+def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
+                 gpu: HardwareSpec | None = None) -> dict[str, int]:
+    parts = {**state_bytes(cfg, stage, gpus_per_node, gpu), **activation_bytes(cfg, stage),
              **buffer_bytes(cfg, stage, gpus_per_node)}
     parts = one_peak_of_two(parts)
     transient = sum(v for k, v in parts.items() if k in TRANSIENT_PARTS)
@@ -313,7 +346,7 @@ def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -
     """Peak bytes per GPU on the busiest pipeline rank and whether it fits the GPU."""
     from llmperf_hook.graph.build import ranks_per_node
 
-    per_stage = [stage_memory(cfg, s, ranks_per_node(cfg, cluster)) for s in graph.stages]
+    per_stage = [stage_memory(cfg, s, ranks_per_node(cfg, cluster), cluster.gpu) for s in graph.stages]
     peaks = [sum(parts.values()) for parts in per_stage]
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
