@@ -186,6 +186,25 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
                           "torch_dist or torch_dcp. Change those settings or drop --use-torch-fsdp2.")
 
 
+def _check_param_gather_checkpoints(flags: FlagValues) -> None:
+    """validate_args (core_r0.9.0, the release that added --overlap-param-gather-with-optimizer-step, to HEAD d98e8a6)
+    asserts `not args.use_dist_ckpt` for it, after update_use_dist_ckpt set use_dist_ckpt = ckpt_format != "torch"
+    (training/utils.py; utils/common_utils.py today), and --ckpt-format defaults to torch_dist in every one of those
+    releases (arguments.py; TrainingConfig.ckpt_format since core_v0.16.0): only --ckpt-format torch passes. Its
+    other asserts (distributed optimizer, --overlap-param-gather, virtual stages) are validation.py's, as tune
+    changes them; no layout changes this one."""
+    if not flags.get("overlap_param_gather_with_optimizer_step"):
+        return
+    fmt = flags.get("ckpt_format") or "torch_dist"
+    if fmt != "torch":
+        given = "--ckpt-format " + fmt if flags.get("ckpt_format") else "the default --ckpt-format torch_dist"
+        raise ConfigError(f"--overlap-param-gather-with-optimizer-step with {given}: Megatron's validate_args asserts "
+                          "'--overlap-param-gather-with-optimizer-step not supported with distributed checkpointing "
+                          "yet', and every checkpoint format but torch is distributed (use_dist_ckpt = ckpt_format != "
+                          "'torch', since core_r0.9.0 where the flag came). Add --ckpt-format torch (the legacy "
+                          "per-rank checkpoints) or drop --overlap-param-gather-with-optimizer-step.")
+
+
 def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
     """Megatron-DeepSpeed's own start-up refusals: Ulysses with Megatron sequence parallelism (initialize.py raises
     once arguments.py has dropped --sequence-parallel at TP 1), FPDT's chunking (fpdt.py), and the --num-experts list
@@ -224,4 +243,5 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_recompute_modules(flags, script_args)
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
+    _check_param_gather_checkpoints(flags)
     return _moe_warnings(flags, model, parallel.etp)
