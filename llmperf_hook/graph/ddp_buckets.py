@@ -18,6 +18,7 @@ distributed_data_parallel.py, param_and_grad_buffer.py; HEAD 2026-08, same rules
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
@@ -115,6 +116,110 @@ def chunk_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int], list
     return dense, expert
 
 
+def fp8_param_gather(cfg: TrainingConfig) -> bool:
+    """Megatron --fp8-param-gather with an fp8 format and Transformer Engine layers: the linear layers are built
+    under TE's fp8_model_init (megatron/core/fp8_utils.py get_fp8_context / fp8_model_init), so their weights are
+    fp8 primary weights; the distributed optimizer keeps their fp32 master shards and casts its updates straight
+    into the uint8 buffer (quantize_param_shard). Embeddings, output layer, norms and biases stay 16-bit."""
+    return (cfg.optimizer.fp8_param_gather and cfg.precision == "fp8" and cfg.framework == "megatron"
+            and cfg.transformer_impl == "transformer_engine" and cfg.optimizer.zero_stage < 3)
+
+
+def fp8_weight_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int], list[int]]:
+    """(dense, expert) fp8 primary weights of a chunk under --fp8-param-gather, in registration order: the weights of
+    Transformer Engine's linear layers built under fp8_model_init (QKV, projection, FC1, FC2, every local expert's
+    FC1 / FC2); their biases, the norms, the router, embedding and output layer stay 16-bit. MLA and MTP blocks are
+    left 16-bit here (approximation)."""
+    if not fp8_param_gather(cfg):
+        return [], []
+    m, t = cfg.model, cfg.parallel.tp
+    qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
+    attn = [] if m.multi_latent_attention else [m.hidden_size * qkv_out // t, m.num_attention_heads * m.kv_channels
+                                                 * m.hidden_size // t]
+    up = m.ffn_hidden_size * (2 if m.swiglu else 1)
+    mlp = [m.hidden_size * up // t, m.ffn_hidden_size * m.hidden_size // t]
+    dense: list[int] = []
+    expert: list[int] = []
+    for block in chunk.blocks:
+        if block.name.startswith("dense_layer"):
+            dense += (attn + mlp) * block.count
+        elif block.name.startswith("moe_layer"):
+            dense += attn * block.count
+            expert += expert_tensors(cfg) * block.count
+    return dense, expert
+
+
+def _take_in_order(tensors: list[int], taken: list[int]) -> tuple[list[int], list[int]]:
+    """(`tensors` without `taken`, `taken`): `taken` is a subsequence of `tensors` in the same order."""
+    rest, queue = [], list(taken)
+    for n in tensors:
+        if queue and n == queue[0]:
+            queue.pop(0)
+        else:
+            rest.append(n)
+    return rest, [n for n in taken if n > 0]
+
+
+def chunk_buffers(cfg: TrainingConfig, chunk: ChunkOps) -> list[tuple[str, list[int]]]:
+    """The chunk's DDP buffers as Megatron groups its parameters (param_and_grad_buffer.py group_params_for_buffers:
+    one buffer per (param storage dtype, grad dtype, is_expert_parallel)): dense and expert, and under
+    --fp8-param-gather a uint8 buffer of each for the fp8 weights (fp8_weight_tensors), bucketed on its own. Names
+    "dense", "expert", "dense_fp8", "expert_fp8"; empty buffers left out."""
+    dense, expert = chunk_tensors(cfg, chunk)
+    fp8_dense, fp8_expert = fp8_weight_tensors(cfg, chunk)
+    dense, fp8_dense = _take_in_order(dense, fp8_dense)
+    expert, fp8_expert = _take_in_order(expert, fp8_expert)
+    named = [("dense", dense), ("expert", expert), ("dense_fp8", fp8_dense), ("expert_fp8", fp8_expert)]
+    return [(name, tensors) for name, tensors in named if sum(tensors)]
+
+
+PARAM_START_ALIGN_ELEMS = 64
+"""The distributed optimizer starts every parameter on a 64-element boundary (megatron/core/optimizer/param_layout.py
+pad_param_start)."""
+
+
+def bucket_end_divisor(data_parallel_size: int) -> int:
+    """Distributed-optimizer bucket ends are padded to a multiple of lcm(DP, 128) (param_layout.py bucket_end_divisor;
+    2^16 more with --ddp-pad-buckets-for-high-nccl-busbw, not modelled), so each bucket splits evenly over DP."""
+    return math.lcm(max(1, data_parallel_size), 128)
+
+
+def distopt_buckets(tensors: Iterable[int], bucket_elems: int | None, data_parallel_size: int) -> list[int]:
+    """Padded bucket sizes of one distributed-optimizer buffer in launch order (distrib_optimizer.py
+    _compute_per_buffer_param_layout): parameters walked in reverse, each start aligned to 64 elements, a bucket
+    closed once its span (padding included) reaches bucket_elems, its end padded to bucket_end_divisor. Shared
+    embeddings' own buckets (pp > 1, tied) are not modelled."""
+    divisor = bucket_end_divisor(data_parallel_size)
+    pad = lambda i, d: -(-i // d) * d  # noqa: E731
+    buckets, start, end = [], 0, 0
+    for n in reversed([n for n in tensors if n > 0]):
+        end = pad(end, PARAM_START_ALIGN_ELEMS) + n
+        if bucket_elems is not None and end - start >= bucket_elems:
+            buckets.append(pad(end, divisor) - start)
+            start = end = pad(end, divisor)
+    if end > start:
+        buckets.append(pad(end, divisor) - start)
+    return buckets
+
+
+def distopt_padding_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOps, ...], dense_dp: int,
+                          expert_dp: int) -> int:
+    """Elements the distributed optimizer's padding adds to this rank's parameter and gradient buffers (every chunk,
+    every buffer; the first chunk of pipeline rank 0 bucketed as rank_grad_buckets has it). 0 without
+    --use-distributed-optimizer or outside Megatron's DDP."""
+    o = cfg.optimizer
+    if not o.distributed_optimizer or "deepspeed" in cfg.framework or o.fsdp != "none" or not chunks:
+        return 0
+    tensors = [chunk_tensors(cfg, c) for c in chunks]
+    size = _first_chunk_bucket_elems(cfg, stage, tensors)
+    total = 0
+    for i, chunk in enumerate(chunks):
+        for name, buffer in chunk_buffers(cfg, chunk):
+            dp = expert_dp if name.startswith("expert") else dense_dp
+            total += sum(distopt_buckets(buffer, size if i == 0 else None, dp)) - sum(buffer)
+    return total
+
+
 def megatron_buckets(tensors: Iterable[int], bucket_elems: int | None) -> list[int]:
     """Bucket sizes in launch order: tensors walked in reverse, a bucket closed after the whole tensor that brings it
     to >= bucket_elems (param_and_grad_buffer.py _compute_default_per_buffer_param_layout); None = one bucket."""
@@ -141,22 +246,29 @@ def _first_chunk_bucket_elems(cfg: TrainingConfig, stage: int, tensors: list[tup
 
 def rank_grad_buckets(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOps, ...], expert: bool) -> list[int]:
     """Elements of each gradient reduction Megatron's overlapped DDP launches for this rank's dense (or expert)
-    buffers, one collective per bucket: the first chunk's buckets in launch order, then each later chunk whole.
-    DeepSpeed and Megatron without --overlap-grad-reduce reduce each buffer whole (graph/step_ops.py build_step_ops
-    does not call this for them)."""
+    buffers, one collective per bucket: the first chunk's buckets in launch order (its 16-bit buffer's, then under
+    --fp8-param-gather its fp8 buffer's, bucketed apart), then each later chunk's buffers whole. DeepSpeed and
+    Megatron without --overlap-grad-reduce reduce each buffer whole (graph/step_ops.py build_step_ops does not call
+    this for them)."""
     tensors = [chunk_tensors(cfg, c) for c in chunks]
     if not tensors:
         return []
-    per_chunk = [t[1 if expert else 0] for t in tensors]
-    first = megatron_buckets(per_chunk[0], _first_chunk_bucket_elems(cfg, stage, tensors))
-    return first + [sum(t) for t in per_chunk[1:] if sum(t)]
+    size = _first_chunk_bucket_elems(cfg, stage, tensors)
+    kind = "expert" if expert else "dense"
+    out: list[int] = []
+    for i, chunk in enumerate(chunks):
+        for name, buffer in chunk_buffers(cfg, chunk):
+            if name.split("_")[0] == kind:
+                out += megatron_buckets(buffer, size) if i == 0 else [sum(buffer)]
+    return out
 
 
 def last_bucket_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOps, ...]) -> int:
     """Elements reduced after the rank's last backward ends, which nothing hides: the last bucket of the first chunk
-    (its embedding end) of the dense buffer, plus that of the expert buffer, launched in the same last layers."""
+    (its embedding end) of each of its buffers (dense, expert and, under --fp8-param-gather, their fp8 buffers),
+    launched in the same last layers."""
     tensors = [chunk_tensors(cfg, c) for c in chunks]
     if not tensors:
         return 0
     size = _first_chunk_bucket_elems(cfg, stage, tensors)
-    return sum(megatron_buckets(buffer, size)[-1] for buffer in tensors[0] if buffer)
+    return sum(megatron_buckets(buffer, size)[-1] for _, buffer in chunk_buffers(cfg, chunks[0]))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
-from llmperf_hook.graph.ddp_buckets import rank_grad_buckets
+from llmperf_hook.graph.ddp_buckets import fp8_param_gather, rank_grad_buckets
 from llmperf_hook.graph.op import Collective, Op, Phase
 from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
@@ -287,28 +287,21 @@ def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sh
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective, fp8_params: int = 0) -> list[Op]:
-    """The distributed optimizer's all-gather of the updated weights: `fp8_params` of them 1 byte each under
-    --fp8-param-gather (their buffer is uint8), the others in the 16-bit dtype."""
+    """The distributed optimizer's all-gather of the updated weights, one per DDP buffer: the 16-bit buffer's, and
+    under --fp8-param-gather the uint8 buffer of the `fp8_params` fp8 weights, 1 byte each (Megatron groups them
+    apart: param_and_grad_buffer.py group_params_for_buffers, graph/ddp_buckets.chunk_buffers)."""
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "param_gather" if cfg.optimizer.overlap_param_gather else None
-    nbytes = (params - fp8_params) * param_bytes(cfg) + fp8_params * FP8_PARAM_BYTES
-    return [_comm(f"{name}.param_allgather", "allgather", "step", nbytes, coll, cfg, overlap)]
+    parts = [(name, (params - fp8_params) * param_bytes(cfg)), (f"{name}.fp8", fp8_params * FP8_PARAM_BYTES)]
+    return [_comm(f"{part}.param_allgather", "allgather", "step", nbytes, coll, cfg, overlap)
+            for part, nbytes in parts if nbytes > 0]
 
 
 FP8_PARAM_BYTES = 1
 """An fp8 primary weight: Megatron's parameter buffer holds Transformer Engine's Float8Tensor data as torch.uint8
 (megatron/core/distributed/param_and_grad_buffer.py L894-923: 'param_dtype: storage dtype (torch.uint8 for
 FP8/NVFP4 parameters)'), so its all-gather moves one byte per parameter."""
-
-
-def fp8_param_gather(cfg: TrainingConfig) -> bool:
-    """Megatron --fp8-param-gather with an fp8 format and Transformer Engine layers: the linear layers are built
-    under TE's fp8_model_init (megatron/core/fp8_utils.py get_fp8_context / fp8_model_init), so their weights are
-    fp8 primary weights; the distributed optimizer keeps their fp32 master shards and casts its updates straight
-    into the uint8 buffer (quantize_param_shard). Embeddings, output layer, norms and biases stay 16-bit."""
-    return (cfg.optimizer.fp8_param_gather and cfg.precision == "fp8" and cfg.framework == "megatron"
-            and cfg.transformer_impl == "transformer_engine" and cfg.optimizer.zero_stage < 3)
 
 
 def fp8_linear_params(cfg: TrainingConfig, stage: int, num_params: int, num_layers: int) -> int:

@@ -17,6 +17,8 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
                  2 per linear parameter on Hopper, 1 on Blackwell with a per-tensor recipe, 2 + scales under mxfp8;
                  per micro-batch in flight, column-wise only, with --disable-parameter-transpose-cache); with
                  --fp8-param-gather the weight itself is fp8 (1) plus its column-wise usage (fp8_weight_bytes)
+Megatron's distributed optimizer pads its buffers (64-element parameter starts, bucket ends to lcm(DP, 128)):
+distopt_bucket_padding, in the weights' and gradients' dtypes (graph/ddp_buckets.distopt_padding_elems).
 Activations: schedule/activations.py (Korthikanti et al. 2022) times the micro-batches in flight.
 Overheads (documented constants below): CUDA context and library workspaces, NCCL buffers per
 communicator, DeepSpeed's bucket buffers, and allocator fragmentation over activations.
@@ -30,6 +32,7 @@ less the terms tests/schedule/test_memory_reference.py names.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.ddp_buckets import distopt_padding_elems
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params, fp8_param_gather,
                                          offloaded_optimizer_share, runs_bf16_optimizer)
@@ -91,6 +94,10 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     if fp8_copies:
         out["weights"] -= fp8_primary  # 1 byte, not 2, per fp8 primary weight
         out["fp8_weight_copies"] = fp8_copies
+    padding = distopt_padding_elems(cfg, stage.stage, stage.chunks, d_dense, d_expert)
+    if padding:
+        # the padded parameter and gradient buffers; the fp32 shards cover parameters only (distrib_optimizer.py)
+        out["distopt_bucket_padding"] = padding * (weight_b + grad_b)
     k = min(o.zero_hpz_partition_size, d_dense)
     if o.zero_stage == 3 and k > 1 and o.offload_param == "none":
         # hpZ secondary partition: 1/k of every 16-bit weight, in the parameters' dtype, kept from a layer's first
