@@ -237,10 +237,10 @@ def profile_usable(home: Path, dtype: str) -> str | None:
             doc = None
         if profile_reference_cpu_s(doc, 1) is None:
             return "no machine-speed reference recorded with the profile (instrument/reference_speed.py)"
-    if path.is_file():  # measured by an older method (wall-time samples, correlated fit): measure again
-        from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
+    if path.is_file():  # measured by a method whose steps differ (wall-time samples, correlated fit): profile again
+        from llmperf_hook.profile.cpu_framework import STEP_VERSIONS
 
-        if json.loads(path.read_text()).get("format_version", 1) < FORMAT_VERSION:
+        if json.loads(path.read_text()).get("format_version", 1) < min(STEP_VERSIONS):
             return "framework cost measured by an older method"
     code = ("import sys\nfrom llmperf_hook.predict.fitted import find_profile\n"
             "from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost\n"
@@ -286,17 +286,20 @@ def ensure_profiles(home: Path, budget_min: float, load_at_start: float) -> None
 
 def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes,
-    80-170 s) when it was measured on a busy machine (its recorded 1-minute load above the core count, or not
-    recorded: files before session 9; the 18:13 one was measured at load 4-6) and the machine is quiet now; the
-    replaced file's steps stay in its history (the shrinkage's step-time drift). "Now" is the load when the
-    benchmark started (the comm refit before this raises it by itself)."""
+    ~2 min quiet) when it was measured on a busy machine (its recorded 1-minute load above the core count, or not
+    recorded: files before session 9; the 18:13 one was measured at load 4-6) or as one reading (format 2, before
+    session 10: cpu_framework_readings.py) and the machine is quiet now; the replaced file's steps stay in its
+    history (the shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit
+    before this raises it by itself)."""
+    from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
+
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
-    load = doc.get("load_avg_1m")
-    if load is not None and load <= cores:
+    load, current = doc.get("load_avg_1m"), doc.get("format_version", 1) >= FORMAT_VERSION
+    if load is not None and load <= cores and current:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return
-    was = "an unrecorded load" if load is None else f"load {load:.2f}"
+    was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " as one reading")
     if now > cores:
         print(f"  framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} "
               f"cores): kept; rerun when quieter to re-measure it")
@@ -330,8 +333,12 @@ def write_cluster(home: Path) -> Path:
 
 
 def print_framework_cost(home: Path) -> None:
+    from llmperf_hook.profile.cpu_framework_readings import describe_spread
+
     doc = json.loads((home / "profiles" / CLUSTER / "framework_overhead.json").read_text())
     print(f"  framework cost measured {doc['measured_utc']} (profile/cpu_framework.py):")
+    if describe_spread(doc):
+        print("    " + describe_spread(doc).replace("\n", "\n    "))
     for dtype, v in sorted(doc["dtypes"].items()):
         ds = ", ".join(f"z{z} {d['per_step_s'] * 1e3:.1f} ms + {d['per_param_s'] * 1e9:.1f} ns/param"
                        + (f" ({d['partition_fraction']:.0%} on the partition)" if d.get("partition_fraction") else "")
@@ -582,32 +589,73 @@ def main() -> None:
         evaluate_calibration(eval_home, work, k, measured, before, ref_profile, args.steps)
 
 
-def rescore(home: Path, logs: list[Path]) -> None:
-    """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
-    calibration run's measured step) re-scored with the current shrinkage priors of the profile in `home`."""
+PASS_LINE = r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU.*?(\d) run\(s\)( CONTENDED)?"
+"""A measurement pass's line of this benchmark's output (index, measured ms, runs, contended)."""
+
+
+def logged_passes(text: str) -> dict[int, list[tuple[float, bool]]]:
+    """{configuration: [(measured s, contended) per measurement pass]} of one output of this benchmark."""
     import re
 
-    from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior, variance_priors
+    line, out = re.compile(PASS_LINE), {}
+    for part in text.split("[measure] pass ")[1:]:
+        for m in map(line.match, part.split("[refine]")[0].splitlines()):
+            if m:
+                out.setdefault(int(m.group(1)), []).append((float(m.group(2)) * 1e-3, bool(m.group(4))))
+    return out
+
+
+def logged_run_spread(texts: list[str]) -> tuple[float, int]:
+    """(sd of one run's log step time, pairs) from the quiet pass pairs of outputs with 24 timed steps: each
+    pair's log difference d has variance 2 sd^2 (refine/shrinkage.SD_RUN_PRIOR's source)."""
+    d = [math.log(runs[1][0] / runs[0][0]) for text in texts if "24 timed steps" in text
+         for runs in logged_passes(text).values() if len(runs) >= 2 and not runs[0][1] and not runs[1][1]]
+    return (math.sqrt(statistics.fmean(x * x for x in d) / 2) if d else float("nan")), len(d)
+
+
+def rescore(home: Path, logs: list[Path]) -> None:
+    """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
+    calibration run's measured step, or its quiet-equivalent when it was contended) re-scored with the current
+    shrinkage priors of the profile in `home`; beside every configuration, the quiet ones (no pass CONTENDED).
+    And the run-to-run spread of the logs' quiet 24-step pass pairs, against the prior sd_run."""
+    import re
+
+    from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, estimate_variances, group_runs, posterior,
+                                              variance_priors)
 
     os.environ["LLMPERF_HOME"] = str(home)
     pri = variance_priors(CLUSTER)
     print(f"priors now: sd_shared {pri.sd_shared:.3f}, sd_config {pri.sd_config:.3f} ({pri.source})")
+    texts = [log.read_text() for log in logs]
+    sd, pairs = logged_run_spread(texts)
+    print(f"run-to-run spread of these logs' quiet 24-step passes: sd {sd:.3f} of one run from {pairs} pairs "
+          f"(prior sd_run {SD_RUN_PRIOR:.3f})")
     row = re.compile(r"^\s*(\d+)\s*\*?\s*L\d+ .*?\s{2,}([\d.]+)\s+([\d.]+) \(")
-    for log in logs:
-        for sec in log.read_text().split("[refine] instrumenting configuration ")[1:]:
-            k, runs = int(sec.split()[0]), re.findall(r"measured ([\d.]+) ms \(CPU", sec.split("\n  #")[0])
+    for log, text in zip(logs, texts):
+        contended = {i for i, runs in logged_passes(text).items() if any(c for _, c in runs)}
+        for sec in text.split("[refine] instrumenting configuration ")[1:]:
+            head = sec.split("\n  #")[0]
+            k = int(sec.split()[0])
+            runs = [(m.group(1), re.search(r"quiet-equivalent ([\d.]+) ms", job)) for job in head.split("    job ")[1:]
+                    for m in [re.search(r"measured ([\d.]+) ms \(CPU", job)] if m]
+            runs = [(ms, eq.group(1) if eq else "") for ms, eq in runs]
             rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
                     for m in map(row.match, sec.splitlines()) if m}
             if len(rows) != len(CONFIGS) or not runs:
                 continue
-            configs = group_runs([("j", "f", rows[k][1], float(runs[-1]))])
+            run_ms = float(runs[-1][1] or runs[-1][0])
+            configs = group_runs([("j", "f", rows[k][1], run_ms)])
             post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared))
             own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
             shared = math.exp(post.shared_weight * post.shared_log_scale)
-            others = [pct(b * shared, m) for i, (m, b) in rows.items() if i != k]
-            print(f"{log.name} --calibrate {k}: run x{float(runs[-1]) / rows[k][1]:.3f}, k {post.shared_weight:.2f}; "
-                  f"before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config {k} {abs(own):.1f} %, "
-                  f"other {len(others)} {mape(others):.1f} %")
+            others = {i: pct(b * shared, m) for i, (m, b) in rows.items() if i != k}
+            quiet = [e for i, e in others.items() if i not in contended]
+            print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if runs[-1][1] else ''}"
+                  f", k {post.shared_weight:.2f}; before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config "
+                  f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other 11 "
+                  f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of 12, before "
+                  f"{mape([pct(b, m) for i, (m, b) in rows.items() if i not in contended] or [0.0]):.1f} %, other "
+                  f"{len(quiet)} {mape(quiet or [0.0]):.1f} %")
 
 
 def evaluate_calibration(eval_home: Path, work: Path, k: int, measured: list[dict], before: list[float],

@@ -1,17 +1,23 @@
 """CPU framework overhead, the parts measured in child processes: concurrent ranks and DeepSpeed's engine.
 
 Both run the reference GPT of cpu_framework.py in separate Python processes (one thread each, process CPU
-time, medians of repetitions, the quietest of interleaved rounds):
-- `measure_concurrency`: forward+backward of CONCURRENCY_SHAPES in 2 .. N processes at once (N = logical CPUs
-  / threads per rank) against alone: `concurrency_slowdown[ranks]`, what a rank loses to the others' use of
-  the shared caches and memory bandwidth. CPU time, not wall time: waiting for a core that other programs
-  hold is the machine's load at that moment, not a property of the machine (the testbed benchmark records
-  the load and the wall / CPU ratio of every run).
-- `measure_deepspeed_step`: DeepSpeed's engine (forward, backward, step; gloo, one rank) for ZeRO 0-3 at
-  DEEPSPEED_SHAPES, minus what the fitted cost (per unit, compute scale, per byte, Adam per tensor and per
-  parameter) predicts for the same model and optimizer: the engine's own work (gradient copies into flat
-  buffers and partitions, the gradient norm, fp32 master weights copied back, ZeRO-3 parameter fetch and
-  release bookkeeping) plus whatever of a real step the operator graph does not model, as
+time, medians of repetitions). The children are persistent (`Reader`): they build their models (and engines)
+once, then answer one reading per request, so cpu_framework_readings.py interleaves them with the in-process
+readings and every term gets several readings minutes apart at the cost of one start-up:
+- `ConcurrencyReader`: two processes each holding the forward+backward of CONCURRENCY_SHAPES; per reading,
+  each alone, then both at once: `concurrency_slowdown[2]` = median over shapes and processes of together /
+  alone IN THE SAME PROCESS, minutes-apart readings paired (what a rank loses to the other's use of the
+  shared caches and memory bandwidth). Session 9 measured "alone" once in the parent and "together" once in
+  two fresh processes: x1.14 and x1.00 twelve minutes apart on a quiet-ish machine. CPU time, not wall time:
+  waiting for a core that other programs hold is the machine's load at that moment, not a property of it.
+  Only 2 ranks are measured (the testbed's and this 2-core machine's largest job); more would need as many
+  free cores.
+- `EngineReader`: DeepSpeed's engine (forward, backward, step; gloo, one rank) for ZeRO 0-3 at
+  DEEPSPEED_SHAPES, built once; per reading the median of ENGINE_REPS steps of each engine in turn. Minus what
+  the fitted cost (per unit, compute scale, per byte, Adam per tensor and per parameter) predicts for the same
+  model and optimizer, it is the engine's own work (gradient copies into flat buffers and partitions, the
+  gradient norm, fp32 master weights copied back, ZeRO-3 parameter fetch and release bookkeeping) plus
+  whatever of a real step the operator graph does not model, as
   `deepspeed_step[zero] = per_step_s + per_param_s * params` (non-negative least squares, relative errors).
   Forward+backward and engine.step() are timed apart: `partition_fraction` is the share of the per-parameter
   work done in the step, which ZeRO 1-3 run on the rank's partition only (graph/cpu_stages.py counts the
@@ -25,53 +31,120 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
 from typing import Mapping, Sequence
 
-from llmperf_hook.profile.cpu_framework import (ROUNDS, Shape, VOCAB, _gpt, fit_nonnegative,
-                                                interleaved_quietest, measure_fwd_bwd, predicted_parts)
+from llmperf_hook.profile.cpu_framework import (REPS, Shape, VOCAB, _gpt, _median_s, fit_nonnegative,
+                                                fwd_bwd_fn)
 
 CONCURRENCY_SHAPES: tuple[Shape, ...] = ((2, 128, 64, 4), (1, 256, 128, 1), (2, 192, 128, 2))
 """Mid-size reference shapes for the concurrency measurement."""
-ENGINE_REPS = 9
-"""Engine steps timed per (ZeRO stage, shape) in each of the ROUNDS rounds."""
+ENGINE_REPS = 5
+"""Engine steps timed per (ZeRO stage, shape) in each reading (the median of them)."""
+ENGINE_WARMUP = 2
+"""Engine steps run once after building each engine (the first steps build buffers)."""
 DEEPSPEED_SHAPES: tuple[Shape, ...] = ((2, 128, 64, 2), (1, 128, 256, 1), (2, 256, 64, 2), (1, 512, 64, 1))
 """0.55 M to 3.7 M parameters: DeepSpeed's per-step work = a constant + a cost per parameter."""
+MARK = "LLMPERF_READING "
+"""Prefix of a child's answer line (DeepSpeed logs to stdout too)."""
+START_TIMEOUT_S = 600.0
+"""Seconds a child may take to build its models and engines (16 engines: ~15 s quiet, minutes under load)."""
+READING_TIMEOUT_S = 600.0
 
 
-def concurrent_child(dtype: str, threads: int) -> None:
-    """One of the processes of measure_concurrency: prints the fwd+bwd CPU seconds of CONCURRENCY_SHAPES."""
-    import torch
-
-    torch.set_num_threads(threads)
-    print(json.dumps(interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES)))
+class ChildFailed(RuntimeError):
+    """A measuring child exited, printed no answer, or timed out."""
 
 
 def _child_env(threads: int) -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS=str(threads), DS_ACCELERATOR="cpu")
 
 
-def measure_concurrency(dtype: str, threads: int) -> dict[str, float]:
-    """{ranks: slowdown} for 2 .. logical CPUs / threads ranks; median over shapes and processes."""
-    alone = interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), CONCURRENCY_SHAPES)
-    out: dict[str, float] = {}
-    code = f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; concurrent_child({dtype!r}, {threads})"
-    for ranks in range(2, max(2, (os.cpu_count() or 1) // threads) + 1):
-        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                                  env=_child_env(threads)) for _ in range(ranks)]
-        times = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-        out[str(ranks)] = max(1.0, statistics.median(t[i] / alone[i] for t in times for i in range(len(alone))))
-    return out
+def _answer(data: object) -> None:
+    print(MARK + json.dumps(data), flush=True)
 
 
-def _engine_step_s(shape: Shape, zero: int, dtype: str) -> tuple[float, float]:
-    """Median seconds of one DeepSpeed engine step of the reference GPT: (forward + backward, step)."""
-    import deepspeed
+class Reader:
+    """A persistent child running `code`: it answers MARK + JSON once started ("ready") and once per "go"."""
+
+    def __init__(self, code: str, threads: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=_child_env(threads))
+
+    def started(self) -> None:
+        self.receive(START_TIMEOUT_S)
+
+    def send(self) -> None:
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ChildFailed(str(exc)) from exc
+
+    def receive(self, timeout_s: float = READING_TIMEOUT_S) -> object:
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            line = self.proc.stdout.readline() if ready else None
+            if not line:
+                raise ChildFailed("no answer" if line is None else f"exited {self.proc.poll()}")
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK):])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def concurrent_child(dtype: str, threads: int) -> None:
+    """One process of ConcurrencyReader: per "go", the fwd+bwd CPU seconds of CONCURRENCY_SHAPES (medians of
+    REPS)."""
     import torch
 
-    from llmperf_hook.profile.op_sampler import cpu_clock
+    torch.set_num_threads(threads)
+    steps = [fwd_bwd_fn(shape, dtype) for shape in CONCURRENCY_SHAPES]
+    for step in steps:
+        step()
+    _answer("ready")
+    for _ in sys.stdin:
+        _answer([_median_s(step, REPS) for step in steps])
+
+
+class ConcurrencyReader:
+    """Two concurrent_child processes; `reading()` = the 2-rank slowdown (module docstring)."""
+
+    def __init__(self, dtype: str, threads: int) -> None:
+        code = (f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; "
+                f"concurrent_child({dtype!r}, {threads})")
+        self.children = [Reader(code, threads) for _ in range(2)]
+        for child in self.children:
+            child.started()
+
+    def reading(self) -> float:
+        alone = []
+        for child in self.children:
+            child.send()
+            alone.append(child.receive())
+        for child in self.children:
+            child.send()
+        together = [child.receive() for child in self.children]
+        return max(1.0, statistics.median(t / a for ts, als in zip(together, alone) for t, a in zip(ts, als)))
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+
+def _engine(shape: Shape, zero: int, dtype: str):
+    """(DeepSpeed engine of the reference GPT at ZeRO `zero`, its token batch), warmed up."""
+    import deepspeed
+    import torch
 
     torch.manual_seed(0)
     model = _gpt(*shape[:3])
@@ -82,21 +155,30 @@ def _engine_step_s(shape: Shape, zero: int, dtype: str) -> tuple[float, float]:
         config["bf16"] = {"enabled": True}
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
                                       config=config)
+    for _ in range(ENGINE_WARMUP):
+        engine.backward(engine(data[:, :-1], data[:, 1:]))
+        engine.step()
+    return engine, data
+
+
+def _engine_step_s(engine, data) -> tuple[float, float]:
+    """Median seconds of ENGINE_REPS engine steps: (forward + backward, step)."""
+    from llmperf_hook.profile.op_sampler import cpu_clock
+
     clock, fb, st = cpu_clock(), [], []
-    for rep in range(2 + ENGINE_REPS):  # the first steps build buffers
+    for _ in range(ENGINE_REPS):
         t0 = clock()
         engine.backward(engine(data[:, :-1], data[:, 1:]))
         t1 = clock()
         engine.step()
-        if rep >= 2:
-            fb.append(t1 - t0)
-            st.append(clock() - t1)
+        fb.append(t1 - t0)
+        st.append(clock() - t1)
     return statistics.median(fb), statistics.median(st)
 
 
 def deepspeed_child(dtype: str, threads: int) -> None:
-    """Prints {zero stage: [[fwd+bwd s, step s] per DEEPSPEED_SHAPES]} (one process, one rank, gloo): medians
-    of ENGINE_REPS steps, the stages interleaved in ROUNDS rounds, the quietest round's."""
+    """EngineReader's process (one rank, gloo): builds an engine per (ZeRO stage, DEEPSPEED_SHAPES) once; per
+    "go", {zero stage: [[fwd+bwd s, step s] per shape]}, each engine's ENGINE_REPS steps in turn."""
     import torch
 
     torch.set_num_threads(threads)
@@ -105,12 +187,40 @@ def deepspeed_child(dtype: str, threads: int) -> None:
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")
-    cases = [(zero, shape) for zero in range(4) for shape in DEEPSPEED_SHAPES]
-    runs = [[_engine_step_s(shape, zero, dtype) for zero, shape in cases] for _ in range(ROUNDS)]
-    out: dict[str, list[list[float]]] = {}
-    for i, (zero, _) in enumerate(cases):
-        out.setdefault(str(zero), []).append([min(r[i][k] for r in runs) for k in range(2)])  # quietest round
-    print(json.dumps(out))
+    engines = [(zero, _engine(shape, zero, dtype)) for zero in range(4) for shape in DEEPSPEED_SHAPES]
+    _answer("ready")
+    for _ in sys.stdin:
+        out: dict[str, list[list[float]]] = {}
+        for zero, (engine, data) in engines:
+            out.setdefault(str(zero), []).append(list(_engine_step_s(engine, data)))
+        _answer(out)
+
+
+class EngineReader:
+    """deepspeed_child; `reading()` = its raw times, or None once it failed (no DeepSpeed, a crash)."""
+
+    def __init__(self, dtype: str, threads: int) -> None:
+        code = f"from llmperf_hook.profile.cpu_engine_cost import deepspeed_child; deepspeed_child({dtype!r}, {threads})"
+        self.child: Reader | None = Reader(code, threads)
+        try:
+            self.child.started()
+        except ChildFailed:
+            self.close()
+
+    def reading(self) -> dict[str, list[list[float]]] | None:
+        if self.child is None:
+            return None
+        try:
+            self.child.send()
+            return self.child.receive()
+        except (ChildFailed, ValueError):
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+            self.child = None
 
 
 def _free_port() -> int:
@@ -152,28 +262,29 @@ def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], tot
     return min(1.0, step_per_param / total["per_param_s"])
 
 
-def measure_deepspeed_step(dtype: str, threads: int, cost: Mapping[str, float],
-                           hardware_name: str) -> dict[str, dict]:
-    """{zero stage: {"per_step_s", "per_param_s", "partition_fraction", "samples"}} (module docstring);
-    {} without DeepSpeed. Samples: [params, engine fwd+bwd s, engine step s, modelled fwd+bwd s, modelled
-    optimizer s]."""
-    code = f"from llmperf_hook.profile.cpu_engine_cost import deepspeed_child; deepspeed_child({dtype!r}, {threads})"
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_child_env(threads),
-                              timeout=900)
-        raw = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
-    except (subprocess.TimeoutExpired, ValueError, IndexError):
-        return {}
+def engine_model_rows(dtype: str, hardware_name: str) -> list[tuple[int, int, dict]]:
+    """Per DEEPSPEED_SHAPES: (parameters, optimizer tensors as DeepSpeed steps them, predicted parts)."""
+    from llmperf_hook.profile.cpu_framework import predicted_parts
+
+    rows = []
+    for shape in DEEPSPEED_SHAPES:
+        model = _gpt(*shape[:3])
+        rows.append((sum(p.numel() for p in model.parameters()), len(list(model.parameters())),
+                     predicted_parts(shape, dtype, hardware_name)))
+    return rows
+
+
+def deepspeed_terms(raw: Mapping[str, Sequence[Sequence[float]]], cost: Mapping[str, float],
+                    model_rows: Sequence[tuple[int, int, dict]], dtype: str) -> dict[str, dict]:
+    """{zero stage: {"per_step_s", "per_param_s", "partition_fraction", "samples"}} of one reading's engine
+    times against `cost` (module docstring). Samples: [params, engine fwd+bwd s, engine step s, modelled
+    fwd+bwd s, modelled optimizer s]."""
     out = {}
     for zero, engine_s in raw.items():
         rows = []
-        for shape, (fb_s, step_s) in zip(DEEPSPEED_SHAPES, engine_s):
-            model = _gpt(*shape[:3])
-            params = sum(p.numel() for p in model.parameters())
+        for (params, tensors, parts), (fb_s, step_s) in zip(model_rows, engine_s):
             flat = int(zero) >= 1 or dtype != "fp32"  # graph/param_tensors.py: DeepSpeed's flat fp32 partitions
-            parts = predicted_parts(shape, dtype, hardware_name)
-            rows.append([params, fb_s, step_s, *modelled_parts_s(parts, cost, 1 if flat else
-                                                                 len(list(model.parameters())), params)])
+            rows.append([params, fb_s, step_s, *modelled_parts_s(parts, cost, 1 if flat else tensors, params)])
         total = fit_engine_terms([r[0] for r in rows], [r[1] + r[2] for r in rows], [r[3] + r[4] for r in rows])
         fraction = partition_fraction([r[0] for r in rows], [max(0.0, r[2] - r[4]) for r in rows], total,
                                       [r[1] + r[2] for r in rows])

@@ -8,9 +8,10 @@ per-parameter-tensor Adam loop. On a GPU that host work overlaps the kernels (pr
 CPU host issue and compute are the same thread, so it adds up.
 
 Every effect is measured by a difference designed to isolate it, in process CPU time (one thread: what the
-rank computes, not the minutes it waited for a core another program held), medians of repetitions in
-interleaved rounds, the quietest round kept (interleaved_quietest); the coefficients are bounded to their
-physical range (>= 0). Once per machine and dtype, after the operator profile is fitted, on a Megatron-style
+rank computes, not the minutes it waited for a core another program held), medians of repetitions; the
+coefficients are bounded to their physical range (>= 0). One pass over all of them is a reading; the file
+keeps, per term, the median over several interleaved readings (cpu_framework_readings.py: one reading was not
+a stable profile). Once per machine and dtype, after the operator profile is fitted, on a Megatron-style
 GPT (pre-LayerNorm, fused QKV, causal SDPA, GELU MLP, tied LM head, cross-entropy: the network llmperf's graph
 describes), gradients set to None before every backward as a training step does:
 1. per issued op unit (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op): two tiny models
@@ -35,18 +36,17 @@ describes), gradients set to None before every backward as a training step does:
 4. The ranks of a job share the machine: `concurrency_slowdown[ranks]` (cpu_engine_cost.py).
 5. DeepSpeed's engine on one rank, ZeRO 0-3: its measured step minus what 1.-3. predict for the same model
    (cpu_engine_cost.py): everything the engine does beyond the modelled operators.
-The result is `framework_overhead.json` in the profile directory (FILE_NAME); predict/cpu_framework.py adds
-it to the op times of every prediction on that hardware. torch is imported inside the functions only.
+The result is `framework_overhead.json` in the profile directory (FILE_NAME, written by
+cpu_framework_readings.write_framework_overhead); predict/cpu_framework.py adds it to the op times of every
+prediction on that hardware. torch is imported inside the functions only.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from llmperf_hook.profile.op_sampler import cpu_clock
 
@@ -54,10 +54,14 @@ FILE_NAME = "framework_overhead.json"
 MIN_BUDGET_MIN = 3.0
 """`llmperf profile --device cpu` measures the framework cost when its --budget is at least this (minutes)."""
 RESERVED_S = 120.0
-"""Seconds of the budget the framework measurement takes (both dtypes, DeepSpeed included: 80-90 s on a quiet
-2-core machine, up to 170 s under load), kept off sampling."""
+"""Seconds of the budget the framework measurement takes, kept off sampling and split evenly over the dtypes
+measured (cpu_framework_readings.py: per dtype the children's start, then readings while they fit its share,
+3 to 7; on a loaded machine 3 readings run over)."""
 FORMAT = "llmperf-cpu-framework-overhead"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""3: each term the median over interleaved readings (2: one reading, the quietest of 3 rounds per time)."""
+STEP_VERSIONS = (2, 3)
+"""Format versions whose measured steps are the same steps (measured_steps keys; carried_history)."""
 
 Shape = tuple[int, int, int, int]
 """(layers, hidden, sequence, micro-batch) of the reference GPT."""
@@ -78,7 +82,6 @@ SCALE_BOUNDS = (0.5, 2.0)
 VOCAB = 1024
 HEAD_DIM = 32
 REPS = 5
-ROUNDS = 3
 
 
 def _gpt(layers: int, hidden: int, seq: int):
@@ -147,19 +150,25 @@ def reference_model(shape: Shape, dtype: str):
     return model, torch.randint(0, VOCAB, (mbs, seq + 1))
 
 
-def measure_fwd_bwd(shape: Shape, dtype: str, clock: Callable[[], float] | None = None) -> float:
-    """Median seconds of one training forward + backward (gradients None before it, as after a step)."""
+def fwd_bwd_fn(shape: Shape, dtype: str) -> Callable[[], None]:
+    """One training forward + backward of the reference model of `shape` (gradients None before it, as after
+    a step), the model built once."""
     model, data = reference_model(shape, dtype)
 
     def fwd_bwd() -> None:
         model.zero_grad(set_to_none=True)
         model(data[:, :-1], data[:, 1:]).backward()
 
-    return _median_s(fwd_bwd, clock=clock)
+    return fwd_bwd
 
 
-def measure_optimizer(shape: Shape) -> tuple[float, float, int, int]:
-    """(AdamW step over the module's fp32 tensors s, over one flat fp32 tensor s, tensors, params)."""
+def measure_fwd_bwd(shape: Shape, dtype: str, clock: Callable[[], float] | None = None) -> float:
+    """Median seconds of one training forward + backward (fwd_bwd_fn)."""
+    return _median_s(fwd_bwd_fn(shape, dtype), clock=clock)
+
+
+def optimizer_steps(shape: Shape) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(AdamW step over the reference model's fp32 tensors, over one flat fp32 tensor of as many parameters)."""
     import torch
 
     model, _ = reference_model(shape, "fp32")
@@ -170,18 +179,7 @@ def measure_optimizer(shape: Shape) -> tuple[float, float, int, int]:
     numel = sum(m.numel() for m in master)
     flat = torch.zeros(numel, requires_grad=True)
     flat.grad = torch.randn(numel)
-    per_tensor, flat_opt = torch.optim.AdamW(master, lr=1e-4), torch.optim.AdamW([flat], lr=1e-4)
-    return _median_s(per_tensor.step), _median_s(flat_opt.step), len(master), numel
-
-
-def interleaved_quietest(measure: Callable[[Shape], float], shapes: Sequence[Shape],
-                         rounds: int = ROUNDS) -> list[float]:
-    """measure(shape) (a median of repetitions) for every shape in `rounds` interleaved rounds; per shape the
-    quietest round's. Other programs only ever add CPU time (they share the caches and, on hyperthreads,
-    the core: the same step measured 13.9-16.9 ms within ten minutes); interleaving lets a busy minute hit
-    every shape once, and the least of the rounds is the machine's own cost."""
-    runs = [[measure(shape) for shape in shapes] for _ in range(rounds)]
-    return [min(r[i] for r in runs) for i in range(len(shapes))]
+    return torch.optim.AdamW(master, lr=1e-4).step, torch.optim.AdamW([flat], lr=1e-4).step
 
 
 def _reference_config(shape: Shape, dtype: str):
@@ -299,35 +297,10 @@ def fit_optimizer_terms(rows: Sequence[dict]) -> tuple[float, float]:
 
 
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1) -> dict:
-    """Steps 1-5 of the module docstring for one dtype: the coefficients and the samples behind them."""
-    from llmperf_hook.profile.cpu_engine_cost import measure_concurrency, measure_deepspeed_step
+    """Steps 1-5 for one dtype, the median of interleaved readings (cpu_framework_readings.py)."""
+    from llmperf_hook.profile.cpu_framework_readings import measure_framework_overhead as measure
 
-    tiny = interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), TINY_LAYERS, rounds=2 * ROUNDS + 1)
-    tiny_parts = [{**predicted_parts(s, dtype, hardware_name),
-                   "params": sum(p.numel() for p in _gpt(*s[:3]).parameters())} for s in TINY_LAYERS]
-    fb = interleaved_quietest(lambda s: measure_fwd_bwd(s, dtype), REFERENCE_SHAPES)
-    opt = [measure_optimizer(s) for s in REFERENCE_SHAPES]
-    rows = []
-    for shape, fb_s, (tensors_s, flat_s, tensors, params) in zip(REFERENCE_SHAPES, fb, opt):
-        parts = predicted_parts(shape, dtype, hardware_name)
-        rows.append({"shape": list(shape), "fwd_bwd_s": fb_s, "predicted_compute_s": parts["compute_s"],
-                     "units": parts["units"], "bytes": parts["bytes"], "optimizer_tensors_s": tensors_s,
-                     "optimizer_flat_s": flat_s, "predicted_optimizer_s": parts["optimizer_s"],
-                     "tensors": tensors, "params": params})
-    bias = measure_profile_bias(dtype, hardware_name, BIAS_SHAPES)
-    scale = min(SCALE_BOUNDS[1], max(SCALE_BOUNDS[0], bias["ratio"]))
-    per_byte, grad_per_param = 0.0, 0.0
-    for _ in range(3):  # steps 1 and 2b each take the other's terms out; a few rounds settle them
-        per_unit = per_unit_from_difference(*tiny, *tiny_parts, scale, per_byte, grad_per_param)
-        per_byte, grad_per_param = fit_compute_terms(rows, per_unit, scale)
-    per_tensor, per_param = fit_optimizer_terms(rows)
-    cost = {"per_unit_s": per_unit, "compute_scale": scale, "per_byte_s": per_byte,
-            "optimizer_per_tensor_s": per_tensor, "optimizer_per_param_s": per_param + grad_per_param}
-    return {**cost, "concurrency_slowdown": measure_concurrency(dtype, threads),
-            "deepspeed_step": measure_deepspeed_step(dtype, threads, cost, hardware_name),
-            "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param, "profile_bias": bias,
-            "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p} for s, t, p in zip(TINY_LAYERS, tiny, tiny_parts)],
-            "samples": rows}
+    return measure(hardware_name, dtype, threads)
 
 
 def step_holdout_log_errors(doc: dict) -> list[float]:
@@ -368,7 +341,7 @@ MAX_HISTORY = 12
 
 def measured_steps(doc: dict) -> dict[str, float]:
     """{step key: measured seconds} of every whole step the file measured (each dtype's reference
-    forward+backward rows and DeepSpeed engine steps): the same keys in every file of this FORMAT_VERSION."""
+    forward+backward rows and DeepSpeed engine steps): the same keys in every file of STEP_VERSIONS."""
     out: dict[str, float] = {}
     for dtype, entry in (doc.get("dtypes") or {}).items():
         for i, row in enumerate(entry.get("samples") or []):
@@ -380,10 +353,10 @@ def measured_steps(doc: dict) -> dict[str, float]:
 
 
 def carried_history(old: dict | None) -> list[dict]:
-    """The history a re-measured file keeps: the replaced file's own steps (when of this method,
-    FORMAT_VERSION) and the history it carried, newest first, at most MAX_HISTORY. How far the same steps moved
+    """The history a re-measured file keeps: the replaced file's own steps (when of these steps,
+    STEP_VERSIONS) and the history it carried, newest first, at most MAX_HISTORY. How far the same steps moved
     between measurements is the machine's step-time drift (refine/shrinkage.step_drift_sd)."""
-    if not isinstance(old, dict) or old.get("format_version", 1) != FORMAT_VERSION:
+    if not isinstance(old, dict) or old.get("format_version", 1) not in STEP_VERSIONS:
         return []
     entry = {"measured_utc": old.get("measured_utc"), "load_avg_1m": old.get("load_avg_1m"),
              "steps": measured_steps(old)}
@@ -391,41 +364,8 @@ def carried_history(old: dict | None) -> list[dict]:
     return ([entry] if entry["steps"] else []) + earlier[:MAX_HISTORY - 1]
 
 
-def _previous(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:
-    """Measure every dtype the profile serves and write FILE_NAME next to its profile.json, with the machine's
-    1-minute load average before and after each dtype (load_avg_1m: the largest; on a busy machine the
-    measurement's "alone" is not alone) and the steps of the file it replaces (carried_history)."""
-    import os
+    """FILE_NAME next to the profile's profile.json (cpu_framework_readings.write_framework_overhead)."""
+    from llmperf_hook.profile.cpu_framework_readings import write_framework_overhead as write
 
-    import torch
-
-    from llmperf_hook.instrument.reference_speed import measure_reference
-
-    torch.set_num_threads(threads)
-    path = profile_dir / FILE_NAME
-    history = carried_history(_previous(path))
-    path.unlink(missing_ok=True)  # the residual is measured against the profile alone
-    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "device": "cpu", "threads": threads,
-           "clock": "process CPU time" if threads == 1 else "wall time",
-           "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "method": "llmperf_hook/profile/cpu_framework.py: isolating differences (tiny models 1 vs 9 layers; "
-                     "reference GPT forward+backward against the fitted profile's prediction; AdamW per tensor "
-                     "and flat; DeepSpeed engine step against the prediction of the same model)",
-           "dtypes": {}, "reference": [], "loads_1m": []}
-    for dt in dtypes:  # the machine's speed around each measurement (instrument/reference_speed.py)
-        doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
-        doc["loads_1m"].append(os.getloadavg()[0])
-        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads)
-        doc["loads_1m"].append(os.getloadavg()[0])
-    doc["reference"].append(measure_reference("framework-after").to_json())
-    doc["load_avg_1m"] = max(doc["loads_1m"])
-    doc["history"] = history
-    path.write_text(json.dumps(doc, indent=1))
-    return path
+    return write(profile_dir, hardware_name, dtypes, threads)

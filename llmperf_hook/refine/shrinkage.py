@@ -26,19 +26,27 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   without it (cpu_framework.step_holdout_log_errors; 54 steps for the testbed's fp32 + bf16). sd_config is their
   root mean square (what a step the profile never saw is off by); sd_shared what they leave for a bias common to
   every job, their mean and its standard error, plus how far the machine's whole steps move between the
-  profile's measurement and later runs (step_drift_sd: STEP_DRIFT_SD_PRIOR, the same reference steps re-measured
-  by seven profiles of this machine, sd 9.5 %, pooled with the profile's own earlier measurements of its steps),
-  in quadrature. Session 8 took that drift from the reference workload's readings instead (1.3-3.1 %: k
+  profile's measurement and later runs (step_drift_sd: STEP_DRIFT_SD_PRIOR, the shift between two of seven
+  profiles' measurements of the same reference steps on this machine, root mean square 13.4 % over their 21
+  pairs, worth its 6 degrees of freedom, pooled with the profile's own earlier measurements of its steps), in
+  quadrature. Session 8 took that drift from the reference workload's readings instead (1.3-3.1 %: k
   0.04-0.10), which do not track the step-time drift; its benchmark runs had every configuration 8-23 % fast
-  after a machine-wide shift, and the calibration moved the others by 4 % of a run's ratio. With the step
-  drift, the testbed profile of 18:13 (held-out rms 7.0 %, mean +0.3 % +- 1.0 %): sd_shared 9.6 %, one quiet
-  run's k = 0.0091 / (0.0091 + 0.0049 + 0.0025) = 0.55 (session 7's cross-cluster 10 %: 0.50).
+  after a machine-wide shift, and the calibration moved the others by 4 % of a run's ratio. Session 9 took the
+  drift as the sd of one measurement's level (9.5 %, and each re-measurement's shift d as d^2 / 2), worth one
+  pseudo-observation: but b is the shift between two levels (the profile's and the run's), whose variance is
+  twice a level's, and two re-measurements that happened to agree (-3.5, -3.8 %) then outweighed the seven
+  profiles 2 : 1 (sd_shared 6.0 %): the testbed's 21:48 run, every configuration 4-30 % fast, kept x1.168 of
+  its calibration run's x1.225 on that configuration and 0.33 of it on the others. With the shift's variance
+  and the prior's degrees of freedom, the same profile (21:48: held-out rms 6.9 %, mean +0.2 % +- 0.9 %,
+  re-measured twice): drift sqrt((6 x 0.134^2 + 0.038^2 + 0.035^2) / 8) = 11.8 %, sd_shared 11.8 %, one quiet
+  run's k = 0.0139 / (0.0139 + 0.0048 + 0.0025) = 0.66 and its own configuration keeps 0.88 of its log ratio.
 - Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one
   cluster cannot estimate the spread between clusters); sd_config the profile's own held-out op error (median
   over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
 - With >= 2 configurations in the store, sd_config is pooled with their measured spread (scaled-inverse-chi^2
   posterior point estimate, the prior worth PRIOR_DOF).
-- sd_run: SD_RUN_PRIOR, pooled with the spread between runs of the same configuration in the store.
+- sd_run: SD_RUN_PRIOR (the spread between quiet 24-step runs of the same configuration on this machine),
+  pooled with the spread between runs of the same configuration in the store.
 """
 
 from __future__ import annotations
@@ -58,9 +66,14 @@ SD_CONFIG_NO_PROFILE = 0.15
 """sd_config when the hardware has no fitted profile (roofline only). Source: docs/model.md, the H100 / H200
 roofline-only step MAPE 14.7 / 13.2 % on eight runs each (as a log standard deviation, ~0.15)."""
 SD_RUN_PRIOR = 0.05
-"""Prior run-to-run standard deviation of one configuration's log step time. Source: bench_cpu_testbed.py
---drift-check (2026-11-26): stdev of log step CPU time over 10 interleaved runs of one configuration
-0.049-0.056. On a quiet GPU node runs repeat closer; the prior then only makes the calibration cautious."""
+"""Prior run-to-run standard deviation of one configuration's log step time (a run's median step over its 24
+timed steps). Source, this 2-core machine on 2026-11-26: the quiet measurement passes of the seven testbed
+benchmark runs with 24 timed steps (bench_cpu_testbed.py --rescore prints it from their logs: 60 pairs of
+quiet runs of the same configuration minutes apart, sd of one run sqrt(mean d^2 / 2) = 0.051; per run
+0.019-0.090) and, from the same logs, the quiet calibration runs against their configuration's two passes
+(14 differences, 0.061); before session 10 it rested on --drift-check's step CPU times (8 timed steps, load
+1-5: 0.049-0.056), which agree. On a quiet GPU node runs repeat closer; the prior then only makes the
+calibration cautious."""
 PRIOR_DOF = 1.0
 """Degrees of freedom the prior variances are worth against the store's data (one pseudo-observation)."""
 HALF_NORMAL = math.sqrt(math.pi / 2)
@@ -230,15 +243,18 @@ MIN_HELD_OUT_STEPS = 8
 """Fewer held-out steps than this (a framework file of one dtype without DeepSpeed) do not make a spread."""
 
 
-STEP_DRIFT_SD_PRIOR = 0.095
+STEP_DRIFT_SD_PRIOR = 0.134
 """Prior standard deviation of how far this machine's whole steps move, in log, between the profile's
 measurement and a later run: the SAME reference steps (forward+backward of the 11 reference GPTs, DeepSpeed
 engine steps at ZeRO 0-3; 27-54 per file) measured by seven framework-cost profiles of this 2-core machine on
 26 Nov 2026 (04:41, 04:52, 07:00, 09:54, 13:24, 13:37, 18:13 UTC; method unchanged since 04:42): each file's
 shared level (its mean log time over the 27 steps all seven have, minus their mean) -0.122 .. +0.167, standard
-deviation 0.096; pairwise, the shared shift's root mean square 0.134 = sqrt(2) x 0.094. Step times, not the
-reference workload's readings (which did not track the step-time drift: bench_cpu_testbed.py --drift-check),
-and never the testbed benchmark's rows."""
+deviation 0.096; the shift between two of them (what separates a profile from a later run) has root mean
+square 0.134 over the 21 pairs (= sqrt(2) x 0.094: a difference of two levels). Step times, not the reference
+workload's readings (which did not track the step-time drift: bench_cpu_testbed.py --drift-check), and never
+the testbed benchmark's rows."""
+DRIFT_PRIOR_DOF = 6.0
+"""Degrees of freedom STEP_DRIFT_SD_PRIOR is worth: the variance of seven measured levels (7 - 1)."""
 
 
 def measured_step_priors(directory, run_readings: Sequence[tuple[float, int]] = ()) -> Priors | None:
@@ -261,15 +277,16 @@ def measured_step_priors(directory, run_readings: Sequence[tuple[float, int]] = 
     sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + drift ** 2), MIN_SD)
     return Priors(sd_shared, rms, f"{len(errors)} held-out steps of {path} (rms {rms:.1%}, mean {mean:+.1%} +- "
                                   f"{se:.1%}) and the machine's step-time drift (sd {drift:.1%}: the prior "
-                                  f"{STEP_DRIFT_SD_PRIOR:.1%} of re-measured profile steps pooled with {n_shifts} "
-                                  f"re-measurement(s) of this profile's own): shared-bias prior {sd_shared:.1%}")
+                                  f"{STEP_DRIFT_SD_PRIOR:.1%} between re-measured profile steps, worth "
+                                  f"{DRIFT_PRIOR_DOF:g} of them, pooled with {n_shifts} re-measurement(s) of this "
+                                  f"profile's own): shared-bias prior {sd_shared:.1%}")
 
 
 def step_drift_sd(doc: dict) -> tuple[float, int]:
-    """(sd, shifts): how far the machine's whole steps move between measurements, in log. The framework file
-    keeps the steps of the measurements it replaced (cpu_framework.carried_history): each earlier measurement's
-    shared shift d (mean log ratio over the steps both measured) is a difference of two levels, so d^2 / 2
-    estimates the variance, pooled with STEP_DRIFT_SD_PRIOR worth PRIOR_DOF."""
+    """(sd, shifts): how far the machine's whole steps move between two measurements (the profile's and a later
+    run's), in log. The framework file keeps the steps of the measurements it replaced (cpu_framework.
+    carried_history): each earlier measurement's shared shift d (mean log ratio over the steps both measured) is
+    one such move, so d^2 estimates its variance, pooled with STEP_DRIFT_SD_PRIOR worth DRIFT_PRIOR_DOF."""
     from llmperf_hook.profile.cpu_framework import measured_steps
 
     now = measured_steps(doc)
@@ -279,5 +296,5 @@ def step_drift_sd(doc: dict) -> tuple[float, int]:
         common = [k for k in now if isinstance(then, dict) and isinstance(then.get(k), (int, float)) and then[k] > 0]
         if len(common) >= MIN_HELD_OUT_STEPS:
             shifts.append(statistics.fmean(math.log(now[k] / then[k]) for k in common))
-    var = (PRIOR_DOF * STEP_DRIFT_SD_PRIOR ** 2 + sum(d * d / 2 for d in shifts)) / (PRIOR_DOF + len(shifts))
+    var = (DRIFT_PRIOR_DOF * STEP_DRIFT_SD_PRIOR ** 2 + sum(d * d for d in shifts)) / (DRIFT_PRIOR_DOF + len(shifts))
     return math.sqrt(var), len(shifts)

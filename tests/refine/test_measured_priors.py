@@ -16,8 +16,8 @@ from llmperf_hook.profile.cpu_framework import FORMAT_VERSION, carried_history, 
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import find_calibration
 from llmperf_hook.refine.recalibrate import recalibrate
-from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, SD_SHARED_PRIOR, STEP_DRIFT_SD_PRIOR, measured_step_priors,
-                                          step_drift_sd, variance_priors)
+from llmperf_hook.refine.shrinkage import (DRIFT_PRIOR_DOF, SD_RUN_PRIOR, SD_SHARED_PRIOR, STEP_DRIFT_SD_PRIOR,
+                                          measured_step_priors, step_drift_sd, variance_priors)
 
 PER_UNIT, SCALE, PER_BYTE, PER_PARAM = 2e-6, 1.0, 1e-11, 1e-9
 ENGINE_STEP, ENGINE_PARAM = 1e-3, 5e-9
@@ -84,8 +84,9 @@ def test_priors_come_from_the_held_out_steps_and_the_step_drift(tmp_path: Path,
 
 def test_the_profiles_earlier_measurements_of_its_steps_join_the_drift() -> None:
     """A re-measured framework file keeps the steps it replaced (cpu_framework.carried_history): the shared
-    shift d between the two measurements of the same steps adds d^2 / 2 to the drift's variance, pooled with
-    the prior; a steady machine narrows it, a file of another method or with too few common steps is no shift."""
+    shift d between the two measurements of the same steps is one move of the machine's level, so d^2 joins the
+    drift's variance, pooled with the prior worth DRIFT_PRIOR_DOF; a steady machine narrows it, a file of another
+    method or with too few common steps is no shift."""
     first = {**framework_doc(), "format_version": FORMAT_VERSION, "measured_utc": "t0"}
     assert step_drift_sd(first) == (pytest.approx(STEP_DRIFT_SD_PRIOR), 0)
     slower = framework_doc()
@@ -96,10 +97,12 @@ def test_the_profiles_earlier_measurements_of_its_steps_join_the_drift() -> None
     remeasured = {**slower, "history": carried_history(first)}
     assert len(remeasured["history"]) == 1 and len(remeasured["history"][0]["steps"]) == 9
     sd, n = step_drift_sd(remeasured)
-    assert n == 1 and sd == pytest.approx(math.sqrt((STEP_DRIFT_SD_PRIOR ** 2 + math.log(1.2) ** 2 / 2) / 2))
+    assert n == 1 and sd == pytest.approx(math.sqrt((DRIFT_PRIOR_DOF * STEP_DRIFT_SD_PRIOR ** 2 + math.log(1.2) ** 2)
+                                                    / (DRIFT_PRIOR_DOF + 1)))
     steady = {**framework_doc(), "history": carried_history(first) * 3}
     assert step_drift_sd(steady)[0] < STEP_DRIFT_SD_PRIOR
     assert carried_history({**first, "format_version": 1}) == [] and carried_history(None) == []
+    assert len(carried_history({**first, "format_version": 2})) == 1  # one reading per term: the same steps
     assert step_drift_sd({**first, "history": [{"steps": {"fp32/fwd_bwd/0": 1.0}}, "junk"]})[1] == 0
 
 
@@ -152,3 +155,25 @@ def test_a_calibration_stored_before_sd_shared_reads_the_old_prior(tmp_path: Pat
     conn.close()
     cal = find_calibration("hw", "c", "deepspeed")
     assert cal.shared_weight == 0.5 and cal.sd_shared == SD_SHARED_PRIOR
+
+
+def test_the_drift_is_the_move_between_two_measurements_not_one_levels_spread() -> None:
+    """The shared bias b of a run is the machine's level at the run minus its level when the profile was taken:
+    step_drift_sd estimates the root mean square of such moves. A file measured at the machine's mean level whose
+    400 earlier measurements' levels were off by N(0, 0.05^2) moved by 0.05 rms each time: step_drift_sd comes
+    out near 0.05 (the prior's 6 degrees of freedom barely count against 400); session 9's d^2 / 2 halved each
+    move's variance (0.036)."""
+    import random
+
+    rng = random.Random(3)
+    history = []
+    for i in range(400):
+        level = math.exp(rng.gauss(0.0, 0.05))
+        then = framework_doc()
+        for row in then["dtypes"]["fp32"]["samples"]:
+            row["fwd_bwd_s"] *= level
+        for sample in then["dtypes"]["fp32"]["deepspeed_step"]["1"]["samples"]:
+            sample[1], sample[2] = sample[1] * level, sample[2] * level
+        history += carried_history({**then, "format_version": FORMAT_VERSION, "measured_utc": str(i)})
+    sd, n = step_drift_sd({**framework_doc(), "history": history})
+    assert n == 400 and 0.046 < sd < 0.058

@@ -1,0 +1,279 @@
+"""CPU framework overhead: several interleaved readings of every term, the median per term.
+
+cpu_framework.py says what each term of `framework_overhead.json` is and how one reading isolates it. One
+reading of all of them was not a stable profile: two taken twelve minutes apart on a quiet-ish machine (session
+9, 21:36 and 21:48) put two ranks at x1.14 and x1.00 and DeepSpeed's ZeRO-1 term at 1.5 ms + 10.1 ns/param and
+0.8 ms + 8.6 ns/param, which moved the testbed's 2-rank predictions by up to 17 %, while the reference steps
+themselves moved 4 %: each term is a difference of measured times, and a busy minute lands in one of them. So
+per dtype:
+1. The children (cpu_engine_cost.py: two concurrency processes, one DeepSpeed process with an engine per ZeRO
+   stage and shape) start once.
+2. Readings, each one pass over everything in turn: the tiny pair, the reference forward+backward rows, the
+   AdamW steps, the isolated operators of the profile-bias shapes, the 2-rank pair, the engines (~9 s on a
+   quiet 2-core machine, one thread).
+3. Every term is fitted from each reading alone (`reading_terms`: per_unit_s, compute_scale, per_byte_s, the
+   Adam and backward per-parameter and per-tensor terms, concurrency_slowdown, each ZeRO stage's engine terms)
+   and the file keeps the MEDIAN over the readings per term (`combine_readings`): with R readings fewer than
+   R / 2 disturbed ones cannot move a term outside the range of the undisturbed ones. The readings' terms and
+   the spread between them (half the range over the median, per term) are kept in the file (`readings`,
+   `spread`) and printed by `llmperf profile` (describe_spread, on stderr).
+The samples the file keeps for the shrinkage's held-out steps and the step-time history (cpu_framework.
+step_holdout_log_errors, measured_steps) are the medians over the readings of each measured time.
+
+Budget: `llmperf profile --device cpu` keeps cpu_framework.RESERVED_S (120 s) of its --budget for this, split
+evenly over the dtypes measured; per dtype the children's start (~20 s quiet: 16 engines), then readings
+while the next one is expected to end within the dtype's share, at least MIN_READINGS (on a busy machine the
+measurement runs over, as the --budget help says) and at most MAX_READINGS. Quiet, two dtypes: 4-5 readings
+each. torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from llmperf_hook.profile import cpu_framework as cf
+
+MIN_READINGS = 3
+"""Fewest readings per dtype: the median of 3 outvotes one disturbed reading."""
+MAX_READINGS = 7
+"""Most readings per dtype, whatever the budget."""
+TINY_REPS = 15
+"""Repetitions of each tiny model per reading (their steps take 1-3 ms)."""
+
+
+@dataclass(frozen=True)
+class FixedParts:
+    """What a reading is compared with, computed once per dtype (no timing)."""
+
+    tiny: tuple[dict, dict]
+    """predicted_parts of TINY_LAYERS, with their parameter counts ("params")."""
+    rows: tuple[dict, ...]
+    """Per REFERENCE_SHAPES: shape, predicted compute seconds, units, bytes, predicted optimizer seconds,
+    parameter tensors, parameters."""
+    engine_rows: tuple[tuple[int, int, dict], ...]
+    """cpu_engine_cost.engine_model_rows."""
+
+
+def fixed_parts(dtype: str, hardware_name: str) -> FixedParts:
+    from llmperf_hook.profile.cpu_engine_cost import engine_model_rows
+
+    tiny = tuple({**cf.predicted_parts(s, dtype, hardware_name),
+                  "params": sum(p.numel() for p in cf._gpt(*s[:3]).parameters())} for s in cf.TINY_LAYERS)
+    rows = []
+    for shape in cf.REFERENCE_SHAPES:
+        parts, model = cf.predicted_parts(shape, dtype, hardware_name), cf._gpt(*shape[:3])
+        rows.append({"shape": list(shape), "predicted_compute_s": parts["compute_s"], "units": parts["units"],
+                     "bytes": parts["bytes"], "predicted_optimizer_s": parts["optimizer_s"],
+                     "tensors": len(list(model.parameters())), "params": sum(p.numel() for p in model.parameters())})
+    return FixedParts(tiny, tuple(rows), tuple(engine_model_rows(dtype, hardware_name)))
+
+
+class _InProcess:
+    """The parent's own timed work, built once: tiny and reference steps, AdamW over tensors and flat."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+        self.tiny = [cf.fwd_bwd_fn(s, dtype) for s in cf.TINY_LAYERS]
+        self.steps = [cf.fwd_bwd_fn(s, dtype) for s in cf.REFERENCE_SHAPES]
+        self.optimizers = [cf.optimizer_steps(s) for s in cf.REFERENCE_SHAPES]
+
+    def reading(self, hardware_name: str) -> dict:
+        return {"tiny_s": [cf._median_s(f, TINY_REPS) for f in self.tiny],
+                "fwd_bwd_s": [cf._median_s(f) for f in self.steps],
+                "optimizer_s": [[cf._median_s(t), cf._median_s(f)] for t, f in self.optimizers],
+                "bias": cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)}
+
+
+def reading_rows(raw: Mapping[str, Any], fixed: FixedParts) -> list[dict]:
+    """The reference rows of one reading (or of the medians): fixed parts + measured times."""
+    return [{**row, "fwd_bwd_s": fb, "optimizer_tensors_s": opt[0], "optimizer_flat_s": opt[1]}
+            for row, fb, opt in zip(fixed.rows, raw["fwd_bwd_s"], raw["optimizer_s"])]
+
+
+def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str) -> dict:
+    """Every term of cpu_framework.py's steps 1-5 from one reading alone."""
+    from llmperf_hook.profile.cpu_engine_cost import deepspeed_terms
+
+    rows = reading_rows(raw, fixed)
+    scale = min(cf.SCALE_BOUNDS[1], max(cf.SCALE_BOUNDS[0], raw["bias"]["ratio"]))
+    per_byte, grad_per_param = 0.0, 0.0
+    for _ in range(3):  # steps 1 and 2b each take the other's terms out; a few rounds settle them
+        per_unit = cf.per_unit_from_difference(*raw["tiny_s"], *fixed.tiny, scale, per_byte, grad_per_param)
+        per_byte, grad_per_param = cf.fit_compute_terms(rows, per_unit, scale)
+    per_tensor, per_param = cf.fit_optimizer_terms(rows)
+    cost = {"per_unit_s": per_unit, "compute_scale": scale, "per_byte_s": per_byte,
+            "optimizer_per_tensor_s": per_tensor, "optimizer_per_param_s": per_param + grad_per_param}
+    terms = {**cost, "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param}
+    if raw.get("concurrency") is not None:
+        terms["concurrency_slowdown"] = {"2": raw["concurrency"]}
+    if raw.get("engine"):
+        terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if k != "samples"}
+                                   for z, t in deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype).items()}
+    return terms
+
+
+def flatten(terms: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """{"a/b": number} of the numeric leaves of nested term dicts."""
+    out: dict[str, float] = {}
+    for key, value in terms.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[prefix + key] = float(value)
+    return out
+
+
+def unflatten(flat: Mapping[str, float]) -> dict:
+    out: dict = {}
+    for path, value in flat.items():
+        *parents, leaf = path.split("/")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def combine_readings(readings: Sequence[Mapping[str, Any]]) -> tuple[dict, dict[str, float | None]]:
+    """(median per term over the readings, nested as the readings; spread per flattened term: half the range
+    over the median, None where the median is 0). A term missing from some readings (a child that failed
+    later) is the median of those that have it."""
+    flats = [flatten(r) for r in readings]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    medians, spread = {}, {}
+    for key in keys:
+        values = [f[key] for f in flats if key in f]
+        medians[key] = statistics.median(values)
+        spread[key] = (max(values) - min(values)) / (2 * medians[key]) if medians[key] > 0 else None
+    return unflatten(medians), spread
+
+
+def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
+    """Each measured time's median over the readings (the samples the file keeps)."""
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    out = {"tiny_s": [med(v) for v in zip(*(r["tiny_s"] for r in raws))],
+           "fwd_bwd_s": [med(v) for v in zip(*(r["fwd_bwd_s"] for r in raws))],
+           "optimizer_s": [[med(x) for x in zip(*v)] for v in zip(*(r["optimizer_s"] for r in raws))]}
+    engines = [r["engine"] for r in raws if r.get("engine")]
+    if engines:
+        out["engine"] = {z: [[med(x) for x in zip(*v)] for v in zip(*(e[z] for e in engines))] for z in engines[0]}
+    bias = [r["bias"]["samples"] for r in raws]
+    out["bias"] = {"ratio": med(r["bias"]["ratio"] for r in raws),
+                   "samples": [{**rows[0], "isolated_s": med(x["isolated_s"] for x in rows)} for rows in zip(*bias)]}
+    return out
+
+
+def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
+                               time_box_s: float = cf.RESERVED_S) -> dict:
+    """The module docstring's readings for one dtype: the median terms, the samples behind them, every
+    reading's terms and the spread between them."""
+    from llmperf_hook.profile.cpu_engine_cost import ConcurrencyReader, EngineReader
+
+    t0 = time.perf_counter()
+    fixed, local = fixed_parts(dtype, hardware_name), _InProcess(dtype)
+    engine = EngineReader(dtype, threads)
+    conc = ConcurrencyReader(dtype, threads)
+    raws, loads = [], []
+    try:
+        while len(raws) < MAX_READINGS:
+            start = time.perf_counter()
+            raw = local.reading(hardware_name)
+            raw["concurrency"], raw["engine"] = conc.reading(), engine.reading()
+            raws.append(raw)
+            loads.append(os.getloadavg()[0])
+            now = time.perf_counter()
+            if len(raws) >= MIN_READINGS and now - t0 + (now - start) > time_box_s:
+                break
+    finally:
+        conc.close()
+        engine.close()
+    return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0)
+
+
+def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],
+              took_s: float) -> dict:
+    """The file's entry for one dtype from its readings (pure)."""
+    from llmperf_hook.profile.cpu_engine_cost import deepspeed_terms
+
+    per_reading = [reading_terms(r, fixed, dtype) for r in raws]
+    terms, spread = combine_readings(per_reading)
+    med = median_raw(raws)
+    entry = {**terms, "profile_bias": med["bias"], "readings": per_reading, "spread": spread,
+             "reading_loads_1m": list(loads), "measure_s": took_s,
+             "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p}
+                              for s, t, p in zip(cf.TINY_LAYERS, med["tiny_s"], fixed.tiny)],
+             "samples": reading_rows(med, fixed)}
+    if med.get("engine") and terms.get("deepspeed_step"):
+        samples = deepspeed_terms(med["engine"], terms, fixed.engine_rows, dtype)
+        for zero, stage in terms["deepspeed_step"].items():
+            stage["samples"] = samples[zero]["samples"]
+    return entry
+
+
+SPREAD_TERMS = (("per_unit_s", "per op unit"), ("compute_scale", "ops"), ("per_byte_s", "per byte"),
+                ("optimizer_per_tensor_s", "Adam/tensor"), ("optimizer_per_param_s", "Adam/param"),
+                ("concurrency_slowdown/2", "2 ranks"), ("deepspeed_step/1/per_param_s", "ZeRO-1/param"),
+                ("deepspeed_step/3/per_step_s", "ZeRO-3/step"))
+
+
+def describe_spread(doc: Mapping[str, Any]) -> str:
+    """One line per dtype: readings, loads and the spread between readings of the main terms ("" for a file of
+    one reading, format 2)."""
+    lines = []
+    for dtype, entry in sorted((doc.get("dtypes") or {}).items()):
+        if not entry.get("readings"):
+            continue
+        spread, loads = entry.get("spread") or {}, entry.get("reading_loads_1m") or [0.0]
+        parts = [f"{label} {spread[key]:.0%}" for key, label in SPREAD_TERMS if spread.get(key) is not None]
+        lines.append(f"framework cost {dtype}: median of {len(entry.get('readings') or [])} readings (load "
+                     f"{min(loads):.2f}-{max(loads):.2f}, {entry.get('measure_s', 0):.0f} s); spread between "
+                     f"readings (half-range / median): " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def _previous(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:
+    """Measure every dtype the profile serves (each in its share of RESERVED_S) and write FILE_NAME next to its
+    profile.json, with the machine's 1-minute load average before and after each dtype (load_avg_1m: the
+    largest) and the steps of the file it replaces (cf.carried_history); the spread between readings goes to
+    stderr (describe_spread)."""
+    import torch
+
+    from llmperf_hook.instrument.reference_speed import measure_reference
+
+    torch.set_num_threads(threads)
+    path = profile_dir / cf.FILE_NAME
+    history = cf.carried_history(_previous(path))
+    path.unlink(missing_ok=True)  # the residual is measured against the profile alone
+    doc = {"format": cf.FORMAT, "format_version": cf.FORMAT_VERSION, "device": "cpu", "threads": threads,
+           "clock": "process CPU time" if threads == 1 else "wall time",
+           "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "method": "llmperf_hook/profile/cpu_framework.py, cpu_framework_readings.py: isolating differences "
+                     "(tiny models 1 vs 9 layers; reference GPT forward+backward against the fitted profile's "
+                     "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
+                     "against the prediction of the same model), each term the median over interleaved readings",
+           "dtypes": {}, "reference": [], "loads_1m": []}
+    for dt in dtypes:  # the machine's speed around each measurement (instrument/reference_speed.py)
+        doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
+        doc["loads_1m"].append(os.getloadavg()[0])
+        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads, cf.RESERVED_S / len(dtypes))
+        doc["loads_1m"].append(os.getloadavg()[0])
+    doc["reference"].append(measure_reference("framework-after").to_json())
+    doc["load_avg_1m"] = max(doc["loads_1m"])
+    doc["history"] = history
+    path.write_text(json.dumps(doc, indent=1))
+    sys.stderr.write(describe_spread(doc) + "\n")
+    return path
