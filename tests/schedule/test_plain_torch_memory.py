@@ -6,6 +6,7 @@ train_gpt.py --bf16, torch AdamW on a .to(torch.bfloat16) model) peaked at 16.64
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,11 @@ def test_script_training_reads_the_cast_and_the_optimizer(tmp_path: Path, body: 
 
 
 def _c08(extra: tuple[str, ...] = ("--bf16",)):
+    """The c08 command as resolved, priced the Megatron way (what resolve_job gives before it applies
+    apply_script_training, and what that function starts from)."""
     job, cfg = resolve_job(["python3", str(TESTBED), *C08_ARGS, *extra], ENV)
-    return job, cfg
+    megatron = replace(cfg.optimizer, master_weights=True, fp32_main_grads=True, torch_optimizer_impl="")
+    return job, replace(cfg, optimizer=megatron) if cfg.framework == "megatron" else cfg
 
 
 def test_a_bf16_torch_adamw_run_holds_8_bytes_per_parameter() -> None:
@@ -79,7 +83,8 @@ def test_fp32_runs_deepspeed_and_megatron_entry_points_are_left_alone() -> None:
 @pytest.mark.xfail(strict=True, reason="needs frameworks/resolve.py resolve_config to call "
                                        "script_shape.apply_script_training(cfg, job.script) (lead's file)")
 def test_resolve_job_prices_the_script_it_reads() -> None:
-    assert not _c08()[1].optimizer.master_weights
+    cfg = resolve_job(["python3", str(TESTBED), *C08_ARGS, "--bf16"], ENV)[1]
+    assert not cfg.optimizer.master_weights
 
 
 def test_the_step_streams_16_bit_states_as_torch_foreach_adamw_does() -> None:
