@@ -115,7 +115,7 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
 
 HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
 """The GPU <-> host link as the 'group' of a host copy that runs on the all-gather stream: the composer hides such
-an op behind compute as it hides the gathers beside it (tagged overlap), or charges it as exposed ZeRO time."""
+an op behind compute where it is tagged overlap, as it hides the gathers, or charges it as exposed ZeRO time."""
 
 
 def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
@@ -123,24 +123,23 @@ def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tu
 
     The rank's partition (param.ds_tensor, 1/d of each parameter in its 16-bit dtype) lives in host memory
     (partition_parameters.py _partition_param: ds_tensor on the offload device, pinned with pin_memory), so every
-    fetch copies it to the GPU before gathering it: all_gather_coalesced -> _all_gather_dtype(
-    param_ds_tensor.to(current_device_name()), ...), and with one rank _no_gather_coalesced's ds_tensor.to(device).
-    The fetch runs under `with get_accelerator().stream(self.__allgather_stream)` (partitioned_param_coordinator.py
-    __all_gather_params_), so the copy and the gather are one side-stream sequence: prefetched
-    (stage3_prefetch_bucket_size > 0) they hide behind compute together, without prefetching each module's copy is
-    exposed before its gather. Fetched before the forward and the backward (and a recompute), as the gathers."""
+    fetch copies it to the GPU before gathering it, on the all-gather stream (partitioned_param_coordinator.py
+    __all_gather_params_: `with get_accelerator().stream(self.__allgather_stream)`). With several ranks the copy is
+    all_gather_coalesced -> _all_gather_dtype's `param_ds_tensor.to(current_device_name())`, a blocking copy: the
+    Python thread that issues the compute kernels waits for it (and for the gathers queued before it on that
+    stream), so prefetching does not hide it: one exposed copy per fetch, per module without prefetching. One rank:
+    _no_gather_coalesced copies with non_blocking=True, which a prefetch (stage3_prefetch_bucket_size > 0) runs
+    behind compute like a gather. Fetched before the forward and the backward (and a recompute), as the gathers."""
     o = cfg.optimizer
     if o.zero_stage < 3 or o.offload_param == "none" or layer_params <= 0:
         return (), ()
     per_rank = param_bytes(cfg) / max(1, d)
+    hidden = {"overlap": "param_gather"} if d <= 1 and o.stage3_prefetch_bucket_size_elems != 0 else {}
+    sizes = (layer_params,) if o.stage3_prefetch_bucket_size_elems != 0 else zero3_gather_modules(cfg, layer_params)
 
     def phase_ops(phase: Phase) -> tuple[Op, ...]:
-        if o.stage3_prefetch_bucket_size_elems == 0:
-            return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
-                            bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK)
-                         for n in zero3_gather_modules(cfg, layer_params))
-        return (Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(layer_params * per_rank)}, flops=0.0,
-                   bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK, tags={"overlap": "param_gather"}),)
+        return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
+                        bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK, tags=dict(hidden)) for n in sizes)
     return phase_ops("fwd"), phase_ops("bwd")
 
 
