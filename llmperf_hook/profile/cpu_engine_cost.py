@@ -4,14 +4,13 @@ Both run the reference GPT of cpu_framework.py in separate Python processes (one
 time, medians of repetitions). The children are persistent (`Reader`): they build their models (and engines)
 once, then answer one reading per request, so cpu_framework_readings.py interleaves them with the in-process
 readings and every term gets several readings minutes apart at the cost of one start-up:
-- `ConcurrencyReader`: two processes each holding the forward+backward of CONCURRENCY_SHAPES; per reading,
-  each alone, then both at once: `concurrency_slowdown[2]` = median over shapes and processes of together /
-  alone IN THE SAME PROCESS, minutes-apart readings paired (what a rank loses to the other's use of the
+- `ConcurrencyReader`: N = logical CPUs / threads per rank processes (at least 2), each holding the
+  forward+backward of CONCURRENCY_SHAPES; per reading, the first two alone, then two at once, then (N > 2)
+  all N at once: `concurrency_slowdown[2]` and `[N]` = median over shapes and the first two processes of
+  together / alone IN THE SAME PROCESS and the same reading (what a rank loses to the others' use of the
   shared caches and memory bandwidth). Session 9 measured "alone" once in the parent and "together" once in
-  two fresh processes: x1.14 and x1.00 twelve minutes apart on a quiet-ish machine. CPU time, not wall time:
+  fresh processes: x1.14 and x1.00 twelve minutes apart on a quiet-ish machine. CPU time, not wall time:
   waiting for a core that other programs hold is the machine's load at that moment, not a property of it.
-  Only 2 ranks are measured (the testbed's and this 2-core machine's largest job); more would need as many
-  free cores.
 - `EngineReader`: DeepSpeed's engine (forward, backward, step; gloo, one rank) for ZeRO 0-3 at
   DEEPSPEED_SHAPES, built once; per reading the median of ENGINE_REPS steps of each engine in turn. Minus what
   the fitted cost (per unit, compute scale, per byte, Adam per tensor and per parameter) predicts for the same
@@ -116,25 +115,39 @@ def concurrent_child(dtype: str, threads: int) -> None:
         _answer([_median_s(step, REPS) for step in steps])
 
 
-class ConcurrencyReader:
-    """Two concurrent_child processes; `reading()` = the 2-rank slowdown (module docstring)."""
+def concurrent_ranks(threads: int) -> tuple[int, ...]:
+    """The rank counts measured: 2 and, where more fit, logical CPUs / threads per rank."""
+    most = max(2, (os.cpu_count() or 1) // max(1, threads))
+    return (2,) if most == 2 else (2, most)
 
-    def __init__(self, dtype: str, threads: int) -> None:
+
+class ConcurrencyReader:
+    """concurrent_child processes; `reading()` = {ranks: slowdown} (module docstring)."""
+
+    def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = ()) -> None:
         code = (f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; "
                 f"concurrent_child({dtype!r}, {threads})")
-        self.children = [Reader(code, threads) for _ in range(2)]
+        self.ranks = tuple(ranks) or concurrent_ranks(threads)
+        self.children = [Reader(code, threads) for _ in range(max(self.ranks))]
         for child in self.children:
             child.started()
 
-    def reading(self) -> float:
+    def _together(self, count: int) -> list:
+        for child in self.children[:count]:
+            child.send()
+        return [child.receive() for child in self.children[:count]]
+
+    def reading(self) -> dict[str, float]:
         alone = []
-        for child in self.children:
+        for child in self.children[:2]:
             child.send()
             alone.append(child.receive())
-        for child in self.children:
-            child.send()
-        together = [child.receive() for child in self.children]
-        return max(1.0, statistics.median(t / a for ts, als in zip(together, alone) for t, a in zip(ts, als)))
+        out = {}
+        for count in self.ranks:
+            together = self._together(count)[:2]
+            out[str(count)] = max(1.0, statistics.median(t / a for ts, als in zip(together, alone)
+                                                         for t, a in zip(ts, als)))
+        return out
 
     def close(self) -> None:
         for child in self.children:

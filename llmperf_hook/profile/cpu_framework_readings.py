@@ -9,7 +9,7 @@ per dtype:
 1. The children (cpu_engine_cost.py: two concurrency processes, one DeepSpeed process with an engine per ZeRO
    stage and shape) start once.
 2. Readings, each one pass over everything in turn: the tiny pair, the reference forward+backward rows, the
-   AdamW steps, the isolated operators of the profile-bias shapes, the 2-rank pair, the engines (~9 s on a
+   AdamW steps, the isolated operators of the profile-bias shapes, the ranks at once, the engines (~9 s on a
    quiet 2-core machine, one thread).
 3. Every term is fitted from each reading alone (`reading_terms`: per_unit_s, compute_scale, per_byte_s, the
    Adam and backward per-parameter and per-tensor terms, concurrency_slowdown, each ZeRO stage's engine terms)
@@ -112,7 +112,7 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str) -> dict
             "optimizer_per_tensor_s": per_tensor, "optimizer_per_param_s": per_param + grad_per_param}
     terms = {**cost, "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param}
     if raw.get("concurrency") is not None:
-        terms["concurrency_slowdown"] = {"2": raw["concurrency"]}
+        terms["concurrency_slowdown"] = dict(raw["concurrency"])
     if raw.get("engine"):
         terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if k != "samples"}
                                    for z, t in deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype).items()}

@@ -63,7 +63,7 @@ def _raw(fixed: cfr.FixedParts, rng: random.Random, noise: float = 0.01, disturb
     bias = {"ratio": TRUE["compute_scale"] * jitter(), "samples": [{"shape": [1, 2, 3, 4], "isolated_s": 1.0,
                                                                      "predicted_s": 1.0}]}
     return {"tiny_s": tiny, "fwd_bwd_s": fb, "optimizer_s": opt, "bias": bias,
-            "concurrency": TRUE["concurrency"] * jitter() * disturb, "engine": engine}
+            "concurrency": {"2": TRUE["concurrency"] * jitter() * disturb}, "engine": engine}
 
 
 KEY_TERMS = ("per_unit_s", "compute_scale", "optimizer_per_tensor_s", "concurrency_slowdown/2",
@@ -141,8 +141,8 @@ def test_two_rank_reading_pairs_each_process_with_itself(monkeypatch: pytest.Mon
     from llmperf_hook.profile import cpu_engine_cost as ce
 
     class Child:
-        def __init__(self, alone: list[float], together: list[float]) -> None:
-            self.answers, self.sent = [alone, together], 0
+        def __init__(self, *answers: list[float]) -> None:
+            self.answers, self.sent = list(answers), 0
 
         def send(self) -> None:
             self.sent += 1
@@ -151,7 +151,45 @@ def test_two_rank_reading_pairs_each_process_with_itself(monkeypatch: pytest.Mon
             return self.answers[self.sent - 1]
 
     reader = ce.ConcurrencyReader.__new__(ce.ConcurrencyReader)
+    reader.ranks = (2,)
     reader.children = [Child([1.0, 2.0, 3.0], [1.1, 2.4, 3.3]), Child([2.0, 4.0, 6.0], [2.0, 4.4, 6.6])]
-    assert reader.reading() == pytest.approx(1.1)
+    assert reader.reading() == {"2": pytest.approx(1.1)}
     reader.children = [Child([1.0, 1.0, 1.0], [0.9, 0.95, 0.9]), Child([1.0, 1.0, 1.0], [0.9, 0.9, 0.9])]
-    assert reader.reading() == 1.0
+    assert reader.reading() == {"2": 1.0}
+    reader.ranks = (2, 3)  # a 3-CPU machine: the first two processes' own alone readings are the baselines
+    reader.children = [Child([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], [1.3, 1.3, 1.3]),
+                       Child([2.0, 2.0, 2.0], [2.2, 2.2, 2.2], [2.6, 2.6, 2.6]), Child([9.0, 9.0, 9.0])]
+    assert reader.reading() == {"2": pytest.approx(1.1), "3": pytest.approx(1.3)}
+
+
+def test_the_file_keeps_the_readings_and_the_replaced_steps_and_profile_prints_the_spread(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """write_framework_overhead: each dtype in its share of RESERVED_S, format 3, the replaced one-reading file's
+    steps kept as history (format 2 measured the same steps), the spread line on stderr (`llmperf profile`)."""
+    import json
+
+    from llmperf_hook.instrument import reference_speed
+    from llmperf_hook.profile import cpu_framework as cf
+
+    fixed, rng, boxes = _fixed(), random.Random(4), []
+
+    def measure(hardware: str, dtype: str, threads: int, box: float) -> dict:
+        boxes.append(box)
+        return cfr.summarize([_raw(fixed, rng) for _ in range(3)], fixed, dtype, [0.4] * 3, 20.0)
+
+    class Reading:
+        def to_json(self) -> dict:
+            return {"cpu_s": 0.006}
+
+    monkeypatch.setattr(cfr, "measure_framework_overhead", measure)
+    monkeypatch.setattr(reference_speed, "measure_reference", lambda where: Reading())
+    old = {"format_version": 2, "measured_utc": "then", "load_avg_1m": 3.0,
+           "dtypes": {"fp32": {"samples": [{"shape": [1, 2, 3, 4], "fwd_bwd_s": 0.01}]}}}
+    (tmp_path / cf.FILE_NAME).write_text(json.dumps(old))
+    path = cf.write_framework_overhead(tmp_path, "cpu-x", ["bf16", "fp32"], 1)
+    doc = json.loads(path.read_text())
+    assert doc["format_version"] == 3 and boxes == [cf.RESERVED_S / 2] * 2
+    assert doc["history"][0]["measured_utc"] == "then" and doc["history"][0]["steps"] == {"fp32/fwd_bwd/1x2x3x4": 0.01}
+    assert len(doc["dtypes"]["fp32"]["readings"]) == 3
+    err = capsys.readouterr().err
+    assert "framework cost bf16: median of 3 readings" in err and "framework cost fp32: median of 3 readings" in err
