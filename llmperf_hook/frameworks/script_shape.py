@@ -126,15 +126,23 @@ def _is_half_cast(call: ast.Call) -> bool:
     return any(_dotted(d).split(".")[-1] in _HALF_DTYPES for d in dtypes)
 
 
+def _loads_in_half(call: ast.Call) -> bool:
+    """A call given torch_dtype= / dtype= a 16-bit torch dtype (Hugging Face from_pretrained / from_config)."""
+    return any(k.arg in ("torch_dtype", "dtype") and _dotted(k.value).split(".")[-1] in _HALF_DTYPES
+               for k in call.keywords)
+
+
 def _half_cast_names(tree: ast.AST) -> dict[str, int]:
     """{name: line} of the names a script casts to 16 bits: the receiver of a cast (`model.half()` casts an
-    nn.Module in place) and the target of an assignment from one (`model = GPT(args).to(torch.bfloat16)`)."""
+    nn.Module in place), the target of an assignment from one (`model = GPT(args).to(torch.bfloat16)`) or from a
+    load in a 16-bit dtype (`AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)`)."""
     out: dict[str, int] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_half_cast(node) and isinstance(node.func, ast.Attribute) \
                 and isinstance(node.func.value, ast.Name):
             out.setdefault(node.func.value.id, node.lineno)
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_half_cast(node.value):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
+                _is_half_cast(node.value) or _loads_in_half(node.value)):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     out.setdefault(target.id, node.lineno)

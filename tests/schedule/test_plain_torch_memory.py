@@ -41,6 +41,8 @@ def test_the_testbed_casts_its_model_and_steps_torch_adamw() -> None:
     ("from torch.optim import AdamW\nm = nn.Linear(4, 4)\nm = m.to(dtype=torch.bfloat16)\n"
      "opt = AdamW(m.parameters(), fused=True)\n", ("adam", "fused")),
     ("m = nn.Linear(4, 4)\nx = torch.ones(4).to(torch.bfloat16)\nopt = torch.optim.AdamW(m.parameters())\n", None),
+    ("from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('x', torch_dtype=torch.bfloat16)\n"
+     "opt = torch.optim.AdamW(m.parameters(), lr=1e-5)\n", ("adam", "foreach")),
     ("m = nn.Linear(4, 4)\nopt = torch.optim.AdamW(m.parameters())\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
      "    y = m(torch.ones(4))\n", None),
     ("this is not python (\n", None),
