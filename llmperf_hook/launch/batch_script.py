@@ -23,8 +23,9 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
-from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test
-from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, ScriptLine, pipelines, strip_redirections, word_quoting
+from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, drop_empty_words, pipelines, quoted_words,
+                                              strip_redirections, word_quoting)
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
@@ -46,11 +47,13 @@ def _ansi_c(found: re.Match[str]) -> str:
     return shlex.quote(body)
 
 
+_NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
+"""`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
 _PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\1")
+_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 
 
 _ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")
@@ -167,34 +170,65 @@ class _Reading:
         body = text[match.end():] if match else ""
         if match is None or ")" not in body:
             return False
-        try:  # `A=( "${A[@]}" --more )` refers to the array's own elements
-            words = shlex.split(self.expand_arrays(body[:body.rindex(")")]), comments=True)
-        except ValueError:
+        inner = self.expand_arrays(_NAME_BEFORE_QUOTE.sub(r"${\1}", body[:body.rindex(")")]))  # `A=( "${A[@]}" .. )`
+        elements = self.array_elements(inner)
+        if elements is None:
             return False
-        elements = [self.expand(word) for word in words]
         self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
         return True
 
+    def known_empty(self, name: str) -> bool:
+        """Whether the script set `name` (or was given argument `name`) to the empty string; an unset name is left
+        as written, so that a launch using it names it."""
+        value = self.positional.get(name, "") if name.isdigit() else self.env.get(name)
+        return value is not None and value.strip() == "" and name not in self.undecidable
+
+    def array_elements(self, inner: str) -> list[str] | None:
+        """The elements `( inner )` assigns: each word expanded, and an unquoted `$X` split at blanks, so that an
+        empty one gives no element (bash manual 3.5.7; Megatron-LM's `--save $CHECKPOINT_PATH` without $1); a word
+        quoted across lines is taken as written. None when the words cannot be split."""
+        try:
+            lines = [(shlex.split(piece, comments=True), word_quoting(piece)) for piece in inner.split("\n")]
+        except ValueError:
+            try:
+                return [self.expand(word) for word in shlex.split(inner, comments=True)]
+            except ValueError:
+                return None
+        out: list[str] = []
+        for words, quoting in lines:
+            for word, unquoted in zip(words, quoting if len(quoting) == len(words) else [None] * len(words)):
+                value = self.expand(word)
+                out.extend(value.split() if unquoted is True else [value])
+        return out
+
     def expand_arrays(self, text: str) -> str:
-        """`${NAME[@]}` (quoted or not) -> the array's elements as shell words; an array the script never set stays."""
+        """`"${NAME[@]}"` -> the array's elements as shell words, `"${NAME[*]}"` -> them joined as one word, and an
+        unquoted `${NAME[@]}` / `${NAME[*]}` -> its elements split at blanks (bash 3.5.7 word splitting: an element
+        `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays."""
         def words(found: re.Match[str]) -> str:
-            name = found.group(2)
-            return shlex.join(self.arrays[name]) if name in self.arrays else found.group(0)
+            quoted, name, subscript = found.group(1), found.group(2), found.group(3)
+            if name not in self.arrays:
+                return found.group(0)
+            elements = self.arrays[name]
+            if not quoted:
+                return shlex.join([field for element in elements for field in element.split()])
+            return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
 
         return _ARRAY_REF.sub(words, text)
 
     def command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = _ANSI_C.sub(_ansi_c, text)
+        text = _NAME_BEFORE_QUOTE.sub(r"${\1}", text)
         if self.arrays:
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
-        source = _PWD.sub(self.cwd, text)
+        source = drop_empty_words(_PWD.sub(self.cwd, text), self.known_empty)
         try:
-            words, writes = strip_redirections(shlex.split(source, comments=True))
+            words, writes = strip_redirections(shlex.split(source, comments=True), quoted_words(source))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(line.number)
@@ -202,7 +236,8 @@ class _Reading:
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
             words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
         running = self.conditions.running()
-        stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested))
+        stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested),
+                                       condition_expander(self.undecidable, self.expand))
         if self.shell[0] == "dash" and not self.launches:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
@@ -324,8 +359,9 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
         if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.conditions.running() and \
                 reading.assign_array(line.text):
             continue
-        if line.text.strip() and not line.text.lstrip().startswith("#"):
-            for pipeline in pipelines(line.text):
+        text = quote_arm_patterns(line.text) if reading.conditions.in_case() or "case" in line.text else line.text
+        if text.strip() and not text.lstrip().startswith("#"):
+            for pipeline in pipelines(text):
                 for command in pipeline:
                     reading.command(line, command)
     return reading.launch(), reading.files

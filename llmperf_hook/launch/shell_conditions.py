@@ -14,6 +14,7 @@ is unknown afterwards, so a launch using it says so instead of taking one branch
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -41,6 +42,8 @@ class _Frame:
     """if, while, until, for or case."""
     uncertain: bool = False
     """A loop or case body that may run: what it assigns cannot be known without running it."""
+    subject: str | None = None
+    """A `case` word's value, when the script's variables give it (its arms are then decided)."""
 
 
 def _combine(parts: list[bool | None]) -> bool | None:
@@ -103,6 +106,8 @@ def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
         return left == right
     if op == "!=":
         return left != right
+    if op in _INT_TESTS and double:  # [[ ]] evaluates both sides as arithmetic: an empty one is 0 (`[[ $BATCH -eq 0 ]]`)
+        left, right = (v if v.strip() else "0" for v in (left, right))
     if op in _INT_TESTS and re.fullmatch(r"[+-]?\d+", left.strip()) and re.fullmatch(r"[+-]?\d+", right.strip()):
         return _INT_TESTS[op](int(left), int(right))
     return None
@@ -132,6 +137,35 @@ def _arm_pattern_end(words: list[str]) -> int:
     return 0
 
 
+_ARM_PATTERNS = re.compile(r"(^|;;|\bin\s)(\s*)(\(?[^\s;&|()'\"]+(?:\s*\|\s*[^\s;&|()'\"]+)+\s*\))")
+"""A case arm's pattern list joined by `|` (`gpt*|opt*)`, `7B | 13B)`), at a line's start, after `;;` or `in`."""
+
+
+def quote_arm_patterns(text: str) -> str:
+    """A line of a `case` body with each `a|b)` pattern list quoted as one word, so that its `|` is not read as a
+    pipe (shell_script.pipelines splits commands there)."""
+    def quoted(found: re.Match[str]) -> str:
+        return found.group(1) + found.group(2) + "'" + re.sub(r"\s+", "", found.group(3)) + "'"
+    return _ARM_PATTERNS.sub(quoted, text)
+
+
+def _open_arm(frame: _Frame, pattern_words: list[str], word: Callable[[str], str | None]) -> None:
+    """A `case` arm begins: it runs when no earlier arm ran and one of its patterns matches the word (bash manual
+    3.2.5.2: the first matching arm runs; patterns match as globs, fnmatch's `*`, `?`, `[...]`); undecided, and
+    what it assigns unknown, when the word or a pattern is not known or uses extended globs."""
+    frame.taken = _taken(frame)
+    patterns = [word(p.strip()) for p in "".join(pattern_words).removeprefix("(").removesuffix(")").split("|")]
+    known = frame.subject is not None and all(p is not None and "(" not in p for p in patterns)
+    matched = known and any(fnmatch.fnmatchcase(frame.subject or "", p or "") for p in patterns)
+    if frame.taken is True:
+        frame.active = False
+    elif not known or frame.taken is None:
+        frame.active = None if (matched or not known) else False
+    else:
+        frame.active = matched
+    frame.uncertain = frame.uncertain or frame.active is None
+
+
 def _taken(frame: _Frame) -> bool | None:
     """Whether a branch so far ran: once one surely ran the rest cannot; undecided while one might have."""
     if frame.taken is True or frame.active is True:
@@ -153,25 +187,34 @@ class Conditions:
         """Whether the innermost block is reading its condition (a test being evaluated, not a branch)."""
         return bool(self.frames) and self.frames[-1].reading
 
+    def in_case(self) -> bool:
+        """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
+        return bool(self.frames) and self.frames[-1].kind == "case"
+
     def uncertain(self) -> bool:
         """Whether a command here sits in a loop or `case` body that may run."""
         return any(f.uncertain for f in self.frames)
 
-    def step(self, words: list[str], test: Callable[[list[str]], bool | None]) -> list[str]:
+    def step(self, words: list[str], test: Callable[[list[str]], bool | None],
+             word: Callable[[str], str | None] = lambda _: None) -> list[str]:
         """Consume the compound-command keywords at the front of a command (all of them: `else if [ ... ]` opens a
-        block); the rest of it when it runs, else []."""
+        block); the rest of it when it runs, else []. `word` expands a case word or pattern (None: not known)."""
         head = words[0] if words else ""
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[None if head == "for" else test(words[1:])], kind=head))
             return []
         if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
-            self.frames.append(_Frame(reading=False, kind="case", uncertain=True))
-            return self.step(words[3:], test) if len(words) > 3 and words[2] == "in" else []
+            subject = word(words[1]) if len(words) > 1 else None
+            self.frames.append(_Frame(reading=False, kind="case", uncertain=subject is None, subject=subject,
+                                      active=False))
+            return self.step(words[3:], test, word) if len(words) > 3 and words[2] == "in" else []
         frame = self.frames[-1] if self.frames else None
         if frame is None:
             return words
-        if frame.kind == "case" and head != "esac" and _arm_pattern_end(words):
-            return self.step(words[_arm_pattern_end(words):], test)  # `7B) if [ ... ]; then` : the arm's commands
+        end = _arm_pattern_end(words) if frame.kind == "case" and head != "esac" else 0
+        if end:  # `7B) if [ ... ]; then` : the arm's pattern, then its commands
+            _open_arm(frame, words[:end], word)
+            return self.step(words[end:], test, word)
         if frame.reading and head not in ("then", "do"):
             frame.parts.append(test(words))
             return []
@@ -188,7 +231,7 @@ class Conditions:
             self.frames.pop()
         else:
             return words if self.running() else []
-        return self.step(words[1:], test)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
+        return self.step(words[1:], test, word)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
 
     @staticmethod
     def _decide(frame: _Frame) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _REDIRECT = re.compile(r"^(?:\d*|&)(>>|>\||>&|<&|>|<<<|<<-|<<|<)(.*)$", re.DOTALL)
@@ -80,6 +81,35 @@ def word_quoting(text: str) -> list[bool | None]:
         else:
             in_word, dollar, quoted = True, dollar or (outside[i] and text[i] == "$"), quoted or not outside[i]
     return out
+
+
+def quoted_words(text: str) -> list[bool]:
+    """For each word of a simple command (as word_quoting splits it): whether any part of it is quoted (`'<audio>,1'`
+    is a word, never a redirection)."""
+    outside, _, end = _scan(text)
+    out: list[bool] = []
+    quoted = in_word = False
+    for i in range(end + 1):
+        if i == end or (outside[i] and text[i] in " \t\n"):
+            if in_word:
+                out.append(quoted)
+            quoted = in_word = False
+        else:
+            in_word, quoted = True, quoted or not outside[i]
+    return out
+
+
+_EMPTY_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}|([A-Za-z_][A-Za-z0-9_]*|[0-9]))(?![^\s;&|])")
+
+
+def drop_empty_words(text: str, empty: Callable[[str], bool]) -> str:
+    """The command without its words that are one unquoted `$NAME` / `${NAME}` whose value `empty` says is empty: bash
+    removes such a word (3.5.7 Word Splitting: `--save $CHECKPOINT_PATH` without $1 is `--save` alone)."""
+    if "$" not in text:
+        return text
+    outside, _, end = _scan(text)
+    return _EMPTY_REF.sub(lambda m: "" if m.start() < end and outside[m.start()] and empty(m.group(1) or m.group(2))
+                          else m.group(0), text)
 
 
 def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:
@@ -168,14 +198,15 @@ def pipelines(text: str) -> list[list[str]]:
     return [[cmd for cmd in p if cmd.strip()] for p in out if any(cmd.strip() for cmd in p)]
 
 
-def strip_redirections(words: list[str]) -> tuple[list[str], list[str]]:
+def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tuple[list[str], list[str]]:
     """A simple command's words without its redirections, and the files it writes with `>` / `>>` (`2>&1`, `< in`,
-    `<<EOT` dropped)."""
+    `<<EOT` dropped); `quoted` (quoted_words, when it matches the words) marks words that are no redirection."""
+    quoted = quoted if quoted is not None and len(quoted) == len(words) else [False] * len(words)
     kept: list[str] = []
     writes: list[str] = []
     i = 0
     while i < len(words):
-        match = _REDIRECT.match(words[i])
+        match = None if quoted[i] else _REDIRECT.match(words[i])
         if match is None:
             kept.append(words[i])
             i += 1

@@ -92,8 +92,8 @@ def test_megatron_gpt3_example_script_through_sbatch(tmp_path: Path) -> None:
     assert (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp) == (8, 16, 1)
     assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.batch.global_batch_size) == (96, 12288, 1536)
     assert cfg.precision == "fp16" and "--step-batch-size-schedule" in job.script_args
-    schedule = job.script_args[job.script_args.index("--step-batch-size-schedule") + 1]
-    assert schedule == "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536"
+    at = job.script_args.index("--step-batch-size-schedule")  # `${TRAINING_ARGS[@]}` unquoted: bash splits the element
+    assert job.script_args[at + 1:at + 4] == ("0:16", "2.4B:320", "4.8B:624")
 
 
 @pytest.mark.parametrize("ref", ['"${ARGS[@]}"', "${ARGS[@]}", "${ARGS[*]}"])
@@ -111,7 +111,7 @@ def test_the_example_run_with_bash_as_its_readme_says(launch: list[str], tmp_pat
     """`bash examples/gpt3/train_gpt3_175b_distributed.sh ...` (or `./train.sh`): the same launch line, no allocation."""
     (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
     monkeypatch.chdir(tmp_path)
-    job, cfg = resolve_job([*launch, "train.sh" if launch else "./train.sh", "ckpt", "tb", "vocab.json"], {})
+    job, cfg = resolve_job([*launch, "train.sh" if launch else "./train.sh", "ckpt", "tb", "vocab.json", "merges.txt", "data"], {})
     assert (job.launcher, job.nnodes, job.nproc_per_node, cfg.parallel.pp) == ("torchrun", 16, 8, 16)
 
 
@@ -124,11 +124,22 @@ def test_the_example_run_with_sh_is_read_as_the_machines_sh(tmp_path: Path, monk
     (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
     monkeypatch.chdir(tmp_path)
     if script_shell("sh", "")[0] == "bash":
-        job, cfg = resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json"], {})
+        job, cfg = resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json", "merges.txt", "data"], {})
         assert (job.launcher, job.nnodes, cfg.parallel.pp) == ("torchrun", 16, 16)
     else:
         with pytest.raises(UsageError, match="uses a bash array assignment"):
-            resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json"], {})
+            resolve_job(["sh", "train.sh", "ckpt", "tb", "vocab.json", "merges.txt", "data"], {})
+
+
+def test_an_argument_not_given_leaves_its_flag_without_a_value(tmp_path: Path, monkeypatch) -> None:
+    """Without $4, bash drops the empty `$MERGE_FILE` element of DATA_ARGS, so `--merge-file` is followed by the next
+    flag and Megatron's argparse stops ('expected one argument'); it was read as `--merge-file ''`."""
+    from llmperf_hook.errors import ConfigError
+
+    (tmp_path / "train.sh").write_text(GPT3_EXAMPLE)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="--merge-file needs 1 value"):
+        resolve_job(["bash", "train.sh", "ckpt", "tb", "vocab.json"], {})
 
 
 def test_a_missing_shell_script_is_named(tmp_path: Path, monkeypatch) -> None:

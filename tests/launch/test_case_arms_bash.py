@@ -38,10 +38,10 @@ def test_an_if_inside_a_case_arm_keeps_the_blocks(body: str, tmp_path: Path, mon
     assert ours == bash
 
 
-def test_a_variable_assigned_in_an_arm_is_unknown_afterwards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_variable_assigned_in_an_arm_of_an_unknown_word_is_unknown_afterwards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.sh").write_text("TP=1\ncase $M in\n  7B) if true; then TP=2; fi ;;\nesac\n"
+    (tmp_path / "train.sh").write_text("M=$(hostname)\nTP=1\ncase $M in\n  7B) if true; then TP=2; fi ;;\nesac\n"
                                        f"torchrun --nproc_per_node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size $TP\n")
     out = llmperf(capsys, "explain", "--", "bash", "train.sh")
     assert out.code == 2 and "'$TP'" in out.err and out.err.startswith("llmperf: error: ")
@@ -87,3 +87,57 @@ def test_append_and_ansi_c_quoting_as_bash(body: str, tmp_path: Path, monkeypatc
 def test_append_in_a_loop_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ours, bash = _both_tp("TP=1\nfor i in 1; do TP+=1; done\n", tmp_path, monkeypatch)
     assert (ours, bash) == ("$TP", "11")
+
+
+CASE_DECIDED = {
+    "Megatron-LM examples/mamba/train.sh's MODEL_SCALE": 'S="800M"\ncase "${S}" in\n    "800M")\n        TP=1\n        ;;\n'
+    '    "8B")\n        TP=4\n        ;;\n    *)\n        echo "Invalid"\n        exit 1\n        ;;\nesac\n',
+    "the default arm": "S=70B\ncase $S in\n  7B|13B) TP=1 ;;\n  *) TP=8 ;;\nesac\n",
+    "globs and |": "S=llama-7b\ncase $S in\n  gpt*|opt*) TP=1 ;;\n  llama-?b | llama-??b) TP=2 ;;\n  *) TP=8 ;;\nesac\n",
+    "(pattern) and a bracket": "S=b\ncase $S in\n  ([ab]) TP=2 ;;\n  (*) TP=8 ;;\nesac\n",
+    "a pattern from a variable": "P=7B\nS=7B\ncase $S in\n  $P) TP=2 ;;\nesac\n",
+    "no arm matches": "TP=3\ncase x in\n  y) TP=2 ;;\nesac\n",
+    "an if in the taken arm": "S=a\nTP=1\ncase $S in\n  a) if [ $S = a ]; then TP=2; fi ;;\n  *) TP=8 ;;\nesac\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", CASE_DECIDED.values(), ids=CASE_DECIDED.keys())
+def test_a_case_on_a_known_word_runs_its_first_matching_arm(body: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`case "${MODEL_SCALE}" in "800M") TP=1 ;; "8B") TP=4 ;;`: every arm's assignment made TP unknown, so Megatron-LM's
+    mamba example could not be read; a word the script sets selects its arm as bash does."""
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash != "$TP"
+
+
+ARRAYS = {
+    "unquoted: an element with blanks splits": 'A=(--schedule "0:16 2.4B:320" --bf16)\ntorchrun x.py ${A[@]}\n',
+    "unquoted: an empty $X gives no element": "E=\nA=(--save $E --bf16)\ntorchrun x.py ${A[@]}\n",
+    "quoted [@]: one word per element": 'E=\nA=(--schedule "0:16 2.4B:320" "$E" --bf16)\ntorchrun x.py "${A[@]}"\n',
+    "quoted [*]: one word": 'A=(a "b c")\ntorchrun x.py --x "${A[*]}" --bf16\n',
+    "an unquoted variable with blanks splits": 'F="--lr 1e-4 --bf16"\nA=(--seed 1 $F)\ntorchrun x.py ${A[@]}\n',
+    "an empty $X on the launch line (t5 example without $1)": "C=$1\ntorchrun x.py --save $C --load ${C} --bf16\n",
+    "a quoted word that looks like a redirection": "torchrun x.py --tokens '<audio>,32002' \"<a\" --bf16 2>&1\n",
+    "a quote ends a name": "M=8\nE='mbs_'$M'_gbs'\nA=(--name $E'_x' --m \"$M\"_1)\ntorchrun x.py ${A[@]} --e $E'_y'\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", ARRAYS.values(), ids=ARRAYS.keys())
+def test_array_words_as_bash_gives_them(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-LM's examples keep their flags in arrays expanded unquoted (`${TRAINING_ARGS[@]}`): bash splits an
+    element holding blanks (`--step-batch-size-schedule "0:16 2.4B:320 ..."`) and drops an empty `$CHECKPOINT_PATH`;
+    both reached the script as one word / an empty one."""
+    import subprocess
+
+    from llmperf_hook.launch.parse import parse_launch
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + body)
+    runner = 'torchrun() { printf "%s\\n" "$@"; }; export -f torchrun; bash "$0"'
+    proc = subprocess.run([BASH or "bash", "-c", runner, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          check=True)
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "train.sh"], {}, nproc_per_node=1)
+    assert [job.script, *job.script_args] == proc.stdout.split("\n")[:-1]
