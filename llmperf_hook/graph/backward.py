@@ -76,6 +76,80 @@ def recompute_ops(fwd: list[Op], granularity: str) -> list[Op]:
     return []
 
 
+NCCL_NVSWITCH_RING_CTAS = 24
+"""Thread blocks (one SM each) of an NCCL ring collective among the 8 GPUs of an NVSwitch node. NCCL's topology
+search (src/graph/search.cc ncclTopoCompute) starts intra-node rings at 40 GB/s per channel on sm80 (speedArrayIntra)
+and 60 GB/s on sm90 (sm90SpeedArrayIntra) against 12 x 20 GB/s (SM80_NVLINK_BW) / 18 x 20.6 GB/s (SM90_NVLINK_BW)
+of NVLink to the switch: 6 channels; ncclTopoDupChannels doubles them (bwIntra >= 25 GB/s): 12; ncclTopoPostset
+(src/graph/connect.cc, 'Duplication should be complete now') doubles again: 24, the 'Channel xx/24' of a DGX A100
+NCCL_DEBUG=INFO log."""
+
+STREAMING_MULTIPROCESSORS = {"a100-sxm4": 108, "h100-sxm5": 132, "h200-sxm": 132, "gh200": 132, "b200": 148,
+                             "gb200": 148}
+"""SMs per GPU of the NVSwitch parts (NVIDIA A100 / H100 whitepapers: 108 and 132 SMs; H200 and GH200 carry the
+H100 die; B200 148). PCIe boards and AMD parts are left out (no NVSwitch ring of 24 channels): no contention priced."""
+
+
+def nccl_sm_share(gpu_name: str) -> float:
+    """Share of the GPU's SMs an in-node NCCL collective holds while a GEMM runs beside it (0 where unknown): the
+    GEMM's thread blocks get the other SMs, so for as long as the two overlap the GEMM runs at 1 - share of its
+    speed (schedule/compose.py gemm_window_exposed_s)."""
+    for prefix, sms in STREAMING_MULTIPROCESSORS.items():
+        if gpu_name.startswith(prefix):
+            return NCCL_NVSWITCH_RING_CTAS / sms
+    return 0.0
+
+
+SP_REGATHER_SUFFIX = ".bwd_regather"
+"""Name suffix of the backward re-gather of a column-parallel linear's sequence-parallel input."""
+
+
+def sp_gathered_gemm(fwd: list[Op], i: int) -> Op | None:
+    """The column-parallel GEMM whose input the sequence-parallel all-gather fwd[i] gathers (layer_ops.tp_enter:
+    a TP all-gather right before a GEMM), else None."""
+    op = fwd[i]
+    if op.op_class != "allgather" or op.collective is None or op.collective.group != "tp" or op.phase != "fwd":
+        return None
+    nxt = fwd[i + 1] if i + 1 < len(fwd) else None
+    return nxt if nxt is not None and nxt.op_class == "gemm" and nxt.collective is None else None
+
+
+def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
+    """(re-gather, GEMM backward, grad-input reduce-scatter) of a column-parallel linear under sequence
+    parallelism, as Megatron runs them (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/mpu/
+    layers.py since the sequence-parallel merge 7f9a48b, 2022-05; megatron/core/tensor_parallel/layers.py today;
+    Transformer Engine's Linear / LayerNormLinear backward does the same with ub_bulk_dgrad / ub_bulk_wgrad under
+    --tp-comm-overlap): forward saved only the rank's 1/tp sequence shard, so backward all-gathers it again,
+    asynchronously, launched before the grad-input GEMM and waited for before the weight-grad GEMM (tag
+    overlap=dgrad); then the grad input is reduce-scattered asynchronously, launched before the weight-grad GEMM
+    and waited for after it (overlap=wgrad). `window` names the GEMM whose dgrad / wgrad half hides each one
+    (schedule/compose.py); the gather's `sm_share` tag (layer_ops.tp_enter) says how much of the GPU the NCCL
+    kernel takes from that GEMM while they overlap."""
+    tags = {**gather.tags, "window": gemm.name}
+    nbytes = {"bytes": int(gather.dims["bytes"])}
+    regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
+                  gather.collective, {**tags, "overlap": "dgrad"})
+    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective,
+                {**tags, "overlap": "wgrad"})
+    return regather, backward_op(gemm), reduce
+
+
+def backward_pass(fwd: list[Op]) -> list[Op]:
+    """The backward ops of `fwd` in reverse execution order; a sequence-parallel column-parallel linear's
+    all-gather + GEMM become its re-gather, GEMM backward and reduce-scatter (sp_column_backward)."""
+    out: list[Op] = []
+    i = len(fwd) - 1
+    while i >= 0:
+        gemm = sp_gathered_gemm(fwd, i - 1) if i >= 1 else None
+        if gemm is not None and gemm is fwd[i]:
+            out.extend(sp_column_backward(fwd[i - 1], gemm))
+            i -= 2
+            continue
+        out.append(backward_op(fwd[i]))
+        i -= 1
+    return out
+
+
 def backward_block(fwd: list[Op], granularity: str) -> tuple[Op, ...]:
     """Recomputed forward (if any), then the backward ops in reverse execution order."""
-    return tuple(recompute_ops(fwd, granularity) + [backward_op(op) for op in reversed(fwd)])
+    return tuple(recompute_ops(fwd, granularity) + backward_pass(fwd))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
-from llmperf_hook.graph.backward import backward_block
+from llmperf_hook.graph.backward import backward_block, nccl_sm_share
 from llmperf_hook.graph.cpu_stages import cpu_stages
 from llmperf_hook.graph.mtp_ops import mtp_depth_ops, mtp_head_ops
 from llmperf_hook.graph.op import Op
@@ -19,7 +19,7 @@ from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops, zero3
 from llmperf_hook.hardware.spec import ClusterSpec
 
 
-def build_context(cfg: TrainingConfig, gpus_per_node: int) -> lo.LayerContext:
+def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float = 0.0) -> lo.LayerContext:
     p = cfg.parallel
     tokens = cfg.batch.micro_batch_size * cfg.model.seq_length // p.cp
     return lo.LayerContext(
@@ -32,6 +32,7 @@ def build_context(cfg: TrainingConfig, gpus_per_node: int) -> lo.LayerContext:
         cp=place_group("cp", p.cp, p, gpus_per_node),
         ep=place_group("ep", p.ep, p, gpus_per_node),
         gpus_per_node=gpus_per_node,
+        nccl_sm_share=nccl_sm_share,
     )
 
 
@@ -200,7 +201,7 @@ def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
     gpus_per_node = ranks_per_node(cfg, cluster)
-    ctx = build_context(cfg, gpus_per_node)
+    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu.name))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates

@@ -34,6 +34,9 @@ class LayerContext:
     ep: Collective
     gpus_per_node: int = 1
     """GPUs per node of the cluster (placement of the MoE dispatcher's groups, graph/moe_ops.py)."""
+    nccl_sm_share: float = 0.0
+    """Share of the GPU's SMs an in-node NCCL collective holds (graph/backward.nccl_sm_share), tagged on the
+    sequence-parallel gathers whose backward re-gather overlaps a GEMM."""
 
 
 def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
@@ -90,11 +93,15 @@ def norm(name: str, ctx: LayerContext, width: int | None = None) -> Op:
 
 def tp_enter(name: str, ctx: LayerContext, width: int | None = None) -> list[Op]:
     """Before a column-parallel GEMM: all-gather of the sequence shards (T x `width`, default the hidden size)
-    under SP; identity otherwise."""
+    under SP; identity otherwise. Its backward is a re-gather and a reduce-scatter, each beside half the GEMM's
+    backward (graph/backward.sp_column_backward); the NCCL kernel's SM share is tagged for an in-node group."""
     if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
         return []
     nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * ctx.act_bytes
-    return [comm(name, "allgather", nbytes, ctx.tp, ctx)]
+    # Under --tp-comm-overlap Transformer Engine's userbuffers move these bytes with a few SMs of their own, not NCCL.
+    nccl = ctx.nccl_sm_share and ctx.tp.intra_node and not ub_overlap(ctx)
+    share = {"sm_share": f"{ctx.nccl_sm_share:.4f}"} if nccl else {}
+    return [comm(name, "allgather", nbytes, ctx.tp, ctx, **share)]
 
 
 def tp_exit(name: str, ctx: LayerContext) -> list[Op]:

@@ -6,6 +6,9 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
   communication under --tp-comm-overlap (Transformer Engine userbuffers) and ops tagged `overlap`
   (context-parallel KV exchange, ZeRO-3 prefetched gathers, ZeRO-2 reduce-scatter with overlap_comm), which
   hide behind the compute of their layer: exposed = max(0, comm - compute);
+- sequence parallelism's backward re-gather and grad-input reduce-scatter (graph/backward.sp_column_backward) run
+  beside the grad-input / weight-grad half of their column-parallel GEMM: exposed = max(comm - half, share x comm),
+  share = the SMs the NCCL kernel takes from the GEMM (gemm_window_exposed_s);
 - data-parallel gradient sync runs after the stage's last backward, or, with --overlap-grad-reduce /
   overlap_comm, bucket by bucket during the last micro-batch's backward: exposed = max(comm - window, last
   bucket) (megatron/core/distributed/param_and_grad_buffer.py);
@@ -74,14 +77,46 @@ def _scoped_exposed(ops: tuple[Op, ...], seconds: dict[str, float], scope: str) 
     return max(0.0, comm_s - window_s)
 
 
+GEMM_HALF_OVERLAP = {"dgrad": 0.5, "wgrad": 0.5}
+"""Share of a GEMM's backward (dgrad + wgrad: two GEMMs of the forward's FLOPs, graph/backward.py) that hides the
+collective tagged overlap=dgrad (the sequence-parallel re-gather runs during the grad-input GEMM) or
+overlap=wgrad (the grad-input reduce-scatter during the weight-grad GEMM): graph/backward.sp_column_backward."""
+
+
+def overlapped_exposed_s(comm_s: float, gemm_s: float, sm_share: float) -> float:
+    """What a collective of `comm_s` launched beside a GEMM of `gemm_s` adds to the GEMM: the NCCL kernel holds
+    `sm_share` of the SMs (graph/backward.nccl_sm_share), so while both run the GEMM advances at 1 - sm_share of its
+    speed. If the collective ends first (comm_s (1 - share) <= gemm_s) the pair takes gemm_s + share x comm_s, else
+    comm_s: exposed = max(comm_s - gemm_s, share x comm_s)."""
+    return max(comm_s - gemm_s, sm_share * comm_s, 0.0)
+
+
+def gemm_window_exposed_s(ops: tuple[Op, ...], seconds: dict[str, float]) -> float:
+    """Exposed time of the collectives that hide behind one half of a GEMM's backward (GEMM_HALF_OVERLAP): each
+    waits on its own GEMM half, so what the half does not cover stays on the critical path, and the half itself
+    runs slower on the SMs the NCCL kernel leaves it (overlapped_exposed_s)."""
+    gemm_bwd_s = {op.name: seconds[op_id(op)] for op in ops
+                  if op.collective is None and op.phase == "bwd" and op.op_class == "gemm"}
+    exposed = 0.0
+    for op in ops:
+        half = GEMM_HALF_OVERLAP.get(op.tags.get("overlap", "")) if op.collective is not None else None
+        if half is not None:
+            comm_s, window_s = seconds[op_id(op)], half * gemm_bwd_s.get(op.tags.get("window", ""), 0.0)
+            exposed += overlapped_exposed_s(comm_s, window_s, float(op.tags.get("sm_share", 0.0)))
+    return exposed
+
+
 def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool) -> PassCost:
     compute = recompute = hidden = 0.0
     exposed: dict[str, float] = defaultdict(float)
     hidden_by_kind: dict[str, float] = defaultdict(float)
     scopes: set[str] = set()
+    windowed = False
     for op in ops:
         t = seconds[op_id(op)]
-        if op.collective is None:
+        if op.collective is not None and op.tags.get("overlap") in GEMM_HALF_OVERLAP:
+            windowed = True
+        elif op.collective is None:
             if op.op_class in COMM_PART:
                 exposed[COMM_PART[op.op_class]] += t
             elif op.phase == "recompute":
@@ -100,6 +135,8 @@ def block_pass(ops: tuple[Op, ...], seconds: dict[str, float], tp_overlap: bool)
         exposed[kind] += leftover * t / hidden if hidden else 0.0
     for scope in scopes:
         exposed["ep"] += _scoped_exposed(ops, seconds, scope)
+    if windowed:
+        exposed["tp"] += gemm_window_exposed_s(ops, seconds)
     total = compute + recompute + sum(exposed.values())
     return PassCost(total, compute, recompute, dict(exposed))
 
