@@ -13,6 +13,10 @@ measured minus predicted step time and `dp AR` the modelled data-parallel all-re
 3. The pipelined TP 2 / TP 4 layouts at several micro-batch sizes: seconds per sample and pipeline slot,
    step / ((m + pp - 1) x micro-batch), measured and predicted; a cost that the model lacks per micro-batch or
    per sample would move both the same way.
+4. The gap as a share of the modelled GPU work (compute + recompute + pipeline bubble, which is idle time made of
+   the other stages' compute), by model and TP: a GEMM or kernel rate the profile over-states would show as one
+   share for every layout; a share that depends on TP and not on the work points at what TP changes (the DP
+   group's ranks per node, 8 / TP; the TP collectives).
 """
 
 from __future__ import annotations
@@ -36,15 +40,20 @@ DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "d
 FP16_BYTES = 2
 
 
-def predict_rows(runs: list[MeasuredRun]) -> dict[str, tuple[float, float]]:
-    """Row id -> (predicted step s, modelled exposed data-parallel gradient sync s)."""
+WORK_PARTS = ("compute", "recompute", "pipeline_bubble")
+"""Breakdown lines that scale with the GPUs' compute rate (section 4)."""
+
+
+def predict_rows(runs: list[MeasuredRun]) -> dict[str, tuple[float, float, float]]:
+    """Row id -> (predicted step s, modelled exposed data-parallel gradient sync s, modelled GPU work s)."""
     presets = read_cluster_presets(configs_dir() / "clusters")
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="llmperf-s23-") as tmp:
         for run in runs:
             plan, choice = plan_run(run, presets, Path(tmp))
             est = api.predict_command(list(plan.argv), {}, cluster=choice.cluster).estimate
-            out[run.row_id] = (est.step_time_s, est.breakdown.get("comm_dp_grad", 0.0))
+            work = sum(est.breakdown.get(k, 0.0) for k in WORK_PARTS)
+            out[run.row_id] = (est.step_time_s, est.breakdown.get("comm_dp_grad", 0.0), work)
     return out
 
 
@@ -53,18 +62,18 @@ def model_params(run: MeasuredRun) -> float:
     return run.num_layers * 12 * run.hidden_size ** 2 + 50257 * run.hidden_size
 
 
-def section_pp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+def section_pp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
     print("1. GPT 3.6B, TP 1: pipeline 1 (DP 64) vs pipeline 2 (DP 32)")
     print(f"   {'mbs':>4} {'pp':>3} {'measured':>9} {'predicted':>10} {'gap s':>7} {'dp AR s':>8} {'gap/AR':>7}")
     rows = sorted((r for r in runs if r.hidden_size == 3072 and r.tp == 1), key=lambda r: (r.micro_batch_size, r.pp))
     for r in rows:
-        step, ar = pred[r.row_id]
+        step, ar, _ = pred[r.row_id]
         gap = r.iteration_time_s - step
         print(f"   {r.micro_batch_size:>4} {r.pp:>3} {r.iteration_time_s:>9.3f} {step:>10.3f} {gap:>7.3f} {ar:>8.3f} "
               f"{gap / ar if ar else float('nan'):>7.2f}")
 
 
-def section_tp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+def section_tp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
     print("\n2. GPT 3.6B, pipeline 1, by TP (64 GPUs, 8 nodes)")
     print(f"   {'tp':>3} {'rows':>5} {'gap s':>11} {'dp AR s':>8} {'node GB/s if the gap were the AR':>34}")
     by_tp: dict[int, list[MeasuredRun]] = defaultdict(list)
@@ -81,7 +90,7 @@ def section_tp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) ->
     print("   (median gap where a layout has 3 rows or more; TP 16's all-reduce is its in-layer TP traffic)")
 
 
-def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]]) -> None:
+def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
     print("\n3. Pipelined TP 2 / TP 4 layouts: seconds per sample and pipeline slot")
     print(f"   {'hidden':>6} {'tp':>3} {'pp':>3} {'dp':>3} {'mbs':>4} {'m':>4} {'measured':>9} {'predicted':>10} "
           f"{'error':>7}")
@@ -93,6 +102,20 @@ def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float]])
         print(f"   {r.hidden_size:>6} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.micro_batch_size:>4} {m:>4} "
               f"{r.iteration_time_s / slots:>9.4f} {step / slots:>10.4f} "
               f"{(step - r.iteration_time_s) / r.iteration_time_s * 100:>+6.1f}%")
+
+
+def section_work_share(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
+    print("\n4. Gap / modelled GPU work (compute + recompute + bubble), median by model and TP")
+    print(f"   {'hidden':>6} {'tp':>3} {'rows':>5} {'DP ranks/node':>14} {'gap / work':>11} {'range':>17}")
+    groups: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for r in runs:
+        step, _, work = pred[r.row_id]
+        groups[(r.hidden_size, r.tp)].append((r.iteration_time_s - step) / work if work else float("nan"))
+    for (hidden, tp), shares in sorted(groups.items()):
+        shares.sort()
+        per_node = max(1, 8 // tp)
+        print(f"   {hidden:>6} {tp:>3} {len(shares):>5} {per_node:>14} {shares[len(shares) // 2]:>+10.1%} "
+              f"{shares[0]:>+8.1%}..{shares[-1]:>+6.1%}")
 
 
 def main(argv: list[str]) -> int:
@@ -108,6 +131,7 @@ def main(argv: list[str]) -> int:
     section_pp(runs, pred)
     section_tp(runs, pred)
     section_slots(runs, pred)
+    section_work_share(runs, pred)
     return 0
 
 
