@@ -24,7 +24,7 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, drop_empty_words, pipelines, quoted_words,
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, split_unquoted_words,
                                               strip_redirections, word_quoting)
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
@@ -177,11 +177,16 @@ class _Reading:
         self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
         return True
 
-    def known_empty(self, name: str) -> bool:
-        """Whether the script set `name` (or was given argument `name`) to the empty string; an unset name is left
-        as written, so that a launch using it names it."""
-        value = self.positional.get(name, "") if name.isdigit() else self.env.get(name)
-        return value is not None and value.strip() == "" and name not in self.undecidable
+    def word_value(self, name: str) -> str | None:
+        """The value bash splits an unquoted `$name` word into: the script's argument (`1`, `@`, `*`) or a variable it
+        sets; None (left as written, so that a launch using it names it) for one it does not set plainly."""
+        if name.isdigit() or name in ("@", "*"):
+            return self.positional.get(name, "")
+        return None if name in self.undecidable else self.env.get(name)
+
+    def args(self) -> list[str]:
+        """The script's arguments, $1 ... $#."""
+        return [self.positional[str(i)] for i in range(1, int(self.positional.get("#", "0")) + 1)]
 
     def array_elements(self, inner: str) -> list[str] | None:
         """The elements `( inner )` assigns: each word expanded, and an unquoted `$X` split at blanks, so that an
@@ -226,7 +231,7 @@ class _Reading:
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
-        source = drop_empty_words(_PWD.sub(self.cwd, text), self.known_empty)
+        source = split_unquoted_words(_PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
             words, writes = strip_redirections(shlex.split(source, comments=True), quoted_words(source))
         except ValueError:

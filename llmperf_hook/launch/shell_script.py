@@ -11,8 +11,9 @@ separated by `;`, `&&`, `||` or `&`, each a pipeline of simple commands joined b
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _REDIRECT = re.compile(r"^(?:\d*|&)(>>|>\||>&|<&|>|<<<|<<-|<<|<)(.*)$", re.DOTALL)
@@ -99,17 +100,29 @@ def quoted_words(text: str) -> list[bool]:
     return out
 
 
-_EMPTY_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}|([A-Za-z_][A-Za-z0-9_]*|[0-9]))(?![^\s;&|])")
+_WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*]))"
+                       r"(?![^\s;&|])")
+_QUOTED_ALL = re.compile(r"(?<![^\s])\"\$(?:\{@\}|@)\"(?![^\s;&|])")
 
 
-def drop_empty_words(text: str, empty: Callable[[str], bool]) -> str:
-    """The command without its words that are one unquoted `$NAME` / `${NAME}` whose value `empty` says is empty: bash
-    removes such a word (3.5.7 Word Splitting: `--save $CHECKPOINT_PATH` without $1 is `--save` alone)."""
+def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str]) -> str:
+    """The command with each word that is one unquoted `$NAME` / `${NAME}` / `$1` / `$@` of known value (`value_of`;
+    None: not known, left as written) replaced by the fields bash splits it into (3.5.7 Word Splitting: an empty
+    value gives no word, `--save $CHECKPOINT_PATH` without $1 is `--save` alone; `--dataset_names $DATA` gives one
+    word per name), and a `"$@"` word by the script's arguments `args`, one word each (3.4.2 Special Parameters)."""
     if "$" not in text:
         return text
     outside, _, end = _scan(text)
-    return _EMPTY_REF.sub(lambda m: "" if m.start() < end and outside[m.start()] and empty(m.group(1) or m.group(2))
-                          else m.group(0), text)
+
+    def fields(found: re.Match[str]) -> str:
+        value = value_of(found.group(1) or found.group(2)) if found.start() < end and outside[found.start()] else None
+        return found.group(0) if value is None else shlex.join(value.split())
+
+    def each_arg(found: re.Match[str]) -> str:
+        at = found.start()  # the opening quote itself is not 'outside': the blank before it is
+        return shlex.join(args) if at < end and (at == 0 or outside[at - 1]) else found.group(0)
+
+    return _WORD_REF.sub(fields, _QUOTED_ALL.sub(each_arg, text))
 
 
 def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:

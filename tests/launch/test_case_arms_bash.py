@@ -141,3 +141,31 @@ def test_array_words_as_bash_gives_them(body: str, tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["bash", "train.sh"], {}, nproc_per_node=1)
     assert [job.script, *job.script_args] == proc.stdout.split("\n")[:-1]
+
+
+WORDS = {
+    "an unquoted variable of several names (DeepSpeed-VisualChat's --dataset_names ${DATA})":
+        ('DATA="llava llava_dial otter"\ntorchrun x.py --dataset_names ${DATA} --bf16\n', []),
+    "$@ without arguments (HelloDeepSpeed's run_ds.sh)": ("torchrun x.py --checkpoint_dir e $@\n", []),
+    "$@ and \"$@\" with an argument holding a blank": ('torchrun x.py $@ --n "$@" --m $1\n', ["--tag", "a b"]),
+    "${1} and $2 given": ("torchrun x.py --save ${1} --load $2 $3\n", ["ck", "pt"]),
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body, args", WORDS.values(), ids=WORDS.keys())
+def test_launch_words_as_bash_splits_them(body: str, args: list[str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unquoted `$DATA` holding several names reached the script as one word; `$@` with no arguments as ''."""
+    import subprocess
+
+    from llmperf_hook.launch.parse import parse_launch
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n" + body)
+    runner = 'torchrun() { printf "%s\\n" "$@"; }; export -f torchrun; bash "$0" "$@"'
+    proc = subprocess.run([BASH or "bash", "-c", runner, str(script), *args], capture_output=True, text=True,
+                          cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "train.sh", *args], {}, nproc_per_node=1)
+    assert [job.script, *job.script_args] == proc.stdout.split("\n")[:-1]
