@@ -4,8 +4,8 @@ Pure: data in, data out. The full predictor, its memory model and the framework'
 (the command passes `api.predict_config`, the graph + memory stages, and `validate_config`), so every number
 `tune` prints is what `llmperf predict` says for that command. The closed-form surrogate (tune/surrogate.py)
 only orders candidates and skips hopeless ones:
-- skipped as out of memory without any prediction: estimated peak > OOM_CERTAIN_FACTOR x usable memory
-  (the estimate is a lower bound of the full memory model);
+- skipped as out of memory without any prediction: peak > usable memory by the memory model itself (the
+  surrogate's memory is schedule/memory.py's, term by term: tune/surrogate_memory.py);
 - the rest are visited in batches, best corrected step-time estimate first: candidates whose corrected memory
   is near the limit get the cheap full memory model first (out of memory -> counted, no timing), the others a
   full prediction. After each batch the surrogate's error is re-fitted (tune/correction.py); the search stops
@@ -30,13 +30,16 @@ from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list, rule_masks
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
-OOM_CERTAIN_FACTOR = 1.1
-"""Estimated peak / usable memory above which a candidate is pruned without any prediction. The closed-form
-estimate is built as a lower bound of the full memory model (0.99-1.24x of it over 250 random GPT-3 175B
-layouts, tests/tune/test_surrogate.py checks >= 1/OOM_CERTAIN_FACTOR), so this never drops a fitting one."""
-MEMORY_FIRST_FRACTION = 0.9
+OOM_CERTAIN_FACTOR = 1.0
+"""Estimated peak / usable memory above which a candidate is pruned without any prediction. The estimate is the full
+memory model's peak (tune/surrogate_memory.py; tests/tune/test_surrogate_memory.py checks it equals
+`estimate_memory` and `llmperf predict`'s verdict on random jobs), so a candidate pruned here is one predict says
+does not fit within the margin, and none that fits is dropped. It was 1.1 over a closed-form lower bound that
+ignored the fp8 weight copies, the optimizer-step phase, offloading and the buffers (0.95-19x off)."""
+MEMORY_FIRST_FRACTION = 1.0
 """Candidates whose corrected memory estimate exceeds this fraction of usable memory get the cheap memory-only
-check before a full step-time prediction."""
+check before a full step-time prediction. The estimate is the memory model's, so only a drift between the two (which
+the memory correction then learns) sends a candidate there."""
 Z_BOUND = 2.0
 """Candidates are skipped only when their corrected estimate is this many residual sigmas beyond the bound."""
 FIRST_BATCH = 8
@@ -245,7 +248,8 @@ def _next_batch(pool: np.ndarray, t_hat: np.ndarray, first: bool) -> np.ndarray:
 
 
 def _refit(est: surrogate.SurrogateEstimate, feats: np.ndarray, prog: _Progress) -> tuple[Correction, Correction]:
-    has_t, has_m = ~np.isnan(prog.full_s), ~np.isnan(prog.full_peak)
+    has_t = ~np.isnan(prog.full_s)
+    has_m = ~np.isnan(prog.full_peak) & (est.peak_bytes > 0)  # NaN estimate: a split the graph alone refuses
     t_corr = fit_correction(feats[has_t], np.log(prog.full_s[has_t] / est.step_time_s[has_t]))
     m_corr = fit_correction(feats[has_m], np.log(prog.full_peak[has_m] / est.peak_bytes[has_m]))
     return t_corr, m_corr

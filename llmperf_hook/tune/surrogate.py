@@ -1,12 +1,9 @@
-"""Vectorised closed-form estimates of memory and step time for a whole candidate table at once.
+"""Vectorised estimates of memory and step time for a whole candidate table at once.
 
-These only ORDER and PRUNE the search: every candidate `tune` reports is re-predicted with the full
-`api.predict_config`, and its memory verdict comes from the full memory model. The estimates follow the
-textbook formulas so that they track the full model's trends (not its absolute numbers):
-- parameters and optimizer bytes per parameter: Narayanan et al. SC21 (arXiv 2104.04473) and ZeRO
-  (Rajbhandari et al. SC20, arXiv 1910.02054, section 3: 2 + 2 + 12 bytes per parameter with Adam);
-- activation bytes per layer: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, flash attention
-  (no stored softmax, so selective recompute saves nothing more), eq. for interleaved in-flight factor;
+Memory is the full memory model's own (tune/surrogate_memory.py: schedule/memory.py's terms computed once per distinct
+value of the knobs each reads), so tune's out-of-memory verdicts are `llmperf predict`'s. Step time is closed-form:
+it only ORDERS the search (every candidate `tune` reports is re-predicted with the full `api.predict_config`) and
+follows the textbook formulas so that it tracks the full model's trends (not its absolute numbers):
 - compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
   small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009),
   MoE token dispatch / combine as the command's dispatcher moves the tokens (tune/surrogate_moe.py);
@@ -27,7 +24,7 @@ from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.graph import params
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import host_issue
-from llmperf_hook.tune import surrogate_moe
+from llmperf_hook.tune import surrogate_memory, surrogate_moe
 from llmperf_hook.tune.surrogate_comm import per_node, ring_s
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
@@ -71,23 +68,6 @@ def _layer_params(cfg: TrainingConfig) -> tuple[float, float]:
     return float(dense), float(params.expert_params(one) * frac)
 
 
-def _state_bytes_per_param(cfg: TrainingConfig, zero: np.ndarray, distopt: np.ndarray, dp: np.ndarray) -> np.ndarray:
-    """Weights + gradients + optimizer bytes per parameter (ZeRO section 3; Megatron distributed optimizer 6 + 12/d)."""
-    w = _BYTES.get(cfg.precision, 2)
-    if cfg.precision == "fp32":
-        grad, opt = 4.0, 8.0
-    else:
-        grad, opt = (4.0 if cfg.optimizer.fp32_main_grads and cfg.framework == "megatron" else float(w)), 12.0
-    full = w + grad + opt
-    sharded_opt = w + grad + opt / dp
-    zero2 = w + (grad + opt) / dp
-    zero3 = (w + grad + opt) / dp
-    out = np.where(distopt > 0, sharded_opt, full)
-    out = np.where(zero == 1, sharded_opt, out)
-    out = np.where(zero == 2, zero2, out)
-    return np.where(zero == 3, zero3, out)
-
-
 def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray],
                  expert: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the rank's expert parameters, ep * etp: ranks one layer's experts are split over, expert data-parallel
@@ -95,66 +75,6 @@ def _expert_grid(cfg: TrainingConfig, cols: Mapping[str, np.ndarray],
     split = np.maximum(cols["ep"] * cols["etp"], 1)
     params = (cfg.model.num_layers / cols["pp"]) * expert / split
     return params, split, np.maximum(cfg.world_size // (split * cols["pp"]), 1)
-
-
-def _expert_state_bytes(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], expert: float,
-                        dp: np.ndarray) -> np.ndarray:
-    """Weights, gradients and optimizer state of the rank's experts: sharded over the expert data-parallel group
-    by Megatron's distributed optimizer (graph/step_ops.py, schedule/memory.py), over DP by DeepSpeed ZeRO."""
-    params, _, edp = _expert_grid(cfg, cols, expert)
-    shard = np.where(cols["distopt"] > 0, edp, dp)
-    return params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
-
-
-def _activation_bytes_per_layer(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(stored bytes per layer per micro-batch, bytes of one fully materialised layer), Korthikanti Table 2."""
-    m = cfg.model
-    tp, sp = cols["tp"].astype(np.float64), cols["sp"]
-    sbh = cols["mbs"] * (m.seq_length / cols["cp"]) * m.hidden_size * (_BYTES.get(cfg.precision, 2) / 2.0)
-    # Table 2 with flash attention (the 5as/h softmax term is never stored): 10 + 24/t, or 34/t with SP, where
-    # 24 = Q,K,V 6 + projection input 2 + fc1 output 8 + fc2 input 8 for f = 4h; generalised to GQA (K, V
-    # scale with groups/heads) and SwiGLU (fc1 output 2f wide).
-    f_h = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * (m.moe_router_topk if m.num_experts else 1) / m.hidden_size
-    split = 2 * (1 + 2 * m.num_query_groups / m.num_attention_heads) + 2 + 2 * f_h * (2 if m.swiglu else 1) + 2 * f_h
-    full_layer = sbh * np.where(sp > 0, (10.0 + split) / tp, 10.0 + split / tp)
-    checkpoint = 2.0 * sbh / np.where(sp > 0, tp, 1.0)  # the layer input only
-    rc = cols["rc"]
-    # Block recompute (Megatron transformer_block._checkpointed_forward): the first N layers of each chunk keep
-    # only their input, the others keep everything.
-    per_chunk = np.maximum(cfg.model.num_layers / (cols["pp"] * cols["vpp"]), 1.0)
-    block_frac = np.minimum(cols["rc_layers"] / per_chunk, 1.0)
-    stored = np.where(rc == RECOMPUTE_CODES["full"], checkpoint, full_layer)
-    stored = np.where(rc == RECOMPUTE_CODES["block"], block_frac * checkpoint + (1 - block_frac) * full_layer, stored)
-    return stored, full_layer
-
-
-def estimate_memory(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Peak bytes per GPU of the first pipeline stage (holds the most micro-batches in flight)."""
-    m = cfg.model
-    tp, pp, vpp = cols["tp"], cols["pp"], cols["vpp"]
-    dp = np.maximum(cfg.world_size // (tp * pp * cols["cp"]), 1)
-    num_mb = np.maximum(cfg.batch.global_batch_size // (cols["mbs"] * dp), 1)
-    dense, expert = _layer_params(cfg)
-    layers_per_stage = m.num_layers / pp
-    dense_params = layers_per_stage * (dense / tp) + m.padded_vocab_size * m.hidden_size / tp
-    # Megatron's distributed optimizer shards over the data-parallel group including context parallelism.
-    shard = np.where(cols["distopt"] > 0, dp * cols["cp"], dp)
-    states = dense_params * _state_bytes_per_param(cfg, cols["zero"], cols["distopt"], shard)
-    if expert:
-        states = states + _expert_state_bytes(cfg, cols, expert, dp)
-    stored, full_layer = _activation_bytes_per_layer(cfg, cols)
-    working = np.where(cols["rc"] >= RECOMPUTE_CODES["full"], full_layer, 0.0)  # one layer rematerialised
-    # 1F1B: stage 0 holds min(pp, m) micro-batches; interleaving adds (pp-1)/(pp*vpp) (Korthikanti sec. 4.2.3).
-    in_flight = np.minimum(pp, num_mb) * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
-    in_flight = np.minimum(in_flight, num_mb)  # never more micro-batches than the step has
-    first = states + in_flight * layers_per_stage * stored + working
-    # Last stage: one micro-batch in flight (interleaved: ((vpp-1) pp + 1) / vpp), plus fp32 logits and loss,
-    # 4sbh/t (1 + v/h) bytes (Korthikanti sec. 4.2.3).
-    last_in_flight = np.minimum(np.where(vpp > 1, ((vpp - 1) * pp + 1) / vpp, 1.0), num_mb)
-    tokens = cols["mbs"] * m.seq_length / cols["cp"]
-    logits = 4.0 * tokens * (m.hidden_size + m.padded_vocab_size) / tp
-    last = states + last_in_flight * layers_per_stage * stored + working + logits
-    return np.where(pp > 1, np.maximum(first, last), first + logits)
 
 
 def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -278,4 +198,5 @@ def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, n
 
 
 def estimate(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> SurrogateEstimate:
-    return SurrogateEstimate(peak_bytes=estimate_memory(cfg, cols), step_time_s=estimate_step_time(cfg, cluster, cols))
+    return SurrogateEstimate(peak_bytes=surrogate_memory.estimate_peak_bytes(cfg, cluster, cols),
+                             step_time_s=estimate_step_time(cfg, cluster, cols))

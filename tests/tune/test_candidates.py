@@ -169,7 +169,7 @@ _ONE_NODE = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-laye
     ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer"],
     ["--no-overlap-p2p-communication", "--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "3"],
     ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-     "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-size", "2",
+     "--overlap-param-gather-with-optimizer-step", "--ckpt-format", "torch", "--pipeline-model-parallel-size", "2",
      "--num-layers-per-virtual-pipeline-stage", "4"],
 ])
 def test_masks_of_flags_apply_keeps_agree_with_validation(flags: list[str]) -> None:

@@ -20,7 +20,6 @@ from llmperf_hook.tune.apply import plan_tuned_command
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates, knob_values
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
-from llmperf_hook.tune.search import OOM_CERTAIN_FACTOR
 from llmperf_hook.tune.search_space import load_search_space, parse_search_space
 
 from .helpers import gpt_config, rule_rejected, run_cli, tune_apply_json, with_model
@@ -199,8 +198,9 @@ def test_moe_without_sequence_parallel_does_not_compete(tmp_path: Path, capsys) 
     assert all(t["tp"] == 1 or t["sequence_parallel"] for t in data["top"])
 
 
-def test_memory_estimate_is_a_lower_bound_for_moe() -> None:
-    """The closed-form expert states (EP x ETP split, expert-DP sharding) keep the OOM prune safe."""
+def test_memory_estimate_is_the_memory_models_for_moe() -> None:
+    """The surrogate's expert states (EP x ETP split, expert-DP sharding) are the memory model's: the OOM prune is
+    predict's verdict."""
     from llmperf_hook import api
     from llmperf_hook.commands.tune import memory_only
 
@@ -208,7 +208,7 @@ def test_memory_estimate_is_a_lower_bound_for_moe() -> None:
     table, valid = _valid_rows(cfg, load_search_space(None, "megatron"))
     picks = np.random.default_rng(3).choice(valid, 60, replace=False)
     cands = tuple(table.candidate(int(i)) for i in picks)
-    est = surrogate.estimate_memory(cfg, candidates_from_list(cands).columns)
+    est = surrogate.estimate(cfg, spec, candidates_from_list(cands).columns).peak_bytes
     full = np.array([memory_only(apply_candidate(cfg, c), spec).peak_bytes_per_gpu for c in cands])
-    assert (full / est).min() >= 1.0 / OOM_CERTAIN_FACTOR
+    np.testing.assert_allclose(est, full, rtol=1e-9)
     assert candidate_of(cfg).ep == 2 and {c.ep for c in cands} == {1, 2, 4, 8}

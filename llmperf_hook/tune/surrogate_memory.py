@@ -1,0 +1,218 @@
+"""Peak memory per GPU of every candidate of a table, from the full memory model's own terms.
+
+`llmperf predict`'s memory model (schedule/memory.estimate_memory over graph/build.build_graph) costs about a
+millisecond per configuration; a candidate table holds 10^4-10^5. Each of its terms reads only a few knobs, so here
+each is computed by the full model's own function once per distinct value of the knobs it reads, and broadcast:
+- state (weights, gradients, optimizer states, fp8 weight copies, distributed-optimizer padding, hpZ), fixed buffers
+  (CUDA context, NCCL, ZeRO buckets and live parameters) and the optimizer step's gradient bytes: memory.state_bytes,
+  buffer_bytes and optimizer_step_bytes per (tp, pp, vpp, cp, sp, ep, etp, zero, distopt) on the pipeline ranks that can
+  hold the peak, as StageGraphs with the ranks' real parameter blocks (graph/build.py's names and counts, no ops);
+- one layer's activations (no recompute, selective, a full-recompute checkpoint), the softmax backward, embedding,
+  logits, MTP and the attention score buffer: schedule/activations.py per (tp, cp, sp, mbs, etp);
+- micro-batches in flight: activations.microbatches_in_flight per (pp, vpp, micro-batches, rank);
+composed as memory.stage_memory composes them (chunk_layer_bytes' recompute methods, checkpoints_off_gpu_bytes,
+one_peak_of_two, fragmentation, the optimizer-step phase). tests/tune/test_surrogate_memory.py checks the result
+equals `estimate_memory` over random jobs, layouts, precisions and ZeRO stages, so tune's out-of-memory verdicts
+are predict's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph import params as pc
+from llmperf_hook.graph.build import _chunk_params, ranks_per_node
+from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, StageGraph
+from llmperf_hook.graph.stages import layers_per_virtual_stage
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule import memory as mem
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, Candidate, apply_candidate
+
+Cols = Mapping[str, np.ndarray]
+STATE_KEYS = ("tp", "pp", "vpp", "cp", "sp", "ep", "etp", "zero", "distopt")
+"""Knobs the state, fixed buffers and optimizer step read (with the pipeline rank; sp: graph/params.py counts
+some parameters by it)."""
+LAYER_KEYS = ("tp", "cp", "sp", "mbs", "etp")
+"""Knobs one layer's activations read (etp: the routed copies an expert FC1 saves, activations.layer_terms)."""
+_NONE, _SEL, _FULL, _BLOCK = (RECOMPUTE_CODES[k] for k in ("none", "selective", "full", "block"))
+
+
+def _groups(cols: Cols, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct value of `keys`, group number of every row)."""
+    stacked = np.stack([np.asarray(cols[k], dtype=np.int64) for k in keys], axis=1)
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def _row_config(cfg: TrainingConfig, cols: Cols, i: int) -> TrainingConfig:
+    """The job with row i's knobs (tune/candidate.apply_candidate, as every full prediction gets it)."""
+    c = {k: int(v[i]) for k, v in cols.items()}
+    mode = {v: k for k, v in RECOMPUTE_CODES.items()}[c["rc"]]
+    cand = Candidate(tp=c["tp"], pp=c["pp"], vpp=c["vpp"], cp=c["cp"], sequence_parallel=bool(c["sp"]),
+                     micro_batch_size=c["mbs"], recompute=mode,
+                     recompute_num_layers=c["rc_layers"] if mode in ("full", "block") else None,
+                     distributed_optimizer=bool(c["distopt"]), zero_stage=c["zero"], ep=c["ep"],
+                     etp=None if c["etp"] == c["tp"] else c["etp"])
+    return apply_candidate(cfg, cand)
+
+
+def _with_granularity(cfg: TrainingConfig, granularity: str) -> TrainingConfig:
+    return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity))
+
+
+def _per_group(cfg: TrainingConfig, cols: Cols, keys: Sequence[str],
+               terms: Callable[[TrainingConfig], Sequence[float]]) -> np.ndarray:
+    """terms(config of the group) for every row: shape (rows, number of terms)."""
+    first, inverse = _groups(cols, keys)
+    values = np.array([terms(_row_config(cfg, cols, int(i))) for i in first], dtype=np.float64)
+    return values[inverse]
+
+
+def _layer_terms(cfg: TrainingConfig) -> tuple[float, ...]:
+    """(layer without recompute, selective, full-recompute checkpoint, softmax backward without / with selective
+    recompute, embedding, logits and loss, MTP, attention score buffer), one micro-batch."""
+    none, sel, full = (_with_granularity(cfg, g) for g in ("none", "selective", "full"))
+    return (act.layer_activation_bytes(none), act.layer_activation_bytes(sel), act.layer_activation_bytes(full),
+            act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),
+            act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
+            act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg))
+
+
+def _chunk(cfg: TrainingConfig, stage: int, chunk: int, counts: Sequence[int]) -> ChunkOps:
+    """graph/build.build_chunk's blocks (names and counts) without their ops: what the memory model reads."""
+    p, m = cfg.parallel, cfg.model
+    v = chunk * p.pp + stage
+    start, n = sum(counts[:v]), counts[v]
+    moe = sum(1 for i in range(start, start + n) if pc.is_moe_layer(cfg, i)) if m.num_experts else 0
+    first, last = stage == 0 and chunk == 0, stage == p.pp - 1 and chunk == p.vpp - 1
+    blocks = [OpBlock("embedding", (), (), 1)] if first else []
+    blocks += [OpBlock(name, (), (), k) for name, k in (("dense_layer", n - moe), ("moe_layer", moe)) if k]
+    if last and m.mtp_num_layers:
+        blocks.append(OpBlock("mtp", (), (), m.mtp_num_layers))
+    if last:
+        blocks.append(OpBlock("head", (), (), 1))
+    return ChunkOps(stage=stage, chunk=chunk, num_layers=n, blocks=tuple(blocks))
+
+
+def peak_stages(cfg: TrainingConfig) -> list[StageGraph]:
+    """The pipeline ranks whose memory can be the peak: of ranks holding the same blocks the first (it has the most
+    micro-batches in flight, activations.microbatches_in_flight), and rank 0 and the last (embedding, logits)."""
+    p = cfg.parallel
+    counts = layers_per_virtual_stage(cfg)
+    seen: dict[tuple, StageGraph] = {}
+    for s in range(p.pp):
+        chunks = tuple(_chunk(cfg, s, c, counts) for c in range(p.vpp))
+        key = (s == 0, s == p.pp - 1, tuple((b.name, b.count) for ch in chunks for b in ch.blocks),
+               tuple(ch.num_layers for ch in chunks))
+        if key not in seen:
+            sums = [_chunk_params(cfg, ch) for ch in chunks]
+            seen[key] = StageGraph(stage=s, chunks=chunks, step_ops=(), num_params=sum(t for t, _ in sums),
+                                   num_expert_params=sum(e for _, e in sums),
+                                   num_layers=sum(ch.num_layers for ch in chunks))
+    return list(seen.values())
+
+
+_STATE_FIELDS = ("stage", "state", "gradients", "buffers", "zero3_live", "zero_buckets", "step")
+
+
+def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -> list[float]:
+    """_STATE_FIELDS of one rank: memory.state_bytes / buffer_bytes (less the score buffer, which follows the
+    micro-batch) / optimizer_step_bytes."""
+    gpn = ranks_per_node(cfg, cluster)
+    state = mem.state_bytes(cfg, stage, gpn, cluster.gpu)
+    buffers = mem.buffer_bytes(cfg, stage, gpn)
+    fixed = sum(v for k, v in buffers.items() if k != "attention_score_buffer")
+    return [stage.stage, sum(state.values()), state["gradients"], fixed, buffers.get("zero3_live_params", 0.0),
+            buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn)]
+
+
+def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
+    """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers of each
+    model chunk, (rows, ranks, vpp)); groups with fewer peak ranks repeat their first."""
+    keys = list(STATE_KEYS)
+    if act.fp8_saves_gemm_inputs(cfg) and not cfg.parameter_transpose_cache:
+        keys += ["num_mb", "rc"]  # fp8 weight copies per micro-batch in flight (memory.fp8_weight_bytes)
+    first, inverse = _groups(cols, keys)
+    terms, chunks = [], []
+    for i in first:
+        group_cfg = _row_config(cfg, cols, int(i))
+        try:
+            stages = peak_stages(group_cfg)
+        except ConfigError:  # a split only the graph refuses (uneven stages): unknown here, refused by the search
+            terms.append([[np.nan] * len(_STATE_FIELDS)])
+            chunks.append([[0]])
+            continue
+        terms.append([_stage_terms(group_cfg, s, cluster) for s in stages])
+        chunks.append([[c.num_layers for c in s.chunks] for s in stages])
+    ranks = max(len(t) for t in terms)
+    vpp = max(len(c[0]) for c in chunks)
+    term_arr = np.array([t + [t[0]] * (ranks - len(t)) for t in terms], dtype=np.float64)
+    chunk_arr = np.zeros((len(first), ranks, vpp))
+    for g, c in enumerate(chunks):
+        for r in range(ranks):
+            layers = c[r] if r < len(c) else c[0]
+            chunk_arr[g, r, :len(layers)] = layers
+    return term_arr[inverse], chunk_arr[inverse]
+
+
+def _in_flight(cfg: TrainingConfig, cols: Cols, stage: np.ndarray) -> np.ndarray:
+    """activations.microbatches_in_flight per row and rank, computed once per (pp, vpp, micro-batches, rank)."""
+    first, group = _groups(cols, ("pp", "vpp", "num_mb"))
+    configs = [_row_config(cfg, cols, int(i)) for i in first]
+    keys = np.stack([np.repeat(group, stage.shape[1]), stage.reshape(-1).astype(np.int64)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    values = np.array([act.microbatches_in_flight(configs[g], int(r)) for g, r in uniq])
+    return values[inverse.reshape(-1)].reshape(stage.shape)
+
+
+def _chunk_activations(cfg: TrainingConfig, cols: Cols, layers: np.ndarray, layer: np.ndarray) -> np.ndarray:
+    """Sum over a rank's chunks of activations.chunk_layer_bytes less memory.checkpoints_off_gpu_bytes, per row and
+    rank. layers: (rows, ranks, vpp) layer counts; layer: the _layer_terms columns per row."""
+    none, sel, ckpt = (layer[:, i, None, None] for i in range(3))
+    rc, n = cols["rc"][:, None, None], np.maximum(cols["rc_layers"], 1)[:, None, None]
+    block_n = np.minimum(n, layers)
+    checkpoints = np.where(rc == _BLOCK, block_n, np.ceil(layers / n))
+    out = np.where(rc == _NONE, layers * none, layers * sel)
+    out = np.where(rc == _FULL, checkpoints * ckpt, out)
+    out = np.where(rc == _BLOCK, block_n * ckpt + (layers - block_n) * none, out)
+    r = cfg.recompute
+    if r.partition_activations or r.checkpoint_in_cpu:
+        tp = cols["tp"][:, None, None]
+        stored = checkpoints * ckpt
+        kept = 0.0 if r.checkpoint_in_cpu else stored / (tp if r.partition_activations else 1)
+        out = out - np.where(rc >= _FULL, stored - kept, 0.0)
+    return out.sum(axis=2)
+
+
+def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> np.ndarray:
+    """Peak bytes per GPU of each candidate, as memory.estimate_memory gives it (the busiest pipeline rank)."""
+    if len(cols["tp"]) == 0:
+        return np.zeros(0)
+    dp = np.maximum(cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
+    cols = {**cols, "num_mb": np.maximum(cfg.batch.global_batch_size // (cols["mbs"] * dp), 1)}
+    state, layers = _state_table(cfg, cluster, cols)
+    stage, state_b, grads, buffers, live, buckets, step = (state[:, :, i] for i in range(len(_STATE_FIELDS)))
+    stage = np.nan_to_num(stage)  # unknown rows stay NaN through state_b
+    layer = _per_group(cfg, cols, LAYER_KEYS, _layer_terms)
+    in_flight = _in_flight(cfg, cols, stage)
+    rc, col = cols["rc"][:, None], lambda i: layer[:, i, None]  # noqa: E731
+    activations = _chunk_activations(cfg, cols, layers, layer) * in_flight
+    working = np.where(rc == _FULL, np.maximum(cols["rc_layers"], 1)[:, None] * col(0), 0.0)
+    working = np.where(rc == _BLOCK, col(0), working) + np.where(rc == _SEL, col(4), col(3))
+    last = stage == (cols["pp"][:, None] - 1)
+    embedding = np.where(stage == 0, col(5) * in_flight, 0.0)
+    logits, mtp = np.where(last, col(6), 0.0), np.where(last, col(7), 0.0)
+    # memory.one_peak_of_two: the logits and a layer's backward working set are never alive together
+    transient = activations + embedding + mtp + np.maximum(logits, working)
+    frag = mem.FRAGMENTATION_FRACTION * transient
+    freed = (cols["zero"] == 1) | (cols["zero"] == 2) | (not cfg.optimizer.contiguous_gradients)
+    backward_only = transient + frag + live + np.where(freed[:, None], buckets, 0.0)
+    step_extra = np.maximum(step - grads - backward_only, 0.0)
+    peak = state_b + transient + frag + buffers + col(8) + step_extra
+    return peak.max(axis=1)
