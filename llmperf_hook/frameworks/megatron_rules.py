@@ -205,6 +205,18 @@ def _check_param_gather_checkpoints(flags: FlagValues) -> None:
                           "per-rank checkpoints) or drop --overlap-param-gather-with-optimizer-step.")
 
 
+def _check_step_batch_schedule(flags: FlagValues) -> None:
+    """validate_args raises ValueError('Cannot specify both --step-batch-size-schedule and --global-batch-size') in
+    every release that has the schedule (it came with the check, core_v0.18.0: 532ad926b4; older releases refuse
+    the flag as unrecognized). Megatron-LM's own examples/gpt3/train_gpt3_175b_distributed.sh gives both."""
+    if flags.has("step_batch_size_schedule") and flags.has("global_batch_size"):
+        raise ConfigError(f"--step-batch-size-schedule {flags.get('step_batch_size_schedule')!r} with --global-batch-size "
+                          f"{flags.get('global_batch_size')}: Megatron-LM's validate_args raises 'Cannot specify both "
+                          "--step-batch-size-schedule and --global-batch-size' (core_v0.18.0 on, the releases with the "
+                          "schedule). Drop --global-batch-size (the schedule sets the batch size at each step) or "
+                          "the schedule.")
+
+
 def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout) -> list[str]:
     """Megatron-DeepSpeed's own start-up refusals: Ulysses with Megatron sequence parallelism (initialize.py raises
     once arguments.py has dropped --sequence-parallel at TP 1), FPDT's chunking (fpdt.py), and the --num-experts list
@@ -244,4 +256,5 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     _check_param_gather_checkpoints(flags)
+    _check_step_batch_schedule(flags)
     return _moe_warnings(flags, model, parallel.etp)
