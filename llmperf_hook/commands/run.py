@@ -8,7 +8,7 @@
 3. --dry-run prints the exact argument list and the environment variables the launch reads, then exits 0.
 4. Otherwise replace this process with the command (os.execvp, the argument list unchanged, environment
    inherited), so the job's exit code is ours; with --instrument N run it under the step hook instead
-   (instrument.session.run_instrumented) and exit with its code.
+   (instrument.session.run_instrumented_job) and exit with its code, or die by the signal that killed it.
 A command llmperf cannot predict (unknown launcher, a plain script without a model shape) still launches,
 with a warning; a configuration the framework itself would reject (Megatron/DeepSpeed rules) stops with exit 2.
 """
@@ -20,7 +20,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 import click
 
@@ -86,9 +86,9 @@ def command(cluster: str | None, hardware: str | None, dry_run: bool, max_step_t
     env.update(assigned)
     check_launchable(argv)  # after the gates (their verdict stands), before a run directory is made
     if instrument is not None:
-        # sys.exit, not click's Exit: the CLI runs click with standalone_mode=False, which turns Exit into a
-        # return value that would be lost.
-        sys.exit(_run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred))
+        # ends the process (sys.exit, or the job's signal), not click's Exit: the CLI runs click with
+        # standalone_mode=False, which turns Exit into a return value that would be lost.
+        _run_instrumented(argv, env, instrument, profile_ops, stop_after, run_dir, pred)
     exec_command(argv, env)
 
 
@@ -228,13 +228,14 @@ def _print_dry_run(argv: list[str], pred: Any, fmt: str, instrument: int | None 
 
 
 def _run_instrumented(argv: list[str], env: dict[str, str], steps: int, profile_ops: int, stop_after: int | None,
-                      run_dir: str | None, pred: Any) -> int:
+                      run_dir: str | None, pred: Any) -> NoReturn:
+    """Run under the hook, then end as the job ended: its exit code, or killed by the signal that killed it."""
     from llmperf_hook import api
-    from llmperf_hook.instrument.session import run_instrumented
+    from llmperf_hook.instrument.session import end_like_the_job, run_instrumented_job
 
     prediction = api.prediction_json(pred) if pred is not None else None
-    return run_instrumented(argv, env=env, steps=steps, profile_ops=profile_ops, stop_after=stop_after,
-                            run_dir=run_dir, prediction=prediction)
+    end_like_the_job(run_instrumented_job(argv, env=env, steps=steps, profile_ops=profile_ops, stop_after=stop_after,
+                                          run_dir=run_dir, prediction=prediction))
 
 
 def check_launchable(argv: Sequence[str]) -> None:

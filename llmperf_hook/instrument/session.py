@@ -16,7 +16,9 @@
    forward SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2, and SIGINT unless the terminal already sent it to the
    child (same foreground process group).
 4. When it ends, `refine` the run directory; a refine failure is a warning, never our exit code.
-5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it).
+5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it);
+   `run_instrumented_job` also says which signal, so `llmperf run` can end by that same signal
+   (`end_like_the_job`) as the exec path does.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.instrument.bootstrap import write_hook_dir
@@ -78,10 +81,28 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class JobEnd:
+    """How the launched job ended."""
+
+    exit_code: int
+    """Its exit status as a shell reports it: the code it exited with, or 128 + N when signal N killed it."""
+    signal_number: int | None = None
+    """The signal that killed it; None when it exited by itself."""
+
+
 def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int, profile_ops: int = 0,
                      stop_after: int | None = None, run_dir: str | None = None,
                      prediction: dict | None = None) -> int:
     """Launch `argv` with the step hook in every rank; refine from what it recorded; return its exit code."""
+    return run_instrumented_job(argv, env=env, steps=steps, profile_ops=profile_ops, stop_after=stop_after,
+                                run_dir=run_dir, prediction=prediction).exit_code
+
+
+def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: int, profile_ops: int = 0,
+                         stop_after: int | None = None, run_dir: str | None = None,
+                         prediction: dict | None = None) -> JobEnd:
+    """run_instrumented, saying how the job ended (its exit code, or the signal that killed it)."""
     _check_arguments(argv, steps, profile_ops, stop_after)
     job_id = new_job_id()
     path = prepare_run_dir(run_dir, job_id)
@@ -97,17 +118,40 @@ def run_instrumented(argv: Sequence[str], *, env: Mapping[str, str], steps: int,
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
-    code = launch_and_wait(argv, build_child_env(env, hook_dir, path))
+    end = launch_and_wait(argv, build_child_env(env, hook_dir, path))
     try:  # the job has ended: nothing after this may change its exit code (which is ours)
-        _record_end(path, job_dir, job_id, session, code, stop_after)
+        _record_end(path, job_dir, job_id, session, end, stop_after)
     except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
-        print(f"llmperf: warning: the job ended with exit code {code}, but its end could not be recorded in "
-              f"{path} ({type(err).__name__}: {err}); nothing refined.", file=sys.stderr)
-    return code
+        print(f"llmperf: warning: the job ended with exit code {end.exit_code}, but its end could not be recorded "
+              f"in {path} ({type(err).__name__}: {err}); nothing refined.", file=sys.stderr)
+    return end
 
 
-def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, code: int, stop_after: int | None) -> None:
-    ended = {**session, "exit_code": code, "ended_unix_s": time.time()}
+def end_like_the_job(end: JobEnd) -> NoReturn:
+    """End this process as the job ended: killed by the same signal when a signal killed it (so a parent's
+    waitpid sees what it would have seen from the job itself, or from `llmperf run` without --instrument, which
+    execs the job; a shell still reports 128 + N), else exiting with the job's code. Our own core dump is
+    turned off first: the job already dumped its own where that is allowed."""
+    if end.signal_number is not None:
+        import resource
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sig = end.signal_number
+        for step in (lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1])),
+                     lambda: signal.signal(sig, signal.SIG_DFL),  # refused for SIGKILL, whose action is fixed
+                     lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig}),
+                     lambda: os.kill(os.getpid(), sig)):
+            try:
+                step()
+            except (OSError, ValueError):
+                pass  # if we outlive it (a signal we may not re-raise): the shell's 128 + N below
+    sys.exit(end.exit_code)
+
+
+def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobEnd, stop_after: int | None) -> None:
+    code = end.exit_code
+    ended = {**session, "exit_code": code, "signal": end.signal_number, "ended_unix_s": time.time()}
     write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
     write_json_atomic(job_dir / "session.json", ended)
     if stop_after is not None and code == 0 and _stopped_by_hook(path, job_id):
@@ -230,7 +274,7 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent.parent)
 
 
-def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> JobEnd:
     try:
         child = subprocess.Popen(list(argv), env=dict(env))
     except FileNotFoundError as err:
@@ -248,7 +292,7 @@ def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return 128 - code if code < 0 else code
+    return JobEnd(128 - code, -code) if code < 0 else JobEnd(code)
 
 
 def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
