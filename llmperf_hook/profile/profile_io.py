@@ -3,7 +3,8 @@
 profile.json holds the feature-schema hash of every model, the sha256 of every model file, the roofline
 constants the target is relative to (and their sha256: every prediction scales with them, so a hand-edited peak
 is as unusable as an edited model), the training range of every dim (extrapolation is reported, not hidden),
-the hardware fingerprint, library versions and provenance. Loading checks all of it and raises ProfileError
+the hardware fingerprint, library versions and provenance, and a sha256 of all of that (meta_sha256). Loading
+checks all of it, and refuses a folder with a pickle in it, and raises ProfileError
 with the path and the fix on any mismatch: a corrupted or stale profile never yields a number.
 No pickle: models are LightGBM text dumps (gzip-compressed as NAME.txt.gz) or JSON tree arrays.
 """
@@ -96,6 +97,20 @@ def roofline_sha256(roofline: Mapping[str, RooflineConstants]) -> str:
     return _sha(json.dumps(_roofline_doc(roofline), sort_keys=True).encode())
 
 
+def meta_sha256(doc: Mapping) -> str:
+    """sha256 of profile.json's content as canonical JSON (sorted keys; floats as Python writes them, which read
+    back exactly), leaving out this digest and each model's file name and file sha256 (checked against the file
+    itself: a damaged one fails that check, and a profile re-pointed at other model files is still read). It covers
+    what the file digests and roofline_sha256 do not: a model's floor_s and linear baseline scale its predictions,
+    its train_ranges decide what is reported as extrapolation."""
+    models = doc.get("models")
+    if isinstance(models, list):
+        models = [{k: v for k, v in m.items() if k not in ("file", "sha256")} if isinstance(m, dict) else m
+                  for m in models]
+    covered = {**{k: v for k, v in doc.items() if k != "meta_sha256"}, "models": models}
+    return _sha(json.dumps(covered, sort_keys=True).encode())
+
+
 def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, str]) -> Path:
     """Write model files then profile.json (last, so a half-written profile has no valid metadata)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -115,6 +130,7 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
            "dtype_aliases": dict(meta.dtype_aliases),
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
            "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
+    doc["meta_sha256"] = meta_sha256(json.loads(json.dumps(doc)))  # as a reader will see it (lists, not tuples)
     tmp = directory / (META_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     tmp.replace(directory / META_FILE)
@@ -164,7 +180,52 @@ def _baseline(directory: Path, raw: dict) -> LinearBaseline | None:
     return base
 
 
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".dill", ".pt", ".pth", ".ckpt", ".sav")
+"""File names of Python pickles (joblib, dill and torch.save write pickles too)."""
+
+MAX_FILES_CHECKED = 1000
+"""Files of a profile folder looked at for pickles (a profile holds ~25; a folder far larger is checked in part)."""
+
+
+def _pickle_kind(path: Path) -> str | None:
+    """Why `path` is a pickle (its name, or its first bytes: protocol 2-5 opens with 0x80 and the protocol number;
+    torch.save's zip holds a data.pkl), or None."""
+    if path.name.lower().endswith(PICKLE_SUFFIXES):
+        return f"named {path.suffix}"
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+        if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+            return f"pickle protocol {head[1]} data"
+        if head == b"PK\x03\x04":
+            import zipfile
+
+            with zipfile.ZipFile(path) as archive:
+                if any(n.endswith(PICKLE_SUFFIXES) for n in archive.namelist()):
+                    return "a zip archive holding a pickle (torch.save)"
+    except Exception:  # noqa: BLE001 - unreadable, or a damaged zip (BadZipFile): no pickle anyone could load
+        return None
+    return None
+
+
+def check_no_pickle(directory: Path) -> None:
+    """Refuse a profile folder holding a pickle: llmperf writes and reads only JSON and LightGBM text, so a pickle
+    there was put by someone else, and the folder is not what `llmperf profile` wrote (a shared profile is exactly
+    where a planted pickle would be loaded by a tool that trusts it)."""
+    for num, path in enumerate(sorted(directory.rglob("*"))):
+        if num >= MAX_FILES_CHECKED:
+            return
+        kind = path.is_file() and _pickle_kind(path)
+        if kind:
+            raise _fail(directory, f"it holds {path.relative_to(directory)}, a Python pickle ({kind}). Profiles are "
+                                   f"data only (profile.json and LightGBM text dumps) and llmperf never loads a "
+                                   f"pickle, which can run any code when loaded; one beside a profile means the "
+                                   f"folder was not written by `llmperf profile` or was tampered with. Remove "
+                                   f"{path.name} if you trust the rest of the folder")
+
+
 def read_profile_meta(directory: Path) -> ProfileMeta:
+    check_no_pickle(directory)
     path = directory / META_FILE
     try:
         doc = json.loads(path.read_text())
@@ -189,6 +250,10 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
     _check_roofline_sha(directory, doc, rc)
+    if "meta_sha256" in doc and doc["meta_sha256"] != meta_sha256(doc):  # profiles written before it have none
+        raise _fail(directory, f"{META_FILE} does not match its meta_sha256 (corrupted or edited: a changed digit "
+                               f"of a model's floor, baseline or training range would change or hide what it "
+                               f"predicts)")
     bad = [f"{r.peak_flop_per_s}/{r.memory_bandwidth_bytes_per_s}" for r in rc.values()
            if not (r.peak_flop_per_s > 0 and r.memory_bandwidth_bytes_per_s > 0 and r.num_sms > 0)]
     missing = sorted({m.dtype for m in models} - set(rc))
