@@ -17,6 +17,7 @@ from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.validate.measured_run import (
     CLUSTER_COLUMN_SETS,
     HEAD_DIM_DEFAULT,
+    OPTIONAL_COLUMNS,
     REQUIRED_COLUMNS,
     MeasuredRun,
     parse_extra_args,
@@ -50,10 +51,19 @@ def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
     # skipinitialspace: a hand-written "a, b, c" header or `1, "1,024"` row reads as "a,b,c" does
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header, str(path)),
                             skipinitialspace=True)
-    columns = [(name or "").strip() for name in reader.fieldnames or []]
+    columns = [schema_spelling((name or "").strip()) for name in reader.fieldnames or []]
     check_columns(columns, str(path))
     reader.fieldnames = columns
     return [dict(row) for row in reader]
+
+
+_SCHEMA_COLUMNS = {c.lower(): c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}
+
+
+def schema_spelling(column: str) -> str:
+    """A header cell as the schema spells it when it names a schema column in other letter case (`Num_Layers`,
+    `TP`, `inter_node_bandwidth_gbps`: spreadsheets and SQL exports change case); other names unchanged."""
+    return _SCHEMA_COLUMNS.get(column.lower(), column)
 
 
 def _delimiter(header: str, where: str) -> str:
