@@ -3,8 +3,9 @@
 Accelerate's own options come before the script and share spellings with the Trainer's
 (`--gradient_accumulation_steps`), so the two parts of argv are edited apart: the Trainer's flags in the script's
 part (as for `--deepspeed FILE`, ds_config_rewrite.rewrite_hf_argv), and in accelerate's part either a tuned copy
-of `--deepspeed_config_file` (never the user's file) or, without a file, the plugin's `--zero_stage`, which the
-command line sets over a config file's (accelerate/commands/launch.py: the command wins).
+of `--deepspeed_config_file` (never the user's file) or, without a file, the plugin's `--zero_stage` and
+`--gradient_accumulation_steps`, which the command line sets over a config file's (accelerate/commands/launch.py:
+the command wins).
 """
 
 from __future__ import annotations
@@ -55,8 +56,25 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
             options = ed.set_value(options, _CONFIG_FILE, shown)
             files[str(target)] = json.dumps(tuned, indent=2) + "\n"
             notes.append(f"new DeepSpeed config {shown} (copy of {path}; the original is untouched)")
-    elif new.zero_stage != base.zero_stage:
-        options = ed.set_value(options, _ZERO, str(new.zero_stage)) if ed.find_flag(options, _ZERO) else \
-            [_ZERO[0], str(new.zero_stage), *options]
-        notes.append("accelerate's --zero_stage set in argv")
+    else:
+        options = _plugin_options(options, base, new, num_microbatches, notes)
     return [*head, *options, *new_script], files
+
+
+def _plugin_options(options: list[str], base: Candidate, new: Candidate, num_microbatches: int,
+                    notes: list[str]) -> list[str]:
+    """accelerate's own --zero_stage / --gradient_accumulation_steps for the DeepSpeed plugin without a ds_config
+    file; the command line sets them over accelerate's config file (accelerate/commands/launch.py). The accumulation
+    is set whenever the micro-batch changes: a config file's `deepspeed_config: gradient_accumulation_steps: 8` kept
+    under a tuned `--gradient_accumulation_steps 4` of the Trainer made it refuse the mismatch."""
+    if new.zero_stage != base.zero_stage:
+        options = _set_or_add(options, _ZERO, str(new.zero_stage))
+        notes.append("accelerate's --zero_stage set in argv")
+    if new.micro_batch_size != base.micro_batch_size and ed.flag_value(options, _GAS) is None:
+        options = _set_or_add(options, _GAS, str(num_microbatches))
+        notes.append("accelerate's --gradient_accumulation_steps set in argv")
+    return options
+
+
+def _set_or_add(options: list[str], spellings: tuple[str, ...], value: str) -> list[str]:
+    return ed.set_value(options, spellings, value) if ed.find_flag(options, spellings) else [spellings[0], value, *options]

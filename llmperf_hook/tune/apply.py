@@ -75,6 +75,19 @@ def _shell_command_index(argv: Sequence[str]) -> int | None:
     return next((i + 2 for i in range(len(argv)) if is_shell_c(argv, i)), None)
 
 
+def _wrap_index(argv: Sequence[str]) -> int | None:
+    """Index of the word holding CMD in `sbatch [opts] --wrap CMD` / `--wrap=CMD`: sbatch runs CMD with sh as the
+    job's script, so the training command is in argv, where it is rewritten as inside `sh -c`."""
+    if not any(os.path.basename(word) == "sbatch" for word in argv):
+        return None
+    for i, word in enumerate(argv):
+        if word == "--wrap" and i + 1 < len(argv):
+            return i + 1
+        if word.startswith("--wrap="):
+            return i
+    return None
+
+
 def _shell_join(words: Sequence[str]) -> str:
     """Join words for `sh -c`, leaving `$VAR` references unquoted so the shell still expands them."""
     return " ".join(w if "$" in w and not any(c.isspace() or c in "'\"" for c in w) else shlex.quote(w) for w in words)
@@ -113,15 +126,17 @@ def size_override_refusal(argv: Sequence[str], cfg: TrainingConfig) -> str | Non
 def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
                         new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
     """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
-    passed to `sh -c` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
+    passed to `sh -c` or `sbatch --wrap` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
     (what the user edits by hand: --apply refuses batch scripts)."""
     words = batch_script_words(argv)
     if words is not None:
         return _batch_launch_line(words, base_cfg, new)
     k = _shell_command_index(argv)
+    k = _wrap_index(argv) if k is None else k
     if k is not None:
-        inner = _plan_tuned_command(shlex.split(argv[k]), base_cfg, new, new_cfg, cwd)
-        return TunedCommand((*argv[:k], _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
+        prefix = "--wrap=" if argv[k].startswith("--wrap=") else ""
+        inner = _plan_tuned_command(shlex.split(argv[k][len(prefix):]), base_cfg, new, new_cfg, cwd)
+        return TunedCommand((*argv[:k], prefix + _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []
@@ -170,7 +185,7 @@ def script_file_kind(argv: Sequence[str]) -> str | None:
     Megatron-LM's README runs examples/gpt3/train_gpt3_175b_distributed.sh), else None: the launch line lives in a
     file, where --apply's flags never reach it."""
     if any(os.path.basename(word) == "sbatch" for word in argv):
-        return "sbatch script"
+        return None if _wrap_index(argv) is not None else "sbatch script"  # --wrap CMD: the command is in argv
     for i, word in enumerate(argv):
         if any(c.isspace() for c in word) or word.startswith("-"):  # `sh -c "CMD"`'s CMD (rewritten in place), options
             continue

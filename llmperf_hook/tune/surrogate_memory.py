@@ -84,37 +84,39 @@ def _layer_terms(cfg: TrainingConfig) -> tuple[float, ...]:
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg))
 
 
-def _chunk(cfg: TrainingConfig, stage: int, chunk: int, counts: Sequence[int]) -> ChunkOps:
+def _chunk(cfg: TrainingConfig, stage: int, chunk: int, num_layers: int, num_moe: int) -> ChunkOps:
     """graph/build.build_chunk's blocks (names and counts) without their ops: what the memory model reads."""
     p, m = cfg.parallel, cfg.model
-    v = chunk * p.pp + stage
-    start, n = sum(counts[:v]), counts[v]
-    moe = sum(1 for i in range(start, start + n) if pc.is_moe_layer(cfg, i)) if m.num_experts else 0
     first, last = stage == 0 and chunk == 0, stage == p.pp - 1 and chunk == p.vpp - 1
     blocks = [OpBlock("embedding", (), (), 1)] if first else []
-    blocks += [OpBlock(name, (), (), k) for name, k in (("dense_layer", n - moe), ("moe_layer", moe)) if k]
+    blocks += [OpBlock(name, (), (), k) for name, k in (("dense_layer", num_layers - num_moe), ("moe_layer", num_moe)) if k]
     if last and m.mtp_num_layers:
         blocks.append(OpBlock("mtp", (), (), m.mtp_num_layers))
     if last:
         blocks.append(OpBlock("head", (), (), 1))
-    return ChunkOps(stage=stage, chunk=chunk, num_layers=n, blocks=tuple(blocks))
+    return ChunkOps(stage=stage, chunk=chunk, num_layers=num_layers, blocks=tuple(blocks))
 
 
 def peak_stages(cfg: TrainingConfig) -> list[StageGraph]:
-    """The pipeline ranks whose memory can be the peak: of ranks holding the same blocks the first (it has the most
+    """The pipeline ranks whose memory can be the peak: of ranks holding the same layers the first (it has the most
     micro-batches in flight, activations.microbatches_in_flight), and rank 0 and the last (embedding, logits)."""
     p = cfg.parallel
-    counts = layers_per_virtual_stage(cfg)
+    counts = layers_per_virtual_stage(cfg)  # chunk v = vchunk * pp + stage, in model order (graph/stages.py)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    moe = [pc.is_moe_layer(cfg, i) for i in range(int(starts[-1]))] if cfg.model.num_experts else []
+    moe_before = np.concatenate([[0], np.cumsum(moe)]).astype(int) if moe else np.zeros(starts[-1] + 1, dtype=int)
     seen: dict[tuple, StageGraph] = {}
     for s in range(p.pp):
-        chunks = tuple(_chunk(cfg, s, c, counts) for c in range(p.vpp))
-        key = (s == 0, s == p.pp - 1, tuple((b.name, b.count) for ch in chunks for b in ch.blocks),
-               tuple(ch.num_layers for ch in chunks))
-        if key not in seen:
-            sums = [_chunk_params(cfg, ch) for ch in chunks]
-            seen[key] = StageGraph(stage=s, chunks=chunks, step_ops=(), num_params=sum(t for t, _ in sums),
-                                   num_expert_params=sum(e for _, e in sums),
-                                   num_layers=sum(ch.num_layers for ch in chunks))
+        v = [c * p.pp + s for c in range(p.vpp)]
+        layers = tuple(counts[i] for i in v)
+        moes = tuple(int(moe_before[starts[i + 1]] - moe_before[starts[i]]) for i in v)
+        key = (s == 0, s == p.pp - 1, layers, moes)
+        if key in seen:
+            continue
+        chunks = tuple(_chunk(cfg, s, c, layers[c], moes[c]) for c in range(p.vpp))
+        sums = [_chunk_params(cfg, ch) for ch in chunks]
+        seen[key] = StageGraph(stage=s, chunks=chunks, step_ops=(), num_params=sum(t for t, _ in sums),
+                               num_expert_params=sum(e for _, e in sums), num_layers=sum(layers))
     return list(seen.values())
 
 

@@ -130,7 +130,7 @@ def _check_job(argv: list[str], model: str | None, seed: int) -> None:
         assert (peak > OOM_CERTAIN_FACTOR * usable) == (full > usable), (cand.describe(), argv)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(argv=megatron_jobs(), seed=st.integers(0, 1000))
 def test_megatron_memory_is_the_memory_models(argv: list[str], seed: int) -> None:
     _check_job(argv, None, seed)
@@ -139,7 +139,7 @@ def test_megatron_memory_is_the_memory_models(argv: list[str], seed: int) -> Non
 def test_deepspeed_memory_is_the_memory_models() -> None:
     with tempfile.TemporaryDirectory() as folder:
 
-        @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(job=deepspeed_jobs(folder), seed=st.integers(0, 1000))
         def check(job: tuple[list[str], str | None], seed: int) -> None:
             _check_job(job[0], job[1], seed)
