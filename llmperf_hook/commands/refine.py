@@ -44,11 +44,17 @@ def _recorded_latest_run() -> Path | None:
 
 
 def check_has_jobs(path: Path) -> None:
-    """A run directory whose records name no job (corrupt, or truncated before the first step) is bad input: say so
-    instead of reporting an empty refinement."""
+    """A run directory whose records name no job (corrupt, or truncated before the first step), or whose jobs all
+    ended before their first optimizer step, is bad input: say so instead of reporting an empty refinement."""
     from llmperf_hook.refine.run_records import read_run_dir
 
     run = read_run_dir(path)
+    stepped = {str(r["job_id"]) for r in run.records if r.get("kind") == "step" and "job_id" in r}
+    if run.job_ids() and not stepped:
+        raise UsageError(
+            f"run directory {str(path)!r} holds no step record: job(s) {', '.join(run.job_ids())} started under the "
+            "hook but ended (failed, or were killed) before their first optimizer step ended, so there is no step "
+            "time to refine from. Rerun the job under `llmperf run --instrument N` until it takes a step.")
     if not run.job_ids():
         raise UsageError(
             f"run directory {str(path)!r} holds no step record of any job ({len(run.records)} readable record(s) without a "

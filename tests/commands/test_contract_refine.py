@@ -102,11 +102,16 @@ def _half_written(kind: str, src: Path, dst: Path) -> None:
         shutil.copytree(src / "jobs", dst / "jobs")
     elif kind == "empty rank file":
         (dst / "rank0.jsonl").write_text("")
+    elif kind == "meta record only":  # the job started under the hook and died before its first step ended
+        shutil.copytree(src / "jobs", dst / "jobs")
+        meta = next(ln for ln in (src / "rank0.jsonl").read_text().splitlines() if '"kind":"meta"' in ln.replace(" ", ""))
+        (dst / "rank0.jsonl").write_text(meta + "\n")
     elif kind == "garbage rank file":
         (dst / "rank0.jsonl").write_bytes(b"\x00\xff not json\n{\"kind\": \"step\", \"st")
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "session only", "empty rank file", "garbage rank file"])
+@pytest.mark.parametrize("kind", ["missing", "empty", "session only", "empty rank file", "meta record only",
+                                  "garbage rank file"])
 def test_a_run_dir_without_usable_records_exits_2(instrumented: dict, tmp_path: Path, kind: str) -> None:
     target = tmp_path / "run"
     _half_written(kind, instrumented["run"], target)
