@@ -325,8 +325,10 @@ def _terminal_sent_it_to_child() -> bool:
 
 def _refine_quietly(run_dir: Path) -> None:
     try:
+        from llmperf_hook.commands.refine import check_has_jobs
         from llmperf_hook.refine.refine_run import refine_run, render_refine_report
 
+        check_has_jobs(run_dir)  # as `llmperf refine` would: no step of any job is nothing to refine
         print(render_refine_report(refine_run(run_dir)), file=sys.stderr)
     except UsageError as err:  # nothing to refine (the job never reached an optimizer step): rerunning won't help
         print(f"llmperf: nothing refined: {err}", file=sys.stderr)
