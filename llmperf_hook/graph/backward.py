@@ -124,7 +124,16 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     overlap=dgrad); then the grad input is reduce-scattered asynchronously, launched before the weight-grad GEMM
     and waited for after it (overlap=wgrad). `window` names the GEMM whose dgrad / wgrad half hides each one
     (schedule/compose.py); the gather's `sm_share` tag (layer_ops.tp_enter) says how much of the GPU the NCCL
-    kernel takes from that GEMM while they overlap."""
+    kernel takes from that GEMM while they overlap.
+
+    That overlap needs the collective's kernel to reach the GPU before the GEMM: Megatron has required
+    CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue, launch order kept) for sequence parallelism and the async TP
+    all-reduce since bdd9731 (2022-10-14, 'Remove noop used to try to force scheduling and check for environment
+    variable instead'; today's arguments.py asserts it for TP or CP > 1 before Blackwell). Before it, with
+    CUDA's default 8 queues, a 3 us no-op only tried to delay the GEMM; a GEMM that reaches the SMs first fills them
+    and the collective waits for its CTAs to drain (serialized, the whole collective exposed). Not modelled yet:
+    TrainingConfig carries no field for the job's CUDA_DEVICE_MAX_CONNECTIONS (Korthikanti et al.'s 2022 rows, S03,
+    ran the no-op code; priced serialized they score 4.02 % instead of 5.09 %)."""
     tags = {**gather.tags, "window": gemm.name}
     nbytes = {"bytes": int(gather.dims["bytes"])}
     regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
