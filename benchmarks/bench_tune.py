@@ -102,7 +102,7 @@ def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats:
     n = res.num_considered
     print(f"\n== {name} on {cluster} ({'wide space' if space else 'default space'})")
     print(f"candidates: {n:,} distinct ({res.num_generated:,} generated); invalid {res.num_invalid:,}, "
-          f"OOM by bound {res.num_oom_estimated:,}, OOM predicted {res.num_oom_predicted:,}, "
+          f"OOM by memory model {res.num_oom_estimated:,}, OOM predicted {res.num_oom_predicted:,}, "
           f"slower by estimate {res.num_slower:,}, predicted in full {res.num_full_predictions:,}")
     cpu = statistics.median(r[2]["cpu_s"] for r in runs)  # this process's own CPU: what one core gives it under load
     print(f"tune time (median of {repeats}, in process): {total:.3f} s wall  ->  {n / total:,.0f} candidates/s; "

@@ -148,7 +148,7 @@ def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
     return (f"{res.num_considered:,} distinct candidates ({res.num_generated:,} generated) in "
             f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
             f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
-            f"closed-form bound, {res.num_oom_predicted:,} by the full prediction); {res.num_slower:,} slower than the "
+            f"memory model alone, {res.num_oom_predicted:,} by the full prediction); {res.num_slower:,} slower than the "
             f"top {len(res.top) or 'K'} by estimate; {res.num_fitting:,} predicted in full and fit")
 
 

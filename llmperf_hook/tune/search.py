@@ -92,7 +92,8 @@ class TuneResult:
     invalid_by_rule: Mapping[str, int]
     """Candidates rejected by a layout rule, by the first rule they break."""
     num_oom_estimated: int
-    """Pruned as out of memory by the closed-form bound (> OOM_CERTAIN_FACTOR x usable)."""
+    """Pruned as out of memory without a step-time prediction: the memory model's peak (tune/surrogate_memory.py) >
+    OOM_CERTAIN_FACTOR x usable."""
     num_oom_predicted: int
     """Predicted in full and found over the usable memory."""
     num_slower: int

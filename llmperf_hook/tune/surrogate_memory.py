@@ -5,7 +5,7 @@ millisecond per configuration; a candidate table holds 10^4-10^5. Each of its te
 each is computed by the full model's own function once per distinct value of the knobs it reads, and broadcast:
 - state (weights, gradients, optimizer states, fp8 weight copies, distributed-optimizer padding, hpZ), fixed buffers
   (CUDA context, NCCL, ZeRO buckets and live parameters) and the optimizer step's gradient bytes: memory.state_bytes,
-  buffer_bytes and optimizer_step_bytes per (tp, pp, vpp, cp, sp, ep, etp, zero, distopt) on the pipeline ranks that can
+  buffer_bytes and optimizer_step_bytes per (tp, pp, vpp, cp, ep, etp, zero, distopt) on the pipeline ranks that can
   hold the peak, as StageGraphs with the ranks' real parameter blocks (graph/build.py's names and counts, no ops);
 - one layer's activations (no recompute, selective, a full-recompute checkpoint), the softmax backward, embedding,
   logits, MTP and the attention score buffer: schedule/activations.py per (tp, cp, sp, mbs, etp);
@@ -35,9 +35,9 @@ from llmperf_hook.schedule import memory as mem
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES, Candidate, apply_candidate
 
 Cols = Mapping[str, np.ndarray]
-STATE_KEYS = ("tp", "pp", "vpp", "cp", "sp", "ep", "etp", "zero", "distopt")
-"""Knobs the state, fixed buffers and optimizer step read (with the pipeline rank; sp: graph/params.py counts
-some parameters by it)."""
+STATE_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "distopt")
+"""Knobs the state, fixed buffers and optimizer step read (with the pipeline rank), plus sp for Megatron-DeepSpeed,
+whose parameter count follows it (graph/params.py embedding_params)."""
 LAYER_KEYS = ("tp", "cp", "sp", "mbs", "etp")
 """Knobs one layer's activations read (etp: the routed copies an expert FC1 saves, activations.layer_terms)."""
 _NONE, _SEL, _FULL, _BLOCK = (RECOMPUTE_CODES[k] for k in ("none", "selective", "full", "block"))
@@ -137,15 +137,18 @@ def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -
 def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
     """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers of each
     model chunk, (rows, ranks, vpp)); groups with fewer peak ranks repeat their first."""
-    keys = list(STATE_KEYS)
+    keys = list(STATE_KEYS) + (["sp"] if cfg.framework == "megatron-deepspeed" else [])
     if act.fp8_saves_gemm_inputs(cfg) and not cfg.parameter_transpose_cache:
         keys += ["num_mb", "rc"]  # fp8 weight copies per micro-batch in flight (memory.fp8_weight_bytes)
     first, inverse = _groups(cols, keys)
     terms, chunks = [], []
+    layouts: dict[tuple, list[StageGraph]] = {}  # the ranks' blocks do not depend on ZeRO / distopt / CP
     for i in first:
         group_cfg = _row_config(cfg, cols, int(i))
+        p = group_cfg.parallel
+        layout = (p.tp, p.pp, p.vpp, p.ep, p.etp, p.sequence_parallel, group_cfg.deepspeed_pipeline_engine)
         try:
-            stages = peak_stages(group_cfg)
+            stages = layouts[layout] if layout in layouts else layouts.setdefault(layout, peak_stages(group_cfg))
         except ConfigError:  # a split only the graph refuses (uneven stages): unknown here, refused by the search
             terms.append([[np.nan] * len(_STATE_FIELDS)])
             chunks.append([[0]])
