@@ -124,6 +124,8 @@ def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None
 def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> TrainingConfig:
     """Stage [2]: the ParsedJob's script arguments -> a validated TrainingConfig."""
     from llmperf_hook.frameworks.assemble import assemble_deepspeed, assemble_megatron
+    from llmperf_hook.frameworks.script_flags import apply_memory_flags
+    from llmperf_hook.frameworks.script_shape import apply_script_training
 
     family_warnings = check_model_family(job.script, job.script_args)
     check_openrlhf(job.script)
@@ -140,6 +142,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     else:
         cfg = assemble_deepspeed(job, flags, framework, ds, overrides, src)
     fill_sources(src, flags, ds, framework)  # cfg.sources is this dict
+    cfg = apply_memory_flags(apply_script_training(cfg, job.script), flags)
     if family_warnings:
         cfg = replace(cfg, warnings=tuple(dict.fromkeys((*family_warnings, *cfg.warnings))))
     validate_config(cfg)

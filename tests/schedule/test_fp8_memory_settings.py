@@ -98,8 +98,6 @@ def test_te_cross_entropy_keeps_only_the_bf16_logits(example: TrainingConfig) ->
         pytest.approx(4 * sbh + 2 * S * V, abs=1)
 
 
-@pytest.mark.xfail(strict=True, reason="needs frameworks/resolve.py resolve_config to call "
-                                       "script_flags.apply_memory_flags(cfg, flags) (lead's file)")
 def test_resolve_reads_the_memory_flags() -> None:
     cfg = api.resolve_command(_argv("--cross-entropy-fusion-impl", "te"), ENV, cluster="dgx-h100")[1]
     assert cfg.cross_entropy_fusion_impl == "te"

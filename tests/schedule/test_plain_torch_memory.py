@@ -82,8 +82,6 @@ def test_fp32_runs_deepspeed_and_megatron_entry_points_are_left_alone() -> None:
     assert apply_script_training(cfg, "pretrain_gpt.py") == cfg
 
 
-@pytest.mark.xfail(strict=True, reason="needs frameworks/resolve.py resolve_config to call "
-                                       "script_shape.apply_script_training(cfg, job.script) (lead's file)")
 def test_resolve_job_prices_the_script_it_reads() -> None:
     cfg = resolve_job(["python3", str(TESTBED), *C08_ARGS, "--bf16"], ENV)[1]
     assert not cfg.optimizer.master_weights
