@@ -79,7 +79,10 @@
    measurements, or its terms fitted from instrumented runs.
    Session 10: the framework cost is the median per term of 3-7 interleaved readings (profile/
    cpu_framework_readings.py; the 2-rank slowdown paired with each process alone; format 3, re-measured here
-   when the machine is quiet, the spread between readings printed under "framework cost measured"), and the
+   when the machine is quiet, the spread between readings printed under "framework cost measured"; measured
+   against the one-reading method at load 6-10, the configurations' predictions moved by a median log sd 0.034
+   instead of 0.040 across four files each, their balance 0.015 (worst 0.025) instead of 0.021 (worst 0.053):
+   cpu_framework_readings.py), and the
    shrinkage's step-time drift is the move between two measurements (refine/shrinkage.py: 11.8 %, not the
    pooled 5.9 % of one level's spread, so sd_shared 6.0 -> 11.8 %, one quiet run's k 0.33 -> 0.66, the
    instrumented configuration keeps 0.88 of its log ratio, not 0.77). --rescore of every saved output with the

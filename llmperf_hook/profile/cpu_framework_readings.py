@@ -20,6 +20,16 @@ per dtype:
 The samples the file keeps for the shrinkage's held-out steps and the step-time history (cpu_framework.
 step_holdout_log_errors, measured_steps) are the medians over the readings of each measured time.
 
+Measured on this 2-core machine, 26 Nov 2026 22:51-23:30, fp32, the one-reading method (session 9's code) and
+this one alternately, four files each, all at load 6-10.5 (other helpers' test suites; no quiet window): the
+testbed's nine fp32 configurations predicted with each file (bench_cpu_testbed.py CONFIGS) moved, per
+configuration, by a log sd of 0.040 (median; max / min up to x1.22) with one reading and 0.034 (up to x1.15)
+with the median of 3 readings; with each file's common level taken out (what the terms' balance does to one
+configuration against the others), 0.021 (worst configuration 0.053) and 0.015 (worst 0.025). The 2-rank
+slowdown: 1.00, 1.08, 1.00, 1.00 against 1.02, 1.04, 1.01, 1.02. What the median cannot remove is a load that
+lasts the whole measurement: the files' common level followed it (geometric mean of the nine predictions
+56-62 ms and 60-65 ms), so the benchmark still re-measures on a quiet machine.
+
 Budget: `llmperf profile --device cpu` keeps cpu_framework.RESERVED_S (120 s) of its --budget for this, split
 evenly over the dtypes measured; per dtype the children's start (~20 s quiet: 16 engines), then readings
 while the next one is expected to end within the dtype's share, at least MIN_READINGS (on a busy machine the
