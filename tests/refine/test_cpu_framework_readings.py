@@ -193,3 +193,21 @@ def test_the_file_keeps_the_readings_and_the_replaced_steps_and_profile_prints_t
     assert len(doc["dtypes"]["fp32"]["readings"]) == 3
     err = capsys.readouterr().err
     assert "framework cost bf16: median of 3 readings" in err and "framework cost fp32: median of 3 readings" in err
+
+
+def test_a_failed_concurrency_process_leaves_the_term_out_and_the_rest_measured() -> None:
+    from llmperf_hook.profile import cpu_engine_cost as ce
+
+    class Broken:
+        def send(self) -> None:
+            raise ce.ChildFailed("exited 1")
+
+        def close(self) -> None:
+            pass
+
+    reader = ce.ConcurrencyReader.__new__(ce.ConcurrencyReader)
+    reader.ranks, reader.children = (2,), [Broken(), Broken()]
+    assert cfr._concurrency(reader) is None and reader.children == [] and cfr._concurrency(reader) is None
+    fixed, rng = _fixed(), random.Random(5)
+    raws = [{**_raw(fixed, rng), "concurrency": None} for _ in range(3)]
+    assert "concurrency_slowdown" not in cfr.summarize(raws, fixed, "fp32", [1.0] * 3, 1.0)
