@@ -22,13 +22,16 @@ import numpy as np
 
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.graph import params
+from llmperf_hook.graph.layer_ops import DTYPE_BYTES
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import host_issue
 from llmperf_hook.tune import surrogate_memory, surrogate_moe
 from llmperf_hook.tune.surrogate_comm import per_node, ring_s
 from llmperf_hook.tune.candidate import RECOMPUTE_CODES
 
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+_BYTES = DTYPE_BYTES
+"""Activation bytes the graph moves between ranks (graph/layer_ops.DTYPE_BYTES): fp8 training keeps its activations
+and TP / pipeline traffic in bf16 (this said 1 byte, halving those costs under fp8)."""
 DENSE_LAYER_OPS = 13
 """Compute ops of a dense transformer layer's forward in the graph (graph/layer_ops.py: 2 norms, QKV, QK^T,
 softmax, dropout, AV, projection, 2 residual adds, FC1, activation, FC2)."""
