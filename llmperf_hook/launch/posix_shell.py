@@ -4,9 +4,8 @@
 `$'...'` still work) but dash on Debian and Ubuntu, which has none of them (dash 0.5.12: `A=(1 2)` is `Syntax error:
 "(" unexpected` and the script stops; `${X//a/b}`, `${X:1}`, `${X^^}`, `${!X}` are `Bad substitution` and the script
 exits when the line runs; `[[`, `source`, `declare` and `X+=1` are commands that are `not found`, so a test on them is
-false and the script goes on; `$'a\\tb'` is `$` followed by a single-quoted string; `cmd &> log` runs cmd in the
-background). Most `sh` scripts are bash-compatible, and llmperf reads scripts with bash's rules. Where the shell
-that runs the script is dash (named `dash`, or `sh` / a `#!/bin/sh` first line resolving to dash here), a bash-only
+false and the script goes on; `$'a\\tb'` is `$` followed by a single-quoted string). Most `sh` scripts are
+bash-compatible, and llmperf reads scripts with bash's rules. Where the shell that runs the script is dash (named `dash`, or `sh` / a `#!/bin/sh` first line resolving to dash here), a bash-only
 construct on a line dash reaches before the launch is refused, naming the line, instead of being read as bash would
 read it: the user expects the script to do what it says, and dash would not.
 """
@@ -42,8 +41,9 @@ _COMMANDS = (  # what dash does when it runs the line (quoted text blanked)
     (re.compile(_CMD + r"(?:source|declare|typeset|shopt)\s"), "a bash builtin (source, declare, typeset, shopt)",
      "`not found`, and the script goes on without it"),
     (re.compile(_CMD + r"(?:export\s+)?[A-Za-z_]\w*\+="), "bash's `NAME+=value`", "`not found`, so NAME keeps its value"),
-    (re.compile(r"&>"), "bash's `&> FILE` redirection", "the command run in the background, its output not redirected"),
 )
+# Not refused: `cmd &> log`, which dash runs as `cmd &` then `> log` (the same command, in the background, its output
+# not in the log): the job it starts is the one bash starts.
 
 
 def script_shell(shell_word: str | None, text: str) -> tuple[str, str]:

@@ -115,3 +115,15 @@ def test_constructs_inside_quotes_or_comments_are_text() -> None:
     assert bash_only('Y="${X//a/b}"', True) is not None  # expanded inside double quotes
     assert bash_only("if [[ -n $X ]]; then", False) is None  # a line dash does not run
     assert bash_only("A=(1 2)", False) is not None  # a syntax error wherever it is
+
+
+@pytest.mark.skipif(DASH is None, reason="needs dash")
+def test_a_bash_redirection_still_launches_under_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`cmd &> log`: dash runs `cmd &` then `> log`, the same launch in the background, so it is read, not refused."""
+    script = tmp_path / "train.sh"
+    script.write_text("TP=2\n" + LAUNCH.rstrip("\n") + " &> train.log\n")
+    assert _run(DASH or "dash", script).stdout.strip() == "2"
+    monkeypatch.chdir(tmp_path)
+    out = llmperf(capsys, "explain", "--format", "json", "--", "dash", "train.sh")
+    assert out.code == 0 and '"tp": 2' in out.out, out.err
