@@ -12,7 +12,6 @@ an eval of a command substitution or of a variable the script does not set plain
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import shlex
@@ -23,6 +22,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
+from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, split_unquoted_words,
                                               strip_redirections, word_quoting)
@@ -54,57 +54,6 @@ _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
-
-
-_ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")
-"""`$(( expr ))` with up to two levels of parentheses inside."""
-
-
-def _c_div(a: int, b: int) -> int:
-    """Integer division truncating toward zero, as C and bash divide."""
-    quotient = abs(a) // abs(b)
-    return quotient if (a < 0) == (b < 0) else -quotient
-
-
-_ARITH_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-              ast.Div: _c_div, ast.Mod: lambda a, b: a - b * _c_div(a, b), ast.Pow: lambda a, b: a ** b}
-"""bash arithmetic (bash manual 6.5 Shell Arithmetic): integers; `/` and `%` truncate toward zero as in C."""
-
-
-def _int64(value: int) -> int:
-    """bash computes on 64-bit signed integers (intmax_t) and wraps around: a value outside them is left to bash."""
-    if not -2 ** 63 <= value < 2 ** 63:
-        raise ValueError("outside 64-bit integers")
-    return value
-
-
-def _arith_value(node: ast.AST) -> int:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return _int64(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _arith_value(node.operand)
-        return _int64(-value) if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
-        right = _arith_value(node.right)
-        if (isinstance(node.op, (ast.Div, ast.Mod)) and right == 0) or (isinstance(node.op, ast.Pow)
-                                                                       and not 0 <= right <= 64):
-            raise ValueError("division by zero or a large power")
-        return _int64(_ARITH_OPS[type(node.op)](_arith_value(node.left), right))
-    raise ValueError("not plain integer arithmetic")
-
-
-def _arithmetic(expr: str, env: dict[str, str]) -> str:
-    """The value of `$(( expr ))` (its `$VARS` already expanded, as text; a bare NAME is the variable's value
-    evaluated on its own, as bash does: X=2+3 makes X*2 10), or the text unchanged (the variable is then left unset)
-    when it is not plain integer arithmetic over known values."""
-    text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({env[m.group(0)]})" if m.group(0) in env else m.group(0),
-                  expr).strip()
-    if not re.fullmatch(r"[0-9+\-*/%() \t]+", text) or "//" in text:
-        return f"$(({expr}))"
-    try:
-        return str(_arith_value(ast.parse(text, mode="eval").body))
-    except (ValueError, SyntaxError, RecursionError):
-        return f"$(({expr}))"
 
 
 def _cut_substitution(words: list[str]) -> re.Match[str] | None:
@@ -230,7 +179,7 @@ class _Reading:
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
-            text = _ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+            text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
         source = split_unquoted_words(_PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
             words, writes = strip_redirections(shlex.split(source, comments=True), quoted_words(source))
