@@ -25,6 +25,7 @@ from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
+from llmperf_hook.launch.parse import leading_assignments
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -83,6 +84,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
     warnings += megatron_deepspeed_warnings(flags, recompute.granularity, framework == "megatron-deepspeed",
                                             ds.path if ds else "", ds.checkpointing_keys if ds else ())
+    connections = device_connections(job, parts.parallel, src, warnings)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -92,7 +94,50 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
+        cuda_device_max_connections=connections,
     )
+
+
+MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+CUDA_DEFAULT_CONNECTIONS = 8
+"""CUDA's work queues per context when CUDA_DEVICE_MAX_CONNECTIONS is unset or unusable (CUDA Programming Guide,
+CUDA Environment Variables: 1 to 32, default 8)."""
+
+
+def job_max_connections(job: ParsedJob) -> str | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS as the job's environment gives it: ParsedJob.env, else a `NAME=value` word in front
+    of the launch command (the launch parser keeps only the variables it reads itself, so the command's own
+    assignment is read here)."""
+    if MAX_CONNECTIONS_ENV in job.env:
+        return job.env[MAX_CONNECTIONS_ENV]
+    words = list(job.argv[1:]) if job.argv[:1] == ("env",) else list(job.argv)
+    return leading_assignments(words)[0].get(MAX_CONNECTIONS_ENV)
+
+
+def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, Source], warnings: list[str]) -> int:
+    """TrainingConfig.cuda_device_max_connections of a Megatron job, its origin in `src`. Not stated: 1, what Megatron-LM
+    requires. Anything but "1" is accepted, with a warning where TP or CP > 1: today's megatron/training/arguments.py
+    asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" for TP or CP > 1 only before Blackwell (get_device_arch_version() < 10,
+    0db0e83) and not with Megatron-FSDP / torch FSDP2 or --overlap-moe-expert-parallel-comm (a warning there); the
+    releases before bdd9731 (2022-10-14) never checked it, and neither the release nor the GPU is known here."""
+    given = job_max_connections(job)
+    if given is None:
+        src["cuda_device_max_connections"] = Source(SourceKind.DEFAULT, "Megatron-LM requires 1 for TP or CP > 1")
+        return 1
+    src["cuda_device_max_connections"] = Source(SourceKind.ENV, MAX_CONNECTIONS_ENV)
+    value = int(given) if given.strip().isdigit() and 1 <= int(given) <= 32 else CUDA_DEFAULT_CONNECTIONS
+    if value == 1:
+        return 1
+    if parallel.tp > 1 or parallel.cp > 1:
+        priced = ("sequence parallelism's backward re-gather and reduce-scatter are priced serialized with their GEMMs, "
+                  "not overlapped" if parallel.sequence_parallel and parallel.tp > 1 else
+                  "nothing is priced differently (without sequence parallelism no TP collective is priced as overlapped)")
+        warnings.append(
+            f"{MAX_CONNECTIONS_ENV}={given} (environment) lets the GPU run kernels out of launch order: {priced}. "
+            f"Today's Megatron-LM asserts {MAX_CONNECTIONS_ENV}=1 for tensor or context parallelism on GPUs before "
+            "Blackwell (megatron/training/arguments.py; releases before 2022-10-14 did not check it); "
+            f"set {MAX_CONNECTIONS_ENV}=1 for the overlap")
+    return value
 
 
 def _script_pp(flags: FlagValues, ds: DsSettings | None, framework: str, src: dict[str, Source], warnings: list[str]) -> int:

@@ -106,12 +106,15 @@ def explain_json(cfg: TrainingConfig, job: ParsedJob | None = None) -> dict[str,
     values.update(deepseek_values(cfg))
     values.update(moe_dispatch_values(cfg))
     values.update(deepspeed_extra_values(cfg))
+    if not cfg.tp_comm_ordered:  # shown only when the job sets it away from 1 (frameworks/assemble.device_connections)
+        values["cuda_device_max_connections"] = cfg.cuda_device_max_connections
     if "unfused_kernels" in cfg.sources:  # a --no-...-fusion flag priced (frameworks/step_flags.py)
         from llmperf_hook.frameworks.step_flags import FUSION_FIELDS
 
         values["unfused_kernels"] = ", ".join(name for field, name in FUSION_FIELDS.items() if not getattr(cfg, field))
     out: dict[str, Any] = {k: values[k] for k in (*EXPLAIN_KEYS, *DEEPSEEK_KEYS, *MOE_DISPATCH_KEYS,
-                                                  *DEEPSPEED_EXTRA_KEYS, "unfused_kernels") if k in values}
+                                                  *DEEPSPEED_EXTRA_KEYS, "unfused_kernels", "cuda_device_max_connections")
+                           if k in values}
     if job is not None:
         out["script"] = job.script
     out["sources"] = {k: str(v) for k, v in cfg.sources.items() if k in values}

@@ -330,6 +330,19 @@ class TrainingConfig:
     """Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl: "native" (fused_vocab_parallel_cross_
     entropy, memory as the unfused one) or "te" (Transformer Engine's parallel_cross_entropy: no fp32 copy of the
     logits, the gradient written into them); "" = not fused."""
+    cuda_device_max_connections: int = 1
+    """The job's CUDA_DEVICE_MAX_CONNECTIONS (its environment): hardware work queues from the host to the GPU (CUDA
+    Programming Guide, CUDA Environment Variables: 1 to 32, default 8). 1 keeps kernels in launch order, so the
+    async TP collective Megatron launches before a GEMM reaches the SMs first and overlaps it; Megatron-LM requires
+    it for TP or CP > 1 since bdd9731 (2022-10-14). Default 1: a job that does not state it runs as Megatron
+    requires. Any other value: the overlap is not guaranteed and sequence parallelism's backward re-gather and
+    reduce-scatter are priced serialized (graph/backward.sp_column_backward)."""
+
+    @property
+    def tp_comm_ordered(self) -> bool:
+        """Kernels reach the GPU in launch order (CUDA_DEVICE_MAX_CONNECTIONS=1): Megatron's async TP collectives
+        overlap the GEMM launched after them."""
+        return self.cuda_device_max_connections == 1
 
     def __post_init__(self) -> None:
         p = self.parallel

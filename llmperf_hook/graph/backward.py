@@ -10,6 +10,7 @@ CP exchange repeat (the CP ring also returns dK/dV, 2x).
 
 from __future__ import annotations
 
+from llmperf_hook.graph.layer_ops import UNORDERED_LAUNCH
 from llmperf_hook.graph.op import Op
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
@@ -131,15 +132,29 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     all-reduce since bdd9731 (2022-10-14, 'Remove noop used to try to force scheduling and check for environment
     variable instead'; today's arguments.py asserts it for TP or CP > 1 before Blackwell). Before it, with
     CUDA's default 8 queues, a 3 us no-op only tried to delay the GEMM; a GEMM that reaches the SMs first fills them
-    and the collective waits for its CTAs to drain (serialized, the whole collective exposed). Not modelled yet:
-    TrainingConfig carries no field for the job's CUDA_DEVICE_MAX_CONNECTIONS (Korthikanti et al.'s 2022 rows, S03,
-    ran the no-op code; priced serialized they score 4.02 % instead of 5.09 %)."""
+    and the collective waits for its CTAs to drain (serialized, the whole collective exposed). A job whose
+    CUDA_DEVICE_MAX_CONNECTIONS is not 1 (TrainingConfig.tp_comm_ordered; the 2022 rows of validate/framework_era.py)
+    has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives are then plain critical-path ops
+    (serialized_sp_backward)."""
+    if gather.tags.get("launch") == UNORDERED_LAUNCH:
+        return serialized_sp_backward(gather, gemm)
     tags = {**gather.tags, "window": gemm.name}
     nbytes = {"bytes": int(gather.dims["bytes"])}
     regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
                   gather.collective, {**tags, "overlap": "dgrad"})
     reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective,
                 {**tags, "overlap": "wgrad"})
+    return regather, backward_op(gemm), reduce
+
+
+def serialized_sp_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
+    """sp_column_backward's three ops when launch order is not kept: the re-gather, the GEMM backward and the
+    reduce-scatter one after the other, no overlap tag, so schedule/compose.py puts the whole of each collective on the
+    critical path and no SM share applies (they never run beside the GEMM)."""
+    nbytes = {"bytes": int(gather.dims["bytes"])}
+    regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
+                  gather.collective, gather.tags)
+    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective, gather.tags)
     return regather, backward_op(gemm), reduce
 
 

@@ -94,14 +94,23 @@ def norm(name: str, ctx: LayerContext, width: int | None = None) -> Op:
 def tp_enter(name: str, ctx: LayerContext, width: int | None = None) -> list[Op]:
     """Before a column-parallel GEMM: all-gather of the sequence shards (T x `width`, default the hidden size)
     under SP; identity otherwise. Its backward is a re-gather and a reduce-scatter, each beside half the GEMM's
-    backward (graph/backward.sp_column_backward); the NCCL kernel's SM share is tagged for an in-node group."""
+    backward (graph/backward.sp_column_backward); the NCCL kernel's SM share is tagged for an in-node group. Where
+    kernels may reach the GPU out of launch order (TrainingConfig.tp_comm_ordered False) the gather is tagged
+    launch=unordered and its backward is serialized instead."""
     if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
         return []
     nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * ctx.act_bytes
+    if not ctx.cfg.tp_comm_ordered:
+        return [comm(name, "allgather", nbytes, ctx.tp, ctx, launch=UNORDERED_LAUNCH)]
     # Under --tp-comm-overlap Transformer Engine's userbuffers move these bytes with a few SMs of their own, not NCCL.
     nccl = ctx.nccl_sm_share and ctx.tp.intra_node and not ub_overlap(ctx)
     share = {"sm_share": f"{ctx.nccl_sm_share:.4f}"} if nccl else {}
     return [comm(name, "allgather", nbytes, ctx.tp, ctx, **share)]
+
+
+UNORDERED_LAUNCH = "unordered"
+"""Tag value (launch=unordered) of a sequence-parallel gather whose backward collectives are not guaranteed to reach
+the GPU before the GEMM they were launched beside (CUDA_DEVICE_MAX_CONNECTIONS != 1): graph/backward.py."""
 
 
 def tp_exit(name: str, ctx: LayerContext) -> list[Op]:

@@ -10,6 +10,15 @@ gradient was reduce-scattered as its own list collective. A ZeRO-3 run of those 
 `LLMPERF_DEEPSPEED_VERSION=<release>` before its launch command: the release named in its framework cell
 ("DeepSpeed 0.4.2"), else the newest release published before the month of its source (an arXiv identifier
 arXiv:YYMM.NNNNN or an ISO date in `source` / `source_location`).
+
+Megatron-LM's tensor-parallel overlap changed once: its async collectives (sequence parallelism's backward
+re-gather and reduce-scatter, the async TP all-reduce) overlap the GEMM launched after them only when the kernels
+reach the GPU in launch order. Since bdd9731 (2022-10-14, "Remove noop used to try to force scheduling and check
+for environment variable instead") Megatron-LM requires CUDA_DEVICE_MAX_CONNECTIONS=1 for it; before, a 3 us no-op
+only tried to delay the GEMM, under CUDA's default of 8 work queues (CUDA Programming Guide, CUDA Environment
+Variables). A Megatron-LM run measured before 2022-10 (its source's month, else a framework cell's year before 2022)
+gets `CUDA_DEVICE_MAX_CONNECTIONS=8` before its launch command (not a NeMo Megatron run: runs_megatron_lm), so its overlap is priced as that code ran it
+(TrainingConfig.cuda_device_max_connections).
 """
 
 from __future__ import annotations
@@ -46,3 +55,39 @@ def legacy_zero3_release(zero_stage: int, framework_cell: str, source: str, sour
         month = published_month(source, source_location)
         version = release_before(*month) if month is not None else None
     return version if release_zero3_fields(zero_stage, version) else None
+
+
+ORDERED_LAUNCH_MONTH = (2022, 10)
+"""Megatron-LM bdd9731 (2022-10-14): the async TP collectives rely on CUDA_DEVICE_MAX_CONNECTIONS=1 from here on."""
+UNORDERED_CONNECTIONS = "8"
+"""CUDA's default number of work queues (CUDA_DEVICE_MAX_CONNECTIONS unset), under which the Megatron-LM of before
+bdd9731 ran."""
+
+
+def framework_year(framework_cell: str) -> int | None:
+    """The year a framework cell names ("Megatron-LM (2022)"), else None."""
+    match = re.search(r"\b(20\d{2})\b", framework_cell)
+    return int(match.group(1)) if match else None
+
+
+def runs_megatron_lm(framework_family: str, framework_cell: str, source_location: str) -> bool:
+    """The run trained with Megatron-LM's own scripts: its framework cell or source location names Megatron-LM. Not
+    NeMo Megatron: NeMo's launcher set CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 from 2022-07-05 (NeMo-Framework-
+    Launcher ff5b306a 'Set GPU kernel queue switch count to 1 to support TP-collective overlap'; bignlp/core/stages.py
+    _cuda_device_max_connections), before Megatron-LM did."""
+    cell = framework_cell.lower()
+    named = "megatron-lm" in cell or "megatron-lm" in source_location.lower()
+    return framework_family in ("megatron", "megatron-core") and named and "nemo" not in cell
+
+
+def legacy_max_connections(framework_family: str, framework_cell: str, source: str,
+                           source_location: str) -> str | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS of a Megatron-LM run measured before bdd9731 (ORDERED_LAUNCH_MONTH): CUDA's
+    default 8; None for later or undated runs and other frameworks (they run as today's Megatron requires)."""
+    if not runs_megatron_lm(framework_family, framework_cell, source_location):
+        return None
+    month = published_month(source, source_location)
+    if month is None:
+        year = framework_year(framework_cell)
+        month = (year, 12) if year is not None and year < ORDERED_LAUNCH_MONTH[0] else None
+    return UNORDERED_CONNECTIONS if month is not None and month < ORDERED_LAUNCH_MONTH else None

@@ -14,6 +14,8 @@ row did by default is spelled out as flags, so the parser sees what the run real
   (= the old `--checkpoint-activations`); selective is `--recompute-granularity selective`.
 - DeepSpeed ZeRO-3 runs of releases before v0.6.0 get `LLMPERF_DEEPSPEED_VERSION=<release>` before the command
   (framework_era.py): their collectives are priced as that release ran them.
+- Megatron-LM runs measured before 2022-10 get `CUDA_DEVICE_MAX_CONNECTIONS=8` before the command
+  (framework_era.py): the code of that era did not keep kernels in launch order, so its TP overlap is priced serialized.
 - Megatron rejects `--tp-comm-overlap` without sequence parallelism, and sequence parallelism is dropped at
   TP=1, so a recipe's `--tp-comm-overlap` is left out of TP=1 rows (noted in the plan).
 """
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
-from llmperf_hook.validate.framework_era import legacy_zero3_release, published_month
+from llmperf_hook.frameworks.assemble import MAX_CONNECTIONS_ENV
+from llmperf_hook.validate.framework_era import legacy_max_connections, legacy_zero3_release, published_month
 from llmperf_hook.validate.measured_run import MeasuredRun
 
 GPT2_BPE_VOCAB = 50257
@@ -60,6 +63,12 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
         argv.insert(0, f"{DEEPSPEED_VERSION_ENV}={version}")
         notes.append(f"ZeRO-3 as DeepSpeed {version} (the run's release, or the newest before its publication) ran it: "
                      f"{DEEPSPEED_VERSION_ENV}={version} (framework_era.py)")
+    connections = legacy_max_connections(run.framework, run.framework_text, run.source, run.source_location)
+    if connections is not None:
+        argv.insert(0, f"{MAX_CONNECTIONS_ENV}={connections}")
+        notes.append(f"Megatron-LM before 2022-10 (bdd9731) did not keep kernels in launch order: "
+                     f"{MAX_CONNECTIONS_ENV}={connections}, CUDA's default, so sequence parallelism's backward "
+                     "collectives are priced serialized with their GEMMs (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 
