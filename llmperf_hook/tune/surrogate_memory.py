@@ -62,6 +62,19 @@ def _row_config(cfg: TrainingConfig, cols: Cols, i: int) -> TrainingConfig:
     return apply_candidate(cfg, cand)
 
 
+UNKNOWN_ERRORS = (ConfigError, AssertionError, ArithmeticError, ValueError, IndexError)
+"""What a term may raise on a candidate only the graph or the framework refuses (uneven stages): its memory is then
+unknown (NaN), never pruned; the search's full prediction counts it invalid or as a model error."""
+
+
+def _guarded(fn: Callable[..., object], *args: object, width: int = 1) -> object:
+    """fn(*args), or NaN (a tuple of `width` NaNs) where it raises one of UNKNOWN_ERRORS."""
+    try:
+        return fn(*args)
+    except UNKNOWN_ERRORS:
+        return np.nan if width == 1 else (np.nan,) * width
+
+
 def _with_granularity(cfg: TrainingConfig, granularity: str) -> TrainingConfig:
     return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity))
 
@@ -70,8 +83,15 @@ def _per_group(cfg: TrainingConfig, cols: Cols, keys: Sequence[str],
                terms: Callable[[TrainingConfig], Sequence[float]]) -> np.ndarray:
     """terms(config of the group) for every row: shape (rows, number of terms)."""
     first, inverse = _groups(cols, keys)
-    values = np.array([terms(_row_config(cfg, cols, int(i))) for i in first], dtype=np.float64)
+    width = len(LAYER_TERMS)
+    values = np.array([_guarded(lambda i: terms(_row_config(cfg, cols, int(i))), i, width=width) for i in first],
+                      dtype=np.float64)
     return values[inverse]
+
+
+LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
+               "embedding", "logits_and_loss", "mtp", "attention_score_buffer")
+"""The columns _layer_terms returns, in order."""
 
 
 def _layer_terms(cfg: TrainingConfig) -> tuple[float, ...]:
@@ -134,6 +154,22 @@ def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -
             buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn)]
 
 
+def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int,
+                 layouts: dict[tuple, list[StageGraph]]) -> tuple[list[list[float]], list[list[int]]]:
+    """(_stage_terms of each peak rank, layers of each of its chunks) for row i's group; NaN where unknown."""
+    try:
+        group_cfg = _row_config(cfg, cols, i)
+        p = group_cfg.parallel
+        layout = (p.tp, p.pp, p.vpp, p.ep, p.etp, p.sequence_parallel, group_cfg.deepspeed_pipeline_engine)
+        if layout not in layouts:
+            layouts[layout] = peak_stages(group_cfg)
+        stages = layouts[layout]
+        return ([_stage_terms(group_cfg, s, cluster) for s in stages],
+                [[c.num_layers for c in s.chunks] for s in stages])
+    except UNKNOWN_ERRORS:  # a split only the graph refuses (uneven stages): unknown here, refused by the search
+        return [[np.nan] * len(_STATE_FIELDS)], [[0]]
+
+
 def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
     """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers of each
     model chunk, (rows, ranks, vpp)); groups with fewer peak ranks repeat their first."""
@@ -141,20 +177,9 @@ def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple
     if act.fp8_saves_gemm_inputs(cfg) and not cfg.parameter_transpose_cache:
         keys += ["num_mb", "rc"]  # fp8 weight copies per micro-batch in flight (memory.fp8_weight_bytes)
     first, inverse = _groups(cols, keys)
-    terms, chunks = [], []
     layouts: dict[tuple, list[StageGraph]] = {}  # the ranks' blocks do not depend on ZeRO / distopt / CP
-    for i in first:
-        group_cfg = _row_config(cfg, cols, int(i))
-        p = group_cfg.parallel
-        layout = (p.tp, p.pp, p.vpp, p.ep, p.etp, p.sequence_parallel, group_cfg.deepspeed_pipeline_engine)
-        try:
-            stages = layouts[layout] if layout in layouts else layouts.setdefault(layout, peak_stages(group_cfg))
-        except ConfigError:  # a split only the graph refuses (uneven stages): unknown here, refused by the search
-            terms.append([[np.nan] * len(_STATE_FIELDS)])
-            chunks.append([[0]])
-            continue
-        terms.append([_stage_terms(group_cfg, s, cluster) for s in stages])
-        chunks.append([[c.num_layers for c in s.chunks] for s in stages])
+    groups = [_group_state(cfg, cluster, cols, int(i), layouts) for i in first]
+    terms, chunks = [g[0] for g in groups], [g[1] for g in groups]
     ranks = max(len(t) for t in terms)
     vpp = max(len(c[0]) for c in chunks)
     term_arr = np.array([t + [t[0]] * (ranks - len(t)) for t in terms], dtype=np.float64)
@@ -169,10 +194,11 @@ def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple
 def _in_flight(cfg: TrainingConfig, cols: Cols, stage: np.ndarray) -> np.ndarray:
     """activations.microbatches_in_flight per row and rank, computed once per (pp, vpp, micro-batches, rank)."""
     first, group = _groups(cols, ("pp", "vpp", "num_mb"))
-    configs = [_row_config(cfg, cols, int(i)) for i in first]
+    configs = [_guarded(_row_config, cfg, cols, int(i)) for i in first]
     keys = np.stack([np.repeat(group, stage.shape[1]), stage.reshape(-1).astype(np.int64)], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    values = np.array([act.microbatches_in_flight(configs[g], int(r)) for g, r in uniq])
+    values = np.array([_guarded(act.microbatches_in_flight, configs[g], int(r))
+                       if isinstance(configs[g], TrainingConfig) else np.nan for g, r in uniq], dtype=np.float64)
     return values[inverse.reshape(-1)].reshape(stage.shape)
 
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from llmperf_hook import api
@@ -23,7 +24,7 @@ from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.tune import surrogate, surrogate_memory
 from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
-from llmperf_hook.tune.candidate import Candidate, apply_candidate
+from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of
 from llmperf_hook.tune.candidates import candidates_from_list, generate_candidates
 from llmperf_hook.tune.search import OOM_CERTAIN_FACTOR
 from llmperf_hook.tune.search_space import load_search_space
@@ -183,3 +184,18 @@ def test_tune_keeps_only_what_predict_accepts(tmp_path: Path, capsys) -> None:
         write_planned_files(plan)
         pred = api.predict_command(list(plan.argv), {}, cluster=CLUSTER)
         assert pred.estimate.memory.fits and pred.estimate.memory.peak_bytes_per_gpu == row["peak_bytes_per_gpu"]
+
+
+def test_a_split_only_the_graph_refuses_is_unknown_not_pruned() -> None:
+    """--decoder-first-pipeline-num-layers with virtual stages: the layer split raises in the graph; the surrogate's
+    memory is NaN there (never pruned as out of memory, never a crash of the whole tune), the others are exact."""
+    argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "15", "--hidden-size", "1024",
+            "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
+            "--vocab-size", "32000", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16",
+            "--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers", "3"]
+    _, cfg, spec, _ = api.resolve_command(argv, {}, cluster=CLUSTER)
+    base = candidate_of(cfg)
+    cands = (base, dataclasses.replace(base, vpp=2))
+    est = surrogate.estimate(cfg, spec, candidates_from_list(cands).columns).peak_bytes
+    assert est[0] == pytest.approx(memory_only(cfg, spec).peak_bytes_per_gpu, rel=1e-9)
+    assert np.isnan(est[1]) and not est[1] > OOM_CERTAIN_FACTOR * spec.gpu.memory_capacity_bytes
