@@ -319,8 +319,8 @@ def _check_ulysses(cfg: TrainingConfig) -> None:
 
 def _check_param_gather_with_step(cfg: TrainingConfig) -> None:
     """Megatron validate_args (core_r0.9 to HEAD): --overlap-param-gather-with-optimizer-step asserts the distributed
-    optimizer, --overlap-param-gather and the interleaved schedule (and no distributed checkpointing, not checked:
-    its default format changed between releases)."""
+    optimizer, --overlap-param-gather and the interleaved schedule; its no-distributed-checkpointing assert is read from
+    the flags (megatron_rules._check_param_gather_checkpoints), as no layout tune changes moves it."""
     o, p = cfg.optimizer, cfg.parallel
     missing = [need for ok, need in ((o.distributed_optimizer, "--use-distributed-optimizer"),
                                      (o.overlap_param_gather, "--overlap-param-gather"),

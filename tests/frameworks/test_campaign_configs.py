@@ -142,7 +142,7 @@ def test_offload_optimizer_ignored_at_stage_0() -> None:
 
 def test_step_batch_size_schedule_warns() -> None:
     # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ramps the batch with --step-batch-size-schedule.
-    cfg = megatron("--step-batch-size-schedule", "0:16 2.4B:320 12B:1536", "--global-batch-size", "1536", gpus=8)
+    cfg = megatron("--step-batch-size-schedule", "0:16 2.4B:320 12B:1536", gpus=8)
     assert any("--step-batch-size-schedule" in w for w in cfg.warnings)
 
 

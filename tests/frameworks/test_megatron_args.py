@@ -89,16 +89,20 @@ def test_precision_recompute_optimizer() -> None:
 
 
 def test_overlap_param_gather_with_optimizer_step_asserts_and_is_read() -> None:
-    """arguments.py validate_args (core_r0.9 .. HEAD) asserts the distributed optimizer, --overlap-param-gather and
-    an interleaved pipeline; the flag then reaches OptimizerConfig (graph/ddp_buckets.py: buckets off)."""
+    """arguments.py validate_args (core_r0.9 .. HEAD) asserts the distributed optimizer, --overlap-param-gather, an
+    interleaved pipeline and no distributed checkpoint format (only --ckpt-format torch); the flag then reaches
+    OptimizerConfig (graph/ddp_buckets.py: buckets off)."""
     gather = ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     interleaved = ["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
                    "--global-batch-size", "16"]
+    torch_ckpt = ["--ckpt-format", "torch"]
     for args, missing in ((interleaved, "--use-distributed-optimizer"), (gather, "interleaved pipeline"),
-                          (interleaved + gather[:2], r"needs --overlap-param-gather \(")):
+                          (interleaved + gather[:2], r"needs --overlap-param-gather \("),
+                          (gather + interleaved, "distributed checkpointing")):
+        extra = torch_ckpt if missing != "distributed checkpointing" else []
         with pytest.raises(ConfigError, match=missing):
-            megatron("--overlap-param-gather-with-optimizer-step", *args)
-    cfg = megatron("--overlap-param-gather-with-optimizer-step", *gather, *interleaved)
+            megatron("--overlap-param-gather-with-optimizer-step", *args, *extra)
+    cfg = megatron("--overlap-param-gather-with-optimizer-step", *gather, *interleaved, *torch_ckpt)
     assert cfg.optimizer.overlap_param_gather_with_optimizer_step
     assert not megatron(*gather, *interleaved).optimizer.overlap_param_gather_with_optimizer_step
 
