@@ -21,6 +21,11 @@ DEEPSPEED_VERSION_ENV = "LLMPERF_DEEPSPEED_VERSION"
 """llmperf's own job setting read from the job's environment: the DeepSpeed release that runs it
 (frameworks/deepspeed_release.py)."""
 
+PRICED_ENV = (DEEPSPEED_VERSION_ENV, "CUDA_DEVICE_MAX_CONNECTIONS")
+"""Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release, and
+CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
+(frameworks/assemble.py)."""
+
 
 @dataclass(frozen=True)
 class Sized:
@@ -109,8 +114,7 @@ def finish_job(
     else:
         world = Sized(nnodes.value * nproc.value, Source(SourceKind.DERIVED, "nnodes * nproc_per_node"))
     assert world.value is not None
-    if DEEPSPEED_VERSION_ENV in env:
-        used[DEEPSPEED_VERSION_ENV] = env[DEEPSPEED_VERSION_ENV]
+    used.update({name: env[name] for name in PRICED_ENV if name in env})
     return ParsedJob(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),

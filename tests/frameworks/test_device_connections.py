@@ -69,3 +69,9 @@ def test_explain_prints_it_exit_0() -> None:
     data = json.loads(result.output)
     assert data["cuda_device_max_connections"] == 8
     assert any("serialized" in w for w in data["warnings"])
+
+
+def test_launching_environment_and_script_export_are_read() -> None:
+    # The job inherits the shell's variable (launch/sizing.PRICED_ENV), as it inherits a launch script's export.
+    assert _resolve([], env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).cuda_device_max_connections == 8
+    assert _resolve([], env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}).tp_comm_ordered
