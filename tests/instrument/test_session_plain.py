@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -37,9 +38,10 @@ def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[
     steps = [s for s in read_records(tmp_path / "run") if s["kind"] == "step"]
     ours = [s["wall_time_s"] for s in steps]
     # Ours runs from one step's end to the next, the script's from the top of its loop to after step(): nearly
-    # the same windows, so over several steps the totals agree even when a busy machine stretches single steps.
-    a, b = sum(own[1:]), sum(ours[1:])
-    assert abs(a - b) <= 0.1 * a + 1e-3 * len(own), (own, ours)
+    # the same windows, so the typical step agrees. Medians, not sums: on a busy machine (load 8-10 on 2 cores)
+    # one stretched 3 ms step moved the sums apart by more than the tolerance, in either window.
+    a, b = statistics.median(own[1:]), statistics.median(ours[1:])
+    assert len(ours) == len(own) and abs(a - b) <= 0.15 * a + 1e-3, (own, ours)
     assert all(0 < s["cpu_time_s"] <= s["wall_time_s"] * 1.5 + 1e-3 for s in steps)
 
 
