@@ -210,5 +210,5 @@ def test_memory_estimate_is_the_memory_models_for_moe() -> None:
     cands = tuple(table.candidate(int(i)) for i in picks)
     est = surrogate.estimate(cfg, spec, candidates_from_list(cands).columns).peak_bytes
     full = np.array([memory_only(apply_candidate(cfg, c), spec).peak_bytes_per_gpu for c in cands])
-    np.testing.assert_allclose(est, full, rtol=1e-9)
+    np.testing.assert_allclose(est, full, rtol=0, atol=64)  # stage_memory rounds each component to whole bytes
     assert candidate_of(cfg).ep == 2 and {c.ep for c in cands} == {1, 2, 4, 8}

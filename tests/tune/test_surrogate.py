@@ -42,8 +42,8 @@ def test_memory_estimate_is_the_memory_models(argv: list[str], cluster: str) -> 
     cfg, spec, cands = _sample(argv, cluster, 80, seed=1)
     est = surrogate.estimate(cfg, spec, candidates_from_list(tuple(cands)).columns).peak_bytes
     full = np.array([memory_only(apply_candidate(cfg, c), spec).peak_bytes_per_gpu for c in cands], dtype=float)
-    ratio = full / est
-    assert abs(ratio - 1).max() < 1e-9, cands[int(abs(ratio - 1).argmax())].describe()
+    gap = abs(full - est)  # memory.stage_memory rounds each component down to a whole byte
+    assert gap.max() <= 64, cands[int(gap.argmax())].describe()
 
 
 def test_step_time_estimate_orders_like_the_full_model() -> None:

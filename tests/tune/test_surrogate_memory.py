@@ -32,6 +32,8 @@ from llmperf_hook.tune.search_space import load_search_space
 from .helpers import rule_rejected
 
 CLUSTER = "dgx-h100"
+ROUNDING_BYTES = 64
+"""memory.stage_memory rounds each of its ~15 components down to a whole byte; the surrogate sums unrounded terms."""
 
 
 @st.composite
@@ -127,7 +129,8 @@ def _check_job(argv: list[str], model: str | None, seed: int) -> None:
     usable = 0.95 * spec.gpu.memory_capacity_bytes
     for cand, peak in zip(cands, est):
         full = memory_only(apply_candidate(cfg, cand), spec).peak_bytes_per_gpu
-        assert abs(peak / full - 1) < 1e-9, (cand.describe(), peak, full, argv)
+        # stage_memory rounds each component down to whole bytes: a few bytes apart, never more
+        assert abs(peak - full) <= ROUNDING_BYTES, (cand.describe(), peak, full, argv)
         assert (peak > OOM_CERTAIN_FACTOR * usable) == (full > usable), (cand.describe(), argv)
 
 
@@ -197,5 +200,5 @@ def test_a_split_only_the_graph_refuses_is_unknown_not_pruned() -> None:
     base = candidate_of(cfg)
     cands = (base, dataclasses.replace(base, vpp=2))
     est = surrogate.estimate(cfg, spec, candidates_from_list(cands).columns).peak_bytes
-    assert est[0] == pytest.approx(memory_only(cfg, spec).peak_bytes_per_gpu, rel=1e-9)
+    assert est[0] == pytest.approx(memory_only(cfg, spec).peak_bytes_per_gpu, abs=ROUNDING_BYTES)
     assert np.isnan(est[1]) and not est[1] > OOM_CERTAIN_FACTOR * spec.gpu.memory_capacity_bytes
