@@ -195,12 +195,6 @@ def shell_command_index(words: Sequence[str], i: int) -> int | None:
     return operand if "c" in letters and operand < len(words) else None
 
 
-def is_shell_c(words: Sequence[str], i: int) -> bool:
-    """`words[i:i + 3]` is `sh -c CMD` with one option word (-c, -lc, -xc, -ec), CMD at i + 2, where tune's rewrite
-    takes it; the parser reads every form through shell_command_index (`bash -x -c CMD` too)."""
-    return shell_command_index(words, i) == i + 2
-
-
 def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
     """`sh -c "CMD"` / `bash -x -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell.
     A CMD of several commands (`TP=2; cd /w && torchrun ...`) is a script: read as batch scripts are, its

@@ -18,7 +18,7 @@ from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF, rewrite_openrlhf_argv
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.launch.parse import _shell_script_index, is_shell_c, parse_launch
+from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_command_index
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
@@ -71,8 +71,9 @@ def expand_flag_variables(argv: Sequence[str], env: Mapping[str, str] | None = N
 
 
 def _shell_command_index(argv: Sequence[str]) -> int | None:
-    """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ..."), where the flags live."""
-    return next((i + 2 for i in range(len(argv)) if is_shell_c(argv, i)), None)
+    """Index of CMD in `... sh -c CMD ...` (srun ... sh -c "python pretrain_gpt.py ...", bash -x -c CMD, bash -o
+    pipefail -c CMD), where the flags live: the word the parser reads the command from."""
+    return next((k for i in range(len(argv)) if (k := shell_command_index(argv, i)) is not None), None)
 
 
 def _wrap_index(argv: Sequence[str]) -> int | None:

@@ -11,7 +11,7 @@ import pytest
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.frameworks.resolve import resolve_job
-from llmperf_hook.launch.parse import is_shell_c, parse_launch
+from llmperf_hook.launch.parse import parse_launch, shell_command_index
 
 GPT = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
        "--vocab-size 50257 --micro-batch-size 2 --global-batch-size 64 --bf16")
@@ -81,7 +81,7 @@ def test_shell_options_before_the_script(shell: list[str], tmp_path: Path, monke
     (["python", "-c", "x"], False),
 ])
 def test_shell_c_forms(words: list[str], expected: bool) -> None:
-    assert is_shell_c(words, 0) is expected
+    assert (shell_command_index(words, 0) == 2) is expected
 
 
 def test_bash_s_reads_standard_input_and_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

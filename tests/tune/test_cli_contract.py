@@ -54,6 +54,7 @@ MEGATRON_FORMS = {
     "deepspeed launcher": ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *MODEL],
     "srun": ["srun", "--ntasks-per-node", "8", "python", "pretrain_gpt.py", *MODEL],
     "srun sh -c": ["srun", "sh", "-c", " ".join(["python", "pretrain_gpt.py", *MODEL])],
+    "srun bash -x -c": ["srun", "bash", "-x", "-o", "pipefail", "-c", " ".join(["python", "pretrain_gpt.py", *MODEL])],
     "sbatch --wrap": ["sbatch", "--nodes", "1", "--ntasks-per-node", "8", "--wrap",
                       " ".join(["srun", "python", "pretrain_gpt.py", *MODEL])],
 }
