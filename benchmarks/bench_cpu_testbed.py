@@ -103,6 +103,15 @@
    6 % below both passes), other 11 8.9 % (6.7 % on the 10 quiet; 8.8 % before). --rescore of every saved
    output with that file's priors (sd_shared 12.6 %, sd_config 10.6 %; session 9's code: 8.2 %): instrumented
    6.5 -> 6.4 % over 13 calibrations, other quiet configurations 6.9 -> 7.1 % over 21; sd_run from 71 pairs 4.9 %.
+   Again at 23:54-00:01 on the same file (load median 1.16, 12 of 12 quiet; /work/notes/testbed10b.txt):
+   before 5.3 %; --calibrate 1: config 1 4.7 % (its calibration run 4.6 % below both passes), other 11 5.4 %;
+   --calibrate 9: config 9 0.3 %, other 11 8.5 % (4.7 % before; config 9, -12 % before, is the outlier whose
+   ratio x1.149 the others get to the power k = 0.54; session 9's priors, k 0.33: 0.8 / 6.5 %). Over all 17
+   saved outputs (--rescore, the 23:40 file): instrumented 5.98 % (session 9's priors) -> 5.90 %, other quiet
+   configurations 6.78 -> 7.10 % (within 8 %: 16 -> 15 of 23). The realized shared bias of the saved runs
+   (mean log measured / predicted over their quiet configurations) has rms 7.5 %, below the drift prior's
+   13.4 %, which seven profiles measured hours apart (some at load 4-6) set; the files' own re-measurements
+   pool into it (refine/shrinkage.step_drift_sd) now that each is a median of readings.
    A framework file's "load_avg_1m" includes its own children's load: the refresh decides on the load when the
    measurement began (loads_1m[0]).
    On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
