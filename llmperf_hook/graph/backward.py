@@ -134,27 +134,18 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     CUDA's default 8 queues, a 3 us no-op only tried to delay the GEMM; a GEMM that reaches the SMs first fills them
     and the collective waits for its CTAs to drain (serialized, the whole collective exposed). A job whose
     CUDA_DEVICE_MAX_CONNECTIONS is not 1 (TrainingConfig.tp_comm_ordered; the 2022 rows of validate/framework_era.py)
-    has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives are then plain critical-path ops
-    (serialized_sp_backward)."""
+    has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives then keep the gather's tags, no
+    overlap tag, so schedule/compose.py puts the whole of each on the critical path, one after the other with the
+    GEMM, and no SM share applies (they never run beside it)."""
     if gather.tags.get("launch") == UNORDERED_LAUNCH:
-        return serialized_sp_backward(gather, gemm)
-    tags = {**gather.tags, "window": gemm.name}
+        regather_tags = reduce_tags = gather.tags
+    else:
+        tags = {**gather.tags, "window": gemm.name}
+        regather_tags, reduce_tags = {**tags, "overlap": "dgrad"}, {**tags, "overlap": "wgrad"}
     nbytes = {"bytes": int(gather.dims["bytes"])}
     regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
-                  gather.collective, {**tags, "overlap": "dgrad"})
-    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective,
-                {**tags, "overlap": "wgrad"})
-    return regather, backward_op(gemm), reduce
-
-
-def serialized_sp_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
-    """sp_column_backward's three ops when launch order is not kept: the re-gather, the GEMM backward and the
-    reduce-scatter one after the other, no overlap tag, so schedule/compose.py puts the whole of each collective on the
-    critical path and no SM share applies (they never run beside the GEMM)."""
-    nbytes = {"bytes": int(gather.dims["bytes"])}
-    regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
-                  gather.collective, gather.tags)
-    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective, gather.tags)
+                  gather.collective, regather_tags)
+    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective, reduce_tags)
     return regather, backward_op(gemm), reduce
 
 
@@ -164,9 +155,8 @@ def backward_pass(fwd: list[Op]) -> list[Op]:
     out: list[Op] = []
     i = len(fwd) - 1
     while i >= 0:
-        gemm = sp_gathered_gemm(fwd, i - 1) if i >= 1 else None
-        if gemm is not None and gemm is fwd[i]:
-            out.extend(sp_column_backward(fwd[i - 1], gemm))
+        if i >= 1 and sp_gathered_gemm(fwd, i - 1) is not None:  # the gather's GEMM is fwd[i]
+            out.extend(sp_column_backward(fwd[i - 1], fwd[i]))
             i -= 2
             continue
         out.append(backward_op(fwd[i]))
