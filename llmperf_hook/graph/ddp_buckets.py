@@ -60,23 +60,31 @@ def _linear(cfg: TrainingConfig, weight: int, bias: int) -> list[int]:
     return [weight, bias] if cfg.model.add_bias_linear else [weight]
 
 
+def attention_linears(cfg: TrainingConfig) -> list[tuple[int, int]]:
+    """(weight, bias) elements of one layer's QKV and projection linears on this TP rank (not under MLA)."""
+    m, t = cfg.model, cfg.parallel.tp
+    qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
+    proj_in = m.num_attention_heads * m.kv_channels
+    return [(m.hidden_size * qkv_out // t, qkv_out // t), (proj_in * m.hidden_size // t, m.hidden_size)]
+
+
+def mlp_linears(cfg: TrainingConfig) -> list[tuple[int, int]]:
+    """(weight, bias) elements of one dense layer's FC1 and FC2 on this TP rank."""
+    m, t = cfg.model, cfg.parallel.tp
+    up = m.ffn_hidden_size * (2 if m.swiglu else 1)
+    return [(m.hidden_size * up // t, up // t), (m.ffn_hidden_size * m.hidden_size // t, m.hidden_size)]
+
+
 def attention_tensors(cfg: TrainingConfig) -> list[int]:
     """One layer's attention parameters as Megatron-Core registers them: the input norm, QKV, projection (graph/
     params.py attention_params; MLA as one block of its own count, graph/params.py mla_params)."""
-    m, t = cfg.model, cfg.parallel.tp
-    if m.multi_latent_attention:
+    if cfg.model.multi_latent_attention:
         return _norm(cfg) + [pc.mla_params(cfg)]
-    qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
-    proj_in = m.num_attention_heads * m.kv_channels
-    return (_norm(cfg) + _linear(cfg, m.hidden_size * qkv_out // t, qkv_out // t)
-            + _linear(cfg, proj_in * m.hidden_size // t, m.hidden_size))
+    return _norm(cfg) + [n for weight, bias in attention_linears(cfg) for n in _linear(cfg, weight, bias)]
 
 
 def mlp_tensors(cfg: TrainingConfig) -> list[int]:
-    m, t = cfg.model, cfg.parallel.tp
-    up = m.ffn_hidden_size * (2 if m.swiglu else 1)
-    return (_norm(cfg) + _linear(cfg, m.hidden_size * up // t, up // t)
-            + _linear(cfg, m.ffn_hidden_size * m.hidden_size // t, m.hidden_size))
+    return _norm(cfg) + [n for weight, bias in mlp_linears(cfg) for n in _linear(cfg, weight, bias)]
 
 
 def moe_dense_tensors(cfg: TrainingConfig) -> list[int]:
@@ -132,12 +140,8 @@ def fp8_weight_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int],
     left 16-bit here (approximation)."""
     if not fp8_param_gather(cfg):
         return [], []
-    m, t = cfg.model, cfg.parallel.tp
-    qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
-    attn = [] if m.multi_latent_attention else [m.hidden_size * qkv_out // t, m.num_attention_heads * m.kv_channels
-                                                 * m.hidden_size // t]
-    up = m.ffn_hidden_size * (2 if m.swiglu else 1)
-    mlp = [m.hidden_size * up // t, m.ffn_hidden_size * m.hidden_size // t]
+    attn = [] if cfg.model.multi_latent_attention else [weight for weight, _ in attention_linears(cfg)]
+    mlp = [weight for weight, _ in mlp_linears(cfg)]
     dense: list[int] = []
     expert: list[int] = []
     for block in chunk.blocks:
