@@ -160,7 +160,7 @@ def fp8_weight_bytes(cfg: TrainingConfig, stage: StageGraph, gpu: HardwareSpec |
     if not cfg.parameter_transpose_cache:
         layers = 1.0 / max(1, stage.num_layers) if cfg.recompute.granularity == "full" else \
             act.microbatches_in_flight(cfg, stage.stage)
-        return 0.0, linear * columnwise_b * layers if columnwise_b else linear * rowwise_b * layers
+        return 0.0, linear * (columnwise_b or rowwise_b) * layers  # the row-wise layout where it serves both
     return 0.0, linear * (rowwise_b + columnwise_b)
 
 
