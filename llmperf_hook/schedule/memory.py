@@ -32,9 +32,9 @@ less the terms tests/schedule/test_memory_reference.py names.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.ddp_buckets import distopt_padding_elems
+from llmperf_hook.graph.ddp_buckets import distopt_padding_elems, fp8_param_gather
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
-from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params, fp8_param_gather,
+from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params,
                                          offloaded_optimizer_share, runs_bf16_optimizer)
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
