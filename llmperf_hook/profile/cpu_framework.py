@@ -296,13 +296,6 @@ def fit_optimizer_terms(rows: Sequence[dict]) -> tuple[float, float]:
     return per_tensor, per_param
 
 
-def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1) -> dict:
-    """Steps 1-5 for one dtype, the median of interleaved readings (cpu_framework_readings.py)."""
-    from llmperf_hook.profile.cpu_framework_readings import measure_framework_overhead as measure
-
-    return measure(hardware_name, dtype, threads)
-
-
 def step_holdout_log_errors(doc: dict) -> list[float]:
     """The framework file's own step-level held-out error: log(predicted / measured) of every step it measured
     (each dtype's reference forward+backward rows of step 2b and DeepSpeed engine steps of step 5), each

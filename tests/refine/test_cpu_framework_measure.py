@@ -29,7 +29,7 @@ def test_steps_1_and_2_recover_the_terms_that_made_the_times(per_unit: float, sc
     rows = [make(1.2e-3, 75, 1e7, 1.7e5), make(5.7e-3, 45, 3.9e7, 3.5e5), make(8.6e-3, 75, 5.6e7, 5.4e5),
             make(3.2e-2, 45, 1.2e8, 1.1e6), make(1.2e-2, 45, 6.6e7, 3.7e6), make(8.8e-3, 105, 5.8e7, 4.5e5)]
     got_byte, got_param = 0.0, 0.0
-    for _ in range(30):  # measure_framework_overhead alternates the two steps the same way (scale from step 2a)
+    for _ in range(30):  # cpu_framework_readings.reading_terms alternates the two steps so (scale from step 2a)
         got_unit = cf.per_unit_from_difference(tiny[0]["fwd_bwd_s"], tiny[1]["fwd_bwd_s"], *tiny, scale, got_byte,
                                                got_param)
         got_byte, got_param = cf.fit_compute_terms(rows, got_unit, scale)
