@@ -122,22 +122,26 @@ def concurrent_ranks(threads: int) -> tuple[int, ...]:
 
 
 class ConcurrencyReader:
-    """concurrent_child processes; `reading()` = {ranks: slowdown} (module docstring)."""
+    """concurrent_child processes; `reading()` = {ranks: slowdown} (module docstring), or None once one of them
+    failed (all closed then: predictions take ranks as independent)."""
 
     def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = ()) -> None:
         code = (f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; "
                 f"concurrent_child({dtype!r}, {threads})")
         self.ranks = tuple(ranks) or concurrent_ranks(threads)
         self.children = [Reader(code, threads) for _ in range(max(self.ranks))]
-        for child in self.children:
-            child.started()
+        try:
+            for child in self.children:
+                child.started()
+        except ChildFailed:
+            self.close()
 
     def _together(self, count: int) -> list:
         for child in self.children[:count]:
             child.send()
         return [child.receive() for child in self.children[:count]]
 
-    def reading(self) -> dict[str, float]:
+    def _slowdowns(self) -> dict[str, float]:
         alone = []
         for child in self.children[:2]:
             child.send()
@@ -149,9 +153,19 @@ class ConcurrencyReader:
                                                          for t, a in zip(ts, als)))
         return out
 
+    def reading(self) -> dict[str, float] | None:
+        if not self.children:
+            return None
+        try:
+            return self._slowdowns()
+        except (ChildFailed, ValueError):
+            self.close()
+            return None
+
     def close(self) -> None:
         for child in self.children:
             child.close()
+        self.children = []
 
 
 def _engine(shape: Shape, zero: int, dtype: str):

@@ -184,43 +184,26 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
                                time_box_s: float = cf.RESERVED_S) -> dict:
     """The module docstring's readings for one dtype: the median terms, the samples behind them, every
     reading's terms and the spread between them."""
-    from llmperf_hook.profile.cpu_engine_cost import ChildFailed, ConcurrencyReader, EngineReader
+    from llmperf_hook.profile.cpu_engine_cost import ConcurrencyReader, EngineReader
 
     t0 = time.perf_counter()
     fixed, local = fixed_parts(dtype, hardware_name), _InProcess(dtype)
-    engine = EngineReader(dtype, threads)
-    try:
-        conc: ConcurrencyReader | None = ConcurrencyReader(dtype, threads)
-    except ChildFailed:  # no concurrency term: predictions then take ranks as independent
-        conc = None
+    engine, conc = EngineReader(dtype, threads), ConcurrencyReader(dtype, threads)
     raws, loads = [], []
     try:
         while len(raws) < MAX_READINGS:
             start = time.perf_counter()
             raw = local.reading(hardware_name)
-            raw["concurrency"], raw["engine"] = _concurrency(conc), engine.reading()
+            raw["concurrency"], raw["engine"] = conc.reading(), engine.reading()
             raws.append(raw)
             loads.append(os.getloadavg()[0])
             now = time.perf_counter()
             if len(raws) >= MIN_READINGS and now - t0 + (now - start) > time_box_s:
                 break
     finally:
-        if conc is not None:
-            conc.close()
+        conc.close()
         engine.close()
     return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0)
-
-
-def _concurrency(reader) -> dict[str, float] | None:
-    """reader.reading(), or None when it is gone or one of its processes failed (closed then)."""
-    from llmperf_hook.profile.cpu_engine_cost import ChildFailed
-
-    try:
-        return reader.reading() if reader is not None and reader.children else None
-    except (ChildFailed, ValueError):
-        reader.close()
-        reader.children = []
-        return None
 
 
 def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],

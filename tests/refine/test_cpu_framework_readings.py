@@ -207,7 +207,31 @@ def test_a_failed_concurrency_process_leaves_the_term_out_and_the_rest_measured(
 
     reader = ce.ConcurrencyReader.__new__(ce.ConcurrencyReader)
     reader.ranks, reader.children = (2,), [Broken(), Broken()]
-    assert cfr._concurrency(reader) is None and reader.children == [] and cfr._concurrency(reader) is None
+    assert reader.reading() is None and reader.children == [] and reader.reading() is None
     fixed, rng = _fixed(), random.Random(5)
     raws = [{**_raw(fixed, rng), "concurrency": None} for _ in range(3)]
     assert "concurrency_slowdown" not in cfr.summarize(raws, fixed, "fp32", [1.0] * 3, 1.0)
+
+
+def test_a_concurrency_process_that_fails_to_start_closes_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processes already started are closed, not left waiting on their stdin; no term is read."""
+    from llmperf_hook.profile import cpu_engine_cost as ce
+
+    made = []
+
+    class Starting:
+        def __init__(self, code: str, threads: int) -> None:
+            self.closed = False
+            made.append(self)
+
+        def started(self) -> None:
+            if len(made) > 1 and self is made[1]:
+                raise ce.ChildFailed("exited 1")
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(ce, "Reader", Starting)
+    reader = ce.ConcurrencyReader("fp32", 1, ranks=(2, 3))
+    assert len(made) == 3 and all(child.closed for child in made)
+    assert reader.children == [] and reader.reading() is None
