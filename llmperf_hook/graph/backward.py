@@ -83,7 +83,9 @@ search (src/graph/search.cc ncclTopoCompute) starts intra-node rings at 40 GB/s 
 and 60 GB/s on sm90 (sm90SpeedArrayIntra) against 12 x 20 GB/s (SM80_NVLINK_BW) / 18 x 20.6 GB/s (SM90_NVLINK_BW)
 of NVLink to the switch: 6 channels; ncclTopoDupChannels doubles them (bwIntra >= 25 GB/s): 12; ncclTopoPostset
 (src/graph/connect.cc, 'Duplication should be complete now') doubles again: 24, the 'Channel xx/24' of a DGX A100
-NCCL_DEBUG=INFO log."""
+NCCL_DEBUG=INFO log. B200 / GB200 are priced with 24 too, which the same search does not give them: on sm100 it starts
+at 90 GB/s per channel (sm100SpeedArrayIntra) against 18 x 40.1 GB/s (SM100_NVLINK_BW): 8 channels, doubled twice: 32
+(not measured here)."""
 
 STREAMING_MULTIPROCESSORS = {"a100-sxm4": 108, "h100-sxm5": 132, "h200-sxm": 132, "gh200": 132, "b200": 148,
                              "gb200": 148}
