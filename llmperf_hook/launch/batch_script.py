@@ -261,10 +261,8 @@ class _Reading:
         if match is None:
             return False
         value = match.group(2)
-        if "$(" not in value and "`" not in value:
-            self.env[match.group(1)] = self.expand(value)
-            self.undecidable.discard(match.group(1))
-        elif any(s in expand_env_refs(_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
+        if ("$(" in value or "`" in value) and any(
+                s in expand_env_refs(_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
             self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
             self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
         else:
