@@ -305,9 +305,8 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
                   **{str(i): arg for i, arg in enumerate(args, start=1)}}
     reading = _Reading(env, used, path, kind=kind, positional=positional, shell=shell)
     for line in lines:
-        found = bash_only(line.text, False) if shell[0] == "dash" and not reading.launches else None
-        if found is not None:  # a syntax error where dash reads the line, whether it runs or not
-            raise refuse_bash_only(kind, path, shell[1], line.number, line.text, found)
+        if shell[0] == "dash" and not reading.launches:  # a syntax error where dash reads the line, run or not
+            reading.refuse_bash_only(line, line.text, False)
         if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.conditions.running() and \
                 reading.assign_array(line.text):
             continue
