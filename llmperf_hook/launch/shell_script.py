@@ -66,38 +66,33 @@ def _scan(text: str) -> tuple[list[bool], str, int]:
     return outside, quote, len(text)
 
 
-def word_quoting(text: str) -> list[bool | None]:
+def _word_marks(text: str) -> list[tuple[bool, bool]]:
     """For each word of a simple command (split at blanks outside quotes, as shlex.split(text, comments=True) splits
-    it): True when it holds `$` outside quotes and no quoting at all (bash splits what that expansion gives at blanks
-    and drops it when empty, 3.5.7 Word Splitting), False when it holds no `$` outside quotes (one word as written,
-    even empty), None when it mixes both."""
+    it): whether it holds `$` outside quotes, and whether any part of it is quoted."""
     outside, _, end = _scan(text)
-    out: list[bool | None] = []
+    out: list[tuple[bool, bool]] = []
     dollar = quoted = in_word = False
     for i in range(end + 1):
         if i == end or (outside[i] and text[i] in " \t\n"):
             if in_word:
-                out.append((None if quoted else True) if dollar else False)
+                out.append((dollar, quoted))
             dollar = quoted = in_word = False
         else:
             in_word, dollar, quoted = True, dollar or (outside[i] and text[i] == "$"), quoted or not outside[i]
     return out
 
 
+def word_quoting(text: str) -> list[bool | None]:
+    """For each word of a simple command (as _word_marks splits it): True when it holds `$` outside quotes and no
+    quoting at all (bash splits what that expansion gives at blanks and drops it when empty, 3.5.7 Word Splitting),
+    False when it holds no `$` outside quotes (one word as written, even empty), None when it mixes both."""
+    return [(None if quoted else True) if dollar else False for dollar, quoted in _word_marks(text)]
+
+
 def quoted_words(text: str) -> list[bool]:
     """For each word of a simple command (as word_quoting splits it): whether any part of it is quoted (`'<audio>,1'`
     is a word, never a redirection)."""
-    outside, _, end = _scan(text)
-    out: list[bool] = []
-    quoted = in_word = False
-    for i in range(end + 1):
-        if i == end or (outside[i] and text[i] in " \t\n"):
-            if in_word:
-                out.append(quoted)
-            quoted = in_word = False
-        else:
-            in_word, quoted = True, quoted or not outside[i]
-    return out
+    return [quoted for _, quoted in _word_marks(text)]
 
 
 _WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*]))"
