@@ -25,7 +25,6 @@ from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
-from llmperf_hook.launch.parse import leading_assignments
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -104,23 +103,16 @@ CUDA_DEFAULT_CONNECTIONS = 8
 CUDA Environment Variables: 1 to 32, default 8)."""
 
 
-def job_max_connections(job: ParsedJob) -> str | None:
-    """CUDA_DEVICE_MAX_CONNECTIONS as the job's environment gives it: ParsedJob.env, else a `NAME=value` word in front
-    of the launch command (the launch parser keeps only the variables it reads itself, so the command's own
-    assignment is read here)."""
-    if MAX_CONNECTIONS_ENV in job.env:
-        return job.env[MAX_CONNECTIONS_ENV]
-    words = list(job.argv[1:]) if job.argv[:1] == ("env",) else list(job.argv)
-    return leading_assignments(words)[0].get(MAX_CONNECTIONS_ENV)
-
-
 def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, Source], warnings: list[str]) -> int:
     """TrainingConfig.cuda_device_max_connections of a Megatron job, its origin in `src`. Not stated: 1, what Megatron-LM
     requires. Anything but "1" is accepted, with a warning where TP or CP > 1: today's megatron/training/arguments.py
     asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" for TP or CP > 1 only before Blackwell (get_device_arch_version() < 10,
     0db0e83) and not with Megatron-FSDP / torch FSDP2 or --overlap-moe-expert-parallel-comm (a warning there); the
-    releases before bdd9731 (2022-10-14) never checked it, and neither the release nor the GPU is known here."""
-    given = job_max_connections(job)
+    releases before bdd9731 (2022-10-14) never checked it, and neither the release nor the GPU is known here. The
+    value is the job's environment as the launch parser read it (ParsedJob.env, launch/sizing.PRICED_ENV: the
+    launching environment, `NAME=value` / `env NAME=value` words in front of the command, a wrapper script's
+    exports)."""
+    given = job.env.get(MAX_CONNECTIONS_ENV)
     if given is None:
         src["cuda_device_max_connections"] = Source(SourceKind.DEFAULT, "Megatron-LM requires 1 for TP or CP > 1")
         return 1
