@@ -291,14 +291,9 @@ def partition_fraction(params: Sequence[int], step_extra_s: Sequence[float], tot
 
 def engine_model_rows(dtype: str, hardware_name: str) -> list[tuple[int, int, dict]]:
     """Per DEEPSPEED_SHAPES: (parameters, optimizer tensors as DeepSpeed steps them, predicted parts)."""
-    from llmperf_hook.profile.cpu_framework import predicted_parts
+    from llmperf_hook.profile.cpu_framework import parameter_counts, predicted_parts
 
-    rows = []
-    for shape in DEEPSPEED_SHAPES:
-        model = _gpt(*shape[:3])
-        rows.append((sum(p.numel() for p in model.parameters()), len(list(model.parameters())),
-                     predicted_parts(shape, dtype, hardware_name)))
-    return rows
+    return [(*parameter_counts(shape), predicted_parts(shape, dtype, hardware_name)) for shape in DEEPSPEED_SHAPES]
 
 
 def deepspeed_terms(raw: Mapping[str, Sequence[Sequence[float]]], cost: Mapping[str, float],

@@ -138,6 +138,12 @@ def _median_s(fn, reps: int = REPS, clock: Callable[[], float] | None = None) ->
     return statistics.median(times)
 
 
+def parameter_counts(shape: Shape) -> tuple[int, int]:
+    """(parameters, parameter tensors) of the reference GPT of `shape`."""
+    params = list(_gpt(*shape[:3]).parameters())
+    return sum(p.numel() for p in params), len(params)
+
+
 def reference_model(shape: Shape, dtype: str):
     """(model, token batch) of `shape`, seeded, in `dtype`."""
     import torch

@@ -74,14 +74,14 @@ class FixedParts:
 def fixed_parts(dtype: str, hardware_name: str) -> FixedParts:
     from llmperf_hook.profile.cpu_engine_cost import engine_model_rows
 
-    tiny = tuple({**cf.predicted_parts(s, dtype, hardware_name),
-                  "params": sum(p.numel() for p in cf._gpt(*s[:3]).parameters())} for s in cf.TINY_LAYERS)
+    tiny = tuple({**cf.predicted_parts(s, dtype, hardware_name), "params": cf.parameter_counts(s)[0]}
+                 for s in cf.TINY_LAYERS)
     rows = []
     for shape in cf.REFERENCE_SHAPES:
-        parts, model = cf.predicted_parts(shape, dtype, hardware_name), cf._gpt(*shape[:3])
+        parts, (params, tensors) = cf.predicted_parts(shape, dtype, hardware_name), cf.parameter_counts(shape)
         rows.append({"shape": list(shape), "predicted_compute_s": parts["compute_s"], "units": parts["units"],
                      "bytes": parts["bytes"], "predicted_optimizer_s": parts["optimizer_s"],
-                     "tensors": len(list(model.parameters())), "params": sum(p.numel() for p in model.parameters())})
+                     "tensors": tensors, "params": params})
     return FixedParts(tiny, tuple(rows), tuple(engine_model_rows(dtype, hardware_name)))
 
 

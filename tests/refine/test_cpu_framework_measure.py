@@ -132,3 +132,12 @@ def test_engine_parameters_split_between_the_model_and_the_ranks_partition(tmp_p
     partition = int(opt.dims["params"])
     assert partition < stage.num_params  # two ranks: each steps half
     assert int(opt.tags["engine_params"]) == engine_params(stage.num_params, partition, 0.5)
+
+
+def test_parameter_counts_of_the_reference_gpt() -> None:
+    """Tied LM head: embedding V*h + positions s*h + per layer 12h^2 + 13h (QKV, projection, MLP, two LayerNorms)
+    + the final LayerNorm 2h; tensors 2 + 12 per layer + 2."""
+    pytest.importorskip("torch")
+    for layers, hidden, seq, mbs in (cf.TINY_LAYERS[0], (2, 128, 64, 4)):
+        params = cf.VOCAB * hidden + seq * hidden + layers * (12 * hidden ** 2 + 13 * hidden) + 2 * hidden
+        assert cf.parameter_counts((layers, hidden, seq, mbs)) == (params, 4 + 12 * layers)
