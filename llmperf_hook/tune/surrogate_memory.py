@@ -32,7 +32,8 @@ from llmperf_hook.graph.stages import layers_per_virtual_stage
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule import memory as mem
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES, Candidate, apply_candidate
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, apply_candidate
+from llmperf_hook.tune.candidates import CandidateTable
 
 Cols = Mapping[str, np.ndarray]
 STATE_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "distopt")
@@ -52,14 +53,7 @@ def _groups(cols: Cols, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def _row_config(cfg: TrainingConfig, cols: Cols, i: int) -> TrainingConfig:
     """The job with row i's knobs (tune/candidate.apply_candidate, as every full prediction gets it)."""
-    c = {k: int(v[i]) for k, v in cols.items()}
-    mode = {v: k for k, v in RECOMPUTE_CODES.items()}[c["rc"]]
-    cand = Candidate(tp=c["tp"], pp=c["pp"], vpp=c["vpp"], cp=c["cp"], sequence_parallel=bool(c["sp"]),
-                     micro_batch_size=c["mbs"], recompute=mode,
-                     recompute_num_layers=c["rc_layers"] if mode in ("full", "block") else None,
-                     distributed_optimizer=bool(c["distopt"]), zero_stage=c["zero"], ep=c["ep"],
-                     etp=None if c["etp"] == c["tp"] else c["etp"])
-    return apply_candidate(cfg, cand)
+    return apply_candidate(cfg, CandidateTable(cols, 0).candidate(i))
 
 
 UNKNOWN_ERRORS = (ConfigError, AssertionError, ArithmeticError, ValueError, IndexError)
@@ -79,16 +73,6 @@ def _with_granularity(cfg: TrainingConfig, granularity: str) -> TrainingConfig:
     return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity))
 
 
-def _per_group(cfg: TrainingConfig, cols: Cols, keys: Sequence[str],
-               terms: Callable[[TrainingConfig], Sequence[float]]) -> np.ndarray:
-    """terms(config of the group) for every row: shape (rows, number of terms)."""
-    first, inverse = _groups(cols, keys)
-    width = len(LAYER_TERMS)
-    values = np.array([_guarded(lambda i: terms(_row_config(cfg, cols, int(i))), i, width=width) for i in first],
-                      dtype=np.float64)
-    return values[inverse]
-
-
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
                "embedding", "logits_and_loss", "mtp", "attention_score_buffer")
 """The columns _layer_terms returns, in order."""
@@ -102,6 +86,14 @@ def _layer_terms(cfg: TrainingConfig) -> tuple[float, ...]:
             act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg))
+
+
+def _layer_table(cfg: TrainingConfig, cols: Cols) -> np.ndarray:
+    """_layer_terms of every row, computed once per distinct LAYER_KEYS: shape (rows, len(LAYER_TERMS))."""
+    first, inverse = _groups(cols, LAYER_KEYS)
+    values = np.array([_guarded(lambda i: _layer_terms(_row_config(cfg, cols, int(i))), i, width=len(LAYER_TERMS))
+                       for i in first], dtype=np.float64)
+    return values[inverse]
 
 
 def _chunk(cfg: TrainingConfig, stage: int, chunk: int, num_layers: int, num_moe: int) -> ChunkOps:
@@ -230,7 +222,7 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     state, layers = _state_table(cfg, cluster, cols)
     stage, state_b, grads, buffers, live, buckets, step = (state[:, :, i] for i in range(len(_STATE_FIELDS)))
     stage = np.nan_to_num(stage)  # unknown rows stay NaN through state_b
-    layer = _per_group(cfg, cols, LAYER_KEYS, _layer_terms)
+    layer = _layer_table(cfg, cols)
     in_flight = _in_flight(cfg, cols, stage)
     rc, col = cols["rc"][:, None], lambda i: layer[:, i, None]  # noqa: E731
     activations = _chunk_activations(cfg, cols, layers, layer) * in_flight
