@@ -375,8 +375,9 @@ def print_framework_cost(home: Path) -> None:
 
     doc = json.loads((home / "profiles" / CLUSTER / "framework_overhead.json").read_text())
     print(f"  framework cost measured {doc['measured_utc']} (profile/cpu_framework.py):")
-    if describe_spread(doc):
-        print("    " + describe_spread(doc).replace("\n", "\n    "))
+    spread = describe_spread(doc)
+    if spread:
+        print("    " + spread.replace("\n", "\n    "))
     for dtype, v in sorted(doc["dtypes"].items()):
         ds = ", ".join(f"z{z} {d['per_step_s'] * 1e3:.1f} ms + {d['per_param_s'] * 1e9:.1f} ns/param"
                        + (f" ({d['partition_fraction']:.0%} on the partition)" if d.get("partition_fraction") else "")
@@ -651,6 +652,19 @@ def logged_run_spread(texts: list[str]) -> tuple[float, int]:
     return (math.sqrt(statistics.fmean(x * x for x in d) / 2) if d else float("nan")), len(d)
 
 
+def last_calibration_run(head: str) -> tuple[float, bool] | None:
+    """(ms, quiet-equivalent?) of the last calibration run printed in the head of a [refine] section: its measured
+    step, or its quiet-equivalent when it was contended; None without one."""
+    import re
+
+    for job in reversed(head.split("    job ")[1:]):
+        measured = re.search(r"measured ([\d.]+) ms \(CPU", job)
+        if measured:
+            equivalent = re.search(r"quiet-equivalent ([\d.]+) ms", job)
+            return float((equivalent or measured).group(1)), equivalent is not None
+    return None
+
+
 def rescore(home: Path, logs: list[Path]) -> None:
     """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
     calibration run's measured step, or its quiet-equivalent when it was contended) re-scored with the current
@@ -673,16 +687,12 @@ def rescore(home: Path, logs: list[Path]) -> None:
     for log, text in zip(logs, texts):
         contended = {i for i, runs in logged_passes(text).items() if any(c for _, c in runs)}
         for sec in text.split("[refine] instrumenting configuration ")[1:]:
-            head = sec.split("\n  #")[0]
-            k = int(sec.split()[0])
-            runs = [(m.group(1), re.search(r"quiet-equivalent ([\d.]+) ms", job)) for job in head.split("    job ")[1:]
-                    for m in [re.search(r"measured ([\d.]+) ms \(CPU", job)] if m]
-            runs = [(ms, eq.group(1) if eq else "") for ms, eq in runs]
+            k, last = int(sec.split()[0]), last_calibration_run(sec.split("\n  #")[0])
             rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
                     for m in map(row.match, sec.splitlines()) if m}
-            if len(rows) != len(CONFIGS) or not runs:
+            if len(rows) != len(CONFIGS) or last is None:
                 continue
-            run_ms = float(runs[-1][1] or runs[-1][0])
+            run_ms, equivalent = last
             configs = group_runs([("j", "f", rows[k][1], run_ms)])
             post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared))
             own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
@@ -691,7 +701,7 @@ def rescore(home: Path, logs: list[Path]) -> None:
             quiet = [e for i, e in others.items() if i not in contended]
             own_quiet += [abs(own)] if k not in contended else []
             others_quiet += [mape(quiet)] if quiet else []
-            print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if runs[-1][1] else ''}"
+            print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if equivalent else ''}"
                   f", k {post.shared_weight:.2f}; before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config "
                   f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other 11 "
                   f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of 12, before "

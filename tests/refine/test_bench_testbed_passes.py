@@ -41,3 +41,14 @@ def test_bound_configuration_passes_deepspeeds_bind_flag_to_the_launcher() -> No
 def test_log_spread_of_runs() -> None:
     assert bench.log_sd([0.05, 0.05]) == 0.0 and bench.log_sd([0.05]) != bench.log_sd([0.05])  # one run: nan
     assert bench.log_sd([0.05, 0.055]) == pytest.approx(0.0674, abs=1e-4)
+
+
+def test_rescore_takes_the_last_calibration_run_or_its_quiet_equivalent() -> None:
+    """--rescore: the last job of a [refine] section's head; a contended one by its quiet-equivalent."""
+    job = ("    job {}: deepspeed on cpu, 2/2 ranks, 24 timed steps, measured {} ms (CPU 57.61 ms per rank), "
+           "load 1.23\n      predicted after:  60.00 ms (+1.0% {})  [x1.02]\n")
+    quiet, contended = "vs measured", "vs the contended run's quiet-equivalent 61.50 ms"
+    head = "1\n" + job.format("a", "64.64", quiet) + job.format("b", "70.10", quiet)
+    assert bench.last_calibration_run(head) == (70.10, False)
+    assert bench.last_calibration_run(head + job.format("c", "90.00", contended)) == (61.50, True)
+    assert bench.last_calibration_run("1\n  no runs\n") is None
