@@ -257,4 +257,15 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
-    return _moe_warnings(flags, model, parallel.etp)
+    return [*_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp)]
+
+
+def _cross_entropy_warnings(flags: FlagValues) -> list[str]:
+    """validate_args asserts `not (cross_entropy_loss_fusion and cross_entropy_fusion_impl == 'te')` since
+    168cb15d70 (2026-06-03, 'Disable TE cross entropy loss fusion', first in core_v0.19.0); older releases run TE's
+    fused cross-entropy."""
+    if flags.get("cross_entropy_loss_fusion") and flags.get("cross_entropy_fusion_impl") == "te":
+        return ["--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Megatron-LM core_v0.19.0 (2026-06) "
+                "and later refuse this at start-up (validate_args: 'Transformer Engine cross entropy loss fusion is "
+                "disabled due to stability issues'); older releases accept it. Use --cross-entropy-fusion-impl native"]
+    return []

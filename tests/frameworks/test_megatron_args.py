@@ -198,3 +198,11 @@ def test_main_gradient_dtype_follows_megatron(args: list[str], fp32: bool) -> No
     """arguments.py: under --bf16 accumulate_allreduce_grads_in_fp32 is set unless --grad-reduce-in-bf16 clears it
     (bf16 main grads, bf16 reduction: half the gradient buffer and bytes); fp16 keeps fp16 unless asked."""
     assert megatron(*args).optimizer.fp32_main_grads is fp32
+
+
+def test_te_cross_entropy_fusion_warns_as_recent_releases_refuse_it() -> None:
+    # megatron/training/arguments.py since 168cb15d70 (core_v0.19.0): assert not (fusion and impl == 'te').
+    cfg = megatron("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te")
+    assert any("core_v0.19.0" in w and "stability" in w for w in cfg.warnings)
+    for args in (["--cross-entropy-fusion-impl", "te"], ["--cross-entropy-loss-fusion"]):
+        assert not any("stability" in w for w in megatron(*args).warnings)
