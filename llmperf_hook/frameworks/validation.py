@@ -347,6 +347,13 @@ def _check_optimizer(cfg: TrainingConfig) -> None:
             f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} with DeepSpeed-MoE ({cfg.model.num_experts} experts, "
             f"{cfg.sources.get('num_experts')}): DeepSpeed's engine raises 'MoE not supported with Stage 3' (0.19.8: 'Native "
             "DeepSpeed MoE is not supported with ZeRO Stage 3'). Use ZeRO stage 1 or 2.")
+    if (cfg.framework == "megatron-deepspeed" and cfg.model.num_experts > 0 and o.zero_stage == 2
+            and not o.contiguous_gradients and o.offload_optimizer == "none"):
+        raise ConfigError(
+            f"ZeRO stage 2 with DeepSpeed-MoE ({cfg.model.num_experts} experts) and contiguous_gradients false "
+            f"({cfg.sources.get('contiguous_gradients', 'ds_config')}): DeepSpeed's ZeRO optimizer asserts 'Contiguous "
+            "Gradients in ZeRO Stage 2 must be set to True for MoE' (stage_1_and_2.py _configure_moe_settings; an "
+            "optimizer offload turns it on). Set zero_optimization.contiguous_gradients true.")
     if cfg.deepspeed_pipeline_engine and o.zero_stage >= 2:
         raise ConfigError(
             f"ZeRO stage {_at(cfg, 'zero_stage', o.zero_stage)} with DeepSpeed's pipeline engine: DeepSpeed rejects it "

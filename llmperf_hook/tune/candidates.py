@@ -320,6 +320,9 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[s
             cols["sp"] == 0),
         # deepspeed/runtime/engine.py: native DeepSpeed-MoE (Megatron-DeepSpeed --num-experts) refuses ZeRO-3.
         "DeepSpeed-MoE with ZeRO-3": (cfg.framework == "megatron-deepspeed") & (experts > 0) & (cols["zero"] == 3),
+        # stage_1_and_2.py _configure_moe_settings: ZeRO-2 with MoE asserts contiguous gradients (offload forces them).
+        "DeepSpeed-MoE ZeRO-2 without contiguous_gradients": (cfg.framework == "megatron-deepspeed") & (experts > 0) & (
+            cols["zero"] == 2) & (not cfg.optimizer.contiguous_gradients) & (cfg.optimizer.offload_optimizer == "none"),
         **_dispatcher_masks(cfg, cols),
     }
 

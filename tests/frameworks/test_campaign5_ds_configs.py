@@ -164,6 +164,16 @@ def test_deepspeed_moe_refuses_zero3_in_explain_and_in_tune(tmp_path: Path) -> N
     one = {k: np.array([v]) for k, v in dict(tp=1, pp=1, vpp=1, cp=1, sp=0, mbs=2, zero=3, ep=4, etp=1).items()}
     assert rule_masks(cfg, one)["DeepSpeed-MoE with ZeRO-3"][0]
     assert not rule_masks(cfg, {**one, "zero": np.array([2])})["DeepSpeed-MoE with ZeRO-3"][0]
+    apart = {"stage": 2, "contiguous_gradients": False}
+    with pytest.raises(ConfigError, match="Contiguous Gradients in ZeRO Stage 2 must be set to True for MoE"):
+        script([*run, "--deepspeed_config", _ds(tmp_path, train_batch_size=64, zero_optimization=apart)])
+    offloaded = {**apart, "offload_optimizer": {"device": "cpu"}}
+    assert script([*run, "--deepspeed_config", _ds(tmp_path, train_batch_size=64, zero_optimization=offloaded)])
+    one_apart = script([*run, "--deepspeed_config", _ds(tmp_path, train_batch_size=64,
+                                                         zero_optimization={**apart, "stage": 1})])
+    masks = rule_masks(one_apart, {**one, "zero": np.array([2])})
+    assert masks["DeepSpeed-MoE ZeRO-2 without contiguous_gradients"][0]
+    assert not rule_masks(one_apart, {**one, "zero": np.array([1])})["DeepSpeed-MoE ZeRO-2 without contiguous_gradients"][0]
 
 
 def test_offload_rules_once_the_stage_is_known(tmp_path: Path) -> None:
