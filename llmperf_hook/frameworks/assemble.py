@@ -83,7 +83,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
     warnings += megatron_deepspeed_warnings(flags, recompute.granularity, framework == "megatron-deepspeed",
                                             ds.path if ds else "", ds.checkpointing_keys if ds else ())
-    connections = device_connections(job, parts.parallel, src, warnings)
+    connections = device_connections(job, parts.parallel, src, warnings, optimizer.fsdp)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -103,7 +103,8 @@ CUDA_DEFAULT_CONNECTIONS = 8
 CUDA Environment Variables: 1 to 32, default 8)."""
 
 
-def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, Source], warnings: list[str]) -> int:
+def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, Source], warnings: list[str],
+                       fsdp: str = "none") -> int:
     """TrainingConfig.cuda_device_max_connections of a Megatron job, its origin in `src`. Not stated: 1, what Megatron-LM
     requires. Anything but "1" is accepted, with a warning where TP or CP > 1: today's megatron/training/arguments.py
     asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" for TP or CP > 1 only before Blackwell (get_device_arch_version() < 10,
@@ -111,8 +112,12 @@ def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, 
     releases before bdd9731 (2022-10-14) never checked it, and neither the release nor the GPU is known here. The
     value is the job's environment as the launch parser read it (ParsedJob.env, launch/sizing.PRICED_ENV: the
     launching environment, `NAME=value` / `env NAME=value` words in front of the command, a wrapper script's
-    exports)."""
+    exports). Megatron-FSDP and torch FSDP2 are the other way round: validate_args asserts the variable is not "1"
+    (FSDP2 since 7ef4f90386, 2025-03; Megatron-FSDP since ab43d43f0b, 2026-04), so unset is CUDA's default there and
+    "1" warns as a rule only recent releases enforce."""
     given = job.env.get(MAX_CONNECTIONS_ENV)
+    if fsdp != "none":
+        return _fsdp_connections(given, fsdp, src, warnings)
     if given is None:
         src["cuda_device_max_connections"] = Source(SourceKind.DEFAULT, "Megatron-LM requires 1 for TP or CP > 1")
         return 1
@@ -130,6 +135,21 @@ def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, 
             "Blackwell (megatron/training/arguments.py; releases before 2022-10-14 did not check it); "
             f"set {MAX_CONNECTIONS_ENV}=1 for the overlap")
     return value
+
+
+def _fsdp_connections(given: str | None, fsdp: str, src: dict[str, Source], warnings: list[str]) -> int:
+    """device_connections of a Megatron-FSDP / torch FSDP2 job: FSDP overlaps its own gathers through several
+    hardware queues, so Megatron refuses "1" and the queues are CUDA's default unless set."""
+    if given is None:
+        src["cuda_device_max_connections"] = Source(SourceKind.DEFAULT, f"CUDA's default ({fsdp}: Megatron-LM refuses 1)")
+        return CUDA_DEFAULT_CONNECTIONS
+    src["cuda_device_max_connections"] = Source(SourceKind.ENV, MAX_CONNECTIONS_ENV)
+    if given.strip() == "1":
+        warnings.append(f"{MAX_CONNECTIONS_ENV}=1 with {fsdp}: Megatron-LM 2025-03 (torch FSDP2) / 2026-04 (Megatron-"
+                        "FSDP) and later refuse this at start-up (validate_args: 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS "
+                        "> 1 or unset'); older releases accept it. Unset it for FSDP")
+        return 1
+    return int(given) if given.strip().isdigit() and 1 <= int(given) <= 32 else CUDA_DEFAULT_CONNECTIONS
 
 
 def _script_pp(flags: FlagValues, ds: DsSettings | None, framework: str, src: dict[str, Source], warnings: list[str]) -> int:

@@ -75,3 +75,18 @@ def test_launching_environment_and_script_export_are_read() -> None:
     # The job inherits the shell's variable (launch/sizing.PRICED_ENV), as it inherits a launch script's export.
     assert _resolve([], env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).cuda_device_max_connections == 8
     assert _resolve([], env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}).tp_comm_ordered
+
+
+FSDP2 = [*MEGATRON[:MEGATRON.index("--tensor-model-parallel-size")], "--use-torch-fsdp2",
+         "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dist"]
+
+
+def test_fsdp_runs_with_cudas_default_and_warns_on_one() -> None:
+    # arguments.py: FSDP2 / Megatron-FSDP assert CUDA_DEVICE_MAX_CONNECTIONS != "1" (unset is CUDA's default, 8).
+    cfg = _resolve([], FSDP2)
+    assert cfg.optimizer.fsdp == "torch_fsdp2" and cfg.cuda_device_max_connections == 8
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in w for w in cfg.warnings)
+    one = _resolve(["CUDA_DEVICE_MAX_CONNECTIONS=1"], FSDP2)
+    (warning,) = [w for w in one.warnings if "CUDA_DEVICE_MAX_CONNECTIONS=1" in w]
+    assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" in warning
+    assert _resolve(["CUDA_DEVICE_MAX_CONNECTIONS=4"], FSDP2).cuda_device_max_connections == 4
