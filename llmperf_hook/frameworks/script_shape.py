@@ -150,10 +150,11 @@ def _half_cast_names(tree: ast.AST) -> dict[str, int]:
 
 
 def _optimizer_over(call: ast.Call, imported: dict[str, str]) -> tuple[str, str, str] | None:
-    """(optimizer, impl, model name) of `torch.optim.AdamW(model.parameters(), ...)`, or None."""
+    """(optimizer, impl, model name) of `torch.optim.AdamW(model.parameters(), ...)` (or a name imported from
+    torch.optim, aliases too), or None."""
     name = _dotted(call.func)
-    short = name.split(".")[-1]
-    if short not in _TORCH_OPTIMIZERS or not (name.startswith(("torch.optim.", "optim.")) or imported.get(short)):
+    short = imported.get(name) or (name.split(".")[-1] if name.startswith(("torch.optim.", "optim.")) else "")
+    if short not in _TORCH_OPTIMIZERS:
         return None
     first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
     if not (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters"
@@ -173,8 +174,8 @@ def script_training(script: str) -> ScriptTraining | None:
             tree = ast.parse(handle.read(), filename=script)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    imported = {a.asname or a.name: node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                and node.module == "torch.optim" for a in node.names}
+    imported = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "torch.optim" for a in node.names}  # local name -> torch.optim's name
     casts = _half_cast_names(tree)
     for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
         found = _optimizer_over(call, imported)

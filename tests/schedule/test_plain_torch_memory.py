@@ -45,6 +45,8 @@ def test_the_testbed_casts_its_model_and_steps_torch_adamw() -> None:
      "opt = torch.optim.AdamW(m.parameters(), lr=1e-5)\n", ("adam", "foreach")),
     ("m = nn.Linear(4, 4)\nopt = torch.optim.AdamW(m.parameters())\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
      "    y = m(torch.ones(4))\n", None),
+    ("from torch.optim import AdamW as AW\nm = nn.Linear(4, 4).half()\nopt = AW(m.parameters())\n", ("adam", "foreach")),
+    ("from mylib import AdamW\nm = nn.Linear(4, 4).half()\nopt = AdamW(m.parameters())\n", None),
     ("this is not python (\n", None),
 ])
 def test_script_training_reads_the_cast_and_the_optimizer(tmp_path: Path, body: str, expected: tuple | None) -> None:
