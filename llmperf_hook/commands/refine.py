@@ -49,17 +49,16 @@ def check_has_jobs(path: Path) -> None:
     from llmperf_hook.refine.run_records import read_run_dir
 
     run = read_run_dir(path)
-    stepped = {str(r["job_id"]) for r in run.records if r.get("kind") == "step" and "job_id" in r}
-    if run.job_ids() and not stepped:
-        raise UsageError(
-            f"run directory {str(path)!r} holds no step record: job(s) {', '.join(run.job_ids())} started under the "
-            "hook but ended (failed, or were killed) before their first optimizer step ended, so there is no step "
-            "time to refine from. Rerun the job under `llmperf run --instrument N` until it takes a step.")
     if not run.job_ids():
         raise UsageError(
             f"run directory {str(path)!r} holds no step record of any job ({len(run.records)} readable record(s) without a "
             f"job id, {run.num_bad_lines} unreadable line(s) in its rank*.jsonl files): nothing to refine. Pass the "
             "folder of a run that reached its first optimizer step under `llmperf run --instrument`.")
+    if not any(r.get("kind") == "step" and "job_id" in r for r in run.records):
+        raise UsageError(
+            f"run directory {str(path)!r} holds no step record: job(s) {', '.join(run.job_ids())} started under the "
+            "hook but ended (failed, or were killed) before their first optimizer step ended, so there is no step "
+            "time to refine from. Rerun the job under `llmperf run --instrument N` until it takes a step.")
 
 
 def _preset_names(hardware: str | None, cluster: str | None) -> tuple[str | None, str | None]:
