@@ -18,7 +18,9 @@ from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN as DS_CHAT
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF, rewrite_openrlhf_argv
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.launch.options import scan_options
 from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_command_index
+from llmperf_hook.launch.sbatch import SBATCH_OPTIONS
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
@@ -78,14 +80,21 @@ def _shell_command_index(argv: Sequence[str]) -> int | None:
 
 def _wrap_index(argv: Sequence[str]) -> int | None:
     """Index of the word holding CMD in `sbatch [opts] --wrap CMD` / `--wrap=CMD`: sbatch runs CMD with sh as the
-    job's script, so the training command is in argv, where it is rewritten as inside `sh -c`."""
-    if not any(os.path.basename(word) == "sbatch" for word in argv):
+    job's script, so the training command is in argv, where it is rewritten as inside `sh -c`. Only sbatch's own
+    options are looked at, as the parser reads them (launch/sbatch.sbatch_launch: up to the script): a `--wrap`
+    among a script's arguments (`sbatch job.sh --wrap X`) is the script's."""
+    i = next((i for i, word in enumerate(argv) if os.path.basename(word) == "sbatch"), None)
+    if i is None:
         return None
-    for i, word in enumerate(argv):
-        if word == "--wrap" and i + 1 < len(argv):
-            return i + 1
-        if word.startswith("--wrap="):
-            return i
+    try:
+        rest = scan_options(argv, i + 1, SBATCH_OPTIONS, "sbatch").rest
+    except LlmperfError:
+        return None
+    for k in range(i + 1, rest):
+        if argv[k] == "--wrap" and k + 1 < rest:
+            return k + 1
+        if argv[k].startswith("--wrap="):
+            return k
     return None
 
 

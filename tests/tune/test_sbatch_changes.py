@@ -80,3 +80,16 @@ def test_a_flag_whose_value_names_a_shell_is_not_a_script_file() -> None:
     assert script_file_kind(["bash", "-x", "train.sh"]) == script_file_kind(["./train.sh"]) == "shell script"
     assert script_file_kind(["bash", "-c", "torchrun pretrain_gpt.py"]) is None
     assert script_file_kind(["sbatch", "job.sh"]) == "sbatch script"
+
+
+def test_a_wrap_among_the_scripts_arguments_is_not_sbatchs() -> None:
+    """sbatch's options end at the script (launch/sbatch.sbatch_launch reads them so): `sbatch job.sh --wrap X`
+    runs job.sh with the arguments `--wrap X`, a batch script --apply refuses. The --wrap lookup scanned every word
+    and took X for sbatch's command, to be rewritten in place."""
+    from llmperf_hook.tune.apply import script_file_kind
+
+    cmd = "torchrun pretrain_gpt.py --tensor-model-parallel-size 2"
+    assert script_file_kind(["sbatch", "job.sh", "--wrap", cmd]) == "sbatch script"
+    assert script_file_kind(["sbatch", "job.sh", f"--wrap={cmd}"]) == "sbatch script"
+    assert script_file_kind(["sbatch", "--nodes", "1", "--wrap", cmd]) is None
+    assert script_file_kind(["sbatch", "-N", "1", f"--wrap={cmd}"]) is None
