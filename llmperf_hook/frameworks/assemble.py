@@ -26,6 +26,7 @@ from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warn
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
                                                      TrainingConfig)
 from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.sizing import MAX_CONNECTIONS_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 
@@ -97,7 +98,6 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     )
 
 
-MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 CUDA_DEFAULT_CONNECTIONS = 8
 """CUDA's work queues per context when CUDA_DEVICE_MAX_CONNECTIONS is unset or unusable (CUDA Programming Guide,
 CUDA Environment Variables: 1 to 32, default 8)."""
@@ -122,7 +122,7 @@ def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, 
         src["cuda_device_max_connections"] = Source(SourceKind.DEFAULT, "Megatron-LM requires 1 for TP or CP > 1")
         return 1
     src["cuda_device_max_connections"] = Source(SourceKind.ENV, MAX_CONNECTIONS_ENV)
-    value = int(given) if given.strip().isdigit() and 1 <= int(given) <= 32 else CUDA_DEFAULT_CONNECTIONS
+    value = _queues(given)
     if value == 1:
         return 1
     if parallel.tp > 1 or parallel.cp > 1:
@@ -149,6 +149,11 @@ def _fsdp_connections(given: str | None, fsdp: str, src: dict[str, Source], warn
                         "FSDP) and later refuse this at start-up (validate_args: 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS "
                         "> 1 or unset'); older releases accept it. Unset it for FSDP")
         return 1
+    return _queues(given)
+
+
+def _queues(given: str) -> int:
+    """The hardware queues CUDA opens for a CUDA_DEVICE_MAX_CONNECTIONS value: 1 to 32 as given, else its default."""
     return int(given) if given.strip().isdigit() and 1 <= int(given) <= 32 else CUDA_DEFAULT_CONNECTIONS
 
 

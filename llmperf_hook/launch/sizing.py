@@ -21,7 +21,9 @@ DEEPSPEED_VERSION_ENV = "LLMPERF_DEEPSPEED_VERSION"
 """llmperf's own job setting read from the job's environment: the DeepSpeed release that runs it
 (frameworks/deepspeed_release.py)."""
 
-PRICED_ENV = (DEEPSPEED_VERSION_ENV, "CUDA_DEVICE_MAX_CONNECTIONS")
+MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+PRICED_ENV = (DEEPSPEED_VERSION_ENV, MAX_CONNECTIONS_ENV)
 """Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release, and
 CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
 (frameworks/assemble.py)."""
