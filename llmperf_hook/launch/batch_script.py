@@ -99,6 +99,11 @@ class _Reading:
     """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
     shell: tuple[str, str] = ("bash", "")
     """The shell that runs the script and what said so (posix_shell.script_shell): dash refuses bash-only commands."""
+    split_refs: dict[str, str] = field(default_factory=dict)
+    """Variables the command being read had split into words (word_value): recorded in `used` when it is the launch
+    (or single python) line, as the launch line's other references are by expand."""
+    single_refs: dict[str, str] = field(default_factory=dict)
+    """split_refs of the `python train.py` lines, recorded when one of them is the launch (no launcher line)."""
     undecidable: set[str] = field(default_factory=set)
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
     env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
@@ -131,7 +136,10 @@ class _Reading:
         sets; None (left as written, so that a launch using it names it) for one it does not set plainly."""
         if name.isdigit() or name in ("@", "*"):
             return self.positional.get(name, "")
-        return None if name in self.undecidable else self.env.get(name)
+        value = None if name in self.undecidable else self.env.get(name)
+        if value is not None:
+            self.split_refs[name] = value
+        return value
 
     def args(self) -> list[str]:
         """The script's arguments, $1 ... $#."""
@@ -180,6 +188,7 @@ class _Reading:
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+        self.split_refs.clear()
         source = split_unquoted_words(_PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
             words, writes = strip_redirections(shlex.split(source, comments=True), quoted_words(source))
@@ -205,6 +214,7 @@ class _Reading:
         if not words or self.launches:  # what follows the launch line does not change it
             if words and is_launch(words, text):
                 self.launches.append((line.number, words))
+                self.used.update(self.split_refs)
             return
         if self.assign(words):
             return
@@ -219,8 +229,10 @@ class _Reading:
             self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
         elif is_launch(words, text):
             self.launches.append((line.number, words))
+            self.used.update(self.split_refs)
         elif _PY_SCRIPT.match(text.strip()):
             self.singles.append((line.number, words))
+            self.single_refs.update(self.split_refs)
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
             for target in writes:
                 origin = f"{self.path} line {line.number}"
@@ -281,6 +293,8 @@ class _Reading:
 
     def launch(self) -> list[str]:
         found = self.launches or self.singles  # no launcher: a `python train.py` line runs once, on the first node
+        if not self.launches:
+            self.used.update(self.single_refs)
         if len(found) == 1:
             return [_positional(word, self.positional) for word in found[0][1]]
         listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])

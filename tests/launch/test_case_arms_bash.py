@@ -169,3 +169,16 @@ def test_launch_words_as_bash_splits_them(body: str, args: list[str], tmp_path: 
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["bash", "train.sh", *args], {}, nproc_per_node=1)
     assert [job.script, *job.script_args] == proc.stdout.split("\n")[:-1]
+
+
+def test_the_launch_lines_split_variables_are_the_jobs_environment(tmp_path: Path, monkeypatch) -> None:
+    """Unquoted $NAME words are split before the line is read (above); those of the launch line are still listed as
+    the variables the launch reads (ParsedJob.env, what `run --dry-run` prints), those of other commands are not."""
+    from llmperf_hook.launch.parse import parse_launch
+
+    (tmp_path / "train.sh").write_text('#!/bin/bash\nOUT=/tmp/o\nmkdir -p $OUT\nGPT="--num-layers 2 --bf16"\nTP=2\n'
+                                       'torchrun --nproc_per_node $NPROC pretrain_gpt.py $GPT --tp "$TP"\n')
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "train.sh"], {"NPROC": "8"})
+    assert job.env == {"NPROC": "8", "GPT": "--num-layers 2 --bf16", "TP": "2"}
+    assert job.script_args == ("--num-layers", "2", "--bf16", "--tp", "2")
