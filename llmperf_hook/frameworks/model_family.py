@@ -40,6 +40,9 @@ _UNMODELLED = (
      "by an inference engine between training steps, with their log-probabilities and a GRPO loss)"),
 )
 _NEOX_WORDS = ("--megatron_config", "--megatron-config")
+_MULTIMODAL_FLAG = "--language-model-type"
+"""Required by Megatron-LM's examples/multimodal/train.py (multimodal_args.py: `required=True`; LLaVA / NVLM: a vision
+encoder, a projector and a language model) and by Pai-Megatron-Patch's vision-language models; no GPT script has it."""
 
 
 def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
@@ -59,6 +62,12 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
                 f"{script} trains {what}, which llmperf does not model: it prices decoder-only transformer layers "
                 "(attention + MLP or MoE) as pretrain_gpt.py builds them, and would misprice this network. Predict "
                 "a pretrain_gpt.py job instead.")
+    if any(w == _MULTIMODAL_FLAG or w.startswith(_MULTIMODAL_FLAG + "=") for w in script_args):
+        raise ConfigError(
+            f"{script} with {_MULTIMODAL_FLAG} trains a vision-language model (Megatron-LM examples/multimodal/train.py: "
+            "a vision encoder and projector in front of the language model, whose sequence holds the image tokens), "
+            "which llmperf does not model: it prices decoder-only transformer layers as pretrain_gpt.py builds them. "
+            "Predict the language model alone as a pretrain_gpt.py job instead.")
     if tasks_entry_point(script):
         raise ConfigError(
             f"{script} is Megatron's downstream-task runner ({tasks_entry_point(script)} --task ...: GLUE / RACE "

@@ -37,3 +37,11 @@ def test_unmodelled_entry_points_are_refused(script: str) -> None:
 @pytest.mark.parametrize("script", ["pretrain_gpt.py", "pretrain_gpt_core.py", "finetune_llama.py", "train_gpt.py"])
 def test_gpt_entry_points_pass(script: str) -> None:
     assert check_model_family(script, ["--num-layers", "2", "--yaml-cfg", "x.yaml"]) == []
+
+
+@pytest.mark.parametrize("args", [["--language-model-type", "mistral_7b", "--vision-model-type", "clip"],
+                                  ["--language-model-type=qwen2.0_72B"]])
+def test_megatron_multimodal_train_py_is_refused(args: list[str]) -> None:
+    # Megatron-LM examples/multimodal/train.py: multimodal_args.py makes --language-model-type required.
+    with pytest.raises(ConfigError, match="vision-language model"):
+        check_model_family("examples/multimodal/train.py", ["--num-layers", "32", *args])
