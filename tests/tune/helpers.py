@@ -119,17 +119,22 @@ def mask_disagreements(cfg: TrainingConfig, table) -> list[tuple[str, bool]]:
     return out
 
 
-def explain_valid(cfg: TrainingConfig, table, rows, limit: int | None = None) -> list:
-    """Candidates of `rows` (in that order) that explain's rules (validate_config) accept, at most `limit`."""
+def explain_valid(cfg: TrainingConfig, table, rows, limit: int | None = None, spec=None) -> list:
+    """Candidates of `rows` (in that order) that explain's rules (validate_config) accept, at most `limit`; given the
+    cluster `spec`, also only those whose graph builds (rules only the graph checks, e.g. uneven stages)."""
     from llmperf_hook.errors import ConfigError
     from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.graph.build import build_graph
     from llmperf_hook.tune.candidate import apply_candidate
 
     out = []
     for i in rows:
         cand = table.candidate(int(i))
         try:
-            validate_config(apply_candidate(cfg, cand))
+            applied = apply_candidate(cfg, cand)
+            validate_config(applied)
+            if spec is not None:
+                build_graph(applied, spec)
         except ConfigError:
             continue
         out.append(cand)

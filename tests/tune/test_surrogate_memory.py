@@ -20,7 +20,6 @@ from llmperf_hook import api
 from llmperf_hook.commands.tune import memory_only
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides
-from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.tune import surrogate, surrogate_memory
 from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
@@ -29,7 +28,7 @@ from llmperf_hook.tune.candidates import candidates_from_list, generate_candidat
 from llmperf_hook.tune.search import OOM_CERTAIN_FACTOR
 from llmperf_hook.tune.search_space import load_search_space
 
-from .helpers import rule_rejected
+from .helpers import explain_valid, rule_rejected
 
 CLUSTER = "dgx-h100"
 ROUNDING_BYTES = 64
@@ -100,21 +99,10 @@ def deepspeed_jobs(draw, folder: str) -> tuple[list[str], str | None]:
 
 
 def _candidates(cfg, spec, seed: int, limit: int) -> list:
-    """Up to `limit` random candidates of the job's default search space that explain's rules accept."""
+    """Up to `limit` random candidates of the job's default search space that explain's rules and the graph accept."""
     table = generate_candidates(cfg, load_search_space(None, cfg.framework), spec.gpus_per_node)
-    rows = np.flatnonzero(~rule_rejected(cfg, table))
-    out = []
-    for i in np.random.default_rng(seed).permutation(rows):
-        cand = table.candidate(int(i))
-        try:
-            validate_config(apply_candidate(cfg, cand))
-            build_graph(apply_candidate(cfg, cand), spec)  # rules only the graph checks (uneven stages)
-        except ConfigError:
-            continue
-        out.append(cand)
-        if len(out) == limit:
-            break
-    return out
+    rows = np.random.default_rng(seed).permutation(np.flatnonzero(~rule_rejected(cfg, table)))
+    return explain_valid(cfg, table, rows, limit, spec)
 
 
 def _check_job(argv: list[str], model: str | None, seed: int) -> None:
