@@ -15,7 +15,8 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.stages import chunk_layer_range
-from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops, zero3_layer_comm
+from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops
+from llmperf_hook.graph.zero_layer_ops import zero3_layer_comm
 from llmperf_hook.hardware.spec import ClusterSpec
 
 

@@ -13,7 +13,7 @@ What that code did per collective (git show v0.3.13:deepspeed/runtime/zero/parti
   gathers a list into a flat temporary and copies it out with one `copy_` (plus a recordStream) per rank on the
   NCCL stream (ProcessGroupNCCL.cpp allgather post-hook, "Copy the flattened output tensors to the outputs";
   DeepSpeed PR #1188 / commit c0eeb69df: "torch.distributed.all_gather will do implicit memcpy at the end of
-  each ncclAllgather"). Fetches are serial and exposed (graph/step_ops.py, stage3_prefetch_bucket_size 0).
+  each ncclAllgather"). Fetches are serial and exposed (graph/zero_layer_ops.py, stage3_prefetch_bucket_size 0).
 - Gradient reduction, `_reduce_scatter_gradients` (stage3.py average_tensor -> reduce_gradients_at_owner): one
   `_reduce_scatter_gradient` per parameter tensor in the bucket, biases and norms included, each a Python loop of
   N `narrow` views and `torch.distributed.reduce_scatter(input_list[rank], input_list)`; torch flattens the N
@@ -93,7 +93,7 @@ def list_gather_overhead_ops(cfg: TrainingConfig, modules: tuple[int, ...], coll
 def per_tensor_reduce_ops(cfg: TrainingConfig, modules: tuple[int, ...], layer_params: int, dense: Collective,
                           nbytes_per_elem: float, tags: dict[str, str]) -> tuple[Op, ...]:
     """A layer's gradient reduction as that DeepSpeed ran it: one reduce-scatter per parameter tensor, plus the
-    list overhead. The four module weights carry the elements step_ops.zero3_gather_modules gives them (the biases'
+    list overhead. The four module weights carry the elements zero_layer_ops.zero3_gather_modules gives them (the biases'
     included), the other tensors (biases, norm weights and biases) share the norms' elements: tiny messages whose
     time is the ring's latency, so their exact split does not matter."""
     small_tensors = max(0, tensors_per_layer(cfg) - len(modules))

@@ -15,7 +15,7 @@ from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, Op
                                                      RecomputeConfig, TrainingConfig)
 from llmperf_hook.graph.param_tensors import tensors_per_layer
 from llmperf_hook.graph.params import layer_params
-from llmperf_hook.graph.step_ops import zero3_gather_modules, zero3_layer_comm
+from llmperf_hook.graph.zero_layer_ops import zero3_gather_modules, zero3_layer_comm
 from llmperf_hook.graph.zero3_legacy import (COPY_S_PER_RANK, GATHER_EXTRA_BYTES_PER_ELEM, GATHER_LOOP_S_PER_RANK,
                                              REDUCE_LOOP_S_PER_RANK)
 

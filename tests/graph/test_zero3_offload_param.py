@@ -1,5 +1,5 @@
 """DeepSpeed ZeRO-3 offload_param: each fetch copies the rank's partition host-to-device before its all-gather, on the
-all-gather stream (graph/step_ops.offload_param_copy_ops), priced over the GPU's host link (HardwareSpec
+all-gather stream (graph/zero_layer_ops.offload_param_copy_ops), priced over the GPU's host link (HardwareSpec
 host_link_bytes_per_s, predict/roofline.host_copy_s).
 
 The job: Llama-2-13B's shape, bf16, ZeRO-3 on one 8-GPU node (or one GPU), micro-batch 1, seq 4096.
@@ -15,7 +15,7 @@ from llmperf_hook.api import predict_config
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig, TrainingConfig)
 from llmperf_hook.graph.params import layer_params
-from llmperf_hook.graph.step_ops import zero3_gather_modules, zero3_layer_comm
+from llmperf_hook.graph.zero_layer_ops import zero3_gather_modules, zero3_layer_comm
 from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.predict.roofline import HOST_LINK_EFFICIENCY, compute_time_s
 

@@ -1,4 +1,4 @@
-"""ZeRO++ and related ds_config keys as graph ops (graph/step_ops.py): hpZ groups, qwZ / qgZ bytes, the gradient
+"""ZeRO++ and related ds_config keys as graph ops (graph/step_ops.py, graph/zero_layer_ops.py): hpZ groups, qwZ / qgZ bytes, the gradient
 reduction dtype, partial optimizer offload, BF16_Optimizer's all-reduce, DeepSpeed activation checkpointing.
 
 The small job: 4 layers, h = 1024, dense, DeepSpeed ZeRO-3 bf16 over 16 ranks on two 8-GPU nodes (tp = pp = 1).
@@ -16,8 +16,8 @@ from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, Op
 from llmperf_hook.hardware.load import load_hardware
 from llmperf_hook.predict.roofline import HOST_LINK_EFFICIENCY, compute_time_s
 from llmperf_hook.graph.params import layer_params
-from llmperf_hook.graph.step_ops import (QGZ_BYTES_PER_ELEM, QWZ_BYTES_PER_ELEM, build_step_ops, ds_checkpoint_ops,
-                                         offloaded_optimizer_share, zero3_layer_comm)
+from llmperf_hook.graph.step_ops import build_step_ops, offloaded_optimizer_share
+from llmperf_hook.graph.zero_layer_ops import QGZ_BYTES_PER_ELEM, QWZ_BYTES_PER_ELEM, ds_checkpoint_ops, zero3_layer_comm
 
 H = 1024
 LAYER = 12 * H * H + 13 * H

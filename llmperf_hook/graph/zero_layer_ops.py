@@ -1,0 +1,218 @@
+"""DeepSpeed ZeRO-2/3 ops of one transformer layer, per micro-batch: parameter fetches, gradient reduction, host copies.
+
+Semantics followed (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_param_coordinator.py):
+- ZeRO-2 reduce-scatters (or, since v0.12.4, all-reduces) each layer's gradients in every micro-step's backward,
+  overlapped when overlap_comm; ZeRO-3 also all-gathers each layer's parameters before its forward and again
+  before its backward (prefetched, overlapped with compute) and before a recomputed forward.
+- ZeRO++ (Wang et al. 2023, arXiv:2306.10209) at stage 3: hpZ, qwZ and qgZ; the gradient reduction in
+  communication_data_type.
+- offload_param: the rank's partition is copied from the host before each fetch; Megatron-DeepSpeed's
+  deepspeed.checkpointing adds its own TP all-gather and host copies to a recomputed layer.
+- DeepSpeed ZeRO-3 before v0.5.5 / v0.6.0: per-tensor list collectives (graph/zero3_legacy.py).
+The once-per-step ops (gradient sync outside the layers, optimizer step) are graph/step_ops.py's.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph import params as pc
+from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
+from llmperf_hook.graph.op import Collective, Op, Phase
+from llmperf_hook.graph.placement import place_group
+from llmperf_hook.graph.step_ops import comm_op, dp_groups, grad_comm_bytes, param_bytes
+from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops
+
+
+def zero3_gather_modules(cfg: TrainingConfig, layer_params: int) -> tuple[int, ...]:
+    """Parameters of the modules ZeRO-3 fetches one by one in a layer (QKV, projection, MLP up, MLP down).
+
+    DeepSpeed fetches a module's parameters in its pre-forward / pre-backward hook
+    (deepspeed/runtime/zero/parameter_offload.py, partitioned_param_coordinator.fetch_sub_module); norms and
+    small biases stay resident (stage3_param_persistence_threshold, 1e5 elements by default), so a dense layer
+    makes four gathers. An MoE layer's MLP part (router + local experts) is split up/down the same way."""
+    m, t = cfg.model, cfg.parallel.tp
+    qkv = m.hidden_size * (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t
+    proj = m.num_attention_heads * m.kv_channels * m.hidden_size // t
+    rest = max(0, layer_params - qkv - proj - 2 * pc.norm_params(cfg))
+    up_share = 2.0 / 3.0 if m.swiglu else 0.5  # up = ffn (x2 with SwiGLU) x h, down = ffn x h
+    up = int(rest * up_share)
+    return tuple(n for n in (qkv, proj, up, rest - up) if n > 0)
+
+
+def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
+                     recomputed: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """Per-layer, per-micro-batch ZeRO-2/3 comm: (gathers before forward, gathers in backward, grad reduce).
+
+    ZeRO-3 releases a module's gathered parameters after its forward and fetches them again before its
+    backward, and again before a recomputed forward (full recompute: three fetches per micro-batch). With
+    prefetching (stage3_prefetch_bucket_size > 0, the default) the fetches run ahead on a side stream and
+    hide behind compute (one op per fetch phase, tagged overlap). With stage3_prefetch_bucket_size 0 each
+    module's fetch starts when the module is reached and the module waits for it: one exposed all-gather per
+    module (zero3_gather_modules), in execution order. ZeRO++ changes groups and bytes (zero3_fetch_ops,
+    zero_grad_reduce_ops). A recomputed layer also carries DeepSpeed activation checkpointing's traffic
+    (ds_checkpoint_ops)."""
+    ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
+    fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
+    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size)
+    return copy_fwd + fwd + ckpt_fwd, copy_bwd * (2 if recomputed else 1) + bwd + ckpt_bwd, reduce
+
+
+HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
+"""The GPU <-> host link as the 'group' of a host copy that runs on the all-gather stream: the composer hides such
+an op behind compute where it is tagged overlap, as it hides the gathers, or charges it as exposed ZeRO time."""
+
+
+def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward) host-to-device copies of a layer's parameter partition under ZeRO-3 offload_param.
+
+    The rank's partition (param.ds_tensor, 1/d of each parameter in its 16-bit dtype) lives in host memory
+    (partition_parameters.py _partition_param: ds_tensor on the offload device, pinned with pin_memory), so every
+    fetch copies it to the GPU before gathering it, on the all-gather stream (partitioned_param_coordinator.py
+    __all_gather_params_: `with get_accelerator().stream(self.__allgather_stream)`). With several ranks the copy is
+    all_gather_coalesced -> _all_gather_dtype's `param_ds_tensor.to(current_device_name())`, a blocking copy: the
+    Python thread that issues the compute kernels waits for it (and for the gathers queued before it on that
+    stream), so prefetching does not hide it: one exposed copy per fetch, per module without prefetching. One rank:
+    _no_gather_coalesced copies with non_blocking=True, which a prefetch (stage3_prefetch_bucket_size > 0) runs
+    behind compute like a gather. Fetched before the forward and the backward (and a recompute), as the gathers."""
+    o = cfg.optimizer
+    if o.zero_stage < 3 or o.offload_param == "none" or layer_params <= 0:
+        return (), ()
+    per_rank = param_bytes(cfg) / max(1, d)
+    hidden = {"overlap": "param_gather"} if d <= 1 and o.stage3_prefetch_bucket_size_elems != 0 else {}
+    sizes = (layer_params,) if o.stage3_prefetch_bucket_size_elems != 0 else zero3_gather_modules(cfg, layer_params)
+
+    def phase_ops(phase: Phase) -> tuple[Op, ...]:
+        return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
+                        bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK, tags=dict(hidden)) for n in sizes)
+    return phase_ops("fwd"), phase_ops("bwd")
+
+
+def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
+                     recomputed: bool) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    dense, _ = dp_groups(cfg, gpus_per_node)
+    if cfg.optimizer.zero_stage < 2 or dense.group_size == 1:
+        return (), (), ()
+    reduce = zero_grad_reduce_ops(cfg, layer_params, dense)
+    if cfg.optimizer.zero_stage < 3:
+        return (), (), reduce
+    secondary = hpz_group(cfg, dense, gpus_per_node)
+    m = max(1, cfg.batch.num_microbatches)
+    # hpZ: the secondary copy exists from the first release after a forward until the optimizer step
+    # (stage3.py _post_step -> invalidate_secondary_tensor), so micro-batch 1's forward gathers over the whole
+    # DP group and every later fetch (later forwards, all backwards and recomputes) inside the hpZ group
+    # (partition_parameters.py all_gather_coalesced: `ds_process_group = self.zero_param_process_group`).
+    if secondary is None or m == 1:
+        fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0)
+    else:
+        fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0 / m) + \
+            zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
+    bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", 1.0)
+    return fwd, bwd * (2 if recomputed else 1), reduce
+
+
+def ds_checkpoint_ops(cfg: TrainingConfig, gpus_per_node: int, recomputed: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward) ops of one recomputed layer under Megatron-DeepSpeed's deepspeed.checkpointing
+    (activation_checkpointing/checkpointing.py CheckpointFunction): --partition-activations stores 1/TP of the
+    checkpointed input (partition_activations) and all-gathers it over TP before the recompute (get_full_inputs);
+    --checkpoint-in-cpu copies the stored checkpoint to the host in forward and back in backward. One checkpoint
+    per --checkpoint-num-layers layers (uniform), so a layer carries that share of it."""
+    r, p, m = cfg.recompute, cfg.parallel, cfg.model
+    if not recomputed or not (r.partition_activations or r.checkpoint_in_cpu):
+        return (), ()
+    share = 1.0 if r.method == "block" else 1.0 / max(1, r.num_layers or 1)
+    full = ACT_BYTES[cfg.precision] * m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size * share
+    full /= p.tp if p.sequence_parallel else 1
+    split = p.tp if r.partition_activations else 1
+    fwd: tuple[Op, ...] = ()
+    bwd: tuple[Op, ...] = ()
+    if r.checkpoint_in_cpu:
+        fwd, bwd = (_host_copy(full / split, "fwd", "d2h"),), (_host_copy(full / split, "bwd", "h2d"),)
+    if split > 1:
+        bwd += (Op("ds_checkpoint.allgather", "allgather", "bwd", {"bytes": int(full)}, dtype=cfg.precision,
+                   collective=place_group("tp", p.tp, p, gpus_per_node)),)
+    return fwd, bwd
+
+
+def _host_copy(nbytes: float, phase: Phase, direction: str) -> Op:
+    """A checkpoint copy between GPU and host memory, on the compute stream (the recompute waits for it); priced
+    over the GPU's host link (predict/roofline.py host_copy_s)."""
+    return Op(f"ds_checkpoint.{direction}_copy", "host_copy", phase, {"bytes": int(nbytes)}, flops=0.0,
+              bytes_moved=0.0, dtype="bf16")
+
+
+QWZ_BYTES_PER_ELEM = 1.0 + 4.0 / 4096
+"""qwZ gathers int8 weights plus one fp32 scale per quantization block (partition_parameters.py CUDAQuantizer:
+blocks of 4k-8k elements, 'the optimal size is 4k'; _all_gather_coalesced gathers the int8 tensor and the scales;
+ZeRO++ paper Sec. 3.1, block-based quantization): 1 + 4/4096 B per element instead of 2."""
+QWZ_KERNEL_BYTES_PER_ELEM = 3.0
+"""Dequantizing a gathered module on the compute stream: read int8 (1 B), write the 16-bit weight (2 B)."""
+QGZ_BYTES_PER_ELEM = 0.5 + 4.0 / 4096
+"""qgZ sends int4 gradients plus one fp32 scale per group (coalesced_collectives.py all_to_all_quant_reduce:
+swizzle_quant(tensor, max(rows, cols, world) groups, 4 bits), ~h elements a group)."""
+
+
+def hpz_group(cfg: TrainingConfig, dense: Collective, gpus_per_node: int) -> Collective | None:
+    """The hpZ secondary-partition group: min(k, DP) consecutive ranks (deepspeed/utils/groups.py
+    _create_zero_param_parallel_group), so k = GPUs per node keeps it inside a node; None when hpZ is off."""
+    k = min(cfg.optimizer.zero_hpz_partition_size, dense.group_size)
+    if cfg.optimizer.zero_stage < 3 or k <= 1 or k >= dense.group_size:
+        return None
+    per_node = max(1, min(k, dense.ranks_per_node))
+    sharing = max(1, gpus_per_node // per_node) if per_node < k else 1
+    return Collective(group="hpz", group_size=k, ranks_per_node=per_node, groups_sharing_node=sharing)
+
+
+def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, phase: Phase, share: float) -> tuple[Op, ...]:
+    """One phase's parameter fetches of a layer over `coll` (`share` of the micro-batches take this path): one
+    prefetched all-gather tagged overlap, or one exposed all-gather per module without prefetching; with qwZ
+    (quantize=zero_quantized_weights for every fetch, partitioned_param_coordinator.py __all_gather_params) the
+    bytes are int8 + scales and each gathered module is dequantized on the compute stream."""
+    o = cfg.optimizer
+    per_elem = QWZ_BYTES_PER_ELEM if o.zero_quantized_weights else param_bytes(cfg)
+    dtype = "int8" if o.zero_quantized_weights else cfg.precision
+    modules = zero3_gather_modules(cfg, layer_params)
+    if o.stage3_prefetch_bucket_size_elems == 0:
+        ops = tuple(Op("zero3.param_fetch", "allgather", "fwd", {"bytes": int(n * per_elem * share)}, dtype=dtype,
+                       collective=coll) for n in modules)
+    else:
+        ops = (Op("zero3.param_allgather", "allgather", phase, {"bytes": int(layer_params * per_elem * share)},
+                  dtype=dtype, collective=coll, tags={"overlap": "param_gather"}),)
+    ops += list_gather_overhead_ops(cfg, modules, coll, share)
+    if not o.zero_quantized_weights:
+        return ops
+    elems = int(layer_params * share)
+    return ops + (Op("zeropp.qwz_dequantize", "quantize", phase, {"elements": elems}, flops=0.0,
+                     bytes_moved=float(elems * QWZ_KERNEL_BYTES_PER_ELEM), dtype=cfg.precision),)
+
+
+def zero_grad_reduce_ops(cfg: TrainingConfig, layer_params: int, dense: Collective) -> tuple[Op, ...]:
+    """A layer's gradient reduction in backward: a reduce-scatter over the DP group in the communication dtype,
+    or, with qgZ at stage 3 across nodes, stage3.py __avg_scatter_grads -> all_to_all_quant_reduce (ZeRO++ Sec.
+    3.3): int4 all-to-all among the node's r GPUs, a quantized reduction to 1/r of the gradient, an int4
+    all-to-all among the n nodes, dequantize. Tensors not divisible by 2 x world and 1-D ones fall back to the
+    reduce-scatter there; they are a small share of a layer and priced as quantized."""
+    o = cfg.optimizer
+    overlap = {"overlap": "grad_reduce"} if o.overlap_grad_reduce else {}
+    if o.zero_stage == 3 and o.zero3_per_tensor_grad_reduce and not o.zero_quantized_gradients:
+        modules = zero3_gather_modules(cfg, layer_params)
+        # That code reduce-scattered param.grad itself, in the parameters' dtype (communication_data_type came later).
+        return per_tensor_reduce_ops(cfg, modules, layer_params, dense, param_bytes(cfg), overlap)
+    if o.zero_grad_allreduce:  # ZeRO-2, DeepSpeed >= 0.12.4: allreduce_and_scatter of each bucket
+        return (comm_op("zero.grad_allreduce", "allreduce", "bwd", layer_params * grad_comm_bytes(cfg), dense,
+                      cfg, overlap.get("overlap")),)
+    if not (o.zero_stage == 3 and o.zero_quantized_gradients and dense.num_nodes > 1):
+        return (comm_op("zero.grad_reduce_scatter", "reducescatter", "bwd", layer_params * grad_comm_bytes(cfg), dense,
+                      cfg, overlap.get("overlap")),)
+    r, nodes = dense.ranks_per_node, dense.num_nodes
+    intra = Collective(group="qgz_intra", group_size=r, ranks_per_node=r)
+    inter = Collective(group="qgz_inter", group_size=nodes, ranks_per_node=1, groups_sharing_node=r)
+    # Kernel passes per element of the layer's gradient: swizzle_quant reads 16-bit, writes int4 (2.5); the
+    # quantized reduction reads the r int4 slices and writes 1/r of them (0.5 + 0.5/r); dequantize reads 1/r int4
+    # and writes 1/r 16-bit (2.5/r): 3 + 3/r bytes.
+    kernel_bytes = layer_params * (3.0 + 3.0 / r)
+    return (Op("zeropp.qgz_intra_alltoall", "alltoall", "bwd", {"bytes": int(layer_params * QGZ_BYTES_PER_ELEM)},
+               dtype="int4", collective=intra, tags=overlap),
+            Op("zeropp.qgz_inter_alltoall", "alltoall", "bwd", {"bytes": int(layer_params / r * QGZ_BYTES_PER_ELEM)},
+               dtype="int4", collective=inter, tags=overlap),
+            Op("zeropp.qgz_quantize", "quantize", "bwd", {"elements": layer_params}, flops=0.0,
+               bytes_moved=float(kernel_bytes), dtype=cfg.precision))
