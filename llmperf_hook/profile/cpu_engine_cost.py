@@ -34,7 +34,8 @@ import select
 import statistics
 import subprocess
 import sys
-from typing import Mapping, Sequence
+import time
+from typing import Mapping, NoReturn, Sequence
 
 from llmperf_hook.profile.cpu_framework import (REPS, Shape, VOCAB, _gpt, _median_s, fit_nonnegative,
                                                 fwd_bwd_fn)
@@ -67,30 +68,56 @@ def _answer(data: object) -> None:
 
 
 class Reader:
-    """A persistent child running `code`: it answers MARK + JSON once started ("ready") and once per "go"."""
+    """A persistent child running `code`: it answers MARK + JSON once started ("ready") and once per "go".
+
+    Its stdout is read without ever blocking: select() on the pipe, then one os.read() of whatever is there into
+    our own buffer, split at newlines, all under one deadline per answer. A buffered readline() after select()
+    blocked for good when the child wrote part of a line and stalled (select says readable, readline waits for the
+    newline), and waited the whole timeout when a log line and the answer arrived in one read (the answer sat in
+    the file object's buffer, where select() cannot see it)."""
 
     def __init__(self, code: str, threads: int) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=_child_env(threads))
+                                     stderr=subprocess.DEVNULL, env=_child_env(threads))
+        self._buffer = b""
 
     def started(self) -> None:
         self.receive(START_TIMEOUT_S)
 
     def send(self) -> None:
         try:
-            self.proc.stdin.write("go\n")
+            self.proc.stdin.write(b"go\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ChildFailed(str(exc)) from exc
 
     def receive(self, timeout_s: float = READING_TIMEOUT_S) -> object:
+        """The child's next answer; ChildFailed when it exits first or gives none within `timeout_s` seconds
+        (however much else it prints meanwhile). A failed child is killed: it may be stuck mid-line."""
+        deadline = time.monotonic() + timeout_s
         while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-            line = self.proc.stdout.readline() if ready else None
-            if not line:
-                raise ChildFailed("no answer" if line is None else f"exited {self.proc.poll()}")
-            if line.startswith(MARK):
+            line = self._next_line(deadline, timeout_s)
+            if line.startswith(MARK.encode()):
                 return json.loads(line[len(MARK):])
+
+    def _next_line(self, deadline: float, timeout_s: float) -> bytes:
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready = select.select([self.proc.stdout], [], [], left)[0] if left > 0 else []
+            if not ready:
+                self._fail(f"no answer within {timeout_s:g} s")
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                self._fail(f"closed its output without an answer (exit status {self.proc.poll()})")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _fail(self, why: str) -> NoReturn:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        raise ChildFailed(why)
 
     def close(self) -> None:
         try:
