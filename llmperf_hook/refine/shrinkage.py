@@ -45,8 +45,9 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
 - With >= 2 configurations in the store, sd_config is pooled with their measured spread (scaled-inverse-chi^2
   posterior point estimate, the prior worth PRIOR_DOF).
-- sd_run: SD_RUN_PRIOR (the spread between quiet 24-step runs of the same configuration on this machine),
-  pooled with the spread between runs of the same configuration in the store.
+- sd_run: SD_RUN_PRIOR (5 %: how far one run's median step lies from its configuration's, measured between
+  quiet 24-step runs of the same configuration on the 2-core CPU testbed machine), pooled with the spread
+  between runs of the same configuration in the store.
 """
 
 from __future__ import annotations
@@ -66,14 +67,20 @@ SD_CONFIG_NO_PROFILE = 0.15
 """sd_config when the hardware has no fitted profile (roofline only). Source: docs/model.md, the H100 / H200
 roofline-only step MAPE 14.7 / 13.2 % on eight runs each (as a log standard deviation, ~0.15)."""
 SD_RUN_PRIOR = 0.05
-"""Prior run-to-run standard deviation of one configuration's log step time (a run's median step over its 24
-timed steps). Source, this 2-core machine on 2026-11-26: the quiet measurement passes of the seven testbed
-benchmark runs with 24 timed steps (bench_cpu_testbed.py --rescore prints it from their logs: 60 pairs of
-quiet runs of the same configuration minutes apart, sd of one run sqrt(mean d^2 / 2) = 0.051; per run
-0.019-0.090) and, from the same logs, the quiet calibration runs against their configuration's two passes
-(14 differences, 0.061); before session 10 it rested on --drift-check's step CPU times (8 timed steps, load
-1-5: 0.049-0.056), which agree. On a quiet GPU node runs repeat closer; the prior then only makes the
-calibration cautious."""
+"""Prior run-to-run standard deviation of one configuration's log step time: launched twice, unchanged, on the
+same machine, two runs' measured step times (each run's median over its 24 timed steps) differ by about 5 % x
+sqrt(2) in log; a single run sits about 5 % (0.05 in log) from that configuration's typical step time.
+
+Where the 5 % was measured: this project's 2-core CPU machine on 2026-11-26, by benchmarks/bench_cpu_testbed.py
+(the twelve DeepSpeed configurations of examples/cpu-testbed/train_gpt.py, ZeRO 0-3, 1-2 ranks, fp32/bf16, one
+thread per rank), which measures every configuration in two passes minutes apart. Over the seven benchmark
+outputs with 24 timed steps per run, the 60 (output, configuration) pairs whose two passes were both quiet (not
+flagged CONTENDED) give 60 log differences d; a difference of two runs has variance 2 sd^2, so
+sd = sqrt(mean(d^2) / 2) = 0.051 (each output alone: 0.019 to 0.090). `bench_cpu_testbed.py --rescore LOGS`
+recomputes it from such outputs (logged_run_spread). Two cross-checks from the same machine agree: the quiet calibration runs against the median of their configuration's two passes (14
+differences, 0.061), and --drift-check's step CPU times (8 timed steps, load 1-5: 0.049-0.056). On a quiet GPU
+node runs repeat closer; this prior then only makes the calibration cautious, and the store's own repeats of a
+configuration take over (estimate_variances pools them, the prior worth PRIOR_DOF)."""
 PRIOR_DOF = 1.0
 """Degrees of freedom the prior variances are worth against the store's data (one pseudo-observation)."""
 HALF_NORMAL = math.sqrt(math.pi / 2)
