@@ -10,7 +10,9 @@ the fitted alpha-beta stays in charge outside the sampled sizes. Layouts not sam
 layout of the same tier (inside a node / across nodes) with their own n in factor(n). Reduce-scatter and
 all-to-all, when not sampled, reuse the all-gather fit of the layout (same per-rank ring traffic).
 
-Stored as JSON with a checksum; numpy only (predict path).
+Stored as JSON with a checksum; numpy only (predict path). Read as op profiles are (profile_io.py): a folder
+holding a pickle is refused (pickle_scan.py: fitted models are data, shared between clusters), and so is a file
+whose checksum, format or any field is off; never a silently wrong number.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,6 +30,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.profile.pickle_scan import find_pickle
 
 COMM_FORMAT = "llmperf-comm-model"
 COMM_FORMAT_VERSION = 1
@@ -99,9 +103,13 @@ def _checksum(body: dict) -> str:
 
 
 def write_comm_model(directory: Path, model: CommModel) -> Path:
+    """Written beside and renamed over (one rename): a reader, or a fit interrupted half way, never leaves or sees
+    half a file in place of the previous model."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / COMM_FILE
-    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    tmp = directory / f".{COMM_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
     return path
 
 
@@ -117,7 +125,10 @@ def _layout(raw: dict) -> LayoutFit:
     ok = (fit.collective in SOURCE_OF and fit.nodes >= 1 and fit.gpus_per_node >= 1 and fit.alpha_s >= 0
           and math.isfinite(fit.alpha_s) and fit.busbw_bytes_per_s > 0 and math.isfinite(fit.busbw_bytes_per_s)
           and len(fit.residual_knots_log2_bytes) == len(fit.residual_log)
-          and all(math.isfinite(v) and abs(v) < 5 for v in fit.residual_log))
+          and all(math.isfinite(v) and abs(v) < 5 for v in fit.residual_log)
+                # np.interp needs finite knots in increasing order (comm_fit writes bin medians, sorted)
+          and all(math.isfinite(k) for k in fit.residual_knots_log2_bytes)
+          and all(a <= b for a, b in zip(fit.residual_knots_log2_bytes, fit.residual_knots_log2_bytes[1:])))
     if not ok:
         raise ValueError(f"layout entry out of range: {raw}")
     return fit
@@ -125,6 +136,13 @@ def _layout(raw: dict) -> LayoutFit:
 
 def read_comm_model(directory: Path) -> CommModel:
     path = directory / COMM_FILE
+    planted = find_pickle(directory)
+    if planted is not None:
+        found, kind = planted
+        raise _bad(path, f"its folder holds {found.relative_to(directory)}, a Python pickle ({kind}). A communication "
+                         f"model is data only ({COMM_FILE}) and llmperf never loads a pickle, which can run any code "
+                         f"when loaded; one beside the model means the folder was not written by llmperf or was "
+                         f"tampered with. Remove {found.name} if you trust the rest of the folder")
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as err:
