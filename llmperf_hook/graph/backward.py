@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from llmperf_hook.graph.layer_ops import UNORDERED_LAUNCH
 from llmperf_hook.graph.op import Op
+from llmperf_hook.hardware.spec import HardwareSpec
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
 BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "bias_dropout_add": 0.8,
@@ -87,20 +88,14 @@ NCCL_DEBUG=INFO log. B200 / GB200 are priced with 24 too, which the same search 
 at 90 GB/s per channel (sm100SpeedArrayIntra) against 18 x 40.1 GB/s (SM100_NVLINK_BW): 8 channels, doubled twice: 32
 (not measured here)."""
 
-STREAMING_MULTIPROCESSORS = {"a100-sxm4": 108, "h100-sxm5": 132, "h200-sxm": 132, "gh200": 132, "b200": 148,
-                             "gb200": 148}
-"""SMs per GPU of the NVSwitch parts (NVIDIA A100 / H100 whitepapers: 108 and 132 SMs; H200 and GH200 carry the
-H100 die; B200 148). PCIe boards and AMD parts are left out (no NVSwitch ring of 24 channels): no contention priced."""
-
-
-def nccl_sm_share(gpu_name: str) -> float:
-    """Share of the GPU's SMs an in-node NCCL collective holds while a GEMM runs beside it (0 where unknown): the
-    GEMM's thread blocks get the other SMs, so for as long as the two overlap the GEMM runs at 1 - share of its
-    speed (schedule/compose.py gemm_window_exposed_s)."""
-    for prefix, sms in STREAMING_MULTIPROCESSORS.items():
-        if gpu_name.startswith(prefix):
-            return NCCL_NVSWITCH_RING_CTAS / sms
-    return 0.0
+def nccl_sm_share(gpu: HardwareSpec) -> float:
+    """Share of the GPU's SMs an in-node NCCL collective holds while a GEMM runs beside it: the GEMM's thread blocks
+    get the other SMs, so for as long as the two overlap the GEMM runs at 1 - share of its speed (schedule/compose.py
+    gemm_window_exposed_s). NCCL_NVSWITCH_RING_CTAS over the GPU's SMs (HardwareSpec.streaming_multiprocessors, stated
+    in the hardware YAML for NVSwitch parts: A100 108, H100 / H200 / GH200 132, B200 / GB200 148); 0 where the preset
+    does not state them (PCIe boards, AMD parts: no ring of 24 channels, no contention priced)."""
+    sms = gpu.streaming_multiprocessors
+    return NCCL_NVSWITCH_RING_CTAS / sms if sms > 0 else 0.0
 
 
 SP_REGATHER_SUFFIX = ".bwd_regather"

@@ -202,7 +202,7 @@ def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
     gpus_per_node = ranks_per_node(cfg, cluster)
-    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu.name))
+    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates

@@ -6,7 +6,8 @@ Lookup of a NAME_OR_PATH, first match wins: an existing file path; `$LLMPERF_HOM
 Hardware keys (HARDWARE_KEYS): name, peak_TFLOPs {dtype: TFLOP/s dense}, memory_bandwidth_GBps,
 memory_capacity_GiB (or memory_capacity_GB, 1e9 bytes); optional gemm_efficiency, gemm_ramp_us,
 attention_efficiency, memory_efficiency, kernel_launch_us, host_link_GBps (GPU <-> host link per direction, default
-PCIe Gen4 x16: 31.5), compute_capability (CUDA sm major.minor, 0 = unknown), description, sources.
+PCIe Gen4 x16: 31.5), compute_capability (CUDA sm major.minor, 0 = unknown), streaming_multiprocessors (SMs per
+GPU of an NVSwitch part, 0 / absent = not stated), description, sources.
 
 Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
 gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
@@ -36,7 +37,8 @@ from llmperf_hook.resources import configs_dir, llmperf_home
 HARDWARE_REQUIRED = ("name", "peak_TFLOPs", "memory_bandwidth_GBps")
 HARDWARE_OPTIONAL = (
     "memory_capacity_GiB", "memory_capacity_GB", "gemm_efficiency", "gemm_ramp_us", "attention_efficiency",
-    "memory_efficiency", "kernel_launch_us", "host_link_GBps", "compute_capability", "description", "sources",
+    "memory_efficiency", "kernel_launch_us", "host_link_GBps", "compute_capability", "streaming_multiprocessors",
+    "description", "sources",
 )
 HARDWARE_KEYS = HARDWARE_REQUIRED + HARDWARE_OPTIONAL
 CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
@@ -161,7 +163,19 @@ def parse_hardware(raw: Mapping[str, Any], where: str) -> HardwareSpec:
         attention_efficiency=_number(raw, "attention_efficiency", where, 0.6),
         host_link_bytes_per_s=_number(raw, "host_link_GBps", where, 31.5) * 1e9,
         compute_capability=_number(raw, "compute_capability", where) if "compute_capability" in raw else 0.0,
+        streaming_multiprocessors=_count(raw, "streaming_multiprocessors", where),
     )
+
+
+def _count(raw: Mapping[str, Any], key: str, where: str) -> int:
+    """A positive whole number, or 0 where the key is absent."""
+    if key not in raw:
+        return 0
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{where}: {key} must be a positive whole number, found {value!r}. "
+                         "Fix the value or remove the key.")
+    return value
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:

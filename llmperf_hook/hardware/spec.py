@@ -36,6 +36,10 @@ class HardwareSpec:
     """GPU <-> host link, per direction, as specified (the YAML's host_link_GBps, cited per preset): PCIe Gen4 x16
     31.5 GB/s (16 GT/s x 16 lanes x 128/130 / 8), Gen5 x16 63 GB/s, NVLink-C2C 450 GB/s (Grace Hopper / Grace
     Blackwell). Offload copies reach predict/roofline.py HOST_LINK_EFFICIENCY of it. Default: PCIe Gen4 x16."""
+    streaming_multiprocessors: int = 0
+    """SMs of the GPU (the YAML's streaming_multiprocessors, from the vendor's whitepaper), stated for the parts that
+    sit on an NVSwitch fabric: an in-node NCCL ring there holds 24 of them (graph/backward.nccl_sm_share), which a
+    GEMM running beside a collective loses. 0 = not stated (PCIe boards, AMD parts, CPUs): no contention priced."""
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak for `dtype`; fp8 falls back to bf16 and bf16 to fp16 where a GPU lacks them."""

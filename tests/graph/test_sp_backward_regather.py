@@ -74,9 +74,16 @@ def test_lm_head_input_is_regathered_too() -> None:
 
 
 def test_sm_share_is_nccls_24_ring_blocks_of_the_gpus_sms() -> None:
-    assert nccl_sm_share("a100-sxm4-80gb") == pytest.approx(24 / 108)
-    assert nccl_sm_share("h100-sxm5-80gb") == pytest.approx(24 / 132)
-    assert nccl_sm_share("a100-pcie-80gb") == 0.0 and nccl_sm_share("mi300x-192gb") == 0.0
+    from dataclasses import replace
+
+    from llmperf_hook.hardware.load import load_hardware
+
+    assert nccl_sm_share(load_hardware("a100-sxm4-80gb")) == pytest.approx(24 / 108)
+    assert nccl_sm_share(load_hardware("h100-sxm5-80gb")) == pytest.approx(24 / 132)
+    assert nccl_sm_share(load_hardware("gb200-186gb")) == pytest.approx(24 / 148)
+    assert nccl_sm_share(load_hardware("a100-pcie-80gb")) == 0.0 and nccl_sm_share(load_hardware("mi300x-192gb")) == 0.0
+    # The share follows the YAML's SM count, not the GPU's name.
+    assert nccl_sm_share(replace(load_hardware("a100-pcie-80gb"), streaming_multiprocessors=96)) == pytest.approx(0.25)
     _, bwd = _layer(sequence_parallel=True, cluster="dgx-a100")
     regather = next(op for op in bwd if op.name.endswith(SP_REGATHER_SUFFIX))
     assert float(regather.tags["sm_share"]) == pytest.approx(24 / 108, abs=1e-4)

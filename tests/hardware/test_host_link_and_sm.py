@@ -1,5 +1,6 @@
-"""HardwareSpec.host_link_bytes_per_s (YAML host_link_GBps) and compute_capability: every shipped NVIDIA preset states
-both, with the link its host interface has; a bad value is a one-paragraph UsageError."""
+"""HardwareSpec.host_link_bytes_per_s (YAML host_link_GBps), compute_capability and streaming_multiprocessors: every
+shipped NVIDIA preset states the first two, with the link its host interface has, and its NVSwitch parts their SMs; a
+bad value is a one-paragraph UsageError."""
 
 from __future__ import annotations
 
@@ -33,3 +34,22 @@ def test_defaults_and_bad_values() -> None:
     assert spec.host_link_bytes_per_s == 31.5e9 and spec.compute_capability == 0.0
     with pytest.raises(UsageError, match="host_link_GBps must be a positive number"):
         parse_hardware({**raw, "host_link_GBps": 0}, "x.yaml")
+
+
+SMS = {"a100-sxm4-40gb": 108, "a100-sxm4-80gb": 108, "h100-sxm5-80gb": 132, "h200-sxm-141gb": 132, "gh200-96gb": 132,
+       "b200-180gb": 148, "gb200-186gb": 148}
+"""Streaming multiprocessors of the NVSwitch parts (NVIDIA's A100 / H100 whitepapers, Blackwell technical brief)."""
+
+
+def test_nvswitch_parts_state_their_sms_and_the_others_leave_them_out() -> None:
+    for p in (configs_dir() / "hardware").glob("*.yaml"):
+        assert load_hardware(p.stem).streaming_multiprocessors == SMS.get(p.stem, 0), p.stem
+
+
+def test_streaming_multiprocessors_must_be_a_positive_whole_number() -> None:
+    raw = {"name": "x", "peak_TFLOPs": {"bf16": 100}, "memory_bandwidth_GBps": 1000, "memory_capacity_GiB": 16}
+    assert parse_hardware(raw, "x.yaml").streaming_multiprocessors == 0
+    assert parse_hardware({**raw, "streaming_multiprocessors": 80}, "x.yaml").streaming_multiprocessors == 80
+    for bad in (0, 80.5, "80", True):
+        with pytest.raises(UsageError, match="streaming_multiprocessors must be a positive whole number"):
+            parse_hardware({**raw, "streaming_multiprocessors": bad}, "x.yaml")
