@@ -75,6 +75,20 @@ def build_child_env(env: Mapping[str, str], hook_dir: Path, run_dir: Path) -> di
     return child
 
 
+def _deepspeed_env_file(child_env: dict[str, str], hook_dir: Path, job_dir: Path) -> dict[str, str]:
+    """DS_ENV_FILE pointing at our copy of the `.deepspeed_env` files when one sets PYTHONPATH (deepspeed_env.py:
+    DeepSpeed's multi-node runners export that file's PYTHONPATH over ours), said once on stderr."""
+    from llmperf_hook.instrument.deepspeed_env import keep_hook_in_deepspeed_env, runner_env_files
+
+    added = keep_hook_in_deepspeed_env(child_env, hook_dir, job_dir, Path.cwd())
+    if added:
+        files = ", ".join(str(p) for p in runner_env_files(child_env, Path.cwd()))
+        print(f"llmperf: {files} sets PYTHONPATH, which DeepSpeed's multi-node runners export over the job's: they "
+              f"read {added['DS_ENV_FILE']} instead (DS_ENV_FILE), the same lines with the hook's folder first in "
+              f"PYTHONPATH; your file is unchanged.", file=sys.stderr)
+    return added
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
@@ -110,6 +124,8 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     try:
         session = _session_record(job_id, argv, steps, profile_ops, stop_after)
         hook_dir = _write_job_files(path, job_dir, job_id, steps, profile_ops, stop_after, prediction, session)
+        child_env = build_child_env(env, hook_dir, path)
+        child_env.update(_deepspeed_env_file(child_env, hook_dir, job_dir))
     except OSError as err:  # a full disk, a quota: before the launch, so the job is not started half-instrumented
         raise UsageError(f"cannot write the hook's files in the run directory {str(path)!r} (from "
                          f"{'--run-dir' if run_dir else 'the default ./llmperf-runs'}): {err.strerror or err}. Free "
@@ -118,7 +134,7 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
-    end = launch_and_wait(argv, build_child_env(env, hook_dir, path))
+    end = launch_and_wait(argv, child_env)
     try:  # the job has ended: nothing after this may change its exit code (which is ours)
         _record_end(path, job_dir, job_id, session, end, stop_after)
     except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
