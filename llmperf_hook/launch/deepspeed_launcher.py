@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.deepspeed_env import apply_rank_exports
-from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -28,7 +28,7 @@ _VALUED = {
     "--master-port": "master_port", "--master-addr": "master_addr", "--node-rank": "node_rank",
     "--launcher": "launcher", "--launcher-args": "launcher_args", "--enable-each-rank-log": "enable_each_rank_log",
     "--autotuning": "autotuning", "--bind-core-list": "bind_core_list", "--ssh-port": "ssh_port",
-    "--venv-script": "venv_script", "--log-level": "log_level", "--comment": "comment",
+    "--venv-script": "venv_script", "--log-level": "log_level",
 }
 _SWITCHES = ("--module", "--no-python", "--no-local-rank", "--no-ssh", "--no-ssh-check", "--force-multi",
              "--save-pid", "--elastic-training", "--bind-cores-to-rank", "--quiet", "-q")
@@ -36,6 +36,15 @@ DEEPSPEED_OPTIONS: dict[str, Option] = {
     **{k: Option(v) for k, v in _VALUED.items()},
     **{k: Option(k.lstrip("-").replace("-", "_"), takes_value=False) for k in _SWITCHES},
 }
+DEEPSPEED_GRAMMAR = Grammar(
+    {"-h": "0", "--help": "0", **{k if len(k) == 2 else k.replace("-", "_").replace("__", "--", 1): "1" for k in _VALUED},
+     **{k if len(k) == 2 else k.replace("-", "_").replace("__", "--", 1): "0" for k in _SWITCHES}},
+    "argparse", "deepspeed/launcher/runner.py, argparse")
+"""runner.py's parser (deepspeed 0.19.8 as installed, plus --min/--max_elastic_nodes and --elastic_training of
+the DeepSpeed sources' HEAD): every long option spelled with underscores only (`--num_gpus`; `--num-gpus` is
+'unrecognized arguments'), ArgumentParser() with allow_abbrev at its default (True), parse_args; so `--num_g 4` is
+--num_gpus, `--num 4` is ambiguous (--num_nodes, --num_gpus, --num_accelerators), and either of those refusals
+ends the launch with exit status 2."""
 _HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
 
@@ -138,7 +147,7 @@ def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
 
 
 def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
-    opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed")
+    opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
     values, flags = opts.values, opts.flags
     nodes, gpus = _counts(values)
     pool, src = _pool(values, flags, env, used)

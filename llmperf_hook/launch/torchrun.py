@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
+from llmperf_hook.launch.options import Grammar, Option, ScannedOptions, scan_options
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -20,9 +20,9 @@ _VALUED = (
     "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "--log-dir",
     "--redirects", "--tee", "--local-ranks-filter", "--node-rank", "--master-addr", "--master-port",
     "--local-addr", "--logs-specs", "--numa-binding", "--signals-to-handle", "--duplicate-stdout-filters",
-    "--duplicate-stderr-filters", "--rdzv-timeout",
+    "--duplicate-stderr-filters", "--rdzv-timeout", "--shutdown-timeout",
 )
-_SWITCHES = ("--standalone", "--module", "--no-python", "--run-path", "--use-env", "--virtual-local-rank")
+_SWITCHES = ("--standalone", "--module", "--no-python", "--run-path", "--virtual-local-rank")
 TORCHRUN_OPTIONS: dict[str, Option] = {
     **{name: Option(name[2:].replace("-", "_")) for name in _VALUED},
     **{name: Option(name[2:].replace("-", "_"), takes_value=False) for name in _SWITCHES},
@@ -30,6 +30,31 @@ TORCHRUN_OPTIONS: dict[str, Option] = {
     "-r": Option("redirects"),
     "-t": Option("tee"),
 }
+LAUNCH_OPTIONS: dict[str, Option] = {**TORCHRUN_OPTIONS, "--use-env": Option("use_env", takes_value=False)}
+"""The legacy torch.distributed.launch: run.py's parser plus --use-env/--use_env (launch.py parse_args)."""
+
+
+def _argparse_spellings(table: dict[str, Option]) -> dict[str, str]:
+    """Option string -> arity in run.py's parser, which defines every multi-word long option twice
+    (`--nproc-per-node`, `--nproc_per_node`); `-h/--help` is argparse's own."""
+    spellings = {"-h": "0", "--help": "0"}
+    for key, opt in table.items():
+        for spelling in (key, key[:2] + key[2:].replace("-", "_")):
+            spellings[spelling] = "1" if opt.takes_value else "0"
+    return spellings
+
+
+GRAMMARS = {
+    "torchrun": Grammar(_argparse_spellings(TORCHRUN_OPTIONS), "argparse", "torch/distributed/run.py, argparse"),
+    "torch.distributed.launch": Grammar(_argparse_spellings(LAUNCH_OPTIONS), "argparse",
+                                        "torch/distributed/launch.py, argparse"),
+}
+"""The parsers of torchrun (= `python -m torch.distributed.run`) and of the legacy launch, checked against torch
+2.13's run.get_args_parser() (tests/launch/test_launcher_parsers.py): ArgumentParser() with allow_abbrev at its
+default (True) and parse_args, so a unique prefix (`--nproc_per 8`, `--nnode=2`) is that option, while an ambiguous
+one (`--nproc`, `--rdzv`, `--master`) or an option run.py does not define (`--use_env` outside launch.py) ends the
+launch with exit status 2. --rdzv-timeout stays from the first tables (a superset: a name a release accepted is
+accepted)."""
 FT_LAUNCHER_OPTIONS: dict[str, Option] = {
     **TORCHRUN_OPTIONS, "--term-timeout": Option("term_timeout"), "--workers-stop-timeout": Option("workers_stop_timeout"),
     "--ft-ignore-missing-cfg": Option("ft_ignore_missing_cfg", takes_value=False),
@@ -92,7 +117,8 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
 def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str], launcher: str) -> LaunchSize:
     """Parse words[start:] as torchrun options + program; `launcher` is "torchrun" or "torch.distributed.launch"."""
     ft = launcher == "ft_launcher"
-    opts = scan_options(words, start, FT_LAUNCHER_OPTIONS if ft else TORCHRUN_OPTIONS, launcher)
+    table = FT_LAUNCHER_OPTIONS if ft else LAUNCH_OPTIONS if launcher == "torch.distributed.launch" else TORCHRUN_OPTIONS
+    opts = scan_options(words, start, table, launcher, GRAMMARS.get(launcher))  # ft_launcher: --ft-* options vary
     fault_tolerance = [w.split("=", 1)[0] for w in opts.unknown if ft and w.startswith(_FT_PREFIXES)]
     warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown if not w.startswith(_FT_PREFIXES) or not ft]
     if fault_tolerance:

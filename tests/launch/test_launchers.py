@@ -62,11 +62,15 @@ def test_overrides_win() -> None:
 
 
 def test_unknown_options_keep_their_values() -> None:
-    job = parse_launch(["torchrun", "--future-opt", "v", "--nproc-per-node", "2", "train.py", "--x"], {})
+    """Launchers whose option list plugins extend (ft_launcher's --ft-*, srun's SPANK options) skip unknown options
+    with their values; torchrun's argparse refuses them (tests/launch/test_launcher_parsers.py)."""
+    job = parse_launch(["ft_launcher", "--future-opt", "v", "--nproc-per-node", "2", "train.py", "--x"], {})
     assert job.script == "train.py" and job.world_size == 2 and any("--future-opt" in w for w in job.warnings)
     job = parse_launch(["srun", "--container-env", "A", "-N", "2", "--ntasks-per-node", "4", "python", "t.py"], {})
     assert job.world_size == 8 and job.script == "t.py"
-    assert parse_launch(["torchrun", "--future-flag", "train.py", "--x"], {}).script == "train.py"
+    assert parse_launch(["ft_launcher", "--future-flag", "train.py", "--x"], {}).script == "train.py"
+    with pytest.raises(UsageError, match="defines no option --future-opt"):
+        parse_launch(["torchrun", "--future-opt", "v", "--nproc-per-node", "2", "train.py", "--x"], {})
 
 
 def test_module_script_and_env_prefix() -> None:
