@@ -11,7 +11,10 @@
    DeepSpeed's local launcher copy the whole environment to their ranks, DeepSpeed's multi-node runners
    (pdsh, mpi, slurm) export every PYTHON*-prefixed variable (deepspeed/launcher/runner.py EXPORT_ENVS), and
    the hook's settings travel in the run directory, not in the environment. (Multi-node runs need the run
-   directory on a filesystem all nodes share, as they need the training script.)
+   directory on a filesystem all nodes share, as they need the training script.) Where the job sets its own
+   PYTHONPATH, the hook's folder still goes first: a `.deepspeed_env` line, which DeepSpeed's multi-node
+   runners export over ours (deepspeed_env.py), and an `env PYTHONPATH=...` / `env -i` at the front of the
+   command (env_command.py).
 3. Launch the command as a child (argument list, no shell), its stdout/stderr passed through untouched;
    forward SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2, and SIGINT unless the terminal already sent it to the
    child (same foreground process group).
@@ -89,6 +92,20 @@ def _deepspeed_env_file(child_env: dict[str, str], hook_dir: Path, job_dir: Path
     return added
 
 
+def _keep_hook_in_env_command(argv: Sequence[str], hook_dir: Path) -> list[str]:
+    """The command to launch: `env PYTHONPATH=...` / `env -i` at its front keep the hook's folder first in the
+    PYTHONPATH they give the job (env_command.py), said once on stderr."""
+    from llmperf_hook.instrument.env_command import keep_hook_in_env_command
+
+    launched = keep_hook_in_env_command(argv, hook_dir)
+    changed = [word for word in launched if word.startswith("PYTHONPATH=") and word not in argv]
+    if changed:
+        print(f"llmperf: the command's `env` sets the job's own PYTHONPATH (or clears it): launched with "
+              f"{' and '.join(changed)}, the hook's folder first; the job's entries follow in their order.",
+              file=sys.stderr)
+    return launched
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
@@ -134,7 +151,7 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
-    end = launch_and_wait(argv, child_env)
+    end = launch_and_wait(_keep_hook_in_env_command(argv, hook_dir), child_env)
     try:  # the job has ended: nothing after this may change its exit code (which is ours)
         _record_end(path, job_dir, job_id, session, end, stop_after)
     except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
