@@ -190,10 +190,12 @@ def tokens_per_gpu_row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, s
 
 
 def _row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int, cp: int, vp: int,
-         ep: int, t: float, method: str, metric: tuple, mfu: str, extra: str, recompute: str = "") -> dict:
+         ep: int, t: float, method: str, metric: tuple, mfu: str, extra: str, recompute: str = "",
+         row_flags: str = "") -> dict:
+    """`row_flags`: launch flags of this row's own software settings (what its framework forced for its layout)."""
     dp = gpus // (tp * pp * cp)
     assert tp * pp * cp * dp == gpus, (arch.name, gpus)
-    flags = " ".join(f for f in (arch.flags, src.flags) if f)
+    flags = " ".join(f for f in (arch.flags, src.flags, row_flags) if f)
     notes = "; ".join(x for x in (f"architecture: {arch.where}", src.caveat, extra) if x)
     if flags:
         notes += f"; flags: {flags}"
@@ -251,16 +253,30 @@ LAUNCHER_5B = ((1, 40345), (2, 79815), (4, 161754), (8, 312774), (16, 659481), (
 LAUNCHER_175B = ((8, 7500), (16, 14950), (32, 29537), (64, 58211), (128, 109684))
 
 
+# NeMo v1.11.0 (the NeMo of NeMo Megatron 22.08; github.com/NVIDIA/NeMo tag v1.11.0, 2022-09-08)
+# megatron_base_model.py _validate_config: "Gradient accumulation fusion can only be used with pipeline parallel
+# size > 1" sets gradient_accumulation_fusion False at PP 1. Each micro-batch's 16-bit weight gradients are then
+# added into distributed_fused_adam's fp32 gradient buffer by a hook on every parameter (apex 8cea0b43
+# distributed_fused_adam.py _grad_copy: grad_out.add_(grad_in)), as Megatron's DDP does without the fusion.
+NEMO_2208_PP1_FLAGS = "--no-gradient-accumulation-fusion"
+NEMO_2208_PP1_NOTE = ("gradient-accumulation fusion off: NeMo v1.11.0 megatron_base_model.py _validate_config turns "
+                      "it off at PP 1, so each micro-batch's gradients are added into distributed_fused_adam's fp32 "
+                      "buffer (apex distributed_fused_adam.py _grad_copy)")
+
+
 def launcher_rows() -> list[dict]:
     rows = []
     for arch, table, tp, pp, recompute, sp in (("GPT3-5B", LAUNCHER_5B, 1, 1, "", ""),
                                               ("GPT3-175B", LAUNCHER_175B, 8, 8, "selective", "yes (175b.yaml)")):
+        pp1 = pp == 1
         for nodes, tok_s in table:
             gpus, gbs, seq = 8 * nodes, 2048, 2048
             t = gbs * seq / tok_s
             method = f"derived: t = GBS*seq/tokens_per_s = {gbs}*{seq}/{tok_s}"
+            extra = f"{nodes} DGX A100 nodes" + (f"; {NEMO_2208_PP1_NOTE}" if pp1 else "")
             row = _row(LAUNCHER, ARCHS[arch], gpus, gbs, 2, seq, tp, pp, 1, 1, 1, t, method,
-                       ("aggregate tokens/s", tok_s, "tokens/s"), "", f"{nodes} DGX A100 nodes", recompute)
+                       ("aggregate tokens/s", tok_s, "tokens/s"), "", extra, recompute,
+                       NEMO_2208_PP1_FLAGS if pp1 else "")
             row["sequence_parallel"] = sp
             rows.append(row)
     return rows
@@ -268,9 +284,13 @@ def launcher_rows() -> list[dict]:
 
 def bloom_rows() -> list[dict]:
     # iteration 85376: 'elapsed time per iteration (s): 104.70 | global batch size: 2048 | ... TFLOPs: 149.77'
+    # tr11-176B-ml.slurm at the same commit: --pp-partition-method 'type:transformer|embedding' (70 layers and the
+    # two embeddings, 72 entries, split 6 per stage over PP 12).
     return [_row(BLOOM, ARCHS["BLOOM-176B"], 384, 2048, 2, 2048, 4, 12, 1, 1, 1, 104.70, "reported",
                  ("elapsed time per iteration", 104.70, "s"), "149.77 TFLOPs (BigScience HFU-style, incl. recompute)",
-                 "TP=4 PP=12 DP=8 MBS=2 from 'Replica setup'", "full")]
+                 "TP=4 PP=12 DP=8 MBS=2 from 'Replica setup'; pipeline split of tr11-176B-ml.slurm "
+                 "(--pp-partition-method 'type:transformer|embedding')", "full",
+                 "--pp-partition-method type:transformer|embedding")]
 
 
 # chronicles-prequel: (hidden, layers, heads, GPUs, TP, PP, MBS, GBS, Sec/it, table). Rows repeated in a later
