@@ -154,6 +154,20 @@ LAUNCHER = Source(
     "recompute + SP, so 8 nodes = one replica); throughput includes everything in the training loop",
     "medium (layout from the default config of the same commit)")
 
+LAUNCHER_2206 = Source(
+    "P08", "NVIDIA NeMo Megatron Launcher README 'Training Performance Results', release 22.06 (GPT-3 5B and 175B on DGX A100)",
+    "github.com/NVIDIA/NeMo-Framework-Launcher README.md @d4317ddd (2022-07-14), section GPT-3 'Training Performance "
+    "Results' (replaced by P05's table on 2022-09-07); layout from conf/training/gpt3/5b.yaml and 175b.yaml at the "
+    "same commit",
+    "NeMo Megatron 22.06 (NeMo r1.10.0)", A100_SELENE, "bf16 (megatron_amp_O2)", "", "",
+    "the README does not restate the layout: it is the launcher's default training config at the same commit "
+    "(5B: TP2 PP1 MBS2 GBS1440, no recompute; 175B: TP8 PP8 MBS2 GBS1536, selective recompute + SP); optimizer "
+    "fused_adam under NeMo's MainParamsOptimizerWrapper (no distributed optimizer); NeMo r1.10.0 has no "
+    "gradient-accumulation fusion (its param hook adds each micro-batch's gradient into the fp32 main gradient, "
+    "nemo/core/optim/optimizer_with_main_params.py _make_param_hook); the second table is headed '5B' in the "
+    "README but is the 175B model (its text: 'from 16 nodes to 128 nodes with a 175B model')",
+    "medium (layout from the default config of the same commit)")
+
 
 BIGSCIENCE_PREQUEL = Source(
     "P06", "BigScience tr11 (BLOOM) 3D-topology benchmarks on Jean Zay, Megatron-DeepSpeed + ZeRO-1 (chronicles-prequel)",
@@ -263,6 +277,32 @@ NEMO_2208_PP1_NOTE = ("gradient-accumulation fusion off: NeMo v1.11.0 megatron_b
                       "it off at PP 1, so each micro-batch's gradients are added into distributed_fused_adam's fp32 "
                       "buffer (apex distributed_fused_adam.py _grad_copy)")
 
+# The same README at the 22.06 release (d4317ddd): aggregate tokens/s by node count, and each model's layout
+# (TP, PP, GBS, recompute, SP) from that commit's training configs.
+LAUNCHER_2206_5B = ((1, 39543), (2, 79128), (5, 195047), (9, 344523), (10, 383500), (18, 670254), (20, 731791))
+LAUNCHER_2206_175B = ((16, 20642), (32, 38025), (128, 141306))
+# NeMo r1.10.0 overlaps the data-parallel all-reduce with the backward at PP 1 only (MainParamsOptimizerWrapper
+# async_grad_allreduce; the 22.05 changelog: 'Asynchronous gradient all-reduce for GPT-3 ... with pipeline parallel
+# size equal to 1'); at PP > 1 it all-reduces the main gradients after the pipeline (allreduce_main_grads).
+NEMO_2206_FLAGS = {1: "--no-gradient-accumulation-fusion --overlap-grad-reduce", 8: "--no-gradient-accumulation-fusion"}
+
+
+def launcher_2206_rows() -> list[dict]:
+    rows = []
+    for arch, table, tp, pp, gbs, recompute, sp in (("GPT3-5B", LAUNCHER_2206_5B, 2, 1, 1440, "", ""),
+                                                   ("GPT3-175B", LAUNCHER_2206_175B, 8, 8, 1536, "selective",
+                                                    "yes (175b.yaml)")):
+        for nodes, tok_s in table:
+            seq = 2048
+            t = gbs * seq / tok_s
+            method = f"derived: t = GBS*seq/tokens_per_s = {gbs}*{seq}/{tok_s}"
+            row = _row(LAUNCHER_2206, ARCHS[arch], 8 * nodes, gbs, 2, seq, tp, pp, 1, 1, 1, t, method,
+                       ("aggregate tokens/s", tok_s, "tokens/s"), "", f"{nodes} DGX A100 nodes", recompute,
+                       NEMO_2206_FLAGS[pp])
+            row["sequence_parallel"] = sp
+            rows.append(row)
+    return rows
+
 
 def launcher_rows() -> list[dict]:
     rows = []
@@ -369,7 +409,7 @@ def all_rows() -> list[dict]:
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
     rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf)
              for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in MEGATRON_LLAMA_TABLE]
-    rows += bloom_rows() + launcher_rows() + prequel_rows() + long_seq_rows()
+    rows += bloom_rows() + launcher_rows() + prequel_rows() + long_seq_rows() + launcher_2206_rows()
     for i, row in enumerate(rows, start=1):
         row["row_id"] = f"p{i}"
     return rows
