@@ -77,7 +77,7 @@ class JsonlWriter:
         if not self._atexit_registered:
             import atexit
 
-            atexit.register(self.close)
+            atexit.register(self._close_at_exit)
             self._atexit_registered = True
         if flush or len(self._pending) >= self.max_buffered:
             self.flush()
@@ -109,6 +109,15 @@ class JsonlWriter:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+    def _close_at_exit(self) -> None:
+        """close() at interpreter exit, where a failure (the run directory removed, unwritable, a full disk) is one
+        line on stderr: an exception escaping an atexit callback prints a traceback into the job's output."""
+        try:
+            self.close()
+        except Exception as err:  # noqa: BLE001 - never harm the job, not even at exit
+            sys.stderr.write(f"llmperf hook: could not write the last records to {self.path} at exit "
+                             f"({type(err).__name__}: {err}); the job's exit code is unchanged.\n")
 
 
 class _exclusive:
@@ -351,8 +360,11 @@ class StepRecorder:
 
     def _stop_profiler_quietly(self) -> None:
         if self._profiler is not None:
-            self._profiler.abandon()
-            self._profiler = None
+            profiler, self._profiler = self._profiler, None
+            try:
+                profiler.abandon()
+            except Exception:  # noqa: BLE001 - also runs at exit and from fail(): the window is lost, nothing more
+                pass
 
     def _stop_job(self) -> None:
         """--stop-after: every rank reaches this at the same optimizer step (synchronous data parallel), after

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,29 @@ def test_unreadable_hook_config_only_warns(tmp_path: Path, child_env: dict[str, 
     assert done.returncode == 0 and "done: 2 steps" in done.stdout
     assert "llmperf hook: not installed" in done.stderr
     assert not list((tmp_path / "run").glob("rank*.jsonl"))
+
+
+def _without_times(stdout: str) -> str:
+    return re.sub(r"step_time_s [0-9.]+", "step_time_s T", stdout)
+
+
+def test_hook_failing_at_install_and_at_exit_leaves_output_and_exit_code(tmp_path: Path,
+                                                                        child_env: dict[str, str]) -> None:
+    """At install: a config the hook refuses (num_steps 0). At exit: the records of a job that ended before its N
+    steps are written by an atexit callback, here into a run directory that cannot exist (under a file); an
+    exception escaping it printed a traceback into the job's stderr. Either way: one line, the job's own output and
+    exit code as without the hook."""
+    clean = subprocess.run([sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "2"], env=child_env,
+                           capture_output=True, text=True, timeout=120)
+    at_install = _run_with_hook(tmp_path / "a", child_env, json.dumps({"run_dir": str(tmp_path), "job_id": "j",
+                                                                       "num_steps": 0}), iters=2)
+    (tmp_path / "a_file").write_text("not a folder")
+    config = HookConfig(run_dir=str(tmp_path / "a_file" / "run"), job_id="j", num_steps=5)
+    at_exit = _run_with_hook(tmp_path / "b", child_env, config, iters=2)
+    for done, said in ((at_install, "llmperf hook: not installed"), (at_exit, "could not write the last records")):
+        assert done.returncode == clean.returncode == 0
+        assert _without_times(done.stdout) == _without_times(clean.stdout) and "done: 2 steps" in done.stdout
+        assert done.stderr.count(said) == 1 and "Traceback" not in done.stderr, done.stderr
 
 
 def _append_lines(path: str, writer_id: int, count: int) -> None:
