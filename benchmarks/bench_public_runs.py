@@ -10,7 +10,8 @@ Both scoring paths of the issue are run as a user runs them, through the CLI:
 Then per source: rows, MAPE, bias (mean signed error, + = predicted slower), the worst rows; breakdowns by GPU
 type, GPU count band, model size, and by feature (GQA, SwiGLU, MoE, CP, VPP, SP, FP8, recompute mode, a head
 dimension whose rows are not 16-byte aligned); the A100 bias by source within each GPU-count band (is it scale or
-source?); the configurations that two sources measured identically (how far the sources themselves disagree); and
+source?); the configurations that two sources measured identically (how far the sources themselves disagree); the
+same model on the same GPUs in two sources (another release or batch: does the prediction follow their ratio?); and
 the same figures for ../shared/validation/dev.csv for comparison. One thread per process (OMP_NUM_THREADS=1).
 """
 
@@ -135,6 +136,30 @@ def print_same_config(runs: dict[str, MeasuredRun], report: dict) -> None:
         print(f"  {group[0].model[:24]:<24} {group[0].num_gpus:>5} GPUs: {cells}; predicted {pred_text}")
 
 
+def print_same_model_across_sources(runs: dict[str, MeasuredRun], report: dict) -> None:
+    """Rows of different sources with the same model on the same GPUs but another software release or batch: time
+    per sample measured and predicted, and their ratios between the sources. A measured ratio the prediction does
+    not follow is the software (what one release ran and the other did not), not the cost of the layout."""
+    predicted = {r["row_id"]: r["predicted_s"] for r in report["rows"]}
+    groups: dict[tuple, list[MeasuredRun]] = defaultdict(list)
+    for run in runs.values():
+        if predicted.get(run.row_id):
+            groups[(run.model, run.gpu_type, run.num_gpus, run.seq_length)].append(run)
+    shared = [g for key, g in sorted(groups.items()) if len({r.source_id for r in g}) > 1]
+    print(f"\nsame model and GPUs, different sources ({len(shared)} pairs; time per sample, measured / predicted):")
+    for group in shared:
+        group.sort(key=lambda r: (r.source_id, r.row_id))
+        base = group[0]
+        cells = []
+        for r in group:
+            m, p = r.iteration_time_s / r.global_batch_size, predicted[r.row_id] / r.global_batch_size
+            m0 = base.iteration_time_s / base.global_batch_size
+            p0 = predicted[base.row_id] / base.global_batch_size
+            cells.append(f"{r.source_id} {r.row_id} gbs{r.global_batch_size} {m * 1e3:.4g} / {p * 1e3:.4g} ms "
+                         f"(x{m / m0:.2f} / x{p / p0:.2f})")
+        print(f"  {base.model[:20]:<20} {base.num_gpus:>5} GPUs: " + "; ".join(cells))
+
+
 def print_bias_by_source_and_band(runs: dict[str, MeasuredRun], errors: dict[str, float], gpu: str) -> None:
     """Bias of one GPU type's rows per (source, model size) and GPU-count band: a scale effect moves along a line,
     a source (software, system) effect shifts the whole line."""
@@ -229,6 +254,7 @@ def main(argv: list[str]) -> int:
     print_features(runs, errors)
     print_bias_by_source_and_band(runs, errors, "A100")
     print_same_config(runs, report)
+    print_same_model_across_sources(runs, report)
     if DEV_CSV.exists():
         print(f"\n== for comparison: {DEV_CSV} ==")
         print_sources(validate_json(DEV_CSV), num_worst=0)
