@@ -1,0 +1,39 @@
+"""A job killed by a signal before its N steps end keeps the steps it recorded more than a second before."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from instrument_helpers import read_records, run_session, steps_by_rank
+
+JOB = """
+import os, signal, sys, time, torch
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    model(torch.randn(4, 8)).sum().backward()
+    time.sleep(0.2)
+    opt.step()
+    opt.zero_grad()
+    print("step", step, flush=True)
+    if step == 9:
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGKILL"])
+def test_steps_before_the_kill_are_on_disk(tmp_path: Path, child_env: dict[str, str], name: str) -> None:
+    """Killed at step 9 of --instrument 50, with 0.2 s steps: no atexit runs, so only what the writer flushed on
+    the way is there. Buffering up to 64 records lost every step; with the one-second bound, the steps up to about
+    a second before the kill are kept (at least 0-3), in order, with the job's own exit status."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    done = run_session(tmp_path, child_env, [sys.executable, str(script), name], steps=50)
+    assert done.returncode == 128 + getattr(signal, name), done.stderr[-2000:]
+    assert done.stdout.count("step ") == 10
+    recorded = steps_by_rank(read_records(tmp_path / "run")).get(0, [])
+    assert len(recorded) >= 4 and recorded == list(range(len(recorded))), recorded
