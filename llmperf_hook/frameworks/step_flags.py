@@ -104,10 +104,9 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
 """dest -> (default, effect) of every flag of this module that is not priced."""
 
 PRICED_AS_GIVEN = ("check_for_nan_in_loss_and_grad", "async_tensor_model_parallel_allreduce")
-"""store_false flags whose `--no-X` is what llmperf prices anyway, so they need no warning: the NaN check's gradient
-norm and host read (default on) are not priced, i.e. priced as switched off; the TP all-reduce of the input
-gradient is never overlapped with the weight-gradient GEMM (Megatron's async default), i.e. priced as
---no-async-tensor-model-parallel-allreduce. Both are gaps of the default, tabled in FLAGS.md."""
+"""store_false flags that need no warning: the NaN check's gradient norm and host read (default on) are not priced,
+i.e. priced as switched off (a gap of the default, tabled in FLAGS.md); --no-async-tensor-model-parallel-allreduce
+is priced (step_fusions: TrainingConfig.async_tp_allreduce False, the grad-input all-reduce serialized)."""
 
 
 FUSION_FIELDS: dict[str, str] = {
@@ -144,7 +143,9 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
     - gradient_accumulation_fusion: only Megatron's own DDP has main_grad (Megatron-DeepSpeed's LinearWithGradAccumulation
       has the fused path commented out, the DeepSpeed engine accumulates; torch FSDP2 requires the flag off and
       accumulates in param.grad), so the unfused add is Megatron-LM's without FSDP.
-    - apply_rope_fusion: the fused kernel only exists for Megatron-LM (graph/layer_ops.FUSED_BY_MEGATRON)."""
+    - apply_rope_fusion: the fused kernel only exists for Megatron-LM (graph/layer_ops.FUSED_BY_MEGATRON).
+    - async_tp_allreduce: Megatron-LM's default (TrainingConfig.async_tp_allreduce); Megatron-DeepSpeed switches it off
+      under --deepspeed."""
     swiglu = bool(flags.get("swiglu"))
     activation = flags.get("bias_swiglu_fusion" if swiglu else "bias_gelu_fusion", True)
     if framework == "megatron-deepspeed" and swiglu:
@@ -155,7 +156,9 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
               "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
               "attention_dropout": float(flags.get("attention_dropout", 0.1)),
               "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
-              "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp}
+              "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp,
+              "async_tp_allreduce": framework == "megatron" and bool(flags.get("async_tensor_model_parallel_allreduce",
+                                                                               True))}
     if src is not None:
         unfused_source(flags, fields, src)
     return fields

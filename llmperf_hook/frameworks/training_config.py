@@ -338,6 +338,14 @@ class TrainingConfig:
     requires. Any other value: the overlap is not guaranteed and sequence parallelism's backward re-gather and
     reduce-scatter are priced serialized (graph/backward.sp_column_backward)."""
 
+    async_tp_allreduce: bool = False
+    """Megatron-LM's column-parallel linears all-reduce their input gradient asynchronously, beside their weight-grad
+    GEMM, under TP > 1 without sequence parallelism (megatron/mpu/layers.py ColumnParallelLinearWithAsyncAllreduce
+    since 16c90445, 2021-09-02; core/tensor_parallel/layers.py allreduce_dgrad today; Transformer Engine's Linear
+    the same); --no-async-tensor-model-parallel-allreduce turns it off. Megatron-DeepSpeed turns it off under
+    --deepspeed (megatron/arguments.py validate_args since f90b8877, 2023-07-12; its layers had no async path
+    before), and the other frameworks have none: False, the all-reduce serialized (graph/backward.py)."""
+
     @property
     def tp_comm_ordered(self) -> bool:
         """Kernels reach the GPU in launch order (CUDA_DEVICE_MAX_CONNECTIONS=1): Megatron's async TP collectives

@@ -4,13 +4,14 @@ Backward of a GEMM is two GEMMs of the same size (dgrad, wgrad): 2x the forward 
 attention backward recomputes the scores and runs five GEMM-like products against two in forward: 2.5x
 (Dao 2023, FlashAttention-2, Sec. 3.2). Memory-bound ops read the saved input and the output gradient and write
 the input gradient: ~2x forward traffic. Collectives mirror their forward: all-gather <-> reduce-scatter under
-sequence parallelism, all-reduce stays (the conjugate f/g operators of Shoeybi et al. 2019), all-to-all and the
-CP exchange repeat (the CP ring also returns dK/dV, 2x).
+sequence parallelism, all-reduce stays (the conjugate f/g operators of Shoeybi et al. 2019; where Megatron runs it
+asynchronously beside the column-parallel linear's weight-grad GEMM it is tagged to overlap that GEMM), all-to-all
+and the CP exchange repeat (the CP ring also returns dK/dV, 2x).
 """
 
 from __future__ import annotations
 
-from llmperf_hook.graph.layer_ops import UNORDERED_LAUNCH
+from llmperf_hook.graph.layer_ops import ASYNC_DGRAD, UNORDERED_LAUNCH
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 
@@ -146,9 +147,40 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     return regather, backward_op(gemm), reduce
 
 
+def region_column_gemm(fwd: list[Op], i: int) -> Op | None:
+    """The column-parallel GEMM that opened the TP region closed by the all-reduce fwd[i]: the first GEMM after the
+    previous TP collective (or the block's start), as Megatron's f / g operators bracket the region (Shoeybi et al.
+    2019, Fig. 3: attention's QKV ... projection, the MLP's FC1 ... FC2). None where the region routes tokens (a MoE
+    router: Megatron-Core needs SP for MoE under TP) or holds no GEMM."""
+    start = i
+    while start > 0 and not (fwd[start - 1].collective is not None and fwd[start - 1].collective.group == "tp"):
+        start -= 1
+    region = fwd[start:i]
+    if any(op.op_class == "router" for op in region):
+        return None
+    return next((op for op in region if op.op_class == "gemm" and op.collective is None), None)
+
+
+def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
+    """Backward of a non-SP TP all-reduce tagged dgrad=async (layer_ops.async_dgrad_tags): its conjugate is the
+    grad-input all-reduce of the region's column-parallel linear (same T x h bytes), which Megatron launches
+    asynchronously after that linear's grad-input GEMM and waits for after its weight-grad GEMM
+    (LinearWithGradAccumulationAndAsyncCommunication.backward: `handle = torch.distributed.all_reduce(grad_input,
+    async_op=True)`, 'we rely on CUDA_DEVICE_MAX_CONNECTIONS=1 to ensure that the all-reduce is scheduled before the
+    weight gradient computation'; Transformer Engine's Linear: allreduce(dgrad, async_op=True) before its wgrad).
+    Tagged overlap=wgrad with that GEMM as its window, priced as sequence parallelism's reduce-scatter is
+    (schedule/compose.py gemm_window_exposed_s); untagged (serialized) where the region has no such GEMM."""
+    tags = {k: v for k, v in reduce.tags.items() if k != "dgrad"}
+    if gemm is not None:
+        tags.update(overlap="wgrad", window=gemm.name)
+    return Op(reduce.name, "allreduce", "bwd", {"bytes": int(reduce.dims["bytes"])}, 0.0, 0.0, reduce.dtype,
+              reduce.collective, tags)
+
+
 def backward_pass(fwd: list[Op]) -> list[Op]:
     """The backward ops of `fwd` in reverse execution order; a sequence-parallel column-parallel linear's
-    all-gather + GEMM become its re-gather, GEMM backward and reduce-scatter (sp_column_backward)."""
+    all-gather + GEMM become its re-gather, GEMM backward and reduce-scatter (sp_column_backward); a non-SP TP
+    all-reduce tagged dgrad=async becomes the async grad-input all-reduce of its region (async_dgrad_backward)."""
     out: list[Op] = []
     i = len(fwd) - 1
     while i >= 0:
@@ -156,7 +188,10 @@ def backward_pass(fwd: list[Op]) -> list[Op]:
             out.extend(sp_column_backward(fwd[i - 1], fwd[i]))
             i -= 2
             continue
-        out.append(backward_op(fwd[i]))
+        if fwd[i].collective is not None and fwd[i].tags.get("dgrad") == ASYNC_DGRAD:
+            out.append(async_dgrad_backward(fwd[i], region_column_gemm(fwd, i)))
+        else:
+            out.append(backward_op(fwd[i]))
         i -= 1
     return out
 

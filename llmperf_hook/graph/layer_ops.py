@@ -123,11 +123,29 @@ def tp_exit(name: str, ctx: LayerContext) -> list[Op]:
         return []
     nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
     op_class = "reducescatter" if ctx.cfg.parallel.sequence_parallel else "allreduce"
+    if op_class == "allreduce":
+        return [comm(name, op_class, nbytes, ctx.tp, ctx, **async_dgrad_tags(ctx))]
     if not ub_overlap(ctx):
         return [comm(name, op_class, nbytes, ctx.tp, ctx)]
     tail = nbytes / UB_PIPELINE_SPLITS
     return [comm(name, op_class, nbytes - tail, ctx.tp, ctx), comm(name + ".tail", op_class, tail, ctx.tp, ctx,
                                                                     ub="pipeline_tail")]
+
+
+ASYNC_DGRAD = "async"
+"""Tag value (dgrad=async) of a non-SP TP all-reduce whose backward twin, the grad-input all-reduce of the
+column-parallel linear that opened the TP region, runs beside that linear's weight-grad GEMM (graph/backward.py)."""
+
+
+def async_dgrad_tags(ctx: LayerContext) -> dict[str, str]:
+    """Tags of a non-SP TP all-reduce (tp_exit) when Megatron overlaps its backward twin with a GEMM: the job runs
+    the async grad-input all-reduce (TrainingConfig.async_tp_allreduce) with kernels kept in launch order
+    (tp_comm_ordered, CUDA_DEVICE_MAX_CONNECTIONS=1); the in-node NCCL kernel's SM share rides along (tp_enter)."""
+    cfg = ctx.cfg
+    if not (cfg.async_tp_allreduce and cfg.tp_comm_ordered):
+        return {}
+    share = {"sm_share": f"{ctx.nccl_sm_share:.4f}"} if ctx.nccl_sm_share and ctx.tp.intra_node else {}
+    return {"dgrad": ASYNC_DGRAD, **share}
 
 
 def residual(name: str, ctx: LayerContext) -> Op:

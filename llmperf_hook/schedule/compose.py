@@ -10,7 +10,9 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
   beside the grad-input / weight-grad half of their column-parallel GEMM: exposed = max(comm - half, share x comm),
   share = the SMs the NCCL kernel takes from the GEMM (gemm_window_exposed_s); where the job's
   CUDA_DEVICE_MAX_CONNECTIONS is not 1 the graph leaves them untagged (graph/backward.sp_column_backward) and they
-  are on the critical path like the other in-layer communication;
+  are on the critical path like the other in-layer communication; without sequence parallelism, Megatron-LM's
+  async grad-input all-reduce of a column-parallel linear (graph/backward.async_dgrad_backward) runs beside its
+  weight-grad half the same way;
 - data-parallel gradient sync runs after the stage's last backward, or, with --overlap-grad-reduce /
   overlap_comm, bucket by bucket during the last micro-batch's backward: exposed = max(comm - window, last
   bucket) (megatron/core/distributed/param_and_grad_buffer.py);
@@ -82,7 +84,8 @@ def _scoped_exposed(ops: tuple[Op, ...], seconds: dict[str, float], scope: str) 
 GEMM_HALF_OVERLAP = {"dgrad": 0.5, "wgrad": 0.5}
 """Share of a GEMM's backward (dgrad + wgrad: two GEMMs of the forward's FLOPs, graph/backward.py) that hides the
 collective tagged overlap=dgrad (the sequence-parallel re-gather runs during the grad-input GEMM) or
-overlap=wgrad (the grad-input reduce-scatter during the weight-grad GEMM): graph/backward.sp_column_backward."""
+overlap=wgrad (the grad-input reduce-scatter, or without SP the async grad-input all-reduce, during the weight-grad
+GEMM): graph/backward.sp_column_backward and async_dgrad_backward."""
 
 
 def overlapped_exposed_s(comm_s: float, gemm_s: float, sm_share: float) -> float:
