@@ -22,6 +22,7 @@ from typing import Mapping
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.tree_eval import LinearBaseline
+from llmperf_hook.resources import configs_dir
 
 PROFILE_FORMAT = "llmperf-profile"
 PROFILE_FORMAT_VERSION = 1
@@ -250,7 +251,11 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
     _check_roofline_sha(directory, doc, rc)
-    if "meta_sha256" in doc and doc["meta_sha256"] != meta_sha256(doc):  # profiles written before it have none
+    if "meta_sha256" not in doc and is_shipped(directory):
+        raise _fail(directory, f"{META_FILE} has no meta_sha256, which every shipped profile carries (the digest "
+                               f"line was removed or the file replaced: an edit of a model's floor, baseline or "
+                               f"training range would otherwise go unnoticed)")
+    if "meta_sha256" in doc and doc["meta_sha256"] != meta_sha256(doc):  # user profiles written before it have none
         raise _fail(directory, f"{META_FILE} does not match its meta_sha256 (corrupted or edited: a changed digit "
                                f"of a model's floor, baseline or training range would change or hide what it "
                                f"predicts)")
@@ -262,10 +267,23 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     return meta
 
 
+def is_shipped(directory: Path) -> bool:
+    """Whether `directory` is one of the profiles shipped with llmperf (configs/profiles/NAME): those are all written
+    with meta_sha256 (benchmarks/fit_shipped_profiles.py, fit_measured_profile.py), so for them a missing digest is
+    damage, where a user profile fitted before the digest existed is read as it was."""
+    try:
+        shipped_root = (configs_dir() / "profiles").resolve()
+    except FileNotFoundError:
+        return False
+    return directory.resolve().parent == shipped_root
+
+
 def _check_roofline_sha(directory: Path, doc: dict, rc: Mapping[str, RooflineConstants]) -> None:
     """The roofline constants must match the roofline_sha256 written with them. Profiles written before the
-    digest existed have none and are read as before; the shipped ones carry it."""
+    digest existed have none and are read as before; a shipped one without it is refused."""
     expected = doc.get("roofline_sha256")
+    if expected is None and is_shipped(directory):
+        raise _fail(directory, f"{META_FILE} has no roofline_sha256, which every shipped profile carries")
     if expected is None:
         return
     if expected != roofline_sha256(rc):

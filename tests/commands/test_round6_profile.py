@@ -16,6 +16,7 @@ from llmperf_hook.commands.profile import command as profile_command
 from llmperf_hook.errors import ProfileError, UsageError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.predict.fitted import find_profile
+from llmperf_hook.profile.profile_io import meta_sha256
 from llmperf_hook.resources import configs_dir
 
 SHIPPED = configs_dir() / "profiles"
@@ -43,8 +44,10 @@ def _user_copy(home: Path, source: str, as_name: str) -> Path:
 
 
 def _edit(folder: Path, change) -> None:
+    """Change profile.json and re-digest it (meta_sha256), so the check under test is the one that refuses it."""
     doc = json.loads((folder / "profile.json").read_text())
     change(doc)
+    doc["meta_sha256"] = meta_sha256(doc)
     (folder / "profile.json").write_text(json.dumps(doc))
 
 

@@ -11,6 +11,7 @@ import pytest
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.predict.fitted import find_comm_model, find_profile
+from llmperf_hook.profile.profile_io import meta_sha256
 from llmperf_hook.resources import configs_dir
 
 
@@ -35,6 +36,7 @@ def test_user_profile_takes_precedence_and_damage_is_reported(_home: Path) -> No
     shutil.copytree(configs_dir() / "profiles" / "a100-sxm4-80gb", user)
     doc = json.loads((user / "profile.json").read_text())
     doc["provenance"]["samples"] = "user copy"
+    doc["meta_sha256"] = meta_sha256(doc)
     (user / "profile.json").write_text(json.dumps(doc))
     assert find_profile("a100-sxm4-80gb", "bf16").meta.provenance["samples"] == "user copy"
     (user / "profile.json").write_text("{not json")

@@ -1,4 +1,5 @@
-"""profile.json's roofline constants are covered by a digest; the loaded-profile cache sees every rewrite."""
+"""profile.json's roofline constants and the whole file are covered by digests (shipped profiles must carry them);
+the loaded-profile cache sees every rewrite."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.predict.fitted import find_profile
 from llmperf_hook.profile.features import RooflineConstants
-from llmperf_hook.profile.profile_io import read_profile_meta, roofline_sha256
+from llmperf_hook.profile.profile_io import is_shipped, meta_sha256, read_profile_meta, roofline_sha256
 from llmperf_hook.resources import configs_dir
 
 SHIPPED = configs_dir() / "profiles"
@@ -72,14 +73,61 @@ def test_edited_bandwidth_and_dropped_digest(home_copy: Path) -> None:
     meta.write_text(json.dumps(doc))
     with pytest.raises(ProfileError, match="roofline_sha256"):
         find_profile(NAME, "fp16")
-    del doc["roofline_sha256"]
+    del doc["roofline_sha256"], doc["meta_sha256"]
     meta.write_text(json.dumps(doc))
     assert find_profile(NAME, "fp16").meta.roofline["fp16"].memory_bandwidth_bytes_per_s == 2 * 2039e9
 
 
 def test_cache_sees_a_same_size_rewrite_with_the_same_mtime(home_copy: Path) -> None:
+    """The edit is caught by meta_sha256 only if the cache reads the rewritten file again."""
     assert find_profile(NAME, "fp16").meta.provenance["fitted_by"].startswith("benchmarks/")
     doc = (home_copy / "profile.json").read_text()
     old = json.loads(doc)["provenance"]["fitted_by"]
     _rewrite_in_place(home_copy / "profile.json", f'"fitted_by": "{old}"', f'"fitted_by": "{"x" * len(old)}"')
-    assert find_profile(NAME, "fp16").meta.provenance["fitted_by"] == "x" * len(old)
+    with pytest.raises(ProfileError, match="does not match its meta_sha256"):
+        find_profile(NAME, "fp16")
+
+
+def test_every_shipped_profile_carries_a_matching_meta_digest() -> None:
+    for directory in sorted(p for p in SHIPPED.iterdir() if (p / "profile.json").is_file()):
+        doc = json.loads((directory / "profile.json").read_text())
+        assert doc["meta_sha256"] == meta_sha256(doc), directory.name
+        assert is_shipped(directory)
+
+
+@pytest.fixture()
+def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the shipped configs/ that llmperf reads as its own shipped profiles (no user profiles)."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("llmperf_hook.profile.profile_io.configs_dir", lambda: tmp_path / "configs")
+    monkeypatch.setattr("llmperf_hook.predict.fitted.configs_dir", lambda: tmp_path / "configs")
+    shutil.copytree(SHIPPED / NAME, tmp_path / "configs" / "profiles" / NAME)
+    return tmp_path / "configs" / "profiles" / NAME
+
+
+def test_corrupted_shipped_profile_is_refused(shipped_copy: Path) -> None:
+    """A changed floor_s of a shipped model (every prediction of that class scales with it) is a ProfileError naming
+    the digest, not a wrong number; so is a shipped profile.json whose digest line was removed, which a user profile
+    fitted before the digest existed may lack."""
+    meta = shipped_copy / "profile.json"
+    good = meta.read_text()
+    assert find_profile(NAME, "fp16").predict_s([GEMM], None)[0] > 0
+    doc = json.loads(good)
+    gemm = next(m for m in doc["models"] if m["op_class"] == "gemm" and m["phase"] == "fwd")
+    gemm["floor_s"] = gemm["floor_s"] * 2 + 1e-5
+    meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    with pytest.raises(ProfileError, match=r"a100-sxm4-80gb is unusable: profile.json does not match its meta_sha256"):
+        find_profile(NAME, "fp16")
+    doc = json.loads(good)
+    del doc["meta_sha256"]
+    meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    with pytest.raises(ProfileError, match="has no meta_sha256, which every shipped profile carries"):
+        find_profile(NAME, "fp16")
+    del doc["roofline_sha256"]
+    meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    with pytest.raises(ProfileError, match="has no roofline_sha256, which every shipped profile carries"):
+        find_profile(NAME, "fp16")
+    user = Path(os.environ["LLMPERF_HOME"]) / "profiles" / NAME
+    shutil.copytree(shipped_copy, user)
+    assert not is_shipped(user)
+    assert find_profile(NAME, "fp16").predict_s([GEMM], None)[0] > 0
