@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
@@ -79,6 +80,72 @@ def switch_values(script_args: Sequence[str]) -> list[str]:
     return bad
 
 
+_MULTI_VALUED = frozenset({"--cp-comm-type", "--num-experts", "--recompute-modules", "--hierarchical-context-parallel-sizes",
+                           "--rampup-batch-size"})
+"""Options read as one value by llmperf whose argparse nargs takes several words: --cp-comm-type nargs='+'
+(Megatron-LM arguments.py), --num-experts nargs='+' (Megatron-DeepSpeed megatron/arguments.py, one count per
+layer), --rampup-batch-size nargs='*', and the List-typed TransformerConfig fields --recompute-modules and
+--hierarchical-context-parallel-sizes (nargs='+' through argument_utils.py)."""
+
+
+def _words_taken(script_args: Sequence[str], i: int) -> int | None:
+    """How many words after script_args[i] (an option) Megatron's argparse gives it, where llmperf knows the option's
+    nargs (frameworks/script_flags.py, checked against Megatron-LM's and Megatron-DeepSpeed's arguments.py); None for
+    an option whose nargs llmperf does not hold, or that takes a varying number (every word up to the next option)."""
+    from llmperf_hook.frameworks.flags import ONE_OR_MORE
+    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
+
+    name, eq, _ = script_args[i].partition("=")
+    flag = SCRIPT_FLAGS.get(name)
+    if flag is None and name.startswith("--no-") and SCRIPT_FLAGS.get("--" + name[5:], None):
+        flag = SCRIPT_FLAGS["--" + name[5:]] if SCRIPT_FLAGS["--" + name[5:]].kind == "true" else None
+    if flag is None or name in _MULTI_VALUED or flag.nargs == ONE_OR_MORE:
+        return None
+    if eq or flag.kind in ("true", "false", "path_or_true"):  # --deepspeed: store_true in deepspeed.add_config_arguments
+        return 0
+    return flag.nargs
+
+
+def stray_words(script_args: Sequence[str]) -> list[str]:
+    """Words argparse would leave over as positionals: Megatron's parser defines none, so parse_args stops with
+    'unrecognized arguments: foo' (`pretrain_gpt.py --num-layers 2 foo`). Only where every option before the word
+    has a known nargs since the last word that could have been a value."""
+    stray: list[str] = []
+    free = False  # may the next plain word be a value of the option before it? (none before the first word)
+    i = 0
+    while i < len(script_args):
+        word = script_args[i]
+        if word == "--":  # argparse: every word after it is a positional
+            return stray + list(script_args[i + 1:])
+        if word.startswith("-") and word != "-" and not _NEGATIVE.match(word):
+            taken = _words_taken(script_args, i)
+            free, i = taken is None, i + 1
+            for _ in range(min(taken or 0, len(script_args) - i)):
+                i = _placeholder_end(script_args, i)
+            continue
+        end = _placeholder_end(script_args, i)
+        if not free:
+            stray.append(" ".join(script_args[i:end]))
+        i = end
+    return stray
+
+
+def _placeholder_end(script_args: Sequence[str], i: int) -> int:
+    """Past a `<PATH TO CHECKPOINTS DIRECTORY>` placeholder (Megatron-LM's example scripts leave these for the user to
+    fill in with one path), split into words by the shell: read as the one value it stands for."""
+    if script_args[i].startswith("<") and not script_args[i].endswith(">"):
+        for j in range(i + 1, len(script_args)):
+            if script_args[j].startswith("-"):
+                break
+            if script_args[j].endswith(">"):
+                return j + 1
+    return i + 1
+
+
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+"""argparse's _negative_number_matcher: '-1' is a value, not an option (Megatron defines no option like it)."""
+
+
 def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
     """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
     for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
@@ -88,6 +155,14 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
             f"{os.path.basename(script)} would stop at start-up: {', '.join(valued)} gives a value to a Megatron switch "
             "(argparse store_true: 'ignored explicit argument' / 'unrecognized arguments'). Write the switch alone to turn "
             "it on, and leave it out to keep it off.")
+    stray = stray_words(script_args) if megatron_entry_point(script) else []
+    if stray:
+        raise ConfigError(
+            f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser takes no positional "
+            f"arguments, and {', '.join(repr(w) for w in stray)} follow{'s' if len(stray) == 1 else ''} no option that "
+            f"takes {'it' if len(stray) == 1 else 'them'} (argparse parse_args: 'unrecognized arguments'). Remove "
+            f"{'it' if len(stray) == 1 else 'them'}, or give the option whose value it is; a value with blanks (\"0:16 "
+            "2.4B:320\") reaches the script as several words when the variable or array holding it is expanded unquoted.")
     unknown = unknown_option_names(script_args, script)
     respelled = [name for name in unknown if _respelled(name)]
     warnings = [f"{name} is read by llmperf as {_reading(name)}, but Megatron's parser defines no such option and would "
