@@ -174,10 +174,13 @@ BIGSCIENCE_PREQUEL = Source(
     "github.com/bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @e726b15982 (Feb 2022), "
     "sections 'Best TFLOPs' (bf16), '48 node contenders', 'Final round comparison', 'NHEADs comparison'",
     "Megatron-DeepSpeed (bigscience fork, DeepSpeed ZeRO-1)", A100_JEAN_ZAY, "bf16", "ZeRO-1 (DeepSpeed)", "",
-    "Sec/it is one snapshot at iteration 2 ('the data isn't exact and can fluctuate a bit'); the runs followed the "
-    "section on CUDA_LAUNCH_BLOCKING=1 against Jean Zay hangs (its async yes/no table differs by <= 7 %); full "
-    "activation checkpointing of the tr11 scripts (not restated; the reported TFLOPs use the recompute formula "
-    "96*B*s*l*h^2*(1+s/6h+V/16lh) and match Sec/it with vocab 250,880); precision not restated after the bf16 section",
+    "Sec/it is one snapshot at iteration 2 ('the data isn't exact and can fluctuate a bit'); full activation "
+    "checkpointing of the tr11 scripts (not restated; the reported TFLOPs use the recompute formula "
+    "96*B*s*l*h^2*(1+s/6h+V/16lh) and match Sec/it with vocab 250,880); precision: the 'Best TFLOPs' rows are the "
+    "page's bf16 section, the 02-20..02-24 tables ran the training script of those days, "
+    "train/tr11-200B-ml/tr11-200B-ml.slurm (57f4e9b 2022-02-21 .. 4b79668 2022-02-24): --fp16 with DeepSpeed fp16 "
+    "and ZeRO stage 1 (--bf16 commented out, bf16 disabled in its ds_config; the page's 02-28 section: from now on "
+    "BF16 optimizer 'compared to fp16 which grad accumulates in fp16'), and CUDA_LAUNCH_BLOCKING=1 commented out",
     "medium (single-iteration snapshots)")
 LONG_SEQ = Source(
     "P07", "Megatron-DeepSpeed long-sequence support (DeepSpeed4Science): GPT 30B, TP 32 over 4 DGX A100-40GB nodes",
@@ -378,8 +381,11 @@ def prequel_rows() -> list[dict]:
     for hidden, layers, heads, gpus, tp, pp, mbs, gbs, sec_it, table in PREQUEL_TABLE:
         arch = Arch(f"BigScience {hidden}x{layers} ({heads} heads)", layers, hidden, heads, None, 4 * hidden,
                     250880, "", "the table's NHIDDEN / NLAYERS / NHEADS; 4h MLP, 250,880 vocabulary (tr11)")
-        rows.append(_row(BIGSCIENCE_PREQUEL, arch, gpus, gbs, mbs, 2048, tp, pp, 1, 1, 1, sec_it, "reported",
-                         ("Sec/it at iteration 2", sec_it, "s"), "", f"table: {table}", "full"))
+        row = _row(BIGSCIENCE_PREQUEL, arch, gpus, gbs, mbs, 2048, tp, pp, 1, 1, 1, sec_it, "reported",
+                   ("Sec/it at iteration 2", sec_it, "s"), "", f"table: {table}", "full")
+        # The bf16 section's rows are bf16; the topology tables ran tr11-200B-ml.slurm of 02-21..02-24 (fp16).
+        row["precision"] = "bf16" if "/ bf16" in table else "fp16 (tr11-200B-ml.slurm, 2022-02-21..24)"
+        rows.append(row)
     return rows
 
 

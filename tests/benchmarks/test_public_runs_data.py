@@ -103,3 +103,13 @@ def test_bloom_row_is_split_as_its_slurm_script_split_it() -> None:
     (bloom,) = [r for r in _rows() if r["source_id"] == "P04"]
     flags = _flags(bloom)
     assert flags[flags.index("--pp-partition-method") + 1] == "type:transformer|embedding"
+
+
+def test_bigscience_topology_rows_are_fp16_as_their_training_script() -> None:
+    """chronicles-prequel's 'Best TFLOPs' rows are its bf16 section; the 02-20..02-24 topology tables ran
+    tr11-200B-ml.slurm of those days (--fp16, DeepSpeed fp16 enabled, bf16 disabled)."""
+    rows = [r for r in _rows() if r["source_id"] == "P06"]
+    for row in rows:
+        best = "Best TFLOPs / bf16" in row["notes"]
+        assert row["precision"].split()[0] == ("bf16" if best else "fp16"), row["row_id"]
+    assert sum(r["precision"] == "bf16" for r in rows) == 3
