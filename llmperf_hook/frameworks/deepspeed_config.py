@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
-from llmperf_hook.frameworks.deepspeed_schema import (ds_bool, check_sections, check_top_level, check_zero_section,
-                                                     grad_norm_rules, offload_rules, pydantic_int, zeropp_rules,
-                                                     zeropp_settings)
+from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, check_sections, check_top_level,
+                                                     check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
+                                                     zeropp_rules, zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.launch.batch_script import written_text
@@ -54,6 +54,9 @@ class DsSettings:
     allgather_bucket_size: int | str | None = None
     stage3_prefetch_bucket_size: int | str | None = None
     stage3_max_live_parameters: int | str | None = None
+    stage3_max_reuse_distance: int | str | None = None
+    """stage3_max_reuse_distance (or its field name max_reuse_distance, as for the other stage3_ keys); None =
+    DeepSpeed's 1e9."""
     fp16: bool | str = False
     bf16: bool | str = False
     gradient_clipping: float | str = 0.0
@@ -310,12 +313,13 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
                                                "zero_optimization.use_multi_rank_bucket_allreduce", origin)
     contiguous = zero.get("contiguous_gradients", True)
     out["contiguous_gradients"] = _bool(True if contiguous == AUTO else contiguous, "zero_optimization.contiguous_gradients", origin)
-    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):
-        if key in zero:
-            out[key] = _num(zero[key], f"zero_optimization.{key}", origin)
-    for key in out:
-        if key == "zero_stage" or key in zero or key.startswith("offload"):
-            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
+    for key in ("zero_stage", "offload_optimizer", "offload_param", *(k for k in out if k in zero)):
+        src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{'stage' if key == 'zero_stage' else key}")
+    for key in ("reduce_bucket_size", "allgather_bucket_size", *STAGE3_ALIASES):
+        name = key if key in zero else STAGE3_ALIASES.get(key, key)  # either spelling (check_zero_section refused both)
+        if name in zero:
+            out[key] = _num(zero[name], f"zero_optimization.{name}", origin)
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{name}")
     out.update(zeropp_settings(zero, out["zero_stage"], origin, src))
     for key, default in _ZERO_NOT_MODELLED.items():
         if key in zero and zero[key] not in (AUTO, default):

@@ -47,6 +47,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, _ALLGATHER_BUCKET),
         stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),
         stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
+        stage3_max_reuse_distance=_bucket(ds.stage3_max_reuse_distance, _MAX_LIVE, _MAX_LIVE),  # also 1e9 by default
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )
 
@@ -62,7 +63,10 @@ def _zeropp_fields(ds: DsSettings, src: dict[str, Source]) -> dict[str, Any]:
     for key, ds_key in (("zero_hpz_partition_size", "zero_hpz_partition_size"), ("grad_comm_dtype", "communication_data_type"),
                         ("zero_quantized_weights", "zero_quantized_weights"), ("grad_accum_dtype", "grad_accum_dtype"),
                         ("zero_quantized_gradients", "zero_quantized_gradients"),
-                        ("offload_optimizer_ratio", "offload_optimizer_ratio")):
+                        ("offload_optimizer_ratio", "offload_optimizer_ratio"),
+                        ("stage3_prefetch_bucket_size_elems", "stage3_prefetch_bucket_size"),
+                        ("stage3_max_live_parameters", "stage3_max_live_parameters"),
+                        ("stage3_max_reuse_distance", "stage3_max_reuse_distance")):
         if ds_key in ds.sources:
             src[key] = ds.sources[ds_key]
     return out

@@ -48,6 +48,16 @@ ZERO_INT_BOUNDS: dict[str, tuple[int, bool]] = {
     "zero_hpz_partition_size": (0, False),
 }
 
+STAGE3_ALIASES = {"stage3_prefetch_bucket_size": "prefetch_bucket_size",
+                  "stage3_max_live_parameters": "max_live_parameters",
+                  "stage3_max_reuse_distance": "max_reuse_distance"}
+"""The stage3_ keys llmperf prices and DeepSpeedZeroConfig's field names for them (zero/config.py Field(...,
+alias="stage3_...") with populate_by_name=True in config_utils.py: either spelling sets the field)."""
+_ALIASED_FIELDS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+                   "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+                   "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential")
+"""DeepSpeedZeroConfig fields whose alias is "stage3_" + the name (zero/config.py)."""
+
 OFFLOAD_PARAM_KEYS = frozenset("device nvme_path buffer_count buffer_size max_in_cpu pin_memory".split())
 OFFLOAD_OPTIMIZER_KEYS = frozenset("""device nvme_path buffer_count pin_memory pipeline_read pipeline_write fast_init
 ratio super_offload cpuadam_cores_perc pipeline""".split())
@@ -180,6 +190,11 @@ def _offload(section: Any, key: str, origin: str) -> None:
 def check_zero_section(zero: dict[str, Any], origin: str) -> None:
     """DeepSpeedZeroConfig: known keys, integer bounds, offload sub-models."""
     _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
+    for name in _ALIASED_FIELDS:
+        if AUTO not in (zero.get(name, AUTO), zero.get(f"stage3_{name}", AUTO)):  # "auto" is dropped first
+            raise ConfigError(f"{origin} zero_optimization gives both {name} and stage3_{name}, two spellings of one "
+                              "DeepSpeedZeroConfig field; pydantic takes the alias and refuses the other ('Extra "
+                              f"inputs are not permitted'). Keep one (stage3_{name} is the documented key).")
     for key, bound in ZERO_INT_BOUNDS.items():
         if key in zero:
             _int_field(zero[key], f"zero_optimization.{key}", origin, bound)

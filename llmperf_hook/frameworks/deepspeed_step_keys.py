@@ -1,7 +1,8 @@
 """ds_config keys that change a DeepSpeed step's time or memory and that llmperf does not price: one warning each
 when set to something other than DeepSpeed's default (0.19.8: runtime/config.py, runtime/constants.py,
 runtime/zero/config.py, utils/config.py, comm/config.py). The keys llmperf prices (ZeRO stage, buckets, overlap_comm,
-contiguous_gradients, communication_data_type, grad_accum_dtype, offload, ZeRO++) and those it warns about elsewhere
+contiguous_gradients, the stage3_ fetch keys, communication_data_type, grad_accum_dtype, offload, ZeRO++) and those it
+warns about elsewhere
 (wall_clock_breakdown, flops_profiler, removed sections, sub_group_size, round_robin_gradients) are read by
 deepspeed_config.py / deepspeed_schema.py, the activation_checkpointing section by ds_checkpointing.py; the table of
 decisions is tests/frameworks/real_scripts/FLAGS.md.
@@ -33,10 +34,6 @@ ZERO_KEYS: dict[str, tuple[Any, str]] = {
                                              "DeepSpeed's 1e5"),
     "stage3_model_persistence_threshold": (None, "a cap on ZeRO-3's resident parameters not modelled"),
     "model_persistence_threshold": (None, "a cap on ZeRO-3's resident parameters not modelled"),
-    "stage3_max_reuse_distance": (1_000_000_000, "ZeRO-3's release of parameters by reuse distance is not modelled "
-                                                 "(each layer is gathered again for its backward)"),
-    "max_reuse_distance": (1_000_000_000, "ZeRO-3's release of parameters by reuse distance is not modelled (each "
-                                          "layer is gathered again for its backward)"),
 }
 """zero_optimization key -> (DeepSpeed's default, what a different value changes); None: any value warns (the
 default is sys.maxsize). HF's "auto" fills (10 x hidden for the persistence threshold) are left alone."""

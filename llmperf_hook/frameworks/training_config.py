@@ -213,6 +213,9 @@ class OptimizerConfig:
     reduction buffers as they are produced; False keeps them as separate tensors (schedule/memory.zero_bucket_count)."""
     stage3_prefetch_bucket_size_elems: int | None = None
     stage3_max_live_parameters: int | None = None
+    stage3_max_reuse_distance: int | None = None
+    """DeepSpeed ZeRO-3: a parameter used again within this many elements of fetched modules stays gathered
+    (graph/zero3_trace.py); None = DeepSpeed's 1e9."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     fp8_param_gather: bool = False

@@ -16,6 +16,7 @@ from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.stages import chunk_layer_range
 from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops
+from llmperf_hook.graph.zero_edge_ops import with_zero_edge_ops
 from llmperf_hook.graph.zero_layer_ops import zero3_layer_comm
 from llmperf_hook.hardware.spec import ClusterSpec
 
@@ -109,13 +110,14 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=memo[key])
     blocks: list[OpBlock] = []
     if first:
-        blocks.append(_block("embedding", lo.embedding_ops(ctx), 1, "none"))
+        blocks.append(with_zero_edge_ops(cfg, _block("embedding", lo.embedding_ops(ctx), 1, "none"), stage, "embedding",
+                                         gpus_per_node))
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
     if last and cfg.model.mtp_num_layers:
         blocks += _mtp_blocks(cfg, ctx)
     if last:
-        blocks.append(_block("head", lo.head_ops(ctx), 1, "none"))
+        blocks.append(with_zero_edge_ops(cfg, _block("head", lo.head_ops(ctx), 1, "none"), stage, "head", gpus_per_node))
     if memo is not None:
         memo[key] = tuple(blocks)
     return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=tuple(blocks))

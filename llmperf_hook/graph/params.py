@@ -125,6 +125,22 @@ def head_params(cfg: TrainingConfig) -> int:
     return norm_params(cfg) + output + embedding_projection_params(cfg)
 
 
+def zero3_gather_modules(cfg: TrainingConfig, layer_params: int) -> tuple[int, ...]:
+    """Parameters of the modules ZeRO-3 fetches one by one in a layer (QKV, projection, MLP up, MLP down).
+
+    DeepSpeed fetches a module's parameters in its pre-forward / pre-backward hook
+    (deepspeed/runtime/zero/parameter_offload.py, partitioned_param_coordinator.fetch_sub_module); norms and
+    small biases stay resident (stage3_param_persistence_threshold, 1e5 elements by default), so a dense layer
+    makes four gathers. An MoE layer's MLP part (router + local experts) is split up/down the same way."""
+    m, t = cfg.model, cfg.parallel.tp
+    qkv = m.hidden_size * (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t
+    proj = m.num_attention_heads * m.kv_channels * m.hidden_size // t
+    rest = max(0, layer_params - qkv - proj - 2 * norm_params(cfg))
+    up_share = 2.0 / 3.0 if m.swiglu else 0.5  # up = ffn (x2 with SwiGLU) x h, down = ffn x h
+    up = int(rest * up_share)
+    return tuple(n for n in (qkv, proj, up, rest - up) if n > 0)
+
+
 def is_moe_layer(cfg: TrainingConfig, layer_index: int) -> bool:
     """Megatron --moe-layer-freq: k -> layers 0, k, 2k, ... are MoE; a list pattern -> the layers whose entry is 1
     (gpt_layer_specs.py get_gpt_decoder_block_spec)."""

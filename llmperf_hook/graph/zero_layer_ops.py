@@ -15,28 +15,13 @@ The once-per-step ops (gradient sync outside the layers, optimizer step) are gra
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
 from llmperf_hook.graph.op import Collective, Op, Phase
+from llmperf_hook.graph.params import zero3_gather_modules
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.step_ops import comm_op, dp_groups, grad_comm_bytes, param_bytes
 from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops
-
-
-def zero3_gather_modules(cfg: TrainingConfig, layer_params: int) -> tuple[int, ...]:
-    """Parameters of the modules ZeRO-3 fetches one by one in a layer (QKV, projection, MLP up, MLP down).
-
-    DeepSpeed fetches a module's parameters in its pre-forward / pre-backward hook
-    (deepspeed/runtime/zero/parameter_offload.py, partitioned_param_coordinator.fetch_sub_module); norms and
-    small biases stay resident (stage3_param_persistence_threshold, 1e5 elements by default), so a dense layer
-    makes four gathers. An MoE layer's MLP part (router + local experts) is split up/down the same way."""
-    m, t = cfg.model, cfg.parallel.tp
-    qkv = m.hidden_size * (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t
-    proj = m.num_attention_heads * m.kv_channels * m.hidden_size // t
-    rest = max(0, layer_params - qkv - proj - 2 * pc.norm_params(cfg))
-    up_share = 2.0 / 3.0 if m.swiglu else 0.5  # up = ffn (x2 with SwiGLU) x h, down = ffn x h
-    up = int(rest * up_share)
-    return tuple(n for n in (qkv, proj, up, rest - up) if n > 0)
+from llmperf_hook.graph.zero3_trace import layer_bwd_fetch_share
 
 
 def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
@@ -62,7 +47,8 @@ HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
 an op behind compute where it is tagged overlap, as it hides the gathers, or charges it as exposed ZeRO time."""
 
 
-def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int,
+                           modules: tuple[int, ...] | None = None) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward, backward) host-to-device copies of a layer's parameter partition under ZeRO-3 offload_param.
 
     The rank's partition (param.ds_tensor, 1/d of each parameter in its 16-bit dtype) lives in host memory
@@ -79,7 +65,8 @@ def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int) -> tu
         return (), ()
     per_rank = param_bytes(cfg) / max(1, d)
     hidden = {"overlap": "param_gather"} if d <= 1 and o.stage3_prefetch_bucket_size_elems != 0 else {}
-    sizes = (layer_params,) if o.stage3_prefetch_bucket_size_elems != 0 else zero3_gather_modules(cfg, layer_params)
+    sizes = (layer_params,) if o.stage3_prefetch_bucket_size_elems != 0 else \
+        modules or zero3_gather_modules(cfg, layer_params)
 
     def phase_ops(phase: Phase) -> tuple[Op, ...]:
         return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
@@ -106,7 +93,10 @@ def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     else:
         fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0 / m) + \
             zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
-    bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", 1.0)
+    # DeepSpeed's last layers can stay gathered into their backward (reuse distance); ZeRO-3 runs without pipeline
+    # parallelism (frameworks/validation.py), so the trace is rank 0's.
+    share = layer_bwd_fetch_share(cfg, 0)
+    bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share) if share > 0 else ()
     return fwd, bwd * (2 if recomputed else 1), reduce
 
 
@@ -162,7 +152,8 @@ def hpz_group(cfg: TrainingConfig, dense: Collective, gpus_per_node: int) -> Col
     return Collective(group="hpz", group_size=k, ranks_per_node=per_node, groups_sharing_node=sharing)
 
 
-def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, phase: Phase, share: float) -> tuple[Op, ...]:
+def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, phase: Phase, share: float,
+                    modules: tuple[int, ...] | None = None) -> tuple[Op, ...]:
     """One phase's parameter fetches of a layer over `coll` (`share` of the micro-batches take this path): one
     prefetched all-gather tagged overlap, or one exposed all-gather per module without prefetching; with qwZ
     (quantize=zero_quantized_weights for every fetch, partitioned_param_coordinator.py __all_gather_params) the
@@ -170,7 +161,7 @@ def zero3_fetch_ops(cfg: TrainingConfig, layer_params: int, coll: Collective, ph
     o = cfg.optimizer
     per_elem = QWZ_BYTES_PER_ELEM if o.zero_quantized_weights else param_bytes(cfg)
     dtype = "int8" if o.zero_quantized_weights else cfg.precision
-    modules = zero3_gather_modules(cfg, layer_params)
+    modules = modules or zero3_gather_modules(cfg, layer_params)
     if o.stage3_prefetch_bucket_size_elems == 0:
         ops = tuple(Op("zero3.param_fetch", "allgather", "fwd", {"bytes": int(n * per_elem * share)}, dtype=dtype,
                        collective=coll) for n in modules)

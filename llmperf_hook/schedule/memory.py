@@ -35,7 +35,8 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.ddp_buckets import distopt_padding_elems, fp8_param_gather
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params,
-                                         offloaded_optimizer_share, runs_bf16_optimizer)
+                                         offloaded_optimizer_share, param_bytes, runs_bf16_optimizer)
+from llmperf_hook.graph.zero3_trace import deepspeed_zero, stage_trace
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
@@ -237,7 +238,10 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
     if "deepspeed" in cfg.framework and o.zero_stage >= 1:
         out["zero_buckets"] = zero_reduce_bucket_bytes(cfg)
-    if o.zero_stage >= 3:
+    if o.zero_stage >= 3 and deepspeed_zero(cfg):
+        # held by the reuse distance, running, and prefetched, over DeepSpeed's fetch trace (graph/zero3_trace.py)
+        out["zero3_live_params"] = float(stage_trace(cfg, stage.stage).peak_live_elems * param_bytes(cfg))
+    elif o.zero_stage >= 3:
         layer = stage.num_params / max(1, stage.num_layers)
         prefetch = o.stage3_prefetch_bucket_size_elems  # 0 = no prefetch buffer (fetch on demand)
         live = min(o.stage3_max_live_parameters or DEEPSPEED_ZERO3_LIVE_ELEMS,

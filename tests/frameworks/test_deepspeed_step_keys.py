@@ -20,7 +20,6 @@ def _warnings(raw: dict[str, Any]) -> list[str]:
     ({"zero_optimization": {"stage": 1, "legacy_stage1": True}}, "ds.json zero_optimization.legacy_stage1 = True"),
     ({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1e6}},
      "ds.json zero_optimization.stage3_param_persistence_threshold = 1000000.0: ZeRO-3 keeps parameters"),
-    ({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0}}, "ds.json zero_optimization.stage3_max_reuse_distance = 0"),
     ({"zero_optimization": {"stage": 3, "model_persistence_threshold": 10**9}}, "ds.json zero_optimization.model_persistence_threshold"),
     ({"zero_optimization": {"stage": 1, "allgather_partitions": False}}, "ds.json zero_optimization.allgather_partitions = False"),
     ({"gradient_predivide_factor": 8.0}, "ds.json gradient_predivide_factor = 8.0: an extra scaling pass"),
@@ -82,7 +81,7 @@ def test_zero_bool_values_deepspeed_refuses_exit_2(value: Any) -> None:
         _warnings({"zero_optimization": {"stage": 1, "reduce_scatter": value}})
 
 
-@pytest.mark.parametrize("key", ["stage3_param_persistence_threshold", "stage3_max_reuse_distance"])
+@pytest.mark.parametrize("key", ["stage3_param_persistence_threshold"])
 @pytest.mark.parametrize("value", _INT_VALUES)
 def test_zero_int_keys_read_as_pydantic_ints(key: str, value: Any) -> None:
     from llmperf_hook.frameworks.deepspeed_step_keys import ZERO_KEYS
@@ -92,7 +91,7 @@ def test_zero_int_keys_read_as_pydantic_ints(key: str, value: Any) -> None:
 
 
 @pytest.mark.parametrize("key", ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                                 "stage3_max_live_parameters", "stage"])
+                                 "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage"])
 @pytest.mark.parametrize("value", ["3", " 3 ", "+3", "3.0", 3.0, True])
 def test_priced_zero_ints_read_as_deepspeed_reads_them(key: str, value: Any) -> None:
     # the priced keys go through the same lax int as the step keys: DeepSpeedZeroConfig takes every one of these
