@@ -76,6 +76,12 @@ class ClusterSpec:
     """Host (CPU) time to issue one modelled op from the framework's Python: PyTorch eager dispatch with autograd
     bookkeeping is ~10 us per PyTorch op on server CPUs and a modelled op is ~2 of them. A pass can run no faster
     than its ops can be issued: small models and high TP are host-bound."""
+    nvme_read_bytes_per_s: float = 10e9
+    nvme_write_bytes_per_s: float = 5e9
+    """Local NVMe of one host (the drives a ZeRO-Infinity nvme_path is on), read / write, shared by the host's ranks:
+    the YAML's nvme_read_GBps / nvme_write_GBps. Default: four PCIe Gen4 SSDs in RAID-0, as DeepSpeed measured them
+    with ds_io for 1 GB transfers, 10 GB/s reads and 5 GB/s writes (DeepSpeed blogs/deepnvme/06-2025 and 08-2024;
+    a DGX A100 carries four Gen4 U.2 data drives)."""
     gpus_per_host: int = 0
     """GPUs of one OS host (the launcher's node: torchrun --nproc-per-node, a hostfile's slots) where the intra-node
     tier spans several hosts: a GB200 NVL72 rack is one NVLink domain of 72 GPUs (`gpus_per_node`, what the
