@@ -21,11 +21,12 @@ from typing import Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.batch_script import is_launch, read_batch_script
-from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines
 from llmperf_hook.launch.slurm import SRUN_OPTIONS
+from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 
 SBATCH_OPTIONS: dict[str, Option] = {
     **SRUN_OPTIONS, "--wrap": Option("wrap"), "-a": Option("array"), "--array": Option("array"),
@@ -33,6 +34,11 @@ SBATCH_OPTIONS: dict[str, Option] = {
     "--mail-user": Option("mail_user"), "--gpus-per-socket": Option("gpus_per_socket"),
     "--requeue": Option("requeue", takes_value=False), "--parsable": Option("parsable", takes_value=False),
 }
+SBATCH_GRAMMAR = Grammar(SBATCH_ARITY, "getopt", "sbatch reads its options with getopt_long, src/common/slurm_opt.c",
+                         strict=False)
+"""sbatch's own options as Slurm reads them, on its command line and in #SBATCH lines alike: unique prefixes of long
+options (`--nod=2` is ambiguous and stops sbatch; `--ntasks-per-n=8` is --ntasks-per-node) and sbatch's arities
+(`-W`/`--wait` is a switch here, where srun's takes seconds)."""
 SBATCH_JOB_ID = "llmperf-sbatch"
 """SLURM_JOB_ID given to the script's launch line: the job does not exist yet (sbatch has not run)."""
 _TASK_LAYOUT = ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
@@ -58,19 +64,32 @@ def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str], ar
     return read_batch_script(logical_lines(text), env, used, path, "shell script", args, script_shell(shell_word, text))
 
 
-def _header_options(lines: list[ScriptLine]) -> list[str]:
-    """#SBATCH words before the script's first command (sbatch stops reading directives there)."""
+def _header_options(lines: list[ScriptLine], path: str) -> list[str]:
+    """#SBATCH words before the script's first command, read as sbatch's _opt_batch_script reads them (src/sbatch/
+    opt.c): only a line that starts with `#SBATCH` in its first column is a directive (`  #SBATCH -N 2` is a comment);
+    reading stops at the first line whose first non-blank character is not `#`; an unmatched quote stops sbatch."""
     words: list[str] = []
     for line in lines:
         stripped = line.text.strip()
-        if stripped.startswith("#SBATCH"):
+        if line.text.startswith("#SBATCH"):
             try:
-                words += shlex.split(stripped[len("#SBATCH"):], comments=True)
+                words += shlex.split(line.text[len("#SBATCH"):], comments=True)
             except ValueError:
-                continue
+                raise UsageError(f"sbatch would stop: {path} line {line.number} has an unmatched quote in "
+                                 f"{stripped!r} (sbatch: 'Unmatched quote'). Close the quote.") from None
         elif stripped and not stripped.startswith("#"):
             break
     return words
+
+
+def _header_values(lines: list[ScriptLine], path: str) -> dict[str, str]:
+    """The #SBATCH options; a word that is not an option stops sbatch ('Invalid directive found in batch script')."""
+    words = _header_options(lines, path)
+    header = scan_options(words, 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH", SBATCH_GRAMMAR)
+    if header.rest < len(words):
+        raise UsageError(f"sbatch would stop: {path} has #SBATCH {words[header.rest]!r}, which is not an option "
+                         "(sbatch: 'Invalid directive found in batch script'). Write it as an option, or remove it.")
+    return header.values
 
 
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
@@ -104,8 +123,11 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
                   used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
     """The launch words sbatch's script (or --wrap command) runs and the files the script writes before it; `env`
     gains the allocation and the script's assignments. Command-line options win over #SBATCH lines."""
-    cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch")
-    if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script
+    cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch", SBATCH_GRAMMAR)
+    if "wrap" in cli.values and cli.rest < len(words):
+        raise UsageError(f"sbatch would stop: --wrap is given with {words[cli.rest]!r} after it (sbatch: 'Script "
+                         "arguments not permitted with --wrap option'). Give either --wrap \"CMD\" or a script.")
+    if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script (the last --wrap wins)
         lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", cli.values
         shell = script_shell("/bin/sh", "")
     else:
@@ -114,8 +136,7 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         path = words[cli.rest]
         text = _read_script(path)
         lines, shell = logical_lines(text), script_shell(None, text)
-        header = {**scan_options(_header_options(lines), 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH").values,
-                  **cli.values}
+        header = {**_header_values(lines, path), **cli.values}
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)

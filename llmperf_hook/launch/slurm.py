@@ -12,7 +12,8 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.options import Option, scan_options
+from llmperf_hook.launch.options import Grammar, Option, scan_options
+from llmperf_hook.launch.slurm_option_names import SRUN_ARITY
 from llmperf_hook.launch.sizing import LaunchSize, Sized, gpus_from_env
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -38,6 +39,10 @@ SRUN_OPTIONS: dict[str, Option] = {
     **{k: Option(v) for k, v in _VALUED.items()},
     **{k: Option(k.lstrip("-").replace("-", "_"), takes_value=False) for k in _SWITCHES},
 }
+SRUN_GRAMMAR = Grammar(SRUN_ARITY, "getopt", "srun reads its options with getopt_long, src/common/slurm_opt.c", strict=False)
+"""srun as Slurm reads it: a unique prefix of a long option is that option (`--ntasks-per-n=8`), an ambiguous one
+(`--nod=2`: --nodefile, --nodelist, --nodes) stops srun; options only SPANK plugins define are skipped with a
+warning (strict=False)."""
 
 
 def _env_int(env: Mapping[str, str], names: Sequence[str], used: dict[str, str]) -> Sized | None:
@@ -136,10 +141,11 @@ def _allocation_tasks(env: Mapping[str, str], used: dict[str, str], nnodes: Size
 
 def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[str, str], int, list[str]]:
     """srun's options -> (values, spellings, index of the program, warnings)."""
-    opts = scan_options(words, start, SRUN_OPTIONS, "srun")
+    opts = scan_options(words, start, SRUN_OPTIONS, "srun", SRUN_GRAMMAR)
     if opts.rest >= len(words):
         raise UsageError("the srun command names no program to run.")
-    return opts.values, opts.flags, opts.rest, [f"unknown srun option {w} ignored" for w in opts.unknown]
+    return opts.values, opts.flags, opts.rest, [f"unknown srun option {w} ignored" for w in opts.unknown] + \
+        [f"srun option {w} accepted, not modelled" for w in opts.unmodelled]
 
 
 def _consistent_with_world(nnodes: Sized, local: Sized, world: Sized) -> tuple[Sized, Sized, Sized, list[str]]:
