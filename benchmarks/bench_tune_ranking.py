@@ -2,14 +2,16 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
                                                               [--misses [--noise PCT]] [--resolution]
+                                                              [--measured-only]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
 sweeps, S24). Each row becomes its launch command and cluster with the validation engineer's mapping
 (`llmperf_hook.validate`: the same one `llmperf validate` uses) and is resolved into a TrainingConfig; the
 group's configurations are then ranked by the tuner's own search (`tune.search.search_candidates` over exactly
-those candidates: layout rules, memory filter with the tune margin, full predictions). Reported per group and
-overall, for groups with at least two distinct measured configurations:
+those candidates: layout rules, memory filter with `llmperf tune`'s default margin for the framework (configs/search/),
+full predictions). Reported per group and overall, for groups with at least two distinct measured configurations
+(issue 7's rule, nothing looser):
 - top-1 within 5 %: the measured time of the tuner's first choice <= 1.05 x the group's measured best
   (target: >= 90 % of groups); a group where the tuner rejects every measured configuration is a miss;
 - top-1 exact: the first choice is the measured fastest;
@@ -29,6 +31,10 @@ the layers, per step), and each (hidden, TP, micro-batch) cell priced at its mea
 (benchmarks/ranking_diagnostics.py). They say which error decides the misses, not what to fit. `--noise PCT`
 adds the figure with every row within PCT % of a group's fastest counted as its best (S24 itself has no
 run-to-run spread to read a noise from: its rows are composed, `bench_validation.py --audit-s24`).
+
+`--measured-only` ranks the groups again without the rows that were composed, not run
+(ranking_diagnostics.is_composed: S24's rows with data parallelism are its DP = 1 rows plus vTrain's table
+all-reduce), so the figure says how the tuner ranks real runs; the issue's figure above stays the one over all rows.
 
 `--resolution` prints what the measurements can resolve (ranking_diagnostics.report_resolution): S24's rows are
 composed from one per-layer cost per (hidden, TP, micro-batch) cell (the per-micro-batch slope is linear in the
@@ -50,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking_diagnostics import WITHIN, RowPoint, report_misses, report_resolution
+from ranking_diagnostics import WITHIN, RowPoint, is_composed, report_misses, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,20 +149,21 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
         return None
     base_cfg, spec = rows[0][1], rows[0][2]
     cands = tuple(measured)
-    res = search_candidates(base_cfg, spec, candidates_from_list(cands), top_k=1, margin=0.05,
+    margin = tune_margin(base_cfg)
+    res = search_candidates(base_cfg, spec, candidates_from_list(cands), top_k=1, margin=margin,
                             predict=api.predict_config, validate=validate_config)
     meas = {c: statistics.median(v) for c, v in measured.items()}
     best = min(meas.values())
     estimates = [api.predict_config(cfg, s) for _, cfg, s in rows]
     predicted = np.array([float(e.step_time_s) for e in estimates])
     fitting = [(float(e.step_time_s), candidate_of(cfg)) for e, (_, cfg, _) in zip(estimates, rows)
-               if e.memory.peak_bytes_per_gpu <= 0.95 * e.memory.capacity_bytes]
+               if _fits(e, margin)]
     corr = spearman(predicted, np.array([r.iteration_time_s for r, _, _ in rows]))
     label = f"{key[0]} L{key[1]} h{key[2]} {key[5]} GPUs gbs {key[6]}"
     source = "/".join(sorted({r.source_id for r, _, _ in rows}))
     errors = tuple(((cfg.model.hidden_size, cfg.parallel.tp, cfg.batch.micro_batch_size),
                     (p - r.iteration_time_s) / r.iteration_time_s) for p, (r, cfg, _) in zip(predicted, rows))
-    points = tuple(_row_point(r, cfg, e) for r, cfg, e in zip((r for r, _, _ in rows), (c for _, c, _ in rows), estimates))
+    points = tuple(_row_point(r, cfg, e, margin) for r, cfg, e in zip((r for r, _, _ in rows), (c for _, c, _ in rows), estimates))
     if not res.top:
         return GroupResult(label, source, len(cands), False, False, corr, "-", "tuner found no fitting configuration",
                            row_errors=errors, points=points)
@@ -168,14 +175,26 @@ def rank_group(key: tuple, rows) -> GroupResult | None:
                        row_errors=errors, points=points)
 
 
-def _row_point(run, cfg, estimate) -> RowPoint:
+def tune_margin(cfg) -> float:
+    """The memory margin `llmperf tune` applies to this job without --search (the framework's configs/search file)."""
+    from llmperf_hook.tune.search_space import load_search_space
+
+    return load_search_space(None, cfg.framework).memory_margin
+
+
+def _fits(estimate, margin: float) -> bool:
+    """The tuner's fit rule: predicted peak <= (1 - margin) x GPU capacity (tune/search.py)."""
+    return estimate.memory.peak_bytes_per_gpu <= (1 - margin) * estimate.memory.capacity_bytes
+
+
+def _row_point(run, cfg, estimate, margin: float) -> RowPoint:
     from llmperf_hook.tune.candidate import candidate_of
 
     h, tp, pp, mbs = cfg.model.hidden_size, cfg.parallel.tp, cfg.parallel.pp, cfg.batch.micro_batch_size
     return RowPoint(candidate_of(cfg).describe(), (h, tp, mbs), (run.source_id, h, tp, pp, mbs, cfg.parallel.dp),
                     cfg.model.num_layers, cfg.batch.num_microbatches, run.iteration_time_s,
                     float(estimate.step_time_s),
-                    estimate.memory.peak_bytes_per_gpu <= 0.95 * estimate.memory.capacity_bytes)
+                    _fits(estimate, margin))
 
 
 def main() -> None:
@@ -191,6 +210,8 @@ def main() -> None:
     ap.add_argument("--resolution", action="store_true",
                     help="also print how many independent measurements the groups rest on and a perfect model's "
                          "count under a per-cell measurement error")
+    ap.add_argument("--measured-only", action="store_true",
+                    help="also rank the groups without the rows that were composed, not run (S24 with DP > 1)")
     ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
                     help="with --misses: also count rows within PCT %% of a group's fastest as its best")
     args = ap.parse_args()
@@ -199,13 +220,13 @@ def main() -> None:
 
     started = time.perf_counter()
     presets = read_cluster_presets(configs_dir() / "clusters")
-    results: list[GroupResult] = []
-    with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
-        for key, runs in load_groups(Path(args.csv)).items():
-            r = rank_group(key, resolve_rows(runs, presets, Path(tmp)))
-            if r is not None:
-                results.append(r)
+    results = rank_groups(Path(args.csv), presets)
     report(results, time.perf_counter() - started, args.verbose)
+    if args.measured_only:
+        print("\nwithout the composed rows (S24 with DP > 1: its DP = 1 row + vTrain's table all-reduce):")
+        started = time.perf_counter()
+        report(rank_groups(Path(args.csv), presets, keep=lambda run: not is_composed(run.source_id, run.dp)),
+               time.perf_counter() - started, verbose=False)
     if args.cells:
         report_cells(results)
     if args.misses:
@@ -215,6 +236,17 @@ def main() -> None:
     if args.host_cells:
         with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
             report_host_cells(Path(args.csv), presets, Path(tmp))
+
+
+def rank_groups(csv_path: Path, presets, keep=lambda run: True) -> list[GroupResult]:
+    """rank_group over every group of the CSV, with only the rows `keep` accepts."""
+    results: list[GroupResult] = []
+    with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
+        for key, runs in load_groups(csv_path).items():
+            r = rank_group(key, resolve_rows([run for run in runs if keep(run)], presets, Path(tmp)))
+            if r is not None:
+                results.append(r)
+    return results
 
 
 def report_cells(results: list[GroupResult]) -> None:

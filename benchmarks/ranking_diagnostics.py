@@ -26,6 +26,15 @@ WITHIN = 0.05
 """A group is a hit when the measured time of the tuner's choice is within this fraction of its measured best."""
 
 
+def is_composed(source_id: str, dp: int) -> bool:
+    """A row that is not a run of its configuration: each S24 (vTrain single-node) row with data parallelism is the
+    same layout's DP = 1 row plus vTrain's own NCCL-table all-reduce of the gradients (to 1 us: `python
+    benchmarks/bench_validation.py --audit-s24`, the 'DP cost' column against 'LUT ring ms', and 'bytes/busbw ms'
+    above the table's 1 GiB, the simulator's lookup without the ring factor, github.com/VIA-Research/vTrain
+    src/predictor.py compute_comm_time). Only its DP = 1 rows were measured."""
+    return source_id == "S24" and dp > 1
+
+
 @dataclass(frozen=True)
 class RowPoint:
     """One measured row of a group as the diagnostics need it."""
@@ -41,7 +50,8 @@ class RowPoint:
     measured_s: float
     predicted_s: float
     fits: bool
-    """Peak memory <= 95 % of the GPU (the tuner's fit rule): only such rows can be chosen."""
+    """Peak memory within the tuner's fit rule (tune.search_space.SearchSpace.memory_margin): only such rows can be
+    chosen."""
 
 
 def choice_index(points, predicted) -> int | None:

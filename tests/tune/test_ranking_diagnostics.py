@@ -128,3 +128,23 @@ def test_miss_pair_names_the_best_and_the_choice_of_a_missed_group_only() -> Non
     assert diag.miss_pair([best, wrong]) == (best, wrong)
     assert diag.miss_pair([_point(1.0, 1.0), _point(1.2, 1.2)]) == (None, None)
     assert diag.miss_pair([_point(1.0, 1.0, fits=False)]) == (None, None)
+
+
+def test_only_the_data_parallel_s24_rows_are_composed() -> None:
+    # bench_validation.py --audit-s24: an S24 row with DP > 1 is its DP = 1 row + vTrain's LUT all-reduce, not a run
+    assert diag.is_composed("S24", 2) and diag.is_composed("S24", 8)
+    assert not diag.is_composed("S24", 1)
+    assert not diag.is_composed("S23", 8) and not diag.is_composed("S03", 4)
+
+
+def test_the_bench_fits_rows_with_the_margin_tune_applies() -> None:
+    import bench_tune_ranking as bench
+    from types import SimpleNamespace
+
+    from llmperf_hook.tune.search_space import load_search_space
+
+    for framework in ("megatron-deepspeed", "deepspeed"):
+        cfg = SimpleNamespace(framework=framework)
+        assert bench.tune_margin(cfg) == load_search_space(None, framework).memory_margin
+    estimate = SimpleNamespace(memory=SimpleNamespace(peak_bytes_per_gpu=92.0, capacity_bytes=100.0))
+    assert bench._fits(estimate, 0.05) and not bench._fits(estimate, 0.10)
