@@ -275,10 +275,14 @@ LAUNCHER_175B = ((8, 7500), (16, 14950), (32, 29537), (64, 58211), (128, 109684)
 # size > 1" sets gradient_accumulation_fusion False at PP 1. Each micro-batch's 16-bit weight gradients are then
 # added into distributed_fused_adam's fp32 gradient buffer by a hook on every parameter (apex 8cea0b43
 # distributed_fused_adam.py _grad_copy: grad_out.add_(grad_in)), as Megatron's DDP does without the fusion.
-NEMO_2208_PP1_FLAGS = "--no-gradient-accumulation-fusion"
+# At PP 1 without SP NeMo keeps the optimizer's overlap_grad_sync (apex default True) and runs all micro-batches but
+# the last under no_sync(greedy_grad_copy=True) (megatron_gpt_model.py training_step), so the last backward
+# overlaps the buckets' reduce-scatter.
+NEMO_2208_PP1_FLAGS = "--no-gradient-accumulation-fusion --overlap-grad-reduce"
 NEMO_2208_PP1_NOTE = ("gradient-accumulation fusion off: NeMo v1.11.0 megatron_base_model.py _validate_config turns "
                       "it off at PP 1, so each micro-batch's gradients are added into distributed_fused_adam's fp32 "
-                      "buffer (apex distributed_fused_adam.py _grad_copy)")
+                      "buffer (apex distributed_fused_adam.py _grad_copy); its reduce-scatter overlaps the last "
+                      "micro-batch's backward (overlap_grad_sync, kept at PP 1 without SP)")
 
 # The same README at the 22.06 release (d4317ddd): aggregate tokens/s by node count, and each model's layout
 # (TP, PP, GBS, recompute, SP) from that commit's training configs.

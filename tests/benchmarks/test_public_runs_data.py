@@ -87,15 +87,16 @@ def _flags(row: dict[str, str]) -> list[str]:
 
 def test_nemo_2022_rows_carry_what_their_nemo_release_forced() -> None:
     """NeMo v1.11.0 (22.08, P05) turns gradient-accumulation fusion off at PP 1 only (megatron_base_model.py
-    _validate_config); NeMo r1.10.0 (22.06, P08) has no such fusion at all, and overlaps the data-parallel
-    all-reduce at PP 1 only. The rows' launch flags must say so, or their per-micro-batch gradient add is unpriced."""
+    _validate_config); NeMo r1.10.0 (22.06, P08) has no such fusion at all. Both overlap the data-parallel gradient
+    reduction with the last backward at PP 1 only (distributed_fused_adam's overlap_grad_sync / the O2 wrapper's
+    async_grad_allreduce). The rows' launch flags must say so."""
     nemo = [r for r in _rows() if r["source_id"] in ("P05", "P08")]
     assert {r["source_id"] for r in nemo} == {"P05", "P08"}
     for row in nemo:
         pp1, flags = row["pp"] == "1", _flags(row)
         unfused = row["source_id"] == "P08" or pp1
         assert ("--no-gradient-accumulation-fusion" in flags) == unfused, row["row_id"]
-        assert ("--overlap-grad-reduce" in flags) == (row["source_id"] == "P08" and pp1), row["row_id"]
+        assert ("--overlap-grad-reduce" in flags) == pp1, row["row_id"]
 
 
 def test_bloom_row_is_split_as_its_slurm_script_split_it() -> None:
