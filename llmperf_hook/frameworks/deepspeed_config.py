@@ -19,6 +19,7 @@ from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, check_sections, check_top_level,
                                                      check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
                                                      zeropp_rules, zeropp_settings)
+from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.launch.batch_script import written_text
@@ -80,6 +81,8 @@ class DsSettings:
     """Top-level communication_data_type ("fp16" | "bf16" | "fp32"); None = DeepSpeed's default (the model's)."""
     grad_accum_dtype: str | None = None
     """data_types.grad_accum_dtype, canonical ("fp32" | "bf16" | "fp16"); None = the model's dtype."""
+    nvme_param_buffer_elems: int = 100_000_000
+    """offload_param.buffer_size: elements of each pinned NVMe swap buffer (DeepSpeed's 1e8)."""
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
@@ -424,6 +427,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
+    warnings.extend(nvme_warnings(raw, fields, origin))
+    fields["nvme_param_buffer_elems"] = param_buffer_elems(raw)
     warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))
     grad_norm_rules(raw, fields, origin)
     zeropp_rules(fields, origin, warnings)

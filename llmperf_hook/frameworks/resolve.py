@@ -17,6 +17,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config, plugin_config_file
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
+from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF_ORIGIN, check_openrlhf, openrlhf_ds_config, openrlhf_trainer
@@ -146,6 +147,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     if family_warnings:
         cfg = replace(cfg, warnings=tuple(dict.fromkeys((*family_warnings, *cfg.warnings))))
     validate_config(cfg)
+    check_nvme_param_buffers(cfg)
     return cfg
 
 

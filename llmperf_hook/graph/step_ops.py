@@ -24,6 +24,7 @@ from __future__ import annotations
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.ddp_buckets import fp8_param_gather, rank_grad_buckets
+from llmperf_hook.graph.nvme_swap_ops import optimizer_nvme_swap_ops
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
@@ -186,6 +187,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
         # DeepSpeed's mixed-precision optimizers step one flat buffer instead: the params-only answer.
         dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
     ops += _optimizer_steps(cfg, local, dims, tags)
+    ops += optimizer_nvme_swap_ops(cfg, round(local * offloaded_optimizer_share(cfg, local)), local, gpus_per_node)
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
     if sharded and o.zero_stage < 3:
         fp8 = fp8_linear_params(cfg, stage, num_params, num_layers) if fp8_param_gather(cfg) else 0

@@ -144,7 +144,8 @@ def zero3_trace(cfg: TrainingConfig, stage: int) -> Zero3Trace:
     live-parameter limit (DeepSpeed's defaults where not given)."""
     o = cfg.optimizer
     reuse = REUSE_DISTANCE_DEFAULT if o.stage3_max_reuse_distance is None else o.stage3_max_reuse_distance
-    bucket = PREFETCH_BUCKET_DEFAULT if o.stage3_prefetch_bucket_size_elems is None else o.stage3_prefetch_bucket_size_elems
+    bucket = o.stage3_prefetch_bucket_size_elems
+    bucket = PREFETCH_BUCKET_DEFAULT if bucket is None else bucket
     max_live = MAX_LIVE_DEFAULT if o.stage3_max_live_parameters is None else o.stage3_max_live_parameters
     trace = _trace(cfg, stage)
     kept = _kept(trace, reuse, frozenset({"word"}) if root_holds_embedding(cfg) else frozenset())

@@ -55,12 +55,14 @@ def zero_edge_ops(cfg: TrainingConfig, stage: int, edge: Edge,
     secondary = hpz_group(cfg, dense, gpus_per_node)
     if edge == "embedding":
         # the first fetch of the micro-batch: nothing runs before it, so it is exposed even when prefetching
-        fwd = tuple(replace(op, tags={}) for op in _fetch(cfg, trace.embedding_elems, dense, secondary, "fwd"))
-        bwd = _fetch(cfg, trace.embedding_elems, dense, secondary, "bwd") if trace.embedding_bwd_fetch else ()
+        fetch = _fetch(cfg, trace.embedding_elems, dense, secondary, "fwd", gpus_per_node)
+        fwd = tuple(replace(op, tags={}) for op in fetch)
+        bwd = _fetch(cfg, trace.embedding_elems, dense, secondary, "bwd", gpus_per_node) \
+            if trace.embedding_bwd_fetch else ()
         return fwd, bwd, reduce
     elems = trace.output_elems or pc.embedding_params(cfg)  # tied: the embedding's own weight
-    fwd = _fetch(cfg, elems, dense, secondary, "fwd") if trace.head_fwd_fetch else ()
-    bwd = _fetch(cfg, elems, dense, secondary, "bwd") if trace.head_bwd_fetch else ()
+    fwd = _fetch(cfg, elems, dense, secondary, "fwd", gpus_per_node) if trace.head_fwd_fetch else ()
+    bwd = _fetch(cfg, elems, dense, secondary, "bwd", gpus_per_node) if trace.head_bwd_fetch else ()
     return fwd, bwd, reduce
 
 
@@ -74,7 +76,8 @@ def _grad_reduce(cfg: TrainingConfig, numel: int, dense: Collective) -> tuple[Op
     return zero_grad_reduce_ops(cfg, numel, dense)
 
 
-def _fetch(cfg: TrainingConfig, numel: int, dense: Collective, secondary: Collective | None, phase: Phase) -> tuple[Op, ...]:
+def _fetch(cfg: TrainingConfig, numel: int, dense: Collective, secondary: Collective | None, phase: Phase,
+           ranks_per_host: int) -> tuple[Op, ...]:
     """One fetch of a single parameter tensor: its host copy under offload_param, then its all-gather over the data-
     parallel group, or, under hpZ, over the secondary group once a forward has released it (the first micro-batch's
     forward gathers over the whole group, as zero_layer_ops._zero_layer_comm prices a layer's)."""
@@ -87,7 +90,7 @@ def _fetch(cfg: TrainingConfig, numel: int, dense: Collective, secondary: Collec
         paths = ((dense, 1.0 / m), (secondary, (m - 1) / m))
     else:
         paths = ((dense if phase == "fwd" else secondary, 1.0),)
-    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, numel, dense.group_size, modules=(numel,))
+    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, numel, dense.group_size, (numel,), ranks_per_host)
     ops = copy_fwd if phase == "fwd" else copy_bwd
     for coll, share in paths:
         ops += zero3_fetch_ops(cfg, numel, coll, phase, share, modules=(numel,))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
+from llmperf_hook.graph.nvme_swap_ops import param_nvme_read_ops
 from llmperf_hook.graph.op import Collective, Op, Phase
 from llmperf_hook.graph.params import zero3_gather_modules
 from llmperf_hook.graph.placement import place_group
@@ -38,7 +39,8 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     (ds_checkpoint_ops)."""
     ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
-    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size)
+    copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
+                                                ranks_per_host=gpus_per_node)
     return copy_fwd + fwd + ckpt_fwd, copy_bwd * (2 if recomputed else 1) + bwd + ckpt_bwd, reduce
 
 
@@ -47,8 +49,8 @@ HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
 an op behind compute where it is tagged overlap, as it hides the gathers, or charges it as exposed ZeRO time."""
 
 
-def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int,
-                           modules: tuple[int, ...] | None = None) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int, modules: tuple[int, ...] | None = None,
+                           ranks_per_host: int = 1) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward, backward) host-to-device copies of a layer's parameter partition under ZeRO-3 offload_param.
 
     The rank's partition (param.ds_tensor, 1/d of each parameter in its 16-bit dtype) lives in host memory
@@ -68,9 +70,10 @@ def offload_param_copy_ops(cfg: TrainingConfig, layer_params: int, d: int,
     sizes = (layer_params,) if o.stage3_prefetch_bucket_size_elems != 0 else \
         modules or zero3_gather_modules(cfg, layer_params)
 
-    def phase_ops(phase: Phase) -> tuple[Op, ...]:
-        return tuple(Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0,
-                        bytes_moved=0.0, dtype=cfg.precision, collective=HOST_LINK, tags=dict(hidden)) for n in sizes)
+    def phase_ops(phase: Phase) -> tuple[Op, ...]:  # offload_param nvme: each partition is read from NVMe first
+        return param_nvme_read_ops(cfg, sizes, d, phase, ranks_per_host) + tuple(
+            Op("zero3.param_h2d_copy", "host_copy", phase, {"bytes": int(n * per_rank)}, flops=0.0, bytes_moved=0.0,
+               dtype=cfg.precision, collective=HOST_LINK, tags=dict(hidden)) for n in sizes)
     return phase_ops("fwd"), phase_ops("bwd")
 
 

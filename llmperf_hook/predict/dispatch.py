@@ -46,7 +46,8 @@ def cluster_key(cluster: ClusterSpec) -> tuple:
     gpu = cluster.gpu
     return (cluster.name, gpu.name, tuple(sorted(gpu.peak_flop_per_s.items())), gpu.memory_bandwidth_bytes_per_s,
             gpu.gemm_efficiency, gpu.memory_efficiency, gpu.kernel_launch_s, gpu.gemm_ramp_s,
-            gpu.attention_efficiency, cluster.gpus_per_node, astuple(cluster.intra_node), astuple(cluster.inter_node))
+            gpu.attention_efficiency, cluster.gpus_per_node, astuple(cluster.intra_node), astuple(cluster.inter_node),
+            cluster.nvme_read_bytes_per_s, cluster.nvme_write_bytes_per_s)
 
 
 def choose_predictor(op: Op, profile: OpClassPredictor | None, comm_model: OpClassPredictor | None) -> OpClassPredictor:

@@ -39,6 +39,14 @@ def host_copy_s(op: Op, gpu: HardwareSpec) -> float:
     return op.dims.get("bytes", 0) / host_link_rate(gpu) + gpu.kernel_launch_s
 
 
+def nvme_swap_s(op: Op, cluster: ClusterSpec) -> float:
+    """DeepSpeed ZeRO-Infinity's NVMe traffic (op class nvme_swap): its read and write bytes at the host's NVMe
+    bandwidth shared by the `ranks_per_host` ranks that swap at the same time (graph/nvme_swap_ops.py)."""
+    ranks = max(1, op.dims.get("ranks_per_host", 1))
+    return (op.dims.get("read_bytes", 0) * ranks / cluster.nvme_read_bytes_per_s
+            + op.dims.get("write_bytes", 0) * ranks / cluster.nvme_write_bytes_per_s)
+
+
 FP8_GEMM_CLASSES = frozenset({"gemm"})
 """Op classes Transformer Engine runs in FP8 under --fp8-format: the TE linear layers (QKV, projection, MLP,
 expert GEMMs). The rest of an FP8 run computes in bf16: attention (TransformerConfig.fp8_dot_product_attention
@@ -121,4 +129,5 @@ class RooflinePredictor:
         return op_class not in COLLECTIVE_CLASSES
 
     def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec) -> Sequence[float]:
-        return [compute_time_s(op, cluster.gpu) for op in ops]
+        return [nvme_swap_s(op, cluster) if op.op_class == "nvme_swap" else compute_time_s(op, cluster.gpu)
+                for op in ops]

@@ -192,7 +192,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
-        if op.op_class in ("optimizer", "deepspeed_bookkeeping"):  # the step's own work, never overlapped
+        if op.op_class in ("optimizer", "deepspeed_bookkeeping", "nvme_swap"):  # the step's own work, not overlapped
             opt += t
         elif op.name.startswith("embedding"):
             embed += t
