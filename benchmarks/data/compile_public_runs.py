@@ -383,11 +383,11 @@ LONG_SEQ_TABLE = ((2, 68), (4, 80), (8, 86), (16, 92), (32, 100), (64, 106), (12
 def prequel_rows() -> list[dict]:
     rows = []
     for hidden, layers, heads, gpus, tp, pp, mbs, gbs, sec_it, table in PREQUEL_TABLE:
-        # tr11-200B-ml.slurm of those days: --position-embedding-type alibi (as BLOOM-176B, P04)
+        # tr11-200B-ml.slurm of those days (217dc6c 2022-02-17 .. 4b79668 2022-02-24): --position-embedding-type alibi
         arch = Arch(f"BigScience {hidden}x{layers} ({heads} heads)", layers, hidden, heads, None, 4 * hidden,
                     250880, "--position-embedding-type alibi",
                     "the table's NHIDDEN / NLAYERS / NHEADS; 4h MLP, 250,880 vocabulary (tr11); ALiBi "
-                    "(tr11-200B-ml.slurm 2022-02-21..24)")
+                    "(tr11-200B-ml.slurm 2022-02-17..24)")
         row = _row(BIGSCIENCE_PREQUEL, arch, gpus, gbs, mbs, 2048, tp, pp, 1, 1, 1, sec_it, "reported",
                    ("Sec/it at iteration 2", sec_it, "s"), "", f"table: {table}", "full")
         # The bf16 section's rows are bf16; the topology tables ran tr11-200B-ml.slurm of 02-21..02-24 (fp16).
