@@ -36,129 +36,14 @@
    calibration run's own steps (what the user sees in `llmperf refine`'s "predicted after"). The gap between
    them is this machine's run-to-run drift, which no calibration can remove. MAPE on the eleven others, beside
    what the one-run ratio applied in full to every configuration (refine before shrinkage) and session 7's
-   shrinkage (10 % cross-cluster prior, op-level sd_config: k = 0.50) would have made of them. Session 8: the
-   variances come from the profile's own held-out steps (refine/shrinkage.py; the 08:34 profile: sd_shared 3.4 %,
-   sd_config 8.9 %, k = 0.10; refitted at 18:13: 1.7 % and 7.0 %, k 0.04-0.06 with a run's reading), so one
-   configuration's own error no longer moves the eleven others by half of it. Re-scored on
-   session 7's final, quiet measurements (load 1.16, 12 of 12 quiet; config 1 calibrated from its 65.4 ms run):
-   the other eleven 9.8 % with k = 0.50, 8.1 % with k = 0.10 (7.6 % before refinement, 12.0 % with the full ratio);
-   config 1 8.4 % against its passes (7.6 % with the old priors: the posterior keeps 0.78 of its own run's ratio
-   instead of 0.88). Session 8, 18:38-18:46 (profile refitted at 18:13 after the embedding feature change, its
-   framework cost measured at load 4-6; --steps 26, --repeats 2, --calibrate 1,9; load median 1.76, 8 of 12
-   quiet: configs 8 and 9 waited for a core in one or both passes, 39.9 / 69.7 and 39.6 / 64.6 ms): before
-   10.7 % (5.1 % on the 8 quiet); --calibrate 1: config 1 2.0 % against its passes 60.5 / 62.5 ms (2.2 % against
-   its calibration run, 61.4 ms), other 11 11.1 % (11.0 % before; the full ratio x0.934: 15.4 %, session 7's
-   shrinkage: 12.5 %), the 7 other quiet ones 5.1 -> 4.9 %; --calibrate 9 (its calibration run quiet at the
-   third try, 35.4 ms): config 9 33.3 % against the median of its passes (1.7 % against its run), other 11 8.4 %
-   (8.4 % before, the full ratio x1.056 and session 7's shrinkage 8.4 %). Three runs at load 2.2-5.5 (0-5 of 12
-   quiet) are not quoted; in each the quiet configurations moved by at most 0.4 points after refinement.
-   Session 9: the shared-bias prior takes the machine's drift from step times (refine/shrinkage.py
-   STEP_DRIFT_SD_PRIOR, 9.5 %: the same reference steps re-measured by seven profiles of this machine), no longer
-   from the reference readings: sd_shared 9.6 %, one quiet run's k = 0.55 (was 0.04). Session 8's final runs
-   re-scored with it (--rescore LOG: their printed measurements, predictions and calibration runs): run A
-   (load 1.16) --calibrate 1: config 1 0.3 %, other 11 7.1 % (session 8's priors: 0.3 / 7.1 %); --calibrate 9:
-   config 9 12.4 %, others 6.2 % (14.6 / 10.9 %); run B (load 1.24) --calibrate 1: config 1 1.3 %, other 11
-   7.1 % (2.6 / 9.4 %), before 9.4 %: the three targets in one run; --calibrate 0: others 6.8 % (8.9 %). H56's run (load 1.76, 8 of 12 quiet):
-   --calibrate 1 others 12.7 % (11.1 %), --calibrate 9 8.4 % (8.4 %). Run A's "before" stays 12.3 %: its
-   framework cost was measured at load 4-6 (refresh_framework_cost re-measures it when the machine is quiet).
-   On the session-9 tree the load was 8-11 (other helpers' jobs) from 20:15 to 21:10 and 2-6 after: a run at 21:11
-   (load 1.8 at its start: the comm model refitted with rounds; the framework cost not refreshed, the comm refit
-   had raised the load) measured pass 1 at load 2.1-3.9, 9 of 12 quiet, all predicted fast: -3.2, -15.5, -14.8,
-   -7.7, -1.7, -9.5, -5.2, -16.2, -15.0 % (MAPE 9.9 % on the 9; configs 1 and 7 70.9 / 81.4 ms against 66.5 /
-   73.8 ms in session 8's run B: a machine-wide shift again); pass 2 (load 3.4-5.8) was contended in every
-   configuration (wall 2x CPU after 3 tries), so that run scores the load, not the model, and is not quoted.
-   The lead's final runs on the final tree (--calibrate 1,9): at 21:36 (load 1.5 at the start, 2.0-2.8 during;
-   the framework cost re-measured at load 2.85: 2 ranks x1.14 fp32) 7 of 12 quiet, before 4.3 % on those 7 (19.0 %
-   on all 12, the contended ones scoring the load). At 21:48 (load 0.35 at the start, 1.1-1.3 during, 12 of 12
-   quiet; the framework cost re-measured at load 1.35: 2 ranks x1.00 fp32, ops x1.01) every configuration
-   was predicted fast: before 16.2 % (-3.6 .. -30.3 %); --calibrate 1: config 1 7.5 % against its passes (its own
-   posterior x1.168 of the run's x1.225), other 11 10.6 % (the full ratio 7.8 %); --calibrate 9: config 9 10.0 %,
-   other 11 11.1 % (the full ratio 7.3 %). So the framework-cost measurement itself moves by ~15 % between two
-   quiet-ish measurements minutes apart (x1.14 vs x1.00 for two ranks): one reading of it is not a stable
-   profile, and re-measuring it on a quiet machine did not make "before" better. Next: the median of repeated
-   measurements, or its terms fitted from instrumented runs.
-   Session 10: the framework cost is the median per term of 3-7 interleaved readings (profile/
-   cpu_framework_readings.py; the 2-rank slowdown paired with each process alone; format 3, re-measured here
-   when the machine is quiet, the spread between readings printed under "framework cost measured"; measured
-   against the one-reading method at load 6-10, the configurations' predictions moved by a median log sd 0.034
-   instead of 0.040 across four files each, their balance 0.015 (worst 0.025) instead of 0.021 (worst 0.053):
-   cpu_framework_readings.py), and the
-   shrinkage's step-time drift is the move between two measurements (refine/shrinkage.py: 11.8 %, not the
-   pooled 5.9 % of one level's spread, so sd_shared 6.0 -> 11.8 %, one quiet run's k 0.33 -> 0.66, the
-   instrumented configuration keeps 0.88 of its log ratio, not 0.77). --rescore of every saved output with the
-   21:48 profile's new priors (the quiet configurations; before -> with the new priors): the instrumented
-   configuration 6.7 -> 6.4 % on average over the 12 calibrations whose passes were quiet (9b config 1 7.5 ->
-   5.3 %, config 9 10.1 -> 8.2 %; session 7's config 0 21.6 -> 24.8 %), the other quiet configurations 6.9 ->
-   7.6 % on average over 19 calibrations (9b 10.6 -> 7.5 % and 11.1 -> 7.9 %, session 8's run A 8.9 -> 6.5 %
-   and 8.0 -> 5.6 %; session 7's cal0 9.3 -> 14.4 %, cal1 9.1 -> 10.6 %). sd_run stays 5 %: these logs' 60
-   quiet 24-step pass pairs give 5.1 % for one run (printed by --rescore). That target (<= 3 % against the
-   median of two other passes) is itself within the run-to-run drift: with sd_run 5 % one run and the median
-   of two differ by sd 6.1 %, so even the run's full ratio scores 4.9 % on average.
-   Session 10's run (23:45-23:53, --calibrate 1,9, the framework cost re-measured at 23:40 from load 1.78 in
-   125 s: fp32 4 readings, bf16 3, 2 ranks x1.10 fp32 / x1.06 bf16; measurements at load median 1.78, max 2.08,
-   11 of 12 quiet; output in /work/notes/testbed10.txt): before 9.4 % on all 12 (7.1 % on the 11 quiet; config
-   0 +15 %, configs 1, 2, 6, 8, 9 -11 .. -16 %, the rest within 3 %); --calibrate 1: other 11 6.4 %, config 1
-   33.4 % against its passes (72.1 and a contended 121.7 ms: the median scores the load; -0.2 % against its
-   quiet calibration run, -10.5 % against its quiet pass); --calibrate 9: config 9 6.9 % (its calibration run
-   6 % below both passes), other 11 8.9 % (6.7 % on the 10 quiet; 8.8 % before). --rescore of every saved
-   output with that file's priors (sd_shared 12.6 %, sd_config 10.6 %; session 9's code: 8.2 %): instrumented
-   6.5 -> 6.4 % over 13 calibrations, other quiet configurations 6.9 -> 7.1 % over 21; sd_run from 71 pairs 4.9 %.
-   Again at 23:54-00:01 on the same file (load median 1.16, 12 of 12 quiet; /work/notes/testbed10b.txt):
-   before 5.3 %; --calibrate 1: config 1 4.7 % (its calibration run 4.6 % below both passes), other 11 5.4 %;
-   --calibrate 9: config 9 0.3 %, other 11 8.5 % (4.7 % before; config 9, -12 % before, is the outlier whose
-   ratio x1.149 the others get to the power k = 0.54; session 9's priors, k 0.33: 0.8 / 6.5 %). Over all 17
-   saved outputs (--rescore, the 23:40 file): instrumented 5.98 % (session 9's priors) -> 5.90 %, other quiet
-   configurations 6.78 -> 7.10 % (within 8 %: 16 -> 15 of 23). The realized shared bias of the saved runs
-   (mean log measured / predicted over their quiet configurations) has rms 7.5 %, below the drift prior's
-   13.4 %, which seven profiles measured hours apart (some at load 4-6) set; the files' own re-measurements
-   pool into it (refine/shrinkage.step_drift_sd) now that each is a median of readings.
-   A framework file's "load_avg_1m" includes its own children's load: the refresh decides on the load when the
-   measurement began (loads_1m[0]).
-   On 2026-11-26 (session 7, --repeats 2, the tree of 15:38 / 16:03; other helpers' benchmarks ran
-   alongside): --calibrate 1 (load median 1.77, 12 of 12 quiet): before 7.9 %, config 1 1.2 % (1.2 % against
-   its calibration run), other 11 9.8 % (8.0 % before; the full ratio x0.911: 12.2 %); --calibrate 9 (load
-   1.64, 10 of 12 quiet): before 10.4 %, config 9 8.1 % (2.7 % against its calibration run; its two passes
-   40.8 / 46.4 ms), other 11 8.7 % (9.2 % before; the full ratio x1.241: 16.1 %); --calibrate 0 (load 0.93,
-   12 of 12 quiet): before 8.8 %, config 0 24.7 % (2.8 % against its calibration run, whose step CPU time was
-   28 % above both measurement passes: 18.6 ms against 14.2 / 14.7), other 11 11.0 % (9.4 % before; the full
-   ratio x1.258: 23.7 %). Two runs at higher load (2.45, 7 of 12 contended) are not quoted.
+   shrinkage (10 % cross-cluster prior, op-level sd_config: k = 0.50) would have made of them.
+   Each run's figures, and what was learnt from them session by session, are in
+   benchmarks/results/cpu_testbed_history.md.
 Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
 
-Why the others err (session 8). Before refinement (session 7's final run) the 2-rank fp32 ZeRO-1/2/3 jobs of 1.9-3.7 M
-parameters are over-predicted (configs 1, 3, 4: +15.6, +9.7, +12.7 %), the bf16 ones and the 1-rank config 7 under
-(9, 10, 11, 7: -18.0, -11.0, -5.9, -8.1 %), the rest within 8 %: calibrating on config 1 (the default) pulled the
-others down, most of them the wrong way. Timed inside the jobs (torch.distributed wrapped, forward / backward /
-engine.step() apart; load 4-6, so CPU times only): DeepSpeed 0.19.8 reduces ZeRO-1 and ZeRO-2 gradients with an
-all-reduce of the whole bucket (stage_1_and_2.average_tensor -> allreduce_and_scatter; use_multi_rank_bucket_allreduce
-defaults to true), never a reduce-scatter, which the graph prices (graph/step_ops.py, another module's); priced as
-the all-reduce with this comm model the twelve go 8.3 -> 8.7 % (configs 1, 3: -6.6 / -4.2 points, the small ones
-worse), because the comm model is off itself: fitted once (01:44) from one trimmed mean per size, its all-gather and
-reduce-scatter bandwidths (569 / 394 MB/s) sit below its all-reduce's (1.34 GB/s), where a 2-rank ring moves half
-the bytes. And engine.step() took 12.5-19 ms of CPU against 22.5-51 ms priced for configs 1, 4, 5 while backward took
-more than priced: the one-rank split of DeepSpeed's per-parameter work (partition_fraction) is the other suspect.
-The framework cost re-measured at 18:13 (load 4-6) put the 2-rank slowdown at x1.11 (x1.24 at 08:34) and configs
-1, 3, 4 at +6.9, +3.9, +2.3 % (session 8's run): the concurrency measurement moves with the load it is taken at
-(its "alone" is not alone on a busy machine), and with it the 2-rank predictions.
-
-Run-to-run spread (--spread-check R: R rounds of --drift-configs as launched and with DeepSpeed's
---bind_cores_to_rank, numactl -C one core per rank; numactl must be installed). Session 8, config 1, 4 rounds of 30
-steps, at load 5.7-8.7 (other helpers' jobs held the cores): as launched sd of log step time 0.37 over all timed
-steps (0.42 over the first 8), median 136 ms; bound 0.14 (0.19), median 183 ms: a bound rank cannot leave a core
-another program holds, so binding trades a slower step for a steadier one on a shared machine and is not the
-benchmark's default. The quiet-machine comparison was not measured. More timed steps cut the sampling part of the
-spread at ~no cost (item 2); a third pass (--repeats 3) costs 50 % more time.
-
-Machine speed. The profile records the reference workload's reading (instrument/reference_speed.py,
-reference_speed.json; a profile without it is re-created); every measurement and calibration run is bracketed by
-a reading in this process, printed as a ratio to the profile's (x1.05 = the machine runs 5 % slower than while
-profiling), with the hook's in-job reading beside it. The figures stay raw: the reading does not track this
-machine's step-time drift, so nothing is normalised by it. `--drift-check R` shows that: R interleaved runs of
---drift-configs (default 0 and 1), a reading before and after each, per configuration the correlation of the
-step CPU time with the reading (and its parts, the hook's reading, and the run's wall / CPU contention) and the
-run-to-run spread raw and normalised (x first reading / reading now). On 2026-11-26: configurations 0 and 1
-(load 3.5-5) and 6 and 7 (load 1.0-3.5, 16 of 20 runs uncontended), 10 runs each: step CPU spread x1.14-x1.24, reference
-correlation -0.08 to +0.20, spread widened by normalising (0.049 -> 0.056); across five full runs (56
-measurements) correlation +0.52, spread 0.051 -> 0.044. Details in instrument/reference_speed.py.
+Diagnostics: --spread-check R (run-to-run spread as launched and with DeepSpeed's --bind_cores_to_rank),
+--drift-check R (the reference workload's reading against the step times: instrument/reference_speed.py),
+--rescore LOG... (re-score saved outputs with the current priors). Their findings are in the history file.
 """
 
 from __future__ import annotations
