@@ -19,7 +19,8 @@ full predictions). Reported per group and overall, for groups with at least two 
 
 `--host-cells` prints, per (hidden, TP, micro-batch) of the single-stage S24 rows, the per-layer and per-micro-batch
 slopes of the step time (least squares t = n (a L + b) + c over layers L and micro-batches n), measured and
-predicted, and reads the host cost per op unit off the host-bound cells (hidden 1024, micro-batch 1-2, TP 1-4):
+predicted, then what a larger TP adds per layer at equal per-rank work (ranking_diagnostics.equal_work_steps: only
+the in-layer all-reduces and their host calls differ), and reads the host cost per op unit off the host-bound cells (hidden 1024, micro-batch 1-2, TP 1-4):
 the unit that makes their mean predicted per-layer slope the measured one (the configs/clusters A100 presets'
 `host_overhead_per_op_us`; predict/host_issue.py).
 
@@ -56,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking_diagnostics import WITHIN, RowPoint, is_composed, report_misses, report_resolution
+from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_misses, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -289,14 +290,20 @@ def report_host_cells(csv_path: Path, presets, work: Path) -> None:
     print("\nS24 single-stage cells, ms per layer and micro-batch / per micro-batch outside the layers "
           "(measured / predicted):")
     host_bound = []
+    layer_cost = {}
     for (h, tp, mbs), pts in sorted(cells.items()):
         meas, pred = (_slopes([(p[0], p[1], p[2], p[k]) for p in pts]) for k in (3, 4))
         if meas is None or pred is None:
             continue
         print(f"  hidden {h:5d} TP {tp} mbs {mbs}: layer {1e3 * meas[0]:5.2f} / {1e3 * pred[0]:5.2f}   "
               f"micro-batch {1e3 * meas[1]:6.2f} / {1e3 * pred[1]:6.2f}")
+        layer_cost[(h, tp, mbs)] = (meas[0], pred[0])
         if h == 1024 and tp <= 4 and mbs <= 2:
             host_bound.append((meas[0], pred[0]))
+    print("what a larger TP adds per layer and micro-batch at equal per-rank work (micro-batch / TP), ms "
+          "(measured / predicted):")
+    for h, work, tp0, tp1, measured_s, predicted_s in equal_work_steps(layer_cost):
+        print(f"  hidden {h:5d} mbs/TP {str(work):>3}: TP {tp0} -> {tp1}  {1e3 * measured_s:+6.2f} / {1e3 * predicted_s:+6.2f}")
     if host_bound:
         implied = unit_s * sum(m for m, _ in host_bound) / sum(p for _, p in host_bound)
         print(f"host-bound cells (hidden 1024, TP 1-4, mbs 1-2): {len(host_bound)}; the preset's unit "

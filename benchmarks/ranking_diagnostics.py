@@ -250,6 +250,26 @@ def monotonicity_violations(points) -> list[tuple[tuple, int, int, float, float]
     return out
 
 
+def equal_work_steps(layer_cost: dict) -> list[tuple]:
+    """What tensor parallelism adds at equal per-rank work. `layer_cost` maps (hidden, tp, micro-batch) to (measured,
+    predicted) seconds per layer and micro-batch. Cells of one hidden size with the same micro-batch / TP run the
+    same per-rank GEMM and attention FLOPs (Megatron splits the QKV / MLP columns and the heads by TP; each rank
+    sees micro-batch x sequence tokens), so going up in TP at equal work adds only the in-layer all-reduces (6 per
+    layer under full recompute, of micro-batch x sequence x hidden x 2 bytes) and their host calls. Returns
+    (hidden, micro-batch / TP, tp from, tp to, measured step s, predicted step s) for each pair of consecutive TPs."""
+    from fractions import Fraction
+
+    by_work: dict = defaultdict(list)
+    for (h, tp, mbs), (measured_s, predicted_s) in layer_cost.items():
+        by_work[(h, Fraction(mbs, tp))].append((tp, measured_s, predicted_s))
+    steps = []
+    for (h, work), cells in sorted(by_work.items()):
+        cells.sort()
+        for (tp0, m0, p0), (tp1, m1, p1) in zip(cells, cells[1:]):
+            steps.append((h, work, tp0, tp1, m1 - m0, p1 - p0))
+    return steps
+
+
 def noise_floor(groups, sigma: float, trials: int = 200, seed: int = 0) -> float:
     """Mean top-1-within-5 % count of a perfect model when each (source, hidden, TP, micro-batch) cell's per-layer
     cost carries an independent measurement error N(0, sigma): the model ranks by the measured times, the error

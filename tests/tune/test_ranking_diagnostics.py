@@ -148,3 +148,14 @@ def test_the_bench_fits_rows_with_the_margin_tune_applies() -> None:
         assert bench.tune_margin(cfg) == load_search_space(None, framework).memory_margin
     estimate = SimpleNamespace(memory=SimpleNamespace(peak_bytes_per_gpu=92.0, capacity_bytes=100.0))
     assert bench._fits(estimate, 0.05) and not bench._fits(estimate, 0.10)
+
+
+def test_equal_work_steps_pair_cells_of_the_same_per_rank_work_in_tp_order() -> None:
+    from fractions import Fraction
+
+    cost = {(2048, 1, 1): (3.24e-3, 3.5e-3), (2048, 2, 2): (4.63e-3, 3.9e-3), (2048, 4, 4): (4.95e-3, 4.5e-3),
+            (2048, 2, 1): (3.40e-3, 3.6e-3), (2048, 4, 2): (2.75e-3, 3.6e-3), (1024, 1, 1): (3.0e-3, 3.1e-3)}
+    steps = {(h, w, a, b): (m, p) for h, w, a, b, m, p in diag.equal_work_steps(cost)}
+    assert set(steps) == {(2048, Fraction(1), 1, 2), (2048, Fraction(1), 2, 4), (2048, Fraction(1, 2), 2, 4)}
+    assert steps[(2048, Fraction(1), 1, 2)] == pytest.approx((1.39e-3, 0.4e-3))
+    assert steps[(2048, Fraction(1, 2), 2, 4)][0] == pytest.approx(-0.65e-3)  # less time with more communication
