@@ -3,7 +3,8 @@
 Python imports `sitecustomize` at start-up of every interpreter (site.py), so the hook reaches every rank
 without editing the user's script, whatever launcher starts it. The generated file:
   1. reads llmperf_hook_config.json from its own folder and calls llmperf_hook.instrument.hook.install;
-     any failure is one line on stderr and the interpreter goes on without the hook;
+     any failure is one line on stderr and the interpreter goes on without the hook; once installed, creates
+     the empty file `loaded` there if it is not yet (hook_reach.py: did the hook reach the job);
   2. then runs the sitecustomize that would have run without us: the next one on sys.path (the user's, a
      distribution's), registered as sys.modules["sitecustomize"] exactly as site.py would have.
 '''
@@ -33,6 +34,13 @@ def _llmperf_install_hook(here):
     except Exception as err:  # never stop the job: it runs on without the hook
         _sys.stderr.write("llmperf hook: not installed (%s: %s); the job runs without it.\\n"
                           % (type(err).__name__, err))
+        return
+    try:  # hook_reach.py: tells the session the hook reached the job (once: later processes only stat it)
+        marker = _os.path.join(here, "loaded")
+        if not _os.path.exists(marker):
+            _os.close(_os.open(marker, _os.O_WRONLY | _os.O_CREAT, 0o644))
+    except OSError:
+        pass
 
 
 def _llmperf_chain_sitecustomize(here):

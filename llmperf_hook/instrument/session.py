@@ -40,6 +40,7 @@ from typing import Any, Mapping, NoReturn, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
+from llmperf_hook.instrument.hook_reach import job_has_record, no_step_hint
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 
@@ -187,9 +188,12 @@ def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobE
     ended = {**session, "exit_code": code, "signal": end.signal_number, "ended_unix_s": time.time()}
     write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
     write_json_atomic(job_dir / "session.json", ended)
-    if stop_after is not None and code == 0 and _stopped_by_hook(path, job_id):
+    if stop_after is not None and code == 0 and job_has_record(path, job_id, "stop"):
         print(f"llmperf: --stop-after {stop_after}: the job was stopped cleanly after {stop_after} optimizer "
               f"steps (exit code 0); the rest of the script did not run.", file=sys.stderr)
+    if not job_has_record(path, job_id, "step"):
+        print(f"llmperf: warning: the job (exit code {code}) recorded no step: {no_step_hint(job_dir / 'hook')}",
+              file=sys.stderr)
     _refine_quietly(path)
 
 
@@ -254,26 +258,6 @@ def _written_by_a_job(run_dir: Path, name: str, target: Path) -> bool:
             and bool(doc["job_id"]) and (run_dir / "jobs" / doc["job_id"]).is_dir()
     except (OSError, ValueError):
         return False
-
-
-def _stopped_by_hook(run_dir: Path, job_id: str) -> bool:
-    """Whether a rank of this job wrote its `stop` record (--stop-after reached)."""
-    for path in run_dir.glob("rank*.jsonl"):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                if any('"stop"' in line and _is_stop_of(line, job_id) for line in f):
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def _is_stop_of(line: str, job_id: str) -> bool:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(record, dict) and record.get("kind") == "stop" and record.get("job_id") == job_id
 
 
 def _check_arguments(argv: Sequence[str], steps: int, profile_ops: int, stop_after: int | None) -> None:
