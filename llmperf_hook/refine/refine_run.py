@@ -23,7 +23,7 @@ from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
 from llmperf_hook.refine.contention import ContendedStep, contended_step
 from llmperf_hook.refine.contention import describe as describe_contended
 from llmperf_hook.refine.recalibrate import recalibrate
-from llmperf_hook.refine.run_records import JobSteps, op_records, read_run_dir, summarize_job
+from llmperf_hook.refine.run_records import JobSteps, op_records, read_json_object, read_run_dir, summarize_job
 
 MAX_WALL_PER_CPU = 1.5
 """A CPU run whose ranks' step wall time exceeds 1.5x their CPU time waited for a core (or a peer) for a third
@@ -159,7 +159,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
     fingerprint = fingerprint_from_config_json((prediction or {}).get("config"))
-    notes = list(_completeness_notes(job)) + _short_run_note(Path(run.path), job_id, job)
+    notes = [*_damaged_prediction_note(Path(run.path), job_id), *_completeness_notes(job),
+             *_short_run_note(Path(run.path), job_id, job)]
     if run.num_bad_lines:
         notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
                      f"(a rank killed mid-write, or an edited file)")
@@ -281,6 +282,17 @@ def _completeness_notes(job: JobSteps) -> list[str]:
         notes.append(f"ranks recorded different numbers of steps: { {r: len(v) for r, v in job.steps_by_rank.items()} }")
     notes.extend(f"hook error: {e}" for e in job.errors)
     return notes
+
+
+def _damaged_prediction_note(run_dir: Path, job_id: str) -> list[str]:
+    """The job's prediction.json is there but is no JSON object (damaged, truncated, edited): said as such, where
+    the calibration notes would only say that no usable prediction names the hardware and cluster."""
+    path = run_dir / "jobs" / job_id / "prediction.json"
+    if not path.is_file() or read_json_object(path) is not None:
+        return []
+    return [f"{path} is not a JSON object (damaged, truncated or edited): the prediction made at launch is lost, "
+            "so this run cannot be calibrated against it; its steps are stored. Rerun the job under `llmperf run "
+            "--instrument` for a calibration"]
 
 
 def _short_run_note(run_dir: Path, job_id: str, job: JobSteps) -> list[str]:

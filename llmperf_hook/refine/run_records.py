@@ -133,7 +133,7 @@ def well_formed(record: Mapping[str, Any]) -> bool:
     return True
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
     """The file's JSON object; None when absent, unreadable, or not an object (a user's file of that name)."""
     try:
         doc = json.loads(path.read_text()) if path.is_file() else None
@@ -158,8 +158,8 @@ def read_run_dir(path: str | Path) -> RunDir:
         got, nbad = _read_jsonl(file)
         records.extend(got)
         bad += nbad
-    per_job = {p.parent.name: _read_json(p) for p in run.glob("jobs/*/prediction.json")}
-    return RunDir(str(run), tuple(records), _read_json(run / "prediction.json"), _read_json(run / "session.json"),
+    per_job = {p.parent.name: read_json_object(p) for p in run.glob("jobs/*/prediction.json")}
+    return RunDir(str(run), tuple(records), read_json_object(run / "prediction.json"), read_json_object(run / "session.json"),
                   bad, {k: v for k, v in per_job.items() if v is not None})
 
 

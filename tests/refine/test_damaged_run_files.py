@@ -1,0 +1,35 @@
+"""refine on run directories whose side files are damaged: said for what they are, steps still stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.refine_run import refine_run, render_refine_report
+from refine_helpers import write_run
+
+
+@pytest.mark.parametrize("content", ['{"schema": 1, "step_time_s": 0.01, "clus', "[1, 2]", "\x00\x01binary"])
+def test_a_damaged_job_prediction_is_named_not_blamed_on_its_content(tmp_path: Path, monkeypatch, content) -> None:
+    """The calibration notes said the prediction 'does not name the hardware and cluster' (or its step time is
+    not a number), which sends the user looking at the content of a file that is no JSON object at all."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020, 0.020]}, prediction=None)
+    job_dir = run / "jobs" / "j1"
+    job_dir.mkdir(parents=True)
+    (job_dir / "prediction.json").write_text(content)
+    (job,) = refine_run(run).jobs
+    assert job.job.step_time_s == 0.020  # the steps are stored all the same
+    damaged = [n for n in job.notes if "prediction.json is not a JSON object" in n]
+    assert len(damaged) == 1 and str(job_dir / "prediction.json") in damaged[0]
+    assert "not a JSON object" in render_refine_report(refine_run(run))
+    assert find_calibration("cpu-test", "local-cpu", "deepspeed") is None
+
+
+def test_an_intact_prediction_gets_no_such_note(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020, 0.020]})
+    (job,) = refine_run(run).jobs
+    assert not any("not a JSON object" in n for n in job.notes)
