@@ -24,8 +24,9 @@ from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, split_unquoted_words,
-                                              strip_redirections, word_quoting)
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, shell_split,
+                                              split_unquoted_words, strip_redirections, word_quoting)
+from llmperf_hook.launch.wrappers import unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra"})
@@ -70,8 +71,9 @@ def _cut_substitution(words: list[str]) -> re.Match[str] | None:
 def is_launch(words: Sequence[str], line: str) -> bool:
     """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
     i = 0
-    while i < len(words) and ASSIGN.match(words[i]):
+    while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
         i += 1
+    i = unwrap(words, i) if i < len(words) else i  # `nohup torchrun ... &`, `exec srun ...`, `time deepspeed ...`
     head = os.path.basename(words[i]) if i < len(words) else ""
     return head in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
 
@@ -150,7 +152,7 @@ class _Reading:
         empty one gives no element (bash manual 3.5.7; Megatron-LM's `--save $CHECKPOINT_PATH` without $1); a word
         quoted across lines is taken as written. None when the words cannot be split."""
         try:
-            lines = [(shlex.split(piece, comments=True), word_quoting(piece)) for piece in inner.split("\n")]
+            lines = [(shell_split(piece), word_quoting(piece)) for piece in inner.split("\n")]
         except ValueError:
             try:
                 return [self.expand(word) for word in shlex.split(inner, comments=True)]
@@ -191,7 +193,7 @@ class _Reading:
         self.split_refs.clear()
         source = split_unquoted_words(_PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
-            words, writes = strip_redirections(shlex.split(source, comments=True), quoted_words(source))
+            words, writes = strip_redirections(shell_split(source), quoted_words(source))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(line.number)
@@ -216,7 +218,7 @@ class _Reading:
                 self.launches.append((line.number, words))
                 self.used.update(self.split_refs)
             return
-        if self.assign(words):
+        if self.assign(words) or self.builtin(line, words):
             return
         if words[0] == "eval":
             self.evaluate(line, text, words[1:])
@@ -282,6 +284,32 @@ class _Reading:
             self.undecidable.discard(match.group(1))
         return True
 
+    def builtin(self, line: ScriptLine, words: list[str]) -> bool:
+        """The builtins that change what the launch line expands to (bash manual 4.1-4.3): `shift [N]` and `set --
+        ARGS` move or replace the script's arguments ($1 ..., "$@"); `: ${NAME:=value}` assigns NAME its default
+        when it is unset (`:=` also when empty)."""
+        if words[0] == "shift":
+            count = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+            args = self.args()
+            if count <= len(args):
+                self.positional = _positional_table(self.positional["0"], args[count:])
+            elif self.shell[0] == "dash":  # bash shifts nothing and goes on; dash's special builtin error ends it
+                raise UsageError(f"{self.kind} {self.path} stops at line {line.number} under dash: `{line.text.strip()}` "
+                                 f"shifts {count} of its {len(args)} argument(s) ('can't shift that many'). Give the "
+                                 "script its arguments after its name.")
+            return True
+        if words[0] == "set" and "--" in words:
+            self.positional = _positional_table(self.positional["0"],
+                                                [self.expand(w) for w in words[words.index("--") + 1:]])
+            return True
+        if words[0] == ":":
+            for word in words[1:]:
+                for name, colon, default in _ASSIGN_DEFAULT.findall(word):
+                    if name not in self.env or (colon and self.env[name] == ""):
+                        self.env[name] = self.expand(default.strip("'\""))
+            return True
+        return False
+
     def append(self, name: str, value: str) -> bool:
         """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
         if name in self.undecidable or "$(" in value or "`" in value:
@@ -315,9 +343,7 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     """The words of the script's one launch line and the files it writes before it, from its logical lines
     (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...);
     `shell` is posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
-    positional = {"0": path, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
-                  **{str(i): arg for i, arg in enumerate(args, start=1)}}
-    reading = _Reading(env, used, path, kind=kind, positional=positional, shell=shell)
+    reading = _Reading(env, used, path, kind=kind, positional=_positional_table(path, args), shell=shell)
     for line in lines:
         if shell[0] == "dash" and not reading.launches:  # a syntax error where dash reads the line, run or not
             reading.refuse_bash_only(line, line.text, False)
@@ -332,6 +358,14 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     return reading.launch(), reading.files
 
 
+def _positional_table(script: str, args: Sequence[str]) -> dict[str, str]:
+    """$0, $#, $@, $* and $1 ... of a script run with `args`."""
+    return {"0": script, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
+            **{str(i): arg for i, arg in enumerate(args, start=1)}}
+
+
+_ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
+"""`${NAME:=value}` / `${NAME=value}`: bash assigns the default (3.5.3 Shell Parameter Expansion)."""
 _POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
 
 

@@ -66,6 +66,12 @@ def _scan(text: str) -> tuple[list[bool], str, int]:
     return outside, quote, len(text)
 
 
+def shell_split(text: str) -> list[str]:
+    """The words of a simple command as bash splits them: shlex's quoting, but a comment only where bash starts one,
+    at a `#` that begins a word (`--save a#b` keeps `a#b`, which shlex's comments=True cut to `a`; `${#V}`, `$#`)."""
+    return shlex.split(text[:_scan(text)[2]])
+
+
 def _word_marks(text: str) -> list[tuple[bool, bool]]:
     """For each word of a simple command (split at blanks outside quotes, as shlex.split(text, comments=True) splits
     it): whether it holds `$` outside quotes, and whether any part of it is quoted."""

@@ -1,4 +1,4 @@
-"""Commands that only wrap the launch: `nohup`, `time`, `nice -n 5`, `nsys profile -o out`, `stdbuf -oL`, `numactl --interleave=all`,
+"""Commands that only wrap the launch: `nohup`, `exec`, `time`, `nice -n 5`, `nsys profile -o out`, `stdbuf -oL`, `numactl --interleave=all`,
 `taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`.
 They start the command after their own options unchanged, so the launch is parsed from there; and the options of
 an `env` prefix (`env -u NAME`, `env -i`, `env -C DIR`).
@@ -12,6 +12,7 @@ from typing import Sequence
 # wrapper -> (options that take a separate value, words that follow the wrapper's name before its options)
 _WRAPPERS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
     "nohup": (frozenset(), ()),
+    "exec": (frozenset({"-a"}), ()),  # bash builtin: exec [-cl] [-a NAME] COMMAND replaces the shell with COMMAND
     "time": (frozenset({"-f", "--format", "-o", "--output"}), ()),
     "nice": (frozenset({"-n", "--adjustment"}), ()),
     "ionice": (frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid"}), ()),

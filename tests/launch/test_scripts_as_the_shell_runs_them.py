@@ -1,0 +1,92 @@
+"""A launch script read as bash and dash run it: each script is run by the real shell with stub `torchrun` and
+`deepspeed` commands first on PATH, which record the argv they are given; llmperf's reading of the script (never run)
+must give the same job as llmperf's parse of that recorded argv: sizes, training script and its arguments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parse import parse_launch
+
+M = "pretrain_gpt.py --num-layers 2"
+POSIX = {  # scripts dash and bash run alike
+    "defaults": 'GPUS=${GPUS:-4}\nNN=${NN-2}\ntorchrun --nproc_per_node $GPUS --nnodes $NN ' + M + '\n',
+    "arithmetic": 'G=4\nN=2\ntorchrun --nproc_per_node $G --nnodes $N ' + M + ' --global-batch-size $((G*N*2))\n',
+    "shift": 'NP=${1:-8}\nshift\ntorchrun --nproc_per_node $NP ' + M + ' "$@"\n',
+    "shift_n": 'A=$1; B=$2; shift 2\ntorchrun --nproc_per_node $A --nnodes $B ' + M + ' "$@"\n',
+    "shift_past_the_end": 'shift 5\ntorchrun --nproc_per_node $1 ' + M + '\n',
+    "set_dashes": 'set -- 2 4\ntorchrun --nproc_per_node $2 --nnodes $1 ' + M + '\n',
+    "colon_default": ': "${NP:=4}"\n: ${NN=2}\ntorchrun --nproc_per_node $NP --nnodes $NN ' + M + '\n',
+    "if_else": 'if [ -z "$NODES" ]; then NODES=2; else NODES=4; fi\ntorchrun --nnodes $NODES --nproc_per_node 8 ' + M + '\n',
+    "case": 'MODE=big\ncase $MODE in\n  small) L=2;;\n  big) L=24;;\nesac\ntorchrun --nproc_per_node 8 pretrain_gpt.py '
+            '--num-layers $L\n',
+    "continuation": 'torchrun --nproc_per_node 8 \\\n  pretrain_gpt.py \\\n  --num-layers 2 # trailing comment\n',
+    "hash_inside_a_word": 'torchrun --nproc_per_node 8 ' + M + ' --save a#b --load "c #d" # comment\n',
+    "exec": 'exec torchrun --nproc_per_node 8 ' + M + '\n',
+    "nohup_background": 'nohup torchrun --nproc_per_node 8 ' + M + ' > log.txt 2>&1 &\nwait\n',
+    "empty_unquoted": 'EXTRA=\ntorchrun --nproc_per_node 8 pretrain_gpt.py $EXTRA --num-layers 2\n',
+    "options_in_a_variable": 'OPTS="--tensor-model-parallel-size 2 --num-layers 2"\ntorchrun --nproc_per_node 8 '
+                             'pretrain_gpt.py $OPTS\n',
+    "deepspeed": 'NG=2\ndeepspeed --num_gpus=$NG pretrain_gpt.py --num-layers 2\n',
+}
+BASH = {  # bash only
+    "arrays": 'ARGS=(--nproc_per_node 4 --nnodes 2)\nM=(--split "99,1,0" --lr 1e-4)\ntorchrun "${ARGS[@]}" pretrain_gpt.py '
+              '--num-layers 2 "${M[@]}"\n',
+    "array_unquoted": 'M=(--data-path "a b" --lr 1e-4)\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 ${M[@]}\n',
+    "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
+    "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
+}
+ARGS = {"shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
+STUB = '#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > "$ARGV_OUT"\n'
+
+
+def _run(shell: str, script: Path, args: list[str], tmp_path: Path) -> list[str] | None:
+    """The argv the launcher got when `shell script args` ran; None when the script stopped before it."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name in ("torchrun", "deepspeed"):
+        (stubs / name).write_text(STUB)
+        (stubs / name).chmod(0o755)
+    out = tmp_path / "argv"
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "ARGV_OUT": str(out), "HOME": str(tmp_path)}
+    subprocess.run([shell, str(script), *args], env=env, cwd=tmp_path, capture_output=True, timeout=30, check=False)
+    return out.read_bytes().decode().split("\0")[:-1] if out.exists() else None
+
+
+def _job(argv: list[str]) -> tuple[object, ...]:
+    job = parse_launch(argv, {})
+    return job.launcher, job.nnodes, job.nproc_per_node, job.world_size, job.script, job.script_args
+
+
+def _compare(shell: str, name: str, text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell's launch and llmperf's reading agree; where the shell stops before launching, llmperf refuses."""
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed")
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/{shell}\n" + text)
+    args = ARGS.get(name, [])
+    real = _run(path, script, args, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    if real is None:
+        with pytest.raises(UsageError):
+            parse_launch([shell, str(script), *args], {})
+        return
+    assert _job([shell, str(script), *args]) == _job(real), (name, real)
+
+
+@pytest.mark.parametrize("name", POSIX)
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_posix_scripts(shell: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare(shell, name, POSIX[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", BASH)
+def test_bash_scripts(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, BASH[name], tmp_path, monkeypatch)
