@@ -20,6 +20,7 @@ from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, c
                                                      check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
                                                      zeropp_rules, zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
+from llmperf_hook.frameworks.deepspeed_optimizer import optimizer_settings
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.launch.batch_script import written_text
@@ -81,6 +82,8 @@ class DsSettings:
     """Top-level communication_data_type ("fp16" | "bf16" | "fp32"); None = DeepSpeed's default (the model's)."""
     grad_accum_dtype: str | None = None
     """data_types.grad_accum_dtype, canonical ("fp32" | "bf16" | "fp16"); None = the model's dtype."""
+    optimizer_name: str | None = None
+    """"adam" | "sgd" (two or one fp32 states) from the optimizer section DeepSpeed builds; None = no section."""
     nvme_param_buffer_elems: int = 100_000_000
     """offload_param.buffer_size: elements of each pinned NVMe swap buffer (DeepSpeed's 1e8)."""
     sequence_parallel_size: int = 1
@@ -397,7 +400,7 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     if isinstance(pipe, dict) and isinstance(pipe.get("activation_checkpoint_interval"), int) and pipe["activation_checkpoint_interval"] > 0:
         out["pipeline_checkpoint_interval"] = pipe["activation_checkpoint_interval"]
         src["recompute"] = Source(SourceKind.CONFIG_FILE, f"{origin} pipeline.activation_checkpoint_interval")
-    for key in ("data_efficiency", "zero_allow_untested_optimizer"):
+    for key in ("data_efficiency",):
         if raw.get(key) not in (None, False, {}):
             warnings.append(f"{origin} {key} accepted, not modelled")
     if isinstance(raw.get("communication_data_type"), str):  # check_sections refused anything but fp16/bf16/fp32
@@ -406,8 +409,9 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     return out
 
 
-def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
-    """Typed settings from a ds_config dict; `origin` names the file in messages and sources."""
+def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: bool = False) -> DsSettings:
+    """Typed settings from a ds_config dict; `origin` names the file in messages and sources. `client_optimizer`:
+    the script passes its own optimizer (Megatron-DeepSpeed), so the optimizer section is not built."""
     src: dict[str, Source] = {}
     warnings: list[str] = []
     check_sections(raw, origin)
@@ -427,6 +431,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str) -> DsSettings:
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
+    if not client_optimizer:
+        fields.update(optimizer_settings(raw, fields["zero_stage"], origin, src, warnings))
     warnings.extend(nvme_warnings(raw, fields, origin))
     fields["nvme_param_buffer_elems"] = param_buffer_elems(raw)
     warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))

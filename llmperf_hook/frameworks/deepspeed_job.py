@@ -48,7 +48,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),
         stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
         stage3_max_reuse_distance=_bucket(ds.stage3_max_reuse_distance, _MAX_LIVE, _MAX_LIVE),  # also 1e9 by default
-        nvme_param_buffer_elems=ds.nvme_param_buffer_elems,
+        nvme_param_buffer_elems=ds.nvme_param_buffer_elems, name=ds.optimizer_name or base.name,  # type: ignore[arg-type]
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )
 
@@ -67,7 +67,7 @@ def _zeropp_fields(ds: DsSettings, src: dict[str, Source]) -> dict[str, Any]:
                         ("offload_optimizer_ratio", "offload_optimizer_ratio"),
                         ("stage3_prefetch_bucket_size_elems", "stage3_prefetch_bucket_size"),
                         ("stage3_max_live_parameters", "stage3_max_live_parameters"),
-                        ("stage3_max_reuse_distance", "stage3_max_reuse_distance")):
+                        ("stage3_max_reuse_distance", "stage3_max_reuse_distance"), ("optimizer_name", "optimizer_name")):
         if ds_key in ds.sources:
             src[key] = ds.sources[ds_key]
     return out

@@ -72,6 +72,9 @@ PRECISION_KEYS = {
                       "consecutive_hysteresis min_loss_scale fp16_master_weights_and_grads".split()),
 }
 """precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config."""
+PRECISION_TYPES = {"loss_scale": float, "initial_scale_power": int, "loss_scale_window": int, "hysteresis": int,
+                   "min_loss_scale": int}
+"""The non-boolean fields of those models (every other field is a bool)."""
 
 MONITOR_KEYS = {
     "tensorboard": frozenset("enabled output_path job_name".split()),
@@ -202,6 +205,32 @@ def check_zero_section(zero: dict[str, Any], origin: str) -> None:
         _offload(zero.get(key), key, origin)
 
 
+def _pydantic_float(value: Any) -> float | None:
+    """A float as DeepSpeed's config models read one: a number or numeric text ("128", " 1e3 "), finite; not a
+    bool, None or "dynamic" (checked against DeepSpeedFP16Config itself)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value.strip(_RUST_SPACE) if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        return None
+    return number if abs(number) != float("inf") and number == number else None
+
+
+def _precision_types(section: dict[str, Any], key: str, origin: str, model: str) -> None:
+    """fp16 / bf16 values of the type their pydantic model declares ("auto" is dropped first)."""
+    for field, value in section.items():
+        if value == AUTO:
+            continue
+        kind = PRECISION_TYPES.get(field, bool)
+        if kind is bool:
+            ds_bool(value, f"{key}.{field}", origin)
+        elif (pydantic_int(value) if kind is int else _pydantic_float(value)) is None:
+            what = "an integer" if kind is int else "a number (0 = dynamic loss scaling)"
+            raise ConfigError(f"{origin} {key}.{field} is {value!r}; {model} reads it as "
+                              f"{what} and deepspeed.initialize fails otherwise. Fix the value or drop the key.")
+
+
 def check_sections(raw: dict[str, Any], origin: str) -> None:
     """fp16/bf16 and monitor sections as DeepSpeed's models read them; communication_data_type's choices."""
     for name, known in PRECISION_KEYS.items():
@@ -214,6 +243,7 @@ def check_sections(raw: dict[str, Any], origin: str) -> None:
                               f"DeepSpeed{name.upper()}Config(**{key}) and fails on anything but an object. Write "
                               f"\"{key}\": {{\"enabled\": true}}.")
         _unknown_keys(section, known, key, origin, f"DeepSpeed{name.upper()}Config")
+        _precision_types(section, key, origin, f"DeepSpeed{name.upper()}Config")
     for name, known in MONITOR_KEYS.items():
         section = raw.get(name)
         if isinstance(section, dict):

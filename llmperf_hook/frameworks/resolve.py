@@ -113,7 +113,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
-    return parse_ds_config(raw, str(path))
+    return parse_ds_config(raw, str(path), client_optimizer=framework == "megatron-deepspeed")
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:
