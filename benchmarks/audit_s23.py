@@ -1,4 +1,4 @@
-"""What vTrain's multi-node rows (S23 of ../shared/validation/dev.csv) say about their residual, three ways.
+"""What vTrain's multi-node rows (S23 of ../shared/validation/dev.csv) say about their residual, six ways.
 
     python benchmarks/audit_s23.py [CSV]
 
@@ -17,6 +17,17 @@ measured minus predicted step time and `dp AR` the modelled data-parallel all-re
    the other stages' compute), by model and TP: a GEMM or kernel rate the profile over-states would show as one
    share for every layout; a share that depends on TP and not on the work points at what TP changes (the DP
    group's ranks per node, 8 / TP; the TP collectives).
+5. What the framework ran: vTrain measured Megatron-DeepSpeed under --deepspeed, whose validate_args switches the
+   async TP all-reduce off (megatron/arguments.py since f90b8877, 2023-07; its layers had none before) and needs no
+   CUDA_DEVICE_MAX_CONNECTIONS=1 without it: every TP all-reduce is on the critical path, as priced
+   (TrainingConfig.async_tp_allreduce False). The overlap Megatron-LM would give cannot be the missing time; it
+   would shorten the predictions the gap says are already short.
+6. The TP all-reduce as the cause, tested two ways: the intra-node model against vTrain's own NCCL LUT by group
+   size (calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv, messages >= 16 MB: the model is
+   ~10 % fast at 2 GPUs, ~5 % slow at 8), and the gap over the modelled exposed TP communication per row (if the
+   TP all-reduce ran at a lower rate in training than in nccl-tests, gap / comm_tp would be one number per TP).
+   Scaling each intra-node all-reduce to the LUT's own rate for its group size (2 GPUs slower, 8 faster) was tried
+   on dev.csv: S23 8.16 -> 8.26 %, S24 7.19 -> 7.28 %, S03 3.98 -> 4.07 %, S01 4.67 -> 4.63 %: not taken.
 """
 
 from __future__ import annotations
@@ -38,23 +49,27 @@ from llmperf_hook.resources import configs_dir  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "dev.csv"
 FP16_BYTES = 2
+LUT_NAME = "nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv"
 
 
 WORK_PARTS = ("compute", "recompute", "pipeline_bubble")
 """Breakdown lines that scale with the GPUs' compute rate (section 4)."""
 
 
-def predict_rows(runs: list[MeasuredRun]) -> dict[str, tuple[float, float, float]]:
-    """Row id -> (predicted step s, modelled exposed data-parallel gradient sync s, modelled GPU work s)."""
+def predict_rows(runs: list[MeasuredRun]) -> tuple[dict[str, tuple[float, float, float]], dict[str, float]]:
+    """Row id -> (predicted step s, modelled exposed data-parallel gradient sync s, modelled GPU work s), and row id
+    -> modelled exposed TP communication s."""
     presets = read_cluster_presets(configs_dir() / "clusters")
     out: dict[str, tuple[float, float, float]] = {}
+    comm_tp: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="llmperf-s23-") as tmp:
         for run in runs:
             plan, choice = plan_run(run, presets, Path(tmp))
             est = api.predict_command(list(plan.argv), {}, cluster=choice.cluster).estimate
             work = sum(est.breakdown.get(k, 0.0) for k in WORK_PARTS)
             out[run.row_id] = (est.step_time_s, est.breakdown.get("comm_dp_grad", 0.0), work)
-    return out
+            comm_tp[run.row_id] = est.breakdown.get("comm_tp", 0.0)
+    return out, comm_tp
 
 
 def model_params(run: MeasuredRun) -> float:
@@ -118,6 +133,61 @@ def section_work_share(runs: list[MeasuredRun], pred: dict[str, tuple[float, flo
               f"{shares[0]:>+8.1%}..{shares[-1]:>+6.1%}")
 
 
+def section_framework(runs: list[MeasuredRun]) -> None:
+    print("\n5. What vTrain's Megatron-DeepSpeed ran (as llmperf validate resolves its rows)")
+    presets = read_cluster_presets(configs_dir() / "clusters")
+    seen: dict[tuple[str, bool, int], int] = defaultdict(int)
+    with tempfile.TemporaryDirectory(prefix="llmperf-s23-") as tmp:
+        for run in (r for r in runs if r.tp > 1):
+            plan, choice = plan_run(run, presets, Path(tmp))
+            cfg = api.predict_command(list(plan.argv), {}, cluster=choice.cluster).config
+            seen[(cfg.framework, cfg.async_tp_allreduce, cfg.cuda_device_max_connections)] += 1
+    for (framework, async_ar, connections), count in sorted(seen.items()):
+        print(f"   {count:>3} TP > 1 rows: framework {framework}, async TP all-reduce {async_ar}, "
+              f"CUDA_DEVICE_MAX_CONNECTIONS {connections}")
+    print("   (no async TP collective under --deepspeed: every TP all-reduce is serialized with the GEMMs, as priced,"
+          "\n   and the queue setting changes nothing without one)")
+
+
+def lut_error_by_group_size(lut_csv: Path, min_bytes: float = 16e6) -> dict[int, float]:
+    """Mean signed error of the vtrain-a100 intra-node all-reduce model against vTrain's NCCL LUT, per group size."""
+    import csv
+
+    from llmperf_hook.graph.op import Collective, Op
+    from llmperf_hook.hardware.load import load_cluster
+    from llmperf_hook.predict.alpha_beta import collective_time_s
+
+    cluster = load_cluster("vtrain-a100")
+    errors: dict[int, list[float]] = defaultdict(list)
+    with lut_csv.open() as f:
+        for row in csv.DictReader(f):
+            n, nbytes = int(row["num_gpus"]), int(row["size_bytes"])
+            if nbytes < min_bytes:
+                continue
+            op = Op("lut", "allreduce", "fwd", {"bytes": nbytes}, dtype="fp32",
+                    collective=Collective("tp", n, n))
+            errors[n].append(collective_time_s(op, cluster) / (float(row["time_ns_out_of_place"]) * 1e-9) - 1)
+    return {n: sum(e) / len(e) for n, e in sorted(errors.items())}
+
+
+def section_tp_allreduce(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]],
+                         comm_tp: dict[str, float], lut_csv: Path) -> None:
+    print("\n6. The TP all-reduce: model vs vTrain's NCCL LUT (>= 16 MB), and gap / modelled exposed TP comm")
+    if lut_csv.exists():
+        errs = lut_error_by_group_size(lut_csv)
+        print("   LUT: " + "  ".join(f"{n} GPUs {e:+.1%}" for n, e in errs.items()) + "  (+ = model slower)")
+    groups: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for r in runs:
+        if comm_tp.get(r.row_id, 0.0) > 0 and r.tp <= 8:
+            groups[(r.hidden_size, r.tp)].append((r.iteration_time_s - pred[r.row_id][0]) / comm_tp[r.row_id])
+    print(f"   {'hidden':>6} {'tp':>3} {'rows':>5} {'gap / comm_tp':>14} {'range':>16}")
+    for (hidden, tp), ratios in sorted(groups.items()):
+        ratios.sort()
+        print(f"   {hidden:>6} {tp:>3} {len(ratios):>5} {ratios[len(ratios) // 2]:>+14.2f} "
+              f"{ratios[0]:>+7.2f}..{ratios[-1]:>+6.2f}")
+    print("   (one TP degree spans ratios of both signs and of 1-25x: not a TP collective running slower in training)")
+
+
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv[1:]):
         print(__doc__)
@@ -127,11 +197,13 @@ def main(argv: list[str]) -> int:
         print(f"{csv_path} not found: pass the validation CSV as the first argument")
         return 2
     runs = [r for r in build_measured_runs(read_runs_csv(csv_path)) if r.source_id == "S23"]
-    pred = predict_rows(runs)
+    pred, comm_tp = predict_rows(runs)
     section_pp(runs, pred)
     section_tp(runs, pred)
     section_slots(runs, pred)
     section_work_share(runs, pred)
+    section_framework(runs)
+    section_tp_allreduce(runs, pred, comm_tp, csv_path.parent / "calibration" / LUT_NAME)
     return 0
 
 
