@@ -97,7 +97,13 @@ def _local_cpu(argv: list[str], env: dict[str, str]) -> str | None:
     can calibrate from it."""
     from llmperf_hook.hardware.local_cpu import local_cpu_hardware
 
-    hardware = local_cpu_hardware(argv, env)
+    try:
+        hardware = local_cpu_hardware(argv, env)
+    except OSError as err:  # its description goes under $LLMPERF_HOME: an unwritable one must not stop the job
+        click.echo(f"llmperf: warning: this machine's CPU could not be described for the prediction ({err.strerror or err}: "
+                   f"{err.filename or '$LLMPERF_HOME'}; $LLMPERF_HOME must be a writable folder): predicted for the "
+                   "default hardware instead; pass --hardware, or fix $LLMPERF_HOME.", err=True)
+        return None
     if hardware is not None:
         click.echo(f"llmperf: the job runs on this machine's CPU (no --hardware given): predicted for hardware "
                    f"{hardware!r}, which refine calibrates from its steps (`llmperf profile --device cpu` fits a "
