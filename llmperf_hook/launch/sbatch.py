@@ -119,16 +119,31 @@ def _digits(value: str | None) -> str:
     return text if text.isdigit() else ""
 
 
+_INPUT_ENV = {"SBATCH_GPUS_PER_NODE": "gpus_per_node", "SBATCH_GPUS": "gpus", "SBATCH_GRES": "gres",
+              "SBATCH_GPUS_PER_TASK": "gpus_per_task"}
+"""The SBATCH_* input variables that size the allocation (src/sbatch/opt.c env_vars: the same as --gpus-per-node,
+-G/--gpus, --gres, --gpus-per-task); sbatch has none for the node or task counts."""
+
+
+def _input_env(env: dict[str, str], used: dict[str, str]) -> dict[str, str]:
+    """The sbatch options the submitting environment's SBATCH_* variables give."""
+    found = {dest: env[name] for name, dest in _INPUT_ENV.items() if env.get(name, "").strip()}
+    used.update({name: env[name] for name in _INPUT_ENV if env.get(name, "").strip()})
+    return found
+
+
 def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
                   used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
     """The launch words sbatch's script (or --wrap command) runs and the files the script writes before it; `env`
-    gains the allocation and the script's assignments. Command-line options win over #SBATCH lines."""
+    gains the allocation and the script's assignments. Command-line options win over SBATCH_* input variables, which
+    win over #SBATCH lines (sbatch.html, INPUT ENVIRONMENT VARIABLES)."""
     cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch", SBATCH_GRAMMAR)
     if "wrap" in cli.values and cli.rest < len(words):
         raise UsageError(f"sbatch would stop: --wrap is given with {words[cli.rest]!r} after it (sbatch: 'Script "
                          "arguments not permitted with --wrap option'). Give either --wrap \"CMD\" or a script.")
+    given = {**_input_env(env, used), **cli.values}
     if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script (the last --wrap wins)
-        lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", cli.values
+        lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", given
         shell = script_shell("/bin/sh", "")
     else:
         if cli.rest >= len(words):
@@ -136,7 +151,7 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         path = words[cli.rest]
         text = _read_script(path)
         lines, shell = logical_lines(text), script_shell(None, text)
-        header = {**_header_values(lines, path), **cli.values}
+        header = {**_header_values(lines, path), **given}
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)

@@ -151,3 +151,13 @@ def test_sbatch_wait_is_a_switch(tmp_path: Path) -> None:
     """sbatch -W waits for the job (no value); srun -W N is seconds: the script after sbatch -W is the script."""
     job = _sbatch(tmp_path, "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=4\n" + LAUNCH, "-W")
     assert job.world_size == 8  # type: ignore[attr-defined]
+
+
+def test_sbatch_input_variables_sit_between_directives_and_options(tmp_path: Path) -> None:
+    """sbatch.html INPUT ENVIRONMENT VARIABLES: SBATCH_GPUS_PER_NODE is --gpus-per-node; the command line overrides
+    it, and it overrides #SBATCH lines. A bare python line then runs one process per GPU of the node."""
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH -N 2 --gpus-per-node=4\nsrun python pretrain_gpt.py\n")
+    job = str(tmp_path / "job.sh")
+    assert parse_launch(["sbatch", job], {}).world_size == 8
+    assert parse_launch(["sbatch", job], {"SBATCH_GPUS_PER_NODE": "8"}).world_size == 16
+    assert parse_launch(["sbatch", "--gpus-per-node=2", job], {"SBATCH_GPUS_PER_NODE": "8"}).world_size == 4
