@@ -165,9 +165,7 @@ def record_shared_steps(conn: sqlite3.Connection, job_id: str, key: tuple[str, s
                                   "device": str(s.get("device", "")),
                                   "peak_memory_bytes": float(s.get("gpu_peak_reserved_bytes") or s.get("peak_rss_bytes") or 0)})
            for s in steps if s.get("wall_time_s") is not None]
-    with conn:
-        conn.execute("DELETE FROM step_observations WHERE run_id = ?", (job_id,))
-    return _shared(conn).record_step_observations(obs)
+    return _shared(conn).replace_step_observations(job_id, obs)
 
 
 def record_shared_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str,

@@ -214,13 +214,24 @@ class Store:
         return [CommSampleRecord(*row) for row in self.conn.execute(sql, args)]
 
     def record_step_observations(self, records: Iterable[StepObservation]) -> int:
+        with self.conn:
+            return self._insert_step_observations(records)
+
+    def replace_step_observations(self, run_id: str, records: Iterable[StepObservation]) -> int:
+        """The run's observations replaced by `records`, in one transaction: two processes ingesting the same run
+        at once (two jobs of one run directory ending together, each refining it) take turns on SQLite's write
+        lock, so neither can insert between the other's delete and insert (which doubled the run's rows)."""
+        with self.conn:
+            self.conn.execute("DELETE FROM step_observations WHERE run_id = ?", (run_id,))
+            return self._insert_step_observations(records)
+
+    def _insert_step_observations(self, records: Iterable[StepObservation]) -> int:
         rows = [(r.run_id, r.hardware, r.cluster, r.framework, r.job_key, int(r.rank), int(r.step),
                  float(r.measured_s), None if r.predicted_s is None else float(r.predicted_s),
                  json.dumps(dict(r.extra), sort_keys=True), _now()) for r in records]
-        with self.conn:
-            self.conn.executemany("INSERT INTO step_observations (run_id, hardware, cluster, framework, job_key, "
-                                  "rank, step, measured_s, predicted_s, extra_json, recorded_utc) "
-                                  "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        self.conn.executemany("INSERT INTO step_observations (run_id, hardware, cluster, framework, job_key, "
+                              "rank, step, measured_s, predicted_s, extra_json, recorded_utc) "
+                              "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         return len(rows)
 
     def query_step_observations(self, run_id: str | None = None, hardware: str | None = None,

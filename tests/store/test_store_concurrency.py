@@ -78,3 +78,35 @@ def test_a_refit_sees_the_run_another_refine_is_writing(tmp_path: Path) -> None:
     conn_b.close()
     assert cal.num_runs == 2 and cal.num_configs == 2 and not conn_a.in_transaction
     conn_a.close()
+
+
+def test_two_ingestions_of_one_run_at_once_never_double_its_steps(tmp_path: Path) -> None:
+    """Two refines of the same run directory at once (two jobs of it ending together): the second one's delete
+    and insert ran between the first one's delete and insert, and the run's steps were stored twice. Here the
+    second ingestion runs exactly there (from the first one's trace callback, before its insert): it must wait for
+    the first one's write lock instead (it gives up after 0.2 s here), and ingesting it again afterwards leaves
+    the run's steps once."""
+    path = tmp_path / "store.sqlite"
+    steps = [{"step": i, "wall_time_s": 0.01, "rank": r} for r in range(2) for i in range(5)]
+    first, second = store.connect(path), store.connect(path)
+    second.execute("PRAGMA busy_timeout = 200")
+    outcome: list[str] = []
+
+    def between(statement: str) -> None:
+        if statement.startswith("INSERT INTO step_observations") and not outcome:
+            try:
+                store.record_shared_steps(second, "job-1", ("h", "c", "f"), 0.01, steps)
+                outcome.append("ran in between")
+            except sqlite3.OperationalError as err:  # "database is locked": it waited for the first one
+                second.rollback()
+                outcome.append(str(err))
+
+    first.set_trace_callback(between)
+    store.record_shared_steps(first, "job-1", ("h", "c", "f"), 0.01, steps)
+    first.set_trace_callback(None)
+    assert outcome == ["database is locked"]
+    store.record_shared_steps(second, "job-1", ("h", "c", "f"), 0.01, steps)
+    for conn in (first, second):
+        conn.close()
+    rows = open_store(path).query_step_observations(run_id="job-1")
+    assert len(rows) == len(steps) and sorted((r.rank, r.step) for r in rows) == sorted((s["rank"], s["step"]) for s in steps)
