@@ -140,11 +140,9 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
       --swiglu, else --no-bias-gelu-fusion; validate_args turns the GeLU one off without biases (--disable-bias-linear),
       where no bias add exists to split. Megatron-DeepSpeed never fuses SwiGLU (core_transformer_config_from_args
       there sets bias_gelu_fusion False with --swiglu; its ParallelMLP then adds the bias first).
-    - gradient_accumulation_fusion: only Megatron's own DDP has main_grad, where the flag decides. Megatron-DeepSpeed's
-      LinearWithGradAccumulation has the fused path commented out (core/tensor_parallel/layers.py: the wgrad GEMM
-      returns grad_weight), so under ZeRO 0/1 autograd's AccumulateGrad adds every micro-batch's weight gradient into
-      param.grad (graph/step_ops.main_grad_add_ops prices it, whatever the flag); ZeRO-2/3 move gradients into their
-      partitions inside backward (graph/zero_layer_ops). torch FSDP2 (flag off, param.grad) is left unpriced.
+    - gradient_accumulation_fusion: only Megatron's own DDP has main_grad (Megatron-DeepSpeed's LinearWithGradAccumulation
+      has the fused path commented out, the DeepSpeed engine accumulates; torch FSDP2 requires the flag off and
+      accumulates in param.grad), so the unfused add is Megatron-LM's without FSDP.
     - apply_rope_fusion: the fused kernel only exists for Megatron-LM (graph/layer_ops.FUSED_BY_MEGATRON).
     - async_tp_allreduce: Megatron-LM's default (TrainingConfig.async_tp_allreduce); Megatron-DeepSpeed switches it off
       under --deepspeed."""
@@ -158,9 +156,7 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
               "hidden_dropout": float(flags.get("hidden_dropout", 0.1)),
               "attention_dropout": float(flags.get("attention_dropout", 0.1)),
               "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
-              "gradient_accumulation_fusion": (bool(flags.get("gradient_accumulation_fusion", True)) if megatron_ddp
-                                               else not (framework == "megatron-deepspeed"
-                                                         and optimizer.zero_stage <= 1)),
+              "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp,
               "async_tp_allreduce": framework == "megatron" and bool(flags.get("async_tensor_model_parallel_allreduce",
                                                                                True))}
     if src is not None:

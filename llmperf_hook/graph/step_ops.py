@@ -129,21 +129,12 @@ def main_grad_add_ops(cfg: TrainingConfig, layer_params: int) -> tuple[Op, ...]:
     fusion the GEMM accumulates into main_grad itself (fused_weight_gradient_mlp_cuda / TE fuse_wgrad_accumulation);
     the adds of norms, biases and the embedding, which run either way, are not priced. Measured on an H100
     (measurements/h100-sxm5-80gb-2026-11-26-b/kernels/l24h2048-m2-norc.txt): aten::add_ 27.4 ms per step, of which
-    this formula gives 17.6 ms (1.3 B parameters x 10 B x 4 micro-batches at 2.98 TB/s).
-
-    Megatron-DeepSpeed under ZeRO 0/1 (gradient_accumulation_fusion False, frameworks/step_flags.step_fusions): its
-    wgrad GEMMs return the gradient and autograd's AccumulateGrad adds it into param.grad. DeepSpeed's FP16_Optimizer
-    sets param.grad to None at each step (runtime/fp16/fused_optimizer.py zero_grad(set_to_none=True)), so the first
-    micro-batch's gradient is taken as is and the other m - 1 are added: (m - 1) / m of the bytes per micro-batch.
-    BF16_Optimizer adds every micro-batch into its fp32 gradients (bf16_optimizer.py update_hp_grads): all m."""
+    this formula gives 17.6 ms (1.3 B parameters x 10 B x 4 micro-batches at 2.98 TB/s). DeepSpeed's own accumulation
+    of each micro-batch's gradients (Megatron-DeepSpeed included) is priced once per step in the bookkeeping op
+    (deepspeed_mixed_precision: DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM x (m - 1)), not here."""
     if cfg.gradient_accumulation_fusion or layer_params <= 0:
         return ()
     per_param = 2 * grad_bytes(cfg) + param_bytes(cfg)
-    if cfg.framework == "megatron-deepspeed" and not runs_bf16_optimizer(cfg):
-        m = cfg.batch.num_microbatches
-        per_param *= (m - 1) / m
-    if per_param <= 0:
-        return ()
     return (Op("layer.main_grad_add", "grad_accumulate", "bwd",
                {"params": layer_params, "tensors": MAIN_GRAD_ADD_KERNELS_PER_LAYER}, flops=0.0,
                bytes_moved=float(layer_params * per_param), dtype=cfg.precision),)

@@ -1,38 +1,34 @@
-"""Megatron-DeepSpeed under ZeRO 0/1: each micro-batch's weight gradient is added into param.grad by autograd's
-AccumulateGrad (its wgrad GEMM returns the gradient; the fused accumulation path is commented out), except the first
-micro-batch of a step, whose gradient is taken as is (FP16_Optimizer.zero_grad(set_to_none=True))."""
+"""Megatron-DeepSpeed's per-micro-batch gradient accumulation (autograd's AccumulateGrad into param.grad: its wgrad
+GEMMs return the gradient) is priced once: in the step's DeepSpeed bookkeeping, (m - 1) x
+DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, and not again as a backward main_grad add (the Megatron-DDP op)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from pathlib import Path
 
 import pytest
 
-from llmperf_hook.graph.sample_configs import make_config
-from llmperf_hook.graph.step_ops import main_grad_add_ops
+from llmperf_hook.api import predict_command
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.graph.step_ops import DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM
+
+SHAPE = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
+         "--max-position-embeddings", "2048", "--tensor-model-parallel-size", "2", "--micro-batch-size", "1",
+         "--global-batch-size", "16", "--fp16", "--no-pipeline-parallel"]
 
 
-def _mds(micro_batches: int, zero_stage: int = 0, precision: str = "fp16"):
-    cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, tp=2, micro_batch_size=1,
-                      global_batch_size=micro_batches, framework="megatron-deepspeed", precision=precision,
-                      optimizer_kw={"zero_stage": zero_stage, "fp32_main_grads": False})
-    return replace(cfg, gradient_accumulation_fusion=zero_stage >= 2)
-
-
-@pytest.mark.parametrize("m", [2, 4, 16])
-def test_fp16_adds_six_bytes_per_parameter_on_all_but_the_first_micro_batch(m: int) -> None:
-    (op,) = main_grad_add_ops(_mds(m), 1_000_000)
-    assert op.op_class == "grad_accumulate" and op.phase == "bwd"
-    assert op.bytes_moved == pytest.approx(1_000_000 * 6 * (m - 1) / m)  # read 2 + read 2 + write 2 bytes
-
-
-def test_one_micro_batch_adds_nothing_and_zero_2_accumulates_in_its_partitions() -> None:
-    assert main_grad_add_ops(_mds(1), 1_000_000) == ()
-    assert main_grad_add_ops(_mds(8, zero_stage=2), 1_000_000) == ()
-
-
-def test_megatron_ddp_adds_every_micro_batch() -> None:
-    cfg = replace(make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, tp=2, global_batch_size=4),
-                  gradient_accumulation_fusion=False)
-    (op,) = main_grad_add_ops(cfg, 1_000_000)
-    assert op.bytes_moved == pytest.approx(1_000_000 * (2 * 4 + 2))  # fp32 main_grad read + write, bf16 grad read
+def test_accumulation_is_in_the_step_bookkeeping_and_not_in_backward(tmp_path: Path) -> None:
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1,
+                              "fp16": {"enabled": True}, "zero_optimization": {"stage": 0}}))
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *SHAPE, "--deepspeed", "--deepspeed_config", str(ds)]
+    pred = predict_command(argv, {}, cluster="dgx-a100")
+    cfg = pred.config
+    assert cfg.framework == "megatron-deepspeed" and cfg.batch.num_microbatches == 4
+    graph = build_graph(cfg, pred.cluster)
+    ops = [op for c in graph.stages[0].chunks for b in c.blocks for op in b.bwd]
+    assert not any(op.op_class == "grad_accumulate" for op in ops)
+    (book,) = [op for op in graph.stages[0].step_ops if op.op_class == "deepspeed_bookkeeping"]
+    per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM + 3 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
