@@ -12,6 +12,7 @@ import shlex
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.shell_parameters import expand_operators
 
 _VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=])([^}]*))?\}|(\w+))")
 
@@ -64,7 +65,7 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> 
             return default.strip("'\"")
         return match.group(0)
 
-    return _VAR.sub(sub, word)
+    return _VAR.sub(sub, expand_operators(word, env, used))
 
 
 def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str]) -> list[str]:

@@ -34,6 +34,8 @@ POSIX = {  # scripts dash and bash run alike
     "options_in_a_variable": 'OPTS="--tensor-model-parallel-size 2 --num-layers 2"\ntorchrun --nproc_per_node 8 '
                              'pretrain_gpt.py $OPTS\n',
     "deepspeed": 'NG=2\ndeepspeed --num_gpus=$NG pretrain_gpt.py --num-layers 2\n',
+    "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
+                       ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
 BASH = {  # bash only
     "arrays": 'ARGS=(--nproc_per_node 4 --nnodes 2)\nM=(--split "99,1,0" --lr 1e-4)\ntorchrun "${ARGS[@]}" pretrain_gpt.py '
@@ -41,6 +43,8 @@ BASH = {  # bash only
     "array_unquoted": 'M=(--data-path "a b" --lr 1e-4)\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 ${M[@]}\n',
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
     "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
+    "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
+                              ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --d ${L,,} --e ${S:2} --f ${S:1:-1}\n',
 }
 ARGS = {"shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
 STUB = '#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > "$ARGV_OUT"\n'

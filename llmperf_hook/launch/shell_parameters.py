@@ -1,0 +1,79 @@
+"""bash's parameter expansions that transform a variable's value (bash manual 3.5.3 Shell Parameter Expansion):
+`${#NAME}`, `${NAME%PATTERN}` / `%%` / `#` / `##`, `${NAME/PATTERN/STRING}` / `//`, `${NAME^^}` / `^` / `,,` / `,`
+and `${NAME:OFFSET[:LENGTH]}`. A launch script's `--save ${CKPT%/}`, `MASTER_ADDR=${NODES%%,*}` or
+`--num-layers ${#LAYERS}` reach the launcher transformed; llmperf read them as written. Patterns are bash's globs
+(`*`, `?`, `[...]`, matched as fnmatch does); a variable the environment lacks stays as written.
+"""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+from typing import Mapping
+
+OPERATOR = re.compile(r"\$\{(?:#([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)"
+                      r"(?:(%%|%|##|#|//|/|\^\^|\^|,,|,)([^}]*)|:(\d+|\s+-?\d+)(?::(\s*-?\d+))?))\}")
+"""`${NAME:-8}` is the default expansion (argv_words), not an offset: a negative offset needs a blank, `${NAME: -2}`."""
+
+
+def _trim(value: str, op: str, pattern: str) -> str:
+    """`%`/`%%`: the shortest/longest suffix matching `pattern` removed; `#`/`##`: the prefix."""
+    cuts = range(len(value) + 1)
+    if op.startswith("%"):
+        ends = [i for i in (reversed(cuts) if op == "%" else cuts) if fnmatchcase(value[i:], pattern)]
+        return value[:ends[0]] if ends else value
+    starts = [i for i in (cuts if op == "#" else reversed(cuts)) if fnmatchcase(value[:i], pattern)]
+    return value[starts[0]:] if starts else value
+
+
+def _replace(value: str, everywhere: bool, spec: str) -> str:
+    """`/PATTERN/STRING`: the longest match at the first place it matches replaced (`//`: every match)."""
+    pattern, _, replacement = spec.partition("/")
+    out, i = "", 0
+    while i <= len(value) and pattern:
+        end = next((j for j in range(len(value), i, -1) if fnmatchcase(value[i:j], pattern)), None)
+        if end is None:
+            out, i = out + value[i:i + 1], i + 1
+            continue
+        out, i = out + replacement, end
+        if not everywhere:
+            return out + value[i:]
+    return out if pattern else value
+
+
+def _case(value: str, op: str) -> str:
+    if op in ("^^", ",,"):
+        return value.upper() if op == "^^" else value.lower()
+    return (value[:1].upper() if op == "^" else value[:1].lower()) + value[1:]
+
+
+def _substring(value: str, offset: str, length: str | None) -> str:
+    """`${NAME:OFFSET:LENGTH}`: a negative offset counts from the end, a negative length stops that far from it."""
+    start = int(offset)
+    start = max(len(value) + start, 0) if start < 0 else start
+    if length is None:
+        return value[start:]
+    count = int(length)
+    return value[start:count if count < 0 else start + count] if count >= 0 else value[start:len(value) + count]
+
+
+def _transform(match: re.Match[str], env: Mapping[str, str], used: dict[str, str]) -> str:
+    name = match.group(1) or match.group(2)
+    if name not in env:
+        return match.group(0)
+    value = used[name] = env[name]
+    op, spec = match.group(3), (match.group(4) or "").strip("'\"")
+    if match.group(1):
+        return str(len(value))
+    if op in ("%", "%%", "#", "##"):
+        return _trim(value, op, spec)
+    if op in ("/", "//"):
+        return _replace(value, op == "//", spec)
+    if op:
+        return _case(value, op)
+    return _substring(value, match.group(5), match.group(6))
+
+
+def expand_operators(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
+    """`word` with each transforming expansion of a variable set in `env` replaced by its result."""
+    return OPERATOR.sub(lambda m: _transform(m, env, used), word) if "${" in word else word
