@@ -6,7 +6,9 @@ without editing the user's script, whatever launcher starts it. The generated fi
      any failure is one line on stderr and the interpreter goes on without the hook; once installed, creates
      the empty file `loaded` there if it is not yet (hook_reach.py: did the hook reach the job);
   2. then runs the sitecustomize that would have run without us: the next one on sys.path (the user's, a
-     distribution's), registered as sys.modules["sitecustomize"] exactly as site.py would have.
+     distribution's), registered as sys.modules["sitecustomize"] exactly as site.py would have; the generated
+     sitecustomize of another job (its hook folder, left on a PYTHONPATH) is passed over, as the first hook
+     installed is the one that records.
 '''
 
 from __future__ import annotations
@@ -46,10 +48,18 @@ def _llmperf_install_hook(here):
 def _llmperf_chain_sitecustomize(here):
     import importlib.machinery
     import importlib.util
-    others = [p for p in _sys.path if _os.path.abspath(p or _os.getcwd()) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
-    if spec is None or spec.loader is None:
-        return
+    skipped = {here}
+    while True:
+        others = [p for p in _sys.path if _os.path.abspath(p or _os.getcwd()) not in skipped]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+        if spec is None or spec.loader is None:
+            return
+        folder = _os.path.dirname(_os.path.abspath(spec.origin or ""))
+        if not _os.path.isfile(_os.path.join(folder, "llmperf_hook_config.json")):
+            break
+        # another job's generated hook (a PYTHONPATH kept from an earlier instrumented run): it would chain back
+        # to this one, and the two would run each other until RecursionError, never reaching the user's
+        skipped.add(folder)
     module = importlib.util.module_from_spec(spec)
     _sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
