@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import subprocess
 import sys
@@ -70,6 +71,31 @@ def test_hook_failing_at_install_and_at_exit_leaves_output_and_exit_code(tmp_pat
         assert done.returncode == clean.returncode == 0
         assert _without_times(done.stdout) == _without_times(clean.stdout) and "done: 2 steps" in done.stdout
         assert done.stderr.count(said) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_patch_failing_when_the_framework_is_imported_only_disables_the_hook(tmp_path: Path,
+                                                                           child_env: dict[str, str]) -> None:
+    """The post-import patch raises (a deepspeed whose engine module has no DeepSpeedEngine, as a renamed class in
+    a future release would): the import still succeeds, the job trains to the end with its exit code, the hook
+    says once that it is disabled and records nothing more."""
+    fake = tmp_path / "fake" / "deepspeed" / "runtime"
+    fake.mkdir(parents=True)
+    for init in (fake.parent / "__init__.py", fake / "__init__.py"):
+        init.write_text("")
+    (fake / "engine.py").write_text("ENGINE_LOADED = True\n")
+    job = tmp_path / "job.py"
+    job.write_text("import runpy, sys\nimport deepspeed.runtime.engine as e\nprint('engine module', e.ENGINE_LOADED)\n"
+                   f"sys.argv = [{str(TRAIN_GPT)!r}] + sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    hook = write_hook_dir(tmp_path / "run" / "hook")
+    write_hook_config(HookConfig(run_dir=str(tmp_path / "run"), job_id="patch", num_steps=3), hook)
+    env = build_child_env(child_env, hook, tmp_path / "run")
+    env["PYTHONPATH"] += f"{os.pathsep}{tmp_path / 'fake'}"
+    done = subprocess.run([sys.executable, str(job), *SMALL_GPT, "--train-iters", "3"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "engine module True" in done.stdout and "done: 3 steps" in done.stdout
+    assert done.stderr.count("llmperf hook: disabled") == 1 and "DeepSpeedEngine" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert [r["kind"] for r in read_records(tmp_path / "run")] == ["error"]
 
 
 def _append_lines(path: str, writer_id: int, count: int) -> None:
