@@ -1,6 +1,7 @@
 """DeepSpeed config JSON -> DsSettings, and DeepSpeed's batch triad.
 
-Read at the edge (`read_ds_config(path) -> dict`), parse separately (`parse_ds_config(raw, origin)`).
+Read at the edge (`read_ds_config(path) -> dict`, deepspeed_config_file.py), parse separately
+(`parse_ds_config(raw, origin)`).
 Defaults and rules from deepspeed/runtime/config.py and zero/config.py: ZeRO stage 0, contiguous_gradients
 True, overlap_comm True only at stage 3, reduce/allgather bucket 5e8, stage3_prefetch_bucket_size 5e7,
 stage3_max_live_parameters 1e9, gradient_clipping 0; fp16 and bf16 cannot both be enabled.
@@ -8,23 +9,20 @@ stage3_max_live_parameters 1e9, gradient_clipping 0; fp16 and bf16 cannot both b
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.errors import ConfigError
+# read at the edge (deepspeed_config_file.py), re-exported here: callers read and parse through this module
+from llmperf_hook.frameworks.deepspeed_config_file import (encode_inline_ds_config, inline_ds_config_form,  # noqa: F401
+                                                          read_ds_config, strip_json_comments)
+from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
+from llmperf_hook.frameworks.deepspeed_optimizer import optimizer_settings
 from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, check_sections, check_top_level,
                                                      check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
                                                      zeropp_rules, zeropp_settings)
-from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
-from llmperf_hook.frameworks.deepspeed_optimizer import optimizer_settings
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
-from llmperf_hook.launch.batch_script import written_text
-from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.provenance import Source, SourceKind
 
 AUTO = "auto"
@@ -96,173 +94,6 @@ class DsSettings:
     checkpointing_warnings: tuple[str, ...] = ()
     """Warnings about that section for a script that configures deepspeed.checkpointing from this file itself; not
     in `warnings`, because Megatron-DeepSpeed's flags override the whole section (ds_checkpointing.py)."""
-
-
-def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | None = None) -> dict[str, Any]:
-    """Read a ds_config file (relative paths against the current directory) as the job will: DeepSpeed reads it with
-    hjson (deepspeed/runtime/config.py: `//`, `#` and `/* */` comments, trailing commas, a UTF-8 byte-order mark and
-    hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
-    `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
-    `written`: the batch script writes the file before launching (a here-document), so its text is read instead.
-    Only DeepSpeed's own file reader refuses a key given twice (hjson.load with dict_raise_error_on_duplicate_keys);
-    its base64 reader (hjson.loads) and accelerate's json.load / json.loads keep the last value, as llmperf does there."""
-    if written is not None:
-        text, inline = written_text(path, written), None
-    else:
-        inline = _inline_config(path, hf_trainer)
-        text = inline[1] if inline else _file_text(path)
-    unique = not hf_trainer and inline is None
-    raw = _load_strict_json(text, path, unique) if hf_trainer else \
-        _load_hjson_subset(text.removeprefix("\ufeff"), path, unique)
-    if not isinstance(raw, dict):
-        raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
-    return raw
-
-
-def inline_ds_config_form(word: str, hf_trainer: bool = False) -> str | None:
-    """"base64" or "json" when `word`, given where a ds_config path goes, is the config itself (as read_ds_config
-    reads it: not an existing path, and decoding to a JSON object); None for a path. tune --apply writes a tuned
-    config back in the same form."""
-    inline = _inline_config(word, hf_trainer)
-    return inline[0] if inline else None
-
-
-def encode_inline_ds_config(raw: Mapping[str, Any], form: str) -> str:
-    """A config dict as one argv word of `form` ("base64": urlsafe, what DeepSpeedConfig decodes; "json": compact)."""
-    text = json.dumps(raw, separators=(",", ":"))
-    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii") if form == "base64" else text
-
-
-def _inline_config(word: str, hf_trainer: bool) -> tuple[str, str] | None:
-    """(form, config text) of a word that is not an existing file: DeepSpeedConfig decodes it as base64 (urlsafe)
-    JSON (deepspeed/runtime/config.py); accelerate's HfDeepSpeedConfig, which the Trainer uses, first tries it as a
-    JSON string. None for an existing file, or when neither reading gives a JSON object (then it is a missing file)."""
-    if os.path.exists(word):
-        return None
-    if hf_trainer and word.lstrip().startswith("{"):
-        return "json", word
-    try:
-        text = base64.urlsafe_b64decode(word).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
-        return None
-    # hjson.loads also takes an object without its braces ("train_batch_size: 8"); accelerate's json.loads does not
-    if text.lstrip().startswith("{") or (not hf_trainer and _load_hjson(text, word, unique=False) is not None):
-        return "base64", text
-    return None
-
-
-def _file_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        hint = "; it holds an unexpanded shell variable: set it in the environment or write the path" if "$" in path else \
-            ("; DeepSpeed takes a file, a Python dict or base64-encoded JSON, not a JSON string (DeepSpeedConfig "
-             "base64-decodes it and fails): write it to a file or base64-encode it" if path.lstrip().startswith("{") else "")
-        raise UsageError(f"DeepSpeed config {path} does not exist (relative paths are read from {os.getcwd()}{hint}). "
-                         "Run llmperf from the directory you launch from, or give an absolute path.") from None
-    except IsADirectoryError:
-        raise UsageError(f"DeepSpeed config {path} is a directory, not a JSON file; name the config file itself.") from None
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
-
-
-def _load_strict_json(text: str, path: str, unique: bool = True) -> Any:
-    try:
-        return _loads(text, path, unique)
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"the Hugging Face Trainer cannot read DeepSpeed config {path}: {err}. It loads --deepspeed FILE with "
-            "json.load (accelerate HfDeepSpeedConfig), which refuses the comments, trailing commas and byte-order mark "
-            "that DeepSpeed's own hjson reader accepts; save the file as plain JSON.") from None
-
-
-class _DuplicateKeys(ValueError):
-    pass
-
-
-def _duplicate_keys_error(path: str, err: _DuplicateKeys) -> ConfigError:
-    return ConfigError(f"DeepSpeed config {path} gives the key(s) {err} twice in one object; DeepSpeed refuses it "
-                       "('Duplicate keys in DeepSpeed config'). Keep one of each.")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    twice = sorted({key for key in keys if keys.count(key) > 1})
-    if twice:
-        raise _DuplicateKeys(", ".join(twice))
-    return dict(pairs)
-
-
-def _load_hjson_subset(text: str, path: str, unique: bool = True) -> Any:
-    """JSON, else JSON with the comments and trailing commas hjson (DeepSpeed's reader) accepts, else hjson itself
-    where it is installed (it comes with DeepSpeed): unquoted keys and strings, braces omitted at the top. `unique`:
-    a key given twice is an error (else the last value is kept)."""
-    try:
-        return _loads(text, path, unique)
-    except json.JSONDecodeError as first:
-        try:
-            return _loads(strip_json_comments(text), path, unique)
-        except json.JSONDecodeError:
-            raw = _load_hjson(text, path, unique)
-            if raw is None:
-                raise UsageError(f"cannot read DeepSpeed config {path}: {first}.") from None
-            return raw
-
-
-def _load_hjson(text: str, path: str, unique: bool = True) -> Any:
-    """hjson.loads as DeepSpeed calls it, or None when hjson is missing or refuses the text."""
-    try:
-        import hjson  # type: ignore[import-untyped]
-    except ImportError:
-        return None
-    try:
-        raw = hjson.loads(text, object_pairs_hook=_no_duplicate_keys if unique else None)
-    except _DuplicateKeys as err:
-        raise _duplicate_keys_error(path, err) from None
-    except Exception:  # noqa: BLE001 - hjson raises its own HjsonDecodeError and ValueErrors
-        return None
-    return json.loads(json.dumps(raw)) if isinstance(raw, dict) else None
-
-
-def _loads(text: str, path: str, unique: bool = True) -> Any:
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys if unique else None)
-    except _DuplicateKeys as err:
-        raise _duplicate_keys_error(path, err) from None
-
-
-_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
-
-
-def strip_json_comments(text: str) -> str:
-    """Drop `//`, `#` and `/* */` comments outside strings, then commas before `}` or `]`."""
-    out: list[str] = []
-    i, in_string = 0, False
-    while i < len(text):
-        ch = text[i]
-        if in_string:
-            out.append(ch)
-            if ch == "\\":
-                out.append(text[i + 1:i + 2])
-                i += 1
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-            out.append(ch)
-        elif ch == "#" or text.startswith("//", i):
-            i = text.find("\n", i)
-            i = len(text) if i < 0 else i
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = len(text) if end < 0 else end + 2
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    return _TRAILING_COMMA.sub(r"\1", "".join(out))
 
 
 def _num(value: Any, key: str, origin: str) -> int | str | None:
