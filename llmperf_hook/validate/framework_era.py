@@ -18,7 +18,9 @@ for environment variable instead") Megatron-LM requires CUDA_DEVICE_MAX_CONNECTI
 only tried to delay the GEMM, under CUDA's default of 8 work queues (CUDA Programming Guide, CUDA Environment
 Variables). A Megatron-LM run measured before 2022-10 (its source's month, else a framework cell's year before 2022)
 gets `CUDA_DEVICE_MAX_CONNECTIONS=8` before its launch command (not a NeMo Megatron run: runs_megatron_lm), so its overlap is priced as that code ran it
-(TrainingConfig.cuda_device_max_connections).
+(TrainingConfig.cuda_device_max_connections). Before 2021-09 (16c90445) Megatron-LM had no async grad-input
+all-reduce at all: a TP > 1 run of then gets `--no-async-tensor-model-parallel-allreduce` (TrainingConfig.
+async_tp_allreduce False), which the unordered launch already priced the same way.
 """
 
 from __future__ import annotations
@@ -80,14 +82,36 @@ def runs_megatron_lm(framework_family: str, framework_cell: str, source_location
     return framework_family in ("megatron", "megatron-core") and named and "nemo" not in cell
 
 
+def measured_before(month_limit: tuple[int, int], framework_family: str, framework_cell: str, source: str,
+                    source_location: str) -> bool:
+    """A Megatron-LM run (runs_megatron_lm) measured before `month_limit`: its source's month, else a framework
+    cell's year before the limit's year (a year alone cannot say which side of the month)."""
+    if not runs_megatron_lm(framework_family, framework_cell, source_location):
+        return False
+    month = published_month(source, source_location)
+    if month is None:
+        year = framework_year(framework_cell)
+        month = (year, 12) if year is not None and year < month_limit[0] else None
+    return month is not None and month < month_limit
+
+
 def legacy_max_connections(framework_family: str, framework_cell: str, source: str,
                            source_location: str) -> str | None:
     """CUDA_DEVICE_MAX_CONNECTIONS of a Megatron-LM run measured before bdd9731 (ORDERED_LAUNCH_MONTH): CUDA's
     default 8; None for later or undated runs and other frameworks (they run as today's Megatron requires)."""
-    if not runs_megatron_lm(framework_family, framework_cell, source_location):
-        return None
-    month = published_month(source, source_location)
-    if month is None:
-        year = framework_year(framework_cell)
-        month = (year, 12) if year is not None and year < ORDERED_LAUNCH_MONTH[0] else None
-    return UNORDERED_CONNECTIONS if month is not None and month < ORDERED_LAUNCH_MONTH else None
+    if measured_before(ORDERED_LAUNCH_MONTH, framework_family, framework_cell, source, source_location):
+        return UNORDERED_CONNECTIONS
+    return None
+
+
+ASYNC_ALLREDUCE_MONTH = (2021, 9)
+"""Megatron-LM 16c90445 (2021-09-02, 'minor changes' of the ColumnParallelLinearWithAsyncAllreduce series, merged as
+f3e57f6f on 2021-09-06): the column-parallel linear's grad-input all-reduce runs asynchronously beside its weight-grad
+GEMM, on by default (--no-async-tensor-model-parallel-allreduce turns it off). Before, it was a synchronous
+all-reduce (mappings.py _CopyToModelParallelRegion.backward)."""
+
+
+def predates_async_tp_allreduce(framework_family: str, framework_cell: str, source: str,
+                                source_location: str) -> bool:
+    """The Megatron-LM of the run had no async grad-input all-reduce (measured before ASYNC_ALLREDUCE_MONTH)."""
+    return measured_before(ASYNC_ALLREDUCE_MONTH, framework_family, framework_cell, source, source_location)

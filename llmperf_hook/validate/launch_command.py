@@ -30,7 +30,8 @@ from pathlib import Path
 
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
 from llmperf_hook.frameworks.assemble import MAX_CONNECTIONS_ENV
-from llmperf_hook.validate.framework_era import legacy_max_connections, legacy_zero3_release, published_month
+from llmperf_hook.validate.framework_era import (legacy_max_connections, legacy_zero3_release,
+                                                 predates_async_tp_allreduce, published_month)
 from llmperf_hook.validate.measured_run import MeasuredRun
 
 GPT2_BPE_VOCAB = 50257
@@ -69,6 +70,11 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
         notes.append(f"Megatron-LM before 2022-10 (bdd9731) did not keep kernels in launch order: "
                      f"{MAX_CONNECTIONS_ENV}={connections}, CUDA's default, so sequence parallelism's backward "
                      "collectives are priced serialized with their GEMMs (framework_era.py)")
+    if run.tp > 1 and predates_async_tp_allreduce(run.framework, run.framework_text, run.source,
+                                                  run.source_location):
+        argv.append("--no-async-tensor-model-parallel-allreduce")
+        notes.append("Megatron-LM before 2021-09 (16c90445) all-reduced the input gradient synchronously: "
+                     "--no-async-tensor-model-parallel-allreduce (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 
