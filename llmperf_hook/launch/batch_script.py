@@ -23,6 +23,8 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
+from llmperf_hook.launch.shell_functions import Definition, definition
+from llmperf_hook.launch.shell_positional import expand_positional, positional_table, run_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, shell_split,
                                               split_unquoted_words, strip_redirections, word_quoting)
@@ -106,6 +108,10 @@ class _Reading:
     (or single python) line, as the launch line's other references are by expand."""
     single_refs: dict[str, str] = field(default_factory=dict)
     """split_refs of the `python train.py` lines, recorded when one of them is the launch (no launcher line)."""
+    functions: dict[str, Definition] = field(default_factory=dict)
+    """The functions the script has defined so far, by name."""
+    calling: set[str] = field(default_factory=set)
+    """The functions being read at a call (a call of one of them from its own body is not followed)."""
     undecidable: set[str] = field(default_factory=set)
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
     env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
@@ -117,7 +123,7 @@ class _Reading:
         return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
 
     def expand(self, text: str) -> str:
-        text = _positional(text, self.positional)
+        text = expand_positional(text, self.positional)
         return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
 
     def assign_array(self, text: str) -> bool:
@@ -180,6 +186,40 @@ class _Reading:
 
         return _ARRAY_REF.sub(words, text)
 
+    def read(self, lines: Sequence[ScriptLine]) -> None:
+        """Read `lines` in order; a function definition is kept (launch/shell_functions.py) and read where called."""
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            if self.shell[0] == "dash" and not self.launches:  # a syntax error where dash reads the line, run or not
+                self.refuse_bash_only(line, line.text, False)
+            defined = definition(lines, i) if not self.launches and self.conditions.running() else None
+            if defined is not None:
+                self.functions[defined.name] = defined
+                i = defined.end
+                continue
+            i += 1
+            if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
+                    self.assign_array(line.text):
+                continue
+            text = quote_arm_patterns(line.text) if self.conditions.in_case() or "case" in line.text else line.text
+            if text.strip() and not text.lstrip().startswith("#"):
+                for pipeline in pipelines(text):
+                    for command in pipeline:
+                        self.command(line, command)
+
+    def call(self, defined: Definition, args: list[str]) -> None:
+        """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
+        if defined.name in self.calling:  # recursion: llmperf reads, it cannot tell where it ends
+            return
+        saved, self.positional = self.positional, positional_table(self.positional["0"], args)
+        self.calling.add(defined.name)
+        try:
+            self.read(defined.body)
+        finally:
+            self.positional = saved
+            self.calling.discard(defined.name)
+
     def command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = _ANSI_C.sub(_ansi_c, text)
@@ -219,6 +259,9 @@ class _Reading:
                 self.used.update(self.split_refs)
             return
         if self.assign(words) or self.builtin(line, words):
+            return
+        if words[0] in self.functions:
+            self.call(self.functions[words[0]], [self.expand(word) for word in words[1:]])
             return
         if words[0] == "eval":
             self.evaluate(line, text, words[1:])
@@ -276,7 +319,7 @@ class _Reading:
             return False
         value = match.group(2)
         if ("$(" in value or "`" in value) and any(
-                s in expand_env_refs(_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
+                s in expand_env_refs(expand_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
             self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
             self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
         else:
@@ -285,30 +328,8 @@ class _Reading:
         return True
 
     def builtin(self, line: ScriptLine, words: list[str]) -> bool:
-        """The builtins that change what the launch line expands to (bash manual 4.1-4.3): `shift [N]` and `set --
-        ARGS` move or replace the script's arguments ($1 ..., "$@"); `: ${NAME:=value}` assigns NAME its default
-        when it is unset (`:=` also when empty)."""
-        if words[0] == "shift":
-            count = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
-            args = self.args()
-            if count <= len(args):
-                self.positional = _positional_table(self.positional["0"], args[count:])
-            elif self.shell[0] == "dash":  # bash shifts nothing and goes on; dash's special builtin error ends it
-                raise UsageError(f"{self.kind} {self.path} stops at line {line.number} under dash: `{line.text.strip()}` "
-                                 f"shifts {count} of its {len(args)} argument(s) ('can't shift that many'). Give the "
-                                 "script its arguments after its name.")
-            return True
-        if words[0] == "set" and "--" in words:
-            self.positional = _positional_table(self.positional["0"],
-                                                [self.expand(w) for w in words[words.index("--") + 1:]])
-            return True
-        if words[0] == ":":
-            for word in words[1:]:
-                for name, colon, default in _ASSIGN_DEFAULT.findall(word):
-                    if name not in self.env or (colon and self.env[name] == ""):
-                        self.env[name] = self.expand(default.strip("'\""))
-            return True
-        return False
+        """`shift`, `set --`, `local`/`declare`, `:` (launch/shell_positional.run_builtin); True when words ran one."""
+        return run_builtin(self, line, words)
 
     def append(self, name: str, value: str) -> bool:
         """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
@@ -324,7 +345,7 @@ class _Reading:
         if not self.launches:
             self.used.update(self.single_refs)
         if len(found) == 1:
-            return [_positional(word, self.positional) for word in found[0][1]]
+            return [expand_positional(word, self.positional) for word in found[0][1]]
         listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"
@@ -343,46 +364,9 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     """The words of the script's one launch line and the files it writes before it, from its logical lines
     (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...);
     `shell` is posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
-    reading = _Reading(env, used, path, kind=kind, positional=_positional_table(path, args), shell=shell)
-    for line in lines:
-        if shell[0] == "dash" and not reading.launches:  # a syntax error where dash reads the line, run or not
-            reading.refuse_bash_only(line, line.text, False)
-        if ARRAY_ASSIGN.match(line.text) and not reading.launches and reading.conditions.running() and \
-                reading.assign_array(line.text):
-            continue
-        text = quote_arm_patterns(line.text) if reading.conditions.in_case() or "case" in line.text else line.text
-        if text.strip() and not text.lstrip().startswith("#"):
-            for pipeline in pipelines(text):
-                for command in pipeline:
-                    reading.command(line, command)
+    reading = _Reading(env, used, path, kind=kind, positional=positional_table(path, args), shell=shell)
+    reading.read(lines)
     return reading.launch(), reading.files
-
-
-def _positional_table(script: str, args: Sequence[str]) -> dict[str, str]:
-    """$0, $#, $@, $* and $1 ... of a script run with `args`."""
-    return {"0": script, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
-            **{str(i): arg for i, arg in enumerate(args, start=1)}}
-
-
-_ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
-"""`${NAME:=value}` / `${NAME=value}`: bash assigns the default (3.5.3 Shell Parameter Expansion)."""
-_POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
-
-
-def _positional(text: str, positional: dict[str, str]) -> str:
-    """`$1`, `${10}`, `${3:-MOCK}`, `$#`, `$@`: the script's arguments, as bash expands them (an argument not given is
-    empty, or the default of `${N:-default}`)."""
-    if "$" not in text or not positional:
-        return text
-
-    def sub(match: re.Match[str]) -> str:
-        name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
-        value = positional.get(name, "")
-        if op and (value == "" if op == ":-" else name not in positional):
-            return default.strip("'\"")
-        return value
-
-    return _POSITIONAL.sub(sub, text)
 
 
 def written_text(path: str, written: ScriptFile) -> str:

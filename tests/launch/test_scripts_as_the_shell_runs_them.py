@@ -34,6 +34,10 @@ POSIX = {  # scripts dash and bash run alike
     "options_in_a_variable": 'OPTS="--tensor-model-parallel-size 2 --num-layers 2"\ntorchrun --nproc_per_node 8 '
                              'pretrain_gpt.py $OPTS\n',
     "deepspeed": 'NG=2\ndeepspeed --num_gpus=$NG pretrain_gpt.py --num-layers 2\n',
+    "function_args": 'launch() {\n  torchrun --nproc_per_node $1 ' + M + ' "$@"\n}\nlaunch 4 --lr 1\n',
+    "function_reads_at_the_call": 'NP=2\nlaunch() {\n  torchrun --nproc_per_node $NP ' + M + '\n}\nNP=4\nlaunch\n',
+    "function_one_line": 'launch() { torchrun --nproc_per_node $1 ' + M + '; }\nlaunch 4\n',
+    "function_then_script_args": 'run() {\n  NP=$1\n}\nrun 2\ntorchrun --nproc_per_node $NP ' + M + ' "$@"\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
@@ -41,12 +45,13 @@ BASH = {  # bash only
     "arrays": 'ARGS=(--nproc_per_node 4 --nnodes 2)\nM=(--split "99,1,0" --lr 1e-4)\ntorchrun "${ARGS[@]}" pretrain_gpt.py '
               '--num-layers 2 "${M[@]}"\n',
     "array_unquoted": 'M=(--data-path "a b" --lr 1e-4)\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 ${M[@]}\n',
+    "function_keyword_local": 'function main {\n  local np=4\n  torchrun --nproc_per_node $np ' + M + '\n}\nmain "$@"\n',
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
     "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
     "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
                               ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --d ${L,,} --e ${S:2} --f ${S:1:-1}\n',
 }
-ARGS = {"shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
+ARGS = {"function_then_script_args": ["--lr", "3"], "shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
 STUB = '#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > "$ARGV_OUT"\n'
 
 

@@ -1,0 +1,87 @@
+"""A script's positional parameters ($0, $1 ..., $#, "$@") and the builtins that change what its launch line expands
+to without running anything: `shift [N]`, `set -- ARGS`, `local`/`declare`/`typeset`/`readonly NAME=value` and
+`: ${NAME:=value}` (bash manual 3.4.1, 3.5.3, 4.1-4.2; POSIX 2.14 Special Built-In Utilities)."""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.shell_script import ScriptLine
+
+
+class _Script(Protocol):
+    """What the builtins change in batch_script._Reading."""
+
+    positional: dict[str, str]
+    env: dict[str, str]
+    shell: tuple[str, str]
+    kind: str
+    path: str
+
+    def args(self) -> list[str]: ...
+
+    def expand(self, text: str) -> str: ...
+
+    def assign(self, words: list[str]) -> bool: ...
+
+
+def positional_table(script: str, args: Sequence[str]) -> dict[str, str]:
+    """$0, $#, $@, $* and $1 ... of a script (or function) run with `args`."""
+    return {"0": script, "#": str(len(args)), "@": " ".join(args), "*": " ".join(args),
+            **{str(i): arg for i, arg in enumerate(args, start=1)}}
+
+
+_ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
+"""`${NAME:=value}` / `${NAME=value}`: bash assigns the default (3.5.3 Shell Parameter Expansion)."""
+_POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
+
+
+def expand_positional(text: str, positional: dict[str, str]) -> str:
+    """`$1`, `${10}`, `${3:-MOCK}`, `$#`, `$@`: the script's arguments, as bash expands them (an argument not given is
+    empty, or the default of `${N:-default}`)."""
+    if "$" not in text or not positional:
+        return text
+
+    def sub(match: re.Match[str]) -> str:
+        name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
+        value = positional.get(name, "")
+        if op and (value == "" if op == ":-" else name not in positional):
+            return default.strip("'\"")
+        return value
+
+    return _POSITIONAL.sub(sub, text)
+
+
+def _shift(script: _Script, line: ScriptLine, words: list[str]) -> None:
+    """`shift [N]`: past $#, bash shifts nothing and goes on, while dash's special-builtin error ends the script."""
+    count = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+    args = script.args()
+    if count <= len(args):
+        script.positional = positional_table(script.positional["0"], args[count:])
+    elif script.shell[0] == "dash":
+        raise UsageError(f"{script.kind} {script.path} stops at line {line.number} under dash: `{line.text.strip()}` "
+                         f"shifts {count} of its {len(args)} argument(s) ('can't shift that many'). Give the script its "
+                         "arguments after its name.")
+
+
+def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
+    """Apply the builtin `words` run, if it is one of these; True when it was."""
+    if words[0] == "shift":
+        _shift(script, line, words)
+    elif words[0] == "set" and "--" in words:
+        script.positional = positional_table(script.positional["0"],
+                                             [script.expand(w) for w in words[words.index("--") + 1:]])
+    elif words[0] in ("local", "declare", "typeset", "readonly"):  # `local np=4` (its scope kept past the function:
+        for word in words[1:]:                                       # llmperf reads the one launch it reaches)
+            if not word.startswith(("-", "+")):
+                script.assign([word])
+    elif words[0] == ":":
+        for word in words[1:]:
+            for name, colon, default in _ASSIGN_DEFAULT.findall(word):
+                if name not in script.env or (colon and script.env[name] == ""):
+                    script.env[name] = script.expand(default.strip("'\""))
+    else:
+        return False
+    return True
