@@ -38,7 +38,6 @@ from llmperf_hook.provenance import Source, SourceKind
 
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_PY_VALUED_OPTS = ("-X", "-W", "-Q")
 _MODULE_LAUNCHERS = {
     "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
     "deepspeed.launcher.runner": "deepspeed", ACCELERATE_MODULE: "accelerate",
@@ -76,28 +75,49 @@ def _is_python(word: str) -> bool:
     return re.fullmatch(r"python[0-9.]*", os.path.basename(word)) is not None
 
 
-def _python_script_index(words: Sequence[str], i: int) -> int:
-    """Index of the script (or of `-m`) after `python` and its own options (`-u`, `-X dev`, ...)."""
+_PY_VALUED_LETTERS = "cmWX"
+"""CPython's options that take an argument, attached (`-Wignore`, `-mtorch.distributed.run`) or the next word; the
+others are letters that cluster (`-um torch.distributed.run` is -u -m; Python/getopt.c, `python -h`)."""
+
+
+def _python_target(words: Sequence[str], i: int) -> tuple[int, str | None]:
+    """For `python` at words[i]: (index of the script, or of the first word after `-m MODULE`; MODULE, or None for a
+    script), past python's own options as CPython's getopt reads them (`-u`, `-X dev`, `-Wignore`, `-um MOD`, `--`)."""
     j = i + 1
-    while j < len(words) and words[j].startswith("-") and words[j] != "-m":
-        j += 2 if words[j] in _PY_VALUED_OPTS else 1
-    return j
+    while j < len(words) and words[j].startswith("-") and words[j] != "-":
+        word = words[j]
+        if word == "--":
+            return j + 1, None
+        if word.startswith("--"):  # --check-hash-based-pycs MODE is the one long option with a value
+            j += 2 if word == "--check-hash-based-pycs" else 1
+            continue
+        at = next((k for k, letter in enumerate(word[1:], start=1) if letter in _PY_VALUED_LETTERS), None)
+        if at is None:
+            j += 1
+            continue
+        attached = word[at + 1:]
+        if word[at] == "m":
+            return (j + 1, attached) if attached else (j + 2, words[j + 1] if j + 1 < len(words) else "")
+        if word[at] == "c":  # `python -c CMD`: read as before, CMD in the script's place
+            return (j, None) if attached else (j + 1, None)
+        j += 1 if attached else 2
+    return j, None
 
 
 def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
     """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
-    j = _python_script_index(words, i)
-    if j < len(words) and words[j] == "-m":
-        if j + 1 >= len(words):
+    j, module = _python_target(words, i)
+    if module is not None:
+        if not module:
             raise UsageError("`python -m` names no module.")
-        launcher = _MODULE_LAUNCHERS.get(words[j + 1])
+        launcher = _MODULE_LAUNCHERS.get(module)
         if launcher == "deepspeed":
-            return parse_deepspeed_launcher(words, j + 2, env, used)
+            return parse_deepspeed_launcher(words, j, env, used)
         if launcher == "accelerate":
-            return parse_accelerate(words, j + 2, env, used)
+            return parse_accelerate(words, j, env, used)
         if launcher:
-            return parse_torchrun(words, j + 2, env, used, launcher)
-        return _single_process(f"-m {words[j + 1]}", tuple(words[j + 2:]), env, used)
+            return parse_torchrun(words, j, env, used, launcher)
+        return _single_process(f"-m {module}", tuple(words[j:]), env, used)
     if j >= len(words):
         raise UsageError("the python command names no training script.")
     return _single_process(words[j], tuple(words[j + 1:]), env, used)
@@ -118,8 +138,8 @@ def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str
     if inner is not None:
         return inner
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
-    start = _script_index(words, rest, env, "srun")
-    return LaunchSize("srun", nnodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings + extra))
+    script, args = _started_program(words, rest, env, "srun")
+    return LaunchSize("srun", nnodes, per_node, world, script, args, tuple(warnings + extra))
 
 
 def _mpirun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
@@ -129,8 +149,8 @@ def _mpirun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, s
     if inner is not None:
         return inner
     nodes, per_node, world = size_mpirun(values, words[i].split("/")[-1])
-    start = _script_index(words, rest, env, words[i])
-    return LaunchSize("mpirun", nodes, per_node, world, words[start], tuple(words[start + 1:]), tuple(warnings))
+    script, args = _started_program(words, rest, env, words[i])
+    return LaunchSize("mpirun", nodes, per_node, world, script, args, tuple(warnings))
 
 
 def _inner_launch(words: Sequence[str], rest: int, env: dict[str, str], used: dict[str, str],
@@ -142,13 +162,16 @@ def _inner_launch(words: Sequence[str], rest: int, env: dict[str, str], used: di
     return words, (None if inner is None else replace(inner, warnings=(*warnings, *inner.warnings)))
 
 
-def _script_index(words: Sequence[str], rest: int, env: dict[str, str], launcher: str) -> int:
-    """Index of the training script that srun/mpirun starts as its tasks (past wrappers, `env` and `python [opts]`)."""
+def _started_program(words: Sequence[str], rest: int, env: dict[str, str], launcher: str) -> tuple[str, tuple[str, ...]]:
+    """(training script, its arguments) that srun/mpirun starts as its tasks (past wrappers, `env` and `python [opts]`;
+    `-m MODULE` for a module)."""
     rest = _skip_prefixes(words, rest, env)
-    start = _python_script_index(words, rest) if _is_python(words[rest]) else rest
+    start, module = _python_target(words, rest) if _is_python(words[rest]) else (rest, None)
+    if module:
+        return f"-m {module}", tuple(words[start:])
     if start >= len(words):
         raise UsageError(f"the python command that {launcher} starts names no training script.")
-    return start
+    return words[start], tuple(words[start + 1:])
 
 
 def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
@@ -245,8 +268,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     if start is not None:
         return parse_accelerate(words, start, env, used)
     if _is_python(words[i]):
-        j = _python_script_index(words, i)  # past python's own options: `python -u -m torch.distributed.launch`
-        if inside_srun and not (j + 1 < len(words) and words[j] == "-m" and words[j + 1] in _MODULE_LAUNCHERS):
+        module = _python_target(words, i)[1]  # past python's own options: `python -u -m torch.distributed.launch`
+        if inside_srun and module not in _MODULE_LAUNCHERS:
             return None  # srun starts the script itself: srun sizes the job
         return _python(words, i, env, used)
     if inside_srun:
