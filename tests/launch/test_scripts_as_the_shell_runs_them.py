@@ -1,5 +1,5 @@
-"""A launch script read as bash and dash run it: each script is run by the real shell with stub `torchrun` and
-`deepspeed` commands first on PATH, which record the argv they are given; llmperf's reading of the script (never run)
+"""A launch script read as bash and dash run it: each script is run by the real shell with stub `torchrun`,
+`deepspeed` and `python` commands first on PATH, which record the argv they are given; llmperf's reading of the script (never run)
 must give the same job as llmperf's parse of that recorded argv: sizes, training script and its arguments."""
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ POSIX = {  # scripts dash and bash run alike
     "function_reads_at_the_call": 'NP=2\nlaunch() {\n  torchrun --nproc_per_node $NP ' + M + '\n}\nNP=4\nlaunch\n',
     "function_one_line": 'launch() { torchrun --nproc_per_node $1 ' + M + '; }\nlaunch 4\n',
     "function_then_script_args": 'run() {\n  NP=$1\n}\nrun 2\ntorchrun --nproc_per_node $NP ' + M + ' "$@"\n',
+    "python_clustered_module": 'python -um torch.distributed.run --nproc_per_node 4 ' + M + '\n',
+    "python_warning_option": 'python -W ignore -m torch.distributed.run --nproc_per_node 2 ' + M + '\n',
+    "python_attached_module": 'python -mtorch.distributed.run --nproc_per_node 8 ' + M + '\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
@@ -59,7 +62,7 @@ def _run(shell: str, script: Path, args: list[str], tmp_path: Path) -> list[str]
     """The argv the launcher got when `shell script args` ran; None when the script stopped before it."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name in ("torchrun", "deepspeed"):
+    for name in ("torchrun", "deepspeed", "python"):
         (stubs / name).write_text(STUB)
         (stubs / name).chmod(0o755)
     out = tmp_path / "argv"
