@@ -22,12 +22,17 @@ _VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=])([^}]*))?\}|(\w+))")
 FREE_TEXT_OPTIONS = frozenset({"--launcher_args", "--launcher-args", "--wrap", "--comment"})
 
 
+def _free_text_option(word: str) -> bool:
+    """One of FREE_TEXT_OPTIONS, or an abbreviation of one the launcher's parser accepts (`--launcher_arg`, `--wra`)."""
+    return word.startswith("--") and len(word) > 4 and any(option.startswith(word) for option in FREE_TEXT_OPTIONS)
+
+
 def split_joined_words(words: Sequence[str]) -> list[str]:
     """`"--split '99,1,0'"` -> ["--split", "99,1,0"]: a flag word holding whitespace is split like a shell would,
     also when the variable that gave it starts with blanks (bigscience's `SRUN_ARGS=" \\` newline `--wait=60 ..."`)."""
     out: list[str] = []
     for word in words:
-        free_text = (out and out[-1] in FREE_TEXT_OPTIONS) or word.split("=", 1)[0] in FREE_TEXT_OPTIONS
+        free_text = (out and _free_text_option(out[-1])) or _free_text_option(word.split("=", 1)[0])
         if word.lstrip().startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text \
                 and not is_quoted_assignment(word):
             try:

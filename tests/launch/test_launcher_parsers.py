@@ -36,7 +36,7 @@ DEEPSPEED_CASES = [
     "--include=localhost:1 train.py", "-i localhost:0,2 train.py", "--num_gpus 4 --bogus train.py", "--num_acc 2 train.py",
     "--num_gpus 4 --no_loc train.py", "--num_gpus 2 --force_multi=1 train.py", "--num_gpus 2 -- train.py --x 1",
     "--num_gpus 2 --launcher_args '-q high' train.py", "--num_gpus 2 --launcher_args '--qos high' train.py",
-    "--num_gpus 2 --launcher_args=-q train.py", "--num_gpus 2 --master_addr -x train.py", "--num_gpus train.py", "--h localhost train.py",
+    "--num_gpus 2 --launcher_args=-q train.py", "--num_gpus 2 --launcher_arg '--qos high' train.py", "--num_gpus 2 --master_addr -x train.py", "--num_gpus train.py", "--h localhost train.py",
     "--num_gpus 2 train.py --num_gpus 8 --bogus",
 ]
 
