@@ -8,7 +8,8 @@ For every GPU, operator file and direction: MAPE on (a) a random 20 % test split
 most `--train-fraction` of ALL samples of the fit group, averaged over 3 random draws, with the exact recipe of the shipped profiles (one
 regressor per op class over the contract dims, e.g. one GEMM regressor for all five linear files, one Adam
 regressor for the three pipeline-stage files; floor, loss and linear baseline chosen inside the training rows;
-5 bagged boosters below 2,000 training rows; build_profile's docstring). Samples faster than the datasheet
+5 bagged boosters below 2,000 training rows; the embedding's hinge normaliser where the inner split keeps it,
+profile/hinge.py; build_profile's docstring). Samples faster than the datasheet
 peak are dropped; a group with a majority of such samples, or a streaming step (Adam) whose time does not grow
 with its parameters (shipped.corrupt_reason), is reported as corrupt. For the optimizer, the note gives the
 error when the ops carry only `params` (without the optional dims layers / embedding_params).
@@ -84,8 +85,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmperf_hook.profile.adaptive import pool_adaptive_subset  # noqa: E402
-from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, pool, predict_with_floor, training_xy,  # noqa: E402
-                                                unknown_columns)
+from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, pool, predict_with_floor,  # noqa: E402
+                                                training_terms, training_xy, unknown_columns)
 from llmperf_hook.profile.features import OPTIONAL_DIMS, UNKNOWN  # noqa: E402
 from llmperf_hook.profile.plan import config_stratified_subset, maximin_subset  # noqa: E402
 from llmperf_hook.profile.public_samples import SampleSet, read_reference_errors  # noqa: E402
@@ -210,14 +211,19 @@ def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.nd
     on `test` with the optional dims withheld (what an op that carries only the required dims gets; None for
     classes without optional dims)."""
     x, y, names, roof = training_xy(s, rc)
-    t, cols = roof * np.exp(y), unknown_columns(names)
-    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=cols)
-    ape = np.abs(predict_with_floor(reg, floor, x[test], roof[test]) / t[test] - 1.0)
+    t, cols, terms = roof * np.exp(y), unknown_columns(names), training_terms(s)
+    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=cols, terms=_rows(terms, train))
+    ape = np.abs(predict_with_floor(reg, floor, x[test], roof[test], _rows(terms, test)) / t[test] - 1.0)
     if not cols or (x[:, list(cols)] == UNKNOWN).all():
         return ape, None
     bare = x[test].copy()
     bare[:, list(cols)] = UNKNOWN
-    return ape, np.abs(predict_with_floor(reg, floor, bare, roof[test]) / t[test] - 1.0)
+    return ape, np.abs(predict_with_floor(reg, floor, bare, roof[test], _rows(terms, test)) / t[test] - 1.0)
+
+
+def _rows(terms: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    """The hinge's (u, w) columns of `rows` (build_profile.training_terms; None for classes without a hinge)."""
+    return None if terms is None else terms[rows]
 
 
 def inner_split(train: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray]:
@@ -359,10 +365,12 @@ def _test_errors(hw: ShippedHardware, sets: list[SampleSet], rng) -> "Errors":
     cols = [c for c in ("mp", "b", "l", "dim", "h") if all(c in x.raw for x in sets)]
     keys = np.column_stack([_raw(sets, c) for c in cols])[keep] if cols else np.zeros((int(keep.sum()), 0))
     x, y, names, roof = training_xy(s, hw.roofline)
-    t, perm = roof * np.exp(y), rng.permutation(len(y))
+    t, perm, terms = roof * np.exp(y), rng.permutation(len(y)), training_terms(s)
     test, train = np.sort(perm[: len(y) // 5]), perm[len(y) // 5:]
-    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names))
-    return np.log(predict_with_floor(reg, floor, x[test], roof[test]) / t[test]), source[test], keys[test]
+    reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names),
+                                terms=_rows(terms, train))
+    return (np.log(predict_with_floor(reg, floor, x[test], roof[test], _rows(terms, test)) / t[test]), source[test],
+            keys[test])
 
 
 def run_drift(hw: ShippedHardware, sets: list[SampleSet], rng,

@@ -4,6 +4,8 @@ One regressor per (op class, direction) over the contract dims, trained on every
 one GEMM regressor from all five linear files), target log(time / (roofline + floor)). The recipe, every
 choice made on an inner split of the training rows only (never on a test split):
 - floor: 0, half the fastest sample, or the fitted intercept of t = a * roofline + b (intercept_floor_s);
+  for the classes of hinge.HINGE_TERMS (embedding), then the fitted hinge min(a + b u, c + d w) in place of
+  roofline + floor;
 - loss: L1, L2 or Huber on the log ratio; then whether a linear baseline under the trees helps
   (fit.fit_linear_baseline), then whether linear leaves (LightGBM linear trees, L2) do, then (from
   LARGE_SET_ROWS) 31 leaves per tree;
@@ -16,13 +18,14 @@ uses them all.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from llmperf_hook.profile.features import OPTIONAL_FEATURES, UNKNOWN, RooflineConstants, build_features, schema_hash
 from llmperf_hook.profile.fit import MORE_LEAVES, NUM_LEAVES, FittedRegressor, Loss, fit_regressor
+from llmperf_hook.profile.hinge import fit_hinge, hinge_terms
 from llmperf_hook.profile.profile_io import ModelEntry
 
 
@@ -49,6 +52,12 @@ def training_xy(s: Samples, rc: RooflineConstants) -> tuple[np.ndarray, np.ndarr
     keep = np.isfinite(s.time_s) & (s.time_s > 0)
     block = build_features(s.op_class, s.phase == "bwd", {k: v[keep] for k, v in s.dims.items()}, rc)
     return block.matrix, np.log(s.time_s[keep] / block.roofline_s), block.names, block.roofline_s
+
+
+def training_terms(s: Samples) -> np.ndarray | None:
+    """The hinge's (u, w) columns of the rows training_xy keeps (hinge.hinge_terms), or None for other classes."""
+    keep = np.isfinite(s.time_s) & (s.time_s > 0)
+    return hinge_terms(s.op_class, {k: v[keep] for k, v in s.dims.items()})
 
 
 FLOOR_FRACTIONS = (0.0, 0.5)
@@ -105,13 +114,16 @@ profile size: configs/profiles is 2.6 MiB, 2.0 MiB of it the A100 and GH200 prof
 
 
 def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str = "lightgbm",
-                   seed: int = 0, unknown_cols: Sequence[int] = ()) -> tuple[FittedRegressor, float]:
+                   seed: int = 0, unknown_cols: Sequence[int] = (),
+                   terms: np.ndarray | None = None) -> tuple[FittedRegressor, float]:
     """Fit log(t / (roof + floor)); the floor (FLOOR_FRACTIONS of the fastest sample, or the fitted intercept)
     and the loss (LOSSES) are chosen by cross-validation inside (x, t) only (3 folds below 1,000 samples, one
     20 % split above). A small-kernel floor (e.g. ~70 us of a GH200 GEMM backward) is then part of the
     normaliser instead of a slope the trees would have to approximate leaf by leaf. Then a linear baseline and
     linear leaves are each kept if they lower the same cross-validated error. `unknown_cols`: features of
-    optional dims, trained known and UNKNOWN (with_unknown_rows)."""
+    optional dims, trained known and UNKNOWN (with_unknown_rows). `terms` (training_terms, hinge classes only):
+    the hinge normaliser, refitted inside each fold, replaces roofline + floor where it lowers that error; the
+    returned regressor then carries it (FittedRegressor.hinge, floor 0)."""
     floors = sorted({f * float(t.min()) for f in FLOOR_FRACTIONS} | {intercept_floor_s(t, roof)})
     best: Choice = (floors[0], LOSSES[0], False, False, NUM_LEAVES)
     if len(t) >= 30:
@@ -136,9 +148,30 @@ def fit_with_floor(x: np.ndarray, t: np.ndarray, roof: np.ndarray, prefer: str =
             error = cv(choice)
             if error < (1.0 - min_gain) * best_error:
                 best, best_error = choice, error
-    xa, ya = with_unknown_rows(x, np.log(t / (roof + best[0])), unknown_cols)
-    return fit_regressor(xa, ya, prefer, best[1], bagged=True, baseline=best[2], skip_cols=unknown_cols,
-                         linear=best[3], leaves=best[4]), best[0]
+        if terms is not None:
+            hinge_error = float(np.mean([_hinge_fold_error(x, t, terms, best, val, prefer, unknown_cols)
+                                         for val in folds]))
+            if hinge_error < best_error:
+                hinge = fit_hinge(terms, t)
+                return _fit_final(x, t, hinge.time_s(terms), (0.0, *best[1:]), prefer, unknown_cols, hinge), 0.0
+    return _fit_final(x, t, roof, best, prefer, unknown_cols), best[0]
+
+
+def _fit_final(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: Choice, prefer: str,
+               unknown_cols: Sequence[int], hinge=None) -> FittedRegressor:
+    floor, loss, base, linear, leaves = choice
+    xa, ya = with_unknown_rows(x, np.log(t / (roof + floor)), unknown_cols)
+    reg = fit_regressor(xa, ya, prefer, loss, bagged=True, baseline=base, skip_cols=unknown_cols, linear=linear,
+                        leaves=leaves)
+    return reg if hinge is None else replace(reg, hinge=hinge)
+
+
+def _hinge_fold_error(x: np.ndarray, t: np.ndarray, terms: np.ndarray, choice: Choice, val: np.ndarray,
+                      prefer: str, unknown_cols: Sequence[int]) -> float:
+    """_fold_error with the hinge (fitted on the fold's training rows only) as the normaliser, floor 0."""
+    train = np.setdiff1d(np.arange(len(t)), val)
+    norm = fit_hinge(terms[train], t[train]).time_s(terms)
+    return _fold_error(x, t, norm, (0.0, *choice[1:]), val, prefer, unknown_cols)
 
 
 def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: Choice, val: np.ndarray,
@@ -151,14 +184,18 @@ def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: Choice, 
     return _mape(reg.predict(x[val]), y[val])
 
 
-def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray) -> np.ndarray:
-    return (roof + floor_s) * np.exp(reg.predict(x))
+def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray,
+                       terms: np.ndarray | None = None) -> np.ndarray:
+    """Seconds: (roofline + floor), or the regressor's hinge of `terms` where it carries one, x exp(model)."""
+    norm = roof + floor_s if reg.hinge is None else reg.hinge.time_s(terms)
+    return norm * np.exp(reg.predict(x))
 
 
 def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,
                  loss: Loss = "l1", baseline: bool = False, linear: bool = False,
-                 leaves: int = NUM_LEAVES) -> float | None:
-    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor, loss and baseline the full fit chose)."""
+                 leaves: int = NUM_LEAVES, hinge: bool = False) -> float | None:
+    """MAPE on a 20 % hold-out of a fit on the other 80 % (with the floor, loss, baseline and, `hinge`, the hinge
+    normaliser the full fit chose; the hinge refitted on the 80 %)."""
     x, y, names, roof = training_xy(s, rc)
     if len(y) < 10:
         return None
@@ -166,16 +203,21 @@ def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float 
     perm = np.random.default_rng(seed).permutation(len(y))
     test, train = perm[: len(y) // 5], perm[len(y) // 5:]
     cols = unknown_columns(names)
-    xa, ya = with_unknown_rows(x[train], np.log(t[train] / (roof[train] + floor_s)), cols)
+    norm = roof + floor_s
+    if hinge:
+        terms = training_terms(s)
+        norm = fit_hinge(terms[train], t[train]).time_s(terms)
+    xa, ya = with_unknown_rows(x[train], np.log(t[train] / norm[train]), cols)
     reg = fit_regressor(xa, ya, prefer, loss, bagged=True, baseline=baseline, skip_cols=cols, linear=linear,
                         leaves=leaves)
-    return float(np.mean(np.abs(predict_with_floor(reg, floor_s, x[test], roof[test]) / t[test] - 1.0)))
+    return float(np.mean(np.abs(norm[test] * np.exp(reg.predict(x[test])) / t[test] - 1.0)))
 
 
 def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "lightgbm",
                 with_holdout: bool = True) -> tuple[ModelEntry, str]:
     x, y, names, roof = training_xy(s, rc)
-    reg, floor = fit_with_floor(x, roof * np.exp(y), roof, prefer, unknown_cols=unknown_columns(names))
+    reg, floor = fit_with_floor(x, roof * np.exp(y), roof, prefer, unknown_cols=unknown_columns(names),
+                                terms=training_terms(s))
     ext = "txt.gz" if reg.model_format == "lightgbm-text" else "json"
     entry = ModelEntry(
         op_class=s.op_class, phase=s.phase, dtype=dtype, file=f"{s.op_class}.{s.phase}.{dtype}.{ext}",
@@ -183,9 +225,9 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
         train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
         holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None,
-                                  linear=reg.linear_leaves, leaves=reg.num_leaves)
+                                  linear=reg.linear_leaves, leaves=reg.num_leaves, hinge=reg.hinge is not None)
         if with_holdout else None, floor_s=floor,
-        baseline=reg.baseline)
+        baseline=reg.baseline, hinge=None if reg.hinge is None else reg.hinge.as_tuple())
     return entry, reg.text
 
 

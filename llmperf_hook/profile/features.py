@@ -163,10 +163,8 @@ def _embedding(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
         names, cols = names + ["sort_path"], cols + [(t > EMBEDDING_BWD_SORT_ABOVE).astype(np.float64)]
     # The GH200 samples are a hinge: the forward rises with t * hidden (~6.5 ps per element) up to a plateau of
     # ~108 us + the table's bytes at ~3.45 TB/s, flat in t beyond it; the backward joins the same plateau above
-    # the sort threshold. Measured as the normaliser on the operator benchmark (25 % training, seeds 1/2, test
-    # rows unused by the choice): t = min(a + b*t*hidden, c + d*vocab*hidden) fitted on the training rows in place
-    # of the roofline: backward 2.06 -> 1.72 % (seed 0: 1.87 -> 1.63 %; reference 1.41 %), forward 2.01 -> 2.20 %.
-    # Shipping it needs four fitted constants per model in the profile (a ModelEntry field read by predictor.py).
+    # the sort threshold. That shape is a normaliser in place of the roofline (profile/hinge.py, chosen per model
+    # on the inner split by build_profile.fit_with_floor), not a feature.
     # Counting the table's bytes in the forward roofline (with log(vocab / (2t + vocab)) as a feature): 2.01 ->
     # 2.03 % / 2.06 -> 2.05 %, no gain; not kept.
     return names, cols, flops, nbytes

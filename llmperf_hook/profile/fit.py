@@ -13,6 +13,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from llmperf_hook.profile.hinge import Hinge
 from llmperf_hook.profile.tree_eval import LinearBaseline, TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
 ModelFormat = Literal["lightgbm-text", "sklearn-gbr-json"]
@@ -52,6 +53,8 @@ class FittedRegressor:
     """LightGBM linear trees: a ridge model of the features on its path in every leaf (fit_regressor)."""
     num_leaves: int = 15
     """Leaves per tree it was fitted with (NUM_LEAVES, or MORE_LEAVES where an inner split chose them)."""
+    hinge: Hinge | None = None
+    """The normaliser its target is relative to in place of roofline + floor (build_profile.fit_with_floor)."""
 
     def ensemble(self) -> TreeEnsemble:
         if self.model_format == "lightgbm-text":

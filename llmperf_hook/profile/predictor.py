@@ -1,8 +1,9 @@
 """A loaded fitted profile as an `OpClassPredictor` (predict/op_times.py): vectorised per op class.
 
-seconds = (roofline_s + floor_s) * exp(linear baseline + tree_ensemble(features)); one ensemble walk per
-(op class, direction) for all ops of the call. Phases: "fwd" and "recompute" use the forward regressor, "bwd" the backward one, "step" (the
-optimizer) the single optimizer regressor. numpy only: safe on the predict path.
+seconds = (roofline_s + floor_s) * exp(linear baseline + tree_ensemble(features)), or with the model's hinge
+(profile/hinge.py) in place of roofline_s + floor_s; one ensemble walk per (op class, direction) for all ops of
+the call. Phases: "fwd" and "recompute" use the forward regressor, "bwd" the backward one, "step" (the optimizer)
+the single optimizer regressor. numpy only: safe on the predict path.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features, profile_dims
+from llmperf_hook.profile.hinge import Hinge, hinge_terms, written_floor_s
 from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
@@ -95,7 +97,12 @@ class FittedProfile:
         log_ratio = self._ensemble(key).predict(block.matrix)
         if entry.baseline is not None:
             log_ratio = log_ratio + entry.baseline.predict(block.matrix)
-        seconds = (block.roofline_s + entry.floor_s) * np.exp(log_ratio)
+        if entry.hinge is None:
+            seconds = (block.roofline_s + entry.floor_s) * np.exp(log_ratio)
+        else:
+            rc, terms = self.meta.roofline[key[2]], hinge_terms(op_class, dims)
+            floor_s = written_floor_s(terms, key[1] == "bwd", rc.dtype_bytes, rc.memory_bandwidth_bytes_per_s)
+            seconds = np.maximum(Hinge.from_sequence(entry.hinge).time_s(terms) * np.exp(log_ratio), floor_s)
         if not np.all(np.isfinite(seconds)) or np.any(seconds <= 0):
             raise ProfileError(f"fitted profile {self.directory}: {entry.file} produced a non-finite time")
         return seconds

@@ -21,6 +21,7 @@ from typing import Mapping
 
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
+from llmperf_hook.profile.hinge import HINGE_TERMS, Hinge
 from llmperf_hook.profile.tree_eval import LinearBaseline
 from llmperf_hook.resources import configs_dir
 
@@ -54,6 +55,9 @@ class ModelEntry:
     """Fixed time added to the roofline in the target's normaliser: t = (roofline + floor) * exp(model)."""
     baseline: LinearBaseline | None = None
     """Linear term under the trees (model = baseline + trees); None in profiles fitted without one."""
+    hinge: tuple[float, float, float, float] | None = None
+    """(a_s, b_s, c_s, d_s) of the hinge normaliser min(a + b u, c + d w) (profile/hinge.py) that replaces roofline +
+    floor_s for this model: t = hinge * exp(model); None for the roofline."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,10 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
             doc_entry.pop("baseline")  # profiles without one stay byte-identical to older writers' output
         else:
             doc_entry["baseline"] = {**entry.baseline.__dict__, "weights": list(entry.baseline.weights)}
+        if entry.hinge is None:
+            doc_entry.pop("hinge")  # likewise
+        else:
+            doc_entry["hinge"] = list(entry.hinge)
         entries.append(doc_entry)
     doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
            "roofline": _roofline_doc(meta.roofline), "roofline_sha256": roofline_sha256(meta.roofline),
@@ -152,7 +160,7 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         feature_names=tuple(raw["feature_names"]),
         train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
         num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)),
-        baseline=_baseline(directory, raw))
+        baseline=_baseline(directory, raw), hinge=_hinge(directory, raw))
     if not (0.0 <= entry.floor_s < 10.0):
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
@@ -166,6 +174,16 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
     if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
         raise _fail(directory, f"model file name {entry.file!r} points outside the profile")
     return entry
+
+
+def _hinge(directory: Path, raw: dict) -> tuple[float, float, float, float] | None:
+    values = raw.get("hinge")
+    if values is None:
+        return None
+    if raw["op_class"] not in HINGE_TERMS or len(values) != 4 or not Hinge.from_sequence(values).valid():
+        raise _fail(directory, f"model {raw['file']} has a malformed hinge {values!r} (four positive times and "
+                               f"per-element times, fixed times under 10 s, for the classes {sorted(HINGE_TERMS)})")
+    return Hinge.from_sequence(values).as_tuple()
 
 
 def _baseline(directory: Path, raw: dict) -> LinearBaseline | None:
