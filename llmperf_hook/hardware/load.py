@@ -7,7 +7,8 @@ Hardware keys (HARDWARE_KEYS): name, peak_TFLOPs {dtype: TFLOP/s dense}, memory_
 memory_capacity_GiB (or memory_capacity_GB, 1e9 bytes); optional gemm_efficiency, gemm_ramp_us,
 attention_efficiency, memory_efficiency, kernel_launch_us, host_link_GBps (GPU <-> host link per direction, default
 PCIe Gen4 x16: 31.5), compute_capability (CUDA sm major.minor, 0 = unknown), streaming_multiprocessors (SMs per
-GPU of an NVSwitch part, 0 / absent = not stated), description, sources.
+GPU of an NVSwitch part, a positive whole number; absent = not stated: no NCCL SM contention priced), description,
+sources.
 
 Cluster keys (CLUSTER_KEYS): name, gpu (a hardware NAME or path, or an inline hardware mapping),
 gpus_per_node, intra_node_bandwidth_GBps, inter_node_bandwidth_GBps (per GPU, one direction, 1 GB = 1e9
