@@ -145,8 +145,9 @@ def section_framework(runs: list[MeasuredRun]) -> None:
     for (framework, async_ar, connections), count in sorted(seen.items()):
         print(f"   {count:>3} TP > 1 rows: framework {framework}, async TP all-reduce {async_ar}, "
               f"CUDA_DEVICE_MAX_CONNECTIONS {connections}")
-    print("   (no async TP collective under --deepspeed: every TP all-reduce is serialized with the GEMMs, as priced,"
-          "\n   and the queue setting changes nothing without one)")
+    if not any(async_ar for _, async_ar, _ in seen):
+        print("   (no async TP collective: every TP all-reduce is serialized with the GEMMs, as priced, and the queue"
+              "\n   setting changes nothing without one)")
 
 
 def lut_error_by_group_size(lut_csv: Path, min_bytes: float = 16e6) -> dict[int, float]:
@@ -181,11 +182,15 @@ def section_tp_allreduce(runs: list[MeasuredRun], pred: dict[str, tuple[float, f
         if comm_tp.get(r.row_id, 0.0) > 0 and r.tp <= 8:
             groups[(r.hidden_size, r.tp)].append((r.iteration_time_s - pred[r.row_id][0]) / comm_tp[r.row_id])
     print(f"   {'hidden':>6} {'tp':>3} {'rows':>5} {'gap / comm_tp':>14} {'range':>16}")
+    medians_by_tp: dict[int, list[float]] = defaultdict(list)
     for (hidden, tp), ratios in sorted(groups.items()):
         ratios.sort()
+        medians_by_tp[tp].append(ratios[len(ratios) // 2])
         print(f"   {hidden:>6} {tp:>3} {len(ratios):>5} {ratios[len(ratios) // 2]:>+14.2f} "
               f"{ratios[0]:>+7.2f}..{ratios[-1]:>+6.2f}")
-    print("   (one TP degree spans ratios of both signs and of 1-25x: not a TP collective running slower in training)")
+    # A TP collective running at a lower rate in training would give one ratio per TP degree, whatever the model.
+    print("   medians by TP over the hidden sizes: " + "  ".join(
+        f"TP {tp} {min(m):+.2f}..{max(m):+.2f}" for tp, m in sorted(medians_by_tp.items())))
 
 
 def main(argv: list[str]) -> int:
