@@ -126,10 +126,12 @@ def _argparse_checks(words: Sequence[str], i: int, arity: str, grammar: Grammar,
     if arity == "0" and eq:
         raise _refuse(grammar, origin, f"{name} is a switch and takes no value, but {words[i]!r} gives one "
                       "(argparse: 'ignored explicit argument')", f"Write {name} alone.")
+    attached = len(name) > 2 and not name.startswith("--")  # `-Hhostfile`
     nxt = words[i + 1] if i + 1 < len(words) else ""
-    if arity == "1" and not eq and (not nxt or _argparse_option_like(nxt, grammar)):
-        raise _refuse(grammar, origin, f"{name} needs a value, but {'the command ends there' if not nxt else repr(nxt) + ' follows it'} "
-                      "(argparse: 'expected one argument')", f"Give {name} its value.")
+    if arity == "1" and not eq and not attached and (not nxt or _argparse_option_like(nxt, grammar)):
+        after = "the command ends there" if not nxt else f"{nxt!r} follows it"
+        raise _refuse(grammar, origin, f"{name} needs a value, but {after} (argparse: 'expected one argument')",
+                      f"Give {name} its value.")
 
 
 def _grammar_word(words: Sequence[str], i: int, grammar: Grammar, origin: str) -> tuple[str, str | None]:

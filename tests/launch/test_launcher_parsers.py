@@ -113,3 +113,11 @@ def test_refusals_name_the_rule_and_the_fix() -> None:
         parse_launch(["deepspeed", "--num-gpus", "4", "train.py"], {})
     with pytest.raises(UsageError, match=r"--force_multi is a switch"):
         parse_launch(["deepspeed", "--force_multi=1", "--num_gpus", "2", "train.py"], {})
+
+
+def test_a_short_option_with_its_value_attached(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """argparse reads `-Hhostfile` as -H hostfile: the next word is not its value."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=8\nb slots=8\n")
+    job = parse_launch(["deepspeed", f"-H{hostfile}", "--num_gpus", "2", "train.py"], {})
+    assert (job.nnodes, job.world_size) == (2, 4)
