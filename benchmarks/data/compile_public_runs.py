@@ -178,7 +178,7 @@ BIGSCIENCE_PREQUEL = Source(
     "checkpointing of the tr11 scripts (not restated; the reported TFLOPs use the recompute formula "
     "96*B*s*l*h^2*(1+s/6h+V/16lh) and match Sec/it with vocab 250,880); precision: the 'Best TFLOPs' rows are the "
     "page's bf16 section, the 02-20..02-24 tables ran the training script of those days, "
-    "train/tr11-200B-ml/tr11-200B-ml.slurm (57f4e9b 2022-02-21 .. 4b79668 2022-02-24): --fp16 with DeepSpeed fp16 "
+    "train/tr11-200B-ml/tr11-200B-ml.slurm (217dc6c 2022-02-17 .. 4b79668 2022-02-24): --fp16 with DeepSpeed fp16 "
     "and ZeRO stage 1 (--bf16 commented out, bf16 disabled in its ds_config; the page's 02-28 section: from now on "
     "BF16 optimizer 'compared to fp16 which grad accumulates in fp16'), and CUDA_LAUNCH_BLOCKING=1 commented out",
     "medium (single-iteration snapshots)")
@@ -390,8 +390,8 @@ def prequel_rows() -> list[dict]:
                     "(tr11-200B-ml.slurm 2022-02-17..24)")
         row = _row(BIGSCIENCE_PREQUEL, arch, gpus, gbs, mbs, 2048, tp, pp, 1, 1, 1, sec_it, "reported",
                    ("Sec/it at iteration 2", sec_it, "s"), "", f"table: {table}", "full")
-        # The bf16 section's rows are bf16; the topology tables ran tr11-200B-ml.slurm of 02-21..02-24 (fp16).
-        row["precision"] = "bf16" if "/ bf16" in table else "fp16 (tr11-200B-ml.slurm, 2022-02-21..24)"
+        # The bf16 section's rows are bf16; the topology tables ran tr11-200B-ml.slurm of 02-17..02-24 (fp16).
+        row["precision"] = "bf16" if "/ bf16" in table else "fp16 (tr11-200B-ml.slurm, 2022-02-17..24)"
         rows.append(row)
     return rows
 
