@@ -97,8 +97,9 @@ def _words_taken(script_args: Sequence[str], i: int) -> int | None:
 
     name, eq, _ = script_args[i].partition("=")
     flag = SCRIPT_FLAGS.get(name)
-    if flag is None and name.startswith("--no-") and SCRIPT_FLAGS.get("--" + name[5:], None):
-        flag = SCRIPT_FLAGS["--" + name[5:]] if SCRIPT_FLAGS["--" + name[5:]].kind == "true" else None
+    if flag is None and name.startswith("--no-"):  # the store_false twin of a switch
+        switch = SCRIPT_FLAGS.get("--" + name[5:])
+        flag = switch if switch is not None and switch.kind == "true" else None
     if flag is None or name in _MULTI_VALUED or flag.nargs == ONE_OR_MORE:
         return None
     if eq or flag.kind in ("true", "false", "path_or_true"):  # --deepspeed: store_true in deepspeed.add_config_arguments
