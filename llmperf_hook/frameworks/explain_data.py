@@ -65,9 +65,10 @@ def moe_dispatch_values(cfg: TrainingConfig) -> dict[str, Any]:
 
 DEEPSPEED_EXTRA_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
                         "grad_accum_dtype", "grad_comm_dtype", "offload_optimizer_ratio", "partition_activations",
-                        "checkpoint_in_cpu")
-"""ZeRO++, the gradient dtypes, a partial optimizer offload and Megatron-DeepSpeed's checkpoint placement: shown only
-when set away from DeepSpeed's defaults (graph/step_ops.py and schedule/memory.py price them)."""
+                        "checkpoint_in_cpu", "stage3_max_reuse_distance", "optimizer_name")
+"""ZeRO++, the gradient dtypes, a partial optimizer offload, Megatron-DeepSpeed's checkpoint placement, ZeRO-3's
+reuse distance and a one-state optimizer (SGD, Adagrad, Lion from the ds_config): shown only when set away from
+DeepSpeed's defaults (graph/step_ops.py, graph/zero3_trace.py and schedule/memory.py price them)."""
 
 
 def deepspeed_extra_values(cfg: TrainingConfig) -> dict[str, Any]:
@@ -78,7 +79,10 @@ def deepspeed_extra_values(cfg: TrainingConfig) -> dict[str, Any]:
               "zero_quantized_gradients": o.zero_quantized_gradients or None,
               "grad_accum_dtype": o.grad_accum_dtype, "grad_comm_dtype": o.grad_comm_dtype,
               "offload_optimizer_ratio": o.offload_optimizer_ratio if o.offload_optimizer_ratio < 1.0 else None,
-              "partition_activations": r.partition_activations or None, "checkpoint_in_cpu": r.checkpoint_in_cpu or None}
+              "partition_activations": r.partition_activations or None, "checkpoint_in_cpu": r.checkpoint_in_cpu or None,
+              "stage3_max_reuse_distance": o.stage3_max_reuse_distance if o.zero_stage == 3 and
+              o.stage3_max_reuse_distance not in (None, 1_000_000_000) else None,
+              "optimizer_name": o.name if o.name != "adam" else None}
     return {k: v for k, v in values.items() if v is not None}
 
 

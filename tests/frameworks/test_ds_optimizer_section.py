@@ -48,3 +48,16 @@ def test_zero_refuses_an_untested_optimizer_unless_allowed(tmp_path: Path) -> No
 def test_megatron_deepspeed_passes_its_own_optimizer(tmp_path: Path) -> None:
     cfg = script([*MEGATRON_DS, _ds(tmp_path, "Lamb", 1)])
     assert cfg.framework == "megatron-deepspeed" and cfg.optimizer.name == "adam"
+
+
+def test_explain_shows_the_optimizer_and_reuse_distance_with_their_sources(tmp_path: Path) -> None:
+    from llmperf_hook.frameworks.explain_data import explain_json
+
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Adagrad"},
+                                "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0}}))
+    shown = explain_json(script([*DS, str(path)], model="llama2-7b"))
+    assert (shown["optimizer_name"], shown["stage3_max_reuse_distance"]) == ("sgd", 0)
+    assert "optimizer.type" in shown["sources"]["optimizer_name"]
+    assert "stage3_max_reuse_distance" in shown["sources"]["stage3_max_reuse_distance"]
+    assert "optimizer_name" not in explain_json(script([*DS, _ds(tmp_path, "AdamW", 0)], model="llama2-7b"))
