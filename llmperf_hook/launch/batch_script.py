@@ -257,7 +257,7 @@ class _Reading:
             return
         if not words or self.launches:  # what follows the launch line does not change it
             if words and is_launch(words, text):
-                self.launches.append((line.number, words))
+                self.launches.append((line.number, self.positioned(words)))
                 self.used.update(self.split_refs)
             return
         if self.assign(words) or self.builtin(line, words):
@@ -275,10 +275,10 @@ class _Reading:
             origin = f"{self.path} line {line.heredoc.first_line} (the here-document of `{line.text.strip()[:60]}`)"
             self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
         elif is_launch(words, text):
-            self.launches.append((line.number, words))
+            self.launches.append((line.number, self.positioned(words)))
             self.used.update(self.split_refs)
         elif _PY_SCRIPT.match(text.strip()):
-            self.singles.append((line.number, words))
+            self.singles.append((line.number, self.positioned(words)))
             self.single_refs.update(self.split_refs)
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
             for target in writes:
@@ -329,6 +329,10 @@ class _Reading:
             self.undecidable.discard(match.group(1))
         return True
 
+    def positioned(self, words: list[str]) -> list[str]:
+        """`words` with $1 ... as they are where the line runs (inside a function: the call's words)."""
+        return [expand_positional(word, self.positional) for word in words]
+
     def builtin(self, line: ScriptLine, words: list[str]) -> bool:
         """`shift`, `set --`, `local`/`declare`, `:` (launch/shell_positional.run_builtin); True when words ran one."""
         return run_builtin(self, line, words)
@@ -347,7 +351,7 @@ class _Reading:
         if not self.launches:
             self.used.update(self.single_refs)
         if len(found) == 1:
-            return [expand_positional(word, self.positional) for word in found[0][1]]
+            return found[0][1]
         listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

@@ -36,6 +36,7 @@ POSIX = {  # scripts dash and bash run alike
     "deepspeed": 'NG=2\ndeepspeed --num_gpus=$NG pretrain_gpt.py --num-layers 2\n',
     "function_args": 'launch() {\n  torchrun --nproc_per_node $1 ' + M + ' "$@"\n}\nlaunch 4 --lr 1\n',
     "function_reads_at_the_call": 'NP=2\nlaunch() {\n  torchrun --nproc_per_node $NP ' + M + '\n}\nNP=4\nlaunch\n',
+    "function_arg_inside_a_word": 'launch() {\n  torchrun --nproc_per_node=$1 ' + M + ' --save=/ckpt/$2\n}\nlaunch 4 run7\n',
     "function_one_line": 'launch() { torchrun --nproc_per_node $1 ' + M + '; }\nlaunch 4\n',
     "function_then_script_args": 'run() {\n  NP=$1\n}\nrun 2\ntorchrun --nproc_per_node $NP ' + M + ' "$@"\n',
     "python_clustered_module": 'python -um torch.distributed.run --nproc_per_node 4 ' + M + '\n',
