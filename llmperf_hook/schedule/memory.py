@@ -3,7 +3,8 @@
 Model and optimizer state per parameter on a rank (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: mixed-precision
 Adam holds 2 + 2 + 12 bytes; Megatron keeps fp32 main gradients, 2 + 4 + 12, and its distributed optimizer
 shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_optimizer.md):
-  weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the live, gathered layers
+  weights        2 (bf16/fp16) or 4 (fp32); ZeRO-3: 2/d plus the gathered parameters (DeepSpeed: the peak of its
+                 fetch trace, held by the reuse distance, running and prefetched: graph/zero3_trace.py)
   gradients      4 (fp32 main grads) or 2; ZeRO-2/3: /d (DeepSpeed keeps the fp16 partition); 0 on the GPU under
                  ZeRO-2/3 offload_optimizer (the partition lives on the host)
   optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8; a plain-torch
