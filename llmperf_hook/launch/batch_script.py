@@ -36,8 +36,9 @@ ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PY_OPTIONS = r"(?:-[WX]\s+\S+\s+|-\S+\s+)*"
 """python's own options before its script or -m (`-u`, `-X dev`, `-W ignore`)."""
 _PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+" + _PY_OPTIONS + r"\S+\.py\b")
-_PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+" + _PY_OPTIONS + r"-[A-Za-z]*m\s*(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher"
-                        r"\.runner|accelerate\.commands\.launch|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
+_PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+" + _PY_OPTIONS + r"-[A-Za-z]*m\s*"  # `-m MOD`, `-um MOD`, `-mMOD`
+                        r"(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher\.runner|accelerate\.commands\.launch"
+                        r"|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
 _APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
 """`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
@@ -320,8 +321,8 @@ class _Reading:
         if match is None:
             return False
         value = match.group(2)
-        if ("$(" in value or "`" in value) and any(
-                s in expand_env_refs(expand_positional(value, self.positional), self.env, {}) for s in ("$(", "`")):
+        expanded = expand_env_refs(expand_positional(value, self.positional), self.env, {})
+        if ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
             self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
             self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
         else:
