@@ -202,9 +202,14 @@ def _instrument_plan(instrument: int | None, run_dir: str | None) -> dict[str, s
     """What an instrumented launch adds to the environment (nothing is created by a dry run)."""
     if instrument is None:
         return None
+    from llmperf_hook.instrument.deepspeed_env import DS_ENV_FILE, JOB_ENV_FILE, runner_sets_python_path
+
     where = str(Path(run_dir).expanduser().resolve()) if run_dir else str(Path("llmperf-runs").resolve() / "<job id>")
-    return {"PYTHONPATH": f"{where}/jobs/<job id>/hook" + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    plan = {"PYTHONPATH": f"{where}/jobs/<job id>/hook" + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
             "LLMPERF_RUN_DIR": where}
+    if runner_sets_python_path(os.environ, Path.cwd()):  # instrument/deepspeed_env.py
+        plan[DS_ENV_FILE] = f"{where}/jobs/<job id>/{JOB_ENV_FILE}"
+    return plan
 
 
 def _print_dry_run(argv: list[str], pred: Any, fmt: str, instrument: int | None = None, run_dir: str | None = None) -> None:

@@ -61,6 +61,11 @@ def _is_python_path(line: str) -> bool:
     return bool(sep) and key.strip() == "PYTHONPATH"
 
 
+def runner_sets_python_path(env: Mapping[str, str], cwd: Path) -> bool:
+    """Whether an environment file DeepSpeed's runner would read sets PYTHONPATH (then the session writes ours)."""
+    return any(_is_python_path(line) for line in _read_lines(runner_env_files(env, cwd)))
+
+
 def keep_hook_in_deepspeed_env(env: Mapping[str, str], hook_dir: Path, job_dir: Path, cwd: Path) -> dict[str, str]:
     """{DS_ENV_FILE: our copy} when an environment file the runner would read sets PYTHONPATH, else {}.
 

@@ -86,3 +86,17 @@ def test_multi_node_runner_with_a_python_path_in_deepspeed_env_still_reaches_the
     assert "done: 3 steps" in done.stdout
     assert steps_by_rank(read_records(tmp_path / "run")) == {0: [0, 1, 2]}, done.stderr[-3000:]
     assert "sets PYTHONPATH" in done.stderr and (tmp_path / ".deepspeed_env").read_text() == f"PYTHONPATH={repo}"
+
+
+def test_dry_run_lists_the_ds_env_file_the_launch_would_add(tmp_path: Path, child_env: dict[str, str]) -> None:
+    import subprocess
+
+    argv = [sys.executable, "-m", "llmperf_hook", "run", "--dry-run", "--instrument", "2", "--run-dir",
+            str(tmp_path / "run"), "--", sys.executable, "-c", "pass"]
+    without = subprocess.run(argv, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    (tmp_path / ".deepspeed_env").write_text("PYTHONPATH=/opt/code\n")
+    with_file = subprocess.run(argv, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert without.returncode == with_file.returncode == 0, with_file.stderr
+    assert "DS_ENV_FILE" not in without.stdout
+    assert f"+ DS_ENV_FILE={tmp_path / 'run'}/jobs/<job id>/deepspeed_env" in with_file.stdout
+    assert not (tmp_path / "run").exists()  # a dry run creates nothing
