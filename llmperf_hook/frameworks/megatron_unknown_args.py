@@ -156,6 +156,13 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
             f"{os.path.basename(script)} would stop at start-up: {', '.join(valued)} gives a value to a Megatron switch "
             "(argparse store_true: 'ignored explicit argument' / 'unrecognized arguments'). Write the switch alone to turn "
             "it on, and leave it out to keep it off.")
+    yaml_cfg = [w for w in script_args if w.split("=", 1)[0] in ("--yaml-cfg", "--yaml_cfg")]
+    if yaml_cfg and megatron_entry_point(script):
+        raise ConfigError(
+            f"{os.path.basename(script)} is given {yaml_cfg[-1].split('=', 1)[0]}: Megatron-LM then takes every argument "
+            "from that YAML file and ignores the command line's ('warning using experimental yaml arguments feature, "
+            "argparse arguments will be ignored', megatron/training/yaml_arguments.py load_yaml), and llmperf does not "
+            "read the file, so the flags it sees are not the job's. Give the YAML's settings as flags instead.")
     stray = stray_words(script_args) if megatron_entry_point(script) else []
     if stray:
         raise ConfigError(

@@ -80,3 +80,10 @@ def test_explain_exits_2_without_a_traceback(capsys: pytest.CaptureFixture[str])
                    "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length", "128",
                    "--max-position-embeddings", "128", "--micro-batch-size", "1", "--vocab-size", "1000", "foo")
     assert done.code == 2 and "'foo'" in done.err and "Traceback" not in done.err
+
+
+def test_a_yaml_configuration_replaces_the_flags() -> None:
+    """megatron/training/arguments.py parse_args: with --yaml-cfg, load_yaml returns the YAML's arguments and the
+    command line's are ignored; llmperf cannot price flags the job does not use."""
+    with pytest.raises(ConfigError, match="argparse arguments will be ignored"):
+        check_megatron_options("pretrain_gpt.py", ["--yaml-cfg", "gpt.yaml", "--num-layers", "2"])
