@@ -16,7 +16,7 @@
    runners export over ours (deepspeed_env.py), and an `env PYTHONPATH=...` / `env -i` at the front of the
    command (env_command.py).
 3. Launch the command as a child (argument list, no shell), its stdout/stderr passed through untouched;
-   forward SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2, and SIGINT unless the terminal already sent it to the
+   forward SIGTERM/SIGHUP/SIGUSR1/SIGUSR2, and SIGINT/SIGQUIT unless the terminal already sent them to the
    child (same foreground process group).
 4. When it ends, `refine` the run directory; a refine failure is a warning, never our exit code.
 5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it);
@@ -43,6 +43,9 @@ from llmperf_hook.instrument.config import HookConfig, write_hook_config
 from llmperf_hook.instrument.hook_reach import job_has_record, no_step_hint
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+"""What the terminal itself sends to the whole foreground process group (Ctrl-C, Ctrl-\\; termios ISIG): the job
+already got it when we are in that group, and a second copy from us would reach a job that handles it twice."""
 
 
 def default_warmup_steps(num_steps: int) -> int:
@@ -314,7 +317,7 @@ def launch_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> JobEnd:
 
 def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
     def forward(signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and _terminal_sent_it_to_child():
+        if signum in TERMINAL_SIGNALS and _terminal_sent_it_to_child():
             return
         try:
             child.send_signal(signum)
@@ -330,7 +333,7 @@ def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
 
 
 def _terminal_sent_it_to_child() -> bool:
-    """Ctrl-C on a terminal signals the whole foreground process group, which includes the child."""
+    """Ctrl-C / Ctrl-\\ on a terminal signal the whole foreground process group, which includes the child."""
     for fd in (0, 1, 2):
         try:
             if os.isatty(fd):
