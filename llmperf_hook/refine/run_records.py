@@ -142,6 +142,16 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _not_a_run_dir_hint(run: Path) -> str:
+    """What a folder without rank files is: a job's or a hook's folder inside a run directory (pass the run
+    directory), or a run whose job recorded no step."""
+    for parent in run.resolve().parents:
+        if parent.name == "jobs" and any(parent.parent.glob("rank*.jsonl")):
+            return (f"it is inside the run directory {str(parent.parent)!r} (jobs/ holds each job's prediction, "
+                    f"session and hook; the records are at the top). Pass {str(parent.parent)!r}.")
+    return "the job recorded no step (it failed before its first optimizer step, or ran without `--instrument`)."
+
+
 def read_run_dir(path: str | Path) -> RunDir:
     run = Path(path)
     if not run.is_dir():
@@ -150,8 +160,8 @@ def read_run_dir(path: str | Path) -> RunDir:
     # a folder or other non-file that happens to match is no rank's record
     files = sorted((p for p in run.glob("rank*.jsonl") if p.is_file()), key=lambda p: (len(p.name), p.name))
     if not files:
-        raise UsageError(f"run directory {str(run)!r} holds no rank*.jsonl records: the job recorded no step "
-                         f"(it failed before its first optimizer step, or ran without `--instrument`).")
+        raise UsageError(f"run directory {str(run)!r} holds no rank*.jsonl records: "
+                         + _not_a_run_dir_hint(run))
     records: list[dict[str, Any]] = []
     bad = 0
     for file in files:

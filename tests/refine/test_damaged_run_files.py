@@ -33,3 +33,23 @@ def test_an_intact_prediction_gets_no_such_note(tmp_path: Path, monkeypatch) -> 
     run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020, 0.020]})
     (job,) = refine_run(run).jobs
     assert not any("not a JSON object" in n for n in job.notes)
+
+
+def test_a_jobs_folder_given_as_run_dir_names_the_run_directory(tmp_path: Path) -> None:
+    """`llmperf refine RUN/jobs/<id>` (or its hook/): exit 2 naming RUN, where it said the job recorded no step."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.020, 0.020]})
+    hook = run / "jobs" / "j1" / "hook"
+    hook.mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    for folder, said in ((hook.parent, "inside the run directory"), (hook, "inside the run directory"),
+                         (tmp_path / "empty", "the job recorded no step")):
+        done = subprocess.run([sys.executable, "-m", "llmperf_hook", "refine", str(folder)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        if said.startswith("inside"):
+            assert f"Pass {str(run.resolve())!r}" in done.stderr
