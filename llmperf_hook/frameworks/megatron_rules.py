@@ -257,7 +257,24 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
-    return [*_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp)]
+    return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp)]
+
+
+def ignored_flag_warnings(flags: FlagValues) -> list[str]:
+    """Flags today's Megatron-LM accepted for a while but ignored, priced as ignored. --no-async-tensor-model-
+    parallel-allreduce: 'DEPRECATED. This flag is ignored.' since 5fffdfc737 (2024-04-29; Megatron-Core runs the
+    async grad-input all-reduce whenever TP > 1 without sequence parallelism, tensor_parallel/layers.py
+    allreduce_dgrad); 639c08ab82 (2026-01-29) dropped its argparse line, the generated --no- / --disable- spelling of
+    the ignored ModelParallelConfig field stood in until 82cbd829dd (2026-02-23) removed the field, since when
+    argparse refuses it ('unrecognized arguments'). Megatron-DeepSpeed (not checked here) still honours it."""
+    dest = "async_tensor_model_parallel_allreduce"
+    if flags.get(dest, True) is not False:
+        return []
+    return [f"{flags.seen_flags[dest]}: ignored, as Megatron-LM has ignored it since 5fffdfc737 (2024-04-29, "
+            "'DEPRECATED. This flag is ignored.'): the grad-input all-reduce is priced asynchronous, beside the "
+            "weight-grad GEMM, as Megatron-Core always runs it under TP > 1 without sequence parallelism. Releases "
+            "since 82cbd829dd (2026-02-23) no longer define it and stop at start-up with 'unrecognized arguments'; "
+            "drop the flag"]
 
 
 def _cross_entropy_warnings(flags: FlagValues) -> list[str]:

@@ -30,6 +30,7 @@ STEP_FALSE: dict[str, str] = {
     "disable-align-grad-reduce": "align_grad_reduce",  # HEAD: a config dataclass field (training/config/common_config.py)
     "no-align-param-gather": "align_param_gather",
     "no-async-tensor-model-parallel-allreduce": "async_tensor_model_parallel_allreduce",
+    "disable-async-tensor-model-parallel-allreduce": "async_tensor_model_parallel_allreduce",  # 639c08ab82..82cbd829dd
     "no-contiguous-buffers-in-local-ddp": "use_contiguous_buffers_in_local_ddp",
     "no-scatter-gather-tensors-in-pipeline": "scatter_gather_tensors_in_pipeline",
 }
@@ -103,10 +104,11 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
 }
 """dest -> (default, effect) of every flag of this module that is not priced."""
 
-PRICED_AS_GIVEN = ("check_for_nan_in_loss_and_grad", "async_tensor_model_parallel_allreduce")
+PRICED_AS_GIVEN = ("check_for_nan_in_loss_and_grad",)
 """store_false flags that need no warning: the NaN check's gradient norm and host read (default on) are not priced,
-i.e. priced as switched off (a gap of the default, tabled in FLAGS.md); --no-async-tensor-model-parallel-allreduce
-is priced (step_fusions: TrainingConfig.async_tp_allreduce False, the grad-input all-reduce serialized)."""
+i.e. priced as switched off (a gap of the default, tabled in FLAGS.md). --no-async-tensor-model-parallel-allreduce
+is not one of them: Megatron-LM ignores it (megatron_rules.ignored_flag_warnings), Megatron-DeepSpeed's --deepspeed
+switches the async all-reduce off anyway (step_fusions)."""
 
 
 FUSION_FIELDS: dict[str, str] = {
@@ -144,8 +146,12 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
       has the fused path commented out, the DeepSpeed engine accumulates; torch FSDP2 requires the flag off and
       accumulates in param.grad), so the unfused add is Megatron-LM's without FSDP.
     - apply_rope_fusion: the fused kernel only exists for Megatron-LM (graph/layer_ops.FUSED_BY_MEGATRON).
-    - async_tp_allreduce: Megatron-LM's default (TrainingConfig.async_tp_allreduce); Megatron-DeepSpeed switches it off
-      under --deepspeed."""
+    - async_tp_allreduce: Megatron-LM runs the async grad-input all-reduce whenever TP > 1 without sequence
+      parallelism (core/tensor_parallel/layers.py: allreduce_dgrad = world_size > 1 and not sequence_parallel);
+      --no-async-tensor-model-parallel-allreduce has been 'DEPRECATED. This flag is ignored.' since 5fffdfc737
+      (2024-04-29), so it is ignored here too (with a warning: megatron_rules.ignored_flag_warnings).
+      Megatron-DeepSpeed has the flag, but its validate_args switches the all-reduce off under --deepspeed (the
+      only way it is detected: resolve.detect_framework), so there it is off whatever the flag says."""
     swiglu = bool(flags.get("swiglu"))
     activation = flags.get("bias_swiglu_fusion" if swiglu else "bias_gelu_fusion", True)
     if framework == "megatron-deepspeed" and swiglu:
@@ -157,8 +163,7 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
               "attention_dropout": float(flags.get("attention_dropout", 0.1)),
               "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
               "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp,
-              "async_tp_allreduce": framework == "megatron" and bool(flags.get("async_tensor_model_parallel_allreduce",
-                                                                               True))}
+              "async_tp_allreduce": framework == "megatron"}
     if src is not None:
         unfused_source(flags, fields, src)
     return fields

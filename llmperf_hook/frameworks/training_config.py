@@ -348,9 +348,11 @@ class TrainingConfig:
     """Megatron-LM's column-parallel linears all-reduce their input gradient asynchronously, beside their weight-grad
     GEMM, under TP > 1 without sequence parallelism (megatron/mpu/layers.py ColumnParallelLinearWithAsyncAllreduce
     since 16c90445, 2021-09-02; core/tensor_parallel/layers.py allreduce_dgrad today; Transformer Engine's Linear
-    the same); --no-async-tensor-model-parallel-allreduce turns it off. Megatron-DeepSpeed turns it off under
-    --deepspeed (megatron/arguments.py validate_args since f90b8877, 2023-07-12; its layers had no async path
-    before), and the other frameworks have none: False, the all-reduce serialized (graph/backward.py)."""
+    the same). --no-async-tensor-model-parallel-allreduce turned it off until Megatron-LM 5fffdfc737 (2024-04-29)
+    made it 'DEPRECATED. This flag is ignored.': ignored here (frameworks/megatron_rules.ignored_flag_warnings).
+    Megatron-DeepSpeed turns it off under --deepspeed (megatron/arguments.py validate_args since f90b8877,
+    2023-07-12; its layers had no async path before), and the other frameworks have none: False, the all-reduce
+    serialized (graph/backward.py)."""
 
     @property
     def tp_comm_ordered(self) -> bool:

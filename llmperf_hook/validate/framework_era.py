@@ -19,8 +19,10 @@ only tried to delay the GEMM, under CUDA's default of 8 work queues (CUDA Progra
 Variables). A Megatron-LM run measured before 2022-10 (its source's month, else a framework cell's year before 2022)
 gets `CUDA_DEVICE_MAX_CONNECTIONS=8` before its launch command (not a NeMo Megatron run: runs_megatron_lm), so its overlap is priced as that code ran it
 (TrainingConfig.cuda_device_max_connections). Before 2021-09 (16c90445) Megatron-LM had no async grad-input
-all-reduce at all: a TP > 1 run of then gets `--no-async-tensor-model-parallel-allreduce` (TrainingConfig.
-async_tp_allreduce False), which the unordered launch already priced the same way.
+all-reduce at all; such a run predates bdd9731 too (ASYNC_ALLREDUCE_MONTH < ORDERED_LAUNCH_MONTH), so its
+unordered launch prices that all-reduce serialized, as it ran (graph/layer_ops.async_dgrad_tags: no overlap
+without launch order before Blackwell). Its command carries no `--no-async-tensor-model-parallel-allreduce`:
+today's Megatron-LM ignores that flag (since 5fffdfc737, 2024-04-29) and its newest releases refuse it.
 """
 
 from __future__ import annotations
@@ -113,5 +115,8 @@ all-reduce (mappings.py _CopyToModelParallelRegion.backward)."""
 
 def predates_async_tp_allreduce(framework_family: str, framework_cell: str, source: str,
                                 source_location: str) -> bool:
-    """The Megatron-LM of the run had no async grad-input all-reduce (measured before ASYNC_ALLREDUCE_MONTH)."""
+    """The Megatron-LM of the run had no async grad-input all-reduce (measured before ASYNC_ALLREDUCE_MONTH). Every
+    such run also gets legacy_max_connections' unordered launch (the same test against a later month), which is
+    what prices its all-reduce serialized."""
+    assert ASYNC_ALLREDUCE_MONTH < ORDERED_LAUNCH_MONTH
     return measured_before(ASYNC_ALLREDUCE_MONTH, framework_family, framework_cell, source, source_location)

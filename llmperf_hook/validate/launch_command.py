@@ -72,9 +72,8 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
                      "collectives are priced serialized with their GEMMs (framework_era.py)")
     if run.tp > 1 and predates_async_tp_allreduce(run.framework, run.framework_text, run.source,
                                                   run.source_location):
-        argv.append("--no-async-tensor-model-parallel-allreduce")
-        notes.append("Megatron-LM before 2021-09 (16c90445) all-reduced the input gradient synchronously: "
-                     "--no-async-tensor-model-parallel-allreduce (framework_era.py)")
+        notes.append("Megatron-LM before 2021-09 (16c90445) all-reduced the input gradient synchronously: priced "
+                     f"serialized through {MAX_CONNECTIONS_ENV}={connections} (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
 
 

@@ -95,10 +95,9 @@ def test_switch_given_a_value_stops_megatron() -> None:
 
 
 def test_priced_fusions_do_not_warn() -> None:
-    # the last two are what llmperf prices anyway (step_flags.PRICED_AS_GIVEN)
+    # the last one is what llmperf prices anyway (step_flags.PRICED_AS_GIVEN)
     flags = ("--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-gradient-accumulation-fusion",
-             "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-check-for-nan-in-loss-and-grad",
-             "--no-async-tensor-model-parallel-allreduce")
+             "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-check-for-nan-in-loss-and-grad")
     warnings = _cfg(*LLAMA, *flags).warnings
     assert not [w for w in warnings if w.startswith(flags)], warnings
     from llmperf_hook.frameworks.step_flags import NOT_MODELLED_STEP, PRICED_AS_GIVEN
@@ -165,6 +164,28 @@ def test_gradient_accumulation_fusion_is_megatron_ddp_only(tmp_path: Path) -> No
     argv = ("deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *SHAPE, "--deepspeed", "--deepspeed_config", str(ds),
             "--no-gradient-accumulation-fusion")
     assert _cfg(*argv).gradient_accumulation_fusion is True
+
+
+@pytest.mark.parametrize("flag", ["--no-async-tensor-model-parallel-allreduce",
+                                  "--disable-async-tensor-model-parallel-allreduce"])
+def test_megatron_lm_ignores_the_deprecated_async_flag_with_one_warning(flag: str) -> None:
+    # 'DEPRECATED. This flag is ignored.' since Megatron-LM 5fffdfc737 (2024-04-29); gone since 82cbd829dd (2026-02).
+    plain, given = _cfg(*MEGATRON), _cfg(*MEGATRON, flag)
+    assert plain.async_tp_allreduce and given.async_tp_allreduce
+    (warning,) = [w for w in given.warnings if w.startswith(flag)]
+    assert "ignored" in warning and "5fffdfc737" in warning and "unrecognized arguments" in warning
+    assert not [w for w in plain.warnings if "async-tensor-model-parallel-allreduce" in w]
+
+
+def test_megatron_deepspeed_runs_no_async_all_reduce_with_or_without_the_flag(tmp_path: Path) -> None:
+    # Megatron-DeepSpeed defines the flag, and its validate_args turns the async all-reduce off under --deepspeed.
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
+    argv = ("deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *SHAPE, "--tensor-model-parallel-size", "2",
+            "--deepspeed", "--deepspeed_config", str(ds))
+    for cfg in (_cfg(*argv), _cfg(*argv, "--no-async-tensor-model-parallel-allreduce")):
+        assert cfg.framework == "megatron-deepspeed" and not cfg.async_tp_allreduce
+        assert not [w for w in cfg.warnings if "async-tensor-model-parallel-allreduce" in w]
 
 
 @pytest.mark.parametrize("flag", ["--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-gradient-accumulation-fusion"])

@@ -1,7 +1,7 @@
 """Megatron-LM's async grad-input all-reduce without sequence parallelism: a column-parallel linear's backward
 all-reduces its input gradient beside its weight-grad GEMM (LinearWithGradAccumulationAndAsyncCommunication /
-TE's Linear), when the job runs it (Megatron-LM's default, not --no-async-tensor-model-parallel-allreduce, not
-Megatron-DeepSpeed under --deepspeed) with kernels in launch order (CUDA_DEVICE_MAX_CONNECTIONS=1)."""
+TE's Linear), when the job runs it (Megatron-LM, which ignores --no-async-tensor-model-parallel-allreduce; not
+Megatron-DeepSpeed under --deepspeed) with kernels in launch order (CUDA_DEVICE_MAX_CONNECTIONS=1, or Blackwell)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,18 @@ def test_megatron_lm_overlaps_each_grad_input_all_reduce_with_its_column_linears
     assert {op.dims["bytes"] for op in reduces} == {op.dims["bytes"] for op in fwd if op.op_class == "allreduce"}
 
 
-@pytest.mark.parametrize("extra, env", [(("--no-async-tensor-model-parallel-allreduce",), None),
-                                        ((), {"CUDA_DEVICE_MAX_CONNECTIONS": "8"})])
-def test_no_overlap_without_the_async_path_or_launch_order(extra: tuple[str, ...], env: dict[str, str] | None) -> None:
-    reduces = _bwd_reduces(_predict(extra, env).config)
+def test_no_overlap_without_launch_order_before_blackwell() -> None:
+    reduces = _bwd_reduces(_predict((), {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).config)
     assert len(reduces) == 2 and all("overlap" not in op.tags and "window" not in op.tags for op in reduces)
+
+
+def test_the_deprecated_no_async_flag_changes_nothing() -> None:
+    # Megatron-LM 5fffdfc737 (2024-04-29): 'DEPRECATED. This flag is ignored.'; Megatron-Core always runs it async.
+    given = _predict(("--no-async-tensor-model-parallel-allreduce",))
+    assert given.config.async_tp_allreduce
+    assert [op.tags.get("window") for op in _bwd_reduces(given.config)] == ["mlp.fc1", "attn.qkv"]
+    assert given.estimate.step_time_s == pytest.approx(_predict().estimate.step_time_s)
+    assert sum("--no-async-tensor-model-parallel-allreduce" in w for w in given.warnings) == 1
 
 
 def test_megatron_deepspeed_and_sequence_parallel_run_no_async_all_reduce() -> None:
@@ -89,4 +96,4 @@ def test_async_all_reduce_hides_behind_the_wgrad_half_and_costs_its_sm_share() -
     assert serialized.exposed_comm_s["tp"] == pytest.approx(sum(seconds[op_id(op)] for op in _bwd_reduces(serial)))
     assert overlapped.total_s < serialized.total_s
     assert overlapped.compute_s == pytest.approx(serialized.compute_s)
-    assert _predict().estimate.step_time_s < _predict(("--no-async-tensor-model-parallel-allreduce",)).estimate.step_time_s
+    assert _predict().estimate.step_time_s < _predict((), {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).estimate.step_time_s

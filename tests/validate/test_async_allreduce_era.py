@@ -1,6 +1,7 @@
 """The async grad-input all-reduce era of a measured Megatron-LM run (validate/framework_era.predates_async_tp_allreduce):
-Megatron-LM measured before 16c90445 (2021-09) all-reduced the column-parallel linear's input gradient synchronously,
-so such a TP > 1 row is launched with --no-async-tensor-model-parallel-allreduce."""
+Megatron-LM measured before 16c90445 (2021-09) all-reduced the column-parallel linear's input gradient synchronously;
+such a TP > 1 row is priced so through its unordered launch (CUDA_DEVICE_MAX_CONNECTIONS=8, the bdd9731 era rule),
+not through --no-async-tensor-model-parallel-allreduce, which today's Megatron-LM ignores."""
 
 from __future__ import annotations
 
@@ -32,12 +33,24 @@ def _plan(tmp_path: Path, **cells: str):
     return build_launch_plan(build_measured_run({**BASE_ROW, **cells}, 1), tmp_path)
 
 
+def _bwd_tp_reduces(argv: tuple[str, ...]) -> list:
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.hardware.load import load_cluster
+
+    pred = predict_command(list(argv), {}, cluster="dgx-a100")
+    blocks = build_graph(pred.config, load_cluster("dgx-a100")).stages[0].chunks[0].blocks
+    layer = next(b for b in blocks if b.name.startswith("dense_layer"))
+    return [op for op in layer.bwd if op.op_class == "allreduce" and op.collective.group == "tp" and op.phase == "bwd"]
+
+
 def test_a_2021_tp_row_runs_the_synchronous_all_reduce(tmp_path: Path) -> None:
     old = _plan(tmp_path / "old", source=NARAYANAN, framework="Megatron-LM (2021)")
-    assert FLAG in old.argv and any("16c90445" in note for note in old.notes)
-    assert not predict_command(list(old.argv), {}, cluster="dgx-a100").config.async_tp_allreduce
+    assert FLAG not in old.argv and "CUDA_DEVICE_MAX_CONNECTIONS=8" in old.argv
+    assert any("16c90445" in note for note in old.notes)
+    reduces = _bwd_tp_reduces(old.argv)
+    assert reduces and all("overlap" not in op.tags for op in reduces)  # serialized, as that code ran
     later = _plan(tmp_path / "later", source="Megatron-LM README (2023-03-01)", framework="Megatron-LM (2023)")
-    assert FLAG not in later.argv
-    assert predict_command(list(later.argv), {}, cluster="dgx-a100").config.async_tp_allreduce
+    assert FLAG not in later.argv and not any("CUDA_DEVICE_MAX_CONNECTIONS" in w for w in later.argv)
+    assert all(op.tags.get("overlap") == "wgrad" for op in _bwd_tp_reduces(later.argv))
     no_tp = _plan(tmp_path / "tp1", source=NARAYANAN, framework="Megatron-LM (2021)", tp="1", dp="16")
-    assert FLAG not in no_tp.argv
+    assert not any("16c90445" in note for note in no_tp.notes)
