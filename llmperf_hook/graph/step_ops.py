@@ -59,11 +59,18 @@ def runs_bf16_optimizer(cfg: TrainingConfig) -> bool:
 
 
 def grad_comm_bytes(cfg: TrainingConfig) -> int:
-    """Bytes per element of the gradient reduction: DeepSpeed's communication_data_type when the ds_config sets it
-    (engine.py communication_data_type; stage_1_and_2.py / stage3.py cast the gradients to it before reducing),
-    else grad_bytes."""
+    """Bytes per element of the gradient reduction. DeepSpeed reduces in engine.communication_data_type: the
+    ds_config's when set, else the model's dtype (engine.py: fp16 -> fp16, bf16 -> bf16, else fp32), whatever the
+    gradients are accumulated in: ZeRO-1/2's and ZeRO-3's reduction buckets are allocated in it (stage_1_and_2.py /
+    stage3.py ipg_buckets[communication_data_type]) and BF16_Optimizer's fp32 gradients are cast to it before the
+    all-reduce (engine.allreduce_bucket). An fp8 job's engine runs 16-bit weights (param_bytes). Other frameworks:
+    grad_bytes."""
     dtype = cfg.optimizer.grad_comm_dtype
-    return DTYPE_BYTES[dtype] if dtype in DTYPE_BYTES else grad_bytes(cfg)
+    if dtype in DTYPE_BYTES:
+        return DTYPE_BYTES[dtype]
+    if "deepspeed" in cfg.framework:
+        return param_bytes(cfg)
+    return grad_bytes(cfg)
 
 
 def dp_groups(cfg: TrainingConfig, gpus_per_node: int) -> tuple[Collective, Collective]:

@@ -16,8 +16,9 @@ from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, Op
 from llmperf_hook.hardware.load import load_hardware
 from llmperf_hook.predict.roofline import HOST_LINK_EFFICIENCY, compute_time_s
 from llmperf_hook.graph.params import layer_params
-from llmperf_hook.graph.step_ops import build_step_ops, offloaded_optimizer_share
-from llmperf_hook.graph.zero_layer_ops import QGZ_BYTES_PER_ELEM, QWZ_BYTES_PER_ELEM, ds_checkpoint_ops, zero3_layer_comm
+from llmperf_hook.graph.step_ops import build_step_ops, dp_groups, offloaded_optimizer_share
+from llmperf_hook.graph.zero_layer_ops import (QGZ_BYTES_PER_ELEM, QWZ_BYTES_PER_ELEM, ds_checkpoint_ops, zero3_layer_comm,
+                                              zero_grad_reduce_ops)
 
 H = 1024
 LAYER = 12 * H * H + 13 * H
@@ -41,11 +42,12 @@ def test_layer_params_of_the_small_model() -> None:
     assert layer_params(_cfg(), moe=False) == LAYER
 
 
-def test_plain_zero3_gathers_over_dp_and_reduces_in_grad_bytes() -> None:
+def test_plain_zero3_gathers_over_dp_and_reduces_in_the_models_dtype() -> None:
     fwd, bwd, reduce = zero3_layer_comm(_cfg(), LAYER, GPN)
     assert [(op.collective.group_size, op.dims["bytes"]) for op in fwd + bwd] == [(16, 2 * LAYER)] * 2
     (rs,) = reduce
-    assert (rs.op_class, rs.dims["bytes"]) == ("reducescatter", 4 * LAYER)  # llmperf's DeepSpeed default, fp32 grads
+    # no communication_data_type: DeepSpeed reduces in the model's dtype (engine.communication_data_type), bf16
+    assert (rs.op_class, rs.dims["bytes"]) == ("reducescatter", 2 * LAYER)
 
 
 def test_communication_data_type_sets_the_reduction_bytes() -> None:
@@ -53,6 +55,39 @@ def test_communication_data_type_sets_the_reduction_bytes() -> None:
     assert rs.dims["bytes"] == 2 * LAYER
     (rs,) = zero3_layer_comm(_cfg(grad_comm_dtype="fp32"), LAYER, GPN)[2]
     assert rs.dims["bytes"] == 4 * LAYER
+
+
+@pytest.mark.parametrize(("precision", "per_elem"), [("fp16", 2), ("bf16", 2), ("fp32", 4)])
+def test_default_reduction_dtype_is_the_models_at_every_stage(precision: str, per_elem: int) -> None:
+    """engine.communication_data_type without the key: fp16 -> fp16, bf16 -> bf16, else fp32, whatever
+    fp32_main_grads says (ZeRO-1/2 and ZeRO-3 allocate their reduction buckets in it)."""
+    base = replace(_cfg(world=8), precision=precision)
+    zero1 = replace(base, optimizer=replace(base.optimizer, zero_stage=1))
+    (step_reduce,) = [op for op in build_step_ops(zero1, 0, LAYER, 0, GPN, 1) if op.name.startswith("dp.grad_")]
+    assert step_reduce.dims["bytes"] == per_elem * LAYER
+    for stage in (2, 3):
+        cfg = replace(base, optimizer=replace(base.optimizer, zero_stage=stage))
+        (layer_reduce,) = zero_grad_reduce_ops(cfg, LAYER, dp_groups(cfg, GPN)[0])
+        assert layer_reduce.dims["bytes"] == per_elem * LAYER, stage
+
+
+def test_bf16_optimizer_all_reduces_its_fp32_gradients_in_bf16() -> None:
+    """ZeRO-1 + bf16 + grad_accum_dtype fp32 runs BF16_Optimizer, whose fp32 gradients engine.allreduce_bucket casts
+    to communication_data_type (bf16 by default) before the all-reduce; the key set to fp32 keeps 4 bytes."""
+    base = _cfg(world=8)
+    accum = replace(base, optimizer=replace(base.optimizer, zero_stage=1, grad_accum_dtype="fp32"))
+    fp32 = replace(accum, optimizer=replace(accum.optimizer, grad_comm_dtype="fp32"))
+    for cfg, per_elem in ((accum, 2), (fp32, 4)):
+        (ar,) = [op for op in build_step_ops(cfg, 0, 4 * LAYER, 0, GPN, 4) if op.op_class == "allreduce"]
+        assert ar.dims["bytes"] == per_elem * 4 * LAYER
+
+
+def test_other_frameworks_keep_their_main_gradient_bytes() -> None:
+    base = _cfg(world=8)
+    megatron = replace(base, framework="megatron", optimizer=replace(base.optimizer, zero_stage=0,
+                                                                     distributed_optimizer=True))
+    (rs,) = [op for op in build_step_ops(megatron, 0, LAYER, 0, GPN, 1) if op.op_class == "reducescatter"]
+    assert rs.dims["bytes"] == 4 * LAYER  # Megatron's fp32 main gradients (fp32_main_grads)
 
 
 def test_hpz_moves_backward_and_later_forward_gathers_into_the_node() -> None:
