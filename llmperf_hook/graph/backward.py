@@ -11,7 +11,7 @@ and the CP exchange repeat (the CP ring also returns dK/dV, 2x).
 
 from __future__ import annotations
 
-from llmperf_hook.graph.layer_ops import ASYNC_DGRAD, UNORDERED_LAUNCH
+from llmperf_hook.graph.layer_ops import ASYNC_DGRAD, DTYPE_BYTES, UNORDERED_LAUNCH
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 
@@ -147,18 +147,56 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     return regather, backward_op(gemm), reduce
 
 
+def _region_start(fwd: list[Op], i: int) -> int:
+    """Index of the first op of the TP region closed by the collective fwd[i]: the op after the previous TP
+    collective, or the block's start."""
+    start = i
+    while start > 0 and not (fwd[start - 1].collective is not None and fwd[start - 1].collective.group == "tp"):
+        start -= 1
+    return start
+
+
 def region_column_gemm(fwd: list[Op], i: int) -> Op | None:
     """The column-parallel GEMM that opened the TP region closed by the all-reduce fwd[i]: the first GEMM after the
     previous TP collective (or the block's start), as Megatron's f / g operators bracket the region (Shoeybi et al.
     2019, Fig. 3: attention's QKV ... projection, the MLP's FC1 ... FC2). None where the region routes tokens (a MoE
     router: Megatron-Core needs SP for MoE under TP) or holds no GEMM."""
-    start = i
-    while start > 0 and not (fwd[start - 1].collective is not None and fwd[start - 1].collective.group == "tp"):
-        start -= 1
-    region = fwd[start:i]
+    region = fwd[_region_start(fwd, i):i]
     if any(op.op_class == "router" for op in region):
         return None
     return next((op for op in region if op.op_class == "gemm" and op.collective is None), None)
+
+
+GRAD_INPUT_ALLREDUCE = "tp_allreduce"
+"""Tag value (grad_input=tp_allreduce) of a column-parallel GEMM whose own input gradient Megatron all-reduces over
+TP (the f operator inside the linear, allreduce_dgrad), set where a region's column-parallel inputs are not T x h
+(graph/mla_ops.py: MLA's up projections read the q / kv latents). The region's closing all-reduce then has no
+backward twin of its own (g's backward is the identity, Shoeybi et al. 2019 Fig. 3): each tagged GEMM brings its
+own (column_grad_allreduce)."""
+
+
+def column_grad_allreduces(fwd: list[Op]) -> dict[int, int]:
+    """Index of each GEMM tagged grad_input=tp_allreduce -> index of the TP all-reduce that closes its region, whose
+    tags (layer_ops.async_dgrad_tags: async or not, SM share) its grad-input all-reduce takes."""
+    out: dict[int, int] = {}
+    for i, op in enumerate(fwd):
+        if op.op_class == "allreduce" and op.collective is not None and op.collective.group == "tp":
+            for j in range(_region_start(fwd, i), i):
+                if fwd[j].tags.get("grad_input") == GRAD_INPUT_ALLREDUCE:
+                    out[j] = i
+    return out
+
+
+def column_grad_allreduce(gemm: Op, reduce: Op) -> Op:
+    """The grad-input all-reduce of the column-parallel linear `gemm` (m x k input, the activation dtype's bytes),
+    in the group of its region's all-reduce `reduce`: launched after the linear's grad-input GEMM and, where Megatron
+    runs it async (reduce tagged dgrad=async), waited for after its weight-grad GEMM (async_dgrad_backward)."""
+    nbytes = gemm.dims["m"] * gemm.dims["k"] * DTYPE_BYTES[gemm.dtype]
+    tags = {k: v for k, v in reduce.tags.items() if k != "dgrad"}
+    if reduce.tags.get("dgrad") == ASYNC_DGRAD:
+        tags.update(overlap="wgrad", window=gemm.name)
+    return Op(gemm.name + ".dgrad_allreduce", "allreduce", "bwd", {"bytes": int(nbytes)}, 0.0, 0.0, reduce.dtype,
+              reduce.collective, tags)
 
 
 def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
@@ -177,21 +215,33 @@ def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
               reduce.collective, tags)
 
 
+def _op_backward(fwd: list[Op], i: int, columns: dict[int, int]) -> list[Op]:
+    """Backward of fwd[i], not an SP column linear: a TP all-reduce whose region's column GEMMs bring their own
+    grad-input all-reduces has none (column_grad_allreduces); a tagged GEMM is followed by its own."""
+    op = fwd[i]
+    if i in columns:
+        return [backward_op(op), column_grad_allreduce(op, fwd[columns[i]])]
+    if i in columns.values():
+        return []
+    if op.collective is not None and op.tags.get("dgrad") == ASYNC_DGRAD:
+        return [async_dgrad_backward(op, region_column_gemm(fwd, i))]
+    return [backward_op(op)]
+
+
 def backward_pass(fwd: list[Op]) -> list[Op]:
     """The backward ops of `fwd` in reverse execution order; a sequence-parallel column-parallel linear's
     all-gather + GEMM become its re-gather, GEMM backward and reduce-scatter (sp_column_backward); a non-SP TP
-    all-reduce tagged dgrad=async becomes the async grad-input all-reduce of its region (async_dgrad_backward)."""
+    all-reduce becomes the grad-input all-reduce(s) of its region's column-parallel linear(s): one of its own bytes
+    (async_dgrad_backward when tagged dgrad=async), or one per GEMM tagged grad_input=tp_allreduce."""
     out: list[Op] = []
+    columns = column_grad_allreduces(fwd)
     i = len(fwd) - 1
     while i >= 0:
         if i >= 1 and sp_gathered_gemm(fwd, i - 1) is not None:  # the gather's GEMM is fwd[i]
             out.extend(sp_column_backward(fwd[i - 1], fwd[i]))
             i -= 2
             continue
-        if fwd[i].collective is not None and fwd[i].tags.get("dgrad") == ASYNC_DGRAD:
-            out.append(async_dgrad_backward(fwd[i], region_column_gemm(fwd, i)))
-        else:
-            out.append(backward_op(fwd[i]))
+        out.extend(_op_backward(fwd, i, columns))
         i -= 1
     return out
 

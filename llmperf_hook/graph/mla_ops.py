@@ -12,7 +12,10 @@ The q / kv latent norms exist with --qk-layernorm (mla_qk_norm_config.py), fused
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph.backward import GRAD_INPUT_ALLREDUCE
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.params import mla_down_split
 
@@ -20,6 +23,23 @@ from llmperf_hook.graph.params import mla_down_split
 def _latent_norm(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
     """A q / kv latent norm of `width` channels, with --qk-layernorm only."""
     return [lo.norm(name, ctx, width)] if ctx.cfg.model.qk_layernorm else []
+
+
+def column(op: Op, ctx: lo.LayerContext) -> Op:
+    """A column-parallel linear of MLA: without sequence parallelism under TP > 1 its backward all-reduces its own
+    input gradient, m x k wide (tensor_parallel/layers.py allreduce_dgrad; TE's column-parallel Linear the same),
+    which graph/backward.column_grad_allreduce prices beside its weight-grad GEMM in place of one T x h all-reduce
+    for the region: the up projections read the q / kv latents (T x q_lora_rank, T x kv_lora_rank), not T x h, and
+    TE's duplicated down projections have no TP collective at all. Under SP the gathers carry it (tp_enter)."""
+    if ctx.tp.group_size == 1 or ctx.cfg.parallel.sequence_parallel:
+        return op
+    return replace(op, tags={**op.tags, "grad_input": GRAD_INPUT_ALLREDUCE})
+
+
+def _down(op: Op, ctx: lo.LayerContext) -> Op:
+    """A down projection: TE's TELinear runs it 'duplicated' (no TP collective, its input gradient whole on every
+    rank); the local spec's ColumnParallelLinear splits it, so it all-reduces its T x h input gradient (column)."""
+    return column(op, ctx) if mla_down_split(ctx.cfg) > 1 else op
 
 
 def _down_tokens(ctx: lo.LayerContext) -> int:
@@ -34,22 +54,23 @@ def query_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
     q_out = heads * (m.qk_head_dim + m.qk_pos_emb_head_dim)
     if not m.q_lora_rank:
         return [*lo.tp_enter("attn.tp_allgather", ctx), *_latent_norm("attn.q_norm", m.hidden_size, ctx),
-                lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx)]
+                column(lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx), ctx)]
     split = mla_down_split(ctx.cfg)
-    return [lo.gemm("attn.q_down", _down_tokens(ctx), m.q_lora_rank // split, m.hidden_size, ctx),
+    return [_down(lo.gemm("attn.q_down", _down_tokens(ctx), m.q_lora_rank // split, m.hidden_size, ctx), ctx),
             *_latent_norm("attn.q_norm", m.q_lora_rank, ctx), *lo.tp_enter("attn.q_allgather", ctx, m.q_lora_rank),
-            lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx)]
+            column(lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx), ctx)]
 
 
 def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
     """kv_down (latent + rope key) -> kv latent norm -> all-gathers -> kv_up (keys and values of every head)."""
     m = ctx.cfg.model
     split = mla_down_split(ctx.cfg)
-    return [lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim) // split,
-                    m.hidden_size, ctx),
+    return [_down(lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim) // split,
+                          m.hidden_size, ctx), ctx),
             *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *lo.tp_enter("attn.kv_allgather", ctx, m.kv_lora_rank),
             *lo.tp_enter("attn.k_rope_allgather", ctx, m.qk_pos_emb_head_dim),
-            lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, ctx)]
+            column(lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, ctx),
+                   ctx)]
 
 
 def mla_core(ctx: lo.LayerContext, heads: int) -> Op:
