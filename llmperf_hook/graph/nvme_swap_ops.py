@@ -7,8 +7,9 @@ stage3.py, runtime/swap_tensor/):
   files under nvme_path; at the gradient-accumulation boundary its fp32 gradients are written out
   (_swap_out_offload_fp32_gradients), and the step reads master, m, v and gradients back
   (_optimizer_states_and_gradient_swap_in) and writes master, m, v out again (_optimizer_states_and_gradient_swap_out):
-  16 bytes read and 16 written per parameter of the offloaded share, serial with the CPU Adam step unless the
-  section's pipeline_read / pipeline_write is on (PipelinedOptimizerSwapper; priced serial, with a warning).
+  16 bytes read and 16 written per parameter of the offloaded share (12 with one optimizer state), serial with the
+  CPU Adam step unless the section's pipeline_read / pipeline_write is on (PipelinedOptimizerSwapper; priced serial,
+  with a warning).
 - Parameters (AsyncPartitionedParameterSwapper): each parameter's 16-bit partition (ds_tensor) lives in a file; a
   fetch reads it into a pinned buffer (swap_in) before its host-to-device copy, prefetched asynchronously ahead of
   use when the trace is complete (partitioned_param_coordinator.__prefetch_nvme_param_partitions); after the step
@@ -23,9 +24,16 @@ from llmperf_hook.graph.op import Collective, Op, Phase
 NVME_LINK = Collective(group="nvme", group_size=1, ranks_per_node=1)
 """The host's NVMe as the 'group' of a prefetched parameter read: the composer hides it behind compute where it is
 tagged overlap, as it hides the gathers it feeds, or charges it as exposed ZeRO time."""
-OPTIMIZER_SWAP_BYTES_PER_PARAM = 4 * 4
-"""fp32 master weight, Adam m and v, and the fp32 gradient: read for the step (16 B); the first three written back
-after it and the gradient written at the boundary (16 B)."""
+FP32_BYTES = 4
+
+
+def optimizer_swap_bytes_per_param(cfg: TrainingConfig) -> int:
+    """Bytes read (and, as many, written) per offloaded parameter and step: the fp32 master weight, every state
+    tensor of optimizer.state[param] (swap_tensor/optimizer_utils.py _get_state_tensors: Adam's m and v, one for
+    DeepSpeedCPUAdagrad / DeepSpeedCPULion) and the fp32 gradient; read for the step, the master and states written
+    back after it, the gradient written at the boundary. Adam: 4 x (1 + 2 + 1) = 16 B; one state: 12 B."""
+    states = 2 if cfg.optimizer.name == "adam" else 1
+    return FP32_BYTES * (1 + states + 1)
 
 
 def param_swap_bytes(cfg: TrainingConfig) -> int:
@@ -47,7 +55,7 @@ def optimizer_nvme_swap_ops(cfg: TrainingConfig, offloaded_params: int, local_pa
     o = cfg.optimizer
     if o.zero_stage != 3:
         return []
-    optimizer = offloaded_params * OPTIMIZER_SWAP_BYTES_PER_PARAM if o.offload_optimizer == "nvme" else 0
+    optimizer = offloaded_params * optimizer_swap_bytes_per_param(cfg) if o.offload_optimizer == "nvme" else 0
     params = local_params * param_swap_bytes(cfg) if o.offload_param == "nvme" else 0
     if not optimizer and not params:
         return []

@@ -42,6 +42,14 @@ def test_optimizer_swaps_16_bytes_each_way_per_offloaded_parameter() -> None:
     assert not _swaps(build_graph(_cfg("cpu"), DGX))  # host memory: no NVMe traffic
 
 
+def test_one_state_optimizer_swaps_12_bytes_each_way() -> None:
+    """Adagrad / Lion keep one state tensor in optimizer.state[param]: master + state + gradient = 12 B."""
+    graph = build_graph(_cfg(name="sgd"), DGX)
+    local = graph.stages[0].num_params // 8
+    (swap,) = _swaps(graph)
+    assert (swap.dims["read_bytes"], swap.dims["write_bytes"]) == (12 * local, 12 * local)
+
+
 def test_partial_offload_swaps_only_its_share() -> None:
     half = _cfg(offload_optimizer_ratio=0.5, sub_group_size_elems=1_000_000)
     whole = _cfg(sub_group_size_elems=1_000_000)
