@@ -5,6 +5,8 @@ Repeated layers are built once and carried with a count, so a 96-layer, 1,024-GP
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
@@ -117,7 +119,10 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
     if last and cfg.model.mtp_num_layers:
         blocks += _mtp_blocks(cfg, ctx)
     if last:
-        blocks.append(with_zero_edge_ops(cfg, _block("head", lo.head_ops(ctx), 1, "none"), stage, "head", gpus_per_node))
+        head = _block("head", lo.head_ops(ctx), 1, "none")
+        if first:  # the embedding on the same rank: its gradient meets the head's in the tied weight
+            head = replace(head, bwd=head.bwd + lo.tied_grad_sum_ops(ctx))
+        blocks.append(with_zero_edge_ops(cfg, head, stage, "head", gpus_per_node))
     if memo is not None:
         memo[key] = tuple(blocks)
     return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=tuple(blocks))

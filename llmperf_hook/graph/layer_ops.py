@@ -414,3 +414,21 @@ def head_ops(ctx: LayerContext) -> list[Op]:
     if ctx.tp.group_size > 1:
         ops.append(comm("head.ce_allreduce", "allreduce", 3 * ctx.tokens * 4, ctx.tp, ctx))
     return ops
+
+
+def tied_grad_sum_ops(ctx: LayerContext) -> tuple[Op, ...]:
+    """The tied word-embedding weight's two gradients of one micro-batch summed, when the embedding and the LM head
+    run on the same rank (one chunk holds both). Autograd adds the LM head's weight gradient and the lookup's dense
+    gradient in the weight's input buffer before AccumulateGrad (torch/csrc/autograd/input_buffer.cpp accumulate:
+    old_var.add_(var), else old_var + var): read both, write one, vocab/tp x hidden elements in the weight's dtype.
+    It runs where the head's weight gradient is a tensor: DeepSpeed's engines and Hugging Face models, and
+    Megatron-DeepSpeed, whose LM head returns grad_output.t().matmul(total_input) with the fused accumulation
+    commented out (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward).
+    Megatron-LM with --gradient-accumulation-fusion writes it into main_grad (a version-dependent dummy gradient):
+    not priced there; with untied embeddings there is nothing to sum."""
+    cfg = ctx.cfg
+    if cfg.model.untie_embeddings or (cfg.framework == "megatron" and cfg.gradient_accumulation_fusion):
+        return ()
+    elements = cfg.model.padded_vocab_size // ctx.tp.group_size * cfg.model.hidden_size
+    return (Op("head.tied_grad_sum", "grad_sum", "bwd", {"elements": elements}, flops=float(elements),
+               bytes_moved=float(3 * elements * ctx.act_bytes), dtype=ctx.dtype),)

@@ -19,6 +19,7 @@
 | router          | tokens, hidden, experts                | MoE gate GEMM + top-k                             |
 | permute         | elements                               | MoE token (un)permutation                         |
 | optimizer       | params                                 | Adam step over `params` parameters on this rank   |
+| grad_sum        | elements                               | two gradients of one weight added (tied embedding) |
 | allreduce, allgather, reducescatter, alltoall, p2p, broadcast | bytes | see `Collective` |
 
 Phases: "fwd", "bwd" (one op stands for the whole backward of that forward op: dgrad + wgrad),
