@@ -1,6 +1,6 @@
 """Per-micro-batch cost outside the transformer layers, from vTrain's single-node layer sweeps (S24), measured vs predicted.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_outside_layers.py [CSV] [--ops]
+    OMP_NUM_THREADS=1 python benchmarks/bench_outside_layers.py [CSV] [--ops] [--pp N]
 
 S24 (github.com/VIA-Research/vTrain data/ground_truth_single.csv: A100, Megatron-DeepSpeed, GPT vocab 50257 padded,
 seq 1024, fp16, full recompute) runs the same layout with 16, 24, ... layers and several global batches. Its measured
@@ -14,7 +14,9 @@ A row with DP > 1 is its DP = 1 run plus vTrain's table all-reduce once per step
 so its `a` and `b` are still the single GPU's measured ones (every TP = 1 single-stage row has DP > 1).
 The same fit runs over our predicted step times. Printed per cell: rows behind the fit, a and b measured / predicted,
 and the fit's largest residual relative to the row (the fit is trusted only when it is small). `--ops` adds, per cell,
-our predicted forward + backward seconds per micro-batch of each op outside the layers.
+our predicted forward + backward seconds per micro-batch of each op outside the layers. `--pp 2` fits the two-stage
+rows instead: 1F1B runs (n + 1) passes of its slower stage, the last one (LM head and loss), so `b` is then the
+head's cost per micro-batch on its own (no embedding), and `a` the cost per layer of the whole model.
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ def fit_cell(points: list[tuple[int, int, float]]) -> tuple[np.ndarray, float] |
     return coef, float(np.max(np.abs(x @ coef - t) / t))
 
 
-def collect_cells(csv_path: Path, presets, work: Path) -> dict:
-    """(tp, hidden, mbs, dp) -> [(layers, n, measured_s, predicted_s, cfg, spec)] for S24's single-stage rows."""
+def collect_cells(csv_path: Path, presets, work: Path, pp: int = 1) -> dict:
+    """(tp, hidden, mbs, dp) -> [(layers, n, measured_s, predicted_s, cfg, spec)] for S24's rows with `pp` stages."""
     from bench_tune_ranking import load_groups, resolve_rows
     from llmperf_hook import api
 
     cells: dict = defaultdict(list)
     for runs in load_groups(csv_path).values():
-        rows = [r for r in runs if r.source_id == "S24" and r.pp == 1]
+        rows = [r for r in runs if r.source_id == "S24" and r.pp == pp]
         for run, cfg, spec in resolve_rows(rows, presets, work):
             pred = float(api.predict_config(cfg, spec).step_time_s)
             cells[(run.tp, run.hidden_size, run.micro_batch_size, run.dp)].append(
@@ -85,14 +87,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", nargs="?", default=str(DEV_CSV))
     ap.add_argument("--ops", action="store_true", help="also print our predicted ops outside the layers per cell")
+    ap.add_argument("--pp", type=int, default=1, help="fit the rows with this many pipeline stages (1 or 2)")
     args = ap.parse_args()
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
 
     presets = read_cluster_presets(configs_dir() / "clusters")
     with tempfile.TemporaryDirectory(prefix="llmperf-outside-") as tmp:
-        cells = collect_cells(Path(args.csv), presets, Path(tmp))
-    print("S24 single-stage rows (PP 1): t = n (a L + b) + c L + d per (TP, hidden, micro-batch, DP)")
+        cells = collect_cells(Path(args.csv), presets, Path(tmp), args.pp)
+    print(f"S24 rows with PP {args.pp}: t = n (a L + b) + c L + d per (TP, hidden, micro-batch, DP)")
     print(f"{'TP':>3} {'hidden':>6} {'mbs':>4} {'dp':>3} {'rows':>5}  {'a ms/layer meas/pred':>22}  "
           f"{'b ms/mb outside meas/pred':>26}  {'b ratio':>7}  {'max resid meas/pred':>20}")
     ratios = []
