@@ -15,7 +15,7 @@ op that created it), which is exactly the graph's "one bwd op = dgrad + wgrad of
 | aten::embedding                                  | embedding     | tokens, vocab, hidden                  |
 | aten::cross_entropy_loss / nll_loss              | cross_entropy | tokens, vocab                          |
 | Optimizer.step#*                                 | optimizer     | params                                 |
-| gloo:/nccl:/c10d:: all_reduce, all_gather, ...   | allreduce, allgather, reducescatter, broadcast, alltoall, p2p | bytes |
+| gloo:/nccl: work of a c10d:: collective (pair_collectives) | allreduce, allgather, reducescatter, broadcast, alltoall, p2p | bytes |
 
 Times: CPU time of the op and its children on CPU; on GPU the device (kernel) time under it. A sample is the
 median over its occurrences (layers x K steps); `count` says how many.
@@ -50,6 +50,8 @@ class ProfEvent:
     concrete: list = field(default_factory=list)
     parent: "ProfEvent | None" = None
     children: list = field(default_factory=list)
+    start_us: float = 0.0
+    """When it started (profiler clock): orders a process group's collectives."""
 
 
 def _numel(shape: Any) -> int:
@@ -115,13 +117,47 @@ def _optimizer(ev: ProfEvent) -> tuple[str, dict] | None:
     return ("optimizer", {"params": params}) if params else None
 
 
-def _collective(ev: ProfEvent) -> tuple[str, dict] | None:
+def _collective_class(ev: ProfEvent) -> str | None:
     lower = ev.name.lower()
-    for word, op_class in COLLECTIVE_WORDS:
-        if word in lower:
-            nbytes = sum(_numel(s) for s in ev.shapes[:1]) * ELEMENT_BYTES.get(_dtype(ev), 4)
-            return (op_class, {"bytes": nbytes}) if nbytes else None
+    return next((op_class for word, op_class in COLLECTIVE_WORDS if word in lower), None)
+
+
+def _collective(ev: ProfEvent, launch: ProfEvent | None = None) -> tuple[str, dict] | None:
+    """(op class, {bytes}) of a collective's work event. The graph's bytes are the whole buffer (all-gather
+    output, reduce-scatter input: the largest tensor of the call); the c10d launch that enqueued it has both
+    tensors and the API's name (gloo runs a reduce-scatter as an all_reduce, and its all_gather event holds only
+    the input), so its class and largest tensor are used when it was paired with this work."""
+    for source in (launch, ev):
+        op_class = source and _collective_class(source)
+        tensors = [(_numel(shape), dtype) for shape, dtype in zip(source.shapes, source.dtypes)
+                   if dtype in DTYPES and isinstance(shape, list)] if source else []  # shape []: a 0-dim tensor
+        if op_class and tensors:
+            numel, dtype = max(tensors)
+            return op_class, {"bytes": numel * ELEMENT_BYTES[DTYPES[dtype]]}
     return None
+
+
+def pair_collectives(events: Sequence[ProfEvent]) -> dict[int, ProfEvent | None]:
+    """{id(work event): its c10d launch, or None} for the window's collectives.
+
+    A c10d collective (`c10d::allreduce_`, ...) is a launch on the calling thread; the backend runs it as a work
+    event (`gloo:all_reduce`, `nccl:...`), on gloo in a worker thread, and that event's time is the collective's
+    (the launch returns at once; the caller waits later). Both were sampled before: the same collective twice, a
+    TensorList launch as a 4-byte one. Launches and works are paired in start order when they pair one to one
+    with compatible names; the launches themselves are never samples when works were recorded."""
+    launches = sorted((e for e in events if e.name.startswith("c10d::") and _collective_class(e)),
+                      key=lambda e: e.start_us)
+    works = sorted((e for e in events if e.name.startswith(("gloo:", "nccl:")) and _collective_class(e)),
+                   key=lambda e: e.start_us)
+    if len(launches) != len(works) or not all(map(_runs_as, launches, works)):
+        return {id(w): None for w in works}
+    return {id(w): c for c, w in zip(launches, works)}
+
+
+def _runs_as(launch: ProfEvent, work: ProfEvent) -> bool:
+    """Whether `work` can be the backend's run of `launch` (gloo's reduce-scatter is an all_reduce)."""
+    launched, ran = _collective_class(launch), _collective_class(work)
+    return ran == launched or (launched, ran) == ("reducescatter", "allreduce")
 
 
 FORWARD_MAP: dict[str, Callable[[ProfEvent], tuple[str, dict] | None]] = {
@@ -135,11 +171,13 @@ FORWARD_MAP: dict[str, Callable[[ProfEvent], tuple[str, dict] | None]] = {
 }
 
 
-def _classify(ev: ProfEvent) -> tuple[str, dict] | None:
+def _classify(ev: ProfEvent, works: dict[int, ProfEvent | None]) -> tuple[str, dict] | None:
     if ev.name.startswith("Optimizer.step#"):
         return _optimizer(ev)
-    if ev.name.startswith(("gloo:", "nccl:", "c10d::")) or ev.name == "record_param_comms":
-        return _collective(ev)
+    if id(ev) in works:
+        return _collective(ev, works[id(ev)])
+    if ev.name.startswith("c10d::"):  # a launch: sampled only where the backend recorded no work event
+        return None if works else _collective(ev)
     fn = FORWARD_MAP.get(ev.name)
     return fn(ev) if fn is not None and ev.shapes else None
 
@@ -171,10 +209,11 @@ def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
     mapped: set[int] = set()
     groups: dict[tuple, list[float]] = defaultdict(list)
     names: dict[tuple, set[str]] = defaultdict(set)
+    works = pair_collectives(events)
     for ev in events:  # parents come before their children in profiler order
         if _inside_mapped_or_backward(ev, mapped):
             continue
-        hit = _classify(ev)
+        hit = _classify(ev, works)
         if hit is None:
             continue
         mapped.add(id(ev))
@@ -204,7 +243,8 @@ def events_from_profiler(function_events: Sequence[Any], device: str) -> list[Pr
     for fe in function_events:
         us = fe.device_time_total if device == "cuda" else fe.cpu_time_total
         ev = ProfEvent(fe.name, list(fe.input_shapes or []), list(getattr(fe, "input_dtypes", None) or []),
-                       us / 1e6, int(getattr(fe, "sequence_nr", -1)), list(getattr(fe, "concrete_inputs", None) or []))
+                       us / 1e6, int(getattr(fe, "sequence_nr", -1)), list(getattr(fe, "concrete_inputs", None) or []),
+                       start_us=float(getattr(getattr(fe, "time_range", None), "start", 0.0) or 0.0))
         by_id[id(fe)] = ev
         out.append(ev)
     for fe in function_events:

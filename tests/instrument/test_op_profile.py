@@ -89,3 +89,37 @@ def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path
     assert done.returncode == 0 and "done: 3 steps" in done.stdout, done.stderr
     steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
     assert [s["step"] for s in steps] == [0, 1, 2]
+
+
+def _comm(name: str, shapes: list, dtypes: list, seconds: float, start_us: float) -> ProfEvent:
+    return ProfEvent(name, shapes, dtypes, seconds, start_us=start_us)
+
+
+def test_a_gloo_collective_is_one_sample_with_the_launchs_class_and_whole_buffer() -> None:
+    """Shapes as torch.profiler records them on gloo (torch 2.13, world of 2): the c10d launch on the calling
+    thread (output first; TensorList arguments without shapes) and the backend's work in a worker thread, whose
+    time is the collective's. Before: both sampled (the all-gather twice, once at its input's size; every
+    TensorList all-reduce as a 4-byte one of dtype 'TensorList'), and a reduce-scatter as an all-reduce."""
+    events = [
+        _comm("c10d::allreduce_", [[], [], [], [], [], []], ["TensorList", "", "", "", "Scalar", "Scalar"], 1e-5, 0),
+        _comm("gloo:all_reduce", [[1000]], ["float"], 2e-3, 5),
+        _comm("c10d::_allgather_base_", [[2000], [1000], [], [], []], ["float", "float", "", "Scalar", "Scalar"], 1e-5, 10),
+        _comm("gloo:all_gather", [[1000]], ["float"], 3e-3, 15),
+        _comm("c10d::_reduce_scatter_base_", [[500], [1000], [], [], [], []],
+              ["c10::BFloat16", "c10::BFloat16", "", "", "Scalar", "Scalar"], 1e-5, 20),
+        _comm("gloo:all_reduce", [[1000]], ["c10::BFloat16"], 4e-3, 25),
+        _comm("c10d::allreduce_", [[], []], ["TensorList", ""], 1e-5, 30),  # a 0-dim tensor (DeepSpeed's norm)
+        _comm("gloo:all_reduce", [[]], ["float"], 1e-4, 35),
+    ]
+    got = sorted((s["op_class"], s["dims"]["bytes"], s["dtype"], s["seconds"], s["count"]) for s in map_events(events))
+    assert got == [("allgather", 8000, "fp32", 3e-3, 1), ("allreduce", 4, "fp32", 1e-4, 1),
+                   ("allreduce", 4000, "fp32", 2e-3, 1), ("reducescatter", 2000, "bf16", 4e-3, 1)]
+
+
+def test_unpaired_collectives_fall_back_to_the_work_events_alone() -> None:
+    """A launch whose work the window missed (it started before the window): the counts differ, each work event
+    is sampled by itself and no launch is."""
+    events = [_comm("c10d::_allgather_base_", [[2000], [1000]], ["float", "float"], 1e-5, 0),
+              _comm("c10d::allreduce_", [[]], ["TensorList"], 1e-5, 1),
+              _comm("gloo:all_reduce", [[1000]], ["float"], 2e-3, 2)]
+    assert [(s["op_class"], s["dims"]) for s in map_events(events)] == [("allreduce", {"bytes": 4000})]
