@@ -84,7 +84,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
     warnings += megatron_deepspeed_warnings(flags, recompute.granularity, framework == "megatron-deepspeed",
                                             ds.path if ds else "", ds.checkpointing_keys if ds else ())
-    connections = device_connections(job, parts.parallel, src, warnings, optimizer.fsdp)
+    connections = device_connections(job, src, warnings, optimizer.fsdp)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -103,13 +103,12 @@ CUDA_DEFAULT_CONNECTIONS = 8
 CUDA Environment Variables: 1 to 32, default 8)."""
 
 
-def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, Source], warnings: list[str],
-                       fsdp: str = "none") -> int:
+def device_connections(job: ParsedJob, src: dict[str, Source], warnings: list[str], fsdp: str = "none") -> int:
     """TrainingConfig.cuda_device_max_connections of a Megatron job, its origin in `src`. Not stated: 1, what Megatron-LM
-    requires. Anything but "1" is accepted, with a warning where TP or CP > 1: today's megatron/training/arguments.py
-    asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" for TP or CP > 1 only before Blackwell (get_device_arch_version() < 10,
-    0db0e83) and not with Megatron-FSDP / torch FSDP2 or --overlap-moe-expert-parallel-comm (a warning there); the
-    releases before bdd9731 (2022-10-14) never checked it, and neither the release nor the GPU is known here. The
+    requires. Anything but "1" is accepted: today's megatron/training/arguments.py asserts CUDA_DEVICE_MAX_CONNECTIONS
+    == "1" for TP or CP > 1 only before Blackwell (get_device_arch_version() < 10, 0db0e83) and not with Megatron-FSDP
+    / torch FSDP2 or --overlap-moe-expert-parallel-comm (a warning there); the releases before bdd9731 (2022-10-14)
+    never checked it. The GPU is not known here: the graph prices and warns (graph/launch_order.py). The
     value is the job's environment as the launch parser read it (ParsedJob.env, launch/sizing.PRICED_ENV: the
     launching environment, `NAME=value` / `env NAME=value` words in front of the command, a wrapper script's
     exports). Megatron-FSDP and torch FSDP2 are the other way round: validate_args asserts the variable is not "1"
@@ -123,18 +122,7 @@ def device_connections(job: ParsedJob, parallel: ParallelLayout, src: dict[str, 
         return 1
     src["cuda_device_max_connections"] = Source(SourceKind.ENV, MAX_CONNECTIONS_ENV)
     value = _queues(given)
-    if value == 1:
-        return 1
-    if parallel.tp > 1 or parallel.cp > 1:
-        priced = ("sequence parallelism's backward re-gather and reduce-scatter are priced serialized with their GEMMs, "
-                  "not overlapped" if parallel.sequence_parallel and parallel.tp > 1 else
-                  "nothing is priced differently (without sequence parallelism no TP collective is priced as overlapped)")
-        warnings.append(
-            f"{MAX_CONNECTIONS_ENV}={given} (environment) lets the GPU run kernels out of launch order: {priced}. "
-            f"Today's Megatron-LM asserts {MAX_CONNECTIONS_ENV}=1 for tensor or context parallelism on GPUs before "
-            "Blackwell (megatron/training/arguments.py; releases before 2022-10-14 did not check it); "
-            f"set {MAX_CONNECTIONS_ENV}=1 for the overlap")
-    return value
+    return value  # what it changes depends on the GPU: warned with the graph (graph/launch_order.py)
 
 
 def _fsdp_connections(given: str | None, fsdp: str, src: dict[str, Source], warnings: list[str]) -> int:

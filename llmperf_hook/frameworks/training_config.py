@@ -340,9 +340,10 @@ class TrainingConfig:
     """The job's CUDA_DEVICE_MAX_CONNECTIONS (its environment): hardware work queues from the host to the GPU (CUDA
     Programming Guide, CUDA Environment Variables: 1 to 32, default 8). 1 keeps kernels in launch order, so the
     async TP collective Megatron launches before a GEMM reaches the SMs first and overlaps it; Megatron-LM requires
-    it for TP or CP > 1 since bdd9731 (2022-10-14). Default 1: a job that does not state it runs as Megatron
-    requires. Any other value: the overlap is not guaranteed and sequence parallelism's backward re-gather and
-    reduce-scatter are priced serialized (graph/backward.sp_column_backward)."""
+    it for TP or CP > 1 since bdd9731 (2022-10-14), on GPUs before Blackwell only since 50d847514d (2025-02-12).
+    Default 1: a job that does not state it runs as Megatron requires. Any other value on a GPU before Blackwell:
+    the overlap is not guaranteed and sequence parallelism's backward re-gather and reduce-scatter, and the async
+    grad-input all-reduce, are priced serialized (graph/launch_order.py, graph/backward.sp_column_backward)."""
 
     async_tp_allreduce: bool = False
     """Megatron-LM's column-parallel linears all-reduce their input gradient asynchronously, beside their weight-grad
@@ -357,7 +358,8 @@ class TrainingConfig:
     @property
     def tp_comm_ordered(self) -> bool:
         """Kernels reach the GPU in launch order (CUDA_DEVICE_MAX_CONNECTIONS=1): Megatron's async TP collectives
-        overlap the GEMM launched after them."""
+        overlap the GEMM launched after them. Blackwell and newer GPUs overlap them without it: the graph decides with
+        the GPU (graph/launch_order.tp_launch_ordered)."""
         return self.cuda_device_max_connections == 1
 
     def __post_init__(self) -> None:

@@ -131,8 +131,8 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     variable instead'; today's arguments.py asserts it for TP or CP > 1 before Blackwell). Before it, with
     CUDA's default 8 queues, a 3 us no-op only tried to delay the GEMM; a GEMM that reaches the SMs first fills them
     and the collective waits for its CTAs to drain (serialized, the whole collective exposed). A job whose
-    CUDA_DEVICE_MAX_CONNECTIONS is not 1 (TrainingConfig.tp_comm_ordered; the 2022 rows of validate/framework_era.py)
-    has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives then keep the gather's tags, no
+    CUDA_DEVICE_MAX_CONNECTIONS is not 1 on a GPU before Blackwell (graph/launch_order.tp_launch_ordered; the 2022
+    rows of validate/framework_era.py) has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives then keep the gather's tags, no
     overlap tag, so schedule/compose.py puts the whole of each on the critical path, one after the other with the
     GEMM, and no SM share applies (they never run beside it)."""
     if gather.tags.get("launch") == UNORDERED_LAUNCH:

@@ -12,6 +12,7 @@ from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.backward import backward_block, nccl_sm_share
 from llmperf_hook.graph.cpu_stages import cpu_stages
+from llmperf_hook.graph.launch_order import launch_order_warnings, tp_launch_ordered
 from llmperf_hook.graph.mtp_ops import mtp_depth_ops, mtp_head_ops
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
@@ -23,7 +24,9 @@ from llmperf_hook.graph.zero_layer_ops import zero3_layer_comm
 from llmperf_hook.hardware.spec import ClusterSpec
 
 
-def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float = 0.0) -> lo.LayerContext:
+def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float = 0.0,
+                  tp_comm_ordered: bool | None = None) -> lo.LayerContext:
+    """`tp_comm_ordered`: launch_order.tp_launch_ordered on the cluster's GPU; None = the job's setting alone."""
     p = cfg.parallel
     tokens = cfg.batch.micro_batch_size * cfg.model.seq_length // p.cp
     return lo.LayerContext(
@@ -37,6 +40,7 @@ def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float 
         ep=place_group("ep", p.ep, p, gpus_per_node),
         gpus_per_node=gpus_per_node,
         nccl_sm_share=nccl_sm_share,
+        tp_comm_ordered=cfg.tp_comm_ordered if tp_comm_ordered is None else tp_comm_ordered,
     )
 
 
@@ -209,7 +213,7 @@ def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
     gpus_per_node = ranks_per_node(cfg, cluster)
-    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu))
+    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu), tp_launch_ordered(cfg, cluster.gpu))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates
@@ -223,4 +227,5 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
         vpp=cfg.parallel.vpp,
         model_flops_per_step=_model_flops(stages, cfg),
         tokens_per_step=b.global_batch_size * cfg.model.seq_length,
+        warnings=launch_order_warnings(cfg, cluster.gpu),
     )

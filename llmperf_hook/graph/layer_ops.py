@@ -37,6 +37,9 @@ class LayerContext:
     nccl_sm_share: float = 0.0
     """Share of the GPU's SMs an in-node NCCL collective holds (graph/backward.nccl_sm_share), tagged on the
     sequence-parallel gathers whose backward re-gather overlaps a GEMM."""
+    tp_comm_ordered: bool = True
+    """The async TP collectives reach the SMs before the GEMM launched after them on this GPU
+    (graph/launch_order.tp_launch_ordered: CUDA_DEVICE_MAX_CONNECTIONS=1, or Blackwell and newer)."""
 
 
 def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
@@ -95,12 +98,12 @@ def tp_enter(name: str, ctx: LayerContext, width: int | None = None) -> list[Op]
     """Before a column-parallel GEMM: all-gather of the sequence shards (T x `width`, default the hidden size)
     under SP; identity otherwise. Its backward is a re-gather and a reduce-scatter, each beside half the GEMM's
     backward (graph/backward.sp_column_backward); the NCCL kernel's SM share is tagged for an in-node group. Where
-    kernels may reach the GPU out of launch order (TrainingConfig.tp_comm_ordered False) the gather is tagged
+    kernels may reach the GPU out of launch order (LayerContext.tp_comm_ordered False) the gather is tagged
     launch=unordered and its backward is serialized instead."""
     if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
         return []
     nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * ctx.act_bytes
-    if not ctx.cfg.tp_comm_ordered:
+    if not ctx.tp_comm_ordered:
         return [comm(name, "allgather", nbytes, ctx.tp, ctx, launch=UNORDERED_LAUNCH)]
     # Under --tp-comm-overlap Transformer Engine's userbuffers move these bytes with a few SMs of their own, not NCCL.
     nccl = ctx.nccl_sm_share and ctx.tp.intra_node and not ub_overlap(ctx)
@@ -140,9 +143,9 @@ column-parallel linear that opened the TP region, runs beside that linear's weig
 def async_dgrad_tags(ctx: LayerContext) -> dict[str, str]:
     """Tags of a non-SP TP all-reduce (tp_exit) when Megatron overlaps its backward twin with a GEMM: the job runs
     the async grad-input all-reduce (TrainingConfig.async_tp_allreduce) with kernels kept in launch order
-    (tp_comm_ordered, CUDA_DEVICE_MAX_CONNECTIONS=1); the in-node NCCL kernel's SM share rides along (tp_enter)."""
+    (LayerContext.tp_comm_ordered); the in-node NCCL kernel's SM share rides along (tp_enter)."""
     cfg = ctx.cfg
-    if not (cfg.async_tp_allreduce and cfg.tp_comm_ordered):
+    if not (cfg.async_tp_allreduce and ctx.tp_comm_ordered):
         return {}
     share = {"sm_share": f"{ctx.nccl_sm_share:.4f}"} if ctx.nccl_sm_share and ctx.tp.intra_node else {}
     return {"dgrad": ASYNC_DGRAD, **share}

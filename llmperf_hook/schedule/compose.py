@@ -9,10 +9,10 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
 - sequence parallelism's backward re-gather and grad-input reduce-scatter (graph/backward.sp_column_backward) run
   beside the grad-input / weight-grad half of their column-parallel GEMM: exposed = max(comm - half, share x comm),
   share = the SMs the NCCL kernel takes from the GEMM (gemm_window_exposed_s); where the job's
-  CUDA_DEVICE_MAX_CONNECTIONS is not 1 the graph leaves them untagged (graph/backward.sp_column_backward) and they
-  are on the critical path like the other in-layer communication; without sequence parallelism, Megatron-LM's
-  async grad-input all-reduce of a column-parallel linear (graph/backward.async_dgrad_backward) runs beside its
-  weight-grad half the same way;
+  CUDA_DEVICE_MAX_CONNECTIONS is not 1 on a GPU before Blackwell (graph/launch_order.py) the graph leaves them
+  untagged (graph/backward.sp_column_backward) and they are on the critical path like the other in-layer
+  communication; without sequence parallelism, Megatron-LM's async grad-input all-reduce of each column-parallel
+  linear (graph/backward.async_dgrad_backward, column_grad_allreduce) runs beside its weight-grad half the same way;
 - data-parallel gradient sync runs after the stage's last backward, or, with --overlap-grad-reduce /
   overlap_comm, bucket by bucket during the last micro-batch's backward: exposed = max(comm - window, last
   bucket) (megatron/core/distributed/param_and_grad_buffer.py);
