@@ -67,16 +67,20 @@ def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str], ar
 def _header_options(lines: list[ScriptLine], path: str) -> list[str]:
     """#SBATCH words before the script's first command, read as sbatch's _opt_batch_script reads them (src/sbatch/
     opt.c): only a line that starts with `#SBATCH` in its first column is a directive (`  #SBATCH -N 2` is a comment);
-    reading stops at the first line whose first non-blank character is not `#`; an unmatched quote stops sbatch."""
+    reading stops at the first line whose first non-blank character is not `#`; an unmatched quote stops sbatch. A
+    heterogeneous job's `#SBATCH hetjob` (or `packjob`) line starts the next component: the first one's are read."""
     words: list[str] = []
     for line in lines:
         stripped = line.text.strip()
         if line.text.startswith("#SBATCH"):
             try:
-                words += shlex.split(line.text[len("#SBATCH"):], comments=True)
+                directive = shlex.split(line.text[len("#SBATCH"):], comments=True)
             except ValueError:
                 raise UsageError(f"sbatch would stop: {path} line {line.number} has an unmatched quote in "
                                  f"{stripped!r} (sbatch: 'Unmatched quote'). Close the quote.") from None
+            if directive and directive[0].lower() in ("hetjob", "packjob"):
+                break
+            words += directive
         elif stripped and not stripped.startswith("#"):
             break
     return words

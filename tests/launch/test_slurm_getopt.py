@@ -161,3 +161,9 @@ def test_sbatch_input_variables_sit_between_directives_and_options(tmp_path: Pat
     assert parse_launch(["sbatch", job], {}).world_size == 8
     assert parse_launch(["sbatch", job], {"SBATCH_GPUS_PER_NODE": "8"}).world_size == 16
     assert parse_launch(["sbatch", "--gpus-per-node=2", job], {"SBATCH_GPUS_PER_NODE": "8"}).world_size == 4
+
+
+def test_a_heterogeneous_jobs_first_component_sizes_it(tmp_path: Path) -> None:
+    """`#SBATCH hetjob` separates components (src/sbatch/opt.c _opt_batch_script); it is no invalid directive."""
+    job = _sbatch(tmp_path, "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=4\n#SBATCH hetjob\n#SBATCH -N 1\n" + LAUNCH)
+    assert job.world_size == 8  # type: ignore[attr-defined]
