@@ -31,7 +31,7 @@ from llmperf_hook.launch.batch_script import read_batch_script
 from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_script import logical_lines, pipelines
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
-from llmperf_hook.launch.slurm import scan_srun, size_from_env, size_srun_tasks
+from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.launch.wrappers import ENV_VALUED, unwrap
 from llmperf_hook.provenance import Source, SourceKind
@@ -134,6 +134,8 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
 
 def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
+    if "export" in values:
+        apply_export(values["export"], env, used)
     words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
         return inner

@@ -14,7 +14,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.slurm_option_names import SRUN_ARITY
-from llmperf_hook.launch.sizing import LaunchSize, Sized, gpus_from_env
+from llmperf_hook.launch.sizing import PRICED_ENV, LaunchSize, Sized, gpus_from_env
 from llmperf_hook.provenance import Source, SourceKind
 
 _VALUED = {
@@ -137,6 +137,20 @@ def _allocation_tasks(env: Mapping[str, str], used: dict[str, str], nnodes: Size
     warnings = [] if len(set(counts)) == 1 else [f"uneven tasks per node {counts} (SLURM_TASKS_PER_NODE): sized by the total, {sum(counts)} ranks"]
     nodes = nnodes if nnodes.source.kind != SourceKind.DEFAULT else Sized(len(counts), src)
     return nodes, Sized(max(counts), src), Sized(sum(counts), src), warnings
+
+
+def apply_export(value: str, env: dict[str, str], used: dict[str, str]) -> None:
+    """srun/sbatch `--export=[ALL,]NAME=value,...|NONE|NIL` (srun.html --export): the NAME=value items are set in the
+    tasks' environment; NONE or NIL passes none of the user's variables but those listed (only SLURM_* ones), so the
+    variables llmperf prices (sizing.PRICED_ENV: CUDA_DEVICE_MAX_CONNECTIONS ...) do not reach the job unless listed."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if items and items[0].upper() in ("NONE", "NIL"):
+        for name in PRICED_ENV:
+            env.pop(name, None)
+    for item in items:
+        name, eq, assigned = item.partition("=")
+        if eq and name:
+            env[name] = used[name] = assigned
 
 
 def scan_srun(words: Sequence[str], start: int) -> tuple[dict[str, str], dict[str, str], int, list[str]]:

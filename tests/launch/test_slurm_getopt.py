@@ -167,3 +167,14 @@ def test_a_heterogeneous_jobs_first_component_sizes_it(tmp_path: Path) -> None:
     """`#SBATCH hetjob` separates components (src/sbatch/opt.c _opt_batch_script); it is no invalid directive."""
     job = _sbatch(tmp_path, "#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=4\n#SBATCH hetjob\n#SBATCH -N 1\n" + LAUNCH)
     assert job.world_size == 8  # type: ignore[attr-defined]
+
+
+def test_srun_export_sets_and_withholds_the_jobs_variables() -> None:
+    """srun.html --export: NAME=value items reach the tasks; NONE passes none of the user's variables."""
+    srun = ["srun", "-N", "2", "--ntasks-per-node", "8"]
+    job = parse_launch([*srun, "--export=ALL,CUDA_DEVICE_MAX_CONNECTIONS=1", "python", "pretrain_gpt.py"], {})
+    assert job.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    job = parse_launch([*srun, "--export=NONE", "python", "pretrain_gpt.py"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in job.env
+    job = parse_launch([*srun, "--exp=NONE,CUDA_DEVICE_MAX_CONNECTIONS=8", "python", "pretrain_gpt.py"], {})
+    assert job.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "8"
