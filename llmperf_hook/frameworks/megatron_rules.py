@@ -266,7 +266,8 @@ def ignored_flag_warnings(flags: FlagValues) -> list[str]:
     async grad-input all-reduce whenever TP > 1 without sequence parallelism, tensor_parallel/layers.py
     allreduce_dgrad); 639c08ab82 (2026-01-29) dropped its argparse line, the generated --no- / --disable- spelling of
     the ignored ModelParallelConfig field stood in until 82cbd829dd (2026-02-23) removed the field, since when
-    argparse refuses it ('unrecognized arguments'). Megatron-DeepSpeed (not checked here) still honours it."""
+    argparse refuses it ('unrecognized arguments'). Megatron-DeepSpeed defines it, but its --deepspeed turns the
+    all-reduce off anyway (frameworks/step_flags.step_fusions): not checked here."""
     dest = "async_tensor_model_parallel_allreduce"
     if flags.get(dest, True) is not False:
         return []
