@@ -17,7 +17,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config_file import (encode_inline_ds_config, inline_ds_config_form,  # noqa: F401
                                                           read_ds_config, strip_json_comments)
 from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
-from llmperf_hook.frameworks.deepspeed_optimizer import optimizer_settings
+from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
 from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, check_sections, check_top_level,
                                                      check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
                                                      zeropp_rules, zeropp_settings)
@@ -240,9 +240,10 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     return out
 
 
-def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: bool = False) -> DsSettings:
+def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[str, str] | None = None) -> DsSettings:
     """Typed settings from a ds_config dict; `origin` names the file in messages and sources. `client_optimizer`:
-    the script passes its own optimizer (Megatron-DeepSpeed), so the optimizer section is not built."""
+    (class name or "", where) of the optimizer the script passes to deepspeed.initialize (Megatron-DeepSpeed's own,
+    deepspeed_optimizer.script_client_optimizer), so the optimizer section is not built."""
     src: dict[str, Source] = {}
     warnings: list[str] = []
     check_sections(raw, origin)
@@ -262,8 +263,10 @@ def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: bool = F
         warnings.append(f"{origin} offload_optimizer needs ZeRO stage 1-3; DeepSpeed ignores it at stage 0")
         fields["offload_optimizer"] = "none"
     offload_rules(raw, fields, origin, warnings)
-    if not client_optimizer:
+    if client_optimizer is None:
         fields.update(optimizer_settings(raw, fields["zero_stage"], origin, src, warnings))
+    else:
+        fields.update(client_optimizer_settings(client_optimizer, raw, fields, origin, src, warnings))
     warnings.extend(nvme_warnings(raw, fields, origin))
     fields["nvme_param_buffer_elems"] = param_buffer_elems(raw)
     warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))

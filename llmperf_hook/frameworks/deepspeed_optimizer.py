@@ -9,11 +9,17 @@ torch Adam / AdamW / Adagrad, FusedAdam, DeepSpeedCPUAdam, DeepSpeedCPUAdagrad, 
 zero_allow_untested_optimizer is true ('You are using an untested ZeRO Optimizer').
 Memory: Adam, AdamW, Lamb and the 1-bit Adam / Lamb keep two fp32 states per parameter (OptimizerConfig.name "adam");
 Adagrad (sum of squares), Lion and Muon (momentum) and torch SGD (momentum) keep one ("sgd").
-Megatron-DeepSpeed passes Megatron's own optimizer to deepspeed.initialize, which then ignores the section.
+A script that passes its own optimizer to deepspeed.initialize(optimizer=...) overrides the section ('This overrides
+any optimizer definition in the DeepSpeed json config', deepspeed/__init__.py): Megatron-DeepSpeed always does; a
+plain DeepSpeed script is read (never run) for it (script_client_optimizer). DeepSpeed then checks that optimizer's
+own class: ZeRO refuses one outside ZERO_SUPPORTED_OPTIMIZERS (type(optimizer) in the list), and ZeRO-Offload one
+that is not DeepSpeedCPUAdam / DeepSpeedCPULion while zero_force_ds_cpu_optimizer is true (its default,
+engine.py _configure_optimizer).
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
@@ -26,6 +32,22 @@ ZERO_SUPPORTED = frozenset({"adam", "adamw", "adagrad", "lion", "muon"})
 """Section types whose built optimizer is in ZERO_SUPPORTED_OPTIMIZERS (torch.optim.Adam / AdamW / Adagrad by name
 too: the lower-cased names are the same)."""
 COMPRESSED = frozenset({"onebitadam", "zerooneadam", "onebitlamb"})
+ZERO_SUPPORTED_CLASSES = frozenset({"Adam", "AdamW", "Adagrad", "FusedAdam", "DeepSpeedCPUAdam", "ZenFlowCPUAdam",
+                                    "DeepSpeedCPUAdagrad", "DeepSpeedCPULion", "FusedLion", "MuonWithAuxAdam"})
+"""zero/utils.py ZERO_SUPPORTED_OPTIMIZERS, by class name."""
+OFFLOAD_CLASSES = frozenset({"DeepSpeedCPUAdam", "DeepSpeedCPULion"})
+"""The client optimizers ZeRO-Offload accepts while zero_force_ds_cpu_optimizer is true."""
+KNOWN_CLASSES = ZERO_SUPPORTED_CLASSES | frozenset({"SGD", "RMSprop", "Adamax", "NAdam", "RAdam", "Adadelta", "ASGD",
+                                                    "Rprop", "SparseAdam", "Adafactor", "FusedLamb", "Lion"})
+"""Optimizer classes a script's call is recognised by (torch.optim's, DeepSpeed's): any other callee may be a
+factory returning one of them, so it is not judged."""
+ONE_STATE_CLASSES = frozenset({"SGD", "RMSprop", "Adagrad", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion", "FusedLion",
+                               "Lion", "Adafactor"})
+
+
+def _untested_ok(raw: dict[str, Any], origin: str) -> bool:
+    allowed = raw.get("zero_allow_untested_optimizer", False)
+    return ds_bool(allowed, "zero_allow_untested_optimizer", origin) if allowed != "auto" else False
 
 
 def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: dict[str, Source],
@@ -37,13 +59,12 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
         return {}
     given = section["type"]
     kind = given.lower()
-    allowed = raw.get("zero_allow_untested_optimizer", False)
-    untested_ok = ds_bool(allowed, "zero_allow_untested_optimizer", origin) if allowed != "auto" else False
-    if isinstance(zero_stage, int) and zero_stage >= 1 and kind not in ZERO_SUPPORTED and not untested_ok:
-        raise ConfigError(f"{origin} optimizer.type {given!r} with ZeRO stage {zero_stage}: the optimizer DeepSpeed builds "
-                          "for it is not one ZeRO supports, and deepspeed.initialize asserts 'You are using an untested "
-                          "ZeRO Optimizer. Please add <\"zero_allow_untested_optimizer\": true>' (engine.py "
-                          "_do_optimizer_sanity_check). Add that key, or use Adam, AdamW, Adagrad or Lion.")
+    zero = isinstance(zero_stage, int) and zero_stage >= 1
+    if zero and kind not in ZERO_SUPPORTED and not _untested_ok(raw, origin):
+        raise ConfigError(f"{origin} optimizer.type {given!r} with ZeRO stage {zero_stage}: the optimizer DeepSpeed "
+                          "builds for it is not one ZeRO supports, and deepspeed.initialize asserts 'You are using "
+                          "an untested ZeRO Optimizer. Please add <\"zero_allow_untested_optimizer\": true>' "
+                          "(engine.py _do_optimizer_sanity_check). Add that key, or use Adam, AdamW, Adagrad or Lion.")
     src["optimizer_name"] = Source(SourceKind.CONFIG_FILE, f"{origin} optimizer.type")
     if kind in COMPRESSED:
         warnings.append(f"{origin} optimizer.type {given}: its compressed (1-bit) gradient communication after the "
@@ -54,3 +75,85 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
         warnings.append(f"{origin} optimizer.type {given}: DeepSpeed builds torch.optim.{given}, priced as Adam (two "
                         "fp32 states per parameter)")
     return {"optimizer_name": "adam"}
+
+
+def client_optimizer_settings(client: tuple[str, str], raw: dict[str, Any], fields: dict[str, Any], origin: str,
+                              src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
+    """The optimizer the script passes (class name, `script line N`; "" class: not recognised): its state count,
+    ConfigError where DeepSpeed refuses it; the section, if any, is ignored (warned)."""
+    name, where = client
+    if isinstance(raw.get("optimizer"), dict):
+        warnings.append(f"{origin} optimizer section: ignored, the script passes its own optimizer to "
+                        f"deepspeed.initialize ({where})")
+    if name not in KNOWN_CLASSES:
+        return {}
+    stage, offload = fields["zero_stage"], fields["offload_optimizer"]
+    if stage >= 1 and name not in ZERO_SUPPORTED_CLASSES and not _untested_ok(raw, origin):
+        raise ConfigError(f"{where} passes {name} to deepspeed.initialize with ZeRO stage {stage} ({origin}): it "
+                          "is not in ZERO_SUPPORTED_OPTIMIZERS and deepspeed.initialize asserts 'You are using an "
+                          "untested ZeRO Optimizer' (engine.py _do_optimizer_sanity_check). Add "
+                          "\"zero_allow_untested_optimizer\": true, or pass torch.optim.AdamW / Adam / Adagrad.")
+    force = raw.get("zero_force_ds_cpu_optimizer", True)
+    if offload != "none" and name not in OFFLOAD_CLASSES and ds_bool(force, "zero_force_ds_cpu_optimizer", origin):
+        raise ConfigError(f"{where} passes {name} to deepspeed.initialize with offload_optimizer {offload} ({origin}): "
+                          "DeepSpeed raises 'You are using ZeRO-Offload with a client provided optimizer' (engine.py "
+                          "_configure_optimizer, zero_force_ds_cpu_optimizer default true). Pass "
+                          "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false.")
+    src["optimizer_name"] = Source(SourceKind.DERIVED, f"{where}: deepspeed.initialize(optimizer={name}(...))")
+    return {"optimizer_name": "sgd" if name in ONE_STATE_CLASSES else "adam"}
+
+
+def _callee(node: ast.AST) -> str:
+    """`initialize` of `deepspeed.initialize(...)`, `SGD` of `torch.optim.SGD(...)`; "" for anything else."""
+    func = node.func if isinstance(node, ast.Call) else None
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _built_by(tree: ast.AST) -> dict[str, str]:
+    """name -> the callee every `name = Call(...)` of the script assigns it ("" when they differ)."""
+    built: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                callee = _callee(node.value)
+                built[target.id] = callee if built.get(target.id, callee) == callee else ""
+    return built
+
+
+def script_client_optimizer(script: str) -> tuple[str, str] | None:
+    """(class name, `script line N`) of the optimizer the script passes to deepspeed.initialize: optimizer= or the
+    third positional argument (initialize(args, model, optimizer, ...)), a call or a name assigned from one; class
+    "" when not recognised. None when it passes none, or the script cannot be read or parsed."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    built, initializers = _built_by(tree), _deepspeed_initializers(tree)
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) in initializers):
+        positional = call.args[2] if len(call.args) > 2 else None
+        given = next((k.value for k in call.keywords if k.arg == "optimizer"), positional)
+        if given is None or (isinstance(given, ast.Constant) and given.value is None):
+            continue
+        name = _callee(given) if isinstance(given, ast.Call) else \
+            built.get(given.id, "") if isinstance(given, ast.Name) else ""
+        return name, f"{script} line {call.lineno}"
+    return None
+
+
+def _dotted(func: ast.AST) -> str:
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return f"{func.value.id}.{func.attr}"
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _deepspeed_initializers(tree: ast.AST) -> set[str]:
+    """How the script names deepspeed.initialize: `deepspeed.initialize`, `<alias>.initialize` after `import deepspeed
+    as <alias>`, `<name>` after `from deepspeed import initialize as <name>`."""
+    names = {"deepspeed.initialize"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {f"{a.asname}.initialize" for a in node.names if a.name == "deepspeed" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "deepspeed":
+            names |= {a.asname or a.name for a in node.names if a.name == "initialize"}
+    return names

@@ -18,6 +18,7 @@ from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, acce
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
+from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF_ORIGIN, check_openrlhf, openrlhf_ds_config, openrlhf_trainer
@@ -113,7 +114,9 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
-    return parse_ds_config(raw, str(path), client_optimizer=framework == "megatron-deepspeed")
+    client = ("", "Megatron-DeepSpeed's own optimizer") if framework == "megatron-deepspeed" \
+        else script_client_optimizer(script)
+    return parse_ds_config(raw, str(path), client_optimizer=client)
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:
