@@ -119,6 +119,11 @@ def _argparse_option_like(word: str, grammar: Grammar) -> bool:
     return not _NEGATIVE_NUMBER.match(word) and " " not in word
 
 
+def _value_in_word(word: str) -> bool:
+    """`--opt=value` or `-Xvalue` (`-Hhostfile`): a valued option's value is in its own word, not the next one."""
+    return "=" in word if word.startswith("--") else len(word) > 2
+
+
 def _argparse_checks(words: Sequence[str], i: int, arity: str, grammar: Grammar, origin: str) -> None:
     """argparse's refusals of a known option: `--switch=value` ('ignored explicit argument') and a valued option
     followed by another option or by nothing ('expected one argument')."""
@@ -126,12 +131,17 @@ def _argparse_checks(words: Sequence[str], i: int, arity: str, grammar: Grammar,
     if arity == "0" and eq:
         raise _refuse(grammar, origin, f"{name} is a switch and takes no value, but {words[i]!r} gives one "
                       "(argparse: 'ignored explicit argument')", f"Write {name} alone.")
-    attached = len(name) > 2 and not name.startswith("--")  # `-Hhostfile`
     nxt = words[i + 1] if i + 1 < len(words) else ""
-    if arity == "1" and not eq and not attached and (not nxt or _argparse_option_like(nxt, grammar)):
+    if arity == "1" and not _value_in_word(words[i]) and (not nxt or _argparse_option_like(nxt, grammar)):
         after = "the command ends there" if not nxt else f"{nxt!r} follows it"
         raise _refuse(grammar, origin, f"{name} needs a value, but {after} (argparse: 'expected one argument')",
                       f"Give {name} its value.")
+
+
+def _clustered_switch(word: str, grammar: Grammar) -> bool:
+    """`-lN2`: a short switch with more option letters behind it, which getopt_long and argparse alike read as the
+    switch and then the rest (-l, then -N2; argparse _parse_optional / consume_optional's single-dash loop)."""
+    return len(word) > 2 and word[1] != "-" and word[2] != "=" and grammar.arity.get(word[:2]) == "0"
 
 
 def _grammar_word(words: Sequence[str], i: int, grammar: Grammar, origin: str) -> tuple[str, str | None]:
@@ -185,6 +195,7 @@ def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], 
     """Read options from words[start:] until the first positional word; `table` keys are canonical spellings (dashes)
     of the options whose values matter."""
     out = ScannedOptions()
+    words, split = list(words), 0  # split: words added by unclustering, so that `rest` indexes the caller's words
     i = start
     while i < len(words):
         word = words[i]
@@ -193,6 +204,9 @@ def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], 
             break
         if not word.startswith("-") or word == "-":
             break
+        if grammar is not None and _clustered_switch(word, grammar):
+            words[i:i + 1], split = [word[:2], "-" + word[2:]], split + 1
+            word = words[i]
         arity: str | None = None
         if grammar is not None:
             word, arity = _grammar_word(words, i, grammar, origin)
@@ -201,7 +215,7 @@ def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], 
         opt = table.get(name) if grammar is None or arity is not None else None  # `--num-gpus`: not runner.py's
         if opt is None and arity is not None:  # defined by the parser, not priced: skip it with its value
             out.unmodelled.append(word.split("=", 1)[0])
-            i += 2 if arity == "1" and "=" not in word and not (len(word) > 2 and word[1] != "-") else 1
+            i += 2 if arity == "1" and not _value_in_word(word) else 1
             continue
         if opt is None:
             i = _unknown(words, i, grammar, origin, out)
@@ -222,5 +236,5 @@ def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], 
         else:
             raise UsageError(f"{word} needs a value in the {origin} command, but the command ends there.")
         out.values[opt.dest], out.flags[opt.dest] = value, name if attached else word.split("=", 1)[0]
-    out.rest = i
+    out.rest = i - split
     return out

@@ -37,7 +37,7 @@ DEEPSPEED_CASES = [
     "--num_gpus 4 --no_loc train.py", "--num_gpus 2 --force_multi=1 train.py", "--num_gpus 2 -- train.py --x 1",
     "--num_gpus 2 --launcher_args '-q high' train.py", "--num_gpus 2 --launcher_args '--qos high' train.py",
     "--num_gpus 2 --launcher_args=-q train.py", "--num_gpus 2 --launcher_arg '--qos high' train.py", "--num_gpus 2 --master_addr -x train.py", "--num_gpus train.py", "--h localhost train.py",
-    "--num_gpus 2 train.py --num_gpus 8 --bogus",
+    "--num_gpus 2 train.py --num_gpus 8 --bogus", "-qi localhost:0,1 train.py", "-qilocalhost:1 train.py", "-qx train.py",
 ]
 
 

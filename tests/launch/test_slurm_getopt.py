@@ -78,7 +78,7 @@ CASES = [
     "--nodes=2 job.sh", "--nod=2 job.sh", "--node 2 job.sh", "--ntasks-per-n=8 job.sh", "--ntasks-per 8 job.sh",
     "-N2 --gpus-per-n=8 job.sh", "-W job.sh", "--wait job.sh", "--exclusive job.sh", "--exclusive=user -N 2 job.sh",
     "--wrap=a --wrap=b", "--wra 'srun x'", "-N 2 -n 16 job.sh -N 4", "--nodes 2 -- job.sh", "--time 10 --ti=5 job.sh",
-    "--gpus 8 --gp=8 job.sh", "--array=0-3 --ar 0-1 job.sh",
+    "--gpus 8 --gp=8 job.sh", "--array=0-3 --ar 0-1 job.sh", "-QN2 --gpus-per-node=8 job.sh", "-vQN 2 job.sh",
 ]
 
 
