@@ -54,7 +54,7 @@ def _substring(value: str, offset: str, length: str | None) -> str:
     if length is None:
         return value[start:]
     count = int(length)
-    return value[start:count if count < 0 else start + count] if count >= 0 else value[start:len(value) + count]
+    return value[start:start + count] if count >= 0 else value[start:len(value) + count]
 
 
 def _transform(match: re.Match[str], env: Mapping[str, str], used: dict[str, str]) -> str:

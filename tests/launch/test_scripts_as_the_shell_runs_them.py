@@ -39,6 +39,8 @@ POSIX = {  # scripts dash and bash run alike
     "function_arg_inside_a_word": 'launch() {\n  torchrun --nproc_per_node=$1 ' + M + ' --save=/ckpt/$2\n}\nlaunch 4 run7\n',
     "function_one_line": 'launch() { torchrun --nproc_per_node $1 ' + M + '; }\nlaunch 4\n',
     "function_then_script_args": 'run() {\n  NP=$1\n}\nrun 2\ntorchrun --nproc_per_node $NP ' + M + ' "$@"\n',
+    "function_given_the_script_args": 'main() {\n  NP=$1\n  shift\n  torchrun --nproc_per_node $NP ' + M + ' "$@"\n}\n'
+                                      'main "$@"\n',
     "python_clustered_module": 'python -um torch.distributed.run --nproc_per_node 4 ' + M + '\n',
     "python_warning_option": 'python -W ignore -m torch.distributed.run --nproc_per_node 2 ' + M + '\n',
     "python_attached_module": 'python -mtorch.distributed.run --nproc_per_node 8 ' + M + '\n',
@@ -55,7 +57,8 @@ BASH = {  # bash only
     "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
                               ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --d ${L,,} --e ${S:2} --f ${S:1:-1}\n',
 }
-ARGS = {"function_then_script_args": ["--lr", "3"], "shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
+ARGS = {"function_then_script_args": ["--lr", "3"], "function_given_the_script_args": ["4", "--lr", "1"],
+        "shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}
 STUB = '#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > "$ARGV_OUT"\n'
 
 
