@@ -258,10 +258,9 @@ class _Reading:
             return
         if not words or self.launches:  # what follows the launch line does not change it
             if words and is_launch(words, text):
-                self.launches.append((line.number, self.positioned(words)))
-                self.used.update(self.split_refs)
+                self.record_launch(line, words)
             return
-        if self.assign(words) or self.builtin(line, words):
+        if self.assign(words) or run_builtin(self, line, words):  # shift, set --, local, `: ${X:=v}`
             return
         if words[0] in self.functions:
             self.call(self.functions[words[0]], [self.expand(word) for word in words[1:]])
@@ -276,8 +275,7 @@ class _Reading:
             origin = f"{self.path} line {line.heredoc.first_line} (the here-document of `{line.text.strip()[:60]}`)"
             self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
         elif is_launch(words, text):
-            self.launches.append((line.number, self.positioned(words)))
-            self.used.update(self.split_refs)
+            self.record_launch(line, words)
         elif _PY_SCRIPT.match(text.strip()):
             self.singles.append((line.number, self.positioned(words)))
             self.single_refs.update(self.split_refs)
@@ -334,9 +332,10 @@ class _Reading:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words)."""
         return [expand_positional(word, self.positional) for word in words]
 
-    def builtin(self, line: ScriptLine, words: list[str]) -> bool:
-        """`shift`, `set --`, `local`/`declare`, `:` (launch/shell_positional.run_builtin); True when words ran one."""
-        return run_builtin(self, line, words)
+    def record_launch(self, line: ScriptLine, words: list[str]) -> None:
+        """A launch line, with the variables its unquoted words were split from counted as used."""
+        self.launches.append((line.number, self.positioned(words)))
+        self.used.update(self.split_refs)
 
     def append(self, name: str, value: str) -> bool:
         """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
