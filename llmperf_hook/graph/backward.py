@@ -11,7 +11,8 @@ and the CP exchange repeat (the CP ring also returns dK/dV, 2x).
 
 from __future__ import annotations
 
-from llmperf_hook.graph.layer_ops import ASYNC_DGRAD, DTYPE_BYTES, UNORDERED_LAUNCH
+from llmperf_hook.graph.layer_ops import (ASYNC_DGRAD, DTYPE_BYTES, GRAD_INPUT_ALLREDUCE, IDENTITY_BACKWARD,
+                                          UNORDERED_LAUNCH)
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 
@@ -167,14 +168,6 @@ def region_column_gemm(fwd: list[Op], i: int) -> Op | None:
     return next((op for op in region if op.op_class == "gemm" and op.collective is None), None)
 
 
-GRAD_INPUT_ALLREDUCE = "tp_allreduce"
-"""Tag value (grad_input=tp_allreduce) of a column-parallel GEMM whose own input gradient Megatron all-reduces over
-TP (the f operator inside the linear, allreduce_dgrad), set where a region's column-parallel inputs are not T x h
-(graph/mla_ops.py: MLA's up projections read the q / kv latents). The region's closing all-reduce then has no
-backward twin of its own (g's backward is the identity, Shoeybi et al. 2019 Fig. 3): each tagged GEMM brings its
-own (column_grad_allreduce)."""
-
-
 def column_grad_allreduces(fwd: list[Op]) -> dict[int, int]:
     """Index of each GEMM tagged grad_input=tp_allreduce -> index of the TP all-reduce that closes its region, whose
     tags (layer_ops.async_dgrad_tags: async or not, SM share) its grad-input all-reduce takes."""
@@ -217,11 +210,12 @@ def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
 
 def _op_backward(fwd: list[Op], i: int, columns: dict[int, int]) -> list[Op]:
     """Backward of fwd[i], not an SP column linear: a TP all-reduce whose region's column GEMMs bring their own
-    grad-input all-reduces has none (column_grad_allreduces); a tagged GEMM is followed by its own."""
+    grad-input all-reduces has none (column_grad_allreduces), nor one tagged backward=identity (the embedding's); a
+    tagged GEMM is followed by its own."""
     op = fwd[i]
     if i in columns:
         return [backward_op(op), column_grad_allreduce(op, fwd[columns[i]])]
-    if i in columns.values():
+    if i in columns.values() or op.tags.get("backward") == IDENTITY_BACKWARD:
         return []
     if op.collective is not None and op.tags.get("dgrad") == ASYNC_DGRAD:
         return [async_dgrad_backward(op, region_column_gemm(fwd, i))]

@@ -151,6 +151,33 @@ def async_dgrad_tags(ctx: LayerContext) -> dict[str, str]:
     return {"dgrad": ASYNC_DGRAD, **share}
 
 
+GRAD_INPUT_ALLREDUCE = "tp_allreduce"
+"""Tag value (grad_input=tp_allreduce) of a column-parallel GEMM whose own input gradient Megatron all-reduces over
+TP (the f operator inside the linear, allreduce_dgrad), set where a region's column-parallel inputs are not the
+T x h output of a row-parallel all-reduce: MLA's up projections read the q / kv latents (graph/mla_ops.py), the LM
+head reads the final norm's output (head_ops). The region's closing all-reduce then has no backward twin of its own
+(g's backward is the identity, Shoeybi et al. 2019 Fig. 3): each tagged GEMM brings its own
+(graph/backward.column_grad_allreduce)."""
+
+
+def own_grad_allreduce(op: Op, ctx: LayerContext) -> Op:
+    """A column-parallel linear that all-reduces its own m x k input gradient beside its weight-grad GEMM under
+    TP > 1 without sequence parallelism (megatron/core/tensor_parallel/layers.py ColumnParallelLinear:
+    allreduce_dgrad = world_size > 1 and not sequence_parallel; TE's column-parallel Linear the same). Under SP the
+    gathers carry it (tp_enter)."""
+    if ctx.tp.group_size == 1 or ctx.cfg.parallel.sequence_parallel:
+        return op
+    return replace(op, tags={**op.tags, "grad_input": GRAD_INPUT_ALLREDUCE})
+
+
+IDENTITY_BACKWARD = "identity"
+"""Tag value (backward=identity) of a TP all-reduce with no backward collective, that no column-parallel linear
+pairs with: the embedding's (VocabParallelEmbedding: reduce_from_tensor_model_parallel_region, whose
+_ReduceFromModelParallelRegion.backward returns grad_output; the lookup's input is token ids, no gradient to
+all-reduce) and the cross-entropy's (VocabParallelCrossEntropy.backward computes the logits' gradient locally from
+the saved softmax). graph/backward.py gives it no backward op."""
+
+
 def residual(name: str, ctx: LayerContext) -> Op:
     """The bias-dropout-add after a row-parallel GEMM. Fused (megatron/core/fusions/fused_bias_dropout.py): one
     kernel that reads 2 tensors and writes 1. With --no-bias-dropout-fusion megatron-core's _bias_dropout_add_func
@@ -393,7 +420,11 @@ def embedding_ops(ctx: LayerContext) -> list[Op]:
     out = ctx.tokens * m.hidden_size
     ops = [Op("embedding.lookup", "embedding", "fwd", {"tokens": ctx.tokens, "vocab": vocab, "hidden": m.hidden_size},
               bytes_moved=float(2 * out * ctx.act_bytes), dtype=ctx.dtype)]
-    ops += tp_exit("embedding.tp_reduce", ctx)
+    if ctx.tp.group_size > 1 and not ctx.cfg.parallel.sequence_parallel:
+        ops.append(comm("embedding.tp_reduce", "allreduce", out * ctx.act_bytes, ctx.tp, ctx,
+                        backward=IDENTITY_BACKWARD))
+    else:  # under SP a reduce-scatter, whose backward all-gathers the gradient (reduce_scatter_to_sequence_...)
+        ops += tp_exit("embedding.tp_reduce", ctx)
     ops.append(elementwise("embedding.dropout", "dropout", {"elements": ctx.norm_tokens * m.hidden_size},
                            ctx.norm_tokens * m.hidden_size, ctx))
     return ops
@@ -407,15 +438,23 @@ the saved softmax by the loss gradient in place (8) and casts the gradient back 
 
 
 def head_ops(ctx: LayerContext) -> list[Op]:
-    """Final norm, vocab-parallel LM head GEMM and cross-entropy (max/sum all-reduces of T floats over TP)."""
+    """Final norm, vocab-parallel LM head GEMM and cross-entropy (max/sum all-reduces of T floats over TP).
+
+    The LM head is a ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py output_layer; Megatron-DeepSpeed's
+    parallel_lm_logits: copy_to_tensor_model_parallel_region, or the async path): without SP its T x h input
+    gradient is all-reduced beside its weight-grad GEMM (own_grad_allreduce), async and overlapped where the job
+    runs Megatron's async path (the cross-entropy all-reduce carries async_dgrad_tags for it). The cross-entropy's
+    own all-reduces have no backward collective (cross_entropy.py VocabParallelCrossEntropy.backward is local)."""
     m = ctx.cfg.model
     vocab = m.padded_vocab_size // ctx.tp.group_size
     ops = [norm("head.final_norm", ctx), *tp_enter("head.tp_allgather", ctx),
-           gemm("head.lm_head", ctx.tokens, vocab, m.hidden_size, ctx),
+           own_grad_allreduce(gemm("head.lm_head", ctx.tokens, vocab, m.hidden_size, ctx), ctx),
            Op("head.cross_entropy", "cross_entropy", "fwd", {"tokens": ctx.tokens, "vocab": vocab},
               bytes_moved=float(CE_FWD_BYTES_PER_LOGIT * ctx.tokens * vocab), dtype=ctx.dtype)]
     if ctx.tp.group_size > 1:
-        ops.append(comm("head.ce_allreduce", "allreduce", 3 * ctx.tokens * 4, ctx.tp, ctx))
+        tags = {} if ctx.cfg.parallel.sequence_parallel else async_dgrad_tags(ctx)
+        ops.append(comm("head.ce_allreduce", "allreduce", 3 * ctx.tokens * 4, ctx.tp, ctx,
+                        backward=IDENTITY_BACKWARD, **tags))
     return ops
 
 

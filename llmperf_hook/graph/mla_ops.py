@@ -12,10 +12,7 @@ The q / kv latent norms exist with --qk-layernorm (mla_qk_norm_config.py), fused
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from llmperf_hook.graph import layer_ops as lo
-from llmperf_hook.graph.backward import GRAD_INPUT_ALLREDUCE
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.params import mla_down_split
 
@@ -25,21 +22,10 @@ def _latent_norm(name: str, width: int, ctx: lo.LayerContext) -> list[Op]:
     return [lo.norm(name, ctx, width)] if ctx.cfg.model.qk_layernorm else []
 
 
-def column(op: Op, ctx: lo.LayerContext) -> Op:
-    """A column-parallel linear of MLA: without sequence parallelism under TP > 1 its backward all-reduces its own
-    input gradient, m x k wide (tensor_parallel/layers.py allreduce_dgrad; TE's column-parallel Linear the same),
-    which graph/backward.column_grad_allreduce prices beside its weight-grad GEMM in place of one T x h all-reduce
-    for the region: the up projections read the q / kv latents (T x q_lora_rank, T x kv_lora_rank), not T x h, and
-    TE's duplicated down projections have no TP collective at all. Under SP the gathers carry it (tp_enter)."""
-    if ctx.tp.group_size == 1 or ctx.cfg.parallel.sequence_parallel:
-        return op
-    return replace(op, tags={**op.tags, "grad_input": GRAD_INPUT_ALLREDUCE})
-
-
 def _down(op: Op, ctx: lo.LayerContext) -> Op:
     """A down projection: TE's TELinear runs it 'duplicated' (no TP collective, its input gradient whole on every
-    rank); the local spec's ColumnParallelLinear splits it, so it all-reduces its T x h input gradient (column)."""
-    return column(op, ctx) if mla_down_split(ctx.cfg) > 1 else op
+    rank); the local spec's ColumnParallelLinear splits it, so it all-reduces its T x h input gradient."""
+    return lo.own_grad_allreduce(op, ctx) if mla_down_split(ctx.cfg) > 1 else op
 
 
 def _down_tokens(ctx: lo.LayerContext) -> int:
@@ -54,11 +40,11 @@ def query_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
     q_out = heads * (m.qk_head_dim + m.qk_pos_emb_head_dim)
     if not m.q_lora_rank:
         return [*lo.tp_enter("attn.tp_allgather", ctx), *_latent_norm("attn.q_norm", m.hidden_size, ctx),
-                column(lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx), ctx)]
+                lo.own_grad_allreduce(lo.gemm("attn.q_proj", ctx.tokens, q_out, m.hidden_size, ctx), ctx)]
     split = mla_down_split(ctx.cfg)
     return [_down(lo.gemm("attn.q_down", _down_tokens(ctx), m.q_lora_rank // split, m.hidden_size, ctx), ctx),
             *_latent_norm("attn.q_norm", m.q_lora_rank, ctx), *lo.tp_enter("attn.q_allgather", ctx, m.q_lora_rank),
-            column(lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx), ctx)]
+            lo.own_grad_allreduce(lo.gemm("attn.q_up", ctx.tokens, q_out, m.q_lora_rank, ctx), ctx)]
 
 
 def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
@@ -69,8 +55,8 @@ def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
                           m.hidden_size, ctx), ctx),
             *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *lo.tp_enter("attn.kv_allgather", ctx, m.kv_lora_rank),
             *lo.tp_enter("attn.k_rope_allgather", ctx, m.qk_pos_emb_head_dim),
-            column(lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, ctx),
-                   ctx)]
+            lo.own_grad_allreduce(lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim),
+                                          m.kv_lora_rank, ctx), ctx)]
 
 
 def mla_core(ctx: lo.LayerContext, heads: int) -> Op:
