@@ -140,16 +140,25 @@ def _allocation_tasks(env: Mapping[str, str], used: dict[str, str], nnodes: Size
 
 
 def apply_export(value: str, env: dict[str, str], used: dict[str, str]) -> None:
-    """srun/sbatch `--export=[ALL,]NAME=value,...|NONE|NIL` (srun.html --export): the NAME=value items are set in the
-    tasks' environment; NONE or NIL passes none of the user's variables but those listed (only SLURM_* ones), so the
-    variables llmperf prices (sizing.PRICED_ENV: CUDA_DEVICE_MAX_CONNECTIONS ...) do not reach the job unless listed."""
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    if items and items[0].upper() in ("NONE", "NIL"):
+    """srun `--export=[ALL,]NAME[=value],...|NONE` as srun builds its tasks' environment (src/srun/launch.c
+    _build_user_env; srun.html --export): items are read up to a NONE; NAME=value sets NAME and a bare NAME passes
+    the caller's value; the caller's other variables reach the tasks only with ALL, and then the caller's value wins
+    over an explicit one (env_array_merge overwrites). So without ALL the variables llmperf prices (sizing.PRICED_ENV:
+    CUDA_DEVICE_MAX_CONNECTIONS ...) are withheld unless listed."""
+    listed: dict[str, str] = {}
+    everything = False
+    for item in (item.strip() for item in value.split(",")):
+        if item.upper() == "NONE":
+            break
+        everything = everything or item.upper() == "ALL"
+        name, eq, assigned = item.partition("=")
+        if name and (eq or name in env):
+            listed[name] = assigned if eq else env[name]
+    if not everything:
         for name in PRICED_ENV:
             env.pop(name, None)
-    for item in items:
-        name, eq, assigned = item.partition("=")
-        if eq and name:
+    for name, assigned in listed.items():
+        if not (everything and name in env):
             env[name] = used[name] = assigned
 
 

@@ -169,12 +169,16 @@ def test_a_heterogeneous_jobs_first_component_sizes_it(tmp_path: Path) -> None:
     assert job.world_size == 8  # type: ignore[attr-defined]
 
 
-def test_srun_export_sets_and_withholds_the_jobs_variables() -> None:
-    """srun.html --export: NAME=value items reach the tasks; NONE passes none of the user's variables."""
-    srun = ["srun", "-N", "2", "--ntasks-per-node", "8"]
-    job = parse_launch([*srun, "--export=ALL,CUDA_DEVICE_MAX_CONNECTIONS=1", "python", "pretrain_gpt.py"], {})
-    assert job.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
-    job = parse_launch([*srun, "--export=NONE", "python", "pretrain_gpt.py"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in job.env
-    job = parse_launch([*srun, "--exp=NONE,CUDA_DEVICE_MAX_CONNECTIONS=8", "python", "pretrain_gpt.py"], {})
-    assert job.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "8"
+@pytest.mark.parametrize(("export", "caller", "tasks"), [
+    ("ALL,CUDA_DEVICE_MAX_CONNECTIONS=1", None, "1"), ("NONE", "1", None), ("NIL", "1", None),
+    ("NONE,CUDA_DEVICE_MAX_CONNECTIONS=8", None, None),  # items after NONE are not read
+    ("ALL,CUDA_DEVICE_MAX_CONNECTIONS=1", "8", "8"),  # with ALL the caller's value wins over the explicit one
+    ("CUDA_DEVICE_MAX_CONNECTIONS=1", "8", "1"), ("PATH", "1", None),  # without ALL only the listed ones pass
+    ("CUDA_DEVICE_MAX_CONNECTIONS", "4", "4"), ("ALL", "4", "4"),
+])
+def test_srun_export_builds_the_tasks_environment(export: str, caller: str | None, tasks: str | None) -> None:
+    """src/srun/launch.c _build_user_env: tokens up to NONE; NAME=value or the caller's NAME; the caller's other
+    variables only with ALL, which then also win over explicit values (env_array_merge overwrites)."""
+    env = {} if caller is None else {"CUDA_DEVICE_MAX_CONNECTIONS": caller}
+    job = parse_launch(["srun", "-N", "2", "--ntasks-per-node", "8", f"--exp={export}", "python", "pretrain_gpt.py"], env)
+    assert job.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == tasks
