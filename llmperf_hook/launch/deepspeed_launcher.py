@@ -36,9 +36,16 @@ DEEPSPEED_OPTIONS: dict[str, Option] = {
     **{k: Option(v) for k, v in _VALUED.items()},
     **{k: Option(k.lstrip("-").replace("-", "_"), takes_value=False) for k in _SWITCHES},
 }
+
+
+def _runner_spelling(option: str) -> str:
+    """The option string as runner.py defines it: long options with underscores only (`--num_gpus`)."""
+    return option if len(option) == 2 else "--" + option[2:].replace("-", "_")
+
+
 DEEPSPEED_GRAMMAR = Grammar(
-    {"-h": "0", "--help": "0", **{k if len(k) == 2 else k.replace("-", "_").replace("__", "--", 1): "1" for k in _VALUED},
-     **{k if len(k) == 2 else k.replace("-", "_").replace("__", "--", 1): "0" for k in _SWITCHES}},
+    {"-h": "0", "--help": "0", **{_runner_spelling(k): "1" for k in _VALUED},
+     **{_runner_spelling(k): "0" for k in _SWITCHES}},
     "argparse", "deepspeed/launcher/runner.py, argparse")
 """runner.py's parser (deepspeed 0.19.8 as installed, plus --min/--max_elastic_nodes and --elastic_training of
 the DeepSpeed sources' HEAD): every long option spelled with underscores only (`--num_gpus`; `--num-gpus` is
