@@ -9,15 +9,20 @@ reverse order, with a recomputed layer's forward again inside the backward) and 
   adds each following module's ds_numel (the whole, unpartitioned size) and stops once the sum reaches the
   distance. Parameters are identified by ds_id, so a tied output layer (Hugging Face lm_head sharing
   embed_tokens.weight) is the embedding's parameter and can stay gathered from the embedding's forward on.
-- fetch_sub_module: after a module's own fetch, prefetch the next not-available parameters of the trace while
-  fewer than min(stage3_prefetch_bucket_size, stage3_max_live_parameters - available) elements are in flight, a
-  whole parameter at a time (so one larger than the bucket is still prefetched). max_live_parameters bounds only
-  the prefetch: parameters kept by the reuse distance stay gathered whatever it says.
+- fetch_sub_module: after a module's own fetch, pop the fetch queue (the trace's parameter uses, consumed: each
+  call continues where the last stopped) and gather the parameters not available, a whole one at a time, while
+  fewer than min(stage3_prefetch_bucket_size, stage3_max_live_parameters - available) elements were taken in this
+  call. So up to a bucket more per module is gathered ahead until max_live_parameters (1e9 elements, ~2 GB in 16
+  bits) caps what is available, overshot by at most one parameter; parameters kept by the reuse distance stay
+  gathered whatever it says. A popped use of a parameter still available is marked
+  (most_recent_step_id_param_fetched_for), and __params_to_release then keeps that parameter gathered, whatever
+  the reuse distance, when the marked use lies beyond the next module.
 - Parameters under stage3_param_persistence_threshold (1e5 elements: norms, biases) are never released
   (ds_persist); they are not in this trace and are priced with the weights.
 So the first fetch of a micro-batch (the word embedding's) has nothing to hide behind, the output layer stays
 gathered from its forward to its backward (the loss has no parameters), and the last layers' parameters stay
-gathered across the forward/backward turn, as many as fit in half the reuse distance (each is passed twice).
+gathered across the forward/backward turn: as many as fit in half the reuse distance (each is passed twice), and
+those whose backward use the prefetch queue reached before their forward release.
 """
 
 from __future__ import annotations
@@ -56,8 +61,8 @@ class Zero3Trace:
     layer_bwd_fetch_skipped: int
     """Layers at the end of the rank whose backward fetch is skipped (all their modules still gathered)."""
     peak_live_elems: int
-    """The most parameter elements gathered at once over the micro-batch: held by the reuse distance, the module
-    running, and the prefetch in flight."""
+    """The most parameter elements gathered at once over the micro-batch: held by the reuse distance or a passed
+    use, the module running, and what the prefetch gathered ahead."""
 
 
 def _forward_units(cfg: TrainingConfig, stage: int) -> list[tuple[str, int]]:
@@ -126,17 +131,20 @@ def _kept(trace: list[tuple[str, int]], reuse: int, pinned: frozenset[str]) -> l
     return kept
 
 
-def _prefetch(trace: list[tuple[str, int]], i: int, held: dict[str, int], limit: int) -> int:
-    """Elements fetch_sub_module prefetches after position i: whole parameters not yet gathered, while the sum stays
-    under `limit`."""
-    total, seen = 0, set(held)
-    for uid, n in trace[i + 1:]:
-        if total >= limit:
-            break
-        if uid not in seen:
-            seen.add(uid)
-            total += n
-    return total
+def _prefetch(trace: list[tuple[str, int]], front: int, held: dict[str, int], passed: dict[str, int],
+              fetched_at: list[bool], limit: int) -> tuple[int, int]:
+    """fetch_sub_module's prefetch: pop the queue from `front` while fewer than `limit` elements are being gathered,
+    gathering each parameter not yet held (a whole one, so it can overshoot) and marking every popped use in `passed`
+    (most_recent_step_id_param_fetched_for). Returns (new front, elements gathered)."""
+    gathered = 0
+    while front < len(trace) and gathered < limit:
+        uid, n = trace[front]
+        passed[uid] = max(passed.get(uid, -1), front)
+        if uid not in held:
+            held[uid], fetched_at[front] = n, True
+            gathered += n
+        front += 1
+    return front, gathered
 
 
 def zero3_trace(cfg: TrainingConfig, stage: int) -> Zero3Trace:
@@ -150,16 +158,23 @@ def zero3_trace(cfg: TrainingConfig, stage: int) -> Zero3Trace:
     trace = _trace(cfg, stage)
     kept = _kept(trace, reuse, frozenset({"word"}) if root_holds_embedding(cfg) else frozenset())
     held: dict[str, int] = {}
-    fetched_at: list[bool] = []
-    peak = held_elems = 0
+    passed: dict[str, int] = {}
+    fetched_at = [False] * len(trace)
+    front = peak = live = 0
     for i, (uid, n) in enumerate(trace):
-        fetched_at.append(uid not in held)
-        if uid not in held:
-            held[uid], held_elems = n, held_elems + n
-        ahead = _prefetch(trace, i, held, min(bucket, max(0, max_live - held_elems))) if bucket else 0
-        peak = max(peak, held_elems + ahead)
-        if not kept[i]:
-            held_elems -= held.pop(uid)
+        if uid not in held:  # not prefetched, not kept: fetched on demand
+            held[uid], fetched_at[i] = n, True
+            live += n
+        if front <= i:  # its own use leaves the queue (the queue is consumed: no position is popped twice)
+            front, passed[uid] = i + 1, i
+        if bucket > 0:
+            front, gathered = _prefetch(trace, front, held, passed, fetched_at, min(bucket, max_live - live))
+            live += gathered
+        peak = max(peak, live)
+        # __params_to_release at step_id i + 1: a later use the queue passed (most_recent_step_id_param_fetched_for
+        # > step_id) keeps it gathered; the very next module's use counts only through the reuse distance
+        if not kept[i] and passed[uid] <= i + 1:
+            live -= held.pop(uid)
     return _summary(cfg, stage, trace, fetched_at, peak)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.sample_configs import make_config
@@ -43,7 +45,8 @@ def test_tied_head_stays_gathered_from_the_embedding_within_the_reuse_distance()
     big, small = zero3_trace(_cfg(), 0), zero3_trace(_cfg(layers=12), 0)
     assert (big.head_fwd_fetch, big.head_bwd_fetch, big.embedding_bwd_fetch) == (True, False, True)
     assert (small.head_fwd_fetch, small.head_bwd_fetch, small.embedding_bwd_fetch) == (False, False, False)
-    none = zero3_trace(_cfg(stage3_max_reuse_distance=0), 0)  # 0: every parameter released after each use
+    # distance 0 and no prefetch: every parameter released after each use
+    none = zero3_trace(_cfg(stage3_max_reuse_distance=0, stage3_prefetch_bucket_size_elems=0), 0)
     assert (none.head_fwd_fetch, none.head_bwd_fetch, none.embedding_bwd_fetch, none.layer_bwd_fetch_skipped) == \
         (True, True, True, 0)
 
@@ -51,14 +54,14 @@ def test_tied_head_stays_gathered_from_the_embedding_within_the_reuse_distance()
 def test_last_layers_stay_gathered_across_the_turn() -> None:
     """Layer k from the end (0-based) is passed twice, with the head twice, between its forward and backward: its
     first module (QKV) is kept while 2 x (word + k whole layers + the rest of its own) < 1e9. Word 109 M, layer 50.3
-    M: k = 7 keeps QKV (2 x (109.1 + 352.3 + 37.7) M = 0.998e9), k = 8 does not: 8 layers skip their backward fetch."""
-    trace = zero3_trace(_cfg(), 0)
+    M: k = 7 keeps QKV (2 x (109.1 + 352.3 + 37.7) M = 0.998e9), k = 8 does not: 8 layers skip their backward fetch
+    (prefetch off, so that only the distance keeps them)."""
+    trace = zero3_trace(_cfg(stage3_prefetch_bucket_size_elems=0), 0)
     layer = _fetched_layer()
     assert 2 * (WORD + 7 * layer + layer - LAYER_MODULES[0]) < 1e9 <= 2 * (WORD + 8 * layer + layer - LAYER_MODULES[0])
     assert trace.layer_bwd_fetch_skipped == 8
-    # the peak at the turn: the word weight, the 8 kept layers, the modules of the ninth still under the distance,
-    # and a prefetch bucket (5e7)
-    assert 1e9 / 2 <= trace.peak_live_elems <= WORD + 9 * layer + 50_000_000
+    # the peak at the turn: the word weight, the 8 kept layers, the modules of the ninth still under the distance
+    assert 1e9 / 2 <= trace.peak_live_elems <= WORD + 9 * layer
 
 
 def test_megatron_deepspeed_root_holds_the_tied_embedding() -> None:
@@ -69,18 +72,34 @@ def test_megatron_deepspeed_root_holds_the_tied_embedding() -> None:
     assert trace.peak_live_elems >= WORD + LAYER_MODULES[2]
 
 
-def test_prefetch_is_bounded_by_the_bucket_and_max_live_parameters() -> None:
-    """Without reuse, the peak is the module running plus what fetch_sub_module prefetches: whole parameters while
-    under min(prefetch bucket, max_live - available) (so one parameter can overshoot it); a bucket of 0, or
-    max_live_parameters 0, prefetches nothing."""
+def test_prefetch_accumulates_up_to_max_live_parameters() -> None:
+    """fetch_sub_module pops the fetch queue: each module's prefetch takes whole parameters beyond the previous ones
+    while under min(prefetch bucket, max_live - available), so what is gathered grows by up to a bucket per module
+    until max_live_parameters caps it (one parameter can overshoot); a bucket of 0, or max_live_parameters 0,
+    prefetches nothing. Without reuse."""
     base = dict(stage3_max_reuse_distance=0)
     lazy = zero3_trace(_cfg(untie=True, stage3_prefetch_bucket_size_elems=0, **base), 0)
     assert lazy.peak_live_elems == WORD  # the largest single parameter (the embedding / the untied output)
     capped = zero3_trace(_cfg(untie=True, stage3_max_live_parameters=0, **base), 0)
     assert capped.peak_live_elems == WORD
-    # after the embedding's fetch: the first layer's four modules, 50.35 M >= 5e7 elements, are prefetched
+    # the 24 layers (1.21e9 elements) are longer than the 1e9 cap: gathered elements reach it, overshot by at most
+    # one parameter (here the 104.9 M untied output layer)
     default = zero3_trace(_cfg(untie=True, **base), 0)
-    assert default.peak_live_elems == WORD + _fetched_layer()
+    assert 1e9 <= default.peak_live_elems <= 1e9 + V * H
+    limited = zero3_trace(_cfg(untie=True, stage3_max_live_parameters=300_000_000, **base), 0)
+    assert 300_000_000 <= limited.peak_live_elems <= 300_000_000 + V * H
+
+
+def test_a_use_the_prefetch_passed_keeps_its_parameter_gathered() -> None:
+    """__params_to_release keeps a parameter whose later use the prefetch queue has already passed
+    (most_recent_step_id_param_fetched_for > step_id), whatever the reuse distance: with distance 0 the layers the
+    queue reaches across the forward/backward turn skip their backward fetch; with the queue held back by
+    max_live_parameters 0 none do."""
+    ahead = zero3_trace(_cfg(stage3_max_reuse_distance=0), 0)
+    held_back = zero3_trace(_cfg(stage3_max_reuse_distance=0, stage3_max_live_parameters=0), 0)
+    assert held_back.layer_bwd_fetch_skipped == 0 < ahead.layer_bwd_fetch_skipped
+    # the head's backward use is the very next module: released at distance 0 even though the queue passed it
+    assert ahead.head_bwd_fetch
 
 
 def _block(graph, name: str):
@@ -88,7 +107,7 @@ def _block(graph, name: str):
 
 
 def test_graph_prices_the_embedding_and_head_fetches_and_their_reduction() -> None:
-    cfg = _cfg(untie=True, stage3_max_reuse_distance=0)
+    cfg = _cfg(untie=True, stage3_max_reuse_distance=0, stage3_max_live_parameters=60_000_000)
     graph = build_graph(cfg, DGX)
     embedding, head = _block(graph, "embedding"), _block(graph, "head")
     first = embedding.fwd[0]
@@ -102,11 +121,13 @@ def test_graph_prices_the_embedding_and_head_fetches_and_their_reduction() -> No
 
 
 def test_kept_layers_drop_their_backward_fetch_share() -> None:
-    cfg = _cfg()
-    layer = next(b for b in _block_names(build_graph(cfg, DGX)) if b.name == "dense_layer")
-    fwd = next(op for op in layer.fwd if op.name == "zero3.param_allgather")
-    bwd = next(op for op in layer.bwd if op.name == "zero3.param_allgather")
-    assert bwd.dims["bytes"] == int(fwd.dims["bytes"] * (1 - 8 / 24))
+    for cfg in (_cfg(), _cfg(stage3_prefetch_bucket_size_elems=0)):
+        layer = next(b for b in _block_names(build_graph(cfg, DGX)) if b.name == "dense_layer")
+        fwd, bwd = (sum(op.dims["bytes"] for op in ops if op.name.startswith("zero3.param_")) for ops in
+                    (layer.fwd, layer.bwd))
+        skipped = zero3_trace(cfg, 0).layer_bwd_fetch_skipped
+        assert bwd == pytest.approx(fwd * (1 - skipped / 24), abs=4)
+    assert skipped == 8  # the distance alone (test_last_layers_stay_gathered_across_the_turn)
 
 
 def _block_names(graph):
@@ -117,5 +138,6 @@ def test_memory_holds_what_the_trace_holds() -> None:
     cfg = _cfg()
     held = estimate_memory(cfg, build_graph(cfg, DGX), DGX).components["zero3_live_params"]
     assert held == 2 * zero3_trace(cfg, 0).peak_live_elems
-    tight = replace(cfg, optimizer=replace(cfg.optimizer, stage3_max_reuse_distance=0))
+    tight = replace(cfg, optimizer=replace(cfg.optimizer, stage3_max_reuse_distance=0,
+                                           stage3_max_live_parameters=100_000_000))
     assert estimate_memory(tight, build_graph(tight, DGX), DGX).components["zero3_live_params"] < held / 2

@@ -28,9 +28,10 @@ GPN = 8
 def _cfg(world: int = 16, micro: int = 1, **opt: object) -> TrainingConfig:
     model = ModelShape(num_layers=4, hidden_size=H, ffn_hidden_size=4 * H, num_attention_heads=16, num_query_groups=16,
                        kv_channels=64, seq_length=1024, vocab_size=32000, padded_vocab_size=32000)
-    # stage3_max_reuse_distance 0: every layer is released after use and fetched again before its backward, as in a
-    # model larger than DeepSpeed's 1e9-element reuse distance (this one fits whole: graph/zero3_trace.py)
-    opt = {"stage3_max_reuse_distance": 0, **opt}
+    # stage3_max_reuse_distance 0 and max_live_parameters 0: every layer is released after use and fetched again
+    # before its backward (neither the distance nor the prefetch queue keeps it), as in a model far larger than
+    # DeepSpeed's 1e9-element limits (this one fits whole: graph/zero3_trace.py)
+    opt = {"stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0, **opt}
     optimizer = OptimizerConfig(zero_stage=3, overlap_grad_reduce=True, stage3_prefetch_bucket_size_elems=50_000_000,
                                 **opt)  # type: ignore[arg-type]
     return TrainingConfig(framework="deepspeed", launcher="deepspeed", world_size=world, nnodes=world // GPN,
