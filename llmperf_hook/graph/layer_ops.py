@@ -463,14 +463,16 @@ def tied_grad_sum_ops(ctx: LayerContext) -> tuple[Op, ...]:
     run on the same rank (one chunk holds both). Autograd adds the LM head's weight gradient and the lookup's dense
     gradient in the weight's input buffer before AccumulateGrad (torch/csrc/autograd/input_buffer.cpp accumulate:
     old_var.add_(var), else old_var + var): read both, write one, vocab/tp x hidden elements in the weight's dtype.
-    It runs where the head's weight gradient is a tensor: DeepSpeed's engines and Hugging Face models, and
-    Megatron-DeepSpeed, whose LM head returns grad_output.t().matmul(total_input) with the fused accumulation
-    commented out (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward).
-    Megatron-LM with --gradient-accumulation-fusion writes it into main_grad (a version-dependent dummy gradient):
-    not priced there; with untied embeddings there is nothing to sum."""
+    The head's weight gradient is a tensor everywhere: DeepSpeed's engines, Hugging Face models and Megatron-DeepSpeed
+    (grad_output.t().matmul(total_input), its fused accumulation commented out in core/tensor_parallel/layers.py)
+    return the product; Megatron-LM with --gradient-accumulation-fusion writes the product into main_grad and returns
+    a zero-filled dummy of the weight's shape for the shared weight at pp 1 (language_module.py sets zero_out_wgrad,
+    layers.py: TE get_dummy_wgrad(..., zero=True) fill_(0), else torch.zeros; a96650b9b2 / 06d45e2634, 2023-11),
+    one more write pass, which autograd sums all the same. With untied embeddings there is nothing to sum."""
     cfg = ctx.cfg
-    if cfg.model.untie_embeddings or (cfg.framework == "megatron" and cfg.gradient_accumulation_fusion):
+    if cfg.model.untie_embeddings:
         return ()
     elements = cfg.model.padded_vocab_size // ctx.tp.group_size * cfg.model.hidden_size
-    return (Op("head.tied_grad_sum", "grad_sum", "bwd", {"elements": elements}, flops=float(elements),
-               bytes_moved=float(3 * elements * ctx.act_bytes), dtype=ctx.dtype),)
+    passes = 4 if cfg.framework == "megatron" and cfg.gradient_accumulation_fusion else 3
+    return (Op("head.tied_grad_sum", "grad_sum", "bwd", {"elements": elements}, flops=0.0,  # not model FLOPs (MFU)
+               bytes_moved=float(passes * elements * ctx.act_bytes), dtype=ctx.dtype),)

@@ -64,11 +64,15 @@ def test_no_sum_when_the_embedding_and_head_sit_on_different_stages(tmp_path: Pa
     assert not _sums(build_graph(cfg, cluster))
 
 
-def test_megatron_with_fused_wgrad_accumulation_has_no_sum_and_without_it_does() -> None:
+def test_megatron_with_fused_wgrad_accumulation_sums_a_zero_filled_dummy_gradient() -> None:
+    # megatron-core: with the fusion the head returns get_dummy_wgrad(..., zero=True) for the shared weight at pp 1
+    # (zero_out_wgrad): filled with zeros (one write), then summed with the lookup's gradient (read 2, write 1)
     cluster = load_cluster("dgx-a100")
     fused = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, precision="fp16")
     assert fused.framework == "megatron" and fused.gradient_accumulation_fusion
-    assert not _sums(build_graph(fused, cluster))
-    unfused = replace(fused, gradient_accumulation_fusion=False)
-    op, = _sums(build_graph(unfused, cluster))
-    assert op.dims["elements"] == fused.model.padded_vocab_size * 1024
+    elements = fused.model.padded_vocab_size * 1024
+    op, = _sums(build_graph(fused, cluster))
+    assert op.dims["elements"] == elements and op.bytes_moved == pytest.approx(4 * 2 * elements)
+    assert op.flops == 0.0  # memory-bound, and no model FLOP: MFU's count stays Megatron's
+    unfused, = _sums(build_graph(replace(fused, gradient_accumulation_fusion=False), cluster))
+    assert unfused.bytes_moved == pytest.approx(3 * 2 * elements)
