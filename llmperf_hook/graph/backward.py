@@ -20,7 +20,7 @@ BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
 BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "bias_dropout_add": 0.8,
                     "bias_activation": 1.25}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
-14 bytes per logit against 38 in forward (graph/layer_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
+14 bytes per logit against 38 in forward (graph/vocab_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
 path's cast and scale (layer_ops.softmax_fallback_ops) backpropagate as one kernel of the same traffic (cast
 back, multiply by the scale); its mask fill is two kernels (backward_bytes). The unfused bias-dropout-add and
 bias-activation (layer_ops.residual / activation, --no-bias-dropout-fusion / --no-bias-gelu-fusion) backpropagate
@@ -133,9 +133,9 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     CUDA's default 8 queues, a 3 us no-op only tried to delay the GEMM; a GEMM that reaches the SMs first fills them
     and the collective waits for its CTAs to drain (serialized, the whole collective exposed). A job whose
     CUDA_DEVICE_MAX_CONNECTIONS is not 1 on a GPU before Blackwell (graph/launch_order.tp_launch_ordered; the 2022
-    rows of validate/framework_era.py) has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives then keep the gather's tags, no
-    overlap tag, so schedule/compose.py puts the whole of each on the critical path, one after the other with the
-    GEMM, and no SM share applies (they never run beside it)."""
+    rows of validate/framework_era.py) has its gather tagged launch=unordered (layer_ops.tp_enter): both collectives
+    then keep the gather's tags, no overlap tag, so schedule/compose.py puts the whole of each on the critical path,
+    one after the other with the GEMM, and no SM share applies (they never run beside it)."""
     if gather.tags.get("launch") == UNORDERED_LAUNCH:
         regather_tags = reduce_tags = gather.tags
     else:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import layer_ops as lo
 from llmperf_hook.graph import params as pc
+from llmperf_hook.graph import vocab_ops as vo
 from llmperf_hook.graph.backward import backward_block, nccl_sm_share
 from llmperf_hook.graph.cpu_stages import cpu_stages
 from llmperf_hook.graph.launch_order import launch_order_warnings, tp_launch_ordered
@@ -116,16 +117,16 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=memo[key])
     blocks: list[OpBlock] = []
     if first:
-        blocks.append(with_zero_edge_ops(cfg, _block("embedding", lo.embedding_ops(ctx), 1, "none"), stage, "embedding",
+        blocks.append(with_zero_edge_ops(cfg, _block("embedding", vo.embedding_ops(ctx), 1, "none"), stage, "embedding",
                                          gpus_per_node))
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
     if last and cfg.model.mtp_num_layers:
         blocks += _mtp_blocks(cfg, ctx)
     if last:
-        head = _block("head", lo.head_ops(ctx), 1, "none")
+        head = _block("head", vo.head_ops(ctx), 1, "none")
         if first:  # the embedding on the same rank: its gradient meets the head's in the tied weight
-            head = replace(head, bwd=head.bwd + lo.tied_grad_sum_ops(ctx))
+            head = replace(head, bwd=head.bwd + vo.tied_grad_sum_ops(ctx))
         blocks.append(with_zero_edge_ops(cfg, head, stage, "head", gpus_per_node))
     if memo is not None:
         memo[key] = tuple(blocks)

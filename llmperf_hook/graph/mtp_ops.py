@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmperf_hook.graph import layer_ops as lo
+from llmperf_hook.graph import vocab_ops as vo
 from llmperf_hook.graph.op import Op
 
 
@@ -28,11 +29,11 @@ def _concat_projection(ctx: lo.LayerContext) -> list[Op]:
 
 def mtp_head_ops(ctx: lo.LayerContext) -> list[Op]:
     """The depth's final norm, the shared output layer and its loss (the main head's ops, renamed)."""
-    return [replace(op, name="mtp." + op.name.split(".", 1)[1]) for op in lo.head_ops(ctx)]
+    return [replace(op, name="mtp." + op.name.split(".", 1)[1]) for op in vo.head_ops(ctx)]
 
 
 def mtp_depth_ops(ctx: lo.LayerContext, layer: list[Op]) -> list[Op]:
     """One MTP depth up to its loss head: the shifted tokens' embedding, the concat projection and `layer` (the
     transformer layer's forward ops); mtp_head_ops follow."""
-    embed = [replace(op, name="mtp." + op.name) for op in lo.embedding_ops(ctx)]
+    embed = [replace(op, name="mtp." + op.name) for op in vo.embedding_ops(ctx)]
     return [*embed, *_concat_projection(ctx), *layer]
