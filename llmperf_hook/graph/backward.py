@@ -185,11 +185,8 @@ def column_grad_allreduce(gemm: Op, reduce: Op) -> Op:
     in the group of its region's all-reduce `reduce`: launched after the linear's grad-input GEMM and, where Megatron
     runs it async (reduce tagged dgrad=async), waited for after its weight-grad GEMM (async_dgrad_backward)."""
     nbytes = gemm.dims["m"] * gemm.dims["k"] * DTYPE_BYTES[gemm.dtype]
-    tags = {k: v for k, v in reduce.tags.items() if k != "dgrad"}
-    if reduce.tags.get("dgrad") == ASYNC_DGRAD:
-        tags.update(overlap="wgrad", window=gemm.name)
-    return Op(gemm.name + ".dgrad_allreduce", "allreduce", "bwd", {"bytes": int(nbytes)}, 0.0, 0.0, reduce.dtype,
-              reduce.collective, tags)
+    window = gemm if reduce.tags.get("dgrad") == ASYNC_DGRAD else None
+    return _grad_input_allreduce(gemm.name + ".dgrad_allreduce", nbytes, reduce, window)
 
 
 def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
@@ -201,11 +198,16 @@ def async_dgrad_backward(reduce: Op, gemm: Op | None) -> Op:
     weight gradient computation'; Transformer Engine's Linear: allreduce(dgrad, async_op=True) before its wgrad).
     Tagged overlap=wgrad with that GEMM as its window, priced as sequence parallelism's reduce-scatter is
     (schedule/compose.py gemm_window_exposed_s); untagged (serialized) where the region has no such GEMM."""
+    return _grad_input_allreduce(reduce.name, reduce.dims["bytes"], reduce, gemm)
+
+
+def _grad_input_allreduce(name: str, nbytes: float, reduce: Op, window: Op | None) -> Op:
+    """A backward all-reduce of `nbytes` in the group of the forward all-reduce `reduce`, with its tags less dgrad;
+    overlapping `window`'s weight-grad GEMM where one is given, else serialized."""
     tags = {k: v for k, v in reduce.tags.items() if k != "dgrad"}
-    if gemm is not None:
-        tags.update(overlap="wgrad", window=gemm.name)
-    return Op(reduce.name, "allreduce", "bwd", {"bytes": int(reduce.dims["bytes"])}, 0.0, 0.0, reduce.dtype,
-              reduce.collective, tags)
+    if window is not None:
+        tags.update(overlap="wgrad", window=window.name)
+    return Op(name, "allreduce", "bwd", {"bytes": int(nbytes)}, 0.0, 0.0, reduce.dtype, reduce.collective, tags)
 
 
 def _op_backward(fwd: list[Op], i: int, columns: dict[int, int]) -> list[Op]:
