@@ -40,8 +40,10 @@ def launch_order_warnings(cfg: TrainingConfig, gpu: HardwareSpec) -> tuple[str, 
               "not overlapped" if p.sequence_parallel and p.tp > 1 else
               "the async grad-input all-reduce is priced serialized with its weight-grad GEMM, not overlapped"
               if cfg.async_tp_allreduce and p.tp > 1 else "nothing is priced differently")
+    capability = (f"compute capability {gpu.compute_capability:g}" if gpu.compute_capability > 0 else
+                  "compute capability not stated by its preset, taken as before Blackwell")
     return (f"CUDA_DEVICE_MAX_CONNECTIONS={cfg.cuda_device_max_connections} (environment) lets the {gpu.name} "
-            f"(compute capability {gpu.compute_capability:g}) run kernels out of launch order: {priced}. Today's Megatron-LM "
+            f"({capability}) run kernels out of launch order: {priced}. Today's Megatron-LM "
             "asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for tensor or context parallelism on GPUs before Blackwell "
             "(megatron/training/arguments.py; releases before 2022-10-14 did not check it); set "
             "CUDA_DEVICE_MAX_CONNECTIONS=1 for the overlap",)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from llmperf_hook import api
-from llmperf_hook.graph.launch_order import ORDER_FREE_COMPUTE_CAPABILITY, tp_launch_ordered
+from llmperf_hook.graph.launch_order import ORDER_FREE_COMPUTE_CAPABILITY, launch_order_warnings, tp_launch_ordered
 from llmperf_hook.hardware.load import load_cluster
 
 ARGV = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 4096 --num-attention-heads 32 "
@@ -51,3 +51,5 @@ def test_unknown_compute_capability_counts_as_older() -> None:
     gpu = load_cluster("dgx-b200").gpu
     assert tp_launch_ordered(cfg, gpu) and not tp_launch_ordered(cfg, replace(gpu, compute_capability=0.0))
     assert tp_launch_ordered(replace(cfg, cuda_device_max_connections=1), replace(gpu, compute_capability=9.0))
+    (warning,) = launch_order_warnings(cfg, replace(gpu, compute_capability=0.0))
+    assert "compute capability not stated" in warning and "compute capability 0" not in warning
