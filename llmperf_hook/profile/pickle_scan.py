@@ -1,4 +1,4 @@
-"""Find a Python pickle in a folder of fitted models (communication models; the rule op profiles follow too).
+"""Find a Python pickle in a folder of fitted models (op profiles: profile_io.py; comm models: comm_model.py).
 
 Fitted models are data (DESIGN.md: JSON and LightGBM text, never pickles), because they are shared between
 users and clusters: a pickle runs arbitrary code when loaded, so one found beside a fitted model means the

@@ -22,6 +22,7 @@ from typing import Mapping
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.hinge import HINGE_TERMS, Hinge
+from llmperf_hook.profile.pickle_scan import find_pickle
 from llmperf_hook.profile.tree_eval import LinearBaseline
 from llmperf_hook.resources import configs_dir
 
@@ -199,48 +200,18 @@ def _baseline(directory: Path, raw: dict) -> LinearBaseline | None:
     return base
 
 
-PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".dill", ".pt", ".pth", ".ckpt", ".sav")
-"""File names of Python pickles (joblib, dill and torch.save write pickles too)."""
-
-MAX_FILES_CHECKED = 1000
-"""Files of a profile folder looked at for pickles (a profile holds ~25; a folder far larger is checked in part)."""
-
-
-def _pickle_kind(path: Path) -> str | None:
-    """Why `path` is a pickle (its name, or its first bytes: protocol 2-5 opens with 0x80 and the protocol number;
-    torch.save's zip holds a data.pkl), or None."""
-    if path.name.lower().endswith(PICKLE_SUFFIXES):
-        return f"named {path.suffix}"
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-        if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-            return f"pickle protocol {head[1]} data"
-        if head == b"PK\x03\x04":
-            import zipfile
-
-            with zipfile.ZipFile(path) as archive:
-                if any(n.endswith(PICKLE_SUFFIXES) for n in archive.namelist()):
-                    return "a zip archive holding a pickle (torch.save)"
-    except Exception:  # noqa: BLE001 - unreadable, or a damaged zip (BadZipFile): no pickle anyone could load
-        return None
-    return None
-
-
 def check_no_pickle(directory: Path) -> None:
     """Refuse a profile folder holding a pickle: llmperf writes and reads only JSON and LightGBM text, so a pickle
     there was put by someone else, and the folder is not what `llmperf profile` wrote (a shared profile is exactly
-    where a planted pickle would be loaded by a tool that trusts it)."""
-    for num, path in enumerate(sorted(directory.rglob("*"))):
-        if num >= MAX_FILES_CHECKED:
-            return
-        kind = path.is_file() and _pickle_kind(path)
-        if kind:
-            raise _fail(directory, f"it holds {path.relative_to(directory)}, a Python pickle ({kind}). Profiles are "
-                                   f"data only (profile.json and LightGBM text dumps) and llmperf never loads a "
-                                   f"pickle, which can run any code when loaded; one beside a profile means the "
-                                   f"folder was not written by `llmperf profile` or was tampered with. Remove "
-                                   f"{path.name} if you trust the rest of the folder")
+    where a planted pickle would be loaded by a tool that trusts it; pickle_scan.py says what counts as one)."""
+    planted = find_pickle(directory)
+    if planted is not None:
+        path, kind = planted
+        raise _fail(directory, f"it holds {path.relative_to(directory)}, a Python pickle ({kind}). Profiles are "
+                               f"data only (profile.json and LightGBM text dumps) and llmperf never loads a "
+                               f"pickle, which can run any code when loaded; one beside a profile means the "
+                               f"folder was not written by `llmperf profile` or was tampered with. Remove "
+                               f"{path.name} if you trust the rest of the folder")
 
 
 def read_profile_meta(directory: Path) -> ProfileMeta:
