@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Sequence
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_VALUED = frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"})
-"""env options whose value is the next word (coreutils env.c long options and `u:C:S:`)."""
-_DROPS_ALL = frozenset({"-i", "--ignore-environment", "-"})
+_VALUED_LONG = ("--unset", "--chdir", "--split-string", "--argv0")
+"""env's long options whose value is the next word unless given as --NAME=VALUE (coreutils env.c longopts)."""
+_VALUED_SHORT = "uCSa"
+"""env's short options that take a value (getopt "+C:iS:u:v0"; -a since coreutils 9.6): the rest of their cluster,
+or else the next word."""
 
 
 def keep_hook_in_env_command(argv: Sequence[str], hook_dir: Path) -> list[str]:
@@ -31,27 +33,36 @@ def keep_hook_in_env_command(argv: Sequence[str], hook_dir: Path) -> list[str]:
     return words
 
 
-def _drops_python_path(words: list[str], i: int) -> bool:
-    """Whether the option at words[i] makes env start the program without the inherited PYTHONPATH."""
-    word = words[i]
-    if word in _DROPS_ALL or (re.fullmatch(r"-[0iv]+", word) is not None and "i" in word):
-        return True
-    if word in ("-u", "--unset"):
-        return words[i + 1:i + 2] == ["PYTHONPATH"]
-    return word in ("-uPYTHONPATH", "--unset=PYTHONPATH")
+def _read_option(words: list[str], i: int) -> tuple[int, bool]:
+    """(how many words the option at words[i] spans, whether it makes env start the program without the inherited
+    PYTHONPATH: -i / --ignore-environment / a lone `-`, or unsetting PYTHONPATH). A short-option cluster (`-iv`,
+    `-vu NAME`, `-uNAME`, `-iC DIR`) is read as getopt does: letters up to the first that takes a value, whose
+    value is the rest of the cluster or else the next word."""
+    word, after = words[i], words[i + 1:i + 2]
+    if word == "-" or word.startswith("--"):
+        name, has_value, value = word.partition("=")
+        spans = 2 if name in _VALUED_LONG and not has_value and after else 1
+        value = value if has_value else "".join(after)
+        return spans, word in ("-", "--ignore-environment") or (name == "--unset" and value == "PYTHONPATH")
+    letters = word[1:]
+    cut = next((k for k, letter in enumerate(letters) if letter in _VALUED_SHORT), len(letters))
+    value, spans = letters[cut + 1:], 1
+    if cut < len(letters) and not value and after:
+        value, spans = after[0], 2
+    return spans, "i" in letters[:cut] or (letters[cut:cut + 1] == "u" and value == "PYTHONPATH")
 
 
 def _keep_hook_in_one_env(words: list[str], i: int, hook: str) -> int:
     """Rewrites one env's words from words[i] on, in place; returns the index of the program it runs. env reads
-    options up to the first other word or `--` (getopt_long with "+C:iS:u:v0"), then NAME=VALUE words."""
+    options up to the first other word or `--` (getopt_long, _read_option), then NAME=VALUE words."""
     drops, sets, options = False, False, True
     while i < len(words):
         word = words[i]
         if options and word == "--":
             options = False
         elif options and word.startswith("-"):
-            drops = drops or _drops_python_path(words, i)
-            i += 2 if word in _VALUED else 1
+            spans, drops_here = _read_option(words, i)
+            drops, i = drops or drops_here, i + spans
             continue
         elif _ASSIGN.match(word):
             options = False

@@ -23,6 +23,14 @@ HOOK = Path("/run/jobs/j/hook")
     (["env", "-C", "/tmp", "A=1", "python", "PYTHONPATH=/x"], ["env", "-C", "/tmp", "A=1", "python", "PYTHONPATH=/x"]),
     (["env", "A=1", "-i", "python"], ["env", "A=1", "-i", "python"]),  # after NAME=VALUE, -i is the program
     (["python", "-c", "1"], ["python", "-c", "1"]),
+    # option clusters read as getopt does: a valued letter takes the cluster's rest, else the next word
+    (["env", "-iC", "/tmp", "python"], ["env", "-iC", "/tmp", "PYTHONPATH=/run/jobs/j/hook", "python"]),
+    (["env", "-vu", "PYTHONPATH", "python"], ["env", "-vu", "PYTHONPATH", "PYTHONPATH=/run/jobs/j/hook", "python"]),
+    (["env", "-uPYTHONPATH", "python"], ["env", "-uPYTHONPATH", "PYTHONPATH=/run/jobs/j/hook", "python"]),
+    (["env", "-ui", "python"], ["env", "-ui", "python"]),  # unsets a variable named i
+    (["env", "--unset=PYTHONPATH", "-", "python"],
+     ["env", "--unset=PYTHONPATH", "-", "PYTHONPATH=/run/jobs/j/hook", "python"]),
+    (["env", "--chdir", "/x", "--unset", "HOME", "python"], ["env", "--chdir", "/x", "--unset", "HOME", "python"]),
 ])
 def test_env_words_rewritten_only_where_env_sets_or_drops_python_path(argv: list[str], launched: list[str]) -> None:
     assert keep_hook_in_env_command(argv, HOOK) == launched
