@@ -4,11 +4,13 @@ On a GPU the host returns from optimizer.step() long before the kernels finish, 
 the launch queue, not the step: an event is recorded on the current stream at each boundary, and the step time
 is the elapsed time between consecutive events on the GPU's own clock (torch.cuda.Event.elapsed_time, in ms).
 The synchronize that elapsed_time needs happens when the step's record is written (the recorder's writer builds
-it at flush time: every 64 records, at the end of the N steps, at exit), never at the boundary itself: a
-synchronize per step drains the launch queue, so the next step's first kernels wait for the host. On an H100
+it at flush time: every 64 records or once a second, at the end of the N steps, at exit), never at every
+boundary: a synchronize per step drains the launch queue, so the next step's first kernels wait for the host. On an H100
 (benchmarks/measure_gpu_hook_overhead.py, 2026-11-26) a synchronize per boundary cost 1.4 ms of a 35 ms step
 (3.9 %); with it and three allocator reads per step (rank_memory.py) the hook cost 3.2 ms (9.0 %), and 12-17 % of
-2-5 ms steps. As now: 0.14 ms (0.39 %), nothing measurable on the short steps.
+2-5 ms steps. As now: 0.14 ms (0.39 %), nothing measurable on the short steps. (That measurement predates the
+once-a-second flush, which adds about one such synchronize per second: ~1.4 ms a second, ~0.14 %, not yet
+measured on a GPU.)
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def _layout(raw: dict) -> LayoutFit:
           and math.isfinite(fit.alpha_s) and fit.busbw_bytes_per_s > 0 and math.isfinite(fit.busbw_bytes_per_s)
           and len(fit.residual_knots_log2_bytes) == len(fit.residual_log)
           and all(math.isfinite(v) and abs(v) < 5 for v in fit.residual_log)
-                # np.interp needs finite knots in increasing order (comm_fit writes bin medians, sorted)
+          # np.interp needs finite knots in increasing order (comm_fit writes bin medians, sorted)
           and all(math.isfinite(k) for k in fit.residual_knots_log2_bytes)
           and all(a <= b for a, b in zip(fit.residual_knots_log2_bytes, fit.residual_knots_log2_bytes[1:])))
     if not ok:
