@@ -145,7 +145,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 def _not_a_run_dir_hint(run: Path) -> str:
     """What a folder without rank files is: a job's or a hook's folder inside a run directory (pass the run
     directory), or a run whose job recorded no step."""
-    for parent in run.resolve().parents:
+    for parent in (run.resolve(), *run.resolve().parents):  # the jobs/ folder itself too
         if parent.name == "jobs" and any(parent.parent.glob("rank*.jsonl")):
             return (f"it is inside the run directory {str(parent.parent)!r} (jobs/ holds each job's prediction, "
                     f"session and hook; the records are at the top). Pass {str(parent.parent)!r}.")

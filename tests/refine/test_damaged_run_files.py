@@ -36,7 +36,7 @@ def test_an_intact_prediction_gets_no_such_note(tmp_path: Path, monkeypatch) -> 
 
 
 def test_a_jobs_folder_given_as_run_dir_names_the_run_directory(tmp_path: Path) -> None:
-    """`llmperf refine RUN/jobs/<id>` (or its hook/): exit 2 naming RUN, where it said the job recorded no step."""
+    """`llmperf refine RUN/jobs/<id>` (or its hook/, or RUN/jobs): exit 2 naming RUN, where it said the job recorded no step."""
     import os
     import subprocess
     import sys
@@ -47,6 +47,7 @@ def test_a_jobs_folder_given_as_run_dir_names_the_run_directory(tmp_path: Path) 
     hook.mkdir(parents=True)
     (tmp_path / "empty").mkdir()
     for folder, said in ((hook.parent, "inside the run directory"), (hook, "inside the run directory"),
+                         (run / "jobs", "inside the run directory"),
                          (tmp_path / "empty", "the job recorded no step")):
         done = subprocess.run([sys.executable, "-m", "llmperf_hook", "refine", str(folder)], env=env,
                               capture_output=True, text=True, timeout=120)
