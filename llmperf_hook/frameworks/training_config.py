@@ -214,11 +214,11 @@ class OptimizerConfig:
     stage3_prefetch_bucket_size_elems: int | None = None
     stage3_max_live_parameters: int | None = None
     stage3_max_reuse_distance: int | None = None
+    """DeepSpeed ZeRO-3: a parameter used again within this many elements of fetched modules stays gathered
+    (graph/zero3_trace.py); None = DeepSpeed's 1e9."""
     nvme_param_buffer_elems: int = 100_000_000
     """DeepSpeed offload_param.buffer_size: elements of each NVMe swap buffer, which must hold the largest parameter
     partition (frameworks/deepspeed_nvme.py)."""
-    """DeepSpeed ZeRO-3: a parameter used again within this many elements of fetched modules stays gathered
-    (graph/zero3_trace.py); None = DeepSpeed's 1e9."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     fp8_param_gather: bool = False
