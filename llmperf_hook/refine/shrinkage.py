@@ -77,10 +77,11 @@ thread per rank), which measures every configuration in two passes minutes apart
 outputs with 24 timed steps per run, the 60 (output, configuration) pairs whose two passes were both quiet (not
 flagged CONTENDED) give 60 log differences d; a difference of two runs has variance 2 sd^2, so
 sd = sqrt(mean(d^2) / 2) = 0.051 (each output alone: 0.019 to 0.090). `bench_cpu_testbed.py --rescore LOGS`
-recomputes it from such outputs (logged_run_spread). Two cross-checks from the same machine agree: the quiet calibration runs against the median of their configuration's two passes (14
-differences, 0.061), and --drift-check's step CPU times (8 timed steps, load 1-5: 0.049-0.056). On a quiet GPU
-node runs repeat closer; this prior then only makes the calibration cautious, and the store's own repeats of a
-configuration take over (estimate_variances pools them, the prior worth PRIOR_DOF)."""
+recomputes it from such outputs (logged_run_spread). Two cross-checks from the same machine agree: the quiet
+calibration runs against the median of their configuration's two passes (14 differences, 0.061), and
+--drift-check's step CPU times (8 timed steps, load 1-5: 0.049-0.056). On a quiet GPU node runs repeat closer;
+this prior then only makes the calibration cautious, and the store's own repeats of a configuration take over
+(estimate_variances pools them, the prior worth PRIOR_DOF)."""
 PRIOR_DOF = 1.0
 """Degrees of freedom the prior variances are worth against the store's data (one pseudo-observation)."""
 HALF_NORMAL = math.sqrt(math.pi / 2)
