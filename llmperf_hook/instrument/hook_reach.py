@@ -25,7 +25,9 @@ def job_has_record(run_dir: Path, job_id: str, kind: str) -> bool:
     for path in run_dir.glob("rank*.jsonl"):
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                if any(needle in line and _is_record_of(line, job_id, kind) for line in f):
+                # parsed only where both occur (session ids are ASCII, written unescaped): a shared run directory
+                # holds every other job's steps too
+                if any(needle in line and job_id in line and _is_record_of(line, job_id, kind) for line in f):
                     return True
         except OSError:
             continue
