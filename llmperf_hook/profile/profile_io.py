@@ -103,6 +103,11 @@ def roofline_sha256(roofline: Mapping[str, RooflineConstants]) -> str:
     return _sha(json.dumps(_roofline_doc(roofline), sort_keys=True).encode())
 
 
+PROFILE_KEYS = frozenset({"format", "format_version", "name", "roofline", "roofline_sha256", "dtype_aliases",
+                          "hardware", "library_versions", "provenance", "notes", "models", "meta_sha256"})
+"""The top-level keys of profile.json, as write_profile writes them."""
+
+
 def meta_sha256(doc: Mapping) -> str:
     """sha256 of profile.json's content as canonical JSON (sorted keys; floats as Python writes them, which read
     back exactly), leaving out this digest and each model's file name and file sha256 (checked against the file
@@ -227,6 +232,10 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         raise _fail(directory, f"{META_FILE} is not an llmperf profile (format={doc.get('format') if isinstance(doc, dict) else None!r})")
     if doc.get("format_version") != PROFILE_FORMAT_VERSION:
         raise _fail(directory, f"format_version {doc.get('format_version')} is not {PROFILE_FORMAT_VERSION}")
+    unknown = sorted(set(doc) - PROFILE_KEYS)
+    if unknown:  # a damaged key name: "meta_sha257" would otherwise read as a profile without its digest
+        raise _fail(directory, f"{META_FILE} has key(s) no llmperf writer writes: {', '.join(unknown)} (a damaged "
+                               f"or edited key name)")
     try:
         rc = {dt: RooflineConstants(**{k: (int(v) if k in ("num_sms", "dtype_bytes") else float(v))
                                        for k, v in consts.items()}) for dt, consts in doc["roofline"].items()}

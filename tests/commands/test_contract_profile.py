@@ -216,6 +216,18 @@ def test_any_flipped_bit_of_profile_json_is_refused(sampled: dict, tmp_path: Pat
     assert _predict_in_process(tmp_path / "home", capsys, monkeypatch)[0] == 0
 
 
+def test_a_damaged_digest_key_is_refused(sampled: dict, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A flipped bit in the key "meta_sha256" itself must not turn the profile into one written before the digest
+    existed (read unchecked): profile.json's keys are the writer's, nothing else (the flip test above hits the key
+    only when its random positions land there)."""
+    folder = _copy(sampled, tmp_path)
+    text = (folder / "profile.json").read_text()
+    assert '"meta_sha256"' in text
+    (folder / "profile.json").write_text(text.replace('"meta_sha256"', '"meta_sha257"'))
+    code, out, err = _predict_in_process(tmp_path / "home", capsys, monkeypatch)
+    assert code == 2 and out == "" and "meta_sha257" in err, err[-1000:]
+
+
 def test_profile_renamed_from_other_hardware_is_refused(sampled: dict, tmp_path: Path) -> None:
     folder = _copy(sampled, tmp_path)
     other = folder.with_name("other-cpu")
