@@ -30,13 +30,16 @@ scattered), w = vocab x hidden (the table)."""
 
 
 def written_floor_s(terms: np.ndarray, bwd: bool, dtype_bytes: int, bandwidth_bytes_per_s: float) -> np.ndarray:
-    """The time to write the op's output once at the datasheet bandwidth: the gathered rows u (forward) or the
-    gradient table w (backward). The plateau is flat in u, so beyond the sampled tokens (40,960) the hinge alone
-    would price a forward below the time its own output takes to write (GH200, 65,536 tokens x 8,192 hidden from
-    a 16,032-row table: plateau 183 us, output 1.07 GB = 268 us); the predictor never goes below it. 0.7 % of the
-    GH200 samples (the largest tokens x hidden at TP 16) are below 0.9x it, as their plateau suggests an
-    artefact of the samples' timing, not a kernel faster than HBM."""
-    return terms[:, 1 if bwd else 0] * dtype_bytes / bandwidth_bytes_per_s
+    """The time to move the op's own rows once at the datasheet bandwidth: the forward writes the gathered rows u;
+    the backward reads the output gradient's u rows and writes the gradient table w (torch's embedding_backward,
+    which Megatron's VocabParallelEmbedding uses), the larger of the two. The plateau is flat in u, so beyond the
+    sampled tokens (40,960) the hinge alone would price an op below that (GH200, 65,536 tokens x 8,192 hidden from
+    a 16,032-row table: forward plateau 183 us, output 1.07 GB = 268 us; backward at 1,048,576 tokens x 4,096
+    hidden: plateau 228 us, its 8.6 GB of gradient rows 2.1 ms); the predictor never goes below it. 0.7 % of the
+    GH200 forward and 0.6 % of the backward samples (the largest tokens x hidden at TP 16) are below 0.9x it, as
+    their plateau suggests an artefact of the samples' timing, not a kernel faster than HBM."""
+    elements = np.maximum(terms[:, 0], terms[:, 1]) if bwd else terms[:, 0]
+    return elements * dtype_bytes / bandwidth_bytes_per_s
 
 
 def hinge_terms(op_class: str, dims: Dims) -> np.ndarray | None:

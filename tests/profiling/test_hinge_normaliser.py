@@ -1,5 +1,6 @@
 """The hinge normaliser min(a + b u, c + d w) of the embedding: fitted, chosen on the inner split, stored, predicted."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -53,8 +54,8 @@ def test_classes_without_terms_never_get_one() -> None:
     assert hinge_terms("gemm", {"m": np.ones(2), "n": np.ones(2), "k": np.ones(2)}) is None
 
 
-def _written(tmp_path):
-    s = _samples()
+def _written(tmp_path, phase: str = "fwd"):
+    s = dataclasses.replace(_samples(), phase=phase)
     entry, text = fit_samples(s, RC, "fp16")
     assert entry.hinge is not None and entry.floor_s == 0.0
     meta = ProfileMeta("hinge", {"fp16": RC}, {"bf16": "fp16"}, {"device": "test"}, {}, {"samples": "synthetic"},
@@ -94,3 +95,18 @@ def test_never_below_writing_its_own_output(tmp_path) -> None:
     plateau_s = TRUE.c_s + TRUE.d_s * 3200 * 8192
     assert plateau_s < 0.1 * written_s
     assert prof.predict_s([op], None)[0] == pytest.approx(written_s, rel=1e-9)
+
+
+def test_backward_never_below_reading_its_output_gradient(tmp_path) -> None:
+    """The backward's plateau is flat in tokens too, but torch's embedding_backward reads every row of the output
+    gradient (tokens x hidden) before it writes the table's gradient: at 2^20 tokens that read, not the plateau,
+    bounds it. Where the table is the larger, writing its gradient does."""
+    directory, _ = _written(tmp_path, "bwd")
+    prof = FittedProfile(directory)
+    ops = [Op("e", "embedding", "bwd", {"tokens": 1 << 20, "vocab": 3200, "hidden": 8192}, dtype="bf16"),
+           Op("e", "embedding", "bwd", {"tokens": 8, "vocab": 1 << 22, "hidden": 8192}, dtype="bf16")]
+    read_s = (1 << 20) * 8192 * 2 / RC.memory_bandwidth_bytes_per_s
+    table_s = (1 << 22) * 8192 * 2 / RC.memory_bandwidth_bytes_per_s
+    assert TRUE.c_s + TRUE.d_s * 3200 * 8192 < 0.1 * read_s
+    got = prof.predict_s(ops, None)
+    assert got[0] == pytest.approx(read_s, rel=1e-9) and got[1] >= table_s * (1 - 1e-9)
