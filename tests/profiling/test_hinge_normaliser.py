@@ -110,3 +110,13 @@ def test_backward_never_below_reading_its_output_gradient(tmp_path) -> None:
     assert TRUE.c_s + TRUE.d_s * 3200 * 8192 < 0.1 * read_s
     got = prof.predict_s(ops, None)
     assert got[0] == pytest.approx(read_s, rel=1e-9) and got[1] >= table_s * (1 - 1e-9)
+
+
+def test_an_edited_hinge_constant_is_refused_by_the_digest(tmp_path) -> None:
+    """meta_sha256 covers the hinge: a changed digit of its plateau is a ProfileError, not a different time."""
+    directory, _ = _written(tmp_path)
+    doc = json.loads((directory / "profile.json").read_text())
+    doc["models"][0]["hinge"][2] *= 1.01
+    (directory / "profile.json").write_text(json.dumps(doc))
+    with pytest.raises(ProfileError, match="does not match its meta_sha256"):
+        FittedProfile(directory)
