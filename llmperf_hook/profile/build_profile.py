@@ -47,17 +47,22 @@ def pool(sets: Sequence) -> Samples:
     return Samples(first.op_class, first.phase, dims, np.concatenate([np.asarray(s.time_s) for s in sets]))
 
 
+def _timed_dims(s: Samples) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(dims, seconds) of the rows with a positive finite time: the rows every fit trains on."""
+    keep = np.isfinite(s.time_s) & (s.time_s > 0)
+    return {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep]
+
+
 def training_xy(s: Samples, rc: RooflineConstants) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray]:
     """(features, log(time/roofline), feature names, roofline_s); rows with a non-positive time are dropped."""
-    keep = np.isfinite(s.time_s) & (s.time_s > 0)
-    block = build_features(s.op_class, s.phase == "bwd", {k: v[keep] for k, v in s.dims.items()}, rc)
-    return block.matrix, np.log(s.time_s[keep] / block.roofline_s), block.names, block.roofline_s
+    dims, time_s = _timed_dims(s)
+    block = build_features(s.op_class, s.phase == "bwd", dims, rc)
+    return block.matrix, np.log(time_s / block.roofline_s), block.names, block.roofline_s
 
 
 def training_terms(s: Samples) -> np.ndarray | None:
     """The hinge's (u, w) columns of the rows training_xy keeps (hinge.hinge_terms), or None for other classes."""
-    keep = np.isfinite(s.time_s) & (s.time_s > 0)
-    return hinge_terms(s.op_class, {k: v[keep] for k, v in s.dims.items()})
+    return hinge_terms(s.op_class, _timed_dims(s)[0])
 
 
 FLOOR_FRACTIONS = (0.0, 0.5)
