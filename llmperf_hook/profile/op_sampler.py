@@ -188,7 +188,8 @@ def _optimizer(torch, d, bwd, kw) -> Callable[[], Any]:
 def _elementwise(torch, d, bwd, kw, kind: str) -> Callable[[], Any]:
     n = _i(d, "elements")
     F = torch.nn.functional
-    if kind == "residual_add":  # backward of a residual add is the same add (gradients of two branches summed)
+    if kind in ("residual_add", "grad_sum"):  # backward of a residual add is the same add (gradients of two
+        # branches summed); grad_sum is autograd's sum of a tied weight's two gradients (input_buffer.cpp accumulate)
         a, b = torch.randn(n, **kw), torch.randn(n, **kw)
         return lambda: a + b
     if kind == "swiglu":
@@ -209,7 +210,7 @@ def make_runner(op_class: str, dims: Mapping[str, float], bwd: bool, dtype: str,
         "layernorm": lambda t, d, b, k: _norm(t, d, b, k, False), "rmsnorm": lambda t, d, b, k: _norm(t, d, b, k, True),
         "softmax": lambda t, d, b, k: _unary(t, (_i(d, "rows"), _i(d, "cols")), lambda x: torch.softmax(x, -1), b, k),
     }
-    if op_class in ("gelu", "swiglu", "residual_add", "dropout"):
+    if op_class in ("gelu", "swiglu", "residual_add", "dropout", "grad_sum"):
         return _elementwise(torch, dims, bwd, kw, op_class)
     return builders[op_class](torch, dims, bwd, kw)
 
