@@ -201,7 +201,10 @@ def test_damaged_profile_through_the_installed_command(sampled: dict, tmp_path: 
 
 def test_any_flipped_bit_of_profile_json_is_refused(sampled: dict, tmp_path: Path, capsys, monkeypatch) -> None:
     """Flipping the lowest bit of any byte of profile.json breaks its JSON, or changes a value its digests cover
-    (meta_sha256, roofline_sha256, a model file's sha256): never a prediction from the changed file."""
+    (meta_sha256, roofline_sha256, a model file's sha256): never a prediction from the changed file. A flip that
+    leaves the content the same (the 17th digit of a float, 1.8398783333339887e-05 -> ...886e-05, reads back as
+    the same double) changes nothing to refuse and is skipped."""
+    import json
     import random
 
     folder = _copy(sampled, tmp_path)
@@ -209,6 +212,11 @@ def test_any_flipped_bit_of_profile_json_is_refused(sampled: dict, tmp_path: Pat
     for at in random.Random(4).sample(range(len(original)), 24):
         changed = bytearray(original)
         changed[at] ^= 0x01
+        try:
+            if json.loads(bytes(changed)) == json.loads(original):
+                continue
+        except ValueError:
+            pass
         (folder / "profile.json").write_bytes(bytes(changed))
         code, out, err = _predict_in_process(tmp_path / "home", capsys, monkeypatch)
         assert code == 2 and out == "", (at, original[max(0, at - 40):at + 40], err[-1000:])
