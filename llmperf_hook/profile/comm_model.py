@@ -30,7 +30,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.hardware.spec import ClusterSpec
-from llmperf_hook.profile.pickle_scan import find_pickle
+from llmperf_hook.profile.pickle_scan import planted_pickle_reason
 
 COMM_FORMAT = "llmperf-comm-model"
 COMM_FORMAT_VERSION = 1
@@ -136,13 +136,9 @@ def _layout(raw: dict) -> LayoutFit:
 
 def read_comm_model(directory: Path) -> CommModel:
     path = directory / COMM_FILE
-    planted = find_pickle(directory)
-    if planted is not None:
-        found, kind = planted
-        raise _bad(path, f"its folder holds {found.relative_to(directory)}, a Python pickle ({kind}). A communication "
-                         f"model is data only ({COMM_FILE}) and llmperf never loads a pickle, which can run any code "
-                         f"when loaded; one beside the model means the folder was not written by llmperf or was "
-                         f"tampered with. Remove {found.name} if you trust the rest of the folder")
+    reason = planted_pickle_reason(directory, COMM_FILE)
+    if reason is not None:
+        raise _bad(path, reason)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as err:

@@ -49,3 +49,16 @@ def find_pickle(directory: Path) -> tuple[Path, str] | None:
         if kind:
             return path, kind
     return None
+
+
+def planted_pickle_reason(directory: Path, contents: str) -> str | None:
+    """Why the fitted-model folder `directory` is refused (the reason both readers print), or None when it holds no
+    pickle. `contents` names what the folder may hold ("profile.json and LightGBM text dumps")."""
+    planted = find_pickle(directory)
+    if planted is None:
+        return None
+    path, kind = planted
+    return (f"its folder holds {path.relative_to(directory)}, a Python pickle ({kind}). Fitted models are data only "
+            f"({contents}) and llmperf never loads a pickle, which can run any code when loaded; one beside them "
+            f"means the folder was not written by llmperf or was tampered with. Remove {path.name} if you trust the "
+            f"rest of the folder")

@@ -22,7 +22,7 @@ from typing import Mapping
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.hinge import HINGE_TERMS, Hinge
-from llmperf_hook.profile.pickle_scan import find_pickle
+from llmperf_hook.profile.pickle_scan import planted_pickle_reason
 from llmperf_hook.profile.tree_eval import LinearBaseline
 from llmperf_hook.resources import configs_dir
 
@@ -209,14 +209,9 @@ def check_no_pickle(directory: Path) -> None:
     """Refuse a profile folder holding a pickle: llmperf writes and reads only JSON and LightGBM text, so a pickle
     there was put by someone else, and the folder is not what `llmperf profile` wrote (a shared profile is exactly
     where a planted pickle would be loaded by a tool that trusts it; pickle_scan.py says what counts as one)."""
-    planted = find_pickle(directory)
-    if planted is not None:
-        path, kind = planted
-        raise _fail(directory, f"it holds {path.relative_to(directory)}, a Python pickle ({kind}). Profiles are "
-                               f"data only (profile.json and LightGBM text dumps) and llmperf never loads a "
-                               f"pickle, which can run any code when loaded; one beside a profile means the "
-                               f"folder was not written by `llmperf profile` or was tampered with. Remove "
-                               f"{path.name} if you trust the rest of the folder")
+    reason = planted_pickle_reason(directory, f"{META_FILE} and LightGBM text dumps")
+    if reason is not None:
+        raise _fail(directory, reason)
 
 
 def read_profile_meta(directory: Path) -> ProfileMeta:
