@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.deepspeed_env import apply_rank_exports
-from llmperf_hook.launch.options import Grammar, Option, scan_options
+from llmperf_hook.launch.options import Grammar, Option, refuse_ambiguous_after_program, scan_options
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -176,6 +176,7 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
         warnings += extra
     if opts.rest >= len(words):
         raise UsageError("the deepspeed command names no training script after its options.")
+    refuse_ambiguous_after_program(words, opts.rest, DEEPSPEED_GRAMMAR, "deepspeed")
     multi_node = ("force_multi" in values or (nnodes.value or 1) > 1) and "no_ssh" not in values
     warnings += apply_rank_exports(env, used, multi_node)  # type: ignore[arg-type]  # parse_launch's own copy
     script = ("-m " if "module" in values else "") + words[opts.rest]

@@ -190,6 +190,36 @@ def _unknown(words: Sequence[str], i: int, grammar: Grammar | None, origin: str,
     return i + (2 if _unknown_takes_value(words, i) else 1)
 
 
+def _prefix_matches(word: str, grammar: Grammar) -> list[str]:
+    """The option strings argparse's _get_option_tuples finds for a word that is none of them: a long word's prefix
+    (before any `=`) starts them; a short word `-Xrest` matches -X itself and any option string starting with it."""
+    if word.startswith("--"):
+        name = word.split("=", 1)[0]
+        return [s for s in grammar.arity if s.startswith(name)]
+    return [s for s in grammar.arity if s == word[:2] or s.startswith(word)]
+
+
+def refuse_ambiguous_after_program(words: Sequence[str], program: int, grammar: Grammar | None, origin: str) -> None:
+    """argparse refuses an ambiguous option prefix even among the training script's own arguments: parse_args first
+    classifies every word (_parse_optional, which calls _get_option_tuples and stops at 'ambiguous option: --n could
+    match --nnodes, --nproc-per-node, ...'), and only then hands the words after the script to its nargs=REMAINDER
+    positional. So `torchrun train.py --nproc 8` stops torchrun (checked with torch 2.13's run.py on Python 3.11); a
+    word after `--`, a full option string or a unique prefix passes to the script."""
+    if grammar is None or grammar.style != "argparse":
+        return
+    for word in words[program + 1:]:
+        if word == "--":
+            return
+        if len(word) < 2 or not word.startswith("-") or word.split("=", 1)[0] in grammar.arity:
+            continue
+        matches = _prefix_matches(word, grammar)
+        if len(matches) > 1:
+            raise _refuse(grammar, origin, f"{word.split('=', 1)[0]!r}, an argument of {words[program]}, is ambiguous "
+                          f"to it: it could match {', '.join(matches)} (argparse reads every word for options before "
+                          "it hands the script its arguments: 'ambiguous option')",
+                          "Write the script's option in full, so that it is no prefix of two launcher options.")
+
+
 def scan_options(words: Sequence[str], start: int, table: Mapping[str, Option], origin: str,
                  grammar: Grammar | None = None) -> ScannedOptions:
     """Read options from words[start:] until the first positional word; `table` keys are canonical spellings (dashes)

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.options import Grammar, Option, ScannedOptions, scan_options
+from llmperf_hook.launch.options import Grammar, Option, ScannedOptions, refuse_ambiguous_after_program, scan_options
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -138,6 +138,7 @@ def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], use
     warnings += [f"{launcher} {opts.flags[d]} accepted, not modelled" for d in _NOT_MODELLED if d in opts.values]
     if opts.rest >= len(words):
         raise UsageError(f"the {launcher} command names no training script after its options.")
+    refuse_ambiguous_after_program(words, opts.rest, GRAMMARS.get(launcher), launcher)
     is_module = "module" in opts.values
     script = ("-m " if is_module else "") + words[opts.rest]
     return LaunchSize(launcher, nnodes, nproc, None, script, tuple(words[opts.rest + 1:]), tuple(warnings))

@@ -27,8 +27,12 @@ TORCHRUN_CASES = [
     "--nnodes --nproc-per-node 4 train.py", "--nproc-per-node", "train.py --nproc-per-node 4 --bogus",
     "--nproc-per-node 4 -- train.py --x", "--nproc-per-node 4 -m pkg.train --lr 1", "--nproc-per-node 4 --no_py train.py",
     "--nproc_per_node 2 --nproc-per-node 4 train.py", "--nnodes=1:2 --nproc_per_node=8 train.py --num-layers 2",
+    # after the script: argparse classifies every word first, so an ambiguous prefix stops torchrun there too
+    "--nproc-per-node 4 train.py --nproc 2", "--nproc-per-node 4 train.py --n=2", "--nproc-per-node 4 train.py --log x",
+    "--nproc-per-node 4 train.py --stand", "--nproc-per-node 4 train.py --nnodes 9", "--nproc-per-node 4 train.py --x -- --n",
+    "--nproc-per-node 4 train.py --master_ 1", "--nproc-per-node 4 train.py --lr -1 --max 3",
 ]
-LAUNCH_CASES = ["--nproc_per_node 8 --use_env train.py", "--nproc_per_node 8 --use train.py",
+LAUNCH_CASES = ["--nproc_per_node 8 train.py --nproc 2", "--nproc_per_node 8 --use_env train.py", "--nproc_per_node 8 --use train.py",
                 "--nproc_per_node 8 --use-e train.py", "--nproc 8 train.py", "--nnodes 2 --nproc_per_node 8 train.py"]
 DEEPSPEED_CASES = [
     "--num_gpus 4 train.py", "--num_gpu 4 train.py", "--num_g 4 train.py", "--num 4 train.py", "--num_n 1 --num_g 2 train.py",
@@ -38,6 +42,8 @@ DEEPSPEED_CASES = [
     "--num_gpus 2 --launcher_args '-q high' train.py", "--num_gpus 2 --launcher_args '--qos high' train.py",
     "--num_gpus 2 --launcher_args=-q train.py", "--num_gpus 2 --launcher_arg '--qos high' train.py", "--num_gpus 2 --master_addr -x train.py", "--num_gpus train.py", "--h localhost train.py",
     "--num_gpus 2 train.py --num_gpus 8 --bogus", "-qi localhost:0,1 train.py", "-qilocalhost:1 train.py", "-qx train.py",
+    "--num_gpus 2 train.py --num 4", "--num_gpus 2 train.py --num_l 4", "--num_gpus 2 train.py --master 1",
+    "--num_gpus 2 train.py --deepspeed --deepspeed_config ds.json", "--num_gpus 2 train.py --m=1",
 ]
 
 
@@ -111,6 +117,9 @@ def test_refusals_name_the_rule_and_the_fix() -> None:
         parse_launch(["torchrun", "--nproc", "4", "train.py"], {})
     with pytest.raises(UsageError, match=r"no option --num-gpus .*Write --num_gpus instead"):
         parse_launch(["deepspeed", "--num-gpus", "4", "train.py"], {})
+    with pytest.raises(UsageError, match=r"'--nproc', an argument of train.py, is ambiguous .*--nproc-per-node, "
+                       r"--nproc_per_node.*'ambiguous option'.*in full"):
+        parse_launch(["torchrun", "--nproc-per-node", "4", "train.py", "--nproc", "4"], {})
     with pytest.raises(UsageError, match=r"--force_multi is a switch"):
         parse_launch(["deepspeed", "--force_multi=1", "--num_gpus", "2", "train.py"], {})
 
