@@ -95,7 +95,11 @@ def _words_taken(script_args: Sequence[str], i: int) -> int | None:
     from llmperf_hook.frameworks.flags import ONE_OR_MORE
     from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
 
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
     name, eq, _ = script_args[i].partition("=")
+    if eq and name[2:] in MEGATRON_OPTION_NAMES:  # `--cp-comm-type=p2p a2a`: argparse's consume_optional gives an
+        return 0  # explicit `=value` that one value whatever the nargs ('+', '*'), so the next word is positional
     flag = SCRIPT_FLAGS.get(name)
     if flag is None and name.startswith("--no-"):  # the store_false twin of a switch
         switch = SCRIPT_FLAGS.get("--" + name[5:])

@@ -45,6 +45,9 @@ CASES = [
     "--split 99,1,0 --num-layers 2", "--num-layers 2 --num-layers 4", "--no-masked-softmax-fusion x",
     "--deepspeed ds.json", "--deepspeed --deepspeed_config ds.json", "--lr -1 --bf16", "--use-distributed-optimizer --bf16",
     "--micro-batch-size 1 -- extra", "--hidden-size 64 --tensor-model-parallel-size 2 0",
+    # an explicit `=value` is the option's one value whatever its nargs: the next word is positional
+    "--cp-comm-type=p2p a2a", "--cp-comm-type=p2p --num-layers 2", "--data-path=a b", "--recompute-modules=mlp moe",
+    "--rampup-batch-size=16 16 1000", "--cp-comm-type p2p a2a=x",
 ]
 
 
