@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 try:
@@ -54,6 +55,28 @@ def rank_and_world() -> tuple[int, int, int]:
     return 0, 1, 0
 
 
+FORCE_FLUSH_FACTOR = 4
+"""Waiting records, in multiples of max_buffered, past which even unfinished steps are written (synchronizing)."""
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class PendingLine:
+    """A record built at flush time, and whether it can be built without waiting: a GPU step's time is read from
+    its end event, and reading an event the GPU has not reached synchronizes the host with the whole launch
+    queue. The periodic flush writes only the leading ready lines (step_timer.StepTimer.ready), so the hook never
+    stalls a step that is still running; a forced flush (the N steps done, exit, failure) builds them all."""
+
+    build: Callable[[], str]
+    ready: Callable[[], bool]
+
+    def __call__(self) -> str:
+        return self.build()
+
+
 class JsonlWriter:
     """Appends JSON lines to one file: each flush is a single write(2) of whole lines on an O_APPEND descriptor,
     so lines from several processes writing the same file never interleave or overwrite each other.
@@ -61,8 +84,8 @@ class JsonlWriter:
     Records are buffered and flushed when the hook finishes its N steps, stops the job, fails, or the
     interpreter exits (atexit), whenever `max_buffered` records are waiting, and at the first record written
     `max_age_s` or more after the oldest one waiting: a JSON encode and a write(2) per step would cost ~20-40 us,
-    a visible share of a few-millisecond CPU step, while once a second is not (on a GPU it is one synchronize a
-    second: step_timer.py). A rank killed by a signal (SIGTERM's default action and SIGKILL skip atexit) loses
+    a visible share of a few-millisecond CPU step, while once a second is not (on a GPU that periodic flush
+    writes only the steps that have finished, PendingLine, so it never synchronizes). A rank killed by a signal (SIGTERM's default action and SIGKILL skip atexit) loses
     only the records of its last second or so: without the age bound, `--instrument 1000` lost every step of a
     job killed before step 64.
     """
@@ -88,16 +111,24 @@ class JsonlWriter:
 
             atexit.register(self._close_at_exit)
             self._atexit_registered = True
-        if flush or len(self._pending) >= self.max_buffered or now_s - self._oldest_s >= self.max_age_s:
+        if flush or len(self._pending) >= FORCE_FLUSH_FACTOR * self.max_buffered:
             self.flush()
+        elif len(self._pending) >= self.max_buffered or now_s - self._oldest_s >= self.max_age_s:
+            self.flush(only_ready=True)
+            self._oldest_s = now_s
 
-    def flush(self) -> None:
-        if not self._pending:
+    def flush(self, only_ready: bool = False) -> None:
+        """Write the waiting records; with `only_ready`, only the leading ones whose values are already known
+        (a GPU step's end event has completed: reading an unfinished one would synchronize, PendingLine)."""
+        count = len(self._pending)
+        if only_ready:
+            count = next((i for i, r in enumerate(self._pending) if not getattr(r, "ready", _always)()), count)
+        if not count:
             return
-        records = [r() if callable(r) else r for r in self._pending]
+        records = [r() if callable(r) else r for r in self._pending[:count]]
         data = "".join((r if isinstance(r, str) else json.dumps(r, separators=(",", ":"))) + "\n"
                        for r in records).encode()
-        self._pending = []
+        self._pending = self._pending[count:]
         first = self._fd is None
         if first:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -297,7 +328,7 @@ class StepRecorder:
         self._num_steps_done += 1
         self._after_step()
 
-    def _step_record(self, step: int, end: Any, end_cpu_s: float, memory: dict[str, Any]) -> Callable[[], str]:
+    def _step_record(self, step: int, end: Any, end_cpu_s: float, memory: dict[str, Any]) -> "PendingLine":
         """The step's JSON line, built when the writer flushes: only the raw marks are taken on the step path,
         and the line is formatted directly (json.dumps of a 20-key dict would cost more than the step hook)."""
         start, start_cpu_s, timer, now = self._start_mark, self._start_cpu_s, self._timer, time.time()
@@ -312,7 +343,7 @@ class StepRecorder:
             body = ",".join(f'"{k}":{_json_scalar(v)}' for k, v in values.items())
             return f'{self._line_prefix("step")},{body},"timer":"{timer.name}","device":"{timer.device}"}}'
 
-        return build
+        return PendingLine(build, lambda: timer.ready(end))
 
     def _line_prefix(self, kind: str) -> str:
         """`{"schema":..,"kind":..,<identity>,"framework":..` as JSON text (no closing brace), cached."""

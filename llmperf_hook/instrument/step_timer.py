@@ -8,9 +8,9 @@ it at flush time: every 64 records or once a second, at the end of the N steps, 
 boundary: a synchronize per step drains the launch queue, so the next step's first kernels wait for the host. On an H100
 (benchmarks/measure_gpu_hook_overhead.py, 2026-11-26) a synchronize per boundary cost 1.4 ms of a 35 ms step
 (3.9 %); with it and three allocator reads per step (rank_memory.py) the hook cost 3.2 ms (9.0 %), and 12-17 % of
-2-5 ms steps. As now: 0.14 ms (0.39 %), nothing measurable on the short steps. (That measurement predates the
-once-a-second flush, which adds about one such synchronize per second: ~1.4 ms a second, ~0.14 %, not yet
-measured on a GPU.)
+2-5 ms steps. As now: 0.14 ms (0.39 %), nothing measurable on the short steps. The once-a-second flush does not
+synchronize either: it writes only the steps whose end event has completed (`ready`, cudaEventQuery), and leaves
+the newest step, still running, for the next flush.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class StepTimer(Protocol):
 
     def elapsed_s(self, start: Any, end: Any) -> float: ...
 
+    def ready(self, end: Any) -> bool:
+        """Whether elapsed_s(..., end) can be read now without waiting for the device."""
+        ...
+
 
 @dataclass
 class PerfCounterTimer:
@@ -40,6 +44,9 @@ class PerfCounterTimer:
 
     def elapsed_s(self, start: float, end: float) -> float:
         return end - start
+
+    def ready(self, end: float) -> bool:
+        return True
 
 
 @dataclass
@@ -57,6 +64,9 @@ class CudaEventTimer:
     def elapsed_s(self, start: Any, end: Any) -> float:
         end.synchronize()  # called when the record is written, not on the step path (module docstring)
         return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+    def ready(self, end: Any) -> bool:
+        return bool(end.query())  # cudaEventQuery: completed or not, without blocking
 
 
 def make_step_timer() -> StepTimer:
