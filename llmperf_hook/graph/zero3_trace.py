@@ -60,6 +60,9 @@ class Zero3Trace:
     being under the reuse distance)."""
     layer_bwd_fetch_skipped: int
     """Layers at the end of the rank whose backward fetch is skipped (all their modules still gathered)."""
+    layer_bwd_fetches: float
+    """Fetches of the rank's layer modules after the forward (the backward's, and a fully recomputed layer's
+    recompute), in layers: the elements gathered there over the elements of all the rank's layers (0 to 2)."""
     peak_live_elems: int
     """The most parameter elements gathered at once over the micro-batch: held by the reuse distance or a passed
     use, the module running, and what the prefetch gathered ahead."""
@@ -189,12 +192,20 @@ def _summary(cfg: TrainingConfig, stage: int, trace: list[tuple[str, int]], fetc
     last = stage == cfg.parallel.pp - 1 and not root_holds_embedding(cfg)
     head, back = ("output", 0) if output_elems(cfg) else ("word", 1)  # tied: the embedding's backward use is last
     half = len(trace) // 2 if cfg.recompute.granularity != "full" else None
+    num_fwd = len(_forward_units(cfg, stage))
     return Zero3Trace(
         embedding_elems=pc.embedding_params(cfg) if stage == 0 else 0,
         output_elems=output_elems(cfg) if stage == cfg.parallel.pp - 1 else 0,
         head_fwd_fetch=last and fetched(head, 2 + back), head_bwd_fetch=last and fetched(head, 1 + back),
         embedding_bwd_fetch=stage == 0 and fetched("word", 1),
-        layer_bwd_fetch_skipped=_skipped_layers(trace, fetched_at, half), peak_live_elems=peak)
+        layer_bwd_fetch_skipped=_skipped_layers(trace, fetched_at, half),
+        layer_bwd_fetches=_layer_fetches(trace[num_fwd:], fetched_at[num_fwd:]) / max(1, _layer_fetches(
+            trace[:num_fwd], [True] * num_fwd)), peak_live_elems=peak)
+
+
+def _layer_fetches(trace: list[tuple[str, int]], fetched_at: list[bool]) -> int:
+    """Elements of the layer modules fetched along `trace` (a use that found its parameter gathered fetches none)."""
+    return sum(n for (uid, n), was in zip(trace, fetched_at) if was and uid.startswith("layer"))
 
 
 def _skipped_layers(trace: list[tuple[str, int]], fetched_at: list[bool], half: int | None) -> int:
@@ -230,8 +241,21 @@ def stage_trace(cfg: TrainingConfig, stage: int) -> Zero3Trace:
 
 def layer_bwd_fetch_share(cfg: TrainingConfig, stage: int) -> float:
     """Share of the rank's layers whose backward fetch runs: the last layers stay gathered across the forward/
-    backward turn under the reuse distance (zero3_trace); 1.0 outside DeepSpeed ZeRO-3 or under full recompute."""
+    backward turn under the reuse distance (zero3_trace); 1.0 outside DeepSpeed ZeRO-3 or under full recompute
+    (recomputed_layer_fetches prices those layers)."""
     if not deepspeed_zero(cfg) or cfg.optimizer.zero_stage < 3 or cfg.recompute.granularity == "full":
         return 1.0
     layers = max(1, cfg.model.num_layers // cfg.parallel.pp)
     return max(0.0, 1.0 - stage_trace(cfg, stage).layer_bwd_fetch_skipped / layers)
+
+
+def recomputed_layer_fetches(cfg: TrainingConfig, stage: int) -> float:
+    """A fully recomputed layer's fetches after its forward, on average over the rank's layers (0 to 2): the
+    recompute's and the backward's. The recompute runs the layer's modules again with their ZeRO-3 hooks
+    (torch.utils.checkpoint and deepspeed.checkpointing call the module's forward inside backward), and the release
+    after each module's recomputed forward (__params_to_release) keeps it gathered when its backward use, right after
+    the recompute, lies within stage3_max_reuse_distance: the recompute's gather then serves the backward, and only
+    the modules farther than it are fetched twice (zero3_trace). 2 outside DeepSpeed ZeRO-3."""
+    if not deepspeed_zero(cfg) or cfg.optimizer.zero_stage < 3 or cfg.recompute.granularity != "full":
+        return 2.0
+    return stage_trace(cfg, stage).layer_bwd_fetches

@@ -14,6 +14,8 @@ The once-per-step ops (gradient sync outside the layers, optimizer step) are gra
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES as ACT_BYTES
 from llmperf_hook.graph.nvme_swap_ops import param_nvme_read_ops
@@ -22,7 +24,7 @@ from llmperf_hook.graph.params import zero3_gather_modules
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.step_ops import comm_op, dp_groups, grad_comm_bytes, param_bytes
 from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor_reduce_ops
-from llmperf_hook.graph.zero3_trace import layer_bwd_fetch_share
+from llmperf_hook.graph.zero3_trace import layer_bwd_fetch_share, recomputed_layer_fetches
 
 
 def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
@@ -30,7 +32,8 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     """Per-layer, per-micro-batch ZeRO-2/3 comm: (gathers before forward, gathers in backward, grad reduce).
 
     ZeRO-3 releases a module's gathered parameters after its forward and fetches them again before its
-    backward, and again before a recomputed forward (full recompute: three fetches per micro-batch). With
+    backward, and again before a recomputed forward, unless the reuse distance keeps them gathered in between
+    (full recompute: up to three fetches per micro-batch, zero3_trace.recomputed_layer_fetches). With
     prefetching (stage3_prefetch_bucket_size > 0, the default) the fetches run ahead on a side stream and
     hide behind compute (one op per fetch phase, tagged overlap). With stage3_prefetch_bucket_size 0 each
     module's fetch starts when the module is reached and the module waits for it: one exposed all-gather per
@@ -41,7 +44,15 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
     copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
                                                 ranks_per_host=gpus_per_node)
-    return copy_fwd + fwd + ckpt_fwd, copy_bwd * (2 if recomputed else 1) + bwd + ckpt_bwd, reduce
+    if recomputed:  # a partition is copied in for each fetch that runs (a parameter still gathered is not)
+        copy_bwd = _scaled(copy_bwd, recomputed_layer_fetches(cfg, 0))
+    return copy_fwd + fwd + ckpt_fwd, copy_bwd + bwd + ckpt_bwd, reduce
+
+
+def _scaled(ops: tuple[Op, ...], fetches: float) -> tuple[Op, ...]:
+    """`fetches` times the bytes of each per-fetch op (a host copy's bytes, an NVMe read's read/write bytes)."""
+    return tuple(replace(op, dims={k: int(v * fetches) if k.endswith("bytes") else v for k, v in op.dims.items()})
+                 for op in ops)
 
 
 HOST_LINK = Collective(group="host", group_size=1, ranks_per_node=1)
@@ -98,9 +109,9 @@ def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
             zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
     # DeepSpeed's last layers can stay gathered into their backward (reuse distance); ZeRO-3 runs without pipeline
     # parallelism (frameworks/validation.py), so the trace is rank 0's.
-    share = layer_bwd_fetch_share(cfg, 0)
+    share = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
     bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share) if share > 0 else ()
-    return fwd, bwd * (2 if recomputed else 1), reduce
+    return fwd, bwd, reduce
 
 
 def ds_checkpoint_ops(cfg: TrainingConfig, gpus_per_node: int, recomputed: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:

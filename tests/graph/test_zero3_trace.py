@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from llmperf_hook.frameworks.training_config import RecomputeConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.sample_configs import make_config
@@ -141,3 +142,26 @@ def test_memory_holds_what_the_trace_holds() -> None:
     tight = replace(cfg, optimizer=replace(cfg.optimizer, stage3_max_reuse_distance=0,
                                            stage3_max_live_parameters=100_000_000))
     assert estimate_memory(tight, build_graph(tight, DGX), DGX).components["zero3_live_params"] < held / 2
+
+
+def test_the_recompute_gather_serves_the_backward_within_the_reuse_distance() -> None:
+    """Full recompute: the checkpointed layer's modules run again inside backward with their ZeRO-3 hooks, and each
+    module's backward follows its recompute within a few modules (a 50.3 M-element layer, far under the 1e9 reuse
+    distance): __params_to_release keeps the recompute's gather for the backward, which fetches nothing. Prefetch
+    off, so that only the distance keeps: layer k from the end keeps its forward gather into its recompute while
+    its rest (37.7 M) + the word weight twice (head forward and backward, 218.1 M) + 3k layers < 1e9, k <= 4: 19 of
+    the 24 layers fetch once after the forward, 5 not at all (the old price was 2 fetches for each). With distance
+    0 every module is fetched for the recompute and again for its backward; the prefetch (default) keeps more."""
+    def full(**opt: object):
+        return replace(_cfg(**opt), recompute=RecomputeConfig(granularity="full", method="uniform", num_layers=1))
+
+    near = full(stage3_prefetch_bucket_size_elems=0)
+    far = full(stage3_max_reuse_distance=0, stage3_prefetch_bucket_size_elems=0)
+    assert zero3_trace(near, 0).layer_bwd_fetches * 24 == pytest.approx(19)
+    assert zero3_trace(far, 0).layer_bwd_fetches == 2.0
+    assert zero3_trace(full(), 0).layer_bwd_fetches < 19 / 24
+    for cfg, fetches in ((near, 19 / 24), (far, 2.0)):
+        layer = next(b for b in _block_names(build_graph(cfg, DGX)) if b.name == "dense_layer.recomputed")
+        fwd, bwd = (sum(op.dims["bytes"] for op in ops if op.name.startswith("zero3.param_")) for ops in
+                    (layer.fwd, layer.bwd))
+        assert bwd == pytest.approx(fwd * fetches, rel=1e-6)
