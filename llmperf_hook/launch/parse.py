@@ -134,8 +134,12 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
 
 def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
+    export_env = next((name for name in ("SRUN_EXPORT_ENV", "SLURM_EXPORT_ENV") if env.get(name)), None)
     if "export" in values:
         apply_export(values["export"], env, used)
+    elif export_env:  # srun's input variables for --export (src/srun/opt.c env_vars; SRUN_ wins); sbatch
+        used[export_env] = env[export_env]  # --export=NONE leaves SLURM_EXPORT_ENV=NONE to the script's srun
+        apply_export(env[export_env], env, used)
     words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
         return inner

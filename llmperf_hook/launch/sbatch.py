@@ -25,7 +25,7 @@ from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines
-from llmperf_hook.launch.slurm import SRUN_OPTIONS
+from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 
 SBATCH_OPTIONS: dict[str, Option] = {
@@ -64,17 +64,23 @@ def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str], ar
     return read_batch_script(logical_lines(text), env, used, path, "shell script", args, script_shell(shell_word, text))
 
 
+_MAGIC_WORDS = ("#SBATCH", "#SLURM")
+"""The prefixes of a directive line (src/sbatch/opt.c _opt_batch_script magic_word1/2; `#SLURM` is read too, with an
+error message asking for #SBATCH, and any line starting with it is one, `#SLURM_X` included)."""
+
+
 def _header_options(lines: list[ScriptLine], path: str) -> list[str]:
     """#SBATCH words before the script's first command, read as sbatch's _opt_batch_script reads them (src/sbatch/
-    opt.c): only a line that starts with `#SBATCH` in its first column is a directive (`  #SBATCH -N 2` is a comment);
+    opt.c): only a line that starts with `#SBATCH` (or `#SLURM`) in its first column is a directive (`  #SBATCH -N 2` is a comment);
     reading stops at the first line whose first non-blank character is not `#`; an unmatched quote stops sbatch. A
     heterogeneous job's `#SBATCH hetjob` (or `packjob`) line starts the next component: the first one's are read."""
     words: list[str] = []
     for line in lines:
         stripped = line.text.strip()
-        if line.text.startswith("#SBATCH"):
+        magic = next((word for word in _MAGIC_WORDS if line.text.startswith(word)), "")
+        if magic:
             try:
-                directive = shlex.split(line.text[len("#SBATCH"):], comments=True)
+                directive = shlex.split(line.text[len(magic):], comments=True)
             except ValueError:
                 raise UsageError(f"sbatch would stop: {path} line {line.number} has an unmatched quote in "
                                  f"{stripped!r} (sbatch: 'Unmatched quote'). Close the quote.") from None
@@ -124,9 +130,37 @@ def _digits(value: str | None) -> str:
 
 
 _INPUT_ENV = {"SBATCH_GPUS_PER_NODE": "gpus_per_node", "SBATCH_GPUS": "gpus", "SBATCH_GRES": "gres",
-              "SBATCH_GPUS_PER_TASK": "gpus_per_task"}
-"""The SBATCH_* input variables that size the allocation (src/sbatch/opt.c env_vars: the same as --gpus-per-node,
--G/--gpus, --gres, --gpus-per-task); sbatch has none for the node or task counts."""
+              "SBATCH_GPUS_PER_TASK": "gpus_per_task", "SBATCH_EXPORT": "export"}
+"""The SBATCH_* input variables that size the allocation or choose the script's environment (src/sbatch/opt.c
+env_vars: the same as --gpus-per-node, -G/--gpus, --gres, --gpus-per-task, --export); sbatch has none for the node
+or task counts."""
+
+
+def _job_environment(export: str, env: dict[str, str], used: dict[str, str]) -> None:
+    """The environment the batch script starts with under `--export=VALUE` (src/sbatch/sbatch.c
+    _fill_job_desc_from_opts, env.c env_merge_filter), `env` replaced in place. ALL (the default): the submitting
+    environment. NONE / NIL: only its SLURM* variables (env_array_merge_slurm_spank; NONE then loads the user's login
+    environment on the node, which llmperf cannot read). A list: its items in order, each overwriting the one before
+    (`NAME=value`, `NAME` with the submitting value, `ALL` the whole submitting environment), then the SLURM*
+    variables. Any mode but ALL also sets SLURM_EXPORT_ENV to the value unless it is set (opt.c _opt_verify, setenv
+    without overwrite), which the script's srun reads as its own --export: with NONE the script's own exports reach
+    no srun task unless it sets SLURM_EXPORT_ENV=ALL (sbatch.html --export=NONE)."""
+    if export.upper() == "ALL":
+        return
+    submitting = {**env}
+    submitting.setdefault("SLURM_EXPORT_ENV", export)
+    job: dict[str, str] = {}
+    for item in export_items(export) if export.upper() not in ("NONE", "NIL") else []:
+        name, eq, value = item.partition("=")
+        if item.upper() == "ALL":
+            job.update(submitting)
+        elif eq:
+            job[name] = used[name] = value
+        elif name in submitting:
+            job[name] = submitting[name]
+    job.update({name: value for name, value in submitting.items() if name.startswith("SLURM")})
+    env.clear()
+    env.update(job)
 
 
 def _input_env(env: dict[str, str], used: dict[str, str]) -> dict[str, str]:
@@ -156,6 +190,8 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         text = _read_script(path)
         lines, shell = logical_lines(text), script_shell(None, text)
         header = {**_header_values(lines, path), **given}
+    if "export" in header:
+        _job_environment(header["export"], env, used)
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)

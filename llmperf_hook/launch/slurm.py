@@ -139,6 +139,25 @@ def _allocation_tasks(env: Mapping[str, str], used: dict[str, str], nnodes: Size
     return nodes, Sized(max(counts), src), Sized(sum(counts), src), warnings
 
 
+def export_items(value: str) -> list[str]:
+    """The comma-separated items of an `--export` value as Slurm splits them (src/common/env.c find_quote_token): a
+    comma splits only where single and double quotes are each closed (each kind toggles on its own, as there), and
+    an item wholly inside one pair of quotes loses them (`"FOO=a,b"` is FOO=a,b; `FOO="a,b"` keeps its quotes in the
+    value). An unclosed quote runs to the end."""
+    items: list[str] = []
+    start, open_quotes = 0, {"'": False, '"': False}
+    for i, char in enumerate(value + ","):
+        if char in open_quotes and i < len(value):
+            open_quotes[char] = not open_quotes[char]
+        elif char == "," and (not any(open_quotes.values()) or i == len(value)):
+            item = value[start:i]
+            if len(item) >= 2 and item[0] in "'\"" and item[-1] == item[0]:
+                item = item[1:-1]
+            items.append(item)
+            start = i + 1
+    return [item for item in items if item] if value else []
+
+
 def apply_export(value: str, env: dict[str, str], used: dict[str, str]) -> None:
     """srun `--export=[ALL,]NAME[=value],...|NONE` as srun builds its tasks' environment (src/srun/launch.c
     _build_user_env; srun.html --export): items are read up to a NONE; NAME=value sets NAME and a bare NAME passes
@@ -147,7 +166,7 @@ def apply_export(value: str, env: dict[str, str], used: dict[str, str]) -> None:
     CUDA_DEVICE_MAX_CONNECTIONS ...) are withheld unless listed."""
     listed: dict[str, str] = {}
     everything = False
-    for item in (item.strip() for item in value.split(",")):
+    for item in export_items(value):
         if item.upper() == "NONE":
             break
         everything = everything or item.upper() == "ALL"

@@ -119,7 +119,7 @@ ARRAYS = {
     "an unquoted variable with blanks splits": 'F="--lr 1e-4 --bf16"\nA=(--seed 1 $F)\ntorchrun x.py ${A[@]}\n',
     "an empty $X on the launch line (t5 example without $1)": "C=$1\ntorchrun x.py --save $C --load ${C} --bf16\n",
     "a quoted word that looks like a redirection": "torchrun x.py --tokens '<audio>,32002' \"<a\" --bf16 2>&1\n",
-    "a quote ends a name": "M=8\nE='mbs_'$M'_gbs'\nA=(--name $E'_x' --m \"$M\"_1)\ntorchrun x.py ${A[@]} --e $E'_y'\n",
+    "a quote ends a name": "M=8\nE='mbs_'$M'_gbs'\nA=(--name $E'_x' --mb \"$M\"_1)\ntorchrun x.py ${A[@]} --ee $E'_y'\n",
 }
 
 
@@ -147,7 +147,7 @@ WORDS = {
     "an unquoted variable of several names (DeepSpeed-VisualChat's --dataset_names ${DATA})":
         ('DATA="llava llava_dial otter"\ntorchrun x.py --dataset_names ${DATA} --bf16\n', []),
     "$@ without arguments (HelloDeepSpeed's run_ds.sh)": ("torchrun x.py --checkpoint_dir e $@\n", []),
-    "$@ and \"$@\" with an argument holding a blank": ('torchrun x.py $@ --n "$@" --m $1\n', ["--tag", "a b"]),
+    "$@ and \"$@\" with an argument holding a blank": ('torchrun x.py $@ --nb "$@" --mb $1\n', ["--tag", "a b"]),
     "${1} and $2 given": ("torchrun x.py --save ${1} --load $2 $3\n", ["ck", "pt"]),
 }
 

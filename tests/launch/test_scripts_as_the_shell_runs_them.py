@@ -55,7 +55,7 @@ BASH = {  # bash only
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
     "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
     "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
-                              ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --d ${L,,} --e ${S:2} --f ${S:1:-1}\n',
+                              ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --dd ${L,,} --ee ${S:2} --f ${S:1:-1}\n',
 }
 ARGS = {"function_then_script_args": ["--lr", "3"], "function_given_the_script_args": ["4", "--lr", "1"],
         "shift": ["6", "--lr", "2"], "shift_n": ["4", "2", "--lr", "1"], "shift_past_the_end": ["3"]}

@@ -1,0 +1,88 @@
+"""sbatch's `--export` (command line, SBATCH_EXPORT, `#SBATCH --export`) and `#SLURM` directives, read as sbatch reads
+them (src/sbatch/sbatch.c _fill_job_desc_from_opts, src/common/env.c env_merge_filter / find_quote_token, src/sbatch/
+opt.c _opt_batch_script / _opt_verify), and srun's SLURM_EXPORT_ENV / SRUN_EXPORT_ENV input variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.parse import parse_launch
+from llmperf_hook.launch.slurm import export_items
+
+GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+       "--vocab-size 1000 --micro-batch-size 1 --global-batch-size 16")
+SCRIPT = f"""#!/bin/bash
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=1
+{{header}}
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+srun torchrun --nnodes $SLURM_NNODES --nproc-per-node ${{GPN:-8}} pretrain_gpt.py {GPT}
+"""
+
+
+def _job(tmp_path: Path, header: str, options: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
+    path = tmp_path / "job.sh"
+    path.write_text(SCRIPT.replace("{header}", header))
+    return parse_launch(["sbatch", *options, str(path)], env)
+
+
+@pytest.mark.parametrize(("header", "options", "env", "per_node"), [
+    ("", [], {"GPN": "4"}, 4),  # default ALL: the submitting environment reaches the script
+    ("", ["--export=ALL"], {"GPN": "4"}, 4),
+    ("", ["--export=NONE"], {"GPN": "4"}, 8),  # only SLURM* variables: ${GPN:-8}
+    ("", ["--export=NIL"], {"GPN": "4"}, 8),
+    ("", ["--export=GPN"], {"GPN": "4"}, 4),  # a bare name passes the submitting value
+    ("", ["--export=OTHER"], {"GPN": "4"}, 8),
+    ("", ["--export=GPN=2"], {"GPN": "4"}, 2),
+    ("", ["--export=ALL,GPN=2"], {"GPN": "4"}, 2),  # items in order, each overwriting (env_array_merge)
+    ("", ["--export=GPN=2,ALL"], {"GPN": "4"}, 4),
+    ("", [], {"GPN": "4", "SBATCH_EXPORT": "NONE"}, 8),  # the input variable is --export
+    ("#SBATCH --export=NONE", [], {"GPN": "4"}, 8),
+    ("#SBATCH --export=NONE", ["--export=ALL"], {"GPN": "4"}, 4),  # the command line wins over the directive
+    ("#SBATCH --export=NONE", [], {"GPN": "4", "SBATCH_EXPORT": "ALL"}, 4),  # and so does SBATCH_EXPORT
+    ("#SBATCH --export=ALL,GPN=2", [], {"GPN": "4"}, 2),
+])
+def test_export_decides_what_the_script_sees(tmp_path: Path, header: str, options: list[str], env: dict[str, str],
+                                             per_node: int) -> None:
+    job = _job(tmp_path, header, options, env)
+    assert (job.nnodes, job.nproc_per_node) == (2, per_node)
+
+
+def test_export_none_reaches_the_scripts_srun(tmp_path: Path) -> None:
+    """sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE for the script (opt.c _opt_verify), which its srun reads as
+    --export=NONE: the script's own `export CUDA_DEVICE_MAX_CONNECTIONS=1` reaches no task (sbatch.html --export=NONE)."""
+    assert _job(tmp_path, "", [], {}).env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in _job(tmp_path, "", ["--export=NONE"], {}).env
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in _job(tmp_path, "", [], {"SLURM_EXPORT_ENV": "NONE"}).env
+    # the man page's advice: SLURM_EXPORT_ENV=ALL in the script, or SRUN_EXPORT_ENV, which wins over it
+    advised = _job(tmp_path, "export SLURM_EXPORT_ENV=ALL", ["--export=NONE"], {})
+    assert advised.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    assert _job(tmp_path, "", ["--export=NONE"], {"SLURM_EXPORT_ENV": "ALL"}).env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+
+
+def test_slurm_directives_are_read_like_sbatch_ones(tmp_path: Path) -> None:
+    """`#SLURM` is sbatch's second magic word (opt.c _opt_batch_script, with an error asking for #SBATCH)."""
+    path = tmp_path / "job.sh"
+    path.write_text(f"#!/bin/bash\n#SLURM --nodes=3\n#SBATCH --ntasks-per-node=1\necho start\n#SLURM --nodes=5\n"
+                    f"srun torchrun --nnodes $SLURM_NNODES --nproc-per-node 8 pretrain_gpt.py {GPT}\n")
+    assert parse_launch(["sbatch", str(path)], {}).nnodes == 3
+    assert parse_launch(["sbatch", "-N", "4", str(path)], {}).nnodes == 4
+
+
+@pytest.mark.parametrize(("value", "items"), [
+    ("ALL,FOO=1", ["ALL", "FOO=1"]),
+    ('ALL,"FOO=a,b",B=2', ["ALL", "FOO=a,b", "B=2"]),  # an item wholly in quotes loses them
+    ('A="x,y",B', ['A="x,y"', "B"]),  # quotes inside an item stay in its value
+    ("'A=1,2'", ["A=1,2"]),
+    ("\"a'b\",c", ["\"a'b\",c"]),  # each kind of quote toggles on its own: the ' is still open at the comma
+])
+def test_export_items_split_as_find_quote_token(value: str, items: list[str]) -> None:
+    assert export_items(value) == items
+
+
+def test_srun_export_keeps_a_quoted_comma(tmp_path: Path) -> None:
+    job = parse_launch(["srun", "-N", "1", '--export=ALL,"NCCL_IB_HCA=mlx5_0,mlx5_1"', "torchrun", "--nproc-per-node",
+                        "8", "pretrain_gpt.py", *GPT.split()], {})
+    assert job.env.get("NCCL_IB_HCA") == "mlx5_0,mlx5_1"
