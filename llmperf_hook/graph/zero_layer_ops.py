@@ -109,8 +109,11 @@ def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
             zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
     # DeepSpeed's last layers can stay gathered into their backward (reuse distance); ZeRO-3 runs without pipeline
     # parallelism (frameworks/validation.py), so the trace is rank 0's.
-    share = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
-    bwd = zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share) if share > 0 else ()
+    fetches = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
+    # up to two fetch phases after the forward (the recompute's, then the backward's), each its own collectives
+    shares = (min(1.0, fetches), fetches - 1.0)
+    bwd = tuple(op for share in shares if share > 0
+                for op in zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share))
     return fwd, bwd, reduce
 
 

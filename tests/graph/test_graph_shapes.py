@@ -136,9 +136,11 @@ def test_placement_uses_the_launch_processes_per_node() -> None:
 
 def test_zero3_without_prefetch_fetches_each_module_exposed_and_again_for_recompute() -> None:
     """stage3_prefetch_bucket_size 0: QKV, projection, MLP up and down fetched when reached (untagged, so the
-    schedule exposes them); full recompute fetches once more before the recomputed forward."""
+    schedule exposes them); full recompute fetches once more before the recomputed forward. Reuse distance 0, as
+    in a model far over DeepSpeed's 1e9 elements: this 50 M-element one would stay gathered (zero3_trace)."""
     kw = dict(num_layers=4, hidden_size=1024, num_attention_heads=16, dp=8, framework="deepspeed")
-    lazy = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3, stage3_prefetch_bucket_size_elems=0))
+    lazy = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3, stage3_prefetch_bucket_size_elems=0,
+                                                                 stage3_max_reuse_distance=0))
     _, block = _layer_ops(build_graph(lazy, DGX))
     fetch_f = [op for op in block.fwd if op.name == "zero3.param_fetch"]
     fetch_b = [op for op in block.bwd if op.name == "zero3.param_fetch"]
@@ -146,7 +148,8 @@ def test_zero3_without_prefetch_fetches_each_module_exposed_and_again_for_recomp
     h = 1024
     assert [op.dims["bytes"] for op in fetch_f][:2] == [3 * h * h * 2, h * h * 2]  # QKV, projection (bf16)
     assert sum(op.dims["bytes"] for op in fetch_f) == pytest.approx(12 * h * h * 2, rel=0.01)
-    prefetched = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3))
+    prefetched = make_config(**kw, recompute="full", optimizer_kw=dict(zero_stage=3, stage3_max_reuse_distance=0,
+                                                                       stage3_max_live_parameters=0))
     _, block = _layer_ops(build_graph(prefetched, DGX))
     gathers = [op for op in block.bwd if op.name == "zero3.param_allgather"]
     assert len(gathers) == 2 and all(op.tags.get("overlap") == "param_gather" for op in gathers)

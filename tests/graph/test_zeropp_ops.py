@@ -104,7 +104,7 @@ def test_hpz_moves_backward_and_later_forward_gathers_into_the_node() -> None:
 def test_hpz_with_full_recompute_gathers_twice_in_the_node() -> None:
     """Reuse distance 0: the recompute's gather is released before the backward, which fetches again (zero3_trace)."""
     _, bwd, _ = zero3_layer_comm(_cfg(zero_hpz_partition_size=8), LAYER, GPN, recomputed=True)
-    assert [(op.collective.group_size, op.dims["bytes"]) for op in bwd] == [(8, 2 * 2 * LAYER)]
+    assert [(op.collective.group_size, op.dims["bytes"]) for op in bwd] == [(8, 2 * LAYER), (8, 2 * LAYER)]
 
 
 def test_hpz_of_the_whole_dp_group_changes_no_group() -> None:
