@@ -78,13 +78,24 @@ def _layer_fwd(ctx: lo.LayerContext, moe: bool) -> list[Op]:
     return lo.attention_ops(ctx) + _repeat_experts(ops, experts_local)
 
 
+def _with_scatter_backward(block: OpBlock, ctx: lo.LayerContext, prefix: str = "") -> OpBlock:
+    """Under SP with an all-reduced embedding its gradient is gathered over TP right after the embedding dropout's
+    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective."""
+    gather = tuple(replace(op, name=prefix + op.name) for op in vo.embedding_scatter_backward(ctx))
+    if not gather:
+        return block
+    at = next(i for i, op in enumerate(block.bwd) if op.name == prefix + "embedding.dropout") + 1
+    return replace(block, bwd=block.bwd[:at] + gather + block.bwd[at:])
+
+
 def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
     """The MTP depths (graph/mtp_ops.py), after the decoder on the last chunk of the last pipeline stage: under
     full recompute Megatron checkpoints each depth's projection and layer (MultiTokenPredictionBlock
     _checkpointed_forward), not its loss head, so the head ops are a block of their own."""
     layer = _layer_fwd(ctx, pc.mtp_layer_is_moe(cfg))
     depths = cfg.model.mtp_num_layers
-    return [_block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity),
+    return [_with_scatter_backward(_block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity), ctx,
+                                   "mtp."),
             _block("mtp_head", mtp_head_ops(ctx), depths, "none")]
 
 
@@ -117,8 +128,8 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=memo[key])
     blocks: list[OpBlock] = []
     if first:
-        blocks.append(with_zero_edge_ops(cfg, _block("embedding", vo.embedding_ops(ctx), 1, "none"), stage, "embedding",
-                                         gpus_per_node))
+        embedding = _with_scatter_backward(_block("embedding", vo.embedding_ops(ctx), 1, "none"), ctx)
+        blocks.append(with_zero_edge_ops(cfg, embedding, stage, "embedding", gpus_per_node))
     blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
                             gpus_per_node)
     if last and cfg.model.mtp_num_layers:

@@ -89,16 +89,28 @@ def layer_params(cfg: TrainingConfig, moe: bool) -> int:
 
 
 def embedding_params(cfg: TrainingConfig) -> int:
-    """The rank's word-embedding shard plus the learned position table. Megatron-DeepSpeed under
-    --sequence-parallel splits the position table over the TP ranks (megatron/model/language_model.py Embedding ->
-    tensor_parallel.layers.SequenceParallelPositionEmbedding: max_sequence_length // TP rows a rank, since the
-    2023-09 rebase that brought sequence parallelism, cc3a94c6); Megatron-LM keeps the whole table on every rank
-    (megatron/core/models/common/embeddings/language_model_embedding.py)."""
+    """The rank's word-embedding shard plus the learned position table (position_table_rows x hidden_size)."""
     m = cfg.model
-    positions = m.seq_length * m.hidden_size if m.position_embedding == "learned_absolute" else 0
-    if cfg.framework == "megatron-deepspeed" and cfg.parallel.sequence_parallel:
-        positions //= cfg.parallel.tp
+    positions = position_table_rows(cfg) * m.hidden_size
     return m.padded_vocab_size // cfg.parallel.tp * embedding_width(cfg) + positions + embedding_projection_params(cfg)
+
+
+def position_table_rows(cfg: TrainingConfig) -> int:
+    """Rows of the rank's learned position table (0 without one): --max-position-embeddings, not the sequence
+    length (megatron/core/models/common/embeddings/language_model_embedding.py: torch.nn.Embedding(
+    max_sequence_length, hidden), GPTModel passing max_sequence_length = config.max_position_embeddings;
+    Megatron-DeepSpeed's language_model.py Embedding and Hugging Face GPT-2's wpe(n_positions) the same); the
+    sequence length where the job does not state it. Megatron-DeepSpeed under --sequence-parallel splits the table
+    over the TP ranks (tensor_parallel.layers.SequenceParallelPositionEmbedding: max_sequence_length // TP rows a
+    rank, since the 2023-09 rebase that brought sequence parallelism, cc3a94c6); Megatron-LM keeps the whole table
+    on every rank."""
+    m = cfg.model
+    if m.position_embedding != "learned_absolute":
+        return 0
+    rows = m.max_position_embeddings or m.seq_length
+    if cfg.framework == "megatron-deepspeed" and cfg.parallel.sequence_parallel:
+        rows //= cfg.parallel.tp
+    return rows
 
 
 def embedding_width(cfg: TrainingConfig) -> int:

@@ -10,25 +10,71 @@ from __future__ import annotations
 from llmperf_hook.graph.layer_ops import (IDENTITY_BACKWARD, LayerContext, async_dgrad_tags, comm, elementwise, gemm,
                                           norm, own_grad_allreduce, tp_enter, tp_exit)
 from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.params import position_table_rows
 
 
 def embedding_ops(ctx: LayerContext) -> list[Op]:
-    """Vocab-parallel embedding lookup (+ learned positions), then all-reduce, whose backward is the identity
-    (IDENTITY_BACKWARD), or under SP a reduce-scatter, whose backward all-gathers the gradient
-    (reduce_scatter_to_sequence_parallel_region)."""
+    """Vocab-parallel embedding lookup, then all-reduce, whose backward is the identity (IDENTITY_BACKWARD), or
+    under SP a reduce-scatter, whose backward all-gathers the gradient (reduce_scatter_to_sequence_parallel_region);
+    then the learned positions (position_ops) and the dropout."""
     m = ctx.cfg.model
     vocab = m.padded_vocab_size // ctx.tp.group_size
     out = ctx.tokens * m.hidden_size
     ops = [Op("embedding.lookup", "embedding", "fwd", {"tokens": ctx.tokens, "vocab": vocab, "hidden": m.hidden_size},
               bytes_moved=float(2 * out * ctx.act_bytes), dtype=ctx.dtype)]
-    if ctx.tp.group_size > 1 and not ctx.cfg.parallel.sequence_parallel:
+    if ctx.tp.group_size > 1 and not (ctx.cfg.parallel.sequence_parallel and reduce_scatters_embedding(ctx)):
         ops.append(comm("embedding.tp_reduce", "allreduce", out * ctx.act_bytes, ctx.tp, ctx,
                         backward=IDENTITY_BACKWARD))
     else:
         ops += tp_exit("embedding.tp_reduce", ctx)
+    ops += position_ops(ctx)
     ops.append(elementwise("embedding.dropout", "dropout", {"elements": ctx.norm_tokens * m.hidden_size},
                            ctx.norm_tokens * m.hidden_size, ctx))
     return ops
+
+
+def reduce_scatters_embedding(ctx: LayerContext) -> bool:
+    """Under SP the word embedding's TP reduction is a reduce-scatter only in Megatron-LM without learned positions
+    (language_model_embedding.py: reduce_scatter_embeddings = not add_position_embedding and sequence_parallel,
+    since cbf81447cc, 2024-04). With learned positions the full T x h sum is needed for the add: all-reduce, add,
+    then scatter_to_sequence_parallel_region (a split; its backward all-gathers the gradient:
+    embedding_scatter_backward). Megatron-DeepSpeed always all-reduces and scatters (megatron/model/
+    language_model.py Embedding.forward; VocabParallelEmbedding: reduce_from_tensor_model_parallel_region)."""
+    return ctx.cfg.framework == "megatron" and ctx.cfg.model.position_embedding != "learned_absolute"
+
+
+def position_ops(ctx: LayerContext) -> list[Op]:
+    """The learned position embedding (--position-embedding-type learned_absolute, Megatron's default; GPT-2's
+    wpe): a lookup of the T position ids in the position_table_rows x h table and its add into the word embedding
+    (language_model_embedding.py: `embeddings = word_embeddings + position_embeddings`, after the word embedding's
+    TP all-reduce; Megatron-DeepSpeed's Embedding and Hugging Face GPT2Model the same). The fitted embedding class
+    is torch.nn.functional.embedding of one table (profile/op_sampler.py), so the position lookup is an op of its
+    own: a serial torch.nn.Embedding, whole on every TP rank; its backward writes the table's dense gradient. The
+    add reads two T x h tensors and writes one; autograd passes its gradient to both inputs unchanged (AddBackward0
+    runs no kernel): backward=identity. The table's gradient is reduced with the other parameters over DP; its TP
+    replicas see the same all-reduced input and gradient, and no other pipeline stage holds it (only the word
+    embedding is shared with the LM head), so no further collective."""
+    rows = position_table_rows(ctx.cfg)
+    if not rows:
+        return []
+    h = ctx.cfg.model.hidden_size
+    out = ctx.tokens * h
+    return [Op("embedding.position_lookup", "embedding", "fwd", {"tokens": ctx.tokens, "vocab": rows, "hidden": h},
+               bytes_moved=float(2 * out * ctx.act_bytes), dtype=ctx.dtype),
+            Op("embedding.position_add", "residual_add", "fwd", {"elements": out}, flops=0.0,
+               bytes_moved=float(3 * out * ctx.act_bytes), dtype=ctx.dtype, tags={"backward": IDENTITY_BACKWARD})]
+
+
+def embedding_scatter_backward(ctx: LayerContext) -> tuple[Op, ...]:
+    """Backward of scatter_to_sequence_parallel_region after an all-reduced embedding under SP
+    (reduce_scatters_embedding False): _ScatterToSequenceParallelRegion.backward gathers the T x h gradient over
+    TP (_gather_along_first_dim), so every rank's lookups see the whole gradient."""
+    p = ctx.cfg.parallel
+    if ctx.tp.group_size == 1 or not p.sequence_parallel or reduce_scatters_embedding(ctx):
+        return ()
+    nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
+    return (Op("embedding.sp_scatter", "allgather", "bwd", {"bytes": int(nbytes)}, dtype=ctx.dtype,
+               collective=ctx.tp),)
 
 
 CE_FWD_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
