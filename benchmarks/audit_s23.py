@@ -28,6 +28,10 @@ measured minus predicted step time and `dp AR` the modelled data-parallel all-re
    TP all-reduce ran at a lower rate in training than in nccl-tests, gap / comm_tp would be one number per TP).
    Scaling each intra-node all-reduce to the LUT's own rate for its group size (2 GPUs slower, 8 faster) was tried
    on dev.csv: S23 8.16 -> 8.26 %, S24 7.19 -> 7.28 %, S03 3.98 -> 4.07 %, S01 4.67 -> 4.63 %: not taken.
+7. The gap at one layout against the number of micro-batches (global batch fixed, so the tokens per step are too):
+   a robust (Theil-Sen) line gap = a + b x m per layout with three rows or more. A cost the model lacks per micro-batch
+   (host launches, pipeline exchanges, DeepSpeed's per-micro-batch accumulation) gives b > 0; a cost per step
+   (gradient reduction, optimizer, its bookkeeping) or per token gives b ~ 0 and the same a.
 """
 
 from __future__ import annotations
@@ -193,6 +197,37 @@ def section_tp_allreduce(runs: list[MeasuredRun], pred: dict[str, tuple[float, f
         f"TP {tp} {min(m):+.2f}..{max(m):+.2f}" for tp, m in sorted(medians_by_tp.items())))
 
 
+def section_microbatches(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
+    print("\n7. Gap against the micro-batch count m at one layout (global batch fixed): gap = a + b x m")
+    print(f"   {'hidden':>6} {'tp':>3} {'pp':>3} {'dp':>3} {'m':>14} {'gap s':>32} {'a s':>7} {'b ms':>7}")
+    layouts: dict[tuple[int, int, int, int], list[tuple[int, float]]] = defaultdict(list)
+    for r in runs:
+        m = r.global_batch_size // (r.dp * r.micro_batch_size)
+        layouts[(r.hidden_size, r.tp, r.pp, r.dp)].append((m, r.iteration_time_s - pred[r.row_id][0]))
+    for (hidden, tp, pp, dp), points in sorted(layouts.items()):
+        if len({m for m, _ in points}) < 3:
+            continue
+        points.sort()
+        a, b = _line([float(m) for m, _ in points], [g for _, g in points])
+        ms = ",".join(str(m) for m, _ in points)
+        gaps = ",".join(f"{g:.2f}" for _, g in points)
+        print(f"   {hidden:>6} {tp:>3} {pp:>3} {dp:>3} {ms:>14} {gaps:>32} {a:>7.3f} {b * 1e3:>7.1f}")
+    print("   (b ~ 0: the missing time is per step or per token, not per micro-batch)")
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Theil-Sen line (median of the pairwise slopes, median intercept): the layouts hold single outlier rows (3.6B
+    TP 8 at m 1 and 32, TP 4 at m 16) that would set a least-squares slope alone."""
+    slopes = sorted((ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+                    if xs[j] != xs[i])
+    b = _median(slopes) if slopes else 0.0
+    return _median(sorted(y - b * x for x, y in zip(xs, ys))), b
+
+
+def _median(values: list[float]) -> float:
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv[1:]):
         print(__doc__)
@@ -209,6 +244,7 @@ def main(argv: list[str]) -> int:
     section_work_share(runs, pred)
     section_framework(runs)
     section_tp_allreduce(runs, pred, comm_tp, csv_path.parent / "calibration" / LUT_NAME)
+    section_microbatches(runs, pred)
     return 0
 
 
