@@ -24,10 +24,11 @@ from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
-from llmperf_hook.launch.shell_positional import expand_positional, positional_table, run_builtin
+from llmperf_hook.launch.shell_positional import expand_positional, leave_function, positional_table, run_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, quoted_words, shell_split,
-                                              split_unquoted_words, strip_redirections, word_quoting)
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, protect_literal_dollars,
+                                              quoted_words, restore_dollars, shell_split, split_unquoted_words,
+                                              strip_redirections, word_quoting)
 from llmperf_hook.launch.wrappers import unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
@@ -115,6 +116,8 @@ class _Reading:
     """The functions the script has defined so far, by name."""
     calling: set[str] = field(default_factory=set)
     """The functions being read at a call (a call of one of them from its own body is not followed)."""
+    frames: list[dict[str, str | None]] = field(default_factory=list)
+    """One per function being read: the caller's value (None: unset) of each variable it made its own with `local`."""
     undecidable: set[str] = field(default_factory=set)
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
     env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
@@ -132,7 +135,7 @@ class _Reading:
     def assign_array(self, text: str) -> bool:
         """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""
         match = ARRAY_ASSIGN.match(text)
-        body = text[match.end():] if match else ""
+        body = protect_literal_dollars(text[match.end():]) if match else ""
         if match is None or ")" not in body:
             return False
         inner = self.expand_arrays(_NAME_BEFORE_QUOTE.sub(r"${\1}", body[:body.rindex(")")]))  # `A=( "${A[@]}" .. )`
@@ -217,15 +220,18 @@ class _Reading:
             return
         saved, self.positional = self.positional, positional_table(self.positional["0"], args)
         self.calling.add(defined.name)
+        self.frames.append({})
         try:
             self.read(defined.body)
         finally:
+            leave_function(self)
             self.positional = saved
             self.calling.discard(defined.name)
 
     def command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = _ANSI_C.sub(_ansi_c, text)
+        text = protect_literal_dollars(text)
         text = _NAME_BEFORE_QUOTE.sub(r"${\1}", text)
         if self.arrays:
             text = self.expand_arrays(text)
@@ -294,7 +300,7 @@ class _Reading:
     def evaluate(self, line: ScriptLine, text: str, args: list[str]) -> None:
         """`eval ARGS`: bash expands ARGS, joins them with blanks and reads the result as a command line (bash manual
         4.1 Bourne Shell Builtins, eval), so a launch held in a variable is read from the variable, never run."""
-        expanded = " ".join(self.expand(arg) for arg in args)
+        expanded = restore_dollars(" ".join(self.expand(arg) for arg in args))  # eval reads a quoted `$` again
         unset = sorted(set(_UNSET_REF.findall(expanded)))
         if "$(" in text or "`" in text or "$(" in expanded or "`" in expanded:
             self.unevaluated.append(f"line {line.number} evals a command substitution")

@@ -22,14 +22,14 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.accelerate import MODULE as ACCELERATE_MODULE, accelerate_options_start, parse_accelerate
-from llmperf_hook.launch.argv_words import normalise_argv
+from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
-from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.batch_script import read_batch_script
 from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
-from llmperf_hook.launch.shell_script import logical_lines, pipelines
+from llmperf_hook.launch.shell_script import LITERAL_DOLLAR, logical_lines, pipelines, restore_dollars
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
@@ -231,6 +231,8 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     k = shell_command_index(words, i)
     if k is None:
         return None
+    if LITERAL_DOLLAR in words[k]:  # `bash -c '$LAUNCHER $CMD'`: the quoted `$` are that shell's to expand
+        words = [*words[:k], expand_env_refs(restore_dollars(words[k]), env, used), *words[k + 1:]]
     # the string may already hold a variable's newlines (`srun bash -c '$LAUNCHER $CMD'`, expanded here, where
     # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
     if sum(len(p) for p in pipelines(words[k].replace("\n", " "))) > 1:
@@ -288,7 +290,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
             shell_script_launch(words[script_at], env, used, words[script_at + 1:], words[i] if script_at > i else None)
         inner = normalise_argv(launch, env, used)
         size = _dispatch(inner, _strip_assignments(inner, env), env, used)
-        return replace(size, script_files=files) if size is not None and files else size
+        return _literal_dollars(size, files, env, used)
     if head in MPI_LAUNCHERS:
         return _mpirun(words, i, env, used)
     if head.endswith(".py"):
@@ -298,6 +300,18 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         "python -m torch.distributed.run ..., ft_launcher ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., "
         "sbatch job.sh, bash train.sh, or python train.py ...."
     )
+
+
+def _literal_dollars(size: LaunchSize | None, files: dict[str, ScriptFile], env: dict[str, str],
+                     used: dict[str, str]) -> LaunchSize | None:
+    """A script's job with the `$` bash took literally (`'$HOME'`, `\\$X`) put back, now that nothing expands it."""
+    for table in (env, used):
+        table.update({name: restore_dollars(value) for name, value in table.items() if LITERAL_DOLLAR in value})
+    files = {path: replace(file, text=restore_dollars(file.text)) for path, file in files.items()}
+    if size is None:
+        return None
+    return replace(size, script=restore_dollars(size.script), script_args=tuple(map(restore_dollars, size.script_args)),
+                   **({"script_files": files} if files else {}))
 
 
 def parse_launch(

@@ -16,6 +16,7 @@ class _Script(Protocol):
 
     positional: dict[str, str]
     env: dict[str, str]
+    frames: list[dict[str, str | None]]
     shell: tuple[str, str]
     kind: str
     path: str
@@ -66,6 +67,36 @@ def _shift(script: _Script, line: ScriptLine, words: list[str]) -> None:
                          "arguments after its name.")
 
 
+def _declare(script: _Script, words: list[str]) -> None:
+    """`local np=4`, `declare X=1`, `readonly X=1`. In a function, `local` and `declare`/`typeset` without -g make the
+    variable the function's own: bash restores the caller's value when the function returns, and a name given no
+    value starts unset (bash manual 4.2 `local`, 3.3 Shell Functions: dynamic scoping). Outside a function `local`
+    assigns nothing ('local: can only be used in a function')."""
+    options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
+    scoped = bool(script.frames) and words[0] != "readonly" and "g" not in options
+    if words[0] == "local" and not script.frames:
+        return
+    for word in words[1:]:
+        if word.startswith(("-", "+")):
+            continue
+        name, eq, _ = word.partition("=")
+        if scoped:
+            script.frames[-1].setdefault(name, script.env.get(name))
+            if not eq:
+                script.env.pop(name, None)
+        if eq:
+            script.assign([word])
+
+
+def leave_function(script: _Script) -> None:
+    """The function's own variables (`local`) back to the caller's values as it returns."""
+    for name, value in script.frames.pop().items():
+        if value is None:
+            script.env.pop(name, None)
+        else:
+            script.env[name] = value
+
+
 def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
     """Apply the builtin `words` run, if it is one of these; True when it was."""
     if words[0] == "shift":
@@ -73,10 +104,8 @@ def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
     elif words[0] == "set" and "--" in words:
         script.positional = positional_table(script.positional["0"],
                                              [script.expand(w) for w in words[words.index("--") + 1:]])
-    elif words[0] in ("local", "declare", "typeset", "readonly"):  # `local np=4` (its scope kept past the function:
-        for word in words[1:]:                                       # llmperf reads the one launch it reaches)
-            if not word.startswith(("-", "+")):
-                script.assign([word])
+    elif words[0] in ("local", "declare", "typeset", "readonly"):
+        _declare(script, words)
     elif words[0] == ":":
         for word in words[1:]:
             for name, colon, default in _ASSIGN_DEFAULT.findall(word):

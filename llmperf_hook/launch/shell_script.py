@@ -66,6 +66,40 @@ def _scan(text: str) -> tuple[list[bool], str, int]:
     return outside, quote, len(text)
 
 
+LITERAL_DOLLAR = "\ue024"
+"""Stands for a `$` bash takes literally (inside single quotes, or escaped `\\$`) while the script is read: the later
+expansions of words and values (argv_words.expand_env_refs) see no reference in it; restore_dollars puts `$` back."""
+
+
+def protect_literal_dollars(text: str) -> str:
+    """`text` with each `$` that bash does not expand replaced by LITERAL_DOLLAR: inside single quotes (bash manual
+    3.1.2.2: `X='$HOME'` holds the five characters) and `\\$` outside them (3.1.2.1, 3.1.2.3; the backslash removed,
+    as bash removes it)."""
+    if "$" not in text:
+        return text
+    out, quote, i = [], "", 0
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+            c = LITERAL_DOLLAR if c == "$" else c
+        elif c == "\\" and text[i + 1:i + 2] == "$":
+            c, i = LITERAL_DOLLAR, i + 1
+        elif c == "\\":
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        elif c in "'\"" and quote in ("", c):
+            quote = "" if quote else c
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def restore_dollars(text: str) -> str:
+    return text.replace(LITERAL_DOLLAR, "$")
+
+
 def shell_split(text: str) -> list[str]:
     """The words of a simple command as bash splits them: shlex's quoting, but a comment only where bash starts one,
     at a `#` that begins a word (`--save a#b` keeps `a#b`, which shlex's comments=True cut to `a`; `${#V}`, `$#`)."""

@@ -44,6 +44,13 @@ POSIX = {  # scripts dash and bash run alike
     "python_clustered_module": 'python -um torch.distributed.run --nproc_per_node 4 ' + M + '\n',
     "python_warning_option": 'python -W ignore -m torch.distributed.run --nproc_per_node 2 ' + M + '\n',
     "python_attached_module": 'python -mtorch.distributed.run --nproc_per_node 8 ' + M + '\n',
+    "single_quoted_dollar": 'D=/data\nX=\'$D/ckpt\'\nY="\\$D"\ntorchrun --nproc_per_node 8 ' + M +
+                            ' --save $X --load \'$D\' --a "\\$D" --b \\$D --c "$X" --f $Y\n',
+    "eval_of_a_single_quoted_value": "NP=4\nCMD='torchrun --nproc_per_node $NP " + M + " --save $NP'\nNP=2\neval $CMD\n",
+    "local_is_the_functions_own": 'NP=8\nNN=2\nf() {\n  local NP=2 NN\n  NN=5\n}\nf\n'
+                                  'torchrun --nproc_per_node $NP --nnodes $NN ' + M + '\n',
+    "local_dynamic_scope": 'NP=8\nset_np() {\n  NP=6\n}\nrun() {\n  local NP=4\n  set_np\n  torchrun --nproc_per_node $NP '
+                           + M + '\n}\nrun\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
@@ -52,6 +59,9 @@ BASH = {  # bash only
               '--num-layers 2 "${M[@]}"\n',
     "array_unquoted": 'M=(--data-path "a b" --lr 1e-4)\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 ${M[@]}\n',
     "function_keyword_local": 'function main {\n  local np=4\n  torchrun --nproc_per_node $np ' + M + '\n}\nmain "$@"\n',
+    "local_outside_a_function": 'local NP=2\ntorchrun --nproc_per_node ${NP:-8} ' + M + '\n',
+    "declare_in_a_function": 'NP=8\nf() {\n  declare NP=2\n  declare -g NN=2\n}\nf\ntorchrun --nproc_per_node $NP '
+                             '--nnodes $NN ' + M + '\n',
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
     "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
     "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
