@@ -61,6 +61,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from testbed_record import (RECORD_FORMAT, calibration_pass, load_record, pass_effects, rank_steps, reference_runs,
+                            rotation, save_record)
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
 CLUSTER = "cpu-testbed"
@@ -293,7 +296,7 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
     ds_json.write_text(json.dumps(cfg.ds_config()))
     run_dir = work / "run"
     ref_before = reference_now("before-run")
-    load = os.getloadavg()[0]
+    load, started = os.getloadavg()[0], time.time()
     # refine calibrates only from a run as quiet as the benchmark's measurements (refine_run.max_wall_per_cpu)
     env = dict(base_env(home), LLMPERF_REFINE_MAX_WALL_PER_CPU=str(QUIET_WALL_PER_CPU[min(cfg.ranks, 2)]))
     with deepspeed_buffers_removed(port):  # DeepSpeed never unlinks its /dev/shm all-reduce buffers
@@ -304,11 +307,15 @@ def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, por
         raise SystemExit(f"{cfg.label()}: exit {done.returncode}\n{done.stderr[-3000:]}")
     ref_after = reference_now("after-run")
     run = read_run_dir(run_dir)
-    job = summarize_job(run.records, run.job_ids()[0])
+    job_id = run.job_ids()[0]
+    job = summarize_job(run.records, job_id)
+    prediction = run.prediction_for(job_id) or {}
     return {"measured_s": job.step_time_s, "cpu_s": job.cpu_time_s, "load_before": load, "load_during": job.load_avg_1m,
             "hook_reference_s": job.reference_cpu_s, "ref_before_s": ref_before["cpu_s"], "ref_after_s": ref_after["cpu_s"],
-            "ref_now_s": (ref_before["cpu_s"] + ref_after["cpu_s"]) / 2,
-            "steps": job.num_timed_steps, "step_times_s": list(job.step_times_s),
+            "ref_now_s": (ref_before["cpu_s"] + ref_after["cpu_s"]) / 2, "started_unix_s": started,
+            "steps": job.num_timed_steps, "step_times_s": list(job.step_times_s), "job_id": job_id,
+            "rank_steps": rank_steps(run.records, job_id),
+            "prediction": {k: prediction.get(k) for k in ("uncalibrated_step_time_s", "step_time_s", "breakdown", "config")},
             "refine": done.stderr[done.stderr.find("llmperf refine"):].strip()}
 
 
@@ -428,6 +435,12 @@ def pearson(x: list[float], y: list[float]) -> float:
 
 def predict_all(home: Path, work: Path) -> list[float]:
     """Uncalibrated or calibrated predictions, whatever the store of `home` holds (fresh process)."""
+    return [d["predicted_s"] for d in predict_all_detail(home, work)]
+
+
+def predict_all_detail(home: Path, work: Path) -> list[dict]:
+    """predict_all with each prediction's breakdown and resolved configuration (explain JSON: what refine reads
+    from a run's prediction.json), for the record."""
     cmds = []
     for i, cfg in enumerate(CONFIGS):
         ds_json = work / f"c{i}" / "ds.json"
@@ -435,8 +448,10 @@ def predict_all(home: Path, work: Path) -> list[float]:
         ds_json.write_text(json.dumps(cfg.ds_config()))
         cmds.append(cfg.argv(ds_json, 29500))
     code = ("import json, os, sys\nfrom llmperf_hook.api import predict_command\n"
-            "cmds = json.loads(sys.stdin.read())\n"
-            f"print(json.dumps([predict_command(c, os.environ, cluster={CLUSTER!r}).estimate.step_time_s for c in cmds]))")
+            "from llmperf_hook.frameworks import explain_json\ncmds = json.loads(sys.stdin.read())\nout = []\n"
+            f"for c in cmds:\n    p = predict_command(c, os.environ, cluster={CLUSTER!r})\n"
+            "    out.append({'predicted_s': p.estimate.step_time_s, 'breakdown': dict(p.estimate.breakdown), "
+            "'config': explain_json(p.config, p.job)})\nprint(json.dumps(out, default=str))")
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(cmds), env=base_env(home),
                          capture_output=True, text=True, cwd=str(work))
     if out.returncode != 0:
@@ -462,8 +477,10 @@ def main() -> None:
                     help="index of the configuration to instrument; several (1,9) are each evaluated on the same "
                          "measurements, each in a fresh evaluation store")
     ap.add_argument("--tries", type=int, default=3, help="runs per configuration while its ranks wait for a core")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="interleaved measurement passes over the twelve; each configuration's median is scored")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="measurement passes over the twelve, the order rotated per pass (testbed_record.py); each "
+                         "configuration is scored on the median of its runs (the instrumented one's without its "
+                         "calibration run, which takes its place in the middle pass)")
     ap.add_argument("--drift-check", type=int, default=0, metavar="R",
                     help="only check whether the reference tracks the step-time drift: R interleaved runs of "
                          "--drift-configs, no prediction")
@@ -474,11 +491,19 @@ def main() -> None:
     ap.add_argument("--rescore", nargs="+", type=Path, metavar="LOG",
                     help="only re-score the calibrations printed in earlier outputs of this benchmark with the "
                          "current shrinkage priors (nothing is run or refitted)")
+    ap.add_argument("--replay", type=Path, metavar="FILE",
+                    help="only score a record an earlier run saved (every raw step time, testbed_record.py) with the "
+                         "current refine code: nothing is run")
+    ap.add_argument("--record", type=Path, metavar="FILE",
+                    help="where to save the run's raw record (default HOME/records/testbed-<UTC time>.json)")
     ap.add_argument("--keep-framework-cost", action="store_true",
                     help="never re-measure the profile's framework cost (refresh_framework_cost)")
     ap.add_argument("--bind-cores", action="store_true",
                     help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
+    if args.replay:
+        report_record(load_record(args.replay))
+        return
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     if args.rescore:
@@ -503,15 +528,18 @@ def main() -> None:
         CONFIGS = tuple(replace(c, bind=True) for c in CONFIGS)
     print_framework_cost(home)
     ref_profile = print_profile_reference(home)
-    measure_home, eval_home = shared_home(home, "measure"), shared_home(home, "eval")
     work = home / "work"
     shutil.rmtree(work, ignore_errors=True)
-    before = predict_all(eval_home, work / "predict")
-    measured = measure_all(measure_home, work, before, ref_profile, args)
-    for k in args.calibrate:  # one measurement, each index calibrated into its own fresh evaluation store
-        eval_home = shared_home(home, "eval" if k == args.calibrate[0] else f"eval-c{k}")
-        evaluate_calibration(eval_home, work, k, measured, before, ref_profile, args.steps)
-
+    eval_home = shared_home(home, "eval")
+    record = new_record(eval_home, args, predict_all_detail(eval_home, work / "predict"), ref_profile)
+    cal_homes = {k: shared_home(home, f"eval-c{k}") for k in args.calibrate}
+    record["runs"] = measure_rotation(home, work, [c["predicted_s"] for c in record["configs"]], ref_profile, args,
+                                      cal_homes)
+    for k, cal_home in cal_homes.items():  # each calibration in its own store: predict all twelve again from it
+        record["calibrations"][str(k)] = {"after_s": predict_all(cal_home, work / f"predict-after{k}")}
+    path = save_record(record, args.record or home / "records" / f"testbed-{record['created_utc']}.json")
+    print(f"\nraw runs saved to {path} (replay: python benchmarks/bench_cpu_testbed.py --replay {path})")
+    report_record(record)
 
 PASS_LINE = r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU.*?(\d) run\(s\)( CONTENDED)?"
 """A measurement pass's line of this benchmark's output (index, measured ms, runs, contended)."""
@@ -600,41 +628,97 @@ def rescore(home: Path, logs: list[Path]) -> None:
               f"within {TARGETS['others']:.0f} %)")
 
 
-def evaluate_calibration(eval_home: Path, work: Path, k: int, measured: list[dict], before: list[float],
-                         ref_profile: float, steps: int) -> None:
-    """Step 4 of the module docstring for configuration k: instrument it into `eval_home`, predict all again."""
-    print(f"\n[refine] instrumenting configuration {k} ({CONFIGS[k].label()}) with the evaluation store {eval_home.name}")
-    for attempt in range(1, 4):  # a contended run calibrates from its CPU time (refine/contention.py), weighted
-        if attempt > 1:          # less; a quieter one is tried for, each in a fresh store, the last one kept
-            eval_home = shared_home(eval_home.parent, eval_home.name)
-        cal = instrumented_run(CONFIGS[k], eval_home, work / f"calibrate{k}-{attempt}", steps, 29560 + attempt)
-        print("  " + cal["refine"].replace("\n", "\n  "))
-        print(f"  reference around the calibration run: {cal['ref_before_s'] * 1e3:.2f} -> {cal['ref_after_s'] * 1e3:.2f} ms "
-              f"(x{cal['ref_now_s'] / ref_profile:.3f} of the profile's); load {cal['load_before']:.2f}")
-        if "predicted after:" in cal["refine"] and "contended run" not in cal["refine"]:
-            break
-    after = predict_all(eval_home, work / f"predict-after{k}")
-    report(measured, before, after, k, ref_profile)
-    report_instrumented(measured[k], cal, before[k], after[k], k)
-    report_full_scale(measured, before, cal, k, eval_home)
-
-
-def measure_all(home: Path, work: Path, before: list[float], ref_profile: float, args: Any) -> list[dict]:
-    """Every configuration measured in args.repeats interleaved passes, summarised by median_pass."""
-    passes: list[list[dict]] = [[] for _ in CONFIGS]
-    for r in range(max(args.repeats, 1)):
-        print(f"\n[measure] pass {r + 1} of {args.repeats}: {len(CONFIGS)} configurations, "
-              f"`llmperf run --instrument {args.steps} --stop-after {args.steps}`")
-        for i, cfg in enumerate(CONFIGS):
-            t0 = time.perf_counter()
-            m = quiet_run(cfg, home, work / f"m{i}-{r}", args.steps, 29520 + i, args.tries)
-            passes[i].append(m)
+def measure_rotation(home: Path, work: Path, before: list[float], ref_profile: float, args: Any,
+                     cal_homes: dict[int, Path]) -> list[dict]:
+    """Steps 2 and 4 of the module docstring in one rotation (testbed_record.py): args.repeats passes over the
+    twelve, the order rotated per pass; in the middle pass each instrumented configuration's run is its
+    calibration run, into its own evaluation store (cal_homes), the others refine into the throwaway store."""
+    measure_home, runs, passes = shared_home(home, "measure"), [], max(args.repeats, 1)
+    for p in range(passes):
+        order = rotation(len(CONFIGS), passes, p)
+        print(f"\n[measure] pass {p + 1} of {passes} (order {','.join(map(str, order))}): `llmperf run --instrument "
+              f"{args.steps} --stop-after {args.steps}`")
+        for pos, i in enumerate(order):
+            t0, cfg = time.perf_counter(), CONFIGS[i]
+            if p == calibration_pass(passes) and i in cal_homes:  # one try: refine handles a contended run itself
+                m = instrumented_run(cfg, cal_homes[i], work / f"calibrate{i}", args.steps, 29560 + i)
+                m = {**m, "tries": 1, "contended": waited(cfg, m) > 1.0, "calibration": True, "store": cal_homes[i].name}
+            else:
+                m = {**quiet_run(cfg, measure_home, work / f"m{i}-{p}", args.steps, 29520 + i, args.tries),
+                     "store": measure_home.name}
+            runs.append({**m, "config": i, "pass": p, "position": pos})
             print(f"  {i:2d} {cfg.label():34s} measured {m['measured_s'] * 1e3:8.2f} ms (CPU {m['cpu_s'] * 1e3:7.2f} ms)  "
                   f"predicted {before[i] * 1e3:8.2f} ms ({pct(before[i], m['measured_s']):+6.1f} %)  load {m['load_before']:.2f}"
                   f"  reference x{m['ref_now_s'] / ref_profile:.3f} of the profile's (hook "
                   f"{(m['hook_reference_s'] or 0) * 1e3:.2f} ms)  {m['tries']} run(s){' CONTENDED' if m['contended'] else ''}"
+                  f"{' CALIBRATION run into ' + m['store'] if m.get('calibration') else ''}"
                   f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
-    return [median_pass(runs) for runs in passes]
+    return runs
+
+
+def runs_text(m: dict) -> str:
+    """'5 runs x1.062, load 1.21 (max 1.40)': how many runs a configuration's median took, their spread (max /
+    min) and the load they ran at, printed beside its error."""
+    loads = m.get("pass_loads") or [m["load_before"]]
+    return (f"{len(m.get('pass_times_s', [0]))} runs x{m.get('pass_spread', 1.0):.3f}, load {statistics.median(loads):.2f}"
+            f" (max {max(loads):.2f}){' CONTENDED' if m.get('contended') else ''}")
+
+
+def print_measured(measured: list[dict], before: list[float]) -> None:
+    """The twelve before refinement, each with the spread and load of its runs."""
+    print("\n  #  configuration                      measured   before (err)        its runs: spread, load")
+    for i, cfg in enumerate(CONFIGS):
+        print(f" {i:2d}  {cfg.label():34s} {measured[i]['measured_s'] * 1e3:8.2f}  {before[i] * 1e3:8.2f} "
+              f"({pct(before[i], measured[i]['measured_s']):+6.1f} %)  {runs_text(measured[i])}")
+    print(f"MAPE before refinement (12 configs): {mape([pct(p, m['measured_s']) for p, m in zip(before, measured)]):.1f} % "
+          f"(target <= {TARGETS['before']:.0f} %)")
+
+
+def report_record(record: dict) -> None:
+    """Every score of a record (a fresh run's or --replay's): the twelve against their reference runs, each real
+    calibration run of the rotation, and the replay of every choice of instrumented run (testbed_replay.py)."""
+    from testbed_replay import report_replay
+
+    before = [c["predicted_s"] for c in record["configs"]]
+    measured = [median_pass(reference_runs(record, i)) for i in range(len(CONFIGS))]
+    effects = pass_effects(record)
+    print(f"\n[score] {effects['runs']} measurement runs in {effects['passes']} rotated passes: run-to-run log sd "
+          f"{effects['sd_run']:.3f}, of which a whole pass shared sd {effects['sd_pass']:.3f} (the machine's state over "
+          f"minutes) and each run alone {effects['sd_residual']:.3f}")
+    print_measured(measured, before)
+    for k, cal in sorted((int(k), v) for k, v in record.get("calibrations", {}).items()):
+        run = next(r for r in record["runs"] if r["config"] == k and r.get("calibration"))
+        print(f"\n[refine] configuration {k} ({CONFIGS[k].label()}) instrumented in pass {run['pass'] + 1} into "
+              f"{run['store']} (the real `llmperf run --instrument` and its automatic refine, code {record.get('commit', '?')})")
+        print("  " + run["refine"].replace("\n", "\n  "))
+        report(measured, before, cal["after_s"], k, record["ref_profile_s"])
+        report_instrumented(measured[k], run, before[k], cal["after_s"][k], k)
+        report_full_scale(measured, before, run, k, None, record["priors"]["sd_config_op"])
+    report_replay(record, measured, before)
+
+
+def new_record(home: Path, args: Any, before_detail: list[dict], ref_profile: float) -> dict:
+    """The record's header: machine, code, priors of the evaluation store's profile, the twelve predictions."""
+    from llmperf_hook.profile.cpu_framework import FILE_NAME as FRAMEWORK_FILE
+    from llmperf_hook.profile.cpu_framework import step_holdout_log_errors
+    from llmperf_hook.refine.shrinkage import holdout_terms, sd_config_prior, step_drift_sd, variance_priors
+
+    os.environ["LLMPERF_HOME"] = str(home)  # the priors of the profile every store here sees
+    pri = variance_priors(CLUSTER)
+    doc = json.loads((home / "profiles" / CLUSTER / FRAMEWORK_FILE).read_text())
+    drift, errors = step_drift_sd(doc), step_holdout_log_errors(doc)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {"format": RECORD_FORMAT, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": commit.stdout.strip(), "cores": os.cpu_count(), "load_at_start": os.getloadavg()[0],
+            "steps": args.steps, "passes": args.repeats, "ref_profile_s": ref_profile,
+            "priors": {"sd_shared": pri.sd_shared, "sd_config": pri.sd_config, "source": pri.source,
+                       "sd_moment": pri.sd_moment, "sd_config_op": sd_config_prior(CLUSTER)[0],
+                       # the inputs of refine's priors (shrinkage.priors_from_errors), for --replay with a later rule
+                       "holdout_errors": errors, "holdout_terms": holdout_terms(doc, len(errors)),
+                       "drift": drift[0], "drift_shifts": drift[1],
+                       "source_file": str(home / "profiles" / CLUSTER / FRAMEWORK_FILE)},
+            "configs": [{"index": i, "label": cfg.label(), **d} for i, (cfg, d) in enumerate(zip(CONFIGS, before_detail))],
+            "runs": [], "calibrations": {}}
 
 
 def median_pass(runs: list[dict]) -> dict:
@@ -646,7 +730,8 @@ def median_pass(runs: list[dict]) -> dict:
     return {**ordered[(len(ordered) - 1) // 2], "measured_s": statistics.median(times),
             "cpu_s": statistics.median(cpu) if cpu else None,
             "load_before": statistics.median(m["load_before"] for m in ordered),
-            "contended": any(m["contended"] for m in ordered), "pass_times_s": times, "pass_spread": times[-1] / times[0]}
+            "contended": any(m["contended"] for m in ordered), "pass_times_s": times, "pass_spread": times[-1] / times[0],
+            "pass_loads": [m["load_before"] for m in ordered]}
 
 
 def report_instrumented(m: dict, cal: dict, before: float, after: float, k: int) -> None:
@@ -661,16 +746,14 @@ def report_instrumented(m: dict, cal: dict, before: float, after: float, k: int)
           f"{pct(before, cal['measured_s']):+.1f} %")
 
 
-def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: int, eval_home: Path) -> None:
+def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: int, sd_op: float) -> None:
     """What earlier calibrations would have made of the same runs, beside the shrunk one: the one run's ratio
     applied in full to every configuration (sessions before 7), and session 7's shrinkage (the cross-cluster
-    shared-bias prior SD_SHARED_PRIOR with the profile's op-level held-out error as sd_config)."""
-    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, SD_SHARED_PRIOR, sd_config_prior
+    shared-bias prior SD_SHARED_PRIOR with the profile's op-level held-out error `sd_op` as sd_config)."""
+    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, SD_SHARED_PRIOR
 
     scale = cal["measured_s"] / before[k]
     full = [pct(p * scale, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
-    os.environ["LLMPERF_HOME"] = str(eval_home)  # sd_config_prior reads the profile this store's predictions use
-    sd_op = sd_config_prior(CLUSTER)[0]
     k_old = SD_SHARED_PRIOR ** 2 / (SD_SHARED_PRIOR ** 2 + sd_op ** 2 + SD_RUN_PRIOR ** 2)
     old = [pct(p * scale ** k_old, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
     print(f"for comparison, the one-run ratio x{scale:.3f} applied in full to every configuration (refine before "
@@ -696,13 +779,12 @@ def report(measured: list[dict], before: list[float], after: list[float], k: int
     err_before = [pct(p, x) for p, x in zip(before, meas)]
     err_after = [pct(p, x) for p, x in zip(after, meas)]
     others = [e for i, e in enumerate(err_after) if i != k]
-    print("\n  #  configuration                      measured   before (err)        after (err)        reference "
-          "(x profile's)")
+    print("\n  #  configuration                      measured   before (err)        after (err)        its runs: "
+          "spread, load")
     for i, cfg in enumerate(CONFIGS):
         mark = " *" if i == k else "  "
         print(f" {i:2d}{mark}{cfg.label():34s} {meas[i] * 1e3:8.2f}  {before[i] * 1e3:8.2f} ({err_before[i]:+6.1f} %)"
-              f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)  {measured[i]['ref_now_s'] * 1e3:.2f} ms "
-              f"(x{measured[i]['ref_now_s'] / ref_profile:.3f})")
+              f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)  {runs_text(measured[i])}")
     print(f"\nMAPE before refinement (12 configs): {mape(err_before):.1f} %  (target <= {TARGETS['before']:.0f} %)")
     print(f"after instrumenting config {k}: its error {abs(err_after[k]):.1f} %  "
           f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {mape(others):.1f} %  "

@@ -64,7 +64,8 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)
     # refine/calibration.py: this configuration's own calibration if it was instrumented, else the shared one shrunk
-    calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s)
+    calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s,
+                                step.breakdown)
     scale, step_s = (calibrated.scale, calibrated.step_time_s) if calibrated else (1.0, step.step_time_s)
     if calibrated is not None:
         predictor["calibration"] = calibrated.predictor_note

@@ -44,6 +44,10 @@ class ConfigScale:
     """How many instrumented runs of this configuration."""
     label: str = ""
     """What the configuration is, for notes (config_fingerprint.describe_config)."""
+    alpha: float = 0.0
+    """Its weight K^-1 y in what configurations without runs get (refine/transfer.py; 0: none recorded)."""
+    shares: tuple[tuple[str, float], ...] = ()
+    """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -72,20 +76,34 @@ class Calibration:
     sd_shared: float = 0.10
     """Prior standard deviation of the shared log-bias the shrinkage used (refine/shrinkage.variance_priors; a
     calibration stored before it was recorded used SD_SHARED_PRIOR, 0.10)."""
+    sd_mix: float = 0.0
+    """The part of sd_config carried between configurations by their cost mix (refine/transfer.py; 0: none)."""
 
     def own_scale(self, fingerprint: str | None) -> ConfigScale | None:
         """The configuration's own calibration, if it was instrumented."""
         return next((c for c in self.config_scales if fingerprint and c.fingerprint == fingerprint), None)
 
-    def apply(self, predicted_step_time_s: float, fingerprint: str | None = None) -> float:
-        """The calibrated step time for an uncalibrated prediction of the configuration `fingerprint`."""
+    def apply(self, predicted_step_time_s: float, fingerprint: str | None = None,
+              shares: tuple[tuple[str, float], ...] = ()) -> float:
+        """The calibrated step time for an uncalibrated prediction of the configuration `fingerprint`, whose cost
+        terms' shares are `shares` (refine/transfer.cost_shares): the shared part, times what its similarity to
+        the instrumented configurations carries over of their own biases (none without shares)."""
         own = self.own_scale(fingerprint)
         if own is not None:
             return own.step_time_scale * predicted_step_time_s
         fitted = self.step_time_scale * predicted_step_time_s + self.step_overhead_s
         if self.shared_weight >= 1.0 or predicted_step_time_s <= 0 or fitted <= 0:
             return fitted
-        return predicted_step_time_s * (fitted / predicted_step_time_s) ** max(self.shared_weight, 0.0)
+        shared = predicted_step_time_s * (fitted / predicted_step_time_s) ** max(self.shared_weight, 0.0)
+        return shared * math.exp(self.similar_log_scale(shares))
+
+    def similar_log_scale(self, shares: tuple[tuple[str, float], ...]) -> float:
+        """sd_mix^2 sum_f rho_f alpha_f (refine/transfer.py): the instrumented configurations' own biases,
+        carried over as far as their cost mix resembles `shares` and cost terms carry biases at all."""
+        from llmperf_hook.refine.transfer import correlation, covariance
+
+        return sum(covariance(self.sd_config, self.sd_mix, correlation(c.shares, shares), False) * c.alpha
+                   for c in self.config_scales)
 
     def describe(self, fingerprint: str | None = None) -> str:
         """Which calibration applies to `fingerprint`, in one sentence."""
@@ -119,17 +137,21 @@ class CalibratedStep:
     """The sentence predict prints."""
 
 
-def calibrate_step(calibration: Calibration | None, cfg: Any, step_time_s: float) -> CalibratedStep | None:
-    """The calibration for this configuration applied to an uncalibrated step time; None without one. The
-    configuration's fingerprint is built only when the calibration has configurations of its own."""
+def calibrate_step(calibration: Calibration | None, cfg: Any, step_time_s: float,
+                   breakdown: Any = None) -> CalibratedStep | None:
+    """The calibration for this configuration applied to an uncalibrated step time (whose breakdown by component
+    gives its cost mix, refine/transfer.py); None without one. The configuration's fingerprint and mix are built
+    only when the calibration has configurations of its own."""
     if calibration is None or calibration.step_time_scale <= 0 or step_time_s <= 0:
         return None
-    fingerprint = None
+    fingerprint, shares = None, ()
     if calibration.config_scales:
-        from llmperf_hook.refine.config_fingerprint import config_fingerprint
+        from llmperf_hook.refine.config_fingerprint import config_explain, fingerprint_from_config_json
+        from llmperf_hook.refine.transfer import cost_shares
 
-        fingerprint = config_fingerprint(cfg)
-    calibrated = calibration.apply(step_time_s, fingerprint)
+        explain = config_explain(cfg)
+        fingerprint, shares = fingerprint_from_config_json(explain), cost_shares(breakdown, explain)
+    calibrated = calibration.apply(step_time_s, fingerprint, shares)
     if not calibrated > 0:
         return None
     scale = calibrated / step_time_s
@@ -212,6 +234,18 @@ def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration
     return _MEMO[key]
 
 
+def _transfer_fields(rest: Sequence[Any]) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """(alpha, shares) from a refine_config_scales row's later columns (absent or NULL in an older store)."""
+    import json
+
+    alpha = float(rest[0]) if rest and isinstance(rest[0], (int, float)) else 0.0
+    try:
+        shares = tuple((str(t), float(v)) for t, v in json.loads(rest[1])) if len(rest) > 1 and rest[1] else ()
+    except (ValueError, TypeError):
+        shares = ()
+    return alpha, shares
+
+
 def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:
     """Read-only: opening the store for writing (schema upkeep) would change its mtime and so defeat the memo of
     find_calibration, one SQLite open per prediction (a third of `predict --batch` time)."""
@@ -227,8 +261,8 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibratio
         row = load_calibration_row(conn, hardware, cluster, framework)
         extra = load_shrinkage(conn, hardware, cluster, framework) if row is not None else {}
         scale, overhead, num_runs = row if row is not None else (0.0, 0.0, 0)
-        scales = tuple(ConfigScale(str(f), float(s), float(m), int(n), str(label or ""))
-                       for f, s, m, n, label in extra.pop("config_scales", ()) if f and s and s > 0)
+        scales = tuple(ConfigScale(str(f), float(s), float(m), int(n), str(label or ""), *_transfer_fields(rest))
+                       for f, s, m, n, label, *rest in extra.pop("config_scales", ()) if f and s and s > 0)
         return None if row is None else Calibration(hardware, cluster, framework, float(scale), int(num_runs),
                                                     float(overhead or 0.0), config_scales=scales, **extra)
     except Exception:  # noqa: BLE001 - a malformed row never breaks a prediction

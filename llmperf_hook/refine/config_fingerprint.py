@@ -44,10 +44,16 @@ def fingerprint_from_config_json(config: Mapping[str, Any] | None) -> str | None
 def config_fingerprint(cfg: Any) -> str | None:
     """The fingerprint of a resolved TrainingConfig; None if its explain JSON cannot be built (never raises: it
     runs on the predict path)."""
+    return fingerprint_from_config_json(config_explain(cfg))
+
+
+def config_explain(cfg: Any) -> dict | None:
+    """The explain JSON of a resolved TrainingConfig (what prediction.json saves as "config"); None if it cannot
+    be built (never raises: it runs on the predict path)."""
     try:
         from llmperf_hook.frameworks import explain_json
 
-        return fingerprint_from_config_json(dict(explain_json(cfg, None)))
+        return dict(explain_json(cfg, None))
     except Exception:  # noqa: BLE001 - a fingerprint is optional; the shared calibration applies without one
         return None
 

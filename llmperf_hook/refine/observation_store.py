@@ -46,9 +46,10 @@ CREATE TABLE IF NOT EXISTS refine_config_scales (
 ADDED_COLUMNS = {
     "refine_runs": (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
                     ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT"), ("calibration_step_time_s", "REAL"),
-                    ("observation_sd", "REAL")),
+                    ("observation_sd", "REAL"), ("sampling_sd", "REAL"), ("cost_shares_json", "TEXT")),
+    "refine_config_scales": (("alpha", "REAL"), ("shares_json", "TEXT")),
     "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
-                            ("sd_run", "REAL"), ("sd_shared", "REAL")),
+                            ("sd_run", "REAL"), ("sd_shared", "REAL"), ("sd_mix", "REAL")),
 }
 """Columns added after the first release of a table: a store written by an earlier version gets them on open
 (NULL: a calibration without shared_weight is one fitted before shrinkage, refitted by _migrate_calibrations)."""
@@ -120,7 +121,8 @@ def _missing_columns(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     out = []
     for table, columns in ADDED_COLUMNS.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        out += [(table, name, decl) for name, decl in columns if name not in have]
+        if have:  # an absent table (a store older than it) is SCHEMA_SQL's to create first (connect)
+            out += [(table, name, decl) for name, decl in columns if name not in have]
     return out
 
 
@@ -193,7 +195,7 @@ def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
     cols = ("job_id", "run_dir", "hardware", "cluster", "framework", "device", "world_size", "num_timed_steps",
             "measured_step_time_s", "predicted_step_time_s", "uncalibrated_step_time_s", "peak_memory_bytes",
             "load_avg_1m", "config_json", "wall_per_cpu", "usable_for_calibration", "reference_cpu_s",
-            "config_fingerprint", "calibration_step_time_s", "observation_sd")
+            "config_fingerprint", "calibration_step_time_s", "observation_sd", "sampling_sd", "cost_shares_json")
     values = [row.get(c) for c in cols] + [time.time()]
     with conn:
         conn.execute(f"INSERT OR REPLACE INTO refine_runs ({', '.join(cols)}, ingested_unix_s) "
@@ -219,19 +221,31 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
-                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float]]:
-    """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON, observation sd) of every ingested
-    run of this key with both numbers that may calibrate it. `measured` is what the calibration compares with: the
-    measured step time, or a contended CPU run's quiet-equivalent reading (refine/contention.py), whose extra log
-    standard deviation is the observation sd (0 for a quiet run). Runs stored before that treatment existed as
-    contended (usable_for_calibration 0) stay out, as then."""
+                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float, float, tuple]]:
+    """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON, observation sd, sampling sd,
+    cost shares) of every ingested run of this key with both numbers that may calibrate it. `measured` is what the
+    calibration compares with: the measured step time, or a contended CPU run's quiet-equivalent reading
+    (refine/contention.py), whose extra log standard deviation is the observation sd (0 for a quiet run). The
+    sampling sd is its median step's (shrinkage.median_sampling_sd), the shares its predicted step's cost mix
+    (refine/transfer.py); 0 and () for runs stored before they were recorded. Runs stored before the contention
+    treatment existed as contended (usable_for_calibration 0) stay out, as then."""
     cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, "
                        "COALESCE(calibration_step_time_s, measured_step_time_s), config_json, "
-                       "COALESCE(observation_sd, 0.0) FROM refine_runs WHERE hardware = ? AND cluster = ? AND "
+                       "COALESCE(observation_sd, 0.0), COALESCE(sampling_sd, 0.0), cost_shares_json FROM refine_runs "
+                       "WHERE hardware = ? AND cluster = ? AND "
                        "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
                        "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
                        "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    return [(str(j), f, float(p), float(m), c, float(sd)) for j, f, p, m, c, sd in cur.fetchall()]
+    return [(str(j), f, float(p), float(m), c, float(sd), float(ss), _shares(sh))
+            for j, f, p, m, c, sd, ss, sh in cur.fetchall()]
+
+
+def _shares(text: Any) -> tuple:
+    """Cost shares saved as JSON [[term, share], ...]; () when absent or unreadable."""
+    try:
+        return tuple((str(t), float(v)) for t, v in json.loads(text)) if text else ()
+    except (ValueError, TypeError):
+        return ()
 
 
 def quiet_wall_per_cpu_for_key(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str,
@@ -259,13 +273,15 @@ def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
     with conn:
         conn.execute("INSERT OR REPLACE INTO refine_calibrations (hardware, cluster, framework, step_time_scale, "
                      "step_overhead_s, num_runs, fitted_unix_s, shared_weight, num_configs, sd_config, sd_run, "
-                     "sd_shared) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     "sd_shared, sd_mix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (*key, cal.step_time_scale, cal.step_overhead_s, cal.num_runs, time.time(), cal.shared_weight,
-                      cal.num_configs, cal.sd_config, cal.sd_run, cal.sd_shared))
+                      cal.num_configs, cal.sd_config, cal.sd_run, cal.sd_shared, cal.sd_mix))
         conn.execute("DELETE FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ?", key)
-        conn.executemany("INSERT INTO refine_config_scales VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         [(*key, c.fingerprint, c.step_time_scale, c.measured_scale, c.num_runs, c.label)
-                          for c in cal.config_scales])
+        conn.executemany("INSERT INTO refine_config_scales (hardware, cluster, framework, fingerprint, "
+                         "step_time_scale, measured_scale, num_runs, label, alpha, shares_json) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         [(*key, c.fingerprint, c.step_time_scale, c.measured_scale, c.num_runs, c.label, c.alpha,
+                           json.dumps(c.shares) if c.shares else None) for c in cal.config_scales])
         conn.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?)",
                      (*key, cal.step_time_scale, cal.num_runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
@@ -298,6 +314,12 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
                               "ORDER BY fingerprint", key).fetchall()
     except sqlite3.Error:
         return {}
+    try:  # the transfer columns (refine/transfer.py): absent in a store no refine has opened since they came
+        scales = conn.execute("SELECT fingerprint, step_time_scale, measured_scale, num_runs, label, alpha, "
+                              "shares_json FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND "
+                              "framework = ? ORDER BY fingerprint", key).fetchall()
+    except sqlite3.Error:
+        pass
     if row is None or row[0] is None:
         return {}
     out = {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
@@ -307,6 +329,12 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
                                     "AND framework = ?", key).fetchone()
     except (sqlite3.Error, TypeError):
         sd_shared = None
+    try:
+        (sd_mix,) = conn.execute("SELECT sd_mix FROM refine_calibrations WHERE hardware = ? AND cluster = ? "
+                                 "AND framework = ?", key).fetchone()
+    except (sqlite3.Error, TypeError):
+        sd_mix = None
+    out = {**out, "sd_mix": float(sd_mix)} if sd_mix else out
     return {**out, "sd_shared": float(sd_shared)} if sd_shared else out
 
 

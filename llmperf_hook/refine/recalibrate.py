@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from typing import Any
+from typing import Any, Sequence
 
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
-from llmperf_hook.refine.shrinkage import ConfigRuns, estimate_variances, group_runs, posterior, variance_priors
+from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, estimate_variances, group_runs, posterior,
+                                          variance_priors)
 
 
 def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
@@ -43,21 +44,31 @@ def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework
 
 def _refit(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
     runs = store.runs_for_key(conn, hardware, cluster, framework)
-    configs = group_runs([(j, f, p, m, sd) for j, f, p, m, _, sd in runs])
-    if not configs:
+    if not runs:
         return None, ""
     priors = variance_priors(hardware, store.reference_readings_for_key(conn, hardware, cluster, framework))
-    variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared)
+    cal, source = fit_key_calibration(hardware, cluster, framework, runs, priors)
+    store.save_calibration(conn, cal)
+    return cal, source
+
+
+def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Sequence[tuple],
+                        priors: Priors) -> tuple[Calibration, str]:
+    """The calibration of one key from its runs (rows as observation_store.runs_for_key returns them) and the
+    hardware's variance priors; pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
+    configs = group_runs([(j, f, p, m, sd, ss, sh) for j, f, p, m, _, sd, ss, sh in runs])
+    variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared, priors.sd_moment,
+                                   priors.sd_mix)
     post = posterior(configs, variances)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
-    labels = {f: describe_config(_config(text)) for _, f, _, _, text, _ in runs if f}
+    labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
     own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint]),
                             math.exp(sum(c.log_ratios) / len(c.log_ratios)), len(c.log_ratios),
-                            labels.get(c.fingerprint, "")) for c in configs if not c.fingerprint.startswith("job:"))
+                            labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0), c.shares)
+                for c in configs if not c.fingerprint.startswith("job:"))
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
-                      sd_run=variances.sd_run, sd_shared=variances.sd_shared)
-    store.save_calibration(conn, cal)
+                      sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix)
     return cal, variances.source
 
 

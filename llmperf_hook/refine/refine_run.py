@@ -24,6 +24,8 @@ from llmperf_hook.refine.contention import ContendedStep, contended_step
 from llmperf_hook.refine.contention import describe as describe_contended
 from llmperf_hook.refine.recalibrate import recalibrate
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_json_object, read_run_dir, summarize_job
+from llmperf_hook.refine.shrinkage import median_sampling_sd
+from llmperf_hook.refine.transfer import cost_shares
 
 MAX_WALL_PER_CPU = 1.5
 """A CPU run whose ranks' step wall time exceeds 1.5x their CPU time waited for a core (or a peer) for a third
@@ -183,7 +185,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "usable_for_calibration": 0 if mismatch else 1, "reference_cpu_s": job.reference_cpu_s,
         "config_fingerprint": fingerprint,
         "calibration_step_time_s": contended.step_time_s if contended else job.step_time_s,
-        "observation_sd": contended.observation_sd if contended else 0.0})
+        "observation_sd": contended.observation_sd if contended else 0.0,
+        # how far the cost mix of this configuration carries to others, and how well its steps fix its median
+        "sampling_sd": median_sampling_sd(job.step_times_s),
+        "cost_shares_json": json.dumps(cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config")))})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     usable_key = None if mismatch else key
@@ -206,7 +211,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                      "step_time_s not a positive number)")
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
-    after = calibration.apply(raw, fingerprint) if calibration and raw else None
+    shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))
+    after = calibration.apply(raw, fingerprint, shares) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
 

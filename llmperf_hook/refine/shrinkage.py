@@ -56,7 +56,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 SD_SHARED_PRIOR = 0.10
@@ -103,6 +103,11 @@ class ConfigRuns:
     observation_sds: tuple[float, ...] = ()
     """Per run, the extra log standard deviation of its reading beyond the run-to-run spread (a contended CPU
     run calibrated from its CPU time: refine/contention.py); empty or 0: a quiet run."""
+    sampling_sds: tuple[float, ...] = ()
+    """Per run, the sampling standard deviation of its median step in log (median_sampling_sd of its timed
+    steps); empty or 0: not known."""
+    shares: tuple[tuple[str, float], ...] = ()
+    """The cost terms' shares of its predicted step (refine/transfer.cost_shares; () when not known)."""
 
     def extra_variances(self) -> tuple[float, ...]:
         return tuple((self.observation_sds[i] if i < len(self.observation_sds) else 0.0) ** 2
@@ -110,8 +115,11 @@ class ConfigRuns:
 
     def mean_and_variance(self, sd_run: float) -> tuple[float, float]:
         """(precision-weighted mean log-ratio, its variance): each run weighs 1 / (sd_run^2 + its extra
-        variance); quiet runs alone give the plain mean and sd_run^2 / n."""
-        weights = [1.0 / (sd_run ** 2 + extra) for extra in self.extra_variances()]
+        variance + its median's sampling variance); quiet runs of known-tight steps alone give about the plain
+        mean and sd_run^2 / n."""
+        sampling = [(self.sampling_sds[i] if i < len(self.sampling_sds) else 0.0) ** 2
+                    for i in range(len(self.log_ratios))]
+        weights = [1.0 / (sd_run ** 2 + extra + s) for extra, s in zip(self.extra_variances(), sampling)]
         total = sum(weights)
         return sum(w * y for w, y in zip(weights, self.log_ratios)) / total, 1.0 / total
 
@@ -126,6 +134,11 @@ class Variances:
     """Run-to-run standard deviation of one configuration's log step time."""
     source: str
     """Where sd_config and sd_run came from, for the notes."""
+    sd_moment: float = 0.0
+    """Standard deviation of the machine's level at one run's moment (measured_step_priors): in every run's
+    reading, in no later run's."""
+    sd_mix: float = 0.0
+    """The part of sd_config that cost terms carry from one configuration to another (refine/transfer.py)."""
 
 
 @dataclass(frozen=True)
@@ -136,23 +149,40 @@ class Posterior:
     """k: the fraction of mu that transfers to a configuration without runs (1 - shrinkage)."""
     config_log_scale: dict[str, float]
     """E[b + c_f | y] per fingerprint with runs."""
+    alpha: dict[str, float] = field(default_factory=dict)
+    """K^-1 y per fingerprint with runs (refine/transfer.py): what a configuration without runs gets from each."""
 
 
 def group_runs(runs: Sequence[tuple]) -> list[ConfigRuns]:
-    """(job id, fingerprint, predicted, measured[, observation sd]) rows -> one ConfigRuns per fingerprint, in
-    first-seen order."""
-    groups: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    """(job id, fingerprint, predicted, measured[, observation sd[, sampling sd[, shares]]]) rows -> one
+    ConfigRuns per fingerprint, in first-seen order (its shares: the last run's that has them)."""
+    groups: dict[str, list[tuple]] = defaultdict(list)
     for job_id, fingerprint, p, m, *rest in runs:
         if p > 0 and m > 0:
-            groups[fingerprint or f"job:{job_id}"].append((p, m, float(rest[0]) if rest and rest[0] else 0.0))
-    return [ConfigRuns(f, tuple(math.log(m / p) for p, m, _ in pm),
-                       math.exp(statistics.fmean(math.log(p) for p, _, _ in pm)),
-                       math.exp(statistics.fmean(math.log(m) for _, m, _ in pm)),
-                       tuple(sd for _, _, sd in pm)) for f, pm in groups.items()]
+            extra = [float(v) if v else 0.0 for v in rest[:2]] + [0.0, 0.0]
+            groups[fingerprint or f"job:{job_id}"].append((p, m, extra[0], extra[1], tuple(rest[2]) if len(rest) > 2 and rest[2] else ()))
+    return [ConfigRuns(f, tuple(math.log(m / p) for p, m, *_ in pm),
+                       math.exp(statistics.fmean(math.log(r[0]) for r in pm)),
+                       math.exp(statistics.fmean(math.log(r[1]) for r in pm)),
+                       tuple(r[2] for r in pm), tuple(r[3] for r in pm),
+                       next((r[4] for r in reversed(pm) if r[4]), ())) for f, pm in groups.items()]
+
+
+def median_sampling_sd(step_times_s: Sequence[float]) -> float:
+    """Sampling standard deviation of the median of a run's step times, in log: sqrt(pi / 2) x sd / sqrt(n) (the
+    asymptotic variance of a sample median of a normal, pi sd^2 / (2 n)), sd from the median absolute deviation
+    (x 1.4826, robust to the few slow steps a run has). A run of tight steps adds ~1 % to the run-to-run spread;
+    few steps, or steps scattered by a disturbed machine, add more. 0 for fewer than 3 steps."""
+    logs = [math.log(t) for t in step_times_s if t and t > 0]
+    if len(logs) < 3:
+        return 0.0
+    mid = statistics.median(logs)
+    sd = 1.4826 * statistics.median(abs(x - mid) for x in logs)
+    return HALF_NORMAL * sd / math.sqrt(len(logs))
 
 
 def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, prior_source: str,
-                       sd_shared: float = SD_SHARED_PRIOR) -> Variances:
+                       sd_shared: float = SD_SHARED_PRIOR, sd_moment: float = 0.0, sd_mix: float = 0.0) -> Variances:
     """Priors pooled with the store's spread: within configurations for sd_run, between them for sd_config."""
     # the run-to-run spread from quiet readings only (a contended one's extra noise has its own variance)
     quiet = [[y for y, extra in zip(c.log_ratios, c.extra_variances()) if extra == 0.0] for c in configs]
@@ -170,27 +200,25 @@ def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, pr
         source += f", pooled with the spread of {len(configs)} configurations' ratios ({math.sqrt(spread):.3f})"
     if dof_run:
         source += f"; sd_run pooled with {dof_run} repeat(s) of a configuration"
-    return Variances(sd_shared, math.sqrt(var_config), math.sqrt(var_run), source)
+    return Variances(sd_shared, math.sqrt(var_config), math.sqrt(var_run), source, sd_moment, sd_mix)
 
 
 def posterior(configs: Sequence[ConfigRuns], v: Variances) -> Posterior:
-    """The posterior means of the module docstring's model."""
-    moments = {c.fingerprint: c.mean_and_variance(v.sd_run) for c in configs}
-    weights = {f: 1.0 / (v.sd_config ** 2 + var) for f, (_, var) in moments.items()}
-    means = {f: mean for f, (mean, _) in moments.items()}
-    total = sum(weights.values())
-    mu = sum(weights[f] * means[f] for f in means) / total
-    k = total / (total + 1.0 / v.sd_shared ** 2)
-    own = {}
-    for c in configs:
-        f = c.fingerprint
-        rest = total - weights[f]
-        var_b = 1.0 / (rest + 1.0 / v.sd_shared ** 2)  # posterior of b from the other configurations
-        mean_b = var_b * sum(weights[g] * means[g] for g in means if g != f)
-        prior = var_b + v.sd_config ** 2
-        lam = prior / (prior + moments[f][1])
-        own[f] = mean_b + lam * (means[f] - mean_b)
-    return Posterior(mu, k, own)
+    """The posterior means of the module docstring's model, the configurations' own biases correlated by their
+    cost mix (refine/transfer.py; independent where no shares are known, as the module docstring's formulas)."""
+    from llmperf_hook.refine.transfer import conditional_weights, transferred_log_scale
+
+    moments = [c.mean_and_variance(math.hypot(v.sd_run, v.sd_moment)) for c in configs]
+    shares = [c.shares for c in configs]
+    alpha = conditional_weights([m for m, _ in moments], [var for _, var in moments], shares, v.sd_shared,
+                                v.sd_config, v.sd_mix)
+    weights = [1.0 / (v.sd_config ** 2 + var) for _, var in moments]
+    mu = sum(w * m for w, (m, _) in zip(weights, moments)) / sum(weights)
+    shared = v.sd_shared ** 2 * sum(alpha)  # the posterior mean of b
+    k = shared / mu if abs(mu) > 1e-12 else sum(weights) / (sum(weights) + 1.0 / v.sd_shared ** 2)
+    own = {c.fingerprint: transferred_log_scale(alpha, shares, c.shares, v.sd_shared, v.sd_config, v.sd_mix, own=i)
+           for i, c in enumerate(configs)}
+    return Posterior(mu, k, own, dict(zip((c.fingerprint for c in configs), alpha)))
 
 
 def sd_config_prior(hardware: str) -> tuple[float, str]:
@@ -224,6 +252,10 @@ class Priors:
     """Of a configuration's own log-bias c_j."""
     source: str
     """Where both came from, for the notes."""
+    sd_moment: float = 0.0
+    """Of the machine's level at one run's moment, transient (measured_step_priors; 0: not measured)."""
+    sd_mix: float = 0.0
+    """Of a cost term's own error, carried between configurations by their mix (refine/transfer.mix_sd)."""
 
 
 def variance_priors(hardware: str, run_readings: Sequence[tuple[float, int]] = ()) -> Priors:
@@ -279,15 +311,46 @@ def measured_step_priors(directory, run_readings: Sequence[tuple[float, int]] = 
     errors = step_holdout_log_errors(doc)
     if len(errors) < MIN_HELD_OUT_STEPS:
         return None
+    drift, n_shifts = step_drift_sd(doc)
+    return priors_from_errors(errors, drift, n_shifts, str(path), holdout_terms(doc, len(errors)))
+
+
+def holdout_terms(doc: dict, num_errors: int) -> list[str]:
+    """The cost term each of cpu_framework.step_holdout_log_errors' steps exercises, in its order: a dtype's
+    forward+backward rows ('compute/<dtype>'), its DeepSpeed engine steps per stage ('optimizer/<dtype>/zero
+    <stage>'); [] when the count differs from `num_errors` (a step it dropped as not finite)."""
+    terms: list[str] = []
+    for dtype, entry in (doc.get("dtypes") or {}).items():
+        rows = entry.get("samples") or []
+        terms += [f"compute/{dtype}"] * (len(rows) if len(rows) > 2 else 0)
+        for zero, stage in (entry.get("deepspeed_step") or {}).items():
+            engine = stage.get("samples") or []
+            terms += [f"optimizer/{dtype}/zero {zero}"] * (len(engine) if len(engine) > 2 else 0)
+    return terms if len(terms) == num_errors else []
+
+
+def priors_from_errors(errors: Sequence[float], drift: float, n_shifts: int, path: str,
+                       terms: Sequence[str] = ()) -> Priors:
+    """measured_step_priors from its inputs: the held-out steps' log errors (and the cost term each exercises),
+    and the step-time drift (pure; the testbed benchmark's --replay recomputes the priors from the inputs it
+    recorded)."""
+    from llmperf_hook.refine.transfer import mix_sd
+
     rms = math.sqrt(statistics.fmean(e * e for e in errors))
     mean, se = statistics.fmean(errors), statistics.stdev(errors) / math.sqrt(len(errors))
-    drift, n_shifts = step_drift_sd(doc)
-    sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + drift ** 2), MIN_SD)
+    # the drift is the shift between two levels of the machine: the profile's (fixed in its numbers, in every
+    # prediction: shared) and the run's moment's (gone when the machine moves: a later run has its own), each
+    # with half its variance
+    level, mix = drift / math.sqrt(2.0), min(mix_sd(errors, terms), rms)
+    sd_shared = max(math.sqrt(mean ** 2 + se ** 2 + level ** 2), MIN_SD)
     return Priors(sd_shared, rms, f"{len(errors)} held-out steps of {path} (rms {rms:.1%}, mean {mean:+.1%} +- "
                                   f"{se:.1%}) and the machine's step-time drift (sd {drift:.1%}: the prior "
                                   f"{STEP_DRIFT_SD_PRIOR:.1%} between re-measured profile steps, worth "
                                   f"{DRIFT_PRIOR_DOF:g} of them, pooled with {n_shifts} re-measurement(s) of this "
-                                  f"profile's own): shared-bias prior {sd_shared:.1%}")
+                                  f"profile's own), half of it the profile's level: shared-bias prior "
+                                  f"{sd_shared:.1%}; the other half the run's moment's, {level:.1%} in every run's "
+                                  f"reading; of sd_config, {mix:.1%} carried between configurations by their cost "
+                                  f"mix (refine/transfer.py)", sd_moment=level, sd_mix=mix)
 
 
 def step_drift_sd(doc: dict) -> tuple[float, int]:

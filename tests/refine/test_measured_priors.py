@@ -78,7 +78,10 @@ def test_priors_come_from_the_held_out_steps_and_the_step_drift(tmp_path: Path,
     assert priors == measured_step_priors(prof) == variance_priors("my-cpu", [(0.0066, 1)] * 4)
     assert priors.sd_config == pytest.approx(math.sqrt(statistics.fmean(e * e for e in errors)))
     se = statistics.stdev(errors) / math.sqrt(len(errors))
-    assert priors.sd_shared == pytest.approx(math.sqrt(statistics.fmean(errors) ** 2 + se ** 2 + STEP_DRIFT_SD_PRIOR ** 2))
+    # the drift moves two levels: the profile's (shared by every prediction) and the run's moment's (not)
+    level = STEP_DRIFT_SD_PRIOR / math.sqrt(2)
+    assert priors.sd_shared == pytest.approx(math.sqrt(statistics.fmean(errors) ** 2 + se ** 2 + level ** 2))
+    assert priors.sd_moment == pytest.approx(level)
     assert "9 held-out steps" in priors.source and "step-time drift" in priors.source
 
 
@@ -128,7 +131,7 @@ def test_one_run_transfers_by_the_measured_priors_and_says_so(tmp_path: Path, mo
     cal, source = recalibrate(conn, "my-cpu", "c", "deepspeed")
     conn.close()
     p = variance_priors("my-cpu")
-    k = p.sd_shared ** 2 / (p.sd_shared ** 2 + p.sd_config ** 2 + SD_RUN_PRIOR ** 2)
+    k = p.sd_shared ** 2 / (p.sd_shared ** 2 + p.sd_config ** 2 + SD_RUN_PRIOR ** 2 + p.sd_moment ** 2)
     assert cal.shared_weight == pytest.approx(k) and cal.sd_shared == pytest.approx(p.sd_shared)
     assert "held-out steps" in source
     stored = find_calibration("my-cpu", "c", "deepspeed")

@@ -1,0 +1,156 @@
+"""Refinement replayed on a testbed record: every run of every configuration taken in turn as the one
+calibration run, with the refine code of this tree, and the distribution of what it does.
+
+For the choice (configuration k, its run r): refine's own fit (refine/recalibrate.fit_key_calibration) on that one
+run, with the priors the record's profile gave (record["priors"]), exactly as `llmperf refine` fits a fresh store
+after one instrumented run (a run whose ranks waited for a core is read from its CPU time, refine/contention.py,
+at the benchmark's quiet limit). k is then scored against the median of its OTHER runs (independent of r), every
+other configuration against the median of its measurement runs. 12 configurations x P passes = 60 choices for a
+5-pass record; the real calibration runs of the rotation are among them.
+
+Strategies beside refine's: the run's full ratio on every configuration (refine before shrinkage), and refine with
+the configurations' own biases independent (no cost mix known: refine/transfer.py's R = identity, the rule before
+session 12). "Harm" is a choice whose other configurations' MAPE got worse than before refinement.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+Rule = Callable[[dict, int, dict, list[float]], list[float]]
+
+
+def _pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas
+
+
+def refine_rule(with_mix: bool, session11: bool = False) -> Rule:
+    """After-refinement predictions of the twelve from one calibration run, by refine's own fit; `session11`:
+    with the priors of session 11's rule (the whole step drift in the shared bias, no run-moment part, no
+    sampling error of the run's median, independent configurations)."""
+    def rule(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
+        from llmperf_hook.refine.calibration import Calibration
+        from llmperf_hook.refine.recalibrate import fit_key_calibration
+        from llmperf_hook.refine.shrinkage import median_sampling_sd
+
+        configs = record["configs"]
+        fps, shares = _fingerprints(configs), [_shares(c) if with_mix else () for c in configs]
+        measured, obs_sd = calibration_reading(record, k, run)
+        row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
+               0.0 if session11 else median_sampling_sd(run.get("step_times_s") or ()), shares[k])
+        priors = session11_priors(record) if session11 else record_priors(record)
+        cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
+        return [cal.apply(p, fps[i], shares[i]) for i, p in enumerate(before)]
+    return rule
+
+
+def record_priors(record: dict) -> Any:
+    """The priors refine would take from the record's profile now: the profile's held-out steps and drift as the
+    record saved them (priors["framework_doc_steps"]), else the priors the record's run printed."""
+    from llmperf_hook.refine.shrinkage import Priors, priors_from_errors
+
+    pri = record["priors"]
+    if pri.get("holdout_errors"):
+        return priors_from_errors(pri["holdout_errors"], pri["drift"], pri["drift_shifts"], pri["source_file"],
+                                  pri.get("holdout_terms", ()))
+    return Priors(pri["sd_shared"], pri["sd_config"], pri["source"], pri.get("sd_moment", 0.0))
+
+
+def session11_priors(record: dict) -> Any:
+    """Session 11's priors from the record's inputs: sd_shared = sqrt(mean^2 + se^2 + drift^2), nothing else."""
+    from llmperf_hook.refine.shrinkage import Priors
+
+    pri = record["priors"]
+    errors = pri.get("holdout_errors")
+    if not errors:
+        return Priors(pri["sd_shared"], pri["sd_config"], pri["source"])
+    mean, se = statistics.fmean(errors), statistics.stdev(errors) / math.sqrt(len(errors))
+    return Priors(math.sqrt(mean ** 2 + se ** 2 + pri["drift"] ** 2),
+                  math.sqrt(statistics.fmean(e * e for e in errors)), "session 11")
+
+
+def full_ratio(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
+    scale = calibration_reading(record, k, run)[0] / before[k]
+    return [p * scale for p in before]
+
+
+def calibration_reading(record: dict, k: int, run: dict) -> tuple[float, float]:
+    """(step time refine calibrates from, its extra observation sd): a contended run's quiet-equivalent CPU
+    reading at the benchmark's limit (as bench_cpu_testbed.instrumented_run sets it), else its measured step."""
+    from llmperf_hook.refine.contention import contended_step
+
+    ranks = int(record["configs"][k]["config"].get("world_size") or 1)
+    limit = {1: 1.1, 2: 1.25}[min(ranks, 2)]
+    if run.get("cpu_s") and run["measured_s"] / run["cpu_s"] > limit:
+        step = contended_step(run["measured_s"] / run["cpu_s"], run["cpu_s"], ranks, limit)
+        return step.step_time_s, step.observation_sd
+    return run["measured_s"], 0.0
+
+
+def _fingerprints(configs: list[dict]) -> list[str | None]:
+    from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
+
+    return [fingerprint_from_config_json(c.get("config")) for c in configs]
+
+
+def _shares(config: dict) -> tuple:
+    from llmperf_hook.refine.transfer import cost_shares
+
+    return cost_shares(config.get("breakdown"), config.get("config"))
+
+
+def replay(record: dict, measured: list[dict], before: list[float], rule: Rule) -> list[dict[str, Any]]:
+    """One row per (k, run of k): k's error against its other runs, the others' errors after and before."""
+    out = []
+    for k in range(len(before)):
+        runs = [r for r in record["runs"] if r["config"] == k]
+        for r in runs:
+            rest = [x["measured_s"] for x in runs if x is not r]
+            after = rule(record, k, r, before)
+            others = [i for i in range(len(before)) if i != k]
+            out.append({"k": k, "pass": r["pass"], "own": _pct(after[k], statistics.median(rest)),
+                        "own_before": _pct(before[k], statistics.median(rest)),
+                        "others": statistics.fmean(abs(_pct(after[i], measured[i]["measured_s"])) for i in others),
+                        "others_before": statistics.fmean(abs(_pct(before[i], measured[i]["measured_s"])) for i in others)})
+    return out
+
+
+def _q(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(int(q * len(s)), len(s) - 1)]
+
+
+def summary(rows: list[dict]) -> str:
+    own = [abs(r["own"]) for r in rows]
+    oth = [r["others"] for r in rows]
+    harm = [r["others"] - r["others_before"] for r in rows]
+    return (f"instrumented |err| median {statistics.median(own):4.1f} % mean {statistics.fmean(own):4.1f} % p90 "
+            f"{_q(own, 0.9):4.1f} % (<= 3 %: {sum(e <= 3 for e in own)}/{len(own)}); others MAPE median "
+            f"{statistics.median(oth):4.1f} % mean {statistics.fmean(oth):4.1f} % p90 {_q(oth, 0.9):4.1f} % max "
+            f"{max(oth):4.1f} % (<= 8 %: {sum(e <= 8 for e in oth)}/{len(oth)}); others worse than before in "
+            f"{sum(h > 0 for h in harm)}/{len(harm)} (mean {statistics.fmean(harm):+.1f} points, worst {max(harm):+.1f})")
+
+
+def report_replay(record: dict, measured: list[dict], before: list[float]) -> None:
+    """The distribution over every choice of calibration run, per strategy, and refine's per configuration."""
+    rules = {"refine (cost-mix transfer)": refine_rule(True), "refine, own biases independent": refine_rule(False),
+             "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio}
+    results = {name: replay(record, measured, before, rule) for name, rule in rules.items()}
+    rows = results["refine (cost-mix transfer)"]
+    print(f"\n[replay] every run of every configuration as the one calibration run ({len(rows)} choices), this "
+          f"tree's refine; before refinement: others MAPE median {statistics.median(r['others_before'] for r in rows):.1f} %, "
+          f"instrumented |err| median {statistics.median(abs(r['own_before']) for r in rows):.1f} %")
+    for name, res in results.items():
+        print(f"  {name:36s} {summary(res)}")
+    print("  per configuration (refine, cost-mix transfer; medians over its runs): instrumented err / others MAPE "
+          "(before)")
+    for k in range(len(before)):
+        mine = [r for r in rows if r["k"] == k]
+        print(f"   {k:2d} {record['configs'][k]['label']:34s} {statistics.median(r['own'] for r in mine):+6.1f} % "
+              f"(before {statistics.median(r['own_before'] for r in mine):+6.1f} %)  others "
+              f"{statistics.median(r['others'] for r in mine):5.1f} % ({mine[0]['others_before']:.1f} %)  worst others "
+              f"{max(r['others'] for r in mine):5.1f} %  runs {len(mine)}")
+
+

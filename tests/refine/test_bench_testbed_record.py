@@ -1,0 +1,106 @@
+"""benchmarks/testbed_record.py and testbed_replay.py: rotated passes, the raw record, and refinement replayed
+on it for every choice of calibration run."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import bench_cpu_testbed as bench  # noqa: E402
+import testbed_record as rec  # noqa: E402
+import testbed_replay as replay  # noqa: E402
+
+
+def test_each_pass_runs_every_configuration_once_starting_elsewhere() -> None:
+    orders = [rec.rotation(12, 5, p) for p in range(5)]
+    assert all(sorted(o) == list(range(12)) for o in orders)
+    assert [o[0] for o in orders] == [0, 2, 4, 7, 9]  # p x 12 / 5
+    positions = {tuple(o.index(i) for o in orders) for i in range(12)}
+    assert all(len(set(p)) == 5 for p in positions)  # no configuration always at the same point of a pass
+    assert rec.calibration_pass(5) == 2 and rec.calibration_pass(1) == 0
+
+
+def _record(pass_shift: list[float], run_noise: float = 0.0, cal_ratio: float | None = None) -> dict:
+    """A record of the twelve predicted exactly (measured = predicted x pass shift x a run's noise), the last
+    pass-2 run of configuration 0 a calibration run `cal_ratio` off."""
+    configs = [{"index": i, "label": c.label(), "predicted_s": 0.01 * (i + 1),
+                "breakdown": {"compute": 0.007 * (i + 1), "optimizer": 0.003 * (i + 1)},
+                "config": {"precision": c.dtype, "world_size": c.ranks, "zero_stage": c.zero, "num_layers": c.layers,
+                           "hidden_size": c.hidden, "micro_batch_size": c.mbs, "seq_length": c.seq}}
+               for i, c in enumerate(bench.CONFIGS)]
+    runs = []
+    for p, shift in enumerate(pass_shift):
+        for pos, i in enumerate(rec.rotation(12, len(pass_shift), p)):
+            noise = math.exp(run_noise * (1 if (i + p) % 2 else -1))
+            runs.append({"config": i, "pass": p, "position": pos, "measured_s": 0.01 * (i + 1) * shift * noise,
+                         "cpu_s": 0.01 * (i + 1) * shift * noise, "load_before": 1.0, "contended": False,
+                         "step_times_s": [0.01 * (i + 1) * shift * noise] * 12})
+    if cal_ratio is not None:
+        runs.append({"config": 0, "pass": 2, "position": 0, "measured_s": 0.01 * cal_ratio, "cpu_s": 0.01 * cal_ratio,
+                     "load_before": 1.0, "contended": False, "calibration": True, "store": "eval-c0",
+                     "step_times_s": [0.01 * cal_ratio] * 12})
+    errors = [0.1, -0.1, 0.05, -0.05, 0.12, -0.12, 0.0, 0.03, -0.03, 0.07, -0.07, 0.02]
+    return {"format": rec.RECORD_FORMAT, "configs": configs, "runs": runs, "calibrations": {},
+            "priors": {"sd_shared": 0.1, "sd_config": 0.14, "source": "test", "holdout_errors": errors,
+                       "holdout_terms": ["compute/fp32"] * 6 + ["optimizer/fp32/zero 1"] * 6, "drift": 0.134,
+                       "drift_shifts": 0, "source_file": "test"}}
+
+
+def test_pass_effects_split_what_a_pass_shared_from_what_a_run_had_alone() -> None:
+    shared = rec.pass_effects(_record([1.0, 1.1, 0.9, 1.05, 0.95]))
+    assert shared["sd_pass"] > 0.05 and shared["sd_residual"] < 1e-9 and shared["runs"] == 60
+    alone = rec.pass_effects(_record([1.0] * 5, run_noise=0.05))
+    assert alone["sd_pass"] < 0.02 and alone["sd_residual"] > 0.04
+
+
+def test_the_instrumented_configurations_reference_leaves_its_calibration_run_out() -> None:
+    record = _record([1.0] * 5, cal_ratio=1.5)
+    assert len(rec.reference_runs(record, 0)) == 5 and len(rec.reference_runs(record, 0, False)) == 6
+    m = rec.summarise(rec.reference_runs(record, 0))
+    assert m["measured_s"] == pytest.approx(0.01) and m["spread"] == pytest.approx(1.0)
+
+
+def test_replay_scores_every_run_of_every_configuration_and_refine_does_not_spread_one_noisy_run() -> None:
+    """Twelve configurations predicted exactly; configuration 0's calibration run 50 % slow (a disturbed run):
+    the full ratio makes every other configuration 50 % slow, refine's transfer moves them far less, and less than
+    session 11's rule did (the run's moment is not shared)."""
+    record = _record([1.0] * 5, cal_ratio=1.5)
+    measured = [bench.median_pass(rec.reference_runs(record, i)) for i in range(12)]
+    before = [c["predicted_s"] for c in record["configs"]]
+    cal_run = next(r for r in record["runs"] if r.get("calibration"))
+    assert replay.full_ratio(record, 0, cal_run, before)[5] == pytest.approx(before[5] * 1.5)
+    rows = replay.replay(record, measured, before, replay.refine_rule(True))
+    assert len(rows) == 61  # 12 x 5 measurement runs + the calibration run
+    noisy = next(r for r in rows if r["k"] == 0 and r["pass"] == 2 and r["own"] > 1)
+    assert noisy["others_before"] == pytest.approx(0.0) and 0 < noisy["others"] < 0.4 * 50
+    old = replay.replay(record, measured, before, replay.refine_rule(False, session11=True))
+    assert noisy["others"] < next(r for r in old if r["k"] == 0 and r["own"] > 1)["others"]
+    quiet = [r for r in rows if r is not noisy]
+    assert all(abs(r["own"]) < 1e-6 and r["others"] < 1e-6 for r in quiet)  # exact runs move nothing
+
+
+def test_a_replay_of_a_file_that_is_no_record_exits_2_with_the_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": 99}))
+    for path in (bad, tmp_path / "missing.json"):
+        done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--replay", str(path)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "--replay" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
+    record = _record([1.0, 1.02, 0.98, 1.01, 0.99], cal_ratio=1.2)
+    record.update(ref_profile_s=0.0076, commit="test")
+    path = rec.save_record(record, tmp_path / "r.json")
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--replay", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "5 runs x" in done.stdout and "[replay] every run of every configuration" in done.stdout
+    assert "61 choices" in done.stdout and "session 11's refine" in done.stdout
