@@ -14,6 +14,7 @@ from llmperf_hook.graph import vocab_ops as vo
 from llmperf_hook.graph.backward import backward_block, nccl_sm_share
 from llmperf_hook.graph.cpu_stages import cpu_stages
 from llmperf_hook.graph.launch_order import launch_order_warnings, tp_launch_ordered
+from llmperf_hook.graph.mla_ops import latent_scatter_backward
 from llmperf_hook.graph.mtp_ops import mtp_depth_ops, mtp_head_ops
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
@@ -64,7 +65,7 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
                                 (".recomputed", recomputed, "full")):
             if n:
                 gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full")
-                block = _block(kind + suffix, fwd, n, gran)
+                block = _with_latent_scatter_backward(_block(kind + suffix, fwd, n, gran), ctx)
                 bwd = gather_bwd + block.bwd + main_grad_add_ops(cfg, params) + reduce
                 blocks.append(OpBlock(block.name, gather_fwd + block.fwd, bwd, n))
     return blocks
@@ -76,6 +77,16 @@ def _layer_fwd(ctx: lo.LayerContext, moe: bool) -> list[Op]:
         return lo.attention_ops(ctx) + lo.mlp_ops(ctx)
     ops, experts_local = lo.moe_ops(ctx)
     return lo.attention_ops(ctx) + _repeat_experts(ops, experts_local)
+
+
+def _with_latent_scatter_backward(block: OpBlock, ctx: lo.LayerContext) -> OpBlock:
+    """The local-spec MLA latents' scatter backward (mla_ops.latent_scatter_backward), whose forward is a split: the
+    graph lists the latent gathers first in the attention, so their backward follows the attention norm's."""
+    gathers = latent_scatter_backward(ctx) if ctx.cfg.model.multi_latent_attention else ()
+    if not gathers:
+        return block
+    at = next(i for i, op in enumerate(block.bwd) if op.name == "attn.norm" and op.phase == "bwd") + 1
+    return replace(block, bwd=block.bwd[:at] + gathers + block.bwd[at:])
 
 
 def _with_scatter_backward(block: OpBlock, ctx: lo.LayerContext, prefix: str = "") -> OpBlock:

@@ -8,6 +8,9 @@ latent inputs (q_lora and kv_lora wide, not h) and the rope key (d_rope wide) is
 (gather_from_sequence_parallel_region); without a q latent, the q projection all-gathers the h-wide input.
 Per head the scores use d_qk + d_rope channels and the values d_v (one rope key shared by all heads).
 The q / kv latent norms exist with --qk-layernorm (mla_qk_norm_config.py), fused into the up projections.
+The local spec (--transformer-impl local, gpt_layer_specs.py get_gpt_layer_local_submodules) builds the down
+projections as ColumnParallelLinear instead: their outputs are latent slices that the forward all-gathers over TP
+(latent_gather_ops), and each gathers its own input under SP.
 """
 
 from __future__ import annotations
@@ -48,15 +51,50 @@ def query_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
 
 
 def key_value_ops(ctx: lo.LayerContext, heads: int) -> list[Op]:
-    """kv_down (latent + rope key) -> kv latent norm -> all-gathers -> kv_up (keys and values of every head)."""
+    """kv_down (latent + rope key) -> kv latent norm -> all-gathers -> kv_up (keys and values of every head). The
+    local spec's column-parallel kv_down gathers its own input under SP; its gathered output holds the whole rope key
+    on every rank, which TE's duplicated kv_down leaves on the sequence shard to gather apart."""
     m = ctx.cfg.model
     split = mla_down_split(ctx.cfg)
-    return [_down(lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim) // split,
-                          m.hidden_size, ctx), ctx),
+    own_input = lo.tp_enter("attn.kv_down_allgather", ctx) if split > 1 else []
+    rope_key = lo.tp_enter("attn.k_rope_allgather", ctx, m.qk_pos_emb_head_dim) if split == 1 else []
+    return [*own_input, _down(lo.gemm("attn.kv_down", _down_tokens(ctx), (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+                                      // split, m.hidden_size, ctx), ctx),
             *_latent_norm("attn.kv_norm", m.kv_lora_rank, ctx), *lo.tp_enter("attn.kv_allgather", ctx, m.kv_lora_rank),
-            *lo.tp_enter("attn.k_rope_allgather", ctx, m.qk_pos_emb_head_dim),
-            lo.own_grad_allreduce(lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim),
-                                          m.kv_lora_rank, ctx), ctx)]
+            *rope_key, lo.own_grad_allreduce(lo.gemm("attn.kv_up", ctx.tokens, heads * (m.qk_head_dim + m.v_head_dim),
+                                                     m.kv_lora_rank, ctx), ctx)]
+
+
+def latent_gather_ops(ctx: lo.LayerContext) -> list[Op]:
+    """The local spec's gathers of the down projections' latent slices (multi_latent_attention.py
+    _qkv_down_projection and get_query_key_value_tensors: a q_lora / tp or (kv_lora + d_rope) / tp wide output is
+    gather_from_tensor_model_parallel_region'ed over TP to T x q_lora and T x (kv_lora + d_rope), and under SP
+    scatter_to_sequence_parallel_region'ed back to the sequence shard). The gather's backward is a split (no
+    collective): backward=identity; the scatter's is an all-gather of the latent (latent_scatter_backward). Listed
+    first in the attention, ahead of its norm: they run serially on the compute stream wherever they stand, and
+    there they leave the TP region of the attention's grad-input all-reduces whole (graph/backward.py
+    column_grad_allreduces) and precede no GEMM (which would read as a sequence-parallel gather of its input,
+    backward.sp_gathered_gemm). Nothing under TE, whose duplicated down projections write whole latents."""
+    m = ctx.cfg.model
+    if mla_down_split(ctx.cfg) == 1:
+        return []
+    widths = ((("attn.q_latent_gather", m.q_lora_rank),) if m.q_lora_rank else ()) + \
+        (("attn.kv_latent_gather", m.kv_lora_rank + m.qk_pos_emb_head_dim),)
+    return [lo.comm(name, "allgather", ctx.tokens * width * ctx.act_bytes, ctx.tp, ctx, backward=lo.IDENTITY_BACKWARD)
+            for name, width in widths]
+
+
+def latent_scatter_backward(ctx: lo.LayerContext) -> tuple[Op, ...]:
+    """Under SP, the backward of the local spec's scatters of the gathered latents (latent_gather_ops):
+    _ScatterToSequenceParallelRegion.backward all-gathers the T x q_lora and T x kv_lora gradients over TP (the rope
+    key is not scattered)."""
+    m = ctx.cfg.model
+    if mla_down_split(ctx.cfg) == 1 or not ctx.cfg.parallel.sequence_parallel:
+        return ()
+    widths = ((("attn.q_latent_scatter", m.q_lora_rank),) if m.q_lora_rank else ()) + \
+        (("attn.kv_latent_scatter", m.kv_lora_rank),)
+    return tuple(Op(name, "allgather", "bwd", {"bytes": int(ctx.tokens * width * ctx.act_bytes)}, dtype=ctx.dtype,
+                    collective=ctx.tp) for name, width in widths)
 
 
 def mla_core(ctx: lo.LayerContext, heads: int) -> Op:
@@ -81,7 +119,8 @@ def mla_attention_ops(ctx: lo.LayerContext) -> list[Op]:
     # The local spec's column-parallel down projections gather the sequence first (the q projection without a
     # latent gathers its own input).
     gather = lo.tp_enter("attn.tp_allgather", ctx) if mla_down_split(ctx.cfg) > 1 and m.q_lora_rank else []
-    ops = [lo.norm("attn.norm", ctx), *gather, *query_ops(ctx, heads), *key_value_ops(ctx, heads),
+    ops = [*latent_gather_ops(ctx), lo.norm("attn.norm", ctx), *gather, *query_ops(ctx, heads),
+           *key_value_ops(ctx, heads),
            lo.elementwise("attn.rope", "rope", {"tokens": ctx.tokens, "heads": heads + 1, "head_dim": d_rope},
                           ctx.tokens * (heads + 1) * d_rope, ctx)]
     if p.cp > 1:  # the CP ring passes every head's full K (d_qk + d_rope) and V (d_v)
