@@ -25,7 +25,9 @@ the unit that makes their mean predicted per-layer slope the measured one (the c
 `host_overhead_per_op_us`; predict/host_issue.py).
 
 `--misses` prints, per missed group, the measured best and the choice with the signed error of each and the
-runner-up's measured gap; then oracles that re-rank every group with part of the prediction taken from the
+runner-up's measured gap, the per-layer cost of the cells of each miss's best and choice and the single part of the
+step time that flips it (ranking_diagnostics.miss_attribution), the per-step cost per parameter, measured and
+predicted (ranking_diagnostics.step_cost_per_param); then oracles that re-rank every group with part of the prediction taken from the
 measurements: each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source,
 hidden, TP, PP, micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside
 the layers, per step), and each (hidden, TP, micro-batch) cell priced at its measured times
@@ -57,7 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_misses, report_resolution
+from ranking_diagnostics import (WITHIN, RowPoint, equal_work_steps, is_composed, report_misses, report_resolution,
+                                 report_step_cost)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,13 +192,14 @@ def _fits(estimate, margin: float) -> bool:
 
 
 def _row_point(run, cfg, estimate, margin: float) -> RowPoint:
+    from llmperf_hook.graph.params import layer_params
     from llmperf_hook.tune.candidate import candidate_of
 
     h, tp, pp, mbs = cfg.model.hidden_size, cfg.parallel.tp, cfg.parallel.pp, cfg.batch.micro_batch_size
     return RowPoint(candidate_of(cfg).describe(), (h, tp, mbs), (run.source_id, h, tp, pp, mbs, cfg.parallel.dp),
                     cfg.model.num_layers, cfg.batch.num_microbatches, run.iteration_time_s,
                     float(estimate.step_time_s),
-                    _fits(estimate, margin))
+                    _fits(estimate, margin), layer_params(cfg, moe=False))
 
 
 def main() -> None:
@@ -232,6 +236,7 @@ def main() -> None:
         report_cells(results)
     if args.misses:
         report_misses(results, args.noise / 100)
+        report_step_cost(results)
     if args.resolution:
         report_resolution(results)
     if args.host_cells:

@@ -52,6 +52,9 @@ class RowPoint:
     fits: bool
     """Peak memory within the tuner's fit rule (tune.search_space.SearchSpace.memory_margin): only such rows can be
     chosen."""
+    layer_params: int = 0
+    """Parameters of one transformer layer on one rank (graph/params.layer_params): what the per-layer part of the
+    step's optimizer work scales with (step_cost_per_param)."""
 
 
 def choice_index(points, predicted) -> int | None:
@@ -127,6 +130,7 @@ def report_misses(results: list, noise: float) -> None:
         print(f"  {r.key:<52} best {_describe(best)}  chose {_describe(chosen)}  runner-up +{100 * gap:.1f} %")
     print("(hidden, TP, micro-batch) of the best -> of the choice: " + ", ".join(
         f"{b} -> {c} x{n}" for (b, c), n in sorted(pairs.items(), key=lambda kv: -kv[1])))
+    report_attribution(groups)
     base = count_hits(groups, lambda p: p.predicted_s)
     print(f"\noracles (re-ranked by direct prediction; base {base}/{len(groups)}):")
     everything = [p for pts in groups for p in pts]
@@ -320,3 +324,78 @@ def miss_pair(points) -> tuple:
     if not points or i is None or is_hit(points, predicted):
         return None, None
     return min(points, key=lambda p: p.measured_s), points[i]
+
+
+# --- Which part of the step time decides each miss, and what the per-step part costs per parameter. ---
+
+def miss_attribution(groups) -> list[tuple[RowPoint, RowPoint, tuple[str, ...]]]:
+    """(measured best, choice, parts) per missed group: the parts of the bilinear split (COMPONENTS' single parts:
+    per layer and micro-batch, per micro-batch outside the layers, per step) that, taken from the measurements
+    alone, make the group a hit. An empty tuple: no single part does (the misses need two parts right at once)."""
+    everything = [p for pts in groups for p in pts]
+    single = {label: COMPONENTS[label] for label in ("per layer and micro-batch", "per micro-batch outside the layers",
+                                                     "per step")}
+    oracles = {label: component_oracle(everything, parts) for label, parts in single.items()}
+    out = []
+    for pts in groups:
+        best, chosen = miss_pair(pts)
+        if best is None:
+            continue
+        flips = tuple(label for label, o in oracles.items() if is_hit(pts, [o[p] for p in pts]))
+        out.append((best, chosen, flips))
+    return out
+
+
+def report_attribution(groups) -> None:
+    """Per miss: the per-layer cost (measured / predicted, ms per layer and micro-batch over the model) of the cells
+    of its best and its choice, and the single part that flips it (miss_attribution)."""
+    everything = [p for pts in groups for p in pts]
+    measured, predicted = cell_costs(everything), cell_costs(everything, lambda p: p.predicted_s)
+
+    def cell(p: RowPoint) -> str:
+        c = cell_key(p)
+        if c not in measured or c not in predicted:
+            return f"h{c[1]} TP{c[2]} mbs{c[3]} (no per-layer fit)"
+        return f"h{c[1]} TP{c[2]} mbs{c[3]} {1e3 * measured[c]:.2f}/{1e3 * predicted[c]:.2f}"
+
+    print("\nper miss: per-layer cost of the best's and the choice's cell (ms, measured/predicted) and the single part"
+          " of the step time that, taken from the measurements, makes it a hit:")
+    for best, chosen, flips in miss_attribution(groups):
+        print(f"  {best.family[0]} L{best.num_layers:<3} best {best.layout:<22} {cell(best):<26} chose "
+              f"{chosen.layout:<22} {cell(chosen):<26} -> {', '.join(flips) or 'no single part'}")
+
+
+def step_cost_per_param(points) -> dict[tuple, tuple[float, float, int]]:
+    """(source, hidden, TP) -> (measured, predicted) seconds per parameter of the per-layer per-step part c of the
+    bilinear split, over the single-stage DP = 1 families (where c holds the optimizer step and its bookkeeping,
+    not a data-parallel all-reduce), and how many families. c / (layer parameters on a rank) is the step's cost per
+    parameter, minus the one micro-batch of gradient accumulation that c L absorbs ((n - 1) x the per-micro-batch
+    add is n x it in a n L, less once in c L)."""
+    acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
+    families: dict = defaultdict(list)
+    for p in points:
+        families[p.family].append(p)
+    for fam, rows in families.items():
+        src, h, tp, pp, _, dp = fam
+        params = rows[0].layer_params
+        if pp != 1 or dp != 1 or params <= 0:
+            continue
+        fit_m, fit_p = bilinear_fit(rows, lambda p: p.measured_s), bilinear_fit(rows, lambda p: p.predicted_s)
+        if fit_m is None or fit_p is None:
+            continue
+        entry = acc[(src, h, tp)]
+        entry[0] += float(fit_m[2]) / params
+        entry[1] += float(fit_p[2]) / params
+        entry[2] += 1
+    return {k: (m / n, q / n, n) for k, (m, q, n) in acc.items()}
+
+
+def report_step_cost(results: list) -> None:
+    """The per-step cost per parameter (step_cost_per_param), measured and predicted, picoseconds."""
+    everything = [p for r in results for p in r.points]
+    rows = step_cost_per_param(everything)
+    if not rows:
+        return
+    print("\nper-layer per-step cost per parameter on a rank (single-stage, DP = 1 families; ps, measured / predicted):")
+    for (src, h, tp), (m, q, n) in sorted(rows.items()):
+        print(f"  {src:<5} hidden {h:5d} TP {tp}: {1e12 * m:6.1f} / {1e12 * q:6.1f}  ({n} families)")

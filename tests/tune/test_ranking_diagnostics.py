@@ -159,3 +159,45 @@ def test_equal_work_steps_pair_cells_of_the_same_per_rank_work_in_tp_order() -> 
     assert set(steps) == {(2048, Fraction(1), 1, 2), (2048, Fraction(1), 2, 4), (2048, Fraction(1, 2), 2, 4)}
     assert steps[(2048, Fraction(1), 1, 2)] == pytest.approx((1.39e-3, 0.4e-3))
     assert steps[(2048, Fraction(1, 2), 2, 4)][0] == pytest.approx(-0.65e-3)  # less time with more communication
+
+
+def _split_family(family: tuple, parts_s: tuple, predicted_parts_s: tuple, params: int = 0) -> list[diag.RowPoint]:
+    """Rows t = a n L + b n + c L + d of one family, measured with `parts_s` and predicted with `predicted_parts_s`."""
+    rows = []
+    for layers in (12, 16, 24):
+        for n in (2, 4, 8):
+            x = np.array([n * layers, n, layers, 1.0])
+            rows.append(diag.RowPoint(f"{family}", family[1:3] + family[4:5], family, layers, n,
+                                      float(x @ parts_s), float(x @ predicted_parts_s), True, params))
+    return rows
+
+
+def test_miss_attribution_names_the_part_whose_error_flips_the_group() -> None:
+    # two layouts of one model: the first is faster per layer, the prediction says the opposite
+    fast = _split_family(("S24", 2048, 1, 1, 1, 2), (3.2e-3, 10e-3, 1.5e-3, 4e-3), (3.6e-3, 10e-3, 1.5e-3, 4e-3))
+    slow = _split_family(("S24", 2048, 2, 1, 2, 1), (4.6e-3, 5e-3, 0.5e-3, 1e-3), (3.8e-3, 5e-3, 0.5e-3, 1e-3))
+    groups = [[a, b] for a, b in zip(fast, slow)]
+    attributed = diag.miss_attribution(groups)
+    assert attributed and all(flips == ("per layer and micro-batch",) for _, _, flips in attributed)
+    assert all(best.family == fast[0].family and chosen.family == slow[0].family for best, chosen, _ in attributed)
+    # the same error in the per-step part instead is flipped by that part alone
+    fast = _split_family(("S24", 2048, 1, 1, 1, 2), (3.0e-3, 5e-3, 0.5e-3, 4e-3), (3.0e-3, 5e-3, 30e-3, 4e-3))
+    slow = _split_family(("S24", 2048, 2, 1, 2, 1), (3.6e-3, 5e-3, 0.5e-3, 1e-3), (3.6e-3, 5e-3, 0.5e-3, 1e-3))
+    attributed = diag.miss_attribution([[a, b] for a, b in zip(fast, slow)])
+    assert attributed and all(flips == ("per step",) for _, _, flips in attributed)
+    hits = [[a, b] for a, b in zip(slow, _split_family(("S24", 2048, 4, 1, 2, 1), (9e-3, 0, 0, 0), (9e-3, 0, 0, 0)))]
+    assert diag.miss_attribution(hits) == []
+
+
+def test_step_cost_per_parameter_reads_the_per_layer_per_step_slope_of_single_stage_dp1_families() -> None:
+    params = 25_178_112  # about 12 h^2 / TP: a GPT layer of hidden 2048 at TP 2
+    rows = _split_family(("S24", 2048, 2, 1, 2, 1), (4.6e-3, 5e-3, 0.507e-3, 1e-3), (3.8e-3, 5e-3, 0.78e-3, 1e-3),
+                         params)
+    measured, predicted, families = diag.step_cost_per_param(rows)[("S24", 2048, 2)]
+    assert families == 1
+    assert measured == pytest.approx(0.507e-3 / params) and predicted == pytest.approx(0.78e-3 / params)
+    # a pipeline stage's or a data-parallel family's c is not the optimizer's alone; no parameter count, no figure
+    others = (_split_family(("S24", 2048, 2, 2, 2, 1), (2e-3, 5e-3, 1e-3, 1e-3), (2e-3, 5e-3, 1e-3, 1e-3), params)
+              + _split_family(("S24", 2048, 2, 1, 2, 4), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3), params)
+              + _split_family(("S24", 1024, 2, 1, 2, 1), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3)))
+    assert diag.step_cost_per_param(others) == {}
