@@ -498,11 +498,17 @@ def main() -> None:
                     help="where to save the run's raw record (default HOME/records/testbed-<UTC time>.json)")
     ap.add_argument("--keep-framework-cost", action="store_true",
                     help="never re-measure the profile's framework cost (refresh_framework_cost)")
+    ap.add_argument("--configs", type=lambda v: [int(i) for i in v.split(",")], metavar="LIST",
+                    help="only these configurations (indices of CONFIGS; --calibrate then counts within them): a "
+                         "functional check of the benchmark's path, not its measurement")
     ap.add_argument("--bind-cores", action="store_true",
                     help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
+    global CONFIGS
     if args.replay:
-        report_record(load_record(args.replay))
+        record = load_record(args.replay)
+        CONFIGS = tuple(CONFIGS[i] for i in record.get("config_indices") or range(len(CONFIGS)))
+        report_record(record)
         return
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -524,8 +530,9 @@ def main() -> None:
                      args.spread_check, args.steps)
         return
     if args.bind_cores:
-        global CONFIGS
         CONFIGS = tuple(replace(c, bind=True) for c in CONFIGS)
+    if args.configs:
+        CONFIGS = tuple(CONFIGS[i] for i in args.configs)
     print_framework_cost(home)
     ref_profile = print_profile_reference(home)
     work = home / "work"
@@ -693,7 +700,7 @@ def report_record(record: dict) -> None:
         print("  " + run["refine"].replace("\n", "\n  "))
         report(measured, before, cal["after_s"], k, record["ref_profile_s"])
         report_instrumented(measured[k], run, before[k], cal["after_s"][k], k)
-        report_full_scale(measured, before, run, k, None, record["priors"]["sd_config_op"])
+        report_full_scale(measured, before, run, k, record["priors"]["sd_config_op"])
     report_replay(record, measured, before)
 
 
@@ -711,6 +718,7 @@ def new_record(home: Path, args: Any, before_detail: list[dict], ref_profile: fl
     return {"format": RECORD_FORMAT, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": commit.stdout.strip(), "cores": os.cpu_count(), "load_at_start": os.getloadavg()[0],
             "steps": args.steps, "passes": args.repeats, "ref_profile_s": ref_profile,
+            "config_indices": args.configs or list(range(len(CONFIGS))),
             "priors": {"sd_shared": pri.sd_shared, "sd_config": pri.sd_config, "source": pri.source,
                        "sd_moment": pri.sd_moment, "sd_config_op": sd_config_prior(CLUSTER)[0],
                        # the inputs of refine's priors (shrinkage.priors_from_errors), for --replay with a later rule

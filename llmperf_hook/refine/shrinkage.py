@@ -40,6 +40,18 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   and the prior's degrees of freedom, the same profile (21:48: held-out rms 6.9 %, mean +0.2 % +- 0.9 %,
   re-measured twice): drift sqrt((6 x 0.134^2 + 0.038^2 + 0.035^2) / 8) = 11.8 %, sd_shared 11.8 %, one quiet
   run's k = 0.0139 / (0.0139 + 0.0048 + 0.0025) = 0.66 and its own configuration keeps 0.88 of its log ratio.
+  Session 12: that drift is the shift between two levels of the machine, the profile's and the run's moment's,
+  each with half its variance. Only the profile's is in every later prediction (its numbers are fixed); the
+  run's moment is gone when the machine moves, as transient for the next run of any configuration, its own
+  included, as the run's own drift: so sd_shared takes drift^2 / 2 and every run's reading sd_moment^2 =
+  drift^2 / 2 beside sd_run^2 (Variances.sd_moment). Session 11's testbed run showed why: config 9's
+  calibration run sat 13.5 % above its two measurement passes, and the whole drift in b carried x1.39^0.45 to
+  the eleven others (13.9 % after, 7.1 % before). The 03:02 profile (rms 13.6 %, drift 13.0 %): one quiet run's k
+  0.45 -> 0.23, its own configuration keeps 0.71 of its log ratio (was 0.88; sd_run 5 %, no sampling error).
+- The run's median step has its own sampling error (median_sampling_sd: its steps' scatter and count), added to
+  the run's variance: ~1 % for 24 tight steps, more for few or scattered ones.
+- Configurations' own biases covary by their cost mix as far as the profile's held-out steps show a cost term
+  erring as a whole (refine/transfer.py, sd_mix); independent otherwise, as in the formulas above.
 - Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one
   cluster cannot estimate the spread between clusters); sd_config the profile's own held-out op error (median
   over its op models of holdout_mape, as a normal standard deviation: x sqrt(pi/2)), else SD_CONFIG_NO_PROFILE.
