@@ -202,6 +202,13 @@ def record_run(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
                      f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
 
 
+def set_uncalibrated_prediction(conn: sqlite3.Connection, job_id: str, seconds: float) -> None:
+    """A run's uncalibrated prediction replaced by its command predicted with refitted ops (refine/op_rebase.py);
+    predicted_step_time_s keeps what was shown at launch."""
+    with conn:
+        conn.execute("UPDATE refine_runs SET uncalibrated_step_time_s = ? WHERE job_id = ?", (seconds, job_id))
+
+
 def record_steps(conn: sqlite3.Connection, job_id: str, steps: Iterable[Mapping[str, Any]]) -> int:
     rows = [(job_id, int(s["rank"]), int(s["step"]), s.get("wall_time_s"), int(bool(s.get("warmup"))),
              int(bool(s.get("profiled"))), s.get("gpu_peak_reserved_bytes", s.get("peak_rss_bytes")))

@@ -22,6 +22,8 @@ from llmperf_hook.refine.calibration import Calibration
 from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
 from llmperf_hook.refine.contention import ContendedStep, contended_step
 from llmperf_hook.refine.contention import describe as describe_contended
+from llmperf_hook.refine.op_rebase import describe as describe_rebased
+from llmperf_hook.refine.op_rebase import repredict_uncalibrated
 from llmperf_hook.refine.recalibrate import recalibrate
 from llmperf_hook.refine.run_records import JobSteps, op_records, read_json_object, read_run_dir, summarize_job
 from llmperf_hook.refine.shrinkage import median_sampling_sd
@@ -195,14 +197,16 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_refit = _refit_ops(conn, job_id, usable_key, samples)
+    if op_refit.startswith("refitted") and raw and usable_key:  # refine/op_rebase.py: not counted twice
+        rebased = repredict_uncalibrated(prediction, usable_key.cluster)
+        notes.append(describe_rebased(raw, rebased))
+        if rebased.uncalibrated_s is not None:
+            raw = rebased.uncalibrated_s
+            store.set_uncalibrated_prediction(conn, job_id, raw)
     calibration, variance_source = (recalibrate(conn, key.hardware, key.cluster, key.framework)
                                     if key and raw and job.step_time_s and not mismatch else (None, ""))
     if calibration is not None and calibration.num_configs:
         notes.append(_shrinkage_note(calibration, fingerprint, variance_source))
-    if calibration is not None and op_refit.startswith("refitted"):
-        notes.append("the calibration compares measured steps with the prediction made at launch, before this op "
-                     "refit: until a run launched with the refitted ops is refined, an op error it corrected is also "
-                     "in the calibration's ratios")
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
