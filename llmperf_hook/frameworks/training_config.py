@@ -314,6 +314,14 @@ class TrainingConfig:
     gradient_accumulation_fusion: bool = True
     """Megatron's wgrad GEMMs accumulate into main_grad themselves; False (--no-gradient-accumulation-fusion, Megatron
     DDP only): each micro-batch's weight gradients are added into main_grad by the DDP hook (main_grad.add_)."""
+    fused_wgrad_return: Literal["none", "empty", "zeros"] = "zeros"
+    """What a Megatron-LM linear returns to autograd as its weight gradient under --gradient-accumulation-fusion
+    (it writes the product into main_grad itself; core/tensor_parallel/layers.py
+    LinearWithGradAccumulationAndAsyncCommunication.backward): "zeros" since a96650b9b2 (2023-11-30) for the
+    embedding weight shared with the LM head at pp 1 (language_module.py sets zero_out_wgrad; a zero-filled dummy,
+    other weights an empty one), "empty" since 28766b55fb (2023-08, an uninitialised dummy for every weight), "none"
+    before (grad_weight = None: the head adds nothing to the shared weight's autograd gradient). What the tied
+    weight's gradient sum costs (graph/vocab_ops.weight_grad_sum_ops). Default: today's."""
     pipeline_schedule: Literal["1f1b", "interleaved", "none"] = "1f1b"
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()

@@ -147,8 +147,8 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
         blocks += _mtp_blocks(cfg, ctx)
     if last:
         head = _block("head", vo.head_ops(ctx), 1, "none")
-        if first:  # the embedding on the same rank: its gradient meets the head's in the tied weight
-            head = replace(head, bwd=head.bwd + vo.tied_grad_sum_ops(ctx))
+        # the vocabulary weights' gradient contributions (embedding, head, MTP depths) summed by autograd
+        head = replace(head, bwd=head.bwd + vo.weight_grad_sum_ops(ctx, first))
         blocks.append(with_zero_edge_ops(cfg, head, stage, "head", gpus_per_node))
     if memo is not None:
         memo[key] = tuple(blocks)

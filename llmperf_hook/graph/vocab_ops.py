@@ -10,7 +10,7 @@ from __future__ import annotations
 from llmperf_hook.graph.layer_ops import (IDENTITY_BACKWARD, LayerContext, async_dgrad_tags, comm, elementwise, gemm,
                                           norm, own_grad_allreduce, tp_enter, tp_exit)
 from llmperf_hook.graph.op import Op
-from llmperf_hook.graph.params import position_table_rows
+from llmperf_hook.graph.params import embedding_width, position_table_rows
 
 
 def embedding_ops(ctx: LayerContext) -> list[Op]:
@@ -105,21 +105,37 @@ def head_ops(ctx: LayerContext) -> list[Op]:
     return ops
 
 
-def tied_grad_sum_ops(ctx: LayerContext) -> tuple[Op, ...]:
-    """The tied word-embedding weight's two gradients of one micro-batch summed, when the embedding and the LM head
-    run on the same rank (one chunk holds both). Autograd adds the LM head's weight gradient and the lookup's dense
-    gradient in the weight's input buffer before AccumulateGrad (torch/csrc/autograd/input_buffer.cpp accumulate:
-    old_var.add_(var), else old_var + var): read both, write one, vocab/tp x hidden elements in the weight's dtype.
-    The head's weight gradient is a tensor everywhere: DeepSpeed's engines, Hugging Face models and Megatron-DeepSpeed
-    (grad_output.t().matmul(total_input), its fused accumulation commented out in core/tensor_parallel/layers.py)
-    return the product; Megatron-LM with --gradient-accumulation-fusion writes the product into main_grad and returns
-    a zero-filled dummy of the weight's shape for the shared weight at pp 1 (language_module.py sets zero_out_wgrad,
-    layers.py: TE get_dummy_wgrad(..., zero=True) fill_(0), else torch.zeros; a96650b9b2 / 06d45e2634, 2023-11),
-    one more write pass, which autograd sums all the same. With untied embeddings there is nothing to sum."""
+def weight_grad_sum_ops(ctx: LayerContext, first: bool) -> tuple[Op, ...]:
+    """Autograd's sums of the vocabulary weights' gradient contributions in one micro-batch on the last stage (the
+    head's rank; `first`: the embedding is on it too). A weight used k times gets k gradients, added in its input
+    buffer before AccumulateGrad (torch/csrc/autograd/input_buffer.cpp accumulate: old_var.add_(var), else
+    old_var + var): k - 1 adds of vocab/tp x width elements, each reading two and writing one.
+
+    The uses: the tied word weight is looked up by the embedding (first stage) and multiplied by the LM head; with MTP
+    (last stage) each depth looks up its shifted tokens in it and runs the shared output layer once more
+    (multi_token_prediction.py; gpt_model.py builds the embedding where mtp_process and shares it with the output
+    layer, shared_embedding_or_output_weight); untied, the output layer is used 1 + D times and the word embedding by
+    the first stage's lookup plus the D MTP lookups. The head's weight gradient is a tensor everywhere (DeepSpeed's
+    engines, Hugging Face models, Megatron-DeepSpeed: grad_output.t().matmul(total_input)) except Megatron-LM with
+    --gradient-accumulation-fusion, whose linears write the product into main_grad and return
+    TrainingConfig.fused_wgrad_return: nothing before 2023-08 (that use adds no gradient), an empty dummy after, a
+    zero-filled one for the shared weight at pp 1 since 2023-11 (one more write pass each, summed all the same)."""
     cfg = ctx.cfg
+    depths = cfg.model.mtp_num_layers
+    fused = cfg.framework == "megatron" and cfg.gradient_accumulation_fusion
+    head_adds = not fused or cfg.fused_wgrad_return != "none"
+    lookups = int(first) + depths
+    heads = (1 + depths) * int(head_adds)
     if cfg.model.untie_embeddings:
-        return ()
-    elements = cfg.model.padded_vocab_size // ctx.tp.group_size * cfg.model.hidden_size
-    passes = 4 if cfg.framework == "megatron" and cfg.gradient_accumulation_fusion else 3
-    return (Op("head.tied_grad_sum", "grad_sum", "bwd", {"elements": elements}, flops=0.0,  # not model FLOPs (MFU)
-               bytes_moved=float(passes * elements * ctx.act_bytes), dtype=ctx.dtype),)
+        uses = {"head.output_grad_sum": (heads, 0), "head.embedding_grad_sum": (lookups, 0)}
+    else:
+        zero_fill = fused and cfg.fused_wgrad_return == "zeros" and cfg.parallel.pp == 1
+        uses = {"head.tied_grad_sum": (lookups + heads, heads if zero_fill else 0)}
+    elements = cfg.model.padded_vocab_size // ctx.tp.group_size * embedding_width(cfg)
+    ops: list[Op] = []
+    for name, (grads, fills) in uses.items():
+        for k in range(grads - 1):  # the zero fills are written once, before the first add
+            passes = 3 + (fills if k == 0 else 0)
+            ops.append(Op(name, "grad_sum", "bwd", {"elements": elements}, flops=0.0,  # not model FLOPs (MFU)
+                          bytes_moved=float(passes * elements * ctx.act_bytes), dtype=ctx.dtype))
+    return tuple(ops)

@@ -76,3 +76,47 @@ def test_megatron_with_fused_wgrad_accumulation_sums_a_zero_filled_dummy_gradien
     assert op.flops == 0.0  # memory-bound, and no model FLOP: MFU's count stays Megatron's
     unfused, = _sums(build_graph(replace(fused, gradient_accumulation_fusion=False), cluster))
     assert unfused.bytes_moved == pytest.approx(3 * 2 * elements)
+
+
+def _fused_gpt(**model_kw: object):
+    return make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, precision="fp16",
+                       model_kw=model_kw or None)
+
+
+def test_megatron_lm_before_2023_08_adds_no_head_gradient() -> None:
+    """Before 28766b55fb the fused linear returned grad_weight = None: the shared weight's autograd gradient is the
+    lookup's alone, nothing to sum; Aug-Nov 2023 an uninitialised dummy (torch.empty, no kernel) was summed."""
+    cluster = load_cluster("dgx-a100")
+    cfg = _fused_gpt()
+    assert not _sums(build_graph(replace(cfg, fused_wgrad_return="none"), cluster))
+    empty, = _sums(build_graph(replace(cfg, fused_wgrad_return="empty"), cluster))
+    assert empty.bytes_moved == pytest.approx(3 * 2 * cfg.model.padded_vocab_size * 1024)
+    # without the fusion the head's product is a tensor in any era
+    assert _sums(build_graph(replace(cfg, fused_wgrad_return="none", gradient_accumulation_fusion=False), cluster))
+
+
+def _grad_sums(graph) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for s in graph.stages:
+        for c in s.chunks:
+            for b in c.blocks:
+                for op in b.bwd:
+                    if op.op_class == "grad_sum":
+                        out.setdefault(op.name, []).append(op)
+    return out
+
+
+def test_mtp_depths_add_lookups_and_head_uses_of_the_vocabulary_weights() -> None:
+    """With D MTP depths the shared weight is looked up 1 + D times and multiplies 1 + D times (the depths' shifted
+    embeddings and their shared output layer): 2 + 2D gradients, 1 + 2D adds, plus the 1 + D zero-filled dummies of
+    the fused heads at pp 1. Untied: the output layer 1 + D uses (D adds), the word embedding 1 + D (D adds)."""
+    cluster = load_cluster("dgx-h100")
+    tied = replace(_fused_gpt(), model=replace(_fused_gpt().model, mtp_num_layers=2))
+    elements = tied.model.padded_vocab_size * 1024
+    sums = _grad_sums(build_graph(tied, cluster))
+    assert list(sums) == ["head.tied_grad_sum"] and len(sums["head.tied_grad_sum"]) == 5
+    assert sum(op.bytes_moved for op in sums["head.tied_grad_sum"]) == pytest.approx((5 * 3 + 3) * 2 * elements)
+    untied = replace(tied, model=replace(tied.model, untie_embeddings=True))
+    sums = _grad_sums(build_graph(untied, cluster))
+    assert {name: len(ops) for name, ops in sums.items()} == {"head.output_grad_sum": 2, "head.embedding_grad_sum": 2}
+    assert all(op.bytes_moved == pytest.approx(3 * 2 * elements) for ops in sums.values() for op in ops)
