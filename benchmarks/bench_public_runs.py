@@ -11,8 +11,10 @@ Then per source: rows, MAPE, bias (mean signed error, + = predicted slower), the
 type, GPU count band, model size, and by feature (GQA, SwiGLU, MoE, CP, VPP, SP, FP8, recompute mode, a head
 dimension whose rows are not 16-byte aligned); the A100 bias by source within each GPU-count band (is it scale or
 source?); the configurations that two sources measured identically (how far the sources themselves disagree); the
-same model on the same GPUs in two sources (another release or batch: does the prediction follow their ratio?); and
-the same figures for ../shared/validation/dev.csv for comparison. One thread per process (OMP_NUM_THREADS=1).
+same model on the same GPUs in two sources (another release or batch: does the prediction follow their ratio?); each
+series of rows that differ only in data-parallel size split into a share of the work and seconds per step the
+prediction lacks; and the same figures for ../shared/validation/dev.csv for comparison. One thread per process
+(OMP_NUM_THREADS=1).
 """
 
 from __future__ import annotations
@@ -160,6 +162,39 @@ def print_same_model_across_sources(runs: dict[str, MeasuredRun], report: dict) 
         print(f"  {base.model[:20]:<20} {base.num_gpus:>5} GPUs: " + "; ".join(cells))
 
 
+def series_key(run: MeasuredRun) -> tuple:
+    """Rows that differ only in their data-parallel size: one replica's work per sample is the same in all."""
+    return (run.source_id, run.model, run.num_layers, run.hidden_size, run.gpu_type, run.tp, run.pp, run.vpp, run.cp,
+            run.micro_batch_size, run.global_batch_size, run.seq_length, run.recompute, run.precision)
+
+
+def print_dp_series(runs: dict[str, MeasuredRun], report: dict) -> None:
+    """Each series of three or more rows that differ only in data-parallel size, fitted as measured = (1 + r) x
+    predicted + x seconds (least squares). At a fixed global batch the predicted step shrinks as 1 / dp, so r is the
+    share of the modelled work the measurement adds (a compute rate, a per-token cost), and x what it adds per step
+    whatever the step's length (optimizer, bookkeeping, gradient sync, host work); the fit's MAPE says whether the
+    two numbers explain the series."""
+    predicted = {r["row_id"]: r["predicted_s"] for r in report["rows"]}
+    groups: dict[tuple, list[MeasuredRun]] = defaultdict(list)
+    for run in runs.values():
+        if predicted.get(run.row_id):
+            groups[series_key(run)].append(run)
+    series = [sorted(g, key=lambda r: r.dp) for g in groups.values() if len({r.dp for r in g}) >= 3]
+    print(f"\ndata-parallel series ({len(series)}): measured = (1 + r) x predicted + x")
+    print(f"  {'series':<56}{'dp':>12}{'rows':>5}{'r':>8}{'x s':>9}{'fit MAPE':>10}{'MAPE':>8}")
+    for group in sorted(series, key=lambda g: (g[0].source_id, g[0].model, g[0].tp, g[0].pp)):
+        pred = np.array([predicted[r.row_id] for r in group])
+        meas = np.array([r.iteration_time_s for r in group])
+        (slope, x), *_ = np.linalg.lstsq(np.stack([pred, np.ones_like(pred)], axis=1), meas, rcond=None)
+        fit_mape = float(np.mean(np.abs(slope * pred + x - meas) / meas))
+        mape = float(np.mean(np.abs(pred - meas) / meas))
+        r0 = group[0]
+        name = (f"{r0.source_id} {r0.model[:12]} L{r0.num_layers} h{r0.hidden_size} tp{r0.tp} pp{r0.pp} "
+                f"mbs{r0.micro_batch_size} gbs{r0.global_batch_size}")
+        print(f"  {name:<56}{f'{group[0].dp}-{group[-1].dp}':>12}{len(group):>5}{slope - 1:>+8.1%}{x:>+9.3f}"
+              f"{fit_mape:>10.1%}{mape:>8.1%}")
+
+
 def print_bias_by_source_and_band(runs: dict[str, MeasuredRun], errors: dict[str, float], gpu: str) -> None:
     """Bias of one GPU type's rows per (source, model size) and GPU-count band: a scale effect moves along a line,
     a source (software, system) effect shifts the whole line."""
@@ -255,6 +290,7 @@ def main(argv: list[str]) -> int:
     print_bias_by_source_and_band(runs, errors, "A100")
     print_same_config(runs, report)
     print_same_model_across_sources(runs, report)
+    print_dp_series(runs, report)
     if DEV_CSV.exists():
         print(f"\n== for comparison: {DEV_CSV} ==")
         print_sources(validate_json(DEV_CSV), num_worst=0)
