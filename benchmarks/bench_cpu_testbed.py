@@ -1,6 +1,7 @@
 """Predicted vs measured step time of real DeepSpeed jobs on this machine's CPUs, before and after refinement.
 
-    python benchmarks/bench_cpu_testbed.py [--home DIR] [--profile-budget 4] [--steps 26] [--calibrate 1,9]
+    python benchmarks/bench_cpu_testbed.py [--home DIR] [--profile-budget 4] [--steps 26] [--repeats 5] [--calibrate 1,9]
+    python benchmarks/bench_cpu_testbed.py --replay HOME/records/testbed-<time>.json
 
 1. A CPU profile from `llmperf profile --device cpu --name cpu-testbed` (fp32 and bf16; reused when present in
    --home and usable by this llmperf, else refitted: the samples stay in the store). The profile carries the
@@ -17,19 +18,20 @@
    variance). A run whose wall time exceeds its ranks' CPU time by more than
    QUIET_WALL_PER_CPU (other programs held the cores) is run again (--tries; the least contended run is kept,
    chosen on wall / CPU time alone, and flagged CONTENDED when none was quiet). These measurement runs refine
-   into a throwaway store (--home/measure), so they never calibrate what is evaluated. With --repeats R (default
-   2) the twelve are measured in R interleaved passes (0..11, then 0..11 again) and each configuration's
-   measured step time is the median of its R passes: on this shared machine one configuration moves 8-20 %
-   between runs minutes apart (session 6: config 8 46.8 then 38.9 ms), and one pass would score that drift.
-   The spread between the passes is printed per configuration.
+   into a throwaway store (--home/measure), so they never calibrate what is evaluated. With --repeats P (default
+   5) the twelve are measured in P passes whose order is rotated (testbed_record.py: pass p starts at
+   configuration p x 12 / P), and each configuration is scored on the median of its runs' medians: one
+   configuration moves x1.06 (median) and up to x1.37 between runs minutes apart (session 11), which a mean of two
+   passes scores. The spread (max / min) and load of each configuration's runs are printed beside its error, and
+   the runs split into what a whole pass shared (the machine's state over minutes) and what a run had alone.
 3. Before refinement: `llmperf_hook.api.predict_command` for each configuration on cluster cpu-testbed with an
    empty store (--home/eval); MAPE over the twelve.
 4. Refinement: ONE configuration (--calibrate, index; several indices are each evaluated on the same measurements,
-   each in a fresh evaluation store) is run again through `llmperf run --instrument N` with
-   the eval store (its automatic `refine` fits the (hardware, cluster, framework) calibration; a run whose ranks
-   waited for a core, wall > QUIET_WALL_PER_CPU x CPU time, is calibrated from its CPU time as a noisier reading,
-   refine/contention.py, and run again in a fresh store for a quiet one, 3 tries, the last kept);
-   then every configuration is predicted again. The calibration knows what it saw (refine/shrinkage.py): the
+   each in a fresh evaluation store) is run through `llmperf run --instrument N` with the eval store in the
+   middle pass, in its place of the rotation (its automatic `refine` fits the (hardware, cluster, framework)
+   calibration; a run whose ranks waited for a core, wall > QUIET_WALL_PER_CPU x CPU time, is calibrated from its
+   CPU time as a noisier reading, refine/contention.py; one try); its reference is the median of its OTHER runs,
+   measured in the same rotation minutes before and after it; then every configuration is predicted again. The calibration knows what it saw (refine/shrinkage.py): the
    instrumented configuration gets its own ratio, the eleven others the shared part shrunk by empirical Bayes.
    The instrumented configuration's error is printed two ways: against its measurement runs of step 2 (the
    median of the passes, independent of the calibration run: THE TARGET USES THIS ONE) and against the
@@ -40,6 +42,11 @@
    Each run's figures, and what was learnt from them session by session, are in
    benchmarks/results/cpu_testbed_history.md.
 Machine load (1-minute load average) is recorded per run and printed; medians everywhere.
+5. Every run's raw step times (each rank's wall and CPU time per step), load and the predictions saved at launch go
+   to a JSON record (--record, default HOME/records/); `--replay FILE` scores a record again with this tree's
+   refine, nothing run: every run of every configuration taken in turn as the one calibration run (12 x P
+   choices), the distribution of the instrumented configuration's error and of the others' MAPE, and how often
+   the others got worse than before refinement (testbed_replay.py).
 
 Diagnostics: --spread-check R (run-to-run spread as launched and with DeepSpeed's --bind_cores_to_rank),
 --drift-check R (the reference workload's reading against the step times: instrument/reference_speed.py),
@@ -61,8 +68,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from testbed_record import (RECORD_FORMAT, calibration_pass, load_record, pass_effects, rank_steps, reference_runs,
-                            rotation, save_record)
+from testbed_record import (RECORD_FORMAT, calibration_pass, load_record, mape, pass_effects, pct, rank_steps,
+                            reference_runs, rotation, save_record)
+from testbed_rescore import last_calibration_run, rescore  # noqa: F401 - --rescore; tests read the parser here
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
@@ -459,14 +467,6 @@ def predict_all_detail(home: Path, work: Path) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def pct(pred: float, meas: float) -> float:
-    return 100.0 * (pred - meas) / meas
-
-
-def mape(errors: list[float]) -> float:
-    return statistics.mean(abs(e) for e in errors)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "llmperf-cpu-testbed")
@@ -513,7 +513,7 @@ def main() -> None:
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     if args.rescore:
-        rescore(home, args.rescore)
+        rescore(home, args.rescore, CLUSTER, len(CONFIGS), TARGETS)
         return
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     load_at_start = os.getloadavg()[0]
@@ -547,93 +547,6 @@ def main() -> None:
     path = save_record(record, args.record or home / "records" / f"testbed-{record['created_utc']}.json")
     print(f"\nraw runs saved to {path} (replay: python benchmarks/bench_cpu_testbed.py --replay {path})")
     report_record(record)
-
-PASS_LINE = r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU.*?(\d) run\(s\)( CONTENDED)?"
-"""A measurement pass's line of this benchmark's output (index, measured ms, runs, contended)."""
-
-
-def logged_passes(text: str) -> dict[int, list[tuple[float, bool]]]:
-    """{configuration: [(measured s, contended) per measurement pass]} of one output of this benchmark."""
-    import re
-
-    line, out = re.compile(PASS_LINE), {}
-    for part in text.split("[measure] pass ")[1:]:
-        for m in map(line.match, part.split("[refine]")[0].splitlines()):
-            if m:
-                out.setdefault(int(m.group(1)), []).append((float(m.group(2)) * 1e-3, bool(m.group(4))))
-    return out
-
-
-def logged_run_spread(texts: list[str]) -> tuple[float, int]:
-    """(sd of one run's log step time, pairs) from the quiet pass pairs of outputs with 24 timed steps: each
-    pair's log difference d has variance 2 sd^2 (refine/shrinkage.SD_RUN_PRIOR's source)."""
-    d = [math.log(runs[1][0] / runs[0][0]) for text in texts if "24 timed steps" in text
-         for runs in logged_passes(text).values() if len(runs) >= 2 and not runs[0][1] and not runs[1][1]]
-    return (math.sqrt(statistics.fmean(x * x for x in d) / 2) if d else float("nan")), len(d)
-
-
-def last_calibration_run(head: str) -> tuple[float, bool] | None:
-    """(ms, quiet-equivalent?) of the last calibration run printed in the head of a [refine] section: its measured
-    step, or its quiet-equivalent when it was contended; None without one."""
-    import re
-
-    for job in reversed(head.split("    job ")[1:]):
-        measured = re.search(r"measured ([\d.]+) ms \(CPU", job)
-        if measured:
-            equivalent = re.search(r"quiet-equivalent ([\d.]+) ms", job)
-            return float((equivalent or measured).group(1)), equivalent is not None
-    return None
-
-
-def rescore(home: Path, logs: list[Path]) -> None:
-    """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
-    calibration run's measured step, or its quiet-equivalent when it was contended) re-scored with the current
-    shrinkage priors of the profile in `home`; beside every configuration, the quiet ones (no pass CONTENDED).
-    And the run-to-run spread of the logs' quiet 24-step pass pairs, against the prior sd_run."""
-    import re
-
-    from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, estimate_variances, group_runs, posterior,
-                                              variance_priors)
-
-    os.environ["LLMPERF_HOME"] = str(home)
-    pri = variance_priors(CLUSTER)
-    print(f"priors now: sd_shared {pri.sd_shared:.3f}, sd_config {pri.sd_config:.3f} ({pri.source})")
-    texts = [log.read_text() for log in logs]
-    sd, pairs = logged_run_spread(texts)
-    print(f"run-to-run spread of these logs' quiet 24-step passes: sd {sd:.3f} of one run from {pairs} pairs "
-          f"(prior sd_run {SD_RUN_PRIOR:.3f})")
-    row = re.compile(r"^\s*(\d+)\s*\*?\s*L\d+ .*?\s{2,}([\d.]+)\s+([\d.]+) \(")
-    own_quiet, others_quiet = [], []
-    for log, text in zip(logs, texts):
-        contended = {i for i, runs in logged_passes(text).items() if any(c for _, c in runs)}
-        for sec in text.split("[refine] instrumenting configuration ")[1:]:
-            k, last = int(sec.split()[0]), last_calibration_run(sec.split("\n  #")[0])
-            rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
-                    for m in map(row.match, sec.splitlines()) if m}
-            if len(rows) != len(CONFIGS) or last is None:
-                continue
-            run_ms, equivalent = last
-            configs = group_runs([("j", "f", rows[k][1], run_ms)])
-            post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared))
-            own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
-            shared = math.exp(post.shared_weight * post.shared_log_scale)
-            others = {i: pct(b * shared, m) for i, (m, b) in rows.items() if i != k}
-            quiet = [e for i, e in others.items() if i not in contended]
-            own_quiet += [abs(own)] if k not in contended else []
-            others_quiet += [mape(quiet)] if quiet else []
-            print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if equivalent else ''}"
-                  f", k {post.shared_weight:.2f}; before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config "
-                  f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other 11 "
-                  f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of 12, before "
-                  f"{mape([pct(b, m) for i, (m, b) in rows.items() if i not in contended] or [0.0]):.1f} %, other "
-                  f"{len(quiet)} {mape(quiet or [0.0]):.1f} %")
-    if own_quiet and others_quiet:
-        print(f"over these logs: the instrumented configuration {statistics.fmean(own_quiet):.2f} % on average over "
-              f"the {len(own_quiet)} calibrations whose passes were quiet ({sum(e <= TARGETS['instrumented'] for e in own_quiet)} "
-              f"within {TARGETS['instrumented']:.0f} %); the other quiet configurations {statistics.fmean(others_quiet):.2f} % "
-              f"on average over {len(others_quiet)} calibrations ({sum(e <= TARGETS['others'] for e in others_quiet)} "
-              f"within {TARGETS['others']:.0f} %)")
-
 
 def measure_rotation(home: Path, work: Path, before: list[float], ref_profile: float, args: Any,
                      cal_homes: dict[int, Path]) -> list[dict]:

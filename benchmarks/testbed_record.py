@@ -113,3 +113,11 @@ def _bad_input(message: str) -> None:
 
     print(message, file=sys.stderr)
     raise SystemExit(2)
+
+
+def pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas
+
+
+def mape(errors: list[float]) -> float:
+    return statistics.mean(abs(e) for e in errors)

@@ -1,0 +1,99 @@
+"""bench_cpu_testbed.py --rescore: the calibrations printed in earlier outputs of the benchmark (text, before the
+raw records of testbed_record.py existed) re-scored with the current shrinkage priors, and the run-to-run
+spread of their quiet pass pairs."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+
+from testbed_record import mape, pct
+
+PASS_LINE = r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU.*?(\d) run\(s\)( CONTENDED)?"
+"""A measurement pass's line of this benchmark's output (index, measured ms, runs, contended)."""
+
+
+def logged_passes(text: str) -> dict[int, list[tuple[float, bool]]]:
+    """{configuration: [(measured s, contended) per measurement pass]} of one output of this benchmark."""
+    import re
+
+    line, out = re.compile(PASS_LINE), {}
+    for part in text.split("[measure] pass ")[1:]:
+        for m in map(line.match, part.split("[refine]")[0].splitlines()):
+            if m:
+                out.setdefault(int(m.group(1)), []).append((float(m.group(2)) * 1e-3, bool(m.group(4))))
+    return out
+
+
+def logged_run_spread(texts: list[str]) -> tuple[float, int]:
+    """(sd of one run's log step time, pairs) from the quiet pass pairs of outputs with 24 timed steps: each
+    pair's log difference d has variance 2 sd^2 (refine/shrinkage.SD_RUN_PRIOR's source)."""
+    d = [math.log(runs[1][0] / runs[0][0]) for text in texts if "24 timed steps" in text
+         for runs in logged_passes(text).values() if len(runs) >= 2 and not runs[0][1] and not runs[1][1]]
+    return (math.sqrt(statistics.fmean(x * x for x in d) / 2) if d else float("nan")), len(d)
+
+
+def last_calibration_run(head: str) -> tuple[float, bool] | None:
+    """(ms, quiet-equivalent?) of the last calibration run printed in the head of a [refine] section: its measured
+    step, or its quiet-equivalent when it was contended; None without one."""
+    import re
+
+    for job in reversed(head.split("    job ")[1:]):
+        measured = re.search(r"measured ([\d.]+) ms \(CPU", job)
+        if measured:
+            equivalent = re.search(r"quiet-equivalent ([\d.]+) ms", job)
+            return float((equivalent or measured).group(1)), equivalent is not None
+    return None
+
+
+def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, targets: dict[str, float]) -> None:
+    """Each calibration printed in `logs` (a [refine] section: the table's measured and before columns, the last
+    calibration run's measured step, or its quiet-equivalent when it was contended) re-scored with the current
+    shrinkage priors of the profile in `home`; beside every configuration, the quiet ones (no pass CONTENDED).
+    And the run-to-run spread of the logs' quiet 24-step pass pairs, against the prior sd_run."""
+    import re
+
+    from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, estimate_variances, group_runs, posterior,
+                                              variance_priors)
+
+    os.environ["LLMPERF_HOME"] = str(home)
+    pri = variance_priors(cluster)
+    print(f"priors now: sd_shared {pri.sd_shared:.3f}, sd_config {pri.sd_config:.3f} ({pri.source})")
+    texts = [log.read_text() for log in logs]
+    sd, pairs = logged_run_spread(texts)
+    print(f"run-to-run spread of these logs' quiet 24-step passes: sd {sd:.3f} of one run from {pairs} pairs "
+          f"(prior sd_run {SD_RUN_PRIOR:.3f})")
+    row = re.compile(r"^\s*(\d+)\s*\*?\s*L\d+ .*?\s{2,}([\d.]+)\s+([\d.]+) \(")
+    own_quiet, others_quiet = [], []
+    for log, text in zip(logs, texts):
+        contended = {i for i, runs in logged_passes(text).items() if any(c for _, c in runs)}
+        for sec in text.split("[refine] instrumenting configuration ")[1:]:
+            k, last = int(sec.split()[0]), last_calibration_run(sec.split("\n  #")[0])
+            rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+                    for m in map(row.match, sec.splitlines()) if m}
+            if len(rows) != num_configs or last is None:
+                continue
+            run_ms, equivalent = last
+            configs = group_runs([("j", "f", rows[k][1], run_ms)])
+            post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared,
+                                                         pri.sd_moment, pri.sd_mix))
+            own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
+            shared = math.exp(post.shared_weight * post.shared_log_scale)
+            others = {i: pct(b * shared, m) for i, (m, b) in rows.items() if i != k}
+            quiet = [e for i, e in others.items() if i not in contended]
+            own_quiet += [abs(own)] if k not in contended else []
+            others_quiet += [mape(quiet)] if quiet else []
+            print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if equivalent else ''}"
+                  f", k {post.shared_weight:.2f}; before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config "
+                  f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other 11 "
+                  f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of 12, before "
+                  f"{mape([pct(b, m) for i, (m, b) in rows.items() if i not in contended] or [0.0]):.1f} %, other "
+                  f"{len(quiet)} {mape(quiet or [0.0]):.1f} %")
+    if own_quiet and others_quiet:
+        print(f"over these logs: the instrumented configuration {statistics.fmean(own_quiet):.2f} % on average over "
+              f"the {len(own_quiet)} calibrations whose passes were quiet ({sum(e <= targets['instrumented'] for e in own_quiet)} "
+              f"within {targets['instrumented']:.0f} %); the other quiet configurations {statistics.fmean(others_quiet):.2f} % "
+              f"on average over {len(others_quiet)} calibrations ({sum(e <= targets['others'] for e in others_quiet)} "
+              f"within {targets['others']:.0f} %)")
