@@ -70,7 +70,7 @@ from typing import Any
 
 from testbed_record import (RECORD_FORMAT, calibration_pass, load_record, mape, pass_effects, pct, rank_steps,
                             reference_runs, rotation, save_record)
-from testbed_rescore import last_calibration_run, rescore  # noqa: F401 - --rescore; tests read the parser here
+from testbed_rescore import last_calibration_run, record_from_log, rescore  # noqa: F401 - tests read the parser here
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
@@ -494,6 +494,9 @@ def main() -> None:
     ap.add_argument("--replay", type=Path, metavar="FILE",
                     help="only score a record an earlier run saved (every raw step time, testbed_record.py) with the "
                          "current refine code: nothing is run")
+    ap.add_argument("--replay-log", type=Path, metavar="LOG",
+                    help="--replay of a printed output of this benchmark from before records (its measurement lines "
+                         "and calibration runs; no step times), with this home's profile for the priors")
     ap.add_argument("--record", type=Path, metavar="FILE",
                     help="where to save the run's raw record (default HOME/records/testbed-<UTC time>.json)")
     ap.add_argument("--keep-framework-cost", action="store_true",
@@ -514,6 +517,11 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     if args.rescore:
         rescore(home, args.rescore, CLUSTER, len(CONFIGS), TARGETS)
+        return
+    if args.replay_log:  # a printed output as a record: its configurations' breakdowns and priors from this home
+        eval_home = shared_home(home, "eval-replay")
+        header = new_record(eval_home, args, predict_all_detail(eval_home, home / "work-replay"), 0.0)
+        report_record(record_from_log(args.replay_log.read_text(), header))
         return
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     load_at_start = os.getloadavg()[0]

@@ -97,3 +97,35 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
               f"within {targets['instrumented']:.0f} %); the other quiet configurations {statistics.fmean(others_quiet):.2f} % "
               f"on average over {len(others_quiet)} calibrations ({sum(e <= targets['others'] for e in others_quiet)} "
               f"within {targets['others']:.0f} %)")
+
+
+LOGGED_RUN = (r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU\s+([\d.]+) ms\)\s+predicted\s+([\d.]+) ms .*?"
+              r"load ([\d.]+).*?(\d) run\(s\)( CONTENDED)?")
+"""A measurement line of a printed output: index, measured ms, CPU ms, predicted ms, load, runs, contended."""
+
+
+def record_from_log(text: str, header: dict) -> dict:
+    """A testbed record (testbed_record.py) from a printed output of the benchmark before records existed: its
+    measurement passes and the calibration runs of its [refine] sections, with the predictions it printed; no
+    step times (each run's median only). `header` is new_record's (configs' breakdowns and priors of the home's
+    profile); its configurations' predictions are replaced by the printed ones."""
+    import re
+
+    line, runs, printed = re.compile(LOGGED_RUN), [], {}
+    for p, part in enumerate(text.split("[measure] pass ")[1:]):
+        for m in map(line.match, part.split("[refine]")[0].splitlines()):
+            if m:
+                i = int(m.group(1))
+                printed[i] = float(m.group(4)) * 1e-3
+                runs.append({"config": i, "pass": p, "measured_s": float(m.group(2)) * 1e-3,
+                             "cpu_s": float(m.group(3)) * 1e-3, "load_before": float(m.group(5)),
+                             "contended": bool(m.group(7)), "ref_now_s": header["ref_profile_s"]})
+    for sec in text.split("[refine] instrumenting configuration ")[1:]:
+        last = last_calibration_run(sec.split("\n  #")[0])
+        cpu = re.findall(r"measured ([\d.]+) ms \(CPU ([\d.]+) ms per rank\), load ([\d.]+)", sec.split("\n  #")[0])
+        if last is not None and cpu:
+            runs.append({"config": int(sec.split()[0]), "pass": -1, "measured_s": float(cpu[-1][0]) * 1e-3,
+                         "cpu_s": float(cpu[-1][1]) * 1e-3, "load_before": float(cpu[-1][2]), "contended": False,
+                         "calibration": True, "ref_now_s": header["ref_profile_s"]})
+    configs = [{**c, "predicted_s": printed.get(i, c["predicted_s"])} for i, c in enumerate(header["configs"])]
+    return {**header, "configs": configs, "runs": runs, "calibrations": {}, "from_log": True}

@@ -104,3 +104,34 @@ def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "5 runs x" in done.stdout and "[replay] every run of every configuration" in done.stdout
     assert "61 choices" in done.stdout and "session 11's refine" in done.stdout
+
+
+LOG = """[measure] pass 1 of 2: 12 configurations, `llmperf run --instrument 26 --stop-after 26`
+   0 L2 h128 s128 mbs2 z0 1r fp32       measured    25.08 ms (CPU   25.24 ms)  predicted    24.57 ms (  -2.0 %)  load 1.27  reference x0.949 of the profile's (hook 9.91 ms)  1 run(s)  [12 s]
+   1 L2 h256 s128 mbs2 z1 2r fp32       measured    94.28 ms (CPU   83.92 ms)  predicted    73.24 ms ( -22.3 %)  load 1.21  reference x1.098 of the profile's (hook 10.29 ms)  2 run(s) CONTENDED  [15 s]
+
+[measure] pass 2 of 2: 12 configurations, `llmperf run --instrument 26 --stop-after 26`
+   0 L2 h128 s128 mbs2 z0 1r fp32       measured    22.20 ms (CPU   22.29 ms)  predicted    24.57 ms ( +10.7 %)  load 1.20  reference x1.006 of the profile's (hook 7.47 ms)  1 run(s)  [10 s]
+   1 L2 h256 s128 mbs2 z1 2r fp32       measured    89.72 ms (CPU   81.86 ms)  predicted    73.24 ms ( -18.4 %)  load 1.09  reference x0.991 of the profile's (hook 8.09 ms)  1 run(s)  [13 s]
+
+[refine] instrumenting configuration 1 (L2 h256 s128 mbs2 z1 2r fp32) with the evaluation store eval
+  llmperf refine: /x/run -> /x/store.sqlite
+    job 20261127T030930Z-31458: deepspeed on cpu, 2/2 ranks, 24 timed steps, measured 83.81 ms (CPU 76.07 ms per rank), load 1.10
+      predicted before: 73.24 ms (-12.6% vs measured)
+
+  #  configuration                      measured   before (err)        after (err)        reference (x profile's)
+"""
+
+
+def test_a_printed_output_becomes_a_record_its_calibration_run_apart() -> None:
+    header = {**_record([1.0]), "runs": [], "ref_profile_s": 0.0076}
+    record = bench.record_from_log(LOG, header)
+    measuring = [r for r in record["runs"] if not r.get("calibration")]
+    assert [(r["config"], r["pass"], round(r["measured_s"], 7)) for r in measuring] == [
+        (0, 0, 0.02508), (1, 0, 0.09428), (0, 1, 0.0222), (1, 1, 0.08972)]
+    assert measuring[1]["contended"] and not measuring[0]["contended"]
+    (cal,) = [r for r in record["runs"] if r.get("calibration")]
+    assert cal["config"] == 1 and cal["measured_s"] == pytest.approx(0.08381) and cal["cpu_s"] == pytest.approx(0.07607)
+    assert record["configs"][1]["predicted_s"] == pytest.approx(0.07324)  # as printed, not as predicted now
+    assert record["configs"][5]["predicted_s"] == header["configs"][5]["predicted_s"]
+    assert rec.summarise(rec.reference_runs(record, 1))["measured_s"] == pytest.approx((0.09428 + 0.08972) / 2)
