@@ -42,7 +42,11 @@ all-reduce), so the figure says how the tuner ranks real runs; the issue's figur
 `--resolution` prints what the measurements can resolve (ranking_diagnostics.report_resolution): S24's rows are
 composed from one per-layer cost per (hidden, TP, micro-batch) cell (the per-micro-batch slope is linear in the
 layer count to a microsecond and the same for every pp and DP), so its 120 groups rest on 24 per-layer numbers;
-the cells whose larger micro-batch measures cheaper; a perfect model's count under a per-cell error.
+the cells whose larger micro-batch measures cheaper; a perfect model's count under a per-cell error; and the
+per-layer costs closest to the measured ones that any model growing with work (a larger micro-batch or hidden size
+never cheaper, a larger TP at equal per-rank work never cheaper and dearer by at most its all-reduces and their host
+calls on the cluster's own NCCL fit) could predict, with the count the rows reach at them
+(ranking_consistency.consistent_layer_costs): how far the measurements are from anything such a model can give.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency
 from ranking_diagnostics import (WITHIN, RowPoint, equal_work_steps, is_composed, report_misses, report_resolution,
                                  report_step_cost)
 
@@ -199,7 +204,7 @@ def _row_point(run, cfg, estimate, margin: float) -> RowPoint:
     return RowPoint(candidate_of(cfg).describe(), (h, tp, mbs), (run.source_id, h, tp, pp, mbs, cfg.parallel.dp),
                     cfg.model.num_layers, cfg.batch.num_microbatches, run.iteration_time_s,
                     float(estimate.step_time_s),
-                    _fits(estimate, margin), layer_params(cfg, moe=False))
+                    _fits(estimate, margin), layer_params(cfg, moe=False), cfg.model.seq_length)
 
 
 def main() -> None:
@@ -239,9 +244,35 @@ def main() -> None:
         report_step_cost(results)
     if args.resolution:
         report_resolution(results)
+        report_consistency(results, tp_step_cap(results))
     if args.host_cells:
         with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
             report_host_cells(Path(args.csv), presets, Path(tmp))
+
+
+def tp_step_cap(results: list[GroupResult], cluster: str = "vtrain-a100", dtype_bytes: int = 2):
+    """(source, hidden, TP, micro-batch) -> the most an equal-work step to this cell may add per layer and
+    micro-batch (ranking_consistency.consistent_layer_costs): its TP_CALLS_PER_LAYER all-reduces of micro-batch x
+    sequence x hidden x 2 bytes on the cluster's intra-node tier (the alpha-beta form of predict/alpha_beta.py:
+    latency + 2 (n - 1) steps + the ring's 2 (n - 1) / n of the bytes at the bus bandwidth; vtrain-a100's numbers
+    are the fit of vTrain's own NCCL table) plus one host call each (host_overhead_per_op_s). Only S24's cells (one
+    node, fp16) get a cap, at the sequence length its rows share."""
+    from llmperf_hook import api
+
+    spec = api.load_cluster(cluster)
+    tier = spec.intra_node
+    seqs = {p.seq_length for r in results for p in r.points if p.family[0] == "S24"}
+
+    def cap(cell):
+        source, hidden, tp, mbs = cell
+        if source != "S24" or len(seqs) != 1 or tp > spec.gpus_per_node:
+            return None
+        nbytes = mbs * next(iter(seqs)) * hidden * dtype_bytes
+        ring = 2 * (tp - 1)
+        allreduce_s = (tier.latency_s + ring * tier.latency_per_step_s
+                       + ring / tp * nbytes / (tier.bandwidth_bytes_per_s * tier.bus_efficiency))
+        return TP_CALLS_PER_LAYER * (allreduce_s + spec.host_overhead_per_op_s)
+    return cap
 
 
 def rank_groups(csv_path: Path, presets, keep=lambda run: True) -> list[GroupResult]:

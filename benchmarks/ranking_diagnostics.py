@@ -55,6 +55,8 @@ class RowPoint:
     layer_params: int = 0
     """Parameters of one transformer layer on one rank (graph/params.layer_params): what the per-layer part of the
     step's optimizer work scales with (step_cost_per_param)."""
+    seq_length: int = 0
+    """Tokens per sample: with the micro-batch and hidden size, the bytes of each in-layer TP all-reduce."""
 
 
 def choice_index(points, predicted) -> int | None:
@@ -399,3 +401,4 @@ def report_step_cost(results: list) -> None:
     print("\nper-layer per-step cost per parameter on a rank (single-stage, DP = 1 families; ps, measured / predicted):")
     for (src, h, tp), (m, q, n) in sorted(rows.items()):
         print(f"  {src:<5} hidden {h:5d} TP {tp}: {1e12 * m:6.1f} / {1e12 * q:6.1f}  ({n} families)")
+

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import ranking_consistency as consistency  # noqa: E402
 import ranking_diagnostics as diag  # noqa: E402
 
 
@@ -201,3 +202,39 @@ def test_step_cost_per_parameter_reads_the_per_layer_per_step_slope_of_single_st
               + _split_family(("S24", 2048, 2, 1, 2, 4), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3), params)
               + _split_family(("S24", 1024, 2, 1, 2, 1), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3)))
     assert diag.step_cost_per_param(others) == {}
+
+
+def test_consistency_pairs_order_micro_batch_hidden_and_equal_work_tp() -> None:
+    cells = [("S24", 1024, 2, 1), ("S24", 1024, 2, 2), ("S24", 2048, 2, 1), ("S24", 1024, 4, 2), ("S23", 1024, 2, 2)]
+    pairs = {(c, d): w for c, d, w in consistency.consistency_pairs(cells)}
+    assert pairs == {(cells[0], cells[1]): False, (cells[0], cells[2]): False, (cells[0], cells[3]): True}
+
+
+def test_consistent_costs_meet_where_the_measurements_break_the_order_and_cap_the_tp_step() -> None:
+    # h2048 TP 4 measured cheaper at mbs 2 than at mbs 1: the closest ordered costs meet in between
+    rows = (_composed_rows(3.0e-3, ("S24", 2048, 4, 1, 1, 1)) + _composed_rows(2.75e-3, ("S24", 2048, 4, 1, 2, 1)))
+    costs = consistency.consistent_layer_costs(rows, lambda cell: None)
+    low, high = costs[("S24", 2048, 4, 1)], costs[("S24", 2048, 4, 2)]
+    assert low == pytest.approx(high, rel=1e-4) and 2.75e-3 < low < 3.0e-3
+    # equal per-rank work: TP 1 mbs 1 -> TP 2 mbs 2 may add at most the cap
+    rows = (_composed_rows(3.24e-3, ("S24", 2048, 1, 1, 1, 2)) + _composed_rows(4.63e-3, ("S24", 2048, 2, 1, 2, 1)))
+    costs = consistency.consistent_layer_costs(rows, lambda cell: 0.86e-3)
+    assert costs[("S24", 2048, 2, 2)] - costs[("S24", 2048, 1, 1)] == pytest.approx(0.86e-3, rel=1e-3)
+    uncapped = consistency.consistent_layer_costs(rows, lambda cell: None)
+    assert uncapped[("S24", 2048, 2, 2)] == pytest.approx(4.63e-3, rel=1e-6)
+    # the rows priced with those costs keep their other parts
+    priced = consistency.with_layer_costs(rows, costs)
+    p = rows[-1]
+    expected = p.measured_s + (costs[("S24", 2048, 2, 2)] - 4.63e-3) * p.num_microbatches * p.num_layers
+    assert priced[p] == pytest.approx(expected, rel=1e-6)
+
+
+def test_tp_step_cap_is_six_all_reduces_on_vtrains_nccl_table_and_their_host_calls() -> None:
+    import bench_tune_ranking as bench
+    from types import SimpleNamespace
+
+    point = diag.RowPoint("x", (2048, 2, 2), ("S24", 2048, 2, 1, 2, 1), 12, 2, 1.0, 1.0, True, 1, 1024)
+    cap = bench.tp_step_cap([SimpleNamespace(points=(point,))])
+    # vTrain trace/a100/AR_GPU2_1M_1024M_LUT: 8 MiB on 2 GPUs 86.9 us; one host call 57 us (vtrain-a100 preset)
+    assert cap(("S24", 2048, 2, 2)) == pytest.approx(6 * (86.9e-6 + 57e-6), rel=0.03)
+    assert cap(("S23", 2048, 2, 2)) is None and cap(("S24", 2048, 16, 2)) is None

@@ -1,0 +1,96 @@
+"""What a physically consistent cost model could at best predict for the per-layer cells of
+benchmarks/bench_tune_ranking.py (its --resolution report): the per-layer costs closest to the measured ones that
+obey the rules every cost model here obeys (more work is never cheaper; a larger TP at equal per-rank work adds at
+most its all-reduces and their host calls), and the top-1 count the rows reach at them. A count near the target
+says a physical model could get there and by which values; the distance of a cell from its consistent value is
+error no such model avoids."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ranking_diagnostics import bilinear_fit, cell_costs, cell_key, count_hits
+
+TP_CALLS_PER_LAYER = 6
+"""In-layer TP all-reduces per layer and micro-batch under full recompute without sequence parallelism: 2 forward
+(attention and MLP row-parallel outputs), 2 in the recompute, 2 backward (the column-parallel grad inputs)."""
+
+
+def consistency_pairs(cells) -> list[tuple[tuple, tuple, bool]]:
+    """(cheaper, dearer, equal_work) pairs of (source, hidden, TP, micro-batch) cells whose per-layer costs any cost
+    model growing with work orders: a larger micro-batch at the same (hidden, TP); a larger hidden at the same
+    (TP, micro-batch); and (TP, mbs) -> (2 TP, 2 mbs) at the same hidden (equal_work: the same per-rank GEMM and
+    attention FLOPs, more element-wise work over the full hidden and larger all-reduces)."""
+    out = []
+    for c in cells:
+        for d in cells:
+            if c[0] != d[0] or c == d:
+                continue
+            same_h_tp = c[1:3] == d[1:3] and d[3] > c[3]
+            same_tp_mbs = (c[2], c[3]) == (d[2], d[3]) and d[1] > c[1]
+            equal_work = c[1] == d[1] and d[2] == 2 * c[2] and d[3] == 2 * c[3]
+            if same_h_tp or same_tp_mbs or equal_work:
+                out.append((c, d, equal_work))
+    return out
+
+
+def consistent_layer_costs(points, tp_step_cap_s) -> dict[tuple, float]:
+    """Per-layer costs (cell -> seconds, the cells of cell_costs) closest in relative least squares to the measured
+    ones such that every consistency_pairs pair is ordered and an equal-work step (TP, mbs) -> (2 TP, 2 mbs) adds at
+    most tp_step_cap_s(dearer cell) seconds (the TP all-reduces and their host calls fully exposed; None = no cap).
+    What a model that obeys these rules could at best be asked to predict: its distance from the measured costs is
+    error no such model can avoid."""
+    from scipy.optimize import minimize
+
+    measured = cell_costs(points)
+    keys = sorted(measured)
+    index = {c: i for i, c in enumerate(keys)}
+    y = np.array([measured[c] for c in keys])
+    cons = []
+    for c, d, equal_work in consistency_pairs(keys):
+        i, j = index[c], index[d]
+        cons.append({"type": "ineq", "fun": lambda x, i=i, j=j: (x[j] - x[i]) / y[i]})
+        cap = tp_step_cap_s(d) if equal_work else None
+        if cap is not None:
+            cons.append({"type": "ineq", "fun": lambda x, i=i, j=j, cap=cap: (x[i] + cap - x[j]) / y[i]})
+    if not cons:
+        return dict(measured)
+    fit = minimize(lambda x: float(np.sum((x / y - 1) ** 2)), y, constraints=cons, method="SLSQP",
+                   options={"maxiter": 1000, "ftol": 1e-12})
+    return {c: float(fit.x[index[c]]) for c in keys}
+
+
+def with_layer_costs(points, layer_cost: dict) -> dict:
+    """RowPoint -> its measured time with its per-layer part (the bilinear fit's a n L) rescaled to `layer_cost`."""
+    families: dict = defaultdict(list)
+    for p in points:
+        families[p.family].append(p)
+    measured = cell_costs(points)
+    out = {}
+    for rows in families.values():
+        fit = bilinear_fit(rows, lambda p: p.measured_s)
+        for p in rows:
+            c = cell_key(p)
+            scale = layer_cost[c] / measured[c] - 1 if fit is not None and c in layer_cost else 0.0
+            out[p] = p.measured_s + float(fit[0]) * scale * p.num_microbatches * p.num_layers if scale else p.measured_s
+    return out
+
+
+def report_consistency(results: list, tp_step_cap_s) -> None:
+    """The consistent per-layer costs (consistent_layer_costs) against the measured and predicted ones, and the
+    top-1 count when the rows are priced at the measurements with those per-layer costs."""
+    groups = [r.points for r in results if r.points]
+    everything = [p for pts in groups for p in pts]
+    consistent = consistent_layer_costs(everything, tp_step_cap_s)
+    measured, predicted = cell_costs(everything), cell_costs(everything, lambda p: p.predicted_s)
+    print("\nper-layer costs closest to the measured ones that a cost model growing with work and pricing TP at most "
+          "at its all-reduces + host calls can give (ms, measured -> consistent; predicted):")
+    for c in sorted(consistent):
+        if abs(consistent[c] / measured[c] - 1) > 1e-3:
+            print(f"  {c[0]} h{c[1]} TP{c[2]} mbs{c[3]}: {1e3 * measured[c]:.2f} -> {1e3 * consistent[c]:.2f}"
+                  f"  ({1e3 * predicted.get(c, float('nan')):.2f})")
+    priced = with_layer_costs(everything, consistent)
+    print(f"top-1 within 5 % with the rows priced at the measurements and those per-layer costs: "
+          f"{count_hits(groups, priced.__getitem__)}/{len(groups)}")
