@@ -200,12 +200,16 @@ def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, pr
     quiet = [[y for y, extra in zip(c.log_ratios, c.extra_variances()) if extra == 0.0] for c in configs]
     within = [(y - statistics.fmean(ys)) ** 2 for ys in quiet for y in ys]
     dof_run = sum(max(len(ys) - 1, 0) for ys in quiet)
-    var_run = (PRIOR_DOF * SD_RUN_PRIOR ** 2 + sum(within)) / (PRIOR_DOF + dof_run)
+    # repeats at other moments scatter by the run's spread and the machine's moment together: the pooled total
+    # less the moment's part is the run's (sd_moment stays the profile's measure of it)
+    var_total = (PRIOR_DOF * (SD_RUN_PRIOR ** 2 + sd_moment ** 2) + sum(within)) / (PRIOR_DOF + dof_run)
+    var_run = max(var_total - sd_moment ** 2, MIN_SD ** 2)
     source = f"sd_config prior {sd_config_prior:.3f} ({prior_source})"
     var_config = sd_config_prior ** 2
     if len(configs) >= 2:
-        means = [c.mean_and_variance(math.sqrt(var_run))[0] for c in configs]
-        noise = statistics.fmean(c.mean_and_variance(math.sqrt(var_run))[1] for c in configs)
+        reading = math.sqrt(var_run + sd_moment ** 2)
+        means = [c.mean_and_variance(reading)[0] for c in configs]
+        noise = statistics.fmean(c.mean_and_variance(reading)[1] for c in configs)
         spread = max(statistics.variance(means) - noise, 0.0)
         dof = len(configs) - 1
         var_config = (PRIOR_DOF * var_config + dof * spread) / (PRIOR_DOF + dof)

@@ -112,3 +112,14 @@ def test_shares_alpha_and_sd_mix_survive_the_store(tmp_path: Path, monkeypatch: 
     (own,) = stored.config_scales
     assert own.shares == shares and own.alpha == pytest.approx(cal.config_scales[0].alpha) and own.alpha > 0
     assert stored.sd_mix == pytest.approx(cal.sd_mix)
+
+
+def test_repeats_at_other_moments_are_not_counted_as_run_spread_twice() -> None:
+    """Two runs of one configuration differ by the run spread and the machine's moment together: pooled with
+    the prior, sd_run stays the run's part (the moment is added to each reading once, in the posterior)."""
+    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, ConfigRuns, estimate_variances
+
+    d = math.sqrt(2 * (SD_RUN_PRIOR ** 2 + 0.09 ** 2))  # a typical difference of two such runs
+    runs = [ConfigRuns("f", (0.1 - d / 2, 0.1 + d / 2), 0.01, 0.011)]
+    assert estimate_variances(runs, 0.13, "p", 0.09, sd_moment=0.09).sd_run == pytest.approx(SD_RUN_PRIOR, rel=1e-6)
+    assert estimate_variances(runs, 0.13, "p", 0.09).sd_run > 0.07  # without the moment it is all run spread
