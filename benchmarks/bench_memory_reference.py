@@ -9,7 +9,8 @@
    those terms).
 2. DeepSpeed estimate_zero2/3_model_states_mem_needs (the installed deepspeed) on the DeepSpeed rows: the
    estimator's GPU bytes and our model-state bytes in each phase (backward, optimizer step).
-3. The measured single-GPU runs of a measurements folder (DeepSpeed ZeRO-0/1 and plain torch on an H100): the
+3. Host memory per node of the offloading DeepSpeed rows: the same estimators' cpu_mem against ours.
+4. The measured single-GPU runs of a measurements folder (DeepSpeed ZeRO-0/1 and plain torch on an H100): the
    peak allocated and reserved bytes the hook recorded against our peak (which includes the CUDA context, absent
    from torch's counters: compared with allocated + context and with reserved + context).
 """
@@ -61,6 +62,39 @@ def deepspeed_table(resolved: dict) -> None:
               f"{_gb(step)} {_gb(want.step_bytes)}   {want.note}")
 
 
+def host_table(resolved: dict) -> None:
+    """Host bytes per node of the offloading DeepSpeed rows: the estimators' cpu_mem at zero_init and no buffer
+    factor (18 / 16 B per parameter over the nodes at ZeRO-3, max(4 x GPUs, 16) at ZeRO-2) against ours
+    (schedule/host_memory.py: ZeRO-3 also keeps its 16-bit gradient partition on the host, 2 B more)."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    from llmperf_hook.api import build_graph
+    from llmperf_hook.graph.build import ranks_per_node
+    from llmperf_hook.schedule.host_memory import host_memory_per_node
+    from tests.schedule import test_memory_reference_deepspeed as t
+
+    print("\nHost memory per node of the offloading rows (GB; DS = estimate_zero{2,3}_model_states_mem_needs cpu_mem, "
+          "zero_init, buffer factor 1)")
+    print(f"{'case':36} {'DS est':>8} {'ours':>8}  ours by component")
+    for case in t.DEEPSPEED_CASES:
+        r = resolved[case.name]
+        cfg, o = r.cfg, r.cfg.optimizer
+        if o.offload_optimizer == "none" and o.offload_param == "none":
+            continue
+        total = t.total_params(r)
+        if o.zero_stage == 3:
+            theirs, _, _ = estimate_zero3_model_states_mem_needs(
+                total, 0, cfg.nproc_per_node, cfg.nnodes, cpu_offload=o.offload_optimizer != "none",
+                cpu_offload_params=o.offload_param != "none", additional_buffer_factor=1.0)
+        else:
+            theirs, _ = estimate_zero2_model_states_mem_needs(total, cfg.nproc_per_node, cfg.nnodes,
+                                                              additional_buffer_factor=1.0)
+        ours = host_memory_per_node(cfg, build_graph(cfg, r.cluster), r.cluster, ranks_per_node(cfg, r.cluster))
+        parts = ", ".join(f"{k.removeprefix('host_')} {v / GB:.1f}" for k, v in ours.items())
+        print(f"{case.name:36} {_gb(theirs)} {_gb(sum(ours.values()))}  {parts}")
+
+
 def measured_table(folder: Path) -> None:
     from llmperf_hook.api import predict_command
 
@@ -100,6 +134,7 @@ def main() -> None:
         else:
             megatron_table(t.REFERENCE, resolved)
         deepspeed_table(resolved)
+        host_table(resolved)
         if (folder / "runs").is_dir():
             measured_table(folder)
 

@@ -37,7 +37,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 @click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command to stdout, then stop (with --format json: two JSON lines, the "
                    "prediction, then {\"dry_run\": true, \"command\": [...], ...}).")
 @click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
-@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU exceeds the GPU's.")
+@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--instrument", type=int, default=None, help="Run under the step hook, record the first N steps, then refine from them when the job ends.")
 @click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
@@ -153,6 +153,13 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
             f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
             f"{-mem.headroom_bytes / 2**30:.2f} GiB (--require-fit). Reduce the micro-batch size, enable "
             f"recompute or sequence parallelism, raise TP/PP, or shard the optimizer (see `llmperf tune`).")
+    if require_fit and not mem.host_fits:
+        parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
+        raise InfeasibleError(
+            f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: the ds_config's "
+            f"offloads, for its ranks on one host) exceeds the {mem.host_capacity_bytes / 2**30:.0f} GiB of host RAM "
+            f"of {pred.cluster.name} (its preset's host_memory_GiB) (--require-fit). Offload less (offload_param / "
+            f"offload_optimizer to none or nvme, a smaller offload_optimizer.ratio), or use more nodes.")
 
 
 def _print_prediction(pred: Any, fmt: str, err: bool) -> None:

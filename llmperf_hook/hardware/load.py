@@ -17,7 +17,8 @@ inter_node_bus_efficiency (intra-node defaults per GPU generation and node size:
 nics_per_node, host_overhead_per_op_us (CPU time to issue one modelled op, default 65), gpus_per_host (GPUs of
 one OS host where the intra-node tier spans hosts: a GB200 NVL72 rack has gpus_per_node 72, the NVLink domain,
 and gpus_per_host 4, one compute tray; default gpus_per_node), nvme_read_GBps / nvme_write_GBps (the host's local
-NVMe that DeepSpeed's ZeRO-Infinity swaps to, per host; default 10 / 5: ClusterSpec), description, sources. Unknown keys are an error (a typo would otherwise silently fall back to a default).
+NVMe that DeepSpeed's ZeRO-Infinity swaps to, per host; default 10 / 5: ClusterSpec), host_memory_GiB (host RAM of
+one host, for the host-memory verdict; default unknown), description, sources. Unknown keys are an error (a typo would otherwise silently fall back to a default).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ CLUSTER_REQUIRED = ("name", "gpu", "gpus_per_node", "intra_node_bandwidth_GBps",
 CLUSTER_OPTIONAL = (
     "intra_node_latency_us", "intra_node_latency_per_step_us", "inter_node_latency_us", "intra_node_bus_efficiency",
     "inter_node_bus_efficiency", "nics_per_node", "host_overhead_per_op_us", "gpus_per_host", "nvme_read_GBps",
-    "nvme_write_GBps", "description", "sources",
+    "nvme_write_GBps", "host_memory_GiB", "description", "sources",
 )
 CLUSTER_KEYS = CLUSTER_REQUIRED + CLUSTER_OPTIONAL
 
@@ -226,6 +227,7 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         gpus_per_host=gpus_per_host,
         nvme_read_bytes_per_s=_number(raw, "nvme_read_GBps", where, ClusterSpec.nvme_read_bytes_per_s / 1e9) * 1e9,
         nvme_write_bytes_per_s=_number(raw, "nvme_write_GBps", where, ClusterSpec.nvme_write_bytes_per_s / 1e9) * 1e9,
+        host_memory_bytes=int(_number(raw, "host_memory_GiB", where) * 2**30) if "host_memory_GiB" in raw else 0,
     )
 
 

@@ -82,6 +82,9 @@ class ClusterSpec:
     the YAML's nvme_read_GBps / nvme_write_GBps. Default: four PCIe Gen4 SSDs in RAID-0, as DeepSpeed measured them
     with ds_io for 1 GB transfers, 10 GB/s reads and 5 GB/s writes (DeepSpeed blogs/deepnvme/06-2025 and 08-2024;
     a DGX A100 carries four Gen4 U.2 data drives)."""
+    host_memory_bytes: int = 0
+    """Host (CPU) RAM of one OS host, the YAML's host_memory_GiB (from the system's datasheet); 0 = not stated, no
+    host-memory verdict (schedule/host_memory.py)."""
     gpus_per_host: int = 0
     """GPUs of one OS host (the launcher's node: torchrun --nproc-per-node, a hostfile's slots) where the intra-node
     tier spans several hosts: a GB200 NVL72 rack is one NVLink domain of 72 GPUs (`gpus_per_node`, what the

@@ -22,6 +22,15 @@ def _r(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def _host_memory(mem: Any) -> dict[str, Any]:
+    """Host RAM per node the offloads pin; capacity and fits are null where the cluster preset does not state it."""
+    known = mem.host_capacity_bytes > 0
+    return {"bytes_per_node": int(mem.host_bytes_per_node),
+            "capacity_bytes": int(mem.host_capacity_bytes) if known else None,
+            "fits": bool(mem.host_fits) if known else None,
+            "components": {k: int(v) for k, v in mem.host_components.items()}}
+
+
 def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: int) -> dict[str, Any]:
     est, mem = pred.estimate, pred.estimate.memory
     return {
@@ -37,6 +46,7 @@ def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: i
             "peak_bytes_per_gpu": int(mem.peak_bytes_per_gpu), "capacity_bytes": int(mem.capacity_bytes),
             "fits": bool(mem.fits), "headroom_bytes": int(mem.headroom_bytes), "stage": mem.stage,
             "components": {k: int(v) for k, v in mem.components.items()},
+            "host": _host_memory(mem),
         },
         "breakdown": {k: _r(v) for k, v in est.breakdown.items()},
         "stages": [{"stage": s.stage, "num_layers": s.num_layers, "fwd_s": _r(s.fwd_s), "bwd_s": _r(s.bwd_s),

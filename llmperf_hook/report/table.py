@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmperf_hook.report.units import fmt_bytes, fmt_rate, fmt_seconds
 
@@ -50,6 +50,22 @@ def _mfu_basis(pred: "Prediction") -> str:
             f"dense {dtype} peak; recompute not counted)")
 
 
+def _host_memory_lines(mem: Any) -> list[str]:
+    """The host RAM per node the offloads pin, with its parts, and the verdict against the cluster's host RAM
+    where its preset states it; nothing when nothing is offloaded."""
+    if not mem.host_components:
+        return []
+    total = fmt_bytes(mem.host_bytes_per_node)
+    if mem.host_capacity_bytes:
+        verdict = "fits" if mem.host_fits else "DOES NOT FIT"
+        line = f"  host memory/node {total} of {fmt_bytes(mem.host_capacity_bytes)}: {verdict}"
+    else:
+        line = f"  host memory/node {total} (the cluster preset states no host RAM: no verdict)"
+    parts = ", ".join(f"{k.removeprefix('host_').replace('_', ' ')} {fmt_bytes(v)}"
+                      for k, v in sorted(mem.host_components.items(), key=lambda kv: -kv[1]))
+    return [line, f"                   ({parts})"]
+
+
 def render_prediction_table(pred: "Prediction") -> str:
     est, mem = pred.estimate, pred.estimate.memory
     verdict = "fits" if mem.fits else "DOES NOT FIT"
@@ -60,6 +76,7 @@ def render_prediction_table(pred: "Prediction") -> str:
         f"  MFU              {est.mfu * 100:.1f} %  {_mfu_basis(pred)}",
         f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: {verdict} "
         f"({'headroom' if mem.fits else 'short by'} {fmt_bytes(abs(mem.headroom_bytes))}; busiest stage {mem.stage})",
+        *_host_memory_lines(mem),
         "", f"  where the step goes (critical stage {est.critical_stage}):",
     ]
     for key, seconds in sorted(est.breakdown.items(), key=lambda kv: -kv[1]):

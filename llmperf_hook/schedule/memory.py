@@ -355,13 +355,17 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
 
 
 def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -> MemoryEstimate:
-    """Peak bytes per GPU on the busiest pipeline rank and whether it fits the GPU."""
+    """Peak bytes per GPU on the busiest pipeline rank and whether it fits the GPU; the host memory per node that
+    the offloads pin (schedule/host_memory.py) against the cluster's host RAM."""
     from llmperf_hook.graph.build import ranks_per_node
+    from llmperf_hook.schedule.host_memory import host_memory_per_node  # it builds on this module
 
     per_stage = [stage_memory(cfg, s, ranks_per_node(cfg, cluster), cluster.gpu) for s in graph.stages]
     peaks = [sum(parts.values()) for parts in per_stage]
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
+    host = host_memory_per_node(cfg, graph, cluster, ranks_per_node(cfg, cluster))
     return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=peaks[worst] <= capacity,
                           headroom_bytes=capacity - peaks[worst], components=per_stage[worst], stage=worst,
-                          per_stage_peak_bytes=tuple(peaks))
+                          per_stage_peak_bytes=tuple(peaks), host_components=host,
+                          host_capacity_bytes=cluster.host_memory_bytes)

@@ -21,6 +21,20 @@ class MemoryEstimate:
     stage: int = 0
     """Pipeline rank whose peak this is."""
     per_stage_peak_bytes: tuple[int, ...] = ()
+    host_components: Mapping[str, int] = field(default_factory=dict)
+    """Host (CPU) bytes of one node by component: offloaded optimizer states, gradients and parameters, pinned swap
+    buffers, CPU activation checkpoints (schedule/host_memory.py); empty when nothing is offloaded."""
+    host_capacity_bytes: int = 0
+    """The cluster's host RAM per node; 0 = not stated."""
+
+    @property
+    def host_bytes_per_node(self) -> int:
+        return sum(self.host_components.values())
+
+    @property
+    def host_fits(self) -> bool:
+        """The offloads fit the host RAM (True where the cluster does not state it)."""
+        return not self.host_capacity_bytes or self.host_bytes_per_node <= self.host_capacity_bytes
 
 
 @dataclass(frozen=True)

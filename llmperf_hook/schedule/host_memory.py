@@ -1,0 +1,93 @@
+"""Stage [5]: host (CPU) memory per node that the job's offloads pin, compared with the cluster's host RAM.
+
+What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed 0.19, deepspeed/runtime/zero/):
+  optimizer      offload_optimizer cpu: the fp32 master partition and Adam's exp_avg / exp_avg_sq on the CPU
+                 (DeepSpeedCPUAdam), 12 B (SGD with momentum 8), of the offloaded share (ZeRO-3 offload ratio)
+  fp32 grads     the fp32 gradient of that partition, which the CPU optimizer reads: 4 B (stage_1_and_2.py
+                 initialize_optimizer_states: single_partition_of_fp32_groups[i].grad = pin_memory(zeros);
+                 stage3.py: fp32_partitioned_groups_flat[i].grad on the offload device)
+  16-bit grads   ZeRO-3 only: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32)
+                 on the CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer)
+  parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py)
+  swap buffers   ZeRO-Infinity: offload_param nvme pins buffer_count (5) buffers of buffer_size elements in the
+                 parameters' dtype (partitioned_param_swapper.py); offload_optimizer nvme pins buffer_count (4)
+                 fp32 buffers of the largest optimizer sub-group (optimizer_utils.py SwapBufferManager)
+  checkpoints    Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints of the micro-batches in
+                 flight (schedule/memory.checkpoints_off_gpu_bytes)
+DeepSpeed's own estimator counts the same model states per node (estimate_zero3_model_states_mem_needs: 18 B per
+parameter with offload_optimizer = 12 + 4 + 2). Not counted: each process's own footprint (Python, CUDA and NCCL
+host allocations, the data loader), a few GB per rank that the cluster's RAM must also hold.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.deepspeed_nvme import OPTIMIZER_BUFFER_COUNT_DEFAULT, PARAM_BUFFER_COUNT_DEFAULT
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op_graph import OpGraph, StageGraph
+from llmperf_hook.graph.step_ops import dp_groups, offloaded_optimizer_share, param_bytes
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes
+
+FP32_BYTES = 4
+
+
+def _partition(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
+    """Parameters of this rank's ZeRO partition (dense over the DP group, experts over the expert DP group)."""
+    dense, edp = dp_groups(cfg, gpus_per_node)
+    experts = float(stage.num_expert_params)
+    return (stage.num_params - experts) / dense.group_size + experts / edp.group_size
+
+
+def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
+    """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, and ZeRO-3's gradient
+    partition; offload_param cpu: the 16-bit parameter partition."""
+    o = cfg.optimizer
+    out: dict[str, float] = {}
+    if o.offload_optimizer == "cpu":
+        share = partition * offloaded_optimizer_share(cfg, int(partition))
+        states = 12 if o.name == "adam" else 8
+        out["host_optimizer_states"] = share * states
+        out["host_fp32_gradients"] = share * FP32_BYTES
+    if o.offload_optimizer != "none" and o.zero_stage == 3:
+        accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
+        out["host_gradient_partition"] = partition * accum
+    if o.offload_param == "cpu" and o.zero_stage == 3:
+        out["host_parameters"] = partition * param_bytes(cfg)
+    return out
+
+
+def _swap_buffers(cfg: TrainingConfig, partition: float) -> float:
+    """Pinned ZeRO-Infinity swap buffers of one rank (the ds_config's default buffer counts)."""
+    o = cfg.optimizer
+    pinned = 0.0
+    if o.offload_param == "nvme" and o.zero_stage == 3:
+        pinned += PARAM_BUFFER_COUNT_DEFAULT * o.nvme_param_buffer_elems * param_bytes(cfg)
+    if o.offload_optimizer == "nvme":
+        pinned += OPTIMIZER_BUFFER_COUNT_DEFAULT * min(partition, o.sub_group_size_elems) * FP32_BYTES
+    return pinned
+
+
+def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
+    """Host bytes one rank of `stage` pins, by component (empty when nothing is offloaded)."""
+    if "deepspeed" not in cfg.framework:
+        return {}
+    partition = _partition(cfg, stage, gpus_per_node)
+    out = _offloaded_state(cfg, partition)
+    swap = _swap_buffers(cfg, partition)
+    if swap:
+        out["host_nvme_swap_buffers"] = swap
+    if cfg.recompute.checkpoint_in_cpu:
+        per_microbatch = sum(checkpoints_off_gpu_bytes(cfg, c.num_layers) for c in stage.chunks)
+        out["host_activation_checkpoints"] = per_microbatch * act.microbatches_in_flight(cfg, stage.stage)
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def host_memory_per_node(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec,
+                         gpus_per_node: int) -> dict[str, int]:
+    """Host bytes of one node by component: its ranks (the launch's processes per host) times the busiest pipeline
+    rank's (ranks of one host may hold different stages; the busiest bounds them)."""
+    per_rank = [rank_host_bytes(cfg, s, gpus_per_node) for s in graph.stages]
+    worst = max(per_rank, key=lambda parts: sum(parts.values()))
+    ranks = min(cfg.nproc_per_node or cluster.host_gpus, cluster.host_gpus, cfg.world_size)
+    return {k: int(v * ranks) for k, v in worst.items()}
