@@ -236,6 +236,13 @@ def ranks_per_node(cfg: TrainingConfig, cluster: ClusterSpec) -> int:
 def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     """The per-rank operator graph of one training step of `cfg` placed on `cluster`."""
     gpus_per_node = ranks_per_node(cfg, cluster)
+    # The SM share is the GPU's, not the node fabric's: NCCL's ring search (src/graph/search.cc, 2026-06) gives a
+    # 4-GPU NVLink mesh of SXM parts the NVSwitch node's channels. Perlmutter / HGX A100 4-GPU: 4 NVLink3 links of
+    # 20 GB/s per GPU pair (80 GB/s a directed pair, 240 GB/s a GPU = system->totalBw); at the first sm80 speed,
+    # 40 GB/s, each directed pair carries 2 channels and K4's six directed Hamiltonian rings use each pair twice:
+    # 6 channels x 40 = totalBw, the search's stop; ncclTopoDupChannels doubles (bwIntra 40 >= 25), ncclTopoPostset
+    # doubles (connect.cc): 24, as on a DGX A100. HGX H100 4-GPU (6 links of 20.6 GB/s per pair, first sm90 speed
+    # 60): 6 rings again, doubled twice: 24.
     ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu), tp_launch_ordered(cfg, cluster.gpu))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
