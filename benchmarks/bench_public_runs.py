@@ -168,32 +168,44 @@ def series_key(run: MeasuredRun) -> tuple:
             run.micro_batch_size, run.global_batch_size, run.seq_length, run.recompute, run.precision)
 
 
-def print_dp_series(runs: dict[str, MeasuredRun], report: dict) -> None:
-    """Each series of three or more rows that differ only in data-parallel size, fitted as measured = (1 + r) x
-    predicted + x seconds (least squares). At a fixed global batch the predicted step shrinks as 1 / dp, so r is the
-    share of the modelled work the measurement adds (a compute rate, a per-token cost), and x what it adds per step
-    whatever the step's length (optimizer, bookkeeping, gradient sync, host work); the fit's MAPE says whether the
-    two numbers explain the series."""
-    predicted = {r["row_id"]: r["predicted_s"] for r in report["rows"]}
+def dp_series(runs: dict[str, MeasuredRun], predicted: dict[str, float]) -> list[list[MeasuredRun]]:
+    """The predicted rows grouped by series_key, each sorted by dp; groups with fewer than 3 distinct dp dropped."""
     groups: dict[tuple, list[MeasuredRun]] = defaultdict(list)
     for run in runs.values():
         if predicted.get(run.row_id):
             groups[series_key(run)].append(run)
     series = [sorted(g, key=lambda r: r.dp) for g in groups.values() if len({r.dp for r in g}) >= 3]
+    return sorted(series, key=lambda g: (g[0].source_id, g[0].model, g[0].tp, g[0].pp))
+
+
+def fit_series(predicted_s: np.ndarray, measured_s: np.ndarray) -> tuple[float, float, float]:
+    """(r, x, fit MAPE) of the least-squares measured = (1 + r) x predicted + x."""
+    (slope, x), *_ = np.linalg.lstsq(np.stack([predicted_s, np.ones_like(predicted_s)], axis=1), measured_s,
+                                     rcond=None)
+    fit_mape = float(np.mean(np.abs(slope * predicted_s + x - measured_s) / measured_s))
+    return float(slope - 1.0), float(x), fit_mape
+
+
+def print_dp_series(runs: dict[str, MeasuredRun], report: dict) -> None:
+    """Each series of three or more rows that differ only in data-parallel size, fitted as measured = (1 + r) x
+    predicted + x seconds. At a fixed global batch the predicted step shrinks as 1 / dp, so r is the share of the
+    modelled work the measurement adds (a compute rate, a per-token cost), and x what it adds per step whatever the
+    step's length (optimizer, bookkeeping, gradient sync, host work); the fit's MAPE says whether the two numbers
+    explain the series."""
+    predicted = {r["row_id"]: r["predicted_s"] for r in report["rows"]}
+    series = dp_series(runs, predicted)
     print(f"\ndata-parallel series ({len(series)}): measured = (1 + r) x predicted + x")
     print(f"  {'series':<56}{'dp':>12}{'rows':>5}{'r':>8}{'x s':>9}{'fit MAPE':>10}{'MAPE':>8}")
-    for group in sorted(series, key=lambda g: (g[0].source_id, g[0].model, g[0].tp, g[0].pp)):
+    for group in series:
         pred = np.array([predicted[r.row_id] for r in group])
         meas = np.array([r.iteration_time_s for r in group])
-        (slope, x), *_ = np.linalg.lstsq(np.stack([pred, np.ones_like(pred)], axis=1), meas, rcond=None)
-        fit_mape = float(np.mean(np.abs(slope * pred + x - meas) / meas))
+        r, x, fit_mape = fit_series(pred, meas)
         mape = float(np.mean(np.abs(pred - meas) / meas))
         r0 = group[0]
         name = (f"{r0.source_id} {r0.model[:12]} L{r0.num_layers} h{r0.hidden_size} tp{r0.tp} pp{r0.pp} "
                 f"mbs{r0.micro_batch_size} gbs{r0.global_batch_size}")
-        print(f"  {name:<56}{f'{group[0].dp}-{group[-1].dp}':>12}{len(group):>5}{slope - 1:>+8.1%}{x:>+9.3f}"
+        print(f"  {name:<56}{f'{group[0].dp}-{group[-1].dp}':>12}{len(group):>5}{r:>+8.1%}{x:>+9.3f}"
               f"{fit_mape:>10.1%}{mape:>8.1%}")
-
 
 def print_bias_by_source_and_band(runs: dict[str, MeasuredRun], errors: dict[str, float], gpu: str) -> None:
     """Bias of one GPU type's rows per (source, model size) and GPU-count band: a scale effect moves along a line,
