@@ -556,6 +556,7 @@ def main() -> None:
     print(f"\nraw runs saved to {path} (replay: python benchmarks/bench_cpu_testbed.py --replay {path})")
     report_record(record)
 
+
 def measure_rotation(home: Path, work: Path, before: list[float], ref_profile: float, args: Any,
                      cal_homes: dict[int, Path]) -> list[dict]:
     """Steps 2 and 4 of the module docstring in one rotation (testbed_record.py): args.repeats passes over the
