@@ -163,6 +163,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     key = calibration_key(prediction, job, hardware, cluster, framework)
     shown, raw = uncalibrated_prediction_s(prediction)
     fingerprint = fingerprint_from_config_json((prediction or {}).get("config"))
+    shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))  # refine/transfer.py
     notes = [*_damaged_prediction_note(Path(run.path), job_id), *_completeness_notes(job),
              *_short_run_note(Path(run.path), job_id, job)]
     if run.num_bad_lines:
@@ -190,7 +191,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "observation_sd": contended.observation_sd if contended else 0.0,
         # how far the cost mix of this configuration carries to others, and how well its steps fix its median
         "sampling_sd": median_sampling_sd(job.step_times_s),
-        "cost_shares_json": json.dumps(cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config")))})
+        "cost_shares_json": json.dumps(shares)})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
     usable_key = None if mismatch else key
@@ -215,7 +216,6 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                      "step_time_s not a positive number)")
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
-    shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))
     after = calibration.apply(raw, fingerprint, shares) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
