@@ -105,8 +105,8 @@ def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
     _checkpointed_forward), not its loss head, so the head ops are a block of their own."""
     layer = _layer_fwd(ctx, pc.mtp_layer_is_moe(cfg))
     depths = cfg.model.mtp_num_layers
-    return [_with_scatter_backward(_block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity), ctx,
-                                   "mtp."),
+    depth = _block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity)
+    return [_with_latent_scatter_backward(_with_scatter_backward(depth, ctx, "mtp."), ctx),
             _block("mtp_head", mtp_head_ops(ctx), depths, "none")]
 
 

@@ -51,3 +51,11 @@ def test_transformer_engine_spec_keeps_its_duplicated_down_projections() -> None
     names = {name for name, _, _ in fwd + bwd}
     assert "attn.k_rope_allgather" in names
     assert not {n for n in names if "latent" in n or n.startswith("attn.kv_down")}
+
+
+def test_mtp_depth_layer_scatters_its_latents_too() -> None:
+    cfg = megatron(*MLA, "--tensor-model-parallel-size", str(TP), "--global-batch-size", "8", *LOCAL,
+                   "--sequence-parallel", "--mtp-num-layers", "1", gpus=8, base=BASE)
+    mtp = next(b for b in build_graph(cfg, A100).stages[0].chunks[0].blocks if b.name == "mtp")
+    assert {op.name for op in mtp.bwd if op.name.endswith("_latent_scatter")} == {"attn.q_latent_scatter",
+                                                                                   "attn.kv_latent_scatter"}
