@@ -45,13 +45,20 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
                                                 ranks_per_host=gpus_per_node)
     if recomputed:  # a partition is copied in for each fetch that runs (a parameter still gathered is not)
-        copy_bwd = _scaled(copy_bwd, recomputed_layer_fetches(cfg, 0))
+        phases = fetch_phases(recomputed_layer_fetches(cfg, 0))
+        copy_bwd = tuple(op for share in phases for op in _scaled(copy_bwd, share))
     return copy_fwd + fwd + ckpt_fwd, copy_bwd + bwd + ckpt_bwd, reduce
 
 
-def _scaled(ops: tuple[Op, ...], fetches: float) -> tuple[Op, ...]:
-    """`fetches` times the bytes of each per-fetch op (a host copy's bytes, an NVMe read's read/write bytes)."""
-    return tuple(replace(op, dims={k: int(v * fetches) if k.endswith("bytes") else v for k, v in op.dims.items()})
+def fetch_phases(fetches: float) -> tuple[float, ...]:
+    """The share of a layer each fetch phase after its forward gathers: the recompute's (or the backward's), then
+    the backward's under full recompute (recomputed_layer_fetches: 0 to 2 layers in all); each phase its own ops."""
+    return tuple(share for share in (min(1.0, fetches), fetches - 1.0) if share > 0)
+
+
+def _scaled(ops: tuple[Op, ...], share: float) -> tuple[Op, ...]:
+    """`share` of the bytes of each per-fetch op (a host copy's bytes, an NVMe read's read/write bytes)."""
+    return tuple(replace(op, dims={k: int(v * share) if k.endswith("bytes") else v for k, v in op.dims.items()})
                  for op in ops)
 
 
@@ -110,9 +117,7 @@ def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     # DeepSpeed's last layers can stay gathered into their backward (reuse distance); ZeRO-3 runs without pipeline
     # parallelism (frameworks/validation.py), so the trace is rank 0's.
     fetches = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
-    # up to two fetch phases after the forward (the recompute's, then the backward's), each its own collectives
-    shares = (min(1.0, fetches), fetches - 1.0)
-    bwd = tuple(op for share in shares if share > 0
+    bwd = tuple(op for share in fetch_phases(fetches)
                 for op in zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share))
     return fwd, bwd, reduce
 
