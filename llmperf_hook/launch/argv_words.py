@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_parameters import expand_operators
 
-_VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=])([^}]*))?\}|(\w+))")
+_VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=+])([^}]*))?\}|(\w+))")
 
 
 # Options whose value is itself a command-line string (deepspeed --launcher_args "--qos high", sbatch --wrap): the
@@ -57,12 +57,17 @@ def is_quoted_assignment(word: str) -> bool:
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
     """Replace `$VAR` / `${VAR}` with env values (recording each in `used`), `${VAR:-default}` with the default when
-    VAR is unset or empty (`${VAR-default}`: unset); other unknown references stay as written."""
+    VAR is unset or empty (`${VAR-default}`: unset), `${VAR:+word}` with word when VAR is set and not empty, else
+    nothing (`${VAR+word}`: set; bash manual 3.5.3); other unknown references stay as written."""
     if "$" not in word:
         return word
 
     def sub(match: re.Match[str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
+        if op in ("+", ":+"):
+            if name in env:
+                used[name] = env[name]
+            return default.strip("'\"") if name in env and (op == "+" or env[name] != "") else ""
         if name in env and not (op in (":-", ":=") and env[name] == ""):
             used[name] = env[name]
             return env[name]

@@ -26,13 +26,15 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import expand_positional, leave_function, positional_table, run_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, pipelines, protect_literal_dollars,
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines, protect_literal_dollars,
                                               quoted_words, restore_dollars, shell_split, split_unquoted_words,
                                               strip_redirections, word_quoting)
 from llmperf_hook.launch.wrappers import unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
-                          "orterun", "prterun", "mpiexec.hydra"})
+                          "orterun", "prterun", "mpiexec.hydra", "sbatch"})
+"""Commands that start the training job; `sbatch job.sh` from a script that submits it (Megatron-LM's
+examples/academic_paper_scripts/sc21: run_figure_*.sh sources SBATCH.sh, whose `sbatch ... SRUN.sh` is the launch)."""
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PY_OPTIONS = r"(?:-[WX]\s+\S+\s+|-\S+\s+)*"
 """python's own options before its script or -m (`-u`, `-X dev`, `-W ignore`)."""
@@ -116,6 +118,8 @@ class _Reading:
     """The functions the script has defined so far, by name."""
     calling: set[str] = field(default_factory=set)
     """The functions being read at a call (a call of one of them from its own body is not followed)."""
+    sourcing: set[str] = field(default_factory=set)
+    """Files being read by `.` / `source` (one that sources itself is not followed again)."""
     frames: list[dict[str, str | None]] = field(default_factory=list)
     """One per function being read: the caller's value (None: unset) of each variable it made its own with `local`."""
     undecidable: set[str] = field(default_factory=set)
@@ -274,6 +278,9 @@ class _Reading:
         if words[0] == "eval":
             self.evaluate(line, text, words[1:])
             return
+        if words[0] in (".", "source") and len(words) > 1:
+            self.source(self.expand(words[1]))
+            return
         if words[0] == "cd" and len(words) == 2:
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
         elif words[0] == "cat" and line.heredoc is not None and writes:
@@ -290,6 +297,21 @@ class _Reading:
                 origin = f"{self.path} line {line.number}"
                 self.files.setdefault(os.path.normpath(self.expand(target)),
                                       ScriptFile("", origin, command=" ".join(words)[:80]))
+
+    def source(self, name: str) -> None:
+        """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1
+        `.`), so FILE's variables and launch line are the script's. A file that is not there is passed over (bash
+        reports it and goes on; POSIX sh stops, which leaves no launch either)."""
+        path = os.path.normpath(os.path.join(self.cwd, name))
+        if path in self.sourcing or not os.path.isfile(path):
+            return
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        self.sourcing.add(path)
+        try:
+            self.read(logical_lines(text))
+        finally:
+            self.sourcing.discard(path)
 
     def refuse_bash_only(self, line: ScriptLine, text: str, runs: bool) -> None:
         """Under dash, a command that runs (or a test dash evaluates) holding a bash-only construct is refused."""

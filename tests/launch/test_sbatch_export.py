@@ -86,3 +86,25 @@ def test_srun_export_keeps_a_quoted_comma(tmp_path: Path) -> None:
     job = parse_launch(["srun", "-N", "1", '--export=ALL,"NCCL_IB_HCA=mlx5_0,mlx5_1"', "torchrun", "--nproc-per-node",
                         "8", "pretrain_gpt.py", *GPT.split()], {})
     assert job.env.get("NCCL_IB_HCA") == "mlx5_0,mlx5_1"
+
+
+def test_a_script_that_sources_its_settings_and_submits_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-LM examples/academic_paper_scripts/sc21: run_figure_11.sh sets the sizes, sources CONFIG.sh (which
+    exports MEGATRON_PARAMS) and SBATCH.sh, whose `sbatch --nodes=$NNODES --export=...,MEGATRON_PARAMS,... SRUN.sh`
+    submits SRUN.sh (#SBATCH --ntasks-per-node=8; srun sh -c "python pretrain_gpt.py $MEGATRON_PARAMS")."""
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nPP=2\nTP=8\nNNODES=${PP}\nNLS=$((3*PP))\n. `pwd`/CONFIG.sh\n"
+                                     ". `pwd`/SBATCH.sh\nexit 0\n")
+    (tmp_path / "CONFIG.sh").write_text(f'#!/bin/bash\nexport MEGATRON_CODE_DIR=/code\nNOT_EXPORTED=1\nexport MEGATRON_PARAMS="'
+                                        f'--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP '
+                                        f'{GPT.replace("--num-layers 2", "--num-layers $NLS")}"\n')
+    (tmp_path / "SBATCH.sh").write_text("#!/bin/bash\nsbatch -p part --nodes=${NNODES} --export=MEGATRON_CODE_DIR,"
+                                        "MEGATRON_PARAMS SRUN.sh\nexit 0\n")
+    (tmp_path / "SRUN.sh").write_text('#!/bin/bash\n#SBATCH -t 0:30:00 --exclusive --ntasks-per-node=8\n'
+                                      'CMD="python -u ${MEGATRON_CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS} ${NOT_EXPORTED:+--bf16}"\n'
+                                      'srun -l sh -c "${CMD}"\n')
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "run.sh"], {})
+    assert (job.launcher, job.nnodes, job.nproc_per_node, job.script) == ("srun", 2, 8, "/code/pretrain_gpt.py")
+    args = " ".join(job.script_args)
+    assert "--num-layers 6" in args and "--pipeline-model-parallel-size 2" in args
+    assert "--bf16" not in args  # NOT_EXPORTED is not in sbatch's --export list
