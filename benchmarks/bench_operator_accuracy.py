@@ -213,12 +213,13 @@ def evaluate(s: Samples, train: np.ndarray, test: np.ndarray, rc) -> tuple[np.nd
     x, y, names, roof = training_xy(s, rc)
     t, cols, terms = roof * np.exp(y), unknown_columns(names), training_terms(s)
     reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=cols, terms=_rows(terms, train))
-    ape = np.abs(predict_with_floor(reg, floor, x[test], roof[test], _rows(terms, test)) / t[test] - 1.0)
+    priced = dict(terms=_rows(terms, test), bwd=s.phase == "bwd", rc=rc)
+    ape = np.abs(predict_with_floor(reg, floor, x[test], roof[test], **priced) / t[test] - 1.0)
     if not cols or (x[:, list(cols)] == UNKNOWN).all():
         return ape, None
     bare = x[test].copy()
     bare[:, list(cols)] = UNKNOWN
-    return ape, np.abs(predict_with_floor(reg, floor, bare, roof[test], _rows(terms, test)) / t[test] - 1.0)
+    return ape, np.abs(predict_with_floor(reg, floor, bare, roof[test], **priced) / t[test] - 1.0)
 
 
 def _rows(terms: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
@@ -369,8 +370,8 @@ def _test_errors(hw: ShippedHardware, sets: list[SampleSet], rng) -> "Errors":
     test, train = np.sort(perm[: len(y) // 5]), perm[len(y) // 5:]
     reg, floor = fit_with_floor(x[train], t[train], roof[train], unknown_cols=unknown_columns(names),
                                 terms=_rows(terms, train))
-    return (np.log(predict_with_floor(reg, floor, x[test], roof[test], _rows(terms, test)) / t[test]), source[test],
-            keys[test])
+    pred = predict_with_floor(reg, floor, x[test], roof[test], _rows(terms, test), s.phase == "bwd", hw.roofline)
+    return np.log(pred / t[test]), source[test], keys[test]
 
 
 def run_drift(hw: ShippedHardware, sets: list[SampleSet], rng,

@@ -25,7 +25,7 @@ import numpy as np
 
 from llmperf_hook.profile.features import OPTIONAL_FEATURES, UNKNOWN, RooflineConstants, build_features, schema_hash
 from llmperf_hook.profile.fit import MORE_LEAVES, NUM_LEAVES, FittedRegressor, Loss, fit_regressor
-from llmperf_hook.profile.hinge import Hinge, fit_hinge, hinge_terms
+from llmperf_hook.profile.hinge import Hinge, fit_hinge, hinge_terms, priced_s
 from llmperf_hook.profile.profile_io import ModelEntry
 
 
@@ -193,10 +193,17 @@ def _fold_error(x: np.ndarray, t: np.ndarray, roof: np.ndarray, choice: Choice, 
 
 
 def predict_with_floor(reg: FittedRegressor, floor_s: float, x: np.ndarray, roof: np.ndarray,
-                       terms: np.ndarray | None = None) -> np.ndarray:
-    """Seconds: (roofline + floor), or the regressor's hinge of `terms` where it carries one, x exp(model)."""
-    norm = roof + floor_s if reg.hinge is None else reg.hinge.time_s(terms)
-    return norm * np.exp(reg.predict(x))
+                       terms: np.ndarray | None = None, bwd: bool = False,
+                       rc: RooflineConstants | None = None) -> np.ndarray:
+    """Seconds: (roofline + floor), or the regressor's hinge of `terms` where it carries one, x exp(model). With
+    `rc` (and the direction `bwd`), a hinge model is priced as the predictor prices it (hinge.priced_s: never
+    below moving its own rows at the datasheet bandwidth); without, the hinge alone (its inner-split fits)."""
+    ratio = np.exp(reg.predict(x))
+    if reg.hinge is None:
+        return (roof + floor_s) * ratio
+    if rc is None:
+        return reg.hinge.time_s(terms) * ratio
+    return priced_s(reg.hinge, terms, ratio, bwd, rc.dtype_bytes, rc.memory_bandwidth_bytes_per_s)
 
 
 def holdout_mape(s: Samples, rc: RooflineConstants, prefer: str, floor_s: float = 0.0, seed: int = 0,

@@ -42,6 +42,15 @@ def written_floor_s(terms: np.ndarray, bwd: bool, dtype_bytes: int, bandwidth_by
     return elements * dtype_bytes / bandwidth_bytes_per_s
 
 
+def priced_s(hinge: "Hinge", terms: np.ndarray, ratio: np.ndarray, bwd: bool, dtype_bytes: int,
+             bandwidth_bytes_per_s: float) -> np.ndarray:
+    """Seconds a hinge model prices: the hinge times the regressor's ratio, never below written_floor_s. The one
+    formula of the predictor (profile/predictor.py) and of the operator benchmark, so the benchmark scores what
+    `predict` answers."""
+    floor_s = written_floor_s(terms, bwd, dtype_bytes, bandwidth_bytes_per_s)
+    return np.maximum(hinge.time_s(terms) * ratio, floor_s)
+
+
 def hinge_terms(op_class: str, dims: Dims) -> np.ndarray | None:
     """[rows, 2] (u, w) of an op class offered the hinge, or None."""
     terms = HINGE_TERMS.get(op_class)

@@ -18,7 +18,7 @@ from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features, profile_dims
-from llmperf_hook.profile.hinge import Hinge, hinge_terms, written_floor_s
+from llmperf_hook.profile.hinge import Hinge, hinge_terms, priced_s
 from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
 from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 
@@ -100,9 +100,9 @@ class FittedProfile:
         if entry.hinge is None:
             seconds = (block.roofline_s + entry.floor_s) * np.exp(log_ratio)
         else:
-            rc, terms = self.meta.roofline[key[2]], hinge_terms(op_class, dims)
-            floor_s = written_floor_s(terms, key[1] == "bwd", rc.dtype_bytes, rc.memory_bandwidth_bytes_per_s)
-            seconds = np.maximum(Hinge.from_sequence(entry.hinge).time_s(terms) * np.exp(log_ratio), floor_s)
+            rc = self.meta.roofline[key[2]]
+            seconds = priced_s(Hinge.from_sequence(entry.hinge), hinge_terms(op_class, dims), np.exp(log_ratio),
+                               key[1] == "bwd", rc.dtype_bytes, rc.memory_bandwidth_bytes_per_s)
         if not np.all(np.isfinite(seconds)) or np.any(seconds <= 0):
             raise ProfileError(f"fitted profile {self.directory}: {entry.file} produced a non-finite time")
         return seconds

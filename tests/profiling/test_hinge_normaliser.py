@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,3 +122,19 @@ def test_an_edited_hinge_constant_is_refused_by_the_digest(tmp_path) -> None:
     (directory / "profile.json").write_text(json.dumps(doc))
     with pytest.raises(ProfileError, match="does not match its meta_sha256"):
         FittedProfile(directory)
+
+
+def test_operator_benchmark_scores_what_predict_answers() -> None:
+    """bench_operator_accuracy prices a hinge model as the predictor does (hinge.priced_s, floor included): test
+    rows beyond the plateau measured at the time of reading their output gradient score ~0 % (the hinge alone
+    priced them ~10x too fast, the benchmark then scored a model `predict` never answers with)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from bench_operator_accuracy import evaluate
+
+    near = dataclasses.replace(_samples(), phase="bwd")
+    far = {"tokens": np.full(20, float(1 << 20)), "vocab": np.full(20, 3200.0), "hidden": np.full(20, 8192.0)}
+    read_s = (1 << 20) * 8192 * 2 / RC.memory_bandwidth_bytes_per_s
+    s = Samples("embedding", "bwd", {k: np.concatenate([near.dims[k], far[k]]) for k in far},
+                np.concatenate([near.time_s, np.full(20, read_s)]))
+    ape, _ = evaluate(s, np.arange(400), np.arange(400, 420), RC)
+    assert np.max(ape) < 1e-9
