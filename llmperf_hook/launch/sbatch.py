@@ -185,7 +185,9 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         shell = script_shell("/bin/sh", "")
     else:
         if cli.rest >= len(words):
-            raise UsageError("sbatch is given no script: write `sbatch [options] job.sh` or `sbatch --wrap \"CMD\"`.")
+            raise UsageError("sbatch is given no script file, so it reads the batch script from its standard input "
+                             "(`sbatch <<EOF` ... `EOF`, or a pipe), which llmperf does not read. Write that script to a "
+                             "file and give `sbatch [options] job.sh`, or `sbatch --wrap \"CMD\"`.")
         path = words[cli.rest]
         text = _read_script(path)
         lines, shell = logical_lines(text), script_shell(None, text)

@@ -7,6 +7,10 @@ falls back to its `PET_<NAME>` environment variable when absent from argv (torch
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
+import re
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
@@ -44,17 +48,59 @@ def _argparse_spellings(table: dict[str, Option]) -> dict[str, str]:
     return spellings
 
 
-GRAMMARS = {
-    "torchrun": Grammar(_argparse_spellings(TORCHRUN_OPTIONS), "argparse", "torch/distributed/run.py, argparse"),
-    "torch.distributed.launch": Grammar(_argparse_spellings(LAUNCH_OPTIONS), "argparse",
-                                        "torch/distributed/launch.py, argparse"),
-}
-"""The parsers of torchrun (= `python -m torch.distributed.run`) and of the legacy launch, checked against torch
-2.13's run.get_args_parser() (tests/launch/test_launcher_parsers.py): ArgumentParser() with allow_abbrev at its
-default (True) and parse_args, so a unique prefix (`--nproc_per 8`, `--nnode=2`) is that option, while an ambiguous
-one (`--nproc`, `--rdzv`, `--master`) or an option run.py does not define (`--use_env` outside launch.py) ends the
-launch with exit status 2. --rdzv-timeout stays from the first tables (a superset: a name a release accepted is
-accepted)."""
+def run_py_options(text: str) -> dict[str, str]:
+    """Option string -> arity ("0" a switch, "1" a value) of the parser that `text` (a torch/distributed/run.py)
+    builds in get_args_parser: every `parser.add_argument("--name", "--name_", ..., action=...)` call there, a switch
+    being action=check_env (run.py's boolean env action) or store_true/false/const."""
+    start = text.find("def get_args_parser")
+    body = text[start:text.find("return parser", start)] if start >= 0 else ""
+    options: dict[str, str] = {}
+    for call in re.finditer(r"parser\.add_argument\(", body):
+        depth, end = 1, call.end()
+        while depth and end < len(body):
+            depth += {"(": 1, ")": -1}.get(body[end], 0)
+            end += 1
+        arguments = body[call.end():end - 1]
+        names = re.findall(r"[\"'](-{1,2}[A-Za-z][\w-]*)[\"']", re.split(r"\b[a-z_]+\s*=", arguments, maxsplit=1)[0])
+        switch = re.search(r"action\s*=\s*(?:check_env|[\"']store_(?:true|false|const)[\"'])", arguments)
+        options.update({name: "0" if switch else "1" for name in names})
+    return options
+
+
+@functools.lru_cache(maxsize=1)
+def installed_run_options() -> dict[str, str]:
+    """run_py_options of the torch installed where llmperf runs (read as text, never imported: predict does not
+    import torch), {} without one. Its options join the table's, so that a torch newer than the one the table was
+    checked against (2.13) is not refused its own options; an option neither defines is still refused."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return {}
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    try:
+        with open(os.path.join(folders[0], "distributed", "run.py"), encoding="utf-8") as handle:
+            return run_py_options(handle.read())
+    except (IndexError, OSError):
+        return {}
+
+
+def _grammar(table: dict[str, Option], parser: str) -> Grammar:
+    return Grammar({**installed_run_options(), **_argparse_spellings(table)}, "argparse", parser)
+
+
+def launcher_grammar(launcher: str) -> Grammar | None:
+    """The parser of torchrun (= `python -m torch.distributed.run`) or of the legacy launch (None for ft_launcher),
+    the table checked against torch 2.13's run.get_args_parser() (tests/launch/test_launcher_parsers.py), with the
+    installed torch's options: ArgumentParser() with allow_abbrev at its default (True) and parse_args, so a unique
+    prefix (`--nproc_per 8`, `--nnode=2`) is that option, while an ambiguous one (`--nproc`, `--rdzv`, `--master`) or
+    an option run.py does not define (`--use_env` outside launch.py) ends the launch with exit status 2.
+    --rdzv-timeout stays from the first tables (a superset: a name a release accepted is accepted)."""
+    if launcher == "torchrun":
+        return _grammar(TORCHRUN_OPTIONS, "torch/distributed/run.py, argparse")
+    if launcher == "torch.distributed.launch":
+        return _grammar(LAUNCH_OPTIONS, "torch/distributed/launch.py, argparse")
+    return None
+
 FT_LAUNCHER_OPTIONS: dict[str, Option] = {
     **TORCHRUN_OPTIONS, "--term-timeout": Option("term_timeout"), "--workers-stop-timeout": Option("workers_stop_timeout"),
     "--ft-ignore-missing-cfg": Option("ft_ignore_missing_cfg", takes_value=False),
@@ -118,7 +164,8 @@ def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], use
     """Parse words[start:] as torchrun options + program; `launcher` is "torchrun" or "torch.distributed.launch"."""
     ft = launcher == "ft_launcher"
     table = FT_LAUNCHER_OPTIONS if ft else LAUNCH_OPTIONS if launcher == "torch.distributed.launch" else TORCHRUN_OPTIONS
-    opts = scan_options(words, start, table, launcher, GRAMMARS.get(launcher))  # ft_launcher: --ft-* options vary
+    grammar = launcher_grammar(launcher)  # None for ft_launcher: its --ft-* options vary
+    opts = scan_options(words, start, table, launcher, grammar)
     fault_tolerance = [w.split("=", 1)[0] for w in opts.unknown if ft and w.startswith(_FT_PREFIXES)]
     warnings = [f"unknown {launcher} option {w} ignored" for w in opts.unknown if not w.startswith(_FT_PREFIXES) or not ft]
     if fault_tolerance:
@@ -138,7 +185,7 @@ def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], use
     warnings += [f"{launcher} {opts.flags[d]} accepted, not modelled" for d in _NOT_MODELLED if d in opts.values]
     if opts.rest >= len(words):
         raise UsageError(f"the {launcher} command names no training script after its options.")
-    refuse_ambiguous_after_program(words, opts.rest, GRAMMARS.get(launcher), launcher)
+    refuse_ambiguous_after_program(words, opts.rest, grammar, launcher)
     is_module = "module" in opts.values
     script = ("-m " if is_module else "") + words[opts.rest]
     return LaunchSize(launcher, nnodes, nproc, None, script, tuple(words[opts.rest + 1:]), tuple(warnings))

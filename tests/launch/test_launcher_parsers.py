@@ -130,3 +130,33 @@ def test_a_short_option_with_its_value_attached(tmp_path) -> None:  # type: igno
     hostfile.write_text("a slots=8\nb slots=8\n")
     job = parse_launch(["deepspeed", f"-H{hostfile}", "--num_gpus", "2", "train.py"], {})
     assert (job.nnodes, job.world_size) == (2, 4)
+
+
+def test_the_table_is_the_installed_torchs_parser() -> None:
+    """run_py_options reads the installed torch/distributed/run.py (text, not imported): the table holds every option
+    of it with its arity, and only --rdzv-timeout (an older release's) and argparse's -h/--help beside."""
+    from llmperf_hook.launch.torchrun import TORCHRUN_OPTIONS, _argparse_spellings, installed_run_options
+
+    installed = installed_run_options()
+    if not installed:
+        pytest.skip("torch is not installed")
+    extra = {k: v for k, v in _argparse_spellings(TORCHRUN_OPTIONS).items() if k not in installed}
+    assert set(extra) == {"-h", "--help", "--rdzv-timeout", "--rdzv_timeout"}
+    assert all(_argparse_spellings(TORCHRUN_OPTIONS)[k] == v for k, v in installed.items())
+
+
+def test_a_newer_torchs_own_option_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch newer than the table (2.13) defines options the table lacks: read from its run.py, they are accepted;
+    an option neither defines is still refused."""
+    from llmperf_hook.launch import torchrun
+
+    newer = ('def get_args_parser():\n    parser = ArgumentParser()\n    parser.add_argument(\n        "--nnodes", action=env,'
+             ' type=str, default="1:1", help="Number of nodes (--nproc-per-node)")\n    parser.add_argument("--new-option",'
+             ' "--new_option", action=env, type=str)\n    parser.add_argument("--new-switch", action=check_env)\n'
+             '    return parser\n')
+    assert torchrun.run_py_options(newer) == {"--nnodes": "1", "--new-option": "1", "--new_option": "1", "--new-switch": "0"}
+    monkeypatch.setattr(torchrun, "installed_run_options", lambda: torchrun.run_py_options(newer))
+    job = parse_launch(["torchrun", "--new-option", "x", "--new-switch", "--nproc-per-node", "4", "train.py"], {})
+    assert (job.nproc_per_node, job.script) == (4, "train.py")
+    with pytest.raises(UsageError, match="--bogus"):
+        parse_launch(["torchrun", "--bogus", "--nproc-per-node", "4", "train.py"], {})
