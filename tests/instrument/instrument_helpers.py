@@ -40,14 +40,23 @@ def steps_by_rank(records: list[dict]) -> dict[int, list[int]]:
     return out
 
 
-def run_session(tmp_path: Path, env: dict[str, str], argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """run_instrumented in a fresh interpreter (signal handlers and sys.meta_path stay out of pytest's)."""
+def run_session(tmp_path: Path, env: dict[str, str], argv: list[str], stdout_file: Path | None = None,
+                **kwargs) -> subprocess.CompletedProcess:
+    """run_instrumented in a fresh interpreter (signal handlers and sys.meta_path stay out of pytest's). With
+    `stdout_file` the job's output goes to that file (read back into .stdout) instead of a pipe: a line written to a
+    pipe wakes its reader, and on a busy machine the job then waits for a core in the middle of its loop."""
     call = {"argv": argv, "run_dir": str(tmp_path / "run"), **kwargs}
     code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
             f"kw = json.loads({json.dumps(json.dumps(call))})\n"
             "sys.exit(run_instrumented(kw.pop('argv'), env=os.environ, **kw))\n")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240,
-                          cwd=str(tmp_path))
+    if stdout_file is None:
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240,
+                              cwd=str(tmp_path))
+    with stdout_file.open("w") as out:
+        done = subprocess.run([sys.executable, "-c", code], env=env, stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=240, cwd=str(tmp_path))
+    done.stdout = stdout_file.read_text()
+    return done
 
 
 def free_port() -> int:

@@ -8,7 +8,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, steps_by_rank
@@ -32,16 +31,20 @@ def test_plain_torch_job_recorded_and_output_intact(tmp_path: Path, child_env: d
 
 
 def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[str, str]) -> None:
-    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--num-layers", "2", "--train-iters", "9"]
-    done = run_session(tmp_path, child_env, argv, steps=9)
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--num-layers", "2", "--train-iters", "15"]
+    done = run_session(tmp_path, child_env, argv, steps=15, stdout_file=tmp_path / "job.out")
     own = [float(ln.split("step_time_s ")[1].split()[0]) for ln in done.stdout.splitlines() if ln.startswith("iter")]
     steps = [s for s in read_records(tmp_path / "run") if s["kind"] == "step"]
     ours = [s["wall_time_s"] for s in steps]
-    # Ours runs from one step's end to the next, the script's from the top of its loop to after step(): nearly
-    # the same windows, so the typical step agrees. Medians, not sums: on a busy machine (load 8-10 on 2 cores)
-    # one stretched 3 ms step moved the sums apart by more than the tolerance, in either window.
-    a, b = statistics.median(own[1:]), statistics.median(ours[1:])
-    assert len(ours) == len(own) and abs(a - b) <= 0.15 * a + 1e-3, (own, ours)
+    # Ours runs from one step's end (inside optimizer.step) to the next, the script's from the top of its loop to
+    # after step(): the same work but for short stretches (the script's print, our hook's tail). Compared step by
+    # step, a wait for a core during the shared work stretches both timers and cancels. The job's output goes to a
+    # file: a line printed to a pipe wakes its reader, and on a busy machine the job then loses its core inside our
+    # window only. Measured at load 5-8 on 2 cores: the medians of the two series, output to a pipe, failed 14 runs
+    # of 32; the paired difference failed 2 of 6 with a pipe and 0 of 10 with a file (all within +0.1 ms).
+    assert len(ours) == len(own), (own, ours)
+    gap = statistics.median(o - s for o, s in zip(ours[1:], own[1:]))
+    assert abs(gap) <= 0.15 * statistics.median(own[1:]) + 1e-3, (own, ours)
     assert all(0 < s["cpu_time_s"] <= s["wall_time_s"] * 1.5 + 1e-3 for s in steps)
 
 
