@@ -76,14 +76,19 @@ def _cut_substitution(words: list[str]) -> re.Match[str] | None:
     return match if closing in ([], [len(words) - 1]) else None
 
 
-def is_launch(words: Sequence[str], line: str) -> bool:
-    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
+def command_head(words: Sequence[str]) -> str:
+    """The program a command runs, past `VAR=value` prefixes, `env` and wrappers (`nohup torchrun ... &`, `exec srun
+    ...`, `time deepspeed ...`)."""
     i = 0
     while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
         i += 1
-    i = unwrap(words, i) if i < len(words) else i  # `nohup torchrun ... &`, `exec srun ...`, `time deepspeed ...`
-    head = os.path.basename(words[i]) if i < len(words) else ""
-    return head in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
+    i = unwrap(words, i) if i < len(words) else i
+    return os.path.basename(words[i]) if i < len(words) else ""
+
+
+def is_launch(words: Sequence[str], line: str) -> bool:
+    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
+    return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
 
 
 @dataclass
@@ -95,6 +100,8 @@ class _Reading:
     path: str
     cwd: str = field(default_factory=os.getcwd)
     launches: list[tuple[int, list[str]]] = field(default_factory=list)
+    submissions: list[tuple[int, list[str]]] = field(default_factory=list)
+    """`sbatch ...` lines (record_launch)."""
     singles: list[tuple[int, list[str]]] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[int] = field(default_factory=list)
@@ -361,7 +368,12 @@ class _Reading:
         return [expand_positional(word, self.positional) for word in words]
 
     def record_launch(self, line: ScriptLine, words: list[str]) -> None:
-        """A launch line, with the variables its unquoted words were split from counted as used."""
+        """A launch line, with the variables its unquoted words were split from counted as used. An `sbatch` line is
+        the launch only of a script with no other (a batch script that submits its successor, `sbatch
+        --dependency=afterany:$SLURM_JOB_ID next.sh`, launches its own srun line)."""
+        if command_head(words) == "sbatch":
+            self.submissions.append((line.number, self.positioned(words)))
+            return
         self.launches.append((line.number, self.positioned(words)))
         self.used.update(self.split_refs)
 
@@ -375,8 +387,8 @@ class _Reading:
         return True
 
     def launch(self) -> list[str]:
-        found = self.launches or self.singles  # no launcher: a `python train.py` line runs once, on the first node
-        if not self.launches:
+        found = self.launches or self.submissions or self.singles  # a `python train.py` line runs once, on node 1
+        if found is self.singles:
             self.used.update(self.single_refs)
         if len(found) == 1:
             return found[0][1]

@@ -121,3 +121,11 @@ def test_a_batch_script_on_standard_input_is_named(tmp_path: Path, monkeypatch: 
     with pytest.raises(UsageError, match=r"standard input .*`sbatch <<EOF`.*Write that script to a file") as refused:
         parse_launch(["bash", "submit.sh"], {})
     assert refused.value.exit_code == 2
+
+
+def test_a_batch_script_submitting_its_successor_launches_its_own_line(tmp_path: Path) -> None:
+    path = tmp_path / "job.sh"
+    path.write_text(f"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\nsbatch --dependency=afterany:$SLURM_JOB_ID "
+                    f"next.sh\nsrun torchrun --nnodes $SLURM_NNODES --nproc-per-node 8 pretrain_gpt.py {GPT}\n")
+    job = parse_launch(["sbatch", str(path)], {})
+    assert (job.launcher, job.nnodes, job.nproc_per_node) == ("torchrun", 2, 8)
