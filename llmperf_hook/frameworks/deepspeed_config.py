@@ -16,12 +16,13 @@ from llmperf_hook.errors import ConfigError
 # read at the edge (deepspeed_config_file.py), re-exported here: callers read and parse through this module
 from llmperf_hook.frameworks.deepspeed_config_file import (encode_inline_ds_config, inline_ds_config_form,  # noqa: F401
                                                           read_ds_config, strip_json_comments)
+from llmperf_hook.frameworks.deepspeed_engine_rules import (check_top_level, grad_norm_rules, offload_rules,
+                                                           zeropp_rules, zeropp_settings)
 from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems
 from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
-from llmperf_hook.frameworks.deepspeed_schema import (STAGE3_ALIASES, ds_bool, check_sections, check_top_level,
-                                                     check_zero_section, grad_norm_rules, offload_rules, pydantic_int,
-                                                     zeropp_rules, zeropp_settings)
+from llmperf_hook.frameworks.deepspeed_schema import STAGE3_ALIASES, check_sections, check_zero_section
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
+from llmperf_hook.frameworks.deepspeed_values import ds_bool, pydantic_int
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.provenance import Source, SourceKind
 

@@ -1,0 +1,197 @@
+"""What DeepSpeed's engine and ZeRO optimizers refuse, ignore or warn about once the ZeRO stage is known.
+
+deepspeed_schema.py checks each section as its pydantic model does; the rules here join sections: removed top-level
+sections, the gradient-accumulation dtype against the model's (engine.py), offload against the stage
+(stage3.py, stage_1_and_2.py), compute_grad_norm false (DeepSpeed 0.19.8), and ZeRO++ switches that only stage 3
+reads. They run after deepspeed_config.py has resolved the stage and precision into `fields`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_schema import offload_ratio
+from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool
+from llmperf_hook.provenance import Source, SourceKind
+
+REMOVED_KEYS = ("nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
+                "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop")
+"""Top-level sections DeepSpeed 0.19.8 refuses (config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS, deepspeedai/DeepSpeed#8489);
+0.19.6 and earlier accept them. The release the job runs is not known here, so they warn."""
+REMOVED_ZERO_KEYS = ("mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param")
+
+# config.py DtypeEnum spellings (matched exactly); int8 is a member but no training dtype pairs with it.
+_DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp32": "fp32",
+           "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+           "torch.bfloat16": "bf16", "int8": "int8", "torch.int8": "int8"}
+
+
+def _removed(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    gone = [key for key in REMOVED_KEYS if key in raw] + [f"zero_optimization.{key}" for key in REMOVED_ZERO_KEYS
+                                                         if key in zero]
+    for key in gone:
+        warnings.append(f"{origin} {key} accepted, not modelled; DeepSpeed 0.19.8 and later refuse the config (feature "
+                        "removed, deepspeedai/DeepSpeed#8489), earlier releases accept it")
+
+
+def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """engine.py get_data_types / _do_optimizer_sanity_check: without ZeRO the gradient-accumulation dtype must be
+    the model's ('unsupported mix of model_dtype and grad_accum_dtype'); ZeRO-1 with bf16 and fp32 accumulation runs
+    BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py)."""
+    types = raw.get("data_types")
+    value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
+    if value is None:
+        return {}
+    if value not in _DTYPES:  # "auto" too: neither the Hugging Face Trainer nor Accelerate fills this key
+        raise ConfigError(f"{origin} data_types.grad_accum_dtype is {value!r}; DeepSpeed's DtypeEnum knows \"fp32\", "
+                          "\"bf16\" and \"fp16\" (and their torch spellings) and fails at deepspeed.initialize otherwise.")
+    if AUTO in (fields["fp16"], fields["bf16"]):
+        return {"grad_accum_dtype": _DTYPES[value]}
+    model = "fp16" if fields["fp16"] else "bf16" if fields["bf16"] else "fp32"
+    if fields["zero_stage"] == 0 and _DTYPES[value] != model:
+        raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
+                          "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
+                          f"'unsupported mix of model_dtype and grad_accum_dtype'. Use {model!r}, drop the key, or enable "
+                          "ZeRO (stage 1 with bf16 accumulates in fp32).")
+    return {"grad_accum_dtype": _DTYPES[value]}
+
+
+def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    value = raw.get("sequence_parallel_size")
+    if value is None:
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{origin} sequence_parallel_size is {value!r}; DeepSpeed divides the world size by it "
+                          "(DeepSpeedConfig) and Ulysses groups need a whole number >= 1. Give a positive integer.")
+    src["sequence_parallel_size"] = Source(SourceKind.CONFIG_FILE, f"{origin} sequence_parallel_size")
+    return {"sequence_parallel_size": value}
+
+
+def _instrumentation(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """engine.py: wall_clock_breakdown (or an enabled flops_profiler, which turns it on) times every forward, backward
+    and step with synchronizing timers; the flops profiler also profiles one whole step (profile_step)."""
+    profiler = raw.get("flops_profiler") if isinstance(raw.get("flops_profiler"), dict) else {}
+    if profiler.get("enabled") is True:
+        warnings.append(f"{origin} flops_profiler enabled accepted, not modelled (its profile step, default 1, runs "
+                        "slower; it also turns on wall_clock_breakdown)")
+    elif raw.get("wall_clock_breakdown") is True:
+        warnings.append(f"{origin} wall_clock_breakdown accepted, not modelled (its timers synchronize the device "
+                        "around every forward, backward and optimizer step)")
+
+
+def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], src: dict[str, Source],
+                    warnings: list[str]) -> dict[str, Any]:
+    """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size."""
+    _removed(raw, origin, warnings)
+    _instrumentation(raw, origin, warnings)
+    accum = _grad_accum_dtype(raw, origin, fields)
+    if accum:
+        src["grad_accum_dtype"] = Source(SourceKind.CONFIG_FILE, f"{origin} data_types.grad_accum_dtype")
+    return {**accum, **_sequence_parallel(raw, origin, src)}
+
+
+def offload_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """What the ZeRO optimizers do with an offload section once the stage is known: NVMe at stage 3 needs nvme_path
+    (stage3.py / partitioned_param_swapper.py join it into the swap folder, a TypeError when missing); ZeRO-1/2
+    keep an offloaded optimizer in CPU memory whatever the device (stage_1_and_2.py cpu_offload); a ratio below 1
+    (partial offload) leaves part of the optimizer on the GPU."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key) if isinstance(zero.get(key), dict) else {}
+        if fields[key] == "nvme" and fields["zero_stage"] == 3 and not section.get("nvme_path"):
+            raise ConfigError(f"{origin} zero_optimization.{key} offloads to nvme without nvme_path; DeepSpeed's ZeRO-3 "
+                              "builds its swap folder from nvme_path and fails at deepspeed.initialize. Add \"nvme_path\": "
+                              "\"/local_nvme\" (a fast local disk) or use \"device\": \"cpu\".")
+    if fields["offload_optimizer"] == "nvme" and fields["zero_stage"] in (1, 2):
+        warnings.append(f"{origin} offload_optimizer device nvme at ZeRO stage {fields['zero_stage']}: DeepSpeed's ZeRO-1/2 "
+                        "optimizer offloads to CPU memory (stage_1_and_2.py), priced as cpu")
+        fields["offload_optimizer"] = "cpu"
+    optimizer = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
+    if "super_offload" in optimizer and ds_bool(optimizer["super_offload"], "offload_optimizer.super_offload", origin) \
+            and fields["zero_stage"] == 3:  # engine.py: SuperOffloadOptimizer_Stage3 replaces the ZeRO-3 optimizer
+        warnings.append(f"{origin} offload_optimizer.super_offload: SuperOffload's ZeRO-3 optimizer (the CPU Adam step "
+                        "overlapped with the backward, built for Grace Hopper superchips) is not modelled; priced as "
+                        "ZeRO-Offload's CPU optimizer step after the backward")
+    ratio = offload_ratio(zero.get("offload_optimizer"))
+    if ratio < 1.0 and fields["zero_stage"] != 3:
+        raise ConfigError(f"{origin} zero_optimization.offload_optimizer.ratio {ratio} at ZeRO stage {fields['zero_stage']}: "
+                          "DeepSpeedZeroConfig asserts 'Partial offloading only supported for ZeRO Stage 3.' Use stage 3 or "
+                          "drop the ratio.")
+
+
+def grad_norm_rules(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> None:
+    """zero_optimization.compute_grad_norm false (DeepSpeed 0.19.8): DeepSpeedZeroConfig allows it at stage 1 or 2
+    only (compute_grad_norm_valid), stage_1_and_2.py needs no optimizer offload, no ZenFlow and gradient_clipping 0
+    (a Trainer's "auto" is filled from --max_grad_norm later and not checked here), and engine.py
+    _do_optimizer_sanity_check refuses the ZeRO-1 BF16 optimizer (bf16 with fp32 accumulation, no CPU offload)."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    if "compute_grad_norm" not in zero or ds_bool(zero["compute_grad_norm"], "zero_optimization.compute_grad_norm", origin):
+        return
+    stage, clip = fields["zero_stage"], fields.get("gradient_clipping", 0.0)
+    where = f"{origin} zero_optimization.compute_grad_norm false"
+    if stage not in (1, 2):
+        raise ConfigError(f"{where} at ZeRO stage {stage}: DeepSpeedZeroConfig raises 'compute_grad_norm=false is "
+                          "supported only with ZeRO Stage 1 or 2'. Use stage 1 or 2, or drop the key.")
+    broken = [(fields["offload_optimizer"] != "none", "offload_optimizer", "does not support optimizer offload"),
+              (zero.get("zenflow") is not None, "zenflow", "does not support ZenFlow")]
+    for bad, key, why in broken:
+        if bad:
+            raise ConfigError(f"{where} with zero_optimization.{key}: DeepSpeed's ZeRO-1/2 optimizer raises "
+                              f"'zero_optimization.compute_grad_norm=false {why}'. Drop one of them.")
+    if isinstance(clip, (int, float)) and clip > 0:
+        raise ConfigError(f"{where} with gradient_clipping {clip}: DeepSpeed's ZeRO-1/2 optimizer raises "
+                          "'zero_optimization.compute_grad_norm=false requires gradient_clipping=0'. Set gradient_clipping "
+                          "to 0 or drop the key.")
+    if stage == 1 and fields["bf16"] is True and fields.get("grad_accum_dtype") == "fp32" and fields["offload_optimizer"] == "none":
+        raise ConfigError(f"{where} with bf16, ZeRO stage 1 and data_types.grad_accum_dtype fp32 (the BF16 optimizer): "
+                          "DeepSpeed's engine raises 'zero_optimization.compute_grad_norm=false does not support ZeRO Stage "
+                          "1 with BF16 parameters and FP32 gradient accumulation'. Drop one of them.")
+
+
+ZEROPP_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients")
+"""ZeRO++ (Wang et al. 2023, arXiv:2306.10209): read by stage3.py / partition_parameters.py only."""
+
+
+def zeropp_rules(fields: dict[str, Any], origin: str, warnings: list[str]) -> None:
+    """ZeRO++ lives in DeepSpeed's stage-3 code (stage3.py, partition_parameters.py): stages 0-2 ignore it."""
+    given = [key for key in ZEROPP_KEYS if fields.get(key) is True or (key == "zero_hpz_partition_size"
+                                                                         and fields.get(key, 1) > 1)]
+    if given and fields["zero_stage"] != 3:
+        warnings.append(f"{origin} zero_optimization.{', '.join(given)}: ZeRO++ works at ZeRO stage 3 only; DeepSpeed "
+                        f"ignores it at stage {fields['zero_stage']} (not priced)")
+        for key in given:
+            fields[key] = 1 if key == "zero_hpz_partition_size" else False
+
+
+def zeropp_settings(zero: dict[str, Any], stage: Any, origin: str, src: dict[str, Source]) -> dict[str, Any]:
+    """ZeRO++ switches, sub_group_size and offload_optimizer.ratio as DeepSpeedZeroConfig reads them ("auto" is
+    dropped: the default); check_zero_section has already refused malformed values."""
+    out: dict[str, Any] = {}
+    hpz = zero.get("zero_hpz_partition_size")
+    if isinstance(hpz, (int, float, str)) and not isinstance(hpz, bool) and hpz != AUTO:
+        out["zero_hpz_partition_size"] = max(1, int(hpz))
+    for key in ("zero_quantized_weights", "zero_quantized_gradients"):
+        if zero.get(key, AUTO) != AUTO:
+            out[key] = ds_bool(zero[key], f"zero_optimization.{key}", origin)
+    size = zero.get("sub_group_size")
+    if isinstance(size, (int, float, str)) and not isinstance(size, bool) and size != AUTO:
+        out["sub_group_size"] = max(1, int(size))
+    section = zero.get("offload_optimizer")
+    if isinstance(section, dict) and "ratio" in section:
+        ratio = offload_ratio(section)
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool):
+            out["offload_optimizer_ratio"] = float(ratio)
+    scatter = zero.get("reduce_scatter", True)
+    if out.get("zero_quantized_gradients") and stage == 3 and scatter != AUTO and \
+            not ds_bool(scatter, "zero_optimization.reduce_scatter", origin):
+        raise ConfigError(f"{origin} zero_optimization.zero_quantized_gradients with reduce_scatter false: DeepSpeed's "
+                          "ZeRO-3 asserts 'when enable all_to_all_reduce, reduce_scatter should also be enabled' "
+                          "(stage3.py). Drop reduce_scatter: false or zero_quantized_gradients.")
+    for key in (*ZEROPP_KEYS, "sub_group_size"):
+        if key in out:
+            src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{key}")
+    if "offload_optimizer_ratio" in out:
+        src["offload_optimizer_ratio"] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.offload_optimizer.ratio")
+    return out
