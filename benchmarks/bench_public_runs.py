@@ -207,6 +207,7 @@ def print_dp_series(runs: dict[str, MeasuredRun], report: dict) -> None:
         print(f"  {name:<56}{f'{group[0].dp}-{group[-1].dp}':>12}{len(group):>5}{r:>+8.1%}{x:>+9.3f}"
               f"{fit_mape:>10.1%}{mape:>8.1%}")
 
+
 def print_bias_by_source_and_band(runs: dict[str, MeasuredRun], errors: dict[str, float], gpu: str) -> None:
     """Bias of one GPU type's rows per (source, model size) and GPU-count band: a scale effect moves along a line,
     a source (software, system) effect shifts the whole line."""
