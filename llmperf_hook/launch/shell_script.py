@@ -135,8 +135,19 @@ def quoted_words(text: str) -> list[bool]:
     return [quoted for _, quoted in _word_marks(text)]
 
 
-_WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*]))"
-                       r"(?![^\s;&|])")
+_WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:(:?[-+])([^}$'\"`\\]*))?\}"
+                       r"|([A-Za-z_][A-Za-z0-9_]*|[0-9@*]))(?![^\s;&|])")
+"""A word that is one unquoted `$NAME`, `${NAME}`, or `${NAME:-word}` / `${NAME:+word}` (and their forms without
+`:`) whose word is plain text."""
+
+
+def _with_operator(value: str | None, op: str, word: str) -> str | None:
+    """`${NAME<op>word}` given NAME's value (None: unset): bash manual 3.5.3. `-`: word when unset (`:-` also when
+    empty); `+`: word when set (`:+` only when not empty), else nothing."""
+    empty = value is None or (op.startswith(":") and value == "")
+    if op.endswith("-"):
+        return word if empty else value
+    return "" if empty else word
 _QUOTED_ALL = re.compile(r"(?<![^\s])\"\$(?:\{@\}|@)\"(?![^\s;&|])")
 
 
@@ -150,7 +161,11 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
     outside, _, end = _scan(text)
 
     def fields(found: re.Match[str]) -> str:
-        value = value_of(found.group(1) or found.group(2)) if found.start() < end and outside[found.start()] else None
+        if found.start() >= end or not outside[found.start()]:
+            return found.group(0)
+        value = value_of(found.group(1) or found.group(4))
+        if found.group(2):
+            value = _with_operator(value, found.group(2), found.group(3))
         return found.group(0) if value is None else shlex.join(value.split())
 
     def each_arg(found: re.Match[str]) -> str:

@@ -49,6 +49,8 @@ POSIX = {  # scripts dash and bash run alike
     "eval_of_a_single_quoted_value": "NP=4\nCMD='torchrun --nproc_per_node $NP " + M + " --save $NP'\nNP=2\neval $CMD\n",
     "alternative_value": 'A=1\nE=\nOPTS="${A:+--bf16} ${E:+--fp16} ${E+--seed 7} ${U:+--x} ${U+--y}"\n'
                          'torchrun --nproc_per_node 8 ' + M + ' $OPTS\n',
+    "alternative_value_words": 'A=1\nE=\ntorchrun --nproc_per_node 8 ' + M + ' ${A:+--bf16} ${E:+--fp16} ${E+--seed} '
+                               '${E:-7} ${U:+--x} ${U+--y} ${U-} ${U:-} ${A-9}\n',
     "local_is_the_functions_own": 'NP=8\nNN=2\nf() {\n  local NP=2 NN\n  NN=5\n}\nf\n'
                                   'torchrun --nproc_per_node $NP --nnodes $NN ' + M + '\n',
     "local_dynamic_scope": 'NP=8\nset_np() {\n  NP=6\n}\nrun() {\n  local NP=4\n  set_np\n  torchrun --nproc_per_node $NP '
