@@ -19,7 +19,7 @@ from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
-from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape
+from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
 from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
@@ -53,7 +53,8 @@ def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[s
 
 def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
-    warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args)
+    warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args) + \
+        ignored_deepspeed_flags(flags, job.script)
     shape_model = None if has_megatron_shape(flags, job.script) else overrides.model
     if overrides.model and shape_model is None:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")

@@ -82,11 +82,28 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
     layout = (*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS) if megatron_entry_point(script) else _MEGATRON_LAYOUT_FLAGS
     megatron = has_megatron_shape(flags, script) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
-    if megatron:
+    if megatron and megatron_entry_point(script):  # Megatron-DeepSpeed starts DeepSpeed only `if args.deepspeed:`
+        return "megatron-deepspeed" if deepspeed is True else "megatron"  # (ignored_deepspeed_flags)
+    if megatron:  # a script of the user's may hand args.deepspeed_config to deepspeed.initialize without --deepspeed
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
     if isinstance(deepspeed, str) or (not ds_path and accelerate_deepspeed(env)):
         return "hf-deepspeed"
     return "deepspeed" if ds_path or is_deepspeed_chat(flags) else "torch"
+
+
+def ignored_deepspeed_flags(flags: FlagValues, script: str) -> list[str]:
+    """A warning for DeepSpeed flags a Megatron(-DeepSpeed) entry point is given without --deepspeed: Megatron-DeepSpeed
+    initializes DeepSpeed only under --deepspeed (megatron/training.py setup_model_and_optimizer, pretrain's
+    `if args.deepspeed: args.deepspeed_config_dict = ...`), else it trains with Megatron's own optimizer and mixed
+    precision, and never reads the ds_config. --deepscale is DeepSpeed's deprecated helper flag ('no impact on DeepSpeed
+    backend', deepspeed/__init__.py _add_core_arguments) and enables nothing."""
+    given = [flags.seen_flags[dest] for dest in ("deepspeed_config", "deepscale_config", "deepscale", "zero_stage")
+             if flags.has(dest)]
+    if not given or flags.get("deepspeed") is True or not megatron_entry_point(script):
+        return []
+    return [f"{', '.join(given)} given without --deepspeed: Megatron-DeepSpeed then starts no DeepSpeed engine "
+            "(megatron/training.py: `if args.deepspeed:`) and reads no ds_config; priced as Megatron's own training "
+            "(its optimizer, no ZeRO). Add --deepspeed to train with DeepSpeed"]
 
 
 def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, env: Mapping[str, str],
