@@ -150,20 +150,24 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
 
 
 def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None) -> BatchConfig:
-    """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two fix it)."""
+    """DeepSpeed's own triad. "auto" in any of its keys stops deepspeed.initialize: only the Hugging Face Trainer and
+    Accelerate replace it, and DeepSpeedConfig._configure_train_batch_size (runtime/config.py) does arithmetic on
+    the string itself (`"auto" // micro`, `"auto" > 0`: TypeError; checked with the installed DeepSpeed)."""
     def given(value: Any) -> int | None:
-        return None if value in (None, AUTO) else int(value)
+        return None if value is None else int(value)
 
+    autos = [k for k, v in (("train_batch_size", ds.train_batch_size), ("train_micro_batch_size_per_gpu",
+                            ds.micro_batch_size), ("gradient_accumulation_steps", ds.gradient_accumulation_steps))
+             if v == AUTO]
+    if autos:
+        raise ConfigError(
+            f"{ds.path} leaves {' and '.join(autos)} \"auto\": only the Hugging Face Trainer (--deepspeed FILE) and "
+            "Accelerate fill \"auto\" in; deepspeed.initialize, given it through --deepspeed_config, computes with the "
+            "string and stops (DeepSpeedConfig._configure_train_batch_size: TypeError). Write numbers for these keys, "
+            "or remove them and give train_batch_size or train_micro_batch_size_per_gpu.")
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     if fallback is not None and train is None and micro is None:
         train, micro = fallback.global_batch_size, fallback.micro_batch_size
-    autos = [k for k, v in (("train_batch_size", ds.train_batch_size),
-                            ("train_micro_batch_size_per_gpu", ds.micro_batch_size)) if v == AUTO]
-    if train is None and micro is None and autos:
-        raise ConfigError(
-            f"{ds.path} leaves {' and '.join(autos)} \"auto\": only the Hugging Face Trainer (--deepspeed FILE) or "
-            "Accelerate fill \"auto\" in; a script passing --deepspeed_config to deepspeed.initialize needs "
-            "train_batch_size or train_micro_batch_size_per_gpu as numbers.")
     gbs, mbs, steps = resolve_ds_batch(train, micro, gas, dp, ds.path)
     for key, value, ds_key in (("global_batch_size", train, "train_batch_size"), ("micro_batch_size", micro, "micro_batch_size"),
                                ("num_microbatches", gas, "gradient_accumulation_steps")):

@@ -92,3 +92,43 @@ def test_torch_autocast_section_sets_the_compute_precision(tmp_path: Path) -> No
     cfg = script([*DS, _write(tmp_path, b'{"train_micro_batch_size_per_gpu": 2, "amp": {"enabled": true, "opt_level": "O1"}}')],
                  model="llama2-7b")
     assert cfg.precision == "fp16" and any("amp computes" in w for w in cfg.warnings)
+
+
+@pytest.mark.parametrize("keys", [
+    {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2},
+    {"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto"},
+    {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto"},
+    {"train_batch_size": 64, "gradient_accumulation_steps": "auto"},
+    {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4},
+])
+def test_any_auto_batch_key_stops_plain_deepspeed_as_deepspeed_does(tmp_path: Path, keys: dict[str, object]) -> None:
+    """deepspeed.initialize computes with an "auto" batch key (DeepSpeedConfig._configure_train_batch_size: TypeError);
+    only the Hugging Face Trainer and Accelerate fill it in. The installed DeepSpeedConfig is the oracle (world 8 set by
+    hand: it reads the world size of the process group, which a test has not started)."""
+    import json
+    import os
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    config = pytest.importorskip("deepspeed.runtime.config")
+    real = config.DeepSpeedConfig.__new__(config.DeepSpeedConfig)
+    real.world_size = 8
+    real.train_batch_size = keys.get("train_batch_size")
+    real.train_micro_batch_size_per_gpu = keys.get("train_micro_batch_size_per_gpu")
+    real.gradient_accumulation_steps = keys.get("gradient_accumulation_steps")
+    try:
+        real._configure_train_batch_size()
+        refused = False
+    except TypeError:
+        refused = True
+    path = _write(tmp_path, json.dumps(keys).encode())
+    if refused:
+        with pytest.raises(ConfigError, match=r"\"auto\".*deepspeed.initialize.*TypeError"):
+            script([*DS, path], model="llama2-7b")
+        with pytest.raises(ConfigError, match=r"\"auto\""):  # Megatron-DeepSpeed hands the file to it alike
+            script(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "256",
+                    "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+                    "--vocab-size", "1000", "--micro-batch-size", "2", "--global-batch-size", "64", "--deepspeed",
+                    "--deepspeed_config", path])
+    else:
+        cfg = script([*DS, path], model="llama2-7b").batch
+        assert (cfg.global_batch_size, cfg.micro_batch_size) == (real.train_batch_size, real.train_micro_batch_size_per_gpu)
