@@ -15,6 +15,7 @@ from typing import Sequence
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fpdt import fpdt_warnings
+from llmperf_hook.frameworks.megatron_shape import FLEX_BACKENDS, ROUTER_DTYPES
 from llmperf_hook.frameworks.training_config import ModelShape, ParallelLayout
 
 # argparse choices, the union over Megatron-LM releases (and Megatron-DeepSpeed where it defines the flag).
@@ -32,7 +33,20 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "timing_log_level": ("0", "1", "2"),  # choices=range(0, 3); Literal[0, 1, 2] in training_config.py
     "empty_unused_memory_level": ("0", "1", "2"),
     "DDP_impl": ("local", "torch", "FSDP"),  # Megatron-DeepSpeed and Megatron-LM before 2023
+    "cross_entropy_fusion_impl": ("native", "te"),
+    "cuda_graph_impl": ("none", "local", "transformer_engine"),
+    "data_parallel_sharding_strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
+    "fp4_format": ("e2m1",),
+    "moe_router_dtype": ROUTER_DTYPES,
+    "moe_flex_dispatcher_backend": FLEX_BACKENDS,
+    # nargs='+', each value a choice; global_aux_loss since 2025, quantile_balancing in two 2026 releases
+    "moe_router_load_balancing_type": ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing",
+                                       "none"),
 }
+"""The entries below DDP_impl: the union of each option's choices over Megatron-LM's core_v0.x / core_r0.x tags and
+HEAD (2026-08), read from their arguments.py; tests/frameworks/test_megatron_arguments_table.py checks that every
+table holds core_v0.16.1's parser's choices. --tokenizer-type is left to frameworks/vocab.py (each fork adds its own
+tokenizers)."""
 # TransformerConfig: allowed --recompute-modules (union over releases; moe_layer was the 2024 spelling).
 RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
                                "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc", "moe_layer"})
@@ -56,6 +70,8 @@ def list_values(script_args: Sequence[str], flag: str) -> list[str] | None:
 def check_choices(flags: FlagValues) -> None:
     for dest, allowed in CHOICES.items():
         value = flags.get(dest)
+        if isinstance(value, tuple):  # nargs='+': argparse checks each value
+            value = next((item for item in value if str(item) not in allowed), None)
         if value is not None and str(value) not in allowed:
             raise ConfigError(
                 f"{flags.seen_flags[dest]} {value} (argv) is not a choice Megatron offers ({', '.join(allowed)}); its "
