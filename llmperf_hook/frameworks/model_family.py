@@ -39,6 +39,10 @@ _UNMODELLED = (
     (re.compile(r"train_rl\.py"), "a model by GRPO reinforcement learning (Megatron-LM train_rl.py: rollouts generated "
      "by an inference engine between training steps, with their log-probabilities and a GRPO loss)"),
 )
+_HYDRA_OVERRIDE = re.compile(r"^(?:\+{1,2}|~)?[A-Za-z_]\w*(?:\.\w+)+=|^(?:\+{1,2}|~)[A-Za-z_]\w*=")
+"""A Hydra command-line override (`training.model.micro_batch_size=2`, `+training.model.optim.x=bf16`,
+`++peft.model.gc_interval=0`): a dotted key or a +/++/~ prefix (hydra.cc, Override grammar). NeMo's training scripts
+and NeMo-Framework-Launcher's launcher_scripts/main.py take their whole configuration so."""
 _NEOX_WORDS = ("--megatron_config", "--megatron-config")
 _MULTIMODAL_FLAG = "--language-model-type"
 """Required by Megatron-LM's examples/multimodal/train.py (multimodal_args.py: `required=True`; LLaVA / NVLM: a vision
@@ -56,6 +60,14 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
             "passes them to train.py as an encoded --megatron_config), not from Megatron-LM or DeepSpeed command-line "
             "arguments. Predict the same model as a Megatron-LM pretrain_gpt.py or DeepSpeed command, or with "
             "--model gpt-neox-20b on a plain DeepSpeed script.")
+    hydra = [w for w in script_args if _HYDRA_OVERRIDE.match(w)]
+    if hydra:
+        raise ConfigError(
+            f"{script} is configured by Hydra ({', '.join(hydra[:3])}{' ...' if len(hydra) > 3 else ''}): NeMo's "
+            "training scripts and NeMo-Framework-Launcher's launcher_scripts/main.py read the model, layout, batch and "
+            "precision from YAML files these overrides edit, and the launcher then writes and submits the job's own "
+            "command, none of which llmperf reads. Give llmperf the command that trains (the launcher writes it under "
+            "results/<run name>/), or predict the same model as a Megatron-LM pretrain_gpt.py command.")
     for pattern, what in _UNMODELLED:
         if pattern.fullmatch(name):
             raise ConfigError(

@@ -37,6 +37,7 @@ _STR = (
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
     "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype", "cross-entropy-fusion-impl",
+    "tokenizer-name-or-path",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
           "max-norm")

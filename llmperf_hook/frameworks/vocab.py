@@ -138,9 +138,10 @@ FILE_TOKENIZERS = ("TokenizerFromFile", "TokenizerFromFileWithFIM")
 
 
 def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_type: str | None, tokenizer_model: str | None,
-                       vocab_file: str | None = None, tokenizer_file: str | None = None) -> tuple[int, Source]:
+                       vocab_file: str | None = None, tokenizer_file: str | None = None,
+                       model_flag: str = "--tokenizer-model") -> tuple[int, Source]:
     """--vocab-size first, then what the tokenizer type fixes (a local GPT-2 vocab.json is counted), then a local
-    tokenizer directory."""
+    tokenizer directory; `model_flag` names the flag `tokenizer_model` came from."""
     if vocab_size is not None:
         return vocab_size, vocab_source
     if tokenizer_type == "GPT2BPETokenizer" and vocab_file and os.path.isfile(vocab_file):
@@ -167,8 +168,8 @@ def resolve_vocab_size(vocab_size: int | None, vocab_source: Source, tokenizer_t
             return found
         for pattern, size, what in HUB_TOKENIZER_VOCAB:
             if pattern.match(tokenizer_model) and not os.path.exists(tokenizer_model):
-                return size, Source(SourceKind.DEFAULT, f"--tokenizer-model {tokenizer_model} ({what})")
-    given = f"--tokenizer-model {tokenizer_model}" if tokenizer_model else (
+                return size, Source(SourceKind.DEFAULT, f"{model_flag} {tokenizer_model} ({what})")
+    given = f"{model_flag} {tokenizer_model}" if tokenizer_model else (
         f"--vocab-file {vocab_file}" if vocab_file else f"--tokenizer-file {tokenizer_file}" if tokenizer_file else
         "no --tokenizer-model or --vocab-file")
     raise ConfigError(
@@ -194,9 +195,14 @@ def megatron_vocab(flags: FlagValues, tokenizer: str | None, divisible: int, div
             return found
     pad_to = flags.get("pad_vocab_size_to")
     try:
-        vocab, src["vocab_size"] = resolve_vocab_size(flags.get("vocab_size"), flags.source("vocab_size"), tokenizer,
-                                                      flags.get("tokenizer_model"), flags.get("vocab_file"),
-                                                      flags.get("tokenizer_file"))
+        # the bigscience fork's PretrainedFromHF tokenizer is AutoTokenizer(--tokenizer-name-or-path) (BLOOM's
+        # scripts, bigscience train/tr11-176B-ml; the fork is not mirrored here): that names its files, not
+        # --tokenizer-model, so a local directory is sized from it and a refusal names it
+        hf_name = tokenizer == "PretrainedFromHF" and flags.has("tokenizer_name_or_path")
+        vocab, src["vocab_size"] = resolve_vocab_size(
+            flags.get("vocab_size"), flags.source("vocab_size"), tokenizer,
+            flags.get("tokenizer_name_or_path") if hf_name else flags.get("tokenizer_model"), flags.get("vocab_file"),
+            flags.get("tokenizer_file"), flags.seen_flags["tokenizer_name_or_path"] if hf_name else "--tokenizer-model")
     except ConfigError:
         if pad_to is None:
             raise

@@ -45,3 +45,21 @@ def test_megatron_multimodal_train_py_is_refused(args: list[str]) -> None:
     # Megatron-LM examples/multimodal/train.py: multimodal_args.py makes --language-model-type required.
     with pytest.raises(ConfigError, match="vision-language model"):
         check_model_family("examples/multimodal/train.py", ["--num-layers", "32", *args])
+
+
+@pytest.mark.parametrize(("script", "args"), [
+    # NeMo-Framework-Launcher examples/training/gpt/h100/20b_bf16_1node.sh and examples/peft/llama/a100/7b_1node.sh
+    ("/opt/NeMo-Framework-Launcher/launcher_scripts/main.py",
+     ["training=gpt3/20b", "stages=[training]", "training.trainer.num_nodes=1", "training.model.micro_batch_size=2"]),
+    ("/opt/NeMo-Framework-Launcher/launcher_scripts/main.py", ["peft=llama/sft", "++peft.model.gc_interval=0"]),
+    # NeMo examples/nlp/language_modeling/megatron_gpt_pretraining.py with its YAML and overrides
+    ("megatron_gpt_pretraining.py", ["--config-path=conf", "trainer.devices=8", "model.tensor_model_parallel_size=2"]),
+])
+def test_hydra_configured_jobs_are_refused_naming_the_overrides(script: str, args: list[str]) -> None:
+    with pytest.raises(ConfigError, match=r"configured by Hydra \(.*=.*\).*command that trains") as refused:
+        check_model_family(script, args)
+    assert refused.value.exit_code == 2
+
+
+def test_key_value_option_values_are_not_hydra() -> None:
+    assert check_model_family("train.py", ["--deepspeed_config=ds.json", "--lr=1e-4", "--data-path", "a.bin"]) == []
