@@ -6,8 +6,9 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
   fp32 grads     the fp32 gradient of that partition, which the CPU optimizer reads: 4 B (stage_1_and_2.py
                  initialize_optimizer_states: single_partition_of_fp32_groups[i].grad = pin_memory(zeros);
                  stage3.py: fp32_partitioned_groups_flat[i].grad on the offload device)
-  16-bit grads   ZeRO-3 only: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32)
-                 on the CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer)
+  16-bit grads   ZeRO-3: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32) on the
+                 CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer); ZeRO-1/2 with
+                 gradient accumulation: a pinned buffer per partition parameter in its dtype (2 B)
   parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py)
   swap buffers   ZeRO-Infinity: offload_param nvme pins buffer_count (5) buffers of buffer_size elements in the
                  parameters' dtype (partitioned_param_swapper.py); offload_optimizer nvme pins buffer_count (4)
@@ -52,6 +53,10 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     if o.offload_optimizer != "none" and o.zero_stage == 3:
         accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
         out["host_gradient_partition"] = partition * accum
+    if o.offload_optimizer == "cpu" and o.zero_stage in (1, 2) and cfg.batch.num_microbatches > 1:
+        # gradient accumulation: each partition parameter's gradient is saved to a pinned host buffer of its own
+        # dtype between micro-steps (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu)
+        out["host_accumulated_gradients"] = partition * param_bytes(cfg)
     if o.offload_param == "cpu" and o.zero_stage == 3:
         out["host_parameters"] = partition * param_bytes(cfg)
     return out

@@ -53,6 +53,17 @@ def test_zero2_offload_keeps_no_16_bit_gradient_on_the_host() -> None:
     assert mem.host_bytes_per_node == pytest.approx(GPN * 16 * _params(cfg) / GPN, rel=1e-6)
 
 
+def test_zero2_offload_with_gradient_accumulation_saves_the_16_bit_gradients_on_the_host() -> None:
+    """Between micro-steps each partition parameter's gradient goes to a pinned host buffer of its dtype
+    (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): 2 B more per parameter of the partition."""
+    one = _zero(2, offload_optimizer="cpu")
+    four = replace(one, batch=replace(one.batch, global_batch_size=4 * one.batch.global_batch_size,
+                                      num_microbatches=4))
+    extra = _host(four).host_components["host_accumulated_gradients"]
+    assert extra == pytest.approx(GPN * 2 * _params(one) / GPN, rel=1e-6)
+    assert "host_accumulated_gradients" not in _host(one).host_components
+
+
 def test_nvme_offload_pins_its_swap_buffers() -> None:
     """offload_param nvme: 5 pinned buffers of buffer_size (1e8) bf16 elements per rank; nothing else on the host
     but the optimizer's fp32 swap buffers (4 x the largest sub-group) and ZeRO-3's gradient partition."""
