@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -42,6 +43,8 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
         if fmt == "json":  # stdout stays one well-formed JSON object; the message goes to stderr as always
             click.echo(json.dumps({"schema": 1, "error": str(err), "exit_code": err.exit_code}, indent=1))
         raise
+    for warning in report.warnings:
+        click.echo(f"llmperf: warning: {warning}", err=True)
     if fmt == "json":
         from llmperf_hook.validate.render import report_json
 
@@ -70,7 +73,7 @@ def finite_json(value):
 def _validate(csv_file: str, sources: tuple[str, ...], worst: int, write_batch: str | None):
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.runner import validate_runs
-    from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv
+    from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv, unknown_column_warnings
 
     raw_rows = _read_csv(csv_file, read_runs_csv)
     if not raw_rows:
@@ -84,7 +87,8 @@ def _validate(csv_file: str, sources: tuple[str, ...], worst: int, write_batch: 
         from llmperf_hook.validate.scoring import RowResult
 
         write_batch_files([r for r in runs if not isinstance(r, RowResult)], Path(write_batch), configs_dir() / "clusters")
-    return validate_runs(runs, clusters_dir=configs_dir() / "clusters", num_worst=worst)
+    report = validate_runs(runs, clusters_dir=configs_dir() / "clusters", num_worst=worst)
+    return replace(report, warnings=tuple(unknown_column_warnings([c for c in raw_rows[0] if c])))
 
 
 def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:

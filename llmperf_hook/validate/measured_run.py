@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.validate.cell_units import NUMBER, check_unit
 
 FrameworkFamily = Literal["megatron", "megatron-core", "megatron-deepspeed", "deepspeed"]
 
@@ -50,6 +51,13 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "inter_node_bandwidth_GBps", "swiglu", "normalization", "position_embedding", "source_location",
 )
 """Columns read when present (see the module docstring for what blank means)."""
+
+RECORD_COLUMNS: tuple[str, ...] = (
+    "gpu_memory_gb", "metric_name", "metric_value", "metric_unit", "reported_mfu", "iteration_time_method",
+    "confidence",
+)
+"""Columns of dev.csv that record how the measured time was obtained: known to the schema, read for nothing (the
+GPU's memory comes from its preset; `iteration_time_s` is the measurement)."""
 
 HEAD_DIM_DEFAULT = 128
 """Head dimension of GPT-3 (12288/96) and of most models in the Megatron papers; fills a blank heads cell."""
@@ -136,13 +144,19 @@ def number_token(cell: str, column: str, where: str) -> str:
     text = cell.strip()
     grouped = THOUSANDS_NUMBER.match(text)
     if grouped:
-        return grouped.group(0).replace(",", "")
+        number = grouped.group(0).replace(",", "")
+        check_unit(number, text[grouped.end():], cell, column, where)
+        return number
     token = leading_token(text)
     if re.match(r",\s*\d", text[len(token):]) and re.fullmatch(r"[+-]?[\d.]+", token):
         raise UsageError(f"{where}: column `{column}` = {cell!r} is ambiguous: its comma does not group thousands "
                          "(as in 1,024), so it may be a decimal comma. Write the number with a decimal point and no "
                          "separators (4.25, 1024).")
-    return token
+    number = NUMBER.match(text)
+    if number is None:
+        return token  # not a number: the caller says so
+    check_unit(number.group(0), text[number.end():], cell, column, where)
+    return number.group(0)
 
 
 def parse_int(raw: Mapping[str, str], column: str, where: str, default: int | None = None) -> int:

@@ -114,4 +114,5 @@ def report_json(report: ValidationReport) -> dict[str, Any]:
         "overall": {"mape": report.overall_mape, "mean_source_mape": report.mean_source_mape,
                     "num_rows": len(report.rows), "num_failed": report.num_failed},
         "elapsed_s": report.elapsed_s,
+        "warnings": list(report.warnings),
     }

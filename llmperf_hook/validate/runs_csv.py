@@ -18,6 +18,7 @@ from llmperf_hook.validate.measured_run import (
     CLUSTER_COLUMN_SETS,
     HEAD_DIM_DEFAULT,
     OPTIONAL_COLUMNS,
+    RECORD_COLUMNS,
     REQUIRED_COLUMNS,
     MeasuredRun,
     parse_extra_args,
@@ -64,6 +65,27 @@ def schema_spelling(column: str) -> str:
     """A header cell as the schema spells it when it names a schema column in other letter case (`Num_Layers`,
     `TP`, `inter_node_bandwidth_gbps`: spreadsheets and SQL exports change case); other names unchanged."""
     return _SCHEMA_COLUMNS.get(column.lower(), column)
+
+
+def unknown_column_warnings(columns: Sequence[str]) -> list[str]:
+    """One warning per header cell that is close to a schema column (a misspelling: its cells would be ignored and
+    the blank rule applied, `micro_batch` -> micro-batch size 1), and one listing the other unknown columns."""
+    import difflib
+
+    known = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *RECORD_COLUMNS)
+    unknown = [c for c in columns if c and c not in known]
+    warnings, unrelated = [], []
+    for column in unknown:
+        close = difflib.get_close_matches(column.lower(), known, n=1, cutoff=0.75)
+        if close and close[0] not in columns:
+            warnings.append(f"column `{column}` is not in the schema and is ignored; did you mean `{close[0]}`? "
+                            f"Rename the column (see `llmperf validate --help`).")
+        else:
+            unrelated.append(column)
+    if unrelated:
+        warnings.append(f"column(s) {', '.join(f'`{c}`' for c in unrelated)} are not in the schema and are ignored "
+                        "(see `llmperf validate --help` for the columns read).")
+    return warnings
 
 
 def _delimiter(header: str, where: str) -> str:

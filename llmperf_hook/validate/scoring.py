@@ -65,6 +65,8 @@ class ValidationReport:
     num_failed: int
     elapsed_s: float = 0.0
     """Wall time of the predictions."""
+    warnings: tuple[str, ...] = ()
+    """About the file as a whole (columns the schema does not know)."""
 
 
 def mape(rows: Sequence[RowResult]) -> float | None:
