@@ -232,6 +232,9 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "virtual pipeline needs pp > 1": (vpp > 1) & (pp == 1),
         "layers do not split evenly over pp (and vpp)": ~layers_ok,
         "global_batch % (micro_batch*dp) != 0": cfg.batch.global_batch_size % (mbs * dp) != 0,
+        # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ asserts 'ZeRO-2 and ZeRO-3 are incompatible with
+        # pipeline parallelism'; Megatron-DeepSpeed at PP 1 runs them without the engine (--no-pipeline-parallel).
+        "ZeRO-2/3 with DeepSpeed's pipeline engine (pp > 1)": engine & (cols["zero"] >= 2),
         **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
         **_uneven_stage_masks(cfg, total, pp, vpp),
         **_kept_flag_masks(cfg, cols),

@@ -79,7 +79,22 @@ def test_megatron_deepspeed_keeps_cp_vpp_and_distopt() -> None:
                               framework="megatron-deepspeed")
     cols = generate_candidates(cfg, load_search_space(None, "megatron-deepspeed"), gpus_per_node=8).columns
     assert set(cols["cp"].tolist()) == {1} and set(cols["vpp"].tolist()) == {1} and set(cols["distopt"].tolist()) == {0}
-    assert set(cols["zero"].tolist()) == {0, 1} and len(set(cols["pp"].tolist())) > 1 and len(set(cols["tp"].tolist())) > 1
+    assert set(cols["zero"].tolist()) == {0, 1, 2, 3} and len(set(cols["pp"].tolist())) > 1 and len(set(cols["tp"].tolist())) > 1
+
+
+def test_megatron_deepspeed_searches_zero_2_and_3_where_the_pipeline_engine_does_not_run() -> None:
+    """Megatron-DeepSpeed runs ZeRO-2/3 at PP 1 (--no-pipeline-parallel; its ZeRO-3 examples do), while DeepSpeed's
+    PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' at PP > 1. The default space
+    searched ZeRO 0/1 only, so a ZeRO-3 user was offered ZeRO-1 layouts and never the ZeRO-3 ones; the PP > 1 rows
+    are refused by a named rule that agrees with explain's, not one by one by the framework validation."""
+    cfg = dataclasses.replace(gpt_config(layers=24, hidden=2048, heads=16, world=32, tp=1, pp=1, gbs=128, zero=3),
+                              framework="megatron-deepspeed")
+    table = generate_candidates(cfg, load_search_space(None, "megatron-deepspeed"), gpus_per_node=8)
+    cols, masks = table.columns, rule_masks(cfg, table.columns)
+    engine = masks["ZeRO-2/3 with DeepSpeed's pipeline engine (pp > 1)"]
+    assert np.array_equal(engine, (cols["pp"] > 1) & (cols["zero"] >= 2))
+    assert {2, 3} <= set(cols["zero"][~engine & (cols["pp"] == 1)].tolist())
+    assert mask_disagreements(cfg, table) == []
 
 
 def test_rule_masks_agree_with_the_frameworks_validation() -> None:
