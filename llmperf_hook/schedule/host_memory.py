@@ -9,15 +9,21 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
   16-bit grads   ZeRO-3: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32) on the
                  CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer); ZeRO-1/2 with
                  gradient accumulation: a pinned buffer per partition parameter in its dtype (2 B)
-  parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py)
+  parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py);
+                 ZeRO-1/2 offload: a 16-bit copy of the partition that the updated fp32 weights are cast into
+                 before their copy to the GPU (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, 2 B,
+                 since v0.17.0: 17c8be070, #7309)
   swap buffers   ZeRO-Infinity: offload_param nvme pins buffer_count (5) buffers of buffer_size elements in the
                  parameters' dtype (partitioned_param_swapper.py); offload_optimizer nvme pins buffer_count (4)
                  fp32 buffers of the largest optimizer sub-group (optimizer_utils.py SwapBufferManager)
   checkpoints    Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints of the micro-batches in
                  flight (schedule/memory.checkpoints_off_gpu_bytes)
-DeepSpeed's own estimator counts the same model states per node (estimate_zero3_model_states_mem_needs: 18 B per
-parameter with offload_optimizer = 12 + 4 + 2). Not counted: each process's own footprint (Python, CUDA and NCCL
-host allocations, the data loader), a few GB per rank that the cluster's RAM must also hold.
+DeepSpeed's own estimators count fewer bytes per parameter per node (estimate_zero3_model_states_mem_needs at
+zero_init: 16 B with offload_optimizer, 18 with offload_param too; estimate_zero2_model_states_mem_needs: 16 B):
+they leave out ZeRO-3's gradient partition and ZeRO-1/2's 16-bit copies (benchmarks/bench_memory_reference.py
+prints both). Not counted: each process's own footprint (Python, CUDA and NCCL host allocations, the data loader),
+a few GB per rank that the cluster's RAM must also hold; ZeRO-1/2's pinned staging buffer of its largest parameter
+(temp_grad_buffer_for_cpu_offload).
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ def _partition(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> fl
 
 
 def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
-    """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, and ZeRO-3's gradient
-    partition; offload_param cpu: the 16-bit parameter partition."""
+    """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, ZeRO-3's gradient
+    partition, ZeRO-1/2's 16-bit copies; offload_param cpu: the 16-bit parameter partition."""
     o = cfg.optimizer
     out: dict[str, float] = {}
     if o.offload_optimizer == "cpu":
@@ -53,10 +59,14 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     if o.offload_optimizer != "none" and o.zero_stage == 3:
         accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
         out["host_gradient_partition"] = partition * accum
-    if o.offload_optimizer == "cpu" and o.zero_stage in (1, 2) and cfg.batch.num_microbatches > 1:
-        # gradient accumulation: each partition parameter's gradient is saved to a pinned host buffer of its own
-        # dtype between micro-steps (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu)
-        out["host_accumulated_gradients"] = partition * param_bytes(cfg)
+    if o.offload_optimizer == "cpu" and o.zero_stage in (1, 2):
+        out["host_parameter_copy"] = partition * param_bytes(cfg)
+        if cfg.batch.num_microbatches > 1:
+            # gradient accumulation: each partition parameter's gradient is saved to a pinned host buffer of its own
+            # dtype between micro-steps (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu,
+            # accumulated_grads_in_cpu; a buffer holds the whole parameter, so one astride two partitions is held
+            # whole by both: the partition is a lower bound)
+            out["host_accumulated_gradients"] = partition * param_bytes(cfg)
     if o.offload_param == "cpu" and o.zero_stage == 3:
         out["host_parameters"] = partition * param_bytes(cfg)
     return out

@@ -46,11 +46,16 @@ def test_zero3_offload_pins_twenty_bytes_per_parameter_on_the_node() -> None:
     assert mem.host_capacity_bytes == 2048 * 2**30 and mem.host_fits
 
 
-def test_zero2_offload_keeps_no_16_bit_gradient_on_the_host() -> None:
+def test_zero2_offload_keeps_a_16_bit_parameter_copy_but_no_16_bit_gradient_on_the_host() -> None:
+    """12 + 4 B of the optimizer, and the pinned 16-bit partition the updated fp32 weights are cast into before
+    their copy to the GPU (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, DeepSpeed >= 0.17.0):
+    2 B; without gradient accumulation no gradient is kept there."""
     cfg = _zero(2, offload_optimizer="cpu")
     mem = _host(cfg)
-    assert set(mem.host_components) == {"host_optimizer_states", "host_fp32_gradients"}
-    assert mem.host_bytes_per_node == pytest.approx(GPN * 16 * _params(cfg) / GPN, rel=1e-6)
+    assert set(mem.host_components) == {"host_optimizer_states", "host_fp32_gradients", "host_parameter_copy"}
+    assert mem.host_components["host_parameter_copy"] == pytest.approx(GPN * 2 * _params(cfg) / GPN, rel=1e-6)
+    assert mem.host_bytes_per_node == pytest.approx(GPN * 18 * _params(cfg) / GPN, rel=1e-6)
+    assert "host_parameter_copy" not in _host(_zero(3, offload_optimizer="cpu")).host_components
 
 
 def test_zero2_offload_with_gradient_accumulation_saves_the_16_bit_gradients_on_the_host() -> None:
