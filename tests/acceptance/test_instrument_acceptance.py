@@ -85,7 +85,7 @@ def test_instrument_option_misuse_exits_2_before_launch(tmp_path: Path, args, sa
     proc = run_child(["run", *args, "--", "python", "job.py"], tmp_path, {"LLMPERF_HOME": str(tmp_path / "home")})
     assert proc.returncode == 2 and not (tmp_path / "ran").exists()
     lines = error_lines(proc.stderr)
-    assert len(lines) == 1 and says in lines[0], err
+    assert len(lines) == 1 and says in lines[0], proc.stderr
     assert not (tmp_path / "r").exists() and not (tmp_path / "llmperf-runs").exists()
 
 

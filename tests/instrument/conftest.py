@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from instrument_helpers import make_child_env
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, make_child_env, run_session
 
 
 @pytest.fixture
 def child_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a child job: one thread, CPU DeepSpeed, a private LLMPERF_HOME, this checkout importable."""
     return make_child_env(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def plain_recorded_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """(folder, session) of one plain-torch job run through run_instrumented: 6 steps of the testbed GPT, 4 of
+    them recorded, a prediction of 0.01 s passed in. Its records are in folder / "run". Shared by the tests that
+    only read what such a run leaves (test_session_plain, test_hook_reach): never write into it."""
+    folder = tmp_path_factory.mktemp("plain-run")
+    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"]
+    return folder, run_session(folder, make_child_env(folder), argv, steps=4, prediction={"step_time_s": 0.01})

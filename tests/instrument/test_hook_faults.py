@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records
+import pytest
+from instrument_helpers import SMALL_GPT, TRAIN_GPT, make_child_env, read_records
 
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
@@ -18,25 +19,42 @@ from llmperf_hook.instrument.recorder import JsonlWriter
 from llmperf_hook.instrument.session import build_child_env
 
 
-def _run_with_hook(tmp_path: Path, env: dict[str, str], config: HookConfig | str, iters: int) -> subprocess.CompletedProcess:
+def _start_with_hook(tmp_path: Path, env: dict[str, str], config: HookConfig | str, iters: int) -> subprocess.Popen:
     hook = write_hook_dir(tmp_path / "run" / "hook")
     if isinstance(config, HookConfig):
         write_hook_config(config, hook)
     else:
         (hook / "llmperf_hook_config.json").write_text(config)
     argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", str(iters)]
-    return subprocess.run(argv, env=build_child_env(env, hook, tmp_path / "run"), capture_output=True, text=True, timeout=120)
+    return subprocess.Popen(argv, env=build_child_env(env, hook, tmp_path / "run"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
-def test_hook_that_raises_leaves_training_complete(tmp_path: Path, child_env: dict[str, str]) -> None:
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _run_with_hook(tmp_path: Path, env: dict[str, str], config: HookConfig | str, iters: int) -> subprocess.CompletedProcess:
+    return _finish(_start_with_hook(tmp_path, env, config, iters))
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> subprocess.CompletedProcess:
+    """The job of these tests (6 steps) without the hook: what each hooked run must print and exit with."""
+    env = make_child_env(tmp_path_factory.mktemp("clean"))
+    return subprocess.run([sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_hook_that_raises_leaves_training_complete(tmp_path: Path, child_env: dict[str, str],
+                                                   clean_run: subprocess.CompletedProcess) -> None:
     config = HookConfig(run_dir=str(tmp_path / "run"), job_id="fault", num_steps=5, inject_fault_at_step=1)
-    clean = subprocess.run([sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"], env=child_env,
-                           capture_output=True, text=True, timeout=120)
     done = _run_with_hook(tmp_path, child_env, config, iters=6)
-    assert done.returncode == 0 == clean.returncode
+    assert done.returncode == 0 == clean_run.returncode
     assert done.stdout.count("iter ") == 6 and "done: 6 steps" in done.stdout
     losses = [ln.split("loss ")[1] for ln in done.stdout.splitlines() if "loss" in ln]
-    assert losses == [ln.split("loss ")[1] for ln in clean.stdout.splitlines() if "loss" in ln]  # same training
+    assert losses == [ln.split("loss ")[1] for ln in clean_run.stdout.splitlines() if "loss" in ln]  # same training
     assert done.stderr.count("llmperf hook: disabled") == 1 and "fault injected at step 1" in done.stderr
     records = read_records(tmp_path / "run")
     assert [r["step"] for r in records if r["kind"] == "step"] == [0]
@@ -54,22 +72,21 @@ def _without_times(stdout: str) -> str:
     return re.sub(r"step_time_s [0-9.]+", "step_time_s T", stdout)
 
 
-def test_hook_failing_at_install_and_at_exit_leaves_output_and_exit_code(tmp_path: Path,
-                                                                        child_env: dict[str, str]) -> None:
+def test_hook_failing_at_install_and_at_exit_leaves_output_and_exit_code(
+        tmp_path: Path, child_env: dict[str, str], clean_run: subprocess.CompletedProcess) -> None:
     """At install: a config the hook refuses (num_steps 0). At exit: the records of a job that ended before its N
     steps are written by an atexit callback, here into a run directory that cannot exist (under a file); an
     exception escaping it printed a traceback into the job's stderr. Either way: one line, the job's own output and
     exit code as without the hook."""
-    clean = subprocess.run([sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "2"], env=child_env,
-                           capture_output=True, text=True, timeout=120)
-    at_install = _run_with_hook(tmp_path / "a", child_env, json.dumps({"run_dir": str(tmp_path), "job_id": "j",
-                                                                       "num_steps": 0}), iters=2)
     (tmp_path / "a_file").write_text("not a folder")
-    config = HookConfig(run_dir=str(tmp_path / "a_file" / "run"), job_id="j", num_steps=5)
-    at_exit = _run_with_hook(tmp_path / "b", child_env, config, iters=2)
-    for done, said in ((at_install, "llmperf hook: not installed"), (at_exit, "could not write the last records")):
-        assert done.returncode == clean.returncode == 0
-        assert _without_times(done.stdout) == _without_times(clean.stdout) and "done: 2 steps" in done.stdout
+    config = HookConfig(run_dir=str(tmp_path / "a_file" / "run"), job_id="j", num_steps=10)
+    at_install = _start_with_hook(tmp_path / "a", child_env, json.dumps({"run_dir": str(tmp_path), "job_id": "j",
+                                                                         "num_steps": 0}), iters=6)
+    at_exit = _start_with_hook(tmp_path / "b", child_env, config, iters=6)  # the two jobs run side by side
+    for done, said in ((_finish(at_install), "llmperf hook: not installed"),
+                       (_finish(at_exit), "could not write the last records")):
+        assert done.returncode == clean_run.returncode == 0
+        assert _without_times(done.stdout) == _without_times(clean_run.stdout) and "done: 6 steps" in done.stdout
         assert done.stderr.count(said) == 1 and "Traceback" not in done.stderr, done.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,10 +34,9 @@ def test_a_job_that_loaded_the_hook_but_took_no_step(tmp_path: Path, child_env: 
     assert len(list((tmp_path / "run" / "jobs").glob("*/hook/loaded"))) == 1
 
 
-def test_a_recorded_job_gets_no_such_warning(tmp_path: Path, child_env: dict[str, str]) -> None:
-    done = run_session(tmp_path, child_env, [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "2"],
-                       steps=2)
+def test_a_recorded_job_gets_no_such_warning(plain_recorded_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    folder, done = plain_recorded_run
     assert done.returncode == 0 and "recorded no step" not in done.stderr
-    (job_id,) = {r["job_id"] for r in read_records(tmp_path / "run")}
-    assert job_has_record(tmp_path / "run", job_id, "step") and not job_has_record(tmp_path / "run", job_id, "stop")
-    assert not job_has_record(tmp_path / "run", "another-job", "step")
+    (job_id,) = {r["job_id"] for r in read_records(folder / "run")}
+    assert job_has_record(folder / "run", job_id, "step") and not job_has_record(folder / "run", job_id, "stop")
+    assert not job_has_record(folder / "run", "another-job", "step")

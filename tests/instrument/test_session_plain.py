@@ -15,19 +15,18 @@ from instrument_helpers import SMALL_GPT, TRAIN_GPT, read_records, run_session, 
 from llmperf_hook.instrument.session import build_child_env, default_warmup_steps, hook_reach_warnings
 
 
-def test_plain_torch_job_recorded_and_output_intact(tmp_path: Path, child_env: dict[str, str]) -> None:
-    argv = [sys.executable, str(TRAIN_GPT), *SMALL_GPT, "--train-iters", "6"]
-    done = run_session(tmp_path, child_env, argv, steps=4, prediction={"step_time_s": 0.01})
+def test_plain_torch_job_recorded_and_output_intact(plain_recorded_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    folder, done = plain_recorded_run
     assert done.returncode == 0, done.stderr
     assert "done: 6 steps" in done.stdout and done.stdout.count("iter ") == 6
-    records = read_records(tmp_path / "run")
+    records = read_records(folder / "run")
     steps = [r for r in records if r["kind"] == "step"]
     assert [s["step"] for s in steps] == [0, 1, 2, 3]
     assert [s["warmup"] for s in steps] == [True, False, False, False]
     assert all(s["framework"] == "torch" and s["wall_time_s"] > 0 and s["peak_rss_bytes"] > 0 for s in steps)
     assert {r["kind"] for r in records} == {"meta", "step", "end"}
-    assert json.loads((tmp_path / "run" / "prediction.json").read_text()) == {"step_time_s": 0.01}
-    assert json.loads((tmp_path / "run" / "session.json").read_text())["exit_code"] == 0
+    assert json.loads((folder / "run" / "prediction.json").read_text()) == {"step_time_s": 0.01}
+    assert json.loads((folder / "run" / "session.json").read_text())["exit_code"] == 0
 
 
 def test_step_times_match_the_scripts_own_timer(tmp_path: Path, child_env: dict[str, str]) -> None:
