@@ -3,11 +3,14 @@
 
 Single command: a readable table (default) or one JSON object (schema in report/json_report.py) on stdout.
 Batch: FILE holds one launch command per line (shell words; `#` comments; blank lines skipped; `-` = stdin).
-A line may start with its own llmperf options ending in `--` (`--cluster NAME --hardware NAME --nnodes N
+A line may start with its own llmperf options ending in `--` (`--id TEXT --cluster NAME --hardware NAME --nnodes N
 --nproc-per-node N --model M -- torchrun ...`) and may start with `llmperf predict`, `llmperf run` or `llmperf`. Relative paths in a line
 (ds_config, hostfile) resolve against the batch file's folder (FILE's directory is the working directory while
-its lines are resolved). With --format json, stdout holds one JSON object per line of input commands, in order; a
-line that fails gives {"error": "..."} and the rest go on (a count of failures goes to stderr; exit 0).
+its lines are resolved). A command continues over lines ending in a backslash. With --format json, stdout holds one
+JSON object per input command, in order: {"line": N, "id": TEXT|null, ...the single-command JSON}, where N is the
+command's first line in FILE and id its `--id`; a command that fails gives {"line": N, "id": ..., "error": "line N:
+..."} and the rest go on (a count of failures goes to stderr; exit 0). The table format heads each result
+`== line N (id TEXT)`. docs/validate.md documents the format.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from llmperf_hook.commands.common import launch_argv, overrides
 from llmperf_hook.errors import LlmperfError, UsageError
 
 LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "nnodes",
-                "--nproc-per-node": "nproc_per_node", "--model": "model"}
+                "--nproc-per-node": "nproc_per_node", "--model": "model", "--id": "id"}
+"""llmperf options a batch line may start with; `--id TEXT` names the line in its result (`id`), to join it back."""
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
 @click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin; `#` comments and blank lines skipped). A line that fails gives {\"error\": ...} in its place (its line number in the message), the others are still predicted, and the exit code is 0; the count of failed lines goes to stderr.")
+@click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin; `#` comments and blank lines skipped; a line may start with `--id TEXT --cluster NAME -- `). Each result carries its `line` number and `id`; a line that fails gives {\"line\": N, \"id\": ..., \"error\": ...} in its place, the others are still predicted, and the exit code is 0; the count of failed lines goes to stderr. Format: docs/validate.md.")
 @click.option("--trace", "trace_file", default=None, help="Write a Chrome/Perfetto trace of the simulated step. An existing file is replaced only if empty or a trace llmperf wrote.")
 @click.option("--nnodes", type=int, default=None, help="Override the number of nodes of the command.")
 @click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
@@ -190,6 +194,12 @@ def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
 
 def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[tuple, Any]) -> str | None:
     """One batch line -> rendered prediction; `clusters` memoises (cluster, hardware) -> (spec, warnings)."""
+    predicted = predict_batch_line(line, defaults, clusters)
+    return None if predicted is None else render(predicted[0], fmt)
+
+
+def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any]) -> tuple[Any, str | None] | None:
+    """One batch line -> (prediction, the line's --id or None); None for a blank or comment line."""
     from llmperf_hook import api
 
     parsed = parse_batch_line(line, defaults)
@@ -206,7 +216,7 @@ def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[t
     pred = api.predict_command(argv, dict(os.environ), cluster=spec, hardware=None, overrides=job_overrides)
     if notes:
         pred = replace(pred, warnings=pred.warnings + notes)
-    return render(pred, fmt)
+    return pred, opts.get("id")
 
 
 def paths_from_cwd(defaults: dict[str, Any]) -> dict[str, Any]:
@@ -244,26 +254,56 @@ def _require_commands(path: str, lines: list[tuple[int, str]]) -> None:
 def run_batch(path: str, fmt: str, defaults: dict[str, Any]) -> None:
     lines, folder = _read_batch(path)
     _require_commands(path, lines)
-    defaults = paths_from_cwd(defaults)
+    defaults = {**paths_from_cwd(defaults), "id": None}
     failures = total = 0
     out = sys.stdout
     clusters: dict[tuple, Any] = {}
     with working_directory(folder):
         for number, line in lines:
-            try:
-                text = predict_line(line, defaults, fmt, clusters)
-            except LlmperfError as err:
-                text = json.dumps({"error": f"line {number}: {err}"}) if fmt == "json" else f"line {number}: error: {err}"
-                failures += 1
-            except Exception as err:  # noqa: BLE001 - one bad line must not stop the batch
-                text = json.dumps({"error": f"line {number}: internal error: {type(err).__name__}: {err}"}) \
-                    if fmt == "json" else f"line {number}: internal error: {type(err).__name__}: {err}"
-                failures += 1
+            text, failed = batch_result(number, line, defaults, fmt, clusters)
             if text is None:
                 continue
             total += 1
+            failures += failed
             out.write(text + ("\n" if fmt == "json" else "\n\n"))
     out.flush()
     if failures:
         what = "error objects" if fmt == "json" else "'line N: error:' entries"
         click.echo(f"llmperf predict: {failures} of {total} commands failed (see their {what}).", err=True)
+
+
+def batch_result(number: int, line: str, defaults: dict[str, Any], fmt: str,
+                 clusters: dict[tuple, Any]) -> tuple[str | None, bool]:
+    """(rendered result, failed) of the command starting on line `number`: JSON {"line", "id", ...prediction} or
+    {"line", "id", "error"}; a table headed `== line N (id X)`. None for a blank or comment line."""
+    try:
+        predicted = predict_batch_line(line, defaults, clusters)
+        if predicted is None:
+            return None, False
+        pred, line_id = predicted
+        if fmt == "json":
+            from llmperf_hook import api
+
+            return json.dumps({"line": number, "id": line_id, **api.prediction_json(pred)}), False
+        return f"{_batch_heading(number, line_id)}\n{render(pred, fmt)}", False
+    except LlmperfError as err:
+        message = f"line {number}: {err}"
+    except Exception as err:  # noqa: BLE001 - one bad line must not stop the batch
+        message = f"line {number}: internal error: {type(err).__name__}: {err}"
+    line_id = _line_id(line)
+    if fmt == "json":
+        return json.dumps({"line": number, "id": line_id, "error": message}), True
+    return f"{_batch_heading(number, line_id)}\n{message.replace(':', ': error:', 1)}", True
+
+
+def _batch_heading(number: int, line_id: str | None) -> str:
+    return f"== line {number}" + (f" (id {line_id})" if line_id is not None else "")
+
+
+def _line_id(line: str) -> str | None:
+    """The --id of a line that failed, when its options can still be read."""
+    try:
+        parsed = parse_batch_line(line, {"id": None})
+    except LlmperfError:
+        return None
+    return parsed[1].get("id") if parsed else None

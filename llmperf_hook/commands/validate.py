@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -110,6 +111,7 @@ def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
     from llmperf_hook.validate.runner import plan_run
 
     presets = read_cluster_presets(clusters_dir)
+    folder = out_dir.resolve()  # the batch reads relative paths from its own folder: written paths are relative to it
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--write-batch {str(out_dir)!r} is a file; give a folder for the batch files (it is created "
                          "if missing).")
@@ -117,18 +119,28 @@ def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         lines: dict[str, list[str]] = {}
         for run in runs:
-            plan, cluster = plan_run(run, presets, out_dir)
+            plan, cluster = plan_run(run, presets, folder)
+            words = ["--id", run.row_id, "--cluster", _beside(cluster.cluster, folder), "--",
+                     *(_beside(word, folder) for word in plan.argv)]
             lines.setdefault(cluster.cluster, []).append(
-                f"# row {run.row_id} ({run.source_id}) measured {run.iteration_time_s:g} s\n{shlex.join(plan.argv)}")
+                f"# row {run.row_id} ({run.source_id}) measured {run.iteration_time_s:g} s\n{shlex.join(words)}")
         files = {out_dir / f"commands-{Path(c).stem if c.endswith('.yaml') else c}.txt": c for c in lines}
         _refuse_foreign_files(files, out_dir)
         for path, cluster in files.items():
             path.write_text(BATCH_MARKER + "\n" + "\n".join(lines[cluster]) + "\n", encoding="utf-8")
-            click.echo(f"wrote {path} ({len(lines[cluster])} commands; "
-                       f"llmperf predict --cluster {cluster} --batch FILE --format json)", err=True)
+            click.echo(f"wrote {path} ({len(lines[cluster])} commands; llmperf predict --batch {path} --format json; "
+                       "each result carries its row's id)", err=True)
     except OSError as err:
         raise UsageError(f"--write-batch {str(out_dir)!r}: cannot write {err.filename or out_dir} ({err.strerror or err}). "
                          "Pass a writable folder (it is created if missing).") from None
+
+
+def _beside(word: str, folder: Path) -> str:
+    """A file validate wrote into the batch folder by its name there; another existing file by its absolute path
+    (the batch reads relative paths from its own folder); any other word unchanged."""
+    if word.startswith(str(folder) + os.sep):
+        return os.path.relpath(word, folder)
+    return os.path.abspath(word) if word.endswith((".yaml", ".yml")) and os.path.isfile(word) else word
 
 
 BATCH_MARKER = "# written by llmperf validate --write-batch (a later run with the same folder replaces this file)"

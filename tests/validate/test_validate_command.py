@@ -81,7 +81,8 @@ def test_write_batch(csv_file: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = (out_dir / "commands-dgx-a100.txt").read_text().splitlines()
     commands = [ln for ln in lines if ln and not ln.startswith("#")]
-    assert len(commands) == 4 and all(c.startswith("torchrun ") for c in commands)
+    assert len(commands) == 4
+    assert all(c.startswith(f"--id {i} --cluster dgx-a100 -- torchrun ") for i, c in enumerate(commands, start=1))
 
 
 def test_missing_column_exits_2_through_the_cli(tmp_path: Path) -> None:
