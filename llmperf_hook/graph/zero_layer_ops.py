@@ -44,15 +44,17 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
     copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
                                                 ranks_per_host=gpus_per_node)
-    if recomputed:  # a partition is copied in for each fetch that runs (a parameter still gathered is not)
-        phases = fetch_phases(recomputed_layer_fetches(cfg, 0))
-        copy_bwd = tuple(op for share in phases for op in _scaled(copy_bwd, share))
+    # a partition is copied in for each fetch that runs (a parameter still gathered is not)
+    copy_bwd = tuple(op for share in bwd_fetch_phases(cfg, recomputed) for op in _scaled(copy_bwd, share))
     return copy_fwd + fwd + ckpt_fwd, copy_bwd + bwd + ckpt_bwd, reduce
 
 
-def fetch_phases(fetches: float) -> tuple[float, ...]:
-    """The share of a layer each fetch phase after its forward gathers: the recompute's (or the backward's), then
-    the backward's under full recompute (recomputed_layer_fetches: 0 to 2 layers in all); each phase its own ops."""
+def bwd_fetch_phases(cfg: TrainingConfig, recomputed: bool) -> tuple[float, ...]:
+    """The share of a layer each ZeRO-3 fetch phase after its forward gathers, each phase its own ops: the
+    backward's (the last layers can stay gathered into it: zero3_trace.layer_bwd_fetch_share), or under full
+    recompute the recompute's, then the backward's (recomputed_layer_fetches: 0 to 2 layers in all). ZeRO-3 runs
+    without pipeline parallelism (frameworks/validation.py), so the trace is rank 0's."""
+    fetches = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
     return tuple(share for share in (min(1.0, fetches), fetches - 1.0) if share > 0)
 
 
@@ -114,10 +116,7 @@ def _zero_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     else:
         fwd = zero3_fetch_ops(cfg, layer_params, dense, "fwd", 1.0 / m) + \
             zero3_fetch_ops(cfg, layer_params, secondary, "fwd", (m - 1) / m)
-    # DeepSpeed's last layers can stay gathered into their backward (reuse distance); ZeRO-3 runs without pipeline
-    # parallelism (frameworks/validation.py), so the trace is rank 0's.
-    fetches = recomputed_layer_fetches(cfg, 0) if recomputed else layer_bwd_fetch_share(cfg, 0)
-    bwd = tuple(op for share in fetch_phases(fetches)
+    bwd = tuple(op for share in bwd_fetch_phases(cfg, recomputed)
                 for op in zero3_fetch_ops(cfg, layer_params, secondary or dense, "bwd", share))
     return fwd, bwd, reduce
 

@@ -15,6 +15,7 @@ from llmperf_hook.api import predict_config
 from llmperf_hook.frameworks.training_config import (BatchConfig, ModelShape, OptimizerConfig, ParallelLayout,
                                                      RecomputeConfig, TrainingConfig)
 from llmperf_hook.graph.params import layer_params
+from llmperf_hook.graph.zero3_trace import layer_bwd_fetch_share
 from llmperf_hook.graph.zero_layer_ops import zero3_gather_modules, zero3_layer_comm
 from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.predict.roofline import HOST_LINK_EFFICIENCY, compute_time_s
@@ -45,7 +46,10 @@ def test_each_fetch_copies_the_partition_before_gathering() -> None:
     params = layer_params(cfg, moe=False)
     fwd, bwd, _ = zero3_layer_comm(cfg, params, GPN)
     (copy_fwd,), (copy_bwd,) = _copies(fwd), _copies(bwd)
-    assert copy_fwd.dims["bytes"] == copy_bwd.dims["bytes"] == int(params * 2 / 8)  # bf16 partition, 1/8 per rank
+    assert copy_fwd.dims["bytes"] == int(params * 2 / 8)  # bf16 partition, 1/8 per rank
+    # the last 2 of the 40 layers stay gathered into their backward (reuse distance): no fetch, so no copy
+    assert layer_bwd_fetch_share(cfg, 0) == pytest.approx(38 / 40)
+    assert copy_bwd.dims["bytes"] == int(copy_fwd.dims["bytes"] * 38 / 40)
     assert "overlap" not in copy_fwd.tags  # a blocking .to(device): the issuing thread waits, prefetch or not
     assert fwd.index(copy_fwd) < [op.op_class for op in fwd].index("allgather")
 
