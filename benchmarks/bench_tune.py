@@ -52,6 +52,14 @@ MIXTRAL_8X7B_64 = [  # MoE: tune also searches expert parallelism (Megatron-LM)
     "--micro-batch-size", "1", "--global-batch-size", "256", "--pipeline-model-parallel-size", "4",
     "--use-distributed-optimizer", "--bf16",
 ]
+MEGATRON_DEEPSPEED_13B_64 = [  # examples/deepspeed-zero3: ZeRO-3 at PP 1; tune searches ZeRO 0-3 (2/3 only at PP 1)
+    "deepspeed", "--hostfile", str(ROOT / "examples" / "deepspeed-zero3" / "hostfile"), "--num_nodes", "8", "--num_gpus",
+    "8", "pretrain_gpt.py", "--deepspeed", "--deepspeed_config",
+    str(ROOT / "examples" / "deepspeed-zero3" / "ds_zero3.json"), "--zero-stage", "3", "--no-pipeline-parallel",
+    "--num-layers", "40", "--hidden-size", "5120", "--num-attention-heads", "40", "--seq-length", "2048",
+    "--max-position-embeddings", "2048", "--micro-batch-size", "2", "--global-batch-size", "256", "--bf16",
+    "--checkpoint-activations", "--vocab-size", "50257",
+]
 MIXTRAL_ALLTOALL_64 = [*MIXTRAL_8X7B_64, "--moe-token-dispatcher-type", "alltoall"]
 """The same job with the alltoall dispatcher (Megatron's default, above, is allgather: priced differently)."""
 WIDE_SPACE = {
@@ -167,6 +175,7 @@ def main() -> None:
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", None, args.repeats)
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", WIDE_SPACE, args.repeats)
     bench("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100", None, args.repeats)
+    bench("Megatron-DeepSpeed 13B ZeRO-3, 64 GPUs", MEGATRON_DEEPSPEED_13B_64, "dgx-a100", None, args.repeats)
     bench("Mixtral-8x7B (MoE, EP searched), 64 GPUs", MIXTRAL_8X7B_64, "dgx-h100", None, args.repeats)
     bench("Mixtral-8x7B alltoall dispatcher, 64 GPUs", MIXTRAL_ALLTOALL_64, "dgx-h100", None, args.repeats)
     cli_wall(GPT3_175B_1024, "dgx-a100", args.repeats)

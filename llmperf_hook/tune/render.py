@@ -44,6 +44,8 @@ class Change:
             return f"drop {prefix}{self.key}" + (f" {self.old}" if self.old else "")
         if self.old is None:
             return f"add {prefix}{self.key}" + (f" {self.new}" if self.new else "")
+        if not self.old or not self.new:  # a bare switch (nargs='?') gains or loses its value: both forms as typed
+            return " -> ".join(f"{prefix}{self.key} {v}".rstrip() for v in (self.old, self.new))
         return f"{prefix}{self.key} {self.old}->{self.new}"
 
 
