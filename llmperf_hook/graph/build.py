@@ -91,11 +91,12 @@ def _with_latent_scatter_backward(block: OpBlock, ctx: lo.LayerContext) -> OpBlo
 
 def _with_scatter_backward(block: OpBlock, ctx: lo.LayerContext, prefix: str = "") -> OpBlock:
     """Under SP with an all-reduced embedding its gradient is gathered over TP right after the embedding dropout's
-    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective."""
+    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective (after the backward's
+    dropout, not a full recompute's replay of it: an MTP depth is recomputed)."""
     gather = tuple(replace(op, name=prefix + op.name) for op in vo.embedding_scatter_backward(ctx))
     if not gather:
         return block
-    at = next(i for i, op in enumerate(block.bwd) if op.name == prefix + "embedding.dropout") + 1
+    at = next(i for i, op in enumerate(block.bwd) if op.name == prefix + "embedding.dropout" and op.phase == "bwd") + 1
     return replace(block, bwd=block.bwd[:at] + gather + block.bwd[at:])
 
 

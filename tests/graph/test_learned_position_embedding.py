@@ -101,3 +101,17 @@ def test_positions_lengthen_the_first_stage(sp: bool) -> None:
     learned = predict_config(megatron(*args, base=SHAPE), DGX).step_time_s
     no_positions = predict_config(megatron(*args, "--position-embedding-type", "none", base=SHAPE), DGX).step_time_s
     assert learned > no_positions
+
+
+def test_a_recomputed_mtp_depth_gathers_its_embedding_gradient_after_the_dropout_backward() -> None:
+    """Full recompute replays an MTP depth's embedding (phase recompute) before its backward: the SP scatter's
+    gradient gather follows the dropout's backward, not its replay."""
+    from llmperf_hook.graph.sample_configs import make_config
+
+    cfg = make_config(num_layers=2, hidden_size=H, num_attention_heads=16, tp=4, sequence_parallel=True,
+                      recompute="full", model_kw=dict(mtp_num_layers=1, position_embedding="learned_absolute"))
+    mtp = next(b for b in build_graph(cfg, DGX).stages[0].chunks[0].blocks if b.name == "mtp")
+    names = [(op.name, op.phase) for op in mtp.bwd]
+    at = names.index(("mtp.embedding.sp_scatter", "bwd"))
+    assert names[at - 1] == ("mtp.embedding.dropout", "bwd")
+    assert all(phase != "recompute" for _, phase in names[at:])
