@@ -88,9 +88,14 @@ def test_choices_are_megatrons(name: str) -> None:
     assert refused.value.exit_code == 2 and name in str(refused.value)
 
 
+STEP_FIELDS = ("fp8_recipe", "transformer_impl", "masked_softmax_fusion", "bias_dropout_fusion", "hidden_dropout",
+               "attention_dropout", "apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion")
+"""TrainingConfig fields (not in explain's output) that hold a Megatron flag's value."""
+
+
 def _resolved(extra: list[str]) -> dict[str, Any]:
     job, cfg = resolve_job([*GPT, *extra], {})
-    return {**explain_json(cfg, job), "fp8_recipe": cfg.fp8_recipe}
+    return {**explain_json(cfg, job), **{name: getattr(cfg, name) for name in STEP_FIELDS}}
 
 
 # option -> (the flags that put the option in play, the explain key that shows its value, Megatron default -> that value)
@@ -115,6 +120,14 @@ DEFAULTS: dict[str, tuple[list[str], str, Any]] = {
     "--global-batch-size": ([], "global_batch_size", lambda d: 8 if d is None else d),  # None: MBS * DP = 1 * 8
     "--make-vocab-size-divisible-by": ([], "padded_vocab_size", lambda d: -(-1000 // d) * d),
     "--fp8-recipe": ([], "fp8_recipe", lambda d: d),
+    "--transformer-impl": ([], "transformer_impl", lambda d: d),
+    "--no-masked-softmax-fusion": ([], "masked_softmax_fusion", lambda d: d),
+    "--no-bias-dropout-fusion": ([], "bias_dropout_fusion", lambda d: d),
+    "--no-bias-gelu-fusion": ([], "bias_activation_fusion", lambda d: d),
+    "--hidden-dropout": ([], "hidden_dropout", lambda d: d),
+    "--attention-dropout": ([], "attention_dropout", lambda d: d),
+    "--no-rope-fusion": ([], "apply_rope_fusion", lambda d: d),
+    "--no-gradient-accumulation-fusion": ([], "gradient_accumulation_fusion", lambda d: d),
     "--moe-router-topk": (["--num-experts", "8"], "moe_router_topk", lambda d: d),
     "--moe-token-dispatcher-type": (["--num-experts", "8"], "moe_token_dispatcher", lambda d: d),
     "--moe-grouped-gemm": (["--num-experts", "8"], "moe_grouped_gemm", lambda d: d),
