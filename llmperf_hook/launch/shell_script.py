@@ -97,6 +97,7 @@ def protect_literal_dollars(text: str) -> str:
 
 
 def restore_dollars(text: str) -> str:
+    """`text` with protect_literal_dollars undone."""
     return text.replace(LITERAL_DOLLAR, "$")
 
 
