@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -80,12 +81,21 @@ def test_stop_after_ends_the_job_cleanly(tmp_path: Path) -> None:
     (["--instrument", "0"], "--instrument 0"),
     (["--instrument", "2", "--stop-after", "0"], "--stop-after 0"),
 ])
-def test_instrument_option_misuse_exits_2_before_launch(tmp_path: Path, args, says) -> None:
+def test_instrument_option_misuse_exits_2_before_launch(tmp_path: Path, capsys, monkeypatch, args, says) -> None:
+    """In this process (the CLI exits before any launch): a launch, by exec or by a child process, fails the test."""
     (tmp_path / "job.py").write_text("open('ran', 'w').close()\n")
-    proc = run_child(["run", *args, "--", "python", "job.py"], tmp_path, {"LLMPERF_HOME": str(tmp_path / "home")})
-    assert proc.returncode == 2 and not (tmp_path / "ran").exists()
-    lines = error_lines(proc.stderr)
-    assert len(lines) == 1 and says in lines[0], proc.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+
+    def launched(*args, **kwargs):
+        raise AssertionError(f"the job was launched: {args[:2]}")
+
+    monkeypatch.setattr(os, "execvpe", launched)
+    monkeypatch.setattr(subprocess, "Popen", launched)
+    code, _, err = run_cli(["run", *args, "--", "python", "job.py"], capsys)
+    assert code == 2 and not (tmp_path / "ran").exists(), err
+    lines = error_lines(err)
+    assert len(lines) == 1 and says in lines[0], err
     assert not (tmp_path / "r").exists() and not (tmp_path / "llmperf-runs").exists()
 
 
