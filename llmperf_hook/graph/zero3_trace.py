@@ -101,21 +101,35 @@ def output_elems(cfg: TrainingConfig) -> int:
 
 
 def _trace(cfg: TrainingConfig, stage: int) -> list[tuple[str, int]]:
-    """Forward, then backward in reverse order; a fully recomputed layer runs its forward again first."""
+    """Forward, then backward in reverse order; under full recompute each checkpointed unit of layers runs its
+    forward again first (_recompute_unit)."""
     fwd = _forward_units(cfg, stage)
     if cfg.recompute.granularity != "full":
         return fwd + fwd[::-1]
     bwd: list[tuple[str, int]] = []
     i = len(fwd)
     while i > 0:
-        layer = fwd[i - 1][0].split(".")[0]
+        unit = _recompute_unit(cfg, fwd[i - 1][0])
         j = i
-        while j > 0 and fwd[j - 1][0].split(".")[0] == layer:
+        while j > 0 and _recompute_unit(cfg, fwd[j - 1][0]) == unit:
             j -= 1
         group = fwd[j:i]
-        bwd += (group + group[::-1]) if layer.startswith("layer") else group[::-1]
+        bwd += (group + group[::-1]) if unit.startswith("layer") else group[::-1]
         i = j
     return fwd + bwd
+
+
+def _recompute_unit(cfg: TrainingConfig, uid: str) -> str:
+    """The checkpoint a parameter use belongs to: the uniform method checkpoints recompute_num_layers layers at
+    once (Megatron-LM transformer_block.py _checkpointed_forward, Megatron-DeepSpeed transformer.py with
+    --checkpoint-num-layers: checkpoint(custom(l, l + n)) for l = 0, n, 2n, ...), which are recomputed together
+    before their backward; otherwise one layer. Counted from the rank's first layer: ZeRO-3 runs without pipeline
+    parallelism (frameworks/validation.py)."""
+    head = uid.split(".")[0]
+    r = cfg.recompute
+    if not head.startswith("layer") or r.method != "uniform" or (r.num_layers or 1) <= 1:
+        return head
+    return f"layer{int(head.removeprefix('layer')) // r.num_layers}"
 
 
 def _kept(trace: list[tuple[str, int]], reuse: int, pinned: frozenset[str]) -> list[bool]:

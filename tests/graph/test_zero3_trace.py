@@ -165,3 +165,20 @@ def test_the_recompute_gather_serves_the_backward_within_the_reuse_distance() ->
         fwd, bwd = (sum(op.dims["bytes"] for op in ops if op.name.startswith("zero3.param_")) for ops in
                     (layer.fwd, layer.bwd))
         assert bwd == pytest.approx(fwd * fetches, rel=1e-6)
+
+
+def test_a_checkpoint_of_several_layers_is_recomputed_whole_before_its_backward() -> None:
+    """--recompute-method uniform --recompute-num-layers 2 (Megatron-DeepSpeed --checkpoint-num-layers 2): each pair
+    of layers runs its forward again, then both backwards. Reuse distance 2 layers + 1 element, prefetch off: with
+    one layer per checkpoint every module's backward follows its recompute within the distance (each layer fetched
+    once after the forward); with pairs, the first layer's QKV, projection and MLP up lie more than two layers from
+    their backward use and are fetched again; its MLP down (two layers away) and the second layer stay gathered."""
+    layer = _fetched_layer()
+
+    def fetches(n: int) -> float:
+        cfg = _cfg(stage3_prefetch_bucket_size_elems=0, stage3_max_reuse_distance=2 * layer + 1)
+        cfg = replace(cfg, recompute=RecomputeConfig(granularity="full", method="uniform", num_layers=n))
+        return zero3_trace(cfg, 0).layer_bwd_fetches * 24
+
+    assert fetches(1) == pytest.approx(24)
+    assert fetches(2) == pytest.approx(24 + 12 * (1 - LAYER_MODULES[-1] / layer), rel=1e-4)  # biases: 1e-5
