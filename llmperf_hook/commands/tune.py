@@ -77,8 +77,10 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     from llmperf_hook.tune.apply import is_batch_script, script_file_kind
 
     batch_script = applied is not None and is_batch_script(argv, job.script)
-    if batch_script:  # the changes are shown for the user to make by hand; nothing is applied
-        applied = None
+    refusal = None
+    if batch_script:  # applied only by appending to the script's arguments where it passes them on ("$@")
+        applied, refusal = _script_plan(argv, changes[0], cfg, result.top[0].candidate,
+                                        (cluster, hardware, nnodes, nproc_per_node, model))
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
 
@@ -87,8 +89,8 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         from llmperf_hook.tune.render import render_table
 
         click.echo(render_table(result, changes, header))
-    if batch_script:
-        raise UsageError(batch_script_refusal(script_file_kind(argv) or "sbatch script"))
+    if refusal:
+        raise UsageError(refusal)
     if applied is not None:
         _apply(applied, dry_run, quiet=fmt == "json", unchanged=list(applied.argv) == argv and not applied.new_files)
 
@@ -102,15 +104,36 @@ def _refuse_before_output(message: str, fmt: str) -> None:
 
 
 def batch_script_refusal(kind: str) -> str:
-    """Why --apply stops on `sbatch job.sh` / `bash train.sh` (kind 'sbatch script' / 'shell script')."""
+    """Why --apply stops on `sbatch job.sh` / `bash train.sh` (kind 'sbatch script' / 'shell script') whose launch
+    line does not pass the appended flags on to the training script."""
     sbatch = kind == "sbatch script"
     article, outer = ("an", "sbatch") if sbatch else ("a", "script")
     inside = "srun ... pretrain_gpt.py ...` inside the allocation" if sbatch else \
         "torchrun ... pretrain_gpt.py ...`, the script's launch line"
     return (f"tune --apply cannot rewrite {article} {kind}: the training command is inside it, and flags appended to "
-            f"the {outer} command would reach the script as $1, $2, ..., which it does not pass on. Make the changes "
-            f"listed above in the script, or run tune --apply on the launch line itself (`llmperf tune --apply -- "
-            f"{inside}).")
+            f"the {outer} command reach the script as $1, $2, ..., which its launch line does not pass on after its own "
+            f"flags (read again as explain reads it, the command does not run the tuned layout; a launch line ending in "
+            f"\"$@\" would). Make the changes listed above in the script, or run tune --apply on the launch line itself "
+            f"(`llmperf tune --apply -- {inside}).")
+
+
+def _script_plan(argv: list[str], changes: Any, cfg: Any, tuned: Any, options: tuple) -> tuple[Any, str | None]:
+    """(plan, refusal) for --apply on a launch script file: the tuned flags appended to its arguments where its
+    launch line passes them on (tune/script_forward.py); `options` are tune's cluster / hardware / size / model."""
+    from llmperf_hook import api
+    from llmperf_hook.frameworks.resolve import JobOverrides
+    from llmperf_hook.tune.apply import script_file_kind
+    from llmperf_hook.tune.script_forward import apply_to_script
+
+    cluster, hardware, nnodes, nproc_per_node, model = options
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
+
+    def reread(words: list[str]) -> Any:
+        return api.resolve_command(words, dict(os.environ), cluster=cluster, hardware=hardware, overrides=overrides)[1]
+
+    kind = script_file_kind(argv) or "sbatch script"
+    got = apply_to_script(argv, changes, cfg, tuned, reread, kind, batch_script_refusal(kind))
+    return got.plan, got.refusal
 
 
 def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes: int | None,

@@ -137,7 +137,8 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
                         new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
     """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
     passed to `sh -c` or `sbatch --wrap` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
-    (what the user edits by hand: --apply refuses batch scripts)."""
+    (what the user edits by hand; --apply appends its changes to the script's arguments only where the script passes
+    them on: tune/script_forward.py)."""
     words = batch_script_words(argv)
     if words is not None:
         return _batch_launch_line(words, base_cfg, new)
@@ -206,8 +207,8 @@ def script_file_kind(argv: Sequence[str]) -> str | None:
 
 def is_batch_script(argv: Sequence[str], script: str) -> bool:
     """`sbatch job.sh` or `bash train.sh`: the training script (`script`, as parsed) is not in the argv but inside
-    the script file that runs it, which --apply does not rewrite (appending the tuned flags to the outer argv
-    would hand them to the script as $1..., unread)."""
+    the script file that runs it, which --apply does not rewrite (flags appended to the outer argv reach the script as
+    $1 ...: applied only where it passes them on, tune/script_forward.py)."""
     return script not in argv and script_file_kind(argv) is not None
 
 

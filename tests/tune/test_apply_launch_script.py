@@ -1,0 +1,86 @@
+"""`tune --apply -- bash train.sh` / `sbatch job.sh`: a launch script whose launch line passes its own arguments on
+("$@", as Megatron-LM's and most cluster launch scripts do for overrides) is applied by appending the tuned flags to
+the script's arguments, where argparse's last-wins rule makes them the training script's; the result is re-read the
+way `explain` reads it and applied only when that reading is the tuned layout. A script that does not pass "$@" on,
+or a layout that needs a flag of the script dropped (appending cannot undo a switch), stays refused (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from .helpers import run_cli
+
+FORWARDING = """#!/bin/bash
+GPT_ARGS="--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048"
+torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py $GPT_ARGS --micro-batch-size 1 --global-batch-size 256 \\
+    --bf16 --vocab-size 50257 --tensor-model-parallel-size 2 {extra} "$@"
+"""
+SPACE = ("micro_batch_size: [4]\ntensor_parallel: [1]\npipeline_parallel: [1]\nrecompute: [none]\n"
+         "distributed_optimizer: [true]\n")
+
+
+def _tune(tmp_path: Path, capsys, launch: list[str]) -> tuple[int, dict, str]:
+    (tmp_path / "s.yaml").write_text(SPACE)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--search", "s.yaml", "--apply",
+                              "--dry-run", "--", *launch], capsys)
+    return code, json.loads(out), err
+
+
+def test_a_script_that_passes_its_arguments_on_gets_the_tuned_flags_appended(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(FORWARDING.format(extra=""))
+    before = (tmp_path / "train.sh").read_bytes()
+    for launch in (["bash", "train.sh"], ["bash", "-x", "train.sh"]):
+        code, data, err = _tune(tmp_path, capsys, launch)
+        assert code == 0, err
+        applied = data["applied"]["argv"]
+        assert applied[:len(launch)] == launch and "--micro-batch-size" in applied[len(launch):]
+        assert f"would run: {shlex.join(applied)}" in err
+        code, out, err = run_cli(["explain", "--format", "json", "--", *applied], capsys)  # explain accepts it
+        assert code == 0, err
+        top = data["top"][0]
+        assert (top["tp"], top["pp"], top["micro_batch_size"], top["distributed_optimizer"]) == (1, 1, 4, True)
+    assert (tmp_path / "train.sh").read_bytes() == before
+
+
+def test_a_layout_that_needs_a_flag_of_the_script_dropped_stays_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(FORWARDING.format(extra="--recompute-activations"))
+    code, data, err = _tune(tmp_path, capsys, ["bash", "train.sh"])
+    assert code == 2 and data["applied"] is None
+    assert "--recompute-activations" in err and "would run" not in err
+
+
+def test_an_sbatch_script_that_passes_its_arguments_on_is_applied(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = FORWARDING.format(extra="").replace("torchrun --nproc-per-node 8 --nnodes 2", "srun python")
+    script = script.replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n")
+    (tmp_path / "job.sh").write_text(script)
+    code, data, err = _tune(tmp_path, capsys, ["sbatch", "job.sh"])
+    assert code == 0, err
+    assert data["applied"]["argv"][:2] == ["sbatch", "job.sh"] and "--micro-batch-size" in data["applied"]["argv"]
+
+
+def test_a_script_that_does_not_pass_its_arguments_on_stays_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Read again as explain reads it, `bash train.sh --micro-batch-size 4 ...` still runs the script's own layout
+    (its arguments are never used), so nothing is applied and the script is untouched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(FORWARDING.format(extra="").replace(' "$@"', ""))
+    before = (tmp_path / "train.sh").read_bytes()
+    code, data, err = _tune(tmp_path, capsys, ["bash", "train.sh"])
+    assert code == 2 and data["applied"] is None and "would run" not in err
+    assert "cannot rewrite a shell script" in err and '"$@"' in err
+    assert (tmp_path / "train.sh").read_bytes() == before
+
+
+def test_flags_forwarded_before_the_scripts_own_do_not_win_and_are_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`pretrain_gpt.py "$@" $GPT_ARGS --micro-batch-size 1 ...`: the script's own flags come last and win, so the
+    appended --micro-batch-size 4 would not take effect."""
+    monkeypatch.chdir(tmp_path)
+    script = FORWARDING.format(extra="").replace(' "$@"', "").replace("pretrain_gpt.py $GPT_ARGS",
+                                                                     'pretrain_gpt.py "$@" $GPT_ARGS')
+    (tmp_path / "train.sh").write_text(script)
+    code, data, err = _tune(tmp_path, capsys, ["bash", "train.sh"])
+    assert code == 2 and data["applied"] is None and "cannot rewrite a shell script" in err
