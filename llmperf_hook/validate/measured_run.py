@@ -202,9 +202,34 @@ def parse_float(raw: Mapping[str, str], column: str, where: str) -> float | None
     return value
 
 
+YES_WORDS = ("yes", "y", "true", "1", "on", "likely", "enabled")
+NO_WORDS = ("no", "n", "false", "0", "off", "none", "disabled")
+
+
 def parse_yes(cell: str) -> bool:
     """"yes"/"true"/"1"/"on"/"likely (...)" -> True; blank/"no"/"false"/"0"/"off" -> False."""
-    return leading_token(cell).lower() in {"yes", "y", "true", "1", "on", "likely", "enabled"}
+    return leading_token(cell).lower() in YES_WORDS
+
+
+def parse_switch(raw: Mapping[str, str], column: str, where: str) -> bool:
+    """A yes/no cell (blank = no); a word that is neither is refused: it was read as no, in silence."""
+    cell = raw.get(column) or ""
+    token = leading_token(cell).lower()
+    if token and token not in YES_WORDS + NO_WORDS:
+        raise UsageError(f"{where}: column `{column}` = {cell.strip()!r}; write yes or no ({', '.join(YES_WORDS)} / "
+                         f"{', '.join(NO_WORDS)}; blank = no).")
+    return token in YES_WORDS
+
+
+def parse_choice(raw: Mapping[str, str], column: str, where: str, choices: tuple[str, ...]) -> str:
+    """A cell naming one of `choices` in any letter case (blank = the first); another word is refused."""
+    cell = raw.get(column) or ""
+    token = leading_token(cell).lower()
+    by_lower = {choice.lower(): choice for choice in choices}
+    if token and token not in by_lower:
+        raise UsageError(f"{where}: column `{column}` = {cell.strip()!r}; write one of {', '.join(choices)} "
+                         f"(blank = {choices[0]}).")
+    return by_lower.get(token, choices[0])
 
 
 def parse_recompute(cell: str, where: str) -> Literal["none", "selective", "full"]:
@@ -216,17 +241,20 @@ def parse_recompute(cell: str, where: str) -> Literal["none", "selective", "full
     raise UsageError(f"{where}: column `recompute` = {cell!r}; write full, selective or none (blank = none).")
 
 
-def parse_zero(cell: str) -> tuple[int, bool]:
-    """-> (zero_stage, distributed_optimizer) from "ZeRO-3 (DeepSpeed)", "distributed optimizer", "zero1"."""
+def parse_zero(cell: str, where: str = "row") -> tuple[int, bool]:
+    """-> (zero_stage, distributed_optimizer) from "ZeRO-3 (DeepSpeed)", "distributed optimizer", "zero1"; a cell
+    naming neither is refused (it was read as no ZeRO, in silence)."""
     text = cell.strip().lower()
-    if not text or leading_token(text) in ("none", "no", "0"):
+    if not text or leading_token(text) in ("none", "no", "0", "off"):
         return 0, False
     match = re.search(r"zero[-_ ]?(?:stage[-_ ]?)?([0-3])", text)
     if match:
         return int(match.group(1)), False
     if "distributed" in text or "dist_opt" in text or "dist-opt" in text:
         return 0, True
-    return 0, False
+    raise UsageError(f"{where}: column `zero_stage_or_dist_opt` = {cell.strip()!r} names neither a ZeRO stage nor "
+                     "Megatron's distributed optimizer; write zero1, zero2, zero3 (ZeRO-1..3), distributed optimizer, "
+                     "or none (blank = none).")
 
 
 def parse_precision(cell: str) -> tuple[Literal["fp32", "fp16", "bf16", "fp8"], str | None]:

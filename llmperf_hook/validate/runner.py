@@ -83,7 +83,7 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
         step = predict(plan.argv, cluster.cluster)
     except LlmperfError as err:
         return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv,
-                         error=row_error_text(str(err), out_dir), notes=notes)
+                         error=row_error_text(str(err), out_dir, run.extra_args), notes=notes)
     except Exception as err:  # noqa: BLE001 - one row's internal error is reported on that row, the rest go on
         message = f"internal error: {type(err).__name__}: {err}"
         return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=message, notes=notes)
@@ -91,11 +91,28 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
                      fits=step.fits, notes=notes + step.warnings)
 
 
-def row_error_text(message: str, out_dir: Path) -> str:
-    """The framework's message with the ds_config validate wrote for the row (a temporary file, gone when the report
-    is read) named by the cells it came from."""
+FLAG_COLUMNS = {
+    "--num-layers": "num_layers", "--hidden-size": "hidden_size", "--num-attention-heads": "num_attention_heads",
+    "--num-query-groups": "num_query_groups", "--ffn-hidden-size": "ffn_hidden_size", "--seq-length": "seq_length",
+    "--vocab-size": "vocab_size", "--micro-batch-size": "micro_batch_size", "--global-batch-size": "global_batch_size",
+    "--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp", "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep", "--num-layers-per-virtual-pipeline-stage": "vpp",
+    "--num-virtual-stages-per-pipeline-rank": "vpp",
+}
+"""Launch flags validate writes from a row's cells (launch_command.py), by the column each comes from."""
+
+
+def row_error_text(message: str, out_dir: Path, extra_args: tuple[str, ...] = ()) -> str:
+    """The framework's message in the CSV's words: the ds_config validate wrote for the row (a temporary file, gone
+    when the report is read) named by the cells it came from, and the flags written from cells by their columns
+    (a flag of the row's own extra_args keeps its name)."""
     written = r"(?:config file )?" + re.escape(str(out_dir)) + r"/ds_config-[0-9a-f]+\.json"
-    return re.sub(written, "the ds_config written for this row (from its ZeRO, precision and batch cells):", message)
+    message = re.sub(written, "the ds_config written for this row (from its ZeRO, precision and batch cells):", message)
+    for flag, column in FLAG_COLUMNS.items():
+        if flag not in extra_args:
+            message = message.replace(f"(argv {flag})", f"(column `{column}`)")
+            message = re.sub(rf"Change {re.escape(flag)}(?=[ .,])", f"Change column `{column}`", message)
+    return message
 
 
 def describe_layout(run: MeasuredRun) -> str:

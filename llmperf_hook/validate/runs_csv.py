@@ -28,7 +28,8 @@ from llmperf_hook.validate.measured_run import (
     parse_int,
     parse_precision,
     parse_recompute,
-    parse_yes,
+    parse_choice,
+    parse_switch,
     parse_zero,
 )
 from llmperf_hook.validate.scoring import RowResult
@@ -126,7 +127,7 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
     notes: list[str] = []
     shape = _model_shape(raw, where, notes)
     layout = _parallel_layout(raw, where, notes)
-    zero_stage, dist_opt = parse_zero(raw.get("zero_stage_or_dist_opt") or "")
+    zero_stage, dist_opt = parse_zero(raw.get("zero_stage_or_dist_opt") or "", where)
     precision, precision_note = parse_precision(raw.get("precision") or "")
     if precision_note:
         notes.append(precision_note)
@@ -152,9 +153,9 @@ def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
         inter_node_network=(raw.get("inter_node_network") or "").strip(),
         inter_node_bandwidth_GBps=parse_float(raw, "inter_node_bandwidth_GBps", where),
         intra_node_bandwidth_GBps=parse_float(raw, "intra_node_bandwidth_GBps", where),
-        swiglu=parse_yes(raw.get("swiglu") or ""),
-        normalization=(raw.get("normalization") or "").strip() or "LayerNorm",
-        position_embedding=(raw.get("position_embedding") or "").strip() or "learned_absolute",
+        swiglu=parse_switch(raw, "swiglu", where),
+        normalization=parse_choice(raw, "normalization", where, ("LayerNorm", "RMSNorm")),
+        position_embedding=parse_choice(raw, "position_embedding", where, ("learned_absolute", "rope")),
         iteration_time_s=measured,
         assumptions=tuple(notes),
         framework_text=(raw.get("framework") or "").strip(),
@@ -210,7 +211,7 @@ def _parallel_layout(raw: Mapping[str, str], where: str, notes: list[str]) -> di
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "num_gpus": num_gpus,
         "vpp": parse_count(raw, "vpp", where) or 1,
         "ep": parse_count(raw, "ep", where) or 1,
-        "sequence_parallel": parse_yes(raw.get("sequence_parallel") or ""),
+        "sequence_parallel": parse_switch(raw, "sequence_parallel", where),
     }
 
 
