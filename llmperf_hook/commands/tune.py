@@ -264,10 +264,15 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     short = near.peak_bytes / GiB - usable
     msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
            f"{near.peak_bytes / GiB:.1f} GiB per GPU, {short:.1f} GiB over.")
+    kept = "with the hidden size, sequence length, batch and GPUs kept"
     if result.layers_that_fit:
         msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
-                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
-                f"hidden size, sequence length, batch and GPUs kept).")
+                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, {kept}).")
+    else:  # _layers_that_fit found no chunk count that fits: say it, so the largest that would fit is never unsaid
+        chunk = near.config.parallel.pp * near.config.parallel.vpp
+        msg += (f" No smaller model of this shape fits either: not even {chunk} layer{'s' * (chunk > 1)} (one per "
+                f"pipeline chunk of that layout) with hidden size {cfg.model.hidden_size}, sequence length "
+                f"{cfg.model.seq_length}, batch and GPUs kept.")
     if cfg.framework in ("megatron", "megatron-deepspeed"):
         return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
     script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"

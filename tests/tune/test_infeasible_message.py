@@ -1,0 +1,19 @@
+"""Exit 3 when nothing fits names the largest configuration that would: the most layers of this model (whole pipeline
+chunks, width / sequence / batch / GPUs kept) on the least-memory layout, or says that not even one chunk fits."""
+
+from __future__ import annotations
+
+from .helpers import run_cli
+
+WIDE = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", "--num-layers", "4", "--hidden-size", "32768",
+        "--num-attention-heads", "64", "--seq-length", "2048", "--max-position-embeddings", "2048", "--vocab-size",
+        "50257", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16"]
+
+
+def test_when_not_even_one_layer_fits_the_message_says_so(capsys) -> None:
+    """A 32768-wide layer alone needs more than an 80 GB GPU (12 h^2 = 12.9 G parameters, ~16 bytes each with
+    Adam): the message named only the least-memory layout, so 'the largest configuration that would fit' was left
+    unsaid."""
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *WIDE], capsys)
+    assert code == 3
+    assert "tp1 pp1" in err and "not even 1 layer" in err and "hidden size 32768" in err
