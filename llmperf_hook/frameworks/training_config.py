@@ -219,6 +219,11 @@ class OptimizerConfig:
     nvme_param_buffer_elems: int = 100_000_000
     """DeepSpeed offload_param.buffer_size: elements of each NVMe swap buffer, which must hold the largest parameter
     partition (frameworks/deepspeed_nvme.py)."""
+    nvme_param_max_in_cpu_elems: int = 1_000_000_000
+    """DeepSpeed offload_param.max_in_cpu (offload_config.py, default 1e9): under offload_param nvme, the leading
+    parameter sub-groups of a rank's partition up to this many elements are swapped in once, at the optimizer's
+    construction, and stay in host memory (stage3.py _create_param_groups_fp16_flat_cpu_memory, _move_to_flat_buffer:
+    'permanently to CPU'); only the rest is read from NVMe (schedule/host_memory.py)."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     fp8_param_gather: bool = False

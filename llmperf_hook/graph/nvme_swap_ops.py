@@ -13,13 +13,16 @@ stage3.py, runtime/swap_tensor/):
 - Parameters (AsyncPartitionedParameterSwapper): each parameter's 16-bit partition (ds_tensor) lives in a file; a
   fetch reads it into a pinned buffer (swap_in) before its host-to-device copy, prefetched asynchronously ahead of
   use when the trace is complete (partitioned_param_coordinator.__prefetch_nvme_param_partitions); after the step
-  the updated partitions are written back (stage3.py _partitioned_params_swap_out): 2 bytes per parameter.
+  the updated partitions are written back (stage3.py _partitioned_params_swap_out): 2 bytes per parameter. Only the
+  partitions beyond offload_param.max_in_cpu (1e9 elements a rank) stay on NVMe: the optimizer moves the first ones
+  to host memory for good when it is built (param_nvme_share).
 """
 
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Collective, Op, Phase
+from llmperf_hook.graph.zero3_trace import rank_fetched_elems
 
 NVME_LINK = Collective(group="nvme", group_size=1, ranks_per_node=1)
 """The host's NVMe as the 'group' of a prefetched parameter read: the composer hides it behind compute where it is
@@ -34,6 +37,18 @@ def optimizer_swap_bytes_per_param(cfg: TrainingConfig) -> int:
     back after it, the gradient written at the boundary. Adam: 4 x (1 + 2 + 1) = 16 B; one state: 12 B."""
     states = 2 if cfg.optimizer.name == "adam" else 1
     return FP32_BYTES * (1 + states + 1)
+
+
+def param_nvme_share(cfg: TrainingConfig, partition_elems: float) -> float:
+    """Share of a rank's 16-bit parameter partition that lives on NVMe under offload_param nvme. DeepSpeed gives the
+    partition's first max_in_cpu elements (its leading sub-groups) a host buffer and swaps them into it for good
+    when the optimizer is built (stage3.py _create_param_groups_fp16_flat_cpu_memory, _move_to_flat_buffer:
+    'Swapping in ... permanently to CPU'); those are fetched from the host and updated in place after the step
+    (_partitioned_params_swap_out swaps out only the partitions not AVAILABLE). Priced as an average over the
+    rank's layers (the resident ones are the first)."""
+    if cfg.optimizer.offload_param != "nvme" or partition_elems <= 0:
+        return 0.0
+    return max(0.0, 1.0 - cfg.optimizer.nvme_param_max_in_cpu_elems / partition_elems)
 
 
 def param_swap_bytes(cfg: TrainingConfig) -> int:
@@ -56,7 +71,7 @@ def optimizer_nvme_swap_ops(cfg: TrainingConfig, offloaded_params: int, local_pa
     if o.zero_stage != 3:
         return []
     optimizer = offloaded_params * optimizer_swap_bytes_per_param(cfg) if o.offload_optimizer == "nvme" else 0
-    params = local_params * param_swap_bytes(cfg) if o.offload_param == "nvme" else 0
+    params = local_params * param_nvme_share(cfg, local_params) * param_swap_bytes(cfg)
     if not optimizer and not params:
         return []
     return [_swap("optimizer.nvme_swap", "step", optimizer, optimizer + params, ranks_per_host)]
@@ -65,11 +80,14 @@ def optimizer_nvme_swap_ops(cfg: TrainingConfig, offloaded_params: int, local_pa
 def param_nvme_read_ops(cfg: TrainingConfig, sizes: tuple[int, ...], d: int, phase: Phase,
                         ranks_per_host: int) -> tuple[Op, ...]:
     """The reads of one fetch phase's parameter partitions (`sizes` elements each, 1/d of them per rank) from NVMe,
-    before their host-to-device copies; prefetched behind compute when stage3_prefetch_bucket_size > 0."""
+    before their host-to-device copies, for the share on NVMe (param_nvme_share of the rank's partition: ZeRO-3
+    runs without pipeline parallelism, so rank 0's fetched parameters over d); prefetched behind compute when
+    stage3_prefetch_bucket_size > 0."""
     o = cfg.optimizer
-    if o.zero_stage < 3 or o.offload_param != "nvme":
+    share = param_nvme_share(cfg, rank_fetched_elems(cfg, 0) / max(1, d)) if o.zero_stage == 3 else 0.0
+    if share <= 0:
         return ()
     hidden = {"overlap": "param_gather"} if o.stage3_prefetch_bucket_size_elems != 0 else {}
-    per_rank = param_swap_bytes(cfg) / max(1, d)
+    per_rank = param_swap_bytes(cfg) / max(1, d) * share
     return tuple(_swap("zero3.param_nvme_read", phase, n * per_rank, 0, ranks_per_host, NVME_LINK, dict(hidden))
                  for n in sizes)

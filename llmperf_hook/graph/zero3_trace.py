@@ -86,6 +86,11 @@ def _forward_units(cfg: TrainingConfig, stage: int) -> list[tuple[str, int]]:
     return units
 
 
+def rank_fetched_elems(cfg: TrainingConfig, stage: int) -> int:
+    """Elements of the rank's parameters that ZeRO-3 fetches (_forward_units; the tied word weight counted once)."""
+    return sum(dict(_forward_units(cfg, stage)).values())
+
+
 def root_holds_embedding(cfg: TrainingConfig) -> bool:
     """Megatron-DeepSpeed with a tied output layer computes the logits from word_embeddings.weight in GPTModel's own
     forward (parallel_lm_logits), outside the embedding module: ZeROOrderedDict.__getitem__ registers the weight as

@@ -10,6 +10,8 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
                  CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer); ZeRO-1/2 with
                  gradient accumulation: a pinned buffer per partition parameter in its dtype (2 B)
   parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py);
+                 offload_param nvme: its first max_in_cpu (1e9) elements, moved there for good when the optimizer
+                 is built (stage3.py _create_param_groups_fp16_flat_cpu_memory; whole sub-groups: an upper bound);
                  ZeRO-1/2 offload: a 16-bit copy of the partition that the updated fp32 weights are cast into
                  before their copy to the GPU (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, 2 B,
                  since v0.17.0: 17c8be070, #7309)
@@ -48,7 +50,7 @@ def _partition(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> fl
 
 def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, ZeRO-3's gradient
-    partition, ZeRO-1/2's 16-bit copies; offload_param cpu: the 16-bit parameter partition."""
+    partition, ZeRO-1/2's 16-bit copies; offload_param: the 16-bit parameter partition (nvme: up to max_in_cpu)."""
     o = cfg.optimizer
     out: dict[str, float] = {}
     if o.offload_optimizer == "cpu":
@@ -67,8 +69,9 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
             # accumulated_grads_in_cpu; a buffer holds the whole parameter, so one astride two partitions is held
             # whole by both: the partition is a lower bound)
             out["host_accumulated_gradients"] = partition * param_bytes(cfg)
-    if o.offload_param == "cpu" and o.zero_stage == 3:
-        out["host_parameters"] = partition * param_bytes(cfg)
+    if o.offload_param != "none" and o.zero_stage == 3:
+        resident = partition if o.offload_param == "cpu" else min(partition, o.nvme_param_max_in_cpu_elems)
+        out["host_parameters"] = resident * param_bytes(cfg)
     return out
 
 

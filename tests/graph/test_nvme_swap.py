@@ -11,6 +11,7 @@ import pytest
 
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.sample_configs import make_config
+from llmperf_hook.graph.zero3_trace import rank_fetched_elems
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.predict.roofline import RooflinePredictor
 
@@ -58,7 +59,8 @@ def test_partial_offload_swaps_only_its_share() -> None:
 
 
 def test_parameter_partitions_are_read_before_each_fetch_and_written_after_the_step() -> None:
-    cfg = _cfg("none", "nvme", stage3_max_reuse_distance=0)
+    """max_in_cpu 0: no partition is kept in host memory, every fetch reads from NVMe."""
+    cfg = _cfg("none", "nvme", stage3_max_reuse_distance=0, nvme_param_max_in_cpu_elems=0)
     graph = build_graph(cfg, DGX)
     layer = next(b for b in graph.stages[0].chunks[0].blocks if b.name == "dense_layer")
     reads = [op for op in layer.fwd + layer.bwd if op.name == "zero3.param_nvme_read"]
@@ -70,6 +72,26 @@ def test_parameter_partitions_are_read_before_each_fetch_and_written_after_the_s
     lazy = build_graph(replace(cfg, optimizer=replace(cfg.optimizer, stage3_prefetch_bucket_size_elems=0)), DGX)
     layer = next(b for b in lazy.stages[0].chunks[0].blocks if b.name == "dense_layer")
     assert all("overlap" not in op.tags for op in layer.fwd if op.name == "zero3.param_nvme_read")
+
+
+def test_partitions_within_max_in_cpu_stay_in_host_memory() -> None:
+    """offload_param.max_in_cpu (1e9 by default): the first that many elements of a rank's partition are moved to
+    host memory for good when the optimizer is built (stage3.py _create_param_groups_fp16_flat_cpu_memory), so
+    only the rest is read before a fetch and written back after the step. This rank's partition (~50 M elements)
+    lies all within the default; a limit of a quarter of it leaves three quarters on NVMe."""
+    def traffic(max_in_cpu: int) -> tuple[float, float]:
+        cfg = _cfg("none", "nvme", stage3_max_reuse_distance=0, nvme_param_max_in_cpu_elems=max_in_cpu)
+        graph = build_graph(cfg, DGX)
+        layer = next(b for b in graph.stages[0].chunks[0].blocks if b.name == "dense_layer")
+        reads = sum(op.dims["read_bytes"] for op in layer.fwd + layer.bwd if op.name == "zero3.param_nvme_read")
+        return reads, sum(op.dims["write_bytes"] for op in _swaps(graph))
+
+    everything = traffic(0)
+    assert traffic(1_000_000_000) == (0, 0)
+    partition = rank_fetched_elems(_cfg(), 0) / 8
+    quarter = traffic(int(partition / 4))
+    assert quarter[0] == pytest.approx(0.75 * everything[0], rel=1e-3)
+    assert quarter[1] == pytest.approx(0.75 * everything[1], rel=0.01)  # the step's partition counts the norms too
 
 
 def test_nvme_swaps_make_the_step_slower_than_cpu_offload() -> None:

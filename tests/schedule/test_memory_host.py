@@ -70,13 +70,18 @@ def test_zero2_offload_with_gradient_accumulation_saves_the_16_bit_gradients_on_
 
 
 def test_nvme_offload_pins_its_swap_buffers() -> None:
-    """offload_param nvme: 5 pinned buffers of buffer_size (1e8) bf16 elements per rank; nothing else on the host
-    but the optimizer's fp32 swap buffers (4 x the largest sub-group) and ZeRO-3's gradient partition."""
+    """offload_param nvme: 5 pinned buffers of buffer_size (1e8) bf16 elements per rank; besides, the optimizer's fp32
+    swap buffers (4 x the largest sub-group), ZeRO-3's gradient partition, and the parameter partition up to
+    max_in_cpu (1e9) elements, moved to the host for good (stage3.py _create_param_groups_fp16_flat_cpu_memory):
+    all of this small one's, a share of a partition over the limit."""
     cfg = _zero(3, offload_optimizer="nvme", offload_param="nvme")
     parts = _host(cfg).host_components
     partition = _params(cfg) / GPN
     assert parts["host_nvme_swap_buffers"] == pytest.approx(GPN * (5 * 100_000_000 * 2 + 4 * partition * 4), rel=1e-6)
-    assert "host_optimizer_states" not in parts and "host_parameters" not in parts
+    assert parts["host_parameters"] == pytest.approx(GPN * 2 * partition, rel=1e-6)
+    assert "host_optimizer_states" not in parts
+    capped = replace(cfg, optimizer=replace(cfg.optimizer, nvme_param_max_in_cpu_elems=1_000_000))
+    assert _host(capped).host_components["host_parameters"] == GPN * 2 * 1_000_000
 
 
 def test_nothing_offloaded_nothing_on_the_host() -> None:
