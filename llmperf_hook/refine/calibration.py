@@ -236,14 +236,10 @@ def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration
 
 def _transfer_fields(rest: Sequence[Any]) -> tuple[float, tuple[tuple[str, float], ...]]:
     """(alpha, shares) from a refine_config_scales row's later columns (absent or NULL in an older store)."""
-    import json
+    from llmperf_hook.refine.observation_store import shares_from_json
 
     alpha = float(rest[0]) if rest and isinstance(rest[0], (int, float)) else 0.0
-    try:
-        shares = tuple((str(t), float(v)) for t, v in json.loads(rest[1])) if len(rest) > 1 and rest[1] else ()
-    except (ValueError, TypeError):
-        shares = ()
-    return alpha, shares
+    return alpha, shares_from_json(rest[1] if len(rest) > 1 else None)
 
 
 def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:

@@ -243,11 +243,11 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
                        "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
                        "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
                        "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    return [(str(j), f, float(p), float(m), c, float(sd), float(ss), _shares(sh))
+    return [(str(j), f, float(p), float(m), c, float(sd), float(ss), shares_from_json(sh))
             for j, f, p, m, c, sd, ss, sh in cur.fetchall()]
 
 
-def _shares(text: Any) -> tuple:
+def shares_from_json(text: Any) -> tuple:
     """Cost shares saved as JSON [[term, share], ...]; () when absent or unreadable."""
     try:
         return tuple((str(t), float(v)) for t, v in json.loads(text)) if text else ()
