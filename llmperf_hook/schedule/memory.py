@@ -360,11 +360,12 @@ def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -
     from llmperf_hook.graph.build import ranks_per_node
     from llmperf_hook.schedule.host_memory import host_memory_per_node  # it builds on this module
 
-    per_stage = [stage_memory(cfg, s, ranks_per_node(cfg, cluster), cluster.gpu) for s in graph.stages]
+    gpus_per_node = ranks_per_node(cfg, cluster)
+    per_stage = [stage_memory(cfg, s, gpus_per_node, cluster.gpu) for s in graph.stages]
     peaks = [sum(parts.values()) for parts in per_stage]
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
-    host = host_memory_per_node(cfg, graph, cluster, ranks_per_node(cfg, cluster))
+    host = host_memory_per_node(cfg, graph, cluster, gpus_per_node)
     return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=peaks[worst] <= capacity,
                           headroom_bytes=capacity - peaks[worst], components=per_stage[worst], stage=worst,
                           per_stage_peak_bytes=tuple(peaks), host_components=host,
