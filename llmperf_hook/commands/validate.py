@@ -24,8 +24,11 @@ Megatron-Core, Megatron-DeepSpeed, DeepSpeed; a Megatron-LM row dated before 202
 arXiv id in `source`, runs the papers' unfused attention, an undated one today's flash attention), extra_args (launch flags), notes ("flags: ..." is read as
 extra_args), intra_node_bandwidth_GBps, swiglu, normalization, position_embedding. A cell's value is its
 first word ("full (use_checkpoint=true)" = full); blank cells take the framework default (rules printed
-per row in --format json). An example in this schema ships with the repository:
-`llmperf validate benchmarks/data/public_runs.csv` (70 public runs).
+per row in --format json). Units are in the column names (seconds, GB/s per GPU); a cell naming another unit is
+refused. Every column's unit, allowed values and default, the JSON keys and the batch format: docs/validate.md.
+A row that breaks a rule is reported FAILED with its message and the other rows are still scored: exit 0 when
+at least one row was scored, 2 when none was (or the file cannot be read). An example in this schema ships with
+the repository: `llmperf validate benchmarks/data/public_runs.csv` (70 public runs).
 """
 
 
