@@ -156,10 +156,11 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
     if require_fit and not mem.host_fits:
         parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
         raise InfeasibleError(
-            f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: the ds_config's "
-            f"offloads, for its ranks on one host) exceeds the {mem.host_capacity_bytes / 2**30:.0f} GiB of host RAM "
+            f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "
+            f"job's ranks on one host keep there) exceeds the {mem.host_capacity_bytes / 2**30:.0f} GiB of host RAM "
             f"of {pred.cluster.name} (its preset's host_memory_GiB) (--require-fit). Offload less (offload_param / "
-            f"offload_optimizer to none or nvme, a smaller offload_optimizer.ratio), or use more nodes.")
+            f"offload_optimizer to none or nvme, a smaller offload_optimizer.ratio, no --checkpoint-in-cpu), or use "
+            f"more nodes.")
 
 
 def _print_prediction(pred: Any, fmt: str, err: bool) -> None:
