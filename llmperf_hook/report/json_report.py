@@ -2,7 +2,8 @@
 
 Schema 1 keys: schema, command, step_time_s, uncalibrated_step_time_s (before a refine calibration), tokens_per_s,
 mfu, model_flops_per_step, memory
-{peak_bytes_per_gpu, capacity_bytes, fits, headroom_bytes, stage, components}, breakdown {component: s}
+{peak_bytes_per_gpu, capacity_bytes, fits, headroom_bytes, stage, components, host {bytes_per_node,
+capacity_bytes, fits, components}}, breakdown {component: s}
 (sums to step_time_s; components: compute, recompute, host_overhead, comm_tp, comm_cp, comm_ep, comm_zero,
 comm_dp (exposed in-layer communication by kind), pipeline_bubble, pipeline_p2p, comm_pp_gather, comm_dp_grad,
 comm_embedding_grad, optimizer, comm_param_gather, calibration), stages [{stage, num_layers, fwd_s, bwd_s, compute_s, idle_s, exposed_comm_s,
@@ -16,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmperf_hook.api import Prediction
+    from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 
 def _r(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _host_memory(mem: Any) -> dict[str, Any]:
+def _host_memory(mem: "MemoryEstimate") -> dict[str, Any]:
     """Host RAM per node the offloads pin; capacity and fits are null where the cluster preset does not state it."""
     known = mem.host_capacity_bytes > 0
     return {"bytes_per_node": int(mem.host_bytes_per_node),

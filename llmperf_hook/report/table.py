@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmperf_hook.report.units import fmt_bytes, fmt_rate, fmt_seconds
 
 if TYPE_CHECKING:
     from llmperf_hook.api import Prediction
+    from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 BREAKDOWN_LABELS = {
     "compute": "compute (forward + backward)", "recompute": "activation recompute",
@@ -50,7 +51,7 @@ def _mfu_basis(pred: "Prediction") -> str:
             f"dense {dtype} peak; recompute not counted)")
 
 
-def _host_memory_lines(mem: Any) -> list[str]:
+def _host_memory_lines(mem: "MemoryEstimate") -> list[str]:
     """The host RAM per node the offloads pin, with its parts, and the verdict against the cluster's host RAM
     where its preset states it; nothing when nothing is offloaded."""
     if not mem.host_components:
