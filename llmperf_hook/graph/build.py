@@ -83,21 +83,23 @@ def _with_latent_scatter_backward(block: OpBlock, ctx: lo.LayerContext) -> OpBlo
     """The local-spec MLA latents' scatter backward (mla_ops.latent_scatter_backward), whose forward is a split: the
     graph lists the latent gathers first in the attention, so their backward follows the attention norm's."""
     gathers = latent_scatter_backward(ctx) if ctx.cfg.model.multi_latent_attention else ()
-    if not gathers:
-        return block
-    at = next(i for i, op in enumerate(block.bwd) if op.name == "attn.norm" and op.phase == "bwd") + 1
-    return replace(block, bwd=block.bwd[:at] + gathers + block.bwd[at:])
+    return _after_backward_of(block, "attn.norm", gathers)
 
 
 def _with_scatter_backward(block: OpBlock, ctx: lo.LayerContext, prefix: str = "") -> OpBlock:
     """Under SP with an all-reduced embedding its gradient is gathered over TP right after the embedding dropout's
-    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective (after the backward's
-    dropout, not a full recompute's replay of it: an MTP depth is recomputed)."""
+    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective."""
     gather = tuple(replace(op, name=prefix + op.name) for op in vo.embedding_scatter_backward(ctx))
-    if not gather:
+    return _after_backward_of(block, prefix + "embedding.dropout", gather)
+
+
+def _after_backward_of(block: OpBlock, name: str, ops: tuple[Op, ...]) -> OpBlock:
+    """`ops` inserted into the block's backward right after op `name`'s backward (not after a full recompute's
+    replay of its forward, which comes first: an MTP depth is recomputed)."""
+    if not ops:
         return block
-    at = next(i for i, op in enumerate(block.bwd) if op.name == prefix + "embedding.dropout" and op.phase == "bwd") + 1
-    return replace(block, bwd=block.bwd[:at] + gather + block.bwd[at:])
+    at = next(i for i, op in enumerate(block.bwd) if op.name == name and op.phase == "bwd") + 1
+    return replace(block, bwd=block.bwd[:at] + ops + block.bwd[at:])
 
 
 def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
