@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from llmperf_hook.errors import LlmperfError
+from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.validate.cluster_choice import ClusterChoice, choose_cluster, read_cluster_presets
 from llmperf_hook.validate.launch_command import LaunchPlan, build_launch_plan
 from llmperf_hook.validate.measured_run import MeasuredRun
@@ -63,11 +63,17 @@ def plan_run(run: MeasuredRun, presets: dict, out_dir: Path) -> tuple[LaunchPlan
     cluster without a `gpus_per_node` cell runs on that cluster's hosts: 16 GPUs on dgx-h100 are 2 nodes of 8 (they
     were launched as one node of 16, every collective priced inside one NVLink domain)."""
     cluster = choose_cluster(run, presets, out_dir)
-    if not run.gpus_per_node:
+    if run.cluster or not run.gpus_per_node:
         from llmperf_hook import api  # stage wiring; imported here so `llmperf validate --help` stays light
 
-        spec, _ = api.resolve_cluster(cluster.cluster, None)
-        run = replace(run, gpus_per_node=spec.host_gpus)
+        try:
+            spec, _ = api.resolve_cluster(cluster.cluster, None)
+        except LlmperfError as err:
+            if not run.cluster:
+                raise
+            raise UsageError(f"row {run.row_id}: column `cluster` = {run.cluster!r}: {err}") from None
+        if not run.gpus_per_node:
+            run = replace(run, gpus_per_node=spec.host_gpus)
     return build_launch_plan(run, out_dir), cluster
 
 

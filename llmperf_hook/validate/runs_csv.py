@@ -108,7 +108,7 @@ def check_columns(columns: Sequence[str], where: str) -> None:
         # csv.DictReader would keep only the last cell of a repeated name, silently.
         raise UsageError(f"{where}: column(s) {', '.join(map(repr, repeated))} appear more than once in the header, so "
                          "it is ambiguous which cell a row means. Rename or drop the repeated column(s).")
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    missing = [c + _looks_like(c, columns) for c in REQUIRED_COLUMNS if c not in columns]
     has_cluster = any(all(c in columns for c in group) for group in CLUSTER_COLUMN_SETS)
     if not has_cluster:
         missing.append("cluster (or gpu_type + gpus_per_node)")
@@ -118,6 +118,14 @@ def check_columns(columns: Sequence[str], where: str) -> None:
             "and a cluster (a `cluster` column naming a preset or YAML file, or `gpu_type` and `gpus_per_node`); "
             "see `llmperf validate --help` for every optional column. Add the missing column(s)."
         )
+
+
+def _looks_like(column: str, header: Sequence[str]) -> str:
+    """" (the header has `num_layer`: a misspelling?)" when a header cell is close to the missing `column`."""
+    import difflib
+
+    close = difflib.get_close_matches(column, [c.lower() for c in header], n=1, cutoff=0.75)
+    return f" (the header has `{header[[c.lower() for c in header].index(close[0])]}`: a misspelling?)" if close else ""
 
 
 def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:
