@@ -2,7 +2,7 @@
 parameter elements held gathered.
 
 DeepSpeed records the order in which modules fetch their parameters in the first step (forward, then backward in
-reverse order, with a recomputed layer's forward again inside the backward) and from then on follows it
+reverse order, with a recomputed checkpoint's forward again inside the backward) and from then on follows it
 (deepspeed/runtime/zero/partitioned_param_coordinator.py, reset_step at the start of every forward):
 - release_sub_module -> __params_to_release: after a module runs, a parameter is *kept* gathered when it is used
   again within stage3_max_reuse_distance elements (default 1e9) of the modules that follow in the trace: the walk
