@@ -12,8 +12,8 @@ from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
-from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_batch, ds_optimizer,
-                                                    ds_precision, hf_batch, merge_megatron_batch)
+from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
+                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
@@ -75,6 +75,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             for key in ("recompute", "recompute_method", "recompute_num_layers"):
                 src[key] = ds.sources["recompute"]
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
+        warnings += ds_auto_batch_warnings(ds)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
                                  multi_rank_release=_multi_rank_release(ds, job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
@@ -243,6 +244,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
     batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src,
                           not accelerator_script(job.script, job.script_args))
+    if ds is not None and framework != "hf-deepspeed":
+        warnings += ds_auto_batch_warnings(ds)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None

@@ -150,21 +150,18 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
 
 
 def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None) -> BatchConfig:
-    """DeepSpeed's own triad. "auto" in any of its keys stops deepspeed.initialize: only the Hugging Face Trainer and
-    Accelerate replace it, and DeepSpeedConfig._configure_train_batch_size (runtime/config.py) does arithmetic on
-    the string itself (`"auto" // micro`, `"auto" > 0`: TypeError; checked with the installed DeepSpeed)."""
+    """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two fix it, as the Hugging Face
+    Trainer and Accelerate fill it in; ds_auto_batch_warnings says what a plain deepspeed.initialize would do)."""
     def given(value: Any) -> int | None:
-        return None if value is None else int(value)
+        return None if value in (None, AUTO) else int(value)
 
-    autos = [k for k, v in (("train_batch_size", ds.train_batch_size), ("train_micro_batch_size_per_gpu",
-                            ds.micro_batch_size), ("gradient_accumulation_steps", ds.gradient_accumulation_steps))
-             if v == AUTO]
-    if autos:
+    autos = _auto_batch_keys(ds)
+    if given(ds.train_batch_size) is None and given(ds.micro_batch_size) is None and autos and fallback is None:
         raise ConfigError(
-            f"{ds.path} leaves {' and '.join(autos)} \"auto\": only the Hugging Face Trainer (--deepspeed FILE) and "
-            "Accelerate fill \"auto\" in; deepspeed.initialize, given it through --deepspeed_config, computes with the "
-            "string and stops (DeepSpeedConfig._configure_train_batch_size: TypeError). Write numbers for these keys, "
-            "or remove them and give train_batch_size or train_micro_batch_size_per_gpu.")
+            f"{ds.path} leaves {' and '.join(autos)} \"auto\" and gives neither train_batch_size nor "
+            "train_micro_batch_size_per_gpu as a number, so nothing fixes the batch: only the Hugging Face Trainer "
+            "(--deepspeed FILE) or Accelerate fill \"auto\" in from their own arguments. Write train_batch_size or "
+            "train_micro_batch_size_per_gpu as numbers.")
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     if fallback is not None and train is None and micro is None:
         train, micro = fallback.global_batch_size, fallback.micro_batch_size
@@ -176,6 +173,25 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
         else:
             src.setdefault(key, Source(SourceKind.DERIVED, "DeepSpeed batch triad: train = micro * accumulation * DP"))
     return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=steps)
+
+
+def _auto_batch_keys(ds: DsSettings) -> list[str]:
+    return [k for k, v in (("train_batch_size", ds.train_batch_size), ("train_micro_batch_size_per_gpu",
+                           ds.micro_batch_size), ("gradient_accumulation_steps", ds.gradient_accumulation_steps))
+            if v == AUTO]
+
+
+def ds_auto_batch_warnings(ds: DsSettings) -> list[str]:
+    """A script that hands the file to deepspeed.initialize as it is stops there: DeepSpeedConfig.
+    _configure_train_batch_size (runtime/config.py) does arithmetic on the string ("auto" > 0: TypeError, checked
+    with the installed DeepSpeed). A script may fill "auto" in itself before (as the Hugging Face Trainer and
+    Accelerate do), which llmperf cannot see, so this is a warning, not a refusal."""
+    autos = _auto_batch_keys(ds)
+    if not autos:
+        return []
+    return [f"{ds.path} leaves {' and '.join(autos)} \"auto\": priced as filled in from the other batch keys; a "
+            "script that passes the file to deepspeed.initialize unchanged stops with a TypeError "
+            "(DeepSpeedConfig._configure_train_batch_size). Write numbers unless the script fills \"auto\" in."]
 
 
 def merge_megatron_batch(ds: DsSettings, megatron: BatchConfig, dp: int, src: dict[str, Source]) -> BatchConfig:

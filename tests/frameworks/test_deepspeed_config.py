@@ -62,8 +62,7 @@ def _write(tmp_path: Path, raw: dict) -> None:
 
 def test_plain_deepspeed_with_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    # (train_batch_size "auto" stops deepspeed.initialize: test_campaign4_ds_configs.py, DeepSpeedConfig as oracle)
-    _write(tmp_path, {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    _write(tmp_path, {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
                       "zero_optimization": {"stage": 3}, "bf16": {"enabled": True}})
     cfg = script(["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"], model="llama3-8b")
     assert cfg.batch.global_batch_size == 32 and cfg.optimizer.zero_stage == 3 and cfg.optimizer.overlap_grad_reduce
