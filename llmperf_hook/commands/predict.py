@@ -19,6 +19,7 @@ import contextlib
 from dataclasses import replace
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -103,6 +104,8 @@ def write_trace(pred: Any, path: str) -> None:
 def strip_shell_comment(line: str) -> str:
     """Cut the line at a `#` that starts a word outside quotes, as the shell does (`nvcr.io#nvidia/pytorch` is a word,
     not a comment: shlex's comments=True cut it)."""
+    if "#" not in line:  # most lines: no character-by-character scan (a 1,000-line batch spent ~5 % of its time here)
+        return line
     quote, escaped, word_start = "", False, True
     for i, ch in enumerate(line):
         if escaped:
@@ -120,10 +123,22 @@ def strip_shell_comment(line: str) -> str:
     return line
 
 
+def split_words(line: str) -> list[str]:
+    """The line's shell words: with no quote or backslash they are its whitespace-separated words, as shlex.split
+    gives them (shlex scans character by character: 40 % of a 1,000-line batch's parsing)."""
+    if not any(ch in line for ch in "'\"\\"):
+        return [word for word in SHELL_BLANKS.split(line) if word]
+    return shlex.split(line)
+
+
+SHELL_BLANKS = re.compile(r"[ \t\r\n]+")
+"""shlex's whitespace (str.split would also split at a no-break space, which shlex keeps inside a word)."""
+
+
 def parse_batch_line(line: str, defaults: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
     """(launch argv, llmperf options) of one batch line, or None for a blank/comment line."""
     try:
-        words = shlex.split(strip_shell_comment(line))
+        words = split_words(strip_shell_comment(line))
     except ValueError as err:
         raise UsageError(f"cannot split the line into shell words: {err}.") from err
     if not words:

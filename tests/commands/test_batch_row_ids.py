@@ -61,3 +61,13 @@ def test_write_batch_files_predict_with_the_rows_ids(tmp_path: Path, folder: str
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["id"] for r in results] == ["z2", "m1"]
     assert all("error" not in r for r in results), results
+
+
+@pytest.mark.parametrize("line", ["torchrun --nnodes 2  pretrain_gpt.py\t--lr 1e-4", "a 'b c' \"d e\" f\\ g",
+                                  "x=1 y=$HOME z=a;b (c) *", "  ", "a\u00a0b c"])
+def test_split_words_is_shlex_split(line: str) -> None:
+    import shlex
+
+    from llmperf_hook.commands.predict import split_words
+
+    assert split_words(line) == shlex.split(line)
