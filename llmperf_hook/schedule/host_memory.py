@@ -20,12 +20,12 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
                  fp32 buffers of the largest optimizer sub-group (optimizer_utils.py SwapBufferManager)
   checkpoints    Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints of the micro-batches in
                  flight (schedule/memory.checkpoints_off_gpu_bytes)
-DeepSpeed's own estimators count fewer bytes per parameter per node (estimate_zero3_model_states_mem_needs at
-zero_init: 16 B with offload_optimizer, 18 with offload_param too; estimate_zero2_model_states_mem_needs: 16 B):
-they leave out ZeRO-3's gradient partition and ZeRO-1/2's 16-bit copies (benchmarks/bench_memory_reference.py
-prints both). Not counted: each process's own footprint (Python, CUDA and NCCL host allocations, the data loader),
-a few GB per rank that the cluster's RAM must also hold; ZeRO-1/2's pinned staging buffer of its largest parameter
-(temp_grad_buffer_for_cpu_offload).
+DeepSpeed's own estimators, per parameter per node: estimate_zero3_model_states_mem_needs at zero_init 16 B with
+offload_optimizer, 18 with offload_param too (no 16-bit gradient partition); estimate_zero2_model_states_mem_needs
+max(16, 4 x GPUs) B (the larger for a whole fp32 model copy per GPU while the model loads; no 16-bit copies).
+benchmarks/bench_memory_reference.py prints theirs beside ours. Not counted: each process's own footprint (Python,
+CUDA and NCCL host allocations, the data loader), a few GB per rank that the cluster's RAM must also hold; ZeRO-1/2's
+pinned staging buffer of its largest parameter (temp_grad_buffer_for_cpu_offload).
 """
 
 from __future__ import annotations
