@@ -148,7 +148,8 @@ def report_json(report: ValidationReport) -> dict[str, Any]:
             for s in report.sources
         },
         "overall": {"mape": report.overall_mape, "mean_source_mape": report.mean_source_mape,
-                    "num_rows": len(report.rows), "num_failed": report.num_failed},
+                    "num_rows": len(report.rows), "num_scored": len(report.rows) - report.num_failed,
+                    "num_failed": report.num_failed},
         "elapsed_s": report.elapsed_s,
         "warnings": list(report.warnings),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ def _keys(value: Any) -> set[str]:
 def test_every_json_key_is_documented() -> None:
     row = RowResult(row_id="r1", source_id="S1", source="s", model="m", layout="tp1 pp1 (1 GPUs)", measured_s=1.0,
                     predicted_s=1.1, cluster="dgx-h100", argv=("torchrun",))
-    keys = _keys(report_json(score_rows([row])))
+    data = report_json(score_rows([row, replace(row, row_id="r2", predicted_s=None, error="bad")]))
+    assert (data["overall"]["num_rows"], data["overall"]["num_scored"], data["overall"]["num_failed"]) == (2, 1, 1)
+    keys = _keys(data)
     text = DOC.read_text(encoding="utf-8")
     assert not [k for k in keys - {"S1"} if f"`{k}`" not in text]
 
