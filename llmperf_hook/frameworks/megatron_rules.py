@@ -34,7 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "empty_unused_memory_level": ("0", "1", "2"),
     "DDP_impl": ("local", "torch", "FSDP"),  # Megatron-DeepSpeed and Megatron-LM before 2023
     "cross_entropy_fusion_impl": ("native", "te"),
-    "cuda_graph_impl": ("none", "local", "transformer_engine"),
+    "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),  # full_iteration: core_v0.18.0+
     "data_parallel_sharding_strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
     "fp4_format": ("e2m1",),
     "moe_router_dtype": ROUTER_DTYPES,

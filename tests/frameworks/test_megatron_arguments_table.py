@@ -144,3 +144,14 @@ def test_an_absent_option_resolves_to_megatrons_default(name: str) -> None:
 
 def test_mla_defaults_table_is_megatrons() -> None:
     assert {dest: ACTIONS[f"--{dest.replace('_', '-')}"]["default"] for dest in MLA_DEFAULTS} == MLA_DEFAULTS
+
+
+@pytest.mark.parametrize("name, value", [
+    ("--cuda-graph-impl", "full_iteration"),  # TransformerConfig Literal, core_v0.18.0 and later (not in 0.16.1)
+    ("--moe-router-load-balancing-type", "quantile_balancing"),  # core_v0.19.0 and HEAD
+])
+def test_a_choice_of_a_newer_release_is_accepted(name: str, value: str) -> None:
+    """CHOICES is the union over Megatron-LM's releases: a value a newer release's parser takes is not refused."""
+    extra = ["--num-experts", "8"] if name.startswith("--moe") else []
+    job, cfg = resolve_job([*GPT, *extra, name, value], {})
+    assert cfg.model.num_layers == 2
