@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
+from llmperf_hook.validate.cell_units import COLUMN_UNITS
 from llmperf_hook.validate.measured_run import (
     CLUSTER_COLUMN_SETS,
     HEAD_DIM_DEFAULT,
@@ -124,8 +125,15 @@ def _looks_like(column: str, header: Sequence[str]) -> str:
     """" (the header has `num_layer`: a misspelling?)" when a header cell is close to the missing `column`."""
     import difflib
 
-    close = difflib.get_close_matches(column, [c.lower() for c in header], n=1, cutoff=0.75)
-    return f" (the header has `{header[[c.lower() for c in header].index(close[0])]}`: a misspelling?)" if close else ""
+    lowered = [c.lower() for c in header]
+    close = difflib.get_close_matches(column, lowered, n=1, cutoff=0.75)
+    if not close:
+        return ""
+    cell = header[lowered.index(close[0])]
+    if column in COLUMN_UNITS and cell.lower().rsplit("_", 1)[0] == column.rsplit("_", 1)[0]:  # iteration_time_ms
+        return (f" (the header has `{cell}`: the schema's column is in the unit its name ends in; convert the cells "
+                f"and name the column `{column}`)")
+    return f" (the header has `{cell}`: a misspelling?)"
 
 
 def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:

@@ -20,6 +20,14 @@ def test_a_misspelled_required_column_is_named() -> None:
         check_columns(columns, "runs.csv")
 
 
+def test_a_time_column_in_another_unit_is_named_with_the_unit_rule() -> None:
+    columns = ["row_id", "num_layers", "hidden_size", "seq_length", "global_batch_size", "tp", "pp", "num_gpus",
+               "cluster", "iteration_time_ms"]
+    with pytest.raises(UsageError, match=r"iteration_time_s \(the header has `iteration_time_ms`: the schema's column "
+                                         r"is in the unit its name ends in; convert the cells"):
+        check_columns(columns, "runs.csv")
+
+
 def test_an_unknown_cluster_is_the_rows_cluster_cell(tmp_path: Path) -> None:
     path = tmp_path / "runs.csv"
     path.write_text("row_id,num_layers,hidden_size,seq_length,global_batch_size,tp,pp,num_gpus,cluster,"
