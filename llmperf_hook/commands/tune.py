@@ -79,7 +79,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     batch_script = applied is not None and is_batch_script(argv, job.script)
     refusal = None
     if batch_script:  # applied only by appending to the script's arguments where it passes them on ("$@")
-        applied, refusal = _script_plan(argv, changes[0], cfg, result.top[0].candidate,
+        applied, refusal = _script_plan(argv, plans[0], changes[0], cfg, result.top[0].candidate,
                                         (cluster, hardware, nnodes, nproc_per_node, model))
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
@@ -111,15 +111,17 @@ def batch_script_refusal(kind: str) -> str:
     inside = "srun ... pretrain_gpt.py ...` inside the allocation" if sbatch else \
         "torchrun ... pretrain_gpt.py ...`, the script's launch line"
     return (f"tune --apply cannot rewrite {article} {kind}: the training command is inside it, and flags appended to "
-            f"the {outer} command reach the script as $1, $2, ..., which its launch line does not pass on after its own "
-            f"flags (read again as explain reads it, the command does not run the tuned layout; a launch line ending in "
-            f"\"$@\" would). Make the changes listed above in the script, or run tune --apply on the launch line itself "
+            f"the {outer} command reach the script as $1, $2, ..., which its launch line does not pass on to the "
+            f"training script after its own flags (parsed as explain parses it; a launch line ending in \"$@\" would). "
+            f"Make the changes listed above in the script, or run tune --apply on the launch line itself "
             f"(`llmperf tune --apply -- {inside}).")
 
 
-def _script_plan(argv: list[str], changes: Any, cfg: Any, tuned: Any, options: tuple) -> tuple[Any, str | None]:
-    """(plan, refusal) for --apply on a launch script file: the tuned flags appended to its arguments where its
-    launch line passes them on (tune/script_forward.py); `options` are tune's cluster / hardware / size / model."""
+def _script_plan(argv: list[str], line_plan: Any, changes: Any, cfg: Any, tuned: Any,
+                 options: tuple) -> tuple[Any, str | None]:
+    """(plan, refusal) for --apply on a launch script file: the changes of its launch line (`line_plan`, `changes`)
+    appended to its arguments where the line passes them on (tune/script_forward.py); `options` are tune's cluster /
+    hardware / size / model."""
     from llmperf_hook import api
     from llmperf_hook.frameworks.resolve import JobOverrides
     from llmperf_hook.tune.apply import script_file_kind
@@ -132,7 +134,7 @@ def _script_plan(argv: list[str], changes: Any, cfg: Any, tuned: Any, options: t
         return api.resolve_command(words, dict(os.environ), cluster=cluster, hardware=hardware, overrides=overrides)[1]
 
     kind = script_file_kind(argv) or "sbatch script"
-    got = apply_to_script(argv, changes, cfg, tuned, reread, kind, batch_script_refusal(kind))
+    got = apply_to_script(argv, line_plan, changes, cfg, tuned, reread, kind, batch_script_refusal(kind))
     return got.plan, got.refusal
 
 
@@ -206,15 +208,15 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     from llmperf_hook.tune.apply import plan_tuned_command
     from llmperf_hook.tune.render import command_changes
 
-    ref = dsr.find_ds_config(argv)
-    original = None
-    if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
-        original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
     from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
     before = batch_script_words(shown) or shown  # `sbatch job.sh`: its launch line, the one the user edits
+    ref = dsr.find_ds_config(before)  # the ds_config of that line (a script's own), whose keys the changes list
+    original = None
+    if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
+        original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
     return plans, [command_changes(before, p, original) for p in plans]
 
 

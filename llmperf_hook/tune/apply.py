@@ -140,8 +140,9 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     (what the user edits by hand; --apply appends its changes to the script's arguments only where the script passes
     them on: tune/script_forward.py)."""
     words = batch_script_words(argv)
-    if words is not None:
-        return _batch_launch_line(words, base_cfg, new)
+    if words is not None:  # the script's launch line, as the user edits it (and a tuned copy of its ds_config)
+        inner = _plan_tuned_command(words, base_cfg, new, new_cfg, cwd)
+        return TunedCommand(inner.argv, inner.new_files, (*inner.notes, "the launch line inside the script"))
     k = _shell_command_index(argv)
     k = _wrap_index(argv) if k is None else k
     if k is not None:
@@ -210,12 +211,6 @@ def is_batch_script(argv: Sequence[str], script: str) -> bool:
     the script file that runs it, which --apply does not rewrite (flags appended to the outer argv reach the script as
     $1 ...: applied only where it passes them on, tune/script_forward.py)."""
     return script not in argv and script_file_kind(argv) is not None
-
-
-def _batch_launch_line(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> TunedCommand:
-    """The script's launch line with the Megatron flags of `new` (a ds_config the script writes is not rewritten)."""
-    out = _rewrite_megatron_flags(words, base_cfg, new) if base_cfg.framework in MEGATRON else words
-    return TunedCommand(argv=tuple(out), notes=("the launch line inside the script, to edit there",))
 
 
 def _rewrite_megatron_flags(words: list[str], base_cfg: TrainingConfig, new: Candidate) -> list[str]:

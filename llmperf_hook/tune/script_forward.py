@@ -1,22 +1,26 @@
 """`tune --apply` on a launch script file (`bash train.sh`, `./train.sh`, `sbatch job.sh`): the tuned flags appended to
 the script's own arguments, kept only where the script passes them on to the training command.
 
-Megatron-LM parses its flags with argparse, where a flag given twice takes its last value, so `bash train.sh
---micro-batch-size 4` changes the micro-batch of a launch line that ends in "$@" without editing the file (the usual
-way cluster launch scripts take overrides). Whether a script forwards its arguments, and after its own flags, is
-not guessed: the appended command is read again the way `explain` reads it (launch/batch_script.py expands $1 ...
-"$@" and validates the layout) and applied only when that reading is exactly the tuned layout, same world size and
-global batch. Appending cannot take a switch back (--recompute-activations has no off form), so a layout that
-drops a flag of the script is refused, naming it.
+Megatron-LM, DeepSpeed (--deepspeed_config) and the Hugging Face Trainer parse their flags with argparse, where a
+flag given twice takes its last value, so `bash train.sh --micro-batch-size 4` changes the micro-batch of a launch
+line that ends in "$@" without editing the file (the usual way cluster launch scripts take overrides); a tuned
+ds_config is a new copy next to the script's (written by --apply as for any command) and its flag points the line
+at it. Whether a script forwards its arguments, and after its own flags, is not guessed: the appended command is
+parsed the way `explain` parses it (launch/batch_script.py expands $1 ... "$@") and must hand the training script
+exactly its own arguments followed by the appended ones; where no new file is involved it is also resolved in full
+and must be the tuned layout, world size and global batch. Appending cannot take a switch back
+(--recompute-activations has no off form), so a layout that drops a flag of the script is refused, naming it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.tune.apply import TunedCommand
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.render import Change
@@ -32,26 +36,43 @@ class ScriptApply:
     """Why not (None when `plan` is set)."""
 
 
-def appended_words(changes: Sequence[Change]) -> tuple[list[str], list[str]]:
-    """(words to append after the script's arguments, flags of the launch line the layout drops). A config-file
-    change is a drop too: the script names its own ds_config, which appended flags do not rewrite."""
+def appended_words(changes: Sequence[Change], new_files: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(words to append after the script's arguments, what appending cannot do: flags of the launch line the layout
+    drops, config keys not carried by a new file). The keys of a tuned ds_config copy travel with its flag, which
+    points the line at the copy (--deepspeed_config ds.llmperf-tuned.json, last wins like every flag)."""
     words: list[str] = []
     drops: list[str] = []
     for c in changes:
-        if c.where != "argv" or c.new is None:
-            drops.append(c.key if c.where == "argv" else f"{c.where} {c.key}")
+        if c.where != "argv":
+            if c.where not in new_files:
+                drops.append(f"{c.where} {c.key}")
+        elif c.new is None:
+            drops.append(c.key)
         else:
             words += [c.key, c.new] if c.new else [c.key]
     return words, drops
 
 
-def apply_to_script(argv: Sequence[str], changes: Sequence[Change], cfg: TrainingConfig, tuned: Candidate,
-                    reread: Callable[[list[str]], TrainingConfig], kind: str, not_forwarded: str) -> ScriptApply:
+def reaches_training_script(argv: Sequence[str], words: Sequence[str]) -> bool:
+    """Whether `argv` + `words` hands `words` to the training script after all its own flags (parsed as explain
+    parses it: the script's $1 ... "$@" expanded), so argparse's last-wins makes them the training script's."""
+    try:
+        own = parse_launch(list(argv), dict(os.environ))
+        got = parse_launch([*argv, *words], dict(os.environ))
+    except LlmperfError:
+        return False
+    return got.script == own.script and list(got.script_args) == [*own.script_args, *words]
+
+
+def apply_to_script(argv: Sequence[str], line_plan: TunedCommand, changes: Sequence[Change], cfg: TrainingConfig,
+                    tuned: Candidate, reread: Callable[[list[str]], TrainingConfig], kind: str,
+                    not_forwarded: str) -> ScriptApply:
     """`argv` (`bash train.sh ARGS`) with the launch line's `changes` appended, if the script runs `tuned` that way.
 
-    `reread` resolves a command as explain does; `not_forwarded` is the refusal for a script whose launch line does
-    not pass the appended flags on (or passes them before its own, which then win)."""
-    words, drops = appended_words(changes)
+    `line_plan` is the rewritten launch line (its new files are written by --apply as for any command); `reread`
+    resolves a command as explain does, used where no new file is needed yet; `not_forwarded` is the refusal for
+    a script whose launch line does not pass the appended flags on after its own."""
+    words, drops = appended_words(changes, line_plan.new_files)
     if drops:
         article = "an" if kind.startswith("sbatch") else "a"
         return ScriptApply(None, (
@@ -59,15 +80,21 @@ def apply_to_script(argv: Sequence[str], changes: Sequence[Change], cfg: Trainin
             "script gives on its launch line, and flags appended to the script's arguments can change a value but not "
             "take a switch or a config key back. Make the changes listed above in the script, or run tune --apply on "
             "the launch line itself."))
-    candidate = [*argv, *words]
-    try:
-        got = reread(candidate)
-    except LlmperfError:
+    if not reaches_training_script(argv, words) or (not line_plan.new_files and not _runs(reread, argv, words, cfg,
+                                                                                           tuned)):
         return ScriptApply(None, not_forwarded)
-    same = (candidate_of(got) == tuned and got.world_size == cfg.world_size
-            and got.batch.global_batch_size == cfg.batch.global_batch_size)
-    if not same:
-        return ScriptApply(None, not_forwarded)
+    if not words:
+        return ScriptApply(TunedCommand(argv=tuple(argv)))
     note = f"the tuned flags appended to the {kind}'s arguments, which its launch line passes on (\"$@\")"
-    return ScriptApply(TunedCommand(argv=tuple(candidate), notes=(note,)) if words else
-                       TunedCommand(argv=tuple(argv)))
+    return ScriptApply(TunedCommand(tuple([*argv, *words]), line_plan.new_files, (note,)))
+
+
+def _runs(reread: Callable[[list[str]], TrainingConfig], argv: Sequence[str], words: Sequence[str],
+          cfg: TrainingConfig, tuned: Candidate) -> bool:
+    """The appended command read as explain reads it is the tuned layout, world size and global batch."""
+    try:
+        got = reread([*argv, *words])
+    except LlmperfError:
+        return False
+    return (candidate_of(got) == tuned and got.world_size == cfg.world_size
+            and got.batch.global_batch_size == cfg.batch.global_batch_size)

@@ -84,3 +84,50 @@ def test_flags_forwarded_before_the_scripts_own_do_not_win_and_are_refused(tmp_p
     (tmp_path / "train.sh").write_text(script)
     code, data, err = _tune(tmp_path, capsys, ["bash", "train.sh"])
     assert code == 2 and data["applied"] is None and "cannot rewrite a shell script" in err
+
+
+DS_SCRIPT = """#!/bin/bash
+deepspeed --num_gpus 8 train.py --deepspeed_config conf/ds.json "$@"
+"""
+
+
+def test_a_deepspeed_script_gets_a_tuned_config_copy_and_its_flag_appended(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The ds_config named inside the script: the changes list its keys (they read 'differs from yours, but no flag or
+    ds_config key of your command sets it'), --apply writes the tuned copy next to it and appends
+    --deepspeed_config COPY (last wins), which explain reads as the tuned ZeRO stage and micro-batch."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2}}))
+    (tmp_path / "train.sh").write_text(DS_SCRIPT)
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")  # ZeRO-1 beats the script's 2
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
+                              "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    keys = {c["key"] for c in data["top"][0]["changes"]}
+    assert keys == {"--deepspeed_config", "zero_optimization.stage"}, keys
+    applied, (new_file,) = data["applied"]["argv"], data["applied"]["new_files"]
+    assert applied[:2] == ["bash", "train.sh"] and applied[2:] == ["--deepspeed_config", "conf/ds.llmperf-tuned.json"]
+    assert Path(new_file) == tmp_path / "conf" / "ds.llmperf-tuned.json" and Path(new_file).is_file()
+    assert {p: p.read_bytes() for p in before} == before
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *applied], capsys)
+    assert code == 0, err
+    resolved = json.loads(out)
+    assert (resolved["zero_stage"], resolved["micro_batch_size"], resolved["global_batch_size"]) == (1, 2, 64)
+
+
+def test_a_deepspeed_script_that_does_not_forward_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2}}))
+    (tmp_path / "train.sh").write_text(DS_SCRIPT.replace(' "$@"', ""))
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--search", "s.yaml", "--apply",
+                              "--dry-run", "--", "bash", "train.sh"], capsys)
+    assert code == 2 and "cannot rewrite a shell script" in err
+    assert sorted(p.name for p in (tmp_path / "conf").iterdir()) == ["ds.json"]
