@@ -92,6 +92,18 @@ def param_buffer_elems(raw: dict[str, Any]) -> int:
     return PARAM_BUFFER_DEFAULT if value is None else value
 
 
+PARAM_MAX_IN_CPU_DEFAULT = 1_000_000_000
+"""offload_param.max_in_cpu default (zero/offload_config.py pp_int(1e9))."""
+
+
+def param_max_in_cpu_elems(raw: dict[str, Any]) -> int:
+    """offload_param.max_in_cpu as DeepSpeed reads it (pydantic lax int, ge=0; check_zero_section refused the rest)."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    section = zero.get("offload_param") if isinstance(zero.get("offload_param"), dict) else {}
+    value = pydantic_int(section.get("max_in_cpu", PARAM_MAX_IN_CPU_DEFAULT))
+    return PARAM_MAX_IN_CPU_DEFAULT if value is None else value
+
+
 def largest_param(cfg: TrainingConfig) -> int:
     """Elements of the largest parameter tensor on a tensor-parallel rank: the word embedding (or an untied output
     layer, the same size), the fused QKV, MLP up (x2 with SwiGLU's fused gate) or one expert's."""

@@ -65,3 +65,12 @@ def test_parameter_swap_buffer_must_hold_the_largest_partition(tmp_path: Path) -
     one_gpu = ["deepspeed", "--num_gpus", "1", "train.py", "--deepspeed_config"]
     with pytest.raises(ConfigError, match="buffer_size"):  # the default 1e8 < 131 M on one rank
         script([*one_gpu, _ds(tmp_path, {"offload_param": NVME})], model="llama2-7b")
+
+
+def test_offload_param_max_in_cpu_is_read(tmp_path: Path) -> None:
+    """offload_param.max_in_cpu (zero/offload_config.py, default 1e9): the partition elements DeepSpeed keeps in host
+    memory under an NVMe parameter offload, which graph/zero_layer_ops prices no NVMe traffic for."""
+    default = script([*DS, _ds(tmp_path, {"offload_param": NVME})], model="llama2-7b")
+    assert default.optimizer.nvme_param_max_in_cpu_elems == 1_000_000_000
+    given = script([*DS, _ds(tmp_path, {"offload_param": {**NVME, "max_in_cpu": 5e7}})], model="llama2-7b")
+    assert given.optimizer.nvme_param_max_in_cpu_elems == 50_000_000
