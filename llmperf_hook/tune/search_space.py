@@ -124,8 +124,9 @@ def load_search_space(path: str | Path | None, framework: str) -> SearchSpace:
 def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> SearchSpace:
     unknown = sorted(set(raw) - set(_KNOBS) - set(_SCALARS) - {"name", "description"})
     if unknown:
-        known = ", ".join(sorted([*_KNOBS, *_SCALARS]))
-        raise UsageError(f"{origin}: unknown key(s) {', '.join(unknown)}. Known keys: {known}.")
+        known = sorted([*_KNOBS, *_SCALARS])
+        raise UsageError(f"{origin}: unknown key(s) {', '.join(_with_nearest(k, known) for k in unknown)}. Known keys: "
+                         f"{', '.join(known)} (each documented in configs/search/megatron.yaml). Fix or remove the key.")
     values: dict[str, Any] = {"source": origin}
     for key, (kind, what) in _KNOBS.items():
         if key in raw:
@@ -138,6 +139,14 @@ def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> 
     space = SearchSpace(**values)
     _check_space(space, origin)
     return space
+
+
+def _with_nearest(key: str, known: list[str]) -> str:
+    """'pipline_parallel (did you mean pipeline_parallel?)' for a misspelt key; the key alone when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"{key} (did you mean {close[0]}?)" if close else key
 
 
 _AUTO_ALL: dict[str, tuple] = {
@@ -174,18 +183,22 @@ def _check_space(space: SearchSpace, origin: str) -> None:
                 "context_parallel", "recompute_block_layers", "expert_parallel", "expert_tensor_parallel"):
         vals = getattr(space, key)
         if vals is not None and any(v < 1 for v in vals):
-            raise UsageError(f"{origin}: {key} values must be >= 1, got {list(vals)}.")
+            raise UsageError(f"{origin}: {key} values must be >= 1, got {list(vals)}. Use positive integers "
+                             f"(e.g. [1, 2, 4]) or `auto`.")
     for key in ("max_micro_batch_size", "max_tensor_parallel", "max_virtual_pipeline"):
         value = getattr(space, key)
         if value is not None and value < 1:
-            raise UsageError(f"{origin}: {key} {value} must be >= 1 (the largest value `auto` tries).")
+            raise UsageError(f"{origin}: {key} {value} must be >= 1 (the largest value `auto` tries). Give a positive "
+                             "integer, or leave the key out for the default.")
     bad = [m for m in space.recompute if m not in RECOMPUTE_MODES]
     if bad:
         raise UsageError(f"{origin}: recompute mode(s) {bad} unknown; use {', '.join(RECOMPUTE_MODES)}.")
     if any(z not in (0, 1, 2, 3) for z in space.zero_stage):
-        raise UsageError(f"{origin}: zero_stage values must be 0-3, got {list(space.zero_stage)}.")
+        raise UsageError(f"{origin}: zero_stage values must be 0-3, got {list(space.zero_stage)}. Use ZeRO stages "
+                         "from 0, 1, 2, 3 (DeepSpeed's zero_optimization.stage), or `auto` for all four.")
     if not 0.0 <= space.memory_margin < 0.9:
-        raise UsageError(f"{origin}: memory_margin {space.memory_margin} must be in [0, 0.9) (a fraction of capacity).")
+        raise UsageError(f"{origin}: memory_margin {space.memory_margin} must be in [0, 0.9) (a fraction of capacity, "
+                         "e.g. 0.05 keeps 5 % of the GPU's memory free).")
 
 
 _MEGATRON_ONLY = ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "max_tensor_parallel")

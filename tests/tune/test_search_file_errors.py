@@ -24,3 +24,18 @@ def test_invalid_yaml_is_one_line_naming_line_and_column(tmp_path, capsys, text:
     assert len(errors) == 1 and not [ln for ln in err.splitlines() if not ln.startswith("llmperf")], err
     assert f"--search {tmp_path / 's.yaml'}: not valid YAML ({where}" in errors[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("text", "fix"), [
+    ("pipline_parallel: [2]\n", "did you mean pipeline_parallel?"),
+    ("micro_batch_size: [0, 2]\n", "Use positive integers"),
+    ("zero_stage: [4]\n", "Use ZeRO stages from 0, 1, 2, 3"),
+    ("memory_margin: 5\n", "e.g. 0.05 keeps 5 % of the GPU's memory free"),
+    ("max_micro_batch_size: 0\n", "Give a positive integer"),
+])
+def test_a_bad_key_or_value_says_the_fix(tmp_path, capsys, text: str, fix: str) -> None:
+    """Each message names the key, the rule and what to write instead (a misspelt key gets the nearest known one)."""
+    (tmp_path / "s.yaml").write_text(text)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--",
+                              *MEGATRON], capsys)
+    assert code == 2 and fix in err and "Traceback" not in err
