@@ -74,7 +74,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     applied = plans[0] if apply_best else None
     if applied is not None and applied.launch_refusal:
         _refuse_before_output(applied.launch_refusal, fmt)
-    from llmperf_hook.tune.apply import is_batch_script, script_file_kind
+    from llmperf_hook.tune.apply import is_batch_script
 
     batch_script = applied is not None and is_batch_script(argv, job.script)
     refusal = None
