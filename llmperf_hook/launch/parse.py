@@ -20,7 +20,7 @@ import shlex
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from llmperf_hook.errors import UsageError
+from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.launch.accelerate import MODULE as ACCELERATE_MODULE, accelerate_options_start, parse_accelerate
 from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
@@ -286,10 +286,14 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return _srun(words, i, env, used)
     script_at = None if head == "sbatch" else _shell_script_index(words, i)
     if head == "sbatch" or script_at is not None:  # the script's own launch line (launch/sbatch.py)
-        launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
-            shell_script_launch(words[script_at], env, used, words[script_at + 1:], words[i] if script_at > i else None)
-        inner = normalise_argv(launch, env, used)
-        size = _dispatch(inner, _strip_assignments(inner, env), env, used)
+        try:
+            launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
+                shell_script_launch(words[script_at], env, used, words[script_at + 1:], words[i] if script_at > i else None)
+            inner = normalise_argv(launch, env, used)
+            size = _dispatch(inner, _strip_assignments(inner, env), env, used)
+        except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
+            message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
+            raise type(err)(message) from err.__cause__
         return _literal_dollars(size, files, env, used)
     if head in MPI_LAUNCHERS:
         return _mpirun(words, i, env, used)
@@ -302,6 +306,10 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     )
 
 
+_QUOTED_LITERAL_DOLLAR = repr(LITERAL_DOLLAR)[1:-1]
+"""LITERAL_DOLLAR as a message's `{value!r}` writes it (`\\ue024`: repr escapes an unprintable character)."""
+
+
 def _literal_dollars(size: LaunchSize | None, files: dict[str, ScriptFile], env: dict[str, str],
                      used: dict[str, str]) -> LaunchSize | None:
     """A script's job with the `$` bash took literally (`'$HOME'`, `\\$X`) put back, now that nothing expands it."""
@@ -311,6 +319,7 @@ def _literal_dollars(size: LaunchSize | None, files: dict[str, ScriptFile], env:
     if size is None:
         return None
     return replace(size, script=restore_dollars(size.script), script_args=tuple(map(restore_dollars, size.script_args)),
+                   warnings=tuple(map(restore_dollars, size.warnings)),
                    **({"script_files": files} if files else {}))
 
 
