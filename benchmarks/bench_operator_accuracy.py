@@ -9,10 +9,11 @@ most `--train-fraction` of ALL samples of the fit group, averaged over 3 random 
 regressor per op class over the contract dims, e.g. one GEMM regressor for all five linear files, one Adam
 regressor for the three pipeline-stage files; floor, loss and linear baseline chosen inside the training rows;
 5 bagged boosters below 2,000 training rows; the embedding's hinge normaliser where the inner split keeps it,
-profile/hinge.py; build_profile's docstring). Samples faster than the datasheet
-peak are dropped; a group with a majority of such samples, or a streaming step (Adam) whose time does not grow
-with its parameters (shipped.corrupt_reason), is reported as corrupt. For the optimizer, the note gives the
-error when the ops carry only `params` (without the optional dims layers / embedding_params).
+profile/hinge.py, priced as `predict` prices it, floor included: hinge.priced_s; build_profile's docstring).
+Samples faster than the datasheet peak are dropped; a group with a majority of such samples, or a streaming step
+(Adam) whose time does not grow with its parameters (shipped.corrupt_reason), is reported as corrupt. For the
+optimizer, the note gives the error when the ops carry only `params` (without the optional dims layers /
+embedding_params).
 Reference: `Best_error%` in NVIDIA<GPU>.csv (the authors' best of random forest / XGBoost on their own split,
 with far more training samples). `repeat`: how far repeated measurements of the same per-rank shape lie from
 their median; `floor` = sqrt(2) x repeat, the MAPE a perfect predictor of each shape's mean time would still

@@ -42,7 +42,7 @@ def written_floor_s(terms: np.ndarray, bwd: bool, dtype_bytes: int, bandwidth_by
     return elements * dtype_bytes / bandwidth_bytes_per_s
 
 
-def priced_s(hinge: "Hinge", terms: np.ndarray, ratio: np.ndarray, bwd: bool, dtype_bytes: int,
+def priced_s(hinge: Hinge, terms: np.ndarray, ratio: np.ndarray, bwd: bool, dtype_bytes: int,
              bandwidth_bytes_per_s: float) -> np.ndarray:
     """Seconds a hinge model prices: the hinge times the regressor's ratio, never below written_floor_s. The one
     formula of the predictor (profile/predictor.py) and of the operator benchmark, so the benchmark scores what
