@@ -28,7 +28,7 @@ per row in --format json). Units are in the column names (seconds, GB/s per GPU)
 refused. Every column's unit, allowed values and default, the JSON keys and the batch format: docs/validate.md.
 A row that breaks a rule is reported FAILED with its message and the other rows are still scored: exit 0 when
 at least one row was scored, 2 when none was (or the file cannot be read). An example in this schema ships with
-the repository: `llmperf validate benchmarks/data/public_runs.csv` (70 public runs).
+the repository: `llmperf validate benchmarks/data/public_runs.csv` (80 public runs).
 """
 
 
