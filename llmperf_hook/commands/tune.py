@@ -60,7 +60,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
             click.echo(json.dumps({"error": str(err), "exit_code": err.exit_code}, indent=2))
         raise
     elapsed = time.perf_counter() - started
-    header = _header(cfg, spec, space.source, elapsed)
+    header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node)}
     if not result.top:
         message = infeasible_message(result, cfg, header)
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
@@ -200,6 +200,17 @@ def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[st
            f"{cfg.world_size} GPUs, global batch {cfg.batch.global_batch_size}")
     return {"job": job, "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source,
             "elapsed_s": elapsed_s, "capacity_bytes": spec.gpu.memory_capacity_bytes}
+
+
+def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]]:
+    """Which knobs were searched (values tried) and which kept as the command has them (tune/render.split_knobs)."""
+    from dataclasses import asdict
+
+    from llmperf_hook.tune.candidate import candidate_of
+    from llmperf_hook.tune.candidates import searched_values
+    from llmperf_hook.tune.render import split_knobs
+
+    return split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg)))
 
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:

@@ -96,6 +96,22 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
     return vals
 
 
+def searched_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> dict[str, list]:
+    """Values tried per knob, named as in the JSON candidates (the report's "searched" / "kept": a knob with the
+    command's value alone is kept as the command has it). EP / expert TP only for MoE models; recompute as modes."""
+    vals, base = knob_values(cfg, space, gpus_per_node), candidate_of(cfg)
+    out: dict[str, list] = {
+        "micro_batch_size": vals["mbs"], "tp": vals["tp"], "pp": vals["pp"], "vpp": vals["vpp"], "cp": vals["cp"],
+        "sequence_parallel": [bool(v) for v in vals["sp"]],
+        "recompute": list(_recompute_modes(cfg.framework, space)) or [base.recompute],
+        "distributed_optimizer": [bool(v) for v in vals["distopt"]], "zero_stage": vals["zero"],
+    }
+    if cfg.model.num_experts > 0:
+        out["ep"] = vals["ep"]
+        out["etp"] = [None if v == FOLLOW_TP else v for v in vals["etp"]]
+    return out
+
+
 def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> dict[str, list[int]]:
     """EP and expert TP (FOLLOW_TP = the flag left out): searched for MoE models under Megatron-LM only.
 

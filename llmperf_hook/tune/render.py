@@ -120,7 +120,8 @@ def _row(rank: str, ev: Evaluated, changes: str) -> str:
 
 def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
     lines = [f"llmperf tune: {header['job']} on {header['cluster']}",
-             f"search space: {header['space']}", _pruning_line(res, header)]
+             f"search space: {header['space']}", *([knobs_line(header["knobs"])] if header.get("knobs") else []),
+             _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
     lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
                  f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g})")
@@ -134,6 +135,28 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     if gain:
         lines += ["", gain]
     return "\n".join(lines)
+
+
+_KNOB_NAMES = {"micro_batch_size": "micro-batch", "tp": "TP", "pp": "PP", "vpp": "VPP", "cp": "CP",
+               "sequence_parallel": "SP", "recompute": "recompute", "distributed_optimizer": "distributed optimizer",
+               "zero_stage": "ZeRO", "ep": "EP", "etp": "expert TP"}
+
+
+def split_knobs(values: Mapping[str, Sequence[Any]], own: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """{"searched": {knob: values tried}, "kept": {knob: the command's value}}: a knob whose only value is the
+    command's own was not searched (the framework cannot change it from the command, or --search pinned it)."""
+    searched = {k: list(v) for k, v in values.items() if list(v) != [own.get(k)]}
+    kept = {k: own.get(k) for k in values if k not in searched}
+    return {"searched": searched, "kept": kept}
+
+
+def knobs_line(knobs: Mapping[str, Mapping[str, Any]]) -> str:
+    def show(v: Any) -> str:
+        return {True: "on", False: "off", None: "follows TP"}.get(v, str(v)) if isinstance(v, (bool, type(None))) else str(v)
+
+    searched = "; ".join(f"{_KNOB_NAMES.get(k, k)} {', '.join(show(x) for x in v)}" for k, v in knobs["searched"].items())
+    kept = "; ".join(f"{_KNOB_NAMES.get(k, k)} {show(v)}" for k, v in knobs["kept"].items())
+    return f"searched: {searched or 'nothing'} | kept as your command: {kept or 'nothing'}"
 
 
 def _no_change_label(ev: Evaluated, baseline: Evaluated | None) -> str:
@@ -200,7 +223,7 @@ def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Ma
     return {
         "schema": 1,
         "job": header["job"], "cluster": header["cluster"], "search_space": header["space"],
-        "search": search_json(res, header),
+        "knobs": header.get("knobs"), "search": search_json(res, header),
         "baseline": _evaluated_json(base, None) if base else None,
         "top": [_evaluated_json(ev, ch) for ev, ch in zip(res.top, changes)],
         "speedup_over_baseline": (base.step_time_s / best.step_time_s) if best and base else None,
