@@ -307,7 +307,8 @@ def _first_sentence(msg: str) -> str:
     head = msg
     while (shorter := re.sub(r"\s*\([^()]*\)", "", head)) != head:
         head = shorter
-    return re.sub(r"\d+", "N", head.split(". ")[0].split(" (")[0])[:80]
+    rule = re.sub(r"\d+", "N", head.split(". ")[0].split(" (")[0])
+    return rule if len(rule) <= 80 else rule[:80].rsplit(" ", 1)[0] + " ..."  # whole words ('without a trans')
 
 
 def _baseline(job: _Job) -> Evaluated | None:

@@ -19,6 +19,10 @@ def test_parenthesised_sources_are_dropped_not_cut_at() -> None:
     assert _first_sentence(nested) == "world size N is not divisible by N"
     assert _first_sentence("tp 3 (see e.g. the docs) is wrong") == "tp N is wrong"
     assert _first_sentence("cut at an open (e.g. here") == "cut at an open"
+    long = ("--pp-partition-method 'type:transformer' leaves a pipeline stage without a transformer layer on 3 of "
+            "the 8 stages")
+    assert _first_sentence(long) == ("--pp-partition-method 'type:transformer' leaves a pipeline stage without a "
+                                     "...")  # whole words only: it read '... without a trans'
 
 
 def test_megatron_deepspeed_zero2_with_pipeline_engine_is_named(tmp_path, capsys) -> None:
