@@ -3,7 +3,8 @@
 Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the exact flags / ds_config keys
 that differ between the user's command and the tuned one (tune/apply.py produced both).
 
-JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `search` {num_generated, num_considered,
+JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `knobs` {searched {knob: values tried}, kept
+{knob: the command's value}}; `search` {num_generated, num_considered,
 num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_slower_by_estimate,
 num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
 {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute, recompute_num_layers, distributed_optimizer,
