@@ -24,7 +24,8 @@ from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
-from llmperf_hook.launch.shell_positional import expand_positional, leave_function, positional_table, run_builtin
+from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
+                                                  run_builtin)
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines, protect_literal_dollars,
                                               quoted_words, restore_dollars, shell_split, split_unquoted_words,
@@ -364,8 +365,8 @@ class _Reading:
         return True
 
     def positioned(self, words: list[str]) -> list[str]:
-        """`words` with $1 ... as they are where the line runs (inside a function: the call's words)."""
-        return [expand_positional(word, self.positional) for word in words]
+        """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
+        return [bind_locals(self, expand_positional(word, self.positional)) for word in words]
 
     def record_launch(self, line: ScriptLine, words: list[str]) -> None:
         """A launch line, with the variables its unquoted words were split from counted as used. An `sbatch` line is

@@ -17,6 +17,7 @@ class _Script(Protocol):
     positional: dict[str, str]
     env: dict[str, str]
     frames: list[dict[str, str | None]]
+    undecidable: set[str]
     shell: tuple[str, str]
     kind: str
     path: str
@@ -67,14 +68,18 @@ def _shift(script: _Script, line: ScriptLine, words: list[str]) -> None:
                          "arguments after its name.")
 
 
-def _declare(script: _Script, words: list[str]) -> None:
+def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
     """`local np=4`, `declare X=1`, `readonly X=1`. In a function, `local` and `declare`/`typeset` without -g make the
     variable the function's own: bash restores the caller's value when the function returns, and a name given no
-    value starts unset (bash manual 4.2 `local`, 3.3 Shell Functions: dynamic scoping). Outside a function `local`
-    assigns nothing ('local: can only be used in a function')."""
+    value starts unset (bash manual 4.2 `local`, 3.3 Shell Functions: dynamic scoping; under dash it keeps its value).
+    Outside a function `local` assigns nothing ('local: can only be used in a function'); dash stops there."""
     options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
     scoped = bool(script.frames) and words[0] != "readonly" and "g" not in options
     if words[0] == "local" and not script.frames:
+        if script.shell[0] == "dash":
+            raise UsageError(f"{script.kind} {script.path} stops at line {line.number} under dash: `{line.text.strip()}` "
+                             "is outside any function ('local: not in a function'). Assign the variable without "
+                             "`local`.")
         return
     for word in words[1:]:
         if word.startswith(("-", "+")):
@@ -82,7 +87,7 @@ def _declare(script: _Script, words: list[str]) -> None:
         name, eq, _ = word.partition("=")
         if scoped:
             script.frames[-1].setdefault(name, script.env.get(name))
-            if not eq:
+            if not eq and script.shell[0] == "bash":  # dash's local keeps the value the name had (dash(1) local)
                 script.env.pop(name, None)
         if eq:
             script.assign([word])
@@ -97,6 +102,28 @@ def leave_function(script: _Script) -> None:
             script.env[name] = value
 
 
+_ENV_REF = re.compile(r"\$(?:\{(\w+)(?:(:?[-=+])[^}]*)?\}|(\w+))")
+"""The references argv_words.expand_env_refs expands: `$NAME`, `${NAME}`, `${NAME:-word}` and the like."""
+
+
+def bind_locals(script: _Script, word: str) -> str:
+    """`word` with its references to the running functions' `local` variables expanded now, as bash expands a line
+    while the function runs: a launch line's other references are expanded once the whole script is read
+    (normalise_argv), when leave_function has put the caller's values back. A local given no value is unset (`$X`
+    empty); one a command substitution set stays unexpanded, as outside a function."""
+    names = {name for frame in script.frames for name in frame} - script.undecidable
+    if not names or "$" not in word:
+        return word
+
+    def one(match: re.Match[str]) -> str:
+        if (match.group(1) or match.group(3)) not in names:
+            return match.group(0)
+        expanded = script.expand(match.group(0))
+        return "" if expanded == match.group(0) else expanded
+
+    return _ENV_REF.sub(one, word)
+
+
 def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
     """Apply the builtin `words` run, if it is one of these; True when it was."""
     if words[0] == "shift":
@@ -105,7 +132,7 @@ def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
         script.positional = positional_table(script.positional["0"],
                                              [script.expand(w) for w in words[words.index("--") + 1:]])
     elif words[0] in ("local", "declare", "typeset", "readonly"):
-        _declare(script, words)
+        _declare(script, line, words)
     elif words[0] == ":":
         for word in words[1:]:
             for name, colon, default in _ASSIGN_DEFAULT.findall(word):

@@ -55,6 +55,9 @@ POSIX = {  # scripts dash and bash run alike
                                   'torchrun --nproc_per_node $NP --nnodes $NN ' + M + '\n',
     "local_dynamic_scope": 'NP=8\nset_np() {\n  NP=6\n}\nrun() {\n  local NP=4\n  set_np\n  torchrun --nproc_per_node $NP '
                            + M + '\n}\nrun\n',
+    "local_outside_any_function": 'local NP=2\ntorchrun --nproc_per_node ${NP:-8} ' + M + '\n',  # dash stops
+    "local_in_quoted_words": 'NP=8\nB=2\nrun() {\n  local NP=4 B\n  torchrun --nproc_per_node "$NP" ' + M +
+                             ' --save "${B:-x}" --load "$B"y\n}\nrun\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
@@ -63,7 +66,6 @@ BASH = {  # bash only
               '--num-layers 2 "${M[@]}"\n',
     "array_unquoted": 'M=(--data-path "a b" --lr 1e-4)\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 ${M[@]}\n',
     "function_keyword_local": 'function main {\n  local np=4\n  torchrun --nproc_per_node $np ' + M + '\n}\nmain "$@"\n',
-    "local_outside_a_function": 'local NP=2\ntorchrun --nproc_per_node ${NP:-8} ' + M + '\n',
     "declare_in_a_function": 'NP=8\nf() {\n  declare NP=2\n  declare -g NN=2\n}\nf\ntorchrun --nproc_per_node $NP '
                              '--nnodes $NN ' + M + '\n',
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
