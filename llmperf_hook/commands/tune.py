@@ -25,7 +25,9 @@ GiB = float(1 << 30)
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1), help="How many configurations to show (at most the fitting ones found).")
-@click.option("--search", "search_file", default=None, help="Search-space YAML overriding configs/search/<framework>.yaml.")
+@click.option("--search", "search_file", default=None, help="Search-space YAML (knob: [values] | auto, e.g. 'micro_batch_size: [1, 2, 4]') whose keys override "
+              "configs/search/megatron.yaml (Megatron-LM, Megatron-DeepSpeed) or deepspeed.yaml (DeepSpeed, HF "
+              "Trainer), where every key is documented; a bad key or value exits 2.")
 @click.option("--apply", "apply_best", is_flag=True, help="Rewrite the command for the best configuration and launch it.")
 @click.option("--dry-run", is_flag=True, help="With --apply: print the rewritten command instead of launching it.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
