@@ -64,16 +64,23 @@ def parse_inter_node_GBps_per_gpu(run: MeasuredRun) -> float | None:
     """Per-GPU one-direction inter-node bandwidth in GB/s (1e9 B/s), from the number column or the text."""
     if run.inter_node_bandwidth_GBps:
         return run.inter_node_bandwidth_GBps
-    text = run.inter_node_network.lower()
-    match = re.search(r"(\d+(?:\.\d+)?)\s*gb(?:ps|/s|it/s)", text)
+    text = run.inter_node_network
+    match = LINK_RATE.search(text)
     if not match or not run.gpus_per_node:
         return None
-    link_gbit_s = float(match.group(1))
-    count = re.match(r"\s*(?:x|×)\s*(\d+)", text[match.end():]) or re.search(r"(\d+)\s*(?:x|×)\s*\S*\s*$", text[:match.start()])
+    prefix, unit = match.group(2).upper(), match.group(3)
+    bytes_per_unit = 1.0 if unit in ("B/s", "Bps", "byte/s", "Byte/s") else 1 / 8  # B = byte, b = bit
+    link_GBps = float(match.group(1)) * {"M": 1e-3, "G": 1.0, "T": 1e3}[prefix] * bytes_per_unit
+    count = (re.match(r"\s*(?:x|×)\s*(\d+)", text[match.end():], re.I)
+             or re.search(r"(\d+)\s*(?:x|×)\s*\S*\s*$", text[:match.start()], re.I))
     links = int(count.group(1)) if count else 1
-    per_node = "per node" in text or count is not None
-    gbyte_s = link_gbit_s * links / 8.0
+    per_node = "per node" in text.lower() or count is not None
+    gbyte_s = link_GBps * links
     return gbyte_s / run.gpus_per_node if per_node else gbyte_s
+
+
+LINK_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*([MGTmgt])(bit/s|[Bb]yte/s|bps|Bps|b/s|B/s)")
+"""A link rate in network text: "200Gb/s", "800 Gbps", "400 Gbit/s" (bits), "50 GB/s", "100 GBps" (bytes)."""
 
 
 def read_cluster_presets(clusters_dir: Path) -> dict[str, dict[str, object]]:

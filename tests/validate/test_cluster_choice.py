@@ -25,6 +25,11 @@ from .validate_helpers import BASE_ROW
     ("800 Gbps per node (vTrain config inter_node_bandwidth)", 12.5),
     ("8x 200 Gb/s HDR", 25.0),
     ("", None),
+    # bytes (B) are not bits (b): '50 GB/s per GPU' was read as 50 Gb/s, 8x too slow (H99 audit)
+    ("RoCE 50 GB/s per GPU", 50.0),
+    ("100 GBps per node", 12.5),
+    ("InfiniBand 400 Gbit/s x8 per node", 50.0),
+    ("3.2 Tb/s per node", 50.0),
 ])
 def test_network_text(text: str, per_gpu: float | None) -> None:
     run = build_measured_run({**BASE_ROW, "inter_node_network": text}, 1)
