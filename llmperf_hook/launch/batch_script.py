@@ -92,6 +92,17 @@ def is_launch(words: Sequence[str], line: str) -> bool:
     return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
 
 
+@dataclass(frozen=True)
+class _Run:
+    """A launch line, `sbatch` submission or single `python` run the script reaches."""
+
+    number: int
+    words: list[str]
+    env: dict[str, str]
+    """The variables where it runs, for normalise_argv: reading goes on past a submission or single run, and a later
+    `N=4` (`N=2; sbatch -N "$N" job.sh; N=4`) does not reach it."""
+
+
 @dataclass
 class _Reading:
     """The state of one pass over the script (local to read_batch_script)."""
@@ -100,10 +111,10 @@ class _Reading:
     used: dict[str, str]
     path: str
     cwd: str = field(default_factory=os.getcwd)
-    launches: list[tuple[int, list[str]]] = field(default_factory=list)
-    submissions: list[tuple[int, list[str]]] = field(default_factory=list)
+    launches: list[_Run] = field(default_factory=list)
+    submissions: list[_Run] = field(default_factory=list)
     """`sbatch ...` lines (record_launch)."""
-    singles: list[tuple[int, list[str]]] = field(default_factory=list)
+    singles: list[_Run] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[int] = field(default_factory=list)
     unevaluated: list[str] = field(default_factory=list)
@@ -298,7 +309,7 @@ class _Reading:
         elif is_launch(words, text):
             self.record_launch(line, words)
         elif _PY_SCRIPT.match(text.strip()):
-            self.singles.append((line.number, self.positioned(words)))
+            self.singles.append(self.run(line, words))
             self.single_refs.update(self.split_refs)
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
             for target in writes:
@@ -368,14 +379,17 @@ class _Reading:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
         return [bind_locals(self, expand_positional(word, self.positional)) for word in words]
 
+    def run(self, line: ScriptLine, words: list[str]) -> _Run:
+        return _Run(line.number, self.positioned(words), dict(self.env))
+
     def record_launch(self, line: ScriptLine, words: list[str]) -> None:
         """A launch line, with the variables its unquoted words were split from counted as used. An `sbatch` line is
         the launch only of a script with no other (a batch script that submits its successor, `sbatch
         --dependency=afterany:$SLURM_JOB_ID next.sh`, launches its own srun line)."""
         if command_head(words) == "sbatch":
-            self.submissions.append((line.number, self.positioned(words)))
+            self.submissions.append(self.run(line, words))
             return
-        self.launches.append((line.number, self.positioned(words)))
+        self.launches.append(self.run(line, words))
         self.used.update(self.split_refs)
 
     def append(self, name: str, value: str) -> bool:
@@ -392,8 +406,10 @@ class _Reading:
         if found is self.singles:
             self.used.update(self.single_refs)
         if len(found) == 1:
-            return found[0][1]
-        listed = "; ".join(f"line {n}: {' '.join(w)[:80]}" for n, w in found[:4])
+            self.env.clear()
+            self.env.update(found[0].env)
+            return found[0].words
+        listed = "; ".join(f"line {run.number}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"
         unsplit = f"; line(s) {', '.join(map(str, self.unsplit))} could not be read as shell words (an unclosed quote?)" \

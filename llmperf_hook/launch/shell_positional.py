@@ -107,10 +107,10 @@ _ENV_REF = re.compile(r"\$(?:\{(\w+)(?:(:?[-=+])[^}]*)?\}|(\w+))")
 
 
 def bind_locals(script: _Script, word: str) -> str:
-    """`word` with its references to the running functions' `local` variables expanded now, as bash expands a line
-    while the function runs: a launch line's other references are expanded once the whole script is read
-    (normalise_argv), when leave_function has put the caller's values back. A local given no value is unset (`$X`
-    empty); one a command substitution set stays unexpanded, as outside a function."""
+    """`word` with its references to the running functions' `local` variables expanded where the line runs: a local
+    given no value is unset, so `$X` is empty, while normalise_argv, which expands the launch's other references
+    with the variables of its line, leaves one to a variable it does not know as written. A local a command
+    substitution set stays unexpanded, as outside a function."""
     names = {name for frame in script.frames for name in frame} - script.undecidable
     if not names or "$" not in word:
         return word

@@ -129,3 +129,13 @@ def test_a_batch_script_submitting_its_successor_launches_its_own_line(tmp_path:
                     f"next.sh\nsrun torchrun --nnodes $SLURM_NNODES --nproc-per-node 8 pretrain_gpt.py {GPT}\n")
     job = parse_launch(["sbatch", str(path)], {})
     assert (job.launcher, job.nnodes, job.nproc_per_node) == ("torchrun", 2, 8)
+
+
+def test_a_submission_reads_the_variables_of_its_own_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash expands `sbatch -N "$N" job.sh` where the line runs: a later `N=4` does not reach it (reading goes on past
+    a submission, since a later srun line would be the launch)."""
+    (tmp_path / "job.sh").write_text(f"#!/bin/bash\n#SBATCH --ntasks-per-node=8\nsrun python pretrain_gpt.py {GPT}\n")
+    (tmp_path / "submit.sh").write_text('#!/bin/bash\nN=2\nsbatch --nodes="$N" job.sh\nN=4\n')
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "submit.sh"], {})
+    assert (job.nnodes, job.world_size) == (2, 16)

@@ -58,6 +58,7 @@ POSIX = {  # scripts dash and bash run alike
     "local_outside_any_function": 'local NP=2\ntorchrun --nproc_per_node ${NP:-8} ' + M + '\n',  # dash stops
     "local_in_quoted_words": 'NP=8\nB=2\nrun() {\n  local NP=4 B\n  torchrun --nproc_per_node "$NP" ' + M +
                              ' --save "${B:-x}" --load "$B"y\n}\nrun\n',
+    "single_run_reads_its_own_line": 'N=2\npython pretrain_gpt.py --num-layers "$N"\nN=4\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
