@@ -93,9 +93,8 @@ def _words_taken(script_args: Sequence[str], i: int) -> int | None:
     nargs (frameworks/script_flags.py, checked against Megatron-LM's and Megatron-DeepSpeed's arguments.py); None for
     an option whose nargs llmperf does not hold, or that takes a varying number (every word up to the next option)."""
     from llmperf_hook.frameworks.flags import ONE_OR_MORE
-    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
-
     from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+    from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
 
     name, eq, _ = script_args[i].partition("=")
     if eq and name[2:] in MEGATRON_OPTION_NAMES:  # `--cp-comm-type=p2p a2a`: argparse's consume_optional gives an
