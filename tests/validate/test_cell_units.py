@@ -17,7 +17,8 @@ from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv
     ("iteration_time_s", "3.2 s", 3.2), ("iteration_time_s", "3.2s", 3.2), ("iteration_time_s", "3.2 sec", 3.2),
     ("iteration_time_s", "3.2 seconds (median of 50 steps)", 3.2), ("iteration_time_s", "3.2 (median)", 3.2),
     ("inter_node_bandwidth_GBps", "50 GB/s", 50.0), ("inter_node_bandwidth_GBps", "50GBps", 50.0),
-    ("iteration_time_s", "1e1", 10.0),
+    ("iteration_time_s", "1e1", 10.0), ("iteration_time_s", "3.2 s/iter", 3.2), ("iteration_time_s", "3.2 s/step", 3.2),
+    ("iteration_time_s", "3.2 sec per iteration (avg)", 3.2), ("inter_node_bandwidth_GBps", "50 GB/s per GPU", 50.0),
 ])
 def test_the_columns_own_unit_is_read(column: str, cell: str, expected: float) -> None:
     assert parse_float({column: cell}, column, "row r1") == expected
@@ -29,6 +30,11 @@ def test_the_columns_own_unit_is_read(column: str, cell: str, expected: float) -
     ("iteration_time_s", "1500us", r"write 0\.0015\b"),
     ("inter_node_bandwidth_GBps", "400 Gb/s", r"write 50\b"),
     ("inter_node_bandwidth_GBps", "200Gbps", r"write 25\b"),
+    ("iteration_time_s", "2400 ms/iter", r"write 2\.4\b"),
+    ("iteration_time_s", "1 hour", r"write 3600\b"),
+    ("inter_node_bandwidth_GBps", "46.5661 GiB/s", r"write 50\b"),
+    ("inter_node_bandwidth_GBps", "400 GB/s per node", r"per node.*write 400 divided by the GPUs per node \(50 on"),
+    ("inter_node_bandwidth_GBps", "3.2 Tb/s per node", r"per node.*write 400 divided by the GPUs per node"),
 ])
 def test_another_unit_is_refused_with_the_converted_value(column: str, cell: str, says: str) -> None:
     with pytest.raises(UsageError) as caught:
@@ -37,6 +43,13 @@ def test_another_unit_is_refused_with_the_converted_value(column: str, cell: str
     assert "row r1" in message and f"`{column}`" in message and cell in message
     assert "seconds" in message or "GB/s" in message
     assert pytest.importorskip("re").search(says, message), message
+
+
+@pytest.mark.parametrize(("column", "cell"), [("iteration_time_s", "3 hrz"), ("inter_node_bandwidth_GBps", "50 gb/s")])
+def test_an_unknown_unit_is_refused_without_reading_the_number_as_the_columns_unit(column: str, cell: str) -> None:
+    """'write the number alone' would turn '50 gb/s' (bits or bytes?) into 50 GB/s: the message asks to convert."""
+    with pytest.raises(UsageError, match=r"not a unit llmperf knows.*write the value in (seconds|GB/s per GPU)"):
+        parse_float({column: cell}, column, "row r1")
 
 
 @pytest.mark.parametrize(("column", "cell"), [("num_gpus", "80GB"), ("gpus_per_node", "8 GPUs"),
