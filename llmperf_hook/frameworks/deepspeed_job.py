@@ -151,8 +151,9 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
 
 
 def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None) -> BatchConfig:
-    """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two fix it, as the Hugging Face
-    Trainer and Accelerate fill it in; ds_auto_batch_warnings says what a plain deepspeed.initialize would do)."""
+    """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two, or Megatron's flags in `fallback`,
+    fix it, as the Hugging Face Trainer and Accelerate fill it in; ds_auto_batch_warnings says what a plain
+    deepspeed.initialize would do)."""
     def given(value: Any) -> int | None:
         return None if value in (None, AUTO) else int(value)
 
@@ -164,8 +165,10 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
             "(--deepspeed FILE) or Accelerate fill \"auto\" in from their own arguments. Write train_batch_size or "
             "train_micro_batch_size_per_gpu as numbers.")
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
-    if fallback is not None and train is None and micro is None:
-        train, micro = fallback.global_batch_size, fallback.micro_batch_size
+    if fallback is not None:  # Megatron-DeepSpeed: neither key given, or one "auto", read as Megatron's own batch
+        neither = train is None and micro is None  # (an "auto" key is priced as filled in from the other values)
+        train = fallback.global_batch_size if train is None and (neither or ds.train_batch_size == AUTO) else train
+        micro = fallback.micro_batch_size if micro is None and (neither or ds.micro_batch_size == AUTO) else micro
     gbs, mbs, steps = resolve_ds_batch(train, micro, gas, dp, ds.path)
     for key, value, ds_key in (("global_batch_size", train, "train_batch_size"), ("micro_batch_size", micro, "micro_batch_size"),
                                ("num_microbatches", gas, "gradient_accumulation_steps")):
