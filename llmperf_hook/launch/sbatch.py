@@ -139,12 +139,12 @@ or task counts."""
 def _job_environment(export: str, env: dict[str, str], used: dict[str, str]) -> None:
     """The environment the batch script starts with under `--export=VALUE` (src/sbatch/sbatch.c
     _fill_job_desc_from_opts, env.c env_merge_filter), `env` replaced in place. ALL (the default): the submitting
-    environment. NONE / NIL: only its SLURM* variables (env_array_merge_slurm_spank; NONE then loads the user's login
-    environment on the node, which llmperf cannot read). A list: its items in order, each overwriting the one before
-    (`NAME=value`, `NAME` with the submitting value, `ALL` the whole submitting environment), then the SLURM*
-    variables. Any mode but ALL also sets SLURM_EXPORT_ENV to the value unless it is set (opt.c _opt_verify, setenv
-    without overwrite), which the script's srun reads as its own --export: with NONE the script's own exports reach
-    no srun task unless it sets SLURM_EXPORT_ENV=ALL (sbatch.html --export=NONE)."""
+    environment. NONE / NIL: only its SLURM* variables (env_array_merge_slurm_spank). A list: its items in order, each
+    overwriting the one before (`NAME=value`, `NAME` with the submitting value, `ALL` the whole submitting
+    environment), then the SLURM* variables. NONE and a list also load the user's login environment on the node
+    (get_user_env), which llmperf cannot read. Any mode but ALL also sets SLURM_EXPORT_ENV to the value unless it is
+    set (opt.c _opt_verify, setenv without overwrite), which the script's srun reads as its own --export: with NONE
+    the script's own exports reach no srun task unless it sets SLURM_EXPORT_ENV=ALL (sbatch.html --export=NONE)."""
     if export.upper() == "ALL":
         return
     submitting = {**env}
