@@ -54,7 +54,9 @@ def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
     # skipinitialspace: a hand-written "a, b, c" header or `1, "1,024"` row reads as "a,b,c" does
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header, str(path)),
                             skipinitialspace=True)
-    columns = [schema_spelling((name or "").strip()) for name in reader.fieldnames or []]
+    names = [(name or "").strip() for name in reader.fieldnames or []]
+    _refuse_bit_rate_names(names, str(path))
+    columns = [schema_spelling(name) for name in names]
     check_columns(columns, str(path))
     reader.fieldnames = columns
     return [dict(row) for row in reader]
@@ -67,6 +69,17 @@ def schema_spelling(column: str) -> str:
     """A header cell as the schema spells it when it names a schema column in other letter case (`Num_Layers`,
     `TP`, `inter_node_bandwidth_gbps`: spreadsheets and SQL exports change case); other names unchanged."""
     return _SCHEMA_COLUMNS.get(column.lower(), column)
+
+
+def _refuse_bit_rate_names(names: Sequence[str], where: str) -> None:
+    """`inter_node_bandwidth_Gbps` says gigabits: read in any letter case as `inter_node_bandwidth_GBps` (gigabytes),
+    its 200 (HDR InfiniBand's Gb/s) was 200 GB/s per GPU, 8x the bandwidth. A name that loses its case in an export
+    (`..._gbps`, `..._GBPS`) still reads as the schema's column."""
+    for name in names:
+        column = _SCHEMA_COLUMNS.get(name.lower(), "")
+        if column.endswith("_GBps") and name[-4:-2] == "Gb":
+            raise UsageError(f"{where}: column `{name}` is in Gb/s (bits); the schema's `{column}` is in GB/s (bytes) "
+                             f"per GPU. Divide its cells by 8 and name the column `{column}`.")
 
 
 def unknown_column_warnings(columns: Sequence[str]) -> list[str]:

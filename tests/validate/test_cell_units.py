@@ -73,3 +73,17 @@ def test_a_row_with_a_foreign_unit_fails_on_its_row_and_the_rest_is_scored(tmp_p
     runs = build_runs_or_failures(read_runs_csv(path))
     assert runs[0].error.startswith("row fast: column `iteration_time_s` = '3000 ms'")  # type: ignore[union-attr]
     assert runs[1].iteration_time_s == 3.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("name", "refused"), [("inter_node_bandwidth_Gbps", True), ("intra_node_bandwidth_Gbps", True),
+                                               ("inter_node_bandwidth_gbps", False), ("INTER_NODE_BANDWIDTH_GBPS", False)])
+def test_a_bandwidth_column_named_in_bits_is_refused(tmp_path: Path, name: str, refused: bool) -> None:
+    """Column names are read in any letter case, but `_Gbps` says bits: its 200 was read as 200 GB/s per GPU (8x)."""
+    path = tmp_path / "runs.csv"
+    path.write_text("num_layers,hidden_size,seq_length,global_batch_size,tp,pp,num_gpus,gpu_type,gpus_per_node,"
+                    f"{name},iteration_time_s\n32,4096,2048,256,2,1,16,A100-SXM4-80GB,8,200,3.0\n")
+    if refused:
+        with pytest.raises(UsageError, match=rf"column `{name}` is in Gb/s \(bits\).*Divide its cells by 8"):
+            read_runs_csv(path)
+    else:
+        assert build_runs_or_failures(read_runs_csv(path))[0].inter_node_bandwidth_GBps == 200.0  # type: ignore[union-attr]
