@@ -315,7 +315,8 @@ def _literal_dollars(size: LaunchSize | None, files: dict[str, ScriptFile], env:
     """A script's job with the `$` bash took literally (`'$HOME'`, `\\$X`) put back, now that nothing expands it."""
     for table in (env, used):
         table.update({name: restore_dollars(value) for name, value in table.items() if LITERAL_DOLLAR in value})
-    files = {path: replace(file, text=restore_dollars(file.text)) for path, file in files.items()}
+    files = {path: replace(file, text=restore_dollars(file.text), command=restore_dollars(file.command))
+             for path, file in files.items()}
     if size is None:
         return None
     return replace(size, script=restore_dollars(size.script), script_args=tuple(map(restore_dollars, size.script_args)),

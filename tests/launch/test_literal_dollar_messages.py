@@ -32,3 +32,10 @@ def test_a_warning_quotes_a_literal_dollar_as_bash_has_it(tmp_path: Path) -> Non
     job = parse_launch(["bash", path], {})
     quoting = [w for w in job.warnings if "--some-option" in w]
     assert quoting and all("$X" in w and LITERAL_DOLLAR not in w for w in quoting), job.warnings
+
+
+def test_the_command_that_writes_a_file_is_quoted_as_bash_has_it(tmp_path: Path) -> None:
+    path = _script(tmp_path, "sed 's/$MBS/1/' tmpl.json > ds.json\ntorchrun --nproc-per-node 2 train.py --lr 1\n")
+    job = parse_launch(["bash", path], {})
+    written = next(iter(job.script_files.values()))
+    assert written.command.startswith("sed s/$MBS/1/") and LITERAL_DOLLAR not in written.command
