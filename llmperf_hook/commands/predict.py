@@ -207,14 +207,9 @@ def join_continued_lines(lines: list[str]) -> list[tuple[int, str]]:
     return out
 
 
-def predict_line(line: str, defaults: dict[str, Any], fmt: str, clusters: dict[tuple, Any]) -> str | None:
-    """One batch line -> rendered prediction; `clusters` memoises (cluster, hardware) -> (spec, warnings)."""
-    predicted = predict_batch_line(line, defaults, clusters)
-    return None if predicted is None else render(predicted[0], fmt)
-
-
 def predict_batch_line(line: str, defaults: dict[str, Any], clusters: dict[tuple, Any]) -> tuple[Any, str | None] | None:
-    """One batch line -> (prediction, the line's --id or None); None for a blank or comment line."""
+    """One batch line -> (prediction, the line's --id or None); None for a blank or comment line. `clusters`
+    memoises (cluster, hardware) -> (spec, warnings)."""
     from llmperf_hook import api
 
     parsed = parse_batch_line(line, defaults)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from llmperf_hook.commands.predict import parse_batch_line
@@ -39,12 +37,13 @@ def test_predict_reads_gpus_per_node_from_the_given_cluster() -> None:
 def test_batch_without_cluster_does_not_size_gpu_per_node_launches(tmp_path) -> None:
     """The assumed default cluster must not size '--nproc-per-node gpu' in --batch either (a single command
     exits 2 asking for --nproc-per-node; a batch line used to be sized as 8 per node from dgx-h100)."""
-    from llmperf_hook.commands.predict import predict_line
+    from llmperf_hook.api import prediction_json
+    from llmperf_hook.commands.predict import predict_batch_line
 
     line = ("torchrun --nproc-per-node gpu pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
             "--seq-length 512 --max-position-embeddings 512 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8")
     defaults = {"cluster": None, "hardware": None, "nnodes": None, "nproc_per_node": None, "model": None}
     with pytest.raises(LlmperfError, match="nproc"):
-        predict_line(line, defaults, "json", {})
-    out = predict_line(line, {**defaults, "cluster": "perlmutter"}, "json", {})
-    assert json.loads(out)["config"]["world_size"] == 4  # perlmutter: 4 A100 per node
+        predict_batch_line(line, defaults, {})
+    predicted = predict_batch_line(line, {**defaults, "cluster": "perlmutter"}, {})
+    assert predicted is not None and prediction_json(predicted[0])["config"]["world_size"] == 4  # perlmutter: 4 A100 per node
