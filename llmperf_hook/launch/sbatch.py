@@ -24,7 +24,7 @@ from llmperf_hook.launch.batch_script import is_launch, read_batch_script
 from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
-from llmperf_hook.launch.shell_script import ScriptLine, logical_lines
+from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, restore_dollars
 from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 
@@ -180,8 +180,9 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         raise UsageError(f"sbatch would stop: --wrap is given with {words[cli.rest]!r} after it (sbatch: 'Script "
                          "arguments not permitted with --wrap option'). Give either --wrap \"CMD\" or a script.")
     given = {**_input_env(env, used), **cli.values}
-    if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script (the last --wrap wins)
-        lines, path, header = logical_lines(cli.values["wrap"]), "--wrap", given
+    if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script (the last --wrap wins), whose shell
+        # expands a `$` that was literal where the sbatch line was written (`--wrap 'srun ... $SLURM_NNODES'`)
+        lines, path, header = logical_lines(restore_dollars(cli.values["wrap"])), "--wrap", given
         shell = script_shell("/bin/sh", "")
     else:
         if cli.rest >= len(words):

@@ -139,3 +139,13 @@ def test_a_submission_reads_the_variables_of_its_own_line(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["bash", "submit.sh"], {})
     assert (job.nnodes, job.world_size) == (2, 16)
+
+
+def test_a_scripts_wrapped_command_expands_its_own_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sbatch --wrap '... $SLURM_NNODES ...'` in a script: the quotes keep the `$` from the script's shell, and the
+    `#!/bin/sh` script sbatch wraps the command in expands it on the node."""
+    (tmp_path / "submit.sh").write_text("#!/bin/bash\nsbatch -N 2 --ntasks-per-node=1 --wrap 'srun torchrun --nnodes "
+                                        f"$SLURM_NNODES --nproc-per-node 8 pretrain_gpt.py {GPT}'\n")
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "submit.sh"], {})
+    assert (job.launcher, job.nnodes, job.nproc_per_node) == ("torchrun", 2, 8)
