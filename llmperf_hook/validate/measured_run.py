@@ -206,13 +206,9 @@ YES_WORDS = ("yes", "y", "true", "1", "on", "likely", "enabled")
 NO_WORDS = ("no", "n", "false", "0", "off", "none", "disabled")
 
 
-def parse_yes(cell: str) -> bool:
-    """"yes"/"true"/"1"/"on"/"likely (...)" -> True; blank/"no"/"false"/"0"/"off" -> False."""
-    return leading_token(cell).lower() in YES_WORDS
-
-
 def parse_switch(raw: Mapping[str, str], column: str, where: str) -> bool:
-    """A yes/no cell (blank = no); a word that is neither is refused: it was read as no, in silence."""
+    """A yes/no cell: "yes"/"true"/"1"/"on"/"likely (...)" -> True; blank/"no"/"false"/"0"/"off" -> False; a word
+    that is neither is refused (it was read as no, in silence)."""
     cell = raw.get(column) or ""
     token = leading_token(cell).lower()
     if token and token not in YES_WORDS + NO_WORDS:

@@ -11,7 +11,7 @@ from llmperf_hook.validate.measured_run import (
     parse_framework,
     parse_precision,
     parse_recompute,
-    parse_yes,
+    parse_switch,
     parse_zero,
 )
 
@@ -76,8 +76,11 @@ def test_framework_family(cell: str, family: str) -> None:
 
 
 def test_yes_values() -> None:
-    assert parse_yes("likely (tp-comm-overlap requires SP)") and parse_yes("yes") and parse_yes("true")
-    assert not parse_yes("no") and not parse_yes("")
+    def switch(cell: str) -> bool:
+        return parse_switch({"sequence_parallel": cell}, "sequence_parallel", "row 1")
+
+    assert switch("likely (tp-comm-overlap requires SP)") and switch("yes") and switch("TRUE")
+    assert not switch("no") and not switch("") and not switch("off (per paper)")
 
 
 def test_extra_args_from_column_or_notes() -> None:
