@@ -7,6 +7,7 @@ row that contradicts itself (tp * pp * cp * dp != num_gpus) is a clear `UsageErr
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import re
 from dataclasses import replace
@@ -85,8 +86,6 @@ def _refuse_bit_rate_names(names: Sequence[str], where: str) -> None:
 def unknown_column_warnings(columns: Sequence[str]) -> list[str]:
     """One warning per header cell that is close to a schema column (a misspelling: its cells would be ignored and
     the blank rule applied, `micro_batch` -> micro-batch size 1), and one listing the other unknown columns."""
-    import difflib
-
     known = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *RECORD_COLUMNS)
     unknown = [c for c in columns if c and c not in known]
     warnings, unrelated = [], []
@@ -136,8 +135,6 @@ def check_columns(columns: Sequence[str], where: str) -> None:
 
 def _looks_like(column: str, header: Sequence[str]) -> str:
     """" (the header has `num_layer`: a misspelling?)" when a header cell is close to the missing `column`."""
-    import difflib
-
     lowered = [c.lower() for c in header]
     close = difflib.get_close_matches(column, lowered, n=1, cutoff=0.75)
     if not close:
