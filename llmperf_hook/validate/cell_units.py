@@ -53,11 +53,13 @@ class ColumnUnit:
 PER_ITERATION = re.compile(r"\s*(?:/\s*|per\s+)(?:iter(?:ation)?s?|it|steps?)\b", re.I)
 PER_GPU = re.compile(r"\s*(?:/\s*|per\s+)gpus?\b", re.I)
 PER_NODE = re.compile(r"\s*(?:/\s*|per\s+)(?:node|host|server)s?\b", re.I)
+PER_WHAT = re.compile(r"(?:/\s*|per\s+)([\w-]+)", re.I)
+"""What else a value may be per ("per micro-batch", "/link"): not the column's, so refused."""
 
 BANDWIDTH = ColumnUnit("GB/s per GPU", GBPS_PER_UNIT, True, PER_GPU,
                        " (B = bytes, b = bits: 1 GB/s = 8 Gb/s; 1 GiB/s = 1.074 GB/s)")
 COLUMN_UNITS: dict[str, ColumnUnit] = {
-    "iteration_time_s": ColumnUnit("seconds", SECONDS_PER_UNIT, False, PER_ITERATION),
+    "iteration_time_s": ColumnUnit("seconds per iteration (optimizer step)", SECONDS_PER_UNIT, False, PER_ITERATION),
     "inter_node_bandwidth_GBps": BANDWIDTH,
     "intra_node_bandwidth_GBps": BANDWIDTH,
 }
@@ -93,11 +95,15 @@ def check_unit(number: str, rest: str, cell: str, column: str, where: str) -> No
     if column_unit is BANDWIDTH and PER_NODE.match(after_unit):  # a node's links shared by its GPUs
         raise UsageError(f"{where}: column `{column}` = {cell!r} is per node; the column is in {column_unit.words}: "
                          f"write {converted} divided by the GPUs per node ({float(converted) / 8:.6g} on 8-GPU nodes).")
+    per = column_unit.per.match(after_unit)
+    after = (after_unit[per.end():] if per else after_unit).strip()
+    other_per = None if per else PER_WHAT.match(after)
+    if other_per:  # '0.2 s per micro-batch' with the old advice '0.2 (per micro-batch)' read as a step's time
+        raise UsageError(f"{where}: column `{column}` = {cell!r}: the value is per {other_per.group(1)}; the column is "
+                         f"in {column_unit.words}: convert it and write the number with no unit.")
     if factor != 1.0:
         raise UsageError(f"{where}: column `{column}` = {cell!r} is in {unit}; the column is in {column_unit.words}: "
                          f"write {converted}.")
-    per = column_unit.per.match(after_unit)
-    after = (after_unit[per.end():] if per else after_unit).strip()
     if after and not after.startswith(CAVEAT_START):
         raise UsageError(f"{where}: column `{column}` = {cell!r}: {after!r} follows the unit; a caveat goes in "
                          f"parentheses, e.g. '{number} ({after})'.")

@@ -52,6 +52,14 @@ def test_an_unknown_unit_is_refused_without_reading_the_number_as_the_columns_un
         parse_float({column: cell}, column, "row r1")
 
 
+@pytest.mark.parametrize(("column", "cell"), [("iteration_time_s", "0.2 s per micro-batch"),
+                                              ("inter_node_bandwidth_GBps", "25 GB/s/link")])
+def test_a_value_per_something_else_is_refused(column: str, cell: str) -> None:
+    """The old advice put 'per micro-batch' in a caveat, and the caveat read the micro-batch's time as the step's."""
+    with pytest.raises(UsageError, match=r"the value is per (micro-batch|link); the column is in .* convert it"):
+        parse_float({column: cell}, column, "row r1")
+
+
 @pytest.mark.parametrize(("column", "cell"), [("num_gpus", "80GB"), ("gpus_per_node", "8 GPUs"),
                                               ("global_batch_size", "1024 sequences"), ("tp", "8x")])
 def test_a_count_takes_no_unit(column: str, cell: str) -> None:
