@@ -131,3 +131,24 @@ def test_a_deepspeed_script_that_does_not_forward_writes_nothing(tmp_path: Path,
                               "--dry-run", "--", "bash", "train.sh"], capsys)
     assert code == 2 and "cannot rewrite a shell script" in err
     assert sorted(p.name for p in (tmp_path / "conf").iterdir()) == ["ds.json"]
+
+
+def test_a_deepspeed_script_s_config_limits_the_zero_stages_as_on_the_command_line(tmp_path: Path, capsys,
+                                                                                   monkeypatch) -> None:
+    """A partial optimizer offload (ratio < 1) is ZeRO-3 only (DeepSpeedZeroConfig asserts 'Partial offloading only
+    supported for ZeRO Stage 3.'): the script's ds_config keeps the search at stage 3 as the same command typed out
+    does; the ds_config inside the script was not read, so ZeRO-1/2 copies DeepSpeed refuses were offered."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}))
+    (tmp_path / "train.sh").write_text(DS_SCRIPT)
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1, 2]\n")
+    for launch in (["bash", "train.sh"], ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config",
+                                          "conf/ds.json"]):
+        code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json",
+                                  "--search", "s.yaml", "--", *launch], capsys)
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["knobs"]["kept"]["zero_stage"] == 3 and {row["zero_stage"] for row in data["top"]} == {3}, launch
