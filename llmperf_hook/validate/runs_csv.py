@@ -309,7 +309,10 @@ def failed_row(raw: Mapping[str, str], line_no: int, error: str) -> RowResult:
 
 
 def _resolve_cluster_path(run: MeasuredRun, base_dir: Path) -> MeasuredRun:
+    """A relative cluster YAML path is read beside the CSV first, as --help and docs/validate.md say (and as
+    `predict --batch` reads its file's paths); else from the working directory (a file of the same name there won
+    over the one beside the CSV)."""
     if not run.cluster.endswith((".yaml", ".yml")) or Path(run.cluster).is_absolute():
         return run
     beside = base_dir / run.cluster
-    return replace(run, cluster=str(beside)) if beside.is_file() and not Path(run.cluster).is_file() else run
+    return replace(run, cluster=str(beside)) if beside.is_file() else run

@@ -98,3 +98,15 @@ def test_cluster_yaml_beside_the_csv_is_found(tmp_path: Path, monkeypatch: pytes
     runs = build_measured_runs(read_runs_csv(path), base_dir=tmp_path)
     assert runs[0].cluster == str(tmp_path / "my-cluster.yaml")
     assert build_measured_runs(read_runs_csv(path))[0].cluster == "my-cluster.yaml"
+
+
+def test_cluster_yaml_beside_the_csv_wins_over_one_in_the_working_directory(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "my-cluster.yaml").write_text("name: beside\n")
+    (tmp_path / "my-cluster.yaml").write_text("name: cwd\n")
+    row = {k: v for k, v in BASE_ROW.items() if k not in ("gpu_type", "gpus_per_node")}
+    path = write_csv(tmp_path / "data" / "runs.csv", [{**row, "cluster": "my-cluster.yaml"}])
+    monkeypatch.chdir(tmp_path)
+    runs = build_measured_runs(read_runs_csv(path), base_dir=path.parent)
+    assert runs[0].cluster == str(tmp_path / "data" / "my-cluster.yaml")
