@@ -149,6 +149,8 @@ def _with_operator(value: str | None, op: str, word: str) -> str | None:
     if op.endswith("-"):
         return word if empty else value
     return "" if empty else word
+
+
 _QUOTED_ALL = re.compile(r"(?<![^\s])\"\$(?:\{@\}|@)\"(?![^\s;&|])")
 
 
