@@ -109,7 +109,8 @@ def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:
 
 
 def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:
-    """commands-<cluster>.txt per cluster (ds_configs beside them): `llmperf predict --cluster C --batch FILE`."""
+    """commands-<cluster>.txt per cluster (ds_configs beside them), each line `--id ROW --cluster C -- <command>`:
+    `llmperf predict --batch FILE` needs no --cluster."""
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
     from llmperf_hook.validate.runner import plan_run
 
