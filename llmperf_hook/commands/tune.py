@@ -105,28 +105,13 @@ def _refuse_before_output(message: str, fmt: str) -> None:
     raise UsageError(message)
 
 
-def batch_script_refusal(kind: str) -> str:
-    """Why --apply stops on `sbatch job.sh` / `bash train.sh` (kind 'sbatch script' / 'shell script') whose launch
-    line does not pass the appended flags on to the training script."""
-    sbatch = kind == "sbatch script"
-    article, outer = ("an", "sbatch") if sbatch else ("a", "script")
-    inside = "srun ... pretrain_gpt.py ...` inside the allocation" if sbatch else \
-        "torchrun ... pretrain_gpt.py ...`, the script's launch line"
-    return (f"tune --apply cannot rewrite {article} {kind}: the training command is inside it, and flags appended to "
-            f"the {outer} command reach the script as $1, $2, ..., which its launch line does not pass on to the "
-            f"training script after its own flags (parsed as explain parses it; a launch line ending in \"$@\" would). "
-            f"Make the changes listed above in the script, or run tune --apply on the launch line itself "
-            f"(`llmperf tune --apply -- {inside}).")
-
-
 def _script_plan(argv: list[str], line_plan: Any, changes: Any, cfg: Any, tuned: Any,
-                 options: tuple) -> tuple[Any, str | None]:
+                 options: tuple[str | None, str | None, int | None, int | None, str | None]) -> tuple[Any, str | None]:
     """(plan, refusal) for --apply on a launch script file: the changes of its launch line (`line_plan`, `changes`)
     appended to its arguments where the line passes them on (tune/script_forward.py); `options` are tune's cluster /
     hardware / size / model."""
     from llmperf_hook import api
     from llmperf_hook.frameworks.resolve import JobOverrides
-    from llmperf_hook.tune.apply import script_file_kind
     from llmperf_hook.tune.script_forward import apply_to_script
 
     cluster, hardware, nnodes, nproc_per_node, model = options
@@ -135,8 +120,7 @@ def _script_plan(argv: list[str], line_plan: Any, changes: Any, cfg: Any, tuned:
     def reread(words: list[str]) -> Any:
         return api.resolve_command(words, dict(os.environ), cluster=cluster, hardware=hardware, overrides=overrides)[1]
 
-    kind = script_file_kind(argv) or "sbatch script"
-    got = apply_to_script(argv, line_plan, changes, cfg, tuned, reread, kind, batch_script_refusal(kind))
+    got = apply_to_script(argv, line_plan, changes, cfg, tuned, reread)
     return got.plan, got.refusal
 
 
@@ -281,10 +265,10 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     short = near.peak_bytes / GiB - usable
     msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
            f"{near.peak_bytes / GiB:.1f} GiB per GPU, {short:.1f} GiB over.")
-    kept = "with the hidden size, sequence length, batch and GPUs kept"
     if result.layers_that_fit:
         msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
-                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, {kept}).")
+                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
+                f"hidden size, sequence length, batch and GPUs kept).")
     else:  # _layers_that_fit found no chunk count that fits: say it, so the largest that would fit is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
         msg += (f" No smaller model of this shape fits either: not even {chunk} layer{'s' * (chunk > 1)} (one per "

@@ -152,12 +152,19 @@ def split_knobs(values: Mapping[str, Sequence[Any]], own: Mapping[str, Any]) -> 
 
 
 def knobs_line(knobs: Mapping[str, Mapping[str, Any]]) -> str:
-    def show(v: Any) -> str:
-        return {True: "on", False: "off", None: "follows TP"}.get(v, str(v)) if isinstance(v, (bool, type(None))) else str(v)
-
-    searched = "; ".join(f"{_KNOB_NAMES.get(k, k)} {', '.join(show(x) for x in v)}" for k, v in knobs["searched"].items())
-    kept = "; ".join(f"{_KNOB_NAMES.get(k, k)} {show(v)}" for k, v in knobs["kept"].items())
+    """The table's 'searched: TP 1, 2, 4, 8; ... | kept as your command: ZeRO 0' line (split_knobs' two halves)."""
+    searched = "; ".join(f"{_KNOB_NAMES.get(k, k)} {', '.join(map(_knob_value, v))}" for k, v in knobs["searched"].items())
+    kept = "; ".join(f"{_KNOB_NAMES.get(k, k)} {_knob_value(v)}" for k, v in knobs["kept"].items())
     return f"searched: {searched or 'nothing'} | kept as your command: {kept or 'nothing'}"
+
+
+def _knob_value(value: Any) -> str:
+    """A switch reads on / off; None is expert TP left to follow TP (candidates.FOLLOW_TP)."""
+    if value is None:
+        return "follows TP"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def _no_change_label(ev: Evaluated, baseline: Evaluated | None) -> str:

@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parse import parse_launch
-from llmperf_hook.tune.apply import TunedCommand
+from llmperf_hook.tune.apply import TunedCommand, script_file_kind
 from llmperf_hook.tune.candidate import Candidate, candidate_of
 from llmperf_hook.tune.render import Change
 
@@ -65,28 +65,44 @@ def reaches_training_script(argv: Sequence[str], words: Sequence[str]) -> bool:
 
 
 def apply_to_script(argv: Sequence[str], line_plan: TunedCommand, changes: Sequence[Change], cfg: TrainingConfig,
-                    tuned: Candidate, reread: Callable[[list[str]], TrainingConfig], kind: str,
-                    not_forwarded: str) -> ScriptApply:
+                    tuned: Candidate, reread: Callable[[list[str]], TrainingConfig]) -> ScriptApply:
     """`argv` (`bash train.sh ARGS`) with the launch line's `changes` appended, if the script runs `tuned` that way.
 
     `line_plan` is the rewritten launch line (its new files are written by --apply as for any command); `reread`
-    resolves a command as explain does, used where no new file is needed yet; `not_forwarded` is the refusal for
-    a script whose launch line does not pass the appended flags on after its own."""
+    resolves a command as explain does, used where no new file is needed yet."""
+    kind = script_file_kind(argv) or "sbatch script"
     words, drops = appended_words(changes, line_plan.new_files)
     if drops:
-        article = "an" if kind.startswith("sbatch") else "a"
         return ScriptApply(None, (
-            f"tune --apply cannot rewrite {article} {kind} for this layout: it drops {', '.join(drops)}, which the "
-            "script gives on its launch line, and flags appended to the script's arguments can change a value but not "
-            "take a switch or a config key back. Make the changes listed above in the script, or run tune --apply on "
-            "the launch line itself."))
+            f"tune --apply cannot rewrite {_article(kind)} {kind} for this layout: it drops {', '.join(drops)}, which "
+            "the script gives on its launch line, and flags appended to the script's arguments can change a value but "
+            "not take a switch or a config key back. Make the changes listed above in the script, or run tune --apply "
+            "on the launch line itself."))
     if not reaches_training_script(argv, words) or (not line_plan.new_files and not _runs(reread, argv, words, cfg,
                                                                                            tuned)):
-        return ScriptApply(None, not_forwarded)
+        return ScriptApply(None, not_forwarded_refusal(kind))
     if not words:
         return ScriptApply(TunedCommand(argv=tuple(argv)))
     note = f"the tuned flags appended to the {kind}'s arguments, which its launch line passes on (\"$@\")"
     return ScriptApply(TunedCommand(tuple([*argv, *words]), line_plan.new_files, (note,)))
+
+
+def not_forwarded_refusal(kind: str) -> str:
+    """Why --apply stops on `sbatch job.sh` / `bash train.sh` (kind 'sbatch script' / 'shell script') whose launch
+    line does not pass the appended flags on to the training script."""
+    sbatch = kind == "sbatch script"
+    outer = "sbatch" if sbatch else "script"
+    inside = "srun ... pretrain_gpt.py ...` inside the allocation" if sbatch else \
+        "torchrun ... pretrain_gpt.py ...`, the script's launch line"
+    return (f"tune --apply cannot rewrite {_article(kind)} {kind}: the training command is inside it, and flags "
+            f"appended to the {outer} command reach the script as $1, $2, ..., which its launch line does not pass on "
+            f"to the training script after its own flags (parsed as explain parses it; a launch line ending in \"$@\" "
+            f"would). Make the changes listed above in the script, or run tune --apply on the launch line itself "
+            f"(`llmperf tune --apply -- {inside}).")
+
+
+def _article(kind: str) -> str:
+    return "an" if kind.startswith("sbatch") else "a"
 
 
 def _runs(reread: Callable[[list[str]], TrainingConfig], argv: Sequence[str], words: Sequence[str],
