@@ -101,6 +101,8 @@ class _Run:
     env: dict[str, str]
     """The variables where it runs, for normalise_argv: reading goes on past a submission or single run, and a later
     `N=4` (`N=2; sbatch -N "$N" job.sh; N=4`) does not reach it."""
+    refs: dict[str, str]
+    """The variables its unquoted words were split from (counted as used when it is the launch)."""
 
 
 @dataclass
@@ -131,8 +133,6 @@ class _Reading:
     split_refs: dict[str, str] = field(default_factory=dict)
     """Variables the command being read had split into words (word_value): recorded in `used` when it is the launch
     (or single python) line, as the launch line's other references are by expand."""
-    single_refs: dict[str, str] = field(default_factory=dict)
-    """split_refs of the `python train.py` lines, recorded when one of them is the launch (no launcher line)."""
     functions: dict[str, Definition] = field(default_factory=dict)
     """The functions the script has defined so far, by name."""
     calling: set[str] = field(default_factory=set)
@@ -310,7 +310,6 @@ class _Reading:
             self.record_launch(line, words)
         elif _PY_SCRIPT.match(text.strip()):
             self.singles.append(self.run(line, words))
-            self.single_refs.update(self.split_refs)
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
             for target in writes:
                 origin = f"{self.path} line {line.number}"
@@ -380,17 +379,15 @@ class _Reading:
         return [bind_locals(self, expand_positional(word, self.positional)) for word in words]
 
     def run(self, line: ScriptLine, words: list[str]) -> _Run:
-        return _Run(line.number, self.positioned(words), dict(self.env))
+        return _Run(line.number, self.positioned(words), dict(self.env), dict(self.split_refs))
 
     def record_launch(self, line: ScriptLine, words: list[str]) -> None:
-        """A launch line, with the variables its unquoted words were split from counted as used. An `sbatch` line is
-        the launch only of a script with no other (a batch script that submits its successor, `sbatch
-        --dependency=afterany:$SLURM_JOB_ID next.sh`, launches its own srun line)."""
+        """A launch line. An `sbatch` line is the launch only of a script with no other (a batch script that submits
+        its successor, `sbatch --dependency=afterany:$SLURM_JOB_ID next.sh`, launches its own srun line)."""
         if command_head(words) == "sbatch":
             self.submissions.append(self.run(line, words))
             return
         self.launches.append(self.run(line, words))
-        self.used.update(self.split_refs)
 
     def append(self, name: str, value: str) -> bool:
         """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
@@ -403,11 +400,10 @@ class _Reading:
 
     def launch(self) -> list[str]:
         found = self.launches or self.submissions or self.singles  # a `python train.py` line runs once, on node 1
-        if found is self.singles:
-            self.used.update(self.single_refs)
         if len(found) == 1:
             self.env.clear()
             self.env.update(found[0].env)
+            self.used.update(found[0].refs)
             return found[0].words
         listed = "; ".join(f"line {run.number}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \

@@ -149,3 +149,13 @@ def test_a_scripts_wrapped_command_expands_its_own_variables(tmp_path: Path, mon
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["bash", "submit.sh"], {})
     assert (job.launcher, job.nnodes, job.nproc_per_node) == ("torchrun", 2, 8)
+
+
+def test_the_variables_a_submission_is_split_from_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sbatch $OPTS job.sh` as a script's launch: OPTS is among the variables the job was read from (explain's
+    environment), as for a launch line."""
+    (tmp_path / "job.sh").write_text(f"#!/bin/bash\nsrun python pretrain_gpt.py {GPT}\n")
+    (tmp_path / "submit.sh").write_text('#!/bin/bash\nOPTS="--nodes=2 --ntasks-per-node=8"\nsbatch $OPTS job.sh\n')
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "submit.sh"], {})
+    assert (job.nnodes, job.world_size, job.env.get("OPTS")) == (2, 16, "--nodes=2 --ntasks-per-node=8")
