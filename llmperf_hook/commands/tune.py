@@ -69,8 +69,8 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
             from llmperf_hook.tune.render import search_json
 
             click.echo(json.dumps({"error": message, "exit_code": 3, "fits": False, "header": header,
-                                   "search": search_json(result, header), "nearest": _nearest_json(result)},
-                                  indent=2))
+                                   "knobs": header["knobs"], "search": search_json(result, header),
+                                   "nearest": _nearest_json(result)}, indent=2))
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None

@@ -11,7 +11,7 @@ num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; 
 zero_stage, ep, etp (null = expert TP follows TP), layout (the table's layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
 capacity_bytes, headroom_bytes, fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
 `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
-Nothing fits (exit 3): {error, exit_code 3, fits false, header, search, nearest {layout, peak_bytes,
+Nothing fits (exit 3): {error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
 layers_that_fit}}.
 """
 

@@ -17,3 +17,13 @@ def test_when_not_even_one_layer_fits_the_message_says_so(capsys) -> None:
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *WIDE], capsys)
     assert code == 3
     assert "tp1 pp1" in err and "not even 1 layer" in err and "hidden size 32768" in err
+
+
+def test_the_exit_3_json_object_says_which_knobs_were_searched(capsys) -> None:
+    """docs/output.md: `knobs` is in tune's JSON object also when nothing fits (it was only inside `header`)."""
+    import json
+
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
+    data = json.loads(out)
+    assert code == 3 and data["exit_code"] == 3 and data["fits"] is False
+    assert data["knobs"] == data["header"]["knobs"] and "micro_batch_size" in data["knobs"]["searched"]
