@@ -74,10 +74,14 @@ def parse_inter_node_GBps_per_gpu(run: MeasuredRun) -> float | None:
     count = (re.match(r"\s*(?:x|×)\s*(\d+)", text[match.end():], re.I)
              or re.search(r"(\d+)\s*(?:x|×)\s*\S*\s*$", text[:match.start()], re.I))
     links = int(count.group(1)) if count else 1
-    per_node = "per node" in text.lower() or count is not None
+    per_node = PER_NODE_TEXT.search(text) is not None or count is not None
     gbyte_s = link_GBps * links
     return gbyte_s / run.gpus_per_node if per_node else gbyte_s
 
+
+PER_NODE_TEXT = re.compile(r"(?:\bper[\s-]+|/\s*)node\b", re.I)
+"""'per node', 'per-node', '/node': the rate is the node's, shared by its GPUs ('3.2 Tb/s per-node' was read as
+per GPU, 8x the bandwidth of an 8-GPU node)."""
 
 LINK_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*([MGTmgt])(bit/s|[Bb]yte/s|bps|Bps|b/s|B/s)")
 """A link rate in network text: "200Gb/s", "800 Gbps", "400 Gbit/s" (bits), "50 GB/s", "100 GBps" (bytes)."""

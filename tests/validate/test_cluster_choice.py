@@ -30,6 +30,7 @@ from .validate_helpers import BASE_ROW
     ("100 GBps per node", 12.5),
     ("InfiniBand 400 Gbit/s x8 per node", 50.0),
     ("3.2 Tb/s per node", 50.0),
+    ("3.2 Tb/s per-node", 50.0), ("3.2 Tb/s/node", 50.0), ("RoCE 400 Gb/s Per Node", 6.25),
 ])
 def test_network_text(text: str, per_gpu: float | None) -> None:
     run = build_measured_run({**BASE_ROW, "inter_node_network": text}, 1)
