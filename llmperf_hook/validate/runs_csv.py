@@ -92,8 +92,10 @@ def unknown_column_warnings(columns: Sequence[str]) -> list[str]:
     for column in unknown:
         close = difflib.get_close_matches(column.lower(), known, n=1, cutoff=0.75)
         if close and close[0] not in columns:
+            fix = ("It is in another unit: convert its cells to the unit the schema's name ends in, then rename it"
+                   if _other_unit(column, close[0]) else "Rename the column")
             warnings.append(f"column `{column}` is not in the schema and is ignored; did you mean `{close[0]}`? "
-                            f"Rename the column (see `llmperf validate --help`).")
+                            f"{fix} (see `llmperf validate --help`).")
         else:
             unrelated.append(column)
     if unrelated:
@@ -140,10 +142,16 @@ def _looks_like(column: str, header: Sequence[str]) -> str:
     if not close:
         return ""
     cell = header[lowered.index(close[0])]
-    if column in COLUMN_UNITS and cell.lower().rsplit("_", 1)[0] == column.rsplit("_", 1)[0]:  # iteration_time_ms
+    if _other_unit(cell, column):
         return (f" (the header has `{cell}`: the schema's column is in the unit its name ends in; convert the cells "
                 f"and name the column `{column}`)")
     return f" (the header has `{cell}`: a misspelling?)"
+
+
+def _other_unit(name: str, column: str) -> bool:
+    """`iteration_time_ms` for `iteration_time_s`, `intra_node_bandwidth_MBps` for `..._GBps`: the schema's column
+    in another unit, whose cells renamed alone would be read 1000x off."""
+    return column in COLUMN_UNITS and name.lower().rsplit("_", 1)[0] == column.lower().rsplit("_", 1)[0]
 
 
 def build_measured_run(raw: Mapping[str, str], line_no: int) -> MeasuredRun:

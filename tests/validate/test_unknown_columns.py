@@ -26,6 +26,13 @@ def test_a_misspelled_column_is_named_with_the_schema_spelling() -> None:
     assert "`sequence_parallel`" in warnings[1]
 
 
+@pytest.mark.parametrize("column", ["intra_node_bandwidth_MBps", "inter_node_bandwidth_Gbit"])
+def test_a_column_in_another_unit_is_to_be_converted_not_only_renamed(column: str) -> None:
+    """Renamed alone, `intra_node_bandwidth_MBps`'s cells would be read as GB/s, 1000x the bandwidth."""
+    (warning,) = unknown_column_warnings(["num_layers", column])
+    assert "_GBps`" in warning and "convert its cells" in warning and "Rename the column" not in warning
+
+
 def test_an_unrelated_column_is_listed_once() -> None:
     (warning,) = unknown_column_warnings(["num_layers", "job_id", "submitted_at"])
     assert "`job_id`" in warning and "`submitted_at`" in warning and "ignored" in warning
