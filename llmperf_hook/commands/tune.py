@@ -269,7 +269,7 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
         msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
                 f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
                 f"hidden size, sequence length, batch and GPUs kept).")
-    else:  # _layers_that_fit found no chunk count that fits: say it, so the largest that would fit is never unsaid
+    elif result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
         msg += (f" No smaller model of this shape fits either: not even {chunk} layer{'s' * (chunk > 1)} (one per "
                 f"pipeline chunk of that layout) with hidden size {cfg.model.hidden_size}, sequence length "

@@ -109,7 +109,8 @@ class TuneResult:
     nearest: Evaluated | None = None
     """When nothing fits: the candidate with the least predicted memory."""
     layers_that_fit: int | None = None
-    """When nothing fits: the most layers of this model that would fit with `nearest`'s layout."""
+    """When nothing fits: the most layers of this model that would fit with `nearest`'s layout (0: not even one per
+    pipeline chunk; None: not known, see _layers_that_fit)."""
 
     @property
     def num_invalid(self) -> int:
@@ -340,19 +341,24 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
 
 
 def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
-    """Bisection on num_layers (multiples of pp*vpp) with the full memory model; None if not even one chunk fits."""
+    """Bisection on num_layers (multiples of pp*vpp) with the full memory model: the most layers that fit; 0 when not
+    even one chunk fits; None when none fits and a smaller model broke a layer rule of the command (its uneven
+    first / last stage sizes or an embedding counted in the split no longer apply), so its memory says nothing."""
     cfg, step = ev.config, ev.config.parallel.pp * ev.config.parallel.vpp
     lo, hi = 0, cfg.model.num_layers // step
+    broke_a_rule = False
 
     def fits(units: int) -> bool:
+        nonlocal broke_a_rule
         shape = dataclasses.replace(cfg.model, num_layers=units * step)
         try:
             est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
         except ConfigError:  # that layer count breaks a stage rule (uneven first/last stages)
+            broke_a_rule = True
             return False
         return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes
 
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo * step if lo else None
+    return lo * step if lo else (None if broke_a_rule else 0)

@@ -27,3 +27,18 @@ def test_the_exit_3_json_object_says_which_knobs_were_searched(capsys) -> None:
     data = json.loads(out)
     assert code == 3 and data["exit_code"] == 3 and data["fits"] is False
     assert data["knobs"] == data["header"]["knobs"] and "micro_batch_size" in data["knobs"]["searched"]
+
+
+def test_a_smaller_model_that_breaks_the_commands_stage_sizes_is_not_called_too_big(capsys, tmp_path, monkeypatch) -> None:
+    """--decoder-first/last-pipeline-num-layers 6 stay on the command's PP 4, where a 4-layer model cannot take them
+    (Megatron refuses it): shrinking the model says nothing about memory, so the message must not claim 'not even 4
+    layers' fit (predict puts 4 such layers, one per stage, at 70.9 GiB of 76 GiB usable on an H100)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("tensor_parallel: [1]\npipeline_parallel: [4]\nvirtual_pipeline: [1]\n"
+                                     "context_parallel: [1]\n")
+    uneven = [*WIDE, "--hidden-size", "16384", "--num-layers", "30", "--pipeline-model-parallel-size", "4",
+              "--decoder-first-pipeline-num-layers", "6", "--decoder-last-pipeline-num-layers", "6"]
+    uneven[uneven.index("--nproc-per-node") + 1] = "4"
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *uneven], capsys)
+    assert code == 3 and "tp1 pp4" in err and "nothing fits" in err
+    assert "not even" not in err
