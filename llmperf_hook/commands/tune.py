@@ -203,11 +203,11 @@ def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:
     """The rewritten command of every top candidate, and its exact flag / config-key changes."""
-    from llmperf_hook.tune import ds_config_rewrite as dsr
-    from llmperf_hook.tune.apply import plan_tuned_command
-    from llmperf_hook.tune.render import command_changes
+    from pathlib import Path
 
-    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables
+    from llmperf_hook.tune import ds_config_rewrite as dsr
+    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables, plan_tuned_command
+    from llmperf_hook.tune.render import command_changes
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
@@ -215,7 +215,7 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     ref = dsr.find_ds_config(before)  # the ds_config of that line (a script's own), whose keys the changes list
     original = None
     if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
-        original = dsr.read_ds_config(__import__("pathlib").Path(ref.path))
+        original = dsr.read_ds_config(Path(ref.path))
     return plans, [command_changes(before, p, original) for p in plans]
 
 
