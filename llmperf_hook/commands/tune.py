@@ -206,16 +206,18 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     from pathlib import Path
 
     from llmperf_hook.tune import ds_config_rewrite as dsr
-    from llmperf_hook.tune.apply import batch_script_words, expand_flag_variables, plan_tuned_command
+    from llmperf_hook.tune.apply import batch_script_job, expand_flag_variables, plan_tuned_command
     from llmperf_hook.tune.render import command_changes
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
-    before = batch_script_words(shown) or shown  # `sbatch job.sh`: its launch line, the one the user edits
+    script = batch_script_job(shown)  # `sbatch job.sh`: its launch line, the one the user edits
+    before = [script.script, *script.script_args] if script else shown
     ref = dsr.find_ds_config(before)  # the ds_config of that line (a script's own), whose keys the changes list
+    written = script.script_files.get(os.path.normpath(ref.path)) if script and ref else None  # a here-document's
     original = None
-    if ref is not None and cfg.framework != "megatron" and os.path.isfile(ref.path):
-        original = dsr.read_ds_config(Path(ref.path))
+    if ref is not None and cfg.framework != "megatron" and (written or os.path.isfile(ref.path)):
+        original = dsr.read_ds_config(Path(ref.path), written)
     return plans, [command_changes(before, p, original) for p in plans]
 
 

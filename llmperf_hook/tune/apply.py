@@ -20,6 +20,7 @@ from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF, rewrite_openrlh
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_command_index
+from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.sbatch import SBATCH_GRAMMAR, SBATCH_OPTIONS
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
@@ -134,20 +135,23 @@ def size_override_refusal(argv: Sequence[str], cfg: TrainingConfig) -> str | Non
 
 
 def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
-                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
+                        new_cfg: TrainingConfig, cwd: Path | None = None,
+                        written: Mapping[str, ScriptFile] | None = None) -> TunedCommand:
     """Rewrite `argv` (the command as the user gave it) so that the framework runs `new`; a training command
     passed to `sh -c` or `sbatch --wrap` as one word is rewritten inside that word; for `sbatch job.sh` the script's launch line is
     (what the user edits by hand; --apply appends its changes to the script's arguments only where the script passes
-    them on: tune/script_forward.py)."""
-    words = batch_script_words(argv)
-    if words is not None:  # the script's launch line, as the user edits it (and a tuned copy of its ds_config)
-        inner = _plan_tuned_command(words, base_cfg, new, new_cfg, cwd)
+    them on: tune/script_forward.py). `written`: the files that script writes before its launch line (a ds_config
+    from a here-document), read as explain reads them instead of the disk."""
+    job = batch_script_job(argv)
+    if job is not None:  # the script's launch line, as the user edits it (and a tuned copy of its ds_config)
+        words = [job.script, *job.script_args]
+        inner = _plan_tuned_command(words, base_cfg, new, new_cfg, cwd, job.script_files)
         return TunedCommand(inner.argv, inner.new_files, (*inner.notes, "the launch line inside the script"))
     k = _shell_command_index(argv)
     k = _wrap_index(argv) if k is None else k
     if k is not None:
         prefix = "--wrap=" if argv[k].startswith("--wrap=") else ""
-        inner = _plan_tuned_command(shlex.split(argv[k][len(prefix):]), base_cfg, new, new_cfg, cwd)
+        inner = _plan_tuned_command(shlex.split(argv[k][len(prefix):]), base_cfg, new, new_cfg, cwd, written)
         return TunedCommand((*argv[:k], prefix + _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
     out = _split_joined(expand_flag_variables(argv))
@@ -174,7 +178,8 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":
-        out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes)
+        out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes,
+                                         (written or {}).get(os.path.normpath(ref.path)))
     return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
 
 
@@ -183,13 +188,20 @@ def batch_script_words(argv: Sequence[str]) -> list[str] | None:
     them (its variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the
     outer argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the
     script stayed on while the tuned layout had recompute off)."""
+    job = batch_script_job(argv)
+    return None if job is None else [job.script, *job.script_args]
+
+
+def batch_script_job(argv: Sequence[str]) -> ParsedJob | None:
+    """`sbatch [opts] job.sh` / `bash train.sh` as the parser reads it (launch line and the files the script writes
+    before it, ParsedJob.script_files), or None for any other command."""
     if script_file_kind(argv) is None:
         return None
     try:
-        job = parse_launch(argv, dict(os.environ))
+        job = parse_launch(list(argv), dict(os.environ))
     except LlmperfError:
         return None
-    return [job.script, *job.script_args] if is_batch_script(argv, job.script) else None
+    return job if is_batch_script(argv, job.script) else None
 
 
 def script_file_kind(argv: Sequence[str]) -> str | None:
@@ -221,11 +233,12 @@ def _rewrite_megatron_flags(words: list[str], base_cfg: TrainingConfig, new: Can
 
 
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,
-                        new_cfg: TrainingConfig, framework: str, cwd: Path,
-                        notes: list[str]) -> tuple[list[str], dict[str, str]]:
+                        new_cfg: TrainingConfig, framework: str, cwd: Path, notes: list[str],
+                        written: ScriptFile | None = None) -> tuple[list[str], dict[str, str]]:
+    """`written`: the launch script writes this ds_config before launching (its here-document is the content)."""
     inline = dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG)
     original = Path(ref.path) if Path(ref.path).is_absolute() or inline else cwd / ref.path
-    raw = dsr.read_as_given(ref) if inline else dsr.read_ds_config(original)
+    raw = dsr.read_as_given(ref) if inline else dsr.read_ds_config(original, written)
     num_mb = new_cfg.batch.num_microbatches
     tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
     recompute_changed = (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers)

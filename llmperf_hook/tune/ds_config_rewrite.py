@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.tune import argv_edit as ed
 from llmperf_hook.tune.candidate import Candidate
 
@@ -72,11 +73,12 @@ def inline_tuned_word(ref: DsConfigRef, tuned: dict[str, Any]) -> str | None:
     return None if form is None else encode_inline_ds_config(tuned, form)
 
 
-def read_ds_config(path: Path) -> dict[str, Any]:
-    """The config as explain reads it (DeepSpeed's hjson subset: comments, trailing commas; duplicate keys refused)."""
+def read_ds_config(path: Path, written: ScriptFile | None = None) -> dict[str, Any]:
+    """The config as explain reads it (DeepSpeed's hjson subset: comments, trailing commas; duplicate keys refused);
+    `written`: the launch script writes it before launching, so its here-document is read instead of the disk."""
     from llmperf_hook.frameworks.deepspeed_config import read_ds_config as read_as_explain
 
-    return read_as_explain(str(path))
+    return read_as_explain(str(path), written=written)
 
 
 def read_as_given(ref: DsConfigRef) -> dict[str, Any]:

@@ -152,3 +152,37 @@ def test_a_deepspeed_script_s_config_limits_the_zero_stages_as_on_the_command_li
         assert code == 0, err
         data = json.loads(out)
         assert data["knobs"]["kept"]["zero_stage"] == 3 and {row["zero_stage"] for row in data["top"]} == {3}, launch
+
+
+HEREDOC_SCRIPT = """#!/bin/bash
+CONFIG=conf/ds.json
+cat <<EOT > $CONFIG
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 2}}
+EOT
+deepspeed --num_gpus 8 train.py --deepspeed_config $CONFIG "$@"
+"""
+
+
+def test_a_ds_config_the_script_writes_itself_is_read_from_its_here_document(tmp_path: Path, capsys,
+                                                                              monkeypatch) -> None:
+    """Megatron-DeepSpeed's example scripts write their ds_config with `cat <<EOT > $config_json` before launching:
+    explain reads the here-document, and so must tune. Reading the disk instead made `tune -- bash train.sh` exit 2
+    with 'conf/ds.json does not exist' (a stale file from an earlier run would have been copied instead)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "train.sh").write_text(HEREDOC_SCRIPT)
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
+                              "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    changes = {(c["key"], c["old"], c["new"]) for c in data["top"][0]["changes"]}
+    assert ("zero_optimization.stage", "2", "1") in changes and len(changes) == 2, changes  # and --deepspeed_config
+    (new_file,) = data["applied"]["new_files"]
+    assert json.loads(Path(new_file).read_text())["zero_optimization"] == {"stage": 1}
+    assert sorted(p.name for p in (tmp_path / "conf").iterdir()) == ["ds.llmperf-tuned.json"]  # the script writes ds.json
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *data["applied"]["argv"]],
+                             capsys)
+    assert code == 0, err
+    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 2)
