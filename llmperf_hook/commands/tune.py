@@ -145,7 +145,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
 
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
-    from llmperf_hook.tune.apply import batch_script_words
+    from llmperf_hook.tune.apply import batch_script_job
     from llmperf_hook.tune.candidates import generate_candidates
     from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
     from llmperf_hook.tune.search import search_candidates
@@ -156,8 +156,9 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     except UnicodeDecodeError as err:
         raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
                          f"space. Give a YAML file like those in configs/search/.") from None
-    line = batch_script_words(argv) or list(argv)  # `bash train.sh`: the ds_config its launch line names
-    accepted = zero_stages_deepspeed_accepts(line, space.zero_stage) if cfg.framework != "megatron" else None
+    script = batch_script_job(argv)  # `bash train.sh`: the ds_config its launch line names (or its here-document)
+    line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
+    accepted = zero_stages_deepspeed_accepts(line, space.zero_stage, written) if cfg.framework != "megatron" else None
     if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
         space = replace(space, zero_stage=accepted)
     cp_sizes = "--hierarchical-context-parallel-sizes"

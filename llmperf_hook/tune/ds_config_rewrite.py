@@ -12,9 +12,10 @@ and the Trainer's --deepspeed FILE (for Megatron-DeepSpeed `--deepspeed` is a ba
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.parsed_job import ScriptFile
@@ -174,18 +175,22 @@ def rewrite_ds_chat_argv(argv: Sequence[str], base: Candidate, new: Candidate, n
     return out
 
 
-def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int]) -> tuple[int, ...] | None:
+def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
+                                  written: Mapping[str, ScriptFile] | None = None) -> tuple[int, ...] | None:
     """The ZeRO stages the command's ds_config still passes DeepSpeed's checks with (llmperf's parse_ds_config on a
     copy with zero_optimization.stage replaced): a partial optimizer offload needs stage 3, NVMe offload at stage 3
-    needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. None when argv names no readable ds_config."""
+    needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. None when argv names no readable ds_config.
+    `written`: files a launch script writes before `argv`, its launch line (ParsedJob.script_files)."""
     from llmperf_hook.errors import ConfigError, LlmperfError
     from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
 
     ref = find_ds_config(argv)
-    if ref is None or not (Path(ref.path).is_file() or inline_form(ref.path, ref.flag == HF_DEEPSPEED_FLAG)):
+    script_file = (written or {}).get(os.path.normpath(ref.path)) if ref else None
+    if ref is None or not (script_file or Path(ref.path).is_file() or
+                           inline_form(ref.path, ref.flag == HF_DEEPSPEED_FLAG)):
         return None
     try:
-        raw = read_as_given(ref)
+        raw = read_ds_config(Path(ref.path), script_file) if script_file else read_as_given(ref)
     except LlmperfError:
         return None
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}

@@ -144,9 +144,12 @@ def test_a_deepspeed_script_s_config_limits_the_zero_stages_as_on_the_command_li
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
         "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}))
     (tmp_path / "train.sh").write_text(DS_SCRIPT)
+    config = (tmp_path / "conf" / "ds.json").read_text()  # the same config written by the script's here-document
+    (tmp_path / "heredoc.sh").write_text(f"#!/bin/bash\ncat <<EOT > conf/written.json\n{config}\nEOT\n"
+                                         + DS_SCRIPT.splitlines()[1].replace("ds.json", "written.json") + "\n")
     (tmp_path / "s.yaml").write_text("micro_batch_size: [1, 2]\n")
-    for launch in (["bash", "train.sh"], ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config",
-                                          "conf/ds.json"]):
+    for launch in (["bash", "train.sh"], ["bash", "heredoc.sh"],
+                   ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "conf/ds.json"]):
         code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json",
                                   "--search", "s.yaml", "--", *launch], capsys)
         assert code == 0, err
