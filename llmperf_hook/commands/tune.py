@@ -145,9 +145,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
 
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
-    from llmperf_hook.tune.apply import batch_script_job
     from llmperf_hook.tune.candidates import generate_candidates
-    from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
@@ -156,11 +154,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     except UnicodeDecodeError as err:
         raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
                          f"space. Give a YAML file like those in configs/search/.") from None
-    script = batch_script_job(argv)  # `bash train.sh`: the ds_config its launch line names (or its here-document)
-    line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
-    accepted = zero_stages_deepspeed_accepts(line, space.zero_stage, written) if cfg.framework != "megatron" else None
-    if accepted:  # stages the command's own ds_config settings would make DeepSpeed refuse are not searched
-        space = replace(space, zero_stage=accepted)
+    if cfg.framework != "megatron":  # stages the command's own ds_config makes DeepSpeed refuse are not searched
+        space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, argv))
     cp_sizes = "--hierarchical-context-parallel-sizes"
     if cfg.framework == "megatron" and any(w == cp_sizes or w.startswith(cp_sizes + "=") for w in script_args):
         # arguments.py asserts context_parallel_size == prod(hierarchical sizes): the command's flag fixes CP
@@ -173,6 +168,26 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only)
     return result, space
+
+
+def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str]) -> tuple[int, ...]:
+    """The ZeRO stages of the space that the command's ds_config (a launch script's own, or its here-document) lets
+    DeepSpeed run; where it refuses every one listed, the command's own stage, with a warning."""
+    from llmperf_hook.tune.apply import batch_script_job
+    from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
+
+    script = batch_script_job(argv)
+    line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
+    accepted = zero_stages_deepspeed_accepts(line, stages, written)
+    if accepted is None:  # no ds_config to check the stages against
+        return stages
+    if not accepted:
+        own = cfg.optimizer.zero_stage
+        click.echo(f"llmperf tune: warning: zero_stage {list(stages)} of the search space: the command's ds_config makes "
+                   f"DeepSpeed refuse each of them (e.g. a partial optimizer offload is ZeRO-3 only); ZeRO is kept at "
+                   f"the command's stage {own}", err=True)
+        return (own,)
+    return accepted
 
 
 def memory_only(cfg: Any, spec: Any) -> Any:

@@ -10,7 +10,7 @@ from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.apply import plan_tuned_command, write_planned_files
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
 
-from .helpers import gpt_config
+from .helpers import gpt_config, run_cli
 
 DS = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
       "zero_optimization": {"stage": 1, "overlap_comm": True}, "bf16": {"enabled": True}}
@@ -91,3 +91,21 @@ def test_find_ds_config_spellings(tmp_path: Path) -> None:
     assert dsr.find_ds_config(["x.py", "--deepspeed", "c.json"]).path == "c.json"
     assert dsr.find_ds_config(["x.py", "--deepspeed", "--deepspeed_config", "d.json"]).path == "d.json"
     assert dsr.find_ds_config(["x.py", "--deepspeed", "--lr", "1"]) is None
+
+
+def test_listed_zero_stages_the_config_refuses_all_keep_the_commands_stage(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`--search` with zero_stage [1] on a ZeRO-3 partial-offload config: DeepSpeed refuses stage 1 there, so the stage
+    stays the command's 3, said in a warning (the whole list used to be searched when none passed, and a ZeRO-1 copy
+    DeepSpeed refuses was offered)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}))
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
+                              "s.yaml", "--", "deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config",
+                              "ds.json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert {row["zero_stage"] for row in data["top"]} == {3} and data["knobs"]["kept"]["zero_stage"] == 3
+    assert "zero_stage [1]" in err and "kept at the command's stage 3" in err
