@@ -289,9 +289,9 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
                 f"hidden size, sequence length, batch and GPUs kept).")
     elif result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
-        msg += (f" No smaller model of this shape fits either: not even {chunk} layer{'s' * (chunk > 1)} (one per "
-                f"pipeline chunk of that layout) with hidden size {cfg.model.hidden_size}, sequence length "
-                f"{cfg.model.seq_length}, batch and GPUs kept.")
+        msg += (f" With that layout no smaller model of this shape fits either: not even {chunk} "
+                f"layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size {cfg.model.hidden_size}, sequence "
+                f"length {cfg.model.seq_length}, batch and GPUs kept.")
     if cfg.framework in ("megatron", "megatron-deepspeed"):
         return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
     script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
