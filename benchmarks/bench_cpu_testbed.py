@@ -548,21 +548,23 @@ def main() -> None:
     eval_home = shared_home(home, "eval")
     record = new_record(eval_home, args, predict_all_detail(eval_home, work / "predict"), ref_profile)
     cal_homes = {k: shared_home(home, f"eval-c{k}") for k in args.calibrate}
-    record["runs"] = measure_rotation(home, work, [c["predicted_s"] for c in record["configs"]], ref_profile, args,
-                                      cal_homes)
+    path = args.record or home / "records" / f"testbed-{record['created_utc']}.json"
+    measure_rotation(home, work, record, ref_profile, args, cal_homes, path)
     for k, cal_home in cal_homes.items():  # each calibration in its own store: predict all twelve again from it
         record["calibrations"][str(k)] = {"after_s": predict_all(cal_home, work / f"predict-after{k}")}
-    path = save_record(record, args.record or home / "records" / f"testbed-{record['created_utc']}.json")
+    save_record(record, path)
     print(f"\nraw runs saved to {path} (replay: python benchmarks/bench_cpu_testbed.py --replay {path})")
     report_record(record)
 
 
-def measure_rotation(home: Path, work: Path, before: list[float], ref_profile: float, args: Any,
-                     cal_homes: dict[int, Path]) -> list[dict]:
+def measure_rotation(home: Path, work: Path, record: dict, ref_profile: float, args: Any,
+                     cal_homes: dict[int, Path], path: Path) -> None:
     """Steps 2 and 4 of the module docstring in one rotation (testbed_record.py): args.repeats passes over the
     twelve, the order rotated per pass; in the middle pass each instrumented configuration's run is its
-    calibration run, into its own evaluation store (cal_homes), the others refine into the throwaway store."""
-    measure_home, runs, passes = shared_home(home, "measure"), [], max(args.repeats, 1)
+    calibration run, into its own evaluation store (cal_homes), the others refine into the throwaway store. The
+    runs go to record["runs"], saved to `path` after every pass (a run cut short can still be replayed)."""
+    measure_home, runs, passes = shared_home(home, "measure"), record["runs"], max(args.repeats, 1)
+    before = [c["predicted_s"] for c in record["configs"]]
     for p in range(passes):
         order = rotation(len(CONFIGS), passes, p)
         print(f"\n[measure] pass {p + 1} of {passes} (order {','.join(map(str, order))}): `llmperf run --instrument "
@@ -582,7 +584,7 @@ def measure_rotation(home: Path, work: Path, before: list[float], ref_profile: f
                   f"{(m['hook_reference_s'] or 0) * 1e3:.2f} ms)  {m['tries']} run(s){' CONTENDED' if m['contended'] else ''}"
                   f"{' CALIBRATION run into ' + m['store'] if m.get('calibration') else ''}"
                   f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
-    return runs
+        save_record(record, path)
 
 
 def runs_text(m: dict) -> str:
