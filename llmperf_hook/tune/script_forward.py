@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.tune.apply import TunedCommand, script_file_kind
 from llmperf_hook.tune.candidate import Candidate, candidate_of
-from llmperf_hook.tune.render import Change
+from llmperf_hook.tune.ds_config_rewrite import find_ds_config
+from llmperf_hook.tune.render import INLINE_WHERE, Change
 
 
 @dataclass(frozen=True)
@@ -36,21 +37,25 @@ class ScriptApply:
     """Why not (None when `plan` is set)."""
 
 
-def appended_words(changes: Sequence[Change], new_files: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def appended_words(changes: Sequence[Change], line_plan: TunedCommand) -> tuple[list[str], list[str]]:
     """(words to append after the script's arguments, what appending cannot do: flags of the launch line the layout
     drops, config keys not carried by a new file). The keys of a tuned ds_config copy travel with its flag, which
-    points the line at the copy (--deepspeed_config ds.llmperf-tuned.json, last wins like every flag)."""
+    points the line at the copy (--deepspeed_config ds.llmperf-tuned.json, last wins like every flag); those of a
+    config given in argv itself (base64 / JSON) with that flag and the rewritten word (`line_plan`'s)."""
     words: list[str] = []
     drops: list[str] = []
     for c in changes:
+        if c.where == INLINE_WHERE:
+            continue
         if c.where != "argv":
-            if c.where not in new_files:
+            if c.where not in line_plan.new_files:
                 drops.append(f"{c.where} {c.key}")
         elif c.new is None:
             drops.append(c.key)
         else:
             words += [c.key, c.new] if c.new else [c.key]
-    return words, drops
+    inline = find_ds_config(line_plan.argv) if any(c.where == INLINE_WHERE for c in changes) else None
+    return words + ([inline.flag, inline.path] if inline else []), drops
 
 
 def reaches_training_script(argv: Sequence[str], words: Sequence[str]) -> bool:
@@ -71,7 +76,7 @@ def apply_to_script(argv: Sequence[str], line_plan: TunedCommand, changes: Seque
     `line_plan` is the rewritten launch line (its new files are written by --apply as for any command); `reread`
     resolves a command as explain does, used where no new file is needed yet."""
     kind = script_file_kind(argv) or "sbatch script"
-    words, drops = appended_words(changes, line_plan.new_files)
+    words, drops = appended_words(changes, line_plan)
     if drops:
         return ScriptApply(None, (
             f"tune --apply cannot rewrite {_article(kind)} {kind} for this layout: it drops {', '.join(drops)}, which "

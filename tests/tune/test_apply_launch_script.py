@@ -189,3 +189,27 @@ def test_a_ds_config_the_script_writes_itself_is_read_from_its_here_document(tmp
                              capsys)
     assert code == 0, err
     assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 2)
+
+
+def test_a_config_given_inline_on_the_scripts_launch_line_is_appended_rewritten(tmp_path: Path, capsys,
+                                                                                 monkeypatch) -> None:
+    """`--deepspeed_config <base64>` inside the script: the tuned config is appended as the same flag with the
+    rewritten word (last wins), and explain reads the appended command as the tuned ZeRO stage; it was refused as
+    'drops ds_config in argv zero_optimization.stage, which the script gives'."""
+    import base64
+
+    monkeypatch.chdir(tmp_path)
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 2}}
+    word = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
+    (tmp_path / "train.sh").write_text(DS_SCRIPT.replace("conf/ds.json", word))
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
+                              "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
+    assert code == 0, err
+    applied = json.loads(out)["applied"]
+    assert applied["argv"][:3] == ["bash", "train.sh", "--deepspeed_config"] and not applied["new_files"]
+    code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *applied["argv"]], capsys)
+    assert code == 0, err
+    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml", "train.sh"]
