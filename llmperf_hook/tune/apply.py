@@ -183,18 +183,11 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
 
 
-def batch_script_words(argv: Sequence[str]) -> list[str] | None:
-    """`sbatch [opts] job.sh` / `bash train.sh`: the training script and its flags as the script's launch line gives
-    them (its variables expanded, as the parser read them), or None for any other command. Diffing or rewriting the
-    outer argv itself listed every tuned flag as 'add' and never a flag to drop (--recompute-activations in the
-    script stayed on while the tuned layout had recompute off)."""
-    job = batch_script_job(argv)
-    return None if job is None else [job.script, *job.script_args]
-
-
 def batch_script_job(argv: Sequence[str]) -> ParsedJob | None:
-    """`sbatch [opts] job.sh` / `bash train.sh` as the parser reads it (launch line and the files the script writes
-    before it, ParsedJob.script_files), or None for any other command."""
+    """`sbatch [opts] job.sh` / `bash train.sh` as the parser reads it, or None for any other command: its launch line
+    (the training script and its flags, variables expanded) and the files the script writes before it
+    (ParsedJob.script_files). Diffing or rewriting the outer argv itself listed every tuned flag as 'add' and never a
+    flag to drop (--recompute-activations in the script stayed on while the tuned layout had recompute off)."""
     if script_file_kind(argv) is None:
         return None
     try:
