@@ -232,6 +232,10 @@ def posterior(configs: Sequence[ConfigRuns], v: Variances) -> Posterior:
     mu = sum(w * m for w, (m, _) in zip(weights, moments)) / sum(weights)
     shared = v.sd_shared ** 2 * sum(alpha)  # the posterior mean of b
     k = shared / mu if abs(mu) > 1e-12 else sum(weights) / (sum(weights) + 1.0 / v.sd_shared ** 2)
+    # k is a fraction of mu (Calibration.apply raises the shared fit to it; the notes print 1 - k as shrinkage):
+    # correlated biases (sd_mix > 0) can put the posterior b on the other side of a near-zero mu, a ratio of any
+    # size or sign, so it is held in [0, 1] (without correlation it is there already)
+    k = min(max(k, 0.0), 1.0)
     own = {c.fingerprint: transferred_log_scale(alpha, shares, c.shares, v.sd_shared, v.sd_config, v.sd_mix, own=i)
            for i, c in enumerate(configs)}
     return Posterior(mu, k, own, dict(zip((c.fingerprint for c in configs), alpha)))

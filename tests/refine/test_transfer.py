@@ -11,7 +11,8 @@ import pytest
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, find_calibration
 from llmperf_hook.refine.recalibrate import fit_key_calibration, recalibrate
-from llmperf_hook.refine.shrinkage import Priors, median_sampling_sd, priors_from_errors
+from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, Variances, median_sampling_sd, posterior,
+                                          priors_from_errors)
 from llmperf_hook.refine.transfer import conditional_weights, correlation, cost_shares, mix_sd
 
 Z1_2R = {"compute": 0.020, "optimizer": 0.008, "comm_dp_grad": 0.001, "host_overhead": 0.0005, "calibration": 0.003}
@@ -123,3 +124,16 @@ def test_repeats_at_other_moments_are_not_counted_as_run_spread_twice() -> None:
     runs = [ConfigRuns("f", (0.1 - d / 2, 0.1 + d / 2), 0.01, 0.011)]
     assert estimate_variances(runs, 0.13, "p", 0.09, sd_moment=0.09).sd_run == pytest.approx(SD_RUN_PRIOR, rel=1e-6)
     assert estimate_variances(runs, 0.13, "p", 0.09).sd_run > 0.07  # without the moment it is all run spread
+
+
+def test_the_shared_weight_stays_a_fraction_when_correlated_biases_cancel_mu() -> None:
+    """With sd_mix > 0, configurations of similar mix whose ratios nearly cancel (mu ~ 0) put the posterior b on
+    the other side of mu: b / mu was -14.8 here, printed as 'shrunk 1580%'. k stays in [0, 1]."""
+    fp32 = (("compute/fp32/2 ranks", 0.9), ("optimizer/fp32/zero 1", 0.1))
+    bf16 = (("compute/bf16/2 ranks", 0.9), ("optimizer/bf16/zero 1", 0.1))
+    fp32b = (("compute/fp32/2 ranks", 0.8), ("optimizer/fp32/zero 1", 0.2))
+    configs = [ConfigRuns("a", (0.10,), 1.0, 1.0, (), (), fp32), ConfigRuns("b", (-0.10,), 1.0, 1.0, (), (), bf16),
+               ConfigRuns("c", (0.001,), 1.0, 1.0, (), (), fp32b)]
+    for sd_mix in (0.0, 0.1, 0.15):
+        post = posterior(configs, Variances(0.1, 0.15, 0.05, "", 0.05, sd_mix))
+        assert 0.0 <= post.shared_weight <= 1.0
