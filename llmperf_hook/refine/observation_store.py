@@ -331,18 +331,19 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
         return {}
     out = {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
            "sd_run": float(row[3] or 0.0), "config_scales": [tuple(r) for r in scales]}
-    try:  # a store the read-only predict path opens before any refine added the column has none
-        (sd_shared,) = conn.execute("SELECT sd_shared FROM refine_calibrations WHERE hardware = ? AND cluster = ? "
-                                    "AND framework = ?", key).fetchone()
-    except (sqlite3.Error, TypeError):
-        sd_shared = None
+    # a store the read-only predict path opens before any refine added these columns has none
+    later = {name: _optional_calibration_value(conn, name, key) for name in ("sd_mix", "sd_shared")}
+    return {**out, **{name: value for name, value in later.items() if value}}
+
+
+def _optional_calibration_value(conn: sqlite3.Connection, column: str, key: tuple[str, str, str]) -> float | None:
+    """A refine_calibrations column added after its first release; None when absent, NULL or 0."""
     try:
-        (sd_mix,) = conn.execute("SELECT sd_mix FROM refine_calibrations WHERE hardware = ? AND cluster = ? "
-                                 "AND framework = ?", key).fetchone()
+        (value,) = conn.execute(f"SELECT {column} FROM refine_calibrations WHERE hardware = ? AND cluster = ? "
+                                "AND framework = ?", key).fetchone()
     except (sqlite3.Error, TypeError):
-        sd_mix = None
-    out = {**out, "sd_mix": float(sd_mix)} if sd_mix else out
-    return {**out, "sd_shared": float(sd_shared)} if sd_shared else out
+        return None
+    return float(value) if value else None
 
 
 def op_samples_for_hardware(conn: sqlite3.Connection, hardware: str) -> list[dict[str, Any]]:

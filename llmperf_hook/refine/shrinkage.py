@@ -171,8 +171,9 @@ def group_runs(runs: Sequence[tuple]) -> list[ConfigRuns]:
     groups: dict[str, list[tuple]] = defaultdict(list)
     for job_id, fingerprint, p, m, *rest in runs:
         if p > 0 and m > 0:
-            extra = [float(v) if v else 0.0 for v in rest[:2]] + [0.0, 0.0]
-            groups[fingerprint or f"job:{job_id}"].append((p, m, extra[0], extra[1], tuple(rest[2]) if len(rest) > 2 and rest[2] else ()))
+            observation_sd, sampling_sd, shares = (*rest, None, None, None)[:3]
+            groups[fingerprint or f"job:{job_id}"].append(
+                (p, m, float(observation_sd or 0.0), float(sampling_sd or 0.0), tuple(shares or ())))
     return [ConfigRuns(f, tuple(math.log(m / p) for p, m, *_ in pm),
                        math.exp(statistics.fmean(math.log(r[0]) for r in pm)),
                        math.exp(statistics.fmean(math.log(r[1]) for r in pm)),
