@@ -4,6 +4,7 @@ profile's evidence; and the run's own evidence (its steps' spread, the machine's
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,12 @@ def test_shares_alpha_and_sd_mix_survive_the_store(tmp_path: Path, monkeypatch: 
     (row,) = store.runs_for_key(conn, "my-cpu", "c", "deepspeed")
     assert row[6] == 0.02 and row[7] == shares
     cal, _ = recalibrate(conn, "my-cpu", "c", "deepspeed")
+    store.save_calibration(conn, replace(cal, sd_mix=0.07))  # this CPU's priors give sd_mix 0: a non-default one
     conn.close()
     stored = find_calibration("my-cpu", "c", "deepspeed")
     (own,) = stored.config_scales
     assert own.shares == shares and own.alpha == pytest.approx(cal.config_scales[0].alpha) and own.alpha > 0
-    assert stored.sd_mix == pytest.approx(cal.sd_mix)
+    assert stored.sd_mix == pytest.approx(0.07)
 
 
 def test_repeats_at_other_moments_are_not_counted_as_run_spread_twice() -> None:
