@@ -16,9 +16,10 @@ vectors:
     rho_ij = s_i . s_j / (|s_i| |s_j|)        1 for the same mix, 0 for configurations sharing no term
 
 The terms are the predicted breakdown's components, split by what each separately fitted cost model covers:
-  compute (and the pipeline bubble, idle compute time): one op model per (op class, direction, dtype)
-    (profile/build_profile.py), so compute at bf16 and at fp32 are different terms; on a CPU the concurrent-rank
-    slowdown is measured per rank count (profile/cpu_framework.py), so the rank count is part of the term too;
+  compute (with recompute, the forward ops run again, and the pipeline bubble, idle compute time): one op model
+    per (op class, direction, dtype) (profile/build_profile.py), so compute at bf16 and at fp32 are different
+    terms; on a CPU the concurrent-rank slowdown is measured per rank count (profile/cpu_framework.py), so the
+    rank count is part of the term too;
   optimizer: the optimizer step and the framework's ZeRO engine per (dtype, ZeRO stage) (cpu_framework's
     deepspeed_step per stage and dtype; Adam per dtype);
   each communication component (comm_*): the comm model per collective and group size (world size);
@@ -67,7 +68,8 @@ def cost_shares(breakdown: Mapping[str, Any] | None, config: Mapping[str, Any] |
 
 
 def _term(key: str, dtype: Any, ranks: Any, zero: Any) -> str:
-    if key in ("compute", "pipeline_bubble"):
+    # recompute re-runs the forward ops (Megatron --recompute-*): the same op models as compute
+    if key in ("compute", "recompute", "pipeline_bubble"):
         return f"compute/{dtype}/{ranks} ranks"
     if key == "optimizer":
         return f"optimizer/{dtype}/zero {zero}"
