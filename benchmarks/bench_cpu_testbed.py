@@ -70,7 +70,8 @@ from typing import Any
 
 from testbed_record import (RECORD_FORMAT, calibration_pass, load_record, mape, pass_effects, pct, rank_steps,
                             reference_runs, rotation, save_record)
-from testbed_rescore import last_calibration_run, record_from_log, rescore  # noqa: F401 - tests read the parser here
+from testbed_rescore import (last_calibration_run, read_log, record_from_log,  # noqa: F401 - tests read the parser here
+                             rescore)
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_GPT = REPO / "examples" / "cpu-testbed" / "train_gpt.py"
@@ -519,9 +520,9 @@ def main() -> None:
         rescore(home, args.rescore, CLUSTER, len(CONFIGS), TARGETS)
         return
     if args.replay_log:  # a printed output as a record: its configurations' breakdowns and priors from this home
-        eval_home = shared_home(home, "eval-replay")
+        text, eval_home = read_log(args.replay_log), shared_home(home, "eval-replay")
         header = new_record(eval_home, args, predict_all_detail(eval_home, home / "work-replay"), 0.0)
-        report_record(record_from_log(args.replay_log.read_text(), header))
+        report_record(record_from_log(text, header))
         return
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; one thread per rank; home {home}")
     load_at_start = os.getloadavg()[0]

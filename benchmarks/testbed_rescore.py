@@ -9,7 +9,7 @@ import os
 import statistics
 from pathlib import Path
 
-from testbed_record import mape, pct
+from testbed_record import _bad_input, mape, pct
 
 PASS_LINE = r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU.*?(\d) run\(s\)( CONTENDED)?"
 """A measurement pass's line of this benchmark's output (index, measured ms, runs, contended)."""
@@ -102,6 +102,21 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
 LOGGED_RUN = (r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU\s+([\d.]+) ms\)\s+predicted\s+([\d.]+) ms .*?"
               r"load ([\d.]+).*?(\d) run\(s\)( CONTENDED)?")
 """A measurement line of a printed output: index, measured ms, CPU ms, predicted ms, load, runs, contended."""
+
+
+def read_log(path: Path) -> str:
+    """The text of --replay-log's printed output; exit 2 with the reason when it cannot be read or holds no
+    measurement pass (record_from_log would make a record without runs)."""
+    import re
+
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        _bad_input(f"--replay-log {path}: cannot be read ({err}); pass a saved output of bench_cpu_testbed.py")
+    if "[measure] pass " not in text or not any(re.match(LOGGED_RUN, line) for line in text.splitlines()):
+        _bad_input(f"--replay-log {path}: no '[measure] pass' section with measurement lines; pass a saved output "
+                   f"of bench_cpu_testbed.py (for a JSON record it wrote, use --replay)")
+    return text
 
 
 def record_from_log(text: str, header: dict) -> dict:
