@@ -61,7 +61,7 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
     os.environ["LLMPERF_HOME"] = str(home)
     pri = variance_priors(cluster)
     print(f"priors now: sd_shared {pri.sd_shared:.3f}, sd_config {pri.sd_config:.3f} ({pri.source})")
-    texts = [log.read_text() for log in logs]
+    texts = [log_text(log, "--rescore") for log in logs]
     sd, pairs = logged_run_spread(texts)
     print(f"run-to-run spread of these logs' quiet 24-step passes: sd {sd:.3f} of one run from {pairs} pairs "
           f"(prior sd_run {SD_RUN_PRIOR:.3f})")
@@ -104,15 +104,21 @@ LOGGED_RUN = (r"^\s+(\d+) L\d+ .*?\s+measured\s+([\d.]+) ms \(CPU\s+([\d.]+) ms\
 """A measurement line of a printed output: index, measured ms, CPU ms, predicted ms, load, runs, contended."""
 
 
+def log_text(path: Path, flag: str) -> str:
+    """A saved output's text; exit 2 with the reason when it cannot be read."""
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        _bad_input(f"{flag} {path}: cannot be read ({err}); pass a saved output of bench_cpu_testbed.py")
+        raise  # not reached: _bad_input exits
+
+
 def read_log(path: Path) -> str:
     """The text of --replay-log's printed output; exit 2 with the reason when it cannot be read or holds no
     measurement pass (record_from_log would make a record without runs)."""
     import re
 
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        _bad_input(f"--replay-log {path}: cannot be read ({err}); pass a saved output of bench_cpu_testbed.py")
+    text = log_text(path, "--replay-log")
     if "[measure] pass " not in text or not any(re.match(LOGGED_RUN, line) for line in text.splitlines()):
         _bad_input(f"--replay-log {path}: no '[measure] pass' section with measurement lines; pass a saved output "
                    f"of bench_cpu_testbed.py (for a JSON record it wrote, use --replay)")

@@ -99,10 +99,11 @@ def test_a_replay_log_that_is_no_output_exits_2_with_the_reason(tmp_path: Path) 
     """Was a traceback, exit 1: FileNotFoundError for a missing log, IndexError for a file without measurements."""
     other = tmp_path / "notes.txt"
     other.write_text("x\n")
-    for path in (other, tmp_path / "missing.txt"):
+    for flag, path in (("--replay-log", other), ("--replay-log", tmp_path / "missing.txt"),
+                       ("--rescore", tmp_path / "missing.txt")):
         done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--home", str(tmp_path / "h"),
-                               "--replay-log", str(path)], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2 and "--replay-log" in done.stderr and "Traceback" not in done.stderr
+                               flag, str(path)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
