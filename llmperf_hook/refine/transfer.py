@@ -59,7 +59,8 @@ def cost_shares(breakdown: Mapping[str, Any] | None, config: Mapping[str, Any] |
     dtype, ranks, zero = config.get("precision"), config.get("world_size"), config.get("zero_stage")
     terms: dict[str, float] = {}
     for key, seconds in breakdown.items():
-        if key == "calibration" or isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        if (key == "calibration" or isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                or not 0 < seconds < math.inf):  # an edited prediction.json's NaN / Infinity is no share
             continue
         term = _term(str(key), dtype, ranks, zero)
         terms[term] = terms.get(term, 0.0) + float(seconds)

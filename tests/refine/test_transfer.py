@@ -36,6 +36,8 @@ def test_cost_terms_are_split_by_dtype_ranks_and_zero_stage() -> None:
     assert "compute/bf16/1 ranks" in dict(one_rank)  # the concurrent-rank slowdown is measured per rank count
     assert 0 < correlation(bf16, one_rank) < 0.5  # only the optimizer term in common
     assert cost_shares(None, _config("bf16")) == () and correlation((), bf16) == 0.0
+    damaged = cost_shares({**Z1_2R, "compute": math.inf, "pipeline_bubble": math.nan}, _config("bf16"))
+    assert "compute/bf16/2 ranks" not in dict(damaged) and all(0 < v < 1 for _, v in damaged)
     recomputed = cost_shares({**Z1_2R, "compute": 0.015, "recompute": 0.005}, _config("bf16"))
     assert [t for t, _ in recomputed] == [t for t, _ in bf16]  # the same forward ops again: the compute term
     assert [v for _, v in recomputed] == pytest.approx([v for _, v in bf16])
