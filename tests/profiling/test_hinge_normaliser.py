@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -65,9 +66,19 @@ def _written(tmp_path, phase: str = "fwd"):
     return write_profile(tmp_path / "hinge", meta, {entry.file: text}), s
 
 
-def test_stored_and_predicted_flat_in_tokens_on_the_plateau(tmp_path) -> None:
-    directory, s = _written(tmp_path)
-    prof = FittedProfile(directory)
+@pytest.fixture(scope="module")
+def fwd_profile(tmp_path_factory) -> Path:
+    """The forward hinge profile, fitted once for the tests that read it (each fit is seconds of LightGBM); the
+    tests that edit it take their own copy (`_copy`)."""
+    return _written(tmp_path_factory.mktemp("hinge-fwd"))[0]
+
+
+def _copy(directory: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(directory, tmp_path / directory.name))
+
+
+def test_stored_and_predicted_flat_in_tokens_on_the_plateau(fwd_profile: Path) -> None:
+    prof = FittedProfile(fwd_profile)
     ops = [Op("e", "embedding", "fwd", {"tokens": t, "vocab": 50304, "hidden": 4096}, dtype="bf16")
            for t in (2048, 4096, 16384, 32768)]
     got = np.asarray(prof.predict_s(ops, None))
@@ -77,8 +88,8 @@ def test_stored_and_predicted_flat_in_tokens_on_the_plateau(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("bad", [[1e-6, 1e-12, 1e-4], [1e-6, -1e-12, 1e-4, 1e-12], [1e-6, 1e-12, 50.0, 1e-12]])
-def test_malformed_hinge_is_refused(tmp_path, bad) -> None:
-    directory, _ = _written(tmp_path)
+def test_malformed_hinge_is_refused(tmp_path, fwd_profile: Path, bad) -> None:
+    directory = _copy(fwd_profile, tmp_path)
     doc = json.loads((directory / "profile.json").read_text())
     doc["models"][0]["hinge"] = bad
     doc["meta_sha256"] = meta_sha256(doc)
@@ -87,11 +98,10 @@ def test_malformed_hinge_is_refused(tmp_path, bad) -> None:
         FittedProfile(directory)
 
 
-def test_never_below_writing_its_own_output(tmp_path) -> None:
+def test_never_below_writing_its_own_output(fwd_profile: Path) -> None:
     """Beyond the sampled tokens the plateau stays flat; the forward's output (tokens x hidden) still has to be
     written, so the prediction grows with it at the datasheet bandwidth."""
-    directory, _ = _written(tmp_path)
-    prof = FittedProfile(directory)
+    prof = FittedProfile(fwd_profile)
     op = Op("e", "embedding", "fwd", {"tokens": 1 << 20, "vocab": 3200, "hidden": 8192}, dtype="bf16")
     written_s = (1 << 20) * 8192 * 2 / RC.memory_bandwidth_bytes_per_s
     plateau_s = TRUE.c_s + TRUE.d_s * 3200 * 8192
@@ -114,9 +124,9 @@ def test_backward_never_below_reading_its_output_gradient(tmp_path) -> None:
     assert got[0] == pytest.approx(read_s, rel=1e-9) and got[1] >= table_s * (1 - 1e-9)
 
 
-def test_an_edited_hinge_constant_is_refused_by_the_digest(tmp_path) -> None:
+def test_an_edited_hinge_constant_is_refused_by_the_digest(tmp_path, fwd_profile: Path) -> None:
     """meta_sha256 covers the hinge: a changed digit of its plateau is a ProfileError, not a different time."""
-    directory, _ = _written(tmp_path)
+    directory = _copy(fwd_profile, tmp_path)
     doc = json.loads((directory / "profile.json").read_text())
     doc["models"][0]["hinge"][2] *= 1.01
     (directory / "profile.json").write_text(json.dumps(doc))
