@@ -85,9 +85,9 @@ class JsonlWriter:
     interpreter exits (atexit), whenever `max_buffered` records are waiting, and at the first record written
     `max_age_s` or more after the oldest one waiting: a JSON encode and a write(2) per step would cost ~20-40 us,
     a visible share of a few-millisecond CPU step, while once a second is not (on a GPU that periodic flush
-    writes only the steps that have finished, PendingLine, so it never synchronizes). A rank killed by a signal (SIGTERM's default action and SIGKILL skip atexit) loses
-    only the records of its last second or so: without the age bound, `--instrument 1000` lost every step of a
-    job killed before step 64.
+    writes only the steps that have finished, PendingLine, so it never synchronizes). A rank killed by a signal
+    (SIGTERM's default action and SIGKILL skip atexit) loses only the records of its last second or so: without the
+    age bound, `--instrument 1000` lost every step of a job killed before step 64.
     """
 
     def __init__(self, path: str, max_buffered: int = 64, max_age_s: float = 1.0) -> None:
