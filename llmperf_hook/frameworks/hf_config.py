@@ -61,6 +61,10 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     positions = _first(raw, "max_position_embeddings", "n_positions", "seq_length", "n_ctx")
     if isinstance(positions, int):
         shape["seq_length"] = positions
+        if shape["position_embedding"] == "learned_absolute":
+            # the learned table's rows: GPT-2 wpe(n_positions); OPT's OPTLearnedPositionalEmbedding keeps
+            # max_position_embeddings + 2 (offset 2, modeling_opt.py), whatever sequence length the job trains at
+            shape["max_position_embeddings"] = positions + (2 if model_type == "opt" else 0)
     if isinstance(raw.get("vocab_size"), int):
         shape["vocab_size"] = raw["vocab_size"]
     proj = raw.get("word_embed_proj_dim")  # OPTConfig: None -> hidden_size; OPTDecoder projects only when they differ

@@ -86,7 +86,7 @@ def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, So
         untie_embeddings=bool(raw.get("untie_embeddings", False)), add_bias_linear=bool(raw.get("add_bias_linear", True)),
         num_experts=raw.get("num_experts", 0), moe_router_topk=raw.get("moe_router_topk", 2),
         moe_ffn_hidden_size=raw.get("moe_ffn_hidden_size", 0), moe_layer_freq=raw.get("moe_layer_freq", 1),
-        word_embed_proj_dim=raw.get("word_embed_proj_dim"),
+        word_embed_proj_dim=raw.get("word_embed_proj_dim"), max_position_embeddings=raw.get("max_position_embeddings"),
     )
 
 
