@@ -26,14 +26,14 @@ def test_opt_350m_embedding_is_512_wide_with_two_projections(tmp_path: Path) -> 
     cfg = _cfg(tmp_path, OPT_350M)
     assert cfg.model.word_embed_proj_dim == 512
     projection = 512 * 1024  # project_in / project_out, nn.Linear(bias=False)
-    assert pc.embedding_params(cfg) == 50272 * 512 + 2048 * 1024 + projection
+    assert pc.embedding_params(cfg) == 50272 * 512 + 2050 * 1024 + projection  # OPT's position table: 2048 + 2 rows
     assert pc.head_params(cfg) == 2 * 1024 + projection  # tied head: norm and project_out only
     layers = 24 * pc.layer_params(cfg, False)
     assert layers == 24 * (4 * (1024 * 1024 + 1024) + 2 * 1024 * 4096 + 4096 + 1024 + 2 * 2 * 1024)
     total = pc.embedding_params(cfg) + layers + pc.head_params(cfg)
-    # sum(p.numel()) of OPTForCausalLM: 331,196,416. llmperf's position table is seq (2048) rows, OPT's 2048 + 2,
-    # and OPT-350m (post-LN) has no final norm: 2,048 more and 2,048 fewer.
-    assert total == 331_196_416 - 2 * 1024 + 2 * 1024
+    # sum(p.numel()) of OPTForCausalLM: 331,196,416; OPT-350m (post-LN) has no final norm, which llmperf counts: 2,048
+    # more (the position table, max_position_embeddings + 2 rows, is OPT's exactly)
+    assert total == 331_196_416 + 2 * 1024
 
 
 def test_pipeline_last_stage_holds_the_narrow_head_copy(tmp_path: Path) -> None:
@@ -46,5 +46,5 @@ def test_a_projection_as_wide_as_hidden_changes_nothing(tmp_path: Path) -> None:
     same = _cfg(tmp_path, {**OPT_350M, "word_embed_proj_dim": 1024})
     absent = _cfg(tmp_path, {k: v for k, v in OPT_350M.items() if k != "word_embed_proj_dim"})
     assert same.model.word_embed_proj_dim is None and absent.model.word_embed_proj_dim is None
-    assert pc.embedding_params(same) == pc.embedding_params(absent) == 50272 * 1024 + 2048 * 1024
+    assert pc.embedding_params(same) == pc.embedding_params(absent) == 50272 * 1024 + 2050 * 1024
     assert pc.head_params(same) == 2 * 1024
