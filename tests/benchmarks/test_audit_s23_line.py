@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _audit():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("audit_s23", ROOT / "benchmarks" / "audit_s23.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # type: ignore[union-attr]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script(ROOT / "benchmarks" / "audit_s23.py")
 
 
 def test_line_is_exact_on_a_line_and_ignores_one_outlier_row() -> None:

@@ -4,9 +4,7 @@ readable by `llmperf validate`, every step time equal to its stated derivation."
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from llmperf_hook.resources import configs_dir
 from llmperf_hook.validate.runner import validate_runs
 from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data"
@@ -22,11 +21,7 @@ DEV_CSV = ROOT.parent / "shared" / "validation" / "dev.csv"
 
 
 def _compile_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("compile_public_runs", DATA / "compile_public_runs.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # type: ignore[union-attr]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script(DATA / "compile_public_runs.py")
 
 
 def _rows() -> list[dict[str, str]]:

@@ -3,25 +3,20 @@ measured = (1 + r) x predicted + x."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_CSV = ROOT / "benchmarks" / "data" / "public_runs.csv"
 
 
 def _bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_public_runs", ROOT / "benchmarks" / "bench_public_runs.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # type: ignore[union-attr]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script(ROOT / "benchmarks" / "bench_public_runs.py")
 
 
 def test_fit_recovers_a_share_of_the_work_and_seconds_per_step() -> None:
