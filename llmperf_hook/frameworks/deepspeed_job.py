@@ -157,14 +157,14 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
     def given(value: Any) -> int | None:
         return None if value in (None, AUTO) else int(value)
 
+    train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     autos = _auto_batch_keys(ds)
-    if given(ds.train_batch_size) is None and given(ds.micro_batch_size) is None and autos and fallback is None:
+    if train is None and micro is None and autos and fallback is None:
         raise ConfigError(
             f"{ds.path} leaves {' and '.join(autos)} \"auto\" and gives neither train_batch_size nor "
             "train_micro_batch_size_per_gpu as a number, so nothing fixes the batch: only the Hugging Face Trainer "
             "(--deepspeed FILE) or Accelerate fill \"auto\" in from their own arguments. Write train_batch_size or "
             "train_micro_batch_size_per_gpu as numbers.")
-    train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     if fallback is not None:  # Megatron-DeepSpeed: neither key given, or one "auto", read as Megatron's own batch
         neither = train is None and micro is None  # (an "auto" key is priced as filled in from the other values)
         train = fallback.global_batch_size if train is None and (neither or ds.train_batch_size == AUTO) else train
