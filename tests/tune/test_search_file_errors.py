@@ -9,6 +9,12 @@ from .helpers import run_cli
 from .test_search_narrowing import MEGATRON
 
 
+def _tune_with_search(tmp_path, capsys, text: str) -> tuple[int, str, str]:
+    """`llmperf tune --search s.yaml` (holding `text`) on a Megatron-LM command."""
+    (tmp_path / "s.yaml").write_text(text)
+    return run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--", *MEGATRON], capsys)
+
+
 @pytest.mark.parametrize(("text", "where"), [
     ("micro_batch_size: [1, 2\n", "line 2, column 1: expected ',' or ']'"),
     ("a: [1\n  b: ]]\n", "line 2, column 4"),
@@ -16,9 +22,7 @@ from .test_search_narrowing import MEGATRON
     ('!!python/object/apply:os.system ["echo hi"]\n', "line 1, column 1: could not determine a constructor"),
 ])
 def test_invalid_yaml_is_one_line_naming_line_and_column(tmp_path, capsys, text: str, where: str) -> None:
-    (tmp_path / "s.yaml").write_text(text)
-    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--",
-                              *MEGATRON], capsys)
+    code, out, err = _tune_with_search(tmp_path, capsys, text)
     assert code == 2 and out == ""
     errors = [ln for ln in err.splitlines() if "error" in ln]
     assert len(errors) == 1 and not [ln for ln in err.splitlines() if not ln.startswith("llmperf")], err
@@ -35,7 +39,5 @@ def test_invalid_yaml_is_one_line_naming_line_and_column(tmp_path, capsys, text:
 ])
 def test_a_bad_key_or_value_says_the_fix(tmp_path, capsys, text: str, fix: str) -> None:
     """Each message names the key, the rule and what to write instead (a misspelt key gets the nearest known one)."""
-    (tmp_path / "s.yaml").write_text(text)
-    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--",
-                              *MEGATRON], capsys)
+    code, out, err = _tune_with_search(tmp_path, capsys, text)
     assert code == 2 and fix in err and "Traceback" not in err
