@@ -84,12 +84,17 @@ def nvme_warnings(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> l
     return out
 
 
-def param_buffer_elems(raw: dict[str, Any]) -> int:
-    """offload_param.buffer_size as DeepSpeed reads it (pydantic lax int; check_zero_section refused the rest)."""
+def _offload_param_int(raw: dict[str, Any], key: str, default: int) -> int:
+    """offload_param.<key> as DeepSpeed reads it (pydantic lax int; check_zero_section refused the rest)."""
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     section = zero.get("offload_param") if isinstance(zero.get("offload_param"), dict) else {}
-    value = pydantic_int(section.get("buffer_size", PARAM_BUFFER_DEFAULT))
-    return PARAM_BUFFER_DEFAULT if value is None else value
+    value = pydantic_int(section.get(key, default))
+    return default if value is None else value
+
+
+def param_buffer_elems(raw: dict[str, Any]) -> int:
+    """offload_param.buffer_size: elements of each pinned NVMe swap buffer."""
+    return _offload_param_int(raw, "buffer_size", PARAM_BUFFER_DEFAULT)
 
 
 PARAM_MAX_IN_CPU_DEFAULT = 1_000_000_000
@@ -97,11 +102,8 @@ PARAM_MAX_IN_CPU_DEFAULT = 1_000_000_000
 
 
 def param_max_in_cpu_elems(raw: dict[str, Any]) -> int:
-    """offload_param.max_in_cpu as DeepSpeed reads it (pydantic lax int, ge=0; check_zero_section refused the rest)."""
-    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
-    section = zero.get("offload_param") if isinstance(zero.get("offload_param"), dict) else {}
-    value = pydantic_int(section.get("max_in_cpu", PARAM_MAX_IN_CPU_DEFAULT))
-    return PARAM_MAX_IN_CPU_DEFAULT if value is None else value
+    """offload_param.max_in_cpu (ge=0): partition elements kept in host memory under an NVMe offload."""
+    return _offload_param_int(raw, "max_in_cpu", PARAM_MAX_IN_CPU_DEFAULT)
 
 
 def largest_param(cfg: TrainingConfig) -> int:
