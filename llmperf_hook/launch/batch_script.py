@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.launch_line import LAUNCH_HEADS, PY_SCRIPT, command_head, is_launch
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
@@ -30,21 +30,8 @@ from llmperf_hook.launch.shell_conditions import Conditions, condition_expander,
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines, protect_literal_dollars,
                                               quoted_words, restore_dollars, shell_split, split_unquoted_words,
                                               strip_redirections, word_quoting)
-from llmperf_hook.launch.wrappers import unwrap
+from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PWD, ShellVariables
 
-LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
-                          "orterun", "prterun", "mpiexec.hydra", "sbatch"})
-"""Commands that start the training job; `sbatch job.sh` from a script that submits it (Megatron-LM's
-examples/academic_paper_scripts/sc21: run_figure_*.sh sources SBATCH.sh, whose `sbatch ... SRUN.sh` is the launch)."""
-ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_PY_OPTIONS = r"(?:-[WX]\s+\S+\s+|-\S+\s+)*"
-"""python's own options before its script or -m (`-u`, `-X dev`, `-W ignore`)."""
-_PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+" + _PY_OPTIONS + r"\S+\.py\b")
-_PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+" + _PY_OPTIONS + r"-[A-Za-z]*m\s*"  # `-m MOD`, `-um MOD`, `-mMOD`
-                        r"(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher\.runner|accelerate\.commands\.launch"
-                        r"|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
-_APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
-"""`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
 """`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
 _ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
@@ -57,39 +44,9 @@ def _ansi_c(found: re.Match[str]) -> str:
     return shlex.quote(body)
 
 
-_NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
-"""`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
-_PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
-
-
-def _cut_substitution(words: list[str]) -> re.Match[str] | None:
-    """`N=$(nvidia-smi -L | wc -l)` (or backquotes) reaches a command cut at the blanks and `|` inside it: the
-    assignment word (after `export`) whose substitution it does not close, nothing after the word that closes it."""
-    at = 1 if words[0] == "export" else 0
-    match = ASSIGN.match(words[at]) if at < len(words) else None
-    if match is None or not (match.group(2).count("(") > match.group(2).count(")") or match.group(2).count("`") % 2):
-        return None
-    closing = [k for k, word in enumerate(words) if k > at and (")" in word or "`" in word)]
-    return match if closing in ([], [len(words) - 1]) else None
-
-
-def command_head(words: Sequence[str]) -> str:
-    """The program a command runs, past `VAR=value` prefixes, `env` and wrappers (`nohup torchrun ... &`, `exec srun
-    ...`, `time deepspeed ...`)."""
-    i = 0
-    while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
-        i += 1
-    i = unwrap(words, i) if i < len(words) else i
-    return os.path.basename(words[i]) if i < len(words) else ""
-
-
-def is_launch(words: Sequence[str], line: str) -> bool:
-    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
-    return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
 
 
 @dataclass(frozen=True)
@@ -105,14 +62,11 @@ class _Run:
     """The variables its unquoted words were split from (counted as used when it is the launch)."""
 
 
-@dataclass
-class _Reading:
+@dataclass(kw_only=True)
+class _Reading(ShellVariables):
     """The state of one pass over the script (local to read_batch_script)."""
 
-    env: dict[str, str]
-    used: dict[str, str]
     path: str
-    cwd: str = field(default_factory=os.getcwd)
     launches: list[_Run] = field(default_factory=list)
     submissions: list[_Run] = field(default_factory=list)
     """`sbatch ...` lines (record_launch)."""
@@ -121,99 +75,24 @@ class _Reading:
     unsplit: list[int] = field(default_factory=list)
     unevaluated: list[str] = field(default_factory=list)
     """`eval` lines whose text only running the script would give (line number and why), for the refusal."""
-    arrays: dict[str, list[str]] = field(default_factory=dict)
     kind: str = "sbatch script"
     """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
     conditions: Conditions = field(default_factory=Conditions)
     """The open `if` blocks (launch/shell_conditions.py)."""
-    positional: dict[str, str] = field(default_factory=dict)
-    """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
     shell: tuple[str, str] = ("bash", "")
     """The shell that runs the script and what said so (posix_shell.script_shell): dash refuses bash-only commands."""
-    split_refs: dict[str, str] = field(default_factory=dict)
-    """Variables the command being read had split into words (word_value): recorded in `used` when it is the launch
-    (or single python) line, as the launch line's other references are by expand."""
     functions: dict[str, Definition] = field(default_factory=dict)
     """The functions the script has defined so far, by name."""
     calling: set[str] = field(default_factory=set)
     """The functions being read at a call (a call of one of them from its own body is not followed)."""
     sourcing: set[str] = field(default_factory=set)
     """Files being read by `.` / `source` (one that sources itself is not followed again)."""
-    frames: list[dict[str, str | None]] = field(default_factory=list)
-    """One per function being read: the caller's value (None: unset) of each variable it made its own with `local`."""
-    undecidable: set[str] = field(default_factory=set)
-    """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
-    env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
         quoting = word_quoting(source)  # a redirection dropped or a head split: which words were quoted is unknown
         unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
         return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
-
-    def expand(self, text: str) -> str:
-        text = expand_positional(text, self.positional)
-        return expand_env_refs(_PWD.sub(self.cwd, text), self.env, self.used)
-
-    def assign_array(self, text: str) -> bool:
-        """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""
-        match = ARRAY_ASSIGN.match(text)
-        body = protect_literal_dollars(text[match.end():]) if match else ""
-        if match is None or ")" not in body:
-            return False
-        inner = self.expand_arrays(_NAME_BEFORE_QUOTE.sub(r"${\1}", body[:body.rindex(")")]))  # `A=( "${A[@]}" .. )`
-        elements = self.array_elements(inner)
-        if elements is None:
-            return False
-        self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
-        return True
-
-    def word_value(self, name: str) -> str | None:
-        """The value bash splits an unquoted `$name` word into: the script's argument (`1`, `@`, `*`) or a variable it
-        sets; None (left as written, so that a launch using it names it) for one it does not set plainly."""
-        if name.isdigit() or name in ("@", "*"):
-            return self.positional.get(name, "")
-        value = None if name in self.undecidable else self.env.get(name)
-        if value is not None:
-            self.split_refs[name] = value
-        return value
-
-    def args(self) -> list[str]:
-        """The script's arguments, $1 ... $#."""
-        return [self.positional[str(i)] for i in range(1, int(self.positional.get("#", "0")) + 1)]
-
-    def array_elements(self, inner: str) -> list[str] | None:
-        """The elements `( inner )` assigns: each word expanded, and an unquoted `$X` split at blanks, so that an
-        empty one gives no element (bash manual 3.5.7; Megatron-LM's `--save $CHECKPOINT_PATH` without $1); a word
-        quoted across lines is taken as written. None when the words cannot be split."""
-        try:
-            lines = [(shell_split(piece), word_quoting(piece)) for piece in inner.split("\n")]
-        except ValueError:
-            try:
-                return [self.expand(word) for word in shlex.split(inner, comments=True)]
-            except ValueError:
-                return None
-        out: list[str] = []
-        for words, quoting in lines:
-            for word, unquoted in zip(words, quoting if len(quoting) == len(words) else [None] * len(words)):
-                value = self.expand(word)
-                out.extend(value.split() if unquoted is True else [value])
-        return out
-
-    def expand_arrays(self, text: str) -> str:
-        """`"${NAME[@]}"` -> the array's elements as shell words, `"${NAME[*]}"` -> them joined as one word, and an
-        unquoted `${NAME[@]}` / `${NAME[*]}` -> its elements split at blanks (bash 3.5.7 word splitting: an element
-        `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays."""
-        def words(found: re.Match[str]) -> str:
-            quoted, name, subscript = found.group(1), found.group(2), found.group(3)
-            if name not in self.arrays:
-                return found.group(0)
-            elements = self.arrays[name]
-            if not quoted:
-                return shlex.join([field for element in elements for field in element.split()])
-            return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
-
-        return _ARRAY_REF.sub(words, text)
 
     def read(self, lines: Sequence[ScriptLine]) -> None:
         """Read `lines` in order; a function definition is kept (launch/shell_functions.py) and read where called."""
@@ -255,7 +134,7 @@ class _Reading:
         if "$'" in text and self.shell[0] == "bash":
             text = _ANSI_C.sub(_ansi_c, text)
         text = protect_literal_dollars(text)
-        text = _NAME_BEFORE_QUOTE.sub(r"${\1}", text)
+        text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
         if self.arrays:
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
@@ -263,7 +142,7 @@ class _Reading:
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
         self.split_refs.clear()
-        source = split_unquoted_words(_PWD.sub(self.cwd, text), self.word_value, self.args())
+        source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
             words, writes = strip_redirections(shell_split(source), quoted_words(source))
         except ValueError:
@@ -279,7 +158,7 @@ class _Reading:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
-        assigned = (ASSIGN.match(words[-1]) or _APPEND.match(words[-1])) if words else None
+        assigned = (ASSIGN.match(words[-1]) or APPEND.match(words[-1])) if words else None
         if words and self.conditions.uncertain() and len(words) <= 2 and assigned:
             name = assigned.group(1)
             self.env.pop(name, None)  # a loop or case body: its value is not known without running it
@@ -308,7 +187,7 @@ class _Reading:
             self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
         elif is_launch(words, text):
             self.record_launch(line, words)
-        elif _PY_SCRIPT.match(text.strip()):
+        elif PY_SCRIPT.match(text.strip()):
             self.singles.append(self.run(line, words))
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
             for target in writes:
@@ -345,7 +224,7 @@ class _Reading:
         if "$(" in text or "`" in text or "$(" in expanded or "`" in expanded:
             self.unevaluated.append(f"line {line.number} evals a command substitution")
             return
-        if unset and not any(head in expanded for head in LAUNCH_HEADS) and not _PY_SCRIPT.search(expanded):
+        if unset and not any(head in expanded for head in LAUNCH_HEADS) and not PY_SCRIPT.search(expanded):
             names = ", ".join(f"${name}" for name in unset)
             self.unevaluated.append(f"line {line.number} evals {names}, which the script does not set with a plain "
                                     "NAME=value line before it")
@@ -354,25 +233,6 @@ class _Reading:
         for pipeline in pipelines(expanded):
             for command in pipeline:
                 self.command(evaluated, command)
-
-    def assign(self, words: list[str]) -> bool:
-        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); its `$(( ))`
-        arithmetic was evaluated with the rest of the command's text (`command`)."""
-        if len(words) == 1 + (words[0] == "export") and _APPEND.match(words[-1]):
-            return self.append(*_APPEND.match(words[-1]).groups())  # type: ignore[union-attr]
-        match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
-            ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
-        if match is None:
-            return False
-        value = match.group(2)
-        expanded = expand_env_refs(expand_positional(value, self.positional), self.env, {})
-        if ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
-            self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
-            self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
-        else:
-            self.env[match.group(1)] = self.expand(value)
-            self.undecidable.discard(match.group(1))
-        return True
 
     def positioned(self, words: list[str]) -> list[str]:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
@@ -388,15 +248,6 @@ class _Reading:
             self.submissions.append(self.run(line, words))
             return
         self.launches.append(self.run(line, words))
-
-    def append(self, name: str, value: str) -> bool:
-        """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
-        if name in self.undecidable or "$(" in value or "`" in value:
-            self.env.pop(name, None)
-            self.undecidable.add(name)
-        else:
-            self.env[name] = self.env.get(name, "") + self.expand(value)
-        return True
 
     def launch(self) -> list[str]:
         found = self.launches or self.submissions or self.singles  # a `python train.py` line runs once, on node 1
@@ -423,7 +274,7 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     """The words of the script's one launch line and the files it writes before it, from its logical lines
     (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...);
     `shell` is posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
-    reading = _Reading(env, used, path, kind=kind, positional=positional_table(path, args), shell=shell)
+    reading = _Reading(env=env, used=used, path=path, kind=kind, positional=positional_table(path, args), shell=shell)
     reading.read(lines)
     return reading.launch(), reading.files
 

@@ -20,7 +20,8 @@ import shlex
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.batch_script import is_launch, read_batch_script
+from llmperf_hook.launch.batch_script import read_batch_script
+from llmperf_hook.launch.launch_line import is_launch
 from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell

@@ -1,0 +1,147 @@
+"""A script's variables as bash holds them while it reads the script: plain values, arrays, and what expands them.
+
+`NAME=value` / `export NAME=value` / `NAME+=value` assign (bash manual 3.4 Shell Parameters), `NAME=( words )` sets an
+array (3.5.7 word splitting of its elements), and a value only running a command gives (`N=$(nvidia-smi -L | wc
+-l)`) leaves its variable undecidable: a test on it is not decided, and the launch line leaves it unexpanded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.shell_positional import expand_positional
+from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, protect_literal_dollars, shell_split, word_quoting
+
+ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
+"""`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
+NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
+"""`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
+PWD = re.compile(r"`pwd`|\$\(pwd\)")
+_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+def _cut_substitution(words: list[str]) -> re.Match[str] | None:
+    """`N=$(nvidia-smi -L | wc -l)` (or backquotes) reaches a command cut at the blanks and `|` inside it: the
+    assignment word (after `export`) whose substitution it does not close, nothing after the word that closes it."""
+    at = 1 if words[0] == "export" else 0
+    match = ASSIGN.match(words[at]) if at < len(words) else None
+    if match is None or not (match.group(2).count("(") > match.group(2).count(")") or match.group(2).count("`") % 2):
+        return None
+    closing = [k for k, word in enumerate(words) if k > at and (")" in word or "`" in word)]
+    return match if closing in ([], [len(words) - 1]) else None
+
+
+@dataclass(kw_only=True)
+class ShellVariables:
+    """The variables of one pass over a script (batch_script._Reading reads the script's commands with them)."""
+
+    env: dict[str, str]
+    """The variables set, by name (the launching environment's first, then the script's)."""
+    used: dict[str, str]
+    """The variables an expansion read, for `llmperf explain`."""
+    cwd: str = field(default_factory=os.getcwd)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
+    positional: dict[str, str] = field(default_factory=dict)
+    """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
+    split_refs: dict[str, str] = field(default_factory=dict)
+    """Variables the command being read had split into words (word_value): recorded in `used` when it is the launch
+    (or single python) line, as the launch line's other references are by expand."""
+    frames: list[dict[str, str | None]] = field(default_factory=list)
+    """One per function being read: the caller's value (None: unset) of each variable it made its own with `local`."""
+    undecidable: set[str] = field(default_factory=set)
+    """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
+    env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
+    def expand(self, text: str) -> str:
+        text = expand_positional(text, self.positional)
+        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used)
+
+    def assign_array(self, text: str) -> bool:
+        """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""
+        match = ARRAY_ASSIGN.match(text)
+        body = protect_literal_dollars(text[match.end():]) if match else ""
+        if match is None or ")" not in body:
+            return False
+        inner = self.expand_arrays(NAME_BEFORE_QUOTE.sub(r"${\1}", body[:body.rindex(")")]))  # `A=( "${A[@]}" .. )`
+        elements = self.array_elements(inner)
+        if elements is None:
+            return False
+        self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
+        return True
+
+    def word_value(self, name: str) -> str | None:
+        """The value bash splits an unquoted `$name` word into: the script's argument (`1`, `@`, `*`) or a variable it
+        sets; None (left as written, so that a launch using it names it) for one it does not set plainly."""
+        if name.isdigit() or name in ("@", "*"):
+            return self.positional.get(name, "")
+        value = None if name in self.undecidable else self.env.get(name)
+        if value is not None:
+            self.split_refs[name] = value
+        return value
+
+    def args(self) -> list[str]:
+        """The script's arguments, $1 ... $#."""
+        return [self.positional[str(i)] for i in range(1, int(self.positional.get("#", "0")) + 1)]
+
+    def array_elements(self, inner: str) -> list[str] | None:
+        """The elements `( inner )` assigns: each word expanded, and an unquoted `$X` split at blanks, so that an
+        empty one gives no element (bash manual 3.5.7; Megatron-LM's `--save $CHECKPOINT_PATH` without $1); a word
+        quoted across lines is taken as written. None when the words cannot be split."""
+        try:
+            lines = [(shell_split(piece), word_quoting(piece)) for piece in inner.split("\n")]
+        except ValueError:
+            try:
+                return [self.expand(word) for word in shlex.split(inner, comments=True)]
+            except ValueError:
+                return None
+        out: list[str] = []
+        for words, quoting in lines:
+            for word, unquoted in zip(words, quoting if len(quoting) == len(words) else [None] * len(words)):
+                value = self.expand(word)
+                out.extend(value.split() if unquoted is True else [value])
+        return out
+
+    def expand_arrays(self, text: str) -> str:
+        """`"${NAME[@]}"` -> the array's elements as shell words, `"${NAME[*]}"` -> them joined as one word, and an
+        unquoted `${NAME[@]}` / `${NAME[*]}` -> its elements split at blanks (bash 3.5.7 word splitting: an element
+        `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays."""
+        def words(found: re.Match[str]) -> str:
+            quoted, name, subscript = found.group(1), found.group(2), found.group(3)
+            if name not in self.arrays:
+                return found.group(0)
+            elements = self.arrays[name]
+            if not quoted:
+                return shlex.join([field for element in elements for field in element.split()])
+            return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
+
+        return _ARRAY_REF.sub(words, text)
+
+    def assign(self, words: list[str]) -> bool:
+        """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); its `$(( ))`
+        arithmetic was evaluated with the rest of the command's text (batch_script._Reading.command)."""
+        if len(words) == 1 + (words[0] == "export") and APPEND.match(words[-1]):
+            return self.append(*APPEND.match(words[-1]).groups())  # type: ignore[union-attr]
+        match = ASSIGN.match(" ".join(words[-2:])) if words[0] == "export" and len(words) == 2 else \
+            ASSIGN.match(words[0]) if len(words) == 1 else _cut_substitution(words)
+        if match is None:
+            return False
+        value = match.group(2)
+        expanded = expand_env_refs(expand_positional(value, self.positional), self.env, {})
+        if ("$(" in value or "`" in value) and any(s in expanded for s in ("$(", "`")):
+            self.env.pop(match.group(1), None)  # bash runs it (unless `${X:-$(nproc)}` finds X): any old value is stale,
+            self.undecidable.add(match.group(1))  # so the launch line's $X is left unexpanded, as for an unset X
+        else:
+            self.env[match.group(1)] = self.expand(value)
+            self.undecidable.discard(match.group(1))
+        return True
+
+    def append(self, name: str, value: str) -> bool:
+        """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""
+        if name in self.undecidable or "$(" in value or "`" in value:
+            self.env.pop(name, None)
+            self.undecidable.add(name)
+        else:
+            self.env[name] = self.env.get(name, "") + self.expand(value)
+        return True
