@@ -18,7 +18,8 @@ from llmperf_hook.frameworks.deepspeed_config_file import (encode_inline_ds_conf
                                                           read_ds_config, strip_json_comments)
 from llmperf_hook.frameworks.deepspeed_engine_rules import (check_top_level, grad_norm_rules, offload_rules,
                                                            zeropp_rules, zeropp_settings)
-from llmperf_hook.frameworks.deepspeed_nvme import nvme_warnings, param_buffer_elems, param_max_in_cpu_elems
+from llmperf_hook.frameworks.deepspeed_nvme import (nvme_warnings, optimizer_buffer_count, param_buffer_count,
+                                                  param_buffer_elems, param_max_in_cpu_elems)
 from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
 from llmperf_hook.frameworks.deepspeed_schema import STAGE3_ALIASES, check_sections, check_zero_section
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
@@ -87,6 +88,10 @@ class DsSettings:
     """offload_param.buffer_size: elements of each pinned NVMe swap buffer (DeepSpeed's 1e8)."""
     nvme_param_max_in_cpu_elems: int = 1_000_000_000
     """offload_param.max_in_cpu: partition elements kept in host memory under an NVMe offload (DeepSpeed's 1e9)."""
+    nvme_param_buffer_count: int = 5
+    """offload_param.buffer_count: pinned NVMe swap buffers (DeepSpeed's 5)."""
+    nvme_optimizer_buffer_count: int = 4
+    """offload_optimizer.buffer_count: pinned fp32 optimizer swap buffers (DeepSpeed's 4)."""
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
@@ -273,6 +278,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[st
     warnings.extend(nvme_warnings(raw, fields, origin))
     fields["nvme_param_buffer_elems"] = param_buffer_elems(raw)
     fields["nvme_param_max_in_cpu_elems"] = param_max_in_cpu_elems(raw)
+    fields["nvme_param_buffer_count"] = param_buffer_count(raw)
+    fields["nvme_optimizer_buffer_count"] = optimizer_buffer_count(raw)
     warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))
     grad_norm_rules(raw, fields, origin)
     zeropp_rules(fields, origin, warnings)

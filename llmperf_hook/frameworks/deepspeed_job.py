@@ -49,6 +49,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         stage3_max_live_parameters=_bucket(ds.stage3_max_live_parameters, _MAX_LIVE, _MAX_LIVE),
         stage3_max_reuse_distance=_bucket(ds.stage3_max_reuse_distance, _MAX_LIVE, _MAX_LIVE),  # also 1e9 by default
         nvme_param_buffer_elems=ds.nvme_param_buffer_elems, nvme_param_max_in_cpu_elems=ds.nvme_param_max_in_cpu_elems,
+        nvme_param_buffer_count=ds.nvme_param_buffer_count, nvme_optimizer_buffer_count=ds.nvme_optimizer_buffer_count,
         name=ds.optimizer_name or base.name,  # type: ignore[arg-type]
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )

@@ -69,8 +69,7 @@ def nvme_warnings(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> l
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     section = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
     if fields["offload_param"] == "nvme" and fields["zero_stage"] == 3:
-        params = zero["offload_param"]
-        count = pydantic_int(params.get("buffer_count", PARAM_BUFFER_COUNT_DEFAULT)) or PARAM_BUFFER_COUNT_DEFAULT
+        count = param_buffer_count(raw)
         pinned = count * param_buffer_elems(raw) * (2 if fields["fp16"] is True or fields["bf16"] is True else 4)
         out.append(f"{origin} zero_optimization.offload_param nvme pins {count} swap buffers of buffer_size elements, "
                    f"{pinned / 1e9:.1f} GB of host memory per rank (partitioned_param_swapper.py), outside the GPU "
@@ -84,12 +83,23 @@ def nvme_warnings(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> l
     return out
 
 
-def _offload_param_int(raw: dict[str, Any], key: str, default: int) -> int:
-    """offload_param.<key> as DeepSpeed reads it (pydantic lax int; check_zero_section refused the rest)."""
+def _offload_param_int(raw: dict[str, Any], key: str, default: int, section_name: str = "offload_param") -> int:
+    """<section>.<key> as DeepSpeed reads it (pydantic lax int; check_zero_section refused the rest)."""
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
-    section = zero.get("offload_param") if isinstance(zero.get("offload_param"), dict) else {}
+    section = zero.get(section_name) if isinstance(zero.get(section_name), dict) else {}
     value = pydantic_int(section.get(key, default))
     return default if value is None else value
+
+
+def param_buffer_count(raw: dict[str, Any]) -> int:
+    """offload_param.buffer_count: pinned NVMe swap buffers of buffer_size elements (partitioned_param_swapper.py)."""
+    return _offload_param_int(raw, "buffer_count", PARAM_BUFFER_COUNT_DEFAULT)
+
+
+def optimizer_buffer_count(raw: dict[str, Any]) -> int:
+    """offload_optimizer.buffer_count: pinned fp32 swap buffers of the largest sub-group (optimizer_utils.py
+    SwapBufferManager(count=swap_config.buffer_count))."""
+    return _offload_param_int(raw, "buffer_count", OPTIMIZER_BUFFER_COUNT_DEFAULT, "offload_optimizer")
 
 
 def param_buffer_elems(raw: dict[str, Any]) -> int:

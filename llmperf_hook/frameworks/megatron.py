@@ -253,6 +253,11 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         tp_comm_overlap=bool(flags.get("tp_comm_overlap", False)), grad_bucket_size_elems=flags.get("ddp_bucket_size"),
         grad_num_buckets=_ddp_num_buckets(flags),
         offload_optimizer="cpu" if flags.get("optimizer_cpu_offload") else "none",
+        # HybridDeviceOptimizer(offload_fraction=--optimizer-offload-fraction, arguments.py default 1.0); the fraction
+        # means nothing without --optimizer-cpu-offload (core/optimizer/__init__.py builds it only then)
+        offload_optimizer_ratio=float(flags.get("optimizer_offload_fraction", 1.0)) if flags.get("optimizer_cpu_offload")
+        else 1.0,
+        distopt_instances=int(flags.get("num_distributed_optimizer_instances") or 1),
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
         # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
         # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16
@@ -341,7 +346,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
 def not_modelled_warnings(flags: FlagValues) -> list[str]:
     """One line per accepted flag that changes step time or memory but that llmperf does not model: a store_true
     or valued flag when set (not None / False / 0), a store_false one (`--no-X`) when given (False)."""
-    modelled = {"cuda_graph_impl": ("none",), "optimizer_offload_fraction": (1.0,),
+    modelled = {"cuda_graph_impl": ("none",),
                 "position_embedding_type": tuple(c for c in CHOICES["position_embedding_type"] if c != "relative")}
     off = {d: ((True, None) if d in FALSE_DESTS else (None, False)) for d in NOT_MODELLED}
     return [f"{flags.seen_flags[d]}: {why}" for d, why in NOT_MODELLED.items()

@@ -137,7 +137,8 @@ NOT_MODELLED: dict[str, str] = {
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading not modelled",
     "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
-    "num_distributed_optimizer_instances": "multiple distributed-optimizer instances not modelled",
+    "num_distributed_optimizer_instances": "multiple distributed-optimizer instances: their state sharding is in the "
+                                           "memory estimate, their communication priced as one instance's",
     "cp_comm_type": "context-parallel communication type: p2p ring assumed",
     "squared_relu": "squared-ReLU activation timed as GeLU",
     "window_size": "sliding-window attention not modelled: attention priced as full causal",
@@ -147,7 +148,6 @@ NOT_MODELLED: dict[str, str] = {
     "enable_cuda_graph": "CUDA graphs not modelled",
     "external_cuda_graph": "CUDA graphs not modelled",
     "cuda_graph_impl": "CUDA graphs not modelled",
-    "optimizer_offload_fraction": "partial optimizer offload modelled as full CPU offload",
     "mla_down_proj_fusion": "fused MLA down projections priced as the two separate GEMMs",
 }
 

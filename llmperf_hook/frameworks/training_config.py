@@ -224,6 +224,12 @@ class OptimizerConfig:
     parameter sub-groups of a rank's partition up to this many elements are swapped in once, at the optimizer's
     construction, and stay in host memory (stage3.py _create_param_groups_fp16_flat_cpu_memory, _move_to_flat_buffer:
     'permanently to CPU'); only the rest is read from NVMe (schedule/host_memory.py)."""
+    nvme_param_buffer_count: int = 5
+    """DeepSpeed offload_param.buffer_count (offload_config.py, default 5): pinned NVMe swap buffers of
+    nvme_param_buffer_elems each (schedule/host_memory.py)."""
+    nvme_optimizer_buffer_count: int = 4
+    """DeepSpeed offload_optimizer.buffer_count (offload_config.py, default 4): pinned fp32 swap buffers of the
+    largest optimizer sub-group each (schedule/host_memory.py)."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     fp8_param_gather: bool = False
@@ -247,7 +253,11 @@ class OptimizerConfig:
     (grad_bytes in graph/step_ops.py)."""
     offload_optimizer_ratio: float = 1.0
     """DeepSpeed offload_optimizer.ratio (ZeRO-3 partial offload): the share of the optimizer's sub-groups kept on
-    the host; 1.0 = everything offloaded."""
+    the host; Megatron --optimizer-offload-fraction (HybridDeviceOptimizer, default 1.0): the share of the rank's
+    optimizer parameters stepped on the host; 1.0 = everything offloaded."""
+    distopt_instances: int = 1
+    """Megatron --num-distributed-optimizer-instances (default 1): the distributed optimizer shards its state over
+    dp x cp / N ranks (parallel_state.py intra_partial_data_parallel_size) and keeps N copies."""
     sub_group_size_elems: int = 1_000_000_000
     """DeepSpeed zero_optimization.sub_group_size: elements per optimizer sub-group of a rank's partition (the unit
     a partial offload assigns to the GPU or the host)."""

@@ -205,7 +205,14 @@ def offloaded_optimizer_share(cfg: TrainingConfig, local_params: int) -> float:
     o = cfg.optimizer
     if o.offload_optimizer == "none":
         return 0.0
-    if o.offload_optimizer_ratio >= 1.0 or o.zero_stage != 3:
+    if o.offload_optimizer_ratio >= 1.0:
+        return 1.0
+    if "deepspeed" not in cfg.framework:
+        # Megatron --optimizer-offload-fraction: HybridDeviceOptimizer moves whole parameters to the CPU optimizer,
+        # in order, until their elements reach fraction x the rank's (hybrid_optimizer.py
+        # _get_sub_optimizer_param_groups: offload_threshold = gpu_params_total_numel * offload_fraction)
+        return max(0.0, o.offload_optimizer_ratio)
+    if o.zero_stage != 3:
         return 1.0
     n = max(1, -(-local_params // max(1, o.sub_group_size_elems)))
     on_gpu = int((1.0 - o.offload_optimizer_ratio) * n)
@@ -216,7 +223,7 @@ def _optimizer_steps(cfg: TrainingConfig, local: int, dims: dict[str, int], tags
     """The Adam step, split between the GPU (a torch AdamW over its sub-groups, stage3.py backup_optimizer) and
     the host (DeepSpeedCPUAdam) under a partial offload."""
     share = offloaded_optimizer_share(cfg, local)
-    parts = [(local, tags)] if share in (0.0, 1.0) else \
+    parts = [(local, tags if share else {})] if share in (0.0, 1.0) else \
         [(local - round(local * share), {}), (round(local * share), tags)]
     per_param, dtype = ADAM_BYTES_PER_PARAM, "fp32"
     if not cfg.optimizer.master_weights and cfg.precision != "fp32":

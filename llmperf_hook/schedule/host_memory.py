@@ -1,4 +1,4 @@
-"""Stage [5]: host (CPU) memory per node that the job's offloads pin, compared with the cluster's host RAM.
+"""Stage [5]: host (CPU) memory per node that the job's offloads take, compared with the cluster's host RAM.
 
 What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed 0.19, deepspeed/runtime/zero/):
   optimizer      offload_optimizer cpu: the fp32 master partition and Adam's exp_avg / exp_avg_sq on the CPU
@@ -15,11 +15,26 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
                  ZeRO-1/2 offload: a 16-bit copy of the partition that the updated fp32 weights are cast into
                  before their copy to the GPU (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, 2 B,
                  since v0.17.0: 17c8be070, #7309)
-  swap buffers   ZeRO-Infinity: offload_param nvme pins buffer_count (5) buffers of buffer_size elements in the
-                 parameters' dtype (partitioned_param_swapper.py); offload_optimizer nvme pins buffer_count (4)
-                 fp32 buffers of the largest optimizer sub-group (optimizer_utils.py SwapBufferManager)
+  swap buffers   ZeRO-Infinity: offload_param nvme pins the ds_config's offload_param.buffer_count (default 5)
+                 buffers of buffer_size elements in the parameters' dtype (partitioned_param_swapper.py: torch.empty(
+                 aligned_elements_per_buffer x param_buffer_count), pinned by the aio handle); offload_optimizer nvme
+                 pins offload_optimizer.buffer_count (default 4) fp32 buffers of the largest optimizer sub-group
+                 (optimizer_utils.py SwapBufferManager(num_elems=largest_numel, count=swap_config.buffer_count)). The
+                 aio section sizes no buffer: its block_size and queue_depth shape the libaio requests, and each
+                 buffer is only rounded up to 1024 x intra_op_parallelism bytes (AIO_ALIGNED_BYTES,
+                 _io_aligned_numel): under 1 MiB a buffer, not counted.
   checkpoints    Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints of the micro-batches in
                  flight (schedule/memory.checkpoints_off_gpu_bytes)
+Megatron-LM --optimizer-cpu-offload (with --use-precision-aware-optimizer and the distributed optimizer it needs):
+HybridDeviceOptimizer (core/optimizer/cpu_offloading/hybrid_optimizer.py, param_update_in_fp32=True) moves the
+first --optimizer-offload-fraction (default 1.0) of the rank's shard, by elements, to a CPU torch.optim.AdamW: per
+offloaded parameter an fp32 copy (pinned unless --no-pin-cpu-params), its fp32 gradient (torch.empty(...,
+pin_memory=pin_cpu_grads), copied from the GPU each step) and Adam's exp_avg / exp_avg_sq, 8 B (SGD: momentum, 4):
+16 B; the GPU keeps the rest (schedule/memory.py state_bytes). Megatron-LM's --cpu-offloading (activations) is not
+counted (accepted with a warning).
+Several ranks share one host: the verdict is per node, each rank's bytes times the launch's processes per host
+(host_memory_per_node). Pinned (page-locked) or pageable, both take the host's RAM: what is pinned is noted per
+component above; pinned memory cannot be swapped out and counts against `ulimit -l`.
 DeepSpeed's own estimators, per parameter per node: estimate_zero3_model_states_mem_needs at zero_init 16 B with
 offload_optimizer, 18 with offload_param too (no 16-bit gradient partition); estimate_zero2_model_states_mem_needs
 max(16, 4 x GPUs) B (the larger for a whole fp32 model copy per GPU while the model loads; no 16-bit copies).
@@ -30,22 +45,14 @@ pinned staging buffer of its largest parameter (temp_grad_buffer_for_cpu_offload
 
 from __future__ import annotations
 
-from llmperf_hook.frameworks.deepspeed_nvme import OPTIMIZER_BUFFER_COUNT_DEFAULT, PARAM_BUFFER_COUNT_DEFAULT
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
-from llmperf_hook.graph.step_ops import dp_groups, offloaded_optimizer_share, param_bytes
+from llmperf_hook.graph.step_ops import offloaded_optimizer_share, param_bytes
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
-from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes
+from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes, partition_params
 
 FP32_BYTES = 4
-
-
-def _partition(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
-    """Parameters of this rank's ZeRO partition (dense over the DP group, experts over the expert DP group)."""
-    dense, edp = dp_groups(cfg, gpus_per_node)
-    experts = float(stage.num_expert_params)
-    return (stage.num_params - experts) / dense.group_size + experts / edp.group_size
 
 
 def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
@@ -76,21 +83,33 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
 
 
 def _swap_buffers(cfg: TrainingConfig, partition: float) -> float:
-    """Pinned ZeRO-Infinity swap buffers of one rank (the ds_config's default buffer counts)."""
+    """Pinned ZeRO-Infinity swap buffers of one rank (the ds_config's buffer counts)."""
     o = cfg.optimizer
     pinned = 0.0
     if o.offload_param == "nvme" and o.zero_stage == 3:
-        pinned += PARAM_BUFFER_COUNT_DEFAULT * o.nvme_param_buffer_elems * param_bytes(cfg)
+        pinned += o.nvme_param_buffer_count * o.nvme_param_buffer_elems * param_bytes(cfg)
     if o.offload_optimizer == "nvme":
-        pinned += OPTIMIZER_BUFFER_COUNT_DEFAULT * min(partition, o.sub_group_size_elems) * FP32_BYTES
+        pinned += o.nvme_optimizer_buffer_count * min(partition, o.sub_group_size_elems) * FP32_BYTES
     return pinned
 
 
-def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
-    """Host bytes one rank of `stage` pins, by component (empty when nothing is offloaded)."""
-    if "deepspeed" not in cfg.framework:
+def megatron_offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
+    """Megatron --optimizer-cpu-offload: what HybridDeviceOptimizer keeps on the host for the offloaded share of the
+    rank's shard: fp32 parameters (4 B), fp32 gradients (4 B) and the CPU optimizer's states (Adam 8 B, SGD 4 B)."""
+    o = cfg.optimizer
+    if o.offload_optimizer != "cpu":
         return {}
-    partition = _partition(cfg, stage, gpus_per_node)
+    share = partition * offloaded_optimizer_share(cfg, int(partition))
+    states = 8 if o.name == "adam" else 4
+    return {"host_optimizer_states": share * states, "host_fp32_parameters": share * FP32_BYTES,
+            "host_fp32_gradients": share * FP32_BYTES}
+
+
+def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
+    """Host bytes one rank of `stage` keeps, by component (empty when nothing is offloaded)."""
+    partition = partition_params(cfg, stage, gpus_per_node)
+    if "deepspeed" not in cfg.framework:
+        return {k: v for k, v in megatron_offloaded_state(cfg, partition).items() if v > 0}
     out = _offloaded_state(cfg, partition)
     swap = _swap_buffers(cfg, partition)
     if swap:

@@ -60,10 +60,20 @@ DEEPSPEED_ZERO3_PREFETCH_ELEMS = 50_000_000
 
 
 def _shards(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> tuple[float, float, int, int]:
-    """(dense params, expert params, dense shard count, expert shard count) of one rank of `stage`."""
+    """(dense params, expert params, dense shard count, expert shard count) of one rank of `stage`: the dp x cp
+    group and the expert data-parallel group, each split into Megatron's --num-distributed-optimizer-instances
+    (parallel_state.py: intra_partial_data_parallel_size = dp x cp / N, and the expert data-parallel group's
+    intra-partial size likewise), whose every instance holds a whole copy of the sharded state."""
     dense, edp = dp_groups(cfg, gpus_per_node)
     num_expert = float(stage.num_expert_params)
-    return stage.num_params - num_expert, num_expert, dense.group_size, edp.group_size
+    n = max(1, cfg.optimizer.distopt_instances)
+    return stage.num_params - num_expert, num_expert, max(1, dense.group_size // n), max(1, edp.group_size // n)
+
+
+def partition_params(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
+    """Parameters of one rank's share of the sharded state (distributed optimizer, ZeRO, FSDP)."""
+    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
+    return num_dense / d_dense + num_expert / d_expert
 
 
 def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,

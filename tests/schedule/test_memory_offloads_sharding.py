@@ -1,0 +1,113 @@
+"""Host and GPU memory of the offloads beyond DeepSpeed's defaults (schedule/host_memory.py, schedule/memory.py):
+the ds_config's own NVMe swap buffer counts, Megatron-LM's --optimizer-cpu-offload with --optimizer-offload-fraction
+(HybridDeviceOptimizer), --num-distributed-optimizer-instances, --overlap-param-gather, and the host RAM the cluster
+presets state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.api import build_graph, predict_command
+from llmperf_hook.hardware.load import load_cluster
+
+GPN = 8
+SHAPE = ["--num-layers", "8", "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+         "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "64",
+         "--vocab-size", "32000", "--bf16"]
+OFFLOAD = ["--use-distributed-optimizer", "--use-precision-aware-optimizer", "--optimizer-cpu-offload"]
+
+
+def _megatron(*flags: str, gpus: int = GPN):
+    return predict_command(["torchrun", "--nproc-per-node", str(gpus), "pretrain_gpt.py", *SHAPE, *flags], {},
+                           cluster="dgx-a100")
+
+
+def _shard(pred) -> float:
+    """Parameters of one rank's distributed-optimizer shard (dp = 8, tp = pp = 1)."""
+    return build_graph(pred.config, pred.cluster).stages[0].num_params / GPN
+
+
+def test_megatron_cpu_offload_keeps_16_bytes_per_shard_parameter_on_the_host() -> None:
+    """HybridDeviceOptimizer, param_update_in_fp32: per offloaded parameter an fp32 copy, its fp32 gradient and
+    AdamW's exp_avg / exp_avg_sq on the CPU (hybrid_optimizer.py _get_sub_optimizer_param_groups,
+    _set_sub_optimizer_grads); the node's 8 ranks hold their 8 shards. Before, Megatron's offload put nothing on
+    the host."""
+    pred = _megatron(*OFFLOAD)
+    host = pred.estimate.memory.host_components
+    shard = _shard(pred)
+    assert host == pytest.approx({"host_optimizer_states": GPN * 8 * shard, "host_fp32_parameters": GPN * 4 * shard,
+                                  "host_fp32_gradients": GPN * 4 * shard}, rel=1e-6)
+    assert pred.estimate.memory.components["optimizer_states"] == 0
+
+
+def test_megatron_offload_fraction_splits_the_optimizer_between_host_and_gpu() -> None:
+    """--optimizer-offload-fraction 0.25: a quarter of the shard's optimizer on the host, three quarters (fp32 master
+    and Adam states, 12 B) left on the GPU; no 'modelled as full offload' warning any more."""
+    full, quarter = _megatron(*OFFLOAD), _megatron(*OFFLOAD, "--optimizer-offload-fraction", "0.25")
+    shard = _shard(full)
+    assert quarter.estimate.memory.host_bytes_per_node == pytest.approx(full.estimate.memory.host_bytes_per_node / 4)
+    assert quarter.estimate.memory.components["optimizer_states"] == pytest.approx(12 * shard * 0.75, rel=1e-6)
+    assert not [w for w in quarter.warnings + quarter.estimate.warnings if "offload" in w]
+    steps = [op for op in build_graph(quarter.config, quarter.cluster).stages[0].step_ops if op.op_class == "optimizer"]
+    assert sorted(op.dims["params"] for op in steps) == pytest.approx(sorted([shard * 0.25, shard * 0.75]), abs=1)
+
+
+def test_offload_fraction_zero_steps_everything_on_the_gpu() -> None:
+    """Fraction 0: HybridDeviceOptimizer offloads nothing; the step runs on the GPU and the host holds nothing."""
+    pred = _megatron(*OFFLOAD, "--optimizer-offload-fraction", "0")
+    assert pred.estimate.memory.host_components == {}
+    steps = [op for op in build_graph(pred.config, pred.cluster).stages[0].step_ops if op.op_class == "optimizer"]
+    assert steps and all("offload" not in op.tags for op in steps)
+
+
+def test_distributed_optimizer_instances_shard_over_dp_divided_by_n() -> None:
+    """--num-distributed-optimizer-instances 2: each instance shards the state over dp / 2 = 4 ranks
+    (parallel_state.py intra_partial_data_parallel_size), twice the optimizer bytes of one instance."""
+    one = _megatron("--use-distributed-optimizer").estimate.memory.components["optimizer_states"]
+    two = _megatron("--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2")
+    assert two.estimate.memory.components["optimizer_states"] == pytest.approx(2 * one, rel=1e-6)
+
+
+def _nvme(tmp_path: Path, param: dict, optimizer: dict):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+                                                                      **param},
+                                                    "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme",
+                                                                          **optimizer}}}))
+    argv = ["deepspeed", "--num_gpus", str(GPN), "pretrain_gpt.py", *SHAPE[:-5], "--micro-batch-size", "1",
+            "--global-batch-size", "8", "--vocab-size", "32000", "--bf16", "--deepspeed", "--deepspeed_config",
+            str(ds), "--zero-stage", "3", "--no-pipeline-parallel"]
+    return predict_command(argv, {}, cluster="dgx-a100")
+
+
+def test_nvme_swap_buffers_follow_the_ds_config_buffer_counts(tmp_path: Path) -> None:
+    """offload_param.buffer_count 2 and offload_optimizer.buffer_count 6 (DeepSpeed's defaults 5 and 4): the pinned
+    swap buffers are 2 x buffer_size bf16 elements and 6 x the largest fp32 sub-group per rank."""
+    default = _nvme(tmp_path, {}, {}).estimate.memory.host_components["host_nvme_swap_buffers"]
+    pred = _nvme(tmp_path, {"buffer_count": 2, "buffer_size": 50_000_000}, {"buffer_count": 6})
+    partition = build_graph(pred.config, pred.cluster).stages[0].num_params / GPN
+    assert pred.config.optimizer.nvme_param_buffer_count == 2 and pred.config.optimizer.nvme_optimizer_buffer_count == 6
+    swap = pred.estimate.memory.host_components["host_nvme_swap_buffers"]
+    assert swap == pytest.approx(GPN * (2 * 50_000_000 * 2 + 6 * partition * 4), rel=1e-6)
+    assert default == pytest.approx(GPN * (5 * 100_000_000 * 2 + 4 * partition * 4), rel=1e-6)
+
+
+@pytest.mark.parametrize(("preset", "gib"), [("perlmutter", 256), ("vista", 120), ("gb200-nvl72", 960),
+                                              ("dgx-a100", 2048), ("dgx-h100", 2048)])
+def test_cluster_presets_state_their_host_ram(preset: str, gib: int) -> None:
+    """NERSC: 256 GB per Perlmutter GPU node; TACC Vista: Grace's 120 GB LPDDR5X; GB200 NVL72: 2 Grace x 480 GB per
+    4-GPU compute tray (the OS host whose ranks the verdict adds up); the DGX datasheets' 2 TB."""
+    assert load_cluster(preset).host_memory_bytes == gib * 2**30
+
+
+def test_overlap_param_gather_adds_no_buffer() -> None:
+    """The distributed optimizer's overlapped all-gather writes each bucket's shards into the bucket's own parameter
+    buffer (param_and_grad_buffer.py start_param_sync: all_gather_into_tensor over shard_buffer(bucket.param_data,
+    intra_distributed_optimizer_instance_size)): the same memory with and without --overlap-param-gather."""
+    plain = _megatron("--use-distributed-optimizer", "--overlap-grad-reduce").estimate.memory
+    overlap = _megatron("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather").estimate.memory
+    assert overlap.components == plain.components
