@@ -34,6 +34,9 @@ class ClusterChoice:
     """Preset name or YAML path, passed to `api.predict_command(cluster=...)`."""
     notes: tuple[str, ...] = ()
     """How it was chosen, and what was assumed."""
+    derived: str = ""
+    """For a cluster derived from a preset (a YAML written into the work folder): what it is, in words, for a report
+    that outlives the folder; "" for a preset or the user's own file."""
 
 
 def hardware_name_for(gpu_type: str) -> tuple[str, str | None]:
@@ -160,5 +163,7 @@ def _derived_cluster(run: MeasuredRun, hardware: str, inter_GBps: float | None,
     if not path.exists():
         work_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(derived, sort_keys=False), encoding="utf-8")
-    return ClusterChoice(str(path), tuple(notes + [f"derived from preset {base_name}: {hardware}, {per_node} GPUs "
-                                                   f"per node, {inter:g} GB/s per GPU"]))
+    what = f"derived from preset {base_name}: {hardware}, {per_node} GPUs per node, {inter:g} GB/s per GPU"
+    intra = derived.get("intra_node_bandwidth_GBps")
+    intra_text = f", {intra:g} GB/s per GPU intra-node" if isinstance(intra, (int, float)) else ""
+    return ClusterChoice(str(path), tuple(notes + [what]), derived=f"{name} ({what} inter-node{intra_text})")

@@ -109,8 +109,8 @@ def _model_args(run: MeasuredRun) -> list[str]:
         args.append("--swiglu")
     if run.normalization == "RMSNorm":
         args += ["--normalization", "RMSNorm"]
-    if run.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope"]
+    if run.position_embedding != "learned_absolute":  # Megatron's default
+        args += ["--position-embedding-type", run.position_embedding]
     return args
 
 

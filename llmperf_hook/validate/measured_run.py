@@ -59,6 +59,11 @@ RECORD_COLUMNS: tuple[str, ...] = (
 """Columns of dev.csv that record how the measured time was obtained: known to the schema, read for nothing (the
 GPU's memory comes from its preset; `iteration_time_s` is the measurement)."""
 
+POSITION_EMBEDDING_CHOICES: tuple[str, ...] = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
+"""Megatron-LM's --position-embedding-type choices (megatron/training/arguments.py, default learned_absolute): the
+`position_embedding` cell names one, and the row's command passes it on, so the framework rules and prices it as
+for `llmperf predict` (what it does not model, T5's relative bias, comes back as the row's warning)."""
+
 HEAD_DIM_DEFAULT = 128
 """Head dimension of GPT-3 (12288/96) and of most models in the Megatron papers; fills a blank heads cell."""
 
@@ -114,7 +119,7 @@ class MeasuredRun:
     normalization: str
     """"LayerNorm" | "RMSNorm"."""
     position_embedding: str
-    """"learned_absolute" | "rope"."""
+    """One of POSITION_EMBEDDING_CHOICES."""
     iteration_time_s: float
     """The measured step time (one optimizer step of the global batch)."""
     assumptions: tuple[str, ...] = ()

@@ -48,13 +48,15 @@ def predict_with_api(argv: Sequence[str], cluster: str) -> PredictedStep:
 def validate_runs(runs: Sequence[MeasuredRun | RowResult], *, clusters_dir: Path, predict: PredictFn | None = None,
                   num_worst: int = 3, work_dir: Path | None = None) -> ValidationReport:
     """Predict (default: `predict_with_api`) and score `runs`; ds_configs and derived clusters go to `work_dir`
-    (a temp dir if None)."""
+    (a temp dir if None, gone once the report is made: a derived cluster is then reported by what it is, not by its
+    file's path)."""
     predict = predict or predict_with_api
     presets = read_cluster_presets(clusters_dir)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="llmperf-validate-") as tmp:
         out_dir = work_dir or Path(tmp)
-        results = [run if isinstance(run, RowResult) else predict_run(run, presets, out_dir, predict) for run in runs]
+        results = [run if isinstance(run, RowResult) else
+                   predict_run(run, presets, out_dir, predict, keep_files=work_dir is not None) for run in runs]
     return score_rows(results, num_worst=num_worst, elapsed_s=time.perf_counter() - started)
 
 
@@ -77,7 +79,10 @@ def plan_run(run: MeasuredRun, presets: dict, out_dir: Path) -> tuple[LaunchPlan
     return build_launch_plan(run, out_dir), cluster
 
 
-def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: PredictFn) -> RowResult:
+def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: PredictFn,
+                keep_files: bool = True) -> RowResult:
+    """One row's prediction. `keep_files` False: `out_dir` is deleted after the run, so a derived cluster's file
+    path would point nowhere and the result names the cluster by what it is (ClusterChoice.derived)."""
     base = dict(row_id=run.row_id, source_id=run.source_id, source=run.source, model=run.model,
                 layout=describe_layout(run), measured_s=run.iteration_time_s)
     try:
@@ -85,15 +90,18 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
     except LlmperfError as err:
         return RowResult(**base, predicted_s=None, cluster="", argv=(), error=str(err), notes=run.assumptions)
     notes = run.assumptions + plan.notes + cluster.notes
+    shown = cluster.cluster
+    if not keep_files and cluster.derived:
+        shown = f"{cluster.derived}; its YAML is not kept (--write-batch FOLDER writes it there)"
     try:
         step = predict(plan.argv, cluster.cluster)
     except LlmperfError as err:
-        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv,
+        return RowResult(**base, predicted_s=None, cluster=shown, argv=plan.argv,
                          error=row_error_text(str(err), out_dir, run.extra_args), notes=notes)
     except Exception as err:  # noqa: BLE001 - one row's internal error is reported on that row, the rest go on
         message = f"internal error: {type(err).__name__}: {err}"
-        return RowResult(**base, predicted_s=None, cluster=cluster.cluster, argv=plan.argv, error=message, notes=notes)
-    return RowResult(**base, predicted_s=step.step_time_s, cluster=cluster.cluster, argv=plan.argv,
+        return RowResult(**base, predicted_s=None, cluster=shown, argv=plan.argv, error=message, notes=notes)
+    return RowResult(**base, predicted_s=step.step_time_s, cluster=shown, argv=plan.argv,
                      fits=step.fits, notes=notes + step.warnings)
 
 
