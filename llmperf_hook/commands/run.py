@@ -147,20 +147,22 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
             f"option) on {pred.cluster.name}. Change the parallel layout or micro-batch size (see `llmperf tune`), "
             f"or raise the budget.")
     mem = est.memory
-    if require_fit and not mem.fits:
+    if not require_fit or (mem.fits and mem.host_fits):
+        return
+    from llmperf_hook.schedule.memory_knobs import describe_knobs
+
+    knobs = describe_knobs(pred.config, pred.cluster, mem)  # by how much each knob shrinks the side that is short
+    if not mem.fits:
         raise InfeasibleError(
             f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "
             f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
-            f"{-mem.headroom_bytes / 2**30:.2f} GiB (--require-fit). Reduce the micro-batch size, enable "
-            f"recompute or sequence parallelism, raise TP/PP, or shard the optimizer (see `llmperf tune`).")
-    if require_fit and not mem.host_fits:
-        parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
-        raise InfeasibleError(
-            f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "
-            f"job's ranks on one host keep there) exceeds the {mem.host_capacity_bytes / 2**30:.0f} GiB of host RAM "
-            f"of {pred.cluster.name} (its preset's host_memory_GiB) (--require-fit). Offload less (offload_param / "
-            f"offload_optimizer to none or nvme, a smaller offload_optimizer.ratio, no --checkpoint-in-cpu), or use "
-            f"more nodes.")
+            f"{-mem.headroom_bytes / 2**30:.2f} GiB (--require-fit). {knobs}")
+    parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
+    raise InfeasibleError(
+        f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "
+        f"job's ranks on one host keep there) exceeds the {mem.host_capacity_bytes / 2**30:.0f} GiB of host RAM "
+        f"of {pred.cluster.name} (its preset's host_memory_GiB) by "
+        f"{(mem.host_bytes_per_node - mem.host_capacity_bytes) / 2**30:.1f} GiB (--require-fit). {knobs}")
 
 
 def _print_prediction(pred: Any, fmt: str, err: bool) -> None:

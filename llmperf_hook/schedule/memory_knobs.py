@@ -1,0 +1,149 @@
+"""Stage [5]: when a job does not fit, the knobs that free memory, how much each frees and whether the job then fits
+(the exit-3 messages of `run --require-fit`).
+
+Each knob is one change the user can make to the command, written in its framework's words, and each is priced
+with the same memory model as the job (schedule/memory.py estimate_memory over graph/build.build_graph), so
+"frees 12.3 GiB" is the difference of two predictions, not a rule of thumb:
+
+  GPU   micro-batch size 1 (activations scale with it: Korthikanti et al. 2022, Sec. 4); full recompute of every
+        layer (one 2sbh input kept per layer); sequence parallelism (the TP-replicated activations split, TP > 1);
+        Megatron's distributed optimizer or the next ZeRO stage (state sharded over data-parallel ranks,
+        Rajbhandari et al. 2020); tensor or pipeline parallelism doubled (weights and activations split).
+  host  DeepSpeed: offload_optimizer / offload_param to nvme instead of cpu, or not offloaded; Megatron-DeepSpeed:
+        --checkpoint-in-cpu off; Megatron-LM: --optimizer-offload-fraction halved, or --optimizer-cpu-offload off.
+
+A layout knob is offered only where the framework accepts the layout it makes (tune/candidates.rule_masks: heads
+and layers divisible, the global batch a multiple of micro-batch x DP, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.schedule.step_estimate import MemoryEstimate
+
+GiB = float(2**30)
+
+
+@dataclass(frozen=True)
+class KnobEffect:
+    """One change to the command and the memory of the job with it."""
+
+    knob: str
+    """The change, in the framework's words (a flag or a ds_config key and its new value)."""
+    freed_bytes: float
+    """Bytes freed on the side that did not fit: peak per GPU, or host per node."""
+    memory: MemoryEstimate
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits and self.memory.host_fits
+
+
+def _memory(cfg: TrainingConfig, cluster: ClusterSpec) -> MemoryEstimate:
+    from llmperf_hook.graph.build import build_graph  # stage [3]; imported here as memory.py does
+    from llmperf_hook.schedule.memory import estimate_memory
+
+    return estimate_memory(cfg, build_graph(cfg, cluster), cluster)
+
+
+def _megatron(cfg: TrainingConfig) -> bool:
+    return "megatron" in cfg.framework
+
+
+def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, object]]:
+    """(words, tune Candidate) for the GPU knobs that change the layout, batch, recompute or sharding."""
+    from llmperf_hook.tune.candidate import candidate_of
+
+    base, p = candidate_of(cfg), cfg.parallel
+    mbs_key = "--micro-batch-size" if _megatron(cfg) else "train_micro_batch_size_per_gpu"
+    out: list[tuple[str, object]] = []
+    if base.micro_batch_size > 1:
+        out.append((f"{mbs_key} 1", dataclasses.replace(base, micro_batch_size=1)))
+    if _megatron(cfg):
+        if base.recompute != "full" or base.recompute_num_layers != 1:
+            out.append(("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+                        dataclasses.replace(base, recompute="full", recompute_num_layers=1)))
+        if p.tp > 1 and not p.sequence_parallel:
+            out.append(("--sequence-parallel", dataclasses.replace(base, sequence_parallel=True)))
+        if not base.distributed_optimizer and base.zero_stage == 0 and "deepspeed" not in cfg.framework:
+            out.append(("--use-distributed-optimizer", dataclasses.replace(base, distributed_optimizer=True)))
+        out.append((f"--tensor-model-parallel-size {2 * p.tp}", dataclasses.replace(base, tp=2 * p.tp)))
+        out.append((f"--pipeline-model-parallel-size {2 * p.pp}", dataclasses.replace(base, pp=2 * p.pp)))
+    if "deepspeed" in cfg.framework and base.zero_stage < 3:
+        out.append((f"zero_optimization.stage {base.zero_stage + 1}",
+                    dataclasses.replace(base, zero_stage=base.zero_stage + 1)))
+    return out
+
+
+def _accepted(cfg: TrainingConfig, knobs: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """The knobs whose layout the framework accepts (tune's rule masks: True = violates a rule)."""
+    from llmperf_hook.tune.candidates import candidates_from_list, rule_masks
+
+    if not knobs:
+        return []
+    table = candidates_from_list(tuple(c for _, c in knobs))
+    masks = rule_masks(cfg, table.columns)
+    return [k for i, k in enumerate(knobs) if not any(bool(m[i]) for m in masks.values())]
+
+
+def _host_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig], TrainingConfig]]]:
+    """(words, config edit) for the knobs that take state off the host."""
+    o = cfg.optimizer
+
+    def optimizer(**kw: object) -> Callable[[TrainingConfig], TrainingConfig]:
+        return lambda c: dataclasses.replace(c, optimizer=dataclasses.replace(c.optimizer, **kw))
+
+    out: list[tuple[str, Callable[[TrainingConfig], TrainingConfig]]] = []
+    if "deepspeed" not in cfg.framework:
+        if o.offload_optimizer == "cpu":
+            out.append((f"--optimizer-offload-fraction {o.offload_optimizer_ratio / 2:g}",
+                        optimizer(offload_optimizer_ratio=o.offload_optimizer_ratio / 2)))
+            out.append(("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0)))
+        return out
+    for key in ("offload_optimizer", "offload_param"):
+        if getattr(o, key) == "cpu":
+            out.append((f"zero_optimization.{key}.device nvme", optimizer(**{key: "nvme"})))
+            out.append((f"zero_optimization.{key}.device none", optimizer(**{key: "none"})))
+    if cfg.recompute.checkpoint_in_cpu:
+        out.append(("no --checkpoint-in-cpu", lambda c: dataclasses.replace(
+            c, recompute=dataclasses.replace(c.recompute, checkpoint_in_cpu=False))))
+    return out
+
+
+def knob_effects(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate) -> list[KnobEffect]:
+    """The knobs for whichever side does not fit (the GPU first), most memory freed first."""
+    from llmperf_hook.tune.candidate import apply_candidate
+
+    gpu_side = not mem.fits
+    if gpu_side:
+        variants = [(words, apply_candidate(cfg, c)) for words, c in _accepted(cfg, _layout_knobs(cfg))]
+    else:
+        variants = [(words, edit(cfg)) for words, edit in _host_knobs(cfg)]
+    effects = []
+    for words, variant in variants:
+        new = _memory(variant, cluster)
+        freed = (mem.peak_bytes_per_gpu - new.peak_bytes_per_gpu if gpu_side
+                 else mem.host_bytes_per_node - new.host_bytes_per_node)
+        if freed > 0:
+            effects.append(KnobEffect(words, float(freed), new))
+    return sorted(effects, key=lambda e: (not e.fits, -e.freed_bytes))
+
+
+def describe_knobs(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate, limit: int = 3) -> str:
+    """One sentence for an exit-3 message: the knobs that free the most, each with what it frees and the verdict
+    after it; those that make the job fit come first."""
+    effects = knob_effects(cfg, cluster, mem)[:limit]
+    if not effects:
+        return "No single knob llmperf can price frees memory here; see `llmperf tune`."
+    unit = "per GPU" if not mem.fits else "per node"
+    parts = []
+    for e in effects:
+        after = e.memory.peak_bytes_per_gpu if not mem.fits else e.memory.host_bytes_per_node
+        verdict = "fits" if e.fits else ("still short on the host" if e.memory.fits else "still short")
+        parts.append(f"{e.knob} frees {e.freed_bytes / GiB:.1f} GiB {unit} ({after / GiB:.1f} GiB, {verdict})")
+    return "Freed most by: " + "; ".join(parts) + " (each alone; `llmperf tune` searches them together)."

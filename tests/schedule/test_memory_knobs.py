@@ -1,0 +1,91 @@
+"""What frees memory when a job does not fit (schedule/memory_knobs.py): each knob is named in the framework's own
+words, and the memory it reports is what `llmperf predict` gives for the command with that change made; `run
+--require-fit` says by how much the job is short and which knob frees the most."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from llmperf_hook.api import predict_command
+from llmperf_hook.cli import main
+from llmperf_hook.hardware.load import load_cluster
+from llmperf_hook.schedule.memory_knobs import describe_knobs, knob_effects
+
+# A 13B-class Megatron job on one DGX A100 node at micro-batch 4, nothing sharded or recomputed: ~150 GiB per GPU.
+ARGV = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "40", "--hidden-size", "5120",
+        "--num-attention-heads", "40", "--seq-length", "4096", "--max-position-embeddings", "4096",
+        "--micro-batch-size", "4", "--global-batch-size", "64", "--vocab-size", "32000", "--bf16",
+        "--tensor-model-parallel-size", "2"]
+
+
+def _predict(argv: list[str], cluster="dgx-a100"):
+    return predict_command(argv, {}, cluster=cluster)
+
+
+def test_each_gpu_knob_is_what_predict_gives_for_the_command_with_it() -> None:
+    """Appending a knob's words to the command (Megatron's argparse: the last value given wins) and predicting again
+    gives the peak the knob reports, so its words and its figure agree."""
+    pred = _predict(ARGV)
+    mem = pred.estimate.memory
+    assert not mem.fits
+    effects = knob_effects(pred.config, pred.cluster, mem)
+    words = {e.knob.split()[0] for e in effects}
+    assert {"--micro-batch-size", "--recompute-granularity", "--sequence-parallel", "--use-distributed-optimizer",
+            "--tensor-model-parallel-size", "--pipeline-model-parallel-size"} <= words
+    for e in effects:
+        again = _predict(ARGV + e.knob.split()).estimate.memory
+        assert again.peak_bytes_per_gpu == e.memory.peak_bytes_per_gpu, e.knob
+        assert e.freed_bytes == mem.peak_bytes_per_gpu - again.peak_bytes_per_gpu > 0
+    assert effects[0].fits or not any(e.fits for e in effects)  # a knob that makes it fit is named first
+
+
+def test_knobs_the_framework_would_refuse_are_not_offered() -> None:
+    """At TP 8 the doubled TP 16 does not divide the 40 heads (Megatron asserts heads % TP == 0): not offered;
+    PP 2 splits the 40 layers evenly: offered."""
+    from llmperf_hook.schedule.memory_knobs import _accepted, _layout_knobs
+
+    cfg = _predict(["torchrun", "--nnodes", "2", *ARGV[1:-1], "8"]).config  # 16 GPUs: TP 8 x DP 2
+    offered = [words for words, _ in _accepted(cfg, _layout_knobs(cfg))]
+    assert "--tensor-model-parallel-size 16" not in offered and "--pipeline-model-parallel-size 2" in offered
+    assert "--tensor-model-parallel-size 16" in [words for words, _ in _layout_knobs(cfg)]
+
+
+def test_host_knobs_for_deepspeed_offload(tmp_path) -> None:
+    """ZeRO-3 offloading optimizer and parameters from one node whose host RAM is too small: moving the optimizer
+    to NVMe frees the most host memory (its 16 B of fp32 state and gradient per parameter, less its swap
+    buffers)."""
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
+                  '"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, '
+                  '"offload_param": {"device": "cpu"}}}')
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "40", "--hidden-size", "5120",
+            "--num-attention-heads", "40", "--seq-length", "2048", "--max-position-embeddings", "2048",
+            "--micro-batch-size", "1", "--global-batch-size", "8", "--vocab-size", "32000", "--bf16", "--deepspeed",
+            "--deepspeed_config", str(ds), "--zero-stage", "3", "--no-pipeline-parallel"]
+    small = dataclasses.replace(load_cluster("dgx-a100"), host_memory_bytes=64 * 2**30)
+    pred = _predict(argv, small)
+    mem = pred.estimate.memory
+    assert mem.fits and not mem.host_fits
+    effects = knob_effects(pred.config, small, mem)
+    assert effects[0].knob in ("zero_optimization.offload_optimizer.device nvme",
+                               "zero_optimization.offload_optimizer.device none")
+    by_knob = {e.knob: e for e in effects}
+    nvme = by_knob["zero_optimization.offload_optimizer.device nvme"]
+    assert nvme.memory.host_components.get("host_optimizer_states", 0) == 0
+    text = describe_knobs(pred.config, small, mem)
+    assert text.startswith("Freed most by: ") and "GiB per node" in text
+
+
+def test_run_require_fit_says_how_short_and_which_knob_frees_most(capsys: pytest.CaptureFixture[str]) -> None:
+    """With the distributed optimizer the job is ~132 GiB per GPU: full recompute alone brings it to ~64 GiB and is
+    named first, with what it frees and the verdict after it."""
+    with pytest.raises(SystemExit) as ex:
+        main(["run", "--cluster", "dgx-a100", "--dry-run", "--require-fit", "--", *ARGV, "--use-distributed-optimizer"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert ex.value.code == 3, err
+    assert "exceeds the 80.00 GiB" in err and " by " in err and "Traceback" not in err
+    assert re.search(r"Freed most by: --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+                     r"frees \d+\.\d GiB per GPU \(\d+\.\d GiB, fits\)", err), err
