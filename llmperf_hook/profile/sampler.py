@@ -3,7 +3,8 @@
     run_profile(ProfileRequest(device="cpu", budget_min=3, dtype="fp32"))
 
 Samples go to the store (source "sampler", with the fingerprint and library versions) as they are measured,
-so an interrupted run resumes where it stopped: shapes already stored for this (name, dtype) are skipped.
+so an interrupted run resumes where it stopped: shapes this device already stored for this (name, dtype) are
+skipped (_done_keys).
 Then one regressor per (op class, direction) is fitted from all stored samples of this device and written to
 $LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/NAME.yaml.
 """
@@ -213,6 +214,16 @@ def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> di
     return out
 
 
+def _done_keys(store: Store, name: str, dtype: str, fp: str) -> set[tuple[str, str, str]]:
+    """(op class, phase, dims key) of the shapes this device already measured: the sampler's rows with this
+    fingerprint, the ones _samples_by_class fits. A row of another fingerprint under the same name (the same GPU
+    before a CUDA upgrade, which _check_same_machine lets refit; an interrupted first run with other settings) is
+    measured again, which replaces it (the store keys a shape by name, dtype and source, not fingerprint); skipping
+    it as stored left nothing to fit."""
+    return {(r.op_class, r.phase, dims_key(r.dims)) for r in store.query_op_samples(name, dtype, source="sampler")
+            if r.fingerprint == fp}
+
+
 def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
                     per_class: int = 12, seed: int = 0) -> list[plans.SampleSpec]:
     """Candidates where bootstrap regressors disagree most (adaptive.most_uncertain, the rule the operator
@@ -258,7 +269,7 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     _check_same_machine(name, json.loads(fp))
     with open_store(req.store_path) as store:
-        done = store.sampled_keys(name, req.dtype)
+        done = _done_keys(store, name, req.dtype, fp)
         specs = _specs(req, ops, rc, name)
         todo = [s for s in specs if (s.op_class, s.phase, dims_key(s.dims)) not in done]
         cost = plans.plan_cost(todo, rc)
@@ -309,7 +320,7 @@ def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineC
     total = 0
     while time.perf_counter() < deadline - 5.0:
         groups = _samples_by_class(store, name, req.dtype, fp)
-        done = store.sampled_keys(name, req.dtype)
+        done = _done_keys(store, name, req.dtype, fp)
         extra = [s for s in _adaptive_specs(groups, req, rc, seed=total)
                  if (s.op_class, s.phase, dims_key(s.dims)) not in done]
         got = _measure_all(extra, deadline, req, rc, record) if extra else 0
