@@ -60,8 +60,11 @@ class FittedProfile:
             try:
                 ens = parse_lightgbm_text(text) if entry.model_format == "lightgbm-text" else \
                     parse_sklearn_json(json.loads(text))
-            except ValueError as err:
-                raise ProfileError(f"fitted profile {self.directory}: model {entry.file} is corrupted ({err})") from err
+            except (ValueError, ProfileError) as err:
+                raise ProfileError(f"fitted profile {self.directory}: model {entry.file} is unusable ({err}). A "
+                                   f"damaged or stale profile is never used for predictions. Re-create it (`llmperf "
+                                   f"profile ...`), or delete the directory to fall back to the roofline "
+                                   f"model.") from err
             if ens.num_features != len(entry.feature_names):
                 raise ProfileError(f"fitted profile {self.directory}: model {entry.file} has {ens.num_features} "
                                    f"features, its metadata lists {len(entry.feature_names)}; re-create the profile")

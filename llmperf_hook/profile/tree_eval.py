@@ -192,6 +192,7 @@ def parse_lightgbm_text(text: str) -> TreeEnsemble:
         header, trees = _parse_blocks(text)
         if header.get("num_tree_per_iteration", "1") != "1" or header.get("num_class", "1") != "1":
             raise ProfileError("LightGBM model is not a single-output regression")
+        _check_lightgbm_header(header)
         average = "average_output" in header
         if any(int(t.get("num_cat", "0")) != 0 for t in trees):
             raise ProfileError("LightGBM model uses categorical splits, which profiles never contain")
@@ -208,6 +209,25 @@ def parse_lightgbm_text(text: str) -> TreeEnsemble:
                   if getattr(ens, k) is not None}
         return TreeEnsemble(**{**ens.__dict__, **scaled})
     return ens
+
+
+LIGHTGBM_TEXT_VERSIONS = ("v2", "v3", "v4")
+"""`version=` of the LightGBM text formats this evaluator reads (LightGBM 2.x-4.x, gbdt.cpp SaveModelToString);
+a later format may store trees differently, so it is refused rather than walked as if it were one of these."""
+IDENTITY_LINK_OBJECTIVES = ("regression", "regression_l1", "huber", "fair", "quantile", "mape")
+"""Objectives whose prediction is the raw sum of the trees (the only ones profiles are fitted with); for others
+(poisson, gamma, tweedie: exp of it; binary: a sigmoid) LightGBM transforms the sum, which this evaluator does not."""
+
+
+def _check_lightgbm_header(header: dict[str, str]) -> None:
+    version = header.get("version")
+    if version not in LIGHTGBM_TEXT_VERSIONS:
+        raise ProfileError(f"LightGBM model text has format version={version} (from the LightGBM that wrote it); "
+                           f"this llmperf reads {', '.join(LIGHTGBM_TEXT_VERSIONS)}")
+    objective = header.get("objective", "").split()[0] if header.get("objective", "").split() else ""
+    if objective not in IDENTITY_LINK_OBJECTIVES:
+        raise ProfileError(f"LightGBM model has objective {objective!r}, whose predictions are not the sum of its "
+                           f"trees; profiles are fitted with {', '.join(IDENTITY_LINK_OBJECTIVES)}")
 
 
 def _feature_ranges(infos: str, num_features: int) -> tuple[np.ndarray, np.ndarray]:
