@@ -57,7 +57,8 @@ def _default_device() -> str:
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-              help="Device to sample (default: cuda when available, else cpu).")
+              help="Device to sample: operators, or with --comm collectives (NCCL on cuda, gloo on cpu) "
+                   "(default: cuda when available, else cpu).")
 @click.option("--budget", "budget_min", type=float, default=3.0, show_default=True,
               help="Minutes of sampling, fitting included; on CPU a budget of 3 or more also measures the framework cost "
                    "(2 of those minutes). A target, not a wall-clock limit: a loaded machine runs over.")
@@ -84,11 +85,17 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     if comm:
         ignored = [opt for opt, given in (("--ops", ops_text is not None), ("--for", for_job or bool(job)),
                                           ("--model", model), ("--dtype", dtype), ("--name", name)) if given]
+        ignored += _given(("--budget", "budget_min"), ("--threads", "threads"), ("--store", "store_path"))
         if ignored:
             raise UsageError(f"{', '.join(ignored)} with --comm: collectives are timed in fp32 over message sizes "
-                             f"and stored per --cluster-name; drop them, or profile operators in a separate run.")
-        _run_comm(cluster_name, min_bytes, max_bytes)
+                             f"(every size, whatever a budget) and stored per --cluster-name in $LLMPERF_HOME; drop "
+                             f"them, or profile operators in a separate run.")
+        _run_comm(cluster_name, min_bytes, max_bytes, device)
         return
+    comm_only = _given(("--cluster-name", "cluster_name"), ("--min-bytes", "min_bytes"), ("--max-bytes", "max_bytes"))
+    if comm_only:
+        raise UsageError(f"{', '.join(comm_only)} without --comm: they choose the collectives' cluster and message "
+                         f"sizes. Add --comm (under torchrun) to time collectives, or drop them to profile operators.")
     if budget_min > MAX_BUDGET_MIN:  # nan and <= 0 are the sampler's (ProfileRequest) to refuse
         raise UsageError(f"--budget {budget_min:g} minutes is more than a day ({MAX_BUDGET_MIN} min): the budget is "
                          f"how long sampling runs, and its adaptive rounds go on until it is spent. Give the minutes "
@@ -124,6 +131,13 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _given(*options: tuple[str, str]) -> list[str]:
+    """The options among (flag, parameter name) that the command line set (not left at their default)."""
+    ctx = click.get_current_context()
+    return [flag for flag, param in options
+            if ctx.get_parameter_source(param) not in (None, click.core.ParameterSource.DEFAULT)]
 
 
 def _check_name_for_device(name: str | None, device: str) -> None:
@@ -218,23 +232,24 @@ class _Terminated(BaseException):
     """SIGTERM while profiling (a BaseException, like KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
-def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float) -> None:
+def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float, device: str | None) -> None:
     if not cluster_name:
         raise UsageError("--comm needs --cluster-name NAME: the comm model is stored per cluster.")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", cluster_name):
         raise UsageError(f"--cluster-name {cluster_name!r}: use letters, digits, '.', '_' and '-' only (it names "
                          f"$LLMPERF_HOME/profiles/comm/NAME; use the name you pass to --cluster).")
-    _check_comm_name_for_device(cluster_name)
+    _check_comm_name_for_device(cluster_name, device)
     from llmperf_hook.profile.comm_sampler import CommRequest, run_comm_profile
 
-    result = run_comm_profile(CommRequest(cluster_name=cluster_name, min_bytes=min_bytes, max_bytes=max_bytes))
+    result = run_comm_profile(CommRequest(cluster_name=cluster_name, min_bytes=min_bytes, max_bytes=max_bytes,
+                                          device=device))
     if result.path:
         click.echo(f"comm model {result.path} ({result.num_samples} timings; layouts: {', '.join(result.layouts)})")
         for note in result.notes:
             click.echo(f"note: {note}")
 
 
-def _check_comm_name_for_device(cluster_name: str) -> None:
+def _check_comm_name_for_device(cluster_name: str, device: str | None) -> None:
     """Collectives timed with gloo between CPU processes may not take a shipped GPU cluster's name: the comm model
     in $LLMPERF_HOME/profiles/comm/NAME comes before the shipped one, so every `--cluster NAME` prediction (the
     default dgx-h100 included) would price NCCL over NVLink and InfiniBand at this machine's gloo speed."""
@@ -244,7 +259,7 @@ def _check_comm_name_for_device(cluster_name: str) -> None:
         return
     import torch
 
-    if not torch.cuda.is_available():
+    if device == "cpu" or not torch.cuda.is_available():
         raise UsageError(f"--cluster-name {cluster_name}: that is the shipped GPU cluster preset "
                          f"configs/clusters/{cluster_name.lower()}.yaml, and collectives timed here with gloo on the "
                          f"CPU would replace its communication model in every prediction for it. Choose another name "

@@ -47,6 +47,8 @@ class CommRequest:
     collectives: tuple[str, ...] = COLLECTIVES
     rounds: int = ROUNDS
     """Interleaved rounds; per size the quietest round's time is fitted."""
+    device: str | None = None
+    """`--device`: "cuda" (NCCL) or "cpu" (gloo); None: cuda when torch sees a GPU, else cpu."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,9 @@ def run_comm_profile(req: CommRequest) -> CommResult:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("`llmperf profile --comm` must run under torchrun (RANK / WORLD_SIZE are not set): "
                          "torchrun --nproc-per-node 2 -m llmperf_hook profile --comm --cluster-name NAME")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = req.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here. Use --device cpu (gloo) or run on GPU nodes.")
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     from llmperf_hook.profile.local_hardware import memory_capacity_bytes
 

@@ -76,6 +76,36 @@ def test_operator_options_with_comm_are_refused(capsys: pytest.CaptureFixture) -
     assert exc.value.code == 2 and "--ops, --dtype with --comm" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["--comm", "--cluster-name", "c", "--budget", "1"], "--budget with --comm"),
+    (["--comm", "--cluster-name", "c", "--store", "x.sqlite", "--threads", "2"], "--threads, --store with --comm"),
+    (["--device", "cpu", "--max-bytes", "65536"], "--max-bytes without --comm"),
+    (["--device", "cpu", "--cluster-name", "c"], "--cluster-name without --comm"),
+])
+def test_options_the_other_mode_ignores_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture, args: list[str], says: str) -> None:
+    """They were silently ignored: --budget / --store with --comm (every size is timed, into the default store),
+    the message sizes and cluster name of an operator profile."""
+    from llmperf_hook.cli import main
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", *args])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "store.sqlite").exists()
+
+
+def test_device_cuda_without_a_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--device now chooses the collectives' device (NCCL on the GPUs, gloo on the CPU) as it does the operators'."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="--device cuda: torch sees no CUDA device"):
+        comm_sampler.run_comm_profile(CommRequest("c", device="cuda"))
+
+
 def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every collective is measured once per round, rounds interleaved; per size the least of the rounds is
     fitted (a busy round only adds time) and every round's time is stored; a collective the backend lacks is
