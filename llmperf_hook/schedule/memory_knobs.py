@@ -140,10 +140,12 @@ def describe_knobs(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimat
     effects = knob_effects(cfg, cluster, mem)[:limit]
     if not effects:
         return "No single knob llmperf can price frees memory here; see `llmperf tune`."
+    what = "peak" if not mem.fits else "host memory"
     unit = "per GPU" if not mem.fits else "per node"
     parts = []
     for e in effects:
         after = e.memory.peak_bytes_per_gpu if not mem.fits else e.memory.host_bytes_per_node
-        verdict = "fits" if e.fits else ("still short on the host" if e.memory.fits else "still short")
-        parts.append(f"{e.knob} frees {e.freed_bytes / GiB:.1f} GiB {unit} ({after / GiB:.1f} GiB, {verdict})")
+        verdict = "fits" if e.fits else ("the host is then short" if e.memory.fits else "still short")
+        parts.append(f"{e.knob} frees {e.freed_bytes / GiB:.1f} GiB {unit} ({what} then {after / GiB:.1f} GiB: "
+                     f"{verdict})")
     return "Freed most by: " + "; ".join(parts) + " (each alone; `llmperf tune` searches them together)."

@@ -88,4 +88,4 @@ def test_run_require_fit_says_how_short_and_which_knob_frees_most(capsys: pytest
     assert ex.value.code == 3, err
     assert "exceeds the 80.00 GiB" in err and " by " in err and "Traceback" not in err
     assert re.search(r"Freed most by: --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
-                     r"frees \d+\.\d GiB per GPU \(\d+\.\d GiB, fits\)", err), err
+                     r"frees \d+\.\d GiB per GPU \(peak then \d+\.\d GiB: fits\)", err), err
