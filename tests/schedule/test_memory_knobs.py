@@ -89,3 +89,19 @@ def test_run_require_fit_says_how_short_and_which_knob_frees_most(capsys: pytest
     assert "exceeds the 80.00 GiB" in err and " by " in err and "Traceback" not in err
     assert re.search(r"Freed most by: --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
                      r"frees \d+\.\d GiB per GPU \(peak then \d+\.\d GiB: fits\)", err), err
+
+
+def test_host_knobs_for_megatron_optimizer_offload() -> None:
+    """Megatron's HybridDeviceOptimizer on a node with too little host RAM: halving --optimizer-offload-fraction frees
+    half its host bytes, dropping --optimizer-cpu-offload all of them (and puts the state back on the GPU)."""
+    argv = [*ARGV, "--micro-batch-size", "1", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+            "--optimizer-cpu-offload"]
+    small = dataclasses.replace(load_cluster("dgx-a100"), host_memory_bytes=32 * 2**30)
+    pred = _predict(argv, small)
+    mem = pred.estimate.memory
+    assert mem.fits and not mem.host_fits
+    by_knob = {e.knob: e for e in knob_effects(pred.config, small, mem)}
+    assert by_knob["--optimizer-offload-fraction 0.5"].freed_bytes == pytest.approx(mem.host_bytes_per_node / 2)
+    off = by_knob["no --optimizer-cpu-offload"]
+    assert off.freed_bytes == mem.host_bytes_per_node
+    assert off.memory.components["optimizer_states"] > mem.components["optimizer_states"] == 0
