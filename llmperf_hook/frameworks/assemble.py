@@ -18,6 +18,7 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
+from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
 from llmperf_hook.frameworks.script_shape import resolve_script_shape
@@ -61,6 +62,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     parts = resolve_megatron(flags, job.world_size, _world_source(job), src, warnings, framework == "megatron-deepspeed",
                              shape_model, job.script)
     warnings += check_megatron_flags(flags, job.script_args, parts.model, parts.parallel, framework == "megatron-deepspeed")
+    warnings += check_validate_args(flags, job.script_args, parts.parallel, framework == "megatron-deepspeed")
     optimizer, precision, pipeline_engine, recompute = parts.optimizer, parts.precision, False, parts.recompute
     if framework == "megatron-deepspeed" and ds is not None:
         ds = _megatron_deepspeed_zero(flags, ds, warnings)

@@ -182,24 +182,34 @@ def _check_cpu_offloading(flags: FlagValues, model: ModelShape) -> None:
 
 
 def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: bool) -> None:
-    """validate_args for --use-torch-fsdp2 (since the flag came, 2024-11) and the torch_dcp/fsdp_dtensor formats."""
+    """validate_args for --use-torch-fsdp2 (each assert since the flag came, e1993fa6f7 2024-11, among them `not
+    args.gradient_accumulation_fusion`, which is on unless --no-gradient-accumulation-fusion), for --use-megatron-fsdp
+    (which came with its `ckpt_format == "fsdp_dtensor"` assert, af28b5a559 2025-08; --ckpt-format defaults to
+    torch_dist) and for the torch_dcp/fsdp_dtensor formats."""
     fmt = flags.get("ckpt_format")
     if fmt == "torch_dcp" and not (flags.get("use_torch_fsdp2") and parallel.tp == 1 and parallel.pp == 1):
         raise ConfigError("--ckpt-format torch_dcp needs --use-torch-fsdp2 with tensor- and pipeline-model-parallel-size 1 "
                           f"(arguments.py validate_args); got TP {parallel.tp}, PP {parallel.pp}. Use --ckpt-format torch_dist.")
     if fmt == "fsdp_dtensor" and not flags.get("use_megatron_fsdp"):
         raise ConfigError("--ckpt-format fsdp_dtensor needs --use-megatron-fsdp (arguments.py validate_args).")
+    if flags.get("use_megatron_fsdp") and fmt != "fsdp_dtensor":
+        given = f"--ckpt-format {fmt}" if fmt else "the default --ckpt-format torch_dist"
+        raise ConfigError(f"--use-megatron-fsdp with {given}: Megatron's validate_args asserts 'Megatron FSDP only "
+                          "supports fsdp_dtensor checkpoint format' (every release with the flag). Add --ckpt-format "
+                          "fsdp_dtensor.")
     if not flags.get("use_torch_fsdp2"):
         return
     refused = [why for bad, why in (
         (parallel.pp > 1, f"pipeline-model-parallel-size {parallel.pp}"), (parallel.ep > 1, f"expert-model-parallel-size {parallel.ep}"),
         (bool(flags.get("use_distributed_optimizer")), "--use-distributed-optimizer"), (precision_fp16, "--fp16"),
+        (bool(flags.get("gradient_accumulation_fusion", True)), "gradient accumulation fusion (on by default)"),
         (not flags.get("untie_embeddings_and_output_weights"), "tied embeddings (no --untie-embeddings-and-output-weights)"),
         (fmt not in (None, "torch_dist", "torch_dcp"), f"--ckpt-format {fmt}")) if bad]
     if refused:
         raise ConfigError(f"--use-torch-fsdp2 is refused by Megatron's validate_args with {', '.join(refused)}: torch FSDP2 "
-                          "needs PP 1, EP 1, no distributed optimizer, no fp16, untied embeddings and --ckpt-format "
-                          "torch_dist or torch_dcp. Change those settings or drop --use-torch-fsdp2.")
+                          "needs PP 1, EP 1, no distributed optimizer, no fp16, --no-gradient-accumulation-fusion, untied "
+                          "embeddings and --ckpt-format torch_dist or torch_dcp. Change those settings or drop "
+                          "--use-torch-fsdp2.")
 
 
 def _check_param_gather_checkpoints(flags: FlagValues) -> None:

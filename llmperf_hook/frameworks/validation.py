@@ -68,6 +68,15 @@ def _check_heads(cfg: TrainingConfig) -> None:
             f"tensor-model-parallel-size {_at(cfg, 'tp', tp)} (Megatron TransformerConfig). "
             f"Use a TP among {_divisors(groups)} or a multiple of {groups}."
         )
+    if groups > 0 and m.num_attention_heads % groups:
+        # Megatron-Core's attention views the fused QKV output as groups x (heads/groups + 2) heads; TE's
+        # DotProductAttention asserts 'The number of attention heads must be divisible by the number of GQA groups!'
+        raise ConfigError(
+            f"num-attention-heads {_at(cfg, 'num_attention_heads', m.num_attention_heads)} is not a multiple of "
+            f"num-query-groups {_at(cfg, 'num_query_groups', groups)}: each key/value head serves heads / groups query "
+            f"heads (Transformer Engine asserts heads % groups == 0). Use a group count among "
+            f"{_divisors(m.num_attention_heads)}."
+        )
 
 
 def _check_pipeline_layers(cfg: TrainingConfig) -> None:

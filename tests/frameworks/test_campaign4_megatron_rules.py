@@ -85,12 +85,14 @@ def test_megatron_deepspeed_interleaving_needs_pp_above_two(tmp_path) -> None:
 
 def test_fsdp_is_modelled_as_the_distributed_optimizer_and_keeps_megatron_rules() -> None:
     # validate_args: FSDP2 refuses PP/EP > 1, the distributed optimizer, fp16, tied embeddings (since 2024-11)
-    cfg = megatron("--use-torch-fsdp2", "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dcp")
+    cfg = megatron("--use-torch-fsdp2", "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dcp",
+                   "--no-gradient-accumulation-fusion")
     assert cfg.optimizer.distributed_optimizer and cfg.optimizer.fsdp == "torch_fsdp2"
     assert cfg.optimizer.zero_stage == 3  # fully_shard: params, gradients, optimizer states
     fsdp = megatron("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor").optimizer
     assert fsdp.distributed_optimizer and fsdp.zero_stage == 3  # default optim_grads_params
-    assert megatron("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads").optimizer.zero_stage == 2
+    assert megatron("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--ckpt-format",
+                    "fsdp_dtensor").optimizer.zero_stage == 2
     assert megatron().optimizer.zero_stage == 0
     with pytest.raises(ConfigError, match="not a choice"):
         megatron("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "full")

@@ -89,7 +89,7 @@ def test_launching_environment_and_script_export_are_read() -> None:
 
 
 FSDP2 = [*MEGATRON[:MEGATRON.index("--tensor-model-parallel-size")], "--use-torch-fsdp2",
-         "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dist"]
+         "--untie-embeddings-and-output-weights", "--ckpt-format", "torch_dist", "--no-gradient-accumulation-fusion"]
 
 
 def test_fsdp_runs_with_cudas_default_and_warns_on_one() -> None:

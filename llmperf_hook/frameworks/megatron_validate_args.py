@@ -1,0 +1,256 @@
+"""Megatron `validate_args` asserts decided by the command alone that the other rule modules do not hold.
+
+Each rule is megatron/training/arguments.py `validate_args` (core_v0.16.1 and HEAD d98e8a6 alike, or the
+TransformerConfig checks it leads to), cited by the commit that brought it: one of 2023 or before, or one that
+came with the flags it reads, is an error (exit 2), as the releases that accept those flags refuse the command; one
+that only releases since 2025 enforce on flags older releases accept is a warning (as megatron_rules.py does).
+The flags llmperf does not price (--lr, --save, --train-iters, ...) are read from the script's own words as
+argparse reads them (the last one given wins, `--flag=value` equal to `--flag value`), with argparse's defaults:
+--min-lr 0.0, --lr-warmup-iters 0, --lr-warmup-samples 0, the rest None.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_rules import list_values
+from llmperf_hook.frameworks.training_config import ParallelLayout
+from llmperf_hook.launch.argv_words import unexpanded_hint
+
+
+def _value(script_args: Sequence[str], *names: str) -> str | None:
+    """The value after the last of `names` given (argparse: the last occurrence wins), or None."""
+    value = None
+    for i, word in enumerate(script_args):
+        key, eq, attached = word.partition("=")
+        if key.replace("_", "-") in names:
+            value = attached if eq else script_args[i + 1] if i + 1 < len(script_args) else None
+    return value
+
+
+def _number(script_args: Sequence[str], *names: str, default: float | None = None) -> float | None:
+    text = _value(script_args, *names)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{names[0]} {text!r} (argv) is not a number{unexpanded_hint(text)}: Megatron's argument "
+                          "parser stops at start-up ('invalid value'). Give a number.") from None
+
+
+def _given(script_args: Sequence[str], name: str) -> bool:
+    return list_values(script_args, name) is not None
+
+
+def _check_training_length(script_args: Sequence[str]) -> None:
+    """validate_args 'Iteration-based training' / 'Sample-based training' (9321d5c693, 2020-12): the run length,
+    the learning-rate decay and its warmup counted in one unit, and one warmup form; --skip-train skips it (HEAD)."""
+    if _given(script_args, "--skip-train"):
+        return
+    for unit, other in (("iters", "samples"), ("samples", "iters")):
+        length = _number(script_args, f"--train-{unit}")
+        if not length:  # `if args.train_iters:` - absent or 0
+            continue
+        clashes = {f"--train-{other}": _number(script_args, f"--train-{other}"),
+                   f"--lr-decay-{other}": _number(script_args, f"--lr-decay-{other}"),
+                   f"--lr-warmup-{other}": _number(script_args, f"--lr-warmup-{other}", default=0) or None}
+        given = [f"{flag} {value:g}" for flag, value in clashes.items() if value is not None]
+        if given:
+            raise ConfigError(f"--train-{unit} {length:g} with {', '.join(given)}: Megatron's validate_args asserts "
+                              f"'expected {'iteration' if unit == 'iters' else 'sample'}-based training' (the run "
+                              "length, learning-rate decay and warmup in one unit). Give the "
+                              f"--lr-*-{unit} forms only.")
+        warmup, fraction = _number(script_args, f"--lr-warmup-{unit}", default=0), _number(script_args, "--lr-warmup-fraction")
+        if fraction is not None and warmup:
+            raise ConfigError(f"--lr-warmup-fraction {fraction:g} with --lr-warmup-{unit} {warmup:g}: Megatron's "
+                              f"validate_args asserts 'can only specify one of lr-warmup-fraction and lr-warmup-{unit}'. "
+                              "Keep one of them.")
+
+
+def _check_lr_and_save(script_args: Sequence[str]) -> list[str]:
+    """validate_args: min_lr <= lr when --lr is given (94e2ca575c, 2020-03; --min-lr defaults to 0.0); --save needs
+    --save-interval (alias --persistent-save-interval), positive since 2025-07 (a warning)."""
+    lr, min_lr = _number(script_args, "--lr"), _number(script_args, "--min-lr", default=0.0)
+    if lr is not None and min_lr is not None and min_lr > lr:
+        raise ConfigError(f"--min-lr {min_lr:g} exceeds --lr {lr:g} (argv); Megatron's validate_args asserts "
+                          "min_lr <= lr. Lower --min-lr or raise --lr.")
+    if _value(script_args, "--save") is None:
+        return []
+    interval = _number(script_args, "--save-interval", "--persistent-save-interval")
+    if interval is None:
+        raise ConfigError("--save without --save-interval: Megatron's validate_args asserts save_interval is not None "
+                          "when --save is given. Add --save-interval N (iterations between checkpoints).")
+    if interval <= 0:  # 78af90cb77 (2025-07) asserts > 0; before, `args.save_interval and ...` never saved
+        return [f"--save-interval {interval:g}: Megatron-LM since 2025-07 stops at start-up (validate_args asserts "
+                "save_interval > 0); older releases never save. Give a positive interval"]
+    return []
+
+
+def _check_mixed_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """fp16_lm_cross_entropy needs --fp16 (197c132e9a, 2020-06); --fp32-residual-connection needs --fp16 or --bf16
+    (62632d3936, 2020-12)."""
+    if flags.get("fp16_lm_cross_entropy") and not flags.get("fp16"):
+        raise ConfigError("--fp16-lm-cross-entropy without --fp16: Megatron's validate_args asserts 'lm cross entropy in "
+                          "fp16 only support in fp16 mode'. Add --fp16 or drop the flag.")
+    if _given(script_args, "--fp32-residual-connection") and not (flags.get("fp16") or flags.get("bf16")):
+        raise ConfigError("--fp32-residual-connection without --fp16 or --bf16: Megatron's validate_args asserts "
+                          "'residual connection in fp32 only supported when using fp16 or bf16'. Add one of them or "
+                          "drop the flag.")
+
+
+def _check_low_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """--fp4-format excludes --fp8-format and --fp4-param-gather needs --fp4-format (a99f647421, 2025-09, with the
+    FP4 flags); --fp8-param-gather needs a sharded optimizer (033d8b0de5, 2024-09, with the flag)."""
+    if flags.get("fp4_format") and flags.get("fp8_format"):
+        raise ConfigError(f"--fp4-format {flags.get('fp4_format')} with --fp8-format {flags.get('fp8_format')}: Megatron "
+                          "raises '--fp4-format and --fp8-format cannot be used simultaneously'. Keep one.")
+    if (_given(script_args, "--fp4-param-gather") or _given(script_args, "--fp4-param")) and not flags.get("fp4_format"):
+        raise ConfigError("--fp4-param-gather without --fp4-format: Megatron raises '--fp4-param-gather must be used "
+                          "together with --fp4-format'. Add --fp4-format e2m1 or drop the flag.")
+    sharded = any(flags.get(d) for d in ("use_distributed_optimizer", "use_torch_fsdp2", "use_megatron_fsdp"))
+    if flags.get("fp8_param_gather") and not sharded:
+        raise ConfigError("--fp8-param-gather without --use-distributed-optimizer (or an FSDP): Megatron's validate_args "
+                          "asserts '--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron "
+                          "fsdp, or inference mode'. Add --use-distributed-optimizer or drop the flag.")
+
+
+def _check_feature_pairs(flags: FlagValues) -> list[str]:
+    """--optimizer-cpu-offload needs --use-precision-aware-optimizer (60007c93d3, 2025-02, with the flag);
+    --enable-cuda-graph / --external-cuda-graph, deprecated spellings of --cuda-graph-impl, exclude any impl but none
+    (5769804591, 2025-10, with --cuda-graph-impl), and each other since 2b6b46b796 (2025-08; a warning, the releases
+    of 2025-03 to then take both)."""
+    if flags.get("optimizer_cpu_offload") and not flags.get("use_precision_aware_optimizer"):
+        raise ConfigError("--optimizer-cpu-offload without --use-precision-aware-optimizer: Megatron's validate_args "
+                          "asserts 'The optimizer cpu offload must be used in conjunction with "
+                          "`--use-precision-aware-optimizer`'. Add it.")
+    old = [f for f, d in (("--enable-cuda-graph", "enable_cuda_graph"), ("--external-cuda-graph", "external_cuda_graph"))
+           if flags.get(d)]
+    impl = flags.get("cuda_graph_impl", "none")
+    if old and impl != "none":
+        raise ConfigError(f"{' and '.join(old)} with --cuda-graph-impl {impl}: Megatron's validate_args asserts 'Do not "
+                          "use --enable-cuda-graph or --external-cuda-graph with --cuda-graph-impl'. Keep --cuda-graph-impl "
+                          "(local was --enable-cuda-graph, transformer_engine --external-cuda-graph).")
+    if len(old) == 2:
+        return ["--enable-cuda-graph and --external-cuda-graph: Megatron-LM since 2025-08 stops at start-up "
+                "('enable_cuda_graph and external_cuda_graph cannot be enabled at the same time'); CUDA graphs are "
+                "not modelled either way. Keep one"]
+    return []
+
+
+def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout) -> None:
+    """validate_args asserts context_parallel_size == prod(--hierarchical-context-parallel-sizes) (645c329d07,
+    2024-11, with the flag)."""
+    sizes = list_values(script_args, "--hierarchical-context-parallel-sizes")
+    if not sizes:
+        return
+    try:
+        product = 1
+        for size in sizes:
+            product *= int(size)
+    except ValueError:
+        raise ConfigError(f"--hierarchical-context-parallel-sizes {' '.join(sizes)}: integers expected (argparse "
+                          "'invalid int value').") from None
+    if product != parallel.cp:
+        raise ConfigError(f"--hierarchical-context-parallel-sizes {' '.join(sizes)} multiply to {product}, not "
+                          f"context-parallel-size {parallel.cp}: Megatron's validate_args asserts context_parallel_size "
+                          "== prod(hierarchical_context_parallel_sizes). Make them agree.")
+
+
+def _check_router(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """TransformerConfig.__post_init__, each rule with its flags: --moe-router-enable-expert-bias needs the sigmoid
+    score function (c6e3b0c5bb, 2025-02; --moe-router-score-function defaults to softmax); group-limited routing
+    (b1022a3230, 2025-02) needs --moe-router-num-groups dividing the experts and at least --moe-router-group-topk."""
+    score = flags.get("moe_router_score_function", "softmax")
+    if _given(script_args, "--moe-router-enable-expert-bias") and score != "sigmoid":
+        raise ConfigError(f"--moe-router-enable-expert-bias with --moe-router-score-function {score}: Megatron raises "
+                          "'Expert bias for aux-loss-free routing only supports sigmoid score function'. Add "
+                          "--moe-router-score-function sigmoid.")
+    experts, groups, group_topk = flags.get("num_experts"), flags.get("moe_router_num_groups"), flags.get("moe_router_group_topk")
+    if not (experts and group_topk):
+        return
+    if not groups:
+        raise ConfigError(f"--moe-router-group-topk {group_topk} without --moe-router-num-groups: Megatron raises 'When "
+                          "using group limited routing, moe_router_num_groups must be specified'. Add it.")
+    if experts % groups or group_topk > groups:
+        raise ConfigError(f"--num-experts {experts}, --moe-router-num-groups {groups}, --moe-router-group-topk {group_topk}: "
+                          "Megatron asserts the experts split evenly into the groups and the group top-k is at most the "
+                          "number of groups (TransformerConfig). Change the group settings.")
+
+
+def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> None:
+    """--rampup-batch-size START INCREMENT SAMPLES, in the releases that have it (to core_v0.17; core_v0.18 replaced
+    it with --step-batch-size-schedule, c9e03d0c3b): validate_args asserts 'expected no batch-size rampup for
+    iteration-based training' (22ab91bbf9, 2020-12), and RampupBatchsizeNumMicroBatchesCalculator
+    (core/num_microbatches_calculator.py) positive START and INCREMENT, GBS - START a non-negative multiple of
+    INCREMENT, and at the first step (update(..., consistency_check=True)) START a multiple of MBS x DP unless
+    --decrease-batch-size-if-needed."""
+    words = flags.get("rampup_batch_size")
+    if not words:
+        return
+    iters = _number(script_args, "--train-iters")
+    if iters:
+        raise ConfigError(f"--rampup-batch-size {' '.join(words)} with --train-iters {iters:g}: Megatron's validate_args "
+                          "asserts 'expected no batch-size rampup for iteration-based training'. Give --train-samples "
+                          "(and the --lr-*-samples forms) instead.")
+    try:
+        start, step, _ = (int(w) for w in words)
+    except ValueError:
+        raise ConfigError(f"--rampup-batch-size {' '.join(words)}: three integers expected (start batch size, "
+                          "increment, ramp-up samples).") from None
+    mbs = flags.get("micro_batch_size", 1)
+    gbs = flags.get("global_batch_size", mbs * dp)
+    if start <= 0 or step <= 0 or gbs < start or (gbs - start) % step:
+        raise ConfigError(f"--rampup-batch-size {' '.join(words)} with global batch size {gbs}: Megatron's ramp-up "
+                          "calculator asserts a positive start and increment and (global - start) a non-negative "
+                          "multiple of the increment. Change the ramp-up or --global-batch-size.")
+    if start % (mbs * dp) and not _given(script_args, "--decrease-batch-size-if-needed"):
+        raise ConfigError(f"--rampup-batch-size starts at {start}, not a multiple of micro batch size {mbs} x data "
+                          f"parallel size {dp} = {mbs * dp}: Megatron asserts each step's batch is ('current global batch "
+                          "size ... is not divisible by micro-batch-size times data parallel size'). Start at a multiple "
+                          "or add --decrease-batch-size-if-needed.")
+
+
+def _check_position_embedding(flags: FlagValues) -> None:
+    """validate_args, after --use-rotary-position-embeddings has set rope: RuntimeError('--no-position-embedding is
+    deprecated, use --position-embedding-type') for any other type (c156ab1ee4, 2023-07; core_v0.16.1 and HEAD)."""
+    kind = "rope" if flags.get("use_rotary_position_embeddings") else flags.get("position_embedding_type", "learned_absolute")
+    if flags.get("add_position_embedding", True) is False and kind != "rope":
+        raise ConfigError(f"{flags.seen_flags['add_position_embedding']} with --position-embedding-type {kind}: Megatron-LM "
+                          "raises '--no-position-embedding is deprecated, use --position-embedding-type' (validate_args, "
+                          "since 2023-07; it is only accepted beside rope). Use --position-embedding-type none instead.")
+
+
+def _fp8_param_warnings(flags: FlagValues) -> list[str]:
+    """TransformerConfig raises 'fp8_param must be used together with fp8 mode' (fp8_param = --fp8-param-gather,
+    arguments.py core_transformer_config_from_args) since 062c833392 (2025-04); the releases of 2024-09 to then run
+    the job with the flag doing nothing, as llmperf prices it."""
+    if flags.get("fp8_param_gather") and not any(flags.get(d) for d in ("fp8_format", "fp8_e4m3", "fp8_hybrid")):
+        return ["--fp8-param-gather without --fp8-format: Megatron-LM since 2025-04 stops at start-up (TransformerConfig: "
+                "'fp8_param must be used together with fp8 mode'); older releases ignore the flag, as priced. Add "
+                "--fp8-format or drop --fp8-param-gather"]
+    return []
+
+
+def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout,
+                        ds_flavour: bool = False) -> list[str]:
+    """ConfigError for a command that validate_args refuses on the rules of this module; warnings for those only
+    Megatron-LM releases since 2025 enforce. Megatron-DeepSpeed (`ds_flavour`) forked with the rules of 2020-2021
+    (its megatron/arguments.py validate_args asserts the first five); the others are Megatron-LM's."""
+    if _value(script_args, "--warmup") is not None:
+        raise ConfigError("--warmup is no longer accepted (validate_args asserts it is unset: '--warmup argument is no "
+                          "longer valid'); use --lr-warmup-fraction (or --lr-warmup-iters).")
+    _check_training_length(script_args)
+    warnings = _check_lr_and_save(script_args)
+    _check_mixed_precision(flags, script_args)
+    if ds_flavour:
+        return warnings
+    _check_low_precision(flags, script_args)
+    warnings += _check_feature_pairs(flags)
+    _check_hierarchical_cp(script_args, parallel)
+    _check_rampup(flags, script_args, parallel.dp)
+    _check_router(flags, script_args)
+    _check_position_embedding(flags)
+    return warnings + _fp8_param_warnings(flags)

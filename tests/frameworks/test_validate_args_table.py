@@ -1,0 +1,198 @@
+"""Megatron-LM commands that `validate_args` (megatron/training/arguments.py, core_v0.16.1 and HEAD d98e8a6) and the
+TransformerConfig / Transformer Engine checks it leads to accept or refuse, assertion by assertion.
+
+Every row is the base command of tests/frameworks/helpers.py (8 GPUs, 32 layers, hidden 4096, 32 heads, seq 2048,
+max positions 2048, micro-batch 1) plus the row's flags; `None` means Megatron accepts it, a string is a fragment of
+the refusal llmperf must give (ConfigError, exit 2). Each refusal row has an accepted neighbour that differs only
+in what the rule reads, so a rule that refused everything would fail the table.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import BASE, megatron
+from tests.launch.cli_run import llmperf
+
+_PP4 = ("--pipeline-model-parallel-size", "4")
+_FSDP2 = ("--use-torch-fsdp2", "--untie-embeddings-and-output-weights")
+
+ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
+    # world size: world % (TP*PP*CP) == 0
+    ("tp-pp-cp divide world", ("--tensor-model-parallel-size", "2", "--context-parallel-size", "2"), None),
+    ("tp x pp does not divide 8", ("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "3"),
+     "not divisible by tensor-model-parallel-size"),
+    # heads % TP (TransformerConfig), query groups: heads % groups (TE), groups a multiple or divisor of TP
+    ("tp 3 does not divide heads", ("--tensor-model-parallel-size", "3"), "not divisible"),
+    ("gqa 8 groups", ("--group-query-attention", "--num-query-groups", "8"), None),
+    ("gqa groups do not divide heads", ("--group-query-attention", "--num-query-groups", "6"), "is not a multiple of num-query-groups 6"),
+    ("gqa groups divisor of tp", ("--group-query-attention", "--num-query-groups", "2", "--tensor-model-parallel-size", "4"), None),
+    # virtual pipeline: one of the two flags, layers per stage divisible
+    ("vpp by layers per stage", (*_PP4, "--num-layers-per-virtual-pipeline-stage", "2", "--global-batch-size", "8"), None),
+    ("vpp by stages per rank", (*_PP4, "--num-virtual-stages-per-pipeline-rank", "4", "--global-batch-size", "8"), None),
+    ("vpp both flags", (*_PP4, "--num-layers-per-virtual-pipeline-stage", "2", "--num-virtual-stages-per-pipeline-rank", "4"),
+     "cannot both be set"),
+    ("vpp 3 layers per stage of 8", (*_PP4, "--num-layers-per-virtual-pipeline-stage", "3"), "must divide"),
+    ("vpp with uneven stages needs stages per rank",
+     (*_PP4, "--decoder-first-pipeline-num-layers", "4", "--num-layers-per-virtual-pipeline-stage", "2"),
+     "--num-virtual-stages-per-pipeline-rank"),
+    # layers % PP, or the uneven first/last stages
+    ("layers not divisible by pp 3", ("--pipeline-model-parallel-size", "2", "--num-layers", "33"), "not divisible by"),
+    ("uneven first stage", (*_PP4, "--decoder-first-pipeline-num-layers", "5", "--decoder-last-pipeline-num-layers", "7"), None),
+    ("uneven first stage leaves a ragged middle", (*_PP4, "--decoder-first-pipeline-num-layers", "6"), "does not add up"),
+    # sequence parallelism is dropped at TP 1 (a warning), kept at TP > 1
+    ("sequence parallel at tp 1", ("--sequence-parallel",), None),
+    # batch: GBS % (MBS * DP)
+    ("gbs multiple of mbs x dp", ("--micro-batch-size", "2", "--global-batch-size", "32"), None),
+    ("gbs not a multiple of mbs x dp", ("--micro-batch-size", "2", "--global-batch-size", "20"), "not divisible by micro batch"),
+    ("rampup batch size", ("--global-batch-size", "64", "--rampup-batch-size", "16", "16", "1000"), None),
+    ("rampup with iteration-based training", ("--global-batch-size", "64", "--rampup-batch-size", "16", "16", "1000",
+                                              "--train-iters", "100"), "no batch-size rampup for iteration-based"),
+    ("rampup increment does not reach gbs", ("--global-batch-size", "64", "--rampup-batch-size", "16", "10", "1000"),
+     "multiple of the increment"),
+    ("rampup start not a multiple of mbs x dp", ("--global-batch-size", "64", "--rampup-batch-size", "4", "4", "1000"),
+     "starts at 4"),
+    ("rampup start rounded down by request", ("--global-batch-size", "64", "--rampup-batch-size", "4", "4", "1000",
+                                              "--decrease-batch-size-if-needed"), None),
+    # precision
+    ("fp16 and bf16", ("--fp16", "--bf16"), "both set"),
+    ("fp8 format needs a choice", ("--bf16", "--fp8-format", "e5m2"), "not a choice"),
+    ("fp8 hybrid", ("--bf16", "--fp8-format", "hybrid"), None),
+    ("fp4 with fp8", ("--bf16", "--fp8-format", "hybrid", "--fp4-format", "e2m1"), "cannot be used simultaneously"),
+    ("fp4 alone", ("--bf16", "--fp4-format", "e2m1"), None),
+    ("fp4 param gather without fp4", ("--bf16", "--fp4-param-gather"), "must be used together with --fp4-format"),
+    ("fp8 param gather without a sharded optimizer", ("--bf16", "--fp8-format", "hybrid", "--fp8-param-gather"),
+     "only supported with distributed optimizer"),
+    ("fp8 param gather with the distributed optimizer",
+     ("--bf16", "--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer"), None),
+    ("fp16 lm cross entropy without fp16", ("--bf16", "--fp16-lm-cross-entropy"), "only support in fp16 mode"),
+    ("fp16 lm cross entropy with fp16", ("--fp16", "--fp16-lm-cross-entropy"), None),
+    ("fp32 residual without fp16/bf16", ("--fp32-residual-connection",), "only supported when using fp16 or bf16"),
+    ("fp32 residual with bf16", ("--bf16", "--fp32-residual-connection"), None),
+    # MoE
+    ("moe ep needs experts", ("--expert-model-parallel-size", "2"), "needs --num-experts"),
+    ("moe experts % ep", ("--num-experts", "6", "--expert-model-parallel-size", "4"), "not a multiple of expert-model-parallel-size"),
+    ("moe grouped gemm", ("--num-experts", "8", "--expert-model-parallel-size", "8", "--moe-grouped-gemm"), None),
+    ("moe expert tp does not fit the world", ("--num-experts", "8", "--expert-model-parallel-size", "8",
+                                               "--expert-tensor-parallel-size", "2"), "not divisible by expert-tensor"),
+    ("expert bias with softmax scores", ("--num-experts", "8", "--moe-router-enable-expert-bias"), "only supports sigmoid"),
+    ("expert bias with sigmoid scores", ("--num-experts", "8", "--moe-router-enable-expert-bias",
+                                         "--moe-router-score-function", "sigmoid"), None),
+    ("group routing without groups", ("--num-experts", "8", "--moe-router-group-topk", "2"), "moe_router_num_groups must"),
+    ("group routing, groups do not split experts", ("--num-experts", "8", "--moe-router-num-groups", "3",
+                                                    "--moe-router-group-topk", "2"), "split evenly"),
+    ("group routing", ("--num-experts", "8", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2"), None),
+    # shape: kv-channels derived only when hidden % heads == 0; positions cover the sequence
+    ("hidden not divisible by heads", ("--hidden-size", "4100"), "not divisible by num-attention-heads"),
+    ("hidden not divisible by heads, kv-channels given", ("--hidden-size", "4100", "--kv-channels", "128"), None),
+    ("seq longer than positions", ("--seq-length", "4096"), "max_position_embeddings >= seq_length"),
+    ("no position embedding beside rope", ("--position-embedding-type", "rope", "--no-position-embedding"), None),
+    ("no position embedding without rope", ("--no-position-embedding",), "--position-embedding-type none"),
+    ("no position embedding, legacy rope flag", ("--use-rotary-position-embeddings", "--no-position-embedding"), None),
+    # deprecated flags
+    ("batch-size", ("--batch-size", "4"), "--micro-batch-size"),
+    ("model-parallel-size", ("--model-parallel-size", "2"), "--tensor-model-parallel-size"),
+    ("warmup", ("--warmup", "100"), "--lr-warmup-fraction"),
+    # training length, learning rate, checkpoints
+    ("iteration-based run", ("--train-iters", "1000", "--lr-decay-iters", "900", "--lr-warmup-iters", "10"), None),
+    ("iterations with sample decay", ("--train-iters", "1000", "--lr-decay-samples", "9000"), "expected iteration-based"),
+    ("iterations and samples", ("--train-iters", "1000", "--train-samples", "8000"), "expected iteration-based"),
+    ("samples with iteration warmup", ("--train-samples", "8000", "--lr-warmup-iters", "10"), "expected sample-based"),
+    ("warmup fraction and iterations", ("--train-iters", "1000", "--lr-warmup-fraction", "0.01", "--lr-warmup-iters", "10"),
+     "one of lr-warmup-fraction and lr-warmup-iters"),
+    ("warmup fraction alone", ("--train-iters", "1000", "--lr-warmup-fraction", "0.01"), None),
+    ("skip-train skips the length rules", ("--skip-train", "--train-iters", "10", "--train-samples", "80"), None),
+    ("min lr above lr", ("--lr", "1e-5", "--min-lr", "1e-4"), "min_lr <= lr"),
+    ("min lr below lr", ("--lr=1e-4", "--min-lr=1e-5"), None),
+    ("save without interval", ("--save", "/ckpt"), "--save-interval"),
+    ("save with interval", ("--save", "/ckpt", "--save-interval", "1000"), None),
+    ("save with the persistent alias", ("--save", "/ckpt", "--persistent-save-interval", "1000"), None),
+    # context parallelism
+    ("cp seq multiple of 2cp", ("--context-parallel-size", "4"), None),
+    ("cp seq not a multiple of 2cp", ("--context-parallel-size", "2", "--seq-length", "1026", "--max-position-embeddings", "2048"),
+     "multiple of 2 x context-parallel-size"),
+    ("hierarchical cp sizes multiply to cp", ("--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                                              "--hierarchical-context-parallel-sizes", "2", "2"), None),
+    ("hierarchical cp sizes do not multiply to cp", ("--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                                                     "--hierarchical-context-parallel-sizes", "2", "4"), "multiply to 8"),
+    # FSDP: torch FSDP2 refuses gradient accumulation fusion (on by default); Megatron FSDP needs fsdp_dtensor
+    ("fsdp2 with fused grad accumulation", _FSDP2, "gradient accumulation fusion"),
+    ("fsdp2", (*_FSDP2, "--no-gradient-accumulation-fusion"), None),
+    ("megatron fsdp with torch_dist", ("--use-megatron-fsdp",), "fsdp_dtensor"),
+    ("megatron fsdp", ("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor"), None),
+    # optimizer offload, CUDA graphs
+    ("optimizer cpu offload alone", ("--bf16", "--use-distributed-optimizer", "--optimizer-cpu-offload"),
+     "--use-precision-aware-optimizer"),
+    ("optimizer cpu offload", ("--bf16", "--use-distributed-optimizer", "--optimizer-cpu-offload",
+                               "--use-precision-aware-optimizer"), None),
+    ("enable cuda graph with impl", ("--enable-cuda-graph", "--cuda-graph-impl", "local"), "with --cuda-graph-impl"),
+    ("enable cuda graph with impl none", ("--enable-cuda-graph", "--cuda-graph-impl", "none"), None),
+    ("cuda graph impl alone", ("--cuda-graph-impl", "local"), None),
+    # recompute
+    ("selective recompute with a method", ("--recompute-granularity", "selective", "--recompute-method", "uniform"),
+     "takes neither"),
+    ("full recompute", ("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"), None),
+    ("distribute saved activations at tp 1", ("--recompute-granularity", "full", "--recompute-method", "uniform",
+                                              "--recompute-num-layers", "1", "--distribute-saved-activations"), "tensor-model-parallel-size > 1"),
+    ("tp comm overlap without sp", ("--tensor-model-parallel-size", "2", "--tp-comm-overlap"), "--sequence-parallel"),
+]
+
+
+@pytest.mark.parametrize(("flags", "refusal"), [pytest.param(f, r, id=i) for i, f, r in ROWS])
+def test_megatron_accepts_or_refuses(flags: tuple[str, ...], refusal: str | None) -> None:
+    if refusal is None:
+        megatron(*flags)
+        return
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        megatron(*flags)
+
+
+def test_a_refusal_exits_2_with_the_rule_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    done = llmperf(capsys, "explain", "--", "torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *BASE,
+                   "--lr", "1e-5", "--min-lr", "1e-4")
+    assert done.code == 2 and "min_lr <= lr" in done.err and "Traceback" not in done.err
+
+
+def test_unparsable_numbers_are_refused_as_argparse_refuses_them() -> None:
+    with pytest.raises(ConfigError, match="unexpanded shell variable"):
+        megatron("--lr", "$LR")
+
+
+def test_a_save_interval_of_zero_warns() -> None:
+    """validate_args asserts save_interval > 0 since 78af90cb77 (2025-07); older releases never save."""
+    assert any("save_interval > 0" in w for w in megatron("--save", "/ckpt", "--save-interval", "0").warnings)
+    assert not any("save_interval" in w for w in megatron("--save", "/ckpt", "--save-interval", "10").warnings)
+
+
+def test_megatron_deepspeed_keeps_the_rules_it_forked_with(tmp_path) -> None:
+    """Megatron-DeepSpeed's megatron/arguments.py validate_args asserts --warmup unset, one training unit, min_lr <= lr,
+    --save-interval with --save and the fp16/fp32 switches' precision, as Megatron-LM does."""
+    from tests.frameworks.helpers import script
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}')
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *BASE, "--deepspeed", "--deepspeed_config", str(ds)]
+    assert script(run).framework == "megatron-deepspeed"
+    for flags, refusal in ((("--warmup", "10"), "--lr-warmup-fraction"), (("--save", "/ckpt"), "--save-interval"),
+                           (("--lr", "1e-5", "--min-lr", "1e-4"), "min_lr <= lr"),
+                           (("--train-iters", "10", "--train-samples", "80"), "expected iteration-based")):
+        with pytest.raises(ConfigError, match=re.escape(refusal)):
+            script([*run, *flags])
+
+
+def test_both_old_cuda_graph_switches_warn() -> None:
+    """Refused since 2b6b46b796 (2025-08); the releases of 2025-03 to then accept both."""
+    cfg = megatron("--enable-cuda-graph", "--external-cuda-graph")
+    assert any("cannot be enabled at the same time" in w for w in cfg.warnings)
+
+
+def test_fp8_param_gather_without_an_fp8_format_warns() -> None:
+    """TransformerConfig refuses it since 2025-04 ('fp8_param must be used together with fp8 mode'); older releases
+    ignore the flag."""
+    plain = megatron("--bf16", "--fp8-param-gather", "--use-distributed-optimizer")
+    assert any("fp8_param must be used together with fp8 mode" in w for w in plain.warnings)
+    fp8 = megatron("--bf16", "--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer")
+    assert not any("fp8_param must" in w for w in fp8.warnings)
