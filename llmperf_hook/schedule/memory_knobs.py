@@ -9,7 +9,8 @@ with the same memory model as the job (schedule/memory.py estimate_memory over g
         layer (one 2sbh input kept per layer); sequence parallelism (the TP-replicated activations split, TP > 1);
         Megatron's distributed optimizer or the next ZeRO stage (state sharded over data-parallel ranks,
         Rajbhandari et al. 2020); tensor or pipeline parallelism doubled (weights and activations split).
-  host  DeepSpeed: offload_optimizer / offload_param to nvme instead of cpu, or not offloaded; Megatron-DeepSpeed:
+  host  DeepSpeed: offload_optimizer / offload_param to nvme instead of cpu (ZeRO-3: ZeRO-1/2 offload to CPU memory
+        whatever the device), or not offloaded; Megatron-DeepSpeed:
         --checkpoint-in-cpu off; Megatron-LM: --optimizer-offload-fraction halved, or --optimizer-cpu-offload off.
 
 A layout knob is offered only where the framework accepts the layout it makes (tune/candidates.rule_masks: heads
@@ -106,9 +107,11 @@ def _host_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig
             out.append(("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0)))
         return out
     for key in ("offload_optimizer", "offload_param"):
-        if getattr(o, key) == "cpu":
+        if getattr(o, key) != "cpu":
+            continue
+        if o.zero_stage == 3:  # ZeRO-1/2 offload to CPU memory whatever the device says (stage_1_and_2.py)
             out.append((f"zero_optimization.{key}.device nvme", optimizer(**{key: "nvme"})))
-            out.append((f"zero_optimization.{key}.device none", optimizer(**{key: "none"})))
+        out.append((f"zero_optimization.{key}.device none", optimizer(**{key: "none"})))
     if cfg.recompute.checkpoint_in_cpu:
         out.append(("no --checkpoint-in-cpu", lambda c: dataclasses.replace(
             c, recompute=dataclasses.replace(c.recompute, checkpoint_in_cpu=False))))

@@ -105,3 +105,19 @@ def test_host_knobs_for_megatron_optimizer_offload() -> None:
     off = by_knob["no --optimizer-cpu-offload"]
     assert off.freed_bytes == mem.host_bytes_per_node
     assert off.memory.components["optimizer_states"] > mem.components["optimizer_states"] == 0
+
+
+def test_zero2_offload_is_not_told_to_use_nvme(tmp_path) -> None:
+    """ZeRO-1/2 offload to CPU memory whatever offload_optimizer.device says (stage_1_and_2.py; llmperf prices nvme
+    there as cpu, with a warning): only 'device none' is offered for them."""
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
+                  '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}')
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "8", *ARGV[6:14], "--micro-batch-size", "1",
+            "--global-batch-size", "8", "--vocab-size", "32000", "--bf16", "--deepspeed", "--deepspeed_config", str(ds),
+            "--zero-stage", "2", "--no-pipeline-parallel"]
+    small = dataclasses.replace(load_cluster("dgx-a100"), host_memory_bytes=16 * 2**30)
+    pred = _predict(argv, small)
+    assert pred.estimate.memory.fits and not pred.estimate.memory.host_fits
+    knobs = [e.knob for e in knob_effects(pred.config, small, pred.estimate.memory)]
+    assert knobs == ["zero_optimization.offload_optimizer.device none"]
