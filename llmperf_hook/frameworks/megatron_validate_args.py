@@ -213,6 +213,18 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
                           "or add --decrease-batch-size-if-needed.")
 
 
+def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> None:
+    """parallel_state.py initialize_model_parallel asserts '(data_parallel_size * context_parallel_size) %
+    num_distributed_optimizer_instances == 0' ('Data parallel size should be divisible by partial DistOpt shard
+    factor'): each instance shards the optimizer state over dp x cp / N ranks (schedule/memory.py)."""
+    n = int(flags.get("num_distributed_optimizer_instances") or 1)
+    if n < 1 or (parallel.dp * parallel.cp) % n:
+        raise ConfigError(f"--num-distributed-optimizer-instances {n} does not divide data-parallel x context-parallel "
+                          f"size {parallel.dp} x {parallel.cp} = {parallel.dp * parallel.cp}: Megatron's "
+                          "initialize_model_parallel asserts 'Data parallel size should be divisible by partial DistOpt "
+                          "shard factor'. Use a divisor of it.")
+
+
 def _check_position_embedding(flags: FlagValues) -> None:
     """validate_args, after --use-rotary-position-embeddings has set rope: RuntimeError('--no-position-embedding is
     deprecated, use --position-embedding-type') for any other type (c156ab1ee4, 2023-07; core_v0.16.1 and HEAD)."""
@@ -250,6 +262,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
     _check_hierarchical_cp(script_args, parallel)
+    _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
     _check_router(flags, script_args)
     _check_position_embedding(flags)

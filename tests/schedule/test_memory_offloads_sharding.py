@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.api import build_graph, predict_command
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.hardware.load import load_cluster
 
 GPN = 8
@@ -69,6 +70,12 @@ def test_distributed_optimizer_instances_shard_over_dp_divided_by_n() -> None:
     one = _megatron("--use-distributed-optimizer").estimate.memory.components["optimizer_states"]
     two = _megatron("--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2")
     assert two.estimate.memory.components["optimizer_states"] == pytest.approx(2 * one, rel=1e-6)
+
+
+def test_distributed_optimizer_instances_must_divide_dp_times_cp() -> None:
+    """3 instances do not divide dp 8: Megatron's initialize_model_parallel asserts (exit 2)."""
+    with pytest.raises(ConfigError, match="partial DistOpt shard factor"):
+        _megatron("--use-distributed-optimizer", "--num-distributed-optimizer-instances", "3")
 
 
 def _nvme(tmp_path: Path, param: dict, optimizer: dict):
