@@ -52,10 +52,33 @@ def _megatron_deepspeed_zero(flags: FlagValues, ds: DsSettings, warnings: list[s
     return replace(ds, zero_stage=flags.get("zero_stage"), sources={**ds.sources, "zero_stage": flags.source("zero_stage")})
 
 
+def _megatron_deepspeed_sizes(flags: FlagValues, world: int, warnings: list[str]) -> FlagValues:
+    """Megatron-DeepSpeed's validate_args lowers the model-parallel sizes to what the world holds before any check:
+    TP = min(TP, world), PP = min(PP, world // TP) (megatron/arguments.py; Megatron-LM did the same until 8af3dae72a,
+    2024-08, and now refuses)."""
+    tp, pp = flags.get("tensor_model_parallel_size", 1), flags.get("pipeline_model_parallel_size", 1)
+    if tp < 1 or pp < 1 or (tp <= world and pp <= world // tp):
+        return flags
+    new_tp = min(tp, world)
+    new_pp = min(pp, world // new_tp)
+    warnings.append(f"tensor-model-parallel-size {tp} and pipeline-model-parallel-size {pp} exceed the {world} ranks: "
+                    f"Megatron-DeepSpeed's validate_args runs TP {new_tp}, PP {new_pp} (min(TP, world), "
+                    "min(PP, world // TP))")
+    values, sources = dict(flags.values), dict(flags.sources)
+    for dest, value in (("tensor_model_parallel_size", new_tp), ("pipeline_model_parallel_size", new_pp)):
+        if flags.has(dest) and value != flags.get(dest):
+            values[dest] = value
+            sources[dest] = Source(SourceKind.DERIVED, f"{flags.seen_flags[dest]} {flags.get(dest)} lowered to the "
+                                                       f"{world} ranks (Megatron-DeepSpeed validate_args)")
+    return replace(flags, values=values, sources=sources)
+
+
 def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
                       overrides: JobOverrides, src: dict[str, Source]) -> TrainingConfig:
     warnings: list[str] = list(job.warnings) + check_megatron_options(job.script, job.script_args) + \
         ignored_deepspeed_flags(flags, job.script)
+    if framework == "megatron-deepspeed":
+        flags = _megatron_deepspeed_sizes(flags, job.world_size, warnings)
     shape_model = None if has_megatron_shape(flags, job.script) else overrides.model
     if overrides.model and shape_model is None:
         warnings.append(f"llmperf --model {overrides.model} ignored: the Megatron flags state the model shape")

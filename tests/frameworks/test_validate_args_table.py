@@ -183,6 +183,23 @@ def test_megatron_deepspeed_keeps_the_rules_it_forked_with(tmp_path) -> None:
             script([*run, *flags])
 
 
+def test_megatron_deepspeed_lowers_model_parallel_sizes_to_the_world(tmp_path) -> None:
+    """Megatron-DeepSpeed's validate_args: TP = min(TP, world), PP = min(PP, world // TP) before its checks;
+    Megatron-LM (since 8af3dae72a, 2024-08) refuses the same command."""
+    from tests.frameworks.helpers import script
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}')
+    sizes = ("--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "2")
+    run = ["deepspeed", "--num_gpus", "4", "pretrain_gpt.py", *BASE, "--global-batch-size", "2", "--deepspeed",
+           "--deepspeed_config", str(ds), *sizes]
+    cfg = script(run)
+    assert (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp) == (4, 1, 1)
+    assert any("runs TP 4, PP 1" in w for w in cfg.warnings) and "lowered" in str(cfg.sources["tp"])
+    with pytest.raises(ConfigError, match="not divisible by tensor-model-parallel-size"):
+        megatron(*sizes, gpus=4)
+
+
 def test_both_old_cuda_graph_switches_warn() -> None:
     """Refused since 2b6b46b796 (2025-08); the releases of 2025-03 to then accept both."""
     cfg = megatron("--enable-cuda-graph", "--external-cuda-graph")
