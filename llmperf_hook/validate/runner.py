@@ -8,6 +8,8 @@ resolve) is reported with its error and left out of the MAPE; the other rows go 
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tempfile
 import time
@@ -90,19 +92,33 @@ def predict_run(run: MeasuredRun, presets: dict, out_dir: Path, predict: Predict
     except LlmperfError as err:
         return RowResult(**base, predicted_s=None, cluster="", argv=(), error=str(err), notes=run.assumptions)
     notes = run.assumptions + plan.notes + cluster.notes
-    shown = cluster.cluster
-    if not keep_files and cluster.derived:
-        shown = f"{cluster.derived}; its YAML is not kept (--write-batch FOLDER writes it there)"
+    shown, argv = cluster.cluster, plan.argv
+    if not keep_files:
+        if cluster.derived:
+            shown = f"{cluster.derived}; its YAML is not kept (--write-batch FOLDER writes it there)"
+        argv, written = temporary_files_shown(plan.argv, out_dir)
+        notes += written
     try:
         step = predict(plan.argv, cluster.cluster)
     except LlmperfError as err:
-        return RowResult(**base, predicted_s=None, cluster=shown, argv=plan.argv,
+        return RowResult(**base, predicted_s=None, cluster=shown, argv=argv,
                          error=row_error_text(str(err), out_dir, run.extra_args), notes=notes)
     except Exception as err:  # noqa: BLE001 - one row's internal error is reported on that row, the rest go on
         message = f"internal error: {type(err).__name__}: {err}"
-        return RowResult(**base, predicted_s=None, cluster=shown, argv=plan.argv, error=message, notes=notes)
-    return RowResult(**base, predicted_s=step.step_time_s, cluster=shown, argv=plan.argv,
+        return RowResult(**base, predicted_s=None, cluster=shown, argv=argv, error=message, notes=notes)
+    return RowResult(**base, predicted_s=step.step_time_s, cluster=shown, argv=argv,
                      fits=step.fits, notes=notes + step.warnings)
+
+
+def temporary_files_shown(argv: Sequence[str], out_dir: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(argv, notes) for a report that outlives `out_dir`: each ds_config validate wrote there is named by its file
+    name in the command, and its content is given in a note, so the command can be run again (--write-batch FOLDER
+    keeps the files themselves)."""
+    prefix = str(out_dir) + os.sep
+    notes = tuple(f"{Path(word).name} (its --deepspeed_config, not kept; --write-batch FOLDER keeps it): "
+                  f"{json.dumps(json.loads(Path(word).read_text(encoding='utf-8')), separators=(',', ':'))}"
+                  for word in argv if word.startswith(prefix) and word.endswith(".json"))
+    return tuple(Path(w).name if w.startswith(prefix) else w for w in argv), notes
 
 
 FLAG_COLUMNS = {

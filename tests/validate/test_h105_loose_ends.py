@@ -90,3 +90,21 @@ def test_the_doc_lists_what_the_reader_accepts() -> None:
     for spelling in ("zero0", "zero3", "ZeRO-3", "zero stage 2", "distributed optimizer", "dist_opt", "none", "off"):
         assert spelling in zero
         parse_zero(spelling, "doc")
+
+
+def test_a_rows_ds_config_is_named_and_given_not_left_as_a_deleted_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        clusters_dir: Path) -> None:
+    """A DeepSpeed row's command named the ds_config validate wrote into its temporary folder, gone once the report
+    was printed: the command now names the file, and the row's notes give its content."""
+    monkeypatch.setattr(runner, "predict_with_api", _fake)
+    monkeypatch.setattr("llmperf_hook.resources.configs_dir", lambda: clusters_dir.parent)
+    path = write_csv(tmp_path / "runs.csv", [{**BASE_ROW, "framework": "Megatron-DeepSpeed",
+                                              "zero_stage_or_dist_opt": "zero1"}])
+    out = CliRunner().invoke(command, [str(path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.stdout)["rows"][0]
+    name = row["command"].split("--deepspeed_config ")[1].split()[0]
+    assert re.fullmatch(r"ds_config-[0-9a-f]+\.json", name), row["command"]
+    note = next(n for n in row["notes"] if n.startswith(name))
+    config = json.loads(note.split(": ", 1)[1])
+    assert config["zero_optimization"] == {"stage": 1} and config["train_batch_size"] == 64
