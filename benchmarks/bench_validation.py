@@ -14,7 +14,14 @@ same layout's DP=1 row (identical for every micro-batch size and count) against 
 the gradients takes in vTrain's own LUT (calibration/nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv)
 and against bytes / bus bandwidth, the LUT lookup of vTrain's simulator (github.com/VIA-Research/vTrain
 src/predictor.py compute_comm_time) for messages above the LUT's 1 GiB, which leaves out the ring factor
-2(n-1)/n; (3) MAPE of the S24 rows with and without data parallelism.
+2(n-1)/n; (3) MAPE of the S24 rows with and without data parallelism; (4) the per-step part of the single-stage,
+DP = 1 rows (the fixed term of (1)) against the rank's parameters over the layer counts: fixed = rate x parameters +
+intercept. The intercept is zero to within 0.12 ms, and negative, in every (hidden, TP, micro-batch) family, and the
+rate is ~20 ps per parameter (~35 B at the A100's memory rate, an Adam update): the rows hold no per-step framework
+time at all. A DeepSpeed fp16 step as it runs (runtime/fp16/fused_optimizer.py: a host-synchronising overflow check
+per gradient tensor, the loss-scale update, one copy kernel per tensor; engine.py allreduce_bucket's flatten and copy
+back) cannot cost nothing beyond its bytes, so S24's per-step part prices the update's kernels, not the engine's
+step; it cannot be evidence for or against what the DeepSpeed step costs per parameter beyond Adam.
 """
 
 from __future__ import annotations
@@ -99,6 +106,43 @@ def vtrain_gradient_bytes(run: MeasuredRun) -> int:
     return 2 * ((v // tp) * h + run.seq_length * h + run.num_layers * layer + (v // tp) * h)
 
 
+def megatron_deepspeed_params(run: MeasuredRun) -> int:
+    """Parameters of one rank (pp 1) of Megatron-DeepSpeed's GPT: vTrain's parameter list (vtrain_gradient_bytes)
+    without its separate logit layer, which Megatron-DeepSpeed ties to the word embedding."""
+    h, tp = run.hidden_size, run.tp
+    return vtrain_gradient_bytes(run) // 2 - (run.vocab_size // tp) * h
+
+
+def step_term_fits(runs: list[MeasuredRun], fits: dict) -> dict[tuple[int, int, int], tuple[float, float, int]]:
+    """(hidden, TP, micro-batch) -> (seconds per parameter, intercept s, layer counts) of the per-step part of the
+    single-stage DP = 1 rows: the fixed term of linear_fits against the rank's parameters (megatron_deepspeed_params)
+    over the family's layer counts, least squares fixed = rate x parameters + intercept."""
+    first = {_config_key(r): r for r in runs}
+    points: dict[tuple[int, int, int], list[tuple[int, float]]] = defaultdict(list)
+    for key, (fixed, *_rest) in fits.items():
+        layers, hidden, tp, pp, dp, mbs = key
+        if pp == 1 and dp == 1:
+            points[(hidden, tp, mbs)].append((megatron_deepspeed_params(first[key]), fixed))
+    out = {}
+    for cell, pts in points.items():
+        if len({p for p, _ in pts}) >= 2:
+            a = np.array([[float(p), 1.0] for p, _ in pts])
+            rate, intercept = np.linalg.lstsq(a, np.array([f for _, f in pts]), rcond=None)[0]
+            out[cell] = (float(rate), float(intercept), len({p for p, _ in pts}))
+    return out
+
+
+def _audit_step_term(s24: list[MeasuredRun], fits: dict) -> None:
+    terms = step_term_fits(s24, fits)
+    print("  per-step part of the pp 1, DP 1 rows: fixed = rate x parameters + intercept, over the layer counts")
+    print("  hidden tp mbs layers  ps/param  intercept ms")
+    for (hidden, tp, mbs), (rate, intercept, count) in sorted(terms.items()):
+        print(f"  {hidden:6d} {tp:2d} {mbs:3d} {count:6d} {rate * 1e12:9.1f} {intercept * 1e3:13.3f}")
+    if terms:
+        print(f"  intercepts {min(t[1] for t in terms.values()) * 1e3:+.3f} .. {max(t[1] for t in terms.values()) * 1e3:+.3f}"
+              " ms: no per-step framework time (optimizer launches, overflow checks, loss scale) in these rows")
+
+
 def audit_s24(runs: list[MeasuredRun], report: object, lut_path: Path) -> None:
     """Print how the S24 rows were composed (see the module docstring)."""
     s24 = [r for r in runs if r.source_id == "S24"]
@@ -109,6 +153,7 @@ def audit_s24(runs: list[MeasuredRun], report: object, lut_path: Path) -> None:
           "(the CSV keeps 6 significant digits)")
     if lut_path.exists():
         _audit_dp_increments(s24, fits, read_allreduce_lut(lut_path))
+    _audit_step_term(s24, fits)
     dp_of = {r.row_id: r.dp for r in s24}
     for label, keep in (("DP = 1", lambda dp: dp == 1), ("DP > 1", lambda dp: dp > 1)):
         errors = [abs(r.signed_error) for r in report.rows  # type: ignore[attr-defined]

@@ -72,3 +72,31 @@ def test_dev_csv_s24_data_parallel_cost_is_vtrains_lut_lookup() -> None:
         assert fixed - base[0] == pytest.approx(lookup, rel=0.01), key
         checked += 1
     assert checked >= 20
+
+
+def test_step_term_fits_split_a_rate_per_parameter_from_a_per_step_constant() -> None:
+    rows = []
+    for layers in (12, 24):
+        run = SimpleNamespace(**{**vars(_run(2, 0.0)), "num_layers": layers})
+        params = bench.megatron_deepspeed_params(run)
+        for n in (2, 4):  # fixed = 20 ps x parameters + 0.5 ms, per micro-batch 40 ms
+            rows.append(SimpleNamespace(**{**vars(run), "global_batch_size": n * 2,
+                                           "iteration_time_s": 20e-12 * params + 5e-4 + 0.04 * n}))
+    rate, intercept, count = bench.step_term_fits(rows, bench.linear_fits(rows))[(1024, 2, 2)]
+    assert rate == pytest.approx(20e-12) and intercept == pytest.approx(5e-4) and count == 2
+    # Megatron-DeepSpeed ties the logit layer to the word embedding: vTrain's list minus one vocabulary table.
+    assert bench.megatron_deepspeed_params(_run(2, 0.1)) == bench.vtrain_gradient_bytes(_run(2, 0.1)) // 2 \
+        - (50257 // 2) * 1024
+
+
+@pytest.mark.skipif(not DEV_CSV.exists(), reason="shared data not present")
+def test_dev_csv_s24_steps_hold_no_per_step_framework_time() -> None:
+    from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv
+
+    runs = [r for r in build_measured_runs(read_runs_csv(DEV_CSV)) if r.source_id == "S24"]
+    terms = bench.step_term_fits(runs, bench.linear_fits(runs))
+    assert len(terms) >= 10
+    # Every family's per-step part is a rate over the parameters with no positive constant: not a DeepSpeed step
+    # as it runs (its per-tensor overflow-check syncs alone are ~0.03 ms x 150-300 tensors).
+    assert all(-0.2e-3 < intercept < 0.01e-3 for _, intercept, _ in terms.values())
+    assert all(19e-12 < rate < 22e-12 for (hidden, _tp, _mbs), (rate, _, _) in terms.items() if hidden == 2048)
