@@ -63,6 +63,8 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         raise
     elapsed = time.perf_counter() - started
     header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node)}
+    if header["host_offload"] and not spec.host_memory_bytes:
+        click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
     if not result.top:
         message = infeasible_message(result, cfg, header)
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
@@ -202,8 +204,25 @@ def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[st
     m = cfg.model
     job = (f"{cfg.framework} {m.num_layers} layers x hidden {m.hidden_size}, seq {m.seq_length}, "
            f"{cfg.world_size} GPUs, global batch {cfg.batch.global_batch_size}")
-    return {"job": job, "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source,
-            "elapsed_s": elapsed_s, "capacity_bytes": spec.gpu.memory_capacity_bytes}
+    return {"job": job, "framework": cfg.framework, "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source,
+            "elapsed_s": elapsed_s, "capacity_bytes": spec.gpu.memory_capacity_bytes,
+            "host_capacity_bytes": spec.host_memory_bytes, "host_offload": host_offloads(cfg)}
+
+
+def host_offloads(cfg: Any) -> list[str]:
+    """What of the command keeps state in host memory (schedule/host_memory.py): tune keeps these settings and
+    checks each candidate's host RAM against the cluster's where it states it."""
+    o = cfg.optimizer
+    parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
+             f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
+             "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
+    return [p for p in parts if p]
+
+
+def host_unchecked(cfg: Any, spec: Any) -> str:
+    return (f"the command keeps state in host memory ({', '.join(host_offloads(cfg))}), but cluster {spec.name} does not "
+            "state its host RAM (host_memory_GiB in its YAML), so no candidate's host memory is checked: one that tune "
+            "lists may not fit the nodes' RAM. Give --cluster a YAML with host_memory_GiB to check it.")
 
 
 def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]]:
@@ -211,10 +230,11 @@ def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]
     from dataclasses import asdict
 
     from llmperf_hook.tune.candidate import candidate_of
-    from llmperf_hook.tune.candidates import searched_values
+    from llmperf_hook.tune.candidates import knob_rules, searched_values
     from llmperf_hook.tune.render import split_knobs
 
-    return split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg)))
+    return {**split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg))),
+            "rules": knob_rules(cfg, space)}
 
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:
@@ -222,19 +242,21 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     from pathlib import Path
 
     from llmperf_hook.tune import ds_config_rewrite as dsr
-    from llmperf_hook.tune.apply import batch_script_job, expand_flag_variables, plan_tuned_command
+    from dataclasses import replace
+
+    from llmperf_hook.tune.apply import batch_script_job, expand_flag_variables, launch_words, plan_tuned_command
     from llmperf_hook.tune.render import command_changes
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
     shown = expand_flag_variables(argv)  # flags inside `$GPT_ARGS` compared as the parser read them
     script = batch_script_job(shown)  # `sbatch job.sh`: its launch line, the one the user edits
-    before = [script.script, *script.script_args] if script else shown
+    before = [script.script, *script.script_args] if script else launch_words(shown)  # `sh -c CMD`: CMD's launch
     ref = dsr.find_ds_config(before)  # the ds_config of that line (a script's own), whose keys the changes list
     written = script.script_files.get(os.path.normpath(ref.path)) if script and ref else None  # a here-document's
     original = None
     if ref is not None and cfg.framework != "megatron" and (written or os.path.isfile(ref.path)):
         original = dsr.read_ds_config(Path(ref.path), written)
-    return plans, [command_changes(before, p, original) for p in plans]
+    return plans, [command_changes(before, replace(p, argv=tuple(launch_words(p.argv))), original) for p in plans]
 
 
 def _nearest_json(result: Any) -> dict[str, Any] | None:
@@ -242,8 +264,18 @@ def _nearest_json(result: Any) -> dict[str, Any] | None:
     near = result.nearest
     if near is None:
         return None
-    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes,
-            "layers_that_fit": result.layers_that_fit or None}
+    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
+            "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit)}
+
+
+def _layers_meaning(layers: int | None) -> str:
+    """What `nearest.layers_that_fit` says: null was both "no layer count fits" and "not known"."""
+    if layers is None:
+        return ("not known: with fewer layers the command's own stage split (--decoder-first/last-pipeline-num-layers, "
+                "an embedding or loss counted in the split) breaks Megatron's rules, so no smaller model was priced")
+    if layers == 0:
+        return "no layer count fits: not even one layer per pipeline chunk, with the hidden size, sequence, batch and GPUs kept"
+    return "the most layers (whole pipeline chunks) that fit with this layout, hidden size, sequence, batch and GPUs kept"
 
 
 def _apply(plan: Any, dry_run: bool, quiet: bool, unchanged: bool = False) -> None:
@@ -273,27 +305,49 @@ def _apply(plan: Any, dry_run: bool, quiet: bool, unchanged: bool = False) -> No
 
 def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     usable = (1 - result.memory_margin) * header["capacity_bytes"] / GiB
+    host_gib = header.get("host_capacity_bytes", 0) / GiB
+    host = (f", {result.num_oom_host:,} of them out of host RAM ({host_gib:,.0f} GiB per node) while fitting the GPU"
+            if result.num_oom_host else "")
     counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
               f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
               f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
-              f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}).")
+              f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}){host}.")
     near = result.nearest
     if near is None:
         return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
-    short = near.peak_bytes / GiB - usable
-    msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
-           f"{near.peak_bytes / GiB:.1f} GiB per GPU, {short:.1f} GiB over.")
+    host_bound = near.peak_bytes / GiB <= usable and not near.host_fits
+    if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
+        msg = (f"nothing fits: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
+               f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
+               f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
+               f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
+    else:
+        msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
+               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over.")
+    return msg + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound)
+
+
+def _largest_model(result: Any, cfg: Any, near: Any) -> str:
+    """The sentence naming the largest model of this shape that would fit with `near`'s layout (or why none / unknown)."""
     if result.layers_that_fit:
-        msg += (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
+        return (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
                 f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
                 f"hidden size, sequence length, batch and GPUs kept).")
-    elif result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
+    if result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
-        msg += (f" With that layout no smaller model of this shape fits either: not even {chunk} "
+        return (f" With that layout no smaller model of this shape fits either: not even {chunk} "
                 f"layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size {cfg.model.hidden_size}, sequence "
                 f"length {cfg.model.seq_length}, batch and GPUs kept.")
+    # None: the smaller models broke a stage rule of the command, so the largest that fits is not known
+    return f" The largest model that would fit with that layout is {_layers_meaning(None)}."
+
+
+def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
+    if host_bound:  # run --require-fit's advice for the same verdict (commands/run.check_gates)
+        return (" Offload less (offload_param / offload_optimizer to none or nvme, a smaller offload_optimizer.ratio, no "
+                "--checkpoint-in-cpu), use more nodes, or a cluster with more host RAM (--cluster).")
     if cfg.framework in ("megatron", "megatron-deepspeed"):
-        return msg + " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+        return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
     script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
-    return msg + (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
-                  f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")
+    return (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
+            f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")

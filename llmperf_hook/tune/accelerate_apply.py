@@ -50,12 +50,16 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
         original = Path(path) if Path(path).is_absolute() else cwd / path
         raw = dsr.read_ds_config(original)
         tuned = dsr.tuned_ds_config(raw, new, num_microbatches, set_zero=new.zero_stage != base.zero_stage)
-        if tuned != raw:
-            target = dsr.fresh_path(original)
+        if tuned != raw:  # a tuned copy an earlier --apply wrote with this content is reused, as for --deepspeed_config
+            content = json.dumps(tuned, indent=2) + "\n"
+            target = dsr.fresh_path(original, content)
             shown = str(target) if Path(path).is_absolute() else str(Path(path).parent / target.name)
             options = ed.set_value(options, _CONFIG_FILE, shown)
-            files[str(target)] = json.dumps(tuned, indent=2) + "\n"
-            notes.append(f"new DeepSpeed config {shown} (copy of {path}; the original is untouched)")
+            if target.exists():
+                notes.append(f"DeepSpeed config {shown} (the tuned copy of {path} an earlier run wrote, reused)")
+            else:
+                files[str(target)] = content
+                notes.append(f"new DeepSpeed config {shown} (copy of {path}; the original is untouched)")
     else:
         options = _plugin_options(options, base, new, num_microbatches, notes)
     return [*head, *options, *new_script], files

@@ -25,6 +25,7 @@ from llmperf_hook.launch.sbatch import SBATCH_GRAMMAR, SBATCH_OPTIONS
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
+from llmperf_hook.tune.command_string import rewrite_command_string, shell_join as _shell_join, training_words
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
 MEGATRON = ("megatron", "megatron-deepspeed")
@@ -99,9 +100,20 @@ def _wrap_index(argv: Sequence[str]) -> int | None:
     return None
 
 
-def _shell_join(words: Sequence[str]) -> str:
-    """Join words for `sh -c`, leaving `$VAR` references unquoted so the shell still expands them."""
-    return " ".join(w if "$" in w and not any(c.isspace() or c in "'\"" for c in w) else shlex.quote(w) for w in words)
+def command_string_index(argv: Sequence[str]) -> int | None:
+    """Index of the word holding CMD in `sh -c CMD` / `sbatch --wrap CMD` (None for any other command)."""
+    k = _shell_command_index(argv)
+    return _wrap_index(argv) if k is None else k
+
+
+def launch_words(argv: Sequence[str]) -> list[str]:
+    """The words whose flags a change list compares: inside `sh -c CMD` / `sbatch --wrap CMD`, CMD's training command
+    (flags in one word are no flags to compare: every row read 'no flag of your command sets it'); else `argv`."""
+    k = command_string_index(argv)
+    if k is None:
+        return list(argv)
+    words = training_words(argv[k].removeprefix("--wrap="))
+    return list(argv) if words is None else words
 
 
 def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
@@ -147,10 +159,19 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         words = [job.script, *job.script_args]
         inner = _plan_tuned_command(words, base_cfg, new, new_cfg, cwd, job.script_files)
         return TunedCommand(inner.argv, inner.new_files, (*inner.notes, "the launch line inside the script"))
-    k = _shell_command_index(argv)
-    k = _wrap_index(argv) if k is None else k
-    if k is not None:
+    k = command_string_index(argv)
+    if k is not None:  # only CMD's training command is rewritten, in place (tune/command_string.py)
         prefix = "--wrap=" if argv[k].startswith("--wrap=") else ""
+        planned: list[TunedCommand] = []
+
+        def rewrite(words: list[str]) -> tuple[str, ...]:
+            planned.append(_plan_tuned_command(words, base_cfg, new, new_cfg, cwd, written))
+            return planned[-1].argv
+
+        cmd = rewrite_command_string(argv[k][len(prefix):], rewrite)
+        if cmd is not None:
+            inner = planned[0]
+            return TunedCommand((*argv[:k], prefix + cmd, *argv[k + 1:]), inner.new_files, inner.notes)
         inner = _plan_tuned_command(shlex.split(argv[k][len(prefix):]), base_cfg, new, new_cfg, cwd, written)
         return TunedCommand((*argv[:k], prefix + _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)

@@ -98,7 +98,10 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
 
 def searched_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> dict[str, list]:
     """Values tried per knob, named as in the JSON candidates (the report's "searched" / "kept": a knob with the
-    command's value alone is kept as the command has it). EP / expert TP only for MoE models; recompute as modes."""
+    command's value alone is kept as the command has it). EP / expert TP only for MoE models; recompute as modes.
+    A setting the framework does not have is not listed at all: Megatron-LM has no ZeRO stage (it shards optimizer
+    state with --use-distributed-optimizer, searched), DeepSpeed scripts neither --use-distributed-optimizer (ZeRO is
+    theirs) nor Megatron's --sequence-parallel; "kept: ZeRO 0" named a setting a Megatron-LM user cannot set."""
     vals, base = knob_values(cfg, space, gpus_per_node), candidate_of(cfg)
     out: dict[str, list] = {
         "micro_batch_size": vals["mbs"], "tp": vals["tp"], "pp": vals["pp"], "vpp": vals["vpp"], "cp": vals["cp"],
@@ -106,10 +109,38 @@ def searched_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int)
         "recompute": list(_recompute_modes(cfg.framework, space)) or [base.recompute],
         "distributed_optimizer": [bool(v) for v in vals["distopt"]], "zero_stage": vals["zero"],
     }
+    if cfg.framework == "megatron":
+        del out["zero_stage"]
+    if cfg.framework not in MEGATRON_FRAMEWORKS:  # Megatron's --use-distributed-optimizer and --sequence-parallel
+        del out["distributed_optimizer"], out["sequence_parallel"]
     if cfg.model.num_experts > 0:
         out["ep"] = vals["ep"]
         out["etp"] = [None if v == FOLLOW_TP else v for v in vals["etp"]]
     return out
+
+
+PIPELINE_ENGINE_ZERO = ("DeepSpeed's PipelineEngine asserts ZeRO stage < 2 ('ZeRO-2 and ZeRO-3 are incompatible with "
+                        "pipeline parallelism', deepspeed/runtime/pipe/engine.py PipelineEngine.__init__)")
+
+
+def knob_rules(cfg: TrainingConfig, space: SearchSpace) -> dict[str, str]:
+    """Knob -> the framework rule that narrows or fixes it for this command, stated once as a rule (the report's
+    "rules"), so a value never tried or tried only in part reads as the framework's, not as a pruned count."""
+    rules: dict[str, str] = {}
+    zero_2_3 = any(z >= 2 for z in space.zero_stage)
+    if cfg.framework == "deepspeed" and cfg.deepspeed_pipeline_engine and zero_2_3:
+        rules["zero_stage"] = f"ZeRO 2/3 not tried: the script pipelines (PP {cfg.parallel.pp}), and {PIPELINE_ENGINE_ZERO}"
+    elif cfg.framework == "megatron-deepspeed" and zero_2_3:
+        rules["zero_stage"] = (f"ZeRO 2/3 only at PP 1, with --no-pipeline-parallel (added by --apply): {PIPELINE_ENGINE_ZERO}, "
+                               "and Megatron-DeepSpeed runs that engine whenever PP > 1")
+    if cfg.framework != "megatron" and cfg.parallel.cp > 1:
+        rules["cp"] = ULYSSES_KEPT
+    return rules
+
+
+ULYSSES_KEPT = ("DeepSpeed-Ulysses sequence parallel kept at the command's size, not searched: predict prices its "
+                "all-to-alls as context parallelism's ring exchange hidden behind attention (a warning says so), "
+                "not as Ulysses runs them, so it cannot rank Ulysses sizes")
 
 
 def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> dict[str, list[int]]:
@@ -133,10 +164,15 @@ def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> 
 
 
 def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[int]:
-    """ZeRO is a DeepSpeed setting: Megatron-LM proper and plain torch scripts keep theirs."""
+    """ZeRO is a DeepSpeed setting: Megatron-LM proper and plain torch scripts keep theirs. A DeepSpeed script that
+    pipelines runs PipelineEngine whatever tune changes (its PP is the script's), so ZeRO 2/3 are not values to try
+    there (PIPELINE_ENGINE_ZERO); where the space holds no other, the command's own stage is kept."""
     if cfg.framework in ("megatron", "torch"):
         return [base.zero_stage]
-    return sorted(set(space.zero_stage))
+    stages = set(space.zero_stage)
+    if cfg.framework == "deepspeed" and cfg.deepspeed_pipeline_engine:
+        stages = {z for z in stages if z < 2} or {base.zero_stage}
+    return sorted(stages)
 
 
 def _recompute_modes(framework: str, space: SearchSpace) -> tuple[str, ...]:

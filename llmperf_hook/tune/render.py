@@ -4,15 +4,17 @@ Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the e
 that differ between the user's command and the tuned one (tune/apply.py produced both).
 
 JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `knobs` {searched {knob: values tried}, kept
-{knob: the command's value}}; `search` {num_generated, num_considered,
-num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_slower_by_estimate,
-num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
+{knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
+does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered,
+num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted:
+fit the GPU, not the host RAM the offloads pin), host_capacity_bytes (per node; null = the cluster does not state it, not checked),
+num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
 {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute, recompute_num_layers, distributed_optimizer,
 zero_stage, ep, etp (null = expert TP follows TP), layout (the table's layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
-capacity_bytes, headroom_bytes, fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
+capacity_bytes, headroom_bytes, fits, host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
 `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 Nothing fits (exit 3): {error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
-layers_that_fit}}.
+host_bytes_per_node, layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}.
 """
 
 from __future__ import annotations
@@ -114,18 +116,19 @@ def _s(v: Any) -> str | None:
 def _row(rank: str, ev: Evaluated, changes: str) -> str:
     e = ev.estimate
     head = (ev.capacity_bytes - ev.peak_bytes) / GiB
-    fit = "" if ev.fits else " (no fit)"
+    fit = "" if ev.fits else " (no fit)" if ev.host_fits else " (no fit: host RAM)"
     return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
             f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}{fit}  {ev.candidate.describe():<40} {changes}")
 
 
 def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
     lines = [f"llmperf tune: {header['job']} on {header['cluster']}",
-             f"search space: {header['space']}", *([knobs_line(header["knobs"])] if header.get("knobs") else []),
+             f"search space: {header['space']}",
+             *([knobs_line(header["knobs"], header.get("framework", "megatron"))] if header.get("knobs") else []),
              _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
     lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
-                 f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g})")
+                 f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g}){_host_clause(header)}")
     lines.append("")
     lines.append("  #   step (s)     tokens/s    MFU  peak GiB  free GiB  " + f"{'layout':<41}" + "changes vs your command")
     if res.baseline is not None:
@@ -151,11 +154,15 @@ def split_knobs(values: Mapping[str, Sequence[Any]], own: Mapping[str, Any]) -> 
     return {"searched": searched, "kept": kept}
 
 
-def knobs_line(knobs: Mapping[str, Mapping[str, Any]]) -> str:
-    """The table's 'searched: TP 1, 2, 4, 8; ... | kept as your command: ZeRO 0' line (split_knobs' two halves)."""
-    searched = "; ".join(f"{_KNOB_NAMES.get(k, k)} {', '.join(map(_knob_value, v))}" for k, v in knobs["searched"].items())
-    kept = "; ".join(f"{_KNOB_NAMES.get(k, k)} {_knob_value(v)}" for k, v in knobs["kept"].items())
-    return f"searched: {searched or 'nothing'} | kept as your command: {kept or 'nothing'}"
+def knobs_line(knobs: Mapping[str, Mapping[str, Any]], framework: str = "megatron") -> str:
+    """The table's 'searched: TP 1, 2, 4, 8; ... | kept as your command: PP 2' line (split_knobs' two halves), then
+    one line per framework rule that narrows or fixes a knob (candidates.knob_rules). Outside Megatron-LM the
+    sequence split is DeepSpeed-Ulysses (--ds-sequence-parallel-size, ds_config sequence_parallel_size), named so."""
+    names = {**_KNOB_NAMES, **({"cp": "Ulysses SP"} if framework != "megatron" else {})}
+    searched = "; ".join(f"{names.get(k, k)} {', '.join(map(_knob_value, v))}" for k, v in knobs["searched"].items())
+    kept = "; ".join(f"{names.get(k, k)} {_knob_value(v)}" for k, v in knobs["kept"].items())
+    rules = [f"  {names.get(k, k)}: {why}" for k, why in knobs.get("rules", {}).items()]
+    return "\n".join([f"searched: {searched or 'nothing'} | kept as your command: {kept or 'nothing'}", *rules])
 
 
 def _knob_value(value: Any) -> str:
@@ -181,16 +188,40 @@ def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
     return (f"{res.num_considered:,} distinct candidates ({res.num_generated:,} generated) in "
             f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
             f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
-            f"memory model alone, {res.num_oom_predicted:,} by the full prediction); {res.num_slower:,} slower than the "
+            f"memory model alone, {res.num_oom_predicted:,} by the full prediction{_host_pruned(res, header)}); "
+            f"{res.num_slower:,} slower than the "
             f"top {len(res.top) or 'K'} by estimate; {res.num_fitting:,} predicted in full and fit")
+
+
+def _host_clause(header: Mapping[str, Any]) -> str:
+    """The host half of the fit rule, for a command whose offloads keep state in host memory."""
+    if not header.get("host_offload"):
+        return ""
+    capacity = header.get("host_capacity_bytes") or 0
+    if not capacity:
+        return "; host memory of the offloads NOT checked: the cluster states no host RAM (host_memory_GiB)"
+    return f" and the offloads' host memory <= {capacity / GiB:,.0f} GiB per node (the cluster's host RAM)"
+
+
+def _host_pruned(res: TuneResult, header: Mapping[str, Any]) -> str:
+    """', N of them out of host RAM (...)' where the command offloads and the cluster states its host RAM."""
+    capacity = header.get("host_capacity_bytes") or 0
+    if not capacity or not (res.num_oom_host or header.get("host_offload")):
+        return ""
+    return (f", {res.num_oom_host:,} of them out of host RAM: they fit the GPU, but their offloads pin more than the "
+            f"cluster's {capacity / GiB:,.0f} GiB per node")
 
 
 def gain_line(res: TuneResult) -> str:
     if not res.top or res.baseline is None:
         return "" if res.top else "nothing fits"
     best, base = res.top[0], res.baseline
+    usable = (1 - res.memory_margin) * base.capacity_bytes / GiB
+    if not base.fits and base.peak_bytes / GiB <= usable:  # the GPU fits: the host RAM does not
+        return (f"your command is predicted NOT to fit the host RAM (its offloads pin {base.host_bytes / GiB:,.0f} GiB per "
+                f"node > {base.host_capacity_bytes / GiB:,.0f} GiB); the fastest that fits takes {best.step_time_s:.3f} s per "
+                f"step (yours would take {base.step_time_s:.3f} s if it fitted)")
     if not base.fits:
-        usable = (1 - res.memory_margin) * base.capacity_bytes / GiB
         return (f"your command is predicted NOT to fit ({base.peak_bytes / GiB:.1f} GiB > {usable:.1f} GiB usable); "
                 f"the fastest that fits takes {best.step_time_s:.3f} s per step (yours would take "
                 f"{base.step_time_s:.3f} s if it fitted)")
@@ -205,6 +236,7 @@ def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str
         **asdict(ev.candidate), "layout": ev.candidate.describe(), "step_time_s": ev.step_time_s, "tokens_per_s": float(e.tokens_per_s),
         "mfu": float(e.mfu), "peak_bytes_per_gpu": ev.peak_bytes, "capacity_bytes": ev.capacity_bytes,
         "headroom_bytes": ev.capacity_bytes - ev.peak_bytes, "fits": ev.fits,
+        "host_bytes_per_node": ev.host_bytes, "host_fits": ev.host_fits,
     }
     if changes is not None:
         out["changes"] = [asdict(c) for c in changes]
@@ -218,6 +250,7 @@ def search_json(res: TuneResult, header: Mapping[str, Any]) -> dict[str, Any]:
         "num_generated": res.num_generated, "num_considered": res.num_considered,
         "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
         "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
+        "num_oom_host": res.num_oom_host, "host_capacity_bytes": header.get("host_capacity_bytes") or None,
         "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
         "num_full_predictions": res.num_full_predictions,
         "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],

@@ -8,9 +8,11 @@ only orders candidates and skips hopeless ones:
   surrogate's memory is schedule/memory.py's, term by term: tune/surrogate_memory.py);
 - the rest are visited in batches, best corrected step-time estimate first: candidates whose corrected memory
   is near the limit get the cheap full memory model first (out of memory -> counted, no timing), the others a
-  full prediction. After each batch the surrogate's error is re-fitted (tune/correction.py); the search stops
-  when no remaining candidate's corrected estimate, Z_BOUND residual sigmas optimistic, beats the K-th best
-  full prediction. Those are reported as "slower by estimate".
+  full prediction; one that fits the GPU but whose offloads pin more host RAM per node than the cluster states
+  (MemoryEstimate.host_fits, the verdict `run --require-fit` exits 3 on) is pruned as out of host RAM. After
+  each batch the surrogate's error is re-fitted (tune/correction.py); the search stops when no remaining
+  candidate's corrected estimate, Z_BOUND residual sigmas optimistic, beats the K-th best full prediction.
+  Those are reported as "slower by estimate".
 """
 
 from __future__ import annotations
@@ -77,9 +79,19 @@ class Evaluated:
     peak_bytes: float
     capacity_bytes: float
     fits: bool
-    """peak_bytes <= (1 - memory_margin) * capacity_bytes."""
+    """peak_bytes <= (1 - memory_margin) * capacity_bytes, and the host memory the offloads pin fits (host_fits)."""
     changes: Mapping[str, tuple[object, object]] = field(default_factory=dict)
     """Candidate fields that differ from the user's configuration: name -> (user's, candidate's)."""
+    host_bytes: float = 0.0
+    """Host RAM per node that the offloads pin (schedule/host_memory.py; 0 when nothing is offloaded)."""
+    host_capacity_bytes: float = 0.0
+    """The cluster's host RAM per node (its preset's host_memory_GiB); 0 = not stated, not checked."""
+
+    @property
+    def host_fits(self) -> bool:
+        """`run --require-fit`'s host verdict (MemoryEstimate.host_fits): no margin, as the model is a lower bound
+        (each process's own few GB of host memory are not counted)."""
+        return not self.host_capacity_bytes or self.host_bytes <= self.host_capacity_bytes
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,8 @@ class TuneResult:
     """Pruned as out of memory without a step-time prediction: the memory model's peak (tune/surrogate_memory.py) >
     OOM_CERTAIN_FACTOR x usable."""
     num_oom_predicted: int
-    """Predicted in full and found over the usable memory."""
+    """Predicted in full (or by the full memory model) and found over the usable GPU memory or, where the cluster
+    states it, the host RAM (num_oom_host of them)."""
     num_slower: int
     """Never predicted in full: estimated step time cannot beat the K-th best found."""
     num_full_predictions: int
@@ -111,6 +124,9 @@ class TuneResult:
     layers_that_fit: int | None = None
     """When nothing fits: the most layers of this model that would fit with `nearest`'s layout (0: not even one per
     pipeline chunk; None: not known, see _layers_that_fit)."""
+    num_oom_host: int = 0
+    """Of num_oom_predicted: fit the GPU, but the offloads pin more host RAM per node than the cluster states (the
+    verdict `run --require-fit` exits 3 on)."""
 
     @property
     def num_invalid(self) -> int:
@@ -132,9 +148,12 @@ def evaluate(cfg: TrainingConfig, cand: Candidate, cluster: ClusterSpec, predict
              margin: float, base: Candidate) -> Evaluated:
     new_cfg = cfg if cand == base else apply_candidate(cfg, cand)
     est = predict(new_cfg, cluster)
-    peak, cap = float(est.memory.peak_bytes_per_gpu), float(est.memory.capacity_bytes)
+    mem = est.memory
+    peak, cap = float(mem.peak_bytes_per_gpu), float(mem.capacity_bytes)
     return Evaluated(cand, new_cfg, est, float(est.step_time_s), peak, cap,
-                     fits=peak <= (1.0 - margin) * cap, changes=changed_fields(base, cand))
+                     fits=peak <= (1.0 - margin) * cap and getattr(mem, "host_fits", True),
+                     changes=changed_fields(base, cand), host_bytes=float(getattr(mem, "host_bytes_per_node", 0)),
+                     host_capacity_bytes=float(getattr(mem, "host_capacity_bytes", 0)))
 
 
 @dataclass
@@ -150,9 +169,13 @@ class _Progress:
     """Full memory model's peak per candidate (NaN where none was computed)."""
     fitting: list[Evaluated] = field(default_factory=list)
     unfit: list[Evaluated] = field(default_factory=list)
+    host_unfit: list[Evaluated] = field(default_factory=list)
+    """Predicted in full: fit the GPU, not the host RAM."""
     invalid: dict[str, int] = field(default_factory=dict)
     num_full: int = 0
     num_oom_memory_only: int = 0
+    num_host_memory_only: int = 0
+    """Out of host RAM by the memory model alone (memory-first visits that fit the GPU)."""
 
     def __post_init__(self) -> None:
         self.evaluated = np.zeros(self.n, dtype=bool)
@@ -203,14 +226,16 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
             mask[base_row] = False
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = None
+    num_oom_host = len(prog.host_unfit) + prog.num_host_memory_only
     if not top:
         nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
     return TuneResult(
         top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
         invalid_by_rule=prog.invalid,
         num_oom_estimated=int(oom_est.sum()),
-        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only, num_slower=int(slower.sum()),
-        num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest, layers_that_fit=layers,
+        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only + num_oom_host, num_slower=int(slower.sum()),
+        num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest,
+        layers_that_fit=layers, num_oom_host=num_oom_host,
     )
 
 
@@ -268,10 +293,14 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
         return
     try:
         if job.memory is not None and memory_first:
-            peak = float(job.memory(new_cfg, job.cluster).peak_bytes_per_gpu)
+            mem = job.memory(new_cfg, job.cluster)
+            peak = float(mem.peak_bytes_per_gpu)
             prog.full_peak[i] = peak
             if peak > job.usable_bytes:
                 prog.num_oom_memory_only += 1
+                return
+            if not getattr(mem, "host_fits", True):
+                prog.num_host_memory_only += 1
                 return
         ev = evaluate(job.cfg, cand, job.cluster, job.predict, job.margin, job.base)
     except ConfigError as err:
@@ -286,7 +315,7 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
         return
     prog.num_full += 1
     prog.full_s[i], prog.full_peak[i] = ev.step_time_s, ev.peak_bytes
-    (prog.fitting if ev.fits else prog.unfit).append(ev)
+    (prog.fitting if ev.fits else prog.unfit if ev.peak_bytes > job.usable_bytes else prog.host_unfit).append(ev)
 
 
 def _validated(job: _Job, cand: Candidate, prog: _Progress) -> TrainingConfig | None:
@@ -322,7 +351,9 @@ def _baseline(job: _Job) -> Evaluated | None:
 
 def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
                  prog: _Progress) -> tuple[Evaluated | None, int | None]:
-    """Least-memory candidate (full model, among the 16 smallest estimates and all measured) + layers that fit."""
+    """Least-memory candidate (full model, among the 16 smallest estimates and all measured) + layers that fit. Where
+    some fit the GPU but not the host RAM, the one of those that pins the least host memory: it is the host that
+    rules them out."""
     idx = set(np.argsort(est_peak, kind="stable")[:16].tolist())
     idx |= set(np.flatnonzero(~np.isnan(prog.full_peak))[np.argsort(prog.full_peak[~np.isnan(prog.full_peak)])][:4].tolist())
     pool = []
@@ -336,12 +367,13 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
             continue
     if not pool:
         return None, None
-    nearest = min(pool, key=lambda e: e.peak_bytes)
+    gpu_fits = [e for e in (*pool, *prog.host_unfit) if e.peak_bytes <= job.usable_bytes]
+    nearest = min(gpu_fits, key=lambda e: e.host_bytes) if gpu_fits else min(pool, key=lambda e: e.peak_bytes)
     return nearest, _layers_that_fit(nearest, job)
 
 
 def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
-    """Bisection on num_layers (multiples of pp*vpp) with the full memory model: the most layers that fit; 0 when not
+    """Bisection on num_layers (multiples of pp*vpp) with the full memory model (GPU and host RAM): the most layers that fit; 0 when not
     even one chunk fits; None when none fits and a smaller model broke a layer rule of the command (its uneven
     first / last stage sizes or an embedding counted in the split no longer apply), so its memory says nothing."""
     cfg, step = ev.config, ev.config.parallel.pp * ev.config.parallel.vpp
@@ -356,7 +388,7 @@ def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
         except ConfigError:  # that layer count breaks a stage rule (uneven first/last stages)
             broke_a_rule = True
             return False
-        return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes
+        return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes and getattr(est.memory, "host_fits", True)
 
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -90,7 +90,10 @@ def read_search_file(path: str | Path) -> dict[str, Any]:
         what = "a folder, not a file" if p.is_dir() else "no such file"
         raise UsageError(f"--search {path}: {what}. Give a YAML search space (see configs/search/megatron.yaml).")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as err:  # unreadable (permissions, a vanished file): the reason, not a traceback
+        raise UsageError(f"--search {path}: cannot read it ({err.strerror or err}). Make it readable, or drop --search.") \
+            from None
     except yaml.YAMLError as err:
         raise UsageError(f"--search {path}: not valid YAML ({_yaml_problem(err)}). Fix the file or drop --search.") \
             from None
@@ -122,6 +125,11 @@ def load_search_space(path: str | Path | None, framework: str) -> SearchSpace:
 
 
 def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> SearchSpace:
+    not_names = [k for k in raw if not isinstance(k, str)]
+    if not_names:  # `1: [2]` or `true: auto` reads as a number / boolean key, which no knob is
+        raise UsageError(f"{origin}: key(s) {', '.join(repr(k) for k in not_names)} are not knob names (YAML read them as "
+                         f"{', '.join(sorted({type(k).__name__ for k in not_names}))}). Write each key as a knob name, "
+                         "e.g. 'micro_batch_size: [1, 2, 4]' (each documented in configs/search/megatron.yaml).")
     unknown = sorted(set(raw) - set(_KNOBS) - set(_SCALARS) - {"name", "description"})
     if unknown:
         known = sorted([*_KNOBS, *_SCALARS])
@@ -224,7 +232,15 @@ def ignored_knobs(path: str | Path, framework: str, num_experts: int) -> list[st
         pinned |= {"expert_parallel", "expert_tensor_parallel"}
     keys = [k for k in raw if k in pinned and raw[k] is not None]
     return [f"{path}: {k} is not searched for a {framework} command (the command's own value is kept: "
-            f"{_WHY.get(k, 'the framework has no such setting in its launch command')})" for k in keys]
+            f"{_why_pinned(k, framework)})" for k in keys]
+
+
+def _why_pinned(key: str, framework: str) -> str:
+    if key == "context_parallel" and framework != "torch":  # Megatron-DeepSpeed, DeepSpeed and HF scripts
+        return ("the sequence split there is DeepSpeed-Ulysses (--ds-sequence-parallel-size / ds_config "
+                "sequence_parallel_size), which predict prices as context parallelism's ring exchange, not as its "
+                "all-to-alls run, so tune does not rank its sizes")
+    return _WHY.get(key, "the framework has no such setting in its launch command")
 
 
 _WHY = {

@@ -33,3 +33,45 @@ def test_unexpanded_variables_stay_expandable() -> None:
     from llmperf_hook.tune.apply import _shell_join
 
     assert _shell_join(["python", "${DIR}/pretrain_gpt.py", "--split", "99,1,0", "a b"]) == "python ${DIR}/pretrain_gpt.py --split 99,1,0 'a b'"
+
+
+def _applied(argv: list[str]) -> tuple[str, object]:
+    """CMD of the applied command for TP 4, micro-batch 4, and the configuration explain resolves from it."""
+    _, cfg = resolve_job(argv, ENV)
+    new = replace(candidate_of(cfg), tp=4, micro_batch_size=4)
+    plan = plan_tuned_command(argv, cfg, new, apply_candidate(cfg, new))
+    assert list(plan.argv[:-1]) == argv[:-1]
+    return plan.argv[-1], resolve_job(list(plan.argv), ENV)[1]
+
+
+def test_a_pipe_and_redirections_in_the_shell_command_stay_as_written() -> None:
+    """`sh -c "python ... 2>&1 | tee log.txt"`: CMD was rewritten as one list of words, which quoted `2>&1` and `|`
+    into Megatron arguments and appended the tuned flags after `tee log.txt`; explain refused it ('unrecognized
+    arguments') and bash would have run a pipeline-less command with stray words."""
+    cmd, cfg = _applied(["srun", "-l", "sh", "-c", f"{INNER} 2>&1 | tee log.txt"])
+    assert cmd.endswith(" 2>&1 | tee log.txt") and "'|'" not in cmd
+    head = shlex.split(cmd.removesuffix(" 2>&1 | tee log.txt"))
+    assert head[head.index("--tensor-model-parallel-size") + 1] == head[head.index("--micro-batch-size") + 1] == "4"
+    assert (cfg.parallel.tp, cfg.batch.micro_batch_size, cfg.world_size) == (4, 4, 16)
+
+
+def test_commands_before_the_launch_in_the_shell_command_are_kept() -> None:
+    cmd, cfg = _applied(["srun", "bash", "-c", f"cd /work && export X=1; {INNER} > train.log"])
+    assert cmd.startswith("cd /work && export X=1; python -u pretrain_gpt.py ") and cmd.endswith(" > train.log")
+    assert (cfg.parallel.tp, cfg.batch.micro_batch_size) == (4, 4)
+
+
+def test_the_change_list_reads_the_flags_inside_the_shell_command(capsys) -> None:
+    """The table's changes of a `sh -c CMD` command came from the outer words, where CMD is one word: every row said
+    '(differs from yours, but no flag ... sets it: change it by hand)' although --apply rewrote the flags."""
+    import json
+
+    from .helpers import run_cli
+
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", "srun", "-N", "2",
+                              "--ntasks-per-node", "8", "sh", "-c", f"{INNER} 2>&1 | tee log.txt"], capsys)
+    assert code == 0, err
+    top = json.loads(out)["top"]
+    changed = [row for row in top if row["micro_batch_size"] != 2]
+    assert changed and all(any(c["key"] == "--micro-batch-size" and c["new"] == str(row["micro_batch_size"])
+                               for c in row["changes"]) for row in changed)

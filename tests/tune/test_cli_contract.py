@@ -133,6 +133,24 @@ def test_a_second_apply_never_overwrites(tmp_path: Path, capsys, monkeypatch) ->
     assert "ds.llmperf-tuned-2.json" in third[1]["applied"]["argv"]
 
 
+def test_a_second_apply_reuses_accelerates_tuned_config_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`accelerate launch --deepspeed_config_file ds.json`: the tuned copy a first --apply (a dry run writes it too)
+    left is reused by the next one, as for --deepspeed_config; each run wrote another ds.llmperf-tuned-N.json."""
+    monkeypatch.chdir(tmp_path)
+    _ds_forms(tmp_path)
+    argv = ["accelerate", "launch", "--use_deepspeed", "--num_processes", "8", "--deepspeed_config_file", "ds.json",
+            "run_clm.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf", "--per_device_train_batch_size", "1",
+            "--gradient_accumulation_steps", "8", "--bf16"]
+    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [1]\n"
+    first = _tune(["--apply", "--dry-run", "--model", "llama2-7b"], argv, capsys, tmp_path, space)
+    assert first[0] == 0, first[2]
+    assert first[1]["applied"]["new_files"] == [str(tmp_path / "ds.llmperf-tuned.json")]
+    written = _snapshot(tmp_path)
+    second = _tune(["--apply", "--dry-run", "--model", "llama2-7b"], argv, capsys, tmp_path, space)
+    assert second[0] == 0 and second[1]["applied"]["argv"] == first[1]["applied"]["argv"], second[2]
+    assert _snapshot(tmp_path) == written and second[1]["applied"]["new_files"] == []
+
+
 def test_nothing_fits_exits_3_naming_the_largest_that_would(tmp_path: Path, capsys) -> None:
     """GPT-3 175B on 8 GPUs: exit 3, in text and JSON, with the least-memory layout and the most layers it fits; that
     many layers do fit with that layout (predict says so), one more pipeline chunk does not."""

@@ -29,16 +29,37 @@ def test_the_exit_3_json_object_says_which_knobs_were_searched(capsys) -> None:
     assert data["knobs"] == data["header"]["knobs"] and "micro_batch_size" in data["knobs"]["searched"]
 
 
-def test_a_smaller_model_that_breaks_the_commands_stage_sizes_is_not_called_too_big(capsys, tmp_path, monkeypatch) -> None:
-    """--decoder-first/last-pipeline-num-layers 6 stay on the command's PP 4, where a 4-layer model cannot take them
-    (Megatron refuses it): shrinking the model says nothing about memory, so the message must not claim 'not even 4
-    layers' fit (predict puts 4 such layers, one per stage, at 70.9 GiB of 76 GiB usable on an H100)."""
-    monkeypatch.chdir(tmp_path)
+def _uneven_command(tmp_path) -> list[str]:
+    """tune's arguments for a 30-layer, 16384-wide model on PP 4 with --decoder-first/last-pipeline-num-layers 6
+    (search space pinned to that layout, written to tmp_path, the working folder)."""
     (tmp_path / "s.yaml").write_text("tensor_parallel: [1]\npipeline_parallel: [4]\nvirtual_pipeline: [1]\n"
                                      "context_parallel: [1]\n")
     uneven = [*WIDE, "--hidden-size", "16384", "--num-layers", "30", "--pipeline-model-parallel-size", "4",
               "--decoder-first-pipeline-num-layers", "6", "--decoder-last-pipeline-num-layers", "6"]
     uneven[uneven.index("--nproc-per-node") + 1] = "4"
-    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *uneven], capsys)
+    return ["--search", "s.yaml", "--", *uneven]
+
+
+def test_a_smaller_model_that_breaks_the_commands_stage_sizes_is_not_called_too_big(capsys, tmp_path, monkeypatch) -> None:
+    """--decoder-first/last-pipeline-num-layers 6 stay on the command's PP 4, where a 4-layer model cannot take them
+    (Megatron refuses it): shrinking the model says nothing about memory, so the message must not claim 'not even 4
+    layers' fit (predict puts 4 such layers, one per stage, at 70.9 GiB of 76 GiB usable on an H100)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", *_uneven_command(tmp_path)], capsys)
     assert code == 3 and "tp1 pp4" in err and "nothing fits" in err
     assert "not even" not in err
+
+
+def test_the_json_tells_no_layer_count_fits_from_not_known(capsys, tmp_path, monkeypatch) -> None:
+    """`nearest.layers_that_fit` was null both when no layer count fits and when the largest is not known: 0 is
+    'none fits', null 'not known', and `layers_that_fit_means` says which in words (as the message does)."""
+    import json
+
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
+    near = json.loads(out)["nearest"]
+    assert code == 3 and near["layers_that_fit"] == 0 and "no layer count fits" in near["layers_that_fit_means"]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", *_uneven_command(tmp_path)], capsys)
+    near = json.loads(out)["nearest"]
+    assert code == 3 and near["layers_that_fit"] is None and near["layers_that_fit_means"].startswith("not known")
+    assert "largest model that would fit with that layout is not known" in err

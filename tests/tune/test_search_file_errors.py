@@ -41,3 +41,30 @@ def test_a_bad_key_or_value_says_the_fix(tmp_path, capsys, text: str, fix: str) 
     """Each message names the key, the rule and what to write instead (a misspelt key gets the nearest known one)."""
     code, out, err = _tune_with_search(tmp_path, capsys, text)
     assert code == 2 and fix in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["1: [2]\nmicro_batch_size: [1]\n", "true: auto\nfoo: [1]\n"])
+def test_a_key_that_is_not_a_name_says_so(tmp_path, capsys, text: str) -> None:
+    """A number or boolean key (YAML reads `1:` and `true:` as such) was compared with the knob names, and sorting or
+    matching it against them was a TypeError traceback (exit 1)."""
+    code, out, err = _tune_with_search(tmp_path, capsys, text)
+    assert code == 2 and "are not knob names" in err and "micro_batch_size: [1, 2, 4]" in err and "Traceback" not in err
+
+
+def test_an_unreadable_search_file_exits_2_with_the_reason(tmp_path, capsys, monkeypatch) -> None:
+    """A file tune may not read (mode 000 for a non-root user) was a PermissionError traceback (exit 1). The
+    permission error is raised by a stand-in for the read, so the test means the same when run as root."""
+    from pathlib import Path
+
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1]\n")
+    real = Path.read_text
+
+    def denied(self: Path, *args, **kwargs) -> str:
+        if self.name == "s.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--", *MEGATRON],
+                             capsys)
+    assert code == 2 and "cannot read it (Permission denied)" in err and "Traceback" not in err

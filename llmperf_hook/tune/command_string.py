@@ -1,0 +1,96 @@
+"""`tune --apply` inside a command string: `srun bash -c "CMD"`, `sh -c "CMD"`, `sbatch --wrap "CMD"`.
+
+CMD is shell text, not words: `python pretrain_gpt.py ... 2>&1 | tee log.txt` or `cd /w && torchrun ...` holds
+operators and redirections that the shell reads. The training command is the one simple command of CMD that the
+launch parser reads as a launch (launch/parse.py: a CMD of several commands is read as a batch script, its launch
+line taken); only that command's span of the text is rewritten, its redirections kept as written, and the rest of
+CMD stays byte-identical. Rewriting CMD as one list of words quoted `|`, `&&` and `2>&1` into arguments and appended
+the tuned flags after `tee log.txt`: explain refused the result, and bash would have run something else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Callable, Sequence
+
+from llmperf_hook.errors import LlmperfError
+from llmperf_hook.launch.shell_script import pipelines, quoted_words, shell_split
+
+_OPERATOR = re.compile(r"^(?:\d*|&)(?:>>|>\||>&|<&|>|<<<|<<-|<<|<)")
+"""The operator part of a redirection word (`2>&1`, `>log`, `>>`), as launch/shell_script.py reads redirections."""
+
+
+def shell_join(words: Sequence[str]) -> str:
+    """Join words for `sh -c`, leaving `$VAR` references unquoted so the shell still expands them."""
+    return " ".join(w if "$" in w and not any(c.isspace() or c in "'\"" for c in w) else shlex.quote(w) for w in words)
+
+
+def split_redirections(text: str) -> tuple[list[str], list[str]]:
+    """(the words of a simple command without its redirections, the redirections as shell text): `python t.py --a 1
+    2>&1 > log` -> (['python', 't.py', '--a', '1'], ['2>&1', '> log']). A quoted word is never a redirection."""
+    words, quoted = shell_split(text), quoted_words(text)
+    quoted = quoted if len(quoted) == len(words) else [False] * len(words)
+    kept: list[str] = []
+    redirects: list[str] = []
+    i = 0
+    while i < len(words):
+        if quoted[i] or not _OPERATOR.match(words[i]):
+            kept.append(words[i])
+            i += 1
+            continue
+        op = _OPERATOR.match(words[i]).group(0)  # type: ignore[union-attr]
+        target = words[i][len(op):]
+        if not target and i + 1 < len(words):
+            target, i = words[i + 1], i + 1  # `> log`: the target is the next word
+            redirects.append(f"{op} {shlex.quote(target)}")
+        else:
+            redirects.append(op + (shlex.quote(target) if target else ""))
+        i += 1
+    return kept, redirects
+
+
+def _is_launch(words: list[str]) -> bool:
+    from llmperf_hook.launch.parse import parse_launch
+
+    try:
+        parse_launch(list(words), dict(os.environ))
+    except LlmperfError:
+        return False
+    return True
+
+
+def training_command_span(cmd: str) -> tuple[int, int] | None:
+    """(start, end) in `cmd` of its first simple command the launch parser reads as a launch, or None."""
+    pos = 0
+    for pipeline in pipelines(cmd):
+        for simple in pipeline:
+            start = cmd.find(simple, pos)
+            pos = start + len(simple)
+            try:
+                words = split_redirections(simple)[0]
+            except ValueError:  # an unclosed quote: not a command the parser reads either
+                continue
+            if words and _is_launch(words):
+                return start, pos
+    return None
+
+
+def training_words(cmd: str) -> list[str] | None:
+    """The words of CMD's training command without redirections (None when CMD holds no launch the parser reads)."""
+    span = training_command_span(cmd)
+    return None if span is None else split_redirections(cmd[span[0]:span[1]])[0]
+
+
+def rewrite_command_string(cmd: str, rewrite: Callable[[list[str]], Sequence[str]]) -> str | None:
+    """CMD with its training command replaced by `rewrite(its words)` (blanks around it and its redirections kept,
+    the rest of CMD as written); None when CMD holds no command the parser reads as a launch."""
+    span = training_command_span(cmd)
+    if span is None:
+        return None
+    start, end = span
+    segment = cmd[start:end]
+    words, redirects = split_redirections(segment)
+    lead, trail = segment[:len(segment) - len(segment.lstrip())], segment[len(segment.rstrip()):]
+    return cmd[:start] + lead + " ".join([shell_join(rewrite(words)), *redirects]) + trail + cmd[end:]
