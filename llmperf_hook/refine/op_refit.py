@@ -5,7 +5,9 @@ of the run's hardware with source "instrument:<job id>". When that hardware has 
 ($LLMPERF_HOME/profiles/<hardware>/, written by `llmperf profile`), every (op class, direction, dtype) that
 gained instrument samples is refitted on the sampler's samples plus the instrument samples, with the profile's
 own roofline normaliser and fitting code (profile.build_profile.fit_samples), and the profile is rewritten
-(metadata last, so a reader never sees a half-written profile). Shipped profiles are never modified.
+(metadata last, so a reader never sees a half-written profile). Shipped profiles are never modified. Collective
+samples are stored, never refitted: no profile has a per-op model for them (profile/features.py BUILDERS), the
+cluster's communication model prices them.
 
 Instrument samples time an op inside the real step under torch.profiler: on CPU they include the profiler's
 few microseconds per op, so for tiny ops they read high; on GPU they are kernel times.
@@ -35,6 +37,7 @@ def refit_op_models(hardware: str, samples: Sequence[dict[str, Any]]) -> str:
 
 
 def _refit_profile(directory: Any, hardware: str) -> list[str]:
+    from llmperf_hook.profile.features import BUILDERS
     from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
     from llmperf_hook.store import open_store
 
@@ -54,6 +57,8 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
     models, refitted = list(meta.models), []
     for key, recs in sorted(groups.items()):
         if not any(r.source.startswith("instrument:") for r in recs) or key[2] not in meta.roofline:
+            continue
+        if key[0] not in BUILDERS:  # a collective: the cluster's communication model prices it, not a per-op model
             continue
         fitted = _fit_group(key, recs, meta.roofline[key[2]])
         if fitted is None:

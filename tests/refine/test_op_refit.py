@@ -83,3 +83,27 @@ def test_refit_ignores_samples_of_the_same_name_from_another_machine(tmp_path: P
                 f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
     (job,) = refine_run(run).jobs
     assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in job.op_refit, job.op_refit
+
+
+def test_collective_samples_are_stored_not_refitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten all-reduce sizes of a 2-rank --profile-ops run (phase "step": the gradient sync): no profile has a
+    per-op model for a collective, and refitting one raised KeyError in the feature builders, so the refine of
+    such a run failed as a whole (no calibration either). They are stored; the gelu beside them is refitted."""
+    from llmperf_hook.store import open_store
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    _user_profile(home)
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02], 1: [0.5, 0.02, 0.02]})
+    for rank in (0, 1):
+        lines = [f'{{"kind": "op", "job_id": "j1", "rank": {rank}, "op_class": "allreduce", "phase": "step", '
+                 f'"dtype": "fp32", "dims": {{"bytes": {4096 << (i + 5 * rank)}}}, "seconds": {1e-5 * (i + 1)}, '
+                 f'"count": 2}}\n' for i in range(5)]
+        lines.append(f'{{"kind": "op", "job_id": "j1", "rank": {rank}, "op_class": "gelu", "phase": "fwd", '
+                     f'"dtype": "fp32", "dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
+        with open(run / f"rank{rank}.jsonl", "a") as f:
+            f.write("".join(lines))
+    (job,) = refine_run(run).jobs
+    assert "gelu/fwd/fp32" in job.op_refit and "allreduce" not in job.op_refit, job.op_refit
+    with open_store(home / "store.sqlite") as store:
+        assert sum(r.op_class == "allreduce" for r in store.query_op_samples("cpu-test")) == 10
