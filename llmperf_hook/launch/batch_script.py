@@ -1,13 +1,17 @@
 """A batch script read, not run: its variables in order, the files its here-documents write, and its one launch line.
 
 What bash would do is followed only where it has no effect outside the script: `NAME=value` / `export NAME=value`
-(multi-line quoted values included) set variables; `cd DIR` and `` `pwd` `` / `$(pwd)` name the folder; `cat <<EOT >
-FILE` writes FILE with the script's variables expanded (the ds_config of bigscience's .slurm scripts); `clear;`, `echo`,
-`set -x` and other commands beside the launch are skipped, and a launch piped into `tee` (or redirected) is the launch.
-Other command substitutions (`$(scontrol ...)`) leave their variable unset; nothing is executed. `eval "$CMD"` /
-`eval $LAUNCHER $ARGS` (Megatron-DeepSpeed's examples: `run_cmd="deepspeed ... 2>&1 | tee log"`, `eval ${run_cmd}`)
-is read as bash reads it: its words expanded from the script's variables, joined by blanks and read again as a line;
-an eval of a command substitution or of a variable the script does not set plainly is refused, naming the line.
+(multi-line quoted values included) set variables (launch/shell_variables.py, which also keeps which are exported:
+only those reach the command the launch line starts); `cd DIR` and `` `pwd` `` / `$(pwd)` name the folder; `cat <<EOT
+> FILE` (or `tee FILE <<EOT`) writes FILE with the here-document's text as bash gives it (the ds_config of
+bigscience's .slurm scripts); `clear;`, `echo`, `set -x` and other commands beside the launch are skipped, and a
+launch piped into `tee` (or redirected) is the launch. A launch is also `sbatch <<EOF` (its here-document is the
+batch script), and a shell that runs one: `bash -c "$LAUNCHER train.py"`, `bash <<EOF`, `bash run.sh ARGS` whose
+script launches (launch/launch_line.py). Other command substitutions (`$(scontrol ...)`) leave their variable unset;
+nothing is executed. `eval "$CMD"` / `eval $LAUNCHER $ARGS` (Megatron-DeepSpeed's examples: `run_cmd="deepspeed ...
+2>&1 | tee log"`, `eval ${run_cmd}`) is read as bash reads it: its words expanded from the script's variables, joined
+by blanks and read again as a line; an eval of a command substitution or of a variable the script does not set plainly
+is refused, naming the line.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.launch_line import LAUNCH_HEADS, PY_SCRIPT, command_head, is_launch
+from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, command_head, is_launch, script_file,
+                                             shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
@@ -27,10 +33,11 @@ from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines, protect_literal_dollars,
-                                              quoted_words, restore_dollars, shell_split, split_unquoted_words,
-                                              strip_redirections, word_quoting)
-from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PWD, ShellVariables
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines,
+                                              plain_heredoc_operators, protect_literal_dollars, quoted_words,
+                                              restore_dollars, shell_split, split_unquoted_words, strip_redirections,
+                                              word_quoting)
+from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
 """`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
@@ -47,19 +54,45 @@ def _ansi_c(found: re.Match[str]) -> str:
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
+"""The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
+_WRITERS = frozenset({"cat", "tee"})
+"""Commands whose here-document llmperf reads as the file they write (`cat > ds.json <<EOF`)."""
+_READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
+"""Commands whose here-document llmperf reads: a file's text, or the script sbatch or a shell reads."""
 
 
 @dataclass(frozen=True)
 class _Run:
     """A launch line, `sbatch` submission or single `python` run the script reaches."""
 
-    number: int
+    where: str
+    """The file and line it is on (`job.sh line 12`; a sourced file's own name and line)."""
     words: list[str]
     env: dict[str, str]
     """The variables where it runs, for normalise_argv: reading goes on past a submission or single run, and a later
     `N=4` (`N=2; sbatch -N "$N" job.sh; N=4`) does not reach it."""
     refs: dict[str, str]
     """The variables its unquoted words were split from (counted as used when it is the launch)."""
+    exported: frozenset[str]
+    """The names of `env` that are exported there: the rest are not in the environment of the command it starts."""
+    stdin: str | None = None
+    """The text of the here-document it is given as standard input (`sbatch <<EOF`), None when it has none."""
+
+
+@dataclass(frozen=True)
+class ScriptLaunch:
+    """What read_batch_script found: the launch line and what it runs with."""
+
+    words: list[str]
+    """The launch line's words (its variables expanded by normalise_argv with the script's variables)."""
+    files: dict[str, ScriptFile]
+    """The files the script writes before it (here-documents, or commands llmperf does not run)."""
+    stdin: str | None
+    """The here-document the launch line reads as its standard input (`sbatch <<EOF` ... `EOF`), else None."""
+    hidden: frozenset[str]
+    """Variables the script sets without exporting them: bash expands them in the launch line's words but does not
+    pass them to the command it starts (bash manual 3.7.4 Environment)."""
 
 
 @dataclass(kw_only=True)
@@ -67,14 +100,21 @@ class _Reading(ShellVariables):
     """The state of one pass over the script (local to read_batch_script)."""
 
     path: str
+    """The file being read: the script, or a file it sources (`.` / `source`) while that is read."""
+    script: str
+    """The script's own path."""
     launches: list[_Run] = field(default_factory=list)
     submissions: list[_Run] = field(default_factory=list)
     """`sbatch ...` lines (record_launch)."""
     singles: list[_Run] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
-    unsplit: list[int] = field(default_factory=list)
+    unsplit: list[str] = field(default_factory=list)
+    """Lines with a launch that could not be split into words: `6`, or `FILE line 6` in a sourced file."""
     unevaluated: list[str] = field(default_factory=list)
     """`eval` lines whose text only running the script would give (line number and why), for the refusal."""
+    unexported: list[str] = field(default_factory=list)
+    """Shells that would run a launch were the script's variables they read exported (where and which), for the
+    refusal."""
     kind: str = "sbatch script"
     """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
     conditions: Conditions = field(default_factory=Conditions)
@@ -103,7 +143,7 @@ class _Reading(ShellVariables):
                 self.refuse_bash_only(line, line.text, False)
             defined = definition(lines, i) if not self.launches and self.conditions.running() else None
             if defined is not None:
-                self.functions[defined.name] = defined
+                self.functions[defined.name] = replace(defined, path=self.path)
                 i = defined.end
                 continue
             i += 1
@@ -121,19 +161,20 @@ class _Reading(ShellVariables):
         if defined.name in self.calling:  # recursion: llmperf reads, it cannot tell where it ends
             return
         saved, self.positional = self.positional, positional_table(self.positional["0"], args)
+        outer, self.path = self.path, defined.path
         self.calling.add(defined.name)
         self.frames.append({})
         try:
             self.read(defined.body)
         finally:
             leave_function(self)
-            self.positional = saved
+            self.positional, self.path = saved, outer
             self.calling.discard(defined.name)
 
     def command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = _ANSI_C.sub(_ansi_c, text)
-        text = protect_literal_dollars(text)
+        text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
         if self.arrays:
             text = self.expand_arrays(text)
@@ -147,7 +188,7 @@ class _Reading(ShellVariables):
             words, writes = strip_redirections(shell_split(source), quoted_words(source))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
-                self.unsplit.append(line.number)
+                self.unsplit.append(self.where(line).removeprefix("line "))
             return
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
             words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
@@ -163,30 +204,81 @@ class _Reading(ShellVariables):
             name = assigned.group(1)
             self.env.pop(name, None)  # a loop or case body: its value is not known without running it
             self.undecidable.add(name)
+            if words[0] == "export" or self.allexport:
+                self.exported.add(name)
             return
         if not words or self.launches:  # what follows the launch line does not change it
-            if words and is_launch(words, text):
-                self.record_launch(line, words)
+            heredoc = self.standard_input(line, text, words) if command_head(words) not in _WRITERS else None
+            if words and self.is_launch(line, words, text, heredoc):
+                self.record_launch(line, words, heredoc)
             return
-        if self.assign(words) or run_builtin(self, line, words):  # shift, set --, local, `: ${X:=v}`
+        if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
             return
+        heredoc = self.standard_input(line, text, words)
         if words[0] in self.functions:
             self.call(self.functions[words[0]], [self.expand(word) for word in words[1:]])
-            return
-        if words[0] == "eval":
+        elif words[0] == "eval":
             self.evaluate(line, text, words[1:])
-            return
-        if words[0] in (".", "source") and len(words) > 1:
+        elif words[0] in (".", "source") and len(words) > 1:
             self.source(self.expand(words[1]))
-            return
-        if words[0] == "cd" and len(words) == 2:
+        elif words[0] == "cd" and len(words) == 2:
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
-        elif words[0] == "cat" and line.heredoc is not None and writes:
-            body = self.expand(line.heredoc.body) if line.heredoc.expand else line.heredoc.body
+        else:
+            self.other_command(line, text, words, writes, heredoc)
+
+    def standard_input(self, line: ScriptLine, text: str, words: list[str]) -> str | None:
+        """The text of the here-document the command `text` reads (bash gives it the expanded body, 3.6.6), for the
+        commands whose input llmperf reads: `cat` / `tee` writing a file, `sbatch`, a shell; else None."""
+        if line.heredoc is None or not _HEREDOC_OPEN.search(text) or command_head(words) not in _READS_INPUT:
+            return None
+        return self.here_document(line.heredoc)
+
+    def is_launch(self, line: ScriptLine, words: list[str], text: str, heredoc: str | None) -> bool:
+        """launch_line.is_launch, with the commands a shell it runs reads: a script file (`bash run.sh ARGS`, a script
+        that starts the job from another one, Megatron-DeepSpeed's curriculum_learning/ds_train.sh), its standard
+        input, or its command string, expanded by this script where it is double-quoted, by the child shell, which has
+        only the exported variables, where single-quoted (`L=...; bash -c '$L train.py'` runs no launcher unless L is
+        exported)."""
+        at = script_file(words)
+        if at is not None:
+            return is_launch(words, text, self.script_text(words, at))
+        child = shell_commands(words, heredoc)
+        if child is None or child is heredoc:
+            return is_launch(words, text, child)
+        outer = restore_dollars(self.expand(child, record=False))
+        exported = {name: value for name, value in self.env.items() if name in self.exported}
+        if is_launch(words, text, expand_env_refs(outer, exported, {})):
+            return True
+        if is_launch(words, text, expand_env_refs(outer, self.env, {})):  # it would, were its variables exported
+            hidden = sorted(set(_UNSET_REF.findall(outer)) & (set(self.env) - self.exported))
+            self.unexported.append(f"{words[0]} -c at {self.where(line)} reads ${', $'.join(hidden)}, which the "
+                                   "script sets without `export`, so that child shell does not have it")
+        return False
+
+    def script_text(self, words: list[str], at: int) -> str | None:
+        """The text of the script file words[at] (from the folder the script is in at that line), its path made
+        absolute in `words` for the launch that reads it later; None when there is no such file."""
+        path = os.path.normpath(os.path.join(self.cwd, self.expand(words[at], record=False)))
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            return None
+        words[at] = path
+        return text
+
+    def other_command(self, line: ScriptLine, text: str, words: list[str], writes: list[str],
+                      heredoc: str | None) -> None:
+        """A command that is no assignment or builtin: a launch, a single python run, or one that writes files (`cat >
+        ds.json <<EOF` / `tee ds.json <<EOF` write the here-document's text; another command's output is unknown)."""
+        if words[0] in _WRITERS and heredoc is not None and line.heredoc is not None:
+            targets = writes + ([word for word in words[1:] if not word.startswith("-")] if words[0] == "tee" else [])
             origin = f"{self.path} line {line.heredoc.first_line} (the here-document of `{line.text.strip()[:60]}`)"
-            self.files[os.path.normpath(self.expand(writes[-1]))] = ScriptFile(body, origin)
-        elif is_launch(words, text):
-            self.record_launch(line, words)
+            for target in (os.path.normpath(self.expand(word)) for word in targets):
+                if target != os.devnull:  # `tee ds.json > /dev/null <<EOF`
+                    self.files[target] = ScriptFile(heredoc, origin)
+        elif self.is_launch(line, words, text, heredoc):
+            self.record_launch(line, words, heredoc)
         elif PY_SCRIPT.match(text.strip()):
             self.singles.append(self.run(line, words))
         elif writes:  # `sed ... > ds_config.json`: written by a command llmperf does not run
@@ -197,18 +289,21 @@ class _Reading(ShellVariables):
 
     def source(self, name: str) -> None:
         """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1
-        `.`), so FILE's variables and launch line are the script's. A file that is not there is passed over (bash
-        reports it and goes on; POSIX sh stops, which leaves no launch either)."""
+        `.`), so FILE's variables and launch line are the script's; messages name FILE and its own line numbers. A
+        file that is not there is passed over (bash reports it and goes on; POSIX sh stops, which leaves no launch
+        either)."""
         path = os.path.normpath(os.path.join(self.cwd, name))
         if path in self.sourcing or not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         self.sourcing.add(path)
+        outer, self.path = self.path, path
         try:
             self.read(logical_lines(text))
         finally:
             self.sourcing.discard(path)
+            self.path = outer
 
     def refuse_bash_only(self, line: ScriptLine, text: str, runs: bool) -> None:
         """Under dash, a command that runs (or a test dash evaluates) holding a bash-only construct is refused."""
@@ -222,11 +317,11 @@ class _Reading(ShellVariables):
         expanded = restore_dollars(" ".join(self.expand(arg) for arg in args))  # eval reads a quoted `$` again
         unset = sorted(set(_UNSET_REF.findall(expanded)))
         if "$(" in text or "`" in text or "$(" in expanded or "`" in expanded:
-            self.unevaluated.append(f"line {line.number} evals a command substitution")
+            self.unevaluated.append(f"{self.where(line)} evals a command substitution")
             return
         if unset and not any(head in expanded for head in LAUNCH_HEADS) and not PY_SCRIPT.search(expanded):
             names = ", ".join(f"${name}" for name in unset)
-            self.unevaluated.append(f"line {line.number} evals {names}, which the script does not set with a plain "
+            self.unevaluated.append(f"{self.where(line)} evals {names}, which the script does not set with a plain "
                                     "NAME=value line before it")
             return
         evaluated = ScriptLine(line.number, expanded)
@@ -238,45 +333,59 @@ class _Reading(ShellVariables):
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
         return [bind_locals(self, expand_positional(word, self.positional)) for word in words]
 
-    def run(self, line: ScriptLine, words: list[str]) -> _Run:
-        return _Run(line.number, self.positioned(words), dict(self.env), dict(self.split_refs))
+    def where(self, line: ScriptLine) -> str:
+        """`line N` of the script, or `FILE line N` of a file it sources (bash reports FILE's own line numbers)."""
+        return f"line {line.number}" if self.path == self.script else f"{self.path} line {line.number}"
 
-    def record_launch(self, line: ScriptLine, words: list[str]) -> None:
+    def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> _Run:
+        return _Run(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
+                    frozenset(self.exported), stdin)
+
+    def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:
         """A launch line. An `sbatch` line is the launch only of a script with no other (a batch script that submits
         its successor, `sbatch --dependency=afterany:$SLURM_JOB_ID next.sh`, launches its own srun line)."""
         if command_head(words) == "sbatch":
-            self.submissions.append(self.run(line, words))
+            self.submissions.append(self.run(line, words, stdin))
             return
-        self.launches.append(self.run(line, words))
+        self.launches.append(self.run(line, words, stdin))
 
-    def launch(self) -> list[str]:
+    def launch(self) -> ScriptLaunch:
         found = self.launches or self.submissions or self.singles  # a `python train.py` line runs once, on node 1
         if len(found) == 1:
+            run = found[0]
+            hidden = frozenset(run.env) - run.exported
+            for name in hidden & set(self.used):  # read by the reading, but the prediction reads these from the
+                if PRICED_NAMES.fullmatch(name):  # job's environment, which does not have them
+                    del self.used[name]
             self.env.clear()
-            self.env.update(found[0].env)
-            self.used.update(found[0].refs)
-            return found[0].words
-        listed = "; ".join(f"line {run.number}: {' '.join(run.words)[:80]}" for run in found[:4])
+            self.env.update(run.env)
+            self.used.update(run.refs)
+            return ScriptLaunch(run.words, self.files, run.stdin, hidden)
+        listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"
-        unsplit = f"; line(s) {', '.join(map(str, self.unsplit))} could not be read as shell words (an unclosed quote?)" \
+        unsplit = f"; line(s) {', '.join(self.unsplit)} could not be read as shell words (an unclosed quote?)" \
             if self.unsplit and not found else ""
         if self.unevaluated and not found:
             unsplit += (f"; {'; '.join(self.unevaluated)} (llmperf reads a script's variables and never runs its "
                         "commands, so it cannot know what that eval runs)")
+        if self.unexported and not found:
+            unsplit += f"; {'; '.join(self.unexported)} (bash passes a child process only exported variables)"
         raise UsageError(f"{self.kind} {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
                          "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
 
 
 def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: dict[str, str],
                       path: str, kind: str = "sbatch script", args: Sequence[str] = (),
-                      shell: tuple[str, str] = ("bash", "")) -> tuple[list[str], dict[str, ScriptFile]]:
-    """The words of the script's one launch line and the files it writes before it, from its logical lines
-    (shell_script.logical_lines); `env` gains its variables; `args` are the script's own arguments ($1 ...);
-    `shell` is posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
-    reading = _Reading(env=env, used=used, path=path, kind=kind, positional=positional_table(path, args), shell=shell)
+                      shell: tuple[str, str] = ("bash", "")) -> ScriptLaunch:
+    """The script's one launch line, the files it writes before it and what it hides from it, from its logical lines
+    (shell_script.logical_lines); `env` gains its variables (all of them: shell_variables.child_environment then keeps
+    the exported ones for the command the line starts); `args` are the script's own arguments ($1 ...); `shell` is
+    posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
+    reading = _Reading(env=env, used=used, path=path, script=path, kind=kind, positional=positional_table(path, args),
+                       shell=shell, exported=set(env))
     reading.read(lines)
-    return reading.launch(), reading.files
+    return reading.launch()
 
 
 def written_text(path: str, written: ScriptFile) -> str:

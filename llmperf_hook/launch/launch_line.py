@@ -2,7 +2,9 @@
 
 A script holds many commands (`mkdir -p`, `echo`, `cat <<EOT > ds.json`); the one llmperf predicts is the command
 whose program, past `VAR=value` prefixes, `env` and wrappers (launch/wrappers.py), is a launcher, or a python that
-runs a launcher module (`python -u -m torch.distributed.run ...`). A `python train.py` line is a single run.
+runs a launcher module (`python -u -m torch.distributed.run ...`), or a shell given such a command as its command
+string (`bash -c "$LAUNCHER train.py ..."`), on its standard input (`bash <<EOF` ... `EOF`) or in the script file it
+runs (`bash ds_pretrain_gpt2.sh ARGS`). A `python train.py` line is a single run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accel
                           "orterun", "prterun", "mpiexec.hydra", "sbatch"})
 """Commands that start the training job; `sbatch job.sh` from a script that submits it (Megatron-LM's
 examples/academic_paper_scripts/sc21: run_figure_*.sh sources SBATCH.sh, whose `sbatch ... SRUN.sh` is the launch)."""
+SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
+_COMMAND_START = r"(?:^|[;&|(`]|\b(?:then|do|else|exec|nohup|time|eval)\s|=[\"']?|-c\s+[\"']?)\s*"
+"""Where a shell's commands start a command: a line's start, after `;`, `&`, `|`, `(`, a keyword or a wrapper, or
+in a value assigned (`run_cmd="deepspeed ..."`, eval'd later) or given to -c."""
+_NAMED_HEAD = re.compile(_COMMAND_START + r"(?:[A-Za-z_]\w*=\S*\s+)*(?:\S*/)?(?:" +
+                         "|".join(map(re.escape, sorted(LAUNCH_HEADS))) + r")(?=$|[\s\"';&|)`])", re.MULTILINE)
+"""A launch head where a shell's commands would run it (`echo torchrun` names none)."""
 _PY_OPTIONS = r"(?:-[WX]\s+\S+\s+|-\S+\s+)*"
 """python's own options before its script or -m (`-u`, `-X dev`, `-W ignore`)."""
 PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+" + _PY_OPTIONS + r"\S+\.py\b")
@@ -25,18 +34,92 @@ PY_SCRIPT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\S*python[0-9.]*\s+"
 _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+" + _PY_OPTIONS + r"-[A-Za-z]*m\s*"  # `-m MOD`, `-um MOD`, `-mMOD`
                         r"(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher\.runner|accelerate\.commands\.launch"
                         r"|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
+_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--init-file", "--rcfile"})
+"""Shell options that take the next word as their value (`bash -o pipefail train.sh`, `bash --rcfile F ...`)."""
+
+
+def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:
+    """For a shell at words[i] (sh, bash, zsh, dash): the index of its first operand past its own options (`bash -x
+    -e train.sh`, `bash -o pipefail train.sh`, `bash -- train.sh`) and the single-letter options it was given (bash
+    manual 6.1 Invoking Bash: -c reads the command from the operand, -s from standard input)."""
+    j, letters = i + 1, ""
+    while j < len(words) and words[j][:1] in "-+" and len(words[j]) > 1:
+        word = words[j]
+        if word == "--":
+            return j + 1, letters
+        j += 1
+        if word in _SHELL_VALUED or (not word.startswith("--") and word[1:].count("o") + word[1:].count("O")):
+            j += 1  # a cluster like -eo takes its value from the next word
+        if not word.startswith("--"):
+            letters += word[1:]
+    return j, letters
+
+
+def shell_command_index(words: Sequence[str], i: int) -> int | None:
+    """For a shell at words[i] given -c (sh, bash, zsh, dash): the index of CMD, its first operand past all its own
+    options (`bash -c CMD`, `bash -lc CMD`, `bash -x -c CMD`, `bash -o pipefail -c CMD`; bash manual 6.1 Invoking
+    Bash: with -c the commands are read from the first non-option argument); None for any other command."""
+    if os.path.basename(words[i]) not in SHELLS:
+        return None
+    operand, letters = shell_operand(words, i)
+    return operand if "c" in letters and operand < len(words) else None
+
+
+def reads_standard_input(words: Sequence[str], i: int) -> bool:
+    """A shell at words[i] reads its commands from standard input: no -c and no script operand, or -s (bash manual
+    6.1: `bash <<EOF`, `bash -s ARGS <<EOF`)."""
+    if os.path.basename(words[i]) not in SHELLS:
+        return False
+    operand, letters = shell_operand(words, i)
+    return "c" not in letters and ("s" in letters or operand >= len(words))
+
+
+def _head_index(words: Sequence[str]) -> int:
+    """Index of the program a command runs, past `VAR=value` prefixes, `env` and wrappers."""
+    i = 0
+    while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
+        i += 1
+    return unwrap(words, i) if i < len(words) else i
 
 
 def command_head(words: Sequence[str]) -> str:
     """The program a command runs, past `VAR=value` prefixes, `env` and wrappers (`nohup torchrun ... &`, `exec srun
     ...`, `time deepspeed ...`)."""
-    i = 0
-    while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
-        i += 1
-    i = unwrap(words, i) if i < len(words) else i
+    i = _head_index(words)
     return os.path.basename(words[i]) if i < len(words) else ""
 
 
-def is_launch(words: Sequence[str], line: str) -> bool:
-    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module."""
+def shell_commands(words: Sequence[str], stdin: str | None) -> str | None:
+    """The commands the shell that `words` runs (past prefixes and wrappers) reads: its -c command string, or `stdin`
+    (a here-document's text) when it reads its standard input; None for any other command, or a shell's script file."""
+    i = _head_index(words)
+    if i >= len(words) or os.path.basename(words[i]) not in SHELLS:
+        return None
+    k = shell_command_index(words, i)
+    return words[k] if k is not None else stdin if reads_standard_input(words, i) else None
+
+
+def shell_script_index(words: Sequence[str], i: int) -> int | None:
+    """The index of the script file in `bash train.sh ...` / `bash -x -e train.sh` / `sh train.sh` (past the shell's
+    own options; not -c or -s, which take no script file) or `./train.sh ...`; None when words[i] runs no script."""
+    head = os.path.basename(words[i])
+    if head in SHELLS:
+        operand, letters = shell_operand(words, i)
+        return operand if operand < len(words) and not {"c", "s"} & set(letters) else None
+    return i if head.endswith(".sh") else None
+
+
+def script_file(words: Sequence[str]) -> int | None:
+    """The index of the script file the command runs (`bash run.sh ARGS`, `./run.sh`), past prefixes and wrappers."""
+    i = _head_index(words)
+    return shell_script_index(words, i) if i < len(words) else None
+
+
+def is_launch(words: Sequence[str], line: str, child: str | None = None) -> bool:
+    """The command starts a distributed launcher (after `VAR=value` prefixes), or python runs one as a module; or it
+    runs a shell, whose commands `child` (as that shell will read them: its -c string, its standard input, its script
+    file) name one (`bash -c "torchrun ..."`, `bash <<EOF`, `bash ds_pretrain_gpt2.sh ARGS`)."""
+    if child is not None:
+        commands = "\n".join(line for line in child.splitlines() if not line.lstrip().startswith("#"))
+        return bool(_NAMED_HEAD.search(commands) or _PY_LAUNCH.search(commands))
     return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))

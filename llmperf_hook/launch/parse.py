@@ -27,17 +27,21 @@ from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
-from llmperf_hook.launch.batch_script import read_batch_script
-from llmperf_hook.launch.sbatch import sbatch_launch, shell_script_launch
+from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
+from llmperf_hook.launch.launch_line import (reads_standard_input, shell_command_index, shell_operand,
+                                             shell_script_index as _shell_script_index)
+from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_script import LITERAL_DOLLAR, logical_lines, pipelines, restore_dollars
+from llmperf_hook.launch.shell_variables import child_environment, not_exported_note, unseen_warnings
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.launch.wrappers import ENV_VALUED, unwrap
 from llmperf_hook.provenance import Source, SourceKind
 
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_UNSET_WORD = re.compile(r"\$\{?[A-Za-z_]\w*\}?")
+"""A word that is still one variable reference once expanded: a variable the environment does not set."""
 _MODULE_LAUNCHERS = {
     "torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
     "deepspeed.launcher.runner": "deepspeed", ACCELERATE_MODULE: "accelerate",
@@ -193,41 +197,11 @@ def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     return i
 
 
-_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--init-file", "--rcfile"})
-"""Shell options that take the next word as their value (`bash -o pipefail train.sh`, `bash --rcfile F ...`)."""
-
-
-def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:
-    """For a shell at words[i] (sh, bash, zsh, dash): the index of its first operand past its own options (`bash -x
-    -e train.sh`, `bash -o pipefail train.sh`, `bash -- train.sh`) and the single-letter options it was given (bash
-    manual 6.1 Invoking Bash: -c reads the command from the operand, -s from standard input)."""
-    j, letters = i + 1, ""
-    while j < len(words) and words[j][:1] in "-+" and len(words[j]) > 1:
-        word = words[j]
-        if word == "--":
-            return j + 1, letters
-        j += 1
-        if word in _SHELL_VALUED or (not word.startswith("--") and word[1:].count("o") + word[1:].count("O")):
-            j += 1  # a cluster like -eo takes its value from the next word
-        if not word.startswith("--"):
-            letters += word[1:]
-    return j, letters
-
-
-def shell_command_index(words: Sequence[str], i: int) -> int | None:
-    """For a shell at words[i] given -c (sh, bash, zsh, dash): the index of CMD, its first operand past all its own
-    options (`bash -c CMD`, `bash -lc CMD`, `bash -x -c CMD`, `bash -o pipefail -c CMD`; bash manual 6.1 Invoking
-    Bash: with -c the commands are read from the first non-option argument); None for any other command."""
-    if os.path.basename(words[i]) not in _SHELLS:
-        return None
-    operand, letters = shell_operand(words, i)
-    return operand if "c" in letters and operand < len(words) else None
-
-
 def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
     """`sh -c "CMD"` / `bash -x -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell.
     A CMD of several commands (`TP=2; cd /w && torchrun ...`) is a script: read as batch scripts are, its
-    one launch line (or `python train.py` line) taken."""
+    one launch line (or `python train.py` line) taken. The shell is a child process: `env` holds only what the
+    command that starts it exports (child_environment)."""
     k = shell_command_index(words, i)
     if k is None:
         return None
@@ -235,38 +209,40 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
         words = [*words[:k], expand_env_refs(restore_dollars(words[k]), env, used), *words[k + 1:]]
     # the string may already hold a variable's newlines (`srun bash -c '$LAUNCHER $CMD'`, expanded here, where
     # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
+    hidden: frozenset[str] = frozenset()
     if sum(len(p) for p in pipelines(words[k].replace("\n", " "))) > 1:
-        inner, _ = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
-                                     "the command string of", words[k + 2:], script_shell(words[i], ""))
+        launch = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
+                                   "the command string of", words[k + 2:], script_shell(words[i], ""))
+        inner, hidden = launch.words, launch.hidden
     else:
         try:
             inner = shlex.split(words[k])
         except ValueError as err:
             raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[k]!r}.") from None
+    inner = normalise_argv(inner, env, used)  # bash expands `X=1 cmd $X` before it assigns X for cmd
+    child_environment(env, hidden)
     inner = inner[_strip_assignments(inner, env):]
     if not inner:
         raise UsageError(f"{words[i]} -c is given an empty command.")
-    return [*words[:i], *normalise_argv(inner, env, used)]
+    if _UNSET_WORD.fullmatch(inner[0]):
+        raise UsageError(f"{words[i]} -c runs {inner[0]} as its command, a variable that shell does not have as "
+                         "llmperf reads it (not in its environment, or set where only running the script gives its "
+                         f"value: in a loop, or from a command's output); unset, it expands to nothing and `"
+                         f"{' '.join(inner[1:3])} ...` runs as the command. Export it with a plain value, or write the "
+                         "launcher itself.")
+    return [*words[:i], *inner]
 
 
-def _shell_script_index(words: Sequence[str], i: int) -> int | None:
-    """The index of the script file in `bash train.sh ...` / `bash -x -e train.sh` / `sh train.sh` (past the shell's
-    own options; not -c or -s, which take no script file) or `./train.sh ...`; None when words[i] runs no script."""
-    head = os.path.basename(words[i])
-    if head in _SHELLS:
-        operand, letters = shell_operand(words, i)
-        return operand if operand < len(words) and not {"c", "s"} & set(letters) else None
-    return i if head.endswith(".sh") else None
-
-
-def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False) -> LaunchSize | None:
-    """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend."""
+def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False,
+              stdin: str | None = None) -> LaunchSize | None:
+    """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend;
+    `stdin` is the here-document a launch script gives the command (None: llmperf's own standard input)."""
     unwrapped = _shell_c(words, i, env, used)
     if unwrapped is not None:
         return _dispatch(unwrapped, i, env, used, inside_srun)
     j = _skip_prefixes(words, i, env)
     if j != i:
-        return _dispatch(words, j, env, used, inside_srun)
+        return _dispatch(words, j, env, used, inside_srun, stdin)
     head = os.path.basename(words[i])
     if head in ("torchrun", "ft_launcher"):
         return parse_torchrun(words, i + 1, env, used, head)
@@ -284,17 +260,8 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return None
     if head == "srun":
         return _srun(words, i, env, used)
-    script_at = None if head == "sbatch" else _shell_script_index(words, i)
-    if head == "sbatch" or script_at is not None:  # the script's own launch line (launch/sbatch.py)
-        try:
-            launch, files = sbatch_launch(words, i, env, used) if script_at is None else \
-                shell_script_launch(words[script_at], env, used, words[script_at + 1:], words[i] if script_at > i else None)
-            inner = normalise_argv(launch, env, used)
-            size = _dispatch(inner, _strip_assignments(inner, env), env, used)
-        except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
-            message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
-            raise type(err)(message) from err.__cause__
-        return _literal_dollars(size, files, env, used)
+    if head == "sbatch" or _shell_script_index(words, i) is not None or reads_standard_input(words, i):
+        return _script_job(words, i, env, used, stdin)
     if head in MPI_LAUNCHERS:
         return _mpirun(words, i, env, used)
     if head.endswith(".py"):
@@ -304,6 +271,39 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         "python -m torch.distributed.run ..., ft_launcher ..., deepspeed ..., accelerate launch ..., srun ..., mpirun ..., "
         "sbatch job.sh, bash train.sh, or python train.py ...."
     )
+
+
+def _script_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str],
+                 stdin: str | None) -> ScriptLaunch:
+    """The launch of the script words[i] runs: sbatch's (launch/sbatch.py), a shell's script file, or the script a
+    shell reads from its standard input (`bash -s ARGS <<EOF`, bash manual 6.1)."""
+    if os.path.basename(words[i]) == "sbatch":
+        return sbatch_launch(words, i, env, used, stdin)
+    script_at = _shell_script_index(words, i)
+    if script_at is not None:
+        return shell_script_launch(words[script_at], env, used, words[script_at + 1:],
+                                   words[i] if script_at > i else None)
+    operand, _ = shell_operand(words, i)
+    text = script_on_input(stdin, words[i])
+    return shell_script_launch(f"the standard input of {words[i]}", env, used, words[operand:], words[i], text)
+
+
+def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str],
+                stdin: str | None) -> LaunchSize | None:
+    """The job a script launches: its launch line expanded with all the script's variables, then started in the
+    environment the script exports (child_environment)."""
+    hidden: dict[str, str] = {}
+    try:
+        launch = _script_launch(words, i, env, used, stdin)
+        inner = normalise_argv(launch.words, env, used)
+        hidden = child_environment(env, launch.hidden)
+        size = _dispatch(inner, _strip_assignments(inner, env), env, used, stdin=launch.stdin)
+    except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
+        message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
+        raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__
+    if size is not None:
+        size = replace(size, warnings=(*size.warnings, *unseen_warnings(hidden)))
+    return _literal_dollars(size, launch.files, env, used)
 
 
 _QUOTED_LITERAL_DOLLAR = repr(LITERAL_DOLLAR)[1:-1]

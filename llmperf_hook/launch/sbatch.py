@@ -16,18 +16,20 @@ A script with no such line, or several, exits 2 naming them: pass the line itsel
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.batch_script import read_batch_script
+from llmperf_hook.launch.argv_words import unexpanded_hint
+from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
 from llmperf_hook.launch.launch_line import is_launch
 from llmperf_hook.launch.options import Grammar, Option, scan_options
-from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, restore_dollars
 from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
+from llmperf_hook.launch.standard_input import read_standard_input
 
 SBATCH_OPTIONS: dict[str, Option] = {
     **SRUN_OPTIONS, "--wrap": Option("wrap"), "-a": Option("array"), "--array": Option("array"),
@@ -57,12 +59,27 @@ def _read_script(path: str, what: str = "sbatch script") -> str:
 
 
 def shell_script_launch(path: str, env: dict[str, str], used: dict[str, str], args: Sequence[str] = (),
-                        shell_word: str | None = None) -> tuple[list[str], dict[str, ScriptFile]]:
+                        shell_word: str | None = None, text: str | None = None) -> ScriptLaunch:
     """`bash train.sh ARGS` (sh, zsh, dash: `shell_word`; or `./train.sh`, run by its #! line): the script's one
     launch line, read as for sbatch but without an allocation (Megatron-LM's example scripts, `bash examples/gpt3/
-    train_gpt3_175b_distributed.sh ...`, size the job on their torchrun line)."""
-    text = _read_script(path, "shell script")
+    train_gpt3_175b_distributed.sh ...`, size the job on their torchrun line). `text`: the script when the shell reads
+    it from its standard input (`bash -s ARGS <<EOF`), `path` then naming where it came from."""
+    text = _read_script(path, "shell script") if text is None else text
     return read_batch_script(logical_lines(text), env, used, path, "shell script", args, script_shell(shell_word, text))
+
+
+def script_on_input(stdin: str | None, what: str) -> str:
+    """The script a command reads from its standard input: `stdin` (a here-document the launch script gives it), else
+    llmperf's own standard input; refused when there is none to read, or it is empty."""
+    text = read_standard_input() if stdin is None else restore_dollars(stdin)  # the script's shell expands them
+    if text is None:
+        raise UsageError(f"{what} is given no script file, so it reads the script from its standard input, which is "
+                         "a terminal here (or cannot be read). Give the script on llmperf's standard input (`llmperf "
+                         "predict -- sbatch <<EOF` ... `EOF`, or `< job.sh`), or write it to a file and give its path.")
+    if not text.strip():
+        raise UsageError(f"{what} is given no script file and its standard input is empty, so it has no script to run. "
+                         "Give the script there (a here-document `<<EOF` ... `EOF`), or give its path.")
+    return text
 
 
 _MAGIC_WORDS = ("#SBATCH", "#SLURM")
@@ -101,6 +118,25 @@ def _header_values(lines: list[ScriptLine], path: str) -> dict[str, str]:
         raise UsageError(f"sbatch would stop: {path} has #SBATCH {words[header.rest]!r}, which is not an option "
                          "(sbatch: 'Invalid directive found in batch script'). Write it as an option, or remove it.")
     return header.values
+
+
+_COUNTS = {"nodes": (re.compile(r"\d+[kKmM]?(?:-\d+[kKmM]?)?|\d+(?:,\d+)+(?::\d+)?"), "--nodes",
+                     '"{}" is not a valid node count'),
+           "ntasks": (re.compile(r"\d+"), "--ntasks", 'Invalid numeric value "{}" for --ntasks.'),
+           "ntasks_per_node": (re.compile(r"\d+"), "--ntasks-per-node",
+                               'Invalid numeric value "{}" for --ntasks-per-node.')}
+"""The allocation's counts as sbatch reads them before submitting (src/common/proc_args.c verify_node_count, and
+parse_int for the task counts, both exit on an error): a value the script left as a placeholder (`#SBATCH
+--nodes=your_own_num_nodes`, Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh) stops sbatch."""
+
+
+def _check_counts(values: dict[str, str], path: str) -> None:
+    for dest, (valid, option, said) in _COUNTS.items():
+        value = values.get(dest)
+        if value is not None and not valid.fullmatch(value.strip()):
+            raise UsageError(f"sbatch would stop: {option}={value} (its command line or the #SBATCH lines of {path}) "
+                             f"is not a count (sbatch: '{said.format(value)}'){unexpanded_hint(value)}. Give the "
+                             "number.")
 
 
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
@@ -171,11 +207,12 @@ def _input_env(env: dict[str, str], used: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
-                  used: dict[str, str]) -> tuple[list[str], dict[str, ScriptFile]]:
-    """The launch words sbatch's script (or --wrap command) runs and the files the script writes before it; `env`
-    gains the allocation and the script's assignments. Command-line options win over SBATCH_* input variables, which
-    win over #SBATCH lines (sbatch.html, INPUT ENVIRONMENT VARIABLES)."""
+def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str],
+                  stdin: str | None = None) -> ScriptLaunch:
+    """The launch sbatch's script (or --wrap command) runs; `env` gains the allocation and the script's assignments.
+    Without a script file sbatch reads the script from its standard input: `stdin` (the here-document of a launch
+    script's `sbatch <<EOF`), else llmperf's own standard input. Command-line options win over SBATCH_* input
+    variables, which win over #SBATCH lines (sbatch.html, INPUT ENVIRONMENT VARIABLES)."""
     cli = scan_options(words, i + 1, SBATCH_OPTIONS, "sbatch", SBATCH_GRAMMAR)
     if "wrap" in cli.values and cli.rest < len(words):
         raise UsageError(f"sbatch would stop: --wrap is given with {words[cli.rest]!r} after it (sbatch: 'Script "
@@ -186,24 +223,21 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str],
         lines, path, header = logical_lines(restore_dollars(cli.values["wrap"])), "--wrap", given
         shell = script_shell("/bin/sh", "")
     else:
-        if cli.rest >= len(words):
-            raise UsageError("sbatch is given no script file, so it reads the batch script from its standard input "
-                             "(`sbatch <<EOF` ... `EOF`, or a pipe), which llmperf does not read. Write that script to a "
-                             "file and give `sbatch [options] job.sh`, or `sbatch --wrap \"CMD\"`.")
-        path = words[cli.rest]
-        text = _read_script(path)
+        path = words[cli.rest] if cli.rest < len(words) else "(standard input)"
+        text = _read_script(path) if cli.rest < len(words) else script_on_input(stdin, "sbatch")
         lines, shell = logical_lines(text), script_shell(None, text)
         header = {**_header_values(lines, path), **given}
     if "export" in header:
         _job_environment(header["export"], env, used)
+    _check_counts(header, path)
     allocation = _allocation_env(header)
     env.update(allocation)
     used.update(allocation)
     script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
-    words, files = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
-    if not is_launch(words, " ".join(words)):  # the batch step runs a bare python once: not the allocation's tasks
+    launch = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
+    if not is_launch(launch.words, " ".join(launch.words), launch.stdin):  # a bare python runs once, not as the tasks
         for name in _TASK_LAYOUT:
             if name in allocation:
                 env.pop(name, None)
                 used.pop(name, None)
-    return words, files
+    return launch

@@ -27,6 +27,8 @@ class Definition:
     """Its lines, as the script writes them (the closing brace left out)."""
     end: int
     """Index of the first script line after the definition."""
+    path: str = ""
+    """The file that defines it (a sourced file's own name), for the line numbers of messages about its body."""
 
 
 def _one_line(rest: str) -> str | None:

@@ -1,6 +1,6 @@
 """A script's positional parameters ($0, $1 ..., $#, "$@") and the builtins that change what its launch line expands
-to without running anything: `shift [N]`, `set -- ARGS`, `local`/`declare`/`typeset`/`readonly NAME=value` and
-`: ${NAME:=value}` (bash manual 3.4.1, 3.5.3, 4.1-4.2; POSIX 2.14 Special Built-In Utilities)."""
+to without running anything: `shift [N]`, `set -- ARGS`, `local`/`declare`/`typeset`/`readonly NAME=value` (`-x`:
+exported) and `: ${NAME:=value}` (bash manual 3.4.1, 3.5.3, 4.1-4.2; POSIX 2.14 Special Built-In Utilities)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class _Script(Protocol):
     env: dict[str, str]
     frames: list[dict[str, str | None]]
     undecidable: set[str]
+    exported: set[str]
     shell: tuple[str, str]
     kind: str
     path: str
@@ -91,6 +92,8 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
                 script.env.pop(name, None)
         if eq:
             script.assign([word])
+        if "x" in options:  # `declare -x NAME=value`: exported, as `export` (bash manual 4.2 declare)
+            script.exported.add(name)
 
 
 def leave_function(script: _Script) -> None:

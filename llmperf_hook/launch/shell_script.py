@@ -15,7 +15,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_HEREDOC = re.compile(r"<<(-?)\s*(?:(['\"])([^'\"\n]+)\2|\\([^\s;&|<>()'\"]+)|([^\s;&|<>()'\"\\]+))")
+"""`<<WORD`, `<<-WORD`; a quoted delimiter (`<<'EOF'`, `<<"EOF"`, `<<\\EOF`) turns the body's expansion off (3.6.6)."""
 _REDIRECT = re.compile(r"^(?:\d*|&)(>>|>\||>&|<&|>|<<<|<<-|<<|<)(.*)$", re.DOTALL)
 
 
@@ -178,13 +179,28 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
     return _WORD_REF.sub(fields, _QUOTED_ALL.sub(each_arg, text))
 
 
+def plain_heredoc_operators(text: str) -> str:
+    """`cat <<'EOF' > f` written `cat <<EOF > f`: the quotes of a here-document's delimiter turn its expansion off
+    (Heredoc.expand), not the operator into a word, which strip_redirections would keep as one (`sbatch <<'EOF'`
+    read `<<EOF` as its script file)."""
+    outside, _, end = _scan(text)
+
+    def plain(found: re.Match[str]) -> str:
+        if not outside[found.start()] or "<<<" in text[max(found.start() - 1, 0):found.start() + 3]:
+            return found.group(0)
+        return f"<<{found.group(1)}{found.group(3) or found.group(4) or found.group(5)}"
+
+    return _HEREDOC.sub(plain, text[:end]) + text[end:]
+
+
 def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:
     """The here-document `text` opens and how many of the following lines (`rest`) it takes."""
     outside, _, end = _scan(text)
     for match in _HEREDOC.finditer(text, 0, end):
-        if not outside[match.start()] or text[match.start():match.start() + 3] == "<<<":
+        if not outside[match.start()] or "<<<" in text[max(match.start() - 1, 0):match.start() + 3]:
             continue
-        strip_tabs, quoted, delimiter = match.group(1) == "-", bool(match.group(2)), match.group(3)
+        strip_tabs, delimiter = match.group(1) == "-", match.group(3) or match.group(4) or match.group(5)
+        quoted = match.group(5) is None
         body: list[str] = []
         for line in rest:
             if (line.lstrip("\t") if strip_tabs else line) == delimiter:

@@ -13,8 +13,11 @@ import shlex
 from dataclasses import dataclass, field
 
 from llmperf_hook.launch.argv_words import expand_env_refs
+from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_positional import expand_positional
-from llmperf_hook.launch.shell_script import ARRAY_ASSIGN, protect_literal_dollars, shell_split, word_quoting
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars, shell_split,
+                                              word_quoting)
+from llmperf_hook.launch.sizing import PRICED_ENV
 
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
@@ -22,7 +25,43 @@ APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTAL
 NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
 """`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
 PWD = re.compile(r"`pwd`|\$\(pwd\)")
+_EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
+"""A word `export` takes: NAME, NAME=value or NAME+=value."""
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+_HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
+"""In an unquoted here-document a backslash quotes only `\\`, `$`, a backquote and a newline (bash manual 3.6.6)."""
+_HEREDOC_ARRAY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}")
+PRICED_NAMES = re.compile("|".join(PRICED_ENV) + r"|ACCELERATE_\w+")
+"""Variables the prediction reads from the job's environment (sizing.PRICED_ENV: the DeepSpeed release, CUDA's
+connection count; accelerate's ACCELERATE_* plugin settings): set without `export`, the job does not have them,
+which is worth a warning."""
+
+
+def child_environment(env: dict[str, str], hidden: frozenset[str]) -> dict[str, str]:
+    """`env` (the script's variables where its launch line runs) made the environment of the command that line starts:
+    bash passes a child process only the variables with the export attribute (bash manual 3.7.4 Environment), so the
+    `hidden` ones are taken out; returns them with their values."""
+    return {name: env.pop(name) for name in sorted(hidden) if name in env}
+
+
+def not_exported_note(message: str, hidden: dict[str, str]) -> str:
+    """For an error about a `$NAME` the command did not see: that NAME is a variable the script did not export."""
+    names = [name for name in hidden if re.search(r"\$\{?" + name + r"\b", message)]
+    if not names:
+        return ""
+    return (f" ({', '.join(names)} {'is' if len(names) == 1 else 'are'} set by the script without `export`, so the "
+            "command it starts does not have it in its environment (bash passes only exported variables to a child "
+            "process): write `export NAME=...`.)")
+
+
+def unseen_warnings(hidden: dict[str, str]) -> list[str]:
+    """One warning per variable the prediction reads from the job's environment that the script set but did not
+    export (`CUDA_DEVICE_MAX_CONNECTIONS=1` without `export`: Megatron does not see it)."""
+    return [f"{name}={value} is set by the script without `export`, so the job does not see it (bash passes only "
+            f"exported variables to the commands it starts); predicted without it. Write `export {name}=...` if the "
+            "job should have it." for name, value in hidden.items() if PRICED_NAMES.fullmatch(name)]
+
+
 def _cut_substitution(words: list[str]) -> re.Match[str] | None:
     """`N=$(nvidia-smi -L | wc -l)` (or backquotes) reaches a command cut at the blanks and `|` inside it: the
     assignment word (after `export`) whose substitution it does not close, nothing after the word that closes it."""
@@ -54,9 +93,18 @@ class ShellVariables:
     undecidable: set[str] = field(default_factory=set)
     """Variables a command substitution sets (`N=$(nvidia-smi ... | wc -l)`, also after a plain `N=1`, whose stale value
     env drops): a test on them is undecided, and the launch line leaves them unexpanded."""
-    def expand(self, text: str) -> str:
+    exported: set[str] = field(default_factory=set)
+    """The names with bash's export attribute: the launching environment's, `export NAME`, `declare -x NAME`, and every
+    variable assigned while `set -a` is on (bash manual 3.7.4 Environment, 4.3.1 The Set Builtin). Only these reach
+    the environment of a command the script starts; the others are the shell's own."""
+    allexport: bool = False
+    """`set -a` / `set -o allexport` is on: each variable assigned is exported."""
+
+    def expand(self, text: str, record: bool = True) -> str:
+        """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
+        unless `record` is False (a look at a command that may not be the launch)."""
         text = expand_positional(text, self.positional)
-        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used)
+        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {})
 
     def assign_array(self, text: str) -> bool:
         """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""
@@ -135,6 +183,8 @@ class ShellVariables:
         else:
             self.env[match.group(1)] = self.expand(value)
             self.undecidable.discard(match.group(1))
+        if self.allexport or words[0] == "export":
+            self.exported.add(match.group(1))
         return True
 
     def append(self, name: str, value: str) -> bool:
@@ -144,4 +194,68 @@ class ShellVariables:
             self.undecidable.add(name)
         else:
             self.env[name] = self.env.get(name, "") + self.expand(value)
+        if self.allexport:
+            self.exported.add(name)
         return True
+
+    def variable_builtin(self, words: list[str]) -> bool:
+        """Apply `export`, `unset` or `set` (its -a / -o allexport), if `words` runs one of them; True when it did."""
+        if words[0] == "export":
+            self.export(words)
+        elif words[0] == "unset":
+            self.unset(words)
+        elif words[0] == "set" and "--" not in words:  # `set -- ARGS` sets the positional parameters
+            for k, word in enumerate(words[1:], start=1):
+                named = words[k + 1] if word in ("-o", "+o") and k + 1 < len(words) else ""
+                if named == "allexport" or (word[:1] in "-+" and word[1:2] != "o" and "a" in word[1:]):
+                    self.allexport = word.startswith("-")
+        else:
+            return False
+        return True
+
+    def export(self, words: list[str]) -> None:
+        """`export [-fnp] NAME[=value] ...` (bash manual 4.1): each NAME gets the export attribute (-n takes it away),
+        and a NAME=value word assigns too, also one whose command substitution the command was cut at (`export
+        N=$(nvidia-smi -L | wc -l)`); -f exports functions, which llmperf does not follow into child processes."""
+        at = next((k for k, word in enumerate(words) if k and not word.startswith("-")), len(words))
+        options = "".join(word[1:] for word in words[1:at])
+        if "f" in options or at == len(words):
+            return
+        names = words[at:]
+        if self.assign(names):  # one assignment, or a substitution cut at its blanks
+            names = names[:1]
+        elif all(_EXPORTED_WORD.fullmatch(word) for word in names):  # else words of a line bash would not run
+            for word in names:
+                if "=" in word:
+                    self.assign([word])
+        else:
+            return
+        for word in names:
+            name = re.split(r"\+?=", word, maxsplit=1)[0]
+            (self.exported.discard if "n" in options else self.exported.add)(name)
+
+    def unset(self, words: list[str]) -> None:
+        """`unset [-v] NAME ...`: the variable, its value and its export attribute gone (bash manual 4.1; -f unsets
+        functions, -n a nameref: neither is a variable's value)."""
+        options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
+        if "f" in options or "n" in options:
+            return
+        for name in (word for word in words[1:] if not word.startswith("-")):
+            self.env.pop(name, None)
+            self.arrays.pop(name, None)
+            self.exported.discard(name)
+            self.undecidable.discard(name)
+
+    def here_document(self, heredoc: Heredoc) -> str:
+        """The text a here-document gives its command: as written when its delimiter is quoted (`<<'EOF'`), else with
+        bash's expansions done on it (bash manual 3.6.6): `\\$`, `\\\\`, and a backslash-newline are what a
+        backslash still quotes there (a `$` it quotes stays literal), quotes are plain characters (`'$X'` is
+        expanded), `${A[@]}` is the array's elements joined by blanks, `$(( ))` arithmetic is evaluated."""
+        if not heredoc.expand:
+            return heredoc.body
+        quoted = {"$": LITERAL_DOLLAR, "\n": ""}
+        text = _HEREDOC_ESCAPE.sub(lambda m: quoted.get(m.group(1), m.group(1)), heredoc.body)
+        text = _HEREDOC_ARRAY.sub(lambda m: " ".join(self.arrays[m.group(1)]) if m.group(1) in self.arrays
+                                  else m.group(0), text)
+        text = ARITH.sub(lambda m: arithmetic(self.expand(m.group(1)), self.env), text)
+        return self.expand(text)

@@ -84,7 +84,21 @@ def test_shell_c_forms(words: list[str], expected: bool) -> None:
     assert (shell_command_index(words, 0) == 2) is expected
 
 
-def test_bash_s_reads_standard_input_and_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bash_s_reads_standard_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bash -s ARGS` reads its script from standard input (bash manual 6.1): llmperf's own, refused when that holds
+    none (a terminal here, or nothing to read); given one, its launch line with ARGS as $1 ..."""
+    import io
+    import sys
+
+    from llmperf_hook.launch.standard_input import read_standard_input
+
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UsageError, match="does not know the launcher 'bash'"):
+    with pytest.raises(UsageError, match="bash is given no script file, so it reads the script from its standard input"):
         parse_launch(["bash", "-s"], {})
+    monkeypatch.setattr(sys, "stdin", io.StringIO("torchrun --nproc_per_node $1 pretrain_gpt.py --num-layers 2\n"))
+    read_standard_input.cache_clear()
+    try:
+        job = parse_launch(["bash", "-s", "4"], {})
+    finally:
+        read_standard_input.cache_clear()
+    assert (job.launcher, job.world_size, job.script) == ("torchrun", 4, "pretrain_gpt.py")
