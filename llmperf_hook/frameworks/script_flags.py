@@ -137,8 +137,9 @@ NOT_MODELLED: dict[str, str] = {
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
     "cpu_offloading": "activation CPU offloading not modelled",
     "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
-    "num_distributed_optimizer_instances": "multiple distributed-optimizer instances: their state sharding is in the "
-                                           "memory estimate, their communication priced as one instance's",
+    "num_distributed_optimizer_instances": "multiple distributed-optimizer instances: their state and optimizer step "
+                                           "are sharded per instance, their gradient reduction and parameter gather "
+                                           "priced as one instance's over all dp x cp ranks",
     "cp_comm_type": "context-parallel communication type: p2p ring assumed",
     "squared_relu": "squared-ReLU activation timed as GeLU",
     "window_size": "sliding-window attention not modelled: attention priced as full causal",

@@ -174,8 +174,11 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
            + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded,
                         rank_grad_buckets(cfg, stage, chunks, expert=True) if bucketed else []))
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
-    shard_dense = dense.group_size if sharded else 1
-    shard_expert = edp.group_size if sharded else 1
+    # Megatron --num-distributed-optimizer-instances N: each rank steps its share of dp x cp / N (parallel_state.py
+    # intra_partial_data_parallel_size); the gradient reduction is still priced over the whole group
+    n = max(1, o.distopt_instances)
+    shard_dense = max(1, dense.group_size // n) if sharded else 1
+    shard_expert = max(1, edp.group_size // n) if sharded else 1
     local = num_dense // shard_dense + num_expert // shard_expert
     tags = {"offload": o.offload_optimizer} if o.offload_optimizer != "none" else {}
     dims = {"params": local}

@@ -70,6 +70,8 @@ def test_distributed_optimizer_instances_shard_over_dp_divided_by_n() -> None:
     one = _megatron("--use-distributed-optimizer").estimate.memory.components["optimizer_states"]
     two = _megatron("--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2")
     assert two.estimate.memory.components["optimizer_states"] == pytest.approx(2 * one, rel=1e-6)
+    step = [op for op in build_graph(two.config, two.cluster).stages[0].step_ops if op.op_class == "optimizer"]
+    assert step[0].dims["params"] == pytest.approx(_shard(two) * 2, abs=1)  # its shard: over 4 ranks, not 8
 
 
 def test_distributed_optimizer_instances_must_divide_dp_times_cp() -> None:
