@@ -9,9 +9,9 @@ with the same memory model as the job (schedule/memory.py estimate_memory over g
         layer (one 2sbh input kept per layer); sequence parallelism (the TP-replicated activations split, TP > 1);
         Megatron's distributed optimizer or the next ZeRO stage (state sharded over data-parallel ranks,
         Rajbhandari et al. 2020); tensor or pipeline parallelism doubled (weights and activations split).
-  host  DeepSpeed: offload_optimizer / offload_param to nvme instead of cpu (ZeRO-3: ZeRO-1/2 offload to CPU memory
-        whatever the device), or not offloaded; Megatron-DeepSpeed:
-        --checkpoint-in-cpu off; Megatron-LM: --optimizer-offload-fraction halved, or --optimizer-cpu-offload off.
+  host  DeepSpeed: offload_optimizer / offload_param not offloaded, or at ZeRO-3 to nvme instead of cpu (ZeRO-1/2
+        offload to CPU memory whatever the device says); Megatron-DeepSpeed: --checkpoint-in-cpu off; Megatron-LM:
+        --optimizer-offload-fraction halved, or --optimizer-cpu-offload off.
 
 A layout knob is offered only where the framework accepts the layout it makes (tune/candidates.rule_masks: heads
 and layers divisible, the global batch a multiple of micro-batch x DP, ...).
@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
+
+if TYPE_CHECKING:
+    from llmperf_hook.tune.candidate import Candidate
 
 GiB = float(2**30)
 
@@ -56,13 +59,13 @@ def _megatron(cfg: TrainingConfig) -> bool:
     return "megatron" in cfg.framework
 
 
-def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, object]]:
+def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, "Candidate"]]:
     """(words, tune Candidate) for the GPU knobs that change the layout, batch, recompute or sharding."""
     from llmperf_hook.tune.candidate import candidate_of
 
     base, p = candidate_of(cfg), cfg.parallel
     mbs_key = "--micro-batch-size" if _megatron(cfg) else "train_micro_batch_size_per_gpu"
-    out: list[tuple[str, object]] = []
+    out: list[tuple[str, Candidate]] = []
     if base.micro_batch_size > 1:
         out.append((f"{mbs_key} 1", dataclasses.replace(base, micro_batch_size=1)))
     if _megatron(cfg):
@@ -81,7 +84,7 @@ def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, object]]:
     return out
 
 
-def _accepted(cfg: TrainingConfig, knobs: list[tuple[str, object]]) -> list[tuple[str, object]]:
+def _accepted(cfg: TrainingConfig, knobs: list[tuple[str, "Candidate"]]) -> list[tuple[str, "Candidate"]]:
     """The knobs whose layout the framework accepts (tune's rule masks: True = violates a rule)."""
     from llmperf_hook.tune.candidates import candidates_from_list, rule_masks
 
