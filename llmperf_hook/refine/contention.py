@@ -23,6 +23,11 @@ spread every run has, the contention share's spread (CPU_INFLATION_SD) and that 
 quiet runs', or the uniform's over the interval); both terms ramp in from wall/CPU 1 to 2 (ramp). With the
 quiet ratio from the store a contended run weighs about a third of a quiet one; without, less. Pure functions;
 refine_run.py applies them.
+
+The median's own sampling error (shrinkage.median_sampling_sd) is that of the reading used, the CPU times per
+step (the wall times of a contended run scatter with the load, 2-9x). CPU_INFLATION_SD is a spread of 19 runs'
+medians, so it already holds a median's sampling error: a contended run adds only the part of its own that the
+contention spread does not cover (sampling_sd_beyond_contention), else that error is counted twice.
 """
 
 from __future__ import annotations
@@ -66,6 +71,15 @@ def contended_step(wall_per_cpu: float, cpu_time_s: float, world_size: int, limi
     sd = max(math.hypot(share * CPU_INFLATION_SD, ratio_sd), MIN_SD)
     quiet_cpu_s = cpu_time_s * math.exp(-share * CPU_INFLATION_LOG)
     return ContendedStep(wall_per_cpu, cpu_time_s, ratio, source, quiet_cpu_s * ratio, sd)
+
+
+def sampling_sd_beyond_contention(step: ContendedStep, cpu_sampling_sd: float) -> float:
+    """The sampling sd of the run's median CPU time (`cpu_sampling_sd`) less, in quadrature, the contention spread
+    applied to it (ramp x CPU_INFLATION_SD: measured over runs' medians, it holds such an error): the run's
+    reading then carries max(sampling, contention spread)^2, not their sum; an unusually scattered run still
+    weighs less."""
+    covered = ramp(step.wall_per_cpu) * CPU_INFLATION_SD
+    return math.sqrt(max(0.0, cpu_sampling_sd ** 2 - covered ** 2))
 
 
 def ramp(wall_per_cpu: float) -> float:

@@ -20,7 +20,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration
 from llmperf_hook.refine.config_fingerprint import fingerprint_from_config_json
-from llmperf_hook.refine.contention import ContendedStep, contended_step
+from llmperf_hook.refine.contention import ContendedStep, contended_step, sampling_sd_beyond_contention
 from llmperf_hook.refine.contention import describe as describe_contended
 from llmperf_hook.refine.op_rebase import describe as describe_rebased
 from llmperf_hook.refine.op_rebase import repredict_uncalibrated
@@ -190,7 +190,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         "calibration_step_time_s": contended.step_time_s if contended else job.step_time_s,
         "observation_sd": contended.observation_sd if contended else 0.0,
         # how far the cost mix of this configuration carries to others, and how well its steps fix its median
-        "sampling_sd": median_sampling_sd(job.step_times_s),
+        "sampling_sd": _sampling_sd(job, contended),
         "cost_shares_json": json.dumps(shares)})
     steps = [r for r in run.records if r.get("kind") == "step" and str(r.get("job_id")) == job_id]
     store.record_steps(conn, job_id, steps)
@@ -219,6 +219,14 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     after = calibration.apply(raw, fingerprint, shares) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
+
+
+def _sampling_sd(job: JobSteps, contended: ContendedStep | None) -> float:
+    """The sampling sd of the median the calibration reads: the wall times' for a quiet run; for a contended one
+    its CPU times', less what its contention spread already holds (refine/contention.py)."""
+    if contended is None:
+        return median_sampling_sd(job.step_times_s)
+    return sampling_sd_beyond_contention(contended, median_sampling_sd(job.cpu_step_times_s))
 
 
 def _contended_step(conn: Any, job: JobSteps, key: CalibrationKey | None,

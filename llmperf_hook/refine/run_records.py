@@ -73,6 +73,8 @@ class JobSteps:
     cpu_time_s: float | None = None
     """Median over the timed steps of the largest per-rank CPU time (process CPU seconds in the step). On a
     CPU job with one thread per rank, wall time well above it means ranks waited: for peers or for a core."""
+    cpu_step_times_s: tuple[float, ...] = ()
+    """The per-step largest per-rank CPU times that went into cpu_time_s."""
     reference_cpu_s: float | None = None
     """CPU job: median over ranks of the reference workload's reading taken by the hook before step 0
     (instrument/reference_speed.py): the machine's speed when the run started. None when no rank took one."""
@@ -180,7 +182,7 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
     by_rank: dict[int, list[int]] = defaultdict(list)
     for r in steps:
         by_rank[int(r["rank"])].append(int(r["step"]))
-    times = _slowest_rank_times(steps)
+    times, cpu_times = _slowest_rank_times(steps), _slowest_rank_times(steps, "cpu_time_s")
     rank0 = min(metas, key=lambda r: int(r.get("rank", 0)), default={})
     return JobSteps(
         # The last step's owner: a framework can take over from the plain-torch fallback after steps it did not
@@ -193,7 +195,7 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
         load_avg_1m=max((float(m["load_avg_1m"]) for m in metas if m.get("load_avg_1m") is not None), default=None),
         errors=tuple(str(r.get("error")) for r in mine if r.get("kind") == "error"),
         stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0),
-        cpu_time_s=_median_or_none(_slowest_rank_times(steps, "cpu_time_s")),
+        cpu_time_s=_median_or_none(cpu_times), cpu_step_times_s=tuple(cpu_times),
         **_reference_fields(metas))
 
 

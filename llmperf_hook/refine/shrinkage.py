@@ -49,7 +49,8 @@ Where the variances come from (never from the benchmark's rows), `variance_prior
   the eleven others (13.9 % after, 7.1 % before). The 03:02 profile (rms 13.6 %, drift 13.0 %): one quiet run's k
   0.45 -> 0.23, its own configuration keeps 0.71 of its log ratio (was 0.88; sd_run 5 %, no sampling error).
 - The run's median step has its own sampling error (median_sampling_sd: its steps' scatter and count), added to
-  the run's variance: ~1 % for 24 tight steps, more for few or scattered ones.
+  the run's variance: ~1 % for 24 tight steps, more for few or scattered ones. A contended run's is its CPU
+  times' beyond what its contention spread already holds (refine/contention.py), so it is not counted twice.
 - Configurations' own biases covary by their cost mix as far as the profile's held-out steps show a cost term
   erring as a whole (refine/transfer.py, sd_mix); independent otherwise, as in the formulas above.
 - Any other profile (a shipped or GPU one, sampled op by op): sd_shared SD_SHARED_PRIOR, documented below (one

@@ -150,6 +150,48 @@ def test_contended_cpu_run_calibrates_from_its_cpu_time_as_a_noisier_reading(tmp
         refine_run(run)
 
 
+def _with_cpu_times(run: Path, cpu_s: list[float]) -> Path:
+    """Each step record of rank 0 given its own CPU time (steps in order)."""
+    lines = (run / "rank0.jsonl").read_text().splitlines()
+    steps = iter(cpu_s)
+    (run / "rank0.jsonl").write_text("".join(
+        (ln.replace('"device": "cpu"', f'"device": "cpu", "cpu_time_s": {next(steps)}') if '"step"' in ln else ln)
+        + "\n" for ln in lines))
+    return run
+
+
+def _stored_sampling_sd(home: Path, job_id: str) -> float:
+    with sqlite3.connect(home / "store.sqlite") as conn:
+        return conn.execute("SELECT sampling_sd FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()[0]
+
+
+def test_a_contended_runs_median_error_is_counted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A contended run is calibrated from its median CPU time, whose sampling error CPU_INFLATION_SD (a spread of
+    runs' medians) already holds. Before: the sampling sd of its WALL times (scattered 2-6x by the load) was added
+    on top. Now: its CPU times' sampling sd, only where it exceeds the contention spread; a quiet run keeps its
+    wall times' sampling sd."""
+    from llmperf_hook.refine.contention import CPU_INFLATION_SD
+    from llmperf_hook.refine.shrinkage import median_sampling_sd
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    walls = [0.5, 0.04, 0.09, 0.05, 0.12, 0.06, 0.04, 0.10, 0.07, 0.05]  # wall / CPU 2-6: contended
+    tight = _with_cpu_times(write_run(tmp_path / "tight", "j1", {0: walls}), [0.02] * 10)
+    (job,) = refine_run(tight).jobs
+    assert job.contended is not None and median_sampling_sd(job.job.step_times_s) > 0.1
+    assert _stored_sampling_sd(home, "j1") == 0.0
+    scattered_cpu = [0.02, 0.012, 0.03, 0.014, 0.028, 0.011, 0.033, 0.013, 0.029, 0.012]
+    loose = _with_cpu_times(write_run(tmp_path / "loose", "j2", {0: [w * 2 for w in walls]}), scattered_cpu)
+    (job,) = refine_run(loose).jobs
+    cpu_sd = median_sampling_sd(job.job.cpu_step_times_s)
+    assert cpu_sd > CPU_INFLATION_SD  # steps scattered beyond what the contention spread covers
+    assert _stored_sampling_sd(home, "j2") == pytest.approx(math.sqrt(cpu_sd ** 2 - CPU_INFLATION_SD ** 2))
+    quiet = write_run(tmp_path / "quiet", "j3", {0: [0.5, 0.020, 0.022, 0.021, 0.024, 0.020]})
+    (job,) = refine_run(quiet).jobs
+    assert job.contended is None and _stored_sampling_sd(home, "j3") == pytest.approx(
+        median_sampling_sd(job.job.step_times_s)) and _stored_sampling_sd(home, "j3") > 0
+
+
 def test_contended_multi_rank_run_takes_the_peer_wait_of_quiet_runs(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Two ranks also wait for each other in a quiet step: the CPU time is scaled by the quiet wall / CPU of the
