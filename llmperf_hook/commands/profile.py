@@ -37,16 +37,23 @@ def _ops(text: str | None) -> tuple[str, ...]:
     return ops
 
 
-def _job_dtype(job: tuple[str, ...], model: str | None) -> str | None:
-    """With --for and no --dtype: the job's own precision (a bf16 job predicted from an fp32 profile would find
-    no fitted model for its dtype)."""
+def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None) -> str | None:
+    """The dtype to sample: --dtype (`given`), else with --for the job's own precision (a bf16 job predicted from an
+    fp32 profile would find no fitted model for its dtype). A --dtype other than the --for job's precision is
+    said: `predict` of that job will not use these samples."""
     if not job:
-        return None
+        return given
     from llmperf_hook.profile.plan import job_precision
 
-    dtype = job_precision(job, os.environ, model)
-    click.echo(f"llmperf: sampling in {dtype}, the job's precision (--dtype to choose another)", err=True)
-    return dtype
+    own = job_precision(job, os.environ, model)
+    if given is None:
+        click.echo(f"llmperf: sampling in {own}, the job's precision (--dtype to choose another)", err=True)
+        return own
+    if given != own:
+        click.echo(f"llmperf: note: sampling in {given} (--dtype) while the --for job computes in {own}: `predict` "
+                   f"of that job looks for {own} models, so it will not use these samples (leave --dtype out to "
+                   f"sample in {own})", err=True)
+    return given
 
 
 def _default_device() -> str:
@@ -113,7 +120,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
 
     dev = device or _default_device()
     _check_name_for_device(name, dev)
-    dtype = dtype or _job_dtype(tuple(job), model) or ("fp32" if dev == "cpu" else "bf16")
+    dtype = _job_dtype(tuple(job), model, dtype) or ("fp32" if dev == "cpu" else "bf16")
     req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
                          store_path=Path(store_path) if store_path else None, job_model=model)

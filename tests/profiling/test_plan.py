@@ -143,7 +143,11 @@ def test_for_job_samples_in_the_jobs_precision(capsys) -> None:
             "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 8 "
             "--vocab-size 1000").split()
     assert _job_dtype(tuple(argv + ["--bf16"]), None) == "bf16" and _job_dtype(tuple(argv + ["--fp16"]), None) == "fp16"
-    assert _job_dtype((), None) is None
+    assert _job_dtype((), None) is None and _job_dtype((), None, "fp16") == "fp16"
+    capsys.readouterr()
+    assert _job_dtype(tuple(argv + ["--bf16"]), None, "bf16") == "bf16" and "note" not in capsys.readouterr().err
+    assert _job_dtype(tuple(argv + ["--bf16"]), None, "fp32") == "fp32"  # --dtype wins, and the mismatch is said
+    assert "computes in bf16" in capsys.readouterr().err
     plain = ("python", "train.py")
     assert plan.job_precision(plain, {}, "llama2-7b") in ("fp32", "bf16", "fp16")
     specs = plan.job_specs(plain, {}, _local_cluster("x", RC), "llama2-7b")
