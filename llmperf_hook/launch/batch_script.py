@@ -24,8 +24,8 @@ from typing import Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
-from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, command_head, is_launch, script_file,
-                                             shell_commands)
+from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, apply_prefixes, command_head, is_launch,
+                                             script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
@@ -247,6 +247,7 @@ class _Reading(ShellVariables):
             return is_launch(words, text, child)
         outer = restore_dollars(self.expand(child, record=False))
         exported = {name: value for name, value in self.env.items() if name in self.exported}
+        apply_prefixes([self.expand(word, record=False) for word in words], exported)  # `L=torchrun bash -c '$L ..'`
         if is_launch(words, text, expand_env_refs(outer, exported, {})):
             return True
         if is_launch(words, text, expand_env_refs(outer, self.env, {})):  # it would, were its variables exported

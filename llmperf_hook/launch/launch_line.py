@@ -14,7 +14,7 @@ import re
 from typing import Sequence
 
 from llmperf_hook.launch.shell_variables import ASSIGN
-from llmperf_hook.launch.wrappers import unwrap
+from llmperf_hook.launch.wrappers import env_options, unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra", "sbatch"})
@@ -74,11 +74,23 @@ def reads_standard_input(words: Sequence[str], i: int) -> bool:
     return "c" not in letters and ("s" in letters or operand >= len(words))
 
 
-def _head_index(words: Sequence[str]) -> int:
-    """Index of the program a command runs, past `VAR=value` prefixes, `env` and wrappers."""
+def apply_prefixes(words: Sequence[str], env: dict[str, str]) -> int:
+    """`VAR=value` words and `env [options]` before a command's program applied to `env`, the environment it runs in
+    (bash manual 3.7.4: `VAR=x cmd` puts VAR in cmd's environment only); the index past them."""
     i = 0
     while i < len(words) and (ASSIGN.match(words[i]) or words[i] == "env"):
-        i += 1
+        if words[i] == "env":
+            i = env_options(words, i, env)
+        else:
+            name, value = words[i].split("=", 1)
+            env[name] = value
+            i += 1
+    return i
+
+
+def _head_index(words: Sequence[str]) -> int:
+    """Index of the program a command runs, past `VAR=value` prefixes, `env` and wrappers."""
+    i = apply_prefixes(words, {})
     return unwrap(words, i) if i < len(words) else i
 
 

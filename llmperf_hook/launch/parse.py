@@ -28,7 +28,7 @@ from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
-from llmperf_hook.launch.launch_line import (reads_standard_input, shell_command_index, shell_operand,
+from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
 from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_script import LITERAL_DOLLAR, logical_lines, pipelines, restore_dollars
@@ -36,7 +36,7 @@ from llmperf_hook.launch.shell_variables import child_environment, not_exported_
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
-from llmperf_hook.launch.wrappers import ENV_VALUED, unwrap
+from llmperf_hook.launch.wrappers import unwrap
 from llmperf_hook.provenance import Source, SourceKind
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -56,23 +56,6 @@ def leading_assignments(words: Sequence[str]) -> tuple[dict[str, str], list[str]
     while i < len(words) and _ASSIGN.match(words[i]):
         i += 1
     return dict(w.split("=", 1) for w in words[:i]), list(words[i:])
-
-
-def _strip_assignments(words: list[str], env: dict[str, str]) -> int:
-    """Skip `env` and `VAR=value` words at the front, adding them to env; returns the index of the program."""
-    i = 0
-    while i < len(words):
-        if words[i] in ENV_VALUED and i > 0 and words[0] == "env":
-            i += 2  # env -u NAME / -C DIR
-        elif words[i] == "env" or (words[i].startswith("-") and i > 0 and words[0] == "env"):
-            i += 1
-        elif _ASSIGN.match(words[i]):
-            name, value = words[i].split("=", 1)
-            env[name] = value
-            i += 1
-        else:
-            break
-    return i
 
 
 def _is_python(word: str) -> bool:
@@ -190,7 +173,7 @@ def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     while i < len(words):
         j = unwrap(words, i)
         if j == i and (os.path.basename(words[i]) == "env" or _ASSIGN.match(words[i])):
-            j = i + _strip_assignments(list(words[i:]), env)
+            j = i + apply_prefixes(list(words[i:]), env)
         if j == i or j >= len(words):
             return i
         i = j
@@ -221,7 +204,7 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
             raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[k]!r}.") from None
     inner = normalise_argv(inner, env, used)  # bash expands `X=1 cmd $X` before it assigns X for cmd
     child_environment(env, hidden)
-    inner = inner[_strip_assignments(inner, env):]
+    inner = inner[apply_prefixes(inner, env):]
     if not inner:
         raise UsageError(f"{words[i]} -c is given an empty command.")
     if _UNSET_WORD.fullmatch(inner[0]):
@@ -297,7 +280,7 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         launch = _script_launch(words, i, env, used, stdin)
         inner = normalise_argv(launch.words, env, used)
         hidden = child_environment(env, launch.hidden)
-        size = _dispatch(inner, _strip_assignments(inner, env), env, used, stdin=launch.stdin)
+        size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
         raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__
@@ -334,7 +317,7 @@ def parse_launch(
     env_all = dict(env)
     used: dict[str, str] = {}
     words = [str(w) for w in argv]
-    start = _strip_assignments(words, env_all)
+    start = apply_prefixes(words, env_all)
     words = words[:start] + normalise_argv(words[start:], env_all, used)
     if start >= len(words):
         raise UsageError("no launch command given: put the training command after `--`, e.g. `-- torchrun ... pretrain_gpt.py ...`.")

@@ -85,3 +85,20 @@ def unwrap(words: Sequence[str], i: int) -> int:
             return i
         i = j
     return i
+
+
+def env_options(words: Sequence[str], i: int, env: dict[str, str]) -> int:
+    """Past `env` at words[i] and its options, applied to `env` as coreutils env(1) applies them before it runs the
+    command: `-i` / `--ignore-environment` / `-` start from an empty environment, `-u NAME` / `--unset=NAME` remove
+    NAME (`env -u CUDA_DEVICE_MAX_CONNECTIONS torchrun ...`), `-C DIR` takes a value; the index of the next word."""
+    j = i + 1
+    while j < len(words) and words[j].startswith("-") and words[j] != "--":
+        word = words[j]
+        if word in ("-i", "--ignore-environment", "-"):
+            env.clear()
+        elif word in ("-u", "--unset") and j + 1 < len(words):
+            env.pop(words[j + 1], None)
+        elif word.startswith(("--unset=", "-u")):
+            env.pop(word.removeprefix("--unset=") if word.startswith("--") else word[2:], None)
+        j += 2 if word in ENV_VALUED else 1
+    return j + (j < len(words) and words[j] == "--")

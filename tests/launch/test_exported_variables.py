@@ -47,6 +47,11 @@ SCRIPTS = {
     "sh_c_sees_exports_only": "export CUDA_DEVICE_MAX_CONNECTIONS=1\nNP=2\nsh -c 'torchrun --nproc_per_node ${NP:-4} "
                               + M + "'\n",
     "bash_c_script": "bash -c 'NP=2; export CUDA_DEVICE_MAX_CONNECTIONS=1; torchrun --nproc_per_node $NP " + M + "'\n",
+    "prefix_for_a_child_shell": "L='torchrun --nproc_per_node 2' bash -c '$L " + M + "'\n",
+    "env_u": "export CUDA_DEVICE_MAX_CONNECTIONS=1\nenv -u CUDA_DEVICE_MAX_CONNECTIONS " + T + "\n",
+    "env_unset_long": "export CUDA_DEVICE_MAX_CONNECTIONS=1\nenv --unset=CUDA_DEVICE_MAX_CONNECTIONS " + T + "\n",
+    "env_i": 'export CUDA_DEVICE_MAX_CONNECTIONS=1\nenv -i PATH="$PATH" ARGV_OUT="$ARGV_OUT" ENV_OUT="$ENV_OUT" '
+             'WORLD_SIZE=2 ' + T + "\n",
     "script_runs_a_script": "export NP=4\nNN=2\nCUDA_DEVICE_MAX_CONNECTIONS=1\nbash inner.sh --lr 1\n",
     "script_runs_a_script_in_a_folder": "mkdir -p sub\ncp inner.sh sub/\ncd sub\nNP=2 bash ./inner.sh --lr 2\n",
 }
