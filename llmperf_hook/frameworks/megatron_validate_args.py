@@ -89,6 +89,31 @@ def _check_lr_and_save(script_args: Sequence[str]) -> list[str]:
     return []
 
 
+def _check_weight_decay(script_args: Sequence[str]) -> None:
+    """validate_args (53931b8b07, 2022-01; Megatron-DeepSpeed alike): --weight-decay-incr-style constant (the default)
+    takes neither --start-weight-decay nor --end-weight-decay, linear and cosine need both."""
+    style = _value(script_args, "--weight-decay-incr-style") or "constant"
+    given = [f for f in ("--start-weight-decay", "--end-weight-decay") if _value(script_args, f) is not None]
+    if (style == "constant") == bool(given) or (style != "constant" and len(given) < 2):
+        need = f"takes neither (given: {', '.join(given)})" if style == "constant" else "needs both"
+        raise ConfigError(f"--weight-decay-incr-style {style} {need} --start-weight-decay and --end-weight-decay: "
+                          "Megatron's validate_args asserts it. Give both with linear or cosine, none with constant.")
+
+
+def _check_kernels(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """validate_args, each since its flag came: --attention-backend local only with --spec local (fa0dcc4872,
+    2024-12); --fine-grained-activation-offloading only with Transformer Engine (b97184db56, 2026-01)."""
+    spec = list_values(script_args, "--spec") or [None]
+    if flags.get("attention_backend") == "local" and spec[0] != "local":
+        raise ConfigError("--attention-backend local without --spec local: Megatron's validate_args asserts "
+                          "'--attention-backend local is only supported with --spec local'. Add --spec local or use "
+                          "--attention-backend unfused.")
+    if _given(script_args, "--fine-grained-activation-offloading") and flags.get("transformer_impl") == "local":
+        raise ConfigError("--fine-grained-activation-offloading with --transformer-impl local: Megatron's validate_args "
+                          "asserts 'Fine-grained activation offloading is only supported with transformer_engine "
+                          "implementation'. Drop one of them.")
+
+
 def _check_mixed_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
     """fp16_lm_cross_entropy needs --fp16 (197c132e9a, 2020-06); --fp32-residual-connection needs --fp16 or --bf16
     (62632d3936, 2020-12)."""
@@ -250,15 +275,17 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
                         ds_flavour: bool = False) -> list[str]:
     """ConfigError for a command that validate_args refuses on the rules of this module; warnings for those only
     Megatron-LM releases since 2025 enforce. Megatron-DeepSpeed (`ds_flavour`) forked with the rules of 2020-2021
-    (its megatron/arguments.py validate_args asserts the first five); the others are Megatron-LM's."""
+    (its megatron/arguments.py validate_args asserts the first six); the others are Megatron-LM's."""
     if _value(script_args, "--warmup") is not None:
         raise ConfigError("--warmup is no longer accepted (validate_args asserts it is unset: '--warmup argument is no "
                           "longer valid'); use --lr-warmup-fraction (or --lr-warmup-iters).")
     _check_training_length(script_args)
     warnings = _check_lr_and_save(script_args)
+    _check_weight_decay(script_args)
     _check_mixed_precision(flags, script_args)
     if ds_flavour:
         return warnings
+    _check_kernels(flags, script_args)
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
     _check_hierarchical_cp(script_args, parallel)

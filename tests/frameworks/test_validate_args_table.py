@@ -110,6 +110,16 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("save without interval", ("--save", "/ckpt"), "--save-interval"),
     ("save with interval", ("--save", "/ckpt", "--save-interval", "1000"), None),
     ("save with the persistent alias", ("--save", "/ckpt", "--persistent-save-interval", "1000"), None),
+    ("weight decay ramp without its ends", ("--weight-decay-incr-style", "linear", "--start-weight-decay", "0.0"),
+     "needs both"),
+    ("weight decay ends without a ramp", ("--start-weight-decay", "0.0", "--end-weight-decay", "0.1"), "takes neither"),
+    ("weight decay ramp", ("--weight-decay-incr-style", "cosine", "--start-weight-decay", "0.0", "--end-weight-decay",
+                           "0.1"), None),
+    # kernels
+    ("local attention backend without the local spec", ("--attention-backend", "local"), "--spec local"),
+    ("local attention backend with the local spec", ("--attention-backend", "local", "--spec", "local"), None),
+    ("fine-grained offloading with local layers", ("--fine-grained-activation-offloading", "--transformer-impl", "local"),
+     "only supported with transformer_engine"),
     # context parallelism
     ("cp seq multiple of 2cp", ("--context-parallel-size", "4"), None),
     ("cp seq not a multiple of 2cp", ("--context-parallel-size", "2", "--seq-length", "1026", "--max-position-embeddings", "2048"),
