@@ -21,7 +21,9 @@ import yaml
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.batch_script import script_file_text
 from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
+from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -75,11 +77,15 @@ def _scan(words: Sequence[str], start: int) -> ScannedOptions:
     return opts
 
 
-def _config_file(opts: ScannedOptions, env: Mapping[str, str]) -> tuple[dict[str, Any], str] | None:
-    """(settings, where) of --config_file, else of accelerate's default config file when it exists."""
+def _config_file(opts: ScannedOptions, env: Mapping[str, str],
+                 files: Mapping[str, ScriptFile]) -> tuple[dict[str, Any], str] | None:
+    """(settings, where) of --config_file (the text the launch script writes there, `files`, else the file), else of
+    accelerate's default config file when it exists."""
+    written = None
     if "config_file" in opts.values:
         path = Path(opts.values["config_file"])
-        if not path.is_file():
+        written = script_file_text(str(path), files)
+        if written is None and not path.is_file():
             raise UsageError(f"accelerate launch --config_file {path}: no such file; give the YAML or JSON file "
                              "`accelerate config` wrote.")
     else:
@@ -88,7 +94,7 @@ def _config_file(opts: ScannedOptions, env: Mapping[str, str]) -> tuple[dict[str
         if not path.is_file() or "cpu" in opts.values:
             return None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
+        data = yaml.safe_load(path.read_text(encoding="utf-8") if written is None else written)  # JSON is YAML too
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise UsageError(f"cannot read the accelerate config file {path}: {err}") from None
     if not isinstance(data, dict):
@@ -220,11 +226,13 @@ def _check_modes(opts: ScannedOptions) -> None:
                          "ValueError otherwise.")
 
 
-def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
-    """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`)."""
+def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
+                     files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
+    """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`); `files`: what
+    the launch script writes before it (its --config_file may be one)."""
     opts = _scan(words, start)
     _check_modes(opts)
-    config = _config_file(opts, env)
+    config = _config_file(opts, env, files or {})
     settings = _settings(opts, config)
     _check_config_file_fields(settings, config)
     _export(settings, used)

@@ -20,7 +20,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
@@ -409,3 +409,10 @@ def written_text(path: str, written: ScriptFile) -> str:
                          "running the script (a variable the script does not set, or a command). Set the variable in "
                          "llmperf's environment, or write the file yourself and give its path.")
     return written.text
+
+
+def script_file_text(path: str, files: Mapping[str, ScriptFile]) -> str | None:
+    """The text the job reads at `path` when the launch script writes that file before its launch line (`cat >
+    hostfile <<EOF`, an accelerate config file; written_text), None when it does not: the file on disk is read."""
+    written = files.get(os.path.normpath(path))
+    return None if written is None else restore_dollars(written_text(path, written))

@@ -15,8 +15,10 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.batch_script import script_file_text
 from llmperf_hook.launch.deepspeed_env import apply_rank_exports
 from llmperf_hook.launch.options import Grammar, Option, refuse_ambiguous_after_program, scan_options
+from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.sizing import LaunchSize, Sized
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -55,14 +57,17 @@ ends the launch with exit status 2."""
 _HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
 
-def read_hostfile(path: str) -> "OrderedDict[str, int]":
-    """Parse an MPI-style hostfile (`worker-0 slots=8`), rejecting what DeepSpeed's _parse_hostfile rejects."""
+def read_hostfile(path: str, text: str | None = None) -> "OrderedDict[str, int]":
+    """Parse an MPI-style hostfile (`worker-0 slots=8`), rejecting what DeepSpeed's _parse_hostfile rejects; `text`:
+    its content when the launch script writes it (batch_script.script_file_text), else it is read from `path`."""
     pool: OrderedDict[str, int] = OrderedDict()
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.readlines()
+        if text is None:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
     except OSError as err:
         raise UsageError(f"cannot read the deepspeed hostfile {path}: {err.strerror}.") from None
+    lines = text.splitlines()
     for line in (ln.strip() for ln in lines):
         if not line or line.startswith("#"):
             continue
@@ -107,11 +112,13 @@ def filter_resources(pool: Mapping[str, list[int]], include: str, exclude: str) 
     return OrderedDict((h, chosen[h]) for h in pool if chosen.get(h))
 
 
-def _pool(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> tuple["OrderedDict[str, list[int]] | None", Source]:
+def _pool(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str],
+          files: Mapping[str, ScriptFile]) -> tuple["OrderedDict[str, list[int]] | None", Source]:
     """The resource pool and where it came from; None = the local machine with an unknown GPU count."""
     path = values.get("hostfile", DEFAULT_HOSTFILE)
-    if os.path.isfile(path):
-        pool = read_hostfile(path)
+    written = script_file_text(path, files)
+    if written is not None or os.path.isfile(path):
+        pool = read_hostfile(path, written)
         return OrderedDict((h, list(range(n))) for h, n in pool.items()), Source(SourceKind.HOSTFILE, path)
     if "hostfile" in values:
         raise UsageError(
@@ -153,11 +160,14 @@ def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
     return Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
 
 
-def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
+                             files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
+    """words[start:] = the deepspeed runner's options, the script and its arguments; `files`: what the launch script
+    writes before it (its hostfile may be one)."""
     opts = scan_options(words, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR)
     values, flags = opts.values, opts.flags
     nodes, gpus = _counts(values)
-    pool, src = _pool(values, flags, env, used)
+    pool, src = _pool(values, flags, env, used, files or {})
     warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
     if pool is None and values.get("include", "").startswith("localhost:"):
         pool = OrderedDict(localhost=_parse_filter(values["include"]).get("localhost", []))

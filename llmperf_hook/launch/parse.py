@@ -91,7 +91,8 @@ def _python_target(words: Sequence[str], i: int) -> tuple[int, str | None]:
     return j, None
 
 
-def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str]) -> LaunchSize:
+def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str],
+            files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
     """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
     j, module = _python_target(words, i)
     if module is not None:
@@ -99,9 +100,9 @@ def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
             raise UsageError("`python -m` names no module.")
         launcher = _MODULE_LAUNCHERS.get(module)
         if launcher == "deepspeed":
-            return parse_deepspeed_launcher(words, j, env, used)
+            return parse_deepspeed_launcher(words, j, env, used, files)
         if launcher == "accelerate":
-            return parse_accelerate(words, j, env, used)
+            return parse_accelerate(words, j, env, used, files)
         if launcher:
             return parse_torchrun(words, j, env, used, launcher)
         return _single_process(f"-m {module}", tuple(words[j:]), env, used)
@@ -217,28 +218,29 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
 
 
 def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str], inside_srun: bool = False,
-              stdin: str | None = None) -> LaunchSize | None:
+              stdin: str | None = None, files: Mapping[str, ScriptFile] | None = None) -> LaunchSize | None:
     """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend;
-    `stdin` is the here-document a launch script gives the command (None: llmperf's own standard input)."""
+    `stdin` is the here-document a launch script gives the command (None: llmperf's own standard input), `files` what
+    the script writes before it (a hostfile or accelerate config written with `cat > FILE <<EOF`)."""
     unwrapped = _shell_c(words, i, env, used)
     if unwrapped is not None:
-        return _dispatch(unwrapped, i, env, used, inside_srun)
+        return _dispatch(unwrapped, i, env, used, inside_srun, files=files)
     j = _skip_prefixes(words, i, env)
     if j != i:
-        return _dispatch(words, j, env, used, inside_srun, stdin)
+        return _dispatch(words, j, env, used, inside_srun, stdin, files)
     head = os.path.basename(words[i])
     if head in ("torchrun", "ft_launcher"):
         return parse_torchrun(words, i + 1, env, used, head)
     if head == "deepspeed":
-        return parse_deepspeed_launcher(words, i + 1, env, used)
+        return parse_deepspeed_launcher(words, i + 1, env, used, files)
     start = accelerate_options_start(words, i)
     if start is not None:
-        return parse_accelerate(words, start, env, used)
+        return parse_accelerate(words, start, env, used, files)
     if _is_python(words[i]):
         module = _python_target(words, i)[1]  # past python's own options: `python -u -m torch.distributed.launch`
         if inside_srun and module not in _MODULE_LAUNCHERS:
             return None  # srun starts the script itself: srun sizes the job
-        return _python(words, i, env, used)
+        return _python(words, i, env, used, files)
     if inside_srun:
         return None
     if head == "srun":
@@ -280,7 +282,7 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         launch = _script_launch(words, i, env, used, stdin)
         inner = normalise_argv(launch.words, env, used)
         hidden = child_environment(env, launch.hidden)
-        size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin)
+        size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
         raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__

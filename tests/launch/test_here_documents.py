@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.standard_input import read_standard_input
 from tests.launch.cli_run import llmperf
@@ -40,7 +41,7 @@ LAUNCH = "deepspeed --num_gpus 8 train.py --deepspeed_config ds.json\n"
 def _bash(script: Path, tmp_path: Path) -> None:
     stubs = tmp_path / "bin"
     stubs.mkdir(exist_ok=True)
-    for name in ("deepspeed", "srun", "torchrun"):
+    for name in ("deepspeed", "srun", "torchrun", "accelerate"):
         (stubs / name).write_text("#!/bin/sh\n")
         (stubs / name).chmod(0o755)
     (stubs / "sbatch").write_text('#!/bin/sh\ncat > "$STDIN_OUT"\n')
@@ -156,3 +157,40 @@ def test_run_hands_the_script_on_to_sbatch(tmp_path: Path) -> None:
                           env=env, cwd=tmp_path, capture_output=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "got").read_text() == text
+
+
+LAUNCHER_FILES = {
+    "hostfile": ("H=node\ncat > hostfile <<EOF\n${H}1 slots=8\n${H}2 slots=$((2 * 4))\n${H}3 slots=4\nEOF\n",
+                 "deepspeed --hostfile hostfile --exclude node3 pretrain_gpt.py --num-layers 2\n"),
+    "accelerate_config": ("N=2\ncat > acc.yaml <<'EOF'\ncompute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                          "num_machines: 2\nnum_processes: 16\nmachine_rank: 0\nEOF\n",
+                          "accelerate launch --config_file acc.yaml train.py\n"),
+}
+
+
+@pytest.mark.parametrize("name", LAUNCHER_FILES)
+def test_a_launcher_file_the_script_writes(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deepspeed hostfile or accelerate config a script writes before launching is read from its here-document,
+    as the launcher, started after bash wrote it, reads the file."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    writes, launch = LAUNCHER_FILES[name]
+    script = tmp_path / "train.sh"
+    script.write_text(writes + launch)
+    _bash(script, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    on_disk = parse_launch(launch.split(), {})  # the launcher reading what bash wrote
+    for written in ("hostfile", "acc.yaml"):
+        (tmp_path / written).unlink(missing_ok=True)
+    job = parse_launch(["bash", str(script)], {})
+    assert (job.launcher, job.nnodes, job.nproc_per_node, job.world_size) == \
+        (on_disk.launcher, on_disk.nnodes, on_disk.nproc_per_node, on_disk.world_size)
+
+
+def test_a_hostfile_a_command_writes_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.sh"
+    script.write_text('scontrol show hostnames | sed "s/$/ slots=8/" > hostfile\n'
+                      "deepspeed --hostfile hostfile pretrain_gpt.py --num-layers 2\n")
+    with pytest.raises(UsageError, match=r"hostfile does not exist: the script writes it at .*train.sh line 1 with `sed"):
+        parse_launch(["bash", str(script)], {})
