@@ -33,13 +33,12 @@ def refine_rule(with_mix: bool, session11: bool = False) -> Rule:
     def rule(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
         from llmperf_hook.refine.calibration import Calibration
         from llmperf_hook.refine.recalibrate import fit_key_calibration
-        from llmperf_hook.refine.shrinkage import median_sampling_sd
 
         configs = record["configs"]
         fps, shares = _fingerprints(configs), [_shares(c) if with_mix else () for c in configs]
-        measured, obs_sd = calibration_reading(record, k, run)
+        measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
         row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
-               0.0 if session11 else median_sampling_sd(run.get("step_times_s") or ()), shares[k])
+               0.0 if session11 else sampling_sd, shares[k])
         priors = session11_priors(record) if session11 else record_priors(record)
         cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
         return [cal.apply(p, fps[i], shares[i]) for i, p in enumerate(before)]
@@ -76,17 +75,21 @@ def full_ratio(record: dict, k: int, run: dict, before: list[float]) -> list[flo
     return [p * scale for p in before]
 
 
-def calibration_reading(record: dict, k: int, run: dict) -> tuple[float, float]:
-    """(step time refine calibrates from, its extra observation sd): a contended run's quiet-equivalent CPU
-    reading at the benchmark's limit (as bench_cpu_testbed.instrumented_run sets it), else its measured step."""
-    from llmperf_hook.refine.contention import contended_step
+def calibration_reading(record: dict, k: int, run: dict) -> tuple[float, float, float]:
+    """(step time refine calibrates from, its extra observation sd, its median's sampling sd), as refine_run reads
+    them: a contended run's quiet-equivalent CPU reading at the benchmark's limit (as testbed_runs.instrumented_run
+    sets it), its CPU times' sampling sd beyond the contention spread (0 in records without per-step CPU times),
+    else its measured step and its wall times' sampling sd."""
+    from llmperf_hook.refine.contention import contended_step, sampling_sd_beyond_contention
+    from llmperf_hook.refine.shrinkage import median_sampling_sd
 
     ranks = int(record["configs"][k]["config"].get("world_size") or 1)
     limit = {1: 1.1, 2: 1.25}[min(ranks, 2)]
     if run.get("cpu_s") and run["measured_s"] / run["cpu_s"] > limit:
         step = contended_step(run["measured_s"] / run["cpu_s"], run["cpu_s"], ranks, limit)
-        return step.step_time_s, step.observation_sd
-    return run["measured_s"], 0.0
+        cpu_sd = median_sampling_sd(run.get("cpu_step_times_s") or ())
+        return step.step_time_s, step.observation_sd, sampling_sd_beyond_contention(step, cpu_sd)
+    return run["measured_s"], 0.0, median_sampling_sd(run.get("step_times_s") or ())
 
 
 def _fingerprints(configs: list[dict]) -> list[str | None]:

@@ -13,9 +13,11 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-import bench_cpu_testbed as bench  # noqa: E402
+import testbed_configs as testbed  # noqa: E402
 import testbed_record as rec  # noqa: E402
 import testbed_replay as replay  # noqa: E402
+import testbed_report as report  # noqa: E402
+import testbed_rescore as rescore  # noqa: E402
 
 
 def test_each_pass_runs_every_configuration_once_starting_elsewhere() -> None:
@@ -34,7 +36,7 @@ def _record(pass_shift: list[float], run_noise: float = 0.0, cal_ratio: float | 
                 "breakdown": {"compute": 0.007 * (i + 1), "optimizer": 0.003 * (i + 1)},
                 "config": {"precision": c.dtype, "world_size": c.ranks, "zero_stage": c.zero, "num_layers": c.layers,
                            "hidden_size": c.hidden, "micro_batch_size": c.mbs, "seq_length": c.seq}}
-               for i, c in enumerate(bench.CONFIGS)]
+               for i, c in enumerate(testbed.CONFIGS)]
     runs = []
     for p, shift in enumerate(pass_shift):
         for pos, i in enumerate(rec.rotation(12, len(pass_shift), p)):
@@ -72,7 +74,7 @@ def test_replay_scores_every_run_of_every_configuration_and_refine_does_not_spre
     the full ratio makes every other configuration 50 % slow, refine's transfer moves them far less, and less than
     session 11's rule did (the run's moment is not shared)."""
     record = _record([1.0] * 5, cal_ratio=1.5)
-    measured = [bench.median_pass(rec.reference_runs(record, i)) for i in range(12)]
+    measured = [report.median_pass(rec.reference_runs(record, i)) for i in range(12)]
     before = [c["predicted_s"] for c in record["configs"]]
     cal_run = next(r for r in record["runs"] if r.get("calibration"))
     assert replay.full_ratio(record, 0, cal_run, before)[5] == pytest.approx(before[5] * 1.5)
@@ -106,6 +108,18 @@ def test_a_replay_log_that_is_no_output_exits_2_with_the_reason(tmp_path: Path) 
         assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args, said", [(["--repeats", "1"], "--repeats 1"),
+                                        (["--configs", "0,10", "--calibrate", "2"], "--calibrate 2")])
+def test_a_measurement_that_could_not_be_scored_is_refused_before_any_run(tmp_path: Path, args: list[str],
+                                                                        said: str) -> None:
+    """One pass leaves the instrumented configuration without a measurement run to be scored on, and a --calibrate
+    index outside --configs names no configuration: both ended in an IndexError after every run had been made."""
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--home", str(tmp_path / "h"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "h").exists()
+
+
 def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
     record = _record([1.0, 1.02, 0.98, 1.01, 0.99], cal_ratio=1.2)
     record.update(ref_profile_s=0.0076, commit="test")
@@ -136,7 +150,7 @@ LOG = """[measure] pass 1 of 2: 12 configurations, `llmperf run --instrument 26 
 
 def test_a_printed_output_becomes_a_record_its_calibration_run_apart() -> None:
     header = {**_record([1.0]), "runs": [], "ref_profile_s": 0.0076}
-    record = bench.record_from_log(LOG, header)
+    record = rescore.record_from_log(LOG, header)
     measuring = [r for r in record["runs"] if not r.get("calibration")]
     assert [(r["config"], r["pass"], round(r["measured_s"], 7)) for r in measuring] == [
         (0, 0, 0.02508), (1, 0, 0.09428), (0, 1, 0.0222), (1, 1, 0.08972)]

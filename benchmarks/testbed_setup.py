@@ -1,0 +1,184 @@
+"""What the CPU testbed benchmark runs on (benchmarks/bench_cpu_testbed.py, step 1): the CPU profile and comm
+model of this machine, re-measured when stale, the cluster file, the homes each phase refines into, and the
+environment and launcher of its jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from testbed_configs import CLUSTER, REPO
+
+
+def deepspeed_buffers_removed(port: int) -> Any:
+    """tests/deepspeed_shm.py's context manager: the job's /dev/shm buffers go once it has ended."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from deepspeed_shm import deepspeed_buffers_removed as removed
+
+    return removed(port)
+
+
+def base_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", LLMPERF_HOME=str(home), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def llmperf(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmperf_hook", *args], env=env, text=True, **kw)
+
+
+def profile_usable(home: Path, dtype: str) -> str | None:
+    """None when the CPU profile of `home` serves `dtype` with this llmperf's features and carries the measured
+    framework overhead; else why not (then `llmperf profile` refits it from the stored samples)."""
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    if (home / "profiles" / CLUSTER / "profile.json").is_file():  # the speed the profile was taken at
+        from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s
+
+        try:
+            doc = json.loads((home / "profiles" / CLUSTER / PROFILE_FILE_NAME).read_text())
+        except (OSError, ValueError):
+            doc = None
+        if profile_reference_cpu_s(doc, 1) is None:
+            return "no machine-speed reference recorded with the profile (instrument/reference_speed.py)"
+    if path.is_file():  # measured by a method whose steps differ (wall-time samples, correlated fit): profile again
+        from llmperf_hook.profile.cpu_framework import STEP_VERSIONS
+
+        if json.loads(path.read_text()).get("format_version", 1) < min(STEP_VERSIONS):
+            return "framework cost measured by an older method"
+    code = ("import sys\nfrom llmperf_hook.predict.fitted import find_profile\n"
+            "from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost\n"
+            f"p = find_profile({CLUSTER!r}, {dtype!r})\n"
+            "sys.exit(0 if p is not None and find_cpu_framework_cost(" f"{CLUSTER!r}, {dtype!r}) else 3)")
+    done = subprocess.run([sys.executable, "-c", code], env=base_env(home), capture_output=True, text=True)
+    if done.returncode == 0:
+        return None
+    return done.stderr.strip().splitlines()[-1][:160] if done.stderr.strip() else "missing, or no framework overhead"
+
+
+def ensure_profiles(home: Path, budget_min: float, load_at_start: float) -> None:
+    env = base_env(home)
+    for dtype in ("fp32", "bf16"):
+        why = profile_usable(home, dtype)
+        if why is None:
+            print(f"  CPU profile {CLUSTER} ({dtype}): reused from {home / 'profiles' / CLUSTER}")
+            continue
+        print(f"  CPU profile {CLUSTER} ({dtype}): {why}; llmperf profile --device cpu --budget {budget_min} ...",
+              flush=True)
+        if dtype == "fp32":  # this benchmark's own home: a stale profile (other machine or method) is re-created
+            shutil.rmtree(home / "profiles" / CLUSTER, ignore_errors=True)
+        port = {"fp32": 29704, "bf16": 29705}[dtype]  # MASTER_PORT of its DeepSpeed engine measurement
+        with deepspeed_buffers_removed(port):
+            llmperf(["profile", "--device", "cpu", "--budget", str(budget_min), "--dtype", dtype, "--name", CLUSTER],
+                    dict(env, MASTER_PORT=str(port)), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    comm = home / "profiles" / "comm" / CLUSTER / "comm_model.json"
+    rounds = json.loads(comm.read_text()).get("provenance", {}).get("rounds") if comm.is_file() else None
+    quiet = load_at_start <= (os.cpu_count() or 1)
+    if comm.is_file() and rounds is None and not quiet:
+        print(f"  comm model: fitted from one round per size, but the machine is busy now (load "
+              f"{load_at_start:.2f}): reused from {comm}; rerun when quieter to refit it")
+    elif not comm.is_file() or rounds is None:  # one trimmed mean per size (before session 9): refitted
+        print("  comm model: torchrun --nproc-per-node 2 -m llmperf_hook profile --comm (interleaved rounds) ...",
+              flush=True)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        "29711", "-m", "llmperf_hook", "profile", "--comm", "--cluster-name", CLUSTER,
+                        "--max-bytes", str(2 ** 25)], env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    else:
+        print(f"  comm model: reused from {comm}")
+
+
+def refresh_framework_cost(home: Path, load_at_start: float) -> None:
+    """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes,
+    ~2 min quiet) when it was measured on a busy machine (its recorded 1-minute load above the core count, or not
+    recorded: files before session 9; the 18:13 one was measured at load 4-6) or as one reading (format 2, before
+    session 10: cpu_framework_readings.py) and the machine is quiet now; the replaced file's steps stay in its
+    history (the shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit
+    before this raises it by itself)."""
+    from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
+
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
+    # the load when its measurement began (its own children raise the later readings of the 1-minute average)
+    load, current = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0], doc.get("format_version", 1) >= FORMAT_VERSION
+    if load is not None and load <= cores and current:
+        print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
+        return
+    was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " as one reading")
+    if now > cores:
+        print(f"  framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} "
+              f"cores): kept; rerun when quieter to re-measure it")
+        return
+    print(f"  framework cost measured at {was}: re-measuring it now (load {now:.2f}) ...", flush=True)
+    code = ("import sys\nfrom pathlib import Path\nfrom llmperf_hook.profile.cpu_framework import write_framework_overhead\n"
+            f"write_framework_overhead(Path(sys.argv[1]), {CLUSTER!r}, sorted(sys.argv[2:]), 1)")
+    with deepspeed_buffers_removed(29706):
+        subprocess.run([sys.executable, "-c", code, str(path.parent), *doc["dtypes"]],
+                       env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
+    fresh = json.loads(path.read_text())
+    print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} earlier "
+          f"measurement(s) of its steps kept)")
+
+
+def write_cluster(home: Path) -> Path:
+    """Two ranks on this machine; gloo through shared memory/loopback (the comm model, when fitted, replaces
+    the alpha-beta numbers: bandwidth ~2 GB/s and ~50 us per collective are order-of-magnitude fallbacks).
+    host_overhead_per_op_us is the CPU profile's measured framework time per issued op (the least over its
+    dtypes): on a CPU that time is already inside every op (predict/cpu_framework.py), so the launch queue of
+    predict/host_issue.py never finds the host behind and adds nothing (no double count)."""
+    per_unit_us = min(v["per_unit_s"] for v in json.loads((home / "profiles" / CLUSTER / "framework_overhead.json")
+                                                           .read_text())["dtypes"].values()) * 1e6
+    path = home / "clusters" / f"{CLUSTER}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"name: {CLUSTER}\ngpu: {CLUSTER}\ngpus_per_node: 2\nintra_node_bandwidth_GBps: 2\n"
+                    f"inter_node_bandwidth_GBps: 1\nintra_node_latency_us: 50\n"
+                    f"host_overhead_per_op_us: {max(per_unit_us, 1e-3):.3f}\n"
+                    f"description: this machine, 2 ranks of one thread (DeepSpeed on CPU, gloo)\n")
+    return path
+
+
+def print_framework_cost(home: Path) -> None:
+    from llmperf_hook.profile.cpu_framework_readings import describe_spread
+
+    doc = json.loads((home / "profiles" / CLUSTER / "framework_overhead.json").read_text())
+    print(f"  framework cost measured {doc['measured_utc']} (profile/cpu_framework.py):")
+    spread = describe_spread(doc)
+    if spread:
+        print("    " + spread.replace("\n", "\n    "))
+    for dtype, v in sorted(doc["dtypes"].items()):
+        ds = ", ".join(f"z{z} {d['per_step_s'] * 1e3:.1f} ms + {d['per_param_s'] * 1e9:.1f} ns/param"
+                       + (f" ({d['partition_fraction']:.0%} on the partition)" if d.get("partition_fraction") else "")
+                       for z, d in sorted(v.get("deepspeed_step", {}).items()))
+        print(f"    {dtype}: {v['per_unit_s'] * 1e6:.1f} us/op unit, {v.get('per_byte_s', 0) * 1e12:.0f} ps/byte, "
+              f"ops x{v['compute_scale']:.2f}, Adam {v['optimizer_per_tensor_s'] * 1e6:.0f} us/tensor + "
+              f"{v['optimizer_per_param_s'] * 1e9:.1f} ns/param, 2 ranks x"
+              f"{v.get('concurrency_slowdown', {}).get('2', 1.0):.2f}; DeepSpeed {ds}")
+
+
+def print_profile_reference(home: Path) -> float:
+    """The profile's machine-speed reading alone (reference_speed.json), printed with its readings' spread."""
+    from llmperf_hook.instrument.reference_speed import PROFILE_FILE_NAME, profile_reference_cpu_s, readings_in
+
+    doc = json.loads((home / "profiles" / CLUSTER / PROFILE_FILE_NAME).read_text())
+    ref = profile_reference_cpu_s(doc, 1)
+    readings = readings_in(doc.get("readings"))
+    print(f"  machine speed while profiling ({doc['measured_utc']}): reference {ref * 1e3:.2f} ms alone (median of "
+          f"{sum(r.concurrent == 1 for r in readings)} readings, drift x{doc['drift_during_profile']:.3f} during the "
+          f"profile), " + ", ".join(f"{n} at once {v * 1e3:.2f} ms" for n, v in doc["reference_cpu_s"].items() if n != "1"))
+    return ref
+
+
+def shared_home(home: Path, name: str) -> Path:
+    """A home with its own (empty) store that sees the profiles, hardware and cluster files of `home`."""
+    sub = home / name
+    if sub.exists():
+        shutil.rmtree(sub)
+    sub.mkdir(parents=True)
+    for part in ("profiles", "hardware", "clusters"):
+        (sub / part).symlink_to(home / part)
+    return sub
