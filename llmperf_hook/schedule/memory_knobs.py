@@ -140,18 +140,27 @@ def knob_effects(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate)
     return sorted(effects, key=lambda e: (not e.fits, -e.freed_bytes))
 
 
+def _verdict(effect: KnobEffect, gpu_side: bool) -> str:
+    """The job's verdict after one knob: a knob that fixes the short side may leave the other short (no offload:
+    the host fits, the optimizer state is back on the GPU)."""
+    if effect.fits:
+        return "fits"
+    if not (effect.memory.fits if gpu_side else effect.memory.host_fits):
+        return "still short"
+    return "the host is then short" if gpu_side else "the GPU is then short"
+
+
 def describe_knobs(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate, limit: int = 3) -> str:
     """One sentence for an exit-3 message: the knobs that free the most, each with what it frees and the verdict
     after it; those that make the job fit come first."""
     effects = knob_effects(cfg, cluster, mem)[:limit]
     if not effects:
         return "No single knob llmperf can price frees memory here; see `llmperf tune`."
-    what = "peak" if not mem.fits else "host memory"
-    unit = "per GPU" if not mem.fits else "per node"
+    gpu_side = not mem.fits
+    what, unit = ("peak", "per GPU") if gpu_side else ("host memory", "per node")
     parts = []
     for e in effects:
-        after = e.memory.peak_bytes_per_gpu if not mem.fits else e.memory.host_bytes_per_node
-        verdict = "fits" if e.fits else ("the host is then short" if e.memory.fits else "still short")
+        after = e.memory.peak_bytes_per_gpu if gpu_side else e.memory.host_bytes_per_node
         parts.append(f"{e.knob} frees {e.freed_bytes / GiB:.1f} GiB {unit} ({what} then {after / GiB:.1f} GiB: "
-                     f"{verdict})")
+                     f"{_verdict(e, gpu_side)})")
     return "Freed most by: " + "; ".join(parts) + " (each alone; `llmperf tune` searches them together)."

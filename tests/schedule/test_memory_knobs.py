@@ -121,3 +121,24 @@ def test_zero2_offload_is_not_told_to_use_nvme(tmp_path) -> None:
     assert pred.estimate.memory.fits and not pred.estimate.memory.host_fits
     knobs = [e.knob for e in knob_effects(pred.config, small, pred.estimate.memory)]
     assert knobs == ["zero_optimization.offload_optimizer.device none"]
+
+
+def test_a_host_knob_that_leaves_the_gpu_short_says_so() -> None:
+    """On a 64 GiB GPU the offloaded job fits the GPU but not the 32 GiB host; dropping --optimizer-cpu-offload
+    empties the host and puts ~18 GiB of optimizer state back on the GPU, which is then short: the verdict after it
+    names the GPU, not 'still short' (the host is no longer short)."""
+    argv = [*ARGV, "--micro-batch-size", "1", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+            "--optimizer-cpu-offload"]
+    a100 = load_cluster("dgx-a100")
+    small = dataclasses.replace(a100, host_memory_bytes=32 * 2**30,
+                                gpu=dataclasses.replace(a100.gpu, memory_capacity_bytes=64 * 2**30))
+    pred = _predict(argv, small)
+    mem = pred.estimate.memory
+    assert mem.fits and not mem.host_fits
+    off = {e.knob: e for e in knob_effects(pred.config, small, mem)}["no --optimizer-cpu-offload"]
+    assert off.memory.host_fits and not off.memory.fits
+    text = describe_knobs(pred.config, small, mem)
+    assert re.search(r"no --optimizer-cpu-offload frees [\d.]+ GiB per node \(host memory then 0\.0 GiB: the GPU is "
+                     r"then short\)", text), text
+    assert re.search(r"--optimizer-offload-fraction 0\.5 frees [\d.]+ GiB per node \(host memory then [\d.]+ GiB: "
+                     r"still short\)", text), text
