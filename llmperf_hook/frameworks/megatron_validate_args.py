@@ -271,6 +271,17 @@ def _fp8_param_warnings(flags: FlagValues) -> list[str]:
     return []
 
 
+def _checkpoint_activations_warnings(flags: FlagValues) -> list[str]:
+    """validate_args prints '--checkpoint-activations is no longer valid, use --recompute-activations, ...' and calls
+    exit() since c1e0689d92 (2021-08): the job ends before training. Releases before it (and Megatron-DeepSpeed,
+    whose --checkpoint-activations is live) recompute every layer, as llmperf prices it."""
+    if not flags.get("checkpoint_activations"):
+        return []
+    return ["--checkpoint-activations: Megatron-LM since 2021-08 prints '--checkpoint-activations is no longer valid' "
+            "and exits before training; older releases recompute every layer, as priced. Use --recompute-granularity "
+            "full --recompute-method uniform --recompute-num-layers 1 (or --recompute-activations for selective)"]
+
+
 def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel: ParallelLayout,
                         ds_flavour: bool = False) -> list[str]:
     """ConfigError for a command that validate_args refuses on the rules of this module; warnings for those only
@@ -293,4 +304,4 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_rampup(flags, script_args, parallel.dp)
     _check_router(flags, script_args)
     _check_position_embedding(flags)
-    return warnings + _fp8_param_warnings(flags)
+    return warnings + _fp8_param_warnings(flags) + _checkpoint_activations_warnings(flags)

@@ -223,3 +223,11 @@ def test_fp8_param_gather_without_an_fp8_format_warns() -> None:
     assert any("fp8_param must be used together with fp8 mode" in w for w in plain.warnings)
     fp8 = megatron("--bf16", "--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer")
     assert not any("fp8_param must" in w for w in fp8.warnings)
+
+
+def test_checkpoint_activations_warns_that_megatron_lm_exits_on_it() -> None:
+    """Megatron-LM's validate_args exits on --checkpoint-activations since c1e0689d92 (2021-08); older releases and
+    Megatron-DeepSpeed recompute every layer, as priced."""
+    cfg = megatron("--checkpoint-activations")
+    assert cfg.recompute.granularity == "full"
+    assert any(w.startswith("--checkpoint-activations: Megatron-LM since 2021-08") for w in cfg.warnings)
