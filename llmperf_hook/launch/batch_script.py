@@ -36,7 +36,7 @@ from llmperf_hook.launch.shell_conditions import Conditions, condition_expander,
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               restore_dollars, shell_split, split_unquoted_words, strip_redirections,
-                                              word_quoting)
+                                              ungroup, word_quoting)
 from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
@@ -150,7 +150,8 @@ class _Reading(ShellVariables):
             if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
                     self.assign_array(line.text):
                 continue
-            text = quote_arm_patterns(line.text) if self.conditions.in_case() or "case" in line.text else line.text
+            in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
+            text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             if text.strip() and not text.lstrip().startswith("#"):
                 for pipeline in pipelines(text):
                     for command in pipeline:

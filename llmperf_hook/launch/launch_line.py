@@ -134,4 +134,6 @@ def is_launch(words: Sequence[str], line: str, child: str | None = None) -> bool
     if child is not None:
         commands = "\n".join(line for line in child.splitlines() if not line.lstrip().startswith("#"))
         return bool(_NAMED_HEAD.search(commands) or _PY_LAUNCH.search(commands))
-    return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line))
+    i = _head_index(words)
+    program = " ".join([os.path.basename(words[i]), *words[i + 1:]]) if i < len(words) else ""
+    return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line) or _PY_LAUNCH.match(program))

@@ -8,6 +8,7 @@ import re
 from typing import Protocol, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.shell_arithmetic import arithmetic
 from llmperf_hook.launch.shell_script import ScriptLine
 
 
@@ -90,6 +91,8 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
             script.frames[-1].setdefault(name, script.env.get(name))
             if not eq and script.shell[0] == "bash":  # dash's local keeps the value the name had (dash(1) local)
                 script.env.pop(name, None)
+        if eq and "i" in options:  # `declare -i N=2*4`: the value is evaluated as arithmetic (bash manual 4.2 declare)
+            word = f"{name}={arithmetic(script.expand(word.partition('=')[2]), script.env)}"
         if eq:
             script.assign([word])
         if "x" in options:  # `declare -x NAME=value`: exported, as `export` (bash manual 4.2 declare)

@@ -255,6 +255,23 @@ def logical_lines(text: str) -> list[ScriptLine]:
     return out
 
 
+def ungroup(text: str) -> str:
+    """A line whose commands are grouped, `( cd run && torchrun ... )` (a subshell) or `{ torchrun ...; } 2>&1 | tee
+    log` (bash manual 3.2.5.3 Grouping Commands), with its grouping characters blanked: the commands are the same
+    ones, run there (`((` is arithmetic, a `{` not followed by a blank no group)."""
+    outside, _, end = _scan(text)
+    start = len(text) - len(text.lstrip())
+    if start >= end or text[start] not in "({" or text[start:start + 2] == "((" or \
+            (text[start] == "{" and text[start + 1:start + 2] not in (" ", "\t")):
+        return text
+    opening, closing, depth = text[start], {"(": ")", "{": "}"}[text[start]], 0
+    for i in range(start, end):  # `$(...)` and `${...}` inside open and close in pairs
+        depth += outside[i] and (text[i] == opening) - (text[i] == closing)
+        if depth == 0:
+            return f"{text[:start]} {text[start + 1:i]} {text[i + 1:]}"
+    return text
+
+
 def pipelines(text: str) -> list[list[str]]:
     """The line's commands (split at unquoted `;`, `&&`, `||`, `&`), each the list of its pipeline's simple
     commands (split at `|`), comments dropped. `2>&1`, `>&` and `&>` are redirections, not separators."""

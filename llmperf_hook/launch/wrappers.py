@@ -12,6 +12,7 @@ from typing import Sequence
 # wrapper -> (options that take a separate value, words that follow the wrapper's name before its options)
 _WRAPPERS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
     "nohup": (frozenset(), ()),
+    "command": (frozenset(), ()),  # bash builtin: `command [-p] CMD` runs CMD (not -v / -V, which only name it)
     "exec": (frozenset({"-a"}), ()),  # bash builtin: exec [-cl] [-a NAME] COMMAND replaces the shell with COMMAND
     "time": (frozenset({"-f", "--format", "-o", "--output"}), ()),
     "nice": (frozenset({"-n", "--adjustment"}), ()),
@@ -65,7 +66,7 @@ def wrapped_program(words: Sequence[str], i: int) -> int | None:
         return _taskset(words, i)
     if head in _CONTAINERS and i + 1 < len(words) and words[i + 1] in ("exec", "run"):
         return _skip_options(words, i + 2, _CONTAINER_VALUED) + 1  # + the image
-    if head not in _WRAPPERS:
+    if head not in _WRAPPERS or (head == "command" and i + 1 < len(words) and words[i + 1] in ("-v", "-V")):
         return None
     valued, subcommand = _WRAPPERS[head]
     j = i + 1

@@ -59,6 +59,11 @@ POSIX = {  # scripts dash and bash run alike
     "local_in_quoted_words": 'NP=8\nB=2\nrun() {\n  local NP=4 B\n  torchrun --nproc_per_node "$NP" ' + M +
                              ' --save "${B:-x}" --load "$B"y\n}\nrun\n',
     "single_run_reads_its_own_line": 'N=2\npython pretrain_gpt.py --num-layers "$N"\nN=4\n',
+    "subshell_group": 'mkdir -p run\n( cd run && torchrun --nproc_per_node 4 ' + M + ' )\n',
+    "subshell_group_attached": '(torchrun --nproc_per_node 4 ' + M + ') > log 2>&1\n',
+    "brace_group": '{ torchrun --nproc_per_node 4 ' + M + '; } 2>&1 | tee log\n',
+    "command_builtin": 'command torchrun --nproc_per_node 4 ' + M + '\n',
+    "python_in_a_variable": 'PY=python\n$PY -m torch.distributed.run --nproc_per_node 2 ' + M + '\n',
     "trim_and_length": 'V=model.tar.json\nH=node1,node2\nL=abcd\ntorchrun --nproc_per_node ${#L} ' + M +
                        ' --save ${V%.*} --load ${V%%.*} --a ${V#*.} --b ${V##*.} --c ${H%%,*}\n',
 }
@@ -70,6 +75,7 @@ BASH = {  # bash only
     "declare_in_a_function": 'NP=8\nf() {\n  declare NP=2\n  declare -g NN=2\n}\nf\ntorchrun --nproc_per_node $NP '
                              '--nnodes $NN ' + M + '\n',
     "time": 'time torchrun --nproc_per_node 8 ' + M + '\n',
+    "declare_integer": 'declare -i NP=2*3\ntorchrun --nproc_per_node $NP ' + M + '\n',
     "ansi_c": "torchrun --nproc_per_node 8 " + M + " --save $'a\\tb'\n",
     "replace_case_substring": 'N=a-b-c\nL=Hello\nS=abcdef\nD=8642\ntorchrun --nproc_per_node ${D:1:1} ' + M +
                               ' --a ${N/-/_} --b ${N//-/_} --c ${L^^} --dd ${L,,} --ee ${S:2} --f ${S:1:-1}\n',
