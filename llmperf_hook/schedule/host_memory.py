@@ -32,6 +32,10 @@ offloaded parameter an fp32 copy (pinned unless --no-pin-cpu-params), its fp32 g
 pin_memory=pin_cpu_grads), copied from the GPU each step) and Adam's exp_avg / exp_avg_sq, 8 B (SGD: momentum, 4):
 16 B; the GPU keeps the rest (schedule/memory.py state_bytes). Megatron-LM's --cpu-offloading (activations) is not
 counted (accepted with a warning).
+PyTorch FSDP CPU offload (Trainer --fsdp "... offload", accelerate fsdp_offload_params) keeps the same 16 B per
+parameter of the rank's shard on the host: the fp32 flat-parameter shard, its fp32 gradient ("offloads gradients to
+CPU as well, meaning that the optimizer step runs on CPU": torch.distributed.fsdp.CPUOffload) and Adam's two fp32
+states of that CPU step. NO_SHARD (priced as ZeRO-0) shards nothing: each rank offloads the whole model.
 Several ranks share one host: the verdict is per node, each rank's bytes times the launch's processes per host
 (host_memory_per_node). Pinned (page-locked) or pageable, both take the host's RAM: what is pinned is noted per
 component above; pinned memory cannot be swapped out and counts against `ulimit -l`.
@@ -93,13 +97,15 @@ def _swap_buffers(cfg: TrainingConfig, partition: float) -> float:
     return pinned
 
 
-def megatron_offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
-    """Megatron --optimizer-cpu-offload: what HybridDeviceOptimizer keeps on the host for the offloaded share of the
-    rank's shard: fp32 parameters (4 B), fp32 gradients (4 B) and the CPU optimizer's states (Adam 8 B, SGD 4 B)."""
+def torch_offloaded_state(cfg: TrainingConfig, stage: StageGraph, partition: float) -> dict[str, float]:
+    """Megatron --optimizer-cpu-offload (HybridDeviceOptimizer) or FSDP CPU offload: per parameter of the offloaded
+    share of the rank's shard, fp32 parameters (4 B), fp32 gradients (4 B) and the CPU optimizer's states (Adam 8 B,
+    SGD 4 B). An unsharded optimizer (FSDP NO_SHARD) offloads the stage's every parameter."""
     o = cfg.optimizer
     if o.offload_optimizer != "cpu":
         return {}
-    share = partition * offloaded_optimizer_share(cfg, int(partition))
+    on_rank = partition if (o.distributed_optimizer or o.zero_stage >= 1) else float(stage.num_params)
+    share = on_rank * offloaded_optimizer_share(cfg, int(on_rank))
     states = 8 if o.name == "adam" else 4
     return {"host_optimizer_states": share * states, "host_fp32_parameters": share * FP32_BYTES,
             "host_fp32_gradients": share * FP32_BYTES}
@@ -109,7 +115,7 @@ def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) 
     """Host bytes one rank of `stage` keeps, by component (empty when nothing is offloaded)."""
     partition = partition_params(cfg, stage, gpus_per_node)
     if "deepspeed" not in cfg.framework:
-        return {k: v for k, v in megatron_offloaded_state(cfg, partition).items() if v > 0}
+        return {k: v for k, v in torch_offloaded_state(cfg, stage, partition).items() if v > 0}
     out = _offloaded_state(cfg, partition)
     swap = _swap_buffers(cfg, partition)
     if swap:

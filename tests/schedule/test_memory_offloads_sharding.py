@@ -120,3 +120,17 @@ def test_overlap_param_gather_adds_no_buffer() -> None:
     plain = _megatron("--use-distributed-optimizer", "--overlap-grad-reduce").estimate.memory
     overlap = _megatron("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather").estimate.memory
     assert overlap.components == plain.components
+
+
+@pytest.mark.parametrize("strategy, shards", [("full_shard offload", GPN), ("no_shard offload", 1)])
+def test_fsdp_cpu_offload_keeps_16_bytes_per_parameter_of_the_shard_on_the_host(strategy: str, shards: int) -> None:
+    """torch FSDP CPU offload: the fp32 flat-parameter shard, its fp32 gradient and Adam's two states on the CPU,
+    16 B per parameter of the rank's shard; FULL_SHARD splits the model over the node's 8 ranks, NO_SHARD (ZeRO-0)
+    leaves each rank the whole model, 8 x the host bytes (priced over a 1/8 shard before)."""
+    from llmperf_hook.frameworks.resolve import JobOverrides
+
+    pred = predict_command(["torchrun", "--nproc_per_node", str(GPN), "run_clm.py", "--model_name_or_path", "x",
+                            "--fsdp", strategy, "--bf16", "--per_device_train_batch_size", "1", "--block_size", "1024"],
+                           {}, cluster="dgx-a100", overrides=JobOverrides(model="llama2-7b"))
+    params = build_graph(pred.config, pred.cluster).stages[0].num_params
+    assert pred.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 16 * params / shards, rel=1e-6)
