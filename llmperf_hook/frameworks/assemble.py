@@ -111,6 +111,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
     warnings += megatron_deepspeed_warnings(flags, recompute.granularity, framework == "megatron-deepspeed",
                                             ds.path if ds else "", ds.checkpointing_keys if ds else ())
+    if framework == "megatron-deepspeed":
+        _check_mds_connections(job, parts.parallel.sequence_parallel)
     connections = device_connections(job, src, warnings, optimizer.fsdp)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
@@ -123,6 +125,18 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
         cuda_device_max_connections=connections,
     )
+
+
+def _check_mds_connections(job: ParsedJob, sequence_parallel: bool) -> None:
+    """Megatron-DeepSpeed's validate_args raises RuntimeError('Using sequence parallelism requires setting the
+    environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1') on CUDA whatever the GPU (megatron/arguments.py; the
+    sequence parallelism kept at TP > 1). Only a value the job states is checked: unset is taken as the 1 the
+    launch will export, as device_connections does."""
+    given = job.env.get(MAX_CONNECTIONS_ENV)
+    if sequence_parallel and given not in (None, "1"):
+        raise ConfigError(f"--sequence-parallel with {MAX_CONNECTIONS_ENV}={given} in the job's environment: "
+                          "Megatron-DeepSpeed's validate_args raises 'Using sequence parallelism requires setting the "
+                          f"environment variable {MAX_CONNECTIONS_ENV} to 1'. Export {MAX_CONNECTIONS_ENV}=1.")
 
 
 CUDA_DEFAULT_CONNECTIONS = 8

@@ -231,3 +231,19 @@ def test_checkpoint_activations_warns_that_megatron_lm_exits_on_it() -> None:
     cfg = megatron("--checkpoint-activations")
     assert cfg.recompute.granularity == "full"
     assert any(w.startswith("--checkpoint-activations: Megatron-LM since 2021-08") for w in cfg.warnings)
+
+
+def test_megatron_deepspeed_sequence_parallel_needs_one_device_connection(tmp_path) -> None:
+    """Megatron-DeepSpeed's validate_args raises on CUDA when sequence parallelism (TP > 1) runs without
+    CUDA_DEVICE_MAX_CONNECTIONS=1; a value the job states is checked, unset is taken as the 1 the launch exports."""
+    from tests.frameworks.helpers import script
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}')
+    run = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *BASE, "--deepspeed", "--deepspeed_config", str(ds),
+           "--tensor-model-parallel-size", "2", "--sequence-parallel", "--global-batch-size", "4"]
+    with pytest.raises(ConfigError, match="requires setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"):
+        script(run, env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    for env in ({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {}):
+        assert script(run, env=env).parallel.sequence_parallel
+    assert not script([w for w in run if w != "--sequence-parallel"], env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).parallel.sequence_parallel
