@@ -37,7 +37,8 @@ def _ops(text: str | None) -> tuple[str, ...]:
     return ops
 
 
-def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None) -> str | None:
+def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None,
+               layout: tuple[int | None, int | None] = (None, None)) -> str | None:
     """The dtype to sample: --dtype (`given`), else with --for the job's own precision (a bf16 job predicted from an
     fp32 profile would find no fitted model for its dtype). A --dtype other than the --for job's precision is
     said: `predict` of that job will not use these samples."""
@@ -45,7 +46,7 @@ def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None
         return given
     from llmperf_hook.profile.plan import job_precision
 
-    own = job_precision(job, os.environ, model)
+    own = job_precision(job, os.environ, model, nnodes=layout[0], nproc_per_node=layout[1])
     if given is None:
         click.echo(f"llmperf: sampling in {own}, the job's precision (--dtype to choose another)", err=True)
         return own
@@ -80,25 +81,60 @@ def _default_device() -> str:
               "(and in its dtype unless --dtype is given).")
 @click.option("--model", default=None, help="With --for: model preset or file for a script that does not state "
               "the model shape in Megatron-style flags.")
+@click.option("--nnodes", type=int, default=None, help="With --for: nodes of the job (overrides its launcher's).")
+@click.option("--nproc-per-node", type=int, default=None, help="With --for: processes per node of the job, for a "
+              "launch that does not say (deepspeed without --num_gpus).")
 @click.option("--comm", is_flag=True, help="Time collectives instead (run under torchrun).")
 @click.option("--cluster-name", default=None, help="With --comm: the cluster the comm model is for.")
 @click.option("--min-bytes", type=float, default=2**12, show_default=True, help="With --comm: smallest message.")
 @click.option("--max-bytes", type=float, default=2**26, show_default=True, help="With --comm: largest message.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(device: str | None, budget_min: float, dtype: str | None, ops_text: str | None, name: str | None,
-            threads: int, store_path: str | None, for_job: bool, model: str | None, comm: bool, cluster_name: str | None,
-            min_bytes: float, max_bytes: float, job: tuple[str, ...]) -> None:
+            threads: int, store_path: str | None, for_job: bool, model: str | None, nnodes: int | None,
+            nproc_per_node: int | None, comm: bool, cluster_name: str | None, min_bytes: float, max_bytes: float,
+            job: tuple[str, ...]) -> None:
     """Sample operators (or collectives) on this machine and fit a hardware profile."""
     if comm:
         ignored = [opt for opt, given in (("--ops", ops_text is not None), ("--for", for_job or bool(job)),
                                           ("--model", model), ("--dtype", dtype), ("--name", name)) if given]
-        ignored += _given(("--budget", "budget_min"), ("--threads", "threads"), ("--store", "store_path"))
+        ignored += _given(("--budget", "budget_min"), ("--threads", "threads"), ("--store", "store_path"),
+                          ("--nnodes", "nnodes"), ("--nproc-per-node", "nproc_per_node"))
         if ignored:
             raise UsageError(f"{', '.join(ignored)} with --comm: collectives are timed in fp32 over message sizes "
                              f"(every size, whatever a budget) and stored per --cluster-name in $LLMPERF_HOME; drop "
                              f"them, or profile operators in a separate run.")
         _run_comm(cluster_name, min_bytes, max_bytes, device)
         return
+    _check_operator_options(budget_min, for_job, job, model)
+    from pathlib import Path
+
+    from llmperf_hook.profile.sampler import ProfileRequest, run_profile
+
+    dev = device or _default_device()
+    _check_name_for_device(name, dev)
+    dtype = _job_dtype(tuple(job), model, dtype, (nnodes, nproc_per_node)) or ("fp32" if dev == "cpu" else "bf16")
+    req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
+                         ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
+                         store_path=Path(store_path) if store_path else None, job_model=model, job_nnodes=nnodes,
+                         job_nproc_per_node=nproc_per_node)
+    start = _reference_reading("profile-start") if dev == "cpu" else None
+    result = _interruptible(lambda: run_profile(req), req.store_path)
+    if start is not None:
+        click.echo(_write_reference(result.profile_dir, start, threads, concurrent=_framework_measured(budget_min)))
+    click.echo(f"{result.plan_note}")
+    click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
+    click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
+               f"{', '.join(result.fitted_classes)})")
+    click.echo(f"hardware {result.hardware_yaml}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if name and name != result.name:
+        click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
+    click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None) -> None:
+    """Options of an operator profile that contradict each other, or belong to --comm or --for alone."""
     comm_only = _given(("--cluster-name", "cluster_name"), ("--min-bytes", "min_bytes"), ("--max-bytes", "max_bytes"))
     if comm_only:
         raise UsageError(f"{', '.join(comm_only)} without --comm: they choose the collectives' cluster and message "
@@ -114,30 +150,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
         raise UsageError("--for needs the launch command after `--`, e.g. `llmperf profile --for -- torchrun ...`.")
     if model and not for_job:
         raise UsageError(f"--model {model}: only used with --for (the shape of the job whose shapes are sampled first).")
-    from pathlib import Path
-
-    from llmperf_hook.profile.sampler import ProfileRequest, run_profile
-
-    dev = device or _default_device()
-    _check_name_for_device(name, dev)
-    dtype = _job_dtype(tuple(job), model, dtype) or ("fp32" if dev == "cpu" else "bf16")
-    req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
-                         ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
-                         store_path=Path(store_path) if store_path else None, job_model=model)
-    start = _reference_reading("profile-start") if dev == "cpu" else None
-    result = _interruptible(lambda: run_profile(req), req.store_path)
-    if start is not None:
-        click.echo(_write_reference(result.profile_dir, start, threads, concurrent=_framework_measured(budget_min)))
-    click.echo(f"{result.plan_note}")
-    click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
-    click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
-               f"{', '.join(result.fitted_classes)})")
-    click.echo(f"hardware {result.hardware_yaml}")
-    for note in result.notes:
-        click.echo(f"note: {note}")
-    if name and name != result.name:
-        click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
-    click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+    layout = _given(("--nnodes", "nnodes"), ("--nproc-per-node", "nproc_per_node"))
+    if layout and not for_job:
+        raise UsageError(f"{', '.join(layout)}: only used with --for (the layout of the job whose shapes are sampled "
+                         f"first).")
 
 
 def _given(*options: tuple[str, str]) -> list[str]:

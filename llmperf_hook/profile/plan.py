@@ -204,11 +204,13 @@ def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants) -> PlanCost:
     return PlanCost(len(specs), sum(estimate_seconds(s, rc) for s in specs) / 60.0)
 
 
-def job_precision(argv: Sequence[str], env: Mapping[str, str], model: str | None = None) -> str:
+def job_precision(argv: Sequence[str], env: Mapping[str, str], model: str | None = None, *,
+                  nnodes: int | None = None, nproc_per_node: int | None = None) -> str:
     """The dtype the job in `argv` computes in (fp8 jobs run their non-GEMM ops in bf16: sampled as bf16)."""
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 
-    precision = resolve_job(list(argv), dict(env), JobOverrides(model=model))[1].precision
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
+    precision = resolve_job(list(argv), dict(env), overrides)[1].precision
     return precision if precision in ("fp32", "fp16", "bf16") else "bf16"
 
 
@@ -241,13 +243,16 @@ def _neighbours(cfg) -> list:
     return out
 
 
-def job_specs(argv: Sequence[str], env: Mapping[str, str], cluster, model: str | None = None) -> list[SampleSpec]:
+def job_specs(argv: Sequence[str], env: Mapping[str, str], cluster, model: str | None = None, *,
+              nnodes: int | None = None, nproc_per_node: int | None = None) -> list[SampleSpec]:
     """The compute ops of the job in `argv` (`model`: --model PRESET|FILE for a script without Megatron-style
-    shape flags), then those its tuning neighbours add (deduplicated)."""
+    shape flags; `nnodes`, `nproc_per_node`: llmperf's --nnodes / --nproc-per-node, for a launch that does not
+    say, e.g. deepspeed without --num_gpus), then those its tuning neighbours add (deduplicated)."""
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
     from llmperf_hook.graph.build import build_graph
 
-    _, cfg = resolve_job(list(argv), dict(env), JobOverrides(model=model))
+    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
+    _, cfg = resolve_job(list(argv), dict(env), overrides)
     specs: dict[tuple, SampleSpec] = {}
     for origin, c in [("job", cfg)] + [("neighbour", n) for n in _neighbours(cfg)]:
         try:

@@ -55,6 +55,10 @@ class ProfileRequest:
     store_path: Path | None = None
     job_model: str | None = None
     """--model PRESET|FILE for a `--for` job whose script states no Megatron-style model shape."""
+    job_nnodes: int | None = None
+    """--nnodes for a `--for` job (overrides its launcher's)."""
+    job_nproc_per_node: int | None = None
+    """--nproc-per-node for a `--for` job whose launcher does not say (deepspeed without --num_gpus)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
 def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name: str) -> list[plans.SampleSpec]:
     specs: list[plans.SampleSpec] = []
     if req.job_argv:
-        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc), req.job_model)
+        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc), req.job_model,
+                                             nnodes=req.job_nnodes, nproc_per_node=req.job_nproc_per_node)
                   if s.op_class in ops]
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     # The design's first round comes group by group, so a short budget still fits the leading classes.

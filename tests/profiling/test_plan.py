@@ -169,3 +169,29 @@ def test_allocation_estimate_counts_tables_and_backward() -> None:
         hi = plan.complete_dims(cls, {k: v[1] for k, v in ranges.items()})
         assert 0 < plan.alloc_elements(plan.SampleSpec(cls, "bwd", hi, "design")) * 4 < 4 * 2**30, cls
     assert plan.estimate_seconds(emb, RC) > emb.dims["vocab"] * emb.dims["hidden"] * 4 / plan.INIT_BYTES_PER_S
+
+
+def test_for_a_deepspeed_launch_without_num_gpus_takes_nproc_per_node(capsys) -> None:
+    """`deepspeed train.py` without --num_gpus starts one process per GPU of the job's machine, which the command
+    does not say: the resolver's error tells the user to give llmperf's --nproc-per-node, which `profile` lacked
+    (click: no such option)."""
+    import pytest
+
+    from llmperf_hook.cli import main
+    from llmperf_hook.commands.profile import _job_dtype
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.resources import configs_dir
+
+    testbed = configs_dir().parent / "examples" / "cpu-testbed"
+    argv = ("deepspeed", str(testbed / "train_gpt.py"), "--deepspeed_config", str(testbed / "ds_zero1.json"),
+            *"--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+             "--micro-batch-size 2 --global-batch-size 4 --vocab-size 1024".split())
+    with pytest.raises(LlmperfError, match="--nproc-per-node"):
+        plan.job_specs(argv, {}, _local_cluster("x", RC))
+    specs = plan.job_specs(argv, {}, _local_cluster("x", RC), nproc_per_node=2)
+    assert {"m": 256.0, "n": 384.0, "k": 128.0} in [dict(s.dims) for s in specs if s.origin == "job"]
+    assert _job_dtype(argv, None, None, (None, 2)) == "fp32"
+    for args in (["--nproc-per-node", "2"], ["--nnodes", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["profile", "--device", "cpu", *args])
+        assert exc.value.code == 2 and "only used with --for" in capsys.readouterr().err
