@@ -15,7 +15,7 @@ from instrument_helpers import SMALL_GPT, TRAIN_GPT, make_child_env, read_record
 
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
-from llmperf_hook.instrument.recorder import JsonlWriter
+from llmperf_hook.instrument.jsonl_writer import JsonlWriter
 from llmperf_hook.instrument.session import build_child_env
 
 
@@ -164,7 +164,7 @@ def test_two_jobs_sharing_a_run_dir_keep_their_records(tmp_path: Path, child_env
 def test_records_after_a_torn_line_are_kept(tmp_path: Path) -> None:
     """A rank killed mid-write leaves a line without its newline; the next job appending to the same rank file
     used to glue its first record (the meta record) onto it, and refine lost both."""
-    from llmperf_hook.instrument.recorder import JsonlWriter
+    from llmperf_hook.instrument.jsonl_writer import JsonlWriter
     from llmperf_hook.refine.run_records import read_run_dir
 
     path = tmp_path / "rank0.jsonl"

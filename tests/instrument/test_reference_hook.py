@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.instrument.config import HookConfig
-from llmperf_hook.instrument.recorder import StepRecorder, local_world_size
+from llmperf_hook.instrument.job_identity import local_world_size
+from llmperf_hook.instrument.recorder import StepRecorder
 
 
 def _records(run_dir: Path) -> list[dict]:

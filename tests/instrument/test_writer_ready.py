@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from llmperf_hook.instrument.recorder import FORCE_FLUSH_FACTOR, JsonlWriter, PendingLine
+from llmperf_hook.instrument.jsonl_writer import FORCE_FLUSH_FACTOR, JsonlWriter, PendingLine
 from llmperf_hook.instrument.step_timer import PerfCounterTimer
 
 
