@@ -3,8 +3,9 @@ TransformerConfig / Transformer Engine checks it leads to accept or refuse, asse
 
 Every row is the base command of tests/frameworks/helpers.py (8 GPUs, 32 layers, hidden 4096, 32 heads, seq 2048,
 max positions 2048, micro-batch 1) plus the row's flags; `None` means Megatron accepts it, a string is a fragment of
-the refusal llmperf must give (ConfigError, exit 2). Each refusal row has an accepted neighbour that differs only
-in what the rule reads, so a rule that refused everything would fail the table.
+the refusal llmperf must give (ConfigError, exit 2). Most refusal rows have an accepted neighbour that differs only
+in what the rule reads, so a rule that refused too much fails the table. The cases after it: warnings for rules
+only recent releases enforce, and Megatron-DeepSpeed's own validate_args.
 """
 
 from __future__ import annotations
