@@ -15,6 +15,7 @@ from pathlib import Path
 
 CONFIG_FILE_NAME = "llmperf_hook_config.json"
 SCHEMA = 1
+FAULT_POINTS = ("step_begin", "step_end", "profiler")
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,14 @@ class HookConfig:
     the machine's speed at run start, recorded in the meta record and the store); never inside a step."""
     inject_fault_at_step: int | None = None
     """Tests only: raise inside the hook at this step to prove the job survives a failing hook."""
+    inject_fault_point: str = "step_end"
+    """Tests only: where inject_fault_at_step raises (FAULT_POINTS): when the step's start is marked, when its
+    end is recorded, or when the profiler window opens after it."""
 
     def __post_init__(self) -> None:
         assert self.num_steps >= 1 and self.num_warmup_steps >= 0 and self.profile_ops_steps >= 0, self
         assert self.stop_after_steps is None or self.stop_after_steps >= 1, self
+        assert self.inject_fault_point in FAULT_POINTS, self
 
     @property
     def last_hooked_step(self) -> int:

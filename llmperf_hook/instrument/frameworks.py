@@ -10,7 +10,8 @@ sys.meta_path): a job that never imports deepspeed or megatron never has them im
 | deepspeed | deepspeed.runtime.pipe.engine           | `PipelineEngine.train_batch()`: one call = one step     |
 | deepspeed | deepspeed.runtime.engine                | `DeepSpeedEngine.step()` when `global_steps` advances   |
 |           |                                         | (called per micro-batch; steps at the accumulation boundary) |
-| megatron-core | megatron.core.optimizer.optimizer   | `MegatronOptimizer` subclasses' `step()` (custom loops on megatron-core) |
+| megatron-core | megatron.core.optimizer.optimizer,  | `MegatronOptimizer` subclasses' `step()` (custom loops on megatron-core) |
+|           | .distrib_optimizer, .layer_wise_optimizer |                                                        |
 | torch     | torch (optimizer module)                | global optimizer step post-hook (fallback)             |
 
 The first forward of any nn.Module (a global forward pre-hook, removed after it fired) marks the start of
@@ -92,12 +93,18 @@ def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
     patches.on_undo(handle.remove)
     fwd: list[Any] = []
 
+    def remove_first_forward() -> None:
+        while fwd:
+            fwd.pop().remove()
+
     def first_forward(module: Any, inputs: Any) -> None:
+        # removed before marking: a mark that fails disables the hook, whose undo removes it too (popping twice
+        # raised IndexError out of the job's forward)
+        remove_first_forward()
         rec.guarded(rec.mark_forward)
-        fwd.pop().remove()
 
     fwd.append(nn_module.register_module_forward_pre_hook(first_forward))
-    patches.on_undo(lambda: fwd and fwd.pop().remove())
+    patches.on_undo(remove_first_forward)
 
 
 def patch_deepspeed_engine(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
@@ -131,6 +138,9 @@ PATCHERS: dict[str, Callable[[ModuleType, StepRecorder, Patches], None]] = {
     "megatron.training": patch_megatron_training,
     "megatron.core.optimizer.optimizer": patch_megatron_core_optimizers,
     "megatron.core.optimizer.distrib_optimizer": patch_megatron_core_optimizers,
+    # LayerWiseDistributedOptimizer (Muon's): step() = ChainedOptimizer.step() + the all-gather of the updated
+    # parameters, which ends its step (megatron-core 0.16 optimizer/layer_wise_optimizer.py)
+    "megatron.core.optimizer.layer_wise_optimizer": patch_megatron_core_optimizers,
 }
 
 

@@ -17,12 +17,18 @@ op that created it), which is exactly the graph's "one bwd op = dgrad + wgrad of
 | Optimizer.step#*                                 | optimizer     | params                                 |
 | gloo:/nccl: work of a c10d:: collective (pair_collectives) | allreduce, allgather, reducescatter, broadcast, alltoall, p2p | bytes |
 
+A collective's phase is the one it ran in (collective_phase), as the graph places it: "fwd" in a forward (a
+tensor-parallel all-reduce, ZeRO-3's parameter fetch), "bwd" in a backward (a gradient reduction from a
+gradient hook), "step" after the step's last backward (DeepSpeed's gradient all-reduce at the end of
+engine.backward, the optimizer, ZeRO-1/2's parameter all-gather).
+
 Times: CPU time of the op and its children on CPU; on GPU the device (kernel) time under it. A sample is the
 median over its occurrences (layers x K steps); `count` says how many.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import defaultdict
@@ -30,8 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+OPTIMIZER_PREFIX = "Optimizer.step#"
+STEP_END_MARK = "llmperf::step_end"
+"""A zero-length profiler event the hook records at the end of each profiled step (OpProfiler.mark_step)."""
 DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
+COLLECTIVE_CLASSES = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "p2p"})
 COLLECTIVE_WORDS = (("reduce_scatter", "reducescatter"), ("reducescatter", "reducescatter"),
                     ("all_gather", "allgather"), ("allgather", "allgather"), ("all_reduce", "allreduce"),
                     ("allreduce", "allreduce"), ("all_to_all", "alltoall"), ("alltoall", "alltoall"),
@@ -52,6 +62,8 @@ class ProfEvent:
     children: list = field(default_factory=list)
     start_us: float = 0.0
     """When it started (profiler clock): orders a process group's collectives."""
+    end_us: float = 0.0
+    """When it ended (profiler clock); with start_us, where in the step it ran (collective_phase)."""
 
 
 def _numel(shape: Any) -> int:
@@ -172,14 +184,24 @@ FORWARD_MAP: dict[str, Callable[[ProfEvent], tuple[str, dict] | None]] = {
 
 
 def _classify(ev: ProfEvent, works: dict[int, ProfEvent | None]) -> tuple[str, dict] | None:
-    if ev.name.startswith("Optimizer.step#"):
+    if ev.name.startswith(OPTIMIZER_PREFIX):
         return _optimizer(ev)
     if id(ev) in works:
         return _collective(ev, works[id(ev)])
     if ev.name.startswith("c10d::"):  # a launch: sampled only where the backend recorded no work event
         return None if works else _collective(ev)
+    return _forward_op(ev)
+
+
+def _forward_op(ev: ProfEvent) -> tuple[str, dict] | None:
     fn = FORWARD_MAP.get(ev.name)
     return fn(ev) if fn is not None and ev.shapes else None
+
+
+def _is_collective_call(ev: ProfEvent, works: dict[int, ProfEvent | None]) -> bool:
+    """A collective is a sample of its own wherever it ran: launched from a gradient hook it sits inside a
+    backward node (on NCCL its work event too), and the graph has it as an op beside that backward."""
+    return id(ev) in works or ev.name.startswith("c10d::")
 
 
 def _descendants(ev: ProfEvent) -> list[ProfEvent]:
@@ -200,6 +222,75 @@ def _inside_mapped_or_backward(ev: ProfEvent, mapped: set[int]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Landmark:
+    """A profiled event that says which phase of a step is running: a forward op, a backward node, an optimizer
+    step, or the hook's step-end mark."""
+
+    start_us: float
+    end_us: float
+    phase: str
+    """"fwd", "bwd", "step", or "mark" (a step ended)."""
+
+
+def step_timeline(events: Sequence[ProfEvent]) -> list[Landmark]:
+    """The window's landmarks in start order: forward ops (FORWARD_MAP ops the graph models, outside any backward
+    node, optimizer step or collective, whose ops are theirs: a scalar aten::add of DeepSpeed's gradient norm
+    between the backward and the optimizer is no forward), backward nodes, optimizer steps and the hook's
+    step-end marks."""
+    out = []
+    for ev in events:
+        if ev.name == STEP_END_MARK:
+            phase = "mark"
+        elif ev.name.startswith(BACKWARD_PREFIX):
+            phase = "bwd"
+        elif ev.name.startswith(OPTIMIZER_PREFIX):
+            phase = "step"
+        elif _forward_op(ev) is not None and not any(_owns_its_ops(a) for a in _ancestors(ev)):
+            phase = "fwd"
+        else:
+            continue
+        out.append(Landmark(ev.start_us, max(ev.end_us, ev.start_us), phase))
+    return sorted(out, key=lambda m: m.start_us)
+
+
+def collective_phase(ev: ProfEvent, timeline: Sequence[Landmark]) -> str:
+    """The phase a collective ran in, from its launch `ev` (the c10d call on the training thread; a backend's work
+    event when unpaired). Launched from inside a backward node (a gradient hook) it is "bwd", inside an optimizer
+    step "step"; else by the last landmark that started before it in its step: a forward op -> "fwd"; an optimizer
+    step -> "step"; a backward node -> "bwd" while it runs or when the next landmark is another backward node,
+    "fwd" when the next is a forward op (the next micro-batch's), else "step" (the gradient sync after the
+    backward, DeepSpeed's allreduce_gradients); none since the step began -> "fwd" (ZeRO-3's first fetch)."""
+    for a in _ancestors(ev):
+        if a.name.startswith(BACKWARD_PREFIX):
+            return "bwd"
+        if a.name.startswith(OPTIMIZER_PREFIX):
+            return "step"
+    i = bisect.bisect_left(timeline, ev.start_us, key=lambda m: m.start_us) - 1  # strictly before it
+    last = timeline[i] if i >= 0 else None
+    if last is None or last.phase == "mark":
+        return "fwd"
+    if last.phase != "bwd":
+        return last.phase
+    following = timeline[i + 1].phase if i + 1 < len(timeline) else "mark"
+    if ev.start_us <= last.end_us or following == "bwd":
+        return "bwd"
+    return "fwd" if following == "fwd" else "step"
+
+
+def _ancestors(ev: ProfEvent) -> list[ProfEvent]:
+    out, p = [], ev.parent
+    while p is not None:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _owns_its_ops(ev: ProfEvent) -> bool:
+    """A backward node, an optimizer step or a collective: the aten ops inside it are not a forward's."""
+    return ev.name.startswith((BACKWARD_PREFIX, OPTIMIZER_PREFIX, "c10d::", "gloo:", "nccl:"))
+
+
 def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
     """Samples {op_class, phase, dims, dtype, seconds, count, torch_names} from parent-linked events."""
     backward_s: dict[int, float] = defaultdict(float)
@@ -210,15 +301,18 @@ def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[float]] = defaultdict(list)
     names: dict[tuple, set[str]] = defaultdict(set)
     works = pair_collectives(events)
+    timeline = step_timeline(events)
     for ev in events:  # parents come before their children in profiler order
-        if _inside_mapped_or_backward(ev, mapped):
+        if _inside_mapped_or_backward(ev, mapped) and not _is_collective_call(ev, works):
             continue
         hit = _classify(ev, works)
         if hit is None:
             continue
         mapped.add(id(ev))
         op_class, dims = hit
-        _add(groups, names, (op_class, "fwd" if op_class not in ("optimizer",) else "step", dims, _dtype(ev)), ev.seconds, ev.name)
+        phase = ("step" if op_class == "optimizer" else
+                 collective_phase(works.get(id(ev)) or ev, timeline) if op_class in COLLECTIVE_CLASSES else "fwd")
+        _add(groups, names, (op_class, phase, dims, _dtype(ev)), ev.seconds, ev.name)
         seqs = {e.sequence_nr for e in [ev, *_descendants(ev)] if e.sequence_nr >= 0}
         bwd = sum(backward_s.get(s, 0.0) for s in seqs)
         if bwd > 0 and op_class not in ("optimizer",) and not ev.name.startswith(("gloo:", "nccl:", "c10d::")):
@@ -244,7 +338,8 @@ def events_from_profiler(function_events: Sequence[Any], device: str) -> list[Pr
         us = fe.device_time_total if device == "cuda" else fe.cpu_time_total
         ev = ProfEvent(fe.name, list(fe.input_shapes or []), list(getattr(fe, "input_dtypes", None) or []),
                        us / 1e6, int(getattr(fe, "sequence_nr", -1)), list(getattr(fe, "concrete_inputs", None) or []),
-                       start_us=float(getattr(getattr(fe, "time_range", None), "start", 0.0) or 0.0))
+                       start_us=float(getattr(getattr(fe, "time_range", None), "start", 0.0) or 0.0),
+                       end_us=float(getattr(getattr(fe, "time_range", None), "end", 0.0) or 0.0))
         by_id[id(fe)] = ev
         out.append(ev)
     for fe in function_events:
@@ -273,6 +368,14 @@ class OpProfiler:
             self._device = "cuda"
         self._prof = profile(activities=activities, record_shapes=True)
         self._prof.start()
+
+    def mark_step(self) -> None:
+        """A zero-length STEP_END_MARK event at the end of a profiled step: where the next step's phases begin
+        (collective_phase). A few microseconds, only inside the window."""
+        from torch.profiler import record_function
+
+        with record_function(STEP_END_MARK):
+            pass
 
     def stop(self) -> Callable[[], list[dict[str, Any]]]:
         """Stop collecting (cheap: on the step path); the returned function maps the window's events to samples

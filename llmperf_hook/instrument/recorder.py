@@ -80,6 +80,7 @@ class StepRecorder:
             self._mark_start()
 
     def _mark_start(self) -> None:
+        self._inject_fault("step_begin")
         timer = self._ensure_timer()
         if self._num_steps_done == 0 and self._reference is None:
             self._reference = self._read_reference(timer.device)
@@ -156,8 +157,8 @@ class StepRecorder:
         timer = self._ensure_timer()
         end, end_cpu_s = timer.mark(), time.process_time()
         step, cfg = self._num_steps_done, self.config
-        if cfg.inject_fault_at_step is not None and step == cfg.inject_fault_at_step:
-            raise RuntimeError(f"fault injected at step {step} (HookConfig.inject_fault_at_step)")
+        if cfg.inject_fault_at_step is not None:  # tests only; one attribute test on the step path otherwise
+            self._inject_fault("step_end")
         memory = self._memory.sample_and_reset() if step < cfg.last_hooked_step else None
         restart = None
         if step == 0:
@@ -202,7 +203,10 @@ class StepRecorder:
 
     def _after_step(self) -> None:
         done, cfg = self._num_steps_done, self.config
+        if self._profiler is not None:
+            self._profiler.mark_step()
         if cfg.profile_ops_steps and done == cfg.num_steps:
+            self._inject_fault("profiler")
             from llmperf_hook.instrument.op_profile import OpProfiler
 
             self._profiler = OpProfiler(cfg.profile_ops_steps)
@@ -222,6 +226,13 @@ class StepRecorder:
         if done >= max(cfg.last_hooked_step, cfg.stop_after_steps or 0):
             self.enabled = False  # between N and --stop-after the hook only counted steps
             self._on_finished()
+
+    def _inject_fault(self, point: str) -> None:
+        """Tests only (HookConfig.inject_fault_at_step / inject_fault_point): the hook failing here."""
+        cfg = self.config
+        if cfg.inject_fault_at_step == self._num_steps_done and cfg.inject_fault_point == point:
+            raise RuntimeError(f"fault injected at step {self._num_steps_done} ({point}, "
+                               f"HookConfig.inject_fault_at_step)")
 
     def _stop_profiler(self) -> None:
         """Close the window now; map its events in _run_at_exit (at interpreter exit, or when --stop-after stops

@@ -93,3 +93,32 @@ def test_deepspeed_accumulation_counts_optimizer_steps(tmp_path: Path, child_env
     assert steps_by_rank(records) == {0: [0, 1, 2]}
     assert {r["framework"] for r in records if r["kind"] == "step"} == {"deepspeed"}
     assert [r["num_steps"] for r in records if r["kind"] == "stop"] == [4]
+
+
+@pytest.mark.slow
+def test_deepspeed_zero3_bf16_profile_ops_records_collectives_in_the_phase_they_ran(
+        tmp_path: Path, child_env: dict[str, str], deepspeed_port: int) -> None:
+    """ZeRO-3, bf16, 2 ranks through `llmperf run --instrument 2 --profile-ops 1 --stop-after 3`, every parameter
+    partitioned (persistence threshold 0) and gradients reduced in small buckets: ZeRO-3 fetches each module's
+    parameters in the forward (all-gather, "fwd") and reduce-scatters gradients from its backward hooks ("bwd"),
+    the last bucket after the backward ("step"). Before: every collective sample was "fwd"."""
+    ds = tmp_path / "ds_zero3.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                              "train_batch_size": 4, "bf16": {"enabled": True}, "steps_per_print": 1000000,
+                              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                                    "reduce_bucket_size": 20000}}))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "llmperf_hook", "run", "--instrument", "2", "--profile-ops", "1", "--stop-after", "3",
+           "--run-dir", str(run_dir), "--", "deepspeed", "--num_gpus", "2", "--master_port", str(deepspeed_port),
+           str(TESTBED / "train_gpt.py"), "--deepspeed_config", str(ds), *SHAPE, "--bf16", "--no-pipeline-parallel",
+           "--train-iters", "20"]
+    done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0 and done.stdout.count("iter ") == 2, done.stderr[-3000:]
+    records = read_records(run_dir)
+    assert steps_by_rank(records) == {0: [0, 1, 2], 1: [0, 1, 2]}
+    assert {r["framework"] for r in records if r["kind"] == "step"} == {"deepspeed"}
+    for rank in (0, 1):
+        comm = {(r["op_class"], r["phase"]) for r in records if r["kind"] == "op" and r["rank"] == rank
+                and r["op_class"] in ("allgather", "reducescatter", "allreduce")}
+        assert {("allgather", "fwd"), ("reducescatter", "bwd")} <= comm, comm
+        assert ("reducescatter", "fwd") not in comm

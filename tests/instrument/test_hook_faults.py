@@ -115,6 +115,40 @@ def test_patch_failing_when_the_framework_is_imported_only_disables_the_hook(tmp
     assert [r["kind"] for r in read_records(tmp_path / "run")] == ["error"]
 
 
+def _hook_failing_at(point: str, tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """The 6-step job with the hook failing at `point`: its import (a broken llmperf_hook install shadowing this
+    checkout), the start of step 0 (marked at the first forward), the opening of the profiler
+    window after 3 timed steps, or its first write (the run directory lies under a file)."""
+    run = tmp_path / "run"
+    config = {"import": HookConfig(run_dir=str(run), job_id="f", num_steps=3),
+              "step_begin": HookConfig(run_dir=str(run), job_id="f", num_steps=3, inject_fault_at_step=0,
+                                       inject_fault_point="step_begin"),
+              "profiler": HookConfig(run_dir=str(run), job_id="f", num_steps=3, profile_ops_steps=2,
+                                     inject_fault_at_step=3, inject_fault_point="profiler"),
+              "write": HookConfig(run_dir=str(tmp_path / "a_file" / "run"), job_id="f", num_steps=3)}[point]
+    (tmp_path / "a_file").write_text("not a folder")
+    if point == "import":
+        broken = tmp_path / "broken" / "llmperf_hook"
+        broken.mkdir(parents=True)
+        (broken / "__init__.py").write_text("raise RuntimeError('a half-installed llmperf')\n")
+        env = {**env, "PYTHONPATH": f"{broken.parent}{os.pathsep}{env['PYTHONPATH']}"}
+    return _start_with_hook(tmp_path, env, config, iters=6)
+
+
+@pytest.mark.parametrize("point", ["import", "step_begin", "profiler", "write"])  # step end: the test above
+def test_a_hook_failing_at_each_point_leaves_the_job_as_without_it(
+        tmp_path: Path, child_env: dict[str, str], clean_run: subprocess.CompletedProcess, point: str) -> None:
+    """Before: failing at the start of step 0 (a timer or memory probe that cannot be made) raised IndexError out
+    of the job's first forward, the job died. Wherever the hook fails: the job's own output and exit code as
+    without it, and one line from the hook."""
+    done = _finish(_hook_failing_at(point, tmp_path, child_env))
+    assert done.returncode == clean_run.returncode == 0, done.stderr[-3000:]
+    assert _without_times(done.stdout) == _without_times(clean_run.stdout) and "done: 6 steps" in done.stdout
+    said = [ln for ln in done.stderr.splitlines() if ln.startswith("llmperf hook:")]
+    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert ("not installed" if point == "import" else "disabled") in said[0], said
+
+
 def _append_lines(path: str, writer_id: int, count: int) -> None:
     writer = JsonlWriter(path)
     for i in range(count):

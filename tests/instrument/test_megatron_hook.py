@@ -51,7 +51,8 @@ from megatron.training.training import train
 USE_CORE = sys.argv[1] == "core"
 if USE_CORE:  # megatron-core's real optimizer classes get patched on import, and restored after N steps
     import megatron.core.optimizer.optimizer as mo
-    wrapped = sorted(c.__name__ for c in vars(mo).values()
+    import megatron.core.optimizer.layer_wise_optimizer as lw
+    wrapped = sorted(c.__name__ for m in (mo, lw) for c in vars(m).values()
                      if isinstance(c, type) and hasattr(vars(c).get("step"), "__llmperf_wrapped__"))
     print("megatron-core optimizers wrapped:", " ".join(wrapped))
 model = torch.nn.Sequential(torch.nn.Embedding(128, 32), torch.nn.Linear(32, 128))
@@ -70,7 +71,7 @@ import megatron.training.training as mt
 print("train_step restored:", not hasattr(mt.train_step, "__llmperf_wrapped__"))
 if USE_CORE:
     print("megatron-core restored:", not any(hasattr(vars(c).get("step"), "__llmperf_wrapped__")
-                                             for c in vars(mo).values() if isinstance(c, type)))
+                                             for m in (mo, lw) for c in vars(m).values() if isinstance(c, type)))
 '''
 
 
@@ -116,7 +117,9 @@ def test_megatron_core_optimizers_patched_and_restored(tmp_path: Path, child_env
     done, records = _run(tmp_path, child_env, "core")
     _check(done, records)
     wrapped = done.stdout.split("megatron-core optimizers wrapped:")[1].splitlines()[0].split()
-    assert {"FP32Optimizer", "MixedPrecisionOptimizer", "ChainedOptimizer"} <= set(wrapped), wrapped
+    # LayerWiseDistributedOptimizer (Muon): its step ends with the parameters' all-gather after ChainedOptimizer's
+    assert {"FP32Optimizer", "MixedPrecisionOptimizer", "ChainedOptimizer", "LayerWiseDistributedOptimizer"} \
+        <= set(wrapped), wrapped
     assert "megatron-core restored: True" in done.stdout
 
 

@@ -123,3 +123,44 @@ def test_unpaired_collectives_fall_back_to_the_work_events_alone() -> None:
               _comm("c10d::allreduce_", [[]], ["TensorList"], 1e-5, 1),
               _comm("gloo:all_reduce", [[1000]], ["float"], 2e-3, 2)]
     assert [(s["op_class"], s["dims"]) for s in map_events(events)] == [("allreduce", {"bytes": 4000})]
+
+
+def _at(name: str, start_us: float, end_us: float, parent: ProfEvent | None = None, shapes: list | None = None,
+        dtypes: list | None = None) -> ProfEvent:
+    ev = ProfEvent(name, shapes or [], dtypes or [], (end_us - start_us) / 1e6, parent=parent, start_us=start_us,
+                   end_us=end_us)
+    if parent is not None:
+        parent.children.append(ev)
+    return ev
+
+
+def _gather(start_us: float, numel: int, parent: ProfEvent | None = None) -> list[ProfEvent]:
+    """A gloo all-gather as the profiler records it: the c10d launch, then the backend's work (worker thread)."""
+    return [_at("c10d::_allgather_base_", start_us, start_us + 1, parent, [[numel], [numel // 2]], ["float", "float"]),
+            _at("gloo:all_gather", start_us + 0.5, start_us + 3, None, [[numel // 2]], ["float"])]
+
+
+def test_collectives_get_the_phase_they_ran_in() -> None:
+    """Two profiled steps of a ZeRO job on gloo. Before: every collective was a "fwd" sample. A parameter fetch
+    between forward ops is "fwd"; a reduce from a gradient hook (inside a backward node) "bwd"; the gradient
+    all-reduce after the last backward node and the parameter all-gather after the optimizer "step"; the next
+    step's first fetch, after the hook's step-end mark and before any forward op, "fwd"."""
+    from llmperf_hook.instrument.op_profile import STEP_END_MARK
+
+    events = [_at("aten::linear", 0, 10, shapes=[[2, 8, 64], [256, 64], [256]]), *_gather(12, 1000)]
+    node = _at(BACKWARD_PREFIX + "torch::autograd::AccumulateGrad", 20, 40)
+    events += [node, *_gather(25, 2000, parent=node), *_gather(45, 3000),
+               _at("Optimizer.step#Adam.step", 50, 60), *_gather(62, 4000), _at(STEP_END_MARK, 70, 70),
+               *_gather(71, 5000), _at("aten::linear", 80, 90, shapes=[[2, 8, 64], [256, 64], [256]])]
+    phases = {s["dims"]["bytes"]: s["phase"] for s in map_events(events) if s["op_class"] == "allgather"}
+    assert phases == {4000: "fwd", 8000: "bwd", 12000: "step", 16000: "step", 20000: "fwd"}
+
+
+def test_a_collective_inside_a_backward_node_is_sampled_on_nccl_too() -> None:
+    """NCCL records its work event on the calling thread, under the c10d launch: from a gradient hook both sit
+    inside a backward node, and the sample was dropped as part of that backward."""
+    node = _at(BACKWARD_PREFIX + "torch::autograd::AccumulateGrad", 0, 50)
+    launch = _at("c10d::allreduce_", 5, 30, node, [[]], ["TensorList"])
+    work = _at("nccl:all_reduce", 6, 29, launch, [[1024]], ["c10::BFloat16"])
+    (sample,) = [s for s in map_events([node, launch, work]) if s["op_class"] == "allreduce"]
+    assert (sample["phase"], sample["dims"], sample["count"]) == ("bwd", {"bytes": 2048}, 1)
