@@ -127,6 +127,8 @@ class _exclusive:
     writer checking the file's last byte never reads it while another writer's multi-page write is in progress
     (an O_APPEND write is atomic against other writes, not against a concurrent read)."""
 
+    operation = "LOCK_EX"
+
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.locked = False
@@ -134,7 +136,7 @@ class _exclusive:
     def __enter__(self) -> None:
         try:
             if fcntl is not None:
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                fcntl.flock(self.fd, getattr(fcntl, self.operation))
                 self.locked = True
         except OSError:  # a filesystem without locks (some network mounts): write unlocked, as before
             pass
@@ -143,3 +145,8 @@ class _exclusive:
         if self.locked:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
+
+class shared_lock(_exclusive):
+    """flock(LOCK_SH) for a reader of a rank file (session.py): it waits for a writer's write to complete."""
+
+    operation = "LOCK_SH"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
 from llmperf_hook.instrument.hook_reach import job_has_record, no_step_hint
+from llmperf_hook.instrument.jsonl_writer import shared_lock
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -71,7 +73,43 @@ def prepare_run_dir(run_dir: str | None, job_id: str) -> Path:
     except OSError as err:
         raise UsageError(f"cannot create the run directory {str(path)!r} (from --run-dir "
                          f"{run_dir!r}): {err.strerror}. Pass a writable --run-dir.") from err
+    _check_rank_files_are_ours(path)
     return path
+
+
+RANK_FILE = re.compile(r"rank\d+\.jsonl")
+"""The files the ranks append their records to (recorder.StepRecorder: rank<R>.jsonl)."""
+
+
+def _check_rank_files_are_ours(path: Path) -> None:
+    """A rank<R>.jsonl already in the run directory that no instrumented job wrote (the user's own file of that name
+    in a reused --run-dir) stops the launch: a rank would append its records to it."""
+    for file in sorted(path.iterdir()):
+        if RANK_FILE.fullmatch(file.name) and file.is_file() and not _written_by_the_hook(file):
+            raise UsageError(f"the run directory {str(path)!r} (from --run-dir) holds {file.name}, which no "
+                             f"`llmperf run --instrument` wrote (no hook record in its first lines): the job's ranks "
+                             f"append their records to rank<R>.jsonl there and would write into it. Pass another "
+                             f"--run-dir, or move that file away; the job was not started.")
+
+
+def _written_by_the_hook(file: Path) -> bool:
+    """An empty file, or one whose first 64 KiB hold a record of the hook (schema, kind and job id). Read under a
+    shared flock: a job writing into the same run directory right now holds it exclusively while it writes
+    (jsonl_writer), so its first record is never seen half written."""
+    try:
+        with file.open("rb") as f:
+            with shared_lock(f.fileno()):
+                head = f.read(1 << 16)
+    except OSError:
+        return False
+    for line in head.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and {"schema", "kind", "job_id"} <= record.keys():
+            return True
+    return not head
 
 
 def build_child_env(env: Mapping[str, str], hook_dir: Path, run_dir: Path) -> dict[str, str]:

@@ -56,6 +56,34 @@ def test_exit_code_and_output_pass_through(tmp_path: Path, child_env: dict[str, 
     assert "nothing refined" in done.stderr and "rerun `llmperf refine" not in done.stderr
 
 
+RAISING_JOB = """
+import torch
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    print("trained step", step, flush=True)
+raise ValueError("the job's own bug after 4 steps")
+"""
+
+
+def test_a_job_that_raises_keeps_its_traceback_exit_code_and_steps(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """The job's own uncaught exception: its traceback and exit code 1 as without the hook, and the 4 steps it took
+    (fewer than --instrument 10, so written only at its exit) recorded and refined."""
+    script = tmp_path / "job.py"
+    script.write_text(RAISING_JOB)
+    alone = subprocess.run([sys.executable, str(script)], env=child_env, capture_output=True, text=True, timeout=120)
+    done = run_session(tmp_path, child_env, [sys.executable, str(script)], steps=10)
+    assert done.returncode == alone.returncode == 1
+    assert done.stdout == alone.stdout and alone.stderr.strip() in done.stderr  # the whole traceback, unchanged
+    assert "llmperf hook:" not in done.stderr
+    assert steps_by_rank(read_records(tmp_path / "run")) == {0: [0, 1, 2, 3]}
+    assert "llmperf refine:" in done.stderr and "measured" in done.stderr
+
+
 def test_child_killed_by_signal_reports_128_plus_signum(tmp_path: Path, child_env: dict[str, str]) -> None:
     code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
     assert run_session(tmp_path, child_env, [sys.executable, "-c", code], steps=1).returncode == 128 + signal.SIGTERM
@@ -180,3 +208,21 @@ def test_warm_up_follows_the_steps_stop_after_lets_run(tmp_path) -> None:
         job_dir.mkdir()
         hook_dir = _write_job_files(tmp_path, job_dir, "id", 5, 0, stop_after, None, {})
         assert read_hook_config(hook_dir).num_warmup_steps == warmup
+
+
+def test_a_users_rank_file_in_the_run_dir_stops_the_launch(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """A reused --run-dir holding the user's own rank0.jsonl: the hook's rank 0 would append its records to it.
+    Exit 2 before the launch, naming the file; the file unchanged. A rank file of an earlier job is appended to."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.jsonl").write_text('{"loss": 2.5, "step": 1}\n')
+    started = tmp_path / "started"
+    cmd = [sys.executable, "-m", "llmperf_hook", "run", "--instrument", "2", "--run-dir", str(run), "--",
+           sys.executable, "-c", f"open({str(started)!r}, 'w')"]
+    done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 2 and "rank0.jsonl" in done.stderr and "--run-dir" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not started.exists()
+    assert (run / "rank0.jsonl").read_text() == '{"loss": 2.5, "step": 1}\n'
+    (run / "rank0.jsonl").write_text('{"schema": 1, "kind": "meta", "job_id": "earlier", "rank": 0}\n')
+    done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0 and started.exists(), done.stderr
