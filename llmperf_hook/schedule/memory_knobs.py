@@ -77,11 +77,24 @@ def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, "Candidate"]]:
         if not base.distributed_optimizer and base.zero_stage == 0 and "deepspeed" not in cfg.framework:
             out.append(("--use-distributed-optimizer", dataclasses.replace(base, distributed_optimizer=True)))
         out.append((f"--tensor-model-parallel-size {2 * p.tp}", dataclasses.replace(base, tp=2 * p.tp)))
-        out.append((f"--pipeline-model-parallel-size {2 * p.pp}", dataclasses.replace(base, pp=2 * p.pp)))
+        vpp = _virtual_stages_at_double_pp(cfg)
+        if vpp:
+            out.append((f"--pipeline-model-parallel-size {2 * p.pp}", dataclasses.replace(base, pp=2 * p.pp, vpp=vpp)))
     if "deepspeed" in cfg.framework and base.zero_stage < 3:
         out.append((f"zero_optimization.stage {base.zero_stage + 1}",
                     dataclasses.replace(base, zero_stage=base.zero_stage + 1)))
     return out
+
+
+def _virtual_stages_at_double_pp(cfg: TrainingConfig) -> int:
+    """Virtual stages per pipeline rank once --pipeline-model-parallel-size alone is doubled, as Megatron derives
+    them (arguments.py): --num-virtual-stages-per-pipeline-rank stays; --num-layers-per-virtual-pipeline-stage keeps
+    the chunk's layers, so the chunks per rank halve (0: an odd count that no longer divides, Megatron refuses)."""
+    vpp = cfg.parallel.vpp
+    source = cfg.sources.get("vpp")
+    if vpp > 1 and "--num-layers-per-virtual-pipeline-stage" in (source.detail if source else ""):
+        return vpp // 2 if vpp % 2 == 0 else 0
+    return vpp
 
 
 def _accepted(cfg: TrainingConfig, knobs: list[tuple[str, "Candidate"]]) -> list[tuple[str, "Candidate"]]:

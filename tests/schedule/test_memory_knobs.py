@@ -142,3 +142,26 @@ def test_a_host_knob_that_leaves_the_gpu_short_says_so() -> None:
                      r"then short\)", text), text
     assert re.search(r"--optimizer-offload-fraction 0\.5 frees [\d.]+ GiB per node \(host memory then [\d.]+ GiB: "
                      r"still short\)", text), text
+
+
+@pytest.mark.parametrize("virtual", [["--num-layers-per-virtual-pipeline-stage", "2"],
+                                     ["--num-virtual-stages-per-pipeline-rank", "4"]])
+def test_doubling_pp_under_interleaving_is_priced_as_the_command_with_it(virtual: list[str]) -> None:
+    """PP 4 with 4 virtual stages per rank: '--pipeline-model-parallel-size 8' appended keeps
+    --num-layers-per-virtual-pipeline-stage 2 (2 chunks per rank then) or --num-virtual-stages-per-pipeline-rank 4
+    (4 chunks of 1 layer). The knob is offered with that command's peak when it frees memory, and not offered when
+    that command needs more (it priced 4 chunks for both: 'frees 10.5 GiB, peak then 182 GiB' where the command
+    with 2 chunks takes 211 GiB, more than the job's 193)."""
+    argv = [*ARGV[:5], "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "8192",
+            "--max-position-embeddings", "8192", "--micro-batch-size", "4", "--global-batch-size", "64", "--vocab-size",
+            "128256", "--bf16", "--fp8-format", "hybrid", "--pipeline-model-parallel-size", "4", *virtual]
+    pred = _predict(argv, "dgx-h100")
+    mem = pred.estimate.memory
+    knob = "--pipeline-model-parallel-size 8"
+    effects = {e.knob: e for e in knob_effects(pred.config, pred.cluster, mem)}
+    again = _predict(argv + knob.split(), "dgx-h100").estimate.memory
+    if again.peak_bytes_per_gpu < mem.peak_bytes_per_gpu:
+        assert effects[knob].memory.peak_bytes_per_gpu == again.peak_bytes_per_gpu
+    else:
+        assert knob not in effects
+    assert (knob in effects) == (virtual[0] == "--num-virtual-stages-per-pipeline-rank")  # both branches run
