@@ -256,7 +256,29 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     original = None
     if ref is not None and cfg.framework != "megatron" and (written or os.path.isfile(ref.path)):
         original = dsr.read_ds_config(Path(ref.path), written)
-    return plans, [command_changes(before, replace(p, argv=tuple(launch_words(p.argv))), original) for p in plans]
+    shown_plans = [replace(p, argv=tuple(launch_words(p.argv))) for p in plans]
+    return plans, [command_changes(before, replace(p, new_files={**_reused_copy(p), **p.new_files}), original)
+                   for p in shown_plans]
+
+
+def _reused_copy(plan: Any) -> dict[str, str]:
+    """The tuned ds_config copy an earlier --apply wrote, which `plan` points at instead of writing it again: path ->
+    its text, so the change list names its keys (a reused copy listed only '--deepspeed_config ds.json->ds.llmperf-
+    tuned.json', as if the micro-batch and ZeRO stage it changes were unchanged)."""
+    from pathlib import Path
+
+    from llmperf_hook.tune import ds_config_rewrite as dsr
+
+    ref = dsr.find_ds_config(list(plan.argv))
+    if ref is None or dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG) or dsr.TUNED_SUFFIX not in ref.path:
+        return {}
+    path = os.path.abspath(ref.path)
+    if path in plan.new_files or not os.path.isfile(path):
+        return {}
+    try:
+        return {path: Path(path).read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError):
+        return {}
 
 
 def _nearest_json(result: Any) -> dict[str, Any] | None:

@@ -44,11 +44,13 @@ def appended_words(changes: Sequence[Change], line_plan: TunedCommand) -> tuple[
     config given in argv itself (base64 / JSON) with that flag and the rewritten word (`line_plan`'s)."""
     words: list[str] = []
     drops: list[str] = []
+    ref = find_ds_config(line_plan.argv)  # a tuned copy an earlier --apply wrote (reused) travels with its flag too
+    carried = {*line_plan.new_files, *([os.path.abspath(ref.path)] if ref is not None else [])}
     for c in changes:
         if c.where == INLINE_WHERE:
             continue
         if c.where != "argv":
-            if c.where not in line_plan.new_files:
+            if c.where not in carried:
                 drops.append(f"{c.where} {c.key}")
         elif c.new is None:
             drops.append(c.key)

@@ -133,6 +133,23 @@ def test_a_second_apply_never_overwrites(tmp_path: Path, capsys, monkeypatch) ->
     assert "ds.llmperf-tuned-2.json" in third[1]["applied"]["argv"]
 
 
+def test_a_reused_tuned_copy_still_lists_the_keys_it_changes(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A second tune of the same command points its best row at the tuned copy the first --apply wrote (reused, not
+    written again): its changes listed only '--deepspeed_config ds.json->ds.llmperf-tuned.json', as if the
+    micro-batch and ZeRO stage it sets were the user's."""
+    monkeypatch.chdir(tmp_path)
+    argv, model = _ds_forms(tmp_path)["ds_config file"]
+    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [1]\n"
+    first = _tune(["--apply", "--dry-run", "--model", model], argv, capsys, tmp_path, space)
+    assert first[0] == 0, first[2]
+    second = _tune(["--model", model], argv, capsys, tmp_path, space)
+    assert second[0] == 0, second[2]
+    best = second[1]["top"][0]
+    assert best["changes"] == first[1]["top"][0]["changes"]
+    keys = {c["key"]: (c["old"], c["new"]) for c in best["changes"]}
+    assert keys["train_micro_batch_size_per_gpu"] == ("1", "2") and keys["zero_optimization.stage"] == ("0", "1")
+
+
 def test_a_second_apply_reuses_accelerates_tuned_config_file(tmp_path: Path, capsys, monkeypatch) -> None:
     """`accelerate launch --deepspeed_config_file ds.json`: the tuned copy a first --apply (a dry run writes it too)
     left is reused by the next one, as for --deepspeed_config; each run wrote another ds.llmperf-tuned-N.json."""
