@@ -118,6 +118,11 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
         return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
+    if framework in ("deepspeed", "megatron-deepspeed") and flags.has("deepspeed_config") and flags.has("deepscale_config"):
+        # deepspeed.initialize(args=...) copies the deprecated --deepscale_config into args.deepspeed_config
+        raise ConfigError(f"{flags.seen_flags['deepscale_config']} and {flags.seen_flags['deepspeed_config']} are both "
+                          "given: deepspeed.initialize asserts 'Not sure how to proceed, we were given both a "
+                          "deepscale_config and deepspeed_config' (deepspeed/__init__.py). Keep --deepspeed_config.")
     if isinstance(flags.get("deepspeed"), str) and (framework == "hf-deepspeed" or not path):
         path = flags.get("deepspeed")
     if not path:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from llmperf_hook.errors import ConfigError
 from tests.frameworks.helpers import megatron, script
 
 ARGS = ["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
@@ -38,6 +41,12 @@ def test_deepscale_enables_nothing(tmp_path: Path) -> None:
     args.deepspeed alone."""
     cfg = megatron("--deepscale", "--deepscale_config", _ds(tmp_path), base=ARGS)
     assert (cfg.framework, cfg.optimizer.zero_stage) == ("megatron", 0)
+
+
+def test_deepscale_config_beside_deepspeed_config_is_refused(tmp_path: Path) -> None:
+    """deepspeed.initialize: 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config'."""
+    with pytest.raises(ConfigError, match="both a deepscale_config and deepspeed_config"):
+        megatron("--deepspeed", "--deepspeed_config", _ds(tmp_path), "--deepscale_config", _ds(tmp_path), base=ARGS)
 
 
 def test_a_custom_script_keeps_its_ds_config(tmp_path: Path) -> None:
