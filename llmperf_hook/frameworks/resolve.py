@@ -122,7 +122,9 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         # deepspeed.initialize(args=...) copies the deprecated --deepscale_config into args.deepspeed_config
         raise ConfigError(f"{flags.seen_flags['deepscale_config']} and {flags.seen_flags['deepspeed_config']} are both "
                           "given: deepspeed.initialize asserts 'Not sure how to proceed, we were given both a "
-                          "deepscale_config and deepspeed_config' (deepspeed/__init__.py). Keep --deepspeed_config.")
+                          "deepscale_config and deepspeed_config' (deepspeed/__init__.py; Megatron-DeepSpeed, which "
+                          "clears args.deepspeed_config and passes the dict itself, stops on the next assert, 'given "
+                          "deepspeed configs in the deepspeed arguments and deepspeed.initialize()'). Keep --deepspeed_config.")
     if isinstance(flags.get("deepspeed"), str) and (framework == "hf-deepspeed" or not path):
         path = flags.get("deepspeed")
     if not path:

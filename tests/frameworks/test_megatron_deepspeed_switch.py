@@ -46,6 +46,9 @@ def test_deepscale_enables_nothing(tmp_path: Path) -> None:
 def test_deepscale_config_beside_deepspeed_config_is_refused(tmp_path: Path) -> None:
     """deepspeed.initialize: 'Not sure how to proceed, we were given both a deepscale_config and deepspeed_config'."""
     with pytest.raises(ConfigError, match="both a deepscale_config and deepspeed_config"):
+        script(["deepspeed", "--num_gpus", "8", "train.py", *ARGS, "--deepspeed_config", _ds(tmp_path), "--deepscale_config",
+                _ds(tmp_path)])
+    with pytest.raises(ConfigError, match="deepspeed configs in the deepspeed arguments and deepspeed.initialize"):
         megatron("--deepspeed", "--deepspeed_config", _ds(tmp_path), "--deepscale_config", _ds(tmp_path), base=ARGS)
 
 
