@@ -67,7 +67,9 @@ def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, "Candidate"]]:
     mbs_key = "--micro-batch-size" if _megatron(cfg) else "train_micro_batch_size_per_gpu"
     out: list[tuple[str, Candidate]] = []
     if base.micro_batch_size > 1:
-        out.append((f"{mbs_key} 1", dataclasses.replace(base, micro_batch_size=1)))
+        # Megatron-DeepSpeed: a ds_config's own micro-batch must agree with the flag, or the job is refused
+        both = " and the ds_config's train_micro_batch_size_per_gpu 1" if cfg.framework == "megatron-deepspeed" else ""
+        out.append((f"{mbs_key} 1{both}", dataclasses.replace(base, micro_batch_size=1)))
     if _megatron(cfg):
         if base.recompute != "full" or base.recompute_num_layers != 1:
             out.append(("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",

@@ -5,6 +5,7 @@ words, and the memory it reports is what `llmperf predict` gives for the command
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -165,3 +166,22 @@ def test_doubling_pp_under_interleaving_is_priced_as_the_command_with_it(virtual
     else:
         assert knob not in effects
     assert (knob in effects) == (virtual[0] == "--num-virtual-stages-per-pipeline-rank")  # both branches run
+
+
+def test_megatron_deepspeed_micro_batch_knob_names_the_ds_config_key_too(tmp_path) -> None:
+    """Megatron-DeepSpeed with a ds_config that sets train_micro_batch_size_per_gpu 4: '--micro-batch-size 1' alone
+    is refused (the engine and Megatron's schedule would disagree), so the knob names both, and its figure is the
+    prediction of the command and ds_config with both set to 1."""
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 1}}
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(config))
+    argv = ["deepspeed", "--num_gpus", "8", *ARGV[3:], "--deepspeed", "--deepspeed_config", str(ds),
+            "--pipeline-model-parallel-size", "2"]
+    pred = _predict(argv)
+    effects = {e.knob: e for e in knob_effects(pred.config, pred.cluster, pred.estimate.memory)}
+    knob = effects["--micro-batch-size 1 and the ds_config's train_micro_batch_size_per_gpu 1"]
+    one = tmp_path / "ds1.json"
+    one.write_text(json.dumps({**config, "train_micro_batch_size_per_gpu": 1}))
+    again = _predict([str(one) if w == str(ds) else w for w in argv] + ["--micro-batch-size", "1"]).estimate.memory
+    assert again.peak_bytes_per_gpu == knob.memory.peak_bytes_per_gpu
