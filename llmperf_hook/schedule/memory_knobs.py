@@ -11,7 +11,7 @@ with the same memory model as the job (schedule/memory.py estimate_memory over g
         Rajbhandari et al. 2020); tensor or pipeline parallelism doubled (weights and activations split).
   host  DeepSpeed: offload_optimizer / offload_param not offloaded, or at ZeRO-3 to nvme instead of cpu (ZeRO-1/2
         offload to CPU memory whatever the device says); Megatron-DeepSpeed: --checkpoint-in-cpu off; Megatron-LM:
-        --optimizer-offload-fraction halved, or --optimizer-cpu-offload off.
+        --optimizer-offload-fraction halved, or --optimizer-cpu-offload off; torch FSDP: no CPU offload.
 
 A layout knob is offered only where the framework accepts the layout it makes (tune/candidates.rule_masks: heads
 and layers divisible, the global batch a multiple of micro-batch x DP, ...).
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.provenance import SourceKind
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 if TYPE_CHECKING:
@@ -64,12 +65,9 @@ def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, "Candidate"]]:
     from llmperf_hook.tune.candidate import candidate_of
 
     base, p = candidate_of(cfg), cfg.parallel
-    mbs_key = "--micro-batch-size" if _megatron(cfg) else "train_micro_batch_size_per_gpu"
     out: list[tuple[str, Candidate]] = []
     if base.micro_batch_size > 1:
-        # Megatron-DeepSpeed: a ds_config's own micro-batch must agree with the flag, or the job is refused
-        both = " and the ds_config's train_micro_batch_size_per_gpu 1" if cfg.framework == "megatron-deepspeed" else ""
-        out.append((f"{mbs_key} 1{both}", dataclasses.replace(base, micro_batch_size=1)))
+        out.append((_micro_batch_words(cfg), dataclasses.replace(base, micro_batch_size=1)))
     if _megatron(cfg):
         if base.recompute != "full" or base.recompute_num_layers != 1:
             out.append(("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
@@ -86,6 +84,19 @@ def _layout_knobs(cfg: TrainingConfig) -> list[tuple[str, "Candidate"]]:
         out.append((f"zero_optimization.stage {base.zero_stage + 1}",
                     dataclasses.replace(base, zero_stage=base.zero_stage + 1)))
     return out
+
+
+def _micro_batch_words(cfg: TrainingConfig) -> str:
+    """Micro-batch size 1 in the words of the setting the job took it from (Megatron's flag, the script flag such
+    as the Trainer's --per_device_train_batch_size, or the ds_config key)."""
+    if _megatron(cfg):
+        # Megatron-DeepSpeed: a ds_config's own micro-batch must agree with the flag, or the job is refused
+        both = " and the ds_config's train_micro_batch_size_per_gpu 1" if cfg.framework == "megatron-deepspeed" else ""
+        return f"--micro-batch-size 1{both}"
+    source = cfg.sources.get("micro_batch_size")
+    if source is not None and source.kind == SourceKind.ARGV and source.detail.startswith("-"):
+        return f"{source.detail.split()[0]} 1"
+    return "train_micro_batch_size_per_gpu 1" if "deepspeed" in cfg.framework else "micro-batch size 1 per GPU"
 
 
 def _virtual_stages_at_double_pp(cfg: TrainingConfig) -> int:
@@ -119,11 +130,14 @@ def _host_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig
 
     out: list[tuple[str, Callable[[TrainingConfig], TrainingConfig]]] = []
     if "deepspeed" not in cfg.framework:
-        if o.offload_optimizer == "cpu":
-            out.append((f"--optimizer-offload-fraction {o.offload_optimizer_ratio / 2:g}",
-                        optimizer(offload_optimizer_ratio=o.offload_optimizer_ratio / 2)))
-            out.append(("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0)))
-        return out
+        if o.offload_optimizer != "cpu":
+            return out
+        if not _megatron(cfg):  # torch FSDP's CPU offload: parameters, gradients and step together, all or nothing
+            return [("no FSDP CPU offload (--fsdp without 'offload'; accelerate: fsdp_offload_params false)",
+                     optimizer(offload_optimizer="none", offload_param="none"))]
+        return [(f"--optimizer-offload-fraction {o.offload_optimizer_ratio / 2:g}",
+                 optimizer(offload_optimizer_ratio=o.offload_optimizer_ratio / 2)),
+                ("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0))]
     for key in ("offload_optimizer", "offload_param"):
         if getattr(o, key) != "cpu":
             continue

@@ -185,3 +185,23 @@ def test_megatron_deepspeed_micro_batch_knob_names_the_ds_config_key_too(tmp_pat
     one.write_text(json.dumps({**config, "train_micro_batch_size_per_gpu": 1}))
     again = _predict([str(one) if w == str(ds) else w for w in argv] + ["--micro-batch-size", "1"]).estimate.memory
     assert again.peak_bytes_per_gpu == knob.memory.peak_bytes_per_gpu
+
+
+def test_fsdp_job_knobs_are_in_its_own_words() -> None:
+    """An HF Trainer FSDP job with CPU offload (framework torch): the micro-batch knob names the flag the batch came
+    from, --per_device_train_batch_size (it named DeepSpeed's ds_config key), and the host knob drops FSDP's
+    offload (it offered Megatron's --optimizer-offload-fraction / --optimizer-cpu-offload)."""
+    from llmperf_hook.frameworks.resolve import JobOverrides
+
+    argv = ["torchrun", "--nproc_per_node", "8", "run_clm.py", "--model_name_or_path", "x", "--fsdp",
+            "full_shard offload", "--bf16", "--per_device_train_batch_size", "8", "--block_size", "4096"]
+    small = dataclasses.replace(load_cluster("dgx-a100"), host_memory_bytes=64 * 2**30)
+    pred = predict_command(argv, {}, cluster=small, overrides=JobOverrides(model="llama2-7b"))
+    mem = pred.estimate.memory
+    assert not mem.fits and not mem.host_fits
+    gpu = [e.knob for e in knob_effects(pred.config, small, mem)]
+    assert gpu[0] == "--per_device_train_batch_size 1"
+    host_side = dataclasses.replace(mem, peak_bytes_per_gpu=0, fits=True)  # as run sees a job short of host RAM only
+    host = {e.knob: e for e in knob_effects(pred.config, small, host_side)}
+    assert list(host) == ["no FSDP CPU offload (--fsdp without 'offload'; accelerate: fsdp_offload_params false)"]
+    assert next(iter(host.values())).memory.host_bytes_per_node == 0
