@@ -162,18 +162,11 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
     k = command_string_index(argv)
     if k is not None:  # only CMD's training command is rewritten, in place (tune/command_string.py)
         prefix = "--wrap=" if argv[k].startswith("--wrap=") else ""
-        planned: list[TunedCommand] = []
-
-        def rewrite(words: list[str]) -> tuple[str, ...]:
-            planned.append(_plan_tuned_command(words, base_cfg, new, new_cfg, cwd, written))
-            return planned[-1].argv
-
-        cmd = rewrite_command_string(argv[k][len(prefix):], rewrite)
-        if cmd is not None:
-            inner = planned[0]
-            return TunedCommand((*argv[:k], prefix + cmd, *argv[k + 1:]), inner.new_files, inner.notes)
-        inner = _plan_tuned_command(shlex.split(argv[k][len(prefix):]), base_cfg, new, new_cfg, cwd, written)
-        return TunedCommand((*argv[:k], prefix + _shell_join(inner.argv), *argv[k + 1:]), inner.new_files, inner.notes)
+        text = argv[k][len(prefix):]
+        words = training_words(text)
+        inner = _plan_tuned_command(shlex.split(text) if words is None else words, base_cfg, new, new_cfg, cwd, written)
+        cmd = _shell_join(inner.argv) if words is None else rewrite_command_string(text, inner.argv)
+        return TunedCommand((*argv[:k], prefix + cmd, *argv[k + 1:]), inner.new_files, inner.notes)
     base = candidate_of(base_cfg)
     out = _split_joined(expand_flag_variables(argv))
     notes: list[str] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Callable, Sequence
+from typing import Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.launch.shell_script import pipelines, quoted_words, shell_split
@@ -83,14 +83,13 @@ def training_words(cmd: str) -> list[str] | None:
     return None if span is None else split_redirections(cmd[span[0]:span[1]])[0]
 
 
-def rewrite_command_string(cmd: str, rewrite: Callable[[list[str]], Sequence[str]]) -> str | None:
-    """CMD with its training command replaced by `rewrite(its words)` (blanks around it and its redirections kept,
-    the rest of CMD as written); None when CMD holds no command the parser reads as a launch."""
+def rewrite_command_string(cmd: str, words: Sequence[str]) -> str:
+    """CMD with its training command (training_words) replaced by `words`: blanks around it and its redirections
+    kept, the rest of CMD as written."""
     span = training_command_span(cmd)
-    if span is None:
-        return None
+    assert span is not None, "rewrite_command_string on a CMD without a training command (see training_words)"
     start, end = span
     segment = cmd[start:end]
-    words, redirects = split_redirections(segment)
+    redirects = split_redirections(segment)[1]
     lead, trail = segment[:len(segment) - len(segment.lstrip())], segment[len(segment.rstrip()):]
-    return cmd[:start] + lead + " ".join([shell_join(rewrite(words)), *redirects]) + trail + cmd[end:]
+    return cmd[:start] + lead + " ".join([shell_join(words), *redirects]) + trail + cmd[end:]
