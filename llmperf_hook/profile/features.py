@@ -82,6 +82,11 @@ def _gemm(d: Dims, bwd: bool, rc: RooflineConstants, batch: np.ndarray | None = 
     for tr, tc in ((128.0, 128.0), (256.0, 128.0), (128.0, 256.0), (64.0, 128.0)):
         wn, wc = _wave_features(f"fwd{int(tr)}x{int(tc)}", bt * _tiles(m, n, tr, tc), rc.num_sms)
         names, cols = names + wn, cols + wc
+    # Tried, not kept: log2 of the least padded work over six tile shapes (64-256 a side: ceil(tiles / SMs) x SMs x
+    # tile area / (m n), the wave-quantised work of the best tiling). A100 GEMM forward, random split, seeds 0 / 1:
+    # linear1..4, final 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.11 / 2.55 / 3.06 / 2.60 / 3.45 % and 3.29 / 2.45 /
+    # 2.94 / 2.80 / 3.51 -> 3.27 / 2.47 / 2.95 / 2.80 / 3.51 %; extrapolation linear1 and final worse on both
+    # (3.30 -> 3.33, 3.08 -> 3.14 %; 3.14 -> 3.19, 2.96 -> 3.09 %).
     if bwd:
         for tag, (r, c) in {"dgrad": (m, k), "wgrad": (k, n)}.items():
             wn, wc = _wave_features(tag, bt * _tiles(r, c), rc.num_sms)
@@ -109,6 +114,12 @@ def _attention(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
              "log_padded_flops"]
     cols = [_lg(b), _lg(s), _lg(h), _lg(kvh), _lg(hd), causal, np.mod(s, 128.0), hd_pad, _lg(fwd_flops * hd_pad / hd)]
     wn, wc = _wave_features("q", b * h * np.ceil(s / TILE), rc.num_sms)
+    # Tried, not kept: the kernel's own tiling on sm80 (flash_fwd/bwd_launch_template.h: forward 128 x 128 tiles
+    # up to head dim 64, else 128 x 64; backward over key blocks, 128 x 128 / 64 x 128 / 64 x 64 by head dim),
+    # the waves of that grid, the causal mask's visited tiles over the unmasked work, and the total work over
+    # the longest CTA's times the SMs (load balance). A100 random / extrapolation split MAPE, seeds 0 and 1:
+    # backward 6.64 -> 6.49 / 6.55 -> 6.67 %, 6.52 -> 6.45 / 6.54 -> 6.48 %; forward 6.99 -> 7.07 / 6.82 ->
+    # 6.83 %, 6.78 -> 6.81 / 6.89 -> 6.84 %: within the draws' noise (the rows' noise floor is 5.7 / 5.4 %).
     return names + wn, cols + wc, flops, nbytes
 
 
