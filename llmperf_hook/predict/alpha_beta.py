@@ -15,6 +15,7 @@ growing as log2(nodes); the faster of ring and tree is taken, as NCCL's tuner do
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES, Op
@@ -75,6 +76,19 @@ def collective_time_s(op: Op, cluster: ClusterSpec) -> float:
     if coll.intra_node or cluster.gpus_per_node == 1 and coll.num_nodes == 1:
         return intra_node_time_s(op, cluster)
     return inter_node_time_s(op, cluster)
+
+
+def line_rate(cluster: ClusterSpec) -> ClusterSpec:
+    """`cluster` with both tiers at bus efficiency 1: its links at their line rate, latencies kept."""
+    return replace(cluster, intra_node=replace(cluster.intra_node, bus_efficiency=1.0),
+                   inter_node=replace(cluster.inter_node, bus_efficiency=1.0))
+
+
+def line_rate_time_s(op: Op, cluster: ClusterSpec) -> float:
+    """The fastest `op` can run on `cluster`: the same algorithms with every link at its line rate (what the tier's
+    bandwidth figure says; bus bandwidth can only be lower) plus the tier's latency. A fitted comm model is never
+    priced below it (profile/comm_model.py)."""
+    return collective_time_s(op, line_rate(cluster))
 
 
 class AlphaBetaPredictor:

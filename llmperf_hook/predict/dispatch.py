@@ -146,4 +146,7 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     if profile is None:
         warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
                     f"roofline model (run `llmperf profile` on that device to fit one).",)
+    if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples
+        warnings += comm_model.extrapolation_warnings(
+            [op for op in ops if choose_predictor(op, None, comm_model) is comm_model], cluster)
     return OpTimes(seconds=seconds, predictor_by_class=dict(sorted(used.items())), warnings=warnings)

@@ -5,10 +5,19 @@
 `factor(n)` is the ring traffic per rank of NCCL-tests' bus-bandwidth convention (NCCL-tests PERFORMANCE.md):
 all-reduce 2(n-1)/n, all-gather / reduce-scatter / all-to-all (n-1)/n, send/recv 1. `bytes` is the whole
 buffer of the collective (all-reduce buffer, all-gather output, reduce-scatter input, one p2p message).
-The residual is a piecewise-linear curve of median log-ratios over message-size bins (clamped at the ends), so
-the fitted alpha-beta stays in charge outside the sampled sizes. Layouts not sampled take the nearest sampled
-layout of the same tier (inside a node / across nodes) with their own n in factor(n). Reduce-scatter and
-all-to-all, when not sampled, reuse the all-gather fit of the layout (same per-rank ring traffic).
+The residual is a piecewise-linear curve of median log-ratios over message-size bins, held at its edge values
+outside them, so the fitted alpha-beta stays in charge outside the sampled sizes. Layouts not sampled take the
+nearest sampled layout of the same tier (inside a node / across nodes) with their own n in factor(n).
+Reduce-scatter and all-to-all, when not sampled, reuse the all-gather fit of the layout (same per-rank ring traffic).
+
+Physical figures of the cluster the job runs on (predict/alpha_beta.py) bound the fit, because a fit only knows
+the sizes it saw: (1) no collective is priced faster than its links at line rate plus the tier's latency
+(line_rate_time_s), which also supplies the latency a fit of large messages cannot identify (alpha 0 when the
+smallest sample takes milliseconds); (2) a fit slower than MIN_RATE_FRACTION of the cluster's alpha-beta rate for
+the op's layout, at its largest sample or in its bandwidth limit, measured another transport than this cluster's
+network (the Perlmutter samples: 0.6-4.4 GB/s of bus bandwidth across nodes where Slingshot-11 gives 80 GB/s per
+node; op-samples README), and that layout is priced by the cluster's alpha-beta. Both cases, and message sizes
+beyond a fit's samples, are named in predict's warnings (extrapolation_warnings).
 
 Stored as JSON with a checksum; numpy only (predict path). Read as op profiles are (profile_io.py): a folder
 holding a pickle is refused (pickle_scan.py: fitted models are data, shared between clusters), and so is a file
@@ -21,7 +30,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +39,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.predict.alpha_beta import collective_time_s, line_rate
 from llmperf_hook.profile.pickle_scan import planted_pickle_reason
 
 COMM_FORMAT = "llmperf-comm-model"
@@ -38,6 +48,14 @@ COMM_FILE = "comm_model.json"
 SOURCE_OF = {"allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter",
              "alltoall": "alltoall", "p2p": "p2p"}
 FALLBACK_OF = {"reducescatter": "allgather", "alltoall": "allgather"}
+MIN_RATE_FRACTION = 0.1
+"""Fitted speed over the cluster's alpha-beta speed (its links x bus efficiency) below which a fit describes
+another transport, not this cluster's network. A healthy NCCL on the tier's links loses at most ~4x to how it runs:
+its LL protocol carries 4 flag bytes per 8 (half the link; NCCL docs, NCCL_PROTO) and the slower algorithm moves
+~2x the bytes (double binary tree vs ring all-reduce, alpha_beta.py); a further order of magnitude is a different
+transport, e.g. NCCL's TCP socket transport where the RDMA / libfabric plugin is not loaded (NCCL docs,
+NCCL_NET / NCCL_IB_DISABLE). Shipped fits: Perlmutter inside a node 0.17-1.5, across nodes 0.002-0.055; Vista
+0.54-1.14 (benchmarks/bench_comm_extrapolation.py, column fit/ab)."""
 
 
 def ring_factor(collective: str, n: int) -> float:
@@ -181,20 +199,93 @@ class CommPredictor:
         return min(same_tier, key=lambda f: (abs(math.log(f.nodes / nodes)) + abs(math.log(f.gpus_per_node / gpn)),
                                              -f.num_samples))
 
-    def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec) -> Sequence[float]:
+    def rate_fraction(self, op_class: str, op: Op, cluster: ClusterSpec) -> float:
+        """Fitted speed / the cluster's alpha-beta speed, the smaller for the fit's own layout (alone, as sampled)
+        and for `op`'s layout and sharing: a fit far below the cluster on the layout it measured measured another
+        transport, whichever layout borrows it."""
+        fit = self.layout_for(op_class, op.collective)  # type: ignore[arg-type]
+        own = Op("fit", fit.collective, op.phase, {}, collective=Collective("fit", fit.group_size, fit.gpus_per_node))
+        return min(self._fraction(fit, fit.collective, own, cluster), self._fraction(fit, op_class, op, cluster))
+
+    def _fraction(self, fit: LayoutFit, op_class: str, op: Op, cluster: ClusterSpec) -> float:
+        """The ratio at the fit's largest sampled message and in the bandwidth limit (time per extra byte), so it
+        holds for every larger message too (a ratio of two affine functions is monotone between its ends)."""
+        top = fit.bytes_range[1]
+        probes = [replace(op, op_class=op_class, dims={"bytes": b}) for b in (top, 2.0 * top)]
+        coll = op.collective
+        assert coll is not None
+        fitted = fit.predict_s(np.array([top, 2.0 * top]), coll.group_size, op_class, self._share(coll))
+        physical = np.array([collective_time_s(p, cluster) for p in probes])
+        if fitted[0] <= 0 or fitted[1] <= fitted[0]:
+            return float("inf")
+        return float(min(physical[0] / fitted[0], (physical[1] - physical[0]) / (fitted[1] - fitted[0])))
+
+    @staticmethod
+    def _share(coll: Collective) -> float:
+        # The samples timed one group at a time; groups crossing the network together split the NICs
+        # (as predict/alpha_beta.py assumes). Inside a node each group has its own NVLink paths.
+        return float(max(1, coll.groups_sharing_node)) if coll.num_nodes > 1 else 1.0
+
+    def _group_s(self, op_class: str, ops: Sequence[Op], cluster: ClusterSpec | None) -> np.ndarray:
+        """Seconds of ops of one class and layout: the fit, bounded by the cluster's physical figures."""
+        coll = ops[0].collective
+        assert coll is not None
+        if coll.group_size <= 1:
+            return np.zeros(len(ops))
+        nbytes = np.fromiter((float(op.dims["bytes"]) for op in ops), dtype=np.float64, count=len(ops))
+        fit = self.layout_for(op_class, coll)
+        fitted = fit.predict_s(nbytes, coll.group_size, op_class, self._share(coll))
+        if cluster is None:  # no physical figures to hold the fit against (a bare comm model in a unit test)
+            return fitted
+        if self.rate_fraction(op_class, ops[0], cluster) < MIN_RATE_FRACTION:
+            return np.array([collective_time_s(op, cluster) for op in ops])
+        fastest = line_rate(cluster)  # line_rate_time_s, the cluster built once for the group
+        return np.maximum(fitted, [collective_time_s(op, fastest) for op in ops])
+
+    def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec | None) -> Sequence[float]:
         out = np.empty(len(ops))
+        for (op_class, *_), idx in self._groups(ops).items():
+            out[idx] = self._group_s(op_class, [ops[i] for i in idx], cluster)
+        return out.tolist()
+
+    def _groups(self, ops: Sequence[Op]) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}
         for i, op in enumerate(ops):
             if op.collective is None or self._kind(op.op_class) is None:
                 raise ProfileError(f"{self.name} cannot predict {op.name} ({op.op_class}); call supports() first")
             c = op.collective
             groups.setdefault((op.op_class, c.group_size, c.ranks_per_node, c.groups_sharing_node), []).append(i)
-        for (op_class, n, _, sharing), idx in groups.items():
-            coll = ops[idx[0]].collective
-            fit = self.layout_for(op_class, coll)
-            # The samples timed one group at a time; groups crossing the network together split the NICs
-            # (as predict/alpha_beta.py assumes). Inside a node each group has its own NVLink paths.
-            share = float(max(1, sharing)) if coll.num_nodes > 1 else 1.0
-            nbytes = np.fromiter((float(ops[i].dims["bytes"]) for i in idx), dtype=np.float64, count=len(idx))
-            out[idx] = np.where(n > 1, fit.predict_s(nbytes, n, op_class, share), 0.0)
-        return out.tolist()
+        return groups
+
+    def extrapolation_warnings(self, ops: Sequence[Op], cluster: ClusterSpec) -> tuple[str, ...]:
+        """One line per collective class and layout priced outside what its fit saw: by the cluster's alpha-beta
+        (the fit is far below the cluster's network), or beyond the fit's sampled message sizes."""
+        out: list[str] = []
+        for (op_class, n, _, _), idx in self._groups(ops).items():
+            group = [ops[i] for i in idx]
+            if n > 1:
+                out.extend(self._warning(op_class, group, cluster))
+        return tuple(dict.fromkeys(out))
+
+    def _warning(self, op_class: str, ops: Sequence[Op], cluster: ClusterSpec) -> list[str]:
+        coll = ops[0].collective
+        assert coll is not None
+        fit = self.layout_for(op_class, coll)
+        where = (f"{op_class} over {coll.num_nodes}x{min(coll.ranks_per_node, coll.group_size)} (nodes x GPUs) "
+                 f"with the fitted {fit.collective} layout {fit.nodes}x{fit.gpus_per_node} of {self.model.cluster}")
+        fraction = self.rate_fraction(op_class, ops[0], cluster)
+        if fraction < MIN_RATE_FRACTION:
+            top = fit.bytes_range[1]
+            busbw = ring_factor(fit.collective, fit.group_size) * top / float(
+                fit.predict_s(np.array([top]), fit.group_size, fit.collective)[0])
+            return [f"{where}: its samples reach {busbw / 1e9:.1f} GB/s of bus bandwidth, {fraction:.1%} of the "
+                    f"speed {cluster.name}'s network figures give (below {MIN_RATE_FRACTION:.0%}: they measured "
+                    f"another transport); priced by {cluster.name}'s alpha-beta model instead"]
+        sizes = [float(op.dims["bytes"]) for op in ops]
+        lo, hi = fit.bytes_range
+        if min(sizes) >= lo and max(sizes) <= hi:
+            return []
+        span = f"{min(sizes):.3g}" if min(sizes) == max(sizes) else f"{min(sizes):.3g}-{max(sizes):.3g}"
+        return [f"{where}: messages of {span} bytes reach beyond the sampled "
+                f"{lo:.3g}-{hi:.3g}; the learned residual is held at its edge value and time follows the fitted "
+                f"alpha-beta, never faster than {cluster.name}'s links at line rate plus latency"]
