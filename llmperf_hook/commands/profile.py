@@ -71,7 +71,7 @@ def _default_device() -> str:
               help="Minutes of sampling, fitting included; on CPU a budget of 3 or more also measures the framework cost "
                    "(2 of those minutes). A target, not a wall-clock limit: a loaded machine runs over.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
-              help="Dtype to sample (default: fp32 on cpu, bf16 on cuda).")
+              help="Dtype to sample (default: with --for the job's precision, else fp32 on cpu, bf16 on cuda).")
 @click.option("--ops", "ops_text", default=None, help="Comma-separated op classes (default: all the device's).")
 @click.option("--name", default=None, help="Profile / hardware name (default: derived from the device).")
 @click.option("--threads", type=int, default=1, show_default=True, help="CPU threads per rank while sampling.")
