@@ -10,8 +10,8 @@ bandwidth (NCCL-tests convention, factor x bytes / time), and three sanity rules
 
 - `link`: bus bandwidth never above the links' line rate (time >= predict/alpha_beta.line_rate_time_s);
 - `mono`: time non-decreasing in size (checked on a grid of 1/8 octave);
-- `floor`: beyond the largest sampled message, bus bandwidth never below comm_model.MIN_RATE_FRACTION of what the
-  cluster's figures give (time <= alpha-beta time / MIN_RATE_FRACTION).
+- `floor`: outside the sampled sizes (above and below), bus bandwidth never below comm_model.MIN_RATE_FRACTION of
+  what the cluster's figures give at the same size (time <= alpha-beta time / MIN_RATE_FRACTION).
 
 `--unbounded` prices with the fits alone (no cluster figures: the model before H108) to show what they did.
 Exit status 1 when a rule fails.
@@ -79,14 +79,15 @@ def check(comm: CommPredictor, cluster: ClusterSpec, kind: str, coll: Collective
     line = np.asarray([line_rate_time_s(op, cluster) for op in ops])
     ab = np.asarray([collective_time_s(op, cluster) for op in ops])
     fit = comm.layout_for(kind, coll)
-    above = 2.0 ** GRID_LOG2_BYTES > fit.bytes_range[1]
+    sizes = 2.0 ** GRID_LOG2_BYTES
+    outside = (sizes > fit.bytes_range[1]) | (sizes < fit.bytes_range[0])
     bad = []
     if np.any(t < line * (1 - 1e-9)):
         bad.append(f"link: {np.mean(t < line):.0%} of sizes beat line rate (up to {np.max(line / t):.1f}x)")
     if np.any(np.diff(t) < 0):
         bad.append(f"mono: falls {int(np.sum(np.diff(t) < 0))} times (worst {np.min(np.diff(t) / t[1:]):.1%})")
-    if np.any(t[above] > ab[above] / MIN_RATE_FRACTION * 1.01):
-        bad.append(f"floor: up to {np.max(t[above] / ab[above]):.0f}x the cluster's alpha-beta beyond the samples")
+    if np.any(t[outside] > ab[outside] / MIN_RATE_FRACTION * 1.01):
+        bad.append(f"floor: up to {np.max(t[outside] / ab[outside]):.0f}x the cluster's alpha-beta beyond the samples")
     fraction = comm.rate_fraction(kind, ops[0], cluster)
     priced = "alpha-beta" if bounded and fraction < MIN_RATE_FRACTION else f"fit {fit.nodes}x{fit.gpus_per_node}"
     shown = [int(np.flatnonzero(GRID_LOG2_BYTES == b)[0]) for b in SHOWN_LOG2_BYTES]

@@ -12,12 +12,13 @@ Reduce-scatter and all-to-all, when not sampled, reuse the all-gather fit of the
 
 Physical figures of the cluster the job runs on (predict/alpha_beta.py) bound the fit, because a fit only knows
 the sizes it saw: (1) no collective is priced faster than its links at line rate plus the tier's latency
-(line_rate_time_s), which also supplies the latency a fit of large messages cannot identify (alpha 0 when the
-smallest sample takes milliseconds); (2) a fit slower than MIN_RATE_FRACTION of the cluster's alpha-beta rate for
-the op's layout, at its largest sample or in its bandwidth limit, measured another transport than this cluster's
-network (the Perlmutter samples: 0.6-4.4 GB/s of bus bandwidth across nodes where Slingshot-11 gives 80 GB/s per
-node; op-samples README), and that layout is priced by the cluster's alpha-beta. Both cases, and message sizes
-beyond a fit's samples, are named in predict's warnings (extrapolation_warnings).
+(line_rate_time_s); (2) below its smallest sample a fit's alpha is not identifiable (0 or 3 ms when the smallest
+sample takes milliseconds), so time follows the cluster's alpha-beta there, scaled to meet the fit at that
+sample (continuous and non-decreasing in size); (3) a fit slower than MIN_RATE_FRACTION of the cluster's
+alpha-beta rate for the op's layout, at its largest sample or in its bandwidth limit, measured another transport
+than this cluster's network (the Perlmutter samples: 0.6-4.4 GB/s of bus bandwidth across nodes where Slingshot-11
+gives 80 GB/s per node; op-samples README), and that layout is priced by the cluster's alpha-beta. (3), and
+message sizes beyond a fit's samples, are named in predict's warnings (extrapolation_warnings).
 
 Stored as JSON with a checksum; numpy only (predict path). Read as op profiles are (profile_io.py): a folder
 holding a pickle is refused (pickle_scan.py: fitted models are data, shared between clusters), and so is a file
@@ -239,6 +240,12 @@ class CommPredictor:
             return fitted
         if self.rate_fraction(op_class, ops[0], cluster) < MIN_RATE_FRACTION:
             return np.array([collective_time_s(op, cluster) for op in ops])
+        below = np.flatnonzero(nbytes < fit.bytes_range[0])
+        if below.size:  # the fit's alpha is not identifiable below its samples: the cluster's alpha-beta shape
+            edge = fit.bytes_range[0]
+            scale = float(fit.predict_s(np.array([edge]), coll.group_size, op_class, self._share(coll))[0]) / \
+                collective_time_s(replace(ops[0], dims={"bytes": edge}), cluster)
+            fitted[below] = [scale * collective_time_s(ops[i], cluster) for i in below]
         fastest = line_rate(cluster)  # line_rate_time_s, the cluster built once for the group
         return np.maximum(fitted, [collective_time_s(op, fastest) for op in ops])
 
@@ -286,6 +293,10 @@ class CommPredictor:
         if min(sizes) >= lo and max(sizes) <= hi:
             return []
         span = f"{min(sizes):.3g}" if min(sizes) == max(sizes) else f"{min(sizes):.3g}-{max(sizes):.3g}"
-        return [f"{where}: messages of {span} bytes reach beyond the sampled "
-                f"{lo:.3g}-{hi:.3g}; the learned residual is held at its edge value and time follows the fitted "
-                f"alpha-beta, never faster than {cluster.name}'s links at line rate plus latency"]
+        how = []
+        if max(sizes) > hi:
+            how.append("above them the learned residual is held at its edge value and time follows the fitted alpha-beta")
+        if min(sizes) < lo:
+            how.append(f"below them {cluster.name}'s alpha-beta, scaled to the fit at its smallest sample")
+        return [f"{where}: messages of {span} bytes reach beyond the sampled {lo:.3g}-{hi:.3g}; {'; '.join(how)}; "
+                f"never faster than the links at line rate plus latency"]
