@@ -21,7 +21,7 @@ import yaml
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.batch_script import script_file_text
+from llmperf_hook.launch.script_files import script_file_text
 from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.sizing import LaunchSize, Sized

@@ -20,7 +20,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
@@ -28,6 +28,8 @@ from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, ap
                                              script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
+from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
+from llmperf_hook.launch.sed_templates import sed_output
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
@@ -156,6 +158,7 @@ class _Reading(ShellVariables):
                 for pipeline in pipelines(text):
                     for command in pipeline:
                         self.command(line, command)
+                    self.sed_template(line, pipeline)
 
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
@@ -289,6 +292,33 @@ class _Reading(ShellVariables):
                 self.files.setdefault(os.path.normpath(self.expand(target)),
                                       ScriptFile("", origin, command=" ".join(words)[:80]))
 
+    def sed_template(self, line: ScriptLine, pipeline: list[str]) -> None:
+        """`sed "s/GBSIZE/$GBS/" TEMPLATE | sed ... > ds_config.json` (launch/sed_templates.py): the file it writes,
+        from the template the script wrote or the one on disk, in place of a file only running the command gives."""
+        if self.launches or self.conditions.uncertain() or not self.conditions.running() or ">>" in pipeline[-1] or \
+                any(command.split()[:1] != ["sed"] for command in pipeline):
+            return
+        try:
+            split = [strip_redirections(shell_split(protect_literal_dollars(command))) for command in pipeline]
+        except ValueError:
+            return
+        words = [[restore_dollars(self.expand(word, record=False)) for word in command] for command, _ in split]
+        text = sed_output(words, self.template_text)
+        if text is not None and split[-1][1]:
+            target = os.path.normpath(self.expand(split[-1][1][-1], record=False))
+            self.files[target] = ScriptFile(text, f"{self.path} line {line.number} (sed on {words[0][-1]})")
+
+    def template_text(self, name: str) -> str | None:
+        """The text of a file the script reads (`name` from where it is): what it wrote there, else the disk's."""
+        written = self.files.get(os.path.normpath(name))
+        if written is not None:
+            return None if written.command else written.text
+        try:
+            with open(os.path.join(self.cwd, name), encoding="utf-8") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
     def source(self, name: str) -> None:
         """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1
         `.`), so FILE's variables and launch line are the script's; messages name FILE and its own line numbers. A
@@ -388,32 +418,3 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
                        shell=shell, exported=set(env))
     reading.read(lines)
     return reading.launch()
-
-
-def written_text(path: str, written: ScriptFile) -> str:
-    """The text of a file the script writes (a here-document), read from `path` by the job; refused while it still
-    holds what only running the script would give. A file a command writes (`sed ... > FILE`) is read from disk
-    when it is there (an earlier run wrote it), else refused naming that command."""
-    if written.command:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                return handle.read()
-        except OSError:
-            raise UsageError(f"{path} does not exist: the script writes it at {written.origin} with `{written.command}`, "
-                             "a command llmperf does not run (it reads scripts, never executes them). Run the script "
-                             "once so the file exists (or write it yourself), then predict again from that folder.") \
-                from None
-    unresolved = sorted(set(re.findall(r"\$\{?([A-Za-z_]\w*)", written.text)))
-    if unresolved or "$(" in written.text or "`" in written.text:
-        what = ", ".join(f"${name}" for name in unresolved) or "a command substitution"
-        raise UsageError(f"{path} is written by {written.origin} with {what}, which llmperf cannot evaluate without "
-                         "running the script (a variable the script does not set, or a command). Set the variable in "
-                         "llmperf's environment, or write the file yourself and give its path.")
-    return written.text
-
-
-def script_file_text(path: str, files: Mapping[str, ScriptFile]) -> str | None:
-    """The text the job reads at `path` when the launch script writes that file before its launch line (`cat >
-    hostfile <<EOF`, an accelerate config file; written_text), None when it does not: the file on disk is read."""
-    written = files.get(os.path.normpath(path))
-    return None if written is None else restore_dollars(written_text(path, written))

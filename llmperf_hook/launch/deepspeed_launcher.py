@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
-from llmperf_hook.launch.batch_script import script_file_text
+from llmperf_hook.launch.script_files import script_file_text
 from llmperf_hook.launch.deepspeed_env import apply_rank_exports
 from llmperf_hook.launch.options import Grammar, Option, refuse_ambiguous_after_program, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
