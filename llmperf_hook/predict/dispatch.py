@@ -144,9 +144,20 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
         warnings = profile.extrapolation_warnings(
             [op for op in priced if choose_predictor(op, profile, None) is profile])
     if profile is None:
-        warnings = (f"no fitted operator profile for {cluster.gpu.name} ({dtype}): compute ops use the analytic "
-                    f"roofline model (run `llmperf profile` on that device to fit one).",)
+        warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
     if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples
         warnings += comm_model.extrapolation_warnings(
             [op for op in ops if choose_predictor(op, None, comm_model) is comm_model], cluster)
     return OpTimes(seconds=seconds, predictor_by_class=dict(sorted(used.items())), warnings=warnings)
+
+
+def _no_profile_warning(gpu: str, dtype: str) -> str:
+    """Why compute ops use the roofline: no profile for this hardware, or one fitted in other dtypes only (an FP8
+    run needs the bf16 models: find_operator_profile)."""
+    served, need = fitted.served_dtypes(gpu), "bf16" if dtype == "fp8" else dtype
+    if served:
+        return (f"the fitted operator profile of {gpu} serves {', '.join(served)}, not {need}: compute ops use the "
+                f"analytic roofline model (sample {need} on that device: `llmperf profile --dtype {need} --name "
+                f"{gpu.lower()}`).")
+    return (f"no fitted operator profile for {gpu} ({dtype}): compute ops use the analytic roofline model (run "
+            f"`llmperf profile` on that device to fit one).")

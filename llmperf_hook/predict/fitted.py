@@ -70,6 +70,15 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
     return None
 
 
+def served_dtypes(hardware_name: str) -> tuple[str, ...]:
+    """The dtypes the fitted profile find_profile reads for this hardware answers; () when it has none."""
+    for directory in profile_dirs(hardware_name):
+        meta = directory / "profile.json"
+        if meta.is_file():
+            return tuple(_load_profile(str(directory), content_key(meta)).meta.serves_dtypes)
+    return ()
+
+
 def _check_fitted_for(meta, directory: Path) -> None:
     """A profile serves the hardware it was fitted for: profiles/NAME holds the profile whose profile.json says
     NAME. One copied or renamed from another GPU or machine would price this hardware with that one's times."""

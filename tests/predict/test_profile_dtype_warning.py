@@ -1,0 +1,22 @@
+"""`predict` of a job whose dtype the hardware's fitted profile was not sampled in: the warning names the dtypes the
+profile serves and how to add this one; it said there was no fitted profile at all."""
+
+import json
+
+from llmperf_hook.cli import main
+
+FP32_JOB = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "4", "--hidden-size", "1024",
+            "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
+            "--micro-batch-size", "1", "--global-batch-size", "64", "--vocab-size", "32000"]
+
+
+def test_profile_of_other_dtypes_is_named_in_the_roofline_warning(capsys) -> None:
+    try:
+        main(["predict", "--cluster", "dgx-a100", "--format", "json", "--", *FP32_JOB])
+    except SystemExit as exc:
+        assert not exc.code
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["predictor"]["gemm"] == "roofline"  # the shipped A100 profile is fp16 (and serves bf16)
+    said = [w for w in doc["warnings"] if "operator profile" in w]
+    assert len(said) == 1 and "serves bf16, fp16, not fp32" in said[0], said
+    assert "llmperf profile --dtype fp32 --name a100-sxm4-80gb" in said[0] and "no fitted" not in said[0]
