@@ -259,7 +259,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
 
 
 def _script_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str],
-                 stdin: str | None) -> ScriptLaunch:
+                   stdin: str | None) -> ScriptLaunch:
     """The launch of the script words[i] runs: sbatch's (launch/sbatch.py), a shell's script file, or the script a
     shell reads from its standard input (`bash -s ARGS <<EOF`, bash manual 6.1)."""
     if os.path.basename(words[i]) == "sbatch":
