@@ -318,6 +318,11 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
     if cfg.framework in MEGATRON_FRAMEWORKS and o.overlap_param_gather_with_optimizer_step:  # validate_args asserts
         masks["--overlap-param-gather-with-optimizer-step needs distopt and virtual stages"] = (
             (cols["distopt"] == 0) | (cols["vpp"] == 1))
+    if o.distopt_instances > 1:  # parallel_state.initialize_model_parallel asserts both ('... divisible by partial
+        # DistOpt shard factor'); the expert data-parallel size is world / (expert TP x EP x PP)
+        dp_cp, expert_dp = cfg.world_size // (cols["tp"] * pp), cfg.world_size // (cols["etp"] * cols["ep"] * pp)
+        masks["dp*cp or expert dp % --num-distributed-optimizer-instances != 0"] = (
+            (dp_cp % o.distopt_instances != 0) | (expert_dp % o.distopt_instances != 0))
     if o.fsdp != "none":  # FSDP shards the optimizer states; FSDP2 also refuses PP and EP (validate_args)
         masks["FSDP needs the distributed optimizer"] = cols["distopt"] == 0
         if o.fsdp == "torch_fsdp2":

@@ -1,0 +1,50 @@
+"""--num-distributed-optimizer-instances N: Megatron-core's initialize_model_parallel asserts that N divides the
+data-parallel x context-parallel size ('Data parallel size should be divisible by partial DistOpt shard factor') and
+the expert data-parallel size, world / (expert TP x EP x PP) ('Expert data parallel size should be divisible by
+partial DistOpt shard factor'), parallel_state.py core_v0.16.1 and HEAD. --apply keeps the flag, so tune must not
+propose a layout that breaks either."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.tune.candidates import generate_candidates, rule_masks
+from llmperf_hook.tune.search_space import load_search_space
+
+from .helpers import rule_rejected
+
+# Llama-3 8B on 64 GPUs: TP 4 -> DP 16, four distributed-optimizer instances of 4 ranks each.
+LLAMA3_8B_64 = [
+    "torchrun", "--nnodes", "8", "--nproc-per-node", "8", "pretrain_gpt.py",
+    "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+    "--group-query-attention", "--num-query-groups", "8", "--swiglu", "--normalization", "RMSNorm",
+    "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--seq-length", "8192", "--max-position-embeddings", "8192", "--vocab-size", "128256",
+    "--micro-batch-size", "1", "--global-batch-size", "512", "--tensor-model-parallel-size", "4", "--bf16",
+    "--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4",
+]
+RULE = "dp*cp or expert dp % --num-distributed-optimizer-instances != 0"
+
+
+def _table(argv: list[str]):
+    cfg = resolve_job(argv, {})[1]
+    return cfg, generate_candidates(cfg, load_search_space(None, "megatron"), 8)
+
+
+def test_layouts_whose_data_parallel_size_n_does_not_divide_are_rejected() -> None:
+    cfg, table = _table(LLAMA3_8B_64)
+    cols = table.columns
+    dp_cp = cfg.world_size // (cols["tp"] * cols["pp"])  # dp x cp = world / (tp x pp)
+    expert_dp = cfg.world_size // (cols["etp"] * cols["ep"] * cols["pp"])
+    breaks = (dp_cp % 4 != 0) | (expert_dp % 4 != 0)
+    tiles = cfg.world_size % (cols["tp"] * cols["pp"] * cols["cp"]) == 0
+    assert (breaks & tiles).any() and (~breaks & tiles).any()  # the space holds both kinds
+    masks = rule_masks(cfg, cols)
+    assert np.array_equal(masks[RULE] & tiles, breaks & tiles)
+    assert (~rule_rejected(cfg, table) & tiles).any()  # the command's own layout and others stay possible
+
+
+def test_no_rule_without_the_flag() -> None:
+    cfg, table = _table(LLAMA3_8B_64[:-2])
+    assert RULE not in rule_masks(cfg, table.columns)
