@@ -256,3 +256,15 @@ def test_bad_search_key_or_value_exits_2_naming_it(space: str, named: str, tmp_p
     code, data, err = _tune([], MEGATRON_FORMS["torchrun"], capsys, tmp_path, space)
     assert code == 2 and "Traceback" not in err
     assert named in err and data["exit_code"] == 2 and named in data["error"]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--top", "0"], "--top 0"),
+    (["--top", "-3"], "--top -3"),
+    (["--dry-run"], "--dry-run"),
+])
+def test_usage_errors_still_print_one_json_object(args: list[str], named: str, tmp_path: Path, capsys) -> None:
+    """--format json promises one JSON object on stdout, also for an option tune refuses (exit 2)."""
+    code, data, err = _tune(args, MEGATRON_FORMS["torchrun"], capsys, tmp_path)
+    assert code == 2 and "Traceback" not in err and named in err
+    assert data is not None and data["exit_code"] == 2 and named in data["error"]
