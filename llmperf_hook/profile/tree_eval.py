@@ -224,10 +224,11 @@ def _check_lightgbm_header(header: dict[str, str]) -> None:
     if version not in LIGHTGBM_TEXT_VERSIONS:
         raise ProfileError(f"LightGBM model text has format version={version} (from the LightGBM that wrote it); "
                            f"this llmperf reads {', '.join(LIGHTGBM_TEXT_VERSIONS)}")
-    objective = header.get("objective", "").split()[0] if header.get("objective", "").split() else ""
-    if objective not in IDENTITY_LINK_OBJECTIVES:
-        raise ProfileError(f"LightGBM model has objective {objective!r}, whose predictions are not the sum of its "
-                           f"trees; profiles are fitted with {', '.join(IDENTITY_LINK_OBJECTIVES)}")
+    words = header.get("objective", "").split() or [""]
+    # reg_sqrt=True appends " sqrt" (RegressionL2loss::ToString): the prediction is then the sum squared.
+    if words[0] not in IDENTITY_LINK_OBJECTIVES or "sqrt" in words[1:]:
+        raise ProfileError(f"LightGBM model has objective {' '.join(words)!r}, whose predictions are not the sum of "
+                           f"its trees; profiles are fitted with {', '.join(IDENTITY_LINK_OBJECTIVES)}")
 
 
 def _feature_ranges(infos: str, num_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,7 @@ def _text() -> str:
     (lambda t: t.replace("version=v4", "version=v5", 1), "version=v5"),
     (lambda t: re.sub(r"(?m)^version=.*\n", "", t, count=1), "version=None"),
     (lambda t: re.sub(r"(?m)^objective=.*$", "objective=poisson", t, count=1), "objective 'poisson'"),
+    (lambda t: re.sub(r"(?m)^objective=.*$", "objective=regression sqrt", t, count=1), "'regression sqrt'"),
 ])
 def test_unknown_format_or_link_is_refused(edit, says: str) -> None:
     text = _text()
