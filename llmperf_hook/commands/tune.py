@@ -293,7 +293,11 @@ def _nearest_json(result: Any) -> dict[str, Any] | None:
     near = result.nearest
     if near is None:
         return None
+    usable = (1 - result.memory_margin) * near.capacity_bytes
+    host_bound = near.peak_bytes <= usable and not near.host_fits  # as infeasible_message: the host rules it out
+    short = near.host_bytes - near.host_capacity_bytes if host_bound else near.peak_bytes - usable
     return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
+            "short_of": "host" if host_bound else "gpu", "short_bytes": short,
             "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit)}
 
 

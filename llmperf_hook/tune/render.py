@@ -14,7 +14,8 @@ zero_stage, ep, etp (null = expert TP follows TP), layout (the table's layout co
 capacity_bytes, headroom_bytes, fits, host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
 `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 Nothing fits (exit 3): {error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
-host_bytes_per_node, layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}.
+host_bytes_per_node, short_of ("gpu" | "host"), short_bytes (over the usable GPU memory or the host RAM),
+layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}.
 """
 
 from __future__ import annotations

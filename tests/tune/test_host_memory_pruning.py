@@ -77,6 +77,8 @@ def test_nothing_fitting_the_host_exits_3_naming_the_host(tmp_path: Path, capsys
     data = json.loads(out)
     assert data["search"]["num_oom_host"] >= 1 and data["search"]["num_fitting"] == 0
     assert data["nearest"]["host_bytes_per_node"] > 8 * GiB
+    assert data["nearest"]["short_of"] == "host"
+    assert abs(data["nearest"]["short_bytes"] - (data["nearest"]["host_bytes_per_node"] - 8 * GiB)) < 1.0
     assert "host RAM" in data["error"] and "offload_optimizer cpu" in data["error"] and "Offload less" in data["error"]
     assert data["nearest"]["layout"] in data["error"]
 

@@ -63,3 +63,16 @@ def test_the_json_tells_no_layer_count_fits_from_not_known(capsys, tmp_path, mon
     near = json.loads(out)["nearest"]
     assert code == 3 and near["layers_that_fit"] is None and near["layers_that_fit_means"].startswith("not known")
     assert "largest model that would fit with that layout is not known" in err
+
+
+def test_the_json_says_by_how_much_the_nearest_is_short(capsys) -> None:
+    """The message says '... GiB over'; the JSON gave only the peak, so a script had to redo the margin arithmetic:
+    `short_bytes` is the nearest layout's peak minus the usable memory (95 % of the GPU), `short_of` the side."""
+    import json
+
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
+    data = json.loads(out)
+    near, usable = data["nearest"], (1 - data["search"]["memory_margin"]) * data["header"]["capacity_bytes"]
+    assert code == 3 and near["short_of"] == "gpu" and near["short_bytes"] > 0
+    assert abs(near["short_bytes"] - (near["peak_bytes"] - usable)) < 1.0
+    assert f"{near['short_bytes'] / 2**30:.1f} GiB over" in data["error"]
