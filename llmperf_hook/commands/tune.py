@@ -246,11 +246,10 @@ def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:
     """The rewritten command of every top candidate, and its exact flag / config-key changes."""
+    from dataclasses import replace
     from pathlib import Path
 
     from llmperf_hook.tune import ds_config_rewrite as dsr
-    from dataclasses import replace
-
     from llmperf_hook.tune.apply import batch_script_job, expand_flag_variables, launch_words, plan_tuned_command
     from llmperf_hook.tune.render import command_changes
 
@@ -293,12 +292,17 @@ def _nearest_json(result: Any) -> dict[str, Any] | None:
     near = result.nearest
     if near is None:
         return None
-    usable = (1 - result.memory_margin) * near.capacity_bytes
-    host_bound = near.peak_bytes <= usable and not near.host_fits  # as infeasible_message: the host rules it out
-    short = near.host_bytes - near.host_capacity_bytes if host_bound else near.peak_bytes - usable
+    host_bound = _host_bound(result, near)
+    short = (near.host_bytes - near.host_capacity_bytes if host_bound
+             else near.peak_bytes - (1 - result.memory_margin) * near.capacity_bytes)
     return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
             "short_of": "host" if host_bound else "gpu", "short_bytes": short,
             "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit)}
+
+
+def _host_bound(result: Any, near: Any) -> bool:
+    """The host, not the GPU, rules the nearest layout out: it fits the usable GPU memory, not the host RAM."""
+    return near.peak_bytes <= (1 - result.memory_margin) * near.capacity_bytes and not near.host_fits
 
 
 def _layers_meaning(layers: int | None) -> str:
@@ -348,7 +352,7 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     near = result.nearest
     if near is None:
         return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
-    host_bound = near.peak_bytes / GiB <= usable and not near.host_fits
+    host_bound = _host_bound(result, near)
     if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
         msg = (f"nothing fits: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
                f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "

@@ -56,7 +56,7 @@ def appended_words(changes: Sequence[Change], line_plan: TunedCommand) -> tuple[
             drops.append(c.key)
         else:
             words += [c.key, c.new] if c.new else [c.key]
-    inline = find_ds_config(line_plan.argv) if any(c.where == INLINE_WHERE for c in changes) else None
+    inline = ref if any(c.where == INLINE_WHERE for c in changes) else None
     return words + ([inline.flag, inline.path] if inline else []), drops
 
 

@@ -367,15 +367,16 @@ def _nearest_fit(job: _Job, valid: CandidateTable, est_peak: np.ndarray,
             continue
     if not pool:
         return None, None
-    gpu_fits = [e for e in (*pool, *prog.host_unfit) if e.peak_bytes <= job.usable_bytes]
-    nearest = min(gpu_fits, key=lambda e: e.host_bytes) if gpu_fits else min(pool, key=lambda e: e.peak_bytes)
+    host_short = [e for e in (*pool, *prog.host_unfit) if e.peak_bytes <= job.usable_bytes and not e.host_fits]
+    nearest = min(host_short, key=lambda e: e.host_bytes) if host_short else min(pool, key=lambda e: e.peak_bytes)
     return nearest, _layers_that_fit(nearest, job)
 
 
 def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
-    """Bisection on num_layers (multiples of pp*vpp) with the full memory model (GPU and host RAM): the most layers that fit; 0 when not
-    even one chunk fits; None when none fits and a smaller model broke a layer rule of the command (its uneven
-    first / last stage sizes or an embedding counted in the split no longer apply), so its memory says nothing."""
+    """Bisection on num_layers (multiples of pp*vpp) with the full memory model (GPU and host RAM): the most layers
+    that fit; 0 when not even one chunk fits; None when none fits and a smaller model broke a layer rule of the
+    command (its uneven first / last stage sizes or an embedding counted in the split no longer apply), so its
+    memory says nothing."""
     cfg, step = ev.config, ev.config.parallel.pp * ev.config.parallel.vpp
     lo, hi = 0, cfg.model.num_layers // step
     broke_a_rule = False
