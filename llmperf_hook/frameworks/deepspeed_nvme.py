@@ -83,8 +83,9 @@ def nvme_warnings(raw: dict[str, Any], fields: dict[str, Any], origin: str) -> l
     return out
 
 
-def _offload_param_int(raw: dict[str, Any], key: str, default: int, section_name: str = "offload_param") -> int:
-    """<section>.<key> as DeepSpeed reads it (pydantic lax int; check_zero_section refused the rest)."""
+def _offload_section_int(raw: dict[str, Any], section_name: str, key: str, default: int) -> int:
+    """zero_optimization.<section_name>.<key> as DeepSpeed reads it (pydantic lax int; check_zero_section refused
+    the rest)."""
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     section = zero.get(section_name) if isinstance(zero.get(section_name), dict) else {}
     value = pydantic_int(section.get(key, default))
@@ -93,18 +94,18 @@ def _offload_param_int(raw: dict[str, Any], key: str, default: int, section_name
 
 def param_buffer_count(raw: dict[str, Any]) -> int:
     """offload_param.buffer_count: pinned NVMe swap buffers of buffer_size elements (partitioned_param_swapper.py)."""
-    return _offload_param_int(raw, "buffer_count", PARAM_BUFFER_COUNT_DEFAULT)
+    return _offload_section_int(raw, "offload_param", "buffer_count", PARAM_BUFFER_COUNT_DEFAULT)
 
 
 def optimizer_buffer_count(raw: dict[str, Any]) -> int:
     """offload_optimizer.buffer_count: pinned fp32 swap buffers of the largest sub-group (optimizer_utils.py
     SwapBufferManager(count=swap_config.buffer_count))."""
-    return _offload_param_int(raw, "buffer_count", OPTIMIZER_BUFFER_COUNT_DEFAULT, "offload_optimizer")
+    return _offload_section_int(raw, "offload_optimizer", "buffer_count", OPTIMIZER_BUFFER_COUNT_DEFAULT)
 
 
 def param_buffer_elems(raw: dict[str, Any]) -> int:
     """offload_param.buffer_size: elements of each pinned NVMe swap buffer."""
-    return _offload_param_int(raw, "buffer_size", PARAM_BUFFER_DEFAULT)
+    return _offload_section_int(raw, "offload_param", "buffer_size", PARAM_BUFFER_DEFAULT)
 
 
 PARAM_MAX_IN_CPU_DEFAULT = 1_000_000_000
@@ -113,7 +114,7 @@ PARAM_MAX_IN_CPU_DEFAULT = 1_000_000_000
 
 def param_max_in_cpu_elems(raw: dict[str, Any]) -> int:
     """offload_param.max_in_cpu (ge=0): partition elements kept in host memory under an NVMe offload."""
-    return _offload_param_int(raw, "max_in_cpu", PARAM_MAX_IN_CPU_DEFAULT)
+    return _offload_section_int(raw, "offload_param", "max_in_cpu", PARAM_MAX_IN_CPU_DEFAULT)
 
 
 def largest_param(cfg: TrainingConfig) -> int:

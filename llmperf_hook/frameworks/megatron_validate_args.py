@@ -151,6 +151,7 @@ def _check_feature_pairs(flags: FlagValues) -> list[str]:
         raise ConfigError("--optimizer-cpu-offload without --use-precision-aware-optimizer: Megatron's validate_args "
                           "asserts 'The optimizer cpu offload must be used in conjunction with "
                           "`--use-precision-aware-optimizer`'. Add it.")
+    _check_precision_aware_optimizer(flags)
     old = [f for f, d in (("--enable-cuda-graph", "enable_cuda_graph"), ("--external-cuda-graph", "external_cuda_graph"))
            if flags.get(d)]
     impl = flags.get("cuda_graph_impl", "none")
@@ -163,6 +164,23 @@ def _check_feature_pairs(flags: FlagValues) -> list[str]:
                 "('enable_cuda_graph and external_cuda_graph cannot be enabled at the same time'); CUDA graphs are "
                 "not modelled either way. Keep one"]
     return []
+
+
+def _check_precision_aware_optimizer(flags: FlagValues) -> None:
+    """OptimizerConfig.__post_init__ asserts Adam and the distributed optimizer for --use-precision-aware-optimizer
+    (47a175b4c4, 2024-12, with the flag; HEAD raises the second in get_megatron_optimizer). Megatron FSDP is exempt:
+    HEAD's validate_args turns the distributed optimizer on for it."""
+    if not flags.get("use_precision_aware_optimizer"):
+        return
+    name = flags.get("optimizer", "adam")
+    if name != "adam":
+        raise ConfigError(f"--use-precision-aware-optimizer with --optimizer {name}: Megatron's OptimizerConfig asserts "
+                          "'--use-precision-aware-optimizer only supported with adam' (--optimizer-cpu-offload needs "
+                          "it too). Use --optimizer adam or drop the precision-aware optimizer and the offload.")
+    if not (flags.get("use_distributed_optimizer") or flags.get("use_megatron_fsdp")):
+        raise ConfigError("--use-precision-aware-optimizer without --use-distributed-optimizer: Megatron raises "
+                          "'--use-precision-aware-optimizer only supported with distributed optimizer' (OptimizerConfig, "
+                          "get_megatron_optimizer). Add --use-distributed-optimizer or drop the flag.")
 
 
 def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout) -> None:
@@ -238,16 +256,25 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
                           "or add --decrease-batch-size-if-needed.")
 
 
-def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> None:
+def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> list[str]:
     """parallel_state.py initialize_model_parallel asserts '(data_parallel_size * context_parallel_size) %
     num_distributed_optimizer_instances == 0' ('Data parallel size should be divisible by partial DistOpt shard
-    factor'): each instance shards the optimizer state over dp x cp / N ranks (schedule/memory.py)."""
+    factor'): each instance shards the optimizer state over dp x cp / N ranks (schedule/memory.py). The same for the
+    expert data-parallel size, world / (PP x expert TP x EP), only since 8c1e094afe (2025-04; a warning: core_v0.10 to
+    v0.12, which have the flag, shard expert state over the whole expert data-parallel group)."""
     n = int(flags.get("num_distributed_optimizer_instances") or 1)
     if n < 1 or (parallel.dp * parallel.cp) % n:
         raise ConfigError(f"--num-distributed-optimizer-instances {n} does not divide data-parallel x context-parallel "
                           f"size {parallel.dp} x {parallel.cp} = {parallel.dp * parallel.cp}: Megatron's "
                           "initialize_model_parallel asserts 'Data parallel size should be divisible by partial DistOpt "
                           "shard factor'. Use a divisor of it.")
+    expert_dp = parallel.tp * parallel.cp * parallel.dp // (parallel.etp * parallel.ep)
+    if expert_dp % n:
+        return [f"--num-distributed-optimizer-instances {n} does not divide the expert data-parallel size {expert_dp} "
+                f"(world / (PP x expert TP {parallel.etp} x EP {parallel.ep})): Megatron-LM since 2025-04 stops at "
+                "start-up ('Expert data parallel size should be divisible by partial DistOpt shard factor'); older "
+                "releases shard the expert state over the whole group. Use a divisor of it"]
+    return []
 
 
 def _check_position_embedding(flags: FlagValues) -> None:
@@ -300,7 +327,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
     _check_hierarchical_cp(script_args, parallel)
-    _check_distopt_instances(flags, parallel)
+    warnings += _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
     _check_router(flags, script_args)
     _check_position_embedding(flags)

@@ -316,9 +316,23 @@ def _check_distributed_saved(cfg: TrainingConfig) -> None:
 
 def _check_ulysses(cfg: TrainingConfig) -> None:
     """Megatron-DeepSpeed's sequence parallelism is DeepSpeed-Ulysses (--ds-sequence-parallel-size, our CP): its
-    initialize.py raises when Megatron's --sequence-parallel is on as well (kept only at TP > 1)."""
+    initialize.py raises when Megatron's --sequence-parallel is on as well (kept only at TP > 1). Its ParallelAttention
+    asserts num_attention_heads % sp == 0 (megatron/model/transformer.py), and DeepSpeed's single_all_to_all
+    (deepspeed/sequence/layer.py) scatters one tensor-parallel rank's heads over the sp ranks: evenly, or unevenly
+    when there are more heads than ranks ('Number of heads ... must be larger than sequence parallel size')."""
     p = cfg.parallel
-    if cfg.framework == "megatron-deepspeed" and p.cp > 1 and p.sequence_parallel:
+    if cfg.framework != "megatron-deepspeed" or p.cp == 1:
+        return
+    heads = cfg.model.num_attention_heads
+    local = heads // p.tp
+    if heads % p.cp or (local % p.cp and local <= p.cp):
+        raise ConfigError(
+            f"--ds-sequence-parallel-size {_at(cfg, 'cp', p.cp)} with {_at(cfg, 'num_attention_heads', heads)} heads "
+            f"and tensor-model-parallel-size {_at(cfg, 'tp', p.tp)} ({local} heads per tensor-parallel rank): "
+            "Megatron-DeepSpeed asserts num_attention_heads % ds_sequence_parallel_size == 0 and DeepSpeed-Ulysses "
+            "scatters each tensor-parallel rank's heads over the sequence-parallel ranks, so they must divide or "
+            "outnumber them. Lower --ds-sequence-parallel-size or the tensor-parallel size.")
+    if p.sequence_parallel:
         raise ConfigError(
             f"--ds-sequence-parallel-size {_at(cfg, 'cp', p.cp)} with --sequence-parallel (tensor-model-parallel-size "
             f"{_at(cfg, 'tp', p.tp)}): Megatron-DeepSpeed's initialize raises 'sequence_parallel_size > 1 enables "

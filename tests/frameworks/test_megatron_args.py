@@ -157,7 +157,8 @@ def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_not_modelled_settings_warn_once_each() -> None:
     cfg = megatron("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp",
                    "--moe-expert-capacity-factor", "1.0", "--rampup-batch-size", "16", "16", "1000", "--global-batch-size", "64",
-                   "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--cuda-graph-impl", "none")
+                   "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--use-distributed-optimizer",
+                   "--cuda-graph-impl", "none")
     text = "\n".join(cfg.warnings)
     assert "--recompute-modules" in text and "--moe-expert-capacity-factor" in text and "--rampup-batch-size" in text
     assert "CUDA graphs" not in text and len(cfg.warnings) == len(set(cfg.warnings))

@@ -203,8 +203,10 @@ def test_unfused_rope_costs_time_with_a_fused_profile() -> None:
 
 @pytest.mark.parametrize("flag", ["--fp16-lm-cross-entropy", "--use-precision-aware-optimizer"])
 def test_precision_switches_warn(flag: str) -> None:
-    # validate_args: the fp16 cross-entropy only with --fp16 (megatron_validate_args.py refuses it beside --bf16)
-    argv = [w.replace("--bf16", "--fp16") for w in MEGATRON] if flag == "--fp16-lm-cross-entropy" else MEGATRON
+    # validate_args: the fp16 cross-entropy only with --fp16, the precision-aware optimizer only on the distributed
+    # optimizer (megatron_validate_args.py refuses them otherwise)
+    fp16 = flag == "--fp16-lm-cross-entropy"
+    argv = [w.replace("--bf16", "--fp16") for w in MEGATRON] if fp16 else [*MEGATRON, "--use-distributed-optimizer"]
     assert any(w.startswith(flag + ":") for w in _cfg(*argv, flag).warnings)
 
 

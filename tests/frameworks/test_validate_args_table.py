@@ -139,6 +139,14 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
      "--use-precision-aware-optimizer"),
     ("optimizer cpu offload", ("--bf16", "--use-distributed-optimizer", "--optimizer-cpu-offload",
                                "--use-precision-aware-optimizer"), None),
+    # precision-aware optimizer: Adam on the distributed optimizer (OptimizerConfig, with the flag, 47a175b4c4)
+    ("precision-aware optimizer without the distributed optimizer", ("--bf16", "--use-precision-aware-optimizer"),
+     "only supported with distributed optimizer"),
+    ("precision-aware optimizer with sgd", ("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+                                            "--optimizer", "sgd"), "only supported with adam"),
+    ("optimizer cpu offload with sgd", ("--bf16", "--use-distributed-optimizer", "--optimizer-cpu-offload",
+                                        "--use-precision-aware-optimizer", "--optimizer", "sgd"), "only supported with adam"),
+    ("sgd", ("--bf16", "--use-distributed-optimizer", "--optimizer", "sgd"), None),
     ("enable cuda graph with impl", ("--enable-cuda-graph", "--cuda-graph-impl", "local"), "with --cuda-graph-impl"),
     ("enable cuda graph with impl none", ("--enable-cuda-graph", "--cuda-graph-impl", "none"), None),
     ("cuda graph impl alone", ("--cuda-graph-impl", "local"), None),
@@ -248,3 +256,30 @@ def test_megatron_deepspeed_sequence_parallel_needs_one_device_connection(tmp_pa
     for env in ({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {}):
         assert script(run, env=env).parallel.sequence_parallel
     assert not script([w for w in run if w != "--sequence-parallel"], env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).parallel.sequence_parallel
+
+
+def test_expert_data_parallel_size_not_divisible_by_optimizer_instances_warns() -> None:
+    """parallel_state.py asserts expert_data_parallel_size % num_distributed_optimizer_instances == 0 since
+    8c1e094afe (2025-04, core_v0.13); core_v0.10 to v0.12, which have the flag, shard expert state over the whole
+    expert data-parallel group and accept it."""
+    moe = ("--num-experts", "8", "--expert-model-parallel-size", "8", "--use-distributed-optimizer", "--bf16",
+           "--num-distributed-optimizer-instances")
+    cfg = megatron(*moe, "4", gpus=16)  # expert dp = 16 / (EP 8 x expert TP 1 x PP 1) = 2
+    assert any("expert data-parallel size 2" in w and "--num-distributed-optimizer-instances 4" in w
+               for w in cfg.warnings)
+    assert not any("expert data-parallel size" in w for w in megatron(*moe, "2", gpus=16).warnings)
+
+
+def test_megatron_deepspeed_ulysses_needs_heads_for_each_sequence_rank(tmp_path) -> None:
+    """Megatron-DeepSpeed's ParallelAttention asserts num_attention_heads % ds_sequence_parallel_size == 0
+    (megatron/model/transformer.py); DeepSpeed's single_all_to_all (deepspeed/sequence/layer.py) scatters the heads of
+    one tensor-parallel rank over the sequence ranks: divisible by them or, uneven, more than them."""
+    from tests.frameworks.helpers import script
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}')
+    run = ["torchrun", "--nnodes", "8", "--nproc-per-node", "8", "pretrain_gpt.py", *BASE, "--global-batch-size", "1",
+           "--deepspeed", "--deepspeed_config", str(ds), "--ds-sequence-parallel-size", "8"]
+    with pytest.raises(ConfigError, match="4 heads per tensor-parallel rank"):
+        script([*run, "--tensor-model-parallel-size", "8"])
+    assert script([*run, "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "2"]).parallel.cp == 8
