@@ -204,13 +204,14 @@ def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout)
 
 def _check_router(flags: FlagValues, script_args: Sequence[str]) -> None:
     """TransformerConfig.__post_init__, each rule with its flags: --moe-router-enable-expert-bias needs the sigmoid
-    score function (c6e3b0c5bb, 2025-02; --moe-router-score-function defaults to softmax); group-limited routing
+    score function (c6e3b0c5bb, 2025-02; --moe-router-score-function defaults to softmax) or sqrtsoftplus, which came
+    with its own permission (eb80b74912, 2026-04); group-limited routing
     (b1022a3230, 2025-02) needs --moe-router-num-groups dividing the experts and at least --moe-router-group-topk."""
     score = flags.get("moe_router_score_function", "softmax")
-    if _given(script_args, "--moe-router-enable-expert-bias") and score != "sigmoid":
+    if _given(script_args, "--moe-router-enable-expert-bias") and score not in ("sigmoid", "sqrtsoftplus"):
         raise ConfigError(f"--moe-router-enable-expert-bias with --moe-router-score-function {score}: Megatron raises "
-                          "'Expert bias for aux-loss-free routing only supports sigmoid score function'. Add "
-                          "--moe-router-score-function sigmoid.")
+                          "'Expert bias for aux-loss-free routing only supports sigmoid score function' (HEAD: "
+                          "'sigmoid' and 'sqrtsoftplus'). Add --moe-router-score-function sigmoid.")
     experts, groups, group_topk = flags.get("num_experts"), flags.get("moe_router_num_groups"), flags.get("moe_router_group_topk")
     if not (experts and group_topk):
         return

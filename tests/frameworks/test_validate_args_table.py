@@ -82,6 +82,8 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("expert bias with softmax scores", ("--num-experts", "8", "--moe-router-enable-expert-bias"), "only supports sigmoid"),
     ("expert bias with sigmoid scores", ("--num-experts", "8", "--moe-router-enable-expert-bias",
                                          "--moe-router-score-function", "sigmoid"), None),
+    ("expert bias with sqrtsoftplus scores", ("--num-experts", "8", "--moe-router-enable-expert-bias",
+                                              "--moe-router-score-function", "sqrtsoftplus"), None),
     ("group routing without groups", ("--num-experts", "8", "--moe-router-group-topk", "2"), "moe_router_num_groups must"),
     ("group routing, groups do not split experts", ("--num-experts", "8", "--moe-router-num-groups", "3",
                                                     "--moe-router-group-topk", "2"), "split evenly"),
