@@ -94,7 +94,7 @@ def _check_weight_decay(script_args: Sequence[str]) -> None:
     takes neither --start-weight-decay nor --end-weight-decay, linear and cosine need both."""
     style = _value(script_args, "--weight-decay-incr-style") or "constant"
     given = [f for f in ("--start-weight-decay", "--end-weight-decay") if _value(script_args, f) is not None]
-    if (style == "constant") == bool(given) or (style != "constant" and len(given) < 2):
+    if (given if style == "constant" else len(given) < 2):
         need = f"takes neither (given: {', '.join(given)})" if style == "constant" else "needs both"
         raise ConfigError(f"--weight-decay-incr-style {style} {need} --start-weight-decay and --end-weight-decay: "
                           "Megatron's validate_args asserts it. Give both with linear or cosine, none with constant.")
