@@ -151,7 +151,6 @@ def _check_feature_pairs(flags: FlagValues) -> list[str]:
         raise ConfigError("--optimizer-cpu-offload without --use-precision-aware-optimizer: Megatron's validate_args "
                           "asserts 'The optimizer cpu offload must be used in conjunction with "
                           "`--use-precision-aware-optimizer`'. Add it.")
-    _check_precision_aware_optimizer(flags)
     old = [f for f, d in (("--enable-cuda-graph", "enable_cuda_graph"), ("--external-cuda-graph", "external_cuda_graph"))
            if flags.get(d)]
     impl = flags.get("cuda_graph_impl", "none")
@@ -195,7 +194,7 @@ def _check_hierarchical_cp(script_args: Sequence[str], parallel: ParallelLayout)
             product *= int(size)
     except ValueError:
         raise ConfigError(f"--hierarchical-context-parallel-sizes {' '.join(sizes)}: integers expected (argparse "
-                          "'invalid int value').") from None
+                          "'invalid int value'). Give the sizes as integers.") from None
     if product != parallel.cp:
         raise ConfigError(f"--hierarchical-context-parallel-sizes {' '.join(sizes)} multiply to {product}, not "
                           f"context-parallel-size {parallel.cp}: Megatron's validate_args asserts context_parallel_size "
@@ -327,6 +326,7 @@ def check_validate_args(flags: FlagValues, script_args: Sequence[str], parallel:
     _check_kernels(flags, script_args)
     _check_low_precision(flags, script_args)
     warnings += _check_feature_pairs(flags)
+    _check_precision_aware_optimizer(flags)
     _check_hierarchical_cp(script_args, parallel)
     warnings += _check_distopt_instances(flags, parallel)
     _check_rampup(flags, script_args, parallel.dp)
