@@ -259,10 +259,16 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
 def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> list[str]:
     """parallel_state.py initialize_model_parallel asserts '(data_parallel_size * context_parallel_size) %
     num_distributed_optimizer_instances == 0' ('Data parallel size should be divisible by partial DistOpt shard
-    factor'): each instance shards the optimizer state over dp x cp / N ranks (schedule/memory.py). The same for the
-    expert data-parallel size, world / (PP x expert TP x EP), only since 8c1e094afe (2025-04; a warning: core_v0.10 to
-    v0.12, which have the flag, shard expert state over the whole expert data-parallel group)."""
+    factor'): each instance shards the optimizer state over dp x cp / N ranks (schedule/memory.py); the DDP wrapper
+    asserts 'Partial DistOpt cannot be used without DistOpt' (both with the flag, bb84eb93fa 2024-11; the FSDPs wrap
+    their own). The same for the expert data-parallel size, world / (PP x expert TP x EP), only since 8c1e094afe
+    (2025-04; a warning: core_v0.12 refused expert parallelism with N > 1, core_v0.10 and v0.11 start either way)."""
     n = int(flags.get("num_distributed_optimizer_instances") or 1)
+    sharded = any(flags.get(d) for d in ("use_distributed_optimizer", "use_torch_fsdp2", "use_megatron_fsdp"))
+    if n > 1 and not sharded:
+        raise ConfigError(f"--num-distributed-optimizer-instances {n} without --use-distributed-optimizer: Megatron's "
+                          "DistributedDataParallel asserts 'Partial DistOpt cannot be used without DistOpt'. Add "
+                          "--use-distributed-optimizer or drop the flag.")
     if n < 1 or (parallel.dp * parallel.cp) % n:
         raise ConfigError(f"--num-distributed-optimizer-instances {n} does not divide data-parallel x context-parallel "
                           f"size {parallel.dp} x {parallel.cp} = {parallel.dp * parallel.cp}: Megatron's "
@@ -272,8 +278,8 @@ def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> lis
     if expert_dp % n:
         return [f"--num-distributed-optimizer-instances {n} does not divide the expert data-parallel size {expert_dp} "
                 f"(world / (PP x expert TP {parallel.etp} x EP {parallel.ep})): Megatron-LM since 2025-04 stops at "
-                "start-up ('Expert data parallel size should be divisible by partial DistOpt shard factor'); older "
-                "releases shard the expert state over the whole group. Use a divisor of it"]
+                "start-up ('Expert data parallel size should be divisible by partial DistOpt shard factor'); only "
+                "core_v0.10 and v0.11 start it. Use a divisor of it"]
     return []
 
 

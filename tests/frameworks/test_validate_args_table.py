@@ -149,6 +149,10 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("optimizer cpu offload with sgd", ("--bf16", "--use-distributed-optimizer", "--optimizer-cpu-offload",
                                         "--use-precision-aware-optimizer", "--optimizer", "sgd"), "only supported with adam"),
     ("sgd", ("--bf16", "--use-distributed-optimizer", "--optimizer", "sgd"), None),
+    # partial distributed optimizer (DistributedDataParallel, with the flag, bb84eb93fa)
+    ("optimizer instances without the distributed optimizer", ("--num-distributed-optimizer-instances", "2"),
+     "Partial DistOpt cannot be used without DistOpt"),
+    ("optimizer instances", ("--num-distributed-optimizer-instances", "2", "--use-distributed-optimizer"), None),
     ("enable cuda graph with impl", ("--enable-cuda-graph", "--cuda-graph-impl", "local"), "with --cuda-graph-impl"),
     ("enable cuda graph with impl none", ("--enable-cuda-graph", "--cuda-graph-impl", "none"), None),
     ("cuda graph impl alone", ("--cuda-graph-impl", "local"), None),
@@ -262,8 +266,7 @@ def test_megatron_deepspeed_sequence_parallel_needs_one_device_connection(tmp_pa
 
 def test_expert_data_parallel_size_not_divisible_by_optimizer_instances_warns() -> None:
     """parallel_state.py asserts expert_data_parallel_size % num_distributed_optimizer_instances == 0 since
-    8c1e094afe (2025-04, core_v0.13); core_v0.10 to v0.12, which have the flag, shard expert state over the whole
-    expert data-parallel group and accept it."""
+    8c1e094afe (2025-04, core_v0.13); core_v0.10 and v0.11, which have the flag, start the job."""
     moe = ("--num-experts", "8", "--expert-model-parallel-size", "8", "--use-distributed-optimizer", "--bf16",
            "--num-distributed-optimizer-instances")
     cfg = megatron(*moe, "4", gpus=16)  # expert dp = 16 / (EP 8 x expert TP 1 x PP 1) = 2
