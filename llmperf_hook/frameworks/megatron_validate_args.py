@@ -296,12 +296,21 @@ def _check_position_embedding(flags: FlagValues) -> None:
 def _fp8_param_warnings(flags: FlagValues) -> list[str]:
     """TransformerConfig raises 'fp8_param must be used together with fp8 mode' (fp8_param = --fp8-param-gather,
     arguments.py core_transformer_config_from_args) since 062c833392 (2025-04); the releases of 2024-09 to then run
-    the job with the flag doing nothing, as llmperf prices it."""
-    if flags.get("fp8_param_gather") and not any(flags.get(d) for d in ("fp8_format", "fp8_e4m3", "fp8_hybrid")):
-        return ["--fp8-param-gather without --fp8-format: Megatron-LM since 2025-04 stops at start-up (TransformerConfig: "
-                "'fp8_param must be used together with fp8 mode'); older releases ignore the flag, as priced. Add "
-                "--fp8-format or drop --fp8-param-gather"]
-    return []
+    the job with the flag doing nothing, as llmperf prices it. validate_args asserts --fp8-recipe delayed (the
+    default) for --fp8-param-gather with --optimizer-cpu-offload since e38ba9e8dc (2025-07; both flags are older)."""
+    if not flags.get("fp8_param_gather"):
+        return []
+    out = []
+    if not any(flags.get(d) for d in ("fp8_format", "fp8_e4m3", "fp8_hybrid")):
+        out.append("--fp8-param-gather without --fp8-format: Megatron-LM since 2025-04 stops at start-up "
+                   "(TransformerConfig: 'fp8_param must be used together with fp8 mode'); older releases ignore the "
+                   "flag, as priced. Add --fp8-format or drop --fp8-param-gather")
+    recipe = flags.get("fp8_recipe") or "delayed"
+    if flags.get("optimizer_cpu_offload") and recipe != "delayed":
+        out.append(f"--fp8-param-gather and --optimizer-cpu-offload with --fp8-recipe {recipe}: Megatron-LM since "
+                   "2025-07 stops at start-up ('When `--fp8-param-gather` is enabled, the optimizer cpu offload must be "
+                   "used in conjunction with `--fp8-recipe delayed`'). Use --fp8-recipe delayed or drop one of them")
+    return out
 
 
 def _checkpoint_activations_warnings(flags: FlagValues) -> list[str]:

@@ -240,6 +240,16 @@ def test_fp8_param_gather_without_an_fp8_format_warns() -> None:
     assert not any("fp8_param must" in w for w in fp8.warnings)
 
 
+def test_fp8_param_gather_with_optimizer_cpu_offload_warns_off_the_delayed_recipe() -> None:
+    """validate_args asserts --fp8-recipe delayed for --fp8-param-gather with --optimizer-cpu-offload since e38ba9e8dc
+    (2025-07); the flags are older."""
+    offload = ("--bf16", "--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer",
+               "--optimizer-cpu-offload", "--use-precision-aware-optimizer")
+    rule = "in conjunction with `--fp8-recipe delayed`"
+    assert any(rule in w for w in megatron(*offload, "--fp8-recipe", "tensorwise").warnings)
+    assert not any(rule in w for w in megatron(*offload).warnings)
+
+
 def test_checkpoint_activations_warns_that_megatron_lm_exits_on_it() -> None:
     """Megatron-LM's validate_args exits on --checkpoint-activations since c1e0689d92 (2021-08); older releases and
     Megatron-DeepSpeed recompute every layer, as priced."""
