@@ -278,8 +278,8 @@ def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> lis
     if expert_dp % n:
         return [f"--num-distributed-optimizer-instances {n} does not divide the expert data-parallel size {expert_dp} "
                 f"(world / (PP x expert TP {parallel.etp} x EP {parallel.ep})): Megatron-LM since 2025-04 stops at "
-                "start-up ('Expert data parallel size should be divisible by partial DistOpt shard factor'); only "
-                "core_v0.10 and v0.11 start it. Use a divisor of it"]
+                "start-up ('Expert data parallel size should be divisible by partial DistOpt shard factor'); core_v0.10 "
+                "and v0.11 start it (core_v0.12 too at EP 1). Use a divisor of it"]
     return []
 
 
