@@ -217,9 +217,12 @@ def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[st
 
 
 def host_offloads(cfg: Any) -> list[str]:
-    """What of the command keeps state in host memory (schedule/host_memory.py): tune keeps these settings and
-    checks each candidate's host RAM against the cluster's where it states it."""
+    """What of the command keeps state in host memory (schedule/host_memory.py), in its framework's words: tune keeps
+    these settings and checks each candidate's host RAM against the cluster's where it states it."""
     o = cfg.optimizer
+    if "deepspeed" not in cfg.framework:  # Megatron-LM's --optimizer-cpu-offload or torch FSDP's CPU offload
+        megatron = f"--optimizer-cpu-offload (--optimizer-offload-fraction {o.offload_optimizer_ratio:g})"
+        return [megatron if cfg.framework == "megatron" else "FSDP CPU offload"] if o.offload_optimizer != "none" else []
     parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
              f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
              "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
@@ -380,9 +383,11 @@ def _largest_model(result: Any, cfg: Any, near: Any) -> str:
 
 
 def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
-    if host_bound:  # run --require-fit's advice for the same verdict (commands/run.check_gates)
-        return (" Offload less (offload_param / offload_optimizer to none or nvme, a smaller offload_optimizer.ratio, no "
-                "--checkpoint-in-cpu), use more nodes, or a cluster with more host RAM (--cluster).")
+    if host_bound:  # the host knobs of run --require-fit (schedule/memory_knobs._host_knobs), in the same words
+        less = {"megatron": "a smaller --optimizer-offload-fraction, or no --optimizer-cpu-offload",
+                "torch": "no FSDP CPU offload"}.get(cfg.framework, "offload_param / offload_optimizer to none or nvme, "
+                                                    "a smaller offload_optimizer.ratio, no --checkpoint-in-cpu")
+        return f" Offload less ({less}), use more nodes, or a cluster with more host RAM (--cluster)."
     if cfg.framework in ("megatron", "megatron-deepspeed"):
         return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
     script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"

@@ -99,3 +99,23 @@ def test_a_command_without_offload_says_nothing_of_the_host(tmp_path: Path, caps
     code, out, err = _tune(cluster, capsys)
     assert code == 0, err
     assert "host RAM" not in err and "host" not in out.split("\n\n")[0]
+
+
+MEGATRON_OFFLOAD = [  # Llama-3 8B on one 8-GPU node, Megatron-LM's HybridDeviceOptimizer with all of its state on the host
+    "torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096",
+    "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+    "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--seq-length", "4096",
+    "--max-position-embeddings", "4096", "--vocab-size", "128256", "--untie-embeddings-and-output-weights",
+    "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", "--use-distributed-optimizer",
+    "--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--use-precision-aware-optimizer",
+]
+
+
+def test_a_megatron_offload_is_named_in_megatron_words(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Megatron-LM offloads with --optimizer-cpu-offload / --optimizer-offload-fraction: the exit-3 message named
+    DeepSpeed's offload_optimizer and advised its ds_config keys, which a Megatron-LM command has not."""
+    cluster = _setup(tmp_path, monkeypatch, 8)
+    code, out, err = run_cli(["tune", "--cluster", cluster, "--", *MEGATRON_OFFLOAD], capsys)
+    assert code == 3, err
+    assert "--optimizer-cpu-offload (--optimizer-offload-fraction 1)" in err and "--optimizer-offload-fraction" in err
+    assert "offload_optimizer" not in err and "offload_param" not in err and "ds_config" not in err
