@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import replace
 from typing import Mapping, Sequence
 
@@ -31,7 +30,8 @@ from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
 from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
 from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
-from llmperf_hook.launch.shell_script import LITERAL_DOLLAR, logical_lines, pipelines, restore_dollars
+from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
+                                              shell_split, strip_redirections)
 from llmperf_hook.launch.shell_variables import child_environment, not_exported_note, unseen_warnings
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
@@ -198,9 +198,9 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
         launch = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
                                    "the command string of", words[k + 2:], script_shell(words[i], ""))
         inner, hidden = launch.words, launch.hidden
-    else:
+    else:  # one command: bash takes its redirections off (`python train.py ... > log 2>&1`, bash manual 3.6)
         try:
-            inner = shlex.split(words[k])
+            inner = strip_redirections(shell_split(words[k]), quoted_words(words[k]))[0]
         except ValueError as err:
             raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[k]!r}.") from None
     inner = normalise_argv(inner, env, used)  # bash expands `X=1 cmd $X` before it assigns X for cmd

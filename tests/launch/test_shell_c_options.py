@@ -66,3 +66,28 @@ def test_an_empty_or_missing_command(capsys: pytest.CaptureFixture[str]) -> None
 def test_a_command_string_without_a_launch(capsys: pytest.CaptureFixture[str]) -> None:
     out = llmperf(capsys, "explain", "--", "bash", "-x", "-c", "echo a; echo b")
     assert out.code == 2 and "the command string of bash -c 'echo a; echo b' has no launch line" in out.err, out.err
+
+
+REDIRECTED = [f"python pretrain_gpt.py {GPT} --tensor-model-parallel-size 1 > log 2>&1",
+              f"python pretrain_gpt.py {GPT} --tensor-model-parallel-size 1 >>log.txt 2> err < /dev/null",
+              f"torchrun --nproc_per_node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size 2 &> log"]
+
+
+@pytest.mark.parametrize("command", REDIRECTED, ids=["gt-2>&1", "append-err-in", "torchrun-&>"])
+def test_one_command_with_redirections(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bash -c "python pretrain_gpt.py ... > log 2>&1"`: bash takes the redirections off the one command, so the
+    training script never receives `>`, `log` or `2>&1` (bash manual 3.6 Redirections); the real bash, with a
+    stand-in `python` / `torchrun` that prints its last argument, is the oracle."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python", "torchrun"):
+        (bin_dir / name).write_text('#!/bin/sh\nfor a; do last="$a"; done; echo "$last" > "$LAST_ARG"\n')
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin", "LAST_ARG": str(tmp_path / "last")}
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, check=True)
+    tp = (tmp_path / "last").read_text().strip()
+    assert tp in command.split()
+    out = llmperf(capsys, "explain", "--format", "json", "--", "bash", "-c", command)
+    assert out.code == 0, out.err
+    assert f'"tp": {tp}' in out.out
+    assert '">"' not in out.out and "2>&1" not in out.out and '"log"' not in out.out
