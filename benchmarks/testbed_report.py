@@ -28,7 +28,8 @@ def print_measured(configs: Sequence[TestbedConfig], measured: list[dict], befor
     for i, cfg in enumerate(configs):
         print(f" {i:2d}  {cfg.label():34s} {measured[i]['measured_s'] * 1e3:8.2f}  {before[i] * 1e3:8.2f} "
               f"({pct(before[i], measured[i]['measured_s']):+6.1f} %)  {runs_text(measured[i])}")
-    print(f"MAPE before refinement (12 configs): {mape([pct(p, m['measured_s']) for p, m in zip(before, measured)]):.1f} % "
+    print(f"MAPE before refinement ({len(configs)} configs): "
+          f"{mape([pct(p, m['measured_s']) for p, m in zip(before, measured)]):.1f} % "
           f"(target <= {TARGETS['before']:.0f} %)")
 
 
@@ -91,8 +92,9 @@ def report_full_scale(measured: list[dict], before: list[float], cal: dict, k: i
     k_old = SD_SHARED_PRIOR ** 2 / (SD_SHARED_PRIOR ** 2 + sd_op ** 2 + SD_RUN_PRIOR ** 2)
     old = [pct(p * scale ** k_old, m["measured_s"]) for i, (p, m) in enumerate(zip(before, measured)) if i != k]
     print(f"for comparison, the one-run ratio x{scale:.3f} applied in full to every configuration (refine before "
-          f"shrinkage): MAPE of the other 11 {mape(full):.1f} %; with session 7's shrinkage (shared-bias prior "
-          f"{SD_SHARED_PRIOR:.0%} across clusters, op-level sd_config {sd_op:.1%}: k = {k_old:.2f}): {mape(old):.1f} %")
+          f"shrinkage): MAPE of the other {len(full)} {mape(full):.1f} %; with session 7's shrinkage (shared-bias "
+          f"prior {SD_SHARED_PRIOR:.0%} across clusters, op-level sd_config {sd_op:.1%}: k = {k_old:.2f}): "
+          f"{mape(old):.1f} %")
 
 
 def report(configs: Sequence[TestbedConfig], measured: list[dict], before: list[float], after: list[float], k: int,
@@ -107,9 +109,10 @@ def report(configs: Sequence[TestbedConfig], measured: list[dict], before: list[
         mark = " *" if i == k else "  "
         print(f" {i:2d}{mark}{cfg.label():34s} {meas[i] * 1e3:8.2f}  {before[i] * 1e3:8.2f} ({err_before[i]:+6.1f} %)"
               f"  {after[i] * 1e3:8.2f} ({err_after[i]:+6.1f} %)  {runs_text(measured[i])}")
-    print(f"\nMAPE before refinement (12 configs): {mape(err_before):.1f} %  (target <= {TARGETS['before']:.0f} %)")
+    print(f"\nMAPE before refinement ({len(configs)} configs): {mape(err_before):.1f} %  "
+          f"(target <= {TARGETS['before']:.0f} %)")
     print(f"after instrumenting config {k}: its error {abs(err_after[k]):.1f} %  "
-          f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other 11: {mape(others):.1f} %  "
+          f"(target <= {TARGETS['instrumented']:.0f} %); MAPE of the other {len(others)}: {mape(others):.1f} %  "
           f"(target <= {TARGETS['others']:.0f} %; {mape([e for i, e in enumerate(err_before) if i != k]):.1f} % "
           f"before refinement)")
     ratios = [m["ref_now_s"] / ref_profile for m in measured]
@@ -122,7 +125,7 @@ def report(configs: Sequence[TestbedConfig], measured: list[dict], before: list[
     n_before, n_after = [pct(p, x) for p, x in zip(before, norm)], [pct(p, x) for p, x in zip(after, norm)]
     print(f"diagnostic only (the reference does not reliably track the drift, see --drift-check): against measured x "
           f"reference at profile / reference now, MAPE before {mape(n_before):.1f} %, instrumented config "
-          f"{abs(n_after[k]):.1f} %, other 11 {mape([e for i, e in enumerate(n_after) if i != k]):.1f} %")
+          f"{abs(n_after[k]):.1f} %, other {len(others)} {mape([e for i, e in enumerate(n_after) if i != k]):.1f} %")
     spreads = [m.get("pass_spread", 1.0) for m in measured]
     if len(measured[0].get("pass_times_s", ())) > 1:
         print(f"run-to-run drift between the measurement passes (max / min per configuration): median "

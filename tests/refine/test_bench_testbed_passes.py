@@ -56,3 +56,10 @@ def test_rescore_takes_the_last_calibration_run_or_its_quiet_equivalent() -> Non
     assert rescore.last_calibration_run(head) == (70.10, False)
     assert rescore.last_calibration_run(head + job.format("c", "90.00", contended)) == (61.50, True)
     assert rescore.last_calibration_run("1\n  no runs\n") is None
+
+
+def test_the_scores_count_the_configurations_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    """--configs 0,1,2 measures three: the summary said "12 configs" whatever --configs selected."""
+    measured = [report.median_pass([_run(0.05, 0.05, 1.0)]) for _ in range(3)]
+    report.print_measured(testbed.CONFIGS[:3], measured, [0.055, 0.05, 0.045])
+    assert "MAPE before refinement (3 configs): 6.7 %" in capsys.readouterr().out
