@@ -122,6 +122,8 @@ def parse_args() -> argparse.Namespace:
     if measuring and args.repeats < 2:  # was an IndexError after every run had been made
         ap.error(f"--repeats {args.repeats}: the instrumented configuration is scored on its measurement runs of "
                  "the other passes (its calibration run takes its place in the middle one), so it needs 2 or more")
+    if not all(0 <= i < len(CONFIGS) for i in args.configs or ()):  # was an IndexError after the profiling
+        ap.error(f"--configs {','.join(map(str, args.configs))}: indices of CONFIGS, 0 to {len(CONFIGS) - 1}")
     if measuring and not all(0 <= k < len(args.configs or CONFIGS) for k in args.calibrate):
         ap.error(f"--calibrate {','.join(map(str, args.calibrate))}: indices of the {len(args.configs or CONFIGS)} "
                  "configurations measured (within --configs when given)")

@@ -109,11 +109,13 @@ def test_a_replay_log_that_is_no_output_exits_2_with_the_reason(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("args, said", [(["--repeats", "1"], "--repeats 1"),
-                                        (["--configs", "0,10", "--calibrate", "2"], "--calibrate 2")])
+                                        (["--configs", "0,10", "--calibrate", "2"], "--calibrate 2"),
+                                        (["--configs", "0,12"], "--configs 0,12")])
 def test_a_measurement_that_could_not_be_scored_is_refused_before_any_run(tmp_path: Path, args: list[str],
                                                                         said: str) -> None:
     """One pass leaves the instrumented configuration without a measurement run to be scored on, and a --calibrate
-    index outside --configs names no configuration: both ended in an IndexError after every run had been made."""
+    index outside --configs names no configuration: both ended in an IndexError after every run had been made; a
+    --configs index outside CONFIGS, after the profiling."""
     done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--home", str(tmp_path / "h"), *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
