@@ -278,8 +278,8 @@ def _check_comm_name_for_device(cluster_name: str, device: str | None) -> None:
     default dgx-h100 included) would price NCCL over NVLink and InfiniBand at this machine's gloo speed."""
     from llmperf_hook.resources import configs_dir
 
-    if not (configs_dir() / "clusters" / f"{cluster_name.lower()}.yaml").is_file():
-        return
+    if device == "cuda" or not (configs_dir() / "clusters" / f"{cluster_name.lower()}.yaml").is_file():
+        return  # NCCL on GPUs; --device cuda without one is run_comm_profile's to refuse, with that reason
     import torch
 
     if device == "cpu" or not torch.cuda.is_available():

@@ -106,6 +106,26 @@ def test_device_cuda_without_a_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -
         comm_sampler.run_comm_profile(CommRequest("c", device="cuda"))
 
 
+@pytest.mark.parametrize(("device", "gpu", "says"), [
+    ("cuda", False, "--device cuda: torch sees no CUDA device"),  # was: the gloo name refusal, a wrong reason
+    ("cpu", True, "configs/clusters/dgx-h100.yaml"),  # gloo under a GPU cluster's name, though a GPU is here
+])
+def test_shipped_cluster_name_follows_the_chosen_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture, device: str, gpu: bool,
+                                                        says: str) -> None:
+    import torch
+
+    from llmperf_hook.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--comm", "--device", device, "--cluster-name", "dgx-h100"])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_rounds_are_interleaved_and_the_quietest_is_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every collective is measured once per round, rounds interleaved; per size the least of the rounds is
     fitted (a busy round only adds time) and every round's time is stored; a collective the backend lacks is
