@@ -53,12 +53,24 @@ def _load_comm(directory: str, key: str):
 
 def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
     """The fitted operator profile for this hardware that serves `dtype`, or None."""
+    profile = _first_profile(hardware_name)
+    return profile if profile is not None and dtype in profile.meta.serves_dtypes else None
+
+
+def served_dtypes(hardware_name: str) -> tuple[str, ...]:
+    """The dtypes the fitted profile find_profile reads for this hardware answers; () when it has none."""
+    profile = _first_profile(hardware_name)
+    return tuple(profile.meta.serves_dtypes) if profile is not None else ()
+
+
+def _first_profile(hardware_name: str):
+    """The first fitted profile of profile_dirs (checked to be this hardware's), or None."""
     for directory in profile_dirs(hardware_name):
         meta = directory / "profile.json"
         if meta.is_file():
             profile = _load_profile(str(directory), content_key(meta))
             _check_fitted_for(profile.meta, directory)
-            return profile if dtype in profile.meta.serves_dtypes else None
+            return profile
         if directory.is_dir() and any(directory.glob("*.txt*")):
             from llmperf_hook.errors import ProfileError
 
@@ -68,15 +80,6 @@ def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
                 f"`llmperf profile ... --name {hardware_name.strip().lower()}`, copy its profile.json too, or delete "
                 f"the directory to fall back to the roofline model.")
     return None
-
-
-def served_dtypes(hardware_name: str) -> tuple[str, ...]:
-    """The dtypes the fitted profile find_profile reads for this hardware answers; () when it has none."""
-    for directory in profile_dirs(hardware_name):
-        meta = directory / "profile.json"
-        if meta.is_file():
-            return tuple(_load_profile(str(directory), content_key(meta)).meta.serves_dtypes)
-    return ()
 
 
 def _check_fitted_for(meta, directory: Path) -> None:

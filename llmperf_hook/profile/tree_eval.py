@@ -187,7 +187,7 @@ class _Packer:
 
 
 def parse_lightgbm_text(text: str) -> TreeEnsemble:
-    """Parse a LightGBM v3/v4 text model of a single-output regression with numeric splits."""
+    """Parse a LightGBM text model (LIGHTGBM_TEXT_VERSIONS) of a single-output regression with numeric splits."""
     try:
         header, trees = _parse_blocks(text)
         if header.get("num_tree_per_iteration", "1") != "1" or header.get("num_class", "1") != "1":
