@@ -215,17 +215,19 @@ class CommPredictor:
         probes = [replace(op, op_class=op_class, dims={"bytes": b}) for b in (top, 2.0 * top)]
         coll = op.collective
         assert coll is not None
-        fitted = fit.predict_s(np.array([top, 2.0 * top]), coll.group_size, op_class, self._share(coll))
+        fitted = self._fit_s(fit, op_class, coll, np.array([top, 2.0 * top]))
         physical = np.array([collective_time_s(p, cluster) for p in probes])
         if fitted[0] <= 0 or fitted[1] <= fitted[0]:
             return float("inf")
         return float(min(physical[0] / fitted[0], (physical[1] - physical[0]) / (fitted[1] - fitted[0])))
 
     @staticmethod
-    def _share(coll: Collective) -> float:
-        # The samples timed one group at a time; groups crossing the network together split the NICs
-        # (as predict/alpha_beta.py assumes). Inside a node each group has its own NVLink paths.
-        return float(max(1, coll.groups_sharing_node)) if coll.num_nodes > 1 else 1.0
+    def _fit_s(fit: LayoutFit, op_class: str, coll: Collective, nbytes: np.ndarray) -> np.ndarray:
+        """The fit alone for `coll`'s size and NIC sharing. The samples timed one group at a time; groups crossing
+        the network together split the NICs (as predict/alpha_beta.py assumes). Inside a node each group has its
+        own NVLink paths."""
+        share = float(max(1, coll.groups_sharing_node)) if coll.num_nodes > 1 else 1.0
+        return fit.predict_s(nbytes, coll.group_size, op_class, share)
 
     def _group_s(self, op_class: str, ops: Sequence[Op], cluster: ClusterSpec | None) -> np.ndarray:
         """Seconds of ops of one class and layout: the fit, bounded by the cluster's physical figures."""
@@ -235,7 +237,7 @@ class CommPredictor:
             return np.zeros(len(ops))
         nbytes = np.fromiter((float(op.dims["bytes"]) for op in ops), dtype=np.float64, count=len(ops))
         fit = self.layout_for(op_class, coll)
-        fitted = fit.predict_s(nbytes, coll.group_size, op_class, self._share(coll))
+        fitted = self._fit_s(fit, op_class, coll, nbytes)
         if cluster is None:  # no physical figures to hold the fit against (a bare comm model in a unit test)
             return fitted
         if self.rate_fraction(op_class, ops[0], cluster) < MIN_RATE_FRACTION:
@@ -243,7 +245,7 @@ class CommPredictor:
         below = np.flatnonzero(nbytes < fit.bytes_range[0])
         if below.size:  # the fit's alpha is not identifiable below its samples: the cluster's alpha-beta shape
             edge = fit.bytes_range[0]
-            scale = float(fit.predict_s(np.array([edge]), coll.group_size, op_class, self._share(coll))[0]) / \
+            scale = float(self._fit_s(fit, op_class, coll, np.array([edge]))[0]) / \
                 collective_time_s(replace(ops[0], dims={"bytes": edge}), cluster)
             fitted[below] = [scale * collective_time_s(ops[i], cluster) for i in below]
         fastest = line_rate(cluster)  # line_rate_time_s, the cluster built once for the group

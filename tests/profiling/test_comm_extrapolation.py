@@ -31,6 +31,14 @@ def test_13b_gradient_sync_on_two_perlmutter_nodes_is_within_the_slingshot_bound
     assert any("allreduce" in w and "alpha-beta" in w and "perlmutter" in w for w in out["warnings"]), out["warnings"]
 
 
+def test_comm_warnings_name_each_collective_class_and_layout_once() -> None:
+    """The 13B job issues hundreds of collectives over two layouts (TP 2 inside a node, DP 4 over 2 nodes, messages
+    of several sizes): predict names each (class, layout) in one line, not one line per op or per size."""
+    out = prediction_json(predict_command(GPT_13B_TP2_DP4, {}, cluster="perlmutter"))
+    comm = sorted(w.split(" with ")[0] for w in out["warnings"] if "(nodes x GPUs)" in w)
+    assert comm == ["allreduce over 1x2 (nodes x GPUs)", "allreduce over 2x2 (nodes x GPUs)"], out["warnings"]
+
+
 def _op(kind: str, nbytes: float, nodes: int, gpn: int, sharing: int = 1) -> Op:
     return Op("c", kind, "step", {"bytes": nbytes}, collective=Collective("dp", nodes * gpn, gpn, sharing))
 
