@@ -17,11 +17,12 @@ src/predictor.py compute_comm_time) for messages above the LUT's 1 GiB, which le
 2(n-1)/n; (3) MAPE of the S24 rows with and without data parallelism; (4) the per-step part of the single-stage,
 DP = 1 rows (the fixed term of (1)) against the rank's parameters over the layer counts: fixed = rate x parameters +
 intercept. The intercept is zero to within 0.12 ms, and negative, in every (hidden, TP, micro-batch) family, and the
-rate is ~20 ps per parameter (~35 B at the A100's memory rate, an Adam update): the rows hold no per-step framework
-time at all. A DeepSpeed fp16 step as it runs (runtime/fp16/fused_optimizer.py: a host-synchronising overflow check
-per gradient tensor, the loss-scale update, one copy kernel per tensor; engine.py allreduce_bucket's flatten and copy
-back) cannot cost nothing beyond its bytes, so S24's per-step part prices the update's kernels, not the engine's
-step; it cannot be evidence for or against what the DeepSpeed step costs per parameter beyond Adam.
+rate is 20-21 ps per parameter at hidden 2048 and at hidden 1024 TP 2 (~35 B at the A100's memory rate, an Adam
+update; 26-38 ps at hidden 1024 TP 4 and 8): the rows hold no per-step framework time at all. A DeepSpeed fp16 step
+as it runs (runtime/fp16/fused_optimizer.py: a host-synchronising overflow check per gradient tensor, the
+loss-scale update, one copy kernel per tensor; engine.py allreduce_bucket's flatten and copy back) cannot cost
+nothing beyond its bytes, so S24's per-step part prices the update's kernels, not the engine's step; it
+cannot be evidence for or against what the DeepSpeed step costs per parameter beyond Adam.
 """
 
 from __future__ import annotations
