@@ -35,7 +35,7 @@ from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, logical_lines, pipelines,
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               restore_dollars, shell_split, split_unquoted_words, strip_redirections,
                                               ungroup, word_quoting)
@@ -155,10 +155,20 @@ class _Reading(ShellVariables):
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             if text.strip() and not text.lstrip().startswith("#"):
-                for pipeline in pipelines(text):
-                    for command in pipeline:
-                        self.command(line, command)
+                for pipeline in self.command_list(line, text):
                     self.sed_template(line, pipeline)
+
+    def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
+        """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
+        A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
+        listed = command_list(text)
+        for joined, pipeline in listed:
+            for k, command in enumerate(pipeline):
+                self.conditions.join("|" if k else joined)
+                self.command(line, command)
+        if listed and not listed[-1][1]:  # `A ||` at the line's end: the list goes on at the next line
+            self.conditions.join(listed[-1][0], line_end=True)
+        return [pipeline for _, pipeline in listed if pipeline]
 
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
@@ -357,9 +367,7 @@ class _Reading(ShellVariables):
                                     "NAME=value line before it")
             return
         evaluated = ScriptLine(line.number, expanded)
-        for pipeline in pipelines(expanded):
-            for command in pipeline:
-                self.command(evaluated, command)
+        self.command_list(evaluated, expanded)
 
     def positioned(self, words: list[str]) -> list[str]:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""

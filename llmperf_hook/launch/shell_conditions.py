@@ -32,8 +32,8 @@ _INT_TESTS = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lam
 class _Frame:
     """One open `if` block."""
 
-    parts: list[bool | None] = field(default_factory=list)
-    """The tests of the condition being read (the commands before `then`)."""
+    parts: list[tuple[str, bool | None]] = field(default_factory=list)
+    """The tests of the condition being read (the commands before `then`), each with the list operator before it."""
     reading: bool = True
     """Between `if`/`elif` and `then`."""
     active: bool | None = None
@@ -48,9 +48,21 @@ class _Frame:
     """A `case` word's value, when the script's variables give it (its arms are then decided)."""
 
 
-def _combine(parts: list[bool | None]) -> bool | None:
-    """A condition list `A && B` / `A || B` (the separator is not kept): decided only when every test agrees."""
-    return parts[0] if parts and all(p is parts[0] for p in parts) and parts[0] is not None else None
+def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
+    """A condition list's status as bash runs it, left to right (bash manual 3.2.4 Lists: `&&` and `||` have equal
+    precedence; `A && B` runs B only when A succeeds, `A || B` only when it fails, `;` always): None (undecided) where
+    it hangs on an undecided test, and after a pipe (its status is one command's or, with pipefail, any's)."""
+    status: bool | None = None
+    for k, (joined, value) in enumerate(parts):
+        if k == 0 or joined not in ("&&", "||", "|"):
+            status = value
+        elif joined == "|":
+            status = None
+        elif status is None:  # the test may or may not run: decided only where either way gives the same
+            status = value if value is (joined == "||") else None
+        elif status is (joined == "&&"):  # `true && B`, `false || B`: B runs and gives the status
+            status = value
+    return status
 
 
 def decide_test(words: list[str], expand: Callable[[str], str | None],
@@ -180,6 +192,16 @@ class Conditions:
 
     def __init__(self) -> None:
         self.frames: list[_Frame] = []
+        self.joined, self.carried = ";", ""
+        """The list operator before the next command, and the one a line ended with (join)."""
+
+    def join(self, operator: str, line_end: bool = False) -> None:
+        """The operator before the next command (shell_script.command_list): `""` starts a line, which goes on with
+        the list of a line that ended in `&&` / `||` (line_end), else starts a new command (as after `;`)."""
+        if line_end:
+            self.carried = operator
+        else:
+            self.joined, self.carried = operator or self.carried or ";", ""
 
     def running(self) -> bool:
         """Whether a command here runs (an undecided branch counts as running)."""
@@ -202,8 +224,9 @@ class Conditions:
         """Consume the compound-command keywords at the front of a command (all of them: `else if [ ... ]` opens a
         block); the rest of it when it runs, else []. `word` expands a case word or pattern (None: not known)."""
         head = words[0] if words else ""
+        joined, self.joined = self.joined, ";"
         if head in ("if", "while", "until", "for"):
-            self.frames.append(_Frame(parts=[None if head == "for" else test(words[1:])], kind=head))
+            self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head))
             return []
         if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
             subject = word(words[1]) if len(words) > 1 else None
@@ -218,13 +241,13 @@ class Conditions:
             _open_arm(frame, words[:end], word)
             return self.step(words[end:], test, word)
         if frame.reading and head not in ("then", "do"):
-            frame.parts.append(test(words))
+            frame.parts.append((joined, test(words)))
             return []
         if head in ("then", "do"):
             self._decide(frame)
         elif head == "elif":
             frame.taken = _taken(frame)
-            frame.reading, frame.parts = True, [test(words[1:])]
+            frame.reading, frame.parts = True, [("", test(words[1:]))]
             return []
         elif head == "else":
             frame.taken = _taken(frame)
@@ -237,7 +260,7 @@ class Conditions:
 
     @staticmethod
     def _decide(frame: _Frame) -> None:
-        condition = _combine(frame.parts)
+        condition = _status(frame.parts)
         frame.reading = False
         if frame.kind in ("while", "until", "for"):
             skipped = condition is False if frame.kind == "while" else condition is True if frame.kind == "until" \

@@ -275,10 +275,17 @@ def ungroup(text: str) -> str:
 def pipelines(text: str) -> list[list[str]]:
     """The line's commands (split at unquoted `;`, `&&`, `||`, `&`), each the list of its pipeline's simple
     commands (split at `|`), comments dropped. `2>&1`, `>&` and `&>` are redirections, not separators."""
+    return [pipeline for _, pipeline in command_list(text) if pipeline]
+
+
+def command_list(text: str) -> list[tuple[str, list[str]]]:
+    """The line's pipelines as pipelines() gives them, each with the operator before it (`""` for the first; `;`,
+    `&&`, `||`, `&`): an `if` condition's status is the list's (bash manual 3.2.4 Lists). A line ending in `&&` /
+    `||` (its list goes on at the next line) ends with that operator and an empty pipeline."""
     outside, _, end = _scan(text)
-    out: list[list[str]] = []
+    out: list[tuple[str, list[str]]] = []
     pipeline: list[str] = []
-    start = i = 0
+    joined, start, i = "", 0, 0
     while i < end:
         c = text[i]
         redirect = c == "&" and ((i > 0 and text[i - 1] in "<>") or text[i + 1:i + 2] == ">")
@@ -288,13 +295,14 @@ def pipelines(text: str) -> list[list[str]]:
         pipeline.append(text[start:i])
         step = 2 if text[i:i + 2] in ("&&", "||", "|&", ";;") else 1
         if c != "|" or step == 2 and text[i:i + 2] == "||":
-            out.append(pipeline)
-            pipeline = []
+            out.append((joined, pipeline))
+            joined, pipeline = text[i:i + step], []
         i += step
         start = i
     pipeline.append(text[start:end])
-    out.append(pipeline)
-    return [[cmd for cmd in p if cmd.strip()] for p in out if any(cmd.strip() for cmd in p)]
+    out.append((joined, pipeline))
+    kept = [(op, [cmd for cmd in p if cmd.strip()]) for op, p in out if any(cmd.strip() for cmd in p)]
+    return kept + [(joined, [])] if joined in ("&&", "||") and not "".join(pipeline).strip() else kept
 
 
 def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tuple[list[str], list[str]]:

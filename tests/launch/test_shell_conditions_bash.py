@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from llmperf_hook.launch.batch_script import _arithmetic
 from llmperf_hook.launch.parse import parse_launch
-from llmperf_hook.launch.shell_conditions import decide_test
+from llmperf_hook.launch.shell_conditions import _status, decide_test
 
 BASH = shutil.which("bash")
 LAUNCH = "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n"
@@ -142,3 +142,40 @@ def test_an_argument_loop_bash_does_not_enter(count: str, tmp_path: Path, monkey
     line at its `#`, and the loop was read as one that may run (TP unknown)."""
     ours, bash = _both_tp(f"TP=1\nwhile [ {count} -gt 0 ]; do TP=$1; shift; done\n", tmp_path, monkeypatch)
     assert ours == bash == "1"
+
+
+LISTS = {
+    "|| past a true test": 'A=MOCK\nB=MOCK\nTP=1\nif [[ "$A" == "MOCK" ]] || [[ "$B" == "MOCK" ]] || [[ -z "$A" ]]; then '
+                           "TP=2; else TP=4; fi\n",
+    "&& with a false test": "A=a\nTP=1\nif [ $A = a ] && [ $A = b ]; then TP=2; else TP=4; fi\n",
+    "; takes the last": "A=a\nTP=1\nif [ $A = b ]; [ $A = a ]; then TP=2; else TP=4; fi\n",
+    "|| at the line's end": "A=a\nTP=1\nif [ $A = b ] ||\n   [ $A = a ]; then\n  TP=2\nelse\n  TP=4\nfi\n",
+    "&& then ||": "A=a\nTP=1\nif [ $A = b ] && [ $A = a ] || [ $A = a ]; then TP=2; else TP=4; fi\n",
+    "elif ||": "A=a\nTP=1\nif [ $A = b ]; then TP=8; elif [ $A = c ] || [ $A = a ]; then TP=2; else TP=4; fi\n",
+    "undecided || true": "A=a\nTP=1\nif [ -e nofile ] || [ $A = a ]; then TP=2; else TP=4; fi\n",
+    "undecided && false": "A=a\nTP=1\nif [ -e nofile ] && [ $A = b ]; then TP=2; else TP=4; fi\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("body", LISTS.values(), ids=LISTS.keys())
+def test_a_condition_list_decided_as_bash_runs_it(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`if A || B || C; then` (Megatron-LM's train_llama3_8b_h100_fp8.sh chooses --mock-data or --data-path so): the
+    list's status is bash's left-to-right `&&` / `||` (bash manual 3.2.4 Lists). Decided only when all tests agreed,
+    this one was undecided and both branches ran, the else's TP=4 last."""
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["&&", "||", ";"]), st.sampled_from([True, False, None]), st.booleans()),
+                min_size=1, max_size=5))
+def test_a_list_status_never_differs_from_bash(parts: list[tuple[str, bool | None, bool]]) -> None:
+    """Any list of decided and undecided tests (an undecided one is either status in bash): where _status decides,
+    bash's list gives that status."""
+    line = " ".join(f"{op if k else ''} {'true' if (actual if value is None else value) else 'false'}"
+                    for k, (op, value, actual) in enumerate(parts))
+    ours = _status([(op if k else "", value) for k, (op, value, _) in enumerate(parts)])
+    if ours is not None:
+        assert subprocess.run([BASH or "bash", "-c", line]).returncode == (0 if ours else 1), line
