@@ -123,24 +123,25 @@ PIPELINE_ENGINE_ZERO = ("DeepSpeed's PipelineEngine asserts ZeRO stage < 2 ('ZeR
                         "pipeline parallelism', deepspeed/runtime/pipe/engine.py PipelineEngine.__init__)")
 
 
+ULYSSES_KEPT = ("DeepSpeed-Ulysses sequence parallel kept at the command's size, not searched: predict prices its "
+                "all-to-alls as context parallelism's ring exchange hidden behind attention (a warning says so), "
+                "not as Ulysses runs them, so it cannot rank Ulysses sizes")
+
+
 def knob_rules(cfg: TrainingConfig, space: SearchSpace) -> dict[str, str]:
     """Knob -> the framework rule that narrows or fixes it for this command, stated once as a rule (the report's
     "rules"), so a value never tried or tried only in part reads as the framework's, not as a pruned count."""
     rules: dict[str, str] = {}
     zero_2_3 = any(z >= 2 for z in space.zero_stage)
     if cfg.framework == "deepspeed" and cfg.deepspeed_pipeline_engine and zero_2_3:
-        rules["zero_stage"] = f"ZeRO 2/3 not tried: the script pipelines (PP {cfg.parallel.pp}), and {PIPELINE_ENGINE_ZERO}"
+        rules["zero_stage"] = (f"ZeRO 2/3 not tried: the script pipelines (PP {cfg.parallel.pp}), and "
+                               f"{PIPELINE_ENGINE_ZERO}")
     elif cfg.framework == "megatron-deepspeed" and zero_2_3:
-        rules["zero_stage"] = (f"ZeRO 2/3 only at PP 1, with --no-pipeline-parallel (added by --apply): {PIPELINE_ENGINE_ZERO}, "
-                               "and Megatron-DeepSpeed runs that engine whenever PP > 1")
+        rules["zero_stage"] = (f"ZeRO 2/3 only at PP 1, with --no-pipeline-parallel (added by --apply): "
+                               f"{PIPELINE_ENGINE_ZERO}, and Megatron-DeepSpeed runs that engine whenever PP > 1")
     if cfg.framework != "megatron" and cfg.parallel.cp > 1:
         rules["cp"] = ULYSSES_KEPT
     return rules
-
-
-ULYSSES_KEPT = ("DeepSpeed-Ulysses sequence parallel kept at the command's size, not searched: predict prices its "
-                "all-to-alls as context parallelism's ring exchange hidden behind attention (a warning says so), "
-                "not as Ulysses runs them, so it cannot rank Ulysses sizes")
 
 
 def _expert_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> dict[str, list[int]]:

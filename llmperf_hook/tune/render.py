@@ -5,14 +5,15 @@ that differ between the user's command and the tuned one (tune/apply.py produced
 
 JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `knobs` {searched {knob: values tried}, kept
 {knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
-does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered,
-num_invalid, invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted:
-fit the GPU, not the host RAM the offloads pin), host_capacity_bytes (per node; null = the cluster does not state it, not checked),
-num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s}; `baseline` and each of `top`
-{tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute, recompute_num_layers, distributed_optimizer,
-zero_stage, ep, etp (null = expert TP follows TP), layout (the table's layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu,
-capacity_bytes, headroom_bytes, fits, host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}] (null = absent / removed);
-`speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
+does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered, num_invalid,
+invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted: fit the
+GPU, not the host RAM the offloads pin), host_capacity_bytes (per node; null = the cluster does not state it, not
+checked), num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s};
+`baseline` and each of `top` {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute,
+recompute_num_layers, distributed_optimizer, zero_stage, ep, etp (null = expert TP follows TP), layout (the table's
+layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes, fits,
+host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
+(null = absent / removed); `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 Nothing fits (exit 3): {error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
 host_bytes_per_node, short_of ("gpu" | "host"), short_bytes (over the usable GPU memory or the host RAM),
 layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}.
