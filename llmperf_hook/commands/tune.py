@@ -221,8 +221,10 @@ def host_offloads(cfg: Any) -> list[str]:
     these settings and checks each candidate's host RAM against the cluster's where it states it."""
     o = cfg.optimizer
     if "deepspeed" not in cfg.framework:  # Megatron-LM's --optimizer-cpu-offload or torch FSDP's CPU offload
-        megatron = f"--optimizer-cpu-offload (--optimizer-offload-fraction {o.offload_optimizer_ratio:g})"
-        return [megatron if cfg.framework == "megatron" else "FSDP CPU offload"] if o.offload_optimizer != "none" else []
+        if o.offload_optimizer == "none":
+            return []
+        return [f"--optimizer-cpu-offload (--optimizer-offload-fraction {o.offload_optimizer_ratio:g})"
+                if cfg.framework == "megatron" else "FSDP CPU offload"]
     parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
              f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
              "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
