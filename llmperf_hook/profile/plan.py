@@ -207,11 +207,17 @@ def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants) -> PlanCost:
 def job_precision(argv: Sequence[str], env: Mapping[str, str], model: str | None = None, *,
                   nnodes: int | None = None, nproc_per_node: int | None = None) -> str:
     """The dtype the job in `argv` computes in (fp8 jobs run their non-GEMM ops in bf16: sampled as bf16)."""
+    precision = _job_config(argv, env, model, nnodes, nproc_per_node).precision
+    return precision if precision in ("fp32", "fp16", "bf16") else "bf16"
+
+
+def _job_config(argv: Sequence[str], env: Mapping[str, str], model: str | None, nnodes: int | None,
+                nproc_per_node: int | None):
+    """The job's TrainingConfig, with llmperf's --model / --nnodes / --nproc-per-node as predict applies them."""
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 
     overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
-    precision = resolve_job(list(argv), dict(env), overrides)[1].precision
-    return precision if precision in ("fp32", "fp16", "bf16") else "bf16"
+    return resolve_job(list(argv), dict(env), overrides)[1]
 
 
 def _op_spec(op, origin: str) -> SampleSpec | None:
@@ -248,11 +254,9 @@ def job_specs(argv: Sequence[str], env: Mapping[str, str], cluster, model: str |
     """The compute ops of the job in `argv` (`model`: --model PRESET|FILE for a script without Megatron-style
     shape flags; `nnodes`, `nproc_per_node`: llmperf's --nnodes / --nproc-per-node, for a launch that does not
     say, e.g. deepspeed without --num_gpus), then those its tuning neighbours add (deduplicated)."""
-    from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
     from llmperf_hook.graph.build import build_graph
 
-    overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
-    _, cfg = resolve_job(list(argv), dict(env), overrides)
+    cfg = _job_config(argv, env, model, nnodes, nproc_per_node)
     specs: dict[tuple, SampleSpec] = {}
     for origin, c in [("job", cfg)] + [("neighbour", n) for n in _neighbours(cfg)]:
         try:
