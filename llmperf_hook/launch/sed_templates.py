@@ -30,7 +30,7 @@ def _substitutions(script: str) -> list[tuple[str, str, bool]] | None:
     out = []
     for part in (piece.strip() for piece in script.split(";")):
         found = _SUBSTITUTION.fullmatch(part)
-        if found is None:
+        if found is None or found.group(1) in found.group(3):  # `s/A/1/2/`: sed stops, "unknown option to `s'"
             return None
         out.append((found.group(2), found.group(3), found.group(4) == "g"))
     return out

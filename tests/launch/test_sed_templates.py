@@ -61,7 +61,8 @@ def test_the_file_the_sed_chain_writes(name: str, tmp_path: Path, monkeypatch: p
 
 @pytest.mark.parametrize("chain", ["sed -i 's/ZERO_STAGE/1/' tmpl.json\ncp tmpl.json ds_config_gbs64.json\n",
                                    "sed 's/ZERO_.*/1/' tmpl.json > ds_config_gbs64.json\n",
-                                   "sed 's/ZERO_STAGE/&1/' tmpl.json > ds_config_gbs64.json\n"])
+                                   "sed 's/ZERO_STAGE/&1/' tmpl.json > ds_config_gbs64.json\n",
+                                   "sed 's/ZERO_STAGE/1/2/' tmpl.json > ds_config_gbs64.json\n"])
 def test_anything_but_literal_substitutions_is_not_worked_out(chain: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from llmperf_hook.frameworks.resolve import resolve_job
@@ -82,3 +83,16 @@ def test_the_ds_config_from_the_template_sizes_the_job(tmp_path: Path, monkeypat
     script.write_text(script.read_text().replace("--num-layers 2", model))
     _, cfg = resolve_job(["bash", str(script)], {})
     assert (cfg.optimizer.zero_stage, cfg.batch.micro_batch_size) == (1, 2)
+
+
+@pytest.mark.skipif(shutil.which("sed") is None, reason="needs sed")
+def test_a_replacement_holding_the_delimiter_is_no_substitution(tmp_path: Path) -> None:
+    """`s/ZERO_STAGE/1/2/` (a value with a `/` expanded into the replacement) is no `s/WORD/TEXT/`: sed stops with
+    "unknown option to `s'" and writes nothing, so there is no text to work out."""
+    from llmperf_hook.launch.sed_templates import sed_output
+
+    (tmp_path / "tmpl.json").write_text(TEMPLATE)
+    assert subprocess.run(["sed", "s/ZERO_STAGE/1/2/", "tmpl.json"], cwd=tmp_path, capture_output=True).returncode != 0
+    assert sed_output([["sed", "s/ZERO_STAGE/1/2/", "tmpl.json"]], lambda _: TEMPLATE) is None
+    assert sed_output([["sed", "s|ZERO_STAGE|1/2|", "tmpl.json"]], lambda _: TEMPLATE) == \
+        subprocess.run(["sed", "s|ZERO_STAGE|1/2|", "tmpl.json"], cwd=tmp_path, capture_output=True, text=True).stdout
