@@ -140,8 +140,9 @@ def _audit_step_term(s24: list[MeasuredRun], fits: dict) -> None:
     for (hidden, tp, mbs), (rate, intercept, count) in sorted(terms.items()):
         print(f"  {hidden:6d} {tp:2d} {mbs:3d} {count:6d} {rate * 1e12:9.1f} {intercept * 1e3:13.3f}")
     if terms:
-        print(f"  intercepts {min(t[1] for t in terms.values()) * 1e3:+.3f} .. {max(t[1] for t in terms.values()) * 1e3:+.3f}"
-              " ms: no per-step framework time (optimizer launches, overflow checks, loss scale) in these rows")
+        intercepts_ms = [intercept * 1e3 for _, intercept, _ in terms.values()]
+        print(f"  intercepts {min(intercepts_ms):+.3f} .. {max(intercepts_ms):+.3f} ms: no per-step framework time "
+              "(optimizer launches, overflow checks, loss scale) in these rows")
 
 
 def audit_s24(runs: list[MeasuredRun], report: object, lut_path: Path) -> None:

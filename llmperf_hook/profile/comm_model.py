@@ -297,7 +297,8 @@ class CommPredictor:
         span = f"{min(sizes):.3g}" if min(sizes) == max(sizes) else f"{min(sizes):.3g}-{max(sizes):.3g}"
         how = []
         if max(sizes) > hi:
-            how.append("above them the learned residual is held at its edge value and time follows the fitted alpha-beta")
+            how.append("above them the learned residual is held at its edge value and time follows the fitted "
+                       "alpha-beta")
         if min(sizes) < lo:
             how.append(f"below them {cluster.name}'s alpha-beta, scaled to the fit at its smallest sample")
         return [f"{where}: messages of {span} bytes reach beyond the sampled {lo:.3g}-{hi:.3g}; {'; '.join(how)}; "
