@@ -1,9 +1,12 @@
 """The shipped comm models outside their samples: physical bounds on every collective, size and layout (H108)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from script_module import load_script
 
 from llmperf_hook.api import predict_command, prediction_json
 from llmperf_hook.graph.op import Collective, Op
@@ -139,17 +142,8 @@ def test_fitted_time_never_falls_as_the_bytes_grow() -> None:
     assert flat[1] == pytest.approx(0.45, abs=1e-5) and flat[2] >= flat[1]
 
 
-def test_bench_comm_extrapolation_finds_no_violation(capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_comm_extrapolation.py"
-    spec = importlib.util.spec_from_file_location("bench_comm_extrapolation", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_comm_extrapolation", bench)  # its dataclass looks its module up
-    spec.loader.exec_module(bench)
+def test_bench_comm_extrapolation_finds_no_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_comm_extrapolation.py")
     assert bench.main([]) == 0
     assert "64 GB: 0 break a sanity rule" in capsys.readouterr().out
     assert bench.main(["--unbounded"]) == 1  # the fits alone break the rules (the model before H108)
