@@ -35,13 +35,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from llmperf_hook.graph.op import COLLECTIVE_CLASSES
+
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 OPTIMIZER_PREFIX = "Optimizer.step#"
 STEP_END_MARK = "llmperf::step_end"
 """A zero-length profiler event the hook records at the end of each profiled step (OpProfiler.mark_step)."""
 DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
-COLLECTIVE_CLASSES = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "p2p"})
 COLLECTIVE_WORDS = (("reduce_scatter", "reducescatter"), ("reducescatter", "reducescatter"),
                     ("all_gather", "allgather"), ("allgather", "allgather"), ("all_reduce", "allreduce"),
                     ("allreduce", "allreduce"), ("all_to_all", "alltoall"), ("alltoall", "alltoall"),
