@@ -147,7 +147,10 @@ def _layout(raw: dict) -> LayoutFit:
           and all(math.isfinite(v) and abs(v) < 5 for v in fit.residual_log)
           # np.interp needs finite knots in increasing order (comm_fit writes bin medians, sorted)
           and all(math.isfinite(k) for k in fit.residual_knots_log2_bytes)
-          and all(a <= b for a, b in zip(fit.residual_knots_log2_bytes, fit.residual_knots_log2_bytes[1:])))
+          and all(a <= b for a, b in zip(fit.residual_knots_log2_bytes, fit.residual_knots_log2_bytes[1:]))
+          # the sampled sizes decide where the cluster's figures take over (CommPredictor._group_s)
+          and len(fit.bytes_range) == 2 and all(math.isfinite(b) and b > 0 for b in fit.bytes_range)
+          and fit.bytes_range[0] <= fit.bytes_range[1])
     if not ok:
         raise ValueError(f"layout entry out of range: {raw}")
     return fit

@@ -1,5 +1,6 @@
 """The shipped comm models outside their samples: physical bounds on every collective, size and layout (H108)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,12 +10,14 @@ from hypothesis import strategies as st
 from script_module import load_script
 
 from llmperf_hook.api import predict_command, prediction_json
+from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.predict.alpha_beta import collective_time_s, line_rate_time_s
 from llmperf_hook.predict.fitted import find_comm_model
 from llmperf_hook.profile.comm_fit import CommSamples, fit_layout
-from llmperf_hook.profile.comm_model import MIN_RATE_FRACTION, CommModel, CommPredictor, ring_factor
+from llmperf_hook.profile.comm_model import (MIN_RATE_FRACTION, CommModel, CommPredictor, read_comm_model,
+                                             ring_factor, write_comm_model)
 
 GPT_13B_TP2_DP4 = ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "pretrain_gpt.py", "--num-layers", "40",
                    "--hidden-size", "5120", "--num-attention-heads", "40", "--seq-length", "2048",
@@ -121,6 +124,17 @@ def test_below_the_sampled_sizes_time_follows_the_clusters_alpha_beta() -> None:
     assert at_edge == pytest.approx(fitted_edge)
     (warning,) = pred.extrapolation_warnings([_op("allgather", 1024, 1, 2)], cluster)
     assert "below them perlmutter's alpha-beta" in warning
+
+
+@pytest.mark.parametrize("bytes_range", [(float("nan"), 1e9), (2e9, 1e9), (0.0, 1e9), (1e8, float("inf"))])
+def test_a_comm_model_whose_sampled_sizes_are_out_of_range_is_refused(tmp_path: Path, bytes_range) -> None:
+    """The sampled sizes decide where the cluster's alpha-beta takes over; a hand-made model with a NaN, empty or
+    reversed range would price (and warn) with NaN comparisons, so it is refused like any other bad field."""
+    x = np.geomspace(4e7, 2e9, 50)
+    fit = replace(fit_layout(CommSamples("allreduce", 2, 4, x, 2 * 7 / 8 * x / 70e9)), bytes_range=bytes_range)
+    write_comm_model(tmp_path, CommModel("perlmutter", (fit,), {}))
+    with pytest.raises(ProfileError, match="missing or out of range"):
+        read_comm_model(tmp_path)
 
 
 def test_fitted_time_never_falls_as_the_bytes_grow() -> None:
