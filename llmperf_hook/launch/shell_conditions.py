@@ -24,6 +24,9 @@ from typing import Callable, Sequence
 _NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 """`$NAME` / `${NAME}`: what is left of one after expansion is a variable nobody set."""
+_KEYWORDS = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "for", "do", "done", "case", "esac", "{",
+                       "}", "(", ")"})
+"""Words that open, go on with or close a compound command (bash manual 3.2.5 Compound Commands)."""
 _INT_TESTS = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
               "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b, "-le": lambda a, b: a <= b}
 
@@ -194,6 +197,8 @@ class Conditions:
         self.frames: list[_Frame] = []
         self.joined, self.carried = ";", ""
         """The list operator before the next command, and the one a line ended with (join)."""
+        self.listed: bool | None = None
+        """The status of the command list read so far, outside a condition (None: not known)."""
 
     def join(self, operator: str, line_end: bool = False) -> None:
         """The operator before the next command (shell_script.command_list): `""` starts a line, which goes on with
@@ -225,6 +230,9 @@ class Conditions:
         block); the rest of it when it runs, else []. `word` expands a case word or pattern (None: not known)."""
         head = words[0] if words else ""
         joined, self.joined = self.joined, ";"
+        if self._skipped(joined, head):
+            return []
+        self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head))
             return []
@@ -257,6 +265,12 @@ class Conditions:
         else:
             return words if self.running() else []
         return self.step(words[1:], test, word)  # `then if ...`, `else if ...`, `do if ...`: bash reads on
+
+    def _skipped(self, joined: str, head: str) -> bool:
+        """A command after `&&` / `||` that bash does not run, as the list's status so far says (`[ $A = b ] &&
+        TP=2`; bash manual 3.2.4 Lists); a compound command's keyword is always read, to keep its block."""
+        return joined in ("&&", "||") and head not in _KEYWORDS and not self.reading() and \
+            self.listed is (joined == "||")
 
     @staticmethod
     def _decide(frame: _Frame) -> None:

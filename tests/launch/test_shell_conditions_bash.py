@@ -154,6 +154,11 @@ LISTS = {
     "elif ||": "A=a\nTP=1\nif [ $A = b ]; then TP=8; elif [ $A = c ] || [ $A = a ]; then TP=2; else TP=4; fi\n",
     "undecided || true": "A=a\nTP=1\nif [ -e nofile ] || [ $A = a ]; then TP=2; else TP=4; fi\n",
     "undecided && false": "A=a\nTP=1\nif [ -e nofile ] && [ $A = b ]; then TP=2; else TP=4; fi\n",
+    "false && assign": "A=a\nTP=1\n[[ $A == b ]] && TP=2\n",
+    "true || assign": "A=a\nTP=1\ntest $A = a || TP=2\n",
+    "false && echo && assign": "A=a\nTP=1\n[ $A = b ] && echo no && TP=2\n",
+    "false && assign || assign": "A=a\nTP=1\n[ $A = b ] && TP=2 || TP=4\n",
+    "in a branch": "A=a\nTP=1\nif [ $A = a ]; then [ $A = b ] && TP=2; fi\n",
 }
 
 
@@ -162,7 +167,8 @@ LISTS = {
 def test_a_condition_list_decided_as_bash_runs_it(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`if A || B || C; then` (Megatron-LM's train_llama3_8b_h100_fp8.sh chooses --mock-data or --data-path so): the
     list's status is bash's left-to-right `&&` / `||` (bash manual 3.2.4 Lists). Decided only when all tests agreed,
-    this one was undecided and both branches ran, the else's TP=4 last."""
+    this one was undecided and both branches ran, the else's TP=4 last. Outside an `if`, `[ $A = b ] && TP=2` runs
+    TP=2 only when the test succeeds (it always ran)."""
     ours, bash = _both_tp(body, tmp_path, monkeypatch)
     assert ours == bash
 
