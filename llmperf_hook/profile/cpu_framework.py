@@ -56,7 +56,7 @@ MIN_BUDGET_MIN = 3.0
 RESERVED_S = 120.0
 """Seconds of the budget the framework measurement takes, kept off sampling and split evenly over the dtypes
 measured (cpu_framework_readings.py: per dtype the children's start, then readings while they fit its share,
-3 to 7; on a loaded machine 3 readings run over)."""
+less what the dtypes before ran over theirs; 3 to 7 readings; on a loaded machine 3 readings run over)."""
 FORMAT = "llmperf-cpu-framework-overhead"
 FORMAT_VERSION = 3
 """3: each term the median over interleaved readings (2: one reading, the quietest of 3 rounds per time)."""

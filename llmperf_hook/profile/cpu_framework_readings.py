@@ -31,10 +31,10 @@ lasts the whole measurement: the files' common level followed it (geometric mean
 56-62 ms and 60-65 ms), so the benchmark still re-measures on a quiet machine.
 
 Budget: `llmperf profile --device cpu` keeps cpu_framework.RESERVED_S (120 s) of its --budget for this, split
-evenly over the dtypes measured; per dtype the children's start (~20 s quiet: 16 engines), then readings
-while the next one is expected to end within the dtype's share, at least MIN_READINGS (on a busy machine the
-measurement runs over, as the --budget help says) and at most MAX_READINGS. Quiet, two dtypes: 4-5 readings
-each. torch is imported inside the functions only.
+evenly over the dtypes measured (a dtype's share less what those before it ran over theirs); per dtype the
+children's start (~20 s quiet: 16 engines), then readings while the next one is expected to end within the
+dtype's share, at least MIN_READINGS (on a busy machine the measurement runs over, as the --budget help says)
+and at most MAX_READINGS. Quiet, two dtypes: 4-5 readings each. torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -275,10 +275,16 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
                      "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
                      "against the prediction of the same model), each term the median over interleaved readings",
            "dtypes": {}, "reference": [], "loads_1m": []}
-    for dt in dtypes:  # the machine's speed around each measurement (instrument/reference_speed.py)
+    t0, share_s, spent_s = time.perf_counter(), cf.RESERVED_S / len(dtypes), 0.0
+    for i, dt in enumerate(dtypes):  # the machine's speed around each measurement (instrument/reference_speed.py)
         doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
         doc["loads_1m"].append(os.getloadavg()[0])
-        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads, cf.RESERVED_S / len(dtypes))
+        # Its share, less what the dtypes before ran over theirs (their MIN_READINGS on a loaded machine), so
+        # together they keep to RESERVED_S as far as the minimum readings allow. With even shares, 27 Nov at
+        # load 2.7-5.8: bf16's 3 readings took 85 s of its 60, fp32 then its whole 60: 146 s of 120.
+        box_s = max(0.0, min(share_s, (i + 1) * share_s - spent_s))
+        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads, box_s)
+        spent_s = time.perf_counter() - t0
         doc["loads_1m"].append(os.getloadavg()[0])
     doc["reference"].append(measure_reference("framework-after").to_json())
     doc["load_avg_1m"] = max(doc["loads_1m"])
