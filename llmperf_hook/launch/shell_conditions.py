@@ -77,6 +77,8 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
     negate = False
     while words and words[0] == "!":
         negate, words, flags = not negate, words[1:], flags[1:]
+    if words and words[0] in (":", "true", "false"):  # builtins whose status is fixed, whatever their arguments
+        return (words[0] != "false") != negate  # (bash manual 4.1 `:`, 4.2 / POSIX true and false)
     if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
         inner, flags = words[1:-1], flags[1:-1]
     elif words and words[0] == "test":

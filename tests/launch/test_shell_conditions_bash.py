@@ -158,6 +158,9 @@ LISTS = {
     "true || assign": "A=a\nTP=1\ntest $A = a || TP=2\n",
     "false && echo && assign": "A=a\nTP=1\n[ $A = b ] && echo no && TP=2\n",
     "false && assign || assign": "A=a\nTP=1\n[ $A = b ] && TP=2 || TP=4\n",
+    "if :": "TP=1\nif :; then TP=2; else TP=4; fi\n",
+    "if ! true": "TP=1\nif ! true; then TP=2; else TP=4; fi\n",
+    "false ||": "TP=1\nif false || [ 1 = 1 ]; then TP=2; else TP=4; fi\n",
     "in a branch": "A=a\nTP=1\nif [ $A = a ]; then [ $A = b ] && TP=2; fi\n",
 }
 
