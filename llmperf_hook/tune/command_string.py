@@ -3,8 +3,8 @@
 CMD is shell text, not words: `python pretrain_gpt.py ... 2>&1 | tee log.txt` or `cd /w && torchrun ...` holds
 operators and redirections that the shell reads. The training command is the one simple command of CMD that the
 launch parser reads as a launch (launch/parse.py: a CMD of several commands is read as a batch script, its launch
-line taken); only that command's span of the text is rewritten, its redirections kept as written, and the rest of
-CMD stays byte-identical. Rewriting CMD as one list of words quoted `|`, `&&` and `2>&1` into arguments and appended
+line taken; a newline ends a command, a backslash-newline joins lines); only that command's span of the text is
+rewritten, its redirections kept as written, and the rest of CMD stays byte-identical. Rewriting CMD as one list of words quoted `|`, `&&` and `2>&1` into arguments and appended
 the tuned flags after `tee log.txt`: explain refused the result, and bash would have run something else.
 """
 
@@ -30,6 +30,7 @@ def shell_join(words: Sequence[str]) -> str:
 def split_redirections(text: str) -> tuple[list[str], list[str]]:
     """(the words of a simple command without its redirections, the redirections as shell text): `python t.py --a 1
     2>&1 > log` -> (['python', 't.py', '--a', '1'], ['2>&1', '> log']). A quoted word is never a redirection."""
+    text = text.replace("\\\n", "")  # a backslash-newline is a line continuation, removed (bash manual 3.1.2.1)
     words, quoted = shell_split(text), quoted_words(text)
     quoted = quoted if len(quoted) == len(words) else [False] * len(words)
     kept: list[str] = []
@@ -61,19 +62,44 @@ def _is_launch(words: list[str]) -> bool:
     return True
 
 
+def _lines(cmd: str) -> list[tuple[int, str]]:
+    """CMD's lines as bash reads them, each with its offset in CMD: a newline outside quotes ends a command as `;`
+    does (bash 3.2.4 Lists); a backslash-newline or a newline in quotes does not; a comment runs to the newline."""
+    out: list[tuple[int, str]] = []
+    start, quote, i = 0, "", 0
+    while i < len(cmd):
+        c = cmd[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\":
+            i += 1  # the escaped character, a newline included, is literal
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == start or cmd[i - 1] in " \t;&|()"):
+            i = cmd.find("\n", i) - 1 if "\n" in cmd[i:] else len(cmd)  # a quote in a comment opens nothing
+        elif c == "\n":
+            out.append((start, cmd[start:i]))
+            start = i + 1
+        i += 1
+    return [*out, (start, cmd[start:])]
+
+
 def training_command_span(cmd: str) -> tuple[int, int] | None:
     """(start, end) in `cmd` of its first simple command the launch parser reads as a launch, or None."""
-    pos = 0
-    for pipeline in pipelines(cmd):
-        for simple in pipeline:
-            start = cmd.find(simple, pos)
-            pos = start + len(simple)
-            try:
-                words = split_redirections(simple)[0]
-            except ValueError:  # an unclosed quote: not a command the parser reads either
-                continue
-            if words and _is_launch(words):
-                return start, pos
+    for offset, line in _lines(cmd):
+        pos = 0
+        for pipeline in pipelines(line):
+            for simple in pipeline:
+                start = line.find(simple, pos)
+                pos = start + len(simple)
+                try:
+                    words = split_redirections(simple)[0]
+                except ValueError:  # an unclosed quote: not a command the parser reads either
+                    continue
+                if words and _is_launch(words):
+                    return offset + start, offset + pos
     return None
 
 

@@ -75,3 +75,20 @@ def test_the_change_list_reads_the_flags_inside_the_shell_command(capsys) -> Non
     changed = [row for row in top if row["micro_batch_size"] != 2]
     assert changed and all(any(c["key"] == "--micro-batch-size" and c["new"] == str(row["micro_batch_size"])
                                for c in row["changes"]) for row in changed)
+
+
+def test_a_multi_line_shell_command_keeps_its_lines() -> None:
+    """A newline ends a command in `sh -c CMD` as `;` does: CMD 'cd /work<newline>python ... > train.log' was read as
+    one command, so --apply joined it into 'cd /work python ...' with '>' quoted as an argument."""
+    cmd, cfg = _applied(["srun", "bash", "-c", f"cd /work\n{INNER} > train.log\necho done"])
+    assert cmd.startswith("cd /work\npython -u pretrain_gpt.py ") and cmd.endswith(" > train.log\necho done")
+    assert (cfg.parallel.tp, cfg.batch.micro_batch_size) == (4, 4)
+
+
+def test_a_continued_line_is_one_training_command() -> None:
+    """A backslash-newline joins lines: the flags after it belong to the training command and are rewritten with it
+    (left behind, the old --micro-batch-size after the tuned one would win: argparse keeps the last)."""
+    head, tail = INNER.split(" --micro-batch-size")
+    cmd, cfg = _applied(["srun", "bash", "-c", f"{head} \\\n  --micro-batch-size{tail} 2>&1 | tee log.txt"])
+    assert cmd.endswith(" 2>&1 | tee log.txt") and shlex.split(cmd).count("--micro-batch-size") == 1
+    assert (cfg.parallel.tp, cfg.batch.micro_batch_size) == (4, 4)
