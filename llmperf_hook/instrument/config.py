@@ -42,13 +42,18 @@ class HookConfig:
     inject_fault_at_step: int | None = None
     """Tests only: raise inside the hook at this step to prove the job survives a failing hook."""
     inject_fault_point: str = "step_end"
-    """Tests only: where inject_fault_at_step raises (FAULT_POINTS): when the step's start is marked, when its
-    end is recorded, or when the profiler window opens after it."""
+    """Tests only: where inject_fault_at_step raises (FAULT_POINTS): when the step's start is marked (step 0 only: a
+    later step starts where the previous one ended), when its end is recorded, or when the profiler window opens
+    after it (the step after the num_steps timed ones)."""
 
     def __post_init__(self) -> None:
         assert self.num_steps >= 1 and self.num_warmup_steps >= 0 and self.profile_ops_steps >= 0, self
         assert self.stop_after_steps is None or self.stop_after_steps >= 1, self
         assert self.inject_fault_point in FAULT_POINTS, self
+        # a fault point its step never reaches would never fire: the test injecting it could not fail
+        assert self.inject_fault_at_step in (None, 0) or self.inject_fault_point != "step_begin", self
+        assert self.inject_fault_at_step is None or self.inject_fault_point != "profiler" or (
+            self.inject_fault_at_step == self.num_steps and self.profile_ops_steps > 0), self
 
     @property
     def last_hooked_step(self) -> int:

@@ -149,6 +149,15 @@ def test_a_hook_failing_at_each_point_leaves_the_job_as_without_it(
     assert ("not installed" if point == "import" else "disabled") in said[0], said
 
 
+@pytest.mark.parametrize("step, point, profile", [(2, "step_begin", 0), (1, "profiler", 2), (3, "profiler", 0)])
+def test_a_fault_point_its_step_never_reaches_is_refused(step: int, point: str, profile: int) -> None:
+    """Only step 0's start is marked (a later step starts where the previous one ended) and the profiler window
+    opens after the num_steps timed steps: a fault placed elsewhere never fired, and its test passed untested."""
+    with pytest.raises(AssertionError):
+        HookConfig(run_dir="r", job_id="f", num_steps=3, profile_ops_steps=profile, inject_fault_at_step=step,
+                   inject_fault_point=point)
+
+
 def _append_lines(path: str, writer_id: int, count: int) -> None:
     writer = JsonlWriter(path)
     for i in range(count):
