@@ -132,7 +132,7 @@ def is_launch(words: Sequence[str], line: str, child: str | None = None) -> bool
     runs a shell, whose commands `child` (as that shell will read them: its -c string, its standard input, its script
     file) name one (`bash -c "torchrun ..."`, `bash <<EOF`, `bash ds_pretrain_gpt2.sh ARGS`)."""
     if child is not None:
-        commands = "\n".join(line for line in child.splitlines() if not line.lstrip().startswith("#"))
+        commands = "\n".join(text for text in child.splitlines() if not text.lstrip().startswith("#"))
         return bool(_NAMED_HEAD.search(commands) or _PY_LAUNCH.search(commands))
     i = _head_index(words)
     program = " ".join([os.path.basename(words[i]), *words[i + 1:]]) if i < len(words) else ""
