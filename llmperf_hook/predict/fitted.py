@@ -1,6 +1,6 @@
 """Fitted per-hardware operator profiles and per-cluster communication models (issue 4).
 
-Lookup order, first found wins:
+Lookup order, the first that serves the job's dtype wins:
   operator profiles:   $LLMPERF_HOME/profiles/NAME/profile.json  (user-fitted, `llmperf profile`)
                        configs/profiles/NAME/profile.json        (shipped: a100-sxm4-80gb, gh200-96gb)
   communication model: $LLMPERF_HOME/profiles/comm/NAME/comm_model.json, then configs/profiles/comm/NAME/
@@ -52,26 +52,29 @@ def _load_comm(directory: str, key: str):
 
 
 def find_profile(hardware_name: str, dtype: str) -> OpClassPredictor | None:
-    """The fitted operator profile for this hardware that serves `dtype`, or None."""
-    profile = _first_profile(hardware_name)
-    return profile if profile is not None and dtype in profile.meta.serves_dtypes else None
+    """The first fitted operator profile for this hardware (user's, then shipped) that serves `dtype`, or None. A
+    user profile fitted in other dtypes only (`llmperf profile --dtype fp32 --name a100-sxm4-80gb`) does not hide
+    the shipped one's bf16 / fp16 models."""
+    return next((p for p in _profiles(hardware_name) if dtype in p.meta.serves_dtypes), None)
 
 
 def served_dtypes(hardware_name: str) -> tuple[str, ...]:
-    """The dtypes the fitted profile find_profile reads for this hardware answers; () when it has none."""
-    profile = _first_profile(hardware_name)
-    return tuple(profile.meta.serves_dtypes) if profile is not None else ()
+    """Every dtype some fitted profile of this hardware answers (find_profile's choices); () when it has none."""
+    served: dict[str, None] = {}
+    for profile in _profiles(hardware_name):
+        served.update(dict.fromkeys(profile.meta.serves_dtypes))
+    return tuple(served)
 
 
-def _first_profile(hardware_name: str):
-    """The first fitted profile of profile_dirs (checked to be this hardware's), or None."""
+def _profiles(hardware_name: str):
+    """The fitted profiles of profile_dirs in lookup order (each checked to be this hardware's)."""
     for directory in profile_dirs(hardware_name):
         meta = directory / "profile.json"
         if meta.is_file():
             profile = _load_profile(str(directory), content_key(meta))
             _check_fitted_for(profile.meta, directory)
-            return profile
-        if directory.is_dir() and any(directory.glob("*.txt*")):
+            yield profile
+        elif directory.is_dir() and any(directory.glob("*.txt*")):
             from llmperf_hook.errors import ProfileError
 
             raise ProfileError(
@@ -79,7 +82,6 @@ def _first_profile(hardware_name: str):
                 f"an interrupted fit, or a copy that left it out), so it is never used. Re-create it with "
                 f"`llmperf profile ... --name {hardware_name.strip().lower()}`, copy its profile.json too, or delete "
                 f"the directory to fall back to the roofline model.")
-    return None
 
 
 def _check_fitted_for(meta, directory: Path) -> None:

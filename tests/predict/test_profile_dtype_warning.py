@@ -20,3 +20,25 @@ def test_profile_of_other_dtypes_is_named_in_the_roofline_warning(capsys) -> Non
     said = [w for w in doc["warnings"] if "operator profile" in w]
     assert len(said) == 1 and "serves bf16, fp16, not fp32" in said[0], said
     assert "llmperf profile --dtype fp32 --name a100-sxm4-80gb" in said[0] and "no fitted" not in said[0]
+
+
+def test_a_user_profile_of_other_dtypes_does_not_hide_the_shipped_one(tmp_path, monkeypatch) -> None:
+    """The warning above suggests `llmperf profile --dtype fp32 --name a100-sxm4-80gb`; the profile it writes (user
+    folder, read first) serves fp32 only, and bf16 / fp16 jobs must keep the shipped models, not fall to the roofline."""
+    from dataclasses import replace
+
+    from llmperf_hook.predict import fitted
+    from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    user, shipped = fitted.profile_dirs("a100-sxm4-80gb")
+    meta = read_profile_meta(shipped)
+    gemm = [m for m in meta.models if m.op_class == "gemm" and m.dtype == "fp16"]
+    write_profile(user, replace(meta, models=tuple(replace(m, dtype="fp32") for m in gemm), dtype_aliases={},
+                                roofline={"fp32": meta.roofline["fp16"]}),
+                  {m.file: read_model_text(shipped, m) for m in gemm})
+
+    assert fitted.find_profile("a100-sxm4-80gb", "fp32").meta.serves_dtypes == ("fp32",)
+    for dtype in ("bf16", "fp16"):
+        assert fitted.find_profile("a100-sxm4-80gb", dtype).meta.serves_dtypes == ("bf16", "fp16")
+    assert fitted.served_dtypes("a100-sxm4-80gb") == ("fp32", "bf16", "fp16")
