@@ -37,8 +37,8 @@ def _ops(text: str | None) -> tuple[str, ...]:
     return ops
 
 
-def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None,
-               layout: tuple[int | None, int | None] = (None, None)) -> str | None:
+def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None, *, nnodes: int | None = None,
+               nproc_per_node: int | None = None) -> str | None:
     """The dtype to sample: --dtype (`given`), else with --for the job's own precision (a bf16 job predicted from an
     fp32 profile would find no fitted model for its dtype). A --dtype other than the --for job's precision is
     said: `predict` of that job will not use these samples."""
@@ -46,7 +46,7 @@ def _job_dtype(job: tuple[str, ...], model: str | None, given: str | None = None
         return given
     from llmperf_hook.profile.plan import job_precision
 
-    own = job_precision(job, os.environ, model, nnodes=layout[0], nproc_per_node=layout[1])
+    own = job_precision(job, os.environ, model, nnodes=nnodes, nproc_per_node=nproc_per_node)
     if given is None:
         click.echo(f"llmperf: sampling in {own}, the job's precision (--dtype to choose another)", err=True)
         return own
@@ -112,7 +112,8 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
 
     dev = device or _default_device()
     _check_name_for_device(name, dev)
-    dtype = _job_dtype(tuple(job), model, dtype, (nnodes, nproc_per_node)) or ("fp32" if dev == "cpu" else "bf16")
+    dtype = _job_dtype(tuple(job), model, dtype, nnodes=nnodes, nproc_per_node=nproc_per_node) or \
+        ("fp32" if dev == "cpu" else "bf16")
     req = ProfileRequest(device=dev, budget_min=budget_min, dtype=dtype,
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
                          store_path=Path(store_path) if store_path else None, job_model=model, job_nnodes=nnodes,

@@ -190,7 +190,7 @@ def test_for_a_deepspeed_launch_without_num_gpus_takes_nproc_per_node(capsys) ->
         plan.job_specs(argv, {}, _local_cluster("x", RC))
     specs = plan.job_specs(argv, {}, _local_cluster("x", RC), nproc_per_node=2)
     assert {"m": 256.0, "n": 384.0, "k": 128.0} in [dict(s.dims) for s in specs if s.origin == "job"]
-    assert _job_dtype(argv, None, None, (None, 2)) == "fp32"
+    assert _job_dtype(argv, None, nproc_per_node=2) == "fp32"
     for args in (["--nproc-per-node", "2"], ["--nnodes", "2"]):
         with pytest.raises(SystemExit) as exc:
             main(["profile", "--device", "cpu", *args])
