@@ -19,6 +19,8 @@ import math
 import statistics
 from typing import Any, Callable
 
+from testbed_configs import QUIET_WALL_PER_CPU
+
 Rule = Callable[[dict, int, dict, list[float]], list[float]]
 
 
@@ -84,7 +86,7 @@ def calibration_reading(record: dict, k: int, run: dict) -> tuple[float, float, 
     from llmperf_hook.refine.shrinkage import median_sampling_sd
 
     ranks = int(record["configs"][k]["config"].get("world_size") or 1)
-    limit = {1: 1.1, 2: 1.25}[min(ranks, 2)]
+    limit = QUIET_WALL_PER_CPU[min(ranks, 2)]
     if run.get("cpu_s") and run["measured_s"] / run["cpu_s"] > limit:
         step = contended_step(run["measured_s"] / run["cpu_s"], run["cpu_s"], ranks, limit)
         cpu_sd = median_sampling_sd(run.get("cpu_step_times_s") or ())
