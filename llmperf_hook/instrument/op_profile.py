@@ -337,10 +337,11 @@ def events_from_profiler(function_events: Sequence[Any], device: str) -> list[Pr
     out: list[ProfEvent] = []
     for fe in function_events:
         us = fe.device_time_total if device == "cuda" else fe.cpu_time_total
+        span = getattr(fe, "time_range", None)  # CPU clock: the order of launches, on GPU too
         ev = ProfEvent(fe.name, list(fe.input_shapes or []), list(getattr(fe, "input_dtypes", None) or []),
                        us / 1e6, int(getattr(fe, "sequence_nr", -1)), list(getattr(fe, "concrete_inputs", None) or []),
-                       start_us=float(getattr(getattr(fe, "time_range", None), "start", 0.0) or 0.0),
-                       end_us=float(getattr(getattr(fe, "time_range", None), "end", 0.0) or 0.0))
+                       start_us=float(getattr(span, "start", 0.0) or 0.0),
+                       end_us=float(getattr(span, "end", 0.0) or 0.0))
         by_id[id(fe)] = ev
         out.append(ev)
     for fe in function_events:
