@@ -5,18 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from llmperf_hook.cli import main
+from tests.profiling.test_cpu_profile_e2e import _run
 
 pytest.importorskip("torch")
-
-
-def _run(args: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def test_shapes_stored_under_another_fingerprint_are_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

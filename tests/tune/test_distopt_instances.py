@@ -6,7 +6,10 @@ propose a layout that breaks either."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from script_module import load_script
 
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.tune.candidates import generate_candidates, rule_masks
@@ -14,16 +17,9 @@ from llmperf_hook.tune.search_space import load_search_space
 
 from .helpers import rule_rejected
 
-# Llama-3 8B on 64 GPUs: TP 4 -> DP 16, four distributed-optimizer instances of 4 ranks each.
-LLAMA3_8B_64 = [
-    "torchrun", "--nnodes", "8", "--nproc-per-node", "8", "pretrain_gpt.py",
-    "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
-    "--group-query-attention", "--num-query-groups", "8", "--swiglu", "--normalization", "RMSNorm",
-    "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-    "--seq-length", "8192", "--max-position-embeddings", "8192", "--vocab-size", "128256",
-    "--micro-batch-size", "1", "--global-batch-size", "512", "--tensor-model-parallel-size", "4", "--bf16",
-    "--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4",
-]
+# bench_tune's Llama-3 8B on 64 GPUs: TP 4 -> DP 16, four distributed-optimizer instances of 4 ranks each.
+LLAMA3_8B_64 = [*load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tune.py").LLAMA3_8B_64,
+                "--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4"]
 RULE = "dp*cp or expert dp % --num-distributed-optimizer-instances != 0"
 
 
