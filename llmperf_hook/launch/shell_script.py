@@ -305,12 +305,22 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     return kept + [(joined, [])] if joined in ("&&", "||") and not "".join(pipeline).strip() else kept
 
 
-def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tuple[list[str], list[str]]:
-    """A simple command's words without its redirections, and the files it writes with `>` / `>>` (`2>&1`, `< in`,
-    `<<EOT` dropped); `quoted` (quoted_words, when it matches the words) marks words that are no redirection."""
+@dataclass(frozen=True)
+class Redirection:
+    """One redirection of a simple command: `2>&1` is ("2>&", "1", False), `> log` is (">", "log", True)."""
+
+    operator: str
+    """The operator with its file-descriptor prefix (`2>`, `&>`, `>>`, `<<`)."""
+    target: str
+    target_is_next_word: bool
+
+
+def split_redirections(words: list[str], quoted: list[bool] | None = None) -> tuple[list[str], list[Redirection]]:
+    """A simple command's words without its redirections, and its redirections; `quoted` (quoted_words, when it
+    matches the words) marks words that are no redirection."""
     quoted = quoted if quoted is not None and len(quoted) == len(words) else [False] * len(words)
     kept: list[str] = []
-    writes: list[str] = []
+    redirections: list[Redirection] = []
     i = 0
     while i < len(words):
         match = None if quoted[i] else _REDIRECT.match(words[i])
@@ -318,10 +328,17 @@ def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tu
             kept.append(words[i])
             i += 1
             continue
-        op, target = match.group(1), match.group(2)
-        if not target and i + 1 < len(words):
+        target = match.group(2)
+        operator, next_word = words[i][:len(words[i]) - len(target)], not target and i + 1 < len(words)
+        if next_word:
             target, i = words[i + 1], i + 1
-        if op in (">", ">>", ">|") and target:
-            writes.append(target)
+        redirections.append(Redirection(operator, target, next_word))
         i += 1
-    return kept, writes
+    return kept, redirections
+
+
+def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tuple[list[str], list[str]]:
+    """A simple command's words without its redirections, and the files it writes with `>` / `>>` (`2>&1`, `< in`,
+    `<<EOT` dropped); `quoted` as split_redirections."""
+    kept, redirections = split_redirections(words, quoted)
+    return kept, [r.target for r in redirections if r.operator.lstrip("0123456789&") in (">", ">>", ">|") and r.target]

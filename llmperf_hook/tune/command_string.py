@@ -11,15 +11,12 @@ the tuned flags after `tee log.txt`: explain refused the result, and bash would 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import Sequence
 
 from llmperf_hook.errors import LlmperfError
 from llmperf_hook.launch.shell_script import pipelines, quoted_words, shell_split
-
-_OPERATOR = re.compile(r"^(?:\d*|&)(?:>>|>\||>&|<&|>|<<<|<<-|<<|<)")
-"""The operator part of a redirection word (`2>&1`, `>log`, `>>`), as launch/shell_script.py reads redirections."""
+from llmperf_hook.launch.shell_script import split_redirections as shell_redirections
 
 
 def shell_join(words: Sequence[str]) -> str:
@@ -31,25 +28,9 @@ def split_redirections(text: str) -> tuple[list[str], list[str]]:
     """(the words of a simple command without its redirections, the redirections as shell text): `python t.py --a 1
     2>&1 > log` -> (['python', 't.py', '--a', '1'], ['2>&1', '> log']). A quoted word is never a redirection."""
     text = text.replace("\\\n", "")  # a backslash-newline is a line continuation, removed (bash manual 3.1.2.1)
-    words, quoted = shell_split(text), quoted_words(text)
-    quoted = quoted if len(quoted) == len(words) else [False] * len(words)
-    kept: list[str] = []
-    redirects: list[str] = []
-    i = 0
-    while i < len(words):
-        if quoted[i] or not _OPERATOR.match(words[i]):
-            kept.append(words[i])
-            i += 1
-            continue
-        op = _OPERATOR.match(words[i]).group(0)  # type: ignore[union-attr]
-        target = words[i][len(op):]
-        if not target and i + 1 < len(words):
-            target, i = words[i + 1], i + 1  # `> log`: the target is the next word
-            redirects.append(f"{op} {shlex.quote(target)}")
-        else:
-            redirects.append(op + (shlex.quote(target) if target else ""))
-        i += 1
-    return kept, redirects
+    kept, redirections = shell_redirections(shell_split(text), quoted_words(text))
+    return kept, [f"{r.operator} {shlex.quote(r.target)}" if r.target_is_next_word
+                  else r.operator + (shlex.quote(r.target) if r.target else "") for r in redirections]
 
 
 def _is_launch(words: list[str]) -> bool:
