@@ -34,11 +34,12 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
+from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
-                                              restore_dollars, shell_split, split_unquoted_words, strip_redirections,
-                                              ungroup, word_quoting)
+                                              restore_dollars, shell_split, split_redirections, split_unquoted_words,
+                                              strip_redirections, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
@@ -196,10 +197,12 @@ class _Reading(ShellVariables):
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
             text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+        if "<<<" in text:
+            text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
         source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
-            words, writes = strip_redirections(shell_split(source), quoted_words(source))
+            words, redirections = split_redirections(shell_split(source), quoted_words(source))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(self.where(line).removeprefix("line "))
@@ -228,6 +231,10 @@ class _Reading(ShellVariables):
             return
         if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
             return
+        if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
+                printf_builtin(self, words, self.conditions.uncertain()):
+            return
+        writes = written_files(redirections)
         heredoc = self.standard_input(line, text, words)
         if words[0] in self.functions:
             self.call(self.functions[words[0]], [self.expand(word) for word in words[1:]])

@@ -341,4 +341,9 @@ def strip_redirections(words: list[str], quoted: list[bool] | None = None) -> tu
     """A simple command's words without its redirections, and the files it writes with `>` / `>>` (`2>&1`, `< in`,
     `<<EOT` dropped); `quoted` as split_redirections."""
     kept, redirections = split_redirections(words, quoted)
-    return kept, [r.target for r in redirections if r.operator.lstrip("0123456789&") in (">", ">>", ">|") and r.target]
+    return kept, written_files(redirections)
+
+
+def written_files(redirections: Sequence[Redirection]) -> list[str]:
+    """The files `>` / `>>` / `>|` redirections write."""
+    return [r.target for r in redirections if r.operator.lstrip("0123456789&") in (">", ">>", ">|") and r.target]

@@ -28,6 +28,8 @@ PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
 """A word `export` takes: NAME, NAME=value or NAME+=value."""
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+_ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(\d+|[@*])\]\}")
+"""`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
 _HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
 """In an unquoted here-document a backslash quotes only `\\`, `$`, a backquote and a newline (bash manual 3.6.6)."""
 _HEREDOC_ARRAY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}")
@@ -164,7 +166,21 @@ class ShellVariables:
                 return shlex.join([field for element in elements for field in element.split()])
             return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
 
-        return _ARRAY_REF.sub(words, text)
+        return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
+
+    def _array_item(self, found: re.Match[str]) -> str:
+        """`${NAME[N]}` -> the element (empty past the end), `${#NAME[@]}` -> the count, `${#NAME[N]}` -> the
+        element's length; a `${NAME[@]}` is left to expand_arrays, and an array the script never set stays."""
+        count, name, subscript = found.groups()
+        if name not in self.arrays or (not count and not subscript.isdigit()):
+            return found.group(0)
+        elements = self.arrays[name]
+        if not subscript.isdigit():
+            return str(len(elements))
+        element = elements[int(subscript)] if int(subscript) < len(elements) else ""
+        if count:
+            return str(len(element))
+        return element if re.fullmatch(r"[\w.,:/@%+=-]*", element) else found.group(0)  # quoting depends on the word
 
     def assign(self, words: list[str]) -> bool:
         """`NAME=value` / `export NAME=value`: applied unless it runs a command (`$(...)`, backquotes); its `$(( ))`

@@ -1,0 +1,237 @@
+"""The builtins that set variables from text the script itself holds: `read NAME ... <<< WORD` (or a here-document)
+and `printf -v NAME FORMAT ARGS` (bash manual 4.2 Bash Builtin Commands, `read` and `printf`; 3.6.7 Here Strings).
+
+`read -r TP PP <<< "$LAYOUT"` takes one line of its input, splits it into fields at $IFS as word splitting does
+(3.5.7), gives each name one field and the last name the rest of the line; `printf -v GBS "%d" 64` assigns what printf
+would print. Both are read, never run. A `read` whose input only running the script gives (the terminal, a file, a
+pipe) leaves its names undecided, as a command substitution does, so a launch line using them names them."""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol, Sequence
+
+from llmperf_hook.launch.shell_script import Heredoc, Redirection
+
+DEFAULT_IFS = " \t\n"
+_READ_OPTIONS_WITH_VALUE = frozenset("adinNptu")
+"""read's options that take a value (`-a aname -d delim -i text -n nchars -N nchars -p prompt -t timeout -u fd`)."""
+_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+HERE_STRING_REF = re.compile(r"<<<\s*(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)(?=$|[\s;&|)])")
+"""`<<< $X`: a here-string's word is not split at blanks (3.6.7), so it is read as `<<< "$X"`."""
+
+
+class _Script(Protocol):
+    env: dict[str, str]
+    undecidable: set[str]
+    exported: set[str]
+    allexport: bool
+    arrays: dict[str, list[str]]
+
+    def expand(self, text: str) -> str: ...
+
+    def here_document(self, heredoc: Heredoc) -> str: ...
+
+
+def _set(script: _Script, name: str, value: str) -> None:
+    script.env[name] = value
+    script.undecidable.discard(name)
+    if script.allexport:
+        script.exported.add(name)
+
+
+def _leave_undecided(script: _Script, names: Sequence[str]) -> None:
+    for name in names:
+        script.env.pop(name, None)
+        script.arrays.pop(name, None)
+        script.undecidable.add(name)
+
+
+def ifs_fields(line: str, ifs: str, count: int | None) -> list[str]:
+    """`line` split at the characters of `ifs` as bash's read does: IFS white space at the start and end is dropped, a
+    run of it separates fields, and each other IFS character (with the white space around it) ends one field. With
+    `count`, at most that many fields: the last is the rest of the line with its delimiters (trailing IFS white space
+    dropped). An empty IFS splits nothing."""
+    white = "".join(c for c in ifs if c in DEFAULT_IFS)
+    line = line.strip(white) if white else line
+    if not ifs:
+        return [line] if line else []
+    fields: list[str] = []
+    i = 0
+    while i < len(line) and (count is None or len(fields) < count - 1):
+        end = i
+        while end < len(line) and line[end] not in ifs:
+            end += 1
+        fields.append(line[i:end])
+        i = end
+        while i < len(line) and line[i] in white:
+            i += 1
+        if i < len(line) and line[i] in ifs:  # one non-white delimiter (with the white space after it)
+            i += 1
+            while i < len(line) and line[i] in white:
+                i += 1
+    if i < len(line):
+        fields.append(_trim_trailing_delimiter(line[i:], ifs, white, count is None))
+    return fields
+
+
+def _trim_trailing_delimiter(rest: str, ifs: str, white: str, splitting: bool) -> str:
+    """The last field: split further when no names are left to fill (`read -a`), else the rest of the line, from which
+    bash drops a single trailing non-white IFS delimiter only when it ends the only field left (`IFS=, read a b <<< "1,2,"`
+    gives b=2)."""
+    if splitting:
+        end = 0
+        while end < len(rest) and rest[end] not in ifs:
+            end += 1
+        return rest[:end]
+    if len(rest) > 1 and rest[-1] in ifs and rest[-1] not in white and not any(c in ifs for c in rest[:-1]):
+        return rest[:-1]
+    return rest
+
+
+_QUOTED_BASE = 0xF0000
+"""Characters a backslash quoted stand in Unicode's plane-15 private use area while the line is split."""
+
+
+def _split_unescaped(line: str, ifs: str, count: int | None) -> list[str]:
+    """Without -r, a backslash quotes the next character, which then delimits nothing, and is removed; a
+    backslash-newline continues the line."""
+    quoted = re.sub(r"\\(.)", lambda m: chr(_QUOTED_BASE + ord(m.group(1))), line.replace("\\\n", ""),
+                    flags=re.DOTALL)
+    unquote = re.compile("[" + chr(_QUOTED_BASE) + "-" + chr(_QUOTED_BASE + 0xFFFF) + "]")
+    return [unquote.sub(lambda m: chr(ord(m.group(0)) - _QUOTED_BASE), f) for f in ifs_fields(quoted, ifs, count)]
+
+
+def _read_options(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """read's options (by letter, with their values) and its names."""
+    options: dict[str, str] = {}
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        if words[i] == "--":
+            i += 1
+            break
+        letters = words[i][1:]
+        for k, letter in enumerate(letters):
+            if letter in _READ_OPTIONS_WITH_VALUE:
+                value = letters[k + 1:] or (words[i + 1] if i + 1 < len(words) else "")
+                i += 0 if letters[k + 1:] else 1
+                options[letter] = value
+                break
+            options[letter] = ""
+        i += 1
+    return options, list(words[i:])
+
+
+def _input_text(script: _Script, redirections: Sequence[Redirection], heredoc: Heredoc | None) -> str | None:
+    """The text read gets: a here-string's word expanded with a newline after it (3.6.7), or the here-document's
+    text; None when it reads anything else (the terminal, a file, a pipe)."""
+    text = None
+    for redirection in redirections:
+        operator = redirection.operator.lstrip("0123456789")
+        if redirection.operator[:1].isdigit() and redirection.operator.rstrip("<-") not in ("", "0"):
+            continue  # `3<<< x`: not its standard input
+        if operator == "<<<":
+            text = script.expand(redirection.target) + "\n"
+        elif operator in ("<<", "<<-"):
+            text = script.here_document(heredoc) if heredoc is not None else None
+        elif operator in ("<", "<&", "<>"):
+            text = None
+    return text
+
+
+def read_builtin(script: _Script, words: Sequence[str], redirections: Sequence[Redirection],
+                 heredoc: Heredoc | None, uncertain: bool = False) -> bool:
+    """`[IFS=...] read [-r] [-a NAME] [NAME ...]`: its names set from its input's first line; True when `words` runs
+    read. Without a here-string or here-document its input is unknown, and in a loop or `case` arm (`uncertain`)
+    whether it runs: the names are left undecided."""
+    at = 0
+    while at < len(words) and _PREFIX.match(words[at]):
+        at += 1
+    if at >= len(words) or words[at] != "read":
+        return False
+    prefixes = dict(_PREFIX.match(word).groups() for word in words[:at])  # type: ignore[union-attr]
+    options, names = _read_options(words[at:])
+    names = names or ([] if "a" in options else ["REPLY"])
+    text = None if uncertain else _input_text(script, redirections, heredoc)
+    if text is None or any(letter in options for letter in "nNtu"):
+        _leave_undecided(script, names + ([options["a"]] if "a" in options else []))
+        return True
+    delimiter = options.get("d", "\n")[:1] or "\0"
+    line = text.split(delimiter, 1)[0]
+    ifs = script.expand(prefixes["IFS"]) if "IFS" in prefixes else script.env.get("IFS", DEFAULT_IFS)
+    split = ifs_fields if "r" in options else _split_unescaped
+    if "a" in options:
+        script.arrays[options["a"]] = split(line, ifs, None)
+        return True
+    fields = split(line, ifs, len(names))
+    for k, name in enumerate(names):
+        _set(script, name, fields[k] if k < len(fields) else "")
+    return True
+
+
+_SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?([diouxXfFeEgGcs%])|%|\\(.)", re.DOTALL)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\\": "\\", '"': '"',
+            "'": "'", "e": "\x1b", "E": "\x1b"}
+
+
+def _number(text: str, integer: bool) -> int | float:
+    """printf's numeric argument: C constants (`0x10`, `010` octal), or a leading quote's character code."""
+    if text[:1] in ("'", '"'):
+        return ord(text[1]) if len(text) > 1 else 0
+    if not integer:
+        return float(text or "0")
+    body = text.lstrip("+-")
+    base = 16 if body[:2].lower() == "0x" else 8 if body.startswith("0") and len(body) > 1 else 10
+    return int(text or "0", base)
+
+
+def printf_text(fmt: str, args: Sequence[str]) -> str | None:
+    """What `printf FMT ARGS` prints: the format reused while arguments are left, a missing argument empty (or 0);
+    None for what llmperf does not evaluate (%b, %q, a number bash would refuse)."""
+    out: list[str] = []
+    queue = list(args)
+    while True:
+        consumed, pieces, last = False, [], 0
+        for match in _SPEC.finditer(fmt):
+            pieces.append(fmt[last:match.start()])
+            last = match.end()
+            flags, width, precision, kind, escaped = match.groups()
+            if escaped is not None:
+                pieces.append(_ESCAPES.get(escaped, "\\" + escaped))
+                continue
+            if kind is None:
+                return None  # a lone `%` or a conversion llmperf does not evaluate (%b, %q)
+            if kind == "%":
+                pieces.append("%")
+                continue
+            if width == "*" or precision == "*" or ("#" in flags and kind == "o"):  # C's `%#o` is 010, Python's 0o10
+                return None
+            value = queue.pop(0) if queue else ""
+            consumed = consumed or bool(args)
+            try:
+                converted = value if kind == "s" else value[:1] if kind == "c" else _number(value, kind in "diouxX")
+            except ValueError:
+                return None
+            spec = f"%{flags}{width or ''}{'.' + precision if precision is not None else ''}{'d' if kind in 'iu' else kind}"
+            pieces.append(spec.replace("c", "s") % converted if kind == "c" else spec % converted)
+        pieces.append(fmt[last:])
+        out.append("".join(pieces))
+        if not queue or not consumed:
+            return "".join(out)
+
+
+def printf_builtin(script: _Script, words: Sequence[str], uncertain: bool = False) -> bool:
+    """`printf -v NAME FORMAT [ARGS]`: NAME set to what printf would print (undecided in a loop or `case` arm); True
+    when `words` runs it. A plain `printf` writes to standard output and sets nothing."""
+    if not words or words[0] != "printf" or len(words) < 4 or words[1] != "-v":
+        return False
+    name = words[2]
+    at = 4 if words[3] == "--" else 3
+    if at >= len(words):
+        return False
+    text = None if uncertain else printf_text(script.expand(words[at]), [script.expand(w) for w in words[at + 1:]])
+    if text is None:
+        _leave_undecided(script, [name])
+    else:
+        _set(script, name, text)
+    return True
