@@ -324,6 +324,9 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
         dp_cp, expert_dp = cfg.world_size // (cols["tp"] * pp), cfg.world_size // (cols["etp"] * cols["ep"] * pp)
         masks["dp*cp or expert dp % --num-distributed-optimizer-instances != 0"] = (
             (dp_cp % o.distopt_instances != 0) | (expert_dp % o.distopt_instances != 0))
+        if o.fsdp == "none":  # DistributedDataParallel asserts 'Partial DistOpt cannot be used without DistOpt' (FSDP's
+            # own rule below says the same): --apply keeps the flag, so dropping --use-distributed-optimizer is refused
+            masks["--num-distributed-optimizer-instances > 1 needs the distributed optimizer"] = cols["distopt"] == 0
     if o.fsdp != "none":  # FSDP shards the optimizer states; FSDP2 also refuses PP and EP (validate_args)
         masks["FSDP needs the distributed optimizer"] = cols["distopt"] == 0
         if o.fsdp == "torch_fsdp2":

@@ -6,6 +6,7 @@ propose a layout that breaks either."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.tune.candidates import generate_candidates, rule_masks
 from llmperf_hook.tune.search_space import load_search_space
 
-from .helpers import rule_rejected
+from .helpers import rule_rejected, tune_apply_json
 
 # bench_tune's Llama-3 8B on 64 GPUs: TP 4 -> DP 16, four distributed-optimizer instances of 4 ranks each.
 LLAMA3_8B_64 = [*load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tune.py").LLAMA3_8B_64,
@@ -44,3 +45,28 @@ def test_layouts_whose_data_parallel_size_n_does_not_divide_are_rejected() -> No
 def test_no_rule_without_the_flag() -> None:
     cfg, table = _table(LLAMA3_8B_64[:-2])
     assert RULE not in rule_masks(cfg, table.columns)
+
+
+NEEDS_DISTOPT = "--num-distributed-optimizer-instances > 1 needs the distributed optimizer"
+
+
+def test_candidates_that_drop_the_distributed_optimizer_are_rejected() -> None:
+    """DistributedDataParallel asserts 'Partial DistOpt cannot be used without DistOpt' and explain exits 2
+    (megatron_validate_args._check_distopt_instances): --apply keeps the instances flag, so a candidate that drops
+    --use-distributed-optimizer was listed (1.14x faster) and its command refused."""
+    cfg, table = _table(LLAMA3_8B_64)
+    masks = rule_masks(cfg, table.columns)
+    assert np.array_equal(masks[NEEDS_DISTOPT], table.columns["distopt"] == 0)
+    assert (table.columns["distopt"] == 0).any()  # the default space tries it off
+
+
+def test_tune_never_proposes_it(tmp_path: Path, capsys) -> None:
+    """Narrowed to the distributed optimizer off, only the command's own layout is left (it always competes)."""
+    code, out, err = tune_apply_json(tmp_path, capsys, {"distributed_optimizer": [False], "tensor_parallel": [4],
+                                                        "pipeline_parallel": [1], "context_parallel": [1],
+                                                        "recompute": ["none"]}, LLAMA3_8B_64[:-1] + ["2"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["search"]["invalid_by_rule"].get(NEEDS_DISTOPT, 0) > 0, data["search"]
+    assert all(row["distributed_optimizer"] for row in data["top"]), data["top"]
+    assert "--use-distributed-optimizer" in data["applied"]["argv"]
