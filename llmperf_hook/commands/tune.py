@@ -24,7 +24,7 @@ GiB = float(1 << 30)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--top", "top_k", default=5, show_default=True, type=int, help="How many configurations to show, at least 1 (at most the fitting ones found).")
+@click.option("--top", "top_arg", default="5", show_default=True, metavar="K", help="How many configurations to show, at least 1 (at most the fitting ones found).")
 @click.option("--search", "search_file", default=None, help="Search-space YAML (knob: [values] | auto, e.g. 'micro_batch_size: [1, 2, 4]') whose keys override "
               "configs/search/megatron.yaml (Megatron-LM, Megatron-DeepSpeed) or deepspeed.yaml (DeepSpeed, HF "
               "Trainer), where every key is documented; a bad key or value exits 2.")
@@ -37,7 +37,7 @@ GiB = float(1 << 30)
 @click.option("--nproc-per-node", type=int, default=None, help="Override GPUs per node of the command.")
 @click.option("--model", default=None, help="Model preset or file for scripts that do not state the model shape.")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
-def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool, fmt: str, cluster: str | None,
+def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bool, fmt: str, cluster: str | None,
             hardware: str | None, nnodes: int | None, nproc_per_node: int | None, model: str | None,
             launch: Sequence[str]) -> None:
     """Search parallel layouts of a launch command and show (or launch) the fastest that fits.
@@ -49,7 +49,7 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
     argv = list(launch[1:] if launch[:1] == ("--",) else launch)  # click normally consumes the `--` itself
     started = time.perf_counter()
     try:
-        _check_usage(argv, top_k, dry_run, apply_best)
+        top_k = _check_usage(argv, top_arg, dry_run, apply_best)
         job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
         result, space = _search(cfg, spec, search_file, top_k, argv, job.script_args)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
@@ -94,16 +94,23 @@ def command(top_k: int, search_file: str | None, apply_best: bool, dry_run: bool
         _apply(applied, dry_run, quiet=fmt == "json", unchanged=list(applied.argv) == argv and not applied.new_files)
 
 
-def _check_usage(argv: list[str], top_k: int, dry_run: bool, apply_best: bool) -> None:
-    """The options' own rules, checked here rather than by click so that --format json still prints its one object."""
+def _check_usage(argv: list[str], top_arg: str, dry_run: bool, apply_best: bool) -> int:
+    """The options' own rules (-> the --top count), checked here rather than by click so that --format json still
+    prints its one object (click's type=int refused `--top abc` with its usage text alone)."""
     if not argv:
         raise UsageError("llmperf tune needs the launch command after `--`, e.g. "
                          "`llmperf tune -- torchrun --nproc-per-node 8 pretrain_gpt.py ...`.")
+    try:
+        top_k = int(top_arg)
+    except ValueError:
+        raise UsageError(f"--top {top_arg!r} is not a whole number; give how many configurations to list, 1 or more "
+                         "(default 5).") from None
     if top_k < 1:
         raise UsageError(f"--top {top_k}: tune lists at least one configuration; give --top 1 or more (default 5).")
     if dry_run and not apply_best:
         raise UsageError("--dry-run only works with --apply (print the rewritten command instead of launching it); "
                          "add --apply, or drop --dry-run: without --apply tune never launches anything.")
+    return top_k
 
 
 def _refuse_before_output(message: str, fmt: str) -> None:

@@ -261,6 +261,8 @@ def test_bad_search_key_or_value_exits_2_naming_it(space: str, named: str, tmp_p
 @pytest.mark.parametrize("args, named", [
     (["--top", "0"], "--top 0"),
     (["--top", "-3"], "--top -3"),
+    (["--top", "abc"], "--top 'abc' is not a whole number"),  # click's type=int printed its usage text, no JSON
+    (["--top", "2.5"], "--top '2.5'"),
     (["--dry-run"], "--dry-run"),
 ])
 def test_usage_errors_still_print_one_json_object(args: list[str], named: str, tmp_path: Path, capsys) -> None:
