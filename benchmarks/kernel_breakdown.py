@@ -6,6 +6,12 @@
 Runs 6 warm-up steps, then profiles 3 steps and writes the kernels' device time per step (or CPU time on a CPU),
 sorted, with the measured wall time per step: what a framework adds beyond the graph's operators (DeepSpeed's
 mixed-precision copies, gradient norms, bucket copies) shows up by name. Single process (WORLD_SIZE 1).
+
+`--as-fused-adam` (first flag after OUT.txt): DeepSpeed wraps a client optimizer in FP16_Optimizer (flat fp16
+and fp32 master buffers, runtime/fp16/fused_optimizer.py) only when it is a FusedAdam
+(engine._configure_fp16_optimizer's isinstance check), as Megatron-DeepSpeed's Adam is; any other optimizer gets
+FP16_UnfusedOptimizer. FusedAdam JIT-compiles a CUDA op, so this points the check at torch's AdamW instead: the
+same FP16_Optimizer bookkeeping around the same Adam arithmetic over the flat fp32 master buffer.
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ WARMUP, PROFILED = 6, 3
 
 
 def main() -> None:
-    out, args = Path(sys.argv[1]), train_gpt.parse_args(sys.argv[2:])
+    argv = sys.argv[2:]
+    if argv[:1] == ["--as-fused-adam"]:
+        import deepspeed.runtime.engine as ds_engine
+
+        argv = argv[1:]
+        ds_engine.FusedAdam = torch.optim.AdamW
+    out, args = Path(sys.argv[1]), train_gpt.parse_args(argv)
     device = train_gpt.pick_device(args)
     with device:
         model = train_gpt.GPT(args)
