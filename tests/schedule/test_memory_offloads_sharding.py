@@ -106,11 +106,23 @@ def test_nvme_swap_buffers_follow_the_ds_config_buffer_counts(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("preset", "gib"), [("perlmutter", 256), ("vista", 120), ("gb200-nvl72", 960),
-                                              ("dgx-a100", 2048), ("dgx-h100", 2048)])
+                                              ("dgx-a100", 2048), ("dgx-h100", 2048), ("mi300x-8x400g", 1850),
+                                              ("pcie-l40s-2x200g", 1536), ("pcie-h100-4x400g", 0),
+                                              ("vtrain-a100", 0)])
 def test_cluster_presets_state_their_host_ram(preset: str, gib: int) -> None:
     """NERSC: 256 GB per Perlmutter GPU node; TACC Vista: Grace's 120 GB LPDDR5X; GB200 NVL72: 2 Grace x 480 GB per
-    4-GPU compute tray (the OS host whose ranks the verdict adds up); the DGX datasheets' 2 TB."""
+    4-GPU compute tray (the OS host whose ranks the verdict adds up); the DGX datasheets' 2 TB; Azure ND MI300X v5's
+    1,850 GiB; AWS g6e.48xlarge's 1,536 GiB. No public figure for a generic 8 x H100 PCIe node or vTrain's nodes:
+    0, no verdict."""
     assert load_cluster(preset).host_memory_bytes == gib * 2**30
+
+
+def test_a_preset_without_host_ram_says_the_host_verdict_is_unknown() -> None:
+    from llmperf_hook.report.table import render_prediction_table
+
+    pred = predict_command(["torchrun", "--nproc-per-node", str(GPN), "pretrain_gpt.py", *SHAPE, *OFFLOAD], {},
+                           cluster="vtrain-a100")
+    assert "the cluster preset states no host RAM: no verdict" in render_prediction_table(pred)
 
 
 def test_overlap_param_gather_adds_no_buffer() -> None:
