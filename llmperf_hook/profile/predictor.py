@@ -8,7 +8,6 @@ the single optimizer regressor. numpy only: safe on the predict path.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -19,8 +18,8 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.profile.features import OPTIONAL_DIMS, REQUIRED_DIMS, build_features, profile_dims
 from llmperf_hook.profile.hinge import Hinge, hinge_terms, priced_s
-from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_model_text, read_profile_meta
-from llmperf_hook.profile.tree_eval import TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
+from llmperf_hook.profile.profile_io import ModelEntry, ProfileMeta, read_ensemble, read_profile_meta
+from llmperf_hook.profile.tree_eval import TreeEnsemble
 
 _PHASE_MODEL = {"fwd": "fwd", "recompute": "fwd", "bwd": "bwd", "step": "fwd"}
 DTYPE_FREE_CLASSES = frozenset({"optimizer"})
@@ -56,15 +55,7 @@ class FittedProfile:
     def _ensemble(self, key: tuple[str, str, str]) -> TreeEnsemble:
         if key not in self._ensembles:
             entry = self._entries[key]
-            text = read_model_text(self.directory, entry)
-            try:
-                ens = parse_lightgbm_text(text) if entry.model_format == "lightgbm-text" else \
-                    parse_sklearn_json(json.loads(text))
-            except (ValueError, ProfileError) as err:
-                raise ProfileError(f"fitted profile {self.directory}: model {entry.file} is unusable ({err}). A "
-                                   f"damaged or stale profile is never used for predictions. Re-create it (`llmperf "
-                                   f"profile ...`), or delete the directory to fall back to the roofline "
-                                   f"model.") from err
+            ens = read_ensemble(self.directory, entry)
             if ens.num_features != len(entry.feature_names):
                 raise ProfileError(f"fitted profile {self.directory}: model {entry.file} has {ens.num_features} "
                                    f"features, its metadata lists {len(entry.feature_names)}; re-create the profile")

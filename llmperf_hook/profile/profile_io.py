@@ -6,7 +6,8 @@ is as unusable as an edited model), the training range of every dim (extrapolati
 the hardware fingerprint, library versions and provenance, and a sha256 of all of that (meta_sha256). Loading
 checks all of it, and refuses a folder with a pickle in it, and raises ProfileError
 with the path and the fix on any mismatch: a corrupted or stale profile never yields a number.
-No pickle: models are LightGBM text dumps (gzip-compressed as NAME.txt.gz) or JSON tree arrays.
+No pickle: models are LightGBM text dumps (gzip-compressed as NAME.txt.gz) or JSON tree arrays, each with its
+parsed arrays beside it (NAME.trees.gz, packed_trees.py) so that predict does not parse text.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Mapping
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.hinge import HINGE_TERMS, Hinge
+from llmperf_hook.profile.packed_trees import pack_trees, packed_name, unpack_trees
 from llmperf_hook.profile.pickle_scan import planted_pickle_reason
-from llmperf_hook.profile.tree_eval import LinearBaseline
+from llmperf_hook.profile.tree_eval import LinearBaseline, TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 from llmperf_hook.resources import configs_dir
 
 PROFILE_FORMAT = "llmperf-profile"
@@ -59,6 +61,10 @@ class ModelEntry:
     hinge: tuple[float, float, float, float] | None = None
     """(a_s, b_s, c_s, d_s) of the hinge normaliser min(a + b u, c + d w) (profile/hinge.py) that replaces roofline +
     floor_s for this model: t = hinge * exp(model); None for the roofline."""
+    packed_file: str | None = None
+    """The model's trees as parsed arrays (packed_trees.py), read instead of parsing `file`; None in profiles
+    written before packed files existed (then `file` is parsed)."""
+    packed_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,10 @@ PROFILE_KEYS = frozenset({"format", "format_version", "name", "roofline", "roofl
 """The top-level keys of profile.json, as write_profile writes them."""
 
 
+_FILE_KEYS = ("file", "sha256", "packed_file", "packed_sha256")
+"""Per-model keys naming files and their digests: checked against the files themselves, so outside meta_sha256."""
+
+
 def meta_sha256(doc: Mapping) -> str:
     """sha256 of profile.json's content as canonical JSON (sorted keys; floats as Python writes them, which read
     back exactly), leaving out this digest and each model's file name and file sha256 (checked against the file
@@ -116,7 +126,7 @@ def meta_sha256(doc: Mapping) -> str:
     its train_ranges decide what is reported as extrapolation."""
     models = doc.get("models")
     if isinstance(models, list):
-        models = [{k: v for k, v in m.items() if k not in ("file", "sha256")} if isinstance(m, dict) else m
+        models = [{k: v for k, v in m.items() if k not in _FILE_KEYS} if isinstance(m, dict) else m
                   for m in models]
     covered = {**{k: v for k, v in doc.items() if k != "meta_sha256"}, "models": models}
     return _sha(json.dumps(covered, sort_keys=True).encode())
@@ -129,8 +139,11 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
     for entry in meta.models:
         data = encode_model_text(entry.file, model_texts[entry.file])
         (directory / entry.file).write_bytes(data)
+        packed = pack_trees(parse_model_text(entry, model_texts[entry.file]), _sha(data))
+        (directory / packed_name(entry.file)).write_bytes(packed)
         doc_entry = {**entry.__dict__, "sha256": _sha(data), "feature_names": list(entry.feature_names),
-                     "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()}}
+                     "train_ranges": {k: list(v) for k, v in entry.train_ranges.items()},
+                     "packed_file": packed_name(entry.file), "packed_sha256": _sha(packed)}
         if entry.baseline is None:
             doc_entry.pop("baseline")  # profiles without one stay byte-identical to older writers' output
         else:
@@ -166,7 +179,9 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         feature_names=tuple(raw["feature_names"]),
         train_ranges={k: (float(v[0]), float(v[1])) for k, v in raw["train_ranges"].items()},
         num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)),
-        baseline=_baseline(directory, raw), hinge=_hinge(directory, raw))
+        baseline=_baseline(directory, raw), hinge=_hinge(directory, raw),
+        packed_file=None if raw.get("packed_file") is None else str(raw["packed_file"]),
+        packed_sha256=None if raw.get("packed_sha256") is None else str(raw["packed_sha256"]))
     if not (0.0 <= entry.floor_s < 10.0):
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
@@ -177,8 +192,9 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
                                f"llmperf computes schema {expected} for {entry.op_class}/{entry.phase}")
     if entry.model_format not in ("lightgbm-text", "sklearn-gbr-json"):
         raise _fail(directory, f"model {entry.file} has unknown format {entry.model_format!r}")
-    if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
-        raise _fail(directory, f"model file name {entry.file!r} points outside the profile")
+    for name in (entry.file, entry.packed_file or "packed"):
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise _fail(directory, f"model file name {name!r} points outside the profile")
     return entry
 
 
@@ -287,14 +303,19 @@ def _check_roofline_sha(directory: Path, doc: dict, rc: Mapping[str, RooflineCon
                                f"with, so a changed peak or bandwidth would scale every operator time)")
 
 
+def _verified_bytes(directory: Path, file: str, sha256: str | None, key: str) -> bytes:
+    try:
+        data = (directory / file).read_bytes()
+    except OSError as err:
+        raise _fail(directory, f"model file {file} cannot be read ({err})") from err
+    if _sha(data) != sha256:
+        raise _fail(directory, f"model file {file} does not match its {key} in {META_FILE} (corrupted or edited)")
+    return data
+
+
 def read_model_text(directory: Path, entry: ModelEntry) -> str:
     """The model file's text after checking its sha256 against profile.json."""
-    try:
-        data = (directory / entry.file).read_bytes()
-    except OSError as err:
-        raise _fail(directory, f"model file {entry.file} cannot be read ({err})") from err
-    if _sha(data) != entry.sha256:
-        raise _fail(directory, f"model file {entry.file} does not match its sha256 in {META_FILE} (corrupted or edited)")
+    data = _verified_bytes(directory, entry.file, entry.sha256, "sha256")
     if entry.file.endswith(".gz"):
         try:
             data = gzip.decompress(data)
@@ -304,6 +325,35 @@ def read_model_text(directory: Path, entry: ModelEntry) -> str:
         return data.decode()
     except UnicodeDecodeError as err:
         raise _fail(directory, f"model file {entry.file} is not text ({err})") from err
+
+
+def parse_model_text(entry: ModelEntry, text: str) -> TreeEnsemble:
+    """The trees of a model file's text (LightGBM text dump or scikit-learn JSON)."""
+    return parse_lightgbm_text(text) if entry.model_format == "lightgbm-text" else parse_sklearn_json(json.loads(text))
+
+
+def read_ensemble(directory: Path, entry: ModelEntry) -> TreeEnsemble:
+    """A model's trees: from its packed file when profile.json names one, else parsed from the model text. Either
+    way the model text must match its sha256 (a damaged or removed text is refused, as when it is parsed), and a
+    packed file must match its packed_sha256 and have been built from that text (packed_trees.source_sha256)."""
+    if entry.packed_file is None:
+        text = read_model_text(directory, entry)
+        try:
+            return parse_model_text(entry, text)
+        except (ProfileError, ValueError) as err:  # ValueError: scikit-learn JSON that is not JSON
+            raise _fail(directory, f"model {entry.file} is unusable ({err})") from err
+    _verified_bytes(directory, entry.file, entry.sha256, "sha256")
+    data = _verified_bytes(directory, entry.packed_file, entry.packed_sha256, "packed_sha256")
+    try:
+        return unpack_trees(data, entry.sha256)
+    except ProfileError as err:
+        raise _fail(directory, f"packed model file {entry.packed_file} is unusable ({err})") from err
+
+
+def repack_profile(directory: Path) -> Path:
+    """Rewrite a profile with its packed files (one written before they existed): same metadata, same model texts."""
+    meta = read_profile_meta(directory)
+    return write_profile(directory, meta, {m.file: read_model_text(directory, m) for m in meta.models})
 
 
 def encode_model_text(file: str, text: str) -> bytes:

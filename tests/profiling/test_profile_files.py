@@ -63,11 +63,11 @@ def test_extrapolation_is_reported() -> None:
 def test_round_trip_and_no_pickle(tmp_path: Path) -> None:
     d = _tiny_profile(tmp_path)
     files = sorted(p.name for p in d.iterdir())
-    assert files == ["gemm.fwd.fp32.txt.gz", "profile.json"]
+    assert files == ["gemm.fwd.fp32.trees.gz", "gemm.fwd.fp32.txt.gz", "profile.json"]
     for p in d.iterdir():
         data = gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()
         assert b"pickle" not in data and not data.startswith(b"\x80")
-    assert gzip.decompress((d / files[0]).read_bytes()).startswith(b"tree\nversion=")  # a LightGBM text dump
+    assert gzip.decompress((d / files[1]).read_bytes()).startswith(b"tree\nversion=")  # a LightGBM text dump
     t = FittedProfile(d).predict_s([Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")], None)[0]
     assert t == pytest.approx(2 * 256**3 / 5e10 + 2e-6, rel=0.5)
 
@@ -108,6 +108,7 @@ def test_uncompressed_model_files_still_load(tmp_path: Path) -> None:
     text = gzip.decompress((d / "gemm.fwd.fp32.txt.gz").read_bytes())
     (d / "gemm.fwd.fp32.txt").write_bytes(text)
     doc["models"][0].update(file="gemm.fwd.fp32.txt", sha256=hashlib.sha256(text).hexdigest())
+    del doc["models"][0]["packed_file"], doc["models"][0]["packed_sha256"]  # written before packed files existed
     (d / "profile.json").write_text(json.dumps(doc))
     op = Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")
     assert FittedProfile(d).predict_s([op], None)[0] > 0
