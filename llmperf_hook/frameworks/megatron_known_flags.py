@@ -11,7 +11,10 @@ releases that build options from config dataclasses (megatron/training/argument_
 every field of those dataclasses and their parents as `--field-name`, `--no-field-name` and
 `--disable-field-name`; and DeepSpeed's deepspeed.add_config_arguments (--deepspeed, --deepspeed_config,
 --deepscale, --deepscale_config, --deepspeed_mpi); and the options only the bigscience-workshop fork of Megatron-DeepSpeed
-(BLOOM's) adds (the second string: --embed-layernorm, --pp-partition-method, --pad-vocab-size-to, ...), and those only
+(BLOOM's) adds (the second string: --embed-layernorm, --pp-partition-method, --pad-vocab-size-to, ...; its last
+lines from megatron/arguments.py of the fork's other branches at 8387ae1's fetch: lumi_mtf, mtf-multival, t0loading,
+scratchpad, ..., whose finetune_t0.py bigscience's train/tr13-mtf scripts run with --norm-target-loss and
+--reset-progress), and those only
 bigcode-project/Megatron-LM (7c325cd, StarCoder's and SantaCoder's) adds (the third: --attention-head-type,
 --tokenizer-file, --fragment-fim-rate, ...).
 A superset on purpose: a name any release accepted is accepted.
@@ -634,6 +637,9 @@ pp-partition-method reweight-loss-based-on-position-frequency skip-train-iterati
 sync-tp-duplicated-parameters test-weighted-split-paths test-weighted-split-paths-path tokenizer-name-or-path
 train-weighted-split-paths train-weighted-split-paths-path use-bnb-optimizer valid-num-workers
 valid-weighted-split-paths valid-weighted-split-paths-path
+bitfit eval-first force-sync-layer-norm-parameters mean_noise_span_length new-dataset no-layer-norm-fusion
+no-optimizer-fusion no-shuffle noise_density norm-target-loss periodic-eval-data-path prefixlm relu reset-progress
+stagger_checkpoint_save_load_group_size tensorboard-debug-dir
 """.split() + """
 attention-head-type distributed-timeout fragment-fim-rate rotary-theta sanity-check-dataloader-interval structured-logs
 structured-logs-dir tokenizer-file transformer-timers wandb-entity-name wandb-project-name
