@@ -203,11 +203,14 @@ def _script_pp(flags: FlagValues, ds: DsSettings | None, framework: str, src: di
     return pp
 
 
-def _script_layout(pp: int, ds: DsSettings | None, world: int, heads: int, src: dict[str, Source],
+def _script_layout(pp: int, ds: DsSettings | None, world: int, head_counts: tuple[int, int], src: dict[str, Source],
                    warnings: list[str]) -> ParallelLayout:
     """PP x Ulysses sequence parallelism (ds_config sequence_parallel_size) x DP. DeepSpeedConfig divides the
     batch's world by the SP size; deepspeed/runtime/sequence_parallel/parallel_state_sp.py requires world % SP == 0
-    and UlyssesSPAttentionHF heads % SP == 0. Ulysses' all-to-all is priced as context parallelism."""
+    and UlyssesSPAttentionHF (ulysses_sp.py) heads % SP == 0 and, for the key/value heads (`head_counts` = query
+    heads, key/value heads), kv % SP == 0 or SP % kv == 0 (it replicates them). Ulysses' all-to-all is priced as
+    context parallelism."""
+    heads, kv_heads = head_counts
     sp = ds.sequence_parallel_size if ds is not None else 1
     if sp > 1:
         src["cp"] = ds.sources["sequence_parallel_size"]  # type: ignore[union-attr]
@@ -217,6 +220,13 @@ def _script_layout(pp: int, ds: DsSettings | None, world: int, heads: int, src: 
             raise ConfigError(f"{src['cp']} {sp} does not divide the model's {heads} attention heads ({src.get('num_attention_heads')}); "
                               f"DeepSpeed-Ulysses splits heads across the sequence-parallel group and raises 'Attention head "
                               f"count {heads} is not divisible by SP size {sp}'. Use an SP size dividing {heads}.")
+        if kv_heads % sp and sp % kv_heads:
+            raise ConfigError(f"{src['cp']} {sp} and the model's {kv_heads} key/value heads "
+                              f"({src.get('num_query_groups')}) neither divide each other: DeepSpeed-Ulysses "
+                              f"(UlyssesSPAttentionHF) splits the key/value heads across the sequence-parallel group, or "
+                              f"replicates them when there are fewer, and raises 'KV attention head count {kv_heads} is "
+                              f"not divisible by SP size {sp} or vice versa'. Use an SP size that divides {kv_heads} or "
+                              f"is a multiple of it.")
     if pp < 1 or world % (pp * sp):
         raise world_divisibility_error(world, src["world_size"], 1, max(pp, 1), sp, src)
     src["dp"] = Source(SourceKind.DERIVED, f"world / (PP * SP) = {world}/({pp}*{sp})" if sp > 1 else f"world / PP = {world}/{pp}")
@@ -278,7 +288,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     warnings += openrlhf_warnings(job.script, job.script_args)
     model = resolve_script_shape(flags, overrides.model, src, warnings)
     pp = _script_pp(flags, ds, framework, src, warnings)
-    layout = _script_layout(pp, ds, job.world_size, model.num_attention_heads, src, warnings)
+    layout = _script_layout(pp, ds, job.world_size, (model.num_attention_heads, model.num_query_groups), src, warnings)
     dp = layout.dp
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
     batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src,

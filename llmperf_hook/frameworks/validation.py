@@ -319,7 +319,9 @@ def _check_ulysses(cfg: TrainingConfig) -> None:
     initialize.py raises when Megatron's --sequence-parallel is on as well (kept only at TP > 1). Its ParallelAttention
     asserts num_attention_heads % sp == 0 (megatron/model/transformer.py), and DeepSpeed's single_all_to_all
     (deepspeed/sequence/layer.py) scatters one tensor-parallel rank's heads over the sp ranks: evenly, or unevenly
-    when there are more heads than ranks ('Number of heads ... must be larger than sequence parallel size')."""
+    when there are more heads than ranks ('Number of heads ... must be larger than sequence parallel size'). Its
+    ParallelAttention.forward asserts projection_size == kv_projection_size under Ulysses (transformer.py, HEAD of
+    deepspeedai/ and microsoft/Megatron-DeepSpeed): grouped-query attention does not run with it."""
     p = cfg.parallel
     if cfg.framework != "megatron-deepspeed" or p.cp == 1:
         return
@@ -332,6 +334,13 @@ def _check_ulysses(cfg: TrainingConfig) -> None:
             "Megatron-DeepSpeed asserts num_attention_heads % ds_sequence_parallel_size == 0 and DeepSpeed-Ulysses "
             "scatters each tensor-parallel rank's heads over the sequence-parallel ranks, so they must divide or "
             "outnumber them. Lower --ds-sequence-parallel-size or the tensor-parallel size.")
+    groups = cfg.model.num_query_groups
+    if groups != heads:
+        raise ConfigError(
+            f"--ds-sequence-parallel-size {_at(cfg, 'cp', p.cp)} with grouped-query attention "
+            f"({_at(cfg, 'num_query_groups', groups)} key/value heads for {heads} query heads): Megatron-DeepSpeed's "
+            "ParallelAttention asserts projection_size == kv_projection_size when DeepSpeed-Ulysses is on, so the "
+            "first training step fails. Drop --ds-sequence-parallel-size: this model runs without Ulysses.")
     if p.sequence_parallel:
         raise ConfigError(
             f"--ds-sequence-parallel-size {_at(cfg, 'cp', p.cp)} with --sequence-parallel (tensor-model-parallel-size "

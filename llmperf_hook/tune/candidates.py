@@ -420,7 +420,14 @@ def _param_gather_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> 
 
 def _ulysses_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Megatron-DeepSpeed's initialize.py: DeepSpeed-Ulysses (--ds-sequence-parallel-size, our CP) refuses
-    Megatron's --sequence-parallel (kept at TP > 1 only; _normalise_and_dedupe drops it at TP 1)."""
+    Megatron's --sequence-parallel (kept at TP > 1 only; _normalise_and_dedupe drops it at TP 1). Its attention
+    asserts heads % sp == 0 and DeepSpeed's single_all_to_all scatters each tensor-parallel rank's heads over the sp
+    ranks, evenly or, with more heads than ranks, unevenly (validation._check_ulysses, the same rule): a TP the
+    search tries can leave too few heads per rank."""
     if cfg.framework != "megatron-deepspeed":
         return {}
-    return {"DeepSpeed-Ulysses refuses sequence parallel": (cols["cp"] > 1) & (cols["sp"] > 0)}
+    cp, heads = cols["cp"], cfg.model.num_attention_heads
+    local = heads // cols["tp"]
+    return {"DeepSpeed-Ulysses refuses sequence parallel": (cp > 1) & (cols["sp"] > 0),
+            "DeepSpeed-Ulysses needs heads % sp == 0 and heads per TP rank divisible by or more than sp": (cp > 1) & (
+                (heads % cp != 0) | ((local % cp != 0) & (local <= cp)))}

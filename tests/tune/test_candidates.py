@@ -198,3 +198,17 @@ def test_masks_of_flags_apply_keeps_agree_with_validation(flags: list[str]) -> N
     _, cfg = resolve_job([*_ONE_NODE, *flags], {})
     table = generate_candidates(cfg, load_search_space(None, "megatron"), gpus_per_node=8)
     assert mask_disagreements(cfg, table) == []
+
+
+def test_megatron_deepspeed_ulysses_heads_rule_is_a_named_mask() -> None:
+    """Megatron-DeepSpeed with --ds-sequence-parallel-size 4 (kept) and 16 heads: TP 8 leaves 2 heads per rank for 4
+    Ulysses ranks, which explain refuses (validation._check_ulysses); they were counted one by one as 'framework
+    validation' instead of by the rule."""
+    base = dataclasses.replace(gpt_config(layers=24, hidden=2048, heads=16, world=32, tp=1, pp=1, gbs=128),
+                               framework="megatron-deepspeed")
+    cfg = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, cp=4, dp=8))
+    table = generate_candidates(cfg, load_search_space(None, "megatron-deepspeed"), gpus_per_node=8)
+    masks = rule_masks(cfg, table.columns)
+    heads = masks["DeepSpeed-Ulysses needs heads % sp == 0 and heads per TP rank divisible by or more than sp"]
+    assert heads.any() and np.array_equal(heads, table.columns["tp"] == 8)
+    assert mask_disagreements(cfg, table) == []
