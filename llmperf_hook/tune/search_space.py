@@ -90,7 +90,7 @@ def read_search_file(path: str | Path) -> dict[str, Any]:
         what = "a folder, not a file" if p.is_dir() else "no such file"
         raise UsageError(f"--search {path}: {what}. Give a YAML search space (see configs/search/megatron.yaml).")
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # safe_load's loader, keys unique
     except OSError as err:  # unreadable (permissions, a vanished file): the reason, not a traceback
         raise UsageError(f"--search {path}: cannot read it ({err.strerror or err}). Make it readable, or drop --search.") \
             from None
@@ -102,6 +102,21 @@ def read_search_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise UsageError(f"--search {path}: expected a mapping of knob: [values] | auto, got {type(raw).__name__}.")
     return raw
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader that refuses a key given twice in one mapping (YAML 1.2 requires unique keys; PyYAML
+    keeps the last silently, so `micro_batch_size` written twice searched only the second list)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice (each knob once)",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
