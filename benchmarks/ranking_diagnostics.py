@@ -6,7 +6,8 @@ measured gap. Then oracles that re-rank every group with part of the prediction 
 each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source, hidden, TP, PP,
 micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside the layers, per
 step), and each (hidden, TP, micro-batch) cell priced at its measured times. They say which error decides the
-misses, not what to fit. With a noise band, every row within it of a group's fastest counts as its best.
+misses, not what to fit. Per miss, the part whose error most favours the choice over the best (miss_cause)
+names its cause. With a noise band, every row within it of a group's fastest counts as its best.
 
 The --resolution report says how many independent measurements the groups rest on: whether a source's rows were
 composed from one per-layer number per (hidden, TP, micro-batch) cell (the per-micro-batch slope exactly linear in
@@ -348,6 +349,39 @@ def miss_attribution(groups) -> list[tuple[RowPoint, RowPoint, tuple[str, ...]]]
     return out
 
 
+PARTS = ("per layer and micro-batch", "per micro-batch outside the layers", "per layer and step", "per step")
+"""The four terms of bilinear_fit, in its order (a n L, b n, c L, d)."""
+
+
+def part_errors(points) -> dict:
+    """RowPoint -> (predicted - measured) seconds of each bilinear part at the row's (n, L), from its family's two
+    fits; rows of a family without a fit are left out. The four sum to the row's error up to the fits' residuals."""
+    families: dict = defaultdict(list)
+    for p in points:
+        families[p.family].append(p)
+    out = {}
+    for rows in families.values():
+        measured, predicted = bilinear_fit(rows, lambda p: p.measured_s), bilinear_fit(rows, lambda p: p.predicted_s)
+        if measured is None or predicted is None:
+            continue
+        for p in rows:
+            x = np.array([p.num_microbatches * p.num_layers, p.num_microbatches, p.num_layers, 1.0])
+            out[p] = x * (predicted - measured)
+    return out
+
+
+def miss_cause(best: RowPoint, chosen: RowPoint, errors: dict) -> tuple[str, float] | None:
+    """The part whose error most favours the choice over the best: the most negative term of (choice's part error
+    - best's part error), and how much of the measured gap (choice - best), which the prediction got the wrong way,
+    that term hides (1.0: all of it). None when either row's family has no fit (a bilinear split needs 2 layer
+    counts and 4 (L, n) pairs)."""
+    if best not in errors or chosen not in errors:
+        return None
+    delta = errors[chosen] - errors[best]
+    k = int(np.argmin(delta))
+    return PARTS[k], -float(delta[k]) / (chosen.measured_s - best.measured_s)
+
+
 def report_attribution(groups) -> None:
     """Per miss: the per-layer cost (measured / predicted, ms per layer and micro-batch over the model) of the cells
     of its best and its choice, and the single part that flips it (miss_attribution)."""
@@ -362,9 +396,16 @@ def report_attribution(groups) -> None:
 
     print("\nper miss: per-layer cost of the best's and the choice's cell (ms, measured/predicted) and the single part"
           " of the step time that, taken from the measurements, makes it a hit:")
+    errors = part_errors(everything)
+    causes: dict = defaultdict(int)
     for best, chosen, flips in miss_attribution(groups):
+        cause = miss_cause(best, chosen, errors)
+        causes[cause[0] if cause else "no bilinear split"] += 1
+        why = f"; cause {cause[0]} (hides {100 * cause[1]:.0f} % of the gap)" if cause else "; cause: no bilinear split"
         print(f"  {best.family[0]} L{best.num_layers:<3} best {best.layout:<22} {cell(best):<26} chose "
-              f"{chosen.layout:<22} {cell(chosen):<26} -> {', '.join(flips) or 'no single part'}")
+              f"{chosen.layout:<22} {cell(chosen):<26} -> {', '.join(flips) or 'no single part'}{why}")
+    print("misses by cause (the part whose error most favours the choice, miss_cause): "
+          + ", ".join(f"{label} {n}" for label, n in sorted(causes.items(), key=lambda kv: -kv[1])))
 
 
 def step_cost_per_param(points) -> dict[tuple, tuple[float, float, int]]:

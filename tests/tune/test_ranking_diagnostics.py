@@ -238,3 +238,19 @@ def test_tp_step_cap_is_six_all_reduces_on_vtrains_nccl_table_and_their_host_cal
     # vTrain trace/a100/AR_GPU2_1M_1024M_LUT: 8 MiB on 2 GPUs 86.9 us; one host call 57 us (vtrain-a100 preset)
     assert cap(("S24", 2048, 2, 2)) == pytest.approx(6 * (86.9e-6 + 57e-6), rel=0.03)
     assert cap(("S23", 2048, 2, 2)) is None and cap(("S24", 2048, 16, 2)) is None
+
+
+def test_miss_cause_names_the_part_that_under_prices_the_choice_against_the_best() -> None:
+    best_family, chosen_family = ("S24", 2048, 1, 1, 1, 1), ("S24", 2048, 2, 1, 2, 1)
+    best = [_point(t, t + 0.2e-3 * layers, layers=layers, n=n, family=best_family)  # per-layer-step part 0.2 ms high
+            for layers in (12, 16, 24) for n in (2, 4) for t in [3e-3 * n * layers + 2e-3 * layers]]
+    chosen = [_point(t, t - 0.8e-3 * n * layers, layers=layers, n=n, family=chosen_family)  # 0.8 ms per layer low
+              for layers in (12, 16, 24) for n in (2, 4) for t in [3.5e-3 * n * layers + 1e-3 * layers]]
+    errors = diag.part_errors(best + chosen)
+    b, c = best[1], chosen[1]  # L 12, n 4: measured 0.168 s (best) vs 0.180 s (choice), predicted 0.170 vs 0.142
+    part, share = diag.miss_cause(b, c, errors)
+    assert part == "per layer and micro-batch"
+    assert share == pytest.approx(0.8e-3 * 4 * 12 / (c.measured_s - b.measured_s), rel=1e-6)
+    np.testing.assert_allclose(errors[b], [0.0, 0.0, 0.2e-3 * 12, 0.0], atol=1e-12)
+    lone = _point(1.0, 0.9, family=("S24", 1024, 8, 1, 4, 1))
+    assert diag.miss_cause(lone, c, diag.part_errors(best + chosen + [lone])) is None
