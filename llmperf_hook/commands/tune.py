@@ -54,7 +54,7 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
         result, space = _search(cfg, spec, search_file, top_k, argv, job.script_args)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
         if fmt == "json":
-            click.echo(json.dumps({"error": str(err), "exit_code": err.exit_code}, indent=2))
+            _echo_json_error(str(err), err.exit_code)
         raise
     elapsed = time.perf_counter() - started
     header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node)}
@@ -65,9 +65,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
             from llmperf_hook.tune.render import search_json
 
-            click.echo(json.dumps({"error": message, "exit_code": 3, "fits": False, "header": header,
-                                   "knobs": header["knobs"], "search": search_json(result, header),
-                                   "nearest": _nearest_json(result)}, indent=2))
+            _echo_json_error(message, 3, fits=False, header=header, knobs=header["knobs"],
+                             search=search_json(result, header), nearest=_nearest_json(result))
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
@@ -83,7 +82,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
 
-        click.echo(json.dumps(render_json(result, changes, header, applied), indent=2))
+        refused = {"error": refusal, "exit_code": UsageError.exit_code} if refusal else {}
+        click.echo(json.dumps({**render_json(result, changes, header, applied), **refused}, indent=2))
     else:
         from llmperf_hook.tune.render import render_table
 
@@ -117,8 +117,15 @@ def _refuse_before_output(message: str, fmt: str) -> None:
     """An --apply that must not launch (a layout tuned for another world size) stops before the result is printed
     as if it would be applied (exit 2); with --format json stdout still holds one JSON object, the error."""
     if fmt == "json":
-        click.echo(json.dumps({"error": message, "exit_code": 2}, indent=2))
+        _echo_json_error(message, UsageError.exit_code)
     raise UsageError(message)
+
+
+def _echo_json_error(message: str, exit_code: int, **extra: Any) -> None:
+    """The one JSON object of a run that exits non-zero (tune/render.py documents its keys)."""
+    from llmperf_hook.tune.render import JSON_SCHEMA
+
+    click.echo(json.dumps({"schema": JSON_SCHEMA, "error": message, "exit_code": exit_code, **extra}, indent=2))
 
 
 def _script_plan(argv: list[str], line_plan: Any, changes: Any, cfg: Any, tuned: Any,

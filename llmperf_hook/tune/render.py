@@ -14,9 +14,11 @@ recompute_num_layers, distributed_optimizer, zero_stage, ep, etp (null = expert 
 layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes, fits,
 host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
 (null = absent / removed); `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
-Nothing fits (exit 3): {error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
+Nothing fits (exit 3): {schema, error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
 host_bytes_per_node, short_of ("gpu" | "host"), short_bytes (over the usable GPU memory or the host RAM),
-layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}.
+layers_that_fit (0 = no layer count fits, null = not known), layers_that_fit_means}}. Bad input (exit 2): {schema,
+error, exit_code}; an --apply refused after the search (a launch script that does not pass its arguments on): the
+result object above with error and exit_code 2 added (the changes to make by hand stay listed).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from llmperf_hook.tune.apply import TunedCommand
 from llmperf_hook.tune.search import Evaluated, TuneResult
 
 GiB = float(1 << 30)
+JSON_SCHEMA = 1
+"""The `schema` of every JSON object tune prints; raised only when a key changes meaning or goes away."""
 
 
 @dataclass(frozen=True)
@@ -264,7 +268,7 @@ def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Ma
                 applied: TunedCommand | None = None) -> dict[str, Any]:
     best, base = (res.top[0] if res.top else None), res.baseline
     return {
-        "schema": 1,
+        "schema": JSON_SCHEMA,
         "job": header["job"], "cluster": header["cluster"], "search_space": header["space"],
         "knobs": header.get("knobs"), "search": search_json(res, header),
         "baseline": _evaluated_json(base, None) if base else None,
