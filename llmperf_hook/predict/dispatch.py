@@ -146,8 +146,9 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     if profile is None:
         warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
     if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples
-        warnings += comm_model.extrapolation_warnings(
-            [op for op in ops if choose_predictor(op, None, comm_model) is comm_model], cluster)
+        comm_ops = [op for op in ops if choose_predictor(op, None, comm_model) is comm_model]
+        warnings += comm_model.extrapolation_warnings(comm_ops, cluster)
+        used.update(comm_model.priced_by(comm_ops, cluster))  # the cluster's alpha-beta where it replaced the fit
     return OpTimes(seconds=seconds, predictor_by_class=dict(sorted(used.items())), warnings=warnings)
 
 

@@ -14,7 +14,8 @@ Physical figures of the cluster the job runs on (predict/alpha_beta.py) bound th
 the sizes it saw: (1) no collective is priced faster than its links at line rate plus the tier's latency
 (line_rate_time_s); (2) below its smallest sample a fit's alpha is not identifiable (0 or 3 ms when the smallest
 sample takes milliseconds), so time follows the cluster's alpha-beta there, scaled to meet the fit at that
-sample (continuous and non-decreasing in size); (3) a fit slower than MIN_RATE_FRACTION of the cluster's
+sample (continuous and non-decreasing in size) but by at most 1 / MIN_RATE_FRACTION (MAX_BELOW_SAMPLE_SCALE);
+(3) a fit slower than MIN_RATE_FRACTION of the cluster's
 alpha-beta rate for the op's layout, at its largest sample or in its bandwidth limit, measured another transport
 than this cluster's network (the Perlmutter samples: 0.6-4.4 GB/s of bus bandwidth across nodes where Slingshot-11
 gives 80 GB/s per node; op-samples README), and that layout is priced by the cluster's alpha-beta. (3), and
@@ -40,7 +41,7 @@ import numpy as np
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.hardware.spec import ClusterSpec
-from llmperf_hook.predict.alpha_beta import collective_time_s, line_rate
+from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor, collective_time_s, line_rate
 from llmperf_hook.profile.pickle_scan import planted_pickle_reason
 
 COMM_FORMAT = "llmperf-comm-model"
@@ -57,6 +58,14 @@ its LL protocol carries 4 flag bytes per 8 (half the link; NCCL docs, NCCL_PROTO
 transport, e.g. NCCL's TCP socket transport where the RDMA / libfabric plugin is not loaded (NCCL docs,
 NCCL_NET / NCCL_IB_DISABLE). Shipped fits: Perlmutter inside a node 0.17-1.5, across nodes 0.002-0.055; Vista
 0.54-1.14 (benchmarks/bench_comm_extrapolation.py, column fit/ab)."""
+
+
+MAX_BELOW_SAMPLE_SCALE = 1.0 / MIN_RATE_FRACTION
+"""Below its smallest sample a fit is followed as the cluster's alpha-beta times (fit / alpha-beta at that sample),
+held to at most 10x: rule (3) applied to the fixed cost. A smallest sample more than 10x slower than the cluster's
+latency plus bytes over its links carries a cost that NCCL's protocol and algorithm choices do not explain (the
+same ~4x bound as MIN_RATE_FRACTION), e.g. a 3 ms alpha from samples that start at hundreds of MB where NVLink's
+latency is microseconds; scaling every smaller message by it would price a 1 KB all-gather in milliseconds."""
 
 
 def ring_factor(collective: str, n: int) -> float:
@@ -247,12 +256,17 @@ class CommPredictor:
             return np.array([collective_time_s(op, cluster) for op in ops])
         below = np.flatnonzero(nbytes < fit.bytes_range[0])
         if below.size:  # the fit's alpha is not identifiable below its samples: the cluster's alpha-beta shape
-            edge = fit.bytes_range[0]
-            scale = float(self._fit_s(fit, op_class, coll, np.array([edge]))[0]) / \
-                collective_time_s(replace(ops[0], dims={"bytes": edge}), cluster)
+            scale = min(self._edge_scale(fit, op_class, ops[0], cluster), MAX_BELOW_SAMPLE_SCALE)
             fitted[below] = [scale * collective_time_s(ops[i], cluster) for i in below]
         fastest = line_rate(cluster)  # line_rate_time_s, the cluster built once for the group
         return np.maximum(fitted, [collective_time_s(op, fastest) for op in ops])
+
+    def _edge_scale(self, fit: LayoutFit, op_class: str, op: Op, cluster: ClusterSpec) -> float:
+        """The fit over the cluster's alpha-beta at the fit's smallest sampled size, for `op`'s layout."""
+        assert op.collective is not None
+        edge = fit.bytes_range[0]
+        return float(self._fit_s(fit, op_class, op.collective, np.array([edge]))[0]) / \
+            collective_time_s(replace(op, dims={"bytes": edge}), cluster)
 
     def predict_s(self, ops: Sequence[Op], cluster: ClusterSpec | None) -> Sequence[float]:
         out = np.empty(len(ops))
@@ -268,6 +282,16 @@ class CommPredictor:
             c = op.collective
             groups.setdefault((op.op_class, c.group_size, c.ranks_per_node, c.groups_sharing_node), []).append(i)
         return groups
+
+    def priced_by(self, ops: Sequence[Op], cluster: ClusterSpec) -> dict[str, str]:
+        """{collective class: the cost model that priced its ops}: this fit, the cluster's alpha-beta where rule (3)
+        replaced the fit of a layout, or both ("A | B") when the class has layouts of each kind (predict's "cost
+        models" line names what really priced each class, not the fit that was loaded)."""
+        names: dict[str, set[str]] = {}
+        for (op_class, n, _, _), idx in self._groups(ops).items():
+            replaced = n > 1 and self.rate_fraction(op_class, ops[idx[0]], cluster) < MIN_RATE_FRACTION
+            names.setdefault(op_class, set()).add(AlphaBetaPredictor.name if replaced else self.name)
+        return {c: " | ".join(sorted(v)) for c, v in names.items()}
 
     def extrapolation_warnings(self, ops: Sequence[Op], cluster: ClusterSpec) -> tuple[str, ...]:
         """One line per collective class and layout priced outside what its fit saw: by the cluster's alpha-beta
@@ -303,6 +327,10 @@ class CommPredictor:
             how.append("above them the learned residual is held at its edge value and time follows the fitted "
                        "alpha-beta")
         if min(sizes) < lo:
-            how.append(f"below them {cluster.name}'s alpha-beta, scaled to the fit at its smallest sample")
+            scale = self._edge_scale(fit, op_class, ops[0], cluster)
+            how.append(f"below them {cluster.name}'s alpha-beta, scaled to the fit at its smallest sample"
+                       if scale <= MAX_BELOW_SAMPLE_SCALE else
+                       f"below them {cluster.name}'s alpha-beta x {MAX_BELOW_SAMPLE_SCALE:g} (the fit's smallest "
+                       f"sample is {scale:.0f}x the alpha-beta time there: a fixed cost the network does not explain)")
         return [f"{where}: messages of {span} bytes reach beyond the sampled {lo:.3g}-{hi:.3g}; {'; '.join(how)}; "
                 f"never faster than the links at line rate plus latency"]
