@@ -25,7 +25,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, apply_prefixes, command_head, is_launch,
-                                             script_file, shell_commands)
+                                             python_code_step, script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
@@ -260,6 +260,8 @@ class _Reading(ShellVariables):
         input, or its command string, expanded by this script where it is double-quoted, by the child shell, which has
         only the exported variables, where single-quoted (`L=...; bash -c '$L train.py'` runs no launcher unless L is
         exported)."""
+        if python_code_step(words):
+            return False
         at = script_file(words)
         if at is not None:
             return is_launch(words, text, self.script_text(words, at))

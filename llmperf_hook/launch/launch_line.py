@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Sequence
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_variables import ASSIGN
+from llmperf_hook.launch.slurm import scan_srun
 from llmperf_hook.launch.wrappers import env_options, unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
@@ -137,3 +140,34 @@ def is_launch(words: Sequence[str], line: str, child: str | None = None) -> bool
     i = _head_index(words)
     program = " ".join([os.path.basename(words[i]), *words[i + 1:]]) if i < len(words) else ""
     return command_head(words) in LAUNCH_HEADS or bool(_PY_LAUNCH.search(line) or _PY_LAUNCH.match(program))
+
+
+def _runs_python_code(words: Sequence[str]) -> bool:
+    """`python [options] -c CODE` (past prefixes and wrappers): python runs CODE, no script (an option cluster like
+    `-uc` too); -m, -W and -X take a value, and the first word that is no option is the script."""
+    i = _head_index(words)
+    if i >= len(words) or not re.fullmatch(r"python[0-9.]*", os.path.basename(words[i])):
+        return False
+    for word in words[i + 1:]:
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            return False
+        for letter in word[1:]:
+            if letter in "cmWX":
+                return letter == "c"
+    return False
+
+
+def python_code_step(words: Sequence[str]) -> bool:
+    """`srun ... python -c CODE`, or `srun ... bash -c 'python -c "CODE"'`: a step that runs inline code on each task
+    (bigscience's .slurm scripts check every node's GPU this way, 'testing for potential faulty nodes', before their
+    launch line), not the training launch."""
+    i = _head_index(words)
+    if i >= len(words) or os.path.basename(words[i]) != "srun":
+        return False
+    try:
+        inner = list(words[scan_srun(words, i + 1)[2]:])
+        k = shell_command_index(inner, _head_index(inner))
+        inner = shlex.split(inner[k]) if k is not None else inner
+    except (UsageError, ValueError, IndexError):
+        return False
+    return _runs_python_code(inner)

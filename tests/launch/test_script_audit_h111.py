@@ -1,0 +1,52 @@
+"""Launch scripts of the public repositories (bigscience train/, Megatron-DeepSpeed examples_deepspeed/, Megatron-LM
+examples/) that llmperf refused although bash runs one training launch from them, found by running `llmperf explain`
+on each (session H111); each test fails without its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.launch_line import python_code_step
+from llmperf_hook.launch.parse import parse_launch
+
+NODE_CHECK = """#!/bin/bash
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:8
+# testing for potential faulty nodes
+srun --jobid $SLURM_JOBID bash -c 'python -c "import torch, socket; print(socket.gethostname(), torch.cuda.is_available())"'
+export LAUNCHER="python -u -m torch.distributed.launch \\
+    --nproc_per_node 8 \\
+    --nnodes $SLURM_NNODES \\
+    "
+export CMD="pretrain_gpt.py --tensor-model-parallel-size 2"
+srun --jobid $SLURM_JOBID bash -c '$LAUNCHER --node_rank $SLURM_PROCID $CMD' 2>&1 | tee -a main_log.txt
+"""
+
+
+def test_a_node_check_with_python_c_is_not_the_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bigscience tr3/tr5/tr14 .slurm: the `srun ... bash -c 'python -c "import torch ..."'` node check was the
+    first launch line, and every later line holding a launcher (`export LAUNCHER="python -u -m
+    torch.distributed.launch ...`) another: exit 2, '3 launch lines'."""
+    (tmp_path / "job.slurm").write_text(NODE_CHECK)
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["sbatch", "job.slurm"], {})
+    assert (job.nnodes, job.nproc_per_node, job.world_size) == (4, 8, 32)
+    assert job.script.endswith("pretrain_gpt.py")
+
+
+@pytest.mark.parametrize("line, inline", [
+    ("srun python -c 'import torch'", True),
+    ("srun -N 2 --ntasks-per-node=1 python3 -uc 'print(1)'", True),
+    ("srun bash -c 'python -c \"import socket\"'", True),
+    ("srun python train.py", False),
+    ("srun python -m torch.distributed.run train.py", False),
+    ("srun bash -c '$LAUNCHER $CMD'", False),
+    ("torchrun python -c x", False),
+])
+def test_python_code_step(line: str, inline: bool) -> None:
+    import shlex
+
+    assert python_code_step(shlex.split(line)) is inline
