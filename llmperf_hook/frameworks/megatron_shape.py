@@ -163,6 +163,9 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
                           "Megatron asserts encoder_seq_length is None when --seq-length is set. Keep --seq-length.")
     seq, src["seq_length"] = _required(flags, "seq_length", "encoder_seq_length")
     positions = flags.get("max_position_embeddings")
+    if flags.get("position_embedding_type") == "rotary" and \
+            flags.seen_flags.get("position_embedding_type") == "--position-embedding-type":
+        return seq, _no_positions_with_rotary(flags, positions)
     if positions is None:
         raise ConfigError("Megatron requires --max-position-embeddings (arguments.py: required_args, 'max_position_embeddings "
                           f"argument is None') and the command does not give it; add --max-position-embeddings {seq} "
@@ -172,6 +175,19 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
                           f"seq-length {seq} ({src['seq_length']}); Megatron asserts max_position_embeddings >= seq_length. "
                           f"Raise --max-position-embeddings to at least {seq}.")
     return seq, positions
+
+
+def _no_positions_with_rotary(flags: FlagValues, positions: int | None) -> None:
+    """The bigscience Megatron-DeepSpeed fork (tr4 rotary runs) has no position table with `--position-embedding-type
+    rotary` and asserts it was given no size: parse_args `if position_embedding_type in (absolute, alibi): assert
+    max_position_embeddings is not None ... else: assert max_position_embeddings is None`. Megatron-LM spells it rope;
+    epfLLM/Megatron-LLM's `--position_embedding_type rotary` (underscores) requires the size, as Megatron-LM does."""
+    if positions is not None:
+        raise ConfigError(f"--max-position-embeddings {positions} ({flags.source('max_position_embeddings')}) is given "
+                          "with --position-embedding-type rotary: the bigscience Megatron-DeepSpeed fork asserts "
+                          "max_position_embeddings is None for rotary embeddings (megatron/arguments.py parse_args). "
+                          "Remove --max-position-embeddings.")
+    return None
 
 
 def _normalization(flags: FlagValues) -> str:

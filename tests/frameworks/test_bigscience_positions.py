@@ -5,19 +5,40 @@ from __future__ import annotations
 
 import pytest
 
-from tests.frameworks.helpers import megatron
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import BASE, megatron
+
+NO_POSITIONS = [w for k, w in enumerate(BASE) if "--max-position-embeddings" not in BASE[max(k - 1, 0):k + 1]]
+"""BASE without --max-position-embeddings: the fork asserts it is None with rotary (megatron/arguments.py parse_args)."""
+
+
+def _fork(value: str):  # type: ignore[no-untyped-def]
+    return megatron("--position-embedding-type", value, base=NO_POSITIONS if value == "rotary" else None)
 
 
 @pytest.mark.parametrize("value, expected", [("alibi", "none"), ("rotary", "rope"), ("absolute", "learned_absolute"),
                                              ("rope", "rope"), ("learned_absolute", "learned_absolute")])
 def test_fork_position_types(value: str, expected: str) -> None:
-    cfg = megatron("--position-embedding-type", value)
+    cfg = _fork(value)
     assert cfg.model.position_embedding == expected
 
 
 @pytest.mark.parametrize("value", ["alibi", "rotary", "absolute"])
 def test_fork_position_types_do_not_warn(value: str) -> None:
-    assert not any("position" in w for w in megatron("--position-embedding-type", value).warnings)
+    assert not any("position" in w for w in _fork(value).warnings)
+
+
+def test_rotary_takes_no_max_position_embeddings() -> None:
+    """bigscience train/tr4-1B3-rotary: the fork asserts max_position_embeddings is None with rotary, and its scripts
+    give none; llmperf asked for one ('Megatron requires --max-position-embeddings', exit 2). Given one, the fork's
+    assert fires: exit 2 naming it."""
+    assert _fork("rotary").model.position_embedding == "rope"
+    with pytest.raises(ConfigError, match="asserts max_position_embeddings is None"):
+        megatron("--position-embedding-type", "rotary")
+    with pytest.raises(ConfigError, match="requires --max-position-embeddings"):
+        megatron("--position-embedding-type", "rope", base=NO_POSITIONS)
+    with pytest.raises(ConfigError, match="requires --max-position-embeddings"):  # epfLLM/Megatron-LLM's spelling
+        megatron("--position_embedding_type", "rotary", base=NO_POSITIONS)
 
 
 def _bloom(*extra: str, tp: str = "4") -> list[str]:
