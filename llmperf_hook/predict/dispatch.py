@@ -143,6 +143,10 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
         priced = [bf16_part_of_fp8_run(op) for op in ops]
         warnings = profile.extrapolation_warnings(
             [op for op in priced if choose_predictor(op, profile, None) is profile])
+        if hasattr(profile, "meta"):  # a profile timed under another torch than this environment's
+            from llmperf_hook.profile.profile_io import measured_under_notes
+
+            warnings += measured_under_notes(profile.meta)
     if profile is None:
         warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
     if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples

@@ -75,16 +75,20 @@ def shipped_hardware_names() -> list[str]:
 
 
 def fingerprint(device: str, threads: int) -> dict[str, str]:
+    """What the samples' times depend on besides the shapes: the device, and the torch build that ran the kernels
+    (its bundled oneDNN / MKL on CPU, cuBLAS / cuDNN / CUDA on GPU: another torch times the same op differently).
+    Samples resume and fit only under an equal fingerprint; predict says when the installed torch differs
+    (profile_io.measured_under_notes)."""
+    import torch
+
     if device == "cpu":
         from llmperf_hook.profile.op_sampler import cpu_clock_kind
 
         return {"device": cpu_model_name(), "machine": platform.machine(), "threads": str(threads),
-                "logical_cpus": str(os.cpu_count() or 0), "clock": cpu_clock_kind(threads)}
-    import torch
-
+                "logical_cpus": str(os.cpu_count() or 0), "clock": cpu_clock_kind(threads), "torch": torch.__version__}
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "num_sms": str(props.multi_processor_count), "cuda": str(torch.version.cuda),
-            "memory_bytes": str(props.total_memory)}
+            "memory_bytes": str(props.total_memory), "torch": torch.__version__}
 
 
 def _best_time(fn, device: str, reps: int = 5) -> float:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -274,6 +275,31 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     if bad or missing:
         raise _fail(directory, f"roofline constants invalid ({bad}) or missing for dtypes {missing}")
     return meta
+
+
+@lru_cache(maxsize=1)
+def installed_torch_version() -> str | None:
+    """torch's version from its package metadata (no import; once per process: `tune` predicts thousands of times)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def measured_under_notes(meta: ProfileMeta) -> tuple[str, ...]:
+    """One line when the profile's samples were timed under another torch than the one installed here (the
+    fingerprint's "torch", local_hardware.fingerprint; profiles without it, e.g. the shipped ones fitted from
+    public samples, say nothing): another torch brings other kernels, so the same op may time differently. The
+    installed version is read from the package metadata: predict never imports torch."""
+    theirs = meta.hardware.get("torch") if isinstance(meta.hardware, Mapping) else None
+    ours = installed_torch_version()
+    if not theirs or ours is None or ours == str(theirs):  # no torch here: the job's environment is unknown
+        return ()
+    return (f"operator profile {meta.name} was measured under torch {theirs}; this environment has torch {ours}, "
+            f"whose kernels may time the same ops differently. Re-measure with `llmperf profile ... --name "
+            f"{meta.name}` (samples of the other torch are measured again, not mixed in)",)
 
 
 def is_shipped(directory: Path) -> bool:

@@ -225,8 +225,7 @@ def _done_keys(store: Store, name: str, dtype: str, fp: str) -> set[tuple[str, s
     before a CUDA upgrade, which _check_same_machine lets refit; an interrupted first run with other settings) is
     measured again, which replaces it (the store keys a shape by name, dtype and source, not fingerprint); skipping
     it as stored left nothing to fit."""
-    return {(r.op_class, r.phase, dims_key(r.dims)) for r in store.query_op_samples(name, dtype, source="sampler")
-            if r.fingerprint == fp}
+    return store.sampled_keys(name, dtype, fingerprint=fp)
 
 
 def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: ProfileRequest, rc: RooflineConstants,
@@ -309,8 +308,9 @@ def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
         return
     if not isinstance(theirs, dict) or not theirs:
         return
-    # The device itself, not its software (a CUDA upgrade re-profiles the same GPU: only its new samples fit).
-    keys = sorted((set(theirs) | set(fingerprint)) - {"cuda", "clock"})
+    # The device itself, not its software (a CUDA or torch upgrade re-profiles the same device: only its new samples
+    # fit, _done_keys / _samples_by_class).
+    keys = sorted((set(theirs) | set(fingerprint)) - {"cuda", "clock", "torch"})
     diff = ", ".join(f"{k} {theirs.get(k)!r} there, {fingerprint.get(k)!r} here"
                      for k in keys if str(theirs.get(k)) != str(fingerprint.get(k)))
     if diff:

@@ -194,10 +194,13 @@ class Store:
         return [OpSampleRecord(h, d, c, p, json.loads(dj), t, s, f, json.loads(lv))
                 for h, d, c, p, dj, t, s, f, lv in self.conn.execute(sql, args)]
 
-    def sampled_keys(self, hardware: str, dtype: str, source: str = "sampler") -> set[tuple[str, str, str]]:
-        """{(op_class, phase, dims_key)} already in the store: what a resumed sampler skips."""
-        sql = "SELECT op_class, phase, dims_key FROM op_samples WHERE hardware=? AND dtype=? AND source=?"
-        return {tuple(r) for r in self.conn.execute(sql, (hardware, dtype, source))}
+    def sampled_keys(self, hardware: str, dtype: str, fingerprint: str | None = None,
+                     source: str = "sampler") -> set[tuple[str, str, str]]:
+        """{(op_class, phase, dims_key)} already in the store (those measured under `fingerprint` when given): what
+        a resumed sampler skips. Read from the key columns alone, without decoding each row's JSON."""
+        where, args = _where(hardware=hardware, dtype=dtype, source=source, fingerprint=fingerprint)
+        return {tuple(r) for r in self.conn.execute(f"SELECT op_class, phase, dims_key FROM op_samples WHERE {where}",
+                                                    args)}
 
     def record_comm_samples(self, records: Iterable[CommSampleRecord]) -> int:
         rows = [(r.cluster, r.backend, r.collective, int(r.nodes), int(r.gpus_per_node), float(r.nbytes),
