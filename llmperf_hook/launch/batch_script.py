@@ -96,6 +96,8 @@ class ScriptLaunch:
     hidden: frozenset[str]
     """Variables the script sets without exporting them: bash expands them in the launch line's words but does not
     pass them to the command it starts (bash manual 3.7.4 Environment)."""
+    warnings: tuple[str, ...] = ()
+    """What llmperf assumed to read the script (the node count of an sbatch `--nodes=MIN-MAX`)."""
 
 
 @dataclass(kw_only=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import replace
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
@@ -28,6 +29,7 @@ from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, restore_dollars
 from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
+from llmperf_hook.launch.slurm_node_count import parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 from llmperf_hook.launch.standard_input import read_standard_input
 
@@ -120,9 +122,7 @@ def _header_values(lines: list[ScriptLine], path: str) -> dict[str, str]:
     return header.values
 
 
-_COUNTS = {"nodes": (re.compile(r"\d+[kKmM]?(?:-\d+[kKmM]?)?|\d+(?:,\d+)+(?::\d+)?"), "--nodes",
-                     '"{}" is not a valid node count'),
-           "ntasks": (re.compile(r"\d+"), "--ntasks", 'Invalid numeric value "{}" for --ntasks.'),
+_COUNTS = {"ntasks": (re.compile(r"\d+"), "--ntasks", 'Invalid numeric value "{}" for --ntasks.'),
            "ntasks_per_node": (re.compile(r"\d+"), "--ntasks-per-node",
                                'Invalid numeric value "{}" for --ntasks-per-node.')}
 """The allocation's counts as sbatch reads them before submitting (src/common/proc_args.c verify_node_count, and
@@ -131,6 +131,13 @@ parse_int for the task counts, both exit on an error): a value the script left a
 
 
 def _check_counts(values: dict[str, str], path: str) -> None:
+    if "nodes" in values:
+        try:
+            parse_node_counts(values["nodes"])
+        except ValueError as err:
+            raise UsageError(f"sbatch would stop: --nodes={values['nodes']} (its command line or the #SBATCH lines of "
+                             f"{path}) is not a node count (sbatch: '{err}'){unexpanded_hint(values['nodes'])}. Give "
+                             "a count, a MIN-MAX range or a list of counts.") from None
     for dest, (valid, option, said) in _COUNTS.items():
         value = values.get(dest)
         if value is not None and not valid.fullmatch(value.strip()):
@@ -142,8 +149,8 @@ def _check_counts(values: dict[str, str], path: str) -> None:
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
     """The SLURM_* variables the batch step sees for what the sbatch options state."""
     env: dict[str, str] = {"SLURM_JOB_ID": SBATCH_JOB_ID, "SLURM_JOBID": SBATCH_JOB_ID}  # and its older name
-    if "nodes" in values:
-        nodes = values["nodes"].split("-")[-1]
+    nodes = str(parse_node_counts(values["nodes"]).assumed) if "nodes" in values else "1"
+    if "nodes" in values:  # the count the job gets: llmperf prices the most the value allows (slurm_node_count.py)
         env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = nodes
     if "ntasks_per_node" in values:
         env["SLURM_NTASKS_PER_NODE"] = values["ntasks_per_node"]
@@ -154,9 +161,8 @@ def _allocation_env(values: dict[str, str]) -> dict[str, str]:
         env["SLURM_GPUS_ON_NODE"] = gpus.split(",")[0].split(":")[-1]
     elif _digits(values.get("gpus_per_task")) and _digits(values.get("ntasks_per_node")):
         env["SLURM_GPUS_ON_NODE"] = str(int(_digits(values["gpus_per_task"])) * int(_digits(values["ntasks_per_node"])))
-    elif _digits(values.get("gpus")) and _digits(values.get("nodes", "1").split("-")[-1]):  # -G total over the nodes
-        nodes = int(_digits(values.get("nodes", "1").split("-")[-1]))
-        env["SLURM_GPUS_ON_NODE"] = str(-(-int(_digits(values["gpus"])) // max(nodes, 1)))
+    elif _digits(values.get("gpus")):  # -G total over the nodes
+        env["SLURM_GPUS_ON_NODE"] = str(-(-int(_digits(values["gpus"])) // max(int(nodes), 1)))
     return env
 
 
@@ -235,6 +241,10 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
     used.update(allocation)
     script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
     launch = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
+    where = "sbatch's command line" if "nodes" in given else f"#SBATCH in {path}"
+    assumed = parse_node_counts(header["nodes"]).warning(f"--nodes={header['nodes']}", where) \
+        if "nodes" in header else None
+    launch = replace(launch, warnings=(*launch.warnings, assumed)) if assumed else launch
     if not is_launch(launch.words, " ".join(launch.words), launch.stdin):  # a bare python runs once, not as the tasks
         for name in _TASK_LAYOUT:
             if name in allocation:

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.options import Grammar, Option, scan_options
+from llmperf_hook.launch.slurm_node_count import parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SRUN_ARITY
 from llmperf_hook.launch.sizing import PRICED_ENV, LaunchSize, Sized, gpus_from_env
 from llmperf_hook.provenance import Source, SourceKind
@@ -61,11 +62,26 @@ def _env_int(env: Mapping[str, str], names: Sequence[str], used: dict[str, str])
 def _flag_int(values: Mapping[str, str], flags: Mapping[str, str], dest: str) -> Sized | None:
     if dest not in values:
         return None
-    text = values[dest].split("-")[-1]  # -N MIN-MAX: sized for MAX
-    value = parse_int(text, flags[dest], "the srun command")
+    value = parse_int(values[dest], flags[dest], "the srun command")
     if value < 1:
         raise UsageError(f"srun {flags[dest]} {values[dest]} must be at least 1.")
     return Sized(value, Source(SourceKind.LAUNCHER, flags[dest]))
+
+
+def _flag_nodes(values: Mapping[str, str], flags: Mapping[str, str], warnings: list[str]) -> Sized | None:
+    """srun -N COUNT | MIN-MAX | size string (slurm_node_count.py): the most it allows, with a warning for a range."""
+    if "nodes" not in values:
+        return None
+    try:
+        counts = parse_node_counts(values["nodes"])
+    except ValueError as err:
+        raise UsageError(f"srun would stop: {flags['nodes']} {values['nodes']} is not a node count (srun: '{err}'). "
+                         "Give a count, a MIN-MAX range or a list of counts.") from None
+    if counts.assumed < 1:
+        raise UsageError(f"srun {flags['nodes']} {values['nodes']} must be at least 1.")
+    warning = counts.warning(f"srun {flags['nodes']} {values['nodes']}", "its command line")
+    warnings.extend([warning] if warning else [])
+    return Sized(counts.assumed, Source(SourceKind.LAUNCHER, flags["nodes"]))
 
 
 def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -78,11 +94,11 @@ def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Map
 
 def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
     """(nnodes, tasks per node, world) of an srun step that starts the training processes directly."""
-    nnodes = _flag_int(values, flags, "nodes") or _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
+    warnings: list[str] = []
+    nnodes = _flag_nodes(values, flags, warnings) or _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
     nnodes = nnodes or Sized(1, Source(SourceKind.DEFAULT, "srun: one node"))
     ntasks = _flag_int(values, flags, "ntasks")
     per_node = _flag_int(values, flags, "ntasks_per_node")
-    warnings: list[str] = []
     if ntasks is None and per_node is None:
         per_node = _env_int(env, ("SLURM_NTASKS_PER_NODE",), used)
         ntasks = None if per_node else _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
