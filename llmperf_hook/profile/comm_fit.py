@@ -189,8 +189,21 @@ def fit_layout(s: CommSamples) -> LayoutFit:
     return replace(fit, fit_mape=round(mape, 6), plausible_fraction=round(float(keep.mean()), 6))
 
 
+def public_nbytes(collective: str, shape_elems: np.ndarray, group_size: int) -> np.ndarray:
+    """The bytes comm_model prices (the whole buffer: all-gather output, reduce-scatter input) of public samples
+    whose `shape` is the fp16 tensor each rank passes. The authors' sampler (estimate-train-time,
+    docs/advanced/nccl-sampling.md, nccl_functions.py) all-gathers `torch.rand(shape)` from every rank into a list
+    of world-size such tensors, so the output is group_size x shape; its all-reduce buffer, reduce-scatter input
+    (chunked by world size) and p2p message are `shape` itself. Read as the output, the Perlmutter all-gather 1x2
+    fit ran at 24 GB/s of bus bandwidth where the same NVLink3 pair carries 75 GB/s of all-reduce and 91 GB/s of
+    p2p; read as the input, 49 GB/s, and Vista's 2x1 all-gather 37-47 GB/s next to its all-reduce's 47 GB/s (NCCL
+    bus bandwidth is the link's, whatever the collective: NCCL-tests PERFORMANCE.md)."""
+    return shape_elems * 2.0 * (group_size if collective == "allgather" else 1)
+
+
 def read_public_comm(nccl_dir: Path) -> list[CommSamples]:
-    """Per-layout public files (`..._N_G.csv`); `shape` is fp16 elements, `dur(us)` microseconds."""
+    """Per-layout public files (`..._N_G.csv`); `shape` is fp16 elements per rank (public_nbytes), `dur(us)`
+    microseconds."""
     out = []
     for path in sorted(nccl_dir.glob("*.csv")):
         m = _FILE.match(path.stem)
@@ -200,7 +213,8 @@ def read_public_comm(nccl_dir: Path) -> list[CommSamples]:
             rows = list(csv.DictReader(fh))
         shape = np.asarray([float(r["shape"]) for r in rows])
         dur = np.asarray([float(r["dur(us)"]) for r in rows])
-        out.append(CommSamples(m.group(1), int(m.group(3)), int(m.group(4)), shape * 2.0, dur * 1e-6,
+        nodes, gpn = int(m.group(3)), int(m.group(4))
+        out.append(CommSamples(m.group(1), nodes, gpn, public_nbytes(m.group(1), shape, nodes * gpn), dur * 1e-6,
                                "large" if m.group(2) else "small"))
     return out
 

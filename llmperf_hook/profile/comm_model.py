@@ -56,8 +56,8 @@ another transport, not this cluster's network. A healthy NCCL on the tier's link
 its LL protocol carries 4 flag bytes per 8 (half the link; NCCL docs, NCCL_PROTO) and the slower algorithm moves
 ~2x the bytes (double binary tree vs ring all-reduce, alpha_beta.py); a further order of magnitude is a different
 transport, e.g. NCCL's TCP socket transport where the RDMA / libfabric plugin is not loaded (NCCL docs,
-NCCL_NET / NCCL_IB_DISABLE). Shipped fits: Perlmutter inside a node 0.17-1.5, across nodes 0.002-0.055; Vista
-0.54-1.14 (benchmarks/bench_comm_extrapolation.py, column fit/ab)."""
+NCCL_NET / NCCL_IB_DISABLE). Shipped fits: Perlmutter inside a node 0.33-1.5, across nodes 0.015-0.055; Vista
+0.74-1.14 (benchmarks/bench_comm_extrapolation.py, column fit/ab)."""
 
 
 MAX_BELOW_SAMPLE_SCALE = 1.0 / MIN_RATE_FRACTION
