@@ -294,8 +294,10 @@ def measured_under_notes(meta: ProfileMeta) -> tuple[str, ...]:
     public samples, say nothing): another torch brings other kernels, so the same op may time differently. The
     installed version is read from the package metadata: predict never imports torch."""
     theirs = meta.hardware.get("torch") if isinstance(meta.hardware, Mapping) else None
+    if not theirs:  # checked first: the metadata lookup costs tens of milliseconds of a predict
+        return ()
     ours = installed_torch_version()
-    if not theirs or ours is None or ours == str(theirs):  # no torch here: the job's environment is unknown
+    if ours is None or ours == str(theirs):  # no torch here: the job's environment is unknown
         return ()
     return (f"operator profile {meta.name} was measured under torch {theirs}; this environment has torch {ours}, "
             f"whose kernels may time the same ops differently. Re-measure with `llmperf profile ... --name "

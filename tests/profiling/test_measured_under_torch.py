@@ -79,3 +79,16 @@ def test_profiles_without_a_measuring_torch_say_nothing() -> None:
     from llmperf_hook.resources import configs_dir
 
     assert measured_under_notes(read_profile_meta(configs_dir() / "profiles" / "a100-sxm4-80gb")) == ()
+
+
+def test_profiles_without_a_measuring_torch_do_not_look_up_the_installed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package-metadata lookup costs tens of milliseconds of a whole predict: only a profile that names the
+    torch it was measured under pays it."""
+    from llmperf_hook.profile import profile_io
+    from llmperf_hook.resources import configs_dir
+
+    def refuse() -> None:
+        raise AssertionError("looked up the installed torch")
+
+    monkeypatch.setattr(profile_io, "installed_torch_version", refuse)
+    assert measured_under_notes(read_profile_meta(configs_dir() / "profiles" / "a100-sxm4-80gb")) == ()
