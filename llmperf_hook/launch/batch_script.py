@@ -98,6 +98,9 @@ class ScriptLaunch:
     pass them to the command it starts (bash manual 3.7.4 Environment)."""
     warnings: tuple[str, ...] = ()
     """What llmperf assumed to read the script (the node count of an sbatch `--nodes=MIN-MAX`)."""
+    undecided: tuple[str, ...] = ()
+    """Where the script ran a command on a condition llmperf could not decide (`line 12`): the launch line's words
+    may hold what both branches give, which bash never does."""
 
 
 @dataclass(kw_only=True)
@@ -117,6 +120,8 @@ class _Reading(ShellVariables):
     """Lines with a launch that could not be split into words: `6`, or `FILE line 6` in a sourced file."""
     unevaluated: list[str] = field(default_factory=list)
     """`eval` lines whose text only running the script would give (line number and why), for the refusal."""
+    undecided: list[str] = field(default_factory=list)
+    """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read)."""
     unexported: list[str] = field(default_factory=list)
     """Shells that would run a launch were the script's variables they read exported (where and which), for the
     refusal."""
@@ -154,6 +159,7 @@ class _Reading(ShellVariables):
             i += 1
             if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
                     self.assign_array(line.text):
+                self.undecided += [self.where(line)] if self.conditions.in_undecided_branch() else []
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
@@ -218,6 +224,8 @@ class _Reading(ShellVariables):
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
+        if words and self.conditions.undecided and not self.launches:
+            self.undecided.append(self.where(line))
         assigned = (ASSIGN.match(words[-1]) or APPEND.match(words[-1])) if words else None
         if words and self.conditions.uncertain() and len(words) <= 2 and assigned:
             name = assigned.group(1)
@@ -411,7 +419,7 @@ class _Reading(ShellVariables):
             self.env.clear()
             self.env.update(run.env)
             self.used.update(run.refs)
-            return ScriptLaunch(run.words, self.files, run.stdin, hidden)
+            return ScriptLaunch(run.words, self.files, run.stdin, hidden, undecided=tuple(self.undecided))
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

@@ -287,7 +287,8 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
         raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__
     if size is not None:
-        size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)))
+        size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
+                       undecided=(*launch.undecided, *size.undecided))
     return _literal_dollars(size, launch.files, env, used)
 
 

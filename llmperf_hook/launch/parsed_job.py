@@ -53,5 +53,10 @@ class ParsedJob:
     """`deepspeed --autotuning tune|run` ("" = not given): DeepSpeed's autotuner runs experiments that set the
     ZeRO stage and micro batch themselves (deepspeed/autotuning/autotuner.py), so the ds_config is a template."""
 
+    undecided: tuple[str, ...] = ()
+    """Where the launch script ran a command only a condition llmperf could not decide runs (`line 12`, a sourced
+    file's `FILE line 3`): it reads both branches, so the arguments may hold what no single run of bash gives, and a
+    rule on flags two branches give is a warning, not a refusal."""
+
     def __post_init__(self) -> None:
         assert self.nnodes >= 1 and self.nproc_per_node >= 1 and self.world_size >= 1, self

@@ -201,6 +201,9 @@ class Conditions:
         """The list operator before the next command, and the one a line ended with (join)."""
         self.listed: bool | None = None
         """The status of the command list read so far, outside a condition (None: not known)."""
+        self.undecided = False
+        """The command `step` last let through runs only if something llmperf could not decide holds: it sits in an
+        undecided `if` branch, a loop or `case` body that may run, or after `&&` / `||` on an undecided status."""
 
     def join(self, operator: str, line_end: bool = False) -> None:
         """The operator before the next command (shell_script.command_list): `""` starts a line, which goes on with
@@ -218,6 +221,11 @@ class Conditions:
         """Whether the innermost block is reading its condition (a test being evaluated, not a branch)."""
         return bool(self.frames) and self.frames[-1].reading
 
+    def in_undecided_branch(self) -> bool:
+        """Whether a command here runs only if a condition llmperf could not decide holds (an `if` branch, a loop or
+        `case` body)."""
+        return any(f.active is None for f in self.frames)
+
     def in_case(self) -> bool:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
         return bool(self.frames) and self.frames[-1].kind == "case"
@@ -234,6 +242,8 @@ class Conditions:
         joined, self.joined = self.joined, ";"
         if self._skipped(joined, head):
             return []
+        self.undecided = (joined in ("&&", "||") and self.listed is None and not self.reading()) or \
+            self.in_undecided_branch()
         self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head))

@@ -55,6 +55,8 @@ class LaunchSize:
     """Files the batch script writes before its launch line (ParsedJob.script_files)."""
     autotuning: str = ""
     """deepspeed --autotuning tune|run (ParsedJob.autotuning)."""
+    undecided: tuple[str, ...] = ()
+    """ParsedJob.undecided: where the launch script ran commands on conditions llmperf could not decide."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -121,5 +123,5 @@ def finish_job(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
-        warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning,
+        warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
     )

@@ -50,3 +50,31 @@ def test_python_code_step(line: str, inline: bool) -> None:
     import shlex
 
     assert python_code_step(shlex.split(line)) is inline
+
+
+UNDECIDED = """#!/bin/bash
+ARGS=(--num-layers 2)
+if [ "$(hostname)" = login ]; then
+    ARGS+=(--mock-data)
+else
+    ARGS+=(--data-path /data/text)
+fi
+[ -n "$(ls /x)" ] && TP=2
+if [ "$MODE" = mock ]; then
+    ARGS+=(--seed 1)
+fi
+torchrun --nproc-per-node 8 pretrain_gpt.py "${ARGS[@]}"
+"""
+
+
+def test_the_lines_run_on_undecided_conditions_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ParsedJob.undecided: the commands bash runs only on a condition llmperf cannot decide (a command's output);
+    a framework rule on flags that two such branches give is then a warning (frameworks/megatron_data_source.py).
+    The decided `if [ "$MODE" = mock ]` (MODE unset) adds nothing."""
+    (tmp_path / "train.sh").write_text(UNDECIDED)
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "train.sh"], {})
+    assert job.undecided == ("line 4", "line 6", "line 8")
+    assert "--seed" not in job.script_args
+    (tmp_path / "plain.sh").write_text("#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py --mock-data\n")
+    assert parse_launch(["bash", "plain.sh"], {}).undecided == ()
