@@ -216,9 +216,9 @@ def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration
     Memoised on the store files' identity (path, sizes, mtimes): `tune` and `validate` call this thousands of
     times, and opening SQLite costs ~20 ms; a refine that writes the store changes its mtime and so the key."""
     try:
-        from llmperf_hook.refine.observation_store import store_path
+        from llmperf_hook.store.location import default_store_path  # no sqlite3 import while there is no store
 
-        db = store_path()
+        db = default_store_path()
         if not db.is_file():
             return None
         # WAL mode: committed writes may sit in the -wal file until a checkpoint, so both files make the key.

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.resources import llmperf_home
+from llmperf_hook.store.location import STORE_FILE, default_store_path  # noqa: F401 (STORE_FILE re-exported)
 
 SCHEMA_VERSION = 1
-STORE_FILE = "store.sqlite"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS op_samples (
@@ -257,10 +256,6 @@ class Store:
     def query_calibrations(self) -> list[CalibrationRecord]:
         sql = "SELECT hardware, cluster, framework, step_time_scale, num_runs FROM calibrations ORDER BY 1, 2, 3"
         return [CalibrationRecord(*row) for row in self.conn.execute(sql)]
-
-
-def default_store_path() -> Path:
-    return llmperf_home() / STORE_FILE
 
 
 def open_store(path: Path | str | None = None) -> Store:
