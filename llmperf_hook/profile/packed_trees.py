@@ -9,7 +9,7 @@ scripts and `llmperf profile`), and read back with np.frombuffer.
 Layout: gzip of one JSON header line, then the arrays' little-endian bytes back to back in the header's order.
 The header lists each array's name, stored dtype (integers narrowed losslessly, e.g. feature indices as int16)
 and length, the ensemble's scalars, and `source_sha256`, the sha256 of the model text it was built from (the
-file profile.json names), so a packed file left over from another fit is refused rather than used. Only plain
+file profile.json names), so a packed file left over from another fit is never used (the text is parsed). Only plain
 numeric dtypes are accepted (np.frombuffer cannot build objects), every index is bounds-checked on reading, and
 the text stays the canonical form: a profile without packed files is parsed from text as before.
 """
@@ -35,6 +35,11 @@ _BOOL_FIELDS = ("default_left",)
 _REQUIRED = ("feature", "threshold", "left", "right", "default_left", "missing_type", "leaf_value", "roots")
 _STORED_DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "<f8", "|b1"})
 """Plain numeric dtypes only: np.frombuffer of these can never construct an object."""
+
+
+class StalePackedTrees(ProfileError):
+    """The packed file was built from another model text than the one profile.json names (a text re-pointed or
+    refitted without repacking): the text is the model, so it is parsed instead."""
 
 
 def packed_name(model_file: str) -> str:
@@ -86,8 +91,7 @@ def unpack_trees(data: bytes, source_sha256: str) -> TreeEnsemble:
     if not isinstance(header, dict) or header.get("format") != PACKED_FORMAT or header.get("version") != PACKED_VERSION:
         raise ProfileError(f"packed trees are not {PACKED_FORMAT} version {PACKED_VERSION}")
     if header.get("source_sha256") != source_sha256:
-        raise ProfileError("packed trees were built from another model text than the one profile.json names (a "
-                           "refit without its packed file, or a file copied from another profile)")
+        raise StalePackedTrees("packed trees were built from another model text than the one profile.json names")
     try:
         fields = _read_arrays(header["arrays"], payload)
         ens = TreeEnsemble(**fields, num_features=int(header["num_features"]), base_score=float(header["base_score"]),

@@ -24,7 +24,7 @@ from typing import Mapping
 from llmperf_hook.errors import ProfileError
 from llmperf_hook.profile.features import BUILDERS, RooflineConstants, schema_hash
 from llmperf_hook.profile.hinge import HINGE_TERMS, Hinge
-from llmperf_hook.profile.packed_trees import pack_trees, packed_name, unpack_trees
+from llmperf_hook.profile.packed_trees import StalePackedTrees, pack_trees, packed_name, unpack_trees
 from llmperf_hook.profile.pickle_scan import planted_pickle_reason
 from llmperf_hook.profile.tree_eval import LinearBaseline, TreeEnsemble, parse_lightgbm_text, parse_sklearn_json
 from llmperf_hook.resources import configs_dir
@@ -362,20 +362,23 @@ def parse_model_text(entry: ModelEntry, text: str) -> TreeEnsemble:
 
 def read_ensemble(directory: Path, entry: ModelEntry) -> TreeEnsemble:
     """A model's trees: from its packed file when profile.json names one, else parsed from the model text. Either
-    way the model text must match its sha256 (a damaged or removed text is refused, as when it is parsed), and a
-    packed file must match its packed_sha256 and have been built from that text (packed_trees.source_sha256)."""
-    if entry.packed_file is None:
-        text = read_model_text(directory, entry)
+    way the model text must match its sha256 (a damaged or removed text is refused, as when it is parsed); a packed
+    file must match its packed_sha256, and one built from another text (packed_trees.source_sha256) is passed over
+    for the text profile.json names."""
+    if entry.packed_file is not None:
+        _verified_bytes(directory, entry.file, entry.sha256, "sha256")
+        data = _verified_bytes(directory, entry.packed_file, entry.packed_sha256, "packed_sha256")
         try:
-            return parse_model_text(entry, text)
-        except (ProfileError, ValueError) as err:  # ValueError: scikit-learn JSON that is not JSON
-            raise _fail(directory, f"model {entry.file} is unusable ({err})") from err
-    _verified_bytes(directory, entry.file, entry.sha256, "sha256")
-    data = _verified_bytes(directory, entry.packed_file, entry.packed_sha256, "packed_sha256")
+            return unpack_trees(data, entry.sha256)
+        except StalePackedTrees:
+            pass  # built from another text than profile.json names: that text is the model
+        except ProfileError as err:
+            raise _fail(directory, f"packed model file {entry.packed_file} is unusable ({err})") from err
+    text = read_model_text(directory, entry)
     try:
-        return unpack_trees(data, entry.sha256)
-    except ProfileError as err:
-        raise _fail(directory, f"packed model file {entry.packed_file} is unusable ({err})") from err
+        return parse_model_text(entry, text)
+    except (ProfileError, ValueError) as err:  # ValueError: scikit-learn JSON that is not JSON
+        raise _fail(directory, f"model {entry.file} is unusable ({err})") from err
 
 
 def repack_profile(directory: Path) -> Path:

@@ -77,7 +77,6 @@ def _repacked(header: dict, payload: bytes) -> bytes:
 @pytest.mark.parametrize("damage, message", [
     ("bytes", "does not match its packed_sha256"),
     ("missing", "cannot be read"),
-    ("other_text", "built from another model text"),
     ("child_index", "inconsistent"),
     ("object_dtype", "unexpected array"),
     ("short_payload", "header lists"),
@@ -91,9 +90,6 @@ def test_damaged_packed_trees_are_refused(tmp_path: Path, damage: str, message: 
         packed.write_bytes(packed.read_bytes()[:-9] + b"123456789")
     elif damage == "missing":
         packed.unlink()
-    elif damage == "other_text":
-        header["source_sha256"] = "0" * 64
-        _edit(d, _repacked(header, payload))
     elif damage == "child_index":  # the first node's left child points past the last node
         ens = unpack_trees(packed.read_bytes(), header["source_sha256"])
         ens.left[0] = ens.feature.size + 5
@@ -121,3 +117,16 @@ def test_profile_without_packed_trees_is_parsed_from_text(tmp_path: Path) -> Non
     profile_io.repack_profile(d)
     assert read_profile_meta(d).models[0].packed_file == "gemm.fwd.fp32.trees.gz"
     assert FittedProfile(d).predict_s([OP], None)[0] == expected
+
+
+def test_packed_trees_of_another_text_are_passed_over_for_the_text(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model text re-pointed in profile.json (its sha256 updated) without repacking: the text is the model."""
+    d = _tiny(tmp_path)
+    expected = FittedProfile(d).predict_s([OP], None)[0]
+    header, payload = _header_and_payload(d)
+    header["source_sha256"] = "0" * 64
+    _edit(d, _repacked(header, payload))
+    parsed, parse = [], profile_io.parse_lightgbm_text
+    monkeypatch.setattr(profile_io, "parse_lightgbm_text", lambda text: parsed.append(1) or parse(text))
+    assert FittedProfile(d).predict_s([OP], None)[0] == expected and parsed == [1]
