@@ -122,9 +122,10 @@ def _s(v: Any) -> str | None:
 def _row(rank: str, ev: Evaluated, changes: str) -> str:
     e = ev.estimate
     head = (ev.capacity_bytes - ev.peak_bytes) / GiB
-    fit = "" if ev.fits else " (no fit)" if ev.host_fits else " (no fit: host RAM)"
+    # The verdict goes last: inside the free-GiB column it pushed the layout and changes out of their columns.
+    fit = "" if ev.fits else "  (no fit)" if ev.host_fits else "  (no fit: host RAM)"
     return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
-            f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}{fit}  {ev.candidate.describe():<40} {changes}")
+            f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}  {ev.candidate.describe():<40} {changes}{fit}")
 
 
 def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
@@ -136,7 +137,9 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     lines.append(f"fits = predicted peak <= {usable:.1f} GiB ({100 * (1 - res.memory_margin):.0f} % of "
                  f"{header['capacity_bytes'] / GiB:.1f} GiB: memory_margin {res.memory_margin:g}){_host_clause(header)}")
     lines.append("")
-    lines.append("  #   step (s)     tokens/s    MFU  peak GiB  free GiB  " + f"{'layout':<41}" + "changes vs your command")
+    # The same widths as _row, so every heading sits over its column.
+    lines.append(f"{'#':>3}  {'step (s)':>9}  {'tokens/s':>11}  {'MFU':>6}  {'peak GiB':>8}  {'free GiB':>8}  "
+                 f"{'layout':<40} changes vs your command")
     if res.baseline is not None:
         lines.append(_row("you", res.baseline, "(your command)"))
     for i, (ev, ch) in enumerate(zip(res.top, changes), 1):
