@@ -16,22 +16,35 @@ from llmperf_hook.launch.batch_script import written_text
 from llmperf_hook.launch.parsed_job import ScriptFile
 
 
-def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | None = None) -> dict[str, Any]:
+def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | None = None,
+                   megatron_deepspeed: bool = False) -> dict[str, Any]:
     """Read a ds_config file (relative paths against the current directory) as the job will: DeepSpeed reads it with
     hjson (deepspeed/runtime/config.py: `//`, `#` and `/* */` comments, trailing commas, a UTF-8 byte-order mark and
     hjson's unquoted keys are accepted; a key given twice is an error). The Hugging Face Trainer (`hf_trainer`) reads
     `--deepspeed FILE` first with json.load (accelerate's HfDeepSpeedConfig), which accepts plain JSON only.
     `written`: the batch script writes the file before launching (a here-document), so its text is read instead.
     Only DeepSpeed's own file reader refuses a key given twice (hjson.load with dict_raise_error_on_duplicate_keys);
-    its base64 reader (hjson.loads) and accelerate's json.load / json.loads keep the last value, as llmperf does there."""
+    its base64 reader (hjson.loads) and accelerate's json.load / json.loads keep the last value, as llmperf does there.
+    `megatron_deepspeed`: an entry point of microsoft/Megatron-DeepSpeed, whose pretrain() opens --deepspeed_config
+    itself and json.load-s it (megatron/training.py _create_ds_config_dict, since 54e6c2c8, 2023-10) before handing
+    DeepSpeed the dict: plain JSON, a repeated key keeps its last value, and a base64 word is no file (the
+    bigscience-workshop fork's _validate_args json.load-s it too). DeepSpeed's own launcher never reads the file: what
+    reads it first is the training script."""
     if written is not None:
         text, inline = written_text(path, written), None
     else:
         inline = _inline_config(path, hf_trainer)
+        if inline is not None and megatron_deepspeed:
+            raise ConfigError(f"Megatron-DeepSpeed cannot read --deepspeed_config {path[:40]}...: it is {inline[0]} "
+                              "JSON, which DeepSpeed itself decodes, but Megatron-DeepSpeed's pretrain() opens the word "
+                              f"as a file first ({_MDS_READER[1]}), and the job stops with FileNotFoundError. Write the "
+                              "config to a file and pass its path.")
         text = inline[1] if inline else _file_text(path)
-    unique = not hf_trainer and inline is None
-    raw = _load_strict_json(text, path, unique) if hf_trainer else \
-        _load_hjson_subset(text.removeprefix("\ufeff"), path, unique)
+    unique = not (hf_trainer or megatron_deepspeed) and inline is None
+    if hf_trainer or megatron_deepspeed:
+        raw = _load_strict_json(text, path, unique, _MDS_READER if megatron_deepspeed else _HF_READER)
+    else:
+        raw = _load_hjson_subset(text.removeprefix("\ufeff"), path, unique)
     if not isinstance(raw, dict):
         raise UsageError(f"DeepSpeed config {path} is not a JSON object.")
     return raw
@@ -85,14 +98,19 @@ def _file_text(path: str) -> str:
         raise UsageError(f"cannot read DeepSpeed config {path}: {getattr(err, 'strerror', None) or err}.") from None
 
 
-def _load_strict_json(text: str, path: str, unique: bool = True) -> Any:
+_HF_READER = ("the Hugging Face Trainer", "--deepspeed FILE with json.load (accelerate HfDeepSpeedConfig)")
+_MDS_READER = ("Megatron-DeepSpeed", "--deepspeed_config FILE with json.load (megatron/training.py "
+               "_create_ds_config_dict, since 54e6c2c8 2023-10) before DeepSpeed sees it")
+
+
+def _load_strict_json(text: str, path: str, unique: bool, reader: tuple[str, str]) -> Any:
     try:
         return _loads(text, path, unique)
     except json.JSONDecodeError as err:
         raise ConfigError(
-            f"the Hugging Face Trainer cannot read DeepSpeed config {path}: {err}. It loads --deepspeed FILE with "
-            "json.load (accelerate HfDeepSpeedConfig), which refuses the comments, trailing commas and byte-order mark "
-            "that DeepSpeed's own hjson reader accepts; save the file as plain JSON.") from None
+            f"{reader[0]} cannot read DeepSpeed config {path}: {err}. It loads {reader[1]}, which refuses the comments, "
+            "trailing commas and byte-order mark that DeepSpeed's own hjson reader accepts; save the file as plain "
+            "JSON.") from None
 
 
 class _DuplicateKeys(ValueError):

@@ -133,7 +133,8 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
                               "configuration); add it to the training arguments.")
         return None
     hf_trainer = framework == "hf-deepspeed" and path == flags.get("deepspeed")
-    raw = read_ds_config(str(path), hf_trainer, (script_files or {}).get(os.path.normpath(str(path))))
+    raw = read_ds_config(str(path), hf_trainer, (script_files or {}).get(os.path.normpath(str(path))),
+                         megatron_deepspeed=framework == "megatron-deepspeed" and megatron_entry_point(script))
     if autotuning and "zero_optimization" not in raw:  # autotuner.py tune(): the user's stage, else 0, is what
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)

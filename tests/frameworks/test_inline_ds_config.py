@@ -1,6 +1,6 @@
 """A ds_config given in place of its path (DeepSpeedConfig: a dict, an existing path, else urlsafe-base64 JSON) is
-read the same way for every framework that takes --deepspeed_config; Megatron-DeepSpeed exited 2 'DeepSpeed config
-/cwd/<base64> does not exist'."""
+read as DeepSpeedConfig reads it wherever DeepSpeed is the first to read it; Megatron-DeepSpeed's pretrain() opens the
+word as a file and json.load-s it first (since 2023-10), so there it exits 2 naming that reader."""
 
 from __future__ import annotations
 
@@ -19,15 +19,36 @@ RAW = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "zero_optimi
 B64 = base64.urlsafe_b64encode(json.dumps(RAW).encode()).decode()
 
 
-def test_megatron_deepspeed_reads_a_base64_config(tmp_path: Path, monkeypatch) -> None:
+def test_megatron_deepspeed_refuses_a_base64_config(tmp_path: Path, monkeypatch) -> None:
+    """Megatron-DeepSpeed's pretrain() opens --deepspeed_config as a file and json.load-s it (megatron/training.py
+    _create_ds_config_dict, microsoft 54e6c2c8 2023-10; deepspeedai HEAD alike) before DeepSpeed, which would decode
+    base64, sees it: the job stops (FileNotFoundError). It was read as DeepSpeed reads it (exit 0); the same config
+    in a file is read."""
     monkeypatch.chdir(tmp_path)
     argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
             "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
             "--micro-batch-size", "2", "--global-batch-size", "64", "--bf16", "--deepspeed", "--deepspeed_config", B64,
             "--zero-stage", "1"]
-    _, cfg = resolve_job(argv, {})
+    with pytest.raises(ConfigError, match="Megatron-DeepSpeed cannot read --deepspeed_config .*base64 JSON.*"
+                                          "_create_ds_config_dict"):
+        resolve_job(argv, {})
+    (tmp_path / "ds.json").write_text(json.dumps(RAW))
+    _, cfg = resolve_job([str(tmp_path / "ds.json") if word == B64 else word for word in argv], {})
     assert (cfg.framework, cfg.optimizer.zero_stage, cfg.batch.micro_batch_size) == ("megatron-deepspeed", 1, 2)
-    assert B64 in str(cfg.sources["zero_stage"])
+
+
+@pytest.mark.parametrize("text", ['{"train_batch_size": 64, // a comment\n "train_micro_batch_size_per_gpu": 2}',
+                                  '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,}'])
+def test_megatron_deepspeed_reads_plain_json_only(text: str, tmp_path: Path, monkeypatch) -> None:
+    """Its json.load refuses the comments and trailing commas DeepSpeed's hjson reader accepts; the message names the
+    program that refuses (plain deepspeed with a non-Megatron script reads them, test_deepspeed_config.py)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(text)
+    with pytest.raises(ConfigError, match="Megatron-DeepSpeed cannot read DeepSpeed config .*json.load"):
+        resolve_job(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "256",
+                     "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+                     "--micro-batch-size", "2", "--vocab-size", "1000", "--deepspeed", "--deepspeed_config",
+                     "ds.json"], {})
 
 
 def test_the_form_of_a_config_word(tmp_path: Path, monkeypatch) -> None:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.apply import plan_tuned_command
 from llmperf_hook.tune.candidate import apply_candidate, candidate_of
-from llmperf_hook.tune.render import INLINE_WHERE, command_changes
+from llmperf_hook.tune.render import INLINE_WHERE
 
 from .helpers import run_cli
 
@@ -37,19 +38,12 @@ def _ds_config_word(argv) -> str:
     return argv[list(argv).index("--deepspeed_config") + 1]
 
 
-def test_megatron_deepspeed_plan_rewrites_the_base64_config_in_place(tmp_path: Path, monkeypatch) -> None:
+def test_megatron_deepspeed_refuses_a_base64_config_before_tuning(tmp_path: Path, monkeypatch) -> None:
+    """Megatron-DeepSpeed's pretrain() opens --deepspeed_config as a file and json.load-s it (megatron/training.py
+    _create_ds_config_dict, since 2023-10): a base64 word stops the job, so there is nothing to tune (exit 2)."""
     monkeypatch.chdir(tmp_path)
-    _, cfg = resolve_job(MDS, {})
-    new = replace(candidate_of(cfg), micro_batch_size=4)
-    plan = plan_tuned_command(MDS, cfg, new, apply_candidate(cfg, new), tmp_path)
-    assert not plan.new_files and not list(tmp_path.iterdir())
-    word = _ds_config_word(plan.argv)
-    assert _decoded(word) == {**RAW, "train_micro_batch_size_per_gpu": 4}
-    _, again = resolve_job(list(plan.argv), {})
-    assert candidate_of(again) == new and again.batch.num_microbatches == 2
-    changes = command_changes(MDS, plan, None)
-    assert {(c.where, c.key, c.old, c.new) for c in changes} == {
-        ("argv", "--micro-batch-size", "2", "4"), (INLINE_WHERE, "train_micro_batch_size_per_gpu", "2", "4")}
+    with pytest.raises(ConfigError, match="Megatron-DeepSpeed cannot read --deepspeed_config"):
+        resolve_job(MDS, {})
 
 
 def test_deepspeed_accepts_the_rewritten_word(monkeypatch) -> None:
