@@ -49,6 +49,9 @@ class _Frame:
     """A loop or case body that may run: what it assigns cannot be known without running it."""
     subject: str | None = None
     """A `case` word's value, when the script's variables give it (its arms are then decided)."""
+    gate: bool | None = True
+    """Whether the compound command runs at all: False for `[ -n "$X" ] && if ...; fi` when the test fails (bash runs
+    no part of it, 3.2.4 Lists), None when that status is undecided."""
 
 
 def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
@@ -215,7 +218,7 @@ class Conditions:
 
     def running(self) -> bool:
         """Whether a command here runs (an undecided branch counts as running)."""
-        return all(f.active is not False for f in self.frames)
+        return all(f.active is not False and f.gate is not False for f in self.frames)
 
     def reading(self) -> bool:
         """Whether the innermost block is reading its condition (a test being evaluated, not a branch)."""
@@ -224,7 +227,7 @@ class Conditions:
     def in_undecided_branch(self) -> bool:
         """Whether a command here runs only if a condition llmperf could not decide holds (an `if` branch, a loop or
         `case` body)."""
-        return any(f.active is None for f in self.frames)
+        return any(f.active is None or f.gate is None for f in self.frames)
 
     def in_case(self) -> bool:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
@@ -242,15 +245,17 @@ class Conditions:
         joined, self.joined = self.joined, ";"
         if self._skipped(joined, head):
             return []
+        gate = True if joined not in ("&&", "||") or self.reading() else \
+            None if self.listed is None else self.listed is (joined == "&&")
         self.undecided = (joined in ("&&", "||") and self.listed is None and not self.reading()) or \
             self.in_undecided_branch()
         self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
         if head in ("if", "while", "until", "for"):
-            self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head))
+            self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head, gate=gate))
             return []
         if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
             subject = word(words[1]) if len(words) > 1 else None
-            self.frames.append(_Frame(reading=False, kind="case", uncertain=subject is None, subject=subject,
+            self.frames.append(_Frame(reading=False, kind="case", uncertain=subject is None, subject=subject, gate=gate,
                                       active=False))
             return self.step(words[3:], test, word) if len(words) > 3 and words[2] == "in" else []
         frame = self.frames[-1] if self.frames else None

@@ -78,3 +78,27 @@ def test_the_lines_run_on_undecided_conditions_are_kept(tmp_path: Path, monkeypa
     assert "--seed" not in job.script_args
     (tmp_path / "plain.sh").write_text("#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py --mock-data\n")
     assert parse_launch(["bash", "plain.sh"], {}).undecided == ()
+
+
+AND_IF = {
+    "&& if, test true, if false": 'TP=1\n[ -z "$FOO" ] && if [ 1 = 2 ]; then TP=4; fi\n',
+    "&& if, test false": 'TP=1\n[ -n "$FOO" ] && if [ 1 = 1 ]; then TP=8; fi\n',
+    "|| if, test true": 'TP=1\n[ -z "$FOO" ] || if [ 1 = 1 ]; then TP=8; else TP=4; fi\n',
+    "|| if, test false": 'TP=1\n[ -n "$FOO" ] || if [ 1 = 1 ]; then TP=2; else TP=4; fi\n',
+    "&& for, test false": 'TP=1\n[ -n "$FOO" ] && for i in 8; do TP=$i; done\n',
+    "&& case, test false": 'TP=1\nM=7B\n[ -n "$FOO" ] && case $M in 7B) TP=8;; esac\n',
+    "&& if, nested": 'TP=1\n[ -n "$FOO" ] && if [ 1 = 1 ]; then if [ 2 = 2 ]; then TP=8; fi; fi\n',
+}
+
+
+@pytest.mark.parametrize("body", AND_IF.values(), ids=AND_IF.keys())
+def test_a_compound_command_after_and_or_runs_as_bash_runs_it(body: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[ -n "$X" ] && if ...; fi`: bash runs no part of the `if` when the test fails (bash manual 3.2.4 Lists); llmperf
+    read its branches as if it stood alone (TP=8 where bash keeps TP=1)."""
+    from tests.launch.test_shell_conditions_bash import BASH, _both_tp
+
+    if BASH is None:
+        pytest.skip("needs bash")
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
