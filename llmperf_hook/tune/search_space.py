@@ -8,6 +8,7 @@ Read the file at the edge (`read_search_file`), parse separately (`parse_search_
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -112,6 +113,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # a list as a key: PyYAML's own 'found unhashable key' below
+                continue
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice (each knob once)",
                                                         key_node.start_mark)

@@ -23,6 +23,7 @@ def _tune_with_search(tmp_path, capsys, text: str) -> tuple[int, str, str]:
     # PyYAML keeps the last of two equal keys: the first list was dropped silently (YAML 1.2 refuses the file)
     ("micro_batch_size: [1, 2]\nrecompute: [none]\nmicro_batch_size: [4]\n",
      "line 3, column 1: key 'micro_batch_size' given twice"),
+    ("[1, 2]: auto\n", "line 1, column 1: found unhashable key"),  # a list as a key: not a TypeError traceback
 ])
 def test_invalid_yaml_is_one_line_naming_line_and_column(tmp_path, capsys, text: str, where: str) -> None:
     code, out, err = _tune_with_search(tmp_path, capsys, text)
