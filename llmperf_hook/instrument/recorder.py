@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 from llmperf_hook.instrument.config import HookConfig
 from llmperf_hook.instrument.job_identity import job_facts, local_world_size, rank_and_world
-from llmperf_hook.instrument.jsonl_writer import JsonlWriter, PendingLine
-from llmperf_hook.instrument.rank_memory import MemoryProbe, make_memory_probe
+from llmperf_hook.instrument.jsonl_writer import JsonlWriter
+from llmperf_hook.instrument.rank_memory import MemoryProbe, cpu_seconds, make_memory_probe, process_usage
+from llmperf_hook.instrument.step_line import StepLine
 from llmperf_hook.instrument.step_timer import StepTimer, make_step_timer
 
 RECORD_SCHEMA = 1
@@ -85,7 +86,7 @@ class StepRecorder:
         if self._num_steps_done == 0 and self._reference is None:
             self._reference = self._read_reference(timer.device)
         self._start_mark = timer.mark()
-        self._start_cpu_s = time.process_time()
+        self._start_cpu_s = cpu_seconds(process_usage())
 
     def _read_reference(self, device: str) -> dict[str, Any]:
         """Once, before step 0 starts (so no step contains it): the reference workload's reading on a CPU job
@@ -155,18 +156,18 @@ class StepRecorder:
 
     def _record_step(self) -> None:
         timer = self._ensure_timer()
-        end, end_cpu_s = timer.mark(), time.process_time()
-        step, cfg = self._num_steps_done, self.config
+        end, usage = timer.mark(), process_usage()  # one getrusage: CPU time and peak RSS (rank_memory.py)
+        end_cpu_s, step, cfg = cpu_seconds(usage), self._num_steps_done, self.config
         if cfg.inject_fault_at_step is not None:  # tests only; one attribute test on the step path otherwise
             self._inject_fault("step_end")
-        memory = self._memory.sample_and_reset() if step < cfg.last_hooked_step else None
+        memory = self._memory.sample_and_reset(usage) if step < cfg.last_hooked_step else None
         restart = None
         if step == 0:
             self._resolve_rank()
             if self._reference is None:  # step 0 had no start mark (a step before the first forward: DeepSpeed's
                 # bf16 optimizer steps torch Adam at initialize): read between steps 0 and 1, in neither
                 self._reference = self._read_reference(timer.device)
-                restart = timer.mark(), time.process_time()
+                restart = timer.mark(), cpu_seconds(process_usage())
             self.writer.write(self._base("meta", **job_facts(timer.device),
                                          **({"reference": self._reference} if self._reference else {})))
         if memory is not None:
@@ -175,22 +176,13 @@ class StepRecorder:
         self._num_steps_done += 1
         self._after_step()
 
-    def _step_record(self, step: int, end: Any, end_cpu_s: float, memory: dict[str, Any]) -> "PendingLine":
-        """The step's JSON line, built when the writer flushes: only the raw marks are taken on the step path,
-        and the line is formatted directly (json.dumps of a 20-key dict would cost more than the step hook)."""
-        start, start_cpu_s, timer, now = self._start_mark, self._start_cpu_s, self._timer, time.time()
-        warmup, profiled = step < self.config.num_warmup_steps, self._profiler is not None
+    def _step_record(self, step: int, end: Any, end_cpu_s: float, memory: dict[str, Any]) -> StepLine:
+        """The step's line, built when the writer flushes: only the raw marks are taken here (step_line.py)."""
+        return StepLine(self._step_prefix, self._timer, step, self._start_mark, end, self._start_cpu_s, end_cpu_s,
+                        step < self.config.num_warmup_steps, self._profiler is not None, memory, time.time())
 
-        def build() -> str:
-            # CPU seconds of this process (all its threads) in the step: on a CPU job, far less than the wall
-            # time means the rank waited (for peers, or for a core the machine gave to someone else).
-            values = {"step": step, "wall_time_s": None if start is None else timer.elapsed_s(start, end),
-                      "cpu_time_s": None if start_cpu_s is None else end_cpu_s - start_cpu_s, "warmup": warmup,
-                      "profiled": profiled, **memory, "time_unix_s": now}
-            body = ",".join(f'"{k}":{_json_scalar(v)}' for k, v in values.items())
-            return f'{self._line_prefix("step")},{body},"timer":"{timer.name}","device":"{timer.device}"}}'
-
-        return PendingLine(build, lambda: timer.ready(end))
+    def _step_prefix(self) -> str:
+        return self._line_prefix("step")
 
     def _line_prefix(self, kind: str) -> str:
         """`{"schema":..,"kind":..,<identity>,"framework":..` as JSON text (no closing brace), cached."""
@@ -287,13 +279,3 @@ def _weak(obj: Any) -> Callable[[], Any]:
         return weakref.ref(obj)
     except TypeError:
         return lambda: obj
-
-
-def _json_scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else "null"
-    return str(int(value))

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from llmperf_hook.instrument.rank_memory import CudaMemoryProbe
+from llmperf_hook.instrument.rank_memory import CudaMemoryProbe, process_usage
 from llmperf_hook.instrument.step_timer import CudaEventTimer
 
 
@@ -51,6 +51,8 @@ def test_boundary_records_an_event_and_synchronizes_only_when_the_time_is_read(f
 
 
 def test_memory_sample_is_one_allocator_call_and_a_reset(fake_torch) -> None:
-    sample = CudaMemoryProbe().sample_and_reset()
+    usage = process_usage()
+    sample = CudaMemoryProbe().sample_and_reset(usage)
     assert fake_torch.calls == ["stats", "reset"]
     assert (sample["gpu_peak_allocated_bytes"], sample["gpu_peak_reserved_bytes"], sample["gpu_allocated_bytes"]) == (300, 512, 100)
+    assert sample["peak_rss_bytes"] == usage.ru_maxrss * 1024  # from the step's own getrusage, no second call

@@ -1,0 +1,68 @@
+"""The hook's step path takes raw marks only: one getrusage per step (CPU time and peak RSS together), no JSON
+text until the writer flushes, and the line it then builds is valid JSON with every field of a step record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmperf_hook.instrument import rank_memory, recorder as recorder_module
+from llmperf_hook.instrument.config import HookConfig
+from llmperf_hook.instrument.recorder import StepRecorder
+from llmperf_hook.instrument.step_line import StepLine, json_float
+from llmperf_hook.instrument.step_timer import PerfCounterTimer
+
+
+def _recorder(tmp_path, monkeypatch: pytest.MonkeyPatch) -> tuple[StepRecorder, list[int]]:
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=100, reference_speed=False))
+    calls = [0]
+    real = rank_memory.process_usage
+
+    def counted():
+        calls[0] += 1
+        return real()
+
+    monkeypatch.setattr(recorder_module, "process_usage", counted)
+    return rec, calls
+
+
+def test_step_path_makes_one_getrusage_and_builds_no_text(tmp_path, monkeypatch) -> None:
+    rec, calls = _recorder(tmp_path, monkeypatch)
+    rec.torch_optimizer_stepped()  # step 0: its meta record, and the start of step 1
+    built = []
+    monkeypatch.setattr(StepLine, "__call__", lambda self: built.append(self.step) or "{}")
+    calls[0] = 0
+    for _ in range(10):
+        rec.torch_optimizer_stepped()
+    assert calls[0] == 10  # one per step: no separate process_time() beside the peak-RSS read
+    assert built == []  # nothing formatted on the step path (64 records or 1 s per flush)
+    rec.writer.flush()
+    assert built == list(range(11))  # step 0 waited in the buffer too
+
+
+def test_built_line_is_a_full_step_record(tmp_path, monkeypatch) -> None:
+    rec, _ = _recorder(tmp_path, monkeypatch)
+    for _ in range(3):
+        rec.torch_optimizer_stepped()
+    rec.writer.close()
+    lines = [json.loads(x) for x in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    steps = [r for r in lines if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    usage = rank_memory.process_usage()
+    for s in steps[1:]:
+        assert 0 < s["wall_time_s"] < 1 and 0 <= s["cpu_time_s"] < 1
+        assert 0 < s["peak_rss_bytes"] <= usage.ru_maxrss * 1024
+        assert (s["framework"], s["job_id"], s["timer"], s["device"]) == ("torch", "j", "perf_counter", "cpu")
+        assert s["warmup"] is False and s["profiled"] is False and s["time_unix_s"] > 1.7e9
+    assert steps[0]["wall_time_s"] is None  # no start mark before the first step (no forward was seen)
+
+
+def test_line_writes_null_for_missing_and_non_finite_values() -> None:
+    line = StepLine(lambda: '{"kind":"step"', PerfCounterTimer(), 4, None, 2.0, None, 1.0, True, False,
+                    {"peak_rss_bytes": None}, float("nan"))
+    record = json.loads(line())
+    assert (record["wall_time_s"], record["cpu_time_s"], record["peak_rss_bytes"], record["time_unix_s"]) == \
+        (None, None, None, None)
+    assert record["warmup"] is True and record["step"] == 4 and line.ready()
+    assert [json_float(v) for v in (float("inf"), -float("inf"), 0.25)] == ["null", "null", "0.25"]
