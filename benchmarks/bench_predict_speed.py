@@ -1,10 +1,12 @@
 """Speed of the predict path (prints its figures).
 
 1. `llmperf predict` of GPT-3 175B on 1,024 A100 (TP 8, PP 16, DP 8, 192 micro-batches): whole process wall
-   time, median of several runs (target < 0.5 s), and whether torch got imported (must not).
+   time and CPU time, medians of 10 runs (target < 0.5 s), and whether torch got imported (must not).
 2. `llmperf predict --batch FILE --format json` over 400 varied commands: commands per second (target >= 200).
 3. `api.predict_config` alone: median milliseconds per call for the GPT-3 case (what `tune` pays per candidate).
 Run with one thread: OMP_NUM_THREADS=1 python benchmarks/bench_predict_speed.py
+The machine's load average is printed before and after: wall times of a shared machine stretch with load (CPU
+seconds of the child much less), so compare figures taken at the same load, or alternate the two trees' runs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _child_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def whole_process_s(runs: int = 7) -> tuple[float, float, bool]:
+def whole_process_s(runs: int = 10) -> tuple[float, float, bool]:
     """(median wall s, median CPU s of the child, torch imported?) of a whole `llmperf predict` process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     walls, cpus, torch_loaded = [], [], False
@@ -94,12 +96,13 @@ def main() -> None:
     print(f"machine load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: wall times of a shared "
           f"machine stretch with load; CPU seconds of the child do not")
     wall, cpu, torch_loaded = whole_process_s()
-    print(f"llmperf predict GPT-3 175B on 1,024 GPUs: {wall:.3f} s wall, {cpu:.3f} s CPU, whole process (median of 7; "
+    print(f"llmperf predict GPT-3 175B on 1,024 GPUs: {wall:.3f} s wall, {cpu:.3f} s CPU, whole process (median of 10; "
           f"target < 0.5 s); torch imported: {torch_loaded}")
     rate, cpu_rate = batch_rate()
     print(f"llmperf predict --batch (400 commands, json): {rate:.0f} commands/s wall, {cpu_rate:.0f} per CPU second "
           f"(target >= 200)")
     print(f"api.predict_config GPT-3 175B, 1,024 GPUs: {predict_config_ms():.1f} ms per call (median of 20)")
+    print(f"machine load average (1 min) at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
