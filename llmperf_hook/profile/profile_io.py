@@ -297,7 +297,9 @@ def measured_under_notes(meta: ProfileMeta) -> tuple[str, ...]:
     if not theirs:  # checked first: the metadata lookup costs tens of milliseconds of a predict
         return ()
     ours = installed_torch_version()
-    if ours is None or ours == str(theirs):  # no torch here: the job's environment is unknown
+    # No torch here: the job's environment is unknown. The local build tag (+cu121, +cpu) is left out: a GPU profile
+    # is often used from a login node's CPU build of the same torch.
+    if ours is None or ours.split("+")[0] == str(theirs).split("+")[0]:
         return ()
     return (f"operator profile {meta.name} was measured under torch {theirs}; this environment has torch {ours}, "
             f"whose kernels may time the same ops differently. Re-measure with `llmperf profile ... --name "
