@@ -30,8 +30,9 @@ HybridDeviceOptimizer (core/optimizer/cpu_offloading/hybrid_optimizer.py, param_
 first --optimizer-offload-fraction (default 1.0) of the rank's shard, by elements, to a CPU torch.optim.AdamW: per
 offloaded parameter an fp32 copy (pinned unless --no-pin-cpu-params), its fp32 gradient (torch.empty(...,
 pin_memory=pin_cpu_grads), copied from the GPU each step) and Adam's exp_avg / exp_avg_sq, 8 B (SGD: momentum, 4):
-16 B; the GPU keeps the rest (schedule/memory.py state_bytes). Megatron-LM's --cpu-offloading (activations) is not
-counted (accepted with a warning).
+16 B; the GPU keeps the rest (schedule/memory.py state_bytes), each pinned copy in a power-of-two block, and the
+first of its two builds stays in torch's pinned cache (megatron_pinned_copies). Megatron-LM's --cpu-offloading
+(activations) is not counted (accepted with a warning).
 PyTorch FSDP CPU offload (Trainer --fsdp "... offload", accelerate fsdp_offload_params) keeps the same 16 B per
 parameter of the rank's shard on the host: the fp32 flat-parameter shard, its fp32 gradient ("offloads gradients to
 CPU as well, meaning that the optimizer step runs on CPU": torch.distributed.fsdp.CPUOffload) and Adam's two fp32
@@ -48,6 +49,8 @@ pinned staging buffer of its largest parameter (temp_grad_buffer_for_cpu_offload
 """
 
 from __future__ import annotations
+
+import math
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
@@ -97,25 +100,69 @@ def _swap_buffers(cfg: TrainingConfig, partition: float) -> float:
     return pinned
 
 
-def torch_offloaded_state(cfg: TrainingConfig, stage: StageGraph, partition: float) -> dict[str, float]:
+def torch_offloaded_state(cfg: TrainingConfig, stage: StageGraph, partition: float,
+                          gpus_per_node: int) -> dict[str, float]:
     """Megatron --optimizer-cpu-offload (HybridDeviceOptimizer) or FSDP CPU offload: per parameter of the offloaded
     share of the rank's shard, fp32 parameters (4 B), fp32 gradients (4 B) and the CPU optimizer's states (Adam 8 B,
-    SGD 4 B). An unsharded optimizer (FSDP NO_SHARD) offloads the stage's every parameter."""
+    SGD 4 B). An unsharded optimizer (FSDP NO_SHARD) offloads the stage's every parameter. Megatron's pinned copies
+    are priced as torch's host allocator takes them (megatron_pinned_copies)."""
     o = cfg.optimizer
     if o.offload_optimizer != "cpu":
         return {}
     on_rank = partition if (o.distributed_optimizer or o.zero_stage >= 1) else float(stage.num_params)
     share = on_rank * offloaded_optimizer_share(cfg, int(on_rank))
     states = 8 if o.name == "adam" else 4
-    return {"host_optimizer_states": share * states, "host_fp32_parameters": share * FP32_BYTES,
-            "host_fp32_gradients": share * FP32_BYTES}
+    out = {"host_optimizer_states": share * states, "host_fp32_parameters": share * FP32_BYTES,
+           "host_fp32_gradients": share * FP32_BYTES}
+    if cfg.framework == "megatron" and o.fsdp == "none" and stage.chunks:
+        out.update(megatron_pinned_copies(cfg, stage, gpus_per_node, share / on_rank if on_rank else 0.0))
+    return out
+
+
+def pinned_block_bytes(num_bytes: float) -> float:
+    """Host bytes torch's CUDA caching host allocator takes for one pinned tensor (Tensor.pin_memory(), torch.empty(
+    ..., pin_memory=True)): the request rounded up to the next power of two (ATen/core/CachingHostAllocator.h
+    allocate: c10::llvm::PowerOf2Ceil under the default pinned_max_round_threshold; measured on an H200, torch 2.11:
+    3 / 96 / 600 / 1,025 / 3,000 MiB take 4 / 128 / 1,024 / 2,048 / 4,096 MiB,
+    measurements/h200-sxm-141gb-2026-11-27/pinned.txt). A freed block stays cached for a request of the same power
+    of two (maybe_cache_block; default pinned_max_cached_size unlimited): the process keeps it."""
+    return float(2 ** math.ceil(math.log2(num_bytes))) if num_bytes >= 1 else 0.0
+
+
+def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
+                           fraction: float) -> dict[str, float]:
+    """Megatron's HybridDeviceOptimizer pinned host tensors, block by block (pin_cpu_params / pin_cpu_grads, both on
+    unless --no-pin-cpu-params / --no-pin-cpu-grads, which are not read).
+
+    It is built twice: core/optimizer/__init__.py builds one over the rank's whole (TP-split, unsharded) parameters,
+    then DistributedOptimizer.__init__ builds the one it keeps over its shards (distrib_optimizer.py: `self.optimizer
+    = HybridDeviceOptimizer(params=[g["orig_group"] ...], **self.optimizer.defaults)`) while the first is still
+    referenced. Each build pins, per offloaded parameter, an fp32 copy (hybrid_optimizer.py
+    _get_sub_optimizer_param_groups: clone().cpu().pin_memory(), then clone().float().pin_memory()); the first's copies
+    are freed into torch's pinned cache, never back to the OS, where only a request of the same power of two reuses
+    them: the fp32 gradients (_set_sub_optimizer_grads, torch.empty(shape, pin_memory=True) at the first step) do
+    when the shard is the whole parameter (one shard). Every tensor's shard is taken as its size / shards (the
+    distributed optimizer's ranges cut tensors at bucket offsets: an approximation for tensors that straddle them).
+    The first `fraction` of the elements is offloaded (the walk's order is not modelled: the same fraction of every
+    tensor's blocks). The bf16 staging copies each build pins and frees one tensor at a time are not counted."""
+    from llmperf_hook.graph.ddp_buckets import chunk_tensors
+    from llmperf_hook.schedule.memory import shard_counts
+
+    d_dense, d_expert = shard_counts(cfg, gpus_per_node)
+    tensors = [(n, d) for c in stage.chunks for part, d in zip(chunk_tensors(cfg, c), (d_dense, d_expert))
+               for n in part if n > 0]
+    whole = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, _ in tensors)
+    shards = fraction * sum(pinned_block_bytes(FP32_BYTES * n / d) for n, d in tensors)
+    reused = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, d in tensors if d == 1)
+    return {"host_fp32_parameters": shards, "host_fp32_gradients": shards,
+            "host_first_build_fp32_copies": whole - reused}
 
 
 def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
     """Host bytes one rank of `stage` keeps, by component (empty when nothing is offloaded)."""
     partition = partition_params(cfg, stage, gpus_per_node)
     if "deepspeed" not in cfg.framework:
-        return {k: v for k, v in torch_offloaded_state(cfg, stage, partition).items() if v > 0}
+        return {k: v for k, v in torch_offloaded_state(cfg, stage, partition, gpus_per_node).items() if v > 0}
     out = _offloaded_state(cfg, partition)
     swap = _swap_buffers(cfg, partition)
     if swap:

@@ -59,29 +59,29 @@ DEEPSPEED_ZERO3_PREFETCH_ELEMS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default."""
 
 
-def _shards(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> tuple[float, float, int, int]:
-    """(dense params, expert params, dense shard count, expert shard count) of one rank of `stage`: the dp x cp
-    group and the expert data-parallel group, each split into Megatron's --num-distributed-optimizer-instances
-    (parallel_state.py: intra_partial_data_parallel_size = dp x cp / N, and the expert data-parallel group's
-    intra-partial size likewise), whose every instance holds a whole copy of the sharded state."""
+def shard_counts(cfg: TrainingConfig, gpus_per_node: int) -> tuple[int, int]:
+    """(dense, expert) ranks the sharded state of one rank is split over: the dp x cp group and the expert
+    data-parallel group, each split into Megatron's --num-distributed-optimizer-instances (parallel_state.py:
+    intra_partial_data_parallel_size = dp x cp / N, and the expert data-parallel group's intra-partial size
+    likewise), whose every instance holds a whole copy of the sharded state."""
     dense, edp = dp_groups(cfg, gpus_per_node)
-    num_expert = float(stage.num_expert_params)
     n = max(1, cfg.optimizer.distopt_instances)
-    return stage.num_params - num_expert, num_expert, max(1, dense.group_size // n), max(1, edp.group_size // n)
+    return max(1, dense.group_size // n), max(1, edp.group_size // n)
 
 
 def partition_params(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
-    """Parameters of one rank's share of the sharded state (distributed optimizer, ZeRO, FSDP)."""
-    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
-    return num_dense / d_dense + num_expert / d_expert
+    """Parameters of one rank's share of the sharded state (distributed optimizer, ZeRO, FSDP): the one place that
+    divides a stage's parameters by its shard counts."""
+    d_dense, d_expert = shard_counts(cfg, gpus_per_node)
+    num_expert = float(stage.num_expert_params)
+    return (stage.num_params - num_expert) / d_dense + num_expert / d_expert
 
 
 def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
                 gpu: HardwareSpec | None = None) -> dict[str, float]:
     o = cfg.optimizer
-    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
-    total = num_dense + num_expert
-    sharded = num_dense / d_dense + num_expert / d_expert
+    d_dense, d_expert = shard_counts(cfg, gpus_per_node)
+    total, sharded = float(stage.num_params), partition_params(cfg, stage, gpus_per_node)
     fp32 = cfg.precision == "fp32"
     weight_b = 4 if fp32 else 2
     grad_b = 4 if (fp32 or (o.fp32_main_grads and "deepspeed" not in cfg.framework)) else 2
@@ -355,8 +355,7 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
             or o.zero_stage == 0 or runs_bf16_optimizer(cfg)):
         return 0.0
-    num_dense, num_expert, d_dense, d_expert = _shards(cfg, stage, gpus_per_node)
-    sharded = num_dense / d_dense + num_expert / d_expert
+    sharded = partition_params(cfg, stage, gpus_per_node)
     if o.zero_stage == 3:
         partition_b = max(2, DTYPE_BYTES.get(o.grad_accum_dtype or "", 0))
         sub_group_b = partition_b + (4 if partition_b < 4 else 0)  # flatten, then .to(fp32) copies unless fp32

@@ -6,6 +6,7 @@ presets state."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -31,17 +32,46 @@ def _shard(pred) -> float:
     return build_graph(pred.config, pred.cluster).stages[0].num_params / GPN
 
 
-def test_megatron_cpu_offload_keeps_16_bytes_per_shard_parameter_on_the_host() -> None:
-    """HybridDeviceOptimizer, param_update_in_fp32: per offloaded parameter an fp32 copy, its fp32 gradient and
-    AdamW's exp_avg / exp_avg_sq on the CPU (hybrid_optimizer.py _get_sub_optimizer_param_groups,
-    _set_sub_optimizer_grads); the node's 8 ranks hold their 8 shards. Before, Megatron's offload put nothing on
-    the host."""
+def _pinned(num_bytes: float) -> float:
+    """torch's CUDA host allocator: a pinned block rounded up to the next power of two (measured on an H200,
+    measurements/h200-sxm-141gb-2026-11-27/pinned.txt)."""
+    return 2.0 ** math.ceil(math.log2(num_bytes))
+
+
+def _tensors(pred) -> list[int]:
+    from llmperf_hook.graph.ddp_buckets import chunk_tensors
+
+    stage = build_graph(pred.config, pred.cluster).stages[0]
+    return [n for c in stage.chunks for n in chunk_tensors(pred.config, c)[0] if n]
+
+
+def test_megatron_cpu_offload_pins_its_copies_in_power_of_two_blocks() -> None:
+    """HybridDeviceOptimizer, param_update_in_fp32: per offloaded parameter an fp32 copy, its fp32 gradient (both
+    pinned, each tensor's block rounded up to a power of two by torch's host allocator) and AdamW's exp_avg /
+    exp_avg_sq (pageable, 8 B) on the CPU (hybrid_optimizer.py _get_sub_optimizer_param_groups,
+    _set_sub_optimizer_grads); the node's 8 ranks hold their 8 shards. Before: 4 B each, unrounded."""
     pred = _megatron(*OFFLOAD)
     host = pred.estimate.memory.host_components
-    shard = _shard(pred)
-    assert host == pytest.approx({"host_optimizer_states": GPN * 8 * shard, "host_fp32_parameters": GPN * 4 * shard,
-                                  "host_fp32_gradients": GPN * 4 * shard}, rel=1e-6)
+    shard_blocks = sum(_pinned(4 * n / GPN) for n in _tensors(pred))
+    assert host["host_optimizer_states"] == pytest.approx(GPN * 8 * _shard(pred), rel=1e-6)
+    assert host["host_fp32_parameters"] == host["host_fp32_gradients"] == pytest.approx(GPN * shard_blocks, rel=1e-6)
+    assert shard_blocks > 1.1 * 4 * _shard(pred)  # the rounding is not small for this model (21 % here)
     assert pred.estimate.memory.components["optimizer_states"] == 0
+
+
+def test_megatron_cpu_offload_keeps_the_first_builds_pinned_copies() -> None:
+    """core/optimizer/__init__.py builds a HybridDeviceOptimizer over the rank's whole parameters, then
+    DistributedOptimizer.__init__ builds the one it keeps over the shards while the first still lives: the first's
+    fp32 copies of every parameter (pinned) are freed into torch's pinned cache, which keeps them, and no shard-sized
+    request of a different power of two reuses them: 4 B per parameter of the whole model per rank, more than the
+    shard's 16 B at dp 8. On one GPU (the shard is the whole tensor) the fp32 gradients reuse them."""
+    pred = _megatron(*OFFLOAD)
+    whole = sum(_pinned(4 * n) for n in _tensors(pred))
+    assert pred.estimate.memory.host_components["host_first_build_fp32_copies"] == pytest.approx(GPN * whole, rel=1e-6)
+    one = _megatron(*OFFLOAD, gpus=1)
+    host = one.estimate.memory.host_components
+    assert "host_first_build_fp32_copies" not in host
+    assert host["host_fp32_gradients"] == pytest.approx(sum(_pinned(4 * n) for n in _tensors(one)), rel=1e-6)
 
 
 def test_megatron_offload_fraction_splits_the_optimizer_between_host_and_gpu() -> None:
@@ -146,3 +176,4 @@ def test_fsdp_cpu_offload_keeps_16_bytes_per_parameter_of_the_shard_on_the_host(
                            {}, cluster="dgx-a100", overrides=JobOverrides(model="llama2-7b"))
     params = build_graph(pred.config, pred.cluster).stages[0].num_params
     assert pred.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 16 * params / shards, rel=1e-6)
+
