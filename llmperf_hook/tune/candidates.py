@@ -324,14 +324,27 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
         dp_cp, expert_dp = cfg.world_size // (cols["tp"] * pp), cfg.world_size // (cols["etp"] * cols["ep"] * pp)
         masks["dp*cp or expert dp % --num-distributed-optimizer-instances != 0"] = (
             (dp_cp % o.distopt_instances != 0) | (expert_dp % o.distopt_instances != 0))
-        if o.fsdp == "none":  # DistributedDataParallel asserts 'Partial DistOpt cannot be used without DistOpt' (FSDP's
-            # own rule below says the same): --apply keeps the flag, so dropping --use-distributed-optimizer is refused
-            masks["--num-distributed-optimizer-instances > 1 needs the distributed optimizer"] = cols["distopt"] == 0
+    for flag in _flags_needing_distopt(cfg):  # --apply keeps the flag: dropping --use-distributed-optimizer is refused
+        masks[f"{flag} needs the distributed optimizer"] = cols["distopt"] == 0
     if o.fsdp != "none":  # FSDP shards the optimizer states; FSDP2 also refuses PP and EP (validate_args)
         masks["FSDP needs the distributed optimizer"] = cols["distopt"] == 0
         if o.fsdp == "torch_fsdp2":
             masks["--use-torch-fsdp2 refuses pp > 1 and ep > 1"] = (pp > 1) | (cols["ep"] > 1)
     return masks
+
+
+def _flags_needing_distopt(cfg: TrainingConfig) -> list[str]:
+    """The command's flags that Megatron refuses without --use-distributed-optimizer (megatron_validate_args, explain's
+    rules; under FSDP its own rule says it): DistributedDataParallel asserts 'Partial DistOpt cannot be used without
+    DistOpt' for --num-distributed-optimizer-instances N > 1; validate_args '--fp8-param-gather only supported with
+    distributed optimizer, torch fsdp2, megatron fsdp, or inference mode'; --optimizer-cpu-offload needs
+    --use-precision-aware-optimizer, which OptimizerConfig allows only with the distributed optimizer."""
+    o = cfg.optimizer
+    if cfg.framework != "megatron" or o.fsdp != "none":
+        return []
+    given = (("--num-distributed-optimizer-instances > 1", o.distopt_instances > 1),
+             ("--fp8-param-gather", o.fp8_param_gather), ("--optimizer-cpu-offload", o.offload_optimizer != "none"))
+    return [flag for flag, on in given if on]
 
 
 def _uneven_stage_masks(cfg: TrainingConfig, total: int, pp: np.ndarray, vpp: np.ndarray) -> dict[str, np.ndarray]:
