@@ -30,8 +30,10 @@ step time that flips it (ranking_diagnostics.miss_attribution), the per-step cos
 predicted (ranking_diagnostics.step_cost_per_param); then oracles that re-rank every group with part of the prediction taken from the
 measurements: each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source,
 hidden, TP, PP, micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside
-the layers, per step), and each (hidden, TP, micro-batch) cell priced at its measured times
-(benchmarks/ranking_diagnostics.py). They say which error decides the misses, not what to fit. `--noise PCT`
+the layers, per step), each (hidden, TP, micro-batch) cell priced at its measured times, and the composed rows'
+data-parallel all-reduce priced as vTrain composed it (ranking_diagnostics.composition_oracle: above 1 GiB of
+gradients without the ring's 2(n-1)/n, which a real all-reduce pays) (benchmarks/ranking_diagnostics.py). They say
+which error decides the misses, not what to fit. `--noise PCT`
 adds the figure with every row within PCT % of a group's fastest counted as its best (S24 itself has no
 run-to-run spread to read a noise from: its rows are composed, `bench_validation.py --audit-s24`).
 
@@ -52,6 +54,7 @@ calls on the cluster's own NCCL fit) could predict, with the count the rows reac
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -64,8 +67,8 @@ from pathlib import Path
 import numpy as np
 
 from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency
-from ranking_diagnostics import (WITHIN, RowPoint, equal_work_steps, is_composed, report_misses, report_resolution,
-                                 report_step_cost)
+from ranking_attribution import report_misses, report_step_cost
+from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,7 +207,28 @@ def _row_point(run, cfg, estimate, margin: float) -> RowPoint:
     return RowPoint(candidate_of(cfg).describe(), (h, tp, mbs), (run.source_id, h, tp, pp, mbs, cfg.parallel.dp),
                     cfg.model.num_layers, cfg.batch.num_microbatches, run.iteration_time_s,
                     float(estimate.step_time_s),
-                    _fits(estimate, margin), layer_params(cfg, moe=False), cfg.model.seq_length)
+                    _fits(estimate, margin), layer_params(cfg, moe=False), cfg.model.seq_length,
+                    float(estimate.breakdown.get("comm_dp_grad", 0.0)), composed_dp_s(run))
+
+
+@functools.lru_cache(maxsize=1)
+def _vtrain_lut() -> dict:
+    from bench_validation import VTRAIN_LUT_CSV, read_allreduce_lut
+
+    return read_allreduce_lut(VTRAIN_LUT_CSV) if VTRAIN_LUT_CSV.is_file() else {}
+
+
+def composed_dp_s(run) -> float | None:
+    """The all-reduce vTrain added to a composed single-stage row's DP = 1 row (RowPoint.composed_dp_s)."""
+    import bench_validation
+
+    lut = _vtrain_lut() if is_composed(run.source_id, run.dp) and run.pp == 1 else {}
+    if run.dp not in lut:
+        return None
+    nbytes = bench_validation.vtrain_gradient_bytes(run)
+    if nbytes > 2**30:
+        return nbytes / (lut[run.dp][-1][2] * 2**30)
+    return bench_validation.lut_ring_s(lut[run.dp], nbytes)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The --misses diagnostics of benchmarks/bench_tune_ranking.py (benchmarks/ranking_diagnostics.py) on hand-made
+"""The --misses diagnostics of benchmarks/bench_tune_ranking.py (benchmarks/ranking_diagnostics.py, ranking_attribution.py) on hand-made
 rows: the tuner's pick, the 5 % hit rule with and without a noise band, the bilinear split of a step time, and the
 oracle that takes one part of it from the measurements."""
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import ranking_attribution as attr  # noqa: E402
 import ranking_consistency as consistency  # noqa: E402
 import ranking_diagnostics as diag  # noqa: E402
 
@@ -178,30 +179,30 @@ def test_miss_attribution_names_the_part_whose_error_flips_the_group() -> None:
     fast = _split_family(("S24", 2048, 1, 1, 1, 2), (3.2e-3, 10e-3, 1.5e-3, 4e-3), (3.6e-3, 10e-3, 1.5e-3, 4e-3))
     slow = _split_family(("S24", 2048, 2, 1, 2, 1), (4.6e-3, 5e-3, 0.5e-3, 1e-3), (3.8e-3, 5e-3, 0.5e-3, 1e-3))
     groups = [[a, b] for a, b in zip(fast, slow)]
-    attributed = diag.miss_attribution(groups)
+    attributed = attr.miss_attribution(groups)
     assert attributed and all(flips == ("per layer and micro-batch",) for _, _, flips in attributed)
     assert all(best.family == fast[0].family and chosen.family == slow[0].family for best, chosen, _ in attributed)
     # the same error in the per-step part instead is flipped by that part alone
     fast = _split_family(("S24", 2048, 1, 1, 1, 2), (3.0e-3, 5e-3, 0.5e-3, 4e-3), (3.0e-3, 5e-3, 30e-3, 4e-3))
     slow = _split_family(("S24", 2048, 2, 1, 2, 1), (3.6e-3, 5e-3, 0.5e-3, 1e-3), (3.6e-3, 5e-3, 0.5e-3, 1e-3))
-    attributed = diag.miss_attribution([[a, b] for a, b in zip(fast, slow)])
+    attributed = attr.miss_attribution([[a, b] for a, b in zip(fast, slow)])
     assert attributed and all(flips == ("per step",) for _, _, flips in attributed)
     hits = [[a, b] for a, b in zip(slow, _split_family(("S24", 2048, 4, 1, 2, 1), (9e-3, 0, 0, 0), (9e-3, 0, 0, 0)))]
-    assert diag.miss_attribution(hits) == []
+    assert attr.miss_attribution(hits) == []
 
 
 def test_step_cost_per_parameter_reads_the_per_layer_per_step_slope_of_single_stage_dp1_families() -> None:
     params = 25_178_112  # about 12 h^2 / TP: a GPT layer of hidden 2048 at TP 2
     rows = _split_family(("S24", 2048, 2, 1, 2, 1), (4.6e-3, 5e-3, 0.507e-3, 1e-3), (3.8e-3, 5e-3, 0.78e-3, 1e-3),
                          params)
-    measured, predicted, families = diag.step_cost_per_param(rows)[("S24", 2048, 2)]
+    measured, predicted, families = attr.step_cost_per_param(rows)[("S24", 2048, 2)]
     assert families == 1
     assert measured == pytest.approx(0.507e-3 / params) and predicted == pytest.approx(0.78e-3 / params)
     # a pipeline stage's or a data-parallel family's c is not the optimizer's alone; no parameter count, no figure
     others = (_split_family(("S24", 2048, 2, 2, 2, 1), (2e-3, 5e-3, 1e-3, 1e-3), (2e-3, 5e-3, 1e-3, 1e-3), params)
               + _split_family(("S24", 2048, 2, 1, 2, 4), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3), params)
               + _split_family(("S24", 1024, 2, 1, 2, 1), (4e-3, 5e-3, 1e-3, 1e-3), (4e-3, 5e-3, 1e-3, 1e-3)))
-    assert diag.step_cost_per_param(others) == {}
+    assert attr.step_cost_per_param(others) == {}
 
 
 def test_consistency_pairs_order_micro_batch_hidden_and_equal_work_tp() -> None:
@@ -246,11 +247,44 @@ def test_miss_cause_names_the_part_that_under_prices_the_choice_against_the_best
             for layers in (12, 16, 24) for n in (2, 4) for t in [3e-3 * n * layers + 2e-3 * layers]]
     chosen = [_point(t, t - 0.8e-3 * n * layers, layers=layers, n=n, family=chosen_family)  # 0.8 ms per layer low
               for layers in (12, 16, 24) for n in (2, 4) for t in [3.5e-3 * n * layers + 1e-3 * layers]]
-    errors = diag.part_errors(best + chosen)
+    errors = attr.part_errors(best + chosen)
     b, c = best[1], chosen[1]  # L 12, n 4: measured 0.168 s (best) vs 0.180 s (choice), predicted 0.170 vs 0.142
-    part, share = diag.miss_cause(b, c, errors)
+    part, share = attr.miss_cause(b, c, errors)
     assert part == "per layer and micro-batch"
     assert share == pytest.approx(0.8e-3 * 4 * 12 / (c.measured_s - b.measured_s), rel=1e-6)
     np.testing.assert_allclose(errors[b], [0.0, 0.0, 0.2e-3 * 12, 0.0], atol=1e-12)
     lone = _point(1.0, 0.9, family=("S24", 1024, 8, 1, 4, 1))
-    assert diag.miss_cause(lone, c, diag.part_errors(best + chosen + [lone])) is None
+    assert attr.miss_cause(lone, c, attr.part_errors(best + chosen + [lone])) is None
+
+
+def test_composition_oracle_reprices_only_the_composed_rows_data_parallel_part() -> None:
+    run_row = _point(0.30, 0.32)
+    composed = diag.RowPoint("c", (2048, 1, 1), ("S24", 2048, 1, 1, 1, 8), 24, 2, 0.392, 0.4275, True,
+                             dp_grad_s=0.0214, composed_dp_s=0.0115)
+    oracle = attr.composition_oracle([run_row, composed])
+    assert oracle[run_row] == run_row.predicted_s
+    assert oracle[composed] == pytest.approx(0.4275 - 0.0214 + 0.0115)
+
+
+def test_composed_dp_is_vtrains_table_lookup_without_the_ring_factor_above_one_gib() -> None:
+    import bench_tune_ranking as bench
+    from types import SimpleNamespace
+
+    lut = bench._vtrain_lut()
+    if 8 not in lut:
+        pytest.skip("vTrain's NCCL table (../shared/validation/calibration) is not here")
+
+    def run(layers: int, dp: int = 8, pp: int = 1, source: str = "S24"):
+        return SimpleNamespace(source_id=source, dp=dp, pp=pp, hidden_size=2048, tp=1, vocab_size=50257,
+                               seq_length=1024, num_layers=layers)
+
+    from bench_validation import lut_ring_s, vtrain_gradient_bytes
+
+    big, small = run(24), run(4)
+    big_bytes, small_bytes = vtrain_gradient_bytes(big), vtrain_gradient_bytes(small)
+    assert big_bytes > 2**30 > small_bytes
+    busbw_1gib = lut[8][-1][2] * 2**30
+    assert bench.composed_dp_s(big) == pytest.approx(big_bytes / busbw_1gib)  # a ring pays 2 x 7/8 of that
+    assert bench.composed_dp_s(small) == pytest.approx(lut_ring_s(lut[8], small_bytes))
+    assert bench.composed_dp_s(run(24, dp=1)) is None and bench.composed_dp_s(run(24, pp=2)) is None
+    assert bench.composed_dp_s(run(24, source="S23")) is None
