@@ -9,9 +9,9 @@ scripts and `llmperf profile`), and read back with np.frombuffer.
 Layout: gzip of one JSON header line, then the arrays' little-endian bytes back to back in the header's order.
 The header lists each array's name, stored dtype (integers narrowed losslessly, e.g. feature indices as int16)
 and length, the ensemble's scalars, and `source_sha256`, the sha256 of the model text it was built from (the
-file profile.json names), so a packed file left over from another fit is never used (the text is parsed). Only plain
-numeric dtypes are accepted (np.frombuffer cannot build objects), every index is bounds-checked on reading, and
-the text stays the canonical form: a profile without packed files is parsed from text as before.
+file profile.json names), so a packed file left over from another fit is never used (the text is parsed). Only
+plain numeric dtypes are accepted (np.frombuffer cannot build objects), every index is bounds-checked on reading,
+and the text stays the canonical form: a profile without packed files is parsed from text as before.
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
                                f"llmperf computes schema {expected} for {entry.op_class}/{entry.phase}")
     if entry.model_format not in ("lightgbm-text", "sklearn-gbr-json"):
         raise _fail(directory, f"model {entry.file} has unknown format {entry.model_format!r}")
-    for name in (entry.file, entry.packed_file or "packed"):
+    for name in filter(None, (entry.file, entry.packed_file)):
         if "/" in name or "\\" in name or name.startswith("."):
             raise _fail(directory, f"model file name {name!r} points outside the profile")
     return entry
