@@ -26,13 +26,13 @@ the unit that makes their mean predicted per-layer slope the measured one (the c
 
 `--misses` prints, per missed group, the measured best and the choice with the signed error of each and the
 runner-up's measured gap, the per-layer cost of the cells of each miss's best and choice and the single part of the
-step time that flips it (ranking_diagnostics.miss_attribution), the per-step cost per parameter, measured and
-predicted (ranking_diagnostics.step_cost_per_param); then oracles that re-rank every group with part of the prediction taken from the
+step time that flips it (ranking_attribution.miss_attribution), the per-step cost per parameter, measured and
+predicted (ranking_attribution.step_cost_per_param); then oracles that re-rank every group with part of the prediction taken from the
 measurements: each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source,
 hidden, TP, PP, micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside
 the layers, per step), each (hidden, TP, micro-batch) cell priced at its measured times, and the composed rows'
-data-parallel all-reduce priced as vTrain composed it (ranking_diagnostics.composition_oracle: above 1 GiB of
-gradients without the ring's 2(n-1)/n, which a real all-reduce pays) (benchmarks/ranking_diagnostics.py). They say
+data-parallel all-reduce priced as vTrain composed it (ranking_attribution.composition_oracle: above 1 GiB of
+gradients without the ring's 2(n-1)/n, which a real all-reduce pays) (benchmarks/ranking_attribution.py). They say
 which error decides the misses, not what to fit. `--noise PCT`
 adds the figure with every row within PCT % of a group's fastest counted as its best (S24 itself has no
 run-to-run spread to read a noise from: its rows are composed, `bench_validation.py --audit-s24`).

@@ -1,13 +1,11 @@
-"""The --misses diagnostics of benchmarks/bench_tune_ranking.py: which rows decide each missed group, which part
-of the step time and which (hidden, TP, micro-batch) cell flips the misses.
+"""The row model, hit rule and bilinear split of benchmarks/bench_tune_ranking.py's diagnostics, and its --resolution
+report (the --misses report that builds on them is ranking_attribution.py).
 
-Per missed group: the measured best and the tuner's choice with the signed error of each and the runner-up's
-measured gap. Then oracles that re-rank every group with part of the prediction taken from the measurements:
-each part of the bilinear split t = a n L + b n + c L + d of a family of rows (same source, hidden, TP, PP,
+A group's rows are RowPoints; the tuner's choice is the fastest predicted row that fits, a hit is within 5 % of the
+measured best. The bilinear split t = a n L + b n + c L + d of a family of rows (same source, hidden, TP, PP,
 micro-batch, DP; n micro-batches, L layers: per layer and micro-batch, per micro-batch outside the layers, per
-step), and each (hidden, TP, micro-batch) cell priced at its measured times. They say which error decides the
-misses, not what to fit. Per miss, the part whose error most favours the choice over the best (miss_cause)
-names its cause. With a noise band, every row within it of a group's fastest counts as its best.
+layer and step, per step) and the oracle that takes parts of it from the measurements (component_oracle) say which
+error decides the misses, not what to fit.
 
 The --resolution report says how many independent measurements the groups rest on: whether a source's rows were
 composed from one per-layer number per (hidden, TP, micro-batch) cell (the per-micro-batch slope exactly linear in

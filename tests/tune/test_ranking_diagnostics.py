@@ -1,6 +1,7 @@
-"""The --misses diagnostics of benchmarks/bench_tune_ranking.py (benchmarks/ranking_diagnostics.py, ranking_attribution.py) on hand-made
-rows: the tuner's pick, the 5 % hit rule with and without a noise band, the bilinear split of a step time, and the
-oracle that takes one part of it from the measurements."""
+"""The --misses diagnostics of benchmarks/bench_tune_ranking.py (benchmarks/ranking_diagnostics.py and
+ranking_attribution.py) on hand-made rows: the tuner's pick, the 5 % hit rule with and without a noise band, the
+bilinear split of a step time, the oracles that take one part of it from the measurements or from the rows'
+composition, and the part that causes each miss."""
 
 from __future__ import annotations
 
