@@ -192,6 +192,7 @@ class CommPredictor:
         self.model = model
         self.name = f"alpha-beta+residual:{model.cluster}"
         self._by_kind: dict[str, list[LayoutFit]] = {}
+        self._fractions: dict[tuple, tuple[ClusterSpec, float]] = {}
         for fit in model.layouts:
             self._by_kind.setdefault(fit.collective, []).append(fit)
 
@@ -215,10 +216,22 @@ class CommPredictor:
     def rate_fraction(self, op_class: str, op: Op, cluster: ClusterSpec) -> float:
         """Fitted speed / the cluster's alpha-beta speed, the smaller for the fit's own layout (alone, as sampled)
         and for `op`'s layout and sharing: a fit far below the cluster on the layout it measured measured another
-        transport, whichever layout borrows it."""
-        fit = self.layout_for(op_class, op.collective)  # type: ignore[arg-type]
+        transport, whichever layout borrows it. Memoised per class, layout and cluster object: pricing, the warnings
+        and the "cost models" names each ask it for every group of every predict (a third of `tune`'s time per
+        candidate on a cluster with a comm model otherwise)."""
+        c = op.collective
+        assert c is not None
+        key = (op_class, op.phase, c.group_size, c.ranks_per_node, c.groups_sharing_node, id(cluster))
+        known = self._fractions.get(key)
+        if known is not None and known[0] is cluster:
+            return known[1]
+        fit = self.layout_for(op_class, c)
         own = Op("fit", fit.collective, op.phase, {}, collective=Collective("fit", fit.group_size, fit.gpus_per_node))
-        return min(self._fraction(fit, fit.collective, own, cluster), self._fraction(fit, op_class, op, cluster))
+        fraction = min(self._fraction(fit, fit.collective, own, cluster), self._fraction(fit, op_class, op, cluster))
+        if len(self._fractions) > 4096:
+            self._fractions.clear()
+        self._fractions[key] = (cluster, fraction)
+        return fraction
 
     def _fraction(self, fit: LayoutFit, op_class: str, op: Op, cluster: ClusterSpec) -> float:
         """The ratio at the fit's largest sampled message and in the bandwidth limit (time per extra byte), so it

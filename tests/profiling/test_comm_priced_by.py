@@ -55,3 +55,20 @@ def test_a_big_fixed_cost_is_held_within_ten_times_the_clusters_alpha_beta_below
     assert np.all(np.diff(pred.predict_s([_op("allgather", b, 1, 4) for b in sizes], cluster)) >= 0)
     (warning,) = pred.extrapolation_warnings([small], cluster)
     assert "alpha-beta x 10" in warning and "fixed cost" in warning
+
+
+def test_rate_fraction_is_computed_once_per_class_layout_and_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pricing, the warnings and the names all ask it for every group of every predict (tune: every candidate)."""
+    cluster = load_cluster("perlmutter")
+    x = np.geomspace(4e7, 2e9, 300)
+    pred = CommPredictor(CommModel("perlmutter", (fit_layout(CommSamples("allreduce", 2, 4, x, 2 * 7 / 8 * x / 2e9)),),
+                                   {}))
+    calls = []
+    fraction = pred._fraction
+    monkeypatch.setattr(pred, "_fraction", lambda *a: calls.append(1) or fraction(*a))
+    ops = [_op("allreduce", 1e9, 2, 4), _op("allreduce", 2e9, 2, 4)]
+    for _ in range(3):
+        pred.predict_s(ops, cluster), pred.extrapolation_warnings(ops, cluster), pred.priced_by(ops, cluster)
+    assert len(calls) == 2  # the fit's own layout and the op's, once
+    pred.predict_s(ops, load_cluster("perlmutter"))  # another cluster object: computed again
+    assert len(calls) == 4
