@@ -29,7 +29,7 @@ from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, ap
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
-from llmperf_hook.launch.sed_templates import sed_output
+from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
@@ -39,7 +39,7 @@ from llmperf_hook.launch.shell_conditions import Conditions, condition_expander,
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               restore_dollars, shell_split, split_redirections, split_unquoted_words,
-                                              strip_redirections, ungroup, word_quoting, written_files)
+                                              ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
@@ -104,7 +104,7 @@ class ScriptLaunch:
 
 
 @dataclass(kw_only=True)
-class _Reading(ShellVariables):
+class _Reading(ShellVariables, FileWrites):
     """The state of one pass over the script (local to read_batch_script)."""
 
     path: str
@@ -165,7 +165,7 @@ class _Reading(ShellVariables):
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             if text.strip() and not text.lstrip().startswith("#"):
                 for pipeline in self.command_list(line, text):
-                    self.sed_template(line, pipeline)
+                    self.writes_files(line, pipeline)
 
     def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
@@ -320,33 +320,6 @@ class _Reading(ShellVariables):
                 origin = f"{self.path} line {line.number}"
                 self.files.setdefault(os.path.normpath(self.expand(target)),
                                       ScriptFile("", origin, command=" ".join(words)[:80]))
-
-    def sed_template(self, line: ScriptLine, pipeline: list[str]) -> None:
-        """`sed "s/GBSIZE/$GBS/" TEMPLATE | sed ... > ds_config.json` (launch/sed_templates.py): the file it writes,
-        from the template the script wrote or the one on disk, in place of a file only running the command gives."""
-        if self.launches or self.conditions.uncertain() or not self.conditions.running() or ">>" in pipeline[-1] or \
-                any(command.split()[:1] != ["sed"] for command in pipeline):
-            return
-        try:
-            split = [strip_redirections(shell_split(protect_literal_dollars(command))) for command in pipeline]
-        except ValueError:
-            return
-        words = [[restore_dollars(self.expand(word, record=False)) for word in command] for command, _ in split]
-        text = sed_output(words, self.template_text)
-        if text is not None and split[-1][1]:
-            target = os.path.normpath(self.expand(split[-1][1][-1], record=False))
-            self.files[target] = ScriptFile(text, f"{self.path} line {line.number} (sed on {words[0][-1]})")
-
-    def template_text(self, name: str) -> str | None:
-        """The text of a file the script reads (`name` from where it is): what it wrote there, else the disk's."""
-        written = self.files.get(os.path.normpath(name))
-        if written is not None:
-            return None if written.command else written.text
-        try:
-            with open(os.path.join(self.cwd, name), encoding="utf-8") as handle:
-                return handle.read()
-        except OSError:
-            return None
 
     def source(self, name: str) -> None:
         """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1

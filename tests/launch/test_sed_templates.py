@@ -29,6 +29,17 @@ CHAINS = {
     "template_written_first": "cat > tmpl.json <<'EOF'\n" + TEMPLATE + "EOF\n"
                               'sed "s/CONFIG_BATCH_SIZE/8/g" tmpl.json | sed "s/CONFIG_MBSIZE/1/" '
                               '| sed "s/ZERO_STAGE/2/" | sed "s/PRESCALE_GRAD/false/" > ${config_json}\n',
+    "copy then sed -i": "cp $template_json $config_json\nsed -i \"s/CONFIG_BATCH_SIZE/${global_batch_size}/\" "
+                        "$config_json\nsed -i -e 's/CONFIG_MBSIZE/2/' -e 's/ZERO_STAGE/1/g' $config_json\n"
+                        "sed --in-place 's/PRESCALE_GRAD/true/' $config_json\n",
+    "regular expressions": "sed -e 's/\\(\"stage\": \\)ZERO_[A-Z]*/\\11/' -e 's/CONFIG_[A-Z_]*,/64,/' "
+                           "-e 's/CONFIG_MBSIZE/&/; s/CONFIG_MBSIZE/2/' -e 's/ZERO_STAGE/0/2' "
+                           "-e 's/PRESCALE_GRAD$/true/' tmpl.json > ds_config_gbs64.json\n",
+    "extended": "sed -E 's/CONFIG_(BATCH_SIZE|MBSIZE)/8/g; s/ZERO_STAGE+/3/g; s/(PRESCALE)_GRAD/false/' tmpl.json "
+                "| sed 's/false/true/I' > ds_config_gbs64.json\n",
+    "cat into tee": "cat <<EOF | tee $config_json > /dev/null\n" + TEMPLATE.replace("CONFIG_BATCH_SIZE", "64")
+                    .replace("CONFIG_MBSIZE", "$batch_size").replace("ZERO_STAGE", "2").replace("PRESCALE_GRAD", "true")
+                    + "EOF\n",
 }
 LAUNCH = "deepspeed --num_gpus 8 pretrain_gpt.py --num-layers 2 --deepspeed_config ${config_json}\n"
 
@@ -59,11 +70,12 @@ def test_the_file_the_sed_chain_writes(name: str, tmp_path: Path, monkeypatch: p
     assert job.script_files["ds_config_gbs64.json"].text == written
 
 
-@pytest.mark.parametrize("chain", ["sed -i 's/ZERO_STAGE/1/' tmpl.json\ncp tmpl.json ds_config_gbs64.json\n",
-                                   "sed 's/ZERO_.*/1/' tmpl.json > ds_config_gbs64.json\n",
-                                   "sed 's/ZERO_STAGE/&1/' tmpl.json > ds_config_gbs64.json\n",
-                                   "sed 's/ZERO_STAGE/1/2/' tmpl.json > ds_config_gbs64.json\n"])
-def test_anything_but_literal_substitutions_is_not_worked_out(chain: str, tmp_path: Path,
+@pytest.mark.parametrize("chain", ["sed -n 's/ZERO_STAGE/1/p' tmpl.json > ds_config_gbs64.json\n",
+                                   "sed 'y/ZERO/zero/' tmpl.json > ds_config_gbs64.json\n",
+                                   "sed 's/[[:upper:]_]*STAGE/1/' tmpl.json > ds_config_gbs64.json\n",
+                                   "sed 's/ZERO_STAGE/1/2/' tmpl.json > ds_config_gbs64.json\n",
+                                   "cp tmpl.json ds_config_gbs64.json\nsed -i 's/ZERO_STAGE/1/w log' ds_config_gbs64.json\n"])
+def test_anything_but_substitutions_is_not_worked_out(chain: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from llmperf_hook.frameworks.resolve import resolve_job
 
@@ -96,3 +108,27 @@ def test_a_replacement_holding_the_delimiter_is_no_substitution(tmp_path: Path) 
     assert sed_output([["sed", "s/ZERO_STAGE/1/2/", "tmpl.json"]], lambda _: TEMPLATE) is None
     assert sed_output([["sed", "s|ZERO_STAGE|1/2|", "tmpl.json"]], lambda _: TEMPLATE) == \
         subprocess.run(["sed", "s|ZERO_STAGE|1/2|", "tmpl.json"], cwd=tmp_path, capture_output=True, text=True).stdout
+
+
+SED_TEXT = ('{\n  "train_batch_size": GBSIZE,\n  "micro": MBSIZE, "x": "a.b(c)+d|e"\n'
+            '  "stage": ZERO_STAGE ZERO_STAGE\n}\nno newline')
+SED_SCRIPTS = [
+    ["s/GBSIZE/64/"], ["s/ZERO_.*/1/"], ["s/ZERO_STAGE/&1/"], ["s/ZERO_STAGE/1/2"], ["s/ZERO_STAGE/1/g"],
+    ["s/\\(GB\\)SIZE/\\1-\\1/"], ['s/"micro": [A-Z]*/"micro": 4/'], ["s/a.b(c)+d|e/ok/"], ["s/[0-9]\\{1,\\}/N/g"],
+    ["s|/|\\\\|g"], ["s/zero_stage/z/I"], ["s/^  //"], ["s/,$/;/"], ["s/GBSIZE/64/;s/MBSIZE/2/"], ["s/MBSIZE/a\\/b/"],
+    ["s/E/\\n/2"], ["s/x/y/3"], ["s/e\\+/E/g"], ["s/\\./DOT/"], ["s/ZERO_STAGE/1/2/"], ["-E", "s/(GB)SIZE/\\1\\1/"],
+    ["-E", "s/e+/E/g"], ["-E", "s/a.b\\(c\\)\\+d\\|e/ok/"], ["-e", "s/GBSIZE/1/", "--expression=s/MBSIZE/2/"],
+]
+
+
+@pytest.mark.skipif(shutil.which("sed") is None, reason="needs sed")
+@pytest.mark.parametrize("args", SED_SCRIPTS, ids=[" ".join(a) for a in SED_SCRIPTS])
+def test_substitutions_give_what_sed_gives(args: list[str], tmp_path: Path) -> None:
+    """Regular expressions (basic and -E), `&`, `\\1`, flags g / N / I, `\\n` in the replacement, `;`-joined commands:
+    worked out as the real sed gives them, or not at all (None) where sed stops."""
+    from llmperf_hook.launch.sed_templates import sed_output
+
+    (tmp_path / "tmpl.json").write_text(SED_TEXT)
+    real = subprocess.run(["sed", *args, "tmpl.json"], cwd=tmp_path, capture_output=True, text=True)
+    ours = sed_output([["sed", *args, "tmpl.json"]], lambda _: SED_TEXT)
+    assert ours == (real.stdout if real.returncode == 0 else None)
