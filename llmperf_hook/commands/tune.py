@@ -169,6 +169,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
     from llmperf_hook.tune.candidates import generate_candidates
+    from llmperf_hook.tune.command_rules import command_rule_masks
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
@@ -189,7 +190,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
         click.echo(f"llmperf tune: warning: {note}", err=True)
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
-                               predict=api.predict_config, validate=validate_config, memory=memory_only)
+                               predict=api.predict_config, validate=validate_config, memory=memory_only,
+                               command_rules=command_rule_masks(cfg, script_args))
     return result, space
 
 

@@ -30,6 +30,7 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
 from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list, rule_masks
+from llmperf_hook.tune.command_rules import MaskFn
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
 OOM_CERTAIN_FACTOR = 1.0
@@ -203,9 +204,11 @@ class _Job:
 
 def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: CandidateTable, *, top_k: int,
                       margin: float, predict: PredictFn, validate: ValidateFn,
-                      memory: MemoryFn | None = None) -> TuneResult:
-    """Rank the table's candidates for this job; see the module docstring for the pruning rules."""
-    bad, invalid = _first_violations(rule_masks(cfg, table.columns), len(table))
+                      memory: MemoryFn | None = None, command_rules: MaskFn | None = None) -> TuneResult:
+    """Rank the table's candidates for this job; see the module docstring for the pruning rules. `command_rules`: the
+    rules the command's own flags bring in that the TrainingConfig does not carry (tune/command_rules.py)."""
+    masks = {**rule_masks(cfg, table.columns), **(command_rules(table.columns) if command_rules else {})}
+    bad, invalid = _first_violations(masks, len(table))
     valid = table.select(~bad)
     job = _Job(cfg, cluster, predict, validate, memory, margin,
                (1.0 - margin) * cluster.gpu.memory_capacity_bytes, candidate_of(cfg))

@@ -1,0 +1,71 @@
+"""Rules of flags the TrainingConfig does not carry, read from the command's script words (tune/command_rules.py):
+tune listed layouts whose --apply command Megatron refuses (explain exits 2, or the job dies at a ramp-up step)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmperf_hook.frameworks.resolve import resolve_job
+from llmperf_hook.tune.candidates import generate_candidates
+from llmperf_hook.tune.command_rules import PRECISION_AWARE_RULE, RAMPUP_RULE, command_rule_masks
+from llmperf_hook.tune.search_space import load_search_space
+
+from .helpers import run_cli, tune_apply_json
+
+GPT = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size",
+       "2048", "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+       "--vocab-size", "50257", "--micro-batch-size", "1", "--global-batch-size", "256",
+       "--tensor-model-parallel-size", "2", "--bf16", "--train-samples", "100000"]
+
+
+def _masks(extra: list[str]):
+    job, cfg = resolve_job([*GPT, *extra], {})
+    table = generate_candidates(cfg, load_search_space(None, "megatron"), 8)
+    cols = table.columns
+    dp = np.maximum(cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
+    return cols, dp, command_rule_masks(cfg, job.script_args)(cols)
+
+
+@pytest.mark.parametrize("start, increment", [(16, 16), (32, 8)])
+def test_every_ramp_up_batch_must_divide_by_micro_batch_times_dp(start: int, increment: int) -> None:
+    """START and START + k x INCREMENT (up to 256) are each a step's global batch: Megatron's ramp-up calculator asserts
+    each divides by micro-batch x DP. Explain checks START only; (32, 8) with micro-batch x DP 16 passes it and dies at
+    the second ramp step (batch 40)."""
+    cols, dp, masks = _masks(["--rampup-batch-size", str(start), str(increment), "1000"])
+    step = cols["mbs"] * dp
+    expected = (start % step != 0) | (increment % step != 0)
+    tiles = dp * cols["tp"] * cols["pp"] * cols["cp"] == 16
+    assert np.array_equal(masks[RAMPUP_RULE] & tiles, expected & tiles) and (expected & tiles).any()
+
+
+def test_no_rule_when_megatron_rounds_the_batch_down_or_without_a_ramp() -> None:
+    assert RAMPUP_RULE not in _masks(["--rampup-batch-size", "16", "16", "1000", "--decrease-batch-size-if-needed"])[2]
+    assert _masks([])[2] == {}
+
+
+def test_precision_aware_optimizer_keeps_the_distributed_optimizer() -> None:
+    cols, _, masks = _masks(["--use-distributed-optimizer", "--use-precision-aware-optimizer"])
+    assert np.array_equal(masks[PRECISION_AWARE_RULE], cols["distopt"] == 0) and (cols["distopt"] == 0).any()
+
+
+@pytest.mark.parametrize("extra, rule", [
+    (["--rampup-batch-size", "16", "16", "1000"], RAMPUP_RULE),
+    (["--use-distributed-optimizer", "--use-precision-aware-optimizer"], PRECISION_AWARE_RULE),
+])
+def test_the_applied_command_is_accepted_by_explain(extra: list[str], rule: str, tmp_path: Path, capsys) -> None:
+    """Without the rules the best of each was refused: 'tp1 pp1 mbs16' (16 % (16 x 16)) and a row dropping
+    --use-distributed-optimizer."""
+    space = {"micro_batch_size": [1, 2, 4, 16], "tensor_parallel": [1, 2], "pipeline_parallel": [1],
+             "context_parallel": [1], "recompute": ["none"], "distributed_optimizer": [False, True]}
+    code, out, err = tune_apply_json(tmp_path, capsys, space, [*GPT, *extra])
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["search"]["invalid_by_rule"].get(rule, 0) > 0
+    for row in data["top"]:
+        assert rule != PRECISION_AWARE_RULE or row["distributed_optimizer"]
+    code, _, err = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
+    assert code == 0, err
