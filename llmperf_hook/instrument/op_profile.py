@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES
+from llmperf_hook.instrument.profiler_stderr import without_kineto_usdt_lines
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -369,7 +370,8 @@ class OpProfiler:
             activities.append(ProfilerActivity.CUDA)
             self._device = "cuda"
         self._prof = profile(activities=activities, record_shapes=True)
-        self._prof.start()
+        with without_kineto_usdt_lines():
+            self._prof.start()
 
     def mark_step(self) -> None:
         """A zero-length STEP_END_MARK event at the end of a profiled step: where the next step's phases begin
@@ -383,7 +385,8 @@ class OpProfiler:
         """Stop collecting (cheap: on the step path); the returned function maps the window's events to samples
         (about 0.5 s on a small CPU model, seconds on a GPU step: the recorder calls it at exit, off the job's way)."""
         prof, self._prof = self._prof, None
-        prof.stop()
+        with without_kineto_usdt_lines():
+            prof.stop()
         device, num_steps = self._device, self.num_steps
 
         def samples() -> list[dict[str, Any]]:
@@ -395,4 +398,5 @@ class OpProfiler:
     def abandon(self) -> None:
         if self._prof is not None:
             prof, self._prof = self._prof, None
-            prof.stop()
+            with without_kineto_usdt_lines():
+                prof.stop()

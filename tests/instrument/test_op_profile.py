@@ -78,6 +78,7 @@ def test_profile_window_on_a_real_job(tmp_path: Path, child_env: dict[str, str])
     assert ops[("attention", "fwd")]["dims"] == {"b": 2, "s": 32, "heads": 4, "kv_heads": 4, "head_dim": 16, "causal": 1}
     assert ops[("attention", "fwd")]["count"] == 2 * 2  # 2 layers x 2 profiled steps
     assert "op samples: " in done.stderr  # refine ingested them
+    assert "USDT:" not in done.stderr  # torch 2.13's Kineto prints one at the window's start and stop
 
 
 def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path, child_env: dict[str, str]) -> None:
@@ -89,6 +90,7 @@ def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path
     assert done.returncode == 0 and "done: 3 steps" in done.stdout, done.stderr
     steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
     assert [s["step"] for s in steps] == [0, 1, 2]
+    assert "USDT:" not in done.stderr  # the window abandoned at exit: its stop printed nothing either
 
 
 def _comm(name: str, shapes: list, dtypes: list, seconds: float, start_us: float) -> ProfEvent:
