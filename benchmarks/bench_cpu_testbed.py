@@ -95,7 +95,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--drift-check", type=int, default=0, metavar="R",
                     help="only check whether the reference tracks the step-time drift: R interleaved runs of "
                          "--drift-configs, no prediction")
-    ap.add_argument("--drift-configs", default="0,1", help="configuration indices for --drift-check / --spread-check")
+    ap.add_argument("--drift-configs", type=index_list, default=[0, 1], metavar="LIST",
+                    help="configuration indices (of CONFIGS) that --drift-check / --spread-check run again and again")
     ap.add_argument("--spread-check", type=int, default=0, metavar="R",
                     help="only measure the run-to-run spread: R rounds of --drift-configs, each launched as is and "
                          "with --bind_cores_to_rank (order alternating), scored on all timed steps and on the first 8")
@@ -112,7 +113,7 @@ def parse_args() -> argparse.Namespace:
                     help="where to save the run's raw record (default HOME/records/testbed-<UTC time>.json)")
     ap.add_argument("--keep-framework-cost", action="store_true",
                     help="never re-measure the profile's framework cost (refresh_framework_cost)")
-    ap.add_argument("--configs", type=lambda v: [int(i) for i in v.split(",")], metavar="LIST",
+    ap.add_argument("--configs", type=index_list, metavar="LIST",
                     help="only these configurations (indices of CONFIGS; --calibrate then counts within them): a "
                          "functional check of the benchmark's path, not its measurement")
     ap.add_argument("--bind-cores", action="store_true",
@@ -122,19 +123,38 @@ def parse_args() -> argparse.Namespace:
     if measuring and args.repeats < 2:  # was an IndexError after every run had been made
         ap.error(f"--repeats {args.repeats}: the instrumented configuration is scored on its measurement runs of "
                  "the other passes (its calibration run takes its place in the middle one), so it needs 2 or more")
-    if not all(0 <= i < len(CONFIGS) for i in args.configs or ()):  # was an IndexError after the profiling
-        ap.error(f"--configs {','.join(map(str, args.configs))}: indices of CONFIGS, 0 to {len(CONFIGS) - 1}")
+    for option, indices in (("--configs", args.configs or ()), ("--drift-configs", args.drift_configs)):
+        if not all(0 <= i < len(CONFIGS) for i in indices):  # was an IndexError after the profiling
+            ap.error(f"{option} {','.join(map(str, indices))}: indices of CONFIGS, 0 to {len(CONFIGS) - 1}")
     if measuring and not all(0 <= k < len(args.configs or CONFIGS) for k in args.calibrate):
         ap.error(f"--calibrate {','.join(map(str, args.calibrate))}: indices of the {len(args.configs or CONFIGS)} "
                  "configurations measured (within --configs when given)")
     return args
 
 
+def index_list(text: str) -> list[int]:
+    """`0,3,5` -> [0, 3, 5]; argparse turns the error into a usage error (exit 2) that names the option."""
+    try:
+        indices = [int(i) for i in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of configuration indices, e.g. 0,3") from None
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"{text}: an index is repeated (each configuration is measured once per pass)")
+    return indices
+
+
+def record_configs(record: dict) -> list[TestbedConfig]:
+    """The configurations a record measured, launched bound to cores when it was (--bind-cores; a record from
+    before "bind_cores" was saved says so by its labels)."""
+    bind = record.get("bind_cores", any(c.get("label", "").endswith(" bound") for c in record.get("configs", ())))
+    return [replace(CONFIGS[i], bind=bool(bind)) for i in record.get("config_indices") or range(len(CONFIGS))]
+
+
 def main() -> None:
     args = parse_args()
     if args.replay:
         record = load_record(args.replay)
-        report_record(record, [CONFIGS[i] for i in record.get("config_indices") or range(len(CONFIGS))])
+        report_record(record, record_configs(record))
         return
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -149,10 +169,10 @@ def main() -> None:
     prepare_home(home, args)
     if args.drift_check:
         drift_check(shared_home(home, "drift"), home / "work-drift",
-                    [int(i) for i in args.drift_configs.split(",")], args.drift_check, args.steps)
+                    args.drift_configs, args.drift_check, args.steps)
     elif args.spread_check:
-        spread_check(shared_home(home, "spread"), home / "work-spread", [int(i) for i in args.drift_configs.split(",")],
-                     args.spread_check, args.steps)
+        spread_check(shared_home(home, "spread"), home / "work-spread", args.drift_configs, args.spread_check,
+                     args.steps)
     else:
         measure_and_score(home, args, selected_configs(args))
 

@@ -87,8 +87,8 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
             others_quiet += [mape(quiet)] if quiet else []
             print(f"{log.name} --calibrate {k}: run x{run_ms / rows[k][1]:.3f}{' (quiet-equivalent)' if equivalent else ''}"
                   f", k {post.shared_weight:.2f}; before {mape([pct(b, m) for m, b in rows.values()]):.1f} %, config "
-                  f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other 11 "
-                  f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of 12, before "
+                  f"{k} {abs(own):.1f} %{' (CONTENDED passes)' if k in contended else ''}, other {len(others)} "
+                  f"{mape(list(others.values())):.1f} %; quiet ones: {len(rows) - len(contended)} of {len(rows)}, before "
                   f"{mape([pct(b, m) for i, (m, b) in rows.items() if i not in contended] or [0.0]):.1f} %, other "
                   f"{len(quiet)} {mape(quiet or [0.0]):.1f} %")
     if own_quiet and others_quiet:

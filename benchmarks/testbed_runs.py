@@ -147,6 +147,7 @@ def new_record(configs: Sequence[TestbedConfig], home: Path, args: Any, before_d
             "commit": commit.stdout.strip(), "cores": os.cpu_count(), "load_at_start": os.getloadavg()[0],
             "steps": args.steps, "passes": args.repeats, "ref_profile_s": ref_profile,
             "config_indices": args.configs or list(range(len(configs))),
+            "bind_cores": bool(getattr(args, "bind_cores", False)),
             "priors": {"sd_shared": pri.sd_shared, "sd_config": pri.sd_config, "source": pri.source,
                        "sd_moment": pri.sd_moment, "sd_config_op": sd_config_prior(CLUSTER)[0],
                        # the inputs of refine's priors (shrinkage.priors_from_errors), for --replay with a later rule

@@ -110,12 +110,16 @@ def test_a_replay_log_that_is_no_output_exits_2_with_the_reason(tmp_path: Path) 
 
 @pytest.mark.parametrize("args, said", [(["--repeats", "1"], "--repeats 1"),
                                         (["--configs", "0,10", "--calibrate", "2"], "--calibrate 2"),
-                                        (["--configs", "0,12"], "--configs 0,12")])
+                                        (["--configs", "0,12"], "--configs 0,12"),
+                                        (["--drift-configs", "0,12", "--drift-check", "2"], "--drift-configs 0,12"),
+                                        (["--drift-configs", "one", "--spread-check", "2"], "--drift-configs"),
+                                        (["--configs", "1,1"], "repeated")])
 def test_a_measurement_that_could_not_be_scored_is_refused_before_any_run(tmp_path: Path, args: list[str],
                                                                         said: str) -> None:
     """One pass leaves the instrumented configuration without a measurement run to be scored on, and a --calibrate
     index outside --configs names no configuration: both ended in an IndexError after every run had been made; a
-    --configs index outside CONFIGS, after the profiling."""
+    --configs index outside CONFIGS, after the profiling; a --drift-configs index (the configurations --drift-check and
+    --spread-check run again and again) was not checked at all: an IndexError or ValueError after the profiling."""
     done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--home", str(tmp_path / "h"), *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -131,6 +135,17 @@ def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "5 runs x" in done.stdout and "[replay] every run of every configuration" in done.stdout
     assert "61 choices" in done.stdout and "session 11's refine" in done.stdout
+
+
+def test_a_replayed_record_keeps_its_bound_launch() -> None:
+    """A --bind-cores record replays its configurations as bound (the labels said so; replay dropped it)."""
+    sys.path.insert(0, str(BENCH))
+    import bench_cpu_testbed as bench
+
+    bound = {"config_indices": [0, 3], "bind_cores": True}
+    assert [c.label() for c in bench.record_configs(bound)] == [testbed.CONFIGS[i].label() + " bound" for i in (0, 3)]
+    older = {"config_indices": [2], "configs": [{"label": testbed.CONFIGS[2].label() + " bound"}]}
+    assert bench.record_configs(older)[0].bind and not bench.record_configs({"config_indices": [2]})[0].bind
 
 
 LOG = """[measure] pass 1 of 2: 12 configurations, `llmperf run --instrument 26 --stop-after 26`
