@@ -181,11 +181,13 @@ def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     return i
 
 
-def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
+def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str],
+             written: dict[str, ScriptFile] | None = None) -> list[str] | None:
     """`sh -c "CMD"` / `bash -x -c "CMD"` (as in `srun ... sh -c "${CMD}"`) -> the words of CMD in place of the shell.
     A CMD of several commands (`TP=2; cd /w && torchrun ...`) is a script: read as batch scripts are, its
-    one launch line (or `python train.py` line) taken. The shell is a child process: `env` holds only what the
-    command that starts it exports (child_environment)."""
+    one launch line (or `python train.py` line) taken, and the files it writes before it (`cat > ds.json <<EOF` in
+    the string: a here-document makes it a script too) go to `written`. The shell is a child process: `env` holds
+    only what the command that starts it exports (child_environment)."""
     k = shell_command_index(words, i)
     if k is None:
         return None
@@ -194,13 +196,18 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     # the string may already hold a variable's newlines (`srun bash -c '$LAUNCHER $CMD'`, expanded here, where
     # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
     hidden: frozenset[str] = frozenset()
-    if sum(len(p) for p in pipelines(words[k].replace("\n", " "))) > 1:
-        launch = read_batch_script(logical_lines(words[k]), env, used, f"{words[i]} -c {words[k][:60]!r}",
+    lines = logical_lines(words[k])
+    # a line of the string that starts with `#` is a comment to its end (`sh -c "\n# don't forget\ntorchrun ..."`:
+    # its quote opens nothing), dropped before the newlines become blanks
+    text = "\n".join(part for part in words[k].split("\n") if not part.lstrip().startswith("#"))
+    if sum(len(p) for p in pipelines(text.replace("\n", " "))) > 1 or any(line.heredoc for line in lines):
+        launch = read_batch_script(lines, env, used, f"{words[i]} -c {words[k][:60]!r}",
                                    "the command string of", words[k + 2:], script_shell(words[i], ""))
         inner, hidden = launch.words, launch.hidden
+        (written if written is not None else {}).update(launch.files)
     else:  # one command: bash takes its redirections off (`python train.py ... > log 2>&1`, bash manual 3.6)
         try:
-            inner = strip_redirections(shell_split(words[k]), quoted_words(words[k]))[0]
+            inner = strip_redirections(shell_split(text), quoted_words(text))[0]
         except ValueError as err:
             raise UsageError(f"cannot split the command given to {words[i]} -c ({err}): {words[k]!r}.") from None
     inner = normalise_argv(inner, env, used)  # bash expands `X=1 cmd $X` before it assigns X for cmd
@@ -222,9 +229,13 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend;
     `stdin` is the here-document a launch script gives the command (None: llmperf's own standard input), `files` what
     the script writes before it (a hostfile or accelerate config written with `cat > FILE <<EOF`)."""
-    unwrapped = _shell_c(words, i, env, used)
-    if unwrapped is not None:
+    written: dict[str, ScriptFile] = {}
+    unwrapped = _shell_c(words, i, env, used, written)
+    if unwrapped is not None and not written:
         return _dispatch(unwrapped, i, env, used, inside_srun, files=files)
+    if unwrapped is not None:  # `bash -c 'cat > ds.json <<EOF ... EOF; deepspeed ...'`: the job reads what it wrote
+        size = _dispatch(unwrapped, i, env, used, inside_srun, files={**(files or {}), **written})
+        return None if size is None else _literal_dollars(size, {**written, **size.script_files}, env, used)
     j = _skip_prefixes(words, i, env)
     if j != i:
         return _dispatch(words, j, env, used, inside_srun, stdin, files)

@@ -102,3 +102,34 @@ def test_a_compound_command_after_and_or_runs_as_bash_runs_it(body: str, tmp_pat
         pytest.skip("needs bash")
     ours, bash = _both_tp(body, tmp_path, monkeypatch)
     assert ours == bash
+
+
+GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+       "--micro-batch-size 2 --global-batch-size 64 --vocab-size 1000")
+
+
+def test_a_here_document_inside_bash_c_writes_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bash -c 'cat > ds.json <<JSON ... JSON\ndeepspeed ... --deepspeed_config ds.json'`: the string is a script
+    whose here-document writes the file the launch reads; it was read as one command ('does not know the launcher
+    cat')."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nbash -c 'cat > ds.json <<JSON\n{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 2,"
+        " \"zero_optimization\": {\"stage\": 1}}\nJSON\n"
+        f"deepspeed --num_gpus 8 pretrain_gpt.py {GPT} --deepspeed --deepspeed_config ds.json'\n")
+    monkeypatch.chdir(tmp_path)
+    job, cfg = resolve_job(["bash", "train.sh"], {})
+    assert cfg.optimizer.zero_stage == 1 and not (tmp_path / "ds.json").exists()
+    assert "ds.json" in job.script_files
+
+
+@pytest.mark.parametrize("string", [f"\n# don't forget the layout\ntorchrun --nproc-per-node 8 pretrain_gpt.py {GPT} "
+                                    "--tensor-model-parallel-size 2\n",
+                                    f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size 2 "
+                                    "# it's TP 2"])
+def test_a_comment_with_a_quote_in_sh_c(string: str) -> None:
+    """A comment line of an `sh -c "..."` string holding an apostrophe: its quote opens nothing (bash manual 3.1.3
+    Comments); llmperf exited 2 'cannot split the command given to sh -c (No closing quotation)'."""
+    job = parse_launch(["sh", "-c", string], {})
+    assert job.script_args[-2:] == ("--tensor-model-parallel-size", "2") and job.world_size == 8
