@@ -103,6 +103,29 @@ def test_the_file_keeps_median_samples_that_its_terms_reproduce() -> None:
     assert max(abs(e) for e in errors) < 0.02
 
 
+def test_the_terms_are_one_fit_of_the_median_times() -> None:
+    """Every term is fitted once from each time's median over the readings, so the engine's terms are exactly
+    what the median engine steps leave beyond the file's own other terms (per-term medians of the readings' fits,
+    as before, mixed terms from different readings: the engine's residual then matched no set of times)."""
+    from llmperf_hook.profile.cpu_engine_cost import fit_engine_terms
+
+    fixed, rng = _fixed(), random.Random(3)
+    raws = [_raw(fixed, rng, noise=0.08, disturb=d) for d in (1.0, 1.3, 0.9)]
+    entry = cfr.summarize(raws, fixed, "fp32", [1.0] * 3, 10.0)
+    one_fit = cfr.reading_terms({**cfr.median_raw(raws), "concurrency": None}, fixed, "fp32")
+    for key in ("per_unit_s", "per_byte_s", "optimizer_per_tensor_s", "optimizer_per_param_s"):
+        assert entry[key] == pytest.approx(one_fit[key], rel=1e-12), key
+    for zero, stage in entry["deepspeed_step"].items():
+        rows = stage["samples"]
+        refit = fit_engine_terms([r[0] for r in rows], [r[1] + r[2] for r in rows], [r[3] + r[4] for r in rows])
+        assert (stage["per_step_s"], stage["per_param_s"]) == pytest.approx((refit["per_step_s"],
+                                                                             refit["per_param_s"]), rel=1e-9), zero
+    medians = cfr.combine_readings(entry["readings"])[0]
+    assert entry["concurrency_slowdown"] == medians["concurrency_slowdown"]  # a ratio within a reading: its median
+    assert any(entry["deepspeed_step"][z]["per_step_s"] != pytest.approx(medians["deepspeed_step"][z]["per_step_s"],
+                                                                          rel=1e-3) for z in entry["deepspeed_step"])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(3, 7), st.data())
 def test_fewer_than_half_disturbed_readings_never_move_a_term_outside_the_clean_ones(n: int, data) -> None:
@@ -131,7 +154,7 @@ def test_profile_prints_the_readings_and_their_spread() -> None:
     fixed, rng = _fixed(), random.Random(2)
     entry = cfr.summarize([_raw(fixed, rng) for _ in range(4)], fixed, "fp32", [1.2, 1.5, 1.3, 1.4], 58.0)
     line = cfr.describe_spread({"dtypes": {"fp32": entry}})
-    assert line.startswith("framework cost fp32: median of 4 readings (load 1.20-1.50, 58 s)")
+    assert line.startswith("framework cost fp32: fitted on the median times of 4 readings (load 1.20-1.50, 58 s)")
     assert "2 ranks" in line and "ZeRO-1/param" in line and "per op unit" in line
     assert all(math.isfinite(v) for v in cfr.flatten(entry["spread"]).values())
 
@@ -192,7 +215,7 @@ def test_the_file_keeps_the_readings_and_the_replaced_steps_and_profile_prints_t
     assert doc["history"][0]["measured_utc"] == "then" and doc["history"][0]["steps"] == {"fp32/fwd_bwd/1x2x3x4": 0.01}
     assert len(doc["dtypes"]["fp32"]["readings"]) == 3
     err = capsys.readouterr().err
-    assert "framework cost bf16: median of 3 readings" in err and "framework cost fp32: median of 3 readings" in err
+    assert "framework cost bf16: fitted on the median times of 3 readings" in err and "framework cost fp32: fitted on the median times of 3 readings" in err
 
 
 def test_a_failed_concurrency_process_leaves_the_term_out_and_the_rest_measured() -> None:
