@@ -69,6 +69,10 @@ default, on seeds 1 and 2 (paired: same test rows, same random order): A100 flas
 bwd 6.59 -> 6.52 %; GH200 embedding fwd 2.01 -> 2.06 %, bwd 2.06 -> 1.92 %; A100 GEMM fwd (seed 1) linear1 /
 2 / 3 / 4 / final 3.29 / 2.45 / 2.94 / 2.80 / 3.51 -> 3.15 / 2.53 / 2.98 / 2.75 / 3.49 %: within the +-0.2
 points a row moves between draws, none of the rows that miss reaches its goal.
+Tried, not a design here: training rows drawn with probability roofline^-a (a profiler knows a shape's roofline
+before timing it; short GEMMs repeat within 0.5 % and step between cuBLAS kernels, long ones scatter 4 %,
+bench_operator_noise.py). A100 GEMM fwd linear1..4, final, seed 0: a = 0.25: 3.20 / 2.62 / 3.08 / 2.67 / 3.47 ->
+3.21 / 2.56 / 3.05 / 2.62 / 3.77 %, a = 0.5: 3.28 / 2.60 / 3.10 / 2.72 / 3.80 % (the long test rows lose support).
 `--seed`: the draws' seed (0 = the figures above); `--random-only`: only the random split, no extrapolation
 split and no rerun of the misses (the figures above; each group draws from its own generator of that seed).
 """

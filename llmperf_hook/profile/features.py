@@ -87,6 +87,11 @@ def _gemm(d: Dims, bwd: bool, rc: RooflineConstants, batch: np.ndarray | None = 
     # linear1..4, final 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.11 / 2.55 / 3.06 / 2.60 / 3.45 % and 3.29 / 2.45 /
     # 2.94 / 2.80 / 3.51 -> 3.27 / 2.47 / 2.95 / 2.80 / 3.51 %; extrapolation linear1 and final worse on both
     # (3.30 -> 3.33, 3.08 -> 3.14 %; 3.14 -> 3.19, 2.96 -> 3.09 %).
+    # Tried, not kept: alignment to the 256-wide tiles, m mod 512, n mod 256, k mod 256 (the TP 16 LM head's n =
+    # 3,200 is 12.5 tiles of 256). Seed 0: 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.12 / 2.57 / 3.00 / 2.58 / 3.42 %,
+    # extrapolation linear1 3.30 -> 3.38 %; seed 1: 3.29 / 2.45 / 2.94 / 2.80 / 3.51 -> 3.22 / 2.52 / 2.93 / 2.79 /
+    # 3.48 %, extrapolation linear1 / final 3.14 -> 3.24, 2.96 -> 3.07 %. The short GEMMs' error is cuBLAS changing
+    # kernel at shape thresholds no size residue names (bench_operator_noise.py).
     if bwd:
         for tag, (r, c) in {"dgrad": (m, k), "wgrad": (k, n)}.items():
             wn, wc = _wave_features(tag, bt * _tiles(r, c), rc.num_sms)
@@ -178,6 +183,11 @@ def _embedding(d: Dims, bwd: bool, rc: RooflineConstants) -> Block:
     # on the inner split by build_profile.fit_with_floor), not a feature.
     # Counting the table's bytes in the forward roofline (with log(vocab / (2t + vocab)) as a feature): 2.01 ->
     # 2.03 % / 2.06 -> 2.05 %, no gain; not kept.
+    # Tried for the GH200 backward, not kept (25 %, random / extrapolation, seeds 0 | 1; before 1.74 / 2.92 | 1.86 /
+    # 2.99 %): the unsorted path's waves, ceil(ceil(hidden / 32) / SMs) and log2(tokens x waves) at <= 3,072 tokens
+    # (embedding_backward_feature_kernel: one block per 32 columns walks every index): 1.87 / 3.09 | 1.83 / 2.69 %;
+    # the forward regressor's out-of-fold prediction as a feature (above 8,192 tokens the samples' backward is
+    # their forward + 0.3 %, median; 95 % within 1.5 %): 1.82 / 2.93 % (seed 0), as the normaliser 2.01 / 3.17 %.
     return names, cols, flops, nbytes
 
 

@@ -98,6 +98,13 @@ MORE_LEAVES = 31
 GEMM backward 2.20 -> 2.02 %, short of build_profile.MIN_GAIN_FOR_SIZE; A100 flash attention 6.41 -> 6.54 %)."""
 LINEAR_LAMBDA = 0.1
 """Ridge penalty of the linear-tree leaf models (LightGBM `linear_lambda`)."""
+# Tried on issue 4's misses, not kept (bench_operator_accuracy, 25 %, random / extrapolation, seeds 0 | 1):
+# GH200 embedding bwd (1.74 / 2.92 | 1.86 / 2.99 %): extra_trees 2.01 / 2.56 | 2.47 / 2.57; path_smooth 1: 1.75 /
+# 3.01 | 1.87 / 2.99, 5: 1.69 / 3.03 | 1.85 / 2.97; feature_fraction 0.7: 1.74 / 2.89 | 1.79 / 3.05 %. A100 GEMM fwd
+# linear1..4, final (3.20 / 2.62 / 3.08 / 2.67 / 3.47 | 3.29 / 2.45 / 2.94 / 2.80 / 3.51 % random): rows weighted
+# by 1 / the repeat noise at their duration (0.5 % below 0.6 ms to 4 % above 9 ms, bench_operator_noise.py):
+# 3.21 / 2.53 / 3.06 / 2.63 / 3.53 | 3.54 / 2.57 / 3.01 / 2.85 / 3.70 %; 1 / noise^2 worse (seed 0 draw 0: 3.04 ->
+# 3.85 %, the long GEMMs 4.1 -> 6.4 %); L2 as the only loss: 3.54 / 3.03 / 3.48 / 3.05 / 3.91 % (seed 0).
 
 
 def _lgb_params(num_rows: int, loss: Loss = "l1", linear: bool = False, leaves: int = NUM_LEAVES) -> dict:
