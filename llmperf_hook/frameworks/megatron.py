@@ -225,7 +225,8 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
     return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"),
                            **(ds_checkpointing(flags, src) if granularity == "full" else {}),
                            distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
-                           cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0))
+                           cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0),
+                           cpu_offloading_num_layers=int(flags.get("cpu_offloading_num_layers", 0)))
 
 
 # arguments.py --optimizer choices (Megatron-LM 2026): those llmperf prices, and those it prices as Adam.
@@ -262,9 +263,16 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
         # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16
         # all-reduce) unless --accumulate-allreduce-grads-in-fp32 is given.
-        fp32_main_grads=(not flags.get("grad_reduce_in_bf16", False) if flags.get("bf16", False) else
+        # --main-grads-dtype bf16 (precision-aware optimizer) leaves accumulate_allreduce_grads_in_fp32 unset too
+        # (arguments.py: it is set only while main_grads_dtype is fp32).
+        fp32_main_grads=(not flags.get("grad_reduce_in_bf16", False) and flags.get("main_grads_dtype", "fp32") == "fp32"
+                         if flags.get("bf16", False) else
                          bool(flags.get("accumulate_allreduce_grads_in_fp32", False)) or not flags.get("fp16", False)),
         fp8_param_gather=bool(flags.get("fp8_param_gather", False)),
+        precision_aware=bool(flags.get("use_precision_aware_optimizer", False)),
+        main_params_dtype=str(flags.get("main_params_dtype", "fp32")),
+        exp_avg_dtype=str(flags.get("exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=str(flags.get("exp_avg_sq_dtype", "fp32")),
     )
 
 

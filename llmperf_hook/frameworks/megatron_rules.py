@@ -37,6 +37,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "cuda_graph_impl": ("none", "local", "transformer_engine", "full_iteration"),  # full_iteration: core_v0.18.0+
     "data_parallel_sharding_strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
     "fp4_format": ("e2m1",),
+    "main_grads_dtype": ("fp32", "bf16"),
+    "main_params_dtype": ("fp32", "fp16"),
+    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8"),
     "moe_router_dtype": ROUTER_DTYPES,
     "moe_flex_dispatcher_backend": FLEX_BACKENDS,
     # nargs='+', each value a choice; global_aux_loss since 2025, quantile_balancing in two 2026 releases

@@ -165,12 +165,28 @@ def _check_feature_pairs(flags: FlagValues) -> list[str]:
     return []
 
 
+DTYPE_FLAGS = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+"""The precision-aware optimizer's dtype flags (arguments.py, default fp32 each)."""
+
+
 def _check_precision_aware_optimizer(flags: FlagValues) -> None:
     """OptimizerConfig.__post_init__ asserts Adam and the distributed optimizer for --use-precision-aware-optimizer
     (47a175b4c4, 2024-12, with the flag; HEAD raises the second in get_megatron_optimizer). Megatron FSDP is exempt:
-    HEAD's validate_args turns the distributed optimizer on for it."""
+    HEAD's validate_args turns the distributed optimizer on for it. Without the flag it asserts every
+    --main-grads-dtype / --main-params-dtype / --exp-avg(-sq)-dtype is fp32 ('... can only be fp32 when not using
+    precision-aware optimizer'); under --bf16, validate_args asserts --main-grads-dtype fp32 with
+    --accumulate-allreduce-grads-in-fp32."""
+    lowered = [f"{flags.seen_flags[d]} {flags.get(d)}" for d in DTYPE_FLAGS if flags.get(d, "fp32") != "fp32"]
     if not flags.get("use_precision_aware_optimizer"):
+        if lowered:
+            raise ConfigError(f"{', '.join(lowered)} without --use-precision-aware-optimizer: Megatron's OptimizerConfig "
+                              "asserts these dtypes 'can only be fp32 when not using precision-aware optimizer'. Add "
+                              "--use-precision-aware-optimizer (with --use-distributed-optimizer) or drop them.")
         return
+    if flags.get("bf16") and flags.get("accumulate_allreduce_grads_in_fp32") and flags.get("main_grads_dtype") == "bf16":
+        raise ConfigError("--main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32: Megatron's validate_args "
+                          "asserts '--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is "
+                          "set'. Drop one of them.")
     name = flags.get("optimizer", "adam")
     if name != "adam":
         raise ConfigError(f"--use-precision-aware-optimizer with --optimizer {name}: Megatron's OptimizerConfig asserts "

@@ -37,7 +37,7 @@ _STR = (
     "pp-partition-method", "moe-router-score-function", "ckpt-format", "window-size", "data-parallel-sharding-strategy",
     "fsdp", "rope-type", "moe-flex-dispatcher-backend", "moe-router-dtype", "fp4-format", "patch-tokenizer-type", "load",
     "attention-head-type", "tokenizer-file", "model-name", "pretrain", "param-dtype", "cross-entropy-fusion-impl",
-    "tokenizer-name-or-path",
+    "tokenizer-name-or-path", "main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype",
 )
 _FLOAT = ("hidden-dropout", "clip-grad", "max-grad-norm", "optimizer-offload-fraction", "moe-expert-capacity-factor",
           "max-norm")
@@ -135,7 +135,8 @@ NOT_MODELLED: dict[str, str] = {
     "hybrid_override_pattern": "hybrid Mamba/attention layer pattern: every layer modelled as a transformer layer",
     "use_torch_fsdp2": "torch FSDP2 modelled as ZeRO-3 sharding (its gathers and reduce-scatters as DeepSpeed's)",
     "use_megatron_fsdp": "Megatron FSDP modelled as the ZeRO stage of its --data-parallel-sharding-strategy",
-    "cpu_offloading": "activation CPU offloading not modelled",
+    "cpu_offloading": "activation CPU offloading: GPU and host memory priced, its PCIe copies assumed hidden "
+                      "behind the layers' compute (not timed)",
     "defer_embedding_wgrad_compute": "deferred embedding wgrad not modelled",
     "num_distributed_optimizer_instances": "multiple distributed-optimizer instances: their state and optimizer step "
                                            "are sharded per instance, their gradient reduction and parameter gather "

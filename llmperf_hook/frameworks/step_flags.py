@@ -94,9 +94,6 @@ NOT_MODELLED_STEP: dict[str, NotModelled] = {
     "deterministic_mode": NotModelled(False, "deterministic kernels (slower attention and reductions) not modelled"),
     "fp16_lm_cross_entropy": NotModelled(False, "16-bit cross-entropy (no fp32 cast of the logits) priced as "
                                          "Megatron's fp32 one"),
-    "use_precision_aware_optimizer": NotModelled(False, "main gradients, master weights and Adam states in the "
-                                                 "--main-grads-dtype / --main-params-dtype / --exp-avg(-sq)-dtype "
-                                                 "dtypes priced as fp32"),
     "gpu_sniff_test_interval": NotModelled(None, "a GPU sniff test every N steps is not timed"),
     "check_weight_hash_across_dp_replicas_interval": NotModelled(None, "a hash of every weight and its all-gather "
                                                                  "across DP every N steps are not timed"),

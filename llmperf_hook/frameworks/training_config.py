@@ -170,8 +170,11 @@ class RecomputeConfig:
     num_layers: int | None = None
     """Layers recomputed per stage (block) or per chunk (uniform); None = all."""
     cpu_offloading: bool = False
-    """Megatron --cpu-offloading (activations offloaded to the host; not modelled, but Megatron refuses it with
-    pipeline parallelism and with recomputation)."""
+    """Megatron --cpu-offloading (activations offloaded to the host; Megatron refuses it with pipeline parallelism
+    and with recomputation)."""
+    cpu_offloading_num_layers: int = 0
+    """Megatron --cpu-offloading-num-layers (default 0; > 0 sets --cpu-offloading): layers whose saved activations
+    Transformer Engine's CPU offload moves to pinned host memory (schedule/activations.cpu_offloaded_layers)."""
     distribute_saved_activations: bool = False
     """Megatron --distribute-saved-activations: full-recompute checkpoints split over the TP group (needs TP > 1,
     full granularity with a method, and no sequence parallelism)."""
@@ -232,6 +235,15 @@ class OptimizerConfig:
     largest optimizer sub-group each (schedule/host_memory.py)."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
+    precision_aware: bool = False
+    """Megatron --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps the master weights and Adam's
+    moments in the dtypes below (schedule/optimizer_state.py)."""
+    main_params_dtype: str = "fp32"
+    """Megatron --main-params-dtype (fp32 | fp16; arguments.py default fp32), read only with precision_aware."""
+    exp_avg_dtype: str = "fp32"
+    """Megatron --exp-avg-dtype (fp32 | fp16 | bf16 | fp8), read only with precision_aware."""
+    exp_avg_sq_dtype: str = "fp32"
+    """Megatron --exp-avg-sq-dtype (fp32 | fp16 | bf16 | fp8), read only with precision_aware."""
     fp8_param_gather: bool = False
     """Megatron --fp8-param-gather: with an fp8 format, Transformer Engine's linear layers hold fp8 primary weights
     (1 byte in the distributed optimizer's uint8 parameter buffer, all-gathered as such; graph/step_ops.py

@@ -279,6 +279,21 @@ def output_activation_bytes(cfg: TrainingConfig) -> float:
     return sbh / p.tp * (4 * (1 + v_h) + logits_16bit * v_h)
 
 
+def cpu_offloaded_layers(cfg: TrainingConfig) -> int:
+    """Layers whose saved activations Megatron's --cpu-offloading keeps in host memory, not on the GPU (pp 1 and no
+    recompute: TransformerConfig refuses both). Transformer Engine's CPU offload (pytorch/cpu_offload.py
+    OffloadSynchronizer._default_offload_sync_init) offloads layers 0 .. n-1 (n = --cpu-offloading-num-layers, via
+    transformer_block.py get_cpu_offload_context), waits for layer i's copy to finish before layer L - n + i runs
+    forward, and reloads it when layer L - 1 - n + i starts backward: 'peak memory usage of saving activations is
+    (num_layers - num_offloaded_layers) * T'. Every saved tensor of 2^20 elements or more goes (_check_if_offload;
+    smaller ones stay, not counted), into a pinned CPU tensor of its own (_offload_group: torch.empty_like(...,
+    pin_memory=True))."""
+    r = cfg.recompute
+    if not r.cpu_offloading or cfg.framework != "megatron" or cfg.parallel.pp > 1 or r.granularity != "none":
+        return 0
+    return max(0, min(r.cpu_offloading_num_layers, cfg.model.num_layers - 1))
+
+
 def microbatches_in_flight(cfg: TrainingConfig, stage: int) -> float:
     """Micro-batches whose activations a stage holds at its peak, in units of that stage's full layer set.
 

@@ -31,8 +31,10 @@ first --optimizer-offload-fraction (default 1.0) of the rank's shard, by element
 offloaded parameter an fp32 copy (pinned unless --no-pin-cpu-params), its fp32 gradient (torch.empty(...,
 pin_memory=pin_cpu_grads), copied from the GPU each step) and Adam's exp_avg / exp_avg_sq, 8 B (SGD: momentum, 4):
 16 B; the GPU keeps the rest (schedule/memory.py state_bytes), each pinned copy in a power-of-two block, and the
-first of its two builds stays in torch's pinned cache (megatron_pinned_copies). Megatron-LM's --cpu-offloading
-(activations) is not counted (accepted with a warning).
+first of its two builds stays in torch's pinned cache (megatron_pinned_copies). Megatron-LM's --cpu-offloading:
+the saved activations of its first --cpu-offloading-num-layers layers (schedule/activations.cpu_offloaded_layers;
+per-tensor power-of-two rounding not applied: the tensor list is not modelled, and s x b x h products of powers of
+two round to themselves).
 PyTorch FSDP CPU offload (Trainer --fsdp "... offload", accelerate fsdp_offload_params) keeps the same 16 B per
 parameter of the rank's shard on the host: the fp32 flat-parameter shard, its fp32 gradient ("offloads gradients to
 CPU as well, meaning that the optimizer step runs on CPU": torch.distributed.fsdp.CPUOffload) and Adam's two fp32
@@ -162,7 +164,10 @@ def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) 
     """Host bytes one rank of `stage` keeps, by component (empty when nothing is offloaded)."""
     partition = partition_params(cfg, stage, gpus_per_node)
     if "deepspeed" not in cfg.framework:
-        return {k: v for k, v in torch_offloaded_state(cfg, stage, partition, gpus_per_node).items() if v > 0}
+        out = torch_offloaded_state(cfg, stage, partition, gpus_per_node)
+        # Megatron --cpu-offloading: the offloaded layers' saved activations, one micro-batch (pp 1)
+        out["host_offloaded_activations"] = act.cpu_offloaded_layers(cfg) * act.layer_activation_bytes(cfg)
+        return {k: v for k, v in out.items() if v > 0}
     out = _offloaded_state(cfg, partition)
     swap = _swap_buffers(cfg, partition)
     if swap:

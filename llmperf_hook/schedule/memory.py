@@ -9,7 +9,8 @@ shards the 12 over data-parallel ranks: 6 + 12/d, docs/source/api-guide/dist_opt
                  ZeRO-2/3 offload_optimizer (the partition lives on the host)
   optimizer      Adam 12 (fp32 master, m, v; 8 when training in fp32 without a master copy), SGD 8; a plain-torch
                  script stepping its 16-bit model with torch.optim (OptimizerConfig.master_weights False): Adam 4,
-                 SGD 2 (momentum), with 16-bit gradients (2);
+                 SGD 2 (momentum), with 16-bit gradients (2); Megatron's precision-aware optimizer by its dtype
+                 flags (schedule/optimizer_state.py; e.g. 10 with the defaults: int16 master remainders);
                  /d under the distributed optimizer or ZeRO >= 1; 0 on the GPU when offloaded (ZeRO-3 partial
                  offload: the GPU's share of the sub-groups stays)
   DeepSpeed      ZeRO++ hpZ secondary weights 2/k; a wider data_types.grad_accum_dtype (grad_accum_extra_bytes);
@@ -40,6 +41,7 @@ from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups
 from llmperf_hook.graph.zero3_trace import deepspeed_zero, stage_trace
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.optimizer_state import optimizer_bytes_per_param, step_temporary_bytes_per_param
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 CUDA_CONTEXT_BYTES = 800 * 2**20
@@ -85,9 +87,7 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
     fp32 = cfg.precision == "fp32"
     weight_b = 4 if fp32 else 2
     grad_b = 4 if (fp32 or (o.fp32_main_grads and "deepspeed" not in cfg.framework)) else 2
-    opt_b = (8 if fp32 else 12) if o.name == "adam" else (4 if fp32 else 8)
-    if not o.master_weights and not fp32:
-        opt_b = 4 if o.name == "adam" else 2  # torch.optim states in the 16-bit parameter's dtype, no master copy
+    opt_b = optimizer_bytes_per_param(cfg)  # schedule/optimizer_state.py: by optimizer and state dtypes
     weights = sharded * weight_b if o.zero_stage >= 3 else total * weight_b
     grads = sharded * grad_b if o.zero_stage >= 2 else total * grad_b
     if gradient_partition_on_host(cfg):
@@ -280,7 +280,8 @@ def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]
     in_flight = act.microbatches_in_flight(cfg, stage.stage)
     per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers) - checkpoints_off_gpu_bytes(cfg, c.num_layers)
                  for c in stage.chunks]
-    out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight}
+    offloaded = act.cpu_offloaded_layers(cfg) * act.layer_activation_bytes(cfg)  # held in host memory instead
+    out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight - offloaded}
     recompute = act.recompute_working_bytes(cfg)
     if recompute:
         out["recompute_working_set"] = recompute
@@ -350,8 +351,14 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
     Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
     parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers and
-    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing."""
+    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing. Megatron's
+    precision-aware optimizer: its gradient buffer plus the fp32 copies Transformer Engine's FusedAdam makes of the
+    states it keeps in lower precision (schedule/optimizer_state.step_temporary_bytes_per_param)."""
     o = cfg.optimizer
+    temporaries = step_temporary_bytes_per_param(cfg)
+    if temporaries:
+        return state_bytes(cfg, stage, gpus_per_node)["gradients"] + \
+            temporaries * partition_params(cfg, stage, gpus_per_node)
     if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
             or o.zero_stage == 0 or runs_bf16_optimizer(cfg)):
         return 0.0

@@ -11,7 +11,9 @@ with the same memory model as the job (schedule/memory.py estimate_memory over g
         Rajbhandari et al. 2020); tensor or pipeline parallelism doubled (weights and activations split).
   host  DeepSpeed: offload_optimizer / offload_param not offloaded, or at ZeRO-3 to nvme instead of cpu (ZeRO-1/2
         offload to CPU memory whatever the device says); Megatron-DeepSpeed: --checkpoint-in-cpu off; Megatron-LM:
-        --optimizer-offload-fraction halved, or --optimizer-cpu-offload off; torch FSDP: no CPU offload.
+        --optimizer-offload-fraction halved, or --optimizer-cpu-offload off, --cpu-offloading-num-layers halved;
+        torch FSDP: no CPU offload.
+  GPU   (Megatron-LM, beside tune's layout) --use-precision-aware-optimizer.
 
 A layout knob is offered only where the framework accepts the layout it makes (tune/candidates.rule_masks: heads
 and layers divisible, the global batch a multiple of micro-batch x DP, ...).
@@ -129,15 +131,19 @@ def _host_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig
         return lambda c: dataclasses.replace(c, optimizer=dataclasses.replace(c.optimizer, **kw))
 
     out: list[tuple[str, Callable[[TrainingConfig], TrainingConfig]]] = []
+    layers = cfg.recompute.cpu_offloading_num_layers
+    if cfg.framework == "megatron" and cfg.recompute.cpu_offloading and layers > 0:
+        out.append((f"--cpu-offloading-num-layers {layers // 2}", lambda c: dataclasses.replace(
+            c, recompute=dataclasses.replace(c.recompute, cpu_offloading_num_layers=layers // 2))))
     if "deepspeed" not in cfg.framework:
         if o.offload_optimizer != "cpu":
             return out
         if not _megatron(cfg):  # torch FSDP's CPU offload: parameters, gradients and step together, all or nothing
             return [("no FSDP CPU offload (--fsdp without 'offload'; accelerate: fsdp_offload_params false)",
                      optimizer(offload_optimizer="none", offload_param="none"))]
-        return [(f"--optimizer-offload-fraction {o.offload_optimizer_ratio / 2:g}",
-                 optimizer(offload_optimizer_ratio=o.offload_optimizer_ratio / 2)),
-                ("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0))]
+        return out + [(f"--optimizer-offload-fraction {o.offload_optimizer_ratio / 2:g}",
+                       optimizer(offload_optimizer_ratio=o.offload_optimizer_ratio / 2)),
+                      ("no --optimizer-cpu-offload", optimizer(offload_optimizer="none", offload_optimizer_ratio=1.0))]
     for key in ("offload_optimizer", "offload_param"):
         if getattr(o, key) != "cpu":
             continue
@@ -150,6 +156,19 @@ def _host_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig
     return out
 
 
+def _gpu_edit_knobs(cfg: TrainingConfig) -> list[tuple[str, Callable[[TrainingConfig], TrainingConfig]]]:
+    """(words, config edit) for the Megatron-LM GPU knobs outside tune's layout: the precision-aware optimizer with
+    its default dtypes (lossless: fp32 master values kept as bf16 parameter + int16 remainder, 2 B per shard
+    parameter freed; schedule/optimizer_state.py). Activation CPU offloading is not offered: its PCIe copies are
+    not timed, and a knob must not hide what it costs."""
+    o = cfg.optimizer
+    if (cfg.framework == "megatron" and o.distributed_optimizer and o.name == "adam" and not o.precision_aware
+            and cfg.precision in ("bf16", "fp8") and cfg.transformer_impl == "transformer_engine"):
+        return [("--use-precision-aware-optimizer", lambda c: dataclasses.replace(
+            c, optimizer=dataclasses.replace(c.optimizer, precision_aware=True)))]
+    return []
+
+
 def knob_effects(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate) -> list[KnobEffect]:
     """The knobs for whichever side does not fit (the GPU first), most memory freed first."""
     from llmperf_hook.tune.candidate import apply_candidate
@@ -157,6 +176,7 @@ def knob_effects(cfg: TrainingConfig, cluster: ClusterSpec, mem: MemoryEstimate)
     gpu_side = not mem.fits
     if gpu_side:
         variants = [(words, apply_candidate(cfg, c)) for words, c in _accepted(cfg, _layout_knobs(cfg))]
+        variants += [(words, edit(cfg)) for words, edit in _gpu_edit_knobs(cfg)]
     else:
         variants = [(words, edit(cfg)) for words, edit in _host_knobs(cfg)]
     effects = []

@@ -201,13 +201,13 @@ def test_unfused_rope_costs_time_with_a_fused_profile() -> None:
         > predict_command(list(argv), {}, cluster="dgx-h100", hardware="h100-sxm5-80gb").estimate.step_time_s
 
 
-@pytest.mark.parametrize("flag", ["--fp16-lm-cross-entropy", "--use-precision-aware-optimizer"])
-def test_precision_switches_warn(flag: str) -> None:
-    # validate_args: the fp16 cross-entropy only with --fp16, the precision-aware optimizer only on the distributed
-    # optimizer (megatron_validate_args.py refuses them otherwise)
-    fp16 = flag == "--fp16-lm-cross-entropy"
-    argv = [w.replace("--bf16", "--fp16") for w in MEGATRON] if fp16 else [*MEGATRON, "--use-distributed-optimizer"]
-    assert any(w.startswith(flag + ":") for w in _cfg(*argv, flag).warnings)
+def test_precision_switches_warn() -> None:
+    # validate_args: the fp16 cross-entropy only with --fp16 (megatron_validate_args.py refuses it otherwise). The
+    # precision-aware optimizer is priced (schedule/optimizer_state.py, tests/schedule/test_precision_aware_optimizer.py)
+    argv = [w.replace("--bf16", "--fp16") for w in MEGATRON]
+    assert any(w.startswith("--fp16-lm-cross-entropy:") for w in _cfg(*argv, "--fp16-lm-cross-entropy").warnings)
+    aware = _cfg(*MEGATRON, "--use-distributed-optimizer", "--use-precision-aware-optimizer")
+    assert not [w for w in aware.warnings if w.startswith("--use-precision-aware-optimizer")]
 
 
 def test_attention_dropout_zero_is_priced_not_warned() -> None:

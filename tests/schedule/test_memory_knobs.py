@@ -205,3 +205,21 @@ def test_fsdp_job_knobs_are_in_its_own_words() -> None:
     host = {e.knob: e for e in knob_effects(pred.config, small, host_side)}
     assert list(host) == ["no FSDP CPU offload (--fsdp without 'offload'; accelerate: fsdp_offload_params false)"]
     assert next(iter(host.values())).memory.host_bytes_per_node == 0
+
+
+def test_megatron_knobs_beyond_the_layout_agree_with_predict() -> None:
+    """With the distributed optimizer on Transformer Engine, --use-precision-aware-optimizer frees 2 B per shard
+    parameter (the master kept as int16 remainders), as predict says for the command with it. Activation CPU
+    offloading is not offered (its copies are not timed); halving it is a host knob."""
+    argv = [*ARGV, "--use-distributed-optimizer"]
+    pred = _predict(argv)
+    effects = {e.knob: e for e in knob_effects(pred.config, pred.cluster, pred.estimate.memory)}
+    again = _predict(argv + ["--use-precision-aware-optimizer"]).estimate.memory
+    assert effects["--use-precision-aware-optimizer"].memory.peak_bytes_per_gpu == again.peak_bytes_per_gpu
+    assert not [k for k in effects if k.startswith("--cpu-offloading")]
+    offload = _predict([*argv, "--cpu-offloading-num-layers", "20"])
+    small = dataclasses.replace(offload.cluster, host_memory_bytes=64 * 2**30)
+    mem = dataclasses.replace(offload.estimate.memory, host_capacity_bytes=small.host_memory_bytes)
+    host = {e.knob: e for e in knob_effects(offload.config, small, dataclasses.replace(mem, fits=True))}
+    halved = _predict([*argv, "--cpu-offloading-num-layers", "10"]).estimate.memory
+    assert host["--cpu-offloading-num-layers 10"].memory.host_bytes_per_node == halved.host_bytes_per_node

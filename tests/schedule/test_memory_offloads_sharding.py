@@ -177,3 +177,19 @@ def test_fsdp_cpu_offload_keeps_16_bytes_per_parameter_of_the_shard_on_the_host(
     params = build_graph(pred.config, pred.cluster).stages[0].num_params
     assert pred.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 16 * params / shards, rel=1e-6)
 
+
+def test_megatron_activation_cpu_offloading_moves_layers_to_the_host() -> None:
+    """--cpu-offloading-num-layers 5 of 8: Transformer Engine's CPU offload keeps the saved activations of layers
+    0-4 in pinned host memory (cpu_offload.py _default_offload_sync_init: '(num_layers - num_offloaded_layers) * T'
+    on the GPU); the node's 8 ranks each keep theirs. Before, the flag changed nothing but a warning."""
+    from llmperf_hook.schedule.activations import layer_activation_bytes
+
+    plain = _megatron("--use-distributed-optimizer")
+    offload = _megatron("--use-distributed-optimizer", "--cpu-offloading", "--cpu-offloading-num-layers", "5")
+    layer = layer_activation_bytes(offload.config)
+    assert offload.config.recompute.cpu_offloading_num_layers == 5
+    assert plain.estimate.memory.components["activations"] - offload.estimate.memory.components["activations"] \
+        == pytest.approx(5 * layer, rel=1e-6)
+    assert offload.estimate.memory.host_components == pytest.approx({"host_offloaded_activations": GPN * 5 * layer})
+    warning = [w for w in offload.warnings if w.startswith("--cpu-offloading")]
+    assert warning and "PCIe copies" in warning[0]

@@ -1,0 +1,87 @@
+"""Stage [5]: bytes per parameter of the optimizer state a rank keeps on its GPU, and of the temporaries its step
+allocates, by optimizer and dtype.
+
+Mixed-precision Adam keeps an fp32 master copy and two fp32 moments, 12 B (Rajbhandari et al. 2020, ZeRO, Sec. 3.1);
+SGD with momentum 8; in fp32 training no master copy (8 / 4); a plain-torch script stepping its 16-bit model keeps
+the moments in the model's dtype (4 / 2).
+
+Megatron-LM --use-precision-aware-optimizer (Megatron-LM HEAD d98e8a6; Transformer Engine >= 2.1) hands the state to
+Transformer Engine's FusedAdam (transformer_engine/pytorch/optimizers/fused_adam.py):
+  moments        exp_avg / exp_avg_sq in --exp-avg-dtype / --exp-avg-sq-dtype (core/optimizer/__init__.py passes
+                 both to FusedAdam): fp32 4, fp16 and bf16 2, fp8 2 (FusedAdam._initialize_state builds a
+                 Float8Quantizer with its default rowwise and columnwise usages, and Float8Quantizer.make_empty
+                 allocates the uint8 data and its transpose, one byte each; plus one fp32 scale per tensor)
+  master         held by FusedAdam (master_weights=True, master_weight_dtype=--main-params-dtype) when
+                 OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8: --main-params-dtype is not fp32,
+                 or --fp8-recipe is delayed (arguments.py default, fp8 or not), or --optimizer-cpu-offload. There
+                 bf16 parameters with an fp32 master keep only the 16 low bits of each master value
+                 (store_param_remainders, OptimizerConfig default True since TE 2.1: an int16 state, 2 B); fp16
+                 parameters keep 4 B; --main-params-dtype fp16 2 B. Otherwise (a tensorwise / mxfp8 / blockwise
+                 recipe with fp32 main params) Megatron's distributed optimizer keeps its own fp32 shard (4 B,
+                 distrib_optimizer.py _build_model_and_main_param_groups).
+  step           FusedAdam.step unscales every state that is not fp32 into an fp32 copy (get_unscaled_state:
+                 .float()) for the whole parameter group, runs the kernel on the copies and frees them at the end
+                 ('Try to reclaim the temporary fp32 buffers'): 4 B per such state and parameter while the step
+                 runs; int16 remainders are read in place.
+Under --optimizer-cpu-offload the GPU part of HybridDeviceOptimizer is a plain Adam with fp32 parameters and states
+(optimizer_defaults carry no dtype): 12 B, whatever the dtype flags say.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+
+FP32_BYTES = 4
+STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+"""Bytes per element of a FusedAdam state by Megatron's dtype name (arguments.py dtype_map: fp8 = torch.uint8, a
+Float8Tensor with data and transpose)."""
+REMAINDER_BYTES = 2
+"""An fp32 master value kept as the int16 remainder beside its bf16 parameter (FusedAdam store_param_remainders)."""
+
+
+def precision_aware(cfg: TrainingConfig) -> bool:
+    """Megatron's precision-aware optimizer steps this rank's GPU state (not the CPU-offloaded HybridDeviceOptimizer,
+    whose GPU part is a plain fp32 Adam)."""
+    o = cfg.optimizer
+    return o.precision_aware and "megatron" in cfg.framework and o.offload_optimizer == "none" and o.name == "adam"
+
+
+def te_master_weights(cfg: TrainingConfig) -> bool:
+    """OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8 (optimizer_config.py __post_init__): FusedAdam
+    holds the master weights."""
+    o = cfg.optimizer
+    return o.main_params_dtype != "fp32" or cfg.fp8_recipe == "delayed" or o.offload_optimizer != "none"
+
+
+def master_bytes_per_param(cfg: TrainingConfig) -> float:
+    """Bytes of the master copy of one parameter under the precision-aware optimizer."""
+    if not te_master_weights(cfg):
+        return FP32_BYTES  # Megatron's own fp32 main-parameter shard
+    if cfg.optimizer.main_params_dtype == "fp32" and cfg.precision in ("bf16", "fp8"):
+        return REMAINDER_BYTES  # bf16 parameter + int16 remainder = the fp32 value
+    return STATE_DTYPE_BYTES[cfg.optimizer.main_params_dtype]
+
+
+def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
+    """GPU bytes of optimizer state per parameter of the rank's (sharded or whole) optimizer."""
+    o = cfg.optimizer
+    fp32 = cfg.precision == "fp32"
+    if precision_aware(cfg):
+        return (STATE_DTYPE_BYTES[o.exp_avg_dtype] + STATE_DTYPE_BYTES[o.exp_avg_sq_dtype]
+                + master_bytes_per_param(cfg))
+    if not o.master_weights and not fp32:
+        return 4 if o.name == "adam" else 2  # torch.optim states in the 16-bit parameter's dtype, no master copy
+    if o.name == "adam":
+        return 8 if fp32 else 12
+    return 4 if fp32 else 8
+
+
+def step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
+    """fp32 copies FusedAdam makes of the states that are not fp32 while the precision-aware step runs."""
+    if not precision_aware(cfg):
+        return 0.0
+    o = cfg.optimizer
+    states = [o.exp_avg_dtype, o.exp_avg_sq_dtype]
+    if te_master_weights(cfg):
+        states.append(o.main_params_dtype)  # an fp32 master (whole or as remainders) is read in place
+    return float(sum(FP32_BYTES for dtype in states if dtype != "fp32"))
