@@ -34,6 +34,7 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
+from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
@@ -144,6 +145,9 @@ class _Reading(ShellVariables, FileWrites):
         unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
         return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
 
+    def bash_source(self) -> str:
+        return self.path
+
     def read(self, lines: Sequence[ScriptLine]) -> None:
         """Read `lines` in order; a function definition is kept (launch/shell_functions.py) and read where called."""
         i = 0
@@ -163,6 +167,8 @@ class _Reading(ShellVariables, FileWrites):
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
+            if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
+                text = substitute_paths(text, self.cwd, self.source_word)
             if text.strip() and not text.lstrip().startswith("#"):
                 for pipeline in self.command_list(line, text):
                     self.writes_files(line, pipeline)

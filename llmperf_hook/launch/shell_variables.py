@@ -28,6 +28,7 @@ PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
 """A word `export` takes: NAME, NAME=value or NAME+=value."""
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+_BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
 _ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
 _HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
@@ -107,6 +108,14 @@ class ShellVariables:
         unless `record` is False (a look at a command that may not be the launch)."""
         text = expand_positional(text, self.positional)
         return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {})
+
+    def bash_source(self) -> str:
+        """The file being read, for ${BASH_SOURCE[0]} (batch_script: a sourced file's own path)."""
+        return self.positional.get("0", "")
+
+    def source_word(self, word: str) -> str:
+        """A word of a command substitution llmperf works out, with ${BASH_SOURCE[0]} and the script's variables."""
+        return self.expand(_BASH_SOURCE.sub(lambda _: self.bash_source(), word), record=False)
 
     def assign_array(self, text: str) -> bool:
         """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""

@@ -133,3 +133,43 @@ def test_a_comment_with_a_quote_in_sh_c(string: str) -> None:
     Comments); llmperf exited 2 'cannot split the command given to sh -c (No closing quotation)'."""
     job = parse_launch(["sh", "-c", string], {})
     assert job.script_args[-2:] == ("--tensor-model-parallel-size", "2") and job.world_size == 8
+
+
+SELF_LOCATING = {
+    "readlink -f $0": 'SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"\nsource "${SCRIPT_DIR}/conf.sh"\n',
+    "realpath $0": "SCRIPT_PATH=$(realpath $0)\nsource $(dirname $SCRIPT_PATH)/conf.sh\n",
+    "cd BASH_SOURCE && pwd": 'ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)\nsource "$ROOT/sub/conf.sh"\n',
+    "export, basename": 'export HERE=$(dirname "$0")\nNAME=$(basename "$HERE/conf.sh" .sh)\nsource "$HERE/$NAME.sh"\n',
+}
+
+
+@pytest.mark.parametrize("body", SELF_LOCATING.values(), ids=SELF_LOCATING.keys())
+def test_a_script_that_finds_its_own_folder(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"; source "$SCRIPT_DIR/conf/arguments.sh"` (Megatron-LM
+    examples/post_training/modelopt, examples/rl): the substitution only computes a path from the script's own words,
+    so llmperf works it out (shell_substitution.py); it left SCRIPT_DIR unknown, sourced nothing and found no launch
+    line. Run from another folder, as bash gives $0; checked against bash."""
+    from tests.launch.test_shell_conditions_bash import BASH
+
+    if BASH is None:
+        pytest.skip("needs bash")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "conf.sh").write_text("TP=4\n")
+    (tmp_path / "sub" / "train.sh").write_text("#!/bin/bash\n" + body +
+                                               "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+    monkeypatch.chdir(tmp_path)
+    runner = 'torchrun() { printf "%s\\n" "${@: -1}"; }; export -f torchrun; bash "$0"'
+    import subprocess
+
+    bash = subprocess.run([BASH, "-c", runner, "sub/train.sh"], capture_output=True, text=True, cwd=tmp_path,
+                          check=True).stdout.strip()
+    assert parse_launch(["bash", "sub/train.sh"], {}).script_args[-1] == bash == "4"
+
+
+def test_other_command_substitutions_stay_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.launch.shell_substitution import substitute_paths
+
+    assert substitute_paths("$(nvidia-smi -L | wc -l)", "/w", lambda w: w) == "$(nvidia-smi -L | wc -l)"
+    assert substitute_paths("$(dirname $(hostname))", "/w", lambda w: w) == "$(dirname $(hostname))"
+    assert substitute_paths("$(dirname /a/b/c.sh)/x", "/w", lambda w: w) == "/a/b/x"
+    assert substitute_paths("$(basename /a/b/c.sh .sh)", "/w", lambda w: w) == "c"
