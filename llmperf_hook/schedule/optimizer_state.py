@@ -18,7 +18,8 @@ Transformer Engine's FusedAdam (transformer_engine/pytorch/optimizers/fused_adam
                  (store_param_remainders, OptimizerConfig default True since TE 2.1: an int16 state, 2 B); fp16
                  parameters keep 4 B; --main-params-dtype fp16 2 B. Otherwise (a tensorwise / mxfp8 / blockwise
                  recipe with fp32 main params) Megatron's distributed optimizer keeps its own fp32 shard (4 B,
-                 distrib_optimizer.py _build_model_and_main_param_groups).
+                 distrib_optimizer.py _build_model_and_main_param_groups; Megatron FSDP's own fp32 main
+                 parameters likewise).
   step           FusedAdam.step unscales every state that is not fp32 into an fp32 copy (get_unscaled_state:
                  .float()) for the whole parameter group, runs the kernel on the copies and frees them at the end
                  ('Try to reclaim the temporary fp32 buffers'): 4 B per such state and parameter while the step
@@ -48,8 +49,12 @@ def precision_aware(cfg: TrainingConfig) -> bool:
 
 def te_master_weights(cfg: TrainingConfig) -> bool:
     """OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8 (optimizer_config.py __post_init__): FusedAdam
-    holds the master weights."""
+    holds the master weights. Not under Megatron FSDP, which keeps its own main parameters
+    (--megatron-fsdp-main-params-dtype, default fp32; docs/user-guide/features/megatron_fsdp.md 'Precision-Aware
+    Optimizer': 'Megatron-FSDP manages the main parameters')."""
     o = cfg.optimizer
+    if o.fsdp != "none":
+        return False
     return o.main_params_dtype != "fp32" or cfg.fp8_recipe == "delayed" or o.offload_optimizer != "none"
 
 

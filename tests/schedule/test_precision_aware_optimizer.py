@@ -44,6 +44,9 @@ def test_default_dtypes_keep_the_master_as_int16_remainders() -> None:
     (("--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8"), 2 + 2 + 2),
     # a tensorwise recipe with fp32 main params: Megatron keeps its own fp32 main shard, no remainders
     (("--fp8-recipe", "tensorwise"), 4 + 4 + 4),
+    # Megatron FSDP keeps its own fp32 main parameters; the moments follow the flags
+    (("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"),
+     2 + 2 + 4),
 ])
 def test_state_bytes_follow_the_dtype_flags(flags: tuple[str, ...], per_param: int) -> None:
     pred = _megatron(*AWARE, *flags)
