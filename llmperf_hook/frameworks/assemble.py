@@ -324,5 +324,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
 
 
 def _multi_rank_release(ds: DsSettings, env: Mapping[str, str]) -> bool:
-    """ZeRO-1/2 only: whether the job's DeepSpeed all-reduces gradient buckets (reads the release only then)."""
-    return ds.zero_stage not in (1, 2) or multi_rank_bucket_release(env)
+    """Whether the job's DeepSpeed all-reduces ZeRO-1/2 gradient buckets, read at every stage (OptimizerConfig.
+    zero_bucket_allreduce: tune may move the job to ZeRO-1/2); the release is read only where the ds_config leaves it
+    to decide (reduce_scatter and use_multi_rank_bucket_allreduce not false)."""
+    return not ds.reduce_scatter or not ds.multi_rank_bucket_allreduce or multi_rank_bucket_release(env)

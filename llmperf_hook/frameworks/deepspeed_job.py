@@ -35,14 +35,14 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     as it does for allgather_bucket_size and stage3_max_live_parameters, which nobody fills. `multi_rank_release`:
     the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release)."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
+    bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
     src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed: stage 0"))
     reduce_auto, prefetch_auto = (hidden * hidden, int(0.9 * hidden * hidden)) if hf_fill else (_REDUCE_BUCKET, _PREFETCH_BUCKET)
     return replace(
         base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]
         overlap_grad_reduce=overlap, contiguous_gradients=ds.contiguous_gradients,
-        zero_grad_allreduce=ds.zero_stage in (1, 2) and (not ds.reduce_scatter
-                                                         or (multi_rank_release and ds.multi_rank_bucket_allreduce)),
+        zero_grad_allreduce=ds.zero_stage in (1, 2) and bucket_allreduce, zero_bucket_allreduce=bucket_allreduce,
         grad_bucket_size_elems=_bucket(ds.reduce_bucket_size, _REDUCE_BUCKET, reduce_auto),
         allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, _ALLGATHER_BUCKET),
         stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),

@@ -293,6 +293,10 @@ class OptimizerConfig:
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,
     allreduce_and_scatter) instead of reducing each slice to its owner (reduce-scatter traffic); set from the
     ds_config and the job's DeepSpeed release (frameworks/deepspeed_release.py)."""
+    zero_bucket_allreduce: bool = True
+    """What zero_grad_allreduce is at ZeRO-1/2 for this job's ds_config and DeepSpeed release, whatever stage it runs
+    (reduce_scatter false, or use_multi_rank_bucket_allreduce on a release >= 0.12.4): tune re-derives
+    zero_grad_allreduce from it for a candidate that changes the stage, as DeepSpeed does for the rewritten ds_config."""
 
 
 @dataclass(frozen=True)
