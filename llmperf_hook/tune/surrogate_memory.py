@@ -226,6 +226,9 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     in_flight = _in_flight(cfg, cols, stage)
     rc, col = cols["rc"][:, None], lambda i: layer[:, i, None]  # noqa: E731
     activations = _chunk_activations(cfg, cols, layers, layer) * in_flight
+    offloaded = act.cpu_offloaded_layers(cfg)  # memory.activation_bytes: --cpu-offloading layers live on the host
+    if offloaded:
+        activations = activations - offloaded * np.where((rc == _NONE) & (cols["pp"][:, None] == 1), col(0), 0.0)
     working = np.where(rc == _FULL, np.maximum(cols["rc_layers"], 1)[:, None] * col(0), 0.0)
     working = np.where(rc == _BLOCK, col(0), working) + np.where(rc == _SEL, col(4), col(3))
     last = stage == (cols["pp"][:, None] - 1)

@@ -193,3 +193,24 @@ def test_megatron_activation_cpu_offloading_moves_layers_to_the_host() -> None:
     assert offload.estimate.memory.host_components == pytest.approx({"host_offloaded_activations": GPN * 5 * layer})
     warning = [w for w in offload.warnings if w.startswith("--cpu-offloading")]
     assert warning and "PCIe copies" in warning[0]
+
+
+def test_tune_prices_activation_offloading_as_predict_does() -> None:
+    """tune's array memory model (tune/surrogate_memory.py) leaves the offloaded layers off the GPU too: the job's
+    own candidate and its micro-batch / TP variants have predict's peak (they were ~50 % above before)."""
+    import dataclasses
+
+    from llmperf_hook import api
+    from llmperf_hook.commands.tune import memory_only
+    from llmperf_hook.tune import surrogate
+    from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+    from llmperf_hook.tune.candidates import candidates_from_list
+
+    argv = ["torchrun", "--nproc-per-node", str(GPN), "pretrain_gpt.py", *SHAPE, "--use-distributed-optimizer",
+            "--cpu-offloading-num-layers", "5"]
+    _, cfg, spec, _ = api.resolve_command(argv, {}, cluster="dgx-h100")
+    own = candidate_of(cfg)
+    cands = (own, dataclasses.replace(own, micro_batch_size=2), dataclasses.replace(own, tp=2))
+    peaks = surrogate.estimate(cfg, spec, candidates_from_list(cands).columns).peak_bytes
+    for cand, peak in zip(cands, peaks):
+        assert peak == pytest.approx(memory_only(apply_candidate(cfg, cand), spec).peak_bytes_per_gpu, abs=64)
