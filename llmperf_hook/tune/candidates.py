@@ -337,13 +337,13 @@ def _flags_needing_distopt(cfg: TrainingConfig) -> list[str]:
     """The command's flags that Megatron refuses without --use-distributed-optimizer (megatron_validate_args, explain's
     rules; under FSDP its own rule says it): DistributedDataParallel asserts 'Partial DistOpt cannot be used without
     DistOpt' for --num-distributed-optimizer-instances N > 1; validate_args '--fp8-param-gather only supported with
-    distributed optimizer, torch fsdp2, megatron fsdp, or inference mode'; --optimizer-cpu-offload needs
-    --use-precision-aware-optimizer, which OptimizerConfig allows only with the distributed optimizer."""
+    distributed optimizer, torch fsdp2, megatron fsdp, or inference mode'; OptimizerConfig / get_megatron_optimizer
+    '--use-precision-aware-optimizer only supported with distributed optimizer' (--optimizer-cpu-offload needs it)."""
     o = cfg.optimizer
     if cfg.framework != "megatron" or o.fsdp != "none":
         return []
     given = (("--num-distributed-optimizer-instances > 1", o.distopt_instances > 1),
-             ("--fp8-param-gather", o.fp8_param_gather), ("--optimizer-cpu-offload", o.offload_optimizer != "none"))
+             ("--fp8-param-gather", o.fp8_param_gather), ("--use-precision-aware-optimizer", o.precision_aware))
     return [flag for flag, on in given if on]
 
 

@@ -11,8 +11,6 @@ framework refuses that candidate's command):
   parallel size', megatron/core/num_microbatches_calculator.py RampupBatchsizeNumMicroBatchesCalculator.update,
   called with consistency_check=True by train() each step), unless --decrease-batch-size-if-needed. So START and,
   when the ramp has a second value, INCREMENT must be multiples of micro-batch x DP.
-- --use-precision-aware-optimizer: OptimizerConfig / get_megatron_optimizer accept it only with the distributed
-  optimizer (Megatron FSDP switches that on itself).
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ Masks = dict[str, np.ndarray]
 MaskFn = Callable[[Mapping[str, np.ndarray]], Masks]
 
 RAMPUP_RULE = "--rampup-batch-size start / increment % (micro_batch*dp) != 0"
-PRECISION_AWARE_RULE = "--use-precision-aware-optimizer needs the distributed optimizer"
 
 
 def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskFn:
@@ -38,19 +35,12 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskF
         return lambda cols: {}
     flags = parse_flags(script_args, SCRIPT_FLAGS)
     ramp = _rampup_steps(flags.get("rampup_batch_size"), cfg.batch.global_batch_size)
-    if "--decrease-batch-size-if-needed" in script_args:  # the calculator rounds each batch down instead
-        ramp = ()
-    precision_aware = bool(flags.get("use_precision_aware_optimizer")) and cfg.optimizer.fsdp == "none"
+    if not ramp or "--decrease-batch-size-if-needed" in script_args:  # that flag rounds each batch down instead
+        return lambda cols: {}
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
-        out: Masks = {}
-        if ramp:
-            dp = cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"])
-            step = cols["mbs"] * np.maximum(dp, 1)
-            out[RAMPUP_RULE] = np.logical_or.reduce([size % step != 0 for size in ramp])
-        if precision_aware:
-            out[PRECISION_AWARE_RULE] = cols["distopt"] == 0
-        return out
+        step = cols["mbs"] * np.maximum(cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
+        return {RAMPUP_RULE: np.logical_or.reduce([size % step != 0 for size in ramp])}
 
     return masks
 
