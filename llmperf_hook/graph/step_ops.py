@@ -189,7 +189,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
         dims.update(layers=num_layers, embedding_params=_non_layer_params(cfg, stage))
     ops += _optimizer_steps(cfg, local, dims, tags)
     ops += optimizer_nvme_swap_ops(cfg, round(local * offloaded_optimizer_share(cfg, local)), local, gpus_per_node)
-    ops += deepspeed_mixed_precision(cfg, stage, num_layers, local)
+    ops += deepspeed_mixed_precision(cfg, stage, num_layers, local, num_params)
     if sharded and o.zero_stage < 3:
         fp8 = fp8_linear_params(cfg, stage, num_params, num_layers) if fp8_param_gather(cfg) else 0
         fp8_expert = min(fp8, num_expert)
@@ -273,13 +273,17 @@ stall of the launch queue; ZeRO-1/2 loop over the tensors in Python without sync
 step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors)."""
 
 
-def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int) -> list[Op]:
-    """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here)."""
+def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int,
+                              rank_params: int | None = None) -> list[Op]:
+    """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here):
+    the step's own work over the rank's `local` (ZeRO-partitioned) parameters, and the accumulation of each
+    micro-batch after the first over the gradients the rank keeps, `accumulated_grad_params`."""
     zero = cfg.optimizer.zero_stage
     offloaded = cfg.optimizer.offload_optimizer != "none"
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or offloaded:
         return []
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    grad_params = accumulated_grad_params(cfg, local, local if rank_params is None else rank_params)
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
     kind = 0 if runs_bf16_optimizer(cfg) else zero  # BF16_Optimizer: the bookkeeping measured at ZeRO-0 bf16
@@ -287,8 +291,19 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[kind]
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
-               bytes_moved=float(local * (per_param + accumulated)), dtype=cfg.precision,
+               bytes_moved=float(local * per_param + grad_params * accumulated), dtype=cfg.precision,
                tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
+
+
+def accumulated_grad_params(cfg: TrainingConfig, local: int, rank_params: int) -> int:
+    """Parameters whose gradients DeepSpeed accumulates on this rank every micro-batch after the first. ZeRO-0 and
+    ZeRO-1 keep whole gradients until the accumulation boundary (stage_1_and_2.py
+    reduce_ready_partitions_and_remove_grads reduces only under partition_gradients or at the boundary), so autograd's
+    AccumulateGrad adds each micro-batch's gradient into param.grad for every parameter of the rank;
+    BF16_Optimizer.update_hp_grads adds every lp.grad into an fp32 buffer of the whole group (bf16_optimizer.py
+    fp32_groups_gradients_flat = zeros_like(bf16_groups_flat)), not only the rank's optimizer partition. ZeRO-2
+    reduces in the backward and keeps its partition: `local`."""
+    return rank_params if cfg.optimizer.zero_stage <= 1 else local
 
 
 def _tied_embedding_sync(cfg: TrainingConfig, stage: int, gpus_per_node: int) -> list[Op]:

@@ -11,7 +11,8 @@ import pytest
 
 from llmperf_hook.api import predict_command
 from llmperf_hook.graph.build import build_graph
-from llmperf_hook.graph.step_ops import DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM
+from llmperf_hook.graph.step_ops import (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM,
+                                         DEEPSPEED_MP_BYTES_PER_PARAM)
 
 SHAPE = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
          "--max-position-embeddings", "2048", "--tensor-model-parallel-size", "2", "--micro-batch-size", "1",
@@ -31,4 +32,41 @@ def test_accumulation_is_in_the_step_bookkeeping_and_not_in_backward(tmp_path: P
     assert not any(op.op_class == "grad_accumulate" for op in ops)
     (book,) = [op for op in graph.stages[0].step_ops if op.op_class == "deepspeed_bookkeeping"]
     per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM + 3 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
+
+
+
+def _bookkeeping_at(tmp_path: Path, zero: int, precision: str, extra_ds: dict | None = None):
+    """TP 2 x DP 4 on 8 GPUs, 4 micro-batches: the rank's parameters and its DeepSpeed bookkeeping op."""
+    ds = tmp_path / f"ds{zero}{precision}.json"
+    ds.write_text(json.dumps({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1,
+                              precision: {"enabled": True}, "zero_optimization": {"stage": zero}, **(extra_ds or {})}))
+    shape = [f"--{precision}" if a == "--fp16" else a for a in SHAPE]
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", *shape, "--deepspeed", "--deepspeed_config", str(ds)]
+    pred = predict_command(argv, {}, cluster="dgx-a100")
+    assert pred.config.parallel.dp == 4 and pred.config.batch.num_microbatches == 4
+    stage = build_graph(pred.config, pred.cluster).stages[0]
+    (book,) = [op for op in stage.step_ops if op.op_class == "deepspeed_bookkeeping"]
+    assert book.dims["params"] == stage.num_params // 4  # the step's own work runs on the ZeRO partition
+    return stage.num_params, book
+
+
+@pytest.mark.parametrize("precision, extra_ds, kind", [
+    ("fp16", None, 1),  # the ZeRO optimizer: autograd adds every micro-batch into each param.grad
+    ("bf16", {"data_types": {"grad_accum_dtype": "fp32"}}, 0),  # BF16_Optimizer: fp32 buffer of the whole group
+])
+def test_zero1_accumulates_every_gradient_of_the_rank(tmp_path: Path, precision: str, extra_ds: dict | None,
+                                                      kind: int) -> None:
+    """ZeRO-1 shards the optimizer step over DP, not the gradients: DeepSpeed reduces them only at the accumulation
+    boundary, so the 3 accumulations after the first micro-batch touch all the rank's parameters (4x the partition)."""
+    rank_params, book = _bookkeeping_at(tmp_path, 1, precision, extra_ds)
+    expected = (book.dims["params"] * DEEPSPEED_MP_BYTES_PER_PARAM[kind]
+                + rank_params * 3 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM)
+    assert book.bytes_moved == pytest.approx(expected)
+
+
+def test_zero2_accumulates_its_partition_only(tmp_path: Path) -> None:
+    """ZeRO-2 reduces each bucket in the backward and keeps only its partition of the gradients."""
+    _, book = _bookkeeping_at(tmp_path, 2, "fp16")
+    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[2] + 3 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
