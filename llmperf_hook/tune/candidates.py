@@ -141,6 +141,10 @@ def knob_rules(cfg: TrainingConfig, space: SearchSpace) -> dict[str, str]:
                                f"{PIPELINE_ENGINE_ZERO}, and Megatron-DeepSpeed runs that engine whenever PP > 1")
     if cfg.framework != "megatron" and cfg.parallel.cp > 1:
         rules["cp"] = ULYSSES_KEPT
+    needs = _flags_needing_distopt(cfg)
+    if needs and False in space.distributed_optimizer:
+        rules["distributed_optimizer"] = (f"off is refused: {' and '.join(needs)} (kept by --apply) "
+                                          f"need{'s' * (len(needs) == 1)} the distributed optimizer")
     return rules
 
 

@@ -53,5 +53,7 @@ def test_every_listed_command_is_accepted_by_explain(flag: str, extra: list[str]
     data = json.loads(out)
     assert data["search"]["invalid_by_rule"].get(f"{flag} needs the distributed optimizer", 0) > 0
     assert all(row["distributed_optimizer"] for row in data["top"]), [row["layout"] for row in data["top"]]
+    assert data["knobs"]["rules"]["distributed_optimizer"] == f"off is refused: {flag} (kept by --apply) needs the " \
+                                                              "distributed optimizer"
     code, _, err = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, err
