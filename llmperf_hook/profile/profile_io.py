@@ -333,19 +333,20 @@ def _check_roofline_sha(directory: Path, doc: dict, rc: Mapping[str, RooflineCon
                                f"with, so a changed peak or bandwidth would scale every operator time)")
 
 
-def _verified_bytes(directory: Path, file: str, sha256: str | None, key: str) -> bytes:
+def _verified_bytes(directory: Path, entry: ModelEntry) -> bytes:
+    """The model file's bytes after checking them against its sha256 in profile.json."""
     try:
-        data = (directory / file).read_bytes()
+        data = (directory / entry.file).read_bytes()
     except OSError as err:
-        raise _fail(directory, f"model file {file} cannot be read ({err})") from err
-    if _sha(data) != sha256:
-        raise _fail(directory, f"model file {file} does not match its {key} in {META_FILE} (corrupted or edited)")
+        raise _fail(directory, f"model file {entry.file} cannot be read ({err})") from err
+    if _sha(data) != entry.sha256:
+        raise _fail(directory, f"model file {entry.file} does not match its sha256 in {META_FILE} (corrupted or edited)")
     return data
 
 
 def read_model_text(directory: Path, entry: ModelEntry) -> str:
     """The model file's text after checking its sha256 against profile.json."""
-    data = _verified_bytes(directory, entry.file, entry.sha256, "sha256")
+    data = _verified_bytes(directory, entry)
     if entry.file.endswith(".gz"):
         try:
             data = gzip.decompress(data)
@@ -363,24 +364,36 @@ def parse_model_text(entry: ModelEntry, text: str) -> TreeEnsemble:
 
 
 def read_ensemble(directory: Path, entry: ModelEntry) -> TreeEnsemble:
-    """A model's trees: from its packed file when profile.json names one, else parsed from the model text. Either
-    way the model text must match its sha256 (a damaged or removed text is refused, as when it is parsed); a packed
-    file must match its packed_sha256, and one built from another text (packed_trees.source_sha256) is passed over
-    for the text profile.json names."""
-    if entry.packed_file is not None:
-        _verified_bytes(directory, entry.file, entry.sha256, "sha256")
-        data = _verified_bytes(directory, entry.packed_file, entry.packed_sha256, "packed_sha256")
-        try:
-            return unpack_trees(data, entry.sha256)
-        except StalePackedTrees:
-            pass  # built from another text than profile.json names: that text is the model
-        except ProfileError as err:
-            raise _fail(directory, f"packed model file {entry.packed_file} is unusable ({err})") from err
+    """A model's trees: from its packed file when profile.json names one and it is there, else parsed from the model
+    text. Either way the model text must match its sha256 (a damaged or removed text is refused, as when it is
+    parsed)."""
+    if entry.packed_file is not None and (directory / entry.packed_file).is_file():
+        _verified_bytes(directory, entry)
+        ens = _read_packed(directory, entry)
+        if ens is not None:
+            return ens
     text = read_model_text(directory, entry)
     try:
         return parse_model_text(entry, text)
     except (ProfileError, ValueError) as err:  # ValueError: scikit-learn JSON that is not JSON
         raise _fail(directory, f"model {entry.file} is unusable ({err})") from err
+
+
+def _read_packed(directory: Path, entry: ModelEntry) -> TreeEnsemble | None:
+    """The packed file's trees; None when it was built from another text than profile.json names (that text is the
+    model). The packed file is a cache of the text, so an absent one is no damage (profiles copied without it, or
+    written before packed files existed), but one that is there must match its packed_sha256 and be well formed:
+    the fix named is to delete it, which has the text parsed."""
+    try:
+        data = (directory / entry.packed_file).read_bytes()
+        if _sha(data) != entry.packed_sha256:
+            raise ProfileError(f"it does not match its packed_sha256 in {META_FILE} (corrupted or edited)")
+        return unpack_trees(data, entry.sha256)
+    except StalePackedTrees:
+        return None
+    except (OSError, ProfileError) as err:
+        raise _fail(directory, f"packed model file {entry.packed_file} is unusable ({err}); deleting it has "
+                               f"{entry.file} parsed instead") from err
 
 
 def repack_profile(directory: Path) -> Path:

@@ -76,7 +76,6 @@ def _repacked(header: dict, payload: bytes) -> bytes:
 
 @pytest.mark.parametrize("damage, message", [
     ("bytes", "does not match its packed_sha256"),
-    ("missing", "cannot be read"),
     ("child_index", "inconsistent"),
     ("object_dtype", "unexpected array"),
     ("short_payload", "header lists"),
@@ -88,8 +87,6 @@ def test_damaged_packed_trees_are_refused(tmp_path: Path, damage: str, message: 
     header, payload = _header_and_payload(d)
     if damage == "bytes":
         packed.write_bytes(packed.read_bytes()[:-9] + b"123456789")
-    elif damage == "missing":
-        packed.unlink()
     elif damage == "child_index":  # the first node's left child points past the last node
         ens = unpack_trees(packed.read_bytes(), header["source_sha256"])
         ens.left[0] = ens.feature.size + 5
@@ -101,7 +98,24 @@ def test_damaged_packed_trees_are_refused(tmp_path: Path, damage: str, message: 
         _edit(d, _repacked(header, payload[:-8]))
     else:
         _edit(d, b"not gzip at all")
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(ProfileError, match=message) as err:
+        FittedProfile(d).predict_s([OP], None)
+    assert str(d) in str(err.value) and "gemm.fwd.fp32.trees.gz" in str(err.value) and "deleting it" in str(err.value)
+
+
+def test_profile_whose_packed_file_was_deleted_is_parsed_from_text(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packed file is a cache of the text: a profile copied without it (or with it deleted) still predicts, the
+    same numbers, from its text, whose sha256 is checked as before."""
+    d = _tiny(tmp_path)
+    expected = FittedProfile(d).predict_s([OP], None)[0]
+    (d / "gemm.fwd.fp32.trees.gz").unlink()
+    parsed, parse = [], profile_io.parse_lightgbm_text
+    monkeypatch.setattr(profile_io, "parse_lightgbm_text", lambda text: parsed.append(1) or parse(text))
+    assert FittedProfile(d).predict_s([OP], None)[0] == expected and parsed == [1]
+    text = d / "gemm.fwd.fp32.txt.gz"
+    text.write_bytes(text.read_bytes()[:-4] + b"1234")
+    with pytest.raises(ProfileError, match="does not match its sha256"):
         FittedProfile(d).predict_s([OP], None)
 
 
