@@ -62,8 +62,8 @@ class FileWrites:
             self.files[target] = ScriptFile(text, f"{self.path} line {line.number} (sed on {words[0][-1]})")
 
     def copied_file(self, line: ScriptLine, pipeline: list[str]) -> None:
-        """`cp TEMPLATE ds.json` (into a folder: its own name there): the copy has the text the script wrote to TEMPLATE,
-        else the disk's, so a later `sed -i` on it, or the launch, reads that."""
+        """`cp TEMPLATE ds.json` (into a folder: its own name there): the copy has the text the script wrote to
+        TEMPLATE, else the disk's, so a later `sed -i` on it, or the launch, reads that."""
         if len(pipeline) != 1 or not pipeline[0].lstrip().startswith("cp "):
             return
         try:

@@ -77,8 +77,8 @@ def ifs_fields(line: str, ifs: str, count: int | None) -> list[str]:
 
 def _trim_trailing_delimiter(rest: str, ifs: str, white: str, splitting: bool) -> str:
     """The last field: split further when no names are left to fill (`read -a`), else the rest of the line, from which
-    bash drops a single trailing non-white IFS delimiter only when it ends the only field left (`IFS=, read a b <<< "1,2,"`
-    gives b=2)."""
+    bash drops a single trailing non-white IFS delimiter only when it ends the only field left (`IFS=, read a b <<<
+    "1,2,"` gives b=2)."""
     if splitting:
         end = 0
         while end < len(rest) and rest[end] not in ifs:
@@ -208,12 +208,14 @@ def printf_text(fmt: str, args: Sequence[str]) -> str | None:
                 return None
             value = queue.pop(0) if queue else ""
             consumed = consumed or bool(args)
+            if kind == "c":  # the argument's first character
+                kind, value = "s", value[:1]
             try:
-                converted = value if kind == "s" else value[:1] if kind == "c" else _number(value, kind in "diouxX")
+                converted = value if kind == "s" else _number(value, kind in "diouxX")
             except ValueError:
                 return None
-            spec = f"%{flags}{width or ''}{'.' + precision if precision is not None else ''}{'d' if kind in 'iu' else kind}"
-            pieces.append(spec.replace("c", "s") % converted if kind == "c" else spec % converted)
+            precision = "" if precision is None else "." + precision
+            pieces.append(f"%{flags}{width or ''}{precision}{'d' if kind in 'iu' else kind}" % converted)
         pieces.append(fmt[last:])
         out.append("".join(pieces))
         if not queue or not consumed:

@@ -37,8 +37,8 @@ class NodeCounts:
             return None
         listed = ", ".join(map(str, self.listed)) if self.listed and len(self.listed) <= 8 else \
             f"{self.low} to {self.high}"
-        return (f"{option} ({where}) lets Slurm allocate {listed} nodes: llmperf assumes {self.assumed}, as many as the "
-                "value allows (Slurm gives as many as it can without delaying the start, sbatch(1) -N); the job sees "
+        return (f"{option} ({where}) lets Slurm allocate {listed} nodes: llmperf assumes {self.assumed}, as many as "
+                "the value allows (Slurm gives as many as it can without delaying the start, sbatch(1) -N); the job sees "
                 "the count it got in SLURM_JOB_NUM_NODES. Pass llmperf --nnodes N to price another count.")
 
 

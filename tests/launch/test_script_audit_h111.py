@@ -16,14 +16,14 @@ NODE_CHECK = """#!/bin/bash
 #SBATCH --ntasks-per-node=1
 #SBATCH --gres=gpu:8
 # testing for potential faulty nodes
-srun --jobid $SLURM_JOBID bash -c 'python -c "import torch, socket; print(socket.gethostname(), torch.cuda.is_available())"'
+srun --jobid $SLURM_JOBID bash -c 'python -c "import torch, socket; print(socket.gethostname(), {CHECK})"'
 export LAUNCHER="python -u -m torch.distributed.launch \\
     --nproc_per_node 8 \\
     --nnodes $SLURM_NNODES \\
     "
 export CMD="pretrain_gpt.py --tensor-model-parallel-size 2"
 srun --jobid $SLURM_JOBID bash -c '$LAUNCHER --node_rank $SLURM_PROCID $CMD' 2>&1 | tee -a main_log.txt
-"""
+""".replace("{CHECK}", "torch.cuda.is_available()")
 
 
 def test_a_node_check_with_python_c_is_not_the_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,8 +155,8 @@ def test_a_script_that_finds_its_own_folder(body: str, tmp_path: Path, monkeypat
         pytest.skip("needs bash")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "conf.sh").write_text("TP=4\n")
-    (tmp_path / "sub" / "train.sh").write_text("#!/bin/bash\n" + body +
-                                               "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+    launch = "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n"
+    (tmp_path / "sub" / "train.sh").write_text("#!/bin/bash\n" + body + launch)
     monkeypatch.chdir(tmp_path)
     runner = 'torchrun() { printf "%s\\n" "${@: -1}"; }; export -f torchrun; bash "$0"'
     import subprocess

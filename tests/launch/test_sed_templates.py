@@ -74,7 +74,8 @@ def test_the_file_the_sed_chain_writes(name: str, tmp_path: Path, monkeypatch: p
                                    "sed 'y/ZERO/zero/' tmpl.json > ds_config_gbs64.json\n",
                                    "sed 's/[[:upper:]_]*STAGE/1/' tmpl.json > ds_config_gbs64.json\n",
                                    "sed 's/ZERO_STAGE/1/2/' tmpl.json > ds_config_gbs64.json\n",
-                                   "cp tmpl.json ds_config_gbs64.json\nsed -i 's/ZERO_STAGE/1/w log' ds_config_gbs64.json\n"])
+                                   "cp tmpl.json ds_config_gbs64.json\n"
+                                   "sed -i 's/ZERO_STAGE/1/w log' ds_config_gbs64.json\n"])
 def test_anything_but_substitutions_is_not_worked_out(chain: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from llmperf_hook.frameworks.resolve import resolve_job
