@@ -351,14 +351,15 @@ def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: 
     estimate_zero{2,3}_model_states_mem_needs count the fp32 gradients (4 of their 18 bytes) as always alive.
     Measured on one H100 (measurements/h100-sxm5-80gb-2026-11-26, ZeRO-1 bf16, torch AdamW): 22.0 bytes per
     parameter at the peak of the runs the step dominates (c05, c06) = 2 + 12 + 8. Offloaded optimizers and
-    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing. Megatron's
-    precision-aware optimizer: its gradient buffer plus the fp32 copies Transformer Engine's FusedAdam makes of the
-    states it keeps in lower precision (schedule/optimizer_state.step_temporary_bytes_per_param)."""
+    DeepSpeed's BF16_Optimizer / FP16_Optimizer (fp32 gradients kept in `gradients`) add nothing. Megatron-LM:
+    the fp32 copies Transformer Engine's FusedAdam makes of the precision-aware optimizer's lower-precision
+    states, or the fp32 copies of 16-bit main gradients
+    (schedule/optimizer_state.step_temporary_bytes_per_param), beside its gradient buffer."""
     o = cfg.optimizer
     temporaries = step_temporary_bytes_per_param(cfg)
     if temporaries:
-        return state_bytes(cfg, stage, gpus_per_node)["gradients"] + \
-            temporaries * partition_params(cfg, stage, gpus_per_node)
+        on_rank = partition_params(cfg, stage, gpus_per_node) if o.distributed_optimizer else stage.num_params
+        return state_bytes(cfg, stage, gpus_per_node)["gradients"] + temporaries * on_rank
     if ("deepspeed" not in cfg.framework or cfg.precision == "fp32" or o.offload_optimizer != "none"
             or o.zero_stage == 0 or runs_bf16_optimizer(cfg)):
         return 0.0

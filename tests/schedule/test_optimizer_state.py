@@ -1,6 +1,7 @@
-"""GPU bytes of Megatron-LM's precision-aware optimizer (--use-precision-aware-optimizer with --main-params-dtype,
---exp-avg-dtype, --exp-avg-sq-dtype, --main-grads-dtype): Transformer Engine's FusedAdam state by dtype and the fp32
-copies its step makes (schedule/optimizer_state.py). Before, every dtype was priced as fp32 (12 B) with a warning."""
+"""GPU optimizer bytes by optimizer and dtype (schedule/optimizer_state.py): Megatron-LM's precision-aware optimizer
+(--use-precision-aware-optimizer with --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype, --main-grads-dtype):
+Transformer Engine's FusedAdam state by dtype and the fp32 copies its step makes (before, every dtype was priced as
+fp32, 12 B, with a warning); the fp32 copies of 16-bit main gradients Megatron's step makes."""
 
 from __future__ import annotations
 
@@ -90,3 +91,22 @@ def test_dtype_flags_need_the_precision_aware_optimizer(flags: tuple[str, ...]) 
 def test_a_dtype_megatron_does_not_offer_is_refused() -> None:
     with pytest.raises(ConfigError, match="--main-params-dtype bf16 .* is not a choice Megatron offers"):
         _megatron(*AWARE, "--main-params-dtype", "bf16")
+
+
+def test_sixteen_bit_main_gradients_are_copied_to_fp32_for_the_step() -> None:
+    """--fp16 without --accumulate-allreduce-grads-in-fp32 keeps fp16 main gradients; Megatron's step casts each to
+    an fp32 .grad of its main parameter (optimizer.py Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads:
+    main_grad.float()), 4 B per parameter until the next zero_grad. On one GPU at a short sequence that is the peak;
+    with fp32 main gradients (bf16's default) .float() is the tensor itself."""
+    base = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", *[a for a in SHAPE if a not in (
+        "--bf16", "--use-distributed-optimizer")], "--fp16"]
+    base[base.index("--seq-length") + 1] = base[base.index("--max-position-embeddings") + 1] = "256"
+    base[base.index("--global-batch-size") + 1] = "1"
+    pred = predict_command(base, {}, cluster="dgx-a100")
+    stage = build_graph(pred.config, pred.cluster).stages[0]
+    parts = stage_memory(pred.config, stage, 1, pred.cluster.gpu)
+    transient = sum(v for k, v in parts.items() if k in ("activations", "embedding_activations", "logits_and_loss",
+                                                         "allocator_fragmentation"))
+    assert parts["optimizer_step_working_set"] == pytest.approx(4 * stage.num_params - transient, rel=1e-3)
+    fp32_grads = predict_command([*base, "--accumulate-allreduce-grads-in-fp32"], {}, cluster="dgx-a100")
+    assert "optimizer_step_working_set" not in fp32_grads.estimate.memory.components
