@@ -44,7 +44,7 @@ def precision_aware(cfg: TrainingConfig) -> bool:
     """Megatron's precision-aware optimizer steps this rank's GPU state (not the CPU-offloaded HybridDeviceOptimizer,
     whose GPU part is a plain fp32 Adam)."""
     o = cfg.optimizer
-    return o.precision_aware and "megatron" in cfg.framework and o.offload_optimizer == "none" and o.name == "adam"
+    return o.precision_aware and cfg.framework == "megatron" and o.offload_optimizer == "none" and o.name == "adam"
 
 
 def te_master_weights(cfg: TrainingConfig) -> bool:
