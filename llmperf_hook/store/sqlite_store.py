@@ -50,6 +50,23 @@ def _where(**equal: str | None) -> tuple[str, list[str]]:
     return " AND ".join([f"{col} = ?" for col, _ in given] or ["1=1"]), [val for _, val in given]
 
 
+def measured_fingerprint(fingerprint: str, library_versions: str) -> str:
+    """A row's fingerprint as the sampler writes it now. Rows recorded before the measuring torch was part of it
+    (local_hardware.fingerprint) name that torch in their library versions (build_profile.library_versions, taken
+    as the row was measured: the same version string as torch.__version__), so it is added: a store of the same
+    torch still resumes and fits its rows, and only another torch's are measured again. Other fingerprints are
+    returned as they are."""
+    if not fingerprint.startswith("{") or '"torch"' in fingerprint:
+        return fingerprint
+    try:
+        fp, versions = json.loads(fingerprint), json.loads(library_versions)
+    except ValueError:
+        return fingerprint
+    if not isinstance(fp, dict) or not isinstance(versions, dict) or "torch" not in versions:
+        return fingerprint
+    return json.dumps({**fp, "torch": versions["torch"]}, sort_keys=True)
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -190,16 +207,18 @@ class Store:
         where, args = _where(hardware=hardware, dtype=dtype, op_class=op_class, phase=phase, source=source)
         sql = ("SELECT hardware, dtype, op_class, phase, dims_json, time_s, source, fingerprint, library_versions "
                f"FROM op_samples WHERE {where} ORDER BY op_class, phase, dims_key")
-        return [OpSampleRecord(h, d, c, p, json.loads(dj), t, s, f, json.loads(lv))
+        return [OpSampleRecord(h, d, c, p, json.loads(dj), t, s, measured_fingerprint(f, lv), json.loads(lv))
                 for h, d, c, p, dj, t, s, f, lv in self.conn.execute(sql, args)]
 
     def sampled_keys(self, hardware: str, dtype: str, fingerprint: str | None = None,
                      source: str = "sampler") -> set[tuple[str, str, str]]:
-        """{(op_class, phase, dims_key)} already in the store (those measured under `fingerprint` when given): what
-        a resumed sampler skips. Read from the key columns alone, without decoding each row's JSON."""
-        where, args = _where(hardware=hardware, dtype=dtype, source=source, fingerprint=fingerprint)
-        return {tuple(r) for r in self.conn.execute(f"SELECT op_class, phase, dims_key FROM op_samples WHERE {where}",
-                                                    args)}
+        """{(op_class, phase, dims_key)} already in the store (those measured under `fingerprint` when given, as
+        measured_fingerprint reads a row's): what a resumed sampler skips. Only rows of another fingerprint decode
+        their JSON."""
+        where, args = _where(hardware=hardware, dtype=dtype, source=source)
+        sql = f"SELECT op_class, phase, dims_key, fingerprint, library_versions FROM op_samples WHERE {where}"
+        return {(c, p, k) for c, p, k, f, lv in self.conn.execute(sql, args)
+                if fingerprint is None or f == fingerprint or measured_fingerprint(f, lv) == fingerprint}
 
     def record_comm_samples(self, records: Iterable[CommSampleRecord]) -> int:
         rows = [(r.cluster, r.backend, r.collective, int(r.nodes), int(r.gpus_per_node), float(r.nbytes),

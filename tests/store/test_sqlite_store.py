@@ -1,5 +1,6 @@
 """Round trips through the embedded store, resumability keys, and a clear error on a damaged file."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,24 @@ def test_op_samples_round_trip_and_replace(tmp_path: Path) -> None:
         assert len(got) == 1 and got[0].time_s == 2e-4 and got[0].dims == {"k": 32, "m": 64, "n": 128}
         assert store.sampled_keys("cpu-x", "fp32") == {("gemm", "fwd", dims_key({"m": 64, "n": 128, "k": 32}))}
         assert store.query_op_samples("cpu-x", "bf16") == []
+
+
+def test_rows_fingerprinted_before_the_torch_was_part_of_it_resume_under_their_torch(tmp_path: Path) -> None:
+    """A store written before the fingerprint named the measuring torch (1dbd781): its rows' torch is in their
+    library versions, so under that torch they stay resumable and fittable, under another they are measured again."""
+    device = {"device": "cpu-model", "machine": "x86_64", "threads": "1", "logical_cpus": "2", "clock": "wall"}
+    old_fp = json.dumps(device, sort_keys=True)
+    gemm = {"m": 64, "n": 128, "k": 32}
+    with open_store(tmp_path / "s.sqlite") as store:
+        store.record_op_samples([OpSampleRecord("cpu-x", "fp32", "gemm", "fwd", gemm, 1e-4, "sampler", old_fp,
+                                                {"torch": "2.13.0+cpu", "numpy": "2.1"}),
+                                 OpSampleRecord("cpu-x", "fp32", "gemm", "bwd", gemm, 2e-4, "sampler", old_fp, {})])
+        same, other = ({**device, "torch": t} for t in ("2.13.0+cpu", "2.14.0+cpu"))
+        same_fp, other_fp = json.dumps(same, sort_keys=True), json.dumps(other, sort_keys=True)
+        assert store.sampled_keys("cpu-x", "fp32", fingerprint=same_fp) == {("gemm", "fwd", dims_key(gemm))}
+        assert store.sampled_keys("cpu-x", "fp32", fingerprint=other_fp) == set()
+        fps = {r.phase: r.fingerprint for r in store.query_op_samples("cpu-x", "fp32")}
+        assert fps == {"fwd": same_fp, "bwd": old_fp}  # a row without a recorded torch keeps its fingerprint
 
 
 def test_comm_steps_and_calibrations(tmp_path: Path) -> None:
