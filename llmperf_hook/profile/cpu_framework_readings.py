@@ -284,7 +284,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
            "method": "llmperf_hook/profile/cpu_framework.py, cpu_framework_readings.py: isolating differences "
                      "(tiny models 1 vs 9 layers; reference GPT forward+backward against the fitted profile's "
                      "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
-                     "against the prediction of the same model), each term the median over interleaved readings",
+                     "against the prediction of the same model), fitted once on each time's median over interleaved readings",
            "dtypes": {}, "reference": [], "loads_1m": []}
     t0, share_s, spent_s = time.perf_counter(), cf.RESERVED_S / len(dtypes), 0.0
     for i, dt in enumerate(dtypes):  # the machine's speed around each measurement (instrument/reference_speed.py)
