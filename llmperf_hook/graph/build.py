@@ -20,14 +20,14 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.stages import chunk_layer_range
-from llmperf_hook.graph.step_ops import build_step_ops, main_grad_add_ops
+from llmperf_hook.graph.step_ops import build_step_ops, inter_node_ring_sm_share, main_grad_add_ops
 from llmperf_hook.graph.zero_edge_ops import with_zero_edge_ops
 from llmperf_hook.graph.zero_layer_ops import zero3_layer_comm
 from llmperf_hook.hardware.spec import ClusterSpec
 
 
 def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float = 0.0,
-                  tp_comm_ordered: bool | None = None) -> lo.LayerContext:
+                  tp_comm_ordered: bool | None = None, nccl_inter_node_sm_share: float = 0.0) -> lo.LayerContext:
     """`tp_comm_ordered`: launch_order.tp_launch_ordered on the cluster's GPU; None = the job's setting alone."""
     p = cfg.parallel
     tokens = cfg.batch.micro_batch_size * cfg.model.seq_length // p.cp
@@ -42,6 +42,7 @@ def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float 
         ep=place_group("ep", p.ep, p, gpus_per_node),
         gpus_per_node=gpus_per_node,
         nccl_sm_share=nccl_sm_share,
+        nccl_inter_node_sm_share=nccl_inter_node_sm_share,
         tp_comm_ordered=cfg.tp_comm_ordered if tp_comm_ordered is None else tp_comm_ordered,
     )
 
@@ -184,7 +185,9 @@ def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_
     num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
     num_layers = sum(c.num_layers for c in chunks)
     return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
-                                                                          gpus_per_node, num_layers, chunks),
+                                                                          gpus_per_node, num_layers, chunks,
+                                                                          (ctx.nccl_sm_share,
+                                                                           ctx.nccl_inter_node_sm_share)),
                       num_params=num_params, num_expert_params=num_expert, num_layers=num_layers)
 
 
@@ -246,7 +249,8 @@ def build_graph(cfg: TrainingConfig, cluster: ClusterSpec) -> OpGraph:
     # 6 channels x 40 = totalBw, the search's stop; ncclTopoDupChannels doubles (bwIntra 40 >= 25), ncclTopoPostset
     # doubles (connect.cc): 24, as on a DGX A100. HGX H100 4-GPU (6 links of 20.6 GB/s per pair, first sm90 speed
     # 60): 6 rings again, doubled twice: 24.
-    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu), tp_launch_ordered(cfg, cluster.gpu))
+    ctx = build_context(cfg, gpus_per_node, nccl_sm_share(cluster.gpu), tp_launch_ordered(cfg, cluster.gpu),
+                        inter_node_ring_sm_share(cluster))
     memo: dict[tuple, tuple[OpBlock, ...]] = {}
     stages = tuple(build_stage(cfg, ctx, s, gpus_per_node, memo) for s in range(cfg.parallel.pp))
     stages = cpu_stages(cfg, cluster, stages)  # CPU hardware: one thread computes and communicates

@@ -38,6 +38,9 @@ class LayerContext:
     nccl_sm_share: float = 0.0
     """Share of the GPU's SMs an in-node NCCL collective holds (graph/backward.nccl_sm_share), tagged on the
     sequence-parallel gathers whose backward re-gather overlaps a GEMM."""
+    nccl_inter_node_sm_share: float = 0.0
+    """Share of the GPU's SMs an NCCL ring across nodes holds (graph/step_ops.inter_node_ring_sm_share), tagged on
+    the data-parallel gradient reduction that overlaps the last backward."""
     tp_comm_ordered: bool = True
     """The async TP collectives reach the SMs before the GEMM launched after them on this GPU
     (graph/launch_order.tp_launch_ordered: CUDA_DEVICE_MAX_CONNECTIONS=1, or Blackwell and newer)."""

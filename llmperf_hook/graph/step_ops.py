@@ -21,6 +21,8 @@ Semantics followed:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.ddp_buckets import fp8_param_gather, rank_grad_buckets
@@ -30,6 +32,7 @@ from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
 from llmperf_hook.graph.zero3_legacy import persistent_gather_ops
+from llmperf_hook.hardware.spec import ClusterSpec
 
 PARAM_BYTES = 2
 """bf16/fp16 parameter copies gathered by the distributed optimizer and ZeRO (fp32 when training in fp32)."""
@@ -87,15 +90,37 @@ def comm_op(name: str, op_class: str, phase: str, nbytes: float, coll: Collectiv
     return Op(name, op_class, phase, {"bytes": int(nbytes)}, dtype=cfg.precision, collective=coll, tags=tags)
 
 
+NCCL_RINGS_PER_NIC = 2
+"""Channels (one thread block, one SM each) of an NCCL ring across nodes per NIC of the node (github.com/NVIDIA/nccl
+src/graph/search.cc ncclTopoCompute: the search starts a channel at speedArrayInter / sm90SpeedArrayInter just under
+the NIC's bandwidth, 24 GB/s on HDR, 48 on NDR, so one channel fills one NIC; ncclTopoDupChannels leaves them (sm80:
+bwIntra < 25; sm90: < 50 with more than 4 channels); src/graph/connect.cc ncclTopoPostset doubles every ring:
+2 x NICs. A DGX A100 or DGX H100 ring across nodes: 16 thread blocks)."""
+
+
+def inter_node_ring_sm_share(cluster: ClusterSpec) -> float:
+    """Share of the GPU's SMs an NCCL ring across nodes holds while the backward's GEMMs run beside it: 2 x NICs
+    thread blocks over the GPU's SMs (0 where the preset states no SMs: no contention priced)."""
+    sms = cluster.gpu.streaming_multiprocessors
+    nics = cluster.nics_per_node or cluster.gpus_per_node
+    return min(1.0, NCCL_RINGS_PER_NIC * nics / sms) if sms > 0 else 0.0
+
+
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,
-               buckets: list[int]) -> list[Op]:
-    """One reduction per bucket (graph/ddp_buckets.py); `buckets` empty = the whole `params` at once."""
+               buckets: list[int], sm_shares: tuple[float, float] = (0.0, 0.0)) -> list[Op]:
+    """One reduction per bucket (graph/ddp_buckets.py); `buckets` empty = the whole `params` at once. Overlapped
+    with the last backward, each carries the share of the SMs its NCCL kernel takes from the GEMMs (`sm_shares`:
+    in-node ring, ring across nodes), which schedule/compose.step_ops_cost charges."""
     if params <= 0 or coll.group_size == 1:
         return []
     overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
     op_class = "reducescatter" if sharded else "allreduce"
-    return [comm_op(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
-            for n in (buckets or [params])]
+    ops = [comm_op(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
+           for n in (buckets or [params])]
+    share = sm_shares[0] if coll.intra_node else sm_shares[1]
+    if overlap and share > 0:
+        ops = [replace(op, tags={**op.tags, "sm_share": f"{share:.4f}"}) for op in ops]
+    return ops
 
 
 def _param_gather(cfg: TrainingConfig, name: str, params: int, coll: Collective, fp8_params: int = 0) -> list[Op]:
@@ -153,9 +178,11 @@ def _non_layer_params(cfg: TrainingConfig, stage: int) -> int:
 
 
 def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert: int,
-                   gpus_per_node: int, num_layers: int = 0, chunks: tuple[ChunkOps, ...] = ()) -> tuple[Op, ...]:
+                   gpus_per_node: int, num_layers: int = 0, chunks: tuple[ChunkOps, ...] = (),
+                   sm_shares: tuple[float, float] = (0.0, 0.0)) -> tuple[Op, ...]:
     """The rank's once-per-step ops; `chunks` (its model chunks) lay out Megatron's DDP buckets (graph/ddp_buckets.py),
-    without them each gradient buffer is reduced whole."""
+    without them each gradient buffer is reduced whole; `sm_shares` (in-node ring, ring across nodes) are tagged on
+    an overlapped gradient reduction (_grad_sync)."""
     o, p = cfg.optimizer, cfg.parallel
     dense, edp = dp_groups(cfg, gpus_per_node)
     sharded = o.distributed_optimizer or o.zero_stage >= 1
@@ -170,9 +197,9 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     # Megatron's DDP buckets (graph/ddp_buckets.py); under ZeRO-2/3 and FSDP only the embedding / head remain here
     bucketed = chunks and "deepspeed" not in cfg.framework and o.overlap_grad_reduce and step_dense == num_dense
     ops = (_grad_sync(cfg, "dp", step_dense, dense, reduce_sharded,
-                      rank_grad_buckets(cfg, stage, chunks, expert=False) if bucketed else [])
+                      rank_grad_buckets(cfg, stage, chunks, expert=False) if bucketed else [], sm_shares)
            + _grad_sync(cfg, "edp", num_expert, edp, reduce_sharded,
-                        rank_grad_buckets(cfg, stage, chunks, expert=True) if bucketed else []))
+                        rank_grad_buckets(cfg, stage, chunks, expert=True) if bucketed else [], sm_shares))
     ops += _tied_embedding_sync(cfg, stage, gpus_per_node)
     # Megatron --num-distributed-optimizer-instances N: each rank steps its share of dp x cp / N (parallel_state.py
     # intra_partial_data_parallel_size); the gradient reduction is still priced over the whole group

@@ -188,7 +188,7 @@ class StepOpsCost:
 
 def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingConfig, bwd_window_s: float,
                   fwd_window_s: float) -> StepOpsCost:
-    grad = gather = embed = opt = 0.0
+    grad = gather = embed = opt = contention = 0.0
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
@@ -202,9 +202,11 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
         else:
             grad += t
             grad_overlap = op.tags.get("overlap") == "grad_reduce"
+            contention += float(op.tags.get("sm_share", 0.0)) * t
     grad_exposed = grad
     if grad_overlap:
-        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage))
+        # the backward's GEMMs run on the SMs the reduction's NCCL kernels leave them (overlapped_exposed_s)
+        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage), contention)
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
     return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather)
 
