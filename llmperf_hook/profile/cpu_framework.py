@@ -59,7 +59,9 @@ measured (cpu_framework_readings.py: per dtype the children's start, then readin
 less what the dtypes before ran over theirs; 3 to 7 readings; on a loaded machine 3 readings run over)."""
 FORMAT = "llmperf-cpu-framework-overhead"
 FORMAT_VERSION = 3
-"""3: each term the median over interleaved readings (2: one reading, the quietest of 3 rounds per time)."""
+"""3: each term from interleaved readings (2: one reading, the quietest of 3 rounds per time). Same fields whether the
+terms are the median of each reading's fit (until session 13) or one fit of the median times (since): a file of
+either reads the same, so the version is unchanged (cpu_framework_readings.py, 3.)."""
 STEP_VERSIONS = (2, 3)
 """Format versions whose measured steps are the same steps (measured_steps keys; carried_history)."""
 
