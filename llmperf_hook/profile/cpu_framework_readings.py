@@ -103,10 +103,14 @@ class _InProcess:
         self.optimizers = [cf.optimizer_steps(s) for s in cf.REFERENCE_SHAPES]
 
     def reading(self, hardware_name: str) -> dict:
-        return {"tiny_s": [cf._median_s(f, TINY_REPS) for f in self.tiny],
-                "fwd_bwd_s": [cf._median_s(f) for f in self.steps],
-                "optimizer_s": [[cf._median_s(t), cf._median_s(f)] for t, f in self.optimizers],
-                "bias": cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)}
+        wall0_s, cpu0_s = time.perf_counter(), time.process_time()
+        raw = {"tiny_s": [cf._median_s(f, TINY_REPS) for f in self.tiny],
+               "fwd_bwd_s": [cf._median_s(f) for f in self.steps],
+               "optimizer_s": [[cf._median_s(t), cf._median_s(f)] for t, f in self.optimizers],
+               "bias": cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)}
+        # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
+        raw["wall_per_cpu"] = (time.perf_counter() - wall0_s) / max(time.process_time() - cpu0_s, 1e-9)
+        return raw
 
 
 def reading_rows(raw: Mapping[str, Any], fixed: FixedParts) -> list[dict]:
@@ -226,7 +230,8 @@ def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, 
     # leave beyond THESE terms' prediction, not medians of residuals each taken against another reading's terms.
     terms = reading_terms({**med, "concurrency": medians.get("concurrency_slowdown")}, fixed, dtype)
     entry = {**terms, "profile_bias": med["bias"], "readings": per_reading, "spread": spread,
-             "reading_loads_1m": list(loads), "measure_s": took_s,
+             "reading_loads_1m": list(loads), "reading_wall_per_cpu": [r.get("wall_per_cpu") for r in raws],
+             "measure_s": took_s,
              "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p}
                               for s, t, p in zip(cf.TINY_LAYERS, med["tiny_s"], fixed.tiny)],
              "samples": reading_rows(med, fixed)}
@@ -252,6 +257,9 @@ def describe_spread(doc: Mapping[str, Any]) -> str:
             continue
         spread, loads = entry.get("spread") or {}, entry.get("reading_loads_1m") or [0.0]
         parts = [f"{label} {spread[key]:.0%}" for key, label in SPREAD_TERMS if spread.get(key) is not None]
+        waits = [w for w in entry.get("reading_wall_per_cpu") or () if w]
+        if waits:  # did the in-process part of a reading wait for a core (other programs on the machine)?
+            parts.append(f"wall / CPU time of the in-process readings {min(waits):.2f}-{max(waits):.2f}")
         lines.append(f"framework cost {dtype}: fitted on the median times of {len(entry.get('readings') or [])} readings (load "
                      f"{min(loads):.2f}-{max(loads):.2f}, {entry.get('measure_s', 0):.0f} s); spread between "
                      f"readings (half-range / median): " + ", ".join(parts))

@@ -103,6 +103,19 @@ def test_the_file_keeps_median_samples_that_its_terms_reproduce() -> None:
     assert max(abs(e) for e in errors) < 0.02
 
 
+def test_each_readings_wait_for_a_core_is_kept_and_printed() -> None:
+    """The in-process part of each reading records wall / CPU time (> 1: the process waited for a core another
+    program held), kept per reading in the file and printed with the spread: the evidence for telling a reading
+    taken under contention from a quiet one."""
+    fixed, rng = _fixed(), random.Random(4)
+    raws = [{**_raw(fixed, rng), "wall_per_cpu": w} for w in (1.01, 1.34, 1.02)]
+    entry = cfr.summarize(raws, fixed, "fp32", [1.0] * 3, 10.0)
+    assert entry["reading_wall_per_cpu"] == [1.01, 1.34, 1.02]
+    assert "wall / CPU time of the in-process readings 1.01-1.34" in cfr.describe_spread({"dtypes": {"fp32": entry}})
+    older = cfr.summarize([_raw(fixed, rng) for _ in range(3)], fixed, "fp32", [1.0] * 3, 10.0)
+    assert "wall / CPU" not in cfr.describe_spread({"dtypes": {"fp32": older}})
+
+
 def test_the_terms_are_one_fit_of_the_median_times() -> None:
     """Every term is fitted once from each time's median over the readings, so the engine's terms are exactly
     what the median engine steps leave beyond the file's own other terms (per-term medians of the readings' fits,
