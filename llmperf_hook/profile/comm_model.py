@@ -63,8 +63,8 @@ NCCL_NET / NCCL_IB_DISABLE). Shipped fits: Perlmutter inside a node 0.33-1.5, ac
 MAX_BELOW_SAMPLE_SCALE = 1.0 / MIN_RATE_FRACTION
 """Below its smallest sample a fit is followed as the cluster's alpha-beta times (fit / alpha-beta at that sample),
 held to at most 10x: rule (3) applied to the fixed cost. A smallest sample more than 10x slower than the cluster's
-latency plus bytes over its links carries a cost that NCCL's protocol and algorithm choices do not explain (the
-same ~4x bound as MIN_RATE_FRACTION), e.g. a 3 ms alpha from samples that start at hundreds of MB where NVLink's
+latency plus bytes over its links carries a cost that NCCL's protocol and algorithm choices do not explain (they
+account for up to ~4x, MIN_RATE_FRACTION), e.g. a 3 ms alpha from samples that start at hundreds of MB where NVLink's
 latency is microseconds; scaling every smaller message by it would price a 1 KB all-gather in milliseconds."""
 
 
