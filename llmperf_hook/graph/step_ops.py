@@ -301,7 +301,7 @@ step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8
 
 
 def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int,
-                              rank_params: int | None = None) -> list[Op]:
+                              rank_params: int) -> list[Op]:
     """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here):
     the step's own work over the rank's `local` (ZeRO-partitioned) parameters, and the accumulation of each
     micro-batch after the first over the gradients the rank keeps, `accumulated_grad_params`."""
@@ -310,7 +310,7 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or offloaded:
         return []
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
-    grad_params = accumulated_grad_params(cfg, local, local if rank_params is None else rank_params)
+    grad_params = accumulated_grad_params(cfg, local, rank_params)
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
     kind = 0 if runs_bf16_optimizer(cfg) else zero  # BF16_Optimizer: the bookkeeping measured at ZeRO-0 bf16
