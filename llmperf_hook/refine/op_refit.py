@@ -40,6 +40,7 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
     from llmperf_hook.profile.features import BUILDERS
     from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
     from llmperf_hook.store import open_store
+    from llmperf_hook.store.sqlite_store import measured_fingerprint
 
     import json
 
@@ -48,7 +49,10 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
         records = store.query_op_samples(hardware)
     # The sampler's samples of the machine this profile describes only, as `llmperf profile` fits them: a store
     # shared by several machines (an NFS home) may hold the same NAME sampled on another CPU or GPU.
-    fingerprint = json.dumps(dict(meta.hardware), sort_keys=True)
+    # Read as the store reads a row's (measured_fingerprint: a profile older than the torch in the fingerprint names
+    # its torch in library_versions).
+    fingerprint = measured_fingerprint(json.dumps(dict(meta.hardware), sort_keys=True),
+                                       json.dumps(dict(meta.library_versions)))
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     for r in records:
         if r.source != "sampler" or r.fingerprint == fingerprint:

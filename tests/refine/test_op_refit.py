@@ -20,22 +20,25 @@ def _gelu_time_s(elements: float) -> float:
     return 2e-6 + elements * 4e-9
 
 
-def _user_profile(home: Path) -> Path:
-    """A one-model profile (gelu fwd fp32) fitted by the profile package from sampler samples in the store."""
+def _user_profile(home: Path, torch: str | None = None) -> Path:
+    """A one-model profile (gelu fwd fp32) fitted by the profile package from sampler samples in the store (their
+    library versions and the profile's naming `torch` when given)."""
     from llmperf_hook.profile.build_profile import Samples, fit_samples
     from llmperf_hook.profile.features import RooflineConstants
     from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
     from llmperf_hook.store import OpSampleRecord, open_store
 
     elements = np.geomspace(4096, 4 << 20, 24).round()
+    versions = {} if torch is None else {"torch": torch}
     with open_store(home / "store.sqlite") as store:
         store.record_op_samples(OpSampleRecord("cpu-test", "fp32", "gelu", "fwd", {"elements": float(e)},
-                                               _gelu_time_s(e), fingerprint=FINGERPRINT) for e in elements)
+                                               _gelu_time_s(e), fingerprint=FINGERPRINT, library_versions=versions)
+                                for e in elements)
     rc = RooflineConstants(peak_flop_per_s=1e11, memory_bandwidth_bytes_per_s=1e10, num_sms=1, dtype_bytes=4)
     entry, text = fit_samples(Samples("gelu", "fwd", {"elements": elements}, _gelu_time_s(elements)), rc, "fp32",
                               with_holdout=False)
     meta = ProfileMeta(name="cpu-test", roofline={"fp32": rc}, dtype_aliases={}, hardware={"device": "test"},
-                       library_versions={}, provenance={"samples": "test"}, models=(entry,))
+                       library_versions=versions, provenance={"samples": "test"}, models=(entry,))
     return write_profile(home / "profiles" / "cpu-test", meta, {entry.file: text})
 
 
@@ -56,6 +59,21 @@ def test_instrument_samples_refit_the_user_profile(tmp_path: Path, monkeypatch: 
     assert job.num_op_samples == 3 and "gelu/fwd/fp32 (24 sampled + 3 instrumented)" in job.op_refit
     meta = read_profile_meta(profile)
     assert meta.models[0].num_samples == before + 3 and "refined" in meta.provenance
+
+
+def test_a_profile_fingerprinted_before_the_measuring_torch_was_part_of_it_refits_its_samples(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples and profile written before the fingerprint named the measuring torch: the store reads the rows'
+    torch from their library versions (store.measured_fingerprint), so the profile's fingerprint is read alike."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    _user_profile(home, torch="2.13.0+cpu")
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write('{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
+                f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
+    (job,) = refine_run(run).jobs
+    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in job.op_refit, job.op_refit
 
 
 def test_no_user_profile_means_samples_kept_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
