@@ -4,8 +4,11 @@ each sample, so each step reports its own peak); on CPU the peak resident set si
 The CPU probe reads getrusage(2) rather than /proc/self/status (tens of microseconds on a loaded machine): the
 hook's budget is 1 % of a step that can be as short as a few milliseconds on CPU. The recorder makes that one
 call per step and passes it in (`process_usage`): the same reading gives the step's CPU time (ru_utime +
-ru_stime) and the peak RSS, one system call instead of two (each ~1.5 us on this 2-core VM, against a 25 us
-budget for a 2.5 ms step). ru_maxrss is in kilobytes on Linux and in bytes on macOS.
+ru_stime) and the peak RSS, one system call instead of two. A call costs ~1.5 us in a tight loop on this 2-core
+VM, but 9-12 us of CPU time per step inside a training loop, a second one 2-5 us more (27 Nov, load 6-7,
+interleaved blocks of a tiny optimizer loop with only the call(s) on the hook path): the kernel entry costs the
+step the caches and branch history it ran with. The budget is ~25 us for a 2.5 ms step (1 %).
+ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 """
 
 from __future__ import annotations
