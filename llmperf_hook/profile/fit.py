@@ -105,7 +105,7 @@ LINEAR_LAMBDA = 0.1
 # by 1 / the repeat noise at their duration (0.5 % below 0.6 ms to 4 % above 9 ms, bench_operator_noise.py):
 # 3.21 / 2.53 / 3.06 / 2.63 / 3.53 | 3.54 / 2.57 / 3.01 / 2.85 / 3.70 %; 1 / noise^2 worse (seed 0 draw 0: 3.04 ->
 # 3.85 %, the long GEMMs 4.1 -> 6.4 %); L2 as the only loss: 3.54 / 3.03 / 3.48 / 3.05 / 3.91 % (seed 0).
-# MORE_LEAVES forced for the A100 GEMM forward (its inner gain, ~3 %, is under MIN_GAIN_FOR_SIZE): random 3.05 /
+# MORE_LEAVES forced for the A100 GEMM forward (the inner split does not find MIN_GAIN_FOR_SIZE): random 3.05 /
 # 2.57 / 2.94 / 2.56 / 3.40 | 3.20 / 2.43 / 2.89 / 2.77 / 3.42 %, lower on all ten, extrapolation linear3 2.86 ->
 # 2.92 (seed 0), linear_final 2.96 -> 3.06 % (seed 1): linear1 and linear_final stay over 3 %, for twice the size.
 
