@@ -11,7 +11,8 @@ The header lists each array's name, stored dtype (integers narrowed losslessly, 
 and length, the ensemble's scalars, and `source_sha256`, the sha256 of the model text it was built from (the
 file profile.json names), so a packed file left over from another fit is never used (the text is parsed). Only
 plain numeric dtypes are accepted (np.frombuffer cannot build objects), every index is bounds-checked on reading,
-and the text stays the canonical form: a profile without packed files is parsed from text as before.
+and the text stays the canonical form: a profile without packed files (written before them, or copied or left
+without one) is parsed from text as before (profile_io.read_ensemble).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PACKED_SUFFIX = ".trees.gz"
 _INT_FIELDS = ("feature", "left", "right", "missing_type", "roots", "coef_feature")
 _FLOAT_FIELDS = ("threshold", "leaf_value", "leaf_const", "coef_value", "feature_low", "feature_high")
 _BOOL_FIELDS = ("default_left",)
+_FIELDS = (*_INT_FIELDS, *_FLOAT_FIELDS, *_BOOL_FIELDS)
 _REQUIRED = ("feature", "threshold", "left", "right", "default_left", "missing_type", "leaf_value", "roots")
 _STORED_DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "<f8", "|b1"})
 """Plain numeric dtypes only: np.frombuffer of these can never construct an object."""
@@ -65,7 +67,7 @@ def _narrow(values: np.ndarray) -> np.ndarray:
 def pack_trees(ens: TreeEnsemble, source_sha256: str) -> bytes:
     """The bytes of `ens` as a packed file (gzip with mtime 0: refits of the same text are byte-identical)."""
     arrays, payload = [], []
-    for name in (*_INT_FIELDS, *_FLOAT_FIELDS, *_BOOL_FIELDS):
+    for name in _FIELDS:
         values = getattr(ens, name)
         if values is None:
             continue
@@ -106,7 +108,7 @@ def _read_arrays(specs: list, payload: bytes) -> dict[str, np.ndarray]:
     fields, offset = {}, 0
     for spec in specs:
         name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(int(n) for n in spec["shape"])
-        if name not in (*_INT_FIELDS, *_FLOAT_FIELDS, *_BOOL_FIELDS) or name in fields \
+        if name not in _FIELDS or name in fields \
                 or dtype.str not in _STORED_DTYPES or len(shape) not in (1, 2) or min(shape, default=0) < 0:
             raise ProfileError(f"packed trees list an unexpected array {name!r} ({dtype.str}, shape {shape})")
         count = int(np.prod(shape))
