@@ -103,14 +103,20 @@ _MDS_READER = ("Megatron-DeepSpeed", "--deepspeed_config FILE with json.load (me
                "_create_ds_config_dict, since 54e6c2c8 2023-10) before DeepSpeed sees it")
 
 
+_BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _load_strict_json(text: str, path: str, unique: bool, reader: tuple[str, str]) -> Any:
     try:
         return _loads(text, path, unique)
     except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"{reader[0]} cannot read DeepSpeed config {path}: {err}. It loads {reader[1]}, which refuses the comments, "
-            "trailing commas and byte-order mark that DeepSpeed's own hjson reader accepts; save the file as plain "
-            "JSON.") from None
+        bare = _BARE_WORD.match(text, err.pos)
+        what = f"the bare word {bare.group(0)} where a value goes (a template placeholder the script's sed left?); " \
+            "replace it with its value" if bare and bare.group(0) not in ("true", "false", "null") else \
+            "the comments, trailing commas and byte-order mark that DeepSpeed's own hjson reader accepts; save the " \
+            "file as plain JSON"
+        raise ConfigError(f"{reader[0]} cannot read DeepSpeed config {path}: {err}. It loads {reader[1]}, which "
+                          f"refuses {what}.") from None
 
 
 class _DuplicateKeys(ValueError):

@@ -91,3 +91,16 @@ def test_a_key_given_twice_is_refused_only_where_deepspeed_reads_the_file(tmp_pa
         read_ds_config("ds.json")
     for word, hf_trainer in ((_b64(text), False), (_b64(text), True), (text, True), ("ds.json", True)):
         assert read_ds_config(word, hf_trainer) == {"train_batch_size": 8}
+
+
+def test_a_template_placeholder_left_in_the_config_is_named(tmp_path: Path, monkeypatch) -> None:
+    """Megatron-DeepSpeed's examples_deepspeed/MoE/*_MoS.sh sed chains leave `"stage": ZERO_STAGE` in the ds_config
+    (their template has it, their sed does not replace it): its json.load stops there, and the message names the word
+    rather than blaming comments."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 64,\n "zero_optimization": {"stage": ZERO_STAGE}}')
+    with pytest.raises(ConfigError, match="refuses the bare word ZERO_STAGE where a value goes .*replace it"):
+        resolve_job(["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "256",
+                     "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+                     "--micro-batch-size", "2", "--vocab-size", "1000", "--deepspeed", "--deepspeed_config",
+                     "ds.json"], {})
