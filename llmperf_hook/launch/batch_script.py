@@ -34,13 +34,13 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
-from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               restore_dollars, shell_split, split_redirections, split_unquoted_words,
                                               ungroup, word_quoting, written_files)
+from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
@@ -146,6 +146,7 @@ class _Reading(ShellVariables, FileWrites):
         return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
 
     def bash_source(self) -> str:
+        """${BASH_SOURCE[0]}: the file being read (a sourced file's own path)."""
         return self.path
 
     def read(self, lines: Sequence[ScriptLine]) -> None:

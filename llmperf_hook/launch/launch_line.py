@@ -144,7 +144,8 @@ def is_launch(words: Sequence[str], line: str, child: str | None = None) -> bool
 
 def _runs_python_code(words: Sequence[str]) -> bool:
     """`python [options] -c CODE` (past prefixes and wrappers): python runs CODE, no script (an option cluster like
-    `-uc` too); -m, -W and -X take a value, and the first word that is no option is the script."""
+    `-uc` too). The first word that is no option is a script, -m a module; after -W / -X (which take a value)
+    llmperf does not look further, and the command counts as no inline code."""
     i = _head_index(words)
     if i >= len(words) or not re.fullmatch(r"python[0-9.]*", os.path.basename(words[i])):
         return False

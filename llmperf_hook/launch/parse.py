@@ -204,7 +204,8 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
         launch = read_batch_script(lines, env, used, f"{words[i]} -c {words[k][:60]!r}",
                                    "the command string of", words[k + 2:], script_shell(words[i], ""))
         inner, hidden = launch.words, launch.hidden
-        (written if written is not None else {}).update(launch.files)
+        if written is not None:
+            written.update(launch.files)
     else:  # one command: bash takes its redirections off (`python train.py ... > log 2>&1`, bash manual 3.6)
         try:
             inner = strip_redirections(shell_split(text), quoted_words(text))[0]
