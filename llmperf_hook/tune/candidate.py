@@ -149,10 +149,7 @@ def _zero_stage_fields(cfg: TrainingConfig, stage: int) -> dict[str, bool]:
     o = cfg.optimizer
     if "deepspeed" not in cfg.framework or stage == o.zero_stage:
         return {}
-    if stage not in (1, 2):
-        fields = {"zero_grad_allreduce": False}
-    else:
-        fields = {"zero_grad_allreduce": o.zero_bucket_allreduce}
+    fields = {"zero_grad_allreduce": stage in (1, 2) and o.zero_bucket_allreduce}
     overlap = cfg.sources.get("overlap_grad_reduce")
     if overlap is not None and overlap.kind == SourceKind.DEFAULT and "overlap_comm" in overlap.detail:
         fields["overlap_grad_reduce"] = stage == 3
