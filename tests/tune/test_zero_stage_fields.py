@@ -23,7 +23,8 @@ def _resolve(argv: list[str]):
 
 
 @pytest.mark.parametrize("zero", [{"stage": 0}, {"stage": 1}, {"stage": 3}, {"stage": 2, "overlap_comm": False},
-                                  {"stage": 0, "reduce_scatter": False}])
+                                  {"stage": 0, "reduce_scatter": False},
+                                  {"stage": 0, "use_multi_rank_bucket_allreduce": False}])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_the_candidates_optimizer_is_what_the_applied_command_resolves_to(zero: dict, stage: int, tmp_path: Path,
                                                                           monkeypatch) -> None:
