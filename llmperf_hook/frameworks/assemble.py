@@ -10,7 +10,7 @@ from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
-from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release
+from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release, pinned_offload_release
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
                                                     ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
@@ -102,7 +102,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
         warnings += ds_auto_batch_warnings(ds)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
-                                 multi_rank_release=_multi_rank_release(ds, job.env))
+                                 multi_rank_release=_multi_rank_release(ds, job.env),
+                                 pinned_release=pinned_offload_release(job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
@@ -302,7 +303,9 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
-                                 hf_fill=framework == "hf-deepspeed", multi_rank_release=_multi_rank_release(ds, job.env))
+                                 hf_fill=framework == "hf-deepspeed",
+                                 multi_rank_release=_multi_rank_release(ds, job.env),
+                                 pinned_release=pinned_offload_release(job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"

@@ -92,6 +92,10 @@ class DsSettings:
     """offload_param.buffer_count: pinned NVMe swap buffers (DeepSpeed's 5)."""
     nvme_optimizer_buffer_count: int = 4
     """offload_optimizer.buffer_count: pinned fp32 optimizer swap buffers (DeepSpeed's 4)."""
+    offload_optimizer_pin_memory: bool | None = None
+    """offload_optimizer.pin_memory; None = the release's default (True since v0.19.5, 7dfa67aea; False before)."""
+    offload_param_pin_memory: bool | None = None
+    """offload_param.pin_memory; None = the release's default, likewise."""
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
@@ -122,6 +126,16 @@ def _device(section: Any) -> str:
 
 
 _bool = ds_bool
+
+
+def _offload_pin_memory(raw: dict[str, Any], section: str, origin: str) -> bool | None:
+    """zero_optimization.<section>.pin_memory (DeepSpeedZeroOffload*Config); None where the ds_config leaves it to
+    the release's default (deepspeed_release.pinned_offload_release)."""
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    offload = zero.get(section) if isinstance(zero.get(section), dict) else {}
+    if "pin_memory" not in offload:
+        return None
+    return _bool(offload["pin_memory"], f"zero_optimization.{section}.pin_memory", origin)
 
 
 def _enabled(section: Any, key: str, origin: str) -> bool | str:
@@ -280,6 +294,8 @@ def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[st
     fields["nvme_param_max_in_cpu_elems"] = param_max_in_cpu_elems(raw)
     fields["nvme_param_buffer_count"] = param_buffer_count(raw)
     fields["nvme_optimizer_buffer_count"] = optimizer_buffer_count(raw)
+    for section in ("offload_optimizer", "offload_param"):
+        fields[f"{section}_pin_memory"] = _offload_pin_memory(raw, section, origin)
     warnings.extend(master_weight_rules(raw, fields["zero_stage"], origin))
     grad_norm_rules(raw, fields, origin)
     zeropp_rules(fields, origin, warnings)

@@ -28,12 +28,14 @@ def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
 
 
 def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source],
-                 hf_fill: bool = True, multi_rank_release: bool = True) -> OptimizerConfig:
+                 hf_fill: bool = True, multi_rank_release: bool = True, pinned_release: bool = True) -> OptimizerConfig:
     """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce. `hf_fill`: the
     Hugging Face Trainer / Accelerate replace "auto" reduce_bucket_size with h*h and (ZeRO-3) the prefetch bucket
     with 0.9*h*h (transformers trainer_config_finalize); elsewhere DeepSpeed drops "auto" and keeps its default,
     as it does for allgather_bucket_size and stage3_max_live_parameters, which nobody fills. `multi_rank_release`:
-    the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release)."""
+    the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release).
+    `pinned_release`: its offload sections pin host memory unless told not to
+    (deepspeed_release.pinned_offload_release)."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
@@ -50,6 +52,9 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         stage3_max_reuse_distance=_bucket(ds.stage3_max_reuse_distance, _MAX_LIVE, _MAX_LIVE),  # also 1e9 by default
         nvme_param_buffer_elems=ds.nvme_param_buffer_elems, nvme_param_max_in_cpu_elems=ds.nvme_param_max_in_cpu_elems,
         nvme_param_buffer_count=ds.nvme_param_buffer_count, nvme_optimizer_buffer_count=ds.nvme_optimizer_buffer_count,
+        offload_optimizer_pin_memory=pinned_release if ds.offload_optimizer_pin_memory is None
+        else ds.offload_optimizer_pin_memory,
+        offload_param_pin_memory=pinned_release if ds.offload_param_pin_memory is None else ds.offload_param_pin_memory,
         name=ds.optimizer_name or base.name,  # type: ignore[arg-type]
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )

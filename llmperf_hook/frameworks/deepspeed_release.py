@@ -96,6 +96,16 @@ def multi_rank_bucket_release(env: Mapping[str, str]) -> bool:
     return version is None or version >= MULTI_RANK_ALLREDUCE_VERSION
 
 
+PINNED_OFFLOAD_VERSION: Version = (0, 19, 5)
+"""First release whose offload_optimizer / offload_param pin_memory default to True (7dfa67aea, 2026-08)."""
+
+
+def pinned_offload_release(env: Mapping[str, str]) -> bool:
+    """Whether the job's DeepSpeed (job_release; unknown = today's) pins offloaded state by default."""
+    version, _ = job_release(env)
+    return version is None or version >= PINNED_OFFLOAD_VERSION
+
+
 def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, Any]:
     """OptimizerConfig fields that make ZeRO-3 run as `version` ran it (empty for v0.6.0 and later, or unknown)."""
     if zero_stage != 3 or version is None or version >= COALESCED_REDUCE_VERSION:

@@ -233,6 +233,12 @@ class OptimizerConfig:
     nvme_optimizer_buffer_count: int = 4
     """DeepSpeed offload_optimizer.buffer_count (offload_config.py, default 4): pinned fp32 swap buffers of the
     largest optimizer sub-group each (schedule/host_memory.py)."""
+    offload_optimizer_pin_memory: bool = True
+    """DeepSpeed offload_optimizer.pin_memory (offload_config.py, default True since v0.19.5, False before): the
+    host buffers of the offloaded optimizer are page-locked, in torch's power-of-two blocks
+    (schedule/host_memory.py)."""
+    offload_param_pin_memory: bool = True
+    """DeepSpeed offload_param.pin_memory (same default): the ZeRO-3 parameter partition on the host is page-locked."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     precision_aware: bool = False

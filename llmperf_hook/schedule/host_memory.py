@@ -66,29 +66,55 @@ FP32_BYTES = 4
 
 def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, ZeRO-3's gradient
-    partition, ZeRO-1/2's 16-bit copies; offload_param: the 16-bit parameter partition (nvme: up to max_in_cpu)."""
+    partition, ZeRO-1/2's 16-bit copies; offload_param: the 16-bit parameter partition (nvme: up to max_in_cpu).
+    The buffers DeepSpeed pins (ds_config pin_memory) take power-of-two blocks (deepspeed_pinned)."""
     o = cfg.optimizer
     out: dict[str, float] = {}
+    opt_pin, param_pin = o.offload_optimizer_pin_memory, o.offload_param_pin_memory
     if o.offload_optimizer == "cpu":
         share = partition * offloaded_optimizer_share(cfg, int(partition))
-        states = 12 if o.name == "adam" else 8
-        out["host_optimizer_states"] = share * states
-        out["host_fp32_gradients"] = share * FP32_BYTES
+        moments = 8 if o.name == "adam" else 4  # DeepSpeedCPUAdam's zeros_like states: pageable
+        master = deepspeed_pinned(FP32_BYTES * share, opt_pin and o.zero_stage in (1, 2))
+        out["host_optimizer_states"] = share * moments + master
+        out["host_fp32_gradients"] = sum(deepspeed_pinned(FP32_BYTES * n, opt_pin) for n in _sub_groups(cfg, share))
     if o.offload_optimizer != "none" and o.zero_stage == 3:
         accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
-        out["host_gradient_partition"] = partition * accum
+        out["host_gradient_partition"] = deepspeed_pinned(partition * accum, opt_pin)
     if o.offload_optimizer == "cpu" and o.zero_stage in (1, 2):
-        out["host_parameter_copy"] = partition * param_bytes(cfg)
+        out["host_parameter_copy"] = deepspeed_pinned(partition * param_bytes(cfg), opt_pin)
         if cfg.batch.num_microbatches > 1:
             # gradient accumulation: each partition parameter's gradient is saved to a pinned host buffer of its own
             # dtype between micro-steps (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu,
             # accumulated_grads_in_cpu; a buffer holds the whole parameter, so one astride two partitions is held
-            # whole by both: the partition is a lower bound)
+            # whole by both, each in its own power-of-two block: the partition is a lower bound)
             out["host_accumulated_gradients"] = partition * param_bytes(cfg)
     if o.offload_param != "none" and o.zero_stage == 3:
         resident = partition if o.offload_param == "cpu" else min(partition, o.nvme_param_max_in_cpu_elems)
-        out["host_parameters"] = resident * param_bytes(cfg)
+        out["host_parameters"] = deepspeed_pinned(resident * param_bytes(cfg), param_pin)
     return out
+
+
+def deepspeed_pinned(num_bytes: float, pinned: bool) -> float:
+    """Host bytes of one DeepSpeed offload buffer: pinned (offload_optimizer / offload_param pin_memory, default True
+    since DeepSpeed 0.19.5, 7dfa67aea) through get_accelerator().pin_memory -> tensor.pin_memory() (unless
+    DS_PIN_MEMORY_BACKEND=native), a power-of-two block (pinned_block_bytes); pageable, its size. Pinned ones:
+    ZeRO-1/2's fp32 master partition, its fp32 gradient and its 16-bit copy (stage_1_and_2.py: weights_partition,
+    temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and each offloaded
+    sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer) and its 16-bit
+    parameter partition (param_groups_fp16_flat_cpu_memory); ZeRO-3's fp32 partitions and DeepSpeedCPUAdam's moments
+    are pageable. Each partition is one optimizer parameter group's (the weight-decay group holds all but the norms'
+    and biases': one block per partition)."""
+    return pinned_block_bytes(num_bytes) if pinned else num_bytes
+
+
+def _sub_groups(cfg: TrainingConfig, elems: float) -> list[float]:
+    """Element counts of ZeRO-3's optimizer sub-groups over `elems` (zero_optimization.sub_group_size each, the last
+    one the rest); ZeRO-1/2 keep one partition."""
+    size = cfg.optimizer.sub_group_size_elems
+    if cfg.optimizer.zero_stage != 3 or elems <= size:
+        return [elems]
+    full = int(elems // size)
+    return [float(size)] * full + ([elems - full * size] if elems > full * size else [])
 
 
 def _swap_buffers(cfg: TrainingConfig, partition: float) -> float:

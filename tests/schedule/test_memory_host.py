@@ -5,6 +5,7 @@ exits 3 when it does not fit."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,21 +30,33 @@ def _host(cfg, cluster=DGX):
     return predict_config(cfg, cluster).memory
 
 
+def _block(num_bytes: float) -> float:
+    """A pinned buffer as torch's CUDA host allocator takes it: the next power of two (measured on an H200,
+    measurements/h200-sxm-141gb-2026-11-27/pinned.txt)."""
+    return 2.0 ** math.ceil(math.log2(num_bytes))
+
+
 def _params(cfg) -> int:
     from llmperf_hook.api import build_graph
     return build_graph(cfg, DGX).stages[0].num_params
 
 
 def test_zero3_offload_pins_twenty_bytes_per_parameter_on_the_node() -> None:
-    """Per parameter of a rank's partition: fp32 master + Adam m, v (12), the fp32 gradient (4), ZeRO-3's bf16
-    gradient partition (2), the bf16 parameter partition (2); the node's 8 ranks hold the whole model once."""
+    """Per parameter of a rank's partition: fp32 master + Adam m, v (12, pageable), the fp32 gradient (4), ZeRO-3's
+    bf16 gradient partition (2), the bf16 parameter partition (2), the last three pinned (pin_memory, DeepSpeed's
+    default since 0.19.5) in power-of-two blocks; the node's 8 ranks hold the whole model once. With pin_memory
+    false: their sizes (before, always)."""
     cfg = _zero(3, offload_optimizer="cpu", offload_param="cpu")
     mem = _host(cfg)
     partition = _params(cfg) / GPN
     assert mem.host_components == pytest.approx({
-        "host_optimizer_states": GPN * 12 * partition, "host_fp32_gradients": GPN * 4 * partition,
-        "host_gradient_partition": GPN * 2 * partition, "host_parameters": GPN * 2 * partition}, rel=1e-6)
+        "host_optimizer_states": GPN * 12 * partition, "host_fp32_gradients": GPN * _block(4 * partition),
+        "host_gradient_partition": GPN * _block(2 * partition), "host_parameters": GPN * _block(2 * partition)},
+        rel=1e-6)
     assert mem.host_capacity_bytes == 2048 * 2**30 and mem.host_fits
+    pageable = replace(cfg, optimizer=replace(cfg.optimizer, offload_optimizer_pin_memory=False,
+                                              offload_param_pin_memory=False))
+    assert _host(pageable).host_bytes_per_node == pytest.approx(GPN * 20 * partition, rel=1e-6)
 
 
 def test_zero2_offload_keeps_a_16_bit_parameter_copy_but_no_16_bit_gradient_on_the_host() -> None:
@@ -52,9 +65,12 @@ def test_zero2_offload_keeps_a_16_bit_parameter_copy_but_no_16_bit_gradient_on_t
     2 B; without gradient accumulation no gradient is kept there."""
     cfg = _zero(2, offload_optimizer="cpu")
     mem = _host(cfg)
+    partition = _params(cfg) / GPN
     assert set(mem.host_components) == {"host_optimizer_states", "host_fp32_gradients", "host_parameter_copy"}
-    assert mem.host_components["host_parameter_copy"] == pytest.approx(GPN * 2 * _params(cfg) / GPN, rel=1e-6)
-    assert mem.host_bytes_per_node == pytest.approx(GPN * 18 * _params(cfg) / GPN, rel=1e-6)
+    assert mem.host_components["host_parameter_copy"] == pytest.approx(GPN * _block(2 * partition), rel=1e-6)
+    # pinned: the fp32 master partition (Adam's moments are pageable), its fp32 gradient, the 16-bit copy
+    assert mem.host_bytes_per_node == pytest.approx(
+        GPN * (8 * partition + 2 * _block(4 * partition) + _block(2 * partition)), rel=1e-6)
     assert "host_parameter_copy" not in _host(_zero(3, offload_optimizer="cpu")).host_components
 
 
@@ -78,10 +94,10 @@ def test_nvme_offload_pins_its_swap_buffers() -> None:
     parts = _host(cfg).host_components
     partition = _params(cfg) / GPN
     assert parts["host_nvme_swap_buffers"] == pytest.approx(GPN * (5 * 100_000_000 * 2 + 4 * partition * 4), rel=1e-6)
-    assert parts["host_parameters"] == pytest.approx(GPN * 2 * partition, rel=1e-6)
+    assert parts["host_parameters"] == pytest.approx(GPN * _block(2 * partition), rel=1e-6)
     assert "host_optimizer_states" not in parts
     capped = replace(cfg, optimizer=replace(cfg.optimizer, nvme_param_max_in_cpu_elems=1_000_000))
-    assert _host(capped).host_components["host_parameters"] == GPN * 2 * 1_000_000
+    assert _host(capped).host_components["host_parameters"] == GPN * 2**21  # 2 MB pinned: a 2 MiB block
 
 
 def test_nothing_offloaded_nothing_on_the_host() -> None:
@@ -127,3 +143,55 @@ def test_run_require_fit_exits_3_when_the_host_ram_is_short(tmp_path: Path) -> N
     table = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--cluster", "dgx-a100", "--", *argv],
                            capture_output=True, text=True, timeout=300).stdout
     assert "host memory/node" in table and "of 2.00 TiB: DOES NOT FIT" in table
+
+
+def test_zero3_pins_each_optimizer_sub_groups_gradient_on_its_own() -> None:
+    """stage3.py: each offloaded sub-group's fp32 gradient is its own pinned buffer (subgroup_gradient_buffer), so a
+    partition cut into sub_group_size pieces takes one power-of-two block per piece."""
+    cfg = _zero(3, offload_optimizer="cpu")
+    partition = _params(cfg) / GPN
+    size = int(partition // 3)  # three full sub-groups and the rest
+    cut = replace(cfg, optimizer=replace(cfg.optimizer, sub_group_size_elems=size))
+    want = 3 * _block(4 * size) + _block(4 * (partition - 3 * size))
+    assert _host(cut).host_components["host_fp32_gradients"] == pytest.approx(GPN * want, rel=1e-6)
+
+
+def test_ds_config_pin_memory_false_keeps_the_buffers_pageable(tmp_path: Path) -> None:
+    """zero_optimization.offload_optimizer.pin_memory false (read from the ds_config): no power-of-two blocks."""
+    from llmperf_hook.api import predict_command
+
+    def run(pin: bool):
+        ds = tmp_path / f"ds_{pin}.json"
+        ds.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                                                                          "pin_memory": pin}}}))
+        argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "8", "--hidden-size", "2048",
+                "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
+                "--micro-batch-size", "1", "--global-batch-size", "8", "--vocab-size", "32000", "--bf16",
+                "--deepspeed", "--deepspeed_config", str(ds), "--zero-stage", "2", "--no-pipeline-parallel"]
+        return predict_command(argv, {}, cluster="dgx-a100")
+
+    pinned, pageable = run(True), run(False)
+    assert (pinned.config.optimizer.offload_optimizer_pin_memory, pageable.config.optimizer.offload_optimizer_pin_memory) \
+        == (True, False)
+    from llmperf_hook.api import build_graph
+    partition = build_graph(pageable.config, pageable.cluster).stages[0].num_params / GPN
+    assert pageable.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 18 * partition, rel=1e-6)
+    assert pinned.estimate.memory.host_bytes_per_node > pageable.estimate.memory.host_bytes_per_node
+
+
+def test_deepspeed_before_0_19_5_keeps_the_offload_pageable(tmp_path: Path) -> None:
+    """pin_memory defaulted to False before v0.19.5 (7dfa67aea): with LLMPERF_DEEPSPEED_VERSION=0.19.4 and no
+    pin_memory key the offloaded buffers are pageable; 0.19.5 pins them."""
+    from llmperf_hook.api import predict_command
+
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    argv = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "8", "--hidden-size", "2048",
+            "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
+            "--micro-batch-size", "1", "--global-batch-size", "8", "--vocab-size", "32000", "--bf16",
+            "--deepspeed", "--deepspeed_config", str(ds), "--zero-stage", "2", "--no-pipeline-parallel"]
+    pins = [predict_command(argv, {"LLMPERF_DEEPSPEED_VERSION": v}, cluster="dgx-a100").config.optimizer
+            .offload_optimizer_pin_memory for v in ("0.19.4", "0.19.5")]
+    assert pins == [False, True]
