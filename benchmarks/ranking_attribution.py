@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from ranking_diagnostics import (COMPONENTS, RowPoint, bilinear_fit, cell_costs, cell_key, component_oracle,
-                                 choice_index, count_hits, is_hit, miss_pair)
+from ranking_diagnostics import (COMPONENTS, RowPoint, bilinear_fit, bilinear_terms, by_family, cell_costs, cell_key,
+                                 component_oracle, count_hits, is_hit, miss_pair)
 
 
 def composition_oracle(points) -> dict:
@@ -31,13 +31,10 @@ def report_misses(results: list, noise: float) -> None:
     pairs: dict = defaultdict(int)
     print("\nmisses: measured best vs the tuner's choice (signed error of the prediction), runner-up gap:")
     for r in results:
-        pts = r.points
-        i = choice_index(pts, [p.predicted_s for p in pts])
-        if not pts or is_hit(pts, [p.predicted_s for p in pts]) or i is None:
+        best, chosen = miss_pair(r.points)
+        if best is None:
             continue
-        order = sorted(pts, key=lambda p: p.measured_s)
-        best, chosen = order[0], pts[i]
-        gap = order[1].measured_s / best.measured_s - 1
+        gap = sorted(p.measured_s for p in r.points)[1] / best.measured_s - 1
         pairs[(best.cell, chosen.cell)] += 1
         print(f"  {r.key:<52} best {_describe(best)}  chose {_describe(chosen)}  runner-up +{100 * gap:.1f} %")
     print("(hidden, TP, micro-batch) of the best -> of the choice: " + ", ".join(
@@ -69,7 +66,6 @@ def _describe(p: RowPoint) -> str:
     return f"{p.layout} {1e3 * p.measured_s:.1f} ms ({100 * (p.predicted_s / p.measured_s - 1):+.1f} %)"
 
 
-
 # --- Which part of the step time decides each miss, and what the per-step part costs per parameter. ---
 
 def miss_attribution(groups) -> list[tuple[RowPoint, RowPoint, tuple[str, ...]]]:
@@ -97,17 +93,13 @@ PARTS = ("per layer and micro-batch", "per micro-batch outside the layers", "per
 def part_errors(points) -> dict:
     """RowPoint -> (predicted - measured) seconds of each bilinear part at the row's (n, L), from its family's two
     fits; rows of a family without a fit are left out. The four sum to the row's error up to the fits' residuals."""
-    families: dict = defaultdict(list)
-    for p in points:
-        families[p.family].append(p)
     out = {}
-    for rows in families.values():
+    for rows in by_family(points).values():
         measured, predicted = bilinear_fit(rows, lambda p: p.measured_s), bilinear_fit(rows, lambda p: p.predicted_s)
         if measured is None or predicted is None:
             continue
         for p in rows:
-            x = np.array([p.num_microbatches * p.num_layers, p.num_microbatches, p.num_layers, 1.0])
-            out[p] = x * (predicted - measured)
+            out[p] = bilinear_terms(p) * (predicted - measured)
     return out
 
 
@@ -156,10 +148,7 @@ def step_cost_per_param(points) -> dict[tuple, tuple[float, float, int]]:
     parameter, minus the one micro-batch of gradient accumulation that c L absorbs ((n - 1) x the per-micro-batch
     add is n x it in a n L, less once in c L)."""
     acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
-    families: dict = defaultdict(list)
-    for p in points:
-        families[p.family].append(p)
-    for fam, rows in families.items():
+    for fam, rows in by_family(points).items():
         src, h, tp, pp, _, dp = fam
         params = rows[0].layer_params
         if pp != 1 or dp != 1 or params <= 0:

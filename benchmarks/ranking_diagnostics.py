@@ -92,8 +92,21 @@ def bilinear_fit(points, value) -> np.ndarray | None:
     micro-batch, per micro-batch outside the layers, per layer and step, per step. None when under-determined."""
     if len({p.num_layers for p in points}) < 2 or len({(p.num_layers, p.num_microbatches) for p in points}) < 4:
         return None
-    a = np.array([[p.num_microbatches * p.num_layers, p.num_microbatches, p.num_layers, 1.0] for p in points])
+    a = np.array([bilinear_terms(p) for p in points])
     return np.linalg.lstsq(a, np.array([value(p) for p in points]), rcond=None)[0]
+
+
+def bilinear_terms(p: RowPoint) -> np.ndarray:
+    """(n L, n, L, 1) of a row: what the four parts of bilinear_fit multiply."""
+    return np.array([p.num_microbatches * p.num_layers, p.num_microbatches, p.num_layers, 1.0])
+
+
+def by_family(points) -> dict:
+    """family -> its rows (RowPoint.family: the rows one bilinear fit spans)."""
+    families: dict = defaultdict(list)
+    for p in points:
+        families[p.family].append(p)
+    return families
 
 
 COMPONENTS = {"per layer and micro-batch": (0,), "per micro-batch outside the layers": (1,),
@@ -103,18 +116,14 @@ COMPONENTS = {"per layer and micro-batch": (0,), "per micro-batch outside the la
 
 def component_oracle(points, parts: tuple[int, ...]) -> dict:
     """RowPoint -> predicted time with the `parts` of its family's bilinear fit replaced by the measured ones."""
-    families: dict = defaultdict(list)
-    for p in points:
-        families[p.family].append(p)
     out = {}
-    for rows in families.values():
+    for rows in by_family(points).values():
         measured, predicted = bilinear_fit(rows, lambda p: p.measured_s), bilinear_fit(rows, lambda p: p.predicted_s)
         delta = np.zeros(4)
         if measured is not None and predicted is not None:
             delta[list(parts)] = (measured - predicted)[list(parts)]
         for p in rows:
-            out[p] = p.predicted_s + float(np.array([p.num_microbatches * p.num_layers, p.num_microbatches,
-                                                     p.num_layers, 1.0]) @ delta)
+            out[p] = p.predicted_s + float(bilinear_terms(p) @ delta)
     return out
 
 
@@ -129,11 +138,8 @@ def layer_cost_by_family(points, value=lambda p: p.measured_s) -> dict:
     """family -> the cost of one layer and micro-batch over the whole model (the bilinear fit's per-layer slope
     times pp: a stage holds L / pp layers, so a pp-stage family's slope is a / pp), of the measured times or of
     `value`; families whose fit is under-determined are left out."""
-    families: dict = defaultdict(list)
-    for p in points:
-        families[p.family].append(p)
     out = {}
-    for fam, rows in families.items():
+    for fam, rows in by_family(points).items():
         fit = bilinear_fit(rows, value)
         if fit is not None:
             out[fam] = float(fit[0]) * fam[3]
