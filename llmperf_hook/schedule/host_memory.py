@@ -41,7 +41,8 @@ CPU as well, meaning that the optimizer step runs on CPU": torch.distributed.fsd
 states of that CPU step. NO_SHARD (priced as ZeRO-0) shards nothing: each rank offloads the whole model.
 Several ranks share one host: the verdict is per node, each rank's bytes times the launch's processes per host
 (host_memory_per_node). Pinned (page-locked) or pageable, both take the host's RAM: what is pinned is noted per
-component above; pinned memory cannot be swapped out and counts against `ulimit -l`.
+component above; pinned memory cannot be swapped out and counts against `ulimit -l`, and a tensor pinned through
+torch takes a power-of-two block (pinned_block_bytes; DeepSpeed's buffers: deepspeed_pinned).
 DeepSpeed's own estimators, per parameter per node: estimate_zero3_model_states_mem_needs at zero_init 16 B with
 offload_optimizer, 18 with offload_param too (no 16-bit gradient partition); estimate_zero2_model_states_mem_needs
 max(16, 4 x GPUs) B (the larger for a whole fp32 model copy per GPU while the model loads; no 16-bit copies).
