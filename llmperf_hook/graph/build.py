@@ -184,11 +184,10 @@ def build_stage(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, gpus_per_
     counts = [_chunk_params(cfg, c) for c in chunks]
     num_params, num_expert = sum(c[0] for c in counts), sum(c[1] for c in counts)
     num_layers = sum(c.num_layers for c in chunks)
-    return StageGraph(stage=stage, chunks=chunks, step_ops=build_step_ops(cfg, stage, num_params, num_expert,
-                                                                          gpus_per_node, num_layers, chunks,
-                                                                          (ctx.nccl_sm_share,
-                                                                           ctx.nccl_inter_node_sm_share)),
-                      num_params=num_params, num_expert_params=num_expert, num_layers=num_layers)
+    step_ops = build_step_ops(cfg, stage, num_params, num_expert, gpus_per_node, num_layers, chunks,
+                              (ctx.nccl_sm_share, ctx.nccl_inter_node_sm_share))
+    return StageGraph(stage=stage, chunks=chunks, step_ops=step_ops, num_params=num_params,
+                      num_expert_params=num_expert, num_layers=num_layers)
 
 
 def _p2p_ops(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> tuple[Op | None, Op | None]:

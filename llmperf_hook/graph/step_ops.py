@@ -100,7 +100,8 @@ bwIntra < 25; sm90: < 50 with more than 4 channels); src/graph/connect.cc ncclTo
 
 def inter_node_ring_sm_share(cluster: ClusterSpec) -> float:
     """Share of the GPU's SMs an NCCL ring across nodes holds while the backward's GEMMs run beside it: 2 x NICs
-    thread blocks over the GPU's SMs (0 where the preset states no SMs: no contention priced)."""
+    thread blocks over the GPU's SMs; a cluster that states no NIC count is taken as one NIC per GPU (the DGX /
+    HGX rail layout); 0 where the preset states no SMs: no contention priced."""
     sms = cluster.gpu.streaming_multiprocessors
     nics = cluster.nics_per_node or cluster.gpus_per_node
     return min(1.0, NCCL_RINGS_PER_NIC * nics / sms) if sms > 0 else 0.0

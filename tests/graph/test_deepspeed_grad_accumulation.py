@@ -35,7 +35,6 @@ def test_accumulation_is_in_the_step_bookkeeping_and_not_in_backward(tmp_path: P
     assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
 
 
-
 def _bookkeeping_at(tmp_path: Path, zero: int, precision: str, extra_ds: dict | None = None):
     """TP 2 x DP 4 on 8 GPUs, 4 micro-batches: the rank's parameters and its DeepSpeed bookkeeping op."""
     ds = tmp_path / f"ds{zero}{precision}.json"

@@ -8,8 +8,8 @@ import pytest
 from llmperf_hook.api import predict_command
 from llmperf_hook.graph.backward import nccl_sm_share
 from llmperf_hook.graph.build import build_graph
-from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.graph.step_ops import inter_node_ring_sm_share
+from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.predict.dispatch import op_id, predict_op_times
 from llmperf_hook.schedule.compose import _bucket_fraction, step_ops_cost
 
