@@ -248,6 +248,8 @@ class _Reading(ShellVariables, FileWrites):
             return
         if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
             return
+        if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles):
+            self.exit(line, words)
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
             return
@@ -263,6 +265,15 @@ class _Reading(ShellVariables, FileWrites):
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
         else:
             self.other_command(line, text, words, writes, heredoc)
+
+    def exit(self, line: ScriptLine, words: list[str]) -> None:
+        """`exit [N]` that surely runs before any launch line (or sbatch submission, or python run): bash ends the
+        script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a script that wants its arguments: `[ -z "$1" ] && exit
+        1`). In a subshell `( ... exit )` it would end only that, which llmperf does not tell apart."""
+        raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before any "
+                         f"launch line: bash runs that exit{' ' + words[1] if len(words) > 1 else ''} there. Give the "
+                         "script what it checks for at that point (its arguments or variables), or give its launch "
+                         "line after `--`.")
 
     def standard_input(self, line: ScriptLine, text: str, words: list[str]) -> str | None:
         """The text of the here-document the command `text` reads (bash gives it the expanded body, 3.6.6), for the

@@ -173,3 +173,21 @@ def test_other_command_substitutions_stay_unknown(tmp_path: Path, monkeypatch: p
     assert substitute_paths("$(dirname $(hostname))", "/w", lambda w: w) == "$(dirname $(hostname))"
     assert substitute_paths("$(dirname /a/b/c.sh)/x", "/w", lambda w: w) == "/a/b/x"
     assert substitute_paths("$(basename /a/b/c.sh .sh)", "/w", lambda w: w) == "c"
+
+
+@pytest.mark.parametrize("guard", ['[ -z "$1" ] && exit 1', 'if [ $# -lt 1 ]; then\n  echo usage\n  exit 2\nfi'])
+def test_an_exit_before_the_launch_ends_the_script(guard: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[ -z "$1" ] && exit 1` (Megatron-LM examples/post_training/modelopt/conf/arguments.sh wants the model name):
+    bash stops there; llmperf read on past it and refused the launch for what that left unset. Given the argument,
+    the launch is read; an exit only an undecided condition runs is passed over."""
+    from llmperf_hook.errors import UsageError
+
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{guard}\nTP=$1\n"
+                                       "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"train.sh stops at line \d+ \(`.*exit \d`\) before any launch line"):
+        parse_launch(["bash", "train.sh"], {})
+    assert parse_launch(["bash", "train.sh", "4"], {}).script_args[-1] == "4"
+    (tmp_path / "undecided.sh").write_text("#!/bin/bash\n[ -z \"$(ls /x)\" ] && exit 1\n"
+                                           "torchrun --nproc_per_node 8 pretrain_gpt.py --seed 1\n")
+    assert parse_launch(["bash", "undecided.sh"], {}).script_args[-1] == "1"
