@@ -56,11 +56,12 @@ from __future__ import annotations
 import math
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.ddp_buckets import chunk_tensors
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import offloaded_optimizer_share, param_bytes
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
-from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes, partition_params
+from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes, partition_params, shard_counts
 
 FP32_BYTES = 4
 
@@ -174,9 +175,6 @@ def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node
     distributed optimizer's ranges cut tensors at bucket offsets: an approximation for tensors that straddle them).
     The first `fraction` of the elements is offloaded (the walk's order is not modelled: the same fraction of every
     tensor's blocks). The bf16 staging copies each build pins and frees one tensor at a time are not counted."""
-    from llmperf_hook.graph.ddp_buckets import chunk_tensors
-    from llmperf_hook.schedule.memory import shard_counts
-
     d_dense, d_expert = shard_counts(cfg, gpus_per_node)
     tensors = [(n, d) for c in stage.chunks for part, d in zip(chunk_tensors(cfg, c), (d_dense, d_expert))
                for n in part if n > 0]
