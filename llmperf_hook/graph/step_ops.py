@@ -96,6 +96,10 @@ src/graph/search.cc ncclTopoCompute: the search starts a channel at speedArrayIn
 the NIC's bandwidth, 24 GB/s on HDR, 48 on NDR, so one channel fills one NIC; ncclTopoDupChannels leaves them (sm80:
 bwIntra < 25; sm90: < 50 with more than 4 channels); src/graph/connect.cc ncclTopoPostset doubles every ring:
 2 x NICs. A DGX A100 or DGX H100 ring across nodes: 16 thread blocks)."""
+NCCL_RING_SEARCH_MAX_CHANNELS = 32
+"""Most channels the ring search keeps, however many NICs a node has (src/init.cc ringGraph->maxChannels =
+MAXCHANNELS / 2, MAXCHANNELS 64 in src/include/device.h; ncclTopoPostset's doubling is capped at MAXCHANNELS):
+a ring holds at most 64 thread blocks per GPU. Binds where the node is a whole NVLink domain (GB200 NVL72: 72 NICs)."""
 
 
 def inter_node_ring_sm_share(cluster: ClusterSpec) -> float:
@@ -103,8 +107,8 @@ def inter_node_ring_sm_share(cluster: ClusterSpec) -> float:
     thread blocks over the GPU's SMs; a cluster that states no NIC count is taken as one NIC per GPU (the DGX /
     HGX rail layout); 0 where the preset states no SMs: no contention priced."""
     sms = cluster.gpu.streaming_multiprocessors
-    nics = cluster.nics_per_node or cluster.gpus_per_node
-    return min(1.0, NCCL_RINGS_PER_NIC * nics / sms) if sms > 0 else 0.0
+    channels = min(cluster.nics_per_node or cluster.gpus_per_node, NCCL_RING_SEARCH_MAX_CHANNELS)
+    return min(1.0, NCCL_RINGS_PER_NIC * channels / sms) if sms > 0 else 0.0
 
 
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,

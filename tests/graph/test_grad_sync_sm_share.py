@@ -32,6 +32,12 @@ def test_ring_across_nodes_holds_two_thread_blocks_per_nic() -> None:
     assert inter_node_ring_sm_share(load_cluster("dgx-h100")) == pytest.approx(16 / 132)
 
 
+def test_ring_across_nvlink_domains_is_capped_at_nccls_64_channels() -> None:
+    """GB200 NVL72: the node is the rack's 72 GPUs and 72 NICs, but the ring search keeps at most MAXCHANNELS / 2
+    = 32 channels (init.cc), doubled to 64 thread blocks: 64 of 148 SMs, not 144."""
+    assert inter_node_ring_sm_share(load_cluster("gb200-nvl72")) == pytest.approx(64 / 148)
+
+
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_overlapped_reduction_is_tagged_with_its_ring_share(nodes: int) -> None:
     pred = _predict(nodes, "--use-distributed-optimizer", "--overlap-grad-reduce")
