@@ -98,6 +98,10 @@ class JsonlWriter:
         with _exclusive(self._fd):  # the torn-line check must not see another writer's write half done
             os.write(self._fd, (self._after_torn_line() + data) if first else data)
 
+    def forget_pending(self) -> None:
+        """Drop the waiting records without writing them (a forked child's copy of its parent's)."""
+        self._pending = []
+
     def _after_torn_line(self) -> bytes:
         """A newline when the file ends inside a line (a rank of an earlier job killed mid-write), so this
         process's first record starts a line of its own instead of being glued to the torn one and lost."""

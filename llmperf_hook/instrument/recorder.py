@@ -54,6 +54,11 @@ class StepRecorder:
         """The reference workload's reading taken before step 0 (reference_speed.py), written in the meta record."""
         self._identity: dict[str, Any] | None = None
         self._prefixes: dict[tuple, str] = {}
+        self._pid = os.getpid()
+        """This process's id, refreshed in a forked child (os.getpid() is a system call, ~0.4 us alone and more in
+        a training loop: rank_memory.py; it was made once per step record)."""
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forked)
         self._lead_optimizer: Callable[[], Any] | None = None
         """Weak reference to the optimizer whose steps are the job's steps (plain-torch fallback)."""
 
@@ -141,6 +146,12 @@ class StepRecorder:
             self.writer = JsonlWriter(os.path.join(self.config.run_dir, f"rank{rank}.jsonl"))
             self._identity, self._prefixes = None, {}
 
+    def _forked(self) -> None:
+        """In a forked child (a data-loader worker): its own pid in its records, and none of the parent's waiting
+        records, which the parent writes itself (the child would write them again at its flush or exit)."""
+        self._pid = os.getpid()
+        self.writer.forget_pending()
+
     def _ensure_timer(self) -> StepTimer:
         if self._timer is None:
             self._timer = make_step_timer()
@@ -148,9 +159,9 @@ class StepRecorder:
         return self._timer
 
     def _base(self, kind: str, **fields: Any) -> dict[str, Any]:
-        if self._identity is None or self._identity["pid"] != os.getpid():  # computed once per process
+        if self._identity is None or self._identity["pid"] != self._pid:  # computed once per process
             self._identity = {"job_id": self.config.job_id, "rank": self.rank, "world_size": self.world_size,
-                              "local_rank": self.local_rank, "pid": os.getpid(), "hostname": socket.gethostname()}
+                              "local_rank": self.local_rank, "pid": self._pid, "hostname": socket.gethostname()}
         return {"schema": RECORD_SCHEMA, "kind": kind, **self._identity, "framework": self._owner,
                 "time_unix_s": time.time(), **fields}
 
@@ -186,7 +197,7 @@ class StepRecorder:
 
     def _line_prefix(self, kind: str) -> str:
         """`{"schema":..,"kind":..,<identity>,"framework":..` as JSON text (no closing brace), cached."""
-        key = (kind, self._owner, os.getpid())
+        key = (kind, self._owner, self._pid)
         if key not in self._prefixes:
             base = self._base(kind)
             base.pop("time_unix_s")

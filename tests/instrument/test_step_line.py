@@ -66,3 +66,29 @@ def test_line_writes_null_for_missing_and_non_finite_values() -> None:
         (None, None, None, None)
     assert record["warmup"] is True and record["step"] == 4 and line.ready()
     assert [json_float(v) for v in (float("inf"), -float("inf"), 0.25)] == ["null", "null", "0.25"]
+
+
+def test_a_forked_child_writes_its_own_pid_and_none_of_its_parents_records(tmp_path, monkeypatch) -> None:
+    """The pid in every record is cached and refreshed at fork (os.register_at_fork), not read per record (a system
+    call); the child drops the records its parent had waiting, which the parent writes itself."""
+    import os
+
+    rec, _ = _recorder(tmp_path, monkeypatch)
+    rec.torch_optimizer_stepped()  # step 0 waits in the buffer
+    child = os.fork()
+    if child == 0:  # one step of its own, flushed, then out without the parent's atexit work
+        try:
+            rec.torch_optimizer_stepped()
+            rec.writer.flush()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    calls = []
+    monkeypatch.setattr(os, "getpid", lambda: calls.append(1) or 1)
+    for _ in range(3):
+        rec.torch_optimizer_stepped()
+    rec.writer.flush()
+    assert calls == []
+    steps = [(r["pid"], r["step"]) for r in map(json.loads, (tmp_path / "rank0.jsonl").read_text().splitlines())
+             if r["kind"] == "step"]
+    assert sorted(steps) == sorted([(rec._pid, s) for s in range(4)] + [(child, 1)])
