@@ -44,7 +44,7 @@ class _Frame:
     taken: bool | None = False
     """Whether an earlier branch ran (None: undecided)."""
     kind: str = "if"
-    """if, while, until, for or case."""
+    """if, while, until, for, case, or `{` (a group of commands, bash manual 3.2.5.3)."""
     uncertain: bool = False
     """A loop or case body that may run: what it assigns cannot be known without running it."""
     subject: str | None = None
@@ -250,6 +250,12 @@ class Conditions:
         self.undecided = (joined in ("&&", "||") and self.listed is None and not self.reading()) or \
             self.in_undecided_branch()
         self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
+        if head == "{":  # `mkdir -p X || {` newline `exit 1` newline `}`: the group runs as the list's status says
+            self.frames.append(_Frame(reading=False, active=True, kind="{", gate=gate))
+            return self.step(words[1:], test, word)
+        if head == "}" and self.frames and self.frames[-1].kind == "{":
+            self.frames.pop()
+            return self.step(words[1:], test, word)
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head, gate=gate))
             return []

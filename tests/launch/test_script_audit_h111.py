@@ -191,3 +191,25 @@ def test_an_exit_before_the_launch_ends_the_script(guard: str, tmp_path: Path, m
     (tmp_path / "undecided.sh").write_text("#!/bin/bash\n[ -z \"$(ls /x)\" ] && exit 1\n"
                                            "torchrun --nproc_per_node 8 pretrain_gpt.py --seed 1\n")
     assert parse_launch(["bash", "undecided.sh"], {}).script_args[-1] == "1"
+
+
+GROUPS = {
+    "|| { exit } on lines, command status unknown": 'mkdir -p /tmp/x || {\n  echo failed\n  exit 1\n}\nTP=2\n',
+    "&& { } test false": 'TP=1\n[ -n "$FOO" ] && {\n  TP=8\n}\n',
+    "&& { } test true": 'TP=1\n[ -z "$FOO" ] && {\n  TP=8\n}\n',
+    "|| { } one line": 'TP=1\n[ -z "$FOO" ] || { TP=8; }\n',
+    "plain group": '{\n  TP=4\n}\n',
+}
+
+
+@pytest.mark.parametrize("body", GROUPS.values(), ids=GROUPS.keys())
+def test_a_brace_group_after_and_or_runs_as_bash_runs_it(body: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mkdir -p $LOGS || {` newline `exit 1` newline `}` (Megatron-LM examples/megatron_fsdp): the group runs only
+    when the list's status says; its exit was taken as surely running (the script 'stops at line ...')."""
+    from tests.launch.test_shell_conditions_bash import BASH, _both_tp
+
+    if BASH is None:
+        pytest.skip("needs bash")
+    ours, bash = _both_tp(body, tmp_path, monkeypatch)
+    assert ours == bash
