@@ -111,6 +111,17 @@ def inter_node_ring_sm_share(cluster: ClusterSpec) -> float:
     return min(1.0, NCCL_RINGS_PER_NIC * channels / sms) if sms > 0 else 0.0
 
 
+def reduces_in_backward(cfg: TrainingConfig) -> bool:
+    """The gradient reduction runs during the last backward (OptimizerConfig.overlap_grad_reduce: Megatron's
+    --overlap-grad-reduce, FSDP, DeepSpeed's overlap_comm), except where DeepSpeed reduces after it whatever
+    overlap_comm says: ZeRO-0 and BF16_Optimizer have no reduction hooks, and engine._backward_epilogue calls
+    allreduce_gradients once the backward is done, which reduces through buffered_allreduce_fallback (engine.py;
+    BF16_Optimizer has no reduce_gradients); only the ZeRO optimizer's hooks reduce inside it (stage_1_and_2.py)."""
+    o = cfg.optimizer
+    after_backward = "deepspeed" in cfg.framework and (o.zero_stage == 0 or runs_bf16_optimizer(cfg))
+    return o.overlap_grad_reduce and not after_backward
+
+
 def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sharded: bool,
                buckets: list[int], sm_shares: tuple[float, float] = (0.0, 0.0)) -> list[Op]:
     """One reduction per bucket (graph/ddp_buckets.py); `buckets` empty = the whole `params` at once. Overlapped
@@ -118,7 +129,7 @@ def _grad_sync(cfg: TrainingConfig, name: str, params: int, coll: Collective, sh
     in-node ring, ring across nodes), which schedule/compose.step_ops_cost charges."""
     if params <= 0 or coll.group_size == 1:
         return []
-    overlap = "grad_reduce" if cfg.optimizer.overlap_grad_reduce else None
+    overlap = "grad_reduce" if reduces_in_backward(cfg) else None
     op_class = "reducescatter" if sharded else "allreduce"
     ops = [comm_op(f"{name}.grad_{op_class}", op_class, "step", n * grad_comm_bytes(cfg), coll, cfg, overlap)
            for n in (buckets or [params])]
