@@ -3,7 +3,9 @@ tune listed layouts whose --apply command Megatron refuses (explain exits 2, or 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.tune.candidates import generate_candidates
-from llmperf_hook.tune.command_rules import RAMPUP_RULE, command_rule_masks
+from llmperf_hook.tune.command_rules import RAMPUP_RULE, _rampup_divisor, command_rule_masks
 from llmperf_hook.tune.search_space import load_search_space
 
 from .helpers import run_cli, tune_apply_json
@@ -30,16 +32,49 @@ def _masks(extra: list[str]):
     return cols, dp, command_rule_masks(cfg, job.script_args)(cols)
 
 
-@pytest.mark.parametrize("start, increment", [(16, 16), (32, 8)])
-def test_every_ramp_up_batch_must_divide_by_micro_batch_times_dp(start: int, increment: int) -> None:
-    """START and START + k x INCREMENT (up to 256) are each a step's global batch: Megatron's ramp-up calculator asserts
-    each divides by micro-batch x DP. Explain checks START only; (32, 8) with micro-batch x DP 16 passes it and dies at
-    the second ramp step (batch 40)."""
-    cols, dp, masks = _masks(["--rampup-batch-size", str(start), str(increment), "1000"])
+@pytest.mark.parametrize("start, increment, samples, divisor", [(16, 16, 1000, 16), (32, 8, 1000, 8),
+                                                                   (128, 64, 32, 128)])
+def test_every_ramp_up_batch_must_divide_by_micro_batch_times_dp(start: int, increment: int, samples: int,
+                                                                  divisor: int) -> None:
+    """Each step's global batch must divide by micro-batch x DP. Explain checks START only; (32, 8) with
+    micro-batch x DP 16 passes it and dies at the second ramp size (batch 40). (128, 64) over 32 samples jumps from
+    128 to the global 256 at the second step, so an increment that micro-batch x DP does not divide is accepted."""
+    cols, dp, masks = _masks(["--rampup-batch-size", str(start), str(increment), str(samples)])
     step = cols["mbs"] * dp
-    expected = (start % step != 0) | (increment % step != 0)
+    expected = divisor % step != 0
     tiles = dp * cols["tp"] * cols["pp"] * cols["cp"] == 16
     assert np.array_equal(masks[RAMPUP_RULE] & tiles, expected & tiles) and (expected & tiles).any()
+    assert (~expected & tiles & (increment % step != 0)).any() == (divisor != math.gcd(start, increment))
+
+
+def _megatron_calculator():
+    """megatron-core's num_microbatches_calculator.py, loaded from its file (the package imports torch)."""
+    spec = importlib.util.find_spec("megatron")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("megatron-core is not installed")
+    path = Path(spec.submodule_search_locations[0]) / "core" / "num_microbatches_calculator.py"
+    module_spec = importlib.util.spec_from_file_location("num_microbatches_calculator", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.RampupBatchsizeNumMicroBatchesCalculator
+
+
+@pytest.mark.parametrize("start, increment, samples, global_batch", [
+    (32, 32, 1953125, 1536), (16, 16, 1000, 256), (32, 8, 1000, 256), (128, 64, 32, 256), (8, 4, 8, 16),
+    (3, 6, 50, 63), (64, 12, 100000, 76), (1, 1, 2000, 4096), (24, 16, 333, 600)])
+def test_divisor_is_that_of_the_batches_megatron_runs(start: int, increment: int, samples: int,
+                                                       global_batch: int) -> None:
+    """Megatron's own calculator, stepped as train() steps it (consumed samples grow by each step's batch until the
+    global batch): the greatest common divisor of the batches below the global one."""
+    calc = _megatron_calculator()(global_batch, 1, 1, False, 1, start, increment, samples)
+    divisor, consumed = 0, 0
+    while True:
+        calc.update(consumed, consistency_check=True)
+        batch = calc.get_current_global_batch_size()
+        if batch == global_batch:
+            break
+        divisor, consumed = math.gcd(divisor, batch), consumed + batch
+    assert _rampup_divisor([str(start), str(increment), str(samples)], global_batch) == divisor
 
 
 def test_no_rule_when_megatron_rounds_the_batch_down_or_without_a_ramp() -> None:
