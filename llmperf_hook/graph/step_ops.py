@@ -116,9 +116,12 @@ def reduces_in_backward(cfg: TrainingConfig) -> bool:
     --overlap-grad-reduce, FSDP, DeepSpeed's overlap_comm), except where DeepSpeed reduces after it whatever
     overlap_comm says: ZeRO-0 and BF16_Optimizer have no reduction hooks, and engine._backward_epilogue calls
     allreduce_gradients once the backward is done, which reduces through buffered_allreduce_fallback (engine.py;
-    BF16_Optimizer has no reduce_gradients); only the ZeRO optimizer's hooks reduce inside it (stage_1_and_2.py)."""
+    BF16_Optimizer has no reduce_gradients). The ZeRO optimizer's hooks reduce inside the backward of the
+    accumulation boundary (stage_1_and_2.py), which the PipelineEngine reaches only in its ReduceGrads
+    instruction, after every backward (pipe/engine.py _exec_reduce_grads sets _force_grad_boundary)."""
     o = cfg.optimizer
-    after_backward = "deepspeed" in cfg.framework and (o.zero_stage == 0 or runs_bf16_optimizer(cfg))
+    after_backward = "deepspeed" in cfg.framework and (o.zero_stage == 0 or runs_bf16_optimizer(cfg)
+                                                       or cfg.deepspeed_pipeline_engine)
     return o.overlap_grad_reduce and not after_backward
 
 
