@@ -112,6 +112,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: flatten_mapping merges it (keys given win)
+                continue
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, Hashable):  # a list as a key: PyYAML's own 'found unhashable key' below
                 continue

@@ -54,3 +54,13 @@ def test_missing_or_malformed_file(tmp_path: Path) -> None:
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(UsageError, match="mapping"):
         load_search_space(bad, "megatron")
+
+
+def test_yaml_merge_keys_read_as_safe_load_reads_them(tmp_path: Path) -> None:
+    """The duplicate-key check (99feaff) must not refuse YAML's `<<` merge key (it ran the merge tag through the
+    constructor: 'could not determine a constructor'), nor count a merged key that the file then gives as a duplicate
+    (the given key wins, as in yaml.safe_load)."""
+    f = tmp_path / "merged.yaml"
+    f.write_text("<<: {micro_batch_size: [1, 2], recompute: [full]}\nrecompute: [none]\n")
+    space = load_search_space(f, "megatron")
+    assert space.micro_batch_size == (1, 2) and space.recompute == ("none",)
