@@ -5,10 +5,14 @@
 1. Per-step cost of the hook, measured where it is largest relative to the work: a loop of optimizer steps on a
    tiny model, in one process with the hook installed, alternating blocks of steps with the recorder enabled
    and disabled (disabled = every hook entry returns at once), so both sides see the same machine load; one
-   thread; cost = median(enabled blocks) - median(disabled blocks), per step.
-2. That cost relative to the step time (median of the timed steps, as the hook recorded them) of a tiny GPT
-   (stress case, ~2-3 ms steps), of the smallest configuration of the CPU testbed benchmark (plain torch, one
-   rank) and of the same shape as a 2-rank DeepSpeed ZeRO-1 job.
+   thread; cost = median(enabled blocks) - median(disabled blocks), per step, in process CPU time: the hook's
+   cost is work this process does, and on a shared machine the wall time of a block also holds the minutes it
+   waited for a core (27 Nov at load 3.5-3.9, two wall-clock runs of the same tree read 20 and 91 us; in CPU
+   time 24-28 us over three). Its wall-clock figure is printed beside it.
+2. That cost relative to the step's CPU time (median of the timed steps, slowest rank, as the hook recorded
+   them; their wall time is printed too: under contention it holds the waits, which made the ratio look
+   small) of a tiny GPT (stress case, ~2-3 ms steps), of the smallest configuration of the CPU testbed
+   benchmark (plain torch, one rank) and of the same shape as a 2-rank DeepSpeed ZeRO-1 job.
 3. End to end, same testbed job with and without the hook, interleaved (the script's own step timer):
    noisier than (1) on a shared machine; printed for completeness.
 On a CPU job the hook also reads the machine's speed once per rank, before step 0 starts
@@ -63,19 +67,21 @@ def run(n):
     for _ in range(n):
         model(x).sum().backward(); opt.step(); opt.zero_grad()
 run(300)
-on, off = [], []
+on, off, on_wall, off_wall = [], [], [], []
+sides = ((True, on, on_wall), (False, off, off_wall))
 for r in range(rounds):
-    for enabled, out in ((True, on), (False, off)) if r % 2 else ((False, off), (True, on)):
+    for enabled, out, wall in sides if r % 2 else sides[::-1]:
         rec.enabled = enabled
-        t0 = time.perf_counter(); run(block); out.append((time.perf_counter() - t0) / block)
+        t0, c0 = time.perf_counter(), time.process_time(); run(block)
+        out.append((time.process_time() - c0) / block); wall.append((time.perf_counter() - t0) / block)
 rec.enabled = True
 direct = []
 for _ in range(rounds // 4 + 1):  # the record path alone (incl. its share of the buffered JSON flushes)
-    t0 = time.perf_counter()
+    c0 = time.process_time()
     for _ in range(2000):
         rec.guarded(rec.torch_optimizer_stepped)
-    direct.append((time.perf_counter() - t0) / 2000)
-print(json.dumps({"on": on, "off": off, "direct": direct}))
+    direct.append((time.process_time() - c0) / 2000)
+print(json.dumps({"on": on, "off": off, "on_wall": on_wall, "off_wall": off_wall, "direct": direct}))
 """
 
 
@@ -85,19 +91,21 @@ def env_one_thread() -> dict[str, str]:
     return env
 
 
-def hook_cost_s(rounds: int) -> tuple[float, float, float, float]:
-    """(per-step hook cost, median step with the recorder disabled, enabled; direct cost of the record path)."""
+def hook_cost_s(rounds: int) -> tuple[float, float, float, float, float]:
+    """(per-step hook cost, median step with the recorder disabled, enabled; direct cost of the record path), in
+    process CPU time; and the hook cost in wall time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run([sys.executable, "-c", LOOP, str(rounds), tmp], env=env_one_thread(),
                              capture_output=True, text=True, check=True)
     blocks = json.loads(out.stdout.strip().splitlines()[-1])
     on, off = statistics.median(blocks["on"]), statistics.median(blocks["off"])
-    return on - off, off, on, statistics.median(blocks["direct"])
+    wall = statistics.median(blocks["on_wall"]) - statistics.median(blocks["off_wall"])
+    return on - off, off, on, statistics.median(blocks["direct"]), wall
 
 
-def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, list[float], dict]:
-    """Median timed step of an instrumented run (slowest rank), the script's own step times, and rank 0's
-    machine-speed reading (taken once before step 0, instrument/reference_speed.py)."""
+def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, float, list[float], dict]:
+    """Median timed step of an instrumented run (slowest rank) in wall and in CPU time, the script's own step
+    times, and rank 0's machine-speed reading (taken once before step 0, instrument/reference_speed.py)."""
     from llmperf_hook.refine.run_records import read_run_dir, summarize_job
 
     code = ("import os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
@@ -106,7 +114,8 @@ def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, list[float],
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     run = read_run_dir(tmp)
     job = summarize_job(run.records, run.job_ids()[0])
-    return job.step_time_s, script_step_times(out.stdout), dict(job.facts.get("reference") or {})
+    return (job.step_time_s, job.cpu_time_s or job.step_time_s, script_step_times(out.stdout),
+            dict(job.facts.get("reference") or {}))
 
 
 def script_step_times(stdout: str) -> list[float]:
@@ -119,7 +128,7 @@ def end_to_end(argv: list[str], rounds: int, tmp: Path) -> tuple[float, float]:
     for r in range(rounds):
         out = subprocess.run(argv, env=env_one_thread(), capture_output=True, text=True, check=True)
         off += script_step_times(out.stdout)[2:]
-        on += instrumented_step_s(argv, tmp / f"e2e{r}")[1][2:]  # step 0 (with the reading before it) left out
+        on += instrumented_step_s(argv, tmp / f"e2e{r}")[2][2:]  # step 0 (with the reading before it) left out
     return statistics.median(off), statistics.median(on)
 
 
@@ -128,10 +137,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=60, help="interleaved block pairs (200 steps each)")
     args = ap.parse_args()
     print(f"load average (1 min) before: {os.getloadavg()[0]:.2f}  (cores: {os.cpu_count()}, one thread per process)")
-    cost, off, on, direct = hook_cost_s(args.rounds)
-    print(f"[1] tiny optimizer-step loop: {off * 1e6:.1f} us/step recorder disabled, {on * 1e6:.1f} us/step enabled "
-          f"-> hook cost {cost * 1e6:.1f} us per step (medians of {args.rounds} interleaved blocks of 200 steps); "
-          f"the record path alone: {direct * 1e6:.1f} us per step")
+    cost, off, on, direct, wall = hook_cost_s(args.rounds)
+    print(f"[1] tiny optimizer-step loop, process CPU time: {off * 1e6:.1f} us/step recorder disabled, {on * 1e6:.1f} "
+          f"us/step enabled -> hook cost {cost * 1e6:.1f} us per step (medians of {args.rounds} interleaved blocks of "
+          f"200 steps; in wall time {wall * 1e6:.1f} us, waits for a core included); the record path alone: "
+          f"{direct * 1e6:.1f} us per step")
     with tempfile.TemporaryDirectory() as tmp:
         tiny = [sys.executable, str(TRAIN_GPT), *TINY, "--train-iters", "14"]
         plain = [sys.executable, str(TRAIN_GPT), *SMALLEST, "--train-iters", "14"]
@@ -144,9 +154,10 @@ def main() -> None:
                             ("smallest testbed GPT, plain torch, 1 rank", plain),
                             ("smallest testbed GPT, DeepSpeed ZeRO-1, 2 ranks", ds)):
             with deepspeed_buffers_removed(DS_PORT):  # DeepSpeed never unlinks its /dev/shm all-reduce buffers
-                step_s, _, ref = instrumented_step_s(argv, Path(tmp) / label.replace(" ", "_").replace(",", ""))
+                wall_s, step_s, _, ref = instrumented_step_s(argv, Path(tmp) / label.replace(" ", "_").replace(",", ""))
             pct = 100 * max(cost, 0.0) / step_s
-            print(f"[2] {label}: step {step_s * 1e3:.2f} ms -> hook overhead {pct:.3f} % "
+            print(f"[2] {label}: step {step_s * 1e3:.2f} ms CPU ({wall_s * 1e3:.2f} ms wall) -> hook overhead "
+                  f"{pct:.3f} % "
                   f"({'OK' if pct <= 1.0 else 'OVER'} vs the 1 % target); machine-speed reading once per rank "
                   f"before step 0: {ref.get('wall_s', 0) * 1e3:.0f} ms wall ({ref.get('cpu_s', 0) * 1e3:.2f} ms "
                   f"counted), in no step")

@@ -79,8 +79,8 @@ def variants(doc: dict, home: Path, tmp: Path) -> Iterator[tuple[str, dict]]:
 
     yield "as written", doc
     os.environ["LLMPERF_HOME"] = str(home_with(home, doc, tmp / "fixed"))  # the operator profile of the predictions
-    yield "one fit of its median times", with_terms(doc, {dt: reading_terms(median_times(e), fixed_parts(dt, CLUSTER), dt)
-                                                          for dt, e in doc["dtypes"].items()})
+    yield "one fit of its median times", with_terms(doc, {
+        dt: reading_terms(median_times(e), fixed_parts(dt, CLUSTER), dt) for dt, e in doc["dtypes"].items()})
     for i in range(min(len(e.get("readings") or ()) for e in doc["dtypes"].values())):
         yield f"reading {i} alone", with_terms(doc, {dt: e["readings"][i] for dt, e in doc["dtypes"].items()})
 
@@ -92,7 +92,8 @@ def main() -> None:
     ap.add_argument("--records", nargs="*", type=Path)
     args = ap.parse_args()
     home = args.home.expanduser().resolve()
-    records = [(p.stem[8:], measured(load_record(p))) for p in args.records or sorted((home / "records").glob("*.json"))]
+    paths = args.records or sorted((home / "records").glob("*.json"))
+    records = [(p.stem[8:], measured(load_record(p))) for p in paths]
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.files:
             print(f"\n{path} (per record: MAPE vs measured / vs CPU time, median signed error)")

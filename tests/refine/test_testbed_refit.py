@@ -1,0 +1,43 @@
+"""benchmarks/testbed_refit.py refits a kept framework-cost file the way `llmperf profile --device cpu` now writes
+one, and bench_hook_overhead.py's loop measures the hook in process CPU time."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import testbed_refit as refit  # noqa: E402
+from test_cpu_framework_readings import _fixed, _raw  # noqa: E402
+
+from llmperf_hook.profile import cpu_framework_readings as cfr  # noqa: E402
+
+
+def test_the_median_times_a_file_keeps_refit_to_its_own_terms() -> None:
+    """A file written now (one fit of the median times): its kept samples, read back as one reading and fitted,
+    give its terms again, so the tool's "one fit" column is what a new profile would hold."""
+    fixed, rng = _fixed(), random.Random(5)
+    entry = cfr.summarize([_raw(fixed, rng, noise=0.05) for _ in range(3)], fixed, "fp32", [1.0] * 3, 10.0)
+    again = cfr.reading_terms(refit.median_times(entry), fixed, "fp32")
+    for key in ("per_unit_s", "per_byte_s", "optimizer_per_tensor_s", "optimizer_per_param_s", "compute_scale"):
+        assert again[key] == pytest.approx(entry[key], rel=1e-9), key
+    for zero, stage in again["deepspeed_step"].items():
+        assert stage["per_param_s"] == pytest.approx(entry["deepspeed_step"][zero]["per_param_s"], rel=1e-9)
+    doc = {"dtypes": {"fp32": entry}}
+    one = refit.with_terms(doc, {"fp32": entry["readings"][0]})
+    assert one["dtypes"]["fp32"]["per_unit_s"] == entry["readings"][0]["per_unit_s"]
+    assert one["dtypes"]["fp32"]["deepspeed_step"]["1"]["samples"] == entry["deepspeed_step"]["1"]["samples"]
+    assert doc["dtypes"]["fp32"]["per_unit_s"] == entry["per_unit_s"]  # the file given is left as it was
+
+
+def test_hook_overhead_loop_reports_cpu_and_wall_costs() -> None:
+    import bench_hook_overhead as bench
+
+    cost, off, on, direct, wall = bench.hook_cost_s(2)
+    assert 0 < off < 0.05 and 0 < on < 0.05 and 0 < direct < 1e-3  # CPU seconds per step of a tiny loop
+    assert abs(cost - (on - off)) < 1e-12 and wall == wall
