@@ -72,7 +72,7 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     The buffers DeepSpeed pins (ds_config pin_memory) take power-of-two blocks (deepspeed_pinned)."""
     o = cfg.optimizer
     out: dict[str, float] = {}
-    opt_pin, param_pin = o.offload_optimizer_pin_memory, o.offload_param_pin_memory
+    opt_pin = o.offload_optimizer_pin_memory
     if o.offload_optimizer == "cpu":
         share = partition * offloaded_optimizer_share(cfg, int(partition))
         moments = 8 if o.name == "adam" else 4  # DeepSpeedCPUAdam's zeros_like states: pageable
@@ -92,7 +92,9 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
             out["host_accumulated_gradients"] = partition * param_bytes(cfg)
     if o.offload_param != "none" and o.zero_stage == 3:
         resident = partition if o.offload_param == "cpu" else min(partition, o.nvme_param_max_in_cpu_elems)
-        out["host_parameters"] = deepspeed_pinned(resident * param_bytes(cfg), param_pin)
+        # pinned whatever offload_param.pin_memory says (stage3.py _create_param_groups_fp16_flat_cpu_memory: one
+        # get_accelerator().pin_memory buffer per parameter group, unconditional since 2021)
+        out["host_parameters"] = deepspeed_pinned(resident * param_bytes(cfg), True)
     return out
 
 
@@ -102,9 +104,9 @@ def deepspeed_pinned(num_bytes: float, pinned: bool) -> float:
     DS_PIN_MEMORY_BACKEND=native), a power-of-two block (pinned_block_bytes); pageable, its size. Pinned ones:
     ZeRO-1/2's fp32 master partition, its fp32 gradient and its 16-bit copy (stage_1_and_2.py: weights_partition,
     temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and each offloaded
-    sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer) and its 16-bit
-    parameter partition (param_groups_fp16_flat_cpu_memory); ZeRO-3's fp32 partitions and DeepSpeedCPUAdam's moments
-    are pageable. Each partition is one optimizer parameter group's (the weight-decay group holds all but the norms'
+    sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer); ZeRO-3's 16-bit
+    parameter partition (param_groups_fp16_flat_cpu_memory) is pinned even with pin_memory false; ZeRO-3's fp32
+    partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter group's (the weight-decay group holds all but the norms'
     and biases': one block per partition)."""
     return pinned_block_bytes(num_bytes) if pinned else num_bytes
 
