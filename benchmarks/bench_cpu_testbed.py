@@ -140,7 +140,8 @@ def index_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of configuration indices, e.g. "
                                          "0,3") from None
     if len(set(indices)) != len(indices):
-        raise argparse.ArgumentTypeError(f"{text}: an index is repeated (each configuration is measured once per pass)")
+        raise argparse.ArgumentTypeError(f"{text}: an index is repeated (each configuration is measured once per "
+                                         "pass)")
     return indices
 
 

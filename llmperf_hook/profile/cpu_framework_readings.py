@@ -20,7 +20,7 @@ per dtype:
    its measured step leaves beyond the others' prediction), so per-term medians mix terms from different
    readings that no single set of times supports: fp32 ZeRO-1's per-step term read 0.13 ms as a median of
    readings, 0.36 ms fitted on the median times (session 13's file, 3 readings). Replayed on the three recorded
-   testbed runs of 26-27 Nov (benchmarks/testbed_refit.py) with both kept framework-cost files, the one fit
+   testbed runs of 27 Nov (benchmarks/testbed_refit.py) with both kept framework-cost files, the one fit
    scored 22.1 / 16.8 / 16.7 % and 12.1 / 10.6 / 9.6 % against 22.1 / 17.6 / 16.8 % and 12.6 / 11.2 / 10.7 %.
    Each reading's own terms and the spread between them (half the range over the median, per term) are kept
    in the file (`readings`, `spread`) and printed by `llmperf profile` (describe_spread, on stderr): how far
@@ -260,7 +260,8 @@ def describe_spread(doc: Mapping[str, Any]) -> str:
         waits = [w for w in entry.get("reading_wall_per_cpu") or () if w]
         if waits:  # did the in-process part of a reading wait for a core (other programs on the machine)?
             parts.append(f"wall / CPU time of the in-process readings {min(waits):.2f}-{max(waits):.2f}")
-        lines.append(f"framework cost {dtype}: fitted on the median times of {len(entry.get('readings') or [])} readings (load "
+        num = len(entry.get("readings") or [])
+        lines.append(f"framework cost {dtype}: fitted on the median times of {num} readings (load "
                      f"{min(loads):.2f}-{max(loads):.2f}, {entry.get('measure_s', 0):.0f} s); spread between "
                      f"readings (half-range / median): " + ", ".join(parts))
     return "\n".join(lines)
@@ -292,7 +293,8 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
            "method": "llmperf_hook/profile/cpu_framework.py, cpu_framework_readings.py: isolating differences "
                      "(tiny models 1 vs 9 layers; reference GPT forward+backward against the fitted profile's "
                      "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
-                     "against the prediction of the same model), fitted once on each time's median over interleaved readings",
+                     "against the prediction of the same model), fitted once on each time's median over interleaved "
+                     "readings",
            "dtypes": {}, "reference": [], "loads_1m": []}
     t0, share_s, spent_s = time.perf_counter(), cf.RESERVED_S / len(dtypes), 0.0
     for i, dt in enumerate(dtypes):  # the machine's speed around each measurement (instrument/reference_speed.py)
