@@ -29,7 +29,8 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
-from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list, rule_masks
+from llmperf_hook.tune.candidate_rules import rule_masks
+from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list
 from llmperf_hook.tune.command_rules import MaskFn
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
 
