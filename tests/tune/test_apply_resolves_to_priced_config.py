@@ -21,9 +21,9 @@ from llmperf_hook.tune.candidates import generate_candidates
 from llmperf_hook.tune.search_space import load_search_space
 
 from .helpers import explain_valid, rule_rejected
+from .test_apply_predict_agreement import DS_SCRIPT
 from .test_apply_roundtrip import _GPT, MDS, SHAPES
 
-DS_SCRIPT = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"]
 HF_TRAINER = ["deepspeed", "--num_gpus", "8", "run_clm.py", "--model_name_or_path", "meta-llama/Meta-Llama-3-8B",
               "--deepspeed", "ds.json", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
               "--bf16", "True", "--gradient_checkpointing", "--output_dir", "out"]
