@@ -338,8 +338,8 @@ def stage_memory(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
 
 
 def optimizer_step_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> float:
-    """Gradient bytes alive during DeepSpeed's optimizer step, once the backward's activations and buckets are freed
-    (the weights and optimizer states are alive in both phases).
+    """Gradient bytes alive during the optimizer step (DeepSpeed's; Megatron-LM's below), once the backward's
+    activations and buckets are freed (the weights and optimizer states are alive in both phases).
 
     ZeRO-1/2: the step flattens the rank's 16-bit gradient partition, casts it to an fp32 partition for Adam and
     frees it after the step (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32), then

@@ -84,17 +84,21 @@ def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
 def step_temporary_bytes_per_param(cfg: TrainingConfig) -> float:
     """Bytes per parameter of the rank's optimizer (its shard under the distributed optimizer) that Megatron-LM's
     step allocates and frees: the fp32 copies FusedAdam makes of the states that are not fp32 under the
-    precision-aware optimizer; otherwise, with 16-bit main gradients (--fp16 without
-    --accumulate-allreduce-grads-in-fp32, --grad-reduce-in-bf16), the fp32 gradient of every main parameter
-    (distrib_optimizer.py _copy_model_grads_to_main_grads: shard_main_param.grad = shard_model_grad.float();
-    optimizer.py Float16OptimizerWithFloat16Params: main_param.grad = model_param.main_grad.float()), dropped by the
-    next zero_grad (set_to_none) before the forward."""
+    precision-aware optimizer; and, with 16-bit main gradients (--fp16 without --accumulate-allreduce-grads-in-fp32,
+    --grad-reduce-in-bf16, --main-grads-dtype bf16), the fp32 gradient of every main parameter (distrib_optimizer.py
+    _copy_model_grads_to_main_grads: shard_main_param.grad = shard_model_grad.float(); optimizer.py
+    Float16OptimizerWithFloat16Params: main_param.grad = model_param.main_grad.float()), dropped by the next
+    zero_grad (set_to_none) before the forward. Where FusedAdam holds the master the gradient is handed over as it is
+    (decoupled_grad = shard_model_grad), and Megatron FSDP hands over its own."""
     o = cfg.optimizer
-    if not precision_aware(cfg):
-        sixteen_bit_grads = not o.fp32_main_grads and cfg.precision != "fp32" and o.master_weights
-        plain = cfg.framework == "megatron" and o.offload_optimizer == "none" and o.fsdp == "none"
-        return float(FP32_BYTES) if plain and sixteen_bit_grads else 0.0
-    states = [o.exp_avg_dtype, o.exp_avg_sq_dtype]
-    if te_master_weights(cfg):
-        states.append(o.main_params_dtype)  # an fp32 master (whole or as remainders) is read in place
-    return float(sum(FP32_BYTES for dtype in states if dtype != "fp32"))
+    if cfg.framework != "megatron" or o.offload_optimizer != "none":
+        return 0.0
+    state_copies = 0.0
+    if precision_aware(cfg):
+        states = [o.exp_avg_dtype, o.exp_avg_sq_dtype]
+        if te_master_weights(cfg):
+            states.append(o.main_params_dtype)  # an fp32 master (whole or as remainders) is read in place
+        state_copies = float(sum(FP32_BYTES for dtype in states if dtype != "fp32"))
+    sixteen_bit_grads = not o.fp32_main_grads and cfg.precision != "fp32" and o.master_weights
+    cast = sixteen_bit_grads and o.fsdp == "none" and not (precision_aware(cfg) and te_master_weights(cfg))
+    return state_copies + (FP32_BYTES if cast else 0.0)

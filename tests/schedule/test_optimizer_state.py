@@ -110,3 +110,20 @@ def test_sixteen_bit_main_gradients_are_copied_to_fp32_for_the_step() -> None:
     assert parts["optimizer_step_working_set"] == pytest.approx(4 * stage.num_params - transient, rel=1e-3)
     fp32_grads = predict_command([*base, "--accumulate-allreduce-grads-in-fp32"], {}, cluster="dgx-a100")
     assert "optimizer_step_working_set" not in fp32_grads.estimate.memory.components
+
+
+def test_megatrons_own_master_casts_16_bit_main_gradients_to_fp32() -> None:
+    """The precision-aware optimizer with a tensorwise recipe and fp32 main params keeps Megatron's own fp32 shard;
+    its step then gives each shard main parameter an fp32 .grad (distrib_optimizer.py _copy_model_grads_to_main_grads:
+    shard_model_grad.float()), a copy with --main-grads-dtype bf16: 4 B per shard parameter more during the step.
+    Where FusedAdam holds the master (the default delayed recipe) it reads the bf16 gradient in place."""
+    from llmperf_hook.schedule.memory import optimizer_step_bytes, state_bytes
+    from llmperf_hook.schedule.optimizer_state import step_temporary_bytes_per_param
+
+    own = ("--fp8-recipe", "tensorwise")
+    pred = _megatron(*AWARE, *own, "--main-grads-dtype", "bf16")
+    stage = build_graph(pred.config, pred.cluster).stages[0]
+    assert optimizer_step_bytes(pred.config, stage, GPN) == pytest.approx(
+        state_bytes(pred.config, stage, GPN)["gradients"] + 4 * _shard(pred), rel=1e-6)
+    assert [step_temporary_bytes_per_param(_megatron(*AWARE, *flags).config) for flags in (
+        own, ("--main-grads-dtype", "bf16"))] == [0, 0]
