@@ -205,8 +205,10 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
             contention += float(op.tags.get("sm_share", 0.0)) * t
     grad_exposed = grad
     if grad_overlap:
-        # the backward's GEMMs run on the SMs the reduction's NCCL kernels leave them (overlapped_exposed_s)
-        grad_exposed = max(grad - bwd_window_s, grad * _bucket_fraction(cfg, stage), contention)
+        # The buckets before the last run beside the backward's GEMMs, which lose the SMs their NCCL kernels hold
+        # (overlapped_exposed_s) and so end later; the last bucket is ready only then and has no GEMM left to slow.
+        last = _bucket_fraction(cfg, stage)
+        grad_exposed = max(grad - bwd_window_s, grad * last + contention * (1.0 - last))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
     return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather)
 
