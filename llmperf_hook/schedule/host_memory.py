@@ -57,7 +57,8 @@ import math
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.ddp_buckets import chunk_tensors
-from llmperf_hook.graph.op_graph import OpGraph, StageGraph
+from llmperf_hook.graph.op_graph import ChunkOps, OpGraph, StageGraph
+from llmperf_hook.graph.params import position_table_rows
 from llmperf_hook.graph.step_ops import offloaded_optimizer_share, param_bytes
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
@@ -161,6 +162,18 @@ def pinned_block_bytes(num_bytes: float) -> float:
     return float(2 ** math.ceil(math.log2(num_bytes))) if num_bytes >= 1 else 0.0
 
 
+def _param_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int], list[int]]:
+    """(dense, expert) parameter tensors of a chunk as Megatron registers them, each pinned on its own: chunk_tensors,
+    whose one embedding entry is split into the word-embedding shard and the learned position table (separate
+    nn.Embedding parameters, language_model_embedding.py word_embeddings / position_embeddings): 32,000 x 2048 fp32
+    is a 256 MiB block, with the 2048 x 2048 table added a 512 MiB one."""
+    dense, expert = chunk_tensors(cfg, chunk)
+    if dense and chunk.blocks and chunk.blocks[0].name == "embedding":
+        positions = position_table_rows(cfg) * cfg.model.hidden_size
+        dense = [dense[0] - positions, positions, *dense[1:]]
+    return dense, expert
+
+
 def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
                            fraction: float) -> dict[str, float]:
     """Megatron's HybridDeviceOptimizer pinned host tensors, block by block (pin_cpu_params / pin_cpu_grads, both on
@@ -178,7 +191,7 @@ def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node
     The first `fraction` of the elements is offloaded (the walk's order is not modelled: the same fraction of every
     tensor's blocks). The bf16 staging copies each build pins and frees one tensor at a time are not counted."""
     d_dense, d_expert = shard_counts(cfg, gpus_per_node)
-    tensors = [(n, d) for c in stage.chunks for part, d in zip(chunk_tensors(cfg, c), (d_dense, d_expert))
+    tensors = [(n, d) for c in stage.chunks for part, d in zip(_param_tensors(cfg, c), (d_dense, d_expert))
                for n in part if n > 0]
     whole = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, _ in tensors)
     shards = fraction * sum(pinned_block_bytes(FP32_BYTES * n / d) for n, d in tensors)

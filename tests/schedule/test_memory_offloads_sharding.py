@@ -39,10 +39,14 @@ def _pinned(num_bytes: float) -> float:
 
 
 def _tensors(pred) -> list[int]:
+    """The rank's parameter tensors: the word embedding (32,000 x 2048) and the position table (2048 x 2048) are
+    parameters of their own, then the layers' and the head's."""
     from llmperf_hook.graph.ddp_buckets import chunk_tensors
 
     stage = build_graph(pred.config, pred.cluster).stages[0]
-    return [n for c in stage.chunks for n in chunk_tensors(pred.config, c)[0] if n]
+    lumped = [n for c in stage.chunks for n in chunk_tensors(pred.config, c)[0] if n]
+    assert lumped[0] == (32000 + 2048) * 2048  # chunk_tensors' one embedding entry
+    return [32000 * 2048, 2048 * 2048, *lumped[1:]]
 
 
 def test_megatron_cpu_offload_pins_its_copies_in_power_of_two_blocks() -> None:
@@ -55,7 +59,7 @@ def test_megatron_cpu_offload_pins_its_copies_in_power_of_two_blocks() -> None:
     shard_blocks = sum(_pinned(4 * n / GPN) for n in _tensors(pred))
     assert host["host_optimizer_states"] == pytest.approx(GPN * 8 * _shard(pred), rel=1e-6)
     assert host["host_fp32_parameters"] == host["host_fp32_gradients"] == pytest.approx(GPN * shard_blocks, rel=1e-6)
-    assert shard_blocks > 1.1 * 4 * _shard(pred)  # the rounding is not small for this model (21 % here)
+    assert shard_blocks > 1.05 * 4 * _shard(pred)  # the rounding is not small for this model (7 % here)
     assert pred.estimate.memory.components["optimizer_states"] == 0
 
 
