@@ -107,8 +107,8 @@ def deepspeed_pinned(num_bytes: float, pinned: bool) -> float:
     temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and each offloaded
     sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer); ZeRO-3's 16-bit
     parameter partition (param_groups_fp16_flat_cpu_memory) is pinned even with pin_memory false; ZeRO-3's fp32
-    partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter group's (the weight-decay group holds all but the norms'
-    and biases': one block per partition)."""
+    partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter group's (the
+    weight-decay group holds all but the norms' and biases': one block per partition)."""
     return pinned_block_bytes(num_bytes) if pinned else num_bytes
 
 

@@ -174,8 +174,7 @@ def test_ds_config_pin_memory_false_keeps_the_buffers_pageable(tmp_path: Path) -
         return predict_command(argv, {}, cluster="dgx-a100")
 
     pinned, pageable = run(True), run(False)
-    assert (pinned.config.optimizer.offload_optimizer_pin_memory, pageable.config.optimizer.offload_optimizer_pin_memory) \
-        == (True, False)
+    assert [p.config.optimizer.offload_optimizer_pin_memory for p in (pinned, pageable)] == [True, False]
     from llmperf_hook.api import build_graph
     partition = build_graph(pageable.config, pageable.cluster).stages[0].num_params / GPN
     assert pageable.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 18 * partition, rel=1e-6)
