@@ -10,8 +10,8 @@ bert_with_pile/) write their ds_config from a template in the repository:
 and other scripts edit a copy in place (`cp tmpl.json ds.json; sed -i "s/MBSIZE/2/" ds.json`). Each sed there runs
 `s` commands (GNU sed manual 3.3 The `s` Command), line by line: the regular expression is a POSIX basic one (`-E` /
 `-r`: extended), the replacement's `&` is the match and `\\1`..`\\9` its groups, flag `g` replaces every match, a
-number N the Nth, `I` ignores case. A script with any other command or flag (`y`, `d`, `p`, `w`, -n, ...) is not
-worked out: the file stays one the script writes with a command llmperf does not run (batch_script.written_text).
+number N the Nth, `I` ignores case. A script with any other command or flag (`y`, `d`, `p`, `w`, -n, ...), or a
+regular expression Python's re would read otherwise (alternation, GNU escapes; _regex), is not worked out: the file stays one the script writes with a command llmperf does not run (batch_script.written_text).
 """
 
 from __future__ import annotations
@@ -40,37 +40,82 @@ class Substitution:
 
     def apply(self, line: str) -> str:
         """The line (without its newline) after the substitution, as sed's pattern space."""
-        if self.occurrence == 0:
-            return self.pattern.sub(self.replacement, line)
-        matches = list(self.pattern.finditer(line))
-        if len(matches) < self.occurrence:
-            return line
-        found = matches[self.occurrence - 1]
-        return line[:found.start()] + found.expand(self.replacement) + line[found.end():]
+        matches = self.matches(line)
+        chosen = matches if self.occurrence == 0 else matches[self.occurrence - 1:self.occurrence]
+        out, end = [], 0
+        for found in chosen:
+            out += [line[end:found.start()], found.expand(self.replacement)]
+            end = found.end()
+        return "".join(out) + line[end:]
+
+    def matches(self, line: str) -> list[re.Match[str]]:
+        """The matches sed counts: an empty match right where the previous one ended is none (`s/a*/-/g` on `abc`
+        gives `-b-c-`; Python's re.sub, since 3.7, also replaces the empty match after `a`)."""
+        found: list[re.Match[str]] = []
+        for match in self.pattern.finditer(line):
+            if not (found and match.start() == match.end() == found[-1].end()):
+                found.append(match)
+        return found
 
 
-def _regex(text: str, extended: bool) -> str:
-    """A sed regular expression (its delimiter escapes already removed) in Python's syntax."""
+def _bracket_end(text: str, i: int) -> int:
+    """The index past the bracket expression opening at text[i] (`[^]a]`: a `]` first is one of its characters)."""
+    j = i + 1
+    j += text[j:j + 1] == "^"
+    j += text[j:j + 1] == "]"
+    close = text.find("]", j)
+    return len(text) + 1 if close < 0 else close + 1
+
+
+def _regex(text: str, extended: bool) -> str | None:
+    """A sed regular expression (its delimiter escapes already removed) in Python's syntax; None for what the two
+    read differently and llmperf does not translate: alternation (POSIX takes the longest match, Python the first
+    alternative), a backslash in a bracket expression (literal there), and escapes other than the operators, group
+    references and \\w \\W \\s \\S \\b \\B \\n \\t (GNU sed's \\d065, \\o101, \\<, \\` mean other things in Python)."""
     out, i = [], 0
     while i < len(text):
         c = text[i]
+        if c == "[":
+            end = _bracket_end(text, i)
+            if end > len(text) or "\\" in text[i:end]:
+                return None
+            out.append("[" + text[i + 1:end - 1].replace("[", "\\[") + "]")
+            i = end
+            continue
         if c == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
-            out.append(nxt if (nxt in _BRE_SPECIAL and not extended) else "\\n" if nxt == "n" else "\\" + nxt)
+            if nxt == "|" and not extended or nxt.isalnum() and nxt not in "123456789wWsSbBnt" or nxt in "`'<>":
+                return None
+            out.append(nxt if (nxt in _BRE_SPECIAL and not extended) else "\\" + nxt)
             i += 2
             continue
-        out.append("\\" + c if (c in _BRE_SPECIAL and not extended) else c)
+        if c == "|" and extended:
+            return None
+        out.append("\\" + c if (c in _BRE_SPECIAL and not extended) or _literal_anchor(text, i, extended) else c)
         i += 1
     return "".join(out)
 
 
+def _literal_anchor(text: str, i: int, extended: bool) -> bool:
+    """In a basic regular expression `^` anchors only at the start (or after `\\(`) and `$` only at the end (or before
+    `\\)`); elsewhere each is itself (POSIX 9.3.8): `s/$GBS/64/` replaces the text `$GBS`."""
+    if extended or text[i] not in "^$":
+        return False
+    if text[i] == "^":
+        return i > 0 and not text[:i].endswith("\\(")
+    return i < len(text) - 1 and not text[i + 1:].startswith("\\)")
+
+
 def _replacement(text: str) -> str | None:
-    """A sed replacement in re.sub's template form: `&` the match, `\\N` a group, `\\n` a newline, `\\c` c."""
+    """A sed replacement in re.sub's template form: `&` the match, `\\N` a group, `\\n` a newline, `\\c` c; None
+    for GNU's case conversions (\\U \\L \\u \\l \\E) and character codes (\\x41 \\o101 \\d65 \\cA)."""
     out, i = [], 0
     while i < len(text):
         c = text[i]
         if c == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
+            if nxt.isalpha() and nxt not in _ESCAPES:
+                return None
             out.append(f"\\g<{nxt}>" if nxt.isdigit() else _ESCAPES.get(nxt, nxt.replace("\\", "\\\\")))
             i += 2
             continue
@@ -119,12 +164,13 @@ def parse_substitutions(script: str, extended: bool = False) -> list[Substitutio
         number = int("".join(c for c in flags if c.isdigit()) or "1")
         if "g" in flags and number > 1 or not pattern[0] or re.search(r"\[[:=.]", pattern[0]):
             return None  # `2g` (the 2nd match on), `s//x/` (the last regex), POSIX classes: not worked out
+        regex = _regex(pattern[0], extended)
         try:
-            compiled = re.compile(_regex(pattern[0], extended), re.IGNORECASE if set("Ii") & set(flags) else 0)
+            compiled = re.compile(regex or "", re.IGNORECASE if set("Ii") & set(flags) else 0)
         except re.error:
             return None
         template = _replacement(replacement[0])
-        if template is None or number < 1:
+        if regex is None or template is None or number < 1:
             return None
         out.append(Substitution(compiled, template, 0 if "g" in flags and number == 1 else number))
     return out
