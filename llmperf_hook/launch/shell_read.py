@@ -71,22 +71,21 @@ def ifs_fields(line: str, ifs: str, count: int | None) -> list[str]:
             while i < len(line) and line[i] in white:
                 i += 1
     if i < len(line):
-        fields.append(_trim_trailing_delimiter(line[i:], ifs, white, count is None))
+        fields.append(_last_field(line[i:], ifs, white))
     return fields
 
 
-def _trim_trailing_delimiter(rest: str, ifs: str, white: str, splitting: bool) -> str:
-    """The last field: split further when no names are left to fill (`read -a`), else the rest of the line, from which
-    bash drops a single trailing non-white IFS delimiter only when it ends the only field left (`IFS=, read a b <<<
-    "1,2,"` gives b=2)."""
-    if splitting:
-        end = 0
-        while end < len(rest) and rest[end] not in ifs:
-            end += 1
-        return rest[:end]
-    if len(rest) > 1 and rest[-1] in ifs and rest[-1] not in white and not any(c in ifs for c in rest[:-1]):
-        return rest[:-1]
-    return rest
+def _last_field(rest: str, ifs: str, white: str) -> str:
+    """What the last name gets: the rest of the line, except that when it is one field and the delimiters after it
+    (IFS white space, at most one other IFS character, white space) bash gives that field alone (read.def: the rest
+    is taken whole unless get_word_from_string consumes all of it): `IFS=, read a b <<< "1,2,"` gives b=2,
+    `<<< "1,,"` b empty, `<<< "1,2,,"` b=`2,,`."""
+    end = 0
+    while end < len(rest) and rest[end] not in ifs:
+        end += 1
+    after = rest[end:].lstrip(white)
+    after = after[1:].lstrip(white) if after[:1] and after[0] in ifs else after
+    return rest[:end] if not after else rest
 
 
 _QUOTED_BASE = 0xF0000
@@ -150,7 +149,7 @@ def read_builtin(script: _Script, words: Sequence[str], redirections: Sequence[R
     if at >= len(words) or words[at] != "read":
         return False
     prefixes = dict(_PREFIX.match(word).groups() for word in words[:at])  # type: ignore[union-attr]
-    options, names = _read_options(words[at:])
+    options, names = _read_options([script.expand(word) for word in words[at:]])
     names = names or ([] if "a" in options else ["REPLY"])
     text = None if uncertain else _input_text(script, redirections, heredoc)
     if text is None or any(letter in options for letter in "nNtu"):
@@ -169,7 +168,8 @@ def read_builtin(script: _Script, words: Sequence[str], redirections: Sequence[R
     return True
 
 
-_SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?([diouxXfFeEgGcs%])|%|\\(.)", re.DOTALL)
+_SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?([diouxXfFeEgGcs%])|%|\\([0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.)",
+                   re.DOTALL)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\\": "\\", '"': '"',
             "'": "'", "e": "\x1b", "E": "\x1b"}
 
@@ -197,6 +197,8 @@ def printf_text(fmt: str, args: Sequence[str]) -> str | None:
             last = match.end()
             flags, width, precision, kind, escaped = match.groups()
             if escaped is not None:
+                if escaped[0] in "01234567xuU":  # \101, \x41, \u20ac: character codes llmperf does not decode
+                    return None
                 pieces.append(_ESCAPES.get(escaped, "\\" + escaped))
                 continue
             if kind is None:
@@ -214,6 +216,8 @@ def printf_text(fmt: str, args: Sequence[str]) -> str | None:
                 converted = value if kind == "s" else _number(value, kind in "diouxX")
             except ValueError:
                 return None
+            if kind in "ouxX" and isinstance(converted, int) and converted < 0:
+                converted %= 1 << 64  # C's unsigned conversions of intmax_t: printf %x -1 is ffffffffffffffff
             precision = "" if precision is None else "." + precision
             pieces.append(f"%{flags}{width or ''}{precision}{'d' if kind in 'iu' else kind}" % converted)
         pieces.append(fmt[last:])
@@ -227,7 +231,7 @@ def printf_builtin(script: _Script, words: Sequence[str], uncertain: bool = Fals
     when `words` runs it. A plain `printf` writes to standard output and sets nothing."""
     if not words or words[0] != "printf" or len(words) < 4 or words[1] != "-v":
         return False
-    name = words[2]
+    name = script.expand(words[2])
     at = 4 if words[3] == "--" else 3
     if at >= len(words):
         return False

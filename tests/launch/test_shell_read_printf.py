@@ -61,6 +61,12 @@ READS = {
     "printf -v, escapes and percent": 'printf -v A "a\\tb%%"',
     "printf -v, character constant": "printf -v A '%d' \"'A\"",
     "printf -v from variables": 'N=8\nF="%d nodes"\nprintf -v A "$F" "$N"',
+    "IFS blank and comma, delimiters after the last field": "IFS=', ' read -r A B <<< '1, 2 ,'",
+    "IFS comma, one empty field left": "IFS=, read -r A B <<< '1,,'",
+    "IFS blank and comma, blank then comma": "IFS=', ' read -r A B <<< '1,2 , '",
+    "names from variables": 'N=B\nread -r A "$N" <<< "1 2"\nM=C\nprintf -v "$M" "%03d" 7',
+    "printf -v, unsigned of a negative": 'printf -v A "%x" -1\nprintf -v B "%u" -2\nprintf -v C "%o" -8',
+    "printf -v, backslash-c in the format is text": "printf -v A 'a\\cb'",
 }
 
 
@@ -85,6 +91,7 @@ def test_a_read_layout_reaches_megatron(tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("line", ["read -r TP", "read -r TP < layout.txt", "cat layout.txt | read -r TP",
                                   "for i in 1; do read -r TP <<< 4; done", "printf -v TP '%b' 4",
+                                  "printf -v TP '\\101'", "printf -v TP '\\x34'", "read -n 1 TP <<< 4",
                                   "for i in 1; do printf -v TP '%d' 4; done"])
 def test_a_value_only_running_gives_is_left_unknown(line: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
