@@ -30,9 +30,12 @@ from testbed_report import median_pass
 from testbed_runs import predict_all
 
 
-def measured(record: dict) -> tuple[list[float], list[float]]:
-    runs = [median_pass(reference_runs(record, i)) for i in range(len(record["configs"]))]
-    return [m["measured_s"] for m in runs], [m["cpu_s"] for m in runs]
+def measured(record: dict) -> tuple[list[int], list[float], list[float]]:
+    """(the index in CONFIGS, measured step, slowest rank's CPU time) of each configuration the record measured: a
+    --configs record's runs number its own configurations, not CONFIGS."""
+    indices = record.get("config_indices") or list(range(len(CONFIGS)))
+    runs = [median_pass(reference_runs(record, k)) for k in range(len(indices))]
+    return list(indices), [m["measured_s"] for m in runs], [m["cpu_s"] for m in runs]
 
 
 def home_with(home: Path, doc: dict, where: Path) -> Path:
@@ -85,6 +88,13 @@ def variants(doc: dict, home: Path, tmp: Path) -> Iterator[tuple[str, dict]]:
         yield f"reading {i} alone", with_terms(doc, {dt: e["readings"][i] for dt, e in doc["dtypes"].items()})
 
 
+def score_cell(pred: list[float], meas: list[float], cpu: list[float]) -> str:
+    """MAPE against the measured steps / against the CPU times, and the median signed error, in %."""
+    errors = [pct(p, m) for p, m in zip(pred, meas)]
+    return (f"{mape(errors):5.1f} / {mape([pct(p, c) for p, c in zip(pred, cpu)]):5.1f} % "
+            f"({statistics.median(errors):+5.1f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path)
@@ -93,16 +103,14 @@ def main() -> None:
     args = ap.parse_args()
     home = args.home.expanduser().resolve()
     paths = args.records or sorted((home / "records").glob("*.json"))
-    records = [(p.stem[8:], measured(load_record(p))) for p in paths]
+    records = [(p.stem.removeprefix("testbed-"), measured(load_record(p))) for p in paths]
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.files:
             print(f"\n{path} (per record: MAPE vs measured / vs CPU time, median signed error)")
             for name, doc in variants(json.loads(path.read_text()), home, Path(tmp)):
-                pred = predict_all(CONFIGS, home_with(home, doc, Path(tmp) / "eval"), Path(tmp) / "work")
-                cells = [f"{rec}: {mape([pct(p, m) for p, m in zip(pred, meas)]):5.1f} / "
-                         f"{mape([pct(p, c) for p, c in zip(pred, cpu)]):5.1f} % "
-                         f"({statistics.median(pct(p, m) for p, m in zip(pred, meas)):+5.1f})"
-                         for rec, (meas, cpu) in records]
+                pred_all = predict_all(CONFIGS, home_with(home, doc, Path(tmp) / "eval"), Path(tmp) / "work")
+                cells = [f"{rec}: {score_cell([pred_all[i] for i in indices], meas, cpu)}"
+                         for rec, (indices, meas, cpu) in records]
                 print(f"  {name:30s} " + "  ".join(cells), flush=True)
 
 

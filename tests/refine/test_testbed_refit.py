@@ -41,3 +41,15 @@ def test_hook_overhead_loop_reports_cpu_and_wall_costs() -> None:
     cost, off, on, direct, wall = bench.hook_cost_s(2)
     assert 0 < off < 0.05 and 0 < on < 0.05 and 0 < direct < 1e-3  # CPU seconds per step of a tiny loop
     assert abs(cost - (on - off)) < 1e-12 and wall == wall
+
+
+def test_a_records_configurations_are_scored_against_their_own_predictions() -> None:
+    """A --configs record numbers its runs by its own configurations: run 'config' 1 of a record of CONFIGS 3 and 7
+    is CONFIGS[7], scored against that prediction (paired in order, it met CONFIGS[1]'s)."""
+    runs = [{"config": k, "pass": p, "measured_s": t * (1 + 0.01 * p), "cpu_s": t, "load_before": 1.0,
+             "contended": False} for k, t in ((0, 0.02), (1, 0.05)) for p in range(3)]
+    indices, meas, cpu = refit.measured({"config_indices": [3, 7], "configs": [{}, {}], "runs": runs})
+    assert indices == [3, 7] and meas == pytest.approx([0.0202, 0.0505]) and cpu == [0.02, 0.05]
+    pred_all = [0.0] * 12
+    pred_all[3], pred_all[7] = 0.0202, 0.0505
+    assert refit.score_cell([pred_all[i] for i in indices], meas, cpu) == "  0.0 /   1.0 % ( +0.0)"
