@@ -59,6 +59,8 @@ _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
+_SUBSHELL_OPEN = re.compile(r"(?<![$(<>])\((?!\()")
+"""A `(` that opens a subshell: not `$(`, `<(`, `>(` or arithmetic `((`."""
 """The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
 _WRITERS = frozenset({"cat", "tee"})
 """Commands whose here-document llmperf reads as the file they write (`cat > ds.json <<EOF`)."""
@@ -248,7 +250,8 @@ class _Reading(ShellVariables, FileWrites):
             return
         if self.assign(words) or self.variable_builtin(words) or run_builtin(self, line, words):  # shift, local, ...
             return
-        if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles):
+        if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles) and \
+                not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
             self.exit(line, words)
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
@@ -268,10 +271,11 @@ class _Reading(ShellVariables, FileWrites):
 
     def exit(self, line: ScriptLine, words: list[str]) -> None:
         """`exit [N]` that surely runs before any launch line (or sbatch submission, or python run): bash ends the
-        script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a script that wants its arguments: `[ -z "$1" ] && exit
-        1`). In a subshell `( ... exit )` it would end only that, which llmperf does not tell apart."""
-        raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before any "
-                         f"launch line: bash runs that exit{' ' + words[1] if len(words) > 1 else ''} there. Give the "
+        script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a script that wants
+        its arguments: `[ -z "$1" ] && exit 1`). An exit in a subshell opened on its line, `( [ -z "$X" ] && exit
+        )`, ends only that and is passed over; one in a subshell opened on an earlier line is not told apart."""
+        raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before "
+                         f"any launch line: bash runs that exit{' ' + words[1] if len(words) > 1 else ''} there. Give the "
                          "script what it checks for at that point (its arguments or variables), or give its launch "
                          "line after `--`.")
 

@@ -11,7 +11,8 @@ and other scripts edit a copy in place (`cp tmpl.json ds.json; sed -i "s/MBSIZE/
 `s` commands (GNU sed manual 3.3 The `s` Command), line by line: the regular expression is a POSIX basic one (`-E` /
 `-r`: extended), the replacement's `&` is the match and `\\1`..`\\9` its groups, flag `g` replaces every match, a
 number N the Nth, `I` ignores case. A script with any other command or flag (`y`, `d`, `p`, `w`, -n, ...), or a
-regular expression Python's re would read otherwise (alternation, GNU escapes; _regex), is not worked out: the file stays one the script writes with a command llmperf does not run (batch_script.written_text).
+regular expression Python's re would read otherwise (alternation, GNU escapes; _regex), is not worked out: the
+file stays one the script writes with a command llmperf does not run (batch_script.written_text).
 """
 
 from __future__ import annotations

@@ -199,6 +199,8 @@ GROUPS = {
     "&& { } test true": 'TP=1\n[ -z "$FOO" ] && {\n  TP=8\n}\n',
     "|| { } one line": 'TP=1\n[ -z "$FOO" ] || { TP=8; }\n',
     "plain group": '{\n  TP=4\n}\n',
+    "exit in a subshell": 'TP=1\n( exit 1 )\nTP=2\n',
+    "exit in a subshell after a test": 'TP=1\n( [ -z "$FOO" ] && exit 0 )\nTP=4\n',
 }
 
 
