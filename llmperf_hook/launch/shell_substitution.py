@@ -26,28 +26,31 @@ def _path_command(words: list[str], cwd: str) -> str | None:
         return None
     name, args = words[0], words[1:]
     if name == "pwd" and all(arg in ("-L", "-P") for arg in args):
-        return cwd
+        return os.path.realpath(cwd) if args[-1:] == ["-P"] else cwd
     if name == "dirname" and len(args) == 1:
         return os.path.dirname(args[0].rstrip("/")) or ("/" if args[0].startswith("/") else ".")
     if name == "basename" and len(args) in (1, 2):
-        base = os.path.basename(args[0].rstrip("/")) or "/"
+        base = os.path.basename(args[0].rstrip("/")) or args[0][:1]  # `/` for `/`, nothing for ""
         return base[:-len(args[1])] if len(args) == 2 and base.endswith(args[1]) and base != args[1] else base
     if (name == "readlink" and args[:1] in (["-f"], ["-e"], ["-m"]) and len(args) == 2) or \
             (name == "realpath" and len(args) == 1):
-        return os.path.realpath(os.path.join(cwd, args[-1]))
+        resolved = os.path.realpath(os.path.join(cwd, args[-1]))
+        # readlink -f and realpath need every folder on the way, -e the file too (else they print nothing), -m none
+        must_exist = resolved if args[0] == "-e" else os.path.dirname(resolved) if args[0] != "-m" else "/"
+        return resolved if os.path.exists(must_exist) else None
     return None
 
 
 def _cd_and_pwd(text: str, cwd: str, split: Callable[[str], list[str]]) -> str | None:
     """`cd DIR && pwd` / `cd DIR; pwd` (cd -P resolves links): the folder it prints."""
-    match = re.fullmatch(r"\s*cd\s+(.+?)\s*(?:&&|;)\s*pwd(?:\s+-[LP])?\s*", text)
+    match = re.fullmatch(r"\s*cd\s+(.+?)\s*(?:&&|;)\s*pwd(\s+-[LP])?\s*", text)
     if match is None:
         return None
     words = split(match.group(1))
-    physical = words[:1] == ["-P"]
+    physical = words[:1] == ["-P"] or (match.group(2) or "").strip() == "-P"
     words = words[1:] if words[:1] in (["-P"], ["-L"]) else words
-    if len(words) != 1:
-        return None
+    if len(words) != 1 or words[0] == "-" or not os.path.isdir(os.path.join(cwd, words[0])):
+        return None  # `cd -` goes to $OLDPWD; a cd that fails prints nothing (&&) or leaves the folder (;)
     folder = os.path.normpath(os.path.join(cwd, words[0]))
     return os.path.realpath(folder) if physical else folder
 

@@ -175,6 +175,25 @@ def test_other_command_substitutions_stay_unknown(tmp_path: Path, monkeypatch: p
     assert substitute_paths("$(basename /a/b/c.sh .sh)", "/w", lambda w: w) == "c"
 
 
+def test_a_path_the_command_would_not_print_is_not_invented(tmp_path: Path) -> None:
+    """Checked against bash and coreutils: `cd` to a missing folder prints nothing after && (and the old folder after
+    `;`), `cd -` goes to $OLDPWD, readlink -f / realpath of a path under a missing folder print nothing, `pwd -P`
+    resolves links, `basename ""` is empty. Each gave a path bash never prints (the missing folder, `DIR/-`, the
+    unresolved link, `/`)."""
+    from llmperf_hook.launch.shell_substitution import substitute_paths
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    cwd = str(tmp_path)
+    for unknown in ["$(cd /no/such/dir && pwd)", "$(cd /no/such/dir; pwd)", "$(cd - && pwd)",
+                    "$(readlink -f /no/such/dir/x)", "$(realpath /no/such/dir/x)", "$(readlink -e /no/such/file)"]:
+        assert substitute_paths(unknown, cwd, lambda w: w) == unknown
+    assert substitute_paths("$(cd link && pwd -P)", cwd, lambda w: w) == str((tmp_path / "real").resolve())
+    assert substitute_paths("$(cd link; pwd)", cwd, lambda w: w) == str(tmp_path / "link")
+    assert substitute_paths("x$(basename '')y", cwd, lambda w: w) == "xy"
+    assert substitute_paths("$(readlink -m /no/such/dir/x)", cwd, lambda w: w) == "/no/such/dir/x"
+
+
 @pytest.mark.parametrize("guard", ['[ -z "$1" ] && exit 1', 'if [ $# -lt 1 ]; then\n  echo usage\n  exit 2\nfi'])
 def test_an_exit_before_the_launch_ends_the_script(guard: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`[ -z "$1" ] && exit 1` (Megatron-LM examples/post_training/modelopt/conf/arguments.sh wants the model name):
