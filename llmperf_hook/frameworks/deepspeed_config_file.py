@@ -25,11 +25,12 @@ def read_ds_config(path: str, hf_trainer: bool = False, written: ScriptFile | No
     `written`: the batch script writes the file before launching (a here-document), so its text is read instead.
     Only DeepSpeed's own file reader refuses a key given twice (hjson.load with dict_raise_error_on_duplicate_keys);
     its base64 reader (hjson.loads) and accelerate's json.load / json.loads keep the last value, as llmperf does there.
-    `megatron_deepspeed`: an entry point of microsoft/Megatron-DeepSpeed, whose pretrain() opens --deepspeed_config
-    itself and json.load-s it (megatron/training.py _create_ds_config_dict, since 54e6c2c8, 2023-10) before handing
-    DeepSpeed the dict: plain JSON, a repeated key keeps its last value, and a base64 word is no file (the
-    bigscience-workshop fork's _validate_args json.load-s it too). DeepSpeed's own launcher never reads the file: what
-    reads it first is the training script."""
+    `megatron_deepspeed`: an entry point of Megatron-DeepSpeed, whose pretrain() opens --deepspeed_config itself and
+    json.load-s it before handing DeepSpeed the dict (megatron/training.py: _create_ds_config_dict since 54e6c2c8,
+    2023-10; before it `args.deepspeed_configuration = json.load(open(args.deepspeed_config))` since the curriculum
+    learning commits, microsoft db97cd2a 2021-10-27, bigscience-workshop 0035f06a 2021-10-09): plain JSON, a repeated
+    key keeps its last value, and a base64 word is no file. DeepSpeed's own launcher never reads the file: what reads
+    it first is the training script."""
     if written is not None:
         text, inline = written_text(path, written), None
     else:
@@ -99,8 +100,8 @@ def _file_text(path: str) -> str:
 
 
 _HF_READER = ("the Hugging Face Trainer", "--deepspeed FILE with json.load (accelerate HfDeepSpeedConfig)")
-_MDS_READER = ("Megatron-DeepSpeed", "--deepspeed_config FILE with json.load (megatron/training.py "
-               "_create_ds_config_dict, since 54e6c2c8 2023-10) before DeepSpeed sees it")
+_MDS_READER = ("Megatron-DeepSpeed", "--deepspeed_config FILE with json.load in pretrain() (megatron/training.py "
+               "_create_ds_config_dict; every release since 2021-10) before DeepSpeed sees it")
 
 
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,6 +1,6 @@
 """A ds_config given in place of its path (DeepSpeedConfig: a dict, an existing path, else urlsafe-base64 JSON) is
 read as DeepSpeedConfig reads it wherever DeepSpeed is the first to read it; Megatron-DeepSpeed's pretrain() opens the
-word as a file and json.load-s it first (since 2023-10), so there it exits 2 naming that reader."""
+word as a file and json.load-s it first (since 2021-10), so there it exits 2 naming that reader."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ B64 = base64.urlsafe_b64encode(json.dumps(RAW).encode()).decode()
 
 def test_megatron_deepspeed_refuses_a_base64_config(tmp_path: Path, monkeypatch) -> None:
     """Megatron-DeepSpeed's pretrain() opens --deepspeed_config as a file and json.load-s it (megatron/training.py
-    _create_ds_config_dict, microsoft 54e6c2c8 2023-10; deepspeedai HEAD alike) before DeepSpeed, which would decode
-    base64, sees it: the job stops (FileNotFoundError). It was read as DeepSpeed reads it (exit 0); the same config
-    in a file is read."""
+    _create_ds_config_dict at HEAD of microsoft/ and deepspeedai/; a json.load in pretrain() since 2021-10) before
+    DeepSpeed, which would decode base64, sees it: the job stops (FileNotFoundError). It was read as DeepSpeed reads
+    it (exit 0); the same config in a file is read."""
     monkeypatch.chdir(tmp_path)
     argv = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
             "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
