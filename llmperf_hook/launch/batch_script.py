@@ -41,7 +41,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               restore_dollars, shell_split, split_redirections, split_unquoted_words,
                                               ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
-from llmperf_hook.launch.shell_variables import APPEND, ASSIGN, NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
+from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
 _ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
 """`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
@@ -235,13 +235,7 @@ class _Reading(ShellVariables, FileWrites):
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
             self.undecided.append(self.where(line))
-        assigned = (ASSIGN.match(words[-1]) or APPEND.match(words[-1])) if words else None
-        if words and self.conditions.uncertain() and len(words) <= 2 and assigned:
-            name = assigned.group(1)
-            self.env.pop(name, None)  # a loop or case body: its value is not known without running it
-            self.undecidable.add(name)
-            if words[0] == "export" or self.allexport:
-                self.exported.add(name)
+        if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
         if not words or self.launches:  # what follows the launch line does not change it
             heredoc = self.standard_input(line, text, words) if command_head(words) not in _WRITERS else None

@@ -21,6 +21,7 @@ from llmperf_hook.launch.sizing import PRICED_ENV
 
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
+_ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 """`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
 NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
 """`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
@@ -211,6 +212,25 @@ class ShellVariables:
         if self.allexport or words[0] == "export":
             self.exported.add(match.group(1))
         return True
+
+    def assignments(self, words: list[str], uncertain: bool, applied: bool) -> bool:
+        """`NAME=value NAME2=value2` with no command (bash assigns each in turn, left to right: bash manual 3.7.1;
+        `applied`: before the launch line), or one `[export] NAME=value` in a loop or `case` body (`uncertain`), whose
+        value only running the script gives; True when `words` is one of them."""
+        assigned = ASSIGN.match(words[-1]) or APPEND.match(words[-1])
+        several = len(words) > 1 and all(_ASSIGNMENT_WORD.match(word) and word.count("(") == word.count(")") and
+                                         word.count("`") % 2 == 0 for word in words)  # `TP=2 PP=$(nproc)`
+        if uncertain and (len(words) <= 2 and assigned or several):
+            for word in words if several else words[-1:]:
+                name = (ASSIGN.match(word) or APPEND.match(word)).group(1)  # type: ignore[union-attr]
+                self.env.pop(name, None)
+                self.undecidable.add(name)
+                if words[0] == "export" or self.allexport:
+                    self.exported.add(name)
+            return True
+        for word in words if several and applied else []:
+            self.assign([word])
+        return several and applied
 
     def append(self, name: str, value: str) -> bool:
         """`NAME+=value`: the old value (empty when unset) and the new; unknown when either is."""

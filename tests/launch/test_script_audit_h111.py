@@ -219,6 +219,11 @@ GROUPS = {
     "|| { } one line": 'TP=1\n[ -z "$FOO" ] || { TP=8; }\n',
     "plain group": '{\n  TP=4\n}\n',
     "exit in a subshell": 'TP=1\n( exit 1 )\nTP=2\n',
+    "&& assignment || other": 'TP=1\n[ -z "$FOO" ] && TP=4 || TP=8\n',
+    "&& assignment || other, test false": 'TP=1\n[ -n "$FOO" ] && TP=4 || TP=8\n',
+    "&& export || other": 'TP=1\n[ -z "$FOO" ] && export TP=4 || TP=8\n',
+    "two assignments on a line": 'TP=1\nPP=2 TP=$PP\n',
+    "two assignments after &&": 'TP=1\n[ -z "$FOO" ] && PP=4 TP=$PP || TP=8\n',
     "exit in a subshell after a test": 'TP=1\n( [ -z "$FOO" ] && exit 0 )\nTP=4\n',
 }
 
@@ -227,7 +232,9 @@ GROUPS = {
 def test_a_brace_group_after_and_or_runs_as_bash_runs_it(body: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """`mkdir -p $LOGS || {` newline `exit 1` newline `}` (Megatron-LM examples/megatron_fsdp): the group runs only
-    when the list's status says; its exit was taken as surely running (the script 'stops at line ...')."""
+    when the list's status says; its exit was taken as surely running (the script 'stops at line ...'). An exit in a
+    subshell ends only that. Assignments alone exit 0, so `[ -z "$X" ] && TP=4 || TP=8` keeps 4 (it gave 8), and
+    `PP=2 TP=$PP` assigns both in turn (it assigned neither: TP kept its old value)."""
     from tests.launch.test_shell_conditions_bash import BASH, _both_tp
 
     if BASH is None:
