@@ -98,9 +98,18 @@ class JsonlWriter:
         with _exclusive(self._fd):  # the torn-line check must not see another writer's write half done
             os.write(self._fd, (self._after_torn_line() + data) if first else data)
 
-    def forget_pending(self) -> None:
-        """Drop the waiting records without writing them (a forked child's copy of its parent's)."""
+    def after_fork_in_child(self) -> None:
+        """In a forked child: drop the parent's waiting records (the parent writes them; the child would write them
+        again at its flush or exit), and the child's copy of the parent's descriptor. flock locks an open file
+        description, which a forked child shares with its parent, so the two would hold the lock at once; a child
+        that writes opens the file itself, and takes turns with its parent like any other writer."""
         self._pending = []
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)  # the child's copy only: the parent's descriptor stays open
+            except OSError:
+                pass
 
     def _after_torn_line(self) -> bytes:
         """A newline when the file ends inside a line (a rank of an earlier job killed mid-write), so this

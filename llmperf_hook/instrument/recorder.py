@@ -147,10 +147,12 @@ class StepRecorder:
             self._identity, self._prefixes = None, {}
 
     def _forked(self) -> None:
-        """In a forked child (a data-loader worker): its own pid in its records, and none of the parent's waiting
-        records, which the parent writes itself (the child would write them again at its flush or exit)."""
+        """In a forked child (a data-loader worker, a rank started by fork): its own pid in its records, none of the
+        parent's waiting records and a descriptor of its own if it writes (jsonl_writer.after_fork_in_child). The
+        exit work is the parent's: a child leaving through atexit wrote the parent's op samples again."""
         self._pid = os.getpid()
-        self.writer.forget_pending()
+        self.writer.after_fork_in_child()
+        self._at_exit = []
 
     def _ensure_timer(self) -> StepTimer:
         if self._timer is None:

@@ -92,3 +92,54 @@ def test_a_forked_child_writes_its_own_pid_and_none_of_its_parents_records(tmp_p
     steps = [(r["pid"], r["step"]) for r in map(json.loads, (tmp_path / "rank0.jsonl").read_text().splitlines())
              if r["kind"] == "step"]
     assert sorted(steps) == sorted([(rec._pid, s) for s in range(4)] + [(child, 1)])
+
+
+def test_a_forked_child_takes_the_rank_files_lock_as_a_writer_of_its_own(tmp_path, monkeypatch) -> None:
+    """flock locks an open file description, which a forked child shares with its parent: writing through the
+    inherited descriptor, a child wrote while its parent held the lock. It now opens the file itself and waits."""
+    import os
+    import time
+
+    from llmperf_hook.instrument.jsonl_writer import _exclusive
+
+    rec, _ = _recorder(tmp_path, monkeypatch)
+    rec.torch_optimizer_stepped()
+    rec.writer.flush()  # the parent's descriptor is open
+    with _exclusive(rec.writer._fd):
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                rec.torch_optimizer_stepped()
+                rec.writer.flush()
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert os.waitpid(child, os.WNOHANG) == (0, 0), "the child wrote while the parent held the lock"
+            time.sleep(0.02)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    pids = [r["pid"] for r in map(json.loads, (tmp_path / "rank0.jsonl").read_text().splitlines())
+            if r["kind"] == "step"]
+    assert pids == [rec._pid, child]
+
+
+def test_a_forked_child_leaves_its_parents_exit_work_to_the_parent(tmp_path, monkeypatch) -> None:
+    """The profile window's op samples are written at exit (recorder._run_at_exit): a forked child that leaves
+    through atexit (not a multiprocessing worker, which skips it) wrote the parent's samples a second time."""
+    import os
+
+    rec, _ = _recorder(tmp_path, monkeypatch)
+    rec._at_exit.append(lambda: rec.writer.write(rec._base("op", op_class="gemm"), flush=True))
+    child = os.fork()
+    if child == 0:
+        try:
+            rec._run_at_exit()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    rec._run_at_exit()
+    ops = [r["pid"] for r in map(json.loads, (tmp_path / "rank0.jsonl").read_text().splitlines()) if r["kind"] == "op"]
+    assert ops == [rec._pid]
