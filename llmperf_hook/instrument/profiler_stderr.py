@@ -26,24 +26,30 @@ def without_kineto_usdt_lines() -> Iterator[None]:
     """Run the block with descriptor 2 captured; write back all but Kineto's USDT lines. When descriptor 2 cannot
     be captured (closed, no temporary directory), the block runs as is: the lines show, nothing more."""
     _flush_python_stderr()
+    capture = saved = None
     try:
-        saved, capture = os.dup(2), tempfile.TemporaryFile()
+        capture = tempfile.TemporaryFile()
+        saved = os.dup(2)
     except OSError:
+        pass
+    if saved is None:  # not captured; a temporary file made before os.dup failed is not left open
+        if capture is not None:
+            capture.close()
         yield
         return
-    try:
-        os.dup2(capture.fileno(), 2)
-        yield
-    finally:
-        _flush_python_stderr()
-        os.dup2(saved, 2)
-        os.close(saved)
-        capture.seek(0)
-        kept = b"".join(line for line in capture.read().splitlines(keepends=True)
-                        if not line.startswith(KINETO_USDT_PREFIX))
-        capture.close()
-        if kept:
-            os.write(2, kept)
+    with capture:
+        try:
+            os.dup2(capture.fileno(), 2)
+            yield
+        finally:
+            _flush_python_stderr()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = b"".join(line for line in capture.read().splitlines(keepends=True)
+                            if not line.startswith(KINETO_USDT_PREFIX))
+            if kept:
+                os.write(2, kept)
 
 
 def _flush_python_stderr() -> None:

@@ -54,3 +54,19 @@ def test_real_profiler_start_and_stop_print_nothing(capfd) -> None:
     with without_kineto_usdt_lines():
         prof.stop()
     assert "USDT" not in capfd.readouterr().err
+
+
+def test_no_descriptor_is_left_open_when_the_capture_cannot_be_made(monkeypatch, capfd) -> None:
+    """No temporary directory: the block runs uncaptured, and the copy of descriptor 2 made for the capture is
+    not leaked (one per profiler start and stop)."""
+    import tempfile
+
+    def no_tmp(*args, **kwargs):
+        raise FileNotFoundError("no usable temporary directory")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_tmp)
+    before = len(os.listdir("/proc/self/fd"))
+    with without_kineto_usdt_lines():
+        os.write(2, b"USDT: shown\n")
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert capfd.readouterr().err == "USDT: shown\n"
