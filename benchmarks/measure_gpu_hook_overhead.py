@@ -106,11 +106,14 @@ class SyncingTimer:
     def elapsed_s(self, start, end) -> float:
         return start.elapsed_time(end) / 1e3
 
+    def ready(self, end) -> bool:  # the writer's periodic flush asks (step_timer.StepTimer): synchronized at mark
+        return True
+
 
 class ThreeCallProbe:
     """The hook's memory probe before the change: max_memory_allocated(), max_memory_reserved(), memory_allocated()."""
 
-    def sample_and_reset(self) -> dict:
+    def sample_and_reset(self, usage=None) -> dict:  # the recorder passes the step's getrusage (rank_memory.py)
         import torch
 
         sample = {"gpu_peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),

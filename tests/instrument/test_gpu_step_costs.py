@@ -29,6 +29,9 @@ class FakeEvent:
     def elapsed_time(self, end: "FakeEvent") -> float:
         return end.t_ms - self.t_ms
 
+    def query(self) -> bool:
+        return self.t_ms is not None
+
 
 @pytest.fixture
 def fake_torch(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
@@ -56,3 +59,22 @@ def test_memory_sample_is_one_allocator_call_and_a_reset(fake_torch) -> None:
     assert fake_torch.calls == ["stats", "reset"]
     assert (sample["gpu_peak_allocated_bytes"], sample["gpu_peak_reserved_bytes"], sample["gpu_allocated_bytes"]) == (300, 512, 100)
     assert sample["peak_rss_bytes"] == usage.ru_maxrss * 1024  # from the step's own getrusage, no second call
+
+
+def test_the_gpu_benchmarks_old_arms_take_the_recorders_calls(fake_torch) -> None:
+    """benchmarks/measure_gpu_hook_overhead.py swaps its arms' timer and probe into the recorder, which asks the
+    timer whether a step's end is ready (the writer's flush) and passes the probe the step's getrusage: an arm
+    missing either failed the hook, which then timed nothing in that arm and the ones after it."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "measure_gpu_hook_overhead.py"
+    spec = importlib.util.spec_from_file_location("measure_gpu_hook_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    fake_torch.cuda.max_memory_allocated = fake_torch.cuda.max_memory_reserved = lambda: 7
+    fake_torch.cuda.memory_allocated = lambda: 5
+    for name, (timer, probe) in bench.hook_arms().items():
+        if timer is not None:
+            assert timer.ready(timer.mark()) is True, name
+            assert probe.sample_and_reset(process_usage())["gpu_peak_allocated_bytes"] in (300, 7), name
