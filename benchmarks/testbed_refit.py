@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from testbed_configs import CLUSTER, CONFIGS
-from testbed_record import load_record, mape, pct, reference_runs
+from testbed_record import _bad_input, load_record, mape, pct, reference_runs
 from testbed_report import median_pass
 from testbed_runs import predict_all
 
@@ -53,6 +53,22 @@ def home_with(home: Path, doc: dict, where: Path) -> Path:
             (profile / f.name).symlink_to(f)
     (profile / "framework_overhead.json").write_text(json.dumps(doc))
     return where
+
+
+def load_framework_cost(path: Path) -> dict:
+    """A profile's framework_overhead.json with its kept median times; exit 2 with the reason for anything else."""
+    from llmperf_hook.profile.cpu_framework import FORMAT
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        _bad_input(f"{path}: not a readable JSON file ({err}); pass a profile's framework_overhead.json")
+    entries = doc.get("dtypes") if isinstance(doc, dict) else None
+    if (not isinstance(entries, dict) or doc.get("format") != FORMAT or not entries
+            or not all(isinstance(e, dict) and "samples" in e and "tiny_samples" in e for e in entries.values())):
+        _bad_input(f"{path}: not a framework-cost file ({FORMAT}) with its samples per dtype; pass a profile's "
+                   f"framework_overhead.json written by `llmperf profile --device cpu`")
+    return doc
 
 
 def median_times(entry: dict) -> dict:
@@ -104,10 +120,11 @@ def main() -> None:
     home = args.home.expanduser().resolve()
     paths = args.records or sorted((home / "records").glob("*.json"))
     records = [(p.stem.removeprefix("testbed-"), measured(load_record(p))) for p in paths]
+    files = [(path, load_framework_cost(path)) for path in args.files]  # every file checked before any prediction
     with tempfile.TemporaryDirectory() as tmp:
-        for path in args.files:
+        for path, given in files:
             print(f"\n{path} (per record: MAPE vs measured / vs CPU time, median signed error)")
-            for name, doc in variants(json.loads(path.read_text()), home, Path(tmp)):
+            for name, doc in variants(given, home, Path(tmp)):
                 pred_all = predict_all(CONFIGS, home_with(home, doc, Path(tmp) / "eval"), Path(tmp) / "work")
                 cells = [f"{rec}: {score_cell([pred_all[i] for i in indices], meas, cpu)}"
                          for rec, (indices, meas, cpu) in records]

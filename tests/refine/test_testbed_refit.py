@@ -53,3 +53,17 @@ def test_a_records_configurations_are_scored_against_their_own_predictions() -> 
     pred_all = [0.0] * 12
     pred_all[3], pred_all[7] = 0.0202, 0.0505
     assert refit.score_cell([pred_all[i] for i in indices], meas, cpu) == "  0.0 /   1.0 % ( +0.0)"
+
+
+@pytest.mark.parametrize("text, said", [("{", "not a readable JSON file"), ("[1]", "not a framework-cost file"),
+                                        ('{"format": "llmperf-cpu-framework-overhead", "dtypes": {"fp32": {}}}',
+                                         "with its samples per dtype")])
+def test_a_file_that_is_no_framework_cost_file_exits_2_before_any_prediction(tmp_path: Path, text: str,
+                                                                           said: str) -> None:
+    import subprocess
+
+    bad = tmp_path / "framework_overhead.json"
+    bad.write_text(text)
+    done = subprocess.run([sys.executable, str(BENCH / "testbed_refit.py"), str(bad), "--home", str(tmp_path),
+                           "--records"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
