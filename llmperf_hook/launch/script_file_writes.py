@@ -15,6 +15,11 @@ from llmperf_hook.launch.shell_script import (Heredoc, ScriptLine, protect_liter
                                               shell_split, split_redirections, strip_redirections)
 
 
+_PLAIN_CP_OPTIONS = frozenset(("-f", "--force", "-p", "--preserve", "-v", "--verbose", "--"))
+"""cp options that leave the copy's text the source's; with any other (`-t DIR`, `-u`, `-n`, `-s`) the copy is
+recorded as written by the command, so the launch does not read a stale file of that name."""
+
+
 class FileWrites:
     """The file-writing commands of batch_script._Reading (a mixin after ShellVariables, whose expand and
     here_document these stubs stand for)."""
@@ -72,12 +77,13 @@ class FileWrites:
         except ValueError:
             return
         operands = [word for word in words[1:] if not word.startswith("-")]
-        if len(operands) != 2 or len(operands) != len(words) - 1:
+        if len(operands) != 2:
             return
         source, target = operands
         if os.path.isdir(os.path.join(self.cwd, target)) or target.endswith("/"):
             target = os.path.join(target, os.path.basename(source))
-        text, origin = self.template_text(source), f"{self.path} line {line.number}"
+        plain = all(word in _PLAIN_CP_OPTIONS for word in words[1:] if word.startswith("-"))
+        text, origin = self.template_text(source) if plain else None, f"{self.path} line {line.number}"
         self.files[os.path.normpath(target)] = ScriptFile(text, f"{origin} (cp {source})") if text is not None else \
             ScriptFile("", origin, command=" ".join(words)[:80])
 

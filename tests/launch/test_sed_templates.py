@@ -152,3 +152,17 @@ def test_what_python_reads_otherwise_is_not_worked_out(args: list[str], tmp_path
     real = subprocess.run(["sed", *args, "tmpl.json"], cwd=tmp_path, capture_output=True, text=True)
     assert real.returncode == 0 and real.stdout != SED_TEXT
     assert sed_output([["sed", *args, "tmpl.json"]], lambda _: SED_TEXT) is None
+
+
+@pytest.mark.parametrize("copy, copied", [("cp -f tmpl.json ds.json", True), ("cp -- tmpl.json ds.json", True),
+                                          ("cp -u tmpl.json ds.json", False), ("cp -s tmpl.json ds.json", False)])
+def test_a_copy_with_options(copy: str, copied: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cp -f` copies the template's text; with an option that may leave the old file (-u, -n) or write a link (-s)
+    the copy is 'written by a command': before, any option left the name unrecorded, so a stale ds.json of the
+    folder was read as the job's."""
+    (tmp_path / "tmpl.json").write_text(TEMPLATE)
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 999}')
+    (tmp_path / "train.sh").write_text(f"{copy}\n{LAUNCH.replace('${config_json}', 'ds.json')}")
+    monkeypatch.chdir(tmp_path)
+    written = parse_launch(["bash", "train.sh"], {}).script_files["ds.json"]
+    assert (written.text, written.command) == ((TEMPLATE, "") if copied else ("", copy))
