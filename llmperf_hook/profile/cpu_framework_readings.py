@@ -119,8 +119,9 @@ def reading_rows(raw: Mapping[str, Any], fixed: FixedParts) -> list[dict]:
             for row, fb, opt in zip(fixed.rows, raw["fwd_bwd_s"], raw["optimizer_s"])]
 
 
-def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str) -> dict:
-    """Every term of cpu_framework.py's steps 1-5 from one reading alone."""
+def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str, keep_samples: bool = False) -> dict:
+    """Every term of cpu_framework.py's steps 1-5 from one reading alone (or from the median times); with
+    `keep_samples`, each ZeRO stage's engine samples behind its terms too (the file keeps those of the medians)."""
     from llmperf_hook.profile.cpu_engine_cost import deepspeed_terms
 
     rows = reading_rows(raw, fixed)
@@ -136,8 +137,9 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str) -> dict
     if raw.get("concurrency") is not None:
         terms["concurrency_slowdown"] = dict(raw["concurrency"])
     if raw.get("engine"):
-        terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if k != "samples"}
-                                   for z, t in deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype).items()}
+        stages = deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype)
+        terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if keep_samples or k != "samples"}
+                                   for z, t in stages.items()}
     return terms
 
 
@@ -221,24 +223,18 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
 def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],
               took_s: float) -> dict:
     """The file's entry for one dtype from its readings (pure)."""
-    from llmperf_hook.profile.cpu_engine_cost import deepspeed_terms
-
     per_reading = [reading_terms(r, fixed, dtype) for r in raws]
     medians, spread = combine_readings(per_reading)
     med = median_raw(raws)
     # One fit of the median times (module docstring, 3.): the engine terms are what the median engine steps
     # leave beyond THESE terms' prediction, not medians of residuals each taken against another reading's terms.
-    terms = reading_terms({**med, "concurrency": medians.get("concurrency_slowdown")}, fixed, dtype)
+    terms = reading_terms({**med, "concurrency": medians.get("concurrency_slowdown")}, fixed, dtype, keep_samples=True)
     entry = {**terms, "profile_bias": med["bias"], "readings": per_reading, "spread": spread,
              "reading_loads_1m": list(loads), "reading_wall_per_cpu": [r.get("wall_per_cpu") for r in raws],
              "measure_s": took_s,
              "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p}
                               for s, t, p in zip(cf.TINY_LAYERS, med["tiny_s"], fixed.tiny)],
              "samples": reading_rows(med, fixed)}
-    if med.get("engine") and terms.get("deepspeed_step"):
-        samples = deepspeed_terms(med["engine"], terms, fixed.engine_rows, dtype)
-        for zero, stage in terms["deepspeed_step"].items():
-            stage["samples"] = samples[zero]["samples"]
     return entry
 
 
