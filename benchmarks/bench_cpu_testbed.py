@@ -84,7 +84,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--profile-budget", type=float, default=4.0, help="minutes per dtype when a profile is missing")
     ap.add_argument("--steps", type=int, default=26,
                     help="steps per instrumented run (the first 2 are warm-up; 24 timed: module docstring, drift)")
-    ap.add_argument("--calibrate", type=lambda v: [int(i) for i in v.split(",")], default=[1],
+    ap.add_argument("--calibrate", type=index_list, default=[1], metavar="LIST",
                     help="index of the configuration to instrument; several (1,9) are each evaluated on the same "
                          "measurements, each in a fresh evaluation store")
     ap.add_argument("--tries", type=int, default=3, help="runs per configuration while its ranks wait for a core")

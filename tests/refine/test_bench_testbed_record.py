@@ -113,7 +113,8 @@ def test_a_replay_log_that_is_no_output_exits_2_with_the_reason(tmp_path: Path) 
                                         (["--configs", "0,12"], "--configs 0,12"),
                                         (["--drift-configs", "0,12", "--drift-check", "2"], "--drift-configs 0,12"),
                                         (["--drift-configs", "one", "--spread-check", "2"], "--drift-configs"),
-                                        (["--configs", "1,1"], "repeated")])
+                                        (["--configs", "1,1"], "repeated"),
+                                        (["--calibrate", "one"], "argument --calibrate: 'one': a comma-separated")])
 def test_a_measurement_that_could_not_be_scored_is_refused_before_any_run(tmp_path: Path, args: list[str],
                                                                         said: str) -> None:
     """One pass leaves the instrumented configuration without a measurement run to be scored on, and a --calibrate
