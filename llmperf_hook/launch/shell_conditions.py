@@ -52,6 +52,8 @@ class _Frame:
     gate: bool | None = True
     """Whether the compound command runs at all: False for `[ -n "$X" ] && if ...; fi` when the test fails (bash runs
     no part of it, 3.2.4 Lists), None when that status is undecided."""
+    before: bool | None = None
+    """A `{` group's: the list's status before it, which a group that does not run leaves as it was."""
 
 
 def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
@@ -249,7 +251,7 @@ class Conditions:
         """Consume the compound-command keywords at the front of a command (all of them: `else if [ ... ]` opens a
         block); the rest of it when it runs, else []. `word` expands a case word or pattern (None: not known)."""
         head = words[0] if words else ""
-        joined, self.joined = self.joined, ";"
+        joined, self.joined, before = self.joined, ";", self.listed
         if self._skipped(joined, head):
             return []
         gate = True if joined not in ("&&", "||") or self.reading() else \
@@ -258,11 +260,12 @@ class Conditions:
             self.in_undecided_branch()
         self.listed = None if joined == "|" or head in _KEYWORDS or self.reading() else test(words)
         if head == "{":  # `mkdir -p X || {` newline `exit 1` newline `}`: the group runs as the list's status says
-            self.frames.append(_Frame(reading=False, active=True, kind="{", gate=gate))
+            self.frames.append(_Frame(reading=False, active=True, kind="{", gate=gate, before=before))
             return self.step(words[1:], test, word)
-        if head == "}" and self.frames and self.frames[-1].kind == "{":
-            self.frames.pop()
-            return self.step(words[1:], test, word)
+        if head == "}" and self.frames and self.frames[-1].kind == "{":  # its status: its last command's (3.2.5.3)
+            group = self.frames.pop()
+            self.listed = group.before if group.gate is False else before if group.gate else None
+            return self.step(words[1:], test, word) if words[1:] else []
         if head in ("if", "while", "until", "for"):
             self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head, gate=gate))
             return []

@@ -224,6 +224,10 @@ GROUPS = {
     "&& export || other": 'TP=1\n[ -z "$FOO" ] && export TP=4 || TP=8\n',
     "two assignments on a line": 'TP=1\nPP=2 TP=$PP\n',
     "two assignments after &&": 'TP=1\n[ -z "$FOO" ] && PP=4 TP=$PP || TP=8\n',
+    "&& { } || { }, test true": 'TP=1\n[ -z "$FOO" ] && { TP=4; } || { TP=8; }\n',
+    "&& { } || { } on lines, test true": 'TP=1\n[ -z "$FOO" ] && {\n  TP=4\n} || {\n  TP=8\n}\n',
+    "&& { } || { }, test false": 'TP=1\n[ -n "$FOO" ] && { TP=4; } || { TP=8; }\n',
+    "group ending false": 'TP=1\n[ -z "$FOO" ] && { TP=4; false; } || TP=8\n',
     "exit in a subshell after a test": 'TP=1\n( [ -z "$FOO" ] && exit 0 )\nTP=4\n',
 }
 
@@ -234,7 +238,8 @@ def test_a_brace_group_after_and_or_runs_as_bash_runs_it(body: str, tmp_path: Pa
     """`mkdir -p $LOGS || {` newline `exit 1` newline `}` (Megatron-LM examples/megatron_fsdp): the group runs only
     when the list's status says; its exit was taken as surely running (the script 'stops at line ...'). An exit in a
     subshell ends only that. Assignments alone exit 0, so `[ -z "$X" ] && TP=4 || TP=8` keeps 4 (it gave 8), and
-    `PP=2 TP=$PP` assigns both in turn (it assigned neither: TP kept its old value)."""
+    `PP=2 TP=$PP` assigns both in turn (it assigned neither: TP kept its old value). A group's status is its last
+    command's, or the list's before it when it does not run: `[ -z "$X" ] && { TP=4; } || { TP=8; }` gave 8."""
     from tests.launch.test_shell_conditions_bash import BASH, _both_tp
 
     if BASH is None:
