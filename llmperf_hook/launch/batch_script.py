@@ -59,9 +59,9 @@ _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
 _UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
+"""The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
 _SUBSHELL_OPEN = re.compile(r"(?<![$(<>])\((?!\()")
 """A `(` that opens a subshell: not `$(`, `<(`, `>(` or arithmetic `((`."""
-"""The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
 _WRITERS = frozenset({"cat", "tee"})
 """Commands whose here-document llmperf reads as the file they write (`cat > ds.json <<EOF`)."""
 _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
@@ -268,10 +268,10 @@ class _Reading(ShellVariables, FileWrites):
         script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a script that wants
         its arguments: `[ -z "$1" ] && exit 1`). An exit in a subshell opened on its line, `( [ -z "$X" ] && exit
         )`, ends only that and is passed over; one in a subshell opened on an earlier line is not told apart."""
+        status = f" {words[1]}" if len(words) > 1 else ""
         raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before "
-                         f"any launch line: bash runs that exit{' ' + words[1] if len(words) > 1 else ''} there. Give the "
-                         "script what it checks for at that point (its arguments or variables), or give its launch "
-                         "line after `--`.")
+                         f"any launch line: bash runs that exit{status} there. Give the script what it checks for at "
+                         "that point (its arguments or variables), or give its launch line after `--`.")
 
     def standard_input(self, line: ScriptLine, text: str, words: list[str]) -> str | None:
         """The text of the here-document the command `text` reads (bash gives it the expanded body, 3.6.6), for the

@@ -73,7 +73,7 @@ def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
     return status
 
 
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 """A word that assigns (`NAME=value`, `NAME+=value`): a command of only these has no command to run."""
 
 
@@ -89,7 +89,7 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
     if words and words[0] in (":", "true", "false"):  # builtins whose status is fixed, whatever their arguments
         return (words[0] != "false") != negate  # (bash manual 4.1 `:`, 4.2 / POSIX true and false)
     assigned = words[1:] if words[:1] == ["export"] else words
-    if assigned and all(_ASSIGNMENT.match(w) and "$(" not in w and "`" not in w for w in assigned):
+    if assigned and all(ASSIGNMENT_WORD.match(w) and "$(" not in w and "`" not in w for w in assigned):
         return not negate  # `[ -z "$X" ] && X=1 || X=2`: assignments alone (or exported) exit 0 (bash manual 3.7.1)
     if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
         inner, flags = words[1:-1], flags[1:-1]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
+from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars, shell_split,
                                               word_quoting)
@@ -21,7 +22,6 @@ from llmperf_hook.launch.sizing import PRICED_ENV
 
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
-_ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 """`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
 NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
 """`$mbs'_gbs'`: the quote ends the name (bash reads $mbs), which shlex's unquoted word `$mbs_gbs` would lose."""
@@ -218,7 +218,7 @@ class ShellVariables:
         `applied`: before the launch line), or one `[export] NAME=value` in a loop or `case` body (`uncertain`), whose
         value only running the script gives; True when `words` is one of them."""
         assigned = ASSIGN.match(words[-1]) or APPEND.match(words[-1])
-        several = len(words) > 1 and all(_ASSIGNMENT_WORD.match(word) and word.count("(") == word.count(")") and
+        several = len(words) > 1 and all(ASSIGNMENT_WORD.match(word) and word.count("(") == word.count(")") and
                                          word.count("`") % 2 == 0 for word in words)  # `TP=2 PP=$(nproc)`
         if uncertain and (len(words) <= 2 and assigned or several):
             for word in words if several else words[-1:]:
