@@ -7,11 +7,13 @@
 #      the bf16 step already measured on an H100 (measurements/h100-sxm5-80gb-2026-11-26/kernels/);
 #   2. pinned: host memory that torch's CUDA caching host allocator takes for pinned buffers of given sizes
 #      (pin_memory=True and Tensor.pin_memory(), as DeepSpeed's offload buffers are made);
-#   3. hook: the megatron-core hook tests (`gpu` marked one included) and one instrumented DeepSpeed run
-#      (benchmarks/check_gpu_hook.sh), to see the hook as it is now still records CUDA-event steps.
+#   3. hook: the megatron-core hook tests (`gpu` marked one included), one instrumented DeepSpeed run
+#      (as benchmarks/check_gpu_hook.sh) and the hook's overhead (benchmarks/measure_gpu_hook_overhead.py), to see
+#      that the hook as it is now still records CUDA-event steps, within its 1 % budget.
 # Results in $OUT/results.tgz (re-packed after each part) and the log in $OUT/log.txt. Wheels come in .whl/.
 # Usage: bash benchmarks/measure_gpu_fp16_step.sh [PARTS]   (PARTS: comma list of kernels,pinned,hook; default all)
-# Run: H200 2026-11-27 (measurements/h200-sxm-141gb-2026-11-27/).
+# Runs: H200 2026-11-27 (measurements/h200-sxm-141gb-2026-11-27/): all parts, then `hook` after the hook's
+# per-step changes of that session.
 set -u
 PARTS=${1:-kernels,pinned,hook}
 OUT=${OUT:-/tmp/llmperf-gpu-out}; mkdir -p "$OUT"
@@ -87,5 +89,7 @@ if [[ $PARTS == *hook* ]]; then
     --num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 8 \
     --global-batch-size 8 --vocab-size 50304 --train-iters 16 --bf16 > "$W/r1.log" 2>&1; echo "run exit $?"
   grep -E "step_time_s" "$W/r1.log" | tail -3; grep -iE "predicted|refine|hook" "$W/r1.log" | tail -6; pack
+  timeout 100 python3 benchmarks/measure_gpu_hook_overhead.py "$W/hook_overhead.json" > "$W/hook_overhead.log" 2>&1
+  echo "hook overhead exit $?"; tail -c 1500 "$W/hook_overhead.log"; pack
 fi
 echo "== done =="; date -u
