@@ -17,6 +17,9 @@ DEFAULT_IFS = " \t\n"
 _READ_OPTIONS_WITH_VALUE = frozenset("adinNptu")
 """read's options that take a value (`-a aname -d delim -i text -n nchars -N nchars -p prompt -t timeout -u fd`)."""
 _PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_UNEXPANDED = re.compile(r"\$[{(A-Za-z_0-9@*#?]|`")
+"""A reference the script's variables did not give (set by a command substitution, or from the environment the job
+starts in), or a command substitution: the text read or printed is not known."""
 HERE_STRING_REF = re.compile(r"<<<\s*(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)(?=$|[\s;&|)])")
 """`<<< $X`: a here-string's word is not split at blanks (3.6.7), so it is read as `<<< "$X"`."""
 
@@ -123,17 +126,20 @@ def _read_options(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
 
 def _input_text(script: _Script, redirections: Sequence[Redirection], heredoc: Heredoc | None) -> str | None:
     """The text read gets: a here-string's word expanded with a newline after it (3.6.7), or the here-document's
-    text; None when it reads anything else (the terminal, a file, a pipe)."""
+    text; None when it reads anything else (the terminal, a file, a pipe), or text holding a variable the script's
+    own assignments do not give."""
     text = None
     for redirection in redirections:
         operator = redirection.operator.lstrip("0123456789")
         if redirection.operator[:1].isdigit() and redirection.operator.rstrip("<-") not in ("", "0"):
             continue  # `3<<< x`: not its standard input
-        if operator == "<<<":
+        if operator == "<<<":  # `X=$(cmd); read A B <<< "$X"`: only running cmd gives the text
             text = script.expand(redirection.target) + "\n"
-        elif operator in ("<<", "<<-"):
-            text = script.here_document(heredoc) if heredoc is not None else None
-        elif operator in ("<", "<&", "<>"):
+            text = None if _UNEXPANDED.search(text) else text
+        elif operator in ("<<", "<<-") and heredoc is not None:  # a quoted one keeps its `$` as text
+            text = script.here_document(heredoc)
+            text = None if heredoc.expand and _UNEXPANDED.search(text) else text
+        elif operator in ("<<", "<<-", "<", "<&", "<>"):
             text = None
     return text
 
@@ -235,7 +241,9 @@ def printf_builtin(script: _Script, words: Sequence[str], uncertain: bool = Fals
     at = 4 if words[3] == "--" else 3
     if at >= len(words):
         return False
-    text = None if uncertain else printf_text(script.expand(words[at]), [script.expand(w) for w in words[at + 1:]])
+    expanded = [script.expand(word) for word in words[at:]]
+    text = None if uncertain or any(_UNEXPANDED.search(word) for word in expanded) else \
+        printf_text(expanded[0], expanded[1:])
     if text is None:
         _leave_undecided(script, [name])
     else:
