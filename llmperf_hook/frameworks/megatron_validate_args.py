@@ -15,6 +15,7 @@ from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
 from llmperf_hook.frameworks.megatron_rules import list_values
 from llmperf_hook.frameworks.training_config import ParallelLayout
 from llmperf_hook.launch.argv_words import unexpanded_hint
@@ -243,33 +244,46 @@ def _check_rampup(flags: FlagValues, script_args: Sequence[str], dp: int) -> Non
     """--rampup-batch-size START INCREMENT SAMPLES, in the releases that have it (to core_v0.17; core_v0.18 replaced
     it with --step-batch-size-schedule, c9e03d0c3b): validate_args asserts 'expected no batch-size rampup for
     iteration-based training' (22ab91bbf9, 2020-12), and RampupBatchsizeNumMicroBatchesCalculator
-    (core/num_microbatches_calculator.py) positive START and INCREMENT, GBS - START a non-negative multiple of
-    INCREMENT, and at the first step (update(..., consistency_check=True)) START a multiple of MBS x DP unless
-    --decrease-batch-size-if-needed."""
+    (core/num_microbatches_calculator.py) positive START and INCREMENT, non-negative SAMPLES, GBS - START a
+    non-negative multiple of INCREMENT; its __init__ divides SAMPLES by (GBS - START) / INCREMENT and update() the
+    consumed samples by SAMPLES per increment, so START = GBS or SAMPLES = 0 stop the job with a ZeroDivisionError;
+    and at every step (update(..., consistency_check=True)) the step's batch must divide by MBS x DP unless
+    --decrease-batch-size-if-needed (frameworks/megatron_rampup.py: which batches the steps run at)."""
     words = flags.get("rampup_batch_size")
     if not words:
         return
+    ramp = " ".join(words)
     iters = _number(script_args, "--train-iters")
     if iters:
-        raise ConfigError(f"--rampup-batch-size {' '.join(words)} with --train-iters {iters:g}: Megatron's validate_args "
+        raise ConfigError(f"--rampup-batch-size {ramp} with --train-iters {iters:g}: Megatron's validate_args "
                           "asserts 'expected no batch-size rampup for iteration-based training'. Give --train-samples "
                           "(and the --lr-*-samples forms) instead.")
     try:
-        start, step, _ = (int(w) for w in words)
+        start, step, samples = (int(w) for w in words)
     except ValueError:
-        raise ConfigError(f"--rampup-batch-size {' '.join(words)}: three integers expected (start batch size, "
+        raise ConfigError(f"--rampup-batch-size {ramp}: three integers expected (start batch size, "
                           "increment, ramp-up samples).") from None
     mbs = flags.get("micro_batch_size", 1)
     gbs = flags.get("global_batch_size", mbs * dp)
-    if start <= 0 or step <= 0 or gbs < start or (gbs - start) % step:
-        raise ConfigError(f"--rampup-batch-size {' '.join(words)} with global batch size {gbs}: Megatron's ramp-up "
-                          "calculator asserts a positive start and increment and (global - start) a non-negative "
-                          "multiple of the increment. Change the ramp-up or --global-batch-size.")
-    if start % (mbs * dp) and not _given(script_args, "--decrease-batch-size-if-needed"):
-        raise ConfigError(f"--rampup-batch-size starts at {start}, not a multiple of micro batch size {mbs} x data "
-                          f"parallel size {dp} = {mbs * dp}: Megatron asserts each step's batch is ('current global batch "
-                          "size ... is not divisible by micro-batch-size times data parallel size'). Start at a multiple "
-                          "or add --decrease-batch-size-if-needed.")
+    if start <= 0 or step <= 0 or samples < 0 or gbs < start or (gbs - start) % step:
+        raise ConfigError(f"--rampup-batch-size {ramp} with global batch size {gbs}: Megatron's ramp-up "
+                          "calculator asserts a positive start and increment, non-negative ramp-up samples and "
+                          "(global - start) a non-negative multiple of the increment. Change the ramp-up or "
+                          "--global-batch-size.")
+    if start == gbs or samples == 0:
+        raise ConfigError(f"--rampup-batch-size {ramp} with global batch size {gbs}: "
+                          f"{'the ramp has no increments' if start == gbs else 'the ramp lasts 0 samples'}, and "
+                          "Megatron's ramp-up calculator divides by that (ZeroDivisionError at start-up). Start below "
+                          "the global batch with a positive number of ramp-up samples, or drop --rampup-batch-size.")
+    if _given(script_args, "--decrease-batch-size-if-needed"):
+        return
+    divisor = rampup_divisor(words, gbs)
+    if divisor % (mbs * dp):
+        raise ConfigError(f"--rampup-batch-size {ramp} with global batch size {gbs}: the ramp-up runs steps at "
+                          f"global batches whose greatest common divisor is {divisor}, not a multiple of micro batch "
+                          f"size {mbs} x data parallel size {dp} = {mbs * dp}: Megatron asserts each step's batch is "
+                          "('current global batch size ... is not divisible by micro-batch-size times data parallel "
+                          "size'). Choose START and INCREMENT multiples of it, or add --decrease-batch-size-if-needed.")
 
 
 def _check_distopt_instances(flags: FlagValues, parallel: ParallelLayout) -> list[str]:

@@ -5,24 +5,19 @@ knobs it changes; candidates.rule_masks states the rules it can read from the Tr
 script's own words (ParsedJob.script_args, variables expanded) and give the same kind of named masks (True = the
 framework refuses that candidate's command):
 
-- --rampup-batch-size START INCREMENT SAMPLES (Megatron-LM to core_v0.17, Megatron-DeepSpeed): train() asserts at
-  every step (update_num_microbatches(..., consistency_check=True)) that the step's global batch divides by
-  micro-batch x DP ('current global batch size ... is not divisible by micro-batch-size times data parallel size',
-  megatron/core/num_microbatches_calculator.py RampupBatchsizeNumMicroBatchesCalculator.update; Megatron-DeepSpeed's
-  megatron/microbatches.py alike), unless --decrease-batch-size-if-needed. A step's batch is START + k x INCREMENT,
-  k = int(consumed samples / (SAMPLES / increments)), the consumed samples growing by each step's batch: every k is
-  reached when SAMPLES / increments is at least the batch, a short ramp skips some. So the rule is that micro-batch x
-  DP divides the greatest common divisor of the batches the ramp reaches (START and INCREMENT when it reaches all).
+- --rampup-batch-size START INCREMENT SAMPLES (Megatron-LM to core_v0.17, Megatron-DeepSpeed): micro-batch x DP
+  must divide every global batch the ramp-up runs steps at, unless --decrease-batch-size-if-needed
+  (frameworks/megatron_rampup.py, which explain's rule reads too).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from llmperf_hook.frameworks.flags import parse_flags
+from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
@@ -37,7 +32,7 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskF
     if cfg.framework not in ("megatron", "megatron-deepspeed"):
         return lambda cols: {}
     flags = parse_flags(script_args, SCRIPT_FLAGS)
-    divisor = _rampup_divisor(flags.get("rampup_batch_size"), cfg.batch.global_batch_size)
+    divisor = rampup_divisor(flags.get("rampup_batch_size"), cfg.batch.global_batch_size)
     if not divisor or "--decrease-batch-size-if-needed" in script_args:  # that flag rounds each batch down instead
         return lambda cols: {}
 
@@ -46,36 +41,3 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskF
         return {RAMPUP_RULE: divisor % step != 0}
 
     return masks
-
-
-def _rampup_divisor(words: object, global_batch: int) -> int:
-    """The greatest common divisor of the global batches below `global_batch` that the ramp-up runs steps at; 0 when
-    the command has no ramp-up or Megatron refuses its words anyway (explain's rules: not three integers, START or
-    INCREMENT not positive, GLOBAL - START not a non-negative multiple of INCREMENT; START = GLOBAL and SAMPLES = 0
-    divide by zero in the calculator's __init__)."""
-    if not isinstance(words, (list, tuple)) or len(words) != 3:
-        return 0
-    try:
-        start, increment, samples = (int(w) for w in words)
-    except ValueError:
-        return 0
-    if start <= 0 or increment <= 0 or samples <= 0 or start >= global_batch or (global_batch - start) % increment:
-        return 0
-    increments = (global_batch - start) // increment
-    per_increment = samples / increments
-    if per_increment >= global_batch:  # a step consumes at most GLOBAL samples: every k below `increments` is run
-        return start if increments == 1 else math.gcd(start, increment)
-
-    def batch(consumed: int) -> int:  # RampupBatchsizeNumMicroBatchesCalculator.update, its float division included
-        return global_batch if consumed > samples else start + int(consumed / per_increment) * increment
-
-    divisor, size, consumed = start, start, 0
-    while size < global_batch:  # jump to the first step of the next batch size (batch() never decreases)
-        low, high = 1, (samples - consumed) // size + 1  # `high` steps take it past SAMPLES: the global batch
-        while low < high:
-            mid = (low + high) // 2
-            low, high = (mid + 1, high) if batch(consumed + mid * size) == size else (low, mid)
-        consumed += low * size
-        size = batch(consumed)
-        divisor = math.gcd(divisor, size) if size < global_batch else divisor
-    return divisor

@@ -55,7 +55,17 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("rampup increment does not reach gbs", ("--global-batch-size", "64", "--rampup-batch-size", "16", "10", "1000"),
      "multiple of the increment"),
     ("rampup start not a multiple of mbs x dp", ("--global-batch-size", "64", "--rampup-batch-size", "4", "4", "1000"),
-     "starts at 4"),
+     "greatest common divisor is 4"),
+    # every step's batch, not only the first: 32 8 reaches 40 (micro-batch 2 x DP 8 = 16)
+    ("rampup increment not a multiple of mbs x dp", ("--micro-batch-size", "2", "--global-batch-size", "256",
+                                                     "--rampup-batch-size", "32", "8", "1000"), "greatest common divisor is 8"),
+    ("rampup increments all multiples of mbs x dp", ("--micro-batch-size", "2", "--global-batch-size", "256",
+                                                     "--rampup-batch-size", "32", "16", "1000"), None),
+    ("rampup too short to reach 192", ("--micro-batch-size", "2", "--global-batch-size", "256",
+                                       "--rampup-batch-size", "128", "64", "32"), None),
+    ("rampup start equals gbs", ("--global-batch-size", "64", "--rampup-batch-size", "64", "16", "1000"),
+     "has no increments"),
+    ("rampup of 0 samples", ("--global-batch-size", "64", "--rampup-batch-size", "16", "16", "0"), "lasts 0 samples"),
     ("rampup start rounded down by request", ("--global-batch-size", "64", "--rampup-batch-size", "4", "4", "1000",
                                               "--decrease-batch-size-if-needed"), None),
     # precision

@@ -13,7 +13,8 @@ import pytest
 
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.tune.candidates import generate_candidates
-from llmperf_hook.tune.command_rules import RAMPUP_RULE, _rampup_divisor, command_rule_masks
+from llmperf_hook.frameworks.megatron_rampup import rampup_divisor
+from llmperf_hook.tune.command_rules import RAMPUP_RULE, command_rule_masks
 from llmperf_hook.tune.search_space import load_search_space
 
 from .helpers import run_cli, tune_apply_json
@@ -74,7 +75,7 @@ def test_divisor_is_that_of_the_batches_megatron_runs(start: int, increment: int
         if batch == global_batch:
             break
         divisor, consumed = math.gcd(divisor, batch), consumed + batch
-    assert _rampup_divisor([str(start), str(increment), str(samples)], global_batch) == divisor
+    assert rampup_divisor([str(start), str(increment), str(samples)], global_batch) == divisor
 
 
 def test_no_rule_when_megatron_rounds_the_batch_down_or_without_a_ramp() -> None:
