@@ -11,7 +11,6 @@ import os
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.sed_templates import in_place_files, parse_sed, sed_output, substitute
 from llmperf_hook.launch.shell_conditions import Conditions
-from llmperf_hook.launch.shell_read import UNEXPANDED
 from llmperf_hook.launch.shell_script import (Heredoc, ScriptLine, protect_literal_dollars, restore_dollars,
                                               shell_split, split_redirections, strip_redirections)
 
@@ -52,19 +51,17 @@ class FileWrites:
             split = [strip_redirections(shell_split(protect_literal_dollars(command))) for command in pipeline]
         except ValueError:
             return
-        expanded = [[self.expand(word, record=False) for word in command] for command, _ in split]
-        known = not any(UNEXPANDED.search(word) for command in expanded for word in command)  # `s/OPT/$(cmd)/`
-        words = [[restore_dollars(word) for word in command] for command in expanded]
+        words = [[restore_dollars(self.expand(word, record=False)) for word in command] for command, _ in split]
         edited = in_place_files(words[0]) if len(words) == 1 else []
         if edited:  # `sed -i "s/MBSIZE/2/" ds.json`: each file rewritten where it is
-            edit, origin = parse_sed(words[0]) if known else None, f"{self.path} line {line.number}"
+            edit, origin = parse_sed(words[0]), f"{self.path} line {line.number}"
             for name in edited:
                 old = self.template_text(name) if edit is not None else None
                 self.files[os.path.normpath(name)] = \
                     ScriptFile("", origin, command=" ".join(words[0])[:80]) if edit is None or old is None else \
                     ScriptFile(substitute(edit.substitutions, old), f"{origin} (sed -i)")
             return
-        text = sed_output(words, self.template_text) if known else None
+        text = sed_output(words, self.template_text)
         if text is not None and split[-1][1]:
             target = os.path.normpath(self.expand(split[-1][1][-1], record=False))
             self.files[target] = ScriptFile(text, f"{self.path} line {line.number} (sed on {words[0][-1]})")

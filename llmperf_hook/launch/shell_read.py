@@ -17,7 +17,7 @@ DEFAULT_IFS = " \t\n"
 _READ_OPTIONS_WITH_VALUE = frozenset("adinNptu")
 """read's options that take a value (`-a aname -d delim -i text -n nchars -N nchars -p prompt -t timeout -u fd`)."""
 _PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-UNEXPANDED = re.compile(r"\$[{(A-Za-z_0-9@*#?]|`")
+_UNEXPANDED = re.compile(r"\$[{(A-Za-z_0-9@*#?]|`")
 """A reference the script's variables did not give (set by a command substitution, or from the environment the job
 starts in), or a command substitution: the text read or printed is not known."""
 HERE_STRING_REF = re.compile(r"<<<\s*(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)(?=$|[\s;&|)])")
@@ -135,10 +135,10 @@ def _input_text(script: _Script, redirections: Sequence[Redirection], heredoc: H
             continue  # `3<<< x`: not its standard input
         if operator == "<<<":  # `X=$(cmd); read A B <<< "$X"`: only running cmd gives the text
             text = script.expand(redirection.target) + "\n"
-            text = None if UNEXPANDED.search(text) else text
+            text = None if _UNEXPANDED.search(text) else text
         elif operator in ("<<", "<<-") and heredoc is not None:  # a quoted one keeps its `$` as text
             text = script.here_document(heredoc)
-            text = None if heredoc.expand and UNEXPANDED.search(text) else text
+            text = None if heredoc.expand and _UNEXPANDED.search(text) else text
         elif operator in ("<<", "<<-", "<", "<&", "<>"):
             text = None
     return text
@@ -242,7 +242,7 @@ def printf_builtin(script: _Script, words: Sequence[str], uncertain: bool = Fals
     if at >= len(words):
         return False
     expanded = [script.expand(word) for word in words[at:]]
-    text = None if uncertain or any(UNEXPANDED.search(word) for word in expanded) else \
+    text = None if uncertain or any(_UNEXPANDED.search(word) for word in expanded) else \
         printf_text(expanded[0], expanded[1:])
     if text is None:
         _leave_undecided(script, [name])

@@ -166,19 +166,3 @@ def test_a_copy_with_options(copy: str, copied: bool, tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     written = parse_launch(["bash", "train.sh"], {}).script_files["ds.json"]
     assert (written.text, written.command) == ((TEMPLATE, "") if copied else ("", copy))
-
-
-@pytest.mark.parametrize("chain", ['O=$(cat opt.txt)\nsed "s/ZERO_STAGE/$O/" tmpl.json > ds.json\n',
-                                   'cp tmpl.json ds.json\nsed -i "s/ZERO_STAGE/$(cat stage.txt)/" ds.json\n'])
-def test_a_substitution_of_a_value_only_running_gives(chain: str, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replacement holds a variable a command substitution set (or the substitution itself): the file is 'written
-    by a command', not a text holding `$O` (it read `"stage": $O`). A single-quoted `$` stays sed's text."""
-    (tmp_path / "tmpl.json").write_text(TEMPLATE)
-    (tmp_path / "train.sh").write_text(chain + LAUNCH.replace("${config_json}", "ds.json"))
-    monkeypatch.chdir(tmp_path)
-    written = parse_launch(["bash", "train.sh"], {}).script_files["ds.json"]
-    assert written.command.startswith("sed") and written.text == ""
-    (tmp_path / "quoted.sh").write_text("sed 's/ZERO_STAGE/$S/' tmpl.json > ds.json\n" +
-                                        LAUNCH.replace("${config_json}", "ds.json"))
-    assert '"stage": $S}' in parse_launch(["bash", "quoted.sh"], {}).script_files["ds.json"].text
