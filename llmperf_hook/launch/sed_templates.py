@@ -80,7 +80,8 @@ def _regex(text: str, extended: bool) -> str | None:
             end = _bracket_end(text, i)
             if end > len(text) or "\\" in text[i:end]:
                 return None
-            out.append("[" + text[i + 1:end - 1].replace("[", "\\[") + "]")
+            # `[`, `&`, `~`, `|` are literal in a POSIX bracket; Python's re warns of (future) set operators
+            out.append("[" + re.sub(r"([\[&~|])", r"\\\1", text[i + 1:end - 1]) + "]")
             i = end
             continue
         if c == "\\" and i + 1 < len(text):
