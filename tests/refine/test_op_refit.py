@@ -42,6 +42,16 @@ def _user_profile(home: Path, torch: str | None = None) -> Path:
     return write_profile(home / "profiles" / "cpu-test", meta, {entry.file: text})
 
 
+def _refine_one_gelu_op(tmp_path: Path) -> str:
+    """refine's op-refit line for a one-rank run that recorded one gelu op (10,000 elements, the profile's own time)."""
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write('{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
+                f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
+    (job,) = refine_run(run).jobs
+    return job.op_refit
+
+
 def test_instrument_samples_refit_the_user_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llmperf_hook.profile.profile_io import read_profile_meta
 
@@ -68,12 +78,8 @@ def test_a_profile_fingerprinted_before_the_measuring_torch_was_part_of_it_refit
     home = tmp_path / "home"
     monkeypatch.setenv("LLMPERF_HOME", str(home))
     _user_profile(home, torch="2.13.0+cpu")
-    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
-    with open(run / "rank0.jsonl", "a") as f:
-        f.write('{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
-                f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
-    (job,) = refine_run(run).jobs
-    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in job.op_refit, job.op_refit
+    op_refit = _refine_one_gelu_op(tmp_path)
+    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in op_refit, op_refit
 
 
 def test_no_user_profile_means_samples_kept_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,12 +101,8 @@ def test_refit_ignores_samples_of_the_same_name_from_another_machine(tmp_path: P
     with open_store(home / "store.sqlite") as store:
         store.record_op_samples(OpSampleRecord("cpu-test", "fp32", "gelu", "fwd", {"elements": float(e)}, 1.0,
                                                fingerprint='{"device": "other"}') for e in (5000, 7000, 9000))
-    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
-    with open(run / "rank0.jsonl", "a") as f:
-        f.write('{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", "dtype": "fp32", '
-                f'"dims": {{"elements": 10000}}, "seconds": {_gelu_time_s(10000)}, "count": 4}}\n')
-    (job,) = refine_run(run).jobs
-    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in job.op_refit, job.op_refit
+    op_refit = _refine_one_gelu_op(tmp_path)
+    assert "gelu/fwd/fp32 (24 sampled + 1 instrumented)" in op_refit, op_refit
 
 
 def test_collective_samples_are_stored_not_refitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
