@@ -28,6 +28,22 @@ def _shard(pred) -> float:
     return build_graph(pred.config, pred.cluster).stages[0].num_params / GPN
 
 
+def _short_one_gpu(argv: list[str]) -> None:
+    """Sequence 256 and global batch 1 in place: on one GPU the optimizer step's working set becomes the peak."""
+    argv[argv.index("--seq-length") + 1] = argv[argv.index("--max-position-embeddings") + 1] = "256"
+    argv[argv.index("--global-batch-size") + 1] = "1"
+
+
+def _step_working_set(argv: list[str]) -> tuple[float, int, float]:
+    """(the first stage's optimizer_step_working_set, its parameters, the transient memory the step reuses)."""
+    pred = predict_command(argv, {}, cluster="dgx-a100")
+    stage = build_graph(pred.config, pred.cluster).stages[0]
+    parts = stage_memory(pred.config, stage, 1, pred.cluster.gpu)
+    transient = sum(v for k, v in parts.items() if k in ("activations", "embedding_activations", "logits_and_loss",
+                                                         "allocator_fragmentation"))
+    return parts["optimizer_step_working_set"], stage.num_params, transient
+
+
 def test_default_dtypes_keep_the_master_as_int16_remainders() -> None:
     """fp32 main params with bf16 parameters and the default delayed recipe: FusedAdam holds the master
     (use_precision_aware_optimizer_no_fp8_or_ds_fp8) as 16-bit remainders (store_param_remainders, default True):
@@ -68,14 +84,9 @@ def test_low_precision_states_are_unscaled_to_fp32_during_the_step() -> None:
     step outgrows the backward's activations and becomes the peak."""
     argv = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", *SHAPE[:-1], "--use-distributed-optimizer",
             *AWARE, "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16", "--main-params-dtype", "fp16"]
-    argv[argv.index("--seq-length") + 1] = argv[argv.index("--max-position-embeddings") + 1] = "256"
-    argv[argv.index("--global-batch-size") + 1] = "1"
-    pred = predict_command(argv, {}, cluster="dgx-a100")
-    stage = build_graph(pred.config, pred.cluster).stages[0]
-    parts = stage_memory(pred.config, stage, 1, pred.cluster.gpu)
-    transient = sum(v for k, v in parts.items() if k in ("activations", "embedding_activations", "logits_and_loss",
-                                                         "allocator_fragmentation"))
-    assert parts["optimizer_step_working_set"] == pytest.approx(12 * stage.num_params - transient, rel=1e-3)
+    _short_one_gpu(argv)
+    working_set, num_params, transient = _step_working_set(argv)
+    assert working_set == pytest.approx(12 * num_params - transient, rel=1e-3)
     plain = predict_command([a for a in argv if a not in ("bf16", "fp16") and a not in (
         "--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-params-dtype")], {}, cluster="dgx-a100")
     assert "optimizer_step_working_set" not in plain.estimate.memory.components
@@ -100,14 +111,9 @@ def test_sixteen_bit_main_gradients_are_copied_to_fp32_for_the_step() -> None:
     with fp32 main gradients (bf16's default) .float() is the tensor itself."""
     base = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", *[a for a in SHAPE if a not in (
         "--bf16", "--use-distributed-optimizer")], "--fp16"]
-    base[base.index("--seq-length") + 1] = base[base.index("--max-position-embeddings") + 1] = "256"
-    base[base.index("--global-batch-size") + 1] = "1"
-    pred = predict_command(base, {}, cluster="dgx-a100")
-    stage = build_graph(pred.config, pred.cluster).stages[0]
-    parts = stage_memory(pred.config, stage, 1, pred.cluster.gpu)
-    transient = sum(v for k, v in parts.items() if k in ("activations", "embedding_activations", "logits_and_loss",
-                                                         "allocator_fragmentation"))
-    assert parts["optimizer_step_working_set"] == pytest.approx(4 * stage.num_params - transient, rel=1e-3)
+    _short_one_gpu(base)
+    working_set, num_params, transient = _step_working_set(base)
+    assert working_set == pytest.approx(4 * num_params - transient, rel=1e-3)
     fp32_grads = predict_command([*base, "--accumulate-allreduce-grads-in-fp32"], {}, cluster="dgx-a100")
     assert "optimizer_step_working_set" not in fp32_grads.estimate.memory.components
 
