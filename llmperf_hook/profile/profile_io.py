@@ -196,6 +196,12 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
     for name in filter(None, (entry.file, entry.packed_file)):
         if "/" in name or "\\" in name or name.startswith("."):
             raise _fail(directory, f"model file name {name!r} points outside the profile")
+    if entry.packed_file is not None and entry.packed_file != packed_name(entry.file):
+        # outside meta_sha256 like the other file keys, but unlike them a changed name is not caught by its file
+        # (a packed file that is not there is no damage: the text is parsed), so it is checked against the one
+        # write_profile derives from the model file's name
+        raise _fail(directory, f"model {entry.file} names packed file {entry.packed_file!r}, not "
+                               f"{packed_name(entry.file)!r} (corrupted or edited)")
     return entry
 
 

@@ -144,3 +144,16 @@ def test_packed_trees_of_another_text_are_passed_over_for_the_text(tmp_path: Pat
     parsed, parse = [], profile_io.parse_lightgbm_text
     monkeypatch.setattr(profile_io, "parse_lightgbm_text", lambda text: parsed.append(1) or parse(text))
     assert FittedProfile(d).predict_s([OP], None)[0] == expected and parsed == [1]
+
+
+@pytest.mark.parametrize("name", ["gemm.fwd.fp32.treef.gz", "other.trees.gz"])
+def test_a_changed_packed_file_name_is_refused(name: str, tmp_path: Path) -> None:
+    """packed_file is outside meta_sha256 like the other file keys, but a name that points at no file is not caught by
+    the file (an absent packed file has the text parsed): the name must be the one write_profile derives from the
+    model file's (one flipped bit of profile.json predicted from it, CI 2026-11-27)."""
+    d = _tiny(tmp_path)
+    doc = json.loads((d / "profile.json").read_text())
+    doc["models"][0]["packed_file"] = name
+    (d / "profile.json").write_text(json.dumps(doc))
+    with pytest.raises(ProfileError, match="names packed file"):
+        read_profile_meta(d)
