@@ -1,6 +1,7 @@
 """`-N/--nodes` as sbatch and srun read it (src/common/proc_args.c verify_node_count): a count (`4`, `2k`), a range
 `MIN-MAX`, or a size string, a list of counts and ranges with an optional step (`1,4`, `2-8:2` = 2,4,6,8; sbatch(1):
-"--nodes=1-15:4" is equivalent to "--nodes=1,5,9,13").
+"--nodes=1-15:4" is equivalent to "--nodes=1,5,9,13"). A range's MIN may be left out or negative, which Slurm reads
+as 1 (`--nodes=-4` is 1-4), and a MAX of 0 means no maximum.
 
 Slurm allocates "as many nodes as possible within the range specified and without delaying the initiation of the job"
 (sbatch(1) -N): the count the job gets is only known when it starts. llmperf prices the largest the option allows,
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 MAX_JOB_SIZE_BITMAP = 16384
 """slurm/slurm.h: the largest count a size string may list."""
-_COUNT = re.compile(r"(\d+)([kK]?)([mM]?)")
+_COUNT = re.compile(r"\s*([+-]?\d+)([kK]?)([mM]?)")
+_INT_MAX = 2**31 - 1
 _ITEM = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
 
@@ -42,12 +44,14 @@ class NodeCounts:
                 "the count it got in SLURM_JOB_NUM_NODES. Pass llmperf --nnodes N to price another count.")
 
 
-def _str_to_nodes(text: str) -> int | None:
-    """str_to_nodes: digits with an optional k/K (x1024) then m/M (x1048576) suffix; None if it is not one."""
-    match = _COUNT.fullmatch(text)
+def _str_to_nodes(text: str) -> tuple[int, str]:
+    """str_to_nodes: strtol's digits (leading blanks and a sign allowed) with an optional k/K (x1024) then m/M
+    (x1048576) suffix, and what is left after them; -1 for no digits (all of `text` left) or a count below 0."""
+    match = _COUNT.match(text)
     if match is None:
-        return None
-    return int(match.group(1)) * (1024 if match.group(2) else 1) * (1 << 20 if match.group(3) else 1)
+        return -1, text
+    number = int(match.group(1)) * (1024 if match.group(2) else 1) * (1 << 20 if match.group(3) else 1)
+    return (number if 0 <= number <= _INT_MAX else -1), text[match.end():]
 
 
 def _size_string(value: str) -> list[int] | None:
@@ -64,6 +68,22 @@ def _size_string(value: str) -> list[int] | None:
     return sorted(counts) or None
 
 
+def _range(text: str) -> NodeCounts:
+    """`MIN-MAX` as verify_node_count reads it: an empty or negative MIN is 1 (`--nodes=-4` is 1-4), a MAX of 0 means
+    no maximum (`4-0`), and a MAX below MIN (an empty `4-` reads -1) is refused."""
+    low_text, _, high_text = text.partition("-")
+    low, left = _str_to_nodes(low_text)
+    if left.strip():
+        raise ValueError(f'"{low_text}" is not a valid node count')
+    low = max(low, 1)  # `if (*min_nodes < 0) *min_nodes = 1;`
+    high, left = _str_to_nodes(high_text)
+    if left.strip():
+        raise ValueError(f'"{high_text}" is not a valid node count')
+    if high != 0 and high < low:
+        raise ValueError(f"Maximum node count {high} is less than minimum node count {low}")
+    return NodeCounts(low, high or low)
+
+
 def parse_node_counts(value: str) -> NodeCounts:
     """The counts `-N value` allows; ValueError with Slurm's own words when sbatch/srun would stop on it."""
     text = value.strip()
@@ -72,10 +92,9 @@ def parse_node_counts(value: str) -> NodeCounts:
         if counts is None:
             raise ValueError(f'"{text}" is not a valid node count')
         return NodeCounts(counts[0], counts[-1], tuple(counts))
-    low_text, dash, high_text = text.partition("-")
-    low, high = _str_to_nodes(low_text), _str_to_nodes(high_text) if dash else None
-    if low is None or (dash and high is None):
+    if "-" in text:
+        return _range(text)
+    count, left = _str_to_nodes(text)
+    if left.strip() or count < 0:
         raise ValueError(f'"{text}" is not a valid node count')
-    if dash and high and high < low:
-        raise ValueError(f"Maximum node count {high} is less than minimum node count {low}")
-    return NodeCounts(low, high if dash and high else low)  # `4-0`: no maximum
+    return NodeCounts(count, count)

@@ -19,6 +19,7 @@ GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 12
 
 @pytest.mark.parametrize("value, low, high, listed", [
     ("4", 4, 4, None), ("2-8", 2, 8, None), ("2k", 2048, 2048, None), ("4-0", 4, 4, None),
+    ("-4", 1, 4, None), ("0-4", 1, 4, None), (" 3", 3, 3, None),
     ("2-8:2", 2, 8, (2, 4, 6, 8)), ("1,4", 1, 4, (1, 4)), ("1-15:4", 1, 13, (1, 5, 9, 13)), ("8,2-3", 2, 8, (2, 3, 8)),
 ])
 def test_node_counts_as_slurm_reads_them(value: str, low: int, high: int, listed: tuple[int, ...] | None) -> None:
@@ -28,6 +29,9 @@ def test_node_counts_as_slurm_reads_them(value: str, low: int, high: int, listed
 
 @pytest.mark.parametrize("value, said", [("4-2", "Maximum node count 2 is less than minimum node count 4"),
                                          ("abc", '"abc" is not a valid node count'),
+                                         ("4-", "Maximum node count -1 is less than minimum node count 4"),
+                                         ("-", "Maximum node count -1 is less than minimum node count 1"),
+                                         ("2x-4", '"2x" is not a valid node count'),
                                          ("1,x", "is not a valid node count"), ("1,20000", "is not a valid node count"),
                                          ("2k,4", "is not a valid node count")])
 def test_values_slurm_refuses(value: str, said: str) -> None:
@@ -43,7 +47,7 @@ def _sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: str, *cli: s
 
 
 @pytest.mark.parametrize("nodes, assumed, listed", [("2-8:2", 8, "2, 4, 6, 8"), ("1,4", 4, "1, 4"),
-                                                    ("2-4", 4, "2 to 4")])
+                                                    ("2-4", 4, "2 to 4"), ("-4", 4, "1 to 4")])
 def test_sbatch_range_allocates_the_most_and_says_so(nodes: str, assumed: int, listed: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     job = _sbatch(tmp_path, monkeypatch, nodes)
