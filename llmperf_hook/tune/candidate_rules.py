@@ -31,7 +31,10 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
     # DeepSpeed's PipelineEngine splits any layer count (graph/stages.deepspeed_pipeline_partition); it runs for
     # every Megatron-DeepSpeed candidate with PP > 1 (candidate._pipeline_engine) and never interleaves.
     engine = (pp > 1) if cfg.framework == "megatron-deepspeed" else np.full(pp.shape, cfg.deepspeed_pipeline_engine)
-    layers_ok = even | ((pp == p.pp) & bool(uneven)) | (engine & (vpp == 1) & (total == m.num_layers))
+    # --pipeline-model-parallel-layout places every layer itself (the command's PP and VPP only, rule below), so
+    # Megatron's even split is not asked of it: Et|(tt|)*6mL runs 13 layers + MTP over PP 2 x VPP 4.
+    own_layout = bool(p.pipeline_layout) & (pp == p.pp) & (vpp == p.vpp)
+    layers_ok = even | ((pp == p.pp) & bool(uneven)) | (engine & (vpp == 1) & (total == m.num_layers)) | own_layout
     return {
         "world % (tp*pp*cp) != 0": cfg.world_size % model_parallel != 0,
         "num_attention_heads % tp != 0": m.num_attention_heads % tp != 0,

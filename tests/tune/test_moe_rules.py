@@ -171,3 +171,21 @@ def test_a_custom_pipeline_layout_keeps_its_pipeline_degree() -> None:
     mask = rule_masks(cfg, table.columns)["custom pipeline layout fixes pp and vpp"]
     c = table.columns
     assert np.array_equal(mask, (c["pp"] != 4) | (c["vpp"] != 2)) and mask.any() and not mask.all()
+
+
+def test_a_custom_pipeline_layout_is_not_asked_for_an_even_split(tmp_path: Path, capsys) -> None:
+    """The layout places each layer itself, so 30 layers over PP 4 x VPP 2 is the command's own valid layout (explain
+    accepts it); the even-split rule rejected every candidate, the command's included, and tune exited 3 with
+    'No candidate passed the layout rules' (Megatron-LM's CI job moe_scoped_cudagraph: Et|(tt|)*6mL, 13 layers)."""
+    argv = [*_with(_with(OVERLAP, "--num-layers-per-virtual-pipeline-stage", None), "--num-layers", "30"),
+            "--pipeline-model-parallel-layout", "Et*2|(t*4|)*6,t*4L"]
+    argv = [w for w in argv if w != "--overlap-moe-expert-parallel-comm"]
+    cfg = resolve_job(argv, {})[1]
+    assert (cfg.parallel.pp, cfg.parallel.vpp) == (4, 2)
+    table = generate_candidates(cfg, parse_search_space(SPACE), 8)
+    own = np.flatnonzero([table.candidate(i) == candidate_of(cfg) for i in range(len(table))])
+    assert len(own) == 1 and not rule_rejected(cfg, table)[own].any()
+    code, out, err = tune_apply_json(tmp_path, capsys, {**SPACE, "expert_parallel": [4]}, argv)
+    assert code == 0, err
+    explained = run_cli(["explain", "--format", "json", "--", *json.loads(out)["applied"]["argv"]], capsys)
+    assert explained[0] == 0, explained[2]
