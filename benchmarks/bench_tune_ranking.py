@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
                                                               [--misses [--noise PCT]] [--resolution]
-                                                              [--measured-only]
+                                                              [--measured-only] [--layer-ops]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -41,6 +41,10 @@ run-to-run spread to read a noise from: its rows are composed, `bench_validation
 (ranking_diagnostics.is_composed: S24's rows with data parallelism are its DP = 1 rows plus vTrain's table
 all-reduce), so the figure says how the tuner ranks real runs; the issue's figure above stays the one over all rows.
 
+`--layer-ops` prints one dense layer of each deciding S24 cell op by op, predicted against the A100 operator sample of
+the same per-rank shape, and how the ops compose into the layer's cost (GPU busy, host units, the queued passes):
+benchmarks/ranking_layer_ops.py.
+
 `--resolution` prints what the measurements can resolve (ranking_diagnostics.report_resolution): S24's rows are
 composed from one per-layer cost per (hidden, TP, micro-batch) cell (the per-micro-batch slope is linear in the
 layer count to a microsecond and the same for every pp and DP), so its 120 groups rest on 24 per-layer numbers;
@@ -68,12 +72,14 @@ import numpy as np
 
 from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency
 from ranking_attribution import report_misses, report_step_cost
+from ranking_layer_ops import is_deciding_row, report_layer_ops
 from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_resolution
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEV_CSV = ROOT.parent / "shared" / "validation" / "dev.csv"
+A100_OP_SAMPLES = ROOT.parent / "shared" / "data" / "op-samples" / "Perlmutter" / "operator"
 
 
 @dataclass
@@ -246,6 +252,8 @@ def main() -> None:
                          "count under a per-cell measurement error")
     ap.add_argument("--measured-only", action="store_true",
                     help="also rank the groups without the rows that were composed, not run (S24 with DP > 1)")
+    ap.add_argument("--layer-ops", action="store_true",
+                    help="also print one layer of each deciding S24 cell op by op against the A100 operator samples")
     ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
                     help="with --misses: also count rows within PCT %% of a group's fastest as its best")
     args = ap.parse_args()
@@ -272,6 +280,10 @@ def main() -> None:
     if args.host_cells:
         with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
             report_host_cells(Path(args.csv), presets, Path(tmp))
+    if args.layer_ops:
+        with tempfile.TemporaryDirectory(prefix="llmperf-tune-rank-") as tmp:
+            runs = [r for rs in load_groups(Path(args.csv)).values() for r in rs if is_deciding_row(r)]
+            report_layer_ops(resolve_rows(runs, presets, Path(tmp)), A100_OP_SAMPLES)
 
 
 def tp_step_cap(results: list[GroupResult], cluster: str = "vtrain-a100", dtype_bytes: int = 2):
