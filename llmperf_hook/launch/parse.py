@@ -152,6 +152,7 @@ def _inner_launch(words: Sequence[str], rest: int, env: dict[str, str], used: di
     """srun/mpirun running words[rest] (`sh -c CMD` opened): the launcher it runs once per node, which sizes the job
     (the outer launcher's warnings first), or None when it starts the training script itself."""
     words = _shell_c(words, rest, env, used) or words
+    words = _shell_file(words, rest, env, used) or words  # `srun bash -c "cd /w<newline>./run.sh"` runs a script too
     inner = _dispatch(words, rest, env, used, inside_srun=True)
     return words, (None if inner is None else replace(inner, warnings=(*warnings, *inner.warnings)))
 
@@ -191,22 +192,24 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     k = shell_command_index(words, i)
     if k is None:
         return None
-    if LITERAL_DOLLAR in words[k]:  # `bash -c '$LAUNCHER $CMD'`: the quoted `$` are that shell's to expand
-        words = [*words[:k], expand_env_refs(restore_dollars(words[k]), env, used), *words[k + 1:]]
-    # the string may already hold a variable's newlines (`srun bash -c '$LAUNCHER $CMD'`, expanded here, where
-    # bash splits them as blanks): only `;`, `&&`, `||`, `|`, `&` make it several commands
+    if LITERAL_DOLLAR in words[k]:  # `bash -c '$LAUNCHER $CMD'`: the quoted `$` are that shell's to expand, and
+        # the newlines of a value it expands are blanks to its word splitting (bash manual 3.5.7), never separators
+        blanks = {name: value.replace("\n", " ") for name, value in env.items()}
+        words = [*words[:k], expand_env_refs(restore_dollars(words[k]), blanks, used), *words[k + 1:]]
+    # the string is a script: a newline ends a command as `;` does (bash manual 3.2.4 Lists), a `#` starts a comment
+    # (`bash -c "cd /w # go there<newline>torchrun ..."` is two commands, `sh -c "<newline># don't forget<newline>..."`
+    # one)
     hidden: frozenset[str] = frozenset()
     lines = logical_lines(words[k])
-    # a line of the string that starts with `#` is a comment to its end (`sh -c "\n# don't forget\ntorchrun ..."`:
-    # its quote opens nothing), dropped before the newlines become blanks
-    text = "\n".join(part for part in words[k].split("\n") if not part.lstrip().startswith("#"))
-    if sum(len(p) for p in pipelines(text.replace("\n", " "))) > 1 or any(line.heredoc for line in lines):
+    commands = [line.text for line in lines if pipelines(line.text)]
+    if sum(len(p) for text in commands for p in pipelines(text)) > 1 or any(line.heredoc for line in lines):
         launch = read_batch_script(lines, env, used, f"{words[i]} -c {words[k][:60]!r}",
                                    "the command string of", words[k + 2:], script_shell(words[i], ""))
         inner, hidden = launch.words, launch.hidden
         if written is not None:
             written.update(launch.files)
     else:  # one command: bash takes its redirections off (`python train.py ... > log 2>&1`, bash manual 3.6)
+        text = commands[0] if commands else ""
         try:
             inner = strip_redirections(shell_split(text), quoted_words(text))[0]
         except ValueError as err:
@@ -222,6 +225,20 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
                          f"value: in a loop, or from a command's output); unset, it expands to nothing and `"
                          f"{' '.join(inner[1:3])} ...` runs as the command. Export it with a plain value, or write the "
                          "launcher itself.")
+    return [*words[:i], *inner]
+
+
+def _shell_file(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> list[str] | None:
+    """`srun bash run.sh ARGS` / `srun ./run.sh ARGS` (past wrappers): each task runs the script, so its launch line
+    (a launcher it starts once per task, or the python it runs as the task) takes the shell's place, as for `srun
+    bash -c CMD`; None when words[i] runs no script file that is there to read."""
+    i = _skip_prefixes(words, i, env)
+    at = _shell_script_index(words, i) if i < len(words) else None
+    if at is None or not os.path.isfile(words[at]):
+        return None
+    launch = _script_launch(words, i, env, used, None)
+    inner = normalise_argv(launch.words, env, used)
+    child_environment(env, launch.hidden)
     return [*words[:i], *inner]
 
 

@@ -137,10 +137,14 @@ def quoted_words(text: str) -> list[bool]:
     return [quoted for _, quoted in _word_marks(text)]
 
 
-_WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:(:?[-+])([^}$'\"`\\]*))?\}"
+_WORD_REF = re.compile(r"(?<![^\s])\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])"
+                       r"(?:(:?[-+])((?:[^}$'\"`\\]|\"?\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})\"?)*))?\}"
                        r"|([A-Za-z_][A-Za-z0-9_]*|[0-9@*]))(?![^\s;&|])")
 """A word that is one unquoted `$NAME`, `${NAME}`, or `${NAME:-word}` / `${NAME:+word}` (and their forms without
-`:`) whose word is plain text."""
+`:`) whose word is plain text and `$NAME` references (`${VP_SIZE:+--num-layers-per-virtual-pipeline-stage
+$VP_SIZE}`, Megatron-DeepSpeed's tests/functional_tests scripts: bash expands the word, then splits it, 3.5.3)."""
+_INNER_REF = re.compile(r"(\"?)\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?\1")
+"""A `$NAME` or `"$NAME"` (`${NAME}`, `"${NAME}"`) in the word of `${X:+word}`."""
 
 
 def _with_operator(value: str | None, op: str, word: str) -> str | None:
@@ -168,9 +172,15 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         if found.start() >= end or not outside[found.start()]:
             return found.group(0)
         value = value_of(found.group(1) or found.group(4))
-        if found.group(2):
-            value = _with_operator(value, found.group(2), found.group(3))
-        return found.group(0) if value is None else shlex.join(value.split())
+        if not found.group(2):
+            return found.group(0) if value is None else shlex.join(value.split())
+        chosen = _with_operator(value, found.group(2), "\0")
+        if chosen != "\0":
+            return shlex.join(chosen.split())
+        if any(value_of(name) is None for _, name in _INNER_REF.findall(found.group(3))):
+            return found.group(0)  # a reference in the word that llmperf does not know
+        return shlex.join(shlex.split(_INNER_REF.sub(lambda ref: shlex.quote(value_of(ref.group(2)) or "") if
+                                                     ref.group(1) else value_of(ref.group(2)) or "", found.group(3))))
 
     def each_arg(found: re.Match[str]) -> str:
         at = found.start()  # the opening quote itself is not 'outside': the blank before it is

@@ -1,0 +1,119 @@
+"""Launch forms of public repositories' scripts that llmperf read wrongly or refused although bash runs one training
+launch from them (session H120: `llmperf explain` over the mirrors' .sh / .slurm scripts, and the leftovers R24 and
+H112 noted); each test fails without its fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.parse import parse_launch
+from llmperf_hook.launch.shell_script import split_unquoted_words
+
+BASH = shutil.which("bash")
+GPT = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+       "--micro-batch-size 4 --vocab-size 1000 --mock-data")
+
+# Megatron-DeepSpeed tests/functional_tests/test_scripts/gpt3/sbatch_gpt3_distributed_test.sh (deepspeedai and
+# microsoft): srun runs a multi-line `bash -c` string that goes to the checkout and runs the test's launch script
+# (pretrain_gpt3_distributed_test.sh, its torchrun line cut to the flags used here).
+SBATCH_TEST = """#!/bin/bash
+#SBATCH --nodes=1
+DATA_PATH=/workspace/data/gpt3_data/my-gpt3_00_text_document
+srun --output $BASE_DIR/results/slurm-%j.out --no-container-mount-home bash -c "
+  ls
+  cd {checkout}
+  ./tests/pretrain_gpt3_distributed_test.sh $DATA_PATH $TP_SIZE $PP_SIZE $NUM_NODES $VP_SIZE"
+"""
+PRETRAIN_TEST = """#!/bin/bash
+DATA_PATH=$1
+TP_SIZE=$2
+PP_SIZE=$3
+NNODES=$4
+VP_SIZE=$5
+GPUS_PER_NODE=8
+DISTRIBUTED_ARGS="--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES"
+torchrun $DISTRIBUTED_ARGS \\
+       pretrain_gpt.py \\
+       {gpt} \\
+       --tensor-model-parallel-size $TP_SIZE \\
+       --pipeline-model-parallel-size $PP_SIZE \\
+       ${{VP_SIZE:+--num-layers-per-virtual-pipeline-stage "$VP_SIZE"}} \\
+       --global-batch-size 32 --fp16
+"""
+
+
+def _checkout(tmp_path: Path) -> Path:
+    checkout = tmp_path / "megatron-lm"
+    (checkout / "tests").mkdir(parents=True)
+    script = checkout / "tests" / "pretrain_gpt3_distributed_test.sh"
+    script.write_text(PRETRAIN_TEST.format(gpt=GPT))
+    script.chmod(0o755)
+    (tmp_path / "job.sh").write_text(SBATCH_TEST.format(checkout=checkout))
+    return checkout
+
+
+@pytest.mark.parametrize("vp_size, vpp", [("3", 2), ("", 1)])
+def test_srun_bash_c_lines_that_run_a_launch_script(vp_size: str, vpp: int, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newlines of the `bash -c` string end its commands (bash manual 3.2.4): llmperf joined them into one
+    command, `ls cd DIR ./tests/...sh ...`, so srun started 'ls' as the training script; and srun running a script
+    file (`./x.sh`, `bash x.sh`) was taken to start that file as the training program, where the script's own torchrun
+    line sizes the job. `${VP_SIZE:+--num-layers-per-virtual-pipeline-stage "$VP_SIZE"}` gives both words when
+    VP_SIZE is set and none when it is empty (bash manual 3.5.3), where llmperf left it split at its blank. Before:
+    exit 2 'cannot find the model shape'."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    _checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    job, cfg = resolve_job(["sbatch", "job.sh"], {"TP_SIZE": "2", "PP_SIZE": "2", "NUM_NODES": "1",
+                                                  "VP_SIZE": vp_size})
+    assert (job.launcher, job.world_size, job.script) == ("torchrun", 8, "pretrain_gpt.py")
+    assert (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.vpp) == (2, 2, vpp)
+
+
+@pytest.mark.parametrize("head", [["srun", "-N", "1"], []])
+@pytest.mark.parametrize("string", [
+    "cd /w # go to the checkout\ntorchrun --nproc-per-node 8 pretrain_gpt.py {gpt} --tensor-model-parallel-size 2",
+    "cd /w\ntorchrun --nproc-per-node 8 pretrain_gpt.py {gpt} --tensor-model-parallel-size 2\n",
+    "echo start # it's here\n\ntorchrun --nproc-per-node 8 pretrain_gpt.py {gpt} --tensor-model-parallel-size 2"])
+def test_bash_c_string_of_several_lines(head: list[str], string: str) -> None:
+    """`bash -c "cd /w # a comment<newline>torchrun ..."` (H112): the comment ran to the string's end once its
+    newlines were blanks, so no flags were read ('cannot find the model shape'); without srun, `cd` was 'a launcher
+    llmperf does not know'."""
+    job = parse_launch([*head, "bash", "-c", string.format(gpt=GPT)], {})
+    assert (job.launcher, job.world_size) == ("torchrun", 8)
+    assert job.script_args[-2:] == ("--tensor-model-parallel-size", "2")
+
+
+def test_srun_bash_script_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`srun -N 2 bash run.sh` whose run.sh starts torchrun: each task runs the script, so its torchrun sizes the job
+    (as `srun bash -c 'torchrun ...'` does); llmperf read 'bash' as the training program."""
+    (tmp_path / "run.sh").write_text(f"#!/bin/bash\nTP=2\ntorchrun --nnodes 2 --nproc-per-node 4 pretrain_gpt.py "
+                                     f"{GPT} --tensor-model-parallel-size $TP\n")
+    monkeypatch.chdir(tmp_path)
+    for head in (["bash", "run.sh"], ["./run.sh"]):
+        job = parse_launch(["srun", "-N", "2", "--ntasks-per-node", "1", *head], {})
+        assert (job.launcher, job.nnodes, job.world_size, job.script) == ("torchrun", 2, 8, "pretrain_gpt.py")
+
+
+ALTERNATE = {"set": {"VP": "3", "A": "4"}, "empty": {"VP": "", "A": ""}, "unset": {}}
+
+
+@pytest.mark.parametrize("values", ALTERNATE.values(), ids=ALTERNATE.keys())
+def test_alternate_value_words_as_bash_splits_them(values: dict[str, str]) -> None:
+    """`${VP:+--flag "$VP"}`, `${VP:+--flag ${VP}}`, `${A:-8 9}` as unquoted words, checked against bash."""
+    if BASH is None:
+        pytest.skip("needs bash")
+    line = 'x ${VP:+--vp "$VP"} ${VP:+--vp2 ${VP}} ${A:-8 9} ${A+--a "$A"} end'
+    ours = split_unquoted_words(line, values.get, [])
+    script = "".join(f"{name}={value!r}\n" for name, value in values.items()) + f'printf "[%s]" {line}'
+    theirs = subprocess.run([BASH, "-c", script], capture_output=True, text=True, check=True,
+                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
+    import shlex
+
+    assert "".join(f"[{word}]" for word in shlex.split(ours)) == theirs
