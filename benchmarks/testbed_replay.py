@@ -28,23 +28,31 @@ def _pct(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
-def refine_rule(with_mix: bool, session11: bool = False) -> Rule:
+def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True) -> Rule:
     """After-refinement predictions of the twelve from one calibration run, by refine's own fit; `session11`:
     with the priors of session 11's rule (the whole step drift in the shared bias, no run-moment part, no
-    sampling error of the run's median, independent configurations)."""
+    sampling error of the run's median, independent configurations); `peer_wait` False: the whole ratio shrunk
+    as one, the ranks' wait for each other not fitted apart (refine/peer_wait.py; the rule before session 15)."""
     def rule(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
         from llmperf_hook.refine.calibration import Calibration
+        from llmperf_hook.refine.peer_wait import wait_log
         from llmperf_hook.refine.recalibrate import fit_key_calibration
 
         configs = record["configs"]
         fps, shares = _fingerprints(configs), [_shares(c) if with_mix else () for c in configs]
+        ranks = [_ranks(c) if peer_wait and not session11 else 1 for c in configs]
         measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
+        wall_per_cpu = run["measured_s"] / run["cpu_s"] if run.get("cpu_s") else None
         row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
-               0.0 if session11 else sampling_sd, shares[k])
+               0.0 if session11 else sampling_sd, shares[k], wait_log(measured, run["measured_s"], wall_per_cpu, ranks[k]))
         priors = session11_priors(record) if session11 else record_priors(record)
         cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
-        return [cal.apply(p, fps[i], shares[i]) for i, p in enumerate(before)]
+        return [cal.apply(p, fps[i], shares[i], ranks[i]) for i, p in enumerate(before)]
     return rule
+
+
+def _ranks(config: dict) -> int:
+    return int(config["config"].get("world_size") or 1)
 
 
 def record_priors(record: dict) -> Any:
@@ -141,6 +149,7 @@ def summary(rows: list[dict]) -> str:
 def report_replay(record: dict, measured: list[dict], before: list[float]) -> None:
     """The distribution over every choice of calibration run, per strategy, and refine's per configuration."""
     rules = {"refine (cost-mix transfer)": refine_rule(True), "refine, own biases independent": refine_rule(False),
+             "refine, ranks' wait not apart": refine_rule(True, peer_wait=False),
              "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio}
     results = {name: replay(record, measured, before, rule) for name, rule in rules.items()}
     rows = results["refine (cost-mix transfer)"]

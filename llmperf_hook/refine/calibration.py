@@ -16,7 +16,9 @@ ingested by `llmperf refine`; the predictor applies it as
 A calibration knows what it saw (refine/shrinkage.py): a configuration with instrumented runs of its own (same
 fingerprint, refine/config_fingerprint.py) gets its own measured ratio (the posterior mean E[b + c_f]); every
 other configuration gets the shared fit above, shrunk toward 1 in log space by the posterior weight k of the shared
-bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k.
+bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k. On a CPU, what multi-rank runs'
+ranks wait for each other (wall beyond CPU time) is fitted apart and goes to multi-rank configurations only
+(refine/peer_wait.py).
 `find_calibration` is on the predict path: stdlib sqlite3 only, never raises (a broken store means None).
 """
 
@@ -78,24 +80,36 @@ class Calibration:
     calibration stored before it was recorded used SD_SHARED_PRIOR, 0.10)."""
     sd_mix: float = 0.0
     """The part of sd_config carried between configurations by their cost mix (refine/transfer.py; 0: none)."""
+    wait_log_scale: float = 0.0
+    """mu_w: the multi-rank CPU runs' mean log(wall / CPU time), their ranks' wait for each other
+    (refine/peer_wait.py; 0: none seen). Not in step_time_scale."""
+    wait_weight: float = 0.0
+    """k_w: the fraction of wait_log_scale a multi-rank configuration without runs of its own gets."""
+
+    def peer_wait_factor(self, world_size: int | None) -> float:
+        """What a configuration of `world_size` ranks without runs of its own waits for its peers beyond the
+        CPU part of the calibration (1 for one rank: nobody to wait for)."""
+        return math.exp(self.wait_weight * self.wait_log_scale) if (world_size or 1) > 1 else 1.0
 
     def own_scale(self, fingerprint: str | None) -> ConfigScale | None:
         """The configuration's own calibration, if it was instrumented."""
         return next((c for c in self.config_scales if fingerprint and c.fingerprint == fingerprint), None)
 
     def apply(self, predicted_step_time_s: float, fingerprint: str | None = None,
-              shares: tuple[tuple[str, float], ...] = ()) -> float:
+              shares: tuple[tuple[str, float], ...] = (), world_size: int | None = 1) -> float:
         """The calibrated step time for an uncalibrated prediction of the configuration `fingerprint`, whose cost
         terms' shares are `shares` (refine/transfer.cost_shares): the shared part, times what its similarity to
-        the instrumented configurations carries over of their own biases (none without shares)."""
+        the instrumented configurations carries over of their own biases (none without shares), times the
+        peers' wait of a `world_size` > 1 configuration."""
         own = self.own_scale(fingerprint)
         if own is not None:
             return own.step_time_scale * predicted_step_time_s
         fitted = self.step_time_scale * predicted_step_time_s + self.step_overhead_s
+        wait = self.peer_wait_factor(world_size)
         if self.shared_weight >= 1.0 or predicted_step_time_s <= 0 or fitted <= 0:
-            return fitted
+            return fitted * wait
         shared = predicted_step_time_s * (fitted / predicted_step_time_s) ** max(self.shared_weight, 0.0)
-        return shared * math.exp(self.similar_log_scale(shares))
+        return shared * math.exp(self.similar_log_scale(shares)) * wait
 
     def similar_log_scale(self, shares: tuple[tuple[str, float], ...]) -> float:
         """sd_mix^2 sum_f rho_f alpha_f (refine/transfer.py): the instrumented configurations' own biases,
@@ -119,7 +133,14 @@ class Calibration:
         return (f"cluster calibration from {self.num_runs} run(s) of {self.num_configs} configuration(s), shrunk "
                 f"{1 - self.shared_weight:.0%}: fitted x{self.step_time_scale:.3f}{extra} applied to the power "
                 f"{self.shared_weight:.2f} (shared-bias prior {self.sd_shared:.1%}, configuration spread "
-                f"{self.sd_config:.1%}, run spread {self.sd_run:.1%}) of {where}")
+                f"{self.sd_config:.1%}, run spread {self.sd_run:.1%}) of {where}{self._wait_text()}")
+
+    def _wait_text(self) -> str:
+        if not self.wait_log_scale:
+            return ""
+        return (f"; multi-rank configurations also wait for their peers x{self.peer_wait_factor(2):.3f} (measured "
+                f"wall / CPU time x{math.exp(self.wait_log_scale):.3f}, kept {self.wait_weight:.0%}: "
+                f"refine/peer_wait.py)")
 
 
 
@@ -144,14 +165,15 @@ def calibrate_step(calibration: Calibration | None, cfg: Any, step_time_s: float
     only when the calibration has configurations of its own."""
     if calibration is None or calibration.step_time_scale <= 0 or step_time_s <= 0:
         return None
-    fingerprint, shares = None, ()
-    if calibration.config_scales:
+    fingerprint, shares, world_size = None, (), 1
+    if calibration.config_scales or calibration.wait_weight:
         from llmperf_hook.refine.config_fingerprint import config_explain, fingerprint_from_config_json
         from llmperf_hook.refine.transfer import cost_shares
 
         explain = config_explain(cfg)
         fingerprint, shares = fingerprint_from_config_json(explain), cost_shares(breakdown, explain)
-    calibrated = calibration.apply(step_time_s, fingerprint, shares)
+        world_size = int((explain or {}).get("world_size") or 1)
+    calibrated = calibration.apply(step_time_s, fingerprint, shares, world_size)
     if not calibrated > 0:
         return None
     scale = calibrated / step_time_s

@@ -49,7 +49,8 @@ ADDED_COLUMNS = {
                     ("observation_sd", "REAL"), ("sampling_sd", "REAL"), ("cost_shares_json", "TEXT")),
     "refine_config_scales": (("alpha", "REAL"), ("shares_json", "TEXT")),
     "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
-                            ("sd_run", "REAL"), ("sd_shared", "REAL"), ("sd_mix", "REAL")),
+                            ("sd_run", "REAL"), ("sd_shared", "REAL"), ("sd_mix", "REAL"), ("wait_log_scale", "REAL"),
+                            ("wait_weight", "REAL")),
 }
 """Columns added after the first release of a table: a store written by an earlier version gets them on open
 (NULL: a calibration without shared_weight is one fitted before shrinkage, refitted by _migrate_calibrations)."""
@@ -228,9 +229,10 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
-                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float, float, tuple]]:
+                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float, float, tuple, float]]:
     """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON, observation sd, sampling sd,
-    cost shares) of every ingested run of this key with both numbers that may calibrate it. `measured` is what the
+    cost shares, peers' wait) of every ingested run of this key with both numbers that may calibrate it (the wait:
+    refine/peer_wait.wait_log of a multi-rank CPU run, else 0). `measured` is what the
     calibration compares with: the measured step time, or a contended CPU run's quiet-equivalent reading
     (refine/contention.py), whose extra log standard deviation is the observation sd (0 for a quiet run). The
     sampling sd is its median step's (shrinkage.median_sampling_sd), the shares its predicted step's cost mix
@@ -238,13 +240,17 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
     treatment existed as contended (usable_for_calibration 0) stay out, as then."""
     cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, "
                        "COALESCE(calibration_step_time_s, measured_step_time_s), config_json, "
-                       "COALESCE(observation_sd, 0.0), COALESCE(sampling_sd, 0.0), cost_shares_json FROM refine_runs "
+                       "COALESCE(observation_sd, 0.0), COALESCE(sampling_sd, 0.0), cost_shares_json, "
+                       "measured_step_time_s, wall_per_cpu, world_size, device FROM refine_runs "
                        "WHERE hardware = ? AND cluster = ? AND "
                        "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
                        "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
                        "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    return [(str(j), f, float(p), float(m), c, float(sd), float(ss), shares_from_json(sh))
-            for j, f, p, m, c, sd, ss, sh in cur.fetchall()]
+    from llmperf_hook.refine.peer_wait import wait_log
+
+    return [(str(j), f, float(p), float(m), c, float(sd), float(ss), shares_from_json(sh),
+             wait_log(float(m), float(raw), wpc, w, dev))
+            for j, f, p, m, c, sd, ss, sh, raw, wpc, w, dev in cur.fetchall()]
 
 
 def shares_from_json(text: Any) -> tuple:
@@ -280,9 +286,11 @@ def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
     with conn:
         conn.execute("INSERT OR REPLACE INTO refine_calibrations (hardware, cluster, framework, step_time_scale, "
                      "step_overhead_s, num_runs, fitted_unix_s, shared_weight, num_configs, sd_config, sd_run, "
-                     "sd_shared, sd_mix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     "sd_shared, sd_mix, wait_log_scale, wait_weight) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                     "?, ?)",
                      (*key, cal.step_time_scale, cal.step_overhead_s, cal.num_runs, time.time(), cal.shared_weight,
-                      cal.num_configs, cal.sd_config, cal.sd_run, cal.sd_shared, cal.sd_mix))
+                      cal.num_configs, cal.sd_config, cal.sd_run, cal.sd_shared, cal.sd_mix, cal.wait_log_scale,
+                      cal.wait_weight))
         conn.execute("DELETE FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ?", key)
         conn.executemany("INSERT INTO refine_config_scales (hardware, cluster, framework, fingerprint, "
                          "step_time_scale, measured_scale, num_runs, label, alpha, shares_json) "
@@ -332,7 +340,8 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
     out = {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),
            "sd_run": float(row[3] or 0.0), "config_scales": [tuple(r) for r in scales]}
     # a store the read-only predict path opens before any refine added these columns has none
-    later = {name: _optional_calibration_value(conn, name, key) for name in ("sd_mix", "sd_shared")}
+    later = {name: _optional_calibration_value(conn, name, key)
+             for name in ("sd_mix", "sd_shared", "wait_log_scale", "wait_weight")}
     return {**out, **{name: value for name, value in later.items() if value}}
 
 

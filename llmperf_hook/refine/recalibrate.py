@@ -1,6 +1,7 @@
 """Refit one (hardware, cluster, framework) calibration from every usable run of it in the store.
 
     runs (store) -> configurations (fingerprints) -> variances -> posterior -> Calibration (store)
+                 -> the multi-rank runs' wait for their peers (refine/peer_wait.py) -> the same, with its own variances
 
 The shared part is fitted on one point per configuration (the geometric mean of its runs), so a configuration
 instrumented ten times does not outvote nine others run once: scale only (the posterior's weighted mean mu), or
@@ -14,11 +15,13 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import statistics
 from typing import Any, Sequence
 
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
+from llmperf_hook.refine.peer_wait import fit_peer_wait
 from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, estimate_variances, group_runs, posterior,
                                           variance_priors)
 
@@ -56,19 +59,26 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
                         priors: Priors) -> tuple[Calibration, str]:
     """The calibration of one key from its runs (rows as observation_store.runs_for_key returns them) and the
     hardware's variance priors; pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
-    configs = group_runs([(j, f, p, m, sd, ss, sh) for j, f, p, m, _, sd, ss, sh in runs])
+    # the ranks' wait for each other (refine/peer_wait.py) is fitted apart: the rest, the CPU part, as before
+    rows = [(*r[:8], r[8] if len(r) > 8 else 0.0) for r in runs]
+    configs = group_runs([(j, f, p, m * math.exp(-w), sd, ss, sh) for j, f, p, m, _, sd, ss, sh, w in rows])
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared, priors.sd_moment,
                                    priors.sd_mix)
     post = posterior(configs, variances)
+    wait = fit_peer_wait([(f, w) for _, f, *_, w in rows], variances.sd_shared)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
-    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint]),
-                            math.exp(sum(c.log_ratios) / len(c.log_ratios)), len(c.log_ratios),
-                            labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0), c.shares)
+    waits = {f: [w for _, g, *_, w in rows if g == f] for f in labels}
+    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint] +
+                                                    (wait.own.get(c.fingerprint, 0.0) if wait else 0.0)),
+                            math.exp(statistics.fmean(c.log_ratios) + statistics.fmean(waits[c.fingerprint])),
+                            len(c.log_ratios), labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0),
+                            c.shares)
                 for c in configs if not c.fingerprint.startswith("job:"))
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
-                      sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix)
+                      sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix,
+                      wait_log_scale=wait.log_scale if wait else 0.0, wait_weight=wait.weight if wait else 0.0)
     return cal, variances.source
 
 

@@ -216,7 +216,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                      "step_time_s not a positive number)")
     elif job.step_time_s is None:
         notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
-    after = calibration.apply(raw, fingerprint, shares) if calibration and raw else None
+    after = calibration.apply(raw, fingerprint, shares, job.world_size) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
 

@@ -196,15 +196,17 @@ def median_sampling_sd(step_times_s: Sequence[float]) -> float:
 
 
 def estimate_variances(configs: Sequence[ConfigRuns], sd_config_prior: float, prior_source: str,
-                       sd_shared: float = SD_SHARED_PRIOR, sd_moment: float = 0.0, sd_mix: float = 0.0) -> Variances:
-    """Priors pooled with the store's spread: within configurations for sd_run, between them for sd_config."""
+                       sd_shared: float = SD_SHARED_PRIOR, sd_moment: float = 0.0, sd_mix: float = 0.0,
+                       sd_run_prior: float = SD_RUN_PRIOR) -> Variances:
+    """Priors pooled with the store's spread: within configurations for sd_run (prior `sd_run_prior`), between
+    them for sd_config."""
     # the run-to-run spread from quiet readings only (a contended one's extra noise has its own variance)
     quiet = [[y for y, extra in zip(c.log_ratios, c.extra_variances()) if extra == 0.0] for c in configs]
     within = [(y - statistics.fmean(ys)) ** 2 for ys in quiet for y in ys]
     dof_run = sum(max(len(ys) - 1, 0) for ys in quiet)
     # repeats at other moments scatter by the run's spread and the machine's moment together: the pooled total
     # less the moment's part is the run's (sd_moment stays the profile's measure of it)
-    var_total = (PRIOR_DOF * (SD_RUN_PRIOR ** 2 + sd_moment ** 2) + sum(within)) / (PRIOR_DOF + dof_run)
+    var_total = (PRIOR_DOF * (sd_run_prior ** 2 + sd_moment ** 2) + sum(within)) / (PRIOR_DOF + dof_run)
     var_run = max(var_total - sd_moment ** 2, MIN_SD ** 2)
     source = f"sd_config prior {sd_config_prior:.3f} ({prior_source})"
     var_config = sd_config_prior ** 2

@@ -1,0 +1,82 @@
+"""The part of a multi-rank CPU step its ranks spend waiting for each other, calibrated apart from the rest.
+
+An instrumented CPU run reads two things per step: its wall time and its ranks' CPU time (run_records: the
+slowest rank's, getrusage). Their log-ratio splits the run's measured / predicted log-ratio y in two parts:
+
+    y = log(CPU / predicted) + log(wall / CPU) = y_cpu + w
+
+w is the time a rank is off its core inside the step: blocked in gloo's collectives until the peer arrives (the
+ranks drift apart between two collectives: the slowest rank's CPU per step exceeds the mean rank's by 2-20 ms on
+the testbed) and for the bytes and wake-ups of the transfer itself. One rank has nobody to wait for: w = 0.
+The two parts differ in what one run can tell:
+- y_cpu carries the machine's speed at the run's moment: the testbed's CPU time per step moves 11.1 % (rms of
+  log(run / median of the configuration's other runs), 240 runs of the four testbed records of 27 Nov 2026,
+  05:46-11:20 UTC, benchmarks/bench_cpu_testbed.py) from one run to the next, the same as its wall time
+  (11.1 %): so refine/shrinkage.py's run and moment variances are y_cpu's, and it is fitted there as before.
+- w moves WAIT_RUN_SD_PRIOR (2.8 %) between runs of one configuration: a run measures its configuration's wait
+  well, and it differs little between configurations (WAIT_CONFIG_SD_PRIOR, 2.9 %, around a mean of 0.10 in
+  log: x1.105) because it is the same gloo on the same cores. Shrunk with y_cpu's variances (the whole step's
+  10.7 % reading noise), an instrumented 2-rank configuration kept 0.71 of its w: its own prediction stayed
+  ~3 % low, and its w reached the other 2-rank configurations at the weight of the machine's level (0.24).
+So w gets the same normal-normal model as refine/shrinkage.py (w_ij = b_w + d_j + e_ij) with its own variances:
+b_w ~ N(0, sd_shared^2) (the model predicts no wait beyond the comm model's collectives, so its prior is that of
+any bias every configuration shares), d_j ~ N(0, WAIT_CONFIG_SD_PRIOR^2), e_ij ~ N(0, WAIT_RUN_SD_PRIOR^2), both
+pooled with the store's own spread (shrinkage.estimate_variances). A configuration with runs keeps E[b_w + d_f],
+a multi-rank configuration without runs gets E[b_w] = k_w mu_w, a one-rank configuration none of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+WAIT_RUN_SD_PRIOR = 0.028
+"""Run-to-run standard deviation of one configuration's log(wall / CPU) per step: the rms of log(run / median of
+its configuration's other runs) over the 160 runs of the eight 2-rank configurations in the four testbed records
+of 27 Nov 2026 (05:46, 07:00, 08:51, 11:20 UTC; 24 timed steps each, one thread per rank, load 1.1-1.7)."""
+WAIT_CONFIG_SD_PRIOR = 0.029
+"""Standard deviation between configurations of their mean log(wall / CPU): the eight 2-rank configurations'
+spread in each of the same four records (0.024, 0.033, 0.027, 0.032), pooled (around means of 0.096-0.109)."""
+
+
+@dataclass(frozen=True)
+class PeerWait:
+    """The fitted wait of a key's multi-rank runs."""
+
+    log_scale: float
+    """mu_w: the multi-rank configurations' precision-weighted mean log(wall / CPU) (unshrunk)."""
+    weight: float
+    """k_w: the fraction of mu_w a multi-rank configuration without runs gets."""
+    own: dict[str, float]
+    """E[b_w + d_f] per fingerprint of a multi-rank configuration with runs."""
+    sd_config: float
+    """The between-configuration sd the fit used (WAIT_CONFIG_SD_PRIOR pooled with the store's)."""
+    sd_run: float
+    """The run-to-run sd the fit used (WAIT_RUN_SD_PRIOR pooled with the store's repeats)."""
+
+
+def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
+             device: str | None = "cpu") -> float:
+    """w of one run: log(the step the calibration reads / the ranks' CPU time per step) for a CPU run of more
+    than one rank with a CPU time (CPU = measured / wall_per_cpu; a contended run's reading is its
+    quiet-equivalent, refine/contention.py), else 0 (one rank, a GPU run, no CPU time recorded)."""
+    if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
+        return 0.0
+    if not (reading_s > 0 and measured_s > 0):
+        return 0.0
+    return math.log(reading_s * wall_per_cpu / measured_s)
+
+
+def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWait | None:
+    """The posterior of the module docstring from (fingerprint, w) of each multi-rank run (rows with w == 0 are
+    one-rank or GPU runs and left out); None without one."""
+    from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior
+
+    runs = [(f"wait{i}", fingerprint, 1.0, math.exp(w)) for i, (fingerprint, w) in enumerate(rows) if w != 0.0]
+    if not runs:
+        return None
+    configs = group_runs(runs)
+    v = estimate_variances(configs, WAIT_CONFIG_SD_PRIOR, "peer wait", sd_shared, sd_run_prior=WAIT_RUN_SD_PRIOR)
+    post = posterior(configs, v)
+    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale), v.sd_config, v.sd_run)

@@ -1,0 +1,78 @@
+"""refine/peer_wait.py: a multi-rank CPU run's wait for its peers (wall beyond CPU time) is calibrated apart from
+the rest of its ratio: kept nearly whole by its own configuration, carried to multi-rank configurations only."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.refine import observation_store as store
+from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, fit_peer_wait, wait_log
+from llmperf_hook.refine.recalibrate import fit_key_calibration, recalibrate
+from llmperf_hook.refine.shrinkage import Priors
+
+TESTBED = Priors(0.097, 0.136, "the testbed profile's (session 14)", sd_moment=0.095)
+"""The priors the 11:20 testbed run's profile gave: the machine's moment in every run's reading."""
+WAIT = math.log(1.10)
+
+
+def _row(job: str, fingerprint: str, predicted: float, measured: float, wait: float = 0.0) -> tuple:
+    return (job, fingerprint, predicted, measured, None, 0.0, 0.0, (), wait)
+
+
+def test_the_wait_is_wall_over_cpu_of_a_multi_rank_cpu_run_only() -> None:
+    assert wait_log(0.055, 0.055, 1.10, 2) == pytest.approx(WAIT)
+    # a contended run's reading is its quiet-equivalent: the wait is what that reading adds to its CPU time
+    assert wait_log(0.060, 0.080, 1.60, 2) == pytest.approx(math.log(0.060 / 0.050))
+    assert wait_log(0.055, 0.055, 1.10, 1) == 0.0  # one rank has nobody to wait for
+    assert wait_log(0.055, 0.055, 1.10, 2, "cuda") == 0.0  # a GPU step's wall over CPU is not a wait for peers
+    assert wait_log(0.055, 0.055, None, 2) == 0.0
+
+
+def test_an_instrumented_two_rank_configuration_keeps_nearly_all_its_measured_wait() -> None:
+    """Its CPU part predicted exactly, its steps 10 % over their CPU time: the wait moves 2.8 % between runs, not
+    the machine's 10.7 %, so its own calibration keeps > 0.9 of it (the whole ratio shrunk as one kept 0.71)."""
+    wait_apart = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.055, WAIT)], TESTBED)[0]
+    as_one = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.055)], TESTBED)[0]
+    kept = math.log(wait_apart.apply(0.050, "a")) - math.log(0.050)
+    assert kept > 0.9 * WAIT
+    assert math.log(as_one.apply(0.050, "a") / 0.050) < 0.75 * WAIT
+    assert wait_apart.config_scales[0].measured_scale == pytest.approx(1.10)
+
+
+def test_the_wait_goes_to_multi_rank_configurations_only() -> None:
+    cal = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.055, WAIT)], TESTBED)[0]
+    assert cal.apply(0.030, "b", (), world_size=1) == pytest.approx(0.030)  # its CPU part had no bias
+    two = cal.apply(0.030, "b", (), world_size=2)
+    # the wait differs little between configurations (2.9 %) against a shared prior of 9.7 %: most of it carries
+    assert 0.8 * WAIT < math.log(two / 0.030) < WAIT
+    assert cal.wait_weight == pytest.approx(0.097 ** 2 / (0.097 ** 2 + WAIT_CONFIG_SD_PRIOR ** 2 + 0.028 ** 2),
+                                            rel=1e-6)
+    assert "wait for their peers x1.0" in cal.describe()
+
+
+def test_a_one_rank_run_fits_no_wait_and_leaves_the_calibration_as_before() -> None:
+    assert fit_peer_wait([("a", 0.0), ("b", 0.0)], 0.1) is None
+    cal = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.055)], TESTBED)[0]
+    assert cal.wait_weight == 0.0 and cal.apply(0.030, "b", (), 2) == cal.apply(0.030, "b", (), 1)
+    assert "peers" not in cal.describe()
+
+
+def test_the_store_gives_the_wait_and_keeps_the_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    conn = store.connect()
+    common = {"hardware": "my-cpu", "cluster": "c", "framework": "deepspeed", "device": "cpu",
+              "uncalibrated_step_time_s": 0.050, "measured_step_time_s": 0.055}
+    store.record_run(conn, {**common, "job_id": "j2", "world_size": 2, "wall_per_cpu": 1.10, "config_fingerprint": "a"})
+    store.record_run(conn, {**common, "job_id": "j1", "world_size": 1, "wall_per_cpu": 1.01, "config_fingerprint": "b"})
+    rows = {r[0]: r for r in store.runs_for_key(conn, "my-cpu", "c", "deepspeed")}
+    assert rows["j2"][8] == pytest.approx(WAIT) and rows["j1"][8] == 0.0
+    cal, _ = recalibrate(conn, "my-cpu", "c", "deepspeed")
+    conn.close()
+    stored = find_calibration("my-cpu", "c", "deepspeed")
+    assert stored.wait_log_scale == pytest.approx(cal.wait_log_scale) == pytest.approx(WAIT)
+    assert stored.wait_weight == pytest.approx(cal.wait_weight) and 0 < stored.wait_weight < 1
+    assert stored.apply(0.030, "z", (), 2) == pytest.approx(cal.apply(0.030, "z", (), 2))
