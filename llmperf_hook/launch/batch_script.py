@@ -38,8 +38,8 @@ from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
-                                              restore_dollars, shell_split, split_redirections, split_unquoted_words,
-                                              ungroup, word_quoting, written_files)
+                                              rejoin_substitutions, restore_dollars, shell_split, split_redirections,
+                                              split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
@@ -219,7 +219,7 @@ class _Reading(ShellVariables, FileWrites):
         self.split_refs.clear()
         source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args())
         try:
-            words, redirections = split_redirections(shell_split(source), quoted_words(source))
+            words, redirections = split_redirections(*rejoin_substitutions(shell_split(source), quoted_words(source)))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(self.where(line).removeprefix("line "))

@@ -124,6 +124,21 @@ def _word_marks(text: str) -> list[tuple[bool, bool]]:
     return out
 
 
+def rejoin_substitutions(words: list[str], quoted: list[bool]) -> tuple[list[str], list[bool]]:
+    """`words` (as shell_split gives them, with their quoted_words marks) with each unquoted command substitution that
+    the split cut at its blanks made one word again, as bash reads it (3.5.4): `GPUS=$(nvidia-smi -L | wc -l)`,
+    `--nproc-per-node $(nvidia-smi -L | wc -l)`, `` A=`hostname -s` ``."""
+    out: list[str] = []
+    marks: list[bool] = []
+    for word, mark in zip(words, quoted if len(quoted) == len(words) else [False] * len(words)):
+        if out and (out[-1].count("$(") > out[-1].count(")") or out[-1].count("`") % 2):
+            out[-1], marks[-1] = f"{out[-1]} {word}", marks[-1] or mark
+        else:
+            out.append(word)
+            marks.append(mark)
+    return out, marks
+
+
 def word_quoting(text: str) -> list[bool | None]:
     """For each word of a simple command (as _word_marks splits it): True when it holds `$` outside quotes and no
     quoting at all (bash splits what that expansion gives at blanks and drops it when empty, 3.5.7 Word Splitting),
@@ -293,13 +308,14 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     `&&`, `||`, `&`): an `if` condition's status is the list's (bash manual 3.2.4 Lists). A line ending in `&&` /
     `||` (its list goes on at the next line) ends with that operator and an empty pipeline."""
     outside, _, end = _scan(text)
+    substituted = _in_substitution(text, outside, end)
     out: list[tuple[str, list[str]]] = []
     pipeline: list[str] = []
     joined, start, i = "", 0, 0
     while i < end:
         c = text[i]
         redirect = c == "&" and ((i > 0 and text[i - 1] in "<>") or text[i + 1:i + 2] == ">")
-        if not outside[i] or c not in ";&|" or redirect:
+        if not outside[i] or c not in ";&|" or redirect or substituted[i]:
             i += 1
             continue
         pipeline.append(text[start:i])
@@ -313,6 +329,22 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     out.append((joined, pipeline))
     kept = [(op, [cmd for cmd in p if cmd.strip()]) for op, p in out if any(cmd.strip() for cmd in p)]
     return kept + [(joined, [])] if joined in ("&&", "||") and not "".join(pipeline).strip() else kept
+
+
+def _in_substitution(text: str, outside: list[bool], end: int) -> list[bool]:
+    """For each character: inside an unquoted command substitution, `$(...)` or `` `...` `` (bash manual 3.5.4), whose
+    `|` and `;` are the inner command's (`GPUS=$(nvidia-smi -L | wc -l)` is one command of the line)."""
+    inside, depth, backquote = [False] * len(text), 0, False
+    for i in range(end):
+        c = text[i] if outside[i] else ""
+        if c == "`":
+            backquote = not backquote
+        elif c == "(" and (depth or (i and text[i - 1] == "$" and outside[i - 1])):
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+        inside[i] = bool(depth) or backquote
+    return inside
 
 
 @dataclass(frozen=True)

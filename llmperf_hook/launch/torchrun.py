@@ -152,8 +152,10 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
     if value.strip() == "cpu":
         return Sized(None, source, "--nproc-per-node cpu means 'one process per CPU core' of the node")
     if value.strip().startswith("$"):  # GPUS_PER_NODE=`python -c "...device_count()"`: the script runs a command
-        return Sized(None, source, f"--nproc-per-node {value} is a variable the launch script sets by running a "
-                                   "command (llmperf reads scripts, never runs them)", env_may_tell=False)
+        what = "the output of a command" if value.strip().startswith("$(") else \
+            "a variable the launch script sets by running a command"
+        return Sized(None, source, f"--nproc-per-node {value} is {what} (llmperf reads scripts, never runs them)",
+                     env_may_tell=False)
     count = parse_int(value.split(":")[-1], "--nproc-per-node", str(source))  # "$SLURM_GPUS_PER_NODE" may read "h100:8"
     if count < 1:
         raise UsageError(f"--nproc-per-node {count} from {source} must be at least 1.")

@@ -117,3 +117,34 @@ def test_alternate_value_words_as_bash_splits_them(values: dict[str, str]) -> No
     import shlex
 
     assert "".join(f"[{word}]" for word in shlex.split(ours)) == theirs
+
+
+@pytest.mark.parametrize("line", [
+    "mp_size=2 num_gpus_pernode=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)",
+    "num_gpus_pernode=`nvidia-smi -L | wc -l` mp_size=2",
+    "mp_size=2 num_gpus=$(($(ds_ssh nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)-2))",
+])
+def test_one_line_assignments_with_a_command_substitution(line: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`A=1 B=$(cmd | cmd)` on one line (R24; the substitutions are Megatron-DeepSpeed examples_deepspeed/rebase/
+    ds_pretrain_gpt_1.3B.sh lines 146-147): bash assigns both, left to right (bash manual 3.7.1). The substitution's
+    `|` cut the line into two commands and its blanks into words, so neither variable was set: '--tensor-model-
+    parallel-size expects an integer, got $mp_size' (exit 2)."""
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{line}\ntorchrun --nproc-per-node 8 pretrain_gpt.py {GPT} "
+                                       "--tensor-model-parallel-size $mp_size\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-2:] == ("--tensor-model-parallel-size", "2")
+
+
+def test_a_launch_word_from_a_command_output_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`torchrun --nproc-per-node $(nvidia-smi -L | wc -l) ...`: the substitution is one word; llmperf cut the line at
+    its `|` and refused '-L' as an unknown torchrun option."""
+    from llmperf_hook.errors import UsageError
+
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\ntorchrun --nproc-per-node $(nvidia-smi -L | wc -l) "
+                                       f"pretrain_gpt.py {GPT}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"--nproc-per-node \$\(nvidia-smi -L \| wc -l\) is the output of a command.*"
+                                         r"--nproc-per-node N"):
+        parse_launch(["bash", "train.sh"], {})
+    assert parse_launch(["bash", "train.sh"], {}, nproc_per_node=4).world_size == 4
