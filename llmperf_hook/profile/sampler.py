@@ -273,6 +273,7 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     _check_same_machine(name, json.loads(fp))
     with open_store(req.store_path) as store:
+        store.check_integrity()  # before the budget goes into a file whose samples would be lost
         done = _done_keys(store, name, req.dtype, fp)
         specs = _specs(req, ops, rc, name)
         todo = [s for s in specs if (s.op_class, s.phase, dims_key(s.dims)) not in done]

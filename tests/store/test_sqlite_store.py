@@ -74,3 +74,31 @@ def test_store_under_a_file_is_a_usage_error(tmp_path: Path) -> None:
     blocker.write_text("a file where $LLMPERF_HOME should be a folder")
     with pytest.raises(UsageError, match="cannot create the llmperf store"):
         open_store(blocker / "store.sqlite")
+
+
+def _damaged_store(tmp_path: Path) -> Path:
+    """A store of a few hundred samples whose second 4 KiB page was written over (a disk or copy fault): its header
+    is intact, so SQLite opens it, and only a query that reaches that page fails."""
+    path = tmp_path / "damaged.sqlite"
+    with open_store(path) as store:
+        store.record_op_samples(OpSampleRecord("cpu-x", "fp32", "gemm", "fwd", {"m": m, "n": 64, "k": 64}, 1e-4)
+                                for m in range(1, 600))
+    data = bytearray(path.read_bytes())
+    data[4096:8192] = b"\x55" * 4096
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_damaged_store_is_refused_before_use(tmp_path: Path) -> None:
+    """`llmperf profile` on a damaged store sampled for its whole budget, then died with an internal error
+    ("database disk image is malformed") when it read the samples back to fit."""
+    with open_store(_damaged_store(tmp_path)) as store, pytest.raises(UsageError, match="is damaged .*Move it away"):
+        store.check_integrity()
+    with open_store(tmp_path / "fine.sqlite") as store:
+        store.check_integrity()  # a sound store passes
+
+
+def test_a_query_that_meets_a_damaged_page_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is damaged"):
+        with open_store(_damaged_store(tmp_path)) as store:
+            store.query_op_samples("cpu-x")
