@@ -13,8 +13,10 @@ dimension whose rows are not 16-byte aligned); the A100 bias by source within ea
 source?); the configurations that two sources measured identically (how far the sources themselves disagree); the
 same model on the same GPUs in two sources (another release or batch: does the prediction follow their ratio?); each
 series of rows that differ only in data-parallel size split into a share of the work and seconds per step the
-prediction lacks; and the same figures for ../shared/validation/dev.csv for comparison. One thread per process
-(OMP_NUM_THREADS=1).
+prediction lacks; per GPU type and source, the predicted step split into its parts (compute, in-layer
+communication, pipeline bubble, send/recv, data-parallel sync, optimizer, host) beside the bias, which says which
+part would have to carry it; and the same figures for ../shared/validation/dev.csv for comparison. One thread per
+process (OMP_NUM_THREADS=1).
 """
 
 from __future__ import annotations
@@ -57,18 +59,63 @@ def validate_json(csv_path: Path, batch_dir: Path | None = None) -> dict:
     return json.loads(run_cli(args))
 
 
-def batch_step_times(batch_dir: Path) -> dict[str, float | None]:
-    """Row id -> step time from `llmperf predict --batch` on each commands-<cluster>.txt the validation wrote."""
-    out: dict[str, float | None] = {}
+def batch_predictions(batch_dir: Path) -> dict[str, dict]:
+    """Row id -> `llmperf predict --batch --format json` result (step time, breakdown, ...) on each
+    commands-<cluster>.txt the validation wrote."""
+    out: dict[str, dict] = {}
     for commands in sorted(batch_dir.glob("commands-*.txt")):
         name = commands.stem.removeprefix("commands-")
         cluster = str(batch_dir / f"{name}.yaml") if (batch_dir / f"{name}.yaml").exists() else name
         row_ids = re.findall(r"^# row (\S+) ", commands.read_text(encoding="utf-8"), flags=re.M)
         lines = [json.loads(x) for x in run_cli(["predict", "--cluster", cluster, "--batch", str(commands),
                                                 "--format", "json"]).splitlines() if x.strip()]
-        for row_id, result in zip(row_ids, lines):
-            out[row_id] = result.get("step_time_s")
+        out.update(zip(row_ids, lines))
     return out
+
+
+STEP_PARTS: dict[str, str] = {
+    "compute": "compute", "recompute": "compute",
+    "comm_tp": "in-layer comm", "comm_cp": "in-layer comm", "comm_ep": "in-layer comm",
+    "pipeline_bubble": "bubble",
+    "pipeline_p2p": "p2p", "comm_pp": "p2p", "comm_pp_gather": "p2p",
+    "comm_dp": "dp sync", "comm_dp_grad": "dp sync", "comm_param_gather": "dp sync", "comm_embedding_grad": "dp sync",
+    "comm_zero": "dp sync",
+    "optimizer": "optimizer",
+    "host_overhead": "host",
+}
+"""Breakdown key of `llmperf predict --format json` (schedule/compose.py _breakdown) -> the part of the step it is
+part of; any other key (a calibration's correction, a new kind) counts as "other"."""
+PARTS = ("compute", "in-layer comm", "bubble", "p2p", "dp sync", "optimizer", "host", "other")
+
+
+def part_shares(breakdown: dict[str, float]) -> dict[str, float]:
+    """Share of the predicted step in each of PARTS (the breakdown sums to the step time)."""
+    total = sum(breakdown.values())
+    shares = dict.fromkeys(PARTS, 0.0)
+    for key, seconds in breakdown.items():
+        shares[STEP_PARTS.get(key, "other")] += seconds / total if total > 0 else 0.0
+    return shares
+
+
+def print_parts(runs: dict[str, MeasuredRun], errors: dict[str, float], batch: dict[str, dict]) -> None:
+    """Per GPU type and source: the bias beside the mean share of each part in the predicted step. A part that is
+    a few % of the step cannot carry a bias of -15 %: the last column is the factor the compute part alone would
+    need to close the mean bias b (predicted = (1 + b) measured): 1 + (1 / (1 + b) - 1) / compute share."""
+    print("\nbias and the predicted step's parts (mean share of the predicted step, rows with a breakdown):")
+    print(f"  {'gpu / source':<14}{'rows':>5}{'bias':>8}" + "".join(f"{p:>14}" for p in PARTS) + f"{'compute x':>11}")
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for row_id, run in runs.items():
+        if row_id in errors and "breakdown" in batch.get(row_id, {}):
+            gpu = run.gpu_type.split("-")[0]
+            groups[(gpu, "all")].append(row_id)
+            groups[(gpu, run.source_id)].append(row_id)
+    for (gpu, source), ids in sorted(groups.items()):
+        shares = [part_shares(batch[i]["breakdown"]) for i in ids]
+        mean = {p: float(np.mean([s[p] for s in shares])) for p in PARTS}
+        bias = float(np.mean([errors[i] for i in ids]))
+        need = 1.0 + (1.0 / (1.0 + bias) - 1.0) / mean["compute"] if mean["compute"] > 0 else float("nan")
+        print(f"  {gpu + ' ' + source:<14}{len(ids):>5}{bias * 100:>+7.1f}%"
+              + "".join(f"{mean[p] * 100:>13.1f}%" for p in PARTS) + f"{need:>11.2f}")
 
 
 def params_b(run: MeasuredRun) -> float:
@@ -291,10 +338,10 @@ def main(argv: list[str]) -> int:
     runs = {r.row_id: r for r in build_runs_or_failures(read_runs_csv(csv_path)) if isinstance(r, MeasuredRun)}
     with tempfile.TemporaryDirectory(prefix="llmperf-public-") as tmp:
         report = validate_json(csv_path, Path(tmp))
-        batch = batch_step_times(Path(tmp))
+        batch = batch_predictions(Path(tmp))
     print(f"== {csv_path} ==")
     print_sources(report, num_worst=3)
-    check_paths_agree(report, batch)
+    check_paths_agree(report, {row_id: result.get("step_time_s") for row_id, result in batch.items()})
     errors = {r["row_id"]: r["signed_error"] for r in report["rows"] if r["signed_error"] is not None}
     print_groups("GPU type", runs, errors, lambda r: r.gpu_type.split("-")[0])
     print_groups("GPU count", runs, errors, lambda r: gpu_band(r.num_gpus))
@@ -304,6 +351,7 @@ def main(argv: list[str]) -> int:
     print_same_config(runs, report)
     print_same_model_across_sources(runs, report)
     print_dp_series(runs, report)
+    print_parts(runs, errors, batch)
     if DEV_CSV.exists():
         print(f"\n== for comparison: {DEV_CSV} ==")
         print_sources(validate_json(DEV_CSV), num_worst=0)
