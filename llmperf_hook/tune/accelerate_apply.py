@@ -11,6 +11,7 @@ the command wins).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -45,7 +46,7 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
     if ed.flag_value(options, _GAS) is not None and new.micro_batch_size != base.micro_batch_size:
         options = ed.set_value(options, _GAS, str(num_microbatches))
     files: dict[str, str] = {}
-    path = ed.flag_value(options, _CONFIG_FILE)
+    path = ed.flag_value(options, _CONFIG_FILE) or _config_file_setting(argv, start)
     if path is not None:
         original = Path(path) if Path(path).is_absolute() else cwd / path
         raw = dsr.read_ds_config(original)
@@ -54,7 +55,7 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
             content = json.dumps(tuned, indent=2) + "\n"
             target = dsr.fresh_path(original, content)
             shown = str(target) if Path(path).is_absolute() else str(Path(path).parent / target.name)
-            options = ed.set_value(options, _CONFIG_FILE, shown)
+            options = _set_or_add(options, _CONFIG_FILE, shown)
             if target.exists():
                 notes.append(f"DeepSpeed config {shown} (the tuned copy of {path} an earlier run wrote, reused)")
             else:
@@ -63,6 +64,21 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
     else:
         options = _plugin_options(options, base, new, num_microbatches, notes)
     return [*head, *options, *new_script], files
+
+
+def _config_file_setting(argv: Sequence[str], start: int) -> str | None:
+    """The deepspeed_config_file accelerate's config file (--config_file, or its default_config.yaml) names, when the
+    command does not give one: the plugin reads that ds_config and fills only its "auto" values from --zero_stage /
+    --gradient_accumulation_steps (DeepSpeedPlugin.__post_init__ with hf_ds_config), so a tuned stage goes into a
+    tuned copy of it, passed as --deepspeed_config_file (the command line wins over the config file in
+    accelerate/commands/launch.py). A `--zero_stage 3` added to argv left a file's `"stage": 2` running."""
+    from llmperf_hook.frameworks.accelerate_plugin import CONFIG_FILE
+    from llmperf_hook.launch.accelerate import parse_accelerate
+
+    exported: dict[str, str] = {}
+    parse_accelerate(argv, start, os.environ, exported)  # already parsed once by explain's path: it does not raise here
+    value = exported.get(CONFIG_FILE)
+    return value if value and value.lower() != "none" else None
 
 
 def _plugin_options(options: list[str], base: Candidate, new: Candidate, num_microbatches: int,
