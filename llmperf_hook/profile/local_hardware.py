@@ -1,7 +1,8 @@
 """Describe the local device for a user-fitted profile: name, fingerprint, measured peak and bandwidth, and the
 hardware YAML (`$LLMPERF_HOME/hardware/NAME.yaml`, schema of hardware/load.py) that `--hardware NAME` loads.
 
-Peak: the best of a few large square GEMMs in the profiled dtype; bandwidth: a large tensor copy (read + write).
+Peak: the best of a few large square GEMMs in the profiled dtype (smaller where the dtype is emulated, so the
+measurement stays within a short --budget: peak_gemm_size); bandwidth: a large tensor copy (read + write).
 Both are measured with the threads the sampler uses (one per rank by default), so the roofline of a CPU profile
 describes one rank of a CPU training job. torch is imported inside the functions only.
 """
@@ -99,10 +100,31 @@ def _best_time(fn, device: str, reps: int = 5) -> float:
     return min(clock.time(fn) for _ in range(reps))
 
 
+PEAK_GEMM_TARGET_S = 0.1
+"""Longest one peak GEMM may take. The largest square (1024 on CPU, 8192 on GPU) is what the peak is measured with
+when the dtype has a fast kernel; a dtype the CPU emulates (fp16 on an x86 without AVX512-FP16 runs about 1 GFLOP/s,
+against 85 fp32 and 210 bf16 on one EPYC thread) would take 2 s per 1024 GEMM, 12 s for the 6 timed, before a
+--budget of seconds starts, and again at every later refit of a profile holding that dtype's samples."""
+
+
+def peak_gemm_size(dtype: str, device: str) -> int:
+    """The square GEMM's n: the largest of 256 .. 1024 (CPU) or 8192 (GPU), halving from the top, whose time at the
+    speed of one 256 GEMM is under PEAK_GEMM_TARGET_S (a GEMM's time grows as n^3 at a given FLOP rate)."""
+    import torch
+
+    n_max = 1024 if device == "cpu" else 8192
+    probe = torch.randn(256, 256, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
+    flop_per_s = 2.0 * 256 ** 3 / _best_time(lambda: probe @ probe, device, reps=1)
+    n = n_max
+    while n > 256 and 2.0 * n ** 3 / flop_per_s > PEAK_GEMM_TARGET_S:
+        n //= 2
+    return n
+
+
 def measure_peak_flop_per_s(dtype: str, device: str) -> float:
     import torch
 
-    n = 1024 if device == "cpu" else 8192
+    n = peak_gemm_size(dtype, device)
     a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
     return 2.0 * n ** 3 / _best_time(lambda: a @ a, device)
 
