@@ -50,13 +50,16 @@ Machine load (1-minute load average) is recorded per run and printed; medians ev
 
 Diagnostics: --spread-check R (run-to-run spread as launched and with DeepSpeed's --bind_cores_to_rank),
 --drift-check R (the reference workload's reading against the step times: instrument/reference_speed.py),
---rescore LOG... (re-score saved outputs with the current priors). Their findings are in the history file.
+--rescore LOG... (re-score saved outputs with the current priors), --parts RECORD... (wall, CPU and the ranks' wait
+for each other, what moves between runs, whether the reference readings track it). Their findings are in the
+history file.
 
 The parts, each in the module named after what it produces: testbed_configs.py (the twelve configurations and the
 limits), testbed_setup.py (profile, comm model, cluster file, homes), testbed_runs.py (the instrumented runs, the
 rotation, the predictions and the record's header), testbed_record.py (the raw record and its passes),
 testbed_report.py (the scores), testbed_replay.py (every choice of calibration run), testbed_checks.py (the
-drift and spread checks), testbed_rescore.py (printed outputs scored again).
+drift and spread checks), testbed_rescore.py (printed outputs scored again), testbed_parts.py (the recorded runs'
+parts and spreads).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from typing import Sequence
 
 from testbed_checks import drift_check, spread_check
 from testbed_configs import CLUSTER, CONFIGS, TARGETS, TestbedConfig
+from testbed_parts import report_parts
 from testbed_record import load_record, save_record
 from testbed_report import report_record
 from testbed_rescore import read_log, record_from_log, rescore
@@ -106,6 +110,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--replay", type=Path, metavar="FILE",
                     help="only score a record an earlier run saved (every raw step time, testbed_record.py) with the "
                          "current refine code: nothing is run")
+    ap.add_argument("--parts", nargs="+", type=Path, metavar="FILE",
+                    help="only print where the recorded runs' time goes and what moves between runs (wall, CPU, the "
+                         "ranks' wait for each other, reference readings: testbed_parts.py); nothing is run")
     ap.add_argument("--replay-log", type=Path, metavar="LOG",
                     help="--replay of a printed output of this benchmark from before records (its measurement lines "
                          "and calibration runs; no step times), with this home's profile for the priors")
@@ -119,7 +126,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--bind-cores", action="store_true",
                     help="launch every configuration with DeepSpeed's --bind_cores_to_rank (needs numactl)")
     args = ap.parse_args()
-    measuring = not (args.replay or args.rescore or args.replay_log or args.drift_check or args.spread_check)
+    measuring = not (args.replay or args.rescore or args.replay_log or args.drift_check or args.spread_check
+                     or args.parts)
     if measuring and args.repeats < 2:  # was an IndexError after every run had been made
         ap.error(f"--repeats {args.repeats}: the instrumented configuration is scored on its measurement runs of "
                  "the other passes (its calibration run takes its place in the middle one), so it needs 2 or more")
@@ -157,6 +165,9 @@ def main() -> None:
     if args.replay:
         record = load_record(args.replay)
         report_record(record, record_configs(record))
+        return
+    if args.parts:
+        report_parts([load_record(p) for p in args.parts], [p.name for p in args.parts])
         return
     home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)

@@ -5,10 +5,13 @@ slowest rank's, getrusage). Their log-ratio splits the run's measured / predicte
 
     y = log(CPU / predicted) + log(wall / CPU) = y_cpu + w
 
-w is the time a rank is off its core inside the step: blocked in gloo's collectives until the peer arrives (the
-ranks drift apart between two collectives: the slowest rank's CPU per step exceeds the mean rank's by 2-20 ms on
-the testbed) and for the bytes and wake-ups of the transfer itself. One rank has nobody to wait for: w = 0.
-The two parts differ in what one run can tell:
+w is the time the slowest rank is off its core inside the step: blocked in gloo's collectives for the peer (the
+ranks drift apart between two collectives: the slowest rank's CPU per step is 2-8 % over the mean rank's) and for
+the transfer's bytes and wake-ups. One rank has nobody to wait for: w = 0. On the testbed (bench_cpu_testbed.py
+--parts) the wall beyond the slowest rank's CPU, 3-16 ms per step, is about the comm model's predicted collective
+time (2-10 ms; ZeRO-3's 24 ms over-predicted); the 2-rank steps' excess over the prediction is in their CPU
+time, 7-31 % over the model's non-collective time at the one-rank configurations' level. So the split is not a
+claim that the prediction lacks w; it is where the noise is. The two parts differ in what one run can tell:
 - y_cpu carries the machine's speed at the run's moment: the testbed's CPU time per step moves 11.1 % (rms of
   log(run / median of the configuration's other runs), 240 runs of the four testbed records of 27 Nov 2026,
   05:46-11:20 UTC, benchmarks/bench_cpu_testbed.py) from one run to the next, the same as its wall time
@@ -19,10 +22,13 @@ The two parts differ in what one run can tell:
   10.7 % reading noise), an instrumented 2-rank configuration kept 0.71 of its w: its own prediction stayed
   ~3 % low, and its w reached the other 2-rank configurations at the weight of the machine's level (0.24).
 So w gets the same normal-normal model as refine/shrinkage.py (w_ij = b_w + d_j + e_ij) with its own variances:
-b_w ~ N(0, sd_shared^2) (the model predicts no wait beyond the comm model's collectives, so its prior is that of
-any bias every configuration shares), d_j ~ N(0, WAIT_CONFIG_SD_PRIOR^2), e_ij ~ N(0, WAIT_RUN_SD_PRIOR^2), both
-pooled with the store's own spread (shrinkage.estimate_variances). A configuration with runs keeps E[b_w + d_f],
-a multi-rank configuration without runs gets E[b_w] = k_w mu_w, a one-rank configuration none of it.
+b_w ~ N(0, sd_shared^2) (what every multi-rank configuration of the key shares and the prediction's whole step
+does not say: the prior of any shared bias), d_j ~ N(0, WAIT_CONFIG_SD_PRIOR^2), e_ij ~ N(0, WAIT_RUN_SD_PRIOR^2),
+both pooled with the store's own spread (shrinkage.estimate_variances). A configuration with runs keeps
+E[b_w + d_f], a multi-rank configuration without runs gets E[b_w] = k_w mu_w, a one-rank configuration none.
+Replayed on the four records (every run as the calibration run), w = log(wall / CPU) beat w less the comm
+model's predicted collectives (log(P / (P - C))) on all four: the latter varies more between configurations than
+WAIT_CONFIG_SD_PRIOR allows and moved the 2-rank CPU excess into the part every configuration gets.
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from typing import Sequence
 WAIT_RUN_SD_PRIOR = 0.028
 """Run-to-run standard deviation of one configuration's log(wall / CPU) per step: the rms of log(run / median of
 its configuration's other runs) over the 160 runs of the eight 2-rank configurations in the four testbed records
-of 27 Nov 2026 (05:46, 07:00, 08:51, 11:20 UTC; 24 timed steps each, one thread per rank, load 1.1-1.7)."""
+of 27 Nov 2026 (05:46, 07:00, 08:51, 11:20 UTC; 24 timed steps each, one thread per rank, load 1.1-1.7);
+`bench_cpu_testbed.py --parts RECORD...` recomputes it (testbed_parts.run_spread). A noise measure of the
+machine, as shrinkage.SD_RUN_PRIOR, not a fit of any prediction error."""
 WAIT_CONFIG_SD_PRIOR = 0.029
 """Standard deviation between configurations of their mean log(wall / CPU): the eight 2-rank configurations'
-spread in each of the same four records (0.024, 0.033, 0.027, 0.032), pooled (around means of 0.096-0.109)."""
+spread in each of the same four records (0.024, 0.033, 0.027, 0.032), pooled (around means of 0.096-0.109);
+testbed_parts.pooled_config_spread recomputes it."""
 
 
 @dataclass(frozen=True)

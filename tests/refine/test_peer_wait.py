@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.refine import observation_store as store
-from llmperf_hook.refine.calibration import find_calibration
+from llmperf_hook.refine.calibration import Calibration, calibrate_step, find_calibration
 from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, fit_peer_wait, wait_log
 from llmperf_hook.refine.recalibrate import fit_key_calibration, recalibrate
 from llmperf_hook.refine.shrinkage import Priors
@@ -76,3 +76,13 @@ def test_the_store_gives_the_wait_and_keeps_the_fit(tmp_path: Path, monkeypatch:
     assert stored.wait_log_scale == pytest.approx(cal.wait_log_scale) == pytest.approx(WAIT)
     assert stored.wait_weight == pytest.approx(cal.wait_weight) and 0 < stored.wait_weight < 1
     assert stored.apply(0.030, "z", (), 2) == pytest.approx(cal.apply(0.030, "z", (), 2))
+
+
+def test_predict_gives_the_wait_to_a_multi_rank_configuration_by_its_world_size() -> None:
+    from llmperf_hook.graph.sample_configs import make_config
+
+    cal = Calibration("cpu", "c", "fw", 1.0, 1, num_configs=1, shared_weight=0.5, wait_log_scale=WAIT,
+                      wait_weight=0.8)
+    two, one = (make_config(num_layers=2, hidden_size=256, num_attention_heads=4, dp=d) for d in (2, 1))
+    assert calibrate_step(cal, two, 0.030).scale == pytest.approx(math.exp(0.8 * WAIT))
+    assert calibrate_step(cal, one, 0.030).scale == pytest.approx(1.0)

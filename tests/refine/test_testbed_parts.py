@@ -1,0 +1,79 @@
+"""benchmarks/testbed_parts.py (bench_cpu_testbed.py --parts): what moves between a record's runs, the ranks' wait
+for each other, whether a reference reading tracks the runs' speed; and testbed_replay's rule with the wait apart."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import testbed_parts as parts  # noqa: E402
+import testbed_replay as replay  # noqa: E402
+
+SPEED = [1.0, 1.2, 0.9, 1.1, 0.95]
+"""The machine's speed at each of a configuration's five runs (CPU time per step x this)."""
+
+
+def _run(k: int, p: int, cpu_s: float, wait: float, reference_s: float) -> dict:
+    steps = {"0": [[i, cpu_s * wait, cpu_s * 0.96, False] for i in range(4)],
+             "1": [[i, cpu_s * wait, cpu_s, False] for i in range(4)]}
+    return {"config": k, "pass": p, "measured_s": cpu_s * wait, "cpu_s": cpu_s, "hook_reference_s": reference_s,
+            "rank_steps": steps if wait > 1 else {}, "step_times_s": [cpu_s * wait] * 12}
+
+
+def _record(tracking: bool) -> dict:
+    """Configuration 0 one rank, 1 and 2 two ranks waiting x1.10 / x1.12 beyond their CPU time; runs at the
+    machine speeds SPEED; the hook's reference reads the speed (tracking) or a fixed pattern that does not."""
+    configs = [{"label": f"c{k}", "predicted_s": 0.02 * (k + 1), "breakdown": {"compute": 0.02 * (k + 1)},
+                "config": {"world_size": ranks, "num_layers": 2, "hidden_size": 64 * (k + 1), "micro_batch_size": 1,
+                           "precision": "fp32"}}
+               for k, ranks in enumerate((1, 2, 2))]
+    runs = [_run(k, p, 0.02 * (k + 1) * s, (1.0, 1.10, 1.12)[k], 0.007 * (s if tracking else (1, 0.9, 1.1, 1, 1)[p]))
+            for k in range(3) for p, s in enumerate(SPEED)]
+    return {"configs": configs, "runs": runs, "priors": {"sd_shared": 0.097, "sd_config": 0.136, "source": "t",
+                                                         "sd_moment": 0.095}}
+
+
+def test_the_spread_is_in_the_cpu_time_and_the_wait_is_steady() -> None:
+    spread = parts.run_spread([_record(True)])
+    assert spread["cpu"][0] > 0.09 and spread["wall"][0] == pytest.approx(spread["cpu"][0])
+    assert spread["wall/cpu"][0] < 1e-9 and spread["wall"][1] == 15
+    assert parts.run_spread([_record(True)], multi_rank=True)["wall"][1] == 10
+    rows = parts.wait_by_config(_record(True))
+    assert [r["k"] for r in rows] == [1, 2]
+    assert [math.exp(r["wait"]) for r in rows] == pytest.approx([1.10, 1.12])
+    assert rows[0]["skew"] == pytest.approx(1 / 0.98 - 1)  # the slowest rank's CPU over the mean rank's
+    assert parts.pooled_config_spread([_record(True)]) == pytest.approx(
+        math.log(1.12 / 1.10) / math.sqrt(2))
+
+
+def test_a_reference_that_does_not_track_the_runs_adds_noise_when_scaled_by() -> None:
+    tracks = parts.reference_tracking([_record(True)], "hook_reference_s")
+    assert tracks["corr"] == pytest.approx(1.0) and tracks["scaled_variance_ratio"] < 1e-9
+    blind = parts.reference_tracking([_record(False)], "hook_reference_s")
+    assert blind["scaled_variance_ratio"] > 1.0
+    assert parts.reference_tracking([_record(True)], "ref_now_s") is None
+
+
+def test_the_replay_gives_a_two_rank_runs_wait_to_two_rank_configurations_only() -> None:
+    record = _record(True)
+    before = [c["predicted_s"] for c in record["configs"]]
+    run = next(r for r in record["runs"] if r["config"] == 1 and r["pass"] == 0)  # at speed 1.0: y_cpu = 0
+    after = replay.refine_rule(False)(record, 1, run, before)
+    assert after[0] == pytest.approx(before[0])
+    assert 1.08 < after[2] / before[2] < 1.10
+    whole = replay.refine_rule(False, peer_wait=False)(record, 1, run, before)
+    assert whole[0] > before[0] and whole[2] / before[2] < 1.05 and whole[1] < after[1]
+
+
+def test_parts_of_a_file_that_is_no_record_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--parts", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not a testbed record" in done.stderr and "Traceback" not in done.stderr
