@@ -13,8 +13,8 @@ import click
 from llmperf_hook.errors import LlmperfError, UsageError
 
 SCHEMA_HELP = """\
-FILE.csv has one row per measured run. Required columns: num_layers, hidden_size, seq_length,
-global_batch_size, tp, pp, num_gpus, iteration_time_s (seconds per optimizer step), and the cluster: a
+FILE.csv (`-` reads standard input) has one row per measured run. Required columns: num_layers, hidden_size,
+seq_length, global_batch_size, tp, pp, num_gpus, iteration_time_s (seconds per optimizer step), and the cluster: a
 `cluster` column (preset name, or cluster YAML path, relative paths first beside the CSV) or `gpu_type` + `gpus_per_node` (with
 `inter_node_network` text such as "InfiniBand HDR 200Gb/s x8 per node", or `inter_node_bandwidth_GBps` per
 GPU, when the run spans nodes). Optional: row_id, source_id, source, model, num_attention_heads,
@@ -59,8 +59,10 @@ def command(csv_file: str, fmt: str, sources: tuple[str, ...], worst: int, rows:
         click.echo(render_table(report, show_rows=rows))
     if report.rows and report.num_failed == len(report.rows):
         # The report above names each row's error; nothing was scored, so the input is unusable as given.
-        raise UsageError(f"every row of {csv_file} failed ({report.num_failed}); nothing was scored. Fix the rows as "
-                         "their errors above say.")
+        from llmperf_hook.validate.runs_csv import csv_name
+
+        raise UsageError(f"every row of {csv_name(csv_file)} failed ({report.num_failed}); nothing was scored. Fix "
+                         "the rows as their errors above say.")
 
 
 def finite_json(value):
@@ -77,16 +79,17 @@ def finite_json(value):
 def _validate(csv_file: str, sources: tuple[str, ...], worst: int, write_batch: str | None):
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.runner import validate_runs
-    from llmperf_hook.validate.runs_csv import build_runs_or_failures, read_runs_csv, unknown_column_warnings
+    from llmperf_hook.validate.runs_csv import build_runs_or_failures, csv_name, read_runs_csv, unknown_column_warnings
 
     raw_rows = _read_csv(csv_file, read_runs_csv)
     if not raw_rows:
-        raise UsageError(f"{csv_file} has a header but no rows: nothing to validate. Add one row per measured run.")
+        raise UsageError(f"{csv_name(csv_file)} has a header but no rows: nothing to validate. Add one row per "
+                         "measured run.")
     runs = build_runs_or_failures(raw_rows, base_dir=Path(csv_file).resolve().parent)
     if sources:
         runs = [r for r in runs if r.source_id in sources]
         if not runs:
-            raise UsageError(f"--source {', '.join(sources)}: no row of {csv_file} has that source_id.")
+            raise UsageError(f"--source {', '.join(sources)}: no row of {csv_name(csv_file)} has that source_id.")
     if write_batch:
         from llmperf_hook.validate.scoring import RowResult
 
@@ -99,13 +102,16 @@ def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:
     """The CSV's rows; a file that is not UTF-8 text or not CSV is bad input (exit 2), not an internal error."""
     import csv
 
+    from llmperf_hook.validate.runs_csv import csv_name
+
     try:
         return read_runs_csv(csv_file)
     except UnicodeDecodeError as err:
-        raise UsageError(f"{csv_file} is not UTF-8 text (byte {err.start}: {err.reason}); export the measured runs as a "
-                         "UTF-8 CSV.") from None
+        raise UsageError(f"{csv_name(csv_file)} is not UTF-8 text (byte {err.start}: {err.reason}); export the "
+                         "measured runs as a UTF-8 CSV.") from None
     except csv.Error as err:
-        raise UsageError(f"{csv_file} is not a readable CSV ({err}); export the measured runs as a plain CSV.") from None
+        raise UsageError(f"{csv_name(csv_file)} is not a readable CSV ({err}); export the measured runs as a plain "
+                         "CSV.") from None
 
 
 def write_batch_files(runs: list, out_dir: Path, clusters_dir: Path) -> None:

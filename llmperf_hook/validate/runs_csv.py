@@ -43,25 +43,45 @@ MEGATRON_PAPERS_VOCAB = 51200
 
 def read_runs_csv(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows as dicts, after checking the columns the schema requires."""
+    text = re.sub(r"^(?:[ \t]*\r?\n)+", "", _csv_text(path))
+    where = csv_name(path)
+    if not text.strip():
+        raise UsageError(f"validation CSV {where!r} is empty; write the header ({', '.join(REQUIRED_COLUMNS)}, "
+                         "cluster, ...) and one row per measured run.")
+    header = text.split("\n", 1)[0]
+    # skipinitialspace: a hand-written "a, b, c" header or `1, "1,024"` row reads as "a,b,c" does
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header, where),
+                            skipinitialspace=True)
+    names = [(name or "").strip() for name in reader.fieldnames or []]
+    _refuse_bit_rate_names(names, where)
+    columns = [schema_spelling(name) for name in names]
+    check_columns(columns, where)
+    reader.fieldnames = columns
+    return [dict(row) for row in reader]
+
+
+STDIN_NAME = "-"
+"""The FILE.csv that reads standard input (`export_runs | llmperf validate -`), as cat, csv tools and pandas take it."""
+
+
+def csv_name(path: str | Path) -> str:
+    """The CSV as messages name it: its path, or "standard input" for `-`."""
+    return "standard input" if str(path) == STDIN_NAME else str(path)
+
+
+def _csv_text(path: str | Path) -> str:
+    """The file's text (or standard input's, for `-`), UTF-8 with or without Excel's byte-order mark (-sig)."""
+    if str(path) == STDIN_NAME:
+        import sys
+
+        return sys.stdin.buffer.read().decode("utf-8-sig")
     file = Path(path)
     if file.is_dir():
         raise UsageError(f"validation CSV {str(path)!r} is a directory; pass the path of a CSV file.")
     if not file.is_file():
-        raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV.")
-    text = re.sub(r"^(?:[ \t]*\r?\n)+", "", file.read_text(encoding="utf-8-sig"))  # -sig: Excel's BOM
-    if not text.strip():
-        raise UsageError(f"validation CSV {str(path)!r} is empty; write the header ({', '.join(REQUIRED_COLUMNS)}, "
-                         "cluster, ...) and one row per measured run.")
-    header = text.split("\n", 1)[0]
-    # skipinitialspace: a hand-written "a, b, c" header or `1, "1,024"` row reads as "a,b,c" does
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header, str(path)),
-                            skipinitialspace=True)
-    names = [(name or "").strip() for name in reader.fieldnames or []]
-    _refuse_bit_rate_names(names, str(path))
-    columns = [schema_spelling(name) for name in names]
-    check_columns(columns, str(path))
-    reader.fieldnames = columns
-    return [dict(row) for row in reader]
+        raise UsageError(f"validation CSV {str(path)!r} does not exist (or is not a file); pass the path of a CSV, "
+                         f"or `-` to read it from standard input.")
+    return file.read_text(encoding="utf-8-sig")
 
 
 _SCHEMA_COLUMNS = {c.lower(): c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}

@@ -111,3 +111,15 @@ def test_a_repeated_column_name_exits_2(tmp_path: Path, clusters_dir: Path, monk
     path.write_text(lines[0] + ",tp\n" + lines[1] + ",4\n", encoding="utf-8")
     out = CliRunner().invoke(command, [str(path)])
     assert isinstance(out.exception, UsageError) and "'tp' appear more than once" in str(out.exception)
+
+
+def test_dash_reads_standard_input(csv_file: Path) -> None:
+    """`export_runs | llmperf validate -` (and `--format json`): it said "validation CSV '-' does not exist"."""
+    out = CliRunner().invoke(command, ["-", "--format", "json"], input=csv_file.read_bytes())
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert [r["row_id"] for r in doc["rows"]] == ["1", "2", "3", "4"] and doc["overall"]["num_scored"] == 3
+    out = CliRunner().invoke(command, ["-"], input=b"num_layers,hidden\xff\n")
+    assert isinstance(out.exception, UsageError) and "standard input is not UTF-8" in str(out.exception)
+    out = CliRunner().invoke(command, ["-"], input=b"")
+    assert isinstance(out.exception, UsageError) and "'standard input' is empty" in str(out.exception)
