@@ -13,7 +13,8 @@ from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release, pinned_offload_release
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
-                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
+                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch,
+                                                    native_pinned_memory)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
@@ -103,7 +104,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         warnings += ds_auto_batch_warnings(ds)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
                                  multi_rank_release=_multi_rank_release(ds, job.env),
-                                 pinned_release=pinned_offload_release(job.env))
+                                 pinned_release=pinned_offload_release(job.env),
+                                 native_pinning=native_pinned_memory(job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
@@ -305,7 +307,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         optimizer = ds_optimizer(ds, base, model.hidden_size, float(flags.get("max_grad_norm", 1.0)), src,
                                  hf_fill=framework == "hf-deepspeed",
                                  multi_rank_release=_multi_rank_release(ds, job.env),
-                                 pinned_release=pinned_offload_release(job.env))
+                                 pinned_release=pinned_offload_release(job.env),
+                                 native_pinning=native_pinned_memory(job.env))
         optimizer = as_released(optimizer, job.env, src, warnings)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"

@@ -11,12 +11,14 @@ Trainer's argument is an error there ("Please correct the following DeepSpeed co
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, resolve_ds_batch
+from llmperf_hook.frameworks.deepspeed_release import job_release
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig
+from llmperf_hook.launch.sizing import PIN_MEMORY_BACKEND_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 # deepspeed/runtime/zero/config.py defaults (elements).
@@ -27,15 +29,29 @@ def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
     return auto_value if value == AUTO else default if value is None else int(value)
 
 
+NATIVE_PIN_VERSION = (0, 19, 6)
+"""First release with DS_PIN_MEMORY_BACKEND (aa0e91b95, 2026-08-15, version.txt 0.19.6); older ones ignore it."""
+
+
+def native_pinned_memory(env: Mapping[str, str]) -> bool:
+    """DS_PIN_MEMORY_BACKEND=native in the job's environment, on a DeepSpeed that reads it (unknown release: today's).
+    deepspeed/utils/pin_memory.py get_active_native_pinned_memory: the value stripped and lower-cased."""
+    if env.get(PIN_MEMORY_BACKEND_ENV, "torch").strip().lower() != "native":
+        return False
+    version, _ = job_release(env)
+    return version is None or version >= NATIVE_PIN_VERSION
+
+
 def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source],
-                 hf_fill: bool = True, multi_rank_release: bool = True, pinned_release: bool = True) -> OptimizerConfig:
+                 hf_fill: bool = True, multi_rank_release: bool = True, pinned_release: bool = True,
+                 native_pinning: bool = False) -> OptimizerConfig:
     """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce. `hf_fill`: the
     Hugging Face Trainer / Accelerate replace "auto" reduce_bucket_size with h*h and (ZeRO-3) the prefetch bucket
     with 0.9*h*h (transformers trainer_config_finalize); elsewhere DeepSpeed drops "auto" and keeps its default,
     as it does for allgather_bucket_size and stage3_max_live_parameters, which nobody fills. `multi_rank_release`:
     the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release).
     `pinned_release`: its offload sections pin host memory unless told not to
-    (deepspeed_release.pinned_offload_release)."""
+    (deepspeed_release.pinned_offload_release). `native_pinning`: native_pinned_memory."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
@@ -55,6 +71,7 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
         offload_optimizer_pin_memory=pinned_release if ds.offload_optimizer_pin_memory is None
         else ds.offload_optimizer_pin_memory,
         offload_param_pin_memory=pinned_release if ds.offload_param_pin_memory is None else ds.offload_param_pin_memory,
+        native_pinned_memory=native_pinning,
         name=ds.optimizer_name or base.name,  # type: ignore[arg-type]
         gradient_clipping=clip, **_zeropp_fields(ds, src),
     )

@@ -259,6 +259,7 @@ def megatron_optimizer(flags: FlagValues, src: dict[str, Source], warnings: list
         offload_optimizer_ratio=float(flags.get("optimizer_offload_fraction", 1.0)) if flags.get("optimizer_cpu_offload")
         else 1.0,
         distopt_instances=int(flags.get("num_distributed_optimizer_instances") or 1),
+        pin_cpu_grads=bool(flags.get("pin_cpu_grads", True)), pin_cpu_params=bool(flags.get("pin_cpu_params", True)),
         gradient_clipping=float(flags.get("clip_grad", 1.0)),
         # Megatron arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 (which
         # clears it: bf16 main grads, bf16 reduction); otherwise main_grad keeps the param dtype (fp16 grads, fp16

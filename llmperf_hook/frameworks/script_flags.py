@@ -67,6 +67,8 @@ _FALSE = {
     "no-rope-fusion": "apply_rope_fusion",
     "no-masked-softmax-fusion": "masked_softmax_fusion",
     "no-query-key-layer-scaling": "apply_query_key_layer_scaling",  # Megatron-DeepSpeed (on by default there)
+    "no-pin-cpu-grads": "pin_cpu_grads",  # HybridDeviceOptimizer's host copies (schedule/host_memory.py)
+    "no-pin-cpu-params": "pin_cpu_params",
 }
 
 

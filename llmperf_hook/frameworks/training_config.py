@@ -238,7 +238,17 @@ class OptimizerConfig:
     host buffers of the offloaded optimizer are page-locked, in torch's power-of-two blocks
     (schedule/host_memory.py)."""
     offload_param_pin_memory: bool = True
-    """DeepSpeed offload_param.pin_memory (same default): the ZeRO-3 parameter partition on the host is page-locked."""
+    """DeepSpeed offload_param.pin_memory (same default): zero.Init pins each parameter's partition as it moves it to
+    the host (partition_parameters.py _partition_param), before ZeRO-3 copies them into its own pinned flat buffer
+    (schedule/host_memory.py)."""
+    native_pinned_memory: bool = False
+    """DS_PIN_MEMORY_BACKEND=native (DeepSpeed >= 0.19.6, aa0e91b95): get_accelerator().pin_memory page-locks with
+    posix_memalign + mlock at the requested size and frees on release, not through torch's caching host allocator
+    (deepspeed/utils/pin_memory.py NativePinnedMemory)."""
+    pin_cpu_grads: bool = True
+    """Megatron --no-pin-cpu-grads clears it: HybridDeviceOptimizer's CPU fp32 gradients are pageable."""
+    pin_cpu_params: bool = True
+    """Megatron --no-pin-cpu-params clears it: HybridDeviceOptimizer's CPU fp32 parameters are pageable."""
     fp32_main_grads: bool = True
     """Megatron keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32 / main_grads)."""
     precision_aware: bool = False

@@ -23,10 +23,12 @@ DEEPSPEED_VERSION_ENV = "LLMPERF_DEEPSPEED_VERSION"
 
 MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 
-PRICED_ENV = (DEEPSPEED_VERSION_ENV, MAX_CONNECTIONS_ENV)
-"""Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release, and
+PIN_MEMORY_BACKEND_ENV = "DS_PIN_MEMORY_BACKEND"
+
+PRICED_ENV = (DEEPSPEED_VERSION_ENV, MAX_CONNECTIONS_ENV, PIN_MEMORY_BACKEND_ENV)
+"""Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release,
 CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
-(frameworks/assemble.py)."""
+(frameworks/assemble.py), and how DeepSpeed pins host memory (frameworks/deepspeed_job.native_pinned_memory)."""
 
 
 @dataclass(frozen=True)

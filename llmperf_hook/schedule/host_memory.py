@@ -9,12 +9,15 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
   16-bit grads   ZeRO-3: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32) on the
                  CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer); ZeRO-1/2 with
                  gradient accumulation: a pinned buffer per partition parameter in its dtype (2 B)
-  parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py);
+  parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py), and
+                 with offload_param.pin_memory zero.Init's own pinned copy of each parameter's partition, left in
+                 torch's pinned cache (_zero_init_cached_blocks);
                  offload_param nvme: its first max_in_cpu (1e9) elements, moved there for good when the optimizer
                  is built (stage3.py _create_param_groups_fp16_flat_cpu_memory; whole sub-groups: an upper bound);
                  ZeRO-1/2 offload: a 16-bit copy of the partition that the updated fp32 weights are cast into
                  before their copy to the GPU (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, 2 B,
-                 since v0.17.0: 17c8be070, #7309)
+                 since v0.17.0: 17c8be070, #7309) and a 16-bit staging buffer of the largest parameter
+                 (temp_grad_buffer_for_cpu_offload)
   swap buffers   ZeRO-Infinity: offload_param nvme pins the ds_config's offload_param.buffer_count (default 5)
                  buffers of buffer_size elements in the parameters' dtype (partitioned_param_swapper.py: torch.empty(
                  aligned_elements_per_buffer x param_buffer_count), pinned by the aio handle); offload_optimizer nvme
@@ -42,32 +45,33 @@ states of that CPU step. NO_SHARD (priced as ZeRO-0) shards nothing: each rank o
 Several ranks share one host: the verdict is per node, each rank's bytes times the launch's processes per host
 (host_memory_per_node). Pinned (page-locked) or pageable, both take the host's RAM: what is pinned is noted per
 component above; pinned memory cannot be swapped out and counts against `ulimit -l`, and a tensor pinned through
-torch takes a power-of-two block (pinned_block_bytes; DeepSpeed's buffers: deepspeed_pinned).
+torch takes a power-of-two block (pinned_block_bytes; DeepSpeed's buffers: deepspeed_pinned, their size under
+DS_PIN_MEMORY_BACKEND=native).
 DeepSpeed's own estimators, per parameter per node: estimate_zero3_model_states_mem_needs at zero_init 16 B with
 offload_optimizer, 18 with offload_param too (no 16-bit gradient partition); estimate_zero2_model_states_mem_needs
 max(16, 4 x GPUs) B (the larger for a whole fp32 model copy per GPU while the model loads; no 16-bit copies).
 benchmarks/bench_memory_reference.py prints theirs beside ours. Not counted: each process's own footprint (Python,
-CUDA and NCCL host allocations, the data loader), a few GB per rank that the cluster's RAM must also hold; ZeRO-1/2's
-pinned staging buffer of its largest parameter (temp_grad_buffer_for_cpu_offload).
+CUDA and NCCL host allocations, the data loader), a few GB per rank that the cluster's RAM must also hold.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.ddp_buckets import chunk_tensors
-from llmperf_hook.graph.op_graph import ChunkOps, OpGraph, StageGraph
-from llmperf_hook.graph.params import position_table_rows
+from llmperf_hook.graph.op_graph import OpGraph, StageGraph
 from llmperf_hook.graph.step_ops import offloaded_optimizer_share, param_bytes
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.schedule import activations as act
-from llmperf_hook.schedule.memory import checkpoints_off_gpu_bytes, partition_params, shard_counts
+from llmperf_hook.schedule.memory import (checkpoints_off_gpu_bytes, partition_params, shard_counts,
+                                          stage_param_tensors)
 
 FP32_BYTES = 4
 
 
-def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
+def _offloaded_state(cfg: TrainingConfig, stage: StageGraph, partition: float,
+                     gpus_per_node: int) -> dict[str, float]:
     """offload_optimizer cpu: optimizer states and fp32 gradients of the offloaded share, ZeRO-3's gradient
     partition, ZeRO-1/2's 16-bit copies; offload_param: the 16-bit parameter partition (nvme: up to max_in_cpu).
     The buffers DeepSpeed pins (ds_config pin_memory) take power-of-two blocks (deepspeed_pinned)."""
@@ -77,39 +81,103 @@ def _offloaded_state(cfg: TrainingConfig, partition: float) -> dict[str, float]:
     if o.offload_optimizer == "cpu":
         share = partition * offloaded_optimizer_share(cfg, int(partition))
         moments = 8 if o.name == "adam" else 4  # DeepSpeedCPUAdam's zeros_like states: pageable
-        master = deepspeed_pinned(FP32_BYTES * share, opt_pin and o.zero_stage in (1, 2))
+        master = deepspeed_pinned(cfg, FP32_BYTES * share, opt_pin and o.zero_stage in (1, 2))
         out["host_optimizer_states"] = share * moments + master
-        out["host_fp32_gradients"] = sum(deepspeed_pinned(FP32_BYTES * n, opt_pin) for n in _sub_groups(cfg, share))
+        out["host_fp32_gradients"] = sum(deepspeed_pinned(cfg, FP32_BYTES * n, opt_pin)
+                                         for n in _sub_groups(cfg, share))
     if o.offload_optimizer != "none" and o.zero_stage == 3:
         accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
-        out["host_gradient_partition"] = deepspeed_pinned(partition * accum, opt_pin)
+        out["host_gradient_partition"] = deepspeed_pinned(cfg, partition * accum, opt_pin)
     if o.offload_optimizer == "cpu" and o.zero_stage in (1, 2):
-        out["host_parameter_copy"] = deepspeed_pinned(partition * param_bytes(cfg), opt_pin)
-        if cfg.batch.num_microbatches > 1:
-            # gradient accumulation: each partition parameter's gradient is saved to a pinned host buffer of its own
-            # dtype between micro-steps (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu,
-            # accumulated_grads_in_cpu; a buffer holds the whole parameter, so one astride two partitions is held
-            # whole by both, each in its own power-of-two block: the partition is a lower bound)
-            out["host_accumulated_gradients"] = partition * param_bytes(cfg)
+        out.update(_zero12_offload_copies(cfg, stage, partition, gpus_per_node))
     if o.offload_param != "none" and o.zero_stage == 3:
         resident = partition if o.offload_param == "cpu" else min(partition, o.nvme_param_max_in_cpu_elems)
         # pinned whatever offload_param.pin_memory says (stage3.py _create_param_groups_fp16_flat_cpu_memory: one
         # get_accelerator().pin_memory buffer per parameter group, unconditional since 2021)
-        out["host_parameters"] = deepspeed_pinned(resident * param_bytes(cfg), True)
+        out["host_parameters"] = deepspeed_pinned(cfg, resident * param_bytes(cfg), True)
+        out["host_zero_init_pinned_cache"] = _zero_init_cached_blocks(cfg, stage, partition, gpus_per_node)
     return out
 
 
-def deepspeed_pinned(num_bytes: float, pinned: bool) -> float:
+def _zero12_offload_copies(cfg: TrainingConfig, stage: StageGraph, partition: float,
+                           gpus_per_node: int) -> dict[str, float]:
+    """ZeRO-1/2 offload_optimizer's 16-bit host buffers (stage_1_and_2.py, pinned under offload_optimizer.pin_memory):
+    the partition the updated fp32 weights are cast into, the staging buffer of the largest parameter
+    (temp_grad_buffer_for_cpu_offload = torch.zeros(largest_param_numel, device=cpu)), and with gradient
+    accumulation one buffer per parameter of the partition (async_accumulate_grad_in_cpu_via_gpu:
+    accumulated_grads_in_cpu[param_id] = torch.zeros(param.numel()), the whole parameter, so one astride two
+    partitions is held whole by both), each its own pinned block: the busiest data-parallel rank's."""
+    o, pb = cfg.optimizer, param_bytes(cfg)
+    pin = o.offload_optimizer_pin_memory
+    tensors = stage_param_tensors(cfg, stage)
+    largest = max((n for part in tensors for n in part), default=0)
+    out = {"host_parameter_copy": deepspeed_pinned(cfg, partition * pb, pin),
+           "host_gradient_staging": deepspeed_pinned(cfg, largest * pb, pin)}
+    if cfg.batch.num_microbatches > 1:
+        out["host_accumulated_gradients"] = sum(
+            max(_partition_buffers(part, shards, lambda n: deepspeed_pinned(cfg, n * pb, pin)), default=0.0)
+            for part, shards in zip(tensors, shard_counts(cfg, gpus_per_node)))
+    return out
+
+
+def _partition_buffers(tensors: list[int], shards: int, buffer: Callable[[int], float]) -> list[float]:
+    """Per data-parallel rank, the bytes of one buffer (`buffer(numel)`) for every tensor its ZeRO-1/2 partition
+    touches: the flattened group cut into `shards` equal partitions (stage_1_and_2.py partition_size = len(flat) //
+    dp, the flat group padded to a multiple of 2 x dp elements, which moves no tensor's start)."""
+    total = sum(tensors)
+    if not total:
+        return []
+    size = -(-total // (2 * shards)) * 2  # partition_size after align_dense_tensors
+    per_rank = [0.0] * shards
+    start = 0
+    for n in tensors:
+        for rank in range(start // size, min(shards - 1, (start + n - 1) // size) + 1):
+            per_rank[rank] += buffer(n)
+        start += n
+    return per_rank
+
+
+def _zero_init_cached_blocks(cfg: TrainingConfig, stage: StageGraph, partition: float, gpus_per_node: int) -> float:
+    """ZeRO-3 offload_param cpu with pin_memory: zero.Init (the user's, or the engine's _convert_to_zero_parameters,
+    both told offload_param.pin_memory) pins each parameter's partition on its own (partition_parameters.py
+    _partition_param: get_accelerator().pin_memory(torch.empty(partition_size))); the optimizer then copies them into
+    its pinned flat buffer and points each ds_tensor at it (stage3.py _move_to_flat_buffer: src.data = dest.data),
+    freeing the zero.Init blocks into torch's pinned cache, which neither DeepSpeed nor torch.cuda.empty_cache
+    empties (only torch._C._host_emptyCache does): they stay, but for those a later pinned buffer of the same power
+    of two takes (the offloaded optimizer's gradient partition and sub-group fp32 gradients). Native pinning frees
+    them (deepspeed/utils/pin_memory.py: munlock + free when the tensor goes)."""
+    o = cfg.optimizer
+    if o.offload_param != "cpu" or not o.offload_param_pin_memory or o.native_pinned_memory:
+        return 0.0
+    cached: dict[float, int] = {}
+    for part, shards in zip(stage_param_tensors(cfg, stage), shard_counts(cfg, gpus_per_node)):
+        for n in part:
+            block = pinned_block_bytes(-(-n // shards) * param_bytes(cfg))
+            cached[block] = cached.get(block, 0) + 1
+    later: list[float] = []
+    if o.offload_optimizer != "none" and o.offload_optimizer_pin_memory:
+        accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
+        share = partition * offloaded_optimizer_share(cfg, int(partition))
+        later = [pinned_block_bytes(partition * accum)] + [pinned_block_bytes(FP32_BYTES * n)
+                                                           for n in _sub_groups(cfg, share)]
+    for block in later:
+        if cached.get(block, 0):
+            cached[block] -= 1
+    return sum(block * count for block, count in cached.items())
+
+
+def deepspeed_pinned(cfg: TrainingConfig, num_bytes: float, pinned: bool) -> float:
     """Host bytes of one DeepSpeed offload buffer: pinned (offload_optimizer / offload_param pin_memory, default True
-    since DeepSpeed 0.19.5, 7dfa67aea) through get_accelerator().pin_memory -> tensor.pin_memory() (unless
-    DS_PIN_MEMORY_BACKEND=native), a power-of-two block (pinned_block_bytes); pageable, its size. Pinned ones:
+    since DeepSpeed 0.19.5, 7dfa67aea) through get_accelerator().pin_memory -> tensor.pin_memory(), a power-of-two
+    block (pinned_block_bytes); under DS_PIN_MEMORY_BACKEND=native (OptimizerConfig.native_pinned_memory) the
+    request's size, page-aligned (csrc/pin_memory/page_alloc.cpp posix_memalign + mlock); pageable, its size. Pinned ones:
     ZeRO-1/2's fp32 master partition, its fp32 gradient and its 16-bit copy (stage_1_and_2.py: weights_partition,
     temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and each offloaded
     sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer); ZeRO-3's 16-bit
     parameter partition (param_groups_fp16_flat_cpu_memory) is pinned even with pin_memory false; ZeRO-3's fp32
     partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter group's (the
     weight-decay group holds all but the norms' and biases': one block per partition)."""
-    return pinned_block_bytes(num_bytes) if pinned else num_bytes
+    return pinned_block_bytes(num_bytes) if pinned and not cfg.optimizer.native_pinned_memory else num_bytes
 
 
 def _sub_groups(cfg: TrainingConfig, elems: float) -> list[float]:
@@ -144,12 +212,16 @@ def torch_offloaded_state(cfg: TrainingConfig, stage: StageGraph, partition: flo
         return {}
     on_rank = partition if (o.distributed_optimizer or o.zero_stage >= 1) else float(stage.num_params)
     share = on_rank * offloaded_optimizer_share(cfg, int(on_rank))
-    states = 8 if o.name == "adam" else 4
-    out = {"host_optimizer_states": share * states, "host_fp32_parameters": share * FP32_BYTES,
+    out = {"host_optimizer_states": share * _cpu_states_bytes(cfg), "host_fp32_parameters": share * FP32_BYTES,
            "host_fp32_gradients": share * FP32_BYTES}
     if cfg.framework == "megatron" and o.fsdp == "none" and stage.chunks:
         out.update(megatron_pinned_copies(cfg, stage, gpus_per_node, share / on_rank if on_rank else 0.0))
     return out
+
+
+def _cpu_states_bytes(cfg: TrainingConfig) -> int:
+    """Bytes per parameter of the CPU torch.optim step's states: Adam's exp_avg and exp_avg_sq, SGD's momentum."""
+    return 8 if cfg.optimizer.name == "adam" else 4
 
 
 def pinned_block_bytes(num_bytes: float) -> float:
@@ -162,22 +234,11 @@ def pinned_block_bytes(num_bytes: float) -> float:
     return float(2 ** math.ceil(math.log2(num_bytes))) if num_bytes >= 1 else 0.0
 
 
-def _param_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int], list[int]]:
-    """(dense, expert) parameter tensors of a chunk as Megatron registers them, each pinned on its own: chunk_tensors,
-    whose one embedding entry is split into the word-embedding shard and the learned position table (separate
-    nn.Embedding parameters, language_model_embedding.py word_embeddings / position_embeddings): 32,000 x 2048 fp32
-    is a 256 MiB block, with the 2048 x 2048 table added a 512 MiB one."""
-    dense, expert = chunk_tensors(cfg, chunk)
-    if dense and chunk.blocks and chunk.blocks[0].name == "embedding":
-        positions = position_table_rows(cfg) * cfg.model.hidden_size
-        dense = [dense[0] - positions, positions, *dense[1:]]
-    return dense, expert
-
-
 def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
                            fraction: float) -> dict[str, float]:
-    """Megatron's HybridDeviceOptimizer pinned host tensors, block by block (pin_cpu_params / pin_cpu_grads, both on
-    unless --no-pin-cpu-params / --no-pin-cpu-grads, which are not read).
+    """Megatron's HybridDeviceOptimizer host tensors, block by block where pinned (pin_cpu_params / pin_cpu_grads, both
+    on unless --no-pin-cpu-params / --no-pin-cpu-grads: then pageable, their size; hybrid_optimizer.py at Megatron-LM
+    d98e8a6, faecf6b50: megatron-core 0.16.1 pins no fp32 copy, only the bf16 staging ones).
 
     It is built twice: core/optimizer/__init__.py builds one over the rank's whole (TP-split, unsharded) parameters,
     then DistributedOptimizer.__init__ builds the one it keeps over its shards (distrib_optimizer.py: `self.optimizer
@@ -190,14 +251,23 @@ def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node
     distributed optimizer's ranges cut tensors at bucket offsets: an approximation for tensors that straddle them).
     The first `fraction` of the elements is offloaded (the walk's order is not modelled: the same fraction of every
     tensor's blocks). The bf16 staging copies each build pins and frees one tensor at a time are not counted."""
-    d_dense, d_expert = shard_counts(cfg, gpus_per_node)
-    tensors = [(n, d) for c in stage.chunks for part, d in zip(_param_tensors(cfg, c), (d_dense, d_expert))
-               for n in part if n > 0]
-    whole = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, _ in tensors)
+    tensors = [(n, d) for part, d in zip(stage_param_tensors(cfg, stage), shard_counts(cfg, gpus_per_node))
+               for n in part]
+    o = cfg.optimizer
+    pageable = fraction * sum(FP32_BYTES * n / d for n, d in tensors)
     shards = fraction * sum(pinned_block_bytes(FP32_BYTES * n / d) for n, d in tensors)
-    reused = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, d in tensors if d == 1)
-    return {"host_fp32_parameters": shards, "host_fp32_gradients": shards,
-            "host_first_build_fp32_copies": whole - reused}
+    out = {"host_fp32_parameters": shards if o.pin_cpu_params else pageable,
+           "host_fp32_gradients": shards if o.pin_cpu_grads else pageable}
+    if not o.pin_cpu_params:
+        # pageable, the first build is freed once DistributedOptimizer replaces it, before the first step allocates
+        # the gradients and Adam's lazy states: its init peak counts only beyond theirs
+        step = out["host_fp32_gradients"] + fraction * sum(n / d for n, d in tensors) * _cpu_states_bytes(cfg)
+        out["host_first_build_fp32_copies"] = max(0.0, fraction * sum(FP32_BYTES * n for n, _ in tensors) - step)
+        return out
+    whole = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, _ in tensors)
+    reused = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, d in tensors if d == 1) if o.pin_cpu_grads else 0.0
+    out["host_first_build_fp32_copies"] = whole - reused
+    return out
 
 
 def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> dict[str, float]:
@@ -208,7 +278,7 @@ def rank_host_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) 
         # Megatron --cpu-offloading: the offloaded layers' saved activations, one micro-batch (pp 1)
         out["host_offloaded_activations"] = act.cpu_offloaded_layers(cfg) * act.layer_activation_bytes(cfg)
         return {k: v for k, v in out.items() if v > 0}
-    out = _offloaded_state(cfg, partition)
+    out = _offloaded_state(cfg, stage, partition, gpus_per_node)
     swap = _swap_buffers(cfg, partition)
     if swap:
         out["host_nvme_swap_buffers"] = swap

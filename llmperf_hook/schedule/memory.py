@@ -34,8 +34,9 @@ less the terms tests/schedule/test_memory_reference.py names.
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.ddp_buckets import distopt_padding_elems, fp8_param_gather
+from llmperf_hook.graph.ddp_buckets import chunk_tensors, distopt_padding_elems, fp8_param_gather
 from llmperf_hook.graph.op_graph import OpGraph, StageGraph
+from llmperf_hook.graph.params import position_table_rows
 from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params,
                                          offloaded_optimizer_share, param_bytes, runs_bf16_optimizer)
 from llmperf_hook.graph.zero3_trace import deepspeed_zero, stage_trace
@@ -249,6 +250,11 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
     out["nccl_buffers"] = float(NCCL_BYTES_PER_COMMUNICATOR * communicators)
     if "deepspeed" in cfg.framework and o.zero_stage >= 1:
         out["zero_buckets"] = zero_reduce_bucket_bytes(cfg)
+    if "deepspeed" in cfg.framework and o.zero_stage in (1, 2) and o.offload_optimizer != "none":
+        # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload = torch.zeros(largest_param_numel, device=GPU) in the
+        # model's dtype, the GPU side of each gradient's copy to and from the host, kept for the whole run
+        largest = max((n for part in stage_param_tensors(cfg, stage) for n in part), default=0)
+        out["zero_offload_grad_staging"] = float(largest * param_bytes(cfg))
     if o.zero_stage >= 3 and deepspeed_zero(cfg):
         # held by the reuse distance, running, and prefetched, over DeepSpeed's fetch trace (graph/zero3_trace.py)
         out["zero3_live_params"] = float(stage_trace(cfg, stage.stage).peak_live_elems * param_bytes(cfg))
@@ -259,6 +265,22 @@ def buffer_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int) -> 
                    2 * layer + (DEEPSPEED_ZERO3_PREFETCH_ELEMS if prefetch is None else prefetch))
         out["zero3_live_params"] = float(live * 2)
     return out
+
+
+def stage_param_tensors(cfg: TrainingConfig, stage: StageGraph) -> tuple[list[int], list[int]]:
+    """(dense, expert) parameter tensors of a pipeline rank in registration order, the order ZeRO and Megatron's
+    buffers flatten them: chunk_tensors, whose one embedding entry is the word embedding and the learned position
+    table, separate nn.Embedding parameters (language_model_embedding.py word_embeddings / position_embeddings)."""
+    dense: list[int] = []
+    expert: list[int] = []
+    for chunk in stage.chunks:
+        d, e = chunk_tensors(cfg, chunk)
+        if d and chunk.blocks and chunk.blocks[0].name == "embedding":
+            positions = position_table_rows(cfg) * cfg.model.hidden_size
+            d = [d[0] - positions, positions, *d[1:]]
+        dense += [n for n in d if n > 0]
+        expert += [n for n in e if n > 0]
+    return dense, expert
 
 
 def checkpoints_off_gpu_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:

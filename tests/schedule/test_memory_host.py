@@ -41,6 +41,18 @@ def _params(cfg) -> int:
     return build_graph(cfg, DGX).stages[0].num_params
 
 
+def _tensors(cfg) -> list[int]:
+    """The rank's parameter tensors in registration order (graph/ddp_buckets.chunk_tensors), whose one embedding
+    entry is two parameters: the word embedding and the learned position table."""
+    from llmperf_hook.api import build_graph
+    from llmperf_hook.graph.ddp_buckets import chunk_tensors
+    from llmperf_hook.graph.params import position_table_rows
+
+    lumped = [n for c in build_graph(cfg, DGX).stages[0].chunks for n in chunk_tensors(cfg, c)[0] if n]
+    positions = position_table_rows(cfg) * cfg.model.hidden_size
+    return [lumped[0] - positions, positions, *lumped[1:]] if positions else lumped
+
+
 def test_zero3_offload_pins_twenty_bytes_per_parameter_on_the_node() -> None:
     """Per parameter of a rank's partition: fp32 master + Adam m, v (12, pageable), the fp32 gradient (4), ZeRO-3's
     bf16 gradient partition (2), the bf16 parameter partition (2), the last three pinned (pin_memory, DeepSpeed's
@@ -50,10 +62,11 @@ def test_zero3_offload_pins_twenty_bytes_per_parameter_on_the_node() -> None:
     cfg = _zero(3, offload_optimizer="cpu", offload_param="cpu")
     mem = _host(cfg)
     partition = _params(cfg) / GPN
+    zero_init = sum(_block(2 * math.ceil(n / GPN)) for n in _tensors(cfg))  # test_zero_init_pinned_copies_stay_cached
     assert mem.host_components == pytest.approx({
         "host_optimizer_states": GPN * 12 * partition, "host_fp32_gradients": GPN * _block(4 * partition),
-        "host_gradient_partition": GPN * _block(2 * partition), "host_parameters": GPN * _block(2 * partition)},
-        rel=1e-6)
+        "host_gradient_partition": GPN * _block(2 * partition), "host_parameters": GPN * _block(2 * partition),
+        "host_zero_init_pinned_cache": GPN * zero_init}, rel=1e-6)
     assert mem.host_capacity_bytes == 2048 * 2**30 and mem.host_fits
     pageable = replace(cfg, optimizer=replace(cfg.optimizer, offload_optimizer_pin_memory=False,
                                               offload_param_pin_memory=False))
@@ -68,23 +81,37 @@ def test_zero2_offload_keeps_a_16_bit_parameter_copy_but_no_16_bit_gradient_on_t
     cfg = _zero(2, offload_optimizer="cpu")
     mem = _host(cfg)
     partition = _params(cfg) / GPN
-    assert set(mem.host_components) == {"host_optimizer_states", "host_fp32_gradients", "host_parameter_copy"}
+    assert set(mem.host_components) == {"host_optimizer_states", "host_fp32_gradients", "host_parameter_copy",
+                                        "host_gradient_staging"}
     assert mem.host_components["host_parameter_copy"] == pytest.approx(GPN * _block(2 * partition), rel=1e-6)
-    # pinned: the fp32 master partition (Adam's moments are pageable), its fp32 gradient, the 16-bit copy
+    # pinned: the fp32 master partition (Adam's moments are pageable), its fp32 gradient, the 16-bit copy, the
+    # 16-bit staging buffer of the largest parameter (temp_grad_buffer_for_cpu_offload)
+    staging = _block(2 * max(_tensors(cfg)))
+    assert mem.host_components["host_gradient_staging"] == GPN * staging
     assert mem.host_bytes_per_node == pytest.approx(
-        GPN * (8 * partition + 2 * _block(4 * partition) + _block(2 * partition)), rel=1e-6)
+        GPN * (8 * partition + 2 * _block(4 * partition) + _block(2 * partition) + staging), rel=1e-6)
     assert "host_parameter_copy" not in _host(_zero(3, offload_optimizer="cpu")).host_components
 
 
 def test_zero2_offload_with_gradient_accumulation_saves_the_16_bit_gradients_on_the_host() -> None:
-    """Between micro-steps each partition parameter's gradient goes to a pinned host buffer of its dtype
-    (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu): 2 B more per parameter of the partition."""
+    """Between micro-steps each partition parameter's gradient goes to a pinned host buffer of its own, the whole
+    parameter in its dtype (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu: torch.zeros(param.numel()) then
+    get_accelerator().pin_memory): one power-of-two block per tensor the rank's partition touches, a tensor astride
+    two partitions held whole by both; the busiest rank's, times the node's 8. Pageable: the same tensors' sizes."""
     one = _zero(2, offload_optimizer="cpu")
     four = replace(one, batch=replace(one.batch, global_batch_size=4 * one.batch.global_batch_size,
                                       num_microbatches=4))
+    tensors = _tensors(one)
+    size = math.ceil(sum(tensors) / (2 * GPN)) * 2  # stage_1_and_2.py partition_size of the 2 x dp aligned group
+    starts = [sum(tensors[:i]) for i in range(len(tensors))]
+    per_rank = [[n for n, a in zip(tensors, starts) if a < (r + 1) * size and a + n > r * size] for r in range(GPN)]
     extra = _host(four).host_components["host_accumulated_gradients"]
-    assert extra == pytest.approx(GPN * 2 * _params(one) / GPN, rel=1e-6)
+    assert extra == pytest.approx(GPN * max(sum(_block(2 * n) for n in ns) for ns in per_rank), rel=1e-6)
+    assert extra > 1.2 * 2 * _params(one)  # rounding and tensors astride partitions: the partition was a lower bound
     assert "host_accumulated_gradients" not in _host(one).host_components
+    pageable = replace(four, optimizer=replace(four.optimizer, offload_optimizer_pin_memory=False))
+    assert _host(pageable).host_components["host_accumulated_gradients"] == pytest.approx(
+        GPN * max(sum(2 * n for n in ns) for ns in per_rank), rel=1e-6)
 
 
 def test_nvme_offload_pins_its_swap_buffers() -> None:
@@ -177,7 +204,9 @@ def test_ds_config_pin_memory_false_keeps_the_buffers_pageable(tmp_path: Path) -
     assert [p.config.optimizer.offload_optimizer_pin_memory for p in (pinned, pageable)] == [True, False]
     from llmperf_hook.api import build_graph
     partition = build_graph(pageable.config, pageable.cluster).stages[0].num_params / GPN
-    assert pageable.estimate.memory.host_bytes_per_node == pytest.approx(GPN * 18 * partition, rel=1e-6)
+    largest = 32000 * 2048  # the word embedding
+    assert pageable.estimate.memory.host_bytes_per_node == pytest.approx(GPN * (18 * partition + 2 * largest),
+                                                                         rel=1e-6)
     assert pinned.estimate.memory.host_bytes_per_node > pageable.estimate.memory.host_bytes_per_node
 
 
@@ -196,3 +225,65 @@ def test_deepspeed_before_0_19_5_keeps_the_offload_pageable(tmp_path: Path) -> N
     pins = [predict_command(argv, {"LLMPERF_DEEPSPEED_VERSION": v}, cluster="dgx-a100").config.optimizer
             .offload_optimizer_pin_memory for v in ("0.19.4", "0.19.5")]
     assert pins == [False, True]
+
+
+def test_zero_init_pinned_copies_stay_cached() -> None:
+    """ZeRO-3 offload_param cpu: zero.Init pins each parameter's partition on its own (partition_parameters.py
+    _partition_param, pinned when offload_param.pin_memory), then stage3.py copies them into its pinned flat buffer
+    (_move_to_flat_buffer: src.data = dest.data) and frees them into torch's pinned cache, which nothing empties
+    (no torch._C._host_emptyCache in DeepSpeed): one power-of-two block per parameter partition stays. pin_memory
+    false: pageable, freed. A later pinned request of the same power of two takes a cached block: with 1e6-element
+    sub-groups each sub-group's fp32 gradient (4 MiB) reuses one of the 4 MiB blocks of the MLP weights' partitions
+    (2048 x 8192 / 8 x 2 B)."""
+    cfg = _zero(3, offload_optimizer="cpu", offload_param="cpu")
+    blocks = [_block(2 * math.ceil(n / GPN)) for n in _tensors(cfg)]
+    assert _host(cfg).host_components["host_zero_init_pinned_cache"] == pytest.approx(GPN * sum(blocks), rel=1e-6)
+    unpinned = replace(cfg, optimizer=replace(cfg.optimizer, offload_param_pin_memory=False))
+    assert "host_zero_init_pinned_cache" not in _host(unpinned).host_components
+    cut = replace(cfg, optimizer=replace(cfg.optimizer, sub_group_size_elems=1_000_000))
+    sub_groups = math.ceil(_params(cfg) / GPN / 1_000_000)
+    four_mib = blocks.count(2.0**22)
+    assert 0 < four_mib < sub_groups
+    assert _host(cut).host_components["host_zero_init_pinned_cache"] == pytest.approx(
+        GPN * (sum(blocks) - four_mib * 2.0**22), rel=1e-6)
+
+
+def _ds_offload_argv(tmp_path: Path, stage: int, zero: dict) -> list[str]:
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": stage, **zero}}))
+    return ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "8", "--hidden-size", "2048",
+            "--num-attention-heads", "16", "--seq-length", "1024", "--max-position-embeddings", "1024",
+            "--micro-batch-size", "1", "--global-batch-size", "8", "--vocab-size", "32000", "--bf16",
+            "--deepspeed", "--deepspeed_config", str(ds), "--zero-stage", str(stage), "--no-pipeline-parallel"]
+
+
+def test_native_pin_backend_takes_no_power_of_two_blocks(tmp_path: Path) -> None:
+    """DS_PIN_MEMORY_BACKEND=native (DeepSpeed >= 0.19.6): get_accelerator().pin_memory goes to posix_memalign +
+    mlock of the request's size (deepspeed/utils/pin_memory.py, csrc/pin_memory/page_alloc.cpp), freed when the
+    tensor goes: the pinned buffers cost their size and zero.Init's copies do not stay. DeepSpeed 0.19.5 has no such
+    backend: torch's blocks."""
+    from llmperf_hook.api import predict_command
+
+    argv = _ds_offload_argv(tmp_path, 3, {"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})
+    torch_pins = predict_command(argv, {}, cluster="dgx-a100")
+    native = predict_command(argv, {"DS_PIN_MEMORY_BACKEND": " Native"}, cluster="dgx-a100")
+    old = predict_command(argv, {"DS_PIN_MEMORY_BACKEND": "native", "LLMPERF_DEEPSPEED_VERSION": "0.19.5"},
+                          cluster="dgx-a100")
+    assert [p.config.optimizer.native_pinned_memory for p in (torch_pins, native, old)] == [False, True, False]
+    partition = _params(native.config) / GPN
+    assert native.estimate.memory.host_components == pytest.approx({
+        "host_optimizer_states": GPN * 12 * partition, "host_fp32_gradients": GPN * 4 * partition,
+        "host_gradient_partition": GPN * 2 * partition, "host_parameters": GPN * 2 * partition}, rel=1e-6)
+    assert old.estimate.memory.host_components == torch_pins.estimate.memory.host_components
+
+
+def test_zero12_offload_keeps_a_gpu_staging_buffer_of_the_largest_parameter() -> None:
+    """stage_1_and_2.py with cpu_offload: temp_grad_buffer_for_gpu_offload = torch.zeros(largest_param_numel) on the
+    GPU, in the model's dtype, for the whole run: the word embedding's 32,000 x 2048 x 2 B here; ZeRO-3 and
+    non-offloaded ZeRO-2 have none."""
+    cfg = _zero(2, offload_optimizer="cpu")
+    parts = predict_config(cfg, DGX).memory.components
+    assert parts["zero_offload_grad_staging"] == 2 * max(_tensors(cfg)) == 2 * cfg.model.padded_vocab_size * 2048
+    for other in (_zero(2), _zero(3, offload_optimizer="cpu")):
+        assert "zero_offload_grad_staging" not in predict_config(other, DGX).memory.components

@@ -78,6 +78,33 @@ def test_megatron_cpu_offload_keeps_the_first_builds_pinned_copies() -> None:
     assert host["host_fp32_gradients"] == pytest.approx(sum(_pinned(4 * n) for n in _tensors(one)), rel=1e-6)
 
 
+def test_megatron_no_pin_cpu_flags_keep_the_copies_pageable() -> None:
+    """--no-pin-cpu-grads / --no-pin-cpu-params (arguments.py store_false into pin_cpu_grads / pin_cpu_params;
+    hybrid_optimizer.py: torch.empty(..., pin_memory=self.pin_cpu_grads), `if cpu_copy and self.pin_cpu_params:
+    param.pin_memory()`): that half is priced at its size. Pageable fp32 copies of the first build go back to the C
+    allocator once DistributedOptimizer replaces it, before the first step allocates the gradients and Adam's states:
+    the host peaks at the larger of init (whole model 4 B) and step (shard 4 + 8 B), beside the shard's parameters.
+    On one GPU, pinned gradients reuse nothing of a pageable first build."""
+    pinned = _megatron(*OFFLOAD).estimate.memory.host_components
+    pageable_grads = _megatron(*OFFLOAD, "--no-pin-cpu-grads")
+    host = pageable_grads.estimate.memory.host_components
+    assert host["host_fp32_gradients"] == pytest.approx(GPN * 4 * _shard(pageable_grads), rel=1e-6)
+    assert host["host_fp32_parameters"] == pinned["host_fp32_parameters"]
+    assert host["host_first_build_fp32_copies"] == pinned["host_first_build_fp32_copies"]
+    both = _megatron(*OFFLOAD, "--no-pin-cpu-grads", "--no-pin-cpu-params")
+    host = both.estimate.memory.host_components
+    assert both.config.optimizer.pin_cpu_params is False and both.config.optimizer.pin_cpu_grads is False
+    shard = _shard(both)
+    init, step = 4 * sum(_tensors(both)), (4 + 8) * shard
+    assert init > step  # dp 8: the first build's whole copies are the peak
+    assert host["host_fp32_parameters"] == pytest.approx(GPN * 4 * shard, rel=1e-6)
+    assert sum(host.values()) == pytest.approx(GPN * (4 * shard + init), rel=1e-6)
+    one = _megatron(*OFFLOAD, "--no-pin-cpu-params", gpus=1)
+    host = one.estimate.memory.host_components
+    assert host["host_fp32_gradients"] == pytest.approx(sum(_pinned(4 * n) for n in _tensors(one)), rel=1e-6)
+    assert "host_first_build_fp32_copies" not in host  # init 4 B < step 4 + 8 B of the same (whole) shard
+
+
 def test_megatron_offload_fraction_splits_the_optimizer_between_host_and_gpu() -> None:
     """--optimizer-offload-fraction 0.25: a quarter of the shard's optimizer on the host, three quarters (fp32 master
     and Adam states, 12 B) left on the GPU; no 'modelled as full offload' warning any more."""
