@@ -73,6 +73,16 @@ UNIT_WORD = re.compile(r"\s*([A-Za-zµμ]+(?:/s(?![A-Za-z]))?)")
 CAVEAT_START = ("(", ";", ",")
 
 
+COUNT_MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
+"""Suffixes that multiply a count ("2k" global batch, "1.5M" tokens): the number alone would be 1000x too small."""
+
+
+def _count_in_full(number: str, text: str) -> str:
+    """The count a cell means: `number` times its multiplier suffix ("2k" -> 2000), else the number as written."""
+    factor = COUNT_MULTIPLIERS.get(re.split(r"[\s(;,]", text, maxsplit=1)[0])
+    return number if factor is None else f"{float(number) * factor:.15g}"
+
+
 def check_unit(number: str, rest: str, cell: str, column: str, where: str) -> None:
     """Refuse a word after the number unless it is the column's own unit (optionally followed by what the column
     is per and a caveat)."""
@@ -81,8 +91,8 @@ def check_unit(number: str, rest: str, cell: str, column: str, where: str) -> No
         return
     column_unit = COLUMN_UNITS.get(column)
     if column_unit is None:
-        raise UsageError(f"{where}: column `{column}` = {cell!r} is a count: write the number alone ({number}); a "
-                         "caveat may follow in parentheses, e.g. '8 (per paper)'.")
+        raise UsageError(f"{where}: column `{column}` = {cell!r} is a count: write the number alone "
+                         f"({_count_in_full(number, text)}); a caveat may follow in parentheses, e.g. '8 (per paper)'.")
     word = UNIT_WORD.match(rest)
     unit = word.group(1) if word else ""
     factor = column_unit.factors.get(unit if column_unit.case_sensitive else unit.lower())

@@ -95,3 +95,11 @@ def test_a_bandwidth_column_named_in_bits_is_refused(tmp_path: Path, name: str, 
             read_runs_csv(path)
     else:
         assert build_runs_or_failures(read_runs_csv(path))[0].inter_node_bandwidth_GBps == 200.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("cell", "says"), [("2k", r"alone \(2000\)"), ("1.5M", r"alone \(1500000\)"),
+                                            ("4 K (per paper)", r"alone \(4000\)"), ("32 GPUs", r"alone \(32\)")])
+def test_a_count_with_a_multiplier_is_refused_with_its_full_value(cell: str, says: str) -> None:
+    """'2k' global batch was refused with the advice 'write the number alone (2)': 1000x too small."""
+    with pytest.raises(UsageError, match=says):
+        parse_int({"global_batch_size": cell}, "global_batch_size", "row r1")
