@@ -10,8 +10,9 @@ batch script), and a shell that runs one: `bash -c "$LAUNCHER train.py"`, `bash 
 script launches (launch/launch_line.py). Other command substitutions (`$(scontrol ...)`) leave their variable unset;
 nothing is executed. `eval "$CMD"` / `eval $LAUNCHER $ARGS` (Megatron-DeepSpeed's examples: `run_cmd="deepspeed ...
 2>&1 | tee log"`, `eval ${run_cmd}`) is read as bash reads it: its words expanded from the script's variables, joined
-by blanks and read again as a line; an eval of a command substitution or of a variable the script does not set plainly
-is refused, naming the line.
+by blanks and read again as a line (launch/shell_eval.py); an eval of a command substitution or of a variable the
+script does not set plainly is refused, naming the line. A `for NAME in WORDS` loop whose words llmperf knows is read
+once per word (launch/shell_loops.py); a launch in its body is a sweep, priced at its first pass with a warning.
 """
 
 from __future__ import annotations
@@ -32,32 +33,21 @@ from llmperf_hook.launch.script_files import written_text  # noqa: F401  (framew
 from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
+from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
+from llmperf_hook.launch.shell_loops import ForLoop, for_loop, loop_values, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
                                                   run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, logical_lines,
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               rejoin_substitutions, restore_dollars, shell_split, split_redirections,
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 
-_ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
-"""`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
-_ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
-                 "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
-
-
-def _ansi_c(found: re.Match[str]) -> str:
-    """A `$'...'` word part as a single-quoted shell word (its simple escapes decoded; a numeric one left as written)."""
-    body = re.sub(r"\\(.)", lambda m: _ANSI_ESCAPES.get(m.group(1), m.group(0)), found.group(1))
-    return shlex.quote(body)
-
-
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
-_UNSET_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _HEREDOC_OPEN = re.compile(r"(?<!<)<<(?!<)")
 """The command holds the `<<` of the line's here-document (not a `<<<` here-string)."""
 _SUBSHELL_OPEN = re.compile(r"(?<![$(<>])\((?!\()")
@@ -84,6 +74,8 @@ class _Run:
     """The names of `env` that are exported there: the rest are not in the environment of the command it starts."""
     stdin: str | None = None
     """The text of the here-document it is given as standard input (`sbatch <<EOF`), None when it has none."""
+    sweep: tuple[str, tuple[str, ...]] | None = None
+    """The `for` loop it runs in (its variable and words, shell_loops), None outside one."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +132,8 @@ class _Reading(ShellVariables, FileWrites):
     """The functions being read at a call (a call of one of them from its own body is not followed)."""
     sourcing: set[str] = field(default_factory=set)
     """Files being read by `.` / `source` (one that sources itself is not followed again)."""
+    sweep: tuple[str, tuple[str, ...]] | None = None
+    """The `for` loop being read, pass by pass (shell_loops): its variable and words."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
@@ -158,10 +152,9 @@ class _Reading(ShellVariables, FileWrites):
             line = lines[i]
             if self.shell[0] == "dash" and not self.launches:  # a syntax error where dash reads the line, run or not
                 self.refuse_bash_only(line, line.text, False)
-            defined = definition(lines, i) if not self.launches and self.conditions.running() else None
-            if defined is not None:
-                self.functions[defined.name] = replace(defined, path=self.path)
-                i = defined.end
+            after = self.block(lines, i) if not self.launches and self.conditions.running() else None
+            if after is not None:
+                i = after
                 continue
             i += 1
             if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
@@ -188,6 +181,36 @@ class _Reading(ShellVariables, FileWrites):
             self.conditions.join(listed[-1][0], line_end=True)
         return [pipeline for _, pipeline in listed if pipeline]
 
+    def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
+        """A function definition (kept, read where called) or a `for` loop whose words llmperf knows (read once per
+        word) at lines[i]: the index of the line after it; None for any other line."""
+        defined = definition(lines, i)
+        if defined is not None:
+            self.functions[defined.name] = replace(defined, path=self.path)
+            return defined.end
+        loop = None if self.conditions.in_undecided_branch() else for_loop(lines, i)
+        values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand)) \
+            if loop else None
+        if loop is None or values is None:
+            return None
+        self.loop(loop, values)
+        return loop.end
+
+    def loop(self, loop: ForLoop, values: list[str]) -> None:
+        """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1); NAME keeps the
+        last word after the loop, as in bash."""
+        outer, self.sweep = self.sweep, (loop.name, tuple(values))
+        try:
+            for value in values:
+                self.env[loop.name] = value
+                self.undecidable.discard(loop.name)
+                self.exported.update([loop.name] if self.allexport else [])
+                self.read(loop.body)
+                if self.launches:  # a sweep: the later passes launch again from the same line (launch() warns)
+                    break
+        finally:
+            self.sweep = outer
+
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
         if defined.name in self.calling:  # recursion: llmperf reads, it cannot tell where it ends
@@ -205,7 +228,7 @@ class _Reading(ShellVariables, FileWrites):
 
     def command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
-            text = _ANSI_C.sub(_ansi_c, text)
+            text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
         if self.arrays:
@@ -300,7 +323,7 @@ class _Reading(ShellVariables, FileWrites):
         if is_launch(words, text, expand_env_refs(outer, exported, {})):
             return True
         if is_launch(words, text, expand_env_refs(outer, self.env, {})):  # it would, were its variables exported
-            hidden = sorted(set(_UNSET_REF.findall(outer)) & (set(self.env) - self.exported))
+            hidden = sorted(set(UNSET_REF.findall(outer)) & (set(self.env) - self.exported))
             self.unexported.append(f"{words[0]} -c at {self.where(line)} reads ${', $'.join(hidden)}, which the "
                                    "script sets without `export`, so that child shell does not have it")
         return False
@@ -362,20 +385,13 @@ class _Reading(ShellVariables, FileWrites):
             raise refuse_bash_only(self.kind, self.path, self.shell[1], line.number, line.text, found)
 
     def evaluate(self, line: ScriptLine, text: str, args: list[str]) -> None:
-        """`eval ARGS`: bash expands ARGS, joins them with blanks and reads the result as a command line (bash manual
-        4.1 Bourne Shell Builtins, eval), so a launch held in a variable is read from the variable, never run."""
+        """`eval ARGS` (launch/shell_eval.py): the line it makes read as a command line, or the reason it cannot be."""
         expanded = restore_dollars(" ".join(self.expand(arg) for arg in args))  # eval reads a quoted `$` again
-        unset = sorted(set(_UNSET_REF.findall(expanded)))
-        if "$(" in text or "`" in text or "$(" in expanded or "`" in expanded:
-            self.unevaluated.append(f"{self.where(line)} evals a command substitution")
-            return
-        if unset and not any(head in expanded for head in LAUNCH_HEADS) and not PY_SCRIPT.search(expanded):
-            names = ", ".join(f"${name}" for name in unset)
-            self.unevaluated.append(f"{self.where(line)} evals {names}, which the script does not set with a plain "
-                                    "NAME=value line before it")
-            return
-        evaluated = ScriptLine(line.number, expanded)
-        self.command_list(evaluated, expanded)
+        refusal = eval_refusal(text, expanded)
+        if refusal is not None:
+            self.unevaluated.append(f"{self.where(line)} {refusal}")
+        else:
+            self.command_list(ScriptLine(line.number, expanded), expanded)
 
     def positioned(self, words: list[str]) -> list[str]:
         """`words` with $1 ... as they are where the line runs (inside a function: the call's words, and its locals)."""
@@ -387,7 +403,7 @@ class _Reading(ShellVariables, FileWrites):
 
     def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> _Run:
         return _Run(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
-                    frozenset(self.exported), stdin)
+                    frozenset(self.exported), stdin, self.sweep)
 
     def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:
         """A launch line. An `sbatch` line is the launch only of a script with no other (a batch script that submits
@@ -408,7 +424,9 @@ class _Reading(ShellVariables, FileWrites):
             self.env.clear()
             self.env.update(run.env)
             self.used.update(run.refs)
-            return ScriptLaunch(run.words, self.files, run.stdin, hidden, undecided=tuple(self.undecided))
+            swept = run.sweep is not None and len(run.sweep[1]) > 1
+            warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
+            return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided))
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

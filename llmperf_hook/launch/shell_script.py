@@ -67,6 +67,23 @@ def _scan(text: str) -> tuple[list[bool], str, int]:
     return outside, quote, len(text)
 
 
+_ANSI_C = re.compile(r"(?<![\\$])\$'((?:[^'\\]|\\.)*)'")
+"""`$'...'`: bash's ANSI-C quoting (3.1.2.4), the backslash escapes decoded."""
+_ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
+                 "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _ansi_c(found: re.Match[str]) -> str:
+    """A `$'...'` word part as a single-quoted shell word (its simple escapes decoded; a numeric one left as written)."""
+    body = re.sub(r"\\(.)", lambda m: _ANSI_ESCAPES.get(m.group(1), m.group(0)), found.group(1))
+    return shlex.quote(body)
+
+
+def decode_ansi_c(text: str) -> str:
+    """`text` with each `$'...'` word part (bash's ANSI-C quoting) made a single-quoted word of what it stands for."""
+    return _ANSI_C.sub(_ansi_c, text)
+
+
 LITERAL_DOLLAR = "\ue024"
 """Stands for a `$` bash takes literally (inside single quotes, or escaped `\\$`) while the script is read: the later
 expansions of words and values (argv_words.expand_env_refs) see no reference in it; restore_dollars puts `$` back."""

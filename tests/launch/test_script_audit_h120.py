@@ -148,3 +148,79 @@ def test_a_launch_word_from_a_command_output_is_named(tmp_path: Path, monkeypatc
                                          r"--nproc-per-node N"):
         parse_launch(["bash", "train.sh"], {})
     assert parse_launch(["bash", "train.sh"], {}, nproc_per_node=4).world_size == 4
+
+
+# bigscience-workshop/bigscience train/tr7-alibi/tr7b-extrapolation-law.slurm, cut to what sizes the job: an
+# evaluation per sequence length, `for increment in {100..2000..100}` around the ds_config, LAUNCHER, CMD and srun.
+SWEEP = """#!/bin/bash
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:4
+GPUS_PER_NODE=4
+NNODES=4
+SEQ_LEN=2048
+for increment in {100..2000..100}; do
+    SEQ_LEN_2=$(($increment + $SEQ_LEN))
+    echo "***** Extrapolation for a seq length of $SEQ_LEN_2 *****"
+    GPT_ARGS=" \\
+    --num-layers 24 --hidden-size 1024 --num-attention-heads 16 \\
+    --seq-length $SEQ_LEN_2 \\
+    --max-position-embeddings $SEQ_LEN_2 \\
+    --micro-batch-size 8 --global-batch-size 512 --vocab-size 50257 --fp16 \\
+    "
+    export LAUNCHER="python -u -m torch.distributed.launch \\
+    --nproc_per_node $GPUS_PER_NODE \\
+    --nnodes $NNODES \\
+    "
+    export CMD=" \\
+    pretrain_gpt.py \\
+    --tensor-model-parallel-size 4 \\
+    --pipeline-model-parallel-size 2 \\
+    $GPT_ARGS \\
+    "
+    srun --jobid $SLURM_JOBID bash -c '$LAUNCHER --node_rank $SLURM_PROCID $CMD' 2>&1 | tee -a log.txt
+done
+"""
+
+
+def test_a_sweep_prices_its_first_pass_and_names_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch in a `for` loop runs once per value, one job after another. llmperf refused it ('bash -c runs
+    $LAUNCHER as its command, a variable that shell does not have': the loop body's variables were unknown); now the
+    body is read per value (bash manual 3.2.5.1, brace expansion 3.5.1) and the first job, the one bash starts first,
+    is priced, with a warning naming the loop's values."""
+    (tmp_path / "tr7b.slurm").write_text(SWEEP)
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["sbatch", "tr7b.slurm"], {})
+    assert (job.nnodes, job.world_size) == (4, 16)
+    assert job.script_args[job.script_args.index("--seq-length") + 1] == "2148"
+    warning = next(w for w in job.warnings if "loop" in w)
+    assert "`for increment in ...`" in warning and "increment = 100, 200, 300" in warning and "(20 values)" in warning
+    assert "increment=100" in warning
+
+
+LOOPS = {
+    "brace sequence": 'for s in {1..3}; do\n  A="$A --stage$s"\ndone',
+    "step and reversed": 'for s in {10..2..4}; do\n  A="$A $s"\ndone\nfor s in {3..1}; do\n  B="$B $s"\ndone',
+    "brace list with text": 'for m in pre{a,b}post; do\n  A="$A $m"\ndone',
+    "words and a variable": 'L="4 8"\nfor n in 1 $L "x y"\ndo\n  A="$A [$n]"\ndone\nB=$n',
+    "array": 'SIZES=(1 "2 3")\nfor n in "${SIZES[@]}"; do\n  A="$A <$n>"\ndone',
+    "arguments": 'set -- --tp 2\nfor a in "$@"; do\n  A="$A $a"\ndone',
+    "nested, with an if": 'for i in 1 2; do\n  for j in a b; do\n    if [ $j = b ]; then\n      A="$A $i$j"\n    fi\n'
+                          '  done\ndone',
+    "no words": 'for n in $UNSET_ONE; do\n  A=ran\ndone',
+}
+
+
+@pytest.mark.parametrize("body", LOOPS.values(), ids=LOOPS.keys())
+def test_loops_as_bash_runs_them(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `for` loop whose words llmperf knows is read once per word, so what the body builds is what bash builds (it
+    left the body's variables unknown after any loop)."""
+    if BASH is None:
+        pytest.skip("needs bash")
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nA=-; B=-\n{body}\n" + 'torchrun --nproc_per_node 8 pretrain_gpt.py "[$A]" "[$B]"\n')
+    monkeypatch.chdir(tmp_path)
+    runner = 'torchrun() { printf "%s\\n" "${@:4}"; }; export -f torchrun; bash "$0"'
+    theirs = subprocess.run([BASH, "-c", runner, str(script)], capture_output=True, text=True, check=True,
+                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=tmp_path).stdout.split("\n")[:2]
+    assert list(parse_launch(["bash", script.name], {}).script_args) == theirs, theirs

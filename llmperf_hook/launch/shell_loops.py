@@ -1,0 +1,117 @@
+"""`for NAME in WORDS; do ... done` in a launch script, run as bash runs it: once per word, NAME set to each in turn.
+
+bash expands the words once, before the first pass (brace expansion, variables, "$@"; bash manual 3.2.5.1 Looping
+Constructs, 3.5.1 Brace Expansion), then runs the body once per resulting word. Where llmperf knows every word (no
+command substitution, no glob, no variable only running the script gives), it reads the body once per word, so a
+loop that builds the arguments (`for s in 1 2; do ARGS+=" --stage$s"; done`) gives what bash gives. A sweep script
+that launches in the body (bigscience tr7b-extrapolation-law.slurm: `for increment in {100..2000..100}; do ...
+srun ... done`) then has one launch per word, on the same line; batch_script prices the first, which bash starts
+first, and warns which values the others take. Other loops (`while`, `until`, C-style `for ((...))`, or words llmperf
+cannot know) are read once as a body that may run (shell_conditions).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from llmperf_hook.launch.shell_script import ScriptLine, shell_split, word_quoting
+
+MAX_PASSES = 256
+"""The most words a loop is read for; a longer loop is read once as a body that may run (reading is per pass)."""
+_HEADER = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.*?)\s*(?:;\s*do)?\s*(?:#.*)?$", re.DOTALL)
+_DO_LINE = re.compile(r"^\s*do\s*(?:#.*)?$")
+_DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
+_OPENS = re.compile(r"^\s*(?:for|while|until|select)\b")
+_SEQUENCE = re.compile(r"^(.*?)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}(.*)$")
+_LIST = re.compile(r"^([^{]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
+
+
+@dataclass(frozen=True)
+class ForLoop:
+    """A `for NAME in WORDS` loop whose body spans whole lines."""
+
+    name: str
+    """The loop variable."""
+    words: str
+    """The word list as written (`{100..2000..100}`, `1 2 4`, `"$@"`)."""
+    body: tuple[ScriptLine, ...]
+    """The lines between `do` and `done`."""
+    end: int
+    """Index of the first script line after `done`."""
+    number: int
+    """Line number of the `for` line."""
+
+
+def _code(text: str) -> str:
+    """A line without its comment (a `#` that starts a word)."""
+    found = re.search(r"(?:^|\s)#", text)
+    return text[:found.start()] if found else text
+
+
+def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
+    """The `for NAME in WORDS[; do]` loop lines[i] opens (`do` on it or alone on the next line) up to its `done` line,
+    or None (another line, a one-line loop, or no `done`)."""
+    header = _HEADER.match(lines[i].text)
+    if header is None or _DONE.search(_code(header.group(2))):
+        return None
+    start = i + 1
+    if not re.search(r";\s*do\s*(?:#.*)?$", lines[i].text):
+        if start >= len(lines) or not _DO_LINE.match(lines[start].text):
+            return None
+        start += 1
+    depth = 1
+    for j in range(start, len(lines)):
+        code = _code(lines[j].text)
+        depth += bool(_OPENS.match(code)) - len(_DONE.findall(code))
+        if depth <= 0:
+            return ForLoop(header.group(1), header.group(2), tuple(lines[start:j]), j + 1, lines[i].number) \
+                if depth == 0 and code.strip().startswith("done") else None
+    return None
+
+
+def _braces(word: str) -> list[str]:
+    """bash's brace expansion of one word (3.5.1): `{A..B}` / `{A..B..STEP}` integer sequences (either direction),
+    `{a,b,c}` lists, each with what stands before and after it; the word itself when it has none."""
+    sequence = _SEQUENCE.match(word)
+    if sequence is not None:
+        first, last = int(sequence.group(2)), int(sequence.group(3))
+        step = abs(int(sequence.group(4) or 1)) or 1
+        numbers = range(first, last + 1, step) if first <= last else range(first, last - 1, -step)
+        return [f"{sequence.group(1)}{n}{sequence.group(5)}" for n in numbers]
+    listed = _LIST.match(word)
+    if listed is not None:
+        return [f"{listed.group(1)}{item}{listed.group(3)}" for item in listed.group(2).split(",")]
+    return [word]
+
+
+def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | None:
+    """The words `for NAME in WORDS` runs its body for, as bash expands them; None where only running the script
+    tells (a command substitution, a glob, a variable llmperf does not know: `expand` gives None) or there are more
+    than MAX_PASSES."""
+    if "$(" in words or "`" in words:
+        return None
+    try:
+        split, quoting = shell_split(words), word_quoting(words)
+    except ValueError:
+        return None
+    out: list[str] = []
+    for word, unquoted in zip(split, quoting if len(quoting) == len(split) else [None] * len(split)):
+        if word in ("$@", "${@}", "$*", "${*}"):  # `"$@"`: one word per argument
+            unquoted = True
+        for braced in _braces(word) if unquoted is False else [word]:
+            value = expand(braced)
+            if value is None or (unquoted is not False and any(c in value for c in "*?[")) or \
+                    (unquoted is False and any(c in braced for c in "*?[")):
+                return None
+            out.extend(value.split() if unquoted is not False else [value])
+    return out if len(out) <= MAX_PASSES else None
+
+
+def sweep_warning(name: str, values: Sequence[str], where: str) -> str:
+    """For a script that launches once per pass of a loop: which pass llmperf priced."""
+    shown = ", ".join(values[:8]) + (f", ... ({len(values)} values)" if len(values) > 8 else "")
+    return (f"the launch at {where} runs in a `for {name} in ...` loop, once per value ({name} = {shown}): bash starts "
+            f"{len(values)} jobs one after another. llmperf priced the first, {name}={values[0]}; to price another, "
+            f"give its launch line after `--`, or the script with that one value in the loop.")
