@@ -32,6 +32,9 @@ SAMPLE_OF = {"attn.qkv": "linear1", "attn.proj": "linear2", "mlp.fc1": "linear3"
 """Layer op name (graph/layer_ops.py) -> the operator sample file that times the same kernel(s)
 (../shared/data/op-samples/README.md's table)."""
 
+CARRIED_LAYERS = 16
+"""Layers in the one-queue pass `PassComposition.carried_s` divides by (S24's depths are 12-24)."""
+
 DECIDING_CELLS = ((2048, 1, 1), (2048, 1, 2), (2048, 1, 4), (2048, 2, 2), (2048, 4, 2), (1024, 2, 4))
 """(hidden, TP, micro-batch) cells whose per-layer cost decides most misses (`--misses`), and the TP 1 GPU-bound
 cells of the same hidden size that say whether the operator prices or the composition is off."""
@@ -67,6 +70,9 @@ class PassComposition:
     """Host units the launch queue issues for the pass (predict/host_issue.op_host_units)."""
     queued_s: float
     """The pass as the drained launch queue prices it (schedule/compose.chunk_pass with the host unit)."""
+    carried_s: float
+    """One layer's share of the pass over CARRIED_LAYERS layers issued as one queue (no drain between layers: the
+    alternative of notes h93 section 8, not what the schedule prices)."""
 
 
 def read_samples(sample_dir: Path) -> dict[str, list[dict[str, float]]]:
@@ -130,15 +136,16 @@ def compose_passes(chunk, block, seconds: dict, host_per_op_s: float) -> tuple[P
     """(forward, recompute + backward) of one layer: GPU busy, host units, and the queued pass."""
     from llmperf_hook.graph.op_graph import ChunkOps
     from llmperf_hook.predict.dispatch import op_id
-    from llmperf_hook.predict.host_issue import op_host_units
+    from llmperf_hook.predict.host_issue import op_host_units, queued_pass_s
     from llmperf_hook.schedule.compose import chunk_pass
 
     one = ChunkOps(chunk.stage, chunk.chunk, 1, (replace(block, count=1),))
     out = []
     for backward, ops in ((False, block.fwd), (True, block.bwd)):
         queued = chunk_pass(one, seconds, False, backward, host_per_op_s).total_s
-        out.append(PassComposition(sum(seconds[op_id(op)] for op in ops),
-                                   sum(op_host_units(op) for op in ops), queued))
+        carried = queued_pass_s(list(ops) * CARRIED_LAYERS, lambda op: seconds[op_id(op)], host_per_op_s)
+        out.append(PassComposition(sum(seconds[op_id(op)] for op in ops), sum(op_host_units(op) for op in ops),
+                                   queued, carried / CARRIED_LAYERS))
     return out[0], out[1]
 
 
@@ -174,7 +181,8 @@ def report_cell(cfg, spec, samples: dict) -> None:
               f"{p.host_units * unit * 1e3:6.3f} ms  queued {p.queued_s * 1e3:6.3f} ms")
     gpu, host = fwd.gpu_s + bwd.gpu_s, (fwd.host_units + bwd.host_units) * unit
     print(f"  layer: GPU {gpu * 1e3:.3f}, host {host * 1e3:.3f}, max {max(gpu, host) * 1e3:.3f}, "
-          f"queued {(fwd.queued_s + bwd.queued_s) * 1e3:.3f} ms (per-layer slopes of the rows: --host-cells)")
+          f"queued {(fwd.queued_s + bwd.queued_s) * 1e3:.3f} ms (as priced; one queue over {CARRIED_LAYERS} layers "
+          f"{(fwd.carried_s + bwd.carried_s) * 1e3:.3f}); measured per-layer slopes: --host-cells")
 
 
 def is_deciding_row(run, cells=DECIDING_CELLS) -> bool:

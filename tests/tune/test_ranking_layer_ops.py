@@ -64,5 +64,7 @@ def test_a_tp1_layer_under_full_recompute_issues_13_then_39_units_and_queues_beh
     assert fwd.gpu_s == pytest.approx(sum(x.fwd_s for x in lines))
     assert bwd.gpu_s == pytest.approx(sum(x.fwd_s + x.bwd_s for x in lines))
     for p in (fwd, bwd):
-        assert p.queued_s >= max(p.gpu_s, p.host_units * spec.host_overhead_per_op_s) - 1e-12
-        assert p.queued_s <= p.gpu_s + p.host_units * spec.host_overhead_per_op_s + 1e-12
+        host_s = p.host_units * spec.host_overhead_per_op_s
+        assert max(p.gpu_s, host_s) - 1e-12 <= p.carried_s <= p.queued_s <= p.gpu_s + host_s + 1e-12
+    # GPU and host are about equal here (h2048 TP 1 micro-batch 1): draining the queue at every layer costs more
+    assert fwd.queued_s + bwd.queued_s > 1.05 * (fwd.carried_s + bwd.carried_s)
