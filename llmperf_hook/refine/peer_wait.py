@@ -65,16 +65,14 @@ class PeerWait:
     """The run-to-run sd the fit used (WAIT_RUN_SD_PRIOR pooled with the store's repeats)."""
 
 
-def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
-             device: str | None = "cpu") -> float:
-    """w of one run: log(the step the calibration reads / the ranks' CPU time per step) for a CPU run of more
-    than one rank with a CPU time (CPU = measured / wall_per_cpu; a contended run's reading is its
-    quiet-equivalent, refine/contention.py), else 0 (one rank, a GPU run, no CPU time recorded)."""
-    if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
+def wait_log(wall_per_cpu: float | None, world_size: int | None, device: str | None = "cpu",
+             contended: bool = False) -> float:
+    """w of one run: log(wall / CPU time per step) of a quiet CPU run of more than one rank; 0 for one rank, a GPU
+    run, a run without CPU time, and a contended run (its reading is a quiet-equivalent whose wait is assumed,
+    refine/contention.py, not measured: it stays whole in the CPU part with its observation variance, as before)."""
+    if contended or device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
         return 0.0
-    if not (reading_s > 0 and measured_s > 0):
-        return 0.0
-    return math.log(reading_s * wall_per_cpu / measured_s)
+    return math.log(wall_per_cpu)
 
 
 def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWait | None:

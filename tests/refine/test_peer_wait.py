@@ -24,12 +24,12 @@ def _row(job: str, fingerprint: str, predicted: float, measured: float, wait: fl
 
 
 def test_the_wait_is_wall_over_cpu_of_a_multi_rank_cpu_run_only() -> None:
-    assert wait_log(0.055, 0.055, 1.10, 2) == pytest.approx(WAIT)
-    # a contended run's reading is its quiet-equivalent: the wait is what that reading adds to its CPU time
-    assert wait_log(0.060, 0.080, 1.60, 2) == pytest.approx(math.log(0.060 / 0.050))
-    assert wait_log(0.055, 0.055, 1.10, 1) == 0.0  # one rank has nobody to wait for
-    assert wait_log(0.055, 0.055, 1.10, 2, "cuda") == 0.0  # a GPU step's wall over CPU is not a wait for peers
-    assert wait_log(0.055, 0.055, None, 2) == 0.0
+    assert wait_log(1.10, 2) == pytest.approx(WAIT)
+    # a contended run's reading is a quiet-equivalent with an assumed wait (refine/contention.py): none measured
+    assert wait_log(1.60, 2, contended=True) == 0.0
+    assert wait_log(1.10, 1) == 0.0  # one rank has nobody to wait for
+    assert wait_log(1.10, 2, "cuda") == 0.0  # a GPU step's wall over CPU is not a wait for peers
+    assert wait_log(None, 2) == 0.0
 
 
 def test_an_instrumented_two_rank_configuration_keeps_nearly_all_its_measured_wait() -> None:
@@ -68,8 +68,10 @@ def test_the_store_gives_the_wait_and_keeps_the_fit(tmp_path: Path, monkeypatch:
               "uncalibrated_step_time_s": 0.050, "measured_step_time_s": 0.055}
     store.record_run(conn, {**common, "job_id": "j2", "world_size": 2, "wall_per_cpu": 1.10, "config_fingerprint": "a"})
     store.record_run(conn, {**common, "job_id": "j1", "world_size": 1, "wall_per_cpu": 1.01, "config_fingerprint": "b"})
+    store.record_run(conn, {**common, "job_id": "j3", "world_size": 2, "wall_per_cpu": 1.6, "config_fingerprint": "c",
+                            "calibration_step_time_s": 0.052, "observation_sd": 0.07})  # contended
     rows = {r[0]: r for r in store.runs_for_key(conn, "my-cpu", "c", "deepspeed")}
-    assert rows["j2"][8] == pytest.approx(WAIT) and rows["j1"][8] == 0.0
+    assert rows["j2"][8] == pytest.approx(WAIT) and rows["j1"][8] == 0.0 and rows["j3"][8] == 0.0
     cal, _ = recalibrate(conn, "my-cpu", "c", "deepspeed")
     conn.close()
     stored = find_calibration("my-cpu", "c", "deepspeed")
