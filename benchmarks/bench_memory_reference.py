@@ -66,8 +66,10 @@ def host_table(resolved: dict) -> None:
     """Host bytes per node of the offloading DeepSpeed rows: the estimators' cpu_mem at zero_init and no buffer
     factor (18 / 16 B per parameter over the nodes at ZeRO-3, max(4 x GPUs, 16) at ZeRO-2) against ours
     (schedule/host_memory.py: ZeRO-3 also keeps its 16-bit gradient partition on the host, ZeRO-1/2 a 16-bit
-    parameter copy and, with gradient accumulation, 16-bit gradients: 2 B more each; the buffers DeepSpeed pins,
-    pin_memory's default since v0.19.5, take torch's power-of-two blocks, which the estimators do not count)."""
+    parameter copy, a staging buffer of the largest parameter and, with gradient accumulation, a 16-bit buffer per
+    parameter its partition touches; the buffers DeepSpeed pins, pin_memory's default since v0.19.5, take torch's
+    power-of-two blocks, and zero.Init's pinned copies of ZeRO-3's offloaded parameters stay in torch's pinned
+    cache: none of which the estimators count)."""
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
