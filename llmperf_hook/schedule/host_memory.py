@@ -8,7 +8,8 @@ What a rank keeps in host memory, per parameter of its ZeRO partition (DeepSpeed
                  stage3.py: fp32_partitioned_groups_flat[i].grad on the offload device)
   16-bit grads   ZeRO-3: grad_partitions_flat_buffer in the gradient-accumulation dtype (2 B, 4 for fp32) on the
                  CPU under any offload_optimizer (stage3.py: device = cpu when offload_optimizer); ZeRO-1/2 with
-                 gradient accumulation: a pinned buffer per partition parameter in its dtype (2 B)
+                 gradient accumulation: a buffer per parameter the partition touches, whole, in its dtype
+                 (_zero12_offload_copies)
   parameters     offload_param cpu: the 16-bit partition (param.ds_tensor, pinned; partition_parameters.py), and
                  with offload_param.pin_memory zero.Init's own pinned copy of each parameter's partition, left in
                  torch's pinned cache (_zero_init_cached_blocks);
@@ -170,13 +171,13 @@ def deepspeed_pinned(cfg: TrainingConfig, num_bytes: float, pinned: bool) -> flo
     """Host bytes of one DeepSpeed offload buffer: pinned (offload_optimizer / offload_param pin_memory, default True
     since DeepSpeed 0.19.5, 7dfa67aea) through get_accelerator().pin_memory -> tensor.pin_memory(), a power-of-two
     block (pinned_block_bytes); under DS_PIN_MEMORY_BACKEND=native (OptimizerConfig.native_pinned_memory) the
-    request's size, page-aligned (csrc/pin_memory/page_alloc.cpp posix_memalign + mlock); pageable, its size. Pinned ones:
-    ZeRO-1/2's fp32 master partition, its fp32 gradient and its 16-bit copy (stage_1_and_2.py: weights_partition,
-    temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and each offloaded
-    sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer); ZeRO-3's 16-bit
-    parameter partition (param_groups_fp16_flat_cpu_memory) is pinned even with pin_memory false; ZeRO-3's fp32
-    partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter group's (the
-    weight-decay group holds all but the norms' and biases': one block per partition)."""
+    request's size, page-aligned (csrc/pin_memory/page_alloc.cpp posix_memalign + mlock); pageable, its size.
+    Pinned ones: ZeRO-1/2's fp32 master partition, its fp32 gradient and its 16-bit copy (stage_1_and_2.py:
+    weights_partition, temp_buffer_bit16, single_partition_of_fp32_groups[i].grad), ZeRO-3's gradient partition and
+    each offloaded sub-group's fp32 gradient (stage3.py grad_partitions_flat_buffer, subgroup_gradient_buffer);
+    ZeRO-3's 16-bit parameter partition (param_groups_fp16_flat_cpu_memory) is pinned even with pin_memory false;
+    ZeRO-3's fp32 partitions and DeepSpeedCPUAdam's moments are pageable. Each partition is one optimizer parameter
+    group's (the weight-decay group holds all but the norms' and biases': one block per partition)."""
     return pinned_block_bytes(num_bytes) if pinned and not cfg.optimizer.native_pinned_memory else num_bytes
 
 
@@ -265,7 +266,8 @@ def megatron_pinned_copies(cfg: TrainingConfig, stage: StageGraph, gpus_per_node
         out["host_first_build_fp32_copies"] = max(0.0, fraction * sum(FP32_BYTES * n for n, _ in tensors) - step)
         return out
     whole = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, _ in tensors)
-    reused = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, d in tensors if d == 1) if o.pin_cpu_grads else 0.0
+    # pinned gradients of whole tensors (one shard) take the first build's cached blocks
+    reused = fraction * sum(pinned_block_bytes(FP32_BYTES * n) for n, d in tensors if d == 1 and o.pin_cpu_grads)
     out["host_first_build_fp32_copies"] = whole - reused
     return out
 
