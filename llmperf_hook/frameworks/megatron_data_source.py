@@ -20,6 +20,8 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.megatron_rules import list_values
 
 _SPLIT_PATHS = ("--train-data-path", "--valid-data-path", "--test-data-path")
+DATA_SOURCE_FLAGS = ("--mock-data", "--data-path", *_SPLIT_PATHS)
+"""The options validate_args counts as data sources: an undecided line setting none of them softens nothing."""
 
 
 def _sources(script_args: Sequence[str]) -> list[str]:

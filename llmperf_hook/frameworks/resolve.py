@@ -20,8 +20,9 @@ from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
-from llmperf_hook.frameworks.megatron_data_source import check_single_data_source
+from llmperf_hook.frameworks.megatron_data_source import DATA_SOURCE_FLAGS, check_single_data_source
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
+from llmperf_hook.frameworks.megatron_undecided_precision import settle_undecided_precision
 from llmperf_hook.frameworks.openrlhf import ORIGIN as OPENRLHF_ORIGIN, check_openrlhf, openrlhf_ds_config, openrlhf_trainer
 from llmperf_hook.frameworks.model_family import check_model_family, fill_script_tokenizer
 from llmperf_hook.frameworks.provenance_fill import fill_sources
@@ -163,9 +164,12 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     check_counts(flags)
     framework = detect_framework(flags, job.env, job.script)
     if framework in ("megatron", "megatron-deepspeed"):
+        job, settled = settle_undecided_precision(job)
+        if settled:  # --fp16 or --bf16 dropped: the flags of the run priced
+            flags, family_warnings = parse_flags(job.script_args, SCRIPT_FLAGS), family_warnings + settled
         fill_script_tokenizer(flags, job.script)
     if framework == "megatron":  # Megatron-DeepSpeed has no --mock-data and no such assert
-        family_warnings += check_single_data_source(job.script_args, job.undecided)
+        family_warnings += check_single_data_source(job.script_args, job.undecided_setting(DATA_SOURCE_FLAGS))
     ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files, job.autotuning, job.script)
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)

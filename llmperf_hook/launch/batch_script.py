@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
@@ -45,6 +45,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
+from llmperf_hook.launch.undecided_options import undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
@@ -96,6 +97,8 @@ class ScriptLaunch:
     undecided: tuple[str, ...] = ()
     """Where the script ran a command on a condition llmperf could not decide (`line 12`): the launch line's words
     may hold what both branches give, which bash never does."""
+    undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """For each of `undecided`, the options of the launch it may have set (launch/undecided_options.py)."""
 
 
 @dataclass(kw_only=True)
@@ -115,8 +118,11 @@ class _Reading(ShellVariables, FileWrites):
     """Lines with a launch that could not be split into words: `6`, or `FILE line 6` in a sourced file."""
     unevaluated: list[str] = field(default_factory=list)
     """`eval` lines whose text only running the script would give (line number and why), for the refusal."""
-    undecided: list[str] = field(default_factory=list)
-    """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read)."""
+    undecided: dict[str, str] = field(default_factory=dict)
+    """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read), with
+    the line's text."""
+    texts: list[str] = field(default_factory=list)
+    """The text of each line read before the launch, and the launch line's (for undecided_options)."""
     unexported: list[str] = field(default_factory=list)
     """Shells that would run a launch were the script's variables they read exported (where and which), for the
     refusal."""
@@ -159,13 +165,15 @@ class _Reading(ShellVariables, FileWrites):
             i += 1
             if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
                     self.assign_array(line.text):
-                self.undecided += [self.where(line)] if self.conditions.in_undecided_branch() else []
+                if self.conditions.in_undecided_branch():
+                    self.undecided.setdefault(self.where(line), line.text)
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
                 text = substitute_paths(text, self.cwd, self.source_word)
             if text.strip() and not text.lstrip().startswith("#"):
+                self.texts += [line.text] if not self.launches else []
                 for pipeline in self.command_list(line, text):
                     self.writes_files(line, pipeline)
 
@@ -257,7 +265,7 @@ class _Reading(ShellVariables, FileWrites):
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
-            self.undecided.append(self.where(line))
+            self.undecided.setdefault(self.where(line), line.text)
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
         if not words or self.launches:  # what follows the launch line does not change it
@@ -426,7 +434,8 @@ class _Reading(ShellVariables, FileWrites):
             self.used.update(run.refs)
             swept = run.sweep is not None and len(run.sweep[1]) > 1
             warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
-            return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided))
+            return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
+                                undecided_options(self.undecided, self.texts))
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

@@ -317,7 +317,8 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
-                       undecided=(*launch.undecided, *size.undecided))
+                       undecided=(*launch.undecided, *size.undecided),
+                       undecided_options={**launch.undecided_options, **size.undecided_options})
     return _literal_dollars(size, launch.files, env, used)
 
 

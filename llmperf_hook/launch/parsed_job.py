@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from llmperf_hook.provenance import Source
 
@@ -57,6 +57,15 @@ class ParsedJob:
     """Where the launch script ran a command only a condition llmperf could not decide runs (`line 12`, a sourced
     file's `FILE line 3`): it reads both branches, so the arguments may hold what no single run of bash gives, and a
     rule on flags two branches give is a warning, not a refusal."""
+    undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """For each of `undecided`, the options of the launch it may have set (launch/undecided_options.py)."""
+
+    def undecided_setting(self, options: Iterable[str]) -> tuple[str, ...]:
+        """The undecided lines that may have set one of `options` (`--mock-data`), in reading order: where a rule on
+        those options softens to a warning."""
+        wanted = set(options)
+        return tuple(where for where in dict.fromkeys(self.undecided)
+                     if wanted & self.undecided_options.get(where, frozenset()))
 
     def __post_init__(self) -> None:
         assert self.nnodes >= 1 and self.nproc_per_node >= 1 and self.world_size >= 1, self

@@ -59,6 +59,8 @@ class LaunchSize:
     """deepspeed --autotuning tune|run (ParsedJob.autotuning)."""
     undecided: tuple[str, ...] = ()
     """ParsedJob.undecided: where the launch script ran commands on conditions llmperf could not decide."""
+    undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """ParsedJob.undecided_options."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -126,4 +128,5 @@ def finish_job(
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
         warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
+        undecided_options=size.undecided_options,
     )

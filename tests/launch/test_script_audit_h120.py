@@ -224,3 +224,80 @@ def test_loops_as_bash_runs_them(body: str, tmp_path: Path, monkeypatch: pytest.
     theirs = subprocess.run([BASH, "-c", runner, str(script)], capture_output=True, text=True, check=True,
                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=tmp_path).stdout.split("\n")[:2]
     assert list(parse_launch(["bash", script.name], {}).script_args) == theirs, theirs
+
+
+PRECISION_BRANCHES = """#!/bin/bash
+TRAINING_ARGS=(--micro-batch-size 1 --global-batch-size 8)
+{before}
+if [ "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" = "NVIDIA A100-SXM4-80GB" ]; then
+    TRAINING_ARGS+=({first})
+else
+    TRAINING_ARGS+=({second})
+fi
+torchrun --nproc-per-node 8 pretrain_gpt.py {gpt} "${{TRAINING_ARGS[@]}}" {after}
+"""
+
+
+@pytest.mark.parametrize("first, second, after, priced, dropped_at", [
+    ("--bf16", "--fp16", "", "bf16", "line 7"),
+    ("--fp16", "--bf16", "", "fp16", "line 7"),
+    ("--seed 3", "--bf16", "--fp16", "fp16", "line 7"),
+    ("--bf16", "--seed 3", "--fp16", "fp16", "line 5"),
+])
+def test_precision_from_an_undecided_branch_is_priced(first: str, second: str, after: str, priced: str,
+                                                      dropped_at: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that picks --bf16 or --fp16 from a command's output (the array form of Megatron-LM's examples;
+    Megatron-DeepSpeed tests/functional_tests pretrain_gpt3_distributed_test.sh picks TRAINING_DTYPE in an `if`):
+    bash passes one, llmperf read both branches and Megatron's 'assert not args.bf16' made it exit 2. Priced now with
+    the unconditional flag, else the first branch's, and a warning names the other and its line."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(PRECISION_BRANCHES.format(before="", first=first, second=second, after=after,
+                                                                 gpt=GPT))
+    monkeypatch.chdir(tmp_path)
+    _, cfg = resolve_job(["bash", "train.sh"], {})
+    assert cfg.precision == priced
+    warning = next(w for w in cfg.warnings if "--fp16 and --bf16" in w)
+    assert f"from {dropped_at}, run on a condition llmperf could not decide" in warning
+    assert f"Priced with --{priced}" in warning
+
+
+def test_precision_given_twice_unconditionally_is_still_refused(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(PRECISION_BRANCHES.format(before="", first="--seed 1", second="--seed 2",
+                                                                 after="--fp16 --bf16", gpt=GPT))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="are both set; Megatron accepts one"):
+        resolve_job(["bash", "train.sh"], {})
+
+
+DATA_BRANCH = {
+    "a line setting no data flag refuses": ("export NCCL_DEBUG=INFO", "--data-path /d/text_document", None),
+    "a data flag in the branch warns": ("ARGS+=(--data-path /d/text_document)", "", "line 4"),
+    "a variable a data flag reads warns": ("DATA_PATH=/d/text_document", "--data-path $DATA_PATH", "line 4"),
+}
+
+
+@pytest.mark.parametrize("branch, after, warned", DATA_BRANCH.values(), ids=DATA_BRANCH.keys())
+def test_only_undecided_lines_that_may_set_a_data_flag_soften(branch: str, after: str, warned: str | None,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-LM's single-data-source assert (R24): any undecided line anywhere in the script made a refusal a
+    warning, also `export NCCL_DEBUG=INFO` run on a condition; now only a line that may give a data source (it names
+    one, or sets a variable a data flag expands: launch/undecided_options.py) does."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nARGS=(--seed 1)\nif [ \"$(hostname)\" = login ]; then\n"
+                                       f"    {branch}\nfi\ntorchrun --nproc-per-node 8 pretrain_gpt.py {GPT} "
+                                       f"--global-batch-size 32 \"${{ARGS[@]}}\" {after}\n")
+    monkeypatch.chdir(tmp_path)
+    if warned is None:
+        with pytest.raises(ConfigError, match="single data source"):
+            resolve_job(["bash", "train.sh"], {})
+        return
+    _, cfg = resolve_job(["bash", "train.sh"], {})
+    assert any("single data source" in w and warned in w for w in cfg.warnings)
