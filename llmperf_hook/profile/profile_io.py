@@ -196,6 +196,11 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
     for name in filter(None, (entry.file, entry.packed_file)):
         if "/" in name or "\\" in name or name.startswith("."):
             raise _fail(directory, f"model file name {name!r} points outside the profile")
+    if entry.file not in model_file_names(entry):
+        # outside meta_sha256 with the other file keys, and its file's sha256 only proves the file is the one named:
+        # re-pointed at another model's file (and digest), layernorm/fwd predicted with the bwd model's times
+        raise _fail(directory, f"model {entry.op_class}/{entry.phase}/{entry.dtype} names file {entry.file!r}, "
+                               f"not {model_file_names(entry)[0]!r} (corrupted or edited: another model's file)")
     if entry.packed_file is not None and entry.packed_file != packed_name(entry.file):
         # outside meta_sha256 like the other file keys, but unlike them a changed name is not caught by its file
         # (a packed file that is not there is no damage: the text is parsed), so it is checked against the one
@@ -203,6 +208,16 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         raise _fail(directory, f"model {entry.file} names packed file {entry.packed_file!r}, not "
                                f"{packed_name(entry.file)!r} (corrupted or edited)")
     return entry
+
+
+MODEL_FILE_EXTENSIONS = {"lightgbm-text": ("txt.gz", "txt"), "sklearn-gbr-json": ("json", "json.gz")}
+"""The endings of a model file per format, the one build_profile writes first (a .gz is decompressed on reading)."""
+
+
+def model_file_names(entry: ModelEntry) -> tuple[str, ...]:
+    """The names a model's file may have: OP.PHASE.DTYPE.EXT, as build_profile.fit_samples names it."""
+    stem = f"{entry.op_class}.{entry.phase}.{entry.dtype}"
+    return tuple(f"{stem}.{ext}" for ext in MODEL_FILE_EXTENSIONS.get(entry.model_format, ()))
 
 
 def _hinge(directory: Path, raw: dict) -> tuple[float, float, float, float] | None:

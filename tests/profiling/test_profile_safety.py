@@ -131,3 +131,19 @@ def test_corrupted_shipped_profile_is_refused(shipped_copy: Path) -> None:
     shutil.copytree(shipped_copy, user)
     assert not is_shipped(user)
     assert find_profile(NAME, "fp16").predict_s([GEMM], None)[0] > 0
+
+
+@pytest.mark.parametrize(("a", "b"), [(("layernorm", "fwd"), ("layernorm", "bwd")), (("gelu", "fwd"), ("gemm", "fwd"))])
+def test_a_model_pointed_at_another_models_file_is_refused(home_copy: Path, a: tuple, b: tuple) -> None:
+    """profile.json's file keys (name and sha256) sit outside meta_sha256: two models whose file entries were
+    swapped (layernorm fwd and bwd have the same features) read each other's trees, and predict printed another
+    step time (16.7 -> 16.8 ms on a CPU profile) instead of an error."""
+    meta = home_copy / "profile.json"
+    doc = json.loads(meta.read_text())
+    models = {(m["op_class"], m["phase"]): m for m in doc["models"]}
+    for key in ("file", "sha256", "packed_file", "packed_sha256"):
+        models[a][key], models[b][key] = models[b][key], models[a][key]
+    meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    one, other = (f"{x[0]}.{x[1]}.fp16.txt.gz" for x in (a, b))  # whichever of the two is read first
+    with pytest.raises(ProfileError, match=rf"names file '({one}|{other})', not '({other}|{one})' \(corrupted"):
+        find_profile(NAME, "fp16")
