@@ -43,9 +43,9 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True)
         ranks = [_ranks(c) if peer_wait and not session11 else 1 for c in configs]
         measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
         wall_per_cpu = run["measured_s"] / run["cpu_s"] if run.get("cpu_s") else None
-        wait = wait_log(wall_per_cpu, ranks[k], contended=obs_sd > 0)
+        wait = wait_log(measured, run["measured_s"], wall_per_cpu, ranks[k], contended=obs_sd > 0)
         row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
-               0.0 if session11 else sampling_sd, shares[k], wait)
+               0.0 if session11 else sampling_sd, shares[k], *wait)
         priors = session11_priors(record) if session11 else record_priors(record)
         cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
         return [cal.apply(p, fps[i], shares[i], ranks[i]) for i, p in enumerate(before)]

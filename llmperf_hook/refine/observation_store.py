@@ -229,10 +229,11 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
-                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float, float, tuple, float]]:
+                 framework: str) -> list[tuple[str, str | None, float, float, str | None, float, float, tuple, float,
+                                               bool]]:
     """(job_id, config fingerprint, uncalibrated predicted, measured, config JSON, observation sd, sampling sd,
-    cost shares, peers' wait) of every ingested run of this key with both numbers that may calibrate it (the wait:
-    refine/peer_wait.wait_log of a quiet multi-rank CPU run, else 0). `measured` is what the
+    cost shares, peers' wait, whether measured) of every ingested run of this key with both numbers that may
+    calibrate it (refine/peer_wait.wait_log: a multi-rank CPU run's). `measured` is what the
     calibration compares with: the measured step time, or a contended CPU run's quiet-equivalent reading
     (refine/contention.py), whose extra log standard deviation is the observation sd (0 for a quiet run). The
     sampling sd is its median step's (shrinkage.median_sampling_sd), the shares its predicted step's cost mix
@@ -241,7 +242,7 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
     cur = conn.execute("SELECT job_id, config_fingerprint, uncalibrated_step_time_s, "
                        "COALESCE(calibration_step_time_s, measured_step_time_s), config_json, "
                        "COALESCE(observation_sd, 0.0), COALESCE(sampling_sd, 0.0), cost_shares_json, "
-                       "wall_per_cpu, world_size, device FROM refine_runs "
+                       "measured_step_time_s, wall_per_cpu, world_size, device FROM refine_runs "
                        "WHERE hardware = ? AND cluster = ? AND "
                        "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
                        "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
@@ -249,8 +250,8 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
     from llmperf_hook.refine.peer_wait import wait_log
 
     return [(str(j), f, float(p), float(m), c, float(sd), float(ss), shares_from_json(sh),
-             wait_log(wpc, w, dev, contended=float(sd) > 0))
-            for j, f, p, m, c, sd, ss, sh, wpc, w, dev in cur.fetchall()]
+             *wait_log(float(m), float(raw), wpc, w, dev, contended=float(sd) > 0))
+            for j, f, p, m, c, sd, ss, sh, raw, wpc, w, dev in cur.fetchall()]
 
 
 def shares_from_json(text: Any) -> tuple:

@@ -26,6 +26,9 @@ b_w ~ N(0, sd_shared^2) (what every multi-rank configuration of the key shares a
 does not say: the prior of any shared bias), d_j ~ N(0, WAIT_CONFIG_SD_PRIOR^2), e_ij ~ N(0, WAIT_RUN_SD_PRIOR^2),
 both pooled with the store's own spread (shrinkage.estimate_variances). A configuration with runs keeps
 E[b_w + d_f], a multi-rank configuration without runs gets E[b_w] = k_w mu_w, a one-rank configuration none.
+A contended run (refine/contention.py) measures no wait: its reading is its CPU time times an assumed quiet
+ratio, which leaves its CPU part as well (so a configuration run both ways does not count a wait twice) and which
+a configuration with only such runs keeps (own_wait).
 Replayed on the four records (every run as the calibration run), w = log(wall / CPU) beat w less the comm
 model's predicted collectives (log(P / (P - C))) on all four: the latter varies more between configurations than
 WAIT_CONFIG_SD_PRIOR allows and moved the 2-rank CPU excess into the part every configuration gets.
@@ -65,25 +68,41 @@ class PeerWait:
     """The run-to-run sd the fit used (WAIT_RUN_SD_PRIOR pooled with the store's repeats)."""
 
 
-def wait_log(wall_per_cpu: float | None, world_size: int | None, device: str | None = "cpu",
-             contended: bool = False) -> float:
-    """w of one run: log(wall / CPU time per step) of a quiet CPU run of more than one rank; 0 for one rank, a GPU
-    run, a run without CPU time, and a contended run (its reading is a quiet-equivalent whose wait is assumed,
-    refine/contention.py, not measured: it stays whole in the CPU part with its observation variance, as before)."""
-    if contended or device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
-        return 0.0
-    return math.log(wall_per_cpu)
+def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
+             device: str | None = "cpu", contended: bool = False) -> tuple[float, bool]:
+    """(w, measured) of one run: a quiet CPU run of several ranks measured w = log(wall / CPU per step); a
+    contended one's reading (refine/contention.py: its CPU time less the contention's share, times an assumed
+    quiet wall / CPU ratio) holds that assumed ratio, which is taken out of its CPU part as well but observes no
+    wait (measured False); (0, False) for one rank, a GPU run, and a run without CPU time."""
+    if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
+        return 0.0, False
+    if not contended:
+        return math.log(wall_per_cpu), True
+    from llmperf_hook.refine.contention import CPU_INFLATION_LOG, ramp
+
+    cpu_s = measured_s / wall_per_cpu
+    return math.log(reading_s / cpu_s) + ramp(wall_per_cpu) * CPU_INFLATION_LOG, False
 
 
 def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWait | None:
-    """The posterior of the module docstring from (fingerprint, w) of each multi-rank run (rows with w == 0 are
-    one-rank or GPU runs and left out); None without one."""
+    """The posterior of the module docstring from (fingerprint, measured w) of each quiet multi-rank run; None
+    without one."""
     from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior
 
-    runs = [(f"wait{i}", fingerprint, 1.0, math.exp(w)) for i, (fingerprint, w) in enumerate(rows) if w != 0.0]
+    runs = [(f"wait{i}", fingerprint, 1.0, math.exp(w)) for i, (fingerprint, w) in enumerate(rows)]
     if not runs:
         return None
     configs = group_runs(runs)
     v = estimate_variances(configs, WAIT_CONFIG_SD_PRIOR, "peer wait", sd_shared, sd_run_prior=WAIT_RUN_SD_PRIOR)
     post = posterior(configs, v)
     return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale), v.sd_config, v.sd_run)
+
+
+def own_wait(rows: Sequence[tuple], fingerprint: str, wait: PeerWait | None) -> float:
+    """The wait a configuration with runs keeps, from (fingerprint, w, measured) rows: E[b_w + d_f] where its
+    quiet runs measured it; else the mean ratio its contended runs assumed (refine/contention.py: the store's
+    quiet runs of as many ranks, or the middle of [1, the limit]); 0 for a one-rank configuration."""
+    if wait is not None and fingerprint in wait.own:
+        return wait.own[fingerprint]
+    assumed = [w for f, w, measured in rows if f == fingerprint and not measured]
+    return sum(assumed) / len(assumed) if assumed else 0.0

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
-from llmperf_hook.refine.peer_wait import fit_peer_wait
+from llmperf_hook.refine.peer_wait import fit_peer_wait, own_wait
 from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, estimate_variances, group_runs, posterior,
                                           variance_priors)
 
@@ -60,18 +60,19 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
     """The calibration of one key from its runs (rows as observation_store.runs_for_key returns them) and the
     hardware's variance priors; pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
     # the ranks' wait for each other (refine/peer_wait.py) is fitted apart: the rest, the CPU part, as before
-    rows = [(*r[:8], r[8] if len(r) > 8 else 0.0) for r in runs]
-    configs = group_runs([(j, f, p, m * math.exp(-w), sd, ss, sh) for j, f, p, m, _, sd, ss, sh, w in rows])
+    rows = [(*r[:8], *(r[8:10] if len(r) > 9 else (0.0, False))) for r in runs]
+    configs = group_runs([(j, f, p, m * math.exp(-w), sd, ss, sh) for j, f, p, m, _, sd, ss, sh, w, _ in rows])
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared, priors.sd_moment,
                                    priors.sd_mix)
     post = posterior(configs, variances)
-    wait = fit_peer_wait([(f, w) for _, f, *_, w in rows], variances.sd_shared)
+    waits = [(f, w, measured) for _, f, *_, w, measured in rows]
+    wait = fit_peer_wait([(f, w) for f, w, measured in waits if measured], variances.sd_shared)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
-    waits = {f: [w for _, g, *_, w in rows if g == f] for f in labels}
     own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint] +
-                                                    (wait.own.get(c.fingerprint, 0.0) if wait else 0.0)),
-                            math.exp(statistics.fmean(c.log_ratios) + statistics.fmean(waits[c.fingerprint])),
+                                                    own_wait(waits, c.fingerprint, wait)),
+                            math.exp(statistics.fmean(c.log_ratios) +
+                                     statistics.fmean(w for f, w, _ in waits if f == c.fingerprint)),
                             len(c.log_ratios), labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0),
                             c.shares)
                 for c in configs if not c.fingerprint.startswith("job:"))

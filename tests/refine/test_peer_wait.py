@@ -10,6 +10,7 @@ import pytest
 
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, calibrate_step, find_calibration
+from llmperf_hook.refine.contention import contended_step
 from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, fit_peer_wait, wait_log
 from llmperf_hook.refine.recalibrate import fit_key_calibration, recalibrate
 from llmperf_hook.refine.shrinkage import Priors
@@ -19,17 +20,23 @@ TESTBED = Priors(0.097, 0.136, "the testbed profile's (session 14)", sd_moment=0
 WAIT = math.log(1.10)
 
 
-def _row(job: str, fingerprint: str, predicted: float, measured: float, wait: float = 0.0) -> tuple:
-    return (job, fingerprint, predicted, measured, None, 0.0, 0.0, (), wait)
+def _row(job: str, fingerprint: str, predicted: float, measured: float, wait: float = 0.0,
+         observation_sd: float = 0.0) -> tuple:
+    """A run as observation_store.runs_for_key gives it; a contended one (observation sd > 0) assumed its wait."""
+    return (job, fingerprint, predicted, measured, None, observation_sd, 0.0, (), wait,
+            wait != 0.0 and not observation_sd)
 
 
 def test_the_wait_is_wall_over_cpu_of_a_multi_rank_cpu_run_only() -> None:
-    assert wait_log(1.10, 2) == pytest.approx(WAIT)
-    # a contended run's reading is a quiet-equivalent with an assumed wait (refine/contention.py): none measured
-    assert wait_log(1.60, 2, contended=True) == 0.0
-    assert wait_log(1.10, 1) == 0.0  # one rank has nobody to wait for
-    assert wait_log(1.10, 2, "cuda") == 0.0  # a GPU step's wall over CPU is not a wait for peers
-    assert wait_log(None, 2) == 0.0
+    assert wait_log(0.055, 0.055, 1.10, 2) == (pytest.approx(WAIT), True)
+    # a contended run's reading is its CPU time less the contention's share times an assumed quiet ratio
+    cpu_s, quiet = 0.050, 1.12
+    step = contended_step(1.6, cpu_s, 2, 1.25, [quiet])
+    w, measured = wait_log(step.step_time_s, 1.6 * cpu_s, 1.6, 2, contended=True)
+    assert w == pytest.approx(math.log(quiet)) and not measured
+    assert wait_log(0.055, 0.055, 1.10, 1) == (0.0, False)  # one rank has nobody to wait for
+    assert wait_log(0.055, 0.055, 1.10, 2, "cuda") == (0.0, False)  # a GPU step's wall over CPU: no peer's wait
+    assert wait_log(0.055, 0.055, None, 2) == (0.0, False)
 
 
 def test_an_instrumented_two_rank_configuration_keeps_nearly_all_its_measured_wait() -> None:
@@ -55,7 +62,7 @@ def test_the_wait_goes_to_multi_rank_configurations_only() -> None:
 
 
 def test_a_one_rank_run_fits_no_wait_and_leaves_the_calibration_as_before() -> None:
-    assert fit_peer_wait([("a", 0.0), ("b", 0.0)], 0.1) is None
+    assert fit_peer_wait([], 0.1) is None
     cal = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.055)], TESTBED)[0]
     assert cal.wait_weight == 0.0 and cal.apply(0.030, "b", (), 2) == cal.apply(0.030, "b", (), 1)
     assert "peers" not in cal.describe()
@@ -71,7 +78,8 @@ def test_the_store_gives_the_wait_and_keeps_the_fit(tmp_path: Path, monkeypatch:
     store.record_run(conn, {**common, "job_id": "j3", "world_size": 2, "wall_per_cpu": 1.6, "config_fingerprint": "c",
                             "calibration_step_time_s": 0.052, "observation_sd": 0.07})  # contended
     rows = {r[0]: r for r in store.runs_for_key(conn, "my-cpu", "c", "deepspeed")}
-    assert rows["j2"][8] == pytest.approx(WAIT) and rows["j1"][8] == 0.0 and rows["j3"][8] == 0.0
+    assert rows["j2"][8:] == (pytest.approx(WAIT), True) and rows["j1"][8:] == (0.0, False)
+    assert rows["j3"][8] > 0 and rows["j3"][9] is False  # the contended run's assumed ratio
     cal, _ = recalibrate(conn, "my-cpu", "c", "deepspeed")
     conn.close()
     stored = find_calibration("my-cpu", "c", "deepspeed")
@@ -88,3 +96,15 @@ def test_predict_gives_the_wait_to_a_multi_rank_configuration_by_its_world_size(
     two, one = (make_config(num_layers=2, hidden_size=256, num_attention_heads=4, dp=d) for d in (2, 1))
     assert calibrate_step(cal, two, 0.030).scale == pytest.approx(math.exp(0.8 * WAIT))
     assert calibrate_step(cal, one, 0.030).scale == pytest.approx(1.0)
+
+
+def test_a_contended_runs_assumed_wait_is_neither_a_measurement_nor_counted_twice() -> None:
+    """A contended run's reading holds an assumed quiet ratio: its CPU part is the reading without it, it does not
+    move the fitted wait, and a configuration with only such runs keeps the ratio it assumed."""
+    quiet, contended = _row("q", "a", 0.050, 0.055, WAIT), _row("c", "a", 0.050, 0.055, WAIT, observation_sd=0.07)
+    both = fit_key_calibration("h", "c", "fw", [quiet, contended], TESTBED)[0]
+    alone = fit_key_calibration("h", "c", "fw", [quiet], TESTBED)[0]
+    assert both.wait_log_scale == pytest.approx(alone.wait_log_scale)
+    assert both.apply(0.050, "a") == pytest.approx(alone.apply(0.050, "a"), rel=0.01)  # its CPU parts agree: 0
+    only = fit_key_calibration("h", "c", "fw", [contended], TESTBED)[0]
+    assert only.wait_weight == 0.0 and only.apply(0.050, "a") == pytest.approx(0.055)
