@@ -393,9 +393,9 @@ def _largest_model(result: Any, cfg: Any, near: Any) -> str:
                 f"hidden size, sequence length, batch and GPUs kept).")
     if result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
         chunk = near.config.parallel.pp * near.config.parallel.vpp
-        return (f" With that layout no smaller model of this shape fits either: not even {chunk} "
-                f"layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size {cfg.model.hidden_size}, sequence "
-                f"length {cfg.model.seq_length}, batch and GPUs kept.")
+        return (f" With that layout the largest model that would fit has no layers: no smaller model of this shape "
+                f"fits either, not even {chunk} layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size "
+                f"{cfg.model.hidden_size}, sequence length {cfg.model.seq_length}, batch and GPUs kept.")
     # None: the smaller models broke a stage rule of the command, so the largest that fits is not known
     return f" The largest model that would fit with that layout is {_layers_meaning(None)}."
 

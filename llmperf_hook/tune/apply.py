@@ -243,11 +243,14 @@ def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, 
                         new_cfg: TrainingConfig, framework: str, cwd: Path, notes: list[str],
                         written: ScriptFile | None = None) -> tuple[list[str], dict[str, str]]:
     """`written`: the launch script writes this ds_config before launching (its here-document is the content)."""
+    if new == base:  # the command's own layout: its ds_config runs as it is
+        return argv, {}
     inline = dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG)
     original = Path(ref.path) if Path(ref.path).is_absolute() or inline else cwd / ref.path
     raw = dsr.read_as_given(ref) if inline else dsr.read_ds_config(original, written)
     num_mb = new_cfg.batch.num_microbatches
-    tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage)
+    tuned = dsr.tuned_ds_config(raw, new, num_mb, set_zero=new.zero_stage != base.zero_stage,
+                                global_batch_size=new_cfg.batch.global_batch_size, auto_filled=framework != "deepspeed")
     recompute_changed = (new.recompute, new.recompute_num_layers) != (base.recompute, base.recompute_num_layers)
     if framework == "megatron-deepspeed" and recompute_changed and dsr.release_pipeline_interval(tuned):
         notes.append("ds_config pipeline.activation_checkpoint_interval set to 0: the Megatron recompute flags decide")

@@ -89,12 +89,31 @@ def read_as_given(ref: DsConfigRef) -> dict[str, Any]:
     return read_as_explain(ref.path, hf_trainer=ref.flag == HF_DEEPSPEED_FLAG)
 
 
-def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool) -> dict[str, Any]:
-    """A copy of `raw` with the micro-batch / accumulation / ZeRO stage of `new` (`"auto"` values kept)."""
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool,
+                    global_batch_size: int | None = None, auto_filled: bool = True) -> dict[str, Any]:
+    """A copy of `raw` with the micro-batch / accumulation / ZeRO stage of `new`; `"auto"` batch values are kept where
+    the framework fills them in (`auto_filled`: the Hugging Face Trainer, accelerate, Megatron-DeepSpeed's flags) and
+    dropped for a plain deepspeed.initialize, which reads the string itself: the numbers left state the batch (explain
+    priced "auto" as unset, frameworks/deepspeed_job.ds_batch, while the copy kept a micro-batch "auto" that explain
+    then derived as train / DP: 8 where tune had chosen 1).
+
+    A copy of a config with neither train_batch_size nor the micro-batch (Megatron-DeepSpeed, whose --global-batch-size
+    / --micro-batch-size explain reads then) states train_batch_size (`global_batch_size`, held by tune) too:
+    DeepSpeedConfig asserts 'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided', and a
+    micro-batch alone made DeepSpeed's batch micro x DP x 1 (deepspeed/runtime/config.py _set_batch_related_parameters)."""
     out = json.loads(json.dumps(raw))
+    for key in _BATCH_KEYS if not auto_filled else ():
+        if out.get(key) == "auto":
+            del out[key]
     micro, gas = out.get("train_micro_batch_size_per_gpu"), out.get("gradient_accumulation_steps")
-    if isinstance(micro, int) or (micro is None and not isinstance(gas, int) and gas != "auto"):
-        out["train_micro_batch_size_per_gpu"] = new.micro_batch_size  # absent + no accumulation: state it
+    unstated = micro is None and out.get("train_batch_size") is None
+    # Absent beside a train_batch_size and no accumulation: stated (DeepSpeed would derive train / DP, the old size).
+    states_micro = micro is None and not isinstance(gas, int) and gas != "auto"
+    if isinstance(micro, int) or (states_micro and not unstated):
+        out["train_micro_batch_size_per_gpu"] = new.micro_batch_size
     if isinstance(gas, int):
         out["gradient_accumulation_steps"] = num_microbatches
     if set_zero:
@@ -102,6 +121,10 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
         if not isinstance(zero, dict):
             raise UsageError("ds_config zero_optimization must be an object; fix the file.")
         zero["stage"] = new.zero_stage
+    if unstated and out != raw and global_batch_size is not None:  # a copy is written: one DeepSpeed accepts
+        out["train_batch_size"] = global_batch_size
+        if states_micro:
+            out["train_micro_batch_size_per_gpu"] = new.micro_batch_size
     return out
 
 

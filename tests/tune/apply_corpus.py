@@ -115,7 +115,7 @@ CASES: tuple[Case, ...] = (
               "--sequence-parallel", "--use-distributed-optimizer", "--bf16", "--fp8-format", "hybrid",
               "--transformer-impl", "transformer_engine"]),
     _megatron("mlm-gpt3-175b-on-8-infeasible", ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *GPT3_175B,
-              "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16"], expect=3, says="largest model"),
+              "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16"], expect=3, says="largest model that would fit"),
     _megatron("mlm-selective-recompute", [*TORCHRUN_16, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "2",
               "--global-batch-size", "256", "--recompute-activations", "--tensor-model-parallel-size", "2",
               "--sequence-parallel", "--bf16"]),
@@ -127,6 +127,15 @@ CASES: tuple[Case, ...] = (
               "--tensor-model-parallel-size", "2", "--bf16"]),
     _megatron("mlm-deepspeed-launcher-hostfile", ["deepspeed", "--hostfile", "hostfile", "pretrain_gpt.py", *GPT_1B,
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"], files={"hostfile": HOSTFILE}),
+    _megatron("mlm-mpirun", ["mpirun", "-np", "16", "-H", "node1:8,node2:8", "python", "pretrain_gpt.py", *GPT_1B,
+              "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
+    _megatron("mlm-torch-fsdp2", ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *GPT_1B, "--micro-batch-size",
+              "1", "--global-batch-size", "64", "--use-torch-fsdp2", "--untie-embeddings-and-output-weights",
+              "--no-gradient-accumulation-fusion", "--bf16", "--ckpt-format", "torch_dist"]),
+    _megatron("mlm-moe-no-layer-fits", ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py",
+              *[{"16": "64", "2048": "7168", "5632": "18432", "8": "256"}.get(w, w) for w in MOE], "--micro-batch-size",
+              "1", "--global-batch-size", "64", "--bf16", "--expert-model-parallel-size", "8"], expect=3,
+              says="largest model that would fit"),
     # Megatron-DeepSpeed: pretrain_gpt.py --deepspeed --deepspeed_config
     Case("mds-zero0-pipeline-engine", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1",
          "--global-batch-size", "64", "--pipeline-model-parallel-size", "2", "--bf16", "--deepspeed",
@@ -195,7 +204,35 @@ CASES: tuple[Case, ...] = (
     Case("ds-llama70b-on-8-infeasible", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
          files={"ds.json": ds(0, train_batch_size=8, train_micro_batch_size_per_gpu=1)}, model="llama2-70b", expect=3,
          says="largest model"),
+    Case("mds-no-batch-keys", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size",
+         "64", "--bf16", "--deepspeed", "--deepspeed_config", "ds.json", "--tensor-model-parallel-size", "2"),
+         files={"ds.json": ds(1)}),
+    Case("mds-gas-only", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "64",
+         "--bf16", "--deepspeed", "--deepspeed_config", "ds.json", "--tensor-model-parallel-size", "2"),
+         files={"ds.json": ds(1, gradient_accumulation_steps=16)}),
+    Case("mds-ulysses", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "32",
+         "--ds-sequence-parallel-size", "2", "--bf16", "--deepspeed", "--deepspeed_config", "ds.json",
+         "--no-pipeline-parallel", "--zero-stage", "2", "--use-flash-attn-v2"),
+         files={"ds.json": ds(2, train_batch_size=32, train_micro_batch_size_per_gpu=1)}),
+    Case("mds-moe-ep-size", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "64",
+         "--bf16", "--deepspeed", "--deepspeed_config", "ds.json", "--num-experts", "8", "--ep-size", "4",
+         "--no-pipeline-parallel", "--zero-stage", "1"),
+         files={"ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu=1)}),
+    Case("ds-micro-auto-plain", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
+         files={"ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu="auto")}, model="llama2-7b"),
+    Case("ds-offload-param-zero3", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
+         files={"ds.json": ds(3, train_batch_size=64, train_micro_batch_size_per_gpu=1,
+                              zero={"offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}})},
+         model="llama2-7b"),
+    Case("ds-zeropp-hpz", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
+         files={"ds.json": ds(3, train_batch_size=64, train_micro_batch_size_per_gpu=1,
+                              zero={"zero_hpz_partition_size": 8, "zero_quantized_weights": True})}, model="llama2-7b"),
+    Case("ds-release-0.4-zero3", ("LLMPERF_DEEPSPEED_VERSION=0.4.0", *DS_8, "train.py", "--deepspeed_config",
+         "ds.json"), files={"ds.json": ds(3, train_batch_size=64, train_micro_batch_size_per_gpu=1)},
+         model="llama2-7b"),
     # Hugging Face Trainer and accelerate
+    Case("hf-trainer-no-batch-keys", (*DS_8, "run_clm.py", "--deepspeed", "ds.json", "--per_device_train_batch_size",
+         "2", "--gradient_accumulation_steps", "2", *HF), files={"ds.json": ds(2)}, model="llama2-7b"),
     Case("hf-trainer-auto-zero3", (*DS_8, "run_clm.py", "--deepspeed", "ds.json", "--per_device_train_batch_size",
          "2", "--gradient_accumulation_steps", "4", *HF), files={"ds.json": HF_AUTO}, model="llama2-7b"),
     Case("hf-trainer-torchrun-checkpointing", ("torchrun", "--nproc-per-node", "8", "run_clm.py", "--deepspeed",
@@ -272,7 +309,7 @@ def _deepspeed_reads(path: str, resolved: dict[str, Any], deepspeed_config: Any 
 
     class Mpu:
         def get_data_parallel_world_size(self) -> int:
-            return resolved["dp"] * resolved["cp"]  # Ulysses: DeepSpeed's batch divides by DP x SP
+            return resolved["dp"]  # Megatron-DeepSpeed's mpu: the data-parallel group, Ulysses ranks apart
 
     try:
         ds = deepspeed_config.DeepSpeedConfig(raw, mpu=Mpu())
@@ -293,7 +330,7 @@ def filled(node: Any, resolved: dict[str, Any], key: str = "") -> Any:
         return {k: filled(v, resolved, k) for k, v in node.items()}
     if node != "auto":
         return node
-    dp = resolved["dp"] * resolved["cp"]
+    dp = resolved["dp"]
     known = {"train_micro_batch_size_per_gpu": resolved["micro_batch_size"],
              "train_batch_size": resolved["global_batch_size"],
              "gradient_accumulation_steps": resolved["global_batch_size"] // (resolved["micro_batch_size"] * dp),

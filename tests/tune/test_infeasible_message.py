@@ -17,6 +17,7 @@ def test_when_not_even_one_layer_fits_the_message_says_so(capsys) -> None:
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *WIDE], capsys)
     assert code == 3
     assert "tp1 pp1" in err and "not even 1 layer" in err and "hidden size 32768" in err
+    assert "the largest model that would fit has no layers" in err  # the largest is named, as issue 7 asks
 
 
 def test_the_exit_3_json_object_says_which_knobs_were_searched(capsys) -> None:
