@@ -62,10 +62,6 @@ class PeerWait:
     """k_w: the fraction of mu_w a multi-rank configuration without runs gets."""
     own: dict[str, float]
     """E[b_w + d_f] per fingerprint of a multi-rank configuration with runs."""
-    sd_config: float
-    """The between-configuration sd the fit used (WAIT_CONFIG_SD_PRIOR pooled with the store's)."""
-    sd_run: float
-    """The run-to-run sd the fit used (WAIT_RUN_SD_PRIOR pooled with the store's repeats)."""
 
 
 def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
@@ -95,7 +91,7 @@ def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWa
     configs = group_runs(runs)
     v = estimate_variances(configs, WAIT_CONFIG_SD_PRIOR, "peer wait", sd_shared, sd_run_prior=WAIT_RUN_SD_PRIOR)
     post = posterior(configs, v)
-    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale), v.sd_config, v.sd_run)
+    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale))
 
 
 def own_wait(rows: Sequence[tuple], fingerprint: str, wait: PeerWait | None) -> float:
