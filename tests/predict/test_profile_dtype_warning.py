@@ -34,9 +34,9 @@ def test_a_user_profile_of_other_dtypes_does_not_hide_the_shipped_one(tmp_path, 
     user, shipped = fitted.profile_dirs("a100-sxm4-80gb")
     meta = read_profile_meta(shipped)
     gemm = [m for m in meta.models if m.op_class == "gemm" and m.dtype == "fp16"]
-    write_profile(user, replace(meta, models=tuple(replace(m, dtype="fp32") for m in gemm), dtype_aliases={},
-                                roofline={"fp32": meta.roofline["fp16"]}),
-                  {m.file: read_model_text(shipped, m) for m in gemm})
+    as_fp32 = [replace(m, dtype="fp32", file=m.file.replace(".fp16.", ".fp32.")) for m in gemm]  # names follow dtypes
+    write_profile(user, replace(meta, models=tuple(as_fp32), dtype_aliases={}, roofline={"fp32": meta.roofline["fp16"]}),
+                  {m32.file: read_model_text(shipped, m) for m, m32 in zip(gemm, as_fp32)})
 
     assert fitted.find_profile("a100-sxm4-80gb", "fp32").meta.serves_dtypes == ("fp32",)
     for dtype in ("bf16", "fp16"):
