@@ -39,6 +39,19 @@ _UNMODELLED = (
     (re.compile(r"train_rl\.py"), "a model by GRPO reinforcement learning (Megatron-LM train_rl.py: rollouts generated "
      "by an inference engine between training steps, with their log-probabilities and a GRPO loss)"),
 )
+_NOT_TRAINING = (
+    (re.compile(r"(?:.*/)?tasks/eval_harness/evaluate\w*\.py"), "lm-evaluation-harness runner (Megatron-DeepSpeed "
+     "tasks/eval_harness; the bigscience fork's evaluate_bsevalharness*.py): it loads --load's checkpoint and takes the "
+     "model's arguments from it, so `--num-layers -1` and the like are placeholders, and runs evaluation tasks forward "
+     "only"),
+    (re.compile(r"(?:.*/)?(?:run_\w*text_generation\w*|text_generation_cli|generate_samples_gpt)\.py"),
+     "text-generation tool (tools/run_text_generation_server.py, text_generation_cli.py, generate_samples_gpt.py): "
+     "it loads a checkpoint and generates tokens, forward only"),
+    (re.compile(r"(?:.*/)?(?:tools/(?:preprocess_data\w*|merge_\w+|checkpoint/\w+)|analyze_data)\.py"),
+     "data or checkpoint tool (tools/preprocess_data.py, tools/checkpoint/, Megatron-DeepSpeed data_efficiency's "
+     "analyze_data.py): it builds datasets or converts checkpoints"),
+)
+"""Megatron(-DeepSpeed) entry points that take the model's flags but run no training step."""
 _HYDRA_OVERRIDE = re.compile(r"^(?:\+{1,2}|~)?[A-Za-z_]\w*(?:\.\w+)+=|^(?:\+{1,2}|~)[A-Za-z_]\w*=")
 """A Hydra command-line override (`training.model.micro_batch_size=2`, `+training.model.optim.x=bf16`,
 `++peft.model.gc_interval=0`): a dotted key or a +/++/~ prefix (hydra.cc, Override grammar). NeMo's training scripts
@@ -80,6 +93,10 @@ def check_model_family(script: str, script_args: Sequence[str]) -> list[str]:
             "a vision encoder and projector in front of the language model, whose sequence holds the image tokens), "
             "which llmperf does not model: it prices decoder-only transformer layers as pretrain_gpt.py builds them. "
             "Predict the language model alone as a pretrain_gpt.py job instead.")
+    for pattern, what in _NOT_TRAINING:
+        if pattern.fullmatch(script.replace("\\", "/")):
+            raise ConfigError(f"{script} is Megatron's {what}, which llmperf does not price: it predicts training "
+                              "steps. Predict the model's training command (its pretrain_gpt.py job) instead.")
     if tasks_entry_point(script):
         raise ConfigError(
             f"{script} is Megatron's downstream-task runner ({tasks_entry_point(script)} --task ...: GLUE / RACE "

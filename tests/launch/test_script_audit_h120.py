@@ -301,3 +301,26 @@ def test_only_undecided_lines_that_may_set_a_data_flag_soften(branch: str, after
         return
     _, cfg = resolve_job(["bash", "train.sh"], {})
     assert any("single data source" in w and warned in w for w in cfg.warnings)
+
+
+NOT_TRAINING = {
+    # bigscience-workshop/Megatron-DeepSpeed examples/run_evalharness.sh: was 'the --num-layers -1 must be at least 1'
+    "eval harness": ("./tasks/eval_harness/evaluate.py", "--num-layers -1 --hidden-size -1 --num-attention-heads -1 "
+                     "--seq-length -1 --max-position-embeddings -1 --micro-batch-size 1", "lm-evaluation-harness"),
+    # Megatron-DeepSpeed examples/run_text_generation_server_345M.sh: was priced as a training step (exit 0)
+    "text generation server": ("tools/run_text_generation_server.py", GPT, "text-generation tool"),
+    # Megatron-DeepSpeed examples_deepspeed/data_efficiency/gpt/ds_analyze_gpt_data_map.sh: was priced (exit 0)
+    "data analysis": ("../analyze_data.py", GPT, "data or checkpoint tool"),
+}
+
+
+@pytest.mark.parametrize("script, args, what", NOT_TRAINING.values(), ids=NOT_TRAINING.keys())
+def test_megatron_tools_that_do_not_train_are_named(script: str, args: str, what: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "run.sh").write_text(f"#!/bin/bash\ntorchrun --nproc-per-node 1 {script} {args}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=f"is Megatron's {what}.*llmperf does not price: it predicts training steps"):
+        resolve_job(["bash", "run.sh"], {})
