@@ -50,6 +50,8 @@ class ConfigScale:
     """Its weight K^-1 y in what configurations without runs get (refine/transfer.py; 0: none recorded)."""
     shares: tuple[tuple[str, float], ...] = ()
     """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
+    wait_log_scale: float = 0.0
+    """Of its log step_time_scale, the ranks' wait for each other it keeps (refine/peer_wait.py; 0: none)."""
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,11 @@ class Calibration:
         where = f"{self.framework} on {self.cluster} ({self.hardware})"
         own = self.own_scale(fingerprint)
         if own is not None:
+            wait = (f"; of it its ranks' wait for each other x{math.exp(own.wait_log_scale):.3f}, fitted apart: "
+                    f"refine/peer_wait.py" if own.wait_log_scale else "")
             return (f"calibrated on this exact configuration: x{own.step_time_scale:.3f} from {own.num_runs} "
                     f"instrumented run(s) of it (measured x{own.measured_scale:.3f}, weighted against run-to-run "
-                    f"spread {self.sd_run:.1%}) of {where}")
+                    f"spread {self.sd_run:.1%}{wait}) of {where}")
         extra = f" + {self.step_overhead_s * 1e3:.2f} ms" if self.step_overhead_s else ""
         if self.num_configs == 0:
             return f"calibrated x{self.step_time_scale:.3f}{extra} from {self.num_runs} instrumented run(s) of {where}"
@@ -256,12 +260,13 @@ def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration
     return _MEMO[key]
 
 
-def _transfer_fields(rest: Sequence[Any]) -> tuple[float, tuple[tuple[str, float], ...]]:
-    """(alpha, shares) from a refine_config_scales row's later columns (absent or NULL in an older store)."""
+def _transfer_fields(rest: Sequence[Any]) -> tuple[float, tuple[tuple[str, float], ...], float]:
+    """(alpha, shares, wait) from a refine_config_scales row's later columns (absent or NULL in an older store)."""
     from llmperf_hook.refine.observation_store import shares_from_json
 
     alpha = float(rest[0]) if rest and isinstance(rest[0], (int, float)) else 0.0
-    return alpha, shares_from_json(rest[1] if len(rest) > 1 else None)
+    wait = float(rest[2]) if len(rest) > 2 and isinstance(rest[2], (int, float)) else 0.0
+    return alpha, shares_from_json(rest[1] if len(rest) > 1 else None), wait
 
 
 def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:

@@ -47,7 +47,7 @@ ADDED_COLUMNS = {
     "refine_runs": (("wall_per_cpu", "REAL"), ("usable_for_calibration", "INTEGER DEFAULT 1"),
                     ("reference_cpu_s", "REAL"), ("config_fingerprint", "TEXT"), ("calibration_step_time_s", "REAL"),
                     ("observation_sd", "REAL"), ("sampling_sd", "REAL"), ("cost_shares_json", "TEXT")),
-    "refine_config_scales": (("alpha", "REAL"), ("shares_json", "TEXT")),
+    "refine_config_scales": (("alpha", "REAL"), ("shares_json", "TEXT"), ("wait_log_scale", "REAL")),
     "refine_calibrations": (("shared_weight", "REAL"), ("num_configs", "INTEGER"), ("sd_config", "REAL"),
                             ("sd_run", "REAL"), ("sd_shared", "REAL"), ("sd_mix", "REAL"), ("wait_log_scale", "REAL"),
                             ("wait_weight", "REAL")),
@@ -294,10 +294,11 @@ def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
                       cal.wait_weight))
         conn.execute("DELETE FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ?", key)
         conn.executemany("INSERT INTO refine_config_scales (hardware, cluster, framework, fingerprint, "
-                         "step_time_scale, measured_scale, num_runs, label, alpha, shares_json) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         "step_time_scale, measured_scale, num_runs, label, alpha, shares_json, wait_log_scale) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          [(*key, c.fingerprint, c.step_time_scale, c.measured_scale, c.num_runs, c.label, c.alpha,
-                           json.dumps(c.shares) if c.shares else None) for c in cal.config_scales])
+                           json.dumps(c.shares) if c.shares else None, c.wait_log_scale)
+                          for c in cal.config_scales])
         conn.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?, ?, ?, ?)",
                      (*key, cal.step_time_scale, cal.num_runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
@@ -330,12 +331,15 @@ def load_shrinkage(conn: sqlite3.Connection, hardware: str, cluster: str, framew
                               "ORDER BY fingerprint", key).fetchall()
     except sqlite3.Error:
         return {}
-    try:  # the transfer columns (refine/transfer.py): absent in a store no refine has opened since they came
-        scales = conn.execute("SELECT fingerprint, step_time_scale, measured_scale, num_runs, label, alpha, "
-                              "shares_json FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND "
-                              "framework = ? ORDER BY fingerprint", key).fetchall()
-    except sqlite3.Error:
-        pass
+    # the transfer columns (refine/transfer.py), then the wait (refine/peer_wait.py): absent in a store no refine
+    # has opened since they came
+    for later in ("alpha, shares_json", "alpha, shares_json, wait_log_scale"):
+        try:
+            scales = conn.execute(f"SELECT fingerprint, step_time_scale, measured_scale, num_runs, label, {later} "
+                                  "FROM refine_config_scales WHERE hardware = ? AND cluster = ? AND framework = ? "
+                                  "ORDER BY fingerprint", key).fetchall()
+        except sqlite3.Error:
+            break
     if row is None or row[0] is None:
         return {}
     out = {"shared_weight": float(row[0]), "num_configs": int(row[1] or 0), "sd_config": float(row[2] or 0.0),

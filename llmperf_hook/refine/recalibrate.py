@@ -69,12 +69,12 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
     wait = fit_peer_wait([(f, w) for f, w, measured in waits if measured], variances.sd_shared)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
-    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint] +
-                                                    own_wait(waits, c.fingerprint, wait)),
+    kept = {c.fingerprint: own_wait(waits, c.fingerprint, wait) for c in configs}
+    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint] + kept[c.fingerprint]),
                             math.exp(statistics.fmean(c.log_ratios) +
                                      statistics.fmean(w for f, w, _ in waits if f == c.fingerprint)),
                             len(c.log_ratios), labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0),
-                            c.shares)
+                            c.shares, kept[c.fingerprint])
                 for c in configs if not c.fingerprint.startswith("job:"))
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,

@@ -86,6 +86,10 @@ def test_the_store_gives_the_wait_and_keeps_the_fit(tmp_path: Path, monkeypatch:
     assert stored.wait_log_scale == pytest.approx(cal.wait_log_scale) == pytest.approx(WAIT)
     assert stored.wait_weight == pytest.approx(cal.wait_weight) and 0 < stored.wait_weight < 1
     assert stored.apply(0.030, "z", (), 2) == pytest.approx(cal.apply(0.030, "z", (), 2))
+    own = stored.own_scale("a")
+    assert own.wait_log_scale == pytest.approx(cal.own_scale("a").wait_log_scale) and own.wait_log_scale > 0.9 * WAIT
+    assert "its ranks' wait for each other x1.0" in stored.describe("a")
+    assert stored.own_scale("b").wait_log_scale == 0.0 and "wait" not in stored.describe("b")
 
 
 def test_predict_gives_the_wait_to_a_multi_rank_configuration_by_its_world_size() -> None:
