@@ -112,3 +112,22 @@ def test_a_contended_runs_assumed_wait_is_neither_a_measurement_nor_counted_twic
     assert both.apply(0.050, "a") == pytest.approx(alone.apply(0.050, "a"), rel=0.01)  # its CPU parts agree: 0
     only = fit_key_calibration("h", "c", "fw", [contended], TESTBED)[0]
     assert only.wait_weight == 0.0 and only.apply(0.050, "a") == pytest.approx(0.055)
+
+
+def test_a_store_from_before_the_wait_columns_still_gives_its_transfer_fields(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The predict path opens the store read-only: a store no refine has opened since the wait columns came lacks
+    them, and its configurations keep their alpha and shares (no wait)."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    conn = store.connect()
+    store.record_run(conn, {"job_id": "j", "hardware": "my-cpu", "cluster": "c", "framework": "deepspeed",
+                            "device": "cpu", "world_size": 2, "wall_per_cpu": 1.1, "config_fingerprint": "a",
+                            "uncalibrated_step_time_s": 0.050, "measured_step_time_s": 0.060,
+                            "cost_shares_json": '[["compute/fp32/2 ranks", 1.0]]'})
+    recalibrate(conn, "my-cpu", "c", "deepspeed")
+    with conn:
+        conn.execute("ALTER TABLE refine_config_scales DROP COLUMN wait_log_scale")
+        conn.execute("ALTER TABLE refine_calibrations DROP COLUMN wait_log_scale")
+    conn.close()
+    (own,) = find_calibration("my-cpu", "c", "deepspeed").config_scales
+    assert own.shares == (("compute/fp32/2 ranks", 1.0),) and own.alpha > 0 and own.wait_log_scale == 0.0
