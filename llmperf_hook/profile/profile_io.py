@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -134,8 +135,20 @@ def meta_sha256(doc: Mapping) -> str:
 
 
 def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, str]) -> Path:
-    """Write model files then profile.json (last, so a half-written profile has no valid metadata)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write the model files, then profile.json, into a staging folder swapped in for `directory` as a whole
+    (staged_folder.py: a stopped or concurrent refit never leaves one fit's models beside another's profile.json).
+    Its other files (reference_speed.json, framework_overhead.json) are kept; model files of the old profile are not."""
+    from llmperf_hook.profile.staged_folder import replace_folder
+
+    return replace_folder(directory, lambda stage: _write_files(stage, meta, model_texts),
+                          keep=lambda name: not name.startswith(META_FILE) and not MODEL_FILE.fullmatch(name))
+
+
+MODEL_FILE = re.compile(r"[a-z_]+\.(?:fwd|bwd)\.[a-z0-9]+\.(?:txt|json|trees)(?:\.gz)?")
+"""A model or packed file's name (OP.PHASE.DTYPE.EXT, model_file_names and packed_name)."""
+
+
+def _write_files(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, str]) -> None:
     entries = []
     for entry in meta.models:
         data = encode_model_text(entry.file, model_texts[entry.file])
@@ -160,10 +173,7 @@ def write_profile(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, 
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
            "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
     doc["meta_sha256"] = meta_sha256(json.loads(json.dumps(doc)))  # as a reader will see it (lists, not tuples)
-    tmp = directory / (META_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    tmp.replace(directory / META_FILE)
-    return directory
+    (directory / META_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def _fail(directory: Path, what: str) -> ProfileError:

@@ -1,0 +1,78 @@
+"""Replace a profile folder as a whole: the new files are written into a staging folder, then swapped in.
+
+A profile is several files that must agree (profile.json names every model file's sha256). Rewritten in place,
+a refit that is stopped part-way (Ctrl-C, a scheduler's SIGTERM or SIGKILL while the models are written) or that
+runs beside another refit of the same name leaves the model files of one fit beside the profile.json of another:
+every later `predict` refuses the profile until it is fitted again. Swapped in, a reader sees the old profile or
+the new one; a stop before the swap leaves the old profile as it was and the staging folder to the next writer.
+
+The staging folders live in `.staging/` beside the profiles, one level below them, so a glob of
+`profiles/*/profile.json` (hardware/local_cpu.py) never finds a half-written one. Both renames stay inside one
+folder tree, on one file system, where rename(2) is atomic.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable
+
+STAGING = ".staging"
+"""Folder beside the profiles that holds profiles being written (and the old ones being removed)."""
+
+MAX_SWAP_TRIES = 20
+"""Renames retried when another writer swaps the same profile in between (each retry follows its rename)."""
+
+
+def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callable[[str], bool]) -> Path:
+    """`write(stage)` fills a new folder, the files of `directory` it did not write and `keep(name)` accepts are
+    carried over (files other stages of the tool add: reference_speed.json, framework_overhead.json), and the
+    result replaces `directory`."""
+    staging = directory.parent / STAGING
+    staging.mkdir(parents=True, exist_ok=True)
+    stage = staging / f"{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    stage.mkdir()  # with the umask's mode, as `directory` itself was made (a shared $LLMPERF_HOME stays readable)
+    try:
+        write(stage)
+        _carry_over(directory, stage, keep)
+        _swap_in(stage, directory)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _remove_if_empty(staging)
+    return directory
+
+
+def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool]) -> None:
+    if not directory.is_dir():
+        return
+    for old in directory.iterdir():
+        if old.is_file() and keep(old.name) and not (stage / old.name).exists():
+            shutil.copy2(old, stage / old.name)
+
+
+def _swap_in(stage: Path, directory: Path) -> None:
+    """Move `directory` aside and `stage` in its place; retried while another writer does the same."""
+    retired = directory.parent / STAGING / f"{stage.name}.old"
+    for _ in range(MAX_SWAP_TRIES):
+        try:
+            if directory.exists():
+                os.rename(directory, retired)
+            os.rename(stage, directory)
+            break
+        except FileNotFoundError:  # another writer moved `directory` aside first
+            continue
+        except OSError:  # another writer put its profile in place between the two renames: move that one aside
+            shutil.rmtree(retired, ignore_errors=True)
+            continue
+    else:
+        raise OSError(f"could not swap {stage} in as {directory}: other processes kept replacing it")
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # another writer's stage is in it, or files were left by a killed writer
+        pass

@@ -1,0 +1,67 @@
+"""write_profile swaps the new profile in as a whole (profile/staged_folder.py): a refit stopped while it writes its
+models (Ctrl-C, SIGTERM) leaves the old profile usable, and the files other stages add to the folder are kept."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmperf_hook.graph.op import Op
+from llmperf_hook.profile import profile_io
+from llmperf_hook.profile.build_profile import Samples, fit_samples
+from llmperf_hook.profile.features import RooflineConstants
+from llmperf_hook.profile.predictor import FittedProfile
+from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
+
+RC = RooflineConstants(1e11, 1e10, 1, 4)
+OP = Op("g", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")
+
+
+def _fit(flop_per_s: float) -> tuple[ProfileMeta, dict[str, str]]:
+    """gemm fwd and bwd fitted to a machine of `flop_per_s` (two models, so a stop can fall between them)."""
+    rng = np.random.default_rng(0)
+    m, n, k = (rng.integers(16, 512, 80).astype(float) for _ in range(3))
+    fitted = [fit_samples(Samples("gemm", phase, {"m": m, "n": n, "k": k}, 2 * m * n * k * f / flop_per_s + 2e-6),
+                          RC, "fp32", with_holdout=False) for phase, f in (("fwd", 1), ("bwd", 2))]
+    meta = ProfileMeta("cpu-x", {"fp32": RC}, {}, {"device": "test"}, {}, {"samples": "synthetic"},
+                       tuple(e for e, _ in fitted))
+    return meta, {e.file: text for e, text in fitted}
+
+
+def _predict_s(directory: Path) -> float:
+    return float(FittedProfile(directory).predict_s([OP], None)[0])
+
+
+def test_a_refit_stopped_while_writing_leaves_the_old_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written in place, the new gemm fwd files sat beside the old profile.json: every later predict refused the
+    profile ('does not match its sha256') until it was fitted again."""
+    directory = write_profile(tmp_path / "profiles" / "cpu-x", *_fit(5e10))
+    before = _predict_s(directory)
+    real_pack, calls = profile_io.pack_trees, []
+
+    def pack_then_stop(*args):
+        calls.append(1)
+        if len(calls) == 2:  # the first model's files are written, the second's are not
+            raise KeyboardInterrupt
+        return real_pack(*args)
+
+    monkeypatch.setattr(profile_io, "pack_trees", pack_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        write_profile(directory, *_fit(1e10))
+    monkeypatch.setattr(profile_io, "pack_trees", real_pack)
+    assert _predict_s(directory) == before
+    assert sorted(p.name for p in (tmp_path / "profiles").iterdir() if not p.name.startswith(".")) == ["cpu-x"]
+    write_profile(directory, *_fit(1e10))
+    assert _predict_s(directory) == pytest.approx(5 * before, rel=0.3)  # the refit took, 5x slower machine
+
+
+def test_other_files_are_kept_and_stale_models_are_not(tmp_path: Path) -> None:
+    directory = write_profile(tmp_path / "cpu-x", *_fit(5e10))
+    (directory / "reference_speed.json").write_text("{}\n")
+    (directory / "gelu.fwd.fp32.txt.gz").write_bytes(b"a model of an earlier fit")
+    write_profile(directory, *_fit(1e10))
+    names = sorted(p.name for p in directory.iterdir())
+    assert "reference_speed.json" in names and "gelu.fwd.fp32.txt.gz" not in names
+    assert names == sorted(["profile.json", "reference_speed.json", "gemm.fwd.fp32.txt.gz", "gemm.fwd.fp32.trees.gz",
+                            "gemm.bwd.fp32.txt.gz", "gemm.bwd.fp32.trees.gz"])
+    assert not (tmp_path / ".staging").exists()  # removed once empty
