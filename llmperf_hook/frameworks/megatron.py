@@ -200,7 +200,31 @@ def ds_checkpointing(flags: FlagValues, src: dict[str, Source]) -> dict[str, boo
     return out
 
 
-def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeConfig:
+RECOMPUTE_MODULES_PRICED = frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts"})
+"""--recompute-modules whose saved tensors schedule/activations.py drops; layernorm and mla_up_proj are kept."""
+
+
+def _recompute_modules(flags: FlagValues, granularity: str | None, src: dict[str, Source],
+                       warnings: list[str]) -> tuple[str, ...]:
+    """TransformerConfig.recompute_modules as the selective recompute reads it (other granularities ignore it)."""
+    given = flags.get("recompute_modules")
+    if granularity != "selective":
+        return ("core_attn",)
+    modules = ("core_attn",) if given is None else (given,) if isinstance(given, str) else tuple(given)
+    if flags.get("moe_layer_recompute") and "moe" not in modules:  # TransformerConfig appends it
+        modules += ("moe",)
+    if given is not None:
+        src["recompute_modules"] = flags.source("recompute_modules")
+    extra = [m for m in modules if m != "core_attn"]
+    if extra:
+        kept = sorted(set(modules) - RECOMPUTE_MODULES_PRICED)
+        spelling = flags.seen_flags.get("recompute_modules") or flags.seen_flags.get("moe_layer_recompute", "")
+        warnings.append(f"{spelling} (recompute modules {' '.join(extra)}): their recomputed forward is not timed"
+                        + (f"; {', '.join(kept)} priced as if kept in memory" if kept else ""))
+    return modules
+
+
+def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> RecomputeConfig:
     if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
         src["recompute"] = flags.source("checkpoint_activations")
         return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1), **ds_checkpointing(flags, src))
@@ -221,8 +245,9 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source]) -> RecomputeCo
         src["recompute_method"] = flags.source("recompute_method")
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
+    modules = _recompute_modules(flags, granularity, src, warnings)
     # Megatron-DeepSpeed's full recompute runs deepspeed.checkpointing too (transformer.py _checkpointed_forward)
-    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"),
+    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"), modules=modules,
                            **(ds_checkpointing(flags, src) if granularity == "full" else {}),
                            distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
                            cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0),
@@ -377,7 +402,8 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))
-    return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings), megatron_recompute(flags, src),
+    return MegatronParts(model, parallel, batch, megatron_precision(flags, src, warnings),
+                         megatron_recompute(flags, src, warnings),
                          megatron_optimizer(flags, src, warnings), megatron_attention(flags, src, ds_flavour, script),
                          schedule)
 

@@ -95,7 +95,7 @@ def _build() -> dict[str, Flag]:
     table["--deepspeed"] = Flag("deepspeed", "path_or_true")
     table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
     table["--rampup-batch-size"] = Flag("rampup_batch_size", "str", nargs=3)
-    table["--recompute-modules"] = Flag("recompute_modules", "str")  # nargs='*' in Megatron: the rest are skipped
+    table["--recompute-modules"] = Flag("recompute_modules", "str", nargs=ONE_OR_MORE)  # nargs='*' in Megatron
     table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")
     table["--tensor-parallel-size"] = Flag("tensor_model_parallel_size", "int")
     table["--ffn-dim"] = Flag("ffn_hidden_size", "int")
@@ -148,7 +148,6 @@ NOT_MODELLED: dict[str, str] = {
     "window_size": "sliding-window attention not modelled: attention priced as full causal",
     "position_embedding_type": "relative position bias (T5-style) not modelled: priced as learned absolute embeddings",
     "distribute_saved_activations": "distributed saved activations not modelled",
-    "recompute_modules": "selective recomputation of chosen modules: core attention assumed",
     "enable_cuda_graph": "CUDA graphs not modelled",
     "external_cuda_graph": "CUDA graphs not modelled",
     "cuda_graph_impl": "CUDA graphs not modelled",

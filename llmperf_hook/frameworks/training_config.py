@@ -185,6 +185,9 @@ class RecomputeConfig:
     checkpoint_in_cpu: bool = False
     """Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints are kept in host memory (copied out
     over PCIe in forward and back before the recompute); GPU memory holds none of them."""
+    modules: tuple[str, ...] = ("core_attn",)
+    """Megatron --recompute-modules under selective granularity (TransformerConfig default ["core_attn"]; the
+    deprecated --moe-layer-recompute adds "moe"): what the selective recompute re-runs (schedule/activations.py)."""
 
 
 @dataclass(frozen=True)

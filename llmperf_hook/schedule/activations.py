@@ -16,7 +16,8 @@ dropout mask 1); two LayerNorm inputs 4sbh. `layer_activation_bytes` recomputes 
 shapes (GQA: K and V scale with kv_heads/heads; SwiGLU: fc1 output 2f wide; any ffn width f), so the paper's
 numbers come out exactly for GPT shapes (f = 4h, no GQA). Flash attention keeps no s x s tensors (only the
 log-sum-exp, 4 bytes per row and head) in place of the 5as^2b scores.
-Context parallelism divides s by cp.
+Context parallelism divides s by cp. Megatron-LM's selective recompute re-runs the modules --recompute-modules names
+(core_attn by default: the scores above); mlp, moe, moe_act and shared_experts drop their MLP tensors (mlp_terms).
 
 FP8 (Megatron with Transformer Engine layers): each fp8 linear layer saves the fp8 cast of its GEMM input, one
 byte (gemm_input_bytes), so the QKV and FC1 inputs (the fused norms' outputs) and the FC2 input drop to 1 byte,
@@ -42,33 +43,74 @@ def layer_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
     """(replicated-across-TP bytes, TP-split bytes, attention-score bytes) of one layer, one micro-batch."""
     m = cfg.model
     s, b, h = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size, m.hidden_size
-    share = moe_copy_share(cfg)
-    f = m.ffn_hidden_size if m.num_experts == 0 else (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk * share
-    f += m.moe_shared_expert_intermediate_size if m.num_experts else 0  # shared experts: one more MLP, TP-split
     kv = m.num_query_groups / m.num_attention_heads
     sbh = s * b * h
     ab = act_bytes(cfg)  # the paper's 2 bytes, per precision
     gb = gemm_input_bytes(cfg)  # what a linear layer saves of its input: ab, or 1 under Transformer Engine fp8
     ln_inputs = 2 * ab * sbh
-    # The pre-MLP norm of an MoE layer is a TENorm whose bf16 output the router saves; dense layers fuse it into fc1.
-    mlp_input = (ab if m.num_experts else gb) * sbh
     qkv_input, dropout_masks = gb * sbh, 2 * hidden_mask_bytes(cfg) * sbh
-    replicated = ln_inputs + qkv_input + mlp_input + dropout_masks  # = 10 sbh
-    if m.num_experts and cfg.framework == "megatron":
-        # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
-        # per rank (graph/moe_ops.py); the MLP input above is the router's saved input.
-        replicated += gb * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
+    mlp_replicated, mlp_split = mlp_terms(cfg)
+    replicated = ln_inputs + qkv_input + mlp_replicated + dropout_masks  # = 10 sbh
     qkv = ab * sbh * (1 + 2 * kv)  # Q, K, V (Q and K for QK^T, V for AV)
     proj_input = (gb + attention_output_bytes(cfg)) * sbh  # what the projection saves, and the attention beside it
-    fc1_out = ab * s * b * f * (2 if m.swiglu else 1)  # the activation's input, bf16 (fused_bias_swiglu saves it)
-    fc2_in = gb * s * b * f
     if m.multi_latent_attention:
         latents, qkv, proj_input = mla_terms(cfg)
         replicated += latents
-    split = qkv + proj_input + fc1_out + fc2_in  # = 24 sbh for f = 4h, MHA, GeLU
+    split = qkv + proj_input + mlp_split  # = 24 sbh for f = 4h, MHA, GeLU
     a = m.num_attention_heads
     scores = stored_score_bytes(cfg) * a * s * s * b  # = 5 a s^2 b in mixed precision
     return replicated, split, scores
+
+
+def recomputes(cfg: TrainingConfig, module: str) -> bool:
+    """Whether the selective recompute re-runs `module` in backward instead of keeping what it saved: Megatron-LM's
+    --recompute-modules (RecomputeConfig.modules; core_attn by default); Megatron-DeepSpeed's selective
+    granularity, which has no such flag, the attention core only."""
+    r = cfg.recompute
+    if r.granularity != "selective":
+        return False
+    return module in r.modules if cfg.framework == "megatron" else module == "core_attn"
+
+
+def mlp_terms(cfg: TrainingConfig) -> tuple[float, float]:
+    """(replicated, TP-split) bytes the layer's MLP keeps for one micro-batch: its saved input (a dense MLP's fc1
+    saves the fused norm's output; in an MoE layer the router saves the pre-MLP TENorm's output), an MoE's routed
+    copies, and per MLP the activation's input (fc1 output, bf16: fused_bias_swiglu saves it) and fc2's input.
+
+    Megatron's selective recompute drops what a module it re-runs saved (transformer_layer.py, moe/): `mlp`
+    checkpoints a dense MLP from its input (tensor_parallel.checkpoint / te_checkpoint of self.mlp on the pre-MLP
+    norm output: under Transformer Engine the norm is fused into fc1, so that input is the residual, which the
+    norm's saved input already counts; otherwise the norm's output stays); `moe` checkpoints the whole MoE layer
+    from its input, the router's (moe_layer.py moe_layer_recompute); `moe_act` re-runs the experts' activation
+    (experts.py CheckpointWithoutOutput: fc2's input discarded, fc1's output kept); `shared_experts` checkpoints the
+    shared experts' MLP."""
+    m = cfg.model
+    s, b = m.seq_length / cfg.parallel.cp, cfg.batch.micro_batch_size
+    sbh = s * b * m.hidden_size
+    ab, gb = act_bytes(cfg), gemm_input_bytes(cfg)
+    swiglu = 2 if m.swiglu else 1
+
+    def mlp(f: float, fc2_input: bool = True) -> float:
+        return ab * s * b * f * swiglu + (gb * s * b * f if fc2_input else 0.0)
+
+    if not m.num_experts:
+        if recomputes(cfg, "mlp"):
+            return (0.0 if cfg.transformer_impl == "transformer_engine" else ab * sbh), 0.0
+        return gb * sbh, mlp(m.ffn_hidden_size)
+    router_input = ab * sbh
+    if recomputes(cfg, "moe"):
+        return router_input, 0.0
+    share = moe_copy_share(cfg)
+    routed = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk * share
+    replicated = router_input
+    if cfg.framework == "megatron":
+        # The experts' FC1 saves its input for the weight gradient: the routed copies, k x ETP x (sbh / t under SP)
+        # per rank (graph/moe_ops.py)
+        replicated += gb * sbh * m.moe_router_topk * max(1, cfg.parallel.etp) * share
+    split = mlp(routed, fc2_input=not recomputes(cfg, "moe_act"))
+    if m.moe_shared_expert_intermediate_size and not recomputes(cfg, "shared_experts"):
+        split += mlp(m.moe_shared_expert_intermediate_size)  # shared experts: one more MLP, TP-split
+    return replicated, split
 
 
 def fp8_saves_gemm_inputs(cfg: TrainingConfig) -> bool:
@@ -144,7 +186,7 @@ def softmax_backward_extra_bytes(cfg: TrainingConfig) -> float:
     if not torch_softmax_path(cfg):
         return 0.0
     f = softmax_output_bytes(cfg)
-    per_score = 4 * f if cfg.recompute.granularity == "selective" else 4 * f - stored_score_bytes(cfg)
+    per_score = 4 * f if recomputes(cfg, "core_attn") else 4 * f - stored_score_bytes(cfg)
     return per_score * score_elements(cfg)
 
 
@@ -205,7 +247,7 @@ def layer_activation_bytes(cfg: TrainingConfig) -> float:
     if granularity == "full":
         return act_bytes(cfg) * s * b * h / (t if sp else 1)
     base = (replicated + split) / t if sp else replicated + split / t
-    if cfg.attention_backend == "unfused" and granularity == "none":
+    if cfg.attention_backend == "unfused" and not recomputes(cfg, "core_attn"):
         return base + scores / t
     # Flash/fused attention (or selective recompute) keeps only the fp32 log-sum-exp per row and head.
     lse = 4 * m.num_attention_heads / t * s * b if cfg.attention_backend != "unfused" else 0.0
@@ -236,8 +278,14 @@ def chunk_layer_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:
 
 def recompute_working_bytes(cfg: TrainingConfig) -> float:
     """Full recompute: during backward one group of --recompute-num-layers layers is rematerialised at a time
-    (one micro-batch); block method: one layer."""
+    (one micro-batch); block method: one layer. Selective recompute of MLP or MoE modules: what they dropped, alive
+    again during one layer's backward (mlp_terms; the attention core's is softmax_backward_extra_bytes')."""
+    from dataclasses import replace
+
     r = cfg.recompute
+    if r.granularity == "selective":
+        attention_only = replace(r, modules=tuple(m for m in r.modules if m == "core_attn"))
+        return layer_activation_bytes(replace(cfg, recompute=attention_only)) - layer_activation_bytes(cfg)
     if r.granularity != "full":
         return 0.0
     group = 1 if r.method == "block" else max(1, r.num_layers or 1)

@@ -69,29 +69,35 @@ def _guarded(fn: Callable[..., object], *args: object, width: int = 1) -> object
         return np.nan if width == 1 else (np.nan,) * width
 
 
-def _with_granularity(cfg: TrainingConfig, granularity: str) -> TrainingConfig:
-    return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity))
+def _with_granularity(cfg: TrainingConfig, granularity: str, modules: tuple[str, ...]) -> TrainingConfig:
+    return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity,
+                                                                  modules=modules))
 
 
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
-               "embedding", "logits_and_loss", "mtp", "attention_score_buffer")
+               "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective")
 """The columns _layer_terms returns, in order."""
 
 
-def _layer_terms(cfg: TrainingConfig) -> tuple[float, ...]:
+def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, ...]:
     """(layer without recompute, selective, full-recompute checkpoint, softmax backward without / with selective
-    recompute, embedding, logits and loss, MTP, attention score buffer), one micro-batch."""
-    none, sel, full = (_with_granularity(cfg, g) for g in ("none", "selective", "full"))
+    recompute, embedding, logits and loss, MTP, attention score buffer, the selective recompute's working set),
+    one micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
+    recompute (the job's modules are Megatron's default unless it is selective; tune/candidate.apply_candidate)."""
+    none, sel, full = (_with_granularity(cfg, g, modules) for g in ("none", "selective", "full"))
     return (act.layer_activation_bytes(none), act.layer_activation_bytes(sel), act.layer_activation_bytes(full),
             act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
-            act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg))
+            act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
+            act.recompute_working_bytes(sel))
 
 
 def _layer_table(cfg: TrainingConfig, cols: Cols) -> np.ndarray:
     """_layer_terms of every row, computed once per distinct LAYER_KEYS: shape (rows, len(LAYER_TERMS))."""
     first, inverse = _groups(cols, LAYER_KEYS)
-    values = np.array([_guarded(lambda i: _layer_terms(_row_config(cfg, cols, int(i))), i, width=len(LAYER_TERMS))
+    modules = cfg.recompute.modules
+    values = np.array([_guarded(lambda i: _layer_terms(_row_config(cfg, cols, int(i)), modules), i,
+                                width=len(LAYER_TERMS))
                        for i in first], dtype=np.float64)
     return values[inverse]
 
@@ -230,7 +236,7 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     if offloaded:
         activations = activations - offloaded * np.where((rc == _NONE) & (cols["pp"][:, None] == 1), col(0), 0.0)
     working = np.where(rc == _FULL, np.maximum(cols["rc_layers"], 1)[:, None] * col(0), 0.0)
-    working = np.where(rc == _BLOCK, col(0), working) + np.where(rc == _SEL, col(4), col(3))
+    working = np.where(rc == _BLOCK, col(0), working) + np.where(rc == _SEL, col(4) + col(9), col(3))
     last = stage == (cols["pp"][:, None] - 1)
     embedding = np.where(stage == 0, col(5) * in_flight, 0.0)
     logits, mtp = np.where(last, col(6), 0.0), np.where(last, col(7), 0.0)

@@ -1,0 +1,99 @@
+"""Megatron-LM's --recompute-modules under selective recompute (TransformerConfig.recompute_modules, megatron-core
+0.16.1): what each re-run module no longer keeps (schedule/activations.mlp_terms, recomputes), its working set in
+backward, and tune's surrogate pricing them as predict does."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmperf_hook.api import predict_command
+from llmperf_hook.schedule import activations as act
+
+BASE = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "8", "--hidden-size", "2048",
+        "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+        "--vocab-size", "32000", "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16",
+        "--swiglu", "--ffn-hidden-size", "5632", "--disable-bias-linear", "--use-distributed-optimizer"]
+MOE = ["--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "1408", "--moe-grouped-gemm",
+       "--moe-shared-expert-intermediate-size", "2816", "--expert-model-parallel-size", "8"]
+SBH = 2048 * 1 * 2048  # s b h, tp 1
+
+
+def _predict(*flags: str):
+    return predict_command([*BASE, *flags], {}, cluster="dgx-h100")
+
+
+def _layer(pred) -> float:
+    return act.layer_activation_bytes(pred.config)
+
+
+def test_modules_are_read_with_a_warning_only_under_selective() -> None:
+    """Megatron's default is ["core_attn"]; the list is read only under selective granularity; --moe-layer-recompute
+    appends "moe" (TransformerConfig.__post_init__); the recomputed forwards are not timed, said once, and modules
+    whose tensors llmperf keeps are named."""
+    assert _predict("--recompute-activations").config.recompute.modules == ("core_attn",)
+    pred = _predict("--recompute-granularity", "selective", "--recompute-modules", "mlp", "layernorm")
+    assert pred.config.recompute.modules == ("mlp", "layernorm")
+    warning = [w for w in pred.warnings if "recompute modules" in w]
+    assert len(warning) == 1 and "not timed" in warning[0] and "layernorm priced as if kept" in warning[0]
+    full = _predict("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+                    "--recompute-modules", "mlp")
+    assert full.config.recompute.modules == ("core_attn",)
+    assert _predict(*MOE, "--moe-layer-recompute").config.recompute.modules == ("core_attn", "moe")
+
+
+def test_mlp_recompute_keeps_only_the_mlp_input() -> None:
+    """--recompute-modules mlp: the dense MLP is checkpointed from its input, the residual the fused norm already
+    keeps (Transformer Engine: pre_mlp_layernorm is IdentityOp), so fc1's saved norm output (2 sbh), the SwiGLU input
+    (2 x 2 s b f) and fc2's input (2 s b f) go; one layer's worth is alive again in its backward."""
+    sel = _predict("--recompute-activations")
+    mlp = _predict("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp")
+    dropped = 2 * SBH + 2 * 2 * 2048 * 5632 + 2 * 2048 * 5632
+    assert _layer(sel) - _layer(mlp) == pytest.approx(dropped)
+    assert act.recompute_working_bytes(mlp.config) == pytest.approx(dropped)
+    assert act.recompute_working_bytes(sel.config) == 0
+    parts = mlp.estimate.memory.components  # the larger of the working set and the logits (one_peak_of_two)
+    assert parts.get("recompute_working_set") == int(dropped) or parts["logits_and_loss"] > dropped
+    assert mlp.estimate.memory.peak_bytes_per_gpu < sel.estimate.memory.peak_bytes_per_gpu
+    local = _predict("--transformer-impl", "local", "--recompute-granularity", "selective", "--recompute-modules",
+                     "core_attn", "mlp")
+    # without Transformer Engine the checkpoint's input is the unfused norm's output, which then stays
+    assert _layer(_predict("--transformer-impl", "local", "--recompute-activations")) - _layer(local) == \
+        pytest.approx(dropped - 2 * SBH)
+
+
+def test_moe_modules_drop_their_own_tensors() -> None:
+    """moe: the whole MoE layer from the router's input (routed copies k x 2 sbh, experts' and shared experts' MLPs
+    gone); moe_act: only the experts' fc2 input (2 s b k f_moe); shared_experts: the shared MLP (6 s b f_shared)."""
+    sel = _layer(_predict(*MOE, "--recompute-activations"))
+    routed_f, shared_f = 2 * 1408, 2816
+    routed_copies = 2 * SBH * 2
+    mlp = (lambda f: 2 * 2 * 2048 * f + 2 * 2048 * f)  # noqa: E731  SwiGLU input + fc2 input, bf16
+    moe = _layer(_predict(*MOE, "--recompute-granularity", "selective", "--recompute-modules", "moe"))
+    assert sel - moe == pytest.approx(routed_copies + mlp(routed_f) + mlp(shared_f))
+    moe_act = _layer(_predict(*MOE, "--recompute-granularity", "selective", "--recompute-modules", "moe_act"))
+    assert sel - moe_act == pytest.approx(2 * 2048 * routed_f)
+    shared = _layer(_predict(*MOE, "--recompute-granularity", "selective", "--recompute-modules", "shared_experts"))
+    assert sel - shared == pytest.approx(mlp(shared_f))
+
+
+def test_without_core_attn_unfused_attention_keeps_its_scores() -> None:
+    """Selective recompute without core_attn in the list does not re-run the attention core: the unfused
+    attention's scores stay stored, as without recompute."""
+    unfused = ("--attention-backend", "unfused")
+    none = _layer(_predict(*unfused))
+    mlp_only = _predict(*unfused, "--recompute-granularity", "selective", "--recompute-modules", "mlp")
+    with_attn = _predict(*unfused, "--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp")
+    scores = act.layer_terms(_predict(*unfused).config)[2]  # 5 a s^2 b: softmax output, dropout mask and output
+    assert _layer(mlp_only) - _layer(with_attn) == pytest.approx(scores)
+    assert _layer(mlp_only) < none
+
+
+def test_tune_prices_recompute_modules_as_predict_does() -> None:
+    """The surrogate's selective column keeps the job's modules (apply_candidate keeps the job's recompute when a
+    candidate does), and its working set: equal to the full model on random candidates."""
+    from tests.tune.test_surrogate_memory import _check_job
+
+    for seed in (1, 2, 3):
+        _check_job([*BASE, *MOE, "--recompute-granularity", "selective", "--recompute-modules", "moe_act",
+                    "shared_experts"], None, seed)
+        _check_job([*BASE, "--recompute-granularity", "selective", "--recompute-modules", "mlp"], None, seed)
