@@ -117,3 +117,15 @@ def test_a_missing_path_is_named_as_given(tmp_path) -> None:
         assert f"cluster file {given} not found" in str(err.value) and ".yaml.yaml" not in str(err.value)
     with pytest.raises(UsageError, match="it is a folder"):
         find_config_file("hardware", str(tmp_path))
+
+
+def test_a_profile_folder_is_answered_with_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmperf profile` prints the profile folder first; given to --hardware it was answered with the shipped
+    presets' names only."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    folder = tmp_path / "profiles" / "my-cpu"
+    folder.mkdir(parents=True)
+    (folder / "profile.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"fitted operator profile, not a hardware file\. Pass its name, --hardware "
+                                         r"my-cpu .*hardware/my-cpu\.yaml"):
+        load_hardware(str(folder))
