@@ -8,6 +8,8 @@ raw records (testbed_record.py): nothing is run or fitted.
   (refine/peer_wait.py: WAIT_CONFIG_SD_PRIOR is their spread, pooled over records), how far the slowest rank's CPU
   per step lies above the mean rank's (the ranks drift apart between two collectives), and the wall beyond the
   slowest rank's CPU (blocked in the collectives) against the comm model's predicted collectives.
+- The resolution of a target on one configuration: how far a perfect prediction of its typical step lies from the
+  median of a few of its runs, at the records' run-to-run spread.
 - Whether a machine-speed reference tracks a run's speed: for each reference reading a run saved, the correlation
   of its log deviation (from the median of the configuration's runs) with the run's CPU time's, the regression
   slope, and the run-to-run variance if every run were scaled by its reading (ratio > 1: scaling adds noise).
@@ -115,12 +117,36 @@ def reference_tracking(records: list[dict], key: str) -> dict[str, float] | None
             "scaled_variance_ratio": scaled / statistics.variance(ys)}
 
 
+def target_resolution(records: list[dict], num_runs: int, tolerance: float = 0.03,
+                      draws: int = 20000) -> tuple[float, float]:
+    """(median |log error|, share within `tolerance`) of a perfect prediction of a configuration's typical step
+    scored against the median of `num_runs` of its runs: the runs' log residuals about their configuration's mean
+    (x sqrt(n / (n - 1)), the mean's own share put back), resampled (fixed seed)."""
+    import random
+
+    residuals = []
+    for record in records:
+        for k in range(len(record["configs"])):
+            logs = [math.log(r["measured_s"]) for r in record["runs"] if int(r["config"]) == k]
+            if len(logs) > 1:
+                mean, inflate = statistics.fmean(logs), math.sqrt(len(logs) / (len(logs) - 1))
+                residuals += [(x - mean) * inflate for x in logs]
+    if not residuals:
+        return float("nan"), float("nan")
+    rng = random.Random(0)
+    errors = [abs(statistics.median(rng.choices(residuals, k=num_runs))) for _ in range(draws)]
+    return statistics.median(errors), sum(e <= tolerance for e in errors) / draws
+
+
 def report_parts(records: list[dict], names: list[str]) -> None:
     print(f"[parts] {len(records)} record(s): {', '.join(names)}")
     for label, multi in (("all runs", None), ("one-rank runs", False), ("multi-rank runs", True)):
         spread = run_spread(records, multi)
         print(f"  run-to-run rms log deviation, {label}: " + ", ".join(
             f"{name} {sd:.3f}" for name, (sd, _) in spread.items()) + f" ({spread['wall'][1]} runs)")
+    typical, within = target_resolution(records, 4)
+    print(f"  a perfect prediction against the median of 4 runs (the instrumented configuration's reference): median "
+          f"|error| {typical:.1%}, within 3 % in {within:.0%} of draws")
     print(f"  multi-rank configurations' mean log(wall / CPU): between-configuration sd pooled over records "
           f"{pooled_config_spread(records):.3f} (refine/peer_wait.py WAIT_CONFIG_SD_PRIOR)")
     for name, record in zip(names, records):

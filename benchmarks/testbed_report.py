@@ -36,6 +36,7 @@ def print_measured(configs: Sequence[TestbedConfig], measured: list[dict], befor
 def report_record(record: dict, configs: Sequence[TestbedConfig]) -> None:
     """Every score of a record (a fresh run's or --replay's): the twelve against their reference runs, each real
     calibration run of the rotation, and the replay of every choice of instrumented run (testbed_replay.py)."""
+    from testbed_parts import target_resolution
     from testbed_replay import report_replay
 
     before = [c["predicted_s"] for c in record["configs"]]
@@ -44,6 +45,10 @@ def report_record(record: dict, configs: Sequence[TestbedConfig]) -> None:
     print(f"\n[score] {effects['runs']} measurement runs in {effects['passes']} rotated passes: run-to-run log sd "
           f"{effects['sd_run']:.3f}, of which a whole pass shared sd {effects['sd_pass']:.3f} (the machine's state over "
           f"minutes) and each run alone {effects['sd_residual']:.3f}")
+    typical, within = target_resolution([record], max(record.get("passes", 2) - 1, 1))
+    print(f"  at this spread a perfect prediction of a configuration scores against the median of its measurement "
+          f"runs (the instrumented one's): median |error| {typical:.1%}, within 3 % in {within:.0%} of draws "
+          f"(testbed_parts.target_resolution)")
     print_measured(configs, measured, before)
     for k, cal in sorted((int(k), v) for k, v in record.get("calibrations", {}).items()):
         run = next(r for r in record["runs"] if r["config"] == k and r.get("calibration"))

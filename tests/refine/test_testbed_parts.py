@@ -77,3 +77,13 @@ def test_parts_of_a_file_that_is_no_record_exits_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_testbed.py"), "--parts", str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not a testbed record" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_targets_resolution_is_what_the_runs_spread_allows_a_perfect_prediction() -> None:
+    steady = _record(True)
+    for run in steady["runs"]:
+        run["measured_s"] = 0.02 * (run["config"] + 1)
+    assert parts.target_resolution([steady], 4, draws=200) == (0.0, 1.0)
+    typical, within = parts.target_resolution([_record(True)], 4, draws=2000)  # runs 10-20 % apart
+    assert 0.02 < typical < 0.15 and within < 0.6
+    assert parts.target_resolution([_record(True)], 1, draws=2000)[1] < within  # one run: coarser still
