@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from llmperf_hook.errors import ConfigError
+from llmperf_hook.errors import ConfigError, LlmperfError
 from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config, plugin_config_file
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
@@ -31,6 +31,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
+from llmperf_hook.launch.shell_variables import unknown_value_note
 from llmperf_hook.provenance import Source, SourceKind
 
 
@@ -191,4 +192,10 @@ def resolve_job(
 ) -> tuple[ParsedJob, TrainingConfig]:
     """Parse the launch command (stage [1]) and the training configuration (stage [2]); ConfigError/UsageError on bad input."""
     job = parse_launch(argv, env, overrides.nnodes, overrides.nproc_per_node, overrides.cluster_gpus_per_node)
-    return job, resolve_config(job, overrides)
+    try:
+        return job, resolve_config(job, overrides)
+    except LlmperfError as err:  # a refusal quoting a `$NAME` the launch script computes: say where it does
+        note = unknown_value_note(str(err), job.unknown_values)
+        if not note:
+            raise
+        raise type(err)(str(err) + note) from err.__cause__

@@ -21,13 +21,14 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, apply_prefixes, command_head, is_launch,
                                              python_code_step, script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
+from llmperf_hook.launch.script_launch import ScriptLaunch, ScriptRun
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
@@ -59,48 +60,6 @@ _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
 """Commands whose here-document llmperf reads: a file's text, or the script sbatch or a shell reads."""
 
 
-@dataclass(frozen=True)
-class _Run:
-    """A launch line, `sbatch` submission or single `python` run the script reaches."""
-
-    where: str
-    """The file and line it is on (`job.sh line 12`; a sourced file's own name and line)."""
-    words: list[str]
-    env: dict[str, str]
-    """The variables where it runs, for normalise_argv: reading goes on past a submission or single run, and a later
-    `N=4` (`N=2; sbatch -N "$N" job.sh; N=4`) does not reach it."""
-    refs: dict[str, str]
-    """The variables its unquoted words were split from (counted as used when it is the launch)."""
-    exported: frozenset[str]
-    """The names of `env` that are exported there: the rest are not in the environment of the command it starts."""
-    stdin: str | None = None
-    """The text of the here-document it is given as standard input (`sbatch <<EOF`), None when it has none."""
-    sweep: tuple[str, tuple[str, ...]] | None = None
-    """The `for` loop it runs in (its variable and words, shell_loops), None outside one."""
-
-
-@dataclass(frozen=True)
-class ScriptLaunch:
-    """What read_batch_script found: the launch line and what it runs with."""
-
-    words: list[str]
-    """The launch line's words (its variables expanded by normalise_argv with the script's variables)."""
-    files: dict[str, ScriptFile]
-    """The files the script writes before it (here-documents, or commands llmperf does not run)."""
-    stdin: str | None
-    """The here-document the launch line reads as its standard input (`sbatch <<EOF` ... `EOF`), else None."""
-    hidden: frozenset[str]
-    """Variables the script sets without exporting them: bash expands them in the launch line's words but does not
-    pass them to the command it starts (bash manual 3.7.4 Environment)."""
-    warnings: tuple[str, ...] = ()
-    """What llmperf assumed to read the script (the node count of an sbatch `--nodes=MIN-MAX`)."""
-    undecided: tuple[str, ...] = ()
-    """Where the script ran a command on a condition llmperf could not decide (`line 12`): the launch line's words
-    may hold what both branches give, which bash never does."""
-    undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """For each of `undecided`, the options of the launch it may have set (launch/undecided_options.py)."""
-
-
 @dataclass(kw_only=True)
 class _Reading(ShellVariables, FileWrites):
     """The state of one pass over the script (local to read_batch_script)."""
@@ -109,10 +68,10 @@ class _Reading(ShellVariables, FileWrites):
     """The file being read: the script, or a file it sources (`.` / `source`) while that is read."""
     script: str
     """The script's own path."""
-    launches: list[_Run] = field(default_factory=list)
-    submissions: list[_Run] = field(default_factory=list)
+    launches: list[ScriptRun] = field(default_factory=list)
+    submissions: list[ScriptRun] = field(default_factory=list)
     """`sbatch ...` lines (record_launch)."""
-    singles: list[_Run] = field(default_factory=list)
+    singles: list[ScriptRun] = field(default_factory=list)
     files: dict[str, ScriptFile] = field(default_factory=dict)
     unsplit: list[str] = field(default_factory=list)
     """Lines with a launch that could not be split into words: `6`, or `FILE line 6` in a sourced file."""
@@ -121,6 +80,8 @@ class _Reading(ShellVariables, FileWrites):
     undecided: dict[str, str] = field(default_factory=dict)
     """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read), with
     the line's text."""
+    unknown_at: dict[str, str] = field(default_factory=dict)
+    """Where each variable llmperf cannot know was set so: `line 91` and the line's text."""
     texts: list[str] = field(default_factory=list)
     """The text of each line read before the launch, and the launch line's (for undecided_options)."""
     unexported: list[str] = field(default_factory=list)
@@ -235,6 +196,16 @@ class _Reading(ShellVariables, FileWrites):
             self.calling.discard(defined.name)
 
     def command(self, line: ScriptLine, text: str) -> None:
+        """Read one simple command; a variable it leaves unknown (set from a command's output, in a loop body ...)
+        is noted with the line, for a refusal quoting `$NAME` (shell_variables.unknown_value_note)."""
+        unknown = set(self.undecidable)
+        try:
+            self.simple_command(line, text)
+        finally:
+            for name in self.undecidable - unknown:
+                self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
+
+    def simple_command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
             text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
@@ -409,8 +380,8 @@ class _Reading(ShellVariables, FileWrites):
         """`line N` of the script, or `FILE line N` of a file it sources (bash reports FILE's own line numbers)."""
         return f"line {line.number}" if self.path == self.script else f"{self.path} line {line.number}"
 
-    def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> _Run:
-        return _Run(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
+    def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> ScriptRun:
+        return ScriptRun(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
                     frozenset(self.exported), stdin, self.sweep)
 
     def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:
@@ -434,8 +405,10 @@ class _Reading(ShellVariables, FileWrites):
             self.used.update(run.refs)
             swept = run.sweep is not None and len(run.sweep[1]) > 1
             warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
+            left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
+                    any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
             return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
-                                undecided_options(self.undecided, self.texts))
+                                undecided_options(self.undecided, self.texts), left)
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

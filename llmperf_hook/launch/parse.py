@@ -26,13 +26,15 @@ from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.posix_shell import script_shell
-from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
+from llmperf_hook.launch.batch_script import read_batch_script
+from llmperf_hook.launch.script_launch import ScriptLaunch
 from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
 from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
                                               shell_split, strip_redirections)
-from llmperf_hook.launch.shell_variables import child_environment, not_exported_note, unseen_warnings
+from llmperf_hook.launch.shell_variables import (child_environment, not_exported_note, unknown_value_note,
+                                                 unseen_warnings)
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
@@ -307,6 +309,7 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
     """The job a script launches: its launch line expanded with all the script's variables, then started in the
     environment the script exports (child_environment)."""
     hidden: dict[str, str] = {}
+    launch: ScriptLaunch | None = None
     try:
         launch = _script_launch(words, i, env, used, stdin)
         inner = normalise_argv(launch.words, env, used)
@@ -314,11 +317,14 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
-        raise type(err)(message + not_exported_note(message, hidden)) from err.__cause__
+        raise type(err)(message + not_exported_note(message, hidden) + unknown_value_note(message, launch.unknown
+                                                                                          if launch else {})) \
+            from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
                        undecided=(*launch.undecided, *size.undecided),
-                       undecided_options={**launch.undecided_options, **size.undecided_options})
+                       undecided_options={**launch.undecided_options, **size.undecided_options},
+                       unknown={**launch.unknown, **size.unknown})
     return _literal_dollars(size, launch.files, env, used)
 
 

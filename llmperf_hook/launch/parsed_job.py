@@ -60,6 +60,11 @@ class ParsedJob:
     undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """For each of `undecided`, the options of the launch it may have set (launch/undecided_options.py)."""
 
+    unknown_values: Mapping[str, str] = field(default_factory=dict)
+    """The variables the launch script's launch line leaves unexpanded because only running the script gives their
+    value (`batch_size=$(( global / dp_size ))` with dp_size from `nvidia-smi`), each with where it is set: a
+    refusal quoting `$NAME` names that line (shell_variables.unknown_value_note)."""
+
     def undecided_setting(self, options: Iterable[str]) -> tuple[str, ...]:
         """The undecided lines that may have set one of `options` (`--mock-data`), in reading order: where a rule on
         those options softens to a warning."""

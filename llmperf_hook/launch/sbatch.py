@@ -23,7 +23,8 @@ from typing import Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import unexpanded_hint
-from llmperf_hook.launch.batch_script import ScriptLaunch, read_batch_script
+from llmperf_hook.launch.batch_script import read_batch_script
+from llmperf_hook.launch.script_launch import ScriptLaunch
 from llmperf_hook.launch.launch_line import is_launch
 from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.posix_shell import script_shell

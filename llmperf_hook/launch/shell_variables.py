@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
@@ -56,6 +57,18 @@ def not_exported_note(message: str, hidden: dict[str, str]) -> str:
     return (f" ({', '.join(names)} {'is' if len(names) == 1 else 'are'} set by the script without `export`, so the "
             "command it starts does not have it in its environment (bash passes only exported variables to a child "
             "process): write `export NAME=...`.)")
+
+
+def unknown_value_note(message: str, unknown: Mapping[str, str]) -> str:
+    """For an error quoting a `$NAME` the launch script sets so that only running it gives the value: where it does
+    (setting NAME in the environment would not help, the script assigns it)."""
+    named = [f"${name} at {where}" for name, where in unknown.items() if re.search(r"\$\{?" + name + r"\b", message)]
+    if not named:
+        return ""
+    return (f" (the launch script sets {'; '.join(named[:3])} from what only running it tells: a command's output, "
+            "directly or through another variable; llmperf runs nothing, and setting it in the environment does not "
+            "help, since the script assigns it. Write its value into the script, or give the launch line after "
+            "`--`.)")
 
 
 def unseen_warnings(hidden: dict[str, str]) -> list[str]:

@@ -61,6 +61,8 @@ class LaunchSize:
     """ParsedJob.undecided: where the launch script ran commands on conditions llmperf could not decide."""
     undecided_options: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """ParsedJob.undecided_options."""
+    unknown: Mapping[str, str] = field(default_factory=dict)
+    """ParsedJob.unknown_values."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -128,5 +130,5 @@ def finish_job(
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
         warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
-        undecided_options=size.undecided_options,
+        undecided_options=size.undecided_options, unknown_values=size.unknown,
     )

@@ -324,3 +324,24 @@ def test_megatron_tools_that_do_not_train_are_named(script: str, args: str, what
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=f"is Megatron's {what}.*llmperf does not price: it predicts training steps"):
         resolve_job(["bash", "run.sh"], {})
+
+
+def test_a_value_only_running_the_script_gives_is_traced_to_its_line(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-DeepSpeed examples_deepspeed/bert_with_pile/ds_pretrain_bert.sh: `num_gpus=$(($(ds_ssh nvidia-smi
+    ... | wc -l)-2))`, then `batch_size=$(( ${global_batch_size} / ${dp_size} ))`: the refusal of `--micro-batch-size
+    ${batch_size}` advised 'set it in the environment', which the script's own assignment overrides; it now names the
+    line that sets it."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nglobal_batch_size=1024\n"
+        "num_gpus=$(($(ds_ssh nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)-2))\n"
+        "dp_size=$(( ${num_gpus} / 2 ))\nbatch_size=$(( ${global_batch_size} / ${dp_size} ))\n"
+        f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT.replace('--micro-batch-size 4', '')} "
+        "--micro-batch-size ${batch_size}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"sets \$batch_size at line 5 \(`batch_size=\$\(\( \$\{global_batch_size\} "
+                                          r"/ \$\{dp_size\} \)\)`\) from what only running it tells"):
+        resolve_job(["bash", "train.sh"], {})
