@@ -12,7 +12,10 @@ For every run it prints the measured median step (warm-up and profiled steps exc
   refined    the profile prediction after `llmperf refine` ingested ONE other run of the same framework
              (leave-one-out: every other run in turn; the mean over those choices is printed).
 
-plus predicted vs measured peak memory (the caching allocator's reserved peak). No calibration of the user's
+plus predicted vs measured peak memory: against the caching allocator's reserved peak (what nvidia-smi shows, less
+the CUDA context), and the prediction less its CUDA context against the allocated peak (what must fit: on a failed
+cudaMalloc torch frees its cached blocks and retries, so reserved-but-free memory does not cause an out-of-memory
+error). No calibration of the user's
 $LLMPERF_HOME is used: each prediction runs against an empty temporary home.
 """
 
@@ -43,6 +46,13 @@ class Row:
     profile_s: float
     predicted_peak_bytes: int
     prediction_json: dict
+    measured_allocated_bytes: int = 0
+    """The caching allocator's allocated peak (no cached free blocks, no CUDA context)."""
+
+    @property
+    def predicted_tensor_bytes(self) -> int:
+        """The predicted peak less the CUDA context, which torch's counters leave out too."""
+        return self.predicted_peak_bytes - int(self.prediction_json["memory"]["components"].get("cuda_context", 0))
 
 
 def device_presets(folder: Path) -> tuple[str, str]:
@@ -52,7 +62,12 @@ def device_presets(folder: Path) -> tuple[str, str]:
 
     from llmperf_hook.resources import configs_dir
 
-    hardware = json.loads((folder / "op_samples_meta.json").read_text())["hardware_name"]
+    meta = folder / "op_samples_meta.json"
+    if meta.exists():
+        hardware = json.loads(meta.read_text())["hardware_name"]
+    else:  # a folder of runs only: the hardware its launch predictions named
+        first = sorted((folder / "runs").glob("*/prediction.json"))[0]
+        hardware = json.loads(first.read_text())["cluster"]["gpu"]
     clusters = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
                       if yaml.safe_load(p.read_text()).get("gpu") == hardware)
     if not clusters:
@@ -89,7 +104,8 @@ def measure_rows(folder: Path, tmp: Path, hardware: str, cluster: str) -> list[R
         fitted = predict_command(argv, env, cluster=cluster, hardware=hardware)
         rows.append(Row(run_dir.name, argv, fitted.config.framework, float(job.step_time_s),
                         int(job.peak_memory_bytes or 0), analytic.estimate.step_time_s, fitted.estimate.step_time_s,
-                        int(fitted.estimate.memory.peak_bytes_per_gpu), prediction_json(fitted)))
+                        int(fitted.estimate.memory.peak_bytes_per_gpu), prediction_json(fitted),
+                        max((int(r.get("gpu_peak_allocated_bytes") or 0) for r in run.records), default=0)))
     return rows
 
 
@@ -129,8 +145,8 @@ def main() -> None:
     where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     print(f"{len(rows)} measured runs from {where} (hardware {hardware}, cluster {cluster})")
     print(f"{'run':4s} {'framework':18s} {'measured':>9s} {'analytic':>16s} {'profile':>16s} {'refined (LOO)':>14s}"
-          f" {'peak mem meas':>13s} {'pred':>16s}")
-    errs: dict[str, list[float]] = {"analytic": [], "profile": [], "refined": [], "memory": []}
+          f" {'reserved':>10s} {'pred':>16s} {'allocated':>10s} {'pred-ctx':>17s}")
+    errs: dict[str, list[float]] = {"analytic": [], "profile": [], "refined": [], "memory": [], "allocated": []}
     for r in rows:
         a, p = r.analytic_s / r.measured_s - 1, r.profile_s / r.measured_s - 1
         loo = statistics.mean(abs(e) for e in refined[r.run]) if refined[r.run] else None
@@ -141,15 +157,20 @@ def main() -> None:
             errs["refined"].append(loo)
         if m is not None:
             errs["memory"].append(abs(m))
+        alloc = r.measured_allocated_bytes
+        ma = r.predicted_tensor_bytes / alloc - 1 if alloc else None
+        if ma is not None:
+            errs["allocated"].append(abs(ma))
         refined_text = f"   |e| {loo * 100:5.1f}%" if loo is not None else "-"
         memory_text = _pct(m) if m is not None else ""
         print(f"{r.run:4s} {r.framework:18s} {r.measured_s * 1e3:7.1f}ms {r.analytic_s * 1e3:7.1f}ms {_pct(a)} "
               f"{r.profile_s * 1e3:7.1f}ms {_pct(p)} {refined_text:>14s} {r.measured_peak_bytes / 2**30:10.2f}GiB "
-              f"{r.predicted_peak_bytes / 2**30:7.2f}GiB {memory_text}")
+              f"{r.predicted_peak_bytes / 2**30:7.2f}GiB {memory_text} {alloc / 2**30:7.2f}GiB "
+              f"{r.predicted_tensor_bytes / 2**30:7.2f}GiB {_pct(ma) if ma is not None else ''}")
     print()
     for name, values in errs.items():
         if values:
-            label = "step time MAPE" if name != "memory" else "peak memory MAPE"
+            label = "step time MAPE" if name not in ("memory", "allocated") else "peak memory MAPE"
             print(f"{label:17s} {name:9s} {statistics.mean(values) * 100:5.1f}%  (n={len(values)})")
 
 

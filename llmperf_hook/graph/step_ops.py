@@ -31,6 +31,7 @@ from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
+from llmperf_hook.graph.zero3_hooks import zero3_hook_ops
 from llmperf_hook.graph.zero3_legacy import persistent_gather_ops
 from llmperf_hook.hardware.spec import ClusterSpec
 
@@ -236,6 +237,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     ops += _optimizer_steps(cfg, local, dims, tags)
     ops += optimizer_nvme_swap_ops(cfg, round(local * offloaded_optimizer_share(cfg, local)), local, gpus_per_node)
     ops += deepspeed_mixed_precision(cfg, stage, num_layers, local, num_params)
+    ops += zero3_hook_ops(cfg, stage, num_layers)
     if sharded and o.zero_stage < 3:
         fp8 = fp8_linear_params(cfg, stage, num_params, num_layers) if fp8_param_gather(cfg) else 0
         fp8_expert = min(fp8, num_expert)
@@ -296,14 +298,16 @@ per step, 48 B per parameter at the measured 2.98 TB/s. fused=True: one kernel r
 writing param, m, v (6): 14 B."""
 
 
-DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5}
+DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5, 3: 106.0}
 """HBM traffic per local parameter (by ZeRO stage; ZeRO-0 for bf16) of DeepSpeed's mixed-precision bookkeeping
 around the Adam update: the gradients copied into the reduction buckets and cast for the reduction (communication_data_type fp32 for
 bf16), flattened into the fp32 partition (ZeRO-1/2, runtime/zero/stage_1_and_2.py) or accumulated into the fp32
 gradient buffer (ZeRO-0, runtime/bf16_optimizer.py), averaged, checked for inf/nan and normed tensor by tensor,
 scaled by the clip coefficient, and the fp32 master copied back to bf16. Measured kernel by kernel on an H100
 SXM5 (DeepSpeed 0.19.8, torch 2.11): the kernel time of a DeepSpeed step beyond the same model's plain-torch step,
-Adam itself excluded, at the measured 2.98 TB/s (measurements/h100-sxm5-80gb-2026-11-26/kernels/)."""
+Adam itself excluded, at the measured 2.98 TB/s (measurements/h100-sxm5-80gb-2026-11-26/kernels/). ZeRO-2 and 3 on
+an H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels/, benchmarks/deepspeed_step_cost.py at 4.22 TB/s, scaled
+by bf16 ZeRO-0's same-machine 73 / 87.8): ZeRO-2 101.5 B -> 84 (ZeRO-1's 87.5 kept), ZeRO-3 127.6 B -> 106."""
 DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM = 30.0
 """ZeRO-0 with fp16 runs FP16_Optimizer (runtime/fp16/fused_optimizer.py) instead, on flat buffers: flatten the
 fp16 gradients (2 + 2 B), one overflow check on the flat buffer (2), cast to the fp32 flat gradient (2 + 4), its
@@ -312,21 +316,23 @@ few host syncs per step rather than per tensor (read from the source; not measur
 DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
 """Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
 measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
-DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6}
+DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6, 3: 30e-6}
 """Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
 three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
 stall of the launch queue; ZeRO-1/2 loop over the tensors in Python without syncing. From the same H100 runs:
-step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors)."""
+step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors). ZeRO-2 on
+an H200 read 85 us, 40 on the H100's scale: ZeRO-1's kept. ZeRO-3 is given ZeRO-2's; its hooks' time beyond ZeRO-2,
+measured against ZeRO-2 on one machine, is graph/zero3_hooks.py's."""
 
 
 def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int,
                               rank_params: int) -> list[Op]:
-    """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-2; ZeRO-3's own per-layer path has none of it here):
+    """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-3; ZeRO-3's per-micro-batch hooks: zero3_hooks.py):
     the step's own work over the rank's `local` (ZeRO-partitioned) parameters, and the accumulation of each
     micro-batch after the first over the gradients the rank keeps, `accumulated_grad_params`."""
     zero = cfg.optimizer.zero_stage
     offloaded = cfg.optimizer.offload_optimizer != "none"
-    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or zero > 2 or offloaded:
+    if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or offloaded:
         return []
     accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
     grad_params = accumulated_grad_params(cfg, local, rank_params)
@@ -348,7 +354,7 @@ def accumulated_grad_params(cfg: TrainingConfig, local: int, rank_params: int) -
     AccumulateGrad adds each micro-batch's gradient into param.grad for every parameter of the rank;
     BF16_Optimizer.update_hp_grads adds every lp.grad into an fp32 buffer of the whole group (bf16_optimizer.py
     fp32_groups_gradients_flat = zeros_like(bf16_groups_flat)), not only the rank's optimizer partition. ZeRO-2
-    reduces in the backward and keeps its partition: `local`."""
+    and ZeRO-3 reduce in the backward and keep their partition: `local`."""
     return rank_params if cfg.optimizer.zero_stage <= 1 else local
 
 

@@ -1,0 +1,59 @@
+"""Host time of DeepSpeed ZeRO-3's module and gradient hooks that the GPU waits for, once per micro-batch.
+
+ZeRO-3 runs Python around every module and every parameter in every micro-batch (DeepSpeed 0.19.8,
+deepspeed/runtime/zero/parameter_offload.py, partitioned_param_coordinator.py, stage3.py):
+- a pre-forward hook fetches the module's parameters (`fetch_sub_module`) and a post-forward hook releases them
+  (`release_sub_module` -> `_partition_param`); the backward's hooks fetch and release them again;
+- each parameter's gradient hook copies its gradient into the reduction bucket and partitions it
+  (`__add_grad_to_ipg_bucket`, `__reduce_and_partition_ipg_grads`, `partition_grads`).
+The GPU waits for that work instead of hiding it behind kernels. The coordinator keeps at most two fetch events in
+flight and synchronizes on the oldest before the next one (`__max_ongoing_fetch_events = 2`,
+`popleft().synchronize()`); the reduction does the same (`max_param_reduce_events = 2`). So the host cannot run
+ahead of the kernels by more than a few modules.
+
+Measured on one H200 with DeepSpeed 0.19.8 and torch 2.11 (measurements/h200-sxm-141gb-2026-11-27-b/, script
+benchmarks/measure_gpu_zero23.sh). The models are the testbed GPT of examples/cpu-testbed/train_gpt.py. The quantity
+is the ZeRO-3 step minus the ZeRO-2 step of the same model on the same machine, less ZeRO-3's extra bookkeeping
+kernels (graph/step_ops.py DEEPSPEED_MP_BYTES_PER_PARAM[3]), per parameter tensor and micro-batch:
+
+| model | micro-batches | measured by | us per tensor and micro-batch |
+|---|---|---|---|
+| 12 x 2048 (148 tensors) | 1 | `llmperf run` | 268 |
+| 12 x 2048 (148 tensors) | 1 | kernel_breakdown | 318 |
+| 16 x 2560, seq 4096 (196 tensors) | 1 | `llmperf run` | 452 |
+| 12 x 2048 (148 tensors) | 4 | kernel_breakdown | 469 |
+| 12 x 2048 (148 tensors) | 4 | `llmperf run` | 663 |
+
+The median is 452 us. The spread is this VM's run-to-run noise on host-bound steps: the same ZeRO-3 run read 168
+and 189 ms in two calls.
+
+A cProfile of the host (kernels/*.cprofile.txt) puts the time in exactly these hooks: fetch, gradient bucket and
+release. With every parameter persistent (stage3_param_persistence_threshold 1e12: no fetch or release), ZeRO-3 is
+still 39 ms above ZeRO-2 for 1 micro-batch and 78 ms for each further one: that part is the gradient hooks.
+
+The constant is scaled to the model's H100 host like the other DeepSpeed host constants (step_ops
+DEEPSPEED_HOST_S_PER_TENSOR). The same-machine reference is bf16 ZeRO-0's step stall: 176 us per tensor on this
+H200's host against 83 on the H100's, so 452 x 83 / 176 = 213 us.
+"""
+
+from __future__ import annotations
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op import Op
+from llmperf_hook.graph.param_tensors import model_param_tensors
+
+ZERO3_HOOK_S_PER_TENSOR = 213e-6
+"""Host seconds per parameter tensor and micro-batch of ZeRO-3's fetch, release and gradient hooks (above)."""
+
+
+def zero3_hook_ops(cfg: TrainingConfig, stage: int, num_layers: int) -> list[Op]:
+    """One op carrying the step's ZeRO-3 hook time: every micro-batch hooks every parameter tensor of the rank's
+    model (its TP shard: ZeRO-3 runs without pipeline parallelism), whatever the precision, offload or DP size."""
+    if "deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3:
+        return []
+    tensors = model_param_tensors(cfg, stage, num_layers)
+    micro_batches = max(1, cfg.batch.num_microbatches)
+    host_s = tensors * micro_batches * ZERO3_HOOK_S_PER_TENSOR
+    return [Op("zero3.module_hooks", "deepspeed_bookkeeping", "step",
+               {"param_tensors": tensors, "microbatches": micro_batches}, flops=0.0, bytes_moved=0.0,
+               dtype=cfg.precision, tags={"host_s": f"{host_s:.6g}"})]
