@@ -7,7 +7,8 @@ ops of one dense layer: their GPU seconds (predict/) and the host launch queue o
 report prints, per op of the forward and of the backward pass (recompute + backward), the predicted microseconds
 next to the Perlmutter A100-SXM4-80GB sample of the same per-rank shape (../shared/data/op-samples, the data the
 shipped A100 profile is fitted on), then the composition: GPU busy time per pass, the host units the queue
-issues and their seconds at the cluster's unit, and the queued pass. A cell whose ops match the samples but whose
+issues and their seconds at the cluster's unit, the queued pass as priced, and beside it the pass with one queue
+carried over CARRIED_LAYERS layers (no drain between layers). A cell whose ops match the samples but whose
 per-layer cost does not match the measurement is mispriced by the composition (host floor, queue, what the
 layer omits), not by an operator model.
 
