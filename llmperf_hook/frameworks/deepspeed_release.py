@@ -14,6 +14,7 @@ prices both; the fields below switch them on.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -116,21 +117,48 @@ def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, 
     return fields
 
 
+RELEASE_KEY = "deepspeed_release"
+"""sources key of a job whose DeepSpeed runs ZeRO-3 the old way, at whatever stage it runs (tune moves jobs between
+stages): where the release came from, the release last."""
+TODAY_KEY = "zero3_fields_today"
+"""sources key of such a job at ZeRO-3: the fields as_released replaced, as JSON {field: [today's value, source kind,
+source detail]}, so that tune moves it to ZeRO-1/2 with what DeepSpeed derives there (zero3_fields_at)."""
+
+
 def as_released(optimizer: OptimizerConfig, env: Mapping[str, str], src: dict[str, Source],
                 warnings: list[str]) -> OptimizerConfig:
-    """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named."""
-    if optimizer.zero_stage != 3 and DEEPSPEED_VERSION_ENV not in env:
-        return optimizer  # nothing to change; a stated version is still checked below
+    """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named; the
+    release is recorded (RELEASE_KEY) at any stage: a ZeRO-1 job of DeepSpeed 0.5 that tune moves to ZeRO-3 runs it."""
     version, where = job_release(env)
-    fields = release_zero3_fields(optimizer.zero_stage, version)
+    fields = release_zero3_fields(3, version)
     if not fields:
         return optimizer
     assert version is not None and where is not None
+    release = ".".join(map(str, version))
+    src[RELEASE_KEY] = Source(where.kind, f"{where.detail} {release}")
+    if optimizer.zero_stage != 3:
+        return optimizer
+    src[TODAY_KEY] = Source(SourceKind.DERIVED, json.dumps(
+        {k: [getattr(optimizer, k), *((src[k].kind.name, src[k].detail) if k in src else ())] for k in fields}))
     for key in fields:
         src[key] = where
-    release = ".".join(map(str, version))
     gathers = ("per-tensor list all-gathers after a device synchronize (no prefetch, no overlap) and "
                if "zero3_list_param_gather" in fields else "")
     warnings.append(f"ZeRO-3 priced as DeepSpeed {release} ({where}) ran it: {gathers}per-tensor list "
                     "reduce-scatters of the gradients (graph/zero3_legacy.py)")
     return replace(optimizer, **fields)
+
+
+def zero3_fields_at(stage: int, sources: Mapping[str, Source]) -> tuple[dict[str, Any], dict[str, Source]]:
+    """(OptimizerConfig fields, their sources) of the job (its `sources`) moved to ZeRO `stage` under its release:
+    that release's ZeRO-3 at 3, today's values (and their sources) of the fields it replaced at 1/2; nothing for a
+    release that runs today's ZeRO-3."""
+    recorded = sources.get(RELEASE_KEY)
+    if recorded is None:
+        return {}, {}
+    if stage == 3:
+        return release_zero3_fields(3, parse_version(recorded.detail.rsplit(" ", 1)[-1])), {}
+    today = sources.get(TODAY_KEY)
+    saved = json.loads(today.detail) if today is not None else {}
+    origins = {k: Source(SourceKind[v[1]], v[2]) for k, v in saved.items() if len(v) == 3}
+    return {k: v[0] for k, v in saved.items()}, origins

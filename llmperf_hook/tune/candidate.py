@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
+from llmperf_hook.frameworks.deepspeed_release import zero3_fields_at
 from llmperf_hook.frameworks.training_config import RecomputeConfig, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -145,15 +146,20 @@ def _zero_stage_fields(cfg: TrainingConfig, stage: int) -> dict[str, bool]:
     - ZeRO-1/2 all-reduce each gradient bucket (zero_grad_allreduce) as the command's ds_config and DeepSpeed release
       say they would (OptimizerConfig.zero_bucket_allreduce: reduce_scatter false, or use_multi_rank_bucket_allreduce
       on a release >= 0.12.4); taking DeepSpeed's defaults priced ZeRO-1 at 2.744 s where predict says 2.718 s for
-      the applied command under `use_multi_rank_bucket_allreduce: false` or DeepSpeed 0.10 (Llama-2 7B, 8 H100s)."""
+      the applied command under `use_multi_rank_bucket_allreduce: false` or DeepSpeed 0.10 (Llama-2 7B, 8 H100s);
+    - ZeRO-3 as the job's release runs it (frameworks/deepspeed_release.zero3_fields_at): before v0.6.0 it priced
+      today's ZeRO-3 for a release whose ZeRO-3 gathers and reduces tensor by tensor."""
     o = cfg.optimizer
     if "deepspeed" not in cfg.framework or stage == o.zero_stage:
         return {}
-    fields = {"zero_grad_allreduce": stage in (1, 2) and o.zero_bucket_allreduce}
-    overlap = cfg.sources.get("overlap_grad_reduce")
+    # A DeepSpeed release before v0.6.0 runs its own ZeRO-3 (frameworks/deepspeed_release.py): a move to ZeRO-3 takes
+    # that release's fields, a move from it today's values of the fields it replaced, with their sources.
+    released, origins = zero3_fields_at(stage, cfg.sources)
+    fields = {**(released if stage != 3 else {}), "zero_grad_allreduce": stage in (1, 2) and o.zero_bucket_allreduce}
+    overlap = origins.get("overlap_grad_reduce", cfg.sources.get("overlap_grad_reduce"))
     if overlap is not None and overlap.kind == SourceKind.DEFAULT and "overlap_comm" in overlap.detail:
         fields["overlap_grad_reduce"] = stage == 3
-    return fields
+    return {**fields, **(released if stage == 3 else {})}
 
 
 def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:

@@ -35,6 +35,14 @@ JOBS = {  # name -> (argv, ds_config zero_optimization or None, --model, env)
         DS_SCRIPT, {"stage": 0, "use_multi_rank_bucket_allreduce": False}, "llama2-7b", {}),
     "deepspeed 0.10 (before use_multi_rank_bucket_allreduce)": (
         DS_SCRIPT, {"stage": 3}, "llama2-7b", {"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}),
+    # Releases before v0.6.0 ran ZeRO-3 their own way (frameworks/deepspeed_release.py): a candidate moving to or
+    # from ZeRO-3 runs that release's ZeRO-3, as the applied command's explain says.
+    "deepspeed 0.5.4 ZeRO-1 (per-tensor ZeRO-3 reduce)": (
+        DS_SCRIPT, {"stage": 1}, "llama2-7b", {"LLMPERF_DEEPSPEED_VERSION": "0.5.4"}),
+    "deepspeed 0.4.0 ZeRO-1 overlap_comm true (synchronous ZeRO-3 fetch)": (
+        DS_SCRIPT, {"stage": 1, "overlap_comm": True}, "llama2-7b", {"LLMPERF_DEEPSPEED_VERSION": "0.4.0"}),
+    "deepspeed 0.4.0 ZeRO-3 overlap_comm true": (
+        DS_SCRIPT, {"stage": 3, "overlap_comm": True}, "llama2-7b", {"LLMPERF_DEEPSPEED_VERSION": "0.4.0"}),
     "deepspeed reduce_scatter false": (DS_SCRIPT, {"stage": 2, "reduce_scatter": False}, "llama2-7b", {}),
     "deepspeed overlap_comm false": (DS_SCRIPT, {"stage": 3, "overlap_comm": False}, "llama2-7b", {}),
     "hugging face trainer, use_multi_rank_bucket_allreduce false": (
