@@ -21,6 +21,7 @@ from llmperf_hook.launch.shell_script import ScriptLine, shell_split, word_quoti
 MAX_PASSES = 256
 """The most words a loop is read for; a longer loop is read once as a body that may run (reading is per pass)."""
 _HEADER = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.*?)\s*(?:;\s*do)?\s*(?:#.*)?$", re.DOTALL)
+_ONE_LINE = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+([^;]*?)\s*;\s*do\s+(.*?)\s*;?\s*done\s*$", re.DOTALL)
 _DO_LINE = re.compile(r"^\s*do\s*(?:#.*)?$")
 _DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
 _OPENS = re.compile(r"^\s*(?:for|while|until|select)\b")
@@ -52,7 +53,11 @@ def _code(text: str) -> str:
 
 def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
     """The `for NAME in WORDS[; do]` loop lines[i] opens (`do` on it or alone on the next line) up to its `done` line,
-    or None (another line, a one-line loop, or no `done`)."""
+    or written on the line (`for i in 1 2; do ...; done`); None for another line, or a loop without its `done`."""
+    one_line = _ONE_LINE.match(_code(lines[i].text))
+    if one_line is not None and not _DONE.search(one_line.group(3)):  # `for i in 1 2; do A+=$i; done`
+        return ForLoop(one_line.group(1), one_line.group(2), (ScriptLine(lines[i].number, one_line.group(3)),),
+                       i + 1, lines[i].number)
     header = _HEADER.match(lines[i].text)
     if header is None or _DONE.search(_code(header.group(2))):
         return None

@@ -84,8 +84,12 @@ def test_append_and_ansi_c_quoting_as_bash(body: str, tmp_path: Path, monkeypatc
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
-def test_append_in_a_loop_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_in_a_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `for` loop whose words llmperf knows is read once per word (launch/shell_loops.py, H120); another loop's
+    assignments stay unknown."""
     ours, bash = _both_tp("TP=1\nfor i in 1; do TP+=1; done\n", tmp_path, monkeypatch)
+    assert (ours, bash) == ("11", "11")
+    ours, bash = _both_tp("TP=1\nfor i in $(seq 1 1); do TP+=1; done\n", tmp_path, monkeypatch)
     assert (ours, bash) == ("$TP", "11")
 
 

@@ -208,6 +208,7 @@ LOOPS = {
     "nested, with an if": 'for i in 1 2; do\n  for j in a b; do\n    if [ $j = b ]; then\n      A="$A $i$j"\n    fi\n'
                           '  done\ndone',
     "no words": 'for n in $UNSET_ONE; do\n  A=ran\ndone',
+    "on one line": 'for n in 1 2; do A="$A $n"; B=$n; done',
 }
 
 

@@ -90,14 +90,15 @@ def test_a_read_layout_reaches_megatron(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("line", ["read -r TP", "read -r TP < layout.txt", "cat layout.txt | read -r TP",
-                                  "for i in 1; do read -r TP <<< 4; done", "printf -v TP '%b' 4",
+                                  "for i in $(seq 1 1); do read -r TP <<< 4; done", "printf -v TP '%b' 4",
                                   "printf -v TP '\\101'", "printf -v TP '\\x34'", "read -n 1 TP <<< 4",
                                   'X=$(cat layout); read -r TP PP <<< "$X"', "read -r TP <<EOF\n$(cat layout)\nEOF",
                                   'printf -v TP "%d" "$(cat layout)"', 'X=`cat layout`; printf -v TP "%s" "$X"',
-                                  "for i in 1; do printf -v TP '%d' 4; done"])
+                                  "for i in $(seq 1 1); do printf -v TP '%d' 4; done"])
 def test_a_value_only_running_gives_is_left_unknown(line: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """read from the terminal, a file or a pipe, or in a loop, text that only a command substitution gives, and
+    """read from the terminal, a file or a pipe, or in a loop over words only running gives (a loop over known words
+    is read once per word, launch/shell_loops.py), text that only a command substitution gives, and
     printf formats llmperf does not evaluate: the variable is unknown (it had TP=1 before), so the launch line names it
     instead of using a stale value (or the text `${X}`)."""
     (tmp_path / "train.sh").write_text(f"#!/bin/bash\nTP=1\n{line}\n"
