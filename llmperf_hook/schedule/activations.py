@@ -260,20 +260,38 @@ def _without_recompute(cfg: TrainingConfig) -> TrainingConfig:
     return replace(cfg, recompute=replace(cfg.recompute, granularity="none"))
 
 
-def chunk_layer_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:
-    """Stored activations of a chunk of `chunk_layers` layers for one micro-batch, by Megatron's recompute method:
-    full/uniform keeps the input of every group of --recompute-num-layers layers (2sbh each); full/block
-    recomputes the first --recompute-num-layers layers of the chunk and stores the others in full
-    (megatron/core/transformer/transformer_block.py, _checkpointed_forward)."""
+def chunk_layer_bytes(cfg: TrainingConfig, chunk_layers: int, moe_layers: int | None = None) -> float:
+    """Stored activations of a chunk of `chunk_layers` layers for one micro-batch, `moe_layers` of them MoE layers
+    (None: all of an MoE model's), by Megatron's recompute method: full/uniform keeps the input of every group of
+    --recompute-num-layers layers (2sbh each, whatever the layer); full/block recomputes the first
+    --recompute-num-layers layers of the chunk and stores the others in full (megatron/core/transformer/
+    transformer_block.py, _checkpointed_forward; those are taken in the chunk's mix of layer kinds)."""
     r = cfg.recompute
+    moe_share = 1.0 if moe_layers is None or not chunk_layers else moe_layers / chunk_layers
     if r.granularity != "full":
-        return chunk_layers * layer_activation_bytes(cfg)
+        return layers_bytes(cfg, chunk_layers, moe_share)
     checkpoint = layer_activation_bytes(cfg)  # 2sbh (/t under SP): one layer input
     n = max(1, r.num_layers or 1)
     if r.method == "block" and r.num_layers is not None:
         n = min(n, chunk_layers)
-        return n * checkpoint + (chunk_layers - n) * layer_activation_bytes(_without_recompute(cfg))
+        return n * checkpoint + layers_bytes(_without_recompute(cfg), chunk_layers - n, moe_share)
     return -(-chunk_layers // n) * checkpoint
+
+
+def layers_bytes(cfg: TrainingConfig, layers: float, moe_share: float = 1.0) -> float:
+    """Stored activations of `layers` layers (one micro-batch), `moe_share` of them MoE layers in an MoE model: the
+    others are --moe-layer-freq's dense layers, a dense MLP of --ffn-hidden-size (graph/params.is_moe_layer)."""
+    if not cfg.model.num_experts or moe_share >= 1.0:
+        return layers * layer_activation_bytes(cfg)
+    dense = layer_activation_bytes(dense_layer_config(cfg))
+    return layers * (moe_share * layer_activation_bytes(cfg) + (1.0 - moe_share) * dense)
+
+
+def dense_layer_config(cfg: TrainingConfig) -> TrainingConfig:
+    """The job's dense layers as layer_terms reads them: the model without experts."""
+    from dataclasses import replace
+
+    return replace(cfg, model=replace(cfg.model, num_experts=0))
 
 
 def recompute_working_bytes(cfg: TrainingConfig) -> float:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.ddp_buckets import chunk_tensors, distopt_padding_elems, fp8_param_gather
-from llmperf_hook.graph.op_graph import OpGraph, StageGraph
+from llmperf_hook.graph.op_graph import ChunkOps, OpGraph, StageGraph
 from llmperf_hook.graph.params import position_table_rows
 from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups, fp8_linear_params,
                                          offloaded_optimizer_share, param_bytes, runs_bf16_optimizer)
@@ -298,10 +298,16 @@ def checkpoints_off_gpu_bytes(cfg: TrainingConfig, chunk_layers: int) -> float:
     return stored - kept
 
 
+def moe_layer_count(chunk: ChunkOps) -> int | None:
+    """MoE layers of a chunk from its blocks (graph/build.py _layer_blocks), None when it lists no layer block."""
+    names = [(b.name, b.count) for b in chunk.blocks if b.name.startswith(("dense_layer", "moe_layer"))]
+    return sum(n for name, n in names if name.startswith("moe_layer")) if names else None
+
+
 def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]:
     in_flight = act.microbatches_in_flight(cfg, stage.stage)
-    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers) - checkpoints_off_gpu_bytes(cfg, c.num_layers)
-                 for c in stage.chunks]
+    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers, moe_layer_count(c))
+                 - checkpoints_off_gpu_bytes(cfg, c.num_layers) for c in stage.chunks]
     offloaded = act.cpu_offloaded_layers(cfg) * act.layer_activation_bytes(cfg)  # held in host memory instead
     out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight - offloaded}
     recompute = act.recompute_working_bytes(cfg)

@@ -75,21 +75,23 @@ def _with_granularity(cfg: TrainingConfig, granularity: str, modules: tuple[str,
 
 
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
-               "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective")
+               "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective", "dense_layer",
+               "dense_layer_selective")
 """The columns _layer_terms returns, in order."""
 
 
 def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, ...]:
     """(layer without recompute, selective, full-recompute checkpoint, softmax backward without / with selective
-    recompute, embedding, logits and loss, MTP, attention score buffer, the selective recompute's working set),
-    one micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
+    recompute, embedding, logits and loss, MTP, attention score buffer, the selective recompute's working set, an
+    MoE model's dense layer without / with selective recompute), one micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
     recompute (the job's modules are Megatron's default unless it is selective; tune/candidate.apply_candidate)."""
     none, sel, full = (_with_granularity(cfg, g, modules) for g in ("none", "selective", "full"))
     return (act.layer_activation_bytes(none), act.layer_activation_bytes(sel), act.layer_activation_bytes(full),
             act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
-            act.recompute_working_bytes(sel))
+            act.recompute_working_bytes(sel), act.layer_activation_bytes(act.dense_layer_config(none)),
+            act.layer_activation_bytes(act.dense_layer_config(sel)))
 
 
 def _layer_table(cfg: TrainingConfig, cols: Cols) -> np.ndarray:
@@ -152,9 +154,10 @@ def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -
             buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn)]
 
 
-def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int,
-                 layouts: dict[tuple, list[StageGraph]]) -> tuple[list[list[float]], list[list[int]]]:
-    """(_stage_terms of each peak rank, layers of each of its chunks) for row i's group; NaN where unknown."""
+def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int, layouts: dict[tuple, list[StageGraph]]
+                 ) -> tuple[list[list[float]], list[list[tuple[int, int]]]]:
+    """(_stage_terms of each peak rank, (layers, MoE layers) of each of its chunks) for row i's group; NaN where
+    unknown."""
     try:
         group_cfg = _row_config(cfg, cols, i)
         p = group_cfg.parallel
@@ -163,14 +166,14 @@ def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int,
             layouts[layout] = peak_stages(group_cfg)
         stages = layouts[layout]
         return ([_stage_terms(group_cfg, s, cluster) for s in stages],
-                [[c.num_layers for c in s.chunks] for s in stages])
+                [[(c.num_layers, mem.moe_layer_count(c) or 0) for c in s.chunks] for s in stages])
     except UNKNOWN_ERRORS:  # a split only the graph refuses (uneven stages): unknown here, refused by the search
-        return [[np.nan] * len(_STATE_FIELDS)], [[0]]
+        return [[np.nan] * len(_STATE_FIELDS)], [[(0, 0)]]
 
 
 def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
-    """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers of each
-    model chunk, (rows, ranks, vpp)); groups with fewer peak ranks repeat their first."""
+    """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers and MoE
+    layers of each model chunk, (rows, ranks, vpp, 2)); groups with fewer peak ranks repeat their first."""
     keys = list(STATE_KEYS) + (["sp"] if cfg.framework == "megatron-deepspeed" else [])
     if act.fp8_saves_gemm_inputs(cfg) and not cfg.parameter_transpose_cache:
         keys += ["num_mb", "rc"]  # fp8 weight copies per micro-batch in flight (memory.fp8_weight_bytes)
@@ -181,7 +184,7 @@ def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple
     ranks = max(len(t) for t in terms)
     vpp = max(len(c[0]) for c in chunks)
     term_arr = np.array([t + [t[0]] * (ranks - len(t)) for t in terms], dtype=np.float64)
-    chunk_arr = np.zeros((len(first), ranks, vpp))
+    chunk_arr = np.zeros((len(first), ranks, vpp, 2))
     for g, c in enumerate(chunks):
         for r in range(ranks):
             layers = c[r] if r < len(c) else c[0]
@@ -200,10 +203,16 @@ def _in_flight(cfg: TrainingConfig, cols: Cols, stage: np.ndarray) -> np.ndarray
     return values[inverse.reshape(-1)].reshape(stage.shape)
 
 
-def _chunk_activations(cfg: TrainingConfig, cols: Cols, layers: np.ndarray, layer: np.ndarray) -> np.ndarray:
+def _chunk_activations(cfg: TrainingConfig, cols: Cols, chunks: np.ndarray, layer: np.ndarray) -> np.ndarray:
     """Sum over a rank's chunks of activations.chunk_layer_bytes less memory.checkpoints_off_gpu_bytes, per row and
-    rank. layers: (rows, ranks, vpp) layer counts; layer: the _layer_terms columns per row."""
-    none, sel, ckpt = (layer[:, i, None, None] for i in range(3))
+    rank. chunks: (rows, ranks, vpp, 2) layer and MoE-layer counts; layer: the _layer_terms columns per row."""
+    layers, moes = chunks[..., 0], chunks[..., 1]
+    term = lambda i: layer[:, i, None, None]  # noqa: E731
+    # activations.layers_bytes: the chunk's mix of MoE and dense layers (a dense model's are all dense)
+    moe_share = np.divide(moes, layers, out=np.zeros_like(layers), where=layers > 0)
+    none = moe_share * term(0) + (1 - moe_share) * term(10)
+    sel = moe_share * term(1) + (1 - moe_share) * term(11)
+    ckpt = term(2)
     rc, n = cols["rc"][:, None, None], np.maximum(cols["rc_layers"], 1)[:, None, None]
     block_n = np.minimum(n, layers)
     checkpoints = np.where(rc == _BLOCK, block_n, np.ceil(layers / n))

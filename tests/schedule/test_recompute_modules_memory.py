@@ -97,3 +97,27 @@ def test_tune_prices_recompute_modules_as_predict_does() -> None:
         _check_job([*BASE, *MOE, "--recompute-granularity", "selective", "--recompute-modules", "moe_act",
                     "shared_experts"], None, seed)
         _check_job([*BASE, "--recompute-granularity", "selective", "--recompute-modules", "mlp"], None, seed)
+
+
+def test_an_moe_models_dense_layers_are_priced_as_dense() -> None:
+    """--moe-layer-freq 2: layers 0, 2, 4, 6 are MoE, the others a dense MLP of --ffn-hidden-size
+    (graph/params.is_moe_layer); each dense layer stores what the same-shaped dense model's layer stores, not an MoE
+    layer's routed copies and experts (before: every layer of an MoE model was priced as an MoE layer). Their mlp
+    recompute applies to the dense layers only (transformer_layer.py: `if not self.is_moe_layer`)."""
+    dense_layer = _layer(_predict("--recompute-activations"))
+    mixed = _predict(*MOE, "--moe-layer-freq", "2", "--recompute-activations")
+    moe_layer = _layer(mixed)
+    assert moe_layer != dense_layer
+    assert mixed.estimate.memory.components["activations"] == int(4 * moe_layer + 4 * dense_layer)
+    mlp = _predict(*MOE, "--moe-layer-freq", "2", "--recompute-granularity", "selective", "--recompute-modules",
+                   "core_attn", "mlp")
+    mlp_dense = _layer(_predict("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"))
+    assert mlp.estimate.memory.components["activations"] == int(4 * moe_layer + 4 * mlp_dense)
+
+
+def test_tune_prices_dense_layers_of_moe_models_as_predict_does() -> None:
+    from tests.tune.test_surrogate_memory import _check_job
+
+    for seed in (4, 5):
+        _check_job([*BASE, *MOE, "--moe-layer-freq", "2", "--recompute-activations"], None, seed)
+        _check_job([*BASE, *MOE, "--moe-layer-freq", "([0]*3+[1]*5)"], None, seed)
