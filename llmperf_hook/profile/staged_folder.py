@@ -40,7 +40,7 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
         _swap_in(stage, directory)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    _remove_if_empty(staging)
+        _remove_if_empty(staging)
     return directory
 
 
