@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision, torch_softmax_path
+from llmperf_hook.graph.params import mtp_layer_is_moe
 
 MASK_BYTES = 1
 
@@ -228,13 +229,15 @@ def mla_terms(cfg: TrainingConfig) -> tuple[float, float, float]:
 def mtp_activation_bytes(cfg: TrainingConfig) -> float:
     """Last stage, the micro-batch in backward: each MTP depth stores a transformer layer's activations, its
     enorm/hnorm inputs and the eh_proj input (2h + 2h, /t under SP), the embedding dropout mask and its own
-    logits and loss (multi_token_prediction.py; output_activation_bytes per depth)."""
+    logits and loss (multi_token_prediction.py; output_activation_bytes per depth). Its layer is of the decoder's
+    last layer's kind (graph/params.mtp_layer_is_moe)."""
     m, p = cfg.model, cfg.parallel
     if not m.mtp_num_layers:
         return 0.0
     sbh = m.seq_length / p.cp * cfg.batch.micro_batch_size * m.hidden_size
     around = (4 * act_bytes(cfg) * sbh + hidden_mask_bytes(cfg) * sbh) / (p.tp if p.sequence_parallel else 1)
-    return m.mtp_num_layers * (layer_activation_bytes(cfg) + around + output_activation_bytes(cfg))
+    layer = layers_bytes(cfg, 1, 1.0 if mtp_layer_is_moe(cfg) else 0.0)
+    return m.mtp_num_layers * (layer + around + output_activation_bytes(cfg))
 
 
 def layer_activation_bytes(cfg: TrainingConfig) -> float:

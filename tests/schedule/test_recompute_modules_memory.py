@@ -121,3 +121,14 @@ def test_tune_prices_dense_layers_of_moe_models_as_predict_does() -> None:
     for seed in (4, 5):
         _check_job([*BASE, *MOE, "--moe-layer-freq", "2", "--recompute-activations"], None, seed)
         _check_job([*BASE, *MOE, "--moe-layer-freq", "([0]*3+[1]*5)"], None, seed)
+
+
+def test_an_mtp_depth_repeats_the_last_layers_kind() -> None:
+    """multi_token_prediction.py builds each depth from the decoder's last layer spec: with the last layer dense
+    (pattern ending in 0) the MTP layer stores a dense layer's activations; with it MoE, an MoE layer's."""
+    mtp = ("--mtp-num-layers", "1", "--position-embedding-type", "rope", "--recompute-activations")
+    ends_dense = _predict(*MOE, "--moe-layer-freq", "([1]*7+[0])", *mtp)
+    ends_moe = _predict(*MOE, "--moe-layer-freq", "([0]*7+[1])", *mtp)
+    gap = (ends_moe.estimate.memory.components["mtp_activations"]
+           - ends_dense.estimate.memory.components["mtp_activations"])
+    assert gap == pytest.approx(_layer(ends_moe) - _layer(_predict("--recompute-activations")), abs=2)
