@@ -106,6 +106,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
         _run_comm(cluster_name, min_bytes, max_bytes, device)
         return
     _check_operator_options(budget_min, for_job, job, model)
+    _check_single_process()
     from pathlib import Path
 
     from llmperf_hook.profile.sampler import ProfileRequest, run_profile
@@ -155,6 +156,18 @@ def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ..
     if layout and not for_job:
         raise UsageError(f"{', '.join(layout)}: only used with --for (the layout of the job whose shapes are sampled "
                          f"first).")
+
+
+def _check_single_process() -> None:
+    """Operators are sampled by one process. Under torchrun every rank ran the whole sampler at once: each timed
+    its shapes while the others competed for the same cores and memory bandwidth (or, on GPUs, the same cuda:0),
+    and all of them wrote the same profile."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.strip() not in ("", "0", "1"):
+        raise UsageError(f"`llmperf profile` without --comm samples operators in one process, but $WORLD_SIZE={world} "
+                         f"(set by torchrun or the job's environment) says {world} ranks would each run it at once, "
+                         f"timing the same shapes against each other and writing the same profile. Run it once, "
+                         f"without torchrun (unset WORLD_SIZE), or add --comm --cluster-name NAME to time collectives.")
 
 
 def _given(*options: tuple[str, str]) -> list[str]:

@@ -111,3 +111,14 @@ def test_profile_of_another_machine_is_not_replaced(tmp_path: Path, monkeypatch:
     _check_same_machine("shared-cpu", {**here, "cuda": "12.4"})  # new software on the same device: fine too
     (folder / "profile.json").write_text("{truncated")
     _check_same_machine("shared-cpu", here)  # unreadable: re-created by this run
+
+
+def test_operator_profile_under_torchrun_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """`torchrun --nproc-per-node 2 -m llmperf_hook profile` without --comm: both ranks sampled the same shapes at
+    once, timing each other's load, and wrote the same profile."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm"], capsys)
+    assert code == 2 and "$WORLD_SIZE=2" in out and "--comm" in out and "Traceback" not in out, out
+    assert not (tmp_path / "store.sqlite").exists()  # refused before any sampling
