@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision, torch_softmax_path
-from llmperf_hook.graph.params import mtp_layer_is_moe
+from llmperf_hook.graph.params import is_moe_layer, mtp_layer_is_moe
 
 MASK_BYTES = 1
 
@@ -290,6 +290,11 @@ def layers_bytes(cfg: TrainingConfig, layers: float, moe_share: float = 1.0) -> 
     return layers * (moe_share * layer_activation_bytes(cfg) + (1.0 - moe_share) * dense)
 
 
+def has_dense_layers(cfg: TrainingConfig) -> bool:
+    """Whether any decoder layer is dense (--moe-layer-freq; all of a model without experts)."""
+    return any(not is_moe_layer(cfg, i) for i in range(cfg.model.num_layers))
+
+
 def dense_layer_config(cfg: TrainingConfig) -> TrainingConfig:
     """The job's dense layers as layer_terms reads them: the model without experts."""
     from dataclasses import replace
@@ -306,7 +311,9 @@ def recompute_working_bytes(cfg: TrainingConfig) -> float:
     r = cfg.recompute
     if r.granularity == "selective":
         attention_only = replace(r, modules=tuple(m for m in r.modules if m == "core_attn"))
-        return layer_activation_bytes(replace(cfg, recompute=attention_only)) - layer_activation_bytes(cfg)
+        kinds = [cfg] + ([dense_layer_config(cfg)] if has_dense_layers(cfg) and cfg.model.num_experts else [])
+        return max(layer_activation_bytes(replace(c, recompute=attention_only)) - layer_activation_bytes(c)
+                   for c in kinds)
     if r.granularity != "full":
         return 0.0
     group = 1 if r.method == "block" else max(1, r.num_layers or 1)

@@ -113,6 +113,10 @@ def test_an_moe_models_dense_layers_are_priced_as_dense() -> None:
                    "core_attn", "mlp")
     mlp_dense = _layer(_predict("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"))
     assert mlp.estimate.memory.components["activations"] == int(4 * moe_layer + 4 * mlp_dense)
+    # the dense layers' re-run MLP is the working set (the MoE layers re-run nothing here)
+    assert act.recompute_working_bytes(mlp.config) == pytest.approx(
+        act.recompute_working_bytes(_predict("--recompute-granularity", "selective", "--recompute-modules",
+                                             "core_attn", "mlp").config))
 
 
 def test_tune_prices_dense_layers_of_moe_models_as_predict_does() -> None:
