@@ -293,6 +293,20 @@ def _owns_its_ops(ev: ProfEvent) -> bool:
     return ev.name.startswith((BACKWARD_PREFIX, OPTIMIZER_PREFIX, "c10d::", "gloo:", "nccl:"))
 
 
+def up_to_last_step_end(events: Sequence[ProfEvent]) -> list[ProfEvent]:
+    """The events of the window's completed steps: those that began before its last step-end mark. A job that
+    ends inside the window (fewer steps than --profile-ops) leaves the profiler running through whatever it did
+    after its last step (an evaluation, a checkpoint), which is no training step's cost."""
+    last_us = max((ev.start_us for ev in events if ev.name == STEP_END_MARK), default=None)
+    if last_us is None:
+        return []
+    kept = [ev for ev in events if ev.start_us <= last_us]
+    ids = {id(ev) for ev in kept}
+    for ev in kept:
+        ev.children = [c for c in ev.children if id(c) in ids]
+    return kept
+
+
 def map_events(events: Sequence[ProfEvent]) -> list[dict[str, Any]]:
     """Samples {op_class, phase, dims, dtype, seconds, count, torch_names} from parent-linked events."""
     backward_s: dict[int, float] = defaultdict(float)
@@ -381,16 +395,21 @@ class OpProfiler:
         with record_function(STEP_END_MARK):
             pass
 
-    def stop(self) -> Callable[[], list[dict[str, Any]]]:
+    def stop(self, steps_done: int | None = None) -> Callable[[], list[dict[str, Any]]]:
         """Stop collecting (cheap: on the step path); the returned function maps the window's events to samples
-        (about 0.5 s on a small CPU model, seconds on a GPU step: the recorder calls it at exit, off the job's way)."""
+        (about 0.5 s on a small CPU model, seconds on a GPU step: the recorder calls it at exit, off the job's way).
+        `steps_done` < num_steps: the job ended inside the window after that many profiled steps; only their
+        events are mapped (up_to_last_step_end)."""
         prof, self._prof = self._prof, None
         with without_kineto_usdt_lines():
             prof.stop()
-        device, num_steps = self._device, self.num_steps
+        device = self._device
+        partial = steps_done is not None and steps_done < self.num_steps
+        num_steps = steps_done if partial else self.num_steps
 
         def samples() -> list[dict[str, Any]]:
-            mapped = map_events(events_from_profiler(prof.events(), device))
+            events = events_from_profiler(prof.events(), device)
+            mapped = map_events(up_to_last_step_end(events) if partial else events)
             return [{**s, "profile_steps": num_steps, "device": device} for s in mapped]
 
         return samples

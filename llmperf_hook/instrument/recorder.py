@@ -27,6 +27,12 @@ from llmperf_hook.instrument.step_line import StepLine
 from llmperf_hook.instrument.step_timer import StepTimer, make_step_timer
 
 RECORD_SCHEMA = 1
+STEPPING_ENV = "LLMPERF_HOOK_STEPPING"
+"""Set by a process of the job when it records its first step: `<job id>:<pid>`. A Python process it starts
+afterwards (an evaluation or export script run with subprocess, a spawned helper) inherits it and records
+nothing: it is not a rank, and its optimizer steps appended to the rank's file under the rank's number would
+read as that rank's steps (two step 0s; refine's per-step slowest rank taking the helper's time). Launchers
+(deepspeed, torchrun, mp.spawn's parent) never step, so the ranks they start still record."""
 
 
 class StepRecorder:
@@ -34,7 +40,7 @@ class StepRecorder:
 
     def __init__(self, config: HookConfig, on_finished: Callable[[], None] = lambda: None) -> None:
         self.config = config
-        self.enabled = True
+        self.enabled = not _started_by_a_stepping_process(config.job_id)
         self.rank, self.world_size, self.local_rank = rank_and_world()
         self.writer = JsonlWriter(os.path.join(config.run_dir, f"rank{self.rank}.jsonl"))
         self._on_finished = on_finished
@@ -49,6 +55,8 @@ class StepRecorder:
         self._start_mark: Any = None
         self._start_cpu_s: float | None = None
         self._profiler: Any = None
+        self._profiler_pid = 0
+        """The process that opened the profile window (a forked child holds a copy it must not map)."""
         self._failed = False
         self._reference: dict[str, Any] | None = None
         """The reference workload's reading taken before step 0 (reference_speed.py), written in the meta record."""
@@ -153,6 +161,8 @@ class StepRecorder:
         self._pid = os.getpid()
         self.writer.after_fork_in_child()
         self._at_exit = []
+        if self._num_steps_done:  # a child forked by a rank that steps is a helper (STEPPING_ENV), not a rank
+            self.enabled = False
 
     def _ensure_timer(self) -> StepTimer:
         if self._timer is None:
@@ -176,6 +186,7 @@ class StepRecorder:
         memory = self._memory.sample_and_reset(usage) if step < cfg.last_hooked_step else None
         restart = None
         if step == 0:
+            os.environ[STEPPING_ENV] = f"{cfg.job_id}:{self._pid}"
             self._resolve_rank()
             if self._reference is None:  # step 0 had no start mark (a step before the first forward: DeepSpeed's
                 # bf16 optimizer steps torch Adam at initialize): read between steps 0 and 1, in neither
@@ -214,7 +225,7 @@ class StepRecorder:
             self._inject_fault("profiler")
             from llmperf_hook.instrument.op_profile import OpProfiler
 
-            self._profiler = OpProfiler(cfg.profile_ops_steps)
+            self._profiler, self._profiler_pid = OpProfiler(cfg.profile_ops_steps), self._pid
             self._profiler.start()
             # At exit: a job that ended inside the window must not leave the profiler running (torch's profiler
             # segfaults at interpreter teardown then, changing the job's exit code), and the window's events
@@ -243,7 +254,7 @@ class StepRecorder:
         """Close the window now; map its events in _run_at_exit (at interpreter exit, or when --stop-after stops
         the job): a multi-second parse must not stall a step of the running job."""
         profiler, self._profiler = self._profiler, None
-        samples = profiler.stop()
+        samples = profiler.stop(self._num_steps_done - self.config.num_steps)
 
         def write_samples() -> None:
             try:
@@ -256,6 +267,12 @@ class StepRecorder:
         self._at_exit.append(write_samples)
 
     def _run_at_exit(self) -> None:
+        """The job is leaving: a window it ended inside (fewer steps than --profile-ops) is closed, its completed
+        steps mapped (the window of the process that opened it: a forked child only drops its copy); then the
+        deferred work."""
+        if self._profiler is not None and self._num_steps_done > self.config.num_steps and \
+                self._profiler_pid == self._pid:
+            self.guarded(self._stop_profiler)
         self._stop_profiler_quietly()
         while self._at_exit:
             self._at_exit.pop(0)()
@@ -270,18 +287,22 @@ class StepRecorder:
 
     def _stop_job(self) -> None:
         """--stop-after: every rank reaches this at the same optimizer step (synchronous data parallel), after
-        that step's collectives completed; flush and leave with code 0 without running the rest of the script."""
+        that step's collectives completed; write the stop record and leave with code 0 without running the rest of
+        the script, the job's own files flushed and its atexit callbacks run (job_exit.py)."""
         if self._profiler is not None:
             self._stop_profiler()
-        self._run_at_exit()  # os._exit below skips atexit
+        self._run_at_exit()
         self.writer.write(self._base("stop", num_steps=self._num_steps_done))
         self.writer.close()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(0)
+        from llmperf_hook.instrument.job_exit import exit_like_a_finished_job
+
+        exit_like_a_finished_job(0)  # the job's atexit callbacks and open files too, then os._exit (job_exit.py)
+
+
+def _started_by_a_stepping_process(job_id: str) -> bool:
+    """Whether a process of this job that records steps started this one (STEPPING_ENV names another pid)."""
+    stepping_job, _, pid = os.environ.get(STEPPING_ENV, "").rpartition(":")
+    return stepping_job == job_id and pid != str(os.getpid())
 
 
 def _weak(obj: Any) -> Callable[[], Any]:

@@ -8,6 +8,7 @@ op is in ~/.cache/torch_extensions (the first DeepSpeed job on a machine JIT-bui
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,45 @@ def test_deepspeed_zero3_bf16_profile_ops_records_collectives_in_the_phase_they_
                 and r["op_class"] in ("allgather", "reducescatter", "allreduce")}
         assert {("allgather", "fwd"), ("reducescatter", "bwd")} <= comm, comm
         assert ("reducescatter", "fwd") not in comm
+
+
+PIPELINE_JOB = """
+import argparse, torch, deepspeed
+from deepspeed.pipe import PipelineModule
+torch.set_num_threads(1)
+ap = argparse.ArgumentParser()
+ap.add_argument("--local_rank", type=int, default=0)
+ap.parse_args()
+deepspeed.init_distributed("gloo")
+net = PipelineModule(layers=[torch.nn.Linear(16, 16) for _ in range(4)], num_stages=2,
+                     loss_fn=lambda out, y: ((out - y) ** 2).mean())
+engine, *_ = deepspeed.initialize(model=net, model_parameters=list(net.parameters()), config={
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 10 ** 6,
+    "optimizer": {"type": "SGD", "params": {"lr": 0.01}}})
+batches = iter(lambda: (torch.randn(2, 16), torch.randn(2, 16)), None)
+for i in range(10):
+    engine.train_batch(batches)
+    print("iter", i, "stage", engine.stage_id, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_pipeline_train_batch_is_the_step(tmp_path: Path, child_env: dict[str, str], deepspeed_port: int) -> None:
+    """A 2-stage DeepSpeed PipelineEngine, 2 micro-batches per train_batch(): one record per train_batch() on each
+    stage (its micro-batches' forwards, backwards and the optimizer step inside), owned by the pipeline layer
+    (the torch optimizer step inside is not a step of its own); --stop-after stops both stages after the same one."""
+    script = tmp_path / "pipe.py"
+    script.write_text(PIPELINE_JOB)
+    argv = ["deepspeed", "--num_gpus", "2", "--master_port", str(deepspeed_port), str(script)]
+    code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
+            f"sys.exit(run_instrumented({argv!r}, env=os.environ, steps=3, stop_after=4, run_dir={str(tmp_path / 'run')!r}))")
+    done = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    # both ranks print to one pipe, where a line's text and its newline can be two writes apart
+    assert sorted(re.findall(r"iter \d+ stage \d", done.stdout)) == [
+        f"iter {i} stage {s}" for i in range(3) for s in (0, 1)]  # the 4th train_batch ends the job
+    records = read_records(tmp_path / "run")
+    assert steps_by_rank(records) == {0: [0, 1, 2], 1: [0, 1, 2]}
+    assert {r["framework"] for r in records if r["kind"] == "step"} == {"deepspeed-pipeline"}
+    assert sorted((r["rank"], r["num_steps"]) for r in records if r["kind"] == "stop") == [(0, 4), (1, 4)]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from instrument_helpers import TRAIN_GPT, read_records, run_session
 
-from llmperf_hook.instrument.op_profile import BACKWARD_PREFIX, ProfEvent, map_events
+from llmperf_hook.instrument.op_profile import (BACKWARD_PREFIX, STEP_END_MARK, ProfEvent, map_events,
+                                               up_to_last_step_end)
 
 
 def _ev(name: str, shapes: list, seconds: float, seq: int = -1, parent: ProfEvent | None = None, **kw) -> ProfEvent:
@@ -91,6 +92,47 @@ def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path
     steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert "USDT:" not in done.stderr  # the window abandoned at exit: its stop printed nothing either
+
+
+SHORT_JOB = """
+import sys, torch
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(int(sys.argv[1])):
+    model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+with torch.no_grad():
+    model(torch.randn(64, 8))  # an evaluation after training: in no step
+print("trained")
+"""
+
+
+def test_profile_window_longer_than_the_job_maps_the_steps_it_had(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """--instrument 3 --profile-ops 10 on a 5-step job: the window is open for steps 3 and 4 when the job ends.
+    Their ops are sampled at exit (before: the window was dropped, no op record at all), and the evaluation the
+    script ran after its last step is not (it began after the last step-end mark)."""
+    script = tmp_path / "job.py"
+    script.write_text(SHORT_JOB)
+    done = run_session(tmp_path, child_env, [sys.executable, str(script), "5"], steps=3, profile_ops=10)
+    assert done.returncode == 0 and done.stdout == "trained\n", done.stderr[-2000:]
+    records = read_records(tmp_path / "run")
+    assert [(r["step"], r["profiled"]) for r in records if r["kind"] == "step"] == [
+        (0, False), (1, False), (2, False), (3, True), (4, True)]
+    gemms = {(r["phase"], r["dims"]["m"]): r for r in records if r["kind"] == "op" and r["op_class"] == "gemm"}
+    assert set(gemms) == {("fwd", 4), ("bwd", 4)}, sorted(gemms)  # no m=64: the evaluation is no step's
+    assert gemms[("fwd", 4)]["count"] == 2 and gemms[("fwd", 4)]["profile_steps"] == 2
+    assert "USDT:" not in done.stderr
+
+
+def test_events_after_the_last_step_end_are_left_out() -> None:
+    step = _ev("aten::linear", [[4, 8], [8, 8]], 1e-5, start_us=10.0)
+    child = _ev("aten::addmm", [[4, 8], [8, 8]], 1e-5, parent=step, start_us=11.0)
+    mark = _ev(STEP_END_MARK, [], 0.0, start_us=20.0)
+    after = _ev("aten::linear", [[64, 8], [8, 8]], 1e-5, start_us=30.0)
+    late_child = _ev("aten::mm", [[4, 8], [8, 8]], 1e-5, parent=step, start_us=25.0)
+    kept = up_to_last_step_end([step, child, mark, late_child, after])
+    assert kept == [step, child, mark] and step.children == [child]
+    assert up_to_last_step_end([step, child]) == []  # no step ended in the window: nothing is a step's
 
 
 def _comm(name: str, shapes: list, dtypes: list, seconds: float, start_us: float) -> ProfEvent:

@@ -1,0 +1,56 @@
+"""--stop-after N ends the job as a finished Python would: exit code 0, its open files flushed, its atexit run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from instrument_helpers import read_records, run_session, steps_by_rank
+
+JOB = """
+import atexit, logging, sys, torch
+torch.set_num_threads(1)
+log = open("train.log", "w")  # buffered: nothing reaches the file before 8 KiB or a flush
+logging.basicConfig(filename="logging.log", level=logging.INFO)
+atexit.register(lambda: open("atexit.txt", "w").write("ran"))
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(50):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    print("step", step, file=log)
+    logging.info("step %d", step)
+    print("iter", step)
+"""
+
+
+def test_stop_after_flushes_the_jobs_files_and_runs_its_atexit(tmp_path: Path, child_env: dict[str, str]) -> None:
+    """Stopped inside its 4th optimizer step: the three steps it finished are in its log file (os._exit alone lost
+    the whole buffer), its atexit callback ran, and stdout (a pipe, so block-buffered) holds its three lines."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    done = run_session(tmp_path, child_env, [sys.executable, str(script)], steps=2, stop_after=4)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n").count("iter 2") == 1 and "iter 3" not in done.stdout
+    assert (tmp_path / "train.log").read_text() == "step 0\nstep 1\nstep 2\n"
+    assert (tmp_path / "logging.log").read_text().count("INFO:root:step") == 3
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+    records = read_records(tmp_path / "run")
+    assert steps_by_rank(records) == {0: [0, 1]}
+    assert [r["num_steps"] for r in records if r["kind"] == "stop"] == [4]
+
+
+def test_exit_like_a_finished_job_flushes_every_open_writer(tmp_path: Path) -> None:
+    code = (f"import atexit, os\nfrom llmperf_hook.instrument.job_exit import exit_like_a_finished_job\n"
+            f"a = open({str(tmp_path / 'a.txt')!r}, 'w'); a.write('text')\n"
+            f"b = open({str(tmp_path / 'b.bin')!r}, 'wb'); b.write(b'bytes')\n"
+            f"r = open({str(tmp_path / 'a.txt')!r}); c = open({str(tmp_path / 'c.txt')!r}, 'w'); c.close()\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "atexit.register(lambda: 1 / 0)  # printed and passed over, as at a normal exit\n"
+            "exit_like_a_finished_job(0)\nprint('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "atexit ran\n", done
+    assert "ZeroDivisionError" in done.stderr
+    assert (tmp_path / "a.txt").read_text() == "text" and (tmp_path / "b.bin").read_bytes() == b"bytes"
