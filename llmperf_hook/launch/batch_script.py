@@ -174,9 +174,10 @@ class _Reading(ShellVariables, FileWrites):
                 self.env[loop.name] = value
                 self.undecidable.discard(loop.name)
                 self.exported.update([loop.name] if self.allexport else [])
+                runs = len(self.launches) + len(self.submissions) + len(self.singles)
                 self.read(loop.body)
-                if self.launches:  # a sweep: the later passes launch again from the same line (launch() warns)
-                    break
+                if len(self.launches) + len(self.submissions) + len(self.singles) > runs:
+                    break  # a sweep: the later passes launch again from the same lines (launch() warns)
         finally:
             self.sweep = outer
 

@@ -346,3 +346,18 @@ def test_a_value_only_running_the_script_gives_is_traced_to_its_line(tmp_path: P
     with pytest.raises(ConfigError, match=r"sets \$batch_size at line 5 \(`batch_size=\$\(\( \$\{global_batch_size\} "
                                           r"/ \$\{dp_size\} \)\)`\) from what only running it tells"):
         resolve_job(["bash", "train.sh"], {})
+
+
+def test_a_loop_of_several_runs_is_refused_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVIDIA/apex apex/contrib/sparsity/permutation_tests/ablation_studies.sh: `for seed in {0..24}` around two
+    python runs. Read pass by pass, the refusal listed 50 launch lines; it names the loop body's two, from the first
+    pass, as bash's first pass runs them."""
+    from llmperf_hook.errors import UsageError
+
+    (tmp_path / "ablation.sh").write_text(
+        "#!/bin/bash\nfor seed in {0..24}; do\n    echo $seed\n"
+        "    python3 permutation_test.py --channels 16 --filters 32 --seed $seed | tee a_$seed.log\n"
+        "    python3 permutation_test.py --channels 128 --filters 64 --seed $seed | tee b_$seed.log\ndone\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"has 2 launch lines \(line 4: .*--seed 0; line 5: .*--seed 0\)"):
+        parse_launch(["bash", "ablation.sh"], {})
