@@ -305,19 +305,27 @@ def dense_layer_config(cfg: TrainingConfig) -> TrainingConfig:
 def recompute_working_bytes(cfg: TrainingConfig) -> float:
     """Full recompute: during backward one group of --recompute-num-layers layers is rematerialised at a time
     (one micro-batch); block method: one layer. Selective recompute of MLP or MoE modules: what they dropped, alive
-    again during one layer's backward (mlp_terms; the attention core's is softmax_backward_extra_bytes')."""
+    again during one layer's backward (mlp_terms; the attention core's is softmax_backward_extra_bytes'). In an MoE
+    model with dense layers, the larger of the two kinds."""
     from dataclasses import replace
 
     r = cfg.recompute
     if r.granularity == "selective":
+        kinds = [cfg] + ([dense_layer_config(cfg)] if cfg.model.num_experts and has_dense_layers(cfg) else [])
         attention_only = replace(r, modules=tuple(m for m in r.modules if m == "core_attn"))
-        kinds = [cfg] + ([dense_layer_config(cfg)] if has_dense_layers(cfg) and cfg.model.num_experts else [])
         return max(layer_activation_bytes(replace(c, recompute=attention_only)) - layer_activation_bytes(c)
                    for c in kinds)
     if r.granularity != "full":
         return 0.0
     group = 1 if r.method == "block" else max(1, r.num_layers or 1)
-    return group * layer_activation_bytes(_without_recompute(cfg))
+    return group * rematerialised_layer_bytes(cfg)
+
+
+def rematerialised_layer_bytes(cfg: TrainingConfig) -> float:
+    """One layer re-run by full recompute, all it stores without recompute; of an MoE model with dense layers the
+    larger kind (a bound: which layer is re-run when is not followed)."""
+    kinds = [cfg] + ([dense_layer_config(cfg)] if cfg.model.num_experts and has_dense_layers(cfg) else [])
+    return max(layer_activation_bytes(_without_recompute(c)) for c in kinds)
 
 
 TOKEN_ID_BYTES = 8

@@ -76,14 +76,15 @@ def _with_granularity(cfg: TrainingConfig, granularity: str, modules: tuple[str,
 
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
                "embedding", "logits_and_loss", "mtp", "attention_score_buffer", "recompute_selective", "dense_layer",
-               "dense_layer_selective")
+               "dense_layer_selective", "rematerialised_layer")
 """The columns _layer_terms returns, in order."""
 
 
 def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, ...]:
     """(layer without recompute, selective, full-recompute checkpoint, softmax backward without / with selective
     recompute, embedding, logits and loss, MTP, attention score buffer, the selective recompute's working set, an
-    MoE model's dense layer without / with selective recompute), one micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
+    MoE model's dense layer without / with selective recompute, the layer full recompute re-runs), one
+    micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
     recompute (the job's modules are Megatron's default unless it is selective; tune/candidate.apply_candidate)."""
     none, sel, full = (_with_granularity(cfg, g, modules) for g in ("none", "selective", "full"))
     return (act.layer_activation_bytes(none), act.layer_activation_bytes(sel), act.layer_activation_bytes(full),
@@ -91,7 +92,7 @@ def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, 
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
             act.recompute_working_bytes(sel), act.layer_activation_bytes(act.dense_layer_config(none)),
-            act.layer_activation_bytes(act.dense_layer_config(sel)))
+            act.layer_activation_bytes(act.dense_layer_config(sel)), act.rematerialised_layer_bytes(cfg))
 
 
 def _layer_table(cfg: TrainingConfig, cols: Cols) -> np.ndarray:
@@ -244,8 +245,9 @@ def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -
     offloaded = act.cpu_offloaded_layers(cfg)  # memory.activation_bytes: --cpu-offloading layers live on the host
     if offloaded:
         activations = activations - offloaded * np.where((rc == _NONE) & (cols["pp"][:, None] == 1), col(0), 0.0)
-    working = np.where(rc == _FULL, np.maximum(cols["rc_layers"], 1)[:, None] * col(0), 0.0)
-    working = np.where(rc == _BLOCK, col(0), working) + np.where(rc == _SEL, col(4) + col(9), col(3))
+    # activations.recompute_working_bytes: one re-run layer (block) or --recompute-num-layers of them (uniform)
+    working = np.where(rc == _FULL, np.maximum(cols["rc_layers"], 1)[:, None] * col(12), 0.0)
+    working = np.where(rc == _BLOCK, col(12), working) + np.where(rc == _SEL, col(4) + col(9), col(3))
     last = stage == (cols["pp"][:, None] - 1)
     embedding = np.where(stage == 0, col(5) * in_flight, 0.0)
     logits, mtp = np.where(last, col(6), 0.0), np.where(last, col(7), 0.0)

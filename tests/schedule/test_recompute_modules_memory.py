@@ -136,3 +136,18 @@ def test_an_mtp_depth_repeats_the_last_layers_kind() -> None:
     gap = (ends_moe.estimate.memory.components["mtp_activations"]
            - ends_dense.estimate.memory.components["mtp_activations"])
     assert gap == pytest.approx(_layer(ends_moe) - _layer(_predict("--recompute-activations")), abs=2)
+
+
+def test_full_recompute_reruns_the_larger_layer_kind() -> None:
+    """Full recompute re-runs one layer at a time: in an MoE model whose dense layers store more than its MoE layers
+    (a wide dense MLP), the working set is a dense layer's, as the same-shaped dense model's."""
+    full = ("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1")
+    wide = ("--ffn-hidden-size", "16384")  # the dense layers' MLP; the experts keep --moe-ffn-hidden-size
+    mixed = _predict(*MOE, *wide, "--moe-layer-freq", "2", *full)
+    dense = _predict(*wide, *full)
+    assert act.recompute_working_bytes(mixed.config) == pytest.approx(act.recompute_working_bytes(dense.config))
+    all_moe = _predict(*MOE, *wide, *full)  # no dense layer: the MoE layer's
+    assert act.recompute_working_bytes(all_moe.config) < act.recompute_working_bytes(dense.config)
+    from tests.tune.test_surrogate_memory import _check_job
+
+    _check_job([*BASE, *MOE, *wide, "--moe-layer-freq", "2", *full], None, 6)
