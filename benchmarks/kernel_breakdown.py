@@ -74,8 +74,8 @@ def main() -> None:
 
 
 def host_profile(out: Path, step, sync) -> None:
-    """PROFILED more steps under cProfile: the functions with the most own time and the most cumulative time, per
-    step. cProfile slows Python code, so the shares matter here, not the absolute times."""
+    """PROFILED more steps under cProfile: the functions with the most own time and the most cumulative time, summed
+    over those steps. cProfile slows Python code, so the shares matter here, not the absolute times."""
     import cProfile
     import io
     import pstats

@@ -29,7 +29,8 @@ and 189 ms in two calls.
 
 A cProfile of the host (kernels/*.cprofile.txt) puts the time in exactly these hooks: fetch, gradient bucket and
 release. With every parameter persistent (stage3_param_persistence_threshold 1e12: no fetch or release), ZeRO-3 is
-still 39 ms above ZeRO-2 for 1 micro-batch and 78 ms for each further one: that part is the gradient hooks.
+still 39 ms above ZeRO-2 for 1 micro-batch and 45 ms for each further one (77 ms with fetch and release): that
+part is the gradient hooks.
 
 The constant is scaled to the model's H100 host like the other DeepSpeed host constants (step_ops
 DEEPSPEED_HOST_S_PER_TENSOR). The same-machine reference is bf16 ZeRO-0's step stall: 176 us per tensor on this
