@@ -160,6 +160,11 @@ def run_comm_profile(req: CommRequest) -> CommResult:
     from llmperf_hook.refine.observation_store import check_writable_dir
 
     check_writable_dir(llmperf_home(), "the comm model and the store")  # not after minutes of measuring
+    if os.environ["RANK"] == "0":  # the rank that stores the timings: a damaged store is refused now, not then
+        from llmperf_hook.store import open_store
+
+        with open_store() as store:
+            store.check_integrity()
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device == "cuda" else "gloo")

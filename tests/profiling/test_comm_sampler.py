@@ -68,6 +68,23 @@ def test_unwritable_home_is_refused_before_measuring(tmp_path: Path, monkeypatch
         comm_sampler.run_comm_profile(CommRequest("c"))
 
 
+def test_damaged_store_is_refused_before_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 stores the timings at the end: a damaged store failed there, after every collective was timed."""
+    from llmperf_hook.store import OpSampleRecord, open_store
+
+    with open_store(tmp_path / "store.sqlite") as store:
+        store.record_op_samples(OpSampleRecord("cpu-x", "fp32", "gemm", "fwd", {"m": m}, 1e-4) for m in range(1, 600))
+    data = bytearray((tmp_path / "store.sqlite").read_bytes())
+    data[4096:8192] = b"\x55" * 4096  # a page written over
+    (tmp_path / "store.sqlite").write_bytes(bytes(data))
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr("torch.distributed.init_process_group", lambda *a, **k: pytest.fail("measuring started"))
+    with pytest.raises(UsageError, match="store .* is damaged"):
+        comm_sampler.run_comm_profile(CommRequest("c"))
+
+
 def test_operator_options_with_comm_are_refused(capsys: pytest.CaptureFixture) -> None:
     from llmperf_hook.cli import main
 
