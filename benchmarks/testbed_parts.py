@@ -25,7 +25,8 @@ REFERENCE_KEYS = ("hook_reference_s", "ref_before_s", "ref_after_s", "ref_now_s"
 """The reference readings a record's run holds (testbed_runs.py): the hook's in-job one and the benchmark's."""
 
 
-def _ranks(config: dict) -> int:
+def config_ranks(config: dict) -> int:
+    """The world size a record's configuration ran at (its explain JSON's)."""
     return int(config["config"].get("world_size") or 1)
 
 
@@ -50,7 +51,7 @@ def run_spread(records: list[dict], multi_rank: bool | None = None) -> dict[str,
     out: dict[str, list[float]] = {"wall": [], "cpu": [], "wall/cpu": []}
     for record in records:
         for k, config in enumerate(record["configs"]):
-            if multi_rank is not None and (_ranks(config) > 1) != multi_rank:
+            if multi_rank is not None and (config_ranks(config) > 1) != multi_rank:
                 continue
             runs = _runs_of(record, k)
             out["wall"] += leave_one_out([r["measured_s"] for r in runs])
@@ -81,7 +82,7 @@ def wait_by_config(record: dict) -> list[dict]:
     out = []
     for k, config in enumerate(record["configs"]):
         runs = _runs_of(record, k)
-        if _ranks(config) < 2 or not runs:
+        if config_ranks(config) < 2 or not runs:
             continue
         skews = [s for s in map(rank_skew, runs) if s is not None]
         comm = sum(v for name, v in (config.get("breakdown") or {}).items() if name.startswith("comm"))

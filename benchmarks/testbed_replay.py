@@ -20,6 +20,7 @@ import statistics
 from typing import Any, Callable
 
 from testbed_configs import QUIET_WALL_PER_CPU
+from testbed_parts import config_ranks
 
 Rule = Callable[[dict, int, dict, list[float]], list[float]]
 
@@ -40,7 +41,7 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True)
 
         configs = record["configs"]
         fps, shares = _fingerprints(configs), [_shares(c) if with_mix else () for c in configs]
-        ranks = [_ranks(c) if peer_wait and not session11 else 1 for c in configs]
+        ranks = [config_ranks(c) if peer_wait and not session11 else 1 for c in configs]
         measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
         wall_per_cpu = run["measured_s"] / run["cpu_s"] if run.get("cpu_s") else None
         wait = wait_log(measured, run["measured_s"], wall_per_cpu, ranks[k], contended=obs_sd > 0)
@@ -50,10 +51,6 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True)
         cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
         return [cal.apply(p, fps[i], shares[i], ranks[i]) for i, p in enumerate(before)]
     return rule
-
-
-def _ranks(config: dict) -> int:
-    return int(config["config"].get("world_size") or 1)
 
 
 def record_priors(record: dict) -> Any:

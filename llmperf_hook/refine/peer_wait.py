@@ -40,6 +40,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from llmperf_hook.refine.contention import CPU_INFLATION_LOG, ramp
+from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior
+
 WAIT_RUN_SD_PRIOR = 0.028
 """Run-to-run standard deviation of one configuration's log(wall / CPU) per step: the rms of log(run / median of
 its configuration's other runs) over the 160 runs of the eight 2-rank configurations in the four testbed records
@@ -74,8 +77,6 @@ def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, wo
         return 0.0, False
     if not contended:
         return math.log(wall_per_cpu), True
-    from llmperf_hook.refine.contention import CPU_INFLATION_LOG, ramp
-
     cpu_s = measured_s / wall_per_cpu
     return math.log(reading_s / cpu_s) + ramp(wall_per_cpu) * CPU_INFLATION_LOG, False
 
@@ -83,8 +84,6 @@ def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, wo
 def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWait | None:
     """The posterior of the module docstring from (fingerprint, measured w) of each quiet multi-rank run; None
     without one."""
-    from llmperf_hook.refine.shrinkage import estimate_variances, group_runs, posterior
-
     runs = [(f"wait{i}", fingerprint, 1.0, math.exp(w)) for i, (fingerprint, w) in enumerate(rows)]
     if not runs:
         return None

@@ -131,3 +131,19 @@ def test_a_store_from_before_the_wait_columns_still_gives_its_transfer_fields(
     conn.close()
     (own,) = find_calibration("my-cpu", "c", "deepspeed").config_scales
     assert own.shares == (("compute/fp32/2 ranks", 1.0),) and own.alpha > 0 and own.wait_log_scale == 0.0
+
+
+def test_a_gpu_multi_rank_run_fits_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU step's wall over its host CPU time is no peer's wait (the host thread sleeps while kernels run): even
+    with a wall / CPU ratio on record, its whole ratio stays in the calibration and 2-rank configurations get none."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    conn = store.connect()
+    store.record_run(conn, {"job_id": "g", "hardware": "NVIDIA H100", "cluster": "c", "framework": "megatron",
+                            "device": "cuda", "world_size": 8, "wall_per_cpu": 3.0, "config_fingerprint": "a",
+                            "uncalibrated_step_time_s": 0.50, "measured_step_time_s": 0.55})
+    ((*_, w, measured),) = store.runs_for_key(conn, "NVIDIA H100", "c", "megatron")
+    cal, _ = recalibrate(conn, "NVIDIA H100", "c", "megatron")
+    conn.close()
+    assert (w, measured) == (0.0, False) and cal.wait_log_scale == 0.0 and cal.wait_weight == 0.0
+    assert cal.own_scale("a").measured_scale == pytest.approx(1.10)
+    assert cal.apply(0.40, "b", (), 8) == cal.apply(0.40, "b", (), 1)
