@@ -149,9 +149,10 @@ def condition_expander(undecidable: set[str], expand: Callable[[str], str]) -> C
     also after an earlier plain value) is undecidable (None), and so is what only bash computes (`$(...)`, `${#X}`,
     `${X%.*}`); a variable nobody set is empty, as bash expands it."""
     def word(text: str) -> str | None:
-        if {m.group(1) for m in _NAME_REF.finditer(text)} & undecidable:
+        expanded = expand(text)  # `H="$ADDR $NODES"` with ADDR from `hostname`: H holds the unknown reference
+        if {m.group(1) for m in _NAME_REF.finditer(text + " " + expanded)} & undecidable:
             return None
-        done = _PLAIN_REF.sub("", expand(text))
+        done = _PLAIN_REF.sub("", expanded)
         return None if "$" in done or "`" in done else done
     return word
 

@@ -1,5 +1,6 @@
 """Commands that only wrap the launch: `nohup`, `exec`, `time`, `nice -n 5`, `nsys profile -o out`, `stdbuf -oL`, `numactl --interleave=all`,
-`taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`.
+`taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`,
+`ssh [options] HOST` (the command runs on that node).
 They start the command after their own options unchanged, so the launch is parsed from there; and the options of
 an `env` prefix (`env -u NAME`, `env -i`, `env -C DIR`).
 """
@@ -31,6 +32,10 @@ _CONTAINERS = frozenset({"apptainer", "singularity"})
 _CONTAINER_VALUED = frozenset({"-B", "--bind", "--env", "--env-file", "-H", "--home", "--pwd", "-W", "--workdir",
                                "--overlay", "-o", "--mount", "--network", "--security"})
 ENV_VALUED = frozenset({"-u", "--unset", "-C", "--chdir"})
+_SSH_VALUED = frozenset({"-B", "-b", "-c", "-D", "-E", "-e", "-F", "-I", "-i", "-J", "-L", "-l", "-m", "-O", "-o", "-p",
+                         "-Q", "-R", "-S", "-W", "-w"})
+"""ssh(1)'s options that take a value (OpenSSH: `ssh [-46AaCfGgKkMNnqsTtVvXxYy] [-B bind_interface] ... destination
+[command]`)."""
 
 
 def _skip_options(words: Sequence[str], j: int, valued: frozenset[str]) -> int:
@@ -64,6 +69,9 @@ def wrapped_program(words: Sequence[str], i: int) -> int | None:
         return _nsys(words, i)
     if head == "taskset":
         return _taskset(words, i)
+    if head == "ssh":  # `ssh -q $node python -m torch.distributed.launch ...`: the command runs on that node
+        j = _skip_options(words, i + 1, _SSH_VALUED) + 1  # + the destination
+        return j if j < len(words) else None  # no command: an interactive login
     if head in _CONTAINERS and i + 1 < len(words) and words[i + 1] in ("exec", "run"):
         return _skip_options(words, i + 2, _CONTAINER_VALUED) + 1  # + the image
     if head not in _WRAPPERS or (head == "command" and i + 1 < len(words) and words[i + 1] in ("-v", "-V")):

@@ -361,3 +361,46 @@ def test_a_loop_of_several_runs_is_refused_once(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match=r"has 2 launch lines \(line 4: .*--seed 0; line 5: .*--seed 0\)"):
         parse_launch(["bash", "ablation.sh"], {})
+
+
+# bigscience-workshop/bigscience jz/slurm/multi-node-launcher3.slurm, cut to what sizes the job: one
+# torch.distributed.launch per node, started over ssh in a loop over the allocation's hosts.
+SSH_LOOP = """#!/bin/bash
+#SBATCH --nodes=2
+GPUS_PER_NODE=4
+NNODES=2
+MASTER_ADDR=`/bin/hostname -s`
+SLAVES=`scontrol show hostnames $SLURM_JOB_NODELIST | grep -v $MASTER_ADDR`
+HOSTLIST="$MASTER_ADDR $SLAVES"
+NODE_RANK=0
+for node in $HOSTLIST; do
+    ssh -q $node \\
+        python -m torch.distributed.launch \\
+            --nproc_per_node $GPUS_PER_NODE \\
+            --nnodes $NNODES \\
+            --node_rank $NODE_RANK \\
+            pretrain_gpt.py {gpt} &
+    NODE_RANK=$((NODE_RANK+1))
+done
+wait
+"""
+
+
+def test_ssh_per_host_in_a_loop_over_unknown_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's words hold `$MASTER_ADDR $SLAVES`, which only running hostname / scontrol gives: llmperf read them
+    as empty (the test of a variable holding an unknown one was decided), so the loop ran no pass and the script had
+    'no launch line'; and `ssh -q HOST CMD` was 'a launcher llmperf does not know'. ssh now wraps the command it runs
+    on that host (OpenSSH ssh(1): destination, then command), and the loop is read once as a body that may run."""
+    (tmp_path / "job.slurm").write_text(SSH_LOOP.format(gpt=GPT))
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["sbatch", "job.slurm"], {})
+    assert (job.launcher, job.nnodes, job.world_size) == ("torch.distributed.launch", 2, 8)
+
+
+def test_a_test_on_a_variable_holding_an_unknown_one_is_undecided(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nTP=1\nHOST=`hostname -s`\nH=\"$HOST\"\nif [ -z \"$H\" ]; then TP=2; fi\n"
+        f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size $TP\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_launch(["bash", "train.sh"], {}).undecided == ("line 5",)
