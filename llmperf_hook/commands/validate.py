@@ -107,8 +107,10 @@ def _read_csv(csv_file: str, read_runs_csv) -> list[dict[str, str]]:
     try:
         return read_runs_csv(csv_file)
     except UnicodeDecodeError as err:
-        raise UsageError(f"{csv_name(csv_file)} is not UTF-8 text (byte {err.start}: {err.reason}); export the "
-                         "measured runs as a UTF-8 CSV.") from None
+        line = err.object[:err.start].count(b"\n") + 1
+        raise UsageError(f"{csv_name(csv_file)} is not UTF-8 text (line {line}, byte {err.start}: {err.reason}, "
+                         f"{err.object[err.start:err.start + 1]!r}; a Latin-1 or Windows-1252 export?); export the "
+                         "measured runs as a UTF-8 CSV (or convert it: iconv -f latin1 -t utf-8).") from None
     except csv.Error as err:
         raise UsageError(f"{csv_name(csv_file)} is not a readable CSV ({err}); export the measured runs as a plain "
                          "CSV.") from None

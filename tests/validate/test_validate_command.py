@@ -123,3 +123,13 @@ def test_dash_reads_standard_input(csv_file: Path) -> None:
     assert isinstance(out.exception, UsageError) and "standard input is not UTF-8" in str(out.exception)
     out = CliRunner().invoke(command, ["-"], input=b"")
     assert isinstance(out.exception, UsageError) and "'standard input' is empty" in str(out.exception)
+
+
+def test_non_utf8_byte_is_located_by_line(csv_file: Path) -> None:
+    """A Latin-1 'é' in row 3's notes: the message gave only a byte offset into the file."""
+    text = csv_file.read_bytes().split(b"\n")
+    text[3] = text[3].replace(b"test source", b"test sourc\xe9")
+    csv_file.write_bytes(b"\n".join(text))
+    out = CliRunner().invoke(command, [str(csv_file)])
+    assert isinstance(out.exception, UsageError) and "line 4, byte" in str(out.exception)
+    assert "iconv -f latin1 -t utf-8" in str(out.exception)
