@@ -72,8 +72,10 @@ def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, wo
     """(w, measured) of one run: a quiet CPU run of several ranks measured w = log(wall / CPU per step); a
     contended one's reading (refine/contention.py: its CPU time less the contention's share, times an assumed
     quiet wall / CPU ratio) holds that assumed ratio, which is taken out of its CPU part as well but observes no
-    wait (measured False); (0, False) for one rank, a GPU run, and a run without CPU time."""
-    if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu <= 0:
+    wait (measured False); (0, False) for one rank, a GPU run, a run without CPU time, and a quiet run whose
+    ranks spent more CPU than wall time: several threads per rank (getrusage counts all of the process's), a
+    parallelism that a negative w would carry to other configurations as a wait and put back into their CPU part."""
+    if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu < 1.0:
         return 0.0, False
     if not contended:
         return math.log(wall_per_cpu), True

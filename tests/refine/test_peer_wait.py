@@ -37,6 +37,8 @@ def test_the_wait_is_wall_over_cpu_of_a_multi_rank_cpu_run_only() -> None:
     assert wait_log(0.055, 0.055, 1.10, 1) == (0.0, False)  # one rank has nobody to wait for
     assert wait_log(0.055, 0.055, 1.10, 2, "cuda") == (0.0, False)  # a GPU step's wall over CPU: no peer's wait
     assert wait_log(0.055, 0.055, None, 2) == (0.0, False)
+    # ranks on two threads each: CPU time twice the wall time is their parallelism, not a negative wait
+    assert wait_log(0.055, 0.055, 0.5, 2) == (0.0, False)
 
 
 def test_an_instrumented_two_rank_configuration_keeps_nearly_all_its_measured_wait() -> None:
