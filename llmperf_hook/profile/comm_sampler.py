@@ -288,8 +288,8 @@ def _local_hardware_name(device: str) -> str:
     try:
         find_config_file("hardware", name)
     except UsageError:
-        dtypes = ("fp32", "bf16") if device == "cpu" else ("fp32", "bf16", "fp16")
-        peaks = {dt: lh.measure_peak_flop_per_s(dt, device) for dt in dtypes}
+        # every dtype, fp16 on CPU too: a dtype missing from the YAML would be priced at the highest peak listed
+        peaks = {dt: lh.measure_peak_flop_per_s(dt, device) for dt in ("fp32", "bf16", "fp16")}
         lh.write_hardware_yaml(name, device, peaks, lh.measure_roofline("fp32", device, 1), 1)
     return name
 

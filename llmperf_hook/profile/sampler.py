@@ -344,11 +344,15 @@ def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineC
     return total
 
 
-def _peaks(req: ProfileRequest, rc: RooflineConstants) -> dict[str, float]:
+def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
+    """Every dtype's peak for the hardware YAML: those measured for this fit (the dtype sampled and every dtype of
+    the store's samples), and the others measured now. A dtype missing from the YAML is priced at the highest peak
+    listed: an fp32 refit of a CPU profile once dropped fp16 (~1 GFLOP/s, emulated on x86), and fp16 jobs were
+    then priced at bf16's 210 GFLOP/s, 10.6 ms a step where 878 ms was predicted before."""
     from llmperf_hook.profile.local_hardware import measure_peak_flop_per_s
 
-    peaks = {req.dtype: rc.peak_flop_per_s}  # the hardware YAML lists every dtype's peak
-    for other in (("fp32", "bf16") if req.device == "cpu" else ("fp32", "bf16", "fp16")):
+    peaks = {dt: r.peak_flop_per_s for dt, r in measured.items()}
+    for other in ("fp32", "bf16", "fp16"):  # fp16 on CPU too: peak_gemm_size keeps an emulated one quick
         if other not in peaks:
             peaks[other] = measure_peak_flop_per_s(other, req.device)
     return peaks
@@ -384,7 +388,7 @@ def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: st
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes))
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
-    yaml_path = _hardware_yaml(req, name, rc)
+    yaml_path = _hardware_yaml(req, name, rc, rooflines)
     if _measures_framework(req):  # framework work on the computing thread, measured against this profile
         from llmperf_hook.profile.cpu_framework import write_framework_overhead
 
@@ -411,12 +415,13 @@ def _framework_reserved_s() -> float:
     return RESERVED_S
 
 
-def _hardware_yaml(req: ProfileRequest, name: str, rc: RooflineConstants) -> Path:
+def _hardware_yaml(req: ProfileRequest, name: str, rc: RooflineConstants,
+                   rooflines: Mapping[str, RooflineConstants]) -> Path:
     from llmperf_hook.profile.local_hardware import shipped_hardware_names, write_hardware_yaml
 
     if req.device == "cuda" and name in shipped_hardware_names():
         # A GPU with a shipped preset keeps its datasheet description; only the operator profile is user-fitted.
         yaml_path = configs_dir() / "hardware" / f"{name}.yaml"
     else:
-        yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rc), rc, req.threads)
+        yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rooflines), rc, req.threads)
     return yaml_path
