@@ -317,9 +317,9 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
-        raise type(err)(message + not_exported_note(message, hidden) + unknown_value_note(message, launch.unknown
-                                                                                          if launch else {})) \
-            from err.__cause__
+        unknown = launch.unknown if launch is not None else {}
+        notes = not_exported_note(message, hidden) + unknown_value_note(message, unknown)
+        raise type(err)(message + notes) from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
                        undecided=(*launch.undecided, *size.undecided),
