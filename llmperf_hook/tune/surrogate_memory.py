@@ -7,7 +7,8 @@ each is computed by the full model's own function once per distinct value of the
   (CUDA context, NCCL, ZeRO buckets and live parameters) and the optimizer step's gradient bytes: memory.state_bytes,
   buffer_bytes and optimizer_step_bytes per (tp, pp, vpp, cp, ep, etp, zero, distopt) on the pipeline ranks that can
   hold the peak, as StageGraphs with the ranks' real parameter blocks (graph/build.py's names and counts, no ops);
-- one layer's activations (no recompute, selective, a full-recompute checkpoint), the softmax backward, embedding,
+- one layer's activations (no recompute, selective with the job's --recompute-modules, a full-recompute checkpoint;
+  an MoE model's MoE and dense layers, mixed per chunk), the softmax backward, embedding,
   logits, MTP and the attention score buffer: schedule/activations.py per (tp, cp, sp, mbs, etp);
 - micro-batches in flight: activations.microbatches_in_flight per (pp, vpp, micro-batches, rank);
 composed as memory.stage_memory composes them (chunk_layer_bytes' recompute methods, checkpoints_off_gpu_bytes,
