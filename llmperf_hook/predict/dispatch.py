@@ -82,7 +82,7 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
     roofline.sustained_math_floor_s)."""
     ckey = cluster_key(cluster)
     seconds: dict[str, float] = {}
-    used: dict[str, str] = {}
+    used: dict[str, dict[str, list[str]]] = {}  # op class -> predictor name -> phases it answered
     pending: dict[tuple[int, str], list[tuple[str, Op]]] = defaultdict(list)
     predictors: dict[int, OpClassPredictor] = {}
     for op in ops:
@@ -93,7 +93,9 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             op = replace(op, phase="fwd")  # a recomputed forward costs what the forward costs
         op = bf16_part_of_fp8_run(op)
         predictor = choose_predictor(op, profile, comm_model)
-        used[op.op_class] = predictor.name
+        phases = used.setdefault(op.op_class, {}).setdefault(predictor.name, [])
+        if op.phase not in phases:
+            phases.append(op.phase)
         cached = _CACHE.get((predictor.name, id(predictor), ckey, oid, sustained_floor))
         if cached is not None:
             seconds[oid] = cached
@@ -110,7 +112,16 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
                 seconds[oid] = max(seconds[oid], sustained_math_floor_s(op, cluster.gpu))
             if len(_CACHE) < _CACHE_LIMIT:
                 _CACHE[(predictor.name, pid, ckey, oid, sustained_floor)] = seconds[oid]
-    return seconds, used
+    return seconds, {op_class: predictor_label(names) for op_class, names in used.items()}
+
+
+def predictor_label(names: dict[str, list[str]]) -> str:
+    """A class's predictor as reports name it: one name, or each with the phases it answered when they differ (a
+    profile that fitted gemm fwd but had too few bwd samples: "lightgbm:cpu (fwd) / roofline (bwd)"; the class
+    was labelled by whichever op came last, "roofline", hiding the fitted half)."""
+    if len(names) == 1:
+        return next(iter(names))
+    return " / ".join(f"{name} ({', '.join(phases)})" for name, phases in names.items())
 
 
 def bf16_part_of_fp8_run(op: Op) -> Op:
