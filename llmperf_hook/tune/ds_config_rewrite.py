@@ -22,7 +22,9 @@ from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.tune import argv_edit as ed
 from llmperf_hook.tune.candidate import Candidate
 
-DS_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
+DS_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepscale_config", "--deepscale-config")
+"""The flags naming a ds_config; --deepscale_config is DeepSpeed's deprecated one (deepspeed.add_config_arguments),
+which deepspeed.initialize still reads into args.deepspeed_config: a tuned copy must replace it too."""
 HF_DEEPSPEED_FLAG = "--deepspeed"
 HF_MBS = ("--per_device_train_batch_size", "--per-device-train-batch-size")
 HF_GAS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps")

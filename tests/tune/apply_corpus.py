@@ -127,6 +127,10 @@ CASES: tuple[Case, ...] = (
               "--tensor-model-parallel-size", "2", "--bf16"]),
     _megatron("mlm-deepspeed-launcher-hostfile", ["deepspeed", "--hostfile", "hostfile", "pretrain_gpt.py", *GPT_1B,
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"], files={"hostfile": HOSTFILE}),
+    _megatron("mlm-torchrun-elastic-nnodes", ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", "pretrain_gpt.py",
+              *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
+    _megatron("mlm-srun-options", ["srun", "-N", "2", "--ntasks-per-node", "8", "python", "pretrain_gpt.py", *GPT_1B,
+              "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
     _megatron("mlm-mpirun", ["mpirun", "-np", "16", "-H", "node1:8,node2:8", "python", "pretrain_gpt.py", *GPT_1B,
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
     _megatron("mlm-torch-fsdp2", ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", *GPT_1B, "--micro-batch-size",
@@ -230,6 +234,16 @@ CASES: tuple[Case, ...] = (
     Case("ds-release-0.4-zero3", ("LLMPERF_DEEPSPEED_VERSION=0.4.0", *DS_8, "train.py", "--deepspeed_config",
          "ds.json"), files={"ds.json": ds(3, train_batch_size=64, train_micro_batch_size_per_gpu=1)},
          model="llama2-7b"),
+    Case("ds-deepscale-config", (*DS_8, "train.py", "--deepspeed", "--deepscale_config", "ds.json"),
+         files={"ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu=1)}, model="llama2-7b"),
+    Case("ds-config-equals-form", (*DS_8, "train.py", "--deepspeed", "--deepspeed_config=ds.json"),
+         files={"ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu=1)}, model="llama2-7b"),
+    Case("ds-duplicate-keys-refused", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
+         files={"ds.json": '{"train_batch_size": 64, "train_batch_size": 32, "zero_optimization": {"stage": 1}}'},
+         model="llama2-7b", expect=2, says="train_batch_size"),
+    Case("mds-config-in-subfolder", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1",
+         "--global-batch-size", "64", "--bf16", "--deepspeed", "--deepspeed_config", "cfg/ds.json"),
+         files={"cfg/ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu=1)}),
     # Hugging Face Trainer and accelerate
     Case("hf-trainer-no-batch-keys", (*DS_8, "run_clm.py", "--deepspeed", "ds.json", "--per_device_train_batch_size",
          "2", "--gradient_accumulation_steps", "2", *HF), files={"ds.json": ds(2)}, model="llama2-7b"),
@@ -265,6 +279,7 @@ RunCli = Callable[[list[str]], tuple[int, str, str]]
 def check_case(case: Case, folder: Path, run_cli: RunCli, deepspeed_config: Any | None = None) -> list[str]:
     """Every problem of tune --apply --dry-run on `case`, run from `folder` (the current directory) with `run_cli`."""
     for name, text in case.files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     before = _hashes(folder)
     model = ["--model", case.model] if case.model else []
