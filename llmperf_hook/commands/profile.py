@@ -137,6 +137,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
 
 def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None) -> None:
     """Options of an operator profile that contradict each other, or belong to --comm or --for alone."""
+    store = click.get_current_context().params.get("store_path")
+    if store is not None and not store.strip():  # `--store $STORE` with STORE unset: not the default store silently
+        raise UsageError("--store '' names no file: give the SQLite store's path, or leave --store out for "
+                         "$LLMPERF_HOME/store.sqlite.")
     comm_only = _given(("--cluster-name", "cluster_name"), ("--min-bytes", "min_bytes"), ("--max-bytes", "max_bytes"))
     if comm_only:
         raise UsageError(f"{', '.join(comm_only)} without --comm: they choose the collectives' cluster and message "

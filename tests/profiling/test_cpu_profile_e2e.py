@@ -57,7 +57,8 @@ def test_bad_options_are_usage_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     code, out = _run(["profile", "--device", "cpu", "--budget", "0"], capsys)
     assert code == 2 and "--budget" in out
     for bad in (["--budget", "nan"], ["--budget", "inf"], ["--threads", "0"], ["--threads", "-2"],
-                ["--threads", str(len(os.sched_getaffinity(0)) + 1)]):  # oversubscribed: timed the OS's slicing
+                ["--threads", str(len(os.sched_getaffinity(0)) + 1)],  # oversubscribed: timed the OS's slicing
+                ["--store", ""]):  # `--store $STORE` with STORE unset sampled into the default store
         code, out = _run(["profile", "--device", "cpu", *bad], capsys)  # nan ignored the budget, inf never ended,
         assert code == 2 and bad[0] in out and "internal error" not in out, out  # --threads 0: internal error
     for empty in ("", ",", " , "):  # an --ops naming nothing is a mistake, not "every class"
