@@ -158,6 +158,28 @@ def memory_capacity_bytes(device: str) -> int:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
+WRITER_MARK = "measured by `llmperf profile"
+"""In the description of every hardware file this module writes: a file without it is the user's own."""
+
+
+def check_hardware_yaml_is_ours(name: str) -> None:
+    """$LLMPERF_HOME/hardware/NAME.yaml is rewritten by every fit of profile NAME; one the user wrote (or edited
+    into another description) is refused before sampling, never replaced."""
+    path = llmperf_home() / "hardware" / f"{name}.yaml"
+    if not path.exists():
+        return
+    try:
+        ours = WRITER_MARK in str(yaml.safe_load(path.read_text()).get("description", ""))
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        ours = False
+    if not ours:
+        from llmperf_hook.errors import UsageError
+
+        raise UsageError(f"{path} exists and was not written by `llmperf profile` (its description lacks "
+                         f"{WRITER_MARK!r}): profiling under the name {name!r} would replace it with this machine's "
+                         f"measured peaks. Give the profile another --name, or move that file away.")
+
+
 def write_hardware_yaml(name: str, device: str, peaks_flop_per_s: dict[str, float], rc: RooflineConstants,
                         threads: int) -> Path:
     """$LLMPERF_HOME/hardware/NAME.yaml in the schema of hardware/load.py (only its keys)."""

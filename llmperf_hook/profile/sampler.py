@@ -280,6 +280,8 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     deadline = max(deadline, time.perf_counter() + (deadline - t_start) * MIN_SAMPLING_SHARE)
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     _check_same_machine(name, json.loads(fp))
+    if not (req.device == "cuda" and name in lh.shipped_hardware_names()):  # that one keeps the shipped YAML
+        lh.check_hardware_yaml_is_ours(name)
     with open_store(req.store_path) as store:
         store.check_integrity()  # before the budget goes into a file whose samples would be lost
         done = _done_keys(store, name, req.dtype, fp)

@@ -125,3 +125,18 @@ def test_operator_profile_under_torchrun_is_refused(tmp_path: Path, monkeypatch:
     code, out = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm"], capsys)
     assert code == 2 and "$WORLD_SIZE=2" in out and "--comm" in out and "Traceback" not in out, out
     assert not (tmp_path / "store.sqlite").exists()  # refused before any sampling
+
+
+def test_a_hardware_file_the_user_wrote_is_not_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """`llmperf profile --name my-cpu` rewrote $LLMPERF_HOME/hardware/my-cpu.yaml whoever wrote it: a hand-written
+    description of the machine was replaced by the measured peaks."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    mine = tmp_path / "hardware" / "my-cpu.yaml"
+    mine.parent.mkdir()
+    mine.write_text("name: my-cpu\npeak_TFLOPs: {fp32: 1.0}\nmemory_bandwidth_GBps: 100\nmemory_capacity_GiB: 64\n"
+                    "description: our build server, datasheet figures\n")
+    before = mine.read_text()
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm", "--name", "my-cpu"], capsys)
+    assert code == 2 and str(mine) in out and "--name" in out and "Traceback" not in out, out
+    assert mine.read_text() == before and not (tmp_path / "store.sqlite").exists()  # refused before sampling
