@@ -316,6 +316,17 @@ few host syncs per step rather than per tensor (read from the source; not measur
 DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
 """Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
 measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
+DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH = {2: 12.0, 3: 8.0}
+"""Bytes per local parameter that ZeRO-2/3 add for each micro-batch after the first, beyond the accumulation above:
+they reduce in every micro-batch's backward (ZeRO-1 only at the boundary), and DEEPSPEED_MP_BYTES_PER_PARAM holds
+the first micro-batch's reduction. Each gradient is copied into the ipg bucket (read 2, write 2) and the bucket is
+divided by the DP size (2 + 2), at any DP size; ZeRO-2 then copies it into its partition (2 + 2; stage_1_and_2.py
+reduce_independent_p_g_buckets_and_remove_grads, average_tensor, copy_grads_in_partition), where ZeRO-3 adds it
+(the accumulation above; stage3.py __add_grad_to_ipg_bucket, __avg_scatter_contiguous_grads, partition_grads).
+Measured on one H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels, ds_bf16_zero2/3_accum4 against
+ds_bf16_zero2/3): 2 more aten::div_ per micro-batch, 661 us (3.9 B per parameter at 4.22 TB/s); 316 / 168 more
+aten::copy_ per micro-batch (ZeRO-1 on the H100: 14), 8.9 / 3.9 B once the model's own copies of the twice larger
+batch are taken out (plain_bf16: 3.8 ms). In all 12.8 / 7.8 B."""
 DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6, 3: 30e-6}
 """Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
 three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
@@ -334,7 +345,8 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     offloaded = cfg.optimizer.offload_optimizer != "none"
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or offloaded:
         return []
-    accumulated = max(0, cfg.batch.num_microbatches - 1) * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, 0.0)
+    accumulated = max(0, cfg.batch.num_microbatches - 1) * per_microbatch
     grad_params = accumulated_grad_params(cfg, local, rank_params)
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"

@@ -9,7 +9,8 @@ import pytest
 
 from llmperf_hook.api import predict_command
 from llmperf_hook.graph.build import build_graph
-from llmperf_hook.graph.step_ops import DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_MP_BYTES_PER_PARAM
+from llmperf_hook.graph.step_ops import (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_MP_BYTES_PER_PARAM,
+                                         DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH)
 
 TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
 SHAPE = ["--no-pipeline-parallel", "--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16",
@@ -34,7 +35,8 @@ def test_bf16_step_carries_the_bookkeeping_of_its_zero_stage(tmp_path: Path, zer
     (op,) = [op for op in _bookkeeping(graph) if op.name == "optimizer.deepspeed_mixed_precision"]
     local = op.dims["params"]
     assert local == graph.stages[0].num_params  # one rank: nothing sharded
-    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[zero] + 2 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM  # 3 micro-batches
+    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, 0.0)
+    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[zero] + 2 * per_microbatch  # 3 micro-batches
     assert op.bytes_moved == pytest.approx(local * per_param)
     # per layer 4 linears and 2 LayerNorms, each a weight and a bias; word + position embeddings, final LayerNorm
     assert op.dims["param_tensors"] == 4 * 12 + 2 + 2  # 148 for the 12 layers of the measured H100 runs
@@ -43,6 +45,21 @@ def test_bf16_step_carries_the_bookkeeping_of_its_zero_stage(tmp_path: Path, zer
 
 def test_fp32_has_none(tmp_path: Path) -> None:
     assert not _bookkeeping(_graph(tmp_path, 1, "--micro-batch-size", "2")[1])
+
+
+def test_zero2_and_3_reduce_every_micro_batch_zero1_once(tmp_path: Path) -> None:
+    """Each micro-batch after the first: ZeRO-1 adds its gradients (6 B per parameter); ZeRO-2 also copies them into
+    the ipg bucket, divides it and copies it into its partition (+12), ZeRO-3 the bucket copy and the division (+8)
+    (H200 kernel tables ds_bf16_zero2 / _accum4: div_ 2 -> 8 calls, copy_ +316 calls per micro-batch)."""
+    def extra_bytes_per_param(zero: int) -> float:
+        ops = [_bookkeeping(_graph(tmp_path, zero, "--micro-batch-size", "2", "--global-batch-size", gbs, "--bf16")[1])
+               for gbs in ("2", "8")]
+        one, four = (next(op for op in found if op.name == "optimizer.deepspeed_mixed_precision") for found in ops)
+        return (four.bytes_moved - one.bytes_moved) / (3 * one.dims["params"])
+
+    assert extra_bytes_per_param(1) == pytest.approx(6.0)
+    assert extra_bytes_per_param(2) == pytest.approx(18.0)
+    assert extra_bytes_per_param(3) == pytest.approx(14.0)
 
 
 @pytest.mark.parametrize("precision", [[], ["--bf16"]])
@@ -95,3 +112,25 @@ def test_bookkeeping_is_reported_with_the_optimizer_and_never_overlapped(tmp_pat
     expected = sum(times.seconds[op_id(op)] for op in graph.stages[0].step_ops
                    if op.op_class in ("optimizer", "deepspeed_bookkeeping"))
     assert cost.optimizer_s == pytest.approx(expected) and cost.grad_total_s == 0.0  # one rank: no sync
+
+
+def test_zero3_hooks_price_hf_deepspeed_and_not_fsdp(tmp_path: Path) -> None:
+    """The Trainer's --deepspeed (framework 'hf-deepspeed') runs DeepSpeed's ZeRO-3 hooks; FSDP full_shard, also
+    ZeRO stage 3 in the config, runs torch's FSDP and none of them."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024}))
+    ds = tmp_path / "ds3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))
+    common = ["run_clm.py", "--model_name_or_path", str(model), "--per_device_train_batch_size", "1",
+              "--block_size", "1024", "--bf16", "--do_train", "--output_dir", str(tmp_path / "out")]
+    hooks = {}
+    for argv in (["deepspeed", "--num_gpus", "8", *common, "--deepspeed", str(ds)],
+                 ["torchrun", "--nproc-per-node", "8", *common, "--fsdp", "full_shard auto_wrap"]):
+        pred = predict_command(argv, {}, cluster="dgx-h100")
+        graph = build_graph(pred.config, pred.cluster)
+        assert pred.config.optimizer.zero_stage == 3
+        hooks[pred.config.framework] = [op for op in _bookkeeping(graph) if op.name == "zero3.module_hooks"]
+    assert len(hooks["hf-deepspeed"]) == 1 and hooks["torch"] == []

@@ -12,7 +12,7 @@ import pytest
 from llmperf_hook.api import predict_command
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.step_ops import (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM,
-                                         DEEPSPEED_MP_BYTES_PER_PARAM)
+                                         DEEPSPEED_MP_BYTES_PER_PARAM, DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH)
 
 SHAPE = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
          "--max-position-embeddings", "2048", "--tensor-model-parallel-size", "2", "--micro-batch-size", "1",
@@ -67,5 +67,6 @@ def test_zero1_accumulates_every_gradient_of_the_rank(tmp_path: Path, precision:
 def test_zero2_accumulates_its_partition_only(tmp_path: Path) -> None:
     """ZeRO-2 reduces each bucket in the backward and keeps only its partition of the gradients."""
     _, book = _bookkeeping_at(tmp_path, 2, "fp16")
-    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[2] + 3 * DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM
+    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[2]
+    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[2] + 3 * per_microbatch
     assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
