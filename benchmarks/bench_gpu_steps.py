@@ -66,8 +66,10 @@ def device_presets(folder: Path) -> tuple[str, str]:
     if meta.exists():
         hardware = json.loads(meta.read_text())["hardware_name"]
     else:  # a folder of runs only: the hardware its launch predictions named
-        first = sorted((folder / "runs").glob("*/prediction.json"))[0]
-        hardware = json.loads(first.read_text())["cluster"]["gpu"]
+        predictions = sorted((folder / "runs").glob("*/prediction.json"))
+        if not predictions:
+            sys.exit(f"{folder}: neither op_samples_meta.json nor runs/*/prediction.json names the hardware")
+        hardware = json.loads(predictions[0].read_text())["cluster"]["gpu"]
     clusters = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
                       if yaml.safe_load(p.read_text()).get("gpu") == hardware)
     if not clusters:

@@ -4,7 +4,8 @@
 # and ZeRO-3's partition machinery was never measured on a GPU; predict gave ZeRO-3 a faster step than ZeRO-1.
 #   1. runs: `llmperf run --instrument 10` of the testbed GPT (examples/cpu-testbed/train_gpt.py, bf16, plain
 #      engine: --no-pipeline-parallel) at ZeRO-1/2/3 in three shapes: 12 x 2048 seq 2048 micro-batch 4 (c01 of
-#      measurements/*-2026-11-26), the same with micro-batch 2 and 4 micro-batches (c07: the accumulation path; ZeRO-2/3 only, ZeRO-1 is c07), and
+#      measurements/*-2026-11-26), the same with micro-batch 2 and 4 micro-batches (c07: the accumulation path;
+#      ZeRO-2/3 only: ZeRO-1's c07 is in measurements/*-2026-11-26), and
 #      16 x 2560 seq 4096 micro-batch 1 (c05). Each run dir is read by benchmarks/bench_gpu_steps.py: step time,
 #      allocated and reserved peak memory per step;
 #   2. kernels: benchmarks/kernel_breakdown.py tables of ZeRO-2 and ZeRO-3 (12 x 2048, micro-batch 4), read by
