@@ -126,7 +126,7 @@ def test_zero3_hooks_price_hf_deepspeed_and_not_fsdp(tmp_path: Path) -> None:
     ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))
     common = ["run_clm.py", "--model_name_or_path", str(model), "--per_device_train_batch_size", "1",
               "--block_size", "1024", "--bf16", "--do_train", "--output_dir", str(tmp_path / "out")]
-    hooks = {}
+    hooks: dict[str, list] = {}
     for argv in (["deepspeed", "--num_gpus", "8", *common, "--deepspeed", str(ds)],
                  ["torchrun", "--nproc-per-node", "8", *common, "--fsdp", "full_shard auto_wrap"]):
         pred = predict_command(argv, {}, cluster="dgx-h100")
