@@ -43,7 +43,7 @@ class StepLine:
         # CPU seconds of this process (all its threads) in the step: on a CPU job, far less than the wall time
         # means the rank waited (for peers, or for a core the machine gave to someone else).
         cpu_s = None if self.start_cpu_s is None else self.end_cpu_s - self.start_cpu_s
-        memory = "".join(f',"{k}":{json_int(v)}' for k, v in self.memory.items())
+        memory = "".join([f',"{k}":{json_int(v)}' for k, v in self.memory.items()])  # a list: no generator frame
         return (f'{self.prefix()},"step":{self.step},"wall_time_s":{json_float(wall_s)},"cpu_time_s":'
                 f'{json_float(cpu_s)},"warmup":{_JSON_BOOL[self.warmup]},"profiled":{_JSON_BOOL[self.profiled]}'
                 f'{memory},"time_unix_s":{json_float(self.time_unix_s)},"timer":"{timer.name}","device":'
@@ -52,7 +52,7 @@ class StepLine:
 
 def json_float(value: float | None) -> str:
     """JSON for a float: null for None, NaN and the infinities (which JSON cannot hold)."""
-    if value is None or value != value or value in (_INF, -_INF):
+    if value is None or not -_INF < value < _INF:  # NaN compares False too
         return "null"
     return repr(float(value))
 

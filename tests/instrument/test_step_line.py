@@ -143,3 +143,22 @@ def test_a_forked_child_leaves_its_parents_exit_work_to_the_parent(tmp_path, mon
     rec._run_at_exit()
     ops = [r["pid"] for r in map(json.loads, (tmp_path / "rank0.jsonl").read_text().splitlines()) if r["kind"] == "op"]
     assert ops == [rec._pid]
+
+
+@pytest.mark.parametrize("num_steps, stop_after, ends_at", [(3, None, 3), (5, 2, 2), (2, 4, 4), (1, 1, 1)])
+def test_the_step_paths_shortcut_still_ends_and_stops_where_it_must(tmp_path, monkeypatch, num_steps: int,
+                                                                    stop_after: int | None, ends_at: int) -> None:
+    """_after_step returns at once below the first step where something happens (recorder._quiet_until): the end
+    record after num_steps, the stop at --stop-after (before num_steps too), the hook finished at the later."""
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=num_steps, stop_after_steps=stop_after,
+                                  num_warmup_steps=0, reference_speed=False))
+    stopped = []
+    # the real one leaves the process (os._exit): here it only says where, and ends the loop
+    monkeypatch.setattr(rec, "_stop_job", lambda: stopped.append(rec._num_steps_done) or setattr(rec, "enabled", False))
+    while rec.enabled:
+        rec.guarded(rec.torch_optimizer_stepped)
+    rec.writer.close()
+    records = [json.loads(x) for x in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert rec._num_steps_done == ends_at and stopped == ([stop_after] if stop_after else [])
+    assert [r["step"] for r in records if r["kind"] == "step"] == list(range(min(num_steps, ends_at)))
+    assert [r["num_steps"] for r in records if r["kind"] == "end"] == ([num_steps] if num_steps <= ends_at else [])
