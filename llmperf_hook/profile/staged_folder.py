@@ -4,7 +4,8 @@ A profile is several files that must agree (profile.json names every model file'
 a refit that is stopped part-way (Ctrl-C, a scheduler's SIGTERM or SIGKILL while the models are written) or that
 runs beside another refit of the same name leaves the model files of one fit beside the profile.json of another:
 every later `predict` refuses the profile until it is fitted again. Swapped in, a reader sees the old profile or
-the new one; a stop before the swap leaves the old profile as it was and the staging folder to the next writer.
+the new one, and a stop before the swap leaves the old profile as it was (a SIGKILL leaves its stage in .staging/,
+which nothing reads).
 
 The staging folders live in `.staging/` beside the profiles, one level below them, so a glob of
 `profiles/*/profile.json` (hardware/local_cpu.py) never finds a half-written one. Both renames stay inside one
@@ -31,9 +32,10 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
     carried over (files other stages of the tool add: reference_speed.json, framework_overhead.json), and the
     result replaces `directory`."""
     staging = directory.parent / STAGING
-    staging.mkdir(parents=True, exist_ok=True)
     stage = staging / f"{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    stage.mkdir()  # with the umask's mode, as `directory` itself was made (a shared $LLMPERF_HOME stays readable)
+    # parents: .staging too, which another writer may just have removed as empty; the umask's mode, as `directory`
+    # itself was made (a shared $LLMPERF_HOME stays readable to the others)
+    stage.mkdir(parents=True)
     try:
         write(stage)
         _carry_over(directory, stage, keep)
