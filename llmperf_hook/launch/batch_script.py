@@ -84,9 +84,9 @@ class _Reading(ShellVariables, FileWrites):
     """Where each variable llmperf cannot know was set so: `line 91` and the line's text."""
     texts: list[str] = field(default_factory=list)
     """The text of each line read before the launch, and the launch line's (for undecided_options)."""
-    unexported: list[str] = field(default_factory=list)
-    """Shells that would run a launch were the script's variables they read exported (where and which), for the
-    refusal."""
+    unreadable: list[str] = field(default_factory=list)
+    """Shells that may run a launch llmperf cannot read: their command reads variables the script does not export, or
+    their script file is not there (where and why), for the refusal."""
     kind: str = "sbatch script"
     """What the script is, for messages: "sbatch script", or "shell script" for `bash train.sh`."""
     conditions: Conditions = field(default_factory=Conditions)
@@ -293,7 +293,10 @@ class _Reading(ShellVariables, FileWrites):
             return False
         at = script_file(words)
         if at is not None:
-            return is_launch(words, text, self.script_text(words, at))
+            child = self.script_text(words, at)
+            if child is None and not self.launches:  # `cd /workspace/megatron-lm; ./tests/run.sh`: not here to read
+                self.unreadable.append(f"{self.where(line)} runs {words[at]}, which is not in {self.cwd} to read")
+            return is_launch(words, text, child)
         child = shell_commands(words, heredoc)
         if child is None or child is heredoc:
             return is_launch(words, text, child)
@@ -304,8 +307,9 @@ class _Reading(ShellVariables, FileWrites):
             return True
         if is_launch(words, text, expand_env_refs(outer, self.env, {})):  # it would, were its variables exported
             hidden = sorted(set(UNSET_REF.findall(outer)) & (set(self.env) - self.exported))
-            self.unexported.append(f"{words[0]} -c at {self.where(line)} reads ${', $'.join(hidden)}, which the "
-                                   "script sets without `export`, so that child shell does not have it")
+            self.unreadable.append(f"{words[0]} -c at {self.where(line)} reads ${', $'.join(hidden)}, which the "
+                                   "script sets without `export`, so that child shell does not have it (bash passes "
+                                   "a child process only exported variables)")
         return False
 
     def script_text(self, words: list[str], at: int) -> str | None:
@@ -418,8 +422,8 @@ class _Reading(ShellVariables, FileWrites):
         if self.unevaluated and not found:
             unsplit += (f"; {'; '.join(self.unevaluated)} (llmperf reads a script's variables and never runs its "
                         "commands, so it cannot know what that eval runs)")
-        if self.unexported and not found:
-            unsplit += f"; {'; '.join(self.unexported)} (bash passes a child process only exported variables)"
+        if self.unreadable and not found:  # shells that would launch, with what keeps llmperf from reading it
+            unsplit += f"; {'; '.join(self.unreadable)}"
         raise UsageError(f"{self.kind} {self.path} has {what}{unsplit}; llmperf predicts one training launch. Give "
                          "that line after `--` (e.g. `llmperf predict --nnodes N -- srun ... python pretrain_gpt.py ...`).")
 

@@ -404,3 +404,16 @@ def test_a_test_on_a_variable_holding_an_unknown_one_is_undecided(tmp_path: Path
         f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT} --tensor-model-parallel-size $TP\n")
     monkeypatch.chdir(tmp_path)
     assert parse_launch(["bash", "train.sh"], {}).undecided == ("line 5",)
+
+
+def test_a_script_file_that_is_not_there_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch_gpt3_distributed_test.sh as committed (`cd /workspace/megatron-lm` inside the container): the test's
+    launch script is not on this machine, so there is no launch to read; the refusal said only 'no launch line' (and
+    before the newline fix, 'cannot find the model shape'). It names the script file and the folder looked in."""
+    from llmperf_hook.errors import UsageError
+
+    (tmp_path / "job.sh").write_text(SBATCH_TEST.format(checkout="/nonexistent/megatron-lm"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"line 4 runs \./tests/pretrain_gpt3_distributed_test\.sh, which is not in "
+                                         r"/nonexistent/megatron-lm to read"):
+        parse_launch(["sbatch", "job.sh"], {})
