@@ -56,6 +56,9 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
     src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed: stage 0"))
+    # provenance_fill would give the same later; deepspeed_release.as_released records it for tune before replacing it
+    src.setdefault("overlap_grad_reduce", ds.sources.get(
+        "overlap_comm", Source(SourceKind.DEFAULT, "DeepSpeed: overlap_comm on at ZeRO-3 only")))
     reduce_auto, prefetch_auto = (hidden * hidden, int(0.9 * hidden * hidden)) if hf_fill else (_REDUCE_BUCKET, _PREFETCH_BUCKET)
     return replace(
         base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]

@@ -96,37 +96,33 @@ _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_a
 
 def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool,
                     global_batch_size: int | None = None, auto_filled: bool = True) -> dict[str, Any]:
-    """A copy of `raw` with the micro-batch / accumulation / ZeRO stage of `new`; `"auto"` batch values are kept where
-    the framework fills them in (`auto_filled`: the Hugging Face Trainer, accelerate, Megatron-DeepSpeed's flags) and
-    dropped for a plain deepspeed.initialize, which reads the string itself: the numbers left state the batch (explain
-    priced "auto" as unset, frameworks/deepspeed_job.ds_batch, while the copy kept a micro-batch "auto" that explain
-    then derived as train / DP: 8 where tune had chosen 1).
+    """A copy of `raw` that states the micro-batch of `new` (train_micro_batch_size_per_gpu, what a reader of the copy
+    looks for), its accumulation where the config gives one, and its ZeRO stage.
 
-    A copy of a config with neither train_batch_size nor the micro-batch (Megatron-DeepSpeed, whose --global-batch-size
-    / --micro-batch-size explain reads then) states train_batch_size (`global_batch_size`, held by tune) too:
-    DeepSpeedConfig asserts 'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided', and a
-    micro-batch alone made DeepSpeed's batch micro x DP x 1 (deepspeed/runtime/config.py _set_batch_related_parameters)."""
+    `"auto"` batch values stay where the framework fills them in (`auto_filled`: the Hugging Face Trainer, accelerate,
+    Megatron-DeepSpeed's flags) and are dropped for a plain deepspeed.initialize, which reads the string itself (explain
+    priced "auto" as unset, frameworks/deepspeed_job.ds_batch, while a kept micro-batch "auto" was derived as train /
+    DP: 8 where tune had chosen 1). With neither train_batch_size nor an accumulation, train_batch_size
+    (`global_batch_size`, which tune holds) is stated too: a micro-batch alone makes DeepSpeed's batch micro x DP x 1
+    (deepspeed/runtime/config.py _set_batch_related_parameters), and a config with no batch key (Megatron-DeepSpeed
+    runs its flags' batch) would fail DeepSpeedConfig's 'Either train_batch_size or train_micro_batch_size_per_gpu
+    needs to be provided'."""
     out = json.loads(json.dumps(raw))
     for key in _BATCH_KEYS if not auto_filled else ():
         if out.get(key) == "auto":
             del out[key]
-    micro, gas = out.get("train_micro_batch_size_per_gpu"), out.get("gradient_accumulation_steps")
-    unstated = micro is None and out.get("train_batch_size") is None
-    # Absent beside a train_batch_size and no accumulation: stated (DeepSpeed would derive train / DP, the old size).
-    states_micro = micro is None and not isinstance(gas, int) and gas != "auto"
-    if isinstance(micro, int) or (states_micro and not unstated):
+    train, gas = out.get("train_batch_size"), out.get("gradient_accumulation_steps")
+    if out.get("train_micro_batch_size_per_gpu") != "auto":
         out["train_micro_batch_size_per_gpu"] = new.micro_batch_size
     if isinstance(gas, int):
         out["gradient_accumulation_steps"] = num_microbatches
+    elif train is None and gas is None and global_batch_size is not None:
+        out["train_batch_size"] = global_batch_size
     if set_zero:
         zero = out.setdefault("zero_optimization", {})
         if not isinstance(zero, dict):
             raise UsageError("ds_config zero_optimization must be an object; fix the file.")
         zero["stage"] = new.zero_stage
-    if unstated and out != raw and global_batch_size is not None:  # a copy is written: one DeepSpeed accepts
-        out["train_batch_size"] = global_batch_size
-        if states_micro:
-            out["train_micro_batch_size_per_gpu"] = new.micro_batch_size
     return out
 
 

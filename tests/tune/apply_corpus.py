@@ -3,8 +3,8 @@
 Each Case is one command with the files it reads (ds_config, hostfile, accelerate config) and the environment it
 runs in. `check_case` runs tune --apply --dry-run on it in a scratch folder and returns every way it went wrong:
 an exit other than the case's expected one (1 never), an applied command `explain` refuses or resolves to another
-layout than tune's first row, a written ds_config DeepSpeed's own DeepSpeedConfig rejects (or reads another batch
-or stage), a user file changed, an exit 3 whose message does not name the largest configuration that would fit.
+layout than tune's first row or `predict` prices differently, a written ds_config DeepSpeed's own DeepSpeedConfig
+rejects (or reads another batch or stage), a user file changed, an exit 3 whose message does not name the largest configuration that would fit.
 """
 
 from __future__ import annotations
@@ -312,6 +312,11 @@ def _check_applied(data: dict[str, Any], model: list[str], run_cli: RunCli, deep
                         f"tune held {held[0]}")
     for path in applied.get("new_files", []):
         problems += _deepspeed_reads(path, resolved, deepspeed_config)
+    code, out, err = run_cli(["predict", "--cluster", "dgx-h100", "--format", "json", *model, "--", *applied["argv"]])
+    predicted = json.loads(out.strip().splitlines()[-1])["step_time_s"] if code in (0, 3) else None
+    if predicted is None or abs(predicted - best["step_time_s"]) > 1e-5 * best["step_time_s"]:  # JSON keeps 6 digits
+        problems.append(f"predict of the applied command: {predicted} s (exit {code}), tune listed "
+                        f"{best['step_time_s']} s for {best['layout']} {err[-300:]}")
     return problems
 
 

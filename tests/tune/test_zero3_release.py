@@ -55,12 +55,15 @@ def test_a_move_to_zero3_runs_the_releases_zero3(release: str, list_gather: bool
     assert tuned_s > today_s  # the old ZeRO-3 is slower: what the ranking must see
 
 
-def test_a_move_from_the_releases_zero3_runs_todays_zero1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """DeepSpeed 0.4's ZeRO-3 overlaps nothing; at ZeRO-1 the ds_config's overlap_comm true overlaps again."""
+@pytest.mark.parametrize("zero,overlap", [({"overlap_comm": True}, True), ({}, False)])
+def test_a_move_from_the_releases_zero3_runs_todays_zero1(zero: dict, overlap: bool, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed 0.4's ZeRO-3 overlaps nothing; at ZeRO-1 the ds_config's overlap_comm true overlaps again, and
+    DeepSpeed's default (on at ZeRO-3 only) does not."""
     monkeypatch.chdir(tmp_path)
-    cfg, spec, env = _job(tmp_path, 3, "0.4.0", overlap_comm=True)
+    cfg, spec, env = _job(tmp_path, 3, "0.4.0", **zero)
     assert not cfg.optimizer.overlap_grad_reduce and cfg.optimizer.stage3_prefetch_bucket_size_elems == 0
     priced, tuned_s, applied_s = _priced_and_applied(cfg, spec, env, 1)
     o = priced.optimizer
-    assert o.overlap_grad_reduce and not (o.zero3_per_tensor_grad_reduce or o.zero3_list_param_gather)
+    assert o.overlap_grad_reduce == overlap and not (o.zero3_per_tensor_grad_reduce or o.zero3_list_param_gather)
     assert o.stage3_prefetch_bucket_size_elems > 0 and tuned_s == pytest.approx(applied_s, rel=1e-9)
