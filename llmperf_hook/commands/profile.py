@@ -105,7 +105,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                              f"them, or profile operators in a separate run.")
         _run_comm(cluster_name, min_bytes, max_bytes, device)
         return
-    _check_operator_options(budget_min, for_job, job, model)
+    _check_operator_options(budget_min, for_job, job, model, store_path)
     _check_single_process()
     from pathlib import Path
 
@@ -135,10 +135,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
 
 
-def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None) -> None:
+def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None,
+                            store_path: str | None) -> None:
     """Options of an operator profile that contradict each other, or belong to --comm or --for alone."""
-    store = click.get_current_context().params.get("store_path")
-    if store is not None and not store.strip():  # `--store $STORE` with STORE unset: not the default store silently
+    if store_path is not None and not store_path.strip():  # `--store $STORE` with STORE unset: not the default store silently
         raise UsageError("--store '' names no file: give the SQLite store's path, or leave --store out for "
                          "$LLMPERF_HOME/store.sqlite.")
     comm_only = _given(("--cluster-name", "cluster_name"), ("--min-bytes", "min_bytes"), ("--max-bytes", "max_bytes"))
