@@ -303,6 +303,7 @@ class StepRecorder:
         self.writer.close()
         from llmperf_hook.instrument.job_exit import exit_like_a_finished_job
 
+        self.enabled = False  # an atexit callback of the job that steps again must not stop it a second time
         exit_like_a_finished_job(0)  # the job's atexit callbacks and open files too, then os._exit (job_exit.py)
 
 
