@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from llmperf_hook.profile.features import RooflineConstants, build_features, profile_dims
+
+if TYPE_CHECKING:
+    from llmperf_hook.profile.build_profile import Samples
 
 Range = Mapping[str, tuple[float, float]]
 
@@ -190,18 +193,41 @@ def alloc_elements(spec: SampleSpec) -> float:
     return n * (2 if spec.phase == "bwd" else 1)
 
 
-def estimate_seconds(spec: SampleSpec, rc: RooflineConstants, target_s: float = 0.05) -> float:
-    """Predicted wall time of measuring one spec: filling its tensors, reps of the roofline time (at least 5)
-    plus overhead."""
+ROOFLINE_SLOWDOWN = 2.0
+"""An op's time over its roofline time before this device has samples of it: kernels reach about half of the
+roofline on a single CPU thread. Measured medians on one EPYC thread run from 0.4x (residual add) to 15x (fp32
+dropout) and 32x (bf16 cross-entropy backward), so a device's own samples replace it (measured_slowdowns)."""
+
+
+def estimate_seconds(spec: SampleSpec, rc: RooflineConstants, target_s: float = 0.05,
+                     slowdown: float = ROOFLINE_SLOWDOWN) -> float:
+    """Predicted wall time of measuring one spec: filling its tensors, reps of its time (`slowdown` x the roofline
+    time; at least 5 reps) plus overhead."""
     block = build_features(spec.op_class, spec.phase == "bwd", {k: np.array([v]) for k, v in spec.dims.items()}, rc)
-    one = float(block.roofline_s[0]) * 2.0  # kernels reach about half of the roofline on a single CPU thread
+    one = float(block.roofline_s[0]) * slowdown
     reps = min(50, max(5, int(target_s / max(one, 1e-7))))
     fill_s = alloc_elements(spec) * rc.dtype_bytes / INIT_BYTES_PER_S
     return (reps + 2) * one + fill_s + PER_SAMPLE_OVERHEAD_S
 
 
-def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants) -> PlanCost:
-    return PlanCost(len(specs), sum(estimate_seconds(s, rc) for s in specs) / 60.0)
+def measured_slowdowns(samples: Mapping[tuple[str, str, str], Samples], rc: RooflineConstants,
+                       dtype: str) -> dict[tuple[str, str], float]:
+    """{(op class, phase): median measured time / roofline time} of this device's samples in `dtype` (3 or more)."""
+    out = {}
+    for (op_class, phase, dt), s in samples.items():
+        if dt == dtype and len(s.time_s) >= 3:
+            roof = build_features(op_class, phase == "bwd", s.dims, rc).roofline_s
+            out[(op_class, phase)] = float(np.median(np.asarray(s.time_s) / np.maximum(roof, 1e-12)))
+    return out
+
+
+def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants,
+              slowdowns: Mapping[tuple[str, str], float] | None = None) -> PlanCost:
+    """Samples and device-minutes of measuring `specs`, each class at its measured slowdown where one is known."""
+    known = slowdowns or {}
+    return PlanCost(len(specs), sum(estimate_seconds(s, rc, slowdown=known.get((s.op_class, s.phase),
+                                                                                ROOFLINE_SLOWDOWN))
+                                    for s in specs) / 60.0)
 
 
 def job_precision(argv: Sequence[str], env: Mapping[str, str], model: str | None = None, *,

@@ -287,7 +287,8 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
         done = _done_keys(store, name, req.dtype, fp)
         specs = _specs(req, ops, rc, name)
         todo = [s for s in specs if (s.op_class, s.phase, dims_key(s.dims)) not in done]
-        cost = plans.plan_cost(todo, rc)
+        cost = plans.plan_cost(todo, rc, plans.measured_slowdowns(_samples_by_class(store, name, req.dtype, fp), rc,
+                                                                  req.dtype))
         plan_note = (f"plan: {len(specs)} shapes ({sum(s.origin in ('job', 'neighbour') for s in specs)} from the job "
                      f"and its neighbours), {len(specs) - len(todo)} already stored; {cost.num_samples} to measure "
                      f"= about {cost.device_minutes:.1f} device-minutes; budget {req.budget_min:g} min")

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,3 +196,20 @@ def test_for_a_deepspeed_launch_without_num_gpus_takes_nproc_per_node(capsys) ->
         with pytest.raises(SystemExit) as exc:
             main(["profile", "--device", "cpu", *args])
         assert exc.value.code == 2 and "only used with --for" in capsys.readouterr().err
+
+
+def test_plan_cost_uses_the_devices_measured_slowdown() -> None:
+    """The stated cost took every op at 2x its roofline time; a CPU's bf16 cross-entropy backward runs ~32x, so a
+    resumed plan of such shapes was stated several times too short. Stored samples now set each class's factor."""
+    from llmperf_hook.profile.build_profile import Samples
+    from llmperf_hook.profile.features import build_features
+
+    specs = [s for s in plan.design_specs(("softmax",), plan.CPU_RANGES, 8) if s.phase == "fwd"]
+    dims = {k: np.array([s.dims[k] for s in specs]) for k in specs[0].dims}
+    roof = build_features("softmax", False, dims, RC).roofline_s
+    samples = {("softmax", "fwd", "fp32"): Samples("softmax", "fwd", dims, 10.0 * roof),
+               ("softmax", "fwd", "bf16"): Samples("softmax", "fwd", dims, 3.0 * roof)}
+    slowdowns = plan.measured_slowdowns(samples, RC, "fp32")
+    assert slowdowns == {("softmax", "fwd"): pytest.approx(10.0)}
+    with_samples, guessed = plan.plan_cost(specs, RC, slowdowns), plan.plan_cost(specs, RC)
+    assert with_samples.device_minutes > 1.5 * guessed.device_minutes  # 5x the reps' time; overhead is fixed
