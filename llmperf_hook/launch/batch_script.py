@@ -36,8 +36,8 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
 from llmperf_hook.launch.shell_loops import ForLoop, for_loop, loop_values, sweep_warning
-from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, positional_table,
-                                                  run_builtin)
+from llmperf_hook.launch.shell_positional import (MISSING_ARGUMENT, bind_locals, expand_positional, leave_function,
+                                                  positional_table, run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, logical_lines,
@@ -80,6 +80,8 @@ class _Reading(ShellVariables, FileWrites):
     undecided: dict[str, str] = field(default_factory=dict)
     """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read), with
     the line's text."""
+    missing_arguments: dict[int, str] = field(default_factory=dict)
+    """The script's arguments its lines read that it was not given, by number: `$3 at line 17`."""
     unknown_at: dict[str, str] = field(default_factory=dict)
     """Where each variable llmperf cannot know was set so: `line 91` and the line's text."""
     texts: list[str] = field(default_factory=list)
@@ -135,6 +137,7 @@ class _Reading(ShellVariables, FileWrites):
                 text = substitute_paths(text, self.cwd, self.source_word)
             if text.strip() and not text.lstrip().startswith("#"):
                 self.texts += [line.text] if not self.launches else []
+                self.note_missing_arguments(line)
                 for pipeline in self.command_list(line, text):
                     self.writes_files(line, pipeline)
 
@@ -149,6 +152,17 @@ class _Reading(ShellVariables, FileWrites):
         if listed and not listed[-1][1]:  # `A ||` at the line's end: the list goes on at the next line
             self.conditions.join(listed[-1][0], line_end=True)
         return [pipeline for _, pipeline in listed if pipeline]
+
+    def note_missing_arguments(self, line: ScriptLine) -> None:
+        """Each `$N` of the script's own lines before its launch that it was not given (`CHECKPOINT_PATH=$1` in
+        Megatron-LM's examples, run without arguments): empty in bash, for a refusal to name."""
+        if self.launches or self.calling or self.path != self.script:
+            return
+        given = int(self.positional.get("#", "0"))
+        for braced, bare in MISSING_ARGUMENT.findall(protect_literal_dollars(line.text)):
+            number = int(braced or bare)
+            if number > given:
+                self.missing_arguments.setdefault(number, f"${number} at {self.where(line)}")
 
     def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
         """A function definition (kept, read where called) or a `for` loop whose words llmperf knows (read once per
@@ -412,8 +426,9 @@ class _Reading(ShellVariables, FileWrites):
             warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
+            missing = tuple(self.missing_arguments[n] for n in sorted(self.missing_arguments))
             return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
-                                undecided_options(self.undecided, self.texts), left)
+                                undecided_options(self.undecided, self.texts), left, missing)
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \
             "accelerate launch, mpirun or python -m torch.distributed.run)"

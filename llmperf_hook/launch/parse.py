@@ -31,6 +31,7 @@ from llmperf_hook.launch.script_launch import ScriptLaunch
 from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
 from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
+from llmperf_hook.launch.shell_positional import missing_arguments_note
 from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
                                               shell_split, strip_redirections)
 from llmperf_hook.launch.shell_variables import (child_environment, not_exported_note, unknown_value_note,
@@ -317,14 +318,16 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
-        unknown = launch.unknown if launch is not None else {}
-        notes = not_exported_note(message, hidden) + unknown_value_note(message, unknown)
+        unknown, missing = (launch.unknown, launch.missing_arguments) if launch is not None else ({}, ())
+        notes = not_exported_note(message, hidden) + unknown_value_note(message, unknown) + \
+            missing_arguments_note(missing)
         raise type(err)(message + notes) from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
                        undecided=(*launch.undecided, *size.undecided),
                        undecided_options={**launch.undecided_options, **size.undecided_options},
-                       unknown={**launch.unknown, **size.unknown})
+                       unknown={**launch.unknown, **size.unknown},
+                       missing_arguments=(*launch.missing_arguments, *size.missing_arguments))
     return _literal_dollars(size, launch.files, env, used)
 
 

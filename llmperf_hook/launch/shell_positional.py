@@ -42,6 +42,20 @@ _ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
 _POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
 
 
+MISSING_ARGUMENT = re.compile(r"(?<!\\)\$(?:\{([1-9][0-9]*)\}|([1-9]))")
+"""`$N` / `${N}` with no default (`${N:-x}` has one): the script's Nth argument, empty when it is not given."""
+
+
+def missing_arguments_note(missing: Sequence[str]) -> str:
+    """For a refusal of a launch script run without the arguments it reads (`$1 at line 15`): bash expands each to
+    nothing, which leaves options without their values."""
+    if not missing:
+        return ""
+    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    return (f" (the launch script reads arguments it was not given: {shown}; bash expands each to nothing. Give them "
+            "after the script's path, as the script expects.)")
+
+
 def expand_positional(text: str, positional: dict[str, str]) -> str:
     """`$1`, `${10}`, `${3:-MOCK}`, `$#`, `$@`: the script's arguments, as bash expands them (an argument not given is
     empty, or the default of `${N:-default}`)."""

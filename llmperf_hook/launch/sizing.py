@@ -28,7 +28,7 @@ PIN_MEMORY_BACKEND_ENV = "DS_PIN_MEMORY_BACKEND"
 PRICED_ENV = (DEEPSPEED_VERSION_ENV, MAX_CONNECTIONS_ENV, PIN_MEMORY_BACKEND_ENV)
 """Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release,
 CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
-(frameworks/assemble.py), and how DeepSpeed pins host memory (frameworks/deepspeed_job.native_pinned_memory)."""
+(frameworks/assemble.py), and how DeepSpeed pins host memory (frameworks/deepspeed_release.native_pinned_memory)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class LaunchSize:
     """ParsedJob.undecided_options."""
     unknown: Mapping[str, str] = field(default_factory=dict)
     """ParsedJob.unknown_values."""
+    missing_arguments: tuple[str, ...] = ()
+    """ParsedJob.missing_arguments."""
 
 
 def gpus_from_env(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -131,4 +133,5 @@ def finish_job(
         sources={"nnodes": nnodes.source, "nproc_per_node": nproc.source, "world_size": world.source},
         warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
         undecided_options=size.undecided_options, unknown_values=size.unknown,
+        missing_arguments=size.missing_arguments,
     )
