@@ -36,7 +36,7 @@ from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmeti
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
 from llmperf_hook.launch.shell_loops import ForLoop, for_loop, loop_values, sweep_warning
-from llmperf_hook.launch.shell_positional import (MISSING_ARGUMENT, bind_locals, expand_positional, leave_function,
+from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, missing_arguments,
                                                   positional_table, run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
@@ -154,14 +154,9 @@ class _Reading(ShellVariables, FileWrites):
         return [pipeline for _, pipeline in listed if pipeline]
 
     def note_missing_arguments(self, line: ScriptLine) -> None:
-        """Each `$N` of the script's own lines before its launch that it was not given (`CHECKPOINT_PATH=$1` in
-        Megatron-LM's examples, run without arguments): empty in bash, for a refusal to name."""
-        if self.launches or self.calling or self.path != self.script:
-            return
-        given = int(self.positional.get("#", "0"))
-        for braced, bare in MISSING_ARGUMENT.findall(protect_literal_dollars(line.text)):
-            number = int(braced or bare)
-            if number > given:
+        """Each `$N` of the script's own lines before its launch that it was not given, for a refusal to name."""
+        if not (self.launches or self.calling or self.path != self.script):
+            for number in missing_arguments(protect_literal_dollars(line.text), int(self.positional.get("#", "0"))):
                 self.missing_arguments.setdefault(number, f"${number} at {self.where(line)}")
 
     def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:

@@ -42,8 +42,14 @@ _ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
 _POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
 
 
-MISSING_ARGUMENT = re.compile(r"(?<!\\)\$(?:\{([1-9][0-9]*)\}|([1-9]))")
+_ARGUMENT_REF = re.compile(r"(?<!\\)\$(?:\{([1-9][0-9]*)\}|([1-9]))")
 """`$N` / `${N}` with no default (`${N:-x}` has one): the script's Nth argument, empty when it is not given."""
+
+
+def missing_arguments(text: str, given: int) -> list[int]:
+    """The numbers of the arguments past the `given` ones that `text` reads (`CHECKPOINT_PATH=$1` in Megatron-LM's
+    examples, run without arguments)."""
+    return [n for n in (int(braced or bare) for braced, bare in _ARGUMENT_REF.findall(text)) if n > given]
 
 
 def missing_arguments_note(missing: Sequence[str]) -> str:
