@@ -25,14 +25,21 @@ class FlagHit:
 
 
 def find_flag(argv: Sequence[str], names: Sequence[str]) -> list[FlagHit]:
+    """Every occurrence of one of `names`, a `_` in the option matching a `-`: Megatron forks that spell options with
+    underscores (epfLLM's Megatron-LLM: --tensor_model_parallel_size), which explain reads as the same flag, and the
+    Hugging Face parser, which takes both. The hit keeps the spelling written."""
+    keys = {option_key(name) for name in names}
     hits: list[FlagHit] = []
     for i, word in enumerate(argv):
-        for name in names:
-            if word == name:
-                hits.append(FlagHit(i, name, False))
-            elif word.startswith(name + "="):
-                hits.append(FlagHit(i, name, True))
+        option, eq, _ = word.partition("=")
+        if option.startswith("--") and option_key(option) in keys:
+            hits.append(FlagHit(i, option, bool(eq)))
     return hits
+
+
+def option_key(option: str) -> str:
+    """An option's name with `_` read as `-`."""
+    return option.replace("_", "-")
 
 
 def flag_value(argv: Sequence[str], names: Sequence[str]) -> str | None:

@@ -79,7 +79,24 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
         out = ed.set_switch(out, NO_PIPELINE, True)  # DeepSpeed's pipeline engine rejects ZeRO-2/3
     if not keeps_distributed_saved(new):
         out = ed.remove(out, DISTRIBUTE_SAVED, takes_value=False)
-    return out
+    return _in_command_spelling(out, argv)
+
+
+_NAMES = {ed.option_key(name) for names in (TP, PP, CP, SP, VPP_LAYERS, VPP_STAGES, MBS, GBS, DISTOPT, ZERO, EP, ETP,
+                                            UNEVEN, NO_PIPELINE, RC_GRANULARITY, RC_METHOD, RC_LAYERS) for name in names}
+
+
+def _in_command_spelling(out: list[str], argv: Sequence[str]) -> list[str]:
+    """Flags appended to a command that spells Megatron's options with underscores (epfLLM's Megatron-LLM, whose
+    argparse knows only --micro_batch_size ...) are spelled so too: `--global-batch-size` was appended there."""
+    def option(word: str) -> str:
+        return word.partition("=")[0]
+
+    if not any("_" in option(w) and ed.option_key(option(w)) in _NAMES for w in argv if w.startswith("--")):
+        return out
+    given = set(argv)
+    return ["--" + w[2:].replace("-", "_") if w.startswith("--") and w not in given and ed.option_key(w) in _NAMES
+            else w for w in out]
 
 
 def _pin_global_batch(argv: list[str], new: Candidate, batch: tuple[int, int] | None) -> list[str]:
