@@ -191,6 +191,15 @@ def _with_operator(value: str | None, op: str, word: str) -> str | None:
 _QUOTED_ALL = re.compile(r"(?<![^\s])\"\$(?:\{@\}|@)\"(?![^\s;&|])")
 
 
+def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | None:
+    """The word of `${X:-word}` / `${X:+word}` as the shell words bash makes of it (its `$NAME` expanded and split, a
+    `"$NAME"` kept one word); None where it reads a variable llmperf does not know."""
+    if any(value_of(name) is None for _, name in _INNER_REF.findall(word)):
+        return None
+    expanded = _INNER_REF.sub(lambda ref: (shlex.quote if ref.group(1) else str)(value_of(ref.group(2)) or ""), word)
+    return shlex.join(shlex.split(expanded))
+
+
 def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str]) -> str:
     """The command with each word that is one unquoted `$NAME` / `${NAME}` / `$1` / `$@` of known value (`value_of`;
     None: not known, left as written) replaced by the fields bash splits it into (3.5.7 Word Splitting: an empty
@@ -204,15 +213,12 @@ def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args:
         if found.start() >= end or not outside[found.start()]:
             return found.group(0)
         value = value_of(found.group(1) or found.group(4))
-        if not found.group(2):
-            return found.group(0) if value is None else shlex.join(value.split())
-        chosen = _with_operator(value, found.group(2), "\0")
-        if chosen != "\0":
-            return shlex.join(chosen.split())
-        if any(value_of(name) is None for _, name in _INNER_REF.findall(found.group(3))):
-            return found.group(0)  # a reference in the word that llmperf does not know
-        return shlex.join(shlex.split(_INNER_REF.sub(lambda ref: shlex.quote(value_of(ref.group(2)) or "") if
-                                                     ref.group(1) else value_of(ref.group(2)) or "", found.group(3))))
+        if found.group(2) and _with_operator(value, found.group(2), "\0") == "\0":  # bash takes the word
+            word = _operator_word(found.group(3), value_of)
+            return found.group(0) if word is None else word
+        if found.group(2):
+            value = _with_operator(value, found.group(2), "")
+        return found.group(0) if value is None else shlex.join(value.split())
 
     def each_arg(found: re.Match[str]) -> str:
         at = found.start()  # the opening quote itself is not 'outside': the blank before it is
