@@ -10,11 +10,11 @@ from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
-from llmperf_hook.frameworks.deepspeed_release import as_released, multi_rank_bucket_release, pinned_offload_release
+from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
+                                                       pinned_offload_release)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
-                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch,
-                                                    native_pinned_memory)
+                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags

@@ -11,14 +11,12 @@ Trainer's argument is an error there ("Please correct the following DeepSpeed co
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, resolve_ds_batch
-from llmperf_hook.frameworks.deepspeed_release import job_release
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig
-from llmperf_hook.launch.sizing import PIN_MEMORY_BACKEND_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 # deepspeed/runtime/zero/config.py defaults (elements).
@@ -27,19 +25,6 @@ _REDUCE_BUCKET, _ALLGATHER_BUCKET, _PREFETCH_BUCKET, _MAX_LIVE = 500_000_000, 50
 
 def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
     return auto_value if value == AUTO else default if value is None else int(value)
-
-
-NATIVE_PIN_VERSION = (0, 19, 6)
-"""First release with DS_PIN_MEMORY_BACKEND (aa0e91b95, 2026-08-15, version.txt 0.19.6); older ones ignore it."""
-
-
-def native_pinned_memory(env: Mapping[str, str]) -> bool:
-    """DS_PIN_MEMORY_BACKEND=native in the job's environment, on a DeepSpeed that reads it (unknown release: today's).
-    deepspeed/utils/pin_memory.py get_active_native_pinned_memory: the value stripped and lower-cased."""
-    if env.get(PIN_MEMORY_BACKEND_ENV, "torch").strip().lower() != "native":
-        return False
-    version, _ = job_release(env)
-    return version is None or version >= NATIVE_PIN_VERSION
 
 
 def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source],
@@ -51,7 +36,8 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     as it does for allgather_bucket_size and stage3_max_live_parameters, which nobody fills. `multi_rank_release`:
     the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release).
     `pinned_release`: its offload sections pin host memory unless told not to
-    (deepspeed_release.pinned_offload_release). `native_pinning`: native_pinned_memory."""
+    (deepspeed_release.pinned_offload_release). `native_pinning`: it pins through DS_PIN_MEMORY_BACKEND=native
+    (deepspeed_release.native_pinned_memory)."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.training_config import OptimizerConfig
-from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
+from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV, PIN_MEMORY_BACKEND_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 Version = tuple[int, int, int]
@@ -105,6 +105,20 @@ def pinned_offload_release(env: Mapping[str, str]) -> bool:
     """Whether the job's DeepSpeed (job_release; unknown = today's) pins offloaded state by default."""
     version, _ = job_release(env)
     return version is None or version >= PINNED_OFFLOAD_VERSION
+
+
+NATIVE_PIN_VERSION: Version = (0, 19, 6)
+"""First release with DS_PIN_MEMORY_BACKEND (aa0e91b95, 2026-08-15, version.txt 0.19.6); older ones ignore it."""
+
+
+def native_pinned_memory(env: Mapping[str, str]) -> bool:
+    """DS_PIN_MEMORY_BACKEND=native in the job's environment (deepspeed/utils/pin_memory.py
+    get_active_native_pinned_memory: the value stripped and lower-cased), on a DeepSpeed that reads it (job_release;
+    unknown = today's)."""
+    if env.get(PIN_MEMORY_BACKEND_ENV, "torch").strip().lower() != "native":
+        return False
+    version, _ = job_release(env)
+    return version is None or version >= NATIVE_PIN_VERSION
 
 
 def release_zero3_fields(zero_stage: int, version: Version | None) -> dict[str, Any]:

@@ -95,7 +95,8 @@ def _build() -> dict[str, Flag]:
     table["--deepspeed"] = Flag("deepspeed", "path_or_true")
     table["--virtual-pipeline-model-parallel-size"] = Flag("num_virtual_stages_per_pipeline_rank", "int")
     table["--rampup-batch-size"] = Flag("rampup_batch_size", "str", nargs=3)
-    table["--recompute-modules"] = Flag("recompute_modules", "str", nargs=ONE_OR_MORE)  # nargs='*' in Megatron
+    # Megatron-LM builds it from TransformerConfig.recompute_modules: List[str] -> nargs='+' (argument_utils.py)
+    table["--recompute-modules"] = Flag("recompute_modules", "str", nargs=ONE_OR_MORE)
     table["--train-micro-batch-size-per-gpu"] = Flag("micro_batch_size", "int")
     table["--tensor-parallel-size"] = Flag("tensor_model_parallel_size", "int")
     table["--ffn-dim"] = Flag("ffn_hidden_size", "int")
