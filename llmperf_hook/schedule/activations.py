@@ -27,6 +27,8 @@ fp8 copy) and the SwiGLU input stay bf16: 34 sbh -> 29.5 sbh for Llama-3 8B (tes
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision, torch_softmax_path
 from llmperf_hook.graph.params import is_moe_layer, mtp_layer_is_moe
@@ -258,8 +260,6 @@ def layer_activation_bytes(cfg: TrainingConfig) -> float:
 
 
 def _without_recompute(cfg: TrainingConfig) -> TrainingConfig:
-    from dataclasses import replace
-
     return replace(cfg, recompute=replace(cfg.recompute, granularity="none"))
 
 
@@ -290,16 +290,16 @@ def layers_bytes(cfg: TrainingConfig, layers: float, moe_share: float = 1.0) -> 
     return layers * (moe_share * layer_activation_bytes(cfg) + (1.0 - moe_share) * dense)
 
 
-def has_dense_layers(cfg: TrainingConfig) -> bool:
-    """Whether any decoder layer is dense (--moe-layer-freq; all of a model without experts)."""
-    return any(not is_moe_layer(cfg, i) for i in range(cfg.model.num_layers))
-
-
 def dense_layer_config(cfg: TrainingConfig) -> TrainingConfig:
     """The job's dense layers as layer_terms reads them: the model without experts."""
-    from dataclasses import replace
-
     return replace(cfg, model=replace(cfg.model, num_experts=0))
+
+
+def _layer_kinds(cfg: TrainingConfig) -> list[TrainingConfig]:
+    """The job's layer kinds: its own layer, and the dense one too in an MoE model with --moe-layer-freq's dense
+    layers (graph/params.is_moe_layer)."""
+    dense = cfg.model.num_experts and any(not is_moe_layer(cfg, i) for i in range(cfg.model.num_layers))
+    return [cfg, dense_layer_config(cfg)] if dense else [cfg]
 
 
 def recompute_working_bytes(cfg: TrainingConfig) -> float:
@@ -307,14 +307,11 @@ def recompute_working_bytes(cfg: TrainingConfig) -> float:
     (one micro-batch); block method: one layer. Selective recompute of MLP or MoE modules: what they dropped, alive
     again during one layer's backward (mlp_terms; the attention core's is softmax_backward_extra_bytes'). In an MoE
     model with dense layers, the larger of the two kinds."""
-    from dataclasses import replace
-
     r = cfg.recompute
     if r.granularity == "selective":
-        kinds = [cfg] + ([dense_layer_config(cfg)] if cfg.model.num_experts and has_dense_layers(cfg) else [])
         attention_only = replace(r, modules=tuple(m for m in r.modules if m == "core_attn"))
         return max(layer_activation_bytes(replace(c, recompute=attention_only)) - layer_activation_bytes(c)
-                   for c in kinds)
+                   for c in _layer_kinds(cfg))
     if r.granularity != "full":
         return 0.0
     group = 1 if r.method == "block" else max(1, r.num_layers or 1)
@@ -324,8 +321,7 @@ def recompute_working_bytes(cfg: TrainingConfig) -> float:
 def rematerialised_layer_bytes(cfg: TrainingConfig) -> float:
     """One layer re-run by full recompute, all it stores without recompute; of an MoE model with dense layers the
     larger kind (a bound: which layer is re-run when is not followed)."""
-    kinds = [cfg] + ([dense_layer_config(cfg)] if cfg.model.num_experts and has_dense_layers(cfg) else [])
-    return max(layer_activation_bytes(_without_recompute(c)) for c in kinds)
+    return max(layer_activation_bytes(_without_recompute(c)) for c in _layer_kinds(cfg))
 
 
 TOKEN_ID_BYTES = 8
