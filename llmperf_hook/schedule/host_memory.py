@@ -145,7 +145,8 @@ def _zero_init_cached_blocks(cfg: TrainingConfig, stage: StageGraph, partition: 
     its pinned flat buffer and points each ds_tensor at it (stage3.py _move_to_flat_buffer: src.data = dest.data),
     freeing the zero.Init blocks into torch's pinned cache, which neither DeepSpeed nor torch.cuda.empty_cache
     empties (only torch._C._host_emptyCache does): they stay, but for those a later pinned buffer of the same power
-    of two takes (the offloaded optimizer's gradient partition and sub-group fp32 gradients). Native pinning frees
+    of two takes (the offloaded optimizer's gradient partition and, offloaded to the CPU, its sub-groups' fp32
+    gradients). Native pinning frees
     them (deepspeed/utils/pin_memory.py: munlock + free when the tensor goes)."""
     o = cfg.optimizer
     if o.offload_param != "cpu" or not o.offload_param_pin_memory or o.native_pinned_memory:
@@ -158,9 +159,12 @@ def _zero_init_cached_blocks(cfg: TrainingConfig, stage: StageGraph, partition: 
     later: list[float] = []
     if o.offload_optimizer != "none" and o.offload_optimizer_pin_memory:
         accum = FP32_BYTES if o.grad_accum_dtype == "fp32" else 2
+        later = [pinned_block_bytes(partition * accum)]
+    if o.offload_optimizer == "cpu" and o.offload_optimizer_pin_memory:
+        # nvme swaps each sub-group's gradient instead (stage3.py initialize_optimizer_states: a pinned
+        # subgroup_gradient_buffer only for a sub-group _swappable_optimizer_subgroup refuses, under 1 MiB)
         share = partition * offloaded_optimizer_share(cfg, int(partition))
-        later = [pinned_block_bytes(partition * accum)] + [pinned_block_bytes(FP32_BYTES * n)
-                                                           for n in _sub_groups(cfg, share)]
+        later += [pinned_block_bytes(FP32_BYTES * n) for n in _sub_groups(cfg, share)]
     for block in later:
         if cached.get(block, 0):
             cached[block] -= 1

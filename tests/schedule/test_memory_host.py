@@ -287,3 +287,16 @@ def test_zero12_offload_keeps_a_gpu_staging_buffer_of_the_largest_parameter() ->
     assert parts["zero_offload_grad_staging"] == 2 * max(_tensors(cfg)) == 2 * cfg.model.padded_vocab_size * 2048
     for other in (_zero(2), _zero(3, offload_optimizer="cpu")):
         assert "zero_offload_grad_staging" not in predict_config(other, DGX).memory.components
+
+
+def test_nvme_optimizer_sub_groups_take_no_zero_init_block() -> None:
+    """offload_optimizer nvme swaps each sub-group's fp32 gradient (stage3.py initialize_optimizer_states: a pinned
+    subgroup_gradient_buffer only where _swappable_optimizer_subgroup refuses, under 1 MiB), so no sub-group takes
+    a cached zero.Init block of offload_param cpu: with 1e6-element sub-groups (4 MiB gradients) the 4 MiB blocks of
+    the MLP weights' partitions all stay; only the pinned gradient partition may take one."""
+    cfg = _zero(3, offload_optimizer="nvme", offload_param="cpu", sub_group_size_elems=1_000_000)
+    blocks = [_block(2 * math.ceil(n / GPN)) for n in _tensors(cfg)]
+    assert blocks.count(2.0**22) > 0
+    gradient_partition = _block(2 * _params(cfg) / GPN)
+    kept = sum(blocks) - (gradient_partition if gradient_partition in blocks else 0.0)
+    assert _host(cfg).host_components["host_zero_init_pinned_cache"] == pytest.approx(GPN * kept, rel=1e-6)
