@@ -97,7 +97,8 @@ _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_a
 def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, set_zero: bool,
                     global_batch_size: int | None = None, auto_filled: bool = True) -> dict[str, Any]:
     """A copy of `raw` that states the micro-batch of `new` (train_micro_batch_size_per_gpu, what a reader of the copy
-    looks for), its accumulation where the config gives one, and its ZeRO stage.
+    looks for), its accumulation where the config gives one, and its ZeRO stage (zero_optimization.stage, also where
+    the config left DeepSpeed's default 0).
 
     `"auto"` batch values stay where the framework fills them in (`auto_filled`: the Hugging Face Trainer, accelerate,
     Megatron-DeepSpeed's flags) and are dropped for a plain deepspeed.initialize, which reads the string itself (explain
@@ -118,7 +119,7 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
         out["gradient_accumulation_steps"] = num_microbatches
     elif train is None and gas is None and global_batch_size is not None:
         out["train_batch_size"] = global_batch_size
-    if set_zero:
+    if set_zero or "zero_optimization" not in out:  # the copy states its stage, the default 0 included
         zero = out.setdefault("zero_optimization", {})
         if not isinstance(zero, dict):
             raise UsageError("ds_config zero_optimization must be an object; fix the file.")

@@ -187,6 +187,9 @@ CASES: tuple[Case, ...] = (
          files={"ds.json": ds(3, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=4)}, model="llama2-7b"),
     Case("ds-tbs-and-gas", (*DS_8, "train.py", "--deepspeed", "--deepspeed_config", "ds.json"),
          files={"ds.json": ds(1, train_batch_size=128, gradient_accumulation_steps=4)}, model="llama2-7b"),
+    Case("ds-tbs-and-gas-no-zero-section", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
+         files={"ds.json": json.dumps({"train_batch_size": 64, "gradient_accumulation_steps": 8, "bf16": {"enabled": True}})},
+         model="llama2-7b"),
     Case("ds-all-three", (*DS_8, "train.py", "--deepspeed_config", "ds.json"),
          files={"ds.json": ds(1, train_batch_size=128, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=4)},
          model="llama2-7b"),
@@ -330,9 +333,14 @@ def _check_applied(data: dict[str, Any], model: list[str], run_cli: RunCli, deep
 def _deepspeed_reads(path: str, resolved: dict[str, Any], deepspeed_config: Any | None) -> list[str]:
     """DeepSpeed's DeepSpeedConfig on a tuned ds_config (the Trainer's "auto" values filled as its
     HfTrainerDeepSpeedConfig.trainer_config_process fills them), at the data-parallel size explain resolves."""
+    written = json.loads(Path(path).read_text())
+    stage = (written.get("zero_optimization") or {}).get("stage")
+    if written.get("train_micro_batch_size_per_gpu") not in (resolved["micro_batch_size"], "auto") or stage not in (
+            resolved["zero_stage"], "auto"):  # what a reader of the copy (test_tune_command's) looks for
+        return [f"{path} does not state the tuned micro-batch and ZeRO stage: {written}"]
     if deepspeed_config is None:
         return []
-    raw = filled(json.loads(Path(path).read_text()), resolved)
+    raw = filled(written, resolved)
 
     class Mpu:
         def get_data_parallel_world_size(self) -> int:

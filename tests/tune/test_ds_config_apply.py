@@ -109,3 +109,24 @@ def test_listed_zero_stages_the_config_refuses_all_keep_the_commands_stage(tmp_p
     data = json.loads(out)
     assert {row["zero_stage"] for row in data["top"]} == {3} and data["knobs"]["kept"]["zero_stage"] == 3
     assert "zero_stage [1]" in err and "kept at the command's stage 3" in err
+
+
+@pytest.mark.parametrize("raw,auto_filled,stated", [
+    # train_batch_size + accumulation: the micro-batch and the (default) stage stated, the accumulation tuned
+    ({"train_batch_size": 64, "gradient_accumulation_steps": 8}, False,
+     {"train_batch_size": 64, "gradient_accumulation_steps": 2, "train_micro_batch_size_per_gpu": 4,
+      "zero_optimization": {"stage": 0}}),
+    # no batch key (Megatron-DeepSpeed runs its flags' batch): train_batch_size stated with the micro-batch
+    ({"zero_optimization": {"stage": 1}}, True,
+     {"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": 4, "train_batch_size": 64}),
+    # plain DeepSpeed reads "auto" as a string: dropped, the numbers state the batch
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 1}}, False,
+     {"train_batch_size": 64, "zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": 4}),
+    # the Trainer fills "auto": kept
+    ({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": "auto"}},
+     True, {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": "auto"}}),
+])
+def test_the_tuned_copy_states_the_batch_deepspeed_runs(raw: dict, auto_filled: bool, stated: dict) -> None:
+    """Micro-batch 4 at 8 GPUs, global batch 64 (2 micro-batches): what each way of giving DeepSpeed's batch becomes."""
+    new = dataclasses.replace(candidate_of(gpt_config(world=8, tp=1, pp=1, mbs=1, gbs=64, zero=0)), micro_batch_size=4)
+    assert dsr.tuned_ds_config(raw, new, 2, set_zero=False, global_batch_size=64, auto_filled=auto_filled) == stated
