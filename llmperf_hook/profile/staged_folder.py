@@ -3,9 +3,11 @@
 A profile is several files that must agree (profile.json names every model file's sha256). Rewritten in place,
 a refit that is stopped part-way (Ctrl-C, a scheduler's SIGTERM or SIGKILL while the models are written) or that
 runs beside another refit of the same name leaves the model files of one fit beside the profile.json of another:
-every later `predict` refuses the profile until it is fitted again. Swapped in, a reader sees the old profile or
-the new one, and a stop before the swap leaves the old profile as it was (a SIGKILL leaves its stage in .staging/,
-which nothing reads).
+every later `predict` refuses the profile until it is fitted again. Swapped in, a reader that opens the profile
+after the swap sees the new one whole (one that reads its files across the swap may still meet both, and says so by
+the sha256 check; read again, it is the new one), and a stop before the swap, or a swap that fails (a full disk),
+leaves the old profile as it was. A SIGKILL leaves its stage in .staging/, which nothing reads; between the two
+renames (microseconds) it would leave the old profile there too, as .staging/NAME.PID.HEX.old.
 
 The staging folders live in `.staging/` beside the profiles, one level below them, so a glob of
 `profiles/*/profile.json` (hardware/local_cpu.py) never finds a half-written one. Both renames stay inside one
@@ -24,7 +26,8 @@ STAGING = ".staging"
 """Folder beside the profiles that holds profiles being written (and the old ones being removed)."""
 
 MAX_SWAP_TRIES = 20
-"""Renames retried when another writer swaps the same profile in between (each retry follows its rename)."""
+"""Renames (and the stage's mkdir) retried when another writer swaps the same profile in between (each retry
+follows another writer's step)."""
 
 
 def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callable[[str], bool]) -> Path:
@@ -33,9 +36,7 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
     result replaces `directory`."""
     staging = directory.parent / STAGING
     stage = staging / f"{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    # parents: .staging too, which another writer may just have removed as empty; the umask's mode, as `directory`
-    # itself was made (a shared $LLMPERF_HOME stays readable to the others)
-    stage.mkdir(parents=True)
+    _make_stage(stage)
     try:
         write(stage)
         _carry_over(directory, stage, keep)
@@ -44,6 +45,20 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
         shutil.rmtree(stage, ignore_errors=True)
         _remove_if_empty(staging)
     return directory
+
+
+def _make_stage(stage: Path) -> None:
+    """mkdir .staging/ and the stage in it, the umask's mode as `directory` itself was made (a shared $LLMPERF_HOME
+    stays readable to the others). Retried: another writer removes .staging/ once empty, possibly between the two
+    (mkdir(parents=True) is the same two steps and failed so with three writers of one profile)."""
+    for _ in range(MAX_SWAP_TRIES):
+        try:
+            stage.parent.mkdir(parents=True, exist_ok=True)
+            stage.mkdir()
+            return
+        except FileNotFoundError:
+            continue
+    raise OSError(f"could not create {stage}: other processes kept removing {stage.parent}")
 
 
 def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool]) -> None:
@@ -65,12 +80,22 @@ def _swap_in(stage: Path, directory: Path) -> None:
             break
         except FileNotFoundError:  # another writer moved `directory` aside first
             continue
-        except OSError:  # another writer put its profile in place between the two renames: move that one aside
+        except OSError:
+            if not directory.exists():  # not another writer's profile in the way (a full or read-only disk)
+                _put_back(retired, directory)
+                raise
+            # another writer put its profile in place between the two renames: the one moved aside is replaced
             shutil.rmtree(retired, ignore_errors=True)
             continue
     else:
         raise OSError(f"could not swap {stage} in as {directory}: other processes kept replacing it")
     shutil.rmtree(retired, ignore_errors=True)
+
+
+def _put_back(retired: Path, directory: Path) -> None:
+    """The old profile back in place when the new one could not be: a failed write never loses it."""
+    if retired.exists():
+        os.rename(retired, directory)
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -1,13 +1,14 @@
 """write_profile swaps the new profile in as a whole (profile/staged_folder.py): a refit stopped while it writes its
 models (Ctrl-C, SIGTERM) leaves the old profile usable, and the files other stages add to the folder are kept."""
 
+import errno
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from llmperf_hook.graph.op import Op
-from llmperf_hook.profile import profile_io
+from llmperf_hook.profile import profile_io, staged_folder
 from llmperf_hook.profile.build_profile import Samples, fit_samples
 from llmperf_hook.profile.features import RooflineConstants
 from llmperf_hook.profile.predictor import FittedProfile
@@ -65,3 +66,40 @@ def test_other_files_are_kept_and_stale_models_are_not(tmp_path: Path) -> None:
     assert names == sorted(["profile.json", "reference_speed.json", "gemm.fwd.fp32.txt.gz", "gemm.fwd.fp32.trees.gz",
                             "gemm.bwd.fp32.txt.gz", "gemm.bwd.fp32.trees.gz"])
     assert not (tmp_path / ".staging").exists()  # removed once empty
+
+
+def test_a_swap_that_fails_puts_the_old_profile_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old profile is moved aside before the new one is renamed in; a rename that fails for want of disk space
+    (not another writer) used to delete the one moved aside, and the profile was gone."""
+    directory = write_profile(tmp_path / "profiles" / "cpu-x", *_fit(5e10))
+    before = _predict_s(directory)
+    real_rename = staged_folder.os.rename
+
+    def rename(src, dst):
+        if Path(dst) == directory and not str(src).endswith(".old"):  # the new profile's rename, not the put-back
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(staged_folder.os, "rename", rename)
+    with pytest.raises(OSError, match="No space left"):
+        write_profile(directory, *_fit(1e10))
+    monkeypatch.setattr(staged_folder.os, "rename", real_rename)
+    assert _predict_s(directory) == before
+    assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == ["cpu-x"]
+
+
+def test_a_writer_whose_staging_folder_another_removes_retries(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer removes .staging/ once empty; between this writer's mkdir of .staging/ and of its stage in it,
+    that failed the write (FileNotFoundError: seen with three concurrent writers of one profile)."""
+    staging, real_mkdir, removed = tmp_path / staged_folder.STAGING, staged_folder.os.mkdir, []
+
+    def mkdir(path, *args, **kwargs):
+        if Path(path).parent == staging and staging.is_dir() and not removed:
+            staging.rmdir()  # the other writer's _remove_if_empty, just then
+            removed.append(1)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(staged_folder.os, "mkdir", mkdir)
+    directory = write_profile(tmp_path / "cpu-x", *_fit(5e10))
+    assert removed and (directory / "profile.json").is_file()
