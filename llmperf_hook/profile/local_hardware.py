@@ -101,21 +101,27 @@ def _best_time(fn, device: str, reps: int = 5) -> float:
 
 
 PEAK_GEMM_TARGET_S = 0.1
-"""Longest one peak GEMM may take. The largest square (1024 on CPU, 8192 on GPU) is what the peak is measured with
-when the dtype has a fast kernel; a dtype the CPU emulates (fp16 on an x86 without AVX512-FP16 runs about 1 GFLOP/s,
-against 85 fp32 and 210 bf16 on one EPYC thread) would take 2 s per 1024 GEMM, 12 s for the 6 timed, before a
---budget of seconds starts, and again at every later refit of a profile holding that dtype's samples."""
+"""Longest one peak GEMM may take on CPU. The largest square (1024) is what the peak is measured with when the dtype
+has a fast kernel; a dtype the CPU emulates (fp16 on an x86 without AVX512-FP16 runs about 1 GFLOP/s, against 85
+fp32 and 210 bf16 on one EPYC thread) would take 2 s per 1024 GEMM, 12 s for the 6 timed, before a --budget of
+seconds starts, and again at every later refit of a profile holding that dtype's samples."""
+
+GPU_PEAK_GEMM_N = 8192
+"""A GPU's peak GEMM, every dtype (each has a tensor-core or FP32 kernel, none is emulated). Not sized from a 256
+probe as on CPU: one 256 GEMM is launch-bound on a GPU (~5 us for 34 MFLOP, a few TFLOP/s), which would shrink the
+peak GEMM to 4096 or less, under the size that reaches the peak."""
 
 
 def peak_gemm_size(dtype: str, device: str) -> int:
-    """The square GEMM's n: the largest of 256 .. 1024 (CPU) or 8192 (GPU), halving from the top, whose time at the
-    speed of one 256 GEMM is under PEAK_GEMM_TARGET_S (a GEMM's time grows as n^3 at a given FLOP rate)."""
+    """The square GEMM's n: on CPU the largest of 256 .. 1024, halving from the top, whose time at the speed of one
+    256 GEMM is under PEAK_GEMM_TARGET_S (a GEMM's time grows as n^3 at a given FLOP rate); GPU_PEAK_GEMM_N on GPU."""
+    if device != "cpu":
+        return GPU_PEAK_GEMM_N
     import torch
 
-    n_max = 1024 if device == "cpu" else 8192
     probe = torch.randn(256, 256, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
     flop_per_s = 2.0 * 256 ** 3 / _best_time(lambda: probe @ probe, device, reps=1)
-    n = n_max
+    n = 1024
     while n > 256 and 2.0 * n ** 3 / flop_per_s > PEAK_GEMM_TARGET_S:
         n //= 2
     return n

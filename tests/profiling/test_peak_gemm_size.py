@@ -23,3 +23,10 @@ def test_fp16_peak_on_this_cpu_stays_within_seconds() -> None:
     t0 = time.perf_counter()
     peak = lh.measure_peak_flop_per_s("fp16", "cpu")
     assert peak > 0 and time.perf_counter() - t0 < 6.0  # 25 s with the fixed 1024 GEMM where fp16 is emulated
+
+
+def test_a_gpu_peak_gemm_keeps_its_full_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256 GEMM on a GPU takes its launch time (~5 us: a few TFLOP/s on an H100), which sized the bf16 peak GEMM
+    at 4096 instead of the 8192 that reaches the peak. No probe runs (this test needs no GPU)."""
+    monkeypatch.setattr(lh, "_best_time", lambda fn, device, reps=5: 5e-6)
+    assert lh.peak_gemm_size("bf16", "cuda") == lh.GPU_PEAK_GEMM_N == 8192
