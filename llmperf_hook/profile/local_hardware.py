@@ -37,6 +37,25 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """CPUs this process may keep busy: its affinity mask (a cpuset: taskset, docker --cpuset-cpus), capped by its
+    cgroup's CPU quota (docker --cpus, a Kubernetes limits.cpu), which the mask does not show: a 2-CPU quota on a
+    64-CPU host time-slices a third thread like an oversubscribed machine. Quota over period, rounded up, as loky's
+    cpu_count reads it (cgroup v2 cpu.max "QUOTA PERIOD" or "max ...", v1 cpu.cfs_quota_us -1 = none)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        if (cgroup_root / "cpu.max").is_file():
+            quota, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+        else:
+            quota = (cgroup_root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup_root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        if quota not in ("max", "-1") and int(period) > 0:
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # no cgroup CPU controller visible: the affinity mask alone
+        pass
+    return cpus
+
+
 def default_profile_name(device: str, threads: int = 1) -> str:
     """`cpu-<model>-<N>t` for CPUs (a profile describes N threads per rank); for GPUs the shipped hardware preset
     whose name appears in the device name (so `--cluster` presets find the profile), else the device name."""

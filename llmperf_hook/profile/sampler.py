@@ -12,7 +12,6 @@ $LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/N
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -111,13 +110,16 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
     if req.threads < 1:
         raise UsageError(f"--threads {req.threads}: the CPU threads per rank must be at least 1 (default 1, the "
                          f"one thread per rank a CPU training job runs).")
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from llmperf_hook.profile.local_hardware import usable_cpus
+
+    usable = usable_cpus()
     if req.device == "cpu" and req.threads > usable:
         # More threads than CPUs time the OS's time-slicing of them, not the CPU: every sample and the peak
         # come out slower than any job with one thread per CPU runs, and the profile is named for that setting.
-        raise UsageError(f"--threads {req.threads}: this process may run on {usable} CPU(s), so {req.threads} "
-                         f"threads would time their own oversubscription. Give --threads {usable} or fewer (the "
-                         f"threads of one rank of the CPU job the profile is for; default 1).")
+        raise UsageError(f"--threads {req.threads}: this process may run on {usable} CPU(s) (its affinity mask and "
+                         f"cgroup CPU quota), so {req.threads} threads would time their own oversubscription. Give "
+                         f"--threads {usable} or fewer (the threads of one rank of the CPU job the profile is for; "
+                         f"default 1).")
     ops = req.ops or (plans.CPU_DEFAULT_OPS if req.device == "cpu" else tuple(plans.GPU_RANGES))
     unknown = [o for o in ops if o not in plans.CPU_RANGES]
     if unknown:
