@@ -206,16 +206,15 @@ RECOMPUTE_MODULES_PRICED = frozenset({"core_attn", "mlp", "moe", "moe_act", "sha
 
 def _recompute_modules(flags: FlagValues, granularity: str | None, src: dict[str, Source],
                        warnings: list[str]) -> tuple[str, ...]:
-    """TransformerConfig.recompute_modules as the selective recompute reads it (other granularities ignore it)."""
+    """TransformerConfig.recompute_modules: kept whatever the granularity (a tuned command that moves to selective
+    runs them), read only by the selective recompute, which alone is warned about."""
     given = flags.get("recompute_modules")
-    if granularity != "selective":
-        return ("core_attn",)
     modules = ("core_attn",) if given is None else (given,) if isinstance(given, str) else tuple(given)
     if flags.get("moe_layer_recompute") and "moe" not in modules:  # TransformerConfig appends it
         modules += ("moe",)
     if given is not None:
         src["recompute_modules"] = flags.source("recompute_modules")
-    extra = [m for m in modules if m != "core_attn"]
+    extra = [m for m in modules if m != "core_attn"] if granularity == "selective" else []
     if extra:
         kept = sorted(set(modules) - RECOMPUTE_MODULES_PRICED)
         spelling = flags.seen_flags.get("recompute_modules") or flags.seen_flags.get("moe_layer_recompute", "")

@@ -186,8 +186,8 @@ class RecomputeConfig:
     """Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints are kept in host memory (copied out
     over PCIe in forward and back before the recompute); GPU memory holds none of them."""
     modules: tuple[str, ...] = ("core_attn",)
-    """Megatron --recompute-modules under selective granularity (TransformerConfig default ["core_attn"]; the
-    deprecated --moe-layer-recompute adds "moe"): what the selective recompute re-runs (schedule/activations.py)."""
+    """Megatron --recompute-modules (TransformerConfig default ["core_attn"]; the deprecated --moe-layer-recompute
+    adds "moe"), kept at any granularity: what the selective recompute re-runs (schedule/activations.py)."""
 
 
 @dataclass(frozen=True)

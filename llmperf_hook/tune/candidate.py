@@ -130,7 +130,7 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     # rewritten command drops it elsewhere (tune/megatron_argv.py), so candidates are not refused for it.
     distribute = cfg.recompute.distribute_saved_activations and keeps_distributed_saved(c)
     recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
-                                    cpu_offloading=cfg.recompute.cpu_offloading)
+                                    cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules)
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))

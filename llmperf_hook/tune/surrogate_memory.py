@@ -85,8 +85,8 @@ def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, 
     """(layer without recompute, selective, full-recompute checkpoint, softmax backward without / with selective
     recompute, embedding, logits and loss, MTP, attention score buffer, the selective recompute's working set, an
     MoE model's dense layer without / with selective recompute, the layer full recompute re-runs), one
-    micro-batch. Selective re-runs the job's --recompute-modules: a selective candidate is the job's own
-    recompute (the job's modules are Megatron's default unless it is selective; tune/candidate.apply_candidate)."""
+    micro-batch. Selective re-runs the job's --recompute-modules (Megatron's default without the flag), which every
+    candidate keeps (tune/candidate.apply_candidate), whatever the job's own granularity."""
     none, sel, full = (_with_granularity(cfg, g, modules) for g in ("none", "selective", "full"))
     return (act.layer_activation_bytes(none), act.layer_activation_bytes(sel), act.layer_activation_bytes(full),
             act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),

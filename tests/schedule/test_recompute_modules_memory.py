@@ -27,9 +27,9 @@ def _layer(pred) -> float:
 
 
 def test_modules_are_read_with_a_warning_only_under_selective() -> None:
-    """Megatron's default is ["core_attn"]; the list is read only under selective granularity; --moe-layer-recompute
-    appends "moe" (TransformerConfig.__post_init__); the recomputed forwards are not timed, said once, and modules
-    whose tensors llmperf keeps are named."""
+    """Megatron's default is ["core_attn"]; TransformerConfig keeps the list whatever the granularity, only selective
+    reads it (no warning elsewhere); --moe-layer-recompute appends "moe" (TransformerConfig.__post_init__); the
+    recomputed forwards are not timed, said once, and modules whose tensors llmperf keeps are named."""
     assert _predict("--recompute-activations").config.recompute.modules == ("core_attn",)
     pred = _predict("--recompute-granularity", "selective", "--recompute-modules", "mlp", "layernorm")
     assert pred.config.recompute.modules == ("mlp", "layernorm")
@@ -37,7 +37,11 @@ def test_modules_are_read_with_a_warning_only_under_selective() -> None:
     assert len(warning) == 1 and "not timed" in warning[0] and "layernorm priced as if kept" in warning[0]
     full = _predict("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
                     "--recompute-modules", "mlp")
-    assert full.config.recompute.modules == ("core_attn",)
+    assert full.config.recompute.modules == ("mlp",)
+    assert not [w for w in full.warnings if "recompute modules" in w]
+    plain_full = _predict("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers",
+                          "1")
+    assert act.layer_activation_bytes(full.config) == act.layer_activation_bytes(plain_full.config)
     assert _predict(*MOE, "--moe-layer-recompute").config.recompute.modules == ("core_attn", "moe")
 
 
@@ -151,3 +155,23 @@ def test_full_recompute_reruns_the_larger_layer_kind() -> None:
     from tests.tune.test_surrogate_memory import _check_job
 
     _check_job([*BASE, *MOE, *wide, "--moe-layer-freq", "2", *full], None, 6)
+
+
+def test_a_move_to_selective_runs_the_modules_the_command_names(tmp_path, monkeypatch) -> None:
+    """A full-recompute job naming --recompute-modules mlp (ignored there) that tune moves to selective runs mlp, as
+    the applied command keeps the flag: tune prices the config the applied command resolves to (it priced core_attn:
+    tune listed 17.2 GiB, predict of the applied command 12.1 GiB, 8 layers, micro-batch 8 on 8 H100s)."""
+    import dataclasses
+
+    from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
+    from llmperf_hook.tune.apply import plan_tuned_command
+    from llmperf_hook.tune.candidate import apply_candidate, candidate_of
+
+    monkeypatch.chdir(tmp_path)
+    argv = [*BASE, "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+            "--recompute-modules", "mlp"]
+    _, cfg = resolve_job(argv, {}, JobOverrides())
+    cand = dataclasses.replace(candidate_of(cfg), recompute="selective", recompute_num_layers=None)
+    priced = apply_candidate(cfg, cand)
+    _, applied = resolve_job(list(plan_tuned_command(argv, cfg, cand, priced).argv), {}, JobOverrides())
+    assert applied.recompute == priced.recompute and priced.recompute.modules == ("mlp",)
