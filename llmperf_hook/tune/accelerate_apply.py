@@ -38,6 +38,8 @@ def accelerate_options_span(argv: Sequence[str]) -> tuple[int, int] | None:
 def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Candidate, new: Candidate,
                            num_microbatches: int, cwd: Path, notes: list[str]) -> tuple[list[str], dict[str, str]]:
     """(new argv, files to write) so that the Trainer and the DeepSpeed plugin run `new`."""
+    if new == base:  # the command's own layout: its ds_config runs as it is (as apply._retarget_ds_config)
+        return list(argv), {}
     start, rest = span
     head, options, script = list(argv[:start]), list(argv[start:rest]), list(argv[rest:])
     new_script = dsr.rewrite_hf_argv(script, base, new, num_microbatches)

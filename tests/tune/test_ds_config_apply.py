@@ -130,3 +130,19 @@ def test_the_tuned_copy_states_the_batch_deepspeed_runs(raw: dict, auto_filled: 
     """Micro-batch 4 at 8 GPUs, global batch 64 (2 micro-batches): what each way of giving DeepSpeed's batch becomes."""
     new = dataclasses.replace(candidate_of(gpt_config(world=8, tp=1, pp=1, mbs=1, gbs=64, zero=0)), micro_batch_size=4)
     assert dsr.tuned_ds_config(raw, new, 2, set_zero=False, global_batch_size=64, auto_filled=auto_filled) == stated
+
+
+@pytest.mark.parametrize("launch", [
+    ["accelerate", "launch", "--use_deepspeed", "--num_processes", "16", "--deepspeed_config_file", "ds_config.json",
+     "run_clm.py"],
+    ["deepspeed", "--num_gpus", "16", "run_clm.py", "--deepspeed", "ds_config.json"],
+])
+def test_the_commands_own_layout_writes_no_copy(launch: list[str], tmp_path: Path) -> None:
+    """A config that leaves the micro-batch and stage unsaid, which a tuned copy states: the command's own layout
+    runs its config as written (accelerate's --deepspeed_config_file got a copy and a retargeted argv)."""
+    _write(tmp_path, {"zero_optimization": {"stage": "auto"}, "bf16": {"enabled": True}})
+    cfg = _ds_cfg("hf-deepspeed")
+    argv = [*launch, "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4"]
+    own = candidate_of(cfg)
+    plan = plan_tuned_command(argv, cfg, own, apply_candidate(cfg, own), cwd=tmp_path)
+    assert (list(plan.argv), plan.new_files) == (argv, {})
