@@ -196,7 +196,7 @@ def resolve_job(
     try:
         return job, resolve_config(job, overrides)
     except LlmperfError as err:  # a refusal quoting a `$NAME` the launch script computes: say where it does
-        note = unknown_value_note(str(err), job.unknown_values) + missing_arguments_note(job.missing_arguments)
+        note = unknown_value_note(str(err), job.unknown_values) + missing_arguments_note(str(err), job.missing_arguments)
         if not note:
             raise
         raise type(err)(str(err) + note) from err.__cause__

@@ -46,7 +46,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
-from llmperf_hook.launch.undecided_options import undecided_options
+from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 """A word that is one unquoted variable reference, which bash splits at blanks once expanded."""
@@ -80,8 +80,8 @@ class _Reading(ShellVariables, FileWrites):
     undecided: dict[str, str] = field(default_factory=dict)
     """Where a command ran that bash runs only on a condition llmperf could not decide (both branches are read), with
     the line's text."""
-    missing_arguments: dict[int, str] = field(default_factory=dict)
-    """The script's arguments its lines read that it was not given, by number: `$3 at line 17`."""
+    missing_arguments: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """The script's arguments its lines read that it was not given, by number: where (`$3 at line 17`), the line."""
     unknown_at: dict[str, str] = field(default_factory=dict)
     """Where each variable llmperf cannot know was set so: `line 91` and the line's text."""
     texts: list[str] = field(default_factory=list)
@@ -130,6 +130,8 @@ class _Reading(ShellVariables, FileWrites):
                     self.assign_array(line.text):
                 if self.conditions.in_undecided_branch():
                     self.undecided.setdefault(self.where(line), line.text)
+                self.texts.append(line.text)
+                self.note_missing_arguments(line)
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
@@ -157,11 +159,10 @@ class _Reading(ShellVariables, FileWrites):
         """Each `$N` of the script's own lines before its launch that it was not given, for a refusal to name."""
         if not (self.launches or self.calling or self.path != self.script):
             for number in missing_arguments(protect_literal_dollars(line.text), int(self.positional.get("#", "0"))):
-                self.missing_arguments.setdefault(number, f"${number} at {self.where(line)}")
+                self.missing_arguments.setdefault(number, (f"${number} at {self.where(line)}", line.text))
 
     def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
-        """A function definition (kept, read where called) or a `for` loop whose words llmperf knows (read once per
-        word) at lines[i]: the index of the line after it; None for any other line."""
+        """A function definition or a `for` loop llmperf can run at lines[i] read: the index after it, else None."""
         defined = definition(lines, i)
         if defined is not None:
             self.functions[defined.name] = replace(defined, path=self.path)
@@ -175,8 +176,7 @@ class _Reading(ShellVariables, FileWrites):
         return loop.end
 
     def loop(self, loop: ForLoop, values: list[str]) -> None:
-        """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1); NAME keeps the
-        last word after the loop, as in bash."""
+        """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1)."""
         outer, self.sweep = self.sweep, (loop.name, tuple(values))
         try:
             for value in values:
@@ -206,8 +206,7 @@ class _Reading(ShellVariables, FileWrites):
             self.calling.discard(defined.name)
 
     def command(self, line: ScriptLine, text: str) -> None:
-        """Read one simple command; a variable it leaves unknown (set from a command's output, in a loop body ...)
-        is noted with the line, for a refusal quoting `$NAME` (shell_variables.unknown_value_note)."""
+        """Read one simple command; a variable it leaves unknown is noted with the line (unknown_value_note)."""
         unknown = set(self.undecidable)
         try:
             self.simple_command(line, text)
@@ -421,7 +420,8 @@ class _Reading(ShellVariables, FileWrites):
             warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
-            missing = tuple(self.missing_arguments[n] for n in sorted(self.missing_arguments))
+            missing = {where: argument_options(n, text, self.texts)
+                       for n, (where, text) in sorted(self.missing_arguments.items())}
             return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
                                 undecided_options(self.undecided, self.texts), left, missing)
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])

@@ -318,16 +318,16 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
         size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
-        unknown, missing = (launch.unknown, launch.missing_arguments) if launch is not None else ({}, ())
+        unknown, missing = (launch.unknown, launch.missing_arguments) if launch is not None else ({}, {})
         notes = not_exported_note(message, hidden) + unknown_value_note(message, unknown) + \
-            missing_arguments_note(missing)
+            missing_arguments_note(message, missing)
         raise type(err)(message + notes) from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
                        undecided=(*launch.undecided, *size.undecided),
                        undecided_options={**launch.undecided_options, **size.undecided_options},
                        unknown={**launch.unknown, **size.unknown},
-                       missing_arguments=(*launch.missing_arguments, *size.missing_arguments))
+                       missing_arguments={**launch.missing_arguments, **size.missing_arguments})
     return _literal_dollars(size, launch.files, env, used)
 
 

@@ -65,9 +65,9 @@ class ParsedJob:
     value (`batch_size=$(( global / dp_size ))` with dp_size from `nvidia-smi`), each with where it is set: a
     refusal quoting `$NAME` names that line (shell_variables.unknown_value_note)."""
 
-    missing_arguments: tuple[str, ...] = ()
-    """The launch script's arguments its lines read that it was not given (`$3 at line 17`): a refusal names them
-    (shell_positional.missing_arguments_note)."""
+    missing_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The launch script's arguments its lines read that it was not given (`$3 at line 17`), each with the options
+    whose value it gives: a refusal about one of those options names it (shell_positional.missing_arguments_note)."""
 
     def undecided_setting(self, options: Iterable[str]) -> tuple[str, ...]:
         """The undecided lines that may have set one of `options` (`--mock-data`), in reading order: where a rule on

@@ -52,5 +52,6 @@ class ScriptLaunch:
     unknown: Mapping[str, str] = field(default_factory=dict)
     """The variables the launch line leaves unexpanded because the script sets them so that only running it tells
     their value, each with where (ParsedJob.unknown_values)."""
-    missing_arguments: tuple[str, ...] = ()
-    """The script's arguments its lines read that it was not given (`$1 at line 15`; ParsedJob.missing_arguments)."""
+    missing_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The script's arguments its lines read that it was not given (`$1 at line 15`), each with the options whose value
+    it gives (ParsedJob.missing_arguments)."""

@@ -5,7 +5,7 @@ exported) and `: ${NAME:=value}` (bash manual 3.4.1, 3.5.3, 4.1-4.2; POSIX 2.14 
 from __future__ import annotations
 
 import re
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_arithmetic import arithmetic
@@ -52,12 +52,14 @@ def missing_arguments(text: str, given: int) -> list[int]:
     return [n for n in (int(braced or bare) for braced, bare in _ARGUMENT_REF.findall(text)) if n > given]
 
 
-def missing_arguments_note(missing: Sequence[str]) -> str:
-    """For a refusal of a launch script run without the arguments it reads (`$1 at line 15`): bash expands each to
-    nothing, which leaves options without their values."""
-    if not missing:
+def missing_arguments_note(message: str, missing: Mapping[str, frozenset[str]]) -> str:
+    """For a refusal naming an option whose value is an argument the launch script was not given (`$3 at line 17`
+    for `--vocab-file $VOCAB_FILE`, VOCAB_FILE=$3): bash expands it to nothing, which leaves the option without it."""
+    named = [where for where, options in missing.items()
+             if any(re.search(r"(?<![\w-])" + re.escape(option) + r"(?![\w-])", message) for option in options)]
+    if not named:
         return ""
-    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    shown = ", ".join(named[:4]) + (", ..." if len(named) > 4 else "")
     return (f" (the launch script reads arguments it was not given: {shown}; bash expands each to nothing. Give them "
             "after the script's path, as the script expects.)")
 

@@ -63,7 +63,7 @@ class LaunchSize:
     """ParsedJob.undecided_options."""
     unknown: Mapping[str, str] = field(default_factory=dict)
     """ParsedJob.unknown_values."""
-    missing_arguments: tuple[str, ...] = ()
+    missing_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """ParsedJob.missing_arguments."""
 
 

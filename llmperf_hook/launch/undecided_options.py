@@ -23,6 +23,16 @@ def _option_before(name: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w$-])(--?[A-Za-z][\w-]*)(?:=|\s+)[\"']?\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])")
 
 
+def argument_options(number: int, text: str, texts: Sequence[str]) -> frozenset[str]:
+    """The options whose value the script's argument $number, read on the line `text`, gives: the option before it
+    there (`--load $1`), and the option before each expansion of a variable that line assigns (`CHECKPOINT_PATH=$1`,
+    `--save $CHECKPOINT_PATH`)."""
+    options = set(_option_before(str(number)).findall(text))
+    for name in set(_ASSIGNED.findall(text)):
+        options.update(found for line in texts for found in _option_before(name).findall(line))
+    return frozenset(options)
+
+
 def undecided_options(undecided: Mapping[str, str], texts: Sequence[str]) -> dict[str, frozenset[str]]:
     """For each undecided command (where -> its text), the options it may have set: those its text names, and the
     option before each expansion of a variable it assigns, in any command the script read (`texts`, the launch line
