@@ -5,6 +5,7 @@ H112 noted); each test fails without its fix."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -114,8 +115,6 @@ def test_alternate_value_words_as_bash_splits_them(values: dict[str, str]) -> No
     script = "".join(f"{name}={value!r}\n" for name, value in values.items()) + f'printf "[%s]" {line}'
     theirs = subprocess.run([BASH, "-c", script], capture_output=True, text=True, check=True,
                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
-    import shlex
-
     assert "".join(f"[{word}]" for word in shlex.split(ours)) == theirs
 
 
