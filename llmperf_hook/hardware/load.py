@@ -94,9 +94,11 @@ def find_config_file(kind: str, name_or_path: str) -> Path:
     shipped = sorted(p.stem for p in (configs_dir() / kind).glob("*.yaml"))
     what = kind[:-1] if kind == "clusters" else kind
     if kind == "hardware" and (path / "profile.json").is_file():  # the folder `llmperf profile` printed first
+        # NAME's hardware file sits beside its profile: HOME/profiles/NAME -> HOME/hardware/NAME.yaml (shipped too)
         raise UsageError(f"--hardware {name_or_path} is the folder of a fitted operator profile, not a hardware file. "
-                         f"Pass its name, --hardware {path.name} (its hardware file, {llmperf_home() / kind}/"
-                         f"{path.name}.yaml, and profile are found by name), or the path of that YAML file.")
+                         f"Pass its name, --hardware {path.name} (its hardware file and profile are found by name in "
+                         f"$LLMPERF_HOME and the shipped presets), or the path of its hardware file, "
+                         f"{path.resolve().parent.parent / kind / (path.name + '.yaml')}.")
     if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:  # a path, not a name: say only what was looked for
         raise UsageError(f"{what} file {name_or_path} not found{' (it is a folder)' if path.is_dir() else ''}. Give the "
                          f"path of a YAML file (schema: llmperf_hook/hardware/load.py) or a preset name: "

@@ -1,11 +1,13 @@
 """Hardware and cluster YAML: presets, lookup order, schema errors."""
 
+import re
 from pathlib import Path
 
 import pytest
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.hardware.load import load_cluster, load_hardware
+from llmperf_hook.resources import configs_dir
 
 PRESETS = {"a100-sxm4-40gb": (312e12, 1555e9, 40), "a100-sxm4-80gb": (312e12, 2039e9, 80),
            "h100-sxm5-80gb": (989.4e12, 3350e9, 80), "gh200-96gb": (990e12, 4000e9, 95.6),
@@ -129,3 +131,6 @@ def test_a_profile_folder_is_answered_with_its_name(tmp_path: Path, monkeypatch:
     with pytest.raises(UsageError, match=r"fitted operator profile, not a hardware file\. Pass its name, --hardware "
                                          r"my-cpu .*hardware/my-cpu\.yaml"):
         load_hardware(str(folder))
+    shipped = configs_dir() / "profiles" / "h100-sxm5-80gb"  # its YAML is configs/hardware/, not $LLMPERF_HOME's
+    with pytest.raises(UsageError, match=re.escape(str(configs_dir() / "hardware" / "h100-sxm5-80gb.yaml"))):
+        load_hardware(str(shipped))
