@@ -146,8 +146,7 @@ def _zero_init_cached_blocks(cfg: TrainingConfig, stage: StageGraph, partition: 
     freeing the zero.Init blocks into torch's pinned cache, which neither DeepSpeed nor torch.cuda.empty_cache
     empties (only torch._C._host_emptyCache does): they stay, but for those a later pinned buffer of the same power
     of two takes (the offloaded optimizer's gradient partition and, offloaded to the CPU, its sub-groups' fp32
-    gradients). Native pinning frees
-    them (deepspeed/utils/pin_memory.py: munlock + free when the tensor goes)."""
+    gradients). Native pinning frees them (deepspeed/utils/pin_memory.py: munlock + free when the tensor goes)."""
     o = cfg.optimizer
     if o.offload_param != "cpu" or not o.offload_param_pin_memory or o.native_pinned_memory:
         return 0.0
