@@ -12,6 +12,8 @@ sys.meta_path): a job that never imports deepspeed or megatron never has them im
 |           |                                         | (called per micro-batch; steps at the accumulation boundary) |
 | megatron-core | megatron.core.optimizer.optimizer,  | `MegatronOptimizer` subclasses' `step()` (custom loops on megatron-core) |
 |           | .distrib_optimizer, .layer_wise_optimizer |                                                        |
+| torch     | torch.amp.grad_scaler                   | `GradScaler.step(optimizer)` of the lead optimizer,    |
+|           |                                         | also when it skips optimizer.step() (inf/NaN grads)    |
 | torch     | torch (optimizer module)                | global optimizer step post-hook (fallback)             |
 
 The first forward of any nn.Module (a global forward pre-hook, removed after it fired) marks the start of
@@ -28,7 +30,7 @@ from typing import Any, Callable
 
 from llmperf_hook.instrument.recorder import StepRecorder
 
-PRIORITY = {"torch": 0, "deepspeed": 1, "megatron-core": 1, "deepspeed-pipeline": 2, "megatron": 3}
+PRIORITY = {"torch": 0, "torch-amp": 1, "deepspeed": 1, "megatron-core": 1, "deepspeed-pipeline": 2, "megatron": 3}
 
 
 class Patches:
@@ -54,9 +56,10 @@ class Patches:
 
 
 def wrap_step(orig: Callable[..., Any], rec: StepRecorder, source: str,
-              took_step: Callable[[Any, Any], bool] | None = None) -> Callable[..., Any]:
-    """`orig` reported as a step of `source`; took_step(state_before, self) says whether it really stepped."""
-    priority = PRIORITY[source]
+              took_step: Callable[[Any, Any], bool] | None = None, layer: str | None = None) -> Callable[..., Any]:
+    """`orig` reported as a step of `source`; took_step(state_before, self) says whether it really stepped; `layer`
+    names its PRIORITY when it is not the source's own (torch's GradScaler: framework torch, above the fallback)."""
+    priority = PRIORITY[layer or source]
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,6 +110,24 @@ def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
     patches.on_undo(remove_first_forward)
 
 
+def patch_torch_grad_scaler(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
+    """torch.amp's GradScaler.step(optimizer) (torch.cuda.amp's inherits it) is one step of an AMP loop, also when
+    it skips optimizer.step() for inf/NaN gradients, as fp16 loops do while the scale comes down from 65536: the
+    fallback's post-hook never fires then, and the skipped iteration was timed with the next as one step. Only the
+    lead optimizer's calls are steps (recorder.is_lead_optimizer: a GAN steps two per iteration)."""
+    cls = mod.GradScaler
+    orig = cls.step
+    timed = wrap_step(orig, rec, "torch", layer="torch-amp")
+
+    @functools.wraps(orig)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec.enabled and rec.guarded(rec.is_lead_optimizer, optimizer):
+            return timed(self, optimizer, *args, **kwargs)
+        return orig(self, optimizer, *args, **kwargs)
+
+    patches.set_attr(cls, "step", step)
+
+
 def patch_deepspeed_engine(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
     cls = mod.DeepSpeedEngine
     patches.set_attr(cls, "step", wrap_step(cls.step, rec, "deepspeed", _global_steps_advanced))
@@ -132,6 +153,7 @@ def patch_megatron_core_optimizers(mod: ModuleType, rec: StepRecorder, patches: 
 
 PATCHERS: dict[str, Callable[[ModuleType, StepRecorder, Patches], None]] = {
     "torch": patch_torch,
+    "torch.amp.grad_scaler": patch_torch_grad_scaler,
     "deepspeed.runtime.engine": patch_deepspeed_engine,
     "deepspeed.runtime.pipe.engine": patch_deepspeed_pipeline,
     "megatron.training.training": patch_megatron_training,

@@ -129,13 +129,18 @@ class StepRecorder:
         iteration (Muon + AdamW, a GAN's two) has one training step per iteration, not one per optimizer."""
         if self._owner_priority > 0 or any(self._depth.values()):
             return
-        lead = self._lead_optimizer() if self._lead_optimizer is not None else None
-        if optimizer is not None and lead is not None and lead is not optimizer:
+        if optimizer is not None and not self.is_lead_optimizer(optimizer):
             return
-        if optimizer is not None and lead is None:
-            self._lead_optimizer = _weak(optimizer)
         self._owner, self._owner_priority = "torch", 0
         self._record_step()
+
+    def is_lead_optimizer(self, optimizer: Any) -> bool:
+        """Whether `optimizer`'s steps are the job's steps: the first optimizer that steps is, while it lives."""
+        lead = self._lead_optimizer() if self._lead_optimizer is not None else None
+        if lead is None:
+            self._lead_optimizer = _weak(optimizer)
+            return True
+        return lead is optimizer
 
     def fail(self, err: BaseException) -> None:
         if self._failed:
