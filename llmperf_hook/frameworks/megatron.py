@@ -202,6 +202,8 @@ def ds_checkpointing(flags: FlagValues, src: dict[str, Source]) -> dict[str, boo
 
 RECOMPUTE_MODULES_PRICED = frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts"})
 """--recompute-modules whose saved tensors schedule/activations.py drops; layernorm and mla_up_proj are kept."""
+RECOMPUTE_MODULES_TIMED = frozenset({"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"})
+"""--recompute-modules whose recomputed forward the graph replays (graph/backward.py _module_replays)."""
 
 
 def _recompute_modules(flags: FlagValues, granularity: str | None, src: dict[str, Source],
@@ -214,12 +216,13 @@ def _recompute_modules(flags: FlagValues, granularity: str | None, src: dict[str
         modules += ("moe",)
     if given is not None:
         src["recompute_modules"] = flags.source("recompute_modules")
-    extra = [m for m in modules if m != "core_attn"] if granularity == "selective" else []
-    if extra:
-        kept = sorted(set(modules) - RECOMPUTE_MODULES_PRICED)
+    untimed = [m for m in modules if m not in RECOMPUTE_MODULES_TIMED] if granularity == "selective" else []
+    kept = sorted(set(modules) - RECOMPUTE_MODULES_PRICED) if granularity == "selective" else []
+    if untimed or kept:
         spelling = flags.seen_flags.get("recompute_modules") or flags.seen_flags.get("moe_layer_recompute", "")
-        warnings.append(f"{spelling} (recompute modules {' '.join(extra)}): their recomputed forward is not timed"
-                        + (f"; {', '.join(kept)} priced as if kept in memory" if kept else ""))
+        parts = ([f"{' '.join(untimed)}: the recomputed forward is not timed"] if untimed else []) + \
+            ([f"{', '.join(kept)} priced as if kept in memory"] if kept else [])
+        warnings.append(f"{spelling} (recompute modules {' '.join(modules)}): {'; '.join(parts)}")
     return modules
 
 

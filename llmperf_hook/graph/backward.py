@@ -71,12 +71,40 @@ def _replayed(op: Op) -> Op:
     return Op(op.name, op.op_class, "recompute", op.dims, op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)
 
 
-def recompute_ops(fwd: list[Op], granularity: str) -> list[Op]:
-    """The forward ops replayed before backward: all of them (full) or the attention core (selective)."""
+_NORMS = ("attn.norm", "mlp.norm", "moe.norm")
+
+
+def _module_replays(module: str, op: Op, te_norms: bool) -> bool:
+    """Whether Megatron's --recompute-modules value `module` replays forward op `op` (megatron/core/transformer at
+    Megatron-LM d98e8a6). core_attn: the attention core (attention.py checkpoint_core_attention). mlp: a dense
+    layer's whole MLP module with its TP collectives (transformer_layer.py recompute_mlp:
+    tensor_parallel.checkpoint(self.mlp), dense layers only). moe: the whole MoE layer, router, dispatch, experts and
+    combine (moe_layer.py moe_layer_recompute). moe_act: the experts' activation (experts.py). shared_experts: the
+    shared expert MLP. layernorm: the input and pre-MLP norms (recompute_input_layernorm /
+    recompute_pre_mlp_layernorm, CheckpointWithoutOutput), which exist only where the norm is its own module: with
+    Transformer Engine (`te_norms`) each norm is fused into the next linear (TELayerNormColumnParallelLinear; the
+    layer's norms are IdentityOp), so layernorm replays nothing and mlp's checkpoint replays the pre-MLP norm inside
+    linear_fc1. mla_up_proj, mhc and gdn_norm_out name ops the graph does not split out: none (megatron.py warns)."""
+    if module == "core_attn":
+        return op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES
+    if module == "layernorm":
+        return not te_norms and op.name in _NORMS
+    if module in ("mlp", "moe"):
+        prefix = module + "."
+        return op.name.startswith(prefix) and op.name != prefix + "residual" and (te_norms or op.name not in _NORMS)
+    if module == "moe_act":
+        return op.name == "moe.expert_act"
+    return module == "shared_experts" and op.name.startswith("moe.shared_")
+
+
+def recompute_ops(fwd: list[Op], granularity: str, modules: tuple[str, ...] = ("core_attn",),
+                  te_norms: bool = False) -> list[Op]:
+    """The forward ops replayed before backward, in forward order: all of them (full) or, under selective
+    recompute, those of the --recompute-modules (_module_replays)."""
     if granularity == "full":
         return [_replayed(op) for op in fwd]
     if granularity == "selective":
-        return [_replayed(op) for op in fwd if op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES]
+        return [_replayed(op) for op in fwd if any(_module_replays(m, op, te_norms) for m in modules)]
     return []
 
 
@@ -242,6 +270,7 @@ def backward_pass(fwd: list[Op]) -> list[Op]:
     return out
 
 
-def backward_block(fwd: list[Op], granularity: str) -> tuple[Op, ...]:
+def backward_block(fwd: list[Op], granularity: str, modules: tuple[str, ...] = ("core_attn",),
+                   te_norms: bool = False) -> tuple[Op, ...]:
     """Recomputed forward (if any), then the backward ops in reverse execution order."""
-    return tuple(recompute_ops(fwd, granularity) + backward_pass(fwd))
+    return tuple(recompute_ops(fwd, granularity, modules, te_norms) + backward_pass(fwd))

@@ -47,8 +47,11 @@ def build_context(cfg: TrainingConfig, gpus_per_node: int, nccl_sm_share: float 
     )
 
 
-def _block(name: str, fwd: list[Op], count: int, granularity: str) -> OpBlock:
-    return OpBlock(name=name, fwd=tuple(fwd), bwd=backward_block(fwd, granularity), count=count)
+def _block(name: str, fwd: list[Op], count: int, granularity: str, cfg: TrainingConfig | None = None) -> OpBlock:
+    """`cfg` gives a selective recompute its --recompute-modules and whether Transformer Engine fuses the norms."""
+    modules, te_norms = (cfg.recompute.modules, cfg.transformer_impl == "transformer_engine") if cfg else \
+        (("core_attn",), False)
+    return OpBlock(name=name, fwd=tuple(fwd), bwd=backward_block(fwd, granularity, modules, te_norms), count=count)
 
 
 def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num_moe: int,
@@ -66,7 +69,7 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
                                 (".recomputed", recomputed, "full")):
             if n:
                 gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full")
-                block = _with_latent_scatter_backward(_block(kind + suffix, fwd, n, gran), ctx)
+                block = _with_latent_scatter_backward(_block(kind + suffix, fwd, n, gran, cfg), ctx)
                 bwd = gather_bwd + block.bwd + main_grad_add_ops(cfg, params) + reduce
                 blocks.append(OpBlock(block.name, gather_fwd + block.fwd, bwd, n))
     return blocks
@@ -109,7 +112,7 @@ def _mtp_blocks(cfg: TrainingConfig, ctx: lo.LayerContext) -> list[OpBlock]:
     _checkpointed_forward), not its loss head, so the head ops are a block of their own."""
     layer = _layer_fwd(ctx, pc.mtp_layer_is_moe(cfg))
     depths = cfg.model.mtp_num_layers
-    depth = _block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity)
+    depth = _block("mtp", mtp_depth_ops(ctx, layer), depths, cfg.recompute.granularity, cfg)
     return [_with_latent_scatter_backward(_with_scatter_backward(depth, ctx, "mtp."), ctx),
             _block("mtp_head", mtp_head_ops(ctx), depths, "none")]
 

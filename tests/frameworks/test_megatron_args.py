@@ -155,7 +155,7 @@ def test_vocab_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_not_modelled_settings_warn_once_each() -> None:
-    cfg = megatron("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp",
+    cfg = megatron("--recompute-granularity", "selective", "--recompute-modules", "core_attn", "layernorm",
                    "--moe-expert-capacity-factor", "1.0", "--rampup-batch-size", "16", "16", "1000", "--global-batch-size", "64",
                    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--use-distributed-optimizer",
                    "--cuda-graph-impl", "none")
