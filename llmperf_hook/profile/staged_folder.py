@@ -16,6 +16,7 @@ folder tree, on one file system, where rename(2) is atomic.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -56,17 +57,21 @@ def _make_stage(stage: Path) -> None:
             stage.parent.mkdir(parents=True, exist_ok=True)
             stage.mkdir()
             return
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):  # the latter: .staging/ was there, and gone when checked
             continue
     raise OSError(f"could not create {stage}: other processes kept removing {stage.parent}")
 
 
 def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool]) -> None:
-    if not directory.is_dir():
-        return
-    for old in directory.iterdir():
-        if old.is_file() and keep(old.name) and not (stage / old.name).exists():
-            shutil.copy2(old, stage / old.name)
+    """Copy the kept files. A folder another writer of the same profile moves aside meanwhile (FileNotFoundError)
+    is not an error: the two refits race, and whichever swaps in last may lack the kept files (running the stage
+    that writes one again re-creates it)."""
+    try:
+        for old in (directory.iterdir() if directory.is_dir() else ()):
+            if old.is_file() and keep(old.name) and not (stage / old.name).exists():
+                shutil.copy2(old, stage / old.name)
+    except FileNotFoundError:
+        pass
 
 
 def _swap_in(stage: Path, directory: Path) -> None:
@@ -80,8 +85,10 @@ def _swap_in(stage: Path, directory: Path) -> None:
             break
         except FileNotFoundError:  # another writer moved `directory` aside first
             continue
-        except OSError:
-            if not directory.exists():  # not another writer's profile in the way (a full or read-only disk)
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                # not another writer's profile in the way: the old one could not be moved aside (permissions) or
+                # the new one not renamed in (a full or read-only disk); the old one stays, or is put back
                 _put_back(retired, directory)
                 raise
             # another writer put its profile in place between the two renames: the one moved aside is replaced
@@ -94,7 +101,7 @@ def _swap_in(stage: Path, directory: Path) -> None:
 
 def _put_back(retired: Path, directory: Path) -> None:
     """The old profile back in place when the new one could not be: a failed write never loses it."""
-    if retired.exists():
+    if retired.exists() and not directory.exists():
         os.rename(retired, directory)
 
 

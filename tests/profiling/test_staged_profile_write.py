@@ -83,6 +83,16 @@ def test_a_swap_that_fails_puts_the_old_profile_back(tmp_path: Path, monkeypatch
     monkeypatch.setattr(staged_folder.os, "rename", rename)
     with pytest.raises(OSError, match="No space left"):
         write_profile(directory, *_fit(1e10))
+    assert _predict_s(directory) == before
+
+    def rename_denied(src, dst):  # the old profile cannot be moved aside: said at once, not after 20 retries
+        if Path(src) == directory:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(staged_folder.os, "rename", rename_denied)
+    with pytest.raises(PermissionError):
+        write_profile(directory, *_fit(1e10))
     monkeypatch.setattr(staged_folder.os, "rename", real_rename)
     assert _predict_s(directory) == before
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == ["cpu-x"]
@@ -103,3 +113,27 @@ def test_a_writer_whose_staging_folder_another_removes_retries(tmp_path: Path,
     monkeypatch.setattr(staged_folder.os, "mkdir", mkdir)
     directory = write_profile(tmp_path / "cpu-x", *_fit(5e10))
     assert removed and (directory / "profile.json").is_file()
+
+
+def _rewrite(directory: str, tag: str, times: int) -> None:
+    for i in range(times):
+        def write(stage: Path, value: str = f"{tag}-{i}") -> None:
+            (stage / "a").write_text(value)
+            (stage / "b").write_text(value)
+        staged_folder.replace_folder(Path(directory), write, keep=lambda name: False)
+
+
+def test_concurrent_writers_of_one_folder_all_finish_and_leave_it_whole(tmp_path: Path) -> None:
+    """Three processes swapping the same folder in: each meets the others' renames (a folder moved aside, another
+    one put in its place, .staging/ removed) and retries; none fails, the folder is one writer's whole."""
+    import multiprocessing
+
+    procs = [multiprocessing.get_context("spawn").Process(target=_rewrite, args=(str(tmp_path / "p"), tag, 150))
+             for tag in "xyz"]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    assert (tmp_path / "p" / "a").read_text() == (tmp_path / "p" / "b").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
