@@ -100,18 +100,19 @@ def tuned_ds_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, 
     looks for), its accumulation where the config gives one, and its ZeRO stage (zero_optimization.stage, also where
     the config left DeepSpeed's default 0).
 
-    `"auto"` batch values stay where the framework fills them in (`auto_filled`: the Hugging Face Trainer, accelerate,
-    Megatron-DeepSpeed's flags) and are dropped for a plain deepspeed.initialize, which reads the string itself (explain
-    priced "auto" as unset, frameworks/deepspeed_job.ds_batch, while a kept micro-batch "auto" was derived as train /
-    DP: 8 where tune had chosen 1). With neither train_batch_size nor an accumulation, train_batch_size
+    `"auto"` batch values stay where the framework fills them in (`auto_filled`: the Hugging Face Trainer and
+    accelerate) or explain prices them from its flags (Megatron-DeepSpeed, deepspeed_job.ds_batch's fallback; its
+    training.py _create_ds_config_dict hands the file to DeepSpeed unchanged, so the job stops there as the user's file
+    does, which explain warns of), and are dropped for a plain deepspeed.initialize, which reads the string itself
+    (explain priced "auto" as unset, while a kept micro-batch "auto" was derived as train / DP: 8 where tune had
+    chosen 1). With neither train_batch_size nor an accumulation, train_batch_size
     (`global_batch_size`, which tune holds) is stated too: a micro-batch alone makes DeepSpeed's batch micro x DP x 1
     (deepspeed/runtime/config.py _set_batch_related_parameters), and a config with no batch key (Megatron-DeepSpeed
     runs its flags' batch) would fail DeepSpeedConfig's 'Either train_batch_size or train_micro_batch_size_per_gpu
     needs to be provided'."""
     out = json.loads(json.dumps(raw))
-    for key in _BATCH_KEYS if not auto_filled else ():
-        if out.get(key) == "auto":
-            del out[key]
+    if not auto_filled:
+        out = {k: v for k, v in out.items() if not (k in _BATCH_KEYS and v == "auto")}
     train, gas = out.get("train_batch_size"), out.get("gradient_accumulation_steps")
     if out.get("train_micro_batch_size_per_gpu") != "auto":
         out["train_micro_batch_size_per_gpu"] = new.micro_batch_size
