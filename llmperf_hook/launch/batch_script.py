@@ -167,7 +167,8 @@ class _Reading(ShellVariables, FileWrites):
         if defined is not None:
             self.functions[defined.name] = replace(defined, path=self.path)
             return defined.end
-        loop = None if self.conditions.in_undecided_branch() else for_loop(lines, i)
+        # a script's own IFS splits the words otherwise (bash manual 3.5.7): such a loop is read once, as before
+        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)
         values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand)) \
             if loop else None
         if loop is None or values is None:

@@ -7,7 +7,10 @@ loop that builds the arguments (`for s in 1 2; do ARGS+=" --stage$s"; done`) giv
 that launches in the body (bigscience tr7b-extrapolation-law.slurm: `for increment in {100..2000..100}; do ...
 srun ... done`) then has one launch per word, on the same line; batch_script prices the first, which bash starts
 first, and warns which values the others take. Other loops (`while`, `until`, C-style `for ((...))`, or words llmperf
-cannot know) are read once as a body that may run (shell_conditions).
+cannot know) are read once as a body that may run (shell_conditions), and so is a loop whose passes llmperf cannot
+follow as bash runs them: a body with `break` / `continue` / `return` (bash manual 4.1: they end the loop or its pass
+early), or a `done` that a `;`, `|` or `&` follows (`done | tee log` runs the loop in a subshell, 3.2.3, so what it
+sets is lost; `done; B=1` goes on past the loop on its line).
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from llmperf_hook.launch.shell_script import ScriptLine, shell_split, word_quoting
+from llmperf_hook.launch.shell_script import ScriptLine, quoted_words, shell_split, word_quoting
 
 MAX_PASSES = 256
 """The most words a loop is read for; a longer loop is read once as a body that may run (reading is per pass)."""
 _HEADER = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.*?)\s*(?:;\s*do)?\s*(?:#.*)?$", re.DOTALL)
 _ONE_LINE = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+([^;]*?)\s*;\s*do\s+(.*?)\s*;?\s*done\s*$", re.DOTALL)
 _DO_LINE = re.compile(r"^\s*do\s*(?:#.*)?$")
+_DO = re.compile(r"(?:^|[;&|\s])do(?=$|[;&|\s])")
 _DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
-_OPENS = re.compile(r"^\s*(?:for|while|until|select)\b")
-_SEQUENCE = re.compile(r"^(.*?)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}(.*)$")
-_LIST = re.compile(r"^([^{]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
+_DONE_LINE = re.compile(r"^\s*done(?:\s*(?:\d*>>?|<)\s*\S+)*\s*$")
+"""The `done` that ends a loop read pass by pass: alone, or with redirections only (which run no subshell)."""
+_EARLY_EXIT = re.compile(r"(?<![\w$./-])(?:break|continue|return)(?![\w=./-])")
+_SEQUENCE = re.compile(r"^([^{}]*)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}([^{}]*)$")
+_LIST = re.compile(r"^([^{}]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
+_ANY_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
+_ZERO_PADDED = re.compile(r"^-?0\d")
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,9 @@ def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
     or written on the line (`for i in 1 2; do ...; done`); None for another line, or a loop without its `done`."""
     one_line = _ONE_LINE.match(_code(lines[i].text))
     if one_line is not None and not _DONE.search(one_line.group(3)):  # `for i in 1 2; do A+=$i; done`
-        return ForLoop(one_line.group(1), one_line.group(2), (ScriptLine(lines[i].number, one_line.group(3)),),
+        loop = ForLoop(one_line.group(1), one_line.group(2), (ScriptLine(lines[i].number, one_line.group(3)),),
                        i + 1, lines[i].number)
+        return None if _EARLY_EXIT.search(one_line.group(3)) else loop
     header = _HEADER.match(lines[i].text)
     if header is None or _DONE.search(_code(header.group(2))):
         return None
@@ -66,21 +75,24 @@ def for_loop(lines: Sequence[ScriptLine], i: int) -> ForLoop | None:
         if start >= len(lines) or not _DO_LINE.match(lines[start].text):
             return None
         start += 1
-    depth = 1
+    depth = 1  # each loop has one `do` and one `done`, wherever on its lines (`cat f | while read l; do`)
     for j in range(start, len(lines)):
         code = _code(lines[j].text)
-        depth += bool(_OPENS.match(code)) - len(_DONE.findall(code))
+        depth += len(_DO.findall(code)) - len(_DONE.findall(code))
         if depth <= 0:
-            return ForLoop(header.group(1), header.group(2), tuple(lines[start:j]), j + 1, lines[i].number) \
-                if depth == 0 and code.strip().startswith("done") else None
+            body = tuple(lines[start:j])
+            plain = depth == 0 and _DONE_LINE.match(code) and not any(_EARLY_EXIT.search(_code(b.text)) for b in body)
+            return ForLoop(header.group(1), header.group(2), body, j + 1, lines[i].number) if plain else None
     return None
 
 
-def _braces(word: str) -> list[str]:
-    """bash's brace expansion of one word (3.5.1): `{A..B}` / `{A..B..STEP}` integer sequences (either direction),
-    `{a,b,c}` lists, each with what stands before and after it; the word itself when it has none."""
+def _braces(word: str) -> list[str] | None:
+    """bash's brace expansion of one word (3.5.1): an `{A..B}` / `{A..B..STEP}` integer sequence (either direction)
+    or an `{a,b,c}` list, with what stands before and after it; the word itself when it has none. None for the forms
+    llmperf does not expand (letters, zero-padded numbers, several or nested braces): a wrong word is worse than
+    none."""
     sequence = _SEQUENCE.match(word)
-    if sequence is not None:
+    if sequence is not None and not any(_ZERO_PADDED.match(sequence.group(k) or "") for k in (2, 3)):
         first, last = int(sequence.group(2)), int(sequence.group(3))
         step = abs(int(sequence.group(4) or 1)) or 1
         numbers = range(first, last + 1, step) if first <= last else range(first, last - 1, -step)
@@ -88,7 +100,7 @@ def _braces(word: str) -> list[str]:
     listed = _LIST.match(word)
     if listed is not None:
         return [f"{listed.group(1)}{item}{listed.group(3)}" for item in listed.group(2).split(",")]
-    return [word]
+    return None if _ANY_BRACES.search(word) else [word]
 
 
 def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | None:
@@ -98,14 +110,21 @@ def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | 
     if "$(" in words or "`" in words:
         return None
     try:
-        split, quoting = shell_split(words), word_quoting(words)
+        split, quoting, quoted = shell_split(words), word_quoting(words), quoted_words(words)
     except ValueError:
         return None
+    if len(quoting) != len(split) or len(quoted) != len(split):
+        return None
     out: list[str] = []
-    for word, unquoted in zip(split, quoting if len(quoting) == len(split) else [None] * len(split)):
+    for word, unquoted, any_quote in zip(split, quoting, quoted):
         if word in ("$@", "${@}", "$*", "${*}"):  # `"$@"`: one word per argument
             unquoted = True
-        for braced in _braces(word) if unquoted is False else [word]:
+        if any_quote and _ANY_BRACES.search(word):  # `"{1..3}"` is one word, `pre"x"{1,2}` two: which is unknown
+            return None
+        braced_words = _braces(word) if unquoted is False and not any_quote else [word]
+        if braced_words is None:
+            return None
+        for braced in braced_words:
             value = expand(braced)
             if value is None or (unquoted is not False and any(c in value for c in "*?[")) or \
                     (unquoted is False and any(c in braced for c in "*?[")):

@@ -208,6 +208,8 @@ LOOPS = {
                           '  done\ndone',
     "no words": 'for n in $UNSET_ONE; do\n  A=ran\ndone',
     "on one line": 'for n in 1 2; do A="$A $n"; B=$n; done',
+    "done with a redirection": 'for i in 1 2; do\n  A="$A $i"\ndone > /dev/null',
+    "a while loop in a pipe inside": 'for i in 1 2; do\n  echo x | while read l; do\n    :\n  done\n  A="$A $i"\ndone',
 }
 
 
@@ -224,6 +226,31 @@ def test_loops_as_bash_runs_them(body: str, tmp_path: Path, monkeypatch: pytest.
     theirs = subprocess.run([BASH, "-c", runner, str(script)], capture_output=True, text=True, check=True,
                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=tmp_path).stdout.split("\n")[:2]
     assert list(parse_launch(["bash", script.name], {}).script_args) == theirs, theirs
+
+
+UNFOLLOWED_LOOPS = {
+    "break": 'for i in 1 2 3; do\n  if [ $i = 2 ]; then break; fi\n  A="$A $i"\ndone',
+    "continue on one line": 'for i in 1 2 3; do [ $i = 2 ] && continue; A="$A $i"; done',
+    "break 2": 'for i in 1 2; do\n  for j in a b; do\n    A="$A $i$j"\n    break 2\n  done\ndone',
+    "return": 'f() {\n  for i in 1 2 3; do\n    A="$A $i"\n    return\n  done\n}\nf',
+    "done in a pipe": 'for i in 1 2; do\n  A="$A $i"\ndone | cat',
+    "zero-padded sequence": 'for i in {01..03}; do\n  A="$A $i"\ndone',
+    "letter sequence": 'for i in {a..c}; do\n  A="$A $i"\ndone',
+    "two brace expressions": 'for i in {1,2}{a,b}; do\n  A="$A $i"\ndone',
+    "quoted braces": 'for i in "{1..3}"; do\n  A="$A $i"\ndone',
+    "the script's IFS": 'IFS=,\nL="1,2"\nfor i in $L; do\n  A="$A $i"\ndone\nunset IFS',
+}
+
+
+@pytest.mark.parametrize("body", UNFOLLOWED_LOOPS.values(), ids=UNFOLLOWED_LOOPS.keys())
+def test_loops_llmperf_cannot_follow_are_read_once(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose passes bash ends early (break, continue, return), runs in a subshell (`done | cat`) or splits
+    otherwise (brace forms llmperf does not expand, the script's IFS) is read once as a body that may run: what it
+    builds stays unknown, where reading every pass gave a value bash does not (`[- 1 2 3]` for bash's `[- 1]`)."""
+    launch = 'torchrun --nproc_per_node 8 pretrain_gpt.py "[$A]"\n'
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nA=-\n{body}\n{launch}")
+    monkeypatch.chdir(tmp_path)
+    assert parse_launch(["bash", "train.sh"], {}).script_args == ("[$A]",)
 
 
 PRECISION_BRANCHES = """#!/bin/bash
