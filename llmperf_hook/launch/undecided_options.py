@@ -5,7 +5,9 @@ hold what two branches give, which no single run of bash does. A framework rule 
 single data source, --fp16 with --bf16) softens only where an undecided command could have given one of them: the
 command names the option (`ARGS+=(--mock-data)`, `DATA_ARGS="--data-path /d"`), or it assigns a variable expanded as
 the option's value (`DATA_PATH=/d` for `--data-path $DATA_PATH`, on the launch line or in `DATA_ARGS="--data-path
-$DATA_PATH"`). Anything else run on an undecided condition (`mkdir`, `NCCL_DEBUG=INFO`) leaves the rule as it is.
+$DATA_PATH"`), or it assigns a value that expands a variable holding options (`ARGS="$MOCK"` after
+`MOCK="--mock-data"`). Anything else run on an undecided condition (`mkdir`, `NCCL_DEBUG=INFO`) leaves the rule as it
+is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Mapping, Sequence
 _OPTION = re.compile(r"(?<![\w$-])(--?[A-Za-z][\w-]*)")
 """An option word of a command's text (`--data-path`, `--data-path=/d`: its name)."""
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+-\w+\s+)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _option_before(name: str) -> re.Pattern[str]:
@@ -40,7 +43,11 @@ def undecided_options(undecided: Mapping[str, str], texts: Sequence[str]) -> dic
     out: dict[str, frozenset[str]] = {}
     for where, text in undecided.items():
         options = set(_OPTION.findall(text))
-        for name in set(_ASSIGNED.findall(text)):
+        assigned = set(_ASSIGNED.findall(text))
+        for name in assigned:
             options.update(found for line in texts for found in _option_before(name).findall(line))
+        for name in set(_REFERENCE.findall(text)) if assigned else ():  # `ARGS="$MOCK"`: the options MOCK holds
+            options.update(found for line in texts if name in _ASSIGNED.findall(line)
+                           for found in _OPTION.findall(line))
         out[where] = frozenset(options)
     return out

@@ -330,6 +330,21 @@ def test_only_undecided_lines_that_may_set_a_data_flag_soften(branch: str, after
     assert any("single data source" in w and warned in w for w in cfg.warnings)
 
 
+def test_an_undecided_line_assigning_a_variable_that_holds_a_data_flag_softens(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ARGS="$DATA"` on an undecided condition, DATA set to `--data-path ...` before: bash passes --data-path on one
+    branch and not on the other, so the data-source rule is a warning (it was before a166bd5, which refused it)."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nDATA=\"--data-path /d/text_document\"\n"
+                                       "if [ \"$(hostname)\" = login ]; then ARGS=\"$DATA\"; fi\n"
+                                       f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT} --global-batch-size 32 "
+                                       "$ARGS\n")
+    monkeypatch.chdir(tmp_path)
+    _, cfg = resolve_job(["bash", "train.sh"], {})
+    assert any("single data source" in w and "line 3" in w for w in cfg.warnings)
+
+
 NOT_TRAINING = {
     # bigscience-workshop/Megatron-DeepSpeed examples/run_evalharness.sh: was 'the --num-layers -1 must be at least 1'
     "eval harness": ("./tasks/eval_harness/evaluate.py", "--num-layers -1 --hidden-size -1 --num-attention-heads -1 "
