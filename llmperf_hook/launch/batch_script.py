@@ -35,7 +35,7 @@ from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
-from llmperf_hook.launch.shell_loops import ForLoop, for_loop, loop_values, sweep_warning
+from llmperf_hook.launch.shell_loops import ForLoop, for_loop, in_background, loop_values, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, missing_arguments,
                                                   positional_table, run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
@@ -395,8 +395,9 @@ class _Reading(ShellVariables, FileWrites):
         return f"line {line.number}" if self.path == self.script else f"{self.path} line {line.number}"
 
     def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> ScriptRun:
+        sweep = None if in_background(line.text) else self.sweep  # a loop's passes at once: no sweep
         return ScriptRun(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
-                    frozenset(self.exported), stdin, self.sweep)
+                         frozenset(self.exported), stdin, sweep)
 
     def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:
         """A launch line. An `sbatch` line is the launch only of a script with no other (a batch script that submits
@@ -417,8 +418,7 @@ class _Reading(ShellVariables, FileWrites):
             self.env.clear()
             self.env.update(run.env)
             self.used.update(run.refs)
-            swept = run.sweep is not None and len(run.sweep[1]) > 1
-            warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep is not None and swept else ()
+            warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep and len(run.sweep[1]) > 1 else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
             missing = {where: argument_options(n, text, self.texts)

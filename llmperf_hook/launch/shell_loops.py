@@ -35,6 +35,7 @@ _SEQUENCE = re.compile(r"^([^{}]*)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}([^{}]*)
 _LIST = re.compile(r"^([^{}]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
 _ANY_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
 _ZERO_PADDED = re.compile(r"^-?0\d")
+_BACKGROUND = re.compile(r"(?<![&|>])&\s*(?:#[^'\"]*)?$")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,13 @@ def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | 
                 return None
             out.extend(value.split() if unquoted is not False else [value])
     return out if len(out) <= MAX_PASSES else None
+
+
+def in_background(text: str) -> bool:
+    """Whether the line's last command runs in the background (`... &`, not `&&` or `>&`): a launch so in a loop
+    starts every pass at once (`for node in n1 n2; do ssh $node torchrun --nnodes 2 ... & done`: one job's nodes),
+    which is no sweep."""
+    return _BACKGROUND.search(text) is not None
 
 
 def sweep_warning(name: str, values: Sequence[str], where: str) -> str:

@@ -197,6 +197,18 @@ def test_a_sweep_prices_its_first_pass_and_names_the_others(tmp_path: Path, monk
     assert "increment=100" in warning
 
 
+def test_a_loop_starting_each_node_in_the_background_is_no_sweep(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`for node in n1 n2; do ssh $node torchrun --nnodes 2 --node_rank $R ... & done`: bash starts the passes at once,
+    the nodes of one job, so no warning says it starts 2 jobs one after another."""
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nR=0\nfor node in n1 n2; do\n  ssh $node torchrun --nnodes 2 "
+                                       f"--node_rank $R --nproc-per-node 8 pretrain_gpt.py {GPT} &\n  R=$((R+1))\n"
+                                       "done\nwait\n")
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["bash", "train.sh"], {})
+    assert job.world_size == 16 and not any("one after another" in w for w in job.warnings), job.warnings
+
+
 LOOPS = {
     "brace sequence": 'for s in {1..3}; do\n  A="$A --stage$s"\ndone',
     "step and reversed": 'for s in {10..2..4}; do\n  A="$A $s"\ndone\nfor s in {3..1}; do\n  B="$B $s"\ndone',
