@@ -169,8 +169,8 @@ class _Reading(ShellVariables, FileWrites):
             return defined.end
         # a script's own IFS splits the words otherwise (bash manual 3.5.7): such a loop is read once, as before
         loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)
-        values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand)) \
-            if loop else None
+        values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand),
+                             self.args()) if loop else None
         if loop is None or values is None:
             return None
         self.loop(loop, values)

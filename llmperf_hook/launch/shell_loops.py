@@ -104,10 +104,10 @@ def _braces(word: str) -> list[str] | None:
     return None if _ANY_BRACES.search(word) else [word]
 
 
-def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | None:
-    """The words `for NAME in WORDS` runs its body for, as bash expands them; None where only running the script
-    tells (a command substitution, a glob, a variable llmperf does not know: `expand` gives None) or there are more
-    than MAX_PASSES."""
+def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[str]) -> list[str] | None:
+    """The words `for NAME in WORDS` runs its body for, as bash expands them (`args`: the arguments "$@" gives); None
+    where only running the script tells (a command substitution, a glob, a variable llmperf does not know: `expand`
+    gives None) or there are more than MAX_PASSES."""
     if "$(" in words or "`" in words:
         return None
     try:
@@ -118,8 +118,14 @@ def loop_values(words: str, expand: Callable[[str], str | None]) -> list[str] | 
         return None
     out: list[str] = []
     for word, unquoted, any_quote in zip(split, quoting, quoted):
-        if word in ("$@", "${@}", "$*", "${*}"):  # `"$@"`: one word per argument
-            unquoted = True
+        if word in ("$@", "${@}", "$*", "${*}"):  # bash manual 3.4.2 Special Parameters
+            if any("$" in arg or "`" in arg for arg in args):
+                return None
+            if not any_quote:  # `$@`, `$*`: the arguments, split again at blanks
+                out.extend(" ".join(args).split())
+            else:  # `"$@"`: one word per argument, blanks kept; `"$*"`: one word, the arguments joined by a blank
+                out.extend(args if "@" in word else [" ".join(args)])
+            continue
         if any_quote and _ANY_BRACES.search(word):  # `"{1..3}"` is one word, `pre"x"{1,2}` two: which is unknown
             return None
         braced_words = _braces(word) if unquoted is False and not any_quote else [word]

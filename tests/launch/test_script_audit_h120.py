@@ -220,6 +220,9 @@ LOOPS = {
                           '  done\ndone',
     "no words": 'for n in $UNSET_ONE; do\n  A=ran\ndone',
     "on one line": 'for n in 1 2; do A="$A $n"; B=$n; done',
+    "arguments with blanks": 'set -- "a b" c\nfor a in "$@"; do\n  A="$A <$a>"\ndone\nfor a in "$*" $@; do\n'
+                             '  B="$B <$a>"\ndone',
+    "a function's arguments": 'f() {\n  for a in "$@"; do\n    A="$A <$a>"\n  done\n}\nf "x y" z',
     "done with a redirection": 'for i in 1 2; do\n  A="$A $i"\ndone > /dev/null',
     "a while loop in a pipe inside": 'for i in 1 2; do\n  echo x | while read l; do\n    :\n  done\n  A="$A $i"\ndone',
 }
