@@ -11,6 +11,13 @@ Python still does on its way out (Python docs, sys.exit / atexit / io): the atex
 flushes the job's log handlers; multiprocessing ends its daemon workers; the user's own) and the flush of every
 buffered file object still open (a `log = open(...)` written with print(file=log) kept up to 8 KiB in memory,
 lost). Both are done here, then os._exit: the job's files are complete, and its exit code is 0.
+
+The callbacks get ATEXIT_WAIT_S, not forever: some wait on work that the rest of the script would have ended.
+multiprocessing's own callback joins every non-daemon child process (multiprocessing/util.py, _exit_function),
+and megatron-core 0.16.1's persistent async-checkpoint worker is one, ended only by the finalize call at the end
+of train() (megatron/core/dist_checkpointing/strategies/async_utils.py, PersistentAsyncCaller: a non-daemon
+'spawn' Process looping on its queue; later Megatron-LM marks it daemon): stopped inside train_step, a job with
+such a worker waited at exit forever (a torch job with one: tests/instrument/test_stop_after_exit.py).
 """
 
 from __future__ import annotations
@@ -20,14 +27,33 @@ import atexit
 import gc
 import os
 import sys
+import threading
+
+ATEXIT_WAIT_S = 30.0
+"""How long the job's atexit callbacks may run after the stop. What they normally do takes milliseconds
+(logging.shutdown flushes its handlers, multiprocessing terminates its daemon workers); one still running after
+this waits on something the stopped script would have ended, and would hold every rank of the job forever."""
 
 
-def exit_like_a_finished_job(code: int = 0) -> None:
-    """Run the atexit callbacks, flush every open writable file object, then os._exit(code); never returns."""
+def exit_like_a_finished_job(code: int = 0, atexit_wait_s: float = ATEXIT_WAIT_S) -> None:
+    """Run the atexit callbacks (for atexit_wait_s at most), flush every open writable file object, then
+    os._exit(code); never returns."""
+    watchdog = threading.Timer(atexit_wait_s, _leave_without_the_callbacks, (code, atexit_wait_s))
+    watchdog.daemon = True  # a thread: a callback blocked in a join or a lock wait releases the GIL to it
+    watchdog.start()
     try:
         atexit._run_exitfuncs()  # each callback's exception is printed and passed over, as at a normal exit
     except BaseException:  # noqa: BLE001 - a KeyboardInterrupt while they ran: still flush and leave
         pass
+    flush_open_files()
+    os._exit(code)
+
+
+def _leave_without_the_callbacks(code: int, atexit_wait_s: float) -> None:
+    # os.write, not sys.stderr: the blocked main thread may hold the stream's lock
+    os.write(2, f"llmperf hook: --stop-after: the job's atexit callbacks were still running {atexit_wait_s:g} s "
+                f"after the stop (waiting for a non-daemon worker process or thread that the rest of the script "
+                f"would have ended); the job leaves without them, exit code {code}.\n".encode())
     flush_open_files()
     os._exit(code)
 

@@ -59,3 +59,23 @@ def test_exit_like_a_finished_job_flushes_every_open_writer(tmp_path: Path) -> N
     assert done.returncode == 0 and done.stdout == "atexit ran\n", done
     assert "ZeroDivisionError" in done.stderr and "Warning" not in done.stderr, done.stderr
     assert (tmp_path / "a.txt").read_text() == "text" and (tmp_path / "b.bin").read_bytes() == b"bytes"
+
+
+def test_an_atexit_callback_that_never_returns_does_not_hold_the_job(tmp_path: Path) -> None:
+    """A non-daemon worker process the stopped script would have ended (megatron-core 0.16.1's persistent
+    async-checkpoint caller): multiprocessing's atexit callback joins it forever. After atexit_wait_s the job still
+    leaves with code 0, its file flushed, the callbacks registered after it run, one line on stderr. Before: a hang
+    (the subprocess timeout)."""
+    code = ("import atexit, multiprocessing as mp, os, time\n"
+            "from llmperf_hook.instrument.job_exit import exit_like_a_finished_job\n"
+            "def worker(parent):\n"
+            "    while os.getppid() == parent: time.sleep(0.05)  # until its parent is gone (the test's clean-up)\n"
+            "if __name__ == '__main__':\n"
+            "    mp.get_context('fork').Process(target=worker, args=(os.getpid(),)).start()\n"
+            f"    log = open({str(tmp_path / 'log.txt')!r}, 'w'); log.write('kept')\n"
+            "    atexit.register(lambda: print('atexit ran'))  # LIFO: before multiprocessing's join\n"
+            "    exit_like_a_finished_job(0, atexit_wait_s=2.0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "atexit ran\n", done
+    assert done.stderr.count("llmperf hook: --stop-after: the job's atexit callbacks were still running 2 s") == 1
+    assert "Traceback" not in done.stderr and (tmp_path / "log.txt").read_text() == "kept"
