@@ -395,9 +395,8 @@ class _Reading(ShellVariables, FileWrites):
         return f"line {line.number}" if self.path == self.script else f"{self.path} line {line.number}"
 
     def run(self, line: ScriptLine, words: list[str], stdin: str | None = None) -> ScriptRun:
-        sweep = None if in_background(line.text) else self.sweep  # a loop's passes at once: no sweep
         return ScriptRun(self.where(line), self.positioned(words), dict(self.env), dict(self.split_refs),
-                         frozenset(self.exported), stdin, sweep)
+                         frozenset(self.exported), stdin, self.sweep, in_background(line.text))
 
     def record_launch(self, line: ScriptLine, words: list[str], stdin: str | None) -> None:
         """A launch line. An `sbatch` line is the launch only of a script with no other (a batch script that submits
@@ -418,7 +417,8 @@ class _Reading(ShellVariables, FileWrites):
             self.env.clear()
             self.env.update(run.env)
             self.used.update(run.refs)
-            warnings = (sweep_warning(*run.sweep, run.where),) if run.sweep and len(run.sweep[1]) > 1 else ()
+            warnings = (sweep_warning(*run.sweep, run.where, run.background),) \
+                if run.sweep and len(run.sweep[1]) > 1 else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
             missing = {where: argument_options(n, text, self.texts)

@@ -27,6 +27,8 @@ class ScriptRun:
     """The text of the here-document it is given as standard input (`sbatch <<EOF`), None when it has none."""
     sweep: tuple[str, tuple[str, ...]] | None = None
     """The `for` loop it runs in (its variable and words, shell_loops), None outside one."""
+    background: bool = False
+    """It runs in the background (`... &`): a loop starts every pass at once (shell_loops.in_background)."""
 
 
 @dataclass(frozen=True)

@@ -142,14 +142,19 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
 
 def in_background(text: str) -> bool:
     """Whether the line's last command runs in the background (`... &`, not `&&` or `>&`): a launch so in a loop
-    starts every pass at once (`for node in n1 n2; do ssh $node torchrun --nnodes 2 ... & done`: one job's nodes),
-    which is no sweep."""
+    starts every pass at once, no sweep (`for node in n1 n2; do ssh $node torchrun --nnodes 2 ... & done`: one job's
+    nodes)."""
     return _BACKGROUND.search(text) is not None
 
 
-def sweep_warning(name: str, values: Sequence[str], where: str) -> str:
+def sweep_warning(name: str, values: Sequence[str], where: str, background: bool = False) -> str:
     """For a script that launches once per pass of a loop: which pass llmperf priced."""
     shown = ", ".join(values[:8]) + (f", ... ({len(values)} values)" if len(values) > 8 else "")
+    if background:
+        return (f"the launch at {where} runs in the background in a `for {name} in ...` loop ({name} = {shown}): bash "
+                f"starts all {len(values)} at once. llmperf priced the first, {name}={values[0]}, as one launch with "
+                "its own node count: right when each pass starts one node of the job; separate jobs sharing GPUs "
+                "would contend and run slower than priced.")
     return (f"the launch at {where} runs in a `for {name} in ...` loop, once per value ({name} = {shown}): bash starts "
             f"{len(values)} jobs one after another. llmperf priced the first, {name}={values[0]}; to price another, "
             f"give its launch line after `--`, or the script with that one value in the loop.")

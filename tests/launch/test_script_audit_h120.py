@@ -200,13 +200,14 @@ def test_a_sweep_prices_its_first_pass_and_names_the_others(tmp_path: Path, monk
 def test_a_loop_starting_each_node_in_the_background_is_no_sweep(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """`for node in n1 n2; do ssh $node torchrun --nnodes 2 --node_rank $R ... & done`: bash starts the passes at once,
-    the nodes of one job, so no warning says it starts 2 jobs one after another."""
+    the nodes of one job, so no warning says it starts 2 jobs one after another; it says they start at once."""
     (tmp_path / "train.sh").write_text(f"#!/bin/bash\nR=0\nfor node in n1 n2; do\n  ssh $node torchrun --nnodes 2 "
                                        f"--node_rank $R --nproc-per-node 8 pretrain_gpt.py {GPT} &\n  R=$((R+1))\n"
                                        "done\nwait\n")
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["bash", "train.sh"], {})
     assert job.world_size == 16 and not any("one after another" in w for w in job.warnings), job.warnings
+    assert any("starts all 2 at once" in w and "node=n1" in w for w in job.warnings), job.warnings
 
 
 LOOPS = {
