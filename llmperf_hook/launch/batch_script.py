@@ -35,7 +35,8 @@ from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
-from llmperf_hook.launch.shell_loops import ForLoop, for_loop, in_background, loop_values, sweep_warning
+from llmperf_hook.launch.shell_loops import (MAX_TOTAL_PASSES, ForLoop, for_loop, in_background, loop_values,
+                                             sweep_warning)
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, missing_arguments,
                                                   positional_table, run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
@@ -103,6 +104,8 @@ class _Reading(ShellVariables, FileWrites):
     """Files being read by `.` / `source` (one that sources itself is not followed again)."""
     sweep: tuple[str, tuple[str, ...]] | None = None
     """The `for` loop being read, pass by pass (shell_loops): its variable and words."""
+    passes: int = 0
+    """The loop passes read so far, all loops together (shell_loops.MAX_TOTAL_PASSES)."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
@@ -167,12 +170,12 @@ class _Reading(ShellVariables, FileWrites):
         if defined is not None:
             self.functions[defined.name] = replace(defined, path=self.path)
             return defined.end
-        # a script's own IFS splits the words otherwise (bash manual 3.5.7): such a loop is read once, as before
-        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)
+        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
         values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand),
-                             self.args()) if loop else None
+                             self.args(), MAX_TOTAL_PASSES - self.passes) if loop else None
         if loop is None or values is None:
             return None
+        self.passes += len(values)
         self.loop(loop, values)
         return loop.end
 

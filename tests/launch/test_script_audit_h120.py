@@ -244,6 +244,16 @@ def test_loops_as_bash_runs_them(body: str, tmp_path: Path, monkeypatch: pytest.
     assert list(parse_launch(["bash", script.name], {}).script_args) == theirs, theirs
 
 
+def test_nested_loops_are_read_pass_by_pass_up_to_a_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three nested loops of 100 words are a million passes, which took minutes to read: past MAX_TOTAL_PASSES the
+    inner loops are read once as bodies that may run, so what they set is unknown, never a wrong value."""
+    (tmp_path / "train.sh").write_text("#!/bin/bash\nfor i in {1..100}; do\n  for j in {1..100}; do\n"
+                                       "    for k in {1..100}; do\n      X=$i.$j.$k\n    done\n  done\ndone\n"
+                                       'torchrun --nproc_per_node 8 pretrain_gpt.py "[$X]"\n')
+    monkeypatch.chdir(tmp_path)
+    assert parse_launch(["bash", "train.sh"], {}).script_args == ("[$X]",)
+
+
 UNFOLLOWED_LOOPS = {
     "break": 'for i in 1 2 3; do\n  if [ $i = 2 ]; then break; fi\n  A="$A $i"\ndone',
     "continue on one line": 'for i in 1 2 3; do [ $i = 2 ] && continue; A="$A $i"; done',
