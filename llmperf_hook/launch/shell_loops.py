@@ -27,7 +27,8 @@ MAX_TOTAL_PASSES = 4096
 """The most passes one script is read for, all its loops together: nested loops multiply (three of {1..100} are a
 million passes, minutes of reading), so past it a loop is read once as a body that may run. 80,000 passes of a
 two-line body read in about 4 s on the 2-core machine (load ~3): this keeps a script's loops well under 1 s."""
-_HEADER = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.*?)\s*(?:;\s*do)?\s*(?:#.*)?$", re.DOTALL)
+_HEADER = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+(.*?)\s*(?:;\s*(?:do)?)?\s*(?:#.*)?$", re.DOTALL)
+"""`for NAME in WORDS`, then `; do`, `;` (its `do` on the next line) or nothing, and a comment."""
 _ONE_LINE = re.compile(r"^\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\s+([^;]*?)\s*;\s*do\s+(.*?)\s*;?\s*done\s*$", re.DOTALL)
 _DO_LINE = re.compile(r"^\s*do\s*(?:#.*)?$")
 _DO = re.compile(r"(?:^|[;&|\s])do(?=$|[;&|\s])")

@@ -224,6 +224,7 @@ LOOPS = {
     "arguments with blanks": 'set -- "a b" c\nfor a in "$@"; do\n  A="$A <$a>"\ndone\nfor a in "$*" $@; do\n'
                              '  B="$B <$a>"\ndone',
     "a function's arguments": 'f() {\n  for a in "$@"; do\n    A="$A <$a>"\n  done\n}\nf "x y" z',
+    "`;` and `do` on the next line": 'for n in 1 2;\ndo\n  A="$A <$n>"\ndone',
     "done with a redirection": 'for i in 1 2; do\n  A="$A $i"\ndone > /dev/null',
     "a while loop in a pipe inside": 'for i in 1 2; do\n  echo x | while read l; do\n    :\n  done\n  A="$A $i"\ndone',
 }
