@@ -134,6 +134,8 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             continue
         if any_quote and _ANY_BRACES.search(word):  # `"{1..3}"` is one word, `pre"x"{1,2}` two: which is unknown
             return None
+        if word.startswith("~") and not any_quote:  # tilde expansion (3.5.2): the home folder where it runs
+            return None
         braced_words = _braces(word) if unquoted is False and not any_quote else [word]
         if braced_words is None:
             return None
@@ -142,6 +144,8 @@ def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[
             if value is None or (unquoted is not False and any(c in value for c in "*?[")) or \
                     (unquoted is False and any(c in braced for c in "*?[")):
                 return None
+            if unquoted is False and not any_quote and not value:  # `{a,}`: an empty unquoted word is removed
+                continue
             out.extend(value.split() if unquoted is not False else [value])
     return out if len(out) <= min(MAX_PASSES, budget) else None
 
