@@ -171,9 +171,12 @@ class _Reading(ShellVariables, FileWrites):
             self.functions[defined.name] = replace(defined, path=self.path)
             return defined.end
         loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
-        values = loop_values(self.expand_arrays(loop.words), condition_expander(self.undecidable, self.expand),
-                             self.args(), MAX_TOTAL_PASSES - self.passes) if loop else None
-        if loop is None or values is None:
+        if loop is None:
+            return None
+        words = self.expand_arrays(protect_literal_dollars(loop.words))  # `'$V'` is the word $V (3.1.2.2)
+        values = loop_values(words, condition_expander(self.undecidable, self.expand), self.args(),
+                             MAX_TOTAL_PASSES - self.passes)
+        if values is None or set(UNSET_REF.findall(words)) & set(self.arrays):  # `$L`: an array's first item
             return None
         self.passes += len(values)
         self.loop(loop, values)

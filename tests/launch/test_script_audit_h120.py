@@ -226,6 +226,7 @@ LOOPS = {
     "a function's arguments": 'f() {\n  for a in "$@"; do\n    A="$A <$a>"\n  done\n}\nf "x y" z',
     "`;` and `do` on the next line": 'for n in 1 2;\ndo\n  A="$A <$n>"\ndone',
     "a brace list with an empty item": 'for n in {a,} x{a,} ""; do\n  A="$A <$n>"\ndone',
+    "single-quoted dollar": "V=x\nfor n in 'a b' '$V' \\$V; do\n  A=\"$A <$n>\"\ndone",
     "done with a redirection": 'for i in 1 2; do\n  A="$A $i"\ndone > /dev/null',
     "a while loop in a pipe inside": 'for i in 1 2; do\n  echo x | while read l; do\n    :\n  done\n  A="$A $i"\ndone',
 }
@@ -266,6 +267,7 @@ UNFOLLOWED_LOOPS = {
     "letter sequence": 'for i in {a..c}; do\n  A="$A $i"\ndone',
     "two brace expressions": 'for i in {1,2}{a,b}; do\n  A="$A $i"\ndone',
     "quoted braces": 'for i in "{1..3}"; do\n  A="$A $i"\ndone',
+    "an array's first item": 'L=(p q)\nfor i in ${L}; do\n  A="$A $i"\ndone',
     "a tilde": 'for i in ~/x; do\n  A="$A $i"\ndone',
     "the script's IFS": 'IFS=,\nL="1,2"\nfor i in $L; do\n  A="$A $i"\ndone\nunset IFS',
 }
