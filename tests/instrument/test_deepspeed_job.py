@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from instrument_helpers import TESTBED, read_records, steps_by_rank
+from instrument_helpers import TESTBED, read_records, run_session, steps_by_rank
 
 SHAPE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
          "--max-position-embeddings", "64", "--micro-batch-size", "2", "--vocab-size", "512"]
@@ -141,7 +141,7 @@ engine, *_ = deepspeed.initialize(model=net, model_parameters=list(net.parameter
 batches = iter(lambda: (torch.randn(2, 16), torch.randn(2, 16)), None)
 for i in range(10):
     engine.train_batch(batches)
-    print("iter", i, "stage", engine.stage_id, flush=True)
+    print(f"iter {i} stage {engine.stage_id}", flush=True)  # one text write: print writes each argument apart
 """
 
 
@@ -153,10 +153,7 @@ def test_pipeline_train_batch_is_the_step(tmp_path: Path, child_env: dict[str, s
     script = tmp_path / "pipe.py"
     script.write_text(PIPELINE_JOB)
     argv = ["deepspeed", "--num_gpus", "2", "--master_port", str(deepspeed_port), str(script)]
-    code = ("import json, os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
-            f"sys.exit(run_instrumented({argv!r}, env=os.environ, steps=3, stop_after=4, run_dir={str(tmp_path / 'run')!r}))")
-    done = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=300,
-                          cwd=str(tmp_path))
+    done = run_session(tmp_path, child_env, argv, steps=3, stop_after=4)
     assert done.returncode == 0, done.stderr[-3000:]
     # both ranks print to one pipe, where a line's text and its newline can be two writes apart
     assert sorted(re.findall(r"iter \d+ stage \d", done.stdout)) == [

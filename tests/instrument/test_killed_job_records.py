@@ -28,8 +28,9 @@ for step in range(100):
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGKILL", "SIGINT"])
 def test_steps_before_the_kill_are_on_disk(tmp_path: Path, child_env: dict[str, str], name: str) -> None:
     """Killed at step 9 of --instrument 50, with 0.2 s steps: by SIGTERM or SIGKILL no atexit runs, so only what
-    the writer flushed on the way is there. Buffering up to 64 records lost every step; with the one-second bound, the steps up to about
-    a second before the kill are kept (at least 0-3), in order, with the job's own exit status."""
+    the writer flushed on the way is there. Buffering up to 64 records lost every step; with the one-second bound,
+    the steps up to about a second before the kill are kept (at least 0-3), in order, with the job's own exit
+    status."""
     script = tmp_path / "job.py"
     script.write_text(JOB)
     done = run_session(tmp_path, child_env, [sys.executable, str(script), name], steps=50)
