@@ -30,7 +30,10 @@ from typing import Any, Callable
 
 from llmperf_hook.instrument.recorder import StepRecorder
 
-PRIORITY = {"torch": 0, "torch-amp": 1, "deepspeed": 1, "megatron-core": 1, "deepspeed-pipeline": 2, "megatron": 3}
+PRIORITY = {"torch": 0, "torch-amp": 1, "deepspeed": 2, "megatron-core": 2, "deepspeed-pipeline": 3, "megatron": 4}
+"""The outer layer owns a step (recorder.py). DeepSpeed's engine.step calls torch's GradScaler.step itself under
+torch_autocast, once per ZeRO-3 sub-group (deepspeed/runtime/zero/stage3.py, _optimizer_step): the engine ranks
+above the scaler, so it takes the step over even after a scaler step of the script's own came first."""
 
 
 class Patches:

@@ -43,3 +43,23 @@ def test_skipped_optimizer_steps_are_steps_of_the_loop(tmp_path: Path, child_env
     records = read_records(tmp_path / "run")
     assert steps_by_rank(records) == {0: list(range(8))}
     assert {r["framework"] for r in records if r["kind"] == "step"} == {"torch"}
+
+
+def test_an_engine_step_owns_the_grad_scaler_steps_inside_it(tmp_path: Path) -> None:
+    """DeepSpeed under torch_autocast calls GradScaler.step inside engine.step, once per ZeRO-3 sub-group: one step
+    per engine.step, also after an AMP step of the script's own came first (with the scaler ranked as high as the
+    engine, that first step kept the ownership and each sub-group's scaler step was a step: 7 records, not 4)."""
+    from llmperf_hook.instrument.config import HookConfig
+    from llmperf_hook.instrument.frameworks import wrap_step
+    from llmperf_hook.instrument.recorder import StepRecorder
+
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=10, num_warmup_steps=0,
+                                  reference_speed=False))
+    scaler_step = wrap_step(lambda: None, rec, "torch", layer="torch-amp")
+    engine_step = wrap_step(lambda: (scaler_step(), scaler_step()), rec, "deepspeed")  # two sub-groups
+    scaler_step()
+    for _ in range(3):
+        engine_step()
+    rec.writer.close()
+    assert steps_by_rank(read_records(tmp_path)) == {0: [0, 1, 2, 3]}
+    assert rec._owner == "deepspeed"
