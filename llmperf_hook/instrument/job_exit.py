@@ -50,10 +50,12 @@ def exit_like_a_finished_job(code: int = 0, atexit_wait_s: float = ATEXIT_WAIT_S
 
 
 def _leave_without_the_callbacks(code: int, atexit_wait_s: float) -> None:
-    # os.write, not sys.stderr: the blocked main thread may hold the stream's lock
-    os.write(2, f"llmperf hook: --stop-after: the job's atexit callbacks were still running {atexit_wait_s:g} s "
-                f"after the stop (waiting for a non-daemon worker process or thread that the rest of the script "
-                f"would have ended); the job leaves without them, exit code {code}.\n".encode())
+    try:  # os.write, not sys.stderr: the blocked main thread may hold the stream's lock
+        os.write(2, f"llmperf hook: --stop-after: the job's atexit callbacks were still running {atexit_wait_s:g} s "
+                    f"after the stop (waiting for a non-daemon worker process or thread that the rest of the script "
+                    f"would have ended); the job leaves without them, exit code {code}.\n".encode())
+    except OSError:  # stderr closed: leave all the same
+        pass
     flush_open_files()
     os._exit(code)
 
