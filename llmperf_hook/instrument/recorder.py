@@ -4,7 +4,7 @@ The recorder knows nothing about frameworks: the patches in `frameworks.py` tell
 ends, and which framework is speaking. Several layers may speak for the same step (DeepSpeed's engine.step
 calls the torch optimizer's step; Megatron's train_step calls both); the outermost framework owns the step:
 priority megatron train_step > DeepSpeed pipeline train_batch > DeepSpeed engine / megatron-core optimizer >
-torch optimizer, and only the owner's step ends are recorded.
+torch's GradScaler.step > torch optimizer (frameworks.PRIORITY), and only the owner's step ends are recorded.
 
 Never harm the job: every entry point runs under `guarded`, which turns any exception into one line on
 stderr, an `error` record, and a disabled hook (the patches are taken out again); the job goes on.

@@ -7,6 +7,10 @@ from pathlib import Path
 
 from instrument_helpers import read_records, run_session, steps_by_rank
 
+from llmperf_hook.instrument.config import HookConfig
+from llmperf_hook.instrument.frameworks import wrap_step
+from llmperf_hook.instrument.recorder import StepRecorder
+
 JOB = """
 import torch
 torch.set_num_threads(1)
@@ -49,10 +53,6 @@ def test_an_engine_step_owns_the_grad_scaler_steps_inside_it(tmp_path: Path) -> 
     """DeepSpeed under torch_autocast calls GradScaler.step inside engine.step, once per ZeRO-3 sub-group: one step
     per engine.step, also after an AMP step of the script's own came first (with the scaler ranked as high as the
     engine, that first step kept the ownership and each sub-group's scaler step was a step: 7 records, not 4)."""
-    from llmperf_hook.instrument.config import HookConfig
-    from llmperf_hook.instrument.frameworks import wrap_step
-    from llmperf_hook.instrument.recorder import StepRecorder
-
     rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=10, num_warmup_steps=0,
                                   reference_speed=False))
     scaler_step = wrap_step(lambda: None, rec, "torch", layer="torch-amp")
