@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -29,6 +31,9 @@ STAGING = ".staging"
 MAX_SWAP_TRIES = 20
 """Renames (and the stage's mkdir) retried when another writer swaps the same profile in between (each retry
 follows another writer's step)."""
+SWAP_BACKOFF_S = 0.002
+"""Upper bound of the random pause before swap retry n, times n (at most ~0.4 s in all). Without it, three writers in
+lock-step on two cores used up the 20 tries (CI on a fresh clone, 2026-11-27 15:05)."""
 
 
 def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callable[[str], bool]) -> Path:
@@ -77,7 +82,9 @@ def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool]) -> No
 def _swap_in(stage: Path, directory: Path) -> None:
     """Move `directory` aside and `stage` in its place; retried while another writer does the same."""
     retired = directory.parent / STAGING / f"{stage.name}.old"
-    for _ in range(MAX_SWAP_TRIES):
+    for attempt in range(MAX_SWAP_TRIES):
+        if attempt:  # a random pause that grows: writers that keep meeting each other fall out of step
+            time.sleep(random.uniform(0.0, SWAP_BACKOFF_S * attempt))
         try:
             if directory.exists():
                 os.rename(directory, retired)
