@@ -40,24 +40,20 @@ if [[ $PARTS == *runs* ]]; then
   for z in 2 3; do run "z${z}b" $z "$SHAPE_B"; done
 fi
 
+kb() {  # kb NAME CONFIG SHAPE [cprofile]: one kernel table (and a cProfile of the host with a 4th argument)
+  echo "== kernels $1 =="
+  KB_CPROFILE=${4:+$W/kernels/$1.cprofile.txt} timeout 90 python3 benchmarks/kernel_breakdown.py \
+    "$W/kernels/$1.txt" --deepspeed_config "$2" $3 --vocab-size 50304 --bf16 > "$W/kernels/$1.log" 2>&1
+  echo "exit $?"; grep -E "^# wall|Error" "$W/kernels/$1.log" | head -3; pack
+}
+
 if [[ $PARTS == *kernels* ]]; then
-  for z in 2 3; do
-    echo "== kernels ds_bf16_zero$z =="
-    timeout 90 python3 benchmarks/kernel_breakdown.py "$W/kernels/ds_bf16_zero$z.txt" --deepspeed_config \
-      $T/ds_zero$z.json $SHAPE_A --vocab-size 50304 --bf16 > "$W/kernels/ds_bf16_zero$z.log" 2>&1
-    echo "exit $?"; grep -E "^# wall|Error" "$W/kernels/ds_bf16_zero$z.log" | head -3; pack
-  done
+  for z in 2 3; do kb "ds_bf16_zero$z" "$T/ds_zero$z.json" "$SHAPE_A"; done
 fi
 
 if [[ $PARTS == *diag* ]]; then  # where ZeRO-3's extra time goes: accumulation, and with every parameter persistent
   printf '{"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1000000000000}, "gradient_clipping": 1.0,
  "steps_per_print": 1000000}\n' > "$W/ds_zero3_persist.json"
-  kb() {  # kb NAME CONFIG SHAPE [cprofile]: one kernel table (and a cProfile of the host with a 4th argument)
-    echo "== kernels $1 =="
-    KB_CPROFILE=${4:+$W/kernels/$1.cprofile.txt} timeout 90 python3 benchmarks/kernel_breakdown.py \
-      "$W/kernels/$1.txt" --deepspeed_config "$2" $3 --vocab-size 50304 --bf16 > "$W/kernels/$1.log" 2>&1
-    echo "exit $?"; grep -E "^# wall|Error" "$W/kernels/$1.log" | head -3; pack
-  }
   kb ds_bf16_zero3_accum4 $T/ds_zero3.json "$SHAPE_C" cprofile
   kb ds_bf16_zero3_persist "$W/ds_zero3_persist.json" "$SHAPE_A"
   kb ds_bf16_zero3_persist_accum4 "$W/ds_zero3_persist.json" "$SHAPE_C"
