@@ -159,12 +159,14 @@ LAUNCHER_2206 = Source(
     "github.com/NVIDIA/NeMo-Framework-Launcher README.md @d4317ddd (2022-07-14), section GPT-3 'Training Performance "
     "Results' (replaced by P05's table on 2022-09-07); layout from conf/training/gpt3/5b.yaml and 175b.yaml at the "
     "same commit",
-    "NeMo Megatron 22.06 (NeMo r1.10.0)", A100_SELENE, "bf16 (megatron_amp_O2)", "", "",
+    "NeMo Megatron 22.06 (NeMo 1.10.0+aadcd1c)", A100_SELENE, "bf16 (megatron_amp_O2)", "", "",
     "the README does not restate the layout: it is the launcher's default training config at the same commit "
     "(5B: TP2 PP1 MBS2 GBS1440, no recompute; 175B: TP8 PP8 MBS2 GBS1536, selective recompute + SP); optimizer "
-    "fused_adam under NeMo's MainParamsOptimizerWrapper (no distributed optimizer); NeMo r1.10.0 has no "
-    "gradient-accumulation fusion (its param hook adds each micro-batch's gradient into the fp32 main gradient, "
-    "nemo/core/optim/optimizer_with_main_params.py _make_param_hook); the second table is headed '5B' in the "
+    "fused_adam under NeMo's MainParamsOptimizerWrapper (no distributed optimizer); the container's NeMo "
+    "1.10.0+aadcd1c (README support matrix) turns gradient-accumulation fusion off at PP 1 "
+    "(megatron_base_model.py _validate_config), so the 5B's param hook adds each micro-batch's gradient into the "
+    "fp32 main gradient (optimizer_with_main_params.py _make_param_hook), and keeps the 175b.yaml's fusion on at "
+    "PP 8 (the fused wgrad accumulates into param.main_grad); the second table is headed '5B' in the "
     "README but is the 175B model (its text: 'from 16 nodes to 128 nodes with a 175B model')",
     "medium (layout from the default config of the same commit)")
 
@@ -283,15 +285,31 @@ NEMO_2208_PP1_NOTE = ("gradient-accumulation fusion off: NeMo v1.11.0 megatron_b
                       "it off at PP 1, so each micro-batch's gradients are added into distributed_fused_adam's fp32 "
                       "buffer (apex distributed_fused_adam.py _grad_copy); its reduce-scatter overlaps the last "
                       "micro-batch's backward (overlap_grad_sync, kept at PP 1 without SP)")
+# The README's own training time for the same 175B config disagrees with its table: "It can be trained in about 27
+# days using 128 nodes" (same commit, section 175B configuration; 175b.yaml max_steps 75000 x GBS 2048 x 2048 tokens
+# = 314.6e9 tokens, max_time 25:23:00:00) is 314.6e9 / (27 x 86400) = 134,900 tokens/s at 128 nodes, 1.23x the
+# table's 109,684. The 5B's text agrees with its table (about 5 days: 75000 x 2048 x 2048 at 16-32 nodes' 659,481-
+# 1,159,288 tokens/s = 3.1-5.5 days), and 22.06's 175B table (P08, same layout, GBS 1536) ran 1.29-1.38x the
+# 22.08 table's tokens/s at 16 and 128 nodes. Kept as measured; the rows say so.
+NEMO_2208_175B_NOTE = ("the README's text for the same config, 'trained in about 27 days using 128 nodes' (75000 steps x "
+                       "2048 x 2048 tokens), implies 134,900 tokens/s at 128 nodes, 1.23x this table's 109,684; 22.06's "
+                       "table (P08, same layout) ran 1.29-1.38x these tokens/s")
 
 # The same README at the 22.06 release (d4317ddd): aggregate tokens/s by node count, and each model's layout
 # (TP, PP, GBS, recompute, SP) from that commit's training configs.
 LAUNCHER_2206_5B = ((1, 39543), (2, 79128), (5, 195047), (9, 344523), (10, 383500), (18, 670254), (20, 731791))
 LAUNCHER_2206_175B = ((16, 20642), (32, 38025), (128, 141306))
-# NeMo r1.10.0 overlaps the data-parallel all-reduce with the backward at PP 1 only (MainParamsOptimizerWrapper
-# async_grad_allreduce; the 22.05 changelog: 'Asynchronous gradient all-reduce for GPT-3 ... with pipeline parallel
-# size equal to 1'); at PP > 1 it all-reduces the main gradients after the pipeline (allreduce_main_grads).
-NEMO_2206_FLAGS = {1: "--no-gradient-accumulation-fusion --overlap-grad-reduce", 8: "--no-gradient-accumulation-fusion"}
+# The 22.06 container ran NeMo 1.10.0+aadcd1c (the README's support matrix at d4317ddd; github.com/NVIDIA/NeMo commit
+# aadcd1cae4, 2022-07-13, on the branch of PR #4380 'Add sequence parallelism and selective activation checkpointing',
+# squashed into main as f1bf6c2731 on 2022-07-26: it has sequence parallelism, selective recompute and
+# gradient-accumulation fusion, which the v1.10.0 tag of 2022-07-01 does not). Its megatron_base_model.py _validate_config turns the
+# fusion off at PP 1 only; at PP 8 the 175b.yaml's gradient_accumulation_fusion: True stays, and the fused wgrad
+# GEMM accumulates into param.main_grad, which MainParamsOptimizerWrapper points at the fp32 main gradient
+# (optimizer_with_main_params.py: param.main_grad = main_param.grad), so nothing is added per micro-batch. It
+# overlaps the data-parallel all-reduce with the backward at PP 1 without SP or the fusion only (async_grad_allreduce
+# in configure_optimizers; the 22.05 changelog: 'Asynchronous gradient all-reduce for GPT-3 ... with pipeline
+# parallel size equal to 1'); at PP > 1 it all-reduces the main gradients after the pipeline (allreduce_main_grads).
+NEMO_2206_FLAGS = {1: "--no-gradient-accumulation-fusion --overlap-grad-reduce", 8: ""}
 
 
 def launcher_2206_rows() -> list[dict]:
@@ -320,7 +338,7 @@ def launcher_rows() -> list[dict]:
             gpus, gbs, seq = 8 * nodes, 2048, 2048
             t = gbs * seq / tok_s
             method = f"derived: t = GBS*seq/tokens_per_s = {gbs}*{seq}/{tok_s}"
-            extra = f"{nodes} DGX A100 nodes" + (f"; {NEMO_2208_PP1_NOTE}" if pp1 else "")
+            extra = f"{nodes} DGX A100 nodes; " + (NEMO_2208_PP1_NOTE if pp1 else NEMO_2208_175B_NOTE)
             row = _row(LAUNCHER, ARCHS[arch], gpus, gbs, 2, seq, tp, pp, 1, 1, 1, t, method,
                        ("aggregate tokens/s", tok_s, "tokens/s"), "", extra, recompute,
                        NEMO_2208_PP1_FLAGS if pp1 else "")

@@ -81,16 +81,17 @@ def _flags(row: dict[str, str]) -> list[str]:
 
 
 def test_nemo_2022_rows_carry_what_their_nemo_release_forced() -> None:
-    """NeMo v1.11.0 (22.08, P05) turns gradient-accumulation fusion off at PP 1 only (megatron_base_model.py
-    _validate_config); NeMo r1.10.0 (22.06, P08) has no such fusion at all. Both overlap the data-parallel gradient
-    reduction with the last backward at PP 1 only (distributed_fused_adam's overlap_grad_sync / the O2 wrapper's
-    async_grad_allreduce). The rows' launch flags must say so."""
+    """NeMo v1.11.0 (22.08, P05) and the 22.06 container's NeMo 1.10.0+aadcd1c (P08; the README's support matrix,
+    not the v1.10.0 tag, which has no fusion, sequence parallelism or selective recompute) both turn
+    gradient-accumulation fusion off at PP 1 only (megatron_base_model.py _validate_config), so the 175B configs'
+    gradient_accumulation_fusion: True runs at PP 8. Both overlap the data-parallel gradient reduction with the last
+    backward at PP 1 only (distributed_fused_adam's overlap_grad_sync / the O2 wrapper's async_grad_allreduce). The
+    rows' launch flags must say so."""
     nemo = [r for r in _rows() if r["source_id"] in ("P05", "P08")]
     assert {r["source_id"] for r in nemo} == {"P05", "P08"}
     for row in nemo:
         pp1, flags = row["pp"] == "1", _flags(row)
-        unfused = row["source_id"] == "P08" or pp1
-        assert ("--no-gradient-accumulation-fusion" in flags) == unfused, row["row_id"]
+        assert ("--no-gradient-accumulation-fusion" in flags) == pp1, row["row_id"]
         assert ("--overlap-grad-reduce" in flags) == pp1, row["row_id"]
 
 
