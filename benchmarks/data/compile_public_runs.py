@@ -285,15 +285,16 @@ NEMO_2208_PP1_NOTE = ("gradient-accumulation fusion off: NeMo v1.11.0 megatron_b
                       "it off at PP 1, so each micro-batch's gradients are added into distributed_fused_adam's fp32 "
                       "buffer (apex distributed_fused_adam.py _grad_copy); its reduce-scatter overlaps the last "
                       "micro-batch's backward (overlap_grad_sync, kept at PP 1 without SP)")
-# The README's own training time for the same 175B config disagrees with its table: "It can be trained in about 27
-# days using 128 nodes" (same commit, section 175B configuration; 175b.yaml max_steps 75000 x GBS 2048 x 2048 tokens
-# = 314.6e9 tokens, max_time 25:23:00:00) is 314.6e9 / (27 x 86400) = 134,900 tokens/s at 128 nodes, 1.23x the
-# table's 109,684. The 5B's text agrees with its table (about 5 days: 75000 x 2048 x 2048 at 16-32 nodes' 659,481-
-# 1,159,288 tokens/s = 3.1-5.5 days), and 22.06's 175B table (P08, same layout, GBS 1536) ran 1.29-1.38x the
-# 22.08 table's tokens/s at 16 and 128 nodes. Kept as measured; the rows say so.
-NEMO_2208_175B_NOTE = ("the README's text for the same config, 'trained in about 27 days using 128 nodes' (75000 steps x "
-                       "2048 x 2048 tokens), implies 134,900 tokens/s at 128 nodes, 1.23x this table's 109,684; 22.06's "
-                       "table (P08, same layout) ran 1.29-1.38x these tokens/s")
+# The README's training-time text for the same 175B config disagrees with its table, in the direction no other
+# model of the two releases does: "It can be trained in about 27 days using 128 nodes" (same commit; 175b.yaml
+# max_steps 75000 x GBS 2048 x 2048 = 314.6e9 tokens) is 134,900 tokens/s, 1.23x the table's 109,684 at 128 nodes,
+# where the table gives 33.2 days. The texts are projections, not measurements: 22.06's say 7 days (5B, 20 nodes)
+# and 35 days (175B, 128 nodes) against 4.9 and 25.8 days from its own tables; 22.08's 5B says about 5 (5.5 at 16
+# nodes from the table). 22.06's 175B table (P08, same layout) ran 1.29-1.38x these tokens/s. Kept as measured.
+NEMO_2208_175B_NOTE = ("the README's projection for the same config, 'trained in about 27 days using 128 nodes' "
+                       "(75000 steps x 2048 x 2048 tokens), is 134,900 tokens/s, 1.23x this table's 109,684 (every other "
+                       "such text of 22.06 / 22.08 is slower than or equal to its table); 22.06's table (P08, same "
+                       "layout) ran 1.29-1.38x these tokens/s")
 
 # The same README at the 22.06 release (d4317ddd): aggregate tokens/s by node count, and each model's layout
 # (TP, PP, GBS, recompute, SP) from that commit's training configs.
