@@ -142,10 +142,29 @@ def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
                           "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
 
 
+_NO_BATCH = ("DeepSpeedConfig asserts 'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided' "
+             "(deepspeed/runtime/config.py _set_batch_related_parameters, edaa722 :942-983, every release)")
+
+
+def check_batch_keys_given(ds: DsSettings, reader: str, fix: str) -> None:
+    """A ds_config with neither train_batch_size nor train_micro_batch_size_per_gpu (gradient_accumulation_steps
+    alone fixes nothing) reaches DeepSpeed without them: `reader` says who hands it over filling no absent key."""
+    if ds.train_batch_size is None and ds.micro_batch_size is None:
+        raise ConfigError(f"{ds.path} gives neither train_batch_size nor train_micro_batch_size_per_gpu: {reader}, and "
+                          f"{_NO_BATCH} at deepspeed.initialize. {fix}")
+
+
 def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source],
              trainer: bool = True) -> BatchConfig:
     """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad; `trainer`
-    False: a script driving Accelerate's Accelerator, which fills "auto" alike but checks no mismatch."""
+    False: a script driving Accelerate's Accelerator, which fills "auto" alike but checks no mismatch. Neither
+    fills an absent batch key: transformers HfTrainerDeepSpeedConfig.fill_match and accelerate's
+    deepspeed_config_process replace only the keys the file sets to "auto" (accelerate's DeepSpeedPlugin adds
+    gradient_accumulation_steps 1 alone; the config it builds without a file holds the batch keys as "auto")."""
+    check_batch_keys_given(ds, "the Hugging Face Trainer and Accelerate fill only the keys set to \"auto\" "
+                           "(transformers HfTrainerDeepSpeedConfig.fill_match, accelerate Accelerator._prepare_deepspeed)",
+                           "Add \"train_micro_batch_size_per_gpu\": \"auto\" and \"train_batch_size\": \"auto\" for them "
+                           "to fill from --per_device_train_batch_size and --gradient_accumulation_steps.")
     if trainer:
         hf_mismatches(ds, flags)
     micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
@@ -169,6 +188,13 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
     def given(value: Any) -> int | None:
         return None if value in (None, AUTO) else int(value)
 
+    if fallback is not None:
+        check_batch_keys_given(ds, "Megatron-DeepSpeed hands the file to deepspeed.initialize as json.load reads it "
+                               "(megatron/training.py _create_ds_config_dict; bigscience's setup_model_and_optimizer) "
+                               "and fills no batch key from its flags",
+                               f"Add \"train_batch_size\": {fallback.global_batch_size} and "
+                               f"\"train_micro_batch_size_per_gpu\": {fallback.micro_batch_size}, the batch of "
+                               "--global-batch-size and --micro-batch-size.")
     train, micro, gas = given(ds.train_batch_size), given(ds.micro_batch_size), given(ds.gradient_accumulation_steps)
     autos = _auto_batch_keys(ds)
     if train is None and micro is None and autos and fallback is None:
@@ -177,8 +203,8 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
             "train_micro_batch_size_per_gpu as a number, so nothing fixes the batch: only the Hugging Face Trainer "
             "(--deepspeed FILE) or Accelerate fill \"auto\" in from their own arguments. Write train_batch_size or "
             "train_micro_batch_size_per_gpu as numbers.")
-    if fallback is not None:  # Megatron-DeepSpeed: neither key given, or one "auto", read as Megatron's own batch
-        neither = train is None and micro is None  # (an "auto" key is priced as filled in from the other values)
+    if fallback is not None:  # Megatron-DeepSpeed: an "auto" key read as Megatron's own batch (with the warning)
+        neither = train is None and micro is None  # both "auto", or one "auto" and one absent
         train = fallback.global_batch_size if train is None and (neither or ds.train_batch_size == AUTO) else train
         micro = fallback.micro_batch_size if micro is None and (neither or ds.micro_batch_size == AUTO) else micro
     gbs, mbs, steps = resolve_ds_batch(train, micro, gas, dp, ds.path)

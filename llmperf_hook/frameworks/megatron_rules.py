@@ -51,11 +51,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
 HEAD (2026-08), read from their arguments.py; tests/frameworks/test_megatron_arguments_table.py checks that every
 table holds core_v0.16.1's parser's choices. --tokenizer-type is left to frameworks/vocab.py (each fork adds its own
 tokenizers)."""
-# TransformerConfig: allowed --recompute-modules (union over releases; moe_layer was the 2024 spelling).
-RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
-                               "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc", "moe_layer"})
-
-
 def list_values(script_args: Sequence[str], flag: str) -> list[str] | None:
     """The words after the last `flag` up to the next option (argparse nargs='*'/'+'), or None if absent."""
     found: list[str] | None = None
@@ -164,17 +159,78 @@ def _check_context_parallel(flags: FlagValues, script_args: Sequence[str]) -> No
                           "asserts it). Give the two-level sizes, e.g. --hierarchical-context-parallel-sizes 2 4.")
 
 
-def _check_recompute_modules(flags: FlagValues, script_args: Sequence[str]) -> None:
-    modules = list_values(script_args, "--recompute-modules")
-    if not modules:
+def _switched_on(script_args: Sequence[str], flag: str) -> bool:
+    """A store_true option of Megatron's generated parser (argument_utils.py) that SCRIPT_FLAGS does not read: the
+    last of `flag`, `--no-X` / `--disable-X` wins."""
+    name = flag[2:]
+    on = False
+    for word in script_args:
+        spelled = word.split("=", 1)[0].replace("_", "-")
+        if spelled == flag:
+            on = True
+        elif spelled in (f"--no-{name}", f"--disable-{name}"):
+            on = False
+    return on
+
+
+def selective_granularity(flags: FlagValues) -> bool:
+    """What TransformerConfig sees when it checks the modules: --recompute-granularity selective, or
+    --recompute-activations, which validate_args turns into it (arguments.py HEAD :607-609). --moe-layer-recompute
+    turns it on only after the module checks (transformer_config.py HEAD :2012-2025)."""
+    return flags.get("recompute_granularity") == "selective" or bool(flags.get("recompute_activations"))
+
+
+def _check_recompute_module_needs(flags: FlagValues, script_args: Sequence[str]) -> None:
+    """The --recompute-modules checks on settings TrainingConfig does not carry (hyper-connections, the
+    gated-delta-net variant, fine-grained offloading), under the command's own selective recompute; the set and
+    the checks on the modelled settings are megatron_recompute_modules', as tune changes the granularity.
+    Each came with the module it checks (transformer_config.py HEAD d98e8a6)."""
+    modules = set(list_values(script_args, "--recompute-modules") or [])
+    if not modules or not selective_granularity(flags):
         return
-    bad = sorted(set(modules) - RECOMPUTE_MODULES)
-    if bad:
-        raise ConfigError(f"--recompute-modules {' '.join(bad)}: not a module Megatron can recompute (TransformerConfig "
-                          f"allows {', '.join(sorted(RECOMPUTE_MODULES))}).")
-    if "moe_act" in modules and not flags.get("moe_grouped_gemm"):
-        raise ConfigError("--recompute-modules moe_act needs --moe-grouped-gemm (Megatron TransformerConfig raises "
-                          "'moe_act in recompute_modules is only supported with moe_grouped_gemm').")
+    offloaded = set(list_values(script_args, "--offload-modules") or []) \
+        if _switched_on(script_args, "--fine-grained-activation-offloading") else set()
+    variant = (list_values(script_args, "--experimental-attention-variant") or [""])[-1]
+    layers = (list_values(script_args, "--mhc-recompute-layer-num") or ["1"])[-1]
+    refused = [(cond, quote, fix) for cond, quote, fix in (
+        # is_gated_delta_net_variant: GDN_ATTENTION_VARIANTS and the deprecated gated_delta_net alias
+        # (models/gpt/experimental_attention_variant_module_specs.py :61-64, :378-387)
+        ("gdn_norm_out" in modules and variant not in ("gdn", "gdn2", "gated_delta_net"),  # :1975-1981
+         "gdn_norm_out in recompute_modules is only supported with experimental_attention_variant='gdn' or 'gdn2'",
+         "add --experimental-attention-variant gdn or drop gdn_norm_out"),
+        ("mhc" in modules and not _switched_on(script_args, "--enable-mhc-connections"),  # :2028-2030
+         "'mhc' in recompute_modules requires enable_mhc_connections=True", "add --enable-mhc-connections or drop mhc"),
+        ("mhc" in modules and "mlp" in modules,  # :2031-2035
+         "'mhc' and 'mlp' in recompute_modules cannot be used together", "keep one of mhc and mlp"),
+        ("mhc" in modules and not (layers.isdigit() and int(layers) >= 1),  # :2036-2044
+         "mhc_recompute_layer_num must be a positive integer when 'mhc' is in recompute_modules",
+         "give --mhc-recompute-layer-num a positive integer"),
+        ("mhc" in modules and _switched_on(script_args, "--fine-grained-activation-offloading"),  # :2045-2051
+         "'mhc' in recompute_modules + fine_grained_activation_offloading is not yet supported",
+         "drop --fine-grained-activation-offloading or mhc"),
+        ("gdp_qkv" in offloaded and "gdp_in_proj" in modules,  # :2155-2164
+         "gdp_qkv cannot be set in offload_modules together with gdp_in_proj in recompute_modules",
+         "drop gdp_qkv from --offload-modules or gdp_in_proj from --recompute-modules"),
+        ("moe" in modules and offloaded & {"moe_act", "expert_fc1", "fused_group_mlp"},  # :2165-2175
+         "Cannot offload ... while recomputing the entire MoE layer",
+         "drop moe from --recompute-modules or the MoE parts from --offload-modules")) if cond]
+    if refused:
+        _, quote, fix = refused[0]
+        raise ConfigError(f"--recompute-modules {' '.join(sorted(modules))} (argv) under selective recompute: Megatron's "
+                          f"TransformerConfig raises '{quote}' (transformer_config.py). To start, {fix}.")
+
+
+def _recompute_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[str]:
+    """TransformerConfig asserts "moe" not in recompute_modules under --overlap-moe-expert-parallel-comm, at any
+    granularity, since 45b8eac955 (2026-03-20; HEAD transformer_config.py :3030-3032), seven months after the overlap
+    came (ae1c88296f, 2025-08): megatron-core 0.16.1 runs it. --moe-layer-recompute appends "moe" before the check."""
+    modules = list_values(script_args, "--recompute-modules") or []
+    if not flags.get("overlap_moe_expert_parallel_comm") or not ("moe" in modules or flags.get("moe_layer_recompute")):
+        return []
+    given = "--recompute-modules ... moe" if "moe" in modules else flags.seen_flags["moe_layer_recompute"]
+    return [f"{given} with --overlap-moe-expert-parallel-comm: " + _RECENT.format(
+        since="2026-03", quote="'disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm'") +
+        "; drop moe from the recompute modules"]
 
 
 def _check_cpu_offloading(flags: FlagValues, model: ModelShape) -> None:
@@ -282,12 +338,13 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     if ds_flavour:  # Megatron-DeepSpeed: DeepSpeed-MoE and its own recompute/offload flags
         return _check_megatron_deepspeed(flags, script_args, parallel)
     _check_context_parallel(flags, script_args)
-    _check_recompute_modules(flags, script_args)
+    _check_recompute_module_needs(flags, script_args)
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
-    return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp)]
+    return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),
+            *_recompute_warnings(flags, script_args)]
 
 
 def ignored_flag_warnings(flags: FlagValues) -> list[str]:

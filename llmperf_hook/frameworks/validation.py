@@ -15,6 +15,7 @@ initialize.py (DeepSpeed-Ulysses refuses Megatron's sequence parallelism).
 from __future__ import annotations
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.megatron_recompute_modules import check_recompute_modules
 from llmperf_hook.frameworks.pipeline_layout import check_layout, layout_num_stages
 from llmperf_hook.frameworks.training_config import TrainingConfig
 
@@ -293,6 +294,7 @@ def _check_recompute(cfg: TrainingConfig) -> None:
     if r.granularity == "full" and (r.num_layers or 0) < 1:
         raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be at least 1.")
     # More block layers than a chunk holds recompute all of them (megatron/core/recompute.py): no upper bound.
+    check_recompute_modules(cfg)
     if r.distribute_saved_activations:
         _check_distributed_saved(cfg)
     if r.cpu_offloading and (p.pp > 1 or r.granularity != "none"):

@@ -1,0 +1,81 @@
+"""A ds_config with neither train_batch_size nor train_micro_batch_size_per_gpu: DeepSpeedConfig asserts 'Either
+train_batch_size or train_micro_batch_size_per_gpu needs to be provided' (runtime/config.py
+_set_batch_related_parameters) wherever the file reaches it as written: Megatron-DeepSpeed json.loads it and hands
+it over, the Hugging Face Trainer and Accelerate fill only the keys set to "auto". Where they are "auto", or
+Accelerate builds the config itself (no file), the batch is theirs and the job runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import script
+from tests.launch.cli_run import llmperf
+
+MEGATRON = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "256",
+            "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128", "--vocab-size",
+            "1000", "--micro-batch-size", "2", "--global-batch-size", "64", "--deepspeed", "--no-pipeline-parallel",
+            "--deepspeed_config"]
+HF = ["deepspeed", "--num_gpus", "8", "train.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "2",
+      "--bf16", "--deepspeed"]
+NO_BATCH: dict[str, Any] = {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+
+
+def _write(tmp_path: Path, config: dict[str, Any]) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def deepspeed_config():
+    """DeepSpeed's own config class, the oracle (a test-only import: the predict path never imports deepspeed)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DS_ACCELERATOR", "cpu")
+    module = pytest.importorskip("deepspeed.runtime.config")
+    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
+    yield module
+    mp.undo()
+
+
+def test_deepspeed_itself_refuses_a_config_without_batch_keys(deepspeed_config) -> None:
+    for config in (NO_BATCH, {**NO_BATCH, "gradient_accumulation_steps": 4}):
+        with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
+            deepspeed_config.DeepSpeedConfig(dict(config))
+
+
+@pytest.mark.parametrize("extra", [{}, {"gradient_accumulation_steps": 4}])
+def test_megatron_deepspeed_passes_the_file_as_written(tmp_path: Path, extra: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"neither train_batch_size nor train_micro_batch_size_per_gpu.*"
+                                          r"_create_ds_config_dict.*\"train_batch_size\": 64"):
+        script([*MEGATRON, _write(tmp_path, {**NO_BATCH, **extra})])
+    cfg = script([*MEGATRON, _write(tmp_path, {**NO_BATCH, "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2})])
+    assert (cfg.batch.global_batch_size, cfg.batch.micro_batch_size) == (64, 2)
+
+
+def test_the_hf_trainer_fills_auto_not_absent_keys(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"fill only the keys set to \"auto\".*Either train_batch_size"):
+        script([*HF, _write(tmp_path, NO_BATCH)], model="llama2-7b")
+    auto = {**NO_BATCH, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}
+    assert script([*HF, _write(tmp_path, auto)], model="llama2-7b").batch.global_batch_size == 2 * 8
+    micro_only = {**NO_BATCH, "train_micro_batch_size_per_gpu": "auto"}
+    assert script([*HF, _write(tmp_path, micro_only)], model="llama2-7b").batch.micro_batch_size == 2
+
+
+def test_accelerate_fills_the_config_it_builds_not_a_file(tmp_path: Path) -> None:
+    argv = ["accelerate", "launch", "--use_deepspeed", "--num_processes", "8", "train.py", "--model_name_or_path", "x",
+            "--per_device_train_batch_size", "2"]
+    assert script(argv, model="llama2-7b").batch.micro_batch_size == 2  # the plugin's own config: batch keys "auto"
+    with pytest.raises(ConfigError, match="neither train_batch_size"):
+        script([*argv[:3], "--deepspeed_config_file", _write(tmp_path, NO_BATCH), *argv[3:]], model="llama2-7b")
+
+
+def test_explain_exits_2_naming_the_file_and_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, NO_BATCH)
+    out = llmperf(capsys, "explain", "--", *MEGATRON, path)
+    assert out.code == 2 and path in out.err and "Traceback" not in out.err
+    assert "\"train_micro_batch_size_per_gpu\": 2" in out.err
