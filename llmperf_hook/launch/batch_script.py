@@ -12,7 +12,8 @@ nothing is executed. `eval "$CMD"` / `eval $LAUNCHER $ARGS` (Megatron-DeepSpeed'
 2>&1 | tee log"`, `eval ${run_cmd}`) is read as bash reads it: its words expanded from the script's variables, joined
 by blanks and read again as a line (launch/shell_eval.py); an eval of a command substitution or of a variable the
 script does not set plainly is refused, naming the line. A `for NAME in WORDS` loop whose words llmperf knows is read
-once per word (launch/shell_loops.py); a launch in its body is a sweep, priced at its first pass with a warning.
+once per word (launch/shell_loops.py), up to a `break` (launch/shell_blocks.py, which also reads functions where they
+are called); a launch in its body is a sweep, priced at its first pass with a warning.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
@@ -33,12 +34,12 @@ from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
-from llmperf_hook.launch.shell_functions import Definition, definition
+from llmperf_hook.launch.shell_blocks import BlockReading
+from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
-from llmperf_hook.launch.shell_loops import (MAX_TOTAL_PASSES, ForLoop, for_loop, in_background, loop_values,
-                                             sweep_warning)
-from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, leave_function, missing_arguments,
-                                                  positional_table, run_builtin)
+from llmperf_hook.launch.shell_loops import in_background, sweep_warning
+from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, missing_arguments, positional_table,
+                                                  run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, logical_lines,
@@ -47,6 +48,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
+from llmperf_hook.launch.undecided_branches import BRANCH_WORD, branch_warnings, note_branch_values, settle_branches
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -62,7 +64,7 @@ _READS_INPUT = _WRITERS | {"sbatch"} | SHELLS
 
 
 @dataclass(kw_only=True)
-class _Reading(ShellVariables, FileWrites):
+class _Reading(ShellVariables, FileWrites, BlockReading):
     """The state of one pass over the script (local to read_batch_script)."""
 
     path: str
@@ -104,6 +106,8 @@ class _Reading(ShellVariables, FileWrites):
     """Files being read by `.` / `source` (one that sources itself is not followed again)."""
     sweep: tuple[str, tuple[str, ...]] | None = None
     """The `for` loop being read, pass by pass (shell_loops): its variable and words."""
+    loop_calls: frozenset[str] = frozenset()
+    """The functions being read where that loop started (a `break` in a function it calls ends no loop)."""
     passes: int = 0
     """The loop passes read so far, all loops together (shell_loops.MAX_TOTAL_PASSES)."""
 
@@ -164,62 +168,19 @@ class _Reading(ShellVariables, FileWrites):
             for number in missing_arguments(protect_literal_dollars(line.text), int(self.positional.get("#", "0"))):
                 self.missing_arguments.setdefault(number, (f"${number} at {self.where(line)}", line.text))
 
-    def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
-        """A function definition or a `for` loop llmperf can run at lines[i] read: the index after it, else None."""
-        defined = definition(lines, i)
-        if defined is not None:
-            self.functions[defined.name] = replace(defined, path=self.path)
-            return defined.end
-        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
-        if loop is None:
-            return None
-        words = self.expand_arrays(protect_literal_dollars(loop.words))  # `'$V'` is the word $V (3.1.2.2)
-        values = loop_values(words, condition_expander(self.undecidable, self.expand), self.args(),
-                             MAX_TOTAL_PASSES - self.passes)
-        if values is None or set(UNSET_REF.findall(words)) & set(self.arrays):  # `$L`: an array's first item
-            return None
-        self.passes += len(values)
-        self.loop(loop, values)
-        return loop.end
-
-    def loop(self, loop: ForLoop, values: list[str]) -> None:
-        """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1)."""
-        outer, self.sweep = self.sweep, (loop.name, tuple(values))
-        try:
-            for value in values:
-                self.env[loop.name] = value
-                self.undecidable.discard(loop.name)
-                self.exported.update([loop.name] if self.allexport else [])
-                runs = len(self.launches) + len(self.submissions) + len(self.singles)
-                self.read(loop.body)
-                if len(self.launches) + len(self.submissions) + len(self.singles) > runs:
-                    break  # a sweep: the later passes launch again from the same lines (launch() warns)
-        finally:
-            self.sweep = outer
-
-    def call(self, defined: Definition, args: list[str]) -> None:
-        """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
-        if defined.name in self.calling:  # recursion: llmperf reads, it cannot tell where it ends
-            return
-        saved, self.positional = self.positional, positional_table(self.positional["0"], args)
-        outer, self.path = self.path, defined.path
-        self.calling.add(defined.name)
-        self.frames.append({})
-        try:
-            self.read(defined.body)
-        finally:
-            leave_function(self)
-            self.positional, self.path = saved, outer
-            self.calling.discard(defined.name)
-
     def command(self, line: ScriptLine, text: str) -> None:
         """Read one simple command; a variable it leaves unknown is noted with the line (unknown_value_note)."""
         unknown = set(self.undecidable)
+        before = dict(self.env) if self.conditions.in_undecided_branch() or BRANCH_WORD.match(text) else None
         try:
             self.simple_command(line, text)
         finally:
             for name in self.undecidable - unknown:
                 self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
+            fresh = self.undecidable - unknown
+            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at)
+            if before is not None:
+                note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line))
 
     def simple_command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
@@ -253,6 +214,8 @@ class _Reading(ShellVariables, FileWrites):
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
             self.undecided.setdefault(self.where(line), line.text)
+        if not self.launches and self.loop_exit(words):
+            return
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
         if not words or self.launches:  # what follows the launch line does not change it
@@ -423,10 +386,11 @@ class _Reading(ShellVariables, FileWrites):
             self.env.clear()
             self.env.update(run.env)
             self.used.update(run.refs)
-            warnings = (sweep_warning(*run.sweep, run.where, run.background),) \
+            warnings: tuple[str, ...] = (sweep_warning(*run.sweep, run.where, run.background),) \
                 if run.sweep and len(run.sweep[1]) > 1 else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
+            warnings += branch_warnings(left)
             missing = {where: argument_options(n, text, self.texts)
                        for n, (where, text) in sorted(self.missing_arguments.items())}
             return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),

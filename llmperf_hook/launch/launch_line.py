@@ -17,7 +17,7 @@ from typing import Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_variables import ASSIGN
 from llmperf_hook.launch.slurm import scan_srun
-from llmperf_hook.launch.wrappers import env_options, unwrap
+from llmperf_hook.launch.wrappers import env_options, remote_command, unwrap
 
 LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accelerate", "accelerate-launch", "mpirun", "mpiexec",
                           "orterun", "prterun", "mpiexec.hydra", "sbatch"})
@@ -106,7 +106,13 @@ def command_head(words: Sequence[str]) -> str:
 
 def shell_commands(words: Sequence[str], stdin: str | None) -> str | None:
     """The commands the shell that `words` runs (past prefixes and wrappers) reads: its -c command string, or `stdin`
-    (a here-document's text) when it reads its standard input; None for any other command, or a shell's script file."""
+    (a here-document's text) when it reads its standard input, or the command an `ssh` runs on its host (a remote
+    shell's -c string, wrappers.remote_command); None for any other command, or a shell's script file."""
+    i = apply_prefixes(words, {})
+    i = unwrap(words, i, through_ssh=False) if i < len(words) else i
+    remote = remote_command(words, i) if i < len(words) else None
+    if remote is not None:  # `ssh node "cd /w && torchrun ..."`: the remote shell's -c string
+        return remote
     i = _head_index(words)
     if i >= len(words) or os.path.basename(words[i]) not in SHELLS:
         return None

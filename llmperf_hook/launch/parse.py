@@ -39,7 +39,7 @@ from llmperf_hook.launch.shell_variables import (child_environment, not_exported
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
 from llmperf_hook.launch.torchrun import parse_torchrun
-from llmperf_hook.launch.wrappers import unwrap
+from llmperf_hook.launch.wrappers import remote_command, unwrap
 from llmperf_hook.provenance import Source, SourceKind
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -176,7 +176,7 @@ def _skip_prefixes(words: Sequence[str], i: int, env: dict[str, str]) -> int:
     """Past wrappers (`nohup`, `numactl ...`) and `env A=1` / `A=1` words before the program (`nohup env A=1
     torchrun ...`, `srun ... env OMP_NUM_THREADS=1 python ...`); assignments go into `env`."""
     while i < len(words):
-        j = unwrap(words, i)
+        j = unwrap(words, i, through_ssh=False)  # an ssh's command is read by _dispatch, as the remote shell reads it
         if j == i and (os.path.basename(words[i]) == "env" or _ASSIGN.match(words[i])):
             j = i + apply_prefixes(list(words[i:]), env)
         if j == i or j >= len(words):
@@ -250,6 +250,9 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     """The launch at words[i]; `env` is parse_launch's copy of the environment, which `VAR=value` words extend;
     `stdin` is the here-document a launch script gives the command (None: llmperf's own standard input), `files` what
     the script writes before it (a hostfile or accelerate config written with `cat > FILE <<EOF`)."""
+    remote = remote_command(words, i)
+    if remote is not None:  # `ssh node "cd /w && torchrun ..."`: the login shell there (bash, as a rule) runs them as -c
+        return _dispatch([*words[:i], "bash", "-c", remote], i, env, used, inside_srun, stdin, files)
     written: dict[str, ScriptFile] = {}
     unwrapped = _shell_c(words, i, env, used, written)
     if unwrapped is not None and not written:
@@ -365,4 +368,8 @@ def parse_launch(
         raise UsageError("no launch command given: put the training command after `--`, e.g. `-- torchrun ... pretrain_gpt.py ...`.")
     size = _dispatch(words, start, env_all, used)
     assert size is not None
-    return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node, cluster_gpus_per_node)
+    try:
+        return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node,
+                          cluster_gpus_per_node)
+    except UsageError as err:  # `--nproc-per-node $NP`: where the script sets NP so that only running it tells
+        raise UsageError(str(err) + unknown_value_note(str(err), size.unknown)) from None

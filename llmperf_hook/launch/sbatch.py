@@ -131,14 +131,24 @@ parse_int for the task counts, both exit on an error): a value the script left a
 --nodes=your_own_num_nodes`, Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh) stops sbatch."""
 
 
+_ZERO_NODES = ("Slurm would refuse the job: --nodes={value} (its command line or the #SBATCH lines of {path}) asks for "
+               "no node (sbatch: 'Batch job submission failed: Node count specification invalid'). slurmctld takes a "
+               "zero-node job only to create or destroy a persistent burst buffer, which runs the script on no node "
+               "(job_mgr.c: 'Zero node count OK for persistent burst buffer create or destroy'; node_scheduler.c "
+               "select_nodes). Give the number of nodes the job trains on (#SBATCH --nodes=N, N >= 1).")
+"""sbatch itself accepts -N 0 (verify_node_count); the controller rejects the job (ESLURM_INVALID_NODE_COUNT)."""
+
+
 def _check_counts(values: dict[str, str], path: str) -> None:
     if "nodes" in values:
         try:
-            parse_node_counts(values["nodes"])
+            counts = parse_node_counts(values["nodes"])
         except ValueError as err:
             raise UsageError(f"sbatch would stop: --nodes={values['nodes']} (its command line or the #SBATCH lines of "
                              f"{path}) is not a node count (sbatch: '{err}'){unexpanded_hint(values['nodes'])}. Give "
                              "a count, a MIN-MAX range or a list of counts.") from None
+        if counts.high == 0:  # `0`; `0,4` lets Slurm start it on up to 4
+            raise UsageError(_ZERO_NODES.format(value=values["nodes"], path=path))
     for dest, (valid, option, said) in _COUNTS.items():
         value = values.get(dest)
         if value is not None and not valid.fullmatch(value.strip()):

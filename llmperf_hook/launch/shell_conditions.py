@@ -6,7 +6,8 @@ parallel"; fi`). Reading every branch applied the assignments of all of them. A 
 script's variables (bash manual 6.4 Bash Conditional Expressions: `[ A = B ]`, `[[ A == B ]]`, `test`, `!`,
 -z / -n, -eq / -ne / -gt / -ge / -lt / -le) selects its branch; anything else (a command's exit status, a file
 test, a variable only a command substitution sets) leaves the branch undecided, and an undecided branch is read as
-before: its assignments applied. Loops are not run: `while [[ $# -gt 0 ]]` that bash would not enter (no
+before: its assignments applied, except that a variable two of its branches set to different values is undecided
+after `fi` (launch/undecided_branches.py; bash keeps one of them, which only running the script tells). Loops are not run: `while [[ $# -gt 0 ]]` that bash would not enter (no
 arguments) is skipped, and a variable assigned inside a loop that runs is unknown afterwards, so a launch using it
 says so instead of taking one pass's value. A `case` on a word the script sets runs its first arm whose glob pattern
 matches (Megatron-LM's mamba example: `case "${MODEL_SCALE}" in "800M") ...`); on a word it does not know
@@ -54,6 +55,11 @@ class _Frame:
     no part of it, 3.2.4 Lists), None when that status is undecided."""
     before: bool | None = None
     """A `{` group's: the list's status before it, which a group that does not run leaves as it was."""
+    branch: int = 0
+    """An `if`'s: the branch being read (0 for `then`, one more at each `elif` / `else`)."""
+    assigned: dict[str, dict[int, tuple[str | None, str]]] = field(default_factory=dict)
+    """An undecided `if`'s: the value (None: unknown) each of its branches left in a variable it assigned, and where
+    (note_assigned), so that at `fi` a variable two branches set apart is known to be undecided (batch_script)."""
 
 
 def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
@@ -214,6 +220,8 @@ class Conditions:
         """The list operator before the next command, and the one a line ended with (join)."""
         self.listed: bool | None = None
         """The status of the command list read so far, outside a condition (None: not known)."""
+        self.closed: list[_Frame] = []
+        """The `if` blocks `step` closed at their `fi` since the caller last took them (their `assigned`)."""
         self.undecided = False
         """The command `step` last let through runs only if something llmperf could not decide holds: it sits in an
         undecided `if` branch, a loop or `case` body that may run, or after `&&` / `||` on an undecided status."""
@@ -242,6 +250,13 @@ class Conditions:
     def in_case(self) -> bool:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
         return bool(self.frames) and self.frames[-1].kind == "case"
+
+    def note_assigned(self, name: str, value: str | None, where: str) -> None:
+        """A variable a command set (value None: to what only running the script gives) in a branch of an undecided
+        `if`: kept with the innermost such `if`, by branch."""
+        frame = next((f for f in reversed(self.frames) if f.kind == "if" and not f.reading and f.active is None), None)
+        if frame is not None:
+            frame.assigned.setdefault(name, {})[frame.branch] = (value, where)
 
     def uncertain(self) -> bool:
         """Whether a command here sits in a loop or `case` body that may run."""
@@ -288,14 +303,14 @@ class Conditions:
         if head in ("then", "do"):
             self._decide(frame)
         elif head == "elif":
-            frame.taken = _taken(frame)
+            frame.taken, frame.branch = _taken(frame), frame.branch + 1
             frame.reading, frame.parts = True, [("", test(words[1:]))]
             return []
         elif head == "else":
-            frame.taken = _taken(frame)
+            frame.taken, frame.branch = _taken(frame), frame.branch + 1
             frame.active = False if frame.taken else (None if frame.taken is None else True)
         elif head in ("fi", "done", "esac"):
-            self.frames.pop()
+            self.closed += [closed for closed in [self.frames.pop()] if closed.assigned]
         else:
             return words if self.running() else []
         return self.step(words[1:], test, word)  # `then if ...`, `else if ...`, `do if ...`: bash reads on

@@ -8,8 +8,8 @@ that launches in the body (bigscience tr7b-extrapolation-law.slurm: `for increme
 srun ... done`) then has one launch per word, on the same line; batch_script prices the first, which bash starts
 first, and warns which values the others take. Other loops (`while`, `until`, C-style `for ((...))`, or words llmperf
 cannot know) are read once as a body that may run (shell_conditions), and so is a loop whose passes llmperf cannot
-follow as bash runs them: a body with `break` / `continue` / `return` (bash manual 4.1: they end the loop or its pass
-early), or a `done` that a `;`, `|` or `&` follows (`done | tee log` runs the loop in a subshell, 3.2.3, so what it
+follow as bash runs them: a body with `return` (bash manual 4.1: it ends the function, and the loop with it; `break`
+and `continue` are followed, launch/shell_blocks.py), or a `done` that a `;`, `|` or `&` follows (`done | tee log` runs the loop in a subshell, 3.2.3, so what it
 sets is lost; `done; B=1` goes on past the loop on its line).
 """
 
@@ -35,7 +35,7 @@ _DO = re.compile(r"(?:^|[;&|\s])do(?=$|[;&|\s])")
 _DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
 _DONE_LINE = re.compile(r"^\s*done(?:\s*(?:\d*>>?|<)\s*\S+)*\s*$")
 """The `done` that ends a loop read pass by pass: alone, or with redirections only (which run no subshell)."""
-_EARLY_EXIT = re.compile(r"(?<![\w$./-])(?:break|continue|return)(?![\w=./-])")
+_EARLY_EXIT = re.compile(r"(?<![\w$./-])return(?![\w=./-])")
 _SEQUENCE = re.compile(r"^([^{}]*)\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}([^{}]*)$")
 _LIST = re.compile(r"^([^{}]*)\{([^{}]*,[^{}]*)\}([^{}]*)$")
 _ANY_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")

@@ -153,7 +153,7 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
         return Sized(None, source, "--nproc-per-node cpu means 'one process per CPU core' of the node")
     if value.strip().startswith("$"):  # GPUS_PER_NODE=`python -c "...device_count()"`: the script runs a command
         what = "the output of a command" if value.strip().startswith("$(") else \
-            "a variable the launch script sets by running a command"
+            "a variable whose value only running the launch script gives"
         return Sized(None, source, f"--nproc-per-node {value} is {what} (llmperf reads scripts, never runs them)",
                      env_may_tell=False)
     count = parse_int(value.split(":")[-1], "--nproc-per-node", str(source))  # "$SLURM_GPUS_PER_NODE" may read "h100:8"

@@ -1,6 +1,6 @@
 """Commands that only wrap the launch: `nohup`, `exec`, `time`, `nice -n 5`, `nsys profile -o out`, `stdbuf -oL`, `numactl --interleave=all`,
 `taskset -c 0-7`, `uv run`, `poetry run`, `conda run -n ENV`, `apptainer exec IMAGE` / `singularity exec IMAGE`,
-`ssh [options] HOST` (the command runs on that node).
+`ssh [options] HOST` (the command runs on that node: remote_command reads it as the remote shell does).
 They start the command after their own options unchanged, so the launch is parsed from there; and the options of
 an `env` prefix (`env -u NAME`, `env -i`, `env -C DIR`).
 """
@@ -86,9 +86,24 @@ def wrapped_program(words: Sequence[str], i: int) -> int | None:
     return _skip_options(words, j, valued)
 
 
-def unwrap(words: Sequence[str], i: int) -> int:
-    """Skip any chain of wrappers at words[i] (`nohup numactl -N 0 torchrun ...`): the index of the real program."""
+def remote_command(words: Sequence[str], i: int) -> str | None:
+    """For `ssh [options] DESTINATION COMMAND...` at words[i]: the command string the remote host runs, else None.
+    ssh joins its command words with single blanks into one string (OpenSSH ssh.c main: `sshbuf_putf(command,
+    "%s%s", i ? " " : "", av[i])`) and sshd runs it as `$SHELL -c STRING` with the user's login shell (session.c
+    do_child: argv = shell, "-c", command). So `ssh n1 "cd /w && torchrun ..."` runs two commands there, and a quoted
+    word with blanks locally is split again by the remote shell."""
+    if os.path.basename(words[i]) != "ssh":
+        return None
+    j = wrapped_program(words, i)
+    return " ".join(words[j:]) if j is not None and j < len(words) else None
+
+
+def unwrap(words: Sequence[str], i: int, through_ssh: bool = True) -> int:
+    """Skip any chain of wrappers at words[i] (`nohup numactl -N 0 torchrun ...`): the index of the real program;
+    `through_ssh` False stops at an `ssh` (whose command the caller reads as the remote shell does)."""
     while i < len(words):
+        if not through_ssh and os.path.basename(words[i]) == "ssh":
+            return i
         j = wrapped_program(words, i)
         if j is None or j >= len(words):
             return i

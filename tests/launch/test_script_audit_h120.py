@@ -229,6 +229,19 @@ LOOPS = {
     "single-quoted dollar": "V=x\nfor n in 'a b' '$V' \\$V; do\n  A=\"$A <$n>\"\ndone",
     "done with a redirection": 'for i in 1 2; do\n  A="$A $i"\ndone > /dev/null',
     "a while loop in a pipe inside": 'for i in 1 2; do\n  echo x | while read l; do\n    :\n  done\n  A="$A $i"\ndone',
+    "break": 'for i in 1 2 3; do\n  if [ $i = 2 ]; then break; fi\n  A="$A $i"\ndone\nB=$i',
+    "continue on one line": 'for i in 1 2 3; do [ $i = 2 ] && continue; A="$A $i"; done',
+    "break 2": 'for i in 1 2; do\n  for j in a b; do\n    A="$A $i$j"\n    break 2\n  done\ndone',
+    "continue 2": 'for i in 1 2; do\n  for j in a b; do\n    [ $j = b ] && continue 2\n    A="$A $i$j"\n  done\n'
+                  '  A="$A never"\ndone',
+    "break in the inner loop only": 'for i in 1 2; do\n  for j in a b c; do\n    [ $j = b ] && break\n'
+                                    '    A="$A $i$j"\n  done\n  B="$B $i"\ndone',
+    "break past every loop": 'for i in 1 2; do\n  A="$A $i"\n  break 5\ndone',
+    "a smallest count that fits": 'NEED=3\nfor n in 1 2 4 8; do\n  if [ $n -ge $NEED ]; then\n    A=$n\n    break\n'
+                                  '  fi\ndone',
+    "break in a called function ends no loop": 'stop() { break; }\nfor i in 1 2 3; do\n  [ $i = 3 ] && stop\n  A="$A $i"\ndone',
+    "break in a while inside": 'for i in 1 2; do\n  while true; do\n    break\n  done\n  A="$A $i"\ndone',
+    "a loop in a function": 'f() {\n  for i in 1 2 3; do\n    [ $i = $1 ] && break\n    A="$A $i"\n  done\n}\nf 3',
 }
 
 
@@ -258,9 +271,8 @@ def test_nested_loops_are_read_pass_by_pass_up_to_a_bound(tmp_path: Path, monkey
 
 
 UNFOLLOWED_LOOPS = {
-    "break": 'for i in 1 2 3; do\n  if [ $i = 2 ]; then break; fi\n  A="$A $i"\ndone',
-    "continue on one line": 'for i in 1 2 3; do [ $i = 2 ] && continue; A="$A $i"; done',
-    "break 2": 'for i in 1 2; do\n  for j in a b; do\n    A="$A $i$j"\n    break 2\n  done\ndone',
+    "break on a command's status": 'for i in 1 2 3; do\n  if ping -c1 node$i; then break; fi\n  A="$A $i"\ndone',
+    "continue on a command's output": 'for i in 1 2 3; do\n  [ "$(hostname)" = n$i ] && continue\n  A="$A $i"\ndone',
     "return": 'f() {\n  for i in 1 2 3; do\n    A="$A $i"\n    return\n  done\n}\nf',
     "done in a pipe": 'for i in 1 2; do\n  A="$A $i"\ndone | cat',
     "zero-padded sequence": 'for i in {01..03}; do\n  A="$A $i"\ndone',
@@ -275,7 +287,8 @@ UNFOLLOWED_LOOPS = {
 
 @pytest.mark.parametrize("body", UNFOLLOWED_LOOPS.values(), ids=UNFOLLOWED_LOOPS.keys())
 def test_loops_llmperf_cannot_follow_are_read_once(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loop whose passes bash ends early (break, continue, return), runs in a subshell (`done | cat`) or splits
+    """A loop whose passes bash ends early where llmperf cannot tell (a break or continue on a command's status,
+    return), runs in a subshell (`done | cat`) or splits
     otherwise (brace forms llmperf does not expand, the script's IFS) is read once as a body that may run: what it
     builds stays unknown, where reading every pass gave a value bash does not (`[- 1 2 3]` for bash's `[- 1]`)."""
     launch = 'torchrun --nproc_per_node 8 pretrain_gpt.py "[$A]"\n'

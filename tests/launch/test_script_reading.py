@@ -126,8 +126,8 @@ def test_a_process_count_only_a_command_gives_asks_for_the_override(tmp_path: Pa
     (tmp_path / "train.sh").write_text('GPUS=`python -c "import torch; print(torch.cuda.device_count())"`\n'
                                        f"torchrun --nproc_per_node $GPUS pretrain_gpt.py {GPT}\n")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UsageError, match=r"--nproc-per-node \$GPUS is a variable the launch script sets by running a "
-                                         "command.*Give it with llmperf's --nproc-per-node N"):
+    with pytest.raises(UsageError, match=r"--nproc-per-node \$GPUS is a variable whose value only running the "
+                                         "launch script gives.*Give it with llmperf's --nproc-per-node N"):
         parse_launch(["bash", "train.sh"], {})
     job, _ = resolve_job(["bash", "train.sh"], {}, JobOverrides(nproc_per_node=8))
     assert job.world_size == 8

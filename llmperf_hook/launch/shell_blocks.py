@@ -1,0 +1,179 @@
+"""The blocks of a launch script read where bash runs them: a function's body at each call, a `for` loop's body once
+per word, and `break` / `continue` inside such a loop (a mixin of batch_script._Reading).
+
+bash runs a function's body when it is called, with the call's words as $1 ... "$@" (bash manual 3.3 Shell
+Functions). A `for NAME in WORDS` loop whose words llmperf knows runs its body once per word (shell_loops.py).
+`break [N]` ends the N innermost loops and `continue [N]` goes on with the next pass of the N-th (bash manual 4.1
+Bourne Shell Builtins; "if n is greater than the number of enclosing loops, all enclosing loops are exited"), so
+`for n in 1 2 4 8; do [ $n -ge $NEED ] && { NP=$n; break; }; done` leaves NP as bash does; one in a function the
+body calls ends no loop (bash 5: the function's body is outside the caller's loops). A `break` or `continue`
+that runs on a condition llmperf cannot decide (`if [ "$(hostname)" = a ]; then break; fi`) leaves the passes
+unknown: the loop is then read again from where it started, once, as a body that may run (shell_conditions), so
+what it sets is unknown rather than one guess of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import replace
+from typing import Any, Sequence
+
+from llmperf_hook.launch.shell_conditions import Conditions, condition_expander
+from llmperf_hook.launch.shell_eval import UNSET_REF
+from llmperf_hook.launch.shell_functions import Definition, definition
+from llmperf_hook.launch.shell_loops import MAX_TOTAL_PASSES, ForLoop, for_loop, loop_values
+from llmperf_hook.launch.shell_positional import leave_function, positional_table
+from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
+
+_LOOP_EXIT = re.compile(r"(?<![\w$./-])(?:break|continue)(?![\w=./-])")
+"""A body that may run `break` / `continue`: only then is the reading state kept, to start over if it is undecided."""
+_LOOP_KINDS = frozenset({"for", "while", "until"})
+
+
+class LoopExit(Exception):
+    """`break N` / `continue N` run where llmperf follows the loop's passes (caught by BlockReading.loop)."""
+
+    def __init__(self, word: str, levels: int) -> None:
+        super().__init__(word)
+        self.word, self.levels = word, levels
+
+
+class Unfollowable(Exception):
+    """A `break` / `continue` that runs on a condition llmperf cannot decide: the loop's passes are unknown."""
+
+
+class BlockReading:
+    """Functions and `for` loops of batch_script._Reading (a mixin after ShellVariables, whose attributes these
+    annotations and stubs stand for)."""
+
+    env: dict[str, str]
+    arrays: dict[str, list[str]]
+    undecidable: set[str]
+    exported: set[str]
+    allexport: bool
+    positional: dict[str, str]
+    frames: list[dict[str, str | None]]
+    path: str
+    conditions: Conditions
+    launches: list
+    submissions: list
+    singles: list
+    functions: dict[str, Definition]
+    calling: set[str]
+    sweep: tuple[str, tuple[str, ...]] | None
+    loop_calls: frozenset[str]
+    passes: int
+
+    def read(self, lines: Sequence[ScriptLine]) -> None: ...
+
+    def expand(self, text: str, record: bool = True) -> str: ...
+
+    def expand_arrays(self, text: str) -> str: ...
+
+    def args(self) -> list[str]: ...
+
+    def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
+        """A function definition or a `for` loop llmperf can run at lines[i] read: the index after it, else None."""
+        defined = definition(lines, i)
+        if defined is not None:
+            self.functions[defined.name] = replace(defined, path=self.path)
+            return defined.end
+        loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
+        if loop is None:
+            return None
+        words = self.expand_arrays(protect_literal_dollars(loop.words))  # `'$V'` is the word $V (3.1.2.2)
+        values = loop_values(words, condition_expander(self.undecidable, self.expand), self.args(),
+                             MAX_TOTAL_PASSES - self.passes)
+        if values is None or set(UNSET_REF.findall(words)) & set(self.arrays):  # `$L`: an array's first item
+            return None
+        kept = _kept_state(self) if any(_LOOP_EXIT.search(line.text) for line in loop.body) else None
+        try:
+            self.passes += len(values)
+            self.loop(loop, values)
+        except Unfollowable:
+            _restore_state(self, kept)
+            return None  # read from the `for` line again, as a body that may run
+        return loop.end
+
+    def loop(self, loop: ForLoop, values: list[str]) -> None:
+        """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1), until a `break`."""
+        outer, self.sweep = self.sweep, (loop.name, tuple(values))
+        outer_calls, self.loop_calls = self.loop_calls, frozenset(self.calling)
+        try:
+            for value in values:
+                self.env[loop.name] = value
+                self.undecidable.discard(loop.name)
+                self.exported.update([loop.name] if self.allexport else [])
+                runs = len(self.launches) + len(self.submissions) + len(self.singles)
+                broken = self.one_pass(loop.body, outer is not None)
+                if broken or len(self.launches) + len(self.submissions) + len(self.singles) > runs:
+                    break  # a sweep: the later passes launch again from the same lines (launch() warns)
+        finally:
+            self.sweep, self.loop_calls = outer, outer_calls
+
+    def one_pass(self, body: Sequence[ScriptLine], nested: bool) -> bool:
+        """One pass of a loop's body; True when a `break` ends the loop. A `break N` / `continue N` for an outer loop
+        (`nested`: one llmperf reads pass by pass) goes on to it; with none, bash ends every enclosing loop."""
+        depth = len(self.conditions.frames)
+        try:
+            self.read(body)
+        except LoopExit as exit_:
+            del self.conditions.frames[depth:]  # the `if` around it ends with the pass
+            self.conditions.join(";")
+            if exit_.levels > 1 and nested:
+                raise LoopExit(exit_.word, exit_.levels - 1) from None
+            return exit_.word == "break" or exit_.levels > 1
+        return False
+
+    def loop_exit(self, words: list[str]) -> bool:
+        """`break [N]` / `continue [N]` at words, in a loop read pass by pass: ends the pass (LoopExit), or the whole
+        reading of the loop when it runs on a condition llmperf cannot decide (Unfollowable); False for another
+        command, or one outside such a loop (in a `while` read once, bash's own business)."""
+        if not words or words[0] not in ("break", "continue") or self.sweep is None or \
+                frozenset(self.calling) != self.loop_calls:  # bash: a function's break ends no loop of its caller
+            return False
+        inner = [frame for frame in self.conditions.frames if frame.kind in _LOOP_KINDS]
+        if inner:  # the innermost loop is a `while` / `until` / unfollowed `for`, read once: not this loop's pass
+            return False
+        if self.conditions.undecided:
+            raise Unfollowable(words[0])
+        count = words[1] if len(words) > 1 else "1"
+        if not count.isdigit() or int(count) < 1:  # bash: "loop count out of range", status 1, the loop goes on
+            return True
+        raise LoopExit(words[0], int(count))
+
+    def call(self, defined: Definition, args: list[str]) -> None:
+        """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""
+        if defined.name in self.calling:  # recursion: llmperf reads, it cannot tell where it ends
+            return
+        saved, self.positional = self.positional, positional_table(self.positional["0"], args)
+        outer, self.path = self.path, defined.path
+        self.calling.add(defined.name)
+        self.frames.append({})
+        try:
+            self.read(defined.body)
+        finally:
+            leave_function(self)
+            self.positional, self.path = saved, outer
+            self.calling.discard(defined.name)
+
+
+def _kept_state(reading: Any) -> dict[str, Any]:
+    """A copy of everything the reading holds, to start a loop over from."""
+    return {name: copy.deepcopy(value) for name, value in vars(reading).items()}
+
+
+def _restore_state(reading: Any, kept: dict[str, Any] | None) -> None:
+    """The reading as `kept` has it; the containers the caller shares (env, used) are refilled in place."""
+    if kept is None:
+        return
+    for name, value in kept.items():
+        current = getattr(reading, name)
+        if isinstance(current, (dict, set)):
+            current.clear()
+            current.update(value)
+        elif isinstance(current, list):
+            current[:] = value
+        else:
+            setattr(reading, name, value)

@@ -1,0 +1,125 @@
+"""Launch forms left open by H120/R30 (session H127), each checked against what the real tool does: a variable two
+undecided `if` branches set apart, `ssh HOST "cd /w && torchrun ..."` (the remote shell's -c string) and
+`#SBATCH --nodes=0` (Slurm refuses the job). Each test fails without its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.parse import parse_launch
+from tests.launch.cli_run import llmperf
+
+BRANCHES = """#!/bin/bash
+NP=2
+if nvidia-smi -L | grep -q H100; then
+    NP={first}
+else
+    NP={second}
+fi
+torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "train.sh") -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def test_branches_that_set_a_variable_apart_leave_it_undecided(tmp_path: Path) -> None:
+    """bash runs one branch; llmperf read both and kept the `else` one (NP=4) as if bash always took it."""
+    script = _write(tmp_path, BRANCHES.format(first=8, second=4))
+    with pytest.raises(UsageError) as err:
+        parse_launch(["bash", script], {})
+    message = str(err.value)
+    assert "$NP at line 4 (NP='8') or line 6 (NP='4')" in message, message
+    assert "branches of an `if` llmperf cannot decide" in message
+
+
+def test_branches_that_agree_give_their_value(tmp_path: Path) -> None:
+    script = _write(tmp_path, BRANCHES.format(first=8, second=8))
+    assert parse_launch(["bash", script], {}).nproc_per_node == 8
+
+
+def test_a_branch_one_arm_sets_reads_as_before(tmp_path: Path) -> None:
+    """Only one branch sets it: read as the project reads an undecided branch (applied), unchanged."""
+    script = _write(tmp_path, "#!/bin/bash\nNP=2\nif [ -e /dev/nvidia0 ]; then\n  NP=8\nfi\n"
+                              "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    assert parse_launch(["bash", script], {}).nproc_per_node == 8
+
+
+def test_elif_chains_and_one_line_forms(tmp_path: Path) -> None:
+    text = ("#!/bin/bash\nif [ \"$(hostname)\" = a ]; then NP=8; elif [ \"$(hostname)\" = b ]; then NP=4; else NP=8; fi\n"
+            "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match=r"line 2 \(NP='8'\) or line 2 \(NP='4'\) or line 2 \(NP='8'\)"):
+        parse_launch(["bash", _write(tmp_path, text)], {})
+
+
+def test_a_decided_if_inside_an_undecided_one(tmp_path: Path) -> None:
+    """The branches of the outer `if` (undecided) set NP apart through an inner `if` bash decides."""
+    text = ("#!/bin/bash\nG=8\nif ping -c1 head; then\n  if [ $G = 8 ]; then NP=8; fi\nelse\n  NP=1\nfi\n"
+            "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match=r"line 4 \(NP='8'\) or line 6 \(NP='1'\)"):
+        parse_launch(["bash", _write(tmp_path, text)], {})
+
+
+def test_a_branch_setting_from_a_command_is_undecided_too(tmp_path: Path) -> None:
+    """`then NP=$(nproc)` then `else NP=8`: the else's plain value used to win over the unknown one."""
+    text = ("#!/bin/bash\nif ping -c1 head; then\n  NP=$(nvidia-smi -L | wc -l)\nelse\n  NP=8\nfi\n"
+            "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match=r"line 3 \(from a command\) or line 5 \(NP='8'\)"):
+        parse_launch(["bash", _write(tmp_path, text)], {})
+
+
+def test_the_cli_says_so_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _write(tmp_path, BRANCHES.format(first=8, second=4))
+    outcome = llmperf(capsys, "predict", "--cluster", "dgx-h100", "--", "bash", script)
+    assert outcome.code == 2 and "Traceback" not in outcome.err, outcome.err
+    assert "line 4 (NP='8') or line 6 (NP='4')" in outcome.err
+
+
+@pytest.mark.parametrize("argv, world, script_args", [
+    (["ssh", "node1", "cd /w && torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2"], 8,
+     ("--num-layers", "2")),
+    (["ssh", "-p", "2222", "-o", "BatchMode=yes", "node1", "cd", "/w", "&&", "torchrun", "--nproc_per_node", "4",
+      "pretrain_gpt.py"], 4, ()),
+    (["ssh", "node1", "torchrun --nproc_per_node 2 pretrain_gpt.py --name 'a b'"], 2, ("--name", "a b")),
+    (["ssh", "node1", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py", "--name", "a b"], 2,
+     ("--name", "a", "b")),
+    (["nohup", "ssh", "-q", "node1", "export NCCL_DEBUG=INFO; torchrun --nproc_per_node 8 pretrain_gpt.py"], 8, ()),
+])
+def test_ssh_runs_its_joined_words_in_the_remote_shell(argv: list[str], world: int,
+                                                       script_args: tuple[str, ...]) -> None:
+    """ssh joins its command words with blanks and the host's shell runs the string as -c (OpenSSH ssh.c, session.c
+    do_child): a command list runs, and a locally quoted `"a b"` reaches the remote shell as two words."""
+    job = parse_launch(argv, {})
+    assert job.world_size == world and job.script_args == script_args
+
+
+def test_ssh_launch_in_a_script(tmp_path: Path) -> None:
+    script = _write(tmp_path, '#!/bin/bash\nNODE=gpu01\nssh $NODE "cd /work/megatron && torchrun --nnodes 1 '
+                              '--nproc_per_node 8 pretrain_gpt.py --num-layers 2"\n')
+    job = parse_launch(["bash", script], {})
+    assert job.world_size == 8 and job.script_args == ("--num-layers", "2")
+
+
+@pytest.mark.parametrize("where", ["#SBATCH --nodes=0\n", "#SBATCH -N 0\n"])
+def test_zero_nodes_is_bad_input_in_the_script(where: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """sbatch accepts -N 0 and slurmctld refuses the job ('Node count specification invalid'); llmperf blamed the
+    SLURM_NNODES=0 it derived, as if the environment had it."""
+    script = _write(tmp_path, f"#!/bin/bash\n{where}#SBATCH --gpus-per-node=8\nsrun torchrun --nproc_per_node 8 "
+                              "pretrain_gpt.py\n", "job.sbatch")
+    outcome = llmperf(capsys, "predict", "--cluster", "dgx-h100", "--", "sbatch", script)
+    assert outcome.code == 2 and "Traceback" not in outcome.err
+    assert "Node count specification invalid" in outcome.err and "environment" not in outcome.err, outcome.err
+    assert script in outcome.err
+
+
+def test_zero_nodes_on_the_sbatch_command_line(tmp_path: Path) -> None:
+    script = _write(tmp_path, "#!/bin/bash\n#SBATCH --nodes=2\nsrun torchrun --nproc_per_node 8 pretrain_gpt.py\n",
+                    "job.sbatch")
+    with pytest.raises(UsageError, match="--nodes=0 .* asks for no node"):
+        parse_launch(["sbatch", "--nodes=0", script], {})
