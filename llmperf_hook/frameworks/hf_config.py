@@ -5,6 +5,10 @@ intermediate_size, num_key_value_heads, rms_norm_eps, num_local_experts), GPT-2 
 n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim; word_embed_proj_dim, the width of its word embedding and
 tied LM head when project_in / project_out map it to hidden_size), Falcon/BLOOM (n_head, multi_query; BLOOM's
 n_embed, which BloomConfig.__init__ takes as hidden_size).
+
+A config built from scratch (run_clm.py `--model_type gpt2 --config_overrides "n_embd=1024,n_layer=24"`:
+`CONFIG_MAPPING[model_type]()` then `config.update_from_string(overrides)`) is the class's defaults with the overrides
+applied as transformers applies them (config_from_overrides).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from llmperf_hook.errors import UsageError
+from llmperf_hook.errors import ConfigError, UsageError
 
 _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "phi3",
           "olmo", "olmo2", "deepseek", "internlm2", "yi", "granite"}
@@ -81,3 +85,78 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     from llmperf_hook.frameworks.presets import check_shape_types
 
     return check_shape_types(shape, origin)
+
+
+_GPT2_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+    "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "summary_type": "cls_index", "summary_use_proj": True,
+    "summary_activation": None, "summary_proj_to_labels": True, "summary_first_dropout": 0.1,
+    "scale_attn_weights": True, "use_cache": True, "bos_token_id": 50256, "eos_token_id": 50256,
+    "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+}
+"""transformers models/gpt2/configuration_gpt2.py GPT2Config.__init__'s defaults (openai-community/gpt2's shape)."""
+_GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+                 "num_hidden_layers": "n_layer"}
+"""GPT2Config.attribute_map: PretrainedConfig's __setattr__ / __getattribute__ map these names to GPT-2's own."""
+_BASE_DEFAULTS: dict[str, Any] = {
+    "tie_word_embeddings": True, "return_dict": True, "output_hidden_states": False, "output_attentions": False,
+    "torchscript": False, "use_bfloat16": False, "is_decoder": False, "is_encoder_decoder": False,
+    "add_cross_attention": False, "tie_encoder_decoder": False, "chunk_size_feed_forward": 0, "problem_type": None,
+    "pad_token_id": None, "sep_token_id": None, "decoder_start_token_id": None, "prefix": None,
+    "finetuning_task": None, "tokenizer_class": None, "architectures": None, "torch_dtype": None,
+}
+"""The PretrainedConfig.__init__ attributes every config has (configuration_utils.py), with their defaults."""
+_SCRATCH_CONFIGS = {"gpt2": (_GPT2_DEFAULTS, _GPT2_ALIASES)}
+"""The model types whose default config llmperf knows, for run_clm.py's `--model_type` without a checkpoint."""
+
+
+def _typed(key: str, text: str, old: Any) -> Any:
+    """PretrainedConfig.update_from_string's conversion: the new value takes the type of the attribute's current one
+    (bool from true/1/y/yes or false/0/n/no, int, float, str); any other current value (None) cannot be updated."""
+    if isinstance(old, bool):
+        if text.lower() in ("true", "1", "y", "yes"):
+            return True
+        if text.lower() in ("false", "0", "n", "no"):
+            return False
+        raise ConfigError(f"--config_overrides {key}={text}: transformers cannot derive true or false from {text} "
+                          f"(key {key}); write true or false.")
+    try:
+        if isinstance(old, int):
+            return int(text)
+        if isinstance(old, float):
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"--config_overrides {key}={text}: {key} is a{'n int' if isinstance(old, int) else ' float'} "
+                          f"in the config, and Python's {type(old).__name__}() refuses {text!r} "
+                          "(PretrainedConfig.update_from_string converts to the current value's type).") from None
+    if isinstance(old, str):
+        return text
+    raise ConfigError(f"--config_overrides {key}={text}: transformers can only update int, float, bool or string values "
+                      f"in the config (update_from_string), and {key} is {old!r} by default. Give the model as a "
+                      "config.json (--config_name DIR) or llmperf --model FILE instead.")
+
+
+def config_from_overrides(model_type: str | None, overrides: str | None) -> dict[str, Any]:
+    """The config run_clm.py builds without a checkpoint: `CONFIG_MAPPING[model_type]()`, then
+    `update_from_string(overrides)`, which splits the string at `,` and each item at `=` (`dict(x.split("=") for x in
+    update_str.split(","))`), refuses a key the config does not have, and converts each value with _typed."""
+    if model_type not in _SCRATCH_CONFIGS:
+        known = ", ".join(sorted(_SCRATCH_CONFIGS))
+        raise ConfigError(f"--model_type {model_type} builds the model from transformers' default config of that type, "
+                          f"which llmperf knows for {known} only. Give the shape as llmperf --model PRESET|FILE (a "
+                          "Hugging Face config.json with the overrides written in).")
+    defaults, aliases = _SCRATCH_CONFIGS[model_type]
+    raw: dict[str, Any] = {**_BASE_DEFAULTS, **defaults, "model_type": model_type}
+    for item in (overrides.split(",") if overrides else []):
+        if item.count("=") != 1:  # dict() of split("=") pieces: a piece that is not one key and one value
+            raise ConfigError(f"--config_overrides {overrides!r}: the item {item!r} is not KEY=VALUE (transformers "
+                              "splits the string at `,` and each item at `=`: dictionary update sequence error).")
+        key, text = item.split("=")
+        name = aliases.get(key, key)
+        if name not in raw:
+            raise ConfigError(f"--config_overrides {overrides!r}: key {key} isn't in the original config dict "
+                              f"(transformers' {model_type} config); the keys are the config's attributes, e.g. "
+                              f"{', '.join(list(defaults)[:5])}.")
+        raw[name] = _typed(key, text, raw[name])
+    return raw

@@ -1,5 +1,6 @@
 """Model shape for scripts that do not take Megatron-style model flags (DeepSpeed examples, Hugging Face
-Trainer scripts): llmperf's `--model PRESET|FILE`, else a local `--model_name_or_path`/`--config_name` directory
+Trainer scripts): llmperf's `--model PRESET|FILE`, else run_clm.py's `--model_type` config with its
+`--config_overrides` (a model trained from scratch), else a local `--model_name_or_path`/`--config_name` directory
 with config.json, else a Hub name we ship a preset for. Sequence length from the script's own flag
 (--max_seq_length, --block_size, --model_max_length, --seq-length, DeepSpeed-Chat's --max_seq_len, the
 `--max_length` of DeepSpeedExamples' finetune scripts, which pad every sample to it, OpenRLHF's --max_len) or, failing
@@ -19,7 +20,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
-from llmperf_hook.frameworks.hf_config import read_hf_config, shape_from_hf_config
+from llmperf_hook.frameworks.hf_config import config_from_overrides, read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
@@ -39,9 +40,31 @@ _MODEL_DESTS = ("model_name_or_path", "model_name", "pretrain")
 OpenRLHF's --pretrain."""
 
 
+def _scratch_config(flags: FlagValues) -> tuple[dict[str, Any], Source] | None:
+    """run_clm.py's model built from scratch (no --config_name / --model_name_or_path): `--model_type`'s default
+    config with `--config_overrides` applied (hf_config.config_from_overrides); None for a script that loads one.
+    Both at once stop run_clm.py (ModelArguments.__post_init__: "--config_overrides can't be used in combination with
+    --config_name or --model_name_or_path")."""
+    loads = [flags.seen_flags[dest] for dest in ("config_name", "model_name_or_path") if flags.has(dest)]
+    if flags.has("config_overrides") and loads:
+        raise ConfigError(f"{flags.seen_flags['config_overrides']} with {' and '.join(loads)}: the Hugging Face example "
+                          "scripts stop on it (run_clm.py ModelArguments.__post_init__: \"--config_overrides can't be "
+                          "used in combination with --config_name or --model_name_or_path\"; the overrides apply only "
+                          "to a config built from scratch by --model_type). Drop one of them.")
+    if loads or any(flags.has(dest) for dest in _MODEL_DESTS) or not (flags.has("config_overrides") or
+                                                                       flags.has("model_type")):
+        return None
+    given = " ".join(f"{flags.seen_flags[d]} {flags.get(d)}" for d in ("model_type", "config_overrides") if flags.has(d))
+    raw = config_from_overrides(flags.get("model_type"), flags.get("config_overrides"))
+    return shape_from_hf_config(raw, given), Source(SourceKind.ARGV, given)
+
+
 def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any], Source]:
     if model:
         return load_model_preset(model), Source(SourceKind.OVERRIDE, f"--model {model}")
+    scratch = _scratch_config(flags)
+    if scratch is not None:
+        return scratch
     for dest in ("config_name", *_MODEL_DESTS):
         path = flags.get(dest)
         if isinstance(path, str) and os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):

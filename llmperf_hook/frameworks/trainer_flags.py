@@ -11,7 +11,8 @@ from llmperf_hook.provenance import Source, SourceKind
 
 TRAINER_INT = ("ddp-bucket-cap-mb",)
 TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters")
-TRAINER_STR = ("optim",)
+TRAINER_STR = ("optim", "config-overrides")
+"""--config_overrides: run_clm.py's ModelArguments (the shape of a model built from scratch, frameworks/script_shape.py)."""
 
 ADAM_OPTIMS = frozenset({"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw_torch_xla",
                          "adamw_torch_npu_fused", "adamw_anyprecision"})
