@@ -24,6 +24,10 @@ the in-layer all-reduces and their host calls differ), and reads the host cost p
 the unit that makes their mean predicted per-layer slope the measured one (the configs/clusters A100 presets'
 `host_overhead_per_op_us`; predict/host_issue.py).
 
+After the headline (over all rows, issue 7's figure) it prints the measured cells that contradict the work order by more
+than 5 % (a cell with more work on every op measuring cheaper per layer: no cost model that grows with work prices
+both within the ranking's tolerance; ranking_consistency.flagged_cells) and the top-1 count again without their rows.
+
 `--misses` prints, per missed group, the measured best and the choice with the signed error of each and the
 runner-up's measured gap, the per-layer cost of the cells of each miss's best and choice and the single part of the
 step time that flips it (ranking_attribution.miss_attribution), the per-step cost per parameter, measured and
@@ -70,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency
+from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency, report_flagged
 from ranking_attribution import report_misses, report_step_cost
 from ranking_layer_ops import is_deciding_row, report_layer_ops
 from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_resolution
@@ -264,6 +268,7 @@ def main() -> None:
     presets = read_cluster_presets(configs_dir() / "clusters")
     results = rank_groups(Path(args.csv), presets)
     report(results, time.perf_counter() - started, args.verbose)
+    report_flagged(results)
     if args.measured_only:
         print("\nwithout the composed rows (S24 with DP > 1: its DP = 1 row + vTrain's table all-reduce):")
         started = time.perf_counter()

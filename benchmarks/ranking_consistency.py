@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ranking_diagnostics import bilinear_fit, cell_costs, cell_key, count_hits
+from ranking_diagnostics import WITHIN, bilinear_fit, cell_costs, cell_key, count_hits
 
 TP_CALLS_PER_LAYER = 6
 """In-layer TP all-reduces per layer and micro-batch under full recompute without sequence parallelism: 2 forward
@@ -94,3 +94,47 @@ def report_consistency(results: list, tp_step_cap_s) -> None:
     priced = with_layer_costs(everything, consistent)
     print(f"top-1 within 5 % with the rows priced at the measurements and those per-layer costs: "
           f"{count_hits(groups, priced.__getitem__)}/{len(groups)}")
+
+
+def flagged_cells(points, tolerance: float = WITHIN) -> dict[tuple, list[str]]:
+    """Cells (source, hidden, TP, micro-batch) whose measured per-layer cost contradicts the work order by more than
+    `tolerance`: of a consistency_pairs pair, the cell with more work on every op (a larger micro-batch or hidden
+    size, same kernels and launches; or 2x TP and 2x micro-batch, same per-rank GEMMs plus all-reduces) measures
+    cheaper than the other by more than `tolerance`. No cost model in which more work never costs less can price
+    both within `tolerance`, and the data do not say which of the two is off, so both are flagged. The default is the
+    ranking's own 5 % rule: a contradiction that large can decide a group's top-1 whatever the model predicts.
+    Pairs the prediction orders the same way are left out: there the framework runs other kernels for the smaller
+    shape (e.g. Megatron's fused-softmax fallback), so the work is not a superset. Cell -> its contradictions."""
+    measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)
+    out: dict[tuple, list[str]] = defaultdict(list)
+    for c, d, _ in consistency_pairs(sorted(measured)):
+        change = measured[d] / measured[c] - 1
+        if change < -tolerance and c in predicted and d in predicted and predicted[d] >= predicted[c]:
+            why = f"{_cell_name(d)} {1e3 * measured[d]:.2f} ms is {100 * change:+.1f} % of {_cell_name(c)} {1e3 * measured[c]:.2f} ms"
+            out[c].append(why)
+            out[d].append(why)
+    return dict(out)
+
+
+def _cell_name(cell: tuple) -> str:
+    return f"{cell[0]} h{cell[1]} TP{cell[2]} mbs{cell[3]}"
+
+
+def report_flagged(results: list) -> None:
+    """The flagged cells (flagged_cells) and the top-1 count over the groups again without their rows (groups left
+    with fewer than two distinct configurations drop out). The headline count stays the one over all rows."""
+    groups = [r.points for r in results if r.points]
+    everything = [p for pts in groups for p in pts]
+    flags = flagged_cells(everything)
+    contradictions = sorted({why for whys in flags.values() for why in whys})
+    print(f"\nmeasured cells that contradict the work order by more than {100 * WITHIN:.0f} % (more work on every op, "
+          f"cheaper per layer and micro-batch): {len(contradictions)} contradictions, {len(flags)} cells flagged")
+    for why in contradictions:
+        print(f"  {why}")
+    kept = [[p for p in pts if cell_key(p) not in flags] for pts in groups]
+    kept = [pts for pts in kept if len({p.layout for p in pts}) >= 2]
+    rows = sum(map(len, kept))
+    hits = count_hits(kept, lambda p: p.predicted_s)
+    print(f"top-1 within {100 * WITHIN:.0f} % without the rows of flagged cells: {hits}/{len(kept)} groups "
+          f"= {hits / max(len(kept), 1):.1%} ({rows} of {len(everything)} rows; all rows: "
+          f"{count_hits(groups, lambda p: p.predicted_s)}/{len(groups)})")
