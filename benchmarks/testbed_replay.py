@@ -121,7 +121,9 @@ def replay(record: dict, measured: list[dict], before: list[float], rule: Rule) 
             rest = [x["measured_s"] for x in runs if x is not r]
             after = rule(record, k, r, before)
             others = [i for i in range(len(before)) if i != k]
+            reading = calibration_reading(record, k, r)[0]  # what refine calibrated from
             out.append({"k": k, "pass": r["pass"], "own": _pct(after[k], statistics.median(rest)),
+                        "own_run": _pct(after[k], reading), "own_run_before": _pct(before[k], reading),
                         "own_before": _pct(before[k], statistics.median(rest)),
                         "others": statistics.fmean(abs(_pct(after[i], measured[i]["measured_s"])) for i in others),
                         "others_before": statistics.fmean(abs(_pct(before[i], measured[i]["measured_s"])) for i in others)})
@@ -137,7 +139,11 @@ def summary(rows: list[dict]) -> str:
     own = [abs(r["own"]) for r in rows]
     oth = [r["others"] for r in rows]
     harm = [r["others"] - r["others_before"] for r in rows]
-    return (f"instrumented |err| median {statistics.median(own):4.1f} % mean {statistics.fmean(own):4.1f} % p90 "
+    # past its own run: refinement moved the configuration beyond the one run it was calibrated on
+    past = sum(r["own_run"] * r["own_run_before"] < 0 and abs(r["own_run"]) > 0.05 for r in rows)
+    return (f"on its own run |err| median {statistics.median(abs(r['own_run']) for r in rows):4.1f} % (past it: "
+            f"{past}/{len(rows)}); "
+            f"instrumented |err| median {statistics.median(own):4.1f} % mean {statistics.fmean(own):4.1f} % p90 "
             f"{_q(own, 0.9):4.1f} % (<= 3 %: {sum(e <= 3 for e in own)}/{len(own)}); others MAPE median "
             f"{statistics.median(oth):4.1f} % mean {statistics.fmean(oth):4.1f} % p90 {_q(oth, 0.9):4.1f} % max "
             f"{max(oth):4.1f} % (<= 8 %: {sum(e <= 8 for e in oth)}/{len(oth)}); others worse than before in "
@@ -156,6 +162,13 @@ def report_replay(record: dict, measured: list[dict], before: list[float]) -> No
           f"instrumented |err| median {statistics.median(abs(r['own_before']) for r in rows):.1f} %")
     for name, res in results.items():
         print(f"  {name:36s} {summary(res)}")
+    for k, cal in sorted((int(k), v) for k, v in record.get("calibrations", {}).items()):
+        run = next(r for r in record["runs"] if r["config"] == k and r.get("calibration"))
+        row = next(r for r in rows if r["k"] == k and r["pass"] == run["pass"])
+        print(f"  recorded calibration run of config {k} (pass {run['pass'] + 1}), this tree's refine: on its own run "
+              f"{row['own_run']:+.1f} % (before {row['own_run_before']:+.1f} %), against its other runs "
+              f"{row['own']:+.1f} % (before {row['own_before']:+.1f} %); others MAPE {row['others']:.1f} % (before "
+              f"{row['others_before']:.1f} %)")
     print("  per configuration (refine, cost-mix transfer; medians over its runs): instrumented err / others MAPE "
           "(before)")
     for k in range(len(before)):

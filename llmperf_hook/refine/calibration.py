@@ -14,8 +14,9 @@ ingested by `llmperf refine`; the predictor applies it as
   least squares on relative error (weights 1/measured^2), kept only when it fits the runs better than the
   scale alone and both terms come out non-negative.
 A calibration knows what it saw (refine/shrinkage.py): a configuration with instrumented runs of its own (same
-fingerprint, refine/config_fingerprint.py) gets its own measured ratio (the posterior mean E[b + c_f]); every
-other configuration gets the shared fit above, shrunk toward 1 in log space by the posterior weight k of the shared
+fingerprint, refine/config_fingerprint.py) gets its own measured ratio (the posterior mean E[b + c_f] of its whole
+step, refine/own_scales.py); every other configuration gets the shared fit above, shrunk toward 1 in log space by
+the posterior weight k of the shared
 bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k. On a CPU, what multi-rank runs'
 ranks wait for each other (wall beyond CPU time) is fitted apart and goes to multi-rank configurations only
 (refine/peer_wait.py).
@@ -51,7 +52,8 @@ class ConfigScale:
     shares: tuple[tuple[str, float], ...] = ()
     """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
     wait_log_scale: float = 0.0
-    """Of its log step_time_scale, the ranks' wait for each other it keeps (refine/peer_wait.py; 0: none)."""
+    """Of its log measured_scale, its runs' mean wall beyond their ranks' CPU time (refine/peer_wait.py; 0: one
+    rank). For the notes: step_time_scale shrinks the whole step as one reading (refine/own_scales.py)."""
 
 
 @dataclass(frozen=True)
@@ -126,11 +128,12 @@ class Calibration:
         where = f"{self.framework} on {self.cluster} ({self.hardware})"
         own = self.own_scale(fingerprint)
         if own is not None:
-            wait = (f"; of it its ranks' wait for each other x{math.exp(own.wait_log_scale):.3f}, fitted apart: "
-                    f"refine/peer_wait.py" if own.wait_log_scale else "")
+            wait = (f"; of the measured, its ranks' wait for each other x{math.exp(own.wait_log_scale):.3f}, which "
+                    f"goes apart to multi-rank configurations without runs: refine/peer_wait.py"
+                    if own.wait_log_scale else "")
             return (f"calibrated on this exact configuration: x{own.step_time_scale:.3f} from {own.num_runs} "
-                    f"instrumented run(s) of it (measured x{own.measured_scale:.3f}, weighted against run-to-run "
-                    f"spread {self.sd_run:.1%}{wait}) of {where}")
+                    f"instrumented run(s) of it (measured x{own.measured_scale:.3f}, its whole step weighted as one "
+                    f"reading against run-to-run spread {self.sd_run:.1%}: refine/own_scales.py{wait}) of {where}")
         extra = f" + {self.step_overhead_s * 1e3:.2f} ms" if self.step_overhead_s else ""
         if self.num_configs == 0:
             return f"calibrated x{self.step_time_scale:.3f}{extra} from {self.num_runs} instrumented run(s) of {where}"

@@ -24,8 +24,11 @@ claim that the prediction lacks w; it is where the noise is. The two parts diffe
 So w gets the same normal-normal model as refine/shrinkage.py (w_ij = b_w + d_j + e_ij) with its own variances:
 b_w ~ N(0, sd_shared^2) (what every multi-rank configuration of the key shares and the prediction's whole step
 does not say: the prior of any shared bias), d_j ~ N(0, WAIT_CONFIG_SD_PRIOR^2), e_ij ~ N(0, WAIT_RUN_SD_PRIOR^2),
-both pooled with the store's own spread (shrinkage.estimate_variances). A configuration with runs keeps
-E[b_w + d_f], a multi-rank configuration without runs gets E[b_w] = k_w mu_w, a one-rank configuration none.
+both pooled with the store's own spread (shrinkage.estimate_variances). A multi-rank configuration without runs
+gets E[b_w] = k_w mu_w, a one-rank configuration none. A configuration with runs does not add its parts' posteriors
+(session 15 did: its CPU part lost more to shrinkage than its wait, and a run that matched its prediction in
+total was moved past itself): the two parts' errors are anti-correlated errors of one prediction, so its whole
+step is shrunk as one reading, with the wait's prior variance (b_w, d_f) added to its step's (refine/own_scales.py).
 A contended run (refine/contention.py) measures no wait: its reading is its CPU time times an assumed quiet
 ratio, which leaves its CPU part as well (so a configuration run both ways does not count a wait twice) and which
 a configuration with only such runs keeps (own_wait).
@@ -65,6 +68,10 @@ class PeerWait:
     """k_w: the fraction of mu_w a multi-rank configuration without runs gets."""
     own: dict[str, float]
     """E[b_w + d_f] per fingerprint of a multi-rank configuration with runs."""
+    sd_shared: float = 0.0
+    """The prior standard deviation of b_w the fit used."""
+    sd_config: float = WAIT_CONFIG_SD_PRIOR
+    """The standard deviation of d_j the fit used (WAIT_CONFIG_SD_PRIOR pooled with the store's spread)."""
 
 
 def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
@@ -92,7 +99,7 @@ def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWa
     configs = group_runs(runs)
     v = estimate_variances(configs, WAIT_CONFIG_SD_PRIOR, "peer wait", sd_shared, sd_run_prior=WAIT_RUN_SD_PRIOR)
     post = posterior(configs, v)
-    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale))
+    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale), v.sd_shared, v.sd_config)
 
 
 def own_wait(rows: Sequence[tuple], fingerprint: str, wait: PeerWait | None) -> float:

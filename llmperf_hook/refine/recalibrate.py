@@ -21,7 +21,8 @@ from typing import Any, Sequence
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
-from llmperf_hook.refine.peer_wait import fit_peer_wait, own_wait
+from llmperf_hook.refine.own_scales import own_log_scales
+from llmperf_hook.refine.peer_wait import fit_peer_wait
 from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, estimate_variances, group_runs, posterior,
                                           variance_priors)
 
@@ -59,7 +60,8 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
                         priors: Priors) -> tuple[Calibration, str]:
     """The calibration of one key from its runs (rows as observation_store.runs_for_key returns them) and the
     hardware's variance priors; pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
-    # the ranks' wait for each other (refine/peer_wait.py) is fitted apart: the rest, the CPU part, as before
+    # the ranks' wait for each other (refine/peer_wait.py) is fitted apart for the configurations without runs: the
+    # rest, the CPU part, as before
     rows = [(*r[:8], *(r[8:10] if len(r) > 9 else (0.0, False))) for r in runs]
     configs = group_runs([(j, f, p, m * math.exp(-w), sd, ss, sh) for j, f, p, m, _, sd, ss, sh, w, _ in rows])
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared, priors.sd_moment,
@@ -69,13 +71,13 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
     wait = fit_peer_wait([(f, w) for f, w, measured in waits if measured], variances.sd_shared)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
-    kept = {c.fingerprint: own_wait(waits, c.fingerprint, wait) for c in configs}
-    own = tuple(ConfigScale(c.fingerprint, math.exp(post.config_log_scale[c.fingerprint] + kept[c.fingerprint]),
-                            math.exp(statistics.fmean(c.log_ratios) +
-                                     statistics.fmean(w for f, w, _ in waits if f == c.fingerprint)),
+    # its own configuration's scale: the whole step shrunk as one reading (refine/own_scales.py)
+    kept = own_log_scales(rows, variances, wait)
+    own = tuple(ConfigScale(c.fingerprint, math.exp(kept[c.fingerprint]), math.exp(statistics.fmean(c.log_ratios) + w),
                             len(c.log_ratios), labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0),
-                            c.shares, kept[c.fingerprint])
-                for c in configs if not c.fingerprint.startswith("job:"))
+                            c.shares, w)
+                for c in configs if not c.fingerprint.startswith("job:")
+                for w in [statistics.fmean(w for f, w, _ in waits if f == c.fingerprint)])
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
                       sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix,

@@ -86,6 +86,10 @@ def test_replay_scores_every_run_of_every_configuration_and_refine_does_not_spre
     assert noisy["others"] < next(r for r in old if r["k"] == 0 and r["own"] > 1)["others"]
     quiet = [r for r in rows if r is not noisy]
     assert all(abs(r["own"]) < 1e-6 and r["others"] < 1e-6 for r in quiet)  # exact runs move nothing
+    # scored on its own run too: refine moved it toward the run (-33 % before), not past it
+    assert noisy["own_run_before"] == pytest.approx(100 * (1 / 1.5 - 1))
+    assert noisy["own_run_before"] < noisy["own_run"] < 0
+    assert "(past it: 0/61)" in replay.summary(rows)
 
 
 def test_a_replay_of_a_file_that_is_no_record_exits_2_with_the_reason(tmp_path: Path) -> None:

@@ -1,0 +1,80 @@
+"""An instrumented configuration's own calibration: its whole step, shrunk as one reading.
+
+The prediction of a step is one claim, its wall time. A multi-rank CPU run reads it in two parts, its ranks' CPU
+time and the wall beyond it (refine/peer_wait.py: y = y_cpu + w), but the prediction makes no claim on that split:
+its collectives (the comm model's time, 8.4 of the testbed's configuration 1's 70.4 ms) are neither CPU time nor waiting
+(gloo's reduction and its socket copies run on the slowest rank's CPU, the transfer and the peer's lag do not).
+So the two parts' errors are anti-correlated errors of one quantity: on the testbed's 15:38 record (27 Nov 2026),
+configuration 1's calibration run read CPU x0.868 and wait x1.145 of a prediction it matched in total (x0.993).
+Shrunk apart, each toward 0 with its own noise (the CPU part with the machine's 10.7 %, the wait with 2.8 %), the
+CPU part lost more than the wait and the product overshot: x1.026, refinement moved the configuration away from
+the one run it was calibrated on (+0.7 -> +3.3 %). Each part's prior centred at 0 is a split the prediction never
+made (CPU = predicted wall and wall = CPU).
+
+Here the configuration's own scale is the posterior of its whole-step log-ratio y_f = b + c_f [+ b_w + d_f],
+read with the whole step's reading noise: that of its CPU time (sd_run and the machine's moment, refine/
+shrinkage.py), since wall and CPU time move together from run to run (rms 0.111 both over the testbed records'
+240 runs, H119 finding 1). Its prior adds the parts' priors: the profile's held-out whole steps (sd_shared,
+sd_config, measured at one rank) and, for a configuration whose runs read a wait, the ranks' wait for each other
+(peer_wait: b_w ~ N(0, sd_shared_w^2), d_f ~ N(0, sd_config_w^2)), which no held-out step measured. The posterior
+mean is the Gaussian conditional of refine/transfer.py over the instrumented configurations' mean whole-step
+log-ratios: E[y_f | y] = k_f^T K^-1 y, K = prior covariance + diag(reading variances). With one run of one
+configuration that is lambda y, lambda = prior / (prior + reading): the result lies between the prediction and
+the measurement, never beyond it. The split stays for configurations without runs (refine/calibration.apply):
+the wait is a different quantity there, carried to multi-rank configurations only.
+
+A configuration whose runs all waited for a core (refine/contention.py) measured no wait: its reading holds an
+assumed quiet ratio, which is not data. Its CPU part is shrunk and the assumed ratio added back (peer_wait.own_wait).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, PeerWait, own_wait
+from llmperf_hook.refine.shrinkage import ConfigRuns, Variances, group_runs
+from llmperf_hook.refine.transfer import correlation_matrix, covariance, solve
+
+
+def whole_step_configs(rows: Sequence[tuple], waited: set[str]) -> list[ConfigRuns]:
+    """The configurations' whole-step readings from rows as recalibrate reads them (job, fingerprint, predicted,
+    measured, text, observation sd, sampling sd, shares, w, measured w): a configuration in `waited` (a run of it
+    measured its wait) keeps its whole log-ratio; any other its CPU part (its reading less an assumed wait, 0 for
+    one rank)."""
+    return group_runs([(j, f, p, m if config_key(j, f) in waited else m * math.exp(-w), sd, ss, sh)
+                       for j, f, p, m, _, sd, ss, sh, w, _ in rows])
+
+
+def config_key(job_id: str, fingerprint: str | None) -> str:
+    """The configuration a run is grouped under (shrinkage.group_runs: a run without a fingerprint alone)."""
+    return fingerprint or f"job:{job_id}"
+
+
+def own_log_scales(rows: Sequence[tuple], v: Variances, wait: PeerWait | None) -> dict[str, float]:
+    """log step_time_scale per fingerprint with runs: the module docstring's posterior of its whole step, plus the
+    assumed wait of a configuration that measured none."""
+    waited = {config_key(j, f) for j, f, *_, measured in rows if measured}
+    configs = whole_step_configs(rows, waited)
+    reading = math.hypot(v.sd_run, v.sd_moment)
+    moments = [c.mean_and_variance(reading) for c in configs]
+    prior = prior_covariance(configs, v, wait, waited)
+    k = [[prior[i][j] + (moments[i][1] if i == j else 0.0) for j in range(len(configs))] for i in range(len(configs))]
+    alpha = solve(k, [m for m, _ in moments])
+    waits = [(f, w, measured) for _, f, *_, w, measured in rows]
+    return {c.fingerprint: sum(p * a for p, a in zip(prior[i], alpha)) +
+            (0.0 if c.fingerprint in waited else own_wait(waits, c.fingerprint, None))
+            for i, c in enumerate(configs)}
+
+
+def prior_covariance(configs: Sequence[ConfigRuns], v: Variances, wait: PeerWait | None,
+                     waited: set[str]) -> list[list[float]]:
+    """Cov(y_i, y_j) before any reading: the shared bias, the configurations' own biases (correlated by their cost
+    mix, refine/transfer.py), and between two configurations that read a wait, the wait's shared and own parts."""
+    sd_shared_w = wait.sd_shared if wait else v.sd_shared
+    sd_config_w = wait.sd_config if wait else WAIT_CONFIG_SD_PRIOR
+    r = correlation_matrix([c.shares for c in configs])
+    both = [[a.fingerprint in waited and b.fingerprint in waited for b in configs] for a in configs]
+    return [[v.sd_shared ** 2 + covariance(v.sd_config, v.sd_mix, r[i][j], i == j)
+             + (sd_shared_w ** 2 + (sd_config_w ** 2 if i == j else 0.0) if both[i][j] else 0.0)
+             for j in range(len(configs))] for i in range(len(configs))]
