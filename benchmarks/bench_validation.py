@@ -1,7 +1,8 @@
 """Accuracy against measured public runs: MAPE per source of ../shared/validation/dev.csv vs the issue's targets.
 
     python benchmarks/bench_validation.py [CSV]          # default: ../shared/validation/dev.csv
-    python benchmarks/bench_validation.py --audit-s24 [CSV]   # also: how vTrain's S24 rows were composed
+    python benchmarks/bench_validation.py --audit-s24 [CSV]   # also: how vTrain's S24 rows were composed, and
+                                                              # which reading of its configs the rows support
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
@@ -23,6 +24,15 @@ as it runs (runtime/fp16/fused_optimizer.py: a host-synchronising overflow check
 loss-scale update, one copy kernel per tensor; engine.py allreduce_bucket's flatten and copy back) cannot cost
 nothing beyond its bytes, so S24's per-step part prices the update's kernels, not the engine's step; it
 cannot be evidence for or against what the DeepSpeed step costs per parameter beyond Adam.
+(5) Two readings vTrain's own simulator makes of its validation configs (github.com/VIA-Research/vTrain
+src/config.py, src/predictor.py), tested on the single-stage rows of S23 and S24: (a) with pipeline 1 it replaces the
+micro-batch by global batch / DP (one micro-batch per step); the rows that differ only in micro-batch size
+measure up to several times apart, so the runs accumulated micro-batches of the stated size, as we read them;
+(b) `use_checkpoint: true` recomputes every pipeline stage but the last ("Last rank worker doesn't perform
+recomputation"), so nothing at pipeline 1. Megatron-DeepSpeed's GPTModelPipe checkpoints every transformer layer
+on every stage (megatron/model/gpt_model.py: activation_checkpoint_interval = checkpoint_num_layers; DeepSpeed
+runtime/pipe/module.py forward, _is_checkpointable). The rows predicted without recompute (vTrain's reading) against
+as read (full recompute on every stage): a much larger error says the runs recomputed, as the framework does.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import os
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +198,38 @@ def _audit_dp_increments(s24: list[MeasuredRun], fits: dict, lut: dict) -> None:
                   f"({len(rows)} configurations)")
 
 
+VTRAIN_SOURCES = ("S23", "S24")
+
+
+def audit_vtrain_readings(runs: list[MeasuredRun], report: object) -> None:
+    """Section (5) of the module docstring: vTrain's simulator readings of micro-batch and recompute at pipeline 1."""
+    single = [r for r in runs if r.source_id in VTRAIN_SOURCES and r.pp == 1]
+    by_batch: dict[tuple, list[float]] = defaultdict(list)
+    for r in single:
+        by_batch[(r.source_id, r.num_layers, r.hidden_size, r.tp, r.dp, r.global_batch_size)].append(r.iteration_time_s)
+    ratios = [max(v) / min(v) for v in by_batch.values() if len(v) >= 2]
+    if ratios:
+        print(f"\nvTrain's readings, pipeline-1 rows: {len(ratios)} configurations measured at several micro-batch "
+              f"sizes; slowest / fastest median {np.median(ratios):.2f}, max {max(ratios):.2f} (one micro-batch of "
+              "global batch / DP, vTrain's simulator, would make them equal)")
+    full = [r for r in single if r.recompute == "full"]
+    variant = validate_runs([replace(r, recompute="none") for r in full], clusters_dir=configs_dir() / "clusters",
+                            num_worst=0)
+    as_read = {r.row_id: r.signed_error for r in report.rows}  # type: ignore[attr-defined]
+    without = {r.row_id: r.signed_error for r in variant.rows}
+    for source in VTRAIN_SOURCES:
+        ids = [r.row_id for r in full if r.source_id == source]
+        print(f"  {source} {len(ids)} pipeline-1 rows: full recompute (as read) {_mape_bias(as_read, ids)}; "
+              f"no recompute (vTrain's simulator) {_mape_bias(without, ids)}")
+
+
+def _mape_bias(errors: dict, ids: list) -> str:
+    values = [errors[i] for i in ids if errors.get(i) is not None]
+    if not values:
+        return "-"
+    return f"MAPE {100 * np.mean(np.abs(values)):.2f} %, bias {100 * np.mean(values):+.1f} %"
+
+
 def main(argv: list[str]) -> int:
     audit = "--audit-s24" in argv
     argv = [a for a in argv if a != "--audit-s24"]
@@ -216,6 +259,7 @@ def main(argv: list[str]) -> int:
           f"{mean_src}; {report.num_failed} failed; {len(report.rows)} rows in {wall_s:.1f} s wall")
     if audit:
         audit_s24(runs, report, VTRAIN_LUT_CSV)
+        audit_vtrain_readings(runs, report)
     return 0
 
 
