@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from llmperf_hook.predict.op_times import OpClassPredictor
+from llmperf_hook.profile.staged_folder import recover as recover_folder
 from llmperf_hook.resources import configs_dir, llmperf_home
 
 
@@ -70,6 +71,8 @@ def _profiles(hardware_name: str):
     """The fitted profiles of profile_dirs in lookup order (each checked to be this hardware's)."""
     for directory in profile_dirs(hardware_name):
         meta = directory / "profile.json"
+        if not directory.exists():  # a refit killed between its two renames left it in .staging/: put it back
+            recover_folder(directory)
         if meta.is_file():
             profile = _load_profile(str(directory), content_key(meta))
             _check_fitted_for(profile.meta, directory)

@@ -7,7 +7,9 @@ every later `predict` refuses the profile until it is fitted again. Swapped in, 
 after the swap sees the new one whole (one that reads its files across the swap may still meet both, and says so by
 the sha256 check; read again, it is the new one), and a stop before the swap, or a swap that fails (a full disk),
 leaves the old profile as it was. A SIGKILL leaves its stage in .staging/, which nothing reads; between the two
-renames (microseconds) it would leave the old profile there too, as .staging/NAME.PID.HEX.old.
+renames (microseconds) it leaves the old profile there too, as .staging/NAME.PID.HEX.old, and no profile in place:
+`recover` (called before every write, and by predict's profile lookup) puts it back once its writer is gone, and
+removes the stages dead writers left.
 
 The staging folders live in `.staging/` beside the profiles, one level below them, so a glob of
 `profiles/*/profile.json` (hardware/local_cpu.py) never finds a half-written one. Both renames stay inside one
@@ -42,12 +44,17 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
     result replaces `directory`."""
     staging = directory.parent / STAGING
     stage = staging / f"{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    recover(directory)
     _make_stage(stage)
     try:
         write(stage)
         _carry_over(directory, stage, keep)
-        _swap_in(stage, directory)
-    finally:
+        retired = _swap_in(stage, directory)
+        # What a racing writer added to the folder this one replaced (a refit's framework_overhead.json written
+        # after this stage carried the folder over): the last writer keeps it, as long as it wrote no such file.
+        _carry_over(retired, directory, keep, atomic=True)
+        shutil.rmtree(retired, ignore_errors=True)
+    finally:  # (a folder moved aside that could not be put back stays in .staging/ for recover)
         shutil.rmtree(stage, ignore_errors=True)
         _remove_if_empty(staging)
     return directory
@@ -67,20 +74,24 @@ def _make_stage(stage: Path) -> None:
     raise OSError(f"could not create {stage}: other processes kept removing {stage.parent}")
 
 
-def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool]) -> None:
-    """Copy the kept files. A folder another writer of the same profile moves aside meanwhile (FileNotFoundError)
-    is not an error: the two refits race, and whichever swaps in last may lack the kept files (running the stage
-    that writes one again re-creates it)."""
+def _carry_over(directory: Path, stage: Path, keep: Callable[[str], bool], atomic: bool = False) -> None:
+    """Copy the kept files `stage` lacks (`atomic`: each through a temporary name, for a folder readers already
+    see). A folder another writer of the same profile moves aside meanwhile (FileNotFoundError) is not an error:
+    what it held is carried from where that writer moved it, after the swap (replace_folder)."""
     try:
         for old in (directory.iterdir() if directory.is_dir() else ()):
             if old.is_file() and keep(old.name) and not (stage / old.name).exists():
-                shutil.copy2(old, stage / old.name)
+                target = stage / (f".{old.name}.{uuid.uuid4().hex[:8]}.tmp" if atomic else old.name)
+                shutil.copy2(old, target)
+                if atomic:
+                    os.replace(target, stage / old.name)
     except FileNotFoundError:
         pass
 
 
-def _swap_in(stage: Path, directory: Path) -> None:
-    """Move `directory` aside and `stage` in its place; retried while another writer does the same."""
+def _swap_in(stage: Path, directory: Path) -> Path:
+    """Move `directory` aside and `stage` in its place; retried while another writer does the same. Returns where
+    the replaced folder went (the caller removes it)."""
     retired = directory.parent / STAGING / f"{stage.name}.old"
     for attempt in range(MAX_SWAP_TRIES):
         if attempt:  # a random pause that grows: writers that keep meeting each other fall out of step
@@ -103,7 +114,7 @@ def _swap_in(stage: Path, directory: Path) -> None:
             continue
     else:
         raise OSError(f"could not swap {stage} in as {directory}: other processes kept replacing it")
-    shutil.rmtree(retired, ignore_errors=True)
+    return retired
 
 
 def _put_back(retired: Path, directory: Path) -> None:
@@ -117,3 +128,53 @@ def _remove_if_empty(folder: Path) -> None:
         folder.rmdir()
     except OSError:  # another writer's stage is in it, or files were left by a killed writer
         pass
+
+
+def recover(directory: Path) -> bool:
+    """Put back the folder a writer killed between its two renames left in .staging/ as NAME.PID.HEX.old (the
+    newest, when `directory` is missing and that writer is gone), and remove the stages of writers that are gone.
+    True when a folder was put back. A live writer's files are never touched: it is between two renames, or
+    writing its stage."""
+    staging = directory.parent / STAGING
+    try:
+        entries = list(staging.iterdir())
+    except OSError:  # no .staging/: nothing was left behind
+        return False
+    pids = {e: _writer_pid(e.name, directory.name) for e in entries}
+    mine = [e for e, pid in pids.items() if pid is not None and pid != os.getpid() and not _alive(pid)]
+    retired = sorted((e for e in mine if e.name.endswith(".old")), key=_mtime, reverse=True)
+    restored = False
+    if retired and not directory.exists():
+        try:
+            os.rename(retired[0], directory)
+            restored = True
+        except OSError:  # another process put one in place (or recovered it) first
+            pass
+    for entry in mine:
+        shutil.rmtree(entry, ignore_errors=True)
+    _remove_if_empty(staging)
+    return restored
+
+
+def _writer_pid(entry_name: str, folder_name: str) -> int | None:
+    """The writer's PID of a stage (NAME.PID.HEX) or retired folder (NAME.PID.HEX.old) of `folder_name`."""
+    rest = entry_name[len(folder_name) + 1:] if entry_name.startswith(folder_name + ".") else ""
+    parts = rest.removesuffix(".old").split(".")
+    return int(parts[0]) if len(parts) == 2 and parts[0].isdigit() and len(parts[1]) == 8 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
