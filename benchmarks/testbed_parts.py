@@ -7,7 +7,8 @@ raw records (testbed_record.py): nothing is run or fitted.
 - The multi-rank configurations' wait for their peers, per record: each configuration's mean log(wall / CPU)
   (refine/peer_wait.py: WAIT_CONFIG_SD_PRIOR is their spread, pooled over records), how far the slowest rank's CPU
   per step lies above the mean rank's (the ranks drift apart between two collectives), and the wall beyond the
-  slowest rank's CPU (blocked in the collectives) against the comm model's predicted collectives.
+  slowest rank's CPU (blocked in the collectives) against the comm model's predicted collectives; and where the
+  multi-rank steps' excess over the prediction sits (rank_excess): their CPU time, or the wall beyond it.
 - The resolution of a target on one configuration: how far a perfect prediction of its typical step lies from the
   median of a few of its runs, at the records' run-to-run spread.
 - Whether a machine-speed reference tracks a run's speed: for each reference reading a run saved, the correlation
@@ -94,6 +95,30 @@ def wait_by_config(record: dict) -> list[dict]:
     return out
 
 
+def rank_excess(record: dict) -> dict[str, float] | None:
+    """Where a multi-rank step's excess over the prediction sits, from the configurations' median runs (log, means
+    over configurations): each one's CPU time against the prediction less its collectives (one and several ranks),
+    and the multi-rank ones' log(wall / CPU) against the prediction's own log(P / (P - collectives)), the wait the
+    prediction priced. None without both kinds of configuration."""
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    beyond = []
+    for k, config in enumerate(record["configs"]):
+        runs = _runs_of(record, k)
+        predicted = config["predicted_s"]
+        comm = sum(v for name, v in (config.get("breakdown") or {}).items() if name.startswith("comm"))
+        if not runs or not 0 <= comm < predicted:
+            continue
+        wall, cpu_s = (statistics.median(r[key] for r in runs) for key in ("measured_s", "cpu_s"))
+        multi = config_ranks(config) > 1
+        cpu[multi].append(math.log(cpu_s / (predicted - comm)))
+        if multi:
+            beyond.append(math.log(wall / cpu_s) - math.log(predicted / (predicted - comm)))
+    if not cpu[False] or not cpu[True]:
+        return None
+    return {"cpu_one": statistics.fmean(cpu[False]), "cpu_multi": statistics.fmean(cpu[True]),
+            "wait_beyond_priced": statistics.fmean(beyond)}
+
+
 def pooled_config_spread(records: list[dict]) -> float:
     """The between-configuration sd of the mean log(wall / CPU), pooled over records (each record's variance)."""
     variances = [statistics.variance(w) for w in ([c["wait"] for c in wait_by_config(r)] for r in records)
@@ -158,6 +183,13 @@ def report_parts(records: list[dict], names: list[str]) -> None:
             print(f"   {r['k']:2d} {r['label']:34s} wall/CPU x{math.exp(r['wait']):.3f}  slowest rank's CPU "
                   f"+{r['skew']:.1%} over the mean rank's  wall beyond it {r['blocked_s'] * 1e3:5.1f} ms "
                   f"(predicted collectives {r['comm_s'] * 1e3:5.1f} ms)")
+    for name, record in zip(names, records):
+        e = rank_excess(record)
+        if e:
+            print(f"  {name}: CPU time / (prediction less its collectives): one rank {e['cpu_one']:+.3f}, several "
+                  f"{e['cpu_multi']:+.3f} (log, mean over configurations: the multi-rank excess "
+                  f"{e['cpu_multi'] - e['cpu_one']:+.3f} is CPU time); multi-rank wall / CPU beyond the priced "
+                  f"collectives {e['wait_beyond_priced']:+.3f}")
     for key in REFERENCE_KEYS:
         t = reference_tracking(records, key)
         if t:

@@ -87,3 +87,19 @@ def test_the_targets_resolution_is_what_the_runs_spread_allows_a_perfect_predict
     typical, within = parts.target_resolution([_record(True)], 4, draws=2000)  # runs 10-20 % apart
     assert 0.02 < typical < 0.15 and within < 0.6
     assert parts.target_resolution([_record(True)], 1, draws=2000)[1] < within  # one run: coarser still
+
+
+def test_the_multi_rank_excess_is_told_apart_from_the_wait_the_prediction_priced() -> None:
+    """Configurations 1 and 2 predicted with 10 % of their step as collectives: their wall / CPU x1.10 / x1.12 is
+    about that priced wait, and their CPU time, the prediction's other 90 % at the machine speeds, is the excess."""
+    record = _record(True)
+    for config in record["configs"][1:]:
+        config["breakdown"] = {"compute": 0.9 * config["predicted_s"], "comm_dp_grad": 0.1 * config["predicted_s"]}
+    e = parts.rank_excess(record)
+    speed = math.log(sorted(SPEED)[2])  # the configurations' median run
+    assert e["cpu_one"] == pytest.approx(speed)
+    assert e["cpu_multi"] - e["cpu_one"] == pytest.approx(math.log(1 / 0.9))
+    priced = math.log(1 / 0.9)
+    assert e["wait_beyond_priced"] == pytest.approx((math.log(1.10) + math.log(1.12)) / 2 - priced)
+    record["configs"] = record["configs"][:1]
+    assert parts.rank_excess(record) is None
