@@ -6,7 +6,9 @@
 
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
-published reference where there is one; then overall MAPE and the wall time (one thread).
+published reference where there is one; then overall MAPE and the wall time (one thread). Then the rows that
+contradict the work order (work_order_contradictions: at pipeline 1 a larger micro-batch over the same global batch
+measuring more than 5 % slower) and each affected source's MAPE without them; the headline stays over all rows.
 
 `--audit-s24` adds what the S24 rows are made of (docs/model.md, round 5): (1) per configuration, the step
 time is exactly linear in the number of micro-batches (residual of a least-squares line through 3-4 global
@@ -198,6 +200,70 @@ def _audit_dp_increments(s24: list[MeasuredRun], fits: dict, lut: dict) -> None:
                   f"({len(rows)} configurations)")
 
 
+CONTRADICTION = 0.05
+"""A larger micro-batch over the same tokens measuring more than this much slower is flagged (bench_tune_ranking's
+5 % top-1 rule): no cost model in which bigger kernels and fewer launches never cost more can price both rows
+within it, and the rows do not say which one is off."""
+
+
+def work_order_contradictions(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun]]:
+    """(smaller, larger micro-batch) pairs of single-stage rows of one source, job and layout (model, layers, hidden,
+    sequence, GPUs, global batch, TP, DP, recompute, precision, GPU) where the larger micro-batch measures more than
+    CONTRADICTION slower. At pipeline 1 a larger micro-batch over the same global batch runs the same ops on bigger
+    tensors with fewer launches and no pipeline bubble to grow, so its step is never dearer in a cost model of work."""
+    jobs: dict[tuple, list[MeasuredRun]] = defaultdict(list)
+    for r in runs:
+        if r.pp == 1:
+            jobs[(r.source_id, r.model, r.num_layers, r.hidden_size, r.seq_length, r.num_gpus, r.global_batch_size,
+                  r.tp, r.dp, r.recompute, r.precision, r.gpu_type)].append(r)
+    return [(a, b) for rows in jobs.values() for a in rows for b in rows
+            if b.micro_batch_size > a.micro_batch_size and b.iteration_time_s > (1 + CONTRADICTION) * a.iteration_time_s]
+
+
+def contradicting_rows(pairs: list[tuple[MeasuredRun, MeasuredRun]]) -> set[str]:
+    """Row ids that account for every contradiction: repeatedly the row in most of the pairs left (one row slower
+    than all its neighbours is the odd one); a pair that shares no row with another is flagged whole, since nothing
+    says which of its two rows is off."""
+    left = [(a.row_id, b.row_id) for a, b in pairs]
+    flagged: set[str] = set()
+    while left:
+        counts: dict[str, int] = defaultdict(int)
+        for pair in left:
+            for row_id in pair:
+                counts[row_id] += 1
+        top = max(counts.values())
+        if top == 1:
+            flagged |= set(counts)
+        else:
+            flagged.add(min((row_id for row_id, n in counts.items() if n == top), key=_id_order))
+        left = [pair for pair in left if not flagged & set(pair)]
+    return flagged
+
+
+def _id_order(row_id: str) -> tuple[int, str]:
+    return len(row_id), row_id  # numeric ids in numeric order
+
+
+def report_contradictions(runs: list[MeasuredRun], report: object) -> None:
+    """The work-order contradictions and each affected source's MAPE without their rows (the headline is above)."""
+    pairs = work_order_contradictions(runs)
+    print(f"rows that contradict the work order by more than {CONTRADICTION:.0%} (pipeline 1, same job and layout, a "
+          f"larger micro-batch over the same global batch measured slower): {len(pairs)} pairs")
+    for a, b in pairs:
+        print(f"  {a.source_id} rows {a.row_id} / {b.row_id}: {a.model} tp{a.tp} dp{a.dp} gbs{a.global_batch_size} mbs "
+              f"{a.micro_batch_size} {a.iteration_time_s:.4g} s, mbs {b.micro_batch_size} {b.iteration_time_s:.4g} s "
+              f"({b.iteration_time_s / a.iteration_time_s - 1:+.0%})")
+    flagged = contradicting_rows(pairs)
+    print(f"  rows flagged: {', '.join(sorted(flagged, key=_id_order))}")
+    errors: dict[str, list[float]] = defaultdict(list)
+    for row in report.rows:  # type: ignore[attr-defined]
+        if row.source_id in {r.source_id for pair in pairs for r in pair} and row.signed_error is not None:
+            errors[row.source_id].append(abs(row.signed_error) if row.row_id not in flagged else float("nan"))
+    for source, values in sorted(errors.items()):
+        kept = [v for v in values if v == v]
+        print(f"  {source} without those rows: MAPE {100 * np.mean(kept):.2f}% over {len(kept)} of {len(values)} rows")
+
+
 VTRAIN_SOURCES = ("S23", "S24")
 
 
@@ -257,6 +323,7 @@ def main(argv: list[str]) -> int:
     mean_src = f"{report.mean_source_mape * 100:.2f}%" if report.mean_source_mape is not None else "-"
     print(f"overall MAPE {overall} over {len(report.rows) - report.num_failed} rows; mean of per-source MAPE "
           f"{mean_src}; {report.num_failed} failed; {len(report.rows)} rows in {wall_s:.1f} s wall")
+    report_contradictions(runs, report)
     if audit:
         audit_s24(runs, report, VTRAIN_LUT_CSV)
         audit_vtrain_readings(runs, report)

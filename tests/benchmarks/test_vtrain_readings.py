@@ -33,3 +33,45 @@ def test_no_recompute_reading_is_predicted_and_scored_beside_the_rows_as_read(tm
     as_read, without = line.split("full recompute (as read)")[1].split("; no recompute (vTrain's simulator)")
     bias = [float(part.split("bias")[1].split("%")[0]) for part in (as_read, without)]
     assert bias[1] < bias[0] - 5  # the same rows without the recompute pass are predicted much faster
+
+
+def _job(tmp_path: Path, times_by_mbs: dict[int, float], pp: int = 1) -> list:
+    """Rows of one S23-style job and layout (3.6B TP 8 DP 8, global batch 512) at several micro-batch sizes."""
+    bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
+    lines = [HEADER] + [f"{600 + mbs},S23,GPT 3.6B,30,3072,32,2048,{mbs},512,8,{pp},{64 // (8 * pp)},full,fp16,"
+                        f"Megatron-DeepSpeed,A100,8,64,{t}" for mbs, t in times_by_mbs.items()]
+    path = tmp_path / "job.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return bench.build_measured_runs(bench.read_runs_csv(path))
+
+
+def test_larger_micro_batch_slower_beyond_5_percent_is_a_contradiction_and_the_odd_row_is_flagged(tmp_path) -> None:
+    bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
+    # S23's 3.6B TP 8: micro-batch 64 measured twice micro-batch 32 over the same 512 samples
+    runs = _job(tmp_path, {8: 5.178, 16: 5.018, 32: 4.972, 64: 9.839})
+    pairs = bench.work_order_contradictions(runs)
+    assert {(a.micro_batch_size, b.micro_batch_size) for a, b in pairs} == {(8, 64), (16, 64), (32, 64)}
+    assert bench.contradicting_rows(pairs) == {"664"}  # the row in every pair, not its three neighbours
+    # 16 -> 32 is 0.9 % cheaper, 8 -> 16 3 % cheaper: no contradiction; a lone pair is flagged whole
+    lone = bench.work_order_contradictions(_job(tmp_path, {8: 5.0, 16: 5.4}))
+    assert bench.contradicting_rows(lone) == {"608", "616"}
+    assert bench.work_order_contradictions(_job(tmp_path, {8: 5.0, 16: 5.2})) == []
+
+
+def test_pipelined_rows_are_not_judged(tmp_path) -> None:
+    # with pipeline stages fewer micro-batches mean a larger bubble share: a larger micro-batch may be slower
+    bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
+    assert bench.work_order_contradictions(_job(tmp_path, {2: 5.0, 8: 6.0}, pp=2)) == []
+
+
+def test_report_gives_the_source_mape_without_the_flagged_rows(tmp_path, capsys) -> None:
+    from types import SimpleNamespace
+
+    bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
+    runs = _job(tmp_path, {16: 5.018, 32: 4.972, 64: 9.839})
+    errors = {"616": -0.02, "632": 0.04, "664": -0.50}
+    report = SimpleNamespace(rows=[SimpleNamespace(row_id=k, source_id="S23", signed_error=v) for k, v in errors.items()])
+    bench.report_contradictions(runs, report)
+    out = capsys.readouterr().out
+    assert "2 pairs" in out and "rows flagged: 664" in out
+    assert "S23 without those rows: MAPE 3.00% over 2 of 3 rows" in out
