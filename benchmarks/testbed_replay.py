@@ -53,6 +53,25 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True)
     return rule
 
 
+def multi_rank_bias(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
+    """A comparison, not refine's rule: the run's whole-step log-ratio y = b + [multi] b_m + c_k + e, the wait taken
+    as the prediction priced it (its collectives; testbed_parts.rank_excess: the multi-rank wall / CPU is that to
+    about 1 %), b_m the multi-rank configurations' shared excess with the prior of any shared bias (sd_shared, as
+    peer_wait's b_w); each configuration gets its Gaussian conditional (one run: cov(y_j, y_k) y / var(y_k))."""
+    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR
+
+    pri, multi = record_priors(record), [config_ranks(c) > 1 for c in record["configs"]]
+    measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
+    reading = SD_RUN_PRIOR ** 2 + pri.sd_moment ** 2 + obs_sd ** 2 + sampling_sd ** 2
+
+    def cov(j: int) -> float:
+        return (pri.sd_shared ** 2 + (pri.sd_shared ** 2 if multi[j] and multi[k] else 0.0)
+                + (pri.sd_config ** 2 if j == k else 0.0))
+
+    alpha = math.log(measured / before[k]) / (cov(k) + reading)
+    return [p * math.exp(cov(j) * alpha) for j, p in enumerate(before)]
+
+
 def record_priors(record: dict) -> Any:
     """The priors refine would take from the record's profile now: the profile's held-out steps and drift as the
     record saved them (priors["framework_doc_steps"]), else the priors the record's run printed."""
@@ -154,7 +173,8 @@ def report_replay(record: dict, measured: list[dict], before: list[float]) -> No
     """The distribution over every choice of calibration run, per strategy, and refine's per configuration."""
     rules = {"refine (cost-mix transfer)": refine_rule(True), "refine, own biases independent": refine_rule(False),
              "refine, ranks' wait not apart": refine_rule(True, peer_wait=False),
-             "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio}
+             "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio,
+             "wait as priced, multi-rank bias": multi_rank_bias}
     results = {name: replay(record, measured, before, rule) for name, rule in rules.items()}
     rows = results["refine (cost-mix transfer)"]
     print(f"\n[replay] every run of every configuration as the one calibration run ({len(rows)} choices), this "

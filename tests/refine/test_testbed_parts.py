@@ -103,3 +103,16 @@ def test_the_multi_rank_excess_is_told_apart_from_the_wait_the_prediction_priced
     assert e["wait_beyond_priced"] == pytest.approx((math.log(1.10) + math.log(1.12)) / 2 - priced)
     record["configs"] = record["configs"][:1]
     assert parts.rank_excess(record) is None
+
+
+def test_the_multi_rank_bias_comparison_gives_multi_rank_configurations_twice_the_shared_part() -> None:
+    """Calibrated on a two-rank run: a one-rank configuration gets b's share of its log-ratio, another two-rank one
+    b's and b_m's (equal priors: twice as much); calibrated on a one-rank run, both get b's share only."""
+    record = _record(True)
+    before = [c["predicted_s"] for c in record["configs"]]
+    two = next(r for r in record["runs"] if r["config"] == 1 and r["pass"] == 1)  # SPEED 1.2, wall x1.10
+    after = [math.log(a / b) for a, b in zip(replay.multi_rank_bias(record, 1, two, before), before)]
+    assert 0 < after[0] and after[2] == pytest.approx(2 * after[0]) and after[0] < after[2] < after[1]
+    one = next(r for r in record["runs"] if r["config"] == 0 and r["pass"] == 1)
+    after = [math.log(a / b) for a, b in zip(replay.multi_rank_bias(record, 0, one, before), before)]
+    assert after[1] == pytest.approx(after[2]) and 0 < after[1] < after[0]
