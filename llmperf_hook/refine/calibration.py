@@ -16,10 +16,9 @@ ingested by `llmperf refine`; the predictor applies it as
 A calibration knows what it saw (refine/shrinkage.py): a configuration with instrumented runs of its own (same
 fingerprint, refine/config_fingerprint.py) gets its own measured ratio (the posterior mean E[b + c_f] of its whole
 step, refine/own_scales.py); every other configuration gets the shared fit above, shrunk toward 1 in log space by
-the posterior weight k of the shared
-bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k. On a CPU, what multi-rank runs'
-ranks wait for each other (wall beyond CPU time) is fitted apart and goes to multi-rank configurations only
-(refine/peer_wait.py).
+the posterior weight k of the shared bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k.
+On a CPU, what multi-rank runs' ranks wait for each other (wall beyond CPU time) is fitted apart and goes to
+multi-rank configurations without runs only (refine/peer_wait.py).
 `find_calibration` is on the predict path: stdlib sqlite3 only, never raises (a broken store means None).
 """
 

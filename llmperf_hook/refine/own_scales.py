@@ -1,15 +1,16 @@
 """An instrumented configuration's own calibration: its whole step, shrunk as one reading.
 
 The prediction of a step is one claim, its wall time. A multi-rank CPU run reads it in two parts, its ranks' CPU
-time and the wall beyond it (refine/peer_wait.py: y = y_cpu + w), but the prediction makes no claim on that split:
-its collectives (the comm model's time, 8.4 of the testbed's configuration 1's 70.4 ms) are neither CPU time nor waiting
-(gloo's reduction and its socket copies run on the slowest rank's CPU, the transfer and the peer's lag do not).
-So the two parts' errors are anti-correlated errors of one quantity: on the testbed's 15:38 record (27 Nov 2026),
-configuration 1's calibration run read CPU x0.868 and wait x1.145 of a prediction it matched in total (x0.993).
-Shrunk apart, each toward 0 with its own noise (the CPU part with the machine's 10.7 %, the wait with 2.8 %), the
-CPU part lost more than the wait and the product overshot: x1.026, refinement moved the configuration away from
-the one run it was calibrated on (+0.7 -> +3.3 %). Each part's prior centred at 0 is a split the prediction never
-made (CPU = predicted wall and wall = CPU).
+time and the wall beyond it (refine/peer_wait.py: y = y_cpu + w), but the prediction makes no claim that the first
+is its whole step: its collectives (the comm model's time C, 8.4 of the testbed's configuration 1's 70.4 ms) are
+what the multi-rank runs spend beyond their CPU time (to about 1 % on the five testbed records of 27 Nov 2026:
+benchmarks/testbed_parts.rank_excess). A correct prediction reads y_cpu = -log(P / (P - C)) and w = +log(P / (P -
+C)), so the two parts' errors are anti-correlated errors of one quantity, and priors centred at 0 for each claim a
+split the prediction never made (CPU = predicted wall and wall = CPU). On the 15:38 record, configuration 1's
+calibration run read CPU x0.868 and wait x1.145 of a prediction it matched in total (x0.993); shrunk apart, each
+toward 0 with its own noise (the CPU part with the machine's 10.7 %, the wait with 2.8 %), the CPU part lost more
+than the wait and refinement moved the configuration past the one run it was calibrated on: x1.026 (+0.7 ->
++3.3 %).
 
 Here the configuration's own scale is the posterior of its whole-step log-ratio y_f = b + c_f [+ b_w + d_f],
 read with the whole step's reading noise: that of its CPU time (sd_run and the machine's moment, refine/
