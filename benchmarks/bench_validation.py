@@ -221,21 +221,26 @@ def work_order_contradictions(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun
 
 
 def contradicting_rows(pairs: list[tuple[MeasuredRun, MeasuredRun]]) -> set[str]:
-    """Row ids that account for every contradiction: repeatedly the row in most of the pairs left (one row slower
-    than all its neighbours is the odd one); a pair that shares no row with another is flagged whole, since nothing
-    says which of its two rows is off."""
-    left = [(a.row_id, b.row_id) for a, b in pairs]
-    flagged: set[str] = set()
+    """Row ids of the fewest rows that account for every contradicting pair (fewest_accounting)."""
+    return fewest_accounting([(a.row_id, b.row_id) for a, b in pairs], order=_id_order)
+
+
+def fewest_accounting(pairs: list[tuple], order=repr) -> set:
+    """Members that account for every pair: repeatedly the member in most of the pairs left (one row or cell at odds
+    with all its neighbours is the odd one; ties go to the first by `order`); a pair that shares no member with another
+    is taken whole, since nothing says which of its two is off."""
+    left = list(pairs)
+    flagged: set = set()
     while left:
-        counts: dict[str, int] = defaultdict(int)
+        counts: dict = defaultdict(int)
         for pair in left:
-            for row_id in pair:
-                counts[row_id] += 1
+            for member in pair:
+                counts[member] += 1
         top = max(counts.values())
         if top == 1:
             flagged |= set(counts)
         else:
-            flagged.add(min((row_id for row_id, n in counts.items() if n == top), key=_id_order))
+            flagged.add(min((m for m, n in counts.items() if n == top), key=order))
         left = [pair for pair in left if not flagged & set(pair)]
     return flagged
 

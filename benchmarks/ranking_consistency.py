@@ -101,19 +101,22 @@ def flagged_cells(points, tolerance: float = WITHIN) -> dict[tuple, list[str]]:
     `tolerance`: of a consistency_pairs pair, the cell with more work on every op (a larger micro-batch or hidden
     size, same kernels and launches; or 2x TP and 2x micro-batch, same per-rank GEMMs plus all-reduces) measures
     cheaper than the other by more than `tolerance`. No cost model in which more work never costs less can price
-    both within `tolerance`, and the data do not say which of the two is off, so both are flagged. The default is the
-    ranking's own 5 % rule: a contradiction that large can decide a group's top-1 whatever the model predicts.
+    both within `tolerance`; the flagged cells are the fewest that account for every contradiction
+    (bench_validation.fewest_accounting: a cell in several is the odd one; a lone pair is flagged whole, the data not
+    saying which of the two is off). The default is the ranking's own 5 % rule: a contradiction that large can decide a group's top-1 whatever the model predicts.
     Pairs the prediction orders the same way are left out: there the framework runs other kernels for the smaller
     shape (e.g. Megatron's fused-softmax fallback), so the work is not a superset. Cell -> its contradictions."""
+    from bench_validation import fewest_accounting
+
     measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)
-    out: dict[tuple, list[str]] = defaultdict(list)
+    why: dict[tuple, str] = {}
     for c, d, _ in consistency_pairs(sorted(measured)):
         change = measured[d] / measured[c] - 1
         if change < -tolerance and c in predicted and d in predicted and predicted[d] >= predicted[c]:
-            why = f"{_cell_name(d)} {1e3 * measured[d]:.2f} ms is {100 * change:+.1f} % of {_cell_name(c)} {1e3 * measured[c]:.2f} ms"
-            out[c].append(why)
-            out[d].append(why)
-    return dict(out)
+            why[(c, d)] = (f"{_cell_name(d)} {1e3 * measured[d]:.2f} ms is {100 * change:+.1f} % of {_cell_name(c)} "
+                           f"{1e3 * measured[c]:.2f} ms")
+    flagged = fewest_accounting(list(why), order=lambda cell: cell)
+    return {cell: [text for pair, text in why.items() if cell in pair] for cell in flagged}
 
 
 def _cell_name(cell: tuple) -> str:
@@ -126,7 +129,7 @@ def report_flagged(results: list) -> None:
     groups = [r.points for r in results if r.points]
     everything = [p for pts in groups for p in pts]
     flags = flagged_cells(everything)
-    contradictions = sorted({why for whys in flags.values() for why in whys})
+    contradictions = sorted({text for texts in flags.values() for text in texts})
     print(f"\nmeasured cells that contradict the work order by more than {100 * WITHIN:.0f} % (more work on every op, "
           f"cheaper per layer and micro-batch): {len(contradictions)} contradictions, {len(flags)} cells flagged")
     for why in contradictions:
@@ -138,3 +141,6 @@ def report_flagged(results: list) -> None:
     print(f"top-1 within {100 * WITHIN:.0f} % without the rows of flagged cells: {hits}/{len(kept)} groups "
           f"= {hits / max(len(kept), 1):.1%} ({rows} of {len(everything)} rows; all rows: "
           f"{count_hits(groups, lambda p: p.predicted_s)}/{len(groups)})")
+    for source in sorted({p.family[0] for pts in kept for p in pts}):
+        mine = [pts for pts in kept if pts[0].family[0] == source]
+        print(f"  {source:<8} {count_hits(mine, lambda p: p.predicted_s)}/{len(mine)} groups")

@@ -46,6 +46,15 @@ def test_equal_work_tp_step_that_measures_cheaper_is_flagged() -> None:
     assert set(consistency.flagged_cells(points)) == {("S24", 2048, 2, 1), ("S24", 2048, 4, 2)}
 
 
+def test_a_cell_at_odds_with_all_its_neighbours_is_the_one_flagged() -> None:
+    # S24's h2048 TP4 mbs2 (2.75 ms) below h2048 TP4 mbs1, h1024 TP4 mbs2 and h2048 TP2 mbs1: only it is flagged
+    points = (_family(2048, 4, 2, 2.75e-3, 3.53e-3) + _family(2048, 4, 1, 2.99e-3, 3.43e-3)
+              + _family(1024, 4, 2, 3.31e-3, 3.39e-3) + _family(2048, 2, 1, 3.40e-3, 3.52e-3))
+    flags = consistency.flagged_cells(points)
+    assert set(flags) == {("S24", 2048, 4, 2)}
+    assert len(flags[("S24", 2048, 4, 2)]) == 3
+
+
 @dataclass
 class _Result:
     points: tuple
