@@ -20,7 +20,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.hardware.load import load_cluster, load_hardware
-from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.predict.dispatch import predict_op_times
 from llmperf_hook.refine.calibration import calibrate_step, find_calibration
@@ -54,6 +54,19 @@ about 55 % (MegaScale, Jiang et al. NSDI 2024: 55.2 % for 175B on 12,288 A100s; 
 2022; Megatron-LM on H100: 47 %), so a predicted 75 % means an op priced far below its work (context-parallel
 attention once gave 94 %)."""
 
+MEASURED_PEAK_MFU = 1.0
+"""The bound on hardware whose peak was measured (gemm_efficiency 1: `llmperf profile` and hardware/local_cpu.py
+write the rate the device's own best GEMM reached, not a datasheet figure): all model FLOPs at that rate and nothing
+else in the step. Published GPU runs say nothing about such a peak (a one-thread CPU job's big GEMMs run at it)."""
+
+
+def mfu_bound(gpu: HardwareSpec) -> tuple[float, str]:
+    """(MFU above which a prediction is flagged on `gpu`, what that bound is, for the warning)."""
+    if gpu.gemm_efficiency >= 1.0:
+        return MEASURED_PEAK_MFU, (f"100 % of {gpu.name}'s measured peak (the rate its best GEMM reached; no step "
+                                   f"runs faster than its matrix multiplies alone)")
+    return IMPLAUSIBLE_MFU, "what any published training run reaches (about 55 % at best)"
+
 
 def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = False) -> StepEstimate:
     """Stages [3]-[5] for one configuration: pure, memoised per op, a few milliseconds."""
@@ -74,10 +87,10 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     if calibrated is not None and step_s != step.step_time_s:
         breakdown["calibration"] = step_s - step.step_time_s
     mfu = graph.model_flops_per_step / (step_s * cfg.world_size * cluster.gpu.peak_for(cfg.precision))
-    if mfu > IMPLAUSIBLE_MFU:
-        warnings.append(f"predicted MFU {100 * mfu:.0f} % is above what any published training run reaches (about "
-                        "55 % at best): a cost this job runs is likely not modelled; please report the command as an "
-                        "llmperf bug, and do not rely on this step time")
+    bound, beyond = mfu_bound(cluster.gpu)
+    if mfu > bound:
+        warnings.append(f"predicted MFU {100 * mfu:.0f} % is above {beyond}: a cost this job runs is likely not "
+                        "modelled; please report the command as an llmperf bug, and do not rely on this step time")
     return StepEstimate(
         step_time_s=step_s,
         tokens_per_s=cfg.batch.global_batch_size * cfg.model.seq_length / step_s,
