@@ -216,8 +216,8 @@ def work_order_contradictions(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun
         if r.pp == 1:
             jobs[(r.source_id, r.model, r.num_layers, r.hidden_size, r.seq_length, r.num_gpus, r.global_batch_size,
                   r.tp, r.dp, r.recompute, r.precision, r.gpu_type)].append(r)
-    return [(a, b) for rows in jobs.values() for a in rows for b in rows
-            if b.micro_batch_size > a.micro_batch_size and b.iteration_time_s > (1 + CONTRADICTION) * a.iteration_time_s]
+    return [(a, b) for rows in jobs.values() for a in rows for b in rows if b.micro_batch_size > a.micro_batch_size
+            and b.iteration_time_s > (1 + CONTRADICTION) * a.iteration_time_s]
 
 
 def contradicting_rows(pairs: list[tuple[MeasuredRun, MeasuredRun]]) -> set[str]:
@@ -258,15 +258,15 @@ def report_contradictions(runs: list[MeasuredRun], report: object) -> None:
         print(f"  {a.source_id} rows {a.row_id} / {b.row_id}: {a.model} tp{a.tp} dp{a.dp} gbs{a.global_batch_size} mbs "
               f"{a.micro_batch_size} {a.iteration_time_s:.4g} s, mbs {b.micro_batch_size} {b.iteration_time_s:.4g} s "
               f"({b.iteration_time_s / a.iteration_time_s - 1:+.0%})")
+    if not pairs:
+        return
     flagged = contradicting_rows(pairs)
     print(f"  rows flagged: {', '.join(sorted(flagged, key=_id_order))}")
-    errors: dict[str, list[float]] = defaultdict(list)
-    for row in report.rows:  # type: ignore[attr-defined]
-        if row.source_id in {r.source_id for pair in pairs for r in pair} and row.signed_error is not None:
-            errors[row.source_id].append(abs(row.signed_error) if row.row_id not in flagged else float("nan"))
-    for source, values in sorted(errors.items()):
-        kept = [v for v in values if v == v]
-        print(f"  {source} without those rows: MAPE {100 * np.mean(kept):.2f}% over {len(kept)} of {len(values)} rows")
+    for source in sorted({r.source_id for pair in pairs for r in pair}):
+        scored = [row for row in report.rows  # type: ignore[attr-defined]
+                  if row.source_id == source and row.signed_error is not None]
+        kept = [abs(row.signed_error) for row in scored if row.row_id not in flagged]
+        print(f"  {source} without those rows: MAPE {100 * np.mean(kept):.2f}% over {len(kept)} of {len(scored)} rows")
 
 
 VTRAIN_SOURCES = ("S23", "S24")

@@ -103,9 +103,10 @@ def flagged_cells(points, tolerance: float = WITHIN) -> dict[tuple, list[str]]:
     cheaper than the other by more than `tolerance`. No cost model in which more work never costs less can price
     both within `tolerance`; the flagged cells are the fewest that account for every contradiction
     (bench_validation.fewest_accounting: a cell in several is the odd one; a lone pair is flagged whole, the data not
-    saying which of the two is off). The default is the ranking's own 5 % rule: a contradiction that large can decide a group's top-1 whatever the model predicts.
-    Pairs the prediction orders the same way are left out: there the framework runs other kernels for the smaller
-    shape (e.g. Megatron's fused-softmax fallback), so the work is not a superset. Cell -> its contradictions."""
+    saying which of the two is off). The default is the ranking's own 5 % rule: a contradiction that large can decide
+    a group's top-1 whatever the model predicts. Pairs the prediction orders the same way are left out: there the
+    framework runs other kernels for the smaller shape (e.g. Megatron's fused-softmax fallback), so the work is not
+    a superset. Cell -> its contradictions."""
     from bench_validation import fewest_accounting
 
     measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)

@@ -70,7 +70,8 @@ def test_report_gives_the_source_mape_without_the_flagged_rows(tmp_path, capsys)
     bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
     runs = _job(tmp_path, {16: 5.018, 32: 4.972, 64: 9.839})
     errors = {"616": -0.02, "632": 0.04, "664": -0.50}
-    report = SimpleNamespace(rows=[SimpleNamespace(row_id=k, source_id="S23", signed_error=v) for k, v in errors.items()])
+    report = SimpleNamespace(rows=[SimpleNamespace(row_id=k, source_id="S23", signed_error=v)
+                                   for k, v in errors.items()])
     bench.report_contradictions(runs, report)
     out = capsys.readouterr().out
     assert "2 pairs" in out and "rows flagged: 664" in out
