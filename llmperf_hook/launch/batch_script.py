@@ -110,6 +110,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The functions being read where that loop started (a `break` in a function it calls ends no loop)."""
     passes: int = 0
     """The loop passes read so far, all loops together (shell_loops.MAX_TOTAL_PASSES)."""
+    listed_on: bool = False
+    """The command being read is followed by `&&`, `||` or `|` on its line: its failure ends no script (set -e)."""
 
     def test(self, source: str, words: list[str], tested: list[str]) -> bool | None:
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
@@ -154,9 +156,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
         listed = command_list(text)
-        for joined, pipeline in listed:
+        for n, (joined, pipeline) in enumerate(listed):
             for k, command in enumerate(pipeline):
                 self.conditions.join("|" if k else joined)
+                self.listed_on = k + 1 < len(pipeline) or (n + 1 < len(listed) and listed[n + 1][0] in ("&&", "||"))
                 self.command(line, command)
         if listed and not listed[-1][1]:  # `A ||` at the line's end: the list goes on at the next line
             self.conditions.join(listed[-1][0], line_end=True)
@@ -238,7 +241,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         elif words[0] == "eval":
             self.evaluate(line, text, words[1:])
         elif words[0] in (".", "source") and len(words) > 1:
-            self.source(self.expand(words[1]))
+            self.source(self.expand(words[1]), line)
         elif words[0] == "cd" and len(words) == 2:
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
         else:
@@ -322,12 +325,22 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.files.setdefault(os.path.normpath(self.expand(target)),
                                       ScriptFile("", origin, command=" ".join(words)[:80]))
 
-    def source(self, name: str) -> None:
+    def source(self, name: str, line: ScriptLine) -> None:
         """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1
         `.`), so FILE's variables and launch line are the script's; messages name FILE and its own line numbers. A
-        file that is not there is passed over (bash reports it and goes on; POSIX sh stops, which leaves no launch
-        either)."""
+        file that is not there is passed over: bash reports it and goes on, unless `set -e` is on and the command's
+        failure counts (not in a condition, nor before `&&` / `||`: bash manual 4.3.1 -e); dash stops there whatever
+        (POSIX 2.8.1: an error in a special built-in ends a non-interactive shell). Where surely run, that is refused
+        naming the line."""
         path = os.path.normpath(os.path.join(self.cwd, name))
+        if not os.path.isfile(path) and not self.launches and not self.conditions.undecided:
+            stops = "dash ends the script there (a special built-in's error)" if self.shell[0] == "dash" else \
+                "`set -e` is on, so bash ends the script there" if self.errexit and not self.listed_on and \
+                not self.conditions.reading() else ""
+            if stops:
+                raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`): "
+                                 f"{path} is not there to read, and {stops}, before any launch line. Create the file "
+                                 "(or run llmperf where it is), or give the launch line after `--`.")
         if path in self.sourcing or not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as handle:

@@ -37,7 +37,8 @@ from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pip
 from llmperf_hook.launch.shell_variables import (child_environment, not_exported_note, unknown_value_note,
                                                  unseen_warnings)
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
-from llmperf_hook.launch.slurm import apply_export, scan_srun, size_from_env, size_srun_tasks
+from llmperf_hook.launch.slurm import (apply_export, het_group_env, launchers_per_node, scan_srun, size_from_env,
+                                      size_srun_tasks)
 from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.launch.wrappers import remote_command, unwrap
 from llmperf_hook.provenance import Source, SourceKind
@@ -125,6 +126,8 @@ def _single_process(script: str, args: tuple[str, ...], env: Mapping[str, str], 
 
 def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str]) -> LaunchSize:
     values, flags, rest, warnings = scan_srun(words, i + 1)
+    if "het_group" in values:  # the step runs on that component of a heterogeneous job
+        het_group_env(values["het_group"], env)
     export_env = next((name for name in ("SRUN_EXPORT_ENV", "SLURM_EXPORT_ENV") if env.get(name)), None)
     if "export" in values:
         apply_export(values["export"], env, used)
@@ -133,7 +136,8 @@ def _srun(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, str
         apply_export(env[export_env], env, used)
     words, inner = _inner_launch(words, rest, env, used, warnings)
     if inner is not None:
-        return inner
+        many = launchers_per_node(values, flags, env, inner.launcher, inner.nproc_per_node.value)
+        return replace(inner, warnings=(*inner.warnings, *many))
     nnodes, per_node, world, extra = size_srun_tasks(values, flags, env, used)
     script, args = _started_program(words, rest, env, "srun")
     return LaunchSize("srun", nnodes, per_node, world, script, args, tuple(warnings + extra))

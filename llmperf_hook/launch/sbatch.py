@@ -90,12 +90,13 @@ _MAGIC_WORDS = ("#SBATCH", "#SLURM")
 error message asking for #SBATCH, and any line starting with it is one, `#SLURM_X` included)."""
 
 
-def _header_options(lines: list[ScriptLine], path: str) -> list[str]:
+def _header_options(lines: list[ScriptLine], path: str) -> list[list[str]]:
     """#SBATCH words before the script's first command, read as sbatch's _opt_batch_script reads them (src/sbatch/
     opt.c): only a line that starts with `#SBATCH` (or `#SLURM`) in its first column is a directive (`  #SBATCH -N 2` is a comment);
     reading stops at the first line whose first non-blank character is not `#`; an unmatched quote stops sbatch. A
-    heterogeneous job's `#SBATCH hetjob` (or `packjob`) line starts the next component: the first one's are read."""
-    words: list[str] = []
+    heterogeneous job's `#SBATCH hetjob` (or `packjob`) line starts the next component: one word list per component."""
+    components: list[list[str]] = [[]]
+    words = components[0]
     for line in lines:
         stripped = line.text.strip()
         magic = next((word for word in _MAGIC_WORDS if line.text.startswith(word)), "")
@@ -106,21 +107,39 @@ def _header_options(lines: list[ScriptLine], path: str) -> list[str]:
                 raise UsageError(f"sbatch would stop: {path} line {line.number} has an unmatched quote in "
                                  f"{stripped!r} (sbatch: 'Unmatched quote'). Close the quote.") from None
             if directive and directive[0].lower() in ("hetjob", "packjob"):
-                break
+                words = []
+                components.append(words)
+                directive = directive[1:]
             words += directive
         elif stripped and not stripped.startswith("#"):
             break
-    return words
+    return components
 
 
-def _header_values(lines: list[ScriptLine], path: str) -> dict[str, str]:
-    """The #SBATCH options; a word that is not an option stops sbatch ('Invalid directive found in batch script')."""
-    words = _header_options(lines, path)
-    header = scan_options(words, 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH", SBATCH_GRAMMAR)
-    if header.rest < len(words):
-        raise UsageError(f"sbatch would stop: {path} has #SBATCH {words[header.rest]!r}, which is not an option "
-                         "(sbatch: 'Invalid directive found in batch script'). Write it as an option, or remove it.")
-    return header.values
+def _header_values(lines: list[ScriptLine], path: str) -> list[dict[str, str]]:
+    """The #SBATCH options of each component (one for a job that is not heterogeneous); a word that is not an option
+    stops sbatch ('Invalid directive found in batch script')."""
+    out = []
+    for words in _header_options(lines, path):
+        header = scan_options(words, 0, SBATCH_OPTIONS, f"sbatch script {path} #SBATCH", SBATCH_GRAMMAR)
+        if header.rest < len(words):
+            raise UsageError(f"sbatch would stop: {path} has #SBATCH {words[header.rest]!r}, which is not an option "
+                             "(sbatch: 'Invalid directive found in batch script'). Write it as an option, or remove it.")
+        out.append(header.values)
+    return out
+
+
+def _het_groups(components: list[dict[str, str]], path: str) -> dict[str, str]:
+    """A heterogeneous job's per-component variables: each allocation variable again with `_HET_GROUP_<k>` appended
+    (Slurm heterogeneous_jobs.html, Environment Variables), the plain names being component 0's, where the script
+    runs; srun --het-group=k reads component k's (slurm.het_group_env)."""
+    if len(components) < 2:
+        return {}
+    out: dict[str, str] = {}
+    for k, values in enumerate(components):
+        _check_counts(values, f"{path} (hetjob component {k})")
+        out.update({f"{name}_HET_GROUP_{k}": value for name, value in _allocation_env(values).items()})
+    return out
 
 
 _COUNTS = {"ntasks": (re.compile(r"\d+"), "--ntasks", 'Invalid numeric value "{}" for --ntasks.'),
@@ -131,6 +150,8 @@ parse_int for the task counts, both exit on an error): a value the script left a
 --nodes=your_own_num_nodes`, Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh) stops sbatch."""
 
 
+_ARRAY = ("--array={spec} ({path}) submits a job array: one job per index, each with this allocation, run as Slurm "
+          "finds room (sbatch(1) --array). llmperf priced one array task's job; the tasks do not share a step.")
 _ZERO_NODES = ("Slurm would refuse the job: --nodes={value} (its command line or the #SBATCH lines of {path}) asks for "
                "no node (sbatch: 'Batch job submission failed: Node count specification invalid'). slurmctld takes a "
                "zero-node job only to create or destroy a persistent burst buffer, which runs the script on no node "
@@ -235,6 +256,7 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
         raise UsageError(f"sbatch would stop: --wrap is given with {words[cli.rest]!r} after it (sbatch: 'Script "
                          "arguments not permitted with --wrap option'). Give either --wrap \"CMD\" or a script.")
     given = {**_input_env(env, used), **cli.values}
+    het: dict[str, str] = {}  # a heterogeneous job's components (_het_groups)
     if "wrap" in cli.values:  # sbatch wraps the command in a `#!/bin/sh` script (the last --wrap wins), whose shell
         # expands a `$` that was literal where the sbatch line was written (`--wrap 'srun ... $SLURM_NNODES'`)
         lines, path, header = logical_lines(restore_dollars(cli.values["wrap"])), "--wrap", given
@@ -243,11 +265,13 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
         path = words[cli.rest] if cli.rest < len(words) else "(standard input)"
         text = _read_script(path) if cli.rest < len(words) else script_on_input(stdin, "sbatch")
         lines, shell = logical_lines(text), script_shell(None, text)
-        header = {**_header_values(lines, path), **given}
+        components = _header_values(lines, path)
+        header = {**components[0], **given}  # the command line's options are the first component's
+        het = _het_groups([header, *components[1:]], path)
     if "export" in header:
         _job_environment(header["export"], env, used)
     _check_counts(header, path)
-    allocation = _allocation_env(header)
+    allocation = {**_allocation_env(header), **het}
     env.update(allocation)
     used.update(allocation)
     script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
@@ -256,6 +280,8 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
     assumed = parse_node_counts(header["nodes"]).warning(f"--nodes={header['nodes']}", where) \
         if "nodes" in header else None
     launch = replace(launch, warnings=(*launch.warnings, assumed)) if assumed else launch
+    if header.get("array"):  # sbatch(1) --array: one job per index, each with the whole allocation asked for
+        launch = replace(launch, warnings=(*launch.warnings, _ARRAY.format(spec=header["array"], path=path)))
     if not is_launch(launch.words, " ".join(launch.words), launch.stdin):  # a bare python runs once, not as the tasks
         for name in _TASK_LAYOUT:
             if name in allocation:

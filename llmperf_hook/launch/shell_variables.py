@@ -116,6 +116,8 @@ class ShellVariables:
     the environment of a command the script starts; the others are the shell's own."""
     allexport: bool = False
     """`set -a` / `set -o allexport` is on: each variable assigned is exported."""
+    errexit: bool = False
+    """`set -e` / `set -o errexit` is on: a command that fails ends the script (bash manual 4.3.1)."""
 
     def expand(self, text: str, record: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
@@ -257,7 +259,8 @@ class ShellVariables:
         return True
 
     def variable_builtin(self, words: list[str]) -> bool:
-        """Apply `export`, `unset` or `set` (its -a / -o allexport), if `words` runs one of them; True when it did."""
+        """Apply `export`, `unset` or `set` (its -a / -o allexport, -e / -o errexit), if `words` runs one of them; True
+        when it did."""
         if words[0] == "export":
             self.export(words)
         elif words[0] == "unset":
@@ -267,6 +270,8 @@ class ShellVariables:
                 named = words[k + 1] if word in ("-o", "+o") and k + 1 < len(words) else ""
                 if named == "allexport" or (word[:1] in "-+" and word[1:2] != "o" and "a" in word[1:]):
                     self.allexport = word.startswith("-")
+                if named == "errexit" or (word[:1] in "-+" and word[1:2] != "o" and "e" in word[1:]):
+                    self.errexit = word.startswith("-")  # `set -euo pipefail` too
         else:
             return False
         return True

@@ -237,3 +237,54 @@ def size_from_env(env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, 
     nnodes, per_node, total, warnings = size_srun_tasks({}, {}, env, used)
     warnings.append("python started inside a Slurm allocation: sized as the allocation's tasks (SLURM_* variables)")
     return nnodes, per_node, total, warnings
+
+
+_HET_NAMES = ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_ON_NODE")
+"""The allocation variables a heterogeneous job also sets per component, with `_HET_GROUP_<k>` appended."""
+
+
+def het_group_env(value: str, env: dict[str, str]) -> None:
+    """`srun --het-group=K` in a heterogeneous job's script: the step runs on component K, so its allocation
+    variables are component K's (heterogeneous_jobs.html: "By default, the application is launched only on the first
+    component"; the plain names hold component 0's). Several components (`0,1`, `1-2`) make one MPI_COMM_WORLD of
+    different allocations, which llmperf does not price; a K the job lacks stops srun."""
+    groups = max((int(name.rsplit("_", 1)[1]) for name in env if name.startswith("SLURM_JOB_ID_HET_GROUP_")),
+                 default=None)
+    if value.strip() == "0" and groups is None:  # a job of one component: its own
+        return
+    if not value.strip().isdigit():
+        raise UsageError(f"srun --het-group={value} starts one step over several components of the heterogeneous job; "
+                         "llmperf prices a job on one allocation. Give the component's launch (--het-group=K), or the "
+                         "launch line after `--` with --nnodes / --nproc-per-node.")
+    k = int(value)
+    if groups is None or k > groups:
+        have = "is not heterogeneous (no #SBATCH hetjob line)" if groups is None else f"has components 0 to {groups}"
+        raise UsageError(f"srun --het-group={k}: the job {have} (srun: 'Attempt to run a job step with het-group value "
+                         f"of {k}, but the job allocation has maximum value of {groups or 0}'). Name a component the "
+                         "job has.")
+    for name in _HET_NAMES:
+        if f"{name}_HET_GROUP_{k}" in env:
+            env[name] = env[f"{name}_HET_GROUP_{k}"]
+        else:
+            env.pop(name, None)
+
+
+def launchers_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str],
+                       launcher: str, per_node: int | None) -> list[str]:
+    """A warning when srun starts several tasks on each node (its --ntasks-per-node, -n over -N, or the allocation's
+    SLURM_NTASKS_PER_NODE, which srun inherits) and each task runs `launcher`, itself starting `per_node` processes:
+    every task is a launcher agent, so the node runs that many agents' processes, which no rendezvous of one agent per
+    node expects (torchrun --nnodes counts agents; deepspeed's runner starts its own ssh/pdsh per task)."""
+    scratch: dict[str, str] = {}
+    tasks = _flag_int(values, flags, "ntasks_per_node")
+    nodes, ntasks = _flag_nodes(values, flags, []), _flag_int(values, flags, "ntasks")
+    if tasks is None and ntasks is not None and nodes is not None and ntasks.value and nodes.value:
+        tasks = Sized(-(-ntasks.value // nodes.value), Source(SourceKind.DERIVED, "srun -n over -N"))
+    if tasks is None and ntasks is None:
+        tasks = _env_int(env, ("SLURM_NTASKS_PER_NODE",), scratch)
+    if tasks is None or not tasks.value or tasks.value < 2:
+        return []
+    each = f"{per_node} processes" if per_node else "its processes"
+    return [f"srun starts {tasks.value} tasks on each node ({tasks.source}) and each runs {launcher}, which starts "
+            f"{each} itself: {tasks.value} launchers per node, where the launch expects one. Priced as one {launcher} "
+            "per node; start it with srun --ntasks-per-node=1 (Slurm's task layout is the launcher's then)."]

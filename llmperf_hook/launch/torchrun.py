@@ -149,8 +149,9 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
     value, source = found
     if value.strip() in ("gpu", "auto", "cuda", "xpu", "npu"):
         return Sized(None, source, f"--nproc-per-node {value} means 'every GPU of the node'")
-    if value.strip() == "cpu":
-        return Sized(None, source, "--nproc-per-node cpu means 'one process per CPU core' of the node")
+    if value.strip() == "cpu":  # run.py determine_local_world_size: one per core, whatever GPUs there are
+        return Sized(None, source, "--nproc-per-node cpu starts one process per CPU core of the node (torch/distributed/"
+                     "run.py determine_local_world_size: torch._utils.cpu_count()), not one per GPU", env_may_tell=False)
     if value.strip().startswith("$"):  # GPUS_PER_NODE=`python -c "...device_count()"`: the script runs a command
         what = "the output of a command" if value.strip().startswith("$(") else \
             "a variable whose value only running the launch script gives"
