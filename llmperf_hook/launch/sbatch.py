@@ -116,6 +116,18 @@ def _header_options(lines: list[ScriptLine], path: str) -> list[list[str]]:
     return components
 
 
+def _directive_line(lines: list[ScriptLine], path: str) -> str:
+    """`PATH line N (`#SBATCH ...`)`: the last #SBATCH line of the first component giving -N / --nodes (the last one
+    wins, as for any option given twice)."""
+    found = ""
+    for line in lines:
+        if re.match(r"#(?:SBATCH|SLURM)\s+(?:hetjob|packjob)\b", line.text, re.IGNORECASE):
+            break
+        if re.match(r"#(?:SBATCH|SLURM)\s.*(?:--nodes\b|-N\s*\d)", line.text):
+            found = f"{path} line {line.number} (`{line.text.strip()[:60]}`)"
+    return found
+
+
 def _header_values(lines: list[ScriptLine], path: str) -> list[dict[str, str]]:
     """The #SBATCH options of each component (one for a job that is not heterogeneous); a word that is not an option
     stops sbatch ('Invalid directive found in batch script')."""
@@ -152,7 +164,7 @@ parse_int for the task counts, both exit on an error): a value the script left a
 
 _ARRAY = ("--array={spec} ({path}) submits a job array: one job per index, each with this allocation, run as Slurm "
           "finds room (sbatch(1) --array). llmperf priced one array task's job; the tasks do not share a step.")
-_ZERO_NODES = ("Slurm would refuse the job: --nodes={value} (its command line or the #SBATCH lines of {path}) asks for "
+_ZERO_NODES = ("Slurm would refuse the job: --nodes={value} ({where}) asks for "
                "no node (sbatch: 'Batch job submission failed: Node count specification invalid'). slurmctld takes a "
                "zero-node job only to create or destroy a persistent burst buffer, which runs the script on no node "
                "(job_mgr.c: 'Zero node count OK for persistent burst buffer create or destroy'; node_scheduler.c "
@@ -160,7 +172,8 @@ _ZERO_NODES = ("Slurm would refuse the job: --nodes={value} (its command line or
 """sbatch itself accepts -N 0 (verify_node_count); the controller rejects the job (ESLURM_INVALID_NODE_COUNT)."""
 
 
-def _check_counts(values: dict[str, str], path: str) -> None:
+def _check_counts(values: dict[str, str], path: str, where: str = "") -> None:
+    """sbatch's checks of the counts; `where` says which line or option gave --nodes."""
     if "nodes" in values:
         try:
             counts = parse_node_counts(values["nodes"])
@@ -169,7 +182,7 @@ def _check_counts(values: dict[str, str], path: str) -> None:
                              f"{path}) is not a node count (sbatch: '{err}'){unexpanded_hint(values['nodes'])}. Give "
                              "a count, a MIN-MAX range or a list of counts.") from None
         if counts.high == 0:  # `0`; `0,4` lets Slurm start it on up to 4
-            raise UsageError(_ZERO_NODES.format(value=values["nodes"], path=path))
+            raise UsageError(_ZERO_NODES.format(value=values["nodes"], where=where or f"the #SBATCH lines of {path}"))
     for dest, (valid, option, said) in _COUNTS.items():
         value = values.get(dest)
         if value is not None and not valid.fullmatch(value.strip()):
@@ -270,7 +283,7 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
         het = _het_groups([header, *components[1:]], path)
     if "export" in header:
         _job_environment(header["export"], env, used)
-    _check_counts(header, path)
+    _check_counts(header, path, "sbatch's command line" if "nodes" in given else _directive_line(lines, path))
     allocation = {**_allocation_env(header), **het}
     env.update(allocation)
     used.update(allocation)
