@@ -17,6 +17,7 @@ from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepsp
                                                     ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
+from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
@@ -126,7 +127,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
-        cuda_device_max_connections=connections,
+        cuda_device_max_connections=connections, torch_linear_layers=not megatron_entry_point(job.script),
     )
 
 
@@ -325,7 +326,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
         recompute=_script_recompute(flags, ds, src, fsdp, framework != "hf-deepspeed"), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
-        warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
+        warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1, torch_linear_layers=True,
     )
 
 

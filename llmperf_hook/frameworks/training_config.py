@@ -382,6 +382,10 @@ class TrainingConfig:
     transformer_impl: str = "transformer_engine"
     """Megatron --transformer-impl (transformer_engine | local | inference_optimized); the local layers' attention
     has no context parallelism."""
+    torch_linear_layers: bool = False
+    """True when the script builds its network from torch.nn.Linear (transformers' models, and scripts that only take
+    Megatron-style flags, as the CPU testbed's train_gpt.py), not from Megatron's own linear autograd functions: under
+    DeepSpeed ZeRO-3 their bias adds leave the GEMM (graph/zero_layer_ops.py zero3_bias_add_ops)."""
 
     fp8_recipe: str = "delayed"
     """Megatron --fp8-recipe (delayed, its default; tensorwise, mxfp8, blockwise): per-tensor recipes keep one fp8

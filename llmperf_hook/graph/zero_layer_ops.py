@@ -42,11 +42,51 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     (ds_checkpoint_ops)."""
     ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
+    bias_add = zero3_bias_add_ops(cfg)
+    # a recomputed forward adds them again
+    fwd, bwd = bias_add + fwd, tuple(replace(op, phase="recompute") for op in bias_add if recomputed) + bwd
     copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
                                                 ranks_per_host=gpus_per_node)
     # a partition is copied in for each fetch that runs (a parameter still gathered is not)
     copy_bwd = tuple(op for share in bwd_fetch_phases(cfg, recomputed) for op in _scaled(copy_bwd, share))
     return copy_fwd + fwd + ckpt_fwd, copy_bwd + bwd + ckpt_bwd, reduce
+
+
+ZERO3_BIAS_ADD_PASSES = 5.8
+"""Bytes per output element, in units of the activation's bytes, of `output += bias` after a ZeRO-3 linear. Measured
+on one H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels, 12 x 2048 testbed GPT, micro-batch 4): ZeRO-3's
+aten::add_ takes 5,535 us per step where plain torch's (../h200-sxm-141gb-2026-11-27/kernels/plain_bf16.txt, the
+model's own in-place gradient sums) takes 539, and ZeRO-2 runs the 48 linears as aten::addmm instead: 4,996 us for
+48 bias adds over 8,192 tokens x 9 x 2,048 outputs x 12 layers = 1.81e9 elements, 11.6 B per element at the
+measured 4.22 TB/s where a read and a write of bf16 are 4: the broadcast operand keeps PyTorch's elementwise kernel
+off its vectorized path (TensorIterator is not contiguous). The 4-micro-batch table agrees: 192 bias adds over twice
+the tokens, the model's own sums and 3 x 148 bf16 partition adds (stage3.py partition_grads: read 2 + 2, write 2 B a
+parameter) predict 14.1 ms of aten::add_ against 14.9 measured."""
+
+
+def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
+    """The bias adds DeepSpeed ZeRO-3 splits out of transformers-style linears, once per layer and micro-batch.
+
+    ZeRO-3 converts the model with deepspeed.zero.Init (parameter_offload.py _convert_to_zero_parameters, or the
+    script's own zero.Init), which with zero_optimization.memory_efficient_linear (default true) replaces
+    torch.nn.functional.linear by zero3_linear_wrap (partition_parameters.py _enable_mem_efficient_linear), so
+    every nn.Linear runs LinearFunctionForZeroStage3 (runtime/zero/linear.py): on a 3-D input `input.matmul(
+    weight.t())` then `output += bias`, where torch fuses the bias into the GEMM (aten::addmm). Megatron's layers
+    call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
+    points); GPT-2's Conv1D calls torch.addmm itself (not told apart from the other GELU families here: priced as
+    nn.Linear). The linears with biases: fused or separate QKV and the
+    output projection, and the GELU MLP's two (transformers' SwiGLU MLPs and experts have none)."""
+    m = cfg.model
+    if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
+            or not m.add_bias_linear or m.multi_latent_attention):
+        return ()
+    per_token = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels + m.hidden_size
+    if not m.swiglu:
+        per_token += m.ffn_hidden_size + m.hidden_size
+    p = cfg.parallel
+    elements = cfg.batch.micro_batch_size * m.seq_length // max(1, p.cp) * per_token // max(1, p.tp)
+    return (Op("zero3.linear_bias_add", "zero3_bias_add", "fwd", {"elements": elements}, flops=0.0,
+               bytes_moved=ZERO3_BIAS_ADD_PASSES * elements * ACT_BYTES[cfg.precision], dtype=cfg.precision),)
 
 
 def bwd_fetch_phases(cfg: TrainingConfig, recomputed: bool) -> tuple[float, ...]:
