@@ -35,6 +35,28 @@ part is the gradient hooks.
 The constant is scaled to the model's H100 host like the other DeepSpeed host constants (step_ops
 DEEPSPEED_HOST_S_PER_TENSOR). The same-machine reference is bf16 ZeRO-0's step stall: 176 us per tensor on this
 H200's host against 83 on the H100's, so 452 x 83 / 176 = 213 us.
+
+Tensors are what the model registers (graph/param_tensors.py): 9 a layer for transformers' Llama, every local expert's
+weights for Megatron's MoE layers. A module marked with deepspeed.utils.set_z3_leaf_modules (an MoE block, so that
+experts no token reached do not hang the trace) is fetched in one call with all its tensors, and keeps the per-tensor
+price: fetch_sub_module collects iter_params(module, recurse=True) and loops over every parameter (status checks,
+ds_active_sub_modules, all_gather_coalesced's per-parameter partitions: partitioned_param_coordinator.py
+_fetch_sub_module_impl, __all_gather_params_), release_sub_module calls __release_param per parameter, and the leaf's
+backward hook (stage3.py create_reduce_and_remove_grad_hooks, reduce_leaf_module_grads) runs
+reduce_ready_partitions_and_remove_grads for each of its parameters, zero-filling the gradient of every expert no
+token reached. What a leaf saves is its children's module hooks; the measured models have one to two tensors a
+module, so that part is not separable from the per-tensor figure and is kept in it.
+
+Gradient accumulation adds no host work of its own: each further micro-batch re-runs the same hooks. Its kernels
+(bf16, the default grad_accum_dtype for a bf16 model: engine.py get_data_types) are the bucket copy (2 + 2 B a
+parameter), the division (2 + 2) and partition_grads' add into __param_id_to_grad_partition (2 + 2 + 2), 14 B that
+step_ops.py prices (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[3]). The larger
+aten::add_ of the 4-micro-batch kernel table (18.4 B per parameter and further micro-batch when read as
+accumulation) is the bias adds ZeRO-3's memory-efficient linear splits out of every GEMM, over twice the tokens:
+graph/zero_layer_ops.py zero3_bias_add_ops.
+
+Where the time shows: the GPU waits for it inside forward and backward, so predict reports it on its own line of
+the breakdown (schedule/compose.py: `host_zero3_hooks`), not under the optimizer step.
 """
 
 from __future__ import annotations
@@ -43,6 +65,8 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.param_tensors import model_param_tensors
 
+ZERO3_HOOKS_OP = "zero3.module_hooks"
+"""The op's name, which the composer reports apart from the optimizer step (schedule/compose.py step_ops_cost)."""
 ZERO3_HOOK_S_PER_TENSOR = 213e-6
 """Host seconds per parameter tensor and micro-batch of ZeRO-3's fetch, release and gradient hooks (above)."""
 
@@ -55,6 +79,6 @@ def zero3_hook_ops(cfg: TrainingConfig, stage: int, num_layers: int) -> list[Op]
     tensors = model_param_tensors(cfg, stage, num_layers)
     micro_batches = max(1, cfg.batch.num_microbatches)
     host_s = tensors * micro_batches * ZERO3_HOOK_S_PER_TENSOR
-    return [Op("zero3.module_hooks", "deepspeed_bookkeeping", "step",
+    return [Op(ZERO3_HOOKS_OP, "deepspeed_bookkeeping", "step",
                {"param_tensors": tensors, "microbatches": micro_batches}, flops=0.0, bytes_moved=0.0,
                dtype=cfg.precision, tags={"host_s": f"{host_s:.6g}"})]

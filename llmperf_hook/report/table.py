@@ -20,6 +20,7 @@ BREAKDOWN_LABELS = {
     "comm_embedding_grad": "tied-embedding grad all-reduce", "optimizer": "optimizer step",
     "comm_param_gather": "parameter all-gather (exposed)",
     "host_overhead": "waiting for the host to issue ops", "calibration": "calibration correction",
+    "host_zero3_hooks": "ZeRO-3 fetch/release/grad hooks (host)",
 }
 
 

@@ -33,6 +33,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.ddp_buckets import grad_bucket_elems, last_bucket_elems
 from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
+from llmperf_hook.graph.zero3_hooks import ZERO3_HOOKS_OP
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
@@ -184,16 +185,20 @@ class StepOpsCost:
     param_gather_exposed_s: float
     grad_total_s: float
     param_gather_total_s: float
+    zero3_hooks_s: float = 0.0
+    """Host time of ZeRO-3's module and gradient hooks (graph/zero3_hooks.py), inside optimizer_s for the step's
+    timing and reported on its own breakdown line: the GPU waits for it in forward and backward."""
 
 
 def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingConfig, bwd_window_s: float,
                   fwd_window_s: float) -> StepOpsCost:
-    grad = gather = embed = opt = contention = 0.0
+    grad = gather = embed = opt = contention = hooks = 0.0
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
         if op.op_class in ("optimizer", "deepspeed_bookkeeping", "nvme_swap"):  # the step's own work, not overlapped
             opt += t
+            hooks += t if op.name == ZERO3_HOOKS_OP else 0.0
         elif op.name.startswith("embedding"):
             embed += t
         elif "param_allgather" in op.name:
@@ -210,7 +215,7 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
         last = _bucket_fraction(cfg, stage)
         grad_exposed = max(grad - bwd_window_s, grad * last + contention * (1.0 - last))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
-    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather)
+    return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, hooks)
 
 
 @dataclass(frozen=True)
@@ -300,7 +305,8 @@ def _breakdown(fwd: list[PassCost], bwd: list[PassCost], m: int, end_s: float, e
     out["pipeline_bubble"] = max(0.0, end_s - busy_s - out["pipeline_p2p"])
     out["comm_dp_grad"] += steps.grad_exposed_s
     out["comm_embedding_grad"] += steps.embedding_s
-    out["optimizer"] = optimizer_s
+    out["host_zero3_hooks"] = min(steps.zero3_hooks_s, optimizer_s)
+    out["optimizer"] = optimizer_s - out["host_zero3_hooks"]
     out["comm_param_gather"] += gather_s
     return {k: v for k, v in out.items() if v > 0.0 or k in ("compute", "pipeline_bubble", "optimizer")}
 
@@ -318,7 +324,7 @@ def _stage_timing(stage: StageGraph, fwd: list[PassCost], bwd: list[PassCost], m
     return StageTiming(stage=stage.stage, num_layers=stage.num_layers, fwd_s=sum(c.total_s for c in fwd),
                        bwd_s=sum(c.total_s for c in bwd), compute_s=compute,
                        exposed_comm_s={k: v for k, v in exposed.items() if v > 0}, pipeline_end_s=end_s,
-                       idle_s=max(0.0, end_s - busy_s), optimizer_s=steps.optimizer_s)
+                       idle_s=max(0.0, end_s - busy_s), optimizer_s=steps.optimizer_s - steps.zero3_hooks_s)
 
 
 def _timeline(events: tuple, sync_end: list[float], end_s: tuple[float, ...], steps: list[StepOpsCost],
