@@ -81,10 +81,34 @@ def _instrumentation(raw: dict[str, Any], origin: str, warnings: list[str]) -> N
                         "around every forward, backward and optimizer step)")
 
 
+def _allreduce_op(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> None:
+    """gradient_allreduce_op (1cae4920e, 2026-08-15, with its checks; installed 0.19.8 runtime/config.py
+    get_gradient_allreduce_op and _do_error_check): "mean" (the default) or "sum", case-insensitive; "sum" not at
+    ZeRO stage 3, with ZenFlow or with DeepCompile. Sum or mean reduce the same bytes: nothing to price."""
+    if "gradient_allreduce_op" not in raw:
+        return
+    value = raw["gradient_allreduce_op"]
+    op = value.lower() if isinstance(value, str) else value
+    if op not in ("mean", "sum"):
+        raise ConfigError(f"{origin} gradient_allreduce_op is {value!r}; DeepSpeedConfig raises 'Invalid "
+                          "gradient_allreduce_op. Supported operations: [mean, sum]'. Use \"mean\" or \"sum\".")
+    zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    compile_section = raw.get("compile") if isinstance(raw.get("compile"), dict) else {}
+    clash = next((what for bad, what in ((fields["zero_stage"] == 3, "ZeRO stage 3"),
+                                         (zero.get("zenflow") is not None, "ZenFlow"),
+                                         (compile_section.get("deepcompile") is True, "DeepCompile")) if bad), None)
+    if op == "sum" and clash:
+        raise ConfigError(f"{origin} gradient_allreduce_op \"sum\" with {clash}: DeepSpeedConfig raises "
+                          f"\"gradient_allreduce_op='sum' is not supported with {clash}\" (_do_error_check). Use \"mean\" "
+                          "(the default) or drop the key.")
+
+
 def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], src: dict[str, Source],
                     warnings: list[str]) -> dict[str, Any]:
-    """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size."""
+    """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size,
+    gradient_allreduce_op."""
     _removed(raw, origin, warnings)
+    _allreduce_op(raw, origin, fields)
     _instrumentation(raw, origin, warnings)
     accum = _grad_accum_dtype(raw, origin, fields)
     if accum:

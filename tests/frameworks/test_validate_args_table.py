@@ -16,6 +16,7 @@ import pytest
 
 from llmperf_hook.errors import ConfigError
 from tests.frameworks.helpers import BASE, megatron
+from tests.frameworks.megatron_oracle import megatron_oracle
 from tests.launch.cli_run import llmperf
 
 _PP4 = ("--pipeline-model-parallel-size", "4")
@@ -173,6 +174,39 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("distribute saved activations at tp 1", ("--recompute-granularity", "full", "--recompute-method", "uniform",
                                               "--recompute-num-layers", "1", "--distribute-saved-activations"), "tensor-model-parallel-size > 1"),
     ("tp comm overlap without sp", ("--tensor-model-parallel-size", "2", "--tp-comm-overlap"), "--sequence-parallel"),
+    # edge values of the differential audit (test_rows_agree_with_megatron_itself runs Megatron's own checks on all)
+    ("tp 0", ("--tensor-model-parallel-size", "0"), "at least 1"),
+    ("tp 16 beyond the world", ("--tensor-model-parallel-size", "16"), "not divisible"),
+    ("cp 3 does not divide the world", ("--context-parallel-size", "3"), "not divisible"),
+    ("micro batch 0", ("--micro-batch-size", "0"), "at least 1"),
+    ("negative global batch", ("--global-batch-size", "-8"), "at least 1"),
+    ("negative hidden size", ("--hidden-size", "-4096"), "at least 1"),
+    ("heads 0", ("--num-attention-heads", "0"), "at least 1"),
+    ("layers as a word", ("--num-layers", "thirty-two"), "expects an integer"),
+    ("tp as a float", ("--tensor-model-parallel-size", "2.0"), "expects an integer"),
+    ("gbs not a multiple of mbs x dp by 3", ("--micro-batch-size", "3", "--global-batch-size", "32"), "not divisible by micro batch"),
+    ("sp with tp 2", ("--tensor-model-parallel-size", "2", "--sequence-parallel"), None),
+    ("vpp layers per stage do not divide the stage", ("--pipeline-model-parallel-size", "2",
+                                                      "--num-layers-per-virtual-pipeline-stage", "3"), "must divide"),
+    ("vpp with pp 2 and p2p overlap", ("--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                                       "4", "--global-batch-size", "8"), None),
+    ("moe ep 16 beyond the world", ("--num-experts", "16", "--expert-model-parallel-size", "16"), "not divisible"),
+    ("moe topk beyond the experts", ("--num-experts", "4", "--moe-router-topk", "8"), "exceeds"),
+    ("full recompute without a method", ("--recompute-granularity", "full"), "recompute-method"),
+    ("selective recompute with layers", ("--recompute-granularity", "selective", "--recompute-num-layers", "2"),
+     "takes neither"),
+    ("overlap param gather without the distributed optimizer", ("--overlap-param-gather",), "distributed optimizer"),
+    ("overlap param gather", ("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"), None),
+    ("recompute module moe_layer", ("--recompute-granularity", "selective", "--recompute-modules", "moe_layer"),
+     "moe_layer is not a module"),
+    ("recompute module moe_layer under full", ("--recompute-granularity", "full", "--recompute-method", "block",
+                                               "--recompute-num-layers", "2", "--recompute-modules", "moe_layer"), None),
+    ("recompute mla_up_proj without mla", ("--recompute-activations", "--recompute-modules", "mla_up_proj"),
+     "only supported with multi_latent_attention"),
+    ("recompute core_attn and mlp", ("--recompute-activations", "--recompute-modules", "core_attn", "mlp"), None),
+    ("recompute moe_act without grouped gemm", ("--recompute-granularity", "selective", "--recompute-modules", "moe_act",
+                                                "--num-experts", "8"), "moe_grouped_gemm"),
+    ("rampup with two values", ("--global-batch-size", "64", "--rampup-batch-size", "16", "16"), "needs 3 value"),
 ]
 
 
@@ -183,6 +217,46 @@ def test_megatron_accepts_or_refuses(flags: tuple[str, ...], refusal: str | None
         return
     with pytest.raises(ConfigError, match=re.escape(refusal)):
         megatron(*flags)
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    yield from megatron_oracle()
+
+
+_BUILT = "refused after the checks the oracle runs, "
+ORACLE_DIFFERENCES: dict[str, str] = {
+    # refused later than start-up, still before or at the first step
+    "gqa groups do not divide heads": _BUILT + "when Transformer Engine's DotProductAttention is built ('The number "
+                                      "of attention heads must be divisible by the number of GQA groups!')",
+    "rampup start not a multiple of mbs x dp": _BUILT + "at the step whose batch it is: RampupBatchsizeNumMicroBatches"
+                                               "Calculator.update asserts the divisibility (num_microbatches_calculator.py)",
+    "rampup increment not a multiple of mbs x dp": _BUILT + "at the step whose batch it is (the calculator's update)",
+    "optimizer instances without the distributed optimizer": _BUILT + "in DistributedDataParallel.__init__ ('Partial "
+                                                             "DistOpt cannot be used without DistOpt'), which needs "
+                                                             "process groups",
+    "negative hidden size": _BUILT + "when the first layer allocates a weight of negative size (torch.empty)",
+    "moe ep 16 beyond the world": _BUILT + "in parallel_state.initialize_model_parallel (world % (ETP x EP x PP)), "
+                                  "which needs process groups",
+    "moe topk beyond the experts": _BUILT + "at the first step (torch.topk over fewer experts than k)",
+    # llmperf reads the union of Megatron-LM's releases (megatron_rules.CHOICES); 0.16.1 is older
+    "expert bias with sqrtsoftplus scores": "sqrtsoftplus is a choice of releases after 0.16.1 (HEAD d98e8a6)",
+    "skip-train skips the length rules": "validate_args skips the learning-rate length rules under --skip-train since "
+                                         "after 0.16.1 (HEAD arguments.py:1275)",
+}
+"""Rows whose answer is not what megatron-core 0.16.1's start-up checks give, and why."""
+
+
+@pytest.mark.parametrize(("name", "flags", "refusal"), [pytest.param(i, f, r, id=i) for i, f, r in ROWS])
+def test_rows_agree_with_megatron_itself(oracle, name: str, flags: tuple[str, ...], refusal: str | None) -> None:
+    """The differential audit: each row's answer (checked against llmperf above) is Megatron's own, run on this CPU
+    (tests/frameworks/megatron_oracle.py: core_v0.16.1's parse_args, validate_args, micro-batch calculator and
+    TransformerConfig, 8 ranks)."""
+    real = oracle([*BASE, *flags], 8)
+    if name in ORACLE_DIFFERENCES:
+        assert (real is None) != (refusal is None), f"{name} now agrees with Megatron: {real}"
+        return
+    assert (real is None) == (refusal is None), f"Megatron core_v0.16.1: {real}; llmperf row: {refusal}"
 
 
 def test_a_refusal_exits_2_with_the_rule_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,120 @@
+"""Differential audit of the ds_configs users write: llmperf's accept / refuse (exit 2) against DeepSpeed's own
+DeepSpeedConfig (deepspeed 0.19.8 in the venv: runtime/config.py, its pydantic section models, the batch triad), built
+as deepspeed.initialize builds it for a plain `deepspeed train.py --deepspeed_config ds.json` job on 8 GPUs: the
+data-parallel world faked through an mpu (what the engine passes), no process group. Rows DeepSpeedConfig passes
+but DeepSpeed's engine refuses later in deepspeed.initialize carry the engine's rule (`ENGINE`): llmperf refuses
+those too, and the test checks that DeepSpeedConfig itself does accept them (so the row is not mislabelled)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmperf_hook.errors import ConfigError
+from tests.frameworks.helpers import script
+
+DP = 8
+DS = ["deepspeed", "--num_gpus", str(DP), "train.py", "--deepspeed_config"]
+B = {"train_micro_batch_size_per_gpu": 2}
+
+CORPUS: list[tuple[str, dict[str, Any]]] = [
+    ("micro only", {**B}),
+    ("train only", {"train_batch_size": 64}),
+    ("triad consistent", {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}),
+    ("triad inconsistent", {"train_batch_size": 60, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}),
+    ("train not a multiple of dp", {"train_batch_size": 100}),
+    ("no batch keys", {"zero_optimization": {"stage": 2}}),
+    ("accumulation alone", {"gradient_accumulation_steps": 4}),
+    ("micro 0", {"train_micro_batch_size_per_gpu": 0}),
+    ("micro negative", {"train_micro_batch_size_per_gpu": -2}),
+    ("accumulation 0", {"train_batch_size": 64, "gradient_accumulation_steps": 0}),
+    ("micro as a string number", {"train_micro_batch_size_per_gpu": "2"}),
+    ("micro as a word", {"train_micro_batch_size_per_gpu": "two"}),
+    ("fp16 and bf16", {**B, "fp16": {"enabled": True}, "bf16": {"enabled": True}}),
+    ("bf16", {**B, "bf16": {"enabled": True}}),
+    ("fp16 with loss scale", {**B, "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}}),
+    ("zero stage 4", {**B, "zero_optimization": {"stage": 4}}),
+    ("zero stage -1", {**B, "zero_optimization": {"stage": -1}}),
+    ("zero stage as a string", {**B, "zero_optimization": {"stage": "2"}}),
+    ("zero 2 with cpu optimizer offload", {**B, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}),
+    ("zero 3 with nvme param offload", {**B, "zero_optimization": {
+        "stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}}),
+    ("offload to gpu", {**B, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}}}),
+    ("unknown zero key", {**B, "zero_optimization": {"stage": 2, "stage3_prefetch_bucket": 5e7}}),
+    ("bucket as scientific float", {**B, "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8}}),
+    ("negative bucket", {**B, "zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}),
+    ("overlap_comm as a string", {**B, "zero_optimization": {"stage": 2, "overlap_comm": "yes"}}),
+    ("gradient clipping", {**B, "gradient_clipping": 1.0}),
+    ("allreduce sum at zero 3", {**B, "gradient_allreduce_op": "sum", "zero_optimization": {"stage": 3}}),
+    ("allreduce sum at zero 2", {**B, "gradient_allreduce_op": "SUM", "zero_optimization": {"stage": 2}}),
+    ("allreduce avg", {**B, "gradient_allreduce_op": "avg"}),
+    ("zero 3 with pipeline stages", {**B, "zero_optimization": {"stage": 3}, "pipeline": {"stages": 2}}),
+    ("offload without zero", {**B, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}),
+    ("bf16 master weights at zero 0", {**B, "bf16": {"enabled": True, "bf16_master_weights_and_grads": True}}),
+    ("fp16 master weights at zero 2", {**B, "fp16": {"enabled": True, "fp16_master_weights_and_grads": True},
+                                       "zero_optimization": {"stage": 2}}),
+    ("optimizer section", {**B, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}),
+    ("activation checkpointing section", {**B, "activation_checkpointing": {"partition_activations": True}}),
+    ("unknown activation checkpointing key", {**B, "activation_checkpointing": {"partition_activation": True}}),
+    ("hpz at zero 3", {**B, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}),
+]
+"""(name, ds_config) as users write them (DeepSpeed's docs/_pages/config-json.md keys, HF / DeepSpeedExamples
+configs), with the edge values: 0, negatives, strings for numbers, exclusive precisions, bad stages and devices."""
+
+ENGINE: dict[str, str] = {
+    "zero 3 with pipeline stages": "PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                                   "parallelism' (runtime/pipe/engine.py:77)",
+}
+"""Rows llmperf refuses that DeepSpeedConfig passes, each with the rule that stops the job later and its source."""
+
+
+class _Mpu:
+    """What the engine passes DeepSpeedConfig: the data-parallel world (engine.py _configure_with_arguments)."""
+
+    def get_data_parallel_world_size(self) -> int:
+        return DP
+
+
+@pytest.fixture(scope="module")
+def deepspeed_config():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DS_ACCELERATOR", "cpu")
+    module = pytest.importorskip("deepspeed.runtime.config")
+    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
+    yield module
+    mp.undo()
+
+
+def _deepspeed_refuses(module: Any, config: dict[str, Any]) -> str | None:
+    try:
+        module.DeepSpeedConfig(json.loads(json.dumps(config)), mpu=_Mpu())
+    except Exception as err:  # noqa: BLE001 - any refusal is the oracle's answer
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _llmperf_refuses(tmp_path: Path, config: dict[str, Any]) -> str | None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    try:
+        script([*DS, str(path)], model="llama2-7b")
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(CORPUS) >= 20 and len({name for name, _ in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("name", "config"), CORPUS, ids=[name for name, _ in CORPUS])
+def test_llmperf_agrees_with_deepspeed(name: str, config: dict[str, Any], tmp_path: Path, deepspeed_config) -> None:
+    real = _deepspeed_refuses(deepspeed_config, config)
+    ours = _llmperf_refuses(tmp_path, config)
+    if name in ENGINE:
+        assert real is None and ours is not None, (real, ours)
+        return
+    assert (ours is None) == (real is None), f"DeepSpeed: {real}\nllmperf: {ours}"
