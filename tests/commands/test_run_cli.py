@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.hardware.load import load_hardware
+
 GPT = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
        "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
        "--vocab-size 50257").split()
@@ -31,7 +33,8 @@ def test_dry_run_prints_command_and_stops() -> None:
 
 def test_gates_exit_3() -> None:
     fit = llmperf("run", "--cluster", "dgx-h100", "--dry-run", "--require-fit", "--", *HUGE)
-    assert fit.returncode == 3 and "exceeds the 80.00 GiB" in fit.stderr
+    capacity_gib = load_hardware("h100-sxm5-80gb").memory_capacity_bytes / 2**30  # the preset: what torch reports
+    assert fit.returncode == 3 and f"exceeds the {capacity_gib:.2f} GiB" in fit.stderr
     slow = llmperf("run", "--cluster", "dgx-h100", "--max-step-time", "0.000001", "--dry-run", "--", *GPT)
     assert slow.returncode == 3 and "--max-step-time" in slow.stderr
 

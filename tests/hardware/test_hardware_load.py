@@ -10,7 +10,7 @@ from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.resources import configs_dir
 
 PRESETS = {"a100-sxm4-40gb": (312e12, 1555e9, 40), "a100-sxm4-80gb": (312e12, 2039e9, 80),
-           "h100-sxm5-80gb": (989.4e12, 3350e9, 80), "gh200-96gb": (990e12, 4000e9, 95.6),
+           "h100-sxm5-80gb": (989.4e12, 3350e9, 79.18), "gh200-96gb": (990e12, 4000e9, 95.6),
            "h200-sxm-141gb": (989.4e12, 4800e9, 139.8)}
 
 
@@ -21,6 +21,16 @@ def test_hardware_presets(name: str) -> None:
     assert hw.name == name and hw.peak_flop_per_s["bf16"] == bf16
     assert hw.memory_bandwidth_bytes_per_s == bw and hw.memory_capacity_bytes == int(gib * 2**30)
     assert 0.5 < hw.gemm_efficiency <= 1
+
+
+@pytest.mark.parametrize("name,folder", [("h100-sxm5-80gb", "h100-sxm5-80gb-2026-11-26"),
+                                         ("h200-sxm-141gb", "h200-sxm-141gb-2026-11-26")])
+def test_capacity_is_what_torch_reported_on_our_gpu(name: str, folder: str) -> None:
+    """The verdict compares the allocated peak with what torch can allocate: torch.cuda.get_device_properties'
+    total_memory on the measured machine (MiB in its repr), not the marketing figure (80 GB, 141 GB)."""
+    env = (Path(__file__).resolve().parents[2] / "measurements" / folder / "environment.txt").read_text()
+    total_mib = int(re.search(r"total_memory=(\d+)MB", env).group(1))
+    assert load_hardware(name).memory_capacity_bytes == int(round(total_mib / 1024, 2) * 2**30)
 
 
 @pytest.mark.parametrize("name,gpu,per_node", [("dgx-a100", "a100-sxm4-80gb", 8), ("dgx-h100", "h100-sxm5-80gb", 8),
