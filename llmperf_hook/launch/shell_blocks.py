@@ -29,6 +29,9 @@ from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
 _LOOP_EXIT = re.compile(r"(?<![\w$./-])(?:break|continue)(?![\w=./-])")
 """A body that may run `break` / `continue`: only then is the reading state kept, to start over if it is undecided."""
 _LOOP_KINDS = frozenset({"for", "while", "until"})
+_ALL_LOOPS = 1 << 16
+"""A count past any nesting: on a count below 1 bash says "loop count out of range" and leaves every enclosing loop
+(checked with bash 5 against test_script_audit_h120 LOOPS)."""
 
 
 class LoopExit(Exception):
@@ -139,8 +142,10 @@ class BlockReading:
         if self.conditions.undecided:
             raise Unfollowable(words[0])
         count = words[1] if len(words) > 1 else "1"
-        if not count.isdigit() or int(count) < 1:  # bash: "loop count out of range", status 1, the loop goes on
-            return True
+        if not count.isdigit():  # bash: "numeric argument required", and the script ends: not followed
+            raise Unfollowable(words[0])
+        if int(count) < 1:  # `break 0`, `continue 0`: "loop count out of range", and bash leaves every loop
+            raise LoopExit("break", _ALL_LOOPS)
         raise LoopExit(words[0], int(count))
 
     def call(self, defined: Definition, args: list[str]) -> None:

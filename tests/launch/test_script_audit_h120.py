@@ -237,6 +237,8 @@ LOOPS = {
     "break in the inner loop only": 'for i in 1 2; do\n  for j in a b c; do\n    [ $j = b ] && break\n'
                                     '    A="$A $i$j"\n  done\n  B="$B $i"\ndone',
     "break past every loop": 'for i in 1 2; do\n  A="$A $i"\n  break 5\ndone',
+    "break 0 and continue 0": 'for i in 1 2; do\n  A="$A $i"\n  continue 0\n  A="$A x"\ndone\n'
+                              'for i in 1 2; do\n  B="$B $i"\n  break 0\ndone',
     "a smallest count that fits": 'NEED=3\nfor n in 1 2 4 8; do\n  if [ $n -ge $NEED ]; then\n    A=$n\n    break\n'
                                   '  fi\ndone',
     "break in a called function ends no loop": 'stop() { break; }\nfor i in 1 2 3; do\n  [ $i = 3 ] && stop\n  A="$A $i"\ndone',
