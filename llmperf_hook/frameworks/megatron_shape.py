@@ -194,7 +194,7 @@ def _normalization(flags: FlagValues) -> str:
     """Megatron-LM spells the choices LayerNorm / RMSNorm, Megatron-DeepSpeed layernorm / rmsnorm (argparse choices)."""
     given = str(flags.get("normalization", "LayerNorm"))
     known = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
-    if given.lower() not in known:
+    if given not in (*known, *known.values()):  # argparse compares exactly: "RMSnorm" is neither fork's choice
         raise ConfigError(f"--normalization {given} ({flags.source('normalization')}) is not a choice Megatron offers "
                           "(LayerNorm, RMSNorm; Megatron-DeepSpeed: layernorm, rmsnorm). Pick one of them.")
     return known[given.lower()]

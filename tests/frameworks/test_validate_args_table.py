@@ -207,6 +207,32 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("recompute moe_act without grouped gemm", ("--recompute-granularity", "selective", "--recompute-modules", "moe_act",
                                                 "--num-experts", "8"), "moe_grouped_gemm"),
     ("rampup with two values", ("--global-batch-size", "64", "--rampup-batch-size", "16", "16"), "needs 3 value"),
+    ("lr as a word", ("--lr", "abc"), "not a number"),
+    ("min lr above a negative lr", ("--lr", "-1"), "min_lr <= lr"),
+    ("pp 0", ("--pipeline-model-parallel-size", "0"), "at least 1"),
+    ("layers 0", ("--num-layers", "0"), "at least 1"),
+    ("micro batch as a float", ("--micro-batch-size", "2.5"), "expects an integer"),
+    ("global batch in scientific notation", ("--global-batch-size", "1e3"), "expects an integer"),
+    ("cp seq 2047", ("--context-parallel-size", "2", "--seq-length", "2047"), "multiple of 2 x context-parallel-size"),
+    ("sp with tp and cp", ("--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "2"), None),
+    ("vpp at pp 1", ("--num-layers-per-virtual-pipeline-stage", "2"), "pipeline-model-parallel-size > 1"),
+    ("virtual stages do not split the rank's layers", ("--pipeline-model-parallel-size", "2",
+                                                       "--num-virtual-stages-per-pipeline-rank", "3"), "not divisible by 3"),
+    ("interleaving with one micro-batch", ("--pipeline-model-parallel-size", "2",
+                                           "--num-layers-per-virtual-pipeline-stage", "8"), "multiple of pipeline"),
+    ("fsdp2 with the distributed optimizer", ("--use-distributed-optimizer", *_FSDP2, "--no-gradient-accumulation-fusion"),
+     "--use-distributed-optimizer"),
+    ("recompute granularity partial", ("--recompute-granularity", "partial"), "must be full or selective"),
+    ("block recompute beyond the stage", ("--recompute-granularity", "full", "--recompute-method", "block",
+                                          "--recompute-num-layers", "64"), None),
+    ("gqa 4 groups at tp 8", ("--tensor-model-parallel-size", "8", "--group-query-attention", "--num-query-groups", "4"),
+     None),
+    ("fp16 and bf16 at tp 2", ("--fp16", "--bf16", "--tensor-model-parallel-size", "2"), "both set"),
+    ("overlap param gather without grad reduce", ("--overlap-param-gather", "--use-distributed-optimizer"),
+     "--overlap-grad-reduce"),
+    ("normalization in lower case", ("--normalization", "rmsnorm"), None),
+    ("normalization in mixed case", ("--normalization", "RMSnorm"), "not a choice"),
+    ("train iterations and samples", ("--train-iters", "100", "--train-samples", "100"), "expected iteration-based"),
 ]
 
 
@@ -239,6 +265,13 @@ ORACLE_DIFFERENCES: dict[str, str] = {
     "moe ep 16 beyond the world": _BUILT + "in parallel_state.initialize_model_parallel (world % (ETP x EP x PP)), "
                                   "which needs process groups",
     "moe topk beyond the experts": _BUILT + "at the first step (torch.topk over fewer experts than k)",
+    "virtual stages do not split the rank's layers": _BUILT + "when the model is built (transformer_block.py "
+                                                     "get_num_layers_to_build asserts num_layers_per_pipeline_rank % "
+                                                     "vp_size == 0)",
+    "interleaving with one micro-batch": _BUILT + "at the first step (pipeline_parallel/schedules.py: the group of "
+                                         "contiguous micro-batches must lie in [PP, M])",
+    # Megatron-DeepSpeed's spelling (its arguments.py: choices layernorm / rmsnorm) on the shared entry point
+    "normalization in lower case": "Megatron-DeepSpeed's choices; Megatron-LM's are LayerNorm / RMSNorm",
     # llmperf reads the union of Megatron-LM's releases (megatron_rules.CHOICES); 0.16.1 is older
     "expert bias with sqrtsoftplus scores": "sqrtsoftplus is a choice of releases after 0.16.1 (HEAD d98e8a6)",
     "skip-train skips the length rules": "validate_args skips the learning-rate length rules under --skip-train since "
