@@ -73,6 +73,11 @@ def _instrumentation(raw: dict[str, Any], origin: str, warnings: list[str]) -> N
     """engine.py: wall_clock_breakdown (or an enabled flops_profiler, which turns it on) times every forward, backward
     and step with synchronizing timers; the flops profiler also profiles one whole step (profile_step)."""
     profiler = raw.get("flops_profiler") if isinstance(raw.get("flops_profiler"), dict) else {}
+    clock = raw.get("wall_clock_breakdown", False)
+    if not isinstance(clock, int):  # bool is an int; config.py:533 ORs it with the profiler's bool
+        raise ConfigError(f"{origin} wall_clock_breakdown is {clock!r}; DeepSpeedConfig computes wall_clock_breakdown | "
+                          "flops_profiler.enabled (runtime/config.py) and fails with a TypeError on anything but true / "
+                          "false. Write true or false without quotes.")
     if profiler.get("enabled") is True:
         warnings.append(f"{origin} flops_profiler enabled accepted, not modelled (its profile step, default 1, runs "
                         "slower; it also turns on wall_clock_breakdown)")

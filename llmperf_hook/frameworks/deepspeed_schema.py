@@ -178,6 +178,25 @@ def _precision_types(section: dict[str, Any], key: str, origin: str, model: str)
                               f"{what} and deepspeed.initialize fails otherwise. Fix the value or drop the key.")
 
 
+def _dynamic_loss_scale(section: dict[str, Any], origin: str) -> None:
+    """DeepSpeedFP16Config (precision_config.py, ded23491c 2026-06-22): under dynamic loss scaling (enabled, loss_scale
+    0, the default) loss_scale_window and min_loss_scale must be integers > 0, not booleans. A window of 0 divides
+    by zero in DynamicLossScaler.update_scale at the first step in every release; a floor of 0 lets the scale
+    collapse, which releases before that commit ran."""
+    enabled, scale = section.get("enabled", False), section.get("loss_scale", 0)
+    if AUTO in (enabled, scale) or not ds_bool(enabled, "fp16.enabled", origin) or pydantic_float(scale) != 0:
+        return  # "auto" enabled: the Trainer's --fp16 decides; type errors are _precision_types'
+    for field, default in (("loss_scale_window", 1000), ("min_loss_scale", 1)):
+        value = section.get(field, default)
+        if value == AUTO:
+            continue
+        if isinstance(value, bool) or (pydantic_int(value) or 0) <= 0:
+            raise ConfigError(f"{origin} fp16.{field} is {value!r} under dynamic loss scaling (fp16 enabled, loss_scale "
+                              f"0): DeepSpeedFP16Config raises 'fp16.{field} must be > 0 when dynamic loss scaling is "
+                              "enabled'. Give a positive integer (DeepSpeed's default: "
+                              f"{default}) or drop the key.")
+
+
 def check_sections(raw: dict[str, Any], origin: str) -> None:
     """fp16/bf16 and monitor sections as DeepSpeed's models read them; communication_data_type's choices."""
     for name, known in PRECISION_KEYS.items():
@@ -191,6 +210,8 @@ def check_sections(raw: dict[str, Any], origin: str) -> None:
                               f"\"{key}\": {{\"enabled\": true}}.")
         _unknown_keys(section, known, key, origin, f"DeepSpeed{name.upper()}Config")
         _precision_types(section, key, origin, f"DeepSpeed{name.upper()}Config")
+        if name == "fp16":
+            _dynamic_loss_scale(section, origin)
     for name, known in MONITOR_KEYS.items():
         section = raw.get(name)
         if isinstance(section, dict):
