@@ -14,7 +14,8 @@ from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_b
                                                        pinned_offload_release)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
-                                                    ds_optimizer, ds_precision, hf_batch, merge_megatron_batch)
+                                                    ds_optimizer, ds_precision, hf_batch, megatron_batch_key_warnings,
+                                                    merge_megatron_batch)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
@@ -101,7 +102,9 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)
             for key in ("recompute", "recompute_method", "recompute_num_layers"):
                 src[key] = ds.sources["recompute"]
-        merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src)
+        entry_point = megatron_entry_point(job.script)
+        merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src, entry_point)
+        warnings += [] if entry_point else megatron_batch_key_warnings(ds, parts.batch)
         warnings += ds_auto_batch_warnings(ds)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
                                  multi_rank_release=_multi_rank_release(ds, job.env),

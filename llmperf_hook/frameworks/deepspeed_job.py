@@ -181,14 +181,15 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
     return BatchConfig(micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=steps)
 
 
-def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None) -> BatchConfig:
+def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchConfig | None = None,
+             entry_point: bool = True) -> BatchConfig:
     """DeepSpeed's own triad; "auto" counts as unset (resolved when the other two, or Megatron's flags in `fallback`,
     fix it, as the Hugging Face Trainer and Accelerate fill it in; ds_auto_batch_warnings says what a plain
     deepspeed.initialize would do)."""
     def given(value: Any) -> int | None:
         return None if value in (None, AUTO) else int(value)
 
-    if fallback is not None:
+    if fallback is not None and entry_point:  # a user's own script may fill the keys in: megatron_batch_key_warnings
         check_batch_keys_given(ds, "Megatron-DeepSpeed hands the file to deepspeed.initialize as json.load reads it "
                                "(megatron/training.py _create_ds_config_dict; bigscience's setup_model_and_optimizer) "
                                "and fills no batch key from its flags",
@@ -236,10 +237,23 @@ def ds_auto_batch_warnings(ds: DsSettings) -> list[str]:
             "(DeepSpeedConfig._configure_train_batch_size). Write numbers unless the script fills \"auto\" in."]
 
 
-def merge_megatron_batch(ds: DsSettings, megatron: BatchConfig, dp: int, src: dict[str, Source]) -> BatchConfig:
-    """Megatron-DeepSpeed: DeepSpeed's engine and Megatron's microbatch calculator must agree on the batch."""
+def megatron_batch_key_warnings(ds: DsSettings, megatron: BatchConfig) -> list[str]:
+    """A user's own script taking Megatron's flags with a ds_config that gives no batch key: DeepSpeed refuses the file
+    as written (_NO_BATCH), but such a script may fill the keys from its flags before deepspeed.initialize (as
+    examples/cpu-testbed/train_gpt.py does), which llmperf cannot see: priced as its flags' batch, with a warning."""
+    if ds.train_batch_size is not None or ds.micro_batch_size is not None:
+        return []
+    return [f"{ds.path} gives neither train_batch_size nor train_micro_batch_size_per_gpu: priced as the flags' batch "
+            f"(global {megatron.global_batch_size}, micro {megatron.micro_batch_size}), which the script must fill in "
+            f"itself; passed unchanged, {_NO_BATCH}."]
+
+
+def merge_megatron_batch(ds: DsSettings, megatron: BatchConfig, dp: int, src: dict[str, Source],
+                         entry_point: bool = True) -> BatchConfig:
+    """Megatron-DeepSpeed: DeepSpeed's engine and Megatron's microbatch calculator must agree on the batch.
+    `entry_point`: the script is Megatron-DeepSpeed's own (megatron_entry_points), which hands the file over as read."""
     ds_src: dict[str, Source] = {}
-    resolved = ds_batch(ds, dp, ds_src, fallback=megatron)
+    resolved = ds_batch(ds, dp, ds_src, fallback=megatron, entry_point=entry_point)
     if (resolved.global_batch_size, resolved.micro_batch_size) != (megatron.global_batch_size, megatron.micro_batch_size):
         raise ConfigError(
             f"{ds.path} gives train_batch_size {resolved.global_batch_size} / micro {resolved.micro_batch_size} but Megatron's "

@@ -79,3 +79,16 @@ def test_explain_exits_2_naming_the_file_and_the_fix(tmp_path: Path, capsys: pyt
     out = llmperf(capsys, "explain", "--", *MEGATRON, path)
     assert out.code == 2 and path in out.err and "Traceback" not in out.err
     assert "\"train_micro_batch_size_per_gpu\": 2" in out.err
+
+
+def test_a_users_own_script_taking_megatron_flags_may_fill_the_keys_itself(tmp_path: Path) -> None:
+    """Only Megatron-DeepSpeed's own entry points hand the file over as read; a user's script taking the same flags
+    may fill the batch keys before deepspeed.initialize (examples/cpu-testbed/train_gpt.py does), which llmperf
+    cannot see: priced as the flags' batch with a warning, not refused."""
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    testbed = Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed"
+    own = [*MEGATRON[:3], str(testbed / "train_gpt.py"), *MEGATRON[4:], str(testbed / "ds_zero1.json")]
+    job, cfg = resolve_job(own, {})
+    assert (cfg.batch.global_batch_size, cfg.batch.micro_batch_size) == (64, 2)
+    assert any("must fill in itself" in w for w in cfg.warnings), cfg.warnings
