@@ -96,6 +96,10 @@ _GPT2_DEFAULTS: dict[str, Any] = {
     "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
 }
 """transformers models/gpt2/configuration_gpt2.py GPT2Config.__init__'s defaults (openai-community/gpt2's shape)."""
+_GPT2_LEGACY = {"gradient_checkpointing": False}
+"""GPT2Config attributes of the transformers releases before 4.11 (`gradient_checkpointing=False` in __init__; 4.11
+moved it to model.gradient_checkpointing_enable()), which the scripts of that era override (bigscience
+experiments/gpt2-hf-ds: `--config_overrides "...,gradient_checkpointing=true,use_cache=False"`)."""
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
                  "num_hidden_layers": "n_layer"}
 """GPT2Config.attribute_map: PretrainedConfig's __setattr__ / __getattribute__ map these names to GPT-2's own."""
@@ -107,7 +111,7 @@ _BASE_DEFAULTS: dict[str, Any] = {
     "finetuning_task": None, "tokenizer_class": None, "architectures": None, "torch_dtype": None,
 }
 """The PretrainedConfig.__init__ attributes every config has (configuration_utils.py), with their defaults."""
-_SCRATCH_CONFIGS = {"gpt2": (_GPT2_DEFAULTS, _GPT2_ALIASES)}
+_SCRATCH_CONFIGS = {"gpt2": ({**_GPT2_DEFAULTS, **_GPT2_LEGACY}, _GPT2_ALIASES)}
 """The model types whose default config llmperf knows, for run_clm.py's `--model_type` without a checkpoint."""
 
 

@@ -56,6 +56,9 @@ def _scratch_config(flags: FlagValues) -> tuple[dict[str, Any], Source] | None:
         return None
     given = " ".join(f"{flags.seen_flags[d]} {flags.get(d)}" for d in ("model_type", "config_overrides") if flags.has(d))
     raw = config_from_overrides(flags.get("model_type"), flags.get("config_overrides"))
+    if raw.get("gradient_checkpointing") and not flags.has("gradient_checkpointing"):  # the model checkpoints its
+        flags.values["gradient_checkpointing"] = True  # blocks (transformers < 4.11): priced as the Trainer's flag
+        flags.sources["gradient_checkpointing"] = Source(SourceKind.ARGV, "--config_overrides gradient_checkpointing")
     return shape_from_hf_config(raw, given), Source(SourceKind.ARGV, given)
 
 

@@ -61,3 +61,14 @@ def test_overrides_with_a_checkpoint_stop_run_clm() -> None:
 def test_an_unknown_model_type_names_what_to_give() -> None:
     with pytest.raises(ConfigError, match="--model_type falcon .* llmperf knows for gpt2 only"):
         script([*RUN_CLM[:4], "--model_type", "falcon", "--block_size", "1024", "--config_overrides", "num_hidden_layers=4"])
+
+
+def test_the_era_s_gradient_checkpointing_attribute_is_priced() -> None:
+    """bigscience experiments/gpt2-hf-ds/hf_ds_gpt2_perf_n16.slurm overrides `gradient_checkpointing=true,
+    use_cache=False`: a GPT2Config attribute before transformers 4.11, which made the model checkpoint its blocks."""
+    overrides = "n_embd=8192,n_head=32,n_layer=64,n_positions=1024,gradient_checkpointing=true,use_cache=False"
+    cfg = script([*RUN_CLM, "--config_overrides", overrides])
+    assert (cfg.model.num_layers, cfg.model.hidden_size) == (64, 8192)
+    assert cfg.recompute.granularity == "full"
+    assert "gradient_checkpointing" in str(cfg.sources["recompute"])
+    assert script(RUN_CLM).recompute.granularity != "full"
