@@ -152,8 +152,16 @@ def _check_pipeline(flags: FlagValues) -> None:
             "TransformerConfig: 'pipeline_model_parallel_layout cannot be set with other pipeline layout arguments').")
 
 
-def _check_context_parallel(flags: FlagValues, script_args: Sequence[str]) -> None:
+def _check_context_parallel(flags: FlagValues, script_args: Sequence[str], num_layers: int) -> None:
+    """validate_args' --hierarchical-context-parallel-sizes assert; TransformerConfig asserts that a --cp-comm-type
+    list (more than one value: validate_args unwraps one) names one type per layer, under CP > 1 (transformer_config.py
+    HEAD :3103-3108, core_v0.16.1 :1928-1933; since 91a8a4c8dc, 2024-10, with the per-layer list)."""
     types = list_values(script_args, "--cp-comm-type") or []
+    if len(types) > 1 and flags.get("context_parallel_size", 1) > 1 and len(types) != num_layers:
+        raise ConfigError(f"--cp-comm-type {' '.join(types)} (argv) gives {len(types)} types for {num_layers} layers: "
+                          f"Megatron's TransformerConfig asserts 'Length of cp_comm_type ({len(types)}) should equal to "
+                          f"the total number of transformer layers ({num_layers})'. Give one type for all layers or one "
+                          "per layer.")
     if any("a2a+p2p" in t for t in types) and not flags.has("hierarchical_context_parallel_sizes"):
         raise ConfigError("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (arguments.py validate_args "
                           "asserts it). Give the two-level sizes, e.g. --hierarchical-context-parallel-sizes 2 4.")
@@ -337,7 +345,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_pipeline(flags)
     if ds_flavour:  # Megatron-DeepSpeed: DeepSpeed-MoE and its own recompute/offload flags
         return _check_megatron_deepspeed(flags, script_args, parallel)
-    _check_context_parallel(flags, script_args)
+    _check_context_parallel(flags, script_args, model.num_layers)
     _check_recompute_module_needs(flags, script_args)
     _check_cpu_offloading(flags, model)
     _check_fsdp(flags, parallel, bool(flags.get("fp16")))

@@ -42,10 +42,11 @@ def _fake_device(arguments, mp) -> None:
     import torch
     from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.optimizer import optimizer_config
+    from megatron.core.transformer import transformer_config
 
     mp.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
     mp.setattr(arguments, "get_device_arch_version", lambda: 9)
-    for module in (arguments, optimizer_config):
+    for module in (arguments, optimizer_config, transformer_config):
         mp.setattr(module, "is_te_min_version", lambda *a, **k: True)
     if rope_utils.fused_apply_rotary_pos_emb is None:
         mp.setattr(rope_utils, "fused_apply_rotary_pos_emb", lambda *a, **k: None)

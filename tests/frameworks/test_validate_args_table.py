@@ -233,6 +233,23 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("normalization in lower case", ("--normalization", "rmsnorm"), None),
     ("normalization in mixed case", ("--normalization", "RMSnorm"), "not a choice"),
     ("train iterations and samples", ("--train-iters", "100", "--train-samples", "100"), "expected iteration-based"),
+    ("cp comm type per layer, too few", ("--context-parallel-size", "2", "--cp-comm-type", "p2p", "a2a"),
+     "should equal to the total number of transformer layers"),
+    ("cp comm type for all layers", ("--context-parallel-size", "2", "--cp-comm-type", "a2a"), None),
+    ("cp comm type list without cp", ("--cp-comm-type", "p2p", "a2a"), None),
+    ("layernorm recompute under fp8 tensorwise", ("--bf16", "--recompute-granularity", "selective", "--recompute-modules",
+                                                  "layernorm", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"),
+     None),
+    ("layernorm recompute under fp8 delayed", ("--bf16", "--recompute-granularity", "selective", "--recompute-modules",
+                                               "layernorm", "--fp8-format", "hybrid"), "Delayed scaling"),
+    ("shared expert recompute with its overlap", ("--recompute-granularity", "selective", "--recompute-modules",
+                                                  "shared_experts", "--num-experts", "8", "--disable-bias-linear",
+                                                  "--moe-shared-expert-intermediate-size", "4096",
+                                                  "--moe-shared-expert-overlap", "--moe-token-dispatcher-type", "alltoall"),
+     "cannot work with --moe-shared-expert-overlap"),
+    ("moe layer recompute with full", ("--moe-layer-recompute", "--num-experts", "8", "--recompute-granularity", "full",
+                                       "--recompute-method", "uniform", "--recompute-num-layers", "1"), "moe-layer-recompute"),
+    ("mla with gqa", ("--multi-latent-attention", "--group-query-attention", "--num-query-groups", "8"), "group"),
 ]
 
 
