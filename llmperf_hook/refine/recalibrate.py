@@ -73,12 +73,13 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
     # its own configuration's scale: the whole step shrunk as one reading (refine/own_scales.py)
     kept = own_log_scales(rows, variances, wait)
-    read = {c.fingerprint: statistics.fmean(w for f, w, _ in waits if f == c.fingerprint) for c in configs}
+    fingerprinted = [c for c in configs if not c.fingerprint.startswith("job:")]  # a run without one stands alone
+    read = {c.fingerprint: statistics.fmean(w for f, w, _ in waits if f == c.fingerprint) for c in fingerprinted}
     own = tuple(ConfigScale(c.fingerprint, math.exp(kept[c.fingerprint]),
                             math.exp(statistics.fmean(c.log_ratios) + read[c.fingerprint]), len(c.log_ratios),
                             labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0), c.shares,
                             read[c.fingerprint])
-                for c in configs if not c.fingerprint.startswith("job:"))
+                for c in fingerprinted)
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
                       sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix,

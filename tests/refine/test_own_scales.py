@@ -77,3 +77,9 @@ def test_a_configuration_with_only_contended_runs_keeps_the_wait_it_assumed() ->
     cal = fit_key_calibration("h", "c", "fw", [row], TESTBED)[0]
     assert cal.apply(0.050, "a") == pytest.approx(0.055)
     assert "whole step weighted as one reading" in cal.describe("a")
+
+
+def test_a_run_without_a_fingerprint_stands_alone_and_gets_no_own_scale() -> None:
+    cal = fit_key_calibration("h", "c", "fw", [_row("j", None, 0.05, 0.06, 1.1), _row("k", "a", 0.05, 0.055)],
+                              TESTBED)[0]
+    assert [c.fingerprint for c in cal.config_scales] == ["a"] and cal.num_configs == 2
