@@ -19,8 +19,7 @@ from typing import Any, Sequence
 import click
 
 from llmperf_hook.errors import InfeasibleError, LlmperfError, UsageError
-
-GiB = float(1 << 30)
+from llmperf_hook.tune.infeasible import host_offloads, host_unchecked, infeasible_message, nearest_json
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -51,13 +50,13 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     try:
         top_k = _check_usage(argv, top_arg, dry_run, apply_best)
         job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-        result, space = _search(cfg, spec, search_file, top_k, argv, job.script_args)
+        result, space, fork_rules = _search(cfg, spec, search_file, top_k, argv, job.script_args, job.script)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
         if fmt == "json":
             _echo_json_error(str(err), err.exit_code)
         raise
     elapsed = time.perf_counter() - started
-    header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node)}
+    header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
     if not result.top:
@@ -66,7 +65,7 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
             from llmperf_hook.tune.render import search_json
 
             _echo_json_error(message, 3, fits=False, header=header, knobs=header["knobs"],
-                             search=search_json(result, header), nearest=_nearest_json(result))
+                             search=search_json(result, header), nearest=nearest_json(result))
         raise InfeasibleError(message)
     plans, changes = _plans(argv, cfg, result)
     applied = plans[0] if apply_best else None
@@ -79,6 +78,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     if batch_script:  # applied only by appending to the script's arguments where it passes them on ("$@")
         applied, refusal = _script_plan(argv, plans[0], changes[0], cfg, result.top[0].candidate,
                                         (cluster, hardware, nnodes, nproc_per_node, model))
+    if applied is not None and refusal is None:
+        refusal = _write_before_output(applied, dry_run)
     if fmt == "json":
         from llmperf_hook.tune.render import render_json
 
@@ -161,15 +162,17 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
 
 
 def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = (),
-            script_args: Sequence[str] = ()) -> tuple[Any, Any]:
-    """The search over the command's space; `script_args` are the training script's own flags as the launch was
-    parsed (inside `sh -c`, an sbatch or a bash script, variables expanded: ParsedJob.script_args)."""
+            script_args: Sequence[str] = (), script: str = "") -> tuple[Any, Any, dict[str, str]]:
+    """The search over the command's space, the space and the knobs the command's fork keeps (knob -> why);
+    `script_args` are the training script's own flags as the launch was parsed (inside `sh -c`, an sbatch or a bash
+    script, variables expanded: ParsedJob.script_args), `script` the training script."""
     from dataclasses import replace
 
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
     from llmperf_hook.tune.candidates import generate_candidates
     from llmperf_hook.tune.command_rules import command_rule_masks
+    from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
 
@@ -188,11 +191,15 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
+    pins = pin_fork_knobs(space, cfg, script, script_args)  # flags the fork's parser lacks are never written
+    for note in pins.warnings:
+        click.echo(f"llmperf tune: warning: {note}", err=True)
+    space = pins.space
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
                                command_rules=command_rule_masks(cfg, script_args))
-    return result, space
+    return result, space, pins.rules
 
 
 def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str]) -> tuple[int, ...]:
@@ -232,29 +239,9 @@ def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[st
             "host_capacity_bytes": spec.host_memory_bytes, "host_offload": host_offloads(cfg)}
 
 
-def host_offloads(cfg: Any) -> list[str]:
-    """What of the command keeps state in host memory (schedule/host_memory.py), in its framework's words: tune keeps
-    these settings and checks each candidate's host RAM against the cluster's where it states it."""
-    o = cfg.optimizer
-    if "deepspeed" not in cfg.framework:  # Megatron-LM's --optimizer-cpu-offload or torch FSDP's CPU offload
-        if o.offload_optimizer == "none":
-            return []
-        return [f"--optimizer-cpu-offload (--optimizer-offload-fraction {o.offload_optimizer_ratio:g})"
-                if cfg.framework == "megatron" else "FSDP CPU offload"]
-    parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
-             f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
-             "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
-    return [p for p in parts if p]
-
-
-def host_unchecked(cfg: Any, spec: Any) -> str:
-    return (f"the command keeps state in host memory ({', '.join(host_offloads(cfg))}), but cluster {spec.name} does not "
-            "state its host RAM (host_memory_GiB in its YAML), so no candidate's host memory is checked: one that tune "
-            "lists may not fit the nodes' RAM. Give --cluster a YAML with host_memory_GiB to check it.")
-
-
-def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]]:
-    """Which knobs were searched (values tried) and which kept as the command has them (tune/render.split_knobs)."""
+def _knobs(cfg: Any, space: Any, gpus_per_node: int, fork_rules: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Which knobs were searched (values tried) and which kept as the command has them (tune/render.split_knobs);
+    `fork_rules`: the knobs the command's fork keeps, and why (tune/fork_knobs.py)."""
     from dataclasses import asdict
 
     from llmperf_hook.tune.candidate import candidate_of
@@ -262,7 +249,7 @@ def _knobs(cfg: Any, space: Any, gpus_per_node: int) -> dict[str, dict[str, Any]
     from llmperf_hook.tune.render import split_knobs
 
     return {**split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg))),
-            "rules": knob_rules(cfg, space)}
+            "rules": {**knob_rules(cfg, space), **fork_rules}}
 
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:
@@ -283,6 +270,8 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     original = None
     if ref is not None and cfg.framework != "megatron" and (written or os.path.isfile(ref.path)):
         original = dsr.read_ds_config(Path(ref.path), written)
+    elif ref is None and (plugin_file := _plugin_config_file(before)) is not None:
+        original = dsr.read_ds_config(Path(plugin_file))  # accelerate's: its copy's keys are diffed against it
     shown_plans = [replace(p, argv=tuple(launch_words(p.argv))) for p in plans]
     return plans, [command_changes(before, replace(p, new_files={**_reused_copy(p), **p.new_files}), original)
                    for p in shown_plans]
@@ -297,9 +286,11 @@ def _reused_copy(plan: Any) -> dict[str, str]:
     from llmperf_hook.tune import ds_config_rewrite as dsr
 
     ref = dsr.find_ds_config(list(plan.argv))
-    if ref is None or dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG) or dsr.TUNED_SUFFIX not in ref.path:
+    named = _plugin_config_file(list(plan.argv)) if ref is None else ref.path
+    if named is None or (ref and dsr.inline_form(ref.path, ref.flag == dsr.HF_DEEPSPEED_FLAG)) or \
+            dsr.TUNED_SUFFIX not in named:
         return {}
-    path = os.path.abspath(ref.path)
+    path = os.path.abspath(named)
     if path in plan.new_files or not os.path.isfile(path):
         return {}
     try:
@@ -308,48 +299,42 @@ def _reused_copy(plan: Any) -> dict[str, str]:
         return {}
 
 
-def _nearest_json(result: Any) -> dict[str, Any] | None:
-    """The least-memory configuration an infeasible search found (what the message names), as JSON."""
-    near = result.nearest
-    if near is None:
-        return None
-    host_bound = _host_bound(result, near)
-    short = (near.host_bytes - near.host_capacity_bytes if host_bound
-             else near.peak_bytes - (1 - result.memory_margin) * near.capacity_bytes)
-    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
-            "short_of": "host" if host_bound else "gpu", "short_bytes": short,
-            "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit)}
+def _plugin_config_file(argv: list[str]) -> str | None:
+    """The ds_config file accelerate's DeepSpeed plugin reads for `argv` (no ds_config flag of the script names it),
+    where it is a readable file."""
+    from llmperf_hook.tune.accelerate_apply import accelerate_config_file
+
+    path = accelerate_config_file(argv)
+    return path if path and os.path.isfile(path) else None
 
 
-def _host_bound(result: Any, near: Any) -> bool:
-    """The host, not the GPU, rules the nearest layout out: it fits the usable GPU memory, not the host RAM."""
-    return near.peak_bytes <= (1 - result.memory_margin) * near.capacity_bytes and not near.host_fits
+def _write_before_output(plan: Any, dry_run: bool) -> str | None:
+    """Why --apply cannot go on (exit 2), or None once the tuned files exist: checked and written before the result is
+    printed, so that a launcher that is not there or a folder that cannot take the copy (a read-only config folder, a
+    full disk) is said in the one JSON object, not after a result that reads as applied."""
+    from llmperf_hook.commands.run import check_launchable
+    from llmperf_hook.launch.parse import leading_assignments
+    from llmperf_hook.tune import apply
 
-
-def _layers_meaning(layers: int | None) -> str:
-    """What `nearest.layers_that_fit` says: null was both "no layer count fits" and "not known"."""
-    if layers is None:
-        return ("not known: with fewer layers the command's own stage split (--decoder-first/last-pipeline-num-layers, "
-                "an embedding or loss counted in the split) breaks Megatron's rules, so no smaller model was priced")
-    if layers == 0:
-        return "no layer count fits: not even one layer per pipeline chunk, with the hidden size, sequence, batch and GPUs kept"
-    return "the most layers (whole pipeline chunks) that fit with this layout, hidden size, sequence, batch and GPUs kept"
+    try:
+        if not dry_run:  # a launcher that is not there: said before a tuned ds_config is written for nothing
+            check_launchable(leading_assignments(plan.argv)[1])
+        apply.write_planned_files(plan)
+    except UsageError as err:
+        return str(err)
+    except OSError as err:  # a read-only folder, a full disk, a name taken between planning and writing
+        return (f"cannot write the tuned DeepSpeed config {err.filename or ''}: {err.strerror or err}. Make its folder "
+                "writable, or copy the ds_config somewhere writable and point the command at it (the original is "
+                "untouched).")
+    return None
 
 
 def _apply(plan: Any, dry_run: bool, quiet: bool, unchanged: bool = False) -> None:
-    from llmperf_hook.tune.apply import write_planned_files
-
-    from llmperf_hook.commands.run import check_launchable, exec_command
+    """Say what was written and run (or, in a dry run, print) the applied command; its files exist already."""
+    from llmperf_hook.commands.run import exec_command
     from llmperf_hook.launch.parse import leading_assignments
 
     assigned, program_argv = leading_assignments(plan.argv)  # `FOO=1 deepspeed ...`: FOO for the job, as a shell does
-    if not dry_run:  # a launcher that is not there: say so before a tuned ds_config is written for nothing
-        check_launchable(program_argv)
-    try:
-        write_planned_files(plan)
-    except OSError as err:  # a read-only folder, a full disk, a name taken between planning and writing
-        raise UsageError(f"cannot write the tuned DeepSpeed config {err.filename or ''}: {err.strerror or err}. Make its "
-                         "folder writable, or copy the ds_config somewhere writable and point the command at it.") from None
     say = (lambda s: click.echo(s, err=True)) if quiet else click.echo
     if unchanged:  # --apply of a command that is already the fastest layout found: said, then run as given
         say("llmperf tune: your command is already the fastest configuration found: nothing to change")
@@ -360,54 +345,3 @@ def _apply(plan: Any, dry_run: bool, quiet: bool, unchanged: bool = False) -> No
         return
     exec_command(program_argv, {**os.environ, **assigned})
 
-
-def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
-    usable = (1 - result.memory_margin) * header["capacity_bytes"] / GiB
-    host_gib = header.get("host_capacity_bytes", 0) / GiB
-    host = (f", {result.num_oom_host:,} of them out of host RAM ({host_gib:,.0f} GiB per node) while fitting the GPU"
-            if result.num_oom_host else "")
-    counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
-              f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
-              f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
-              f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}){host}.")
-    near = result.nearest
-    if near is None:
-        return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
-    host_bound = _host_bound(result, near)
-    if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
-        msg = (f"nothing fits: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
-               f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
-               f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
-               f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
-    else:
-        msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
-               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over.")
-    return msg + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound)
-
-
-def _largest_model(result: Any, cfg: Any, near: Any) -> str:
-    """The sentence naming the largest model of this shape that would fit with `near`'s layout (or why none / unknown)."""
-    if result.layers_that_fit:
-        return (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
-                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
-                f"hidden size, sequence length, batch and GPUs kept).")
-    if result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
-        chunk = near.config.parallel.pp * near.config.parallel.vpp
-        return (f" With that layout the largest model that would fit has no layers: no smaller model of this shape "
-                f"fits either, not even {chunk} layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size "
-                f"{cfg.model.hidden_size}, sequence length {cfg.model.seq_length}, batch and GPUs kept.")
-    # None: the smaller models broke a stage rule of the command, so the largest that fits is not known
-    return f" The largest model that would fit with that layout is {_layers_meaning(None)}."
-
-
-def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
-    if host_bound:  # the host knobs of run --require-fit (schedule/memory_knobs._host_knobs), in the same words
-        less = {"megatron": "a smaller --optimizer-offload-fraction, or no --optimizer-cpu-offload",
-                "torch": "no FSDP CPU offload"}.get(cfg.framework, "offload_param / offload_optimizer to none or nvme, "
-                                                    "a smaller offload_optimizer.ratio, no --checkpoint-in-cpu")
-        return f" Offload less ({less}), use more nodes, or a cluster with more host RAM (--cluster)."
-    if cfg.framework in ("megatron", "megatron-deepspeed"):
-        return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
-    script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
-    return (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
-            f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")

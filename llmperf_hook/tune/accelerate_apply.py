@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from llmperf_hook.frameworks.deepspeed_config import AUTO
 from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS, accelerate_options_start
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.tune import argv_edit as ed
@@ -36,8 +37,10 @@ def accelerate_options_span(argv: Sequence[str]) -> tuple[int, int] | None:
 
 
 def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Candidate, new: Candidate,
-                           num_microbatches: int, cwd: Path, notes: list[str]) -> tuple[list[str], dict[str, str]]:
-    """(new argv, files to write) so that the Trainer and the DeepSpeed plugin run `new`."""
+                           batch: tuple[int, int], cwd: Path, notes: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(new argv, files to write) so that the Trainer and the DeepSpeed plugin run `new`; `batch` = (micro-batches
+    per step, global batch) of the tuned layout."""
+    num_microbatches, global_batch = batch
     if new == base:  # the command's own layout: its ds_config runs as it is (as apply._retarget_ds_config)
         return list(argv), {}
     start, rest = span
@@ -52,7 +55,7 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
     if path is not None:
         original = Path(path) if Path(path).is_absolute() else cwd / path
         raw = dsr.read_ds_config(original)
-        tuned = dsr.tuned_ds_config(raw, new, num_microbatches, set_zero=new.zero_stage != base.zero_stage)
+        tuned = tuned_plugin_config(raw, new, num_microbatches, global_batch, set_zero=new.zero_stage != base.zero_stage)
         if tuned != raw:  # a tuned copy an earlier --apply wrote with this content is reused, as for --deepspeed_config
             content = json.dumps(tuned, indent=2) + "\n"
             target = dsr.fresh_path(original, content)
@@ -66,6 +69,36 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
     else:
         options = _plugin_options(options, base, new, num_microbatches, notes)
     return [*head, *options, *new_script], files
+
+
+def accelerate_config_file(argv: Sequence[str]) -> str | None:
+    """The ds_config file the DeepSpeed plugin of the command's `accelerate launch` reads (its --deepspeed_config_file,
+    or the deepspeed_config_file of accelerate's config file), or None."""
+    span = accelerate_options_span(argv)
+    if span is None:
+        return None
+    return ed.flag_value(list(argv[span[0]:span[1]]), _CONFIG_FILE) or _config_file_setting(argv, span[0])
+
+
+def tuned_plugin_config(raw: dict[str, Any], new: Candidate, num_microbatches: int, global_batch: int,
+                        set_zero: bool) -> dict[str, Any]:
+    """The tuned copy of a ds_config file the DeepSpeed plugin reads, with a batch triad that runs the held global batch.
+
+    DeepSpeedPlugin.__post_init__ (accelerate/utils/dataclasses.py) sets gradient_accumulation_steps to 1 where the
+    file has none, and Accelerator._prepare_deepspeed fills only "auto" values (train_micro_batch_size_per_gpu from the
+    dataloader, train_batch_size = micro x accumulation x processes; deepspeed_config_process(must_match=False)):
+    a copy with a tuned micro-batch, no accumulation and no train_batch_size ran micro x 1 x DP, and the Trainer's
+    tuned --gradient_accumulation_steps then mismatched the plugin's 1 (HfTrainerDeepSpeedConfig.fill_match). So a
+    copy whose micro-batch is a number states the tuned accumulation and train_batch_size too; "auto" values stay,
+    filled from the Trainer's rewritten flags."""
+    tuned = dsr.tuned_ds_config(raw, new, num_microbatches, set_zero=set_zero, global_batch_size=global_batch)
+    if tuned.get("train_micro_batch_size_per_gpu") == AUTO:
+        return tuned
+    if tuned.get("gradient_accumulation_steps", 1) != AUTO:  # absent = the plugin's 1
+        tuned["gradient_accumulation_steps"] = num_microbatches
+    if tuned.get("train_batch_size") is None:
+        tuned["train_batch_size"] = global_batch
+    return tuned
 
 
 def _config_file_setting(argv: Sequence[str], start: int) -> str | None:

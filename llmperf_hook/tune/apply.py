@@ -188,7 +188,8 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         return TunedCommand(argv=tuple(rlhf), notes=tuple(notes))
     span = accelerate_options_span(out) if base_cfg.framework == "hf-deepspeed" else None
     if span is not None and dsr.find_ds_config(out[span[1]:]) is None:  # the DeepSpeed plugin of accelerate launch
-        out, files = rewrite_accelerate_job(out, span, base, new, new_cfg.batch.num_microbatches, cwd or Path.cwd(), notes)
+        batch = (new_cfg.batch.num_microbatches, new_cfg.batch.global_batch_size)
+        out, files = rewrite_accelerate_job(out, span, base, new, batch, cwd or Path.cwd(), notes)
         return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":

@@ -18,6 +18,7 @@ only orders candidates and skips hopeless ones:
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -25,7 +26,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.tune import surrogate
 from llmperf_hook.tune.candidate import Candidate, apply_candidate, candidate_of, changed_fields
@@ -129,6 +130,9 @@ class TuneResult:
     num_oom_host: int = 0
     """Of num_oom_predicted: fit the GPU, but the offloads pin more host RAM per node than the cluster states (the
     verdict `run --require-fit` exits 3 on)."""
+    seq_length_that_fits: int | None = None
+    """When not even one layer per chunk fits (layers_that_fit 0): the longest sequence with which this model, all its
+    layers, would fit with `nearest`'s layout (None: none does, e.g. its weights alone are over)."""
 
     @property
     def num_invalid(self) -> int:
@@ -229,17 +233,18 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
         for mask in (oom_est, slower):
             mask[base_row] = False
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
-    nearest = layers = None
+    nearest = layers = seq = None
     num_oom_host = len(prog.host_unfit) + prog.num_host_memory_only
     if not top:
         nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
+        seq = _seq_length_that_fits(nearest, job) if nearest is not None and layers == 0 else None
     return TuneResult(
         top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
         invalid_by_rule=prog.invalid,
         num_oom_estimated=int(oom_est.sum()),
         num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only + num_oom_host, num_slower=int(slower.sum()),
         num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest,
-        layers_that_fit=layers, num_oom_host=num_oom_host,
+        layers_that_fit=layers, num_oom_host=num_oom_host, seq_length_that_fits=seq,
     )
 
 
@@ -382,20 +387,45 @@ def _layers_that_fit(ev: Evaluated, job: _Job) -> int | None:
     command (its uneven first / last stage sizes or an embedding counted in the split no longer apply), so its
     memory says nothing."""
     cfg, step = ev.config, ev.config.parallel.pp * ev.config.parallel.vpp
-    lo, hi = 0, cfg.model.num_layers // step
     broke_a_rule = False
 
     def fits(units: int) -> bool:
         nonlocal broke_a_rule
-        shape = dataclasses.replace(cfg.model, num_layers=units * step)
-        try:
-            est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
-        except ConfigError:  # that layer count breaks a stage rule (uneven first/last stages)
-            broke_a_rule = True
-            return False
-        return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes and getattr(est.memory, "host_fits", True)
+        fit = _shape_fits(dataclasses.replace(cfg.model, num_layers=units * step), cfg, job)
+        broke_a_rule |= fit is None  # that layer count breaks a stage rule (uneven first/last stages)
+        return bool(fit)
 
+    units = _most_units(fits, 0, cfg.model.num_layers // step)
+    return units * step if units else (None if broke_a_rule else 0)
+
+
+def _seq_length_that_fits(ev: Evaluated, job: _Job) -> int | None:
+    """Bisection on seq_length (multiples of what the layout needs it divisible by: TP under sequence parallelism,
+    2 x CP for context parallelism's load-balanced halves, arguments.py / validation) with every layer kept: the
+    longest sequence that fits `ev`'s layout, or None when not even one step does (the weights alone are over)."""
+    cfg = ev.config
+    p = cfg.parallel
+    step = math.lcm(p.tp if p.sequence_parallel else 1, 2 * p.cp if p.cp > 1 else 1)
+
+    def fits(units: int) -> bool:
+        return bool(_shape_fits(dataclasses.replace(cfg.model, seq_length=units * step), cfg, job))
+
+    units = _most_units(fits, 0, cfg.model.seq_length // step - 1)
+    return units * step or None
+
+
+def _shape_fits(shape: ModelShape, cfg: TrainingConfig, job: _Job) -> bool | None:
+    """`cfg` with model `shape` fits the usable GPU memory and the host RAM (None: the framework refuses it)."""
+    try:
+        est = job.predict(dataclasses.replace(cfg, model=shape), job.cluster)
+    except ConfigError:
+        return None
+    return float(est.memory.peak_bytes_per_gpu) <= job.usable_bytes and getattr(est.memory, "host_fits", True)
+
+
+def _most_units(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest n in lo..hi with fits(n), fits being monotone (lo when none above it fits)."""
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo * step if lo else (None if broke_a_rule else 0)
+    return lo

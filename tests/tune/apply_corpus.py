@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,10 @@ class Case:
     """tune's exit code: 0, 2 (the framework would refuse the command, or --apply cannot rewrite it), 3 nothing fits."""
     says: str = ""
     """Text the exit-2 / exit-3 message must hold."""
+    search: str = ""
+    """A --search YAML (written to llmperf-search.yaml in the scratch folder) that narrows or widens the space."""
+    cwd: str = ""
+    """The folder (relative to the scratch folder) the command is launched from: `../configs/ds.json` paths."""
 
 
 def _megatron(name: str, argv: list[str], **kw: Any) -> Case:
@@ -220,10 +225,10 @@ CASES: tuple[Case, ...] = (
          says="largest model"),
     Case("mds-no-batch-keys", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size",
          "64", "--bf16", "--deepspeed", "--deepspeed_config", "ds.json", "--tensor-model-parallel-size", "2"),
-         files={"ds.json": ds(1)}),
+         files={"ds.json": ds(1)}, expect=2, says="train_micro_batch_size_per_gpu"),  # DeepSpeedConfig asserts
     Case("mds-gas-only", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "64",
          "--bf16", "--deepspeed", "--deepspeed_config", "ds.json", "--tensor-model-parallel-size", "2"),
-         files={"ds.json": ds(1, gradient_accumulation_steps=16)}),
+         files={"ds.json": ds(1, gradient_accumulation_steps=16)}, expect=2, says="train_micro_batch_size_per_gpu"),
     Case("mds-ulysses", (*DS_8, "pretrain_gpt.py", *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "32",
          "--ds-sequence-parallel-size", "2", "--bf16", "--deepspeed", "--deepspeed_config", "ds.json",
          "--no-pipeline-parallel", "--zero-stage", "2", "--use-flash-attn-v2"),
@@ -256,7 +261,8 @@ CASES: tuple[Case, ...] = (
          files={"cfg/ds.json": ds(1, train_batch_size=64, train_micro_batch_size_per_gpu=1)}),
     # Hugging Face Trainer and accelerate
     Case("hf-trainer-no-batch-keys", (*DS_8, "run_clm.py", "--deepspeed", "ds.json", "--per_device_train_batch_size",
-         "2", "--gradient_accumulation_steps", "2", *HF), files={"ds.json": ds(2)}, model="llama2-7b"),
+         "2", "--gradient_accumulation_steps", "2", *HF), files={"ds.json": ds(2)}, model="llama2-7b", expect=2,
+         says="train_micro_batch_size_per_gpu"),  # the Trainer fills only keys the file has ("auto"), none here
     Case("hf-trainer-auto-zero3", (*DS_8, "run_clm.py", "--deepspeed", "ds.json", "--per_device_train_batch_size",
          "2", "--gradient_accumulation_steps", "4", *HF), files={"ds.json": HF_AUTO}, model="llama2-7b"),
     Case("hf-trainer-torchrun-checkpointing", ("torchrun", "--nproc-per-node", "8", "run_clm.py", "--deepspeed",
@@ -286,16 +292,25 @@ def _hashes(root: Path) -> dict[str, str]:
 RunCli = Callable[[list[str]], tuple[int, str, str]]
 
 
-def check_case(case: Case, folder: Path, run_cli: RunCli, deepspeed_config: Any | None = None) -> list[str]:
-    """Every problem of tune --apply --dry-run on `case`, run from `folder` (the current directory) with `run_cli`."""
+def check_case(case: Case, folder: Path, run_cli: RunCli, deepspeed_config: Any | None = None,
+               seen: dict[str, Any] | None = None) -> list[str]:
+    """Every problem of tune --apply --dry-run on `case`, run from `folder` (or its `case.cwd`) with `run_cli`;
+    `seen` receives tune's JSON object ("data") for further checks."""
     for name, text in case.files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
+    search = ["--search", str(folder / "llmperf-search.yaml")] if case.search else []
+    if case.search:
+        (folder / "llmperf-search.yaml").write_text(case.search)
+    (folder / case.cwd).mkdir(parents=True, exist_ok=True)
+    os.chdir(folder / case.cwd)
     before = _hashes(folder)
     model = ["--model", case.model] if case.model else []
-    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", *model, "--apply", "--dry-run",
-                              "--", *case.argv])
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", *model, *search, "--apply",
+                              "--dry-run", "--", *case.argv])
     data = json.loads(out)  # --format json: one object, errors included
+    if seen is not None:
+        seen["data"] = data
     problems = [f"user file {k} changed" for k, v in before.items() if _hashes(folder).get(k) != v]
     if code != case.expect:
         return [*problems, f"exit {code}, expected {case.expect}: {data.get('error', err)[-600:]}"]

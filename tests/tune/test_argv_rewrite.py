@@ -109,8 +109,8 @@ def test_a_command_spelled_with_underscores_is_rewritten_in_its_spelling() -> No
     base = dataclasses.replace(_base(), tp=8, pp=1, sequence_parallel=True, recompute="selective",
                                recompute_num_layers=None)
     new = dataclasses.replace(base, tp=2, sequence_parallel=False, recompute="none", micro_batch_size=2,
-                              distributed_optimizer=True, cp=2)
+                              distributed_optimizer=True, vpp=2, pp=2)
     out = rewrite_megatron_argv(argv, base, new, 24, "megatron", (16, 64))
     assert out == ["torchrun", "--nproc_per_node", "8", "finetune.py", "--tensor_model_parallel_size", "2",
-                   "--micro_batch_size=2", "--global_batch_size", "64", "--lr", "1e-4", "--context_parallel_size", "2",
-                   "--use_distributed_optimizer"]
+                   "--micro_batch_size=2", "--global_batch_size", "64", "--lr", "1e-4", "--pipeline_model_parallel_size",
+                   "2", "--num_layers_per_virtual_pipeline_stage", "6", "--use_distributed_optimizer"]

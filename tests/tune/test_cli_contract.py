@@ -182,7 +182,7 @@ def test_nothing_fits_exits_3_naming_the_largest_that_would(tmp_path: Path, caps
     search = data["search"]
     assert search["num_fitting"] == 0 and search["num_oom_estimated"] + search["num_oom_predicted"] > 0
     _, cfg, spec, _ = api.resolve_command(argv, {}, cluster="dgx-h100")
-    result, _ = tune_command._search(cfg, spec, str(tmp_path / "search" / "space.yaml"), 5)
+    result, _, _ = tune_command._search(cfg, spec, str(tmp_path / "search" / "space.yaml"), 5)
     layout, usable = result.nearest.config, 0.95 * spec.gpu.memory_capacity_bytes
     step = layout.parallel.pp * layout.parallel.vpp
 

@@ -77,3 +77,50 @@ def test_the_json_says_by_how_much_the_nearest_is_short(capsys) -> None:
     assert code == 3 and near["short_of"] == "gpu" and near["short_bytes"] > 0
     assert abs(near["short_bytes"] - (near["peak_bytes"] - usable)) < 1.0
     assert f"{near['short_bytes'] / 2**30:.1f} GiB over" in data["error"]
+
+
+LONG = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096",
+        "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+        "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights", "--seq-length", "131072", "--max-position-embeddings", "131072",
+        "--vocab-size", "128256", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16"]
+
+
+def test_a_sequence_too_long_for_any_layer_count_names_the_longest_that_fits(capsys, tmp_path, monkeypatch) -> None:
+    """Llama-3-8B at a 128k sequence on 8 GPUs without TP or CP: not even one layer per stage fits (the logits of one
+    sequence alone are 131072 x 128256 values), so 'the largest model that would fit has no layers' named nothing that
+    fits. The longest sequence with every layer kept is named, and it is the longest: one token more does not fit."""
+    import dataclasses
+    import json
+
+    from llmperf_hook import api
+    from llmperf_hook.commands.tune import memory_only
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("tensor_parallel: [1]\ncontext_parallel: [1]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--format", "json", "--", *LONG],
+                             capsys)
+    near = json.loads(out)["nearest"]
+    seq = near["seq_length_that_fits"]
+    assert code == 3 and near["layers_that_fit"] == 0 and 0 < seq < 131072
+    assert f"all 32 layers with a sequence of at most {seq:,} tokens" in err
+    _, cfg, spec, _ = api.resolve_command(LONG, {}, cluster="dgx-h100")
+    pp = int(near["layout"].split("pp")[1].split()[0])
+    layout = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, pp=pp, dp=8 // pp),
+                                 recompute=dataclasses.replace(cfg.recompute, granularity="full", method="uniform",
+                                                               num_layers=1))
+    usable = 0.95 * spec.gpu.memory_capacity_bytes
+
+    def peak(tokens: int) -> float:
+        shape = dataclasses.replace(layout.model, seq_length=tokens)
+        return memory_only(dataclasses.replace(layout, model=shape), spec).peak_bytes_per_gpu
+
+    assert "rc:full" in near["layout"] and peak(seq) <= usable < peak(seq + 1)
+
+
+def test_weights_alone_over_say_no_sequence_helps(capsys) -> None:
+    import json
+
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
+    assert code == 3 and json.loads(out)["nearest"]["seq_length_that_fits"] is None
+    assert "Nor would a shorter sequence" in err

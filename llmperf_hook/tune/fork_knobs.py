@@ -1,0 +1,115 @@
+"""Knobs whose flags the parser of the command's Megatron fork lacks: kept at the command's value, never written.
+
+`tune --apply` states what it changes in Megatron-LM's flags (tune/megatron_argv.py). A fork's argument parser may
+lack some of them, and Megatron parses with `ArgumentParser(allow_abbrev=False).parse_args()`, so such a flag stops
+the job at start-up ('unrecognized arguments'). The knobs are audited here, per fork that explain tells apart:
+
+- epfLLM/Megatron-LLM (806a833; finetune.py given --model_name, frameworks/megatron_entry_points.megatron_llm_job):
+  every option of its megatron/arguments.py and finetune.py is in MEGATRON_LLM_OPTIONS (underscore spellings). It has
+  --tensor_model_parallel_size, --pipeline_model_parallel_size, --num_layers_per_virtual_pipeline_stage,
+  --sequence_parallel, --micro_batch_size, --global_batch_size, --recompute_granularity / _method / _num_layers and
+  --use_distributed_optimizer; it has no --context_parallel_size (the fork predates context parallelism, Megatron-LM
+  core_r0.5), no --expert_model_parallel_size / --expert_tensor_parallel_size and no --zero_stage.
+- Megatron-DeepSpeed (deepspeedai 4efb479: no --context-parallel-size, no --expert-model-parallel-size, no
+  interleaved schedule in its PipelineEngine): candidates.knob_values keeps CP, VPP and EP there already.
+- Megatron-LM itself: megatron_known_flags holds every release's options (explain cannot tell releases apart), and
+  tune writes --num-virtual-stages-per-pipeline-rank (core_r0.11+) only where the command already uses it or the
+  uneven-stage flags that need it (megatron_argv._rewrite_vpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from llmperf_hook.frameworks.megatron_entry_points import MEGATRON_LLM_OPTIONS, megatron_llm_job
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.tune.candidate import candidate_of
+from llmperf_hook.tune.search_space import SearchSpace
+
+KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
+    "tensor_parallel": ("tensor-model-parallel-size",),
+    "pipeline_parallel": ("pipeline-model-parallel-size",),
+    "virtual_pipeline": ("num-layers-per-virtual-pipeline-stage",),
+    "context_parallel": ("context-parallel-size",),
+    "sequence_parallel": ("sequence-parallel",),
+    "micro_batch_size": ("micro-batch-size", "global-batch-size"),
+    "recompute": ("recompute-granularity", "recompute-method", "recompute-num-layers"),
+    "distributed_optimizer": ("use-distributed-optimizer",),
+    "expert_parallel": ("expert-model-parallel-size",),
+    "expert_tensor_parallel": ("expert-tensor-parallel-size",),
+}
+"""SearchSpace knob -> the Megatron options (dashed, without `--`) tune/megatron_argv.py writes when it changes it."""
+
+
+@dataclass(frozen=True)
+class ForkParser:
+    """The argument parser of a Megatron fork that lacks some of Megatron-LM's options."""
+
+    name: str
+    """The fork, as messages name it."""
+    options: frozenset[str]
+    """Its option names, without `--`, in its own spelling."""
+    underscores: bool
+    """It spells options with underscores (--micro_batch_size)."""
+
+    def spelling(self, option: str) -> str:
+        return "--" + (option.replace("-", "_") if self.underscores else option)
+
+    def has(self, option: str) -> bool:
+        return self.spelling(option)[2:] in self.options
+
+
+@dataclass(frozen=True)
+class ForkPins:
+    space: SearchSpace
+    """The space with every knob the fork cannot be told kept at the command's value."""
+    rules: dict[str, str]
+    """knob -> why it is kept (the report's knobs "rules", keyed as searched_values names them)."""
+    warnings: tuple[str, ...]
+    """One line per knob whose values the space asked for and the fork cannot run."""
+
+
+def fork_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
+    """The fork whose parser runs `script`, where it lacks options tune writes; None for Megatron-LM's own."""
+    if megatron_llm_job(script, script_args):
+        return ForkParser("epfLLM/Megatron-LLM", MEGATRON_LLM_OPTIONS, underscores=True)
+    return None
+
+
+_RULE_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "virtual_pipeline": "vpp", "context_parallel": "cp",
+              "expert_parallel": "ep", "expert_tensor_parallel": "etp"}
+"""SearchSpace knob -> its name in the report's knobs (render.split_knobs / candidates.searched_values)."""
+
+
+def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_args: Sequence[str]) -> ForkPins:
+    """`space` with the knobs whose flags the command's fork lacks kept at the command's own value."""
+    parser = fork_parser(script, script_args)
+    if parser is None or cfg.framework != "megatron":
+        return ForkPins(space, {}, ())
+    own = _own_values(cfg)
+    pins: dict[str, tuple] = {}
+    rules: dict[str, str] = {}
+    warnings: list[str] = []
+    for knob, options in KNOB_OPTIONS.items():
+        missing = [parser.spelling(o) for o in options if not parser.has(o)]
+        if not missing:
+            continue
+        pins[knob] = own[knob]
+        rule = (f"kept at the command's value: {parser.name}'s parser has no {' / '.join(missing)} (argparse would stop "
+                "the job on it: 'unrecognized arguments')")
+        rules[_RULE_KEYS.get(knob, knob)] = rule
+        asked = getattr(space, knob)
+        if asked is not None and set(asked) - set(own[knob] or ()):
+            warnings.append(f"{knob} {list(asked)} of the search space is not searched: {rule}")
+    return ForkPins(replace(space, **pins), rules, tuple(warnings))
+
+
+def _own_values(cfg: TrainingConfig) -> dict[str, tuple | None]:
+    """Each knob's search-space value that holds the command's own setting alone."""
+    base = candidate_of(cfg)
+    return {"tensor_parallel": (base.tp,), "pipeline_parallel": (base.pp,), "virtual_pipeline": (base.vpp,),
+            "context_parallel": (base.cp,), "sequence_parallel": (base.sequence_parallel,),
+            "micro_batch_size": (base.micro_batch_size,), "recompute": (base.recompute,),
+            "distributed_optimizer": (base.distributed_optimizer,), "expert_parallel": (base.ep,),
+            "expert_tensor_parallel": None}

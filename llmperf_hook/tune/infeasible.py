@@ -1,0 +1,127 @@
+"""What `llmperf tune` says when nothing fits (exit 3), and what of the command keeps state in host memory.
+
+The message names the least-memory configuration the search found (or the one that pins the least host RAM, where it
+is the host that rules it out), by how much it is short, and the largest configuration that would fit: the most
+layers of this model (whole pipeline chunks) with that layout, width, sequence, batch and GPUs kept (search.py
+_layers_that_fit), or that not even one chunk fits, or that it is not known.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GiB = float(1 << 30)
+
+
+def host_offloads(cfg: Any) -> list[str]:
+    """What of the command keeps state in host memory (schedule/host_memory.py), in its framework's words: tune keeps
+    these settings and checks each candidate's host RAM against the cluster's where it states it."""
+    o = cfg.optimizer
+    if "deepspeed" not in cfg.framework:  # Megatron-LM's --optimizer-cpu-offload or torch FSDP's CPU offload
+        if o.offload_optimizer == "none":
+            return []
+        return [f"--optimizer-cpu-offload (--optimizer-offload-fraction {o.offload_optimizer_ratio:g})"
+                if cfg.framework == "megatron" else "FSDP CPU offload"]
+    parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
+             f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
+             "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
+    return [p for p in parts if p]
+
+
+def host_unchecked(cfg: Any, spec: Any) -> str:
+    return (f"the command keeps state in host memory ({', '.join(host_offloads(cfg))}), but cluster {spec.name} does not "
+            "state its host RAM (host_memory_GiB in its YAML), so no candidate's host memory is checked: one that tune "
+            "lists may not fit the nodes' RAM. Give --cluster a YAML with host_memory_GiB to check it.")
+
+
+def nearest_json(result: Any) -> dict[str, Any] | None:
+    """The least-memory configuration an infeasible search found (what the message names), as JSON."""
+    near = result.nearest
+    if near is None:
+        return None
+    host_bound = _host_bound(result, near)
+    short = (near.host_bytes - near.host_capacity_bytes if host_bound
+             else near.peak_bytes - (1 - result.memory_margin) * near.capacity_bytes)
+    return {"layout": near.candidate.describe(), "peak_bytes": near.peak_bytes, "host_bytes_per_node": near.host_bytes,
+            "short_of": "host" if host_bound else "gpu", "short_bytes": short,
+            "layers_that_fit": result.layers_that_fit, "layers_that_fit_means": _layers_meaning(result.layers_that_fit),
+            "seq_length_that_fits": result.seq_length_that_fits}
+
+
+def _host_bound(result: Any, near: Any) -> bool:
+    """The host, not the GPU, rules the nearest layout out: it fits the usable GPU memory, not the host RAM."""
+    return near.peak_bytes <= (1 - result.memory_margin) * near.capacity_bytes and not near.host_fits
+
+
+def _layers_meaning(layers: int | None) -> str:
+    """What `nearest.layers_that_fit` says: null was both "no layer count fits" and "not known"."""
+    if layers is None:
+        return ("not known: with fewer layers the command's own stage split (--decoder-first/last-pipeline-num-layers, "
+                "an embedding or loss counted in the split) breaks Megatron's rules, so no smaller model was priced")
+    if layers == 0:
+        return "no layer count fits: not even one layer per pipeline chunk, with the hidden size, sequence, batch and GPUs kept"
+    return "the most layers (whole pipeline chunks) that fit with this layout, hidden size, sequence, batch and GPUs kept"
+
+
+def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
+    usable = (1 - result.memory_margin) * header["capacity_bytes"] / GiB
+    host_gib = header.get("host_capacity_bytes", 0) / GiB
+    host = (f", {result.num_oom_host:,} of them out of host RAM ({host_gib:,.0f} GiB per node) while fitting the GPU"
+            if result.num_oom_host else "")
+    counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
+              f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
+              f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
+              f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}){host}.")
+    near = result.nearest
+    if near is None:
+        return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
+    host_bound = _host_bound(result, near)
+    if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
+        msg = (f"nothing fits: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
+               f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
+               f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
+               f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
+    else:
+        msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
+               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over.")
+    return msg + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound)
+
+
+def _largest_model(result: Any, cfg: Any, near: Any) -> str:
+    """The sentence naming the largest model of this shape that would fit with `near`'s layout (or why none / unknown)."""
+    if result.layers_that_fit:
+        return (f" With that layout the largest model that would fit has {result.layers_that_fit} layers "
+                f"(this one has {cfg.model.num_layers}; largest = most layers, in whole pipeline chunks, with the "
+                f"hidden size, sequence length, batch and GPUs kept).")
+    if result.layers_that_fit == 0:  # not even one chunk fits by memory: say it, so the largest is never unsaid
+        chunk = near.config.parallel.pp * near.config.parallel.vpp
+        return (f" With that layout the largest model that would fit has no layers: no smaller model of this shape "
+                f"fits either, not even {chunk} layer{'s' * (chunk > 1)} (one per pipeline chunk) with hidden size "
+                f"{cfg.model.hidden_size}, sequence length {cfg.model.seq_length}, batch and GPUs kept."
+                + _longest_sequence(result, cfg))
+    # None: the smaller models broke a stage rule of the command, so the largest that fits is not known
+    return f" The largest model that would fit with that layout is {_layers_meaning(None)}."
+
+
+def _longest_sequence(result: Any, cfg: Any) -> str:
+    """Where no layer count fits: the longest sequence with which the whole model would (its activations, not its
+    weights, are over), else that none would."""
+    seq = result.seq_length_that_fits
+    if seq is None:
+        return " Nor would a shorter sequence: the weights and optimizer state alone are over."
+    pow2 = 1 << (seq.bit_length() - 1)  # the sequence lengths models are trained at are powers of two (2048 ... 128k)
+    return (f" The largest configuration that would fit with that layout keeps all {cfg.model.num_layers} layers with "
+            f"a sequence of at most {seq:,} tokens (this one has {cfg.model.seq_length:,}), e.g. --seq-length {pow2}.")
+
+
+def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
+    if host_bound:  # the host knobs of run --require-fit (schedule/memory_knobs._host_knobs), in the same words
+        less = {"megatron": "a smaller --optimizer-offload-fraction, or no --optimizer-cpu-offload",
+                "torch": "no FSDP CPU offload"}.get(cfg.framework, "offload_param / offload_optimizer to none or nvme, "
+                                                    "a smaller offload_optimizer.ratio, no --checkpoint-in-cpu")
+        return f" Offload less ({less}), use more nodes, or a cluster with more host RAM (--cluster)."
+    if cfg.framework in ("megatron", "megatron-deepspeed"):
+        return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+    script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
+    return (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
+            f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")
