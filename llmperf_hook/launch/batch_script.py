@@ -110,6 +110,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The functions being read where that loop started (a `break` in a function it calls ends no loop)."""
     passes: int = 0
     """The loop passes read so far, all loops together (shell_loops.MAX_TOTAL_PASSES)."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings about what the reading passed over (a sourced file that is not here)."""
     listed_on: bool = False
     """The command being read is followed by `&&`, `||` or `|` on its line: its failure ends no script (set -e)."""
 
@@ -328,19 +330,17 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     def source(self, name: str, line: ScriptLine) -> None:
         """`. FILE` / `source FILE`: the shell reads FILE's commands there, in its own environment (bash manual 4.1
         `.`), so FILE's variables and launch line are the script's; messages name FILE and its own line numbers. A
-        file that is not there is passed over: bash reports it and goes on, unless `set -e` is on and the command's
-        failure counts (not in a condition, nor before `&&` / `||`: bash manual 4.3.1 -e); dash stops there whatever
-        (POSIX 2.8.1: an error in a special built-in ends a non-interactive shell). Where surely run, that is refused
-        naming the line."""
+        file that is not there is passed over with a warning: most are the cluster's own setup (`source
+        $six_ALL_CCFRWORK/start-prod`), there where the job runs and not where llmperf reads the script. Where it is
+        missing there too, bash goes on without it, unless `set -e` is on and the failure counts (bash manual 4.3.1),
+        and dash stops (POSIX 2.8.1: a special built-in's error ends a non-interactive shell)."""
         path = os.path.normpath(os.path.join(self.cwd, name))
-        if not os.path.isfile(path) and not self.launches and not self.conditions.undecided:
-            stops = "dash ends the script there (a special built-in's error)" if self.shell[0] == "dash" else \
-                "`set -e` is on, so bash ends the script there" if self.errexit and not self.listed_on and \
-                not self.conditions.reading() else ""
-            if stops:
-                raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`): "
-                                 f"{path} is not there to read, and {stops}, before any launch line. Create the file "
-                                 "(or run llmperf where it is), or give the launch line after `--`.")
+        if not os.path.isfile(path) and not self.launches:
+            stops = "dash" if self.shell[0] == "dash" else "bash (`set -e` is on)" if self.errexit and \
+                not self.listed_on and not self.conditions.reading() else ""
+            self.notes.append(f"{self.where(line)} sources {path}, which is not here: the script is read without it "
+                              "(its variables unset)" + (f"; where it is missing, {stops} stops the script there, "
+                                                         "before the launch" if stops else ""))
         if path in self.sourcing or not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -403,7 +403,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 if run.sweep and len(run.sweep[1]) > 1 else ()
             left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
                     any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
-            warnings += branch_warnings(left)
+            warnings += branch_warnings(left) + tuple(dict.fromkeys(self.notes))
             missing = {where: argument_options(n, text, self.texts)
                        for n, (where, text) in sorted(self.missing_arguments.items())}
             return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),

@@ -171,28 +171,6 @@ def test_bad_launches_are_exit_2(argv: list[str], said: str) -> None:
 
 
 REFUSED_SCRIPTS = {
-    "FIXED: set -e, then a sourced file that is not there": ("bash", """
-        #!/bin/bash
-        set -euo pipefail
-        source /nonexistent/env.sh
-        torchrun --nproc_per_node 2 pretrain_gpt.py
-        """, "stops at line 3 .*`set -e` is on"),
-    "FIXED: set -e, a test that holds, then the missing file": ("bash", """
-        #!/bin/bash
-        set -e
-        MODE=full; [ "$MODE" = full ] && . /nonexistent/env.sh
-        torchrun --nproc_per_node 2 pretrain_gpt.py
-        """, "stops at line 3"),
-    "set -e, the missing file on a test llmperf cannot decide: read on": ("bash", """
-        #!/bin/bash
-        set -e
-        [ -d /opt/site ] && . /nonexistent/env.sh
-        torchrun --nproc_per_node 2 pretrain_gpt.py
-        """, None),
-    "FIXED: dash stops at a missing `.` file, set -e or not": ("dash", """
-        . /nonexistent/env.sh || true
-        torchrun --nproc_per_node 2 pretrain_gpt.py
-        """, "stops at line 1 .*dash ends the script there"),
     "FIXED: srun --het-group=2 of a job with two components": ("sbatch", """
         #!/bin/bash
         #SBATCH --nodes=1
@@ -211,12 +189,9 @@ REFUSED_SCRIPTS = {
 
 
 @pytest.mark.parametrize("launcher, text, said", REFUSED_SCRIPTS.values(), ids=REFUSED_SCRIPTS.keys())
-def test_bad_scripts_are_exit_2_naming_the_line(launcher: str, text: str, said: str | None, tmp_path: Path) -> None:
+def test_bad_scripts_are_exit_2_naming_the_line(launcher: str, text: str, said: str, tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text(textwrap.dedent(text).lstrip())
-    if said is None:  # bash may not stop there (the file test decides): the launch is read
-        assert _size([launcher, str(script)], {}) == (1, 2, 2)
-        return
     with pytest.raises(UsageError, match=said) as err:
         _size([launcher, str(script)], {})
     assert err.value.exit_code == 2
@@ -242,3 +217,28 @@ def test_a_job_array_warns_that_each_index_is_a_job(tmp_path: Path) -> None:
                       f"srun torchrun --nproc_per_node 8 {S} --seed $SLURM_ARRAY_TASK_ID\n")
     job = parse_launch(["sbatch", str(script)], {})
     assert job.world_size == 8 and any("--array=0-3" in w and "job array" in w for w in job.warnings)
+
+
+MISSING_SOURCES = {
+    "set -e, then the missing file": ("bash", "set -euo pipefail\nsource /nonexistent/env.sh\n", "line 3",
+                                      "bash (`set -e` is on) stops the script there"),
+    "set -e, a test that holds, then the missing file": ("bash", "set -e\nM=full; [ $M = full ] && . /nonexistent/env.sh\n",
+                                                         "line 3", "bash (`set -e` is on) stops"),
+    "set -e, but `|| true`": ("bash", "set -e\nsource /nonexistent/env.sh || true\n", "line 3", None),
+    "no set -e": ("bash", "source /nonexistent/env.sh\n", "line 2", None),
+    "dash, whatever follows": ("dash", ". /nonexistent/env.sh || true\n", "line 2", "dash stops the script there"),
+}
+
+
+@pytest.mark.parametrize("shell, body, where, stops", MISSING_SOURCES.values(), ids=MISSING_SOURCES.keys())
+def test_a_sourced_file_that_is_not_here_is_read_on_with_a_warning(shell: str, body: str, where: str,
+                                                                   stops: str | None, tmp_path: Path) -> None:
+    """FIXED (silent before): most such files are the cluster's own setup (bigscience's `source
+    $six_ALL_CCFRWORK/start-prod` under set -e), there where the job runs; the launch is read, and a warning names the
+    line and says whether bash (set -e, checked: bash 5 exits, `|| true` keeps it) or dash would stop there."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/{shell}\n{body}torchrun --nproc_per_node 2 {S}\n")
+    job = parse_launch([shell, str(script)], {})
+    assert job.world_size == 2
+    warning = next(w for w in job.warnings if "/nonexistent/env.sh, which is not here" in w)
+    assert warning.startswith(where) and ((stops in warning) if stops else "stops" not in warning), warning
