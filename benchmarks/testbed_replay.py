@@ -6,7 +6,8 @@ run, with the priors the record's profile gave (record["priors"]), exactly as `l
 after one instrumented run (a run whose ranks waited for a core is read from its CPU time, refine/contention.py,
 at the benchmark's quiet limit). k is then scored against the median of its OTHER runs (independent of r), every
 other configuration against the median of its measurement runs. 12 configurations x P passes = 60 choices for a
-5-pass record; the real calibration runs of the rotation are among them.
+5-pass record; the real calibration runs of the rotation are among them (printed apart). k is also scored against
+the run itself: refine should land between the prediction and the run it was calibrated on, never past it.
 
 Strategies beside refine's: the run's full ratio on every configuration (refine before shrinkage), and refine with
 the configurations' own biases independent (no cost mix known: refine/transfer.py's R = identity, the rule before
@@ -141,7 +142,8 @@ def replay(record: dict, measured: list[dict], before: list[float], rule: Rule) 
             after = rule(record, k, r, before)
             others = [i for i in range(len(before)) if i != k]
             reading = calibration_reading(record, k, r)[0]  # what refine calibrated from
-            out.append({"k": k, "pass": r["pass"], "own": _pct(after[k], statistics.median(rest)),
+            out.append({"k": k, "pass": r["pass"], "calibration": bool(r.get("calibration")),
+                        "own": _pct(after[k], statistics.median(rest)),
                         "own_run": _pct(after[k], reading), "own_run_before": _pct(before[k], reading),
                         "own_before": _pct(before[k], statistics.median(rest)),
                         "others": statistics.fmean(abs(_pct(after[i], measured[i]["measured_s"])) for i in others),
@@ -182,11 +184,9 @@ def report_replay(record: dict, measured: list[dict], before: list[float]) -> No
           f"instrumented |err| median {statistics.median(abs(r['own_before']) for r in rows):.1f} %")
     for name, res in results.items():
         print(f"  {name:36s} {summary(res)}")
-    for k, cal in sorted((int(k), v) for k, v in record.get("calibrations", {}).items()):
-        run = next(r for r in record["runs"] if r["config"] == k and r.get("calibration"))
-        row = next(r for r in rows if r["k"] == k and r["pass"] == run["pass"])
-        print(f"  recorded calibration run of config {k} (pass {run['pass'] + 1}), this tree's refine: on its own run "
-              f"{row['own_run']:+.1f} % (before {row['own_run_before']:+.1f} %), against its other runs "
+    for row in (r for r in rows if r["calibration"]):
+        print(f"  recorded calibration run of config {row['k']} (pass {row['pass'] + 1}), this tree's refine: on its "
+              f"own run {row['own_run']:+.1f} % (before {row['own_run_before']:+.1f} %), against its other runs "
               f"{row['own']:+.1f} % (before {row['own_before']:+.1f} %); others MAPE {row['others']:.1f} % (before "
               f"{row['others_before']:.1f} %)")
     print("  per configuration (refine, cost-mix transfer; medians over its runs): instrumented err / others MAPE "

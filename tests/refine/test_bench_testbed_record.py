@@ -140,6 +140,7 @@ def test_a_saved_record_replays_with_its_tables(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "5 runs x" in done.stdout and "[replay] every run of every configuration" in done.stdout
     assert "61 choices" in done.stdout and "session 11's refine" in done.stdout
+    assert "recorded calibration run of config 0 (pass 3), this tree's refine: on its own run" in done.stdout
 
 
 def test_a_replayed_record_keeps_its_bound_launch() -> None:
