@@ -18,6 +18,7 @@ from llmperf_hook.launch.shell_conditions import Conditions
 
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
 """How a variable set apart by such branches is described where it was set (ScriptLaunch.unknown)."""
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 """A command that opens a branch (`else TP=4`): its assignments belong to the branch it opens."""
 
@@ -28,7 +29,10 @@ def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict
     may have been unset before) kept with the undecided `if` branch it ran in (Conditions.note_assigned); None for a
     value only running the script gives."""
     for name in {name for name in set(before) | set(env) if before.get(name) != env.get(name)} | fresh:
-        conditions.note_assigned(name, None if name in undecidable else env.get(name), where)
+        value = None if name in undecidable else env.get(name)
+        if value is not None and set(_REFERENCE.findall(value)) & undecidable:  # `X=$NUM_GPUS`, NUM_GPUS unknown
+            value = None
+        conditions.note_assigned(name, value, where)
 
 
 def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: set[str],
@@ -43,7 +47,7 @@ def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: se
                 continue  # one branch sets it, or all that set it agree
             env.pop(name, None)
             undecidable.add(name)
-            sets = " or ".join(f"{at} ({name}={value!r})" if value is not None else f"{at} (from a command)"
+            sets = " or ".join(f"{at} ({name}={value!r})" if value is not None else f"{at} (to what only running it gives)"
                                for value, at in by_branch.values())
             unknown_at[name] = f"{sets}, {BRANCHES}"
 

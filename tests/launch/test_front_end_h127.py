@@ -69,7 +69,7 @@ def test_a_branch_setting_from_a_command_is_undecided_too(tmp_path: Path) -> Non
     """`then NP=$(nproc)` then `else NP=8`: the else's plain value used to win over the unknown one."""
     text = ("#!/bin/bash\nif ping -c1 head; then\n  NP=$(nvidia-smi -L | wc -l)\nelse\n  NP=8\nfi\n"
             "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
-    with pytest.raises(UsageError, match=r"line 3 \(from a command\) or line 5 \(NP='8'\)"):
+    with pytest.raises(UsageError, match=r"line 3 \(to what only running it gives\) or line 5 \(NP='8'\)"):
         parse_launch(["bash", _write(tmp_path, text)], {})
 
 
