@@ -122,6 +122,11 @@ def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
         return f" Offload less ({less}), use more nodes, or a cluster with more host RAM (--cluster)."
     if cfg.framework in ("megatron", "megatron-deepspeed"):
         return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+    if cfg.framework == "torch":  # DDP or FSDP: no ds_config to offload in, no knob tune changes in the command
+        shard = ("" if cfg.optimizer.fsdp != "none" else
+                 "shard the weights, gradients and optimizer state (FSDP, or DeepSpeed ZeRO with a ds_config), ")
+        return (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
+                f"{shard}activation (gradient) checkpointing in the training script, or CPU offload.")
     script = "" if cfg.framework == "hf-deepspeed" else ", or activation checkpointing in the training script"
     return (" Use more GPUs, a larger-memory GPU (--hardware), or cut memory where tune does not search it: "
             f"offload_optimizer / offload_param to the CPU (offload_param needs ZeRO-3) in the ds_config{script}.")

@@ -124,3 +124,16 @@ def test_weights_alone_over_say_no_sequence_helps(capsys) -> None:
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--format", "json", "--", *WIDE], capsys)
     assert code == 3 and json.loads(out)["nearest"]["seq_length_that_fits"] is None
     assert "Nor would a shorter sequence" in err
+
+
+def test_a_plain_ddp_job_is_not_told_to_edit_a_ds_config(capsys, tmp_path, monkeypatch) -> None:
+    """`accelerate launch --multi_gpu` (plain DDP, no DeepSpeed) of a 7B model does not fit; the advice named
+    'offload_optimizer / offload_param ... in the ds_config', a file such a job does not have."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    argv = ["accelerate", "launch", "--multi_gpu", "--num_processes", "8", "run_clm.py", "--model_name_or_path",
+            "meta-llama/Llama-2-7b-hf", "--per_device_train_batch_size", "8", "--output_dir", "out", "--bf16"]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *argv], capsys)
+    assert code == 3 and "largest model that would fit" in err
+    assert "in the ds_config" not in err
+    assert "FSDP" in err and "checkpointing" in err
