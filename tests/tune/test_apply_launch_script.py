@@ -98,10 +98,10 @@ def test_a_deepspeed_script_gets_a_tuned_config_copy_and_its_flag_appended(tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "ds.json").write_text(json.dumps({
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
         "zero_optimization": {"stage": 2}}))
     (tmp_path / "train.sh").write_text(DS_SCRIPT)
-    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")  # ZeRO-1 beats the script's 2
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1]\nzero_stage: [1]\n")  # ZeRO-1 beats the script's 2
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
                               "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
@@ -116,17 +116,17 @@ def test_a_deepspeed_script_gets_a_tuned_config_copy_and_its_flag_appended(tmp_p
     code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *applied], capsys)
     assert code == 0, err
     resolved = json.loads(out)
-    assert (resolved["zero_stage"], resolved["micro_batch_size"], resolved["global_batch_size"]) == (1, 2, 64)
+    assert (resolved["zero_stage"], resolved["micro_batch_size"], resolved["global_batch_size"]) == (1, 1, 64)
 
 
 def test_a_deepspeed_script_that_does_not_forward_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "ds.json").write_text(json.dumps({
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
         "zero_optimization": {"stage": 2}}))
     (tmp_path / "train.sh").write_text(DS_SCRIPT.replace(' "$@"', ""))
-    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1]\nzero_stage: [1]\n")
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--search", "s.yaml", "--apply",
                               "--dry-run", "--", "bash", "train.sh"], capsys)
     assert code == 2 and "cannot rewrite a shell script" in err
@@ -160,7 +160,7 @@ def test_a_deepspeed_script_s_config_limits_the_zero_stages_as_on_the_command_li
 HEREDOC_SCRIPT = """#!/bin/bash
 CONFIG=conf/ds.json
 cat <<EOT > $CONFIG
-{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": true},
  "zero_optimization": {"stage": 2}}
 EOT
 deepspeed --num_gpus 8 train.py --deepspeed_config $CONFIG "$@"
@@ -175,7 +175,7 @@ def test_a_ds_config_the_script_writes_itself_is_read_from_its_here_document(tmp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "conf").mkdir()
     (tmp_path / "train.sh").write_text(HEREDOC_SCRIPT)
-    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1]\nzero_stage: [1]\n")
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
                               "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
     assert code == 0, err
@@ -188,7 +188,7 @@ def test_a_ds_config_the_script_writes_itself_is_read_from_its_here_document(tmp
     code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *data["applied"]["argv"]],
                              capsys)
     assert code == 0, err
-    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 2)
+    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 1)
 
 
 def test_a_config_given_inline_on_the_scripts_launch_line_is_appended_rewritten(tmp_path: Path, capsys,
@@ -199,11 +199,11 @@ def test_a_config_given_inline_on_the_scripts_launch_line_is_appended_rewritten(
     import base64
 
     monkeypatch.chdir(tmp_path)
-    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
               "zero_optimization": {"stage": 2}}
     word = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
     (tmp_path / "train.sh").write_text(DS_SCRIPT.replace("conf/ds.json", word))
-    (tmp_path / "s.yaml").write_text("micro_batch_size: [2]\nzero_stage: [1]\n")
+    (tmp_path / "s.yaml").write_text("micro_batch_size: [1]\nzero_stage: [1]\n")
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--model", "llama2-7b", "--format", "json", "--search",
                               "s.yaml", "--apply", "--dry-run", "--", "bash", "train.sh"], capsys)
     assert code == 0, err
@@ -211,5 +211,5 @@ def test_a_config_given_inline_on_the_scripts_launch_line_is_appended_rewritten(
     assert applied["argv"][:3] == ["bash", "train.sh", "--deepspeed_config"] and not applied["new_files"]
     code, out, err = run_cli(["explain", "--format", "json", "--model", "llama2-7b", "--", *applied["argv"]], capsys)
     assert code == 0, err
-    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 2)
+    assert (json.loads(out)["zero_stage"], json.loads(out)["micro_batch_size"]) == (1, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml", "train.sh"]

@@ -120,7 +120,7 @@ def test_a_second_apply_never_overwrites(tmp_path: Path, capsys, monkeypatch) ->
     tuned name holding something else is left alone and a fresh name is taken."""
     monkeypatch.chdir(tmp_path)
     argv, model = _ds_forms(tmp_path)["ds_config file"]
-    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [1]\n"
+    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [2]\n"
     first = _tune(["--apply", "--dry-run", "--model", model], argv, capsys, tmp_path, space)
     assert first[0] == 0, first[2]
     written = _snapshot(tmp_path)
@@ -139,7 +139,7 @@ def test_a_reused_tuned_copy_still_lists_the_keys_it_changes(tmp_path: Path, cap
     micro-batch and ZeRO stage it sets were the user's."""
     monkeypatch.chdir(tmp_path)
     argv, model = _ds_forms(tmp_path)["ds_config file"]
-    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [1]\n"
+    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [2]\n"
     first = _tune(["--apply", "--dry-run", "--model", model], argv, capsys, tmp_path, space)
     assert first[0] == 0, first[2]
     second = _tune(["--model", model], argv, capsys, tmp_path, space)
@@ -147,7 +147,7 @@ def test_a_reused_tuned_copy_still_lists_the_keys_it_changes(tmp_path: Path, cap
     best = second[1]["top"][0]
     assert best["changes"] == first[1]["top"][0]["changes"]
     keys = {c["key"]: (c["old"], c["new"]) for c in best["changes"]}
-    assert keys["train_micro_batch_size_per_gpu"] == ("1", "2") and keys["zero_optimization.stage"] == ("0", "1")
+    assert keys["train_micro_batch_size_per_gpu"] == ("1", "2") and keys["zero_optimization.stage"] == ("0", "2")
 
 
 def test_a_second_apply_reuses_accelerates_tuned_config_file(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -158,7 +158,7 @@ def test_a_second_apply_reuses_accelerates_tuned_config_file(tmp_path: Path, cap
     argv = ["accelerate", "launch", "--use_deepspeed", "--num_processes", "8", "--deepspeed_config_file", "ds.json",
             "run_clm.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf", "--per_device_train_batch_size", "1",
             "--gradient_accumulation_steps", "8", "--bf16"]
-    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [1]\n"
+    space = "micro_batch_size: [2]\nrecompute: [none]\nzero_stage: [2]\n"
     first = _tune(["--apply", "--dry-run", "--model", "llama2-7b"], argv, capsys, tmp_path, space)
     assert first[0] == 0, first[2]
     assert first[1]["applied"]["new_files"] == [str(tmp_path / "ds.llmperf-tuned.json")]
