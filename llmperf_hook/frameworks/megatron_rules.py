@@ -51,6 +51,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 HEAD (2026-08), read from their arguments.py; tests/frameworks/test_megatron_arguments_table.py checks that every
 table holds core_v0.16.1's parser's choices. --tokenizer-type is left to frameworks/vocab.py (each fork adds its own
 tokenizers)."""
+
+
 def list_values(script_args: Sequence[str], flag: str) -> list[str] | None:
     """The words after the last `flag` up to the next option (argparse nargs='*'/'+'), or None if absent."""
     found: list[str] | None = None
@@ -181,7 +183,7 @@ def _switched_on(script_args: Sequence[str], flag: str) -> bool:
     return on
 
 
-def selective_granularity(flags: FlagValues) -> bool:
+def _selective(flags: FlagValues) -> bool:
     """What TransformerConfig sees when it checks the modules: --recompute-granularity selective, or
     --recompute-activations, which validate_args turns into it (arguments.py HEAD :607-609). --moe-layer-recompute
     turns it on only after the module checks (transformer_config.py HEAD :2012-2025)."""
@@ -194,13 +196,13 @@ def _check_recompute_module_needs(flags: FlagValues, script_args: Sequence[str])
     the checks on the modelled settings are megatron_recompute_modules', as tune changes the granularity.
     Each came with the module it checks (transformer_config.py HEAD d98e8a6)."""
     modules = set(list_values(script_args, "--recompute-modules") or [])
-    if not modules or not selective_granularity(flags):
+    if not modules or not _selective(flags):
         return
     offloaded = set(list_values(script_args, "--offload-modules") or []) \
         if _switched_on(script_args, "--fine-grained-activation-offloading") else set()
     variant = (list_values(script_args, "--experimental-attention-variant") or [""])[-1]
     layers = (list_values(script_args, "--mhc-recompute-layer-num") or ["1"])[-1]
-    refused = [(cond, quote, fix) for cond, quote, fix in (
+    refused = next(((quote, fix) for cond, quote, fix in (
         # is_gated_delta_net_variant: GDN_ATTENTION_VARIANTS and the deprecated gated_delta_net alias
         # (models/gpt/experimental_attention_variant_module_specs.py :61-64, :378-387)
         ("gdn_norm_out" in modules and variant not in ("gdn", "gdn2", "gated_delta_net"),  # :1975-1981
@@ -221,9 +223,9 @@ def _check_recompute_module_needs(flags: FlagValues, script_args: Sequence[str])
          "drop gdp_qkv from --offload-modules or gdp_in_proj from --recompute-modules"),
         ("moe" in modules and offloaded & {"moe_act", "expert_fc1", "fused_group_mlp"},  # :2165-2175
          "Cannot offload ... while recomputing the entire MoE layer",
-         "drop moe from --recompute-modules or the MoE parts from --offload-modules")) if cond]
+         "drop moe from --recompute-modules or the MoE parts from --offload-modules")) if cond), None)
     if refused:
-        _, quote, fix = refused[0]
+        quote, fix = refused
         raise ConfigError(f"--recompute-modules {' '.join(sorted(modules))} (argv) under selective recompute: Megatron's "
                           f"TransformerConfig raises '{quote}' (transformer_config.py). To start, {fix}.")
 
