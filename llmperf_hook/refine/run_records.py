@@ -12,7 +12,6 @@ mid-write) is skipped, never fatal.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -107,18 +106,22 @@ def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
 _INT_FIELDS = ("rank", "world_size", "local_rank", "step", "count")
 _NUMBER_FIELDS = ("wall_time_s", "cpu_time_s", "seconds", "load_avg_1m", "peak_rss_bytes",
                   "gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes")
+_MAX_NUMBER = 2 ** 63
+"""Counts and sizes the store keeps must fit SQLite's signed 64-bit INTEGER (no real step, rank or memory comes
+near; a larger one is a corrupted line, not a run)."""
 
 
 def _is_number(value: Any, integral: bool = False) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return value >= 0 and math.isfinite(value) and (not integral or float(value).is_integer())
+    return 0 <= value < _MAX_NUMBER and (not integral or float(value).is_integer())
 
 
 def well_formed(record: Mapping[str, Any]) -> bool:
     """Whether a record has the types the hook writes (a hand-edited or corrupted line that still parses as JSON
     is skipped and counted like an unreadable one, instead of failing refine): string kind and job id,
-    non-negative integral ranks and steps, non-negative finite times and sizes (or null), op dims as numbers."""
+    non-negative integral ranks and steps, non-negative finite times and sizes (or null; all below 2^63, what the
+    store holds), op dims as numbers."""
     if not isinstance(record.get("kind", ""), str) or not isinstance(record.get("job_id", ""), str):
         return False
     if any(k in record and not _is_number(record[k], integral=True) for k in _INT_FIELDS):

@@ -59,3 +59,21 @@ def test_prediction_files_that_are_not_objects_are_ignored(tmp_path, monkeypatch
     (tmp_path / "jobs" / "j1" / "session.json").write_text('"text"')
     (job,) = refine_run(tmp_path).jobs
     assert job.predicted_before_s is None
+
+
+def test_a_number_the_store_cannot_hold_is_a_malformed_line(tmp_path, monkeypatch) -> None:
+    """A step line whose peak memory or step index reads 1e30 (a corrupted or edited line) passed as a number and
+    made refine an internal error (OverflowError: SQLite INTEGER is 64-bit); it is skipped and counted."""
+    from llmperf_hook.refine.refine_run import refine_run
+    from llmperf_hook.refine.run_records import well_formed
+
+    good = {"kind": "step", "job_id": "j1", "rank": 0, "world_size": 1, "step": 1, "wall_time_s": 0.02,
+            "peak_rss_bytes": 2 ** 40}
+    huge = [{**good, "peak_rss_bytes": 1e30}, {**good, "step": 2 ** 63}, {**good, "world_size": 1e19},
+            {**good, "wall_time_s": float("inf")}]
+    assert well_formed(good) and not any(well_formed(h) for h in huge)
+    lines = [json.dumps(x) for x in [good, *huge, {**good, "step": 2}]]
+    (tmp_path / "rank0.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (job,) = refine_run(tmp_path, store_file=tmp_path / "store.sqlite").jobs
+    assert job.job.peak_memory_bytes == 2 ** 40 and any("4 unreadable or malformed" in n for n in job.notes)
