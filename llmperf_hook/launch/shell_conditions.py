@@ -7,9 +7,9 @@ script's variables (bash manual 6.4 Bash Conditional Expressions: `[ A = B ]`, `
 -z / -n, -eq / -ne / -gt / -ge / -lt / -le) selects its branch; anything else (a command's exit status, a file
 test, a variable only a command substitution sets) leaves the branch undecided, and an undecided branch is read as
 before: its assignments applied, except that a variable two of its branches set to different values is undecided
-after `fi` (launch/undecided_branches.py; bash keeps one of them, which only running the script tells). Loops are not run: `while [[ $# -gt 0 ]]` that bash would not enter (no
-arguments) is skipped, and a variable assigned inside a loop that runs is unknown afterwards, so a launch using it
-says so instead of taking one pass's value. A `case` on a word the script sets runs its first arm whose glob pattern
+after `fi` (launch/undecided_branches.py; bash keeps one of them, which only running the script tells). Loops are
+not run: `while [[ $# -gt 0 ]]` that bash would not enter (no arguments) is skipped, and a variable assigned inside
+a loop that runs is unknown afterwards, so a launch using it says so instead of taking one pass's value. A `case` on a word the script sets runs its first arm whose glob pattern
 matches (Megatron-LM's mamba example: `case "${MODEL_SCALE}" in "800M") ...`); on a word it does not know
 (`case $1 in --tp) TP=$2`) every arm may run and what they assign is unknown. An arm's pattern (`7B)`, `7B|13B)`)
 is stepped over, so an `if ... fi` on the arm's line opens and closes its own block.
