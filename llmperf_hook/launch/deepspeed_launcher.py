@@ -155,8 +155,17 @@ def _size_from_pool(pool: "OrderedDict[str, list[int]]", nodes: int, gpus: int, 
 def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
     """Every GPU of the local machine; with --exclude (runner.py then ignores CUDA_VISIBLE_DEVICES) minus some."""
     if values.get("exclude"):
-        return Sized(None, src, f"deepspeed --exclude {values['exclude']} without a hostfile leaves the local machine's GPUs "
-                     "minus those (runner.py ignores CUDA_VISIBLE_DEVICES with --exclude); give the number left", False)
+        exclude = values["exclude"]
+
+        def left(gpus: int) -> int:  # runner.py: the local pool is localhost's slots 0 .. device_count() - 1
+            pool = filter_resources({"localhost": list(range(gpus))}, "", exclude)
+            if not pool:
+                raise UsageError(f"deepspeed --exclude {exclude} leaves none of the node's {gpus} GPUs to run on.")
+            return len(pool["localhost"])
+        return Sized(None, Source(SourceKind.LAUNCHER, f"--exclude {exclude}"), f"deepspeed --exclude {exclude} "
+                     "without a hostfile leaves the local machine's GPUs "
+                     "minus those (runner.py ignores CUDA_VISIBLE_DEVICES with --exclude); give the number left", False,
+                     of_node=left)
     return Sized(None, src, "deepspeed without --hostfile or --num_gpus starts one process per GPU of the machine")
 
 

@@ -10,7 +10,7 @@ launch without a hostfile: "every GPU of this machine", which is not the machine
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
@@ -41,6 +41,9 @@ class Sized:
     env_may_tell: bool = True
     """Whether CUDA_VISIBLE_DEVICES / SLURM_GPUS_ON_NODE may fill an unknown value (deepspeed ignores
     CUDA_VISIBLE_DEVICES once --include/--exclude/--num_gpus/--num_nodes are given)."""
+    of_node: Callable[[int], int] | None = None
+    """The count as a function of the node's GPUs, where --cluster gives those (deepspeed --exclude localhost:0
+    without a hostfile: the node's GPUs less the excluded ones)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,10 @@ def _resolve_nproc(size: LaunchSize, override: int | None, env: Mapping[str, str
     from_env = gpus_from_env(env, used) if size.nproc_per_node.env_may_tell else None
     if from_env is not None:
         return from_env
+    if cluster_gpus is not None and size.nproc_per_node.of_node is not None:
+        return Sized(size.nproc_per_node.of_node(cluster_gpus),
+                     Source(SourceKind.OVERRIDE, f"--cluster's {cluster_gpus} GPUs per node, less the "
+                                                            f"{size.nproc_per_node.source}"))
     if cluster_gpus is not None and size.nproc_per_node.env_may_tell:
         return Sized(cluster_gpus, Source(SourceKind.OVERRIDE, "--cluster: its GPUs per node"))
     raise UsageError(

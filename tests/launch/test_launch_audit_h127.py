@@ -242,3 +242,16 @@ def test_a_sourced_file_that_is_not_here_is_read_on_with_a_warning(shell: str, b
     assert job.world_size == 2
     warning = next(w for w in job.warnings if "/nonexistent/env.sh, which is not here" in w)
     assert warning.startswith(where) and ((stops in warning) if stops else "stops" not in warning), warning
+
+
+def test_deepspeed_exclude_on_the_local_machine_uses_the_cluster_s_gpus() -> None:
+    """FIXED: `deepspeed --exclude localhost:0,1 train.py` without a hostfile: runner.py's pool is localhost's slots 0
+    .. device_count() - 1 less the excluded ones; --cluster says the node has 8 (it asked for the count)."""
+    job = parse_launch(["deepspeed", "--exclude", "localhost:0,1", *S.split()], {}, cluster_gpus_per_node=8)
+    assert job.nproc_per_node == 6 and "--exclude localhost:0,1" in str(job.sources["nproc_per_node"])
+    for exclude, said in (("localhost", "leaves none of the node's 8 GPUs"), ("localhost:9", "slot 9"),
+                          ("node7:0", "host 'node7'")):
+        with pytest.raises(UsageError, match=said):
+            parse_launch(["deepspeed", "--exclude", exclude, *S.split()], {}, cluster_gpus_per_node=8)
+    with pytest.raises(UsageError, match="give the number left"):  # no --cluster: the count is the machine's
+        parse_launch(["deepspeed", "--exclude", "localhost:0", *S.split()], {})
