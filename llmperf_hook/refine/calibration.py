@@ -39,7 +39,7 @@ class ConfigScale:
     fingerprint: str
     """refine/config_fingerprint.py."""
     step_time_scale: float
-    """Posterior mean of its measured / predicted ratio (refine/shrinkage.py: E[b + c_f])."""
+    """Posterior mean of its measured / predicted ratio, its whole step as one reading (refine/own_scales.py)."""
     measured_scale: float
     """Geometric mean of its runs' measured / predicted ratios."""
     num_runs: int
@@ -51,8 +51,8 @@ class ConfigScale:
     shares: tuple[tuple[str, float], ...] = ()
     """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
     wait_log_scale: float = 0.0
-    """Of its log measured_scale, its runs' mean wall beyond their ranks' CPU time (refine/peer_wait.py; 0: one
-    rank). For the notes: step_time_scale shrinks the whole step as one reading (refine/own_scales.py)."""
+    """Of its log measured_scale, its quiet runs' mean wall beyond their ranks' CPU time (refine/peer_wait.py; 0:
+    one rank, or contended runs only). For the notes: step_time_scale shrinks the whole step as one reading."""
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,11 @@ configuration that is lambda y, lambda = prior / (prior + reading): the result l
 the measurement, never beyond it. The split stays for configurations without runs (refine/calibration.apply):
 the wait is a different quantity there, carried to multi-rank configurations only.
 
-A configuration whose runs all waited for a core (refine/contention.py) measured no wait: its reading holds an
-assumed quiet ratio, which is not data. Its CPU part is shrunk and the assumed ratio added back (peer_wait.own_wait).
+A run whose ranks waited for a core (refine/contention.py) reads its quiet-equivalent whole step: its CPU time
+times a quiet run's wall / CPU ratio, whose spread is in its observation sd. It is shrunk as one reading like a
+quiet run's, with the wait's prior where it has several ranks. Shrinking its CPU part alone and adding the assumed
+ratio back (d1b6f1d, for a configuration with only such runs) kept the split: a 2-rank contended reading equal to
+its prediction, x1.10 assumed, was refined to x1.036, past the run it came from.
 """
 
 from __future__ import annotations
@@ -33,18 +36,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, PeerWait, own_wait
+from llmperf_hook.refine.peer_wait import WAIT_CONFIG_SD_PRIOR, PeerWait
 from llmperf_hook.refine.shrinkage import ConfigRuns, Variances, group_runs
 from llmperf_hook.refine.transfer import correlation_matrix, covariance, solve
-
-
-def whole_step_configs(rows: Sequence[tuple], waited: set[str]) -> list[ConfigRuns]:
-    """The configurations' whole-step readings from rows as recalibrate reads them (job, fingerprint, predicted,
-    measured, text, observation sd, sampling sd, shares, w, measured w): a configuration in `waited` (a run of it
-    measured its wait) keeps its whole log-ratio; any other its CPU part (its reading less an assumed wait, 0 for
-    one rank)."""
-    return group_runs([(j, f, p, m if config_key(j, f) in waited else m * math.exp(-w), sd, ss, sh)
-                       for j, f, p, m, _, sd, ss, sh, w, _ in rows])
 
 
 def config_key(job_id: str, fingerprint: str | None) -> str:
@@ -53,25 +47,24 @@ def config_key(job_id: str, fingerprint: str | None) -> str:
 
 
 def own_log_scales(rows: Sequence[tuple], v: Variances, wait: PeerWait | None) -> dict[str, float]:
-    """log step_time_scale per fingerprint with runs: the module docstring's posterior of its whole step, plus the
-    assumed wait of a configuration that measured none."""
-    waited = {config_key(j, f) for j, f, *_, measured in rows if measured}
-    configs = whole_step_configs(rows, waited)
+    """log step_time_scale per configuration with runs, from rows as recalibrate reads them (job, fingerprint,
+    predicted, measured, text, observation sd, sampling sd, shares, w, measured w): the module docstring's
+    posterior of its whole step."""
+    configs = group_runs([(j, f, p, m, sd, ss, sh) for j, f, p, m, _, sd, ss, sh, *_ in rows])
+    waited = {config_key(j, f) for j, f, *_, w, measured in rows if w or measured}  # a reading with a wait in it
     reading = math.hypot(v.sd_run, v.sd_moment)
     moments = [c.mean_and_variance(reading) for c in configs]
     prior = prior_covariance(configs, v, wait, waited)
     k = [[prior[i][j] + (moments[i][1] if i == j else 0.0) for j in range(len(configs))] for i in range(len(configs))]
     alpha = solve(k, [m for m, _ in moments])
-    waits = [(f, w, measured) for _, f, *_, w, measured in rows]
-    return {c.fingerprint: sum(p * a for p, a in zip(prior[i], alpha)) +
-            (0.0 if c.fingerprint in waited else own_wait(waits, c.fingerprint, None))
-            for i, c in enumerate(configs)}
+    return {c.fingerprint: sum(p * a for p, a in zip(prior[i], alpha)) for i, c in enumerate(configs)}
 
 
 def prior_covariance(configs: Sequence[ConfigRuns], v: Variances, wait: PeerWait | None,
                      waited: set[str]) -> list[list[float]]:
     """Cov(y_i, y_j) before any reading: the shared bias, the configurations' own biases (correlated by their cost
-    mix, refine/transfer.py), and between two configurations that read a wait, the wait's shared and own parts."""
+    mix, refine/transfer.py), and between two configurations whose readings hold a wait, the wait's shared and own
+    parts."""
     sd_shared_w = wait.sd_shared if wait else v.sd_shared
     sd_config_w = wait.sd_config if wait else WAIT_CONFIG_SD_PRIOR
     r = correlation_matrix([c.shares for c in configs])

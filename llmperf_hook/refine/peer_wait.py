@@ -30,8 +30,8 @@ gets E[b_w] = k_w mu_w, a one-rank configuration none. A configuration with runs
 total was moved past itself): the two parts' errors are anti-correlated errors of one prediction, so its whole
 step is shrunk as one reading, with the wait's prior variance (b_w, d_f) added to its step's (refine/own_scales.py).
 A contended run (refine/contention.py) measures no wait: its reading is its CPU time times an assumed quiet
-ratio, which leaves its CPU part as well (so a configuration run both ways does not count a wait twice) and which
-a configuration with only such runs keeps (own_wait).
+ratio, which leaves its CPU part as well (so a configuration run both ways does not count a wait twice); its own
+configuration shrinks its whole reading like a quiet run's (refine/own_scales.py).
 Replayed on the four records (every run as the calibration run), w = log(wall / CPU) beat w less the comm
 model's predicted collectives (log(P / (P - C))) on all four: the latter varies more between configurations than
 WAIT_CONFIG_SD_PRIOR allows and moved the 2-rank CPU excess into the part every configuration gets.
@@ -66,8 +66,6 @@ class PeerWait:
     """mu_w: the multi-rank configurations' precision-weighted mean log(wall / CPU) (unshrunk)."""
     weight: float
     """k_w: the fraction of mu_w a multi-rank configuration without runs gets."""
-    own: dict[str, float]
-    """E[b_w + d_f] per fingerprint of a multi-rank configuration with runs."""
     sd_shared: float = 0.0
     """The prior standard deviation of b_w the fit used."""
     sd_config: float = WAIT_CONFIG_SD_PRIOR
@@ -99,14 +97,4 @@ def fit_peer_wait(rows: Sequence[tuple[str, float]], sd_shared: float) -> PeerWa
     configs = group_runs(runs)
     v = estimate_variances(configs, WAIT_CONFIG_SD_PRIOR, "peer wait", sd_shared, sd_run_prior=WAIT_RUN_SD_PRIOR)
     post = posterior(configs, v)
-    return PeerWait(post.shared_log_scale, post.shared_weight, dict(post.config_log_scale), v.sd_shared, v.sd_config)
-
-
-def own_wait(rows: Sequence[tuple], fingerprint: str, wait: PeerWait | None) -> float:
-    """The wait a configuration with runs keeps, from (fingerprint, w, measured) rows: E[b_w + d_f] where its
-    quiet runs measured it; else the mean ratio its contended runs assumed (refine/contention.py: the store's
-    quiet runs of as many ranks, or the middle of [1, the limit]); 0 for a one-rank configuration."""
-    if wait is not None and fingerprint in wait.own:
-        return wait.own[fingerprint]
-    assumed = [w for f, w, measured in rows if f == fingerprint and not measured]
-    return sum(assumed) / len(assumed) if assumed else 0.0
+    return PeerWait(post.shared_log_scale, post.shared_weight, v.sd_shared, v.sd_config)

@@ -73,18 +73,27 @@ def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Seque
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
     # its own configuration's scale: the whole step shrunk as one reading (refine/own_scales.py)
     kept = own_log_scales(rows, variances, wait)
-    fingerprinted = [c for c in configs if not c.fingerprint.startswith("job:")]  # a run without one stands alone
-    read = {c.fingerprint: statistics.fmean(w for f, w, _ in waits if f == c.fingerprint) for c in fingerprinted}
-    own = tuple(ConfigScale(c.fingerprint, math.exp(kept[c.fingerprint]),
-                            math.exp(statistics.fmean(c.log_ratios) + read[c.fingerprint]), len(c.log_ratios),
-                            labels.get(c.fingerprint, ""), post.alpha.get(c.fingerprint, 0.0), c.shares,
-                            read[c.fingerprint])
-                for c in fingerprinted)
+    own = tuple(_own_scale(c, kept[c.fingerprint], waits, labels.get(c.fingerprint, ""), post.alpha)
+                for c in configs if not c.fingerprint.startswith("job:"))  # a run without one stands alone
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,
                       num_configs=len(configs), config_scales=own, sd_config=variances.sd_config,
                       sd_run=variances.sd_run, sd_shared=variances.sd_shared, sd_mix=variances.sd_mix,
                       wait_log_scale=wait.log_scale if wait else 0.0, wait_weight=wait.weight if wait else 0.0)
     return cal, variances.source
+
+
+def _own_scale(c: ConfigRuns, log_scale: float, waits: Sequence[tuple[str | None, float, bool]], label: str,
+               alpha: dict[str, float]) -> ConfigScale:
+    """An instrumented configuration's calibration from its CPU-part runs `c` and its runs' (fingerprint, w,
+    measured) `waits`: measured, the geometric mean of its whole readings (CPU part + the wait in each); its wait
+    for the notes, the mean its quiet runs measured (a contended run's is assumed, and no other configuration
+    gets it: refine/peer_wait.py)."""
+    mine = [(w, measured) for f, w, measured in waits if f == c.fingerprint]
+    quiet = [w for w, measured in mine if measured]
+    return ConfigScale(c.fingerprint, math.exp(log_scale),
+                       math.exp(statistics.fmean(c.log_ratios) + statistics.fmean(w for w, _ in mine)),
+                       len(c.log_ratios), label, alpha.get(c.fingerprint, 0.0), c.shares,
+                       statistics.fmean(quiet) if quiet else 0.0)
 
 
 def _shared_fit(configs: list[ConfigRuns], mu: float) -> tuple[float, float]:

@@ -51,13 +51,15 @@ def test_one_run_keeps_lambda_of_its_ratio_with_the_waits_prior_added() -> None:
     assert math.log(two.own_scale("a").step_time_scale) == pytest.approx(y * lam, rel=1e-6)
 
 
-def test_refinement_never_moves_a_configuration_past_its_own_run() -> None:
-    """Any one run, whatever its CPU part and wait: its own scale lies between the prediction (1) and the run."""
+@pytest.mark.parametrize("observation_sd", [0.0, 0.07])
+def test_refinement_never_moves_a_configuration_past_its_own_run(observation_sd: float) -> None:
+    """Any one run, whatever its CPU part and wait, quiet or contended (a quiet-equivalent reading, its wait
+    assumed): its own scale lies between the prediction (1) and the run."""
     rng = random.Random(6)
     for _ in range(200):
         total, ratio = math.exp(rng.uniform(-0.4, 0.4)), math.exp(rng.uniform(0.0, 0.3))
-        cal = fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.05, 0.05 * total, ratio)], TESTBED)[0]
-        scale = cal.own_scale("a").step_time_scale
+        row = _row("j", "a", 0.05, 0.05 * total, ratio, observation_sd)
+        scale = fit_key_calibration("h", "c", "fw", [row], TESTBED)[0].own_scale("a").step_time_scale
         assert min(1.0, total) - 1e-12 <= scale <= max(1.0, total) + 1e-12
 
 
@@ -71,12 +73,19 @@ def test_one_rank_configurations_get_the_same_posterior_as_the_shared_fit() -> N
     assert own_log_scales(rows, v, None) == pytest.approx(expected)
 
 
-def test_a_configuration_with_only_contended_runs_keeps_the_wait_it_assumed() -> None:
-    """A contended run measured no wait: its reading's assumed quiet ratio is added back, not shrunk."""
-    row = _row("c", "a", 0.050, 0.055, 1.10, observation_sd=0.07)
-    cal = fit_key_calibration("h", "c", "fw", [row], TESTBED)[0]
-    assert cal.apply(0.050, "a") == pytest.approx(0.055)
-    assert "whole step weighted as one reading" in cal.describe("a")
+def test_a_contended_two_rank_run_is_shrunk_as_one_reading_too() -> None:
+    """A contended run's quiet-equivalent reading (CPU time x an assumed x1.10) equal to its prediction: shrinking
+    its CPU part (-0.095) and adding the assumed ratio back gave x1.036, past the run; as one reading it stays at 1.
+    Its reading is noisier than a quiet run's (the observation sd), so it keeps less of the same ratio."""
+    on_it = fit_key_calibration("h", "c", "fw", [_row("c", "a", 0.050, 0.050, 1.10, observation_sd=0.07)], TESTBED)[0]
+    assert on_it.apply(0.050, "a") == pytest.approx(0.050)
+    contended, quiet = (fit_key_calibration("h", "c", "fw", [_row("j", "a", 0.050, 0.060, 1.10, sd)], TESTBED)[0]
+                        for sd in (0.07, 0.0))
+    assert 0.050 < contended.apply(0.050, "a") < quiet.apply(0.050, "a") < 0.060
+    assert "whole step weighted as one reading" in contended.describe("a")
+    # its wait was assumed, not measured, and goes to no other configuration: the notes name none
+    assert contended.own_scale("a").wait_log_scale == 0.0 and "wait for each other" not in contended.describe("a")
+    assert "its ranks' wait for each other x1.100" in quiet.describe("a")
 
 
 def test_a_run_without_a_fingerprint_stands_alone_and_gets_no_own_scale() -> None:

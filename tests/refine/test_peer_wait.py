@@ -107,15 +107,16 @@ def test_predict_gives_the_wait_to_a_multi_rank_configuration_by_its_world_size(
 
 
 def test_a_contended_runs_assumed_wait_is_neither_a_measurement_nor_counted_twice() -> None:
-    """A contended run's reading holds an assumed quiet ratio: its CPU part is the reading without it, it does not
-    move the fitted wait, and a configuration with only such runs keeps the ratio it assumed."""
+    """A contended run's reading holds an assumed quiet ratio: its CPU part is the reading without it and it does
+    not move the fitted wait; a configuration with only such runs shrinks its reading as one (refine/own_scales.py)
+    and fits no wait for the others."""
     quiet, contended = _row("q", "a", 0.050, 0.055, WAIT), _row("c", "a", 0.050, 0.055, WAIT, observation_sd=0.07)
     both = fit_key_calibration("h", "c", "fw", [quiet, contended], TESTBED)[0]
     alone = fit_key_calibration("h", "c", "fw", [quiet], TESTBED)[0]
     assert both.wait_log_scale == pytest.approx(alone.wait_log_scale)
     assert both.apply(0.050, "a") == pytest.approx(alone.apply(0.050, "a"), rel=0.01)  # its CPU parts agree: 0
     only = fit_key_calibration("h", "c", "fw", [contended], TESTBED)[0]
-    assert only.wait_weight == 0.0 and only.apply(0.050, "a") == pytest.approx(0.055)
+    assert only.wait_weight == 0.0 and 0.050 < only.apply(0.050, "a") < 0.055
 
 
 def test_a_store_from_before_the_wait_columns_still_gives_its_transfer_fields(
