@@ -174,7 +174,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.command_rules import command_rule_masks
     from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
-    from llmperf_hook.tune.search_space import ignored_knobs, load_search_space
+    from llmperf_hook.tune.search_space import ignored_knobs, load_search_space, read_search_file
 
     try:
         space = load_search_space(search_file, cfg.framework)
@@ -191,7 +191,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
-    pins = pin_fork_knobs(space, cfg, script, script_args)  # flags the fork's parser lacks are never written
+    asked = frozenset(read_search_file(search_file)) if search_file else frozenset()
+    pins = pin_fork_knobs(space, cfg, script, script_args, asked)  # flags the fork's parser lacks are never written
     for note in pins.warnings:
         click.echo(f"llmperf tune: warning: {note}", err=True)
     space = pins.space

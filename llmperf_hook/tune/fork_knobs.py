@@ -10,6 +10,10 @@ the job at start-up ('unrecognized arguments'). The knobs are audited here, per 
   --sequence_parallel, --micro_batch_size, --global_batch_size, --recompute_granularity / _method / _num_layers and
   --use_distributed_optimizer; it has no --context_parallel_size (the fork predates context parallelism, Megatron-LM
   core_r0.5), no --expert_model_parallel_size / --expert_tensor_parallel_size and no --zero_stage.
+- bigscience-workshop/Megatron-DeepSpeed (8387ae1, BLOOM's fork; known by an option only it defines, BIGSCIENCE_MARKS):
+  no --sequence-parallel, no --recompute-granularity / _method / _num_layers (its full recompute is
+  --checkpoint-activations), no --use-distributed-optimizer and no --no-pipeline-parallel: its pretrain_gpt.py builds
+  GPTModelPipe whenever --deepspeed is given, so DeepSpeed's PipelineEngine runs and refuses ZeRO-2/3 at every PP.
 - Megatron-DeepSpeed (deepspeedai 4efb479: no --context-parallel-size, no --expert-model-parallel-size, no
   interleaved schedule in its PipelineEngine): candidates.knob_values keeps CP, VPP and EP there already.
 - Megatron-LM itself: megatron_known_flags holds every release's options (explain cannot tell releases apart), and
@@ -22,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from llmperf_hook.frameworks.megatron_entry_points import MEGATRON_LLM_OPTIONS, megatron_llm_job
+from llmperf_hook.frameworks.megatron_entry_points import MEGATRON_LLM_OPTIONS, megatron_entry_point, megatron_llm_job
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.search_space import SearchSpace
@@ -38,8 +42,53 @@ KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
     "distributed_optimizer": ("use-distributed-optimizer",),
     "expert_parallel": ("expert-model-parallel-size",),
     "expert_tensor_parallel": ("expert-tensor-parallel-size",),
+    "zero_stage": ("zero-stage",),
 }
-"""SearchSpace knob -> the Megatron options (dashed, without `--`) tune/megatron_argv.py writes when it changes it."""
+"""SearchSpace knob -> the Megatron options (dashed, without `--`) tune/megatron_argv.py writes when it changes it
+(Megatron-DeepSpeed's ZeRO-2/3 at PP 1 add --no-pipeline-parallel: _zero_stages)."""
+BIGSCIENCE_OPTIONS = frozenset("""
+DDP-impl abort-on-unmet-fused-kernel-constraints accumulate-allreduce-grads-in-fp32 adam-beta1 adam-beta2 adam-eps
+adlr-autoresume adlr-autoresume-interval apply-residual-connection-post-layernorm attention-dropout
+attention-softmax-in-fp32 batch-size bert-load bert-no-binary-head bf16 biencoder-projection-dim
+biencoder-shared-query-context-model block-data-path checkpoint-activations checkpoint-in-cpu checkpoint-num-layers
+clip-grad codecarbon-dir contigious-checkpointing cpu-optimizer cpu_torch_adam data-impl data-path dataloader-type
+decoder-seq-length deepscale deepscale_config deepspeed deepspeed-activation-checkpointing deepspeed_config
+deepspeed_mpi distribute-checkpointed-activations distributed-backend embed-layernorm embedding-path
+encoder-seq-length eod-mask-loss eval-interval eval-iters eval-only evidence-data-path exit-duration-in-mins
+exit-interval ffn-hidden-size finetune fp16 fp16-lm-cross-entropy fp32-residual-connection global-batch-size
+glu-activation hidden-dropout hidden-size hysteresis ict-head-size ict-load img-dim indexer-batch-size
+indexer-log-interval inference init-method-std init-method-xavier-uniform initial-loss-scale kill-switch-path
+kv-channels layernorm-epsilon lazy-mpu-init load local_rank log-batch-size-to-tensorboard log-interval log-level
+log-level-replica log-num-zeros-in-grad log-params-norm log-path log-timers-to-tensorboard
+log-validation-ppl-to-tensorboard loss-on-targets-only loss-scale loss-scale-window lr lr-decay-iters
+lr-decay-samples lr-decay-style lr-decay-tokens lr-warmup-fraction lr-warmup-iters lr-warmup-samples
+make-vocab-size-divisible-by mask-prob max-position-embeddings mean-noise-span-length memory-centric-tiled-linear
+merge-file micro-batch-size min-loss-scale min-lr mmap-warmup model-parallel-size no-bias-dropout-fusion
+no-bias-gelu-fusion no-load-optim no-load-rng no-log-learnig-rate-to-tensorboard no-log-loss-scale-to-tensorboard
+no-masked-softmax-fusion no-query-key-layer-scaling no-save-optim no-save-rng no-scatter-gather-tensors-in-pipeline
+noise-density num-attention-heads num-channels num-classes num-layers num-layers-per-virtual-pipeline-stage
+num-workers onnx-safe openai-gelu optimizer override-lr-scheduler pad-vocab-size-to partition-activations patch-dim
+pipeline-model-parallel-size position-embedding-type pp-partition-method profile-backward query-in-block-prob
+rampup-batch-size remote-device reset-attention-mask reset-position-ids retriever-report-topk-accuracies
+retriever-score-scaling retriever-seq-length reweight-loss-based-on-position-frequency sample-rate save
+save-interval scattered-embeddings seed seq-length sgd-momentum short-seq-prob skip-train-iteration-range split
+split-transformers sync-tp-duplicated-parameters synchronize-each-layer tensor-model-parallel-size tensorboard-dir
+tensorboard-log-interval tensorboard-queue-size test-weighted-split-paths test-weighted-split-paths-path tile-factor
+titles-data-path tokenizer-name-or-path tokenizer-type train-iters train-samples train-tokens
+train-weighted-split-paths train-weighted-split-paths-path universal-checkpoint use-bnb-optimizer
+use-checkpoint-lr-scheduler use-contiguous-buffers-in-ddp use-cpu-initialization use-one-sent-docs use-pin-memory
+valid-num-workers valid-weighted-split-paths valid-weighted-split-paths-path vocab-extra-ids vocab-file warmup
+weight-decay zero-allgather-bucket-size zero-contigious-gradients zero-reduce-bucket-size zero-reduce-scatter
+zero-stage
+""".split())
+"""Every `--name` literal of bigscience-workshop/Megatron-DeepSpeed 8387ae1 megatron/arguments.py, and DeepSpeed's
+deepspeed.add_config_arguments that its parse_args adds."""
+BIGSCIENCE_MARKS = ("--pp-partition-method", "--embed-layernorm", "--pad-vocab-size-to", "--tokenizer-name-or-path",
+                    "--sync-tp-duplicated-parameters", "--abort-on-unmet-fused-kernel-constraints", "--codecarbon-dir",
+                    "--kill-switch-path", "--train-weighted-split-paths", "--train-weighted-split-paths-path",
+                    "--reweight-loss-based-on-position-frequency", "--loss-on-targets-only", "--use-bnb-optimizer")
+"""Options only the bigscience fork defines (megatron_known_flags' second list), which its BLOOM scripts pass
+(train/tr11-176B-ml: --pad-vocab-size-to, --embed-layernorm, --tokenizer-name-or-path, --kill-switch-path, ...)."""
 
 
 @dataclass(frozen=True)
@@ -74,35 +123,42 @@ def fork_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
     """The fork whose parser runs `script`, where it lacks options tune writes; None for Megatron-LM's own."""
     if megatron_llm_job(script, script_args):
         return ForkParser("epfLLM/Megatron-LLM", MEGATRON_LLM_OPTIONS, underscores=True)
+    if megatron_entry_point(script) and any(w.split("=", 1)[0] in BIGSCIENCE_MARKS for w in script_args):
+        return ForkParser("bigscience-workshop/Megatron-DeepSpeed", BIGSCIENCE_OPTIONS, underscores=False)
     return None
 
 
+_PIPELINE_ENGINE_STAGES = (0, 1)
+"""ZeRO stages DeepSpeed's PipelineEngine takes (it asserts stage < 2)."""
 _RULE_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "virtual_pipeline": "vpp", "context_parallel": "cp",
               "expert_parallel": "ep", "expert_tensor_parallel": "etp"}
 """SearchSpace knob -> its name in the report's knobs (render.split_knobs / candidates.searched_values)."""
 
 
-def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_args: Sequence[str]) -> ForkPins:
-    """`space` with the knobs whose flags the command's fork lacks kept at the command's own value."""
+def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_args: Sequence[str],
+                   asked: frozenset[str] = frozenset()) -> ForkPins:
+    """`space` with the knobs whose flags the command's fork lacks kept at the command's own value; `asked`: the knobs
+    the user's --search file lists (a warning each where the fork keeps them)."""
     parser = fork_parser(script, script_args)
-    if parser is None or cfg.framework != "megatron":
+    if parser is None or cfg.framework not in ("megatron", "megatron-deepspeed"):
         return ForkPins(space, {}, ())
     own = _own_values(cfg)
-    pins: dict[str, tuple] = {}
+    pins: dict[str, tuple | None] = {}
     rules: dict[str, str] = {}
-    warnings: list[str] = []
     for knob, options in KNOB_OPTIONS.items():
         missing = [parser.spelling(o) for o in options if not parser.has(o)]
-        if not missing:
-            continue
-        pins[knob] = own[knob]
-        rule = (f"kept at the command's value: {parser.name}'s parser has no {' / '.join(missing)} (argparse would stop "
-                "the job on it: 'unrecognized arguments')")
-        rules[_RULE_KEYS.get(knob, knob)] = rule
-        asked = getattr(space, knob)
-        if asked is not None and set(asked) - set(own[knob] or ()):
-            warnings.append(f"{knob} {list(asked)} of the search space is not searched: {rule}")
-    return ForkPins(replace(space, **pins), rules, tuple(warnings))
+        if missing and (knob != "zero_stage" or cfg.framework == "megatron-deepspeed"):  # ZeRO: DeepSpeed's only
+            pins[knob] = own[knob]
+            rules[knob] = (f"kept at the command's value: {parser.name}'s parser has no {' / '.join(missing)} "
+                           "(argparse would stop the job on it: 'unrecognized arguments')")
+    if cfg.framework == "megatron-deepspeed" and not parser.has("no-pipeline-parallel") and "zero_stage" not in pins:
+        pins["zero_stage"] = tuple(z for z in space.zero_stage if z in _PIPELINE_ENGINE_STAGES) or own["zero_stage"]
+        rules["zero_stage"] = (f"ZeRO 2/3 not tried: {parser.name} has no --no-pipeline-parallel, so DeepSpeed's "
+                               "PipelineEngine runs at every PP and asserts stage < 2")
+    warnings = tuple(f"{knob} {list(getattr(space, knob))} of the search space is not searched as listed: {rule}"
+                     for knob, rule in rules.items() if knob in asked and set(getattr(space, knob) or ()) -
+                     set(pins[knob] or ()))
+    return ForkPins(replace(space, **pins), {_RULE_KEYS.get(k, k): r for k, r in rules.items()}, warnings)
 
 
 def _own_values(cfg: TrainingConfig) -> dict[str, tuple | None]:
@@ -112,4 +168,4 @@ def _own_values(cfg: TrainingConfig) -> dict[str, tuple | None]:
             "context_parallel": (base.cp,), "sequence_parallel": (base.sequence_parallel,),
             "micro_batch_size": (base.micro_batch_size,), "recompute": (base.recompute,),
             "distributed_optimizer": (base.distributed_optimizer,), "expert_parallel": (base.ep,),
-            "expert_tensor_parallel": None}
+            "expert_tensor_parallel": None, "zero_stage": (base.zero_stage,)}

@@ -66,11 +66,11 @@ def test_every_flag_of_every_row_is_one_the_fork_parses(tmp_path: Path, capsys, 
 
 def test_the_fork_table_names_what_megatron_llm_lacks() -> None:
     """The options tune writes per knob, checked against the fork's option list: only CP and expert parallelism are
-    missing there, so only those are kept (ZeRO is not a Megatron-LM knob)."""
+    missing there, so only those are kept (and ZeRO, which tune never searches for Megatron-LM)."""
     parser = fork_parser("finetune.py", ["--model_name", "llama2"])
     assert parser is not None
     missing = {k for k, opts in KNOB_OPTIONS.items() if not all(parser.has(o) for o in opts)}
-    assert missing == {"context_parallel", "expert_parallel", "expert_tensor_parallel"}
+    assert missing == {"context_parallel", "expert_parallel", "expert_tensor_parallel", "zero_stage"}
 
 
 def test_megatron_lm_and_other_finetune_scripts_keep_the_whole_space() -> None:
@@ -80,3 +80,36 @@ def test_megatron_lm_and_other_finetune_scripts_keep_the_whole_space() -> None:
     for script, args in (("pretrain_gpt.py", ["--context-parallel-size", "1"]), ("finetune.py", ["--lr", "1"])):
         pins = pin_fork_knobs(space, cfg, script, args)
         assert pins.space == space and pins.rules == {} and pins.warnings == ()
+
+
+BLOOM_STYLE = ["deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
+               "--num-attention-heads", "16", "--seq-length", "2048", "--max-position-embeddings", "2048",
+               "--pad-vocab-size-to", "250880", "--embed-layernorm", "--position-embedding-type", "alibi",
+               "--tokenizer-type", "PretrainedFromHF", "--tokenizer-name-or-path", "bigscience/tokenizer",
+               "--micro-batch-size", "1", "--global-batch-size", "64", "--tensor-model-parallel-size", "2",
+               "--pipeline-model-parallel-size", "2", "--checkpoint-activations", "--bf16", "--deepspeed",
+               "--deepspeed_config", "ds.json", "--zero-stage", "1", "--deepspeed-activation-checkpointing"]
+BLOOM_SPACE = ("micro_batch_size: [1, 2]\nsequence_parallel: [false, true]\nrecompute: [none, selective, full]\n"
+               "zero_stage: [0, 1, 2, 3]\ntensor_parallel: [1, 2, 4]\n")
+
+
+def test_the_bigscience_fork_gets_no_flag_its_parser_lacks(tmp_path: Path, capsys, monkeypatch) -> None:
+    """BLOOM's fork (known by --pad-vocab-size-to / --embed-layernorm): its argparse has no --sequence-parallel, no
+    --recompute-granularity and no --no-pipeline-parallel (it always builds GPTModelPipe, so ZeRO-2/3 are refused by
+    DeepSpeed's PipelineEngine at any PP); tune searched them as for the microsoft fork and wrote them."""
+    from llmperf_hook.tune.fork_knobs import BIGSCIENCE_OPTIONS
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 64,
+                                                  "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}))
+    (tmp_path / "wide.yaml").write_text(BLOOM_SPACE)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "10", "--search", "wide.yaml", "--format",
+                              "json", "--apply", "--dry-run", "--", *BLOOM_STYLE], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert _options(data["applied"]["argv"]) - _options(BLOOM_STYLE) <= BIGSCIENCE_OPTIONS
+    assert all(row["zero_stage"] < 2 and not row["sequence_parallel"] for row in data["top"])
+    assert {"sequence_parallel", "recompute", "zero_stage"} <= set(data["knobs"]["rules"])
+    assert "no --no-pipeline-parallel" in err
+    code, out, err = run_cli(["explain", "--format", "json", "--", *data["applied"]["argv"]], capsys)
+    assert code == 0, err
