@@ -84,6 +84,7 @@ ATTN_OPS = (("qk_baddbmm", "megatron"), ("av_bmm", "megatron"), ("qk_baddbmm", "
             ("av_bmm", "contiguous"), ("sdpa_math", "contiguous"), ("sdpa_flash", "contiguous"),
             ("sdpa_efficient", "contiguous"))
 REFERENCE_HEAD_DIM = 128
+OUTPUT_FILES = ("lm_head.csv", "attention.csv", "alignment_meta.json")
 FIELDS = ("part", "dtype", "op", "phase", "layout", "m", "k", "width", "alignment", "flop", "time_s", "num_reps",
           "spread", "tflops", "status", "device", "torch")
 """m, k: tokens and hidden for lm_head; batch x heads and seq for attention. width: the vocab columns or the head
@@ -294,6 +295,10 @@ def slowdowns(rows: list[dict]) -> Iterator[dict]:
                    "vs_128": _per_flop(r) / _per_flop(ref) if ref else None, "tflops": float(r["tflops"])}
 
 
+class ReportError(ValueError):
+    """A folder the reader cannot report on (exit 2)."""
+
+
 def read_rows(folder: Path) -> list[dict]:
     rows: list[dict] = []
     for part in ("lm_head", "attention"):
@@ -302,8 +307,8 @@ def read_rows(folder: Path) -> list[dict]:
             with open(path, newline="") as f:
                 rows += list(csv.DictReader(f))
     if not rows:
-        raise SystemExit(f"--report {folder}: no lm_head.csv or attention.csv there (written by --out DIR); "
-                         f"give the folder a device run wrote.")
+        raise ReportError(f"--report {folder}: no lm_head.csv or attention.csv there (a run's --out DIR holds them, "
+                          f"results.tgz's alignment/ after the device call); give the folder a run wrote.")
     return rows
 
 
@@ -347,7 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [x for x in parts if x not in plans]:
         p.error(f"--parts {args.parts}: unknown {unknown}; use lm_head and/or attention")
     if args.report:
-        print(report(args.report))
+        try:
+            print(report(args.report))
+        except ReportError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
     if args.estimate:
         for part in parts:
@@ -356,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out DIR is needed to measure (or give --report DIR / --estimate)")
+    if args.out.exists() and (not args.out.is_dir() or any((args.out / f).exists() for f in OUTPUT_FILES)):
+        p.error(f"--out {args.out}: {'not a folder' if not args.out.is_dir() else 'already holds a run'}; "
+                f"give a new folder (a run's CSVs are never overwritten)")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     target_s = 0.005 if args.quick else 0.05  # 0.05: op_sampler.sample_op's default, what `llmperf profile` uses

@@ -82,9 +82,17 @@ def test_reader_gives_per_flop_slowdown_against_the_aligned_neighbour(tmp_path: 
     assert summary["50304"] == ["2.50", "[2.50,", "2.50]", "(1)"] and summary["144"][0] == "2.00"
 
 
-def test_reader_names_what_a_folder_lacks(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="no lm_head.csv or attention.csv"):
-        _mod().read_rows(tmp_path)
+def test_reader_names_what_a_folder_lacks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _mod().main(["--report", str(tmp_path)]) == 2
+    assert "no lm_head.csv or attention.csv there" in capsys.readouterr().err
+
+
+def test_a_folder_holding_a_run_is_never_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "lm_head.csv").write_text("measured\n")
+    with pytest.raises(SystemExit) as exc:
+        _mod().main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "already holds a run" in capsys.readouterr().err
+    assert (tmp_path / "lm_head.csv").read_text() == "measured\n"
 
 
 def test_aligned_neighbours_of_the_grid() -> None:
