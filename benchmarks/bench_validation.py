@@ -7,8 +7,10 @@
 Predicts every row through the same path as `llmperf validate` / `llmperf predict --batch` (shipped presets,
 no per-row constants) and prints per source: rows, MAPE, bias (mean signed error), the target, and the
 published reference where there is one; then overall MAPE and the wall time (one thread). Then the rows that
-contradict the work order (work_order_contradictions: at pipeline 1 a larger micro-batch over the same global batch
-measuring more than 5 % slower) and each affected source's MAPE without them; the headline stays over all rows.
+contradict the work order (work_order.py, the rule bench_tune_ranking.py flags its cells by: at pipeline 1 the smaller
+micro-batch of one job, more work on every op over the same global batch, measuring more than 5 % cheaper than a
+larger one, where the prediction is not) and each affected source's MAPE without them; the headline stays over all
+rows.
 
 `--audit-s24` adds what the S24 rows are made of (docs/model.md, round 5): (1) per configuration, the step
 time is exactly linear in the number of micro-batches (residual of a least-squares line through 3-4 global
@@ -55,6 +57,9 @@ from llmperf_hook.resources import configs_dir  # noqa: E402
 from llmperf_hook.validate.runner import validate_runs  # noqa: E402
 from llmperf_hook.validate.measured_run import MeasuredRun  # noqa: E402
 from llmperf_hook.validate.runs_csv import build_measured_runs, read_runs_csv  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # work_order, shared with bench_tune_ranking.py
+from work_order import CONTRADICTION, contradicts_work_order, fewest_accounting  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "dev.csv"
 VTRAIN_LUT_CSV = DEFAULT_CSV.parent / "calibration" / "nccl_allreduce_a100_intranode_vtrain_lut_subsampled.csv"
@@ -200,49 +205,26 @@ def _audit_dp_increments(s24: list[MeasuredRun], fits: dict, lut: dict) -> None:
                   f"({len(rows)} configurations)")
 
 
-CONTRADICTION = 0.05
-"""A larger micro-batch over the same tokens measuring more than this much slower is flagged (bench_tune_ranking's
-5 % top-1 rule): no cost model in which bigger kernels and fewer launches never cost more can price both rows
-within it, and the rows do not say which one is off."""
-
-
-def work_order_contradictions(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun]]:
+def work_order_contradictions(runs: list[MeasuredRun], predicted_s: dict[str, float]
+                              ) -> list[tuple[MeasuredRun, MeasuredRun]]:
     """(smaller, larger micro-batch) pairs of single-stage rows of one source, job and layout (model, layers, hidden,
-    sequence, GPUs, global batch, TP, DP, recompute, precision, GPU) where the larger micro-batch measures more than
-    CONTRADICTION slower. At pipeline 1 a larger micro-batch over the same global batch runs the same ops on bigger
-    tensors with fewer launches and no pipeline bubble to grow, so its step is never dearer in a cost model of work."""
+    sequence, GPUs, global batch, TP, DP, recompute, precision, GPU) that contradict the work order
+    (work_order.contradicts_work_order; `predicted_s`: row id -> predicted step, rows without one are not judged).
+    At pipeline 1 the smaller micro-batch runs the same ops over the same global batch in more launches of smaller
+    tensors (and re-reads the weights per micro-batch), with no pipeline bubble to shrink: more work on every op."""
     jobs: dict[tuple, list[MeasuredRun]] = defaultdict(list)
     for r in runs:
-        if r.pp == 1:
+        if r.pp == 1 and r.row_id in predicted_s:
             jobs[(r.source_id, r.model, r.num_layers, r.hidden_size, r.seq_length, r.num_gpus, r.global_batch_size,
                   r.tp, r.dp, r.recompute, r.precision, r.gpu_type)].append(r)
-    return [(a, b) for rows in jobs.values() for a in rows for b in rows if b.micro_batch_size > a.micro_batch_size
-            and b.iteration_time_s > (1 + CONTRADICTION) * a.iteration_time_s]
+    return [(a, b) for rows in jobs.values() for a in rows for b in rows if a.micro_batch_size < b.micro_batch_size
+            and contradicts_work_order(a.iteration_time_s, b.iteration_time_s, predicted_s[a.row_id],
+                                       predicted_s[b.row_id])]
 
 
 def contradicting_rows(pairs: list[tuple[MeasuredRun, MeasuredRun]]) -> set[str]:
-    """Row ids of the fewest rows that account for every contradicting pair (fewest_accounting)."""
+    """Row ids of the fewest rows that account for every contradicting pair (work_order.fewest_accounting)."""
     return fewest_accounting([(a.row_id, b.row_id) for a, b in pairs], order=_id_order)
-
-
-def fewest_accounting(pairs: list[tuple], order=repr) -> set:
-    """Members that account for every pair: repeatedly the member in most of the pairs left (one row or cell at odds
-    with all its neighbours is the odd one; ties go to the first by `order`); a pair that shares no member with another
-    is taken whole, since nothing says which of its two is off."""
-    left = list(pairs)
-    flagged: set = set()
-    while left:
-        counts: dict = defaultdict(int)
-        for pair in left:
-            for member in pair:
-                counts[member] += 1
-        top = max(counts.values())
-        if top == 1:
-            flagged |= set(counts)
-        else:
-            flagged.add(min((m for m, n in counts.items() if n == top), key=order))
-        left = [pair for pair in left if not flagged & set(pair)]
-    return flagged
 
 
 def _id_order(row_id: str) -> tuple[int, str]:
@@ -251,9 +233,12 @@ def _id_order(row_id: str) -> tuple[int, str]:
 
 def report_contradictions(runs: list[MeasuredRun], report: object) -> None:
     """The work-order contradictions and each affected source's MAPE without their rows (the headline is above)."""
-    pairs = work_order_contradictions(runs)
-    print(f"rows that contradict the work order by more than {CONTRADICTION:.0%} (pipeline 1, same job and layout, a "
-          f"larger micro-batch over the same global batch measured slower): {len(pairs)} pairs")
+    predicted_s = {row.row_id: row.predicted_s for row in report.rows  # type: ignore[attr-defined]
+                   if row.predicted_s is not None}
+    pairs = work_order_contradictions(runs, predicted_s)
+    print(f"rows that contradict the work order by more than {CONTRADICTION:.0%} (pipeline 1, same job and layout: the "
+          f"smaller micro-batch, more work on every op over the same global batch, measured cheaper, not so "
+          f"predicted): {len(pairs)} pairs")
     for a, b in pairs:
         print(f"  {a.source_id} rows {a.row_id} / {b.row_id}: {a.model} tp{a.tp} dp{a.dp} gbs{a.global_batch_size} mbs "
               f"{a.micro_batch_size} {a.iteration_time_s:.4g} s, mbs {b.micro_batch_size} {b.iteration_time_s:.4g} s "

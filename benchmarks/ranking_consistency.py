@@ -12,6 +12,7 @@ from collections import defaultdict
 import numpy as np
 
 from ranking_diagnostics import WITHIN, bilinear_fit, cell_costs, cell_key, count_hits
+from work_order import CONTRADICTION, contradicts_work_order, fewest_accounting
 
 TP_CALLS_PER_LAYER = 6
 """In-layer TP all-reduces per layer and micro-batch under full recompute without sequence parallelism: 2 forward
@@ -96,24 +97,20 @@ def report_consistency(results: list, tp_step_cap_s) -> None:
           f"{count_hits(groups, priced.__getitem__)}/{len(groups)}")
 
 
-def flagged_cells(points, tolerance: float = WITHIN) -> dict[tuple, list[str]]:
-    """Cells (source, hidden, TP, micro-batch) whose measured per-layer cost contradicts the work order by more than
-    `tolerance`: of a consistency_pairs pair, the cell with more work on every op (a larger micro-batch or hidden
-    size, same kernels and launches; or 2x TP and 2x micro-batch, same per-rank GEMMs plus all-reduces) measures
-    cheaper than the other by more than `tolerance`. No cost model in which more work never costs less can price
-    both within `tolerance`; the flagged cells are the fewest that account for every contradiction
-    (bench_validation.fewest_accounting: a cell in several is the odd one; a lone pair is flagged whole, the data not
-    saying which of the two is off). The default is the ranking's own 5 % rule: a contradiction that large can decide
-    a group's top-1 whatever the model predicts. Pairs the prediction orders the same way are left out: there the
-    framework runs other kernels for the smaller shape (e.g. Megatron's fused-softmax fallback), so the work is not
-    a superset. Cell -> its contradictions."""
-    from bench_validation import fewest_accounting
-
+def flagged_cells(points, tolerance: float = CONTRADICTION) -> dict[tuple, list[str]]:
+    """Cells (source, hidden, TP, micro-batch) whose measured per-layer cost contradicts the work order
+    (work_order.contradicts_work_order, bench_validation's rule for its rows): of a consistency_pairs pair, the cell
+    with more work on every op (a larger micro-batch or hidden size, same kernels and launches; or 2x TP and 2x
+    micro-batch, same per-rank GEMMs plus all-reduces) measures more than `tolerance` cheaper than the other, and the
+    prediction orders them by work. The flagged cells are the fewest that account for every contradiction
+    (work_order.fewest_accounting: a cell in several is the odd one; a lone pair is flagged whole, the data not
+    saying which of the two is off). Cell -> its contradictions."""
     measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)
     why: dict[tuple, str] = {}
     for c, d, _ in consistency_pairs(sorted(measured)):
-        change = measured[d] / measured[c] - 1
-        if change < -tolerance and c in predicted and d in predicted and predicted[d] >= predicted[c]:
+        if c in predicted and d in predicted and contradicts_work_order(measured[d], measured[c], predicted[d],
+                                                                        predicted[c], tolerance):
+            change = measured[d] / measured[c] - 1
             why[(c, d)] = (f"{_cell_name(d)} {1e3 * measured[d]:.2f} ms is {100 * change:+.1f} % of {_cell_name(c)} "
                            f"{1e3 * measured[c]:.2f} ms")
     flagged = fewest_accounting(list(why), order=lambda cell: cell)
@@ -131,8 +128,9 @@ def report_flagged(results: list) -> None:
     everything = [p for pts in groups for p in pts]
     flags = flagged_cells(everything)
     contradictions = sorted({text for texts in flags.values() for text in texts})
-    print(f"\nmeasured cells that contradict the work order by more than {100 * WITHIN:.0f} % (more work on every op, "
-          f"cheaper per layer and micro-batch): {len(contradictions)} contradictions, {len(flags)} cells flagged")
+    print(f"\nmeasured cells that contradict the work order by more than {100 * CONTRADICTION:.0f} % (more work on "
+          f"every op, cheaper per layer and micro-batch, not so predicted; work_order.py): {len(contradictions)} "
+          f"contradictions, {len(flags)} cells flagged")
     for why in contradictions:
         print(f"  {why}")
     kept = [[p for p in pts if cell_key(p) not in flags] for pts in groups]

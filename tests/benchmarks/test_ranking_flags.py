@@ -38,6 +38,9 @@ def test_a_pair_the_prediction_orders_the_same_way_is_not_flagged() -> None:
     # The model too prices the larger micro-batch cheaper (other kernels at the smaller shape): not a contradiction.
     points = _family(1024, 4, 1, 3.0e-3, 3.2e-3) + _family(1024, 4, 2, 2.5e-3, 2.9e-3)
     assert consistency.flagged_cells(points) == {}
+    # predicted only 1 % cheaper: that reproduces nothing of the measured -17 %, so both cells are flagged
+    points = _family(1024, 4, 1, 3.0e-3, 3.2e-3) + _family(1024, 4, 2, 2.5e-3, 3.17e-3)
+    assert set(consistency.flagged_cells(points)) == {("S24", 1024, 4, 1), ("S24", 1024, 4, 2)}
 
 
 def test_equal_work_tp_step_that_measures_cheaper_is_flagged() -> None:
