@@ -25,8 +25,9 @@ the unit that makes their mean predicted per-layer slope the measured one (the c
 `host_overhead_per_op_us`; predict/host_issue.py).
 
 After the headline (over all rows, issue 7's figure) it prints the measured cells that contradict the work order by more
-than 5 % (a cell with more work on every op measuring cheaper per layer: no cost model that grows with work prices
-both within the ranking's tolerance; ranking_consistency.flagged_cells) and the top-1 count again without their rows.
+than 5 % (a cell with more work on every op measuring cheaper per layer, not so predicted: no cost model that grows
+with work prices both within the ranking's tolerance; work_order.py, the rule bench_validation.py flags its rows by;
+ranking_consistency.flagged_cells) and the top-1 count again without their rows.
 
 `--misses` prints, per missed group, the measured best and the choice with the signed error of each and the
 runner-up's measured gap, the per-layer cost of the cells of each miss's best and choice and the single part of the
