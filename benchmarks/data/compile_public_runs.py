@@ -304,12 +304,13 @@ LAUNCHER_2206_175B = ((16, 20642), (32, 38025), (128, 141306))
 # aadcd1cae4, 2022-07-13, on the branch of PR #4380 'Add sequence parallelism and selective activation checkpointing',
 # squashed into main as f1bf6c2731 on 2022-07-26: it has sequence parallelism, selective recompute and
 # gradient-accumulation fusion, which the v1.10.0 tag of 2022-07-01 does not). Its megatron_base_model.py
-# _validate_config turns the fusion off at PP 1 only; at PP 8 the 175b.yaml's gradient_accumulation_fusion: True stays, and the fused wgrad
-# GEMM accumulates into param.main_grad, which MainParamsOptimizerWrapper points at the fp32 main gradient
-# (optimizer_with_main_params.py: param.main_grad = main_param.grad), so nothing is added per micro-batch. It
-# overlaps the data-parallel all-reduce with the backward at PP 1 without SP or the fusion only (async_grad_allreduce
-# in configure_optimizers; the 22.05 changelog: 'Asynchronous gradient all-reduce for GPT-3 ... with pipeline
-# parallel size equal to 1'); at PP > 1 it all-reduces the main gradients after the pipeline (allreduce_main_grads).
+# _validate_config turns the fusion off at PP 1 only; at PP 8 the 175b.yaml's gradient_accumulation_fusion: True
+# stays, and the fused wgrad GEMM accumulates into param.main_grad, which MainParamsOptimizerWrapper points at the
+# fp32 main gradient (optimizer_with_main_params.py: param.main_grad = main_param.grad), so nothing is added per
+# micro-batch. It overlaps the data-parallel all-reduce with the backward at PP 1 without SP or the fusion only
+# (async_grad_allreduce in configure_optimizers; the 22.05 changelog: 'Asynchronous gradient all-reduce for GPT-3 ...
+# with pipeline parallel size equal to 1'); at PP > 1 it all-reduces the main gradients after the pipeline
+# (allreduce_main_grads).
 NEMO_2206_FLAGS = {1: "--no-gradient-accumulation-fusion --overlap-grad-reduce", 8: ""}
 
 
