@@ -251,7 +251,8 @@ def report_contradictions(runs: list[MeasuredRun], report: object) -> None:
         scored = [row for row in report.rows  # type: ignore[attr-defined]
                   if row.source_id == source and row.signed_error is not None]
         kept = [abs(row.signed_error) for row in scored if row.row_id not in flagged]
-        print(f"  {source} without those rows: MAPE {100 * np.mean(kept):.2f}% over {len(kept)} of {len(scored)} rows")
+        mape = f"{100 * np.mean(kept):.2f}%" if kept else "-"  # a source of one contradicting pair keeps no row
+        print(f"  {source} without those rows: MAPE {mape} over {len(kept)} of {len(scored)} rows")
 
 
 VTRAIN_SOURCES = ("S23", "S24")

@@ -102,3 +102,14 @@ def test_report_gives_the_source_mape_without_the_flagged_rows(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "2 pairs" in out and "rows flagged: 664" in out
     assert "S23 without those rows: MAPE 3.00% over 2 of 3 rows" in out
+
+
+def test_a_source_left_without_rows_prints_no_mape(tmp_path, capsys) -> None:
+    from types import SimpleNamespace
+
+    bench = load_script(ROOT / "benchmarks" / "bench_validation.py")
+    runs = _job(tmp_path, {8: 5.0, 16: 5.4})  # one lone pair: both rows flagged
+    report = SimpleNamespace(rows=[SimpleNamespace(row_id=r.row_id, source_id="S23", signed_error=0.01,
+                                                   predicted_s=5.0) for r in runs])
+    bench.report_contradictions(runs, report)
+    assert "S23 without those rows: MAPE - over 0 of 2 rows" in capsys.readouterr().out
