@@ -74,8 +74,8 @@ def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
     weight.t())` then `output += bias`, where torch fuses the bias into the GEMM (aten::addmm). Megatron's layers
     call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
     points); GPT-2's Conv1D calls torch.addmm itself (not told apart from the other GELU families here: priced as
-    nn.Linear). The linears with biases: fused or separate QKV and the
-    output projection, and the GELU MLP's two (transformers' SwiGLU MLPs and experts have none)."""
+    nn.Linear). The linears with biases: fused or separate QKV, the output projection and the GELU MLP's two
+    (transformers' SwiGLU MLPs and experts have none)."""
     m = cfg.model
     if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
             or not m.add_bias_linear or m.multi_latent_attention):
