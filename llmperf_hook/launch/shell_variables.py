@@ -20,6 +20,7 @@ from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars, shell_split,
                                               word_quoting)
 from llmperf_hook.launch.sizing import PRICED_ENV
+from llmperf_hook.launch.undecided_branches import BRANCHES
 
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
@@ -62,11 +63,13 @@ def not_exported_note(message: str, hidden: dict[str, str]) -> str:
 def unknown_value_note(message: str, unknown: Mapping[str, str]) -> str:
     """For an error quoting a `$NAME` the launch script sets so that only running it gives the value: where it does
     (setting NAME in the environment would not help, the script assigns it)."""
-    named = [f"${name} at {where}" for name, where in unknown.items() if re.search(r"\$\{?" + name + r"\b", message)]
-    if not named:
+    found = {name: where for name, where in unknown.items() if re.search(r"\$\{?" + name + r"\b", message)}
+    if not found:
         return ""
-    return (f" (the launch script sets {'; '.join(named[:3])} from what only running it tells: a command's output, "
-            "directly or through another variable; llmperf runs nothing, and setting it in the environment does not "
+    named = "; ".join(f"${name} at {where}" for name, where in list(found.items())[:3])
+    how = "" if all(BRANCHES in where for where in found.values()) else \
+        " from what only running it tells: a command's output, directly or through another variable"
+    return (f" (the launch script sets {named}{how}; llmperf runs nothing, and setting it in the environment does not "
             "help, since the script assigns it. Write its value into the script, or give the launch line after "
             "`--`.)")
 
