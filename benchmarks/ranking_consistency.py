@@ -102,9 +102,9 @@ def flagged_cells(points, tolerance: float = CONTRADICTION) -> dict[tuple, list[
     (work_order.contradicts_work_order, bench_validation's rule for its rows): of a consistency_pairs pair, the cell
     with more work on every op (a larger micro-batch or hidden size, same kernels and launches; or 2x TP and 2x
     micro-batch, same per-rank GEMMs plus all-reduces) measures more than `tolerance` cheaper than the other and is
-    not predicted so (the framework's other kernels at that shape). The flagged cells are the fewest that account for every contradiction
-    (work_order.fewest_accounting: a cell in several is the odd one; a lone pair is flagged whole, the data not
-    saying which of the two is off). Cell -> its contradictions."""
+    not predicted so (the framework's other kernels at that shape). The flagged cells are the fewest that account
+    for every contradiction (work_order.fewest_accounting: a cell in several is the odd one; a lone pair is flagged
+    whole, the data not saying which of the two is off). Cell -> its contradictions."""
     measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)
     why: dict[tuple, str] = {}
     for c, d, _ in consistency_pairs(sorted(measured)):
