@@ -123,7 +123,8 @@ def test_zero3_hooks_price_hf_deepspeed_and_not_fsdp(tmp_path: Path) -> None:
         "model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
         "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024}))
     ds = tmp_path / "ds3.json"
-    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True},
+                              "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}))
     common = ["run_clm.py", "--model_name_or_path", str(model), "--per_device_train_batch_size", "1",
               "--block_size", "1024", "--bf16", "--do_train", "--output_dir", str(tmp_path / "out")]
     hooks: dict[str, list] = {}
