@@ -257,6 +257,9 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
     remote = remote_command(words, i)
     if remote is not None:  # `ssh node "cd /w && torchrun ..."`: the login shell there (bash, as a rule) runs them as -c
         return _dispatch([*words[:i], "bash", "-c", remote], i, env, used, inside_srun, stdin, files)
+    if os.path.basename(words[i]) == "ssh":
+        raise UsageError(f"`{' '.join(words[i:])}` gives ssh no command: it opens a login shell on the host, which "
+                         "starts no training. Give the command it runs there (`ssh HOST \"cd DIR && torchrun ...\"`).")
     written: dict[str, ScriptFile] = {}
     unwrapped = _shell_c(words, i, env, used, written)
     if unwrapped is not None and not written:

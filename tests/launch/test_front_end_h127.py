@@ -123,3 +123,8 @@ def test_zero_nodes_on_the_sbatch_command_line(tmp_path: Path) -> None:
                     "job.sbatch")
     with pytest.raises(UsageError, match=r"--nodes=0 \(sbatch's command line\) asks for no node"):
         parse_launch(["sbatch", "--nodes=0", script], {})
+
+
+def test_ssh_without_a_command_is_no_launch() -> None:
+    with pytest.raises(UsageError, match="gives ssh no command: it opens a login shell"):
+        parse_launch(["ssh", "-p", "22", "gpu01"], {})
