@@ -11,7 +11,7 @@ from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_d
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
-                                                       pinned_offload_release)
+                                                       pinned_offload_release, zero1_noncontiguous_release)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
                                                     ds_optimizer, ds_precision, hf_batch, megatron_batch_key_warnings,
@@ -109,7 +109,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
                                  multi_rank_release=_multi_rank_release(ds, job.env),
                                  pinned_release=pinned_offload_release(job.env),
-                                 native_pinning=native_pinned_memory(job.env))
+                                 native_pinning=native_pinned_memory(job.env),
+                                 zero1_noncontiguous=zero1_noncontiguous_release(job.env, parts.model.num_experts > 0))
         optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
@@ -312,7 +313,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                                  hf_fill=framework == "hf-deepspeed",
                                  multi_rank_release=_multi_rank_release(ds, job.env),
                                  pinned_release=pinned_offload_release(job.env),
-                                 native_pinning=native_pinned_memory(job.env))
+                                 native_pinning=native_pinned_memory(job.env),
+                                 zero1_noncontiguous=zero1_noncontiguous_release(job.env, model.num_experts > 0))
         optimizer = as_released(optimizer, job.env, src, warnings)
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"

@@ -29,7 +29,7 @@ def _bucket(value: int | str | None, default: int, auto_value: int) -> int:
 
 def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: float, src: dict[str, Source],
                  hf_fill: bool = True, multi_rank_release: bool = True, pinned_release: bool = True,
-                 native_pinning: bool = False) -> OptimizerConfig:
+                 native_pinning: bool = False, zero1_noncontiguous: bool = False) -> OptimizerConfig:
     """Merge ZeRO settings into `base`; ZeRO-0 keeps DeepSpeed's plain data-parallel all-reduce. `hf_fill`: the
     Hugging Face Trainer / Accelerate replace "auto" reduce_bucket_size with h*h and (ZeRO-3) the prefetch bucket
     with 0.9*h*h (transformers trainer_config_finalize); elsewhere DeepSpeed drops "auto" and keeps its default,
@@ -37,9 +37,15 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     the job's DeepSpeed has use_multi_rank_bucket_allreduce (deepspeed_release.multi_rank_bucket_release).
     `pinned_release`: its offload sections pin host memory unless told not to
     (deepspeed_release.pinned_offload_release). `native_pinning`: it pins through DS_PIN_MEMORY_BACKEND=native
-    (deepspeed_release.native_pinned_memory)."""
+    (deepspeed_release.native_pinned_memory). `zero1_noncontiguous`: the job's DeepSpeed turns contiguous gradients
+    off at stage 1 (deepspeed_release.zero1_noncontiguous_release). Without contiguous gradients (the ds_config's, or
+    that release rule; offload_optimizer forces them on, stage_1_and_2.py `contiguous_gradients or cpu_offload`)
+    reduce_ipg_grads all-reduces each bucket (buffered_reduce_fallback) in every release."""
     overlap = ds.overlap_comm if ds.overlap_comm is not None else ds.zero_stage == 3
     bucket_allreduce = not ds.reduce_scatter or (multi_rank_release and ds.multi_rank_bucket_allreduce)
+    contiguous = ds.contiguous_gradients or ds.offload_optimizer != "none"
+    zero2_allreduce = bucket_allreduce or not contiguous
+    zero1_allreduce = zero2_allreduce or (zero1_noncontiguous and ds.offload_optimizer == "none")
     clip = clip_auto if ds.gradient_clipping == AUTO else float(ds.gradient_clipping)
     src["zero_stage"] = ds.sources.get("zero_stage", Source(SourceKind.DEFAULT, "DeepSpeed: stage 0"))
     # provenance_fill would give the same later; deepspeed_release.as_released records it for tune before replacing it
@@ -49,7 +55,8 @@ def ds_optimizer(ds: DsSettings, base: OptimizerConfig, hidden: int, clip_auto: 
     return replace(
         base, zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param,  # type: ignore[arg-type]
         overlap_grad_reduce=overlap, contiguous_gradients=ds.contiguous_gradients,
-        zero_grad_allreduce=ds.zero_stage in (1, 2) and bucket_allreduce, zero_bucket_allreduce=bucket_allreduce,
+        zero_grad_allreduce={1: zero1_allreduce, 2: zero2_allreduce}.get(ds.zero_stage, False),
+        zero_bucket_allreduce=zero2_allreduce, zero1_bucket_allreduce=zero1_allreduce,
         grad_bucket_size_elems=_bucket(ds.reduce_bucket_size, _REDUCE_BUCKET, reduce_auto),
         allgather_bucket_size_elems=_bucket(ds.allgather_bucket_size, _ALLGATHER_BUCKET, _ALLGATHER_BUCKET),
         stage3_prefetch_bucket_size_elems=_bucket(ds.stage3_prefetch_bucket_size, _PREFETCH_BUCKET, prefetch_auto),

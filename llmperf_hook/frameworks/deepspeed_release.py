@@ -97,6 +97,24 @@ def multi_rank_bucket_release(env: Mapping[str, str]) -> bool:
     return version is None or version >= MULTI_RANK_ALLREDUCE_VERSION
 
 
+ZERO1_NONCONTIGUOUS_RELEASES: tuple[tuple[Version, Version, bool], ...] = (
+    ((0, 4, 4), (0, 7, 2), True), ((0, 8, 0), (0, 13, 0), False))
+"""[first, end) releases whose engine turns contiguous_gradients off at ZeRO stage 1 (engine.py
+_configure_zero_optimizer: "Overlap and contiguous grads are meaningless in stage 1 and are ignored"), and whether
+for every model (True) or only without MoE layers (e4ba72229, #2703, v0.8.0). v0.7.2 (b288cf1b9) and v0.13.0
+(af033831f, #4887) dropped it. Without contiguous gradients stage_1_and_2.py reduce_ipg_grads takes
+buffered_reduce_fallback(None, ...), a dist.all_reduce of each bucket (v0.5.10: allreduce_bucket), not
+average_tensor's dist.reduce to each slice's owner."""
+
+
+def zero1_noncontiguous_release(env: Mapping[str, str], moe: bool) -> bool:
+    """Whether the job's DeepSpeed (job_release; unknown = today's, which keeps them) runs ZeRO-1 without
+    contiguous gradients, so all-reducing every gradient bucket (ZERO1_NONCONTIGUOUS_RELEASES)."""
+    version, _ = job_release(env)
+    return version is not None and any(first <= version < end and (every or not moe)
+                                       for first, end, every in ZERO1_NONCONTIGUOUS_RELEASES)
+
+
 PINNED_OFFLOAD_VERSION: Version = (0, 19, 5)
 """First release whose offload_optimizer / offload_param pin_memory default to True (7dfa67aea, 2026-08)."""
 

@@ -310,12 +310,17 @@ class OptimizerConfig:
     zero_grad_allreduce: bool = False
     """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,
-    allreduce_and_scatter) instead of reducing each slice to its owner (reduce-scatter traffic); set from the
-    ds_config and the job's DeepSpeed release (frameworks/deepspeed_release.py)."""
+    allreduce_and_scatter; or without contiguous gradients, reduce_ipg_grads' buffered_reduce_fallback) instead of
+    reducing each slice to its owner (reduce-scatter traffic); set from the ds_config and the job's DeepSpeed release
+    (frameworks/deepspeed_release.py)."""
     zero_bucket_allreduce: bool = True
-    """What zero_grad_allreduce is at ZeRO-1/2 for this job's ds_config and DeepSpeed release, whatever stage it runs
-    (reduce_scatter false, or use_multi_rank_bucket_allreduce on a release >= 0.12.4): tune re-derives
-    zero_grad_allreduce from it for a candidate that changes the stage, as DeepSpeed does for the rewritten ds_config."""
+    """What zero_grad_allreduce is at ZeRO-2 for this job's ds_config and DeepSpeed release, whatever stage it runs
+    (reduce_scatter false, use_multi_rank_bucket_allreduce on a release >= 0.12.4, or contiguous_gradients false):
+    tune re-derives zero_grad_allreduce from it for a candidate that changes the stage, as DeepSpeed does for the
+    rewritten ds_config."""
+    zero1_bucket_allreduce: bool = True
+    """The same at ZeRO-1, where releases 0.4.4-0.7.1 and (without MoE) 0.8.0-0.12.x also turn contiguous gradients
+    off and so all-reduce (frameworks/deepspeed_release.py ZERO1_NONCONTIGUOUS_RELEASES)."""
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,8 @@ def _zero_stage_fields(cfg: TrainingConfig, stage: int) -> dict[str, bool]:
     # A DeepSpeed release before v0.6.0 runs its own ZeRO-3 (frameworks/deepspeed_release.py): a move to ZeRO-3 takes
     # that release's fields, a move from it today's values of the fields it replaced, with their sources.
     released, origins = zero3_fields_at(stage, cfg.sources)
-    fields = {**(released if stage != 3 else {}), "zero_grad_allreduce": stage in (1, 2) and o.zero_bucket_allreduce}
+    allreduce = (stage == 1 and o.zero1_bucket_allreduce) or (stage == 2 and o.zero_bucket_allreduce)
+    fields = {**(released if stage != 3 else {}), "zero_grad_allreduce": allreduce}
     overlap = origins.get("overlap_grad_reduce", cfg.sources.get("overlap_grad_reduce"))
     if overlap is not None and overlap.kind == SourceKind.DEFAULT and "overlap_comm" in overlap.detail:
         fields["overlap_grad_reduce"] = stage == 3

@@ -36,13 +36,47 @@ def test_todays_deepspeed_all_reduces_zero12_buckets(tmp_path: Path, stage: int)
     assert _grad_classes(tmp_path, stage) == {"allreduce"}
 
 
-@pytest.mark.parametrize("stage", [1, 2])
-def test_before_0_12_4_or_without_multi_rank_it_reduce_scatters(tmp_path: Path, stage: int) -> None:
-    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}) == {"reducescatter"}
-    assert _grad_classes(tmp_path, stage, use_multi_rank_bucket_allreduce=False) == {"reducescatter"}
+def test_before_0_12_4_or_without_multi_rank_zero2_reduce_scatters(tmp_path: Path) -> None:
+    assert _grad_classes(tmp_path, 2, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}) == {"reducescatter"}
+    assert _grad_classes(tmp_path, 2, use_multi_rank_bucket_allreduce=False) == {"reducescatter"}
     # reduce_scatter false: gradient_reduction_w_predivide all-reduces the whole bucket in every release
-    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}, reduce_scatter=False) == {"allreduce"}
+    assert _grad_classes(tmp_path, 2, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}, reduce_scatter=False) == {"allreduce"}
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_without_contiguous_gradients_every_release_all_reduces(tmp_path: Path, stage: int) -> None:
+    """reduce_ipg_grads without contiguous gradients: buffered_reduce_fallback(None, ...) -> dist.all_reduce."""
+    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"},
+                         contiguous_gradients=False) == {"allreduce"}
+    # offload_optimizer keeps them contiguous (stage_1_and_2.py: contiguous_gradients or cpu_offload)
+    assert _grad_classes(tmp_path, stage, env={"LLMPERF_DEEPSPEED_VERSION": "0.10.0"}, contiguous_gradients=False,
+                         offload_optimizer={"device": "cpu"}) == {"reducescatter"}
+
+
+@pytest.mark.parametrize(("release", "expected"), [("0.4.0", "reducescatter"), ("0.5.10", "allreduce"),
+                                                   ("0.7.5", "reducescatter"), ("0.10.0", "allreduce"),
+                                                   ("0.12.3", "allreduce"), ("0.12.4", "allreduce")])
+def test_zero1_releases_that_turn_contiguous_gradients_off_all_reduce(tmp_path: Path, release: str,
+                                                                      expected: str) -> None:
+    """engine.py at stage 1: contiguous_gradients = False in v0.4.4-v0.7.1 and (without MoE) v0.8.0-v0.12.x, so
+    v0.5.10's ZeRO-1 all-reduces every bucket; v0.4.0-v0.4.3 and v0.7.2-v0.7.7 reduce each slice to its owner."""
+    assert _grad_classes(tmp_path, 1, env={"LLMPERF_DEEPSPEED_VERSION": release}) == {expected}
+    if expected == "allreduce" and release != "0.12.4":  # unless the optimizer offload keeps them contiguous
+        assert _grad_classes(tmp_path, 1, env={"LLMPERF_DEEPSPEED_VERSION": release},
+                             offload_optimizer={"device": "cpu"}) == {"reducescatter"}
 
 
 def test_zero3_keeps_its_reduce_scatter(tmp_path: Path) -> None:
     assert _grad_classes(tmp_path, 3) == {"reducescatter"}
+
+
+def test_zero1_rule_spares_moe_models_from_v0_8_0() -> None:
+    """e4ba72229 (v0.8.0) turns contiguous gradients off at stage 1 only without MoE layers; v0.4.4-v0.7.1 for all."""
+    from llmperf_hook.frameworks.deepspeed_release import zero1_noncontiguous_release
+
+    def rule(release: str, moe: bool) -> bool:
+        return zero1_noncontiguous_release({"LLMPERF_DEEPSPEED_VERSION": release}, moe)
+
+    assert rule("0.6.0", moe=True) and rule("0.6.0", moe=False)
+    assert rule("0.9.0", moe=False) and not rule("0.9.0", moe=True)
+    assert not rule("0.13.0", moe=False) and not rule("0.4.3", moe=False)

@@ -44,6 +44,25 @@ def test_the_candidates_optimizer_is_what_the_applied_command_resolves_to(zero: 
                                                    if getattr(priced.optimizer, f.name) != getattr(applied.optimizer, f.name)}
 
 
+@pytest.mark.parametrize("zero", [{"stage": 2}, {"stage": 1}, {"stage": 2, "contiguous_gradients": False}])
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_release_that_runs_zero1_without_contiguous_gradients(zero: dict, stage: int, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """DeepSpeed 0.10.0 all-reduces ZeRO-1 buckets (its engine turns contiguous gradients off at stage 1) and
+    reduce-scatters ZeRO-2's: a candidate moving between them is priced as the applied command resolves."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_DEEPSPEED_VERSION", "0.10.0")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
+                                                  "bf16": {"enabled": True}, "zero_optimization": zero}))
+    argv = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed_config", "ds.json"]
+    cfg = _resolve(argv)
+    priced = apply_candidate(cfg, dataclasses.replace(candidate_of(cfg), zero_stage=stage))
+    assert priced.optimizer.zero_grad_allreduce == (stage == 1 or "contiguous_gradients" in zero)
+    plan = plan_tuned_command(argv, cfg, dataclasses.replace(candidate_of(cfg), zero_stage=stage), priced, tmp_path)
+    write_planned_files(plan)
+    assert _resolve(list(plan.argv)).optimizer == priced.optimizer
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_megatron_deepspeed_zero_stages_too(stage: int, tmp_path: Path, monkeypatch) -> None:
     """Megatron-DeepSpeed: --zero-stage (and --no-pipeline-parallel for ZeRO-2/3) rewritten in argv, the ds_config's
