@@ -243,6 +243,19 @@ def _recompute_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[s
         "; drop moe from the recompute modules"]
 
 
+def _legacy_model_warnings(flags: FlagValues, script_args: Sequence[str]) -> list[str]:
+    """--use-legacy-models (9ad1a56f82, 2024-05): validate_args asserts ckpt_format == "torch" with it from
+    3750d21d23 (2025-01-25; core_v0.16.1 arguments.py:309-311) until 39ec5ebeb4 (2026-05-06) removed the legacy
+    GPT code and the flag. --ckpt-format defaults to torch_dist."""
+    fmt = flags.get("ckpt_format") or "torch_dist"
+    if not _switched_on(script_args, "--use-legacy-models") or fmt == "torch":
+        return []
+    return [f"--use-legacy-models with --ckpt-format {fmt}: Megatron-LM 2025-01 to 2026-05 (core_v0.16.1 among them) "
+            "refuse it at start-up (validate_args: 'legacy model format only supports the 'torch' checkpoint "
+            "format'); older releases accept it and newer ones no longer define --use-legacy-models. Add "
+            "--ckpt-format torch, or drop --use-legacy-models (priced as Megatron-Core's GPT model either way)"]
+
+
 def _check_cpu_offloading(flags: FlagValues, model: ModelShape) -> None:
     """TransformerConfig: offloaded layers below num_layers (PP and recompute: validation.py, tune changes them)."""
     layers = flags.get("cpu_offloading_num_layers", 0)
@@ -354,7 +367,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
     return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),
-            *_recompute_warnings(flags, script_args)]
+            *_recompute_warnings(flags, script_args), *_legacy_model_warnings(flags, script_args)]
 
 
 def ignored_flag_warnings(flags: FlagValues) -> list[str]:

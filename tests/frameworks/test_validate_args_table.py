@@ -250,6 +250,8 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("moe layer recompute with full", ("--moe-layer-recompute", "--num-experts", "8", "--recompute-granularity", "full",
                                        "--recompute-method", "uniform", "--recompute-num-layers", "1"), "moe-layer-recompute"),
     ("mla with gqa", ("--multi-latent-attention", "--group-query-attention", "--num-query-groups", "8"), "group"),
+    ("legacy models with torch_dist", ("--use-legacy-models",), None),
+    ("legacy models with torch checkpoints", ("--use-legacy-models", "--ckpt-format", "torch"), None),
 ]
 
 
@@ -287,6 +289,8 @@ ORACLE_DIFFERENCES: dict[str, str] = {
                                                      "vp_size == 0)",
     "interleaving with one micro-batch": _BUILT + "at the first step (pipeline_parallel/schedules.py: the group of "
                                          "contiguous micro-batches must lie in [PP, M])",
+    "legacy models with torch_dist": "validate_args asserted --ckpt-format torch with --use-legacy-models from "
+                                     "2025-01 to 2026-05 only: a warning (test_legacy_models_warn_...)",
     # Megatron-DeepSpeed's spelling (its arguments.py: choices layernorm / rmsnorm) on the shared entry point
     "normalization in lower case": "Megatron-DeepSpeed's choices; Megatron-LM's are LayerNorm / RMSNorm",
     # llmperf reads the union of Megatron-LM's releases (megatron_rules.CHOICES); 0.16.1 is older
@@ -307,6 +311,11 @@ def test_rows_agree_with_megatron_itself(oracle, name: str, flags: tuple[str, ..
         assert (real is None) != (refusal is None), f"{name} now agrees with Megatron: {real}"
         return
     assert (real is None) == (refusal is None), f"Megatron core_v0.16.1: {real}; llmperf row: {refusal}"
+
+
+def test_legacy_models_warn_where_2025_releases_refuse_them() -> None:
+    assert any("legacy model format only supports" in w for w in megatron("--use-legacy-models").warnings)
+    assert not any("legacy" in w for w in megatron("--use-legacy-models", "--ckpt-format", "torch").warnings)
 
 
 def test_a_refusal_exits_2_with_the_rule_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
