@@ -84,7 +84,8 @@ def _module_replays(module: str, op: Op, te_norms: bool) -> bool:
     recompute_pre_mlp_layernorm, CheckpointWithoutOutput), which exist only where the norm is its own module: with
     Transformer Engine (`te_norms`) each norm is fused into the next linear (TELayerNormColumnParallelLinear; the
     layer's norms are IdentityOp), so layernorm replays nothing and mlp's checkpoint replays the pre-MLP norm inside
-    linear_fc1. mla_up_proj, mhc and gdn_norm_out name ops the graph does not split out: none (megatron.py warns)."""
+    linear_fc1. mla_up_proj, mhc, gdn_norm_out, gdp_in_proj and gdp_qkv name ops the graph does not split out: none
+    (megatron.py warns; tests/frameworks/test_recompute_modules_rules ties this to RECOMPUTE_MODULES_TIMED)."""
     if module == "core_attn":
         return op.name.startswith("attn.") and op.op_class in SELECTIVE_RECOMPUTE_CLASSES
     if module == "layernorm":
