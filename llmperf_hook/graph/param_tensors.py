@@ -9,12 +9,14 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
   projections into one fc1, so a layer has 4 linears, each a weight plus a bias unless --disable-bias-linear, and 2
   norms (weight, + bias for LayerNorm). Transformer Engine fuses the norms into the next linear's kernel but keeps
   them separate parameters (TELayerNormColumnParallelLinear.layer_norm_weight / layer_norm_bias). --qk-layernorm
-  adds q_layernorm and k_layernorm. An MoE layer replaces the MLP by the pre-MLP norm, the router's weight
-  (moe/router.py TopKRouter; expert_bias is a buffer), each local expert's fc1 and fc2 (+ biases): SequentialMLP,
-  and TE's GroupedLinear behind TEGroupedMLP, register one weight per GEMM, i.e. per local expert (weight0 ..
-  weightN-1; Megatron-DeepSpeed's DeepSpeed-MoE keeps a ParallelMLP per local expert), and the shared experts' fc1
-  and fc2 (no biases, + the gate's weight with --moe-shared-expert-gate). Without Transformer Engine,
-  --moe-grouped-gemm builds the legacy GroupedMLP: one weight1 and one weight2 for all local experts.
+  adds q_layernorm and k_layernorm. An MoE layer replaces the MLP by the pre-MLP norm, the router's weight (+ its
+  bias unless --disable-bias-linear: moe/router.py TopKRouter; expert_bias is a buffer), each local expert's fc1
+  and fc2 (+ biases): SequentialMLP, and TE's GroupedLinear behind TEGroupedMLP, register one weight per GEMM,
+  i.e. per local expert (weight0 .. weightN-1; Megatron-DeepSpeed's DeepSpeed-MoE keeps a ParallelMLP per local
+  expert), and the shared experts' fc1 and fc2 (no biases, + the gate's weight with --moe-shared-expert-gate).
+  Without Transformer Engine, --moe-grouped-gemm builds the legacy GroupedMLP: one weight1 and one weight2 for all
+  local experts. (Checked against named_parameters() of megatron-core 0.16.1 GPTModels built on CPU with the local
+  spec: dense, --qk-layernorm, SequentialMLP with and without biases, GroupedMLP, shared experts with gate.)
 - DeepSpeed and Hugging Face scripts (frameworks deepspeed, hf-deepspeed, torch) build transformers' modules
   (transformers 5.23, models/*/modeling_*.py). SwiGLU families (Llama, Mistral, Qwen, Mixtral) keep q_proj, k_proj,
   v_proj, o_proj, gate_proj, up_proj and down_proj apart: 7 linears (+ q, k, v, o biases with attention_bias) and 2
@@ -86,7 +88,10 @@ def moe_block_tensors(cfg: TrainingConfig) -> int:
         experts = local * 2 * (2 if m.add_bias_linear else 1)
     else:
         experts = 2 * (2 if m.add_bias_linear else 1)  # gate_up_proj, down_proj (+ gpt-oss's biases)
-    return _per_norm(cfg) + 1 + experts + shared
+    # With biased linears the router has a bias too: Megatron-Core's TopKRouter (moe/router.py), gpt-oss's
+    # GptOssTopKRouter; DeepSpeed-MoE's gate (moe/sharded_moe.py TopKGate.wg) is built with bias=False
+    router = 2 if m.add_bias_linear and cfg.framework != "megatron-deepspeed" else 1
+    return _per_norm(cfg) + router + experts + shared
 
 
 def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:

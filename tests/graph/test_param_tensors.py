@@ -130,3 +130,12 @@ def test_legacy_grouped_mlp_holds_all_experts_in_two_weights() -> None:
                     "--transformer-impl", "local")
     assert cfg.transformer_impl == "local"
     assert _tensors(cfg) == 4 * (2 + 1 + 1 + 1 + 2) + 1 + 1
+
+
+def test_megatron_moe_router_has_a_bias_with_biased_linears() -> None:
+    """megatron-core 0.16.1 TopKRouter registers `bias` when add_bias_linear (moe/router.py): a biased MoE layer is
+    the two LayerNorms (4), QKV and projection with biases (4), router weight + bias (2), 4 experts x fc1/fc2 with
+    biases (16) = 26 tensors, what named_parameters() of such a GPTModel lists."""
+    cfg = _megatron("--position-embedding-type", "rope", "--num-experts", "4")
+    assert cfg.model.add_bias_linear and cfg.framework == "megatron"
+    assert _tensors(cfg) == 4 * 26 + 1 + 2
