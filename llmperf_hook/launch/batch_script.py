@@ -48,7 +48,8 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
-from llmperf_hook.launch.undecided_branches import BRANCH_WORD, branch_warnings, note_branch_values, settle_branches
+from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, branch_warnings, first_branch_flags,
+                                                    note_branch_values, settle_branches)
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -87,6 +88,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The script's arguments its lines read that it was not given, by number: where (`$3 at line 17`), the line."""
     unknown_at: dict[str, str] = field(default_factory=dict)
     """Where each variable llmperf cannot know was set so: `line 91` and the line's text."""
+    branch_values: dict[str, Branches] = field(default_factory=dict)
+    """What each branch of an undecided `if` set a variable it leaves undecided to (undecided_branches)."""
     texts: list[str] = field(default_factory=list)
     """The text of each line read before the launch, and the launch line's (for undecided_options)."""
     unreadable: list[str] = field(default_factory=list)
@@ -183,7 +186,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             for name in self.undecidable - unknown:
                 self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
             fresh = self.undecidable - unknown
-            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at)
+            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at, self.branch_values)
             if before is not None:
                 note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line))
 
@@ -401,12 +404,13 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.used.update(run.refs)
             warnings: tuple[str, ...] = (sweep_warning(*run.sweep, run.where, run.background),) \
                 if run.sweep and len(run.sweep[1]) > 1 else ()
-            left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable and
-                    any(re.search(r"\$\{?" + name + r"\b", word) for word in run.words)}
-            warnings += branch_warnings(left) + tuple(dict.fromkeys(self.notes))
+            left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable}
+            words, settled = first_branch_flags(run.words, self.branch_values, left)
+            left = {name: at for name, at in left.items() if any(re.search(r"\$\{?" + name + r"\b", w) for w in words)}
+            warnings += settled + branch_warnings(left) + tuple(dict.fromkeys(self.notes))
             missing = {where: argument_options(n, text, self.texts)
                        for n, (where, text) in sorted(self.missing_arguments.items())}
-            return ScriptLaunch(run.words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
+            return ScriptLaunch(words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),
                                 undecided_options(self.undecided, self.texts), left, missing)
         listed = "; ".join(f"{run.where}: {' '.join(run.words)[:80]}" for run in found[:4])
         what = f"{len(found)} launch lines ({listed})" if found else "no launch line (srun, torchrun, deepspeed, " \

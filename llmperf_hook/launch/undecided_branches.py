@@ -7,7 +7,10 @@ the variable holds the value of the branch that ran: the same whatever runs when
 one llmperf cannot know. Such a variable is made undecidable, as one set from a command's output is: a test on it is
 not decided, and a launch reading it says where the branches set it (batch_script.launch: `unknown`). A variable only
 one branch sets keeps the value it reads as (the project's reading of an undecided branch, shell_conditions); the
-precision flags that two branches append to one array are settled by frameworks/megatron_undecided_precision.py.
+precision flags that two branches append to one array are settled by frameworks/megatron_undecided_precision.py: the
+flag of the branch read first, with a warning. A variable whose branches give only flags (`PREC=--bf16` / `PREC=--fp16`)
+and which the launch line expands as a word of its own takes the same rule (first_branch_flags): left unexpanded, it
+priced the job with neither flag (fp32), which no branch runs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from llmperf_hook.launch.shell_conditions import Conditions
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
 """How a variable set apart by such branches is described where it was set (ScriptLaunch.unknown)."""
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_WHOLE_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
+"""An option word with no value of its own (`--bf16`; not `--lr=1e-4`)."""
+Branches = tuple[tuple[str | None, str], ...]
+"""Each branch's value of a variable (None: unknown) and where it set it, in reading order."""
 BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 """A command that opens a branch (`else TP=4`): its assignments belong to the branch it opens."""
 
@@ -36,9 +44,9 @@ def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict
 
 
 def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: set[str],
-                    unknown_at: dict[str, str]) -> None:
+                    unknown_at: dict[str, str], branch_values: dict[str, Branches]) -> None:
     """At the `fi` of each undecided `if` closed since the last call: a variable two branches left different makes
-    it undecidable, with where each branch set it (for the message of a launch that reads it)."""
+    it undecidable, with where each branch set it (for the message of a launch that reads it) and what each set."""
     closed, conditions.closed = conditions.closed, []
     for frame in closed:
         for name, by_branch in frame.assigned.items():
@@ -47,9 +55,36 @@ def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: se
                 continue  # one branch sets it, or all that set it agree
             env.pop(name, None)
             undecidable.add(name)
-            sets = " or ".join(f"{at} ({name}={value!r})" if value is not None else f"{at} (to what only running it gives)"
-                               for value, at in by_branch.values())
-            unknown_at[name] = f"{sets}, {BRANCHES}"
+            branch_values[name] = tuple(by_branch[branch] for branch in sorted(by_branch))
+            unknown_at[name] = f"{_branch_sets(name, branch_values[name])}, {BRANCHES}"
+
+
+def _branch_sets(name: str, values: Branches) -> str:
+    """Where each branch sets `name`, and to what."""
+    return " or ".join(f"{at} ({name}={value!r})" if value is not None else f"{at} (to what only running it gives)"
+                       for value, at in values)
+
+
+def first_branch_flags(words: list[str], branch_values: dict[str, Branches],
+                       left: dict[str, str]) -> tuple[list[str], tuple[str, ...]]:
+    """The launch `words` with each word `$NAME` / `${NAME}` whose undecided branches (`left`: name -> where) give
+    it only flags replaced by the flags of the branch read first, and a warning for each; other words as they are."""
+    out: list[str] = []
+    warnings: list[str] = []
+    for word in words:
+        reference = _WHOLE_REFERENCE.fullmatch(word)
+        name = (reference.group(1) or reference.group(2)) if reference else ""
+        values = branch_values.get(name, ()) if BRANCHES in left.get(name, "") else ()
+        if not values or not all(value is not None and all(map(_FLAG.fullmatch, value.split()))
+                                 for value, _ in values):
+            out.append(word)
+            continue
+        first, at = values[0]
+        out += str(first).split()  # as unquoted `$NAME` splits (a one-flag value is the same word quoted)
+        warnings.append(f"${name} is set by branches of an `if` llmperf cannot decide: {_branch_sets(name, values)}. "
+                        f"Priced with the branch read first ({at}: {first or 'no flag'}), as for precision flags two "
+                        "such branches add; if the job takes another branch, give that launch line after `--`.")
+    return out, tuple(dict.fromkeys(warnings))
 
 
 def branch_warnings(left: dict[str, str]) -> tuple[str, ...]:

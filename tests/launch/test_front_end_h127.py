@@ -80,6 +80,51 @@ def test_the_cli_says_so_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "line 4 (NP='8') or line 6 (NP='4')" in outcome.err
 
 
+PRECISION = """#!/bin/bash
+if nvidia-smi | grep -q A100; then
+    PREC={first}
+else
+    PREC={second}
+fi
+torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 {use} --lr 1e-4
+"""
+
+
+MODEL = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+         "--micro-batch-size 2 --global-batch-size 64 --train-iters 10 --mock-data --tokenizer-type NullTokenizer "
+         "--vocab-size 32000")
+
+
+@pytest.mark.parametrize("use", ["$PREC", '"${PREC}"'])
+def test_flags_branches_set_apart_price_the_first_branch(tmp_path: Path, use: str) -> None:
+    """`PREC=--bf16` / `PREC=--fp16`: left unexpanded, neither flag reached Megatron (priced fp32, which neither
+    branch runs); now the branch read first, as megatron_undecided_precision prices `ARGS+=(--bf16)` / `(--fp16)`."""
+    script = _write(tmp_path, PRECISION.format(first="--bf16", second="--fp16", use=use))
+    job = parse_launch(["bash", script], {})
+    assert job.script_args == ("--num-layers", "2", "--bf16", "--lr", "1e-4"), job.script_args
+    assert any("Priced with the branch read first (line 3: --bf16)" in w and "line 5 (PREC='--fp16')" in w
+               for w in job.warnings), job.warnings
+
+
+def test_a_branch_value_with_an_option_value_stays_unexpanded(tmp_path: Path) -> None:
+    """`--tp 2` / `--tp 4` is a value an option needs: no branch is chosen for it (the refusal / warning stands)."""
+    script = _write(tmp_path, PRECISION.format(first='"--tp 2"', second='"--tp 4"', use="$PREC"))
+    job = parse_launch(["bash", script], {})
+    assert "$PREC" in job.script_args and any("unexpanded" in w for w in job.warnings), job
+
+
+def test_the_cli_prices_a_precision_variable_as_the_array_form(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    text = PRECISION.replace("--num-layers 2", MODEL)
+    scalar = _write(tmp_path, text.format(first="--bf16", second="--fp16", use="$PREC"))
+    array = _write(tmp_path, text.format(first="(--bf16)", second="(--fp16)", use='"${ARGS[@]}"').replace(
+        "PREC=", "ARGS+="), "array.sh")
+    outcomes = [llmperf(capsys, "predict", "--cluster", "dgx-h100", "--", "bash", path) for path in (scalar, array)]
+    assert [o.code for o in outcomes] == [0, 0], [o.err for o in outcomes]
+    lines = [next(line for line in o.out.splitlines() if "TP1 PP1" in line) for o in outcomes]
+    assert lines[0] == lines[1] and "bf16" in lines[0], lines
+
+
 @pytest.mark.parametrize("argv, world, script_args", [
     (["ssh", "node1", "cd /w && torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2"], 8,
      ("--num-layers", "2")),
