@@ -7,9 +7,9 @@ Functions). A `for NAME in WORDS` loop whose words llmperf knows runs its body o
 Bourne Shell Builtins; "if n is greater than the number of enclosing loops, all enclosing loops are exited"), so
 `for n in 1 2 4 8; do [ $n -ge $NEED ] && { NP=$n; break; }; done` leaves NP as bash does; one in a function the
 body calls ends no loop (bash 5: the function's body is outside the caller's loops). A `break` or `continue`
-that runs on a condition llmperf cannot decide (`if [ "$(hostname)" = a ]; then break; fi`) leaves the passes
-unknown: the loop is then read again from where it started, once, as a body that may run (shell_conditions), so
-what it sets is unknown rather than one guess of it.
+that runs on a condition llmperf cannot decide (`if [ "$(hostname)" = a ]; then break; fi`), or that reaches past
+a `while` read once (`while true; do break 2; done`), leaves the passes unknown: the loop is then read again from
+where it started, once, as a body that may run (shell_conditions), so what it sets is unknown rather than one guess.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
 _LOOP_EXIT = re.compile(r"(?<![\w$./-])(?:break|continue)(?![\w=./-])")
 """A body that may run `break` / `continue`: only then is the reading state kept, to start over if it is undecided."""
 _LOOP_KINDS = frozenset({"for", "while", "until"})
+_COUNT = re.compile(r"[-+]?\d+")
+"""A count bash takes (a number, signed: `break 02`, `break -1`)."""
 _ALL_LOOPS = 1 << 16
 """A count past any nesting: on a count below 1 bash says "loop count out of range" and leaves every enclosing loop
 (checked with bash 5 against test_script_audit_h120 LOOPS)."""
@@ -136,17 +138,16 @@ class BlockReading:
         if not words or words[0] not in ("break", "continue") or self.sweep is None or \
                 frozenset(self.calling) != self.loop_calls:  # bash: a function's break ends no loop of its caller
             return False
-        inner = [frame for frame in self.conditions.frames if frame.kind in _LOOP_KINDS]
-        if inner:  # the innermost loop is a `while` / `until` / unfollowed `for`, read once: not this loop's pass
-            return False
-        if self.conditions.undecided:
-            raise Unfollowable(words[0])
         count = words[1] if len(words) > 1 else "1"
-        if not count.isdigit():  # bash: "numeric argument required", and the script ends: not followed
+        levels = int(count) if _COUNT.fullmatch(count) else None  # bash: "numeric argument required", the script ends
+        inner = sum(frame.kind in _LOOP_KINDS for frame in self.conditions.frames)
+        if levels is not None and 1 <= levels <= inner:  # ends a `while` / unfollowed loop read once: not our pass
+            return False
+        if inner or levels is None or self.conditions.undecided:  # past a loop read once: whether it gets here, unknown
             raise Unfollowable(words[0])
-        if int(count) < 1:  # `break 0`, `continue 0`: "loop count out of range", and bash leaves every loop
+        if levels < 1:  # `break 0`, `continue -1`: "loop count out of range", and bash leaves every loop
             raise LoopExit("break", _ALL_LOOPS)
-        raise LoopExit(words[0], int(count))
+        raise LoopExit(words[0], levels)
 
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""

@@ -239,6 +239,8 @@ LOOPS = {
     "break past every loop": 'for i in 1 2; do\n  A="$A $i"\n  break 5\ndone',
     "break 0 and continue 0": 'for i in 1 2; do\n  A="$A $i"\n  continue 0\n  A="$A x"\ndone\n'
                               'for i in 1 2; do\n  B="$B $i"\n  break 0\ndone',
+    "negative and zero-padded counts": 'for i in 1 2; do\n  A="$A $i"\n  continue -1\ndone\nfor i in 1 2; do\n'
+                                       '  for j in a b; do\n    B="$B $i$j"\n    break 02\n  done\ndone',
     "a smallest count that fits": 'NEED=3\nfor n in 1 2 4 8; do\n  if [ $n -ge $NEED ]; then\n    A=$n\n    break\n'
                                   '  fi\ndone',
     "break in a called function ends no loop": 'stop() { break; }\nfor i in 1 2 3; do\n  [ $i = 3 ] && stop\n  A="$A $i"\ndone',
@@ -284,6 +286,7 @@ UNFOLLOWED_LOOPS = {
     "an array's first item": 'L=(p q)\nfor i in ${L}; do\n  A="$A $i"\ndone',
     "a tilde": 'for i in ~/x; do\n  A="$A $i"\ndone',
     "the script's IFS": 'IFS=,\nL="1,2"\nfor i in $L; do\n  A="$A $i"\ndone\nunset IFS',
+    "break 2 from a while read once": 'for i in 1 2; do\n  while true; do\n    break 2\n  done\n  A="$A $i"\ndone',
 }
 
 
