@@ -130,7 +130,8 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     # rewritten command drops it elsewhere (tune/megatron_argv.py), so candidates are not refused for it.
     distribute = cfg.recompute.distribute_saved_activations and keeps_distributed_saved(c)
     recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
-                                    cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules)
+                                    cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules,
+                                    **_ds_checkpointing(cfg, c))
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))
@@ -171,6 +172,16 @@ def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:
         return cfg.sources
     vpp = Source(SourceKind.DERIVED, "tune candidate") if c.vpp > 1 else Source(SourceKind.DEFAULT, "no virtual pipeline")
     return {**cfg.sources, "vpp": vpp}
+
+
+def _ds_checkpointing(cfg: TrainingConfig, c: Candidate) -> dict[str, bool]:
+    """Megatron-DeepSpeed's --partition-activations / --checkpoint-in-cpu, which the rewritten command keeps and which
+    configure deepspeed.checkpointing for any full recompute, uniform or block (frameworks/megatron.ds_checkpointing):
+    a full -> block move priced them off. A job without full recompute holds them nowhere in its config, so a move
+    to full from selective or none still prices them off (reported in r36)."""
+    full = c.recompute in ("full", "block")
+    r = cfg.recompute
+    return {"partition_activations": full and r.partition_activations, "checkpoint_in_cpu": full and r.checkpoint_in_cpu}
 
 
 def keeps_distributed_saved(c: Candidate) -> bool:

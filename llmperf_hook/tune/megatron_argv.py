@@ -39,6 +39,9 @@ RC_METHOD = ("--recompute-method",)
 RC_LAYERS = ("--recompute-num-layers",)
 RC_OLD_SELECTIVE = ("--recompute-activations",)
 RC_OLD_FULL = ("--checkpoint-activations",)
+# deprecated spelling of selective + "moe" (TransformerConfig.__post_init__): it turns selective on, and raises
+# ValueError under --recompute-granularity full, so a candidate that leaves selective drops it
+RC_MOE_LAYER = ("--moe-layer-recompute",)
 DS_ACTIVATION_CKPT = ("--deepspeed-activation-checkpointing",)
 DISTRIBUTE_SAVED = ("--distribute-saved-activations",)
 
@@ -139,6 +142,8 @@ def _rewrite_recompute(argv: list[str], new: Candidate) -> list[str]:
     out = ed.remove(argv, RC_OLD_SELECTIVE, takes_value=False)
     had_old_full = bool(ed.find_flag(out, RC_OLD_FULL))
     out = ed.remove(out, RC_OLD_FULL, takes_value=False)
+    if new.recompute != "selective":
+        out = ed.remove(out, RC_MOE_LAYER, takes_value=False)
     if new.recompute in ("none", "selective"):
         out = ed.remove(out, RC_METHOD, takes_value=True)
         out = ed.remove(out, RC_LAYERS, takes_value=True)
