@@ -9,6 +9,7 @@ Semantics followed (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitio
 - offload_param: the rank's partition is copied from the host before each fetch; Megatron-DeepSpeed's
   deepspeed.checkpointing adds its own TP all-gather and host copies to a recomputed layer.
 - DeepSpeed ZeRO-3 before v0.5.5 / v0.6.0: per-tensor list collectives (graph/zero3_legacy.py).
+- ZeRO-3's memory-efficient linear takes nn.Linear's bias add out of the GEMM (zero3_bias_add_ops).
 The once-per-step ops (gradient sync outside the layers, optimizer step) are graph/step_ops.py's.
 """
 
@@ -39,7 +40,8 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     module's fetch starts when the module is reached and the module waits for it: one exposed all-gather per
     module (zero3_gather_modules), in execution order. ZeRO++ changes groups and bytes (zero3_fetch_ops,
     zero_grad_reduce_ops). A recomputed layer also carries DeepSpeed activation checkpointing's traffic
-    (ds_checkpoint_ops)."""
+    (ds_checkpoint_ops). The forward (and a recomputed forward) carries ZeRO-3's separate bias adds
+    (zero3_bias_add_ops)."""
     ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
     bias_add = zero3_bias_add_ops(cfg)
@@ -75,7 +77,10 @@ def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
     call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
     points); GPT-2's Conv1D calls torch.addmm itself (not told apart from the other GELU families here: priced as
     nn.Linear). The linears with biases: fused or separate QKV, the output projection and the GELU MLP's two
-    (transformers' SwiGLU MLPs and experts have none)."""
+    (transformers' SwiGLU MLPs and experts have none). Still priced where DeepSpeed keeps addmm:
+    zero_optimization.memory_efficient_linear false (deepspeed_step_keys.py warns) and, before v0.19.4 (617061d6b,
+    #8189), a model built outside zero.Init that deepspeed.initialize converts (only the zero.Init context patched
+    F.linear then; the Trainer builds its model inside one)."""
     m = cfg.model
     if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
             or not m.add_bias_linear or m.multi_latent_attention):
