@@ -70,7 +70,10 @@ def wrapped_program(words: Sequence[str], i: int) -> int | None:
     if head == "taskset":
         return _taskset(words, i)
     if head == "ssh":  # `ssh -q $node python -m torch.distributed.launch ...`: the command runs on that node
-        j = _skip_options(words, i + 1, _SSH_VALUED) + 1  # + the destination
+        j = _skip_options(words, i + 1, _SSH_VALUED)
+        terminated = j < len(words) and words[j - 1] == "--"
+        # ssh.c main parses options after the destination too (`goto again`: `ssh node -p 22 CMD`), up to a `--`
+        j = j + 1 if terminated else _skip_options(words, j + 1, _SSH_VALUED)
         return j if j < len(words) else None  # no command: an interactive login
     if head in _CONTAINERS and i + 1 < len(words) and words[i + 1] in ("exec", "run"):
         return _skip_options(words, i + 2, _CONTAINER_VALUED) + 1  # + the image

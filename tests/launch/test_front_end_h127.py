@@ -134,6 +134,8 @@ def test_the_cli_prices_a_precision_variable_as_the_array_form(tmp_path: Path,
     (["ssh", "node1", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py", "--name", "a b"], 2,
      ("--name", "a", "b")),
     (["nohup", "ssh", "-q", "node1", "export NCCL_DEBUG=INFO; torchrun --nproc_per_node 8 pretrain_gpt.py"], 8, ()),
+    (["ssh", "node1", "-p", "22", "--", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py"], 2, ()),  # ssh.c
+    (["ssh", "--", "node1", "torchrun --nproc_per_node 4 pretrain_gpt.py -x"], 4, ("-x",)),  # `goto again`, `--`
 ])
 def test_ssh_runs_its_joined_words_in_the_remote_shell(argv: list[str], world: int,
                                                        script_args: tuple[str, ...]) -> None:
