@@ -48,8 +48,8 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
-from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, branch_warnings, first_branch_flags,
-                                                    note_branch_values, settle_branches)
+from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_branch_values,
+                                                    settle_branches)
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -404,10 +404,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.used.update(run.refs)
             warnings: tuple[str, ...] = (sweep_warning(*run.sweep, run.where, run.background),) \
                 if run.sweep and len(run.sweep[1]) > 1 else ()
-            left = {name: at for name, at in self.unknown_at.items() if name in self.undecidable}
-            words, settled = first_branch_flags(run.words, self.branch_values, left)
-            left = {name: at for name, at in left.items() if any(re.search(r"\$\{?" + name + r"\b", w) for w in words)}
-            warnings += settled + branch_warnings(left) + tuple(dict.fromkeys(self.notes))
+            words, left, settled = launch_words(run.words, self.unknown_at, self.undecidable, self.branch_values)
+            warnings += settled + tuple(dict.fromkeys(self.notes))
             missing = {where: argument_options(n, text, self.texts)
                        for n, (where, text) in sorted(self.missing_arguments.items())}
             return ScriptLaunch(words, self.files, run.stdin, hidden, warnings, tuple(self.undecided),

@@ -65,6 +65,16 @@ def _branch_sets(name: str, values: Branches) -> str:
                        for value, at in values)
 
 
+def launch_words(words: list[str], unknown_at: dict[str, str], undecidable: set[str],
+                 branch_values: dict[str, Branches]) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
+    """The launch line's `words` with flag-only branch variables settled (first_branch_flags); the variables only
+    running the script gives that its words still read (name -> where, for a refusal to name); the warnings."""
+    unknown = {name: at for name, at in unknown_at.items() if name in undecidable}
+    words, warnings = first_branch_flags(words, branch_values, unknown)
+    left = {name: at for name, at in unknown.items() if any(re.search(r"\$\{?" + name + r"\b", w) for w in words)}
+    return words, left, warnings + branch_warnings(left)
+
+
 def first_branch_flags(words: list[str], branch_values: dict[str, Branches],
                        left: dict[str, str]) -> tuple[list[str], tuple[str, ...]]:
     """The launch `words` with each word `$NAME` / `${NAME}` whose undecided branches (`left`: name -> where) give
