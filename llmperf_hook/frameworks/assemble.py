@@ -13,9 +13,10 @@ from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
                                                        pinned_offload_release, zero1_noncontiguous_release)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
-from llmperf_hook.frameworks.deepspeed_job import (check_hpz, check_plain_deepspeed, ds_auto_batch_warnings, ds_batch,
-                                                    ds_optimizer, ds_precision, hf_batch, megatron_batch_key_warnings,
-                                                    merge_megatron_batch)
+from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
+                                                    check_plain_deepspeed, ds_auto_batch_warnings, ds_batch, ds_optimizer,
+                                                    ds_precision, hf_batch, merge_megatron_batch,
+                                                    unfilled_batch_key_warnings)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
@@ -104,7 +105,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
                 src[key] = ds.sources["recompute"]
         entry_point = megatron_entry_point(job.script)
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src, entry_point)
-        warnings += [] if entry_point else megatron_batch_key_warnings(ds, parts.batch)
+        warnings += [] if entry_point else unfilled_batch_key_warnings(ds, parts.batch, MEGATRON_SCRIPT_FILLS)
         warnings += ds_auto_batch_warnings(ds)
         optimizer = ds_optimizer(ds, optimizer, parts.model.hidden_size, optimizer.gradient_clipping, src, hf_fill=False,
                                  multi_rank_release=_multi_rank_release(ds, job.env),
@@ -299,10 +300,12 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     layout = _script_layout(pp, ds, job.world_size, (model.num_attention_heads, model.num_query_groups), src, warnings)
     dp = layout.dp
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
-    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src,
-                          not accelerator_script(job.script, job.script_args))
+    trainer = not accelerator_script(job.script, job.script_args)
+    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src, trainer)
     if ds is not None and framework != "hf-deepspeed":
         warnings += ds_auto_batch_warnings(ds)
+    elif ds is not None and not trainer:
+        warnings += unfilled_batch_key_warnings(ds, batch, ACCELERATOR_FILLS)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
     fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None

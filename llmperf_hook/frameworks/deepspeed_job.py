@@ -167,12 +167,15 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
     False: a script driving Accelerate's Accelerator, which fills "auto" alike but checks no mismatch. Neither
     fills an absent batch key: transformers HfTrainerDeepSpeedConfig.fill_match and accelerate's
     deepspeed_config_process replace only the keys the file sets to "auto" (accelerate's DeepSpeedPlugin adds
-    gradient_accumulation_steps 1 alone; the config it builds without a file holds the batch keys as "auto")."""
-    check_batch_keys_given(ds, "the Hugging Face Trainer and Accelerate fill only the keys set to \"auto\" "
-                           "(transformers HfTrainerDeepSpeedConfig.fill_match, accelerate Accelerator._prepare_deepspeed)",
-                           "Add \"train_micro_batch_size_per_gpu\": \"auto\" and \"train_batch_size\": \"auto\" for them "
-                           "to fill from --per_device_train_batch_size and --gradient_accumulation_steps.")
+    gradient_accumulation_steps 1 alone; the config it builds without a file holds the batch keys as "auto"). A
+    file without them is refused under the Trainer; a script driving Accelerator may assign them itself
+    (ACCELERATOR_FILLS), so it gets unfilled_batch_key_warnings instead."""
     if trainer:
+        check_batch_keys_given(ds, "the Hugging Face Trainer fills only the keys set to \"auto\" (transformers "
+                               "HfTrainerDeepSpeedConfig.fill_match; under accelerate launch too: Trainer "
+                               "propagate_args_to_deepspeed)",
+                               "Add \"train_micro_batch_size_per_gpu\": \"auto\" and \"train_batch_size\": \"auto\" for "
+                               "it to fill them from --per_device_train_batch_size and --gradient_accumulation_steps.")
         hf_mismatches(ds, flags)
     micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
     src["micro_batch_size"] = ds.sources.get("micro_batch_size") if ds.micro_batch_size not in (None, AUTO) else \
@@ -196,7 +199,7 @@ def ds_batch(ds: DsSettings, dp: int, src: dict[str, Source], fallback: BatchCon
     def given(value: Any) -> int | None:
         return None if value in (None, AUTO) else int(value)
 
-    if fallback is not None and entry_point:  # a user's own script may fill the keys in: megatron_batch_key_warnings
+    if fallback is not None and entry_point:  # a user's own script may fill the keys in: unfilled_batch_key_warnings
         check_batch_keys_given(ds, "Megatron-DeepSpeed hands the file to deepspeed.initialize as json.load reads it "
                                "(megatron/training.py _create_ds_config_dict; bigscience's setup_model_and_optimizer) "
                                "and fills no batch key from its flags",
@@ -244,15 +247,23 @@ def ds_auto_batch_warnings(ds: DsSettings) -> list[str]:
             "(DeepSpeedConfig._configure_train_batch_size). Write numbers unless the script fills \"auto\" in."]
 
 
-def megatron_batch_key_warnings(ds: DsSettings, megatron: BatchConfig) -> list[str]:
-    """A user's own script taking Megatron's flags with a ds_config that gives no batch key: DeepSpeed refuses the file
-    as written (_NO_BATCH), but such a script may fill the keys from its flags before deepspeed.initialize (as
-    examples/cpu-testbed/train_gpt.py does), which llmperf cannot see: priced as its flags' batch, with a warning."""
+MEGATRON_SCRIPT_FILLS = ("a user's own script taking Megatron's flags may fill them in before deepspeed.initialize, "
+                         "as examples/cpu-testbed/train_gpt.py does")
+ACCELERATOR_FILLS = ("Accelerator._prepare_deepspeed fills only keys set to \"auto\" (from the dataloader's batch "
+                     "size), so a script driving Accelerator must assign AcceleratorState().deepspeed_plugin."
+                     "deepspeed_config['train_micro_batch_size_per_gpu'] itself, as accelerate's own error message "
+                     "suggests; or write the keys as \"auto\"")
+
+
+def unfilled_batch_key_warnings(ds: DsSettings, batch: BatchConfig, filler: str) -> list[str]:
+    """A ds_config that gives no batch key to a script that may fill them itself (`filler` says how), which llmperf
+    cannot see: DeepSpeed refuses the file as written (_NO_BATCH), so priced as the flags' batch with a warning,
+    not refused (check_batch_keys_given refuses where the script certainly hands the file over as read)."""
     if ds.train_batch_size is not None or ds.micro_batch_size is not None:
         return []
     return [f"{ds.path} gives neither train_batch_size nor train_micro_batch_size_per_gpu: priced as the flags' batch "
-            f"(global {megatron.global_batch_size}, micro {megatron.micro_batch_size}), which the script must fill in "
-            f"itself; passed unchanged, {_NO_BATCH}."]
+            f"(global {batch.global_batch_size}, micro {batch.micro_batch_size}), which the script must fill in "
+            f"itself ({filler}); passed unchanged, {_NO_BATCH}."]
 
 
 def merge_megatron_batch(ds: DsSettings, megatron: BatchConfig, dp: int, src: dict[str, Source],

@@ -58,7 +58,7 @@ def test_megatron_deepspeed_passes_the_file_as_written(tmp_path: Path, extra: di
 
 
 def test_the_hf_trainer_fills_auto_not_absent_keys(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"fill only the keys set to \"auto\".*Either train_batch_size"):
+    with pytest.raises(ConfigError, match=r"fills only the keys set to \"auto\".*Either train_batch_size"):
         script([*HF, _write(tmp_path, NO_BATCH)], model="llama2-7b")
     auto = {**NO_BATCH, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}
     assert script([*HF, _write(tmp_path, auto)], model="llama2-7b").batch.global_batch_size == 2 * 8
@@ -92,3 +92,19 @@ def test_a_users_own_script_taking_megatron_flags_may_fill_the_keys_itself(tmp_p
     job, cfg = resolve_job(own, {})
     assert (cfg.batch.global_batch_size, cfg.batch.micro_batch_size) == (64, 2)
     assert any("must fill in itself" in w for w in cfg.warnings), cfg.warnings
+
+
+def test_a_script_driving_accelerator_may_assign_the_keys_itself(tmp_path: Path) -> None:
+    """accelerate Accelerator._prepare_deepspeed fills only "auto" keys (get_value of an absent key is None, so
+    is_auto is False and no batch is derived), but a script driving Accelerator may assign
+    deepspeed_plugin.deepspeed_config['train_micro_batch_size_per_gpu'] before prepare(), as accelerate's own error
+    message suggests: priced as its flags' batch with a warning. The Trainer under accelerate launch is still refused."""
+    config = _write(tmp_path, NO_BATCH)
+    head = ["accelerate", "launch", "--use_deepspeed", "--deepspeed_config_file", config, "--num_processes", "8"]
+    cfg = script([*head, "run_clm_no_trainer.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "2",
+                  "--gradient_accumulation_steps", "4"], model="llama2-7b")
+    assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (2, 4, 64)
+    assert any("must fill in itself" in w and "deepspeed_plugin" in w and config in w for w in cfg.warnings), cfg.warnings
+    with pytest.raises(ConfigError, match="Trainer fills only the keys set to \"auto\""):
+        script([*head, "run_clm.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "2"],
+               model="llama2-7b")
