@@ -53,6 +53,9 @@ MARK = "LLMPERF_READING "
 START_TIMEOUT_S = 600.0
 """Seconds a child may take to build its models and engines (16 engines: ~15 s quiet, minutes under load)."""
 READING_TIMEOUT_S = 600.0
+CLOSE_TIMEOUT_S = 5.0
+"""Seconds a child may take to exit once its input is closed (then it is killed: it holds nothing to save, and the
+--budget's time box has no minute to wait for a slow gloo teardown)."""
 
 
 class ChildFailed(RuntimeError):
@@ -81,8 +84,8 @@ class Reader:
                                      stderr=subprocess.DEVNULL, env=_child_env(threads))
         self._buffer = b""
 
-    def started(self) -> None:
-        self.receive(START_TIMEOUT_S)
+    def started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.receive(timeout_s)
 
     def send(self) -> None:
         try:
@@ -122,7 +125,7 @@ class Reader:
     def close(self) -> None:
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=60)
+            self.proc.wait(timeout=CLOSE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
@@ -152,27 +155,32 @@ class ConcurrencyReader:
     """concurrent_child processes; `reading()` = {ranks: slowdown} (module docstring), or None once one of them
     failed (all closed then: predictions take ranks as independent)."""
 
-    def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = ()) -> None:
+    def __init__(self, dtype: str, threads: int, ranks: Sequence[int] = (),
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
         code = (f"from llmperf_hook.profile.cpu_engine_cost import concurrent_child; "
                 f"concurrent_child({dtype!r}, {threads})")
         self.ranks = tuple(ranks) or concurrent_ranks(threads)
         self.children = [Reader(code, threads) for _ in range(max(self.ranks))]
+        self.deadline = time.monotonic() + start_timeout_s  # the children start at once: one deadline for all
         try:
             for child in self.children:
-                child.started()
+                child.started(self._left_s())
         except ChildFailed:
             self.close()
+
+    def _left_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
 
     def _together(self, count: int) -> list:
         for child in self.children[:count]:
             child.send()
-        return [child.receive() for child in self.children[:count]]
+        return [child.receive(self._left_s()) for child in self.children[:count]]
 
     def _slowdowns(self) -> dict[str, float]:
         alone = []
         for child in self.children[:2]:
             child.send()
-            alone.append(child.receive())
+            alone.append(child.receive(self._left_s()))
         out = {}
         for count in self.ranks:
             together = self._together(count)[:2]
@@ -180,9 +188,11 @@ class ConcurrencyReader:
                                                          for t, a in zip(ts, als)))
         return out
 
-    def reading(self) -> dict[str, float] | None:
+    def reading(self, timeout_s: float = READING_TIMEOUT_S) -> dict[str, float] | None:
+        """One reading, or None (the children closed) when they fail or do not answer within `timeout_s`."""
         if not self.children:
             return None
+        self.deadline = time.monotonic() + timeout_s
         try:
             return self._slowdowns()
         except (ChildFailed, ValueError):
@@ -253,20 +263,21 @@ def deepspeed_child(dtype: str, threads: int) -> None:
 class EngineReader:
     """deepspeed_child; `reading()` = its raw times, or None once it failed (no DeepSpeed, a crash)."""
 
-    def __init__(self, dtype: str, threads: int) -> None:
+    def __init__(self, dtype: str, threads: int, start_timeout_s: float = START_TIMEOUT_S) -> None:
         code = f"from llmperf_hook.profile.cpu_engine_cost import deepspeed_child; deepspeed_child({dtype!r}, {threads})"
         self.child: Reader | None = Reader(code, threads)
         try:
-            self.child.started()
+            self.child.started(start_timeout_s)
         except ChildFailed:
             self.close()
 
-    def reading(self) -> dict[str, list[list[float]]] | None:
+    def reading(self, timeout_s: float = READING_TIMEOUT_S) -> dict[str, list[list[float]]] | None:
+        """One reading, or None (the child closed) when it fails or does not answer within `timeout_s`."""
         if self.child is None:
             return None
         try:
             self.child.send()
-            return self.child.receive()
+            return self.child.receive(timeout_s)
         except (ChildFailed, ValueError):
             self.close()
             return None

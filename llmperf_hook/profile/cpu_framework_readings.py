@@ -38,11 +38,13 @@ slowdown: 1.00, 1.08, 1.00, 1.00 against 1.02, 1.04, 1.01, 1.02. What the median
 lasts the whole measurement: the files' common level followed it (geometric mean of the nine predictions
 56-62 ms and 60-65 ms), so the benchmark still re-measures on a quiet machine.
 
-Budget: `llmperf profile --device cpu` keeps cpu_framework.RESERVED_S (120 s) of its --budget for this, split
-evenly over the dtypes measured (a dtype's share less what those before it ran over theirs); per dtype the
-children's start (~20 s quiet: 16 engines), then readings while the next one is expected to end within the
-dtype's share, at least MIN_READINGS (on a busy machine the measurement runs over, as the --budget help says)
-and at most MAX_READINGS. Quiet, two dtypes: 4-5 readings each. torch is imported inside the functions only.
+Budget: `llmperf profile --device cpu` keeps up to cpu_framework.RESERVED_S (120 s) of its --budget for this
+(budget.py): a hard time box split evenly over the dtypes measured (a dtype's share less what those before it ran
+over theirs); per dtype the children's start (~20 s quiet: 16 engines; at most ENGINE_START_SHARE of the box, or that
+child is left out), then readings while one as long as the last ends within the share (a reading still running at
+its end is dropped: OutOfTime), at most MAX_READINGS. MIN_READINGS is what a quiet machine reaches (4-5 each, two
+dtypes); fewer, on a busy one, are said in the output (time_box_notes). Session 13 (load ~10): the 3 readings it then
+insisted on ran a 3-minute profile to 4:02. torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ def fixed_parts(dtype: str, hardware_name: str) -> FixedParts:
     return FixedParts(tiny, tuple(rows), tuple(engine_model_rows(dtype, hardware_name)))
 
 
+class OutOfTime(Exception):
+    """A reading stopped part-way at its time box's end (its parts are not a reading: dropped)."""
+
+
 class _InProcess:
     """The parent's own timed work, built once: tiny and reference steps, AdamW over tensors and flat."""
 
@@ -102,12 +108,22 @@ class _InProcess:
         self.steps = [cf.fwd_bwd_fn(s, dtype) for s in cf.REFERENCE_SHAPES]
         self.optimizers = [cf.optimizer_steps(s) for s in cf.REFERENCE_SHAPES]
 
-    def reading(self, hardware_name: str) -> dict:
+    def reading(self, hardware_name: str, end_s: float = float("inf")) -> dict:
+        """One reading; OutOfTime once time.perf_counter() passes `end_s` between its parts (a part is seconds
+        quiet, a minute at load 11: one reading overran an 80-s box by 20 s)."""
         wall0_s, cpu0_s = time.perf_counter(), time.process_time()
-        raw = {"tiny_s": [cf._median_s(f, TINY_REPS) for f in self.tiny],
-               "fwd_bwd_s": [cf._median_s(f) for f in self.steps],
-               "optimizer_s": [[cf._median_s(t), cf._median_s(f)] for t, f in self.optimizers],
-               "bias": cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)}
+
+        def timed(fn: Any, reps: int = cf.REPS) -> float:
+            if time.perf_counter() > end_s:
+                raise OutOfTime()
+            return cf._median_s(fn, reps)
+
+        raw = {"tiny_s": [timed(f, TINY_REPS) for f in self.tiny],
+               "fwd_bwd_s": [timed(f) for f in self.steps],
+               "optimizer_s": [[timed(t), timed(f)] for t, f in self.optimizers]}
+        if time.perf_counter() > end_s:
+            raise OutOfTime()
+        raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)
         # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
         raw["wall_per_cpu"] = (time.perf_counter() - wall0_s) / max(time.process_time() - cpu0_s, 1e-9)
         return raw
@@ -194,30 +210,43 @@ def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
     return out
 
 
+ENGINE_START_SHARE = 0.4
+"""Most of a dtype's time box the DeepSpeed child may take to build its 16 engines (~15 s quiet); the rest is for the
+concurrency children's start and the readings."""
+CONCURRENCY_START_SHARE = 0.2
+
+
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
-                               time_box_s: float = cf.RESERVED_S) -> dict:
+                               time_box_s: float = cf.RESERVED_S) -> dict | None:
     """The module docstring's readings for one dtype: the median terms, the samples behind them, every
-    reading's terms and the spread between them."""
+    reading's terms and the spread between them; None when the box was spent before a reading began. The box is
+    kept: a child that does not start (or answer) in its part of it is left out, and a reading begins only when one
+    as long as the last would end in it, MIN_READINGS or not (the entry's `readings` say how many)."""
     from llmperf_hook.profile.cpu_engine_cost import ConcurrencyReader, EngineReader
 
     t0 = time.perf_counter()
+    end_s = t0 + time_box_s
     fixed, local = fixed_parts(dtype, hardware_name), _InProcess(dtype)
-    engine, conc = EngineReader(dtype, threads), ConcurrencyReader(dtype, threads)
-    raws, loads = [], []
+    engine = EngineReader(dtype, threads, max(0.0, ENGINE_START_SHARE * (end_s - time.perf_counter())))
+    conc = ConcurrencyReader(dtype, threads, start_timeout_s=max(0.0, CONCURRENCY_START_SHARE
+                                                                 * (end_s - time.perf_counter())))
+    raws, loads, last_s = [], [], 0.0
     try:
-        while len(raws) < MAX_READINGS:
+        while len(raws) < MAX_READINGS and time.perf_counter() + last_s < end_s:
             start = time.perf_counter()
-            raw = local.reading(hardware_name)
-            raw["concurrency"], raw["engine"] = conc.reading(), engine.reading()
+            try:
+                raw = local.reading(hardware_name, end_s)
+            except OutOfTime:
+                break
+            raw["concurrency"] = conc.reading(max(0.0, end_s - time.perf_counter()))
+            raw["engine"] = engine.reading(max(0.0, end_s - time.perf_counter()))
             raws.append(raw)
             loads.append(os.getloadavg()[0])
-            now = time.perf_counter()
-            if len(raws) >= MIN_READINGS and now - t0 + (now - start) > time_box_s:
-                break
+            last_s = time.perf_counter() - start
     finally:
         conc.close()
         engine.close()
-    return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0)
+    return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0) if raws else None
 
 
 def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, loads: Sequence[float],
@@ -270,11 +299,13 @@ def _previous(path: Path) -> dict | None:
         return None
 
 
-def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int) -> Path:
-    """Measure every dtype the profile serves (each in its share of RESERVED_S) and write FILE_NAME next to its
-    profile.json, with the machine's 1-minute load average before and after each dtype (load_avg_1m: the
-    largest) and the steps of the file it replaces (cf.carried_history); the spread between readings goes to
-    stderr (describe_spread)."""
+def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int,
+                             deadline_s: float | None = None) -> Path:
+    """Measure every dtype the profile serves (each in an even share of the time to `deadline_s`, a
+    time.perf_counter() time; default RESERVED_S from now) and write FILE_NAME next to its profile.json, with the
+    machine's 1-minute load average before and after each dtype (load_avg_1m: the largest) and the steps of the file
+    it replaces (cf.carried_history); the spread between readings goes to stderr (describe_spread). A dtype of which
+    no reading ended in its time is left out (no file when none was measured): time_box_notes says so."""
     import torch
 
     from llmperf_hook.instrument.reference_speed import measure_reference
@@ -292,20 +323,51 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
                      "against the prediction of the same model), fitted once on each time's median over interleaved "
                      "readings",
            "dtypes": {}, "reference": [], "loads_1m": []}
-    t0, share_s, spent_s = time.perf_counter(), cf.RESERVED_S / len(dtypes), 0.0
+    t0 = time.perf_counter()
+    share_s, spent_s = ((cf.RESERVED_S if deadline_s is None else deadline_s - t0) / len(dtypes), 0.0)
     for i, dt in enumerate(dtypes):  # the machine's speed around each measurement (instrument/reference_speed.py)
         doc["reference"].append(measure_reference(f"framework-{dt}-before").to_json())
         doc["loads_1m"].append(os.getloadavg()[0])
-        # Its share, less what the dtypes before ran over theirs (their MIN_READINGS on a loaded machine), so
-        # together they keep to RESERVED_S as far as the minimum readings allow. With even shares, 27 Nov at
-        # load 2.7-5.8: bf16's 3 readings took 85 s of its 60, fp32 then its whole 60: 146 s of 120.
+        # Its share, less what the dtypes before ran over theirs, so together they keep to the deadline (27 Nov
+        # at load 2.7-5.8, bf16's 3 readings took 85 s of its 60, fp32 then its whole 60: 146 s of 120).
         box_s = max(0.0, min(share_s, (i + 1) * share_s - spent_s))
-        doc["dtypes"][dt] = measure_framework_overhead(hardware_name, dt, threads, box_s)
+        entry = measure_framework_overhead(hardware_name, dt, threads, box_s) if box_s > 0 else None
+        if entry is not None:
+            doc["dtypes"][dt] = {**entry, "time_box_s": box_s}
         spent_s = time.perf_counter() - t0
         doc["loads_1m"].append(os.getloadavg()[0])
     doc["reference"].append(measure_reference("framework-after").to_json())
     doc["load_avg_1m"] = max(doc["loads_1m"])
     doc["history"] = history
-    path.write_text(json.dumps(doc, indent=1))
-    sys.stderr.write(describe_spread(doc) + "\n")
+    if doc["dtypes"]:
+        path.write_text(json.dumps(doc, indent=1))
+        sys.stderr.write(describe_spread(doc) + "\n")
     return path
+
+
+def time_box_notes(path: Path, dtypes: Sequence[str]) -> list[str]:
+    """What the --budget's time box left out of the framework cost file at `path`, for `llmperf profile`'s output."""
+    measured = (_previous(path) or {}).get("dtypes") or {}
+    notes = []
+    for dtype in dtypes:
+        if dtype not in measured:
+            notes.append(f"framework cost {dtype}: not measured, no reading ended within its share of the --budget "
+                         f"(predictions in {dtype} use the operator profile alone; a larger --budget measures it)")
+        else:
+            notes += _entry_notes(dtype, measured[dtype])
+    return notes
+
+
+def _entry_notes(dtype: str, entry: Mapping[str, Any]) -> list[str]:
+    notes, num = [], len(entry.get("readings") or ())
+    if num < MIN_READINGS:
+        notes.append(f"framework cost {dtype}: {num} reading(s) in its {entry.get('time_box_s', 0):.0f} s of the "
+                     f"--budget, fewer than the {MIN_READINGS} whose median outvotes a disturbed one (a larger "
+                     f"--budget takes more)")
+    missing = [what for key, what in (("deepspeed_step", "DeepSpeed's engine step (ZeRO 0-3)"),
+                                      ("concurrency_slowdown", "the slowdown of ranks run at once"))
+               if not entry.get(key)]
+    if missing:
+        notes.append(f"framework cost {dtype}: {' and '.join(missing)} not measured (its processes did not start "
+                     f"or answer within the time box, or DeepSpeed is missing): predictions leave those terms out")
+    return notes

@@ -80,6 +80,20 @@ class SampleSpec:
 class PlanCost:
     num_samples: int
     device_minutes: float
+    guessed: tuple[str, ...] = ()
+    """"class/phase" of the planned shapes whose slowdown over the roofline this device has not measured."""
+    guess_factor: float = 0.0
+    """The slowdown they are taken at (slowdown_guess)."""
+    guess_source: str = ""
+
+    def describe(self) -> str:
+        """The cost, saying which part of it is a guess."""
+        text = f"{self.num_samples} to measure = about {self.device_minutes:.1f} device-minutes"
+        if self.guessed:
+            text += (f" (a guess for {len(self.guessed)} class/direction(s) not sampled on this device yet, "
+                     f"{', '.join(self.guessed[:4])}{', ...' if len(self.guessed) > 4 else ''}: taken at "
+                     f"{self.guess_factor:.1f}x their roofline time, {self.guess_source})")
+        return text
 
 
 def latin_hypercube(ranges: Range, n: int, rng: np.random.Generator) -> list[dict[str, float]]:
@@ -221,13 +235,23 @@ def measured_slowdowns(samples: Mapping[tuple[str, str, str], Samples], rc: Roof
     return out
 
 
+def slowdown_guess(known: Mapping[tuple[str, str], float]) -> tuple[float, str]:
+    """(slowdown, where it comes from) for a class this device has not measured: the median of the classes it has
+    measured (the device's own speed off its roofline, 0.4-32x by class on one EPYC thread), else ROOFLINE_SLOWDOWN."""
+    if known:
+        return float(np.median(list(known.values()))), f"the median of the {len(known)} this device has measured"
+    return ROOFLINE_SLOWDOWN, "nothing sampled on this device in this dtype yet (measured 0.4-32x by class on a CPU)"
+
+
 def plan_cost(specs: Sequence[SampleSpec], rc: RooflineConstants,
               slowdowns: Mapping[tuple[str, str], float] | None = None) -> PlanCost:
-    """Samples and device-minutes of measuring `specs`, each class at its measured slowdown where one is known."""
+    """Samples and device-minutes of measuring `specs`, each class at its measured slowdown where one is known, the
+    others at slowdown_guess (named in the result)."""
     known = slowdowns or {}
-    return PlanCost(len(specs), sum(estimate_seconds(s, rc, slowdown=known.get((s.op_class, s.phase),
-                                                                                ROOFLINE_SLOWDOWN))
-                                    for s in specs) / 60.0)
+    guess, source = slowdown_guess(known)
+    seconds = sum(estimate_seconds(s, rc, slowdown=known.get((s.op_class, s.phase), guess)) for s in specs)
+    guessed = tuple(dict.fromkeys(f"{s.op_class}/{s.phase}" for s in specs if (s.op_class, s.phase) not in known))
+    return PlanCost(len(specs), seconds / 60.0, guessed, guess if guessed else 0.0, source if guessed else "")
 
 
 def job_precision(argv: Sequence[str], env: Mapping[str, str], model: str | None = None, *,

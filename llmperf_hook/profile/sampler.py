@@ -6,7 +6,8 @@ Samples go to the store (source "sampler", with the fingerprint and library vers
 so an interrupted run resumes where it stopped: shapes this device already stored for this (name, dtype) are
 skipped (_done_keys).
 Then one regressor per (op class, direction) is fitted from all stored samples of this device and written to
-$LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/NAME.yaml.
+$LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/NAME.yaml (profile_fit.py). The
+--budget is one deadline for all of it (budget.py).
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ import numpy as np
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.profile import plan as plans
-from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions
+from llmperf_hook.profile.build_profile import Samples, library_versions
 from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants, build_features
 from llmperf_hook.profile.adaptive import most_uncertain
-from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
-from llmperf_hook.resources import configs_dir, llmperf_home
+from llmperf_hook.profile.budget import ProfileBudget, plan_budget
+from llmperf_hook.profile.budget import describe as describe_budget
+from llmperf_hook.profile.profile_fit import (MIN_SAMPLES_TO_FIT, UNFUSED_CLASSES, ProfileResult,  # noqa: F401
+                                              fit_and_write, measures_framework)
+from llmperf_hook.resources import llmperf_home
 from llmperf_hook.store import OpSampleRecord, Store, dims_key, open_store
 
-MIN_SAMPLES_TO_FIT = 8
 DESIGN_PER_CLASS = 32
-UNFUSED_CLASSES = "rope,swiglu"
-"""Op classes op_sampler times as torch composites of several kernels (predict/dispatch.unfused_classes)."""
 MAX_FAILURES_PER_CLASS = 3
 """An op class whose runner fails (not out of memory) this often is skipped for the rest of the run."""
 
@@ -59,20 +60,8 @@ class ProfileRequest:
     """--nnodes for a `--for` job (overrides its launcher's)."""
     job_nproc_per_node: int | None = None
     """--nproc-per-node for a `--for` job whose launcher does not say (deepspeed without --num_gpus)."""
-
-
-@dataclass(frozen=True)
-class ProfileResult:
-    name: str
-    profile_dir: Path
-    hardware_yaml: Path
-    num_measured: int
-    num_skipped: int
-    """Shapes already in the store (resumed)."""
-    fitted_classes: tuple[str, ...]
-    """"class/phase" entries with a regressor."""
-    plan_note: str
-    notes: tuple[str, ...]
+    started_s: float | None = None
+    """time.perf_counter() when the command started: the budget's clock (profile/budget.py); None = now."""
 
 
 class Progress:
@@ -159,20 +148,79 @@ def _record(store: Store, req: ProfileRequest, name: str, spec: plans.SampleSpec
                                             "sampler", fp, versions)])
 
 
-def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: ProfileRequest, rc: RooflineConstants,
-                 record: Callable[[plans.SampleSpec, float], None]) -> int:
+FIRST_FIT_MAX_SAMPLE_S = 0.5
+"""Past the deadline, a class asked for that cannot be fitted yet still gets its MIN_SAMPLES_TO_FIT shapes, each
+estimated to take at most this long (the design's small ones: a 12-s --budget is spent on torch's import, LightGBM's
+and the peaks before any sampling, and a profile with no regressor is no profile)."""
+
+
+class SamplingDeadline:
+    """When sampling must end: earlier as more classes have the samples to be fitted, whose fits the budget keeps
+    time for (budget.ProfileBudget.sampling_end_s); a fixed time without a budget. A class with fewer than
+    MIN_SAMPLES_TO_FIT samples is still given its first fit's shapes past the deadline (allows), said in the plan
+    line (overrun_s)."""
+
+    def __init__(self, budget: ProfileBudget | None, counts: Mapping[tuple[str, str], int], fixed_s: float = 0.0,
+                 other_groups: int = 0) -> None:
+        self.budget, self.counts, self.fixed_s = budget, dict(counts), fixed_s
+        self.other_groups = other_groups
+        """Groups of other dtypes in the store that will be refitted too."""
+        self.overrun_s = 0.0
+        """Seconds of sampling past the deadline for first fits."""
+
+    def allows(self, spec: plans.SampleSpec, estimate_s: float) -> bool:
+        """Whether `spec`, estimated at `estimate_s`, is measured now."""
+        now = time.perf_counter()
+        if now + estimate_s <= self.with_spec_s(spec):
+            return True
+        first_fit = self.budget is not None and self.counts.get((spec.op_class, spec.phase), 0) < MIN_SAMPLES_TO_FIT
+        if first_fit and estimate_s <= FIRST_FIT_MAX_SAMPLE_S:
+            self.overrun_s = max(self.overrun_s, now + estimate_s - self.with_spec_s(spec))
+            return True
+        return False
+
+    def _ready(self, extra: tuple[str, str] | None = None) -> int:
+        """Groups to fit, with one more sample of `extra`."""
+        counts = dict(self.counts)
+        if extra is not None:
+            counts[extra] = counts.get(extra, 0) + 1
+        return self.other_groups + sum(n >= MIN_SAMPLES_TO_FIT for n in counts.values())
+
+    def now_s(self) -> float:
+        return self.budget.sampling_end_s(self._ready()) if self.budget else self.fixed_s
+
+    def with_spec_s(self, spec: plans.SampleSpec) -> float:
+        """The deadline once `spec` is measured."""
+        key = (spec.op_class, spec.phase)
+        return self.budget.sampling_end_s(self._ready(key)) if self.budget else self.fixed_s
+
+    def add(self, spec: plans.SampleSpec) -> None:
+        key = (spec.op_class, spec.phase)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+
+def _measure_all(specs: Sequence[plans.SampleSpec], deadline: SamplingDeadline | float, req: ProfileRequest,
+                 rc: RooflineConstants, record: Callable[[plans.SampleSpec, float], None],
+                 slowdowns: Mapping[tuple[str, str], float] | None = None) -> int:
+    """Measure `specs` in order, each only when its estimated time (its class's slowdown over the roofline as
+    measured so far, this run's samples included; slowdown_guess before the first) ends before the deadline."""
     from llmperf_hook.profile.op_sampler import sample_op
 
-    bar = Progress(len(specs), max(deadline - time.perf_counter(), 0.0))
+    if not isinstance(deadline, SamplingDeadline):
+        deadline = SamplingDeadline(None, {}, fixed_s=deadline)
+    bar = Progress(len(specs), max(deadline.now_s() - time.perf_counter(), 0.0))
     measured, failures = 0, {}
     max_bytes = _memory_bytes(req.device) / 4  # never near what the machine (shared, on CPU) can give
     too_big = [s for s in specs if plans.alloc_elements(s) * rc.dtype_bytes > max_bytes]
     if too_big:
         sys.stderr.write(f"note: {len(too_big)} shapes ({', '.join(sorted({s.op_class for s in too_big}))}) not "
                          f"sampled: their tensors would need more than a quarter of the {req.device}'s memory\n")
+    ratios = {key: [v] for key, v in (slowdowns or {}).items()}
     try:
         for spec in specs:
-            if time.perf_counter() + plans.estimate_seconds(spec, rc) > deadline \
+            known = {key: float(np.median(v)) for key, v in ratios.items()}
+            factor = known.get((spec.op_class, spec.phase)) or plans.slowdown_guess(known)[0]
+            if not deadline.allows(spec, plans.estimate_seconds(spec, rc, slowdown=factor)) \
                     or failures.get(spec.op_class, 0) >= MAX_FAILURES_PER_CLASS \
                     or plans.alloc_elements(spec) * rc.dtype_bytes > max_bytes:
                 continue
@@ -187,11 +235,18 @@ def _measure_all(specs: Sequence[plans.SampleSpec], deadline: float, req: Profil
                                      f"{str(err).splitlines()[0][:200]}\n")
                 continue  # a shape that does not fit this device is not sampled (and not a training shape)
             record(spec, timing.time_s)
+            deadline.add(spec)
+            ratios.setdefault((spec.op_class, spec.phase), []).append(timing.time_s / _roofline_s(spec, rc))
             measured += 1
             bar.step(f"{spec.op_class} {spec.phase} {spec.origin}")
     finally:
         bar.close()
     return measured
+
+
+def _roofline_s(spec: plans.SampleSpec, rc: RooflineConstants) -> float:
+    block = build_features(spec.op_class, spec.phase == "bwd", {k: np.array([v]) for k, v in spec.dims.items()}, rc)
+    return max(float(block.roofline_s[0]), 1e-12)
 
 
 def _memory_bytes(device: str) -> float:
@@ -257,11 +312,6 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
     return out
 
 
-MIN_SAMPLING_SHARE = 0.5
-"""Share of the sampling time (the budget less fitting and the framework cost) left for sampling after the
-device's peaks were measured, whatever those took."""
-
-
 def run_profile(req: ProfileRequest) -> ProfileResult:
     ops = _validate(req)
     _check_state_dirs(req)
@@ -269,17 +319,12 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
 
     from llmperf_hook.profile import local_hardware as lh
 
-    t_start = time.perf_counter()
-    deadline = t_start + req.budget_min * 60.0 * 0.85  # the rest is for fitting and writing
-    if _measures_framework(req):  # CPU: the framework cost is measured after the fit (profile/cpu_framework.py)
-        deadline -= _framework_reserved_s()
+    budget = plan_budget(req.budget_min, req.started_s or time.perf_counter(),
+                         _framework_reserved_s() if measures_framework(req) else 0.0, req.device == "cpu")
     if req.device == "cpu":
         torch.set_num_threads(req.threads)
     name = (req.name or lh.default_profile_name(req.device, req.threads)).lower()  # lookups lower-case names
     rc = lh.measure_roofline(req.dtype, req.device, req.threads)
-    # The peaks take seconds (more on a loaded machine): sampling keeps at least half its time, so a tiny
-    # --budget still measures enough shapes to fit, running over by at most what the peaks took.
-    deadline = max(deadline, time.perf_counter() + (deadline - t_start) * MIN_SAMPLING_SHARE)
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     _check_same_machine(name, json.loads(fp))
     if not (req.device == "cuda" and name in lh.shipped_hardware_names()):  # that one keeps the shipped YAML
@@ -289,19 +334,28 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
         done = _done_keys(store, name, req.dtype, fp)
         specs = _specs(req, ops, rc, name)
         todo = [s for s in specs if (s.op_class, s.phase, dims_key(s.dims)) not in done]
-        cost = plans.plan_cost(todo, rc, plans.measured_slowdowns(_samples_by_class(store, name, req.dtype, fp), rc,
-                                                                  req.dtype))
+        stored = _samples_by_class(store, name, None, fp)
+        slowdowns = plans.measured_slowdowns(stored, rc, req.dtype)
+        deadline = SamplingDeadline(budget, {(c, p): len(s.time_s) for (c, p, dt), s in stored.items()
+                                             if dt == req.dtype},
+                                    other_groups=sum(dt != req.dtype and len(s.time_s) >= MIN_SAMPLES_TO_FIT
+                                                     for (_, _, dt), s in stored.items()))
+        cost = plans.plan_cost(todo, rc, slowdowns)
         plan_note = (f"plan: {len(specs)} shapes ({sum(s.origin in ('job', 'neighbour') for s in specs)} from the job "
-                     f"and its neighbours), {len(specs) - len(todo)} already stored; {cost.num_samples} to measure "
-                     f"= about {cost.device_minutes:.1f} device-minutes; budget {req.budget_min:g} min")
+                     f"and its neighbours), {len(specs) - len(todo)} already stored; {cost.describe()}; "
+                     f"{describe_budget(budget, len({(s.op_class, s.phase) for s in specs}))}")
         sys.stderr.write(plan_note + "\n")
         record = (lambda spec, t: _record(store, req, name, spec, t, fp, versions))
-        measured = _measure_all(todo, deadline, req, rc, record)
+        measured = _measure_all(todo, deadline, req, rc, record, slowdowns)
         adaptive = _adaptive_rounds(store, req, name, rc, fp, deadline, record)
         groups = _samples_by_class(store, name, None, fp)
     plan_note += f"; {adaptive} adaptive samples where the regressors disagreed most"
-    return _fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
-                          plan_note)
+    if deadline.overrun_s > 0.5:
+        plan_note += (f"; sampling ran {deadline.overrun_s:.0f} s past its deadline to give every class asked for the "
+                      f"{MIN_SAMPLES_TO_FIT} shapes of a first fit (the --budget is smaller than a profile of them "
+                      f"takes here)")
+    return fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
+                         plan_note, budget)
 
 
 def _check_state_dirs(req: ProfileRequest) -> None:
@@ -316,6 +370,9 @@ def _check_state_dirs(req: ProfileRequest) -> None:
 def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
     """Refitting profile NAME here would replace a profile of another machine (a shared $LLMPERF_HOME, or a
     profile copied from elsewhere): refuse, naming both. An unreadable profile.json is simply re-created."""
+    from llmperf_hook.profile.staged_folder import recover
+
+    recover(llmperf_home() / "profiles" / name)  # a refit killed mid-swap: the old profile is the one to check
     try:
         theirs = json.loads((llmperf_home() / "profiles" / name / "profile.json").read_text()).get("hardware")
     except (OSError, ValueError, AttributeError):
@@ -334,99 +391,23 @@ def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
 
 
 def _adaptive_rounds(store: Store, req: ProfileRequest, name: str, rc: RooflineConstants, fp: str,
-                     deadline: float, record: Callable[[plans.SampleSpec, float], None]) -> int:
+                     deadline: SamplingDeadline, record: Callable[[plans.SampleSpec, float], None]) -> int:
     """Rounds of uncertainty sampling while the budget lasts (the design came first)."""
     total = 0
-    while time.perf_counter() < deadline - 5.0:
+    while time.perf_counter() < deadline.now_s() - 5.0:
         groups = _samples_by_class(store, name, req.dtype, fp)
         done = _done_keys(store, name, req.dtype, fp)
         extra = [s for s in _adaptive_specs(groups, req, rc, seed=total)
                  if (s.op_class, s.phase, dims_key(s.dims)) not in done]
-        got = _measure_all(extra, deadline, req, rc, record) if extra else 0
+        got = _measure_all(extra, deadline, req, rc, record, plans.measured_slowdowns(groups, rc, req.dtype)) \
+            if extra else 0
         if got == 0:
             break
         total += got
     return total
 
 
-def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
-    """Every dtype's peak for the hardware YAML: those measured for this fit (the dtype sampled and every dtype of
-    the store's samples), and the others measured now. A dtype missing from the YAML is priced at the highest peak
-    listed: an fp32 refit of a CPU profile once dropped fp16 (~1 GFLOP/s, emulated on x86), and fp16 jobs were
-    then priced at bf16's 210 GFLOP/s, 10.6 ms a step where 878 ms was predicted before."""
-    from llmperf_hook.profile.local_hardware import measure_peak_flop_per_s
-
-    peaks = {dt: r.peak_flop_per_s for dt, r in measured.items()}
-    for other in ("fp32", "bf16", "fp16"):  # fp16 on CPU too: peak_gemm_size keeps an emulated one quick
-        if other not in peaks:
-            peaks[other] = measure_peak_flop_per_s(other, req.device)
-    return peaks
-
-
-def _fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
-                   groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
-                   plan_note: str) -> ProfileResult:
-    from llmperf_hook.profile.local_hardware import measure_roofline
-
-    # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
-    rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
-                 for dt in sorted({dt for _, _, dt in groups})}
-    entries, texts, notes = [], {}, []
-    for (cls, phase, dt), s in sorted(groups.items()):
-        if len(s.time_s) < MIN_SAMPLES_TO_FIT:
-            notes.append(f"{cls}/{phase}/{dt}: only {len(s.time_s)} samples, not fitted (roofline is used); "
-                         f"run again with a larger --budget to add more")
-            continue
-        entry, text = fit_samples(s, rooflines[dt], dt, with_holdout=len(s.time_s) >= 20)
-        entries.append(entry)
-        texts[entry.file] = text
-    if not entries:
-        raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
-                         f"(need {MIN_SAMPLES_TO_FIT} per op class and direction). Give a larger --budget; "
-                         f"samples measured so far are kept in the store and reused.")
-    meta = ProfileMeta(
-        name=name, roofline={dt: rooflines[dt] for dt in {e.dtype for e in entries}}, dtype_aliases={},
-        hardware=json.loads(fp),
-        library_versions=dict(versions),
-        provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
-                    "unfused_classes": UNFUSED_CLASSES,
-                    "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
-        models=tuple(entries), notes=tuple(notes))
-    profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
-    yaml_path = _hardware_yaml(req, name, rc, rooflines)
-    if _measures_framework(req):  # framework work on the computing thread, measured against this profile
-        from llmperf_hook.profile.cpu_framework import write_framework_overhead
-
-        write_framework_overhead(profile_dir, name, sorted({e.dtype for e in entries}), req.threads)
-    elif req.device == "cpu":
-        from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
-
-        (profile_dir / FILE_NAME).unlink(missing_ok=True)  # measured against an earlier fit: stale now
-        notes.append(f"framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= "
-                     f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
-    return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
-                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes))
-
-
-def _measures_framework(req: ProfileRequest) -> bool:
-    from llmperf_hook.profile.cpu_framework import MIN_BUDGET_MIN
-
-    return req.device == "cpu" and req.budget_min >= MIN_BUDGET_MIN
-
-
 def _framework_reserved_s() -> float:
     from llmperf_hook.profile.cpu_framework import RESERVED_S
 
     return RESERVED_S
-
-
-def _hardware_yaml(req: ProfileRequest, name: str, rc: RooflineConstants,
-                   rooflines: Mapping[str, RooflineConstants]) -> Path:
-    from llmperf_hook.profile.local_hardware import shipped_hardware_names, write_hardware_yaml
-
-    if req.device == "cuda" and name in shipped_hardware_names():
-        # A GPU with a shipped preset keeps its datasheet description; only the operator profile is user-fitted.
-        yaml_path = configs_dir() / "hardware" / f"{name}.yaml"
-    else:
-        yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rooflines), rc, req.threads)
-    return yaml_path

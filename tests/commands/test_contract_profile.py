@@ -100,10 +100,10 @@ def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict) -> 
     again = _llmperf(["profile", "--device", "cpu", "--budget", "0.05", "--ops", "gemm", "--dtype", "bf16", "--name",
                       NAME, "--for", "--", *JOB], sampled["env"])
     assert again.returncode == 0, again.stderr[-3000:]
-    # every shape of the plan is already stored (the first run may also hold adaptive samples beyond the plan, when
-    # its budget reached them: load-dependent, so their count is not the plan's)
+    # the first run's planned shapes count as stored (it may also hold adaptive samples beyond the plan, or, its
+    # budget honoured, only part of the plan: load-dependent, so the counts are not compared with the plan's)
     planned = re.search(r"plan: (\d+) shapes[^\n]*?\b(\d+) already stored", again.stdout + again.stderr)
-    assert planned and planned.group(1) == planned.group(2) and int(planned.group(1)) <= len(before), again.stdout
+    assert planned and 0 < int(planned.group(2)) <= min(int(planned.group(1)), len(before)), again.stdout
     after = {r[0]: r for r in _stored(sampled["home"])}
     assert all(after[k] == row for k, row in before.items())  # same rows, same measured times: nothing redone
     assert len(after) >= len(before)

@@ -30,10 +30,10 @@ def test_tiny_budget_profile_is_used_by_predict(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
-    code, out = _run(["profile", "--device", "cpu", "--budget", "0.2", "--ops", "gemm,layernorm",
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm,layernorm",
                       "--name", "cpu-test"], capsys)
     assert code == 0, out
-    assert time.perf_counter() - t0 < 0.2 * 60 * 1.6 + 10  # budget honoured (plus start-up and fitting)
+    assert time.perf_counter() - t0 < 0.5 * 60 + 20  # budget honoured (profile/budget.py), a margin for load
     meta = json.loads((tmp_path / "profiles" / "cpu-test" / "profile.json").read_text())
     fitted = {(m["op_class"], m["phase"], m["dtype"]) for m in meta["models"]}
     assert ("gemm", "fwd", "fp32") in fitted and ("layernorm", "bwd", "fp32") in fitted

@@ -3,7 +3,7 @@ from it is priced at the highest peak listed (fp16 emulated at ~1 GFLOP/s on x86
 
 import pytest
 
-from llmperf_hook.profile import local_hardware, sampler
+from llmperf_hook.profile import local_hardware, profile_fit
 from llmperf_hook.profile.features import RooflineConstants
 from llmperf_hook.profile.sampler import ProfileRequest
 
@@ -18,8 +18,8 @@ def test_peaks_of_every_fitted_dtype_are_kept_and_the_others_measured(monkeypatc
     measured: list[str] = []
     monkeypatch.setattr(local_hardware, "measure_peak_flop_per_s", lambda dt, dev: measured.append(dt) or 2.1e11)
     req = ProfileRequest(device="cpu", budget_min=1.0, dtype="fp32")
-    peaks = sampler._peaks(req, {"fp32": _rc(8.9e10), "fp16": _rc(1.0e9)})
+    peaks = profile_fit._peaks(req, {"fp32": _rc(8.9e10), "fp16": _rc(1.0e9)})
     assert peaks == {"fp32": 8.9e10, "fp16": 1.0e9, "bf16": 2.1e11} and measured == ["bf16"]
     measured.clear()
-    assert set(sampler._peaks(req, {"fp32": _rc(8.9e10)})) == {"fp32", "bf16", "fp16"}  # fp16 measured on CPU too
+    assert set(profile_fit._peaks(req, {"fp32": _rc(8.9e10)})) == {"fp32", "bf16", "fp16"}  # fp16 measured on CPU too
     assert measured == ["bf16", "fp16"]

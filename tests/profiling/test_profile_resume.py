@@ -27,7 +27,7 @@ def test_shapes_stored_under_another_fingerprint_are_measured_again(tmp_path: Pa
     with open_store() as store:  # the whole design of --ops gemm, timed by the other fingerprint
         store.record_op_samples([OpSampleRecord("cpu-resume", "fp32", s.op_class, s.phase, s.dims, 1e-3, "sampler",
                                                 other) for s in specs])
-    code, out = _run(["profile", "--device", "cpu", "--budget", "0.2", "--ops", "gemm", "--name", "cpu-resume"],
+    code, out = _run(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm", "--name", "cpu-resume"],
                      capsys)
     assert code == 0, out
     assert " 0 already stored" in out and "too few shapes" not in out, out

@@ -183,7 +183,7 @@ def test_two_rank_reading_pairs_each_process_with_itself(monkeypatch: pytest.Mon
         def send(self) -> None:
             self.sent += 1
 
-        def receive(self) -> list[float]:
+        def receive(self, timeout_s: float = 600.0) -> list[float]:
             return self.answers[self.sent - 1]
 
     reader = ce.ConcurrencyReader.__new__(ce.ConcurrencyReader)
@@ -260,7 +260,7 @@ def test_a_concurrency_process_that_fails_to_start_closes_them_all(monkeypatch: 
             self.closed = False
             made.append(self)
 
-        def started(self) -> None:
+        def started(self, timeout_s: float = 600.0) -> None:
             if len(made) > 1 and self is made[1]:
                 raise ce.ChildFailed("exited 1")
 

@@ -1,0 +1,152 @@
+"""The end of `llmperf profile` for operators: one regressor per (op class, direction, dtype) from the stored samples,
+written to $LLMPERF_HOME/profiles/NAME/ with the measured peaks in $LLMPERF_HOME/hardware/NAME.yaml, then on CPU the
+framework cost (cpu_framework.py) against that profile, each within its part of the --budget (budget.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.profile.budget import ProfileBudget
+from llmperf_hook.profile.build_profile import Samples, fit_samples
+from llmperf_hook.profile.features import RooflineConstants
+from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
+from llmperf_hook.resources import configs_dir, llmperf_home
+
+if TYPE_CHECKING:
+    from llmperf_hook.profile.sampler import ProfileRequest
+
+MIN_SAMPLES_TO_FIT = 8
+UNFUSED_CLASSES = "rope,swiglu"
+"""Op classes op_sampler times as torch composites of several kernels (predict/dispatch.unfused_classes)."""
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    name: str
+    profile_dir: Path
+    hardware_yaml: Path
+    num_measured: int
+    num_skipped: int
+    """Shapes already in the store (resumed)."""
+    fitted_classes: tuple[str, ...]
+    """"class/phase" entries with a regressor."""
+    plan_note: str
+    notes: tuple[str, ...]
+    budget: ProfileBudget
+    """The deadlines the run kept (the command's end reading keeps to its tail)."""
+
+
+def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
+    """Every dtype's peak for the hardware YAML: those measured for this fit (the dtype sampled and every dtype of
+    the store's samples), and the others measured now. A dtype missing from the YAML is priced at the highest peak
+    listed: an fp32 refit of a CPU profile once dropped fp16 (~1 GFLOP/s, emulated on x86), and fp16 jobs were
+    then priced at bf16's 210 GFLOP/s, 10.6 ms a step where 878 ms was predicted before."""
+    from llmperf_hook.profile.local_hardware import measure_peak_flop_per_s
+
+    peaks = {dt: r.peak_flop_per_s for dt, r in measured.items()}
+    for other in ("fp32", "bf16", "fp16"):  # fp16 on CPU too: peak_gemm_size keeps an emulated one quick
+        if other not in peaks:
+            peaks[other] = measure_peak_flop_per_s(other, req.device)
+    return peaks
+
+
+def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
+                  groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
+                  plan_note: str, budget: ProfileBudget) -> ProfileResult:
+    """Fit every group until the budget's fitting deadline, write the profile and hardware file, then (CPU, a
+    budget that measures it) the framework cost until its deadline."""
+    from llmperf_hook.profile.local_hardware import measure_roofline
+
+    # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
+    rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
+                 for dt in sorted({dt for _, _, dt in groups})}
+    entries, texts, notes = _fit_groups(groups, rooflines, req.dtype, budget.fit_end_s)
+    if not entries:
+        raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
+                         f"(need {MIN_SAMPLES_TO_FIT} per op class and direction; {_budget_part(plan_note)}). Give "
+                         f"a larger --budget; samples measured so far are kept in the store and reused.")
+    meta = ProfileMeta(
+        name=name, roofline={dt: rooflines[dt] for dt in {e.dtype for e in entries}}, dtype_aliases={},
+        hardware=json.loads(fp),
+        library_versions=dict(versions),
+        provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
+                    "unfused_classes": UNFUSED_CLASSES,
+                    "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
+        models=tuple(entries), notes=tuple(notes))
+    profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
+    yaml_path = _hardware_yaml(req, name, rc, rooflines)
+    if measures_framework(req):  # framework work on the computing thread, measured against this profile
+        from llmperf_hook.profile.cpu_framework import write_framework_overhead
+        from llmperf_hook.profile.cpu_framework_readings import time_box_notes
+
+        dtypes = sorted({e.dtype for e in entries})
+        path = write_framework_overhead(profile_dir, name, dtypes, req.threads, budget.framework_end_s)
+        notes += time_box_notes(path, dtypes)
+    elif req.device == "cpu":
+        from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
+
+        (profile_dir / FILE_NAME).unlink(missing_ok=True)  # measured against an earlier fit: stale now
+        notes.append(f"framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= "
+                     f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
+    return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
+                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget)
+
+
+def _budget_part(plan_note: str) -> str:
+    """The plan line's split of the budget (budget.describe)."""
+    return next((part for part in plan_note.split("; ") if part.startswith("budget ")), "")
+
+
+HOLDOUT_COST = 1.5
+"""A fit with its held-out error costs about this many fits without: 0.40 / 0.36 s (gemm) and 0.29 / 0.21 s
+(layernorm), 32 samples each, 27 Nov 15:56 at load 0.9."""
+
+
+def _fit_groups(groups: Mapping[tuple[str, str, str], Samples], rooflines: Mapping[str, RooflineConstants],
+                dtype: str, deadline_s: float) -> tuple[list, dict[str, str], list[str]]:
+    """(model entries, model texts, notes): one regressor per group of MIN_SAMPLES_TO_FIT or more, the sampled
+    dtype's first. Held-out errors (20 samples or more) while the time left covers them for every group still to
+    fit. Every group is fitted, past `deadline_s` too: skipping one would drop a model an earlier run fitted from
+    the store's samples, and a fit without its held-out error is 0.05-0.4 s (HOLDOUT_COST)."""
+    entries, texts, notes = [], {}, []
+    todo = sorted(groups.items(), key=lambda kv: (kv[0][2] != dtype, kv[0]))
+    fit_s = []
+    for i, ((cls, phase, dt), s) in enumerate(todo):
+        if len(s.time_s) < MIN_SAMPLES_TO_FIT:
+            notes.append(f"{cls}/{phase}/{dt}: only {len(s.time_s)} samples, not fitted (roofline is used); "
+                         f"run again with a larger --budget to add more")
+            continue
+        left_s, each_s = deadline_s - time.perf_counter(), (np.mean(fit_s) if fit_s else 0.5)
+        holdout = len(s.time_s) >= 20 and left_s > (len(todo) - i) * each_s * HOLDOUT_COST
+        t0 = time.perf_counter()
+        entry, text = fit_samples(s, rooflines[dt], dt, with_holdout=holdout)
+        fit_s.append((time.perf_counter() - t0) / (HOLDOUT_COST if holdout else 1.0))
+        entries.append(entry)
+        texts[entry.file] = text
+    return entries, texts, notes
+
+
+def measures_framework(req: ProfileRequest) -> bool:
+    from llmperf_hook.profile.cpu_framework import MIN_BUDGET_MIN
+
+    return req.device == "cpu" and req.budget_min >= MIN_BUDGET_MIN
+
+
+def _hardware_yaml(req: ProfileRequest, name: str, rc: RooflineConstants,
+                   rooflines: Mapping[str, RooflineConstants]) -> Path:
+    from llmperf_hook.profile.local_hardware import shipped_hardware_names, write_hardware_yaml
+
+    if req.device == "cuda" and name in shipped_hardware_names():
+        # A GPU with a shipped preset keeps its datasheet description; only the operator profile is user-fitted.
+        yaml_path = configs_dir() / "hardware" / f"{name}.yaml"
+    else:
+        yaml_path = write_hardware_yaml(name, req.device, _peaks(req, rooflines), rc, req.threads)
+    return yaml_path

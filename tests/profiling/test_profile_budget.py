@@ -1,0 +1,143 @@
+"""`llmperf profile --budget MINUTES` is the wall-clock limit of the whole command (profile/budget.py): every phase
+keeps to its deadline, the framework cost included, and a tiny budget still leaves a profile `predict` uses."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.profile import budget as budgets
+from llmperf_hook.profile import cpu_framework_readings as cfr
+
+pytest.importorskip("torch")
+
+MARGIN_S = 20.0
+"""Allowed over the budget: the interpreter's start and the CLI's imports before the budget's clock starts
+(budget.START_UP_S quiet), one sample or fit in flight at a deadline, the exit; more on a machine at load 10."""
+
+
+def test_the_phases_add_up_to_the_budget() -> None:
+    b = budgets.plan_budget(3.0, 100.0, 120.0, cpu=True)  # framework: half the budget, its concurrent reading in it
+    assert b.end_s == 280.0 and b.framework_s + b.tail_s == pytest.approx(90.0 + budgets.TAIL_S)
+    assert b.finish_s(27) == pytest.approx(18.0)  # FINISH_SHARE of 180 s, over fit_seconds(27) = 16.1 s
+    assert b.sampling_end_s(27) < b.fit_end_s < b.framework_end_s < b.end_s
+    assert b.sampling_end_s(27) - b.start_s == pytest.approx(180 - 90 - budgets.TAIL_S - b.finish_s(27))
+    assert b.sampling_end_s(27) - b.start_s > 60  # 4 s at load 8 when the framework kept 2/3 and the tail 22 s
+    small = budgets.plan_budget(0.5, 0.0, 0.0, cpu=True)
+    assert small.framework_s == 0 and small.finish_s(4) == budgets.fit_seconds(4, cpu=True) and small.end_s == 30.0
+    assert small.sampling_end_s(27) < small.sampling_end_s(4)  # more to fit: sampling ends sooner
+    assert budgets.plan_budget(60.0, 0.0, 120.0, cpu=True).finish_s(27) == pytest.approx(360.0)  # long: a share
+
+
+def test_sampling_ends_sooner_as_classes_become_fittable() -> None:
+    from llmperf_hook.profile import plan
+    from llmperf_hook.profile.sampler import MIN_SAMPLES_TO_FIT, SamplingDeadline
+
+    b = budgets.plan_budget(0.5, 0.0, 0.0, cpu=True)
+    gemm = plan.SampleSpec("gemm", "fwd", {"m": 64, "n": 64, "k": 64}, "design")
+    deadline = SamplingDeadline(b, {("gemm", "fwd"): MIN_SAMPLES_TO_FIT - 1}, other_groups=2)
+    assert deadline.now_s() == b.sampling_end_s(2)
+    assert deadline.with_spec_s(gemm) == b.sampling_end_s(3)  # its 8th sample makes gemm/fwd fittable
+    deadline.add(gemm)
+    assert deadline.now_s() == b.sampling_end_s(3)
+
+
+def test_a_tiny_budget_is_kept_and_predict_uses_the_profile(tmp_path: Path) -> None:
+    """--budget 1 from the shell: it took 4:02 for --budget 3 at load 10 (the framework cost's minimum readings and
+    the peaks ran over), and a tiny budget ran over by whatever the peaks took. (At load 12 start-up, torch's import
+    and the peaks took 18 s: --budget 0.5 then sampled 2 s, too few to fit, which is refused with exit 2.)"""
+    env = {**os.environ, "LLMPERF_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "llmperf_hook", "profile", "--device", "cpu", "--budget", "1",
+                           "--ops", "gemm,layernorm", "--name", "cpu-tiny"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    wall_s = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert wall_s <= 60 + MARGIN_S, (wall_s, os.getloadavg())
+    assert "budget 60 s: sampling from" in proc.stdout
+    predicted = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--format", "json", "--hardware",
+                                "cpu-tiny", "--", "python", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size",
+                                "128", "--num-attention-heads", "4", "--seq-length", "128",
+                                "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size",
+                                "2", "--vocab-size", "1000"], env=env, capture_output=True, text=True, timeout=300)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    out = json.loads(predicted.stdout[predicted.stdout.index("{"):])
+    assert out["predictor"]["gemm"] == "lightgbm:cpu-tiny"
+
+
+class _Child:
+    """A measuring child that takes `start_s` to start and `reading_s` per reading (time.sleep)."""
+
+    def __init__(self, start_s: float, reading_s: float, timeout_s: float, answer: object) -> None:
+        self.reading_s, self.answer = reading_s, answer
+        self.alive = start_s <= timeout_s
+        time.sleep(min(start_s, timeout_s))
+
+    def reading(self, timeout_s: float = 600.0) -> object:
+        if not self.alive:
+            return None
+        time.sleep(min(self.reading_s, timeout_s))
+        self.alive = self.reading_s <= timeout_s
+        return self.answer if self.alive else None
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_framework_cost_keeps_its_time_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow machine: DeepSpeed's engines do not start in their share of the box (left out), and readings stop when
+    the next would end past it. MIN_READINGS used to be taken whatever they cost."""
+    from llmperf_hook.profile import cpu_engine_cost as ce
+
+    class Local:
+        def __init__(self, dtype: str) -> None:
+            pass
+
+        def reading(self, hardware: str, end_s: float) -> dict:
+            time.sleep(0.6)
+            return {"r": 1}
+
+    monkeypatch.setattr(cfr, "fixed_parts", lambda dtype, hw: None)
+    monkeypatch.setattr(cfr, "_InProcess", Local)
+    monkeypatch.setattr(ce, "EngineReader", lambda dtype, threads, timeout_s: _Child(5.0, 0.1, timeout_s, {"0": []}))
+    monkeypatch.setattr(ce, "ConcurrencyReader",
+                        lambda dtype, threads, start_timeout_s: _Child(0.1, 0.2, start_timeout_s, {"2": 1.1}))
+    monkeypatch.setattr(cfr, "summarize", lambda raws, fixed, dtype, loads, took_s: {"raws": raws, "took_s": took_s})
+    t0 = time.perf_counter()
+    entry = cfr.measure_framework_overhead("cpu-x", "fp32", 1, time_box_s=3.0)
+    took_s = time.perf_counter() - t0
+    assert took_s <= 3.0 + 0.3, took_s  # (sleeps overshoot a little under load)
+    assert 1 <= len(entry["raws"]) < cfr.MIN_READINGS
+    assert all(r["engine"] is None and r["concurrency"] == {"2": 1.1} for r in entry["raws"])
+
+
+def test_an_in_process_reading_stops_at_the_box_end() -> None:
+    """At load 11 one in-process reading took 100 s of an 80-s box (wall / CPU time 11.5): it now stops between its
+    parts once the box is spent, and measure_framework_overhead keeps the readings that ended."""
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.02)
+
+    local = cfr._InProcess.__new__(cfr._InProcess)
+    local.dtype, local.tiny, local.steps, local.optimizers = "fp32", [step, step], [step] * 11, [(step, step)] * 11
+    t0 = time.perf_counter()
+    with pytest.raises(cfr.OutOfTime):
+        local.reading("cpu-x", end_s=t0 + 0.5)
+    assert time.perf_counter() - t0 < 0.5 + 0.5  # one part (its median of reps) at most past the end
+    assert len(calls) < 2 * (cfr.TINY_REPS + 1) + 22 * (cfr.cf.REPS + 1)
+
+
+def test_fewer_readings_and_missing_terms_are_said(tmp_path: Path) -> None:
+    path = tmp_path / "framework_overhead.json"
+    path.write_text(json.dumps({"dtypes": {"fp32": {"readings": [{}], "time_box_s": 50.0,
+                                                    "concurrency_slowdown": {"2": 1.0}}}}))
+    notes = cfr.time_box_notes(path, ["bf16", "fp32"])
+    assert any("bf16: not measured" in n for n in notes)
+    assert any("fp32: 1 reading(s) in its 50 s" in n for n in notes)
+    assert any("DeepSpeed's engine step" in n and "concurrency" not in n for n in notes)
