@@ -226,6 +226,17 @@ def _recompute_modules(flags: FlagValues, granularity: str | None, src: dict[str
     return modules
 
 
+def _block_of_no_layers(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> tuple[None, None, None]:
+    """--recompute-method block --recompute-num-layers 0 starts (TransformerConfig checks only that a count is given)
+    and recomputes nothing: transformer_block.py _checkpointed_forward checkpoints layer i only while i <
+    recompute_num_layers (core_v0.16.1 :544-563). Uniform with 0 never advances: validation refuses it."""
+    src["recompute"] = flags.source("recompute_num_layers")
+    warnings.append(f"{flags.seen_flags['recompute_num_layers']} 0 with --recompute-method block recomputes no layer "
+                    "(Megatron's block recompute checkpoints the first N layers of each pipeline chunk): priced as no "
+                    "recompute. Give a positive count to recompute, or drop the recompute flags.")
+    return None, None, None
+
+
 def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> RecomputeConfig:
     if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
         src["recompute"] = flags.source("checkpoint_activations")
@@ -247,9 +258,12 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
         src["recompute_method"] = flags.source("recompute_method")
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
+    layers = flags.get("recompute_num_layers")
+    if granularity == "full" and method == "block" and layers == 0:
+        granularity, method, layers = _block_of_no_layers(flags, src, warnings)
     modules = _recompute_modules(flags, granularity, src, warnings)
     # Megatron-DeepSpeed's full recompute runs deepspeed.checkpointing too (transformer.py _checkpointed_forward)
-    return RecomputeConfig(granularity or "none", method, flags.get("recompute_num_layers"), modules=modules,
+    return RecomputeConfig(granularity or "none", method, layers, modules=modules,
                            **(ds_checkpointing(flags, src) if granularity == "full" else {}),
                            distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
                            cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0),

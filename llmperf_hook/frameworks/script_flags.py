@@ -123,7 +123,7 @@ SCRIPT_FLAGS: dict[str, Flag] = _build()
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
 ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
                           "empty_unused_memory_level", "cpu_offloading_num_layers", "timing_log_level",
-                          "manual_gc_interval", "extra_vocab_size", "padded_vocab_size"})
+                          "manual_gc_interval", "extra_vocab_size", "padded_vocab_size", "recompute_num_layers"})
 
 FALSE_DESTS = frozenset(dest for dest, kind in ((f.dest, f.kind) for f in SCRIPT_FLAGS.values()) if kind == "false")
 """Destinations of store_false flags (`--no-X`): True unless given."""

@@ -292,7 +292,9 @@ def _check_recompute(cfg: TrainingConfig) -> None:
         raise ConfigError("--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers "
                           f"between 1 and the layers per pipeline rank ({per_rank}) (Megatron TransformerConfig).")
     if r.granularity == "full" and (r.num_layers or 0) < 1:
-        raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be at least 1.")
+        raise ConfigError(f"--recompute-num-layers {_at(cfg, 'recompute_num_layers', r.num_layers)} must be at least 1 "
+                          "under full recompute: the uniform method's loop never advances past the first layer "
+                          "(transformer_block.py _checkpointed_forward). Give a positive count.")
     # More block layers than a chunk holds recompute all of them (megatron/core/recompute.py): no upper bound.
     check_recompute_modules(cfg)
     if r.distribute_saved_activations:

@@ -171,6 +171,10 @@ ROWS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("selective recompute with a method", ("--recompute-granularity", "selective", "--recompute-method", "uniform"),
      "takes neither"),
     ("full recompute", ("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"), None),
+    ("block recompute of no layers", ("--recompute-granularity", "full", "--recompute-method", "block",
+                                      "--recompute-num-layers", "0"), None),
+    ("uniform recompute of no layers", ("--recompute-granularity", "full", "--recompute-method", "uniform",
+                                        "--recompute-num-layers", "0"), "must be at least 1"),
     ("distribute saved activations at tp 1", ("--recompute-granularity", "full", "--recompute-method", "uniform",
                                               "--recompute-num-layers", "1", "--distribute-saved-activations"), "tensor-model-parallel-size > 1"),
     ("tp comm overlap without sp", ("--tensor-model-parallel-size", "2", "--tp-comm-overlap"), "--sequence-parallel"),
@@ -284,6 +288,8 @@ ORACLE_DIFFERENCES: dict[str, str] = {
     "moe ep 16 beyond the world": _BUILT + "in parallel_state.initialize_model_parallel (world % (ETP x EP x PP)), "
                                   "which needs process groups",
     "moe topk beyond the experts": _BUILT + "at the first step (torch.topk over fewer experts than k)",
+    "uniform recompute of no layers": "never refused: the first step hangs (transformer_block.py "
+                                      "_checkpointed_forward's uniform loop adds 0 to its layer index)",
     "virtual stages do not split the rank's layers": _BUILT + "when the model is built (transformer_block.py "
                                                      "get_num_layers_to_build asserts num_layers_per_pipeline_rank % "
                                                      "vp_size == 0)",
@@ -311,6 +317,13 @@ def test_rows_agree_with_megatron_itself(oracle, name: str, flags: tuple[str, ..
         assert (real is None) != (refusal is None), f"{name} now agrees with Megatron: {real}"
         return
     assert (real is None) == (refusal is None), f"Megatron core_v0.16.1: {real}; llmperf row: {refusal}"
+
+
+def test_block_recompute_of_no_layers_is_priced_as_no_recompute() -> None:
+    """Megatron's block method checkpoints layer i only while i < --recompute-num-layers: 0 recomputes nothing."""
+    cfg = megatron("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "0")
+    assert (cfg.recompute.granularity, cfg.recompute.num_layers) == ("none", None)
+    assert any("recomputes no layer" in w for w in cfg.warnings), cfg.warnings
 
 
 def test_legacy_models_warn_where_2025_releases_refuse_them() -> None:
