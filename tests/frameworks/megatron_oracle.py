@@ -105,27 +105,40 @@ def _run(arguments, parser, calculator, argv: list[str], world: int) -> str | No
     return None
 
 
+def _forget(folder: str, before: set[str]) -> None:
+    """Drops from sys.modules what the oracle put there: the unpacked megatron.training modules (their files go with
+    `folder`) and the tokenizer stand-ins (a fake `six` would break a later `import six` or find_spec("six"))."""
+    for name in set(sys.modules) - before:
+        module = sys.modules[name]
+        if name in ("six", "regex") or str(getattr(module, "__file__", None) or "").startswith(folder):
+            del sys.modules[name]
+
+
 def megatron_oracle() -> Iterator[Oracle]:
-    """A generator for a module-scoped pytest fixture: yields the oracle, then removes the unpacked sources."""
+    """A generator for a module-scoped pytest fixture: yields the oracle, then restores sys.path, sys.modules, the
+    environment and the faked probes, and removes the unpacked sources."""
     import pytest
 
     if not Path(MIRROR).is_dir() or importlib.util.find_spec("megatron.core") is None:
         pytest.skip("the Megatron-LM mirror or megatron-core is not here")
     extract = _extractor()
-    mp = pytest.MonkeyPatch()
-    mp.setattr(sys, "path", list(sys.path))
-    mp.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # restored afterwards; _run sets it per command
+    mp, before, environ = pytest.MonkeyPatch(), set(sys.modules), dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
-        extract._checkout(MIRROR, REF, Path(folder))
-        init = Path(folder) / "megatron" / "training" / "__init__.py"
-        init.write_text("".join(line for line in init.read_text().splitlines(keepends=True)
-                                if not line.startswith(("from .initialize ", "from .training "))))
-        sys.path.insert(0, folder)
-        extract._stand_in_tokenizer_modules()
-        from megatron.core import num_microbatches_calculator as calculator
-        from megatron.training import arguments
+        try:
+            mp.setattr(sys, "path", [folder, *sys.path])
+            extract._checkout(MIRROR, REF, Path(folder))
+            init = Path(folder) / "megatron" / "training" / "__init__.py"
+            init.write_text("".join(line for line in init.read_text().splitlines(keepends=True)
+                                    if not line.startswith(("from .initialize ", "from .training "))))
+            extract._stand_in_tokenizer_modules()
+            from megatron.core import num_microbatches_calculator as calculator
+            from megatron.training import arguments
 
-        _fake_device(arguments, mp)
-        parser = _parser(arguments)
-        yield lambda argv, world: _run(arguments, parser, calculator, argv, world)
-        mp.undo()
+            _fake_device(arguments, mp)
+            parser = _parser(arguments)
+            yield lambda argv, world: _run(arguments, parser, calculator, argv, world)
+        finally:  # the environment as it was: _run sets CUDA_DEVICE_MAX_CONNECTIONS, the imports TORCHINDUCTOR_CACHE_DIR
+            mp.undo()
+            os.environ.clear()
+            os.environ.update(environ)
+            _forget(folder, before)
