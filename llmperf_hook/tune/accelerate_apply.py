@@ -51,7 +51,7 @@ def rewrite_accelerate_job(argv: Sequence[str], span: tuple[int, int], base: Can
     if ed.flag_value(options, _GAS) is not None and new.micro_batch_size != base.micro_batch_size:
         options = ed.set_value(options, _GAS, str(num_microbatches))
     files: dict[str, str] = {}
-    path = ed.flag_value(options, _CONFIG_FILE) or _config_file_setting(argv, start)
+    path = accelerate_config_file(argv)
     if path is not None:
         original = Path(path) if Path(path).is_absolute() else cwd / path
         raw = dsr.read_ds_config(original)

@@ -177,8 +177,8 @@ def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:
 def _ds_checkpointing(cfg: TrainingConfig, c: Candidate) -> dict[str, bool]:
     """Megatron-DeepSpeed's --partition-activations / --checkpoint-in-cpu, which the rewritten command keeps and which
     configure deepspeed.checkpointing for any full recompute, uniform or block (frameworks/megatron.ds_checkpointing):
-    a full -> block move priced them off. A job without full recompute holds them nowhere in its config, so a move
-    to full from selective or none still prices them off (reported in r36)."""
+    a full -> block move priced them off. explain records them only under full recompute, so a move to full from
+    selective or none still prices them off (the flags are not in `cfg`)."""
     full = c.recompute in ("full", "block")
     r = cfg.recompute
     return {"partition_activations": full and r.partition_activations, "checkpoint_in_cpu": full and r.checkpoint_in_cpu}
