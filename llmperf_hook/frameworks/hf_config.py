@@ -152,7 +152,7 @@ def config_from_overrides(model_type: str | None, overrides: str | None) -> dict
                           "Hugging Face config.json with the overrides written in).")
     defaults, aliases = _SCRATCH_CONFIGS[model_type]
     raw: dict[str, Any] = {**_BASE_DEFAULTS, **defaults, "model_type": model_type}
-    for item in (overrides.split(",") if overrides else []):
+    for item in (overrides.split(",") if overrides is not None else []):  # run_clm.py: `is not None`, so "" too
         if item.count("=") != 1:  # dict() of split("=") pieces: a piece that is not one key and one value
             raise ConfigError(f"--config_overrides {overrides!r}: the item {item!r} is not KEY=VALUE (transformers "
                               "splits the string at `,` and each item at `=`: dictionary update sequence error).")

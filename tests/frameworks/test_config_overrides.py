@@ -45,6 +45,7 @@ def test_types_follow_the_existing_attribute() -> None:
     ("n_inner=4096", "can only update int, float, bool or string values"),
     ("use_cache=maybe", "cannot derive true or false from maybe"),
     ("n_layer=24,n_embd", "is not KEY=VALUE"),
+    ("", "is not KEY=VALUE"),  # run_clm.py calls update_from_string whenever the flag is given
 ])
 def test_what_transformers_refuses_is_bad_input(overrides: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said) as err:
