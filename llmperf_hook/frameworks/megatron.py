@@ -248,7 +248,9 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
         if granularity == "full":
             raise ConfigError("--moe-layer-recompute cannot be combined with --recompute-granularity full (Megatron "
                               "TransformerConfig raises ValueError). Drop one of them.")
-        granularity, src["recompute"] = "selective", flags.source("moe_layer_recompute")
+        if granularity != "selective":  # selective already: TransformerConfig checked the modules before it
+            src["recompute"] = flags.source("moe_layer_recompute")  # (megatron_recompute_modules._after_the_checks)
+        granularity = "selective"
     if granularity not in (None, "full", "selective"):
         raise ConfigError(f"--recompute-granularity {granularity} must be full or selective (Megatron).")
     method = flags.get("recompute_method")
