@@ -165,11 +165,10 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
              trainer: bool = True) -> BatchConfig:
     """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad; `trainer`
     False: a script driving Accelerate's Accelerator, which fills "auto" alike but checks no mismatch. Neither
-    fills an absent batch key: transformers HfTrainerDeepSpeedConfig.fill_match and accelerate's
-    deepspeed_config_process replace only the keys the file sets to "auto" (accelerate's DeepSpeedPlugin adds
-    gradient_accumulation_steps 1 alone; the config it builds without a file holds the batch keys as "auto"). A
-    file without them is refused under the Trainer; a script driving Accelerator may assign them itself
-    (ACCELERATOR_FILLS), so it gets unfilled_batch_key_warnings instead."""
+    fills an absent batch key (transformers HfTrainerDeepSpeedConfig.fill_match, accelerate deepspeed_config_process;
+    accelerate's DeepSpeedPlugin adds gradient_accumulation_steps alone, and the config it builds without a file
+    holds the batch keys as "auto"): the Trainer's file without them is refused; a script driving Accelerator may
+    assign them itself (ACCELERATOR_FILLS), so assemble warns instead (unfilled_batch_key_warnings)."""
     if trainer:
         check_batch_keys_given(ds, "the Hugging Face Trainer fills only the keys set to \"auto\" (transformers "
                                "HfTrainerDeepSpeedConfig.fill_match; under accelerate launch too: Trainer "
