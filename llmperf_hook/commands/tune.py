@@ -249,9 +249,8 @@ def _knobs(cfg: Any, space: Any, gpus_per_node: int, fork_rules: dict[str, str])
     from llmperf_hook.tune.candidates import knob_rules, searched_values
     from llmperf_hook.tune.render import split_knobs
 
-    knobs = split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg)))
-    listed = {**knobs["searched"], **knobs["kept"]}  # a fork's missing EP flag says nothing of a dense model
-    return {**knobs, "rules": {**knob_rules(cfg, space), **{k: r for k, r in fork_rules.items() if k in listed}}}
+    return {**split_knobs(searched_values(cfg, space, gpus_per_node), asdict(candidate_of(cfg))),
+            "rules": {**knob_rules(cfg, space), **fork_rules}}
 
 
 def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]]:

@@ -130,6 +130,7 @@ def fork_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
 
 _PIPELINE_ENGINE_STAGES = (0, 1)
 """ZeRO stages DeepSpeed's PipelineEngine takes (it asserts stage < 2)."""
+_EXPERT_KNOBS = ("expert_parallel", "expert_tensor_parallel")
 _RULE_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "virtual_pipeline": "vpp", "context_parallel": "cp",
               "expert_parallel": "ep", "expert_tensor_parallel": "etp"}
 """SearchSpace knob -> its name in the report's knobs (render.split_knobs / candidates.searched_values)."""
@@ -146,6 +147,8 @@ def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_
     pins: dict[str, tuple | None] = {}
     rules: dict[str, str] = {}
     for knob, options in KNOB_OPTIONS.items():
+        if knob in _EXPERT_KNOBS and not cfg.model.num_experts:  # a dense model: no EP to keep (nor to report)
+            continue
         missing = [parser.spelling(o) for o in options if not parser.has(o)]
         if missing and (knob != "zero_stage" or cfg.framework == "megatron-deepspeed"):  # ZeRO: DeepSpeed's only
             pins[knob] = own[knob]
