@@ -9,7 +9,7 @@ not decided, and a launch reading it says where the branches set it (batch_scrip
 one branch sets keeps the value it reads as (the project's reading of an undecided branch, shell_conditions); the
 precision flags that two branches append to one array are settled by frameworks/megatron_undecided_precision.py: the
 flag of the branch read first, with a warning. A variable whose branches give only flags (`PREC=--bf16` / `PREC=--fp16`)
-and which the launch line expands as a word of its own takes the same rule (first_branch_flags): left unexpanded, it
+and which the launch line expands as a word of its own takes the same rule (launch_words): left unexpanded, it
 priced the job with neither flag (fp32), which no branch runs.
 """
 
@@ -67,24 +67,24 @@ def _branch_sets(name: str, values: Branches) -> str:
 
 def launch_words(words: list[str], unknown_at: dict[str, str], undecidable: set[str],
                  branch_values: dict[str, Branches]) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
-    """The launch line's `words` with flag-only branch variables settled (first_branch_flags); the variables only
+    """The launch line's `words` with flag-only branch variables settled (_first_branch_flags); the variables only
     running the script gives that its words still read (name -> where, for a refusal to name); the warnings."""
     unknown = {name: at for name, at in unknown_at.items() if name in undecidable}
-    words, warnings = first_branch_flags(words, branch_values, unknown)
+    words, warnings = _first_branch_flags(words, branch_values, unknown)
     left = {name: at for name, at in unknown.items() if any(re.search(r"\$\{?" + name + r"\b", w) for w in words)}
-    return words, left, warnings + branch_warnings(left)
+    return words, left, warnings + _branch_warnings(left)
 
 
-def first_branch_flags(words: list[str], branch_values: dict[str, Branches],
-                       left: dict[str, str]) -> tuple[list[str], tuple[str, ...]]:
-    """The launch `words` with each word `$NAME` / `${NAME}` whose undecided branches (`left`: name -> where) give
+def _first_branch_flags(words: list[str], branch_values: dict[str, Branches],
+                        unknown: dict[str, str]) -> tuple[list[str], tuple[str, ...]]:
+    """The launch `words` with each word `$NAME` / `${NAME}` whose undecided branches (`unknown`: name -> where) give
     it only flags replaced by the flags of the branch read first, and a warning for each; other words as they are."""
     out: list[str] = []
     warnings: list[str] = []
     for word in words:
         reference = _WHOLE_REFERENCE.fullmatch(word)
         name = (reference.group(1) or reference.group(2)) if reference else ""
-        values = branch_values.get(name, ()) if BRANCHES in left.get(name, "") else ()
+        values = branch_values.get(name, ()) if BRANCHES in unknown.get(name, "") else ()
         if not values or not all(value is not None and all(map(_FLAG.fullmatch, value.split()))
                                  for value, _ in values):
             out.append(word)
@@ -97,7 +97,7 @@ def first_branch_flags(words: list[str], branch_values: dict[str, Branches],
     return out, tuple(dict.fromkeys(warnings))
 
 
-def branch_warnings(left: dict[str, str]) -> tuple[str, ...]:
+def _branch_warnings(left: dict[str, str]) -> tuple[str, ...]:
     """For the launch line's variables set apart by undecided branches (`left`: name -> where): it reads them
     unexpanded, which is priced as written unless an option needs their value (then the refusal names them)."""
     return tuple(f"${name} reaches the launch line unexpanded: the script sets it at {at}. Priced without its value; "
