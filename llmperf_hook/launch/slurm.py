@@ -8,6 +8,7 @@ sizes the job on each node and is parsed instead.
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
@@ -250,13 +251,17 @@ def het_group_env(value: str, env: dict[str, str]) -> None:
     different allocations, which llmperf does not price; a K the job lacks stops srun."""
     groups = max((int(name.rsplit("_", 1)[1]) for name in env if name.startswith("SLURM_JOB_ID_HET_GROUP_")),
                  default=None)
-    if value.strip() == "0" and groups is None:  # a job of one component: its own
+    spec = value.strip().removeprefix("[").removesuffix("]")  # srun reads it as the hostlist `[VALUE]`
+    if spec == "0" and groups is None:  # a job of one component: its own
         return
-    if not value.strip().isdigit():
+    if not re.fullmatch(r"\d+(?:[-,]\d+)*", spec):  # src/srun/opt.c: each item strtol'd, >= 0, nothing after
+        raise UsageError(f"srun would stop: --het-group={value} names no component (srun: 'Invalid --het-group "
+                         f"value: {value}'; it takes a component number, a list or a range). Give --het-group=K.")
+    if not spec.isdigit():
         raise UsageError(f"srun --het-group={value} starts one step over several components of the heterogeneous job; "
                          "llmperf prices a job on one allocation. Give the component's launch (--het-group=K), or the "
                          "launch line after `--` with --nnodes / --nproc-per-node.")
-    k = int(value)
+    k = int(spec)
     if groups is None or k > groups:
         have = "is not heterogeneous (no #SBATCH hetjob line)" if groups is None else f"has components 0 to {groups}"
         raise UsageError(f"srun --het-group={k}: the job {have} (srun: 'Attempt to run a job step with het-group value "
