@@ -178,6 +178,8 @@ def parse_deepspeed_launcher(words: Sequence[str], start: int, env: Mapping[str,
     nodes, gpus = _counts(values)
     pool, src = _pool(values, flags, env, used, files or {})
     warnings = [f"unknown deepspeed option {w} ignored" for w in opts.unknown]
+    if values.get("include") and values.get("exclude"):  # runner.py parse_resource_filter, whatever the pool
+        filter_resources({}, values["include"], values["exclude"])
     if pool is None and values.get("include", "").startswith("localhost:"):
         pool = OrderedDict(localhost=_parse_filter(values["include"]).get("localhost", []))
         src = Source(SourceKind.LAUNCHER, flags["include"])

@@ -160,6 +160,8 @@ REFUSED = {
                                                    "needs a hostfile"),
     "mpirun -np 0": (["mpirun", "-np", "0", "python", *S.split()], "must be at least 1"),
     "srun -N 0": (["srun", "-N", "0", "python", *S.split()], "must be at least 1"),
+    "deepspeed --include localhost:1 --exclude localhost:0 (runner.py parse_resource_filter)":
+        (["deepspeed", "--include", "localhost:1", "--exclude", "localhost:0", *S.split()], "mutually exclusive"),
     "srun --het-group=-1 (src/srun/opt.c: each item >= 0)": (["srun", "--het-group=-1", "python", *S.split()],
                                                              "Invalid --het-group value: -1"),
 }
