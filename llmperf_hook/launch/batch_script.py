@@ -149,6 +149,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
+            subshell = self.subshell  # while set, loop_exit follows no break, so nothing it raises skips the reset
+            self.subshell |= text is not line.text and not in_case and line.text.lstrip()[:1] == "("
             if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
                 text = substitute_paths(text, self.cwd, self.source_word)
             if text.strip() and not text.lstrip().startswith("#"):
@@ -156,6 +158,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.note_missing_arguments(line)
                 for pipeline in self.command_list(line, text):
                     self.writes_files(line, pipeline)
+            self.subshell = subshell
 
     def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if

@@ -69,6 +69,9 @@ class BlockReading:
     sweep: tuple[str, tuple[str, ...]] | None
     loop_calls: frozenset[str]
     passes: int
+    subshell = False
+    """The command being read runs in a `( ... )` subshell on its line: a `break` there ends no loop of the script
+    (bash 5: "break: only meaningful in a `for', `while', or `until' loop"; the subshell's commands go on)."""
 
     def read(self, lines: Sequence[ScriptLine]) -> None: ...
 
@@ -135,7 +138,7 @@ class BlockReading:
         """`break [N]` / `continue [N]` at words, in a loop read pass by pass: ends the pass (LoopExit), or the whole
         reading of the loop when it runs on a condition llmperf cannot decide (Unfollowable); False for another
         command, or one outside such a loop (in a `while` read once, bash's own business)."""
-        if not words or words[0] not in ("break", "continue") or self.sweep is None or \
+        if not words or words[0] not in ("break", "continue") or self.sweep is None or self.subshell or \
                 frozenset(self.calling) != self.loop_calls:  # bash: a function's break ends no loop of its caller
             return False
         count = words[1] if len(words) > 1 else "1"

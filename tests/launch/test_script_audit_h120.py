@@ -244,6 +244,7 @@ LOOPS = {
     "a smallest count that fits": 'NEED=3\nfor n in 1 2 4 8; do\n  if [ $n -ge $NEED ]; then\n    A=$n\n    break\n'
                                   '  fi\ndone',
     "break in a called function ends no loop": 'stop() { break; }\nfor i in 1 2 3; do\n  [ $i = 3 ] && stop\n  A="$A $i"\ndone',
+    "break in a subshell ends no loop": 'for i in 1 2 3; do\n  ( [ $i = 2 ] && break )\n  A="$A $i"\ndone',
     "break in a while inside": 'for i in 1 2; do\n  while true; do\n    break\n  done\n  A="$A $i"\ndone',
     "a loop in a function": 'f() {\n  for i in 1 2 3; do\n    [ $i = $1 ] && break\n    A="$A $i"\n  done\n}\nf 3',
 }
