@@ -94,8 +94,8 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
         raise UsageError(f"--name {req.name!r}: use letters, digits, '.', '_' and '-' only (it names "
                          f"$LLMPERF_HOME/profiles/NAME and hardware/NAME.yaml).")
     if not (0 < req.budget_min < float("inf")):  # nan and inf too: the budget bounds the run
-        raise UsageError(f"--budget {req.budget_min}: the sampling budget must be a positive, finite number of "
-                         f"minutes (default 3).")
+        raise UsageError(f"--budget {req.budget_min}: the budget (wall-clock minutes for the whole command) must be a "
+                         f"positive, finite number of minutes (default 3).")
     if req.threads < 1:
         raise UsageError(f"--threads {req.threads}: the CPU threads per rank must be at least 1 (default 1, the "
                          f"one thread per rank a CPU training job runs).")
