@@ -7,9 +7,10 @@ every later `predict` refuses the profile until it is fitted again. Swapped in, 
 after the swap sees the new one whole (one that reads its files across the swap may still meet both, and says so by
 the sha256 check; read again, it is the new one), and a stop before the swap, or a swap that fails (a full disk),
 leaves the old profile as it was. A SIGKILL leaves its stage in .staging/, which nothing reads; between the two
-renames (microseconds) it leaves the old profile there too, as .staging/NAME.PID.HEX.old, and no profile in place:
-`recover` (called before every write, and by predict's profile lookup) puts it back once its writer is gone, and
-removes the stages dead writers left.
+renames (microseconds) it leaves the old profile there too, as .staging/NAME.HOST.PID.HEX.old, and no profile in
+place: `recover` (called before every write, and by predict's profile lookup) puts it back once its writer is gone,
+and removes the stages dead writers left. Only a process on the writer's own host judges it gone: a PID means
+nothing on another machine sharing $LLMPERF_HOME (NFS), where a live writer's stage would otherwise be deleted.
 
 The staging folders live in `.staging/` beside the profiles, one level below them, so a glob of
 `profiles/*/profile.json` (hardware/local_cpu.py) never finds a half-written one. Both renames stay inside one
@@ -21,7 +22,9 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -43,7 +46,7 @@ def replace_folder(directory: Path, write: Callable[[Path], None], keep: Callabl
     carried over (files other stages of the tool add: reference_speed.json, framework_overhead.json), and the
     result replaces `directory`."""
     staging = directory.parent / STAGING
-    stage = staging / f"{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    stage = staging / f"{directory.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     recover(directory)
     _make_stage(stage)
     try:
@@ -131,10 +134,10 @@ def _remove_if_empty(folder: Path) -> None:
 
 
 def recover(directory: Path) -> bool:
-    """Put back the folder a writer killed between its two renames left in .staging/ as NAME.PID.HEX.old (the
+    """Put back the folder a writer killed between its two renames left in .staging/ as NAME.HOST.PID.HEX.old (the
     newest, when `directory` is missing and that writer is gone), and remove the stages of writers that are gone.
     True when a folder was put back. A live writer's files are never touched: it is between two renames, or
-    writing its stage."""
+    writing its stage; so a writer on another host (or whose PID was reused) is taken to be alive."""
     staging = directory.parent / STAGING
     try:
         entries = list(staging.iterdir())
@@ -157,10 +160,18 @@ def recover(directory: Path) -> bool:
 
 
 def _writer_pid(entry_name: str, folder_name: str) -> int | None:
-    """The writer's PID of a stage (NAME.PID.HEX) or retired folder (NAME.PID.HEX.old) of `folder_name`."""
+    """The writer's PID of a stage (NAME.HOST.PID.HEX) or retired folder (NAME.HOST.PID.HEX.old) of `folder_name`
+    written on this host; None for another host's (or another folder's) entry."""
     rest = entry_name[len(folder_name) + 1:] if entry_name.startswith(folder_name + ".") else ""
     parts = rest.removesuffix(".old").split(".")
-    return int(parts[0]) if len(parts) == 2 and parts[0].isdigit() and len(parts[1]) == 8 else None
+    if len(parts) == 3 and parts[0] == _host() and parts[1].isdigit() and len(parts[2]) == 8:
+        return int(parts[1])
+    return None
+
+
+def _host() -> str:
+    """This machine's name without dots (a stage name's fields are dot-separated): whose PIDs os.kill can test."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:64] or "host"
 
 
 def _alive(pid: int) -> bool:

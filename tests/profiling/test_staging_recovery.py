@@ -2,6 +2,7 @@
 comes back on the next load or write, and the files other stages add to the folder survive the last swap."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,13 +64,35 @@ def test_the_next_write_recovers_it_and_keeps_its_other_files(tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == ["cpu-x"]
 
 
+NO_SUCH_PID = 4194305
+"""Above the largest pid_max Linux allows (2**22, kernel/pid.c PID_MAX_LIMIT): no process here has it."""
+
+
+def _left(directory: Path, host: str, pid: int) -> Path:
+    """A folder moved aside by writer `pid` on `host` that did not rename its stage in."""
+    left = directory.parent / staged_folder.STAGING / f"{directory.name}.{host}.{pid}.0123abcd.old"
+    left.mkdir(parents=True)
+    return left
+
+
 def test_a_live_writers_folders_are_left_alone(tmp_path: Path) -> None:
     """Between a live writer's two renames (microseconds) its folder aside is its own, not a crash's."""
     directory = tmp_path / "profiles" / "cpu-x"
-    live = tmp_path / "profiles" / staged_folder.STAGING / f"cpu-x.{__import__('os').getppid()}.0123abcd.old"
-    live.mkdir(parents=True)
+    live = _left(directory, staged_folder._host(), os.getppid())
     assert staged_folder.recover(directory) is False
     assert live.is_dir() and not directory.exists()
+
+
+def test_another_hosts_writer_is_never_judged_gone(tmp_path: Path) -> None:
+    """On a $LLMPERF_HOME shared by several machines its PID means nothing here: deleting or moving its folders
+    would break a live write there."""
+    directory = tmp_path / "profiles" / "cpu-x"
+    other = _left(directory, staged_folder._host() + "-other", NO_SUCH_PID)
+    assert staged_folder.recover(directory) is False
+    assert other.is_dir() and not directory.exists()
+    dead_here = _left(directory, staged_folder._host(), NO_SUCH_PID)
+    assert staged_folder.recover(directory) is True  # the same leftover from this host is put back
+    assert directory.is_dir() and not dead_here.exists() and other.is_dir()
 
 
 def test_the_last_of_two_racing_refits_keeps_the_files_the_other_added(tmp_path: Path,
