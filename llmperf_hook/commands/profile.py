@@ -126,11 +126,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     start = _reference_reading("profile-start") if dev == "cpu" else None
     result = _interruptible(lambda: run_profile(req), req.store_path)
     if start is not None:
-        from llmperf_hook.profile.budget import TAIL_CONCURRENT_S
-
-        # the concurrent copies only while the budget has time for them (the framework ran to its box's end)
-        concurrent = _framework_measured(budget_min) and result.budget.left_s(result.budget.end_s) >= TAIL_CONCURRENT_S
-        click.echo(_write_reference(result.profile_dir, start, threads, concurrent=concurrent))
+        click.echo(_end_reading(result, start, threads, budget_min))
     click.echo(f"{result.plan_note}")
     click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
@@ -219,6 +215,20 @@ def _framework_measured(budget_min: float) -> bool:
     from llmperf_hook.profile.cpu_framework import MIN_BUDGET_MIN
 
     return budget_min >= MIN_BUDGET_MIN
+
+
+def _end_reading(result: Any, start: Any, threads: int, budget_min: float) -> str:
+    """The end reading of the machine's speed (_write_reference); its concurrent copies, which follow a framework
+    cost measurement, only while the --budget has their time left (the framework ran to its box's end), else said."""
+    from llmperf_hook.profile.budget import TAIL_CONCURRENT_S
+
+    left_s = result.budget.left_s(result.budget.end_s)
+    concurrent = _framework_measured(budget_min) and left_s >= TAIL_CONCURRENT_S
+    line = _write_reference(result.profile_dir, start, threads, concurrent=concurrent)
+    if _framework_measured(budget_min) and not concurrent:
+        line += (f"; the readings of several copies at once left out ({max(0.0, left_s):.0f} s of the --budget "
+                 f"left, they take about {TAIL_CONCURRENT_S:.0f} s; a larger --budget measures them)")
+    return line
 
 
 def _write_reference(profile_dir: Any, start: Any, threads: int, concurrent: bool = True) -> str:

@@ -110,13 +110,29 @@ def plan_budget(budget_min: float, start_s: float, framework_s: float, cpu: bool
 
 
 def describe(budget: ProfileBudget, num_groups: int) -> str:
-    """The split, for the plan line (said when sampling begins, `num_groups` regressors at most to fit)."""
-    parts = [f"sampling from {time.perf_counter() - budget.start_s:.0f} s (start-up, torch, the peaks) until "
-             f"{budget.sampling_end_s(1) - budget.start_s:.0f}-{budget.sampling_end_s(num_groups) - budget.start_s:.0f}"
-             f" s", f"fitting {budget.finish_s(1):.0f}-{budget.finish_s(num_groups):.0f} s (1-{num_groups} "
-             f"regressors)"]
+    """The split, for the plan line (said when sampling begins, `num_groups` regressors at most to fit). A budget
+    that the fixed costs already spent says so rather than giving a window that ends before it starts."""
+    started_s = time.perf_counter() - budget.start_s
+    latest_s = budget.sampling_end_s(1) - budget.start_s  # sampling ends later the fewer regressors there are to fit
+    earliest_s = max(budget.sampling_end_s(num_groups) - budget.start_s, started_s)
+    if latest_s <= started_s:
+        sampling = (f"no time left for sampling after {started_s:.0f} s of start-up, torch and the peaks and the "
+                    f"fits' {budget.finish_s(1):.0f} s (each class asked for still gets the small shapes of a first "
+                    f"fit, past the --budget)")
+    else:
+        window = _span(earliest_s, latest_s)
+        sampling = (f"sampling from {started_s:.0f} s (start-up, torch, the peaks) until {window} s"
+                    + (" (earlier as more classes become fittable)" if "-" in window else ""))
+    parts = [sampling, f"fitting {_span(budget.finish_s(1), budget.finish_s(num_groups))} s (1-{num_groups} "
+                       f"regressors)"]
     if budget.framework_s:
         parts.append(f"framework cost {budget.framework_s:.0f} s")
     if budget.tail_s:
         parts.append(f"end reading {budget.tail_s:.0f} s")
     return f"budget {budget.total_s:.0f} s: " + ", ".join(parts)
+
+
+def _span(low_s: float, high_s: float) -> str:
+    """"12" or "12-30": seconds, one figure when both round alike."""
+    low, high = f"{low_s:.0f}", f"{high_s:.0f}"
+    return low if low == high else f"{low}-{high}"

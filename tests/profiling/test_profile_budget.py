@@ -33,6 +33,17 @@ def test_the_phases_add_up_to_the_budget() -> None:
     assert budgets.plan_budget(60.0, 0.0, 120.0, cpu=True).finish_s(27) == pytest.approx(360.0)  # long: a share
 
 
+def test_the_plan_line_says_when_the_fixed_costs_leave_no_sampling_time() -> None:
+    """A 12-s budget 5 s in, whose fits need 8 s: its window used to read 'until 2--6 s'."""
+    tiny = budgets.describe(budgets.plan_budget(0.2, time.perf_counter() - 5.0, 0.0, cpu=True), 27)
+    assert "no time left for sampling after 5 s" in tiny and "past the --budget" in tiny and "--" not in tiny.replace(
+        "--budget", "")
+    b = budgets.plan_budget(1.0, time.perf_counter() - 5.0, 0.0, cpu=True)
+    minute = budgets.describe(b, 27)
+    window = f"{60 - budgets.TAIL_S - b.finish_s(27):.0f}-{60 - budgets.TAIL_S - b.finish_s(1):.0f} s"
+    assert f"sampling from 5 s (start-up, torch, the peaks) until {window} (earlier" in minute, minute
+
+
 def test_sampling_ends_sooner_as_classes_become_fittable() -> None:
     from llmperf_hook.profile import plan
     from llmperf_hook.profile.sampler import MIN_SAMPLES_TO_FIT, SamplingDeadline
@@ -110,7 +121,8 @@ def test_the_framework_cost_keeps_its_time_box(monkeypatch: pytest.MonkeyPatch) 
     t0 = time.perf_counter()
     entry = cfr.measure_framework_overhead("cpu-x", "fp32", 1, time_box_s=3.0)
     took_s = time.perf_counter() - t0
-    assert took_s <= 3.0 + 0.3, took_s  # (sleeps overshoot a little under load)
+    # The engines' 5-s start is not waited for: 1 s of slack is for sleeps overshooting on a loaded 2-core machine.
+    assert took_s <= 3.0 + 1.0, (took_s, os.getloadavg())
     assert 1 <= len(entry["raws"]) < cfr.MIN_READINGS
     assert all(r["engine"] is None and r["concurrency"] == {"2": 1.1} for r in entry["raws"])
 
@@ -129,7 +141,8 @@ def test_an_in_process_reading_stops_at_the_box_end() -> None:
     t0 = time.perf_counter()
     with pytest.raises(cfr.OutOfTime):
         local.reading("cpu-x", end_s=t0 + 0.5)
-    assert time.perf_counter() - t0 < 0.5 + 0.5  # one part (its median of reps) at most past the end
+    # One part (TINY_REPS x 20 ms) at most past the end, with slack for load; all parts would take 3.3 s.
+    assert time.perf_counter() - t0 < 0.5 + 1.5, os.getloadavg()
     assert len(calls) < 2 * (cfr.TINY_REPS + 1) + 22 * (cfr.cf.REPS + 1)
 
 
@@ -141,3 +154,18 @@ def test_fewer_readings_and_missing_terms_are_said(tmp_path: Path) -> None:
     assert any("bf16: not measured" in n for n in notes)
     assert any("fp32: 1 reading(s) in its 50 s" in n for n in notes)
     assert any("DeepSpeed's engine step" in n and "concurrency" not in n for n in notes)
+
+
+def test_concurrent_end_readings_left_out_past_the_budget_are_said(tmp_path: Path) -> None:
+    """A framework cost that ran to its box's end leaves no time for the copies-at-once end readings: they are
+    skipped (the --budget is the command's limit) and the output says so, instead of silently lacking them."""
+    from types import SimpleNamespace
+
+    from llmperf_hook.commands import profile as command
+
+    spent = budgets.plan_budget(3.0, time.perf_counter() - 180.0, 120.0, cpu=True)
+    result = SimpleNamespace(budget=spent, profile_dir=tmp_path)
+    line = command._end_reading(result, command._reference_reading("profile-start"), 1, 3.0)
+    assert "readings of several copies at once left out (0 s of the --budget left" in line
+    doc = json.loads((tmp_path / "reference_speed.json").read_text())
+    assert list(doc["reference_cpu_s"]) == ["1"]  # one copy alone: no 2-copies reading was taken
