@@ -14,6 +14,15 @@ under --deepspeed-activation-checkpointing with some layer checkpointed: full re
 selective recompute's CoreAttention, both through tensor_parallel.checkpoint -> deepspeed.checkpointing.checkpoint.
 The section's keys are read raw (get_scalar_param), so a key counts as set when Python finds it true: the string
 "false" is true there.
+
+What each flag acts on, per recompute granularity (Megatron-DeepSpeed 4efb479): full recompute checkpoints each
+chunk's layer input (transformer.py _checkpointed_forward -> tensor_parallel.checkpoint, random.py:326 `if
+deepspeed.checkpointing.is_configured(): return deepspeed.checkpointing.checkpoint(function, *args)`), so
+--partition-activations stores it 1/TP per rank (checkpointing.py partition_activations) and --checkpoint-in-cpu in
+host memory; selective recompute checkpoints CoreAttention through the same function
+(ParallelAttention._checkpointed_attention_forward), so they act on its Q, K, V inputs (priced as Megatron's own
+there: one warning); with no recompute nothing is checkpointed and they do nothing. RecomputeConfig records them at
+any granularity (a tuned command keeps the flags); its readers apply them to full recompute only.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.provenance import Source
 
 SECTION_DEFAULTS: dict[str, Any] = {
     "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,
@@ -51,6 +61,21 @@ FLAG_UNPRICED: dict[str, str] = {
 }
 """The flags that change the step without llmperf pricing them; --partition-activations and --checkpoint-in-cpu are
 priced for full recompute (RecomputeConfig.partition_activations / checkpoint_in_cpu)."""
+
+
+def ds_checkpointing_flags(flags: FlagValues, src: dict[str, Source]) -> dict[str, bool]:
+    """RecomputeConfig's partition_activations / checkpoint_in_cpu, whatever the recompute granularity: configure()
+    gets these store_true flags (False when absent, overriding the ds_config's section) under --deepspeed
+    --deepspeed-activation-checkpointing only (initialize.py:266); otherwise the job never configures
+    deepspeed.checkpointing and they stay off."""
+    if not (flags.get("deepspeed") and flags.get("deepspeed_activation_checkpointing")):
+        return {}
+    out = {"partition_activations": bool(flags.get("partition_activations")),
+           "checkpoint_in_cpu": bool(flags.get("checkpoint_in_cpu"))}
+    for key, on in out.items():
+        if on:
+            src[key] = flags.source(key)
+    return out
 
 
 def section_keys_set(raw: dict[str, Any]) -> tuple[str, ...]:
@@ -95,6 +120,7 @@ def megatron_deepspeed_warnings(flags: FlagValues, granularity: str, deepspeed: 
                       "--recompute-granularity)"]
     out += [f"{FLAG_KEYS[dest]}: {why}" for dest, why in FLAG_UNPRICED.items() if flags.get(dest)]
     if granularity == "selective":
-        out += [f"{FLAG_KEYS[dest]}: priced for full recompute only; selective recompute's attention checkpoints "
-                "priced as Megatron's own" for dest in ("partition_activations", "checkpoint_in_cpu") if flags.get(dest)]
+        out += [f"{FLAG_KEYS[dest]}: acts on selective recompute's attention checkpoint (its Q, K, V inputs), priced "
+                "as Megatron's own checkpoint; priced for full recompute's layer checkpoints"
+                for dest in ("partition_activations", "checkpoint_in_cpu") if flags.get(dest)]
     return out

@@ -66,9 +66,11 @@ def moe_dispatch_values(cfg: TrainingConfig) -> dict[str, Any]:
 DEEPSPEED_EXTRA_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
                         "grad_accum_dtype", "grad_comm_dtype", "offload_optimizer_ratio", "partition_activations",
                         "checkpoint_in_cpu", "stage3_max_reuse_distance", "optimizer_name")
-"""ZeRO++, the gradient dtypes, a partial optimizer offload, Megatron-DeepSpeed's checkpoint placement, ZeRO-3's
-reuse distance and a one-state optimizer (SGD, Adagrad, Lion from the ds_config): shown only when set away from
-DeepSpeed's defaults (graph/step_ops.py, graph/zero3_trace.py and schedule/memory.py price them)."""
+"""ZeRO++, the gradient dtypes, a partial optimizer offload, Megatron-DeepSpeed's checkpoint placement (shown at any
+recompute granularity, as configure() gets it; the warnings say what it acts on: full recompute's layer checkpoints,
+priced, selective's attention checkpoint, or nothing without recompute), ZeRO-3's reuse distance and a one-state
+optimizer (SGD, Adagrad, Lion from the ds_config): shown only when set away from DeepSpeed's defaults
+(graph/step_ops.py, graph/zero3_trace.py and schedule/memory.py price them)."""
 
 
 def deepspeed_extra_values(cfg: TrainingConfig) -> dict[str, Any]:

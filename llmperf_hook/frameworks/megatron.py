@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.ds_checkpointing import ds_checkpointing_flags
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
@@ -184,22 +185,6 @@ def flag_precision(flags: FlagValues, src: dict[str, Source], default_detail: st
     return "fp32"
 
 
-def ds_checkpointing(flags: FlagValues, src: dict[str, Source]) -> dict[str, bool]:
-    """Megatron-DeepSpeed's checkpointed layers under --deepspeed-activation-checkpointing run deepspeed.checkpointing,
-    configured from --partition-activations and --checkpoint-in-cpu (megatron/initialize.py
-    _configure_deepspeed_activation_checkpointing; these store_true flags always override the ds_config's
-    activation_checkpointing section, being passed as False when absent). Without --deepspeed the job never calls it
-    (initialize.py: `if args.deepspeed and args.deepspeed_activation_checkpointing`)."""
-    if not (flags.get("deepspeed") and flags.get("deepspeed_activation_checkpointing")):
-        return {}
-    out = {"partition_activations": bool(flags.get("partition_activations")),
-           "checkpoint_in_cpu": bool(flags.get("checkpoint_in_cpu"))}
-    for key, on in out.items():
-        if on:
-            src[key] = flags.source(key)
-    return out
-
-
 RECOMPUTE_MODULES_PRICED = frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts"})
 """--recompute-modules whose saved tensors schedule/activations.py drops; layernorm and mla_up_proj are kept."""
 RECOMPUTE_MODULES_TIMED = frozenset({"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"})
@@ -240,7 +225,8 @@ def _block_of_no_layers(flags: FlagValues, src: dict[str, Source], warnings: lis
 def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> RecomputeConfig:
     if flags.get("checkpoint_activations"):  # older Megatron / Megatron-DeepSpeed: full, uniform, chunks of N layers
         src["recompute"] = flags.source("checkpoint_activations")
-        return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1), **ds_checkpointing(flags, src))
+        return RecomputeConfig("full", "uniform", flags.get("checkpoint_num_layers", 1),
+                               **ds_checkpointing_flags(flags, src))
     granularity, src["recompute"] = pick(flags, "recompute_granularity", None, "Megatron: no recomputation")
     if flags.get("recompute_activations"):
         granularity, src["recompute"] = "selective", flags.source("recompute_activations")
@@ -264,9 +250,7 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
     if granularity == "full" and method == "block" and layers == 0:
         granularity, method, layers = _block_of_no_layers(flags, src, warnings)
     modules = _recompute_modules(flags, granularity, src, warnings)
-    # Megatron-DeepSpeed's full recompute runs deepspeed.checkpointing too (transformer.py _checkpointed_forward)
-    return RecomputeConfig(granularity or "none", method, layers, modules=modules,
-                           **(ds_checkpointing(flags, src) if granularity == "full" else {}),
+    return RecomputeConfig(granularity or "none", method, layers, modules=modules, **ds_checkpointing_flags(flags, src),
                            distribute_saved_activations=bool(flags.get("distribute_saved_activations", False)),
                            cpu_offloading=bool(flags.get("cpu_offloading") or flags.get("cpu_offloading_num_layers", 0) > 0),
                            cpu_offloading_num_layers=int(flags.get("cpu_offloading_num_layers", 0)))

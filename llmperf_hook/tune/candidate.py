@@ -131,7 +131,7 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     distribute = cfg.recompute.distribute_saved_activations and keeps_distributed_saved(c)
     recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
                                     cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules,
-                                    **_ds_checkpointing(cfg, c))
+                                    **_ds_checkpointing(cfg, c, same_recompute))
     return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))
@@ -174,12 +174,13 @@ def _sources(cfg: TrainingConfig, c: Candidate) -> Mapping[str, Source]:
     return {**cfg.sources, "vpp": vpp}
 
 
-def _ds_checkpointing(cfg: TrainingConfig, c: Candidate) -> dict[str, bool]:
-    """Megatron-DeepSpeed's --partition-activations / --checkpoint-in-cpu, which the rewritten command keeps and which
-    configure deepspeed.checkpointing for any full recompute, uniform or block (frameworks/megatron.ds_checkpointing):
-    a full -> block move priced them off. explain records them only under full recompute, so a move to full from
-    selective or none still prices them off (the flags are not in `cfg`)."""
-    full = c.recompute in ("full", "block")
+def _ds_checkpointing(cfg: TrainingConfig, c: Candidate, same_recompute: bool) -> dict[str, bool]:
+    """Megatron-DeepSpeed's --partition-activations / --checkpoint-in-cpu as the rewritten command resolves them: it
+    keeps both flags, and --deepspeed-activation-checkpointing only where the candidate recomputes in full, uniform or
+    block (tune/megatron_argv.py drops it on a move to none or selective; an unchanged recompute keeps the user's
+    flags). The job records them at any granularity (frameworks/ds_checkpointing.ds_checkpointing_flags), so a move to
+    full from selective or none prices them on."""
+    full = same_recompute or c.recompute in ("full", "block")
     r = cfg.recompute
     return {"partition_activations": full and r.partition_activations, "checkpoint_in_cpu": full and r.checkpoint_in_cpu}
 

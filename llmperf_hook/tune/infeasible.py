@@ -24,8 +24,16 @@ def host_offloads(cfg: Any) -> list[str]:
                 if cfg.framework == "megatron" else "FSDP CPU offload"]
     parts = [f"offload_optimizer {o.offload_optimizer}" if o.offload_optimizer != "none" else "",
              f"offload_param {o.offload_param}" if o.offload_param != "none" else "",
-             "--checkpoint-in-cpu" if cfg.recompute.checkpoint_in_cpu else ""]
+             _checkpoint_in_cpu(cfg.recompute)]
     return [p for p in parts if p]
+
+
+def _checkpoint_in_cpu(r: Any) -> str:
+    """--checkpoint-in-cpu keeps full recompute's layer checkpoints in host RAM (schedule/host_memory.py); the flag
+    stays in every tuned command, so under selective or no recompute it still does for full-recompute candidates."""
+    if not r.checkpoint_in_cpu:
+        return ""
+    return "--checkpoint-in-cpu" if r.granularity == "full" else "--checkpoint-in-cpu (full-recompute candidates)"
 
 
 def host_unchecked(cfg: Any, spec: Any) -> str:

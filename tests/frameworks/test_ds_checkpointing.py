@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
+from llmperf_hook.frameworks.explain_data import explain_json
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from tests.frameworks.helpers import script
 
@@ -78,10 +79,26 @@ def test_recompute_granularity_full_runs_deepspeed_checkpointing(tmp_path: Path)
                "--recompute-method", "uniform", "--recompute-num-layers", "1", "--partition-activations")
     assert cfg.recompute.granularity == "full" and cfg.recompute.partition_activations
     assert _about(cfg, "--partition-activations") == []
-    selective = _mds(tmp_path, "--deepspeed-activation-checkpointing", "--recompute-granularity", "selective",
-                     "--partition-activations")
-    assert not selective.recompute.partition_activations
-    assert [w.split(":")[0] for w in _about(selective, "--partition-activations")] == ["--partition-activations"]
+
+
+def test_the_flags_are_recorded_at_every_granularity_and_explain_says_what_they_act_on(tmp_path: Path) -> None:
+    """configure() gets them whatever the recompute (initialize.py:266): recorded, so a tuned command moved to full
+    recompute is priced with them; selective's CoreAttention checkpoint goes through deepspeed.checkpointing.checkpoint
+    too (random.py:326), priced as Megatron's own; with no recompute nothing is checkpointed."""
+    flags = ("--deepspeed-activation-checkpointing", "--partition-activations", "--checkpoint-in-cpu")
+    selective = _mds(tmp_path, *flags, "--recompute-granularity", "selective")
+    idle = _mds(tmp_path, *flags)
+    for cfg in (selective, idle):
+        assert cfg.recompute.partition_activations and cfg.recompute.checkpoint_in_cpu
+        data = explain_json(cfg)
+        assert data["partition_activations"] is True and data["checkpoint_in_cpu"] is True
+        assert data["sources"]["partition_activations"].startswith("argv")
+    assert _about(selective, "--partition-activations") == [
+        "--partition-activations: acts on selective recompute's attention checkpoint (its Q, K, V inputs), priced as "
+        "Megatron's own checkpoint; priced for full recompute's layer checkpoints"]
+    assert _about(idle, "--partition-activations") == [
+        "--partition-activations, --checkpoint-in-cpu: no effect, no layer is checkpointed (give "
+        "--checkpoint-activations or --recompute-granularity)"]
 
 
 def test_plain_deepspeed_keeps_the_section_warnings_read_raw() -> None:

@@ -1,8 +1,9 @@
 """A Megatron candidate that changes recompute is priced with the RecomputeConfig `explain` resolves for the rewritten
 command (as test_zero_stage_fields does for the optimizer): the user's --recompute-modules (3e355ed), Megatron-
-DeepSpeed's --partition-activations / --checkpoint-in-cpu under any full recompute (a full -> block move priced them
-off), and --moe-layer-recompute dropped where the candidate leaves selective (TransformerConfig.__post_init__ raises
-ValueError on it under full granularity, and turns selective back on under none)."""
+DeepSpeed's --partition-activations / --checkpoint-in-cpu (a full -> block move priced them off, and a move to full
+from selective or none), and --moe-layer-recompute dropped where the candidate leaves selective
+(TransformerConfig.__post_init__ raises ValueError on it under full granularity, and turns selective back on under
+none)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ COMMANDS = {
     "--moe-layer-recompute": [*MEGATRON, *MOE, "--moe-layer-recompute"],
     "Megatron-DeepSpeed --checkpoint-activations": [*MDS, "--checkpoint-activations"],
     "Megatron-DeepSpeed full": [*MDS, *FULL],
+    "Megatron-DeepSpeed selective": [*MDS, "--recompute-granularity", "selective"],
+    "Megatron-DeepSpeed no recompute": [*MDS],
 }
 MODES = [("none", None), ("selective", None), ("full", 1), ("block", 2)]
 
@@ -69,11 +72,41 @@ def test_the_candidates_recompute_is_what_the_applied_command_resolves_to(name: 
     assert _read(applied.recompute) == _read(priced.recompute)
 
 
-def test_a_move_to_block_keeps_deepspeeds_checkpointing() -> None:
-    """The case that failed: full uniform -> block priced --partition-activations / --checkpoint-in-cpu off."""
-    cfg = _resolve([*MDS, "--checkpoint-activations"])
-    priced = apply_candidate(cfg, dataclasses.replace(candidate_of(cfg), recompute="block", recompute_num_layers=2))
-    assert priced.recompute.partition_activations and priced.recompute.checkpoint_in_cpu
-    to_selective = apply_candidate(cfg, dataclasses.replace(candidate_of(cfg), recompute="selective",
-                                                            recompute_num_layers=None))
-    assert not (to_selective.recompute.partition_activations or to_selective.recompute.checkpoint_in_cpu)
+def test_a_move_to_full_keeps_deepspeeds_checkpointing_flags() -> None:
+    """Full uniform -> block priced --partition-activations / --checkpoint-in-cpu off (fixed by ddf9d76); a move to
+    full from selective or none priced them off while the written command (which keeps the flags) runs them on. A move
+    to none or selective drops --deepspeed-activation-checkpointing (tune/megatron_argv.py), so they are off there."""
+    for start in (["--checkpoint-activations"], [], ["--recompute-granularity", "selective"]):
+        base = _resolve([*MDS, *start])
+        for mode, layers in MODES:
+            r = apply_candidate(base, dataclasses.replace(candidate_of(base), recompute=mode,
+                                                          recompute_num_layers=layers)).recompute
+            on = mode in ("full", "block") or (mode, layers) == (base.recompute.granularity, None)
+            assert (r.partition_activations, r.checkpoint_in_cpu) == (on, on), (mode, start)
+
+
+@pytest.mark.parametrize("start", [[], ["--recompute-granularity", "selective"]])
+def test_tunes_full_recompute_peak_is_the_written_commands(start: list[str], tmp_path: Path) -> None:
+    """The surrogate prices a full-recompute candidate of a selective / no-recompute job with the checkpoints split
+    over TP and kept in host memory, as predict prices the command --apply writes."""
+    from llmperf_hook.commands.tune import memory_only
+    from llmperf_hook.tune import surrogate
+    from llmperf_hook.tune.candidates import candidates_from_list
+
+    argv = [*MDS, *start]
+    _, cfg, spec, _ = api.resolve_command(argv, dict(os.environ), cluster="dgx-h100")
+    cand = dataclasses.replace(candidate_of(cfg), recompute="full", recompute_num_layers=1)
+    peak = surrogate.estimate(cfg, spec, candidates_from_list((cand,)).columns).peak_bytes[0]
+    applied = _resolve(list(plan_tuned_command(argv, cfg, cand, apply_candidate(cfg, cand), tmp_path).argv))
+    off = dataclasses.replace(applied, recompute=dataclasses.replace(applied.recompute, partition_activations=False,
+                                                                     checkpoint_in_cpu=False))
+    assert peak == pytest.approx(memory_only(applied, spec).peak_bytes_per_gpu, abs=64)
+    assert memory_only(off, spec).peak_bytes_per_gpu > memory_only(applied, spec).peak_bytes_per_gpu + 1e6
+
+
+def test_tunes_host_offloads_name_checkpoint_in_cpu_where_a_candidate_uses_it() -> None:
+    from llmperf_hook.tune.infeasible import host_offloads
+
+    assert host_offloads(_resolve([*MDS, "--checkpoint-activations"])) == ["--checkpoint-in-cpu"]
+    for start in ([], ["--recompute-granularity", "selective"]):
+        assert host_offloads(_resolve([*MDS, *start])) == ["--checkpoint-in-cpu (full-recompute candidates)"]
