@@ -58,3 +58,20 @@ def test_a_datasheet_gpu_keeps_the_published_bound() -> None:
 
     bound, text = api.mfu_bound(load_hardware("h100-sxm5-80gb"))
     assert bound == api.IMPLAUSIBLE_MFU and "published training run" in text
+
+
+def test_a_cuda_profile_of_a_shipped_gpu_keeps_its_datasheet_bound(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmperf profile --device cuda` on an H100 fits its operators under the preset's name but writes no measured
+    hardware file (gemm_efficiency 1) for it: the job still predicts on the datasheet record, with the 75 % bound."""
+    from types import SimpleNamespace
+
+    from llmperf_hook.hardware.load import load_hardware
+    from llmperf_hook.profile.profile_fit import _hardware_yaml
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    path = _hardware_yaml(SimpleNamespace(device="cuda"), "h100-sxm5-80gb", None, {})
+    assert not (tmp_path / "hardware").exists()
+    gpu = load_hardware("h100-sxm5-80gb")
+    assert load_hardware(str(path)) == gpu and gpu.gemm_efficiency < 1.0
+    assert api.mfu_bound(gpu)[0] == api.IMPLAUSIBLE_MFU
