@@ -45,5 +45,7 @@ def test_sampling_stops_before_the_deadline_once_a_class_proves_slow(monkeypatch
     specs = [plan.SampleSpec("gelu", "fwd", {"elements": 8192.0}, "design") for _ in range(20)]
     deadline, recorded = time.perf_counter() + 1.0, []
     measured = sampler._measure_all(specs, deadline, req, RC, lambda spec, t: recorded.append(t))
-    assert time.perf_counter() <= deadline + 0.1 and 1 <= measured <= 3
+    # 3 samples end by 0.9 s; a 4th (the 2x guess's) would end at 1.2 s. The count is the check; the clock gets
+    # slack for sleeps overshooting on a loaded 2-core machine.
+    assert 1 <= measured <= 3 and time.perf_counter() <= deadline + 0.25, measured
     assert np.isclose(recorded[0], 0.3 / 7)
