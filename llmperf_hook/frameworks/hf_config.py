@@ -6,6 +6,9 @@ n_inner, n_positions), GPT-NeoX (rotary), OPT (ffn_dim; word_embed_proj_dim, the
 tied LM head when project_in / project_out map it to hidden_size), Falcon/BLOOM (n_head, multi_query; BLOOM's
 n_embed, which BloomConfig.__init__ takes as hidden_size).
 
+MoE families (hf_moe_fields): routed experts, shared experts and which layers are sparse, as each modeling file builds
+them; DeepSeek-V2/V3's multi-latent attention onto Megatron's MLA fields (hf_mla_fields).
+
 A config built from scratch (run_clm.py `--model_type gpt2 --config_overrides "n_embd=1024,n_layer=24"`:
 `CONFIG_MAPPING[model_type]()` then `config.update_from_string(overrides)`) is the class's defaults with the overrides
 applied as transformers applies them (config_from_overrides).
@@ -18,9 +21,15 @@ import os
 from typing import Any
 
 from llmperf_hook.errors import ConfigError, UsageError
+from llmperf_hook.frameworks.hf_moe import hf_mla_fields, hf_moe_fields
 
 _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "phi3",
-          "olmo", "olmo2", "deepseek", "internlm2", "yi", "granite"}
+          "olmo", "olmo2", "deepseek", "deepseek_v2", "deepseek_v3", "internlm2", "yi", "granite", "llama4_text"}
+EXTRA_SHAPE_KEYS = ("moe_layer_pattern", "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
+                    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                    "v_head_dim", "qk_layernorm")
+"""ModelShape fields a Hugging Face config may set beyond the preset keys (presets.SHAPE_KEYS); derived here from
+typed config values, so set after check_shape_types, and passed on by script_shape.resolve_script_shape."""
 
 
 def read_hf_config(path: str) -> dict[str, Any]:
@@ -43,8 +52,19 @@ def _first(raw: dict[str, Any], *keys: str) -> Any:
     return None
 
 
+def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config of a multimodal checkpoint (Llama-4's Llama4Config keeps it under text_config,
+    model_type llama4_text); the config itself otherwise."""
+    text = raw.get("text_config")
+    if isinstance(text, dict) and _first(raw, "num_hidden_layers", "n_layer", "num_layers") is None:
+        return text
+    return raw
+
+
 def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Translate the HF keys; ffn defaults to 4h (GPT-2 `n_inner: null`)."""
+    """Translate the HF keys; ffn defaults to 4h (GPT-2 `n_inner: null`). The result also holds the config's
+    `model_type` (str, "" when it has none) for what depends on transformers' module classes."""
+    raw = _text_config(raw)
     layers = _first(raw, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _first(raw, "hidden_size", "n_embd", "n_embed", "d_model")  # n_embed: BloomConfig pops it into hidden_size
     heads = _first(raw, "num_attention_heads", "n_head")
@@ -74,17 +94,21 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     proj = raw.get("word_embed_proj_dim")  # OPTConfig: None -> hidden_size; OPTDecoder projects only when they differ
     if isinstance(proj, int) and not isinstance(proj, bool) and proj != hidden:
         shape["word_embed_proj_dim"] = proj
+    if model_type == "llama4_text" and isinstance(raw.get("intermediate_size_mlp"), int):
+        shape["ffn_hidden_size"] = raw["intermediate_size_mlp"]  # Llama4TextMLP of the dense layers
     experts = _first(raw, "num_local_experts", "num_experts", "n_routed_experts")
     if isinstance(experts, int) and experts > 0:
         shape["num_experts"] = experts
         shape["moe_router_topk"] = _first(raw, "num_experts_per_tok", "moe_topk") or 2
-        shape["moe_ffn_hidden_size"] = _first(raw, "moe_intermediate_size") or shape["ffn_hidden_size"]
+        # Mixtral's experts are intermediate_size wide; Llama-4's too, beside its dense intermediate_size_mlp
+        shape["moe_ffn_hidden_size"] = _first(raw, "moe_intermediate_size", "intermediate_size") or shape["ffn_hidden_size"]
     window = raw.get("sliding_window")
     if isinstance(window, int) and not isinstance(window, bool) and window > 0 and raw.get("use_sliding_window", True) is not False:
         shape["sliding_window"] = window  # Mistral-7B v0.1: 4096; read only for a warning (script_shape.py)
     from llmperf_hook.frameworks.presets import check_shape_types
 
-    return check_shape_types(shape, origin)
+    extra = {**hf_moe_fields(raw, model_type, layers, shape.get("num_experts", 0), origin), **hf_mla_fields(raw, origin)}
+    return {**check_shape_types(shape, origin), **extra, "model_type": model_type}
 
 
 _GPT2_DEFAULTS: dict[str, Any] = {

@@ -20,7 +20,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
-from llmperf_hook.frameworks.hf_config import config_from_overrides, read_hf_config, shape_from_hf_config
+from llmperf_hook.frameworks.hf_config import EXTRA_SHAPE_KEYS, config_from_overrides, read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
@@ -83,11 +83,17 @@ def _shape_source(flags: FlagValues, model: str | None) -> tuple[dict[str, Any],
     )
 
 
+def script_model_type(flags: FlagValues, model: str | None) -> str:
+    """The Hugging Face `model_type` of the config the shape comes from ("" for a preset or shape file), for what
+    depends on transformers' module classes (deepspeed_release.zero3_splits_bias: GPT-2's Conv1D)."""
+    return str(_shape_source(flags, model)[0].get("model_type", ""))
+
+
 def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, Source], warnings: list[str]) -> ModelShape:
     raw, origin = _shape_source(flags, model)
     for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size",
                 "padded_vocab_size", "kv_channels", "swiglu", "normalization", "position_embedding", "untie_embeddings",
-                "num_experts", "moe_router_topk", "moe_ffn_hidden_size"):
+                "num_experts", "moe_router_topk", "moe_ffn_hidden_size", *(k for k in EXTRA_SHAPE_KEYS if k in raw)):
         src[key] = origin
     seq_flag = next((d for d in _SEQ_FLAGS if flags.has(d)), None)
     if seq_flag:
@@ -113,6 +119,7 @@ def resolve_script_shape(flags: FlagValues, model: str | None, src: dict[str, So
         num_experts=raw.get("num_experts", 0), moe_router_topk=raw.get("moe_router_topk", 2),
         moe_ffn_hidden_size=raw.get("moe_ffn_hidden_size", 0), moe_layer_freq=raw.get("moe_layer_freq", 1),
         word_embed_proj_dim=raw.get("word_embed_proj_dim"), max_position_embeddings=raw.get("max_position_embeddings"),
+        **{key: raw[key] for key in EXTRA_SHAPE_KEYS if key in raw},  # a Hugging Face config's MoE / MLA fields
     )
 
 
