@@ -9,9 +9,10 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
-from llmperf_hook.frameworks.openrlhf import openrlhf_warnings
+from llmperf_hook.frameworks.openrlhf import openrlhf_trainer, openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
-                                                       pinned_offload_release, zero1_noncontiguous_release)
+                                                       pinned_offload_release, zero1_noncontiguous_release,
+                                                       zero3_splits_bias)
 from llmperf_hook.frameworks.ds_checkpointing import megatron_deepspeed_warnings
 from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_SCRIPT_FILLS, check_hpz,
                                                     check_plain_deepspeed, ds_auto_batch_warnings, ds_batch, ds_optimizer,
@@ -25,7 +26,7 @@ from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
-from llmperf_hook.frameworks.script_shape import resolve_script_shape
+from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_model_type
 from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
@@ -132,7 +133,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
-        cuda_device_max_connections=connections, torch_linear_layers=not megatron_entry_point(job.script),
+        cuda_device_max_connections=connections, torch_linear_layers=not megatron_entry_point(job.script)
+        and zero3_splits_bias("", ds is None or ds.memory_efficient_linear, False, job.script, job.env),
     )
 
 
@@ -334,8 +336,19 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
         recompute=_script_recompute(flags, ds, src, fsdp, framework != "hf-deepspeed"), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
-        warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1, torch_linear_layers=True,
+        warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
+        torch_linear_layers=_script_splits_bias(job, flags, framework, ds, overrides.model),
     )
+
+
+def _script_splits_bias(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
+                        model: str | None) -> bool:
+    """TrainingConfig.torch_linear_layers of a transformers-style script (deepspeed_release.zero3_splits_bias): the
+    HF Trainer and Accelerator (HfDeepSpeedConfig), DeepSpeed-Chat (create_hf_model) and OpenRLHF build the model
+    inside zero.Init; GPT-2's Conv1D keeps its addmm."""
+    inits = framework == "hf-deepspeed" or is_deepspeed_chat(flags) or bool(openrlhf_trainer(job.script))
+    return zero3_splits_bias(script_model_type(flags, model), ds is None or ds.memory_efficient_linear, inits,
+                             job.script, job.env)
 
 
 def _multi_rank_release(ds: DsSettings, env: Mapping[str, str]) -> bool:

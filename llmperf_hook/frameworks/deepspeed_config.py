@@ -22,7 +22,7 @@ from llmperf_hook.frameworks.deepspeed_nvme import (nvme_warnings, optimizer_buf
                                                   param_buffer_elems, param_max_in_cpu_elems)
 from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
 from llmperf_hook.frameworks.deepspeed_schema import STAGE3_ALIASES, check_sections, check_zero_section
-from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, step_key_warnings
+from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, memory_efficient_linear, step_key_warnings
 from llmperf_hook.frameworks.deepspeed_values import ds_bool, pydantic_int
 from llmperf_hook.frameworks.ds_checkpointing import section_keys_set, section_warnings
 from llmperf_hook.provenance import Source, SourceKind
@@ -99,6 +99,9 @@ class DsSettings:
     sequence_parallel_size: int = 1
     """Top-level sequence_parallel_size (DeepSpeed-Ulysses for Hugging Face / plain scripts): DeepSpeedConfig divides
     the batch triad's world by it; 1 = off."""
+    memory_efficient_linear: bool = True
+    """zero_optimization.memory_efficient_linear: ZeRO-3 replaces F.linear by zero3_linear_wrap (deepspeed_release.
+    zero3_splits_bias)."""
     sources: Mapping[str, Source] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     checkpointing_keys: tuple[str, ...] = ()
@@ -180,6 +183,7 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
             out[key] = _num(zero[name], f"zero_optimization.{name}", origin)
             src[key] = Source(SourceKind.CONFIG_FILE, f"{origin} zero_optimization.{name}")
     out.update(zeropp_settings(zero, out["zero_stage"], origin, src))
+    out["memory_efficient_linear"] = memory_efficient_linear(raw, origin)
     for key, default in _ZERO_NOT_MODELLED.items():
         if key in zero and zero[key] not in (AUTO, default):
             what = ("only its split of a partial offload (offload_optimizer.ratio) is modelled, not its step buffers"

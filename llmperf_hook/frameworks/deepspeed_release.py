@@ -194,3 +194,42 @@ def zero3_fields_at(stage: int, sources: Mapping[str, Source]) -> tuple[dict[str
     saved = json.loads(today.detail) if today is not None else {}
     origins = {k: Source(SourceKind[v[1]], v[2]) for k, v in saved.items() if len(v) == 3}
     return {k: v[0] for k, v in saved.items()}, origins
+
+
+LINEAR_WRAP_ON_INITIALIZE: Version = (0, 19, 4)
+"""First release whose deepspeed.initialize installs zero3_linear_wrap for a model built outside zero.Init
+(617061d6b, #8189, 2026-07-31; v0.19.3 lacks it). Before, only zero.Init's patch_init_and_builtins replaced
+torch.nn.functional.linear, which then stays replaced ("This will persist unless manually reset")."""
+CONV1D_MODEL_TYPES = frozenset({"gpt2"})
+"""Hugging Face model types whose linears are transformers' Conv1D (pytorch_utils.py: `torch.addmm(self.bias,
+x.view(-1, x.size(-1)), self.weight)`), which never call F.linear: the bias stays fused under ZeRO-3."""
+_ZERO_INIT_MARKERS = ("zero.Init", "HfDeepSpeedConfig")
+"""What a script's source holds when it builds its model inside zero.Init: the context itself, or transformers'
+HfDeepSpeedConfig, under which from_pretrained / from_config enter one (integrations/deepspeed.py)."""
+
+
+def _script_builds_in_zero_init(script: str) -> bool:
+    """The script's own source names zero.Init or HfDeepSpeedConfig (read, never run); False when unreadable: a
+    plain DeepSpeed script hands deepspeed.initialize a model it built itself."""
+    try:
+        with open(script, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    return any(marker in text for marker in _ZERO_INIT_MARKERS)
+
+
+def zero3_splits_bias(model_type: str, memory_efficient_linear: bool, framework_inits: bool, script: str,
+                      env: Mapping[str, str]) -> bool:
+    """TrainingConfig.torch_linear_layers of a script built from transformers-style nn.Linear: whether ZeRO-3 runs
+    them through zero3_linear_wrap, whose LinearFunctionForZeroStage3 adds the bias after the matmul
+    (graph/zero_layer_ops.zero3_bias_add_ops). Not for GPT-2's Conv1D, not with memory_efficient_linear false
+    (zero.Init skips _enable_mem_efficient_linear), and before v0.19.4 only for a model built inside zero.Init:
+    `framework_inits` (the HF Trainer / Accelerator, DeepSpeed-Chat and OpenRLHF build under HfDeepSpeedConfig) or
+    the script's source (unknown release: the installed one or today's)."""
+    if model_type in CONV1D_MODEL_TYPES or not memory_efficient_linear:
+        return False
+    if framework_inits or _script_builds_in_zero_init(script):
+        return True
+    version, _ = job_release(env)
+    return version is None or version >= LINEAR_WRAP_ON_INITIALIZE

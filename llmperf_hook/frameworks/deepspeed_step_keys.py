@@ -23,8 +23,10 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_schema import AUTO, ds_bool, pydantic_int
 
 ZERO_KEYS: dict[str, tuple[Any, str]] = {
-    "memory_efficient_linear": (True, "ZeRO-3 linear layers through torch's F.linear instead of DeepSpeed's "
-                                      "LinearFunctionForZeroStage3: what autograd then saves is not modelled"),
+    "memory_efficient_linear": (True, "ZeRO-3 leaves torch.nn.functional.linear in place (zero.Init does not "
+                                      "install zero3_linear_wrap): nn.Linear keeps its fused bias GEMM, as priced, but "
+                                      "autograd holds each gathered weight until its backward (DeepSpeed #8189), "
+                                      "memory not modelled"),
     "legacy_stage1": (False, "DeepSpeed's legacy ZeRO-1 partitioning not modelled"),
     "allgather_partitions": (True, "ZeRO-1/2 parameters gathered by one broadcast per rank instead of an all-gather: "
                                    "timed as the all-gather"),
@@ -45,6 +47,16 @@ def _read(value: Any, default: Any, key: str, origin: str) -> Any:
         return ds_bool(value, key, origin)
     number = pydantic_int(value)
     return value if number is None else number
+
+
+def memory_efficient_linear(raw: dict[str, Any], origin: str) -> bool:
+    """zero_optimization.memory_efficient_linear (DeepSpeedZeroConfig, default True; "auto" dropped to it): whether
+    ZeRO-3's zero.Init replaces F.linear by zero3_linear_wrap (partition_parameters.py Init.__init__ reads it as
+    mem_efficient_linear; patch_init_and_builtins / _enable_mem_efficient_linear act only when it is true)."""
+    zero = raw.get("zero_optimization")
+    if not isinstance(zero, dict) or zero.get("memory_efficient_linear") in (None, AUTO):
+        return True
+    return bool(_read(zero["memory_efficient_linear"], True, "zero_optimization.memory_efficient_linear", origin))
 
 
 def _zero_warnings(raw: dict[str, Any], origin: str) -> list[str]:

@@ -390,7 +390,9 @@ class TrainingConfig:
     torch_linear_layers: bool = False
     """True when the script builds its network from torch.nn.Linear (transformers' models, and scripts that only take
     Megatron-style flags, as the CPU testbed's train_gpt.py), not from Megatron's own linear autograd functions: under
-    DeepSpeed ZeRO-3 their bias adds leave the GEMM (graph/zero_layer_ops.py zero3_bias_add_ops)."""
+    DeepSpeed ZeRO-3 their bias adds leave the GEMM (graph/zero_layer_ops.py zero3_bias_add_ops). False where ZeRO-3
+    keeps the fused GEMM: GPT-2's Conv1D, memory_efficient_linear false, an old release (deepspeed_release.
+    zero3_splits_bias)."""
 
     fp8_recipe: str = "delayed"
     """Megatron --fp8-recipe (delayed, its default; tensorwise, mxfp8, blockwise): per-tensor recipes keep one fp8

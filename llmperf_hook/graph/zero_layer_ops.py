@@ -75,12 +75,10 @@ def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
     every nn.Linear runs LinearFunctionForZeroStage3 (runtime/zero/linear.py): on a 3-D input `input.matmul(
     weight.t())` then `output += bias`, where torch fuses the bias into the GEMM (aten::addmm). Megatron's layers
     call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
-    points); GPT-2's Conv1D calls torch.addmm itself (not told apart from the other GELU families here: priced as
-    nn.Linear). The linears with biases: fused or separate QKV, the output projection and the GELU MLP's two
-    (transformers' SwiGLU MLPs and experts have none). Still priced where DeepSpeed keeps addmm:
-    zero_optimization.memory_efficient_linear false (deepspeed_step_keys.py warns) and, before v0.19.4 (617061d6b,
-    #8189), a model built outside zero.Init that deepspeed.initialize converts (only the zero.Init context patched
-    F.linear then; the Trainer builds its model inside one)."""
+    points), nor does GPT-2's Conv1D (torch.addmm), nor any linear under zero_optimization.memory_efficient_linear
+    false or, before v0.19.4 (617061d6b, #8189), in a model built outside zero.Init (deepspeed_release.
+    zero3_splits_bias sets the flag). The linears with biases: fused or separate QKV, the output projection and the
+    GELU MLP's two (transformers' SwiGLU MLPs and experts have none)."""
     m = cfg.model
     if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
             or not m.add_bias_linear or m.multi_latent_attention):
