@@ -26,6 +26,7 @@ from llmperf_hook.predict.dispatch import predict_op_times
 from llmperf_hook.refine.calibration import calibrate_step, find_calibration
 from llmperf_hook.schedule.compose import compose_step
 from llmperf_hook.schedule.memory import estimate_memory
+from llmperf_hook.schedule.memory_fit import tight_fit_warning
 from llmperf_hook.schedule.step_estimate import StepEstimate
 
 __all__ = ["DEFAULT_CLUSTER", "Prediction", "load_cluster", "load_hardware", "predict_command", "predict_config",
@@ -76,6 +77,8 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     memory = estimate_memory(cfg, graph, cluster)
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)
+    if memory.tight:
+        warnings.append(tight_fit_warning(memory, cfg.framework))
     # refine/calibration.py: this configuration's own calibration if it was instrumented, else the shared one shrunk
     calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s,
                                 step.breakdown)

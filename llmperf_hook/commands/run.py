@@ -3,7 +3,8 @@
 1. Predict the command (as `llmperf predict` does) and print the report to STDERR, so the job's own stdout
    stays untouched (with --dry-run the report and the command go to stdout).
 2. Gates: --max-step-time S exits 3 when the predicted step time exceeds S seconds; --require-fit exits 3 when
-   the predicted peak memory exceeds the GPU's capacity. A gate that needs a prediction which could not be made
+   the predicted peak memory less its allocator fragmentation exceeds the GPU's capacity (a tight fit passes,
+   schedule/memory_fit.py). A gate that needs a prediction which could not be made
    exits 2.
 3. --dry-run prints the exact argument list and the environment variables the launch reads, then exits 0.
 4. Otherwise replace this process with the command (os.execvp, the argument list unchanged, environment
@@ -37,7 +38,7 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 @click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command to stdout, then stop (with --format json: two JSON lines, the "
                    "prediction, then {\"dry_run\": true, \"command\": [...], ...}).")
 @click.option("--max-step-time", type=float, default=None, help="Exit 3 if the predicted step time exceeds S seconds.")
-@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM.")
+@click.option("--require-fit", is_flag=True, help="Exit 3 if the predicted memory per GPU, less the allocator's fragmentation, exceeds the GPU's, or the offloads' host memory per node the cluster's host RAM. A job that fits only tightly (its peak over the GPU by no more than its fragmentation, or under it by less than the model's error band) is not refused: predict says 'fits, tight' and warns.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--instrument", type=int, default=None, help="Run under the step hook, record the first N steps, then refine from them when the job ends.")
 @click.option("--profile-ops", type=int, default=0, help="With --instrument: profile operators of K steps.")
@@ -156,7 +157,8 @@ def check_gates(pred: Any, max_step_time: float | None, require_fit: bool) -> No
         raise InfeasibleError(
             f"predicted peak memory {mem.peak_bytes_per_gpu / 2**30:.2f} GiB per GPU (pipeline stage {mem.stage}) "
             f"exceeds the {mem.capacity_bytes / 2**30:.2f} GiB of {pred.cluster.gpu.name} by "
-            f"{-mem.headroom_bytes / 2**30:.2f} GiB (--require-fit). {knobs}")
+            f"{-mem.headroom_bytes / 2**30:.2f} GiB, more than its {mem.fragmentation_bytes / 2**30:.2f} GiB of "
+            f"allocator fragmentation: what it allocates does not fit (--require-fit). {knobs}")
     parts = ", ".join(f"{k.removeprefix('host_')} {v / 2**30:.1f}" for k, v in mem.host_components.items())
     raise InfeasibleError(
         f"predicted host memory {mem.host_bytes_per_node / 2**30:.1f} GiB per node ({parts} GiB: what the "

@@ -2,7 +2,9 @@
 
 Schema 1 keys: schema, command, step_time_s, uncalibrated_step_time_s (before a refine calibration), tokens_per_s,
 mfu, model_flops_per_step, memory
-{peak_bytes_per_gpu, capacity_bytes, fits, headroom_bytes, stage, components, host {bytes_per_node,
+{peak_bytes_per_gpu, capacity_bytes, fits (the allocated bytes, peak less fragmentation, fit), tight (fits, by
+less than the fragmentation or the model's error band: schedule/memory_fit.py), verdict ("fits" | "fits, tight" |
+"DOES NOT FIT"), headroom_bytes (capacity - peak), fragmentation_bytes, stage, components, host {bytes_per_node,
 capacity_bytes, fits, components}}, breakdown {component: s}
 (sums to step_time_s; components: compute, recompute, host_overhead, host_zero3_hooks (DeepSpeed ZeRO-3's
 parameter fetch / release and gradient hooks, host time the GPU waits for in forward and backward), comm_tp,
@@ -16,6 +18,8 @@ predictor {op class: cost model}.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from llmperf_hook.schedule.memory_fit import verdict_words
 
 if TYPE_CHECKING:
     from llmperf_hook.api import Prediction
@@ -48,7 +52,9 @@ def render_prediction_json(pred: "Prediction", config: dict[str, Any], schema: i
         "model_flops_per_step": _r(est.model_flops_per_step),
         "memory": {
             "peak_bytes_per_gpu": int(mem.peak_bytes_per_gpu), "capacity_bytes": int(mem.capacity_bytes),
-            "fits": bool(mem.fits), "headroom_bytes": int(mem.headroom_bytes), "stage": mem.stage,
+            "fits": bool(mem.fits), "tight": bool(mem.tight), "verdict": verdict_words(mem.fits, mem.tight),
+            "headroom_bytes": int(mem.headroom_bytes), "fragmentation_bytes": int(mem.fragmentation_bytes),
+            "stage": mem.stage,
             "components": {k: int(v) for k, v in mem.components.items()},
             "host": _host_memory(mem),
         },

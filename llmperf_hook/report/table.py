@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmperf_hook.report.units import fmt_bytes, fmt_rate, fmt_seconds
+from llmperf_hook.schedule.memory_fit import verdict_words
 
 if TYPE_CHECKING:
     from llmperf_hook.api import Prediction
@@ -68,16 +69,27 @@ def _host_memory_lines(mem: "MemoryEstimate") -> list[str]:
     return [line, f"                   ({parts})"]
 
 
+def _fragmentation_note(mem: "MemoryEstimate") -> str:
+    """Where the peak is over the GPU, whether its allocator fragmentation covers the shortfall (schedule/memory_fit.py:
+    what the job allocates must fit; fragmentation decides only whether PyTorch's free-and-retry finds room)."""
+    if mem.headroom_bytes >= 0:
+        return ""
+    frag = fmt_bytes(mem.fragmentation_bytes)
+    return f", within its {frag} of allocator fragmentation" if mem.fits else f", beyond its {frag} of fragmentation"
+
+
 def render_prediction_table(pred: "Prediction") -> str:
     est, mem = pred.estimate, pred.estimate.memory
-    verdict = "fits" if mem.fits else "DOES NOT FIT"
+    verdict = verdict_words(mem.fits, mem.tight)
+    margin = "headroom" if mem.headroom_bytes >= 0 else "short by"
     lines = [
         _config_line(pred), "",
         f"  step time        {fmt_seconds(est.step_time_s)}",
         f"  throughput       {fmt_rate(est.tokens_per_s)} ({fmt_rate(est.tokens_per_s / pred.config.world_size)} per GPU)",
         f"  MFU              {est.mfu * 100:.1f} %  {_mfu_basis(pred)}",
         f"  memory per GPU   {fmt_bytes(mem.peak_bytes_per_gpu)} of {fmt_bytes(mem.capacity_bytes)}: {verdict} "
-        f"({'headroom' if mem.fits else 'short by'} {fmt_bytes(abs(mem.headroom_bytes))}; busiest stage {mem.stage})",
+        f"({margin} {fmt_bytes(abs(mem.headroom_bytes))}{_fragmentation_note(mem)}; "
+        f"busiest stage {mem.stage})",
         *_host_memory_lines(mem),
         "", f"  where the step goes (critical stage {est.critical_stage}):",
     ]

@@ -42,6 +42,7 @@ from llmperf_hook.graph.step_ops import (DTYPE_BYTES, FP8_PARAM_BYTES, dp_groups
 from llmperf_hook.graph.zero3_trace import deepspeed_zero, stage_trace
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.schedule import activations as act
+from llmperf_hook.schedule.memory_fit import fit_verdict
 from llmperf_hook.schedule.optimizer_state import optimizer_bytes_per_param, step_temporary_bytes_per_param
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
@@ -411,7 +412,11 @@ def estimate_memory(cfg: TrainingConfig, graph: OpGraph, cluster: ClusterSpec) -
     worst = max(range(len(peaks)), key=lambda i: peaks[i])
     capacity = cluster.gpu.memory_capacity_bytes
     host = host_memory_per_node(cfg, graph, cluster, gpus_per_node)
-    return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=peaks[worst] <= capacity,
-                          headroom_bytes=capacity - peaks[worst], components=per_stage[worst], stage=worst,
-                          per_stage_peak_bytes=tuple(peaks), host_components=host,
-                          host_capacity_bytes=cluster.host_memory_bytes)
+    # what each rank allocates must fit, its fragmentation need not (schedule/memory_fit.py); every stage, since the
+    # busiest by peak need not be the busiest by allocated bytes
+    verdicts = [fit_verdict(p, parts["allocator_fragmentation"], capacity) for p, parts in zip(peaks, per_stage)]
+    fits = all(v.fits for v in verdicts)
+    return MemoryEstimate(peak_bytes_per_gpu=peaks[worst], capacity_bytes=capacity, fits=fits,
+                          tight=fits and any(v.tight for v in verdicts), headroom_bytes=capacity - peaks[worst],
+                          components=per_stage[worst], stage=worst, per_stage_peak_bytes=tuple(peaks),
+                          host_components=host, host_capacity_bytes=cluster.host_memory_bytes)

@@ -13,7 +13,8 @@ class MemoryEstimate:
     peak_bytes_per_gpu: int
     capacity_bytes: int
     fits: bool
-    """peak_bytes_per_gpu <= capacity_bytes."""
+    """The allocated bytes fit: peak_bytes_per_gpu - fragmentation_bytes <= capacity_bytes
+    (schedule/memory_fit.py fit_verdict: on a failed cudaMalloc PyTorch frees its cached blocks and retries)."""
     headroom_bytes: int
     """capacity - peak (negative: short by that much)."""
     components: Mapping[str, int]
@@ -26,6 +27,14 @@ class MemoryEstimate:
     buffers, CPU activation checkpoints (schedule/host_memory.py); empty when nothing is offloaded."""
     host_capacity_bytes: int = 0
     """The cluster's host RAM per node; 0 = not stated."""
+    tight: bool = False
+    """Fits, but by less than the allocator's fragmentation allowance or the memory model's own error band
+    (schedule/memory_fit.py fit_verdict): the report says "fits, tight" and warns."""
+
+    @property
+    def fragmentation_bytes(self) -> int:
+        """The caching allocator's slack included in the peak (schedule/memory.py FRAGMENTATION_FRACTION)."""
+        return int(self.components.get("allocator_fragmentation", 0))
 
     @property
     def host_bytes_per_node(self) -> int:

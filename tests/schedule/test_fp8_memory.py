@@ -103,13 +103,15 @@ def test_example_components(example: TrainingConfig) -> None:
 
 
 def test_example_verdict_and_cp2_fits(example: TrainingConfig) -> None:
-    """CP 1 (the script as shipped): 81.2 GiB, short by ~1.2 GiB (77.6 GiB allocated + 1 GiB context/NCCL + 10 %
-    fragmentation over 35.5 GiB of transients). CP 2 (Megatron-LM's README performance row for this recipe) fits."""
+    """CP 1 (the script as shipped): 81.2 GiB, over the GPU's 79.18 GiB by ~2 GiB, but 77.6 GiB allocated + 1 GiB
+    context/NCCL fit and the ~2 GiB are within its 10 % fragmentation over 35.5 GiB of transients: fits, tight
+    (schedule/memory_fit.py). CP 2 (Megatron-LM's README performance row for this recipe) fits."""
     mem = _memory(example)
     assert mem.peak_bytes_per_gpu == sum(mem.components.values())
-    assert 80.5 * GIB < mem.peak_bytes_per_gpu < 82 * GIB and not mem.fits
+    assert 80.5 * GIB < mem.peak_bytes_per_gpu < 82 * GIB and mem.headroom_bytes < 0
+    assert mem.fits and mem.tight and mem.peak_bytes_per_gpu - mem.fragmentation_bytes <= mem.capacity_bytes
     cp2 = _memory(_resolve(_argv(set_cp=2)))
-    assert cp2.fits and cp2.peak_bytes_per_gpu < 65 * GIB
+    assert cp2.fits and not cp2.tight and cp2.peak_bytes_per_gpu < 65 * GIB
 
 
 def test_fp8_without_param_gather_caches_rowwise_and_transpose(example: TrainingConfig) -> None:

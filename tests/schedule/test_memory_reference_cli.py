@@ -50,17 +50,17 @@ def test_predict_json_and_text_memory_agree_with_the_table(name: str, tmp_path: 
     assert mem["peak_bytes_per_gpu"] == expected.peak_bytes_per_gpu == sum(mem["components"].values())
     assert mem["capacity_bytes"] == r.cluster.gpu.memory_capacity_bytes
     assert mem["headroom_bytes"] == mem["capacity_bytes"] - mem["peak_bytes_per_gpu"]
-    assert mem["fits"] is (mem["peak_bytes_per_gpu"] <= mem["capacity_bytes"])
+    allocated = mem["peak_bytes_per_gpu"] - mem["fragmentation_bytes"]  # what must fit (schedule/memory_fit.py)
+    assert mem["fits"] is (allocated <= mem["capacity_bytes"]) and mem["tight"] is expected.tight
     # The model states printed are the table's, for the busiest stage.
     states = r.stage_states[mem["stage"]]
     assert all(mem["components"][k] == int(states[k]) for k in STATE_PARTS)
 
     code, text = _cli(case, tmp_path / "text", "table", capsys)
-    verdict = "fits" if mem["fits"] else "DOES NOT FIT"
-    short = "headroom" if mem["fits"] else "short by"
+    short = "headroom" if mem["headroom_bytes"] >= 0 else "short by"
     line = next(x for x in text.splitlines() if x.strip().startswith("memory per GPU"))
-    assert f"{fmt_bytes(mem['peak_bytes_per_gpu'])} of {fmt_bytes(mem['capacity_bytes'])}: {verdict}" in line
-    assert f"({short} {fmt_bytes(abs(mem['headroom_bytes']))}; busiest stage {mem['stage']})" in line
+    assert f"{fmt_bytes(mem['peak_bytes_per_gpu'])} of {fmt_bytes(mem['capacity_bytes'])}: {mem['verdict']} (" in line
+    assert f"({short} {fmt_bytes(abs(mem['headroom_bytes']))}" in line and f"busiest stage {mem['stage']})" in line
 
 
 def test_the_rows_cover_both_verdicts(tmp_path: Path) -> None:

@@ -1,0 +1,81 @@
+"""Stage [5]: the memory verdict of a job: fits, fits tight, or does not fit (exit 3 under `run --require-fit`).
+
+What must fit the GPU is the bytes the job allocates. The peak of schedule/memory.py adds the caching allocator's
+fragmentation (FRAGMENTATION_FRACTION of the activations and temporaries) to them, but fragmentation alone does not
+run a job out of memory: when cudaMalloc fails, PyTorch's CUDACachingAllocator frees its cached, unused blocks and
+tries again (c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block, then release_available_cached_blocks, then
+release_cached_blocks, then the OutOfMemoryError). Fragmentation decides only whether that retry finds a block
+large enough, so a job whose peak exceeds the GPU by less than it is "tight", not refused.
+
+A job whose peak is below the GPU by less than the memory model's own error is tight too: the model's peak against
+the allocated peak (plus CUDA context) that the hook recorded on an H100 is off by MODEL_ERROR_FRACTION on average,
+and by up to -3.3 % below it (benchmarks/bench_memory_reference.py, measured table), so such a job may run out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmperf_hook.schedule.step_estimate import MemoryEstimate
+
+GiB = 2**30
+
+MODEL_ERROR_FRACTION = 0.038
+"""The memory model's error band: MAPE of our peak against the measured allocated peak + CUDA context, 3.8 % over
+the 8 single-H100 runs of measurements/h100-sxm5-80gb-2026-11-26 (benchmarks/bench_memory_reference.py, measured
+table: -3.3 % to +14.5 %, under-predicted in 4 of 8; 3.6 % in bench_gpu_steps). A job whose headroom is smaller than
+this share of its peak may not fit."""
+
+EXPANDABLE_SEGMENTS = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+"""PyTorch's allocator setting that grows one mapped segment instead of caching fixed-size blocks, which removes
+most fragmentation (PyTorch docs, CUDA semantics: optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF)."""
+
+
+@dataclass(frozen=True)
+class FitVerdict:
+    """Whether a peak fits the GPU, and whether only just."""
+
+    fits: bool
+    """The allocated bytes (peak less fragmentation) fit the capacity."""
+    tight: bool
+    """It fits, but the capacity is below the peak, or above it by less than the model's error band."""
+
+
+def fit_verdict(peak_bytes: float, fragmentation_bytes: float, capacity_bytes: float) -> FitVerdict:
+    """The verdict of one peak: DOES NOT FIT when even the allocated bytes exceed the capacity; fits, tight when the
+    capacity is below peak x (1 + MODEL_ERROR_FRACTION); fits otherwise."""
+    fits = peak_bytes - fragmentation_bytes <= capacity_bytes
+    return FitVerdict(fits=fits, tight=fits and capacity_bytes < peak_bytes * (1.0 + MODEL_ERROR_FRACTION))
+
+
+def verdict_words(fits: bool, tight: bool) -> str:
+    """The verdict as the table prints it (JSON: memory.verdict)."""
+    return "DOES NOT FIT" if not fits else "fits, tight" if tight else "fits"
+
+
+def _fixes(framework: str) -> str:
+    """The changes that free memory, in the framework's words."""
+    if "deepspeed" in framework:
+        batch, recompute = "train_micro_batch_size_per_gpu", "activation checkpointing"
+    elif "megatron" in framework:
+        batch, recompute = "--micro-batch-size", "--recompute-granularity selective (or full)"
+    else:
+        batch, recompute = "the micro-batch size", "activation checkpointing"
+    return (f"set {EXPANDABLE_SEGMENTS} in the job's environment (no fragmentation, no speed cost), or free memory: "
+            f"a smaller {batch}, or {recompute}")
+
+
+def tight_fit_warning(mem: MemoryEstimate, framework: str) -> str:
+    """The warning of a tight fit: the margin, the fragmentation term and the fix."""
+    peak, cap, frag = mem.peak_bytes_per_gpu, mem.capacity_bytes, mem.fragmentation_bytes
+    if peak > cap:
+        why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU exceeds the {cap / GiB:.2f} GiB of the GPU by "
+               f"{(peak - cap) / GiB:.2f} GiB, within its {frag / GiB:.2f} GiB of allocator fragmentation (the "
+               f"allocated bytes, {(peak - frag) / GiB:.2f} GiB, fit: PyTorch frees its cached blocks and retries a "
+               f"failed allocation, which may or may not find room)")
+    else:
+        why = (f"the predicted peak {peak / GiB:.2f} GiB per GPU fits the {cap / GiB:.2f} GiB of the GPU by "
+               f"{(cap - peak) / GiB:.2f} GiB, less than the memory model's error band ({MODEL_ERROR_FRACTION:.1%} "
+               f"of the peak, {MODEL_ERROR_FRACTION * peak / GiB:.2f} GiB; {frag / GiB:.2f} GiB of the peak is "
+               f"allocator fragmentation)")
+    return f"memory fits, tight: {why}. To be safe, {_fixes(framework)}."

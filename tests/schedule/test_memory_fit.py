@@ -1,0 +1,92 @@
+"""The memory verdict (schedule/memory_fit.py): what the job allocates must fit the GPU, its allocator fragmentation
+need not; a fit by less than the fragmentation or the model's error band is "fits, tight", with a warning."""
+
+import dataclasses
+
+import pytest
+
+from llmperf_hook.api import predict_config
+from llmperf_hook.graph.build import build_graph
+from llmperf_hook.graph.sample_configs import make_config
+from llmperf_hook.hardware.load import load_cluster
+from llmperf_hook.schedule.memory import estimate_memory
+from llmperf_hook.schedule.memory_fit import MODEL_ERROR_FRACTION, fit_verdict, verdict_words
+
+CLUSTER = load_cluster("dgx-h100")
+CFG = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, seq_length=2048, micro_batch_size=4,
+                  dp=8, global_batch_size=64)
+
+
+def _with_capacity(capacity_bytes: int):
+    return dataclasses.replace(CLUSTER, gpu=dataclasses.replace(CLUSTER.gpu, memory_capacity_bytes=capacity_bytes))
+
+
+def _memory(capacity_bytes: int):
+    cluster = _with_capacity(capacity_bytes)
+    return estimate_memory(CFG, build_graph(CFG, cluster), cluster)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """(peak, fragmentation) of CFG: the capacity does not change them."""
+    mem = estimate_memory(CFG, build_graph(CFG, CLUSTER), CLUSTER)
+    assert mem.fragmentation_bytes == mem.components["allocator_fragmentation"] > 0
+    return mem.peak_bytes_per_gpu, mem.fragmentation_bytes
+
+
+def test_fit_verdict_boundaries() -> None:
+    peak, frag = 100.0, 10.0
+    assert fit_verdict(peak, frag, 90.0) == fit_verdict(peak, frag, 99.0)  # allocated bytes fit exactly: tight
+    assert fit_verdict(peak, frag, 90.0).fits and fit_verdict(peak, frag, 90.0).tight
+    assert not fit_verdict(peak, frag, 89.99).fits and not fit_verdict(peak, frag, 89.99).tight
+    assert fit_verdict(peak, frag, 100.0).tight  # the peak fits, by nothing: within the model's error band
+    band_edge = peak * (1 + MODEL_ERROR_FRACTION)
+    assert fit_verdict(peak, frag, band_edge - 1e-6).tight and not fit_verdict(peak, frag, band_edge).tight
+    assert fit_verdict(peak, frag, band_edge).fits
+
+
+def test_verdict_words() -> None:
+    assert [verdict_words(*v) for v in ((True, False), (True, True), (False, False))] == [
+        "fits", "fits, tight", "DOES NOT FIT"]
+
+
+def test_estimate_memory_at_the_allocated_boundary(reference) -> None:
+    peak, frag = reference
+    at = _memory(peak - frag)
+    assert at.fits and at.tight and at.headroom_bytes == -frag  # short by the fragmentation: still runs
+    over = _memory(peak - frag - 1)
+    assert not over.fits and not over.tight
+    roomy = _memory(int(peak * (1 + MODEL_ERROR_FRACTION)) + 1)
+    assert roomy.fits and not roomy.tight
+    inside_band = _memory(peak + 1)
+    assert inside_band.fits and inside_band.tight and inside_band.headroom_bytes == 1
+
+
+def test_every_stage_must_fit_its_allocated_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict covers every pipeline rank: the rank with the highest peak may allocate less than another (more of
+    its peak is fragmentation), and the other one decides."""
+    import llmperf_hook.schedule.memory as memory
+
+    cfg = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, pp=2, dp=4, global_batch_size=64)
+    parts = {0: {"activations": 50, "allocator_fragmentation": 50}, 1: {"weights": 98, "allocator_fragmentation": 0}}
+    monkeypatch.setattr(memory, "stage_memory", lambda _cfg, stage, *_a: parts[stage.stage])
+    mem = estimate_memory(cfg, build_graph(cfg, CLUSTER), _with_capacity(97))
+    assert mem.stage == 0 and mem.peak_bytes_per_gpu == 100 and mem.fragmentation_bytes == 50
+    assert not mem.fits  # stage 0 allocates 50, stage 1 98 > 97
+    assert estimate_memory(cfg, build_graph(cfg, CLUSTER), _with_capacity(98)).tight
+
+
+def test_tight_fit_warns_with_margin_fragmentation_and_fix(reference) -> None:
+    peak, frag = reference
+    est = predict_config(CFG, _with_capacity(peak - frag // 2))
+    warning = next(w for w in est.warnings if w.startswith("memory fits, tight"))
+    assert f"{frag / 2**30:.2f} GiB of allocator fragmentation" in warning
+    assert f"by {(frag - frag // 2) / 2**30:.2f} GiB" in warning
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in warning and "--micro-batch-size" in warning
+    assert "--recompute-granularity" in warning
+    near = predict_config(CFG, _with_capacity(peak + 2**20))
+    assert any("less than the memory model's error band" in w for w in near.warnings)
+    roomy = predict_config(CFG, _with_capacity(2 * peak))
+    assert not any("tight" in w for w in roomy.warnings)
+    short = predict_config(CFG, _with_capacity(peak - frag - 2**20))
+    assert not short.memory.fits and not any("tight" in w for w in short.warnings)
