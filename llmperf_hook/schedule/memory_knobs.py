@@ -193,7 +193,7 @@ def _verdict(effect: KnobEffect, gpu_side: bool) -> str:
     """The job's verdict after one knob: a knob that fixes the short side may leave the other short (no offload:
     the host fits, the optimizer state is back on the GPU)."""
     if effect.fits:
-        return "fits"
+        return "fits, tight" if effect.memory.tight else "fits"  # schedule/memory_fit.py
     if not (effect.memory.fits if gpu_side else effect.memory.host_fits):
         return "still short"
     return "the host is then short" if gpu_side else "the GPU is then short"

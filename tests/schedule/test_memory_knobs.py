@@ -223,3 +223,23 @@ def test_megatron_knobs_beyond_the_layout_agree_with_predict() -> None:
     host = {e.knob: e for e in knob_effects(offload.config, small, dataclasses.replace(mem, fits=True))}
     halved = _predict([*argv, "--cpu-offloading-num-layers", "10"]).estimate.memory
     assert host["--cpu-offloading-num-layers 10"].memory.host_bytes_per_node == halved.host_bytes_per_node
+
+
+def test_a_knob_that_leaves_the_job_tight_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a knob the job may fit only tightly (its allocated bytes fit, its peak does not: schedule/memory_fit.py):
+    the sentence says "fits, tight", not "fits"."""
+    import llmperf_hook.schedule.memory_knobs as knobs
+
+    mem = _predict(ARGV).estimate.memory
+    assert not mem.fits
+    cap = mem.capacity_bytes
+    # the first knob priced leaves the job 1 GiB over the GPU, within its fragmentation; the others free 1 byte
+    after = iter([(cap + 2**30, True)] + [(mem.peak_bytes_per_gpu - 1, False)] * 20)
+
+    def priced(_cfg, _cluster):
+        peak, tight = next(after)
+        return dataclasses.replace(mem, peak_bytes_per_gpu=peak, fits=tight, tight=tight)
+
+    monkeypatch.setattr(knobs, "_memory", priced)
+    sentence = describe_knobs(_predict(ARGV).config, load_cluster("dgx-a100"), mem)
+    assert re.search(r"peak then [\d.]+ GiB: fits, tight\)", sentence), sentence
