@@ -181,7 +181,9 @@ class RecomputeConfig:
     partition_activations: bool = False
     """Megatron-DeepSpeed --partition-activations (with --deepspeed-activation-checkpointing): DeepSpeed's
     checkpointing stores each full-recompute checkpoint split over the tensor-parallel group (1/TP per rank) and
-    all-gathers it over TP before the recompute (deepspeed/runtime/activation_checkpointing/checkpointing.py)."""
+    all-gathers it over TP before the recompute (deepspeed/runtime/activation_checkpointing/checkpointing.py).
+    Recorded at any granularity (frameworks/ds_checkpointing.py: selective's attention checkpoint is priced as
+    Megatron's own, none checkpoints nothing); read under full recompute only."""
     checkpoint_in_cpu: bool = False
     """Megatron-DeepSpeed --checkpoint-in-cpu: the full-recompute checkpoints are kept in host memory (copied out
     over PCIe in forward and back before the recompute); GPU memory holds none of them."""
