@@ -124,6 +124,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     if framework == "megatron-deepspeed":
         _check_mds_connections(job, parts.parallel.sequence_parallel)
     connections = device_connections(job, src, warnings, optimizer.fsdp)
+    splits_bias = not megatron_entry_point(job.script) and zero3_splits_bias(
+        "", ds is None or ds.memory_efficient_linear, False, job.script, job.env, _zero3_warnings(ds, warnings))
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -133,8 +135,7 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
-        cuda_device_max_connections=connections, torch_linear_layers=not megatron_entry_point(job.script)
-        and zero3_splits_bias("", ds is None or ds.memory_efficient_linear, False, job.script, job.env),
+        cuda_device_max_connections=connections, torch_linear_layers=splits_bias,
     )
 
 
@@ -331,24 +332,30 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         optimizer = replace(base, overlap_grad_reduce=True, grad_bucket_size_elems=bucket)
         src["zero_stage"] = Source(SourceKind.DEFAULT, "no DeepSpeed config: plain data parallel")
         src["overlap_grad_reduce"] = Source(SourceKind.DEFAULT, "torch DDP: bucketed all-reduce in backward")
+    splits_bias = _script_splits_bias(job, flags, framework, ds, overrides.model, warnings)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
         recompute=_script_recompute(flags, ds, src, fsdp, framework != "hf-deepspeed"), optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
-        torch_linear_layers=_script_splits_bias(job, flags, framework, ds, overrides.model),
+        torch_linear_layers=splits_bias,
     )
 
 
+def _zero3_warnings(ds: DsSettings | None, warnings: list[str]) -> list[str] | None:
+    """Where zero3_splits_bias states its assumption about an unreadable script: only a ZeRO-3 job prices it."""
+    return warnings if ds is not None and ds.zero_stage == 3 else None
+
+
 def _script_splits_bias(job: ParsedJob, flags: FlagValues, framework: str, ds: DsSettings | None,
-                        model: str | None) -> bool:
+                        model: str | None, warnings: list[str]) -> bool:
     """TrainingConfig.torch_linear_layers of a transformers-style script (deepspeed_release.zero3_splits_bias): the
     HF Trainer and Accelerator (HfDeepSpeedConfig), DeepSpeed-Chat (create_hf_model) and OpenRLHF build the model
     inside zero.Init; GPT-2's Conv1D keeps its addmm."""
     inits = framework == "hf-deepspeed" or is_deepspeed_chat(flags) or bool(openrlhf_trainer(job.script))
     return zero3_splits_bias(script_model_type(flags, model), ds is None or ds.memory_efficient_linear, inits,
-                             job.script, job.env)
+                             job.script, job.env, _zero3_warnings(ds, warnings))
 
 
 def _multi_rank_release(ds: DsSettings, env: Mapping[str, str]) -> bool:

@@ -208,28 +208,38 @@ _ZERO_INIT_MARKERS = ("zero.Init", "HfDeepSpeedConfig")
 HfDeepSpeedConfig, under which from_pretrained / from_config enter one (integrations/deepspeed.py)."""
 
 
-def _script_builds_in_zero_init(script: str) -> bool:
-    """The script's own source names zero.Init or HfDeepSpeedConfig (read, never run); False when unreadable: a
-    plain DeepSpeed script hands deepspeed.initialize a model it built itself."""
+def _script_builds_in_zero_init(script: str) -> bool | None:
+    """The script's own source names zero.Init or HfDeepSpeedConfig (read, never run); None when unreadable."""
     try:
         with open(script, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     except OSError:
-        return False
+        return None
     return any(marker in text for marker in _ZERO_INIT_MARKERS)
 
 
 def zero3_splits_bias(model_type: str, memory_efficient_linear: bool, framework_inits: bool, script: str,
-                      env: Mapping[str, str]) -> bool:
+                      env: Mapping[str, str], warnings: list[str] | None = None) -> bool:
     """TrainingConfig.torch_linear_layers of a script built from transformers-style nn.Linear: whether ZeRO-3 runs
     them through zero3_linear_wrap, whose LinearFunctionForZeroStage3 adds the bias after the matmul
     (graph/zero_layer_ops.zero3_bias_add_ops). Not for GPT-2's Conv1D, not with memory_efficient_linear false
     (zero.Init skips _enable_mem_efficient_linear), and before v0.19.4 only for a model built inside zero.Init:
     `framework_inits` (the HF Trainer / Accelerator, DeepSpeed-Chat and OpenRLHF build under HfDeepSpeedConfig) or
-    the script's source (unknown release: the installed one or today's)."""
+    the script's source (unknown release: the installed one or today's). A script that cannot be read on such a
+    release is assumed to build its model itself, as a plain DeepSpeed script does; `warnings` gets that assumption."""
     if model_type in CONV1D_MODEL_TYPES or not memory_efficient_linear:
         return False
-    if framework_inits or _script_builds_in_zero_init(script):
+    if framework_inits:
         return True
-    version, _ = job_release(env)
-    return version is None or version >= LINEAR_WRAP_ON_INITIALIZE
+    version, origin = job_release(env)
+    if version is None or version >= LINEAR_WRAP_ON_INITIALIZE:
+        return True
+    inside = _script_builds_in_zero_init(script)
+    if inside is None and warnings is not None:
+        warnings.append(
+            f"ZeRO-3 linears: cannot read the script {script!r} to see whether it builds its model inside "
+            f"deepspeed.zero.Init. DeepSpeed {'.'.join(map(str, version))} ({origin.detail if origin else 'release'}) "
+            "swaps torch.nn.functional.linear for zero3_linear_wrap only there (v0.19.4, 617061d6b, does it in "
+            "deepspeed.initialize too), so the model is assumed built outside it: each linear's bias stays fused "
+            "in its GEMM. Run llmperf where the script is readable if it uses zero.Init or HfDeepSpeedConfig.")
+    return bool(inside)

@@ -90,3 +90,19 @@ def test_plain_script_release(tmp_path: Path, source: str, release: str | None, 
 def test_trainer_builds_inside_zero_init_on_old_releases(tmp_path: Path) -> None:
     """The HF Trainer's HfDeepSpeedConfig makes from_pretrained build under zero.Init, whatever the release."""
     assert _trainer(tmp_path, LLAMA, {"LLMPERF_DEEPSPEED_VERSION": "0.19.3"}).torch_linear_layers
+
+
+def _missing_script(tmp_path: Path, stage: int, release: str):
+    argv = ["deepspeed", "--num_gpus", "2", str(tmp_path / "absent.py"), "--model_name_or_path", _model(tmp_path, LLAMA),
+            "--max_seq_length", "512", "--deepspeed_config", _ds(tmp_path, stage=stage)]
+    return resolve_job(argv, {"LLMPERF_DEEPSPEED_VERSION": release})[1]
+
+
+def test_unreadable_script_states_the_assumption(tmp_path: Path) -> None:
+    """Before v0.19.4 a script llmperf cannot read is assumed to build its model outside zero.Init (fused bias), and
+    the warning says so; a release that wraps every model, or a job that is not ZeRO-3, needs no such assumption."""
+    cfg = _missing_script(tmp_path, 3, "0.19.3")
+    (warning,) = [w for w in cfg.warnings if "zero3_linear_wrap" in w]
+    assert not cfg.torch_linear_layers and "absent.py" in warning and "assumed built outside" in warning
+    assert not [w for w in _missing_script(tmp_path, 3, "0.19.4").warnings if "zero3_linear_wrap" in w]
+    assert not [w for w in _missing_script(tmp_path, 2, "0.19.3").warnings if "zero3_linear_wrap" in w]
