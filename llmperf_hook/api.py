@@ -78,7 +78,7 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     predictor = dict(times.predictor_by_class)
     warnings = list(times.warnings) + list(graph.warnings)
     if memory.tight:
-        warnings.append(tight_fit_warning(memory, cfg.framework))
+        warnings.append(tight_fit_warning(memory, cfg))
     # refine/calibration.py: this configuration's own calibration if it was instrumented, else the shared one shrunk
     calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s,
                                 step.breakdown)

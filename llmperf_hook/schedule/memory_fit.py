@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.schedule.step_estimate import MemoryEstimate
 
 GiB = 2**30
@@ -53,19 +54,25 @@ def verdict_words(fits: bool, tight: bool) -> str:
     return "DOES NOT FIT" if not fits else "fits, tight" if tight else "fits"
 
 
-def _fixes(framework: str) -> str:
-    """The changes that free memory, in the framework's words."""
-    if "deepspeed" in framework:
-        batch, recompute = "train_micro_batch_size_per_gpu", "activation checkpointing"
-    elif "megatron" in framework:
-        batch, recompute = "--micro-batch-size", "--recompute-granularity selective (or full)"
-    else:
-        batch, recompute = "the micro-batch size", "activation checkpointing"
-    return (f"set {EXPANDABLE_SEGMENTS} in the job's environment (no fragmentation, no speed cost), or free memory: "
-            f"a smaller {batch}, or {recompute}")
+MICRO_BATCH_WORDS = {"megatron": "--micro-batch-size", "megatron-deepspeed": "--micro-batch-size",
+                     "deepspeed": "train_micro_batch_size_per_gpu", "hf-deepspeed": "--per_device_train_batch_size"}
+"""The micro-batch size in each framework's words (Megatron's argparse, the ds_config key, HF TrainingArguments)."""
 
 
-def tight_fit_warning(mem: MemoryEstimate, framework: str) -> str:
+def _fixes(cfg: TrainingConfig) -> str:
+    """The changes that free memory, in the framework's words; only those the job can still make (a micro-batch of
+    1 cannot shrink, full recompute is the most there is)."""
+    fixes = [f"set {EXPANDABLE_SEGMENTS} in the job's environment (removes most fragmentation)"]
+    if cfg.batch.micro_batch_size > 1:
+        fixes.append("a smaller " + MICRO_BATCH_WORDS.get(cfg.framework, "micro-batch size"))
+    if cfg.recompute.granularity != "full":
+        fixes.append(("--recompute-granularity full" if cfg.recompute.granularity == "selective" else
+                      "--recompute-granularity selective (or full)") if cfg.framework.startswith("megatron")
+                     else "activation checkpointing")
+    return fixes[0] + (", or free memory: " + ", or ".join(fixes[1:]) if len(fixes) > 1 else "")
+
+
+def tight_fit_warning(mem: MemoryEstimate, cfg: TrainingConfig) -> str:
     """The warning of a tight fit: the margin, the fragmentation term and the fix."""
     peak, cap, frag = mem.peak_bytes_per_gpu, mem.capacity_bytes, mem.fragmentation_bytes
     if peak > cap:
@@ -78,4 +85,4 @@ def tight_fit_warning(mem: MemoryEstimate, framework: str) -> str:
                f"{(cap - peak) / GiB:.2f} GiB, less than the memory model's error band ({MODEL_ERROR_FRACTION:.1%} "
                f"of the peak, {MODEL_ERROR_FRACTION * peak / GiB:.2f} GiB; {frag / GiB:.2f} GiB of the peak is "
                f"allocator fragmentation)")
-    return f"memory fits, tight: {why}. To be safe, {_fixes(framework)}."
+    return f"memory fits, tight: {why}. To be safe, {_fixes(cfg)}."

@@ -10,7 +10,7 @@ from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.sample_configs import make_config
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.schedule.memory import estimate_memory
-from llmperf_hook.schedule.memory_fit import MODEL_ERROR_FRACTION, fit_verdict, verdict_words
+from llmperf_hook.schedule.memory_fit import MODEL_ERROR_FRACTION, fit_verdict, tight_fit_warning, verdict_words
 
 CLUSTER = load_cluster("dgx-h100")
 CFG = make_config(num_layers=8, hidden_size=2048, num_attention_heads=16, seq_length=2048, micro_batch_size=4,
@@ -90,3 +90,19 @@ def test_tight_fit_warns_with_margin_fragmentation_and_fix(reference) -> None:
     assert not any("tight" in w for w in roomy.warnings)
     short = predict_config(CFG, _with_capacity(peak - frag - 2**20))
     assert not short.memory.fits and not any("tight" in w for w in short.warnings)
+
+
+def test_the_fixes_are_those_the_job_can_still_make(reference) -> None:
+    """A micro-batch of 1 cannot shrink and full recompute is the most there is: the warning offers neither then;
+    the micro-batch is named in the framework's words."""
+    peak, frag = reference
+    cluster = _with_capacity(peak - frag // 2)
+    done = dataclasses.replace(CFG, batch=dataclasses.replace(CFG.batch, micro_batch_size=1),
+                               recompute=dataclasses.replace(CFG.recompute, granularity="full"))
+    mem = estimate_memory(done, build_graph(done, cluster), cluster)
+    warning = tight_fit_warning(dataclasses.replace(mem, tight=True), done)
+    assert "expandable_segments:True" in warning and "micro-batch" not in warning and "recompute" not in warning
+    ds = dataclasses.replace(CFG, framework="deepspeed")
+    assert "a smaller train_micro_batch_size_per_gpu" in tight_fit_warning(mem, ds)
+    selective = dataclasses.replace(CFG, recompute=dataclasses.replace(CFG.recompute, granularity="selective"))
+    assert "--recompute-granularity full" in tight_fit_warning(mem, selective)
