@@ -120,7 +120,8 @@ def megatron_deepspeed_warnings(flags: FlagValues, granularity: str, deepspeed: 
                       "--recompute-granularity)"]
     out += [f"{FLAG_KEYS[dest]}: {why}" for dest, why in FLAG_UNPRICED.items() if flags.get(dest)]
     if granularity == "selective":
-        out += [f"{FLAG_KEYS[dest]}: acts on selective recompute's attention checkpoint (its Q, K, V inputs), priced "
-                "as Megatron's own checkpoint; priced for full recompute's layer checkpoints"
+        out += [f"{FLAG_KEYS[dest]}: acts on selective recompute's attention checkpoint (its Q, K, V inputs), which "
+                "is priced as Megatron's own (kept whole on the GPU); the flag is priced only for full recompute's "
+                "layer checkpoints"
                 for dest in ("partition_activations", "checkpoint_in_cpu") if flags.get(dest)]
     return out

@@ -94,8 +94,9 @@ def test_the_flags_are_recorded_at_every_granularity_and_explain_says_what_they_
         assert data["partition_activations"] is True and data["checkpoint_in_cpu"] is True
         assert data["sources"]["partition_activations"].startswith("argv")
     assert _about(selective, "--partition-activations") == [
-        "--partition-activations: acts on selective recompute's attention checkpoint (its Q, K, V inputs), priced as "
-        "Megatron's own checkpoint; priced for full recompute's layer checkpoints"]
+        "--partition-activations: acts on selective recompute's attention checkpoint (its Q, K, V inputs), which is "
+        "priced as Megatron's own (kept whole on the GPU); the flag is priced only for full recompute's layer "
+        "checkpoints"]
     assert _about(idle, "--partition-activations") == [
         "--partition-activations, --checkpoint-in-cpu: no effect, no layer is checkpointed (give "
         "--checkpoint-activations or --recompute-granularity)"]
