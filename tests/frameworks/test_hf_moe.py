@@ -120,3 +120,15 @@ def test_shared_experts_are_priced_in_the_graph(tmp_path: Path) -> None:
 def test_bad_layer_keys_are_refused(keys: dict, words: str) -> None:
     with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("]", r"\]")):
         shape_from_hf_config({**QWEN3_30B_A3B, **keys}, "cfg")
+
+
+@pytest.mark.parametrize("raw, pattern", [
+    # DeepSeek's remote modeling_deepseek.py: layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0
+    ({**DEEPSEEK_V2_LITE, "num_hidden_layers": 6, "first_k_dense_replace": 1, "moe_layer_freq": 2}, (0, 0, 1, 0, 1, 0)),
+    ({**DEEPSEEK_V2_LITE, "num_hidden_layers": 5, "first_k_dense_replace": 3}, (0, 0, 0, 1, 1)),
+    # Llama4TextConfig: an explicit moe_layers list wins over interleave_moe_layer_step; step 1 (Scout) is all MoE
+    ({**LLAMA4_MAVERICK_TEXT, "num_hidden_layers": 4, "moe_layers": [0, 3]}, (1, 0, 0, 1)),
+    ({**LLAMA4_MAVERICK_TEXT, "num_hidden_layers": 4, "interleave_moe_layer_step": 1}, None),
+])
+def test_deepseek_and_llama4_layer_rules(raw: dict, pattern: tuple | None) -> None:
+    assert shape_from_hf_config(raw, "cfg").get("moe_layer_pattern") == pattern
