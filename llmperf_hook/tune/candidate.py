@@ -180,9 +180,10 @@ def _ds_checkpointing(cfg: TrainingConfig, c: Candidate, same_recompute: bool) -
     block (tune/megatron_argv.py drops it on a move to none or selective; an unchanged recompute keeps the user's
     flags). The job records them at any granularity (frameworks/ds_checkpointing.ds_checkpointing_flags), so a move to
     full from selective or none prices them on."""
-    full = same_recompute or c.recompute in ("full", "block")
+    configured = same_recompute or c.recompute in ("full", "block")  # --deepspeed-activation-checkpointing kept
     r = cfg.recompute
-    return {"partition_activations": full and r.partition_activations, "checkpoint_in_cpu": full and r.checkpoint_in_cpu}
+    return {"partition_activations": configured and r.partition_activations,
+            "checkpoint_in_cpu": configured and r.checkpoint_in_cpu}
 
 
 def keeps_distributed_saved(c: Candidate) -> bool:
