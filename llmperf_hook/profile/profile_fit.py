@@ -131,6 +131,10 @@ def _fit_groups(groups: Mapping[tuple[str, str, str], Samples], rooflines: Mappi
         fit_s.append((time.perf_counter() - t0) / (HOLDOUT_COST if holdout else 1.0))
         entries.append(entry)
         texts[entry.file] = text
+    over_s = time.perf_counter() - deadline_s
+    if entries and over_s > 0.5:  # a resumed run's stored classes under a smaller --budget: said, not dropped
+        notes.append(f"fitting ran {over_s:.0f} s past its share of the --budget: every class with enough samples "
+                     f"is refitted (the store's earlier ones too, or their models would be dropped)")
     return entries, texts, notes
 
 

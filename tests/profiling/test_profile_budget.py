@@ -34,10 +34,11 @@ def test_the_phases_add_up_to_the_budget() -> None:
 
 
 def test_the_plan_line_says_when_the_fixed_costs_leave_no_sampling_time() -> None:
-    """A 12-s budget 5 s in, whose fits need 8 s: its window used to read 'until 2--6 s'."""
-    tiny = budgets.describe(budgets.plan_budget(0.2, time.perf_counter() - 5.0, 0.0, cpu=True), 27)
-    assert "no time left for sampling after 5 s" in tiny and "past the --budget" in tiny and "--" not in tiny.replace(
-        "--budget", "")
+    """A 12-s budget 10 s in, whose fits need 3-8 s (LightGBM imported or not): its window used to read 'until
+    2--6 s'."""
+    tiny = budgets.describe(budgets.plan_budget(0.2, time.perf_counter() - 10.0, 0.0, cpu=True), 27)
+    assert "no time left for sampling after 10 s" in tiny and "past the --budget" in tiny, tiny
+    assert "--" not in tiny.replace("--budget", ""), tiny
     b = budgets.plan_budget(1.0, time.perf_counter() - 5.0, 0.0, cpu=True)
     minute = budgets.describe(b, 27)
     window = f"{60 - budgets.TAIL_S - b.finish_s(27):.0f}-{60 - budgets.TAIL_S - b.finish_s(1):.0f} s"
@@ -169,3 +170,22 @@ def test_concurrent_end_readings_left_out_past_the_budget_are_said(tmp_path: Pat
     assert "readings of several copies at once left out (0 s of the --budget left" in line
     doc = json.loads((tmp_path / "reference_speed.json").read_text())
     assert list(doc["reference_cpu_s"]) == ["1"]  # one copy alone: no 2-copies reading was taken
+
+
+def test_fits_past_the_budget_are_said() -> None:
+    """A resumed run whose --budget is smaller than refitting its stored classes fits them all (dropping one would
+    lose a model an earlier run fitted) and says it ran over, as sampling does."""
+    import numpy as np
+
+    from llmperf_hook.profile import profile_fit
+    from llmperf_hook.profile.build_profile import Samples
+
+    from tests.profiling.test_staged_profile_write import RC
+
+    m, n, k = (np.random.default_rng(0).integers(16, 512, 12).astype(float) for _ in range(3))
+    groups = {("gemm", "fwd", "fp32"): Samples("gemm", "fwd", {"m": m, "n": n, "k": k}, 2 * m * n * k / 1e11)}
+    entries, _, notes = profile_fit._fit_groups(groups, {"fp32": RC}, "fp32", time.perf_counter() - 5.0)
+    assert len(entries) == 1 and any(note.startswith("fitting ran ") and "s past its share of the --budget" in note
+                                    for note in notes), notes
+    _, _, on_time = profile_fit._fit_groups(groups, {"fp32": RC}, "fp32", time.perf_counter() + 60.0)
+    assert not any("past its share" in note for note in on_time)
