@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import click
 
 from llmperf_hook.errors import InfeasibleError, LlmperfError, UsageError
-from llmperf_hook.tune.infeasible import host_offloads, host_unchecked, infeasible_message, nearest_json
+from llmperf_hook.tune.infeasible import (host_offloads, host_unchecked, infeasible_message, nearest_json,
+                                         own_fits_over_margin)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -43,7 +44,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
 
     Keeps the model, world size and global batch; a candidate fits when its predicted peak is at most 95 % of
     the GPU's memory (memory_margin 0.05 in the search space; predict's verdict uses 100 %). Exit 3 when
-    nothing fits.
+    nothing fits; when only your own command fits (predict's "fits" or "fits, tight") but over the margin, it is
+    shown and tune exits 0 (3 with --apply: nothing to launch).
     """
     argv = list(launch[1:] if launch[:1] == ("--",) else launch)  # click normally consumes the `--` itself
     started = time.perf_counter()
@@ -59,7 +61,9 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
-    if not result.top:
+    if not result.top and not (own_fits_over_margin(result) and not apply_best):
+        # Exit 3 only when nothing runs: a command that predict says fits (even tightly) is shown, exit 0, with
+        # nothing better within tune's margin; --apply then has nothing to launch, so it still exits 3.
         message = infeasible_message(result, cfg, header)
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
             from llmperf_hook.tune.render import search_json

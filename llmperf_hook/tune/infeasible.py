@@ -13,6 +13,37 @@ from typing import Any
 GiB = float(1 << 30)
 
 
+def predict_verdict(ev: Any) -> tuple[bool, bool]:
+    """`llmperf predict`'s GPU memory verdict of one evaluated configuration, (fits, tight): the full estimate's
+    MemoryEstimate (schedule/memory_fit.py: allocated bytes within capacity; tight within the model's 3.8 % error
+    band). Tune's own rule (peak <= (1 - memory_margin) x capacity, Evaluated.fits) is stricter: a configuration
+    can fit, even tightly, by predict's verdict and still be over tune's margin."""
+    mem = getattr(ev.estimate, "memory", None)  # None: an estimate without one (tests' stand-ins): peak vs capacity
+    fits = getattr(mem, "fits", ev.peak_bytes <= ev.capacity_bytes)
+    return bool(fits), bool(fits and getattr(mem, "tight", False))
+
+
+def over_margin_only(ev: Any) -> bool:
+    """Fits by predict's verdict (fits or fits, tight) and the host RAM, but over tune's margin: not out of memory."""
+    return ev is not None and not ev.fits and ev.host_fits and predict_verdict(ev)[0]
+
+
+def own_fits_over_margin(result: Any) -> bool:
+    """Nothing passed tune's margin, but the user's own configuration fits by predict's verdict: the job runs as it
+    is, so it is not infeasible."""
+    return not result.top and over_margin_only(result.baseline)
+
+
+def own_over_margin_sentence(result: Any) -> str:
+    """Why the user's own configuration is not in the list although predict says it fits."""
+    base = result.baseline
+    band = ": within the memory model's 3.8 % error band, so it may run out" if predict_verdict(base)[1] else ""
+    usable = (1 - result.memory_margin) * base.capacity_bytes / GiB
+    return (f"Your command fits{', tight' * bool(band)} by llmperf predict's verdict ({base.peak_bytes / GiB:.1f} GiB "
+            f"predicted peak on {base.capacity_bytes / GiB:.1f} GiB{band}), but is over tune's "
+            f"{100 * (1 - result.memory_margin):.0f} % margin ({usable:.1f} GiB usable), so tune does not list it.")
+
+
 def host_offloads(cfg: Any) -> list[str]:
     """What of the command keeps state in host memory (schedule/host_memory.py), in its framework's words: tune keeps
     these settings and checks each candidate's host RAM against the cluster's where it states it."""
@@ -80,18 +111,22 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
               f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
               f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
               f"{header['capacity_bytes'] / GiB:.1f} GiB on {header['cluster']}){host}.")
+    lead = "nothing fits"
+    if own_fits_over_margin(result):  # --apply: nothing to launch, but the user's command is not infeasible
+        lead = f"nothing fits tune's {100 * (1 - result.memory_margin):.0f} % margin, so --apply has nothing to launch"
+        counts = f"{own_over_margin_sentence(result)} To run it as it is, launch it without tune. {counts}"
     near = result.nearest
     if near is None:
-        return f"nothing fits: {counts} No candidate passed the layout rules; widen the space with --search."
+        return f"{lead}: {counts} No candidate passed the layout rules; widen the space with --search."
     host_bound = _host_bound(result, near)
     if host_bound:  # it is the host that rules this one out: say how far over, and what pins the memory
-        msg = (f"nothing fits: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
+        msg = (f"{lead}: {counts} The configuration that pins the least host memory, {near.candidate.describe()}, "
                f"fits the GPU ({near.peak_bytes / GiB:.1f} GiB) but its offloads ({', '.join(host_offloads(cfg))}) pin "
                f"{near.host_bytes / GiB:,.0f} GiB of host RAM per node, {(near.host_bytes / GiB - host_gib):,.0f} GiB over "
                f"{header['cluster']}'s {host_gib:,.0f} GiB (its host_memory_GiB).")
     else:
-        msg = (f"nothing fits: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
-               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over.")
+        msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
+               f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over the usable.")
     return msg + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound)
 
 

@@ -7,12 +7,14 @@ JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `knobs` {sea
 {knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
 does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered, num_invalid,
 invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted: fit the
-GPU, not the host RAM the offloads pin), host_capacity_bytes (per node; null = the cluster does not state it, not
+GPU, not the host RAM the offloads pin), num_over_margin (1: the user's command fits by predict's verdict, over tune's
+margin; in neither out-of-memory count), host_capacity_bytes (per node; null = the cluster does not state it, not
 checked), num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s};
 `baseline` and each of `top` {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute,
 recompute_num_layers, distributed_optimizer, zero_stage, ep, etp (null = expert TP follows TP), layout (the table's
 layout column), step_time_s, tokens_per_s, mfu, peak_bytes_per_gpu, capacity_bytes, headroom_bytes, fits,
-host_bytes_per_node, host_fits}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
+host_bytes_per_node, host_fits, tight, verdict (predict's GPU verdict: "fits", "fits, tight", "DOES NOT FIT"; `fits`
+is tune's stricter rule)}, `top` entries also `changes` [{where: "argv" | ds_config path, key, old, new}]
 (null = absent / removed); `speedup_over_baseline`; `applied` {argv, new_files} with --apply, else null.
 Nothing fits (exit 3): {schema, error, exit_code 3, fits false, header, knobs, search, nearest {layout, peak_bytes,
 host_bytes_per_node, short_of ("gpu" | "host"), short_bytes (over the usable GPU memory or the host RAM),
@@ -27,7 +29,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from llmperf_hook.schedule.memory_fit import verdict_words
 from llmperf_hook.tune.apply import TunedCommand
+from llmperf_hook.tune.infeasible import own_fits_over_margin, own_over_margin_sentence, predict_verdict
 from llmperf_hook.tune.search import Evaluated, TuneResult
 
 GiB = float(1 << 30)
@@ -119,11 +123,24 @@ def _s(v: Any) -> str | None:
     return None if v is None else json.dumps(v) if not isinstance(v, str) else v
 
 
-def _row(rank: str, ev: Evaluated, changes: str) -> str:
+def _fit_label(ev: Evaluated, margin: float) -> str:
+    """A row's memory verdict where it is not a plain fit within tune's margin. A row that predict's verdict says
+    fits (schedule/memory_fit.py) is never "no fit": it fits, or fits, tight, over tune's stricter margin."""
+    fits, tight = predict_verdict(ev)
+    if ev.fits:  # within a --search memory_margin under the 3.8 % band, a listed row can still be tight
+        return "  (fits, tight)" if tight else ""
+    if not fits:
+        return "  (no fit)"
+    if not ev.host_fits:
+        return "  (no fit: host RAM)"
+    return f"  ({verdict_words(fits, tight)}: over tune's {100 * (1 - margin):.0f} % margin)"
+
+
+def _row(rank: str, ev: Evaluated, changes: str, margin: float) -> str:
     e = ev.estimate
     head = (ev.capacity_bytes - ev.peak_bytes) / GiB
     # The verdict goes last: inside the free-GiB column it pushed the layout and changes out of their columns.
-    fit = "" if ev.fits else "  (no fit)" if ev.host_fits else "  (no fit: host RAM)"
+    fit = _fit_label(ev, margin)
     return (f"{rank:>3}  {ev.step_time_s:9.3f}  {float(e.tokens_per_s):11,.0f}  {100 * float(e.mfu):5.1f}%  "
             f"{ev.peak_bytes / GiB:8.1f}  {head:8.1f}  {ev.candidate.describe():<40} {changes}{fit}")
 
@@ -141,9 +158,10 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     lines.append(f"{'#':>3}  {'step (s)':>9}  {'tokens/s':>11}  {'MFU':>6}  {'peak GiB':>8}  {'free GiB':>8}  "
                  f"{'layout':<40} changes vs your command")
     if res.baseline is not None:
-        lines.append(_row("you", res.baseline, "(your command)"))
+        lines.append(_row("you", res.baseline, "(your command)", res.memory_margin))
     for i, (ev, ch) in enumerate(zip(res.top, changes), 1):
-        lines.append(_row(str(i), ev, ", ".join(str(c) for c in ch) or _no_change_label(ev, res.baseline)))
+        lines.append(_row(str(i), ev, ", ".join(str(c) for c in ch) or _no_change_label(ev, res.baseline),
+                          res.memory_margin))
     gain = gain_line(res)
     if gain:
         lines += ["", gain]
@@ -198,7 +216,7 @@ def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
             f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
             f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
             f"memory model alone, {res.num_oom_predicted:,} by the full prediction{_host_pruned(res, header)}); "
-            f"{res.num_slower:,} slower than the "
+            f"{_over_margin_count(res)}{res.num_slower:,} slower than the "
             f"top {len(res.top) or 'K'} by estimate; {res.num_fitting:,} predicted in full and fit")
 
 
@@ -221,11 +239,23 @@ def _host_pruned(res: TuneResult, header: Mapping[str, Any]) -> str:
             f"cluster's {capacity / GiB:,.0f} GiB per node")
 
 
+def _over_margin_count(res: TuneResult) -> str:
+    """'1 (your command) fits by predict's verdict, over tune's margin; ' where it is so: not out of memory."""
+    if not res.num_over_margin:
+        return ""
+    return f"{res.num_over_margin:,} (your command) fits by predict's verdict but is over tune's margin; "
+
+
 def gain_line(res: TuneResult) -> str:
+    if own_fits_over_margin(res):
+        return f"nothing fits tune's {100 * (1 - res.memory_margin):.0f} % margin. {own_over_margin_sentence(res)}"
     if not res.top or res.baseline is None:
         return "" if res.top else "nothing fits"
     best, base = res.top[0], res.baseline
     usable = (1 - res.memory_margin) * base.capacity_bytes / GiB
+    if not base.fits and predict_verdict(base)[0] and base.host_fits:  # over tune's margin only
+        return (f"{own_over_margin_sentence(res)} The fastest within the margin takes {best.step_time_s:.3f} s per "
+                f"step (yours {base.step_time_s:.3f} s)")
     if not base.fits and base.peak_bytes / GiB <= usable:  # the GPU fits: the host RAM does not
         return (f"your command is predicted NOT to fit the host RAM (its offloads pin {base.host_bytes / GiB:,.0f} GiB per "
                 f"node > {base.host_capacity_bytes / GiB:,.0f} GiB); the fastest that fits takes {best.step_time_s:.3f} s per "
@@ -246,6 +276,7 @@ def _evaluated_json(ev: Evaluated, changes: Sequence[Change] | None) -> dict[str
         "mfu": float(e.mfu), "peak_bytes_per_gpu": ev.peak_bytes, "capacity_bytes": ev.capacity_bytes,
         "headroom_bytes": ev.capacity_bytes - ev.peak_bytes, "fits": ev.fits,
         "host_bytes_per_node": ev.host_bytes, "host_fits": ev.host_fits,
+        "tight": predict_verdict(ev)[1], "verdict": verdict_words(*predict_verdict(ev)),
     }
     if changes is not None:
         out["changes"] = [asdict(c) for c in changes]
@@ -259,7 +290,8 @@ def search_json(res: TuneResult, header: Mapping[str, Any]) -> dict[str, Any]:
         "num_generated": res.num_generated, "num_considered": res.num_considered,
         "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
         "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
-        "num_oom_host": res.num_oom_host, "host_capacity_bytes": header.get("host_capacity_bytes") or None,
+        "num_oom_host": res.num_oom_host, "num_over_margin": res.num_over_margin,
+        "host_capacity_bytes": header.get("host_capacity_bytes") or None,
         "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
         "num_full_predictions": res.num_full_predictions,
         "memory_margin": res.memory_margin, "elapsed_s": header["elapsed_s"],

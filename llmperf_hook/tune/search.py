@@ -34,6 +34,7 @@ from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list
 from llmperf_hook.tune.command_rules import MaskFn
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
+from llmperf_hook.tune.infeasible import over_margin_only
 
 OOM_CERTAIN_FACTOR = 1.0
 """Estimated peak / usable memory above which a candidate is pruned without any prediction. The estimate is the full
@@ -133,6 +134,9 @@ class TuneResult:
     seq_length_that_fits: int | None = None
     """When not even one layer per chunk fits (layers_that_fit 0): the longest sequence with which this model, all its
     layers, would fit with `nearest`'s layout (None: none does, e.g. its weights alone are over)."""
+    num_over_margin: int = 0
+    """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its peak
+    is over tune's margin: counted here, not as out of memory (tune/infeasible.over_margin_only)."""
 
     @property
     def num_invalid(self) -> int:
@@ -232,6 +236,7 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
         prog.fitting.append(baseline)
         for mask in (oom_est, slower):
             mask[base_row] = False
+    over_margin = _own_over_margin(job, baseline, base_row, oom_est, prog)
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = seq = None
     num_oom_host = len(prog.host_unfit) + prog.num_host_memory_only
@@ -244,8 +249,27 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
         num_oom_estimated=int(oom_est.sum()),
         num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only + num_oom_host, num_slower=int(slower.sum()),
         num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest,
-        layers_that_fit=layers, num_oom_host=num_oom_host, seq_length_that_fits=seq,
+        layers_that_fit=layers, num_oom_host=num_oom_host, seq_length_that_fits=seq, num_over_margin=over_margin,
     )
+
+
+def _own_over_margin(job: _Job, baseline: Evaluated | None, base_row: np.ndarray, oom_est: np.ndarray,
+                     prog: _Progress) -> int:
+    """1 when the user's own configuration fits by predict's verdict but is over tune's margin: its row is taken out
+    of the out-of-memory count it landed in (the memory model's or the full prediction's), since predict says the
+    job runs. Only the user's configuration: it is the one a user compares with predict."""
+    if not over_margin_only(baseline) or not base_row.any():
+        return 0
+    i = int(np.flatnonzero(base_row)[0])
+    if oom_est[i]:
+        oom_est[i] = False
+    elif not prog.evaluated[i] or np.isnan(prog.full_peak[i]):
+        return 0  # never visited (counted slower by estimate) or invalid: not in an out-of-memory count
+    elif np.isnan(prog.full_s[i]):
+        prog.num_oom_memory_only -= 1
+    else:
+        prog.unfit = [e for e in prog.unfit if e.candidate != job.base]
+    return 1
 
 
 def _search_loop(job: _Job, valid: CandidateTable, est: surrogate.SurrogateEstimate, feats: np.ndarray,

@@ -224,7 +224,7 @@ def test_json_counts_add_up_and_name_prune_reasons(tmp_path: Path, capsys) -> No
     assert code == 0, err
     s = data["search"]
     assert s["num_considered"] == (s["num_invalid"] + s["num_oom_estimated"] + s["num_oom_predicted"]
-                                   + s["num_slower_by_estimate"] + s["num_fitting"])
+                                   + s["num_over_margin"] + s["num_slower_by_estimate"] + s["num_fitting"])
     assert s["num_invalid"] == sum(s["invalid_by_rule"].values()) and s["invalid_by_rule"]
     assert s["num_oom_estimated"] > 0  # micro-batch 64 x 2,048 tokens of a 6.7B model does not fit an H100
     assert all(isinstance(k, str) and v > 0 for k, v in s["invalid_by_rule"].items())

@@ -62,7 +62,8 @@ def test_layouts_over_the_host_ram_are_pruned_with_their_reason(tmp_path: Path, 
         assert row["host_fits"] and row["host_bytes_per_node"] <= data["search"]["host_capacity_bytes"], row
     s = data["search"]
     assert s["num_considered"] == (s["num_invalid"] + s["num_oom_estimated"] + s["num_oom_predicted"]
-                                   + s["num_slower_by_estimate"] + s["num_fitting"])  # host RAM: of num_oom_predicted
+                                   + s["num_over_margin"] + s["num_slower_by_estimate"]
+                                   + s["num_fitting"])  # host RAM: of num_oom_predicted
     assert s["num_oom_predicted"] >= s["num_oom_host"]
     # the applied command is one `run --require-fit` would launch: predict says its host memory fits
     assert _host_bytes(cluster, data["applied"]["argv"], capsys)[1] is True

@@ -23,7 +23,8 @@ def _search(cfg, cluster, space, top_k=5, validate=no_validation, predictor=None
 def test_counts_add_up_and_top_is_sorted_and_fits() -> None:
     cfg, cluster = gpt_config(), a100_cluster()
     res, table, pred = _search(cfg, cluster, load_search_space(None, "megatron"))
-    accounted = res.num_invalid + res.num_oom_estimated + res.num_oom_predicted + res.num_slower + res.num_fitting
+    accounted = (res.num_invalid + res.num_oom_estimated + res.num_oom_predicted + res.num_over_margin + res.num_slower
+                 + res.num_fitting)
     assert accounted == res.num_considered == len(table)
     times = [e.step_time_s for e in res.top]
     assert times == sorted(times) and len(res.top) == 5

@@ -44,7 +44,7 @@ def test_megatron_apply_dry_run_is_accepted_by_explain(capsys) -> None:
     data = json.loads(out)
     best = data["top"][0]
     assert data["search"]["num_considered"] == (data["search"]["num_invalid"] + data["search"]["num_oom_estimated"]
-                                                + data["search"]["num_oom_predicted"]
+                                                + data["search"]["num_oom_predicted"] + data["search"]["num_over_margin"]
                                                 + data["search"]["num_slower_by_estimate"] + data["search"]["num_fitting"])
     new_argv = data["applied"]["argv"]
     assert "would run" in err
