@@ -33,3 +33,15 @@ def deepspeed_port() -> Iterator[int]:
     port = _free_port()
     yield port
     remove_job_buffers([port], started)
+
+
+@pytest.fixture(scope="module")
+def deepspeed_config():
+    """DeepSpeed's own config class, the oracle of the ds_config tests (a test-only import: the predict path never
+    imports deepspeed); DeepSpeedConfig asks the process group for its rank, which a test host has none of."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DS_ACCELERATOR", "cpu")
+    module = pytest.importorskip("deepspeed.runtime.config")
+    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)
+    yield module
+    mp.undo()

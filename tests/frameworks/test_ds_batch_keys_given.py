@@ -31,17 +31,6 @@ def _write(tmp_path: Path, config: dict[str, Any]) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def deepspeed_config():
-    """DeepSpeed's own config class, the oracle (a test-only import: the predict path never imports deepspeed)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DS_ACCELERATOR", "cpu")
-    module = pytest.importorskip("deepspeed.runtime.config")
-    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
-    yield module
-    mp.undo()
-
-
 def test_deepspeed_itself_refuses_a_config_without_batch_keys(deepspeed_config) -> None:
     for config in (NO_BATCH, {**NO_BATCH, "gradient_accumulation_steps": 4}):
         with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):

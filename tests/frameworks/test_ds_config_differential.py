@@ -113,16 +113,6 @@ class _Mpu:
         return DP
 
 
-@pytest.fixture(scope="module")
-def deepspeed_config():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DS_ACCELERATOR", "cpu")
-    module = pytest.importorskip("deepspeed.runtime.config")
-    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
-    yield module
-    mp.undo()
-
-
 def _deepspeed_refuses(module: Any, config: dict[str, Any]) -> str | None:
     try:
         module.DeepSpeedConfig(json.loads(json.dumps(config)), mpu=_Mpu())

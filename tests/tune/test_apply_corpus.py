@@ -15,17 +15,6 @@ from .apply_corpus import CASES, check_case
 from .helpers import run_cli
 
 
-@pytest.fixture(scope="module")
-def deepspeed_config():
-    """DeepSpeed's own config class (a test-only import: the predict path never imports deepspeed)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DS_ACCELERATOR", "cpu")
-    module = pytest.importorskip("deepspeed.runtime.config")
-    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
-    yield module
-    mp.undo()
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_apply_then_explain(case, deepspeed_config, tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -19,17 +19,6 @@ from .apply_corpus_users import CASES
 from .helpers import run_cli
 
 
-@pytest.fixture(scope="module")
-def deepspeed_config():
-    """DeepSpeed's own config class (a test-only import: the predict path never imports deepspeed)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DS_ACCELERATOR", "cpu")
-    module = pytest.importorskip("deepspeed.runtime.config")
-    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
-    yield module
-    mp.undo()
-
-
 def _flags(argv: list[str]) -> dict[str, str]:
     """--flag -> its last value ("" for a switch): argparse's last-wins reading, written apart from render.argv_flags."""
     out: dict[str, str] = {}

@@ -25,17 +25,6 @@ CONFIGS = [{key: "auto" if auto else USER[key] for key, auto in zip(keys, autos)
            for autos in itertools.product((False, True), repeat=n)]
 
 
-@pytest.fixture(scope="module")
-def deepspeed_config():
-    """DeepSpeed's own config class (a test-only import: the predict path never imports deepspeed)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DS_ACCELERATOR", "cpu")
-    module = pytest.importorskip("deepspeed.runtime.config")
-    mp.setattr(module.dist, "get_rank", lambda *a, **k: 0)  # no process group on a test host
-    yield module
-    mp.undo()
-
-
 def _trainer_filled(config: dict) -> dict:
     """trainer_config_process with --per_device_train_batch_size / --gradient_accumulation_steps as rewrite_hf_argv
     leaves them: "auto" filled, a differing stated value refused."""
