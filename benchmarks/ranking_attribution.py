@@ -12,6 +12,7 @@ import numpy as np
 
 from ranking_diagnostics import (COMPONENTS, RowPoint, bilinear_fit, bilinear_terms, by_family, cell_costs, cell_key,
                                  component_oracle, count_hits, is_hit, miss_pair)
+from ranking_terms import report_terms
 
 
 def composition_oracle(points) -> dict:
@@ -40,6 +41,7 @@ def report_misses(results: list, noise: float) -> None:
     print("(hidden, TP, micro-batch) of the best -> of the choice: " + ", ".join(
         f"{b} -> {c} x{n}" for (b, c), n in sorted(pairs.items(), key=lambda kv: -kv[1])))
     report_attribution(groups)
+    report_terms(groups)
     base = count_hits(groups, lambda p: p.predicted_s)
     print(f"\noracles (re-ranked by direct prediction; base {base}/{len(groups)}):")
     everything = [p for pts in groups for p in pts]
