@@ -21,6 +21,7 @@ from llmperf_hook.frameworks.deepspeed_engine_rules import (check_top_level, gra
 from llmperf_hook.frameworks.deepspeed_nvme import (nvme_warnings, optimizer_buffer_count, param_buffer_count,
                                                   param_buffer_elems, param_max_in_cpu_elems)
 from llmperf_hook.frameworks.deepspeed_optimizer import client_optimizer_settings, optimizer_settings
+from llmperf_hook.frameworks.deepspeed_release import TODAYS_RELEASE, JobRelease
 from llmperf_hook.frameworks.deepspeed_schema import STAGE3_ALIASES, check_sections, check_zero_section
 from llmperf_hook.frameworks.deepspeed_step_keys import master_weight_rules, memory_efficient_linear, step_key_warnings
 from llmperf_hook.frameworks.deepspeed_values import ds_bool, pydantic_int
@@ -148,7 +149,8 @@ def _enabled(section: Any, key: str, origin: str) -> bool | str:
     return False
 
 
-def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str]) -> dict[str, Any]:
+def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: list[str],
+          release: JobRelease) -> dict[str, Any]:
     zero = raw.get("zero_optimization", {})
     if isinstance(zero, bool):  # very old configs: "zero_optimization": true means stage 1
         zero = {"stage": 1} if zero else {}
@@ -158,7 +160,7 @@ def _zero(raw: dict[str, Any], origin: str, src: dict[str, Source], warnings: li
         raise ConfigError(f"{origin} zero_optimization must be an object, got {zero!r}{hint}; DeepSpeed's get_zero_config "
                           "builds DeepSpeedZeroConfig(**zero_optimization) and fails on anything else. Write "
                           "\"zero_optimization\": {\"stage\": N} (false or true, DeepSpeed's old spellings, also work).")
-    check_zero_section(zero, origin)
+    check_zero_section(zero, origin, release)
     stage = zero.get("stage", 0)  # pydantic's lax ZeroStageEnum reads true / false as 1 / 0
     out: dict[str, Any] = {"zero_stage": _num(int(stage) if isinstance(stage, bool) else stage, "zero_optimization.stage", origin)}
     if out["zero_stage"] not in (0, 1, 2, 3, AUTO):
@@ -266,15 +268,18 @@ def _other_sections(raw: dict[str, Any], origin: str, src: dict[str, Source], wa
     return out
 
 
-def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[str, str] | None = None) -> DsSettings:
+def parse_ds_config(raw: dict[str, Any], origin: str, client_optimizer: tuple[str, str] | None = None,
+                    release: JobRelease = TODAYS_RELEASE) -> DsSettings:
     """Typed settings from a ds_config dict; `origin` names the file in messages and sources. `client_optimizer`:
     (class name or "", where) of the optimizer the script passes to deepspeed.initialize (Megatron-DeepSpeed's own,
-    deepspeed_optimizer.script_client_optimizer), so the optimizer section is not built."""
+    deepspeed_optimizer.script_client_optimizer), so the optimizer section is not built. `release`: the job's
+    DeepSpeed (deepspeed_release.schema_release), for the checks that came or went with a release."""
     src: dict[str, Source] = {}
     warnings: list[str] = []
-    check_sections(raw, origin)
-    fields = {**_zero(raw, origin, src, warnings), **_batch_and_precision(raw, origin, src), **_other_sections(raw, origin, src, warnings)}
-    fields.update(check_top_level(raw, origin, fields, src, warnings))
+    check_sections(raw, origin, release)
+    fields = {**_zero(raw, origin, src, warnings, release), **_batch_and_precision(raw, origin, src),
+              **_other_sections(raw, origin, src, warnings)}
+    fields.update(check_top_level(raw, origin, fields, src, warnings, release))
     warnings.extend(step_key_warnings(raw, origin))
     if fields["torch_autocast"] in ("bf16", "fp16") and fields["fp16"] is not True and fields["bf16"] is not True:
         warnings.append(f"{origin} {'torch_autocast' if 'torch_autocast' in raw else 'amp'} computes in "

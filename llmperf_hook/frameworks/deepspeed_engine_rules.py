@@ -11,14 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_release import (ALLREDUCE_OP_VERSION, REMOVED_FEATURES_VERSION, TODAYS_RELEASE,
+                                                       JobRelease)
 from llmperf_hook.frameworks.deepspeed_schema import offload_ratio
 from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool
+from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 REMOVED_KEYS = ("nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
                 "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop")
 """Top-level sections DeepSpeed 0.19.8 refuses (config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS, deepspeedai/DeepSpeed#8489);
-0.19.6 and earlier accept them. The release the job runs is not known here, so they warn."""
+0.19.6 and earlier accept them (deepspeed_release.REMOVED_FEATURES_VERSION)."""
 REMOVED_ZERO_KEYS = ("mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param")
 
 # config.py DtypeEnum spellings (matched exactly); int8 is a member but no training dtype pairs with it.
@@ -27,13 +30,23 @@ _DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "
            "torch.bfloat16": "bf16", "int8": "int8", "torch.int8": "int8"}
 
 
-def _removed(raw: dict[str, Any], origin: str, warnings: list[str]) -> None:
+def _removed(raw: dict[str, Any], origin: str, warnings: list[str], release: JobRelease) -> None:
+    """Removed feature sections: refused from REMOVED_FEATURES_VERSION on (_reject_removed_config_keys raises a
+    DeepSpeedConfigError naming the feature), accepted and unmodelled before. Refused only for a release the user
+    states: years of public scripts carry these sections (Megatron-DeepSpeed's examples_deepspeed write
+    curriculum_learning), and the DeepSpeed installed beside llmperf is a guess at the one the job runs."""
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     gone = [key for key in REMOVED_KEYS if key in raw] + [f"zero_optimization.{key}" for key in REMOVED_ZERO_KEYS
                                                          if key in zero]
+    if gone and release.stated and release.has(REMOVED_FEATURES_VERSION):
+        raise ConfigError(f"{origin} has {', '.join(gone)}: the feature was removed (deepspeedai/DeepSpeed#8489) and "
+                          "DeepSpeedConfig refuses the section from 0.19.8 on (_reject_removed_config_keys, "
+                          f"DeepSpeedConfigError); the job runs {release.named()}. Remove the section, or set "
+                          f"{DEEPSPEED_VERSION_ENV} to the older release the job really runs.")
     for key in gone:
         warnings.append(f"{origin} {key} accepted, not modelled; DeepSpeed 0.19.8 and later refuse the config (feature "
-                        "removed, deepspeedai/DeepSpeed#8489), earlier releases accept it")
+                        f"removed, deepspeedai/DeepSpeed#8489), earlier releases accept it (this job: {release.named()}; "
+                        f"set {DEEPSPEED_VERSION_ENV} to have it checked)")
 
 
 def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -86,17 +99,25 @@ def _instrumentation(raw: dict[str, Any], origin: str, warnings: list[str]) -> N
                         "around every forward, backward and optimizer step)")
 
 
-def _allreduce_op(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> None:
-    """gradient_allreduce_op (1cae4920e, 2026-08-15, with its checks; installed 0.19.8 runtime/config.py
-    get_gradient_allreduce_op and _do_error_check): "mean" (the default) or "sum", case-insensitive; "sum" not at
-    ZeRO stage 3, with ZenFlow or with DeepCompile. Sum or mean reduce the same bytes: nothing to price."""
+def _allreduce_op(raw: dict[str, Any], origin: str, fields: dict[str, Any], warnings: list[str],
+                  release: JobRelease) -> None:
+    """gradient_allreduce_op (1cae4920e, 2026-08-15, with its checks, from ALLREDUCE_OP_VERSION on; installed 0.19.8
+    runtime/config.py get_gradient_allreduce_op and _do_error_check): "mean" (the default) or "sum",
+    case-insensitive; "sum" not at ZeRO stage 3, with ZenFlow or with DeepCompile. Older releases never read the key
+    (gradients averaged). Sum or mean reduce the same bytes: nothing to price."""
     if "gradient_allreduce_op" not in raw:
         return
     value = raw["gradient_allreduce_op"]
     op = value.lower() if isinstance(value, str) else value
+    if not release.has(ALLREDUCE_OP_VERSION):
+        if op != "mean":
+            warnings.append(f"{origin} gradient_allreduce_op {value!r} ignored: {release.named()} does not read the key "
+                            "(added in 0.19.6, 1cae4920e) and averages the gradients")
+        return
     if op not in ("mean", "sum"):
         raise ConfigError(f"{origin} gradient_allreduce_op is {value!r}; DeepSpeedConfig raises 'Invalid "
-                          "gradient_allreduce_op. Supported operations: [mean, sum]'. Use \"mean\" or \"sum\".")
+                          "gradient_allreduce_op. Supported operations: [mean, sum]' (0.19.6 and later; the job runs "
+                          f"{release.named()}). Use \"mean\" or \"sum\".")
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     compile_section = raw.get("compile") if isinstance(raw.get("compile"), dict) else {}
     clash = next((what for bad, what in ((fields["zero_stage"] == 3, "ZeRO stage 3"),
@@ -104,16 +125,16 @@ def _allreduce_op(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> N
                                          (compile_section.get("deepcompile") is True, "DeepCompile")) if bad), None)
     if op == "sum" and clash:
         raise ConfigError(f"{origin} gradient_allreduce_op \"sum\" with {clash}: DeepSpeedConfig raises "
-                          f"\"gradient_allreduce_op='sum' is not supported with {clash}\" (_do_error_check). Use \"mean\" "
-                          "(the default) or drop the key.")
+                          f"\"gradient_allreduce_op='sum' is not supported with {clash}\" (_do_error_check, 0.19.6 and "
+                          f"later; the job runs {release.named()}). Use \"mean\" (the default) or drop the key.")
 
 
 def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], src: dict[str, Source],
-                    warnings: list[str]) -> dict[str, Any]:
-    """Removed sections (warned), data_types.grad_accum_dtype against the engine's rule, sequence_parallel_size,
-    gradient_allreduce_op."""
-    _removed(raw, origin, warnings)
-    _allreduce_op(raw, origin, fields)
+                    warnings: list[str], release: JobRelease = TODAYS_RELEASE) -> dict[str, Any]:
+    """Removed sections and gradient_allreduce_op as the job's `release` reads them, data_types.grad_accum_dtype
+    against the engine's rule, sequence_parallel_size."""
+    _removed(raw, origin, warnings, release)
+    _allreduce_op(raw, origin, fields, warnings, release)
     _instrumentation(raw, origin, warnings)
     accum = _grad_accum_dtype(raw, origin, fields)
     if accum:

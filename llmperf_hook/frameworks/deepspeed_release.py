@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -72,6 +72,52 @@ def job_release(env: Mapping[str, str]) -> tuple[Version | None, Source | None]:
         return version, Source(SourceKind.ENV, DEEPSPEED_VERSION_ENV)
     installed = installed_release()
     return installed, Source(SourceKind.DERIVED, "the DeepSpeed installed beside llmperf") if installed else None
+
+
+@dataclass(frozen=True)
+class JobRelease:
+    """The job's DeepSpeed release (job_release) as the ds_config checks that depend on it see it."""
+
+    version: Version | None
+    """None: unknown (no LLMPERF_DEEPSPEED_VERSION, no DeepSpeed installed): today's checks all apply."""
+    source: Source | None = None
+    """Where the version came from."""
+
+    def has(self, since: Version) -> bool:
+        """Whether the release includes a change first released in `since` (unknown: yes)."""
+        return self.version is None or self.version >= since
+
+    @property
+    def stated(self) -> bool:
+        """Whether the user named the release (LLMPERF_DEEPSPEED_VERSION), not llmperf's guess from the install."""
+        return self.source is not None and self.source.kind is SourceKind.ENV
+
+    def named(self) -> str:
+        """"DeepSpeed 0.19.2 (LLMPERF_DEEPSPEED_VERSION)", for messages."""
+        if self.version is None:
+            return "an unknown DeepSpeed release (no DeepSpeed installed, LLMPERF_DEEPSPEED_VERSION unset: today's)"
+        return f"DeepSpeed {'.'.join(map(str, self.version))} ({self.source.detail if self.source else 'given'})"
+
+
+TODAYS_RELEASE = JobRelease(None)
+"""A release nobody named: every check of today's DeepSpeed applies."""
+
+
+def schema_release(env: Mapping[str, str]) -> JobRelease:
+    """The job's release (job_release) for the release-dependent ds_config checks."""
+    return JobRelease(*job_release(env))
+
+
+DYNAMIC_SCALE_CHECK_VERSION: Version = (0, 19, 3)
+"""First release whose DeepSpeedFP16Config refuses loss_scale_window / min_loss_scale <= 0 (or a bool) under
+dynamic loss scaling (ded23491c, #8050, 2026-06-22; tag v0.19.3 contains it, v0.19.2 does not)."""
+ALLREDUCE_OP_VERSION: Version = (0, 19, 6)
+"""First release that reads gradient_allreduce_op (1cae4920e, #8232, 2026-08-15: after v0.19.5, version.txt 0.19.6).
+Before it DeepSpeedConfig never looks at the key (unknown top-level keys are ignored): gradients are averaged."""
+REMOVED_FEATURES_VERSION: Version = (0, 19, 8)
+"""First release known to refuse the removed feature sections (runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS,
+deepspeedai/DeepSpeed#8490, 71d316d60, 2026-09-12; the installed 0.19.8 has it, the mirror's 0.19.6 does not; 0.19.7
+is not available here and is taken as accepting them)."""
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,8 @@ bf16 or a monitor section (tensorboard, wandb, csv_monitor, comet) stops deepspe
 not permitted". Numeric fields carry pydantic bounds (zero/config.py: reduce_bucket_size gt=0, the other sizes ge=0)
 and integer fields refuse fractions and text ("5e8" as a string). "auto" values are dropped before validation
 (DeepSpeedConfigModel non-strict), so they always pass. Key lists: the union of DeepSpeed 0.19.6's and 0.19.8's
-models, so a key either release accepts is accepted. Values are read as pydantic reads them (deepspeed_values.py);
+models, less the keys the job's release (deepspeed_release.schema_release) does not know yet (NEWER_ZERO_KEYS); the
+fp16 dynamic loss-scale bounds also follow the release that added them. Values are read as pydantic reads them (deepspeed_values.py);
 the rules that join sections once the ZeRO stage is known are in deepspeed_engine_rules.py.
 """
 
@@ -16,9 +17,11 @@ import difflib
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.deepspeed_release import DYNAMIC_SCALE_CHECK_VERSION, TODAYS_RELEASE, JobRelease, Version
 # Value readers used here and by the other ds_config modules (deepspeed_nvme, deepspeed_step_keys, deepspeed_optimizer
 # import them through this module).
 from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool, pydantic_float, pydantic_int
+from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
 
 ZERO_KEYS = frozenset("""
 allgather_bucket_size allgather_partitions allgather_sequential compute_grad_norm contiguous_gradients cpu_offload
@@ -36,6 +39,10 @@ zenflow zero_hpz_partition_size zero_quantized_gradients zero_quantized_nontrain
 zeropp_loco_param
 """.split())
 """zero/config.py DeepSpeedZeroConfig fields and aliases (0.19.6 and 0.19.8)."""
+
+NEWER_ZERO_KEYS: dict[str, Version] = {"compute_grad_norm": (0, 19, 7), "parameter_alignment": (0, 19, 7)}
+"""DeepSpeedZeroConfig fields of the installed 0.19.8 that the mirror's 0.19.6 (edaa72212, 2026-08-22) lacks, so
+older releases refuse them as extra keys; 0.19.7 is not available here and gets the benefit of the doubt."""
 
 # zero/config.py Field(..., gt=0 / ge=0) on integer fields; the value is the lower bound and whether it is strict.
 ZERO_INT_BOUNDS: dict[str, tuple[int, bool]] = {
@@ -149,9 +156,15 @@ def _offload(section: Any, key: str, origin: str) -> None:
             _int_field(section[name], f"zero_optimization.{key}.{name}", origin, (0, False))
 
 
-def check_zero_section(zero: dict[str, Any], origin: str) -> None:
-    """DeepSpeedZeroConfig: known keys, integer bounds, offload sub-models."""
+def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
+    """DeepSpeedZeroConfig of the job's `release`: known keys, integer bounds, offload sub-models."""
     _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
+    newer = sorted(key for key, since in NEWER_ZERO_KEYS.items() if key in zero and not release.has(since))
+    if newer:
+        raise ConfigError(f"{origin} zero_optimization has {', '.join(newer)}, which DeepSpeedZeroConfig knows from 0.19.7 "
+                          f"or 0.19.8 on; the job runs {release.named()}, whose model forbids extra keys and stops at "
+                          "deepspeed.initialize ('Extra inputs are not permitted'). Remove the key, upgrade DeepSpeed, or "
+                          f"set {DEEPSPEED_VERSION_ENV} to the release the job really runs.")
     for name in _ALIASED_FIELDS:
         if AUTO not in (zero.get(name, AUTO), zero.get(f"stage3_{name}", AUTO)):  # "auto" is dropped first
             raise ConfigError(f"{origin} zero_optimization gives both {name} and stage3_{name}, two spellings of one "
@@ -178,27 +191,38 @@ def _precision_types(section: dict[str, Any], key: str, origin: str, model: str)
                               f"{what} and deepspeed.initialize fails otherwise. Fix the value or drop the key.")
 
 
-def _dynamic_loss_scale(section: dict[str, Any], origin: str) -> None:
-    """DeepSpeedFP16Config (precision_config.py, ded23491c 2026-06-22): under dynamic loss scaling (enabled, loss_scale
-    0, the default) loss_scale_window and min_loss_scale must be integers > 0, not booleans. A window of 0 divides
-    by zero in DynamicLossScaler.update_scale at the first step in every release; a floor of 0 lets the scale
-    collapse, which releases before that commit ran."""
+def _dynamic_loss_scale(section: dict[str, Any], origin: str, release: JobRelease) -> None:
+    """Dynamic loss scaling (fp16 enabled, loss_scale 0, the default) as the job's release checks it. From v0.19.3
+    (DYNAMIC_SCALE_CHECK_VERSION) DeepSpeedFP16Config refuses a loss_scale_window or min_loss_scale that is not an
+    integer > 0 (booleans too). Earlier releases take any integer (a bool as 0 / 1): a floor <= 0 lets the scale
+    collapse, a negative window works as its absolute value (Python's %), and only a window of 0 stops the job,
+    with a ZeroDivisionError in DynamicLossScaler.update_scale (`% self.scale_window`) at the first step that does
+    not overflow."""
     enabled, scale = section.get("enabled", False), section.get("loss_scale", 0)
     if AUTO in (enabled, scale) or not ds_bool(enabled, "fp16.enabled", origin) or pydantic_float(scale) != 0:
         return  # "auto" enabled: the Trainer's --fp16 decides; type errors are _precision_types'
+    checked = release.has(DYNAMIC_SCALE_CHECK_VERSION)
     for field, default in (("loss_scale_window", 1000), ("min_loss_scale", 1)):
         value = section.get(field, default)
         if value == AUTO:
             continue
-        if isinstance(value, bool) or (pydantic_int(value) or 0) <= 0:
+        number = pydantic_int(value) or 0
+        if checked and (isinstance(value, bool) or number <= 0):
             raise ConfigError(f"{origin} fp16.{field} is {value!r} under dynamic loss scaling (fp16 enabled, loss_scale "
                               f"0): DeepSpeedFP16Config raises 'fp16.{field} must be > 0 when dynamic loss scaling is "
-                              "enabled'. Give a positive integer (DeepSpeed's default: "
-                              f"{default}) or drop the key.")
+                              "enabled' from v0.19.3 on (ded23491c), and the job runs "
+                              f"{release.named()}. Give a positive integer (DeepSpeed's default: {default}) or drop the "
+                              f"key; on an older DeepSpeed set {DEEPSPEED_VERSION_ENV} to the release the job runs.")
+        if field == "loss_scale_window" and number == 0:
+            raise ConfigError(f"{origin} fp16.loss_scale_window is {value!r} under dynamic loss scaling (fp16 enabled, "
+                              f"loss_scale 0): {release.named()} accepts it, then DynamicLossScaler.update_scale "
+                              "computes `% scale_window` and stops with a ZeroDivisionError at the first step without an "
+                              "overflow. Give a positive integer (DeepSpeed's default: 1000) or drop the key.")
 
 
-def check_sections(raw: dict[str, Any], origin: str) -> None:
-    """fp16/bf16 and monitor sections as DeepSpeed's models read them; communication_data_type's choices."""
+def check_sections(raw: dict[str, Any], origin: str, release: JobRelease = TODAYS_RELEASE) -> None:
+    """fp16/bf16 and monitor sections as DeepSpeed's models (of the job's `release`) read them;
+    communication_data_type's choices."""
     for name, known in PRECISION_KEYS.items():
         key = "bfloat16" if name == "bf16" and "bf16" not in raw and "bfloat16" in raw else name
         section = raw.get(key)
@@ -211,7 +235,7 @@ def check_sections(raw: dict[str, Any], origin: str) -> None:
         _unknown_keys(section, known, key, origin, f"DeepSpeed{name.upper()}Config")
         _precision_types(section, key, origin, f"DeepSpeed{name.upper()}Config")
         if name == "fp16":
-            _dynamic_loss_scale(section, origin)
+            _dynamic_loss_scale(section, origin, release)
     for name, known in MONITOR_KEYS.items():
         section = raw.get(name)
         if isinstance(section, dict):

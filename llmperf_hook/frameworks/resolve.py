@@ -19,6 +19,7 @@ from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
+from llmperf_hook.frameworks.deepspeed_release import schema_release
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.megatron_data_source import DATA_SOURCE_FLAGS, check_single_data_source
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
@@ -116,11 +117,11 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
-        return parse_ds_config(*accelerate_ds_config(env))
+        return parse_ds_config(*accelerate_ds_config(env), release=schema_release(env))
     if framework == "deepspeed" and openrlhf_trainer(script):
-        return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN)
+        return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN, release=schema_release(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
-        return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN)
+        return parse_ds_config(deepspeed_chat_config(flags, world_size), ORIGIN, release=schema_release(env))
     path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if framework in ("deepspeed", "megatron-deepspeed") and flags.has("deepspeed_config") and flags.has("deepscale_config"):
         # deepspeed.initialize(args=...) copies the deprecated --deepscale_config into args.deepspeed_config
@@ -145,7 +146,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = plugin_config_file(raw, env, str(path))
     client = ("", "Megatron-DeepSpeed's own optimizer") if framework == "megatron-deepspeed" \
         else script_client_optimizer(script)
-    return parse_ds_config(raw, str(path), client_optimizer=client)
+    return parse_ds_config(raw, str(path), client_optimizer=client, release=schema_release(env))
 
 
 def _job_sources(job: ParsedJob, framework: str, src: dict[str, Source]) -> None:

@@ -109,11 +109,17 @@ def test_accepted_spellings_and_sections(tmp_path: Path) -> None:
     assert script([*DS, _ds(tmp_path, zero_optimization=False)], model="llama2-7b").optimizer.zero_stage == 0
 
 
-def test_removed_sections_warn_with_the_release(tmp_path: Path) -> None:
-    cfg = script([*DS, _ds(tmp_path, zero_optimization={"stage": 3, "mics_shard_size": 8}, sparse_attention={"mode": "fixed"})],
-                 model="llama2-7b")
+def test_removed_sections_warn_before_0_19_8_and_are_refused_from_it(tmp_path: Path) -> None:
+    path = _ds(tmp_path, zero_optimization={"stage": 3, "mics_shard_size": 8}, sparse_attention={"mode": "fixed"})
+    cfg = script([*DS, path], model="llama2-7b", env={"LLMPERF_DEEPSPEED_VERSION": "0.19.6"})
     removed = [w for w in cfg.warnings if "0.19.8" in w]
     assert len(removed) == 2 and not any("mics_shard_size = 8" in w for w in cfg.warnings)
+    assert all("this job: DeepSpeed 0.19.6 (LLMPERF_DEEPSPEED_VERSION)" in w for w in removed)
+    guessed = [w for w in script([*DS, path], model="llama2-7b").warnings if "0.19.8" in w]  # the installed release
+    assert len(guessed) == 2 and all("set LLMPERF_DEEPSPEED_VERSION to have it checked" in w for w in guessed)
+    with pytest.raises(ConfigError, match=r"sparse_attention, zero_optimization.mics_shard_size: the feature was "
+                                          r"removed .* refuses the section from 0.19.8 on .*DeepSpeed 0.19.8 \("):
+        script([*DS, path], model="llama2-7b", env={"LLMPERF_DEEPSPEED_VERSION": "0.19.8"})
 
 
 def test_ulysses_sequence_parallel_divides_the_batch_world(tmp_path: Path) -> None:
