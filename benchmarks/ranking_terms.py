@@ -29,7 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ranking_diagnostics import RowPoint, bilinear_fit, by_family, cell_costs, cell_key, miss_pair
+from ranking_diagnostics import RowPoint, bilinear_fit, by_family, cell_costs, cell_key, equal_work_steps, miss_pair
 
 TERMS = ("layers", "outside the layers", "DP all-reduce", "per step", "rest")
 """The last, rest, is nonzero only for a row whose family has no fit of its own: its layers are priced from its
@@ -135,6 +135,35 @@ def report_terms(groups) -> None:
         print(f"  {_label(best):<32} {_label(chosen):<32} {chosen.measured_s / best.measured_s:6.3f} "
               f"{chosen.predicted_s / best.predicted_s:6.3f}  {cols}  {term}{side}")
     print("misses by deciding term: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1])))
+    report_tp_steps([p for pts in groups for p in pts])
+
+
+def tp_steps_by_added_work(points, dtype_bytes: int = 2) -> dict:
+    """(source, TP from, TP to, all-reduce bytes at TP from, at TP to) -> [(hidden, micro-batch / TP, measured step
+    s, predicted step s)]: the equal-work TP steps (ranking_diagnostics.equal_work_steps, per layer and micro-batch)
+    grouped by what the larger TP adds. Megatron's in-layer all-reduces carry micro-batch x sequence x hidden x 2
+    bytes and the ops TP does not split (norms, residual adds, hidden dropout) touch the same elements, so two steps
+    under one key add the same collective traffic, the same host calls and the same unsplit bytes; only the split
+    GEMM and attention shapes differ, at equal FLOPs. A TP-communication or unsplit-op mechanism moves such steps
+    alike."""
+    seqs = {p.family[0]: p.seq_length for p in points}
+    measured, predicted = cell_costs(points), cell_costs(points, lambda p: p.predicted_s)
+    out: dict = defaultdict(list)
+    for source in sorted({c[0] for c in measured}):
+        costs = {c[1:]: (measured[c], predicted[c]) for c in measured if c[0] == source and c in predicted}
+        for h, work, tp0, tp1, m_s, p_s in equal_work_steps(costs):
+            per_call = [0 if tp == 1 else int(work * tp) * seqs[source] * h * dtype_bytes for tp in (tp0, tp1)]
+            out[(source, tp0, tp1, *per_call)].append((h, work, m_s, p_s))
+    return dict(out)
+
+
+def report_tp_steps(points) -> None:
+    """tp_steps_by_added_work, printed: keys with several steps are where one mechanism would have to agree."""
+    print("\nequal-work TP steps by what the larger TP adds (all-reduce bytes per call from / to; ms per layer and "
+          "micro-batch, measured / predicted):")
+    for (source, tp0, tp1, b0, b1), steps in sorted(tp_steps_by_added_work(points).items()):
+        cells = ", ".join(f"h{h} mbs/TP {str(w)}: {1e3 * m:+.2f} / {1e3 * q:+.2f}" for h, w, m, q in steps)
+        print(f"  {source} TP {tp0} -> {tp1}, {b0 / 2**20:4.0f} -> {b1 / 2**20:4.0f} MiB: {cells}")
 
 
 def _label(p: RowPoint) -> str:

@@ -78,3 +78,19 @@ def test_the_deciding_term_is_the_one_that_under_prices_the_choice() -> None:
         assert term == "layers: TP step at equal per-rank work"
         np.testing.assert_allclose(delta[:2], [-1.0e-3 * chosen_p.num_layers * chosen_p.num_microbatches,
                                                0.2e-3 * chosen_p.num_microbatches], atol=1e-12)
+
+
+def test_tp_steps_are_keyed_by_the_collective_bytes_the_larger_tp_adds() -> None:
+    # h2048 TP1 mbs1 -> TP2 mbs2 and h1024 TP1 mbs2 -> TP2 mbs4 add the same 8 MiB all-reduces (2 x 1024 x 2048 x 2
+    # = 4 x 1024 x 1024 x 2 bytes); h1024 TP1 mbs1 -> TP2 mbs2 adds 4 MiB ones.
+    def cell_rows(h: int, tp: int, mbs: int, a: float) -> list[diag.RowPoint]:
+        rows = _rows(f"tp{tp} pp1 mbs{mbs}", ("S24", h, tp, 1, mbs, 1), a=a, b=5e-3, step=1e-3)
+        return [diag.RowPoint(p.layout, p.cell, p.family, p.num_layers, p.num_microbatches, p.measured_s,
+                              p.predicted_s, True, seq_length=1024) for p in rows]
+    points = (cell_rows(2048, 1, 1, 3.2e-3) + cell_rows(2048, 2, 2, 4.6e-3) + cell_rows(1024, 1, 2, 3.2e-3)
+              + cell_rows(1024, 2, 4, 3.2e-3) + cell_rows(1024, 1, 1, 3.0e-3) + cell_rows(1024, 2, 2, 3.6e-3))
+    steps = terms.tp_steps_by_added_work(points)
+    assert sorted(steps) == [("S24", 1, 2, 0, 4 * 2**20), ("S24", 1, 2, 0, 8 * 2**20)]
+    eight = {h: (m, q) for h, _, m, q in steps[("S24", 1, 2, 0, 8 * 2**20)]}
+    np.testing.assert_allclose(eight[2048], (1.4e-3, 1.4e-3), atol=1e-12)  # prediction = measurement here
+    np.testing.assert_allclose(eight[1024], (0.0, 0.0), atol=1e-12)
