@@ -53,6 +53,13 @@ class Arch:
 LLAMA = "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear"
 NEMOTRON = ("--squared-relu --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
             "--apply-layernorm-1p")
+# NeMo's Llama and Nemotron configs train without dropout (llama.py LlamaConfig / Llama3Config hidden_dropout = 0.0,
+# attention_dropout = 0.0; nemotron.py NemotronConfig likewise, @8e3d65dcfe; the launcher's llama3_8b.yaml,
+# llama3_1_405b.yaml and nemotron_340b.yaml @24c3d6bb say the same), where Megatron-LM defaults to 0.1: no dropout
+# masks are kept (Megatron's GPT-3 configs keep 0.1).
+NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0"
+NEMO_LLAMA = f"{LLAMA} {NO_DROPOUT}"
+NEMO_NEMOTRON = f"{NEMOTRON} {NO_DROPOUT}"
 # Megatron-Bridge H100 Qwen3 recipe (perf_recipes/qwen/h100/qwen3_moe.py): flex dispatcher with the HybridEP
 # backend, routing force-balanced ('we force-balance the token distribution among experts').
 QWEN3_MOE = (LLAMA + " --qk-layernorm --kv-channels 128 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm "
@@ -65,19 +72,19 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("GPT3-5B", 24, 4096, 32, None, 16384, 50257, GPT3, LAUNCHER_ARCH.format("5b") + " (GPT2BPETokenizer)"),
     Arch("GPT3-20B", 44, 6144, 48, None, 24576, 50257, GPT3, LAUNCHER_ARCH.format("20b")),
     Arch("GPT3-175B", 96, 12288, 96, None, 49152, 50257, GPT3, LAUNCHER_ARCH.format("175b")),
-    Arch("LLAMA2-7B", 32, 4096, 32, None, 11008, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config7B")),
-    Arch("LLAMA2-13B", 40, 5120, 40, None, 13824, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config13B")),
-    Arch("LLAMA2-70B", 80, 8192, 64, 8, 28672, 32000, LLAMA, NEMO_ARCH.format("llama.py Llama2Config70B")),
-    Arch("LLAMA3-8B", 32, 4096, 32, 8, 14336, 128256, LLAMA, NEMO_ARCH.format("llama.py Llama3Config8B")),
-    Arch("LLAMA3-70B", 80, 8192, 64, 8, 28672, 128256, LLAMA, NEMO_ARCH.format("llama.py Llama3Config70B")),
+    Arch("LLAMA2-7B", 32, 4096, 32, None, 11008, 32000, NEMO_LLAMA, NEMO_ARCH.format("llama.py Llama2Config7B")),
+    Arch("LLAMA2-13B", 40, 5120, 40, None, 13824, 32000, NEMO_LLAMA, NEMO_ARCH.format("llama.py Llama2Config13B")),
+    Arch("LLAMA2-70B", 80, 8192, 64, 8, 28672, 32000, NEMO_LLAMA, NEMO_ARCH.format("llama.py Llama2Config70B")),
+    Arch("LLAMA3-8B", 32, 4096, 32, 8, 14336, 128256, NEMO_LLAMA, NEMO_ARCH.format("llama.py Llama3Config8B")),
+    Arch("LLAMA3-70B", 80, 8192, 64, 8, 28672, 128256, NEMO_LLAMA, NEMO_ARCH.format("llama.py Llama3Config70B")),
     Arch("LLAMA3.1-405B", 126, 16384, 128, 8, 53248, 128256,
-         LLAMA + " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+         f"{NEMO_LLAMA} --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
          NEMO_ARCH.format("llama.py Llama31Config405B") + "; 126 layers over PP8 x VP8 "
          "split with the embedding and the loss counted as layers (NVIDIA-NeMo/Megatron-Bridge "
          "src/megatron/bridge/recipes/llama/h100/llama3.py @067f987df, 405B recipe: account_for_embedding/loss_in_pipeline_split)"),
-    Arch("Nemotron-8B", 32, 4096, 32, None, 16384, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron3Config8B")),
-    Arch("Nemotron-22B", 40, 6144, 48, None, 24576, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config22B")),
-    Arch("Nemotron-340B", 96, 18432, 96, 8, 73728, 256000, NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config340B")),
+    Arch("Nemotron-8B", 32, 4096, 32, None, 16384, 256000, NEMO_NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron3Config8B")),
+    Arch("Nemotron-22B", 40, 6144, 48, None, 24576, 256000, NEMO_NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config22B")),
+    Arch("Nemotron-340B", 96, 18432, 96, 8, 73728, 256000, NEMO_NEMOTRON, NEMO_ARCH.format("nemotron.py Nemotron4Config340B")),
     Arch("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 151936, QWEN3_MOE + " --moe-ffn-hidden-size 768",
          "Qwen/Qwen3-30B-A3B config.json (48 layers, h 2048, 32 heads / 4 KV, head 128, 128 experts top-8, expert FFN 768)"),
     Arch("Qwen3-235B-A22B", 94, 4096, 64, 4, 12288, 151936, QWEN3_MOE + " --moe-ffn-hidden-size 1536",
@@ -199,13 +206,15 @@ LONG_SEQ = Source(
 
 
 def tokens_per_gpu_row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int,
-                       cp: int, vp: int, ep: int, tok_s_gpu: float, tflops: float | None, extra: str = "") -> dict:
-    """A row whose step time is derived from tokens/s/GPU."""
+                       cp: int, vp: int, ep: int, tok_s_gpu: float, tflops: float | None, extra: str = "",
+                       row_flags: str = "") -> dict:
+    """A row whose step time is derived from tokens/s/GPU; `row_flags` as in `_row`."""
     t = gbs * seq / (tok_s_gpu * gpus)
     method = f"derived: t = GBS*seq/(tokens_per_s_per_gpu*GPUs) = {gbs}*{seq}/({tok_s_gpu:g}*{gpus})"
     metric = ("tokens/s/GPU", tok_s_gpu, "tokens/s/GPU")
     mfu = f"model TFLOP/s/GPU {tflops:g} (reported)" if tflops else ""
-    return _row(src, arch, gpus, gbs, mbs, seq, tp, pp, cp, vp, ep, t, method, metric, mfu, extra)
+    return _row(src, arch, gpus, gbs, mbs, seq, tp, pp, cp, vp, ep, t, method, metric, mfu, extra,
+                row_flags=row_flags)
 
 
 def _row(src: Source, arch: Arch, gpus: int, gbs: int, mbs: int, seq: int, tp: int, pp: int, cp: int, vp: int,
@@ -266,6 +275,34 @@ MEGATRON_LLAMA_TABLE = (
     ("LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1621, 780),
     ("LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8, 315, 834),
 )
+
+# Gradient dtype of the H100 recipes. Megatron-LM keeps fp32 main gradients under --bf16 unless told otherwise
+# (arguments.py: accumulate_allreduce_grads_in_fp32 = True for bf16), 4 bytes per parameter on every rank; these
+# recipes reduce them in bf16, 2 bytes: --grad-reduce-in-bf16 (DistributedDataParallelConfig grad_reduce_in_fp32 False).
+#   P01: NeMo-Framework-Launcher @24c3d6bb (2024-09-06), every H100 FP8 example of GPT-3 and Llama
+#        (examples/training/{gpt,llama}/h100/*fp8*.sh: +training.model.optim.grad_sync_dtype=bf16) and
+#        launcher_scripts/conf/training/nemotron/nemotron_340b.yaml (optim grad_sync_dtype: bf16, dtype: bf16; the
+#        Nemotron-8B/22B FP8 examples leave the fp32 default). NeMo 24.07 passes it on: megatron_gpt_model.py
+#        setup_mcore_distributed_parallel grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32') (NVIDIA/NeMo 6f9f731e70),
+#        and apex's DistributedFusedAdam (its optim name) allocates its contiguous gradient buffer in grad_sync_dtype
+#        (apex 23c1f865 distributed_fused_adam.py _init_grad_buffer). The 340B's dtype bf16 keeps Adam's moments in
+#        bf16 with no master copy (NeMo megatron_base_model.py: store_params False when the optimizer dtype is the
+#        model's): Megatron-LM's nearest spelling is the precision-aware optimizer with bf16 moments, which keeps
+#        a 2-byte master remainder more (6 bytes per parameter, against 4).
+#   P02: NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py (2a0d46e2) and
+#        llama31_llm_pretrain.py (0013c9a8) set_llama3{,1}_common_configs: mixed_precision / ddp
+#        grad_reduce_in_fp32 = False.
+#   P03: the README's table 'follows those defined in NeMo Framework's performance scripts' (NVIDIA/NeMo cf17ca0d40
+#        scripts/performance/helpers.py set_precision_configs: recipe.trainer.plugins.grad_reduce_in_fp32 = False),
+#        and its train_llama3_8b_h100_fp8.sh @bd32927e7e passes --grad-reduce-in-bf16.
+BF16_GRADS = "--grad-reduce-in-bf16"
+NEMO_2407_OPTIMIZER_FLAGS = {
+    "Nemotron-8B": "", "Nemotron-22B": "",
+    "Nemotron-340B": f"{BF16_GRADS} --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+}
+"""P01 rows' optimizer flags by model (BF16_GRADS where not listed)."""
+BRIDGE_OPTIMIZER_FLAGS = {"LLAMA3-70B": BF16_GRADS, "LLAMA3.1-405B": BF16_GRADS}
+"""P02 rows' optimizer flags by model (the Llama recipes; Qwen3's is not in the stored sources)."""
 
 # NeMo Megatron Launcher README: aggregate tokens/s by node count (8 A100-80GB per node).
 LAUNCHER_5B = ((1, 40345), (2, 79815), (4, 161754), (8, 312774), (16, 659481), (32, 1159288))
@@ -436,11 +473,14 @@ def long_seq_rows() -> list[dict]:
 
 
 def all_rows() -> list[dict]:
-    rows = [tokens_per_gpu_row(NEMO_2407, ARCHS[m], *rest) for m, *rest in
-            ((m, g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf) for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE)]
-    rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}")
+    rows = [tokens_per_gpu_row(NEMO_2407, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf,
+                               row_flags=NEMO_2407_OPTIMIZER_FLAGS.get(m, BF16_GRADS))
+            for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE]
+    rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}",
+                                row_flags=BRIDGE_OPTIMIZER_FLAGS.get(m, ""))
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
-    rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf)
+    rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf,
+                                row_flags=BF16_GRADS)
              for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in MEGATRON_LLAMA_TABLE]
     rows += bloom_rows() + launcher_rows() + prequel_rows() + long_seq_rows() + launcher_2206_rows()
     for i, row in enumerate(rows, start=1):

@@ -95,6 +95,33 @@ def test_nemo_2022_rows_carry_what_their_nemo_release_forced() -> None:
         assert ("--overlap-grad-reduce" in flags) == pp1, row["row_id"]
 
 
+def test_h100_recipe_rows_reduce_gradients_in_bf16_as_their_recipes_did() -> None:
+    """Megatron-LM keeps fp32 gradients under --bf16 unless told (4 bytes per parameter on every rank); the H100
+    recipes reduce them in bf16. P01: NeMo-Framework-Launcher @24c3d6bb, every H100 FP8 example of GPT-3 and Llama
+    (+training.model.optim.grad_sync_dtype=bf16) and nemotron_340b.yaml (grad_sync_dtype and dtype bf16: Adam's
+    moments in bf16 too); its Nemotron-8B/22B FP8 examples keep fp32. P02: Megatron-Bridge's Llama performance
+    configs (grad_reduce_in_fp32 = False). P03: NeMo's performance scripts and train_llama3_8b_h100_fp8.sh."""
+    rows = [r for r in _rows() if r["source_id"] in ("P01", "P02", "P03")]
+    assert len(rows) == 20
+    for row in rows:
+        fp32_recipe = row["model"] in ("Nemotron-8B", "Nemotron-22B") or row["model"].startswith("Qwen3")
+        assert ("--grad-reduce-in-bf16" in _flags(row)) != fp32_recipe, row["row_id"]
+    (nemotron_340b,) = [r for r in rows if r["model"] == "Nemotron-340B"]
+    flags = _flags(nemotron_340b)
+    assert flags[flags.index("--exp-avg-dtype") + 1] == flags[flags.index("--exp-avg-sq-dtype") + 1] == "bf16"
+
+
+def test_nemo_llama_and_nemotron_rows_train_without_dropout() -> None:
+    """NeMo's LlamaConfig / Llama3Config and NemotronConfig set hidden_dropout = attention_dropout = 0.0 (@8e3d65dcfe),
+    where Megatron-LM defaults to 0.1 (and keeps a dropout mask per hidden state); NeMo's GPT-3 configs keep 0.1."""
+    for row in _rows():
+        flags, family = _flags(row), row["model"].split("-")[0]
+        if family.startswith(("LLAMA", "Nemotron")):
+            assert flags[flags.index("--hidden-dropout") + 1] == flags[flags.index("--attention-dropout") + 1] == "0"
+        elif family == "GPT3":
+            assert "--hidden-dropout" not in flags and "--attention-dropout" not in flags, row["row_id"]
+
+
 def test_bloom_row_is_split_as_its_slurm_script_split_it() -> None:
     """tr11-176B-ml.slurm: --pp-partition-method 'type:transformer|embedding' (70 layers + 2 embeddings over PP 12)."""
     (bloom,) = [r for r in _rows() if r["source_id"] == "P04"]
