@@ -32,6 +32,14 @@ measured minus predicted step time and `dp AR` the modelled data-parallel all-re
    a robust (Theil-Sen) line gap = a + b x m per layout with three rows or more. A cost the model lacks per micro-batch
    (host launches, pipeline exchanges, DeepSpeed's per-micro-batch accumulation) gives b > 0; a cost per step
    (gradient reduction, optimizer, its bookkeeping) or per token gives b ~ 0 and the same a.
+8. Where the error sits, by placement: the signed error by whether a node holds several ranks of one data-parallel
+   group (TP < 8: 8 / TP of them, and as many TP groups) or one, and by the nodes each pipeline stage spans (= the
+   nodes each data-parallel group's all-reduce crosses). Then, per placement class, a robust line gap = a + b x the
+   modelled exposed gradient all-reduce: b ~ 0 if that all-reduce is priced right, b ~ 1 if it really takes twice
+   the modelled time (read with care: the all-reduce grows with the parameters per rank, as the optimizer does).
+9. The pipelined TP 2 / TP 4 rows: the gap per layer and pipeline slot, gap / ((m + pp - 1) x layers per stage).
+   Pipeline exchanges and the bubble are per slot, not per layer: a layout measured at two pipeline depths that
+   shows one excess per layer-slot puts the missing time inside every layer's passes.
 """
 
 from __future__ import annotations
@@ -228,6 +236,67 @@ def _median(values: list[float]) -> float:
     n = len(values)
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
+def nodes_per_stage(run: MeasuredRun) -> int:
+    """Nodes one pipeline stage spans: its TP x DP ranks in Megatron's rank order (TP fastest, then DP, then PP;
+    DeepSpeed's PipeModelDataParallelTopology axes pipe, data, model), so each DP group crosses that many nodes."""
+    return max(1, -(-run.tp * run.dp // run.gpus_per_node))
+
+
+def dp_ranks_per_node(run: MeasuredRun) -> int:
+    """Ranks of one data-parallel group on a node (TP ranks are consecutive: gpus_per_node / TP, at least 1)."""
+    return max(1, run.gpus_per_node // run.tp)
+
+
+def errors_by_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]
+                        ) -> dict[tuple[bool, int], list[float]]:
+    """(several DP ranks per node, nodes per stage) -> signed errors (predicted / measured - 1), sorted."""
+    out: dict[tuple[bool, int], list[float]] = defaultdict(list)
+    for r in runs:
+        out[(dp_ranks_per_node(r) > 1, nodes_per_stage(r))].append(pred[r.row_id][0] / r.iteration_time_s - 1)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def section_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
+    print("\n8. Signed error by placement: DP ranks per node (several = TP < 8) and nodes per pipeline stage")
+    print(f"   {'DP ranks/node':>13} {'nodes/stage':>11} {'rows':>5} {'median':>7}  errors %")
+    for (several, nodes), errs in errors_by_placement(runs, pred).items():
+        listed = " ".join(f"{e * 100:+.0f}" for e in errs)
+        print(f"   {'several' if several else 'one':>13} {nodes:>11} {len(errs):>5} {_median(errs) * 100:>+6.1f}%  {listed}")
+    print("   gap = a + b x modelled exposed DP all-reduce (Theil-Sen):")
+    for several in (False, True):
+        picked = [r for r in runs if (dp_ranks_per_node(r) > 1) == several]
+        a, b = _line([pred[r.row_id][1] for r in picked], [r.iteration_time_s - pred[r.row_id][0] for r in picked])
+        print(f"   {'several' if several else 'one':>13} DP ranks per node, {len(picked):>3} rows: "
+              f"a {a:+.3f} s, b {b:+.2f}")
+
+
+def excess_per_layer_slot(run: MeasuredRun, predicted_s: float) -> float:
+    """(measured - predicted) / ((m + pp - 1) x layers per stage): the gap per layer and pipeline slot."""
+    m = run.global_batch_size // (run.dp * run.micro_batch_size)
+    return (run.iteration_time_s - predicted_s) / ((m + run.pp - 1) * (run.num_layers / run.pp))
+
+
+def p2p_send_bytes(run: MeasuredRun) -> int:
+    """Bytes one GPU sends per pipeline transfer: the fp16 activation [s, b, h] split over the TP ranks (DeepSpeed's
+    PipelineEngine sends a PartitionedTensor whenever TP > 1, pipe/engine.py is_pipe_partitioned)."""
+    return run.seq_length * run.micro_batch_size * run.hidden_size * FP16_BYTES // run.tp
+
+
+def section_layer_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
+    print("\n9. Pipelined TP 2 / TP 4 rows: gap per layer and pipeline slot (ms)")
+    print(f"   {'hidden':>6} {'tp':>3} {'mbs':>4} {'pp':>3} {'m':>4} {'p2p MB':>7} {'error':>7} {'gap/layer-slot':>15} "
+          f"{'predicted':>10}")
+    picked = [r for r in runs if r.tp in (2, 4) and r.pp > 1]
+    for r in sorted(picked, key=lambda r: (r.hidden_size, r.tp, r.micro_batch_size, r.pp)):
+        step = pred[r.row_id][0]
+        m = r.global_batch_size // (r.dp * r.micro_batch_size)
+        per_slot = step / ((m + r.pp - 1) * (r.num_layers / r.pp))
+        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {m:>4} {p2p_send_bytes(r) / 1e6:>7.1f} "
+              f"{(step / r.iteration_time_s - 1) * 100:>+6.1f}% {excess_per_layer_slot(r, step) * 1e3:>15.1f} "
+              f"{per_slot * 1e3:>10.1f}")
+    print("   (predicted = predicted step / layer-slots: the excess as a share of what one layer-slot is priced at)")
+
+
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv[1:]):
         print(__doc__)
@@ -245,6 +314,8 @@ def main(argv: list[str]) -> int:
     section_framework(runs)
     section_tp_allreduce(runs, pred, comm_tp, csv_path.parent / "calibration" / LUT_NAME)
     section_microbatches(runs, pred)
+    section_placement(runs, pred)
+    section_layer_slots(runs, pred)
     return 0
 
 
