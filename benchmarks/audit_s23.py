@@ -261,7 +261,8 @@ def section_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, floa
     print(f"   {'DP ranks/node':>13} {'nodes/stage':>11} {'rows':>5} {'median':>7}  errors %")
     for (several, nodes), errs in errors_by_placement(runs, pred).items():
         listed = " ".join(f"{e * 100:+.0f}" for e in errs)
-        print(f"   {'several' if several else 'one':>13} {nodes:>11} {len(errs):>5} {_median(errs) * 100:>+6.1f}%  {listed}")
+        kind = "several" if several else "one"
+        print(f"   {kind:>13} {nodes:>11} {len(errs):>5} {_median(errs) * 100:>+6.1f}%  {listed}")
     print("   gap = a + b x modelled exposed DP all-reduce (Theil-Sen):")
     for several in (False, True):
         picked = [r for r in runs if (dp_ranks_per_node(r) > 1) == several]
@@ -291,9 +292,9 @@ def section_layer_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, fl
         step = pred[r.row_id][0]
         m = r.global_batch_size // (r.dp * r.micro_batch_size)
         per_slot = step / ((m + r.pp - 1) * (r.num_layers / r.pp))
-        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {m:>4} {p2p_send_bytes(r) / 1e6:>7.1f} "
-              f"{(step / r.iteration_time_s - 1) * 100:>+6.1f}% {excess_per_layer_slot(r, step) * 1e3:>15.1f} "
-              f"{per_slot * 1e3:>10.1f}")
+        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {m:>4} "
+              f"{p2p_send_bytes(r) / 1e6:>7.1f} {(step / r.iteration_time_s - 1) * 100:>+6.1f}% "
+              f"{excess_per_layer_slot(r, step) * 1e3:>15.1f} {per_slot * 1e3:>10.1f}")
     print("   (predicted = predicted step / layer-slots: the excess as a share of what one layer-slot is priced at)")
 
 
