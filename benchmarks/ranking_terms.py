@@ -29,6 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ranking_consistency import flagged_cells
 from ranking_diagnostics import RowPoint, bilinear_fit, by_family, cell_costs, cell_key, equal_work_steps, miss_pair
 
 TERMS = ("layers", "outside the layers", "DP all-reduce", "per step", "rest")
@@ -114,17 +115,23 @@ def classify_misses(groups) -> list[tuple[RowPoint, RowPoint, np.ndarray | None,
 
 
 def report_terms(groups) -> None:
-    """Per miss, the error of each term on the gap (% of the measured gap) and the deciding term; then the count per
-    term and, for the layers, which side of the pair carries the error."""
+    """Per miss, the error of each term on the gap (% of the measured gap) and the deciding term, for the layers
+    which side of the pair carries the error, and whether the best's or the choice's cell contradicts the work order
+    (ranking_consistency.flagged_cells: no cost model growing with work prices it); then the count per term, over
+    all misses and over those with neither cell flagged."""
     rows = classify_misses(groups)
-    errors = term_errors([p for pts in groups for p in pts])
+    everything = [p for pts in groups for p in pts]
+    errors, flagged = term_errors(everything), flagged_cells(everything)
     print("\nper miss, error of each term on the gap choice - best (predicted - measured, % of the measured gap; "
           "ranking_terms.py):")
     print(f"  {'best':<32} {'choice':<32} {'meas':>6} {'pred':>6}  " + "  ".join(f"{t[:10]:>10}" for t in TERMS)
           + "  deciding")
     counts: dict = defaultdict(int)
+    clean: dict = defaultdict(int)
     for best, chosen, delta, term in rows:
         counts[term] += 1
+        odd = [side for side, p in (("best", best), ("choice", chosen)) if cell_key(p) in flagged]
+        clean[term] += not odd
         gap = chosen.measured_s - best.measured_s
         cols = ("  ".join(f"{100 * x / gap:+10.0f}" for x in delta) if delta is not None
                 else "  ".join(f"{'-':>10}" for _ in TERMS))
@@ -133,9 +140,12 @@ def report_terms(groups) -> None:
             side = (f" (best's layers {100 * errors[best][0] / best.measured_s:+.1f} %, choice's "
                     f"{100 * errors[chosen][0] / chosen.measured_s:+.1f} % of their step)")
         print(f"  {_label(best):<32} {_label(chosen):<32} {chosen.measured_s / best.measured_s:6.3f} "
-              f"{chosen.predicted_s / best.predicted_s:6.3f}  {cols}  {term}{side}")
-    print("misses by deciding term: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1])))
-    report_tp_steps([p for pts in groups for p in pts])
+              f"{chosen.predicted_s / best.predicted_s:6.3f}  {cols}  {term}{side}"
+              + (f" [flagged cell: {', '.join(odd)}]" if odd else ""))
+    for label, by_term in (("all misses", counts), ("neither cell flagged", clean)):
+        print(f"misses by deciding term, {label} ({sum(by_term.values())}): " + ", ".join(
+            f"{t} {n}" for t, n in sorted(by_term.items(), key=lambda kv: -kv[1]) if n))
+    report_tp_steps(everything)
 
 
 def tp_steps_by_added_work(points, dtype_bytes: int = 2) -> dict:

@@ -94,3 +94,16 @@ def test_tp_steps_are_keyed_by_the_collective_bytes_the_larger_tp_adds() -> None
     eight = {h: (m, q) for h, _, m, q in steps[("S24", 1, 2, 0, 8 * 2**20)]}
     np.testing.assert_allclose(eight[2048], (1.4e-3, 1.4e-3), atol=1e-12)  # prediction = measurement here
     np.testing.assert_allclose(eight[1024], (0.0, 0.0), atol=1e-12)
+
+
+def test_report_marks_a_miss_whose_best_lies_in_a_cell_that_contradicts_the_work_order(capsys) -> None:
+    # h1024 TP2: mbs4 measures 11 % cheaper per layer than mbs2 (the same kernels on twice the tokens), predicted
+    # dearer: the mbs4 cell is flagged. The miss: mbs4 is the measured best, TP1 mbs2 (equal per-rank work) chosen.
+    mbs2 = _rows("tp2 pp1 mbs2", ("S24", 1024, 2, 1, 2, 1), a=3.58e-3, b=4e-3, step=1e-3, err_a=-0.2e-3)
+    mbs4 = _rows("tp2 pp1 mbs4", ("S24", 1024, 2, 1, 4, 1), a=3.18e-3, b=6e-3, step=1e-3, err_a=0.43e-3)
+    tp1 = _rows("tp1 pp1 mbs2", ("S24", 1024, 1, 1, 2, 1), a=3.40e-3, b=6e-3, step=1e-3, err_a=-0.1e-3)
+    groups = [[p, q, r] for p, q, r in zip(mbs2, mbs4, tp1)]
+    terms.report_terms(groups)
+    out = capsys.readouterr().out
+    assert "[flagged cell: best]" in out
+    assert "neither cell flagged (0)" in out
