@@ -1,8 +1,9 @@
 """The --misses report of benchmarks/bench_tune_ranking.py (split from ranking_diagnostics.py, which holds the row
 model, the hit rule and the bilinear split it uses): per missed group the measured best and the tuner's choice, the
 per-layer cost of their cells, the single part of the step time that flips it (miss_attribution) and the part whose
-error most favours the choice (miss_cause); the oracles that re-rank every group with part of the prediction taken
-from the measurements (component_oracle, one cell, composition_oracle); and the per-step cost per parameter."""
+error most favours the choice (miss_cause), then the model term that decides it (ranking_terms.py); the oracles
+that re-rank every group with part of the prediction taken from the measurements (component_oracle, one cell,
+composition_oracle); and the per-step cost per parameter."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def _dp_parts(p: RowPoint) -> tuple[float, float]:
 
 
 def _terms(p: RowPoint, fit: np.ndarray, dp_s: float) -> np.ndarray:
-    """The four TERMS of one row from its family's fit (a, b, c, d) of t - dp; pp = p.family[3]."""
+    """The TERMS of one row (rest 0) from its family's fit (a, b, c, d) of t - dp; pp = p.family[3]."""
     a, b, c, d = (float(x) for x in fit)
     pp, n, layers = p.family[3], p.num_microbatches, p.num_layers
     return np.array([a * layers * (n + pp - 1), b * n, dp_s, (c - (pp - 1) * a) * layers + d, 0.0])
