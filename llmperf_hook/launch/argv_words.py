@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_parameters import expand_operators
@@ -55,15 +55,20 @@ def is_quoted_assignment(word: str) -> bool:
     return not any(part.startswith(("-", "$")) for part in value.split()[1:])  # a flag, or a variable's words
 
 
-def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> str:
+def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
+                    unknown: AbstractSet[str] = frozenset()) -> str:
     """Replace `$VAR` / `${VAR}` with env values (recording each in `used`), `${VAR:-default}` with the default when
     VAR is unset or empty (`${VAR-default}`: unset), `${VAR:+word}` with word when VAR is set and not empty, else
-    nothing (`${VAR+word}`: set; bash manual 3.5.3); other unknown references stay as written."""
+    nothing (`${VAR+word}`: set; bash manual 3.5.3); other unknown references stay as written, and so does every
+    reference to a name in `unknown`: a variable a launch script sets so that only running it tells its value, unset
+    or empty included (`${NP:-8}` after `NP=$(nvidia-smi -L | wc -l)` is not 8)."""
     if "$" not in word:
         return word
 
     def sub(match: re.Match[str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
+        if name in unknown:
+            return match.group(0)
         if op in ("+", ":+"):
             if name in env:
                 used[name] = env[name]
@@ -78,10 +83,12 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str]) -> 
     return _VAR.sub(sub, expand_operators(word, env, used))
 
 
-def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str]) -> list[str]:
-    """Expand env references in every word, then split joined words: `$MEGATRON_PARAMS` holding several flags
-    becomes those flags, as the shell's word splitting of an unquoted variable would make them."""
-    return split_joined_words([expand_env_refs(str(w), env, used) for w in argv])
+def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str],
+                   unknown: AbstractSet[str] = frozenset()) -> list[str]:
+    """Expand env references in every word (not those to `unknown` names, expand_env_refs), then split joined words:
+    `$MEGATRON_PARAMS` holding several flags becomes those flags, as the shell's word splitting of an unquoted
+    variable would make them."""
+    return split_joined_words([expand_env_refs(str(w), env, used, unknown) for w in argv])
 
 
 def parse_int(value: str, what: str, origin: str) -> int:

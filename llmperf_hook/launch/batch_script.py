@@ -48,8 +48,8 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
-from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_branch_values,
-                                                    settle_branches)
+from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
+                                                    note_branch_values, settle_branches)
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
 
 _VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -144,6 +144,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                     self.assign_array(line.text):
                 if self.conditions.in_undecided_branch():
                     self.undecided.setdefault(self.where(line), line.text)
+                    note_array_assigned(self.conditions, line.text, self.arrays, self.where(line))
                 self.texts.append(line.text)
                 self.note_missing_arguments(line)
                 continue
@@ -189,7 +190,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             for name in self.undecidable - unknown:
                 self.unknown_at[name] = f"{self.where(line)} (`{line.text.strip()[:70]}`)"
             fresh = self.undecidable - unknown
-            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at, self.branch_values)
+            settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at, self.branch_values,
+                            self.arrays)
             if before is not None:
                 note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line))
 
@@ -207,7 +209,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if "<<<" in text:
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
-        source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args())
+        source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable)
         try:
             words, redirections = split_redirections(*rejoin_substitutions(shell_split(source), quoted_words(source)))
         except ValueError:
@@ -217,6 +219,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if words and _VAR_WORD.fullmatch(words[0]) and text.lstrip().startswith(words[0]):
             words = [*self.expand(words[0]).split(), *words[1:]]  # `$VENV_PREFIX python ...`: bash splits it
         running = self.conditions.running()
+        if not self.launches:
+            self.condition_source(line, words)
         stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested),
                                        condition_expander(self.undecidable, self.expand))
         if self.shell[0] == "dash" and not self.launches:
@@ -225,7 +229,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
             self.undecided.setdefault(self.where(line), line.text)
-        if not self.launches and self.loop_exit(words):
+        if not self.launches and self.loop_exit(words, line):
             return
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return

@@ -86,8 +86,13 @@ def _parse_filter(text: str) -> dict[str, list[int]]:
     """`worker-0@worker-1:0,2` -> {worker-0: [], worker-1: [0, 2]} (empty = every slot)."""
     out: dict[str, list[int]] = {}
     for spec in text.split("@"):
-        host, _, slots = spec.partition(":")
-        listed = [parse_int(s, "--include/--exclude slot", text) for s in slots.split(",")] if slots else []
+        host, colon, slots = spec.partition(":")
+        if colon and not all(slot.strip() for slot in slots.split(",")):  # runner.py parse_node_config: int("")
+            raise UsageError(f"deepspeed --include/--exclude {text!r}: {spec!r} has an empty slot after the ':'; DeepSpeed's "
+                             "launcher (runner.py parse_node_config) reads each slot with int() and stops ('invalid "
+                             f"literal for int() with base 10'). Write {host!r} for the whole host, or {host}:0,1 for "
+                             "some of its GPUs.")
+        listed = [parse_int(s, "--include/--exclude slot", text) for s in slots.split(",")] if colon else []
         out[host] = sorted(set(out.get(host, []) + listed))
     return out
 
@@ -156,6 +161,7 @@ def _local_unknown(values: Mapping[str, str], src: Source) -> Sized:
     """Every GPU of the local machine; with --exclude (runner.py then ignores CUDA_VISIBLE_DEVICES) minus some."""
     if values.get("exclude"):
         exclude = values["exclude"]
+        _parse_filter(exclude)  # what runner.py refuses whatever the GPU count (`localhost:`), also with --nproc-per-node
 
         def left(gpus: int) -> int:  # runner.py: the local pool is localhost's slots 0 .. device_count() - 1
             pool = filter_resources({"localhost": list(range(gpus))}, "", exclude)

@@ -244,7 +244,7 @@ def _shell_file(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
     if at is None or not os.path.isfile(words[at]):
         return None
     launch = _script_launch(words, i, env, used, None)
-    inner = normalise_argv(launch.words, env, used)
+    inner = normalise_argv(launch.words, env, used, set(launch.unknown))
     child_environment(env, launch.hidden)
     return [*words[:i], *inner]
 
@@ -323,7 +323,7 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
     launch: ScriptLaunch | None = None
     try:
         launch = _script_launch(words, i, env, used, stdin)
-        inner = normalise_argv(launch.words, env, used)
+        inner = normalise_argv(launch.words, env, used, set(launch.unknown))
         hidden = child_environment(env, launch.hidden)
         size = _dispatch(inner, apply_prefixes(inner, env), env, used, stdin=launch.stdin, files=launch.files)
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in

@@ -19,6 +19,7 @@ import re
 from dataclasses import replace
 from typing import Any, Sequence
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_conditions import Conditions, condition_expander
 from llmperf_hook.launch.shell_eval import UNSET_REF
 from llmperf_hook.launch.shell_functions import Definition, definition
@@ -69,6 +70,10 @@ class BlockReading:
     sweep: tuple[str, tuple[str, ...]] | None
     loop_calls: frozenset[str]
     passes: int
+    kind: str
+    script: str
+    shell: tuple[str, str]
+    listed_on: bool
     subshell = False
     """The command being read runs in a `( ... )` subshell on its line: a `break` there ends no loop of the script
     (bash 5: "break: only meaningful in a `for', `while', or `until' loop"; the subshell's commands go on)."""
@@ -80,6 +85,10 @@ class BlockReading:
     def expand_arrays(self, text: str) -> str: ...
 
     def args(self) -> list[str]: ...
+
+    def where(self, line: ScriptLine) -> str: ...
+
+    def source(self, name: str, line: ScriptLine) -> None: ...
 
     def block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
         """A function definition or a `for` loop llmperf can run at lines[i] read: the index after it, else None."""
@@ -134,15 +143,17 @@ class BlockReading:
             return exit_.word == "break" or exit_.levels > 1
         return False
 
-    def loop_exit(self, words: list[str]) -> bool:
-        """`break [N]` / `continue [N]` at words, in a loop read pass by pass: ends the pass (LoopExit), or the whole
-        reading of the loop when it runs on a condition llmperf cannot decide (Unfollowable); False for another
-        command, or one outside such a loop (in a `while` read once, bash's own business)."""
+    def loop_exit(self, words: list[str], line: ScriptLine) -> bool:
+        """`break [N]` / `continue [N]` at words (on `line`), in a loop read pass by pass: ends the pass (LoopExit),
+        or the whole reading of the loop when it runs on a condition llmperf cannot decide (Unfollowable); False for
+        another command, or one outside such a loop (in a `while` read once, bash's own business)."""
         if not words or words[0] not in ("break", "continue") or self.sweep is None or self.subshell or \
                 frozenset(self.calling) != self.loop_calls:  # bash: a function's break ends no loop of its caller
             return False
         count = words[1] if len(words) > 1 else "1"
-        levels = int(count) if _COUNT.fullmatch(count) else None  # bash: "numeric argument required", the script ends
+        levels = int(count) if _COUNT.fullmatch(count) else None
+        if levels is None and not self.conditions.undecided and not (self.submissions or self.singles):
+            self.bad_loop_count(line, words)
         inner = sum(frame.kind in _LOOP_KINDS for frame in self.conditions.frames)
         if levels is not None and 1 <= levels <= inner:  # ends a `while` / unfollowed loop read once: not our pass
             return False
@@ -151,6 +162,35 @@ class BlockReading:
         if levels < 1:  # `break 0`, `continue -1`: "loop count out of range", and bash leaves every loop
             raise LoopExit("break", _ALL_LOOPS)
         raise LoopExit(words[0], levels)
+
+    def bad_loop_count(self, line: ScriptLine, words: list[str]) -> None:
+        """`break abc` that surely runs in a loop before the launch: bash 5 says "break: abc: numeric argument
+        required" and ends the script (status 128; dash: "Illegal number", status 2), so no launch line runs (checked
+        with bash 5.2 and dash: the lines after the loop never run). Refused as an `exit` there is."""
+        said = f"{words[0]}: {words[1]}: numeric argument required" if self.shell[0] != "dash" \
+            else f"{words[0]}: Illegal number: {words[1]}"
+        raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before "
+                         f"any launch line: {self.shell[0]} says '{said}' and ends the script there ({words[0]} takes a "
+                         f"loop count, a whole number). Write `{words[0]}` or `{words[0]} N` with N a number, or give "
+                         "the launch line after `--`.")
+
+    def condition_source(self, line: ScriptLine, words: list[str]) -> None:
+        """`if . FILE; then` / `while ! source FILE` (words: the `if` command up to its `;`): bash reads FILE there,
+        as the condition's first command, whenever the `if` runs (bash manual 3.2.5.2; checked with bash 5.2: FILE's
+        variables are set in the branch and after `fi`). Read with a fresh block stack, FILE's own `if`s being no part
+        of the condition; what the branch does with its status is undecided (a file's last command's status). Only
+        where the `if` surely runs: one in an undecided branch is left unread, as before."""
+        at = 1 if words and words[0] in ("if", "while", "until") else len(words)
+        at += words[at:at + 1] == ["!"]
+        if at + 1 >= len(words) or words[at] not in (".", "source") or self.conditions.reading() or \
+                self.conditions.in_undecided_branch() or not self.conditions.running():
+            return
+        saved, listed, self.conditions = self.conditions, self.listed_on, Conditions()
+        self.listed_on = True  # set -e is off in an `if` condition, FILE's commands included (bash manual 4.3.1)
+        try:
+            self.source(self.expand(words[at + 1]), line)
+        finally:
+            self.conditions, self.listed_on = saved, listed
 
     def call(self, defined: Definition, args: list[str]) -> None:
         """A call of a function the script defined: its body read with the call's words as $1 ... "$@"."""

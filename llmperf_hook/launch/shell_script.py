@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 _HEREDOC = re.compile(r"<<(-?)\s*(?:(['\"])([^'\"\n]+)\2|\\([^\s;&|<>()'\"]+)|([^\s;&|<>()'\"\\]+))")
 """`<<WORD`, `<<-WORD`; a quoted delimiter (`<<'EOF'`, `<<"EOF"`, `<<\\EOF`) turns the body's expansion off (3.6.6)."""
@@ -200,17 +200,19 @@ def _operator_word(word: str, value_of: Callable[[str], str | None]) -> str | No
     return shlex.join(shlex.split(expanded))
 
 
-def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str]) -> str:
+def split_unquoted_words(text: str, value_of: Callable[[str], str | None], args: Sequence[str],
+                         unknown: AbstractSet[str] = frozenset()) -> str:
     """The command with each word that is one unquoted `$NAME` / `${NAME}` / `$1` / `$@` of known value (`value_of`;
     None: not known, left as written) replaced by the fields bash splits it into (3.5.7 Word Splitting: an empty
     value gives no word, `--save $CHECKPOINT_PATH` without $1 is `--save` alone; `--dataset_names $DATA` gives one
-    word per name), and a `"$@"` word by the script's arguments `args`, one word each (3.4.2 Special Parameters)."""
+    word per name), and a `"$@"` word by the script's arguments `args`, one word each (3.4.2 Special Parameters).
+    A name in `unknown` (set so that only running the script tells) stays as written, `${NP:-8}` too: NP may be set."""
     if "$" not in text:
         return text
     outside, _, end = _scan(text)
 
     def fields(found: re.Match[str]) -> str:
-        if found.start() >= end or not outside[found.start()]:
+        if found.start() >= end or not outside[found.start()] or (found.group(1) or found.group(4)) in unknown:
             return found.group(0)
         value = value_of(found.group(1) or found.group(4))
         if found.group(2) and _with_operator(value, found.group(2), "\0") == "\0":  # bash takes the word

@@ -103,6 +103,9 @@ class ShellVariables:
     """The variables an expansion read, for `llmperf explain`."""
     cwd: str = field(default_factory=os.getcwd)
     arrays: dict[str, list[str]] = field(default_factory=dict)
+    unknown_heads: set[str] = field(default_factory=set)
+    """Arrays appended to (`A+=( ... )`) after undecided branches set them apart (undecided_branches.settle_branches):
+    `arrays` holds only the appended elements, which follow the unexpanded `"${A[@]}"` where it is expanded."""
     positional: dict[str, str] = field(default_factory=dict)
     """$0, $1 ... ${10}, $#, $@ and $* of `bash train.sh ARGS` / `sbatch job.sh ARGS` (the script's arguments)."""
     split_refs: dict[str, str] = field(default_factory=dict)
@@ -126,7 +129,7 @@ class ShellVariables:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
         unless `record` is False (a look at a command that may not be the launch)."""
         text = expand_positional(text, self.positional)
-        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {})
+        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable)
 
     def bash_source(self) -> str:
         """The file being read, for ${BASH_SOURCE[0]} (batch_script: a sourced file's own path)."""
@@ -146,7 +149,13 @@ class ShellVariables:
         elements = self.array_elements(inner)
         if elements is None:
             return False
-        self.arrays[match.group(1)] = (self.arrays.get(match.group(1), []) if match.group(2) else []) + elements
+        name = match.group(1)
+        if match.group(2) and name in self.undecidable and name not in self.arrays:  # appended to undecided branches'
+            self.unknown_heads.add(name)
+        elif not match.group(2):
+            self.unknown_heads.discard(name)
+            self.undecidable.discard(name)
+        self.arrays[name] = (self.arrays.get(name, []) if match.group(2) else []) + elements
         return True
 
     def word_value(self, name: str) -> str | None:
@@ -184,15 +193,18 @@ class ShellVariables:
     def expand_arrays(self, text: str) -> str:
         """`"${NAME[@]}"` -> the array's elements as shell words, `"${NAME[*]}"` -> them joined as one word, and an
         unquoted `${NAME[@]}` / `${NAME[*]}` -> its elements split at blanks (bash 3.5.7 word splitting: an element
-        `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays."""
+        `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays, and one of
+        unknown_heads stays followed by the elements appended since."""
         def words(found: re.Match[str]) -> str:
             quoted, name, subscript = found.group(1), found.group(2), found.group(3)
-            if name not in self.arrays:
+            if name not in self.arrays or (name in self.unknown_heads and quoted and subscript == "*"):
                 return found.group(0)
             elements = self.arrays[name]
             if not quoted:
-                return shlex.join([field for element in elements for field in element.split()])
-            return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
+                known = shlex.join([field for element in elements for field in element.split()])
+            else:
+                known = shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
+            return f"{found.group(0)} {known}" if name in self.unknown_heads else known
 
         return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
 
@@ -200,7 +212,7 @@ class ShellVariables:
         """`${NAME[N]}` -> the element (empty past the end), `${#NAME[@]}` -> the count, `${#NAME[N]}` -> the
         element's length; a `${NAME[@]}` is left to expand_arrays, and an array the script never set stays."""
         count, name, subscript = found.groups()
-        if name not in self.arrays or (not count and not subscript.isdigit()):
+        if name not in self.arrays or name in self.unknown_heads or (not count and not subscript.isdigit()):
             return found.group(0)
         elements = self.arrays[name]
         if not subscript.isdigit():
@@ -309,6 +321,7 @@ class ShellVariables:
         for name in (word for word in words[1:] if not word.startswith("-")):
             self.env.pop(name, None)
             self.arrays.pop(name, None)
+            self.unknown_heads.discard(name)
             self.exported.discard(name)
             self.undecidable.discard(name)
 

@@ -16,13 +16,16 @@ priced the job with neither flag (fp32), which no branch runs.
 from __future__ import annotations
 
 import re
+import shlex
 
 from llmperf_hook.launch.shell_conditions import Conditions
+from llmperf_hook.launch.shell_script import ARRAY_ASSIGN
 
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
 """How a variable set apart by such branches is described where it was set (ScriptLaunch.unknown)."""
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_WHOLE_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_WHOLE_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}|([A-Za-z_][A-Za-z0-9_]*))")
+"""A word that is one variable (`$NAME`, `${NAME}`) or all of an array's elements (`${NAME[@]}`)."""
 _FLAG = re.compile(r"--?[A-Za-z][\w-]*")
 """An option word with no value of its own (`--bf16`; not `--lr=1e-4`)."""
 Branches = tuple[tuple[str | None, str], ...]
@@ -43,10 +46,21 @@ def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict
         conditions.note_assigned(name, value, where)
 
 
+def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, list[str]], where: str) -> None:
+    """A whole-array assignment `NAME=( ... )` (the line `text`, just applied to `arrays`) in an undecided branch,
+    kept as a variable's value is (its elements as shell words). Not an append (`NAME+=( ... )`): the precision flags
+    two branches append both stay, for frameworks/megatron_undecided_precision."""
+    match = ARRAY_ASSIGN.match(text)
+    if match and not match.group(2) and match.group(1) in arrays:
+        conditions.note_assigned(match.group(1), shlex.join(arrays[match.group(1)]), where)
+
+
 def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: set[str],
-                    unknown_at: dict[str, str], branch_values: dict[str, Branches]) -> None:
-    """At the `fi` of each undecided `if` closed since the last call: a variable two branches left different makes
-    it undecidable, with where each branch set it (for the message of a launch that reads it) and what each set."""
+                    unknown_at: dict[str, str], branch_values: dict[str, Branches],
+                    arrays: dict[str, list[str]] | None = None) -> None:
+    """At the `fi` of each undecided `if` closed since the last call: a variable (or array, note_array_assigned)
+    two branches left different makes it undecidable, with where each branch set it (for the message of a launch
+    that reads it) and what each set."""
     closed, conditions.closed = conditions.closed, []
     for frame in closed:
         for name, by_branch in frame.assigned.items():
@@ -54,6 +68,7 @@ def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: se
             if len(by_branch) < 2 or (len(values) == 1 and None not in values):
                 continue  # one branch sets it, or all that set it agree
             env.pop(name, None)
+            (arrays if arrays is not None else {}).pop(name, None)
             undecidable.add(name)
             branch_values[name] = tuple(by_branch[branch] for branch in sorted(by_branch))
             unknown_at[name] = f"{_branch_sets(name, branch_values[name])}, {BRANCHES}"
