@@ -15,7 +15,9 @@ import os
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.deepspeed_config import AUTO, read_ds_config
+from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, parse_ds_config, read_ds_config
+from llmperf_hook.frameworks.deepspeed_release import JobRelease
+from llmperf_hook.provenance import Source, SourceKind
 
 USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
 CONFIG_FILE = "ACCELERATE_DEEPSPEED_CONFIG_FILE"
@@ -33,11 +35,32 @@ def accelerate_deepspeed(env: Mapping[str, str]) -> bool:
     return env.get(USE_DEEPSPEED, "").lower() == "true"
 
 
+INSERTED_GAS = Source(SourceKind.DEFAULT, "not in the file: accelerate's DeepSpeedPlugin writes 1 into a "
+                      "--deepspeed_config_file without the key, utils/dataclasses.py __post_init__")
+"""Where the accumulation of a config file without the key comes from under `accelerate launch`."""
+
+
+def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease) -> DsSettings:
+    """The ds_config an `accelerate launch --use_deepspeed` job runs with, parsed for its DeepSpeed `release`; an
+    accumulation the plugin inserted is sourced to it (INSERTED_GAS), for the Trainer's mismatch refusal to say."""
+    raw, origin = accelerate_ds_config(env)
+    ds = parse_ds_config(raw, origin, release=release)
+    if env.get(CONFIG_FILE) and "gradient_accumulation_steps" not in read_ds_config(origin, hf_trainer=True):
+        ds.sources["gradient_accumulation_steps"] = INSERTED_GAS
+    return ds
+
+
 def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-    """(ds_config dict, its origin for messages) of an `accelerate launch --use_deepspeed` job."""
+    """(ds_config dict, its origin for messages) of an `accelerate launch --use_deepspeed` job. A config file without
+    gradient_accumulation_steps gets 1 before anything is filled (DeepSpeedPlugin.__post_init__: `if
+    "gradient_accumulation_steps" not in self.hf_ds_config.config: ... = 1`, accelerate 16cb6eb8), so neither
+    accelerate's --gradient_accumulation_steps nor the Trainer's reaches it: the Trainer then finds 1 against its
+    own --gradient_accumulation_steps (deepspeed_job.hf_mismatches)."""
     if env.get(CONFIG_FILE):
         origin = env[CONFIG_FILE]
-        raw = plugin_config_file(read_ds_config(origin, hf_trainer=True), env, origin)
+        raw = read_ds_config(origin, hf_trainer=True)
+        raw.setdefault("gradient_accumulation_steps", 1)
+        raw = plugin_config_file(raw, env, origin)
     else:
         origin = "accelerate DeepSpeed plugin (--zero_stage etc.)"
         raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,

@@ -142,11 +142,18 @@ def hf_mismatches(ds: DsSettings, flags: FlagValues) -> None:
              ("gradient_clipping", ds.gradient_clipping if "gradient_clipping" in ds.sources else None, "max_grad_norm"),
              ("fp16.enabled", ds.fp16 if "fp16" in ds.sources else None, "fp16"),
              ("bf16.enabled", ds.bf16 if "bf16" in ds.sources else None, "bf16"))
-    bad = [f"ds {key}={ds_value} vs hf --{dest} {_hf_arg(flags, dest)}{'' if flags.has(dest) else ' (Trainer default)'}"
+    bad = [f"ds {key}={ds_value}{_not_in_file(ds, key)} vs hf --{dest} {_hf_arg(flags, dest)}"
+           f"{'' if flags.has(dest) else ' (Trainer default)'}"
            for key, ds_value, dest in pairs if ds_value not in (None, AUTO) and ds_value != _hf_arg(flags, dest)]
     if bad:
         raise ConfigError(f"{ds.path} mismatches the Hugging Face Trainer's arguments ({'; '.join(bad)}); the Trainer refuses "
                           "mismatching DeepSpeed values. Set those keys to \"auto\" or make them equal.")
+
+
+def _not_in_file(ds: DsSettings, key: str) -> str:
+    """` (where)` for a ds value the file itself does not hold (accelerate_plugin.INSERTED_GAS), else nothing."""
+    source = ds.sources.get(key)
+    return f" ({source.detail})" if source is not None and source.kind is not SourceKind.CONFIG_FILE else ""
 
 
 _NO_BATCH = ("DeepSpeedConfig asserts 'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided' "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError, LlmperfError
-from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_config, plugin_config_file
+from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_settings, plugin_config_file
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
@@ -117,7 +117,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
-        return parse_ds_config(*accelerate_ds_config(env), release=schema_release(env))
+        return accelerate_ds_settings(env, schema_release(env))
     if framework == "deepspeed" and openrlhf_trainer(script):
         return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN, release=schema_release(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:
