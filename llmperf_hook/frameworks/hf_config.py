@@ -27,7 +27,7 @@ _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_m
           "olmo", "olmo2", "deepseek", "deepseek_v2", "deepseek_v3", "internlm2", "yi", "granite", "llama4_text"}
 EXTRA_SHAPE_KEYS = ("moe_layer_pattern", "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
                     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-                    "v_head_dim", "qk_layernorm")
+                    "v_head_dim", "qk_layernorm", "add_qkv_bias", "separate_qkv", "attention_sinks")
 """ModelShape fields a Hugging Face config may set beyond the preset keys (presets.SHAPE_KEYS); derived here from
 typed config values, so set after check_shape_types, and passed on by script_shape.resolve_script_shape."""
 
@@ -80,7 +80,6 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         "normalization": "RMSNorm" if "rms_norm_eps" in raw or model_type in _GATED else "LayerNorm",
         "position_embedding": "learned_absolute" if model_type in ("gpt2", "opt", "gpt_bigcode", "gptj") and "rotary_dim" not in raw else "rope",
         "untie_embeddings": not raw.get("tie_word_embeddings", model_type in ("gpt2", "opt", "bloom", "gpt_bigcode")),
-        "add_bias_linear": bool(raw.get("attention_bias", model_type not in _GATED)),
     }
     positions = _first(raw, "max_position_embeddings", "n_positions", "seq_length", "n_ctx")
     if isinstance(positions, int):
@@ -107,8 +106,58 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         shape["sliding_window"] = window  # Mistral-7B v0.1: 4096; read only for a warning (script_shape.py)
     from llmperf_hook.frameworks.presets import check_shape_types
 
-    extra = {**hf_moe_fields(raw, model_type, layers, shape.get("num_experts", 0), origin), **hf_mla_fields(raw, origin)}
+    extra = {**hf_moe_fields(raw, model_type, layers, shape.get("num_experts", 0), origin), **hf_mla_fields(raw, origin),
+             **attention_fields(raw, model_type, origin)}
     return {**check_shape_types(shape, origin), **extra, "model_type": model_type}
+
+
+_QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm4": ("attention_bias", True),
+                  "glm4_moe": ("attention_bias", False)}
+"""Families that bias q_proj, k_proj and v_proj and no other linear (transformers 5.18 modeling files): (the config key
+that switches the q/k/v biases, its class default). Qwen2Attention builds them with bias=True (no key; Qwen2-7B's
+config.json has none), Qwen2MoeAttention with config.qkv_bias, Glm4Attention and Glm4MoeAttention with
+config.attention_bias (Glm4Config default True, Glm4MoeConfig False; GLM-4.5's config.json sets it true); o_proj
+bias=False and no MLP bias in all four."""
+_SEPARATE_QKV = ("opt", "gptj")
+"""GELU families with q_proj, k_proj, v_proj apart (OPTAttention, GPTJAttention); the SwiGLU families always are."""
+
+
+def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bool, bool]:
+    """(add_bias_linear, add_qkv_bias) as the family's modeling file builds its linears. Q/K/V-only families:
+    _QKV_BIAS_ONLY. Llama-style attention_bias (LlamaAttention, Qwen3, Gemma, Olmo: q, k, v and o_proj) with
+    mlp_bias (gate, up, down) biases every linear; attention_bias alone is counted as the q/k/v biases, o_proj's
+    hidden_size-wide bias a layer left out. The other families bias every linear unless attention_bias says not
+    (GPT-2's Conv1Ds, GPT-NeoX, BLOOM; gpt-oss's attention_bias also covers its experts' gate_up_proj_bias /
+    down_proj_bias and its router's bias); OPT's enable_bias false: none."""
+    def flag(key: str, default: bool) -> bool:
+        value = default if raw.get(key) is None else raw[key]
+        if not isinstance(value, bool):
+            raise UsageError(f"Hugging Face config {origin}: {key} = {value!r} must be true or false.")
+        return value
+
+    if model_type in _QKV_BIAS_ONLY:
+        key, default = _QKV_BIAS_ONLY[model_type]
+        return False, default if key is None else flag(key, default)
+    if model_type == "opt":
+        return flag("enable_bias", True), False
+    attention = flag("attention_bias", model_type not in _GATED)
+    if model_type in _GATED:
+        return attention and flag("mlp_bias", False), attention
+    return attention, False
+
+
+def attention_fields(raw: dict[str, Any], model_type: str, origin: str) -> dict[str, Any]:
+    """add_bias_linear, add_qkv_bias (linear_biases), separate_qkv, and gpt-oss's per-head attention sinks
+    (GptOssAttention.sinks: nn.Parameter of num_attention_heads, in every layer)."""
+    all_linears, qkv_only = linear_biases(raw, model_type, origin)
+    out: dict[str, Any] = {"add_bias_linear": all_linears}
+    if qkv_only and not all_linears:
+        out["add_qkv_bias"] = True
+    if model_type in _SEPARATE_QKV:
+        out["separate_qkv"] = True
+    if model_type == "gpt_oss":
+        out["attention_sinks"] = True
+    return out
 
 
 _GPT2_DEFAULTS: dict[str, Any] = {

@@ -29,6 +29,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
                                 "alibi"),
     "moe_token_dispatcher_type": ("allgather", "alltoall", "flex", "alltoall_seq"),  # alltoall_seq: before 2025
     "moe_router_score_function": ("softmax", "sigmoid", "sqrtsoftplus"),
+    "softmax_type": ("vanilla", "off-by-one", "learnable"),  # TransformerConfig.softmax_type Literal
     "ckpt_format": ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"),  # zarr: core_r0.6-0.9
     "timing_log_level": ("0", "1", "2"),  # choices=range(0, 3); Literal[0, 1, 2] in training_config.py
     "empty_unused_memory_level": ("0", "1", "2"),

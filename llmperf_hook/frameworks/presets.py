@@ -17,7 +17,7 @@ from llmperf_hook.resources import configs_dir
 SHAPE_KEYS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
     "seq_length", "vocab_size", "swiglu", "normalization", "position_embedding", "untie_embeddings",
-    "add_bias_linear", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
+    "add_bias_linear", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "add_qkv_bias",
 )
 REQUIRED_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
 
@@ -43,7 +43,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
-_BOOL_KEYS = ("swiglu", "untie_embeddings", "add_bias_linear")
+_BOOL_KEYS = ("swiglu", "untie_embeddings", "add_bias_linear", "add_qkv_bias")
 _CHOICES = {"normalization": ("LayerNorm", "RMSNorm"), "position_embedding": ("learned_absolute", "rope", "none")}
 
 

@@ -29,7 +29,7 @@ _INT = (
     "max-len", "micro-train-batch-size", "train-batch-size", "zpg",
 )
 _STR = (
-    "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
+    "softmax-type", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file", "normalization", "position-embedding-type", "moe-layer-freq",
     "fp8-format", "fp8-recipe", "transformer-impl", "recompute-granularity", "recompute-method", "optimizer",
     "attention-backend", "deepspeed-config", "deepscale-config", "model-name-or-path", "config-name",
     "tokenizer-name", "moe-token-dispatcher-type", "pipeline-model-parallel-layout", "cp-comm-type",
@@ -57,7 +57,7 @@ _TRUE = (
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
     "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
     "apply-query-key-layer-scaling", "use-checkpoint-args", "activation-checkpointing",
-    "disable-parameter-transpose-cache",
+    "disable-parameter-transpose-cache", "add-qkv-bias",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",

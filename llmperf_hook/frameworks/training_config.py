@@ -76,6 +76,20 @@ class ModelShape:
     untie_embeddings: bool = False
     """True when input embedding and LM head are separate weights."""
     add_bias_linear: bool = True
+    """A bias on every linear layer (Megatron --add-bias-linear, its default; --disable-bias-linear turns it off)."""
+    add_qkv_bias: bool = False
+    """A bias on the query / key / value projection only, whatever add_bias_linear says: Megatron --add-qkv-bias
+    (TransformerConfig.add_qkv_bias; attention.py builds linear_qkv with bias=add_bias_linear or add_qkv_bias, and
+    arguments.py sets it whenever add_bias_linear is on), Qwen2's and Qwen2-MoE's q/k/v biases, GLM-4's
+    attention_bias (frameworks/hf_config.linear_biases). Read through qkv_biased."""
+    separate_qkv: bool = False
+    """Hugging Face modules that keep q_proj, k_proj and v_proj apart in a GELU layer (OPT, GPT-J): three linears (and
+    biases) where GPT-2 / GPT-NeoX / BLOOM fuse one. transformers' SwiGLU families always keep them apart
+    (graph/param_tensors.py); Megatron always fuses them."""
+    attention_sinks: bool = False
+    """A learned sink logit per attention head that joins every softmax row as one more column and takes probability
+    mass without a value (gpt-oss: GptOssAttention.sinks; Megatron --softmax-type learnable:
+    DotProductAttention.softmax_offset, Transformer Engine's softmax_type "learnable")."""
     num_experts: int = 0
     """0 for a dense model."""
     moe_router_topk: int = 2
@@ -115,6 +129,11 @@ class ModelShape:
     """Megatron --moe-shared-expert-gate: a sigmoid gate (h weights) scales the shared experts' output."""
     moe_dispatch: MoeDispatch = field(default_factory=MoeDispatch)
     """Megatron-Core's token dispatcher and expert-kernel settings of the MoE layers."""
+
+    @property
+    def qkv_biased(self) -> bool:
+        """The QKV projection(s) carry a bias: every linear does, or only they do (add_qkv_bias)."""
+        return self.add_bias_linear or self.add_qkv_bias
 
 
 @dataclass(frozen=True)

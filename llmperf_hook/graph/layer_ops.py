@@ -265,6 +265,7 @@ def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list
     if not torch_softmax_path(cfg):
         return [qk, softmax, *dropouts, av]
     before, after = softmax_fallback_ops(scores, ctx)
+    before += attention_sink_ops(scores, ctx)
     # torch.nn.Softmax: its CUDA backward is two kernels (graph/backward.py TORCH_SOFTMAX_BWD_BYTES_FACTOR).
     softmax = replace(softmax, tags={**softmax.tags, "kernel": "torch"})
     if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
@@ -343,14 +344,37 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
 
 def torch_softmax_path(cfg: TrainingConfig) -> bool:
     """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
-    kernel: --no-masked-softmax-fusion, fp32 scores (is_kernel_available needs input_in_float16), or a shape the
-    kernel does not take (fused_softmax_available; attention batches = micro-batch x heads per TP rank). The graph (attention_core) and the memory model
-    (schedule/activations.py) both ask here."""
+    kernel: --no-masked-softmax-fusion, a learned softmax offset (attention sinks), fp32 scores (is_kernel_available
+    needs input_in_float16), or a shape the kernel does not take (fused_softmax_available; attention batches =
+    micro-batch x heads per TP rank). The graph (attention_core) and the memory model (schedule/activations.py) both
+    ask here."""
     m, p = cfg.model, cfg.parallel
     attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
     fused = (cfg.masked_softmax_fusion and cfg.precision != "fp32"  # the kernel takes fp16 / bf16 input only
+             and not m.attention_sinks  # FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
              and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length))
     return cfg.attention_backend == "unfused" and not fused
+
+
+SINK_CONCAT_PASSES = {True: 2.0, False: 5.0}
+"""Passes over the scores (in the activation dtype) that learned attention sinks add to an unfused attention, by
+whether Megatron's modules run it. Megatron's SoftmaxOne (fusions/fused_softmax.py, --softmax-type learnable):
+torch.cat([scores, sink]) reads the scores and writes them one column wider (2), softmax over it, the sink column
+sliced off as a view. transformers' gpt-oss eager_attention_forward (modeling_gpt_oss.py): the same cat (2), then
+`combined_logits - combined_logits.max(dim=-1, keepdim=True).values`, a max reduction (1) and a subtraction (2)."""
+
+
+def attention_sink_ops(scores: int, ctx: LayerContext) -> list[Op]:
+    """The unfused attention's extra work for learned per-head sinks (ModelShape.attention_sinks): the sink logit
+    joins every score row (SINK_CONCAT_PASSES), one op of class cast (a copy). A fused kernel (flash-attention's
+    s_aux, Transformer Engine's softmax_type learnable) adds one logit per row to its online softmax: O(1) beside
+    each row's O(s x head_dim), left unpriced."""
+    if not ctx.cfg.model.attention_sinks:
+        return []
+    from llmperf_hook.graph.param_tensors import megatron_layout  # param_tensors does not import this module
+
+    passes = SINK_CONCAT_PASSES[megatron_layout(ctx.cfg)]
+    return [elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)]
 
 
 def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:

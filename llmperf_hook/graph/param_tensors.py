@@ -26,7 +26,10 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
   parameters for all experts, gate_up_proj and down_proj (MixtralExperts, Qwen2MoeExperts, ...), plus Qwen-MoE's
   shared expert (gate, up, down) and its gate: Mixtral-8x7B has 32 x 9 + 3 = 291 tensors. transformers 4.x kept
   every expert's w1, w2 and w3 (32 x 31 + 3 = 995); the count follows the current release.
-  Not told apart by the shape: OPT's separate q, k, v (16 a layer, counted 12), BLOOM's embedding LayerNorm.
+  OPT and GPT-J keep q, k, v apart in a GELU layer (ModelShape.separate_qkv: OPT 16 a layer). Qwen2 / Qwen2-MoE /
+  GLM-4 bias q, k and v only (ModelShape.add_qkv_bias), Megatron's --add-qkv-bias its fused QKV only; gpt-oss and
+  Megatron's --softmax-type learnable add one sink tensor a layer (ModelShape.attention_sinks). Not told apart by
+  the shape: BLOOM's embedding LayerNorm.
 - DeepSpeed's ZeRO 1-3 and bf16/fp16 optimizers step flat fp32 partitions, one per parameter group (deepspeed/
   runtime/zero/stage_1_and_2.py `single_partition_of_fp32_groups`, bf16_optimizer.py): one tensor for a one-group
   model (optimizer_param_tensors).
@@ -35,7 +38,7 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.params import embedding_projection_params, is_moe_layer
+from llmperf_hook.graph.params import embedding_projection_params, is_moe_layer, legacy_grouped_mlp
 
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
 """Frameworks whose model code is Megatron's (fused QKV and fc1); every other builds transformers-style modules."""
@@ -57,9 +60,16 @@ def attention_tensors(cfg: TrainingConfig) -> int:
         # MLA (graph/params.py mla_params): q_down + q_up or one q_proj, kv_down, kv_up, proj (the only one with a
         # bias); with --qk-layernorm the q and kv latent norms instead of q / k norms.
         linears = (2 if m.q_lora_rank else 1) + 3
-        return linears + (1 if m.add_bias_linear else 0) + norms
-    linears = 2 if megatron_layout(cfg) or not m.swiglu else 4  # fused qkv + proj, or q, k, v, o
-    return linears * (2 if m.add_bias_linear else 1) + norms
+        return linears + (1 if m.add_bias_linear else 0) + norms + (1 if m.attention_sinks else 0)
+    qkv = 3 if separate_qkv_linears(cfg) else 1  # q, k, v apart, or one fused QKV
+    biases = (qkv if m.qkv_biased else 0) + (1 if m.add_bias_linear else 0)  # QKV (add_qkv_bias), projection
+    return qkv + 1 + biases + norms + (1 if m.attention_sinks else 0)
+
+
+def separate_qkv_linears(cfg: TrainingConfig) -> bool:
+    """transformers' q_proj, k_proj, v_proj (SwiGLU families, OPT, GPT-J: ModelShape.separate_qkv) rather than one
+    fused QKV linear (Megatron, GPT-2, GPT-NeoX, BLOOM)."""
+    return not megatron_layout(cfg) and (cfg.model.swiglu or cfg.model.separate_qkv)
 
 
 def mlp_tensors(cfg: TrainingConfig) -> int:
@@ -92,13 +102,6 @@ def moe_block_tensors(cfg: TrainingConfig) -> int:
     # GptOssTopKRouter; DeepSpeed-MoE's gate (moe/sharded_moe.py TopKGate.wg) is built with bias=False
     router = 2 if m.add_bias_linear and cfg.framework != "megatron-deepspeed" else 1
     return _per_norm(cfg) + router + experts + shared
-
-
-def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:
-    """Megatron-Core's --moe-grouped-gemm without Transformer Engine builds the legacy GroupedMLP (models/backends.py
-    LocalSpecProvider.grouped_mlp_modules in megatron-core 0.16.1), not TE's per-expert GroupedLinear."""
-    return (cfg.framework == "megatron" and cfg.model.moe_dispatch.grouped_gemm
-            and cfg.transformer_impl == "local")
 
 
 def moe_layer_tensors(cfg: TrainingConfig) -> int:

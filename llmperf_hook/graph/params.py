@@ -13,11 +13,20 @@ def norm_params(cfg: TrainingConfig) -> int:
 def attention_params(cfg: TrainingConfig) -> int:
     m, t = cfg.model, cfg.parallel.tp
     if m.multi_latent_attention:
-        return mla_params(cfg) + norm_params(cfg)
+        return mla_params(cfg) + norm_params(cfg) + attention_sink_params(cfg)
     qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
     weights = m.hidden_size * qkv_out // t + m.num_attention_heads * m.kv_channels * m.hidden_size // t
-    biases = (qkv_out // t + m.hidden_size) if m.add_bias_linear else 0
-    return weights + biases + norm_params(cfg)
+    # the QKV bias is column-parallel (split over TP), the projection's row-parallel (whole on every rank)
+    biases = (qkv_out // t if m.qkv_biased else 0) + (m.hidden_size if m.add_bias_linear else 0)
+    return weights + biases + norm_params(cfg) + attention_sink_params(cfg)
+
+
+def attention_sink_params(cfg: TrainingConfig) -> int:
+    """Learned per-head sink logits on a rank (ModelShape.attention_sinks): one value per attention head, split over
+    TP with the heads (Megatron DotProductAttention.softmax_offset of num_attention_heads_per_partition under
+    --softmax-type learnable; gpt-oss's GptOssAttention.sinks of num_attention_heads). gpt-oss-120b: 64 a layer."""
+    m = cfg.model
+    return m.num_attention_heads // cfg.parallel.tp if m.attention_sinks else 0
 
 
 def latent_norm_params(cfg: TrainingConfig, width: int) -> int:
@@ -68,16 +77,39 @@ def mlp_params(cfg: TrainingConfig) -> int:
 
 
 def expert_params(cfg: TrainingConfig) -> int:
-    """Parameters of this rank's local experts (num_experts / ep of them, each split by etp)."""
+    """Parameters of this rank's local experts (num_experts / ep of them, each split by etp), with their fc1 bias
+    (column-parallel, split by etp) and fc2 bias (row-parallel, whole) where linears are biased: Megatron-Core's
+    SequentialMLP / TEGroupedMLP (experts.py: bias=config.add_bias_linear), DeepSpeed-MoE's ParallelMLP experts,
+    gpt-oss's gate_up_proj_bias and down_proj_bias. The legacy GroupedMLP refuses biases (experts.py asserts
+    add_bias_linear == False), and has none."""
     m, p = cfg.model, cfg.parallel
     ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
-    per_expert = m.hidden_size * ffn * (3 if m.swiglu else 2) // max(1, p.etp)
+    up = ffn * (2 if m.swiglu else 1)
+    per_expert = m.hidden_size * (up + ffn) // max(1, p.etp)
+    if m.add_bias_linear and not legacy_grouped_mlp(cfg):
+        per_expert += up // max(1, p.etp) + m.hidden_size
     return per_expert * max(1, m.num_experts // p.ep)
 
 
+def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:
+    """Megatron-Core's --moe-grouped-gemm without Transformer Engine builds the legacy GroupedMLP (models/backends.py
+    LocalSpecProvider.grouped_mlp_modules in megatron-core 0.16.1), not TE's per-expert GroupedLinear."""
+    return (cfg.framework == "megatron" and cfg.model.moe_dispatch.grouped_gemm
+            and cfg.transformer_impl == "local")
+
+
+def router_params(cfg: TrainingConfig) -> int:
+    """The router's h x experts weight, and its bias of one value per expert where linears are biased
+    (Megatron-Core's TopKRouter: `if config.add_bias_linear`, moe/router.py; gpt-oss's GptOssTopKRouter.bias);
+    DeepSpeed-MoE's gate (moe/sharded_moe.py TopKGate.wg) is built with bias=False."""
+    m = cfg.model
+    bias = m.add_bias_linear and cfg.framework != "megatron-deepspeed"
+    return m.hidden_size * m.num_experts + (m.num_experts if bias else 0)
+
+
 def moe_dense_params(cfg: TrainingConfig) -> int:
-    """Non-expert parameters of an MoE MLP block: its norm, the router (h x experts) and the shared experts."""
-    return norm_params(cfg) + cfg.model.hidden_size * cfg.model.num_experts + shared_expert_params(cfg)
+    """Non-expert parameters of an MoE MLP block: its norm, the router and the shared experts."""
+    return norm_params(cfg) + router_params(cfg) + shared_expert_params(cfg)
 
 
 def layer_params(cfg: TrainingConfig, moe: bool) -> int:

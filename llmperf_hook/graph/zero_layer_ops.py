@@ -77,15 +77,16 @@ def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
     call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
     points), nor does GPT-2's Conv1D (torch.addmm), nor any linear under zero_optimization.memory_efficient_linear
     false or, before v0.19.4 (617061d6b, #8189), in a model built outside zero.Init (deepspeed_release.
-    zero3_splits_bias sets the flag). The linears with biases: fused or separate QKV, the output projection and the
-    GELU MLP's two (transformers' SwiGLU MLPs and experts have none)."""
+    zero3_splits_bias sets the flag). The linears with biases: fused or separate QKV (also alone: Qwen2's q, k, v,
+    ModelShape.add_qkv_bias), the output projection and the GELU MLP's two (transformers' SwiGLU MLPs and experts
+    have none)."""
     m = cfg.model
     if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
-            or not m.add_bias_linear or m.multi_latent_attention):
+            or not m.qkv_biased or m.multi_latent_attention):
         return ()
-    per_token = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels + m.hidden_size
-    if not m.swiglu:
-        per_token += m.ffn_hidden_size + m.hidden_size
+    per_token = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
+    if m.add_bias_linear:
+        per_token += m.hidden_size + (0 if m.swiglu else m.ffn_hidden_size + m.hidden_size)
     p = cfg.parallel
     elements = cfg.batch.micro_batch_size * m.seq_length // max(1, p.cp) * per_token // max(1, p.tp)
     return (Op("zero3.linear_bias_add", "zero3_bias_add", "fwd", {"elements": elements}, flops=0.0,
