@@ -301,6 +301,12 @@ NEMO_2407_OPTIMIZER_FLAGS = {
     "Nemotron-340B": f"{BF16_GRADS} --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
 }
 """P01 rows' optimizer flags by model (BF16_GRADS where not listed)."""
+# P01's 512-GPU GPT-3 175B row (64 nodes, MBS 2, GBS 2048, TP4 PP8 VP6, FP8 with TP overlap) is the launcher's
+# 175b_mlperf.yaml @24c3d6bb, not 175b.yaml (128 nodes, MBS 1, fp8 False): hidden_dropout and attention_dropout 0.0,
+# normalization layernorm1p, grad_sync_dtype bf16.
+NEMO_2407_CONFIGS = {("GPT3-175B", 512): (f"{NO_DROPOUT} --apply-layernorm-1p", "recipe: NeMo-Framework-Launcher "
+                                            "launcher_scripts/conf/training/gpt3/175b_mlperf.yaml @24c3d6bb")}
+"""P01 rows whose recipe config differs from their model's default config, by (model, GPUs): (flags, note)."""
 BRIDGE_OPTIMIZER_FLAGS = {"LLAMA3-70B": BF16_GRADS, "LLAMA3.1-405B": BF16_GRADS}
 """P02 rows' optimizer flags by model (the Llama recipes; Qwen3's is not in the stored sources)."""
 
@@ -472,10 +478,17 @@ def long_seq_rows() -> list[dict]:
     return rows
 
 
+def nemo_2407_rows() -> list[dict]:
+    rows = []
+    for m, g, gbs, mbs, seq, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE:
+        config_flags, note = NEMO_2407_CONFIGS.get((m, g), ("", ""))
+        flags = " ".join(f for f in (config_flags, NEMO_2407_OPTIMIZER_FLAGS.get(m, BF16_GRADS)) if f)
+        rows.append(tokens_per_gpu_row(NEMO_2407, ARCHS[m], g, gbs, mbs, seq, tp, pp, cp, vp, 1, tok, tf, note, flags))
+    return rows
+
+
 def all_rows() -> list[dict]:
-    rows = [tokens_per_gpu_row(NEMO_2407, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf,
-                               row_flags=NEMO_2407_OPTIMIZER_FLAGS.get(m, BF16_GRADS))
-            for m, g, gbs, mbs, s, tp, pp, cp, vp, tok, tf in NEMO_2407_TABLE]
+    rows = nemo_2407_rows()
     rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}",
                                 row_flags=BRIDGE_OPTIMIZER_FLAGS.get(m, ""))
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]

@@ -118,8 +118,17 @@ def test_nemo_llama_and_nemotron_rows_train_without_dropout() -> None:
         flags, family = _flags(row), row["model"].split("-")[0]
         if family.startswith(("LLAMA", "Nemotron")):
             assert flags[flags.index("--hidden-dropout") + 1] == flags[flags.index("--attention-dropout") + 1] == "0"
-        elif family == "GPT3":
+        elif family == "GPT3" and not (row["model"] == "GPT3-175B" and row["num_gpus"] == "512"):
             assert "--hidden-dropout" not in flags and "--attention-dropout" not in flags, row["row_id"]
+
+
+def test_nemo_2407_175b_512_gpu_row_runs_the_launchers_mlperf_config() -> None:
+    """The 512-GPU GPT-3 175B row (64 nodes, MBS 2, GBS 2048, FP8) is the launcher's 175b_mlperf.yaml @24c3d6bb,
+    not 175b.yaml (128 nodes, MBS 1, no FP8): no dropout, LayerNorm1p."""
+    (row,) = [r for r in _rows() if r["source_id"] == "P01" and r["model"] == "GPT3-175B" and r["num_gpus"] == "512"]
+    flags = _flags(row)
+    assert "175b_mlperf.yaml" in row["notes"] and "--apply-layernorm-1p" in flags
+    assert flags[flags.index("--hidden-dropout") + 1] == flags[flags.index("--attention-dropout") + 1] == "0"
 
 
 def test_bloom_row_is_split_as_its_slurm_script_split_it() -> None:
