@@ -49,13 +49,33 @@ def _removed(raw: dict[str, Any], origin: str, warnings: list[str], release: Job
                         f"set {DEEPSPEED_VERSION_ENV} to have it checked)")
 
 
-def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """engine.py get_data_types / _do_optimizer_sanity_check: without ZeRO the gradient-accumulation dtype must be
-    the model's ('unsupported mix of model_dtype and grad_accum_dtype'); ZeRO-1 with bf16 and fp32 accumulation runs
-    BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py)."""
+GRAD_ACCUM_DTYPE_VERSION = (0, 7, 6)
+"""First release that reads data_types.grad_accum_dtype (21c280296, #2512); older ones ignore the section."""
+ZERO_ACCUM_MIX_VERSION = (0, 10, 1)
+"""First release whose ZeRO optimizers accumulate in a dtype other than the model's (8afcda2ac, #2847: stage3.py /
+stage_1_and_2.py gradient_accumulation_dtype). v0.7.6-v0.10.0's _do_optimizer_sanity_check raises 'Model data type and
+gradient accumulation data type must be equal to use ZeRO', except bf16 + fp32 at stage 1 from v0.8.1 (BF16_Optimizer)."""
+BF16_ZERO1_VERSION = (0, 8, 1)
+NO_ZERO_BF16_OPTIMIZER_END = (0, 18, 5)
+"""First release that refuses bf16 + fp32 accumulation without ZeRO (09885efef, #7790: the BF16_Optimizer branch
+removed; 'unsupported mix of model_dtype and grad_accum_dtype'); v0.7.6-v0.18.4 run BF16_Optimizer."""
+
+
+def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], warnings: list[str],
+                      release: JobRelease) -> dict[str, Any]:
+    """engine.py get_data_types / _do_optimizer_sanity_check as the job's `release` reads the key: ignored before
+    GRAD_ACCUM_DTYPE_VERSION; under ZeRO a dtype other than the model's refused before ZERO_ACCUM_MIX_VERSION (but
+    bf16 + fp32 at stage 1); without ZeRO one other than the model's refused (bf16 + fp32 only from
+    NO_ZERO_BF16_OPTIMIZER_END on: older releases run BF16_Optimizer, warned as not modelled). ZeRO-1 with bf16 and
+    fp32 accumulation runs BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py);
+    ZeRO-2/3 accumulate their partition in it (memory.py grad_accum_extra_bytes, graph/step_ops.py)."""
     types = raw.get("data_types")
     value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
     if value is None:
+        return {}
+    if not release.has(GRAD_ACCUM_DTYPE_VERSION):
+        warnings.append(f"{origin} data_types.grad_accum_dtype {value!r} ignored: {release.named()} does not read it "
+                        "(added in 0.7.6) and accumulates gradients in the model's dtype")
         return {}
     if value not in _DTYPES:  # "auto" too: neither the Hugging Face Trainer nor Accelerate fills this key
         raise ConfigError(f"{origin} data_types.grad_accum_dtype is {value!r}; DeepSpeed's DtypeEnum knows \"fp32\", "
@@ -63,12 +83,30 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any]) 
     if AUTO in (fields["fp16"], fields["bf16"]):
         return {"grad_accum_dtype": _DTYPES[value]}
     model = "fp16" if fields["fp16"] else "bf16" if fields["bf16"] else "fp32"
-    if fields["zero_stage"] == 0 and _DTYPES[value] != model:
-        raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
-                          "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
-                          f"'unsupported mix of model_dtype and grad_accum_dtype'. Use {model!r}, drop the key, or enable "
-                          "ZeRO (stage 1 with bf16 accumulates in fp32).")
-    return {"grad_accum_dtype": _DTYPES[value]}
+    accum, stage = _DTYPES[value], fields["zero_stage"]
+    if accum == model:
+        return {"grad_accum_dtype": accum}
+    if stage == 0:
+        _no_zero_mix(origin, value, model, accum, warnings, release)
+    elif not release.has(ZERO_ACCUM_MIX_VERSION) and not (
+            (model, accum, stage) == ("bf16", "fp32", 1) and release.has(BF16_ZERO1_VERSION)):
+        raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training at ZeRO stage {stage}: "
+                          f"the job runs {release.named()}, whose engine raises 'Model data type and gradient "
+                          "accumulation data type must be equal to use ZeRO' (DeepSpeed 0.10.1 lifted it, 8afcda2ac). "
+                          f"Use {model!r}, drop the key, or run DeepSpeed 0.10.1 or later.")
+    return {"grad_accum_dtype": accum}
+
+
+def _no_zero_mix(origin: str, value: str, model: str, accum: str, warnings: list[str], release: JobRelease) -> None:
+    """Without ZeRO: bf16 + fp32 runs BF16_Optimizer before NO_ZERO_BF16_OPTIMIZER_END; any other mix is refused."""
+    if (model, accum) == ("bf16", "fp32") and not release.has(NO_ZERO_BF16_OPTIMIZER_END):
+        warnings.append(f"{origin} data_types.grad_accum_dtype {value!r} with bf16 and no ZeRO: {release.named()} runs "
+                        "BF16_Optimizer (an fp32 gradient of every parameter), not modelled: priced as bf16 accumulation")
+        return
+    raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
+                      "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
+                      f"'unsupported mix of model_dtype and grad_accum_dtype' (the job runs {release.named()}). Use "
+                      f"{model!r}, drop the key, or enable ZeRO (stage 1 with bf16 accumulates in fp32).")
 
 
 def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
@@ -136,7 +174,7 @@ def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], sr
     _removed(raw, origin, warnings, release)
     _allreduce_op(raw, origin, fields, warnings, release)
     _instrumentation(raw, origin, warnings)
-    accum = _grad_accum_dtype(raw, origin, fields)
+    accum = _grad_accum_dtype(raw, origin, fields, warnings, release)
     if accum:
         src["grad_accum_dtype"] = Source(SourceKind.CONFIG_FILE, f"{origin} data_types.grad_accum_dtype")
     return {**accum, **_sequence_parallel(raw, origin, src)}

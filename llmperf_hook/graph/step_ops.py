@@ -327,6 +327,16 @@ Measured on one H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels, ds_bf16_
 ds_bf16_zero2/3): 2 more aten::div_ per micro-batch, 661 us (3.9 B per parameter at 4.22 TB/s); 316 / 168 more
 aten::copy_ per micro-batch (ZeRO-1 on the H100: 14), 8.9 / 3.9 B once the model's own copies of the twice larger
 batch are taken out (plain_bf16: 3.8 ms). In all 12.8 / 7.8 B."""
+ZERO3_FP32_ACCUM_BYTES_PER_PARAM = (10.0, 12.0)
+"""Bytes per local parameter that data_types.grad_accum_dtype fp32 adds under ZeRO-3 with a 16-bit model: (the first
+micro-batch, each further one), beyond the 16-bit accumulation above. stage3.py keeps the gradient partition
+(grad_partitions_flat_buffer) in gradient_accumulation_dtype and casts each reduce-scattered partition to it
+(`g.to(self.gradient_accumulation_dtype)`: read 2, write 4), then partition_grads copies it in at micro-step 0
+(read 4, write 4 where bf16 reads 2, writes 2) and adds it after (read 4 + 4, write 4 where bf16 moves 6): first
+6 + 4 = 10, then 6 + 6 = 12. From v0.19.2 on (56e7e0c55, #8056); v0.10.1-v0.19.1 cast the partition to the
+model's dtype and only partition_grads widened it (copy_ 2 + 4: +2 first; add_ after `.to(fp32)` the same +12). The
+optimizer step reads the fp32 partition where it flattened and cast the bf16 one (_prepare_fp32_grad_for_sub_group:
+8 B against 2 + 2 + 2 + 4, offset by the norm's wider read): left out. Read from the source, not measured here."""
 DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6, 3: 30e-6}
 """Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
 three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
@@ -346,7 +356,7 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or offloaded:
         return []
     per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, 0.0)
-    accumulated = max(0, cfg.batch.num_microbatches - 1) * per_microbatch
+    accumulated = max(0, cfg.batch.num_microbatches - 1) * per_microbatch + zero3_fp32_accum_bytes(cfg)
     grad_params = accumulated_grad_params(cfg, local, rank_params)
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
@@ -357,6 +367,15 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
                {"params": local, "param_tensors": tensors}, flops=0.0,
                bytes_moved=float(local * per_param + grad_params * accumulated), dtype=cfg.precision,
                tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
+
+
+def zero3_fp32_accum_bytes(cfg: TrainingConfig) -> float:
+    """Bytes per local parameter a step's micro-batches add under ZeRO-3 with fp32 gradient accumulation
+    (ZERO3_FP32_ACCUM_BYTES_PER_PARAM); 0 otherwise."""
+    if cfg.optimizer.zero_stage != 3 or cfg.optimizer.grad_accum_dtype != "fp32" or cfg.precision == "fp32":
+        return 0.0
+    first, further = ZERO3_FP32_ACCUM_BYTES_PER_PARAM
+    return first + max(0, cfg.batch.num_microbatches - 1) * further
 
 
 def accumulated_grad_params(cfg: TrainingConfig, local: int, rank_params: int) -> int:

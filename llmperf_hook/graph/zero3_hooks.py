@@ -50,7 +50,8 @@ module, so that part is not separable from the per-tensor figure and is kept in 
 Gradient accumulation adds no host work of its own: each further micro-batch re-runs the same hooks. Its kernels
 (bf16, the default grad_accum_dtype for a bf16 model: engine.py get_data_types) are the bucket copy (2 + 2 B a
 parameter), the division (2 + 2) and partition_grads' add into __param_id_to_grad_partition (2 + 2 + 2), 14 B that
-step_ops.py prices (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[3]). The larger
+step_ops.py prices (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[3]); fp32
+accumulation adds its casts and wider adds (step_ops.ZERO3_FP32_ACCUM_BYTES_PER_PARAM). The larger
 aten::add_ of the 4-micro-batch kernel table (18.4 B per parameter and further micro-batch when read as
 accumulation) is the bias adds ZeRO-3's memory-efficient linear splits out of every GEMM, over twice the tokens:
 graph/zero_layer_ops.py zero3_bias_add_ops.

@@ -12,7 +12,8 @@ import pytest
 from llmperf_hook.api import predict_command
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.graph.step_ops import (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM, DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM,
-                                         DEEPSPEED_MP_BYTES_PER_PARAM, DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH)
+                                         DEEPSPEED_MP_BYTES_PER_PARAM, DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH,
+                                         ZERO3_FP32_ACCUM_BYTES_PER_PARAM)
 
 SHAPE = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
          "--max-position-embeddings", "2048", "--tensor-model-parallel-size", "2", "--micro-batch-size", "1",
@@ -45,7 +46,7 @@ def _bookkeeping_at(tmp_path: Path, zero: int, precision: str, extra_ds: dict | 
     pred = predict_command(argv, {}, cluster="dgx-a100")
     assert pred.config.parallel.dp == 4 and pred.config.batch.num_microbatches == 4
     stage = build_graph(pred.config, pred.cluster).stages[0]
-    (book,) = [op for op in stage.step_ops if op.op_class == "deepspeed_bookkeeping"]
+    (book,) = [op for op in stage.step_ops if op.name == "optimizer.deepspeed_mixed_precision"]  # not ZeRO-3's hooks
     assert book.dims["params"] == stage.num_params // 4  # the step's own work runs on the ZeRO partition
     return stage.num_params, book
 
@@ -70,3 +71,16 @@ def test_zero2_accumulates_its_partition_only(tmp_path: Path) -> None:
     per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[2]
     per_param = DEEPSPEED_MP_BYTES_PER_PARAM[2] + 3 * per_microbatch
     assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
+
+
+def test_zero3_fp32_accumulation_casts_and_adds_its_partition_in_fp32(tmp_path: Path) -> None:
+    """data_types.grad_accum_dtype fp32 under ZeRO-3 (bf16 model): each reduce-scattered partition is cast to fp32
+    and copied (first micro-batch: +10 B a local parameter) or added (each of the 3 further: +12 B) in fp32
+    (stage3.py partition_grads into grad_partitions_flat_buffer); bf16 accumulation, the default, adds nothing."""
+    _, plain = _bookkeeping_at(tmp_path, 3, "bf16")
+    _, fp32 = _bookkeeping_at(tmp_path, 3, "bf16", {"data_types": {"grad_accum_dtype": "fp32"}})
+    first, further = ZERO3_FP32_ACCUM_BYTES_PER_PARAM
+    assert (first, further) == (10.0, 12.0)
+    assert fp32.bytes_moved - plain.bytes_moved == pytest.approx(plain.dims["params"] * (first + 3 * further))
+    _, bf16 = _bookkeeping_at(tmp_path, 3, "bf16", {"data_types": {"grad_accum_dtype": "bf16"}})
+    assert bf16.bytes_moved == plain.bytes_moved
