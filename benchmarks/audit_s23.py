@@ -236,6 +236,7 @@ def _median(values: list[float]) -> float:
     n = len(values)
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
+
 def nodes_per_stage(run: MeasuredRun) -> int:
     """Nodes one pipeline stage spans: its TP x DP ranks in Megatron's rank order (TP fastest, then DP, then PP;
     DeepSpeed's PipeModelDataParallelTopology axes pipe, data, model), so each DP group crosses that many nodes."""
@@ -271,10 +272,15 @@ def section_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, floa
               f"a {a:+.3f} s, b {b:+.2f}")
 
 
-def excess_per_layer_slot(run: MeasuredRun, predicted_s: float) -> float:
-    """(measured - predicted) / ((m + pp - 1) x layers per stage): the gap per layer and pipeline slot."""
+def layer_slots(run: MeasuredRun) -> float:
+    """(m + pp - 1) pipeline slots x the layers of a stage: what a cost in every layer's passes scales with."""
     m = run.global_batch_size // (run.dp * run.micro_batch_size)
-    return (run.iteration_time_s - predicted_s) / ((m + run.pp - 1) * (run.num_layers / run.pp))
+    return (m + run.pp - 1) * run.num_layers / run.pp
+
+
+def excess_per_layer_slot(run: MeasuredRun, predicted_s: float) -> float:
+    """(measured - predicted) / layer_slots: the gap per layer and pipeline slot."""
+    return (run.iteration_time_s - predicted_s) / layer_slots(run)
 
 
 def p2p_send_bytes(run: MeasuredRun) -> int:
@@ -291,7 +297,7 @@ def section_layer_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, fl
     for r in sorted(picked, key=lambda r: (r.hidden_size, r.tp, r.micro_batch_size, r.pp)):
         step = pred[r.row_id][0]
         m = r.global_batch_size // (r.dp * r.micro_batch_size)
-        per_slot = step / ((m + r.pp - 1) * (r.num_layers / r.pp))
+        per_slot = step / layer_slots(r)
         print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {m:>4} "
               f"{p2p_send_bytes(r) / 1e6:>7.1f} {(step / r.iteration_time_s - 1) * 100:>+6.1f}% "
               f"{excess_per_layer_slot(r, step) * 1e3:>15.1f} {per_slot * 1e3:>10.1f}")
