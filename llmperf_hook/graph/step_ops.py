@@ -310,9 +310,14 @@ an H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels/, benchmarks/deepspeed
 by bf16 ZeRO-0's same-machine 73 / 87.8): ZeRO-2 101.5 B -> 84 (ZeRO-1's 87.5 kept), ZeRO-3 127.6 B -> 106."""
 DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM = 30.0
 """ZeRO-0 with fp16 runs FP16_Optimizer (runtime/fp16/fused_optimizer.py) instead, on flat buffers: flatten the
-fp16 gradients (2 + 2 B), one overflow check on the flat buffer (2), cast to the fp32 flat gradient (2 + 4), its
-global norm (4), the unscale-and-clip scale (4 + 4), the fp32 master copied back to fp16 (4 + 2): 30 B, with a
-few host syncs per step rather than per tensor (read from the source; not measured here)."""
+fp16 gradients (2 + 2 B), an overflow check (2), cast to the fp32 flat gradient (2 + 4), its global norm (4), the
+unscale-and-clip scale (4 + 4), the fp32 master copied back to fp16 (4 + 2): 30 B. The source checks overflow
+tensor by tensor, not on the flat buffer: CheckOverflow.has_overflow_serial runs float(x.float().sum()) on every
+gradient (runtime/utils.py, the same in 2023's 2ded2ff0 and today), 10 B per parameter and one host sync per
+tensor. Priced that way (42 B, syncs included) S23 improved by 0.1-0.15 point, but S24 (vTrain's single-node runs
+of this stack) went 7.19 -> 7.36-7.63 % and the ranking lost 1-4 groups (notes h84, h92). S24's per-step cost,
+20 ps per parameter, is already below what the 30 B and Adam price, so 30 B stays until a DeepSpeed fp16 step is
+measured."""
 DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
 """Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
 measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
