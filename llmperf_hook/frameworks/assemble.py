@@ -20,6 +20,7 @@ from llmperf_hook.frameworks.deepspeed_job import (ACCELERATOR_FILLS, MEGATRON_S
                                                     unfilled_batch_key_warnings)
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fsdp_sharding import FsdpSharding, fsdp_sharding
+from llmperf_hook.frameworks.hf_config import no_sdpa_attention
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.megatron_rules import check_megatron_flags
 from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
@@ -282,9 +283,14 @@ def _script_precision(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
 _HF_ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "fused", "eager": "unfused"}
 
 
-def _script_attention(flags: FlagValues, src: dict[str, Source]) -> str:
-    """Hugging Face --attn_implementation (flash_attention_2 | sdpa | eager); otherwise the model's default."""
+def _script_attention(flags: FlagValues, src: dict[str, Source], model_type: str = "") -> str:
+    """Hugging Face --attn_implementation (flash_attention_2 | sdpa | eager); otherwise the model's default (eager for
+    a model class without SDPA: hf_config.no_sdpa_attention)."""
     value = flags.get("attn_implementation")
+    if no_sdpa_attention(model_type, value, flags.source("attn_implementation", "script default")) == "eager":
+        src["attention_backend"] = Source(SourceKind.DERIVED, f"transformers: {model_type} has no SDPA attention, "
+                                          "the default falls back to eager (get_correct_attn_implementation)")
+        return "unfused"
     if value in _HF_ATTENTION:
         src["attention_backend"] = flags.source("attn_implementation")
         return _HF_ATTENTION[value]
@@ -337,7 +343,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=model, parallel=layout, batch=batch, precision=precision,
         recompute=_script_recompute(flags, ds, src, fsdp, framework != "hf-deepspeed"), optimizer=optimizer,  # type: ignore[arg-type]
-        attention_backend=_script_attention(flags, src), pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
+        attention_backend=_script_attention(flags, src, script_model_type(flags, overrides.model)),
+        pipeline_schedule="1f1b" if pp > 1 else "none", sources=src,
         warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pp > 1,
         torch_linear_layers=splits_bias,
     )

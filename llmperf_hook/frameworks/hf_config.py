@@ -160,6 +160,26 @@ def attention_fields(raw: dict[str, Any], model_type: str, origin: str) -> dict[
     return out
 
 
+NO_SDPA_FAMILIES = {"gpt_oss": "GptOssPreTrainedModel"}
+"""Model classes without torch SDPA attention (transformers 5.18: _supports_sdpa = False; gpt-oss's sinks need a kernel
+that takes them). PreTrainedModel.get_correct_attn_implementation asks for sdpa when no attn_implementation is given
+and falls back to eager when _sdpa_can_dispatch fails; an explicit "sdpa" raises instead."""
+
+
+def no_sdpa_attention(model_type: str, requested: str | None, where: str) -> str | None:
+    """The attention transformers runs for a NO_SDPA_FAMILIES model when the script asks for `requested` ("eager" when
+    it asks for nothing), None for every other case; an explicit sdpa is refused as transformers refuses it."""
+    owner = NO_SDPA_FAMILIES.get(model_type)
+    if owner is None or requested not in (None, "sdpa"):
+        return None
+    if requested == "sdpa":
+        raise ConfigError(f"--attn_implementation sdpa ({where}) with a {model_type} model: {owner} has no SDPA attention "
+                          "(_supports_sdpa False; its attention sinks need a kernel that takes them) and transformers "
+                          "raises a ValueError when loading it. Use --attn_implementation eager, or flash_attention_2 / "
+                          "flash_attention_3 (transformers loads kernels-community/vllm-flash-attn3, which takes the sinks).")
+    return "eager"
+
+
 _GPT2_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
     "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,

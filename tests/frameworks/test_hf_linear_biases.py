@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmperf_hook.errors import UsageError
+from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.hf_config import linear_biases, shape_from_hf_config
 from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.graph import params as pc
@@ -129,3 +129,38 @@ def test_gpt_oss_tensors_and_sinks(tmp_path: Path) -> None:
 def test_shape_dict_carries_the_new_fields() -> None:
     shape = shape_from_hf_config(GPT_OSS_20B, "gpt-oss-20b/config.json")
     assert shape["attention_sinks"] and shape["add_bias_linear"] and "add_qkv_bias" not in shape
+
+
+def _trainer(tmp_path: Path, raw: dict, *extra: str):
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    argv = ["torchrun", "--nproc-per-node", "8", "run_clm.py", "--model_name_or_path", str(tmp_path), "--block_size",
+            "2048", "--per_device_train_batch_size", "1", "--bf16", *extra]
+    return resolve_job(argv, {})[1]
+
+
+def test_gpt_oss_runs_eager_attention_unless_a_flash_kernel_is_asked_for(tmp_path: Path) -> None:
+    """GptOssPreTrainedModel._supports_sdpa is False: transformers' default (sdpa) falls back to eager; flash_attention_2
+    loads kernels-community/vllm-flash-attn3, which takes the sinks. Other families keep the script default."""
+    cfg = _trainer(tmp_path, GPT_OSS_20B)
+    assert cfg.attention_backend == "unfused" and "no SDPA attention" in cfg.sources["attention_backend"].detail
+    assert _trainer(tmp_path, GPT_OSS_20B, "--attn_implementation", "flash_attention_2").attention_backend == "flash"
+    assert _trainer(tmp_path, GPT_OSS_20B, "--attn_implementation", "eager").attention_backend == "unfused"
+    assert _trainer(tmp_path, QWEN2_7B).attention_backend == "auto"
+
+
+def test_gpt_oss_with_sdpa_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sdpa .* gpt_oss model: GptOssPreTrainedModel has no SDPA attention") as err:
+        _trainer(tmp_path, GPT_OSS_20B, "--attn_implementation", "sdpa")
+    assert err.value.exit_code == 2
+
+
+def test_gpt_oss_eager_attention_pays_for_its_sinks(tmp_path: Path) -> None:
+    """eager_attention_forward: cat the sink column, subtract the row max (5 passes over the 64 heads x 2048 x 2048
+    scores of a micro-batch), torch softmax."""
+    from llmperf_hook.graph.build import build_graph
+    from llmperf_hook.hardware.load import load_cluster
+
+    cfg = _trainer(tmp_path, GPT_OSS_20B)
+    graph = build_graph(cfg, load_cluster("dgx-h100"))
+    ops = [op for c in graph.stages[0].chunks for b in c.blocks for op in b.fwd if op.name == "attn.sink_concat"]
+    assert ops and ops[0].bytes_moved == 5.0 * 64 * 2048 * 2048 * 2
