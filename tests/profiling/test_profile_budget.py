@@ -3,8 +3,6 @@ keeps to its deadline, the framework cost included, and a tiny budget still leav
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +10,8 @@ import pytest
 
 from llmperf_hook.profile import budget as budgets
 from llmperf_hook.profile import cpu_framework_readings as cfr
+from tests.profiling.conftest import TINY_NAME, TinyProfile
+from tests.profiling.test_cpu_profile_e2e import _run
 
 pytest.importorskip("torch")
 
@@ -58,27 +58,21 @@ def test_sampling_ends_sooner_as_classes_become_fittable() -> None:
     assert deadline.now_s() == b.sampling_end_s(3)
 
 
-def test_a_tiny_budget_is_kept_and_predict_uses_the_profile(tmp_path: Path) -> None:
-    """--budget 1 from the shell: it took 4:02 for --budget 3 at load 10 (the framework cost's minimum readings and
-    the peaks ran over), and a tiny budget ran over by whatever the peaks took. (At load 12 start-up, torch's import
-    and the peaks took 18 s: --budget 0.5 then sampled 2 s, too few to fit, which is refused with exit 2.)"""
-    env = {**os.environ, "LLMPERF_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "llmperf_hook", "profile", "--device", "cpu", "--budget", "1",
-                           "--ops", "gemm,layernorm", "--name", "cpu-tiny"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    wall_s = time.perf_counter() - t0
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert wall_s <= 60 + MARGIN_S, (wall_s, os.getloadavg())
-    assert "budget 60 s: sampling from" in proc.stdout
-    predicted = subprocess.run([sys.executable, "-m", "llmperf_hook", "predict", "--format", "json", "--hardware",
-                                "cpu-tiny", "--", "python", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size",
-                                "128", "--num-attention-heads", "4", "--seq-length", "128",
-                                "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size",
-                                "2", "--vocab-size", "1000"], env=env, capture_output=True, text=True, timeout=300)
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
-    out = json.loads(predicted.stdout[predicted.stdout.index("{"):])
-    assert out["predictor"]["gemm"] == "lightgbm:cpu-tiny"
+def test_a_tiny_budget_is_kept_and_predict_uses_the_profile(tiny_profile: TinyProfile, tiny_home: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """--budget 1 from the shell (the session's tiny profile, tests/profiling/conftest.py): it took 4:02 for
+    --budget 3 at load 10 (the framework cost's minimum readings and the peaks ran over), and a tiny budget ran over
+    by whatever the peaks took. (At load 12 start-up, torch's import and the peaks took 18 s: --budget 0.5 then
+    sampled 2 s, too few to fit, which is refused with exit 2.)"""
+    assert tiny_profile.returncode == 0, tiny_profile.stderr[-3000:]
+    assert tiny_profile.wall_s <= 60 + MARGIN_S, (tiny_profile.wall_s, os.getloadavg())
+    assert "budget 60 s: sampling from" in tiny_profile.stdout
+    code, out = _run(["predict", "--format", "json", "--hardware", TINY_NAME, "--", "python", "pretrain_gpt.py",
+                      "--num-layers", "2", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
+                      "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", "2",
+                      "--vocab-size", "1000"], capsys)
+    assert code == 0, out[-3000:]
+    assert json.loads(out[out.index("{"):])["predictor"]["gemm"] == f"lightgbm:{TINY_NAME}"
 
 
 class _Child:
