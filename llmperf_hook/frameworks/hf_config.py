@@ -112,12 +112,13 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
 
 
 _QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm4": ("attention_bias", True),
-                  "glm4_moe": ("attention_bias", False)}
+                  "glm4_moe": ("attention_bias", False), "qwen2_vl": (None, True), "qwen2_vl_text": (None, True),
+                  "qwen2_5_vl": (None, True), "qwen2_5_vl_text": (None, True)}
 """Families that bias q_proj, k_proj and v_proj and no other linear (transformers 5.18 modeling files): (the config key
-that switches the q/k/v biases, its class default). Qwen2Attention builds them with bias=True (no key; Qwen2-7B's
-config.json has none), Qwen2MoeAttention with config.qkv_bias, Glm4Attention and Glm4MoeAttention with
-config.attention_bias (Glm4Config default True, Glm4MoeConfig False; GLM-4.5's config.json sets it true); o_proj
-bias=False and no MLP bias in all four."""
+that switches the q/k/v biases, its class default). Qwen2Attention and the Qwen2-VL / Qwen2.5-VL language models'
+attention build them with bias=True (no key; Qwen2-7B's config.json has none), Qwen2MoeAttention with config.qkv_bias,
+Glm4Attention and Glm4MoeAttention with config.attention_bias (Glm4Config default True, Glm4MoeConfig False; GLM-4.5's
+config.json sets it true); o_proj bias=False and no MLP bias in all of them."""
 _SEPARATE_QKV = ("opt", "gptj")
 """GELU families with q_proj, k_proj, v_proj apart (OPTAttention, GPTJAttention); the SwiGLU families always are."""
 

@@ -72,6 +72,7 @@ def test_totals_match_the_cards(tmp_path: Path, raw: dict, card: float) -> None:
 
 @pytest.mark.parametrize("raw, expected", [
     ({"model_type": "qwen2"}, (False, True)),                               # hard-coded bias=True
+    ({"model_type": "qwen2_5_vl"}, (False, True)),                          # its language model's attention too
     ({"model_type": "qwen2_moe"}, (False, True)),                           # Qwen2MoeConfig.qkv_bias default True
     ({"model_type": "qwen2_moe", "qkv_bias": False}, (False, False)),
     ({"model_type": "glm4_moe", "attention_bias": True}, (False, True)),    # GLM-4.5: o_proj and MLP unbiased
