@@ -112,6 +112,65 @@ megatron_known_flags lacks. Its parser spells Megatron's options with underscore
 falcon, mistral), by which such a job is known."""
 
 
+BIGSCIENCE_OPTIONS = frozenset("""
+DDP-impl abort-on-unmet-fused-kernel-constraints accumulate-allreduce-grads-in-fp32 adam-beta1 adam-beta2 adam-eps
+adlr-autoresume adlr-autoresume-interval aml-data-download-path apply-query-key-layer-scaling
+apply-residual-connection-post-layernorm attention-dropout attention-softmax-in-fp32 batch-size bert-load
+bert-no-binary-head bf16 bias-dropout-fusion bias-gelu-fusion biencoder-projection-dim
+biencoder-shared-query-context-model bitfit block-data-path checkpoint-activations checkpoint-in-cpu
+checkpoint-num-layers clip-grad codecarbon-dir contigious-checkpointing cpu-optimizer cpu_torch_adam data-impl
+data-path dataloader-type decoder-seq-length deepscale deepscale_config deepspeed deepspeed-activation-checkpointing
+deepspeed_config deepspeed_mpi dist_backend dist_url distribute-checkpointed-activations distributed-backend
+embed-layernorm embedding-path encoder-seq-length eod-mask-loss eval-first eval-interval eval-iters eval-only
+evidence-data-path exit-duration-in-mins exit-interval faiss-use-gpu ffn-hidden-size finetune
+force-sync-layer-norm-parameters fp16 fp16-lm-cross-entropy fp32-allreduce fp32-residual-connection from-weights
+global-batch-size glu-activation hidden-dropout hidden-size hysteresis ict-head-size ict-load img-dim
+indexer-batch-size indexer-log-interval inference init-method-std init-method-xavier-uniform initial-loss-scale
+input-length kill-switch-path kv-channels layernorm-epsilon layernorm-tp-auto-sync lazy-mpu-init load local_rank
+log-batch-size-to-tensorboard log-interval log-level log-level-replica log-num-zeros-in-grad log-params-norm log-path
+log-timers-to-tensorboard log-validation-ppl-to-tensorboard loss-on-targets-only loss-scale loss-scale-window lr
+lr-decay-iters lr-decay-samples lr-decay-style lr-decay-tokens lr-warmup-fraction lr-warmup-iters lr-warmup-samples
+lr-warmup-style make-vocab-size-divisible-by mask-prob max-position-embeddings mean-noise-span-length
+mean_noise_span_length memory-centric-tiled-linear merge-file micro-batch-size min-loss-scale min-lr min-scale
+mmap-warmup model-parallel-size new-dataset no-add-mask-tokens no-bias-dropout-fusion no-bias-gelu-fusion
+no-layer-norm-fusion no-load-optim no-load-rng no-log-learnig-rate-to-tensorboard no-log-loss-scale-to-tensorboard
+no-masked-softmax-fusion no-optimizer-fusion no-query-key-layer-scaling no-save-optim no-save-rng
+no-scaled-masked-softmax-fusion no-scatter-gather-tensors-in-pipeline no-shuffle noise-density noise_density
+norm-target-loss num-attention-heads num-channels num-classes num-layers num-layers-per-virtual-pipeline-stage
+num-unique-layers num-workers onnx-safe openai-gelu optimizer override-lr-scheduler pack-samples pad-vocab-size-to
+param-sharing-style partition-activations patch-dim periodic-eval-data-path pipeline-model-parallel-size
+position-embedding-type pp-partition-method prefixlm profile-backward query-in-block-prob rampup-batch-size rank relu
+remote-device report-topk-accuracies reset-attention-mask reset-position-ids reset-progress
+retriever-report-topk-accuracies retriever-score-scaling retriever-seq-length reweight-loss-based-on-position-frequency
+sample-rate save save-interval scaled-upper-triang-masked-softmax-fusion scattered-embeddings seed seq-length
+sgd-momentum short-seq-prob shuffle skip-train-iteration-range split split-transformers
+stagger_checkpoint_save_load_group_size student-ffn-hidden-size student-hidden-size student-load
+student-num-attention-heads student-num-layers student-pipeline-model-parallel-size student-tensor-model-parallel-size
+sync-tp-duplicated-parameters synchronize-each-layer teacher-load tensor-model-parallel-size tensorboard-debug-dir
+tensorboard-dir tensorboard-log-interval tensorboard-queue-size test-weighted-split-paths
+test-weighted-split-paths-path tile-factor titles-data-path tokenizer-name-or-path tokenizer-type train-iters
+train-samples train-tokens train-weighted-split-paths train-weighted-split-paths-path ul2-denoiser-ratios ul2-denoisers
+ul2-like-ul2r ul2-mask-ratios ul2-mean-span-lengths ul2-model-type ul2-pack-any ul2-pack-no-repeat-prompt
+ul2-r-denoiser-token ul2-s-denoiser-token ul2-scale-normal-std ul2-x-denoiser-token universal-checkpoint
+use-bnb-optimizer use-checkpoint-lr-scheduler use-contiguous-buffers-in-ddp use-cpu-initialization use-flash-attn
+use-one-sent-docs use-pin-memory valid-data valid-data-path valid-num-workers valid-weighted-split-paths
+valid-weighted-split-paths-path vocab-extra-ids vocab-file warmup weight-decay world_size zero-allgather-bucket-size
+zero-contigious-gradients zero-reduce-bucket-size zero-reduce-scatter zero-stage
+""".split())
+"""Every `--name` literal of megatron/arguments.py on any of bigscience-workshop/Megatron-DeepSpeed's 383 branches
+(fetched mirror, main at 8387ae1: the T0 / UL2 / distillation branches add --norm-target-loss, --ul2-*, --student-*),
+and DeepSpeed's deepspeed.add_config_arguments that its parse_args adds: the options any version of the fork takes.
+None of them has --sequence-parallel, --recompute-granularity / -method / -num-layers / -activations,
+--use-distributed-optimizer, --no-pipeline-parallel or --vocab-size."""
+BIGSCIENCE_MARKS = ("--pp-partition-method", "--embed-layernorm", "--pad-vocab-size-to", "--tokenizer-name-or-path",
+                    "--sync-tp-duplicated-parameters", "--abort-on-unmet-fused-kernel-constraints", "--codecarbon-dir",
+                    "--kill-switch-path", "--train-weighted-split-paths", "--train-weighted-split-paths-path",
+                    "--reweight-loss-based-on-position-frequency", "--loss-on-targets-only", "--use-bnb-optimizer")
+"""Options only the bigscience fork defines (megatron_known_flags' second list), which its BLOOM scripts pass
+(train/tr11-176B-ml: --pad-vocab-size-to, --embed-layernorm, --tokenizer-name-or-path, --kill-switch-path, ...): a
+Megatron entry point given one is that fork's (bigscience_job)."""
+
+
 def pai_patch_job(script: str, script_args: Sequence[str]) -> bool:
     """A Pai-Megatron-Patch entry point: a Megatron entry-point name given `--patch-tokenizer-type`."""
     return bool(_entry_key(script)) and _given(script_args, PAI_PATCH_MARK)
@@ -148,6 +207,21 @@ def tasks_entry_point(script: str) -> str:
 def megatron_llm_job(script: str, script_args: Sequence[str]) -> bool:
     """epfLLM/Megatron-LLM's finetune.py, known by its --model_name option."""
     return _entry_key(script) == "finetune.py" and _given(script_args, "--model_name")
+
+
+def bigscience_job(script: str, script_args: Sequence[str]) -> bool:
+    """BLOOM's fork (bigscience-workshop/Megatron-DeepSpeed): a Megatron entry point given one of BIGSCIENCE_MARKS."""
+    return megatron_entry_point(script) and any(w.split("=", 1)[0] in BIGSCIENCE_MARKS for w in script_args)
+
+
+def fork_parser_options(script: str, script_args: Sequence[str]) -> tuple[str, frozenset[str]] | None:
+    """(the fork, every option its parser defines) for a fork whose parser is known in full and lacks options of
+    Megatron-LM's: BLOOM's fork (its megatron/arguments.py with DeepSpeed's config arguments, and the entry point's
+    own extra_args_provider options); None elsewhere, where Megatron-LM's options of every release count."""
+    if bigscience_job(script, script_args):
+        return "bigscience-workshop/Megatron-DeepSpeed", BIGSCIENCE_OPTIONS | _EXTRA_OPTIONS.get(_entry_key(script),
+                                                                                                  frozenset())
+    return None
 
 
 def entry_point_options(script: str, script_args: Sequence[str] = ()) -> frozenset[str]:

@@ -16,48 +16,51 @@ import re
 from typing import Sequence
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.megatron_entry_points import entry_point_options, megatron_entry_point
+from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_MARKS, entry_point_options, fork_parser_options,
+                                                            megatron_entry_point)
+
+
+def _known_options(script: str, script_args: Sequence[str]) -> frozenset[str]:
+    """What the parser running `script` defines: a fork's own list where it is known in full
+    (megatron_entry_points.fork_parser_options), else every Megatron-LM / Megatron-DeepSpeed release's options."""
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    fork = fork_parser_options(script, script_args)
+    return fork[1] if fork is not None else MEGATRON_OPTION_NAMES
 
 
 def unknown_option_names(script_args: Sequence[str], script: str = "") -> list[str]:
-    """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines, nor the entry
-    point `script` itself (its extra_args_provider), in order."""
-    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
-
+    """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines (or, for a fork
+    known in full, the fork does not), nor the entry point `script` itself (its extra_args_provider), in order."""
+    known = _known_options(script, script_args)
     extra = entry_point_options(script, script_args)
     unknown: list[str] = []
     for word in script_args:
         if not word.startswith("--") or word == "--":
             continue
         name = word.split("=", 1)[0]
-        if name[2:] not in MEGATRON_OPTION_NAMES and name[2:] not in extra and name not in unknown:
+        if name[2:] not in known and name[2:] not in extra and name not in unknown:
             unknown.append(name)
     return unknown
 
 
-def _suggestion(name: str) -> str:
-    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
-
+def _suggestion(name: str, known: frozenset[str]) -> str:
     dashed = name[2:].replace("_", "-")
-    if dashed in MEGATRON_OPTION_NAMES:
+    if dashed in known:
         return f"--{dashed}"
-    close = difflib.get_close_matches(name[2:], MEGATRON_OPTION_NAMES, n=1, cutoff=0.8)
+    close = difflib.get_close_matches(name[2:], known, n=1, cutoff=0.8)
     return f"--{close[0]}" if close else ""
 
 
-def _respelled(name: str) -> bool:
+def _respelled(name: str, known: frozenset[str]) -> bool:
     """`--under_score` or `--no-X` spellings of a real flag: llmperf reads them as that flag (and warns)."""
-    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
-
     dashed = name[2:].replace("_", "-")
-    return dashed in MEGATRON_OPTION_NAMES or (dashed.startswith("no-") and dashed[3:] in MEGATRON_OPTION_NAMES)
+    return dashed in known or (dashed.startswith("no-") and dashed[3:] in known)
 
 
-def _reading(name: str) -> str:
-    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
-
+def _reading(name: str, known: frozenset[str]) -> str:
     dashed = name[2:].replace("_", "-")
-    return f"--{dashed}" if dashed in MEGATRON_OPTION_NAMES else f"--{dashed[3:]} switched off"
+    return f"--{dashed}" if dashed in known else f"--{dashed[3:]} switched off"
 
 
 _BOOL_TEXT = frozenset({"true", "false", "1", "0", "yes", "no"})
@@ -150,6 +153,22 @@ _NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 """argparse's _negative_number_matcher: '-1' is a value, not an option (Megatron defines no option like it)."""
 
 
+def _fork_refusal(script: str, script_args: Sequence[str], fork: str, unknown: list[str], hints: list[str]) -> str:
+    """The refusal of options BLOOM's fork does not define, naming the option that told the fork and which of the
+    unknown ones are Megatron-LM's (the fork predates them)."""
+    from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
+
+    mark = next(w.split("=", 1)[0] for w in script_args if w.split("=", 1)[0] in BIGSCIENCE_MARKS)
+    newer = [name for name in unknown if name[2:].replace("_", "-") in MEGATRON_OPTION_NAMES]
+    later = (f" {', '.join(newer)} {'is an option' if len(newer) == 1 else 'are options'} of Megatron-LM or "
+             "microsoft's Megatron-DeepSpeed that the fork lacks (it has no sequence parallelism, no distributed "
+             "optimizer, no --no-pipeline-parallel, no --recompute-granularity: its full recompute is "
+             "--checkpoint-activations).") if newer else ""
+    return (f"{os.path.basename(script)} would stop at start-up: it runs {fork} (BLOOM's fork, known by {mark}, an "
+            f"option only that fork defines), whose argument parser (its megatron/arguments.py, allow_abbrev=False) does "
+            f"not know {', '.join(hints)}: argparse 'unrecognized arguments'.{later} Fix or remove these options.")
+
+
 def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
     """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
     for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
@@ -175,13 +194,17 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
             f"{'it' if len(stray) == 1 else 'them'}, or give the option whose value it is; a value with blanks (\"0:16 "
             "2.4B:320\") reaches the script as several words when the variable or array holding it is expanded unquoted.")
     unknown = unknown_option_names(script_args, script)
-    respelled = [name for name in unknown if _respelled(name)]
-    warnings = [f"{name} is read by llmperf as {_reading(name)}, but Megatron's parser defines no such option and would "
-                "reject it; use the spelling Megatron defines" for name in respelled]
+    known = _known_options(script, script_args)
+    respelled = [name for name in unknown if _respelled(name, known)]
+    warnings = [f"{name} is read by llmperf as {_reading(name, known)}, but Megatron's parser defines no such option and "
+                "would reject it; use the spelling Megatron defines" for name in respelled]
     unknown = [name for name in unknown if name not in respelled]
     if not unknown:
         return warnings
-    hints = [f"{name} (did you mean {hint}?)" if (hint := _suggestion(name)) else name for name in unknown]
+    hints = [f"{name} (did you mean {hint}?)" if (hint := _suggestion(name, known)) else name for name in unknown]
+    fork = fork_parser_options(script, script_args)
+    if fork is not None:
+        raise ConfigError(_fork_refusal(script, script_args, fork[0], unknown, hints))
     if megatron_entry_point(script):
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser does not know "

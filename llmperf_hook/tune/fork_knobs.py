@@ -10,7 +10,8 @@ the job at start-up ('unrecognized arguments'). The knobs are audited here, per 
   --sequence_parallel, --micro_batch_size, --global_batch_size, --recompute_granularity / _method / _num_layers and
   --use_distributed_optimizer; it has no --context_parallel_size (the fork predates context parallelism, Megatron-LM
   core_r0.5), no --expert_model_parallel_size / --expert_tensor_parallel_size and no --zero_stage.
-- bigscience-workshop/Megatron-DeepSpeed (8387ae1, BLOOM's fork; known by an option only it defines, BIGSCIENCE_MARKS):
+- bigscience-workshop/Megatron-DeepSpeed (8387ae1, BLOOM's fork; known by an option only it defines,
+  frameworks/megatron_entry_points.BIGSCIENCE_MARKS):
   no --sequence-parallel, no --recompute-granularity / _method / _num_layers (its full recompute is
   --checkpoint-activations), no --use-distributed-optimizer and no --no-pipeline-parallel: its pretrain_gpt.py builds
   GPTModelPipe whenever --deepspeed is given, so DeepSpeed's PipelineEngine runs and refuses ZeRO-2/3 at every PP.
@@ -26,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from llmperf_hook.frameworks.megatron_entry_points import MEGATRON_LLM_OPTIONS, megatron_entry_point, megatron_llm_job
+from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_OPTIONS, MEGATRON_LLM_OPTIONS, bigscience_job,
+                                                            megatron_llm_job)
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.search_space import SearchSpace
@@ -46,51 +48,6 @@ KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 """SearchSpace knob -> the Megatron options (dashed, without `--`) tune/megatron_argv.py writes when it changes it
 (Megatron-DeepSpeed's ZeRO-2/3 at PP 1 add --no-pipeline-parallel: _zero_stages)."""
-BIGSCIENCE_OPTIONS = frozenset("""
-DDP-impl abort-on-unmet-fused-kernel-constraints accumulate-allreduce-grads-in-fp32 adam-beta1 adam-beta2 adam-eps
-adlr-autoresume adlr-autoresume-interval apply-residual-connection-post-layernorm attention-dropout
-attention-softmax-in-fp32 batch-size bert-load bert-no-binary-head bf16 biencoder-projection-dim
-biencoder-shared-query-context-model block-data-path checkpoint-activations checkpoint-in-cpu checkpoint-num-layers
-clip-grad codecarbon-dir contigious-checkpointing cpu-optimizer cpu_torch_adam data-impl data-path dataloader-type
-decoder-seq-length deepscale deepscale_config deepspeed deepspeed-activation-checkpointing deepspeed_config
-deepspeed_mpi distribute-checkpointed-activations distributed-backend embed-layernorm embedding-path
-encoder-seq-length eod-mask-loss eval-interval eval-iters eval-only evidence-data-path exit-duration-in-mins
-exit-interval ffn-hidden-size finetune fp16 fp16-lm-cross-entropy fp32-residual-connection global-batch-size
-glu-activation hidden-dropout hidden-size hysteresis ict-head-size ict-load img-dim indexer-batch-size
-indexer-log-interval inference init-method-std init-method-xavier-uniform initial-loss-scale kill-switch-path
-kv-channels layernorm-epsilon lazy-mpu-init load local_rank log-batch-size-to-tensorboard log-interval log-level
-log-level-replica log-num-zeros-in-grad log-params-norm log-path log-timers-to-tensorboard
-log-validation-ppl-to-tensorboard loss-on-targets-only loss-scale loss-scale-window lr lr-decay-iters
-lr-decay-samples lr-decay-style lr-decay-tokens lr-warmup-fraction lr-warmup-iters lr-warmup-samples
-make-vocab-size-divisible-by mask-prob max-position-embeddings mean-noise-span-length memory-centric-tiled-linear
-merge-file micro-batch-size min-loss-scale min-lr mmap-warmup model-parallel-size no-bias-dropout-fusion
-no-bias-gelu-fusion no-load-optim no-load-rng no-log-learnig-rate-to-tensorboard no-log-loss-scale-to-tensorboard
-no-masked-softmax-fusion no-query-key-layer-scaling no-save-optim no-save-rng no-scatter-gather-tensors-in-pipeline
-noise-density num-attention-heads num-channels num-classes num-layers num-layers-per-virtual-pipeline-stage
-num-workers onnx-safe openai-gelu optimizer override-lr-scheduler pad-vocab-size-to partition-activations patch-dim
-pipeline-model-parallel-size position-embedding-type pp-partition-method profile-backward query-in-block-prob
-rampup-batch-size remote-device reset-attention-mask reset-position-ids retriever-report-topk-accuracies
-retriever-score-scaling retriever-seq-length reweight-loss-based-on-position-frequency sample-rate save
-save-interval scattered-embeddings seed seq-length sgd-momentum short-seq-prob skip-train-iteration-range split
-split-transformers sync-tp-duplicated-parameters synchronize-each-layer tensor-model-parallel-size tensorboard-dir
-tensorboard-log-interval tensorboard-queue-size test-weighted-split-paths test-weighted-split-paths-path tile-factor
-titles-data-path tokenizer-name-or-path tokenizer-type train-iters train-samples train-tokens
-train-weighted-split-paths train-weighted-split-paths-path universal-checkpoint use-bnb-optimizer
-use-checkpoint-lr-scheduler use-contiguous-buffers-in-ddp use-cpu-initialization use-one-sent-docs use-pin-memory
-valid-num-workers valid-weighted-split-paths valid-weighted-split-paths-path vocab-extra-ids vocab-file warmup
-weight-decay zero-allgather-bucket-size zero-contigious-gradients zero-reduce-bucket-size zero-reduce-scatter
-zero-stage
-""".split())
-"""Every `--name` literal of bigscience-workshop/Megatron-DeepSpeed 8387ae1 megatron/arguments.py, and DeepSpeed's
-deepspeed.add_config_arguments that its parse_args adds."""
-BIGSCIENCE_MARKS = ("--pp-partition-method", "--embed-layernorm", "--pad-vocab-size-to", "--tokenizer-name-or-path",
-                    "--sync-tp-duplicated-parameters", "--abort-on-unmet-fused-kernel-constraints", "--codecarbon-dir",
-                    "--kill-switch-path", "--train-weighted-split-paths", "--train-weighted-split-paths-path",
-                    "--reweight-loss-based-on-position-frequency", "--loss-on-targets-only", "--use-bnb-optimizer")
-"""Options only the bigscience fork defines (megatron_known_flags' second list), which its BLOOM scripts pass
-(train/tr11-176B-ml: --pad-vocab-size-to, --embed-layernorm, --tokenizer-name-or-path, --kill-switch-path, ...)."""
-
-
 @dataclass(frozen=True)
 class ForkParser:
     """The argument parser of a Megatron fork that lacks some of Megatron-LM's options."""
@@ -123,7 +80,7 @@ def fork_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
     """The fork whose parser runs `script`, where it lacks options tune writes; None for Megatron-LM's own."""
     if megatron_llm_job(script, script_args):
         return ForkParser("epfLLM/Megatron-LLM", MEGATRON_LLM_OPTIONS, underscores=True)
-    if megatron_entry_point(script) and any(w.split("=", 1)[0] in BIGSCIENCE_MARKS for w in script_args):
+    if bigscience_job(script, script_args):
         return ForkParser("bigscience-workshop/Megatron-DeepSpeed", BIGSCIENCE_OPTIONS, underscores=False)
     return None
 

@@ -55,19 +55,26 @@ def test_pad_vocab_size_to_fixes_the_padded_vocabulary() -> None:
     cfg = resolve_job(_bloom("--pad-vocab-size-to", "250880"), {})[1]
     assert (cfg.model.vocab_size, cfg.model.padded_vocab_size) == (250880, 250880)
     assert "--pad-vocab-size-to" in str(cfg.sources["padded_vocab_size"])
-    sized = resolve_job(_bloom("--pad-vocab-size-to", "51200", "--vocab-size", "50257"), {})[1]
+    sized = resolve_job(_gpt2_bloom("--pad-vocab-size-to", "51200"), {})[1]
     assert (sized.model.vocab_size, sized.model.padded_vocab_size) == (50257, 51200)
 
 
+def _gpt2_bloom(*extra: str, tp: str = "4") -> list[str]:
+    """The fork with GPT-2's BPE (50257 tokens), known by --embed-layernorm: it has no --vocab-size (no branch does)."""
+    words = _bloom(*extra, "--embed-layernorm", "--vocab-file", "vocab.json", "--merge-file", "merges.txt", tp=tp)
+    at = words.index("PretrainedFromHF")
+    return [*words[:at], "GPT2BPETokenizer", *words[at + 3:]]
+
+
 @pytest.mark.parametrize(("extra", "tp", "match"), [
-    (["--vocab-size", "50257", "--pad-vocab-size-to", "50176"], "4", "below the vocabulary 50257"),
+    (["--pad-vocab-size-to", "50176"], "4", "below the vocabulary 50257"),
     (["--pad-vocab-size-to", "250881"], "1", "not divisible by --make-vocab-size-divisible-by 128"),
-    (["--pad-vocab-size-to", "250", "--make-vocab-size-divisible-by", "1", "--vocab-size", "200"], "4",
-     "--pad-vocab-size-to 250 does not split over tensor-model-parallel-size 4"),
+    (["--pad-vocab-size-to", "50258", "--make-vocab-size-divisible-by", "1"], "4",
+     "--pad-vocab-size-to 50258 does not split over tensor-model-parallel-size 4"),
 ])
 def test_pad_vocab_size_to_the_fork_refuses(extra: list[str], tp: str, match: str) -> None:
     from llmperf_hook.errors import ConfigError
     from llmperf_hook.frameworks.resolve import resolve_job
 
     with pytest.raises(ConfigError, match=match):
-        resolve_job(_bloom(*extra, tp=tp), {})
+        resolve_job(_gpt2_bloom(*extra, tp=tp), {})
