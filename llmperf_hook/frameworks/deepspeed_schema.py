@@ -7,8 +7,8 @@ not permitted". Numeric fields carry pydantic bounds (zero/config.py: reduce_buc
 and integer fields refuse fractions and text ("5e8" as a string). "auto" values are dropped before validation
 (DeepSpeedConfigModel non-strict), so they always pass. Key lists: the union of DeepSpeed 0.19.6's and 0.19.8's
 models, less the keys the job's release (deepspeed_release.schema_release) does not know yet (NEWER_ZERO_KEYS); the
-fp16 dynamic loss-scale bounds also follow the release that added them. Values are read as pydantic reads them (deepspeed_values.py);
-the rules that join sections once the ZeRO stage is known are in deepspeed_engine_rules.py.
+fp16 dynamic loss-scale bounds also follow the release that added them. Values are read as pydantic reads them
+(deepspeed_values.py); the rules that join sections once the ZeRO stage is known are in deepspeed_engine_rules.py.
 """
 
 from __future__ import annotations
@@ -161,10 +161,10 @@ def check_zero_section(zero: dict[str, Any], origin: str, release: JobRelease = 
     _unknown_keys(zero, ZERO_KEYS, "zero_optimization", origin, "DeepSpeedZeroConfig")
     newer = sorted(key for key, since in NEWER_ZERO_KEYS.items() if key in zero and not release.has(since))
     if newer:
-        raise ConfigError(f"{origin} zero_optimization has {', '.join(newer)}, which DeepSpeedZeroConfig knows from 0.19.7 "
-                          f"or 0.19.8 on; the job runs {release.named()}, whose model forbids extra keys and stops at "
-                          "deepspeed.initialize ('Extra inputs are not permitted'). Remove the key, upgrade DeepSpeed, or "
-                          f"set {DEEPSPEED_VERSION_ENV} to the release the job really runs.")
+        raise ConfigError(f"{origin} zero_optimization has {', '.join(newer)}, which DeepSpeedZeroConfig knows from "
+                          f"0.19.7 or 0.19.8 on; the job runs {release.named()}, whose model forbids extra keys and "
+                          "stops at deepspeed.initialize ('Extra inputs are not permitted'). Remove the key, upgrade "
+                          f"DeepSpeed, or set {DEEPSPEED_VERSION_ENV} to the release the job really runs.")
     for name in _ALIASED_FIELDS:
         if AUTO not in (zero.get(name, AUTO), zero.get(f"stage3_{name}", AUTO)):  # "auto" is dropped first
             raise ConfigError(f"{origin} zero_optimization gives both {name} and stage3_{name}, two spellings of one "
@@ -207,16 +207,15 @@ def _dynamic_loss_scale(section: dict[str, Any], origin: str, release: JobReleas
         if value == AUTO:
             continue
         number = pydantic_int(value) or 0
+        where = f"{origin} fp16.{field} is {value!r} under dynamic loss scaling (fp16 enabled, loss_scale 0)"
         if checked and (isinstance(value, bool) or number <= 0):
-            raise ConfigError(f"{origin} fp16.{field} is {value!r} under dynamic loss scaling (fp16 enabled, loss_scale "
-                              f"0): DeepSpeedFP16Config raises 'fp16.{field} must be > 0 when dynamic loss scaling is "
-                              "enabled' from v0.19.3 on (ded23491c), and the job runs "
-                              f"{release.named()}. Give a positive integer (DeepSpeed's default: {default}) or drop the "
-                              f"key; on an older DeepSpeed set {DEEPSPEED_VERSION_ENV} to the release the job runs.")
+            raise ConfigError(f"{where}: DeepSpeedFP16Config raises 'fp16.{field} must be > 0 when dynamic loss "
+                              f"scaling is enabled' from v0.19.3 on (ded23491c), and the job runs {release.named()}. "
+                              f"Give a positive integer (DeepSpeed's default: {default}) or drop the key; on an older "
+                              f"DeepSpeed set {DEEPSPEED_VERSION_ENV} to the release the job runs.")
         if field == "loss_scale_window" and number == 0:
-            raise ConfigError(f"{origin} fp16.loss_scale_window is {value!r} under dynamic loss scaling (fp16 enabled, "
-                              f"loss_scale 0): {release.named()} accepts it, then DynamicLossScaler.update_scale "
-                              "computes `% scale_window` and stops with a ZeroDivisionError at the first step without an "
+            raise ConfigError(f"{where}: {release.named()} accepts it, then DynamicLossScaler.update_scale computes "
+                              "`% scale_window` and stops with a ZeroDivisionError at the first step without an "
                               "overflow. Give a positive integer (DeepSpeed's default: 1000) or drop the key.")
 
 
