@@ -57,7 +57,7 @@ def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, lis
 
 def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: set[str],
                     unknown_at: dict[str, str], branch_values: dict[str, Branches],
-                    arrays: dict[str, list[str]] | None = None) -> None:
+                    arrays: dict[str, list[str]]) -> None:
     """At the `fi` of each undecided `if` closed since the last call: a variable (or array, note_array_assigned)
     two branches left different makes it undecidable, with where each branch set it (for the message of a launch
     that reads it) and what each set."""
@@ -68,7 +68,7 @@ def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: se
             if len(by_branch) < 2 or (len(values) == 1 and None not in values):
                 continue  # one branch sets it, or all that set it agree
             env.pop(name, None)
-            (arrays if arrays is not None else {}).pop(name, None)
+            arrays.pop(name, None)
             undecidable.add(name)
             branch_values[name] = tuple(by_branch[branch] for branch in sorted(by_branch))
             unknown_at[name] = f"{_branch_sets(name, branch_values[name])}, {BRANCHES}"
