@@ -123,7 +123,8 @@ class Source:
 
 NEMO_2407 = Source(
     "P01", "NVIDIA NeMo 24.07 performance summary (pre-training, FP8, DGX-H100)",
-    "github.com/NVIDIA/NeMo docs/source/performance/performance_summary.md @8e3d65dcfe (2024-09-09, '24.07 perf numbers'), Pretraining table",
+    "github.com/NVIDIA/NeMo docs/source/performance/performance_summary.md @3a8081fef6 (2024-08-21, '24.07 vboost "
+    "numbers'), Pretraining table",
     "Megatron-Core (NeMo 24.07)", H100, "fp8 (Transformer Engine, hybrid)", "distributed optimizer (NeMo mcore recipes)",
     "--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap",
     "recompute not stated (blank = none); sequence parallelism assumed on where TP > 1 (NeMo recipes; required by "
@@ -289,9 +290,11 @@ MEGATRON_LLAMA_TABLE = (
 #        bf16 with no master copy (NeMo megatron_base_model.py: store_params False when the optimizer dtype is the
 #        model's): Megatron-LM's nearest spelling is the precision-aware optimizer with bf16 moments, which keeps
 #        a 2-byte master remainder more (6 bytes per parameter, against 4).
-#   P02: NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py (2a0d46e2) and
-#        llama31_llm_pretrain.py (0013c9a8) set_llama3{,1}_common_configs: mixed_precision / ddp
-#        grad_reduce_in_fp32 = False.
+#   P02: NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py (2a0d46e2),
+#        llama31_llm_pretrain.py (0013c9a8) set_llama3{,1}_common_configs and qwen/qwen3_llm_pretrain.py
+#        set_qwen3_common_configs (2a0d46e2): mixed_precision / ddp grad_reduce_in_fp32 = False; the same at
+#        tag 26.04-alpha.rc2 and on branch r0.2.0 (25.11: configs/llama3/, configs/llama31/), and in
+#        perf_recipes/_common.py _benchmark_common at 067f987df, which every H100 Llama and Qwen3 recipe calls.
 #   P03: the README's table 'follows those defined in NeMo Framework's performance scripts' (NVIDIA/NeMo cf17ca0d40
 #        scripts/performance/helpers.py set_precision_configs: recipe.trainer.plugins.grad_reduce_in_fp32 = False),
 #        and its train_llama3_8b_h100_fp8.sh @bd32927e7e passes --grad-reduce-in-bf16.
@@ -307,8 +310,6 @@ NEMO_2407_OPTIMIZER_FLAGS = {
 NEMO_2407_CONFIGS = {("GPT3-175B", 512): (f"{NO_DROPOUT} --apply-layernorm-1p", "recipe: NeMo-Framework-Launcher "
                                             "launcher_scripts/conf/training/gpt3/175b_mlperf.yaml @24c3d6bb")}
 """P01 rows whose recipe config differs from their model's default config, by (model, GPUs): (flags, note)."""
-BRIDGE_OPTIMIZER_FLAGS = {"LLAMA3-70B": BF16_GRADS, "LLAMA3.1-405B": BF16_GRADS}
-"""P02 rows' optimizer flags by model (the Llama recipes; Qwen3's is not in the stored sources)."""
 
 # NeMo Megatron Launcher README: aggregate tokens/s by node count (8 A100-80GB per node).
 LAUNCHER_5B = ((1, 40345), (2, 79815), (4, 161754), (8, 312774), (16, 659481), (32, 1159288))
@@ -490,7 +491,7 @@ def nemo_2407_rows() -> list[dict]:
 def all_rows() -> list[dict]:
     rows = nemo_2407_rows()
     rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}",
-                                row_flags=BRIDGE_OPTIMIZER_FLAGS.get(m, ""))
+                                row_flags=BF16_GRADS)
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
     rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf,
                                 row_flags=BF16_GRADS)
