@@ -33,10 +33,11 @@ measured minus predicted step time and `dp AR` the modelled data-parallel all-re
    (host launches, pipeline exchanges, DeepSpeed's per-micro-batch accumulation) gives b > 0; a cost per step
    (gradient reduction, optimizer, its bookkeeping) or per token gives b ~ 0 and the same a.
 8. Where the error sits, by placement: the signed error by whether a node holds several ranks of one data-parallel
-   group (TP < 8: 8 / TP of them, and as many TP groups) or one, and by the nodes each pipeline stage spans (= the
-   nodes each data-parallel group's all-reduce crosses). Then, per placement class, a robust line gap = a + b x the
-   modelled exposed gradient all-reduce: b ~ 0 if that all-reduce is priced right, b ~ 1 if it really takes twice
-   the modelled time (read with care: the all-reduce grows with the parameters per rank, as the optimizer does).
+   group (TP < 8: 8 / TP of them, and as many TP groups) or one, and by the nodes each pipeline stage spans (at
+   TP <= 8 also the nodes each data-parallel group's all-reduce crosses; at TP 16 that group crosses DP nodes).
+   Then, per placement class, a robust line gap = a + b x the modelled exposed gradient all-reduce: b ~ 0 if that
+   all-reduce is priced right, b ~ 1 if it really takes twice the modelled time (read with care: the all-reduce
+   grows with the parameters per rank, as the optimizer does).
 9. The pipelined TP 2 / TP 4 rows: the gap per layer and pipeline slot, gap / ((m + pp - 1) x layers per stage).
    Pipeline exchanges and the bubble are per slot, not per layer: a layout measured at two pipeline depths that
    shows one excess per layer-slot puts the missing time inside every layer's passes.
@@ -89,6 +90,11 @@ def model_params(run: MeasuredRun) -> float:
     return run.num_layers * 12 * run.hidden_size ** 2 + 50257 * run.hidden_size
 
 
+def micro_batches(run: MeasuredRun) -> int:
+    """m: micro-batches per step on each pipeline (global batch / (DP x micro-batch))."""
+    return run.global_batch_size // (run.dp * run.micro_batch_size)
+
+
 def section_pp(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]) -> None:
     print("1. GPT 3.6B, TP 1: pipeline 1 (DP 64) vs pipeline 2 (DP 32)")
     print(f"   {'mbs':>4} {'pp':>3} {'measured':>9} {'predicted':>10} {'gap s':>7} {'dp AR s':>8} {'gap/AR':>7}")
@@ -123,7 +129,7 @@ def section_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, f
           f"{'error':>7}")
     picked = [r for r in runs if r.tp in (2, 4) and r.pp > 1]
     for r in sorted(picked, key=lambda r: (r.hidden_size, r.tp, r.pp, r.micro_batch_size)):
-        m = r.global_batch_size // (r.dp * r.micro_batch_size)
+        m = micro_batches(r)
         slots = (m + r.pp - 1) * r.micro_batch_size
         step = pred[r.row_id][0]
         print(f"   {r.hidden_size:>6} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.micro_batch_size:>4} {m:>4} "
@@ -210,8 +216,7 @@ def section_microbatches(runs: list[MeasuredRun], pred: dict[str, tuple[float, f
     print(f"   {'hidden':>6} {'tp':>3} {'pp':>3} {'dp':>3} {'m':>14} {'gap s':>32} {'a s':>7} {'b ms':>7}")
     layouts: dict[tuple[int, int, int, int], list[tuple[int, float]]] = defaultdict(list)
     for r in runs:
-        m = r.global_batch_size // (r.dp * r.micro_batch_size)
-        layouts[(r.hidden_size, r.tp, r.pp, r.dp)].append((m, r.iteration_time_s - pred[r.row_id][0]))
+        layouts[(r.hidden_size, r.tp, r.pp, r.dp)].append((micro_batches(r), r.iteration_time_s - pred[r.row_id][0]))
     for (hidden, tp, pp, dp), points in sorted(layouts.items()):
         if len({m for m, _ in points}) < 3:
             continue
@@ -238,14 +243,16 @@ def _median(values: list[float]) -> float:
 
 
 def nodes_per_stage(run: MeasuredRun) -> int:
-    """Nodes one pipeline stage spans: its TP x DP ranks in Megatron's rank order (TP fastest, then DP, then PP;
-    DeepSpeed's PipeModelDataParallelTopology axes pipe, data, model), so each DP group crosses that many nodes."""
+    """Nodes one pipeline stage spans: its TP x DP ranks are consecutive in Megatron's rank order (TP fastest, then
+    DP, then PP; DeepSpeed's PipeModelDataParallelTopology axes pipe, data, model). A DP group (stride TP) crosses as
+    many nodes when TP <= gpus_per_node, and DP nodes when TP spans nodes."""
     return max(1, -(-run.tp * run.dp // run.gpus_per_node))
 
 
 def dp_ranks_per_node(run: MeasuredRun) -> int:
-    """Ranks of one data-parallel group on a node (TP ranks are consecutive: gpus_per_node / TP, at least 1)."""
-    return max(1, run.gpus_per_node // run.tp)
+    """Ranks of one data-parallel group on a node: TP ranks are consecutive, so gpus_per_node / TP of them (at least
+    1), and no more than the group has."""
+    return min(run.dp, max(1, run.gpus_per_node // run.tp))
 
 
 def errors_by_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, float, float]]
@@ -274,8 +281,7 @@ def section_placement(runs: list[MeasuredRun], pred: dict[str, tuple[float, floa
 
 def layer_slots(run: MeasuredRun) -> float:
     """(m + pp - 1) pipeline slots x the layers of a stage: what a cost in every layer's passes scales with."""
-    m = run.global_batch_size // (run.dp * run.micro_batch_size)
-    return (m + run.pp - 1) * run.num_layers / run.pp
+    return (micro_batches(run) + run.pp - 1) * run.num_layers / run.pp
 
 
 def excess_per_layer_slot(run: MeasuredRun, predicted_s: float) -> float:
@@ -296,9 +302,8 @@ def section_layer_slots(runs: list[MeasuredRun], pred: dict[str, tuple[float, fl
     picked = [r for r in runs if r.tp in (2, 4) and r.pp > 1]
     for r in sorted(picked, key=lambda r: (r.hidden_size, r.tp, r.micro_batch_size, r.pp)):
         step = pred[r.row_id][0]
-        m = r.global_batch_size // (r.dp * r.micro_batch_size)
         per_slot = step / layer_slots(r)
-        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {m:>4} "
+        print(f"   {r.hidden_size:>6} {r.tp:>3} {r.micro_batch_size:>4} {r.pp:>3} {micro_batches(r):>4} "
               f"{p2p_send_bytes(r) / 1e6:>7.1f} {(step / r.iteration_time_s - 1) * 100:>+6.1f}% "
               f"{excess_per_layer_slot(r, step) * 1e3:>15.1f} {per_slot * 1e3:>10.1f}")
     print("   (predicted = predicted step / layer-slots: the excess as a share of what one layer-slot is priced at)")

@@ -30,6 +30,8 @@ def test_placement_follows_megatron_rank_order() -> None:
     assert (audit.nodes_per_stage(tp8_pp2), audit.dp_ranks_per_node(tp8_pp2)) == (32, 1)
     tp16 = _run("613", tp=16, pp=1, dp=4)  # TP spans two nodes: still one rank of a DP group per node
     assert (audit.nodes_per_stage(tp16), audit.dp_ranks_per_node(tp16)) == (8, 1)
+    tp2_dp2 = _run("x", tp=2, pp=2, dp=2)  # a stage is 4 GPUs of one node: its DP group has only 2 ranks there
+    assert (audit.nodes_per_stage(tp2_dp2), audit.dp_ranks_per_node(tp2_dp2)) == (1, 2)
 
 
 def test_errors_are_grouped_by_ranks_per_node_and_stage_span() -> None:
@@ -41,6 +43,18 @@ def test_errors_are_grouped_by_ranks_per_node_and_stage_span() -> None:
     assert groups[(True, 8)] == [pytest.approx(-0.25), pytest.approx(0.1)]
     assert groups[(False, 32)] == [pytest.approx(0.0)]
     assert list(groups) == sorted(groups)
+
+
+def test_section_placement_prints_each_class_once_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    audit = _audit()
+    runs = [_run("c", tp=8, pp=2, dp=32, measured_s=10.0), _run("a", tp=2, pp=8, dp=32, measured_s=20.0),
+            _run("b", tp=2, pp=8, dp=32, measured_s=10.0)]
+    audit.section_placement(runs, {"a": (15.0, 0.2, 9.0), "b": (11.0, 0.4, 9.0), "c": (10.0, 0.8, 9.0)})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2].split() == ["one", "32", "1", "+0.0%", "+0"]
+    assert lines[3].split() == ["several", "8", "2", "-7.5%", "-25", "+10"]
+    # Theil-Sen over several: a's gap +5 s at 0.2 s of all-reduce, b's -1 s at 0.4 s: b = -30, a = 5 + 30 x 0.2 = 11
+    assert lines[-2].endswith("1 rows: a +0.000 s, b +0.00") and lines[-1].endswith("2 rows: a +11.000 s, b -30.00")
 
 
 def test_excess_per_layer_slot_is_the_same_at_two_pipeline_depths_for_a_per_layer_cost() -> None:
