@@ -288,8 +288,9 @@ def _script_attention(flags: FlagValues, src: dict[str, Source], model_type: str
     a model class without SDPA: hf_config.no_sdpa_attention)."""
     value = flags.get("attn_implementation")
     if no_sdpa_attention(model_type, value, flags.source("attn_implementation", "script default")) == "eager":
-        src["attention_backend"] = Source(SourceKind.DERIVED, f"transformers: {model_type} has no SDPA attention, "
-                                          "the default falls back to eager (get_correct_attn_implementation)")
+        src["attention_backend"] = Source(SourceKind.DERIVED, f"transformers: {model_type} has no SDPA attention "
+                                          "(assumed for the job's release: none through 5.18 has), the default falls "
+                                          "back to eager (get_correct_attn_implementation)")
         return "unfused"
     if value in _HF_ATTENTION:
         src["attention_backend"] = flags.source("attn_implementation")

@@ -111,14 +111,18 @@ def shape_from_hf_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     return {**check_shape_types(shape, origin), **extra, "model_type": model_type}
 
 
-_QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm4": ("attention_bias", True),
-                  "glm4_moe": ("attention_bias", False), "qwen2_vl": (None, True), "qwen2_vl_text": (None, True),
-                  "qwen2_5_vl": (None, True), "qwen2_5_vl_text": (None, True)}
+_QKV_BIAS_ONLY = {"qwen2": (None, True), "qwen2_moe": ("qkv_bias", True), "glm": ("attention_bias", True),
+                  "glm4": ("attention_bias", True), "glm4_moe": ("attention_bias", False), "qwen2_vl": (None, True),
+                  "qwen2_vl_text": (None, True), "qwen2_5_vl": (None, True), "qwen2_5_vl_text": (None, True)}
 """Families that bias q_proj, k_proj and v_proj and no other linear (transformers 5.18 modeling files): (the config key
 that switches the q/k/v biases, its class default). Qwen2Attention and the Qwen2-VL / Qwen2.5-VL language models'
 attention build them with bias=True (no key; Qwen2-7B's config.json has none), Qwen2MoeAttention with config.qkv_bias,
-Glm4Attention and Glm4MoeAttention with config.attention_bias (Glm4Config default True, Glm4MoeConfig False; GLM-4.5's
-config.json sets it true); o_proj bias=False and no MLP bias in all of them."""
+GlmAttention, Glm4Attention and Glm4MoeAttention with config.attention_bias (GlmConfig and Glm4Config default True,
+Glm4MoeConfig False; GLM-4.5's config.json sets it true); o_proj bias=False and no MLP bias in all of them."""
+_EVERY_LINEAR_KEY = {"opt": ("enable_bias", True), "falcon": ("bias", False)}
+"""Families whose one config key biases every linear: (key, class default). OPTAttention's q/k/v/out_proj and
+OPTDecoderLayer's fc1/fc2 take bias=config.enable_bias; FalconAttention's query_key_value and dense and FalconMLP's
+dense_h_to_4h / dense_4h_to_h take bias=config.bias (FalconConfig default False; falcon-7b/40b's config.json: false)."""
 _SEPARATE_QKV = ("opt", "gptj")
 """GELU families with q_proj, k_proj, v_proj apart (OPTAttention, GPTJAttention); the SwiGLU families always are."""
 
@@ -127,9 +131,10 @@ def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bo
     """(add_bias_linear, add_qkv_bias) as the family's modeling file builds its linears. Q/K/V-only families:
     _QKV_BIAS_ONLY. Llama-style attention_bias (LlamaAttention, Qwen3, Gemma, Olmo: q, k, v and o_proj) with
     mlp_bias (gate, up, down) biases every linear; attention_bias alone is counted as the q/k/v biases, o_proj's
-    hidden_size-wide bias a layer left out. The other families bias every linear unless attention_bias says not
-    (GPT-2's Conv1Ds, GPT-NeoX, BLOOM; gpt-oss's attention_bias also covers its experts' gate_up_proj_bias /
-    down_proj_bias and its router's bias); OPT's enable_bias false: none."""
+    hidden_size-wide bias a layer left out. _EVERY_LINEAR_KEY: OPT, Falcon. The other families bias every linear
+    unless attention_bias says not (GPT-2's Conv1Ds, GPT-NeoX, BLOOM; gpt-oss, whose experts' gate_up_proj_bias /
+    down_proj_bias and router bias, unconditional in GptOssExperts / GptOssTopKRouter, are counted with the
+    attention_bias true of its released configs)."""
     def flag(key: str, default: bool) -> bool:
         value = default if raw.get(key) is None else raw[key]
         if not isinstance(value, bool):
@@ -139,8 +144,8 @@ def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bo
     if model_type in _QKV_BIAS_ONLY:
         key, default = _QKV_BIAS_ONLY[model_type]
         return False, default if key is None else flag(key, default)
-    if model_type == "opt":
-        return flag("enable_bias", True), False
+    if model_type in _EVERY_LINEAR_KEY:
+        return flag(*_EVERY_LINEAR_KEY[model_type]), False
     attention = flag("attention_bias", model_type not in _GATED)
     if model_type in _GATED:
         return attention and flag("mlp_bias", False), attention
@@ -162,9 +167,10 @@ def attention_fields(raw: dict[str, Any], model_type: str, origin: str) -> dict[
 
 
 NO_SDPA_FAMILIES = {"gpt_oss": "GptOssPreTrainedModel"}
-"""Model classes without torch SDPA attention (transformers 5.18: _supports_sdpa = False; gpt-oss's sinks need a kernel
-that takes them). PreTrainedModel.get_correct_attn_implementation asks for sdpa when no attn_implementation is given
-and falls back to eager when _sdpa_can_dispatch fails; an explicit "sdpa" raises instead."""
+"""Model classes without torch SDPA attention (_supports_sdpa = False in modeling_gpt_oss.py from the 4.5x releases
+that added gpt-oss to 5.18: its sinks need a kernel that takes them; the job's transformers release is not known
+here, and no release read differs). PreTrainedModel.get_correct_attn_implementation asks for sdpa when no
+attn_implementation is given and falls back to eager when _sdpa_can_dispatch fails; an explicit "sdpa" raises."""
 
 
 def no_sdpa_attention(model_type: str, requested: str | None, where: str) -> str | None:
@@ -175,9 +181,10 @@ def no_sdpa_attention(model_type: str, requested: str | None, where: str) -> str
         return None
     if requested == "sdpa":
         raise ConfigError(f"--attn_implementation sdpa ({where}) with a {model_type} model: {owner} has no SDPA attention "
-                          "(_supports_sdpa False; its attention sinks need a kernel that takes them) and transformers "
-                          "raises a ValueError when loading it. Use --attn_implementation eager, or flash_attention_2 / "
-                          "flash_attention_3 (transformers loads kernels-community/vllm-flash-attn3, which takes the sinks).")
+                          "(_supports_sdpa False in every transformers release through 5.18, which llmperf assumes the "
+                          "job runs; its attention sinks need a kernel that takes them) and transformers raises a "
+                          "ValueError when loading it. Use --attn_implementation eager, or a flash kernel that takes "
+                          "the sinks (--attn_implementation kernels-community/vllm-flash-attn3, transformers' kernels hub).")
     return "eager"
 
 

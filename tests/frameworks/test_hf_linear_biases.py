@@ -78,6 +78,9 @@ def test_totals_match_the_cards(tmp_path: Path, raw: dict, card: float) -> None:
     ({"model_type": "glm4_moe", "attention_bias": True}, (False, True)),    # GLM-4.5: o_proj and MLP unbiased
     ({"model_type": "glm4_moe"}, (False, False)),                           # Glm4MoeConfig default False
     ({"model_type": "glm4"}, (False, True)),                                # Glm4Config default True
+    ({"model_type": "glm"}, (False, True)),                                 # GlmConfig default True, o_proj bias=False
+    ({"model_type": "falcon"}, (False, False)),                             # FalconConfig bias=False
+    ({"model_type": "falcon", "bias": True}, (True, False)),                # query_key_value, dense, MLP
     ({"model_type": "llama", "attention_bias": True, "mlp_bias": True}, (True, True)),
     ({"model_type": "llama", "attention_bias": True}, (False, True)),
     ({"model_type": "llama"}, (False, False)),
@@ -153,6 +156,9 @@ def test_gpt_oss_with_sdpa_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sdpa .* gpt_oss model: GptOssPreTrainedModel has no SDPA attention") as err:
         _trainer(tmp_path, GPT_OSS_20B, "--attn_implementation", "sdpa")
     assert err.value.exit_code == 2
+    # the assumed release and a fix that loads: eager, or the hub kernel that takes the sinks
+    assert "through 5.18, which llmperf assumes" in str(err.value)
+    assert "kernels-community/vllm-flash-attn3" in str(err.value)
 
 
 def test_gpt_oss_eager_attention_pays_for_its_sinks(tmp_path: Path) -> None:
