@@ -262,10 +262,10 @@ NEMO_2407_TABLE = (
 # release, model, GPUs, GBS, MBS, seq, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU.
 BRIDGE_TABLE = (
     ("26.04.01", "LLAMA3-70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
-    ("26.04.01", "LLAMA3.1-405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
+    ("26.06", "LLAMA3.1-405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 1, 326, 822),
     ("25.11", "LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1, 1602, 719),
     ("25.11", "LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, 292, 737),
-    ("26.04.01", "Qwen3-30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
+    ("26.06", "Qwen3-30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, 8826, 203),
     # Qwen3-235B-A22B (256 GPUs, TP2 PP8 VP4 EP32, 1712 tokens/s/GPU) left out: 94 layers do not split over
     # PP8 x VP4 and the H100 recipe's uneven split is not in the stored sources.
 )
