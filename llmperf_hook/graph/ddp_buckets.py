@@ -56,9 +56,9 @@ def _norm(cfg: TrainingConfig) -> list[int]:
     return [h] if cfg.model.normalization == "RMSNorm" else [h, h]
 
 
-def _linear(cfg: TrainingConfig, weight: int, bias: int, biased: bool | None = None) -> list[int]:
-    """A linear's weight, and its bias where it has one (`biased`, default add_bias_linear)."""
-    return [weight, bias] if (cfg.model.add_bias_linear if biased is None else biased) else [weight]
+def _linear(weight: int, bias: int, biased: bool) -> list[int]:
+    """A linear's weight, and its bias where it has one."""
+    return [weight, bias] if biased else [weight]
 
 
 def attention_linears(cfg: TrainingConfig) -> list[tuple[int, int]]:
@@ -80,23 +80,24 @@ def attention_tensors(cfg: TrainingConfig) -> list[int]:
     """One layer's attention parameters as Megatron-Core registers them: the input norm, QKV, projection (graph/
     params.py attention_params; MLA as one block of its own count, graph/params.py mla_params), the core attention's
     learned softmax offsets (--softmax-type learnable)."""
-    sinks = [n for n in (pc.attention_sink_params(cfg),) if n]
-    if cfg.model.multi_latent_attention:
+    m = cfg.model
+    sinks = [pc.attention_sink_params(cfg)] if m.attention_sinks else []
+    if m.multi_latent_attention:
         return _norm(cfg) + [pc.mla_params(cfg)] + sinks
     (qkv, qkv_bias), (proj, proj_bias) = attention_linears(cfg)  # the QKV bias also alone (add_qkv_bias)
-    return _norm(cfg) + _linear(cfg, qkv, qkv_bias, cfg.model.qkv_biased) + _linear(cfg, proj, proj_bias) + sinks
+    return _norm(cfg) + _linear(qkv, qkv_bias, m.qkv_biased) + _linear(proj, proj_bias, m.add_bias_linear) + sinks
 
 
 def mlp_tensors(cfg: TrainingConfig) -> list[int]:
-    return _norm(cfg) + [n for weight, bias in mlp_linears(cfg) for n in _linear(cfg, weight, bias)]
+    biased = cfg.model.add_bias_linear
+    return _norm(cfg) + [n for weight, bias in mlp_linears(cfg) for n in _linear(weight, bias, biased)]
 
 
 def moe_dense_tensors(cfg: TrainingConfig) -> list[int]:
     """The non-expert parameters of an MoE block: its norm, the router, the shared experts (graph/params.py)."""
     shared, m = pc.shared_expert_params(cfg), cfg.model
-    router_bias = pc.router_params(cfg) - m.hidden_size * m.num_experts
-    return (_norm(cfg) + [m.hidden_size * m.num_experts] + ([router_bias] if router_bias else [])
-            + ([shared] if shared else []))
+    router = _linear(m.hidden_size * m.num_experts, m.num_experts, pc.router_biased(cfg))
+    return _norm(cfg) + router + ([shared] if shared else [])
 
 
 def expert_tensors(cfg: TrainingConfig) -> list[int]:
@@ -107,9 +108,9 @@ def expert_tensors(cfg: TrainingConfig) -> list[int]:
     ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
     up = ffn * (2 if m.swiglu else 1) // max(1, p.etp)
     down = ffn * m.hidden_size // max(1, p.etp)
-    biased = m.add_bias_linear and not pc.legacy_grouped_mlp(cfg)
-    return ([m.hidden_size * up, up, down, m.hidden_size] if biased else [m.hidden_size * up, down]) \
-        * max(1, m.num_experts // p.ep)
+    biased = pc.experts_biased(cfg)
+    per_expert = _linear(m.hidden_size * up, up, biased) + _linear(down, m.hidden_size, biased)
+    return per_expert * max(1, m.num_experts // p.ep)
 
 
 def chunk_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int], list[int]]:

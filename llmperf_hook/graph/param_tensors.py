@@ -38,7 +38,7 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
 from __future__ import annotations
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.params import embedding_projection_params, is_moe_layer, legacy_grouped_mlp
+from llmperf_hook.graph.params import embedding_projection_params, is_moe_layer, legacy_grouped_mlp, router_biased
 
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
 """Frameworks whose model code is Megatron's (fused QKV and fc1); every other builds transformers-style modules."""
@@ -98,9 +98,7 @@ def moe_block_tensors(cfg: TrainingConfig) -> int:
         experts = local * 2 * (2 if m.add_bias_linear else 1)
     else:
         experts = 2 * (2 if m.add_bias_linear else 1)  # gate_up_proj, down_proj (+ gpt-oss's biases)
-    # With biased linears the router has a bias too: Megatron-Core's TopKRouter (moe/router.py), gpt-oss's
-    # GptOssTopKRouter; DeepSpeed-MoE's gate (moe/sharded_moe.py TopKGate.wg) is built with bias=False
-    router = 2 if m.add_bias_linear and cfg.framework != "megatron-deepspeed" else 1
+    router = 2 if router_biased(cfg) else 1  # weight (+ bias)
     return _per_norm(cfg) + router + experts + shared
 
 

@@ -86,9 +86,15 @@ def expert_params(cfg: TrainingConfig) -> int:
     ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
     up = ffn * (2 if m.swiglu else 1)
     per_expert = m.hidden_size * (up + ffn) // max(1, p.etp)
-    if m.add_bias_linear and not legacy_grouped_mlp(cfg):
+    if experts_biased(cfg):
         per_expert += up // max(1, p.etp) + m.hidden_size
     return per_expert * max(1, m.num_experts // p.ep)
+
+
+def experts_biased(cfg: TrainingConfig) -> bool:
+    """Each expert's fc1 and fc2 carry a bias (expert_params): with biased linears, but never in the legacy
+    GroupedMLP."""
+    return cfg.model.add_bias_linear and not legacy_grouped_mlp(cfg)
 
 
 def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:
@@ -98,13 +104,17 @@ def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:
             and cfg.transformer_impl == "local")
 
 
+def router_biased(cfg: TrainingConfig) -> bool:
+    """The router has a bias of one value per expert where linears are biased (Megatron-Core's TopKRouter:
+    `if config.add_bias_linear`, moe/router.py; gpt-oss's GptOssTopKRouter.bias); DeepSpeed-MoE's gate
+    (moe/sharded_moe.py TopKGate.wg) is built with bias=False."""
+    return cfg.model.add_bias_linear and cfg.framework != "megatron-deepspeed"
+
+
 def router_params(cfg: TrainingConfig) -> int:
-    """The router's h x experts weight, and its bias of one value per expert where linears are biased
-    (Megatron-Core's TopKRouter: `if config.add_bias_linear`, moe/router.py; gpt-oss's GptOssTopKRouter.bias);
-    DeepSpeed-MoE's gate (moe/sharded_moe.py TopKGate.wg) is built with bias=False."""
+    """The router's h x experts weight and its bias (router_biased)."""
     m = cfg.model
-    bias = m.add_bias_linear and cfg.framework != "megatron-deepspeed"
-    return m.hidden_size * m.num_experts + (m.num_experts if bias else 0)
+    return m.num_experts * (m.hidden_size + (1 if router_biased(cfg) else 0))
 
 
 def moe_dense_params(cfg: TrainingConfig) -> int:
