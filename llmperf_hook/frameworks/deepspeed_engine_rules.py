@@ -56,6 +56,8 @@ ZERO_ACCUM_MIX_VERSION = (0, 10, 1)
 stage_1_and_2.py gradient_accumulation_dtype). v0.7.6-v0.10.0's _do_optimizer_sanity_check raises 'Model data type and
 gradient accumulation data type must be equal to use ZeRO', except bf16 + fp32 at stage 1 from v0.8.1 (BF16_Optimizer)."""
 BF16_ZERO1_VERSION = (0, 8, 1)
+"""First release whose _do_optimizer_sanity_check returns BFLOAT16 (BF16_Optimizer) for bf16 + fp32 accumulation at
+ZeRO stage 1 instead of raising (8d87c89e4, #2706)."""
 NO_ZERO_BF16_OPTIMIZER_END = (0, 18, 5)
 """First release that refuses bf16 + fp32 accumulation without ZeRO (09885efef, #7790: the BF16_Optimizer branch
 removed; 'unsupported mix of model_dtype and grad_accum_dtype'); v0.7.6-v0.18.4 run BF16_Optimizer."""
@@ -103,10 +105,12 @@ def _no_zero_mix(origin: str, value: str, model: str, accum: str, warnings: list
         warnings.append(f"{origin} data_types.grad_accum_dtype {value!r} with bf16 and no ZeRO: {release.named()} runs "
                         "BF16_Optimizer (an fp32 gradient of every parameter), not modelled: priced as bf16 accumulation")
         return
+    mix = (model, accum) == ("bf16", "fp32")
+    since = " (for bf16 + fp32 from 0.18.5 on, 09885efef; earlier releases ran BF16_Optimizer)" if mix else ""
     raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training and ZeRO stage 0: "
                       "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
-                      f"'unsupported mix of model_dtype and grad_accum_dtype' (the job runs {release.named()}). Use "
-                      f"{model!r}, drop the key, or enable ZeRO (stage 1 with bf16 accumulates in fp32).")
+                      f"'unsupported mix of model_dtype and grad_accum_dtype'{since}; the job runs {release.named()}. "
+                      f"Use {model!r}, drop the key, or enable ZeRO (stage 1 with bf16 accumulates in fp32).")
 
 
 def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:

@@ -58,5 +58,6 @@ def test_bf16_fp32_without_zero_ran_bf16_optimizer_until_0_18_5(tmp_path: Path) 
     with pytest.raises(ConfigError, match="unsupported mix of model_dtype and grad_accum_dtype") as err:
         _run(tmp_path, "0.18.5", 0, "fp32")
     assert err.value.exit_code == 2
+    assert "from 0.18.5 on, 09885efef" in str(err.value) and "runs DeepSpeed 0.18.5" in str(err.value)
     with pytest.raises(ConfigError, match="unsupported mix"):
         _run(tmp_path, "0.18.4", 0, "fp32", precision="fp16")  # only bf16 + fp32 had the BF16_Optimizer branch
