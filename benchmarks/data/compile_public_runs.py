@@ -56,13 +56,14 @@ NEMOTRON = ("--squared-relu --position-embedding-type rope --untie-embeddings-an
 # NeMo's Llama and Nemotron configs train without dropout (llama.py LlamaConfig / Llama3Config hidden_dropout = 0.0,
 # attention_dropout = 0.0; nemotron.py NemotronConfig likewise, @8e3d65dcfe; the launcher's llama3_8b.yaml,
 # llama3_1_405b.yaml and nemotron_340b.yaml @24c3d6bb say the same), where Megatron-LM defaults to 0.1: no dropout
-# masks are kept (Megatron's GPT-3 configs keep 0.1).
+# masks are kept (Megatron's GPT-3 configs keep 0.1). So do Megatron-Bridge's Llama and Qwen3-MoE models @067f987df
+# (llama_bridge.py / qwen3_moe_bridge.py hidden_dropout = 0.0; attention_dropout from config.json, 0.0).
 NO_DROPOUT = "--hidden-dropout 0 --attention-dropout 0"
 NEMO_LLAMA = f"{LLAMA} {NO_DROPOUT}"
 NEMO_NEMOTRON = f"{NEMOTRON} {NO_DROPOUT}"
 # Megatron-Bridge H100 Qwen3 recipe (perf_recipes/qwen/h100/qwen3_moe.py): flex dispatcher with the HybridEP
 # backend, routing force-balanced ('we force-balance the token distribution among experts').
-QWEN3_MOE = (LLAMA + " --qk-layernorm --kv-channels 128 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm "
+QWEN3_MOE = (NEMO_LLAMA + " --qk-layernorm --kv-channels 128 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm "
              "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-router-force-load-balancing")
 GPT3 = ""
 NEMO_ARCH = "NVIDIA/NeMo nemo/collections/llm/gpt/model/{} @8e3d65dcfe"

@@ -111,12 +111,13 @@ def test_h100_recipe_rows_reduce_gradients_in_bf16_as_their_recipes_did() -> Non
     assert flags[flags.index("--exp-avg-dtype") + 1] == flags[flags.index("--exp-avg-sq-dtype") + 1] == "bf16"
 
 
-def test_nemo_llama_and_nemotron_rows_train_without_dropout() -> None:
+def test_llama_nemotron_and_qwen3_rows_train_without_dropout() -> None:
     """NeMo's LlamaConfig / Llama3Config and NemotronConfig set hidden_dropout = attention_dropout = 0.0 (@8e3d65dcfe),
-    where Megatron-LM defaults to 0.1 (and keeps a dropout mask per hidden state); NeMo's GPT-3 configs keep 0.1."""
+    as Megatron-Bridge's Llama and Qwen3-MoE bridges do (@067f987df), where Megatron-LM defaults to 0.1 (and keeps a
+    dropout mask per hidden state); NeMo's GPT-3 configs keep 0.1."""
     for row in _rows():
         flags, family = _flags(row), row["model"].split("-")[0]
-        if family.startswith(("LLAMA", "Nemotron")):
+        if family.startswith(("LLAMA", "Nemotron", "Qwen3")):
             assert flags[flags.index("--hidden-dropout") + 1] == flags[flags.index("--attention-dropout") + 1] == "0"
         elif family == "GPT3" and not (row["model"] == "GPT3-175B" and row["num_gpus"] == "512"):
             assert "--hidden-dropout" not in flags and "--attention-dropout" not in flags, row["row_id"]
