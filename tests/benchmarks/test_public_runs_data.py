@@ -100,7 +100,8 @@ def test_h100_recipe_rows_reduce_gradients_in_bf16_as_their_recipes_did() -> Non
     recipes reduce them in bf16. P01: NeMo-Framework-Launcher @24c3d6bb, every H100 FP8 example of GPT-3 and Llama
     (+training.model.optim.grad_sync_dtype=bf16) and nemotron_340b.yaml (grad_sync_dtype and dtype bf16: Adam's
     moments in bf16 too); its Nemotron-8B/22B FP8 examples keep fp32. P02: Megatron-Bridge's Llama and Qwen3
-    performance configs (grad_reduce_in_fp32 = False). P03: NeMo's performance scripts and train_llama3_8b_h100_fp8.sh."""
+    performance configs (grad_reduce_in_fp32 = False). P03: NeMo's performance scripts and
+    train_llama3_8b_h100_fp8.sh."""
     rows = [r for r in _rows() if r["source_id"] in ("P01", "P02", "P03")]
     assert len(rows) == 20
     for row in rows:
