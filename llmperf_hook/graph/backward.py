@@ -18,7 +18,7 @@ from llmperf_hook.hardware.spec import HardwareSpec
 
 BWD_FLOP_FACTOR = {"gemm": 2.0, "bmm": 2.0, "router": 2.0, "attention": 2.5}
 BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "bias_dropout_add": 0.8,
-                    "bias_activation": 1.25}
+                    "bias_activation": 1.25, "bias_add": 0.5}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
 14 bytes per logit against 38 in forward (graph/vocab_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
 path's cast and scale (layer_ops.softmax_fallback_ops) backpropagate as one kernel of the same traffic (cast
@@ -26,10 +26,14 @@ back, multiply by the scale); its mask fill is two kernels (backward_bytes). The
 bias-activation (layer_ops.residual / activation, --no-bias-dropout-fusion / --no-bias-gelu-fusion) backpropagate
 as their fused kernels do (the add passes its gradient through; dropout's mask multiply and the bias-gradient sum run
 either way): bias-dropout-add the fused residual's 6 passes (0.8 x its 7.5 forward passes with biases and dropout),
-bias + GeLU the GeLU's 4 passes plus one read of the gradient for the bias sum (1.25 x its 4)."""
+bias + GeLU the GeLU's 4 passes plus one read of the gradient for the bias sum (1.25 x its 4). The local QKV
+linear's bias add (graph/local_kernels.py) backpropagates as the bias-gradient sum alone: one read of the gradient
+(0.5 x its 2 forward passes), the input gradient passing through."""
 BWD_COMM_CLASS = {"allgather": "reducescatter", "reducescatter": "allgather"}
-SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout", "cast", "scale", "mask_fill"})
-"""Korthikanti et al. 2022 Sec. 5: selective recompute replays the attention core (QK^T, softmax, dropout, AV)."""
+SELECTIVE_RECOMPUTE_CLASSES = frozenset({"attention", "bmm", "softmax", "dropout", "cast", "scale", "mask_fill",
+                                         "context_copy"})
+"""Korthikanti et al. 2022 Sec. 5: selective recompute replays the attention core (QK^T, softmax, dropout, AV; the
+local core attention's context copy is inside the checkpointed function, graph/local_kernels.py)."""
 
 
 def backward_op(op: Op) -> Op:

@@ -222,9 +222,12 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
         from llmperf_hook.graph.mla_ops import mla_attention_ops  # mla_ops builds on this module
 
         return mla_attention_ops(ctx)
+    from llmperf_hook.graph.local_kernels import context_copy, qkv_bias_add  # local_kernels builds on this module
+
     heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
     ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx),
-           gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx)]
+           gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx),
+           *qkv_bias_add(ctx, (heads + 2 * kv_heads) * d)]
     if m.position_embedding == "rope":
         ops.append(elementwise("attn.rope", "rope", {"tokens": ctx.tokens, "heads": heads + kv_heads,
                                                     "head_dim": d}, ctx.tokens * (heads + kv_heads) * d, ctx))
@@ -232,7 +235,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
         # Ring exchange of K and V around the CP group (Megatron cp_comm_type "p2p"), hidden behind attention.
         kv_bytes = 2 * ctx.tokens * kv_heads * d * ctx.act_bytes * (p.cp - 1)
         ops.append(comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
-    ops.extend(attention_core(ctx, heads, kv_heads, d))
+    ops.extend(attention_core(ctx, heads, kv_heads, d) + context_copy(ctx, heads * d))
     ops.append(gemm("attn.proj", ctx.tokens, m.hidden_size, heads * d, ctx))
     ops.extend(tp_exit("attn.tp_reduce", ctx))
     ops.append(residual("attn.residual", ctx))

@@ -74,7 +74,10 @@ def side_stream_collective(op: Op) -> bool:
 
 
 def op_host_units(op: Op, side_stream: Callable[[Op], bool] = side_stream_collective) -> float:
-    """Host units the CPU spends to issue `op` (0 for a side-stream collective)."""
+    """Host units the CPU spends to issue `op` (0 for a side-stream collective, and for an op tagged host=lumped,
+    whose issue is in the unit of the op it follows: graph/local_kernels.py)."""
+    if op.tags.get("host") == "lumped":
+        return 0.0
     if op.collective is None:
         return float(KERNELS_PER_PHASE.get(op.phase, 1))
     return 0.0 if side_stream(op) else COLLECTIVE_CALL_UNITS
