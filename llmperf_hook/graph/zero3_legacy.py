@@ -114,16 +114,16 @@ def per_tensor_reduce_ops(cfg: TrainingConfig, modules: tuple[int, ...], layer_p
 def persistent_tensor_sizes(cfg: TrainingConfig, num_layers: int, last_stage: bool) -> tuple[int, ...]:
     """Elements of the parameters of a stage's `num_layers` layers (and the final norm on the last stage) that stay
     gathered (under PERSISTENCE_THRESHOLD_DEFAULT), per TP rank: the QKV (also alone, add_qkv_bias) and MLP-up
-    biases (column-parallel, split over TP), the projection and MLP-down biases (row-parallel, whole), the two norms' weight (and bias for
-    LayerNorm). Every weight matrix is larger than the threshold for any hidden size above 316."""
+    biases (column-parallel, split over TP), the projection and MLP-down biases (row-parallel, whole), the two
+    norms' weight (and bias for LayerNorm). Every weight matrix is larger than the threshold for any hidden size
+    above 316."""
     m, t = cfg.model, cfg.parallel.tp
     h = m.hidden_size
     per_norm = (h,) if m.normalization == "RMSNorm" else (h, h)
-    qkv = ((m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels // t,) if m.qkv_biased else ()
-    biases: tuple[int, ...] = qkv
+    qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
+    biases: tuple[int, ...] = (qkv_out // t,) if m.qkv_biased else ()
     if m.add_bias_linear:
-        ffn = m.ffn_hidden_size * (2 if m.swiglu else 1)
-        biases = (*qkv, h, ffn // t, h)
+        biases += (h, m.ffn_hidden_size * (2 if m.swiglu else 1) // t, h)
     layer = tuple(n for n in biases + per_norm * 2 if 0 < n < PERSISTENCE_THRESHOLD_DEFAULT)
     final = tuple(n for n in per_norm if n < PERSISTENCE_THRESHOLD_DEFAULT) if last_stage else ()
     return layer * num_layers + final
