@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.op import Collective, Op
+from llmperf_hook.graph.param_tensors import megatron_layout
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per activation element: fp8 training keeps activations and TP traffic in bf16 (Transformer Engine)."""
@@ -359,24 +360,23 @@ def torch_softmax_path(cfg: TrainingConfig) -> bool:
     return cfg.attention_backend == "unfused" and not fused
 
 
-SINK_CONCAT_PASSES = {True: 2.0, False: 5.0}
-"""Passes over the scores (in the activation dtype) that learned attention sinks add to an unfused attention, by
-whether Megatron's modules run it. Megatron's SoftmaxOne (fusions/fused_softmax.py, --softmax-type learnable):
-torch.cat([scores, sink]) reads the scores and writes them one column wider (2), softmax over it, the sink column
-sliced off as a view. transformers' gpt-oss eager_attention_forward (modeling_gpt_oss.py): the same cat (2), then
+MEGATRON_SINK_PASSES = 2.0
+"""Passes over the scores (in the activation dtype) that learned attention sinks add to Megatron's unfused attention:
+SoftmaxOne (fusions/fused_softmax.py, --softmax-type learnable) runs torch.cat([scores, sink]), which reads the scores
+and writes them one column wider (2); the softmax runs over that and the sink column is sliced off as a view."""
+HF_EAGER_SINK_PASSES = 5.0
+"""The same for transformers' gpt-oss eager_attention_forward (modeling_gpt_oss.py): the cat (2), then
 `combined_logits - combined_logits.max(dim=-1, keepdim=True).values`, a max reduction (1) and a subtraction (2)."""
 
 
 def attention_sink_ops(scores: int, ctx: LayerContext) -> list[Op]:
     """The unfused attention's extra work for learned per-head sinks (ModelShape.attention_sinks): the sink logit
-    joins every score row (SINK_CONCAT_PASSES), one op of class cast (a copy). A fused kernel (flash-attention's
-    s_aux, Transformer Engine's softmax_type learnable) adds one logit per row to its online softmax: O(1) beside
-    each row's O(s x head_dim), left unpriced."""
+    joins every score row (MEGATRON_SINK_PASSES, HF_EAGER_SINK_PASSES), one op of class cast (a copy). A fused kernel
+    (flash-attention's s_aux, Transformer Engine's softmax_type learnable) adds one logit per row to its online
+    softmax: O(1) beside each row's O(s x head_dim), left unpriced."""
     if not ctx.cfg.model.attention_sinks:
         return []
-    from llmperf_hook.graph.param_tensors import megatron_layout  # param_tensors does not import this module
-
-    passes = SINK_CONCAT_PASSES[megatron_layout(ctx.cfg)]
+    passes = MEGATRON_SINK_PASSES if megatron_layout(ctx.cfg) else HF_EAGER_SINK_PASSES
     return [elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)]
 
 
