@@ -1,6 +1,7 @@
 """What the README and docs/ tell a user is what the code does (H147: after many sessions of changes, the README
 named sample counts, figures and JSON keys the code no longer had). Checked here: every repository path they name
-exists; the README keeps exactly two set-up commands and its test command is the one `.ci/run` runs; every option
+exists; the README keeps exactly two set-up commands and its test command is the one `.ci/run` runs; its usage
+lines run as written and exit as it says; every option
 an `llmperf <command>` line in them passes is an option of that command; the exit codes they state are
 `llmperf_hook/errors.py`'s; and every key `predict`, `run --dry-run` and `tune` print with `--format json` is named
 in docs/output.md (validate's keys: tests/validate/test_schema_doc.py)."""
@@ -8,7 +9,9 @@ in docs/output.md (validate's keys: tests/validate/test_schema_doc.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,3 +176,35 @@ def test_tune_nothing_fits_json_keys_are_documented(tmp_path: Path, capsys: pyte
                                  *JOB], exit_code=3)
     assert data["exit_code"] == 3 and data["fits"] is False
     assert not _undocumented(set(data) | set(data["nearest"]))
+
+
+def _use_lines() -> tuple[list[str], list[str]]:
+    """(the README's CMD words, its `llmperf ...` usage lines without their comments)."""
+    section = _text(ROOT / "README.md").split("## Use", 1)[1].split("\n## ", 1)[0]
+    lines = [ln.strip() for ln in section.splitlines() if ln.startswith("    ")]
+    (cmd,) = [shlex.split(ln.partition("=")[2])[0] for ln in lines if ln.startswith("CMD=")]
+    return shlex.split(cmd), [ln.split("#", 1)[0].strip() for ln in lines if ln.startswith("llmperf ")]
+
+
+# What each usage line must exit with here: refine has no instrumented run in an empty $LLMPERF_HOME. profile
+# (minutes of sampling), validate (80 predictions) and run --instrument (`...`) are run by tests/profiling,
+# tests/validate and tests/instrument.
+USE_EXIT = {"explain": 0, "predict": 0, "run": 0, "tune": 0, "refine": 2}
+
+
+def test_readme_usage_lines_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    cmd, lines = _use_lines()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")  # torchrun
+    ran = []
+    for line in lines:
+        words = [w for word in shlex.split(line) for w in (cmd if word == "$CMD" else [word])]
+        if words[1] not in USE_EXIT or "..." in words:
+            continue
+        with pytest.raises(SystemExit) as done:
+            main(words[1:])
+        assert done.value.code == USE_EXIT[words[1]], (line, capsys.readouterr().err[-2000:])
+        ran.append(words[1])
+    assert sorted(ran) == sorted(USE_EXIT)
