@@ -1,10 +1,9 @@
 """What the README and docs/ tell a user is what the code does (H147: after many sessions of changes, the README
 named sample counts, figures and JSON keys the code no longer had). Checked here: every repository path they name
-exists; the README keeps exactly two set-up commands and its test command is the one `.ci/run` runs; its usage
-lines run as written and exit as it says; every option
-an `llmperf <command>` line in them passes is an option of that command; the exit codes they state are
-`llmperf_hook/errors.py`'s; and every key `predict`, `run --dry-run` and `tune` print with `--format json` is named
-in docs/output.md (validate's keys: tests/validate/test_schema_doc.py)."""
+exists; the README keeps exactly two set-up commands, its test command is the one `.ci/run` runs, and its usage
+lines run as written and exit as it says; every option an `llmperf <command>` line in them passes is an option of
+that command; the exit codes they state are `llmperf_hook/errors.py`'s; and every key `predict`, `run --dry-run`
+and `tune` print with `--format json` is named in docs/output.md (validate's: tests/validate/test_schema_doc.py)."""
 
 from __future__ import annotations
 
