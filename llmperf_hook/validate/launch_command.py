@@ -30,6 +30,7 @@ from pathlib import Path
 
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
 from llmperf_hook.frameworks.assemble import MAX_CONNECTIONS_ENV
+from llmperf_hook.frameworks.megatron_entry_points import bigscience_job
 from llmperf_hook.validate.framework_era import (legacy_max_connections, legacy_zero3_release,
                                                  predates_async_tp_allreduce, published_month)
 from llmperf_hook.validate.measured_run import MeasuredRun
@@ -56,6 +57,8 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
     if run.distributed_optimizer:
         argv.append("--use-distributed-optimizer")
     argv += _extra_args(run, notes)
+    if bigscience_job("pretrain_gpt.py", run.extra_args):
+        argv = _bigscience_spelling(argv)
     if run.framework in ("megatron-deepspeed", "deepspeed") or run.zero_stage > 0:
         argv += _deepspeed_args(run, config_dir)
     release = legacy_zero3_release(run.zero_stage, run.framework_text, run.source, run.source_location)
@@ -75,6 +78,33 @@ def build_launch_plan(run: MeasuredRun, config_dir: Path) -> LaunchPlan:
         notes.append("Megatron-LM before 2021-09 (16c90445) all-reduced the input gradient synchronously: priced "
                      f"serialized through {MAX_CONNECTIONS_ENV}={connections} (framework_era.py)")
     return LaunchPlan(argv=tuple(argv), notes=tuple(notes))
+
+
+_FULL_RECOMPUTE = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+
+
+def _bigscience_spelling(argv: list[str]) -> list[str]:
+    """A row of BLOOM's fork (its flags hold one only that fork defines, megatron_entry_points.bigscience_job) in the
+    fork's own options, since its parser refuses Megatron-LM's (frameworks/megatron_unknown_args): full recompute is
+    --checkpoint-activations; the vocabulary is BLOOM's tokenizer padded with --pad-vocab-size-to (its tr11 scripts:
+    PretrainedFromHF bigscience/tokenizer), as it has no --vocab-size; its attention is the classic unfused one, as
+    Megatron-DeepSpeed's, with no --attention-backend to say so."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i:i + len(_FULL_RECOMPUTE)] == _FULL_RECOMPUTE:
+            out.append("--checkpoint-activations")
+            i += len(_FULL_RECOMPUTE)
+        elif argv[i] == "--vocab-size":
+            out += ["--tokenizer-type", "PretrainedFromHF", "--tokenizer-name-or-path", "bigscience/tokenizer",
+                    "--pad-vocab-size-to", argv[i + 1]]
+            i += 2
+        elif argv[i:i + 2] == ["--attention-backend", "unfused"]:
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def _launcher_args(run: MeasuredRun, notes: list[str]) -> list[str]:
