@@ -46,6 +46,15 @@ def _bloom_argv(tmp_path: Path, *extra: str) -> list[str]:
             "--vocab-size", "250880", "--deepspeed", "--deepspeed_config", str(ds), "--zero-stage", "1", *extra]
 
 
+def _bloom_fork_argv(tmp_path: Path, *extra: str) -> list[str]:
+    """The same job as BLOOM's fork writes it (train/tr11-176B-ml): an option only the fork defines makes it that fork,
+    whose parser has no --vocab-size; its vocabulary comes from the tokenizer, padded by --pad-vocab-size-to."""
+    argv = _bloom_argv(tmp_path, *extra)
+    at = argv.index("--vocab-size")
+    return argv[:at] + ["--tokenizer-type", "PretrainedFromHF", "--tokenizer-name-or-path", "bigscience/tokenizer",
+                        "--pad-vocab-size-to", "250880"] + argv[at + 2:]
+
+
 def test_bloom_176b_layout_is_accepted_with_the_engines_split(tmp_path: Path) -> None:
     _, cfg = resolve_job(_bloom_argv(tmp_path), {})
     assert cfg.deepspeed_pipeline_engine
@@ -59,33 +68,33 @@ def test_without_the_pipeline_engine_megatron_rule_holds(tmp_path: Path) -> None
 
 def test_bigscience_fork_options_are_known(tmp_path: Path) -> None:
     # BLOOM's training script (bigscience-workshop/Megatron-DeepSpeed) adds options of its fork.
-    argv = _bloom_argv(tmp_path, "--embed-layernorm", "--pp-partition-method", "type:transformer|embedding",
-                       "--abort-on-unmet-fused-kernel-constraints", "--pad-vocab-size-to", "250880")
+    argv = _bloom_fork_argv(tmp_path, "--embed-layernorm", "--pp-partition-method", "type:transformer|embedding",
+                            "--abort-on-unmet-fused-kernel-constraints")
     _, cfg = resolve_job(argv, {})
     assert not any("--pp-partition-method" in w for w in cfg.warnings)
     assert any("--embed-layernorm" in w for w in cfg.warnings)
     with pytest.raises(ConfigError, match="did you mean --embed-layernorm"):
-        resolve_job(_bloom_argv(tmp_path, "--embed-layernom"), {})
+        resolve_job(_bloom_fork_argv(tmp_path, "--embed-layernom"), {})
 
 
 def test_bloom_split_counts_the_two_embeddings_as_layers(tmp_path: Path) -> None:
     # 70 transformer layers + 2 embeddings = 72 weighted entries, 6 per stage: the first and last stage hold the
     # embedding / the tied head and 5 transformer layers (BLOOM-176B's 'type:transformer|embedding').
-    _, cfg = resolve_job(_bloom_argv(tmp_path, "--pp-partition-method", "type:transformer|embedding"), {})
+    _, cfg = resolve_job(_bloom_fork_argv(tmp_path, "--pp-partition-method", "type:transformer|embedding"), {})
     assert layers_per_virtual_stage(cfg) == [5] + [6] * 10 + [5]
-    _, cfg = resolve_job(_bloom_argv(tmp_path, "--pp-partition-method", "TYPE:Transformer"), {})
+    _, cfg = resolve_job(_bloom_fork_argv(tmp_path, "--pp-partition-method", "TYPE:Transformer"), {})
     assert layers_per_virtual_stage(cfg) == [6] * 10 + [5, 5]
-    _, cfg = resolve_job(_bloom_argv(tmp_path, "--pp-partition-method", "uniform"), {})
+    _, cfg = resolve_job(_bloom_fork_argv(tmp_path, "--pp-partition-method", "uniform"), {})
     # 77 entries (cast, embedding, transpose, 70 layers, undo, norm, head, cast) over 12: 7 x 5, then 6 x 7.
     assert layers_per_virtual_stage(cfg) == [4, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 2]
-    _, cfg = resolve_job(_bloom_argv(tmp_path, "--pp-partition-method", "parameters"), {})
+    _, cfg = resolve_job(_bloom_fork_argv(tmp_path, "--pp-partition-method", "parameters"), {})
     assert sum(layers_per_virtual_stage(cfg)) == 70 and min(layers_per_virtual_stage(cfg)) >= 1
 
 
 @pytest.mark.parametrize("method, message", [("type:mamba", "matches none"), ("profile", "not a DeepSpeed partition"),
                                              ("type:(", "not a regular expression")])
 def test_partition_methods_deepspeed_refuses_exit_2(tmp_path: Path, method: str, message: str) -> None:
-    _, cfg = resolve_job(_bloom_argv(tmp_path, "--pp-partition-method", method), {})
+    _, cfg = resolve_job(_bloom_fork_argv(tmp_path, "--pp-partition-method", method), {})
     with pytest.raises(ConfigError, match=message):
         layers_per_virtual_stage(cfg)
 
