@@ -12,7 +12,10 @@ measured framework cost), the per-rank graph changes in two ways, both physical:
 - no collective hides behind compute: the overlap tags that put ZeRO prefetches, bucketed gradient
   reductions and parameter gathers on a GPU side stream are dropped. gloo runs a collective on the calling
   thread (or a helper thread that competes for the same core under one-thread-per-rank), and DeepSpeed's
-  CPU accelerator has no streams to overlap on.
+  CPU accelerator has no streams to overlap on;
+- where the profile measured gloo's transport CPU (profile/cpu_rank_transport.py), one step op
+  (predict/cpu_framework.TRANSPORT_OP) carries the bytes the rank puts on the wire per step: every collective of
+  the stage's blocks times its count and the micro-batches, and the step's own collectives.
 Any other hardware: the stages come back unchanged.
 """
 
@@ -61,11 +64,25 @@ def _optimizer_tags(cfg: TrainingConfig, stage: StageGraph, op: Op, fraction: fl
     return tags
 
 
-def _stage(cfg: TrainingConfig, stage: StageGraph, fraction: float) -> StageGraph:
+def _transport_op(cfg: TrainingConfig, stage: StageGraph) -> tuple[Op, ...]:
+    """The stage's wire bytes per step as one step op (module docstring); none without any."""
+    from llmperf_hook.predict.cpu_framework import TRANSPORT_OP, transport_wire_bytes
+
+    m = cfg.batch.num_microbatches
+    wire = sum(transport_wire_bytes(op, block.count * m) for chunk in stage.chunks for block in chunk.blocks
+               for op in (*block.fwd, *block.bwd))
+    wire += sum(transport_wire_bytes(op) for op in stage.step_ops)
+    if wire <= 0:
+        return ()
+    return (Op(TRANSPORT_OP, "deepspeed_bookkeeping", "step", {"wire_bytes": round(wire)}, dtype=cfg.precision),)
+
+
+def _stage(cfg: TrainingConfig, stage: StageGraph, fraction: float, transport: bool) -> StageGraph:
     # DeepSpeed's engine cost on a CPU is measured as a whole (profile/cpu_engine_cost.py), bookkeeping included.
     step_ops = tuple(replace(op, tags={**op.tags, **_optimizer_tags(cfg, stage, op, fraction)})
                      if op.op_class == "optimizer" else op
                      for op in _serial(stage.step_ops) if op.op_class != "deepspeed_bookkeeping")
+    step_ops += _transport_op(cfg, stage) if transport else ()
     chunks = tuple(replace(chunk, blocks=tuple(replace(b, fwd=_serial(b.fwd), bwd=_serial(b.bwd))
                                                for b in chunk.blocks)) for chunk in stage.chunks)
     return replace(stage, chunks=chunks, step_ops=step_ops)
@@ -75,9 +92,10 @@ def cpu_stages(cfg: TrainingConfig, cluster: ClusterSpec, stages: tuple[StageGra
     """`stages` adapted to CPU hardware (module docstring); unchanged for any other hardware."""
     from llmperf_hook.predict.cpu_framework import find_cpu_framework_cost
 
-    if find_cpu_framework_cost(cluster.gpu.name, cfg.precision) is None:
+    cost = find_cpu_framework_cost(cluster.gpu.name, cfg.precision)
+    if cost is None:
         return stages
     fraction = partition_fraction(cluster.gpu.name, cfg.precision, cfg.optimizer.zero_stage) \
         if "deepspeed" in cfg.framework else 0.0
-    return tuple(_stage(cfg, s, fraction) for s in stages)
+    return tuple(_stage(cfg, s, fraction, cost.transport_per_byte_s > 0) for s in stages)
 

@@ -15,7 +15,14 @@ hardware is a CPU and, for every prediction on it:
 - with N ranks on the machine, compute and optimizer times are multiplied by the measured
   concurrency_slowdown[N] (ranks share cores, caches and memory bandwidth);
 - collectives run on the same thread too (gloo, synchronous on CPU): nothing hides behind compute
-  (`cpu_serial_graph` drops the overlap tags the GPU model uses for side streams).
+  (`cpu_serial_graph` drops the overlap tags the GPU model uses for side streams);
+- with more than one rank in a collective's group, gloo's transport threads spend CPU time on every byte the rank
+  puts on the wire (profile/cpu_rank_transport.py: transport_per_byte_s, measured on a world-size-2 DeepSpeed
+  engine against world size 1). graph/cpu_stages.py adds one step op, TRANSPORT_OP, carrying the stage's wire
+  bytes per step (transport_wire_bytes: RING_FACTOR x message bytes of each collective, times its count per
+  step); it is priced here as CPU work of the step (the "optimizer" part of the breakdown, not a collective: the
+  comm model's collectives are the ranks' wait, which the testbed's wall beyond CPU time matches, while this is
+  CPU time the one-rank terms do not hold).
 No file (any GPU profile): nothing changes. Only json is read here; no torch.
 """
 
@@ -49,6 +56,9 @@ class CpuFrameworkCost:
     """{ranks on the machine: factor}: a rank's compute while that many ranks run at once / alone."""
     deepspeed_step: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     """{ZeRO stage: (seconds per step, seconds per parameter)} of DeepSpeed's engine beyond the plain model."""
+    transport_per_byte_s: float = 0.0
+    """CPU seconds gloo's transport threads spend per byte a rank sends in a collective of 2+ ranks (0: not
+    measured; profile/cpu_rank_transport.py)."""
 
     def slowdown(self, ranks: int) -> float:
         """Measured factor for `ranks` concurrent ranks (the largest measured count beyond it; 1 alone)."""
@@ -81,7 +91,8 @@ def find_cpu_framework_cost(hardware_name: str, dtype: str) -> CpuFrameworkCost 
                                     float(entry.get("per_byte_s", 0.0)),
                                     {str(k): float(v) for k, v in entry.get("concurrency_slowdown", {}).items()},
                                     {str(k): (float(v["per_step_s"]), float(v["per_param_s"]))
-                                     for k, v in entry.get("deepspeed_step", {}).items()})
+                                     for k, v in entry.get("deepspeed_step", {}).items()},
+                                    float((entry.get("rank_transport") or {}).get("per_byte_s", 0.0)))
     return None
 
 
@@ -89,6 +100,8 @@ def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machin
     """Seconds of `op` on the CPU thread (collectives unchanged: the comm model measured them under gloo)."""
     if op.collective is not None:
         return profile_s
+    if op.name == TRANSPORT_OP:
+        return cost.transport_per_byte_s * op.dims.get("wire_bytes", 0)
     slowdown = cost.slowdown(ranks_on_machine)
     if op.op_class == "optimizer":
         tensors = int(op.tags.get("param_tensors", "1"))
@@ -97,6 +110,20 @@ def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machin
         return slowdown * (step_s + per_step_s + per_param_s * int(op.tags.get("engine_params", "0")))
     units = KERNELS_PER_PHASE.get(op.phase, 1)
     return slowdown * (cost.compute_scale * profile_s + units * cost.per_unit_s + op.bytes_moved * cost.per_byte_s)
+
+
+TRANSPORT_OP = "gloo_transport"
+"""The step op of a CPU job's transport CPU (module docstring); class deepspeed_bookkeeping: the step's own work."""
+
+
+def transport_wire_bytes(op: Op, count: int = 1) -> float:
+    """Bytes one rank puts on the wire for `count` calls of collective `op` (RING_FACTOR x message bytes, nccl-tests'
+    bus-bandwidth convention: predict/alpha_beta.py); 0 for a group of one rank or a non-collective."""
+    from llmperf_hook.predict.alpha_beta import RING_FACTOR
+
+    if op.collective is None or op.collective.group_size < 2 or op.op_class not in RING_FACTOR:
+        return 0.0
+    return count * RING_FACTOR[op.op_class](op.collective.group_size) * op.dims.get("bytes", 0)
 
 
 def ranks_on_machine(ops: Iterable[Op]) -> int:

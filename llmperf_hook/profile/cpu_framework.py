@@ -36,6 +36,9 @@ describes), gradients set to None before every backward as a training step does:
 4. The ranks of a job share the machine: `concurrency_slowdown[ranks]` (cpu_engine_cost.py).
 5. DeepSpeed's engine on one rank, ZeRO 0-3: its measured step minus what 1.-3. predict for the same model
    (cpu_engine_cost.py): everything the engine does beyond the modelled operators.
+6. The CPU time gloo's transport threads spend per byte a rank puts on the wire, from a DeepSpeed engine at world
+   size 2 against the same at world size 1 (cpu_rank_transport.py): what a multi-rank step costs in CPU that 4. and
+   5. (one rank, or ranks without a process group) cannot see.
 The result is `framework_overhead.json` in the profile directory (FILE_NAME, written by
 cpu_framework_readings.write_framework_overhead); predict/cpu_framework.py adds it to the op times of every
 prediction on that hardware. torch is imported inside the functions only.

@@ -7,7 +7,8 @@ reading of all of them was not a stable profile: two taken twelve minutes apart 
 themselves moved 4 %: each term is a difference of measured times, and a busy minute lands in one of them. So
 per dtype:
 1. The children (cpu_engine_cost.py: two concurrency processes, one DeepSpeed process with an engine per ZeRO
-   stage and shape) start once.
+   stage and shape; cpu_rank_transport.py: a DeepSpeed process at world size 1 and a pair at world size 2) start
+   once.
 2. Readings, each one pass over everything in turn: the tiny pair, the reference forward+backward rows, the
    AdamW steps, the isolated operators of the profile-bias shapes, the ranks at once, the engines (~9 s on a
    quiet 2-core machine, one thread).
@@ -139,6 +140,7 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str, keep_sa
     """Every term of cpu_framework.py's steps 1-5 from one reading alone (or from the median times); with
     `keep_samples`, each ZeRO stage's engine samples behind its terms too (the file keeps those of the medians)."""
     from llmperf_hook.profile.cpu_engine_cost import deepspeed_terms
+    from llmperf_hook.profile.cpu_rank_transport import fit_transport
 
     rows = reading_rows(raw, fixed)
     scale = min(cf.SCALE_BOUNDS[1], max(cf.SCALE_BOUNDS[0], raw["bias"]["ratio"]))
@@ -152,6 +154,9 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str, keep_sa
     terms = {**cost, "adam_per_param_s": per_param, "backward_per_param_s": grad_per_param}
     if raw.get("concurrency") is not None:
         terms["concurrency_slowdown"] = dict(raw["concurrency"])
+    if raw.get("transport"):  # cpu_rank_transport.py: gloo's transport CPU per wire byte at world size 2
+        fit = fit_transport(raw["transport"])
+        terms["rank_transport"] = fit if keep_samples else {"per_byte_s": fit["per_byte_s"]}
     if raw.get("engine"):
         stages = deepspeed_terms(raw["engine"], cost, fixed.engine_rows, dtype)
         terms["deepspeed_step"] = {z: {k: v for k, v in t.items() if keep_samples or k != "samples"}
@@ -204,16 +209,28 @@ def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
     engines = [r["engine"] for r in raws if r.get("engine")]
     if engines:
         out["engine"] = {z: [[med(x) for x in zip(*v)] for v in zip(*(e[z] for e in engines))] for z in engines[0]}
+    transports = [r["transport"] for r in raws if r.get("transport")]
+    if transports:  # per engine and column, the single process's and each rank's of the pair
+        out["transport"] = {"single": _median_rows([t["single"] for t in transports]),
+                            "pair": [_median_rows([t["pair"][i] for t in transports]) for i in range(2)]}
     bias = [r["bias"]["samples"] for r in raws]
     out["bias"] = {"ratio": med(r["bias"]["ratio"] for r in raws),
                    "samples": [{**rows[0], "isolated_s": med(x["isolated_s"] for x in rows)} for rows in zip(*bias)]}
     return out
 
 
+def _median_rows(readings: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """Each [row][column]'s median over the readings."""
+    return [[statistics.median(x) for x in zip(*rows)] for rows in zip(*readings)]
+
+
 ENGINE_START_SHARE = 0.4
 """Most of a dtype's time box the DeepSpeed child may take to build its 16 engines (~15 s quiet); the rest is for the
 concurrency children's start and the readings."""
 CONCURRENCY_START_SHARE = 0.2
+TRANSPORT_START_SHARE = 0.4
+"""Most of what is left of the box the rank-transport children (cpu_rank_transport.py: three processes, three engines
+each; 52 s at load 8-10 with six engines) may take to start; the rest is for the readings."""
 
 
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
@@ -223,6 +240,7 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
     kept: a child that does not start (or answer) in its part of it is left out, and a reading begins only when one
     as long as the last would end in it, MIN_READINGS or not (the entry's `readings` say how many)."""
     from llmperf_hook.profile.cpu_engine_cost import ConcurrencyReader, EngineReader
+    from llmperf_hook.profile.cpu_rank_transport import TransportReader
 
     t0 = time.perf_counter()
     end_s = t0 + time_box_s
@@ -230,6 +248,7 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
     engine = EngineReader(dtype, threads, max(0.0, ENGINE_START_SHARE * (end_s - time.perf_counter())))
     conc = ConcurrencyReader(dtype, threads, start_timeout_s=max(0.0, CONCURRENCY_START_SHARE
                                                                  * (end_s - time.perf_counter())))
+    transport = TransportReader(dtype, threads, max(0.0, TRANSPORT_START_SHARE * (end_s - time.perf_counter())))
     raws, loads, last_s = [], [], 0.0
     try:
         while len(raws) < MAX_READINGS and time.perf_counter() + last_s < end_s:
@@ -240,12 +259,14 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
                 break
             raw["concurrency"] = conc.reading(max(0.0, end_s - time.perf_counter()))
             raw["engine"] = engine.reading(max(0.0, end_s - time.perf_counter()))
+            raw["transport"] = transport.reading(max(0.0, end_s - time.perf_counter()))
             raws.append(raw)
             loads.append(os.getloadavg()[0])
             last_s = time.perf_counter() - start
     finally:
         conc.close()
         engine.close()
+        transport.close()
     return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0) if raws else None
 
 
@@ -269,7 +290,8 @@ def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, 
 
 SPREAD_TERMS = (("per_unit_s", "per op unit"), ("compute_scale", "ops"), ("per_byte_s", "per byte"),
                 ("optimizer_per_tensor_s", "Adam/tensor"), ("optimizer_per_param_s", "Adam/param"),
-                ("concurrency_slowdown/2", "2 ranks"), ("deepspeed_step/1/per_param_s", "ZeRO-1/param"),
+                ("concurrency_slowdown/2", "2 ranks"), ("rank_transport/per_byte_s", "gloo/byte"),
+                ("deepspeed_step/1/per_param_s", "ZeRO-1/param"),
                 ("deepspeed_step/3/per_step_s", "ZeRO-3/step"))
 
 
@@ -320,7 +342,8 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
            "method": "llmperf_hook/profile/cpu_framework.py, cpu_framework_readings.py: isolating differences "
                      "(tiny models 1 vs 9 layers; reference GPT forward+backward against the fitted profile's "
                      "prediction; AdamW per tensor and flat; 2 ranks paired with alone; DeepSpeed engine step "
-                     "against the prediction of the same model), fitted once on each time's median over interleaved "
+                     "against the prediction of the same model; gloo transport CPU per wire byte of a world-size-2 "
+                     "engine beyond world size 1), fitted once on each time's median over interleaved "
                      "readings",
            "dtypes": {}, "reference": [], "loads_1m": []}
     t0 = time.perf_counter()
@@ -365,7 +388,9 @@ def _entry_notes(dtype: str, entry: Mapping[str, Any]) -> list[str]:
                      f"--budget, fewer than the {MIN_READINGS} whose median outvotes a disturbed one (a larger "
                      f"--budget takes more)")
     missing = [what for key, what in (("deepspeed_step", "DeepSpeed's engine step (ZeRO 0-3)"),
-                                      ("concurrency_slowdown", "the slowdown of ranks run at once"))
+                                      ("concurrency_slowdown", "the slowdown of ranks run at once"),
+                                      ("rank_transport", "gloo's transport CPU at world size 2 "
+                                                         "(cpu_rank_transport.py)"))
                if not entry.get(key)]
     if missing:
         notes.append(f"framework cost {dtype}: {' and '.join(missing)} not measured (its processes did not start "

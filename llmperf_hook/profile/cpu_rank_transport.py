@@ -1,0 +1,225 @@
+"""CPU multi-rank jobs: the CPU time gloo's transport threads spend on a rank's collective bytes.
+
+What it is. torch's ProcessGroupGloo runs every collective on its own worker threads, and gloo's TCP transport
+(loopback between ranks of one machine) copies each byte through the kernel on send and receive and sums the
+received chunks of a reduction; the calling thread only waits (ProcessGroupGloo.cpp: the work is enqueued to
+`workerThreads_`, the caller blocks in `wait()`). That work is process CPU time of the rank on a core the two ranks
+share, and it scales with the bytes each rank puts on the wire: RING_FACTOR(n) x the collective's message bytes
+(predict/alpha_beta.py, nccl-tests' bus-bandwidth convention: 2 (n - 1) / n for an all-reduce, (n - 1) / n for an
+all-gather or reduce-scatter of the full buffer).
+
+Why it is measured apart. The framework-cost terms (cpu_framework.py) come from one rank: the DeepSpeed engine at
+world size 1 (cpu_engine_cost.py, where a collective has no peer and no wire) and two independent processes at
+once ("2 ranks" x1.00-1.01). On all six testbed records of 27 Nov (bench_cpu_testbed.py --parts) the 2-rank
+configurations' CPU time per step sat +0.09..+0.21 (log) over the one-rank level of the same prediction while
+their wall beyond that CPU time matched the comm model's collectives to ~1 %: a cost in CPU time that adds to the
+step, which no one-rank reading sees.
+
+How (one reading). Three children, one thread each, DS_ACCELERATOR=cpu, gloo: one engine process at world size 1
+and a pair at world size 2 (one process group), each with a DeepSpeed engine per TRANSPORT_ENGINES. Per engine, ENGINE_REPS steps, each step's process CPU time (all threads)
+and its calling thread's CPU time (time.thread_time), and the wire bytes of the collectives the engine issued
+(deepspeed.comm's TorchBackend calls, counted as they are made). The transport threads' CPU = process - calling
+thread; at world size 1 it is gloo's local copies (no wire), which the world-size-1 engine terms already hold. The
+term: per_byte_s, non-negative least squares through 0 of (pair's transport CPU, mean of the two ranks - the single
+process's) on the pair's wire bytes, relative errors (cpu_framework.fit_nonnegative).
+
+Measured on this 2-core machine, 27 Nov 18:37-18:49 (load 5-10, other helpers' tests; CPU time, not wall: the
+transport threads' CPU is what a busy core cannot hide): the testbed's 2-rank engines' transport CPU was 3-25 ms per
+step at world size 2 against 0.2-2.7 ms at world size 1 (L2 h256 s128 mbs2 ZeRO-1 fp32: 10.2-13.2 ms; L1 h512 ZeRO-3:
+21-25 ms; L4 h256 ZeRO-0: 10.8-13.4 ms), ~0.7-0.95 ns per wire byte; the calling thread's CPU inside the
+collectives 0.6-1.1 ms (9.5 ms for ZeRO-3's 15 calls). Results: /work/notes/h139.md.
+
+Predictions price it on every collective of a CPU job with more than one rank in its group
+(predict/cpu_framework.py). torch and deepspeed are imported inside the children only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Mapping, Sequence
+
+from llmperf_hook.profile.cpu_engine_cost import (ENGINE_REPS, ENGINE_WARMUP, ChildFailed, Reader, _answer,
+                                                  _free_port)
+from llmperf_hook.profile.cpu_framework import VOCAB, Shape, _gpt, fit_nonnegative
+
+TRANSPORT_ENGINES: tuple[tuple[int, Shape], ...] = ((0, (2, 256, 64, 2)), (1, (1, 512, 64, 1)), (3, (2, 256, 64, 2)))
+"""(ZeRO stage, shape) of each engine: an all-reduce of 7.4 MB (ZeRO-0, 1.9 M parameters), an all-reduce and an
+all-gather of 14.8 MB (ZeRO-1, 3.7 M; ZeRO-2 issues the same bytes), ZeRO-3's 25 per-layer all-gathers and
+reduce-scatters: 7-22 MB on the wire per step, the testbed's range, and one, three and 25 calls. The term is per
+byte, whatever issued it. Three engines, not every stage and shape: each is built in three processes and stepped in
+every reading, inside the framework cost's time box (cpu_framework_readings.py)."""
+WIRE_METHODS = {"all_reduce": "allreduce", "all_reduce_coalesced": "allreduce", "all_gather": "allgather",
+                "all_gather_into_tensor": "allgather", "all_gather_base": "allgather",
+                "all_gather_coalesced": "allgather", "reduce_scatter": "reducescatter",
+                "reduce_scatter_tensor": "reducescatter", "broadcast": "broadcast", "reduce": "allreduce"}
+"""deepspeed.comm TorchBackend method -> the graph's collective class (its RING_FACTOR)."""
+INTERRUPT_S = 2.0
+"""Seconds the children have to end on SIGINT before SIGKILL (TransportReader.close)."""
+
+
+def _message_bytes(method: str, args: tuple, kwargs: Mapping) -> int:
+    """The collective's message bytes as the graph counts them (graph/op.py: the full buffer of a gather or
+    scatter, the tensor of a reduction)."""
+    import torch
+
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    lists = [a for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple))
+             and a and all(isinstance(t, torch.Tensor) for t in a)]
+    sizes = [t.numel() * t.element_size() for t in tensors] + [sum(t.numel() * t.element_size() for t in ts)
+                                                               for ts in lists]
+    return max(sizes, default=0)
+
+
+class WireCounter:
+    """Wraps deepspeed.comm's TorchBackend collectives: wire bytes (RING_FACTOR x message bytes) and calls since
+    reset()."""
+
+    def __init__(self, world_size: int) -> None:
+        import importlib
+
+        from llmperf_hook.predict.alpha_beta import RING_FACTOR
+
+        backend = importlib.import_module("deepspeed.comm.torch").TorchBackend
+        self.wire_bytes, self.calls = 0.0, 0
+        for method, op_class in WIRE_METHODS.items():
+            if hasattr(backend, method):
+                setattr(backend, method, self._wrap(getattr(backend, method), method,
+                                                    RING_FACTOR[op_class](world_size)))
+
+    def _wrap(self, fn, method: str, factor: float):
+        def counted(backend, *args, **kwargs):
+            self.wire_bytes += factor * _message_bytes(method, args, kwargs)
+            self.calls += 1
+            return fn(backend, *args, **kwargs)
+        return counted
+
+    def reset(self) -> None:
+        self.wire_bytes, self.calls = 0.0, 0
+
+
+def _engine_rows(engine, data, counter: WireCounter) -> list[float]:
+    """Medians over ENGINE_REPS steps: [wire bytes, calls, transport threads' CPU s, process CPU s]."""
+    rows = []
+    for _ in range(ENGINE_REPS):
+        counter.reset()
+        p0, t0 = time.process_time(), time.thread_time()
+        engine.backward(engine(data[:, :-1], data[:, 1:]))
+        engine.step()
+        process_s, thread_s = time.process_time() - p0, time.thread_time() - t0
+        rows.append([counter.wire_bytes, counter.calls, max(0.0, process_s - thread_s), process_s])
+    return [statistics.median(col) for col in zip(*rows)]
+
+
+def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: int) -> None:
+    """One process of TransportReader: the engines of TRANSPORT_ENGINES at `world_size`; per
+    "go", [[wire bytes, calls, transport CPU s, process CPU s] per engine]."""
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    import deepspeed
+
+    counter = WireCounter(world_size)
+    deepspeed.init_distributed(dist_backend="gloo")
+    engines = []
+    for zero, (layers, hidden, seq, mbs) in TRANSPORT_ENGINES:
+        torch.manual_seed(0)
+        model = _gpt(layers, hidden, seq)
+        config = {"train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": 1,
+                  "train_batch_size": mbs * world_size, "zero_optimization": {"stage": zero},
+                  "steps_per_print": 10 ** 9, **({"bf16": {"enabled": True}} if dtype == "bf16" else {})}
+        engine, *_ = deepspeed.initialize(model=model, config=config,
+                                          optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+        data = torch.randint(0, VOCAB, (mbs, seq + 1), generator=torch.Generator().manual_seed(rank))
+        for _ in range(ENGINE_WARMUP):
+            engine.backward(engine(data[:, :-1], data[:, 1:]))
+            engine.step()
+        engines.append((engine, data))
+    _answer("ready")
+    for _ in sys.stdin:
+        _answer([_engine_rows(engine, data, counter) for engine, data in engines])
+
+
+class TransportReader:
+    """transport_child at world size 1 and a pair at world size 2; `reading()` = {"single": rows, "pair": [rows,
+    rows]} (module docstring), or None once a child failed (all closed then: predictions leave the term out)."""
+
+    def __init__(self, dtype: str, threads: int, start_timeout_s: float) -> None:
+        port = _free_port()
+        code = ("from llmperf_hook.profile.cpu_rank_transport import transport_child; "
+                "transport_child({!r}, {}, {}, {}, {})")
+        self.children = [Reader(code.format(dtype, threads, 1, 0, _free_port()), threads)] + \
+            [Reader(code.format(dtype, threads, 2, rank, port), threads) for rank in (0, 1)]
+        deadline = time.monotonic() + start_timeout_s
+        try:
+            for child in self.children:
+                child.started(max(0.0, deadline - time.monotonic()))
+        except ChildFailed:
+            self.close(kill=True)
+
+    def reading(self, timeout_s: float) -> dict | None:
+        """One reading, or None (the children closed) when they fail or do not answer within `timeout_s`."""
+        if not self.children:
+            return None
+        deadline = time.monotonic() + timeout_s
+        try:
+            single, pair = self.children[0], self.children[1:]
+            single.send()
+            out = {"single": single.receive(max(0.0, deadline - time.monotonic()))}
+            for child in pair:  # both ranks at once: the collectives need both
+                child.send()
+            out["pair"] = [child.receive(max(0.0, deadline - time.monotonic())) for child in pair]
+            return out
+        except (ChildFailed, ValueError):
+            self.close(kill=True)
+            return None
+
+    def close(self, kill: bool = False) -> None:
+        """Close the children; `kill` (after a failure) ends them now: a pair whose peer is gone may wait in gloo
+        for it, and the --budget's time box has no CLOSE_TIMEOUT_S per child to spare. SIGINT first, SIGKILL only
+        after INTERRUPT_S: a DeepSpeed CPU process starting up holds torch's JIT-extension lock file
+        (~/.cache/torch_extensions/.../deepspeed_shm_comm/lock, torch.utils.cpp_extension FileBaton) while it checks
+        DeepSpeed's shm op, and a SIGKILL there leaves the file behind: every later DeepSpeed CPU process on the
+        machine then waits for it for ever (seen here, 27 Nov 19:02). SIGINT raises KeyboardInterrupt, whose
+        `finally` releases it."""
+        if kill:
+            live = [c.proc for c in self.children if c.proc.poll() is None]
+            for proc in live:
+                proc.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + INTERRUPT_S
+            for proc in live:
+                try:
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        for child in self.children:
+            child.close()
+        self.children = []
+
+
+def transport_rows(raw: Mapping[str, Sequence]) -> list[dict]:
+    """Per engine of a reading (or of the median times): the pair's wire bytes per rank, its transport CPU beyond
+    the single process's (mean of the two ranks) and its process CPU (the larger rank's)."""
+    rows = []
+    for single, *ranks in zip(raw["single"], *raw["pair"]):
+        transport_s = statistics.fmean(r[2] for r in ranks)
+        rows.append({"wire_bytes": ranks[0][0], "calls": ranks[0][1], "extra_s": max(0.0, transport_s - single[2]),
+                     "process_s": max(r[3] for r in ranks)})
+    return rows
+
+
+def fit_transport(raw: Mapping[str, Sequence]) -> dict:
+    """{"per_byte_s", "samples"}: the transport CPU per wire byte (module docstring), errors relative to the
+    engine step's process CPU time, so a small step's row does not dominate."""
+    rows = [r for r in transport_rows(raw) if r["wire_bytes"] > 0]
+    if not rows:
+        return {"per_byte_s": 0.0, "samples": []}
+    (per_byte,) = fit_nonnegative([[r["wire_bytes"]] for r in rows], [r["extra_s"] for r in rows],
+                                  [r["process_s"] for r in rows])
+    return {"per_byte_s": per_byte, "samples": rows}
