@@ -46,7 +46,9 @@ Machine load (1-minute load average) is recorded per run and printed; medians ev
    to a JSON record (--record, default HOME/records/); `--replay FILE` scores a record again with this tree's
    refine, nothing run: every run of every configuration taken in turn as the one calibration run (12 x P
    choices), the distribution of the instrumented configuration's error and of the others' MAPE, and how often
-   the others got worse than before refinement (testbed_replay.py).
+   the others got worse than before refinement (testbed_replay.py). With `--repredict` the record's twelve are
+   predicted again by this tree from --home's profile first (e.g. a copy with a re-measured framework cost; HOME
+   gets a scratch store, eval-repredict), so a model change is scored on the recorded runs.
 
 Diagnostics: --spread-check R (run-to-run spread as launched and with DeepSpeed's --bind_cores_to_rank),
 --drift-check R (the reference workload's reading against the step times: instrument/reference_speed.py),
@@ -110,6 +112,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--replay", type=Path, metavar="FILE",
                     help="only score a record an earlier run saved (every raw step time, testbed_record.py) with the "
                          "current refine code: nothing is run")
+    ap.add_argument("--repredict", action="store_true",
+                    help="with --replay / --parts: the record's predictions made again by this tree with --home's "
+                         "profile (e.g. a copy with a re-measured framework cost) before scoring; the runs as recorded")
     ap.add_argument("--parts", nargs="+", type=Path, metavar="FILE",
                     help="only print where the recorded runs' time goes and what moves between runs (wall, CPU, the "
                          "ranks' wait for each other, reference readings: testbed_parts.py); nothing is run")
@@ -153,6 +158,15 @@ def index_list(text: str) -> list[int]:
     return indices
 
 
+def repredicted(record: dict, home: Path) -> dict:
+    """`record` with each configuration's prediction, breakdown and resolved configuration made again by this
+    tree from `home`'s profiles (in a scratch store, HOME/eval-repredict); its runs and priors as recorded."""
+    eval_home = shared_home(home, "eval-repredict")
+    detail = predict_all_detail(record_configs(record), eval_home, home / "work-repredict")
+    configs = [{**c, **d} for c, d in zip(record["configs"], detail)]
+    return {**record, "configs": configs, "repredicted_from": str(home)}
+
+
 def record_configs(record: dict) -> list[TestbedConfig]:
     """The configurations a record measured, launched bound to cores when it was (--bind-cores; a record from
     before "bind_cores" was saved says so by its labels)."""
@@ -162,14 +176,17 @@ def record_configs(record: dict) -> list[TestbedConfig]:
 
 def main() -> None:
     args = parse_args()
+    home = args.home.expanduser().resolve()
     if args.replay:
         record = load_record(args.replay)
+        record = repredicted(record, home) if args.repredict else record
         report_record(record, record_configs(record))
         return
     if args.parts:
-        report_parts([load_record(p) for p in args.parts], [p.name for p in args.parts])
+        records = [load_record(p) for p in args.parts]
+        report_parts([repredicted(r, home) for r in records] if args.repredict else records,
+                     [p.name for p in args.parts])
         return
-    home = args.home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     if args.rescore:
         rescore(home, args.rescore, CLUSTER, len(CONFIGS), TARGETS)

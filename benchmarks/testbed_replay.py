@@ -9,9 +9,10 @@ other configuration against the median of its measurement runs. 12 configuration
 5-pass record; the real calibration runs of the rotation are among them (printed apart). k is also scored against
 the run itself: refine should land between the prediction and the run it was calibrated on, never past it.
 
-Strategies beside refine's: the run's full ratio on every configuration (refine before shrinkage), and refine with
+Strategies beside refine's: the run's full ratio on every configuration (refine before shrinkage), refine with
 the configurations' own biases independent (no cost mix known: refine/transfer.py's R = identity, the rule before
-session 12). "Harm" is a choice whose other configurations' MAPE got worse than before refinement.
+session 12), and refine with the whole log(wall / CPU) as the ranks' wait (not beyond the collectives the
+prediction priced: the rule before session 17, refine/peer_wait.py). "Harm" is a choice whose other configurations' MAPE got worse than before refinement.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ def _pct(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
-def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True) -> Rule:
+def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True, raw_wait: bool = False) -> Rule:
     """After-refinement predictions of the twelve from one calibration run, by refine's own fit; `session11`:
     with the priors of session 11's rule (the whole step drift in the shared bias, no run-moment part, no
     sampling error of the run's median, independent configurations); `peer_wait` False: the whole ratio shrunk
-    as one, the ranks' wait for each other not fitted apart (refine/peer_wait.py; the rule before session 15)."""
+    as one, the ranks' wait for each other not fitted apart (refine/peer_wait.py; the rule before session 15);
+    `raw_wait`: the wait read as the whole log(wall / CPU), not beyond what the prediction priced (the rule
+    before session 17, refine/peer_wait.priced_wait_log)."""
     def rule(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
         from llmperf_hook.refine.calibration import Calibration
-        from llmperf_hook.refine.peer_wait import wait_log
+        from llmperf_hook.refine.peer_wait import priced_wait_log, wait_log
         from llmperf_hook.refine.recalibrate import fit_key_calibration
 
         configs = record["configs"]
@@ -45,7 +48,8 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True)
         ranks = [config_ranks(c) if peer_wait and not session11 else 1 for c in configs]
         measured, obs_sd, sampling_sd = calibration_reading(record, k, run)
         wall_per_cpu = run["measured_s"] / run["cpu_s"] if run.get("cpu_s") else None
-        wait = wait_log(measured, run["measured_s"], wall_per_cpu, ranks[k], contended=obs_sd > 0)
+        priced = 0.0 if raw_wait or session11 else priced_wait_log(_shares(configs[k]))
+        wait = wait_log(measured, run["measured_s"], wall_per_cpu, ranks[k], contended=obs_sd > 0, priced_log=priced)
         row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
                0.0 if session11 else sampling_sd, shares[k], *wait)
         priors = session11_priors(record) if session11 else record_priors(record)
@@ -175,6 +179,7 @@ def report_replay(record: dict, measured: list[dict], before: list[float]) -> No
     """The distribution over every choice of calibration run, per strategy, and refine's per configuration."""
     rules = {"refine (cost-mix transfer)": refine_rule(True), "refine, own biases independent": refine_rule(False),
              "refine, ranks' wait not apart": refine_rule(True, peer_wait=False),
+             "refine, the whole wall / CPU as wait": refine_rule(True, raw_wait=True),
              "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio,
              "wait as priced, multi-rank bias": multi_rank_bias}
     results = {name: replay(record, measured, before, rule) for name, rule in rules.items()}

@@ -51,8 +51,8 @@ class ConfigScale:
     shares: tuple[tuple[str, float], ...] = ()
     """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
     wait_log_scale: float = 0.0
-    """Of its log measured_scale, its quiet runs' mean wall beyond their ranks' CPU time (refine/peer_wait.py; 0:
-    one rank, or contended runs only). For the notes: step_time_scale shrinks the whole step as one reading."""
+    """Of its log measured_scale, its quiet runs' mean wall beyond their ranks' CPU time and beyond the collectives
+    their prediction priced (refine/peer_wait.py; 0: one rank, or contended runs only). For the notes: step_time_scale shrinks the whole step as one reading."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ class Calibration:
     sd_mix: float = 0.0
     """The part of sd_config carried between configurations by their cost mix (refine/transfer.py; 0: none)."""
     wait_log_scale: float = 0.0
-    """mu_w: the multi-rank CPU runs' mean log(wall / CPU time), their ranks' wait for each other
-    (refine/peer_wait.py; 0: none seen). Not in step_time_scale."""
+    """mu_w: the multi-rank CPU runs' mean log(wall / CPU time) beyond the collectives their predictions priced,
+    their ranks' wait for each other (refine/peer_wait.py; 0: none seen). Not in step_time_scale."""
     wait_weight: float = 0.0
     """k_w: the fraction of wait_log_scale a multi-rank configuration without runs of its own gets."""
 
@@ -127,8 +127,9 @@ class Calibration:
         where = f"{self.framework} on {self.cluster} ({self.hardware})"
         own = self.own_scale(fingerprint)
         if own is not None:
-            wait = (f"; of the measured, its ranks' wait for each other x{math.exp(own.wait_log_scale):.3f}, which "
-                    f"goes apart to multi-rank configurations without runs: refine/peer_wait.py"
+            wait = (f"; of the measured, its ranks' wait for each other x{math.exp(own.wait_log_scale):.3f} beyond "
+                    f"the collectives its prediction priced, which goes apart to multi-rank configurations without "
+                    f"runs: refine/peer_wait.py"
                     if own.wait_log_scale else "")
             return (f"calibrated on this exact configuration: x{own.step_time_scale:.3f} from {own.num_runs} "
                     f"instrumented run(s) of it (measured x{own.measured_scale:.3f}, its whole step weighted as one "
@@ -145,8 +146,8 @@ class Calibration:
         if not self.wait_log_scale:
             return ""
         return (f"; multi-rank configurations also wait for their peers x{self.peer_wait_factor(2):.3f} (measured "
-                f"wall / CPU time x{math.exp(self.wait_log_scale):.3f}, kept {self.wait_weight:.0%}: "
-                f"refine/peer_wait.py)")
+                f"wall / CPU time beyond the priced collectives x{math.exp(self.wait_log_scale):.3f}, kept "
+                f"{self.wait_weight:.0%}: refine/peer_wait.py)")
 
 
 

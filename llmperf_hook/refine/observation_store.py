@@ -247,10 +247,11 @@ def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,
                        "framework = ? AND uncalibrated_step_time_s > 0 AND measured_step_time_s > 0 "
                        "AND COALESCE(calibration_step_time_s, measured_step_time_s) > 0 "
                        "AND COALESCE(usable_for_calibration, 1) = 1 ORDER BY ingested_unix_s", (hardware, cluster, framework))
-    from llmperf_hook.refine.peer_wait import wait_log
+    from llmperf_hook.refine.peer_wait import priced_wait_log, wait_log
 
     return [(str(j), f, float(p), float(m), c, float(sd), float(ss), shares_from_json(sh),
-             *wait_log(float(m), float(raw), wpc, w, dev, contended=float(sd) > 0))
+             *wait_log(float(m), float(raw), wpc, w, dev, contended=float(sd) > 0,
+                       priced_log=priced_wait_log(shares_from_json(sh))))
             for j, f, p, m, c, sd, ss, sh, raw, wpc, w, dev in cur.fetchall()]
 
 

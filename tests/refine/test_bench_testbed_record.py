@@ -183,3 +183,25 @@ def test_a_printed_output_becomes_a_record_its_calibration_run_apart() -> None:
     assert record["configs"][1]["predicted_s"] == pytest.approx(0.07324)  # as printed, not as predicted now
     assert record["configs"][5]["predicted_s"] == header["configs"][5]["predicted_s"]
     assert rec.summarise(rec.reference_runs(record, 1))["measured_s"] == pytest.approx((0.09428 + 0.08972) / 2)
+
+
+def test_repredict_scores_the_recorded_runs_against_this_trees_predictions(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--repredict: each configuration's prediction, breakdown and resolved configuration made again from --home
+    (the runs, priors and calibrations as recorded), so a model change is scored on the same measurements."""
+    import bench_cpu_testbed as bench
+
+    record = _record([1.0] * 5, cal_ratio=1.2)
+    seen = {}
+
+    def fake_detail(configs, home, work):
+        seen.update(home=home, n=len(configs))
+        return [{"predicted_s": 2.0 * c.layers, "breakdown": {"compute": 1.0}, "config": {"world_size": c.ranks}}
+                for c in configs]
+
+    monkeypatch.setattr(bench, "predict_all_detail", fake_detail)
+    out = bench.repredicted(record, tmp_path)
+    assert seen == {"home": tmp_path / "eval-repredict", "n": 12}
+    assert [c["predicted_s"] for c in out["configs"]] == [2.0 * c.layers for c in testbed.CONFIGS]
+    assert out["configs"][3]["label"] == record["configs"][3]["label"] and out["runs"] is record["runs"]
+    assert record["configs"][0]["predicted_s"] != out["configs"][0]["predicted_s"]  # the record is not rewritten

@@ -152,3 +152,32 @@ def test_a_gpu_multi_rank_run_fits_no_wait(tmp_path: Path, monkeypatch: pytest.M
     assert (w, measured) == (0.0, False) and cal.wait_log_scale == 0.0 and cal.wait_weight == 0.0
     assert cal.own_scale("a").measured_scale == pytest.approx(1.10)
     assert cal.apply(0.40, "b", (), 8) == cal.apply(0.40, "b", (), 1)
+
+
+def test_the_wait_is_what_the_run_measured_beyond_what_its_prediction_priced() -> None:
+    """A prediction that priced its collectives (C of P) already holds log(P / (P - C)) of the ranks' wait: carrying
+    the whole log(wall / CPU) to other configurations would count it twice (module docstring)."""
+    from llmperf_hook.refine.peer_wait import priced_wait_log
+
+    shares = (("comm_dp_grad/2 ranks", 0.07), ("comm_param_gather/2 ranks", 0.05), ("compute/fp32/2 ranks", 0.6),
+              ("optimizer/fp32/zero 1", 0.28))
+    priced = priced_wait_log(shares)
+    assert priced == pytest.approx(-math.log(1 - 0.12))
+    assert priced_wait_log(()) == 0.0 and priced_wait_log((("compute/fp32/1 ranks", 1.0),)) == 0.0
+    assert wait_log(0.055, 0.055, 1.10, 2, priced_log=priced) == (pytest.approx(WAIT - priced), True)
+    # a run whose wall / CPU is just what was priced measured no wait beyond it
+    assert wait_log(0.055, 0.055, 1 / (1 - 0.12), 2, priced_log=priced)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wait_log(0.055, 0.055, 1.10, 1, priced_log=priced) == (0.0, False)  # one rank: nothing to take out
+
+
+def test_the_store_reads_each_runs_wait_beyond_its_priced_collectives(tmp_path: Path) -> None:
+    """observation_store.runs_for_key takes the priced wait from the run's own cost shares."""
+    import json
+
+    conn = store.connect(tmp_path / "s.sqlite")
+    shares = [["comm_dp_grad/2 ranks", 0.12], ["compute/fp32/2 ranks", 0.88]]
+    conn.execute("INSERT INTO refine_runs (job_id, hardware, cluster, framework, config_fingerprint, "
+                 "uncalibrated_step_time_s, measured_step_time_s, cost_shares_json, wall_per_cpu, world_size, device) "
+                 "VALUES ('j', 'h', 'c', 'f', 'fp', 0.05, 0.055, ?, 1.2, 2, 'cpu')", (json.dumps(shares),))
+    (row,) = store.runs_for_key(conn, "h", "c", "f")
+    assert row[8] == pytest.approx(math.log(1.2) + math.log(1 - 0.12)) and row[9] is True
