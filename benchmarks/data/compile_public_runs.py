@@ -300,6 +300,11 @@ MEGATRON_LLAMA_TABLE = (
 #        scripts/performance/helpers.py set_precision_configs: recipe.trainer.plugins.grad_reduce_in_fp32 = False),
 #        and its train_llama3_8b_h100_fp8.sh @bd32927e7e passes --grad-reduce-in-bf16.
 BF16_GRADS = "--grad-reduce-in-bf16"
+# P02's FP8 is per-tensor current scaling (the archive's 25.11 H100 rows say FP8-CS): NVIDIA-NeMo/Megatron-Bridge
+# scripts/performance/utils/precision.py get_precision_config('fp8', 'cs') = bf16_with_fp8_current_scaling_mixed()
+# (fp8 'hybrid', fp8_recipe 'tensorwise') with first_last_layers_bf16 set False ('Disable BF16 Transformer layers in
+# the performance config'), and perf_recipes' _perf_precision('fp8_cs') the same: Megatron's --fp8-recipe tensorwise.
+BRIDGE_FP8_CS = "--fp8-recipe tensorwise"
 NEMO_2407_OPTIMIZER_FLAGS = {
     "Nemotron-8B": "", "Nemotron-22B": "",
     "Nemotron-340B": f"{BF16_GRADS} --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
@@ -492,7 +497,7 @@ def nemo_2407_rows() -> list[dict]:
 def all_rows() -> list[dict]:
     rows = nemo_2407_rows()
     rows += [tokens_per_gpu_row(BRIDGE, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf, f"release {rel}",
-                                row_flags=BF16_GRADS)
+                                row_flags=f"{BF16_GRADS} {BRIDGE_FP8_CS}")
              for rel, m, g, gbs, mbs, s, tp, pp, cp, vp, ep, tok, tf in BRIDGE_TABLE]
     rows += [tokens_per_gpu_row(MEGATRON_LLAMA, ARCHS[m], g, gbs, mbs, s, tp, pp, cp, vp, 1, tok, tf,
                                 row_flags=BF16_GRADS)

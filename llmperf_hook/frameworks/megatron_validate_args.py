@@ -141,6 +141,11 @@ def _check_low_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
         raise ConfigError("--fp8-param-gather without --use-distributed-optimizer (or an FSDP): Megatron's validate_args "
                           "asserts '--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron "
                           "fsdp, or inference mode'. Add --use-distributed-optimizer or drop the flag.")
+    recipe = flags.get("fp8_recipe") or "delayed"
+    if flags.get("first_last_layers_bf16") and flags.get("fp8_format") and recipe == "delayed":
+        raise ConfigError("--first-last-layers-bf16 with --fp8-recipe delayed (Megatron's default): TransformerConfig "
+                          "raises 'Delayed scaling does not support first / last layer in BF16.' Add --fp8-recipe "
+                          "tensorwise (or another recipe) or drop --first-last-layers-bf16.")
 
 
 def _check_feature_pairs(flags: FlagValues) -> list[str]:

@@ -24,7 +24,7 @@ _INT = (
     "num-distributed-optimizer-instances", "max-seq-len", "num-key-value-heads", "empty-unused-memory-level",
     "cpu-offloading-num-layers", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
     "moe-router-num-groups", "moe-router-group-topk", "pad-vocab-size-to", "ds-sequence-parallel-fpdt-chunk-size",
-    "extra-vocab-size", "padded-vocab-size", "max-length",
+    "extra-vocab-size", "padded-vocab-size", "max-length", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
     # OpenRLHF (openrlhf/cli/train_*.py): frameworks/openrlhf.py
     "max-len", "micro-train-batch-size", "train-batch-size", "zpg",
 )
@@ -57,7 +57,7 @@ _TRUE = (
     "moe-shared-expert-gate", "moe-shared-expert-overlap", "moe-enable-deepep", "moe-permute-fusion",
     "delay-wgrad-compute", "moe-router-padding-for-quantization", "checkpoint-in-cpu", "attention-softmax-in-fp32",
     "apply-query-key-layer-scaling", "use-checkpoint-args", "activation-checkpointing",
-    "disable-parameter-transpose-cache", "add-qkv-bias",
+    "disable-parameter-transpose-cache", "add-qkv-bias", "first-last-layers-bf16",
 )
 _FALSE = {
     "disable-bias-linear": "add_bias_linear",
@@ -123,7 +123,8 @@ SCRIPT_FLAGS: dict[str, Flag] = _build()
 # Integer flags that may be zero (everything else must be at least 1): 0 experts = dense; ZeRO stage 0.
 ZERO_ALLOWED = frozenset({"num_experts", "zero_stage", "moe_shared_expert_intermediate_size", "mtp_num_layers",
                           "empty_unused_memory_level", "cpu_offloading_num_layers", "timing_log_level",
-                          "manual_gc_interval", "extra_vocab_size", "padded_vocab_size", "recompute_num_layers"})
+                          "manual_gc_interval", "extra_vocab_size", "padded_vocab_size", "recompute_num_layers",
+                          "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"})
 
 FALSE_DESTS = frozenset(dest for dest, kind in ((f.dest, f.kind) for f in SCRIPT_FLAGS.values()) if kind == "false")
 """Destinations of store_false flags (`--no-X`): True unless given."""
@@ -160,11 +161,23 @@ def megatron_memory_fields(flags: FlagValues) -> dict[str, object]:
     """TrainingConfig fields of the Megatron flags that change what Transformer Engine and the loss keep in memory
     (schedule/memory.py, schedule/activations.py): --fp8-recipe (default delayed, arguments.py), --disable-parameter-
     transpose-cache, and --cross-entropy-fusion-impl (default native) when --cross-entropy-loss-fusion is given
-    (language_module.py compute_language_model_loss reads the impl only then)."""
+    (language_module.py compute_language_model_loss reads the impl only then); and the layers --first-last-layers-bf16
+    keeps out of FP8 (graph/build.py prices them as bf16 layers)."""
     fused = bool(flags.get("cross_entropy_loss_fusion"))
     return {"fp8_recipe": str(flags.get("fp8_recipe") or "delayed"),
             "parameter_transpose_cache": not flags.get("disable_parameter_transpose_cache"),
-            "cross_entropy_fusion_impl": str(flags.get("cross_entropy_fusion_impl") or "native") if fused else ""}
+            "cross_entropy_fusion_impl": str(flags.get("cross_entropy_fusion_impl") or "native") if fused else "",
+            **bf16_edge_layer_fields(flags)}
+
+
+def bf16_edge_layer_fields(flags: FlagValues) -> dict[str, int]:
+    """--first-last-layers-bf16: the first --num-layers-at-start-in-bf16 and last --num-layers-at-end-in-bf16
+    transformer layers (TransformerConfig defaults 1 and 1) run in bf16 in an FP8 run; both 0 without the flag."""
+    if not flags.get("first_last_layers_bf16"):
+        return {"bf16_layers_at_start": 0, "bf16_layers_at_end": 0}
+    start, end = flags.get("num_layers_at_start_in_bf16"), flags.get("num_layers_at_end_in_bf16")
+    return {"bf16_layers_at_start": 1 if start is None else int(start),
+            "bf16_layers_at_end": 1 if end is None else int(end)}
 
 
 def apply_memory_flags(cfg: TrainingConfig, flags: FlagValues) -> TrainingConfig:
@@ -176,7 +189,9 @@ def apply_memory_flags(cfg: TrainingConfig, flags: FlagValues) -> TrainingConfig
         return cfg
     sources = dict(cfg.sources)
     for field, dest in (("fp8_recipe", "fp8_recipe"), ("parameter_transpose_cache", "disable_parameter_transpose_cache"),
-                        ("cross_entropy_fusion_impl", "cross_entropy_fusion_impl")):
+                        ("cross_entropy_fusion_impl", "cross_entropy_fusion_impl"),
+                        ("bf16_layers_at_start", "first_last_layers_bf16"),
+                        ("bf16_layers_at_end", "first_last_layers_bf16")):
         if flags.has(dest):
             sources[field] = flags.source(dest)
     return replace(cfg, sources=sources, **megatron_memory_fields(flags))  # type: ignore[arg-type]

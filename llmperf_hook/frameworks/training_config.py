@@ -419,6 +419,12 @@ class TrainingConfig:
     """Megatron --fp8-recipe (delayed, its default; tensorwise, mxfp8, blockwise): per-tensor recipes keep one fp8
     layout that Blackwell's GEMMs read both ways; mxfp8 / blockwise scale along rows and columns separately, so a
     weight keeps a rowwise and a columnwise copy on any GPU (schedule/memory.fp8_copy_bytes_per_param)."""
+    bf16_layers_at_start: int = 0
+    """Transformer layers an FP8 run keeps in bf16 at the start of the network, and bf16_layers_at_end at its end:
+    Megatron --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 (1 each by
+    default; TransformerConfig; megatron/core/fp8_utils.py is_first_last_bf16_layer runs those global layer indices
+    outside the fp8 autocast). 0 without the flag."""
+    bf16_layers_at_end: int = 0
     parameter_transpose_cache: bool = True
     """False under Megatron --disable-parameter-transpose-cache: Transformer Engine re-quantizes each weight every
     micro-batch instead of caching its fp8 copies (is_first_microbatch is not passed)."""

@@ -134,6 +134,19 @@ def _recomputed_layers(cfg: TrainingConfig, chunk_layers: int) -> int:
     return chunk_layers
 
 
+def _precision_spans(cfg: TrainingConfig, start: int, end: int) -> list[tuple[range, bool]]:
+    """The chunk's layers [start, end) as runs of (layers, kept in bf16): an FP8 run under --first-last-layers-bf16
+    runs global layers < bf16_layers_at_start and >= num_layers - bf16_layers_at_end outside the fp8 autocast
+    (megatron/core/fp8_utils.py is_first_last_bf16_layer; transformer_block.py enters get_fp8_context per layer),
+    so their linear GEMMs are bf16 GEMMs with no quantize in front."""
+    if cfg.precision != "fp8":
+        return [(range(start, end), False)]
+    head = min(end, max(start, cfg.bf16_layers_at_start))
+    tail = max(head, min(end, cfg.model.num_layers - cfg.bf16_layers_at_end))
+    spans = [(range(start, head), True), (range(head, tail), False), (range(tail, end), True)]
+    return [(layers, bf16) for layers, bf16 in spans if len(layers)]
+
+
 def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: int, gpus_per_node: int,
                 memo: dict[tuple, tuple[OpBlock, ...]] | None = None) -> ChunkOps:
     """A chunk's blocks; chunks with the same layer mix (and no embedding/head) share one built tuple via `memo`."""
@@ -141,15 +154,20 @@ def build_chunk(cfg: TrainingConfig, ctx: lo.LayerContext, stage: int, chunk: in
     start, end = chunk_layer_range(cfg, stage, chunk)
     num_moe = sum(1 for i in range(start, end) if pc.is_moe_layer(cfg, i))
     first, last = stage == 0 and chunk == 0, stage == p.pp - 1 and chunk == p.vpp - 1
-    key = (first, last, end - start, num_moe)
+    spans = _precision_spans(cfg, start, end)
+    key = (first, last, end - start, num_moe, tuple((len(layers), bf16) for layers, bf16 in spans))
     if memo is not None and key in memo:
         return ChunkOps(stage=stage, chunk=chunk, num_layers=end - start, blocks=memo[key])
     blocks: list[OpBlock] = []
     if first:
         embedding = _with_scatter_backward(_block("embedding", vo.embedding_ops(ctx), 1, "none"), ctx)
         blocks.append(with_zero_edge_ops(cfg, embedding, stage, "embedding", gpus_per_node))
-    blocks += _layer_blocks(cfg, ctx, end - start - num_moe, num_moe, _recomputed_layers(cfg, end - start),
-                            gpus_per_node)
+    recomputed = _recomputed_layers(cfg, end - start)
+    for layers, bf16 in spans:  # full recompute ('block' method: the chunk's first layers) in layer order
+        moe = sum(1 for i in layers if pc.is_moe_layer(cfg, i))
+        span_ctx = replace(ctx, dtype="bf16") if bf16 else ctx
+        blocks += _layer_blocks(cfg, span_ctx, len(layers) - moe, moe, min(recomputed, len(layers)), gpus_per_node)
+        recomputed -= min(recomputed, len(layers))
     if last and cfg.model.mtp_num_layers:
         blocks += _mtp_blocks(cfg, ctx)
     if last:

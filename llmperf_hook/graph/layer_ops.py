@@ -47,10 +47,41 @@ class LayerContext:
     (graph/launch_order.tp_launch_ordered: CUDA_DEVICE_MAX_CONNECTIONS=1, or Blackwell and newer)."""
 
 
-def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext) -> Op:
+def gemm(name: str, m: int, n: int, k: int, ctx: LayerContext, sp_gathered: str = "") -> Op:
+    """`sp_gathered`: which FP8 operand sequence parallelism all-gathers ("input" of a column-parallel GEMM after
+    tp_enter, output "grad" of a row-parallel one before tp_exit): see fp8_gathered_tag."""
     b = ctx.act_bytes
     return Op(name, "gemm", "fwd", {"m": m, "n": n, "k": k}, flops=2.0 * m * n * k,
-              bytes_moved=float(b * (m * k + k * n + m * n)), dtype=ctx.dtype)
+              bytes_moved=float(b * (m * k + k * n + m * n)), dtype=ctx.dtype,
+              tags={**fp8_scaling_tag(ctx), **fp8_gathered_tag(ctx, sp_gathered)})
+
+
+SP_GATHERED_TAG = "fp8_sp_gathered"
+"""Tag naming the FP8 operand of a GEMM that sequence parallelism all-gathers; its value is "<input|grad>/<tp>"."""
+
+
+def fp8_gathered_tag(ctx: LayerContext, operand: str) -> dict[str, str]:
+    """Tag of an FP8 GEMM whose `operand` is all-gathered over TP under sequence parallelism: Transformer Engine
+    quantizes the rank's local shard, row-wise only, before the all-gather, and makes the column-wise (transposed)
+    copy the weight-gradient GEMM needs from the gathered FP8 tensor in backward (transformer_engine/pytorch/module/
+    linear.py _Linear.forward, 'Cast local input tensor if needed': per-tensor FP8 quantizers set columnwise=False,
+    'All-gather is not supported with FP8 column-wise data'; the output gradient of a row-parallel layer likewise
+    in grad_output_preprocess). predict/roofline.fp8_quantize_s prices those bytes."""
+    if not operand or ctx.dtype != "fp8" or ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
+        return {}
+    return {SP_GATHERED_TAG: f"{operand}/{ctx.tp.group_size}"}
+
+
+CURRENT_SCALING = "current"
+"""Tag value (fp8_scaling=current) of an FP8 GEMM whose operands Transformer Engine scales from their own amax
+(Megatron --fp8-recipe tensorwise: Float8CurrentScaling), which predict/roofline.fp8_quantize_s prices."""
+
+
+def fp8_scaling_tag(ctx: LayerContext) -> dict[str, str]:
+    """{"fp8_scaling": "current"} on the GEMMs of an FP8 run under --fp8-recipe tensorwise; delayed scaling (the
+    default) takes its scales from the amax history, and the block recipes (mxfp8, blockwise) find each block's
+    scale inside the cast kernel, so they need no tag."""
+    return {"fp8_scaling": CURRENT_SCALING} if ctx.dtype == "fp8" and ctx.cfg.fp8_recipe == "tensorwise" else {}
 
 
 UB_PIPELINE_SPLITS = 4
@@ -227,7 +258,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
 
     heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
     ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx),
-           gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx),
+           gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx, "input"),
            *qkv_bias_add(ctx, (heads + 2 * kv_heads) * d)]
     if m.position_embedding == "rope":
         ops.append(elementwise("attn.rope", "rope", {"tokens": ctx.tokens, "heads": heads + kv_heads,
@@ -237,7 +268,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
         kv_bytes = 2 * ctx.tokens * kv_heads * d * ctx.act_bytes * (p.cp - 1)
         ops.append(comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
     ops.extend(attention_core(ctx, heads, kv_heads, d) + context_copy(ctx, heads * d))
-    ops.append(gemm("attn.proj", ctx.tokens, m.hidden_size, heads * d, ctx))
+    ops.append(gemm("attn.proj", ctx.tokens, m.hidden_size, heads * d, ctx, "grad"))
     ops.extend(tp_exit("attn.tp_reduce", ctx))
     ops.append(residual("attn.residual", ctx))
     return ops
@@ -411,8 +442,9 @@ def tp_split_mlp(prefix: str, ffn: int, ctx: LayerContext) -> list[Op]:
     m, t = ctx.cfg.model, ctx.tp.group_size
     ffn //= t
     return [*tp_enter(prefix + "tp_allgather", ctx),
-            gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx), activation(prefix, ffn, ctx),
-            gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx), *tp_exit(prefix + "tp_reduce", ctx)]
+            gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx, "input"),
+            activation(prefix, ffn, ctx),
+            gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx, "grad"), *tp_exit(prefix + "tp_reduce", ctx)]
 
 
 def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:

@@ -112,6 +112,19 @@ def test_h100_recipe_rows_reduce_gradients_in_bf16_as_their_recipes_did() -> Non
     assert flags[flags.index("--exp-avg-dtype") + 1] == flags[flags.index("--exp-avg-sq-dtype") + 1] == "bf16"
 
 
+def test_megatron_bridge_rows_scale_fp8_per_tensor_from_the_current_amax() -> None:
+    """Megatron-Bridge's performance configs run FP8 'cs' (scripts/performance/utils/precision.py
+    get_precision_config: bf16_with_fp8_current_scaling_mixed, fp8_recipe 'tensorwise', with first_last_layers_bf16
+    set False for benchmarking): Megatron's --fp8-recipe tensorwise, every layer in FP8. P01 (NeMo 24.07) and P03
+    (NeMo's bf16_with_fp8_mixed) keep delayed scaling, Megatron's default."""
+    for row in (r for r in _rows() if r["source_id"] in ("P01", "P02", "P03")):
+        flags = _flags(row)
+        assert ("--fp8-recipe" in flags) == (row["source_id"] == "P02"), row["row_id"]
+        assert "--first-last-layers-bf16" not in flags
+        if row["source_id"] == "P02":
+            assert flags[flags.index("--fp8-recipe") + 1] == "tensorwise"
+
+
 def test_llama_nemotron_and_qwen3_rows_train_without_dropout() -> None:
     """NeMo's LlamaConfig / Llama3Config and NemotronConfig set hidden_dropout = attention_dropout = 0.0 (@8e3d65dcfe),
     as Megatron-Bridge's Llama and Qwen3-MoE bridges do (@067f987df), where Megatron-LM defaults to 0.1 (and keeps a

@@ -100,3 +100,36 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused() -> None:
     with pytest.raises(ConfigError, match="8.9 or higher"):
         predict_command(argv, {}, cluster="dgx-a100")
     assert predict_command(argv, {}, cluster="dgx-h100").config.precision == "fp8"
+
+
+def test_current_scaling_reads_the_tensor_once_more_for_its_amax() -> None:
+    """--fp8-recipe tensorwise (graph/layer_ops.fp8_scaling_tag): TE's Float8CurrentScalingQuantizer runs an amax
+    kernel over the bf16 tensor, a scale kernel, then the cast: 2 + 4 bytes per element and three launches."""
+    from dataclasses import replace
+
+    from llmperf_hook.predict.roofline import FP8_AMAX_BYTES_PER_ELEMENT
+
+    delayed = _gemm("mlp.fc1", "fwd", "fp8")
+    current = replace(delayed, tags={"fp8_scaling": "current"})
+    rate = H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency
+    extra = FP8_AMAX_BYTES_PER_ELEMENT * 8192 * 4096 / rate + 2 * H100.kernel_launch_s
+    assert fp8_quantize_s(current, H100) == pytest.approx(fp8_quantize_s(delayed, H100) + extra)
+    assert compute_time_s(current, H100) == pytest.approx(compute_time_s(delayed, H100) + extra)
+
+
+def test_a_sequence_parallel_gathered_operand_is_cast_as_its_shard_and_transposed_in_backward() -> None:
+    """TE casts the rank's 1/tp shard row-wise (3 B) before the SP all-gather and builds the column-wise copy from
+    the gathered FP8 tensor in backward (2 B); an operand nobody gathers keeps the fused cast-transpose (4 B)."""
+    from dataclasses import replace
+
+    rate = H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency
+    launch = H100.kernel_launch_s
+    m, n, k = 8192, 4096, 4096
+    fwd = replace(_gemm("attn.qkv", "fwd", "fp8"), tags={"fp8_sp_gathered": "input/8"})
+    assert fp8_quantize_s(fwd, H100) == pytest.approx(3.0 / 8 * m * k / rate + launch)
+    bwd = replace(_gemm("attn.qkv", "bwd", "fp8"), tags={"fp8_sp_gathered": "input/8"})
+    assert fp8_quantize_s(bwd, H100) == pytest.approx((4.0 * m * n + 2.0 * m * k) / rate + 2 * launch)
+    grad = replace(_gemm("attn.proj", "bwd", "fp8"), tags={"fp8_sp_gathered": "grad/4", "fp8_scaling": "current"})
+    assert fp8_quantize_s(grad, H100) == pytest.approx(((3.0 + 2.0) / 4 + 2.0) * m * n / rate + 4 * launch)
+    own = replace(_gemm("attn.proj", "fwd", "fp8"), tags={"fp8_sp_gathered": "grad/4"})
+    assert fp8_quantize_s(own, H100) == fp8_quantize_s(_gemm("attn.proj", "fwd", "fp8"), H100)
