@@ -146,6 +146,23 @@ def _check_low_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
         raise ConfigError("--first-last-layers-bf16 with --fp8-recipe delayed (Megatron's default): TransformerConfig "
                           "raises 'Delayed scaling does not support first / last layer in BF16.' Add --fp8-recipe "
                           "tensorwise (or another recipe) or drop --first-last-layers-bf16.")
+    _check_bf16_edge_layers(flags)
+
+
+def _check_bf16_edge_layers(flags: FlagValues) -> None:
+    """TransformerConfig.__post_init__ (fp8 with first_last_layers_bf16): each of --num-layers-at-start-in-bf16 and
+    --num-layers-at-end-in-bf16 (default 1) must lie between 0 and num_layers // pipeline size."""
+    if not (flags.get("first_last_layers_bf16") and flags.get("fp8_format")):
+        return
+    per_stage = int(flags.get("num_layers") or 0) // int(flags.get("pipeline_model_parallel_size") or 1)
+    for dest, flag in (("num_layers_at_start_in_bf16", "--num-layers-at-start-in-bf16"),
+                       ("num_layers_at_end_in_bf16", "--num-layers-at-end-in-bf16")):
+        value = flags.get(dest)
+        if value is not None and int(value) > per_stage:
+            raise ConfigError(f"{flag} {value} (argv) with --num-layers {flags.get('num_layers')} over "
+                              f"--pipeline-model-parallel-size {flags.get('pipeline_model_parallel_size') or 1}: "
+                              f"TransformerConfig raises '{dest} ({value}) must be between 0 and number of layers per "
+                              f"pipeline stage ({per_stage})'. Use at most {per_stage}.")
 
 
 def _check_feature_pairs(flags: FlagValues) -> list[str]:

@@ -101,3 +101,12 @@ def test_sequence_parallel_gemms_name_the_operand_tp_gathers() -> None:
     assert tags("--tensor-model-parallel-size 2 --sequence-parallel") == {
         "attn.qkv": "input/2", "attn.proj": "grad/2", "mlp.fc1": "input/2", "mlp.fc2": "grad/2"}
     assert set(tags("--tensor-model-parallel-size 2").values()) == {""}  # no SP: TP all-reduces, nothing gathered
+
+
+def test_more_bf16_edge_layers_than_a_stage_holds_are_refused() -> None:
+    """TransformerConfig: num_layers_at_start_in_bf16 must be between 0 and num_layers // pipeline size (8 // 2)."""
+    from llmperf_hook.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="number of layers per pipeline stage \\(4\\)"):
+        _graph("--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 5")
+    _graph("--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 4")
