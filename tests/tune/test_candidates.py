@@ -121,11 +121,13 @@ def test_deepspeed_pipeline_engine_candidates_may_split_layers_unevenly() -> Non
 
 def test_pad_vocab_size_to_keeps_its_padded_vocab_and_needs_tp_to_split_it() -> None:
     """The bigscience fork's --pad-vocab-size-to N: every candidate keeps N (no re-padding for its TP), and a TP
-    that does not divide N is invalid (VocabParallelEmbedding's divide assert)."""
+    that does not divide N is invalid (VocabParallelEmbedding's divide assert). GPT-2's BPE sizes the vocabulary
+    (50257): the fork, known by --pad-vocab-size-to, has no --vocab-size (frameworks/megatron_unknown_args)."""
     from tests.frameworks.helpers import megatron
 
     cfg = megatron("--pad-vocab-size-to", "50260", "--make-vocab-size-divisible-by", "4", "--tensor-model-parallel-size",
-                   "2", "--global-batch-size", "32", "--vocab-size", "50257", gpus=32)
+                   "2", "--global-batch-size", "32", "--vocab-file", "vocab.json", "--merge-file", "merges.txt", gpus=32)
+    assert cfg.model.vocab_size == 50257
     assert cfg.model.padded_vocab_size == 50260  # 4 x 12565
     four = dataclasses.replace(candidate_of(cfg), tp=4, micro_batch_size=1)
     assert apply_candidate(cfg, four).model.padded_vocab_size == 50260
