@@ -35,6 +35,8 @@ class FittedProfile:
         self.meta: ProfileMeta = read_profile_meta(directory)
         self._entries = {(m.op_class, m.phase, m.dtype): m for m in self.meta.models}
         self._ensembles: dict[tuple[str, str, str], TreeEnsemble] = {}
+        self._keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        """_key's answers: asked per op (supports, predict_s, extrapolation_warnings), from metadata fixed here."""
         backend = "lightgbm" if all(m.model_format == "lightgbm-text" for m in self.meta.models) else "sklearn"
         self.name = f"{backend}:{self.meta.name}"
 
@@ -43,6 +45,13 @@ class FittedProfile:
         return tuple(sorted({c for c, _, _ in self._entries}))
 
     def _key(self, op_class: str, phase: str, dtype: str) -> tuple[str, str, str]:
+        asked = (op_class, phase, dtype)
+        if asked not in self._keys:
+            self._keys[asked] = self._model_key(op_class, phase, dtype)
+        return self._keys[asked]
+
+    def _model_key(self, op_class: str, phase: str, dtype: str) -> tuple[str, str, str]:
+        """The (class, phase, dtype) of the model that answers an op: the phase's model, the dtype's stand-in."""
         key = (op_class, _PHASE_MODEL.get(phase, ""), self.meta.model_dtype(dtype))
         if key not in self._entries and op_class in DTYPE_FREE_CLASSES:
             sampled = sorted(d for c, p, d in self._entries if (c, p) == key[:2])

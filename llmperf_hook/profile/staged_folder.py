@@ -24,7 +24,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -171,6 +170,8 @@ def _writer_pid(entry_name: str, folder_name: str) -> int | None:
 
 def _host() -> str:
     """This machine's name without dots (a stage name's fields are dot-separated): whose PIDs os.kill can test."""
+    import socket  # here, not at the top: predict's profile lookup imports this module, and socket costs ~2 ms
+
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:64] or "host"
 
 

@@ -37,7 +37,7 @@ from llmperf_hook.graph.zero3_hooks import ZERO3_HOOKS_OP
 from llmperf_hook.predict.dispatch import op_id
 from llmperf_hook.predict.host_issue import queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
-from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline
+from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline_and_free
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
 
 
@@ -231,8 +231,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
                  host_per_op_s: float = 0.0) -> ComposedStep:
     """Simulate the step of `graph` with op `seconds` (by op id); `host_per_op_s` = host issue time per op."""
     tp_overlap = cfg.optimizer.tp_comm_overlap
-    fwd = [[chunk_pass(c, seconds, tp_overlap, False, host_per_op_s) for c in s.chunks] for s in graph.stages]
-    bwd = [[chunk_pass(c, seconds, tp_overlap, True, host_per_op_s) for c in s.chunks] for s in graph.stages]
+    fwd, bwd = _chunk_passes(graph, seconds, tp_overlap, host_per_op_s)
     p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
     if graph.p2p_gather is not None:
         fwd, bwd = _with_partition_gathers(fwd, bwd, seconds[op_id(graph.p2p_gather)])
@@ -257,6 +256,24 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     return ComposedStep(step, breakdown, stages, critical, timeline)
 
 
+def _chunk_passes(graph: OpGraph, seconds: dict[str, float], tp_overlap: bool,
+                  host_per_op_s: float) -> tuple[list[list[PassCost]], list[list[PassCost]]]:
+    """(forward, backward) PassCost per stage and chunk. A chunk's pass depends on its blocks alone, and chunks with
+    the same layer mix share one blocks tuple (graph/build.build_chunk's memo): each distinct tuple is priced once
+    (PassCost is frozen; its exposed dict is only read downstream)."""
+    priced: dict[tuple[int, bool], PassCost] = {}
+
+    def cost(chunk: ChunkOps, backward: bool) -> PassCost:
+        key = (id(chunk.blocks), backward)  # the graph holds every tuple for the whole call: ids stay unique
+        if key not in priced:
+            priced[key] = chunk_pass(chunk, seconds, tp_overlap, backward, host_per_op_s)
+        return priced[key]
+
+    fwd = [[cost(c, False) for c in s.chunks] for s in graph.stages]
+    bwd = [[cost(c, True) for c in s.chunks] for s in graph.stages]
+    return fwd, bwd
+
+
 def _simulate(cfg: TrainingConfig, f_s: list[list[float]], b_s: list[list[float]], p2p_s: float, m: int,
               detail: bool) -> tuple[PipelineResult, PipelineResult]:
     """(the step's schedule, the same with free send/recv): DeepSpeed's PipelineEngine as its lock-step of
@@ -266,9 +283,7 @@ def _simulate(cfg: TrainingConfig, f_s: list[list[float]], b_s: list[list[float]
         fwd, bwd = [row[0] for row in f_s], [row[0] for row in b_s]
         sim = simulate_lockstep(fwd, bwd, p2p_s, m, record=detail)
         return sim, (simulate_lockstep(fwd, bwd, 0.0, m) if p2p_s > 0 else sim)
-    group = cfg.parallel.microbatch_group_size
-    sim = simulate_pipeline(f_s, b_s, p2p_s, m, record=detail, group_size=group)
-    return sim, (simulate_pipeline(f_s, b_s, 0.0, m, group_size=group) if p2p_s > 0 else sim)
+    return simulate_pipeline_and_free(f_s, b_s, p2p_s, m, record=detail, group_size=cfg.parallel.microbatch_group_size)
 
 
 def _with_partition_gathers(fwd: list[list[PassCost]], bwd: list[list[PassCost]],

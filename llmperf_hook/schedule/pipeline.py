@@ -31,6 +31,8 @@ from llmperf_hook.errors import ConfigError
 
 Pass = tuple[str, int, int]
 """("F" | "B", chunk, micro-batch)."""
+Steps = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[bool, ...], tuple[int, ...]]
+"""CompiledSchedule.steps: columns id, prev, dep, cross, slot."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,21 @@ class CompiledSchedule:
     slot: tuple[int, ...]
     """Per flat id: index into the duration table (rank * 2 * vpp + (0 F, 1 B) * vpp + chunk)."""
     offset: tuple[int, ...]
+    steps: Steps
+    """Columns id, prev, dep, cross, slot in dependency order, what the simulation loop zips: one walk instead of
+    four lookups by id per event. A missing prev is NO_PREV (an end slot that holds 0.0), a missing dep NO_DEP (one
+    that holds -inf, never the later of the two): the loop needs no test for either."""
+
+
+NO_PREV, NO_DEP = 0, 1
+"""Offsets past the last event of the two sentinel end slots (CompiledSchedule.steps, _end_table)."""
+
+
+def _end_table(n: int) -> list[float]:
+    """End times of n events, then the sentinels: 0.0 for 'no previous pass', -inf for 'no dependency'."""
+    end = [0.0] * (n + 2)
+    end[n + NO_DEP] = float("-inf")
+    return end
 
 
 @lru_cache(maxsize=256)
@@ -114,7 +131,17 @@ def compiled_schedule(pp: int, m: int, vpp: int, group_size: int | None = None) 
             cross.append(d is not None and d[1] != r)
             slot.append(r * 2 * vpp + (0 if p[0] == "F" else 1) * vpp + p[1])
     order = _dependency_order(programs, offset, dep)
-    return CompiledSchedule(programs, order, tuple(prev), tuple(dep), tuple(cross), tuple(slot), tuple(offset))
+    return CompiledSchedule(programs, order, tuple(prev), tuple(dep), tuple(cross), tuple(slot), tuple(offset),
+                            _steps(order, prev, dep, cross, slot))
+
+
+def _steps(order: tuple[int, ...], prev: list[int], dep: list[int], cross: list[bool], slot: list[int]) -> Steps:
+    """CompiledSchedule.steps: the per-id tables read in dependency order, -1 replaced by the sentinel slots."""
+    n = len(prev)
+    prev_or_sentinel = [n + NO_PREV if i < 0 else i for i in prev]
+    dep_or_sentinel = [n + NO_DEP if i < 0 else i for i in dep]
+    columns = (prev_or_sentinel, dep_or_sentinel, cross, slot)
+    return (order, *(tuple(map(column.__getitem__, order)) for column in columns))
 
 
 def _dependency_order(programs: tuple[tuple[Pass, ...], ...], offset: list[int], dep: list[int]) -> tuple[int, ...]:
@@ -136,10 +163,7 @@ def _dependency_order(programs: tuple[tuple[Pass, ...], ...], offset: list[int],
     return tuple(order)
 
 
-def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
-                      record: bool = False, group_size: int | None = None) -> PipelineResult:
-    """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations;
-    group_size: the interleaved schedule's micro-batches per chunk group (None = pp)."""
+def _checked_schedule(fwd_s: list[list[float]], m: int, group_size: int | None) -> CompiledSchedule:
     pp, vpp = len(fwd_s), len(fwd_s[0])
     group = group_size or pp
     if vpp > 1 and (not pp <= group <= m or 0 < m % group < pp):
@@ -148,26 +172,54 @@ def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s:
             f"(Megatron schedules.py: the group lies in [PP, micro-batches] and the last group is empty or at least PP). "
             f"Change --global-batch-size, --micro-batch-size, the virtual pipeline size or "
             f"--microbatch-group-size-per-virtual-pipeline-stage.")
-    sched = compiled_schedule(pp, m, vpp, group if vpp > 1 else None)
-    table = [t for r in range(pp) for t in (*fwd_s[r], *bwd_s[r])]
-    prev, dep, cross, slot = sched.prev, sched.dep, sched.cross, sched.slot
-    end = [0.0] * len(prev)
-    for e in sched.order:
-        p = prev[e]
-        t = end[p] if p >= 0 else 0.0
-        d = dep[e]
-        if d >= 0:
-            ready = end[d] + p2p_s if cross[e] else end[d]
-            if ready > t:
-                t = ready
-        end[e] = t + table[slot[e]]
+    return compiled_schedule(pp, m, vpp, group if vpp > 1 else None)
+
+
+def _result(sched: CompiledSchedule, end: list[float], table: list[float], fwd_s: list[list[float]],
+            bwd_s: list[list[float]], m: int, record: bool) -> PipelineResult:
+    pp = len(fwd_s)
     last = [sched.offset[r] + len(sched.programs[r]) - 1 for r in range(pp)]
     busy = [m * (sum(fwd_s[r]) + sum(bwd_s[r])) for r in range(pp)]  # every chunk runs F and B once per micro-batch
     events: tuple[tuple[int, str, int, int, float, float], ...] = ()
     if record:
-        events = tuple((r, p[0], p[1], p[2], end[sched.offset[r] + k] - table[slot[sched.offset[r] + k]],
+        events = tuple((r, p[0], p[1], p[2], end[sched.offset[r] + k] - table[sched.slot[sched.offset[r] + k]],
                         end[sched.offset[r] + k]) for r in range(pp) for k, p in enumerate(sched.programs[r]))
     return PipelineResult(end_s=tuple(end[i] for i in last), busy_s=tuple(busy), events=events)
+
+
+def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
+                      record: bool = False, group_size: int | None = None) -> PipelineResult:
+    """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations;
+    group_size: the interleaved schedule's micro-batches per chunk group (None = pp)."""
+    sched = _checked_schedule(fwd_s, m, group_size)
+    table = [t for r in range(len(fwd_s)) for t in (*fwd_s[r], *bwd_s[r])]
+    end = _end_table(len(sched.prev))
+    for e, p, d, cross, s in zip(*sched.steps):  # a pass starts when its rank is free and its input has arrived
+        t = end[p]
+        ready = end[d] + p2p_s if cross else end[d]
+        end[e] = (ready if ready > t else t) + table[s]
+    return _result(sched, end, table, fwd_s, bwd_s, m, record)
+
+
+def simulate_pipeline_and_free(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s: float, m: int,
+                               record: bool = False, group_size: int | None = None
+                               ) -> tuple[PipelineResult, PipelineResult]:
+    """(simulate_pipeline with `p2p_s`, the same with free send/recv) in one walk of the schedule: each pass's two
+    end times come from the same arithmetic as two separate simulations, so both results are theirs exactly."""
+    if p2p_s <= 0:
+        sim = simulate_pipeline(fwd_s, bwd_s, p2p_s, m, record, group_size)
+        return sim, sim
+    sched = _checked_schedule(fwd_s, m, group_size)
+    table = [t for r in range(len(fwd_s)) for t in (*fwd_s[r], *bwd_s[r])]
+    end, free = _end_table(len(sched.prev)), _end_table(len(sched.prev))
+    for e, p, d, cross, s in zip(*sched.steps):
+        duration = table[s]
+        t, ready = end[p], (end[d] + p2p_s if cross else end[d])
+        end[e] = (ready if ready > t else t) + duration
+        t, ready = free[p], free[d]
+        free[e] = (ready if ready > t else t) + duration
+    return (_result(sched, end, table, fwd_s, bwd_s, m, record),
+            _result(sched, free, table, fwd_s, bwd_s, m, False))
 
 
 def _lockstep_pass(rank: int, step: int, pp: int, m: int) -> tuple[str, int] | None:
