@@ -12,7 +12,8 @@ the run itself: refine should land between the prediction and the run it was cal
 Strategies beside refine's: the run's full ratio on every configuration (refine before shrinkage), refine with
 the configurations' own biases independent (no cost mix known: refine/transfer.py's R = identity, the rule before
 session 12), and refine with the whole log(wall / CPU) as the ranks' wait (not beyond the collectives the
-prediction priced: the rule before session 17, refine/peer_wait.py). "Harm" is a choice whose other configurations' MAPE got worse than before refinement.
+prediction priced: the rule before session 17, refine/peer_wait.py). "Harm" is a choice whose other
+configurations' MAPE got worse than before refinement.
 """
 
 from __future__ import annotations

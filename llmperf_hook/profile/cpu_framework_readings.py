@@ -230,7 +230,11 @@ concurrency children's start and the readings."""
 CONCURRENCY_START_SHARE = 0.2
 TRANSPORT_START_SHARE = 0.4
 """Most of what is left of the box the rank-transport children (cpu_rank_transport.py: three processes, three engines
-each; 52 s at load 8-10 with six engines) may take to start; the rest is for the readings."""
+each; 18 s at load 3.5, 52 s at load 8-10 with six engines) may take to start; the rest is for the readings."""
+TRANSPORT_MIN_LEFT_S = 45.0
+"""Less of the box left than this after the other children started, and the rank-transport children are not started
+(left out, said): their share would not cover a start (18 s at load 3.5) and would take the readings' time (a 3-min
+--budget at load 8: 14 s spent on a start that failed, one reading left)."""
 
 
 def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
@@ -248,7 +252,9 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
     engine = EngineReader(dtype, threads, max(0.0, ENGINE_START_SHARE * (end_s - time.perf_counter())))
     conc = ConcurrencyReader(dtype, threads, start_timeout_s=max(0.0, CONCURRENCY_START_SHARE
                                                                  * (end_s - time.perf_counter())))
-    transport = TransportReader(dtype, threads, max(0.0, TRANSPORT_START_SHARE * (end_s - time.perf_counter())))
+    left_s = end_s - time.perf_counter()
+    transport = TransportReader(dtype, threads, TRANSPORT_START_SHARE * left_s) \
+        if left_s >= TRANSPORT_MIN_LEFT_S else None
     raws, loads, last_s = [], [], 0.0
     try:
         while len(raws) < MAX_READINGS and time.perf_counter() + last_s < end_s:
@@ -259,14 +265,15 @@ def measure_framework_overhead(hardware_name: str, dtype: str, threads: int = 1,
                 break
             raw["concurrency"] = conc.reading(max(0.0, end_s - time.perf_counter()))
             raw["engine"] = engine.reading(max(0.0, end_s - time.perf_counter()))
-            raw["transport"] = transport.reading(max(0.0, end_s - time.perf_counter()))
+            raw["transport"] = transport.reading(max(0.0, end_s - time.perf_counter())) if transport else None
             raws.append(raw)
             loads.append(os.getloadavg()[0])
             last_s = time.perf_counter() - start
     finally:
         conc.close()
         engine.close()
-        transport.close()
+        if transport:
+            transport.close()
     return summarize(raws, fixed, dtype, loads, time.perf_counter() - t0) if raws else None
 
 

@@ -16,12 +16,13 @@ their wall beyond that CPU time matched the comm model's collectives to ~1 %: a 
 step, which no one-rank reading sees.
 
 How (one reading). Three children, one thread each, DS_ACCELERATOR=cpu, gloo: one engine process at world size 1
-and a pair at world size 2 (one process group), each with a DeepSpeed engine per TRANSPORT_ENGINES. Per engine, ENGINE_REPS steps, each step's process CPU time (all threads)
-and its calling thread's CPU time (time.thread_time), and the wire bytes of the collectives the engine issued
-(deepspeed.comm's TorchBackend calls, counted as they are made). The transport threads' CPU = process - calling
-thread; at world size 1 it is gloo's local copies (no wire), which the world-size-1 engine terms already hold. The
-term: per_byte_s, non-negative least squares through 0 of (pair's transport CPU, mean of the two ranks - the single
-process's) on the pair's wire bytes, relative errors (cpu_framework.fit_nonnegative).
+and a pair at world size 2 (one process group), each with the DeepSpeed engines of TRANSPORT_ENGINES. Per engine,
+ENGINE_REPS steps: each step's process CPU time (all threads), its calling thread's CPU time (time.thread_time), and
+the wire bytes of the collectives the engine issued (deepspeed.comm's TorchBackend calls, counted as made). The
+transport threads' CPU = process - calling thread; at world size 1 it is gloo's local copies (no wire), which the
+world-size-1 engine terms already hold. The term: per_byte_s, non-negative least squares through 0 of (pair's
+transport CPU, mean of the two ranks - the single process's) on the pair's wire bytes, relative errors
+(cpu_framework.fit_nonnegative).
 
 Measured on this 2-core machine, 27 Nov 18:37-18:49 (load 5-10, other helpers' tests; CPU time, not wall: the
 transport threads' CPU is what a busy core cannot hide): the testbed's 2-rank engines' transport CPU was 3-25 ms per
@@ -29,8 +30,8 @@ step at world size 2 against 0.2-2.7 ms at world size 1 (L2 h256 s128 mbs2 ZeRO-
 21-25 ms; L4 h256 ZeRO-0: 10.8-13.4 ms), ~0.7-0.95 ns per wire byte; the calling thread's CPU inside the
 collectives 0.6-1.1 ms (9.5 ms for ZeRO-3's 15 calls). Results: /work/notes/h139.md.
 
-Predictions price it on every collective of a CPU job with more than one rank in its group
-(predict/cpu_framework.py). torch and deepspeed are imported inside the children only.
+Predictions price it on the wire bytes of every collective of a CPU job with more than one rank in its group
+(predict/cpu_framework.py, graph/cpu_stages.py). torch and deepspeed are imported inside the children only.
 """
 
 from __future__ import annotations

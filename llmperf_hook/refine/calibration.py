@@ -52,7 +52,8 @@ class ConfigScale:
     """The cost terms' shares of its predicted step (refine/transfer.cost_shares; (): not recorded)."""
     wait_log_scale: float = 0.0
     """Of its log measured_scale, its quiet runs' mean wall beyond their ranks' CPU time and beyond the collectives
-    their prediction priced (refine/peer_wait.py; 0: one rank, or contended runs only). For the notes: step_time_scale shrinks the whole step as one reading."""
+    their prediction priced (refine/peer_wait.py; 0: one rank, or contended runs only). For the notes:
+    step_time_scale shrinks the whole step as one reading."""
 
 
 @dataclass(frozen=True)

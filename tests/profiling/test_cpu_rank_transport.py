@@ -170,3 +170,45 @@ def test_the_step_grows_by_the_priced_transport_and_only_where_it_was_measured(
         steps[name] = sum(times[op_id(op)] for op in graph.stages[0].step_ops)
         wire += sum(op.dims["wire_bytes"] for op in graph.stages[0].step_ops if op.name == TRANSPORT_OP)
     assert wire > 0 and steps["with"] - steps["without"] == pytest.approx(8e-10 * wire, rel=1e-6)
+
+
+def test_a_small_box_does_not_start_the_transport_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With less than TRANSPORT_MIN_LEFT_S of the box left, the three DeepSpeed processes are not started (their
+    share would not cover a start and would take the readings' time); with enough they are, and read every reading."""
+    from llmperf_hook.profile import cpu_engine_cost as ce
+    from llmperf_hook.profile import cpu_rank_transport as crt
+
+    class Idle:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def reading(self, *args) -> None:
+            return None
+
+        def close(self) -> None:
+            pass
+
+    class Local(Idle):
+        def reading(self, hardware: str, end_s: float) -> dict:
+            return {"r": 1}
+
+    started = []
+
+    class Transport(Idle):
+        def __init__(self, dtype: str, threads: int, start_timeout_s: float) -> None:
+            started.append(start_timeout_s)
+
+        def reading(self, timeout_s: float) -> dict:
+            return {"single": [], "pair": [[], []]}
+
+    for target, name, value in ((cfr, "fixed_parts", lambda dtype, hw: None), (cfr, "_InProcess", Local),
+                                (ce, "EngineReader", Idle), (ce, "ConcurrencyReader", Idle),
+                                (crt, "TransportReader", Transport),
+                                (cfr, "summarize", lambda raws, fixed, dtype, loads, took_s: {"raws": raws})):
+        monkeypatch.setattr(target, name, value)
+    small = cfr.measure_framework_overhead("cpu-x", "fp32", 1, time_box_s=cfr.TRANSPORT_MIN_LEFT_S - 5)
+    assert not started and all(r["transport"] is None for r in small["raws"])
+    large = cfr.measure_framework_overhead("cpu-x", "fp32", 1, time_box_s=cfr.TRANSPORT_MIN_LEFT_S + 30)
+    box_s = cfr.TRANSPORT_MIN_LEFT_S + 30
+    assert started and started[0] == pytest.approx(cfr.TRANSPORT_START_SHARE * box_s, rel=0.01)
+    assert len(large["raws"]) == cfr.MAX_READINGS and all(r["transport"] for r in large["raws"])
