@@ -157,9 +157,11 @@ use-one-sent-docs use-pin-memory valid-data valid-data-path valid-num-workers va
 valid-weighted-split-paths-path vocab-extra-ids vocab-file warmup weight-decay world_size zero-allgather-bucket-size
 zero-contigious-gradients zero-reduce-bucket-size zero-reduce-scatter zero-stage
 """.split())
-"""Every `--name` literal of megatron/arguments.py on any of bigscience-workshop/Megatron-DeepSpeed's 383 branches
-(fetched mirror, main at 8387ae1: the T0 / UL2 / distillation branches add --norm-target-loss, --ul2-*, --student-*),
-and DeepSpeed's deepspeed.add_config_arguments that its parse_args adds: the options any version of the fork takes.
+"""Every `--name` literal of megatron/arguments.py on any of bigscience-workshop/Megatron-DeepSpeed's 383 refs
+(fetched mirror, main at 8387ae1: 68 branches and 9 tags, whose T0 / MTF branches add --norm-target-loss, and 306
+pull-request heads, which alone add --ul2-*, --student-*, --use-flash-attn: counted too, so no option of any
+version of the fork is refused), and DeepSpeed's deepspeed.add_config_arguments that its parse_args adds: the
+options any version of the fork takes.
 None of them has --sequence-parallel, --recompute-granularity / -method / -num-layers / -activations,
 --use-distributed-optimizer, --no-pipeline-parallel or --vocab-size."""
 BIGSCIENCE_MARKS = ("--pp-partition-method", "--embed-layernorm", "--pad-vocab-size-to", "--tokenizer-name-or-path",
@@ -168,7 +170,10 @@ BIGSCIENCE_MARKS = ("--pp-partition-method", "--embed-layernorm", "--pad-vocab-s
                     "--reweight-loss-based-on-position-frequency", "--loss-on-targets-only", "--use-bnb-optimizer")
 """Options only the bigscience fork defines (megatron_known_flags' second list), which its BLOOM scripts pass
 (train/tr11-176B-ml: --pad-vocab-size-to, --embed-layernorm, --tokenizer-name-or-path, --kill-switch-path, ...): a
-Megatron entry point given one is that fork's (bigscience_job)."""
+Megatron entry point given one is that fork's (bigscience_job). None is an option on any branch or tag of
+NVIDIA/Megatron-LM, microsoft/ or deepspeedai/Megatron-DeepSpeed (`git log --all -S` and `git grep` over their
+mirrors): --tokenizer-name-or-path, --kill-switch-path and --train-weighted-split-paths appear there only in unmerged
+pull requests (microsoft's merged option is --kill-switch-file), so no job of those parsers is taken for the fork."""
 
 
 def pai_patch_job(script: str, script_args: Sequence[str]) -> bool:
