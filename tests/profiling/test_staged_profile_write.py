@@ -2,6 +2,7 @@
 models (Ctrl-C, SIGTERM) leaves the old profile usable, and the files other stages add to the folder are kept."""
 
 import errno
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,14 @@ OP = Op("g", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")
 
 def _fit(flop_per_s: float) -> tuple[ProfileMeta, dict[str, str]]:
     """gemm fwd and bwd fitted to a machine of `flop_per_s` (two models, so a stop can fall between them)."""
+    meta, texts = _fitted(flop_per_s)
+    return meta, dict(texts)
+
+
+@functools.lru_cache(maxsize=None)
+def _fitted(flop_per_s: float) -> tuple[ProfileMeta, dict[str, str]]:
+    """_fit's LightGBM fits, once per machine speed in this process: the same seeded samples fit the same models,
+    and these tests are about writing them (two speeds for 21 calls; one fit took 3.7 s at load 7)."""
     rng = np.random.default_rng(0)
     m, n, k = (rng.integers(16, 512, 80).astype(float) for _ in range(3))
     fitted = [fit_samples(Samples("gemm", phase, {"m": m, "n": n, "k": k}, 2 * m * n * k * f / flop_per_s + 2e-6),
