@@ -48,6 +48,8 @@ KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 """SearchSpace knob -> the Megatron options (dashed, without `--`) tune/megatron_argv.py writes when it changes it
 (Megatron-DeepSpeed's ZeRO-2/3 at PP 1 add --no-pipeline-parallel: _zero_stages)."""
+
+
 @dataclass(frozen=True)
 class ForkParser:
     """The argument parser of a Megatron fork that lacks some of Megatron-LM's options."""
