@@ -1,6 +1,7 @@
 """Packed trees (profile/packed_trees.py): predict reads parsed arrays instead of LightGBM text, with the same
 numbers, and a damaged, stale or malformed packed file is refused like any other damaged model."""
 
+import functools
 import gzip
 import hashlib
 import json
@@ -25,10 +26,17 @@ RC = RooflineConstants(1e11, 1e10, 1, 4)
 OP = Op("x", "gemm", "fwd", {"m": 256, "n": 256, "k": 256}, dtype="fp32")
 
 
-def _tiny(tmp_path: Path) -> Path:
+@functools.lru_cache(maxsize=1)
+def _tiny_fit() -> tuple:
+    """The tiny profile's gemm fwd fit, once per process: the same seeded samples fit the same model, and these tests
+    are about the files written from it."""
     rng = np.random.default_rng(0)
     m, n, k = (rng.integers(16, 512, 80).astype(float) for _ in range(3))
-    entry, text = fit_samples(Samples("gemm", "fwd", {"m": m, "n": n, "k": k}, 2 * m * n * k / 5e10 + 2e-6), RC, "fp32")
+    return fit_samples(Samples("gemm", "fwd", {"m": m, "n": n, "k": k}, 2 * m * n * k / 5e10 + 2e-6), RC, "fp32")
+
+
+def _tiny(tmp_path: Path) -> Path:
+    entry, text = _tiny_fit()
     meta = ProfileMeta("tiny", {"fp32": RC}, {}, {"device": "test"}, {}, {"samples": "synthetic"}, (entry,))
     return write_profile(tmp_path / "tiny", meta, {entry.file: text})
 

@@ -16,16 +16,14 @@ from llmperf_hook.profile.features import RooflineConstants, schema_hash
 from llmperf_hook.profile.predictor import FittedProfile
 from llmperf_hook.profile.profile_io import ProfileMeta, write_profile
 from llmperf_hook.resources import configs_dir
+from tests.profiling.test_packed_trees import _tiny_fit
 
 SHIPPED = configs_dir() / "profiles"
 RC = RooflineConstants(1e11, 1e10, 1, 4)
 
 
 def _tiny_profile(directory: Path) -> Path:
-    rng = np.random.default_rng(0)
-    m, n, k = (rng.integers(16, 512, 80).astype(float) for _ in range(3))
-    t = 2 * m * n * k / 5e10 + 2e-6
-    entry, text = fit_samples(Samples("gemm", "fwd", {"m": m, "n": n, "k": k}, t), RC, "fp32")
+    entry, text = _tiny_fit()  # the same seeded gemm fwd fit as test_packed_trees', fitted once per process
     meta = ProfileMeta("tiny", {"fp32": RC}, {}, {"device": "test"}, {"numpy": np.__version__}, {"samples": "synthetic"},
                        (entry,))
     return write_profile(directory / "tiny", meta, {entry.file: text})
