@@ -39,7 +39,9 @@ local core attention's context copy is inside the checkpointed function, graph/l
 def backward_op(op: Op) -> Op:
     # Op(...) directly rather than dataclasses.replace: this runs for every op of every graph built.
     if op.collective is not None:
-        factor = 2.0 if op.name == "attn.cp_kv_exchange" else 1.0
+        # the CP KV exchange sends K and V and their gradients back; an FP8 TE linear gathers its output gradient
+        # quantized, half the bytes of the bf16 reduce-scatter it mirrors (layer_ops.FP8_PAYLOAD)
+        factor = 2.0 if op.name == "attn.cp_kv_exchange" else 0.5 if op.tags.get("bwd_payload") == "fp8" else 1.0
         return Op(op.name, BWD_COMM_CLASS.get(op.op_class, op.op_class), "bwd", {"bytes": int(op.dims["bytes"] * factor)},
                   op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)
     factor = BWD_FLOP_FACTOR.get(op.op_class, 2.0)
@@ -177,7 +179,10 @@ def sp_column_backward(gather: Op, gemm: Op) -> tuple[Op, Op, Op]:
     nbytes = {"bytes": int(gather.dims["bytes"])}
     regather = Op(gather.name + SP_REGATHER_SUFFIX, "allgather", "bwd", nbytes, 0.0, 0.0, gather.dtype,
                   gather.collective, regather_tags)
-    reduce = Op(gather.name, "reducescatter", "bwd", nbytes, 0.0, 0.0, gather.dtype, gather.collective, reduce_tags)
+    # an FP8 linear re-gathers its quantized input (payload=fp8, 1 B) but reduce-scatters a bf16 input gradient
+    grad_bytes = {"bytes": nbytes["bytes"] * (2 if gather.tags.get("payload") == "fp8" else 1)}
+    reduce = Op(gather.name, "reducescatter", "bwd", grad_bytes, 0.0, 0.0, gather.dtype, gather.collective,
+                reduce_tags)
     return regather, backward_op(gemm), reduce
 
 

@@ -130,21 +130,32 @@ def norm(name: str, ctx: LayerContext, width: int | None = None) -> Op:
     return elementwise(name, op_class, {"tokens": ctx.norm_tokens, "hidden": h}, ctx.norm_tokens * h, ctx)
 
 
-def tp_enter(name: str, ctx: LayerContext, width: int | None = None) -> list[Op]:
+def tp_enter(name: str, ctx: LayerContext, width: int | None = None, fp8_input: bool = False) -> list[Op]:
     """Before a column-parallel GEMM: all-gather of the sequence shards (T x `width`, default the hidden size)
     under SP; identity otherwise. Its backward is a re-gather and a reduce-scatter, each beside half the GEMM's
     backward (graph/backward.sp_column_backward); the NCCL kernel's SM share is tagged for an in-node group. Where
     kernels may reach the GPU out of launch order (LayerContext.tp_comm_ordered False) the gather is tagged
-    launch=unordered and its backward is serialized instead."""
+    launch=unordered and its backward is serialized instead. `fp8_input`: the GEMM is an FP8 Transformer Engine
+    linear, which gathers its quantized shard (fp8_gathered_tag): 1 byte per element (tagged payload=fp8)."""
     if ctx.tp.group_size == 1 or not ctx.cfg.parallel.sequence_parallel:
         return []
-    nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * ctx.act_bytes
+    fp8 = {"payload": FP8_PAYLOAD} if fp8_input and ctx.dtype == "fp8" else {}
+    nbytes = ctx.tokens * (width or ctx.cfg.model.hidden_size) * (FP8_PAYLOAD_BYTES if fp8 else ctx.act_bytes)
     if not ctx.tp_comm_ordered:
-        return [comm(name, "allgather", nbytes, ctx.tp, ctx, launch=UNORDERED_LAUNCH)]
+        return [comm(name, "allgather", nbytes, ctx.tp, ctx, launch=UNORDERED_LAUNCH, **fp8)]
     # Under --tp-comm-overlap Transformer Engine's userbuffers move these bytes with a few SMs of their own, not NCCL.
     nccl = ctx.nccl_sm_share and ctx.tp.intra_node and not ub_overlap(ctx)
     share = {"sm_share": f"{ctx.nccl_sm_share:.4f}"} if nccl else {}
-    return [comm(name, "allgather", nbytes, ctx.tp, ctx, **share)]
+    return [comm(name, "allgather", nbytes, ctx.tp, ctx, **share, **fp8)]
+
+
+FP8_PAYLOAD = "fp8"
+"""Tag value (payload=fp8 on a sequence-parallel input gather, bwd_payload=fp8 on a reduce-scatter whose backward
+gathers the output gradient) of TP traffic that Transformer Engine sends quantized: its FP8 linears cast the local
+shard, then all-gather it (module/linear.py _Linear.forward, gather_along_first_dim(inputmat, quantizer=...); the
+output gradient of a row-parallel linear in grad_output_preprocess; userbuffers' all-gather buffers are FP8 too,
+module/base.py initialize_ub fp8_buf). The reduce-scatters of bf16 outputs and input gradients stay 2 bytes."""
+FP8_PAYLOAD_BYTES = 1
 
 
 UNORDERED_LAUNCH = "unordered"
@@ -152,23 +163,25 @@ UNORDERED_LAUNCH = "unordered"
 the GPU before the GEMM they were launched beside (CUDA_DEVICE_MAX_CONNECTIONS != 1): graph/backward.py."""
 
 
-def tp_exit(name: str, ctx: LayerContext) -> list[Op]:
+def tp_exit(name: str, ctx: LayerContext, fp8_grad: bool = False) -> list[Op]:
     """After a row-parallel GEMM: reduce-scatter under SP, else all-reduce, of the T x h output.
 
     Under TE's "pipeline" overlap the reduce-scatter of each of the 4 GEMM chunks runs under the next chunk;
     the last chunk's has nothing left to hide behind: 1/4 of the bytes stay on the critical path in forward
-    (tagged ub=pipeline_tail; its backward mirror is the hidden ring-exchange all-gather of the dgrad GEMM)."""
+    (tagged ub=pipeline_tail; its backward mirror is the hidden ring-exchange all-gather of the dgrad GEMM).
+    `fp8_grad`: the GEMM is an FP8 TE linear, whose backward gathers the output gradient quantized (bwd_payload)."""
     if ctx.tp.group_size == 1:
         return []
     nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
     op_class = "reducescatter" if ctx.cfg.parallel.sequence_parallel else "allreduce"
     if op_class == "allreduce":
         return [comm(name, op_class, nbytes, ctx.tp, ctx, **async_dgrad_tags(ctx))]
+    fp8 = {"bwd_payload": FP8_PAYLOAD} if fp8_grad and ctx.dtype == "fp8" else {}
     if not ub_overlap(ctx):
-        return [comm(name, op_class, nbytes, ctx.tp, ctx)]
+        return [comm(name, op_class, nbytes, ctx.tp, ctx, **fp8)]
     tail = nbytes / UB_PIPELINE_SPLITS
-    return [comm(name, op_class, nbytes - tail, ctx.tp, ctx), comm(name + ".tail", op_class, tail, ctx.tp, ctx,
-                                                                    ub="pipeline_tail")]
+    return [comm(name, op_class, nbytes - tail, ctx.tp, ctx, **fp8),
+            comm(name + ".tail", op_class, tail, ctx.tp, ctx, ub="pipeline_tail", **fp8)]
 
 
 ASYNC_DGRAD = "async"
@@ -257,7 +270,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
     from llmperf_hook.graph.local_kernels import context_copy, qkv_bias_add  # local_kernels builds on this module
 
     heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
-    ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx),
+    ops = [norm("attn.norm", ctx), *tp_enter("attn.tp_allgather", ctx, fp8_input=True),
            gemm("attn.qkv", ctx.tokens, (heads + 2 * kv_heads) * d, m.hidden_size, ctx, "input"),
            *qkv_bias_add(ctx, (heads + 2 * kv_heads) * d)]
     if m.position_embedding == "rope":
@@ -269,7 +282,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
         ops.append(comm("attn.cp_kv_exchange", "p2p", kv_bytes, ctx.cp, ctx, overlap="attention"))
     ops.extend(attention_core(ctx, heads, kv_heads, d) + context_copy(ctx, heads * d))
     ops.append(gemm("attn.proj", ctx.tokens, m.hidden_size, heads * d, ctx, "grad"))
-    ops.extend(tp_exit("attn.tp_reduce", ctx))
+    ops.extend(tp_exit("attn.tp_reduce", ctx, fp8_grad=True))
     ops.append(residual("attn.residual", ctx))
     return ops
 
@@ -441,10 +454,11 @@ def tp_split_mlp(prefix: str, ffn: int, ctx: LayerContext) -> list[Op]:
     column-parallel FC1, GeLU / SwiGLU, row-parallel FC2, all-reduce / reduce-scatter; op names start `prefix`."""
     m, t = ctx.cfg.model, ctx.tp.group_size
     ffn //= t
-    return [*tp_enter(prefix + "tp_allgather", ctx),
+    return [*tp_enter(prefix + "tp_allgather", ctx, fp8_input=True),
             gemm(prefix + "fc1", ctx.tokens, ffn * (2 if m.swiglu else 1), m.hidden_size, ctx, "input"),
             activation(prefix, ffn, ctx),
-            gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx, "grad"), *tp_exit(prefix + "tp_reduce", ctx)]
+            gemm(prefix + "fc2", ctx.tokens, m.hidden_size, ffn, ctx, "grad"),
+            *tp_exit(prefix + "tp_reduce", ctx, fp8_grad=True)]
 
 
 def moe_ops(ctx: LayerContext) -> tuple[list[Op], int]:

@@ -110,3 +110,28 @@ def test_more_bf16_edge_layers_than_a_stage_holds_are_refused() -> None:
     with pytest.raises(ConfigError, match="number of layers per pipeline stage \\(4\\)"):
         _graph("--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 5")
     _graph("--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 4")
+
+
+def test_fp8_linears_gather_their_sequence_shards_quantized() -> None:
+    """TE's FP8 linears all-gather the quantized input shard and output gradient (1 B per element); the output
+    reduce-scatter and the input-gradient reduce-scatter stay bf16 (2 B). A bf16 run gathers 2 B everywhere."""
+    def comm_bytes(extra: str) -> dict[tuple[str, str, str], int]:
+        _, _, graph = _graph("--tensor-model-parallel-size 2 --sequence-parallel " + extra)
+        block = next(b for c in graph.stages[0].chunks for b in c.blocks if b.name.startswith("dense_layer"))
+        return {(op.name, op.phase, op.op_class): op.dims["bytes"] for op in block.fwd + block.bwd
+                if op.collective is not None and op.collective.group == "tp"}
+
+    shard = 4096 * 4096  # tokens x hidden elements of the gathered tensor
+    fp8 = comm_bytes("")
+    assert fp8[("attn.tp_allgather", "fwd", "allgather")] == shard
+    assert fp8[("attn.tp_allgather.bwd_regather", "bwd", "allgather")] == shard
+    assert fp8[("attn.tp_allgather", "bwd", "reducescatter")] == 2 * shard
+    assert fp8[("attn.tp_reduce", "fwd", "reducescatter")] == 2 * shard
+    assert fp8[("attn.tp_reduce", "bwd", "allgather")] == shard
+    cfg = api.resolve_command((BASE.replace(" --fp8-format hybrid", "") + " --tensor-model-parallel-size 2 "
+                               "--sequence-parallel").split(), {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                              cluster="dgx-h100")[1]
+    graph = build_graph(cfg, load_cluster("dgx-h100"))
+    block = next(b for c in graph.stages[0].chunks for b in c.blocks if b.name.startswith("dense_layer"))
+    assert {op.dims["bytes"] for op in block.fwd + block.bwd
+            if op.collective is not None and op.collective.group == "tp"} == {2 * shard}
