@@ -43,33 +43,34 @@ INSERTED_GAS = Source(SourceKind.DEFAULT, "not in the file: accelerate's DeepSpe
 def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease) -> DsSettings:
     """The ds_config an `accelerate launch --use_deepspeed` job runs with, parsed for its DeepSpeed `release`; an
     accumulation the plugin inserted is sourced to it (INSERTED_GAS), for the Trainer's mismatch refusal to say."""
-    raw, origin = accelerate_ds_config(env)
+    raw, origin, inserted = accelerate_ds_config(env)
     ds = parse_ds_config(raw, origin, release=release)
-    if env.get(CONFIG_FILE) and "gradient_accumulation_steps" not in read_ds_config(origin, hf_trainer=True):
+    if inserted:
         ds.sources["gradient_accumulation_steps"] = INSERTED_GAS
     return ds
 
 
-def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
-    """(ds_config dict, its origin for messages) of an `accelerate launch --use_deepspeed` job. A config file without
-    gradient_accumulation_steps gets 1 before anything is filled (DeepSpeedPlugin.__post_init__: `if
-    "gradient_accumulation_steps" not in self.hf_ds_config.config: ... = 1`, accelerate 16cb6eb8), so neither
-    accelerate's --gradient_accumulation_steps nor the Trainer's reaches it: the Trainer then finds 1 against its
-    own --gradient_accumulation_steps (deepspeed_job.hf_mismatches)."""
+def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, bool]:
+    """(ds_config dict, its origin for messages, whether the plugin inserted gradient_accumulation_steps) of an
+    `accelerate launch --use_deepspeed` job. A config file without gradient_accumulation_steps gets 1 before anything
+    is filled (DeepSpeedPlugin.__post_init__: `if "gradient_accumulation_steps" not in self.hf_ds_config.config: ...
+    = 1`, accelerate 16cb6eb8), so neither accelerate's --gradient_accumulation_steps nor the Trainer's reaches it: the
+    Trainer then finds 1 against its own --gradient_accumulation_steps (deepspeed_job.hf_mismatches)."""
     if env.get(CONFIG_FILE):
         origin = env[CONFIG_FILE]
         raw = read_ds_config(origin, hf_trainer=True)
+        inserted = "gradient_accumulation_steps" not in raw
         raw.setdefault("gradient_accumulation_steps", 1)
         raw = plugin_config_file(raw, env, origin)
     else:
-        origin = "accelerate DeepSpeed plugin (--zero_stage etc.)"
+        origin, inserted = "accelerate DeepSpeed plugin (--zero_stage etc.)", False
         raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
                "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
         for var, (path, kind) in _PLUGIN_KEYS.items():
             if env.get(var, "none").lower() not in ("none", ""):
                 _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
     _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
-    return raw, origin
+    return raw, origin, inserted
 
 
 # DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.
