@@ -18,6 +18,8 @@ row did by default is spelled out as flags, so the parser sees what the run real
   (framework_era.py): the code of that era did not keep kernels in launch order, so its TP overlap is priced serialized.
 - Megatron rejects `--tp-comm-overlap` without sequence parallelism, and sequence parallelism is dropped at
   TP=1, so a recipe's `--tp-comm-overlap` is left out of TP=1 rows (noted in the plan).
+- A row of BLOOM's fork (its flags hold an option only that fork defines) is written in the fork's own options,
+  as its parser refuses Megatron-LM's (_bigscience_spelling).
 """
 
 from __future__ import annotations
