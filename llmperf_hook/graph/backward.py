@@ -40,7 +40,7 @@ def backward_op(op: Op) -> Op:
     # Op(...) directly rather than dataclasses.replace: this runs for every op of every graph built.
     if op.collective is not None:
         # the CP KV exchange sends K and V and their gradients back; an FP8 TE linear gathers its output gradient
-        # quantized, half the bytes of the bf16 reduce-scatter it mirrors (layer_ops.FP8_PAYLOAD)
+        # quantized, half the bytes of the bf16 reduce-scatter it mirrors (graph/fp8_tags.FP8_PAYLOAD)
         factor = 2.0 if op.name == "attn.cp_kv_exchange" else 0.5 if op.tags.get("bwd_payload") == "fp8" else 1.0
         return Op(op.name, BWD_COMM_CLASS.get(op.op_class, op.op_class), "bwd", {"bytes": int(op.dims["bytes"] * factor)},
                   op.flops, op.bytes_moved, op.dtype, op.collective, op.tags)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from llmperf_hook.graph.layer_ops import SP_GATHERED_TAG
+from llmperf_hook.graph.fp8_tags import SP_GATHERED_TAG
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES, Op
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 
@@ -78,7 +78,7 @@ scaled and cast before every FP8 GEMM)."""
 
 
 FP8_AMAX_BYTES_PER_ELEMENT = 2.0
-"""HBM bytes per element that FP8 current scaling (Megatron --fp8-recipe tensorwise; graph/layer_ops.fp8_scaling_tag)
+"""HBM bytes per element that FP8 current scaling (Megatron --fp8-recipe tensorwise; graph/fp8_tags.fp8_scaling_tag)
 adds to each quantize: the scale comes from the tensor's own amax, so the bf16 tensor is read once by the amax
 kernel before the cast reads it again (NVIDIA/TransformerEngine transformer_engine/pytorch/csrc/quantizer.cpp,
 Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax_with_config, then nvte_compute_scale_from_amax, then
@@ -86,7 +86,7 @@ nvte_quantize_v2: three kernels where delayed scaling's cast is one)."""
 CURRENT_SCALING_EXTRA_KERNELS = 2
 FP8_ROWWISE_CAST_BYTES_PER_ELEMENT = 3.0
 """A row-wise-only cast (read bf16 2, write FP8 1): what TE runs on a rank's shard before a sequence-parallel
-all-gather (graph/layer_ops.fp8_gathered_tag)."""
+all-gather (graph/fp8_tags.fp8_gathered_tag)."""
 FP8_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
 """The column-wise copy made from a gathered FP8 tensor in backward (read 1, write 1)."""
 
@@ -97,7 +97,7 @@ def fp8_quantize_s(op: Op, gpu: HardwareSpec) -> float:
     the weight-gradient GEMM read. Weights are quantized once per step, not per micro-batch (TE's
     is_first_microbatch caching), so they are left out here. Current scaling adds its amax pass over what it casts.
     An operand sequence parallelism gathers is cast as the rank's 1/tp shard, row-wise, and transposed in backward
-    (graph/layer_ops.fp8_gathered_tag)."""
+    (graph/fp8_tags.fp8_gathered_tag)."""
     m, n, k = op.dims.get("m", 0), op.dims.get("n", 0), op.dims.get("k", 0)
     amax = FP8_AMAX_BYTES_PER_ELEMENT if op.tags.get("fp8_scaling") == "current" else 0.0
     gathered, _, tp = op.tags.get(SP_GATHERED_TAG, "").partition("/")
