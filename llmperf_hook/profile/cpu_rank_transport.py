@@ -19,7 +19,8 @@ How (one reading). Three children, one thread each, DS_ACCELERATOR=cpu, gloo: on
 and a pair at world size 2 (one process group), each with the DeepSpeed engines of TRANSPORT_ENGINES. Per engine,
 ENGINE_REPS steps: each step's process CPU time (all threads), its calling thread's CPU time (time.thread_time), and
 the wire bytes of the collectives the engine issued (deepspeed.comm's TorchBackend calls, counted as made). The
-transport threads' CPU = process - calling thread; at world size 1 it is gloo's local copies (no wire), which the
+transport threads' CPU = process - calling thread (one thread per rank: no intra-op pool in the difference; the
+framework cost starts this reader only then); at world size 1 it is gloo's local copies (no wire), which the
 world-size-1 engine terms already hold. The term: per_byte_s, non-negative least squares through 0 of (pair's
 transport CPU, mean of the two ranks - the single process's) on the pair's wire bytes, relative errors
 (cpu_framework.fit_nonnegative).
@@ -63,7 +64,7 @@ INTERRUPT_S = 2.0
 """Seconds the children have to end on SIGINT before SIGKILL (TransportReader.close)."""
 
 
-def _message_bytes(method: str, args: tuple, kwargs: Mapping) -> int:
+def _message_bytes(args: tuple, kwargs: Mapping) -> int:
     """The collective's message bytes as the graph counts them (graph/op.py: the full buffer of a gather or
     scatter, the tensor of a reduction)."""
     import torch
@@ -89,12 +90,11 @@ class WireCounter:
         self.wire_bytes, self.calls = 0.0, 0
         for method, op_class in WIRE_METHODS.items():
             if hasattr(backend, method):
-                setattr(backend, method, self._wrap(getattr(backend, method), method,
-                                                    RING_FACTOR[op_class](world_size)))
+                setattr(backend, method, self._wrap(getattr(backend, method), RING_FACTOR[op_class](world_size)))
 
-    def _wrap(self, fn, method: str, factor: float):
+    def _wrap(self, fn, factor: float):
         def counted(backend, *args, **kwargs):
-            self.wire_bytes += factor * _message_bytes(method, args, kwargs)
+            self.wire_bytes += factor * _message_bytes(args, kwargs)
             self.calls += 1
             return fn(backend, *args, **kwargs)
         return counted

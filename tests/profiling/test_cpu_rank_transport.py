@@ -212,3 +212,18 @@ def test_a_small_box_does_not_start_the_transport_children(monkeypatch: pytest.M
     box_s = cfr.TRANSPORT_MIN_LEFT_S + 30
     assert started and started[0] == pytest.approx(cfr.TRANSPORT_START_SHARE * box_s, rel=0.01)
     assert len(large["raws"]) == cfr.MAX_READINGS and all(r["transport"] for r in large["raws"])
+
+
+def test_message_bytes_are_the_graphs_full_buffer() -> None:
+    """The wrapped calls' message bytes as graph/op.py counts them: the reduced tensor, a gather's or scatter's full
+    buffer (the larger of output and input, or a list's sum)."""
+    import torch
+
+    from llmperf_hook.profile.cpu_rank_transport import _message_bytes
+
+    full, shard = torch.zeros(1000), torch.zeros(500)
+    assert _message_bytes((full,), {"op": "sum"}) == 4000  # all_reduce(tensor)
+    assert _message_bytes((full, shard), {}) == 4000  # all_gather_into_tensor(output, input)
+    assert _message_bytes((shard,), {"input_tensor": full}) == 4000  # reduce_scatter_tensor(output, input=...)
+    assert _message_bytes(([shard, shard], shard), {}) == 4000  # all_gather(list, tensor)
+    assert _message_bytes((torch.zeros(10, dtype=torch.bfloat16),), {}) == 20
