@@ -243,12 +243,15 @@ def _model_flops(stages: tuple[StageGraph, ...], cfg: TrainingConfig) -> float:
     """Forward + backward FLOPs of the step over all ranks, without recompute."""
     p = cfg.parallel
     per_microbatch = 0.0
+    block_flops: dict[int, float] = {}  # chunks with one layer mix share their blocks (build_chunk): sum each once
     for stage in stages:
         for chunk in stage.chunks:
             for block in chunk.blocks:
-                flops = sum(_model_op_flops(op) for op in block.fwd if op.phase == "fwd" and not op.is_comm)
-                flops += sum(_model_op_flops(op) for op in block.bwd if op.phase == "bwd" and not op.is_comm)
-                per_microbatch += flops * block.count
+                if id(block) not in block_flops:
+                    flops = sum(_model_op_flops(op) for op in block.fwd if op.phase == "fwd" and not op.is_comm)
+                    flops += sum(_model_op_flops(op) for op in block.bwd if op.phase == "bwd" and not op.is_comm)
+                    block_flops[id(block)] = flops
+                per_microbatch += block_flops[id(block)] * block.count
     return per_microbatch * cfg.batch.num_microbatches * p.tp * p.cp * p.dp
 
 
