@@ -29,13 +29,23 @@ def fp8_gathered_tag(ctx: LayerContext, operand: str) -> dict[str, str]:
 CURRENT_SCALING = "current"
 """Tag value (fp8_scaling=current) of an FP8 GEMM whose operands Transformer Engine scales from their own amax
 (Megatron --fp8-recipe tensorwise: Float8CurrentScaling), which predict/roofline.fp8_quantize_s prices."""
+BLOCK_SCALING = "block"
+"""Tag value (fp8_scaling=block) of an FP8 GEMM under a block-scaled recipe (Megatron --fp8-recipe mxfp8: TE's
+MXFP8Quantizer, 1x32 blocks; blockwise: Float8BlockQuantizer, 1x128 activation blocks). TE all-gathers their
+column-wise data as well (distributed.py _all_gather_mxfp8, _start_all_gather_fp8_blockwise), so a sequence-parallel
+shard is cast both ways before the gather (module/linear.py _Linear.forward clears columnwise only for the
+per-tensor Float8Quantizer / Float8CurrentScalingQuantizer) and nothing is transposed after it."""
+BLOCK_SCALED_RECIPES = frozenset({"mxfp8", "blockwise"})
 
 
 def fp8_scaling_tag(ctx: LayerContext) -> dict[str, str]:
-    """{"fp8_scaling": "current"} on the GEMMs of an FP8 run under --fp8-recipe tensorwise; delayed scaling (the
-    default) takes its scales from the amax history, and the block recipes (mxfp8, blockwise) find each block's
-    scale inside the cast kernel, so they need no tag."""
-    return {"fp8_scaling": CURRENT_SCALING} if ctx.dtype == "fp8" and ctx.cfg.fp8_recipe == "tensorwise" else {}
+    """fp8_scaling=current on the GEMMs of an FP8 run under --fp8-recipe tensorwise, =block under mxfp8 / blockwise;
+    delayed scaling (the default) takes its scales from the amax history and casts per tensor: no tag."""
+    if ctx.dtype != "fp8":
+        return {}
+    if ctx.cfg.fp8_recipe == "tensorwise":
+        return {"fp8_scaling": CURRENT_SCALING}
+    return {"fp8_scaling": BLOCK_SCALING} if ctx.cfg.fp8_recipe in BLOCK_SCALED_RECIPES else {}
 
 
 FP8_PAYLOAD = "fp8"
@@ -45,3 +55,13 @@ shard, then all-gather it (module/linear.py _Linear.forward, gather_along_first_
 output gradient of a row-parallel linear in grad_output_preprocess; userbuffers' all-gather buffers are FP8 too,
 module/base.py initialize_ub fp8_buf). The reduce-scatters of bf16 outputs and input gradients stay 2 bytes."""
 FP8_PAYLOAD_BYTES = 1
+
+
+def fp8_grad_payload_tag(ctx: LayerContext) -> dict[str, str]:
+    """bwd_payload=fp8 on the output reduce-scatter of a row-parallel FP8 linear under sequence parallelism: its
+    backward gathers the output gradient quantized, row-wise only under the per-tensor recipes (1 B per element,
+    transposed after the gather); the block recipes gather both layouts (linear.py _Linear.backward sets the grad
+    quantizer rowwise and columnwise): 2 B, as many as bf16, so no tag."""
+    if ctx.dtype != "fp8" or ctx.cfg.fp8_recipe in BLOCK_SCALED_RECIPES:
+        return {}
+    return {"bwd_payload": FP8_PAYLOAD}

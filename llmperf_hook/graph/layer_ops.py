@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.fp8_tags import FP8_PAYLOAD, FP8_PAYLOAD_BYTES, fp8_gathered_tag, fp8_scaling_tag
+from llmperf_hook.graph.fp8_tags import (FP8_PAYLOAD, FP8_PAYLOAD_BYTES, fp8_gathered_tag, fp8_grad_payload_tag,
+                                         fp8_scaling_tag)
 from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.param_tensors import megatron_layout
 
@@ -133,14 +134,15 @@ def tp_exit(name: str, ctx: LayerContext, fp8_grad: bool = False) -> list[Op]:
     Under TE's "pipeline" overlap the reduce-scatter of each of the 4 GEMM chunks runs under the next chunk;
     the last chunk's has nothing left to hide behind: 1/4 of the bytes stay on the critical path in forward
     (tagged ub=pipeline_tail; its backward mirror is the hidden ring-exchange all-gather of the dgrad GEMM).
-    `fp8_grad`: the GEMM is an FP8 TE linear, whose backward gathers the output gradient quantized (bwd_payload)."""
+    `fp8_grad`: the GEMM is an FP8 TE linear, whose backward may gather the output gradient quantized
+    (fp8_tags.fp8_grad_payload_tag)."""
     if ctx.tp.group_size == 1:
         return []
     nbytes = ctx.tokens * ctx.cfg.model.hidden_size * ctx.act_bytes
     op_class = "reducescatter" if ctx.cfg.parallel.sequence_parallel else "allreduce"
     if op_class == "allreduce":
         return [comm(name, op_class, nbytes, ctx.tp, ctx, **async_dgrad_tags(ctx))]
-    fp8 = {"bwd_payload": FP8_PAYLOAD} if fp8_grad and ctx.dtype == "fp8" else {}
+    fp8 = fp8_grad_payload_tag(ctx) if fp8_grad else {}
     if not ub_overlap(ctx):
         return [comm(name, op_class, nbytes, ctx.tp, ctx, **fp8)]
     tail = nbytes / UB_PIPELINE_SPLITS

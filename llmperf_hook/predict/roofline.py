@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from llmperf_hook.graph.fp8_tags import SP_GATHERED_TAG
+from llmperf_hook.graph.fp8_tags import BLOCK_SCALING, CURRENT_SCALING, SP_GATHERED_TAG
 from llmperf_hook.graph.op import COLLECTIVE_CLASSES, Op
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 
@@ -86,9 +86,11 @@ nvte_quantize_v2: three kernels where delayed scaling's cast is one)."""
 CURRENT_SCALING_EXTRA_KERNELS = 2
 FP8_ROWWISE_CAST_BYTES_PER_ELEMENT = 3.0
 """A row-wise-only cast (read bf16 2, write FP8 1): what TE runs on a rank's shard before a sequence-parallel
-all-gather (graph/fp8_tags.fp8_gathered_tag)."""
+all-gather under a per-tensor recipe (graph/fp8_tags.fp8_gathered_tag); a block recipe casts the shard both ways
+(FP8_QUANTIZE_BYTES_PER_ELEMENT; graph/fp8_tags.BLOCK_SCALING)."""
 FP8_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
-"""The column-wise copy made from a gathered FP8 tensor in backward (read 1, write 1)."""
+"""The column-wise copy made from a gathered per-tensor FP8 tensor in backward (read 1, write 1; TE distributed.py
+_all_gather_fp8 _create_transpose, linear.py update_usage(columnwise_usage=True))."""
 
 
 def fp8_quantize_s(op: Op, gpu: HardwareSpec) -> float:
@@ -96,19 +98,24 @@ def fp8_quantize_s(op: Op, gpu: HardwareSpec) -> float:
     quantizes the activation input (m x k); backward quantizes the output gradient (m x n) that both the data- and
     the weight-gradient GEMM read. Weights are quantized once per step, not per micro-batch (TE's
     is_first_microbatch caching), so they are left out here. Current scaling adds its amax pass over what it casts.
-    An operand sequence parallelism gathers is cast as the rank's 1/tp shard, row-wise, and transposed in backward
+    An operand sequence parallelism gathers is cast as the rank's 1/tp shard: row-wise, then transposed in backward,
+    under a per-tensor recipe; both ways, with nothing left to transpose, under a block one
     (graph/fp8_tags.fp8_gathered_tag)."""
     m, n, k = op.dims.get("m", 0), op.dims.get("n", 0), op.dims.get("k", 0)
-    amax = FP8_AMAX_BYTES_PER_ELEMENT if op.tags.get("fp8_scaling") == "current" else 0.0
+    scaling = op.tags.get("fp8_scaling")
+    amax = FP8_AMAX_BYTES_PER_ELEMENT if scaling == CURRENT_SCALING else 0.0
     gathered, _, tp = op.tags.get(SP_GATHERED_TAG, "").partition("/")
-    shard = (FP8_ROWWISE_CAST_BYTES_PER_ELEMENT + amax) / int(tp or 1)
+    both_ways = scaling == BLOCK_SCALING  # the gather carries the column-wise copy too: nothing to transpose after it
+    shard_cast = FP8_QUANTIZE_BYTES_PER_ELEMENT if both_ways else FP8_ROWWISE_CAST_BYTES_PER_ELEMENT
+    shard = (shard_cast + amax) / int(tp or 1)
+    transpose = 0.0 if both_ways else FP8_TRANSPOSE_BYTES_PER_ELEMENT
     if op.phase == "bwd":
-        nbytes = (shard + FP8_TRANSPOSE_BYTES_PER_ELEMENT if gathered == "grad" else
-                  FP8_QUANTIZE_BYTES_PER_ELEMENT + amax) * m * n
-        nbytes += FP8_TRANSPOSE_BYTES_PER_ELEMENT * m * k if gathered == "input" else 0.0
+        nbytes = (shard + transpose if gathered == "grad" else FP8_QUANTIZE_BYTES_PER_ELEMENT + amax) * m * n
+        nbytes += transpose * m * k if gathered == "input" else 0.0
     else:
         nbytes = (shard if gathered == "input" else FP8_QUANTIZE_BYTES_PER_ELEMENT + amax) * m * k
-    kernels = 1 + (CURRENT_SCALING_EXTRA_KERNELS if amax else 0) + (1 if gathered and op.phase == "bwd" else 0)
+    transposes = 1 if gathered and transpose and op.phase == "bwd" else 0
+    kernels = 1 + (CURRENT_SCALING_EXTRA_KERNELS if amax else 0) + transposes
     return nbytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency) + kernels * gpu.kernel_launch_s
 
 

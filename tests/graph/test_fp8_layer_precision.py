@@ -135,3 +135,20 @@ def test_fp8_linears_gather_their_sequence_shards_quantized() -> None:
     block = next(b for c in graph.stages[0].chunks for b in c.blocks if b.name.startswith("dense_layer"))
     assert {op.dims["bytes"] for op in block.fwd + block.bwd
             if op.collective is not None and op.collective.group == "tp"} == {2 * shard}
+
+
+def test_block_recipes_gather_the_output_gradient_in_both_layouts() -> None:
+    """mxfp8 / blockwise: GEMMs tagged fp8_scaling=block; the input shard is still gathered row-wise in FP8 (1 B),
+    but the row-parallel output gradient is gathered row- and column-wise (linear.py _Linear.backward sets both
+    usages; distributed.py _all_gather_mxfp8): 2 B per element, no bwd_payload=fp8 tag, unlike tensorwise."""
+    def tp_ops(recipe: str) -> dict[tuple[str, str], object]:
+        _, _, graph = _graph(f"--tensor-model-parallel-size 2 --sequence-parallel --fp8-recipe {recipe}")
+        block = next(b for c in graph.stages[0].chunks for b in c.blocks if b.name.startswith("dense_layer"))
+        return {(op.name, op.phase): op for op in block.fwd + block.bwd}
+
+    shard = 4096 * 4096
+    for recipe, grad_bytes, scaling in (("blockwise", 2 * shard, "block"), ("tensorwise", shard, "current")):
+        ops = tp_ops(recipe)
+        assert ops[("attn.qkv", "fwd")].tags["fp8_scaling"] == scaling
+        assert ops[("attn.tp_allgather", "fwd")].dims["bytes"] == shard
+        assert ops[("attn.tp_reduce", "bwd")].dims["bytes"] == grad_bytes, recipe

@@ -103,7 +103,7 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused() -> None:
 
 
 def test_current_scaling_reads_the_tensor_once_more_for_its_amax() -> None:
-    """--fp8-recipe tensorwise (graph/layer_ops.fp8_scaling_tag): TE's Float8CurrentScalingQuantizer runs an amax
+    """--fp8-recipe tensorwise (graph/fp8_tags.fp8_scaling_tag): TE's Float8CurrentScalingQuantizer runs an amax
     kernel over the bf16 tensor, a scale kernel, then the cast: 2 + 4 bytes per element and three launches."""
     from dataclasses import replace
 
@@ -133,3 +133,22 @@ def test_a_sequence_parallel_gathered_operand_is_cast_as_its_shard_and_transpose
     assert fp8_quantize_s(grad, H100) == pytest.approx(((3.0 + 2.0) / 4 + 2.0) * m * n / rate + 4 * launch)
     own = replace(_gemm("attn.proj", "fwd", "fp8"), tags={"fp8_sp_gathered": "grad/4"})
     assert fp8_quantize_s(own, H100) == fp8_quantize_s(_gemm("attn.proj", "fwd", "fp8"), H100)
+
+
+def test_a_block_recipe_casts_the_gathered_shard_both_ways_and_transposes_nothing() -> None:
+    """mxfp8 / blockwise (fp8_scaling=block): TE all-gathers column-wise block data too (distributed.py
+    _all_gather_mxfp8), so the shard is cast both ways (4 B over 1/tp) and no transpose follows the gather."""
+    from dataclasses import replace
+
+    rate = H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency
+    launch = H100.kernel_launch_s
+    m, n, k = 8192, 4096, 4096
+    block = {"fp8_scaling": "block"}
+    fwd = replace(_gemm("attn.qkv", "fwd", "fp8"), tags={**block, "fp8_sp_gathered": "input/8"})
+    assert fp8_quantize_s(fwd, H100) == pytest.approx(4.0 / 8 * m * k / rate + launch)
+    bwd = replace(_gemm("attn.qkv", "bwd", "fp8"), tags={**block, "fp8_sp_gathered": "input/8"})
+    assert fp8_quantize_s(bwd, H100) == pytest.approx(4.0 * m * n / rate + launch)
+    grad = replace(_gemm("attn.proj", "bwd", "fp8"), tags={**block, "fp8_sp_gathered": "grad/4"})
+    assert fp8_quantize_s(grad, H100) == pytest.approx(4.0 / 4 * m * n / rate + launch)
+    own = replace(_gemm("mlp.fc1", "fwd", "fp8"), tags=block)  # nothing gathered: as delayed scaling's cast
+    assert fp8_quantize_s(own, H100) == fp8_quantize_s(_gemm("mlp.fc1", "fwd", "fp8"), H100)
