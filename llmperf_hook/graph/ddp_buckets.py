@@ -165,6 +165,8 @@ def fp8_weight_tensors(cfg: TrainingConfig, chunk: ChunkOps) -> tuple[list[int],
 
 def _take_in_order(tensors: list[int], taken: list[int]) -> tuple[list[int], list[int]]:
     """(`tensors` without `taken`, `taken`): `taken` is a subsequence of `tensors` in the same order."""
+    if not taken:  # no fp8 weights (every run without --fp8-param-gather)
+        return list(tensors), []
     rest, queue = [], list(taken)
     for n in tensors:
         if queue and n == queue[0]:
@@ -224,13 +226,24 @@ def distopt_padding_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOp
     o = cfg.optimizer
     if not o.distributed_optimizer or "deepspeed" in cfg.framework or o.fsdp != "none" or not chunks:
         return 0
-    tensors = [chunk_tensors(cfg, c) for c in chunks]
-    size = _first_chunk_bucket_elems(cfg, stage, tensors)
+    size = (_first_chunk_bucket_elems(cfg, stage, [chunk_tensors(cfg, c) for c in chunks])
+            if megatron_chunk_bucketed(cfg, stage) else None)
+    padding: dict[tuple[int, int | None], int] = {}  # a chunk's padding follows its blocks and its bucket size
     total = 0
     for i, chunk in enumerate(chunks):
-        for name, buffer in chunk_buffers(cfg, chunk):
-            dp = expert_dp if name.startswith("expert") else dense_dp
-            total += sum(distopt_buckets(buffer, size if i == 0 else None, dp)) - sum(buffer)
+        key = (id(chunk.blocks), size if i == 0 else None)  # chunks of one layer mix share blocks (build_chunk)
+        if key not in padding:
+            padding[key] = _chunk_padding_elems(cfg, chunk, key[1], dense_dp, expert_dp)
+        total += padding[key]
+    return total
+
+
+def _chunk_padding_elems(cfg: TrainingConfig, chunk: ChunkOps, bucket_elems: int | None, dense_dp: int,
+                         expert_dp: int) -> int:
+    total = 0
+    for name, buffer in chunk_buffers(cfg, chunk):
+        dp = expert_dp if name.startswith("expert") else dense_dp
+        total += sum(distopt_buckets(buffer, bucket_elems, dp)) - sum(buffer)
     return total
 
 
