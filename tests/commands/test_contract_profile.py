@@ -95,15 +95,22 @@ def test_for_states_the_plans_cost_and_samples_the_jobs_shapes_first(sampled: di
     assert {"m": 256, "n": 384, "k": 128} in first and {"m": 256, "n": 512, "k": 128} in first  # QKV, FC1
 
 
-def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict) -> None:
+def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict, capsys, monkeypatch) -> None:
+    """The rerun in this process (the first run's child process already checked the command from the shell)."""
+    from llmperf_hook.cli import main
+
     before = {r[0]: r for r in sampled["rows"]}
-    again = _llmperf(["profile", "--device", "cpu", "--budget", "0.05", "--ops", "gemm", "--dtype", "bf16", "--name",
-                      NAME, "--for", "--", *JOB], sampled["env"])
-    assert again.returncode == 0, again.stderr[-3000:]
+    for key in ("LLMPERF_HOME", "HOME", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(key, sampled["env"][key])
+    with pytest.raises(SystemExit) as ex:
+        main(["profile", "--device", "cpu", "--budget", "0.05", "--ops", "gemm", "--dtype", "bf16", "--name", NAME,
+              "--for", "--", *JOB])
+    out, err = capsys.readouterr()
+    assert ex.value.code in (0, None), err[-3000:]
     # the first run's planned shapes count as stored (it may also hold adaptive samples beyond the plan, or, its
     # budget honoured, only part of the plan: load-dependent, so the counts are not compared with the plan's)
-    planned = re.search(r"plan: (\d+) shapes[^\n]*?\b(\d+) already stored", again.stdout + again.stderr)
-    assert planned and 0 < int(planned.group(2)) <= min(int(planned.group(1)), len(before)), again.stdout
+    planned = re.search(r"plan: (\d+) shapes[^\n]*?\b(\d+) already stored", out + err)
+    assert planned and 0 < int(planned.group(2)) <= min(int(planned.group(1)), len(before)), out
     after = {r[0]: r for r in _stored(sampled["home"])}
     assert all(after[k] == row for k, row in before.items())  # same rows, same measured times: nothing redone
     assert len(after) >= len(before)

@@ -58,22 +58,36 @@ def test_exec_passes_the_exit_code_of_an_unpredictable_command(tmp_path: Path) -
 
 
 def test_real_torchrun_job_through_prefix_form(tmp_path: Path) -> None:
-    """A tiny real torchrun job (plain torch on CPU) launched as `llmperf torchrun ...`."""
+    """A tiny real torchrun job (plain torch on CPU) launched as `llmperf torchrun ...`. The three launches run at
+    once (each mostly torch's import), each on its own --master-port: a second torchrun on the default port would
+    fail, and its failure could pass for the child's exit code."""
+    import os
+    import socket
+
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun not installed")
     script = tmp_path / "job.py"
     script.write_text("import os, sys\nimport torch\nprint('rank', os.environ['RANK'], torch.ones(2).sum().item())\n"
                       "sys.exit(int(os.environ.get('CHILD_EXIT', '0')))\n")
-    env_ok = llmperf("torchrun", "--nproc-per-node", "1", str(script), cwd=tmp_path)
+    sockets = [socket.socket() for _ in range(3)]
+    for sock in sockets:  # three free ports, distinct: all bound at once, then released for torchrun
+        sock.bind(("127.0.0.1", 0))
+    ports = [str(sock.getsockname()[1]) for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    llmperf_torchrun = [sys.executable, "-m", "llmperf_hook", "torchrun"]
+    launches = [(llmperf_torchrun, "0"), ([str(torchrun)], "7"), (llmperf_torchrun, "7")]
+    procs = [subprocess.Popen([*head, "--master-port", port, "--nproc-per-node", "1", str(script)], cwd=tmp_path,
+                              env={**os.environ, "CHILD_EXIT": code}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for (head, code), port in zip(launches, ports)]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    env_ok, direct, through = done
     assert env_ok.returncode == 0, env_ok.stderr
     assert "rank 0 2.0" in env_ok.stdout
-    import os
-
-    direct = subprocess.run([str(torchrun), "--nproc-per-node", "1", str(script)], capture_output=True, text=True,
-                            env={**os.environ, "CHILD_EXIT": "7"}, timeout=300)
-    through = subprocess.run([sys.executable, "-m", "llmperf_hook", "torchrun", "--nproc-per-node", "1", str(script)],
-                             capture_output=True, text=True, env={**os.environ, "CHILD_EXIT": "7"}, timeout=300)
     assert direct.returncode != 0 and through.returncode == direct.returncode  # torchrun's own code for a failed child
 
 
