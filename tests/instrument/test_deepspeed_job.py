@@ -65,13 +65,15 @@ def test_deepspeed_zero1_two_ranks_through_llmperf_run(tmp_path: Path, child_env
 
 
 def _assert_calibrated(env: dict[str, str], prediction: dict) -> None:
-    code = ("import json, sys\nfrom llmperf_hook.refine.calibration import find_calibration\n"
-            "c = find_calibration(*sys.argv[1:4])\nprint(json.dumps(c and [c.step_time_scale, c.num_runs]))")
+    """The job's calibration, as the predictor looks it up in the run's $LLMPERF_HOME (in this process: the lookup
+    is memoised on the store file's path, size and mtime, so no other test's store answers)."""
+    from llmperf_hook.refine.calibration import find_calibration
+
     cluster = prediction["cluster"]
-    key = [cluster["gpu"], cluster["name"], prediction["config"]["framework"]]
-    out = subprocess.run([sys.executable, "-c", code, *key], env=env, capture_output=True, text=True, check=True)
-    scale, num_runs = json.loads(out.stdout)
-    assert num_runs == 1 and scale > 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMPERF_HOME", env["LLMPERF_HOME"])
+        found = find_calibration(cluster["gpu"], cluster["name"], prediction["config"]["framework"])
+    assert found is not None and found.num_runs == 1 and found.step_time_scale > 0
 
 
 def test_deepspeed_accumulation_counts_optimizer_steps(tmp_path: Path, child_env: dict[str, str],
