@@ -301,9 +301,12 @@ MEGATRON_LLAMA_TABLE = (
 #        and its train_llama3_8b_h100_fp8.sh @bd32927e7e passes --grad-reduce-in-bf16.
 BF16_GRADS = "--grad-reduce-in-bf16"
 # P02's FP8 is per-tensor current scaling (the archive's 25.11 H100 rows say FP8-CS): NVIDIA-NeMo/Megatron-Bridge
-# scripts/performance/utils/precision.py get_precision_config('fp8', 'cs') = bf16_with_fp8_current_scaling_mixed()
-# (fp8 'hybrid', fp8_recipe 'tensorwise') with first_last_layers_bf16 set False ('Disable BF16 Transformer layers in
-# the performance config'), and perf_recipes' _perf_precision('fp8_cs') the same: Megatron's --fp8-recipe tensorwise.
+# @067f987df scripts/performance/utils/precision.py get_precision_config('fp8_cs') =
+# bf16_with_fp8_current_scaling_mixed() (fp8 'hybrid', fp8_recipe 'tensorwise') with first_last_layers_bf16 set False
+# ('Disable BF16 Transformer layers in the performance config'; the same from v0.2.0, 2025-11, on), and
+# perf_recipes/_common.py _perf_precision('fp8_cs') the same: Megatron's --fp8-recipe tensorwise. That config also
+# sets fp8_param_gather = True, which the Llama / Qwen3 H100 recipes do not undo; the rows do not carry
+# --fp8-param-gather yet (R43 review: open, not measured).
 BRIDGE_FP8_CS = "--fp8-recipe tensorwise"
 NEMO_2407_OPTIMIZER_FLAGS = {
     "Nemotron-8B": "", "Nemotron-22B": "",

@@ -129,7 +129,10 @@ def _check_mixed_precision(flags: FlagValues, script_args: Sequence[str]) -> Non
 
 def _check_low_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
     """--fp4-format excludes --fp8-format and --fp4-param-gather needs --fp4-format (a99f647421, 2025-09, with the
-    FP4 flags); --fp8-param-gather needs a sharded optimizer (033d8b0de5, 2024-09, with the flag)."""
+    FP4 flags); --fp8-param-gather needs a sharded optimizer (033d8b0de5, 2024-09, with the flag); FP8 with
+    --first-last-layers-bf16 refuses delayed scaling (TransformerConfig.__post_init__, 3db741160b, 2025-03: with
+    --fp8-recipe and --num-layers-at-start/end-in-bf16; --first-last-layers-bf16 itself came 5 days before, in
+    b957578e76, and both first ship in core_v0.12.0, so no release takes the flag without the refusal)."""
     if flags.get("fp4_format") and flags.get("fp8_format"):
         raise ConfigError(f"--fp4-format {flags.get('fp4_format')} with --fp8-format {flags.get('fp8_format')}: Megatron "
                           "raises '--fp4-format and --fp8-format cannot be used simultaneously'. Keep one.")
@@ -150,8 +153,9 @@ def _check_low_precision(flags: FlagValues, script_args: Sequence[str]) -> None:
 
 
 def _check_bf16_edge_layers(flags: FlagValues) -> None:
-    """TransformerConfig.__post_init__ (fp8 with first_last_layers_bf16): each of --num-layers-at-start-in-bf16 and
-    --num-layers-at-end-in-bf16 (default 1) must lie between 0 and num_layers // pipeline size."""
+    """TransformerConfig.__post_init__ (fp8 with first_last_layers_bf16; 3db741160b, with the flags): each of
+    --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 (default 1) must lie between 0 and num_layers //
+    pipeline size."""
     if not (flags.get("first_last_layers_bf16") and flags.get("fp8_format")):
         return
     per_stage = int(flags.get("num_layers") or 0) // int(flags.get("pipeline_model_parallel_size") or 1)
