@@ -58,6 +58,10 @@ even when its model shape comes from llmperf --model rather than --num-layers/--
 _FORK_LAYOUT_FLAGS = tuple("--" + f[2:].replace("-", "_") for f in _MEGATRON_LAYOUT_FLAGS)
 """The same in underscore spelling, as a Megatron fork's parser spells them (epfLLM/Megatron-LLM's finetune.py:
 --tensor_model_parallel_size); read only for a Megatron entry point."""
+_MEGATRON_BATCH_FLAGS = ("--micro-batch-size", "--global-batch-size")
+"""Megatron's batch flags (arguments.py _add_training_args, dashes only): read only for a Megatron entry point, where
+they make it Megatron's even with no layout or shape flag (`pretrain_gpt.py --micro-batch-size 4` with llmperf --model
+giving the shape); a script merely named finetune*.py (DeepSpeedExamples' finetune_zero3.py) takes other flags."""
 
 
 def has_megatron_shape(flags: FlagValues, script: str = "") -> bool:
@@ -84,7 +88,8 @@ def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = ""
         return "deepspeed"
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
-    layout = (*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS) if megatron_entry_point(script) else _MEGATRON_LAYOUT_FLAGS
+    layout = ((*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS, *_MEGATRON_BATCH_FLAGS) if megatron_entry_point(script)
+              else _MEGATRON_LAYOUT_FLAGS)
     megatron = has_megatron_shape(flags, script) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
     if megatron and megatron_entry_point(script):  # Megatron-DeepSpeed starts DeepSpeed only `if args.deepspeed:`

@@ -40,3 +40,17 @@ def test_a_hugging_face_script_with_a_tp_flag_stays_hugging_face(tmp_path):
     cfg = script(["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", str(tmp_path / "ds.json"),
                   "--tensor-model-parallel-size", "2", "--max_seq_length", "1024"], model="llama2-7b")
     assert cfg.framework == "hf-deepspeed"
+
+
+def test_an_entry_point_with_only_batch_flags_and_a_preset_is_megatron():
+    # Megatron's own pretrain_gpt.py with no layout flag: its --micro-batch-size / --global-batch-size were dropped
+    # (read as a plain torch script: micro-batch 1, global batch 8) until the batch flags counted for entry points.
+    cfg = script(["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--micro-batch-size", "4",
+                  "--global-batch-size", "64", "--bf16"], model="llama3-8b")
+    assert cfg.framework == "megatron"
+    assert (cfg.batch.micro_batch_size, cfg.batch.global_batch_size) == (4, 64)
+
+
+def test_a_users_train_script_with_megatron_batch_flags_is_not_taken_for_megatron():
+    cfg = script(["torchrun", "--nproc-per-node", "8", "train.py", "--micro-batch-size", "4"], model="llama3-8b")
+    assert cfg.framework != "megatron"
