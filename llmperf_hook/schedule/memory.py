@@ -307,8 +307,9 @@ def moe_layer_count(chunk: ChunkOps) -> int | None:
 
 def activation_bytes(cfg: TrainingConfig, stage: StageGraph) -> dict[str, float]:
     in_flight = act.microbatches_in_flight(cfg, stage.stage)
-    per_chunk = [act.chunk_layer_bytes(cfg, c.num_layers, moe_layer_count(c))
-                 - checkpoints_off_gpu_bytes(cfg, c.num_layers) for c in stage.chunks]
+    mixes = [(c.num_layers, moe_layer_count(c)) for c in stage.chunks]  # a chunk's bytes follow its layer mix alone
+    of_mix = {mix: act.chunk_layer_bytes(cfg, *mix) - checkpoints_off_gpu_bytes(cfg, mix[0]) for mix in set(mixes)}
+    per_chunk = [of_mix[mix] for mix in mixes]
     offloaded = act.cpu_offloaded_layers(cfg) * act.layer_activation_bytes(cfg)  # held in host memory instead
     out = {"activations": sum(per_chunk) / len(per_chunk) * cfg.parallel.vpp * in_flight - offloaded}
     recompute = act.recompute_working_bytes(cfg)
