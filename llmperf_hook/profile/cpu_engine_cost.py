@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,8 @@ READING_TIMEOUT_S = 600.0
 CLOSE_TIMEOUT_S = 5.0
 """Seconds a child may take to exit once its input is closed (then it is killed: it holds nothing to save, and the
 --budget's time box has no minute to wait for a slow gloo teardown)."""
+INTERRUPT_S = 2.0
+"""Seconds children have to end on SIGINT before SIGKILL (stop_children)."""
 
 
 class ChildFailed(RuntimeError):
@@ -117,9 +120,7 @@ class Reader:
         return line
 
     def _fail(self, why: str) -> NoReturn:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        stop_children([self.proc])
         raise ChildFailed(why)
 
     def close(self) -> None:
@@ -127,8 +128,25 @@ class Reader:
             self.proc.stdin.close()
             self.proc.wait(timeout=CLOSE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
+            stop_children([self.proc])
+
+
+def stop_children(procs: Sequence[subprocess.Popen]) -> None:
+    """End `procs` now, together: SIGINT first, SIGKILL only to those still running after INTERRUPT_S. A DeepSpeed
+    CPU process starting up holds torch's JIT-extension lock file (~/.cache/torch_extensions/.../deepspeed_shm_comm/
+    lock, torch.utils.cpp_extension.FileBaton) while it loads DeepSpeed's shm op; a SIGKILL there leaves the file
+    behind and every later DeepSpeed CPU process on the machine waits for it for ever (27 Nov 19:02,
+    /work/notes/h139.md). SIGINT raises KeyboardInterrupt, whose `finally` releases it (FileBaton.release)."""
+    live = [proc for proc in procs if proc.poll() is None]
+    for proc in live:
+        proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + INTERRUPT_S
+    for proc in live:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def concurrent_child(dtype: str, threads: int) -> None:

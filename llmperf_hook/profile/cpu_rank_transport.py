@@ -38,15 +38,13 @@ Predictions price it on the wire bytes of every collective of a CPU job with mor
 from __future__ import annotations
 
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from typing import Mapping, Sequence
 
 from llmperf_hook.profile.cpu_engine_cost import (ENGINE_REPS, ENGINE_WARMUP, ChildFailed, Reader, _answer,
-                                                  _free_port)
+                                                  _free_port, stop_children)
 from llmperf_hook.profile.cpu_framework import VOCAB, Shape, _gpt, fit_nonnegative
 
 TRANSPORT_ENGINES: tuple[tuple[int, Shape], ...] = ((0, (2, 256, 64, 2)), (1, (1, 512, 64, 1)), (3, (2, 256, 64, 2)))
@@ -60,8 +58,6 @@ WIRE_METHODS = {"all_reduce": "allreduce", "all_reduce_coalesced": "allreduce", 
                 "all_gather_coalesced": "allgather", "reduce_scatter": "reducescatter",
                 "reduce_scatter_tensor": "reducescatter", "broadcast": "broadcast", "reduce": "allreduce"}
 """deepspeed.comm TorchBackend method -> the graph's collective class (its RING_FACTOR)."""
-INTERRUPT_S = 2.0
-"""Seconds the children have to end on SIGINT before SIGKILL (TransportReader.close)."""
 
 
 def _message_bytes(args: tuple, kwargs: Mapping) -> int:
@@ -124,6 +120,10 @@ def transport_child(dtype: str, threads: int, world_size: int, rank: int, port: 
     torch.set_num_threads(threads)
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    # Without LOCAL_SIZE == world size DeepSpeed creates no /dev/shm all-reduce buffer (shm_interface.cpp
+    # initialize), which it never unlinks; its training collectives go through gloo either way (comm/torch.py: the
+    # shm op serves inference_all_reduce only). One inherited from a launcher must not leave 69 MB per rank behind.
+    os.environ.pop("LOCAL_SIZE", None)
     import deepspeed
 
     counter = WireCounter(world_size)
@@ -182,23 +182,11 @@ class TransportReader:
             return None
 
     def close(self, kill: bool = False) -> None:
-        """Close the children; `kill` (after a failure) ends them now: a pair whose peer is gone may wait in gloo
-        for it, and the --budget's time box has no CLOSE_TIMEOUT_S per child to spare. SIGINT first, SIGKILL only
-        after INTERRUPT_S: a DeepSpeed CPU process starting up holds torch's JIT-extension lock file
-        (~/.cache/torch_extensions/.../deepspeed_shm_comm/lock, torch.utils.cpp_extension FileBaton) while it checks
-        DeepSpeed's shm op, and a SIGKILL there leaves the file behind: every later DeepSpeed CPU process on the
-        machine then waits for it for ever (seen here, 27 Nov 19:02). SIGINT raises KeyboardInterrupt, whose
-        `finally` releases it."""
+        """Close the children; `kill` (after a failure) ends them now, SIGINT first (cpu_engine_cost.stop_children:
+        a SIGKILL at start-up can leave torch's JIT-extension lock behind): a pair whose peer is gone may wait in
+        gloo for it, and the --budget's time box has no CLOSE_TIMEOUT_S per child to spare."""
         if kill:
-            live = [c.proc for c in self.children if c.proc.poll() is None]
-            for proc in live:
-                proc.send_signal(signal.SIGINT)
-            deadline = time.monotonic() + INTERRUPT_S
-            for proc in live:
-                try:
-                    proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_children([c.proc for c in self.children])
         for child in self.children:
             child.close()
         self.children = []
