@@ -22,7 +22,8 @@ hardware is a CPU and, for every prediction on it:
   bytes per step (transport_wire_bytes: RING_FACTOR x message bytes of each collective, times its count per
   step); it is priced here as CPU work of the step (the "optimizer" part of the breakdown, not a collective: the
   comm model's collectives are the ranks' wait, which the testbed's wall beyond CPU time matches, while this is
-  CPU time the one-rank terms do not hold).
+  CPU time the one-rank terms do not hold). A file without the term (a profile measured before it existed, or one
+  whose transport reading was left out) adds no such op: its predictions are those it gave before.
 No file (any GPU profile): nothing changes. Only json is read here; no torch.
 """
 

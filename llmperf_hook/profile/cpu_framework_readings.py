@@ -402,5 +402,6 @@ def _entry_notes(dtype: str, entry: Mapping[str, Any]) -> list[str]:
                if not entry.get(key)]
     if missing:
         notes.append(f"framework cost {dtype}: {' and '.join(missing)} not measured (its processes did not start "
-                     f"or answer within the time box, or DeepSpeed is missing): predictions leave those terms out")
+                     f"or answer within the time box, or DeepSpeed is missing; gloo's transport is read with one "
+                     f"thread per rank only): predictions leave those terms out")
     return notes
