@@ -91,12 +91,13 @@ def priced_wait_log(shares: Sequence[tuple[str, float]]) -> float:
 
 def wait_log(reading_s: float, measured_s: float, wall_per_cpu: float | None, world_size: int | None,
              device: str | None = "cpu", contended: bool = False, priced_log: float = 0.0) -> tuple[float, bool]:
-    """(w, measured) of one run, both less `priced_log` (priced_wait_log: the wait its prediction priced): a quiet
-    CPU run of several ranks measured w = log(wall / CPU per step); a contended one's reading (refine/contention.py: its CPU time less the contention's share, times an assumed
-    quiet wall / CPU ratio) holds that assumed ratio, which is taken out of its CPU part as well but observes no
-    wait (measured False); (0, False) for one rank, a GPU run, a run without CPU time, and a quiet run whose
-    ranks spent more CPU than wall time: several threads per rank (getrusage counts all of the process's), a
-    parallelism that a negative w would carry to other configurations as a wait and put back into their CPU part."""
+    """(w, measured) of one run, w less `priced_log` (priced_wait_log: the wait its prediction priced): a quiet CPU
+    run of several ranks measured w = log(wall / CPU per step); a contended one's reading (refine/contention.py:
+    its CPU time less the contention's share, times an assumed quiet wall / CPU ratio) holds that assumed ratio,
+    which is taken out of its CPU part as well but observes no wait (measured False); (0, False) for one rank, a
+    GPU run, a run without CPU time, and a quiet run whose ranks spent more CPU than wall time: several threads per
+    rank (getrusage counts all of the process's), a parallelism that a negative w would carry to other
+    configurations as a wait and put back into their CPU part."""
     if device != "cpu" or (world_size or 1) < 2 or not wall_per_cpu or wall_per_cpu < 1.0:
         return 0.0, False
     if not contended:
