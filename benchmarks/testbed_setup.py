@@ -105,11 +105,15 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
     # the load when its measurement began (its own children raise the later readings of the 1-minute average)
-    load, current = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0], doc.get("format_version", 1) >= FORMAT_VERSION
+    # current: this code's format, and every term this code measures (a file from before the rank-transport reading,
+    # cpu_rank_transport.py, predicts 2-rank jobs without it)
+    load = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0]
+    current = doc.get("format_version", 1) >= FORMAT_VERSION and all(
+        "rank_transport" in entry for entry in doc.get("dtypes", {}).values())
     if load is not None and load <= cores and current:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return
-    was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " as one reading")
+    was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " by older code")
     if now > cores:
         print(f"  framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} "
               f"cores): kept; rerun when quieter to re-measure it")
