@@ -16,28 +16,28 @@ from llmperf_hook.profile.profile_io import write_profile
 from tests.profiling.test_staged_profile_write import _fit, _predict_s
 
 KILL_BETWEEN_RENAMES = textwrap.dedent("""
-    import os, pickle, signal, sys
+    import os, signal, sys
     from pathlib import Path
     from llmperf_hook.profile import staged_folder
-    from llmperf_hook.profile.profile_io import write_profile
+    from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
+    source = Path(sys.argv[2])
+    meta = read_profile_meta(source)
+    texts = {entry.file: read_model_text(source, entry) for entry in meta.models}
     real_rename = os.rename
     def rename(src, dst):
         if Path(dst) == Path(sys.argv[1]):  # the stage's rename into place: the old one is already aside
             os.kill(os.getpid(), signal.SIGKILL)
         return real_rename(src, dst)
     staged_folder.os.rename = rename
-    write_profile(Path(sys.argv[1]), *pickle.loads(Path(sys.argv[2]).read_bytes()))
+    write_profile(Path(sys.argv[1]), meta, texts)
 """)
-"""The refit's models are _fit(1e10)'s, fitted in this process and handed over pickled (refitting them in the child
-took most of its time)."""
+"""The refit's models are _fit(1e10)'s, fitted in this process and written as a profile (data files, as the package
+writes them) that the child reads back and writes again (refitting them in the child took most of its time)."""
 
 
 def _killed_mid_swap(directory: Path) -> None:
     """A refit of `directory` SIGKILLed after moving the old profile aside, before renaming its stage in."""
-    import pickle  # the test hands its fitted models to the child; the package never imports pickle
-
-    models = directory.parent.parent / "refit-models.pkl"
-    models.write_bytes(pickle.dumps(_fit(1e10)))
+    models = write_profile(directory.parent.parent / "refit-models", *_fit(1e10))
     proc = subprocess.run([sys.executable, "-c", KILL_BETWEEN_RENAMES, str(directory), str(models)],
                           cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr[-2000:]
