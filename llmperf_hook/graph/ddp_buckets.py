@@ -227,7 +227,7 @@ def distopt_padding_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOp
     if not o.distributed_optimizer or "deepspeed" in cfg.framework or o.fsdp != "none" or not chunks:
         return 0
     size = (_first_chunk_bucket_elems(cfg, stage, [chunk_tensors(cfg, c) for c in chunks])
-            if megatron_chunk_bucketed(cfg, stage) else None)
+            if megatron_chunk_bucketed(cfg, stage) else None)  # tested first: every chunk's tensors only when bucketed
     padding: dict[tuple[int, int | None], int] = {}  # a chunk's padding follows its blocks and its bucket size
     total = 0
     for i, chunk in enumerate(chunks):
@@ -240,6 +240,7 @@ def distopt_padding_elems(cfg: TrainingConfig, stage: int, chunks: tuple[ChunkOp
 
 def _chunk_padding_elems(cfg: TrainingConfig, chunk: ChunkOps, bucket_elems: int | None, dense_dp: int,
                          expert_dp: int) -> int:
+    """One chunk's padding: each of its buffers bucketed (`bucket_elems`, None = one bucket) and padded for its DP."""
     total = 0
     for name, buffer in chunk_buffers(cfg, chunk):
         dp = expert_dp if name.startswith("expert") else dense_dp

@@ -164,6 +164,7 @@ def _dependency_order(programs: tuple[tuple[Pass, ...], ...], offset: list[int],
 
 
 def _checked_schedule(fwd_s: list[list[float]], m: int, group_size: int | None) -> CompiledSchedule:
+    """The compiled schedule of these passes, after the interleaved schedule's group rule (ConfigError, exit 2)."""
     pp, vpp = len(fwd_s), len(fwd_s[0])
     group = group_size or pp
     if vpp > 1 and (not pp <= group <= m or 0 < m % group < pp):
@@ -175,8 +176,15 @@ def _checked_schedule(fwd_s: list[list[float]], m: int, group_size: int | None) 
     return compiled_schedule(pp, m, vpp, group if vpp > 1 else None)
 
 
+def _duration_table(fwd_s: list[list[float]], bwd_s: list[list[float]]) -> list[float]:
+    """Pass durations in CompiledSchedule.slot's order: per rank, its chunks' forwards, then their backwards."""
+    return [t for r in range(len(fwd_s)) for t in (*fwd_s[r], *bwd_s[r])]
+
+
 def _result(sched: CompiledSchedule, end: list[float], table: list[float], fwd_s: list[list[float]],
             bwd_s: list[list[float]], m: int, record: bool) -> PipelineResult:
+    """Each rank's last end time, its busy time and (record) every pass's (rank, F/B, chunk, micro-batch, start,
+    end), from the walk's `end` table."""
     pp = len(fwd_s)
     last = [sched.offset[r] + len(sched.programs[r]) - 1 for r in range(pp)]
     busy = [m * (sum(fwd_s[r]) + sum(bwd_s[r])) for r in range(pp)]  # every chunk runs F and B once per micro-batch
@@ -192,7 +200,7 @@ def simulate_pipeline(fwd_s: list[list[float]], bwd_s: list[list[float]], p2p_s:
     """Simulate one step; fwd_s[rank][chunk] / bwd_s[rank][chunk] are per-micro-batch pass durations;
     group_size: the interleaved schedule's micro-batches per chunk group (None = pp)."""
     sched = _checked_schedule(fwd_s, m, group_size)
-    table = [t for r in range(len(fwd_s)) for t in (*fwd_s[r], *bwd_s[r])]
+    table = _duration_table(fwd_s, bwd_s)
     end = _end_table(len(sched.prev))
     for e, p, d, cross, s in zip(*sched.steps):  # a pass starts when its rank is free and its input has arrived
         t = end[p]
@@ -210,7 +218,7 @@ def simulate_pipeline_and_free(fwd_s: list[list[float]], bwd_s: list[list[float]
         sim = simulate_pipeline(fwd_s, bwd_s, p2p_s, m, record, group_size)
         return sim, sim
     sched = _checked_schedule(fwd_s, m, group_size)
-    table = [t for r in range(len(fwd_s)) for t in (*fwd_s[r], *bwd_s[r])]
+    table = _duration_table(fwd_s, bwd_s)
     end, free = _end_table(len(sched.prev)), _end_table(len(sched.prev))
     for e, p, d, cross, s in zip(*sched.steps):
         duration = table[s]
