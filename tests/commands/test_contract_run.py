@@ -60,7 +60,12 @@ def _run_side_by_side(commands: list[list[str]], tmp_path: Path, stdin: bytes = 
     other cores instead of waiting for one another."""
     procs = [subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for args in commands]
-    outs = [proc.communicate(stdin, timeout=timeout_s) for proc in procs]
+    try:
+        outs = [proc.communicate(stdin, timeout=timeout_s) for proc in procs]
+    finally:  # as subprocess.run does on a timeout: no job is left running
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
     return [subprocess.CompletedProcess(proc.args, proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
 
 

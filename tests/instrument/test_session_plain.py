@@ -77,8 +77,12 @@ def test_a_job_that_raises_keeps_its_traceback_exit_code_and_steps(tmp_path: Pat
     script.write_text(RAISING_JOB)
     alone_proc = subprocess.Popen([sys.executable, str(script)], env=child_env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)  # beside the session: another core's work
-    done = run_session(tmp_path, child_env, [sys.executable, str(script)], steps=10)
-    out, err = alone_proc.communicate(timeout=120)
+    try:
+        done = run_session(tmp_path, child_env, [sys.executable, str(script)], steps=10)
+        out, err = alone_proc.communicate(timeout=120)
+    finally:  # not left running when the session or the wait fails
+        if alone_proc.poll() is None:
+            alone_proc.kill()
     alone = subprocess.CompletedProcess(alone_proc.args, alone_proc.returncode, out, err)
     assert done.returncode == alone.returncode == 1
     assert done.stdout == alone.stdout and alone.stderr.strip() in done.stderr  # the whole traceback, unchanged
