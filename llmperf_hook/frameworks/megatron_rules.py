@@ -265,9 +265,11 @@ def _check_cpu_offloading(flags: FlagValues, model: ModelShape) -> None:
                           "TransformerConfig: 'CPU offloading can be done only for layers less than num_layers').")
 
 
-def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: bool) -> None:
+def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: bool, untied: bool) -> None:
     """validate_args for --use-torch-fsdp2 (each assert since the flag came, e1993fa6f7 2024-11, among them `not
-    args.gradient_accumulation_fusion`, which is on unless --no-gradient-accumulation-fusion), for --use-megatron-fsdp
+    args.gradient_accumulation_fusion`, which is on unless --no-gradient-accumulation-fusion, and
+    `args.untie_embeddings_and_output_weights`, read from the resolved shape's `untied`: a --model preset or file
+    that unties them stands for the flag the job passes), for --use-megatron-fsdp
     (which came with its `ckpt_format == "fsdp_dtensor"` assert, af28b5a559 2025-08; --ckpt-format defaults to
     torch_dist) and for the torch_dcp/fsdp_dtensor formats."""
     fmt = flags.get("ckpt_format")
@@ -287,7 +289,7 @@ def _check_fsdp(flags: FlagValues, parallel: ParallelLayout, precision_fp16: boo
         (parallel.pp > 1, f"pipeline-model-parallel-size {parallel.pp}"), (parallel.ep > 1, f"expert-model-parallel-size {parallel.ep}"),
         (bool(flags.get("use_distributed_optimizer")), "--use-distributed-optimizer"), (precision_fp16, "--fp16"),
         (bool(flags.get("gradient_accumulation_fusion", True)), "gradient accumulation fusion (on by default)"),
-        (not flags.get("untie_embeddings_and_output_weights"), "tied embeddings (no --untie-embeddings-and-output-weights)"),
+        (not untied, "tied embeddings (no --untie-embeddings-and-output-weights)"),
         (fmt not in (None, "torch_dist", "torch_dcp"), f"--ckpt-format {fmt}")) if bad]
     if refused:
         raise ConfigError(f"--use-torch-fsdp2 is refused by Megatron's validate_args with {', '.join(refused)}: torch FSDP2 "
@@ -364,7 +366,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_context_parallel(flags, script_args, model.num_layers)
     _check_recompute_module_needs(flags, script_args)
     _check_cpu_offloading(flags, model)
-    _check_fsdp(flags, parallel, bool(flags.get("fp16")))
+    _check_fsdp(flags, parallel, bool(flags.get("fp16")), model.untie_embeddings)
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
     return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),
