@@ -27,7 +27,7 @@ _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_m
           "olmo", "olmo2", "deepseek", "deepseek_v2", "deepseek_v3", "internlm2", "yi", "granite", "llama4_text"}
 EXTRA_SHAPE_KEYS = ("moe_layer_pattern", "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
                     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-                    "v_head_dim", "qk_layernorm", "add_qkv_bias", "separate_qkv", "attention_sinks")
+                    "v_head_dim", "qk_layernorm", "add_qkv_bias", "mlp_bias", "separate_qkv", "attention_sinks")
 """ModelShape fields a Hugging Face config may set beyond the preset keys (presets.SHAPE_KEYS); derived here from
 typed config values, so set after check_shape_types, and passed on by script_shape.resolve_script_shape."""
 
@@ -127,14 +127,15 @@ _SEPARATE_QKV = ("opt", "gptj")
 """GELU families with q_proj, k_proj, v_proj apart (OPTAttention, GPTJAttention); the SwiGLU families always are."""
 
 
-def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bool, bool]:
-    """(add_bias_linear, add_qkv_bias) as the family's modeling file builds its linears. Q/K/V-only families:
-    _QKV_BIAS_ONLY. Llama-style attention_bias (LlamaAttention, Qwen3, Gemma, Olmo: q, k, v and o_proj) with
-    mlp_bias (gate, up, down) biases every linear; attention_bias alone is counted as the q/k/v biases, o_proj's
-    hidden_size-wide bias a layer left out. _EVERY_LINEAR_KEY: OPT, Falcon. The other families bias every linear
-    unless attention_bias says not (GPT-2's Conv1Ds, GPT-NeoX, BLOOM; gpt-oss, whose experts' gate_up_proj_bias /
-    down_proj_bias and router bias, unconditional in GptOssExperts / GptOssTopKRouter, are counted with the
-    attention_bias true of its released configs)."""
+def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bool, bool, bool | None]:
+    """(add_bias_linear, add_qkv_bias, mlp_bias) as the family's modeling file builds its linears; mlp_bias is None
+    where the MLP follows add_bias_linear (ModelShape.mlp_bias). Q/K/V-only families: _QKV_BIAS_ONLY. Llama-style
+    families (LlamaAttention, Qwen3, Gemma, Olmo): attention_bias biases q, k, v and o_proj, mlp_bias (default
+    false) gate, up and down_proj, each on its own. _EVERY_LINEAR_KEY: OPT, Falcon. GPT-NeoX: attention_bias
+    (default true) biases query_key_value and dense only, GPTNeoXMLP's nn.Linears always keep theirs. The other
+    families bias every linear unless attention_bias says not (GPT-2's Conv1Ds, BLOOM; gpt-oss, whose experts'
+    gate_up_proj_bias / down_proj_bias and router bias, unconditional in GptOssExperts / GptOssTopKRouter, are
+    counted with the attention_bias true of its released configs)."""
     def flag(key: str, default: bool) -> bool:
         value = default if raw.get(key) is None else raw[key]
         if not isinstance(value, bool):
@@ -143,22 +144,23 @@ def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bo
 
     if model_type in _QKV_BIAS_ONLY:
         key, default = _QKV_BIAS_ONLY[model_type]
-        return False, default if key is None else flag(key, default)
+        return False, default if key is None else flag(key, default), None
     if model_type in _EVERY_LINEAR_KEY:
-        return flag(*_EVERY_LINEAR_KEY[model_type]), False
+        return flag(*_EVERY_LINEAR_KEY[model_type]), False, None
     attention = flag("attention_bias", model_type not in _GATED)
-    if model_type in _GATED:
-        return attention and flag("mlp_bias", False), attention
-    return attention, False
+    mlp = flag("mlp_bias", False) if model_type in _GATED else True if model_type == "gpt_neox" else attention
+    return attention, False, None if mlp == attention else mlp
 
 
 def attention_fields(raw: dict[str, Any], model_type: str, origin: str) -> dict[str, Any]:
-    """add_bias_linear, add_qkv_bias (linear_biases), separate_qkv, and gpt-oss's per-head attention sinks
+    """add_bias_linear, add_qkv_bias, mlp_bias (linear_biases), separate_qkv, and gpt-oss's per-head attention sinks
     (GptOssAttention.sinks: nn.Parameter of num_attention_heads, in every layer)."""
-    all_linears, qkv_only = linear_biases(raw, model_type, origin)
+    all_linears, qkv_only, mlp = linear_biases(raw, model_type, origin)
     out: dict[str, Any] = {"add_bias_linear": all_linears}
     if qkv_only and not all_linears:
         out["add_qkv_bias"] = True
+    if mlp is not None:
+        out["mlp_bias"] = mlp
     if model_type in _SEPARATE_QKV:
         out["separate_qkv"] = True
     if model_type == "gpt_oss":

@@ -82,6 +82,11 @@ class ModelShape:
     (TransformerConfig.add_qkv_bias; attention.py builds linear_qkv with bias=add_bias_linear or add_qkv_bias, and
     arguments.py sets it whenever add_bias_linear is on), Qwen2's and Qwen2-MoE's q/k/v biases, GLM-4's
     attention_bias (frameworks/hf_config.linear_biases). Read through qkv_biased."""
+    mlp_bias: bool | None = None
+    """Whether the dense MLP's linears (and a transformers MoE block's experts and router) carry biases where that
+    differs from add_bias_linear; None = as add_bias_linear says (every Megatron model). Hugging Face: Llama's
+    attention_bias without mlp_bias (q, k, v and o_proj biased, LlamaMLP not), GPT-NeoX's attention_bias false
+    (GPTNeoXMLP's nn.Linears keep their default bias). Read through mlp_biased."""
     separate_qkv: bool = False
     """Hugging Face modules that keep q_proj, k_proj and v_proj apart in a GELU layer (OPT, GPT-J): three linears (and
     biases) where GPT-2 / GPT-NeoX / BLOOM fuse one. transformers' SwiGLU families always keep them apart
@@ -134,6 +139,11 @@ class ModelShape:
     def qkv_biased(self) -> bool:
         """The QKV projection(s) carry a bias: every linear does, or only they do (add_qkv_bias)."""
         return self.add_bias_linear or self.add_qkv_bias
+
+    @property
+    def mlp_biased(self) -> bool:
+        """The MLP's linears carry biases: mlp_bias where a Hugging Face config sets it apart, else add_bias_linear."""
+        return self.add_bias_linear if self.mlp_bias is None else self.mlp_bias
 
 
 @dataclass(frozen=True)

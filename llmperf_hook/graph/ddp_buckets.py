@@ -89,7 +89,7 @@ def attention_tensors(cfg: TrainingConfig) -> list[int]:
 
 
 def mlp_tensors(cfg: TrainingConfig) -> list[int]:
-    biased = cfg.model.add_bias_linear
+    biased = cfg.model.mlp_biased  # ModelShape.mlp_bias: Llama's mlp_bias, GPT-NeoX's MLP apart from attention
     return _norm(cfg) + [n for weight, bias in mlp_linears(cfg) for n in _linear(weight, bias, biased)]
 
 

@@ -19,7 +19,8 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
   spec: dense, --qk-layernorm, SequentialMLP with and without biases, GroupedMLP, shared experts with gate.)
 - DeepSpeed and Hugging Face scripts (frameworks deepspeed, hf-deepspeed, torch) build transformers' modules
   (transformers 5.23, models/*/modeling_*.py). SwiGLU families (Llama, Mistral, Qwen, Mixtral) keep q_proj, k_proj,
-  v_proj, o_proj, gate_proj, up_proj and down_proj apart: 7 linears (+ q, k, v, o biases with attention_bias) and 2
+  v_proj, o_proj, gate_proj, up_proj and down_proj apart: 7 linears (+ q, k, v, o biases with attention_bias, gate,
+  up, down biases with mlp_bias: ModelShape.mlp_bias) and 2
   RMSNorms, 9 tensors a layer where Megatron registers 6. GELU families fuse as Megatron does (GPT-2's c_attn,
   c_proj, c_fc, c_proj Conv1Ds with biases; GPT-NeoX's and BLOOM's query_key_value; the CPU testbed GPT's qkv):
   12 a layer. Since transformers 5 an MoE block registers the router's weight and its experts as two 3-D
@@ -75,9 +76,10 @@ def separate_qkv_linears(cfg: TrainingConfig) -> bool:
 def mlp_tensors(cfg: TrainingConfig) -> int:
     """The dense MLP half: its norm, fc1 (gate and up fused, or apart in transformers' SwiGLU MLPs) and fc2."""
     m = cfg.model
+    per_linear = 2 if m.mlp_biased else 1  # weight (+ bias: ModelShape.mlp_bias, Llama's mlp_bias)
     if m.multi_latent_attention or megatron_layout(cfg) or not m.swiglu:
-        return _per_norm(cfg) + 2 * (2 if m.add_bias_linear else 1)
-    return _per_norm(cfg) + 3  # gate_proj, up_proj, down_proj (mlp_bias is off in every released config)
+        return _per_norm(cfg) + 2 * per_linear
+    return _per_norm(cfg) + 3 * per_linear  # gate_proj, up_proj, down_proj
 
 
 def tensors_per_layer(cfg: TrainingConfig) -> int:
@@ -95,9 +97,9 @@ def moe_block_tensors(cfg: TrainingConfig) -> int:
         experts = 2  # GroupedMLP: weight1 and weight2 hold every local expert (no biases)
     elif megatron_layout(cfg):
         local = max(1, m.num_experts // max(1, cfg.parallel.ep))
-        experts = local * 2 * (2 if m.add_bias_linear else 1)
+        experts = local * 2 * (2 if m.mlp_biased else 1)
     else:
-        experts = 2 * (2 if m.add_bias_linear else 1)  # gate_up_proj, down_proj (+ gpt-oss's biases)
+        experts = 2 * (2 if m.mlp_biased else 1)  # gate_up_proj, down_proj (+ gpt-oss's biases)
     router = 2 if router_biased(cfg) else 1  # weight (+ bias)
     return _per_norm(cfg) + router + experts + shared
 

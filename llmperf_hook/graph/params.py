@@ -72,7 +72,7 @@ def mlp_params(cfg: TrainingConfig) -> int:
     m, t = cfg.model, cfg.parallel.tp
     up = m.ffn_hidden_size * (2 if m.swiglu else 1)
     weights = m.hidden_size * up // t + m.ffn_hidden_size * m.hidden_size // t
-    biases = (up // t + m.hidden_size) if m.add_bias_linear else 0
+    biases = (up // t + m.hidden_size) if m.mlp_biased else 0  # fc1 (gate and up) and fc2, ModelShape.mlp_bias
     return weights + biases + norm_params(cfg)
 
 
@@ -94,7 +94,7 @@ def expert_params(cfg: TrainingConfig) -> int:
 def experts_biased(cfg: TrainingConfig) -> bool:
     """Each expert's fc1 and fc2 carry a bias (expert_params): with biased linears, but never in the legacy
     GroupedMLP."""
-    return cfg.model.add_bias_linear and not legacy_grouped_mlp(cfg)
+    return cfg.model.mlp_biased and not legacy_grouped_mlp(cfg)
 
 
 def legacy_grouped_mlp(cfg: TrainingConfig) -> bool:
@@ -108,7 +108,7 @@ def router_biased(cfg: TrainingConfig) -> bool:
     """The router has a bias of one value per expert where linears are biased (Megatron-Core's TopKRouter:
     `if config.add_bias_linear`, moe/router.py; gpt-oss's GptOssTopKRouter.bias); DeepSpeed-MoE's gate
     (moe/sharded_moe.py TopKGate.wg) is built with bias=False."""
-    return cfg.model.add_bias_linear and cfg.framework != "megatron-deepspeed"
+    return cfg.model.mlp_biased and cfg.framework != "megatron-deepspeed"
 
 
 def router_params(cfg: TrainingConfig) -> int:

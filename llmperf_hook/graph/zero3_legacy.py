@@ -122,8 +122,8 @@ def persistent_tensor_sizes(cfg: TrainingConfig, num_layers: int, last_stage: bo
     per_norm = (h,) if m.normalization == "RMSNorm" else (h, h)
     qkv_out = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
     biases: tuple[int, ...] = (qkv_out // t,) if m.qkv_biased else ()
-    if m.add_bias_linear:
-        biases += (h, m.ffn_hidden_size * (2 if m.swiglu else 1) // t, h)
+    biases += (h,) if m.add_bias_linear else ()  # the attention projection; the MLP's two per ModelShape.mlp_biased
+    biases += (m.ffn_hidden_size * (2 if m.swiglu else 1) // t, h) if m.mlp_biased else ()
     layer = tuple(n for n in biases + per_norm * 2 if 0 < n < PERSISTENCE_THRESHOLD_DEFAULT)
     final = tuple(n for n in per_norm if n < PERSISTENCE_THRESHOLD_DEFAULT) if last_stage else ()
     return layer * num_layers + final

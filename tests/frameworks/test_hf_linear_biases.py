@@ -71,25 +71,28 @@ def test_totals_match_the_cards(tmp_path: Path, raw: dict, card: float) -> None:
 
 
 @pytest.mark.parametrize("raw, expected", [
-    ({"model_type": "qwen2"}, (False, True)),                               # hard-coded bias=True
-    ({"model_type": "qwen2_5_vl"}, (False, True)),                          # its language model's attention too
-    ({"model_type": "qwen2_moe"}, (False, True)),                           # Qwen2MoeConfig.qkv_bias default True
-    ({"model_type": "qwen2_moe", "qkv_bias": False}, (False, False)),
-    ({"model_type": "glm4_moe", "attention_bias": True}, (False, True)),    # GLM-4.5: o_proj and MLP unbiased
-    ({"model_type": "glm4_moe"}, (False, False)),                           # Glm4MoeConfig default False
-    ({"model_type": "glm4"}, (False, True)),                                # Glm4Config default True
-    ({"model_type": "glm"}, (False, True)),                                 # GlmConfig default True, o_proj bias=False
-    ({"model_type": "falcon"}, (False, False)),                             # FalconConfig bias=False
-    ({"model_type": "falcon", "bias": True}, (True, False)),                # query_key_value, dense, MLP
-    ({"model_type": "llama", "attention_bias": True, "mlp_bias": True}, (True, True)),
-    ({"model_type": "llama", "attention_bias": True}, (False, True)),
-    ({"model_type": "llama"}, (False, False)),
-    ({"model_type": "opt", "enable_bias": False}, (False, False)),
-    ({"model_type": "opt"}, (True, False)),
-    ({"model_type": "gpt_oss"}, (True, False)),
-    ({"model_type": "gpt2"}, (True, False)),
+    ({"model_type": "qwen2"}, (False, True, None)),  # hard-coded bias=True
+    ({"model_type": "qwen2_5_vl"}, (False, True, None)),  # its language model's attention too
+    ({"model_type": "qwen2_moe"}, (False, True, None)),  # Qwen2MoeConfig.qkv_bias default True
+    ({"model_type": "qwen2_moe", "qkv_bias": False}, (False, False, None)),
+    ({"model_type": "glm4_moe", "attention_bias": True}, (False, True, None)),  # GLM-4.5: o_proj and MLP unbiased
+    ({"model_type": "glm4_moe"}, (False, False, None)),  # Glm4MoeConfig default False
+    ({"model_type": "glm4"}, (False, True, None)),  # Glm4Config default True
+    ({"model_type": "glm"}, (False, True, None)),  # GlmConfig default True, o_proj bias=False
+    ({"model_type": "falcon"}, (False, False, None)),  # FalconConfig bias=False
+    ({"model_type": "falcon", "bias": True}, (True, False, None)),  # query_key_value, dense, MLP
+    ({"model_type": "llama", "attention_bias": True, "mlp_bias": True}, (True, False, None)),
+    ({"model_type": "llama", "attention_bias": True}, (True, False, False)),  # o_proj biased, LlamaMLP not
+    ({"model_type": "llama", "mlp_bias": True}, (False, False, True)),
+    ({"model_type": "llama"}, (False, False, None)),
+    ({"model_type": "gpt_neox"}, (True, False, None)),
+    ({"model_type": "gpt_neox", "attention_bias": False}, (False, False, True)),  # GPTNeoXMLP: nn.Linear bias
+    ({"model_type": "opt", "enable_bias": False}, (False, False, None)),
+    ({"model_type": "opt"}, (True, False, None)),
+    ({"model_type": "gpt_oss"}, (True, False, None)),
+    ({"model_type": "gpt2"}, (True, False, None)),
 ])
-def test_linear_biases_per_family(raw: dict, expected: tuple[bool, bool]) -> None:
+def test_linear_biases_per_family(raw: dict, expected: tuple[bool, bool, bool | None]) -> None:
     assert linear_biases(raw, raw["model_type"], "config.json") == expected
 
 
