@@ -12,7 +12,7 @@ import re
 from typing import Any, Mapping
 
 from llmperf_hook.errors import ConfigError, UsageError
-from llmperf_hook.launch.batch_script import written_text
+from llmperf_hook.launch.script_files import written_text
 from llmperf_hook.launch.parsed_job import ScriptFile
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
 from llmperf_hook.launch.accelerate import MODULE as ACCELERATE_MODULE, accelerate_options_start, parse_accelerate
@@ -25,12 +25,8 @@ from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
-from llmperf_hook.launch.posix_shell import script_shell
-from llmperf_hook.launch.batch_script import read_batch_script
-from llmperf_hook.launch.script_launch import ScriptLaunch
 from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
-from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch
 from llmperf_hook.launch.shell_positional import missing_arguments_note
 from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
                                               shell_split, strip_redirections)
@@ -42,6 +38,10 @@ from llmperf_hook.launch.slurm import (apply_export, het_group_env, launchers_pe
 from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.launch.wrappers import remote_command, unwrap
 from llmperf_hook.provenance import Source, SourceKind
+
+if TYPE_CHECKING:  # the shell-script reader (batch_script, sbatch and what they import, ~30 ms) loads only when a
+    # command runs a script (`bash run.sh`, `sbatch job.sh`, `srun bash -c "A; B"`): a plain torchrun line never needs it
+    from llmperf_hook.launch.script_launch import ScriptLaunch
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _UNSET_WORD = re.compile(r"\$\{?[A-Za-z_]\w*\}?")
@@ -210,6 +210,8 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     lines = logical_lines(words[k])
     commands = [line.text for line in lines if pipelines(line.text)]
     if sum(len(p) for text in commands for p in pipelines(text)) > 1 or any(line.heredoc for line in lines):
+        from llmperf_hook.launch.batch_script import read_batch_script  # a script: load the reader (TYPE_CHECKING note)
+        from llmperf_hook.launch.posix_shell import script_shell
         launch = read_batch_script(lines, env, used, f"{words[i]} -c {words[k][:60]!r}",
                                    "the command string of", words[k + 2:], script_shell(words[i], ""))
         inner, hidden = launch.words, launch.hidden
@@ -304,6 +306,7 @@ def _script_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict
                    stdin: str | None) -> ScriptLaunch:
     """The launch of the script words[i] runs: sbatch's (launch/sbatch.py), a shell's script file, or the script a
     shell reads from its standard input (`bash -s ARGS <<EOF`, bash manual 6.1)."""
+    from llmperf_hook.launch.sbatch import script_on_input, sbatch_launch, shell_script_launch  # TYPE_CHECKING note
     if os.path.basename(words[i]) == "sbatch":
         return sbatch_launch(words, i, env, used, stdin)
     script_at = _shell_script_index(words, i)
