@@ -95,13 +95,19 @@ def test_for_states_the_plans_cost_and_samples_the_jobs_shapes_first(sampled: di
     assert {"m": 256, "n": 384, "k": 128} in first and {"m": 256, "n": 512, "k": 128} in first  # QKV, FC1
 
 
-def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict, capsys, monkeypatch) -> None:
-    """The rerun in this process (the first run's child process already checked the command from the shell)."""
+def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict, tmp_path: Path, capsys,
+                                                              monkeypatch) -> None:
+    """The rerun in this process (the first run's child process already checked the command from the shell), on a
+    copy of its $LLMPERF_HOME: the rerun refits the profile, which the module's other tests read as the first run
+    left it."""
     from llmperf_hook.cli import main
 
     before = {r[0]: r for r in sampled["rows"]}
-    for key in ("LLMPERF_HOME", "HOME", "OMP_NUM_THREADS"):
-        monkeypatch.setenv(key, sampled["env"][key])
+    home = Path(shutil.copytree(sampled["home"], tmp_path / "llmperf-home"))
+    (tmp_path / "user-home").mkdir()
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    monkeypatch.setenv("OMP_NUM_THREADS", sampled["env"]["OMP_NUM_THREADS"])  # the same fingerprint (threads)
     with pytest.raises(SystemExit) as ex:
         main(["profile", "--device", "cpu", "--budget", "0.05", "--ops", "gemm", "--dtype", "bf16", "--name", NAME,
               "--for", "--", *JOB])
@@ -111,7 +117,7 @@ def test_rerun_resumes_without_measuring_a_stored_shape_again(sampled: dict, cap
     # budget honoured, only part of the plan: load-dependent, so the counts are not compared with the plan's)
     planned = re.search(r"plan: (\d+) shapes[^\n]*?\b(\d+) already stored", out + err)
     assert planned and 0 < int(planned.group(2)) <= min(int(planned.group(1)), len(before)), out
-    after = {r[0]: r for r in _stored(sampled["home"])}
+    after = {r[0]: r for r in _stored(home)}
     assert all(after[k] == row for k, row in before.items())  # same rows, same measured times: nothing redone
     assert len(after) >= len(before)
 
