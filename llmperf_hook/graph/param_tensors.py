@@ -20,7 +20,8 @@ ZeRO-3 fetches, releases and reduces them one by one. The count follows the modu
 - DeepSpeed and Hugging Face scripts (frameworks deepspeed, hf-deepspeed, torch) build transformers' modules
   (transformers 5.23, models/*/modeling_*.py). SwiGLU families (Llama, Mistral, Qwen, Mixtral) keep q_proj, k_proj,
   v_proj, o_proj, gate_proj, up_proj and down_proj apart: 7 linears (+ q, k, v, o biases with attention_bias; gate,
-  up, down biases with mlp_bias: ModelShape.mlp_bias) and 2 RMSNorms, 9 tensors a layer where Megatron registers 6. GELU families fuse as Megatron does (GPT-2's c_attn,
+  up, down biases with mlp_bias: ModelShape.mlp_bias) and 2 RMSNorms, 9 tensors a layer where Megatron registers 6.
+  GELU families fuse as Megatron does (GPT-2's c_attn,
   c_proj, c_fc, c_proj Conv1Ds with biases; GPT-NeoX's and BLOOM's query_key_value; the CPU testbed GPT's qkv):
   12 a layer. Since transformers 5 an MoE block registers the router's weight and its experts as two 3-D
   parameters for all experts, gate_up_proj and down_proj (MixtralExperts, Qwen2MoeExperts, ...), plus Qwen-MoE's
