@@ -26,7 +26,9 @@ def test_help_is_light() -> None:
 
 SHELL_READER = ("llmperf_hook.launch.batch_script", "llmperf_hook.launch.sbatch", "llmperf_hook.launch.shell_blocks",
                 "llmperf_hook.launch.shell_loops", "llmperf_hook.launch.shell_functions",
-                "llmperf_hook.launch.posix_shell", "llmperf_hook.launch.undecided_options")
+                "llmperf_hook.launch.posix_shell", "llmperf_hook.launch.undecided_options",
+                "llmperf_hook.launch.shell_variables", "llmperf_hook.launch.shell_conditions",
+                "llmperf_hook.launch.undecided_branches")
 """The shell-script reader: launch/parse.py loads it only for a command that runs a script (H143: ~30 ms of a
 plain torchrun predict's ~300 ms process went to importing it)."""
 TORCHRUN = ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
@@ -58,5 +60,5 @@ def test_script_command_loads_the_shell_reader(tmp_path, form: str) -> None:
     code = (f"from llmperf_hook.launch.parse import parse_launch\n"
             f"job = parse_launch({argv!r}, {{}})\nprint('WORLD', job.nnodes, job.world_size)")
     loaded, stdout = _shell_modules_after(code)
-    assert "llmperf_hook.launch.batch_script" in loaded
+    assert "llmperf_hook.launch.batch_script" in loaded and "llmperf_hook.launch.shell_variables" in loaded
     assert "WORLD 2 16" in stdout

@@ -32,8 +32,6 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
-from llmperf_hook.launch.shell_positional import missing_arguments_note
-from llmperf_hook.launch.shell_variables import unknown_value_note
 from llmperf_hook.provenance import Source, SourceKind
 
 
@@ -202,6 +200,8 @@ def resolve_job(
     try:
         return job, resolve_config(job, overrides)
     except LlmperfError as err:  # a refusal quoting a `$NAME` the launch script computes: say where it does
+        from llmperf_hook.launch.shell_positional import missing_arguments_note  # the script reader's: loaded here,
+        from llmperf_hook.launch.shell_variables import unknown_value_note  # not on every plain torchrun predict
         note = unknown_value_note(str(err), job.unknown_values) + missing_arguments_note(str(err), job.missing_arguments)
         if not note:
             raise

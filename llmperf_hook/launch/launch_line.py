@@ -15,7 +15,7 @@ import shlex
 from typing import Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.shell_variables import ASSIGN
+from llmperf_hook.launch.shell_script import ASSIGN
 from llmperf_hook.launch.slurm import scan_srun
 from llmperf_hook.launch.wrappers import env_options, remote_command, unwrap
 

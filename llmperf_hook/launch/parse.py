@@ -27,11 +27,8 @@ from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
-from llmperf_hook.launch.shell_positional import missing_arguments_note
 from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
                                               shell_split, strip_redirections)
-from llmperf_hook.launch.shell_variables import (child_environment, not_exported_note, unknown_value_note,
-                                                 unseen_warnings)
 from llmperf_hook.launch.sizing import LaunchSize, Sized, finish_job
 from llmperf_hook.launch.slurm import (apply_export, het_group_env, launchers_per_node, scan_srun, size_from_env,
                                       size_srun_tasks)
@@ -39,8 +36,9 @@ from llmperf_hook.launch.torchrun import parse_torchrun
 from llmperf_hook.launch.wrappers import remote_command, unwrap
 from llmperf_hook.provenance import Source, SourceKind
 
-if TYPE_CHECKING:  # the shell-script reader (batch_script, sbatch and what they import, ~30 ms) loads only when a
-    # command runs a script (`bash run.sh`, `sbatch job.sh`, `srun bash -c "A; B"`): a plain torchrun line never needs it
+if TYPE_CHECKING:  # the shell-script reader (batch_script, sbatch, shell_variables and what they import, ~30 ms)
+    # loads only where a command runs a shell (`bash run.sh`, `sbatch job.sh`, `srun bash -c "A; B"`): inside the
+    # functions below, past their early returns; a plain torchrun line never needs it
     from llmperf_hook.launch.script_launch import ScriptLaunch
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -199,6 +197,7 @@ def _shell_c(words: Sequence[str], i: int, env: dict[str, str], used: dict[str, 
     k = shell_command_index(words, i)
     if k is None:
         return None
+    from llmperf_hook.launch.shell_variables import child_environment  # a shell runs (TYPE_CHECKING note)
     if LITERAL_DOLLAR in words[k]:  # `bash -c '$LAUNCHER $CMD'`: the quoted `$` are that shell's to expand, and
         # the newlines of a value it expands are blanks to its word splitting (bash manual 3.5.7), never separators
         blanks = {name: value.replace("\n", " ") for name, value in env.items()}
@@ -245,6 +244,7 @@ def _shell_file(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
     at = _shell_script_index(words, i) if i < len(words) else None
     if at is None or not os.path.isfile(words[at]):
         return None
+    from llmperf_hook.launch.shell_variables import child_environment  # a script runs (TYPE_CHECKING note)
     launch = _script_launch(words, i, env, used, None)
     inner = normalise_argv(launch.words, env, used, set(launch.unknown))
     child_environment(env, launch.hidden)
@@ -322,6 +322,9 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
                 stdin: str | None) -> LaunchSize | None:
     """The job a script launches: its launch line expanded with all the script's variables, then started in the
     environment the script exports (child_environment)."""
+    from llmperf_hook.launch.shell_positional import missing_arguments_note  # a script runs (TYPE_CHECKING note)
+    from llmperf_hook.launch.shell_variables import (child_environment, not_exported_note, unknown_value_note,
+                                                     unseen_warnings)
     hidden: dict[str, str] = {}
     launch: ScriptLaunch | None = None
     try:
@@ -382,4 +385,5 @@ def parse_launch(
         return finish_job(size, tuple(str(a) for a in argv), env_all, used, nnodes, nproc_per_node,
                           cluster_gpus_per_node)
     except UsageError as err:  # `--nproc-per-node $NP`: where the script sets NP so that only running it tells
+        from llmperf_hook.launch.shell_variables import unknown_value_note
         raise UsageError(str(err) + unknown_value_note(str(err), size.unknown)) from None

@@ -15,6 +15,9 @@ import shlex
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Sequence
 
+ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+"""`NAME=value` / `export NAME=value` (bash manual 3.4 Shell Parameters); here, not in shell_variables, so that
+launch_line reads a command's leading assignments without loading the script reader."""
 _HEREDOC = re.compile(r"<<(-?)\s*(?:(['\"])([^'\"\n]+)\2|\\([^\s;&|<>()'\"]+)|([^\s;&|<>()'\"\\]+))")
 """`<<WORD`, `<<-WORD`; a quoted delimiter (`<<'EOF'`, `<<"EOF"`, `<<\\EOF`) turns the body's expansion off (3.6.6)."""
 _REDIRECT = re.compile(r"^(?:\d*|&)(>>|>\||>&|<&|>|<<<|<<-|<<|<)(.*)$", re.DOTALL)

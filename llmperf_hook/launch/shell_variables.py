@@ -17,12 +17,11 @@ from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars, shell_split,
-                                              word_quoting)
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
+                                              shell_split, word_quoting)
 from llmperf_hook.launch.sizing import PRICED_ENV
 from llmperf_hook.launch.undecided_branches import BRANCHES
 
-ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 APPEND = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+=(.*)$", re.DOTALL)
 """`NAME+=value`: bash appends to the variable's value (bash manual 3.4 Shell Parameters)."""
 NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
