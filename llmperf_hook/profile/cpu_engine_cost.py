@@ -59,6 +59,10 @@ CLOSE_TIMEOUT_S = 5.0
 --budget's time box has no minute to wait for a slow gloo teardown)."""
 INTERRUPT_S = 2.0
 """Seconds children have to end on SIGINT before SIGKILL (stop_children)."""
+INTERRUPTIBLE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+"""Every child's first line: SIGINT raises KeyboardInterrupt again. A process started in the background by a
+non-interactive shell (`llmperf profile ... &`, nohup, a batch script) inherits SIGINT ignored, and Python then
+installs no KeyboardInterrupt handler: stop_children's SIGINT did nothing and its SIGKILL left the lock behind."""
 
 
 class ChildFailed(RuntimeError):
@@ -83,7 +87,8 @@ class Reader:
     the file object's buffer, where select() cannot see it)."""
 
     def __init__(self, code: str, threads: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE + code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=_child_env(threads))
         self._buffer = b""
 

@@ -229,17 +229,26 @@ def test_message_bytes_are_the_graphs_full_buffer() -> None:
     assert _message_bytes((torch.zeros(10, dtype=torch.bfloat16),), {}) == 20
 
 
-def test_a_child_that_times_out_is_interrupted_before_it_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_child_that_times_out_is_interrupted_before_it_is_killed(tmp_path: Path, sigint: str) -> None:
     """A child holding a lock file in try/finally (as torch's FileBaton does while DeepSpeed loads its shm op) and
     not answering: the reader's timeout ends it with SIGINT first, so its `finally` removes the file (SIGKILL left
-    it, and every later DeepSpeed CPU process waited for it for ever)."""
+    it, and every later DeepSpeed CPU process waited for it for ever). Also when the profile runs in the background
+    of a non-interactive shell, which starts it with SIGINT ignored (its children inherit that: the CI run of 20:21
+    failed here)."""
+    import signal
+
     from llmperf_hook.profile.cpu_engine_cost import MARK, ChildFailed, Reader
 
     lock = tmp_path / "lock"
     code = (f"import pathlib, time; lock = pathlib.Path({str(lock)!r}); lock.touch()\n"
             f"try:\n    print({MARK!r} + '\"ready\"', flush=True); time.sleep(60)\n"
             f"finally:\n    lock.unlink()")
-    child = Reader(code, 1)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    try:
+        child = Reader(code, 1)
+    finally:
+        signal.signal(signal.SIGINT, before)
     child.started(60.0)
     assert lock.exists()
     with pytest.raises(ChildFailed):
