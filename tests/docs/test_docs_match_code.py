@@ -13,7 +13,6 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from llmperf_hook import errors
 from llmperf_hook.cli import cli, main
 from llmperf_hook.report.table import BREAKDOWN_LABELS
+from json_keys import json_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -119,14 +119,6 @@ def test_stated_exit_codes_are_the_codes() -> None:
                 in text and "1 internal error" in text), doc.name
 
 
-def _keys(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        return set(value) | {k for v in value.values() for k in _keys(v)}
-    if isinstance(value, list):
-        return {k for v in value for k in _keys(v)}
-    return set()
-
-
 def _undocumented(keys: set[str]) -> list[str]:
     """Keys docs/output.md does not name, as `key` or inside a JSON example as "key"."""
     text = _text(OUTPUT_MD)
@@ -148,7 +140,7 @@ def _run_json(capsys: pytest.CaptureFixture[str], args: list[str], exit_code: in
 def test_predict_json_keys_are_documented(capsys: pytest.CaptureFixture[str]) -> None:
     (data,) = _run_json(capsys, ["predict", "--format", "json", "--model", "llama3-8b", "--", *JOB])
     keys = (set(data) | set(data["memory"]) | set(data["memory"]["host"]) | set(data["cluster"])
-            | _keys(data["stages"]))
+            | json_keys(data["stages"]))
     assert not _undocumented(keys | set(BREAKDOWN_LABELS))  # every breakdown key the table can print, too
 
 
@@ -166,7 +158,7 @@ def test_tune_json_keys_are_documented(tmp_path: Path, capsys: pytest.CaptureFix
                                  *JOB])
     changed = [row for row in data["top"] if row["changes"]]
     assert changed, data["top"]  # a row with changes, so their keys are checked too
-    keys = set(data) | set(data["knobs"]) | set(data["search"]) | set(data["baseline"]) | _keys(changed[0])
+    keys = set(data) | set(data["knobs"]) | set(data["search"]) | set(data["baseline"]) | json_keys(changed[0])
     assert not _undocumented(keys)
 
 

@@ -9,7 +9,6 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +17,7 @@ from llmperf_hook.commands.validate import command
 from llmperf_hook.validate.measured_run import OPTIONAL_COLUMNS, RECORD_COLUMNS, REQUIRED_COLUMNS
 from llmperf_hook.validate.render import report_json
 from llmperf_hook.validate.scoring import RowResult, score_rows
+from json_keys import json_keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "validate.md"
 
@@ -28,20 +28,12 @@ def test_every_column_is_documented() -> None:
     assert not missing
 
 
-def _keys(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        return set(value) | {k for v in value.values() for k in _keys(v)}
-    if isinstance(value, list):
-        return {k for v in value for k in _keys(v)}
-    return set()
-
-
 def test_every_json_key_is_documented() -> None:
     row = RowResult(row_id="r1", source_id="S1", source="s", model="m", layout="tp1 pp1 (1 GPUs)", measured_s=1.0,
                     predicted_s=1.1, cluster="dgx-h100", argv=("torchrun",))
     data = report_json(score_rows([row, replace(row, row_id="r2", predicted_s=None, error="bad")]))
     assert (data["overall"]["num_rows"], data["overall"]["num_scored"], data["overall"]["num_failed"]) == (2, 1, 1)
-    keys = _keys(data)
+    keys = json_keys(data)
     text = DOC.read_text(encoding="utf-8")
     assert not [k for k in keys - {"S1"} if f"`{k}`" not in text]
 
