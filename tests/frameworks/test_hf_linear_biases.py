@@ -7,7 +7,6 @@ Qwen2-57B-A14B 57.4B, gpt-oss-20b 20.91B and gpt-oss-120b 116.83B (OpenAI's gpt-
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import pytest
 
 from llmperf_hook.errors import ConfigError, UsageError
 from llmperf_hook.frameworks.hf_config import linear_biases, shape_from_hf_config
-from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.param_tensors import model_param_tensors
+from tests.frameworks.helpers import hf_job, total_params
 
 QWEN2_7B = {  # Qwen/Qwen2-7B config.json: q/k/v biased in Qwen2Attention (bias=True), no key for it
     "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
@@ -44,30 +43,18 @@ GPT_OSS_120B = {**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128
                 "layer_types": ["sliding_attention", "full_attention"] * 18}
 
 
-def _cfg(tmp_path: Path, raw: dict, nproc: int = 1):
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    argv = ["torchrun", "--nproc-per-node", str(nproc), "run_clm.py", "--model_name_or_path", str(tmp_path),
-            "--block_size", "2048"]
-    return resolve_job(argv, {})[1]
-
-
-def _total(cfg) -> int:
-    layers = sum(pc.layer_params(cfg, pc.is_moe_layer(cfg, i)) for i in range(cfg.model.num_layers))
-    return layers + pc.embedding_params(cfg) + pc.head_params(cfg)
-
-
 @pytest.mark.parametrize("raw, exact", [(QWEN2_7B, 7_615_616_512), (QWEN15_MOE, 14_315_784_192)])
 def test_qwen_totals_match_the_checkpoints_exactly(tmp_path: Path, raw: dict, exact: int) -> None:
     """Exact only with the q/k/v biases and without o_proj's or the MLP's: Qwen2-7B's 28 layers hold
     28 x (3584 + 2 x 512) = 129,024 bias values, which add_bias_linear (every linear) would make 28 x 48,640 more."""
-    assert _total(_cfg(tmp_path, raw)) == exact
+    assert total_params(hf_job(tmp_path, raw)) == exact
 
 
 @pytest.mark.parametrize("raw, card", [(QWEN2_57B_A14B, 57.4e9), (GPT_OSS_20B, 20.91e9), (GPT_OSS_120B, 116.83e9)])
 def test_totals_match_the_cards(tmp_path: Path, raw: dict, card: float) -> None:
     """Within the cards' rounding; gpt-oss counts its experts' and router's biases and the per-head sinks."""
     digits = 0.05e9 if card == 57.4e9 else 0.005e9
-    assert abs(_total(_cfg(tmp_path, raw)) - card) <= digits
+    assert abs(total_params(hf_job(tmp_path, raw)) - card) <= digits
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -102,13 +89,13 @@ def test_a_bias_switch_that_is_not_a_boolean_is_refused() -> None:
 
 
 def test_qkv_bias_reaches_the_shape(tmp_path: Path) -> None:
-    m = _cfg(tmp_path, QWEN2_7B).model
+    m = hf_job(tmp_path, QWEN2_7B).model
     assert (m.add_bias_linear, m.add_qkv_bias, m.qkv_biased) == (False, True, True)
 
 
 def test_qkv_bias_splits_over_tp_with_the_heads(tmp_path: Path) -> None:
     """Column-parallel: each of 4 TP ranks holds a quarter of the 3584 + 2 x 512 q/k/v bias values."""
-    one = _cfg(tmp_path, QWEN2_7B)
+    one = hf_job(tmp_path, QWEN2_7B)
     four = replace(one, parallel=replace(one.parallel, tp=4), world_size=4)
     for cfg, share in ((one, 4608), (four, 1152)):
         unbiased = replace(cfg, model=replace(cfg.model, add_qkv_bias=False))
@@ -119,7 +106,7 @@ def test_opt_keeps_q_k_v_apart(tmp_path: Path) -> None:
     """OPTDecoderLayer: q, k, v, out_proj, fc1, fc2 with biases, two LayerNorms: 16 tensors a layer."""
     raw = {"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
            "ffn_dim": 3072, "max_position_embeddings": 2048, "vocab_size": 50272, "word_embed_proj_dim": 768}
-    cfg = _cfg(tmp_path, raw)
+    cfg = hf_job(tmp_path, raw)
     assert cfg.model.separate_qkv
     # embed_tokens, embed_positions, 12 x 16, final_layer_norm (2); the LM head is tied
     assert model_param_tensors(cfg, 0, 12) == 2 + 12 * 16 + 2
@@ -128,7 +115,7 @@ def test_opt_keeps_q_k_v_apart(tmp_path: Path) -> None:
 def test_gpt_oss_tensors_and_sinks(tmp_path: Path) -> None:
     """GptOssDecoderLayer: q, k, v, o (+ biases), sinks, router weight and bias, gate_up_proj (+ bias), down_proj
     (+ bias), two RMSNorms: 17 tensors a layer; 64 sink values a layer."""
-    cfg = _cfg(tmp_path, GPT_OSS_20B)
+    cfg = hf_job(tmp_path, GPT_OSS_20B)
     assert cfg.model.attention_sinks and pc.attention_sink_params(cfg) == 64
     assert model_param_tensors(cfg, 0, 24) == 24 * 17 + 3
 
@@ -139,10 +126,7 @@ def test_shape_dict_carries_the_new_fields() -> None:
 
 
 def _trainer(tmp_path: Path, raw: dict, *extra: str):
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    argv = ["torchrun", "--nproc-per-node", "8", "run_clm.py", "--model_name_or_path", str(tmp_path), "--block_size",
-            "2048", "--per_device_train_batch_size", "1", "--bf16", *extra]
-    return resolve_job(argv, {})[1]
+    return hf_job(tmp_path, raw, 8, 2048, "--per_device_train_batch_size", "1", "--bf16", *extra)
 
 
 def test_gpt_oss_runs_eager_attention_unless_a_flash_kernel_is_asked_for(tmp_path: Path) -> None:

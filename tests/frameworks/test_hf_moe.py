@@ -5,17 +5,15 @@ the ones their model cards publish."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.frameworks.hf_config import shape_from_hf_config
-from llmperf_hook.frameworks.resolve import resolve_job
-from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.build import build_graph
 from llmperf_hook.hardware.load import load_cluster
+from tests.frameworks.helpers import hf_job, total_params
 
 QWEN15_MOE = {  # Qwen/Qwen1.5-MoE-A2.7B config.json; model card: 14.3B parameters in total
     "model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
@@ -44,22 +42,14 @@ LLAMA4_MAVERICK_TEXT = {  # meta-llama/Llama-4-Maverick-17B-128E config.json's t
 
 
 def _cfg(tmp_path: Path, raw: dict):
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    argv = ["torchrun", "--nproc-per-node", "8", "run_clm.py", "--model_name_or_path", str(tmp_path),
-            "--block_size", "2048"]
-    return resolve_job(argv, {})[1]
-
-
-def _total_params(cfg) -> int:
-    layers = sum(pc.layer_params(cfg, pc.is_moe_layer(cfg, i)) for i in range(cfg.model.num_layers))
-    return layers + pc.embedding_params(cfg) + pc.head_params(cfg)
+    return hf_job(tmp_path, raw, nproc=8)  # the MoE layouts' expert counts split over 8 ranks
 
 
 @pytest.mark.parametrize("raw, published", [(QWEN15_MOE, 14.3e9), (DEEPSEEK_V2_LITE, 15.7e9), (QWEN3_30B_A3B, 30.5e9)])
 def test_parameters_match_the_published_totals(tmp_path: Path, raw: dict, published: float) -> None:
     """Within the cards' rounding (0.05B); without the shared experts Qwen1.5-MoE counts 13.5B, DeepSeek-V2-Lite
     15.3B."""
-    assert abs(_total_params(_cfg(tmp_path, raw)) - published) <= 0.05e9
+    assert abs(total_params(_cfg(tmp_path, raw)) - published) <= 0.05e9
 
 
 def test_qwen2_moe_shared_expert_is_gated(tmp_path: Path) -> None:

@@ -6,16 +6,15 @@ dense_h_to_4h / dense_4h_to_h are plain nn.Linear (bias=True)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from llmperf_hook.frameworks.resolve import resolve_job
 from llmperf_hook.graph import ddp_buckets
 from llmperf_hook.graph import params as pc
 from llmperf_hook.graph.param_tensors import model_param_tensors
 from llmperf_hook.graph.zero3_legacy import persistent_tensor_sizes
+from tests.frameworks.helpers import hf_job, total_params
 
 H, FFN, LAYERS, VOCAB = 256, 512, 2, 1000
 LLAMA = {"model_type": "llama", "hidden_size": H, "intermediate_size": FFN, "num_hidden_layers": LAYERS,
@@ -30,15 +29,7 @@ NEOX_WEIGHTS = LAYERS * (4 * H * H + 2 * H * 4 * H + 2 * 2 * H) + 2 * VOCAB * H 
 
 
 def _cfg(tmp_path: Path, raw: dict):
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    argv = ["torchrun", "--nproc-per-node", "1", "run_clm.py", "--model_name_or_path", str(tmp_path),
-            "--block_size", "512"]
-    return resolve_job(argv, {})[1]
-
-
-def _total(cfg) -> int:
-    layers = sum(pc.layer_params(cfg, pc.is_moe_layer(cfg, i)) for i in range(cfg.model.num_layers))
-    return layers + pc.embedding_params(cfg) + pc.head_params(cfg)
+    return hf_job(tmp_path, raw, block_size=512)  # the configs' max_position_embeddings
 
 
 @pytest.mark.parametrize("raw, biases, tensors_per_layer", [
@@ -49,7 +40,7 @@ def _total(cfg) -> int:
 ])
 def test_llama_attention_and_mlp_biases_apart(tmp_path: Path, raw: dict, biases: int, tensors_per_layer: int) -> None:
     cfg = _cfg(tmp_path, raw)
-    assert _total(cfg) == LLAMA_WEIGHTS + LAYERS * biases
+    assert total_params(cfg) == LLAMA_WEIGHTS + LAYERS * biases
     assert model_param_tensors(cfg, 0, LAYERS) == LAYERS * tensors_per_layer + 3  # + embedding, final norm, head
 
 
@@ -59,7 +50,7 @@ def test_llama_attention_and_mlp_biases_apart(tmp_path: Path, raw: dict, biases:
 ])
 def test_gpt_neox_mlp_keeps_its_biases(tmp_path: Path, raw: dict, biases: int, tensors_per_layer: int) -> None:
     cfg = _cfg(tmp_path, raw)
-    assert _total(cfg) == NEOX_WEIGHTS + LAYERS * biases
+    assert total_params(cfg) == NEOX_WEIGHTS + LAYERS * biases
     assert model_param_tensors(cfg, 0, LAYERS) == LAYERS * tensors_per_layer + 2 + 2  # + embedding, final LN(2), head
 
 
@@ -71,6 +62,6 @@ def test_ddp_buckets_and_zero3_persistent_biases_agree_with_the_counts(tmp_path:
     assert sum(ddp_buckets.attention_tensors(cfg)) == pc.attention_params(cfg)
     assert sum(ddp_buckets.mlp_tensors(cfg)) == pc.mlp_params(cfg)
     weights = LLAMA_WEIGHTS if raw["model_type"] == "llama" else NEOX_WEIGHTS
-    per_layer_biases = (_total(cfg) - weights) // LAYERS
+    per_layer_biases = (total_params(cfg) - weights) // LAYERS
     norms = (2 if raw["model_type"] == "llama" else 4) * H  # every bias and norm is under ZeRO-3's 1e5 threshold
     assert sum(persistent_tensor_sizes(cfg, 1, last_stage=False)) == per_layer_biases + norms
