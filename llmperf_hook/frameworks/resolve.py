@@ -81,16 +81,18 @@ def check_counts(flags: FlagValues) -> None:
 def detect_framework(flags: FlagValues, env: Mapping[str, str], script: str = "") -> str:
     """From the script's flags; `env` (the job's) says whether `accelerate launch` runs it with DeepSpeed. `script`:
     a Megatron entry point (megatron_entry_points) given the layout flags in underscore spelling is a Megatron fork
-    whose parser spells them so (epfLLM/Megatron-LLM's finetune.py: --tensor_model_parallel_size)."""
+    whose parser spells them so (epfLLM/Megatron-LLM's finetune.py: --tensor_model_parallel_size), and one given only
+    Megatron's batch flags is Megatron's (_MEGATRON_BATCH_FLAGS)."""
     if openrlhf_trainer(script):  # DeepspeedStrategy builds the ds_config in code (frameworks/openrlhf.py)
         return "deepspeed"
     deepspeed = flags.get("deepspeed")
     hf_trainer = isinstance(deepspeed, str) or flags.has("model_name_or_path")
-    layout = ((*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS, *_MEGATRON_BATCH_FLAGS) if megatron_entry_point(script)
+    entry_point = megatron_entry_point(script)
+    layout = ((*_MEGATRON_LAYOUT_FLAGS, *_FORK_LAYOUT_FLAGS, *_MEGATRON_BATCH_FLAGS) if entry_point
               else _MEGATRON_LAYOUT_FLAGS)
     megatron = has_megatron_shape(flags, script) or (not hf_trainer and any(f in layout for f in flags.seen_flags.values()))
     ds_path = flags.get("deepspeed_config") or flags.get("deepscale_config")
-    if megatron and megatron_entry_point(script):  # Megatron-DeepSpeed starts DeepSpeed only `if args.deepspeed:`
+    if megatron and entry_point:  # Megatron-DeepSpeed starts DeepSpeed only `if args.deepspeed:`
         return "megatron-deepspeed" if deepspeed is True else "megatron"  # (ignored_deepspeed_flags)
     if megatron:  # a script of the user's may hand args.deepspeed_config to deepspeed.initialize without --deepspeed
         return "megatron-deepspeed" if (deepspeed or ds_path or flags.get("deepscale")) else "megatron"
