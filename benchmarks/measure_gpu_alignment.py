@@ -83,12 +83,19 @@ QUICK = {"tokens": (32, 64), "hidden": (32,), "vocab": (252, 256, 503, 512), "he
 ATTN_OPS = (("qk_baddbmm", "megatron"), ("av_bmm", "megatron"), ("qk_baddbmm", "contiguous"),
             ("av_bmm", "contiguous"), ("sdpa_math", "contiguous"), ("sdpa_flash", "contiguous"),
             ("sdpa_efficient", "contiguous"))
+GEMM_BASES = ((4096, 4096, 4096), (8192, 2048, 5120))
+"""(m, k, n) of Megatron's linear forward Y[m, n] = X[m, k] @ W[n, k]^T; part `gemm_dims` varies one of the three
+at a time by GEMM_OFFSETS below it (the others as here), to tell which dimension's alignment costs."""
+GEMM_OFFSETS = (0, 8, 4, 2, 1)
+"""base - offset: the aligned base first, then widths aligned to 8, 4, 2 and 1 elements (bases are multiples of 1024)."""
+GEMM_DIMS = ("m", "k", "n")
 REFERENCE_HEAD_DIM = 128
-OUTPUT_FILES = ("lm_head.csv", "attention.csv", "alignment_meta.json")
+OUTPUT_FILES = ("lm_head.csv", "attention.csv", "gemm_dims.csv", "alignment_meta.json")
 FIELDS = ("part", "dtype", "op", "phase", "layout", "m", "k", "width", "alignment", "flop", "time_s", "num_reps",
           "spread", "tflops", "status", "device", "torch")
-"""m, k: tokens and hidden for lm_head; batch x heads and seq for attention. width: the vocab columns or the head
-dim. alignment: the largest power of two dividing width (elements)."""
+"""m, k: tokens and hidden for lm_head; batch x heads and seq for attention; for gemm_dims the two dimensions
+not varied, in m, k, n order (layout names the varied one: vary_m, vary_k, vary_n). width: the vocab columns, the
+head dim or the varied GEMM dimension. alignment: the largest power of two dividing width (elements)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,7 @@ class Shape:
     @property
     def flop(self) -> float:
         """Nominal FLOPs: the per-FLOP ratio of two widths of one op is their width ratio whatever the constant."""
-        if self.part == "lm_head":
+        if self.part in ("lm_head", "gemm_dims"):
             return 2.0 * self.m * self.k * self.width
         return 2.0 * self.m * self.k * self.k * self.width * (2 if self.op.startswith("sdpa") else 1) \
             * (2 if self.phase == "bwd" else 1)
@@ -128,6 +135,26 @@ def attention_shapes(quick: bool) -> list[Shape]:
     heads, points = (QUICK["heads"], QUICK["points"]) if quick else (HEAD_DIMS, ATTN_POINTS)
     return [Shape("attention", dt, op, phase, layout, b, s, d) for dt in DTYPES for b, s in points for d in heads
             for op, layout in ATTN_OPS for phase in ("fwd", "bwd")]
+
+
+def gemm_dims_shapes(quick: bool) -> list[Shape]:
+    bases = ((64, 64, 64),) if quick else GEMM_BASES
+    shapes = []
+    for dt in DTYPES:
+        for base in bases:
+            for i, dim in enumerate(GEMM_DIMS):
+                fixed = [b for j, b in enumerate(base) if j != i]
+                shapes += [Shape("gemm_dims", dt, op, op, f"vary_{dim}", fixed[0], fixed[1], base[i] - off)
+                           for off in GEMM_OFFSETS for op in ("fwd", "dgrad", "wgrad")]
+    return shapes
+
+
+def _gemm_dims_runner(torch, s: Shape, kw: dict) -> Callable[[], Any]:
+    """Megatron's linear at (m, k, n) with one dimension varied (GEMM_BASES): the three GEMMs of _lm_head_runner."""
+    varied = s.layout.removeprefix("vary_")
+    fixed = iter((s.m, s.k))
+    m, k, n = (s.width if d == varied else next(fixed) for d in GEMM_DIMS)
+    return _lm_head_runner(torch, Shape("lm_head", s.dtype, s.op, s.phase, "megatron", m, k, n), kw)
 
 
 def _lm_head_runner(torch, s: Shape, kw: dict) -> Callable[[], Any]:
@@ -197,7 +224,7 @@ def time_shape(s: Shape, device: str, target_s: float) -> dict:
            "width": s.width, "alignment": alignment(s.width), "flop": f"{s.flop:.6g}", "device": _device_name(device),
            "torch": torch.__version__}
     try:
-        runner = (_lm_head_runner if s.part == "lm_head" else _attention_runner)(torch, s, kw)
+        runner = RUNNERS[s.part](torch, s, kw)
         timing = measure(runner, device, target_s=target_s)
     except (RuntimeError, ValueError, MemoryError) as err:  # a backend this dtype/device refuses, out of memory
         if device == "cuda":
@@ -205,6 +232,9 @@ def time_shape(s: Shape, device: str, target_s: float) -> dict:
         return {**row, "status": "unsupported: " + str(err).splitlines()[0][:160]}
     return {**row, "time_s": f"{timing.time_s:.6e}", "num_reps": timing.num_reps, "spread": f"{timing.spread:.3f}",
             "tflops": f"{s.flop / timing.time_s / 1e12:.4g}", "status": "ok"}
+
+
+RUNNERS = {"lm_head": _lm_head_runner, "attention": _attention_runner, "gemm_dims": _gemm_dims_runner}
 
 
 def _device_name(device: str) -> str:
@@ -243,13 +273,14 @@ def write_meta(out_dir: Path, args: argparse.Namespace, started_utc: str, rows: 
             "timer": "llmperf_hook.profile.op_sampler.measure (CUDA events / process CPU time, trimmed mean)",
             "grid": {"dtypes": DTYPES, "vocab_widths": QUICK["vocab"] if args.quick else VOCAB_WIDTHS,
                      "head_dims": QUICK["heads"] if args.quick else HEAD_DIMS,
+                     "gemm_bases": ((64, 64, 64),) if args.quick else GEMM_BASES, "gemm_offsets": GEMM_OFFSETS,
                      "attention_points": QUICK["points"] if args.quick else ATTN_POINTS}}
     (out_dir / "alignment_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------- the plan's time, from the FLOPs (no torch)
 
-RATE_FLOP_PER_S = {"lm_head": (500e12, 50e12), "attention": (200e12, 20e12)}
+RATE_FLOP_PER_S = {"lm_head": (500e12, 50e12), "attention": (200e12, 20e12), "gemm_dims": (600e12, 60e12)}
 """(aligned, unaligned) dense fp16/bf16 rates assumed on an H100 SXM: 8192^3 bf16 ran 776 TFLOP/s there
 (measurements/h100-sxm5-80gb-2026-11-26/op_samples_meta.json), head GEMMs reach ~65 % of it; attention bmm and SDPA
 of these sizes far less. Unaligned: 10x slower, four times the 2.5x h133 infers."""
@@ -301,13 +332,13 @@ class ReportError(ValueError):
 
 def read_rows(folder: Path) -> list[dict]:
     rows: list[dict] = []
-    for part in ("lm_head", "attention"):
+    for part in ("lm_head", "attention", "gemm_dims"):
         path = folder / f"{part}.csv"
         if path.exists():
             with open(path, newline="") as f:
                 rows += list(csv.DictReader(f))
     if not rows:
-        raise ReportError(f"--report {folder}: no lm_head.csv or attention.csv there (a run's --out DIR holds them, "
+        raise ReportError(f"--report {folder}: no lm_head.csv, attention.csv or gemm_dims.csv there (a run's --out DIR holds them, "
                           f"results.tgz's alignment/ after the device call); give the folder a run wrote.")
     return rows
 
@@ -347,10 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, metavar="DIR", help="print the slowdown table of DIR's CSVs")
     p.add_argument("--estimate", action="store_true", help="print the planned seconds per part and exit")
     args = p.parse_args(argv)
-    plans = {"lm_head": lm_head_shapes(args.quick), "attention": attention_shapes(args.quick)}
+    plans = {"lm_head": lm_head_shapes(args.quick), "attention": attention_shapes(args.quick),
+             "gemm_dims": gemm_dims_shapes(args.quick)}
     parts = [x for x in args.parts.split(",") if x]
     if unknown := [x for x in parts if x not in plans]:
-        p.error(f"--parts {args.parts}: unknown {unknown}; use lm_head and/or attention")
+        p.error(f"--parts {args.parts}: unknown {unknown}; use lm_head, attention and/or gemm_dims")
     if args.report:
         try:
             print(report(args.report))

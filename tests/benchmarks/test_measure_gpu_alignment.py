@@ -84,7 +84,7 @@ def test_reader_gives_per_flop_slowdown_against_the_aligned_neighbour(tmp_path: 
 
 def test_reader_names_what_a_folder_lacks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _mod().main(["--report", str(tmp_path)]) == 2
-    assert "no lm_head.csv or attention.csv there" in capsys.readouterr().err
+    assert "no lm_head.csv, attention.csv or gemm_dims.csv there" in capsys.readouterr().err
 
 
 def test_a_folder_holding_a_run_is_never_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,3 +130,24 @@ def test_megatron_layout_is_the_fused_qkv_view() -> None:
     q, k, v = mod._qkv(torch, s, {"dtype": torch.float32, "device": "cpu"}, True)
     assert q.shape == (6, 16, 150) and q.stride() == (450, 6 * 450, 1) and q.is_leaf and q.requires_grad
     assert k.data_ptr() - q.data_ptr() == 150 * 4 and v.data_ptr() - q.data_ptr() == 300 * 4
+
+
+def test_gemm_dims_part_varies_one_dimension_at_a_time(tmp_path: Path) -> None:
+    """Part gemm_dims (which GEMM dimension's alignment costs): each shape keeps two of Megatron's linear (m, k, n) at
+    the base and sets the third to base - 0/8/4/2/1; its runner multiplies exactly those dimensions."""
+    torch = pytest.importorskip("torch")
+    mod = _mod()
+    shapes = mod.gemm_dims_shapes(False)
+    assert len(shapes) == 2 * len(mod.GEMM_BASES) * 3 * len(mod.GEMM_OFFSETS) * 3
+    assert mod.estimate_s(shapes) < 75
+    for base in mod.GEMM_BASES:
+        widths = {b - off for b in base for off in mod.GEMM_OFFSETS}
+        assert {b - 1: mod.neighbour(b - 1, widths) for b in base} == {b - 1: b for b in base}
+    kw = {"dtype": torch.float32, "device": "cpu"}
+    for layout, (m, k, n) in {"vary_m": (7, 4, 5), "vary_k": (4, 7, 5), "vary_n": (4, 5, 7)}.items():
+        fixed = [d for d, name in zip((m, k, n), "mkn") if f"vary_{name}" != layout]
+        out = {op: mod._gemm_dims_runner(torch, mod.Shape("gemm_dims", "fp32", op, op, layout, *fixed, 7), kw)()
+               for op in ("fwd", "dgrad", "wgrad")}
+        assert out["fwd"].shape == (m, n) and out["dgrad"].shape == (m, k) and out["wgrad"].shape == (n, k)
+    assert mod.run_part("gemm_dims", mod.gemm_dims_shapes(True)[:3], tmp_path, "cpu", 1e18, 0.001) == 3
+    assert (tmp_path / "gemm_dims.csv").read_text().count("\n") == 4
