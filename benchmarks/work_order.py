@@ -8,8 +8,8 @@ cheaper is a contradiction: no cost model in which more work never costs less ca
 own 5 % top-1 rule, and the data do not say which of the two is off. A pair the prediction orders the same way
 (more work predicted more than CONTRADICTION cheaper too) is not one: the predictor prices the kernels the framework
 picks per shape (Megatron's FusedScaleMaskSoftmax falls back to PyTorch ops when micro-batch x heads per TP rank is
-not a multiple of 4, graph/layer_ops.fused_softmax_available: S24's TP 8 cells at micro-batch 1, predicted -19 to
--21 % per layer against -19 to -26 % measured), so there the two run different ops and the work is not a superset.
+not a multiple of 4, graph/attention_core_ops.fused_softmax_available: S24's TP 8 cells at micro-batch 1, predicted
+-19 to -21 % per layer against -19 to -26 % measured), so there the two run different ops and the work is not a superset.
 """
 
 from __future__ import annotations

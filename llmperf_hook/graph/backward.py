@@ -21,7 +21,7 @@ BWD_BYTES_FACTOR = {"cross_entropy": 14.0 / 38.0, "cast": 1.0, "scale": 1.0, "bi
                     "bias_activation": 1.25, "bias_add": 0.5}
 """Backward traffic / forward traffic where it is not the FLOP factor: Megatron's cross-entropy backward moves
 14 bytes per logit against 38 in forward (graph/vocab_ops.py CE_FWD_BYTES_PER_LOGIT); the unfused softmax
-path's cast and scale (layer_ops.softmax_fallback_ops) backpropagate as one kernel of the same traffic (cast
+path's cast and scale (attention_core_ops.softmax_fallback_ops) backpropagate as one kernel of the same traffic (cast
 back, multiply by the scale); its mask fill is two kernels (backward_bytes). The unfused bias-dropout-add and
 bias-activation (layer_ops.residual / activation, --no-bias-dropout-fusion / --no-bias-gelu-fusion) backpropagate
 as their fused kernels do (the add passes its gradient through; dropout's mask multiply and the bias-gradient sum run
@@ -63,7 +63,7 @@ take 25.2 ms of _softmax_backward_data plus ~25 ms of the 80 `mul` calls (24 of 
 def backward_bytes(op: Op, flop_factor: float) -> float:
     """HBM bytes of a memory-bound op's backward (BWD_BYTES_FACTOR, else the FLOP factor), with two ops whose
     backward is more than one kernel: PyTorch's softmax (TORCH_SOFTMAX_BWD_BYTES_FACTOR, ops tagged kernel=torch by
-    layer_ops.attention_core) and the mask fill of the unfused softmax path, whose gradient is
+    attention_core_ops.attention_core) and the mask fill of the unfused softmax path, whose gradient is
     `grad.masked_fill(mask, 0)` (torch derivatives.yaml masked_fill_.Scalar): at::masked_fill clones the gradient
     (read + write, no mask) and runs masked_fill_ on the clone (the forward's traffic): 2 x forward - the mask byte."""
     if op.op_class == "mask_fill":

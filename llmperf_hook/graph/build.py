@@ -233,8 +233,8 @@ def _p2p_ops(cfg: TrainingConfig, ctx: lo.LayerContext, gpus_per_node: int) -> t
 
 
 def _model_op_flops(op: Op) -> float:
-    """The model's FLOPs of an op: a kernel that pads the head dimension (layer_ops.flash_head_dim) executes more
-    than the model asks for, and MFU counts the model's share."""
+    """The model's FLOPs of an op: a kernel that pads the head dimension (attention_core_ops.flash_head_dim) executes
+    more than the model asks for, and MFU counts the model's share."""
     model_d = op.tags.get("model_head_dim")
     return op.flops * int(model_d) / op.dims["head_dim"] if model_d else op.flops
 

@@ -1,11 +1,11 @@
 """Forward ops of one transformer layer on one rank, with exact per-rank shapes (the embedding and LM head:
-graph/vocab_ops.py).
+graph/vocab_ops.py; the attention core between the QKV and output projections: graph/attention_core_ops.py).
 
 Shapes follow Megatron-core (megatron/core/transformer/): tokens on a rank T = micro_batch * seq / cp; with
 sequence parallelism the norms, dropout and residual adds see T / tp tokens and the TP collectives become
 all-gather (before the column-parallel GEMM) and reduce-scatter (after the row-parallel GEMM) of T x h
 (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2, Fig. 5), otherwise one all-reduce each (Shoeybi et al.
-2019, Fig. 3). FLOPs: 2mnk per GEMM; causal attention core 2 * 2 * b * s_q * s_kv * heads * head_dim / 2.
+2019, Fig. 3). FLOPs: 2mnk per GEMM.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.fp8_tags import (FP8_PAYLOAD, FP8_PAYLOAD_BYTES, fp8_gathered_tag, fp8_grad_payload_tag,
                                          fp8_scaling_tag)
 from llmperf_hook.graph.op import Collective, Op
-from llmperf_hook.graph.param_tensors import megatron_layout
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per activation element: fp8 training keeps activations and TP traffic in bf16 (Transformer Engine)."""
@@ -233,6 +232,7 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
         from llmperf_hook.graph.mla_ops import mla_attention_ops  # mla_ops builds on this module
 
         return mla_attention_ops(ctx)
+    from llmperf_hook.graph.attention_core_ops import attention_core  # attention_core_ops builds on this module
     from llmperf_hook.graph.local_kernels import context_copy, qkv_bias_add  # local_kernels builds on this module
 
     heads, kv_heads, d = m.num_attention_heads // t, max(1, m.num_query_groups // t), m.kv_channels
@@ -253,61 +253,6 @@ def attention_ops(ctx: LayerContext) -> list[Op]:
     return ops
 
 
-def attention_core(ctx: LayerContext, heads: int, kv_heads: int, d: int) -> list[Op]:
-    cfg = ctx.cfg
-    b = cfg.batch.micro_batch_size
-    s_q = cfg.model.seq_length // cfg.parallel.cp
-    s_kv = cfg.model.seq_length
-    causal_flops = 2.0 * 2.0 * b * s_q * s_kv * heads * d * 0.5
-    if cfg.attention_backend != "unfused":
-        tile_d, tags = flash_head_dim(cfg, d)
-        dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": kv_heads, "head_dim": tile_d, "causal": 1}
-        io = b * s_q * (2 * heads + 2 * kv_heads) * d * ctx.act_bytes
-        core = Op("attn.core", "attention", "fwd", dims, flops=causal_flops * tile_d / d, bytes_moved=float(io),
-                  dtype=ctx.dtype, tags=tags)
-        return context_parallel_steps(core, cfg.parallel.cp)
-    # Unfused (Megatron "local" attention): QK^T bmm, masked softmax, attention dropout, AV bmm; full s x s scores.
-    batch = b * heads
-    scores = batch * s_q * s_kv
-    qk = Op("attn.qk", "bmm", "fwd", {"batch": batch, "m": s_q, "n": s_kv, "k": d}, flops=2.0 * batch * s_q * s_kv * d,
-            bytes_moved=float(ctx.act_bytes * (2 * batch * s_q * d + scores)), dtype=ctx.dtype)
-    softmax = elementwise("attn.softmax", "softmax", {"rows": batch * s_q, "cols": s_kv}, scores, ctx)
-    dropout = elementwise("attn.dropout", "dropout", {"elements": scores}, scores, ctx, passes=2.5)
-    av = Op("attn.av", "bmm", "fwd", {"batch": batch, "m": s_q, "n": d, "k": s_kv}, flops=2.0 * batch * s_q * s_kv * d,
-            bytes_moved=float(ctx.act_bytes * (scores + 2 * batch * s_q * d)), dtype=ctx.dtype)
-    dropouts = [dropout] if cfg.attention_dropout > 0 else []  # torch's dropout at p = 0 returns its input
-    if not torch_softmax_path(cfg):
-        return [qk, softmax, *dropouts, av]
-    before, after = softmax_fallback_ops(scores, ctx)
-    before += attention_sink_ops(scores, ctx)
-    # torch.nn.Softmax: its CUDA backward is two kernels (graph/backward.py TORCH_SOFTMAX_BWD_BYTES_FACTOR).
-    softmax = replace(softmax, tags={**softmax.tags, "kernel": "torch"})
-    if softmax_precision(cfg)[1]:  # the softmax itself reads and writes fp32 scores
-        softmax = replace(softmax, bytes_moved=float(2 * scores * FP32_BYTES), dtype="fp32")
-    return [qk, *before, softmax, *after, *dropouts, av]
-
-
-TRITON_FLASH_FLAG = "--use-flash-attn-triton"
-"""Megatron-DeepSpeed's flag for flash-attention v1.0.4's Triton kernel (megatron/model/transformer.py
-FlashSelfAttentionTriton -> flash_attn.flash_attn_triton.flash_attn_func)."""
-
-
-def flash_head_dim(cfg: TrainingConfig, d: int) -> tuple[int, dict[str, str]]:
-    """(head dimension the fused attention kernel computes at, the op's tags). flash-attention's Triton kernel tiles
-    the head dimension at BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16) and masks the padding to zeros
-    (flash_attn/flash_attn_triton.py _flash_attn_forward / _flash_attn_backward, v1.0.4, the version the
-    Megatron-DeepSpeed README installs for --use-flash-attn-triton): its Q.K^T and P.V products run at that width,
-    so head dimension 96 does the tensor-core work of 128 (4/3). The op carries the padded dims and FLOPs (what the
-    kernel executes) and tags the model's own head dimension, which the step's model FLOPs count (build.py).
-    Other flash kernels: the dims are the model's. The kernel is read from where the attention backend came from
-    (TrainingConfig has no field for the flash implementation)."""
-    source = cfg.sources.get("attention_backend")
-    if source is None or source.detail != TRITON_FLASH_FLAG:
-        return d, {}
-    tile = max(16, 1 << (d - 1).bit_length())
-    return tile, {"kernel": "flash_triton", "model_head_dim": str(d)} if tile != d else {"kernel": "flash_triton"}
-
-
 def context_parallel_steps(core: Op, cp: int) -> list[Op]:
     """The fused attention of one rank under context parallelism as the cp kernel calls it runs: the rank's
     s/cp queries meet all s keys, cp/2 x the FLOPs of a causal self-attention over s/cp (core.flops), in cp
@@ -320,95 +265,6 @@ def context_parallel_steps(core: Op, cp: int) -> list[Op]:
     if cp == 1:
         return [core]
     return [replace(core, name=f"{core.name}.cp{i}", flops=core.flops / cp) for i in range(cp)]
-
-
-FUSED_SOFTMAX_MAX_SK = 4096
-"""Longest key length the fused causal softmax kernel takes (FusedScaleMaskSoftmax.is_kernel_available: 16 < sk
-<= 4096 in megatron-core's fusions/fused_softmax.py and in the Megatron-DeepSpeed forks' megatron/model/
-fused_softmax.py; only Megatron-LM's apex-era legacy copy of 2023, cd126362bb, took 16384)."""
-FP32_BYTES = 4
-
-
-def softmax_precision(cfg: TrainingConfig) -> tuple[bool, bool]:
-    """(query-key layer scaling, softmax in fp32) of the PyTorch softmax fallback: Megatron-DeepSpeed scales by the
-    layer number unless --no-query-key-layer-scaling (megatron/arguments.py there), Megatron-LM only with
-    --apply-query-key-layer-scaling; scaling forces the softmax to fp32 (TransformerConfig.__post_init__), as
-    --attention-softmax-in-fp32 does."""
-    scaling = cfg.query_key_layer_scaling
-    if scaling is None:
-        scaling = cfg.framework == "megatron-deepspeed"
-    return scaling, bool(scaling or cfg.softmax_in_fp32)
-
-
-def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
-    """Megatron's FusedScaleMaskSoftmax.is_kernel_available for the causal mask (megatron-core
-    fusions/fused_softmax.py, Megatron-DeepSpeed megatron/model/fused_softmax.py): 16 < sk <= 4096, sq and sk
-    multiples of 4, and attn_batches = micro_batch x heads per TP rank a multiple of 4 and of the kernel's batches
-    per block. Batches per block
-    (scaled_masked_softmax.h get_batch_per_block): 128 threads / min(next_pow2(sk), 32) per warp x (2 rows per
-    warp when next_pow2(sk) <= 128, else 1) = 4 for every sk > 128. Otherwise the layer falls back to PyTorch ops
-    (forward_torch_softmax): e.g. TP 8 of 16 heads at micro-batch 1 gives attn_batches 2."""
-    if not (16 < s_kv <= FUSED_SOFTMAX_MAX_SK and s_q % 4 == 0 and s_kv % 4 == 0):
-        return False
-    pow2 = 1 << max(0, (s_kv - 1).bit_length())
-    warp = min(pow2, 32)
-    batches_per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
-    return attn_batches % 4 == 0 and attn_batches % batches_per_block == 0
-
-
-def torch_softmax_path(cfg: TrainingConfig) -> bool:
-    """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
-    kernel: --no-masked-softmax-fusion, a learned softmax offset (attention sinks), fp32 scores (is_kernel_available
-    needs input_in_float16), or a shape the kernel does not take (fused_softmax_available; attention batches =
-    micro-batch x heads per TP rank). The graph (attention_core) and the memory model (schedule/activations.py) both
-    ask here."""
-    m, p = cfg.model, cfg.parallel
-    attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
-    fused = (cfg.masked_softmax_fusion and cfg.precision != "fp32"  # the kernel takes fp16 / bf16 input only
-             and not m.attention_sinks  # FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
-             and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length))
-    return cfg.attention_backend == "unfused" and not fused
-
-
-MEGATRON_SINK_PASSES = 2.0
-"""Passes over the scores (in the activation dtype) that learned attention sinks add to Megatron's unfused attention:
-SoftmaxOne (fusions/fused_softmax.py, --softmax-type learnable) runs torch.cat([scores, sink]), which reads the scores
-and writes them one column wider (2); the softmax runs over that and the sink column is sliced off as a view."""
-HF_EAGER_SINK_PASSES = 5.0
-"""The same for transformers' gpt-oss eager_attention_forward (modeling_gpt_oss.py): the cat (2), then
-`combined_logits - combined_logits.max(dim=-1, keepdim=True).values`, a max reduction (1) and a subtraction (2)."""
-
-
-def attention_sink_ops(scores: int, ctx: LayerContext) -> list[Op]:
-    """The unfused attention's extra work for learned per-head sinks (ModelShape.attention_sinks): the sink logit
-    joins every score row (MEGATRON_SINK_PASSES, HF_EAGER_SINK_PASSES), one op of class cast (a copy). A fused kernel
-    (flash-attention's s_aux, Transformer Engine's softmax_type learnable) adds one logit per row to its online
-    softmax: O(1) beside each row's O(s x head_dim), left unpriced."""
-    if not ctx.cfg.model.attention_sinks:
-        return []
-    passes = MEGATRON_SINK_PASSES if megatron_layout(ctx.cfg) else HF_EAGER_SINK_PASSES
-    return [elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)]
-
-
-def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:
-    """The extra PyTorch kernels of FusedScaleMaskSoftmax.forward_torch_softmax over the scores, besides the
-    softmax itself: masked_fill_ with the causal mask (read scores + 1-byte mask, write scores) and, with the
-    softmax in fp32 (softmax_precision), the cast to fp32 before and the cast back after (read 2 + write 4, read 4 +
-    write 2 bytes per score), with query-key layer scaling also the scale multiply (read and write 4 bytes), the mask
-    fill then on fp32 scores. Megatron-LM and Megatron-Core default to neither since 2023: mask fill only."""
-    b = ctx.act_bytes
-    scaling, in_fp32 = softmax_precision(ctx.cfg)
-    width = FP32_BYTES if in_fp32 else b
-    casts = width != b  # fp32 training: input.float() returns the scores as they are, and nothing is cast back
-    fill = Op("attn.mask_fill", "mask_fill", "fwd", {"elements": scores}, flops=0.0,
-              bytes_moved=float(scores * (2 * width + 1)), dtype=ctx.dtype)
-    cast_in = Op("attn.softmax_cast_fp32", "cast", "fwd", {"elements": scores}, flops=0.0,
-                 bytes_moved=float(scores * (b + FP32_BYTES)), dtype=ctx.dtype)
-    scale = Op("attn.softmax_scale", "scale", "fwd", {"elements": scores}, flops=float(scores),
-               bytes_moved=float(scores * 2 * width), dtype=ctx.dtype)
-    cast_out = Op("attn.softmax_cast_back", "cast", "fwd", {"elements": scores}, flops=0.0,
-                  bytes_moved=float(scores * (FP32_BYTES + b)), dtype=ctx.dtype)
-    return [*([cast_in] if casts else []), *([scale] if scaling else []), fill], [cast_out] if casts else []
 
 
 def mlp_ops(ctx: LayerContext) -> list[Op]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.graph.layer_ops import FP32_BYTES, softmax_precision, torch_softmax_path
+from llmperf_hook.graph.attention_core_ops import FP32_BYTES, softmax_precision, torch_softmax_path
 from llmperf_hook.graph.params import is_moe_layer, mtp_layer_is_moe
 
 MASK_BYTES = 1
@@ -164,7 +164,7 @@ def stored_score_bytes(cfg: TrainingConfig) -> float:
 
 def softmax_output_bytes(cfg: TrainingConfig) -> float:
     """Bytes per score of the saved softmax output: the PyTorch fallback in fp32 saves its fp32 output (the cast
-    back to bf16 saves nothing; graph/layer_ops.torch_softmax_path decides which path runs)."""
+    back to bf16 saves nothing; graph/attention_core_ops.torch_softmax_path decides which path runs)."""
     return FP32_BYTES if torch_softmax_path(cfg) and softmax_precision(cfg)[1] else act_bytes(cfg)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from llmperf_hook.graph.layer_ops import fused_softmax_available
+from llmperf_hook.graph.attention_core_ops import fused_softmax_available
 
 
 def test_tp8_of_16_heads_at_micro_batch_1_falls_back() -> None:
@@ -102,7 +102,7 @@ def test_fp32_scores_take_the_torch_path_without_casts() -> None:
     """The fused kernel needs fp16 / bf16 input (is_kernel_available: input_in_float16); fp32 scores are softmaxed
     as they are: input.float() is a no-op and nothing is cast back, only layer scaling's multiply remains."""
     from llmperf_hook.graph.sample_configs import make_config
-    from llmperf_hook.graph.layer_ops import torch_softmax_path
+    from llmperf_hook.graph.attention_core_ops import torch_softmax_path
 
     cfg = make_config(num_layers=2, hidden_size=1024, num_attention_heads=16, seq_length=1024, micro_batch_size=4,
                       precision="fp32", framework="megatron-deepspeed", attention_backend="unfused")

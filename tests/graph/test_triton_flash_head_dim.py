@@ -9,7 +9,7 @@ import json
 import pytest
 
 from llmperf_hook.graph.build import build_graph
-from llmperf_hook.graph.layer_ops import flash_head_dim
+from llmperf_hook.graph.attention_core_ops import flash_head_dim
 from llmperf_hook.hardware.load import load_cluster
 from tests.frameworks.helpers import megatron
 
