@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ DEV_CSV = ROOT.parent / "shared" / "validation" / "dev.csv"
 
 
 def _compile_module():  # type: ignore[no-untyped-def]
+    if str(DATA) not in sys.path:  # its sibling public_run_sources.py, on sys.path when run as a script
+        sys.path.insert(0, str(DATA))
     return load_script(DATA / "compile_public_runs.py")
 
 
