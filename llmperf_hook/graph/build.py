@@ -68,7 +68,8 @@ def _layer_blocks(cfg: TrainingConfig, ctx: lo.LayerContext, num_dense: int, num
         for suffix, n, gran in (("", count - recomputed, "selective" if granularity == "selective" else "none"),
                                 (".recomputed", recomputed, "full")):
             if n:
-                gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full")
+                gather_fwd, gather_bwd, reduce = zero3_layer_comm(cfg, params, gpus_per_node, gran == "full",
+                                                                  kind == "moe_layer")
                 block = _with_latent_scatter_backward(_block(kind + suffix, fwd, n, gran, cfg), ctx)
                 bwd = gather_bwd + block.bwd + main_grad_add_ops(cfg, params) + reduce
                 blocks.append(OpBlock(block.name, gather_fwd + block.fwd, bwd, n))

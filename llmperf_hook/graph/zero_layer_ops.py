@@ -28,8 +28,8 @@ from llmperf_hook.graph.zero3_legacy import list_gather_overhead_ops, per_tensor
 from llmperf_hook.graph.zero3_trace import layer_bwd_fetch_share, recomputed_layer_fetches
 
 
-def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
-                     recomputed: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int, recomputed: bool = False,
+                     moe: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
     """Per-layer, per-micro-batch ZeRO-2/3 comm: (gathers before forward, gathers in backward, grad reduce).
 
     ZeRO-3 releases a module's gathered parameters after its forward and fetches them again before its
@@ -41,10 +41,10 @@ def zero3_layer_comm(cfg: TrainingConfig, layer_params: int, gpus_per_node: int,
     module (zero3_gather_modules), in execution order. ZeRO++ changes groups and bytes (zero3_fetch_ops,
     zero_grad_reduce_ops). A recomputed layer also carries DeepSpeed activation checkpointing's traffic
     (ds_checkpoint_ops). The forward (and a recomputed forward) carries ZeRO-3's separate bias adds
-    (zero3_bias_add_ops)."""
+    (zero3_bias_add_ops; an MoE layer's, `moe`, without the MLP's)."""
     ckpt_fwd, ckpt_bwd = ds_checkpoint_ops(cfg, gpus_per_node, recomputed)
     fwd, bwd, reduce = _zero_layer_comm(cfg, layer_params, gpus_per_node, recomputed)
-    bias_add = zero3_bias_add_ops(cfg)
+    bias_add = zero3_bias_add_ops(cfg, moe)
     # a recomputed forward adds them again
     fwd, bwd = bias_add + fwd, tuple(replace(op, phase="recompute") for op in bias_add if recomputed) + bwd
     copy_fwd, copy_bwd = offload_param_copy_ops(cfg, layer_params, dp_groups(cfg, gpus_per_node)[0].group_size,
@@ -66,7 +66,7 @@ the tokens, the model's own sums and 3 x 148 bf16 partition adds (stage3.py part
 parameter) predict 14.1 ms of aten::add_ against 14.9 measured."""
 
 
-def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
+def zero3_bias_add_ops(cfg: TrainingConfig, moe: bool = False) -> tuple[Op, ...]:
     """The bias adds DeepSpeed ZeRO-3 splits out of transformers-style linears, once per layer and micro-batch.
 
     ZeRO-3 converts the model with deepspeed.zero.Init (parameter_offload.py _convert_to_zero_parameters, or the
@@ -77,20 +77,34 @@ def zero3_bias_add_ops(cfg: TrainingConfig) -> tuple[Op, ...]:
     call their own autograd functions, not F.linear (TrainingConfig.torch_linear_layers False for its entry
     points), nor does GPT-2's Conv1D (torch.addmm), nor any linear under zero_optimization.memory_efficient_linear
     false or, before v0.19.4 (617061d6b, #8189), in a model built outside zero.Init (deepspeed_release.
-    zero3_splits_bias sets the flag). The linears with biases: fused or separate QKV (also alone: Qwen2's q, k, v,
-    ModelShape.add_qkv_bias), the output projection and the GELU MLP's two (transformers' SwiGLU MLPs and experts
-    have none)."""
+    zero3_splits_bias sets the flag). Which linears have biases: zero3_biased_outputs_per_token."""
     m = cfg.model
     if ("deepspeed" not in cfg.framework or cfg.optimizer.zero_stage != 3 or not cfg.torch_linear_layers
-            or not m.qkv_biased or m.multi_latent_attention):
+            or m.multi_latent_attention):
         return ()
-    per_token = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels
-    if m.add_bias_linear:
-        per_token += m.hidden_size + (0 if m.swiglu else m.ffn_hidden_size + m.hidden_size)
+    per_token = zero3_biased_outputs_per_token(cfg, moe)
+    if not per_token:
+        return ()
     p = cfg.parallel
     elements = cfg.batch.micro_batch_size * m.seq_length // max(1, p.cp) * per_token // max(1, p.tp)
     return (Op("zero3.linear_bias_add", "zero3_bias_add", "fwd", {"elements": elements}, flops=0.0,
                bytes_moved=ZERO3_BIAS_ADD_PASSES * elements * ACT_BYTES[cfg.precision], dtype=cfg.precision),)
+
+
+def zero3_biased_outputs_per_token(cfg: TrainingConfig, moe: bool) -> int:
+    """Output columns of a layer's biased nn.Linears, per token: the fused or separate QKV (ModelShape.qkv_biased,
+    also alone: Qwen2's q, k, v), the output projection (add_bias_linear: Llama's o_proj with attention_bias) and a
+    dense layer's MLP wherever it has biases of its own (ModelShape.mlp_biased): fc1 and fc2 (GPT-NeoX's
+    dense_h_to_4h / dense_4h_to_h, biased even with attention_bias false), or Llama's gate_proj, up_proj and
+    down_proj under mlp_bias (2 x ffn + h). An MoE layer (`moe`) adds none for its MLP: transformers' experts are
+    no nn.Linear (gpt-oss's GptOssExperts multiply their own parameters and add their biases themselves, as
+    without ZeRO-3), and the router's linear reads the tokens flattened to 2-D, which LinearFunctionForZeroStage3
+    runs as torch.addmm with the bias fused (runtime/zero/linear.py: `if input.dim() == 2 and bias is not None`)."""
+    m = cfg.model
+    qkv = (m.num_attention_heads + 2 * m.num_query_groups) * m.kv_channels if m.qkv_biased else 0
+    proj = m.hidden_size if m.add_bias_linear else 0
+    mlp = m.ffn_hidden_size * (2 if m.swiglu else 1) + m.hidden_size if m.mlp_biased and not moe else 0
+    return qkv + proj + mlp
 
 
 def bwd_fetch_phases(cfg: TrainingConfig, recomputed: bool) -> tuple[float, ...]:

@@ -72,10 +72,11 @@ def test_zero3_splits_the_q_k_v_bias_adds(tmp_path: Path) -> None:
     adds = _fwd_ops(_trainer(tmp_path, QWEN2), "zero3.linear_bias_add")
     assert len(adds) == 4 and {op.dims["elements"] for op in adds} == {2 * 1024 * 1536}
     assert not _fwd_ops(_trainer(tmp_path, {**QWEN2, "model_type": "llama"}), "zero3.linear_bias_add")
-    # Llama with attention_bias and mlp_bias: every linear biased, o_proj's adds join (the SwiGLU MLP's are priced
-    # as none: transformers' SwiGLU MLPs carry none in released configs)
+    # Llama with attention_bias and mlp_bias: every linear biased, o_proj's (1024) and the MLP's gate, up and down
+    # (2 x 2816 + 1024) adds join
     llama = _trainer(tmp_path, {**QWEN2, "model_type": "llama", "attention_bias": True, "mlp_bias": True})
-    assert {op.dims["elements"] for op in _fwd_ops(llama, "zero3.linear_bias_add")} == {2 * 1024 * (1536 + 1024)}
+    elements = {2 * 1024 * (1536 + 1024 + 2 * 2816 + 1024)}
+    assert {op.dims["elements"] for op in _fwd_ops(llama, "zero3.linear_bias_add")} == elements
 
 
 def test_learnable_softmax_counts_a_sink_per_head_on_each_rank() -> None:
