@@ -36,19 +36,46 @@ TORCHRUN = ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers
             "--global-batch-size 64 --tensor-model-parallel-size 2 --bf16 --vocab-size 51200")
 
 
-def _shell_modules_after(code: str) -> tuple[list[str], str]:
-    probe = f"import sys\n{code}\nprint('SHELL:' + ' '.join(m for m in {SHELL_READER!r} if m in sys.modules))"
+ACCELERATE_READER = ("llmperf_hook.launch.accelerate",)
+"""`accelerate launch`'s reader (its options, config file and yaml): loaded for accelerate's commands only."""
+
+
+def _modules_after(code: str, modules: tuple[str, ...]) -> tuple[list[str], str]:
+    """Which of `modules` a fresh interpreter has loaded after running `code`, and its stdout."""
+    probe = f"import sys\n{code}\nprint('LOADED:' + ' '.join(m for m in {modules!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("SHELL:")][-1]
-    return line[len("SHELL:"):].split(), out.stdout
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("LOADED:")][-1]
+    return line[len("LOADED:"):].split(), out.stdout
 
 
-def test_plain_torchrun_predict_skips_the_shell_reader() -> None:
-    code = (f"from llmperf_hook.cli import main\ntry:\n    main(['predict', '--cluster', 'dgx-a100', '--format', "
-            f"'json', '--', *{TORCHRUN!r}.split()])\nexcept SystemExit as e:\n    assert not e.code, e.code")
-    loaded, stdout = _shell_modules_after(code)
+def _cli(args: list[str]) -> str:
+    """Probe code running `llmperf ARGS -- TORCHRUN` in the probe's process, asserting exit 0."""
+    return (f"from llmperf_hook.cli import main\ntry:\n    main([*{args!r}, '--', *{TORCHRUN!r}.split()])\n"
+            f"except SystemExit as e:\n    assert not e.code, e.code")
+
+
+def test_plain_torchrun_predict_skips_the_shell_and_accelerate_readers() -> None:
+    loaded, stdout = _modules_after(_cli(["predict", "--cluster", "dgx-a100", "--format", "json"]),
+                                    SHELL_READER + ACCELERATE_READER)
     assert loaded == []
     assert '"step_time_s": ' in stdout  # the prediction itself was made
+
+
+def test_plain_torchrun_tune_skips_the_shell_and_accelerate_readers() -> None:
+    """tune/apply.py (its change lists) loads sbatch's reader only for an sbatch command and accelerate's only for
+    accelerate's jobs."""
+    args = ["tune", "--cluster", "dgx-a100", "--format", "json", "--top", "1"]
+    loaded, stdout = _modules_after(_cli(args), SHELL_READER + ACCELERATE_READER)
+    assert loaded == []
+    assert '"changes": [' in stdout  # the search ran and its best row's change list was made
+
+
+def test_an_accelerate_command_loads_its_reader() -> None:
+    argv = ["accelerate", "launch", "--num_processes", "8", "train.py"]
+    code = (f"from llmperf_hook.launch.parse import parse_launch\n"
+            f"job = parse_launch({argv!r}, {{'HF_HOME': '/nonexistent'}})\nprint('WORLD', job.world_size)")
+    loaded, stdout = _modules_after(code, ACCELERATE_READER)
+    assert loaded == ["llmperf_hook.launch.accelerate"] and "WORLD 8" in stdout
 
 
 @pytest.mark.parametrize("form", ["file", "command string"])
@@ -59,6 +86,6 @@ def test_script_command_loads_the_shell_reader(tmp_path, form: str) -> None:
     argv = ["bash", str(tmp_path / "run.sh")] if form == "file" else ["bash", "-c", script]
     code = (f"from llmperf_hook.launch.parse import parse_launch\n"
             f"job = parse_launch({argv!r}, {{}})\nprint('WORLD', job.nnodes, job.world_size)")
-    loaded, stdout = _shell_modules_after(code)
+    loaded, stdout = _modules_after(code, SHELL_READER)
     assert "llmperf_hook.launch.batch_script" in loaded and "llmperf_hook.launch.shell_variables" in loaded
     assert "WORLD 2 16" in stdout

@@ -198,22 +198,6 @@ def _check_config_file_fields(settings: Mapping[str, tuple[Any, Source]], config
             "from the accelerate config, or give --mixed_precision on the accelerate launch command instead.")
 
 
-MODULE = "accelerate.commands.launch"
-
-
-def accelerate_options_start(words: Sequence[str], i: int) -> int | None:
-    """Index of accelerate's first option when words[i] starts `accelerate launch`, `accelerate-launch` or
-    `-m accelerate.commands.launch` (after `python`), else None."""
-    name = os.path.basename(words[i])
-    if name == "accelerate" and i + 1 < len(words) and words[i + 1] == "launch":
-        return i + 2
-    if name == "accelerate-launch":
-        return i + 1
-    if words[i] == "-m" and i + 1 < len(words) and words[i + 1] == MODULE:
-        return i + 2
-    return None
-
-
 def _check_modes(opts: ScannedOptions) -> None:
     """_validate_launch_command's sanity checks on the command's own switches."""
     modes = [opts.flags[d] for d in ("multi_gpu", "cpu", "tpu", "use_deepspeed", "use_fsdp") if d in opts.values]

@@ -24,6 +24,10 @@ LAUNCH_HEADS = frozenset({"srun", "torchrun", "ft_launcher", "deepspeed", "accel
 """Commands that start the training job; `sbatch job.sh` from a script that submits it (Megatron-LM's
 examples/academic_paper_scripts/sc21: run_figure_*.sh sources SBATCH.sh, whose `sbatch ... SRUN.sh` is the launch)."""
 SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
+ACCELERATE_MODULE = "accelerate.commands.launch"
+"""The module `accelerate launch` runs (`python -m accelerate.commands.launch`). It and accelerate_options_start live
+here, not in launch/accelerate.py, so that telling an accelerate command apart loads accelerate's reader (and yaml)
+for accelerate's commands only."""
 _COMMAND_START = r"(?:^|[;&|(`]|\b(?:then|do|else|exec|nohup|time|eval)\s|=[\"']?|-c\s+[\"']?)\s*"
 """Where a shell's commands start a command: a line's start, after `;`, `&`, `|`, `(`, a keyword or a wrapper, or
 in a value assigned (`run_cmd="deepspeed ..."`, eval'd later) or given to -c."""
@@ -39,6 +43,19 @@ _PY_LAUNCH = re.compile(r"\bpython[0-9.]*\s+" + _PY_OPTIONS + r"-[A-Za-z]*m\s*" 
                         r"|nvidia_resiliency_ext\.fault_tolerance\.launcher)\b")
 _SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--init-file", "--rcfile"})
 """Shell options that take the next word as their value (`bash -o pipefail train.sh`, `bash --rcfile F ...`)."""
+
+
+def accelerate_options_start(words: Sequence[str], i: int) -> int | None:
+    """Index of accelerate's first option when words[i] starts `accelerate launch`, `accelerate-launch` or
+    `-m accelerate.commands.launch` (after `python`), else None."""
+    name = os.path.basename(words[i])
+    if name == "accelerate" and i + 1 < len(words) and words[i + 1] == "launch":
+        return i + 2
+    if name == "accelerate-launch":
+        return i + 1
+    if words[i] == "-m" and i + 1 < len(words) and words[i + 1] == ACCELERATE_MODULE:
+        return i + 2
+    return None
 
 
 def shell_operand(words: Sequence[str], i: int) -> tuple[int, str]:

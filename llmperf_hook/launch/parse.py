@@ -20,12 +20,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
-from llmperf_hook.launch.accelerate import MODULE as ACCELERATE_MODULE, accelerate_options_start, parse_accelerate
 from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
-from llmperf_hook.launch.launch_line import (apply_prefixes, reads_standard_input, shell_command_index, shell_operand,
+from llmperf_hook.launch.launch_line import (ACCELERATE_MODULE, accelerate_options_start, apply_prefixes,
+                                             reads_standard_input, shell_command_index, shell_operand,
                                              shell_script_index as _shell_script_index)
 from llmperf_hook.launch.shell_script import (LITERAL_DOLLAR, logical_lines, pipelines, quoted_words, restore_dollars,
                                               shell_split, strip_redirections)
@@ -93,6 +93,15 @@ def _python_target(words: Sequence[str], i: int) -> tuple[int, str | None]:
     return j, None
 
 
+def _accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
+                files: Mapping[str, ScriptFile] | None) -> LaunchSize:
+    """`accelerate launch` from its first option: its reader (options, config file, yaml: ~20 ms) loads here, for
+    accelerate's commands only, not for every predict."""
+    from llmperf_hook.launch.accelerate import parse_accelerate
+
+    return parse_accelerate(words, start, env, used, files)
+
+
 def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str, str],
             files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
     """`python [opts] -m MODULE ...` or `python [opts] script.py ...`."""
@@ -104,7 +113,7 @@ def _python(words: Sequence[str], i: int, env: Mapping[str, str], used: dict[str
         if launcher == "deepspeed":
             return parse_deepspeed_launcher(words, j, env, used, files)
         if launcher == "accelerate":
-            return parse_accelerate(words, j, env, used, files)
+            return _accelerate(words, j, env, used, files)
         if launcher:
             return parse_torchrun(words, j, env, used, launcher)
         return _single_process(f"-m {module}", tuple(words[j:]), env, used)
@@ -279,7 +288,7 @@ def _dispatch(words: Sequence[str], i: int, env: dict[str, str], used: dict[str,
         return parse_deepspeed_launcher(words, i + 1, env, used, files)
     start = accelerate_options_start(words, i)
     if start is not None:
-        return parse_accelerate(words, start, env, used, files)
+        return _accelerate(words, start, env, used, files)
     if _is_python(words[i]):
         module = _python_target(words, i)[1]  # past python's own options: `python -u -m torch.distributed.launch`
         if inside_srun and module not in _MODULE_LAUNCHERS:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from llmperf_hook.frameworks.deepspeed_config import AUTO
-from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS, accelerate_options_start
+from llmperf_hook.launch.launch_line import accelerate_options_start
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.tune import argv_edit as ed
 from llmperf_hook.tune import ds_config_rewrite as dsr
@@ -32,6 +32,8 @@ def accelerate_options_span(argv: Sequence[str]) -> tuple[int, int] | None:
     for i in range(len(argv)):
         start = accelerate_options_start(argv, i)
         if start is not None:
+            from llmperf_hook.launch.accelerate import ACCELERATE_OPTIONS  # accelerate's reader: its commands only
+
             return start, scan_options(argv, start, ACCELERATE_OPTIONS, "accelerate launch").rest
     return None
 

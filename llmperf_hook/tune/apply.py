@@ -21,7 +21,6 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.options import scan_options
 from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_command_index
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
-from llmperf_hook.launch.sbatch import SBATCH_GRAMMAR, SBATCH_OPTIONS
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
@@ -88,6 +87,8 @@ def _wrap_index(argv: Sequence[str]) -> int | None:
     i = next((i for i, word in enumerate(argv) if os.path.basename(word) == "sbatch"), None)
     if i is None:
         return None
+    from llmperf_hook.launch.sbatch import SBATCH_GRAMMAR, SBATCH_OPTIONS  # the shell-script reader: sbatch only
+
     try:
         rest = scan_options(argv, i + 1, SBATCH_OPTIONS, "sbatch", SBATCH_GRAMMAR).rest  # `sbatch -W job.sh`: a switch
     except LlmperfError:
