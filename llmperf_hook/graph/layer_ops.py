@@ -212,14 +212,15 @@ def residual(name: str, ctx: LayerContext) -> Op:
 
 def activation(name: str, ffn: int, ctx: LayerContext) -> Op:
     """GeLU or SwiGLU over the rank's FFN activations. Without the fused bias-activation kernel
-    (TrainingConfig.bias_activation_fusion False: --no-bias-gelu-fusion, --no-bias-swiglu-fusion) and with biases,
-    mlp.py first runs `intermediate_parallel + bias_parallel` over the FC1 output (read and write: 2 passes of
-    its 1 or 2 x ffn columns), then the activation (GeLU: 2 passes; SwiGLU's PyTorch composite silu(a) * b: 5):
-    one op of class bias_activation, one host unit as the fused call."""
+    (TrainingConfig.bias_activation_fusion False: --no-bias-gelu-fusion, --no-bias-swiglu-fusion) and with an FC1
+    bias (the MLP's, ModelShape.mlp_biased: mlp.py builds linear_fc1 with bias=add_bias_linear and
+    skip_bias_add=True), mlp.py first runs `intermediate_parallel + bias_parallel` over the FC1 output (read and
+    write: 2 passes of its 1 or 2 x ffn columns), then the activation (GeLU: 2 passes; SwiGLU's PyTorch composite
+    silu(a) * b: 5): one op of class bias_activation, one host unit as the fused call."""
     m = ctx.cfg.model
     act = "swiglu" if m.swiglu else "gelu"
     elements = ctx.tokens * ffn
-    if m.add_bias_linear and not ctx.cfg.bias_activation_fusion:
+    if m.mlp_biased and not ctx.cfg.bias_activation_fusion:
         passes = 2.0 * 2 + 5.0 if m.swiglu else 2.0 + 2.0
         return elementwise(name + act, "bias_activation", {"elements": elements, "swiglu": int(m.swiglu)}, elements, ctx,
                            passes=passes)
