@@ -95,8 +95,8 @@ class _Child:
 
 
 def test_the_framework_cost_keeps_its_time_box(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A slow machine: DeepSpeed's engines do not start in their share of the box (left out), and readings stop when
-    the next would end past it. MIN_READINGS used to be taken whatever they cost."""
+    """A slow machine: DeepSpeed's engines and the rank-transport children do not start in their shares of the box
+    (left out), and readings stop when the next would end past it. MIN_READINGS used to be taken whatever they cost."""
     from llmperf_hook.profile import cpu_engine_cost as ce
     from llmperf_hook.profile import cpu_rank_transport as crt
 
@@ -113,13 +113,22 @@ def test_the_framework_cost_keeps_its_time_box(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(ce, "EngineReader", lambda dtype, threads, timeout_s: _Child(5.0, 0.1, timeout_s, {"0": []}))
     monkeypatch.setattr(ce, "ConcurrencyReader",
                         lambda dtype, threads, start_timeout_s: _Child(0.1, 0.2, start_timeout_s, {"2": 1.1}))
-    monkeypatch.setattr(crt, "TransportReader", lambda dtype, threads, timeout_s: _Child(9.0, 0.1, timeout_s, {}))
+    transport_starts: list[float] = []
+
+    def transport(dtype: str, threads: int, start_timeout_s: float) -> _Child:
+        transport_starts.append(start_timeout_s)
+        return _Child(9.0, 0.1, start_timeout_s, {})
+
+    monkeypatch.setattr(crt, "TransportReader", transport)
+    monkeypatch.setattr(cfr, "TRANSPORT_MIN_LEFT_S", 0.0)  # started in a 3-s box too, to show its share is kept
     monkeypatch.setattr(cfr, "summarize", lambda raws, fixed, dtype, loads, took_s: {"raws": raws, "took_s": took_s})
     t0 = time.perf_counter()
     entry = cfr.measure_framework_overhead("cpu-x", "fp32", 1, time_box_s=3.0)
     took_s = time.perf_counter() - t0
-    # The engines' 5-s start is not waited for: 1 s of slack is for sleeps overshooting on a loaded 2-core machine.
+    # The engines' 5-s and the transport's 9-s starts are not waited for: 1 s of slack is for sleeps overshooting on
+    # a loaded 2-core machine.
     assert took_s <= 3.0 + 1.0, (took_s, os.getloadavg())
+    assert len(transport_starts) == 1 and 0 < transport_starts[0] <= cfr.TRANSPORT_START_SHARE * 3.0
     assert 1 <= len(entry["raws"]) < cfr.MIN_READINGS
     assert all(r["engine"] is None and r["transport"] is None and r["concurrency"] == {"2": 1.1}
                for r in entry["raws"])
