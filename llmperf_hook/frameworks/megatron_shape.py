@@ -242,7 +242,8 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
         position_embedding=_position_embedding(flags),  # type: ignore[arg-type]
         untie_embeddings=bool(flags.get("untie_embeddings_and_output_weights", False)),
         add_bias_linear=bool(flags.get("add_bias_linear", True)), add_qkv_bias=bool(flags.get("add_qkv_bias", False)),
-        attention_sinks=flags.get("softmax_type") == "learnable", max_position_embeddings=positions,
+        attention_sinks=flags.get("softmax_type") == "learnable",
+        zero_sink_logit=flags.get("softmax_type") == "off-by-one", max_position_embeddings=positions,
         make_vocab_size_divisible_by=divisible,
         **moe, **deepseek,
     )

@@ -95,6 +95,10 @@ class ModelShape:
     """A learned sink logit per attention head that joins every softmax row as one more column and takes probability
     mass without a value (gpt-oss: GptOssAttention.sinks; Megatron --softmax-type learnable:
     DotProductAttention.softmax_offset, Transformer Engine's softmax_type "learnable")."""
+    zero_sink_logit: bool = False
+    """Megatron --softmax-type off-by-one (Miller's "attention is off by one"): the same extra column with its logit
+    fixed at 0 (DotProductAttention.softmax_offset = torch.zeros(heads per partition), a plain tensor, no parameter).
+    Read with attention_sinks through softmax_sink."""
     num_experts: int = 0
     """0 for a dense model."""
     moe_router_topk: int = 2
@@ -139,6 +143,11 @@ class ModelShape:
     def qkv_biased(self) -> bool:
         """The QKV projection(s) carry a bias: every linear does, or only they do (add_qkv_bias)."""
         return self.add_bias_linear or self.add_qkv_bias
+
+    @property
+    def softmax_sink(self) -> bool:
+        """A sink column joins every softmax row: learned (attention_sinks) or fixed at 0 (zero_sink_logit)."""
+        return self.attention_sinks or self.zero_sink_logit
 
     @property
     def mlp_biased(self) -> bool:

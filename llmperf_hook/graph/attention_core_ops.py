@@ -108,33 +108,35 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
 
 def torch_softmax_path(cfg: TrainingConfig) -> bool:
     """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
-    kernel: --no-masked-softmax-fusion, a learned softmax offset (attention sinks), fp32 scores (is_kernel_available
+    kernel: --no-masked-softmax-fusion, a softmax offset (ModelShape.softmax_sink), fp32 scores (is_kernel_available
     needs input_in_float16), or a shape the kernel does not take (fused_softmax_available; attention batches =
     micro-batch x heads per TP rank). The graph (attention_core) and the memory model (schedule/activations.py) both
     ask here."""
     m, p = cfg.model, cfg.parallel
     attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
     fused = (cfg.masked_softmax_fusion and cfg.precision != "fp32"  # the kernel takes fp16 / bf16 input only
-             and not m.attention_sinks  # FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
+             and not m.softmax_sink  # FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
              and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length))
     return cfg.attention_backend == "unfused" and not fused
 
 
 MEGATRON_SINK_PASSES = 2.0
-"""Passes over the scores (in the activation dtype) that learned attention sinks add to Megatron's unfused attention:
-SoftmaxOne (fusions/fused_softmax.py, --softmax-type learnable) runs torch.cat([scores, sink]), which reads the scores
-and writes them one column wider (2); the softmax runs over that and the sink column is sliced off as a view."""
+"""Passes over the scores (in the activation dtype) that a sink column adds to Megatron's unfused attention: SoftmaxOne
+(fusions/fused_softmax.py; --softmax-type learnable, and off-by-one, whose DotProductAttention.softmax_offset is
+torch.zeros(heads per partition), not None) runs torch.cat([scores, sink]), which reads the scores and writes them one
+column wider (2); the softmax runs over that and the sink column is sliced off as a view."""
 HF_EAGER_SINK_PASSES = 5.0
 """The same for transformers' gpt-oss eager_attention_forward (modeling_gpt_oss.py): the cat (2), then
 `combined_logits - combined_logits.max(dim=-1, keepdim=True).values`, a max reduction (1) and a subtraction (2)."""
 
 
 def attention_sink_ops(scores: int, ctx: LayerContext) -> list[Op]:
-    """The unfused attention's extra work for learned per-head sinks (ModelShape.attention_sinks): the sink logit
-    joins every score row (MEGATRON_SINK_PASSES, HF_EAGER_SINK_PASSES), one op of class cast (a copy). A fused kernel
-    (flash-attention's s_aux, Transformer Engine's softmax_type learnable) adds one logit per row to its online
-    softmax: O(1) beside each row's O(s x head_dim), left unpriced."""
-    if not ctx.cfg.model.attention_sinks:
+    """The unfused attention's extra work for a per-head sink logit, learned or fixed at 0 (ModelShape.softmax_sink):
+    the sink logit joins every score row (MEGATRON_SINK_PASSES, HF_EAGER_SINK_PASSES), one op of class cast (a copy),
+    4 bytes of traffic per 16-bit score beside the torch fallback's mask fill, softmax and dropout (14): more than
+    rounding. A fused kernel (flash-attention's s_aux, Transformer Engine's softmax_type learnable / off-by-one) adds
+    one logit per row to its online softmax: O(1) beside each row's O(s x head_dim), left unpriced."""
+    if not ctx.cfg.model.softmax_sink:
         return []
     passes = MEGATRON_SINK_PASSES if megatron_layout(ctx.cfg) else HF_EAGER_SINK_PASSES
     return [elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)]
