@@ -70,7 +70,8 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], 
     bf16 + fp32 at stage 1); without ZeRO one other than the model's refused (bf16 + fp32 only from
     NO_ZERO_BF16_OPTIMIZER_END on: older releases run BF16_Optimizer, warned as not modelled). ZeRO-1 with bf16 and
     fp32 accumulation runs BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py);
-    ZeRO-2/3 accumulate their partition in it (memory.py grad_accum_extra_bytes, graph/step_ops.py)."""
+    ZeRO-2/3 accumulate their partition in it (memory.py grad_accum_extra_bytes, graph/step_ops.py). The model's own
+    dtype is refused only for bf16 without ZeRO, once the engine is known (check_no_zero_bf16_accumulation)."""
     types = raw.get("data_types")
     value = types.get("grad_accum_dtype") if isinstance(types, dict) else None
     if value is None:
@@ -111,6 +112,37 @@ def _no_zero_mix(origin: str, value: str, model: str, accum: str, warnings: list
                       "DeepSpeed's engine accumulates gradients in the model's dtype without ZeRO and raises "
                       f"'unsupported mix of model_dtype and grad_accum_dtype'{since}; the job runs {release.named()}. "
                       f"Use {model!r}, drop the key, or enable ZeRO (stage 1 with bf16 accumulates in fp32).")
+
+
+BF16_ACCUM_NO_ZERO_VERSION = (0, 17, 6)
+"""First release whose engine accumulates a bf16 model's gradients in bf16 without ZeRO (889f0ead2, #7515 "Enable
+non-ZeRO mode": _do_optimizer_sanity_check returns DDP_BFLOAT16). From GRAD_ACCUM_DTYPE_VERSION to 0.17.5 it raises
+NotImplementedError('Bfloat16 wrapper must use a gradient accumulation type of fp32, enable ZeRO to use Bfloat16
+gradient accumulation') for data_types.grad_accum_dtype bf16 with a bf16 model and ZeRO off (engine.py; without the
+key get_data_types picks fp32 for bf16 without ZeRO)."""
+BF16_PIPELINE_ACCUM_VERSION = (0, 12, 5)
+"""First release whose PipelineEngine takes that combination (ce6070800, #4713: `if self.pipeline_parallelism:` warn
+'BF16 gradient accumulation is not safe numerically ...' and return BFLOAT16); other engines still raise."""
+
+
+def check_no_zero_bf16_accumulation(accum: str | None, origin: str, zero_stage: int, precision: str,
+                                    pipeline_engine: bool, release: JobRelease) -> None:
+    """bf16 gradient accumulation of a bf16 model without ZeRO as the job's `release` takes it
+    (BF16_ACCUM_NO_ZERO_VERSION, BF16_PIPELINE_ACCUM_VERSION). Checked once the stage, the precision and the engine
+    are final (a Megatron-DeepSpeed --zero-stage fills a silent ds_config, its --no-pipeline-parallel picks the
+    engine): `accum` is the ds_config's data_types.grad_accum_dtype, `origin` the file."""
+    if accum != "bf16" or precision != "bf16" or zero_stage != 0:
+        return
+    if not release.has(GRAD_ACCUM_DTYPE_VERSION) or release.has(BF16_ACCUM_NO_ZERO_VERSION):
+        return
+    if pipeline_engine and release.has(BF16_PIPELINE_ACCUM_VERSION):
+        return
+    engine = "engine (outside its PipelineEngine)" if release.has(BF16_PIPELINE_ACCUM_VERSION) else "engine"
+    raise ConfigError(f"{origin} data_types.grad_accum_dtype 'bf16' with bf16 training and ZeRO stage 0: the job runs "
+                      f"{release.named()}, whose {engine} raises 'Bfloat16 wrapper must use a gradient accumulation "
+                      "type of fp32, enable ZeRO to use Bfloat16 gradient accumulation' (engine.py "
+                      "_do_optimizer_sanity_check, 0.7.6-0.17.5; 0.17.6 accepts it, 889f0ead2). Drop the key (bf16 then "
+                      "accumulates in fp32), enable ZeRO (stage 1-3), or run DeepSpeed 0.17.6 or later.")
 
 
 def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
