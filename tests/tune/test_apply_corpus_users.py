@@ -3,7 +3,8 @@ applied command is one explain accepts with tune's layout and global batch, pred
 DeepSpeed's DeepSpeedConfig reads each written ds_config as tuned, the user's files are byte-identical, a refused job
 exits 2 and one that does not fit exits 3 naming the largest configuration that would; the JSON parses, its rows are
 sorted by step time, and the first row's "changes" are exactly the difference between the two commands (flags, and
-the keys of the written ds_config). `tune --format json` without --apply lists the same rows and applies nothing."""
+the keys of the written ds_config). `tune --format json` without --apply searches exactly what --apply searched (so
+its search is replayed, tests/tune/search_replay.py), lists the same rows and applies nothing."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from typing import Any
 
 import pytest
 
+from llmperf_hook.tune import search as tune_search
+
 from .apply_corpus import check_case
 from .apply_corpus_users import CASES
 from .helpers import run_cli
+from .search_replay import SearchReplay
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -64,6 +68,8 @@ def test_user_commands_apply_cleanly(case, deepspeed_config, tmp_path: Path, cap
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no accelerate default_config.yaml of this machine
     for key, value in case.env.items():
         monkeypatch.setenv(key, value)
+    replay = SearchReplay(tune_search.search_candidates)  # one search for the two tunes below (search_replay.py)
+    monkeypatch.setattr(tune_search, "search_candidates", replay)
     seen: dict[str, Any] = {}
     assert check_case(case, tmp_path, lambda args: run_cli(args, capsys), deepspeed_config, seen) == []
     data = seen["data"]
@@ -77,6 +83,7 @@ def test_user_commands_apply_cleanly(case, deepspeed_config, tmp_path: Path, cap
                               *case.argv], capsys)
     plain = json.loads(out)
     assert code == 0 and plain["applied"] is None, err
+    assert replay.replayed == 1, "tune without --apply searched other inputs than with it"
     assert [row["layout"] for row in plain["top"]] == [row["layout"] for row in data["top"]]
 
 
