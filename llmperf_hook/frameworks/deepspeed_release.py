@@ -203,11 +203,23 @@ TODAY_KEY = "zero3_fields_today"
 source detail]}, so that tune moves it to ZeRO-1/2 with what DeepSpeed derives there (zero3_fields_at)."""
 
 
+ZERO3_ACCUM_CAST_VERSION: Version = (0, 19, 2)
+"""First release whose ZeRO-3 casts each reduce-scattered gradient partition to gradient_accumulation_dtype in
+__avg_scatter_grads (56e7e0c55, #8056 "Consistent fp32 grads flow"). From v0.10.1 (8afcda2ac, the first ZeRO-3 that
+accumulates in a dtype other than the model's) to v0.19.1 it casts the partition back to the model's dtype only when
+communication_data_type differs from it, and partition_grads widens it in its copy into the fp32 buffer."""
+
+
 def as_released(optimizer: OptimizerConfig, env: Mapping[str, str], src: dict[str, Source],
                 warnings: list[str]) -> OptimizerConfig:
     """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named; the
-    release is recorded (RELEASE_KEY) at any stage: a ZeRO-1 job of DeepSpeed 0.5 that tune moves to ZeRO-3 runs it."""
+    release is recorded (RELEASE_KEY) at any stage: a ZeRO-1 job of DeepSpeed 0.5 that tune moves to ZeRO-3 runs it.
+    A release before ZERO3_ACCUM_CAST_VERSION also keeps ZeRO-3's reduced partitions uncast (at any stage, as tune may
+    move the job to ZeRO-3)."""
     version, where = job_release(env)
+    if version is not None and where is not None and version < ZERO3_ACCUM_CAST_VERSION:
+        optimizer = replace(optimizer, zero3_accum_cast_on_reduce=False)
+        src["zero3_accum_cast_on_reduce"] = where
     fields = release_zero3_fields(3, version)
     if not fields:
         return optimizer

@@ -319,6 +319,11 @@ class OptimizerConfig:
     grad_accum_dtype: str | None = None
     """DeepSpeed data_types.grad_accum_dtype ("fp32" | "bf16" | "fp16"); None = the model's dtype (DeepSpeed's
     default)."""
+    zero3_accum_cast_on_reduce: bool = True
+    """DeepSpeed ZeRO-3 with a grad_accum_dtype wider than the model's casts each reduce-scattered gradient partition
+    to it before partition_grads copies or adds it (stage3.py __avg_scatter_grads, v0.19.2 on); False: the job's
+    release (v0.10.1-v0.19.1) keeps the partition in the model's dtype and widens it in that copy (graph/step_ops.py
+    ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST). Set from the release by deepspeed_release.as_released."""
     grad_comm_dtype: str | None = None
     """DeepSpeed communication_data_type: the dtype of the gradient reduction; None = llmperf's framework default
     (grad_bytes in graph/step_ops.py)."""

@@ -342,6 +342,11 @@ micro-batch, each further one), beyond the 16-bit accumulation above. stage3.py 
 model's dtype and only partition_grads widened it (copy_ 2 + 4: +2 first; add_ after `.to(fp32)` the same +12). The
 optimizer step reads the fp32 partition where it flattened and cast the bf16 one (_prepare_fp32_grad_for_sub_group:
 8 B against 2 + 2 + 2 + 4, offset by the norm's wider read): left out. Read from the source, not measured here."""
+ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST = 2.0
+"""The first micro-batch's bytes per local parameter under DeepSpeed v0.10.1-v0.19.1
+(OptimizerConfig.zero3_accum_cast_on_reduce False): the reduce-scattered partition stays bf16 and partition_grads'
+`grad_buffer.copy_(grad_partition)` widens it into the fp32 buffer, read 2, write 4 where bf16 moves 2 + 2. Read from
+stage3.py at v0.10.1 .. v0.19.1 (56e7e0c55 changed it in v0.19.2); the further micro-batches' +12 is the same there."""
 DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6, 3: 30e-6}
 """Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
 three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
@@ -380,6 +385,8 @@ def zero3_fp32_accum_bytes(cfg: TrainingConfig) -> float:
     if cfg.optimizer.zero_stage != 3 or cfg.optimizer.grad_accum_dtype != "fp32" or cfg.precision == "fp32":
         return 0.0
     first, further = ZERO3_FP32_ACCUM_BYTES_PER_PARAM
+    if not cfg.optimizer.zero3_accum_cast_on_reduce:
+        first = ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST
     return first + max(0, cfg.batch.num_microbatches - 1) * further
 
 
