@@ -20,19 +20,26 @@ from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_MARKS, ent
                                                             megatron_entry_point)
 
 
-def _known_options(script: str, script_args: Sequence[str]) -> frozenset[str]:
-    """What the parser running `script` defines: a fork's own list where it is known in full
-    (megatron_entry_points.fork_parser_options), else every Megatron-LM / Megatron-DeepSpeed release's options."""
+Fork = tuple[str, frozenset[str]] | None
+"""megatron_entry_points.fork_parser_options of a job: (the fork, its parser's options) or None."""
+
+
+def _known_options(fork: Fork) -> frozenset[str]:
+    """What the parser running the script defines: a fork's own list where it is known in full (`fork`, from
+    megatron_entry_points.fork_parser_options), else every Megatron-LM / Megatron-DeepSpeed release's options."""
     from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
 
-    fork = fork_parser_options(script, script_args)
     return fork[1] if fork is not None else MEGATRON_OPTION_NAMES
 
 
 def unknown_option_names(script_args: Sequence[str], script: str = "") -> list[str]:
     """`--name` words (before any `=value`) that no Megatron-LM or Megatron-DeepSpeed release defines (or, for a fork
     known in full, the fork does not), nor the entry point `script` itself (its extra_args_provider), in order."""
-    known = _known_options(script, script_args)
+    return _unknown_names(script_args, script, _known_options(fork_parser_options(script, script_args)))
+
+
+def _unknown_names(script_args: Sequence[str], script: str, known: frozenset[str]) -> list[str]:
+    """unknown_option_names against the options `known` to the job's parser (_known_options)."""
     extra = entry_point_options(script, script_args)
     unknown: list[str] = []
     for word in script_args:
@@ -193,8 +200,9 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
             f"takes {'it' if len(stray) == 1 else 'them'} (argparse parse_args: 'unrecognized arguments'). Remove "
             f"{'it' if len(stray) == 1 else 'them'}, or give the option whose value it is; a value with blanks (\"0:16 "
             "2.4B:320\") reaches the script as several words when the variable or array holding it is expanded unquoted.")
-    unknown = unknown_option_names(script_args, script)
-    known = _known_options(script, script_args)
+    fork = fork_parser_options(script, script_args)  # worked out once: it scans every word for the fork's marks
+    known = _known_options(fork)
+    unknown = _unknown_names(script_args, script, known)
     respelled = [name for name in unknown if _respelled(name, known)]
     warnings = [f"{name} is read by llmperf as {_reading(name, known)}, but Megatron's parser defines no such option and "
                 "would reject it; use the spelling Megatron defines" for name in respelled]
@@ -202,7 +210,6 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
     if not unknown:
         return warnings
     hints = [f"{name} (did you mean {hint}?)" if (hint := _suggestion(name, known)) else name for name in unknown]
-    fork = fork_parser_options(script, script_args)
     if fork is not None:
         raise ConfigError(_fork_refusal(script, script_args, fork[0], unknown, hints))
     if megatron_entry_point(script):
