@@ -14,7 +14,14 @@ from typing import AbstractSet, Mapping, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.shell_parameters import expand_operators
 
-_VAR = re.compile(r"\$(?:\{(\w+)(?:(:?[-=+])([^}]*))?\}|(\w+))")
+_PLAIN = r"(?:[^$}]|\$(?!\{))"
+"""A character of a `${NAME:-word}` word that neither opens a nested `${` nor closes the expansion."""
+DEFAULT_WORD = _PLAIN + "*"
+for _ in range(3):  # `${A:-${B:-${C:-8}}}`: bash's closing brace is the first one outside an embedded expansion
+    DEFAULT_WORD = rf"(?:{_PLAIN}|\$\{{{DEFAULT_WORD}\}})*"
+ENV_REF = re.compile(rf"\$(?:\{{(\w+)(?:(:?[-=+])({DEFAULT_WORD}))?\}}|(\w+))")
+"""`$NAME`, `${NAME}` and `${NAME:-word}` (also `-`, `:=`, `=`, `:+`, `+`), whose word may hold expansions nested
+three deep (bash manual 3.5.3: the word is itself expanded, and only when it is used)."""
 
 
 # Options whose value is itself a command-line string (deepspeed --launcher_args "--qos high", sbatch --wrap): the
@@ -72,15 +79,18 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
         if op in ("+", ":+"):
             if name in env:
                 used[name] = env[name]
-            return default.strip("'\"") if name in env and (op == "+" or env[name] != "") else ""
+            return word_of(default) if name in env and (op == "+" or env[name] != "") else ""
         if name in env and not (op in (":-", ":=") and env[name] == ""):
             used[name] = env[name]
             return env[name]
         if op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the shell's default when VAR is unset
-            return default.strip("'\"")
+            return word_of(default)
         return match.group(0)
 
-    return _VAR.sub(sub, expand_operators(word, env, used))
+    def word_of(default: str) -> str:  # the word expanded only where it is used: `${A:-${B}}` with A set reads no B
+        return expand_env_refs(default, env, used, unknown).strip("'\"")
+
+    return ENV_REF.sub(sub, expand_operators(word, env, used))
 
 
 def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str],

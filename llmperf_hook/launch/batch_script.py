@@ -41,7 +41,8 @@ from llmperf_hook.launch.shell_loops import in_background, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, missing_arguments, positional_table,
                                                   run_builtin)
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
-from llmperf_hook.launch.shell_conditions import Conditions, condition_expander, decide_test, quote_arm_patterns
+from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
+                                                  quote_arm_patterns)
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, logical_lines,
                                               plain_heredoc_operators, protect_literal_dollars, quoted_words,
                                               rejoin_substitutions, restore_dollars, shell_split, split_redirections,
@@ -140,11 +141,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 i = after
                 continue
             i += 1
-            if ARRAY_ASSIGN.match(line.text) and not self.launches and self.conditions.running() and \
-                    self.assign_array(line.text):
-                if self.conditions.in_undecided_branch():
-                    self.undecided.setdefault(self.where(line), line.text)
-                    note_array_assigned(self.conditions, line.text, self.arrays, self.where(line))
+            if self.array_assignment(line, line.text):
                 self.texts.append(line.text)
                 self.note_missing_arguments(line)
                 continue
@@ -160,6 +157,17 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 for pipeline in self.command_list(line, text):
                     self.writes_files(line, pipeline)
             self.subshell = subshell
+
+    def array_assignment(self, line: ScriptLine, text: str) -> bool:
+        """`NAME=( words )` (bash manual 6.7), as a line or as a command after `then` / `else` / `do` / `;` on one
+        (`if [ ... ]; then ARR=(a b); fi`), where it runs before the launch; True when it assigned the array."""
+        if not (ARRAY_ASSIGN.match(text) and not self.launches and self.conditions.running() and
+                self.assign_array(text)):
+            return False
+        if self.conditions.in_undecided_branch():
+            self.undecided.setdefault(self.where(line), line.text)
+            note_array_assigned(self.conditions, text, self.arrays, self.where(line))
+        return True
 
     def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
@@ -225,6 +233,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                                        condition_expander(self.undecidable, self.expand))
         if self.shell[0] == "dash" and not self.launches:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
+        if stepped and self.array_assignment(line, after_keywords(text, len(words) - len(stepped))):
+            return  # `then A=(x y)`: shell_split cut the array at its blanks, as a line of its own it was read whole
         if stepped is not words:  # an `if` keyword consumed, or a branch that does not run
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:

@@ -335,3 +335,9 @@ class Conditions:
             frame.active = None if condition is not False else False
         else:
             frame.active = condition
+
+
+def after_keywords(text: str, count: int) -> str:
+    """`text` past its first `count` blank-separated words: the compound-command keywords Conditions.step consumed
+    (`then`, `else`, `do`, `{`, none holding a blank), where the command it runs starts."""
+    return re.sub(r"^\s*(?:\S+\s+){%d}" % count, "", text) if count else text.lstrip()

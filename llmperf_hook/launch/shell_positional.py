@@ -8,6 +8,7 @@ import re
 from typing import Mapping, Protocol, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import DEFAULT_WORD, ENV_REF
 from llmperf_hook.launch.shell_arithmetic import arithmetic
 from llmperf_hook.launch.shell_script import ScriptLine
 
@@ -37,9 +38,10 @@ def positional_table(script: str, args: Sequence[str]) -> dict[str, str]:
             **{str(i): arg for i, arg in enumerate(args, start=1)}}
 
 
-_ASSIGN_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)=([^}]*)\}")
+_ASSIGN_DEFAULT = re.compile(rf"\$\{{([A-Za-z_][A-Za-z0-9_]*)(:?)=({DEFAULT_WORD})\}}")
 """`${NAME:=value}` / `${NAME=value}`: bash assigns the default (3.5.3 Shell Parameter Expansion)."""
-_POSITIONAL = re.compile(r"\$(?:\{([0-9]+|[#@*])(?:(:?-)([^}]*))?\}|([0-9#@*]))")
+_POSITIONAL = re.compile(rf"\$(?:\{{([0-9]+|[#@*])(?:(:?-)({DEFAULT_WORD}))?\}}|([0-9#@*]))")
+"""`$1`, `${10}`, `${1:-word}` (the word may nest expansions: `${1:-${NP:-8}}`), `$#`, `$@`, `$*`."""
 
 
 _ARGUMENT_REF = re.compile(r"(?<!\\)\$(?:\{([1-9][0-9]*)\}|([1-9]))")
@@ -74,7 +76,7 @@ def expand_positional(text: str, positional: dict[str, str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
         value = positional.get(name, "")
         if op and (value == "" if op == ":-" else name not in positional):
-            return default.strip("'\"")
+            return expand_positional(default, positional).strip("'\"")
         return value
 
     return _POSITIONAL.sub(sub, text)
@@ -130,10 +132,6 @@ def leave_function(script: _Script) -> None:
             script.env[name] = value
 
 
-_ENV_REF = re.compile(r"\$(?:\{(\w+)(?:(:?[-=+])[^}]*)?\}|(\w+))")
-"""The references argv_words.expand_env_refs expands: `$NAME`, `${NAME}`, `${NAME:-word}` and the like."""
-
-
 def bind_locals(script: _Script, word: str) -> str:
     """`word` with its references to the running functions' `local` variables expanded where the line runs: a local
     given no value is unset, so `$X` is empty, while normalise_argv, which expands the launch's other references
@@ -144,12 +142,12 @@ def bind_locals(script: _Script, word: str) -> str:
         return word
 
     def one(match: re.Match[str]) -> str:
-        if (match.group(1) or match.group(3)) not in names:
+        if (match.group(1) or match.group(4)) not in names:
             return match.group(0)
         expanded = script.expand(match.group(0))
         return "" if expanded == match.group(0) else expanded
 
-    return _ENV_REF.sub(one, word)
+    return ENV_REF.sub(one, word)  # the references argv_words.expand_env_refs expands, nested words included
 
 
 def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
