@@ -1,0 +1,93 @@
+"""The CPU testbed's re-measurement of the framework cost (benchmarks/testbed_setup.refresh_framework_cost): a file
+without the DeepSpeed engine, concurrency or rank-transport term is re-measured, in a box of FRAMEWORK_BOX_S per
+dtype (not the profile command's 120 s, in which the 27 Nov 21:20 file lost the engine and transport terms), and a
+re-measured file that still lacks one stops the benchmark instead of scoring predictions without it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import testbed_setup as setup  # noqa: E402
+from testbed_configs import CLUSTER  # noqa: E402
+
+from llmperf_hook.profile.cpu_framework import FORMAT_VERSION  # noqa: E402
+
+
+def _entry(complete: bool) -> dict:
+    entry = {"per_unit_s": 1e-5, "compute_scale": 0.9, "optimizer_per_tensor_s": 1e-5, "optimizer_per_param_s": 3e-9,
+             "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}}
+    if complete:
+        entry |= {"deepspeed_step": {"0": {"per_step_s": 2e-3, "per_param_s": 1e-9}},
+                  "rank_transport": {"per_byte_s": 9e-10}}
+    return entry
+
+
+def _write(home: Path, complete: bool, load: float = 0.5) -> Path:
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format_version": FORMAT_VERSION, "loads_1m": [load], "load_avg_1m": load,
+                                "dtypes": {"bf16": _entry(complete), "fp32": _entry(complete)}}))
+    return path
+
+
+class FakeMeasure:
+    """subprocess.run of the re-measurement: records the code and writes the file it would leave."""
+
+    def __init__(self, home: Path, complete: bool) -> None:
+        self.home, self.complete, self.calls = home, complete, []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(argv)
+        _write(self.home, self.complete)
+        return subprocess.CompletedProcess(argv, 0)
+
+
+def test_a_complete_file_measured_quiet_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    _write(tmp_path, complete=True)
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    setup.refresh_framework_cost(tmp_path, 0.3)
+    assert fake.calls == [] and "kept" in capsys.readouterr().out
+
+
+def test_a_file_without_the_engine_terms_is_re_measured_in_the_testbeds_box(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, complete=False)
+    assert any("DeepSpeed's engine step" in g for g in setup.framework_cost_gaps(path, ["bf16", "fp32"]))
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    setup.refresh_framework_cost(tmp_path, 0.3)
+    (argv,) = fake.calls
+    assert argv[-2:] == ["bf16", "fp32"]
+    assert f"time.perf_counter() + {setup.FRAMEWORK_BOX_S} * len(sys.argv[2:])" in argv[2]
+    assert setup.FRAMEWORK_BOX_S >= 180  # 60 s per dtype lost the engine and transport terms (module docstring)
+    assert setup.framework_cost_gaps(path, ["bf16", "fp32"]) == []
+
+
+def test_a_re_measured_file_still_without_a_term_stops_the_benchmark(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path, complete=False)
+    monkeypatch.setattr(setup.subprocess, "run", FakeMeasure(tmp_path, False))
+    with pytest.raises(SystemExit) as stop:
+        setup.refresh_framework_cost(tmp_path, 0.3)
+    message = str(stop.value)
+    assert "incomplete" in message and "DeepSpeed's engine step" in message and "rerun when quieter" in message
+
+
+def test_a_busy_machine_keeps_an_incomplete_file_and_says_what_it_lacks(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    _write(tmp_path, complete=False)
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    setup.refresh_framework_cost(tmp_path, 99.0)
+    out = capsys.readouterr().out
+    assert fake.calls == [] and "busy now" in out and "gloo's transport" in out
