@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.accelerate_plugin import INSERTED_GAS
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, resolve_ds_batch
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.training_config import BatchConfig, OptimizerConfig
@@ -168,6 +169,84 @@ def check_batch_keys_given(ds: DsSettings, reader: str, fix: str) -> None:
                           f"{_NO_BATCH} at deepspeed.initialize. {fix}")
 
 
+def _trainer_accumulation(ds: DsSettings, flags: FlagValues) -> tuple[int, Source]:
+    """The Trainer's micro-batches per optimizer step: its --gradient_accumulation_steps, which an explicit ds value
+    equals (hf_mismatches). A file without the key gets 1 from accelerate's DeepSpeedPlugin after the Trainer's checks
+    (TrainingArguments.__post_init__ runs trainer_config_process, then builds DeepSpeedPlugin(hf_ds_config=...),
+    whose __post_init__ writes 1), but the Trainer still runs its own count between optimizer steps: it sets
+    accelerate's sync_gradients every --gradient_accumulation_steps micro-batches (trainer.py _inner_training_loop
+    do_sync_step), and DeepSpeedEngineWrapper.backward makes that DeepSpeed's accumulation boundary and steps the
+    engine only there (accelerate 23c1d8db, #3630, v1.8.0). Older accelerate is warned of (hf_accumulation_warnings)."""
+    gas = _hf_arg(flags, "gradient_accumulation_steps")
+    if ds.gradient_accumulation_steps not in (None, AUTO):
+        return gas, ds.sources["gradient_accumulation_steps"]
+    if ds.gradient_accumulation_steps is None and gas != 1:
+        return gas, Source(SourceKind.DERIVED, f"{flags.seen_flags['gradient_accumulation_steps']} {gas}: the Trainer's "
+                           "sync_gradients, DeepSpeed's accumulation boundary (accelerate >= 1.8.0); the config's own is "
+                           "the plugin's 1")
+    return gas, flags.source("gradient_accumulation_steps", f"Trainer default {gas}")
+
+
+def _accelerator_accumulation(ds: DsSettings, flags: FlagValues) -> tuple[int, Source]:
+    """A script driving Accelerator: the ds_config's accumulation where it holds a number (accelerate's plugin writes 1
+    into a file without the key, DeepSpeedPlugin.__post_init__): Accelerator._prepare_deepspeed fills only "auto" from
+    the Accelerator's gradient_accumulation_steps and, on a mismatch, logs 'Gradient accumulation steps mismatch ...
+    Using DeepSpeed's value.' and takes it (7f9c8cbe, v1.8.0), so accumulate() syncs, and DeepSpeed steps, every that
+    many micro-batches; before v1.8.0 DeepSpeedEngineWrapper.backward called engine.step() after every micro-batch,
+    and the engine's own count decided the same. "auto": the script's --gradient_accumulation_steps."""
+    value = ds.gradient_accumulation_steps
+    if value == AUTO:
+        gas = _hf_arg(flags, "gradient_accumulation_steps")
+        return gas, flags.source("gradient_accumulation_steps", f"script default {gas}")
+    if value is None:
+        return 1, INSERTED_GAS
+    return int(value), ds.sources["gradient_accumulation_steps"]
+
+
+def check_trainer_accumulation(ds: DsSettings, flags: FlagValues, world: int) -> None:
+    """A Trainer --deepspeed file with train_batch_size but no gradient_accumulation_steps, given an accumulation > 1:
+    trainer_config_process fills an "auto" train_batch_size with world x micro x accumulation (and checks a number
+    against it), then accelerate's DeepSpeedPlugin writes gradient_accumulation_steps 1 into the same config, which
+    Accelerator._prepare_deepspeed leaves (it fills only "auto", must_match=False): DeepSpeedConfig._batch_assertion
+    fails at deepspeed.initialize (runtime/config.py). A number the Trainer itself refuses is left to resolve_ds_batch."""
+    gas = _hf_arg(flags, "gradient_accumulation_steps")
+    if ds.gradient_accumulation_steps is not None or ds.train_batch_size is None or gas == 1:
+        return
+    micro = _hf_arg(flags, "per_device_train_batch_size")
+    train = world * micro * gas
+    if ds.train_batch_size not in (AUTO, train):
+        return
+    given = "\"auto\", which the Trainer fills with" if ds.train_batch_size == AUTO else "as the Trainer computes it:"
+    raise ConfigError(
+        f"{ds.path} has train_batch_size {given} world {world} x micro {micro} x {flags.seen_flags['gradient_accumulation_steps']} "
+        f"{gas} = {train}, but no gradient_accumulation_steps: accelerate's DeepSpeedPlugin, which TrainingArguments "
+        "builds after filling it, writes gradient_accumulation_steps 1 into the config (utils/dataclasses.py "
+        "__post_init__), and deepspeed.initialize asserts 'train_batch_size is not equal to micro_batch_per_gpu * "
+        f"gradient_acc_step * world_size {train} != {micro} * 1 * {world}' (runtime/config.py _batch_assertion). Add "
+        f"\"gradient_accumulation_steps\": \"auto\" (or {gas}) to {ds.path}.")
+
+
+def hf_accumulation_warnings(ds: DsSettings, flags: FlagValues, trainer: bool) -> list[str]:
+    """What a ds_config without gradient_accumulation_steps (or the Accelerator's mismatching one) does to the
+    script's --gradient_accumulation_steps, which runs as priced only on some accelerate releases or not at all."""
+    gas, value = _hf_arg(flags, "gradient_accumulation_steps"), ds.gradient_accumulation_steps
+    flag = flags.seen_flags.get("gradient_accumulation_steps", "--gradient_accumulation_steps")
+    if trainer and value is None and gas != 1:
+        return [f"{ds.path} has no gradient_accumulation_steps: accelerate's DeepSpeedPlugin writes 1 into it, and the "
+                f"Trainer's {flag} {gas} reaches DeepSpeed as its accumulation boundary (accelerate 1.8.0 on: "
+                "DeepSpeedEngineWrapper.backward), priced so; accelerate before 1.8.0 steps DeepSpeed's optimizer after "
+                "every micro-batch with this config. Add \"gradient_accumulation_steps\": \"auto\" to run the same on "
+                "every release"]
+    ds_gas = 1 if value is None else value
+    if trainer or ds_gas == AUTO or not flags.has("gradient_accumulation_steps") or int(ds_gas) == gas:
+        return []
+    inserted = value is None or ds.sources.get("gradient_accumulation_steps") is INSERTED_GAS
+    return [f"{flag} {gas} is not what runs: {ds.path} gives gradient_accumulation_steps {ds_gas}"
+            f"{' (accelerate writes 1 into a file without the key)' if inserted else ''}, and Accelerator "
+            f"uses DeepSpeed's value ('Gradient accumulation steps mismatch'), so priced at {ds_gas} micro-batches per "
+            "optimizer step. Set the key to \"auto\" for the script's value to run"]
+
+
 def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[str, Source],
              trainer: bool = True) -> BatchConfig:
     """Hugging Face Trainer + DeepSpeed: "auto" from the Trainer's arguments, then DeepSpeed's triad; `trainer`
@@ -183,11 +262,11 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
                                "Add \"train_micro_batch_size_per_gpu\": \"auto\" and \"train_batch_size\": \"auto\" for "
                                "it to fill them from --per_device_train_batch_size and --gradient_accumulation_steps.")
         hf_mismatches(ds, flags)
-    micro, gas = _hf_arg(flags, "per_device_train_batch_size"), _hf_arg(flags, "gradient_accumulation_steps")
+        check_trainer_accumulation(ds, flags, world)
+    micro = _hf_arg(flags, "per_device_train_batch_size")
+    gas, src["num_microbatches"] = _trainer_accumulation(ds, flags) if trainer else _accelerator_accumulation(ds, flags)
     src["micro_batch_size"] = ds.sources.get("micro_batch_size") if ds.micro_batch_size not in (None, AUTO) else \
         flags.source("per_device_train_batch_size", f"Trainer default {micro}")
-    src["num_microbatches"] = ds.sources.get("gradient_accumulation_steps") if ds.gradient_accumulation_steps not in (None, AUTO) else \
-        flags.source("gradient_accumulation_steps", f"Trainer default {gas}")
     train = ds.train_batch_size
     if train in (None, AUTO):
         train, src["global_batch_size"] = world * micro * gas, Source(SourceKind.DERIVED, f"HF auto: world * micro * accumulation = {world}*{micro}*{gas}")

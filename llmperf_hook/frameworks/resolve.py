@@ -14,9 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError, LlmperfError
-from llmperf_hook.frameworks.accelerate_plugin import accelerate_deepspeed, accelerate_ds_settings, plugin_config_file
+from llmperf_hook.frameworks.accelerate_plugin import (accelerate_deepspeed, accelerate_ds_settings, accelerator_script,
+                                                       plugin_config_file)
 from llmperf_hook.frameworks.deepspeed_chat import ORIGIN, deepspeed_chat_config, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config, read_ds_config
+from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
 from llmperf_hook.frameworks.deepspeed_release import schema_release
@@ -179,6 +181,8 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     if framework == "megatron":  # Megatron-DeepSpeed has no --mock-data and no such assert
         family_warnings += check_single_data_source(job.script_args, job.undecided_setting(DATA_SOURCE_FLAGS))
     ds = load_ds_settings(flags, framework, job.world_size, job.env, job.script_files, job.autotuning, job.script)
+    if ds is not None and framework == "hf-deepspeed":  # the accumulation that runs of a file without (or against) it
+        family_warnings += hf_accumulation_warnings(ds, flags, not accelerator_script(job.script, job.script_args))
     src: dict[str, Source] = {}
     _job_sources(job, framework, src)
     if framework in ("megatron", "megatron-deepspeed"):

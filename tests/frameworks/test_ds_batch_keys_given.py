@@ -87,12 +87,14 @@ def test_a_script_driving_accelerator_may_assign_the_keys_itself(tmp_path: Path)
     """accelerate Accelerator._prepare_deepspeed fills only "auto" keys (get_value of an absent key is None, so
     is_auto is False and no batch is derived), but a script driving Accelerator may assign
     deepspeed_plugin.deepspeed_config['train_micro_batch_size_per_gpu'] before prepare(), as accelerate's own error
-    message suggests: priced as its flags' batch with a warning. The Trainer under accelerate launch is still refused."""
+    message suggests: priced as its flags' batch with a warning. Its --gradient_accumulation_steps 4 does not run: the
+    plugin writes 1 into a file without the key and Accelerator takes DeepSpeed's value (test_hf_missing_accumulation).
+    The Trainer under accelerate launch is still refused."""
     config = _write(tmp_path, NO_BATCH)
     head = ["accelerate", "launch", "--use_deepspeed", "--deepspeed_config_file", config, "--num_processes", "8"]
     cfg = script([*head, "run_clm_no_trainer.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "2",
                   "--gradient_accumulation_steps", "4"], model="llama2-7b")
-    assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (2, 4, 64)
+    assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (2, 1, 16)
     assert any("must fill in itself" in w and "deepspeed_plugin" in w and config in w for w in cfg.warnings), cfg.warnings
     with pytest.raises(ConfigError, match="Trainer fills only the keys set to \"auto\""):
         script([*head, "run_clm.py", "--model_name_or_path", "x", "--per_device_train_batch_size", "2"],
