@@ -40,9 +40,11 @@ def command(fmt: str, nnodes: int | None, nproc_per_node: int | None, model: str
     """Print the resolved job and training configuration of a launch command, with the source of every value."""
     from llmperf_hook.frameworks.explain_data import explain_json
     from llmperf_hook.frameworks.resolve import JobOverrides, resolve_job
+    from llmperf_hook.predict.gemm_alignment import config_alignment_warnings
 
     if not launch_command:
         raise UsageError("explain needs a launch command after `--`, e.g. `llmperf explain -- torchrun ... pretrain_gpt.py ...`.")
     job, cfg = resolve_job(list(launch_command), dict(os.environ), JobOverrides(nnodes, nproc_per_node, model))
     data = explain_json(cfg, job)
+    data["warnings"] = [*data["warnings"], *config_alignment_warnings(cfg)]  # GPU-independent: explain knows none
     click.echo(json.dumps(data, indent=2) if fmt == "json" else render_table(data))

@@ -1,0 +1,192 @@
+"""GEMM, bmm and fused-attention widths that are not 16-byte aligned: which ops have them, what they cost on Hopper,
+and the warning that names the fix.
+
+The rule. NVIDIA's "Matrix Multiplication Background User's Guide" (DU-09799-001), section 2.2 "Tensor Core
+Requirements", Table 1: since cuBLAS 11.0 Tensor Cores serve any dims, but most efficiently when the dims are
+multiples of 16 bytes, 8 elements of fp16 / bf16. What must be aligned are the operands' leading dimensions. Our
+GEMM is the row-major [m, k] x [k, n] of graph/op.py (torch.nn.functional.linear(X [m, k], W [n, k])): the forward
+reads X and W with leading dimension k and writes Y [m, n] with n; its data gradient dY @ W reads dY with n; its
+weight gradient dY^T @ X reads dY (transposed) with n and X with k. So k and n set it, m never does. A bmm (Megatron's
+unfused attention: Q K^T with k = head dim and n = key length, P V with k = key length and n = head dim) the same;
+Megatron's strided Q, K, V views (batch stride 3 x head dim) are aligned exactly when the head dim is. Fused (flash)
+attention: the head dim. An op's alignment is the largest power of two up to 8 that divides all of its dims: 1, 2,
+4 or 8 (aligned) elements. Only 16-bit dtypes are checked (FP8 GEMMs need 16 elements, fp32 4; neither measured).
+
+The price. Measured on one H200 (torch 2.11, CUDA 13.0) by benchmarks/measure_gpu_alignment.py, per FLOP against
+the aligned neighbour: measurements/h200-sxm-141gb-2026-11-27-c, Megatron's LM-head GEMMs at width n = 50257 (odd)
+6.9-7.5x forward and ~5x backward, at 12564 / 6282 (4- / 2-aligned) 2.9-3.6x, at 25128 (8-aligned) ~1.0-1.1x; the
+unfused attention bmm's at head dims 140 / 150 (4- / 2-aligned) 2.3-3.0x, SDPA flash attention 1.1-1.4x;
+measurements/h200-sxm-141gb-2026-11-27-d, Megatron's linear with one of m, k, n varied: m costs nothing at any
+alignment (0.91-1.25), an odd k 4-5x, a 2- or 4-aligned k 2.2-3.0x, n as the LM head. The medians are
+configs/alignment/hopper.json (benchmarks/derive_alignment_slowdown.py writes it from the CSVs). Measured were n, k
+and the head dim; a width class the file lacks (an odd head dim: only 2- and 4-aligned ones were timed) takes the
+nearest larger measured alignment, a lower bound, since an odd width can use only kernels a 2-aligned one can use
+too. It prices Hopper GPUs only (compute capability 9.0: H100 SXM and PCIe, H200, GH200, one SM90 architecture with
+the same cuBLAS kernel families). Elsewhere (A100, L40S, B200, MI300X, CPU) the size is not measured: not priced,
+only warned. The factor multiplies the op's time from whichever predictor priced it: the fitted profiles sampled
+aligned shapes only (profile/plan.py rounds every dim to a multiple of 8; the GH200 public samples have head dims
+of multiples of 8 and a vocabulary padded to 128 x TP).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.op import Op
+from llmperf_hook.hardware.spec import HardwareSpec
+from llmperf_hook.resources import configs_dir
+
+ALIGNED_BYTES = 16
+"""Matrix Multiplication Background User's Guide, Table 1 (cuBLAS >= 11.0): most efficient at multiples of 16 bytes."""
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
+ALIGNED_ELEMENTS = ALIGNED_BYTES // 2
+ALIGNED_DIMS: Mapping[str, tuple[str, ...]] = {"gemm": ("n", "k"), "bmm": ("n", "k"), "attention": ("head_dim",)}
+"""The dims of each op class that are operands' leading dimensions (module docstring); n first, so an op with both
+unaligned alike is priced by n's (the larger) measured slowdown."""
+HOPPER_COMPUTE_CAPABILITY = 9.0
+SLOWDOWN_FILE = ("alignment", "hopper.json")
+MEASUREMENT = "measurements/h200-sxm-141gb-2026-11-27-c"
+TRITON_FLASH_FLAG = "--use-flash-attn-triton"
+"""Megatron-DeepSpeed's Triton flash attention pads the head dim to a power of two itself (the graph's
+flash_head_dim gives its op that width), so the model's head dim is not what its kernel reads."""
+
+
+@dataclass(frozen=True)
+class Misalignment:
+    """The worst-aligned leading dimension of one op."""
+
+    dim: str
+    """The op's dims key (graph/op.py): "k", "n" or "head_dim"."""
+    width: int
+    """Its value, in elements."""
+    alignment_elements: int
+    """Largest power of two up to ALIGNED_ELEMENTS dividing it (1, 2 or 4 here)."""
+
+
+def element_alignment(width: int) -> int:
+    """Largest power of two, at most ALIGNED_ELEMENTS, that divides `width` (a zero width is aligned)."""
+    return min(width & -width, ALIGNED_ELEMENTS) if width > 0 else ALIGNED_ELEMENTS
+
+
+def misalignment(op: Op) -> Misalignment | None:
+    """The op's worst-aligned leading dimension when it is below 16 bytes (16-bit dtypes only), else None."""
+    dims = ALIGNED_DIMS.get(op.op_class)
+    if dims is None or op.dtype not in ELEMENT_BYTES:
+        return None
+    worst = min(dims, key=lambda d: element_alignment(int(op.dims.get(d, 0))))
+    width = int(op.dims.get(worst, 0))
+    align = element_alignment(width)
+    return Misalignment(worst, width, align) if align < ALIGNED_ELEMENTS else None
+
+
+def is_hopper(gpu: HardwareSpec) -> bool:
+    """The GPUs the H200 measurement prices (module docstring): compute capability 9.0."""
+    return gpu.compute_capability == HOPPER_COMPUTE_CAPABILITY
+
+
+@lru_cache(maxsize=1)
+def measured_slowdowns() -> Mapping[str, Mapping]:
+    """configs/alignment/hopper.json's "slowdown": {op class: {dtype: {phase: {alignment: {"median", ...}}}}}."""
+    return json.loads(configs_dir().joinpath(*SLOWDOWN_FILE).read_text())["slowdown"]
+
+
+def slowdown_table(op_class: str, dim: str) -> str:
+    """The hopper.json entry that measured this op class with this dim unaligned: a GEMM's k has its own."""
+    return "gemm_k" if op_class == "gemm" and dim == "k" else op_class
+
+
+def measured_slowdown(table: str, dtype: str, phase: str, alignment_elements: int) -> tuple[float, int] | None:
+    """(per-FLOP slowdown, the alignment it was measured at) from hopper.json's entry `table` (slowdown_table) for
+    this dtype and phase ("recompute" is a forward), at the nearest measured alignment at or above
+    `alignment_elements` (a lower bound above it); None where nothing was measured."""
+    by_align = measured_slowdowns().get(table, {}).get(dtype, {}).get("bwd" if phase == "bwd" else "fwd", {})
+    measured = sorted(int(a) for a in by_align if int(a) >= alignment_elements)
+    if not measured:
+        return None
+    return float(by_align[str(measured[0])]["median"]), measured[0]
+
+
+def alignment_factor(op: Op, gpu: HardwareSpec) -> float:
+    """What `op`'s aligned-shape time is multiplied by on `gpu`: the measured slowdown on Hopper, else 1."""
+    if op.op_class not in ALIGNED_DIMS or not is_hopper(gpu):
+        return 1.0
+    found = misalignment(op)
+    price = None if found is None else measured_slowdown(slowdown_table(op.op_class, found.dim), op.dtype, op.phase,
+                                                          found.alignment_elements)
+    return 1.0 if price is None else price[0]
+
+
+def alignment_warnings(ops: Iterable[Op], gpu: HardwareSpec | None) -> tuple[str, ...]:
+    """One warning per op name and unaligned width (its forward, backward and recompute are one); `gpu` None: no
+    GPU is known (explain)."""
+    seen: dict[tuple[str, str, int], tuple[Op, Misalignment]] = {}
+    for op in ops:
+        if op.op_class in ALIGNED_DIMS:
+            found = misalignment(op)
+            if found is not None:
+                seen.setdefault((op.name, found.dim, found.width), (op, found))
+    return tuple(alignment_warning(op, found, gpu) for op, found in seen.values())
+
+
+def alignment_warning(op: Op, found: Misalignment, gpu: HardwareSpec | None) -> str:
+    """What is unaligned, what it costs on Hopper (measured), whether this prediction prices it, and the fix."""
+    nbytes = found.alignment_elements * ELEMENT_BYTES[op.dtype]
+    what = (f"{op.name} ({op.op_class}, {op.dtype}): {found.dim} = {found.width} is a multiple of "
+            f"{found.alignment_elements} element{'s' if found.alignment_elements > 1 else ''} ({nbytes} bytes), not "
+            f"of {ALIGNED_ELEMENTS} ({ALIGNED_BYTES} bytes), so cuBLAS / the attention kernel cannot use its fastest "
+            f"Tensor Core kernels (NVIDIA Matrix Multiplication Background guide, Tensor Core requirements)")
+    cost = _measured_text(op, found)
+    if gpu is None:
+        priced = "`llmperf predict` prices it on Hopper GPUs (H100, H200, GH200) only, where it was measured"
+    elif is_hopper(gpu):
+        priced = f"priced on {gpu.name} (Hopper)" if cost else f"not priced on {gpu.name}: this case was not measured"
+    else:
+        priced = f"not priced on {gpu.name}: measured on Hopper only, its size on this GPU is not known"
+    return f"{what}; {cost or 'its cost was not measured'}: {priced}. Fix: {_fix_text(op, found)}"
+
+
+def _measured_text(op: Op, found: Misalignment) -> str:
+    table = slowdown_table(op.op_class, found.dim)
+    fwd = measured_slowdown(table, op.dtype, "fwd", found.alignment_elements)
+    bwd = measured_slowdown(table, op.dtype, "bwd", found.alignment_elements)
+    if fwd is None or bwd is None:
+        return ""
+    bound = "at least " if fwd[1] > found.alignment_elements else ""
+    return (f"on an H200 such an op took {bound}{fwd[0]:.1f}x (forward) / {bwd[0]:.1f}x (backward) the time per FLOP "
+            f"of an aligned one ({MEASUREMENT})")
+
+
+def _fix_text(op: Op, found: Misalignment) -> str:
+    if op.name.startswith("head.lm_head"):
+        return ("pad the vocabulary so that each tensor-parallel rank's share is a multiple of 8. Megatron pads it "
+                "to a multiple of --make-vocab-size-divisible-by x TP: keep its default 128 (a smaller value left "
+                "this width). Hugging Face uses config.vocab_size as is (GPT-2's 50257): "
+                "model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64), as nanoGPT pads GPT-2 to "
+                "50304 'for efficiency'.")
+    if op.op_class in ("bmm", "attention"):
+        return ("choose a head count (or --kv-channels) that makes the head dim a multiple of 8, and a sequence "
+                "length that is one.")
+    return f"make {found.dim} = {found.width} a multiple of 8 (the model width it comes from, divided by TP)."
+
+
+def config_alignment_warnings(cfg: TrainingConfig) -> tuple[str, ...]:
+    """The same warnings for `llmperf explain`, which builds no graph and knows no GPU: the two widths a model's
+    shape leaves unaligned in practice, the LM head's columns per TP rank (graph/vocab_ops.head_ops) and the
+    attention's head dim (graph/layer_ops.attention_core: bmm's when unfused, else the fused kernel's head dim)."""
+    m, seq = cfg.model, cfg.model.seq_length
+    dtype = "bf16" if cfg.precision == "fp8" else cfg.precision  # the LM head and attention of an FP8 run are bf16
+    ops = [Op("head.lm_head", "gemm", "fwd", {"m": seq, "n": m.padded_vocab_size // cfg.parallel.tp,
+                                               "k": m.hidden_size}, dtype=dtype)]
+    if m.multi_latent_attention:  # its heads are qk / v head dims of their own (graph/mla_ops.py): not checked here
+        return alignment_warnings(ops, None)
+    d = m.kv_channels
+    if cfg.attention_backend == "unfused":
+        ops += [Op("attn.qk", "bmm", "fwd", {"batch": 1, "m": seq, "n": seq, "k": d}, dtype=dtype),
+                Op("attn.av", "bmm", "fwd", {"batch": 1, "m": seq, "n": d, "k": seq}, dtype=dtype)]
+    elif getattr(cfg.sources.get("attention_backend"), "detail", "") != TRITON_FLASH_FLAG:
+        ops.append(Op("attn.core", "attention", "fwd", {"head_dim": d}, dtype=dtype))
+    return alignment_warnings(ops, None)
