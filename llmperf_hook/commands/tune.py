@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import click
 
@@ -52,7 +52,7 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     try:
         top_k = _check_usage(argv, top_arg, dry_run, apply_best)
         job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-        result, space, fork_rules = _search(cfg, spec, search_file, top_k, argv, job.script_args, job.script)
+        result, space, fork_rules = _search(cfg, spec, search_file, top_k, argv, job.script_args, job.script, job.env)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
         if fmt == "json":
             _echo_json_error(str(err), err.exit_code)
@@ -166,10 +166,12 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
 
 
 def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = (),
-            script_args: Sequence[str] = (), script: str = "") -> tuple[Any, Any, dict[str, str]]:
+            script_args: Sequence[str] = (), script: str = "",
+            env: Mapping[str, str] | None = None) -> tuple[Any, Any, dict[str, str]]:
     """The search over the command's space, the space and the knobs the command's fork keeps (knob -> why);
     `script_args` are the training script's own flags as the launch was parsed (inside `sh -c`, an sbatch or a bash
-    script, variables expanded: ParsedJob.script_args), `script` the training script."""
+    script, variables expanded: ParsedJob.script_args), `script` the training script, `env` the job's environment
+    (ParsedJob.env: its DeepSpeed release decides which ZeRO stages its ds_config allows)."""
     from dataclasses import replace
 
     from llmperf_hook import api
@@ -186,7 +188,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
         raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
                          f"space. Give a YAML file like those in configs/search/.") from None
     if cfg.framework != "megatron":  # stages the command's own ds_config makes DeepSpeed refuse are not searched
-        space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, argv))
+        space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, argv, env))
     cp_sizes = "--hierarchical-context-parallel-sizes"
     if cfg.framework == "megatron" and any(w == cp_sizes or w.startswith(cp_sizes + "=") for w in script_args):
         # arguments.py asserts context_parallel_size == prod(hierarchical sizes): the command's flag fixes CP
@@ -207,15 +209,17 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     return result, space, pins.rules
 
 
-def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str]) -> tuple[int, ...]:
+def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str],
+                 env: Mapping[str, str] | None = None) -> tuple[int, ...]:
     """The ZeRO stages of the space that the command's ds_config (a launch script's own, or its here-document) lets
-    DeepSpeed run; where it refuses every one listed, the command's own stage, with a warning."""
+    the job's DeepSpeed release (of `env`) run; where it refuses every one listed, the command's own stage, with a
+    warning."""
     from llmperf_hook.tune.apply import batch_script_job
     from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
 
     script = batch_script_job(argv)
     line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
-    accepted = zero_stages_deepspeed_accepts(line, stages, written)
+    accepted = zero_stages_deepspeed_accepts(line, stages, written, env)
     if accepted is None:  # no ds_config to check the stages against
         return stages
     if not accepted:

@@ -199,13 +199,18 @@ def rewrite_ds_chat_argv(argv: Sequence[str], base: Candidate, new: Candidate, n
 
 
 def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
-                                  written: Mapping[str, ScriptFile] | None = None) -> tuple[int, ...] | None:
+                                  written: Mapping[str, ScriptFile] | None = None,
+                                  env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     """The ZeRO stages the command's ds_config still passes DeepSpeed's checks with (llmperf's parse_ds_config on a
     copy with zero_optimization.stage replaced): a partial optimizer offload needs stage 3, NVMe offload at stage 3
-    needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. None when argv names no readable ds_config.
+    needs nvme_path, fp32 gradient accumulation under bf16 needs ZeRO. The checks are those of the job's DeepSpeed
+    release (deepspeed_release.schema_release of `env`, the job's environment; None: today's): bf16 with fp32
+    accumulation runs without ZeRO before 0.18.5 and only at stage 1 before 0.10.1 (deepspeed_engine_rules), so a
+    tuned copy never asks the job's release for a stage it refuses. None when argv names no readable ds_config.
     `written`: files a launch script writes before `argv`, its launch line (ParsedJob.script_files)."""
     from llmperf_hook.errors import ConfigError, LlmperfError
     from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
+    from llmperf_hook.frameworks.deepspeed_release import TODAYS_RELEASE, schema_release
 
     ref = find_ds_config(argv)
     script_file = (written or {}).get(os.path.normpath(ref.path)) if ref else None
@@ -217,10 +222,11 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
     except LlmperfError:
         return None
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
+    release = TODAYS_RELEASE if env is None else schema_release(env)
     accepted = []
     for stage in stages:
         try:
-            parse_ds_config({**raw, "zero_optimization": {**zero, "stage": stage}}, ref.path)
+            parse_ds_config({**raw, "zero_optimization": {**zero, "stage": stage}}, ref.path, release=release)
         except ConfigError:
             continue
         accepted.append(stage)
