@@ -49,7 +49,10 @@ ALIGNED_DIMS: Mapping[str, tuple[str, ...]] = {"gemm": ("n", "k"), "bmm": ("n", 
 unaligned alike is priced by n's (the larger) measured slowdown."""
 HOPPER_COMPUTE_CAPABILITY = 9.0
 SLOWDOWN_FILE = ("alignment", "hopper.json")
-MEASUREMENT = "measurements/h200-sxm-141gb-2026-11-27-c"
+MEASURED_IN = {"gemm": "measurements/h200-sxm-141gb-2026-11-27-c and -d",
+               "gemm_k": "measurements/h200-sxm-141gb-2026-11-27-d"}
+"""Where each hopper.json entry was measured (the others: DEFAULT_MEASURED_IN)."""
+DEFAULT_MEASURED_IN = "measurements/h200-sxm-141gb-2026-11-27-c"
 TRITON_FLASH_FLAG = "--use-flash-attn-triton"
 """Megatron-DeepSpeed's Triton flash attention pads the head dim to a power of two itself (the graph's
 flash_head_dim gives its op that width), so the model's head dim is not what its kernel reads."""
@@ -135,10 +138,11 @@ def alignment_warnings(ops: Iterable[Op], gpu: HardwareSpec | None) -> tuple[str
 def alignment_warning(op: Op, found: Misalignment, gpu: HardwareSpec | None) -> str:
     """What is unaligned, what it costs on Hopper (measured), whether this prediction prices it, and the fix."""
     nbytes = found.alignment_elements * ELEMENT_BYTES[op.dtype]
-    what = (f"{op.name} ({op.op_class}, {op.dtype}): {found.dim} = {found.width} is a multiple of "
+    kernel = "the flash-attention kernel" if op.op_class == "attention" else "cuBLAS"
+    what = (f"{op.name} ({op.op_class}, {op.dtype}): {found.dim} = {found.width} is aligned to "
             f"{found.alignment_elements} element{'s' if found.alignment_elements > 1 else ''} ({nbytes} bytes), not "
-            f"of {ALIGNED_ELEMENTS} ({ALIGNED_BYTES} bytes), so cuBLAS / the attention kernel cannot use its fastest "
-            f"Tensor Core kernels (NVIDIA Matrix Multiplication Background guide, Tensor Core requirements)")
+            f"{ALIGNED_ELEMENTS} ({ALIGNED_BYTES} bytes), so {kernel} cannot use its fastest Tensor Core kernels "
+            f"(NVIDIA Matrix Multiplication Background guide, Tensor Core requirements)")
     cost = _measured_text(op, found)
     if gpu is None:
         priced = "`llmperf predict` prices it on Hopper GPUs (H100, H200, GH200) only, where it was measured"
@@ -157,7 +161,7 @@ def _measured_text(op: Op, found: Misalignment) -> str:
         return ""
     bound = "at least " if fwd[1] > found.alignment_elements else ""
     return (f"on an H200 such an op took {bound}{fwd[0]:.1f}x (forward) / {bwd[0]:.1f}x (backward) the time per FLOP "
-            f"of an aligned one ({MEASUREMENT})")
+            f"of an aligned one ({MEASURED_IN.get(table, DEFAULT_MEASURED_IN)})")
 
 
 def _fix_text(op: Op, found: Misalignment) -> str:
