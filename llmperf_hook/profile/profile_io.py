@@ -274,7 +274,9 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
         raise _fail(directory, f"{META_FILE} is not an llmperf profile (format={doc.get('format') if isinstance(doc, dict) else None!r})")
     if doc.get("format_version") != PROFILE_FORMAT_VERSION:
-        raise _fail(directory, f"format_version {doc.get('format_version')} is not {PROFILE_FORMAT_VERSION}")
+        # repr: a string "1" printed as `format_version 1 is not 1`
+        raise _fail(directory, f"format_version {doc.get('format_version')!r} is not {PROFILE_FORMAT_VERSION!r}, the "
+                               f"only one this llmperf reads (a newer llmperf wrote it, or the field was edited)")
     unknown = sorted(set(doc) - PROFILE_KEYS)
     if unknown:  # a damaged key name: "meta_sha257" would otherwise read as a profile without its digest
         raise _fail(directory, f"{META_FILE} has key(s) no llmperf writer writes: {', '.join(unknown)} (a damaged "
