@@ -234,7 +234,8 @@ def hf_accumulation_warnings(ds: DsSettings, flags: FlagValues, trainer: bool) -
     if trainer and value is None and gas != 1:
         return [f"{ds.path} has no gradient_accumulation_steps: accelerate's DeepSpeedPlugin writes 1 into it, and the "
                 f"Trainer's {flag} {gas} reaches DeepSpeed as its accumulation boundary (accelerate 1.8.0 on: "
-                "DeepSpeedEngineWrapper.backward), priced so; accelerate before 1.8.0 steps DeepSpeed's optimizer after "
+                "DeepSpeedEngineWrapper.backward), priced so; accelerate before 1.8.0, or an older Trainer loop that syncs "
+                "through accelerator.accumulate() (whose count becomes DeepSpeed's 1), steps DeepSpeed's optimizer after "
                 "every micro-batch with this config. Add \"gradient_accumulation_steps\": \"auto\" to run the same on "
                 "every release"]
     ds_gas = 1 if value is None else value
