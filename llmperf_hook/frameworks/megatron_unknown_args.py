@@ -20,11 +20,7 @@ from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_MARKS, ent
                                                             megatron_entry_point)
 
 
-Fork = tuple[str, frozenset[str]] | None
-"""megatron_entry_points.fork_parser_options of a job: (the fork, its parser's options) or None."""
-
-
-def _known_options(fork: Fork) -> frozenset[str]:
+def _known_options(fork: tuple[str, frozenset[str]] | None) -> frozenset[str]:
     """What the parser running the script defines: a fork's own list where it is known in full (`fork`, from
     megatron_entry_points.fork_parser_options), else every Megatron-LM / Megatron-DeepSpeed release's options."""
     from llmperf_hook.frameworks.megatron_known_flags import MEGATRON_OPTION_NAMES
