@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks import deepspeed_release
 from tests.frameworks.helpers import script
 
 REFUSAL = "Bfloat16 wrapper must use a gradient accumulation type of fp32"
@@ -51,9 +52,8 @@ def test_refused_without_zero_from_0_7_6_to_0_17_5(tmp_path: Path, release: str)
 
 
 def test_accepted_where_the_release_takes_it(tmp_path: Path) -> None:
-    """0.17.6 and later (and today's, with no release named), ZeRO at any stage, and 0.7.5, which ignores the key."""
+    """0.17.6 and later, ZeRO at any stage, and 0.7.5, which ignores the key."""
     assert _plain(tmp_path, "0.17.6").optimizer.grad_accum_dtype == "bf16"
-    assert _plain(tmp_path, None).optimizer.grad_accum_dtype == "bf16"
     assert _plain(tmp_path, "0.14.4", stage=1).optimizer.zero_stage == 1
     assert _plain(tmp_path, "0.7.5").optimizer.grad_accum_dtype is None
 
@@ -67,3 +67,13 @@ def test_the_pipeline_engine_takes_it_from_0_12_5(tmp_path: Path) -> None:
     assert _megatron_deepspeed(tmp_path, "0.15.0").deepspeed_pipeline_engine
     with pytest.raises(ConfigError, match=fr"engine \(outside its PipelineEngine\) raises '{REFUSAL}"):
         _megatron_deepspeed(tmp_path, "0.15.0", "--no-pipeline-parallel")
+
+
+def test_unset_release_is_the_installed_one_else_todays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without LLMPERF_DEEPSPEED_VERSION the release is the DeepSpeed installed beside llmperf; none installed:
+    today's, which accepts it."""
+    monkeypatch.setattr(deepspeed_release, "installed_release", lambda: (0, 15, 0))
+    with pytest.raises(ConfigError, match=r"DeepSpeed 0.15.0 \(the DeepSpeed installed beside llmperf\)"):
+        _plain(tmp_path, None)
+    monkeypatch.setattr(deepspeed_release, "installed_release", lambda: None)
+    assert _plain(tmp_path, None).optimizer.grad_accum_dtype == "bf16"
