@@ -135,11 +135,20 @@ def attention_sink_ops(scores: int, ctx: LayerContext) -> list[Op]:
     the sink logit joins every score row (MEGATRON_SINK_PASSES, HF_EAGER_SINK_PASSES), one op of class cast (a copy),
     4 bytes of traffic per 16-bit score beside the torch fallback's mask fill, softmax and dropout (14): more than
     rounding. A fused kernel (flash-attention's s_aux, Transformer Engine's softmax_type learnable / off-by-one) adds
-    one logit per row to its online softmax: O(1) beside each row's O(s x head_dim), left unpriced."""
-    if not ctx.cfg.model.softmax_sink:
+    one logit per row to its online softmax: O(1) beside each row's O(s x head_dim), left unpriced. megatron-core's
+    local DotProductAttention concatenates inside forward_torch_softmax, after `input.float()`: with the softmax in
+    fp32 (softmax_precision) the cat reads and writes fp32 scores (torch.cat promotes the 16-bit sink). Transformer
+    Engine's UnfusedDotProductAttention concatenates before its softmax casts (backends.py), and transformers'
+    gpt-oss eager attention never casts: the activation dtype."""
+    cfg = ctx.cfg
+    if not cfg.model.softmax_sink:
         return []
-    passes = MEGATRON_SINK_PASSES if megatron_layout(ctx.cfg) else HF_EAGER_SINK_PASSES
-    return [elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)]
+    megatron = megatron_layout(cfg)
+    passes = MEGATRON_SINK_PASSES if megatron else HF_EAGER_SINK_PASSES
+    concat = elementwise("attn.sink_concat", "cast", {"elements": scores}, scores, ctx, passes=passes)
+    if megatron and cfg.transformer_impl == "local" and softmax_precision(cfg)[1]:
+        concat = replace(concat, bytes_moved=passes * scores * FP32_BYTES, dtype="fp32")
+    return [concat]
 
 
 def softmax_fallback_ops(scores: int, ctx: LayerContext) -> tuple[list[Op], list[Op]]:

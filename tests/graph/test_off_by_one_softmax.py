@@ -48,3 +48,16 @@ def test_off_by_one_has_no_parameters_and_the_fallbacks_memory() -> None:
     learnable = _cfg("--softmax-type", "learnable")
     assert softmax_backward_extra_bytes(one) == softmax_backward_extra_bytes(learnable) > 0
     assert softmax_backward_extra_bytes(plain) == 0
+
+
+def test_the_local_attention_concatenates_fp32_scores_under_an_fp32_softmax() -> None:
+    """megatron-core's local DotProductAttention runs SoftmaxOne inside forward_torch_softmax after `input.float()`:
+    the cat reads and writes fp32 scores; Transformer Engine's unfused attention concatenates before its softmax
+    casts, in bf16."""
+    scores = 1 * 8 * 2048 * 2048
+    fp32 = ("--softmax-type", "off-by-one", "--attention-softmax-in-fp32")
+    local = _fwd(_cfg(*fp32, "--transformer-impl", "local"))["attn.sink_concat"]
+    assert (local.bytes_moved, local.dtype) == (2.0 * scores * 4, "fp32")
+    assert _fwd(_cfg(*fp32))["attn.sink_concat"].bytes_moved == 2.0 * scores * 2
+    assert _fwd(_cfg("--softmax-type", "off-by-one", "--transformer-impl", "local"))["attn.sink_concat"].bytes_moved \
+        == 2.0 * scores * 2
