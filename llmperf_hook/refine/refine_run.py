@@ -197,7 +197,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     usable_key = None if mismatch else key
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
-    op_refit = _refit_ops(conn, job_id, usable_key, samples)
+    op_refit = _refit_ops(conn, job_id, usable_key.hardware if usable_key else None if mismatch else hardware, samples)
     if op_refit.startswith("refitted") and raw and usable_key:  # refine/op_rebase.py: not counted twice
         rebased = repredict_uncalibrated(prediction, usable_key.cluster)
         notes.append(describe_rebased(raw, rebased))
@@ -325,10 +325,15 @@ def _short_run_note(run_dir: Path, job_id: str, job: JobSteps) -> list[str]:
     return []
 
 
-def _refit_ops(conn: Any, job_id: str, key: CalibrationKey | None, samples: list) -> str:
+def _refit_ops(conn: Any, job_id: str, hardware: str | None, samples: list) -> str:
+    """Store the op samples under the hardware they were measured on and refit its user profile. Without its name
+    they are not stored: they were stored as "unknown", and the note advised `llmperf profile --name unknown`."""
     if not samples:
         return ""
-    hardware = key.hardware if key else "unknown"
+    if hardware is None:
+        return (f"{len(samples)} op samples not stored: no hardware of this run to store them under (no prediction "
+                f"at launch, or one for a device the job did not run on); `llmperf refine RUN_DIR --hardware NAME` "
+                f"stores them for NAME and refits its profile")
     usable = [s for s in samples if s.get("op_class")]
     store.record_op_samples(conn, job_id, hardware, usable)
     store.record_shared_op_samples(conn, job_id, hardware, usable)
