@@ -132,7 +132,9 @@ def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bo
     where the MLP follows add_bias_linear (ModelShape.mlp_bias). Q/K/V-only families: _QKV_BIAS_ONLY. Llama-style
     families (LlamaAttention, Qwen3, Gemma, Olmo): attention_bias biases q, k, v and o_proj, mlp_bias (default
     false) gate, up and down_proj, each on its own. _EVERY_LINEAR_KEY: OPT, Falcon. GPT-NeoX: attention_bias
-    (default true) biases query_key_value and dense only, GPTNeoXMLP's nn.Linears always keep theirs. The other
+    (default true) biases query_key_value and dense only, GPTNeoXMLP's nn.Linears always keep theirs. GPT-J:
+    GPTJAttention's q/k/v_proj and out_proj are built with bias=False (no switch), GPTJMLP's fc_in / fc_out keep
+    nn.Linear's bias (transformers models/gptj/modeling_gptj.py). The other
     families bias every linear unless attention_bias says not (GPT-2's Conv1Ds, BLOOM; gpt-oss, whose experts'
     gate_up_proj_bias / down_proj_bias and router bias, unconditional in GptOssExperts / GptOssTopKRouter, are
     counted with the attention_bias true of its released configs)."""
@@ -147,6 +149,8 @@ def linear_biases(raw: dict[str, Any], model_type: str, origin: str) -> tuple[bo
         return False, default if key is None else flag(key, default), None
     if model_type in _EVERY_LINEAR_KEY:
         return flag(*_EVERY_LINEAR_KEY[model_type]), False, None
+    if model_type == "gptj":
+        return False, False, True
     attention = flag("attention_bias", model_type not in _GATED)
     mlp = flag("mlp_bias", False) if model_type in _GATED else True if model_type == "gpt_neox" else attention
     return attention, False, None if mlp == attention else mlp

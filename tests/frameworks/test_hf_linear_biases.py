@@ -78,6 +78,7 @@ def test_totals_match_the_cards(tmp_path: Path, raw: dict, card: float) -> None:
     ({"model_type": "opt"}, (True, False, None)),
     ({"model_type": "gpt_oss"}, (True, False, None)),
     ({"model_type": "gpt2"}, (True, False, None)),
+    ({"model_type": "gptj"}, (False, False, True)),  # attention bias=False, GPTJMLP's fc_in / fc_out biased
 ])
 def test_linear_biases_per_family(raw: dict, expected: tuple[bool, bool, bool | None]) -> None:
     assert linear_biases(raw, raw["model_type"], "config.json") == expected
