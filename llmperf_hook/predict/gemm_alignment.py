@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Iterable, Mapping
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.graph.attention_core_ops import flash_head_dim
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 from llmperf_hook.resources import configs_dir
@@ -53,9 +54,6 @@ MEASURED_IN = {"gemm": "measurements/h200-sxm-141gb-2026-11-27-c and -d",
                "gemm_k": "measurements/h200-sxm-141gb-2026-11-27-d"}
 """Where each hopper.json entry was measured (the others: DEFAULT_MEASURED_IN)."""
 DEFAULT_MEASURED_IN = "measurements/h200-sxm-141gb-2026-11-27-c"
-TRITON_FLASH_FLAG = "--use-flash-attn-triton"
-"""Megatron-DeepSpeed's Triton flash attention pads the head dim to a power of two itself (the graph's
-flash_head_dim gives its op that width), so the model's head dim is not what its kernel reads."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +163,7 @@ def _measured_text(op: Op, found: Misalignment) -> str:
 
 
 def _fix_text(op: Op, found: Misalignment) -> str:
-    if op.name.startswith("head.lm_head"):
+    if op.name.endswith("lm_head"):  # the model's head and a multi-token-prediction head (mtp.lm_head) alike
         return ("pad the vocabulary so that each tensor-parallel rank's share is a multiple of 8. Megatron pads it "
                 "to a multiple of --make-vocab-size-divisible-by x TP: keep its default 128 (a smaller value left "
                 "this width). Hugging Face uses config.vocab_size as is (GPT-2's 50257): "
@@ -191,6 +189,6 @@ def config_alignment_warnings(cfg: TrainingConfig) -> tuple[str, ...]:
     if cfg.attention_backend == "unfused":
         ops += [Op("attn.qk", "bmm", "fwd", {"batch": 1, "m": seq, "n": seq, "k": d}, dtype=dtype),
                 Op("attn.av", "bmm", "fwd", {"batch": 1, "m": seq, "n": d, "k": seq}, dtype=dtype)]
-    elif getattr(cfg.sources.get("attention_backend"), "detail", "") != TRITON_FLASH_FLAG:
-        ops.append(Op("attn.core", "attention", "fwd", {"head_dim": d}, dtype=dtype))
+    else:  # the width the fused kernel computes at: Megatron-DeepSpeed's Triton kernel pads it to a power of two
+        ops.append(Op("attn.core", "attention", "fwd", {"head_dim": flash_head_dim(cfg, d)[0]}, dtype=dtype))
     return alignment_warnings(ops, None)

@@ -163,3 +163,29 @@ def test_explain_warns_of_the_unpadded_hf_vocabulary_and_not_of_megatrons_padded
             "--tokenizer-type", "GPT2BPETokenizer", "--micro-batch-size", "1", "--tensor-model-parallel-size", "2"]
     table = CliRunner().invoke(command, ["--", *mega])
     assert table.exit_code == 0 and "Tensor Core kernels" not in table.output
+
+
+def test_a_multi_token_prediction_head_gets_the_vocabulary_fix_as_the_models_head_does() -> None:
+    cfg = megatron("--tensor-model-parallel-size", "2", "--bf16", "--make-vocab-size-divisible-by", "1",
+                   "--mtp-num-layers", "1", "--position-embedding-type", "rope")
+    warnings = {w.split(" ")[0]: w for w in _alignment_warnings(predict_config(cfg, H100))}
+    assert set(warnings) == {"head.lm_head", "mtp.lm_head"}
+    assert all("n = 25129" in w and "--make-vocab-size-divisible-by x TP" in w for w in warnings.values())
+
+
+def test_explain_checks_the_head_dim_the_fused_kernel_computes_at(tmp_path) -> None:
+    """Head dim 150: flash-attention v2 reads it as is (a warning); Megatron-DeepSpeed's Triton kernel pads it to
+    256 (graph/attention_core_ops.flash_head_dim), aligned."""
+    from llmperf_hook.predict.gemm_alignment import config_alignment_warnings
+
+    ds_config = tmp_path / "ds_config.json"
+    ds_config.write_text(json.dumps({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1,
+                                     "bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}))
+    base = ["--num-layers", "2", "--hidden-size", "1200", "--num-attention-heads", "8", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--vocab-size", "53248", "--micro-batch-size", "1",
+            "--global-batch-size", "1", "--bf16", "--deepspeed", "--zero-stage", "0", "--no-pipeline-parallel",
+            "--deepspeed_config", str(ds_config)]
+    by_flag = {flag: [w for w in config_alignment_warnings(megatron(flag, base=base, gpus=1)) if "head_dim" in w]
+               for flag in ("--use-flash-attn-v2", "--use-flash-attn-triton")}
+    assert len(by_flag["--use-flash-attn-v2"]) == 1 and "head_dim = 150" in by_flag["--use-flash-attn-v2"][0]
+    assert by_flag["--use-flash-attn-triton"] == []
