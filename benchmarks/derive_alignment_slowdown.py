@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    unmeasured = [str(f) for f in args.folders if not (f / "alignment_meta.json").is_file()]
+    if unmeasured:
+        ap.error(f"no alignment_meta.json in {', '.join(unmeasured)}: give the folders measure_gpu_alignment.py "
+                 f"wrote (measurements/h200-sxm-141gb-2026-11-27-c and -d)")
     if len({json.loads((f / "alignment_meta.json").read_text())["fingerprint"]["device"] for f in args.folders}) > 1:
         ap.error("the folders were measured on different GPUs: derive one file per GPU")
     table = derive(args.folders)

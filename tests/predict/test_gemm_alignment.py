@@ -189,3 +189,14 @@ def test_explain_checks_the_head_dim_the_fused_kernel_computes_at(tmp_path) -> N
                for flag in ("--use-flash-attn-v2", "--use-flash-attn-triton")}
     assert len(by_flag["--use-flash-attn-v2"]) == 1 and "head_dim = 150" in by_flag["--use-flash-attn-v2"][0]
     assert by_flag["--use-flash-attn-triton"] == []
+
+
+def test_the_derivation_refuses_a_folder_that_holds_no_alignment_measurement(tmp_path, capsys) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from derive_alignment_slowdown import main
+
+    out = tmp_path / "hopper.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path), "--out", str(out)])
+    assert exit_info.value.code == 2 and "no alignment_meta.json in" in capsys.readouterr().err
+    assert not out.exists()
