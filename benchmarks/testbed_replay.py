@@ -32,13 +32,15 @@ def _pct(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
-def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True, raw_wait: bool = False) -> Rule:
+def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True, raw_wait: bool = False,
+                contamination: float | None = None) -> Rule:
     """After-refinement predictions of the twelve from one calibration run, by refine's own fit; `session11`:
     with the priors of session 11's rule (the whole step drift in the shared bias, no run-moment part, no
     sampling error of the run's median, independent configurations); `peer_wait` False: the whole ratio shrunk
     as one, the ranks' wait for each other not fitted apart (refine/peer_wait.py; the rule before session 15);
     `raw_wait`: the wait read as the whole log(wall / CPU), not beyond what the prediction priced (the rule
-    before session 17, refine/peer_wait.priced_wait_log)."""
+    before session 17, refine/peer_wait.priced_wait_log); `contamination` 0: the profile's priors taken as right
+    whatever the run reads (refine/prior_scale.py; the rule before H157), None: refine's own epsilon."""
     def rule(record: dict, k: int, run: dict, before: list[float]) -> list[float]:
         from llmperf_hook.refine.calibration import Calibration
         from llmperf_hook.refine.peer_wait import priced_wait_log, wait_log
@@ -54,7 +56,8 @@ def refine_rule(with_mix: bool, session11: bool = False, peer_wait: bool = True,
         row = (run.get("job_id", "replay"), fps[k], before[k], measured, None, obs_sd,
                0.0 if session11 else sampling_sd, shares[k], *wait)
         priors = session11_priors(record) if session11 else record_priors(record)
-        cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors)[0]
+        extra = {} if contamination is None else {"contamination": contamination}
+        cal: Calibration = fit_key_calibration("replay", "replay", "replay", [row], priors, **extra)[0]
         return [cal.apply(p, fps[i], shares[i], ranks[i]) for i, p in enumerate(before)]
     return rule
 
@@ -181,6 +184,7 @@ def report_replay(record: dict, measured: list[dict], before: list[float]) -> No
     rules = {"refine (cost-mix transfer)": refine_rule(True), "refine, own biases independent": refine_rule(False),
              "refine, ranks' wait not apart": refine_rule(True, peer_wait=False),
              "refine, the whole wall / CPU as wait": refine_rule(True, raw_wait=True),
+             "refine, the profile's priors only": refine_rule(True, contamination=0.0),
              "session 11's refine": refine_rule(False, session11=True), "full ratio on every configuration": full_ratio,
              "wait as priced, multi-rank bias": multi_rank_bias}
     results = {name: replay(record, measured, before, rule) for name, rule in rules.items()}

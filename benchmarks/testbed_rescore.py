@@ -55,8 +55,8 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
     And the run-to-run spread of the logs' quiet 24-step pass pairs, against the prior sd_run."""
     import re
 
-    from llmperf_hook.refine.shrinkage import (SD_RUN_PRIOR, estimate_variances, group_runs, posterior,
-                                              variance_priors)
+    from llmperf_hook.refine.prior_scale import averaged_posterior, scale_mixture
+    from llmperf_hook.refine.shrinkage import SD_RUN_PRIOR, estimate_variances, group_runs, variance_priors
 
     os.environ["LLMPERF_HOME"] = str(home)
     pri = variance_priors(cluster)
@@ -77,8 +77,8 @@ def rescore(home: Path, logs: list[Path], cluster: str, num_configs: int, target
                 continue
             run_ms, equivalent = last
             configs = group_runs([("j", "f", rows[k][1], run_ms)])
-            post = posterior(configs, estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared,
-                                                         pri.sd_moment, pri.sd_mix))
+            v = estimate_variances(configs, pri.sd_config, pri.source, pri.sd_shared, pri.sd_moment, pri.sd_mix)
+            post = averaged_posterior(configs, scale_mixture(configs, v))  # as refine (refine/prior_scale.py)
             own = pct(rows[k][1] * math.exp(post.config_log_scale["f"]), rows[k][0])
             shared = math.exp(post.shared_weight * post.shared_log_scale)
             others = {i: pct(b * shared, m) for i, (m, b) in rows.items() if i != k}

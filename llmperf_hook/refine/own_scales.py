@@ -60,6 +60,17 @@ def own_log_scales(rows: Sequence[tuple], v: Variances, wait: PeerWait | None) -
     return {c.fingerprint: sum(p * a for p, a in zip(prior[i], alpha)) for i, c in enumerate(configs)}
 
 
+def averaged_own_log_scales(rows: Sequence[tuple], weights: Sequence[float], variances: Sequence[Variances],
+                            wait: PeerWait | None) -> dict[str, float]:
+    """own_log_scales averaged over the profile's prior scale s (refine/prior_scale.py: the posterior weight of
+    each s and its variances): E[E[y_f | s, y] | y]."""
+    out: dict[str, float] = {}
+    for w, v in zip(weights, variances):
+        for fingerprint, log_scale in own_log_scales(rows, v, wait).items():
+            out[fingerprint] = out.get(fingerprint, 0.0) + w * log_scale
+    return out
+
+
 def prior_covariance(configs: Sequence[ConfigRuns], v: Variances, wait: PeerWait | None,
                      waited: set[str]) -> list[list[float]]:
     """Cov(y_i, y_j) before any reading: the shared bias, the configurations' own biases (correlated by their cost

@@ -1,6 +1,7 @@
 """Refit one (hardware, cluster, framework) calibration from every usable run of it in the store.
 
     runs (store) -> configurations (fingerprints) -> variances -> posterior -> Calibration (store)
+                 -> the profile's priors doubted where the runs contradict them (refine/prior_scale.py)
                  -> the multi-rank runs' wait for their peers (refine/peer_wait.py) -> the same, with its own variances
 
 The shared part is fitted on one point per configuration (the geometric mean of its runs), so a configuration
@@ -21,10 +22,10 @@ from typing import Any, Sequence
 from llmperf_hook.refine import observation_store as store
 from llmperf_hook.refine.calibration import Calibration, ConfigScale, fit_calibration
 from llmperf_hook.refine.config_fingerprint import describe_config
-from llmperf_hook.refine.own_scales import own_log_scales
+from llmperf_hook.refine.own_scales import averaged_own_log_scales
 from llmperf_hook.refine.peer_wait import fit_peer_wait
-from llmperf_hook.refine.shrinkage import (ConfigRuns, Priors, estimate_variances, group_runs, posterior,
-                                          variance_priors)
+from llmperf_hook.refine.prior_scale import CONTAMINATION, averaged_posterior, mean_variances, scale_mixture
+from llmperf_hook.refine.shrinkage import ConfigRuns, Priors, estimate_variances, group_runs, variance_priors
 
 
 def recalibrate(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str]:
@@ -56,23 +57,28 @@ def _refit(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str
     return cal, source
 
 
-def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Sequence[tuple],
-                        priors: Priors) -> tuple[Calibration, str]:
+def fit_key_calibration(hardware: str, cluster: str, framework: str, runs: Sequence[tuple], priors: Priors,
+                        contamination: float = CONTAMINATION) -> tuple[Calibration, str]:
     """The calibration of one key from its runs (rows as observation_store.runs_for_key returns them) and the
-    hardware's variance priors; pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
+    hardware's variance priors, which fail with prior probability `contamination` (refine/prior_scale.py; 0: the
+    priors as given); pure (benchmarks/bench_cpu_testbed.py --replay calls it on recorded runs)."""
     # the ranks' wait for each other (refine/peer_wait.py) is fitted apart for the configurations without runs: the
     # rest, the CPU part, as before
     rows = [(*r[:8], *(r[8:10] if len(r) > 9 else (0.0, False))) for r in runs]
     configs = group_runs([(j, f, p, m * math.exp(-w), sd, ss, sh) for j, f, p, m, _, sd, ss, sh, w, _ in rows])
     variances = estimate_variances(configs, priors.sd_config, priors.source, priors.sd_shared, priors.sd_moment,
                                    priors.sd_mix)
-    post = posterior(configs, variances)
+    # the profile's priors up to a scale that the runs inform where they contradict them (refine/prior_scale.py);
+    # the wait keeps the prior's shared sd: its runs read it apart, with their own data
+    mix = scale_mixture(configs, variances, contamination)
+    post = averaged_posterior(configs, mix)
     waits = [(f, w, measured) for _, f, *_, w, measured in rows]
-    wait = fit_peer_wait([(f, w) for f, w, measured in waits if measured], variances.sd_shared)
+    wait = fit_peer_wait([(f, w) for f, w, measured in waits if measured], priors.sd_shared)
     scale, overhead = _shared_fit(configs, post.shared_log_scale)
     labels = {f: describe_config(_config(text)) for _, f, _, _, text, *_ in runs if f}
     # its own configuration's scale: the whole step shrunk as one reading (refine/own_scales.py)
-    kept = own_log_scales(rows, variances, wait)
+    kept = averaged_own_log_scales(rows, mix.weights, mix.variances, wait)
+    variances = mean_variances(variances, mix)
     own = tuple(_own_scale(c, kept[c.fingerprint], waits, labels.get(c.fingerprint, ""), post.alpha)
                 for c in configs if not c.fingerprint.startswith("job:"))  # a run without one stands alone
     cal = Calibration(hardware, cluster, framework, scale, len(runs), overhead, shared_weight=post.shared_weight,

@@ -126,7 +126,8 @@ def test_one_run_transfers_by_the_measured_priors_and_says_so(tmp_path: Path, mo
     _profile(tmp_path, "my-cpu", framework_doc(off=1.3), (0.0058, 0.0061, 0.0056))
     conn = store.connect()
     store.record_run(conn, {"job_id": "j1", "hardware": "my-cpu", "cluster": "c", "framework": "deepspeed",
-                            "measured_step_time_s": 0.02, "uncalibrated_step_time_s": 0.025,
+                            # x0.96: inside the priors, so they are not doubted (refine/prior_scale.py)
+                            "measured_step_time_s": 0.024, "uncalibrated_step_time_s": 0.025,
                             "config_fingerprint": "f" * 16, "ingested_unix_s": 1.0})
     cal, source = recalibrate(conn, "my-cpu", "c", "deepspeed")
     conn.close()

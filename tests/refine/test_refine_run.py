@@ -35,10 +35,12 @@ def test_refine_fits_calibration_and_reports_before_after(tmp_path: Path, monkey
     report = refine_run(run)
     (job,) = report.jobs
     assert job.predicted_before_s == 0.010 and job.job.step_times_s == (0.021, 0.020, 0.020)
-    # its own ratio x2, weighted against run-to-run noise (refine/shrinkage.py; no profile of cpu-test)
+    # its own ratio x2, weighted against run-to-run noise (refine/shrinkage.py; no profile of cpu-test): x2 is 3.7
+    # sd of prior and reading together, so the profile's priors are doubted (refine/prior_scale.py) and it keeps more
+    # than their lambda, never more than the run
     prior = SD_SHARED_PRIOR ** 2 + SD_CONFIG_NO_PROFILE ** 2
-    own = 0.010 * 2.0 ** (prior / (prior + SD_RUN_PRIOR ** 2))
-    assert job.job.step_time_s == 0.020 and job.predicted_after_s == pytest.approx(own)
+    own = job.predicted_after_s
+    assert job.job.step_time_s == 0.020 and 0.010 * 2.0 ** (prior / (prior + SD_RUN_PRIOR ** 2)) < own < 0.020
     cal = find_calibration("cpu-test", "local-cpu", "deepspeed")
     assert cal is not None and cal.step_time_scale == pytest.approx(2.0) and cal.num_runs == 1
     text = render_refine_report(report)
