@@ -53,7 +53,8 @@ decides is little: a deviation the priors explain has s_hat = 1 (no contaminatio
 standard deviations has a Bayes factor ~10^3 that outweighs any epsilon from 0.01 to 0.5; in between, the testbed
 replay of 27 Nov's eight records moves by a few tenths of a point from epsilon 0.05 to 0.2 (/work/notes/h157.md)."""
 GRID_POINTS = 240
-"""Points of the log-spaced grid over s on which the ML-II scale is found (s_hat moves < 0.1 % from 240 to 600)."""
+"""Points of the log-spaced grid over s on which the ML-II scale is found: ~3 % apart in s at s_hat ~ 30 (21:22's
+run), which moves the kept fraction s P / (s P + D) by ~0.1 %; the replay's figures are the same at 600 points."""
 GRID_SPAN = 100.0
 """The grid reaches GRID_SPAN times the largest s one configuration's reading points to (ybar^2 / Sigma0_jj)."""
 
@@ -63,7 +64,7 @@ class ScaleMixture:
     """The posterior over the two priors: the profile's (s = 1) and the contamination's (s = s_hat)."""
 
     scales: tuple[float, ...]
-    """(1, s_hat)."""
+    """(1, s_hat); (1,) where nothing contradicts the profile (s_hat = 1) or epsilon is 0."""
     weights: tuple[float, ...]
     """Their posterior probabilities (sum 1)."""
     variances: tuple[Variances, ...]
@@ -131,7 +132,8 @@ def averaged_posterior(configs: Sequence[ConfigRuns], mix: ScaleMixture) -> Post
 
 
 def mean_variances(v: Variances, mix: ScaleMixture) -> Variances:
-    """The variances a calibration records: `v` scaled by E[s | y], with a note where the runs raised it."""
+    """The variances a calibration records: `v` scaled by E[s | y], with a note where the runs raised it by 5 % or
+    more (less changes no figure the notes print)."""
     if mix.mean_scale < 1.05:
         return scaled(v, mix.mean_scale)
     r = math.sqrt(mix.mean_scale)
