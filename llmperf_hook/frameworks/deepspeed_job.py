@@ -208,9 +208,12 @@ def check_trainer_accumulation(ds: DsSettings, flags: FlagValues, world: int) ->
     trainer_config_process fills an "auto" train_batch_size with world x micro x accumulation (and checks a number
     against it), then accelerate's DeepSpeedPlugin writes gradient_accumulation_steps 1 into the same config, which
     Accelerator._prepare_deepspeed leaves (it fills only "auto", must_match=False): DeepSpeedConfig._batch_assertion
-    fails at deepspeed.initialize (runtime/config.py). A number the Trainer itself refuses is left to resolve_ds_batch."""
+    fails at deepspeed.initialize (runtime/config.py). A number the Trainer itself refuses is left to resolve_ds_batch.
+    A file without train_micro_batch_size_per_gpu too starts: _set_batch_related_parameters derives the engine's micro
+    batch from train_batch_size and the 1 (train // world // 1), and the Trainer's dataloader runs its own."""
     gas = _hf_arg(flags, "gradient_accumulation_steps")
-    if ds.gradient_accumulation_steps is not None or ds.train_batch_size is None or gas == 1:
+    if ds.gradient_accumulation_steps is not None or ds.train_batch_size is None or ds.micro_batch_size is None or \
+            gas == 1:
         return
     micro = _hf_arg(flags, "per_device_train_batch_size")
     train = world * micro * gas
@@ -271,6 +274,11 @@ def hf_batch(ds: DsSettings, flags: FlagValues, dp: int, world: int, src: dict[s
     train = ds.train_batch_size
     if train in (None, AUTO):
         train, src["global_batch_size"] = world * micro * gas, Source(SourceKind.DERIVED, f"HF auto: world * micro * accumulation = {world}*{micro}*{gas}")
+    elif not trainer and ds.micro_batch_size is None:  # Accelerator fills no absent key: the dataloader's batch runs
+        resolve_ds_batch(int(train), None, gas, dp, ds.path)  # DeepSpeed derives its own micro batch, and asserts
+        train, src["global_batch_size"] = dp * micro * gas, Source(SourceKind.DERIVED, (
+            f"DP x the script's micro x accumulation = {dp}*{micro}*{gas}: {ds.path} gives no train_micro_batch_size_per_gpu,"
+            f" so DeepSpeed derives its own ({int(train)} // {dp} // {gas}), but the script's dataloader batches the data"))
     else:
         src["global_batch_size"] = ds.sources["train_batch_size"]
     gbs, mbs, steps = resolve_ds_batch(int(train), micro, gas, dp, ds.path)

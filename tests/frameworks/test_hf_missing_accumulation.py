@@ -99,3 +99,33 @@ def test_a_script_driving_accelerator_runs_deepspeeds_accumulation(value: Any, e
     assert len(mismatch) == (expected != 4), cfg.warnings
     if value is None:
         assert "accelerate's DeepSpeedPlugin writes 1" in str(cfg.sources["num_microbatches"])
+
+
+NO_KEYS: dict[str, Any] = {"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}
+"""Neither train_micro_batch_size_per_gpu nor gradient_accumulation_steps: DeepSpeed derives the micro batch."""
+
+
+@pytest.mark.parametrize("train", ["auto", 128])
+def test_a_trainer_file_without_a_micro_batch_either_starts(train: Any, tmp_path: Path) -> None:
+    """train_batch_size 128 and the plugin's accumulation 1: DeepSpeed's _set_batch_related_parameters derives the
+    engine's micro batch 128 // 8 // 1 = 16 and its _batch_assertion holds, so deepspeed.initialize starts; the
+    Trainer's dataloader runs 4 samples a micro-batch, 4 of them per optimizer step (accelerate >= 1.8.0)."""
+    cfg = script(_trainer(tmp_path, {**NO_KEYS, "train_batch_size": train}), model="llama2-7b")
+    assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (4, 4, 128)
+
+
+def test_an_accelerator_file_without_a_micro_batch_runs_the_dataloaders(tmp_path: Path) -> None:
+    """DeepSpeed derives its micro batch 128 // 8 // 1 = 16 from the file's train_batch_size and starts, but the
+    script's dataloader feeds 4 samples a micro-batch and the optimizer steps after each: 4 x 1 x 8 = 32."""
+    cfg = script(_accelerator(tmp_path, {**NO_KEYS, "train_batch_size": 128}, "--gradient_accumulation_steps", "4"),
+                 model="llama2-7b")
+    assert (cfg.batch.micro_batch_size, cfg.batch.num_microbatches, cfg.batch.global_batch_size) == (4, 1, 32)
+    assert "the script's dataloader" in str(cfg.sources["global_batch_size"])
+
+
+@pytest.mark.parametrize("train, refusal", [(4, "resolves to 0"), (100, "100 != train_micro_batch_size_per_gpu 12")])
+def test_an_accelerator_file_without_a_micro_batch_deepspeed_refuses(train: int, refusal: str, tmp_path: Path) -> None:
+    """DeepSpeed's own derivation: 4 // 8 = 0 fails 'Micro batch size per gpu: 0 has to be greater than 0', and
+    100 // 8 = 12 fails _batch_assertion (100 != 12 * 1 * 8)."""
+    with pytest.raises(ConfigError, match=refusal):
+        script(_accelerator(tmp_path, {**NO_KEYS, "train_batch_size": train}), model="llama2-7b")
