@@ -74,6 +74,7 @@ def load_framework_cost(path: Path) -> dict:
 def median_times(entry: dict) -> dict:
     """The median raw times a file keeps (its samples), in the form of one reading (cpu_framework_readings)."""
     return {"tiny_s": [t["fwd_bwd_s"] for t in entry["tiny_samples"]],
+            "tiny_isolated_diff_s": entry.get("tiny_isolated_diff_s"),  # None in files before session 18
             "fwd_bwd_s": [r["fwd_bwd_s"] for r in entry["samples"]],
             "optimizer_s": [[r["optimizer_tensors_s"], r["optimizer_flat_s"]] for r in entry["samples"]],
             "bias": entry["profile_bias"], "concurrency": entry.get("concurrency_slowdown"),

@@ -115,7 +115,8 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes, in
     FRAMEWORK_BOX_S each) when it was measured on a busy machine (its recorded 1-minute load above the core count, or
     not recorded: files before session 9; the 18:13 one was measured at load 4-6), by older code (format before
-    FORMAT_VERSION) or without a term (framework_cost_gaps) and the machine is quiet now; the replaced file's steps
+    FORMAT_VERSION, or a per-op-unit reading without its isolated
+    ops: cpu_framework.isolated_difference_s) or without a term (framework_cost_gaps) and the machine is quiet now; the replaced file's steps
     stay in its history (the shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm
     refit before this raises it by itself). A re-measured file that still lacks a term stops the benchmark: its
     predictions would leave that term out, and scoring them measures the gap, not the model."""
@@ -127,7 +128,9 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     # the load when its measurement began (its own children raise the later readings of the 1-minute average)
     load = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0]
     gaps = framework_cost_gaps(path, dtypes)
-    current = doc.get("format_version", 1) >= FORMAT_VERSION and not gaps
+    # this code's per-op-unit reading (paired steps against their isolated ops) leaves tiny_isolated_diff_s
+    current = doc.get("format_version", 1) >= FORMAT_VERSION and not gaps and all(
+        entry.get("tiny_isolated_diff_s") for entry in doc["dtypes"].values())
     if load is not None and load <= cores and current:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return

@@ -15,8 +15,11 @@ a stable profile). Once per machine and dtype, after the operator profile is fit
 GPT (pre-LayerNorm, fused QKV, causal SDPA, GELU MLP, tied LM head, cross-entropy: the network llmperf's graph
 describes), gradients set to None before every backward as a training step does:
 1. per issued op unit (host_issue.KERNELS_PER_PHASE: 1 per forward op, 2 per backward op): two tiny models
-   (hidden 32, sequence 16) of 1 and 9 layers; their forward+backward difference minus the profile's
-   prediction of the difference, per unit of the difference (TINY_LAYERS: compute is ~1/4 of it there).
+   (hidden 32, sequence 16) of 1 and 9 layers; their forward+backward difference (the two steps timed in
+   interleaved pairs: paired_difference_s) minus the same difference's operators sampled alone in the same
+   reading (isolated_difference_s: the tiny ops lie below the profile's training ranges, so its prediction of
+   them was an extrapolation that moved with compute_scale), per unit of the difference (TINY_LAYERS: the
+   isolated ops are ~1/2 of it in bf16, ~1/3 in fp32: both terms of the difference are measured, and paired).
 2. (a) `compute_scale`: the compute ops of BIAS_SHAPES' graphs sampled alone with the operator sampler,
    against the fitted profile's prediction of them (the regressors' systematic error for the dtype; the
    in-step cost of a kernel is taken as its isolated cost); (b) per byte of the ops' modelled traffic
@@ -82,6 +85,9 @@ BIAS_SHAPES: tuple[Shape, ...] = ((1, 128, 128, 2), (2, 192, 128, 2), (1, 512, 6
 """Step 2a's shapes (every op class of the graph; GEMM-, attention- and parameter-heavy)."""
 TINY_LAYERS: tuple[Shape, Shape] = ((1, 32, 16, 1), (9, 32, 16, 1))
 """Step 1's pair: same tiny shape, 8 layers apart (240 op units; their compute is ~1/4 of the difference)."""
+ISOLATED_REPS = 3
+"""Samples of each tiny op per reading (isolated_difference_s), the median kept: one 10-ms sample of each put the
+bf16 difference's isolated ops at 3.6-7.0 ms over twelve readings at load 9 (a sample that met a burst)."""
 SCALE_BOUNDS = (0.5, 2.0)
 """compute_scale (isolated / profile-predicted seconds) beyond these bounds means a broken profile, not a bias."""
 VOCAB = 1024
@@ -141,6 +147,26 @@ def _median_s(fn, reps: int = REPS, clock: Callable[[], float] | None = None) ->
         fn()
         times.append(clock() - t0)
     return statistics.median(times)
+
+
+def paired_difference_s(small_fn: Callable[[], None], large_fn: Callable[[], None], pairs: int,
+                        clock: Callable[[], float] | None = None) -> tuple[float, float]:
+    """(median seconds of `small_fn`, median over `pairs` of large - small timed back to back): the steps of a
+    difference interleaved, so each pair sees the same state of the machine (the co-runner on the other core, its
+    cache and memory traffic) and a shift between them cancels instead of landing in the difference. Timed as two
+    blocks of medians (the method until session 18), the tiny pair's 8-layer difference spread 34 % (half-range /
+    median, 10 readings at load 7) against 12 % paired (/work/notes/h156.md)."""
+    clock = clock or cpu_clock()
+    small_fn(), large_fn()
+    small, diffs = [], []
+    for _ in range(pairs):
+        t0 = clock()
+        small_fn()
+        t1 = clock()
+        large_fn()
+        small.append(t1 - t0)
+        diffs.append(clock() - t1 - (t1 - t0))
+    return statistics.median(small), statistics.median(diffs)
 
 
 def parameter_counts(shape: Shape) -> tuple[int, int]:
@@ -254,6 +280,24 @@ def measure_profile_bias(dtype: str, hardware_name: str, shapes: Sequence[Shape]
     return {"ratio": sum(r["isolated_s"] for r in rows) / sum(r["predicted_s"] for r in rows), "samples": rows}
 
 
+def isolated_difference_s(dtype: str, hardware_name: str, small: Shape, large: Shape) -> float:
+    """Step 1's operators, measured: the ops of `large`'s graph minus those of `small`'s, each distinct op sampled
+    alone once (op_sampler, the profile's own clock and runners) and counted as often as each graph issues it. The
+    tiny pair's ops lie below every regressor's training range (hidden 32 and 16 tokens against gemm k >= 64 and
+    m >= 72, attention s >= 64, elementwise >= 4 k elements: profile.json train_ranges), so the profile's prediction
+    of them is an extrapolation (bf16: 5.2 ms of a measured 7.5 ms step difference, against 3.5 ms sampled)."""
+    from llmperf_hook.predict.dispatch import op_id
+    from llmperf_hook.profile.op_sampler import sample_op
+
+    counts: dict[str, list] = {}
+    for sign, shape in ((-1, small), (1, large)):
+        for op, n, _ in _predicted_ops(shape, dtype, hardware_name)[0]:
+            counts.setdefault(op_id(op), [op, 0])[1] += sign * n
+    return sum(n * statistics.median(sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype,
+                                               "cpu", target_s=0.01).time_s for _ in range(ISOLATED_REPS))
+               for op, n in counts.values() if n)
+
+
 def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float],
                     relative_to: Sequence[float] | None = None) -> list[float]:
     """Coefficients c >= 0 of y ~ x @ c minimising the RELATIVE squared error (rows weighted 1 / relative_to,
@@ -282,10 +326,13 @@ def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float],
 
 
 def per_unit_from_difference(small_s: float, large_s: float, small: dict, large: dict, compute_scale: float = 1.0,
-                             per_byte_s: float = 0.0, per_param_s: float = 0.0) -> float:
-    """Step 1: (measured difference - the modelled compute, traffic and parameters of the difference) / unit
-    difference."""
-    rest = compute_scale * (large["compute_s"] - small["compute_s"]) + per_byte_s * (large["bytes"] - small["bytes"]) \
+                             per_byte_s: float = 0.0, per_param_s: float = 0.0,
+                             isolated_diff_s: float | None = None) -> float:
+    """Step 1: (measured difference - the compute, traffic and parameters of the difference) / unit difference;
+    the compute is `isolated_diff_s` where measured (isolated_difference_s), else the profile's at compute_scale."""
+    compute_s = compute_scale * (large["compute_s"] - small["compute_s"]) if isolated_diff_s is None \
+        else isolated_diff_s
+    rest = compute_s + per_byte_s * (large["bytes"] - small["bytes"]) \
         + per_param_s * (large.get("params", 0) - small.get("params", 0))
     return max(0.0, (large_s - small_s - rest) / (large["units"] - small["units"]))
 

@@ -65,8 +65,8 @@ MIN_READINGS = 3
 """Fewest readings per dtype: the median of 3 outvotes one disturbed reading."""
 MAX_READINGS = 7
 """Most readings per dtype, whatever the budget."""
-TINY_REPS = 15
-"""Repetitions of each tiny model per reading (their steps take 1-3 ms)."""
+TINY_PAIRS = 31
+"""Interleaved (1-layer, 9-layer) step pairs of the tiny models per reading (~10 ms a pair: cf.paired_difference_s)."""
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,16 @@ class _InProcess:
                 raise OutOfTime()
             return cf._median_s(fn, reps)
 
-        raw = {"tiny_s": [timed(f, TINY_REPS) for f in self.tiny],
+        if time.perf_counter() > end_s:
+            raise OutOfTime()
+        small_s, diff_s = cf.paired_difference_s(*self.tiny, TINY_PAIRS)
+        raw = {"tiny_s": [small_s, small_s + diff_s],
                "fwd_bwd_s": [timed(f) for f in self.steps],
                "optimizer_s": [[timed(t), timed(f)] for t, f in self.optimizers]}
         if time.perf_counter() > end_s:
             raise OutOfTime()
         raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)
+        raw["tiny_isolated_diff_s"] = cf.isolated_difference_s(self.dtype, hardware_name, *cf.TINY_LAYERS)
         # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
         raw["wall_per_cpu"] = (time.perf_counter() - wall0_s) / max(time.process_time() - cpu0_s, 1e-9)
         return raw
@@ -146,7 +150,8 @@ def reading_terms(raw: Mapping[str, Any], fixed: FixedParts, dtype: str, keep_sa
     scale = min(cf.SCALE_BOUNDS[1], max(cf.SCALE_BOUNDS[0], raw["bias"]["ratio"]))
     per_byte, grad_per_param = 0.0, 0.0
     for _ in range(3):  # steps 1 and 2b each take the other's terms out; a few rounds settle them
-        per_unit = cf.per_unit_from_difference(*raw["tiny_s"], *fixed.tiny, scale, per_byte, grad_per_param)
+        per_unit = cf.per_unit_from_difference(*raw["tiny_s"], *fixed.tiny, scale, per_byte, grad_per_param,
+                                               raw.get("tiny_isolated_diff_s"))
         per_byte, grad_per_param = cf.fit_compute_terms(rows, per_unit, scale)
     per_tensor, per_param = cf.fit_optimizer_terms(rows)
     cost = {"per_unit_s": per_unit, "compute_scale": scale, "per_byte_s": per_byte,
@@ -203,7 +208,8 @@ def combine_readings(readings: Sequence[Mapping[str, Any]]) -> tuple[dict, dict[
 def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
     """Each measured time's median over the readings (the samples the file keeps)."""
     med = lambda xs: statistics.median(xs)  # noqa: E731
-    out = {"tiny_s": [med(v) for v in zip(*(r["tiny_s"] for r in raws))],
+    small_s = med(r["tiny_s"][0] for r in raws)  # the difference's median, not a difference of medians (pairs)
+    out = {"tiny_s": [small_s, small_s + med(r["tiny_s"][1] - r["tiny_s"][0] for r in raws)],
            "fwd_bwd_s": [med(v) for v in zip(*(r["fwd_bwd_s"] for r in raws))],
            "optimizer_s": [[med(x) for x in zip(*v)] for v in zip(*(r["optimizer_s"] for r in raws))]}
     engines = [r["engine"] for r in raws if r.get("engine")]
@@ -213,6 +219,9 @@ def median_raw(raws: Sequence[Mapping[str, Any]]) -> dict:
     if transports:  # per engine and column, the single process's and each rank's of the pair
         out["transport"] = {"single": _median_rows([t["single"] for t in transports]),
                             "pair": [_median_rows([t["pair"][i] for t in transports]) for i in range(2)]}
+    isolated = [r["tiny_isolated_diff_s"] for r in raws if r.get("tiny_isolated_diff_s") is not None]
+    if isolated:  # readings from before it was measured (testbed_refit's kept files) have none
+        out["tiny_isolated_diff_s"] = med(isolated)
     bias = [r["bias"]["samples"] for r in raws]
     out["bias"] = {"ratio": med(r["bias"]["ratio"] for r in raws),
                    "samples": [{**rows[0], "isolated_s": med(x["isolated_s"] for x in rows)} for rows in zip(*bias)]}
@@ -292,6 +301,7 @@ def summarize(raws: Sequence[Mapping[str, Any]], fixed: FixedParts, dtype: str, 
              "measure_s": took_s,
              "tiny_samples": [{"shape": list(s), "fwd_bwd_s": t, **p}
                               for s, t, p in zip(cf.TINY_LAYERS, med["tiny_s"], fixed.tiny)],
+             "tiny_isolated_diff_s": med.get("tiny_isolated_diff_s"),
              "samples": reading_rows(med, fixed)}
     return entry
 

@@ -25,7 +25,7 @@ def _entry(complete: bool) -> dict:
              "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}}
     if complete:
         entry |= {"deepspeed_step": {"0": {"per_step_s": 2e-3, "per_param_s": 1e-9}},
-                  "rank_transport": {"per_byte_s": 9e-10}}
+                  "rank_transport": {"per_byte_s": 9e-10}, "tiny_isolated_diff_s": 3.5e-3}
     return entry
 
 
@@ -91,3 +91,18 @@ def test_a_busy_machine_keeps_an_incomplete_file_and_says_what_it_lacks(tmp_path
     setup.refresh_framework_cost(tmp_path, 99.0)
     out = capsys.readouterr().out
     assert fake.calls == [] and "busy now" in out and "gloo's transport" in out
+
+
+def test_a_complete_file_of_the_earlier_per_unit_reading_is_re_measured(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose per-op-unit cost was the tiny pair against the profile's extrapolated prediction (no
+    tiny_isolated_diff_s: before session 18) is re-measured with this code's paired, isolated reading."""
+    path = _write(tmp_path, complete=True)
+    doc = json.loads(path.read_text())
+    for entry in doc["dtypes"].values():
+        del entry["tiny_isolated_diff_s"]
+    path.write_text(json.dumps(doc))
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    setup.refresh_framework_cost(tmp_path, 0.3)
+    assert len(fake.calls) == 1
