@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.frameworks import deepspeed_release
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
 from llmperf_hook.tune import ds_config_rewrite as dsr
 from tests.tune.helpers import run_cli
@@ -32,6 +33,17 @@ def test_no_environment_keeps_todays_rules(tmp_path: Path) -> None:
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(FP32_ACCUMULATION))
     assert dsr.zero_stages_deepspeed_accepts(["train.py", "--deepspeed_config", str(path)], (0, 1, 2, 3)) == (1, 2, 3)
+
+
+@pytest.mark.parametrize("installed, accepted", [((0, 9, 0), (0, 1)), (None, (1, 2, 3))])
+def test_an_unstated_release_is_the_installed_one(installed: tuple[int, int, int] | None, accepted: tuple[int, ...],
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LLMPERF_DEEPSPEED_VERSION in the job's environment: the DeepSpeed installed beside llmperf (its package
+    metadata, deepspeed not imported), and with none installed today's rules."""
+    monkeypatch.setattr(deepspeed_release, "installed_release", lambda: installed)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(FP32_ACCUMULATION))
+    assert dsr.zero_stages_deepspeed_accepts(["train.py", "--deepspeed_config", str(path)], (0, 1, 2, 3), env={}) == accepted
 
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
