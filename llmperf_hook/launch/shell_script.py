@@ -15,6 +15,8 @@ import shlex
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Sequence
 
+from llmperf_hook.launch.braced_blanks import braced_blanks, mark_blanks, unmark_blanks
+
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 """`NAME=value` / `export NAME=value` (bash manual 3.4 Shell Parameters); here, not in shell_variables, so that
 launch_line reads a command's leading assignments without loading the script reader."""
@@ -122,50 +124,22 @@ def restore_dollars(text: str) -> str:
     return text.replace(LITERAL_DOLLAR, "$")
 
 
-_BRACED_BLANKS = {" ": "\ue025", "\t": "\ue026"}
-"""Stand for a blank inside `${...}` while shlex splits the words (shell_split), which bash does not split at."""
-
-
-def _braced_blanks(text: str, outside: list[bool]) -> set[int]:
-    """Where `text` has an unquoted blank inside a parameter expansion (`${NP%% *}`, `${A:- x}`): bash reads the
-    expansion whole while it splits the line into words (bash manual 3.5.3: the closing brace is the first `}` not
-    quoted and not inside an embedded expansion), so the blank splits nothing."""
-    depth, out = 0, set()
-    for i, c in enumerate(text):
-        if not outside[i]:
-            continue
-        if c == "$" and text[i + 1:i + 2] == "{":
-            depth += 1
-        elif c == "}" and depth:
-            depth -= 1
-        elif c in _BRACED_BLANKS and depth:
-            out.add(i)
-    return out
-
-
 def shell_split(text: str) -> list[str]:
     """The words of a simple command as bash splits them: shlex's quoting, but a comment only where bash starts one,
     at a `#` that begins a word (`--save a#b` keeps `a#b`, which shlex's comments=True cut to `a`; `${#V}`, `$#`),
-    and no split at a blank inside `${...}` (_braced_blanks)."""
+    and no split at a blank inside `${...}` (braced_blanks)."""
     outside, _, end = _scan(text)
-    braced = _braced_blanks(text, outside)
+    braced = braced_blanks(text[:end], outside)
     if not braced:
         return shlex.split(text[:end])
-    marked = "".join(_BRACED_BLANKS[c] if i in braced else c for i, c in enumerate(text[:end]))
-    return [_unmark_blanks(word) for word in shlex.split(marked)]
-
-
-def _unmark_blanks(word: str) -> str:
-    for blank, mark in _BRACED_BLANKS.items():
-        word = word.replace(mark, blank)
-    return word
+    return [unmark_blanks(word) for word in shlex.split(mark_blanks(text[:end], braced))]
 
 
 def _word_marks(text: str) -> list[tuple[bool, bool]]:
     """For each word of a simple command (split at blanks outside quotes, as shlex.split(text, comments=True) splits
     it): whether it holds `$` outside quotes, and whether any part of it is quoted."""
     outside, _, end = _scan(text)
-    braced = _braced_blanks(text, outside)
+    braced = braced_blanks(text, outside)
     out: list[tuple[bool, bool]] = []
     dollar = quoted = in_word = False
     for i in range(end + 1):
