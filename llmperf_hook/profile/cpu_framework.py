@@ -84,7 +84,8 @@ REFERENCE_SHAPES: tuple[Shape, ...] = (
 BIAS_SHAPES: tuple[Shape, ...] = ((1, 128, 128, 2), (2, 192, 128, 2), (1, 512, 64, 1), (2, 128, 512, 1))
 """Step 2a's shapes (every op class of the graph; GEMM-, attention- and parameter-heavy)."""
 TINY_LAYERS: tuple[Shape, Shape] = ((1, 32, 16, 1), (9, 32, 16, 1))
-"""Step 1's pair: same tiny shape, 8 layers apart (240 op units; their compute is ~1/4 of the difference)."""
+"""Step 1's pair: same tiny shape, 8 layers apart (240 op units; their isolated ops are ~1/2 of the difference in bf16,
+~1/3 in fp32)."""
 ISOLATED_REPS = 3
 """Samples of each tiny op per reading (isolated_difference_s), the median kept: one 10-ms sample of each put the
 bf16 difference's isolated ops at 3.6-7.0 ms over twelve readings at load 9 (a sample that met a burst)."""
@@ -157,7 +158,8 @@ def paired_difference_s(small_fn: Callable[[], None], large_fn: Callable[[], Non
     blocks of medians (the method until session 18), the tiny pair's 8-layer difference spread 34 % (half-range /
     median, 10 readings at load 7) against 12 % paired (/work/notes/h156.md)."""
     clock = clock or cpu_clock()
-    small_fn(), large_fn()
+    small_fn()  # warm-up pair
+    large_fn()
     small, diffs = [], []
     for _ in range(pairs):
         t0 = clock()
@@ -282,10 +284,11 @@ def measure_profile_bias(dtype: str, hardware_name: str, shapes: Sequence[Shape]
 
 def isolated_difference_s(dtype: str, hardware_name: str, small: Shape, large: Shape) -> float:
     """Step 1's operators, measured: the ops of `large`'s graph minus those of `small`'s, each distinct op sampled
-    alone once (op_sampler, the profile's own clock and runners) and counted as often as each graph issues it. The
-    tiny pair's ops lie below every regressor's training range (hidden 32 and 16 tokens against gemm k >= 64 and
-    m >= 72, attention s >= 64, elementwise >= 4 k elements: profile.json train_ranges), so the profile's prediction
-    of them is an extrapolation (bf16: 5.2 ms of a measured 7.5 ms step difference, against 3.5 ms sampled)."""
+    alone ISOLATED_REPS times (op_sampler, the profile's own clock and runners; the median kept) and counted as
+    often as each graph issues it. The tiny pair's ops lie below every regressor's training range (hidden 32 and 16
+    tokens against gemm k >= 64 and m >= 72, attention s >= 64, elementwise >= 4 k elements: profile.json
+    train_ranges), so the profile's prediction of them is an extrapolation (bf16: 5.2 ms of a measured 7.5 ms step
+    difference, against 3.5 ms sampled)."""
     from llmperf_hook.predict.dispatch import op_id
     from llmperf_hook.profile.op_sampler import sample_op
 

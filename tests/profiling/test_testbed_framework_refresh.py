@@ -22,7 +22,7 @@ from llmperf_hook.profile.cpu_framework import FORMAT_VERSION  # noqa: E402
 
 def _entry(complete: bool) -> dict:
     entry = {"per_unit_s": 1e-5, "compute_scale": 0.9, "optimizer_per_tensor_s": 1e-5, "optimizer_per_param_s": 3e-9,
-             "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}}
+             "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}, "reading_wall_per_cpu": [1.0, 1.01, 1.22]}
     if complete:
         entry |= {"deepspeed_step": {"0": {"per_step_s": 2e-3, "per_param_s": 1e-9}},
                   "rank_transport": {"per_byte_s": 9e-10}, "tiny_isolated_diff_s": 3.5e-3}
@@ -106,3 +106,14 @@ def test_a_complete_file_of_the_earlier_per_unit_reading_is_re_measured(tmp_path
     monkeypatch.setattr(setup.subprocess, "run", fake)
     setup.refresh_framework_cost(tmp_path, 0.3)
     assert len(fake.calls) == 1
+
+
+def test_a_file_measured_while_its_process_waited_for_a_core_is_not_accepted(tmp_path: Path) -> None:
+    """Readings with wall / CPU time 2-5 (load 9-12) had CPU times inflated 18-35 %: such a file is a gap."""
+    path = _write(tmp_path, complete=True)
+    assert setup.framework_cost_gaps(path, ["bf16", "fp32"]) == []
+    doc = json.loads(path.read_text())
+    doc["dtypes"]["bf16"]["reading_wall_per_cpu"] = [3.64, 3.93, 2.58, 1.97]
+    path.write_text(json.dumps(doc))
+    (gap,) = setup.framework_cost_gaps(path, ["bf16", "fp32"])
+    assert "bf16" in gap and "waited for a core" in gap and "3.1" in gap
