@@ -130,10 +130,10 @@ class FittedProfile:
         by_key: dict[tuple[str, str, str], list[Op]] = {}
         for op in ops:
             by_key.setdefault(self._key(op.op_class, op.phase, op.dtype), []).append(op)
-        lines = []
+        found = []
         for key, entry in sorted(self._entries.items()):
-            lines += _outside(entry, by_key.get(key, []))
-        return tuple(dict.fromkeys(lines))
+            found += _outside(entry, by_key.get(key, []))
+        return _extrapolation_lines(found)
 
 
 def _optional_within_range(entry: ModelEntry, dims: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -150,12 +150,28 @@ def _optional_within_range(entry: ModelEntry, dims: dict[str, np.ndarray]) -> di
     return {k: (np.where(outside, np.nan, v) if k in optional else v) for k, v in dims.items()}
 
 
-def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[str]:
-    lines = []
+def _outside(entry: ModelEntry, ops: Sequence[Op]) -> list[tuple[str, str, str, str]]:
+    """(op class, dim, phase, what) for each dim of the entry's ops outside its sampled range."""
+    found = []
     keyed = [profile_dims(op.op_class, op.dims) for op in ops]  # each op's dims as the samples are keyed, once
     for dim, (lo, hi) in entry.train_ranges.items():
         values = [float(dims[dim]) for dims in keyed if dim in dims]
         if values and (min(values) < lo or max(values) > hi):
-            lines.append(f"{entry.op_class}: {dim} in [{min(values):g}, {max(values):g}] extends beyond the "
-                         f"profiled range [{lo:g}, {hi:g}]; extrapolated along the roofline")
-    return lines
+            found.append((entry.op_class, dim, entry.phase, f"{dim} in [{min(values):g}, {max(values):g}] extends "
+                          f"beyond the profiled range [{lo:g}, {hi:g}]; extrapolated along the roofline"))
+    return found
+
+
+def _extrapolation_lines(found: Sequence[tuple[str, str, str, str]]) -> tuple[str, ...]:
+    """One line per (op class, dim); where its phases were sampled over different ranges, one per range naming its
+    phases ('gemm (bwd): n in ...' and 'gemm (fwd): n in ...'), where two unlabelled lines read as one warning
+    repeated with contradicting ranges."""
+    by_dim: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for op_class, dim, phase, what in found:
+        by_dim.setdefault((op_class, dim), {}).setdefault(what, []).append(phase)
+    lines = []
+    for (op_class, _), by_what in by_dim.items():
+        for what, phases in by_what.items():
+            label = f" ({'/'.join(dict.fromkeys(phases))})" if len(by_what) > 1 else ""
+            lines.append(f"{op_class}{label}: {what}")
+    return tuple(lines)
