@@ -103,6 +103,13 @@ def find_config_file(kind: str, name_or_path: str) -> Path:
         raise UsageError(f"{what} file {name_or_path} not found{' (it is a folder)' if path.is_dir() else ''}. Give the "
                          f"path of a YAML file (schema: llmperf_hook/hardware/load.py) or a preset name: "
                          f"{', '.join(shipped)}.")
+    if kind == "hardware" and (llmperf_home() / "profiles" / name_or_path / "profile.json").is_file():
+        # a profile folder shared without its hardware file (both are written by `llmperf profile`)
+        raise UsageError(f"hardware '{name_or_path}' not found: {llmperf_home() / 'profiles' / name_or_path} holds its "
+                         f"fitted operator profile, but not the hardware file {llmperf_home() / kind}/{name_or_path}.yaml "
+                         f"(peak rates and memory) that `llmperf profile` writes with it. Copy that file along with the "
+                         f"profile, or rerun `llmperf profile --name {name_or_path}` on that machine (stored samples are "
+                         f"reused).")
     raise UsageError(
         f"{what} '{name_or_path}' not found: it is not a file, not "
         f"{llmperf_home() / kind}/{name_or_path}.yaml and not a shipped preset. Shipped: {', '.join(shipped)}. "

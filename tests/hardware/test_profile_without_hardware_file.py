@@ -1,0 +1,26 @@
+"""`--hardware NAME` whose fitted profile is in $LLMPERF_HOME/profiles/NAME but whose hardware file is not (a profile
+folder shared, or copied, without hardware/NAME.yaml) says so and how to fix it; it read as if NAME did not exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.hardware.load import load_hardware
+
+
+def test_profile_without_its_hardware_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    (tmp_path / "profiles" / "my-cpu").mkdir(parents=True)
+    (tmp_path / "profiles" / "my-cpu" / "profile.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"holds its fitted operator profile, but not the hardware file .*my-cpu\.yaml"
+                                         r".*llmperf profile --name my-cpu"):
+        load_hardware("my-cpu")
+
+
+def test_a_name_without_a_profile_keeps_the_preset_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    with pytest.raises(UsageError, match="not a shipped preset. Shipped: a100"):
+        load_hardware("my-cpu")
