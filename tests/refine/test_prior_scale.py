@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from llmperf_hook.refine.prior_scale import (CONTAMINATION, _log_normal, averaged_posterior, scale_mixture,
-                                             scaled)
+from llmperf_hook.refine.prior_scale import (CONTAMINATION, _log_marginal_of_scale, averaged_posterior,
+                                             scale_mixture, scaled)
 from llmperf_hook.refine.recalibrate import fit_key_calibration
 from llmperf_hook.refine.shrinkage import Priors, Variances, group_runs, posterior
 
@@ -106,9 +106,24 @@ def test_several_configurations_use_the_joint_likelihood_and_average_the_posteri
         sum(w * p.shared_weight * p.shared_log_scale for w, p in zip(mix.weights, parts)))
 
 
-def test_log_normal_is_the_bivariate_normal_density() -> None:
-    cov = [[0.02, 0.007], [0.007, 0.03]]
-    y = [0.3, -0.1]
-    det = cov[0][0] * cov[1][1] - cov[0][1] ** 2
-    quad = (y[0] ** 2 * cov[1][1] - 2 * y[0] * y[1] * cov[0][1] + y[1] ** 2 * cov[0][0]) / det
-    assert _log_normal(y, cov) == pytest.approx(-0.5 * math.log(det) - 0.5 * quad)
+def test_the_marginal_likelihood_is_the_normal_density_of_prior_times_s_plus_reading_noise() -> None:
+    """log m(y | s) - log m(y | 1), m(y | s) = N(y; 0, s Sigma0 + D), against the bivariate density written out."""
+    prior, reads, y = [[0.02, 0.007], [0.007, 0.03]], [0.004, 0.009], [0.3, -0.1]
+
+    def exact(s: float) -> float:
+        a, b, c = s * prior[0][0] + reads[0], s * prior[0][1], s * prior[1][1] + reads[1]
+        det = a * c - b * b
+        return -0.5 * math.log(det) - 0.5 * (y[0] ** 2 * c - 2 * y[0] * y[1] * b + y[1] ** 2 * a) / det
+
+    log_marginal = _log_marginal_of_scale(y, prior, reads)
+    for s in (1.0, 2.5, 40.0):
+        assert log_marginal(s) - log_marginal(1.0) == pytest.approx(exact(s) - exact(1.0), abs=1e-12)
+
+
+def test_the_user_is_told_when_and_how_far_the_priors_were_doubted() -> None:
+    """refine's variances note (printed with the calibration): nothing for a deviation the priors explain; for the
+    21:22 run, the contamination's probability before and after the runs and the widened standard deviations."""
+    assert "doubted" not in fit_key_calibration("h", "c", "fw", [_row(1.05)], TODAY)[1]
+    cal, source = fit_key_calibration("h", "c", "fw", [_row(1.693)], TODAY)
+    assert "the profile's priors doubted" in source and "rose from 10% to 9" in source
+    assert f"shared 8.1% -> {cal.sd_shared:.1%}" in source and cal.sd_shared > 0.3
