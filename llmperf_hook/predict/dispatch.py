@@ -22,7 +22,7 @@ from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
 from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
-from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings
+from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings, learned_by_profile
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
 from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype, sustained_math_floor_s
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
@@ -111,7 +111,8 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             seconds[oid] = max(0.0, float(value))
             if sustained_floor and predictor is not ROOFLINE:  # isolated-kernel GEMM timings run above sustained
                 seconds[oid] = max(seconds[oid], sustained_math_floor_s(op, cluster.gpu))
-            seconds[oid] *= alignment_factor(op, cluster.gpu)  # an unaligned width on Hopper (gemm_alignment.py)
+            if not learned_by_profile(op, predictor):  # a profile fitted on unaligned widths holds their cost
+                seconds[oid] *= alignment_factor(op, cluster.gpu)  # an unaligned width on Hopper (gemm_alignment.py)
             if len(_CACHE) < _CACHE_LIMIT:
                 _CACHE[(predictor.name, pid, ckey, oid, sustained_floor)] = seconds[oid]
     return seconds, {op_class: predictor_label(names) for op_class, names in used.items()}
@@ -162,7 +163,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
             warnings += measured_under_notes(profile.meta)
     if profile is None:
         warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
-    warnings += alignment_warnings(map(bf16_part_of_fp8_run, ops), cluster.gpu)
+    warnings += alignment_warnings(map(bf16_part_of_fp8_run, ops), cluster.gpu,
+                                   lambda op: learned_by_profile(op, choose_predictor(op, profile, None)))
     if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples
         comm_ops = [op for op in ops if choose_predictor(op, None, comm_model) is comm_model]
         warnings += comm_model.extrapolation_warnings(comm_ops, cluster)

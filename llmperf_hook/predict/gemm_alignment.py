@@ -23,9 +23,15 @@ and the head dim; a width class the file lacks (an odd head dim: only 2- and 4-a
 nearest larger measured alignment, a lower bound, since an odd width can use only kernels a 2-aligned one can use
 too. It prices Hopper GPUs only (compute capability 9.0: H100 SXM and PCIe, H200, GH200, one SM90 architecture with
 the same cuBLAS kernel families). Elsewhere (A100, L40S, B200, MI300X, CPU) the size is not measured: not priced,
-only warned. The factor multiplies the op's time from whichever predictor priced it: the fitted profiles sampled
-aligned shapes only (profile/plan.py rounds every dim to a multiple of 8; the GH200 public samples have head dims
-of multiples of 8 and a vocabulary padded to 128 x TP).
+only warned. The factor multiplies the op's time from whichever predictor priced it, unless that predictor is a
+fitted profile whose model of the op's class, direction and dtype was trained on unaligned widths: `llmperf profile
+--for -- <job>` samples the job's own shapes (profile/plan.py job_specs: GPT-2's n = 50257 head), and its trees
+then answer part of the slowness themselves, which the factor would count twice. build_profile.fit_samples records
+the count (ModelEntry.unaligned_samples). A model fitted before the record existed is read as its samples in the
+store say (stored_samples_unaligned), and a shipped one as aligned-only, as they all are: the gemm / bmm n, k and
+attention head dims of their samples (measurements/h100-sxm5-80gb-2026-11-26, -b, h200-sxm-141gb-2026-11-26, the
+public Perlmutter and Vista operator files) are multiples of 8: profile/plan.py's grid rounds every dim to one, and
+the public sets pad the vocabulary to 128 x TP.
 """
 
 from __future__ import annotations
@@ -33,13 +39,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.attention_core_ops import flash_head_dim
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 from llmperf_hook.resources import configs_dir
+from llmperf_hook.store.location import default_store_path
 
 ALIGNED_BYTES = 16
 """Matrix Multiplication Background User's Guide, Table 1 (cuBLAS >= 11.0): most efficient at multiples of 16 bytes."""
@@ -121,19 +131,71 @@ def alignment_factor(op: Op, gpu: HardwareSpec) -> float:
     return 1.0 if price is None else price[0]
 
 
-def alignment_warnings(ops: Iterable[Op], gpu: HardwareSpec | None) -> tuple[str, ...]:
+def unaligned_sample_count(op_class: str, dims: Mapping[str, Sequence[float]]) -> int | None:
+    """How many of a profile's samples of `op_class` (dims arrays keyed as graph/op.py) have a leading dimension that
+    is not a multiple of ALIGNED_ELEMENTS; None for a class without leading dims (ALIGNED_DIMS)."""
+    lead = ALIGNED_DIMS.get(op_class)
+    if lead is None:
+        return None
+    unaligned = np.zeros(len(np.atleast_1d(dims[lead[0]])), dtype=bool)
+    for dim in lead:
+        unaligned |= np.atleast_1d(np.asarray(dims[dim], dtype=np.float64)).astype(np.int64) % ALIGNED_ELEMENTS != 0
+    return int(unaligned.sum())
+
+
+def learned_by_profile(op: Op, predictor: object) -> bool:
+    """Whether `op` is unaligned and `predictor` is a fitted profile (profile/predictor.FittedProfile) whose model
+    answering it (its class, the forward's model for a recompute, the dtype's stand-in) was trained on unaligned
+    widths, so its answer already holds part of their cost (module docstring)."""
+    meta = getattr(predictor, "meta", None)
+    if meta is None or misalignment(op) is None:
+        return False
+    key = (op.op_class, "bwd" if op.phase == "bwd" else "fwd", meta.model_dtype(op.dtype))
+    entry = next((m for m in meta.models if (m.op_class, m.phase, m.dtype) == key), None)
+    if entry is None or entry.unaligned_samples is not None:
+        return entry is not None and entry.unaligned_samples > 0
+    from llmperf_hook.profile.profile_io import is_shipped
+
+    directory = getattr(predictor, "directory", None)
+    if directory is None or is_shipped(directory):  # aligned-only, as their samples show (module docstring)
+        return False
+    return stored_samples_unaligned(str(default_store_path()), meta.name, json.dumps(dict(meta.hardware),
+                                                                                     sort_keys=True), key)
+
+
+@lru_cache(maxsize=64)
+def stored_samples_unaligned(store_path: str, name: str, fingerprint: str, key: tuple[str, str, str]) -> bool:
+    """A user profile fitted before the count was recorded: whether the samples it was fitted from, as the store
+    holds them (profile/sampler._samples_by_class: the sampler's rows of this name and fingerprint, and instrumented
+    runs' rows), have an unaligned leading dimension. No store there: aligned-only, as before."""
+    if not Path(store_path).is_file():
+        return False
+    from llmperf_hook.store import open_store
+
+    op_class, phase, dtype = key
+    with open_store(Path(store_path)) as store:
+        rows = store.query_op_samples(name, dtype, op_class, phase)
+    dims = [r.dims for r in rows if (r.source == "sampler" and r.fingerprint == fingerprint)
+            or r.source.startswith("instrument:")]
+    return bool(unaligned_sample_count(op_class, {d: [row.get(d, 0) for row in dims]
+                                                  for d in ALIGNED_DIMS[op_class]}))
+
+
+def alignment_warnings(ops: Iterable[Op], gpu: HardwareSpec | None,
+                       learned: Callable[[Op], bool] = lambda op: False) -> tuple[str, ...]:
     """One warning per op name and unaligned width (its forward, backward and recompute are one); `gpu` None: no
-    GPU is known (explain)."""
-    seen: dict[tuple[str, str, int], tuple[Op, Misalignment]] = {}
+    GPU is known (explain). `learned(op)`: the profile that priced it was trained on unaligned widths
+    (learned_by_profile), so its answer is not multiplied."""
+    seen: dict[tuple[str, str, int], tuple[Op, Misalignment, bool]] = {}
     for op in ops:
         if op.op_class in ALIGNED_DIMS:
             found = misalignment(op)
             if found is not None:
-                seen.setdefault((op.name, found.dim, found.width), (op, found))
-    return tuple(alignment_warning(op, found, gpu) for op, found in seen.values())
+                seen.setdefault((op.name, found.dim, found.width), (op, found, learned(op)))
+    return tuple(alignment_warning(op, found, gpu, by_profile) for op, found, by_profile in seen.values())
 
 
-def alignment_warning(op: Op, found: Misalignment, gpu: HardwareSpec | None) -> str:
+def alignment_warning(op: Op, found: Misalignment, gpu: HardwareSpec | None, learned: bool = False) -> str:
     """What is unaligned, what it costs on Hopper (measured), whether this prediction prices it, and the fix."""
     nbytes = found.alignment_elements * ELEMENT_BYTES[op.dtype]
     kernel = "the flash-attention kernel" if op.op_class == "attention" else "cuBLAS"
@@ -144,6 +206,9 @@ def alignment_warning(op: Op, found: Misalignment, gpu: HardwareSpec | None) -> 
     cost = _measured_text(op, found)
     if gpu is None:
         priced = "`llmperf predict` prices it on Hopper GPUs (H100, H200, GH200) only, where it was measured"
+    elif is_hopper(gpu) and learned:
+        priced = (f"on {gpu.name} the operator profile's answer stands alone: it was fitted on unaligned widths of "
+                  f"this class, so it holds their cost already")
     elif is_hopper(gpu):
         priced = f"priced on {gpu.name} (Hopper)" if cost else f"not priced on {gpu.name}: this case was not measured"
     else:

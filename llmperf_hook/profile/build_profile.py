@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from llmperf_hook.predict.gemm_alignment import unaligned_sample_count
 from llmperf_hook.profile.features import OPTIONAL_FEATURES, UNKNOWN, RooflineConstants, build_features, schema_hash
 from llmperf_hook.profile.fit import MORE_LEAVES, NUM_LEAVES, FittedRegressor, Loss, fit_regressor
 from llmperf_hook.profile.hinge import Hinge, fit_hinge, hinge_terms, priced_s
@@ -250,7 +251,8 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None,
                                   linear=reg.linear_leaves, leaves=reg.num_leaves, hinge=reg.hinge is not None)
         if with_holdout else None, floor_s=floor,
-        baseline=reg.baseline, hinge=None if reg.hinge is None else reg.hinge.as_tuple())
+        baseline=reg.baseline, hinge=None if reg.hinge is None else reg.hinge.as_tuple(),
+        unaligned_samples=unaligned_sample_count(s.op_class, _timed_dims(s)[0]))
     return entry, reg.text
 
 

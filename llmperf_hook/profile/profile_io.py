@@ -67,6 +67,10 @@ class ModelEntry:
     """The model's trees as parsed arrays (packed_trees.py), read instead of parsing `file`; None in profiles
     written before packed files existed (then `file` is parsed)."""
     packed_sha256: str | None = None
+    unaligned_samples: int | None = None
+    """How many training samples had a leading dimension that is not 16-byte aligned (gemm / bmm n or k, attention
+    head_dim: predict/gemm_alignment.unaligned_sample_count), so the model may have learned that slowness; None for
+    other classes and in profiles fitted before it was recorded (the shipped ones sampled aligned widths only)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ def _write_files(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, s
             doc_entry.pop("hinge")  # likewise
         else:
             doc_entry["hinge"] = list(entry.hinge)
+        if entry.unaligned_samples is None:
+            doc_entry.pop("unaligned_samples")  # likewise
         entries.append(doc_entry)
     doc = {"format": PROFILE_FORMAT, "format_version": PROFILE_FORMAT_VERSION, "name": meta.name,
            "roofline": _roofline_doc(meta.roofline), "roofline_sha256": roofline_sha256(meta.roofline),
@@ -192,7 +198,8 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         num_samples=int(raw["num_samples"]), holdout_mape=raw.get("holdout_mape"), floor_s=float(raw.get("floor_s", 0.0)),
         baseline=_baseline(directory, raw), hinge=_hinge(directory, raw),
         packed_file=None if raw.get("packed_file") is None else str(raw["packed_file"]),
-        packed_sha256=None if raw.get("packed_sha256") is None else str(raw["packed_sha256"]))
+        packed_sha256=None if raw.get("packed_sha256") is None else str(raw["packed_sha256"]),
+        unaligned_samples=_unaligned_samples(directory, raw))
     if not (0.0 <= entry.floor_s < 10.0):
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
@@ -238,6 +245,16 @@ def _hinge(directory: Path, raw: dict) -> tuple[float, float, float, float] | No
         raise _fail(directory, f"model {raw['file']} has a malformed hinge {values!r} (four positive times and "
                                f"per-element times, fixed times under 10 s, for the classes {sorted(HINGE_TERMS)})")
     return Hinge.from_sequence(values).as_tuple()
+
+
+def _unaligned_samples(directory: Path, raw: dict) -> int | None:
+    count = raw.get("unaligned_samples")
+    if count is None:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= int(raw["num_samples"]):
+        raise _fail(directory, f"model {raw['file']} has unaligned_samples {count!r}, not a count of its "
+                               f"{raw['num_samples']} samples")
+    return count
 
 
 def _baseline(directory: Path, raw: dict) -> LinearBaseline | None:
