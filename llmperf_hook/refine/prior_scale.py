@@ -5,7 +5,7 @@ prediction with the priors the profile gives: the shared bias b ~ N(0, sd_shared
 c_j ~ N(0, sd_config^2), from its held-out steps and the machine's step-time drift (8-14 % on the CPU testbed). They
 say how far a sound profile can be off. When the profile is not sound (the testbed's 21:22 record of 27 Nov 2026:
 its framework cost measured under another load, every configuration 4-52 % slow, config 9's calibration run x1.69 =
-0.53 in log, five standard deviations of prior and reading noise together), a normal prior overrules the data at
+0.53 in log, four standard deviations of prior and reading noise together), a normal prior overrules the data at
 any size of deviation (the posterior mean is linear in y): refine kept x1.38 of that run's x1.69 on its own
 configuration, and told the user who re-runs the very configuration they measured that it is 33 % faster than it is.
 
@@ -26,7 +26,7 @@ floor. The posterior is the mixture of the two normal posteriors, the contaminat
 odds, epsilon / (1 - epsilon) times the Bayes factor m(ybar | s_hat) / m(ybar | 1). A deviation the priors and
 the reading noise explain (ybar^2 <= Sigma0 + D) has s_hat = 1 and is shrunk exactly as before; at two standard
 deviations of prior and reading together (a quiet record's disturbed run) the factor is ~2 and the result moves
-little; at four or more (the 21:22 record's x1.69) it is ~10^3 and the run's own configuration keeps ~96 % of its
+little; at four or more (the 21:22 record's x1.69) it is ~500 and the run's own configuration keeps ~96 % of its
 log-ratio, while the others get the shared part in the profile's proportion sd_shared^2 / (sd_shared^2 +
 sd_config^2) of it. The reading noise (sd_run, sd_moment) is not scaled: it is the machine's, measured apart; nor
 is the wait of multi-rank runs (refine/peer_wait.py), read apart with its own data.
@@ -49,9 +49,10 @@ from llmperf_hook.refine.transfer import correlation_matrix, covariance
 CONTAMINATION = 0.1
 """epsilon: the prior probability that the profile's accuracy claims do not hold for the runs (the machine or the
 framework changed since it was measured, a cost it prices wrong): one profile in ten, a belief, not a fit. What it
-decides is little: a deviation the priors explain has s_hat = 1 (no contamination to weigh), and one of four prior
-standard deviations has a Bayes factor ~10^3 that outweighs any epsilon from 0.01 to 0.5; in between, the testbed
-replay of 27 Nov's eight records moves by a few tenths of a point from epsilon 0.05 to 0.2 (/work/notes/h157.md)."""
+decides is little: a deviation the priors explain has s_hat = 1 (no contamination to weigh), and one of four
+standard deviations of prior and reading noise has a Bayes factor ~500 that outweighs any epsilon from 0.01 to 0.5
+(the 21:22 run's contamination weight 0.83 at 0.01, 0.98 at 0.1, 0.998 at 0.5); in between, the testbed replay of
+27 Nov's eight records moves by a few tenths of a point from epsilon 0.05 to 0.2 (/work/notes/h157.md)."""
 GRID_POINTS = 240
 """Points of the log-spaced grid over s on which the ML-II scale is found: ~3 % apart in s at s_hat ~ 30 (21:22's
 run), which moves the kept fraction s P / (s P + D) by ~0.1 %; the replay's figures are the same at 600 points."""

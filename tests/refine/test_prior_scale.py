@@ -88,6 +88,9 @@ def test_contamination_weight_follows_the_bayes_factor() -> None:
     far = scale_mixture(group_runs([("j", "a", 1.0, math.exp(5 * total))]), v)
     near = scale_mixture(group_runs([("j", "a", 1.0, math.exp(2 * total))]), v)
     assert far.weights[1] > 0.99 and near.weights[1] < 0.3
+    # the 21:22 run (four sd): its Bayes factor ~500 outweighs the prior odds of any epsilon from 0.01 up
+    today = group_runs([("j", "a", 1.0, 1.693)])
+    assert [round(scale_mixture(today, v, e).weights[1], 2) for e in (0.01, 0.1, 0.5)] == [0.83, 0.98, 1.0]
 
 
 def test_several_configurations_use_the_joint_likelihood_and_average_the_posteriors() -> None:
