@@ -97,18 +97,31 @@ def latent_scatter_backward(ctx: lo.LayerContext) -> tuple[Op, ...]:
                     collective=ctx.tp) for name, width in widths)
 
 
+HEAD_DIM_TAGS = ("head_dim_qk", "head_dim_v")
+"""Tags of an MLA core op holding the kernel's two real head widths (mla_head_dim_tags), where its dims' head_dim is
+the FLOP-equivalent mean: tags, not dims, so the profile keys (features.REQUIRED_DIMS) and sampled shapes stay the
+square head's."""
+
+
+def mla_head_dim_tags(m) -> dict[str, str]:
+    """The widths the fused kernel reads (`m`: the ModelShape): Q and K rows of d_qk + d_rope channels (QK^T's
+    leading dimension) and V and O rows of d_v (PV's); predict/gemm_alignment checks each."""
+    return {"head_dim_qk": str(m.qk_head_dim + m.qk_pos_emb_head_dim), "head_dim_v": str(m.v_head_dim)}
+
+
 def mla_core(ctx: lo.LayerContext, heads: int) -> Op:
     """Causal attention with d_qk + d_rope channels for the scores and d_v for the values: FLOPs
     2 b s_q s_kv n (d_q + d_v) / 2 (QK^T and AV, half under the causal mask; Megatron's
     num_floating_point_operations MLA core term). The predictor's head_dim is the mean (d_q + d_v) / 2, the
-    square head that does the same FLOPs."""
+    square head that does the same FLOPs; the two real widths are its tags (HEAD_DIM_TAGS)."""
     cfg, m = ctx.cfg, ctx.cfg.model
     b, s_q, s_kv = cfg.batch.micro_batch_size, m.seq_length // cfg.parallel.cp, m.seq_length
     d_q, d_v = m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
     flops = 2.0 * b * s_q * s_kv * heads * (d_q + d_v) * 0.5
     dims = {"b": b, "s": s_q, "heads": heads, "kv_heads": heads, "head_dim": (d_q + d_v) // 2, "causal": 1}
     io = b * s_q * heads * (2 * d_q + 2 * d_v) * ctx.act_bytes  # read Q, K, V; write O
-    return Op("attn.core", "attention", "fwd", dims, flops=flops, bytes_moved=float(io), dtype=ctx.dtype)
+    return Op("attn.core", "attention", "fwd", dims, flops=flops, bytes_moved=float(io), dtype=ctx.dtype,
+              tags=mla_head_dim_tags(m))
 
 
 def mla_attention_ops(ctx: lo.LayerContext) -> list[Op]:

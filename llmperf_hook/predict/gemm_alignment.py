@@ -9,8 +9,10 @@ reads X and W with leading dimension k and writes Y [m, n] with n; its data grad
 weight gradient dY^T @ X reads dY (transposed) with n and X with k. So k and n set it, m never does. A bmm (Megatron's
 unfused attention: Q K^T with k = head dim and n = key length, P V with k = key length and n = head dim) the same;
 Megatron's strided Q, K, V views (batch stride 3 x head dim) are aligned exactly when the head dim is. Fused (flash)
-attention: the head dim. An op's alignment is the largest power of two up to 8 that divides all of its dims: 1, 2,
-4 or 8 (aligned) elements. Only 16-bit dtypes are checked (FP8 GEMMs need 16 elements, fp32 4; neither measured).
+attention: the head dim; multi-latent attention's kernel reads two, d_qk + d_rope (Q, K: QK^T) and d_v (V, O: PV),
+each checked (graph/mla_ops.HEAD_DIM_TAGS; its op's head_dim is their mean) and priced by the square-head
+measurement. An op's alignment is the largest power of two up to 8 that divides all of its dims: 1, 2, 4 or 8
+(aligned) elements. Only 16-bit dtypes are checked (FP8 GEMMs need 16 elements, fp32 4; neither measured).
 
 The price. Measured on one H200 (torch 2.11, CUDA 13.0) by benchmarks/measure_gpu_alignment.py, per FLOP against
 the aligned neighbour: measurements/h200-sxm-141gb-2026-11-27-c, Megatron's LM-head GEMMs at width n = 50257 (odd)
@@ -46,6 +48,7 @@ import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.attention_core_ops import flash_head_dim
+from llmperf_hook.graph.mla_ops import HEAD_DIM_TAGS, mla_head_dim_tags
 from llmperf_hook.graph.op import Op
 from llmperf_hook.hardware.spec import HardwareSpec
 from llmperf_hook.resources import configs_dir
@@ -71,7 +74,7 @@ class Misalignment:
     """The worst-aligned leading dimension of one op."""
 
     dim: str
-    """The op's dims key (graph/op.py): "k", "n" or "head_dim"."""
+    """The op's dims key (graph/op.py): "k", "n" or "head_dim"; an MLA core's tag "head_dim_qk" or "head_dim_v"."""
     width: int
     """Its value, in elements."""
     alignment_elements: int
@@ -83,15 +86,21 @@ def element_alignment(width: int) -> int:
     return min(width & -width, ALIGNED_ELEMENTS) if width > 0 else ALIGNED_ELEMENTS
 
 
+def leading_widths(op: Op) -> dict[str, int]:
+    """{name: width} of the op's leading dimensions: its ALIGNED_DIMS, or for an MLA core the kernel's two real
+    head widths (graph/mla_ops.HEAD_DIM_TAGS: QK^T reads d_qk + d_rope, PV d_v), where its head_dim is the mean."""
+    real = {t: int(op.tags[t]) for t in HEAD_DIM_TAGS if op.op_class == "attention" and t in op.tags}
+    return real or {d: int(op.dims.get(d, 0)) for d in ALIGNED_DIMS.get(op.op_class, ())}
+
+
 def misalignment(op: Op) -> Misalignment | None:
     """The op's worst-aligned leading dimension when it is below 16 bytes (16-bit dtypes only), else None."""
-    dims = ALIGNED_DIMS.get(op.op_class)
-    if dims is None or op.dtype not in ELEMENT_BYTES:
+    if op.op_class not in ALIGNED_DIMS or op.dtype not in ELEMENT_BYTES:
         return None
-    worst = min(dims, key=lambda d: element_alignment(int(op.dims.get(d, 0))))
-    width = int(op.dims.get(worst, 0))
-    align = element_alignment(width)
-    return Misalignment(worst, width, align) if align < ALIGNED_ELEMENTS else None
+    widths = leading_widths(op)
+    worst = min(widths, key=lambda d: element_alignment(widths[d]))
+    align = element_alignment(widths[worst])
+    return Misalignment(worst, widths[worst], align) if align < ALIGNED_ELEMENTS else None
 
 
 def is_hopper(gpu: HardwareSpec) -> bool:
@@ -234,6 +243,8 @@ def _fix_text(op: Op, found: Misalignment) -> str:
                 "this width). Hugging Face uses config.vocab_size as is (GPT-2's 50257): "
                 "model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64), as nanoGPT pads GPT-2 to "
                 "50304 'for efficiency'.")
+    if found.dim in HEAD_DIM_TAGS:  # MLA: the two widths are flags of their own (megatron/training/arguments.py)
+        return ("make --qk-head-dim + --qk-pos-emb-head-dim (the scores' width) and --v-head-dim multiples of 8.")
     if op.op_class in ("bmm", "attention"):
         return ("choose a head count (or --kv-channels) that makes the head dim a multiple of 8, and a sequence "
                 "length that is one.")
@@ -243,12 +254,14 @@ def _fix_text(op: Op, found: Misalignment) -> str:
 def config_alignment_warnings(cfg: TrainingConfig) -> tuple[str, ...]:
     """The same warnings for `llmperf explain`, which builds no graph and knows no GPU: the two widths a model's
     shape leaves unaligned in practice, the LM head's columns per TP rank (graph/vocab_ops.head_ops) and the
-    attention's head dim (graph/layer_ops.attention_core: bmm's when unfused, else the fused kernel's head dim)."""
+    attention's head dim (graph/layer_ops.attention_core: bmm's when unfused, else the fused kernel's head dim; MLA's
+    two head widths, graph/mla_ops.mla_core)."""
     m, seq = cfg.model, cfg.model.seq_length
     dtype = "bf16" if cfg.precision == "fp8" else cfg.precision  # the LM head and attention of an FP8 run are bf16
     ops = [Op("head.lm_head", "gemm", "fwd", {"m": seq, "n": m.padded_vocab_size // cfg.parallel.tp,
                                                "k": m.hidden_size}, dtype=dtype)]
-    if m.multi_latent_attention:  # its heads are qk / v head dims of their own (graph/mla_ops.py): not checked here
+    if m.multi_latent_attention:  # its fused kernel's two head widths (graph/mla_ops.mla_core)
+        ops.append(Op("attn.core", "attention", "fwd", {}, dtype=dtype, tags=mla_head_dim_tags(m)))
         return alignment_warnings(ops, None)
     d = m.kv_channels
     if cfg.attention_backend == "unfused":
