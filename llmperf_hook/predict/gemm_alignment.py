@@ -146,10 +146,8 @@ def unaligned_sample_count(op_class: str, dims: Mapping[str, Sequence[float]]) -
     lead = ALIGNED_DIMS.get(op_class)
     if lead is None:
         return None
-    unaligned = np.zeros(len(np.atleast_1d(dims[lead[0]])), dtype=bool)
-    for dim in lead:
-        unaligned |= np.atleast_1d(np.asarray(dims[dim], dtype=np.float64)).astype(np.int64) % ALIGNED_ELEMENTS != 0
-    return int(unaligned.sum())
+    widths = np.stack([np.atleast_1d(np.asarray(dims[d], dtype=np.float64)) for d in lead]).astype(np.int64)
+    return int(np.any(widths % ALIGNED_ELEMENTS != 0, axis=0).sum())
 
 
 def learned_by_profile(op: Op, predictor: object) -> bool:
