@@ -101,7 +101,6 @@ children none (they need 45 s left), so the 21:20 file of 27 Nov had neither ter
 predicted its twelve 4-52 % low (MAPE 27.8 %; the 06:58 file, complete, 8.9 % on the same runs). A quiet machine
 ends after cpu_framework_readings.MAX_READINGS readings, ~2 min per dtype; this bounds a loaded one."""
 
-
 MAX_WALL_PER_CPU = 1.5
 """Largest median wall / CPU time of a file's in-process readings the testbed accepts. Above it the measuring process
 shared its core with other programs for most of the time, and CPU time is not load-independent on this 2-vCPU guest:
@@ -132,11 +131,11 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes, in
     FRAMEWORK_BOX_S each) when it was measured on a busy machine (its recorded 1-minute load above the core count, or
     not recorded: files before session 9; the 18:13 one was measured at load 4-6), by older code (format before
-    FORMAT_VERSION, or a per-op-unit reading without its isolated
-    ops: cpu_framework.isolated_difference_s) or without a term (framework_cost_gaps) and the machine is quiet now; the replaced file's steps
-    stay in its history (the shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm
-    refit before this raises it by itself). A re-measured file that still lacks a term stops the benchmark: its
-    predictions would leave that term out, and scoring them measures the gap, not the model."""
+    FORMAT_VERSION, or a per-op-unit reading without its isolated ops: cpu_framework.isolated_difference_s) or with a
+    gap (framework_cost_gaps), and the machine is quiet now; the replaced file's steps stay in its history (the
+    shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit before this raises it
+    by itself). A re-measured file that still has a gap stops the benchmark: its predictions would leave a term out
+    (or carry a busy machine's CPU times), and scoring them measures the gap, not the model."""
     from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
@@ -171,9 +170,10 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
           f"measurement(s) of its steps kept)")
     gaps = framework_cost_gaps(path, dtypes)
     if gaps:
-        raise SystemExit("the re-measured framework cost is incomplete, so the testbed's predictions would leave "
-                         "these terms out:\n  " + "\n  ".join(gaps) + f"\n(file: {path}; the machine was too busy "
-                         f"for the {FRAMEWORK_BOX_S:.0f} s per dtype of FRAMEWORK_BOX_S: rerun when quieter)")
+        raise SystemExit("the re-measured framework cost is incomplete or measured while its process waited for a "
+                         "core, so the testbed's predictions would not be the model's:\n  " + "\n  ".join(gaps)
+                         + f"\n(file: {path}; the machine was too busy for the {FRAMEWORK_BOX_S:.0f} s per dtype of "
+                         f"FRAMEWORK_BOX_S: rerun when quieter)")
 
 
 def write_cluster(home: Path) -> Path:
