@@ -23,7 +23,7 @@ from llmperf_hook.hardware.load import load_cluster, load_hardware
 from llmperf_hook.hardware.spec import ClusterSpec, HardwareSpec
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.predict.dispatch import predict_op_times
-from llmperf_hook.refine.calibration import calibrate_step, find_calibration
+from llmperf_hook.refine.calibration import calibrate_step, calibration_store_problem, find_calibration
 from llmperf_hook.schedule.compose import compose_step
 from llmperf_hook.schedule.memory import estimate_memory
 from llmperf_hook.schedule.memory_fit import tight_fit_warning
@@ -82,6 +82,9 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
     # refine/calibration.py: this configuration's own calibration if it was instrumented, else the shared one shrunk
     calibrated = calibrate_step(find_calibration(cluster.gpu.name, cluster.name, cfg.framework), cfg, step.step_time_s,
                                 step.breakdown)
+    store_problem = calibration_store_problem(cluster.gpu.name, cluster.name, cfg.framework)
+    if store_problem:  # a damaged store drops the calibration: said, not silent
+        warnings.append(store_problem)
     scale, step_s = (calibrated.scale, calibrated.step_time_s) if calibrated else (1.0, step.step_time_s)
     if calibrated is not None:
         predictor["calibration"] = calibrated.predictor_note

@@ -19,7 +19,8 @@ step, refine/own_scales.py); every other configuration gets the shared fit above
 the posterior weight k of the shared bias: step_time = predicted * ((scale * predicted + overhead) / predicted) ** k.
 On a CPU, what multi-rank runs' ranks wait for each other (wall beyond CPU time) is fitted apart and goes to
 multi-rank configurations without runs only (refine/peer_wait.py).
-`find_calibration` is on the predict path: stdlib sqlite3 only, never raises (a broken store means None).
+`find_calibration` is on the predict path: stdlib sqlite3 only, never raises (a broken store means None, and
+`calibration_store_problem` says why, so the prediction can warn that its calibration was left out).
 """
 
 from __future__ import annotations
@@ -237,25 +238,35 @@ def _relative_sse(pairs: Sequence[tuple[float, float]], a: float, b: float) -> f
     return sum(((a * p + b - m) / m) ** 2 for p, m in pairs)
 
 
-_MEMO: dict[tuple, Calibration | None] = {}
+_MEMO: dict[tuple, tuple[Calibration | None, str | None]] = {}
 
 
 def find_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:
-    """The stored calibration for this key from $LLMPERF_HOME's store, or None.
+    """The stored calibration for this key from $LLMPERF_HOME's store, or None."""
+    return _lookup(hardware, cluster, framework)[0]
 
-    Memoised on the store files' identity (path, sizes, mtimes): `tune` and `validate` call this thousands of
-    times, and opening SQLite costs ~20 ms; a refine that writes the store changes its mtime and so the key."""
+
+def calibration_store_problem(hardware: str, cluster: str, framework: str) -> str | None:
+    """Why the store's calibrations could not be read (a damaged store, or a file that is no SQLite database), or
+    None. A store without calibration tables yet, or one locked for a moment, is no problem: nothing was lost."""
+    return _lookup(hardware, cluster, framework)[1]
+
+
+def _lookup(hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str | None]:
+    """(calibration, problem), memoised on the store files' identity (path, sizes, mtimes): `tune` and `validate`
+    call this thousands of times, and opening SQLite costs ~20 ms; a refine that writes the store changes its mtime
+    and so the key."""
     try:
         from llmperf_hook.store.location import default_store_path  # no sqlite3 import while there is no store
 
         db = default_store_path()
         if not db.is_file():
-            return None
+            return None, None
         # WAL mode: committed writes may sit in the -wal file until a checkpoint, so both files make the key.
         files = [db, db.with_name(db.name + "-wal")]
         identity = tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None for f in files)
     except Exception:  # noqa: BLE001 - a missing or unreadable store never breaks a prediction
-        return None
+        return None, None
     key = (str(db), identity, hardware, cluster, framework)
     if key not in _MEMO:
         if len(_MEMO) > 1024:
@@ -273,7 +284,7 @@ def _transfer_fields(rest: Sequence[Any]) -> tuple[float, tuple[tuple[str, float
     return alpha, shares_from_json(rest[1] if len(rest) > 1 else None), wait
 
 
-def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibration | None:
+def _load_calibration(hardware: str, cluster: str, framework: str) -> tuple[Calibration | None, str | None]:
     """Read-only: opening the store for writing (schema upkeep) would change its mtime and so defeat the memo of
     find_calibration, one SQLite open per prediction (a third of `predict --batch` time)."""
     import sqlite3
@@ -283,16 +294,22 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> Calibratio
     try:
         conn = sqlite3.connect(f"{store_path().resolve().as_uri()}?mode=ro", uri=True)
     except Exception:  # noqa: BLE001 - a missing or locked store never breaks a prediction
-        return None
+        return None, None
     try:
         row = load_calibration_row(conn, hardware, cluster, framework)
         extra = load_shrinkage(conn, hardware, cluster, framework) if row is not None else {}
         scale, overhead, num_runs = row if row is not None else (0.0, 0.0, 0)
         scales = tuple(ConfigScale(str(f), float(s), float(m), int(n), str(label or ""), *_transfer_fields(rest))
                        for f, s, m, n, label, *rest in extra.pop("config_scales", ()) if f and s and s > 0)
-        return None if row is None else Calibration(hardware, cluster, framework, float(scale), int(num_runs),
-                                                    float(overhead or 0.0), config_scales=scales, **extra)
+        return (None if row is None else Calibration(hardware, cluster, framework, float(scale), int(num_runs),
+                                                     float(overhead or 0.0), config_scales=scales, **extra)), None
+    except sqlite3.DatabaseError as err:  # OperationalError (no table yet, locked) is none of the damage below
+        if isinstance(err, sqlite3.OperationalError):
+            return None, None
+        return None, (f"the llmperf store {store_path()} cannot be read ({err}): predicted without any calibration "
+                      f"`llmperf refine` stored there. Move the file away (the next refine starts a new store) or "
+                      f"restore it")
     except Exception:  # noqa: BLE001 - a malformed row never breaks a prediction
-        return None
+        return None, None
     finally:
         conn.close()

@@ -306,14 +306,15 @@ def save_calibration(conn: sqlite3.Connection, cal: Any) -> None:
 
 def load_calibration_row(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> tuple | None:
     """(scale, overhead, runs) from refine's table, else from the shared calibrations table (another writer's:
-    a scale without overhead); a table the store lacks (an older or partial store) is skipped."""
+    a scale without overhead); a table the store lacks (an older or partial store) is skipped. A damaged store
+    (sqlite3.DatabaseError: malformed, not a database) raises, for calibration.py to say so."""
     for sql in ("SELECT step_time_scale, step_overhead_s, num_runs FROM refine_calibrations "
                 "WHERE hardware = ? AND cluster = ? AND framework = ?",
                 "SELECT step_time_scale, 0.0, num_runs FROM calibrations "
                 "WHERE hardware = ? AND cluster = ? AND framework = ?"):
         try:
             row = conn.execute(sql, (hardware, cluster, framework)).fetchone()
-        except sqlite3.Error:
+        except sqlite3.OperationalError:  # no such table (or locked): nothing stored to lose
             row = None
         if row is not None:
             return row
