@@ -197,7 +197,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     usable_key = None if mismatch else key
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
-    op_refit = _refit_ops(conn, job_id, usable_key.hardware if usable_key else None if mismatch else hardware, samples)
+    op_hardware = None if mismatch else key.hardware if key else hardware  # the key needs a cluster; samples do not
+    op_refit = _refit_ops(conn, job_id, op_hardware, samples)
     if op_refit.startswith("refitted") and raw and usable_key:  # refine/op_rebase.py: not counted twice
         rebased = repredict_uncalibrated(prediction, usable_key.cluster)
         notes.append(describe_rebased(raw, rebased))
