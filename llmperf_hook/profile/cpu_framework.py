@@ -19,7 +19,7 @@ describes), gradients set to None before every backward as a training step does:
    interleaved pairs: paired_difference_s) minus the same difference's operators sampled alone in the same
    reading (isolated_difference_s: the tiny ops lie below the profile's training ranges, so its prediction of
    them was an extrapolation that moved with compute_scale), per unit of the difference (TINY_LAYERS: the
-   isolated ops are ~1/2 of it in bf16, ~1/3 in fp32: both terms of the difference are measured, and paired).
+   isolated ops are ~1/2 of it in bf16, ~1/3 in fp32).
 2. (a) `compute_scale`: the compute ops of BIAS_SHAPES' graphs sampled alone with the operator sampler,
    against the fitted profile's prediction of them (the regressors' systematic error for the dtype; the
    in-step cost of a kernel is taken as its isolated cost); (b) per byte of the ops' modelled traffic
@@ -52,9 +52,12 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from llmperf_hook.profile.op_sampler import cpu_clock
+
+if TYPE_CHECKING:
+    from llmperf_hook.graph.op import Op
 
 FILE_NAME = "framework_overhead.json"
 MIN_BUDGET_MIN = 3.0
@@ -271,13 +274,10 @@ def measure_profile_bias(dtype: str, hardware_name: str, shapes: Sequence[Shape]
     """Step 2a: the compute ops of `shapes`' graphs measured alone (op_sampler, the profile's own clock and
     runners) against the fitted profile's prediction of them: {"ratio": measured / predicted, per-shape
     sums}. The regressors' systematic error for this dtype, isolated from any in-step effect."""
-    from llmperf_hook.profile.op_sampler import sample_op
-
     rows = []
     for shape in shapes:
         ops, _ = _predicted_ops(shape, dtype, hardware_name)
-        measured = sum(n * sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype, "cpu",
-                                     target_s=0.01).time_s for op, n, _ in ops)
+        measured = sum(n * _isolated_s(op, dtype) for op, n, _ in ops)
         rows.append({"shape": list(shape), "isolated_s": measured, "predicted_s": sum(n * t for _, n, t in ops)})
     return {"ratio": sum(r["isolated_s"] for r in rows) / sum(r["predicted_s"] for r in rows), "samples": rows}
 
@@ -290,15 +290,21 @@ def isolated_difference_s(dtype: str, hardware_name: str, small: Shape, large: S
     train_ranges), so the profile's prediction of them is an extrapolation (bf16: 5.2 ms of a measured 7.5 ms step
     difference, against 3.5 ms sampled)."""
     from llmperf_hook.predict.dispatch import op_id
-    from llmperf_hook.profile.op_sampler import sample_op
 
-    counts: dict[str, list] = {}
+    counts: dict[str, list] = {}  # op id: [op, issued in large - issued in small]
     for sign, shape in ((-1, small), (1, large)):
         for op, n, _ in _predicted_ops(shape, dtype, hardware_name)[0]:
             counts.setdefault(op_id(op), [op, 0])[1] += sign * n
-    return sum(n * statistics.median(sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype,
-                                               "cpu", target_s=0.01).time_s for _ in range(ISOLATED_REPS))
+    return sum(n * statistics.median(_isolated_s(op, dtype) for _ in range(ISOLATED_REPS))
                for op, n in counts.values() if n)
+
+
+def _isolated_s(op: Op, dtype: str) -> float:
+    """Seconds of one call of compute `op` sampled alone on the CPU (op_sampler: the profile's own clock and
+    runners, up to 10 ms of repetitions)."""
+    from llmperf_hook.profile.op_sampler import sample_op
+
+    return sample_op(op.op_class, op.dims, "bwd" if op.phase == "bwd" else "fwd", dtype, "cpu", target_s=0.01).time_s
 
 
 def fit_nonnegative(x: Sequence[Sequence[float]], y: Sequence[float],

@@ -114,20 +114,22 @@ class _InProcess:
         quiet, a minute at load 11: one reading overran an 80-s box by 20 s)."""
         wall0_s, cpu0_s = time.perf_counter(), time.process_time()
 
-        def timed(fn: Any, reps: int = cf.REPS) -> float:
+        def in_time() -> None:
             if time.perf_counter() > end_s:
                 raise OutOfTime()
+
+        def timed(fn: Any, reps: int = cf.REPS) -> float:
+            in_time()
             return cf._median_s(fn, reps)
 
-        if time.perf_counter() > end_s:
-            raise OutOfTime()
+        in_time()
         small_s, diff_s = cf.paired_difference_s(*self.tiny, TINY_PAIRS)
         raw = {"tiny_s": [small_s, small_s + diff_s],
                "fwd_bwd_s": [timed(f) for f in self.steps],
                "optimizer_s": [[timed(t), timed(f)] for t, f in self.optimizers]}
-        if time.perf_counter() > end_s:
-            raise OutOfTime()
+        in_time()
         raw["bias"] = cf.measure_profile_bias(self.dtype, hardware_name, cf.BIAS_SHAPES)
+        in_time()
         raw["tiny_isolated_diff_s"] = cf.isolated_difference_s(self.dtype, hardware_name, *cf.TINY_LAYERS)
         # Diagnostic: > 1 when this process waited for a core (another program held it) during the reading.
         raw["wall_per_cpu"] = (time.perf_counter() - wall0_s) / max(time.process_time() - cpu0_s, 1e-9)

@@ -108,3 +108,48 @@ def test_the_file_keeps_the_isolated_difference_its_per_unit_cost_was_fitted_wit
              "bias": {"ratio": 1.0, "samples": []}} for x in (3e-3, 3.6e-3, 3.4e-3)]
     assert cfr.median_raw(raws)["tiny_isolated_diff_s"] == pytest.approx(3.4e-3)
     assert "tiny_isolated_diff_s" not in cfr.median_raw([{**r, "tiny_isolated_diff_s": None} for r in raws])
+
+
+
+def test_the_isolated_difference_samples_the_ops_the_large_model_issues_beyond_the_small(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 1's isolated ops are the layer ops the 9-layer graph issues beyond the 1-layer one, each distinct op
+    sampled ISOLATED_REPS times (median: a burst outvoted) and counted as often as the difference issues it; ops both
+    graphs issue once (embedding, loss) cancel and are not sampled. A backward op is sampled as a backward."""
+    from llmperf_hook.graph.op import Op
+    from llmperf_hook.profile import op_sampler
+
+    dims = {"m": 16, "n": 96, "k": 32}
+    gemm_f, gemm_b = Op("qkv", "gemm", "fwd", dims, 1.0, 1.0), Op("qkv", "gemm", "bwd", dims, 1.0, 1.0)
+    embed = Op("embedding", "embedding", "fwd", {"tokens": 16, "hidden": 32, "vocab": 1024}, 1.0, 1.0)
+    graphs = {cf.TINY_LAYERS[0]: [(embed, 1, 0.0), (gemm_f, 4, 0.0), (gemm_b, 4, 0.0)],
+              cf.TINY_LAYERS[1]: [(embed, 1, 0.0), (gemm_f, 36, 0.0), (gemm_b, 36, 0.0)]}
+    monkeypatch.setattr(cf, "_predicted_ops", lambda shape, dtype, hw: (graphs[shape], 0.0))
+    seconds = {"fwd": iter([10e-6, 90e-6, 11e-6]), "bwd": iter([20e-6, 21e-6, 200e-6])}
+    sampled = []
+
+    def sample_op(op_class, dims, phase, dtype, device, target_s=0.05):
+        sampled.append((op_class, phase))
+        return op_sampler.Timing(next(seconds[phase]), 5, 0.0)
+
+    monkeypatch.setattr(op_sampler, "sample_op", sample_op)
+    diff_s = cf.isolated_difference_s("bf16", "cpu-x", *cf.TINY_LAYERS)
+    assert diff_s == pytest.approx(32 * 11e-6 + 32 * 21e-6)
+    assert sorted(sampled) == [("gemm", "bwd")] * cf.ISOLATED_REPS + [("gemm", "fwd")] * cf.ISOLATED_REPS
+
+def test_a_reading_whose_box_ends_during_the_bias_shapes_is_dropped_before_its_isolated_ops(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each part of a reading starts only within its box (OutOfTime between parts): the isolated ops of step 1
+    (~1 s quiet, several under load) are not sampled for a reading already dropped."""
+    import time
+
+    isolated = []
+    monkeypatch.setattr(cf, "paired_difference_s", lambda small, large, pairs, clock=None: (1e-3, 6e-3))
+    monkeypatch.setattr(cf, "_median_s", lambda fn, reps=cf.REPS, clock=None: 2e-2)
+    monkeypatch.setattr(cf, "measure_profile_bias", lambda *a: time.sleep(0.05) or {"ratio": 1.0, "samples": []})
+    monkeypatch.setattr(cf, "isolated_difference_s", lambda *a: isolated.append(a) or 3e-3)
+    local = object.__new__(cfr._InProcess)
+    local.dtype, local.tiny, local.steps, local.optimizers = "fp32", (None, None), [None], [(None, None)]
+    with pytest.raises(cfr.OutOfTime):
+        local.reading("cpu-x", end_s=time.perf_counter() + 0.02)
+    assert isolated == []
