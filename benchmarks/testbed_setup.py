@@ -117,8 +117,9 @@ def framework_cost_gaps(path: Path, dtypes: Sequence[str]) -> list[str]:
 
     from llmperf_hook.profile.cpu_framework_readings import time_box_notes
 
-    gaps = time_box_notes(path, dtypes)
-    for dtype, entry in sorted((json.loads(path.read_text()).get("dtypes") or {}).items()):
+    gaps = time_box_notes(path, dtypes)  # every dtype "not measured" when no file was written
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    for dtype, entry in sorted((doc.get("dtypes") or {}).items()):
         waits = [w for w in entry.get("reading_wall_per_cpu") or () if w]
         if waits and statistics.median(waits) > MAX_WALL_PER_CPU:
             gaps.append(f"framework cost {dtype}: its readings waited for a core (median wall / CPU time "
@@ -165,9 +166,10 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     with deepspeed_buffers_removed(29706):
         subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
                        env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
-    fresh = json.loads(path.read_text())
-    print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} earlier "
-          f"measurement(s) of its steps kept)")
+    if path.is_file():  # none when no reading of any dtype ended in its box (the old one is gone: unlinked)
+        fresh = json.loads(path.read_text())
+        print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} "
+              f"earlier measurement(s) of its steps kept)")
     gaps = framework_cost_gaps(path, dtypes)
     if gaps:
         raise SystemExit("the re-measured framework cost is incomplete or measured while its process waited for a "

@@ -117,3 +117,19 @@ def test_a_file_measured_while_its_process_waited_for_a_core_is_not_accepted(tmp
     path.write_text(json.dumps(doc))
     (gap,) = setup.framework_cost_gaps(path, ["bf16", "fp32"])
     assert "bf16" in gap and "waited for a core" in gap and "3.1" in gap
+
+
+def test_a_re_measurement_that_wrote_no_file_stops_the_benchmark_with_the_gaps(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_framework_overhead unlinks the old file before measuring and writes none when no reading of any dtype
+    ended in its box (a machine that got busy): the benchmark stops naming the dtypes, not with a FileNotFoundError."""
+    path = _write(tmp_path, complete=False)
+
+    def measure(argv, **kwargs):
+        path.unlink()
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(setup.subprocess, "run", measure)
+    with pytest.raises(SystemExit) as stop:
+        setup.refresh_framework_cost(tmp_path, 0.3)
+    assert "bf16: not measured" in str(stop.value) and "fp32: not measured" in str(stop.value)
