@@ -111,8 +111,9 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
             seconds[oid] = max(0.0, float(value))
             if sustained_floor and predictor is not ROOFLINE:  # isolated-kernel GEMM timings run above sustained
                 seconds[oid] = max(seconds[oid], sustained_math_floor_s(op, cluster.gpu))
-            if not learned_by_profile(op, predictor):  # a profile fitted on unaligned widths holds their cost
-                seconds[oid] *= alignment_factor(op, cluster.gpu)  # an unaligned width on Hopper (gemm_alignment.py)
+            factor = alignment_factor(op, cluster.gpu)  # an unaligned width on Hopper (gemm_alignment.py)
+            if factor != 1.0 and not learned_by_profile(op, predictor):  # a profile fitted on them holds their cost
+                seconds[oid] *= factor
             if len(_CACHE) < _CACHE_LIMIT:
                 _CACHE[(predictor.name, pid, ckey, oid, sustained_floor)] = seconds[oid]
     return seconds, {op_class: predictor_label(names) for op_class, names in used.items()}

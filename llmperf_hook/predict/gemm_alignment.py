@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.graph.attention_core_ops import flash_head_dim
 from llmperf_hook.graph.mla_ops import HEAD_DIM_TAGS, mla_head_dim_tags
@@ -180,8 +181,11 @@ def stored_samples_unaligned(store_path: str, name: str, fingerprint: str, key: 
     from llmperf_hook.store import open_store
 
     op_class, phase, dtype = key
-    with open_store(Path(store_path)) as store:
-        rows = store.query_op_samples(name, dtype, op_class, phase)
+    try:
+        with open_store(Path(store_path)) as store:
+            rows = store.query_op_samples(name, dtype, op_class, phase)
+    except UsageError:  # damaged, or a newer schema: predict warns of it (calibration_store_problem), not exit 2
+        return False
     dims = [r.dims for r in rows if (r.source == "sampler" and r.fingerprint == fingerprint)
             or r.source.startswith("instrument:")]
     return bool(unaligned_sample_count(op_class, {d: [row.get(d, 0) for row in dims]
@@ -198,7 +202,9 @@ def alignment_warnings(ops: Iterable[Op], gpu: HardwareSpec | None,
         if op.op_class in ALIGNED_DIMS:
             found = misalignment(op)
             if found is not None:
-                seen.setdefault((op.name, found.dim, found.width), (op, found, learned(op)))
+                # learned() only matters where the factor is priced: on Hopper (it may read the store)
+                seen.setdefault((op.name, found.dim, found.width),
+                                (op, found, gpu is not None and is_hopper(gpu) and learned(op)))
     return tuple(alignment_warning(op, found, gpu, by_profile) for op, found, by_profile in seen.values())
 
 

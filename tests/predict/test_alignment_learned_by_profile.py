@@ -127,22 +127,29 @@ def test_the_shipped_hopper_profiles_sampled_aligned_widths_only_and_keep_the_fa
     assert not learned_by_profile(_head(), shipped) and not learned_by_profile(_head("bwd"), shipped)
 
 
-def test_a_user_profile_fitted_before_the_record_is_read_as_its_stored_samples_say(tmp_path: Path,
-                                                                                   monkeypatch) -> None:
-    from llmperf_hook.predict.gemm_alignment import stored_samples_unaligned
+def _legacy_profile(home: Path) -> FittedProfile:
+    """A user profile in `home` fitted on the unaligned head, as an llmperf of before the record wrote it."""
     from llmperf_hook.profile.profile_io import meta_sha256
-    from llmperf_hook.store import OpSampleRecord, open_store
 
-    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "home" / "profiles" / "job"
+    folder = home / "profiles" / "job"
     _profile(folder, with_head=True)
     doc = json.loads((folder / META_FILE).read_text())
     for model in doc["models"]:
-        del model["unaligned_samples"]  # as an llmperf of before the record wrote it
+        del model["unaligned_samples"]
     doc["meta_sha256"] = meta_sha256(doc)
     (folder / META_FILE).write_text(json.dumps(doc))
     legacy = FittedProfile(folder)
     assert {m.unaligned_samples for m in legacy.meta.models} == {None}
+    return legacy
+
+
+def test_a_user_profile_fitted_before_the_record_is_read_as_its_stored_samples_say(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    from llmperf_hook.predict.gemm_alignment import stored_samples_unaligned
+    from llmperf_hook.store import OpSampleRecord, open_store
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    legacy = _legacy_profile(tmp_path / "home")
     stored_samples_unaligned.cache_clear()
     assert not learned_by_profile(_head(), legacy)  # no store: aligned-only, as before
     with open_store(tmp_path / "home" / "store.sqlite") as store:
@@ -154,3 +161,34 @@ def test_a_user_profile_fitted_before_the_record_is_read_as_its_stored_samples_s
     stored_samples_unaligned.cache_clear()
     assert learned_by_profile(_head(), legacy) and not learned_by_profile(_head("bwd"), legacy)
     stored_samples_unaligned.cache_clear()
+
+
+def test_a_damaged_store_reads_as_aligned_only_not_as_an_error(tmp_path: Path, monkeypatch) -> None:
+    """predict names an unreadable store in its warnings (refine/calibration.calibration_store_problem) and goes on;
+    reading the legacy profile's samples from it must not turn that prediction into exit 2."""
+    from llmperf_hook.predict.gemm_alignment import stored_samples_unaligned
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    legacy = _legacy_profile(tmp_path / "home")
+    (tmp_path / "home" / "store.sqlite").write_text("not a database\n" * 500)
+    stored_samples_unaligned.cache_clear()
+    assert not learned_by_profile(_head(), legacy)
+    stored_samples_unaligned.cache_clear()
+
+
+def test_off_hopper_the_profile_is_not_asked(tmp_path: Path, monkeypatch) -> None:
+    """The factor and its warning's 'stands alone' apply on Hopper only, so elsewhere the answer (which may open the
+    store for a legacy profile) is never needed: an A100 prediction with the unaligned head does not ask."""
+    from llmperf_hook.predict import dispatch
+
+    def must_not_ask(*_: object) -> bool:
+        raise AssertionError("learned_by_profile asked off Hopper")
+
+    profile = _profile(tmp_path / "job", with_head=True)
+    a100 = load_cluster("dgx-a100")
+    monkeypatch.setattr(dispatch, "learned_by_profile", must_not_ask)
+    clear_prediction_cache()
+    assert predict_ops([_head()], a100, profile, None)[0][_head().cost_key] == profile.predict_s([_head()], a100)[0]
+    clear_prediction_cache()
+    [warning] = alignment_warnings([_head()], a100.gpu, must_not_ask)
+    assert "n = 50257" in warning
