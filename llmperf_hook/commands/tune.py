@@ -156,12 +156,16 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
              nproc_per_node: int | None, model: str | None) -> tuple[Any, Any, Any]:
     from llmperf_hook import api
     from llmperf_hook.frameworks.resolve import JobOverrides
+    from llmperf_hook.refine.calibration import calibration_store_problem
 
     overrides = JobOverrides(nnodes=nnodes, nproc_per_node=nproc_per_node, model=model)
     job, cfg, spec, notes = api.resolve_command(argv, dict(os.environ), cluster=cluster, hardware=hardware,
                                                 overrides=overrides)
     for note in (*notes, *cfg.warnings):  # as predict shows them: an ignored option or unmodelled setting is never silent
         click.echo(f"llmperf tune: warning: {note}", err=True)
+    store_problem = calibration_store_problem(spec.gpu.name, spec.name, cfg.framework)
+    if store_problem:  # a damaged store: every candidate is ranked without the calibrations refine stored there
+        click.echo(f"llmperf tune: warning: {store_problem}", err=True)
     return job, cfg, spec
 
 

@@ -303,9 +303,9 @@ def _load_calibration(hardware: str, cluster: str, framework: str) -> tuple[Cali
                        for f, s, m, n, label, *rest in extra.pop("config_scales", ()) if f and s and s > 0)
         return (None if row is None else Calibration(hardware, cluster, framework, float(scale), int(num_runs),
                                                      float(overhead or 0.0), config_scales=scales, **extra)), None
-    except sqlite3.DatabaseError as err:  # OperationalError (no table yet, locked) is none of the damage below
-        if isinstance(err, sqlite3.OperationalError):
-            return None, None
+    except sqlite3.OperationalError:  # no table yet, or locked for a moment: nothing stored was lost
+        return None, None
+    except sqlite3.DatabaseError as err:  # malformed, or not a SQLite file: refine's calibrations are unreadable
         return None, (f"the llmperf store {store_path()} cannot be read ({err}): predicted without any calibration "
                       f"`llmperf refine` stored there. Move the file away (the next refine starts a new store) or "
                       f"restore it")

@@ -42,3 +42,16 @@ def test_a_store_without_calibrations_says_nothing(tmp_path: Path, monkeypatch: 
     with open_store(tmp_path / "store.sqlite"):
         pass
     assert not [w for w in _warnings(tmp_path, monkeypatch) if "llmperf store" in w]
+
+
+def test_tune_names_it_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """tune shows no per-candidate warnings, so it ranked every candidate uncalibrated without a word."""
+    from llmperf_hook.cli import main
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    (tmp_path / "store.sqlite").write_text("not a database\n" * 500)
+    with pytest.raises(SystemExit) as ended:
+        main(["tune", "--cluster", "dgx-h100", "--top", "1", "--", *JOB])
+    err = capsys.readouterr().err
+    assert ended.value.code in (0, None), err
+    assert f"llmperf tune: warning: the llmperf store {tmp_path / 'store.sqlite'} cannot be read" in err
