@@ -313,10 +313,11 @@ def _check_arguments(argv: Sequence[str], steps: int, profile_ops: int, stop_aft
         raise UsageError(f"--stop-after {stop_after}: must be at least 1 step (or left out to let the job run on).")
     if profile_ops and stop_after is not None and stop_after < steps + profile_ops:
         # the window opens after the timed steps (recorder.py), so the job would stop before it, or inside it
+        window = f"step {steps + 1}" if profile_ops == 1 else f"steps {steps + 1}-{steps + profile_ops}"
         raise UsageError(f"--stop-after {stop_after} stops the job before the end of the --profile-ops {profile_ops} "
-                         f"window, which follows the {steps} timed step(s) of --instrument {steps} (steps "
-                         f"{steps + 1}-{steps + profile_ops}): {'none' if stop_after <= steps else 'only part'} of it "
-                         f"would be profiled. Give --stop-after {steps + profile_ops} or more, or drop --profile-ops.")
+                         f"window, which follows the {steps} timed step(s) of --instrument {steps} ({window}): "
+                         f"{'none' if stop_after <= steps else 'only part'} of it would be profiled. Give "
+                         f"--stop-after {steps + profile_ops} or more, or drop --profile-ops.")
 
 
 def hook_reach_warnings(argv: Sequence[str]) -> list[str]:

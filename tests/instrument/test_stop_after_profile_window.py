@@ -21,6 +21,12 @@ def test_stop_after_inside_the_profiler_window_is_refused(stop_after: int, part:
         _check_arguments(["python", "train.py"], 3, 2, stop_after)
 
 
+def test_a_one_step_window_is_named_as_one_step() -> None:  # not "steps 4-4"
+    with pytest.raises(UsageError, match=r"--instrument 3 \(step 4\): none of it would be profiled. Give "
+                                         r"--stop-after 4 or more"):
+        _check_arguments(["python", "train.py"], 3, 1, 3)
+
+
 @pytest.mark.parametrize("profile_ops, stop_after", [(2, 5), (2, None), (0, 1)])
 def test_a_window_that_fits_is_accepted(profile_ops: int, stop_after: int | None) -> None:
     _check_arguments(["python", "train.py"], 3, profile_ops, stop_after)
