@@ -1,4 +1,4 @@
-"""Two alignment questions, timed on one GPU in one call: does an unaligned GEMM or bmm width cost more per FLOP
+"""Alignment questions, timed on one GPU in one call: does an unaligned GEMM or bmm width cost more per FLOP
 than its aligned neighbour, and how much?
 
     bash benchmarks/measure_gpu_alignment.sh      (the device call, both parts, ~1-1.5 min; with the device tool:
@@ -20,6 +20,9 @@ unfused core attention (DotProductAttention: torch.baddbmm of Q K^T, torch.bmm o
 fused QKV projection it really takes (batch stride 3 x head dim, so the head start offsets are 3 hn elements apart),
 the same on contiguous tensors, and SDPA's math / flash / efficient backends (a backend the dtype or the device
 refuses is a row with status "unsupported: ..."), forward and backward, for head dims 64-160.
+Part `gemm_dims` (gemm_dims.csv; not in measure_gpu_alignment.sh's default run: benchmarks/measure_gpu_gemm_dims.sh):
+which dimension's alignment costs. Megatron's linear at GEMM_BASES with one of m, k, n at a time set to base - 8/4/2/1
+(measured: measurements/h200-sxm-141gb-2026-11-27-d, h100-sxm5-80gb-2026-11-27).
 
 Each shape is timed by llmperf profile's own timer (llmperf_hook/profile/op_sampler.measure: CUDA events, 2
 warm-ups, kernels under 0.5 ms queued in groups, repetitions up to ~50 ms of work, trimmed mean of the middle 60 %);
