@@ -135,8 +135,9 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     FORMAT_VERSION, or a per-op-unit reading without its isolated ops: cpu_framework.isolated_difference_s) or with a
     gap (framework_cost_gaps), and the machine is quiet now; the replaced file's steps stay in its history (the
     shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit before this raises it
-    by itself). A re-measured file that still has a gap stops the benchmark: its predictions would leave a term out
-    (or carry a busy machine's CPU times), and scoring them measures the gap, not the model."""
+    by itself). A file with a gap stops the benchmark when the machine is too busy to re-measure it, and so does a
+    re-measured file that still has one: its predictions would leave a term out (or carry a busy machine's CPU
+    times), and scoring them measures the gap, not the model."""
     from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
@@ -154,8 +155,11 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " by older code"
                                                                              " or without every term")
     if now > cores:
-        print(f"  framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} "
-              f"cores): kept; rerun when quieter to re-measure it" + "".join(f"\n    {g}" for g in gaps))
+        busy = f"framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} cores)"
+        if gaps:  # its predictions would leave a term out: the score would measure the gap (21:18 run: 27.8 %)
+            raise SystemExit(f"{busy}, and the file has gaps a re-measurement would fill; rerun when quieter:\n  "
+                             + "\n  ".join(gaps))
+        print(f"  {busy}: kept; rerun when quieter to re-measure it")
         return
     print(f"  framework cost measured at {was}: re-measuring it now (load {now:.2f}, up to {FRAMEWORK_BOX_S:.0f} s "
           f"per dtype) ...", flush=True)
