@@ -38,6 +38,16 @@ def _write(home: Path, complete: bool, load: float = 0.5) -> Path:
     return path
 
 
+def _write_earlier_reading(home: Path) -> None:
+    """A complete file of the per-op-unit reading before session 18 (the tiny pair against the profile's
+    extrapolated prediction): every term present, no tiny_isolated_diff_s."""
+    path = _write(home, complete=True)
+    doc = json.loads(path.read_text())
+    for entry in doc["dtypes"].values():
+        del entry["tiny_isolated_diff_s"]
+    path.write_text(json.dumps(doc))
+
+
 class FakeMeasure:
     """subprocess.run of the re-measurement: records the code and writes the file it would leave."""
 
@@ -98,11 +108,7 @@ def test_a_busy_machine_stops_on_an_incomplete_file_and_says_what_it_lacks(tmp_p
 
 def test_a_busy_machine_keeps_a_complete_file_measured_by_older_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture) -> None:
-    path = _write(tmp_path, complete=True)
-    doc = json.loads(path.read_text())
-    for entry in doc["dtypes"].values():
-        del entry["tiny_isolated_diff_s"]  # the earlier per-unit reading: every term present
-    path.write_text(json.dumps(doc))
+    _write_earlier_reading(tmp_path)
     fake = FakeMeasure(tmp_path, True)
     monkeypatch.setattr(setup.subprocess, "run", fake)
     setup.refresh_framework_cost(tmp_path, 99.0)
@@ -113,11 +119,7 @@ def test_a_complete_file_of_the_earlier_per_unit_reading_is_re_measured(tmp_path
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A file whose per-op-unit cost was the tiny pair against the profile's extrapolated prediction (no
     tiny_isolated_diff_s: before session 18) is re-measured with this code's paired, isolated reading."""
-    path = _write(tmp_path, complete=True)
-    doc = json.loads(path.read_text())
-    for entry in doc["dtypes"].values():
-        del entry["tiny_isolated_diff_s"]
-    path.write_text(json.dumps(doc))
+    _write_earlier_reading(tmp_path)
     fake = FakeMeasure(tmp_path, True)
     monkeypatch.setattr(setup.subprocess, "run", fake)
     setup.refresh_framework_cost(tmp_path, 0.3)
