@@ -12,7 +12,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_release import (ALLREDUCE_OP_VERSION, REMOVED_FEATURES_VERSION, TODAYS_RELEASE,
-                                                       JobRelease)
+                                                       JobRelease, Version)
 from llmperf_hook.frameworks.deepspeed_schema import offload_ratio
 from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
@@ -123,6 +123,38 @@ key get_data_types picks fp32 for bf16 without ZeRO)."""
 BF16_PIPELINE_ACCUM_VERSION = (0, 12, 5)
 """First release whose PipelineEngine takes that combination (ce6070800, #4713: `if self.pipeline_parallelism:` warn
 'BF16 gradient accumulation is not safe numerically ...' and return BFLOAT16); other engines still raise."""
+
+
+ZERO_BF16_DEFAULT_FP32_RELEASES: tuple[Version, Version] = ((0, 7, 6), (0, 7, 7))
+"""[first, end) releases whose engine.get_data_types picks fp32 accumulation for every bf16 model when
+data_types.grad_accum_dtype is absent (21c280296, #2512), ZeRO or not, so that _do_optimizer_sanity_check raises
+NotImplementedError('Model data type and gradient accumulation data type must be equal to use ZeRO') for bf16 under
+ZeRO. v0.7.7 (06938835e, #2566 "Support fp32 gradaccum for bf16 model") picks fp32 only without ZeRO."""
+
+
+def check_bf16_accumulation(accum: str | None, origin: str, zero_stage: int, precision: str, pipeline_engine: bool,
+                            release: JobRelease) -> None:
+    """The engine's gradient-accumulation dtype checks that need the final stage, precision and engine: bf16 under
+    ZeRO without the key (check_zero_bf16_default_accumulation), bf16 without ZeRO (check_no_zero_bf16_accumulation)."""
+    check_zero_bf16_default_accumulation(accum, origin, zero_stage, precision, release)
+    check_no_zero_bf16_accumulation(accum, origin, zero_stage, precision, pipeline_engine, release)
+
+
+def check_zero_bf16_default_accumulation(accum: str | None, origin: str, zero_stage: int, precision: str,
+                                         release: JobRelease) -> None:
+    """bf16 at ZeRO stage 1-3 without data_types.grad_accum_dtype on a release of ZERO_BF16_DEFAULT_FP32_RELEASES:
+    refused as its engine refuses it (a key of "bf16" makes both dtypes bf16 and passes)."""
+    first, end = ZERO_BF16_DEFAULT_FP32_RELEASES
+    if accum is not None or precision != "bf16" or zero_stage == 0 or release.version is None:
+        return
+    if not first <= release.version < end:
+        return
+    raise ConfigError(f"{origin} enables bf16 at ZeRO stage {zero_stage} without data_types.grad_accum_dtype: the job "
+                      f"runs {release.named()}, whose engine.get_data_types then accumulates a bf16 model's gradients in "
+                      "fp32, and _do_optimizer_sanity_check raises NotImplementedError('Model data type and gradient "
+                      "accumulation data type must be equal to use ZeRO') (DeepSpeed 0.7.6 only; 0.7.7 keeps bf16 under "
+                      "ZeRO, 06938835e). Add \"data_types\": {\"grad_accum_dtype\": \"bf16\"}, or run DeepSpeed "
+                      "0.7.7 or later.")
 
 
 def check_no_zero_bf16_accumulation(accum: str | None, origin: str, zero_stage: int, precision: str,
