@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import AbstractSet, Mapping, Sequence
+from typing import AbstractSet, Mapping, MutableMapping, Sequence
 
 from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.braced_blanks import unmark_braces
 from llmperf_hook.launch.shell_parameters import expand_operators
 
 _PLAIN = r"(?:[^$}]|\$(?!\{))"
@@ -19,9 +20,9 @@ _PLAIN = r"(?:[^$}]|\$(?!\{))"
 DEFAULT_WORD = _PLAIN + "*"
 for _ in range(3):  # `${A:-${B:-${C:-8}}}`: bash's closing brace is the first one outside an embedded expansion
     DEFAULT_WORD = rf"(?:{_PLAIN}|\$\{{{DEFAULT_WORD}\}})*"
-ENV_REF = re.compile(rf"\$(?:\{{(\w+)(?:(:?[-=+])({DEFAULT_WORD}))?\}}|(\w+))")
-"""`$NAME`, `${NAME}` and `${NAME:-word}` (also `-`, `:=`, `=`, `:+`, `+`), whose word may hold expansions nested
-three deep (bash manual 3.5.3: the word is itself expanded, and only when it is used)."""
+ENV_REF = re.compile(rf"\$(?:\{{(\w+)(?:(:?[-=+?])({DEFAULT_WORD}))?\}}|(\w+))")
+"""`$NAME`, `${NAME}` and `${NAME:-word}` (also `-`, `:=`, `=`, `:+`, `+`, `:?`, `?`), whose word may hold expansions
+nested three deep (bash manual 3.5.3: the word is itself expanded, and only when it is used)."""
 
 
 # Options whose value is itself a command-line string (deepspeed --launcher_args "--qos high", sbatch --wrap): the
@@ -63,12 +64,15 @@ def is_quoted_assignment(word: str) -> bool:
 
 
 def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
-                    unknown: AbstractSet[str] = frozenset()) -> str:
+                    unknown: AbstractSet[str] = frozenset(), assign: bool = False) -> str:
     """Replace `$VAR` / `${VAR}` with env values (recording each in `used`), `${VAR:-default}` with the default when
     VAR is unset or empty (`${VAR-default}`: unset), `${VAR:+word}` with word when VAR is set and not empty, else
     nothing (`${VAR+word}`: set; bash manual 3.5.3); other unknown references stay as written, and so does every
     reference to a name in `unknown`: a variable a launch script sets so that only running it tells its value, unset
-    or empty included (`${NP:-8}` after `NP=$(nvidia-smi -L | wc -l)` is not 8)."""
+    or empty included (`${NP:-8}` after `NP=$(nvidia-smi -L | wc -l)` is not 8). With `assign` (the expansion of a
+    command bash runs: `env` is the shell's own variables), `${VAR:=word}` / `${VAR=word}` also set VAR to the word, as
+    bash does, so that a later `$VAR` reads it. `${VAR:?msg}` / `${VAR?msg}` give VAR's value; where bash would stop
+    the script instead they stay as written (shell_unset_stop refuses such a line)."""
     if "$" not in word:
         return word
 
@@ -80,15 +84,18 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
             if name in env:
                 used[name] = env[name]
             return word_of(default) if name in env and (op == "+" or env[name] != "") else ""
-        if name in env and not (op in (":-", ":=") and env[name] == ""):
+        if name in env and not (op in (":-", ":=", ":?") and env[name] == ""):
             used[name] = env[name]
             return env[name]
-        if op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the shell's default when VAR is unset
+        if op in (":=", "=") and assign and isinstance(env, MutableMapping):  # bash 3.5.3: "the value of parameter is
+            value = env[name] = word_of(default)  # then substituted"; `X=${A:=4}` leaves A=4 too
+            return value
+        if op and "?" not in op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the default when VAR is unset
             return word_of(default)
         return match.group(0)
 
     def word_of(default: str) -> str:  # the word expanded only where it is used: `${A:-${B}}` with A set reads no B
-        return expand_env_refs(default, env, used, unknown).strip("'\"")
+        return unmark_braces(expand_env_refs(default, env, used, unknown, assign).strip("'\""))
 
     return ENV_REF.sub(sub, expand_operators(word, env, used))
 
@@ -97,8 +104,11 @@ def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, 
                    unknown: AbstractSet[str] = frozenset()) -> list[str]:
     """Expand env references in every word (not those to `unknown` names, expand_env_refs), then split joined words:
     `$MEGATRON_PARAMS` holding several flags becomes those flags, as the shell's word splitting of an unquoted
-    variable would make them."""
-    return split_joined_words([expand_env_refs(str(w), env, used, unknown) for w in argv])
+    variable would make them. A `${A:=4}` assigns A for the words after it (bash expands a command's words left to
+    right, 3.7.1) in a copy of `env`: the shell's variable, not one the command's environment gains."""
+    shell = dict(env)
+    return split_joined_words([unmark_braces(expand_env_refs(str(w), shell, used, unknown, assign=True))
+                               for w in argv])
 
 
 def parse_int(value: str, what: str, origin: str) -> int:

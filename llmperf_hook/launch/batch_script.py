@@ -48,6 +48,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               rejoin_substitutions, restore_dollars, shell_split, split_redirections,
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
+from llmperf_hook.launch.shell_unset_stop import stop_on_unset
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
                                                     note_branch_values, settle_branches)
@@ -239,6 +240,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             words, text = stepped, shlex.join(stepped)
         if words and self.conditions.undecided and not self.launches:
             self.undecided.setdefault(self.where(line), line.text)
+        elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
+            stop_on_unset(words, self.env, self.positional, self.undecidable,
+                          f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`)")
         if not self.launches and self.loop_exit(words, line):
             return
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):

@@ -1,8 +1,11 @@
-"""Blanks inside a parameter expansion (`${NP%% *}`, `${A:- x}`), which split no word in bash.
+"""Blanks inside a parameter expansion (`${NP%% *}`, `${A:- x}`), which split no word in bash, and quoted braces
+inside one (`${A:-"a}b"}`), which close none.
 
 bash reads an unquoted `${...}` whole while it splits a line into words (bash manual 3.5.3: the closing brace is the
 first `}` not quoted and not inside an embedded expansion); shlex, which shell_script.shell_split uses, would cut
-`${NP%% *}` into `${NP%%` and `*}`. These helpers find such blanks and stand in for them while shlex splits.
+`${NP%% *}` into `${NP%%` and `*}`. These helpers find such blanks and stand in for them while shlex splits. shlex also
+takes the quotes off `"a}b"`, after which `${A:-a}b}` reads as closed at the first brace: a quoted brace is marked
+while it splits and stays marked until the expansion is read (argv_words.expand_env_refs unmarks the word it gives).
 """
 
 from __future__ import annotations
@@ -11,16 +14,24 @@ from typing import Sequence
 
 _MARKS = {" ": "\ue025", "\t": "\ue026"}
 """Private-use characters that stand for a blank inside `${...}` while shlex splits the words."""
+BRACE_MARK = "\ue027"
+"""Stands for a quoted `}` inside `${...}`, from the split until expand_env_refs reads the expansion."""
 
 
 def braced_blanks(text: str, outside: Sequence[bool]) -> set[int]:
-    """Where `text` has a blank inside a parameter expansion; `outside[i]`: text[i] is outside quotes (shell_script
-    ._scan), where bash counts the braces."""
-    depth, out = 0, set()
+    """Where `text` has a blank inside a parameter expansion, or a quoted `}` there that closes no expansion quoted
+    with it (`${A:-"a}b"}`; not `${A:-"${B}"}`); `outside[i]`: text[i] is outside quotes (shell_script._scan), where
+    bash counts the braces."""
+    depth, quoted_depth, out = 0, 0, set()
     for i, c in enumerate(text):
+        opens = c == "$" and text[i + 1:i + 2] == "{"
         if not outside[i]:
-            continue
-        if c == "$" and text[i + 1:i + 2] == "{":
+            if depth and opens:
+                quoted_depth += 1
+            elif depth and c == "}":
+                quoted_depth, brace = max(quoted_depth - 1, 0), not quoted_depth
+                out |= {i} if brace else set()
+        elif opens:
             depth += 1
         elif c == "}" and depth:
             depth -= 1
@@ -31,7 +42,7 @@ def braced_blanks(text: str, outside: Sequence[bool]) -> set[int]:
 
 def mark_blanks(text: str, braced: set[int]) -> str:
     """`text` with the blanks at `braced` replaced by their marks (no word is split there)."""
-    return "".join(_MARKS[c] if i in braced else c for i, c in enumerate(text))
+    return "".join((BRACE_MARK if c == "}" else _MARKS[c]) if i in braced else c for i, c in enumerate(text))
 
 
 def unmark_blanks(word: str) -> str:
@@ -39,3 +50,8 @@ def unmark_blanks(word: str) -> str:
     for blank, mark in _MARKS.items():
         word = word.replace(mark, blank)
     return word
+
+
+def unmark_braces(word: str) -> str:
+    """The quoted braces mark_blanks stood in for, back (the word of an expansion, or a launch word left as written)."""
+    return word.replace(BRACE_MARK, "}")

@@ -38,10 +38,8 @@ def positional_table(script: str, args: Sequence[str]) -> dict[str, str]:
             **{str(i): arg for i, arg in enumerate(args, start=1)}}
 
 
-_ASSIGN_DEFAULT = re.compile(rf"\$\{{([A-Za-z_][A-Za-z0-9_]*)(:?)=({DEFAULT_WORD})\}}")
-"""`${NAME:=value}` / `${NAME=value}`: bash assigns the default (3.5.3 Shell Parameter Expansion)."""
-_POSITIONAL = re.compile(rf"\$(?:\{{([0-9]+|[#@*])(?:(:?-)({DEFAULT_WORD}))?\}}|([0-9#@*]))")
-"""`$1`, `${10}`, `${1:-word}` (the word may nest expansions: `${1:-${NP:-8}}`), `$#`, `$@`, `$*`."""
+_POSITIONAL = re.compile(rf"\$(?:\{{([0-9]+|[#@*])(?:(:?[-?])({DEFAULT_WORD}))?\}}|([0-9#@*]))")
+"""`$1`, `${10}`, `${1:-word}` (the word may nest expansions: `${1:-${NP:-8}}`), `${1:?message}`, `$#`, `$@`, `$*`."""
 
 
 _ARGUMENT_REF = re.compile(r"(?<!\\)\$(?:\{([1-9][0-9]*)\}|([1-9]))")
@@ -75,7 +73,10 @@ def expand_positional(text: str, positional: dict[str, str]) -> str:
     def sub(match: re.Match[str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
         value = positional.get(name, "")
-        if op and (value == "" if op == ":-" else name not in positional):
+        missing = value == "" if op and op.startswith(":") else name not in positional
+        if op and missing and "?" in op:  # bash stops the script there (shell_unset_stop): left for it to name
+            return match.group(0)
+        if op and missing:
             return expand_positional(default, positional).strip("'\"")
         return value
 
@@ -159,11 +160,9 @@ def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
                                              [script.expand(w) for w in words[words.index("--") + 1:]])
     elif words[0] in ("local", "declare", "typeset", "readonly"):
         _declare(script, line, words)
-    elif words[0] == ":":
+    elif words[0] == ":":  # it expands its words, so that a `${NAME:=value}` among them assigns (expand_env_refs)
         for word in words[1:]:
-            for name, colon, default in _ASSIGN_DEFAULT.findall(word):
-                if name not in script.env or (colon and script.env[name] == ""):
-                    script.env[name] = script.expand(default.strip("'\""))
+            script.expand(word)
     else:
         return False
     return True

@@ -126,9 +126,11 @@ class ShellVariables:
 
     def expand(self, text: str, record: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
-        unless `record` is False (a look at a command that may not be the launch)."""
+        unless `record` is False (a look at a command that may not be the launch). bash runs the command being read,
+        so a `${NAME:=word}` in it assigns NAME (expand_env_refs)."""
         text = expand_positional(text, self.positional)
-        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable)
+        return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable,
+                               assign=True)
 
     def bash_source(self) -> str:
         """The file being read, for ${BASH_SOURCE[0]} (batch_script: a sourced file's own path)."""

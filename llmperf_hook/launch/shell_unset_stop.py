@@ -1,0 +1,64 @@
+"""`${NAME:?message}` / `${NAME?message}` on a variable the script does not have: bash stops the script there.
+
+bash manual 3.5.3 Shell Parameter Expansion: "If parameter is null or unset, the expansion of word (or a message to
+that effect if word is not present) is written to the standard error and the shell, if it is not interactive, exits
+with a non-zero status" (`?` without the colon: only when it is unset). A launch script's `: "${DATA_PATH:?set
+DATA_PATH}"` or `MODEL=${1:?usage: train.sh MODEL}` thus never reaches its launch line without them, and reading on
+past it priced a job that never starts (and left `?set DATA_PATH}` in an option's value). A line llmperf cannot tell
+runs (an undecided branch, a loop body) is passed over, as an `exit` there is (batch_script._Reading.exit).
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Mapping, Sequence
+
+from llmperf_hook.errors import UsageError
+from llmperf_hook.launch.argv_words import ENV_REF
+from llmperf_hook.launch.braced_blanks import unmark_braces
+
+
+def _missing(name: str, colon: bool, env: Mapping[str, str], positional: Mapping[str, str]) -> bool:
+    """Whether bash stops at `${name:?}` (colon) / `${name?}`: the variable (or the script's argument) is unset, or
+    empty where the colon is written."""
+    if name.isdigit():
+        value = positional.get(name) if 0 < int(name) <= int(positional.get("#", "0")) else None
+    else:
+        value = env.get(name)
+    return value is None or (colon and value == "")
+
+
+def unset_checks(words: Sequence[str], env: Mapping[str, str], positional: Mapping[str, str],
+                 undecidable: AbstractSet[str]) -> list[tuple[str, str]]:
+    """The (expansion, what bash prints) of each `${NAME:?message}` in `words` bash stops at: one in the word of
+    another expansion only where that word is used (`${B:-${A:?x}}` with B unset), none on a variable whose value
+    only running the script tells."""
+    out: list[tuple[str, str]] = []
+    for word in words:
+        for match in ENV_REF.finditer(word):
+            name, op, inner = match.group(1), match.group(2) or "", match.group(3) or ""
+            if name is None or name in undecidable:
+                continue
+            missing = _missing(name, op.startswith(":"), env, positional)
+            if "?" in op and missing:
+                said = unmark_braces(inner).strip("'\"") or ("parameter null or not set" if op == ":?" else
+                                                               "parameter not set")
+                out.append((unmark_braces(match.group(0)), f"{name}: {said}"))
+            elif inner and missing == ("+" not in op):  # the word a default (or `:+` alternative) expands to
+                out += unset_checks([inner], env, positional, undecidable)
+    return out
+
+
+def stop_on_unset(words: Sequence[str], env: Mapping[str, str], positional: Mapping[str, str],
+                  undecidable: AbstractSet[str], at: str) -> None:
+    """Refuse (exit 2) a command that surely runs before the launch line and expands `${NAME:?...}` on a variable the
+    script does not have; `at` names the script and line ("shell script train.sh stops at line 3 (`...`)")."""
+    checks = unset_checks(words, env, positional, undecidable)
+    if not checks:
+        return
+    expansion, printed = checks[0]
+    name = printed.split(":", 1)[0]
+    fix = (f"give the script its argument {name} after its path" if name.isdigit() else
+           f"set {name} in the environment llmperf reads the script in (`{name}=... llmperf ...`)")
+    raise UsageError(f"{at} before any launch line: `{expansion}` requires {name} to be set"
+                     f"{' and not empty' if ':?' in expansion else ''}, and it is not, so bash prints '{printed}' and "
+                     f"exits (bash manual 3.5.3). To predict the job, {fix}, or give its launch line after `--`.")
