@@ -166,9 +166,13 @@ def condition_expander(undecidable: set[str], expand: Callable[[str], str]) -> C
 def _arm_pattern_end(words: list[str]) -> int:
     """How many words of a command in a `case` body are an arm's pattern (`7B)`, `(7B)`, `7B|13B)`, `7B | 13B)`;
     bash manual 3.2.5.2: `[(] pattern [| pattern]...) command-list ;;`), 0 when it opens with none. A pattern ends at
-    the first word closing more parentheses than it opens; `X=$(nproc)` closes what it opens."""
+    the first word that closes more parentheses than the words so far open, bash's optional `(` before the first
+    pattern not counted; `X=$(nproc)` closes what it opens, and so does an array the split cut at its blanks
+    (`ARGS=(--num-layers` `32)`, a command of an arm on the line of its pattern)."""
+    depth = 0
     for k, word in enumerate(words):
-        if word.count(")") > word.count("(") or (k == 0 and word.startswith("(") and word.endswith(")")):
+        depth += word.count("(") - word.count(")") - (k == 0 and word.startswith("("))
+        if depth < 0:
             return k + 1
         if k > 0 and words[k - 1] != "|" and word != "|" and not words[k - 1].endswith("|") and not word.startswith("|"):
             return 0  # two words not joined by `|`: a command, not a pattern list
