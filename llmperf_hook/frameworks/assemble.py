@@ -130,12 +130,13 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     connections = device_connections(job, src, warnings, optimizer.fsdp)
     splits_bias = not megatron_entry_point(job.script) and zero3_splits_bias(
         "", ds is None or ds.memory_efficient_linear, False, job.script, job.env, _zero3_warnings(ds, warnings))
+    fusions = step_fusions(flags, framework, optimizer, src, job.env, warnings)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
         precision=precision, recompute=recompute, optimizer=optimizer,  # type: ignore[arg-type]
         attention_backend=parts.attention_backend, pipeline_schedule=parts.pipeline_schedule,  # type: ignore[arg-type]
-        **step_fusions(flags, framework, optimizer, src),
+        **fusions,
         softmax_in_fp32=flags.get("attention_softmax_in_fp32"), query_key_layer_scaling=flags.get("apply_query_key_layer_scaling"),
         sources=src, warnings=tuple(dict.fromkeys(warnings)), deepspeed_pipeline_engine=pipeline_engine,
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),

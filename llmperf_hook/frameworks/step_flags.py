@@ -14,10 +14,12 @@ flags (argparse store_false, `--no-X`: default True, False when given) warn like
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
+from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.training_config import OptimizerConfig
+from llmperf_hook.launch.sizing import TE_SOFTMAX_FUSION_ENV
 from llmperf_hook.provenance import Source, SourceKind
 
 STEP_FALSE: dict[str, str] = {
@@ -130,8 +132,33 @@ def unfused_source(flags: FlagValues, fields: dict[str, object], src: dict[str, 
         src["unfused_kernels"] = Source(SourceKind.ARGV, " ".join(given))
 
 
+def te_softmax_fusion(flags: FlagValues, framework: str, env: Mapping[str, str], src: dict[str, Source] | None,
+                      warnings: list[str]) -> dict[str, object]:
+    """masked_softmax_fusion of a megatron-core job under Transformer Engine (the default --transformer-impl): its
+    unfused attention is TE's UnfusedDotProductAttention, whose FusedScaleMaskSoftmax reads TE_SOFTMAX_FUSION_ENV
+    (attention/dot_product_attention/softmax.py: `bool(int(os.getenv("NVTE_MASKED_SOFTMAX_FUSION", "1")))`);
+    --no-masked-softmax-fusion (TransformerConfig.masked_softmax_fusion) reaches only megatron-core's local
+    DotProductAttention and is ignored there, with a warning under --attention-backend unfused."""
+    if framework != "megatron" or flags.get("transformer_impl", "transformer_engine") != "transformer_engine":
+        return {}
+    value = env.get(TE_SOFTMAX_FUSION_ENV, "1")
+    try:
+        fused = bool(int(value))
+    except ValueError:
+        raise ConfigError(f"{TE_SOFTMAX_FUSION_ENV}={value!r} (environment) is not an integer: Transformer Engine reads "
+                          "it with int() when it builds its attention softmax and fails. Set 0 or 1, or unset it.") from None
+    if flags.get("masked_softmax_fusion", True) is False and flags.get("attention_backend") == "unfused":
+        warnings.append(f"{flags.seen_flags['masked_softmax_fusion']} ignored by Transformer Engine's unfused attention: "
+                        f"its FusedScaleMaskSoftmax reads {TE_SOFTMAX_FUSION_ENV} (here {value}), not Megatron's "
+                        "masked_softmax_fusion; priced that way. Set the variable to 0 to run PyTorch's softmax.")
+    if src is not None and TE_SOFTMAX_FUSION_ENV in env:
+        src["masked_softmax_fusion"] = Source(SourceKind.ENV, TE_SOFTMAX_FUSION_ENV)
+    return {"masked_softmax_fusion": fused}
+
+
 def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
-                 src: dict[str, Source] | None = None) -> dict[str, object]:
+                 src: dict[str, Source] | None = None, env: Mapping[str, str] | None = None,
+                 warnings: list[str] | None = None) -> dict[str, object]:
     """The TrainingConfig fusion and dropout fields of a Megatron(-DeepSpeed) job (fusions True by default, as
     Megatron's flags).
 
@@ -161,6 +188,8 @@ def step_fusions(flags: FlagValues, framework: str, optimizer: OptimizerConfig,
               "apply_rope_fusion": bool(flags.get("apply_rope_fusion", True)),
               "gradient_accumulation_fusion": bool(flags.get("gradient_accumulation_fusion", True)) or not megatron_ddp,
               "async_tp_allreduce": framework == "megatron"}
+    if env is not None:  # Transformer Engine's own softmax switch (te_softmax_fusion)
+        fields.update(te_softmax_fusion(flags, framework, env, src, [] if warnings is None else warnings))
     if src is not None:
         unfused_source(flags, fields, src)
     return fields

@@ -87,6 +87,8 @@ def softmax_precision(cfg: TrainingConfig) -> tuple[bool, bool]:
     scaling = cfg.query_key_layer_scaling
     if scaling is None:
         scaling = cfg.framework == "megatron-deepspeed"
+    if te_unfused_attention(cfg):  # TE scales only fp16 scores and always softmaxes in fp32 (te_fused_softmax_available)
+        return bool(scaling and cfg.precision == "fp16"), True
     return scaling, bool(scaling or cfg.softmax_in_fp32)
 
 
@@ -100,23 +102,57 @@ def fused_softmax_available(attn_batches: int, s_q: int, s_kv: int) -> bool:
     (forward_torch_softmax): e.g. TP 8 of 16 heads at micro-batch 1 gives attn_batches 2."""
     if not (16 < s_kv <= FUSED_SOFTMAX_MAX_SK and s_q % 4 == 0 and s_kv % 4 == 0):
         return False
+    return attn_batches % 4 == 0 and attn_batches % _batches_per_block(s_kv) == 0
+
+
+def _batches_per_block(s_kv: int) -> int:
+    """Rows one thread block of the fused softmax takes (get_batch_per_block, the same in megatron-core and TE)."""
     pow2 = 1 << max(0, (s_kv - 1).bit_length())
     warp = min(pow2, 32)
-    batches_per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
-    return attn_batches % 4 == 0 and attn_batches % batches_per_block == 0
+    return (128 // warp) * (2 if pow2 <= 128 else 1)
+
+
+TE_FUSED_SOFTMAX_END_SK = 16384
+"""Transformer Engine's FusedScaleMaskSoftmax.is_kernel_available takes 16 < sk < 16384 (exclusive), sk % 8 == 0
+(transformer_engine/pytorch/attention/dot_product_attention/softmax.py), where megatron-core's takes sk <= 4096."""
+
+
+def te_unfused_attention(cfg: TrainingConfig) -> bool:
+    """megatron-core under Transformer Engine (the default --transformer-impl): --attention-backend unfused runs TE's
+    UnfusedDotProductAttention inside TEDotProductAttention, whose own FusedScaleMaskSoftmax (TE's rule,
+    te_fused_softmax_available) decides the softmax path, not megatron-core's fusions/fused_softmax.py."""
+    return cfg.framework == "megatron" and cfg.transformer_impl == "transformer_engine"
+
+
+def te_fused_softmax_available(attn_batches: int, s_q: int, s_kv: int, sink: bool) -> bool:
+    """TE's FusedScaleMaskSoftmax.is_kernel_available for the causal self-attention of training: 16 < sk < 16384,
+    sk % 8 == 0, sq > 1, the causal kernel only for sq == sk, sq % 4 == 0, attn_batches = micro-batch x heads per
+    TP rank a multiple of 4, and sq (not attn_batches, as in megatron-core) a multiple of the batches per block.
+    A sink logit (softmax_type learnable / off-by-one) is concatenated as one more key column before the softmax,
+    and the mask type becomes "arbitrary" (backends.py UnfusedDotProductAttention.forward): sk + 1 is checked, and
+    no sq == sk rule; in self-attention sq = sk then cannot be a multiple of 4 while sk + 1 is one of 8, so a sink
+    always takes the PyTorch path. 16-bit input and NVTE_MASKED_SOFTMAX_FUSION are the caller's (torch_softmax_path)."""
+    s_k = s_kv + 1 if sink else s_kv
+    if not (16 < s_k < TE_FUSED_SOFTMAX_END_SK and s_k % 8 == 0 and s_q > 1 and (sink or s_q == s_kv)):
+        return False
+    return s_q % 4 == 0 and attn_batches % 4 == 0 and s_q % _batches_per_block(s_k) == 0
 
 
 def torch_softmax_path(cfg: TrainingConfig) -> bool:
     """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
     kernel: --no-masked-softmax-fusion, a softmax offset (ModelShape.softmax_sink), fp32 scores (is_kernel_available
     needs input_in_float16), or a shape the kernel does not take (fused_softmax_available; attention batches =
-    micro-batch x heads per TP rank). The graph (attention_core) and the memory model (schedule/activations.py) both
+    micro-batch x heads per TP rank). Under Transformer Engine, TE's rule (te_fused_softmax_available). The graph (attention_core) and the memory model (schedule/activations.py) both
     ask here."""
     m, p = cfg.model, cfg.parallel
     attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
-    fused = (cfg.masked_softmax_fusion and cfg.precision != "fp32"  # the kernel takes fp16 / bf16 input only
-             and not m.softmax_sink  # FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
-             and fused_softmax_available(attn_batches, m.seq_length // p.cp, m.seq_length))
+    s_q = m.seq_length // p.cp
+    if te_unfused_attention(cfg):  # masked_softmax_fusion: NVTE_MASKED_SOFTMAX_FUSION under TE (frameworks/step_flags)
+        shape_ok = te_fused_softmax_available(attn_batches, s_q, m.seq_length, m.softmax_sink)
+    else:  # megatron-core's FusedScaleMaskSoftmax.forward: the kernel only `and softmax_offset is None`
+        shape_ok = not m.softmax_sink and fused_softmax_available(attn_batches, s_q, m.seq_length)
+    # the kernel takes fp16 / bf16 input only
+    fused = cfg.masked_softmax_fusion and cfg.precision != "fp32" and shape_ok
     return cfg.attention_backend == "unfused" and not fused
 
 

@@ -52,8 +52,10 @@ def test_graph_emits_the_torch_softmax_path_only_where_the_kernel_is_unavailable
     i = names.index("attn.softmax")
     assert names[i - 3:i + 2] == ["attn.softmax_cast_fp32", "attn.softmax_scale", "attn.mask_fill",
                                   "attn.softmax", "attn.softmax_cast_back"]
-    megatron = _attention_names("megatron", 8, 1)
+    megatron = _attention_names("megatron", 8, 1, transformer_impl="local")  # megatron-core's own softmax
     assert "attn.mask_fill" in megatron and "attn.softmax_cast_fp32" not in megatron
+    # Transformer Engine's UnfusedDotProductAttention: the same fallback, always in fp32 (te_unfused_attention)
+    assert "attn.softmax_cast_fp32" in _attention_names("megatron", 8, 1)
 
 
 def test_flags_choose_the_torch_softmax_path_and_its_precision() -> None:
