@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/bench_tune_ranking.py [CSV] [--verbose] [--cells] [--host-cells]
                                                               [--misses [--noise PCT]] [--resolution]
                                                               [--measured-only] [--layer-ops]
+                                                              [--classify [--noise PCT]]
 
 Rows of ../shared/validation/dev.csv that share a model (name AND shape: layers, hidden, heads, sequence),
 GPU count and global batch form a group: the same job run with different layouts (e.g. vTrain's single-node
@@ -42,6 +43,11 @@ which error decides the misses, not what to fit. `--noise PCT`
 adds the figure with every row within PCT % of a group's fastest counted as its best (S24 itself has no
 run-to-run spread to read a noise from: its rows are composed, `bench_validation.py --audit-s24`).
 
+`--classify` prints each miss's measured best and choice side by side (layout, DP), the measured and the predicted
+gap and its class: noise (a measured gap within `--noise PCT`), outlier cell (the best's or the choice's cell is at
+odds with its neighbours: it contradicts the work order, or measures above what the smaller and larger micro-batches
+of its family allow), systematic (a deciding term two or more misses share) or single (benchmarks/ranking_classes.py).
+
 `--measured-only` ranks the groups again without the rows that were composed, not run
 (ranking_diagnostics.is_composed: S24's rows with data parallelism are its DP = 1 rows plus vTrain's table
 all-reduce), so the figure says how the tuner ranks real runs; the issue's figure above stays the one over all rows.
@@ -77,6 +83,7 @@ import numpy as np
 
 from ranking_consistency import TP_CALLS_PER_LAYER, report_consistency, report_flagged
 from ranking_attribution import report_misses, report_step_cost
+from ranking_classes import report_classes
 from ranking_layer_ops import is_deciding_row, report_layer_ops
 from ranking_diagnostics import WITHIN, RowPoint, equal_work_steps, is_composed, report_resolution
 
@@ -259,8 +266,12 @@ def main() -> None:
                     help="also rank the groups without the rows that were composed, not run (S24 with DP > 1)")
     ap.add_argument("--layer-ops", action="store_true",
                     help="also print one layer of each deciding S24 cell op by op against the A100 operator samples")
+    ap.add_argument("--classify", action="store_true",
+                    help="also print each miss's pair, measured and predicted gap and class (noise, outlier cell, "
+                         "systematic, single)")
     ap.add_argument("--noise", type=float, default=0.0, metavar="PCT",
-                    help="with --misses: also count rows within PCT %% of a group's fastest as its best")
+                    help="with --misses: also count rows within PCT %% of a group's fastest as its best; with "
+                         "--classify: the run-to-run spread a miss must exceed not to be noise")
     args = ap.parse_args()
     from llmperf_hook.resources import configs_dir
     from llmperf_hook.validate.cluster_choice import read_cluster_presets
@@ -280,6 +291,8 @@ def main() -> None:
     if args.misses:
         report_misses(results, args.noise / 100)
         report_step_cost(results)
+    if args.classify:
+        report_classes(results, args.noise / 100)
     if args.resolution:
         report_resolution(results)
         report_consistency(results, tp_step_cap(results))
