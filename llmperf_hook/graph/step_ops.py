@@ -31,6 +31,7 @@ from llmperf_hook.graph.op import Collective, Op
 from llmperf_hook.graph.op_graph import ChunkOps
 from llmperf_hook.graph.param_tensors import model_param_tensors, optimizer_param_tensors
 from llmperf_hook.graph.placement import place_group
+from llmperf_hook.graph.zero3_grad_dtypes import zero3_comm_dtype_differs, zero3_grad_dtype_bytes
 from llmperf_hook.graph.zero3_hooks import zero3_hook_ops
 from llmperf_hook.graph.zero3_legacy import persistent_gather_ops
 from llmperf_hook.hardware.spec import ClusterSpec
@@ -373,16 +374,20 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     kind = 0 if runs_bf16_optimizer(cfg) else zero  # BF16_Optimizer: the bookkeeping measured at ZeRO-0 bf16
     per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM if flat_fp16 else DEEPSPEED_MP_BYTES_PER_PARAM[kind]
     host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[kind]
+    widened = zero3_grad_dtype_bytes(cfg, local, rank_params)  # ZeRO-3 reducing in another dtype than the model's
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
-               bytes_moved=float(local * per_param + grad_params * accumulated), dtype=cfg.precision,
+               bytes_moved=float(local * per_param + grad_params * accumulated + widened), dtype=cfg.precision,
                tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
 
 
 def zero3_fp32_accum_bytes(cfg: TrainingConfig) -> float:
     """Bytes per local parameter a step's micro-batches add under ZeRO-3 with fp32 gradient accumulation
-    (ZERO3_FP32_ACCUM_BYTES_PER_PARAM); 0 otherwise."""
+    (ZERO3_FP32_ACCUM_BYTES_PER_PARAM); 0 otherwise, and where the reduction runs in another dtype than the model's
+    (graph/zero3_grad_dtypes.py prices that whole path)."""
     if cfg.optimizer.zero_stage != 3 or cfg.optimizer.grad_accum_dtype != "fp32" or cfg.precision == "fp32":
+        return 0.0
+    if zero3_comm_dtype_differs(cfg):
         return 0.0
     first, further = ZERO3_FP32_ACCUM_BYTES_PER_PARAM
     if not cfg.optimizer.zero3_accum_cast_on_reduce:
