@@ -211,4 +211,5 @@ def resolve_job(
         note = unknown_value_note(str(err), job.unknown_values) + missing_arguments_note(str(err), job.missing_arguments)
         if not note:
             raise
-        raise type(err)(str(err) + note) from err.__cause__
+        from llmperf_hook.launch.argv_words import without_env_hint
+        raise type(err)(without_env_hint(str(err), note) + note) from err.__cause__

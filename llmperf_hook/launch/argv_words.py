@@ -42,7 +42,7 @@ def split_joined_words(words: Sequence[str]) -> list[str]:
     for word in words:
         free_text = (out and _free_text_option(out[-1])) or _free_text_option(word.split("=", 1)[0])
         if word.lstrip().startswith("-") and any(ch.isspace() for ch in word.strip()) and not free_text \
-                and not is_quoted_assignment(word):
+                and not is_quoted_assignment(word) and not COMMAND_SUBSTITUTION.search(word):
             try:
                 out.extend(shlex.split(word))
             except ValueError:  # unbalanced quote: keep the words as whitespace splits them
@@ -120,5 +120,25 @@ def parse_int(value: str, what: str, origin: str) -> int:
 
 
 def unexpanded_hint(text: str) -> str:
-    """The hint for a number given as a `$VAR` nothing expanded (a line copied without its environment)."""
-    return " (an unexpanded shell variable: set it in the environment or write the number)" if "$" in text else ""
+    """The hint for a number given as a `$VAR` nothing expanded (a line copied without its environment), or as a
+    command's output (`$(nvidia-smi -L | wc -l)`), which no environment gives."""
+    if COMMAND_SUBSTITUTION.search(text):
+        return SUBSTITUTION_HINT
+    return UNEXPANDED_HINT if "$" in text else ""
+
+
+def without_env_hint(message: str, note: str) -> str:
+    """`message` without its hint to set an unexpanded variable in the environment where `note` says where the
+    script assigns it from what only running it tells, or reads an argument it was not given (shell_variables
+    .unknown_value_note, shell_positional.missing_arguments_note): there the environment would not help."""
+    return message.replace(UNEXPANDED_HINT, "") if note else message
+
+
+UNEXPANDED_HINT = " (an unexpanded shell variable: set it in the environment or write the number)"
+SUBSTITUTION_HINT = (" (a command substitution: its value is the output of a command that only running the launch "
+                     "script runs, and llmperf reads the script without running anything; write the value in its "
+                     "place, or give the launch line after `--` with it)")
+COMMAND_SUBSTITUTION = re.compile(r"\$\((?!\()|`")
+"""`$(command)` or a backquoted command (bash manual 3.5.4), not `$(( ))` arithmetic: bash splits its output into
+words only once it has run (3.5.7), so the word is kept whole here (`--nproc_per_node=$(nvidia-smi -L | wc -l)` was
+cut at its blanks, and torchrun refused an option `-L`)."""

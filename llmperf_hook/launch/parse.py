@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from llmperf_hook.errors import LlmperfError, UsageError
-from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv
+from llmperf_hook.launch.argv_words import expand_env_refs, normalise_argv, without_env_hint
 from llmperf_hook.launch.deepspeed_launcher import parse_deepspeed_launcher
 from llmperf_hook.launch.mpirun import MPI_LAUNCHERS, scan_mpirun, size_mpirun
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
@@ -344,9 +344,9 @@ def _script_job(words: Sequence[str], i: int, env: dict[str, str], used: dict[st
     except LlmperfError as err:  # a message quotes the script's words as bash has them (`'$NPROC'`), also in
         message = restore_dollars(str(err)).replace(_QUOTED_LITERAL_DOLLAR, "$")  # a repr() of one
         unknown, missing = (launch.unknown, launch.missing_arguments) if launch is not None else ({}, {})
-        notes = not_exported_note(message, hidden) + unknown_value_note(message, unknown) + \
-            missing_arguments_note(message, missing)
-        raise type(err)(message + notes) from err.__cause__
+        unknown_note = unknown_value_note(message, unknown)
+        notes = not_exported_note(message, hidden) + unknown_note + missing_arguments_note(message, missing)
+        raise type(err)(without_env_hint(message, unknown_note) + notes) from err.__cause__
     if size is not None:
         size = replace(size, warnings=(*launch.warnings, *size.warnings, *unseen_warnings(hidden)),
                        undecided=(*launch.undecided, *size.undecided),
@@ -395,4 +395,6 @@ def parse_launch(
                           cluster_gpus_per_node)
     except UsageError as err:  # `--nproc-per-node $NP`: where the script sets NP so that only running it tells
         from llmperf_hook.launch.shell_variables import unknown_value_note
-        raise UsageError(str(err) + unknown_value_note(str(err), size.unknown)) from None
+        note = unknown_value_note(str(err), size.unknown)
+        raise UsageError(without_env_hint(str(err), note) + note) from None
+
