@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ranking_consistency import flagged_cells
-from ranking_diagnostics import cell_costs, cell_key
+from ranking_diagnostics import WITHIN, cell_costs, cell_key, count_hits
 from ranking_terms import classify_misses
 from work_order import CONTRADICTION
 
@@ -79,6 +79,14 @@ def outlier_cells(points, tolerance: float = CONTRADICTION) -> dict[tuple, list[
     return out
 
 
+def hits_without(groups, cells) -> tuple[int, int, int]:
+    """(top-1 hits, groups, rows) over `groups` without the rows of `cells`; a group left with fewer than two
+    distinct configurations drops out (ranking_consistency.report_flagged's rule)."""
+    kept = [[p for p in pts if cell_key(p) not in cells] for pts in groups]
+    kept = [pts for pts in kept if len({p.layout for p in pts}) >= 2]
+    return count_hits(kept, lambda p: p.predicted_s), len(kept), sum(map(len, kept))
+
+
 def classify(groups, noise: float = 0.0) -> list[ClassifiedMiss]:
     """One ClassifiedMiss per missed group of `groups` (lists of RowPoint), in classify_misses' order."""
     misses = classify_misses(groups)
@@ -120,6 +128,10 @@ def report_classes(results: list, noise: float = 0.0) -> None:
     counts = Counter(m.kind for m in rows)
     print(f"misses by class ({len(rows)}): " + ", ".join(f"{k} {counts[k]}" for k in
                                                         ("noise", "outlier cell", "systematic", "single")))
+    odd = outlier_cells(everything)
+    hits, kept, n_rows = hits_without(groups, odd)
+    print(f"top-1 within {100 * WITHIN:.0f} % without the rows of the {len(odd)} outlier cells: {hits}/{kept} groups "
+          f"({n_rows} of {len(everything)} rows; the headline stays the count over all rows)")
 
 
 def _layout(p) -> str:

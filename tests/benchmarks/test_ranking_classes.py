@@ -62,3 +62,11 @@ def test_each_miss_gets_one_class() -> None:
     outliers = classes.classify([family])
     assert [m.kind for m in outliers] == ["outlier cell"]
     assert outliers[0].why == "choice S24 h2048 TP2 mbs2"
+
+
+def test_hits_without_drops_the_rows_of_the_cells_and_groups_left_with_one_layout() -> None:
+    best, choice = _family(2048, 1, 1, 3.24e-3, 3.54e-3), _family(2048, 2, 2, 4.63e-3, 3.00e-3)
+    third = _family(2048, 4, 4, 3.30e-3, 3.20e-3)  # dearer than the best by 1.9 %: within 5 %, a hit once alone
+    groups = [best + choice, best + choice + third]
+    assert classes.hits_without(groups, set()) == (0, 2, 30)
+    assert classes.hits_without(groups, {CHOICE}) == (1, 1, 12)
