@@ -40,9 +40,12 @@ INSERTED_GAS = Source(SourceKind.DEFAULT, "not in the file: accelerate's DeepSpe
 """Where the accumulation of a config file without the key comes from under `accelerate launch`."""
 
 
-def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease) -> DsSettings:
+def accelerate_ds_settings(env: Mapping[str, str], release: JobRelease, script: str = "") -> DsSettings:
     """The ds_config an `accelerate launch --use_deepspeed` job runs with, parsed for its DeepSpeed `release`; an
-    accumulation the plugin inserted is sourced to it (INSERTED_GAS), for the Trainer's mismatch refusal to say."""
+    accumulation the plugin inserted is sourced to it (INSERTED_GAS), for the Trainer's mismatch refusal to say.
+    `script`: the training script, refused where it drives Accelerator itself and the accumulation is no number."""
+    if accelerator_script(script, ()):
+        _check_accelerator_accumulation(env)
     raw, origin, inserted = accelerate_ds_config(env)
     ds = parse_ds_config(raw, origin, release=release)
     if inserted:
@@ -66,11 +69,27 @@ def accelerate_ds_config(env: Mapping[str, str]) -> tuple[dict[str, Any], str, b
         origin, inserted = "accelerate DeepSpeed plugin (--zero_stage etc.)", False
         raw = {"train_micro_batch_size_per_gpu": AUTO, "train_batch_size": AUTO, "gradient_accumulation_steps": AUTO,
                "gradient_clipping": AUTO, "zero_optimization": {"stage": 2}}
-        for var, (path, kind) in _PLUGIN_KEYS.items():
-            if env.get(var, "none").lower() not in ("none", ""):
+        for var, (path, kind) in _PLUGIN_KEYS.items():  # "auto" (an accelerate config's) stays for the script to fill
+            if env.get(var, "none").lower() not in ("none", "", AUTO):
                 _fill(raw, path, kind(env[var]) if kind is not str else env[var].lower(), overwrite=True)
     _mixed_precision(raw, env.get("ACCELERATE_MIXED_PRECISION", "no").lower())  # AcceleratorState: file or not
     return raw, origin, inserted
+
+
+def _check_accelerator_accumulation(env: Mapping[str, str]) -> None:
+    """Accelerator.__init__ (accelerate 16cb6eb8 accelerator.py) takes its accumulation from the launcher's variable
+    over the script's own argument: `int(parse_choice_from_env("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    gradient_accumulation_steps))`; an accelerate config's `gradient_accumulation_steps: auto` reaches it as "auto"
+    (DeepSpeedPlugin keeps that for the ds_config, the Trainer passes its own GradientAccumulationPlugin and never
+    reads it), and int() raises before training starts."""
+    value = env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")
+    if value is None or value.strip().lstrip("+-").isdigit():
+        return
+    raise ConfigError(f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={value} (the accelerate config's or the environment's "
+                      "gradient_accumulation_steps): a script driving Accelerator itself reads it as "
+                      "int(parse_choice_from_env('ACCELERATE_GRADIENT_ACCUMULATION_STEPS', ...)) in Accelerator.__init__ "
+                      f"and stops with ValueError: invalid literal for int() with base 10: {value!r}. Give a number (or "
+                      "leave it out for the script's own --gradient_accumulation_steps).")
 
 
 # DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.

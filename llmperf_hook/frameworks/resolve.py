@@ -124,7 +124,7 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
     """The ds_config the job reads; `script_files`: files its batch script writes before launching (read instead);
     `autotuning`: deepspeed --autotuning, whose experiments write the ZeRO section themselves."""
     if framework == "hf-deepspeed" and not isinstance(flags.get("deepspeed"), str) and accelerate_deepspeed(env):
-        return accelerate_ds_settings(env, schema_release(env))
+        return accelerate_ds_settings(env, schema_release(env), script)
     if framework == "deepspeed" and openrlhf_trainer(script):
         return parse_ds_config(openrlhf_ds_config(flags), OPENRLHF_ORIGIN, release=schema_release(env))
     if framework == "deepspeed" and is_deepspeed_chat(flags) and world_size:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.argv_words import parse_int
+from llmperf_hook.launch.argv_words import parse_int, unexpanded_hint
 from llmperf_hook.launch.script_files import script_file_text
 from llmperf_hook.launch.options import Option, ScannedOptions, scan_options
 from llmperf_hook.launch.parsed_job import ScriptFile
@@ -198,6 +198,28 @@ def _check_config_file_fields(settings: Mapping[str, tuple[Any, Source]], config
             "from the accelerate config, or give --mixed_precision on the accelerate launch command instead.")
 
 
+_TYPED = {"num_cpu_threads_per_process": int, "machine_rank": int, "main_process_port": int, "max_restarts": int,
+          "monitor_interval": float, "zero_stage": int, "gradient_accumulation_steps": int, "gradient_clipping": float}
+"""The command's options commands/launch.py declares with `type=int` / `type=float` (num_processes and num_machines
+are checked as counts, _count); argparse converts the word and exits 2 on one it cannot."""
+
+
+def _check_types(opts: ScannedOptions) -> None:
+    """accelerate's argparse refusal of a typed option's value (`--gradient_accumulation_steps 2.5`): 'argument
+    --gradient_accumulation_steps/--gradient-accumulation-steps: invalid int value: '2.5'' (its _StoreAction adds the
+    dashed spelling), before anything starts."""
+    for dest, kind in _TYPED.items():
+        value = opts.values.get(dest)
+        try:
+            kind(value) if value is not None else None
+        except ValueError:
+            names = f"--{dest}/--{dest.replace('_', '-')}"
+            raise UsageError(f"accelerate launch {opts.flags[dest]} {value}: accelerate refuses it ('accelerate "
+                             f"<command> [<args>] launch: error: argument {names}: invalid {kind.__name__} value: "
+                             f"{value!r}', exit status 2){unexpanded_hint(value)}. Give "
+                             f"{'an integer' if kind is int else 'a number'}.") from None
+
+
 def _check_modes(opts: ScannedOptions) -> None:
     """_validate_launch_command's sanity checks on the command's own switches."""
     modes = [opts.flags[d] for d in ("multi_gpu", "cpu", "tpu", "use_deepspeed", "use_fsdp") if d in opts.values]
@@ -215,6 +237,7 @@ def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], u
     """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`); `files`: what
     the launch script writes before it (its --config_file may be one)."""
     opts = _scan(words, start)
+    _check_types(opts)
     _check_modes(opts)
     config = _config_file(opts, env, files or {})
     settings = _settings(opts, config)
