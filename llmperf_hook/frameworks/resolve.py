@@ -31,6 +31,7 @@ from llmperf_hook.frameworks.model_family import check_model_family, fill_script
 from llmperf_hook.frameworks.provenance_fill import fill_sources
 from llmperf_hook.frameworks.script_flags import SCRIPT_FLAGS, ZERO_ALLOWED
 from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.frameworks.transformers_release import check_trainer_release
 from llmperf_hook.frameworks.validation import validate_config
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
@@ -173,6 +174,7 @@ def resolve_config(job: ParsedJob, overrides: JobOverrides = JobOverrides()) -> 
     flags = parse_flags(job.script_args, SCRIPT_FLAGS)
     check_counts(flags)
     framework = detect_framework(flags, job.env, job.script)
+    check_trainer_release(job.env, flags, framework, job.script, job.script_args)
     if framework in ("megatron", "megatron-deepspeed"):
         job, settled = settle_undecided_precision(job)
         if settled:  # --fp16 or --bf16 dropped: the flags of the run priced

@@ -21,15 +21,19 @@ DEEPSPEED_VERSION_ENV = "LLMPERF_DEEPSPEED_VERSION"
 """llmperf's own job setting read from the job's environment: the DeepSpeed release that runs it
 (frameworks/deepspeed_release.py)."""
 
+TRANSFORMERS_VERSION_ENV = "LLMPERF_TRANSFORMERS_VERSION"
+"""Likewise: the transformers release whose Hugging Face Trainer runs it (frameworks/transformers_release.py)."""
+
 MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 PIN_MEMORY_BACKEND_ENV = "DS_PIN_MEMORY_BACKEND"
 
 TE_SOFTMAX_FUSION_ENV = "NVTE_MASKED_SOFTMAX_FUSION"
 
-PRICED_ENV = (DEEPSPEED_VERSION_ENV, MAX_CONNECTIONS_ENV, PIN_MEMORY_BACKEND_ENV, TE_SOFTMAX_FUSION_ENV)
-"""Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed release,
-CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
+PRICED_ENV = (DEEPSPEED_VERSION_ENV, TRANSFORMERS_VERSION_ENV, MAX_CONNECTIONS_ENV, PIN_MEMORY_BACKEND_ENV,
+              TE_SOFTMAX_FUSION_ENV)
+"""Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed and transformers
+releases, CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
 (frameworks/assemble.py), how DeepSpeed pins host memory (frameworks/deepspeed_release.native_pinned_memory), and
 whether Transformer Engine's unfused attention may fuse its softmax (frameworks/step_flags.te_softmax_fusion)."""
 
