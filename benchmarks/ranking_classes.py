@@ -46,7 +46,7 @@ def family_bound_excess(points, tolerance: float = CONTRADICTION) -> dict[tuple,
     the most its own family (same source, hidden, TP) allows, max(host cap, GPU cap):
     - host cap, min t(lo) over smaller micro-batches lo: the host issues the same ops at every micro-batch (the
       launches do not depend on the shapes, predict/host_issue.py; Megatron's fused softmax only falls back at a
-      smaller attention batch, b x heads / TP not a multiple of 4, adding ops to lo, not to m), and no step is
+      smaller attention batch, b x heads / TP not a multiple of 4, adding ops to lo, not to m), and no layer is
       shorter than its host time;
     - GPU cap, min t(hi) x p(m) / p(hi) over larger micro-batches hi: the kernels of m take at most the part of
       t(hi) that the predicted per-layer costs p give m (the operator samples' growth with the micro-batch; p holds
@@ -93,22 +93,17 @@ def classify(groups, noise: float = 0.0) -> list[ClassifiedMiss]:
     odd = outlier_cells([p for pts in groups for p in pts])
     kinds = []
     for best, chosen, _, term in misses:
-        gap = chosen.measured_s / best.measured_s - 1
-        cells = [side for side, p in (("best", best), ("choice", chosen)) if cell_key(p) in odd]
-        if gap <= noise:
+        sides = [f"{side} {_name(cell_key(p))}" for side, p in (("best", best), ("choice", chosen))
+                 if cell_key(p) in odd]
+        if chosen.measured_s / best.measured_s - 1 <= noise:
             kinds.append(("noise", f"measured gap within the {100 * noise:.1f} % given"))
-        elif cells:
-            kinds.append(("outlier cell", " and ".join(f"{side} {_name(cell_key(p))}" for side, p in
-                                                       (("best", best), ("choice", chosen)) if side in cells)))
         else:
-            kinds.append((None, term))
+            kinds.append(("outlier cell", " and ".join(sides)) if sides else (None, term))
     shared = Counter(why for kind, why in kinds if kind is None)
-    out = []
-    for (best, chosen, _, _), (kind, why) in zip(misses, kinds):
-        kind = kind or ("systematic" if shared[why] >= 2 else "single")
-        out.append(ClassifiedMiss(best.family[0], _layout(best), _layout(chosen), chosen.measured_s / best.measured_s
-                                  - 1, chosen.predicted_s / best.predicted_s - 1, kind, why))
-    return out
+    return [ClassifiedMiss(best.family[0], _layout(best), _layout(chosen), chosen.measured_s / best.measured_s - 1,
+                           chosen.predicted_s / best.predicted_s - 1,
+                           kind or ("systematic" if shared[why] >= 2 else "single"), why)
+            for (best, chosen, _, _), (kind, why) in zip(misses, kinds)]
 
 
 def report_classes(results: list, noise: float = 0.0) -> None:
