@@ -209,7 +209,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
-        if self.arrays:
+        if self.arrays or "[@]}" in text or "[*]}" in text:  # also `"${EXTRA[@]}"` of an array never set
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])

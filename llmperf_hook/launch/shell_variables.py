@@ -33,6 +33,8 @@ _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
 _ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
+_SHELL_ARRAYS = frozenset({"FUNCNAME", "PIPESTATUS", "GROUPS", "DIRSTACK", "COMP_WORDS", "COPROC"})
+"""Arrays bash itself sets (bash manual 5.2 Bash Variables; BASH_SOURCE, BASH_ARGV ... start with BASH)."""
 _HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
 """In an unquoted here-document a backslash quotes only `\\`, `$`, a backquote and a newline (bash manual 3.6.6)."""
 _HEREDOC_ARRAY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}")
@@ -198,9 +200,9 @@ class ShellVariables:
         unknown_heads stays followed by the elements appended since."""
         def words(found: re.Match[str]) -> str:
             quoted, name, subscript = found.group(1), found.group(2), found.group(3)
-            if name not in self.arrays or (name in self.unknown_heads and quoted and subscript == "*"):
+            elements = self.array_or_scalar(name)
+            if elements is None or (name in self.unknown_heads and quoted and subscript == "*"):
                 return found.group(0)
-            elements = self.arrays[name]
             if not quoted:
                 known = shlex.join([field for element in elements for field in element.split()])
             else:
@@ -209,13 +211,24 @@ class ShellVariables:
 
         return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
 
+    def array_or_scalar(self, name: str) -> list[str] | None:
+        """The elements `${name[@]}` expands: the array's; a plain variable's value as element 0; none for a name
+        the script never set (no environment passes an array, bash manual 3.7.4, so `"${EXTRA[@]}"` after an `if`
+        that did not set EXTRA gives no word); None (left as written) for a value only running the script tells, or
+        one of bash's own arrays (BASH_*, FUNCNAME, PIPESTATUS ...)."""
+        if name in self.arrays:
+            return self.arrays[name]
+        if name in self.undecidable or name in _SHELL_ARRAYS or name.startswith("BASH"):
+            return None
+        return [self.env[name]] if name in self.env else []
+
     def _array_item(self, found: re.Match[str]) -> str:
         """`${NAME[N]}` -> the element (empty past the end), `${#NAME[@]}` -> the count, `${#NAME[N]}` -> the
         element's length; a `${NAME[@]}` is left to expand_arrays, and an array the script never set stays."""
         count, name, subscript = found.groups()
-        if name not in self.arrays or name in self.unknown_heads or (not count and not subscript.isdigit()):
+        elements = self.array_or_scalar(name)
+        if elements is None or name in self.unknown_heads or (not count and not subscript.isdigit()):
             return found.group(0)
-        elements = self.arrays[name]
         if not subscript.isdigit():
             return str(len(elements))
         element = elements[int(subscript)] if int(subscript) < len(elements) else ""
