@@ -238,7 +238,20 @@ def _rewrite_megatron_flags(words: list[str], base_cfg: TrainingConfig, new: Can
     """`words` with the Megatron flags of `new`, the layer count split over stages and the global batch the search
     held taken from the user's configuration."""
     return rewrite_megatron_argv(words, candidate_of(base_cfg), new, split_layers(base_cfg), base_cfg.framework,
-                                 (base_cfg.world_size, base_cfg.batch.global_batch_size))
+                                 (base_cfg.world_size, base_cfg.batch.global_batch_size), _parser_has_zero_stage(words))
+
+
+def _parser_has_zero_stage(words: list[str]) -> bool:
+    """False where the training script's parser lacks --zero-stage (a user's own argparse, tune/fork_knobs): its stage
+    goes in the tuned ds_config only, as the search priced it; True where the command cannot be read."""
+    from llmperf_hook.tune.fork_knobs import fork_parser
+
+    try:
+        job = parse_launch(list(words), dict(os.environ))
+    except LlmperfError:
+        return True
+    parser = fork_parser(job.script, job.script_args)
+    return parser is None or parser.has("zero-stage") or not parser.zero_in_ds_config
 
 
 def _retarget_ds_config(argv: list[str], ref: dsr.DsConfigRef, base: Candidate, new: Candidate,

@@ -20,10 +20,15 @@ the job at start-up ('unrecognized arguments'). The knobs are audited here, per 
 - Megatron-LM itself: megatron_known_flags holds every release's options (explain cannot tell releases apart), and
   tune writes --num-virtual-stages-per-pipeline-rank (core_r0.11+) only where the command already uses it or the
   uneven-stage flags that need it (megatron_argv._rewrite_vpp).
+- A user's own script that takes Megatron-style flags with its own argparse parser (examples/cpu-testbed/train_gpt.py):
+  its options as its add_argument calls define them (tune/script_options.py, read without importing it). Its ZeRO
+  stage is the ds_config's (DeepSpeed reads zero_optimization.stage; frameworks/assemble.py), so a script without
+  --zero-stage still has ZeRO searched where the command names a ds_config, and --apply writes the stage there only.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -31,6 +36,8 @@ from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_OPTIONS, M
                                                             megatron_llm_job)
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune.candidate import candidate_of
+from llmperf_hook.tune.ds_config_rewrite import find_ds_config
+from llmperf_hook.tune.script_options import script_options
 from llmperf_hook.tune.search_space import SearchSpace
 
 KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -60,6 +67,10 @@ class ForkParser:
     """Its option names, without `--`, in its own spelling."""
     underscores: bool
     """It spells options with underscores (--micro_batch_size)."""
+    how: str = ""
+    """How its options were found, where messages should say so (a user's own script: read from its source)."""
+    zero_in_ds_config: bool = False
+    """The job's ZeRO stage is set by its ds_config alone (a user's own script: no Megatron code reads --zero-stage)."""
 
     def spelling(self, option: str) -> str:
         return "--" + (option.replace("-", "_") if self.underscores else option)
@@ -84,7 +95,22 @@ def fork_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
         return ForkParser("epfLLM/Megatron-LLM", MEGATRON_LLM_OPTIONS, underscores=True)
     if bigscience_job(script, script_args):
         return ForkParser("bigscience-workshop/Megatron-DeepSpeed", BIGSCIENCE_OPTIONS, underscores=False)
-    return None
+    return _own_parser(script, script_args)
+
+
+def _own_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
+    """The parser of a user's own script, as its add_argument calls define it (tune/script_options.py), spelled as it
+    spells Megatron's knob options (underscores only where it defines none of them with dashes)."""
+    own = script_options(script)
+    if own is None:
+        return None
+    names = frozenset(o.lstrip("-") for o in own.options if o.startswith("--"))
+    knob_names = {o for options in KNOB_OPTIONS.values() for o in options}
+    underscores = not names & knob_names and bool(names & {o.replace("-", "_") for o in knob_names})
+    unread = f", {own.unread} add_argument call(s) with computed names not read" if own.unread else ""
+    return ForkParser(f"your script {os.path.basename(script)}", names, underscores,
+                      how=f"its own argparse, read from its add_argument calls without running it{unread}; ",
+                      zero_in_ds_config=find_ds_config(list(script_args)) is not None)
 
 
 _PIPELINE_ENGINE_STAGES = (0, 1)
@@ -109,10 +135,11 @@ def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_
         if knob in _EXPERT_KNOBS and not cfg.model.num_experts:  # a dense model: no EP to keep (nor to report)
             continue
         missing = [parser.spelling(o) for o in options if not parser.has(o)]
-        if missing and (knob != "zero_stage" or cfg.framework == "megatron-deepspeed"):  # ZeRO: DeepSpeed's only
+        zero_elsewhere = knob == "zero_stage" and (cfg.framework != "megatron-deepspeed" or parser.zero_in_ds_config)
+        if missing and not zero_elsewhere:  # ZeRO: DeepSpeed's only, set by the ds_config where the script has one
             pins[knob] = own[knob]
             rules[knob] = (f"kept at the command's value: {parser.name}'s parser has no {' / '.join(missing)} "
-                           "(argparse would stop the job on it: 'unrecognized arguments')")
+                           f"({parser.how}argparse would stop the job on it: 'unrecognized arguments')")
     if cfg.framework == "megatron-deepspeed" and not parser.has("no-pipeline-parallel") and "zero_stage" not in pins:
         pins["zero_stage"] = tuple(z for z in space.zero_stage if z in _PIPELINE_ENGINE_STAGES) or own["zero_stage"]
         rules["zero_stage"] = (f"ZeRO 2/3 not tried: {parser.name} has no --no-pipeline-parallel, so DeepSpeed's "

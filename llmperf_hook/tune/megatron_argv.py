@@ -47,10 +47,11 @@ DISTRIBUTE_SAVED = ("--distribute-saved-activations",)
 
 
 def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, num_layers: int,
-                          framework: str, batch: tuple[int, int] | None = None) -> list[str]:
+                          framework: str, batch: tuple[int, int] | None = None, zero_flag: bool = True) -> list[str]:
     """`argv` with the flags of every field where `new` differs from `base` (the user's) replaced. `num_layers` is
     the count Megatron splits over stages (candidate.split_layers: with the --account-for-*-in-pipeline-split layers);
-    `batch` = (world size, global batch the search held) states --global-batch-size where the command leaves it out."""
+    `batch` = (world size, global batch the search held) states --global-batch-size where the command leaves it out;
+    `zero_flag` False: the script's parser has no --zero-stage (its ds_config alone sets the stage, tune/fork_knobs)."""
     out = _pin_global_batch(list(argv), new, batch)
     if new.tp != base.tp:
         out = ed.set_value(out, TP, str(new.tp))
@@ -76,7 +77,7 @@ def rewrite_megatron_argv(argv: Sequence[str], base: Candidate, new: Candidate, 
         out = _rewrite_recompute(out, new)
     if new.distributed_optimizer != base.distributed_optimizer:
         out = ed.set_switch(out, DISTOPT, new.distributed_optimizer)
-    if new.zero_stage != base.zero_stage and (framework == "megatron-deepspeed" or ed.find_flag(out, ZERO)):
+    if new.zero_stage != base.zero_stage and ((framework == "megatron-deepspeed" and zero_flag) or ed.find_flag(out, ZERO)):
         out = ed.set_value(out, ZERO, str(new.zero_stage))
     if framework == "megatron-deepspeed" and new.pp == 1 and new.zero_stage >= 2:
         out = ed.set_switch(out, NO_PIPELINE, True)  # DeepSpeed's pipeline engine rejects ZeRO-2/3

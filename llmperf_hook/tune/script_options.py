@@ -1,0 +1,110 @@
+"""The options a user's own training script defines with argparse, read from its source (never imported or run).
+
+`tune --apply` writes Megatron-LM's flags (tune/megatron_argv.py). Megatron's entry points parse them with Megatron's
+parser, but a script of the user's own that takes Megatron-style shape flags (examples/cpu-testbed/train_gpt.py: a
+plain-torch GPT trained under DeepSpeed) parses its argv with its own `argparse.ArgumentParser`, and
+`ArgumentParser.parse_args` stops the job on an option it does not define ("error: unrecognized arguments",
+argparse.py parse_args -> self.error, exit status 2); `parse_known_args` ignores it, so the tuned layout would not run
+either. What the script defines is read here from its `add_argument` calls (on the parser, its argument groups and
+mutually exclusive groups), plus DeepSpeed's four when it calls `deepspeed.add_config_arguments(parser)`
+(deepspeed/__init__.py _add_core_arguments: --deepspeed, --deepspeed_config, --deepscale, --deepscale_config) and the
+`--no-NAME` form of a `BooleanOptionalAction` (argparse.py BooleanOptionalAction.__init__).
+
+A script is taken to have its own parser only when it builds an `ArgumentParser` itself and imports nothing of
+Megatron (whose `megatron.training.arguments.parse_args` then runs, options of every release counted by
+frameworks/megatron_known_flags); Hugging Face's `HfArgumentParser` builds its options from dataclasses and is not
+read. The reading is a lower bound: an option whose name is computed, or added by a helper defined in another module,
+is not seen, so tune keeps that knob at the command's value rather than write a flag the job may refuse.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from dataclasses import dataclass
+
+DEEPSPEED_CONFIG_OPTIONS = frozenset({"--deepspeed", "--deepspeed_config", "--deepscale", "--deepscale_config"})
+"""deepspeed.add_config_arguments(parser) -> _add_core_arguments (deepspeed/__init__.py)."""
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """The options a script's own argparse parser defines."""
+
+    script: str
+    """The script's path, as the launch command names it."""
+    options: frozenset[str]
+    """Every option string its add_argument calls define, with the leading dashes ('--micro-batch-size')."""
+    unread: int = 0
+    """add_argument calls whose option names are computed (not string literals): their options are not in `options`."""
+
+
+def script_options(script: str) -> ScriptOptions | None:
+    """The script's own argparse options, or None when it has no parser of its own that can be read (not a readable
+    Python file, Megatron's parser, HfArgumentParser, or no ArgumentParser built in the file)."""
+    try:
+        stat = os.stat(script)
+    except OSError:
+        return None
+    return _read(os.path.abspath(script), stat.st_mtime_ns, stat.st_size, script)
+
+
+@functools.lru_cache(maxsize=32)
+def _read(path: str, mtime_ns: int, size: int, shown: str) -> ScriptOptions | None:
+    """Cached per file version (mtime and size in the key): tune asks once per candidate command it plans."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    if _imports_megatron(tree) or not _builds_argument_parser(tree):
+        return None
+    options: set[str] = set()
+    unread = 0
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+        if call.func.attr == "add_argument":
+            names = _option_names(call)
+            unread += names is None
+            options |= names or set()
+        elif call.func.attr == "add_config_arguments":  # deepspeed.add_config_arguments(parser)
+            options |= DEEPSPEED_CONFIG_OPTIONS
+    if not options and not unread:
+        return None
+    return ScriptOptions(shown, frozenset(options), unread)
+
+
+def _option_names(call: ast.Call) -> set[str] | None:
+    """The option strings of one add_argument call (None when a name is not a literal: `*names`, a variable). A
+    positional argument ('input') is no option; BooleanOptionalAction adds --no-NAME for each --NAME."""
+    names: set[str] = set()
+    for arg in call.args:
+        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            return None
+        if arg.value.startswith("-"):
+            names.add(arg.value)
+    action = next((kw.value for kw in call.keywords if kw.arg == "action"), None)
+    if _dotted(action).endswith("BooleanOptionalAction"):
+        names |= {"--no-" + n[2:] for n in names if n.startswith("--")}
+    return names
+
+
+def _imports_megatron(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "megatron" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "megatron" and not node.level:
+            return True
+    return False
+
+
+def _builds_argument_parser(tree: ast.AST) -> bool:
+    """An `argparse.ArgumentParser(...)` / `ArgumentParser(...)` call, and no HfArgumentParser (dataclass fields)."""
+    called = {_dotted(n.func).rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return "ArgumentParser" in called and "HfArgumentParser" not in called
+
+
+def _dotted(node: ast.AST | None) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
