@@ -52,7 +52,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     try:
         top_k = _check_usage(argv, top_arg, dry_run, apply_best)
         job, cfg, spec = _resolve(argv, cluster, hardware, nnodes, nproc_per_node, model)
-        result, space, fork_rules = _search(cfg, spec, search_file, top_k, argv, job.script_args, job.script, job.env)
+        result, space, fork_rules = _search(cfg, spec, search_file, top_k, argv, job.script_args, job.script, job.env,
+                                            job=job)
     except LlmperfError as err:  # bad input (exit 2) before any search: still one JSON object on stdout
         if fmt == "json":
             _echo_json_error(str(err), err.exit_code)
@@ -171,17 +172,19 @@ def _resolve(argv: list[str], cluster: str | None, hardware: str | None, nnodes:
 
 def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequence[str] = (),
             script_args: Sequence[str] = (), script: str = "",
-            env: Mapping[str, str] | None = None) -> tuple[Any, Any, dict[str, str]]:
+            env: Mapping[str, str] | None = None, job: Any = None) -> tuple[Any, Any, dict[str, str]]:
     """The search over the command's space, the space and the knobs the command's fork keeps (knob -> why);
     `script_args` are the training script's own flags as the launch was parsed (inside `sh -c`, an sbatch or a bash
     script, variables expanded: ParsedJob.script_args), `script` the training script, `env` the job's environment
-    (ParsedJob.env: its DeepSpeed release decides which ZeRO stages its ds_config allows)."""
+    (ParsedJob.env: its DeepSpeed release decides which ZeRO stages its ds_config allows), `job` the ParsedJob (the
+    checks explain makes once stage, engine and SP are final: tune/assemble_rules.py)."""
     from dataclasses import replace
 
     from llmperf_hook import api
     from llmperf_hook.frameworks.validation import validate_config
     from llmperf_hook.tune.candidates import generate_candidates
-    from llmperf_hook.tune.command_rules import command_rule_masks
+    from llmperf_hook.tune.assemble_rules import assemble_rule_masks
+    from llmperf_hook.tune.command_rules import all_rules, command_rule_masks
     from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space, read_search_file
@@ -207,9 +210,12 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
         click.echo(f"llmperf tune: warning: {note}", err=True)
     space = pins.space
     table = generate_candidates(cfg, space, spec.gpus_per_node)
+    rules = command_rule_masks(cfg, script_args)
+    if job is not None:
+        rules = all_rules(rules, assemble_rule_masks(cfg, job, _ds_settings(argv, space.zero_stage, env)))
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
-                               command_rules=command_rule_masks(cfg, script_args))
+                               command_rules=rules)
     return result, space, pins.rules
 
 
@@ -218,11 +224,9 @@ def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str],
     """The ZeRO stages of the space that the command's ds_config (a launch script's own, or its here-document) lets
     the job's DeepSpeed release (of `env`) run; where it refuses every one listed, the command's own stage, with a
     warning."""
-    from llmperf_hook.tune.apply import batch_script_job
     from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
 
-    script = batch_script_job(argv)
-    line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
+    line, written = _launch_line(argv)
     accepted = zero_stages_deepspeed_accepts(line, stages, written, env)
     if accepted is None:  # no ds_config to check the stages against
         return stages
@@ -233,6 +237,23 @@ def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str],
                    f"the command's stage {own}", err=True)
         return (own,)
     return accepted
+
+
+def _launch_line(argv: Sequence[str]) -> tuple[list[str], Any]:
+    """(the words naming the ds_config, the files written before them): a launch script's own line and its
+    here-documents, else the command itself."""
+    from llmperf_hook.tune.apply import batch_script_job
+
+    script = batch_script_job(argv)
+    return ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
+
+
+def _ds_settings(argv: Sequence[str], stages: tuple[int, ...], env: Mapping[str, str] | None) -> Any:
+    """Stage -> the command's ds_config parsed at that stage (None: no readable ds_config)."""
+    from llmperf_hook.tune.ds_config_rewrite import ds_settings_at_stages
+
+    line, written = _launch_line(argv)
+    return ds_settings_at_stages(line, stages, written, env)
 
 
 def memory_only(cfg: Any, spec: Any) -> Any:

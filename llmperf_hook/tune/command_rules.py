@@ -41,3 +41,8 @@ def command_rule_masks(cfg: TrainingConfig, script_args: Sequence[str]) -> MaskF
         return {RAMPUP_RULE: divisor % step != 0}
 
     return masks
+
+
+def all_rules(*fns: MaskFn) -> MaskFn:
+    """One MaskFn holding every named mask of `fns` (search_candidates takes one)."""
+    return lambda cols: {name: mask for fn in fns for name, mask in fn(cols).items()}

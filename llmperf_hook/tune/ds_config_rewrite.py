@@ -208,6 +208,15 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
     accumulation runs without ZeRO before 0.18.5 and only at stage 1 before 0.10.1 (deepspeed_engine_rules), so a
     tuned copy never asks the job's release for a stage it refuses. None when argv names no readable ds_config.
     `written`: files a launch script writes before `argv`, its launch line (ParsedJob.script_files)."""
+    settings = ds_settings_at_stages(argv, stages, written, env)
+    return None if settings is None else tuple(stage for stage in stages if settings.get(stage) is not None)
+
+
+def ds_settings_at_stages(argv: Sequence[str], stages: Sequence[int], written: Mapping[str, ScriptFile] | None = None,
+                          env: Mapping[str, str] | None = None) -> dict[int, Any] | None:
+    """Stage -> the command's ds_config parsed with zero_optimization.stage replaced (DsSettings; None where
+    parse_ds_config refuses it), as a tuned copy at that stage is read by explain; None when argv names no readable
+    ds_config. The checks assemble makes after parsing take these settings (tune/assemble_rules.py)."""
     from llmperf_hook.errors import ConfigError, LlmperfError
     from llmperf_hook.frameworks.deepspeed_config import parse_ds_config
     from llmperf_hook.frameworks.deepspeed_release import TODAYS_RELEASE, schema_release
@@ -223,11 +232,11 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
         return None
     zero = raw.get("zero_optimization") if isinstance(raw.get("zero_optimization"), dict) else {}
     release = TODAYS_RELEASE if env is None else schema_release(env)
-    accepted = []
+    settings: dict[int, Any] = {}
     for stage in stages:
         try:
-            parse_ds_config({**raw, "zero_optimization": {**zero, "stage": stage}}, ref.path, release=release)
+            settings[stage] = parse_ds_config({**raw, "zero_optimization": {**zero, "stage": stage}}, ref.path,
+                                              release=release)
         except ConfigError:
-            continue
-        accepted.append(stage)
-    return tuple(accepted)
+            settings[stage] = None
+    return settings
