@@ -127,7 +127,39 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     else:
         msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
                f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over the usable.")
-    return msg + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound)
+    sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"))
+    return msg + sentence + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound, widen)
+
+
+def largest_split(cfg: Any, knobs: Any) -> int:
+    """The most GPUs one model replica's weights can be split over by TP x PP (CP and DP hold whole copies of a stage's
+    weights) in the searched space: the largest values tried (or kept) of each, at most the world size."""
+    def most(knob: str) -> int:
+        tried = (knobs or {}).get("searched", {}).get(knob) or [(knobs or {}).get("kept", {}).get(knob) or 1]
+        return max(int(v) for v in tried)
+
+    return min(cfg.world_size, most("tp") * most("pp"))
+
+
+def _largest_split_sentence(cfg: Any, near: Any, knobs: Any) -> tuple[str, bool]:
+    """(the sentence saying that even the largest split searched does not fit, or "", whether more TP/PP is still
+    advice): where tune searches TP or PP, the least-memory layout at the largest TP x PP; where it keeps them (a
+    script whose parser or framework does not take them), ZeRO-3, the most DeepSpeed shards."""
+    c, searched = near.candidate, (knobs or {}).get("searched", {})
+    if len(searched.get("tp", ())) > 1 or len(searched.get("pp", ())) > 1:
+        limit = largest_split(cfg, knobs)
+        if c.tp * c.pp < limit:
+            return "", True
+        where = (f"over all {cfg.world_size} GPUs, the most there are" if limit >= cfg.world_size else
+                 f"over {limit} of the {cfg.world_size} GPUs, the largest TP x PP the search space allows")
+        return (f" Nothing fits even at the largest TP/PP: that layout already splits the model's weights (TP {c.tp} x "
+                f"PP {c.pp}) {where}.", limit < cfg.world_size)
+    if c.zero_stage == 3:
+        dp = cfg.world_size // (c.tp * c.pp * c.cp)
+        return (f" Nothing fits even at ZeRO-3, which shards the weights, gradients and optimizer states over all {dp} "
+                f"data-parallel GPUs; TP {c.tp} and PP {c.pp} are the command's, which tune does not change for it.",
+                False)
+    return "", "tp" not in (knobs or {}).get("rules", {})  # a rule (the script's parser) keeps TP: no advice to widen
 
 
 def _largest_model(result: Any, cfg: Any, near: Any) -> str:
@@ -157,14 +189,16 @@ def _longest_sequence(result: Any, cfg: Any) -> str:
             f"a sequence of at most {seq:,} tokens (this one has {cfg.model.seq_length:,}), e.g. --seq-length {pow2}.")
 
 
-def _infeasible_advice(cfg: Any, host_bound: bool) -> str:
+def _infeasible_advice(cfg: Any, host_bound: bool, widen: bool = True) -> str:
+    """What to change; `widen` False: the layout already spans every GPU, so more TP/PP is no advice."""
     if host_bound:  # the host knobs of run --require-fit (schedule/memory_knobs._host_knobs), in the same words
         less = {"megatron": "a smaller --optimizer-offload-fraction, or no --optimizer-cpu-offload",
                 "torch": "no FSDP CPU offload"}.get(cfg.framework, "offload_param / offload_optimizer to none or nvme, "
                                                     "a smaller offload_optimizer.ratio, no --checkpoint-in-cpu")
         return f" Offload less ({less}), use more nodes, or a cluster with more host RAM (--cluster)."
     if cfg.framework in ("megatron", "megatron-deepspeed"):
-        return " Use more GPUs, a larger-memory GPU (--hardware), or widen the search (--search) with more TP/PP."
+        more = ", or widen the search (--search) with more TP/PP" if widen else ""
+        return f" Use more GPUs or a larger-memory GPU (--hardware){more}."
     if cfg.framework == "torch":  # DDP or FSDP: no ds_config to offload in, no knob tune changes in the command
         shard = ("" if cfg.optimizer.fsdp != "none" else
                  "shard the weights, gradients and optimizer state (FSDP, or DeepSpeed ZeRO with a ds_config), ")
