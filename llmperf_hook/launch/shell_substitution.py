@@ -5,7 +5,10 @@ Launch scripts find their own folder before sourcing their configuration: `SCRIP
 examples/post_training/modelopt, examples/rl; bigscience). Those commands only transform a path: `dirname`,
 `basename NAME [SUFFIX]`, `readlink -f`, `realpath`, `pwd`, and `cd DIR && pwd` (coreutils; bash manual 4.1 cd).
 Innermost first, each is replaced by what it prints (its trailing newline removed, bash manual 3.5.4); anything else
-stays a command substitution, whose variable batch_script leaves undecided.
+stays a command substitution, whose variable batch_script leaves undecided. One more is worked out: the node count
+of a Slurm allocation as scripts take it, `$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)`: scontrol(1)
+"hostnames: print the host names of a node list, one per line" (the list defaults to SLURM_JOB_NODELIST), so the
+lines are the allocation's SLURM_JOB_NUM_NODES, which the sbatch directives give (launch/sbatch.py).
 """
 
 from __future__ import annotations
@@ -39,6 +42,20 @@ def _path_command(words: list[str], cwd: str) -> str | None:
         must_exist = resolved if args[0] == "-e" else os.path.dirname(resolved) if args[0] != "-m" else "/"
         return resolved if os.path.exists(must_exist) else None
     return None
+
+
+_NODE_COUNT = re.compile(r"\s*scontrol\s+show\s+hostnames(?:\s+(\S+))?\s*\|\s*wc\s+-l\s*")
+_ALLOCATION_LISTS = frozenset({"$SLURM_JOB_NODELIST", "${SLURM_JOB_NODELIST}", "$SLURM_NODELIST", "${SLURM_NODELIST}"})
+"""The allocation's node list (SLURM_NODELIST is its older name, sbatch(1) OUTPUT ENVIRONMENT VARIABLES)."""
+
+
+def _allocation_nodes(text: str, expand: Callable[[str], str]) -> str | None:
+    """`scontrol show hostnames [$SLURM_JOB_NODELIST] | wc -l`: the allocation's node count, when known."""
+    match = _NODE_COUNT.fullmatch(text)
+    if match is None or (match.group(1) or "$SLURM_JOB_NODELIST").strip("'\"") not in _ALLOCATION_LISTS:
+        return None
+    count = expand("$SLURM_JOB_NUM_NODES")
+    return count if count.isdigit() else None
 
 
 def _cd_and_pwd(text: str, cwd: str, split: Callable[[str], list[str]]) -> str | None:
@@ -84,6 +101,7 @@ def substitute_paths(text: str, cwd: str, expand: Callable[[str], str]) -> str:
             return found.group(0)
         try:
             printed = _cd_and_pwd(inner, cwd, split)
+            printed = printed if printed is not None else _allocation_nodes(inner, expand)
             printed = printed if printed is not None else _path_command(split(inner), cwd)
         except ValueError:
             return found.group(0)

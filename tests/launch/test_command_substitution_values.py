@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import split_joined_words, unexpanded_hint
+from llmperf_hook.launch.parse import parse_launch
 from tests.launch.cli_run import llmperf
 
 MODEL = ("pretrain_gpt.py --num-layers {L} --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
@@ -65,3 +67,29 @@ def test_a_substitution_stays_one_word() -> None:
         ["--nproc_per_node=$(nvidia-smi -L | wc -l)", "--x `a b`"]
     assert split_joined_words(["--lr 1e-4 --bf16"]) == ["--lr", "1e-4", "--bf16"]  # joined flags: split as before
     assert "command substitution" in unexpanded_hint("$(nproc)") and "variable" in unexpanded_hint("$((N*2))")
+
+
+@pytest.mark.parametrize("listed", ["$SLURM_JOB_NODELIST", '"${SLURM_JOB_NODELIST}"', "$SLURM_NODELIST", ""])
+def test_the_allocations_node_count_from_scontrol(listed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)` prints one line per node of the allocation
+    (scontrol(1) hostnames), whose count the sbatch directives give; it was refused as a command's output."""
+    (tmp_path / "job.sh").write_text(
+        f"#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\nNNODES=$(scontrol show hostnames {listed} | wc -l)"
+        "\nsrun torchrun --nnodes=$NNODES --nproc_per_node=8 pretrain_gpt.py --num-layers 2\n")
+    monkeypatch.chdir(tmp_path)
+    job = parse_launch(["sbatch", "job.sh"], {})
+    assert (job.nnodes, job.world_size) == (4, 32)
+
+
+def test_other_node_lists_stay_a_commands_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another list, another count (`| wc -w`), or no allocation known: still undecided, named with its line."""
+    for command in ("scontrol show hostnames node[1-2] | wc -l", "scontrol show hostnames $SLURM_JOB_NODELIST | wc -w"):
+        (tmp_path / "job.sh").write_text(f"#!/bin/bash\n#SBATCH --nodes=4\nN=$({command})\n"
+                                         "srun torchrun --nnodes=$N --nproc_per_node=8 pretrain_gpt.py\n")
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(UsageError, match=r"sets \$N at line 3"):
+            parse_launch(["sbatch", "job.sh"], {})
+    (tmp_path / "job.sh").write_text("#!/bin/bash\nN=$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)\n"
+                                     "torchrun --nnodes=$N --nproc_per_node=8 pretrain_gpt.py\n")
+    with pytest.raises(UsageError, match=r"sets \$N at line 2"):  # run outside any allocation llmperf knows
+        parse_launch(["bash", "job.sh"], {})
