@@ -30,12 +30,13 @@ def _tp2_h2048(mbs2_s: float, predicted_mbs2_s: float = 3.84e-3) -> list:
 
 
 def test_a_micro_batch_above_its_family_bound_is_flagged() -> None:
-    # bound = max(host cap 3.40, GPU cap 6.22 x 3.84 / 6.58 = 3.63) ms; S24 measures 4.63: +27.6 %
+    # max(host cap 3.40, GPU cap 6.22 x 3.84 / 6.58 = 3.63) x 1.12 (launch queue) = 4.07 ms; S24 measures 4.63
     flags = classes.family_bound_excess(_tp2_h2048(4.63e-3))
     assert list(flags) == [CHOICE]
-    assert "+27.6 %" in flags[CHOICE] and "host cap 3.40" in flags[CHOICE] and "GPU cap 3.63" in flags[CHOICE]
-    assert classes.family_bound_excess(_tp2_h2048(3.75e-3)) == {}  # +3.3 %: within the ranking's 5 %
-    assert classes.family_bound_excess(_tp2_h2048(4.63e-3), tolerance=0.30) == {}
+    assert "+13.9 %" in flags[CHOICE] and "host cap 3.40" in flags[CHOICE] and "GPU cap 3.63" in flags[CHOICE]
+    assert classes.family_bound_excess(_tp2_h2048(4.63e-3), tolerance=0.15) == {}
+    # +10 % over the larger cap: what the launch queue adds to a layer whose host and GPU times are close
+    assert classes.family_bound_excess(_tp2_h2048(4.00e-3)) == {}
 
 
 def test_the_caps_take_the_larger_not_the_sum_and_need_both_neighbours() -> None:
