@@ -8,8 +8,8 @@ predicted gap, and one class, tested in this order:
   S23 gives one time per configuration), so at the default 0 no miss is put down to noise;
 - outlier cell: the best's or the choice's (source, hidden, TP, micro-batch) cell is at odds with its neighbours by
   more than the ranking's 5 %: it contradicts the work order (ranking_consistency.flagged_cells) or measures above
-  what the other micro-batches of its (hidden, TP) family allow (family_bound_excess). A source that composes every
-  row of a cell from one number misses every group that number decides;
+  what the other micro-batches of its (hidden, TP) family allow, launch queue included (family_bound_excess). A
+  source that composes every row of a cell from one number misses every group that number decides;
 - systematic: the term whose error most favours the choice (ranking_terms.classify_misses, the layers term named by
   how the two cells relate) is shared by two or more misses not classed above: one model error, several misses;
 - single: a term only one such miss has.

@@ -39,7 +39,7 @@ def test_a_micro_batch_above_its_family_bound_is_flagged() -> None:
     assert classes.family_bound_excess(_tp2_h2048(4.00e-3)) == {}
 
 
-def test_the_caps_take_the_larger_not_the_sum_and_need_both_neighbours() -> None:
+def test_a_family_at_its_host_floor_passes_and_a_cell_needs_both_neighbours() -> None:
     # host-bound family: mbs 1 and 2 both at the host floor pass; the largest micro-batch has no cap above it
     points = (_family(1024, 1, 1, 3.00e-3, 3.04e-3) + _family(1024, 1, 2, 3.16e-3, 3.25e-3)
               + _family(1024, 1, 4, 4.95e-3, 4.88e-3))
