@@ -260,6 +260,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
             return
+        self.expand_for_effects(words)
         writes = written_files(redirections)
         heredoc = self.standard_input(line, text, words)
         if words[0] in self.functions:

@@ -33,6 +33,8 @@ _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
 _ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
+_ASSIGNING_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
+"""`${NAME:=word}` / `${NAME=word}`: an expansion that assigns (bash manual 3.5.3)."""
 _SHELL_ARRAYS = frozenset({"FUNCNAME", "PIPESTATUS", "GROUPS", "DIRSTACK", "COMP_WORDS", "COPROC"})
 """Arrays bash itself sets (bash manual 5.2 Bash Variables; BASH_SOURCE, BASH_ARGV ... start with BASH)."""
 _HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
@@ -126,13 +128,22 @@ class ShellVariables:
     errexit: bool = False
     """`set -e` / `set -o errexit` is on: a command that fails ends the script (bash manual 4.3.1)."""
 
-    def expand(self, text: str, record: bool = True) -> str:
+    def expand(self, text: str, record: bool = True, assign: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
         unless `record` is False (a look at a command that may not be the launch). bash runs the command being read,
-        so a `${NAME:=word}` in it assigns NAME (expand_env_refs)."""
+        so a `${NAME:=word}` in it assigns NAME (expand_env_refs), unless `assign` is False: what a command's child
+        process expands (a here-document's body)."""
         text = expand_positional(text, self.positional)
         return expand_env_refs(PWD.sub(self.cwd, text), self.env, self.used if record else {}, self.undecidable,
-                               assign=True)
+                               assign=assign)
+
+    def expand_for_effects(self, words: list[str]) -> None:
+        """Expand the words of a command llmperf reads no further (`echo "${TP:=2}"`, `mkdir -p ${OUT:=out}`) for the
+        assignments their `${NAME:=word}` make: bash expands every command's words in the shell itself before it
+        runs the command (bash manual 3.7.1), so the assignment holds for the lines after it."""
+        for word in words:
+            if _ASSIGNING_EXPANSION.search(word):
+                self.expand(word, record=False)
 
     def bash_source(self) -> str:
         """The file being read, for ${BASH_SOURCE[0]} (batch_script: a sourced file's own path)."""
@@ -351,4 +362,5 @@ class ShellVariables:
         text = _HEREDOC_ARRAY.sub(lambda m: " ".join(self.arrays[m.group(1)]) if m.group(1) in self.arrays
                                   else m.group(0), text)
         text = ARITH.sub(lambda m: arithmetic(self.expand(m.group(1)), self.env), text)
-        return self.expand(text)
+        return self.expand(text, assign=False)  # bash expands it in the process it forks for the command (bash 5:
+        # `cat <<EOF` with `${A:=4}` in the body leaves the script's A unset)

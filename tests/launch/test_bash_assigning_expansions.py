@@ -133,3 +133,13 @@ def test_a_required_variable_that_is_there_or_a_check_that_may_not_run(line: str
     words = _launch(tmp_path, f"{line}\ntorchrun --nproc_per_node=2 {GPT} --x \"${{A:?}}\"".replace(
         "${A:?}", "${A?}" if "A=\n" in line else "${A:-/d}"), monkeypatch, env)
     assert words[-2] == "--x"
+
+
+@pytest.mark.parametrize("line, expected", [('echo "${A:=4}" > /dev/null', "4"), ("mkdir -p ${A:=4}", "4"),
+                                            ("cat > /dev/null <<EOF\n${A:=4}\nEOF", "7")])
+def test_an_assigning_default_in_another_command(line: str, expected: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash expands any command's words in the shell itself, so `echo "${A:=4}"` assigns A; a here-document's body
+    is expanded in the process forked for the command, so its `${A:=4}` leaves the script's A unset (bash 5)."""
+    words = _launch(tmp_path, f"{line}\ntorchrun --nproc_per_node=${{A:-7}} {GPT}", monkeypatch)
+    assert words[0] == f"--nproc_per_node={expected}"
