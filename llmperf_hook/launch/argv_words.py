@@ -72,7 +72,7 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
     or empty included (`${NP:-8}` after `NP=$(nvidia-smi -L | wc -l)` is not 8). With `assign` (the expansion of a
     command bash runs: `env` is the shell's own variables), `${VAR:=word}` / `${VAR=word}` also set VAR to the word, as
     bash does, so that a later `$VAR` reads it. `${VAR:?msg}` / `${VAR?msg}` give VAR's value; where bash would stop
-    the script instead they stay as written (shell_unset_stop refuses such a line)."""
+    the script instead they stay as written (script_stops refuses such a line)."""
     if "$" not in word:
         return word
 

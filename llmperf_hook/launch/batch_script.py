@@ -30,6 +30,7 @@ from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, ap
                                              python_code_step, script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.script_launch import ScriptLaunch, ScriptRun
+from llmperf_hook.launch.script_stops import exit_refusal, stop_on_unset
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
@@ -48,7 +49,6 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_
                                               rejoin_substitutions, restore_dollars, shell_split, split_redirections,
                                               split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
-from llmperf_hook.launch.shell_unset_stop import stop_on_unset
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
                                                     note_branch_values, settle_branches)
@@ -241,8 +241,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if words and self.conditions.undecided and not self.launches:
             self.undecided.setdefault(self.where(line), line.text)
         elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
-            stop_on_unset(words, self.env, self.positional, self.undecidable,
-                          f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`)")
+            stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
         if not self.launches and self.loop_exit(words, line):
             return
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
@@ -256,7 +255,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             return
         if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles) and \
                 not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
-            self.exit(line, words)
+            raise exit_refusal(self.stops_at(line), words)
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
             return
@@ -274,15 +273,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         else:
             self.other_command(line, text, words, writes, heredoc)
 
-    def exit(self, line: ScriptLine, words: list[str]) -> None:
-        """`exit [N]` that surely runs before any launch line (or sbatch submission, or python run): bash ends the
-        script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a script that wants
-        its arguments: `[ -z "$1" ] && exit 1`). An exit in a subshell opened on its line, `( [ -z "$X" ] && exit
-        )`, ends only that and is passed over; one in a subshell opened on an earlier line is not told apart."""
-        status = f" {words[1]}" if len(words) > 1 else ""
-        raise UsageError(f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`) before "
-                         f"any launch line: bash runs that exit{status} there. Give the script what it checks for at "
-                         "that point (its arguments or variables), or give its launch line after `--`.")
+    def stops_at(self, line: ScriptLine) -> str:
+        """How a refusal of a line where bash ends the script begins (script_stops): the script, line and text."""
+        return f"{self.kind} {self.script} stops at {self.where(line)} (`{line.text.strip()[:80]}`)"
 
     def standard_input(self, line: ScriptLine, text: str, words: list[str]) -> str | None:
         """The text of the here-document the command `text` reads (bash gives it the expanded body, 3.6.6), for the

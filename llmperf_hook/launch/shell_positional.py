@@ -74,7 +74,7 @@ def expand_positional(text: str, positional: dict[str, str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
         value = positional.get(name, "")
         missing = value == "" if op and op.startswith(":") else name not in positional
-        if op and missing and "?" in op:  # bash stops the script there (shell_unset_stop): left for it to name
+        if op and missing and "?" in op:  # bash stops the script there (script_stops): left for it to name
             return match.group(0)
         if op and missing:
             return expand_positional(default, positional).strip("'\"")

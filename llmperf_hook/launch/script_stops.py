@@ -1,11 +1,17 @@
-"""`${NAME:?message}` / `${NAME?message}` on a variable the script does not have: bash stops the script there.
+"""Where bash ends a launch script before its launch line, refused (exit 2) naming the line: an `exit` that surely
+runs, and `${NAME:?message}` / `${NAME?message}` on a variable the script does not have.
 
-bash manual 3.5.3 Shell Parameter Expansion: "If parameter is null or unset, the expansion of word (or a message to
-that effect if word is not present) is written to the standard error and the shell, if it is not interactive, exits
-with a non-zero status" (`?` without the colon: only when it is unset). A launch script's `: "${DATA_PATH:?set
-DATA_PATH}"` or `MODEL=${1:?usage: train.sh MODEL}` thus never reaches its launch line without them, and reading on
-past it priced a job that never starts (and left `?set DATA_PATH}` in an option's value). A line llmperf cannot tell
-runs (an undecided branch, a loop body) is passed over, as an `exit` there is (batch_script._Reading.exit).
+`exit [N]` ends the script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a
+script that wants its arguments: `[ -z "$1" ] && exit 1`). An exit in a subshell opened on its line, `( [ -z "$X" ]
+&& exit )`, ends only that and is passed over (batch_script); one in a subshell opened on an earlier line is not told
+apart.
+
+bash manual 3.5.3 Shell Parameter Expansion, `${parameter:?word}`: "If parameter is null or unset, the expansion of
+word (or a message to that effect if word is not present) is written to the standard error and the shell, if it is
+not interactive, exits with a non-zero status" (`?` without the colon: only when it is unset). A launch script's `:
+"${DATA_PATH:?set DATA_PATH}"` or `MODEL=${1:?usage: train.sh MODEL}` thus never reaches its launch line without them,
+and reading on past it priced a job that never starts (and left `?set DATA_PATH}` in an option's value). A line
+llmperf cannot tell runs (an undecided branch, a loop body) is passed over, as an `exit` there is.
 """
 
 from __future__ import annotations
@@ -62,3 +68,10 @@ def stop_on_unset(words: Sequence[str], env: Mapping[str, str], positional: Mapp
     raise UsageError(f"{at} before any launch line: `{expansion}` requires {name} to be set"
                      f"{' and not empty' if ':?' in expansion else ''}, and it is not, so bash prints '{printed}' and "
                      f"exits (bash manual 3.5.3). To predict the job, {fix}, or give its launch line after `--`.")
+
+
+def exit_refusal(at: str, words: Sequence[str]) -> UsageError:
+    """The refusal of `exit [N]` (`words`) that surely runs before the launch line; `at` as for stop_on_unset."""
+    status = f" {words[1]}" if len(words) > 1 else ""
+    return UsageError(f"{at} before any launch line: bash runs that exit{status} there. Give the script what it checks "
+                      "for at that point (its arguments or variables), or give its launch line after `--`.")
