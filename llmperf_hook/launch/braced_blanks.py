@@ -6,6 +6,8 @@ first `}` not quoted and not inside an embedded expansion); shlex, which shell_s
 `${NP%% *}` into `${NP%%` and `*}`. These helpers find such blanks and stand in for them while shlex splits. shlex also
 takes the quotes off `"a}b"`, after which `${A:-a}b}` reads as closed at the first brace: a quoted brace is marked
 while it splits and stays marked until the expansion is read (argv_words.expand_env_refs unmarks the word it gives).
+Inside a double-quoted `${...}` bash matches the word's own double quotes on their own (`X="${A:-"a b"}"` is `a b`),
+where shlex would close the outer quotes at the first inner one: unnest_quotes takes such inner quotes off first.
 """
 
 from __future__ import annotations
@@ -55,3 +57,60 @@ def unmark_blanks(word: str) -> str:
 def unmark_braces(word: str) -> str:
     """The quoted braces mark_blanks stood in for, back (the word of an expansion, or a launch word left as written)."""
     return word.replace(BRACE_MARK, "}")
+
+
+def unnest_quotes(text: str) -> str:
+    """`text` with the double quotes of a word inside a double-quoted `${...}` taken off (`"${A:-"a b"}"` ->
+    `"${A:-a b}"`: the same word to bash, which removes them), a `}` they quoted marked as closing nothing
+    (`"${A:-"a}b"}"`); unchanged where such a quote is not closed."""
+    if '"${' not in text:
+        return text
+    out: list[str] = []
+    quote, depth, i = "", 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if quote == '"' and text.startswith("${", i):
+            depth, c = depth + 1, "${"
+        elif quote == '"' and depth and c == "}":
+            depth -= 1
+        elif quote == '"' and depth and c == '"':
+            end = _closing_quote(text, i + 1)
+            if end is None:
+                return text
+            out.append(_mark_quoted_braces(text[i + 1:end]))
+            i = end + 1
+            continue
+        elif c in "'\"" and quote in ("", c):
+            quote = "" if quote else c
+        out.append(c)
+        i += len(c)
+    return "".join(out)
+
+
+def _closing_quote(text: str, start: int) -> int | None:
+    """Where the double-quoted string from `start` ends (a backslash escapes the next character), None if never."""
+    i = start
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return i
+        else:
+            i += 1
+    return None
+
+
+def _mark_quoted_braces(inner: str) -> str:
+    """A quoted word's `}` marked (BRACE_MARK), but not one closing a `${` of its own (`"${B}"`)."""
+    depth, out = 0, []
+    for i, c in enumerate(inner):
+        if c == "$" and inner[i + 1:i + 2] == "{":
+            depth += 1
+        elif c == "}":
+            depth, c = (depth - 1, c) if depth else (0, BRACE_MARK)
+        out.append(c)
+    return "".join(out)

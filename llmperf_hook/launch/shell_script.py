@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Sequence
 
-from llmperf_hook.launch.braced_blanks import braced_blanks, mark_blanks, unmark_blanks
+from llmperf_hook.launch.braced_blanks import braced_blanks, mark_blanks, unmark_blanks, unnest_quotes
 
 ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 """`NAME=value` / `export NAME=value` (bash manual 3.4 Shell Parameters); here, not in shell_variables, so that
@@ -127,7 +127,8 @@ def restore_dollars(text: str) -> str:
 def shell_split(text: str) -> list[str]:
     """The words of a simple command as bash splits them: shlex's quoting, but a comment only where bash starts one,
     at a `#` that begins a word (`--save a#b` keeps `a#b`, which shlex's comments=True cut to `a`; `${#V}`, `$#`),
-    and no split at a blank inside `${...}` (braced_blanks)."""
+    and no split at a blank inside `${...}` (braced_blanks), nor at a double quote inside a double-quoted one."""
+    text = unnest_quotes(text)
     outside, _, end = _scan(text)
     braced = braced_blanks(text[:end], outside)
     if not braced:
@@ -138,6 +139,7 @@ def shell_split(text: str) -> list[str]:
 def _word_marks(text: str) -> list[tuple[bool, bool]]:
     """For each word of a simple command (split at blanks outside quotes, as shlex.split(text, comments=True) splits
     it): whether it holds `$` outside quotes, and whether any part of it is quoted."""
+    text = unnest_quotes(text)
     outside, _, end = _scan(text)
     braced = braced_blanks(text, outside)
     out: list[tuple[bool, bool]] = []

@@ -143,3 +143,15 @@ def test_an_assigning_default_in_another_command(line: str, expected: str, tmp_p
     is expanded in the process forked for the command, so its `${A:=4}` leaves the script's A unset (bash 5)."""
     words = _launch(tmp_path, f"{line}\ntorchrun --nproc_per_node=${{A:-7}} {GPT}", monkeypatch)
     assert words[0] == f"--nproc_per_node={expected}"
+
+
+@pytest.mark.parametrize("assign, expected", [('X="${A:-"a b"}"', "a b"), ('X="${A:-"a}b"}"', "a}b"),
+                                              ('B=q\nX="${A:-"${B}"}"', "q"), ('M="${MODEL:-"llama 7b"}"\nX=$M', "llama 7b"),
+                                              ('A=z\nX="${A:-"a b"}"', "z")])
+def test_quotes_inside_a_double_quoted_expansion(assign: str, expected: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash matches the quotes of the word inside a double-quoted `${...}` on their own; the split closed the outer
+    quotes at the first inner one, and `X="${A:-"a b"}"` assigned nothing."""
+    words = _launch(tmp_path, f'{assign}\ntorchrun --nproc_per_node=2 {GPT} --data-path "$X" --load "${{A:-"a b"}}x"',
+                    monkeypatch)
+    assert words[-4:] == ["--data-path", expected, "--load", ("z" if "A=z" in assign else "a b") + "x"]
