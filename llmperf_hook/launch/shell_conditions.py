@@ -179,8 +179,9 @@ def _arm_pattern_end(words: list[str]) -> int:
     return 0
 
 
-_ARM_PATTERNS = re.compile(r"(^|;;|\bin\s)(\s*)(\(?[^\s;&|()'\"]+(?:\s*\|\s*[^\s;&|()'\"]+)+\s*\))")
-"""A case arm's pattern list joined by `|` (`gpt*|opt*)`, `7B | 13B)`), at a line's start, after `;;` or `in`."""
+_ARM_PATTERNS = re.compile(r"(^|;;&?|;&|\bin\s)(\s*)(\(?[^\s;&|()'\"]+(?:\s*\|\s*[^\s;&|()'\"]+)+\s*\))")
+"""A case arm's pattern list joined by `|` (`gpt*|opt*)`, `7B | 13B)`), at a line's start, after `;;` (`;&`, `;;&`)
+or `in`."""
 
 
 def quote_arm_patterns(text: str) -> str:
@@ -191,15 +192,21 @@ def quote_arm_patterns(text: str) -> str:
     return _ARM_PATTERNS.sub(quoted, text)
 
 
-def _open_arm(frame: _Frame, pattern_words: list[str], word: Callable[[str], str | None]) -> None:
+def _open_arm(frame: _Frame, pattern_words: list[str], word: Callable[[str], str | None], after: str = ";;") -> None:
     """A `case` arm begins: it runs when no earlier arm ran and one of its patterns matches the word (bash manual
     3.2.5.2: the first matching arm runs; patterns match as globs, fnmatch's `*`, `?`, `[...]`); undecided, and
-    what it assigns unknown, when the word or a pattern is not known or uses extended globs."""
+    what it assigns unknown, when the word or a pattern is not known or uses extended globs. After an arm that ran
+    and ended in `;&` this one runs too, untested; after `;;&` its patterns are tested as well (`after`)."""
+    ran = frame.active
     frame.taken = _taken(frame)
     patterns = [word(p.strip()) for p in "".join(pattern_words).removeprefix("(").removesuffix(")").split("|")]
     known = frame.subject is not None and all(p is not None and "(" not in p for p in patterns)
     matched = known and any(fnmatch.fnmatchcase(frame.subject or "", p or "") for p in patterns)
-    if frame.taken is True:
+    if after == ";;&" and ran is not False:  # the arms from here on are tested as if none had run
+        frame.taken = False if ran else None
+    if after == ";&" and ran is not False:  # the arm before ran and falls through: this one's commands run too
+        frame.active = ran
+    elif frame.taken is True:
         frame.active = False
     elif not known or frame.taken is None:
         frame.active = None if (matched or not known) else False
@@ -299,7 +306,7 @@ class Conditions:
             return words
         end = _arm_pattern_end(words) if frame.kind == "case" and head != "esac" else 0
         if end:  # `7B) if [ ... ]; then` : the arm's pattern, then its commands
-            _open_arm(frame, words[:end], word)
+            _open_arm(frame, words[:end], word, joined)
             return self.step(words[end:], test, word)
         if frame.reading and head not in ("then", "do"):
             frame.parts.append((joined, test(words)))

@@ -343,8 +343,8 @@ def pipelines(text: str) -> list[list[str]]:
 
 def command_list(text: str) -> list[tuple[str, list[str]]]:
     """The line's pipelines as pipelines() gives them, each with the operator before it (`""` for the first; `;`,
-    `&&`, `||`, `&`): an `if` condition's status is the list's (bash manual 3.2.4 Lists). A line ending in `&&` /
-    `||` (its list goes on at the next line) ends with that operator and an empty pipeline."""
+    `&&`, `||`, `&`, a case arm's `;;`, `;&`, `;;&`): an `if` condition's status is the list's (bash manual 3.2.4
+    Lists). A line ending in one of CARRIED ends with that operator and an empty pipeline."""
     outside, _, end = _scan(text)
     substituted = _in_substitution(text, outside, end)
     out: list[tuple[str, list[str]]] = []
@@ -357,7 +357,7 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
             i += 1
             continue
         pipeline.append(text[start:i])
-        step = 2 if text[i:i + 2] in ("&&", "||", "|&", ";;") else 1
+        step = 3 if text[i:i + 3] == ";;&" else 2 if text[i:i + 2] in ("&&", "||", "|&", ";;", ";&") else 1
         if c != "|" or step == 2 and text[i:i + 2] == "||":
             out.append((joined, pipeline))
             joined, pipeline = text[i:i + step], []
@@ -366,7 +366,12 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     pipeline.append(text[start:end])
     out.append((joined, pipeline))
     kept = [(op, [cmd for cmd in p if cmd.strip()]) for op, p in out if any(cmd.strip() for cmd in p)]
-    return kept + [(joined, [])] if joined in ("&&", "||") and not "".join(pipeline).strip() else kept
+    return kept + [(joined, [])] if joined in CARRIED and not "".join(pipeline).strip() else kept
+
+
+CARRIED = ("&&", "||", ";&", ";;&")
+"""Operators whose meaning reaches the next line's command when a line ends with them: a list going on (`A &&`), or
+a `case` arm's `;&` / `;;&` (bash manual 3.2.5.2: run the next arm's commands too / test its patterns too)."""
 
 
 def _in_substitution(text: str, outside: list[bool], end: int) -> list[bool]:

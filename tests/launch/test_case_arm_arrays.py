@@ -62,3 +62,21 @@ def test_where_an_arms_pattern_ends() -> None:
     assert _arm_pattern_end(["(13b)", "X=1"]) == 1
     assert _arm_pattern_end(["(7b", "|", "13b)", "X=1"]) == 3
     assert _arm_pattern_end(["X=$(nproc)"]) == 0
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("M=13b\ncase $M in 7b) ARGS=(--num-layers 32);; 13b) ARGS=(--num-layers 40);& 70b) ARGS+=(--hidden-size 1);; "
+     "*) X=9;; esac", ["--num-layers", "40", "--hidden-size", "1", "--x", "u"]),
+    ("M=13b\ncase $M in 7b) ARGS=(--num-layers 32);; 13b) ARGS=(--num-layers 40);;& 70b) ARGS+=(--hidden-size 1);; "
+     "*) X=9;; esac", ["--num-layers", "40", "--x", "9"]),
+    ("M=7b\ncase $M in 7b) ARGS=(--num-layers 32);& 13b) X=3;;& 7*) ARGS+=(--hidden-size 2);; *) X=9;; esac",
+     ["--num-layers", "32", "--hidden-size", "2", "--x", "3"]),
+    ("M=13b\ncase $M in\n  7b) ARGS=(--num-layers 32)\n  ;;\n  13b) ARGS=(--num-layers 40)\n  ;&\n  70b) X=5\n  ;;\nesac",
+     ["--num-layers", "40", "--x", "5"]),
+    ("M=13b\ncase $M in\n  7b|13b) ARGS=(--num-layers 40);;&\n  1*|2*) X=5;;\nesac", ["--num-layers", "40", "--x", "5"]),
+])
+def test_an_arm_ending_in_fall_through_operators(body: str, expected: list[str], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash 4's `;&` runs the next arm's commands too, and `;;&` tests the next arms' patterns too (bash manual
+    3.2.5.2); llmperf read both as `;;`."""
+    assert _script_args(tmp_path, body, monkeypatch) == expected
