@@ -232,6 +232,17 @@ def _check_modes(opts: ScannedOptions) -> None:
                          "ValueError otherwise.")
 
 
+def _unused_plugin_options(opts: ScannedOptions, settings: Mapping[str, tuple[Any, Source]]) -> list[str]:
+    """The command's DeepSpeed-plugin options (--gradient_accumulation_steps, --zero_stage ...: 'useful only when
+    `use_deepspeed` flag is passed', commands/launch.py) on a launch without DeepSpeed: accelerate exports them only
+    for its DeepSpeed plugin (utils/launch.py prepare_deepspeed_cmd_env), so they reach nothing."""
+    if _uses(settings, "use_deepspeed", "DEEPSPEED"):
+        return []
+    return [f"accelerate launch {opts.flags[key]} {opts.values[key]} has no effect without DeepSpeed (accelerate "
+            "passes it only to its DeepSpeed plugin); the script's own setting is priced"
+            for key in PLUGIN_ENV if key in opts.values]
+
+
 def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str],
                      files: Mapping[str, ScriptFile] | None = None) -> LaunchSize:
     """words[start:] = accelerate's options, the script and its arguments (after `accelerate launch`); `files`: what
@@ -243,7 +254,8 @@ def parse_accelerate(words: Sequence[str], start: int, env: Mapping[str, str], u
     settings = _settings(opts, config)
     _check_config_file_fields(settings, config)
     _export(settings, used)
-    warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown]
+    warnings = [f"unknown accelerate launch option {w} ignored" for w in opts.unknown] + _unused_plugin_options(opts,
+                                                                                                            settings)
     machines = _count(settings, "num_machines") or (1, Source(SourceKind.DEFAULT, "accelerate: 1 machine"))
     processes = _count(settings, "num_processes")
     nnodes = Sized(*machines)

@@ -73,3 +73,14 @@ def test_the_command_over_the_accelerate_config(tmp_path: Path) -> None:
     """launch.py fills only what the command leaves unset from the config file."""
     assert _accumulation([*_config(tmp_path, "4"), *NO_TRAINER, "--gradient_accumulation_steps", "2"]) == 4
     assert _accumulation([*_config(tmp_path, "4"), "--gradient_accumulation_steps", "8", *NO_TRAINER]) == 8
+
+
+def test_the_launchers_accumulation_without_deepspeed_is_said_to_reach_nothing() -> None:
+    cfg = script([*ACCELERATE, "--multi_gpu", "--gradient_accumulation_steps", "8", *NO_TRAINER,
+                  "--gradient_accumulation_steps", "2"], model="llama2-7b")
+    assert cfg.batch.num_microbatches == 2
+    assert any("--gradient_accumulation_steps 8 has no effect without DeepSpeed" in w for w in cfg.warnings), \
+        cfg.warnings
+    cfg = script([*ACCELERATE, "--use_deepspeed", "--gradient_accumulation_steps", "8", *NO_TRAINER],
+                 model="llama2-7b")
+    assert not any("has no effect without DeepSpeed" in w for w in cfg.warnings), cfg.warnings
