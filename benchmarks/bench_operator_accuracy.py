@@ -73,6 +73,12 @@ Tried, not a design here: training rows drawn with probability roofline^-a (a pr
 before timing it; short GEMMs repeat within 0.5 % and step between cuBLAS kernels, long ones scatter 4 %,
 bench_operator_noise.py). A100 GEMM fwd linear1..4, final, seed 0: a = 0.25: 3.20 / 2.62 / 3.08 / 2.67 / 3.47 ->
 3.21 / 2.56 / 3.05 / 2.62 / 3.77 %, a = 0.5: 3.28 / 2.60 / 3.10 / 2.72 / 3.80 % (the long test rows lose support).
+Tried, not a design here: training rows dealt round-robin over the weight-shape lines (GEMM (n, k), attention
+(heads, head_dim): a profiler times each weight of a job at several token counts; config_stratified_subset over
+those keys). A100 GEMM fwd linear1..4, final, seed 0: 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 2.78 / 2.82 / 2.89 /
+2.57 / 3.45 %, flash attention fwd 6.99 -> 6.78 %; seed 1: 3.29 / 2.45 / 2.94 / 2.80 / 3.51 -> 3.16 / 3.04 / 3.17
+/ 2.76 / 3.34 %, 6.78 -> 7.01 %; bwd 6.64 -> 6.66 %, 6.52 -> 6.45 %: the draws' noise. Allocated in proportion
+to each line's rows instead (systematic sample), seed 0: 3.14 / 2.52 / 2.89 / 2.75 / 3.53 %, 6.98 %.
 `--seed`: the draws' seed (0 = the figures above); `--random-only`: only the random split, no extrapolation
 split and no rerun of the misses (the figures above; each group draws from its own generator of that seed).
 """

@@ -20,6 +20,12 @@ up to k 4,096, at 205 from 4,608 to 6,656 and at 266 from 7,168; a random quarte
 line does not locate the steps). A100 flash attention fwd 0.9-2.5 points above the floor (5.3-6.5 %) in every
 quintile, bwd 0.5-2.3 (4.8-6.2 %). GH200 embedding bwd: 2.21 / 0.98 and 2.11 / 1.14 % in the two shortest
 quintiles (66-137 us), 1.63-1.73 / 1.10-1.30 % in the middle ones, 1.09 / 0.86 % in the longest.
+Node occupancy (node_occupancy_effect): a per-rank shape measured in a run whose TP group filled the node
+(Perlmutter: mp >= 4 of its 4 A100) against the same shape from a run with idle GPUs beside it (mp 1-2). A100
+flash attention fwd / bwd: +4.03 / +3.71 % (median of 254 pairs), yet the floor within each occupancy is 5.66 /
+5.30 % against 5.75 / 5.42 % pooled: the runs of one occupancy scatter as much. GEMM fwd / bwd: -0.04 / +0.01 %
+(1,710 pairs). As a feature (log2 min(mp, 4)), A100 flash attention 6.99 / 6.64 -> 6.85 / 6.62 % (seed 0):
+not kept, the dims contract of an op has no occupancy and a training job fills its nodes anyway.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_operator_accuracy import SEEDS, _rows, extrapolation_test_mask, split  # noqa: E402
 
+from llmperf_hook.hardware.load import load_cluster  # noqa: E402
 from llmperf_hook.profile.build_profile import (Samples, fit_with_floor, pool, predict_with_floor,  # noqa: E402
                                                 training_terms, training_xy, unknown_columns)
 from llmperf_hook.profile.shipped import SHIPPED, ShippedHardware, load_group, plausible_mask  # noqa: E402
@@ -77,6 +84,34 @@ def mape_by_bin(ape: np.ndarray, time_s: np.ndarray, edges: np.ndarray) -> np.nd
 
 def _bins(time_s: np.ndarray, edges: np.ndarray) -> list[np.ndarray]:
     return [(time_s >= lo) & (time_s < hi) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def node_occupancy_effect(time_s: np.ndarray, shapes: np.ndarray, full_node: np.ndarray) -> tuple[float, int]:
+    """(median of t_full / t_partial - 1, number of pairs) over every pair of samples of the same shape (rows of
+    `shapes`) where one was measured with the node full (`full_node`: the run's TP group occupied every GPU of
+    the node) and the other with idle GPUs beside it; (nan, 0) without such pairs. The contract dims of an op
+    are those of one rank, so the two are repeats to a regressor: a ratio away from 1 is a part of the repeat
+    noise floor that the node's occupancy (power, cooling or host CPU shared by its GPUs) explains."""
+    _, inverse = np.unique(shapes, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    log_t, ratios = np.log(time_s), []
+    for g in np.unique(inverse[full_node]):
+        same = inverse == g
+        full, partial = log_t[same & full_node], log_t[same & ~full_node]
+        ratios.append((full[:, None] - partial[None, :]).ravel())
+    pairs = np.concatenate(ratios) if ratios else np.zeros(0)
+    return (float(np.expm1(np.median(pairs))), len(pairs)) if len(pairs) else (float("nan"), 0)
+
+
+def full_node_mask(hw: ShippedHardware, sets: list) -> np.ndarray | None:
+    """Per sample the benchmark scores (plausible_samples): whether its run's TP degree (`mp` of the files) filled
+    the GPUs of a node of the cluster (configs/clusters: perlmutter 4); None where the files carry no `mp` or a
+    node holds one GPU (vista), so the occupancy never varies."""
+    per_node = load_cluster(hw.cluster).gpus_per_node
+    if per_node <= 1 or not all("mp" in x.raw for x in sets):
+        return None
+    keep = plausible_mask(pool(sets), hw.roofline)
+    return np.concatenate([x.raw["mp"] for x in sets])[keep] >= per_node
 
 
 def plausible_samples(hw: ShippedHardware, sets: list) -> tuple[Samples, np.ndarray]:
@@ -130,6 +165,24 @@ def main() -> None:
             ours = mape_by_bin(ape[mine], s.time_s[rows][mine], edges)
             floor = repeat_floor_by_bin(s.time_s, shapes, edges, None if src is None else source == src)
             print(f"{src or 'all':14s} " + " ".join(f"{o * 100:5.2f}/{f * 100:5.2f}% " for o, f in zip(ours, floor)))
+        _print_occupancy(hw, sets, s, shapes)
+
+
+def _print_occupancy(hw: ShippedHardware, sets: list, s: Samples, shapes: np.ndarray) -> None:
+    """The node-occupancy part of the repeat noise (node_occupancy_effect), and the floor left within each
+    occupancy (the floor of the repeats that share it)."""
+    full = full_node_mask(hw, sets)
+    if full is None:
+        return
+    ratio, num_pairs = node_occupancy_effect(s.time_s, shapes, full)
+    if num_pairs == 0:
+        return
+    one_bin = duration_edges(s.time_s, 1)
+    pooled = repeat_floor_by_bin(s.time_s, shapes, one_bin)[0]
+    within = repeat_floor_by_bin(s.time_s, np.column_stack([shapes, full]), one_bin)[0]
+    print(f"node occupancy: the same shape measured with its TP group filling the node / with idle GPUs beside it: "
+          f"{ratio * 100:+.2f}% (median of {num_pairs} pairs); repeat floor {pooled * 100:.2f}% pooled, "
+          f"{within * 100:.2f}% within each occupancy")
 
 
 if __name__ == "__main__":
