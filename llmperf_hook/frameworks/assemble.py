@@ -9,7 +9,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
-from llmperf_hook.frameworks.deepspeed_engine_rules import check_bf16_accumulation
+from llmperf_hook.frameworks.deepspeed_engine_rules import check_bf16_accumulation_engine
 from llmperf_hook.frameworks.openrlhf import openrlhf_trainer, openrlhf_warnings
 from llmperf_hook.frameworks.deepspeed_release import (as_released, multi_rank_bucket_release, native_pinned_memory,
                                                        pinned_offload_release, schema_release,
@@ -118,8 +118,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         optimizer = as_released(optimizer, job.env, src, warnings)
         if precision == "fp32":
             precision = ds_precision(ds, flags, src)
-        check_bf16_accumulation(ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pipeline_engine,
-                                schema_release(job.env))
+        optimizer = replace(optimizer, zero0_bf16_accum_dtype=check_bf16_accumulation_engine(
+            ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pipeline_engine, schema_release(job.env), src))
         warnings.extend(ds.warnings)
     else:
         src.setdefault("zero_stage", Source(SourceKind.DEFAULT, "Megatron: no ZeRO (distributed optimizer is separate)"))
@@ -333,8 +333,8 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
                                  native_pinning=native_pinned_memory(job.env),
                                  zero1_noncontiguous=zero1_noncontiguous_release(job.env, model.num_experts > 0))
         optimizer = as_released(optimizer, job.env, src, warnings)
-        check_bf16_accumulation(ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pp > 1,
-                                schema_release(job.env))
+        optimizer = replace(optimizer, zero0_bf16_accum_dtype=check_bf16_accumulation_engine(
+            ds.grad_accum_dtype, ds.path, optimizer.zero_stage, precision, pp > 1, schema_release(job.env), src))
     elif fsdp is not None:
         offload = "cpu" if fsdp.offload else "none"
         optimizer = replace(base, zero_stage=fsdp.zero_stage, offload_optimizer=offload, overlap_grad_reduce=True,

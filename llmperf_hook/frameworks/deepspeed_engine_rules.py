@@ -177,6 +177,43 @@ def check_no_zero_bf16_accumulation(accum: str | None, origin: str, zero_stage: 
                       "accumulates in fp32), enable ZeRO (stage 1-3), or run DeepSpeed 0.17.6 or later.")
 
 
+BF16_OPTIMIZER_VERSION: Version = (0, 6, 2)
+"""First release with BF16_Optimizer, which every bf16 job without ZeRO runs (56c522386, #1801 "bf16+pipeline
+parallelism", engine._configure_optimizer: `elif self.bfloat16_enabled(): _configure_bf16_optimizer`), with fp32
+gradients until data_types came (GRAD_ACCUM_DTYPE_VERSION)."""
+
+
+def zero0_bf16_accum_dtype(accum: str | None, precision: str, release: JobRelease) -> str | None:
+    """OptimizerConfig.zero0_bf16_accum_dtype: the gradient-accumulation dtype of a bf16 model without ZeRO as the
+    job's release sets it, None where no BF16_Optimizer can run; at any stage (tune moves jobs to stage 0). engine.py get_data_types: data_types.grad_accum_dtype,
+    else fp32 for bf16 without ZeRO before 0.17.6 (889f0ead2 made it the model's); _do_optimizer_sanity_check then
+    picks BFLOAT16 for bf16 + fp32 (0.7.6-0.18.4) and, under the PipelineEngine, for bf16 + bf16 (ce6070800, 0.12.5
+    on, today included: `if model_dtype == torch.bfloat16 and self.pipeline_parallelism: return BFLOAT16`);
+    bf16_optimizer.py allocates its gradients in that dtype. Before data_types (0.6.2-0.7.5) every bf16 job without
+    ZeRO ran it, with fp32 gradients. Combinations the release refuses were refused before (check_bf16_accumulation,
+    _grad_accum_dtype)."""
+    version = release.version
+    if precision != "bf16" or (version is not None and version < BF16_OPTIMIZER_VERSION):
+        return None
+    if not release.has(GRAD_ACCUM_DTYPE_VERSION):
+        return "fp32"
+    effective = accum or ("bf16" if release.has(BF16_ACCUM_NO_ZERO_VERSION) else "fp32")
+    return effective if effective in ("fp32", "bf16") else None
+
+
+def check_bf16_accumulation_engine(accum: str | None, origin: str, zero_stage: int, precision: str,
+                                   pipeline_engine: bool, release: JobRelease, src: dict[str, Source]) -> str | None:
+    """check_bf16_accumulation, then OptimizerConfig.zero0_bf16_accum_dtype (zero0_bf16_accum_dtype), its source
+    recorded."""
+    check_bf16_accumulation(accum, origin, zero_stage, precision, pipeline_engine, release)
+    dtype = zero0_bf16_accum_dtype(accum, precision, release)
+    if dtype is not None:
+        runs = "BF16_Optimizer" if dtype == "fp32" else "BF16_Optimizer under its PipelineEngine, else DDP_BFLOAT16"
+        src["zero0_bf16_accum_dtype"] = Source(SourceKind.DERIVED, f"{origin}: bf16 without ZeRO accumulates in {dtype} "
+                                               f"on {release.named()}: {runs}")
+    return dtype
+
+
 def _sequence_parallel(raw: dict[str, Any], origin: str, src: dict[str, Source]) -> dict[str, Any]:
     value = raw.get("sequence_parallel_size")
     if value is None:

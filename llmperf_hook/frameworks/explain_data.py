@@ -65,11 +65,11 @@ def moe_dispatch_values(cfg: TrainingConfig) -> dict[str, Any]:
 
 DEEPSPEED_EXTRA_KEYS = ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
                         "grad_accum_dtype", "grad_comm_dtype", "offload_optimizer_ratio", "partition_activations",
-                        "checkpoint_in_cpu", "stage3_max_reuse_distance", "optimizer_name")
+                        "checkpoint_in_cpu", "stage3_max_reuse_distance", "optimizer_name", "zero0_bf16_accum_dtype")
 """ZeRO++, the gradient dtypes, a partial optimizer offload, Megatron-DeepSpeed's checkpoint placement (shown at any
 recompute granularity, as configure() gets it; the warnings say what it acts on: full recompute's layer checkpoints,
 priced, selective's attention checkpoint, or nothing without recompute), ZeRO-3's reuse distance and a one-state
-optimizer (SGD, Adagrad, Lion from the ds_config): shown only when set away from DeepSpeed's defaults
+optimizer (SGD, Adagrad, Lion from the ds_config), the gradient dtype of bf16 without ZeRO (which picks BF16_Optimizer): shown only when set away from DeepSpeed's defaults
 (graph/step_ops.py, graph/zero3_trace.py and schedule/memory.py price them)."""
 
 
@@ -84,7 +84,8 @@ def deepspeed_extra_values(cfg: TrainingConfig) -> dict[str, Any]:
               "partition_activations": r.partition_activations or None, "checkpoint_in_cpu": r.checkpoint_in_cpu or None,
               "stage3_max_reuse_distance": o.stage3_max_reuse_distance if o.zero_stage == 3 and
               o.stage3_max_reuse_distance not in (None, 1_000_000_000) else None,
-              "optimizer_name": o.name if o.name != "adam" else None}
+              "optimizer_name": o.name if o.name != "adam" else None,
+              "zero0_bf16_accum_dtype": o.zero0_bf16_accum_dtype if o.zero_stage == 0 else None}
     return {k: v for k, v in values.items() if v is not None}
 
 

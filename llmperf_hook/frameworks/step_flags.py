@@ -138,8 +138,10 @@ def te_softmax_fusion(flags: FlagValues, framework: str, env: Mapping[str, str],
     unfused attention is TE's UnfusedDotProductAttention, whose FusedScaleMaskSoftmax reads TE_SOFTMAX_FUSION_ENV
     (attention/dot_product_attention/softmax.py: `bool(int(os.getenv("NVTE_MASKED_SOFTMAX_FUSION", "1")))`);
     --no-masked-softmax-fusion (TransformerConfig.masked_softmax_fusion) reaches only megatron-core's local
-    DotProductAttention and is ignored there, with a warning under --attention-backend unfused."""
-    if framework != "megatron" or flags.get("transformer_impl", "transformer_engine") != "transformer_engine":
+    DotProductAttention and is ignored there, with a warning. Only under --attention-backend unfused, the one backend
+    that runs this softmax (the field is read only there)."""
+    if (framework != "megatron" or flags.get("transformer_impl", "transformer_engine") != "transformer_engine"
+            or flags.get("attention_backend") != "unfused"):  # the other backends never run this softmax
         return {}
     value = env.get(TE_SOFTMAX_FUSION_ENV, "1")
     try:
@@ -147,7 +149,7 @@ def te_softmax_fusion(flags: FlagValues, framework: str, env: Mapping[str, str],
     except ValueError:
         raise ConfigError(f"{TE_SOFTMAX_FUSION_ENV}={value!r} (environment) is not an integer: Transformer Engine reads "
                           "it with int() when it builds its attention softmax and fails. Set 0 or 1, or unset it.") from None
-    if flags.get("masked_softmax_fusion", True) is False and flags.get("attention_backend") == "unfused":
+    if flags.get("masked_softmax_fusion", True) is False:
         warnings.append(f"{flags.seen_flags['masked_softmax_fusion']} ignored by Transformer Engine's unfused attention: "
                         f"its FusedScaleMaskSoftmax reads {TE_SOFTMAX_FUSION_ENV} (here {value}), not Megatron's "
                         "masked_softmax_fusion; priced that way. Set the variable to 0 to run PyTorch's softmax.")

@@ -324,6 +324,14 @@ class OptimizerConfig:
     to it before partition_grads copies or adds it (stage3.py __avg_scatter_grads, v0.19.2 on); False: the job's
     release (v0.10.1-v0.19.1) keeps the partition in the model's dtype and widens it in that copy (graph/step_ops.py
     ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST). Set from the release by deepspeed_release.as_released."""
+    zero0_bf16_accum_dtype: str | None = None
+    """The gradient-accumulation dtype DeepSpeed's engine gives a bf16 model without ZeRO ("fp32" | "bf16"; the rule
+    by release: deepspeed_engine_rules.zero0_bf16_accum_dtype), which picks its optimizer wrapper
+    (_do_optimizer_sanity_check): BF16_Optimizer for fp32 under either engine, for bf16 under the PipelineEngine
+    only (else DDP_BFLOAT16). BF16_Optimizer keeps a gradient buffer of the whole model in this dtype, all-reduced
+    after the backward, partitions the fp32 master and the optimizer step over the data-parallel ranks and
+    all-gathers the 16-bit weights (bf16_optimizer.py), as at ZeRO-1 (graph/step_ops.runs_bf16_optimizer). None: no
+    BF16_Optimizer at stage 0 in this release; read only at ZeRO stage 0."""
     grad_comm_dtype: str | None = None
     """DeepSpeed communication_data_type: the dtype of the gradient reduction; None = llmperf's framework default
     (grad_bytes in graph/step_ops.py)."""

@@ -57,10 +57,14 @@ def runs_bf16_optimizer(cfg: TrainingConfig) -> bool:
     """DeepSpeed ZeRO-1 with bf16 and data_types.grad_accum_dtype fp32 (no CPU offload) runs BF16_Optimizer, not the
     ZeRO optimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16): an fp32 gradient buffer of the whole
     model, gradients all-reduced by the engine, then each rank steps its fp32 partition and all-gathers the bf16
-    weights (bf16_optimizer.py)."""
+    weights (bf16_optimizer.py). Without ZeRO it runs for fp32 accumulation, and for bf16 accumulation under the
+    PipelineEngine (OptimizerConfig.zero0_bf16_accum_dtype), the same partitioned step."""
     o = cfg.optimizer
-    return ("deepspeed" in cfg.framework and cfg.precision == "bf16" and o.zero_stage == 1
-            and o.grad_accum_dtype == "fp32" and o.offload_optimizer == "none")
+    if "deepspeed" not in cfg.framework or cfg.precision != "bf16" or o.offload_optimizer != "none":
+        return False
+    if o.zero_stage == 0:
+        return o.zero0_bf16_accum_dtype == "fp32" or (o.zero0_bf16_accum_dtype == "bf16" and cfg.deepspeed_pipeline_engine)
+    return o.zero_stage == 1 and o.grad_accum_dtype == "fp32"
 
 
 def grad_comm_bytes(cfg: TrainingConfig) -> int:
@@ -206,7 +210,7 @@ def build_step_ops(cfg: TrainingConfig, stage: int, num_params: int, num_expert:
     an overlapped gradient reduction (_grad_sync)."""
     o, p = cfg.optimizer, cfg.parallel
     dense, edp = dp_groups(cfg, gpus_per_node)
-    sharded = o.distributed_optimizer or o.zero_stage >= 1
+    sharded = o.distributed_optimizer or o.zero_stage >= 1 or runs_bf16_optimizer(cfg)
     num_dense = num_params - num_expert
     # ZeRO-2/3 reduce layer gradients inside backward (zero_layer_ops.zero3_layer_comm), DeepSpeed's embedding and
     # head too (zero_edge_ops); FSDP's embedding / head remain here.

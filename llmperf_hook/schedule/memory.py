@@ -96,9 +96,11 @@ def state_bytes(cfg: TrainingConfig, stage: StageGraph, gpus_per_node: int,
         grads = 0.0  # only the bucket being reduced stays on the GPU (zero_buckets)
     # ZeRO-1/2's fp32 gradient partition exists only during the step: optimizer_step_bytes.
     if "deepspeed" in cfg.framework and o.zero_stage == 0 and not fp32:
-        grads += total * 4  # bf16_optimizer.py fp32_groups_gradients_flat (fp16: FP16_Optimizer's fp32 flat grads)
+        # bf16_optimizer.py fp32_groups_gradients_flat, in grad_acc_dtype (fp16: FP16_Optimizer's fp32 flat grads)
+        grads += total * (DTYPE_BYTES[str(o.zero0_bf16_accum_dtype)] if runs_bf16_optimizer(cfg) else 4)
     grads += grad_accum_extra_bytes(cfg, total, sharded, grad_b)
-    opt = sharded * opt_b if (o.distributed_optimizer or o.zero_stage >= 1) else total * opt_b
+    # BF16_Optimizer without ZeRO partitions the fp32 master and the optimizer state over DP as ZeRO-1 does
+    opt = sharded * opt_b if (o.distributed_optimizer or o.zero_stage >= 1 or runs_bf16_optimizer(cfg)) else total * opt_b
     # Partial offload (ZeRO-3 offload_optimizer.ratio < 1): the GPU keeps its sub-groups' optimizer state.
     opt *= 1.0 - offloaded_optimizer_share(cfg, int(sharded))
     if o.offload_param != "none" and o.zero_stage >= 3:
