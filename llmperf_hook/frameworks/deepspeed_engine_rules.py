@@ -68,8 +68,8 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], 
     """engine.py get_data_types / _do_optimizer_sanity_check as the job's `release` reads the key: ignored before
     GRAD_ACCUM_DTYPE_VERSION; under ZeRO a dtype other than the model's refused before ZERO_ACCUM_MIX_VERSION (but
     bf16 + fp32 at stage 1); without ZeRO one other than the model's refused (bf16 + fp32 only from
-    NO_ZERO_BF16_OPTIMIZER_END on: older releases run BF16_Optimizer, warned as not modelled). ZeRO-1 with bf16 and
-    fp32 accumulation runs BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py);
+    NO_ZERO_BF16_OPTIMIZER_END on: older releases run BF16_Optimizer, zero0_bf16_accum_dtype). ZeRO-1 with bf16
+    and fp32 accumulation runs BF16_Optimizer, which keeps an fp32 gradient per parameter (priced in schedule/memory.py);
     ZeRO-2/3 accumulate their partition in it (memory.py grad_accum_extra_bytes, graph/step_ops.py). The model's own
     dtype is refused only for bf16 without ZeRO, once the engine is known (check_no_zero_bf16_accumulation)."""
     types = raw.get("data_types")
@@ -90,7 +90,7 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], 
     if accum == model:
         return {"grad_accum_dtype": accum}
     if stage == 0:
-        _no_zero_mix(origin, value, model, accum, warnings, release)
+        _no_zero_mix(origin, value, model, accum, release)
     elif not release.has(ZERO_ACCUM_MIX_VERSION) and not (
             (model, accum, stage) == ("bf16", "fp32", 1) and release.has(BF16_ZERO1_VERSION)):
         raise ConfigError(f"{origin} data_types.grad_accum_dtype {value!r} with {model} training at ZeRO stage {stage}: "
@@ -100,11 +100,10 @@ def _grad_accum_dtype(raw: dict[str, Any], origin: str, fields: dict[str, Any], 
     return {"grad_accum_dtype": accum}
 
 
-def _no_zero_mix(origin: str, value: str, model: str, accum: str, warnings: list[str], release: JobRelease) -> None:
-    """Without ZeRO: bf16 + fp32 runs BF16_Optimizer before NO_ZERO_BF16_OPTIMIZER_END; any other mix is refused."""
+def _no_zero_mix(origin: str, value: str, model: str, accum: str, release: JobRelease) -> None:
+    """Without ZeRO: bf16 + fp32 runs BF16_Optimizer before NO_ZERO_BF16_OPTIMIZER_END (priced:
+    zero0_bf16_accum_dtype); any other mix is refused."""
     if (model, accum) == ("bf16", "fp32") and not release.has(NO_ZERO_BF16_OPTIMIZER_END):
-        warnings.append(f"{origin} data_types.grad_accum_dtype {value!r} with bf16 and no ZeRO: {release.named()} runs "
-                        "BF16_Optimizer (an fp32 gradient of every parameter), not modelled: priced as bf16 accumulation")
         return
     mix = (model, accum) == ("bf16", "fp32")
     since = " (for bf16 + fp32 from 0.18.5 on, 09885efef; earlier releases ran BF16_Optimizer)" if mix else ""
