@@ -184,13 +184,13 @@ gradients until data_types came (GRAD_ACCUM_DTYPE_VERSION)."""
 
 def zero0_bf16_accum_dtype(accum: str | None, precision: str, release: JobRelease) -> str | None:
     """OptimizerConfig.zero0_bf16_accum_dtype: the gradient-accumulation dtype of a bf16 model without ZeRO as the
-    job's release sets it, None where no BF16_Optimizer can run; at any stage (tune moves jobs to stage 0). engine.py get_data_types: data_types.grad_accum_dtype,
-    else fp32 for bf16 without ZeRO before 0.17.6 (889f0ead2 made it the model's); _do_optimizer_sanity_check then
-    picks BFLOAT16 for bf16 + fp32 (0.7.6-0.18.4) and, under the PipelineEngine, for bf16 + bf16 (ce6070800, 0.12.5
-    on, today included: `if model_dtype == torch.bfloat16 and self.pipeline_parallelism: return BFLOAT16`);
-    bf16_optimizer.py allocates its gradients in that dtype. Before data_types (0.6.2-0.7.5) every bf16 job without
-    ZeRO ran it, with fp32 gradients. Combinations the release refuses were refused before (check_bf16_accumulation,
-    _grad_accum_dtype)."""
+    job's release sets it, None where no BF16_Optimizer can run; at any stage (tune moves jobs to stage 0).
+    engine.py get_data_types: data_types.grad_accum_dtype, else fp32 for bf16 without ZeRO before 0.17.6 (889f0ead2
+    made it the model's); _do_optimizer_sanity_check then picks BFLOAT16 for bf16 + fp32 (0.7.6-0.18.4) and, under
+    the PipelineEngine, for bf16 + bf16 (ce6070800, 0.12.5 on, today included: `if model_dtype == torch.bfloat16
+    and self.pipeline_parallelism: return BFLOAT16`); bf16_optimizer.py allocates its gradients in that dtype.
+    Before data_types (0.6.2-0.7.5) every bf16 job without ZeRO ran it, with fp32 gradients. Combinations the
+    release refuses were refused before (check_bf16_accumulation, _grad_accum_dtype)."""
     version = release.version
     if precision != "bf16" or (version is not None and version < BF16_OPTIMIZER_VERSION):
         return None
