@@ -87,9 +87,9 @@ def _check_accelerator_accumulation(env: Mapping[str, str]) -> None:
         return
     raise ConfigError(f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={value} (the accelerate config's or the environment's "
                       "gradient_accumulation_steps): a script driving Accelerator itself reads it as "
-                      "int(parse_choice_from_env('ACCELERATE_GRADIENT_ACCUMULATION_STEPS', ...)) in Accelerator.__init__ "
-                      f"and stops with ValueError: invalid literal for int() with base 10: {value!r}. Give a number (or "
-                      "leave it out for the script's own --gradient_accumulation_steps).")
+                      "int(parse_choice_from_env('ACCELERATE_GRADIENT_ACCUMULATION_STEPS', ...)) in "
+                      "Accelerator.__init__ and stops with ValueError: invalid literal for int() with base 10: "
+                      f"{value!r}. Give a number (or leave it out for the script's own --gradient_accumulation_steps).")
 
 
 # DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.

@@ -33,8 +33,8 @@ TE_SOFTMAX_FUSION_ENV = "NVTE_MASKED_SOFTMAX_FUSION"
 PRICED_ENV = (DEEPSPEED_VERSION_ENV, TRANSFORMERS_VERSION_ENV, MAX_CONNECTIONS_ENV, PIN_MEMORY_BACKEND_ENV,
               TE_SOFTMAX_FUSION_ENV)
 """Variables of the launching environment the job inherits and the prediction reads: the DeepSpeed and transformers
-releases, CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their GEMMs
-(frameworks/assemble.py), how DeepSpeed pins host memory (frameworks/deepspeed_release.native_pinned_memory), and
+releases, CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their
+GEMMs (frameworks/assemble.py), how DeepSpeed pins host memory (frameworks/deepspeed_release.native_pinned_memory), and
 whether Transformer Engine's unfused attention may fuse its softmax (frameworks/step_flags.te_softmax_fusion)."""
 
 

@@ -28,7 +28,8 @@ def _accumulation(argv: list[str]) -> int:
 
 @pytest.mark.parametrize("mode, script_gas, expected", [("--use_deepspeed", "2", 8), ("--use_deepspeed", None, 8),
                                                         ("--multi_gpu", "2", 2), ("--multi_gpu", None, 1)])
-def test_the_launchers_accumulation_over_an_accelerator_scripts(mode: str, script_gas: str | None, expected: int) -> None:
+def test_the_launchers_accumulation_over_an_accelerator_scripts(mode: str, script_gas: str | None,
+                                                                expected: int) -> None:
     own = [] if script_gas is None else ["--gradient_accumulation_steps", script_gas]
     assert _accumulation([*ACCELERATE, mode, "--gradient_accumulation_steps", "8", *NO_TRAINER, *own]) == expected
 

@@ -34,7 +34,8 @@ def _deepspeed(tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("version", ["4.29.2", "4.17.0", "v4.28"])
 def test_a_deepspeed_trainer_before_4_30_is_refused(version: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError, match=r"transformers 4\.\d+\.\d+ predates its Accelerate-based Trainer \(4\.30\.0\)"):
+    with pytest.raises(ConfigError, match=r"transformers 4\.\d+\.\d+ predates its Accelerate-based Trainer "
+                                          r"\(4\.30\.0\)"):
         script(_deepspeed(tmp_path), model="llama2-7b", env={"LLMPERF_TRANSFORMERS_VERSION": version})
     done = llmperf(capsys, "explain", "--model", "llama2-7b", "--",
                    f"LLMPERF_TRANSFORMERS_VERSION={version}", *_deepspeed(tmp_path))
@@ -57,7 +58,8 @@ def test_a_later_or_unknown_release_is_priced(version: str | None, tmp_path: Pat
 def test_what_runs_alike_before_4_30_is_priced() -> None:
     """Plain DDP under the Trainer, and a script driving Accelerator (no Trainer), are not refused."""
     env = {"LLMPERF_TRANSFORMERS_VERSION": "4.20.0"}
-    assert script(["torchrun", "--nproc-per-node", "8", *RUN_CLM], model="llama2-7b", env=env).batch.micro_batch_size == 4
+    ddp = script(["torchrun", "--nproc-per-node", "8", *RUN_CLM], model="llama2-7b", env=env)
+    assert ddp.batch.micro_batch_size == 4
     argv = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", *NO_TRAINER]
     assert script(argv, model="llama2-7b", env=env).batch.micro_batch_size == 4
 

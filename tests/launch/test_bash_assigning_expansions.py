@@ -41,7 +41,8 @@ def _launch(tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch, env: dic
 
 
 def _refused(tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """llmperf's refusal of a script bash stops before its launch; bash's own message is checked to be what it quotes."""
+    """llmperf's refusal of a script bash stops before its launch; bash's own message is checked to be the one it
+    quotes."""
     script = tmp_path / "train.sh"
     script.write_text(f"#!/bin/bash\n{body}\n")
     monkeypatch.chdir(tmp_path)
@@ -146,7 +147,8 @@ def test_an_assigning_default_in_another_command(line: str, expected: str, tmp_p
 
 
 @pytest.mark.parametrize("assign, expected", [('X="${A:-"a b"}"', "a b"), ('X="${A:-"a}b"}"', "a}b"),
-                                              ('B=q\nX="${A:-"${B}"}"', "q"), ('M="${MODEL:-"llama 7b"}"\nX=$M', "llama 7b"),
+                                              ('B=q\nX="${A:-"${B}"}"', "q"),
+                                              ('M="${MODEL:-"llama 7b"}"\nX=$M', "llama 7b"),
                                               ('A=z\nX="${A:-"a b"}"', "z")])
 def test_quotes_inside_a_double_quoted_expansion(assign: str, expected: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,7 +74,8 @@ def test_the_allocations_node_count_from_scontrol(listed: str, tmp_path: Path, m
     """`$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)` prints one line per node of the allocation
     (scontrol(1) hostnames), whose count the sbatch directives give; it was refused as a command's output."""
     (tmp_path / "job.sh").write_text(
-        f"#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\nNNODES=$(scontrol show hostnames {listed} | wc -l)"
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+        f"NNODES=$(scontrol show hostnames {listed} | wc -l)"
         "\nsrun torchrun --nnodes=$NNODES --nproc_per_node=8 pretrain_gpt.py --num-layers 2\n")
     monkeypatch.chdir(tmp_path)
     job = parse_launch(["sbatch", "job.sh"], {})

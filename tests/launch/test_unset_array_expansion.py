@@ -47,6 +47,7 @@ def test_an_array_never_set_gives_no_word(body: str, env: dict[str, str], expect
 def test_an_array_set_from_a_commands_output_stays_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An array whose value only running the script tells is kept as written (a refusal then names its line)."""
     script = tmp_path / "train.sh"
-    script.write_text('#!/bin/bash\nEXTRA=$(cat extra.txt)\ntorchrun --nproc_per_node=2 pretrain_gpt.py "${EXTRA[@]}"\n')
+    script.write_text('#!/bin/bash\nEXTRA=$(cat extra.txt)\n'
+                      'torchrun --nproc_per_node=2 pretrain_gpt.py "${EXTRA[@]}"\n')
     monkeypatch.chdir(tmp_path)
     assert parse_launch(["bash", "train.sh"], {}).script_args == ("${EXTRA[@]}",)
