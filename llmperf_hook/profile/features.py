@@ -96,8 +96,9 @@ def _gemm(d: Dims, bwd: bool, rc: RooflineConstants, batch: np.ndarray | None = 
     # and wgrad each by their own output tiles) as the target's normaliser. 25 %, random, seed 0: A100 GEMM fwd
     # 3.20 / 2.62 / 3.08 / 2.67 / 3.47 -> 3.12 / 2.54 / 3.00 / 2.59 / 3.43 %, bwd mean 2.23 -> 2.11 %, batched matmul
     # fwd 6.79 / 4.37 -> 6.49 / 4.24 %, GH200 GEMM fwd mean 1.79 -> 1.73 %, but GH200 GEMM bwd 2.01 -> 2.09 %
-    # (linear2 2.92 -> 3.09 %, over issue 4's 3 %; Hopper's cuBLAS tiles are not 128 x 128) and a new schema for
-    # every GEMM profile for gains within the +-0.2 points a row moves between draws. Among the largest A100
+    # (linear2 2.92 -> 3.09 %, over issue 4's 3 %; Hopper's cuBLAS tiles are not 128 x 128); seed 1: A100 GEMM fwd
+    # 3.29 / 2.45 / 2.94 / 2.80 / 3.51 -> 3.28 / 2.52 / 2.95 / 2.78 / 3.52 %, GH200 GEMM bwd mean 2.29 -> 2.39 %: draw
+    # noise, not worth a new schema for every GEMM profile. Among the largest A100
     # errors are cuBLAS kernel switches on single (n, k) lines (n 1,152 at k 4,608: 186-197 TFLOP/s, 253 at k
     # 3,072 / 6,144), 4-5 training rows each at 25 %: missed by 15.2 % (Huber / L1), by 12.5 % under L2, which
     # loses more on the long GEMMs' scatter (seed 0: 3.01 -> 3.40 % mean).
