@@ -87,6 +87,8 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
         if name in env and not (op in (":-", ":=", ":?") and env[name] == ""):
             used[name] = env[name]
             return env[name]
+        if op in (":=", "=") and name[0].isdigit():  # bash: "$1: cannot assign in this way", the command fails
+            return match.group(0)
         if op in (":=", "=") and assign and isinstance(env, MutableMapping):  # bash 3.5.3: "the value of parameter is
             value = env[name] = word_of(default)  # then substituted"; `X=${A:=4}` leaves A=4 too
             return value

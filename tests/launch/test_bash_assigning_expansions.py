@@ -157,3 +157,9 @@ def test_quotes_inside_a_double_quoted_expansion(assign: str, expected: str, tmp
     words = _launch(tmp_path, f'{assign}\ntorchrun --nproc_per_node=2 {GPT} --data-path "$X" --load "${{A:-"a b"}}x"',
                     monkeypatch)
     assert words[-4:] == ["--data-path", expected, "--load", ("z" if "A=z" in assign else "a b") + "x"]
+
+
+def test_an_assigning_default_of_a_positional_parameter_assigns_nothing() -> None:
+    """bash refuses `${1:=4}` ("$1: cannot assign in this way") and the command fails: no variable `1` is made."""
+    env: dict[str, str] = {}
+    assert expand_env_refs("${1:=4}", env, {}, assign=True) == "${1:=4}" and env == {}
