@@ -6,7 +6,8 @@ Megatron-DeepSpeed / DeepSpeed rows, the ds_config written into `config_dir`). W
 row did by default is spelled out as flags, so the parser sees what the run really executed:
 
 - Megatron-LM 2021/2022 and Megatron-DeepSpeed ran the classic attention (QK^T bmm, fused masked softmax,
-  PV bmm), not flash attention: `--attention-backend unfused`.
+  PV bmm), not flash attention: `--attention-backend unfused`, for Megatron-LM with `--transformer-impl local`
+  (its own layers: those years had no Transformer Engine).
 - Megatron-Core recipes (the H100 rows) run Transformer Engine's fused/flash attention: `--use-flash-attn`; so does
   a Megatron-LM row of 2024 or later, or one nothing dates (no year in its framework cell, no arXiv id or ISO date
   in its source): a user's own job on today's Megatron-LM (run_year).
@@ -197,6 +198,9 @@ def _attention_args(run: MeasuredRun, notes: list[str]) -> list[str]:
     if run.framework == "megatron":
         notes.append(f"attention: classic unfused kernels (QK^T bmm, masked softmax, PV bmm), as Megatron-LM ran them "
                      f"in {year}; give --use-flash-attn in extra_args if this run used it")
+        # its own attention, not Transformer Engine's (today's default --transformer-impl), whose unfused backend
+        # decides the softmax by TE's rule (graph/attention_core_ops.te_unfused_attention)
+        return ["--attention-backend", "unfused", "--transformer-impl", "local"]
     return ["--attention-backend", "unfused"]
 
 
