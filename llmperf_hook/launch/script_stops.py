@@ -33,11 +33,11 @@ def _missing(name: str, colon: bool, env: Mapping[str, str], positional: Mapping
     return value is None or (colon and value == "")
 
 
-def unset_checks(words: Sequence[str], env: Mapping[str, str], positional: Mapping[str, str],
+def unset_checks(words: Sequence[str], env: dict[str, str], positional: Mapping[str, str],
                  undecidable: AbstractSet[str]) -> list[tuple[str, str]]:
     """The (expansion, what bash prints) of each `${NAME:?message}` in `words` bash stops at: one in the word of
     another expansion only where that word is used (`${B:-${A:?x}}` with B unset), none on a variable whose value
-    only running the script tells."""
+    only running the script tells. `env` (a copy) gains what a `${NAME:=word}` among them assigns."""
     out: list[tuple[str, str]] = []
     for word in words:
         for match in ENV_REF.finditer(word):
@@ -51,6 +51,8 @@ def unset_checks(words: Sequence[str], env: Mapping[str, str], positional: Mappi
                 out.append((unmark_braces(match.group(0)), f"{name}: {said}"))
             elif inner and missing == ("+" not in op):  # the word a default (or `:+` alternative) expands to
                 out += unset_checks([inner], env, positional, undecidable)
+            if "=" in op and missing and not name.isdigit():  # `${A:=x} ${A:?}`: A set for the expansions after
+                env[name] = inner  # it (bash expands left to right)
     return out
 
 
@@ -58,7 +60,7 @@ def stop_on_unset(words: Sequence[str], env: Mapping[str, str], positional: Mapp
                   undecidable: AbstractSet[str], at: str) -> None:
     """Refuse (exit 2) a command that surely runs before the launch line and expands `${NAME:?...}` on a variable the
     script does not have; `at` names the script and line ("shell script train.sh stops at line 3 (`...`)")."""
-    checks = unset_checks(words, env, positional, undecidable)
+    checks = unset_checks(words, dict(env), positional, undecidable)
     if not checks:
         return
     expansion, printed = checks[0]

@@ -163,3 +163,11 @@ def test_an_assigning_default_of_a_positional_parameter_assigns_nothing() -> Non
     """bash refuses `${1:=4}` ("$1: cannot assign in this way") and the command fails: no variable `1` is made."""
     env: dict[str, str] = {}
     assert expand_env_refs("${1:=4}", env, {}, assign=True) == "${1:=4}" and env == {}
+
+
+def test_a_required_variable_assigned_earlier_on_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash expands left to right: `: ${A:=/d} ${A:?}` passes (the check saw A unset and stopped the script)."""
+    words = _launch(tmp_path, f': ${{A:=/d}} "${{A:?need A}}"\ntorchrun --nproc_per_node=2 {GPT} --data-path $A',
+                    monkeypatch)
+    assert words[-2:] == ["--data-path", "/d"]
+    _refused(tmp_path, f': ${{A:=}} "${{A:?need A}}"\ntorchrun --nproc_per_node=2 {GPT}', monkeypatch)
