@@ -293,8 +293,9 @@ class Conditions:
             group = self.frames.pop()
             self.listed = group.before if group.gate is False else before if group.gate else None
             return self.step(words[1:], test, word) if words[1:] else []
-        if head in ("if", "while", "until", "for"):
-            self.frames.append(_Frame(parts=[("", None if head == "for" else test(words[1:]))], kind=head, gate=gate))
+        if head in ("if", "while", "until", "for"):  # a test bash does not run (in a branch that does not) is not
+            tested = None if head == "for" or not self.running() else test(words[1:])  # expanded: no `${A:=x}`
+            self.frames.append(_Frame(parts=[("", tested)], kind=head, gate=gate))
             return []
         if head == "case":  # `case WORD in`, its arms possibly on the same line (`case $M in 7B) TP=2;; esac`)
             subject = word(words[1]) if len(words) > 1 else None
@@ -313,9 +314,9 @@ class Conditions:
             return []
         if head in ("then", "do"):
             self._decide(frame)
-        elif head == "elif":
+        elif head == "elif":  # after a branch that ran bash tests no `elif`
             frame.taken, frame.branch = _taken(frame), frame.branch + 1
-            frame.reading, frame.parts = True, [("", test(words[1:]))]
+            frame.reading, frame.parts = True, [("", None if frame.taken else test(words[1:]))]
             return []
         elif head == "else":
             frame.taken, frame.branch = _taken(frame), frame.branch + 1

@@ -171,3 +171,13 @@ def test_a_required_variable_assigned_earlier_on_its_line(tmp_path: Path, monkey
                     monkeypatch)
     assert words[-2:] == ["--data-path", "/d"]
     _refused(tmp_path, f': ${{A:=}} "${{A:?need A}}"\ntorchrun --nproc_per_node=2 {GPT}', monkeypatch)
+
+
+@pytest.mark.parametrize("block", ['if true; then :; elif [ -n "${A:=4}" ]; then :; fi',
+                                   'if false; then if [ -n "${A:=4}" ]; then :; fi; fi',
+                                   'if [ 1 = 1 ]; then :\nelif [ "${A:=4}" = 4 ]; then :\nfi'])
+def test_a_test_bash_does_not_run_assigns_nothing(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `elif` after a branch that ran, or an `if` inside a branch that does not run, is never tested by bash, so
+    its `${A:=4}` is not expanded."""
+    words = _launch(tmp_path, f"{block}\ntorchrun --nproc_per_node=${{A:-7}} {GPT}", monkeypatch)
+    assert words[0] == "--nproc_per_node=7"
