@@ -132,12 +132,14 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes, in
     FRAMEWORK_BOX_S each) when it was measured on a busy machine (its recorded 1-minute load above the core count, or
     not recorded: files before session 9; the 18:13 one was measured at load 4-6), by older code (format before
-    FORMAT_VERSION, or a per-op-unit reading without its isolated ops: cpu_framework.isolated_difference_s) or with a
+    FORMAT_VERSION, a per-op-unit reading without its isolated ops: cpu_framework.isolated_difference_s, or engines
+    measured all in one process: cpu_engine_cost.ENGINE_METHOD) or with a
     gap (framework_cost_gaps), and the machine is quiet now; the replaced file's steps stay in its history (the
     shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit before this raises it
     by itself). A file with a gap stops the benchmark when the machine is too busy to re-measure it, and so does a
     re-measured file that still has one: its predictions would leave a term out (or carry a busy machine's CPU
     times), and scoring them measures the gap, not the model."""
+    from llmperf_hook.profile.cpu_engine_cost import ENGINE_METHOD
     from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
@@ -146,9 +148,11 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     # the load when its measurement began (its own children raise the later readings of the 1-minute average)
     load = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0]
     gaps = framework_cost_gaps(path, dtypes)
-    # this code's per-op-unit reading (paired steps against their isolated ops) leaves tiny_isolated_diff_s
+    # this code's per-op-unit reading (paired steps against their isolated ops) leaves tiny_isolated_diff_s, and its
+    # engine reading (one process per engine: the page faults a real job pays) engine_method
     current = doc.get("format_version", 1) >= FORMAT_VERSION and not gaps and all(
-        entry.get("tiny_isolated_diff_s") for entry in doc["dtypes"].values())
+        entry.get("tiny_isolated_diff_s") for entry in doc["dtypes"].values()) \
+        and doc.get("engine_method") == ENGINE_METHOD
     if load is not None and load <= cores and current:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return

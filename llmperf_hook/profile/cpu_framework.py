@@ -401,14 +401,17 @@ MAX_HISTORY = 12
 
 def measured_steps(doc: dict) -> dict[str, float]:
     """{step key: measured seconds} of every whole step the file measured (each dtype's reference
-    forward+backward rows and DeepSpeed engine steps): the same keys in every file of STEP_VERSIONS."""
+    forward+backward rows and DeepSpeed engine steps): the same keys in every file of STEP_VERSIONS, but the engine
+    steps of a file measured one process per engine (cpu_engine_cost.ENGINE_METHOD) keyed apart from those of the
+    files before it: they include the page faults those did not (a method's change, not the machine's drift)."""
     out: dict[str, float] = {}
+    engine = "deepspeed_process_z" if doc.get("engine_method") else "deepspeed_z"
     for dtype, entry in (doc.get("dtypes") or {}).items():
         for i, row in enumerate(entry.get("samples") or []):
             out[f"{dtype}/fwd_bwd/" + "x".join(map(str, row.get("shape") or [i]))] = float(row["fwd_bwd_s"])
         for zero, stage in (entry.get("deepspeed_step") or {}).items():
             for i, sample in enumerate(stage.get("samples") or []):
-                out[f"{dtype}/deepspeed_z{zero}/{i}"] = float(sample[1] + sample[2])
+                out[f"{dtype}/{engine}{zero}/{i}"] = float(sample[1] + sample[2])
     return {k: v for k, v in out.items() if v > 0}
 
 

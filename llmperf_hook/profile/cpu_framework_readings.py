@@ -7,7 +7,7 @@ reading of all of them was not a stable profile: two taken twelve minutes apart 
 themselves moved 4 %: each term is a difference of measured times, and a busy minute lands in one of them. So
 per dtype:
 1. The children (cpu_engine_cost.py: two concurrency processes, one DeepSpeed process with an engine per ZeRO
-   stage and shape; cpu_rank_transport.py: a DeepSpeed process at world size 1 and a pair at world size 2) start
+   stage and shape, each engine in a process of its own forked from it; cpu_rank_transport.py: a DeepSpeed process at world size 1 and a pair at world size 2) start
    once.
 2. Readings, each one pass over everything in turn: the tiny pair, the reference forward+backward rows, the
    AdamW steps, the isolated operators of the profile-bias shapes, the ranks at once, the engines (~9 s on a
@@ -351,6 +351,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     import torch
 
     from llmperf_hook.instrument.reference_speed import measure_reference
+    from llmperf_hook.profile.cpu_engine_cost import ENGINE_METHOD
 
     torch.set_num_threads(threads)
     path = profile_dir / cf.FILE_NAME
@@ -365,7 +366,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
                      "against the prediction of the same model; gloo transport CPU per wire byte of a world-size-2 "
                      "engine beyond world size 1), fitted once on each time's median over interleaved "
                      "readings",
-           "dtypes": {}, "reference": [], "loads_1m": []}
+           "engine_method": ENGINE_METHOD, "dtypes": {}, "reference": [], "loads_1m": []}
     t0 = time.perf_counter()
     share_s, spent_s = ((cf.RESERVED_S if deadline_s is None else deadline_s - t0) / len(dtypes), 0.0)
     for i, dt in enumerate(dtypes):  # the machine's speed around each measurement (instrument/reference_speed.py)

@@ -18,6 +18,7 @@ sys.path.insert(0, str(BENCH))
 import testbed_setup as setup  # noqa: E402
 from testbed_configs import CLUSTER  # noqa: E402
 
+from llmperf_hook.profile.cpu_engine_cost import ENGINE_METHOD  # noqa: E402
 from llmperf_hook.profile.cpu_framework import FORMAT_VERSION  # noqa: E402
 
 
@@ -34,6 +35,7 @@ def _write(home: Path, complete: bool, load: float = 0.5) -> Path:
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format_version": FORMAT_VERSION, "loads_1m": [load], "load_avg_1m": load,
+                                "engine_method": ENGINE_METHOD,
                                 "dtypes": {"bf16": _entry(complete), "fp32": _entry(complete)}}))
     return path
 

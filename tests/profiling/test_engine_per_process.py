@@ -1,0 +1,87 @@
+"""DeepSpeed's engine term is measured with each engine in a process of its own (cpu_engine_cost.deepspeed_child), as
+a real job runs it: glibc's malloc thresholds only ever rise within a process, so an engine measured after fifteen
+others (the method until session 19) paid none of the page faults a fresh job's DeepSpeed step pays (bf16 testbed
+steps predicted 14-16 % low, /work/notes/h159.md). The framework file says which method measured it, its engine steps
+are keyed apart in the step-time history, and the testbed re-measures a file of the earlier method."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.profile import cpu_engine_cost as ec
+from llmperf_hook.profile.cpu_framework import FORMAT_VERSION, carried_history, measured_steps
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import testbed_setup as setup  # noqa: E402
+from testbed_configs import CLUSTER  # noqa: E402
+
+TINY: tuple[tuple[int, int, int, int], ...] = ((1, 32, 16, 1),)
+
+
+def test_each_engine_is_measured_in_a_process_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("deepspeed")
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setattr(ec, "DEEPSPEED_SHAPES", TINY)
+    monkeypatch.setattr(ec, "ENGINE_REPS", 2)
+    monkeypatch.setattr(ec, "ENGINE_WARMUP", 1)
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    workers = ec._start_engine_workers("fp32")
+    try:
+        assert [zero for zero, _, _ in workers] == [0, 1, 2, 3]
+        pids = {proc.pid for _, _, proc in workers}
+        assert len(pids) == 4 and os.getpid() not in pids
+        for _, conn, _ in workers:
+            conn.send("go")
+            fwd_bwd_s, step_s = conn.recv()
+            assert fwd_bwd_s > 0 and step_s > 0
+    finally:
+        ec.stop_engine_workers(workers)
+    assert [proc.exitcode for _, _, proc in workers] == [0, 0, 0, 0]  # each ended when told, none killed
+
+
+def test_measured_steps_key_the_engine_method_apart() -> None:
+    entry = {"samples": [{"shape": [1, 128, 128, 2], "fwd_bwd_s": 0.01}],
+             "deepspeed_step": {"0": {"samples": [[1000, 0.02, 0.005, 0.018, 0.004]]}}}
+    old = {"format_version": FORMAT_VERSION, "dtypes": {"bf16": entry}}
+    new = {**old, "engine_method": ec.ENGINE_METHOD}
+    assert set(measured_steps(old)) == {"bf16/fwd_bwd/1x128x128x2", "bf16/deepspeed_z0/0"}
+    assert set(measured_steps(new)) == {"bf16/fwd_bwd/1x128x128x2", "bf16/deepspeed_process_z0/0"}
+    # the history a re-measured file carries compares only the steps both methods measured alike
+    (then,) = carried_history(old)
+    assert set(then["steps"]) & set(measured_steps(new)) == {"bf16/fwd_bwd/1x128x128x2"}
+
+
+def _complete_file(home: Path, engine_method: str | None) -> Path:
+    entry = {"per_unit_s": 1e-5, "compute_scale": 0.9, "optimizer_per_tensor_s": 1e-5, "optimizer_per_param_s": 3e-9,
+             "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}, "reading_wall_per_cpu": [1.0, 1.01, 1.0],
+             "deepspeed_step": {"0": {"per_step_s": 2e-3, "per_param_s": 1e-9}},
+             "rank_transport": {"per_byte_s": 9e-10}, "tiny_isolated_diff_s": 3.5e-3}
+    doc = {"format_version": FORMAT_VERSION, "loads_1m": [0.5], "load_avg_1m": 0.5, "dtypes": {"bf16": entry}}
+    if engine_method:
+        doc["engine_method"] = engine_method
+    path = home / "profiles" / CLUSTER / "framework_overhead.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("method, measured_again", [(None, True), (ec.ENGINE_METHOD, False)])
+def test_the_testbed_re_measures_a_file_of_engines_measured_in_one_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str | None, measured_again: bool) -> None:
+    _complete_file(tmp_path, method)
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        _complete_file(tmp_path, ec.ENGINE_METHOD)
+
+    monkeypatch.setattr(setup.subprocess, "run", fake_run)
+    setup.refresh_framework_cost(tmp_path, 0.3)
+    assert bool(calls) == measured_again
