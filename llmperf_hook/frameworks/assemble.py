@@ -100,7 +100,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         if flags.get("no_pipeline_parallel") and parts.parallel.pp > 1:
             raise ConfigError(f"--no-pipeline-parallel with pipeline-model-parallel-size {parts.parallel.pp} ({src['pp']}): "
                               "Megatron-DeepSpeed requires PP = 1 when the pipeline engine is disabled.")
-        pipeline_engine = not flags.get("no_pipeline_parallel", False)
+        pipeline_engine = not flags.get("no_pipeline_parallel", False) and _builds_pipeline_module(job.script,
+                                                                                               parts.parallel.pp)
         if pipeline_engine and ds.pipeline_checkpoint_interval > 0:
             # pipe/engine.py: the ds_config's interval replaces GPTModelPipe's (--checkpoint-num-layers or 0)
             recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)
@@ -142,6 +143,21 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
         transformer_impl=str(flags.get("transformer_impl", "local" if framework == "megatron-deepspeed" else "transformer_engine")),
         cuda_device_max_connections=connections, torch_linear_layers=splits_bias,
     )
+
+
+def _builds_pipeline_module(script: str, pp: int) -> bool:
+    """Whether deepspeed.initialize gets a PipelineModule and so returns a PipelineEngine (deepspeed/__init__.py:
+    DeepSpeedEngine unless `isinstance(model, PipelineModule)`): Megatron-DeepSpeed's entry points build GPTModelPipe
+    without --no-pipeline-parallel, at PP 1 too; another script taking their flags (examples/cpu-testbed/train_gpt.py)
+    only if its source names PipelineModule (read, never run; unreadable: the entry points' default), and at PP > 1
+    it must."""
+    if pp > 1 or megatron_entry_point(script):
+        return True
+    try:
+        with open(script, encoding="utf-8", errors="replace") as handle:
+            return "PipelineModule" in handle.read()
+    except OSError:
+        return True
 
 
 def _check_mds_connections(job: ParsedJob, sequence_parallel: bool) -> None:
