@@ -90,7 +90,7 @@ def node_occupancy_effect(time_s: np.ndarray, shapes: np.ndarray, full_node: np.
     """(median of t_full / t_partial - 1, number of pairs) over every pair of samples of the same shape (rows of
     `shapes`) where one was measured with the node full (`full_node`: the run's TP group occupied every GPU of
     the node) and the other with idle GPUs beside it; (nan, 0) without such pairs. The contract dims of an op
-    are those of one rank, so the two are repeats to a regressor: a ratio away from 1 is a part of the repeat
+    are those of one rank, so the two are repeats to a regressor: a median away from 0 is a part of the repeat
     noise floor that the node's occupancy (power, cooling or host CPU shared by its GPUs) explains."""
     _, inverse = np.unique(shapes, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
