@@ -87,7 +87,7 @@ def softmax_precision(cfg: TrainingConfig) -> tuple[bool, bool]:
     scaling = cfg.query_key_layer_scaling
     if scaling is None:
         scaling = cfg.framework == "megatron-deepspeed"
-    if te_unfused_attention(cfg):  # TE scales only fp16 scores and always softmaxes in fp32 (te_fused_softmax_available)
+    if te_unfused_attention(cfg):  # TE scales only fp16 scores and always softmaxes in fp32
         return bool(scaling and cfg.precision == "fp16"), True
     return scaling, bool(scaling or cfg.softmax_in_fp32)
 
@@ -142,8 +142,8 @@ def torch_softmax_path(cfg: TrainingConfig) -> bool:
     """The unfused attention runs PyTorch's softmax (FusedScaleMaskSoftmax.forward_torch_softmax), not the fused
     kernel: --no-masked-softmax-fusion, a softmax offset (ModelShape.softmax_sink), fp32 scores (is_kernel_available
     needs input_in_float16), or a shape the kernel does not take (fused_softmax_available; attention batches =
-    micro-batch x heads per TP rank). Under Transformer Engine, TE's rule (te_fused_softmax_available). The graph (attention_core) and the memory model (schedule/activations.py) both
-    ask here."""
+    micro-batch x heads per TP rank); under Transformer Engine TE's rule (te_fused_softmax_available). The graph
+    (attention_core) and the memory model (schedule/activations.py) both ask here."""
     m, p = cfg.model, cfg.parallel
     attn_batches = cfg.batch.micro_batch_size * (m.num_attention_heads // p.tp)
     s_q = m.seq_length // p.cp
