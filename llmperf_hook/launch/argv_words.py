@@ -75,31 +75,49 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
     the script instead they stay as written (script_stops refuses such a line)."""
     if "$" not in word:
         return word
+    text = expand_operators(word, env, used)
 
     def sub(match: re.Match[str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
         if name in unknown:
             return match.group(0)
+        assigning = assign and not in_command_substitution(text, match.start())
         if op in ("+", ":+"):
             if name in env:
                 used[name] = env[name]
-            return word_of(default) if name in env and (op == "+" or env[name] != "") else ""
+            return word_of(default, assigning) if name in env and (op == "+" or env[name] != "") else ""
         if name in env and not (op in (":-", ":=", ":?") and env[name] == ""):
             used[name] = env[name]
             return env[name]
         if op in (":=", "=") and name[0].isdigit():  # bash: "$1: cannot assign in this way", the command fails
             return match.group(0)
-        if op in (":=", "=") and assign and isinstance(env, MutableMapping):  # bash 3.5.3: "the value of parameter is
-            value = env[name] = word_of(default)  # then substituted"; `X=${A:=4}` leaves A=4 too
+        if op in (":=", "=") and assigning and isinstance(env, MutableMapping):  # bash 3.5.3: "the value of parameter
+            value = env[name] = word_of(default, assigning)  # is then substituted"; `X=${A:=4}` leaves A=4 too
             return value
         if op and "?" not in op:  # ${VAR:-default} / ${VAR-default} / ${VAR:=default}: the default when VAR is unset
-            return word_of(default)
+            return word_of(default, assigning)
         return match.group(0)
 
-    def word_of(default: str) -> str:  # the word expanded only where it is used: `${A:-${B}}` with A set reads no B
-        return unmark_braces(expand_env_refs(default, env, used, unknown, assign).strip("'\""))
+    def word_of(default: str, assigning: bool) -> str:  # the word expanded only where it is used: `${A:-${B}}` with
+        return unmark_braces(expand_env_refs(default, env, used, unknown, assigning).strip("'\""))  # A set reads no B
 
-    return ENV_REF.sub(sub, expand_operators(word, env, used))
+    return ENV_REF.sub(sub, text)
+
+
+def in_command_substitution(text: str, at: int) -> bool:
+    """Whether text[at] lies inside a command substitution, `$(...)` or `` `...` `` (not `$((...))` arithmetic): bash
+    runs its command in a subshell (manual 3.5.4), so a `${A:=w}` there assigns nothing in the script and a
+    `${A:?}` there ends only that subshell (`X=$(echo ${A:=4})` leaves A unset; bash checked)."""
+    opened: list[bool] = []  # per open parenthesis: whether it opens a command substitution
+    backquote = False
+    for i, c in enumerate(text[:at]):
+        if c == "`":
+            backquote = not backquote
+        elif c == "(" and (opened or text[i - 1:i] == "$"):
+            opened.append(text[i - 1:i] == "$" and text[i + 1:i + 2] != "(")
+        elif c == ")" and opened:
+            opened.pop()
+    return backquote or any(opened)
 
 
 def normalise_argv(argv: Sequence[str], env: Mapping[str, str], used: dict[str, str],

@@ -44,10 +44,11 @@ from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
                                                   quote_arm_patterns)
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, logical_lines,
-                                              plain_heredoc_operators, protect_literal_dollars, quoted_words,
-                                              rejoin_substitutions, restore_dollars, shell_split, split_redirections,
-                                              split_unquoted_words, ungroup, word_quoting, written_files)
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, forks,
+                                              logical_lines, plain_heredoc_operators, protect_literal_dollars,
+                                              quoted_words, rejoin_substitutions, restore_dollars, shell_split,
+                                              split_redirections, split_unquoted_words, ungroup, word_quoting,
+                                              written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
@@ -173,12 +174,14 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
         """Read the commands of `text` in order, each test of a condition with the list operator before it (an `if
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
-        listed = command_list(text)
+        listed, subshell = command_list(text), self.subshell
         for n, (joined, pipeline) in enumerate(listed):
+            self.subshell = subshell or forks(listed, n, text)
             for k, command in enumerate(pipeline):
                 self.conditions.join("|" if k else joined)
                 self.listed_on = k + 1 < len(pipeline) or (n + 1 < len(listed) and listed[n + 1][0] in ("&&", "||"))
                 self.command(line, command)
+        self.subshell = subshell
         if listed and not listed[-1][1]:  # `A ||` at the line's end: the list goes on at the next line
             self.conditions.join(listed[-1][0], line_end=True)
         return [pipeline for _, pipeline in listed if pipeline]
@@ -259,7 +262,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
             return
-        self.expand_for_effects(words)
+        if not self.subshell:  # what a subshell assigns stays there
+            self.expand_for_effects(words)
         writes = written_files(redirections)
         heredoc = self.standard_input(line, text, words)
         if words[0] in self.functions:

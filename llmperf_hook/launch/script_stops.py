@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import AbstractSet, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.launch.argv_words import ENV_REF
+from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
 from llmperf_hook.launch.braced_blanks import unmark_braces
 
 
@@ -42,7 +42,7 @@ def unset_checks(words: Sequence[str], env: dict[str, str], positional: Mapping[
     for word in words:
         for match in ENV_REF.finditer(word):
             name, op, inner = match.group(1), match.group(2) or "", match.group(3) or ""
-            if name is None or name in undecidable:
+            if name is None or name in undecidable or in_command_substitution(word, match.start()):
                 continue
             missing = _missing(name, op.startswith(":"), env, positional)
             if "?" in op and missing:

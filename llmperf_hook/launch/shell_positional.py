@@ -24,6 +24,7 @@ class _Script(Protocol):
     shell: tuple[str, str]
     kind: str
     path: str
+    subshell: bool
 
     def args(self) -> list[str]: ...
 
@@ -160,8 +161,8 @@ def run_builtin(script: _Script, line: ScriptLine, words: list[str]) -> bool:
                                              [script.expand(w) for w in words[words.index("--") + 1:]])
     elif words[0] in ("local", "declare", "typeset", "readonly"):
         _declare(script, line, words)
-    elif words[0] == ":":  # it expands its words, so that a `${NAME:=value}` among them assigns (expand_env_refs)
-        for word in words[1:]:
+    elif words[0] == ":":  # it expands its words, so that a `${NAME:=value}` among them assigns (expand_env_refs),
+        for word in words[1:] if not script.subshell else []:  # but not in a subshell's (`: ${A:=4} | cat`)
             script.expand(word)
     else:
         return False

@@ -369,6 +369,15 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     return kept + [(joined, [])] if joined in CARRIED and not "".join(pipeline).strip() else kept
 
 
+def forks(listed: list[tuple[str, list[str]]], n: int, text: str) -> bool:
+    """Whether bash runs pipeline `n` of command_list(`text`) in a subshell: each command of a pipeline of two or
+    more (bash manual 3.2.3) and a command ended by `&` (3.2.4), so what it assigns or stops stays there."""
+    after = listed[n + 1][0] if n + 1 < len(listed) else "&" if _BACKGROUND_END.search(text) else ""
+    return len(listed[n][1]) > 1 or after == "&"
+
+
+_BACKGROUND_END = re.compile(r"(?<![&|>])&\s*$")
+"""A line ending in `&` (not `&&`, `|&` or `>&`): its last command runs asynchronously."""
 CARRIED = ("&&", "||", ";&", ";;&")
 """Operators whose meaning reaches the next line's command when a line ends with them: a list going on (`A &&`), or
 a `case` arm's `;&` / `;;&` (bash manual 3.2.5.2: run the next arm's commands too / test its patterns too)."""

@@ -150,8 +150,9 @@ class ShellVariables:
         return self.positional.get("0", "")
 
     def source_word(self, word: str) -> str:
-        """A word of a command substitution llmperf works out, with ${BASH_SOURCE[0]} and the script's variables."""
-        return self.expand(_BASH_SOURCE.sub(lambda _: self.bash_source(), word), record=False)
+        """A word of a command substitution llmperf works out, with ${BASH_SOURCE[0]} and the script's variables; bash
+        expands it in the substitution's subshell (manual 3.5.4), so its `${NAME:=word}` assigns nothing here."""
+        return self.expand(_BASH_SOURCE.sub(lambda _: self.bash_source(), word), record=False, assign=False)
 
     def assign_array(self, text: str) -> bool:
         """`NAME=( words )` / `NAME+=( words )`: its elements, each expanded as bash expands them at assignment."""

@@ -181,3 +181,24 @@ def test_a_test_bash_does_not_run_assigns_nothing(block: str, tmp_path: Path, mo
     its `${A:=4}` is not expanded."""
     words = _launch(tmp_path, f"{block}\ntorchrun --nproc_per_node=${{A:-7}} {GPT}", monkeypatch)
     assert words[0] == "--nproc_per_node=7"
+
+
+@pytest.mark.parametrize("line, expected", [("X=$(echo ${A:=4})", "7"), ("X=`echo ${A:=4}`", "7"),
+                                            ('X="$(basename "${B:-$(echo ${A:=4})}")"', "7"),
+                                            (": ${A:=4} | cat", "7"), (": ${A:=4} &", "7"),
+                                            (": ${A:=4} & wait", "7"), ("X=$(( ${A:=4} + 1 ))", "4")])
+def test_an_assigning_default_in_a_subshell_assigns_nothing(line: str, expected: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command substitution (bash manual 3.5.4), each command of a pipeline (3.2.3) and an asynchronous `&` command
+    (3.2.4) run in a subshell, so their `${A:=4}` leaves the script's A unset; `$(( ))` is expanded in the shell."""
+    words = _launch(tmp_path, f"{line}\ntorchrun --nproc_per_node=${{A:-7}} {GPT}", monkeypatch)
+    assert words[0] == f"--nproc_per_node={expected}"
+
+
+@pytest.mark.parametrize("line", ["X=$(: ${A:?need A})", ": ${A:?need A} | cat", ": ${A:?need A} &",
+                                  "X=`: ${A:?need A}`"])
+def test_a_required_variable_checked_in_a_subshell_stops_only_that(line: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash prints `A: need A` there and ends the subshell; the script goes on to its launch (llmperf refused it)."""
+    words = _launch(tmp_path, f"{line}\ntorchrun --nproc_per_node=2 {GPT} --x 1", monkeypatch)
+    assert words[-2:] == ["--x", "1"]
