@@ -3,7 +3,8 @@
 The release is LLMPERF_TRANSFORMERS_VERSION when the job's environment (or a `VAR=value` word before the launch
 command) gives it, else unknown: the Trainer of transformers 4.30.0 and later, which llmperf models. From 4.30.0 on the
 Trainer runs on Accelerate (it requires accelerate >= 0.20.1; DDP, FSDP and DeepSpeed handling moved there:
-huggingface/transformers#23151, #23158 and the DeepSpeed move of the same release): TrainingArguments hands a
+huggingface/transformers#23151 "accelerate DDP integrate" and #23236 "accelerate deepspeed and gradient accumulation
+integrate", opened 2023-05-09 after #23168's FSDP move, released in 4.30.0): TrainingArguments hands a
 `--deepspeed FILE` to accelerate's DeepSpeedPlugin, whose __post_init__ writes gradient_accumulation_steps 1 into a
 file without the key and refuses one without a zero_optimization section (frameworks/accelerate_plugin.py), and
 `accelerate launch --use_deepspeed` / `--use_fsdp` configure the Trainer's engine through ACCELERATE_* variables.
