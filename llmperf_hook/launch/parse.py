@@ -397,4 +397,3 @@ def parse_launch(
         from llmperf_hook.launch.shell_variables import unknown_value_note
         note = unknown_value_note(str(err), size.unknown)
         raise UsageError(without_env_hint(str(err), note) + note) from None
-
