@@ -100,6 +100,18 @@ def split_layers(cfg: TrainingConfig) -> int:
         p.account_for_loss_in_pipeline_split)
 
 
+def padded_vocab_at(cfg: TrainingConfig, tp: int) -> int:
+    """The padded vocabulary the command's Megatron runs at tensor parallel size `tp`: Megatron `_vocab_size_with_padding`
+    ceil(V / (divisible_by * TP)) * divisible_by * TP; the command's own where it fixes it (--pad-vocab-size-to) or
+    states no divisor (a script that does not pad)."""
+    model = cfg.model
+    divisible_by = getattr(model, "make_vocab_size_divisible_by", None)
+    if not divisible_by or tp == cfg.parallel.tp or fixed_padded_vocab(cfg):
+        return model.padded_vocab_size
+    multiple = divisible_by * tp
+    return -(-model.vocab_size // multiple) * multiple
+
+
 def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     """The user's TrainingConfig with this candidate's choices (dp and micro-batch count recomputed)."""
     dp = cfg.world_size // (c.tp * c.pp * c.cp)
@@ -118,11 +130,8 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     optimizer = dataclasses.replace(cfg.optimizer, distributed_optimizer=c.distributed_optimizer,
                                     zero_stage=c.zero_stage, **_zero_stage_fields(cfg, c.zero_stage))
     model = cfg.model
-    divisible_by = getattr(model, "make_vocab_size_divisible_by", None)
-    if divisible_by and c.tp != p.tp and not fixed_padded_vocab(cfg):
-        # Megatron `_vocab_size_with_padding`: ceil(V / (divisible_by * TP)) * divisible_by * TP.
-        multiple = divisible_by * c.tp
-        model = dataclasses.replace(model, padded_vocab_size=-(-model.vocab_size // multiple) * multiple)
+    if c.tp != p.tp:
+        model = dataclasses.replace(model, padded_vocab_size=padded_vocab_at(cfg, c.tp))
     own = candidate_of(cfg)
     same_recompute = (c.recompute, c.recompute_num_layers) == (own.recompute, own.recompute_num_layers)
     recompute = cfg.recompute if same_recompute else recompute_config(c)

@@ -7,6 +7,7 @@ follows the textbook formulas so that it tracks the full model's trends (not its
 - compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
   small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009),
   MoE token dispatch / combine as the command's dispatcher moves the tokens (tune/surrogate_moe.py);
+- unaligned GEMM widths on Hopper: predict's measured slowdown for the widths each TP leaves (surrogate_alignment.py);
 - pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2);
 - host issue: a micro-batch never runs faster than its CPU issues it (predict/host_issue.py's units: per dense
   layer 13 ops forward, again per recompute pass, 2 units each in backward, one per TP collective call on the
@@ -27,7 +28,8 @@ from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import host_issue
 from llmperf_hook.tune import surrogate_memory, surrogate_moe
 from llmperf_hook.tune.surrogate_comm import per_node, ring_s
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, padded_vocab_at
+from llmperf_hook.tune.surrogate_alignment import alignment_factors
 
 _BYTES = DTYPE_BYTES
 """Activation bytes the graph moves between ranks (graph/layer_ops.DTYPE_BYTES): fp8 training keeps its activations
@@ -96,8 +98,13 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
     peak = gpu.peak_flop_per_s.get(cfg.precision, max(gpu.peak_flop_per_s.values()))
     rc_passes = _recompute_passes(cfg, cols)
     layers_per_stage = m.num_layers / pp
-    head = 2 * tokens * m.hidden_size * m.padded_vocab_size / tp
-    compute_mb = (layers_per_stage * fwd_layer * (3 + rc_passes) + 3 * head) / (peak * eff)
+    # The padded vocabulary at each TP (Megatron pads to divisible_by x TP) and the Hopper price of widths that TP
+    # leaves unaligned (tune/surrogate_alignment.py: predict's alignment_factor per distinct TP).
+    tps, row_tp = np.unique(cols["tp"], return_inverse=True)
+    vocab = np.asarray([padded_vocab_at(cfg, int(t)) for t in tps], dtype=np.float64)[row_tp]
+    layer_align, head_align = alignment_factors(cfg, gpu, cols["tp"])
+    head = 2 * tokens * m.hidden_size * vocab / tp
+    compute_mb = (layers_per_stage * fwd_layer * (3 + rc_passes) * layer_align + 3 * head * head_align) / (peak * eff)
     tp_comm_mb = _tp_comm_s(cfg, cluster, cols, tokens) * layers_per_stage * (4 + 2 * (rc_passes > 0.5))
     mb_s = np.maximum(compute_mb + tp_comm_mb, _host_mb_s(cfg, cluster, cols, layers_per_stage, rc_passes))
     if m.num_experts:
