@@ -35,7 +35,7 @@ from llmperf_hook.frameworks.deepspeed_job import check_hpz
 from llmperf_hook.frameworks.deepspeed_release import schema_release
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parsed_job import ParsedJob
-from llmperf_hook.tune.candidate import _pipeline_engine, candidate_of
+from llmperf_hook.tune.candidate import Candidate, _pipeline_engine, candidate_of
 from llmperf_hook.tune.command_rules import Masks, MaskFn
 
 DEEPSPEED_FRAMEWORKS = ("megatron-deepspeed", "deepspeed", "hf-deepspeed")
@@ -89,7 +89,7 @@ def _rule_name(message: str) -> str:
     return head if len(head) <= 120 else head[:120].rsplit(" ", 1)[0] + " ..."
 
 
-def _engine_column(cfg: TrainingConfig, base, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+def _engine_column(cfg: TrainingConfig, base: Candidate, cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """Per row: DeepSpeed's PipelineEngine runs (candidate._pipeline_engine, evaluated per distinct (PP > 1, stage))."""
     multi = cols["pp"] > 1
     engine = np.zeros(multi.shape, dtype=bool)
