@@ -210,16 +210,26 @@ accumulates in a dtype other than the model's) to v0.19.1 it casts the partition
 communication_data_type differs from it, and partition_grads widens it in its copy into the fp32 buffer."""
 
 
+ZERO3_COMM_DTYPE_BUCKET_VERSION: Version = (0, 17, 2)
+"""First release whose ZeRO-3 gradient bucket is allocated in communication_data_type (ed5f73755, #6993 "Enable
+torch.autocast with ZeRO": ipg_buckets keyed by dtype); before it the bucket is in the model's dtype and
+__avg_scatter_grads casts every gradient with `g.to(self.communication_data_type)`."""
+
+
 def as_released(optimizer: OptimizerConfig, env: Mapping[str, str], src: dict[str, Source],
                 warnings: list[str]) -> OptimizerConfig:
     """`optimizer` with the ZeRO-3 behaviour of the job's DeepSpeed release (job_release), the change named; the
     release is recorded (RELEASE_KEY) at any stage: a ZeRO-1 job of DeepSpeed 0.5 that tune moves to ZeRO-3 runs it.
-    A release before ZERO3_ACCUM_CAST_VERSION also keeps ZeRO-3's reduced partitions uncast (at any stage, as tune may
-    move the job to ZeRO-3)."""
+    A release before ZERO3_ACCUM_CAST_VERSION also keeps ZeRO-3's reduced partitions uncast, one before
+    ZERO3_COMM_DTYPE_BUCKET_VERSION its gradient bucket in the model's dtype (at any stage, as tune may move the job to
+    ZeRO-3)."""
     version, where = job_release(env)
     if version is not None and where is not None and version < ZERO3_ACCUM_CAST_VERSION:
         optimizer = replace(optimizer, zero3_accum_cast_on_reduce=False)
         src["zero3_accum_cast_on_reduce"] = where
+    if version is not None and where is not None and version < ZERO3_COMM_DTYPE_BUCKET_VERSION:
+        optimizer = replace(optimizer, zero3_comm_dtype_bucket=False)
+        src["zero3_comm_dtype_bucket"] = where
     fields = release_zero3_fields(3, version)
     if not fields:
         return optimizer

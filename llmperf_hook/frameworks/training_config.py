@@ -324,6 +324,11 @@ class OptimizerConfig:
     to it before partition_grads copies or adds it (stage3.py __avg_scatter_grads, v0.19.2 on); False: the job's
     release (v0.10.1-v0.19.1) keeps the partition in the model's dtype and widens it in that copy (graph/step_ops.py
     ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST). Set from the release by deepspeed_release.as_released."""
+    zero3_comm_dtype_bucket: bool = True
+    """DeepSpeed ZeRO-3 allocates its gradient (ipg) bucket in communication_data_type (stage3.py ipg_buckets, from
+    ed5f73755 in v0.17.2); False: the job's release keeps it in the model's dtype and casts each gradient to the
+    communication dtype before the reduce-scatter (__avg_scatter_grads). Priced by graph/zero3_grad_dtypes.py; set
+    from the release by deepspeed_release.as_released."""
     zero0_bf16_accum_dtype: str | None = None
     """The gradient-accumulation dtype DeepSpeed's engine gives a bf16 model without ZeRO ("fp32" | "bf16"; the rule
     by release: deepspeed_engine_rules.zero0_bf16_accum_dtype), which picks its optimizer wrapper

@@ -3,9 +3,11 @@ communication_data_type differs from the model's dtype (fp32 reduction of a bf16
 
 The path, per micro-batch (deepspeed/runtime/zero/stage3.py, comm/coalesced_collectives.py, v0.10.1 to today):
 1. __add_grad_to_ipg_bucket copies each 16-bit param.grad into the ipg bucket, allocated in communication_data_type
-   (ipg_buckets[communication_data_type]): read the model's width, write the bucket's.
+   (ipg_buckets[communication_data_type], v0.17.2 on): read the model's width, write the bucket's. Before v0.17.2
+   (ed5f73755) the bucket is in the model's dtype and __avg_scatter_grads casts every gradient to the communication
+   dtype (`g.to(self.communication_data_type)`), one more pass (OptimizerConfig.zero3_comm_dtype_bucket).
 2. __avg_scatter_grads -> reduce_scatter_coalesced over the whole bucket: torch.cat of the per-rank chunks and the
-   pre-divide `div_(world_sz)`, each a read and a write of every element in the bucket's width; then the
+   pre-divide `div_(world_sz)`, each a read and a write of every element in the communication width; then the
    reduce-scatter itself, priced as communication in that width (step_ops.grad_comm_bytes).
 3. The reduced partition is cast: before v0.19.2 (56e7e0c55, #8056) back to the model's dtype whenever
    communication_data_type differs from it (`g.to(self.dtype)`); from v0.19.2 on to gradient_accumulation_dtype
@@ -25,9 +27,13 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 
 WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2}
 
-BUCKET_PASSES_PER_WIDTH_BYTE = 5
-"""Steps 1-2 above in units of the bucket's extra width (bytes per element beyond the model's): the ipg copy writes
-the wider element once, torch.cat reads and writes it, div_ reads and writes it: 1 + 2 + 2."""
+def bucket_bytes_per_rank_param(model: str, comm: str, comm_dtype_bucket: bool) -> float:
+    """Steps 1-2 for one gradient element, beyond the all-`model` path: torch.cat and div_ read and write the wider
+    element (4 x the extra width); the v0.17.2 bucket is written wider once (1 x), the older one is cast whole
+    (read the model's width, write the communication width)."""
+    extra = max(0, WIDTH[comm] - WIDTH[model])
+    cast = extra if comm_dtype_bucket else WIDTH[model] + WIDTH[comm]
+    return float(4 * extra + cast)
 
 
 def zero3_comm_dtype_differs(cfg: TrainingConfig) -> bool:
@@ -61,7 +67,7 @@ def zero3_grad_dtype_bytes(cfg: TrainingConfig, local: int, rank_params: int) ->
         return 0.0
     o, m = cfg.optimizer, max(1, cfg.batch.num_microbatches)
     comm, model = str(o.grad_comm_dtype), cfg.precision
-    bucket = BUCKET_PASSES_PER_WIDTH_BYTE * max(0, WIDTH[comm] - WIDTH[model]) * rank_params * m
+    bucket = bucket_bytes_per_rank_param(model, comm, o.zero3_comm_dtype_bucket) * rank_params * m
     accum = o.grad_accum_dtype if o.grad_accum_dtype in WIDTH else model
     partition = partition_bytes_per_local_param(model, comm, str(accum), o.zero3_accum_cast_on_reduce, m)
     return float(bucket + partition * local)

@@ -221,6 +221,8 @@ def zero_reduce_bucket_bytes(cfg: TrainingConfig) -> float:
     o = cfg.optimizer
     accum = DTYPE_BYTES.get(o.grad_accum_dtype or "", 0)
     dtype_b = max(4 if cfg.precision == "fp32" else 2, accum if o.zero_stage == 1 else 0)
+    if o.zero_stage == 3 and o.zero3_comm_dtype_bucket and o.grad_comm_dtype in DTYPE_BYTES:
+        dtype_b = DTYPE_BYTES[o.grad_comm_dtype]  # stage3.py ipg_buckets[communication_data_type] (v0.17.2 on)
     return float((o.grad_bucket_size_elems or DEEPSPEED_BUCKET_ELEMS) * dtype_b * zero_bucket_count(cfg))
 
 

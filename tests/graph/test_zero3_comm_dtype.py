@@ -53,17 +53,21 @@ def test_fp32_reduction_casts_by_release() -> None:
         assert partition_bytes_per_local_param("bf16", "fp32", "bf16", cast_to_accum, 4) == 6 + 3 * 6
 
 
-@pytest.mark.parametrize("release, per_local", [("0.19.1", 8 + 3 * 18), ("0.19.2", 4 + 3 * 6)])
-def test_the_step_prices_the_bucket_and_the_partition(tmp_path: Path, release: str, per_local: float) -> None:
+@pytest.mark.parametrize("release, per_rank, per_local", [("0.17.1", 14, 8 + 3 * 18), ("0.19.1", 10, 8 + 3 * 18),
+                                                          ("0.19.2", 10, 4 + 3 * 6)])
+def test_the_step_prices_the_bucket_and_the_partition(tmp_path: Path, release: str, per_rank: float,
+                                                       per_local: float) -> None:
+    """The bucket per gradient of the rank and micro-batch: cat and div_ 2 x (2 + 2) wider, and from v0.17.2 the
+    fp32 bucket written 2 wider (10); before, the bf16 bucket cast whole to fp32 (2 + 4: 14)."""
     cfg, stage, fp32, scatter32 = _step(tmp_path, release, "fp32", "fp32")
     _, _, plain, scatter16 = _step(tmp_path, release, None, "fp32")
     assert cfg.optimizer.grad_comm_dtype == "fp32" and cfg.batch.num_microbatches == 4
     assert scatter32 == pytest.approx(2 * scatter16, rel=1e-6)  # the reduce-scatter itself in fp32
     local, rank = fp32.dims["params"], stage.num_params
-    # the bucket's 2 extra bytes, 5 passes, every gradient of the rank, 4 micro-batches; the bf16-comm run's own
-    # fp32-accumulation constants replaced by the fp32-comm flow
-    bf16_comm = ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST if release == "0.19.1" else ZERO3_FP32_ACCUM_BYTES_PER_PARAM[0]
-    expected = 5 * 2 * rank * 4 + local * (per_local - bf16_comm - 3 * ZERO3_FP32_ACCUM_BYTES_PER_PARAM[1])
+    # the bucket over every gradient of the rank, 4 micro-batches; the bf16-comm run's own fp32-accumulation
+    # constants replaced by the fp32-comm flow
+    bf16_comm = ZERO3_FP32_ACCUM_BYTES_PER_PARAM[0] if release == "0.19.2" else ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST
+    expected = per_rank * rank * 4 + local * (per_local - bf16_comm - 3 * ZERO3_FP32_ACCUM_BYTES_PER_PARAM[1])
     assert fp32.bytes_moved - plain.bytes_moved == pytest.approx(expected, rel=1e-6)
 
 
@@ -74,4 +78,12 @@ def test_default_accumulation_casts_alike_in_both_releases(tmp_path: Path) -> No
     _, _, plain, _ = _step(tmp_path, "0.19.2", None)
     assert old.bytes_moved == new.bytes_moved
     local = plain.dims["params"]
-    assert new.bytes_moved - plain.bytes_moved == pytest.approx(5 * 2 * stage.num_params * 4 + local * (6 + 3 * 6))
+    assert new.bytes_moved - plain.bytes_moved == pytest.approx(10 * stage.num_params * 4 + local * (6 + 3 * 6))
+
+
+def test_the_bucket_memory_is_in_the_communication_dtype_from_0_17_2(tmp_path: Path) -> None:
+    from llmperf_hook.schedule.memory import zero_reduce_bucket_bytes
+
+    new, old = _step(tmp_path, "0.19.2", "fp32")[0], _step(tmp_path, "0.17.1", "fp32")[0]
+    assert new.optimizer.zero3_comm_dtype_bucket and not old.optimizer.zero3_comm_dtype_bucket
+    assert zero_reduce_bucket_bytes(new) == 2 * zero_reduce_bucket_bytes(old)
