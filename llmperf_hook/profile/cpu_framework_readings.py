@@ -389,25 +389,41 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     return path
 
 
-def time_box_notes(path: Path, dtypes: Sequence[str]) -> list[str]:
-    """What the --budget's time box left out of the framework cost file at `path`, for `llmperf profile`'s output."""
+def time_box_notes(path: Path, dtypes: Sequence[str], remedy: str | None = None) -> list[str]:
+    """What the time box left out of the framework cost file at `path`, for `llmperf profile`'s output, each note
+    ending with what measures it: `remedy` where the caller knows (the testbed: its own box), else profile_remedy."""
     measured = (_previous(path) or {}).get("dtypes") or {}
     notes = []
     for dtype in dtypes:
         if dtype not in measured:
-            notes.append(f"framework cost {dtype}: not measured, no reading ended within its share of the --budget "
-                         f"(predictions in {dtype} use the operator profile alone; a larger --budget measures it)")
+            notes.append(f"framework cost {dtype}: not measured, no reading ended within its time box "
+                         f"(predictions in {dtype} use the operator profile alone; "
+                         f"{remedy or profile_remedy(None, len(dtypes))})")
         else:
-            notes += _entry_notes(dtype, measured[dtype])
+            entry = measured[dtype]
+            notes += _entry_notes(dtype, entry, remedy or profile_remedy(entry.get("time_box_s"), len(dtypes)))
     return notes
 
 
-def _entry_notes(dtype: str, entry: Mapping[str, Any]) -> list[str]:
+def profile_remedy(box_s: float | None, num_dtypes: int) -> str:
+    """What gets `llmperf profile` a fuller framework file: a larger --budget only while the box was cut below its
+    share of cf.RESERVED_S (budget.plan_budget: at most FRAMEWORK_SHARE of the --budget); past that the box is
+    RESERVED_S whatever the --budget, and only a quieter machine (children that start and read faster) does."""
+    from llmperf_hook.profile.budget import TAIL_CONCURRENT_S
+
+    full_s = (cf.RESERVED_S - min(TAIL_CONCURRENT_S, cf.RESERVED_S)) / max(1, num_dtypes)  # its end reading's share out
+    if box_s is not None and box_s >= 0.95 * full_s:
+        return (f"its box was the whole {full_s:.0f} s a dtype gets whatever the --budget: rerun `llmperf profile` "
+                f"when the machine is quieter")
+    return (f"a larger --budget gives it more, up to {full_s:.0f} s a dtype at --budget >= "
+            f"{2 * cf.RESERVED_S / 60:.0f} min; past that, a quieter machine")
+
+
+def _entry_notes(dtype: str, entry: Mapping[str, Any], remedy: str) -> list[str]:
     notes, num = [], len(entry.get("readings") or ())
     if num < MIN_READINGS:
-        notes.append(f"framework cost {dtype}: {num} reading(s) in its {entry.get('time_box_s', 0):.0f} s of the "
-                     f"--budget, fewer than the {MIN_READINGS} whose median outvotes a disturbed one (a larger "
-                     f"--budget takes more)")
+        notes.append(f"framework cost {dtype}: {num} reading(s) in its {entry.get('time_box_s', 0):.0f} s box, "
+                     f"fewer than the {MIN_READINGS} whose median outvotes a disturbed one ({remedy})")
     missing = [what for key, what in (("deepspeed_step", "DeepSpeed's engine step (ZeRO 0-3)"),
                                       ("concurrency_slowdown", "the slowdown of ranks run at once"),
                                       ("rank_transport", "gloo's transport CPU at world size 2 "
@@ -416,5 +432,5 @@ def _entry_notes(dtype: str, entry: Mapping[str, Any]) -> list[str]:
     if missing:
         notes.append(f"framework cost {dtype}: {' and '.join(missing)} not measured (its processes did not start "
                      f"or answer within the time box, or DeepSpeed is missing; gloo's transport is read with one "
-                     f"thread per rank only): predictions leave those terms out")
+                     f"thread per rank only): predictions leave those terms out ({remedy})")
     return notes

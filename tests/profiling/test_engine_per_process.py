@@ -85,3 +85,22 @@ def test_the_testbed_re_measures_a_file_of_engines_measured_in_one_process(
     monkeypatch.setattr(setup.subprocess, "run", fake_run)
     setup.refresh_framework_cost(tmp_path, 0.3)
     assert bool(calls) == measured_again
+
+
+def _gappy_file(tmp_path: Path, box_s: float) -> Path:
+    path = tmp_path / "framework_overhead.json"
+    path.write_text(json.dumps({"dtypes": {"fp32": {"readings": [{}, {}, {}], "time_box_s": box_s,
+                                                    "concurrency_slowdown": {"2": 1.0}}}}))
+    return path
+
+
+def test_the_notes_say_what_measures_the_missing_terms(tmp_path: Path) -> None:
+    """A larger --budget helps only while it cut the box below its share of RESERVED_S; the testbed says its own."""
+    from llmperf_hook.profile.cpu_framework_readings import time_box_notes
+
+    (cut,) = time_box_notes(_gappy_file(tmp_path, 20.0), ["fp32"])
+    assert "DeepSpeed's engine step" in cut and "a larger --budget gives it more" in cut
+    (full,) = time_box_notes(_gappy_file(tmp_path, 100.0), ["fp32"])
+    assert "whatever the --budget" in full and "quieter" in full and "larger --budget" not in full
+    (testbed,) = setup.framework_cost_gaps(_gappy_file(tmp_path, 240.0), ["fp32"])
+    assert "--budget" not in testbed and f"{setup.FRAMEWORK_BOX_S:.0f} s per dtype" in testbed
