@@ -176,10 +176,13 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     with deepspeed_buffers_removed(29706):
         subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
                        env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
-    if path.is_file():  # none when no reading of any dtype ended in its box (the old one is gone: unlinked)
-        fresh = json.loads(path.read_text())
-        print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} "
-              f"earlier measurement(s) of its steps kept)")
+    fresh = json.loads(path.read_text()) if path.is_file() else {}
+    if fresh.get("measured_utc") == doc.get("measured_utc"):  # no reading of any dtype ended in its box
+        raise SystemExit(f"the framework cost re-measurement got no reading of any dtype within its "
+                         f"{FRAMEWORK_BOX_S:.0f} s per dtype (the machine got busy); the earlier file (measured "
+                         f"{doc.get('measured_utc')}, {was}) is kept as it was: rerun when quieter")
+    print(f"  framework cost re-measured at load {fresh['load_avg_1m']:.2f} ({len(fresh.get('history', []))} "
+          f"earlier measurement(s) of its steps kept)")
     gaps = framework_cost_gaps(path, dtypes)
     if gaps:
         raise SystemExit("the re-measured framework cost is incomplete or measured while its process waited for a "

@@ -347,16 +347,39 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     time.perf_counter() time; default RESERVED_S from now) and write FILE_NAME next to its profile.json, with the
     machine's 1-minute load average before and after each dtype (load_avg_1m: the largest) and the steps of the file
     it replaces (cf.carried_history); the spread between readings goes to stderr (describe_spread). A dtype of which
-    no reading ended in its time is left out (no file when none was measured): time_box_notes says so."""
+    no reading ended in its time is left out. The file it replaces is moved aside while it measures (the residual
+    is measured against the profile alone: a prediction of the reference models must not read it) and put back when
+    none was measured or the measurement failed: a re-measurement that got nothing keeps what there was."""
+    path = profile_dir / cf.FILE_NAME
+    aside = path.with_name(path.name + ".replaced")
+    history = cf.carried_history(_previous(path))
+    if path.is_file():
+        os.replace(path, aside)
+    doc = None
+    try:
+        doc = _measure_dtypes(hardware_name, dtypes, threads, deadline_s)
+    finally:
+        if doc and doc["dtypes"]:
+            doc["history"] = history
+            fresh = path.with_name(path.name + ".tmp")
+            fresh.write_text(json.dumps(doc, indent=1))
+            os.replace(fresh, path)  # whole or not at all: a reader never sees half a file
+            aside.unlink(missing_ok=True)
+        elif aside.is_file():
+            os.replace(aside, path)
+    if doc["dtypes"]:
+        sys.stderr.write(describe_spread(doc) + "\n")
+    return path
+
+
+def _measure_dtypes(hardware_name: str, dtypes: Sequence[str], threads: int, deadline_s: float | None) -> dict:
+    """The framework file's document (write_framework_overhead) without its history."""
     import torch
 
     from llmperf_hook.instrument.reference_speed import measure_reference
     from llmperf_hook.profile.cpu_engine_cost import ENGINE_METHOD
 
     torch.set_num_threads(threads)
-    path = profile_dir / cf.FILE_NAME
-    history = cf.carried_history(_previous(path))
-    path.unlink(missing_ok=True)  # the residual is measured against the profile alone
     doc = {"format": cf.FORMAT, "format_version": cf.FORMAT_VERSION, "device": "cpu", "threads": threads,
            "clock": "process CPU time" if threads == 1 else "wall time",
            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -382,11 +405,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
         doc["loads_1m"].append(os.getloadavg()[0])
     doc["reference"].append(measure_reference("framework-after").to_json())
     doc["load_avg_1m"] = max(doc["loads_1m"])
-    doc["history"] = history
-    if doc["dtypes"]:
-        path.write_text(json.dumps(doc, indent=1))
-        sys.stderr.write(describe_spread(doc) + "\n")
-    return path
+    return doc
 
 
 def time_box_notes(path: Path, dtypes: Sequence[str], remedy: str | None = None) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def _complete_file(home: Path, engine_method: str | None) -> Path:
              "readings": [{}, {}, {}], "concurrency_slowdown": {"2": 1.02}, "reading_wall_per_cpu": [1.0, 1.01, 1.0],
              "deepspeed_step": {"0": {"per_step_s": 2e-3, "per_param_s": 1e-9}},
              "rank_transport": {"per_byte_s": 9e-10}, "tiny_isolated_diff_s": 3.5e-3}
-    doc = {"format_version": FORMAT_VERSION, "loads_1m": [0.5], "load_avg_1m": 0.5, "dtypes": {"bf16": entry}}
+    doc = {"format_version": FORMAT_VERSION, "loads_1m": [0.5], "load_avg_1m": 0.5, "dtypes": {"bf16": entry},
+           "measured_utc": str(time.perf_counter_ns())}
     if engine_method:
         doc["engine_method"] = engine_method
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
@@ -104,3 +106,42 @@ def test_the_notes_say_what_measures_the_missing_terms(tmp_path: Path) -> None:
     assert "whatever the --budget" in full and "quieter" in full and "larger --budget" not in full
     (testbed,) = setup.framework_cost_gaps(_gappy_file(tmp_path, 240.0), ["fp32"])
     assert "--budget" not in testbed and f"{setup.FRAMEWORK_BOX_S:.0f} s per dtype" in testbed
+
+
+@pytest.mark.parametrize("outcome", ["nothing measured", "failed"])
+def test_a_re_measurement_that_gets_nothing_keeps_the_file_it_was_to_replace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcome: str) -> None:
+    from llmperf_hook.profile import cpu_framework_readings as cfr
+
+    path = _complete_file(tmp_path, ec.ENGINE_METHOD)
+    before = path.read_text()
+    seen = []
+
+    def measure(*args):
+        seen.append(path.is_file())  # moved out of the predictions' way while it measures
+        if outcome == "failed":
+            raise KeyboardInterrupt
+        return {"dtypes": {}}
+
+    monkeypatch.setattr(cfr, "_measure_dtypes", measure)
+    if outcome == "failed":
+        with pytest.raises(KeyboardInterrupt):
+            cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    else:
+        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    assert seen == [False] and path.read_text() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_re_measurement_replaces_the_file_whole_with_its_history(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.profile import cpu_framework_readings as cfr
+
+    path = _complete_file(tmp_path, ec.ENGINE_METHOD)
+    fresh = {"dtypes": {"bf16": {"per_unit_s": 2e-5}}, "load_avg_1m": 0.4}
+    monkeypatch.setattr(cfr, "_measure_dtypes", lambda *args: dict(fresh))
+    monkeypatch.setattr(cfr, "describe_spread", lambda doc: "")
+    cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    doc = json.loads(path.read_text())
+    assert doc["dtypes"] == fresh["dtypes"] and "history" in doc
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def _write(home: Path, complete: bool, load: float = 0.5) -> Path:
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format_version": FORMAT_VERSION, "loads_1m": [load], "load_avg_1m": load,
-                                "engine_method": ENGINE_METHOD,
+                                "engine_method": ENGINE_METHOD, "measured_utc": str(time.perf_counter_ns()),
                                 "dtypes": {"bf16": _entry(complete), "fp32": _entry(complete)}}))
     return path
 
@@ -139,17 +140,14 @@ def test_a_file_measured_while_its_process_waited_for_a_core_is_not_accepted(tmp
     assert "bf16" in gap and "waited for a core" in gap and "3.1" in gap
 
 
-def test_a_re_measurement_that_wrote_no_file_stops_the_benchmark_with_the_gaps(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """write_framework_overhead unlinks the old file before measuring and writes none when no reading of any dtype
-    ended in its box (a machine that got busy): the benchmark stops naming the dtypes, not with a FileNotFoundError."""
+def test_a_re_measurement_that_got_no_reading_stops_the_benchmark_and_keeps_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_framework_overhead puts the file it was to replace back when no reading of any dtype ended in its box (a
+    machine that got busy): the benchmark stops saying so, and the earlier file is there as it was."""
     path = _write(tmp_path, complete=False)
-
-    def measure(argv, **kwargs):
-        path.unlink()
-        return subprocess.CompletedProcess(argv, 0)
-
-    monkeypatch.setattr(setup.subprocess, "run", measure)
+    before = path.read_text()
+    monkeypatch.setattr(setup.subprocess, "run", lambda argv, **kwargs: subprocess.CompletedProcess(argv, 0))
     with pytest.raises(SystemExit) as stop:
         setup.refresh_framework_cost(tmp_path, 0.3)
-    assert "bf16: not measured" in str(stop.value) and "fp32: not measured" in str(stop.value)
+    assert "no reading of any dtype" in str(stop.value) and "kept as it was" in str(stop.value)
+    assert path.read_text() == before
