@@ -176,7 +176,10 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     with deepspeed_buffers_removed(29706):
         subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
                        env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
-    fresh = json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():  # its process was killed mid-way (write_framework_overhead puts the old one back else)
+        raise SystemExit(f"the framework cost re-measurement ended without a file; the earlier one is "
+                         f"{path.name}.replaced beside it: rerun when quieter")
+    fresh = json.loads(path.read_text())
     if fresh.get("measured_utc") == doc.get("measured_utc"):  # no reading of any dtype ended in its box
         raise SystemExit(f"the framework cost re-measurement got no reading of any dtype within its "
                          f"{FRAMEWORK_BOX_S:.0f} s per dtype (the machine got busy); the earlier file (measured "

@@ -145,3 +145,11 @@ def test_a_re_measurement_replaces_the_file_whole_with_its_history(tmp_path: Pat
     doc = json.loads(path.read_text())
     assert doc["dtypes"] == fresh["dtypes"] and "history" in doc
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_the_testbed_says_where_the_earlier_file_is_when_a_killed_re_measurement_left_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _complete_file(tmp_path, None)
+    monkeypatch.setattr(setup.subprocess, "run", lambda argv, **kwargs: path.unlink())
+    with pytest.raises(SystemExit, match="framework_overhead.json.replaced"):
+        setup.refresh_framework_cost(tmp_path, 0.3)
