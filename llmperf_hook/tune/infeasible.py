@@ -131,7 +131,7 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
     return msg + sentence + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound, widen)
 
 
-def largest_split(cfg: Any, knobs: Any) -> int:
+def _largest_split(cfg: Any, knobs: Any) -> int:
     """The most GPUs one model replica's weights can be split over by TP x PP (CP and DP hold whole copies of a stage's
     weights) in the searched space: the largest values tried (or kept) of each, at most the world size."""
     def most(knob: str) -> int:
@@ -147,7 +147,7 @@ def _largest_split_sentence(cfg: Any, near: Any, knobs: Any) -> tuple[str, bool]
     script whose parser or framework does not take them), ZeRO-3, the most DeepSpeed shards."""
     c, searched = near.candidate, (knobs or {}).get("searched", {})
     if len(searched.get("tp", ())) > 1 or len(searched.get("pp", ())) > 1:
-        limit = largest_split(cfg, knobs)
+        limit = _largest_split(cfg, knobs)
         if c.tp * c.pp < limit:
             return "", True
         where = (f"over all {cfg.world_size} GPUs, the most there are" if limit >= cfg.world_size else
