@@ -7,8 +7,8 @@ reading of all of them was not a stable profile: two taken twelve minutes apart 
 themselves moved 4 %: each term is a difference of measured times, and a busy minute lands in one of them. So
 per dtype:
 1. The children (cpu_engine_cost.py: two concurrency processes, one DeepSpeed process with an engine per ZeRO
-   stage and shape, each engine in a process of its own forked from it; cpu_rank_transport.py: a DeepSpeed process at world size 1 and a pair at world size 2) start
-   once.
+   stage and shape, each engine in a process of its own forked from it; cpu_rank_transport.py: a DeepSpeed process
+   at world size 1 and a pair at world size 2) start once.
 2. Readings, each one pass over everything in turn: the tiny pair, the reference forward+backward rows, the
    AdamW steps, the isolated operators of the profile-bias shapes, the ranks at once, the engines (~9 s on a
    quiet 2-core machine, one thread).
