@@ -438,7 +438,8 @@ def profile_remedy(box_s: float | None, num_dtypes: int) -> str:
             f"{2 * cf.RESERVED_S / 60:.0f} min; past that, a quieter machine")
 
 
-def _entry_notes(dtype: str, entry: Mapping[str, Any], remedy: str) -> list[str]:
+def _entry_notes(dtype: str, entry: Mapping[str, Any], remedy: str | None = None) -> list[str]:
+    remedy = remedy or profile_remedy(entry.get("time_box_s"), 1)
     notes, num = [], len(entry.get("readings") or ())
     if num < MIN_READINGS:
         notes.append(f"framework cost {dtype}: {num} reading(s) in its {entry.get('time_box_s', 0):.0f} s box, "
