@@ -37,7 +37,7 @@ from llmperf_hook.frameworks.megatron_entry_points import (BIGSCIENCE_OPTIONS, M
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.tune.candidate import candidate_of
 from llmperf_hook.tune.ds_config_rewrite import find_ds_config
-from llmperf_hook.tune.script_options import script_options
+from llmperf_hook.tune.script_options import script_options, unreadable_reason
 from llmperf_hook.tune.search_space import SearchSpace
 
 KNOB_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -125,9 +125,11 @@ def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_
                    asked: frozenset[str] = frozenset()) -> ForkPins:
     """`space` with the knobs whose flags the command's fork lacks kept at the command's own value; `asked`: the knobs
     the user's --search file lists (a warning each where the fork keeps them)."""
-    parser = fork_parser(script, script_args)
-    if parser is None or cfg.framework not in ("megatron", "megatron-deepspeed"):
+    if cfg.framework not in ("megatron", "megatron-deepspeed"):
         return ForkPins(space, {}, ())
+    parser = fork_parser(script, script_args)
+    if parser is None:
+        return ForkPins(space, {}, _unread_script_warning(script))
     own = _own_values(cfg)
     pins: dict[str, tuple | None] = {}
     rules: dict[str, str] = {}
@@ -148,6 +150,15 @@ def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_
                      for knob, rule in rules.items() if knob in asked and set(getattr(space, knob) or ()) -
                      set(pins[knob] or ()))
     return ForkPins(replace(space, **pins), {_RULE_KEYS.get(k, k): r for k, r in rules.items()}, warnings)
+
+
+def _unread_script_warning(script: str) -> tuple[str, ...]:
+    """A Python script tune could not read: it searches and writes Megatron-LM's flags as for Megatron's own parser,
+    which a parser of the script's own may refuse (tune/script_options.py)."""
+    reason = unreadable_reason(script)
+    return () if reason is None else (
+        f"{script} could not be read ({reason}), so its own argparse options, if it has any, were not checked: tune "
+        "searches and writes Megatron-LM's flags as for Megatron's parser",)
 
 
 def _own_values(cfg: TrainingConfig) -> dict[str, tuple | None]:

@@ -43,21 +43,40 @@ class ScriptOptions:
 def script_options(script: str) -> ScriptOptions | None:
     """The script's own argparse options, or None when it has no parser of its own that can be read (not a readable
     Python file, Megatron's parser, HfArgumentParser, or no ArgumentParser built in the file)."""
+    tree = _tree(script)
+    return _read(tree, script) if isinstance(tree, ast.Module) else None
+
+
+def unreadable_reason(script: str) -> str | None:
+    """Why a Python script (`.py`) that exists could not be read (its parse error), else None: tune then writes
+    Megatron-LM's flags as before, and says so, since its own parser, if it has one, was not checked."""
+    tree = _tree(script) if script.endswith(".py") else None
+    return tree if isinstance(tree, str) else None
+
+
+def _tree(script: str) -> ast.Module | str | None:
+    """The script's syntax tree, the reason it cannot be parsed, or None where there is no file."""
     try:
         stat = os.stat(script)
     except OSError:
         return None
-    return _read(os.path.abspath(script), stat.st_mtime_ns, stat.st_size, script)
+    return _parse(os.path.abspath(script), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=32)
-def _read(path: str, mtime_ns: int, size: int, shown: str) -> ScriptOptions | None:
-    """Cached per file version (mtime and size in the key): tune asks once per candidate command it plans."""
+def _parse(path: str, mtime_ns: int, size: int) -> ast.Module | str:
+    """Cached per file version (mtime and size in the key): tune asks once per candidate command it plans. Bytes,
+    so that a PEP 263 coding line is honoured; RecursionError: a nesting deeper than the parser's stack."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), filename=path)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return None
+        with open(path, "rb") as handle:
+            return ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        where = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
+        return f"{type(err).__name__}{where}: {err.msg if isinstance(err, SyntaxError) else err}"
+
+
+def _read(tree: ast.Module, shown: str) -> ScriptOptions | None:
+    """The options of a parsed script (None: Megatron's or Hugging Face's parser, or none built in the file)."""
     if _imports_megatron(tree) or not _builds_argument_parser(tree):
         return None
     options: set[str] = set()
@@ -105,6 +124,12 @@ def _builds_argument_parser(tree: ast.AST) -> bool:
 
 
 def _dotted(node: ast.AST | None) -> str:
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return node.id if isinstance(node, ast.Name) else ""
+    """'argparse.BooleanOptionalAction' of an attribute chain; a loop, not recursion: a chain may be as deep as the
+    parser allowed, past Python's recursion limit."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ".".join(reversed(parts)) if parts else ""
+    return ".".join([node.id, *reversed(parts)])

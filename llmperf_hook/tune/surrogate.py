@@ -7,7 +7,8 @@ follows the textbook formulas so that it tracks the full model's trends (not its
 - compute: FLOPs of Narayanan et al. eq. 3 per layer, divided by an efficiency that falls off for
   small per-rank GEMMs; communication: ring all-reduce 2(n-1)/n bytes / bandwidth (Patarasuk & Yuan 2009),
   MoE token dispatch / combine as the command's dispatcher moves the tokens (tune/surrogate_moe.py);
-- unaligned GEMM widths on Hopper: predict's measured slowdown for the widths each TP leaves (surrogate_alignment.py);
+- unaligned GEMM widths on Hopper: predict's measured slowdown for the widths each TP leaves (surrogate_alignment.py;
+  an MoE layer's expert GEMMs, split by expert TP, are priced aligned: the full prediction prices them);
 - pipeline: (m + (pp - 1) / vpp) micro-batch slots per step (Narayanan et al. SC21 section 2.2);
 - host issue: a micro-batch never runs faster than its CPU issues it (predict/host_issue.py's units: per dense
   layer 13 ops forward, again per recompute pass, 2 units each in backward, one per TP collective call on the

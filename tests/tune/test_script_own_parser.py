@@ -14,6 +14,7 @@ import ast
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,47 @@ def test_megatron_scripts_keep_their_knobs(tmp_path: Path, script: str) -> None:
     path.write_text("import argparse\nfrom megatron.training import pretrain\n"
                     "def extra(parser):\n    parser.add_argument('--my-flag')\n    return parser\n")
     assert fork_parser(str(path), []) is None
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("import argparse\np = argparse.ArgumentParser(\n", "SyntaxError (line "),
+    ("import argparse\nx = a" + ".b" * 50000 + "\n", "RecursionError"),  # deeper than the parser's stack
+    ("import argparse\np = argparse.ArgumentParser()\x00\n", "null bytes"),
+])
+def test_an_unreadable_script_falls_back_and_says_why(tmp_path: Path, text: str, reason: str) -> None:
+    """Never a traceback: a script ast cannot parse has no options read (None, the Megatron behaviour) and the reason
+    is what pin_fork_knobs warns with."""
+    from llmperf_hook.tune.script_options import unreadable_reason
+
+    path = tmp_path / "train.py"
+    path.write_bytes(text.encode())
+    assert script_options(str(path)) is None
+    assert reason in (unreadable_reason(str(path)) or "")
+
+
+def test_an_attribute_chain_past_the_recursion_limit_is_read(tmp_path: Path) -> None:
+    """_dotted walks an action's attribute chain in a loop: a chain the parser accepts never raises RecursionError."""
+    path = _write(tmp_path, "import argparse\np = argparse.ArgumentParser()\n"
+                            "p.add_argument('--x', action=a" + ".b" * (sys.getrecursionlimit() + 50) + ")\n")
+    assert script_options(path).options == {"--x"}
+
+
+def test_a_coding_line_is_honoured(tmp_path: Path) -> None:
+    """PEP 263: a latin-1 script (its coding line) is read, not taken for unreadable UTF-8."""
+    path = tmp_path / "train.py"
+    path.write_bytes("# -*- coding: latin-1 -*-\n# caf\u00e9\nimport argparse\np = argparse.ArgumentParser()\n"
+                     "p.add_argument('--micro-batch-size')\n".encode("latin-1"))
+    assert script_options(str(path)).options == {"--micro-batch-size"}
+
+
+def test_tune_on_an_unreadable_script_warns_and_runs(tmp_path: Path, capsys, monkeypatch) -> None:
+    """train_gpt.py with a syntax error: tune searches as before (exit 0, no traceback) and says it could not read
+    the script's parser."""
+    shutil.copy(TESTBED / "ds_zero1.json", tmp_path / "ds_zero1.json")
+    (tmp_path / "train_gpt.py").write_text((TESTBED / "train_gpt.py").read_text() + "\ndef broken(:\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["deepspeed", "--num_gpus", "8", "train_gpt.py", "--deepspeed_config", "ds_zero1.json", *SHAPE]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "3", "--format", "json", "--", *argv], capsys)
+    assert code == 0, err
+    assert "train_gpt.py could not be read (SyntaxError (line " in err and "Traceback" not in err
+    assert "tp" not in json.loads(out)["knobs"]["rules"]
