@@ -71,6 +71,8 @@ class ForkParser:
     """How its options were found, where messages should say so (a user's own script: read from its source)."""
     zero_in_ds_config: bool = False
     """The job's ZeRO stage is set by its ds_config alone (a user's own script: no Megatron code reads --zero-stage)."""
+    refusal: str = "argparse would stop the job on it: 'unrecognized arguments'"
+    """What the parser does with an option it lacks (a script's parse_known_args passes it over)."""
 
     def spelling(self, option: str) -> str:
         return "--" + (option.replace("-", "_") if self.underscores else option)
@@ -108,9 +110,11 @@ def _own_parser(script: str, script_args: Sequence[str]) -> ForkParser | None:
     knob_names = {o for options in KNOB_OPTIONS.values() for o in options}
     underscores = not names & knob_names and bool(names & {o.replace("-", "_") for o in knob_names})
     unread = f", {own.unread} add_argument call(s) with computed names not read" if own.unread else ""
+    ignored = "its parse_known_args would pass it over, so the job would not run the tuned value"
     return ForkParser(f"your script {os.path.basename(script)}", names, underscores,
                       how=f"its own argparse, read from its add_argument calls without running it{unread}; ",
-                      zero_in_ds_config=find_ds_config(list(script_args)) is not None)
+                      zero_in_ds_config=find_ds_config(list(script_args)) is not None,
+                      **({"refusal": ignored} if own.ignores_unknown else {}))
 
 
 _PIPELINE_ENGINE_STAGES = (0, 1)
@@ -141,7 +145,7 @@ def pin_fork_knobs(space: SearchSpace, cfg: TrainingConfig, script: str, script_
         if missing and not zero_elsewhere:  # ZeRO: DeepSpeed's only, set by the ds_config where the script has one
             pins[knob] = own[knob]
             rules[knob] = (f"kept at the command's value: {parser.name}'s parser has no {' / '.join(missing)} "
-                           f"({parser.how}argparse would stop the job on it: 'unrecognized arguments')")
+                           f"({parser.how}{parser.refusal})")
     if cfg.framework == "megatron-deepspeed" and not parser.has("no-pipeline-parallel") and "zero_stage" not in pins:
         pins["zero_stage"] = tuple(z for z in space.zero_stage if z in _PIPELINE_ENGINE_STAGES) or own["zero_stage"]
         rules["zero_stage"] = (f"ZeRO 2/3 not tried: {parser.name} has no --no-pipeline-parallel, so DeepSpeed's "

@@ -38,6 +38,9 @@ class ScriptOptions:
     """Every option string its add_argument calls define, with the leading dashes ('--micro-batch-size')."""
     unread: int = 0
     """add_argument calls whose option names are computed (not string literals): their options are not in `options`."""
+    ignores_unknown: bool = False
+    """It parses with `parse_known_args` alone: an option it lacks is passed over (argparse.py parse_known_args returns
+    it among the extras) instead of stopping the job, so a flag tune wrote there would change nothing."""
 
 
 def script_options(script: str) -> ScriptOptions | None:
@@ -90,7 +93,8 @@ def _read(tree: ast.Module, shown: str) -> ScriptOptions | None:
             options |= DEEPSPEED_CONFIG_OPTIONS
     if not options and not unread:
         return None
-    return ScriptOptions(shown, frozenset(options), unread)
+    parses = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    return ScriptOptions(shown, frozenset(options), unread, "parse_known_args" in parses and "parse_args" not in parses)
 
 
 def _option_names(call: ast.Call) -> set[str] | None:

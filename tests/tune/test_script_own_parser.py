@@ -188,3 +188,17 @@ def test_tune_on_an_unreadable_script_warns_and_runs(tmp_path: Path, capsys, mon
     assert code == 0, err
     assert "train_gpt.py could not be read (SyntaxError (line " in err and "Traceback" not in err
     assert "tp" not in json.loads(out)["knobs"]["rules"]
+
+
+@pytest.mark.parametrize("call, refusal", [("parse_args()", "unrecognized arguments"),
+                                           ("parse_known_args()[0]", "parse_known_args would pass it over")])
+def test_the_rule_says_what_the_scripts_parser_does_with_a_flag_it_lacks(tmp_path: Path, call: str,
+                                                                         refusal: str) -> None:
+    """parse_args stops the job on an unknown option; parse_known_args returns it among the extras, so the job runs
+    its own value: either way the knob is kept, and the rule names the right reason."""
+    from llmperf_hook.tune.fork_knobs import fork_parser
+
+    parser = fork_parser(_write(tmp_path, "import argparse\np = argparse.ArgumentParser()\n"
+                                          f"p.add_argument('--micro-batch-size')\nargs = p.{call}\n"), [])
+    assert parser is not None and not parser.has("tensor-model-parallel-size")
+    assert refusal in parser.refusal
