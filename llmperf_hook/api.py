@@ -140,10 +140,21 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
         overrides = replace(overrides, cluster_gpus_per_node=spec.host_gpus)
     job, cfg = resolve_job(list(argv), env, overrides)
     check_precision_support(cfg, spec)
-    if job.nproc_per_node > spec.host_gpus and job.nnodes > 1:
-        notes += (f"the command starts {job.nproc_per_node} processes per node but {spec.name} has "
-                  f"{spec.host_gpus} GPUs per node: placement assumes {spec.host_gpus} ranks per node.",)
+    if job.nproc_per_node > spec.host_gpus:
+        notes += (_oversubscribed_node_note(job, spec),)
     return job, cfg, spec, notes
+
+
+def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:
+    """More processes per node than the node has GPUs, on one node too: it said nothing there, while the graph
+    placed the ranks at most host_gpus to a node (graph/build.ranks_per_node), on nodes the command never named.
+    Each rank binds GPU local_rank (Megatron's initialize.py torch.cuda.set_device(args.local_rank), DeepSpeed's
+    LOCAL_RANK), so a local rank >= the node's GPUs fails 'invalid device ordinal'."""
+    nodes_placed = -(-job.world_size // spec.host_gpus)
+    return (f"the command starts {job.nproc_per_node} processes per node ({job.nnodes} node(s)) but {spec.name} has "
+            f"{spec.host_gpus} GPUs per node: placement assumes {spec.host_gpus} ranks per node ({nodes_placed} "
+            f"nodes). Ranks of local rank {spec.host_gpus} or more on one node have no GPU to bind "
+            f"(torch.cuda.set_device: invalid device ordinal); start at most {spec.host_gpus} per node.")
 
 
 def predict_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str | ClusterSpec | None = None,

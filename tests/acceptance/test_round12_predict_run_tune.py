@@ -197,3 +197,26 @@ def test_tune_nothing_fits_exits_3_naming_the_nearest_layout(capsys) -> None:
     data = json.loads(out)
     assert data["fits"] is False and data["exit_code"] == 3 and data["nearest"]["layout"]
     assert data["nearest"]["short_bytes"] > 0
+
+
+@pytest.mark.parametrize("launch", [["torchrun", "--nproc-per-node", "16"],
+                                    ["torchrun", "--nnodes", "2", "--nproc-per-node", "16"]],
+                         ids=["one-node", "two-nodes"])
+def test_more_processes_than_the_nodes_gpus_is_said(launch: list[str], job_dir: Path, capsys) -> None:
+    """Megatron's initialize.py binds torch.cuda.set_device(args.local_rank): 16 processes on an 8-GPU node leave
+    local ranks 8-15 without a GPU. The prediction places 8 ranks per node (graph/build.ranks_per_node) and says so,
+    on one node as on several (one node said nothing before H166)."""
+    argv = [*launch, *GPT3_VPP[GPT3_VPP.index("pretrain_gpt.py"):]]
+    argv[argv.index("--global-batch-size") + 1] = "64"
+    argv[argv.index("--pipeline-model-parallel-size") + 1] = "2"
+    argv[argv.index("--num-layers-per-virtual-pipeline-stage") + 1] = "12"
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--", *argv], capsys)
+    assert code == 0, err
+    said = [w for w in json.loads(out)["warnings"] if "processes per node" in w]
+    assert len(said) == 1 and "dgx-h100 has 8 GPUs per node" in said[0] and "invalid device ordinal" in said[0], said
+
+
+def test_a_full_node_says_nothing_about_placement(job_dir: Path, capsys) -> None:
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--", *LLAMA70_CP], capsys)
+    assert code == 0, err
+    assert not [w for w in json.loads(out)["warnings"] if "processes per node" in w]
