@@ -16,6 +16,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.fpdt import fpdt_warnings
 from llmperf_hook.frameworks.megatron_shape import FLEX_BACKENDS, ROUTER_DTYPES
+from llmperf_hook.frameworks.te_attention_rules import check_te_attention_backend
 from llmperf_hook.frameworks.training_config import ModelShape, ParallelLayout
 
 # argparse choices, the union over Megatron-LM releases (and Megatron-DeepSpeed where it defines the flag).
@@ -355,27 +356,6 @@ def _check_megatron_deepspeed(flags: FlagValues, script_args: Sequence[str], par
     return warnings
 
 
-def _check_softmax_backend(flags: FlagValues) -> None:
-    """--softmax-type learnable / off-by-one under Transformer Engine with --attention-backend flash: Megatron sets
-    NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0, NVTE_UNFUSED_ATTN=0 (language_module.py _set_attention_backend) and passes
-    softmax_type to TE (TEDotProductAttention, TE >= 2.8), whose get_attention_backend disables FlashAttention for any
-    softmax_type but vanilla (attention/dot_product_attention/utils.py 'Disabling FlashAttention for softmax_type',
-    TE #2148): no backend is left, and DotProductAttention.forward raises at the first step. The local spec
-    (--transformer-impl local) runs megatron-core's DotProductAttention, which takes every softmax_type."""
-    softmax = flags.get("softmax_type", "vanilla")
-    if (softmax == "vanilla" or flags.get("attention_backend") != "flash"
-            or flags.get("transformer_impl", "transformer_engine") != "transformer_engine"):
-        return
-    backend_flag = flags.seen_flags.get("attention_backend", "--attention-backend")
-    softmax_flag = flags.seen_flags.get("softmax_type", "--softmax-type")
-    raise ConfigError(f"{backend_flag} flash with {softmax_flag} {softmax} (argv) under Transformer Engine: Megatron turns "
-                      "TE's FusedAttention and UnfusedDotProductAttention off for the flash backend (NVTE_FUSED_ATTN=0, "
-                      "NVTE_UNFUSED_ATTN=0) and TE disables FlashAttention for softmax_type "
-                      f"'{softmax}' (only FusedAttention and UnfusedDotProductAttention support it), so TE raises 'No dot "
-                      "product attention backend is available for the provided inputs' at the first forward. Use "
-                      f"{backend_flag} fused (cuDNN sink attention) or auto, or unfused, or drop {softmax_flag}.")
-
-
 def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: ModelShape, parallel: ParallelLayout,
                          ds_flavour: bool) -> list[str]:
     """ConfigError for what Megatron-LM refuses at start-up or at its first step (see the module docstring);
@@ -390,7 +370,7 @@ def check_megatron_flags(flags: FlagValues, script_args: Sequence[str], model: M
     _check_fsdp(flags, parallel, bool(flags.get("fp16")), model.untie_embeddings)
     _check_param_gather_checkpoints(flags)
     _check_step_batch_schedule(flags)
-    _check_softmax_backend(flags)
+    check_te_attention_backend(flags)
     return [*ignored_flag_warnings(flags), *_cross_entropy_warnings(flags), *_moe_warnings(flags, model, parallel.etp),
             *_recompute_warnings(flags, script_args), *_legacy_model_warnings(flags, script_args)]
 

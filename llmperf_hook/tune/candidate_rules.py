@@ -69,6 +69,9 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
         masks["--tp-comm-overlap needs sequence parallel (tp > 1)"] = sp == 0
     if cfg.framework == "megatron" and cfg.transformer_impl == "local":  # only TEDotProductAttention splits CP
         masks["--transformer-impl local refuses cp > 1"] = cp > 1
+    te_unfused = cfg.transformer_impl == "transformer_engine" and cfg.attention_backend == "unfused"
+    if cfg.framework == "megatron" and te_unfused:  # TE disables UnfusedDotProductAttention under CP
+        masks["--attention-backend unfused refuses cp > 1 under Transformer Engine"] = cp > 1
     if cfg.recompute.cpu_offloading:  # TransformerConfig: activation offloading without PP or recompute
         masks["--cpu-offloading refuses pp > 1 and recompute"] = (pp > 1) | (cols["rc"] != RECOMPUTE_CODES["none"])
     if cfg.framework == "megatron" and not cfg.parallel.overlap_p2p_comm:  # validate_args: interleaving needs PP > 2

@@ -1,7 +1,8 @@
-"""--attention-backend flash with --softmax-type learnable / off-by-one under Transformer Engine
-(megatron_rules._check_softmax_backend): Megatron turns TE's fused and unfused backends off for flash, TE disables
-FlashAttention for any softmax_type but vanilla, and TE's DotProductAttention raises 'No dot product attention
-backend is available' at the first forward. The local spec and the other backends take every softmax_type."""
+"""frameworks/te_attention_rules.py: --attention-backend flash with --softmax-type learnable / off-by-one under
+Transformer Engine (Megatron turns TE's fused and unfused backends off for flash, TE disables FlashAttention for any
+softmax_type but vanilla), and unfused with context parallelism (TE disables UnfusedDotProductAttention under CP):
+TE's DotProductAttention raises 'No dot product attention backend is available' at the first forward. The local
+spec and the other backends take every softmax_type."""
 
 from __future__ import annotations
 
@@ -38,3 +39,15 @@ def test_backends_that_take_it_pass(extra: tuple[str, ...]) -> None:
 
 def test_flash_with_the_vanilla_softmax_passes() -> None:
     assert _cfg("--attention-backend", "flash", "--softmax-type", "vanilla").attention_backend == "flash"
+
+
+def test_unfused_with_context_parallelism_is_refused_under_te() -> None:
+    """TE disables UnfusedDotProductAttention under context parallelism and Megatron's unfused backend turns the
+    others off: no backend at the first forward."""
+    with pytest.raises(ConfigError) as err:
+        _cfg("--attention-backend", "unfused", "--context-parallel-size", "2")
+    assert err.value.exit_code == 2
+    assert "--attention-backend unfused with --context-parallel-size 2" in str(err.value)
+    assert "No dot product attention backend is available" in str(err.value)
+    assert _cfg("--attention-backend", "fused", "--context-parallel-size", "2").parallel.cp == 2
+    assert _cfg("--attention-backend", "unfused").parallel.cp == 1
