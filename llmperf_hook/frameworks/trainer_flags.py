@@ -10,7 +10,7 @@ from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.provenance import Source, SourceKind
 
 TRAINER_INT = ("ddp-bucket-cap-mb",)
-TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters")
+TRAINER_TRUE = ("torch-compile", "ddp-find-unused-parameters", "auto-find-batch-size")
 TRAINER_STR = ("optim", "config-overrides")
 """--config_overrides: run_clm.py's ModelArguments (the shape of a model built from scratch, frameworks/script_shape.py)."""
 
@@ -32,7 +32,9 @@ def ddp_bucket_elems(flags: FlagValues, src: dict[str, Source]) -> int | None:
 def trainer_warnings(flags: FlagValues) -> list[str]:
     """--torch_compile (Inductor fuses the model's kernels; priced as eager PyTorch); --ddp_find_unused_parameters
     True (DDP walks the autograd graph after every forward, torch/nn/parallel/distributed.py prepare_for_backward);
-    an --optim other than a full-precision AdamW (8-bit, paged, Adafactor, SGD, ...: other states and step)."""
+    an --optim other than a full-precision AdamW (8-bit, paged, Adafactor, SGD, ...: other states and step);
+    --auto_find_batch_size (Trainer.train wraps its loop in trainer_utils.find_executable_batch_size, accelerate's:
+    after an out-of-memory error it retries with a smaller per-device batch, so the job may run another one)."""
     out: list[str] = []
     if flags.get("torch_compile"):
         out.append(f"{flags.seen_flags['torch_compile']}: torch.compile's fused kernels priced as eager PyTorch ops")
@@ -42,4 +44,7 @@ def trainer_warnings(flags: FlagValues) -> list[str]:
     optim = flags.get("optim")
     if optim is not None and optim not in ADAM_OPTIMS:
         out.append(f"{flags.seen_flags['optim']} {optim}: its optimizer states and step priced as AdamW's")
+    if flags.get("auto_find_batch_size"):
+        out.append(f"{flags.seen_flags['auto_find_batch_size']}: priced at the starting per-device batch; after an "
+                   "out-of-memory error the Trainer retries with a smaller one (accelerate find_executable_batch_size)")
     return out

@@ -231,3 +231,18 @@ def test_accelerate_config_file_missing_or_broken(content: str | None, tmp_path:
     _hf_files(tmp_path, HF_AUTO)
     code, _, err = _explain(capsys, ["accelerate", "launch", "--config_file", "acc.yaml", *RUN_CLM])
     _refused(code, err, "acc.yaml")
+
+
+@pytest.mark.parametrize("value,warned", [([], True), (["True"], True), (["False"], False)])
+def test_trainer_auto_find_batch_size_is_warned(value: list[str], warned: bool, tmp_path: Path, capsys,
+                                                monkeypatch) -> None:
+    """Trainer.train wraps its loop in find_executable_batch_size (transformers trainer_utils, accelerate's): the job
+    may run a smaller per-device batch than the one priced. It said nothing (H166)."""
+    monkeypatch.chdir(tmp_path)
+    _hf_files(tmp_path, HF_AUTO)
+    argv = ["torchrun", "--nproc-per-node", "8", *[a for a in RUN_CLM if a not in ("--deepspeed", "ds.json")],
+            "--auto_find_batch_size", *value]
+    code, data, err = _explain(capsys, argv)
+    assert code == 0, err
+    assert data["micro_batch_size"] == 8  # TrainingArguments.per_device_train_batch_size default
+    assert any(w.startswith("--auto_find_batch_size") for w in data["warnings"]) == warned, data["warnings"]
