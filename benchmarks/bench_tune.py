@@ -68,17 +68,22 @@ WIDE_SPACE = {
 }
 
 
-def tune_once(argv: list[str], cluster: str, space_overrides: dict | None) -> tuple[float, object, dict]:
+def tune_once(argv: list[str], cluster: str, space_overrides: dict | None,
+              env: dict[str, str] | None = None) -> tuple[float, object, dict]:
+    """One search as `llmperf tune` makes it, the checks explain makes at assemble time included (tune/assemble_rules.py,
+    evaluated per distinct ZeRO stage, engine and SP: their cost is in the figures)."""
     from llmperf_hook import api
     from llmperf_hook.frameworks.resolve import resolve_job
     from llmperf_hook.frameworks.validation import validate_config
+    from llmperf_hook.tune.assemble_rules import assemble_rule_masks
     from llmperf_hook.tune.candidates import generate_candidates
+    from llmperf_hook.tune.ds_config_rewrite import ds_settings_at_stages
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import load_search_space, parse_search_space, read_search_file, default_search_file
 
     timings: dict[str, float] = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    _, cfg = resolve_job(argv, {})
+    job, cfg = resolve_job(argv, env or {})
     spec = api.load_cluster(cluster)
     raw = dict(read_search_file(default_search_file(cfg.framework)))
     raw.update(space_overrides or {})
@@ -95,16 +100,19 @@ def tune_once(argv: list[str], cluster: str, space_overrides: dict | None) -> tu
         calls["s"] += time.perf_counter() - a
         return out
 
-    res = search_candidates(cfg, spec, table, top_k=5, margin=space.memory_margin, predict=predict, validate=validate_config)
+    rules = assemble_rule_masks(cfg, job, ds_settings_at_stages(argv, space.zero_stage, None, env or {}))
+    res = search_candidates(cfg, spec, table, top_k=5, margin=space.memory_margin, predict=predict, validate=validate_config,
+                            command_rules=rules)
     t3 = time.perf_counter()
     timings.update(resolve_s=t1 - t0, generate_s=t2 - t1, search_s=t3 - t2, predict_calls=calls["n"],
                    predict_s=calls["s"], cpu_s=time.process_time() - c0)
     return t3 - t0, res, timings
 
 
-def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats: int) -> None:
-    tune_once(argv, cluster, space)  # warm caches the way a second CLI call would not: report both below
-    runs = [tune_once(argv, cluster, space) for _ in range(repeats)]
+def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats: int,
+          env: dict[str, str] | None = None) -> None:
+    tune_once(argv, cluster, space, env)  # warm caches the way a second CLI call would not: report both below
+    runs = [tune_once(argv, cluster, space, env) for _ in range(repeats)]
     total = statistics.median(r[0] for r in runs)
     res, timings = runs[0][1], runs[0][2]
     n = res.num_considered
@@ -112,6 +120,9 @@ def bench(name: str, argv: list[str], cluster: str, space: dict | None, repeats:
     print(f"candidates: {n:,} distinct ({res.num_generated:,} generated); invalid {res.num_invalid:,}, "
           f"OOM by memory model {res.num_oom_estimated:,}, OOM predicted {res.num_oom_predicted:,}, "
           f"slower by estimate {res.num_slower:,}, predicted in full {res.num_full_predictions:,}")
+    for rule, count in res.invalid_by_rule.items():
+        if rule.startswith("explain refuses"):
+            print(f"  invalid as {rule}: {count:,}")
     cpu = statistics.median(r[2]["cpu_s"] for r in runs)  # this process's own CPU: what one core gives it under load
     print(f"tune time (median of {repeats}, in process): {total:.3f} s wall  ->  {n / total:,.0f} candidates/s; "
           f"{cpu:.3f} s CPU  ->  {n / cpu:,.0f} candidates per CPU second")
@@ -176,6 +187,10 @@ def main() -> None:
     bench("GPT-3 175B, 1,024 GPUs", GPT3_175B_1024, "dgx-a100", WIDE_SPACE, args.repeats)
     bench("Llama-3 8B, 64 GPUs", LLAMA3_8B_64, "dgx-h100", None, args.repeats)
     bench("Megatron-DeepSpeed 13B ZeRO-3, 64 GPUs", MEGATRON_DEEPSPEED_13B_64, "dgx-a100", None, args.repeats)
+    # The job's own CUDA_DEVICE_MAX_CONNECTIONS=8: every --sequence-parallel row is one explain refuses (assemble
+    # _check_mds_connections), so the search's assemble-time masks prune, not only evaluate.
+    bench("Megatron-DeepSpeed 13B ZeRO-3, CUDA_DEVICE_MAX_CONNECTIONS=8, 64 GPUs", MEGATRON_DEEPSPEED_13B_64, "dgx-a100",
+          None, args.repeats, env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
     bench("Mixtral-8x7B (MoE, EP searched), 64 GPUs", MIXTRAL_8X7B_64, "dgx-h100", None, args.repeats)
     bench("Mixtral-8x7B alltoall dispatcher, 64 GPUs", MIXTRAL_ALLTOALL_64, "dgx-h100", None, args.repeats)
     cli_wall(GPT3_175B_1024, "dgx-a100", args.repeats)

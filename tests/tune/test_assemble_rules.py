@@ -93,3 +93,15 @@ def test_engine_column_is_the_priced_engine() -> None:
         c = dataclasses.replace(cfg, deepspeed_pipeline_engine=engine)
         got = _engine_column(c, candidate_of(c), cols).tolist()
         assert got == [engine, engine, False, True, True]
+
+
+def test_bench_tune_searches_with_the_assemble_masks() -> None:
+    """benchmarks/bench_tune.py times the search as the CLI runs it, these masks included: its Megatron-DeepSpeed job
+    under CUDA_DEVICE_MAX_CONNECTIONS=8 prunes every sequence-parallel row as explain refuses it."""
+    from script_module import load_script
+
+    bench = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tune.py")
+    _, res, _ = bench.tune_once(bench.MEGATRON_DEEPSPEED_13B_64, "dgx-a100", None, {"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    refused = {k: n for k, n in res.invalid_by_rule.items() if k.startswith("explain refuses: --sequence-parallel")}
+    assert refused and all(n > 0 for n in refused.values()), res.invalid_by_rule
+    assert res.top and not any(ev.candidate.sequence_parallel for ev in res.top)
