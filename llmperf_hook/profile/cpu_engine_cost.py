@@ -315,7 +315,7 @@ def deepspeed_child(dtype: str, threads: int) -> None:
     fp32 gradient partition, stage_1_and_2.py step()) are trimmed back to the kernel at every step and
     page-faulted in again at the next: L2 h256 s64 mbs2 bf16 ZeRO-0 alone in a process, 2,033 minor faults and
     3.9 ms of system time per 27 ms step; the same engine after fifteen others in one process, 0 faults and
-    0.0 ms (/work/notes/h159.md). All sixteen in one process (until session 19) measured the engine term without
+    0.0 ms (/work/notes/h159.md). All sixteen in one process (until 27 Nov 2026) measured the engine term without
     that cost: bf16 testbed steps were predicted 14-16 % low."""
     import torch
 

@@ -1,6 +1,6 @@
 """DeepSpeed's engine term is measured with each engine in a process of its own (cpu_engine_cost.deepspeed_child), as
 a real job runs it: glibc's malloc thresholds only ever rise within a process, so an engine measured after fifteen
-others (the method until session 19) paid none of the page faults a fresh job's DeepSpeed step pays (bf16 testbed
+others (the method until 27 Nov 2026) paid none of the page faults a fresh job's DeepSpeed step pays (bf16 testbed
 steps predicted 14-16 % low, /work/notes/h159.md). The framework file says which method measured it, its engine steps
 are keyed apart in the step-time history, and the testbed re-measures a file of the earlier method."""
 
