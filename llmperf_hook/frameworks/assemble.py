@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 from typing import Mapping
 
@@ -149,15 +150,28 @@ def _builds_pipeline_module(script: str, pp: int) -> bool:
     """Whether deepspeed.initialize gets a PipelineModule and so returns a PipelineEngine (deepspeed/__init__.py:
     DeepSpeedEngine unless `isinstance(model, PipelineModule)`): Megatron-DeepSpeed's entry points build GPTModelPipe
     without --no-pipeline-parallel, at PP 1 too; another script taking their flags (examples/cpu-testbed/train_gpt.py)
-    only if its source names PipelineModule (read, never run; unreadable: the entry points' default), and at PP > 1
-    it must."""
-    if pp > 1 or megatron_entry_point(script):
-        return True
+    only if its code uses one (_script_uses_pipeline_module), and at PP > 1 it must."""
+    return pp > 1 or megatron_entry_point(script) or _script_uses_pipeline_module(script)
+
+
+PIPELINE_MODULE_CLASSES = frozenset({"PipelineModule", "GPTModelPipe"})
+"""deepspeed.pipe.PipelineModule and Megatron-DeepSpeed's subclass of it (megatron/model/gpt_model.py
+`class GPTModelPipe(PipelineModule, MegatronModule)`)."""
+
+
+def _script_uses_pipeline_module(script: str) -> bool:
+    """Whether the script's code (parsed, never run) imports a PIPELINE_MODULE_CLASSES class and uses the name (a
+    call, a base class), or reaches one as an attribute (deepspeed.pipe.PipelineModule(...)); a comment or a string
+    naming it builds nothing. Unreadable or unparsable: True, the entry points' default."""
     try:
-        with open(script, encoding="utf-8", errors="replace") as handle:
-            return "PipelineModule" in handle.read()
-    except OSError:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return True
+    bound = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             for alias in node.names if alias.name in PIPELINE_MODULE_CLASSES}
+    return any((isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in bound)
+               or (isinstance(node, ast.Attribute) and node.attr in PIPELINE_MODULE_CLASSES) for node in ast.walk(tree))
 
 
 def _check_mds_connections(job: ParsedJob, sequence_parallel: bool) -> None:

@@ -32,8 +32,22 @@ def test_the_testbed_script_builds_the_plain_engine(tmp_path: Path) -> None:
 
 
 def test_a_script_building_a_pipeline_module_and_the_entry_points_run_the_pipeline_engine(tmp_path: Path) -> None:
-    own = tmp_path / "train_pipe.py"
-    own.write_text("from deepspeed.pipe import PipelineModule\nimport argparse\n")
-    for script in (str(own), "pretrain_gpt.py"):
+    sources = {"imported.py": "from deepspeed.pipe import PipelineModule as PM\nmodel = PM(layers=[], num_stages=1)\n",
+               "subclass.py": "from megatron.model import GPTModelPipe\nclass Mine(GPTModelPipe):\n    pass\n",
+               "attribute.py": "import deepspeed\nmodel = deepspeed.pipe.PipelineModule(layers=[], num_stages=1)\n"}
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    for script in [str(tmp_path / name) for name in sources] + ["pretrain_gpt.py"]:
         cfg = _cfg(tmp_path, script)
         assert cfg.deepspeed_pipeline_engine and runs_bf16_optimizer(cfg), script
+
+
+def test_a_comment_string_or_unused_import_of_pipeline_module_builds_no_pipeline(tmp_path: Path) -> None:
+    """Only code that hands deepspeed.initialize a PipelineModule counts (deepspeed/__init__.py isinstance check)."""
+    sources = {"comment.py": "# unlike PipelineModule, this builds the plain engine\nimport argparse\n",
+               "string.py": "HELP = 'no PipelineModule here'\n",
+               "unused.py": "from deepspeed.pipe import PipelineModule\nimport argparse\n"}
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+        cfg = _cfg(tmp_path, str(tmp_path / name))
+        assert not cfg.deepspeed_pipeline_engine and not runs_bf16_optimizer(cfg), name
