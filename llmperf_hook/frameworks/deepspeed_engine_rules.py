@@ -191,8 +191,7 @@ def zero0_bf16_accum_dtype(accum: str | None, precision: str, release: JobReleas
     and self.pipeline_parallelism: return BFLOAT16`); bf16_optimizer.py allocates its gradients in that dtype.
     Before data_types (0.6.2-0.7.5) every bf16 job without ZeRO ran it, with fp32 gradients. Combinations the
     release refuses were refused before (check_bf16_accumulation, _grad_accum_dtype)."""
-    version = release.version
-    if precision != "bf16" or (version is not None and version < BF16_OPTIMIZER_VERSION):
+    if precision != "bf16" or not release.has(BF16_OPTIMIZER_VERSION):
         return None
     if not release.has(GRAD_ACCUM_DTYPE_VERSION):
         return "fp32"

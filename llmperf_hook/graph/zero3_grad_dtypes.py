@@ -27,6 +27,7 @@ from llmperf_hook.frameworks.training_config import TrainingConfig
 
 WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2}
 
+
 def bucket_bytes_per_rank_param(model: str, comm: str, comm_dtype_bucket: bool) -> float:
     """Steps 1-2 for one gradient element, beyond the all-`model` path: torch.cat and div_ read and write the wider
     element (4 x the extra width); the v0.17.2 bucket is written wider once (1 x), the older one is cast whole
