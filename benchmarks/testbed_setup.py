@@ -143,6 +143,7 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     times), and scoring them measures the gap, not the model."""
     from llmperf_hook.profile.cpu_engine_cost import ENGINE_METHOD
     from llmperf_hook.profile.cpu_framework import FORMAT_VERSION
+    from llmperf_hook.profile.cpu_framework_readings import put_back_replaced
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
@@ -174,11 +175,14 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
             f"write_framework_overhead(Path(sys.argv[1]), {CLUSTER!r}, sys.argv[2:], 1, "
             f"time.perf_counter() + {FRAMEWORK_BOX_S} * len(sys.argv[2:]))")
     with deepspeed_buffers_removed(29706):
-        subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
-                       env=dict(base_env(home), MASTER_PORT="29706"), check=True, stdout=subprocess.DEVNULL)
-    if not path.is_file():  # its process was killed mid-way (write_framework_overhead puts the old one back else)
-        raise SystemExit(f"the framework cost re-measurement ended without a file; the earlier one is "
-                         f"{path.name}.replaced beside it: rerun when quieter")
+        done = subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
+                              env=dict(base_env(home), MASTER_PORT="29706"), stdout=subprocess.DEVNULL)
+    if done.returncode != 0:  # killed or failed mid-way: write_framework_overhead had moved the earlier file aside
+        put_back_replaced(path)
+        there = json.loads(path.read_text()).get("measured_utc") if path.is_file() else None
+        raise SystemExit(f"the framework cost re-measurement exited with status {done.returncode} (its error is "
+                         f"above); {path} is " + (f"the file measured {there}" if there else "missing")
+                         + " (the earlier one was measured " + str(doc.get("measured_utc")) + "): rerun when quieter")
     fresh = json.loads(path.read_text())
     if fresh.get("measured_utc") == doc.get("measured_utc"):  # no reading of any dtype ended in its box
         raise SystemExit(f"the framework cost re-measurement got no reading of any dtype within its "

@@ -320,7 +320,7 @@ def deepspeed_child(dtype: str, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
+    _one_rank_env()
     from deepspeed.comm.torch import build_shm_op
 
     build_shm_op()  # loaded once here: a worker never builds it (stop_children's lock file)
@@ -340,6 +340,15 @@ def deepspeed_child(dtype: str, threads: int) -> None:
             out.setdefault(str(zero), []).append(conn.recv())
         _answer(out)
     stop_engine_workers(workers)
+
+
+def _one_rank_env() -> None:
+    """deepspeed_child's environment: rank 0 of world size 1 (each worker adds its own MASTER_PORT). Without a
+    LOCAL_SIZE: one equal to the world size (1, inherited from a launcher) makes each worker's init_distributed create
+    a /dev/shm all-reduce buffer (shm_interface.cpp initialize), 64 MiB that DeepSpeed never unlinks, sixteen times
+    on sixteen ports; its training collectives go through gloo either way (as cpu_rank_transport.transport_child)."""
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
+    os.environ.pop("LOCAL_SIZE", None)
 
 
 def stop_engine_workers(workers: Sequence[tuple[int, Any, Any]]) -> None:

@@ -351,25 +351,46 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     is measured against the profile alone: a prediction of the reference models must not read it) and put back when
     none was measured or the measurement failed: a re-measurement that got nothing keeps what there was."""
     path = profile_dir / cf.FILE_NAME
-    aside = path.with_name(path.name + ".replaced")
+    put_back_replaced(path)  # a run killed outright (SIGKILL) left the earlier file aside
+    aside = _aside(path)
     history = cf.carried_history(_previous(path))
     if path.is_file():
         os.replace(path, aside)
-    doc = None
     try:
         doc = _measure_dtypes(hardware_name, dtypes, threads, deadline_s)
+        if doc["dtypes"]:
+            _write_whole(path, {**doc, "history": history})
     finally:
-        if doc and doc["dtypes"]:
-            doc["history"] = history
-            fresh = path.with_name(path.name + ".tmp")
-            fresh.write_text(json.dumps(doc, indent=1))
-            os.replace(fresh, path)  # whole or not at all: a reader never sees half a file
+        if path.is_file():  # written: it replaces the earlier one
             aside.unlink(missing_ok=True)
-        elif aside.is_file():
-            os.replace(aside, path)
+        else:  # nothing measured, or measuring or writing failed (Ctrl-C included)
+            put_back_replaced(path)
     if doc["dtypes"]:
         sys.stderr.write(describe_spread(doc) + "\n")
     return path
+
+
+def _aside(path: Path) -> Path:
+    return path.with_name(path.name + ".replaced")
+
+
+def put_back_replaced(path: Path) -> bool:
+    """Put the framework file that write_framework_overhead moved aside back at `path` when none is there (its
+    re-measurement ended without writing one); True when it did. os.replace: atomic on the one filesystem."""
+    if path.is_file() or not _aside(path).is_file():
+        return False
+    os.replace(_aside(path), path)
+    return True
+
+
+def _write_whole(path: Path, doc: dict) -> None:
+    """Write `doc` to a temporary name and rename it: a reader never sees half a file, a failed write leaves none."""
+    fresh = path.with_name(path.name + ".tmp")
+    try:
+        fresh.write_text(json.dumps(doc, indent=1))
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def _measure_dtypes(hardware_name: str, dtypes: Sequence[str], threads: int, deadline_s: float | None) -> dict:

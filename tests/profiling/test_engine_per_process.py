@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -83,6 +84,7 @@ def test_the_testbed_re_measures_a_file_of_engines_measured_in_one_process(
     def fake_run(argv, **kwargs):
         calls.append(argv)
         _complete_file(tmp_path, ec.ENGINE_METHOD)
+        return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(setup.subprocess, "run", fake_run)
     setup.refresh_framework_cost(tmp_path, 0.3)
@@ -147,9 +149,53 @@ def test_a_re_measurement_replaces_the_file_whole_with_its_history(tmp_path: Pat
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
-def test_the_testbed_says_where_the_earlier_file_is_when_a_killed_re_measurement_left_none(
+def test_the_testbed_puts_the_earlier_file_back_when_its_re_measurement_is_killed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL ends write_framework_overhead with the earlier file still aside and a non-zero status (a traceback of
+    subprocess.run's check before); the testbed puts it back and stops saying so."""
     path = _complete_file(tmp_path, None)
-    monkeypatch.setattr(setup.subprocess, "run", lambda argv, **kwargs: path.unlink())
-    with pytest.raises(SystemExit, match="framework_overhead.json.replaced"):
+    before = path.read_text()
+
+    def killed(argv, **kwargs):
+        os.replace(path, path.with_name(path.name + ".replaced"))
+        return subprocess.CompletedProcess(argv, -9)
+
+    monkeypatch.setattr(setup.subprocess, "run", killed)
+    with pytest.raises(SystemExit, match="exited with status -9.*the file measured"):
         setup.refresh_framework_cost(tmp_path, 0.3)
+    assert path.read_text() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_re_measurement_after_a_killed_one_carries_the_file_it_left_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.profile import cpu_framework_readings as cfr
+
+    path = _complete_file(tmp_path, ec.ENGINE_METHOD)
+    earlier = json.loads(path.read_text())
+    earlier["dtypes"]["bf16"]["samples"] = [{"shape": [1, 128, 128, 2], "fwd_bwd_s": 0.01}]
+    path.write_text(json.dumps(earlier))
+    os.replace(path, path.with_name(path.name + ".replaced"))  # what a SIGKILL mid-measurement leaves
+    monkeypatch.setattr(cfr, "_measure_dtypes", lambda *args: {"dtypes": {"bf16": {"per_unit_s": 2e-5}}})
+    monkeypatch.setattr(cfr, "describe_spread", lambda doc: "")
+    cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    assert json.loads(path.read_text())["history"] == carried_history(earlier) != []
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmperf_hook.profile import cpu_framework_readings as cfr
+
+    path = _complete_file(tmp_path, ec.ENGINE_METHOD)
+    before = path.read_text()
+    monkeypatch.setattr(cfr, "_measure_dtypes", lambda *args: {"dtypes": {"bf16": {}}, "bad": {1, 2}})
+    with pytest.raises(TypeError):  # a set is not JSON: the write fails half-way
+        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    assert path.read_text() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_the_engine_process_creates_no_shm_buffer_a_launcher_s_local_size_would_ask_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"LOCAL_SIZE": "1", "PATH": "/bin"}
+    monkeypatch.setattr(ec.os, "environ", env)
+    ec._one_rank_env()
+    assert "LOCAL_SIZE" not in env and env["WORLD_SIZE"] == "1" and env["RANK"] == "0"
