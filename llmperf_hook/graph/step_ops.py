@@ -326,14 +326,15 @@ measured."""
 DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM = 6.0
 """Each micro-batch after the first adds its bf16 gradients into the accumulated ones (read 2 + 2, write 2);
 measured 5.8 B per parameter per micro-batch on the same H100 (kernels/ds_zero1_accum4.txt, aten::add_)."""
-DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH = {2: 12.0, 3: 8.0}
-"""Bytes per local parameter that ZeRO-2/3 add for each micro-batch after the first, beyond the accumulation above:
-they reduce in every micro-batch's backward (ZeRO-1 only at the boundary), and DEEPSPEED_MP_BYTES_PER_PARAM holds
-the first micro-batch's reduction. Each gradient is copied into the ipg bucket (read 2, write 2) and the bucket is
-divided by the DP size (2 + 2), at any DP size; ZeRO-2 then copies it into its partition (2 + 2; stage_1_and_2.py
-reduce_independent_p_g_buckets_and_remove_grads, average_tensor, copy_grads_in_partition), where ZeRO-3 adds it
-(the accumulation above; stage3.py __add_grad_to_ipg_bucket, __avg_scatter_contiguous_grads, partition_grads).
-Measured on one H200 (measurements/h200-sxm-141gb-2026-11-27-b/kernels, ds_bf16_zero2/3_accum4 against
+DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH = {2: (8.0, 4.0), 3: (8.0, 0.0)}
+"""Bytes that ZeRO-2/3 add for each micro-batch after the first, beyond the accumulation above, as (per gradient the
+rank computes, per local parameter): they reduce in every micro-batch's backward (ZeRO-1 only at the boundary), and
+DEEPSPEED_MP_BYTES_PER_PARAM holds the first micro-batch's reduction. Each gradient the rank computes is copied into
+the ipg bucket (read 2, write 2) and the whole bucket is divided by the DP size (2 + 2), at any DP size; ZeRO-2 then
+copies only its partition out of it (2 + 2; stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads,
+average_tensor, copy_grads_in_partition), where ZeRO-3 adds it (the accumulation above; stage3.py
+__add_grad_to_ipg_bucket, reduce_scatter_coalesced's cat and div_, partition_grads). Measured on one H200 (DP 1, so
+both counts are the same; measurements/h200-sxm-141gb-2026-11-27-b/kernels, ds_bf16_zero2/3_accum4 against
 ds_bf16_zero2/3): 2 more aten::div_ per micro-batch, 661 us (3.9 B per parameter at 4.22 TB/s); 316 / 168 more
 aten::copy_ per micro-batch (ZeRO-1 on the H100: 14), 8.9 / 3.9 B once the model's own copies of the twice larger
 batch are taken out (plain_bf16: 3.8 ms). In all 12.8 / 7.8 B."""
@@ -365,13 +366,15 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
                               rank_params: int) -> list[Op]:
     """DeepSpeed bf16/fp16 bookkeeping of the step (ZeRO 0-3; ZeRO-3's per-micro-batch hooks: zero3_hooks.py):
     the step's own work over the rank's `local` (ZeRO-partitioned) parameters, and the accumulation of each
-    micro-batch after the first over the gradients the rank keeps, `accumulated_grad_params`."""
+    micro-batch after the first over the gradients the rank keeps, `accumulated_grad_params`, and ZeRO-2/3's bucket
+    copy and division over every gradient it computes, `rank_params` (DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH)."""
     zero = cfg.optimizer.zero_stage
     offloaded = cfg.optimizer.offload_optimizer != "none"
     if "deepspeed" not in cfg.framework or cfg.precision == "fp32" or offloaded:
         return []
-    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, 0.0)
-    accumulated = max(0, cfg.batch.num_microbatches - 1) * per_microbatch + zero3_fp32_accum_bytes(cfg)
+    further = max(0, cfg.batch.num_microbatches - 1)
+    bucket_b, partition_b = DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, (0.0, 0.0))
+    accumulated = further * (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + partition_b) + zero3_fp32_accum_bytes(cfg)
     grad_params = accumulated_grad_params(cfg, local, rank_params)
     tensors = model_param_tensors(cfg, stage, num_layers)
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
@@ -381,7 +384,8 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     widened = zero3_grad_dtype_bytes(cfg, local, rank_params)  # ZeRO-3 reducing in another dtype than the model's
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
-               bytes_moved=float(local * per_param + grad_params * accumulated + widened), dtype=cfg.precision,
+               bytes_moved=float(local * per_param + grad_params * accumulated + rank_params * further * bucket_b
+                                 + widened), dtype=cfg.precision,
                tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
 
 

@@ -34,8 +34,8 @@ def test_bf16_step_carries_the_bookkeeping_of_its_zero_stage(tmp_path: Path, zer
     pred, graph = _graph(tmp_path, zero, "--micro-batch-size", "2", "--global-batch-size", "6", "--bf16")
     (op,) = [op for op in _bookkeeping(graph) if op.name == "optimizer.deepspeed_mixed_precision"]
     local = op.dims["params"]
-    assert local == graph.stages[0].num_params  # one rank: nothing sharded
-    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, 0.0)
+    assert local == graph.stages[0].num_params  # one rank: nothing sharded, the bucket's gradients are the partition
+    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + sum(DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH.get(zero, ()))
     per_param = DEEPSPEED_MP_BYTES_PER_PARAM[zero] + 2 * per_microbatch  # 3 micro-batches
     assert op.bytes_moved == pytest.approx(local * per_param)
     # per layer 4 linears and 2 LayerNorms, each a weight and a bias; word + position embeddings, final LayerNorm

@@ -65,12 +65,16 @@ def test_zero1_accumulates_every_gradient_of_the_rank(tmp_path: Path, precision:
     assert book.bytes_moved == pytest.approx(expected)
 
 
-def test_zero2_accumulates_its_partition_only(tmp_path: Path) -> None:
-    """ZeRO-2 reduces each bucket in the backward and keeps only its partition of the gradients."""
-    _, book = _bookkeeping_at(tmp_path, 2, "fp16")
-    per_microbatch = DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[2]
-    per_param = DEEPSPEED_MP_BYTES_PER_PARAM[2] + 3 * per_microbatch
-    assert book.bytes_moved == pytest.approx(book.dims["params"] * per_param)
+@pytest.mark.parametrize("zero", [2, 3])
+def test_zero2_3_accumulate_their_partition_and_bucket_every_gradient(tmp_path: Path, zero: int) -> None:
+    """ZeRO-2/3 reduce each bucket in the backward and keep only their partition of the gradients (accumulation and
+    ZeRO-2's copy out of the bucket: per local parameter), but every gradient the rank computes is copied into the
+    ipg bucket and divided by the DP size each micro-batch (stage_1_and_2.py average_tensor, stage3.py
+    reduce_scatter_coalesced): per rank parameter, 4x the partition at DP 4."""
+    rank_params, book = _bookkeeping_at(tmp_path, zero, "fp16")
+    bucket_b, partition_b = DEEPSPEED_REDUCE_BYTES_PER_MICROBATCH[zero]
+    local_b = DEEPSPEED_MP_BYTES_PER_PARAM[zero] + 3 * (DEEPSPEED_ACCUMULATE_BYTES_PER_PARAM + partition_b)
+    assert book.bytes_moved == pytest.approx(book.dims["params"] * local_b + rank_params * 3 * bucket_b)
 
 
 def test_zero3_fp32_accumulation_casts_and_adds_its_partition_in_fp32(tmp_path: Path) -> None:
