@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.cli import error_lines, run_cli
+from tests.acceptance.test_round12_launch_lines import LLAMA_HF
 
 GPT = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096",
        "--num-attention-heads", "32", "--seq-length", "4096", "--max-position-embeddings", "4096",
@@ -105,3 +106,28 @@ def test_embedding_and_loss_counted_as_layers_in_the_pipeline_split(capsys) -> N
     code, _, err = run_cli(["explain", "--", *[a for a in argv if a != "--account-for-loss-in-pipeline-split"]],
                            capsys)
     assert code == 2 and "not divisible by pipeline-model-parallel-size 4" in err, err  # 31 % 4
+
+
+@pytest.mark.xfail(strict=True, reason="routed (frameworks/deepspeed_config.py, H163's paths; patch "
+                   "/work/notes/patches/H166-ds-config-nonfinite.patch): _num calls int() on NaN / Infinity, which "
+                   "json.load reads, and exits 1 'internal error: ValueError: cannot convert float NaN to integer'")
+@pytest.mark.parametrize("script,key,value", [("train.py", "train_batch_size", "NaN"),
+                                              ("train.py", "gradient_accumulation_steps", "Infinity"),
+                                              ("train.py", "zero_optimization", '{"stage": Infinity}'),
+                                              ("run_clm.py", "zero_optimization", '{"stage": NaN}')])
+def test_non_finite_batch_or_stage_exits_2(script: str, key: str, value: str, tmp_path: Path, capsys,
+                                           monkeypatch) -> None:
+    """Found by fuzzing ds_config values (H166): a non-finite number where DeepSpeed wants an integer."""
+    monkeypatch.chdir(tmp_path)
+    batch = '"auto"' if script == "run_clm.py" else "64"  # the Trainer's configs leave the batch keys "auto"
+    rest = {"train_batch_size": batch, "gradient_accumulation_steps": "4", "train_micro_batch_size_per_gpu": "2",
+            "bf16": '{"enabled": true}', key: value}
+    (tmp_path / "d.json").write_text("{" + ", ".join(f'"{k}": {v}' for k, v in rest.items()) + "}")
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(LLAMA_HF))
+    tail = (["--model_name_or_path", "llama", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps",
+             "4", "--bf16"] if script == "run_clm.py" else [])
+    model = [] if tail else ["--model", "llama2-7b"]
+    code, _, err = run_cli(["explain", *model, "--", "deepspeed", "--num_gpus", "8", script,
+                            "--deepspeed" if tail else "--deepspeed_config", "d.json", *tail], capsys)
+    _refused(code, err, "d.json")
