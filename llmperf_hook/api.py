@@ -146,8 +146,8 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str], *, cluster: str
 
 
 def _oversubscribed_node_note(job: ParsedJob, spec: ClusterSpec) -> str:
-    """More processes per node than the node has GPUs, on one node too: it said nothing there, while the graph
-    placed the ranks at most host_gpus to a node (graph/build.ranks_per_node), on nodes the command never named.
+    """More processes per node than the node has GPUs, on one node as on several: the graph places at most
+    host_gpus ranks to a node (graph/build.ranks_per_node), so a one-node command is priced on nodes it never named.
     Each rank binds GPU local_rank (Megatron's initialize.py torch.cuda.set_device(args.local_rank), DeepSpeed's
     LOCAL_RANK), so a local rank >= the node's GPUs fails 'invalid device ordinal'."""
     nodes_placed = -(-job.world_size // spec.host_gpus)
