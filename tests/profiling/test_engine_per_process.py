@@ -1,5 +1,5 @@
-"""DeepSpeed's engine term is measured with each engine in a process of its own (cpu_engine_cost.deepspeed_child), as
-a real job runs it: glibc's malloc thresholds only ever rise within a process, so an engine measured after fifteen
+"""DeepSpeed's engine term is measured with each engine in a process of its own (cpu_engine_workers.deepspeed_child),
+as a real job runs it: glibc's malloc thresholds only ever rise within a process, so an engine measured after fifteen
 others (the method until 27 Nov 2026) paid none of the page faults a fresh job's DeepSpeed step pays (bf16 testbed
 steps predicted 14-16 % low, /work/notes/h159.md). The framework file says which method measured it, its engine steps
 are keyed apart in the step-time history, and the testbed re-measures a file of the earlier method."""
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.profile import cpu_engine_cost as ec
+from llmperf_hook.profile import cpu_engine_workers as ew
 from llmperf_hook.profile.cpu_framework import FORMAT_VERSION, carried_history, measured_steps
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -34,7 +35,7 @@ def test_each_engine_is_measured_in_a_process_of_its_own(monkeypatch: pytest.Mon
     monkeypatch.setattr(ec, "ENGINE_WARMUP", 1)
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
-    workers = ec._start_engine_workers("fp32")
+    workers = ew._start_engine_workers("fp32")
     try:
         assert [zero for zero, _, _ in workers] == [0, 1, 2, 3]
         pids = {proc.pid for _, _, proc in workers}
@@ -44,7 +45,7 @@ def test_each_engine_is_measured_in_a_process_of_its_own(monkeypatch: pytest.Mon
             fwd_bwd_s, step_s = conn.recv()
             assert fwd_bwd_s > 0 and step_s > 0
     finally:
-        ec.stop_engine_workers(workers)
+        ew.stop_engine_workers(workers)
     assert [proc.exitcode for _, _, proc in workers] == [0, 0, 0, 0]  # each ended when told, none killed
 
 
@@ -196,6 +197,6 @@ def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path, monkeypatch: pyte
 def test_the_engine_process_creates_no_shm_buffer_a_launcher_s_local_size_would_ask_for(
         monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"LOCAL_SIZE": "1", "PATH": "/bin"}
-    monkeypatch.setattr(ec.os, "environ", env)
-    ec._one_rank_env()
+    monkeypatch.setattr(ew.os, "environ", env)
+    ew._one_rank_env()
     assert "LOCAL_SIZE" not in env and env["WORLD_SIZE"] == "1" and env["RANK"] == "0"
