@@ -92,6 +92,15 @@ def test_the_testbed_re_measures_a_file_of_engines_measured_in_one_process(
     assert bool(calls) == measured_again
 
 
+def test_a_busy_start_keeps_a_file_of_the_earlier_method_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    _complete_file(tmp_path, None)
+    monkeypatch.setattr(setup.subprocess, "run", lambda *args, **kwargs: pytest.fail("measured on a busy machine"))
+    setup.refresh_framework_cost(tmp_path, 6.0)
+    said = capsys.readouterr().out
+    assert "kept; rerun when quieter" in said and "engines measured all in one process" in said
+
+
 def _gappy_file(tmp_path: Path, box_s: float) -> Path:
     path = tmp_path / "framework_overhead.json"
     path.write_text(json.dumps({"dtypes": {"fp32": {"readings": [{}, {}, {}], "time_box_s": box_s,
