@@ -9,6 +9,7 @@ stage3_max_live_parameters 1e9, gradient_clipping 0; fp16 and bf16 cannot both b
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -117,7 +118,9 @@ def _num(value: Any, key: str, origin: str) -> int | str | None:
         return value
     if key.startswith("zero_optimization.") and (number := pydantic_int(value)) is not None:
         return number  # DeepSpeedZeroConfig's lax int ("2", "+2", "2.0"); the batch keys are read raw and are not
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    # NaN / Infinity (json.load and hjson both read them) have no int(): DeepSpeed fails on them at initialize.
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or int(value) != value):
         raise ConfigError(f"{origin} key {key} must be an integer or \"auto\", got {value!r}.")
     return int(value)
 

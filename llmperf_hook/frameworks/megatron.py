@@ -247,6 +247,13 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
     if flags.has("recompute_num_layers"):
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
     layers = flags.get("recompute_num_layers")
+    if granularity is None and (flags.has("recompute_method") or flags.has("recompute_num_layers")):
+        given = " / ".join(flags.seen_flags[k] for k in ("recompute_method", "recompute_num_layers") if flags.has(k))
+        # TransformerConfig reads the method and layer count only under `if self.recompute_granularity is not None`
+        # (megatron/core/transformer/transformer_config.py __post_init__): alone they recompute nothing.
+        warnings.append(f"{given} without --recompute-granularity recomputes nothing (Megatron reads them only under "
+                        "a granularity); priced without recomputation. Add --recompute-granularity full if you meant "
+                        "full recomputation.")
     if granularity == "full" and method == "block" and layers == 0:
         granularity, method, layers = _block_of_no_layers(flags, src, warnings)
     modules = _recompute_modules(flags, granularity, src, warnings)

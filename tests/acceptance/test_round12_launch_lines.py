@@ -248,10 +248,6 @@ def test_trainer_auto_find_batch_size_is_warned(value: list[str], warned: bool, 
     assert any(w.startswith("--auto_find_batch_size") for w in data["warnings"]) == warned, data["warnings"]
 
 
-@pytest.mark.xfail(strict=True, reason="routed (frameworks/megatron_*, H163's paths): Megatron applies "
-                   "--recompute-method / --recompute-num-layers only under --recompute-granularity "
-                   "(TransformerConfig checks them inside `if self.recompute_granularity is not None`), so without "
-                   "it they do nothing; explain prices no recompute, correctly, but without a word")
 def test_recompute_method_without_granularity_is_warned(capsys) -> None:
     code, data, err = _explain(capsys, ["torchrun", "--nproc-per-node", "8", *GPT, "--vocab-size", "32000",
                                         "--recompute-method", "uniform", "--recompute-num-layers", "2"])
