@@ -175,7 +175,7 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     code = ("import sys, time\nfrom pathlib import Path\n"
             "from llmperf_hook.profile.cpu_framework import write_framework_overhead\n"
             f"write_framework_overhead(Path(sys.argv[1]), {CLUSTER!r}, sys.argv[2:], 1, "
-            f"time.perf_counter() + {FRAMEWORK_BOX_S} * len(sys.argv[2:]))")
+            f"time.perf_counter() + {FRAMEWORK_BOX_S} * len(sys.argv[2:]), keep_earlier=True)")
     with deepspeed_buffers_removed(29706):
         done = subprocess.run([sys.executable, "-c", code, str(path.parent), *dtypes],
                               env=dict(base_env(home), MASTER_PORT="29706"), stdout=subprocess.DEVNULL)

@@ -428,9 +428,9 @@ def carried_history(old: dict | None) -> list[dict]:
 
 
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int,
-                             deadline_s: float | None = None) -> Path:
+                             deadline_s: float | None = None, keep_earlier: bool = False) -> Path:
     """FILE_NAME next to the profile's profile.json, measured until `deadline_s` (time.perf_counter(); default
     RESERVED_S from now) (cpu_framework_readings.write_framework_overhead)."""
     from llmperf_hook.profile.cpu_framework_readings import write_framework_overhead as write
 
-    return write(profile_dir, hardware_name, dtypes, threads, deadline_s)
+    return write(profile_dir, hardware_name, dtypes, threads, deadline_s, keep_earlier)

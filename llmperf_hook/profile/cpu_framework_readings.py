@@ -342,14 +342,16 @@ def _previous(path: Path) -> dict | None:
 
 
 def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequence[str], threads: int,
-                             deadline_s: float | None = None) -> Path:
+                             deadline_s: float | None = None, keep_earlier: bool = False) -> Path:
     """Measure every dtype the profile serves (each in an even share of the time to `deadline_s`, a
     time.perf_counter() time; default RESERVED_S from now) and write FILE_NAME next to its profile.json, with the
     machine's 1-minute load average before and after each dtype (load_avg_1m: the largest) and the steps of the file
     it replaces (cf.carried_history); the spread between readings goes to stderr (describe_spread). A dtype of which
     no reading ended in its time is left out. The file it replaces is moved aside while it measures (the residual
-    is measured against the profile alone: a prediction of the reference models must not read it) and put back when
-    none was measured or the measurement failed: a re-measurement that got nothing keeps what there was."""
+    is measured against the profile alone: a prediction of the reference models must not read it). When none was
+    measured or the measurement failed, it is put back with `keep_earlier` (the testbed's re-measurement of the same
+    fit keeps what there was) and removed without it: `llmperf profile` has just re-fitted the profile, and a
+    residual measured against the earlier fit is stale (profile_fit removes it so when its --budget is too small)."""
     path = profile_dir / cf.FILE_NAME
     put_back_replaced(path)  # a run killed outright (SIGKILL) left the earlier file aside
     aside = _aside(path)
@@ -361,7 +363,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
         if doc["dtypes"]:
             _write_whole(path, {**doc, "history": history})
     finally:
-        if path.is_file():  # written: it replaces the earlier one
+        if path.is_file() or not keep_earlier:  # written, or the earlier one is stale
             aside.unlink(missing_ok=True)
         else:  # nothing measured, or measuring or writing failed (Ctrl-C included)
             put_back_replaced(path)

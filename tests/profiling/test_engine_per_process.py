@@ -138,11 +138,23 @@ def test_a_re_measurement_that_gets_nothing_keeps_the_file_it_was_to_replace(
     monkeypatch.setattr(cfr, "_measure_dtypes", measure)
     if outcome == "failed":
         with pytest.raises(KeyboardInterrupt):
-            cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+            cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1, keep_earlier=True)
     else:
-        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1, keep_earlier=True)
     assert seen == [False] and path.read_text() == before
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_llmperf_profile_drops_the_earlier_file_a_re_fit_made_stale_when_it_measures_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """profile_fit calls it right after writing a new fit: the earlier file's residual is against the old one."""
+    from llmperf_hook.profile import cpu_framework_readings as cfr
+
+    path = _complete_file(tmp_path, ec.ENGINE_METHOD)
+    monkeypatch.setattr(cfr, "_measure_dtypes", lambda *args: {"dtypes": {}})
+    cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+    assert list(path.parent.iterdir()) == []
+    assert cfr.time_box_notes(path, ["bf16"])[0].startswith("framework cost bf16: not measured")
 
 
 def test_a_re_measurement_replaces_the_file_whole_with_its_history(tmp_path: Path,
@@ -199,7 +211,7 @@ def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path, monkeypatch: pyte
     before = path.read_text()
     monkeypatch.setattr(cfr, "_measure_dtypes", lambda *args: {"dtypes": {"bf16": {}}, "bad": {1, 2}})
     with pytest.raises(TypeError):  # a set is not JSON: the write fails half-way
-        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1)
+        cfr.write_framework_overhead(path.parent, CLUSTER, ["bf16"], 1, keep_earlier=True)
     assert path.read_text() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
