@@ -351,7 +351,7 @@ def write_framework_overhead(profile_dir: Path, hardware_name: str, dtypes: Sequ
     is measured against the profile alone: a prediction of the reference models must not read it). When none was
     measured or the measurement failed, it is put back with `keep_earlier` (the testbed's re-measurement of the same
     fit keeps what there was) and removed without it: `llmperf profile` has just re-fitted the profile, and a
-    residual measured against the earlier fit is stale (profile_fit removes it so when its --budget is too small)."""
+    residual measured against the earlier fit is stale (as profile_fit says when its --budget is too small)."""
     path = profile_dir / cf.FILE_NAME
     put_back_replaced(path)  # a run killed outright (SIGKILL) left the earlier file aside
     aside = _aside(path)
@@ -376,13 +376,11 @@ def _aside(path: Path) -> Path:
     return path.with_name(path.name + ".replaced")
 
 
-def put_back_replaced(path: Path) -> bool:
+def put_back_replaced(path: Path) -> None:
     """Put the framework file that write_framework_overhead moved aside back at `path` when none is there (its
-    re-measurement ended without writing one); True when it did. os.replace: atomic on the one filesystem."""
-    if path.is_file() or not _aside(path).is_file():
-        return False
-    os.replace(_aside(path), path)
-    return True
+    re-measurement ended without writing one). os.replace: atomic on the one filesystem."""
+    if _aside(path).is_file() and not path.is_file():
+        os.replace(_aside(path), path)
 
 
 def _write_whole(path: Path, doc: dict) -> None:
