@@ -248,7 +248,8 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
     layers = flags.get("recompute_num_layers")
     if granularity is None and (flags.has("recompute_method") or flags.has("recompute_num_layers")):
-        given = " / ".join(flags.seen_flags[k] for k in ("recompute_method", "recompute_num_layers") if flags.has(k))
+        given = " / ".join(flags.seen_flags.get(k, "--" + k.replace("_", "-"))
+                           for k in ("recompute_method", "recompute_num_layers") if flags.has(k))
         # TransformerConfig reads the method and layer count only under `if self.recompute_granularity is not None`
         # (megatron/core/transformer/transformer_config.py __post_init__): alone they recompute nothing.
         warnings.append(f"{given} without --recompute-granularity recomputes nothing (Megatron reads them only under "
