@@ -48,6 +48,10 @@ class FlagValues:
     def source(self, dest: str, default: str = "") -> Source:
         return self.sources.get(dest, Source(SourceKind.DEFAULT, default))
 
+    def spelling(self, dest: str) -> str:
+        """The flag of `dest` as the user spelled it, else its canonical --dashed form (for messages)."""
+        return self.seen_flags.get(dest, _canonical(dest))
+
 
 def _canonical(name: str) -> str:
     return "--" + name.lstrip("-").replace("_", "-")

@@ -248,8 +248,7 @@ def megatron_recompute(flags: FlagValues, src: dict[str, Source], warnings: list
         src["recompute_num_layers"] = flags.source("recompute_num_layers")
     layers = flags.get("recompute_num_layers")
     if granularity is None and (flags.has("recompute_method") or flags.has("recompute_num_layers")):
-        given = " / ".join(flags.seen_flags.get(k, "--" + k.replace("_", "-"))
-                           for k in ("recompute_method", "recompute_num_layers") if flags.has(k))
+        given = " / ".join(flags.spelling(k) for k in ("recompute_method", "recompute_num_layers") if flags.has(k))
         # TransformerConfig reads the method and layer count only under `if self.recompute_granularity is not None`
         # (megatron/core/transformer/transformer_config.py __post_init__): alone they recompute nothing.
         warnings.append(f"{given} without --recompute-granularity recomputes nothing (Megatron reads them only under "
@@ -340,9 +339,9 @@ def _ddp_num_buckets(flags: FlagValues) -> int | None:
     n = flags.get("ddp_num_buckets")
     if n is None:
         return None
-    given = flags.seen_flags.get("ddp_num_buckets", "--ddp-num-buckets")
+    given = flags.spelling("ddp_num_buckets")
     if flags.get("ddp_bucket_size") is not None:
-        raise ConfigError(f"{given} {n} and {flags.seen_flags.get('ddp_bucket_size', '--ddp-bucket-size')} "
+        raise ConfigError(f"{given} {n} and {flags.spelling('ddp_bucket_size')} "
                           f"{flags.get('ddp_bucket_size')} are both given; Megatron-Core's DistributedDataParallelConfig "
                           "asserts 'Cannot specify both num_buckets and bucket_size'. Keep one of them.")
     return int(n)
@@ -368,7 +367,7 @@ def megatron_attention(flags: FlagValues, src: dict[str, Source], ds_flavour: bo
     Another script that only takes Megatron-style flags builds its own attention: the Megatron default stands."""
     backend = flags.get("attention_backend")
     if flags.get("transformer_impl") == "local" and not ds_flavour:
-        flag = flags.seen_flags.get("transformer_impl", "--transformer-impl")
+        flag = flags.spelling("transformer_impl")
         src["attention_backend"] = Source(SourceKind.ARGV, f"{flag} local: megatron-core's local DotProductAttention "
                                           "(unfused)")
         return "unfused"

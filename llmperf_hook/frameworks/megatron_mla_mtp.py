@@ -34,17 +34,13 @@ position embedding types are rope and none' (megatron/training/arguments.py, MTP
 Feb 2026, before the mRoPE list of 70719cdd that would also accept learned_absolute and mrope)."""
 
 
-def _flag(flags: FlagValues, dest: str) -> str:
-    return flags.seen_flags.get(dest, "--" + dest.replace("_", "-"))
-
-
 def _mla_rules(flags: FlagValues) -> None:
     if flags.get("group_query_attention"):
-        raise ConfigError(f"{_flag(flags, 'multi_latent_attention')} and {_flag(flags, 'group_query_attention')} are "
+        raise ConfigError(f"{flags.spelling('multi_latent_attention')} and {flags.spelling('group_query_attention')} are "
                           "both given; Megatron asserts 'Group query attention is mutually exclusive with multi latent "
                           "attention' (validate_args). MLA has no query groups: drop --group-query-attention.")
     if flags.get("rotary_interleaved"):
-        raise ConfigError(f"{_flag(flags, 'rotary_interleaved')} with {_flag(flags, 'multi_latent_attention')}: Megatron "
+        raise ConfigError(f"{flags.spelling('rotary_interleaved')} with {flags.spelling('multi_latent_attention')}: Megatron "
                           "raises 'rotary_interleaved does not work with multi_latent_attention' (TransformerConfig). "
                           "Drop --rotary-interleaved.")
     rope_type = flags.get("rope_type") or "yarn"
@@ -72,7 +68,7 @@ def _rope_type_rules(flags: FlagValues, mla: bool) -> None:
                           "Megatron asserts 'Common attention only support rope_type=\"rope\"' "
                           "(argument_utils.py). Use --rope-type rope, or add --multi-latent-attention.")
     if flags.get("mla_down_proj_fusion") and not mla:
-        raise ConfigError(f"{_flag(flags, 'mla_down_proj_fusion')} without --multi-latent-attention: Megatron asserts "
+        raise ConfigError(f"{flags.spelling('mla_down_proj_fusion')} without --multi-latent-attention: Megatron asserts "
                           "'--mla-down-proj-fusion requires --multi-latent-attention'. Add the one or drop the other.")
 
 
@@ -82,8 +78,8 @@ def resolve_mla(flags: FlagValues, src: dict[str, Source], warnings: list[str]) 
     _rope_type_rules(flags, mla)
     if not mla:
         if flags.get("qk_layernorm"):
-            warnings.append(f"{_flag(flags, 'qk_layernorm')}: query/key layer norms not modelled")
-        ignored = [_flag(flags, k) for k in ("q_lora_rank", *MLA_DEFAULTS) if flags.has(k)]
+            warnings.append(f"{flags.spelling('qk_layernorm')}: query/key layer norms not modelled")
+        ignored = [flags.spelling(k) for k in ("q_lora_rank", *MLA_DEFAULTS) if flags.has(k)]
         if ignored:
             warnings.append(f"{', '.join(ignored)}: ignored without --multi-latent-attention (Megatron builds standard "
                             "attention and does not read them)")
@@ -111,7 +107,7 @@ def resolve_mtp(flags: FlagValues, src: dict[str, Source], warnings: list[str], 
     if depths == 0:
         return {}
     if ds_flavour:
-        warnings.append(f"{_flag(flags, 'mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
+        warnings.append(f"{flags.spelling('mtp_num_layers')}: multi-token prediction is Megatron-Core's; not modelled for "
                         "Megatron-DeepSpeed")
         return {}
     # Since core_v0.17.0 (9d71cb1, which reapplied the reverted 300d1b6 'Add MTP support for hybrid models';
@@ -164,7 +160,7 @@ def resolve_shared_experts(flags: FlagValues, num_experts: int, src: dict[str, S
                           "experts, please set --disable-bias-linear instead'. Add --disable-bias-linear.")
     dispatcher = flags.get("moe_token_dispatcher_type", "allgather")
     if flags.get("moe_shared_expert_overlap") and dispatcher not in ("alltoall", "flex"):
-        raise ConfigError(f"{_flag(flags, 'moe_shared_expert_overlap')} with --moe-token-dispatcher-type {dispatcher} "
+        raise ConfigError(f"{flags.spelling('moe_shared_expert_overlap')} with --moe-token-dispatcher-type {dispatcher} "
                           f"({flags.source('moe_token_dispatcher_type', 'Megatron default allgather')}): Megatron raises "
                           "'moe_shared_expert_overlap only works with alltoall or flex token dispatcher'. Use "
                           "--moe-token-dispatcher-type alltoall.")

@@ -30,8 +30,8 @@ def _flash_with_sink_softmax(flags: FlagValues) -> None:
     softmax = flags.get("softmax_type", "vanilla")
     if softmax == "vanilla" or flags.get("attention_backend") != "flash":
         return
-    backend_flag = flags.seen_flags.get("attention_backend", "--attention-backend")
-    softmax_flag = flags.seen_flags.get("softmax_type", "--softmax-type")
+    backend_flag = flags.spelling("attention_backend")
+    softmax_flag = flags.spelling("softmax_type")
     raise ConfigError(f"{backend_flag} flash with {softmax_flag} {softmax} (argv) under Transformer Engine: Megatron turns "
                       "TE's FusedAttention and UnfusedDotProductAttention off for the flash backend (NVTE_FUSED_ATTN=0, "
                       "NVTE_UNFUSED_ATTN=0) and TE disables FlashAttention for softmax_type "
@@ -48,8 +48,8 @@ def _unfused_with_context_parallel(flags: FlagValues) -> None:
     cp = flags.get("context_parallel_size", 1)
     if flags.get("attention_backend") != "unfused" or cp <= 1:
         return
-    backend_flag = flags.seen_flags.get("attention_backend", "--attention-backend")
-    cp_flag = flags.seen_flags.get("context_parallel_size", "--context-parallel-size")
+    backend_flag = flags.spelling("attention_backend")
+    cp_flag = flags.spelling("context_parallel_size")
     raise ConfigError(f"{backend_flag} unfused with {cp_flag} {cp} (argv) under Transformer Engine: Megatron turns TE's "
                       "FlashAttention and FusedAttention off for the unfused backend (NVTE_FLASH_ATTN=0, NVTE_FUSED_ATTN=0) "
                       "and TE disables UnfusedDotProductAttention under context parallelism, so TE raises 'No dot product "

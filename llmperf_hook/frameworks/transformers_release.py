@@ -55,7 +55,7 @@ def check_trainer_release(env: Mapping[str, str], flags: FlagValues, framework: 
     if not (plugins or (deepspeed and framework == "hf-deepspeed")):
         return
     given = ".".join(map(str, version))
-    how = (f"{flags.seen_flags.get('deepspeed', '--deepspeed')} {flags.get('deepspeed')}" if deepspeed else
+    how = (f"{flags.spelling('deepspeed')} {flags.get('deepspeed')}" if deepspeed else
            f"accelerate launch's plugin ({', '.join(plugins)}=true)")
     raise ConfigError(
         f"{TRANSFORMERS_VERSION_ENV}={env[TRANSFORMERS_VERSION_ENV]} (environment): the Hugging Face Trainer of "
