@@ -194,8 +194,11 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     except UnicodeDecodeError as err:
         raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
                          f"space. Give a YAML file like those in configs/search/.") from None
-    if cfg.framework != "megatron":  # stages the command's own ds_config makes DeepSpeed refuse are not searched
-        space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, argv, env))
+    # the command's ds_config parsed once at every ZeRO stage: the stages it refuses are not searched, and the checks
+    # explain makes at assemble time read the tuned copy's settings (tune/assemble_rules.py)
+    ds_settings = _ds_settings(argv, env) if cfg.framework != "megatron" else None
+    if cfg.framework != "megatron":
+        space = replace(space, zero_stage=_zero_stages(cfg, space.zero_stage, ds_settings))
     cp_sizes = "--hierarchical-context-parallel-sizes"
     if cfg.framework == "megatron" and any(w == cp_sizes or w.startswith(cp_sizes + "=") for w in script_args):
         # arguments.py asserts context_parallel_size == prod(hierarchical sizes): the command's flag fixes CP
@@ -212,22 +215,19 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     rules = command_rule_masks(cfg, script_args)
     if job is not None:
-        rules = all_rules(rules, assemble_rule_masks(cfg, job, _ds_settings(argv, space.zero_stage, env)))
+        rules = all_rules(rules, assemble_rule_masks(cfg, job, ds_settings))
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
                                command_rules=rules)
     return result, space, pins.rules
 
 
-def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str],
-                 env: Mapping[str, str] | None = None) -> tuple[int, ...]:
-    """The ZeRO stages of the space that the command's ds_config (a launch script's own, or its here-document) lets
-    the job's DeepSpeed release (of `env`) run; where it refuses every one listed, the command's own stage, with a
-    warning."""
-    from llmperf_hook.tune.ds_config_rewrite import zero_stages_deepspeed_accepts
+def _zero_stages(cfg: Any, stages: tuple[int, ...], ds_settings: Mapping[int, Any] | None) -> tuple[int, ...]:
+    """The ZeRO stages of the space that the command's ds_config (`ds_settings`: _ds_settings) lets the job's
+    DeepSpeed release run; where it refuses every one listed, the command's own stage, with a warning."""
+    from llmperf_hook.tune.ds_config_rewrite import stages_accepted
 
-    line, written = _launch_line(argv)
-    accepted = zero_stages_deepspeed_accepts(line, stages, written, env)
+    accepted = stages_accepted(ds_settings, stages)
     if accepted is None:  # no ds_config to check the stages against
         return stages
     if not accepted:
@@ -239,21 +239,16 @@ def _zero_stages(cfg: Any, stages: tuple[int, ...], argv: Sequence[str],
     return accepted
 
 
-def _launch_line(argv: Sequence[str]) -> tuple[list[str], Any]:
-    """(the words naming the ds_config, the files written before them): a launch script's own line and its
-    here-documents, else the command itself."""
+def _ds_settings(argv: Sequence[str], env: Mapping[str, str] | None) -> Any:
+    """ZeRO stage (0-3, every stage a search space may hold) -> the command's ds_config parsed at that stage for the
+    job's DeepSpeed release (of `env`); None: no readable ds_config. The ds_config is named on a launch script's own
+    line (its here-documents written before it), else on the command itself."""
     from llmperf_hook.tune.apply import batch_script_job
-
-    script = batch_script_job(argv)
-    return ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
-
-
-def _ds_settings(argv: Sequence[str], stages: tuple[int, ...], env: Mapping[str, str] | None) -> Any:
-    """Stage -> the command's ds_config parsed at that stage (None: no readable ds_config)."""
     from llmperf_hook.tune.ds_config_rewrite import ds_settings_at_stages
 
-    line, written = _launch_line(argv)
-    return ds_settings_at_stages(line, stages, written, env)
+    script = batch_script_job(argv)
+    line, written = ([script.script, *script.script_args], script.script_files) if script else (list(argv), None)
+    return ds_settings_at_stages(line, (0, 1, 2, 3), written, env)
 
 
 def memory_only(cfg: Any, spec: Any) -> Any:

@@ -208,7 +208,11 @@ def zero_stages_deepspeed_accepts(argv: Sequence[str], stages: Sequence[int],
     accumulation runs without ZeRO before 0.18.5 and only at stage 1 before 0.10.1 (deepspeed_engine_rules), so a
     tuned copy never asks the job's release for a stage it refuses. None when argv names no readable ds_config.
     `written`: files a launch script writes before `argv`, its launch line (ParsedJob.script_files)."""
-    settings = ds_settings_at_stages(argv, stages, written, env)
+    return stages_accepted(ds_settings_at_stages(argv, stages, written, env), stages)
+
+
+def stages_accepted(settings: Mapping[int, Any] | None, stages: Sequence[int]) -> tuple[int, ...] | None:
+    """The `stages` whose parsed ds_config (ds_settings_at_stages) DeepSpeed accepts; None without a ds_config."""
     return None if settings is None else tuple(stage for stage in stages if settings.get(stage) is not None)
 
 
