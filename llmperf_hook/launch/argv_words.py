@@ -99,7 +99,7 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
         return match.group(0)
 
     def word_of(default: str, assigning: bool) -> str:  # the word expanded only where it is used: `${A:-${B}}` with
-        return unmark_braces(expand_env_refs(default, env, used, unknown, assigning).strip("'\""))  # A set reads no B
+        return unmark_braces(expand_env_refs(default, env, used, unknown, assigning).strip('"'))  # A set reads no B
 
     return ENV_REF.sub(sub, text)
 

@@ -47,10 +47,11 @@ from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, co
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, forks,
                                               logical_lines, plain_heredoc_operators, protect_literal_dollars,
                                               quoted_words, rejoin_substitutions, restore_dollars, shell_split,
-                                              split_redirections, split_unquoted_words, ungroup, word_quoting,
-                                              written_files)
+                                              group_forks, split_redirections, split_unquoted_words, ungroup,
+                                              word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
+from llmperf_hook.launch.subshell_state import end_subshell, forked_state
 from llmperf_hook.launch.undecided_branches import (BRANCH_WORD, Branches, launch_words, note_array_assigned,
                                                     note_branch_values, settle_branches)
 from llmperf_hook.launch.undecided_options import argument_options, undecided_options
@@ -150,15 +151,19 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             subshell = self.subshell  # while set, loop_exit follows no break, so nothing it raises skips the reset
-            self.subshell |= text is not line.text and not in_case and line.text.lstrip()[:1] == "("
-            if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
-                text = substitute_paths(text, self.cwd, self.source_word)
-            if text.strip() and not text.lstrip().startswith("#"):
-                self.texts += [line.text] if not self.launches else []
-                self.note_missing_arguments(line)
-                for pipeline in self.command_list(line, text):
-                    self.writes_files(line, pipeline)
-            self.subshell = subshell
+            self.subshell |= text is not line.text and not in_case and group_forks(line.text)
+            kept = forked_state(self) if self.subshell and not (subshell or self.launches) else None
+            try:
+                if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
+                    text = substitute_paths(text, self.cwd, self.source_word)
+                if text.strip() and not text.lstrip().startswith("#"):
+                    self.texts += [line.text] if not self.launches else []
+                    self.note_missing_arguments(line)
+                    for pipeline in self.command_list(line, text):
+                        self.writes_files(line, pipeline)
+            finally:
+                end_subshell(self, kept)
+                self.subshell = subshell
 
     def array_assignment(self, line: ScriptLine, text: str) -> bool:
         """`NAME=( words )` (bash manual 6.7), as a line or as a command after `then` / `else` / `do` / `;` on one
@@ -176,11 +181,15 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
         listed, subshell = command_list(text), self.subshell
         for n, (joined, pipeline) in enumerate(listed):
-            self.subshell = subshell or forks(listed, n, text)
-            for k, command in enumerate(pipeline):
+            for k, (command, forked) in enumerate(zip(pipeline, forks(listed, n, text, self.lastpipe))):
+                self.subshell = subshell or forked
                 self.conditions.join("|" if k else joined)
                 self.listed_on = k + 1 < len(pipeline) or (n + 1 < len(listed) and listed[n + 1][0] in ("&&", "||"))
-                self.command(line, command)
+                kept = forked_state(self) if forked and not (subshell or self.launches) else None
+                try:
+                    self.command(line, command)
+                finally:
+                    end_subshell(self, kept)
         self.subshell = subshell
         if listed and not listed[-1][1]:  # `A ||` at the line's end: the list goes on at the next line
             self.conditions.join(listed[-1][0], line_end=True)

@@ -18,11 +18,17 @@ _MARKS = {" ": "\ue025", "\t": "\ue026"}
 """Private-use characters that stand for a blank inside `${...}` while shlex splits the words."""
 BRACE_MARK = "\ue027"
 """Stands for a quoted `}` inside `${...}`, from the split until expand_env_refs reads the expansion."""
+SLASH_MARK = "\ue028"
+"""Stands for a quoted `/` inside `${...}`: in `"${P//"/"/_}"` the quoted `/` is the pattern, not the separator of
+pattern and string (bash 5.2 gives a_b_c for P=a/b/c); shell_parameters reads it as `/`."""
+GLOB_MARKS = {"*": "\ue029", "?": "\ue02a", "[": "\ue02b"}
+"""Stand for a quoted glob character inside `${...}`, which matches itself in a pattern (`${X//"?"/-}`)."""
+_QUOTED_MARKS = {"}": BRACE_MARK, "/": SLASH_MARK, **GLOB_MARKS}
 
 
 def braced_blanks(text: str, outside: Sequence[bool]) -> set[int]:
     """Where `text` has a blank inside a parameter expansion, or a quoted `}` there that closes no expansion quoted
-    with it (`${A:-"a}b"}`; not `${A:-"${B}"}`); `outside[i]`: text[i] is outside quotes (shell_script._scan), where
+    with it (`${A:-"a}b"}`; not `${A:-"${B}"}`), or a quoted `/`, `*`, `?` or `[` there (`${P//"/"/_}`); `outside[i]`: text[i] is outside quotes (shell_script._scan), where
     bash counts the braces."""
     depth, quoted_depth, out = 0, 0, set()
     for i, c in enumerate(text):
@@ -33,6 +39,8 @@ def braced_blanks(text: str, outside: Sequence[bool]) -> set[int]:
             elif depth and c == "}":
                 quoted_depth, brace = max(quoted_depth - 1, 0), not quoted_depth
                 out |= {i} if brace else set()
+            elif depth and c in "/*?[" and not quoted_depth:  # `${P//"/"/_}`: the quoted `/` is the pattern
+                out.add(i)
         elif opens:
             depth += 1
         elif c == "}" and depth:
@@ -44,7 +52,8 @@ def braced_blanks(text: str, outside: Sequence[bool]) -> set[int]:
 
 def mark_blanks(text: str, braced: set[int]) -> str:
     """`text` with the blanks at `braced` replaced by their marks (no word is split there)."""
-    return "".join((BRACE_MARK if c == "}" else _MARKS[c]) if i in braced else c for i, c in enumerate(text))
+    marks = {**_QUOTED_MARKS, **_MARKS}
+    return "".join(marks[c] if i in braced else c for i, c in enumerate(text))
 
 
 def unmark_blanks(word: str) -> str:
@@ -55,8 +64,11 @@ def unmark_blanks(word: str) -> str:
 
 
 def unmark_braces(word: str) -> str:
-    """The quoted braces mark_blanks stood in for, back (the word of an expansion, or a launch word left as written)."""
-    return word.replace(BRACE_MARK, "}")
+    """The quoted braces (and slashes) marked while the words were split, back (the word of an expansion, or a launch
+    word left as written)."""
+    for c, mark in _QUOTED_MARKS.items():
+        word = word.replace(mark, c)
+    return word
 
 
 def unnest_quotes(text: str) -> str:
@@ -105,12 +117,15 @@ def _closing_quote(text: str, start: int) -> int | None:
 
 
 def _mark_quoted_braces(inner: str) -> str:
-    """A quoted word's `}` marked (BRACE_MARK), but not one closing a `${` of its own (`"${B}"`)."""
+    """A quoted word's `}` marked (BRACE_MARK), but not one closing a `${` of its own (`"${B}"`); its `/` marked
+    (SLASH_MARK), and its glob characters (GLOB_MARKS), outside such a `${`."""
     depth, out = 0, []
     for i, c in enumerate(inner):
         if c == "$" and inner[i + 1:i + 2] == "{":
             depth += 1
         elif c == "}":
             depth, c = (depth - 1, c) if depth else (0, BRACE_MARK)
+        elif c in "/*?[" and not depth:
+            c = _QUOTED_MARKS[c]
         out.append(c)
     return "".join(out)

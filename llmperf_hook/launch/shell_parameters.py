@@ -11,6 +11,8 @@ import re
 from fnmatch import fnmatchcase
 from typing import Mapping
 
+from llmperf_hook.launch.braced_blanks import GLOB_MARKS, unmark_braces
+
 OPERATOR = re.compile(r"\$\{(?:#([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)"
                       r"(?:(%%|%|##|#|//|/|\^\^|\^|,,|,)([^}]*)|:(\d+|\s+-?\d+)(?::(\s*-?\d+))?))\}")
 """`${NAME:-8}` is the default expansion (argv_words), not an offset: a negative offset needs a blank, `${NAME: -2}`."""
@@ -26,9 +28,31 @@ def _trim(value: str, op: str, pattern: str) -> str:
     return value[starts[0]:] if starts else value
 
 
+def _pattern_and_string(spec: str, split: bool = True) -> tuple[str, str]:
+    """`PATTERN/STRING` split at the first `/` outside quotes (with `split`; else all of it is the pattern, as in
+    `${P%/*}`), each part's quotes removed: bash removes them in both, inside double quotes too (`"${X/'b'/'Y'}"` is aYc
+    for X=abc, bash 5.2), a quoted or escaped `/` is the pattern's (`"${P//\\//_}"`), and a quoted or escaped glob
+    character in the pattern matches itself (fnmatch's `[*]`)."""
+    parts, quote, escaped = [""], "", False
+    for c in spec:
+        if escaped or (c not in "'\"\\" and not (c == "/" and split and not quote and len(parts) == 1)):
+            glob = (escaped or bool(quote)) and c in "*?[" and len(parts) == 1
+            parts[-1], escaped = parts[-1] + (f"[{c}]" if glob else c), False
+        elif c == "\\" and quote != "'":
+            escaped = True
+        elif c in "'\"" and quote in ("", c):
+            quote = "" if quote else c
+        elif c == "/":
+            parts.append("")
+        else:  # a quote inside the other kind of quotes
+            parts[-1] += c
+    pattern = "".join(f"[{c}]" if c in GLOB_MARKS.values() else c for c in parts[0])
+    return unmark_braces(pattern), unmark_braces(parts[1]) if len(parts) > 1 else ""
+
+
 def _replace(value: str, everywhere: bool, spec: str) -> str:
     """`/PATTERN/STRING`: the longest match at the first place it matches replaced (`//`: every match)."""
-    pattern, _, replacement = spec.partition("/")
+    pattern, replacement = _pattern_and_string(spec)
     out, i = "", 0
     while i <= len(value) and pattern:
         end = next((j for j in range(len(value), i, -1) if fnmatchcase(value[i:j], pattern)), None)
@@ -39,6 +63,19 @@ def _replace(value: str, everywhere: bool, spec: str) -> str:
         if not everywhere:
             return out + value[i:]
     return out if pattern else value
+
+
+def _replace_anchored(value: str, anchor: str, spec: str) -> str:
+    """`/#PATTERN/STRING` (`/%`): the longest match at the value's start (end) replaced; an empty PATTERN matches
+    there, so STRING is prefixed (appended): bash manual 3.5.3."""
+    pattern, replacement = _pattern_and_string(spec)
+    cuts = range(len(value), -1, -1) if anchor == "#" else range(len(value) + 1)
+    for cut in cuts:
+        if anchor == "#" and fnmatchcase(value[:cut], pattern):
+            return replacement + value[cut:]
+        if anchor == "%" and fnmatchcase(value[cut:], pattern):
+            return value[:cut] + replacement
+    return value
 
 
 def _case(value: str, op: str) -> str:
@@ -62,11 +99,13 @@ def _transform(match: re.Match[str], env: Mapping[str, str], used: dict[str, str
     if name not in env:
         return match.group(0)
     value = used[name] = env[name]
-    op, spec = match.group(3), (match.group(4) or "").strip("'\"")
+    op, spec = match.group(3), match.group(4) or ""
     if match.group(1):
         return str(len(value))
     if op in ("%", "%%", "#", "##"):
-        return _trim(value, op, spec)
+        return _trim(value, op, _pattern_and_string(spec, split=False)[0])
+    if op == "/" and spec[:1] in ("#", "%"):
+        return _replace_anchored(value, spec[0], spec[1:])
     if op in ("/", "//"):
         return _replace(value, op == "//", spec)
     if op:

@@ -322,17 +322,26 @@ def ungroup(text: str) -> str:
     """A line whose commands are grouped, `( cd run && torchrun ... )` (a subshell) or `{ torchrun ...; } 2>&1 | tee
     log` (bash manual 3.2.5.3 Grouping Commands), with its grouping characters blanked: the commands are the same
     ones, run there (`((` is arithmetic, a `{` not followed by a blank no group)."""
+    span = _group_span(text)
+    if span is None:
+        return text
+    start, close = span
+    return f"{text[:start]} {text[start + 1:close]} {text[close + 1:]}"
+
+
+def _group_span(text: str) -> tuple[int, int] | None:
+    """Where the group a line begins with opens and closes (ungroup), None if it begins with none."""
     outside, _, end = _scan(text)
     start = len(text) - len(text.lstrip())
     if start >= end or text[start] not in "({" or text[start:start + 2] == "((" or \
             (text[start] == "{" and text[start + 1:start + 2] not in (" ", "\t")):
-        return text
+        return None
     opening, closing, depth = text[start], {"(": ")", "{": "}"}[text[start]], 0
     for i in range(start, end):  # `$(...)` and `${...}` inside open and close in pairs
         depth += outside[i] and (text[i] == opening) - (text[i] == closing)
         if depth == 0:
-            return f"{text[:start]} {text[start + 1:i]} {text[i + 1:]}"
-    return text
+            return start, i
+    return None
 
 
 def pipelines(text: str) -> list[list[str]]:
@@ -369,11 +378,25 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     return kept + [(joined, [])] if joined in CARRIED and not "".join(pipeline).strip() else kept
 
 
-def forks(listed: list[tuple[str, list[str]]], n: int, text: str) -> bool:
-    """Whether bash runs pipeline `n` of command_list(`text`) in a subshell: each command of a pipeline of two or
-    more (bash manual 3.2.3) and a command ended by `&` (3.2.4), so what it assigns or stops stays there."""
+def forks(listed: list[tuple[str, list[str]]], n: int, text: str, lastpipe: bool = False) -> list[bool]:
+    """For each command of pipeline `n` of command_list(`text`): whether bash runs it in a subshell, so that what it
+    assigns or stops stays there: each command of a pipeline of two or more (bash manual 3.2.3) but the last under
+    `shopt -s lastpipe` (4.3.2), and a pipeline ended by `&` (3.2.4)."""
     after = listed[n + 1][0] if n + 1 < len(listed) else "&" if _BACKGROUND_END.search(text) else ""
-    return len(listed[n][1]) > 1 or after == "&"
+    count = len(listed[n][1])
+    return [after == "&" or (count > 1 and not (lastpipe and k == count - 1)) for k in range(count)]
+
+
+def group_forks(text: str) -> bool:
+    """Whether the group a line begins with runs in a subshell: a `( list )` always (3.2.5.3), a `{ list; }` that
+    is piped or sent to the background (`{ NP=4; } | cat` leaves NP as it was; 3.2.3)."""
+    span = _group_span(text)
+    if span is None:
+        return False
+    if text[span[0]] == "(":
+        return True
+    rest = command_list("x" + text[span[1] + 1:])  # the group's place taken by a plain word
+    return bool(rest) and forks(rest, 0, "x" + text[span[1] + 1:])[0]
 
 
 _BACKGROUND_END = re.compile(r"(?<![&|>])&\s*$")

@@ -127,6 +127,9 @@ class ShellVariables:
     """`set -a` / `set -o allexport` is on: each variable assigned is exported."""
     errexit: bool = False
     """`set -e` / `set -o errexit` is on: a command that fails ends the script (bash manual 4.3.1)."""
+    lastpipe: bool = False
+    """`shopt -s lastpipe` is on: the last command of a pipeline runs in the shell itself (bash manual 4.3.2; a script
+    runs without job control, which would turn it off), so what it assigns stays (subshell_state)."""
 
     def expand(self, text: str, record: bool = True, assign: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
@@ -300,8 +303,8 @@ class ShellVariables:
         return True
 
     def variable_builtin(self, words: list[str]) -> bool:
-        """Apply `export`, `unset` or `set` (its -a / -o allexport, -e / -o errexit), if `words` runs one of them; True
-        when it did."""
+        """Apply `export`, `unset`, `set` (its -a / -o allexport, -e / -o errexit) or `shopt -s/-u lastpipe`, if `words`
+        runs one of them; True when it did."""
         if words[0] == "export":
             self.export(words)
         elif words[0] == "unset":
@@ -313,6 +316,8 @@ class ShellVariables:
                     self.allexport = word.startswith("-")
                 if named == "errexit" or (word[:1] in "-+" and word[1:2] != "o" and "e" in word[1:]):
                     self.errexit = word.startswith("-")  # `set -euo pipefail` too
+        elif words[0] == "shopt" and "lastpipe" in words[1:] and ("-s" in words or "-u" in words):
+            self.lastpipe = "-s" in words
         else:
             return False
         return True

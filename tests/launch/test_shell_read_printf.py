@@ -89,7 +89,8 @@ def test_a_read_layout_reaches_megatron(tmp_path: Path, monkeypatch: pytest.Monk
                     "--global-batch-size", "64"]
 
 
-@pytest.mark.parametrize("line", ["read -r TP", "read -r TP < layout.txt", "cat layout.txt | read -r TP",
+@pytest.mark.parametrize("line", ["read -r TP", "read -r TP < layout.txt",
+                                  "shopt -s lastpipe; cat layout.txt | read -r TP",
                                   "for i in $(seq 1 1); do read -r TP <<< 4; done", "printf -v TP '%b' 4",
                                   "printf -v TP '\\101'", "printf -v TP '\\x34'", "read -n 1 TP <<< 4",
                                   'X=$(cat layout); read -r TP PP <<< "$X"', "read -r TP <<EOF\n$(cat layout)\nEOF",

@@ -1,0 +1,72 @@
+"""Subshells and quotes inside `${...}` read as bash 5 runs them: each script below is run by the real bash (with the
+stub launchers of test_scripts_as_the_shell_runs_them) and llmperf's reading of it, never run, must give the same job.
+
+What a pipeline's commands, a `( )` group, a piped `{ }` group or a `&` command assign stays in their subshell (bash
+manual 3.2.3, 3.2.4, 3.2.5.3; the last command of a pipeline runs in the shell under `shopt -s lastpipe`, 4.3.2).
+Inside double quotes (and here-documents) the single quotes of a `${A:-word}` word are literal (`"${A:-'q'}"` is
+`'q'`), while those of a `${P/pattern/string}` are removed, and a quoted `/` there is the pattern (`"${P//"/"/_}"`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.parse import parse_launch
+from tests.launch.test_scripts_as_the_shell_runs_them import _compare
+
+T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
+SUBSHELLS = {
+    "assignment_piped": "NP=2\nNP=4 | cat\n" + T + "\n",
+    "assignment_after_and_piped": "NP=2\nNP=4 && NN=3 | cat\n" + T + " --nnodes ${NN:-1}\n",
+    "parenthesised": "NP=2\n(NP=4)\n( export NP=6; cd /tmp )\n" + T + " --save x\n",
+    "braces_piped": "NP=2\n{ NP=4; } | cat\n" + T + "\n",
+    "braces_redirected_only": "NP=2\n{ NP=4; } 2>&1\n" + T + "\n",
+    "braces_in_the_background": "NP=2\n{ NP=4; } &\nwait\n" + T + "\n",
+    "backgrounded": "NP=2\nNP=6 &\nwait\n" + T + "\n",
+    "read_from_a_pipe": "NP=2\necho 4 | read NP\n" + T + "\n",
+    "function_piped": "NP=2\nsetnp() { NP=8; export NN=2; }\nsetnp | tee log\n" + T + " --nnodes ${NN:-1}\n",
+    "function_unpiped": "NP=2\nsetnp() { NP=8; }\nsetnp > log 2>&1\n" + T + "\n",
+    "shift_in_a_subshell": "set -- 4 8\n( shift )\nNP=$1\n" + T + "\n",
+    "lastpipe_keeps_the_last": "shopt -s lastpipe\nNP=2\necho x | NP=4\n" + T + "\n",
+    "lastpipe_not_the_first": "shopt -s lastpipe\nNP=2\nNP=4 | cat\n" + T + "\n",
+    "launch_in_a_piped_group": "NP=2\n( export NP=4; " + T + " ) 2>&1 | tee log\n",
+    "launch_after_a_piped_cd": "mkdir -p run\ncd run | cat\nNP=2\n" + T + " --save $(pwd)/ckpt\n",
+}
+QUOTING = {
+    "default_single_quotes_in_double_quotes": "NP=2\n" + T + " --save \"${A:-'q'}\" --load ${A:-'q'} "
+                                              "--data-path \"${A:-\"d e\"}\"\n",
+    "alternative_single_quotes_in_double_quotes": "NP=2\nB=x\n" + T + " --save \"${B:+'w'}\"\n",
+    "quoted_slash_pattern": "NP=2\nP=a/b/c\n" + T + " --save \"${P//\"/\"/_}\" --load ${P//\"/\"/-}\n",
+    "quoted_pattern_and_string": "NP=2\nX=abc\n" + T + " --save \"${X/'b'/'Y'}\" --load ${X/b/\"Z\"} "
+                                 "--data-path \"${X#'a'}\"\n",
+    "quoted_glob_pattern": "NP=2\nX='a*b?c'\n" + T + " --save \"${X/'*'/_}\" --load ${X//\"?\"/-} "
+                           "--data-path ${X/\\*/+} --vocab-file ${X/*/all}\n",
+    "quoted_trim_patterns": "NP=2\nX='a*b/c*'\n" + T + " --save \"${X%'*'}\" --load ${X#\"a*\"} --data-path ${X%/*} "
+                            "--vocab-file \"${X%\\*}\" --tokenizer-model ${X##*/}\n",
+    "escaped_slash_pattern": "NP=2\nP=a/b/c\n" + T + " --save \"${P//\\//_}\" --load ${P//\\//-}\n",
+    "anchored_patterns": "NP=2\nP=a/b/c\n" + T + " --save ${P/#a/z} --load \"${P/%c/y}\" --data-path ${P/#/pre-} "
+                         "--tokenizer-model ${P/%/-post} --vocab-file ${P/#b/q}\n",
+    "heredoc_default_quotes": "NP=2\ncat > opts.txt <<EOF\nx\nEOF\nX=\"${A:-'q'}\"\n" + T + " --save \"$X\"\n",
+}
+
+
+@pytest.mark.parametrize("name", SUBSHELLS)
+def test_subshells_assign_nothing_in_the_script(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, SUBSHELLS[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", QUOTING)
+def test_quotes_inside_expansions(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, QUOTING[name], tmp_path, monkeypatch)
+
+
+def test_a_pipe_read_under_lastpipe_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shopt -s lastpipe; cat f | read TP` assigns TP in the script from what only running `cat` gives: the launch
+    line names $TP instead of the stale value; without lastpipe bash leaves TP as it was (1)."""
+    monkeypatch.chdir(tmp_path)
+    for shopt, expected in (("shopt -s lastpipe\n", "$TP"), ("", "1"), ("shopt -s lastpipe\nshopt -u lastpipe\n", "1")):
+        (tmp_path / "train.sh").write_text(f"#!/bin/bash\nTP=1\n{shopt}cat layout.txt | read -r TP\n"
+                                           "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+        assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == expected, shopt
