@@ -225,7 +225,21 @@ def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: 
     if not cfg.model.num_experts:  # dense: the distributed optimizer shards over DP x CP, nothing to shard at 1
         alone = table["tp"] * table["pp"] == cfg.world_size  # DP = CP = 1
         table["distopt"] = np.where(alone, int(base.distributed_optimizer), table["distopt"])
+    table["rc"] = np.where(_pipe_model_ignores_block(cfg, table), RECOMPUTE_CODES["none"], table["rc"])
     return CandidateTable(_normalise_and_dedupe(table, cfg.model.num_layers), num_generated=len(table["tp"]))
+
+
+def _pipe_model_ignores_block(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Rows whose block recompute Megatron-DeepSpeed runs as no recompute: under DeepSpeed's PipelineEngine its
+    GPTModelPipe checkpoints every activation_checkpoint_interval layers, which it sets from --checkpoint-activations
+    or full *uniform* recompute only ('deepspeed's pipeline doesn't support the block recompute method', else 0:
+    megatron/model/gpt_model.py GPTModelPipe.__init__), and its layers are LayerSpecs, never ParallelTransformer's
+    _checkpointed_forward. The engine runs at PP > 1 and, without --no-pipeline-parallel, at PP 1 (candidate.
+    _pipeline_engine); such rows are the no-recompute job, so they merge with it instead of being priced as recompute."""
+    if cfg.framework != "megatron-deepspeed":
+        return np.zeros(cols["rc"].shape, dtype=bool)
+    engine = (cols["pp"] > 1) | ((cols["zero"] < 2) & cfg.deepspeed_pipeline_engine)
+    return engine & (cols["rc"] == RECOMPUTE_CODES["block"])
 
 
 def candidates_from_list(cands: tuple[Candidate, ...]) -> CandidateTable:
