@@ -30,6 +30,7 @@ from llmperf_hook.launch.options import Grammar, Option, scan_options
 from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, restore_dollars
 from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
+from llmperf_hook.launch.slurm_default_nodes import default_node_count
 from llmperf_hook.launch.slurm_node_count import parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 from llmperf_hook.launch.standard_input import read_standard_input
@@ -194,9 +195,10 @@ def _check_counts(values: dict[str, str], path: str, where: str = "") -> None:
 def _allocation_env(values: dict[str, str]) -> dict[str, str]:
     """The SLURM_* variables the batch step sees for what the sbatch options state."""
     env: dict[str, str] = {"SLURM_JOB_ID": SBATCH_JOB_ID, "SLURM_JOBID": SBATCH_JOB_ID}  # and its older name
-    nodes = str(parse_node_counts(values["nodes"]).assumed) if "nodes" in values else "1"
-    if "nodes" in values:  # the count the job gets: llmperf prices the most the value allows (slurm_node_count.py)
-        env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = nodes
+    # the count the job gets: llmperf prices the most --nodes allows (slurm_node_count.py); without it, what the
+    # other options imply (slurm_default_nodes.py)
+    nodes = str(parse_node_counts(values["nodes"]).assumed if "nodes" in values else default_node_count(values)[0])
+    env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = nodes
     if "ntasks_per_node" in values:
         env["SLURM_NTASKS_PER_NODE"] = values["ntasks_per_node"]
     if "ntasks" in values:
@@ -291,7 +293,7 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
     launch = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
     where = "sbatch's command line" if "nodes" in given else f"#SBATCH in {path}"
     assumed = parse_node_counts(header["nodes"]).warning(f"--nodes={header['nodes']}", where) \
-        if "nodes" in header else None
+        if "nodes" in header else default_node_count(header)[2]
     launch = replace(launch, warnings=(*launch.warnings, assumed)) if assumed else launch
     if header.get("array"):  # sbatch(1) --array: one job per index, each with the whole allocation asked for
         launch = replace(launch, warnings=(*launch.warnings, _ARRAY.format(spec=header["array"], path=path)))
