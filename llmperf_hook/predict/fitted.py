@@ -71,6 +71,7 @@ def _profiles(hardware_name: str):
     """The fitted profiles of profile_dirs in lookup order (each checked to be this hardware's)."""
     for directory in profile_dirs(hardware_name):
         meta = directory / "profile.json"
+        _check_not_a_file(directory)
         if not directory.exists():  # a refit killed between its two renames left it in .staging/: put it back
             recover_folder(directory)
         if meta.is_file():
@@ -85,6 +86,18 @@ def _profiles(hardware_name: str):
                 f"an interrupted fit, or a copy that left it out), so it is never used. Re-create it with "
                 f"`llmperf profile ... --name {hardware_name.strip().lower()}`, copy its profile.json too, or delete "
                 f"the directory to fall back to the roofline model.")
+
+
+def _check_not_a_file(directory: Path) -> None:
+    """profiles/NAME (or profiles/ itself) that is a file is damage, not an absent profile: it was priced by the
+    roofline, silently but for a warning, where the user meant a profile to be used."""
+    file = next((p for p in (directory, directory.parent) if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        from llmperf_hook.errors import ProfileError
+
+        raise ProfileError(f"fitted profile {directory} is unusable: {file} is a file, not a folder (a profile is a "
+                           f"folder holding profile.json and its model files). Move the file away to fall back to "
+                           f"the roofline model, or put the profile's folder there.")
 
 
 def _check_fitted_for(meta, directory: Path) -> None:
