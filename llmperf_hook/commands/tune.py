@@ -59,6 +59,8 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
             _echo_json_error(str(err), err.exit_code)
         raise
     elapsed = time.perf_counter() - started
+    if search_file and _only_own_valid(result):
+        click.echo(f"llmperf tune: warning: {_only_own_note(search_file, result)}", err=True)
     header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
@@ -98,6 +100,17 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
         raise UsageError(refusal)
     if applied is not None:
         _apply(applied, dry_run, quiet=fmt == "json", unchanged=list(applied.argv) == argv and not applied.new_files)
+
+
+def _only_own_valid(result: Any) -> bool:
+    """Whether every candidate of the space but the command's own broke a layout rule (its own is always ranked)."""
+    return result.num_considered > 1 and result.num_invalid >= result.num_considered - 1
+
+
+def _only_own_note(search_file: str, result: Any) -> str:
+    rules = "; ".join(f"{rule}: {n:,}" for rule, n in result.invalid_by_rule.items())
+    return (f"--search {search_file}: every layout it adds to your command's own is invalid for this job ({rules}), "
+            "so only your command was ranked; widen --search to values this job's size and model allow.")
 
 
 def _check_usage(argv: list[str], top_arg: str, dry_run: bool, apply_best: bool) -> int:
@@ -189,8 +202,9 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import ignored_knobs, load_search_space, read_search_file
 
-    try:
-        space = load_search_space(search_file, cfg.framework)
+    try:  # the user's file read once: it may be a pipe (`--search <(...)`)
+        asked_raw = read_search_file(search_file) if search_file else {}
+        space = load_search_space(search_file, cfg.framework, asked_raw)
     except UnicodeDecodeError as err:
         raise UsageError(f"--search {search_file}: not UTF-8 text (byte {err.start}: {err.reason}), so not a YAML search "
                          f"space. Give a YAML file like those in configs/search/.") from None
@@ -205,9 +219,9 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
         space = replace(space, context_parallel=(cfg.parallel.cp,))
         click.echo(f"llmperf tune: warning: --hierarchical-context-parallel-sizes fixes context parallel at "
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
-    for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts) if search_file else ():
+    for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
-    asked = frozenset(read_search_file(search_file)) if search_file else frozenset()
+    asked = frozenset(asked_raw)
     pins = pin_fork_knobs(space, cfg, script, script_args, asked)  # flags the fork's parser lacks are never written
     for note in pins.warnings:
         click.echo(f"llmperf tune: warning: {note}", err=True)

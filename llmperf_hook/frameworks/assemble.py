@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from llmperf_hook.errors import ConfigError
-from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
+from llmperf_hook.frameworks.accelerate_plugin import accelerator_env_accumulation, accelerator_script
 from llmperf_hook.frameworks.deepspeed_chat import deepspeed_chat_warnings, is_deepspeed_chat
 from llmperf_hook.frameworks.deepspeed_config import DsSettings
 from llmperf_hook.frameworks.deepspeed_engine_rules import check_bf16_accumulation_engine
@@ -297,12 +297,13 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
 
 
 def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source],
-                  trainer: bool = True) -> BatchConfig:
+                  trainer: bool = True, env: Mapping[str, str] | None = None) -> BatchConfig:
     if ds is None:  # Hugging Face Trainer's per_device_train_batch_size defaults to 8; other scripts: 1
         default = 8 if flags.has("model_name_or_path") else 1
         mbs = flags.get("per_device_train_batch_size", default)
         src["micro_batch_size"] = flags.source("per_device_train_batch_size", f"script default {default}")
-        gas, src["num_microbatches"] = flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1")
+        gas, src["num_microbatches"] = (None if trainer else accelerator_env_accumulation(env or {})) or \
+            (flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1"))
         src["global_batch_size"] = Source(SourceKind.DERIVED, "micro * accumulation * DP")
         return BatchConfig(micro_batch_size=mbs, global_batch_size=mbs * gas * dp, num_microbatches=gas)
     return hf_batch(ds, flags, dp, world, src, trainer) if framework == "hf-deepspeed" else ds_batch(ds, dp, src)
@@ -345,7 +346,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
     dp = layout.dp
     src["sequence_parallel"] = Source(SourceKind.DEFAULT, "no tensor parallelism")
     trainer = not accelerator_script(job.script, job.script_args)
-    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src, trainer)
+    batch = _script_batch(flags, framework, ds, dp, job.world_size // layout.cp, src, trainer, job.env)
     if ds is not None and framework != "hf-deepspeed":
         warnings += ds_auto_batch_warnings(ds)
     elif ds is not None and not trainer:

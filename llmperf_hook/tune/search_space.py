@@ -87,7 +87,7 @@ def default_search_file(framework: str) -> Path:
 
 def read_search_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir() or not p.exists():  # a pipe is read like a file: `--search <(printf 'micro_batch_size: [2]')`
         what = "a folder, not a file" if p.is_dir() else "no such file"
         raise UsageError(f"--search {path}: {what}. Give a YAML search space (see configs/search/megatron.yaml).")
     try:
@@ -133,13 +133,14 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}{problem}"
 
 
-def load_search_space(path: str | Path | None, framework: str) -> SearchSpace:
-    """The user's `--search FILE` layered over the shipped default for this framework."""
+def load_search_space(path: str | Path | None, framework: str, raw: Mapping[str, Any] | None = None) -> SearchSpace:
+    """The user's `--search FILE` layered over the shipped default for this framework; `raw` is the file already
+    read (read_search_file), so a pipe (`--search <(...)`) is read once."""
     default_path = default_search_file(framework)
     merged = dict(read_search_file(default_path))
     origin = str(default_path)
     if path is not None:
-        merged.update(read_search_file(path))
+        merged.update(read_search_file(path) if raw is None else raw)
         origin = str(path)
     return parse_search_space(merged, origin)
 
@@ -243,10 +244,11 @@ _PINNED: dict[str, tuple[str, ...]] = {
 }
 
 
-def ignored_knobs(path: str | Path, framework: str, num_experts: int) -> list[str]:
-    """Keys of the user's `--search FILE` that this framework's launch command cannot change (kept as the
-    command has them), one note each, so a widened knob that does nothing is not silent."""
-    raw = read_search_file(path)
+def ignored_knobs(path: str | Path, framework: str, num_experts: int,
+                  raw: Mapping[str, Any] | None = None) -> list[str]:
+    """Keys of the user's `--search FILE` (`raw`: the file already read) that this framework's launch command cannot
+    change (kept as the command has them), one note each, so a widened knob that does nothing is not silent."""
+    raw = read_search_file(path) if raw is None else raw
     pinned = set(_PINNED.get(framework, ()))
     if num_experts <= 0:
         pinned |= {"expert_parallel", "expert_tensor_parallel"}

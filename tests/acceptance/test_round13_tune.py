@@ -4,6 +4,9 @@ checked against what the frameworks themselves do with the command tune hands ba
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,59 @@ def test_megatron_deepspeed_pipe_model_never_gets_block_recompute(home: Path, ca
     # Without the engine (PP 1, ZeRO-2/3: --apply adds --no-pipeline-parallel) GPTModel's ParallelTransformer
     # recomputes block layers, and tune still offers them.
     assert any(r["recompute"] == "block" for r in data["top"] if r["pp"] == 1 and r["zero_stage"] >= 2)
+
+
+GPT_16 = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "32",
+          "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096", "--max-position-embeddings",
+          "4096", "--micro-batch-size", "1", "--global-batch-size", "512", "--tensor-model-parallel-size", "4",
+          "--pipeline-model-parallel-size", "2", "--bf16", "--vocab-size", "32000"]
+
+
+def _serve_fifo(path: Path, text: str, stop: threading.Event) -> None:
+    """A pipe as `--search <(printf ...)` hands one: the text to the first reader, nothing to any later one."""
+    sent = False
+    while not stop.is_set():
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no reader yet (ENXIO)
+            time.sleep(0.005)
+            continue
+        with os.fdopen(fd, "w") as pipe:
+            pipe.write("" if sent else text)
+        sent = True
+        time.sleep(0.05)  # the reader sees EOF before the next open
+
+
+def test_search_from_a_pipe_is_read_once(home: Path, capsys) -> None:
+    """`--search <(printf ...)` names /dev/fd/N, a pipe: it was refused as 'no such file' (Path.is_file is False for
+    a pipe), and the file was read three times (space, ignored keys, fork pins), the later reads getting nothing."""
+    fifo = home / "space.fifo"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    writer = threading.Thread(target=_serve_fifo, args=(fifo, "micro_batch_size: [2]\nzero_stage: [1]\n", stop))
+    writer.start()
+    try:
+        code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "1", "--search",
+                                  str(fifo), "--", *GPT_16], capsys)
+    finally:
+        stop.set()
+        writer.join()
+    assert code == 0, err
+    assert json.loads(out)["knobs"]["searched"]["micro_batch_size"] == [2]
+    assert "zero_stage is not searched for a megatron command" in err  # the ignored key, read from the same text
+
+
+def test_search_whose_every_layout_is_invalid_says_so(home: Path, capsys) -> None:
+    """TP 3 on 16 GPUs: every candidate but the command's own breaks world % (tp*pp*cp); tune ranked the command
+    alone and --apply said 'your command is already the fastest configuration found', with no word that the
+    search space held nothing this job can run."""
+    (home / "s.yaml").write_text("tensor_parallel: [3]\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "2", "--search", "s.yaml", "--", *GPT_16],
+                             capsys)
+    assert code == 0, err
+    warning = [ln for ln in err.splitlines() if "every layout it adds" in ln]
+    assert len(warning) == 1 and "s.yaml" in warning[0] and "world % (tp*pp*cp) != 0" in warning[0], err
+    (home / "ok.yaml").write_text("tensor_parallel: [1, 3]\n")  # one valid value: no such warning
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "2", "--search", "ok.yaml", "--", *GPT_16],
+                             capsys)
+    assert code == 0 and "every layout it adds" not in err, err
