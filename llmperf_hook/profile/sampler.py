@@ -324,6 +324,7 @@ def run_profile(req: ProfileRequest) -> ProfileResult:
     if req.device == "cpu":
         torch.set_num_threads(req.threads)
     name = (req.name or lh.default_profile_name(req.device, req.threads)).lower()  # lookups lower-case names
+    _check_profile_paths(name)
     rc = lh.measure_roofline(req.dtype, req.device, req.threads)
     fp, versions = json.dumps(lh.fingerprint(req.device, req.threads), sort_keys=True), library_versions()
     _check_same_machine(name, json.loads(fp))
@@ -365,6 +366,20 @@ def _check_state_dirs(req: ProfileRequest) -> None:
     check_writable_dir(llmperf_home(), "the profile and hardware files")
     if req.store_path is not None:
         check_writable_dir(req.store_path.expanduser().resolve().parent, "the store", f"--store {req.store_path}")
+
+
+def _check_profile_paths(name: str) -> None:
+    """$LLMPERF_HOME/profiles and hardware/ must be folders, and profiles/NAME a folder when it exists, before any
+    sampling: a file there was the user's (the fit replaced a file profiles/NAME with the new profile folder, and
+    a file profiles/ failed 'internal error: NotADirectoryError' after the whole budget was spent)."""
+    from llmperf_hook.refine.observation_store import check_writable_dir
+
+    for folder, what in (("profiles", "the profile"), ("hardware", "the hardware file")):
+        check_writable_dir(llmperf_home() / folder, what)
+    target = llmperf_home() / "profiles" / name
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} is a file, not a profile folder: profiling under the name {name!r} would replace "
+                         f"it with the fitted profile. Move that file away, or give the profile another --name.")
 
 
 def _check_same_machine(name: str, fingerprint: Mapping[str, str]) -> None:
