@@ -12,13 +12,17 @@ $LLMPERF_HOME/profiles/NAME/, and the measured peaks to $LLMPERF_HOME/hardware/N
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import sqlite3
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -313,6 +317,31 @@ def _adaptive_specs(groups: Mapping[tuple[str, str, str], Samples], req: Profile
 
 
 def run_profile(req: ProfileRequest) -> ProfileResult:
+    with _disk_full_said(req):
+        return _run_profile(req)
+
+
+@contextmanager
+def _disk_full_said(req: ProfileRequest) -> Iterator[None]:
+    """A full disk (or quota) under the store or $LLMPERF_HOME is the user's to fix, not an internal error: SQLite
+    says 'database or disk is full' as a sample is committed, the profile's files fail ENOSPC. Each sample is
+    committed as it is measured, so those measured are kept and the same command resumes."""
+    try:
+        yield
+    except (sqlite3.OperationalError, OSError) as err:
+        full = (isinstance(err, sqlite3.OperationalError) and "full" in str(err)) or \
+            getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        if not full:
+            raise
+        where = req.store_path.parent if req.store_path else llmperf_home()
+        raise UsageError(f"no space left on the disk of {where} ({err}; $LLMPERF_HOME="
+                         f"{os.environ.get('LLMPERF_HOME', 'unset, so ~/.cache/llmperf')}): the shapes measured "
+                         f"before it filled are kept in the store. Free some space there, or point $LLMPERF_HOME "
+                         f"at a folder on another disk, and run the same command again (stored shapes are "
+                         f"skipped).") from err
+
+
+def _run_profile(req: ProfileRequest) -> ProfileResult:
     ops = _validate(req)
     _check_state_dirs(req)
     import torch
