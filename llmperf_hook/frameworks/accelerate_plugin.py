@@ -92,6 +92,22 @@ def _check_accelerator_accumulation(env: Mapping[str, str]) -> None:
                       f"{value!r}. Give a number (or leave it out for the script's own --gradient_accumulation_steps).")
 
 
+def accelerator_env_accumulation(env: Mapping[str, str]) -> tuple[int, Source] | None:
+    """The accumulation a script driving Accelerator itself without DeepSpeed runs with when the environment sets
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS: Accelerator.__init__ (accelerate 16cb6eb8 accelerator.py) builds its
+    GradientAccumulationPlugin from `int(parse_choice_from_env("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    gradient_accumulation_steps))`, so the variable wins over the constructor's argument (the no_trainer examples
+    pass their --gradient_accumulation_steps there). `accelerate launch --gradient_accumulation_steps` exports it only
+    for the DeepSpeed plugin (utils/launch.py prepare_deepspeed_cmd_env); set in the environment it reaches the script
+    under any launcher. None when it is not set."""
+    if "ACCELERATE_GRADIENT_ACCUMULATION_STEPS" not in env:
+        return None
+    _check_accelerator_accumulation(env)
+    value = int(env["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"])
+    return value, Source(SourceKind.ENV, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS (Accelerator.__init__ reads it over "
+                         "its gradient_accumulation_steps argument)")
+
+
 # DeepSpeedPlugin.__post_init__ defaults for what its variables leave unset.
 _PLUGIN_DEFAULTS = {"ACCELERATE_DEEPSPEED_ZERO_STAGE": "2", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none",
                     "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none"}

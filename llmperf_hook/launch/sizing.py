@@ -36,6 +36,11 @@ PRICED_ENV = (DEEPSPEED_VERSION_ENV, TRANSFORMERS_VERSION_ENV, MAX_CONNECTIONS_E
 releases, CUDA's hardware queue count, which decides whether Megatron's sequence-parallel collectives overlap their
 GEMMs (frameworks/assemble.py), how DeepSpeed pins host memory (frameworks/deepspeed_release.native_pinned_memory), and
 whether Transformer Engine's unfused attention may fuse its softmax (frameworks/step_flags.te_softmax_fusion)."""
+INHERITED_ENV = ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",)
+"""Variables of the launching environment the job inherits unless its launcher sets them: Accelerator.__init__ takes
+its accumulation from this one over its own argument (frameworks/accelerate_plugin.accelerator_env_accumulation), and
+`accelerate launch` starts from a copy of its environment, setting it only from its own --gradient_accumulation_steps
+under DeepSpeed (utils/launch.py prepare_deepspeed_cmd_env: `current_env = os.environ.copy()`, then assigned)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,9 @@ def finish_job(
         world = Sized(nnodes.value * nproc.value, Source(SourceKind.DERIVED, "nnodes * nproc_per_node"))
     assert world.value is not None
     used.update({name: env[name] for name in PRICED_ENV if name in env})
+    for name in INHERITED_ENV:  # what the launcher exported (in `used`) wins
+        if name in env:
+            used.setdefault(name, env[name])
     return ParsedJob(
         launcher=size.launcher, nnodes=nnodes.value, nproc_per_node=nproc.value, world_size=world.value,
         script=size.script, script_args=size.script_args, argv=argv, env=dict(used),
