@@ -1,0 +1,312 @@
+"""Issue 4, round 13: `llmperf profile` played as a user. One tiny real CPU profile (module fixture) is first stopped
+by SIGINT mid-sampling and then resumed by the same command; it must lose and duplicate no sample, keep its --budget,
+and be what `predict --hardware` uses per op class, extrapolation said. Copies of its $LLMPERF_HOME are then
+corrupted every way a user could (truncated JSON, an edited LightGBM dump, a schema hash or fingerprint of other
+hardware with the digest recomputed, a missing model, a profile folder that is a file, a pickle dropped in): each
+exits 2 with one message, never a number. Where the profile writes must not be a user's file or a full disk (exit 2,
+the file kept). The shipped A100 / GH200 profiles load with pickle blocked and price a 1,024-GPU job in well under a
+second."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.cli import error_lines, run_cli
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "r13-cpu"
+OPS = "gemm,layernorm"
+BUDGET_MIN = 0.5
+BUDGET_MARGIN_S = 20.0
+"""Allowed over the --budget of the resumed run: the interpreter's start before its clock, one sample or fit in
+flight at a deadline, and a loaded 2-core machine (tests/profiling/test_profile_budget.py allows the same kind)."""
+SMALL = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "128",
+         "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
+         "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "1000"]
+LARGE = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "4096",
+         "--num-attention-heads", "32", "--seq-length", "4096", "--max-position-embeddings", "4096",
+         "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "1000"]
+"""The same job far beyond the tiny profile's shapes (gemm k to 16,384 where it sampled to about 1,600)."""
+
+
+@dataclass(frozen=True)
+class Resumed:
+    home: Path
+    stopped: subprocess.CompletedProcess
+    stored_at_stop: frozenset
+    resumed: subprocess.CompletedProcess
+    resumed_wall_s: float
+    stored_at_end: list
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "LLMPERF_HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def _rows(home: Path) -> list[tuple]:
+    with sqlite3.connect(home / "store.sqlite") as conn:
+        return conn.execute("SELECT op_class, phase, dims_key FROM op_samples WHERE hardware = ?", (NAME,)).fetchall()
+
+
+def _profile_argv() -> list[str]:
+    return [sys.executable, "-m", "llmperf_hook", "profile", "--device", "cpu", "--budget", str(BUDGET_MIN),
+            "--dtype", "fp32", "--ops", OPS, "--name", NAME]
+
+
+def _stop_mid_sampling(home: Path) -> subprocess.CompletedProcess:
+    """The profile, sent SIGINT (Ctrl-C) once its progress bar shows a few shapes measured."""
+    proc = subprocess.Popen(_profile_argv(), env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    while proc.poll() is None and not re.search(rb"\] ([4-9]|\d\d+)/\d+", seen):
+        seen += os.read(proc.stderr.fileno(), 4096) or b""
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), (seen + err).decode())
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Resumed:
+    home = tmp_path_factory.mktemp("r13") / "home"
+    stopped = _stop_mid_sampling(home)
+    at_stop = frozenset(_rows(home))
+    start = time.perf_counter()
+    again = subprocess.run(_profile_argv(), env=_env(home), capture_output=True, text=True, timeout=300)
+    return Resumed(home, stopped, at_stop, again, time.perf_counter() - start, _rows(home))
+
+
+@pytest.fixture
+def home_copy(resumed: Resumed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    assert resumed.resumed.returncode == 0, resumed.resumed.stderr[-2000:]
+    home = Path(shutil.copytree(resumed.home, tmp_path / "home"))
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    return home
+
+
+def test_sigint_keeps_the_samples_and_the_same_command_resumes(resumed: Resumed) -> None:
+    assert resumed.stopped.returncode == 130, resumed.stopped.stderr[-2000:]
+    assert "Traceback" not in resumed.stopped.stderr and "run the same command again" in resumed.stopped.stderr
+    assert len(resumed.stored_at_stop) >= 4  # each shape is committed as it is measured
+    out = resumed.resumed.stdout
+    measured = re.search(r"measured (\d+) shapes \((\d+) reused from the store\)", out)
+    assert measured, out
+    new, reused = int(measured[1]), int(measured[2])
+    end = resumed.stored_at_end
+    assert len(end) == len(set(end)), "a shape stored twice"
+    assert resumed.stored_at_stop <= set(end), "a shape measured before the stop was lost"
+    assert reused == len(resumed.stored_at_stop) and len(end) == reused + new
+
+
+def test_the_resumed_run_keeps_its_budget(resumed: Resumed) -> None:
+    assert f"budget {BUDGET_MIN * 60:.0f} s" in resumed.resumed.stderr
+    assert resumed.resumed_wall_s <= BUDGET_MIN * 60 + BUDGET_MARGIN_S, (resumed.resumed_wall_s, os.getloadavg())
+
+
+def test_predict_names_the_profile_per_op_class_and_says_extrapolation(home_copy: Path, capsys) -> None:
+    code, out, err = run_cli(["predict", "--format", "json", "--hardware", NAME, "--", *SMALL], capsys)
+    assert code == 0, err
+    used = json.loads(out)["predictor"]
+    assert used["gemm"] == used["layernorm"] == f"lightgbm:{NAME}", used
+    assert used["gelu"] == "roofline" and used["attention"] == "roofline", used  # not sampled: said per class
+    code, out, err = run_cli(["predict", "--format", "json", "--hardware", NAME, "--", *LARGE], capsys)
+    assert code == 0, err
+    warnings = json.loads(out)["warnings"]
+    assert any(w.startswith("gemm: ") and "beyond the profiled range" in w for w in warnings), warnings
+    assert any(w.startswith("layernorm: hidden") and "extrapolated" in w for w in warnings), warnings
+
+
+def _profile(home: Path) -> Path:
+    return home / "profiles" / NAME
+
+
+def _rewrite(path: Path, edit) -> None:
+    """profile.json edited and its meta_sha256 recomputed, as a careful forger would: only the check aimed at the
+    edited field can refuse it."""
+    from llmperf_hook.profile.profile_io import meta_sha256
+
+    doc = json.loads(path.read_text())
+    edit(doc)
+    doc["meta_sha256"] = meta_sha256(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _truncate_json(home: Path) -> None:
+    meta = _profile(home) / "profile.json"
+    meta.write_bytes(meta.read_bytes()[:1500])
+
+
+def _edit_lightgbm_dump(home: Path) -> None:
+    model = _profile(home) / "gemm.fwd.fp32.txt.gz"
+    text = gzip.decompress(model.read_bytes()).decode()
+    model.write_bytes(gzip.compress(re.sub(r"leaf_value=\S+", "leaf_value=0.5", text, count=1).encode()))
+
+
+def _schema_hash(home: Path) -> None:
+    _rewrite(_profile(home) / "profile.json", lambda doc: doc["models"][0].update(schema_hash="0123456789abcdef"))
+
+
+def _cpu_profile_as_the_a100(home: Path) -> None:
+    """This CPU's profile moved into the shipped A100 preset's name (folder and name both)."""
+    target = home / "profiles" / "a100-sxm4-80gb"
+    _profile(home).rename(target)
+    _rewrite(target / "profile.json", lambda doc: doc.update(name="a100-sxm4-80gb"))
+
+
+def _other_machines_profile(home: Path) -> None:
+    """Another machine's profile copied in over this name (its folder's profile.json names it)."""
+    _rewrite(_profile(home) / "profile.json", lambda doc: doc.update(name="their-cpu"))
+
+
+def _folder_is_a_file(home: Path) -> None:
+    shutil.rmtree(_profile(home))
+    _profile(home).write_text("my notes\n")
+
+
+def _profiles_is_a_file(home: Path) -> None:
+    shutil.rmtree(home / "profiles")
+    (home / "profiles").write_text("my notes\n")
+
+
+def _pickle_dropped_in(home: Path) -> None:
+    import pickle
+
+    (_profile(home) / "fast_model.bin").write_bytes(pickle.dumps({"gemm": [1.0, 2.0]}))
+
+
+CORRUPTIONS = {
+    "truncated-json": (_truncate_json, "not valid JSON", NAME),
+    "edited-lightgbm-dump": (_edit_lightgbm_dump, "does not match its sha256", NAME),
+    "schema-hash": (_schema_hash, "feature schema 0123456789abcdef", NAME),
+    "cpu-fingerprint-as-a100": (_cpu_profile_as_the_a100, "measured on", "a100-sxm4-80gb"),
+    "another-machines-profile": (_other_machines_profile, "fitted as 'their-cpu'", NAME),
+    "missing-model": (lambda home: (_profile(home) / "layernorm.bwd.fp32.txt.gz").unlink(), "cannot be read", NAME),
+    "folder-is-a-file": (_folder_is_a_file, "is a file, not a folder", NAME),
+    "profiles-is-a-file": (_profiles_is_a_file, "is a file, not a folder", NAME),
+    "pickle-dropped-in": (_pickle_dropped_in, "a Python pickle", NAME),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(CORRUPTIONS))
+def test_a_corrupted_profile_exits_2_and_predicts_nothing(damage: str, home_copy: Path, capsys) -> None:
+    corrupt, says, hardware = CORRUPTIONS[damage]
+    corrupt(home_copy)
+    code, out, err = run_cli(["predict", "--format", "json", "--hardware", hardware, "--", *SMALL], capsys)
+    assert code == 2 and out == "" and "Traceback" not in err, (code, out[:300], err)
+    lines = error_lines(err)
+    assert len(lines) == 1 and says in lines[0], err
+
+
+def test_profile_never_replaces_a_users_file_where_it_writes(tmp_path: Path, capsys, monkeypatch) -> None:
+    """profiles/NAME a file: the fit replaced it with the profile folder; profiles/ a file: 'internal error:
+    NotADirectoryError' after the whole budget. Both exit 2 now, before sampling, the file kept."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mine").write_text("my notes\n")
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.2", "--ops", "gemm", "--name", "mine"],
+                           capsys)
+    assert code == 2 and "is a file, not a profile folder" in err and "Traceback" not in err, err
+    assert (tmp_path / "profiles" / "mine").read_text() == "my notes\n"
+    shutil.rmtree(tmp_path / "profiles")
+    (tmp_path / "profiles").write_text("my notes\n")
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.2", "--ops", "gemm", "--name", "x"], capsys)
+    assert code == 2 and "is a file, not a folder" in err and "Traceback" not in err, err
+    assert (tmp_path / "profiles").read_text() == "my notes\n" and not (tmp_path / "store.sqlite").exists()
+
+
+def test_a_full_disk_under_llmperf_home_exits_2_saying_so(tmp_path: Path, capsys, monkeypatch) -> None:
+    """$LLMPERF_HOME on a 200 KiB tmpfs: SQLite's 'database or disk is full' as a sample is committed was
+    'internal error: OperationalError' (exit 1)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    monkeypatch.setenv("LLMPERF_HOME", str(disk))
+    try:
+        code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm", "--name", "full"],
+                               capsys)
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert "no space left on the disk of" in err and "run the same command again" in err, err[-2000:]
+
+
+def test_deepspeed_for_plan_states_its_job_shapes_and_cost(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`--for -- deepspeed ...`: the plan line samples the job's precision (bf16, from its ds_config), counts the
+    job's shapes and states their cost in device-minutes. Stopped as Ctrl-C would once the plan is printed."""
+    from llmperf_hook.profile import sampler
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sampler, "_measure_all", ctrl_c)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps":
+                                                  1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}))
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.3", "--name", "ds-cpu", "--for", "--",
+                            "deepspeed", "--num_gpus", "2", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size",
+                            "256", "--num-attention-heads", "4", "--seq-length", "256", "--max-position-embeddings",
+                            "256", "--micro-batch-size", "2", "--global-batch-size", "4", "--vocab-size", "1000",
+                            "--deepspeed", "--deepspeed_config", "ds.json"], capsys)
+    assert code == 130 and "sampling in bf16, the job's precision" in err, err[-2000:]
+    plan = re.search(r"plan: (\d+) shapes \((\d+) from the job and its neighbours\).*?about ([\d.]+) device-minutes",
+                     err)
+    assert plan and int(plan[2]) > 0 and float(plan[3]) > 0, err[-2000:]
+
+
+PROBE = """
+import json, sys, time
+import pickle, _pickle  # numpy imports pickle; what must never run is a load
+
+
+def refuse(*args, **kwargs):
+    raise RuntimeError("a pickle was loaded")
+
+
+for module in (pickle, _pickle):
+    module.load = module.loads = module.Unpickler = refuse
+from llmperf_hook.api import load_cluster, predict_config
+from llmperf_hook.graph.sample_configs import gpt3_175b
+from llmperf_hook.predict.fitted import find_profile
+out = {}
+for hardware, cluster in (("a100-sxm4-80gb", "dgx-a100"), ("gh200-96gb", "vista")):
+    t0 = time.process_time()
+    profile = find_profile(hardware, "fp16")
+    loaded = time.process_time() - t0
+    cfg = gpt3_175b(tp=8, pp=16, dp=8, global_batch_size=1536, sequence_parallel=True, recompute="selective",
+                    optimizer_kw=dict(distributed_optimizer=True))  # benchmarks/bench_predict_speed.py's job
+    clus = load_cluster(cluster)
+    t0 = time.process_time()
+    step = predict_config(cfg, clus)
+    out[hardware] = {"loaded": profile is not None, "load_s": loaded, "predict_s": time.process_time() - t0,
+                     "gpus": cfg.world_size, "step_s": step.step_time_s, "gemm": step.predictor.get("gemm")}
+out["heavy"] = sorted(m for m in ("torch", "deepspeed") if m in sys.modules)
+print(json.dumps(out))
+"""
+
+
+def test_shipped_profiles_load_without_pickle_and_price_1024_gpus_fast(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result.pop("heavy") == []
+    for hardware, r in result.items():
+        assert r["loaded"] and r["gpus"] == 1024 and r["step_s"] > 0, (hardware, r)
+        assert r["gemm"] == f"lightgbm:{hardware}", (hardware, r)
+        assert r["load_s"] + r["predict_s"] < 0.5, (hardware, r)  # CPU seconds: load stretches wall time only
