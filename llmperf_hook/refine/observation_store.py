@@ -211,12 +211,22 @@ def set_uncalibrated_prediction(conn: sqlite3.Connection, job_id: str, seconds: 
 
 
 def record_steps(conn: sqlite3.Connection, job_id: str, steps: Iterable[Mapping[str, Any]]) -> int:
+    """The job's steps, replacing what an earlier refine of it stored (a rank file removed since is not kept)."""
     rows = [(job_id, int(s["rank"]), int(s["step"]), s.get("wall_time_s"), int(bool(s.get("warmup"))),
              int(bool(s.get("profiled"))), s.get("gpu_peak_reserved_bytes", s.get("peak_rss_bytes")))
             for s in steps]
     with conn:
+        conn.execute("DELETE FROM refine_steps WHERE job_id = ?", (job_id,))
         conn.executemany("INSERT OR REPLACE INTO refine_steps VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+def forget_op_samples(conn: sqlite3.Connection, job_id: str) -> None:
+    """The job's op samples from an earlier refine, in both tables: a refine under another --hardware stores them
+    again under that one, and the shared table's key holds the hardware (they stayed under the old one too)."""
+    with conn:
+        conn.execute("DELETE FROM refine_op_samples WHERE job_id = ?", (job_id,))
+        conn.execute("DELETE FROM op_samples WHERE source = ?", (f"instrument:{job_id}",))
 
 
 def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samples: Sequence[Mapping[str, Any]]) -> int:
@@ -226,6 +236,23 @@ def record_op_samples(conn: sqlite3.Connection, job_id: str, hardware: str, samp
     with conn:
         conn.executemany("INSERT OR REPLACE INTO refine_op_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+def calibrating_key(conn: sqlite3.Connection, job_id: str) -> tuple[str, str, str] | None:
+    """The (hardware, cluster, framework) whose calibration an earlier refine of this job fitted it into (it is
+    among that key's runs_for_key), else None."""
+    row = conn.execute("SELECT hardware, cluster, framework FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+    if row is None or None in row:
+        return None
+    return row if job_id in {r[0] for r in runs_for_key(conn, *row)} else None
+
+
+def forget_calibration(conn: sqlite3.Connection, hardware: str, cluster: str, framework: str) -> None:
+    """A key's calibration taken out of every table save_calibration writes (its last run left it)."""
+    key = (hardware, cluster, framework)
+    with conn:
+        for table in ("refine_calibrations", "refine_config_scales", "calibrations"):
+            conn.execute(f"DELETE FROM {table} WHERE hardware = ? AND cluster = ? AND framework = ?", key)
 
 
 def runs_for_key(conn: sqlite3.Connection, hardware: str, cluster: str,

@@ -176,6 +176,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append(describe_contended(contended, max_wall_per_cpu(), _load_text(job.load_avg_1m)))
     if mismatch:
         notes.append(mismatch)
+    earlier_key = store.calibrating_key(conn, job_id)  # before this refine re-keys or replaces the run
     store.record_run(conn, {
         "job_id": job_id, "run_dir": run.path, "hardware": key and key.hardware, "cluster": key and key.cluster,
         "framework": key.framework if key else HOOK_TO_FRAMEWORK.get(job.framework, job.framework),
@@ -198,6 +199,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_hardware = None if mismatch else key.hardware if key else hardware  # the key needs a cluster; samples do not
+    store.forget_op_samples(conn, job_id)  # an earlier refine's, maybe under another hardware
     op_refit = _refit_ops(conn, job_id, op_hardware, samples)
     if op_refit.startswith("refitted") and raw and usable_key:  # refine/op_rebase.py: not counted twice
         rebased = repredict_uncalibrated(prediction, usable_key.cluster)
@@ -209,6 +211,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
                                     if key and raw and job.step_time_s and not mismatch else (None, ""))
     if calibration is not None and calibration.num_configs:
         notes.append(_shrinkage_note(calibration, fingerprint, variance_source))
+    notes.extend(_leave_earlier_key(conn, earlier_key, calibration))
     if key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
@@ -220,6 +223,21 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     after = calibration.apply(raw, fingerprint, shares, job.world_size) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)
+
+
+def _leave_earlier_key(conn: Any, earlier: tuple[str, str, str] | None, calibration: Calibration | None) -> list[str]:
+    """An earlier refine of this run calibrated `earlier`; this one calibrated another key, or none (--hardware /
+    --cluster / --framework changed, or the run no longer calibrates): `earlier` is refitted without the run, or
+    removed when no run is left to it. Left as it was, the run counted in two calibrations, and a calibration
+    fitted from it alone outlived its move."""
+    now = calibration and (calibration.hardware, calibration.cluster, calibration.framework)
+    if earlier is None or tuple(earlier) == now:
+        return []
+    name = "/".join(earlier)
+    if recalibrate(conn, *earlier)[0] is not None:
+        return [f"an earlier refine of this run calibrated {name}: refitted without it"]
+    store.forget_calibration(conn, *earlier)
+    return [f"an earlier refine of this run calibrated {name}, which has no other run: its calibration is removed"]
 
 
 def _sampling_sd(job: JobSteps, contended: ContendedStep | None) -> float:
