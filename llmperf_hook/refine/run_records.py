@@ -121,7 +121,7 @@ def well_formed(record: Mapping[str, Any]) -> bool:
     """Whether a record has the types the hook writes (a hand-edited or corrupted line that still parses as JSON
     is skipped and counted like an unreadable one, instead of failing refine): string kind and job id,
     non-negative integral ranks and steps, non-negative finite times and sizes (or null; all below 2^63, what the
-    store holds), op dims as numbers."""
+    store holds), op dims as numbers and the op's torch names as strings."""
     if not isinstance(record.get("kind", ""), str) or not isinstance(record.get("job_id", ""), str):
         return False
     if any(k in record and not _is_number(record[k], integral=True) for k in _INT_FIELDS):
@@ -134,7 +134,9 @@ def well_formed(record: Mapping[str, Any]) -> bool:
         dims = record.get("dims")
         return isinstance(dims, dict) and all(_is_number(v) for v in dims.values()) \
             and _is_number(record.get("seconds")) and isinstance(record.get("op_class"), str) \
-            and isinstance(record.get("phase"), str) and isinstance(record.get("dtype", ""), str)
+            and isinstance(record.get("phase"), str) and isinstance(record.get("dtype", ""), str) \
+            and isinstance(record.get("torch_names", []), list) \
+            and all(isinstance(name, str) for name in record.get("torch_names", []))
     return True
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from llmperf_hook.refine.run_records import summarize_job
 
 
@@ -77,3 +79,20 @@ def test_a_number_the_store_cannot_hold_is_a_malformed_line(tmp_path, monkeypatc
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
     (job,) = refine_run(tmp_path, store_file=tmp_path / "store.sqlite").jobs
     assert job.job.peak_memory_bytes == 2 ** 40 and any("4 unreadable or malformed" in n for n in job.notes)
+
+
+@pytest.mark.parametrize("names", [None, "aten::mm", 3, [1], [None, "aten::mm"], {"a": 1}])
+def test_an_op_line_whose_torch_names_are_no_strings_is_malformed(tmp_path, monkeypatch, names) -> None:
+    """An op line (run --instrument --profile-ops) whose torch_names is not a list of strings made refine an internal
+    error (TypeError in ",".join, exit 1 with a traceback; found fuzzing a real ZeRO-3 run's records): it is
+    skipped and counted like any malformed line, and the run's steps and its other op samples are stored."""
+    from llmperf_hook.refine.refine_run import refine_run
+
+    op = {"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gemm", "phase": "fwd", "dtype": "fp32",
+          "dims": {"m": 8, "n": 8, "k": 8}, "seconds": 1e-5, "count": 2, "torch_names": ["aten::mm"]}
+    step = {"kind": "step", "job_id": "j1", "rank": 0, "world_size": 1, "step": 1, "wall_time_s": 0.02}
+    lines = [step, op, {**op, "dims": {"m": 16, "n": 8, "k": 8}, "torch_names": names}]
+    (tmp_path / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (job,) = refine_run(tmp_path, hardware="cpu-test", store_file=tmp_path / "store.sqlite").jobs
+    assert job.num_op_samples == 1 and any("1 unreadable or malformed" in n for n in job.notes), job.notes
