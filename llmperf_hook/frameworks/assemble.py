@@ -29,7 +29,9 @@ from llmperf_hook.frameworks.megatron_unknown_args import check_megatron_options
 from llmperf_hook.frameworks.megatron_validate_args import check_validate_args
 from llmperf_hook.frameworks.megatron import flag_precision, resolve_megatron, world_divisibility_error
 from llmperf_hook.frameworks.resolve import JobOverrides, has_megatron_shape, ignored_deepspeed_flags
+from llmperf_hook.frameworks.script_dropout import apply_script_dropout
 from llmperf_hook.frameworks.script_shape import resolve_script_shape, script_model_type
+from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.step_flags import step_fusions
 from llmperf_hook.frameworks.trainer_flags import ddp_bucket_elems, trainer_warnings
 from llmperf_hook.frameworks.training_config import (BatchConfig, OptimizerConfig, ParallelLayout, RecomputeConfig,
@@ -132,7 +134,8 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
     connections = device_connections(job, src, warnings, optimizer.fsdp)
     splits_bias = not megatron_entry_point(job.script) and zero3_splits_bias(
         "", ds is None or ds.memory_efficient_linear, False, job.script, job.env, _zero3_warnings(ds, warnings))
-    fusions = step_fusions(flags, framework, optimizer, src, job.env, warnings)
+    fusions = apply_script_dropout(step_fusions(flags, framework, optimizer, src, job.env, warnings), job.script,
+                                   flags, src)
     return TrainingConfig(
         framework=framework, launcher=job.launcher, world_size=job.world_size, nnodes=job.nnodes,
         nproc_per_node=job.nproc_per_node, model=parts.model, parallel=parts.parallel, batch=parts.batch,
@@ -163,10 +166,8 @@ def _script_uses_pipeline_module(script: str) -> bool:
     """Whether the script's code (parsed, never run) imports a PIPELINE_MODULE_CLASSES class and uses the name (a
     call, a base class), or reaches one as an attribute (deepspeed.pipe.PipelineModule(...)); a comment or a string
     naming it builds nothing. Unreadable or unparsable: True, the entry points' default."""
-    try:
-        with open(script, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), filename=script)
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+    tree = script_tree(script)
+    if tree is None:
         return True
     bound = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
              for alias in node.names if alias.name in PIPELINE_MODULE_CLASSES}

@@ -24,6 +24,7 @@ from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_schema import ds_bool
+from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.provenance import Source, SourceKind
 
 TWO_STATES = frozenset({"adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw"})
@@ -124,10 +125,8 @@ def script_client_optimizer(script: str) -> tuple[str, str] | None:
     """(class name, `script line N`) of the optimizer the script passes to deepspeed.initialize: optimizer= or the
     third positional argument (initialize(args, model, optimizer, ...)), a call or a name assigned from one; class
     "" when not recognised. None when it passes none, or the script cannot be read or parsed."""
-    try:
-        with open(script, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), filename=script)
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+    tree = script_tree(script)
+    if tree is None:
         return None
     built, initializers = _built_by(tree), _deepspeed_initializers(tree)
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) in initializers):

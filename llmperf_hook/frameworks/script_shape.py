@@ -22,6 +22,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.hf_config import EXTRA_SHAPE_KEYS, config_from_overrides, read_hf_config, shape_from_hf_config
 from llmperf_hook.frameworks.presets import list_model_presets, load_model_preset
+from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
 
@@ -202,10 +203,8 @@ def script_training(script: str) -> ScriptTraining | None:
     parameters: its step updates the 16-bit weights with 16-bit gradients and states (torch.optim keeps each state
     in its parameter's dtype: adamw.py _init_group zeros_like(p, memory_format=...)). None when the file cannot be
     read or parsed, or the script does not do both (autocast keeps fp32 weights: mixed precision)."""
-    try:
-        with open(script, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), filename=script)
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+    tree = script_tree(script)
+    if tree is None:
         return None
     imported = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                 and node.module == "torch.optim" for a in node.names}  # local name -> torch.optim's name

@@ -20,9 +20,9 @@ is not seen, so tune keeps that knob at the command's value rather than write a 
 from __future__ import annotations
 
 import ast
-import functools
-import os
 from dataclasses import dataclass
+
+from llmperf_hook.frameworks.script_tree import script_parse_error, script_tree
 
 DEEPSPEED_CONFIG_OPTIONS = frozenset({"--deepspeed", "--deepspeed_config", "--deepscale", "--deepscale_config"})
 """deepspeed.add_config_arguments(parser) -> _add_core_arguments (deepspeed/__init__.py)."""
@@ -58,24 +58,9 @@ def unreadable_reason(script: str) -> str | None:
 
 
 def _tree(script: str) -> ast.Module | str | None:
-    """The script's syntax tree, the reason it cannot be parsed, or None where there is no file."""
-    try:
-        stat = os.stat(script)
-    except OSError:
-        return None
-    return _parse(os.path.abspath(script), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=32)
-def _parse(path: str, mtime_ns: int, size: int) -> ast.Module | str:
-    """Cached per file version (mtime and size in the key): tune asks once per candidate command it plans. Bytes,
-    so that a PEP 263 coding line is honoured; RecursionError: a nesting deeper than the parser's stack."""
-    try:
-        with open(path, "rb") as handle:
-            return ast.parse(handle.read(), filename=path)
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as err:
-        where = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
-        return f"{type(err).__name__}{where}: {err.msg if isinstance(err, SyntaxError) else err}"
+    """The script's syntax tree, the reason it cannot be parsed, or None where there is no file (one cached parse of
+    the file's bytes, shared with frameworks/: frameworks/script_tree.py)."""
+    return script_tree(script) or script_parse_error(script)
 
 
 def _read(tree: ast.Module, shown: str) -> ScriptOptions | None:
