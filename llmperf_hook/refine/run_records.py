@@ -38,8 +38,19 @@ class RunDir:
     def job_ids(self) -> list[str]:
         return sorted({str(r["job_id"]) for r in self.records if "job_id" in r})
 
+    job_folders: frozenset[str] = frozenset()
+    """The job ids with a folder under jobs/ (run directories written since jobs could share one have one per job)."""
+
     def prediction_for(self, job_id: str) -> Mapping[str, Any] | None:
-        return self.job_predictions.get(job_id, self.prediction if len(self.job_ids()) <= 1 else None)
+        """The job's own jobs/<id>/prediction.json; else the one at the top when it is this job's: the only job, or
+        one without a jobs/ folder (a run directory of the earlier layout) that the top session.json names. A job
+        added to such a folder by --run-dir writes its files under jobs/ and leaves the top ones to it."""
+        if job_id in self.job_predictions:
+            return self.job_predictions[job_id]
+        if len(self.job_ids()) <= 1:
+            return self.prediction
+        own_top = job_id not in self.job_folders and (self.session or {}).get("job_id") == job_id
+        return self.prediction if own_top else None
 
 
 @dataclass(frozen=True)
@@ -177,7 +188,8 @@ def read_run_dir(path: str | Path) -> RunDir:
         bad += nbad
     per_job = {p.parent.name: read_json_object(p) for p in run.glob("jobs/*/prediction.json")}
     return RunDir(str(run), tuple(records), read_json_object(run / "prediction.json"), read_json_object(run / "session.json"),
-                  bad, {k: v for k, v in per_job.items() if v is not None})
+                  bad, {k: v for k, v in per_job.items() if v is not None},
+                  frozenset(p.name for p in run.glob("jobs/*") if p.is_dir()))
 
 
 def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps:

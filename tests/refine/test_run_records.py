@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from refine_helpers import PREDICTION, write_run
 
 from llmperf_hook.refine.run_records import summarize_job
 
@@ -96,3 +97,23 @@ def test_an_op_line_whose_torch_names_are_no_strings_is_malformed(tmp_path, monk
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
     (job,) = refine_run(tmp_path, hardware="cpu-test", store_file=tmp_path / "store.sqlite").jobs
     assert job.num_op_samples == 1 and any("1 unreadable or malformed" in n for n in job.notes), job.notes
+
+
+def test_a_run_folder_of_the_earlier_layout_keeps_its_prediction_when_a_job_joins(tmp_path, monkeypatch) -> None:
+    """A run directory written before jobs/<id>/ existed holds its job's prediction.json and session.json at the
+    top; a job added by `run --instrument --run-dir` writes its own under jobs/ and leaves the top ones (they are
+    not its to overwrite). refine gave the earlier job no prediction once two jobs were there, so it lost its
+    calibration; the top session.json names whose the top files are."""
+    from llmperf_hook.refine.refine_run import refine_run
+
+    run = write_run(tmp_path / "run", "old", {0: [0.05, 0.02, 0.02, 0.02]})  # prediction.json at the top
+    (run / "session.json").write_text(json.dumps({"schema": 1, "job_id": "old", "steps": 4}))
+    write_run(run, "new", {0: [0.05, 0.03, 0.03, 0.03]}, prediction=None)
+    (run / "jobs" / "new").mkdir(parents=True)
+    (run / "jobs" / "new" / "prediction.json").write_text(json.dumps({**PREDICTION, "step_time_s": 0.015}))
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    jobs = {j.job.job_id: j for j in refine_run(run, store_file=tmp_path / "store.sqlite").jobs}
+    assert jobs["old"].predicted_before_s == 0.010 and jobs["new"].predicted_before_s == 0.015
+    assert jobs["old"].calibration is not None and jobs["old"].calibration.num_runs == 2
+    (run / "jobs" / "old").mkdir(parents=True)  # a job of the present layout without a prediction of its own
+    assert refine_run(run, store_file=tmp_path / "store.sqlite").jobs[1].predicted_before_s is None
