@@ -35,6 +35,7 @@ from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
+from llmperf_hook.launch.shell_arithmetic_commands import run_arithmetic
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
@@ -231,8 +232,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
         source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable)
-        try:
-            words, redirections = split_redirections(*rejoin_substitutions(shell_split(source), quoted_words(source)))
+        try:  # inside `(( ))` a `>` or `<<` is an operator (bash manual 6.5), no redirection
+            words, redirections = (shell_split(source), []) if source.lstrip().startswith("((") else \
+                split_redirections(*rejoin_substitutions(shell_split(source), quoted_words(source)))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(self.where(line).removeprefix("line "))
@@ -258,6 +260,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             return
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
+        if words and not self.launches and run_arithmetic(self, words, self.conditions.uncertain()):
+            return  # `(( NP /= 2 ))`, `let NP=X/2`
         if not words or self.launches:  # what follows the launch line does not change it
             heredoc = self.standard_input(line, text, words) if command_head(words) not in _WRITERS else None
             if words and self.is_launch(line, words, text, heredoc):

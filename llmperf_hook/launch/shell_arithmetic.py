@@ -17,8 +17,14 @@ def _c_div(a: int, b: int) -> int:
 
 
 _ARITH_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-              ast.Div: _c_div, ast.Mod: lambda a, b: a - b * _c_div(a, b), ast.Pow: lambda a, b: a ** b}
+              ast.Div: _c_div, ast.Mod: lambda a, b: a - b * _c_div(a, b), ast.Pow: lambda a, b: a ** b,
+              ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b, ast.BitAnd: lambda a, b: a & b,
+              ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
 """bash arithmetic (bash manual 6.5 Shell Arithmetic): integers; `/` and `%` truncate toward zero as in C."""
+_COMPARISONS = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+                ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
+"""`<`, `<=`, `>`, `>=`, `==`, `!=`: 1 when true, else 0 (6.5); one at a time (C reads `a < b < c` as `(a < b) < c`,
+Python as a chain, so a chain is left to bash)."""
 
 
 def _int64(value: int) -> int:
@@ -34,13 +40,22 @@ def _arith_value(node: ast.AST) -> int:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _arith_value(node.operand)
         return _int64(-value) if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARISONS:
+        return int(_COMPARISONS[type(node.ops[0])](_arith_value(node.left), _arith_value(node.comparators[0])))
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
         right = _arith_value(node.right)
         if (isinstance(node.op, (ast.Div, ast.Mod)) and right == 0) or (isinstance(node.op, ast.Pow)
-                                                                       and not 0 <= right <= 64):
-            raise ValueError("division by zero or a large power")
+                                                                       and not 0 <= right <= 64) or \
+                (isinstance(node.op, (ast.LShift, ast.RShift)) and not 0 <= right < 64):
+            raise ValueError("division by zero, a large power or shift")
         return _int64(_ARITH_OPS[type(node.op)](_arith_value(node.left), right))
     raise ValueError("not plain integer arithmetic")
+
+
+_NOT_PYTHON = re.compile(r"&&|\|\||(?<![<>=!])=(?!=)")
+"""`&&`, `||` and an assignment, which Python's expressions do not read as bash does."""
+_BITWISE, _COMPARED = re.compile(r"[&|^]"), re.compile(r"==|!=|<=|>=|(?<![<>])[<>](?![<>=])")
+"""C (and bash) bind `&`, `^`, `|` looser than a comparison, Python tighter: a mix of both is left to bash."""
 
 
 def arithmetic(expr: str, env: dict[str, str]) -> str:
@@ -49,7 +64,8 @@ def arithmetic(expr: str, env: dict[str, str]) -> str:
     when it is not plain integer arithmetic over known values."""
     text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({env[m.group(0)]})" if m.group(0) in env else m.group(0),
                   expr).strip()
-    if not re.fullmatch(r"[0-9+\-*/%() \t]+", text) or "//" in text:
+    if not re.fullmatch(r"[0-9+\-*/%()<>=!&|^ \t]+", text) or "//" in text or _NOT_PYTHON.search(text) or \
+            (_BITWISE.search(text) and _COMPARED.search(text)):
         return f"$(({expr}))"
     try:
         return str(_arith_value(ast.parse(text, mode="eval").body))

@@ -22,6 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from llmperf_hook.launch.shell_arithmetic import arithmetic
+from llmperf_hook.launch.shell_arithmetic_commands import arithmetic_expressions
+
 _NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 """`$NAME` / `${NAME}`: what is left of one after expansion is a variable nobody set."""
@@ -97,6 +100,9 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
     assigned = words[1:] if words[:1] == ["export"] else words
     if assigned and all(ASSIGNMENT_WORD.match(w) and "$(" not in w and "`" not in w for w in assigned):
         return not negate  # `[ -z "$X" ] && X=1 || X=2`: assignments alone (or exported) exit 0 (bash manual 3.7.1)
+    arithmetic_test = arithmetic_truth(words, expand)
+    if arithmetic_test is not None or words[:1] == ["let"] or (words and words[0].startswith("((")):
+        return None if arithmetic_test is None else arithmetic_test != negate
     if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
         inner, flags = words[1:-1], flags[1:-1]
     elif words and words[0] == "test":
@@ -115,6 +121,20 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
         args = None if any(f is None for f in fields) else [a for f in fields for a in f]  # type: ignore[union-attr]
         result = None if args is None else _decide(args, args, False)
     return None if result is None else result != negate
+
+
+def arithmetic_truth(words: list[str], expand: Callable[[str], str | None]) -> bool | None:
+    """The status of `(( expr ))` that assigns nothing: true when expr is not 0 (bash manual 3.2.5.2); None where
+    llmperf cannot evaluate it (`let`, an assignment, an operator shell_arithmetic leaves to bash)."""
+    expressions = arithmetic_expressions(words)
+    if expressions is None or words[0] == "let" or _ARITH_ASSIGNS.search(expressions[0]):
+        return None
+    text = expand(re.sub(r"\b([A-Za-z_]\w*)\b", r"(${\1})", expressions[0]))  # a name: its value, as an expression
+    value = None if text is None else arithmetic(text, {})
+    return None if value is None or value.startswith("$((") else value != "0"
+
+
+_ARITH_ASSIGNS = re.compile(r"(?<![<>=!])=(?!=)|\+\+|--")
 
 
 def _fields(word: str, value: str, unquoted: bool | None) -> list[str] | None:

@@ -249,18 +249,25 @@ def plain_heredoc_operators(text: str) -> str:
     outside, _, end = _scan(text)
 
     def plain(found: re.Match[str]) -> str:
-        if not outside[found.start()] or "<<<" in text[max(found.start() - 1, 0):found.start() + 3]:
+        if not outside[found.start()] or "<<<" in text[max(found.start() - 1, 0):found.start() + 3] or \
+                in_arithmetic(text, found.start()):
             return found.group(0)
         return f"<<{found.group(1)}{found.group(3) or found.group(4) or found.group(5)}"
 
     return _HEREDOC.sub(plain, text[:end]) + text[end:]
 
 
+def in_arithmetic(text: str, at: int) -> bool:
+    """Whether text[at] lies inside `(( ))` or `$(( ))`, where `<<` is a shift (bash manual 6.5), no here-document."""
+    return text[:at].count("((") > text[:at].count("))")
+
+
 def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, int]:
     """The here-document `text` opens and how many of the following lines (`rest`) it takes."""
     outside, _, end = _scan(text)
     for match in _HEREDOC.finditer(text, 0, end):
-        if not outside[match.start()] or "<<<" in text[max(match.start() - 1, 0):match.start() + 3]:
+        if not outside[match.start()] or "<<<" in text[max(match.start() - 1, 0):match.start() + 3] or \
+                in_arithmetic(text, match.start()):
             continue
         strip_tabs, delimiter = match.group(1) == "-", match.group(3) or match.group(4) or match.group(5)
         quoted = match.group(5) is None

@@ -51,6 +51,36 @@ QUOTING = {
     "heredoc_default_quotes": "NP=2\ncat > opts.txt <<EOF\nx\nEOF\nX=\"${A:-'q'}\"\n" + T + " --save \"$X\"\n",
 }
 
+ARITHMETIC = {
+    "let": "X=8\nlet NP=X/2\n" + T + "\n",
+    "let_several_words": "NP=8\nlet \"NP = NP * 2\" NP++\n" + T + "\n",
+    "compound_assignment": "NP=8\n(( NP /= 2 ))\n" + T + "\n",
+    "comma_list_and_decrement": "NP=8\n((NP--, NN=NP-5))\n" + T + " --nnodes $NN\n",
+    "shift_assignment_is_no_heredoc": "NP=8\n(( NP <<= 1 ))\n(( NP >>= 2 ))\n" + T + " --save $(( 1 << 3 ))\n",
+    "a_comparison_is_no_redirection": "NP=8\n(( NP > 16 )) && NP=4\n(( NP < 16 )) && NN=2\n" + T + " --nnodes ${NN:-1}\n",
+    "arithmetic_if": "X=2+3\nNP=8\nif ((X*2 == 10)); then NP=2; else NP=1; fi\n" + T + "\n",
+    "negated_arithmetic": "NP=8\n! (( NP > 4 )) || NP=3\n" + T + "\n",
+    "dollar_inside": "S=2\n(( NP = $S * 3 ))\n" + T + "\n",
+    "bitwise_and_comparisons_in_expansions": "NP=$(( (6 & 3) | 1 ))\nNN=$(( 3 > 2 ))\n" + T + " --nnodes $NN\n",
+}
+UNKNOWN = {"(( NP = RANDOM % 4 ))": "RANDOM", "(( NP = 2 ** 70 ))": "outside 64 bits",
+           "(( NP += UNSET ))": "an unset name", "while [ -e /x ]; do (( NP *= 2 )); done": "a loop that may run"}
+
+
+@pytest.mark.parametrize("name", ARITHMETIC)
+def test_arithmetic_commands(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, ARITHMETIC[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("line", UNKNOWN)
+def test_an_arithmetic_assignment_llmperf_cannot_evaluate_is_unknown(line: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch line names $NP (it was 8 before) instead of pricing a stale value."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=8\n{line}\n"
+                                       "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $NP\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "$NP"
+
 
 @pytest.mark.parametrize("name", SUBSHELLS)
 def test_subshells_assign_nothing_in_the_script(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
