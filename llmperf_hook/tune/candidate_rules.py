@@ -49,6 +49,8 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         **_uneven_stage_masks(cfg, total, pp, vpp),
         **_kept_flag_masks(cfg, cols),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
+        # tensor_parallel/mappings.py _split_along_first_dim asserts the rank's sequence divides by TP under SP
+        "sequence parallel needs (seq_length / cp) % tp == 0": (cols["sp"] > 0) & ((m.seq_length // cp) % tp != 0),
         # --pipeline-model-parallel-layout names every stage's layers: it fixes PP and the virtual stages
         # (arguments.py: VPP = its stages // PP); the rewritten command keeps it, so only the command's (pp, vpp).
         "custom pipeline layout fixes pp and vpp": np.full(pp.shape, bool(p.pipeline_layout)) & (

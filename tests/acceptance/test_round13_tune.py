@@ -121,3 +121,23 @@ def test_megatron_deepspeed_pipe_model_block_recompute_is_priced_as_none(home: P
     code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--", *argv], capsys)
     assert code == 0, err
     assert json.loads(out)["config"]["recompute"] == "none"
+
+
+def test_sequence_parallel_needs_the_ranks_sequence_divisible_by_tp(home: Path, capsys) -> None:
+    """Megatron scatters the embeddings' output along the sequence over the TP ranks under --sequence-parallel and
+    asserts 'First dimension of the tensor should be divisible by tensor parallel size' (megatron/core/
+    tensor_parallel/mappings.py _split_along_first_dim; the local sequence is seq / CP). A 4,100-token job at TP 8
+    with SP was accepted by explain and offered by tune; it stops at the first forward."""
+    gpt = ["torchrun", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "2048",
+           "--num-attention-heads", "16", "--seq-length", "4100", "--max-position-embeddings", "4100",
+           "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", "--vocab-size", "50257"]
+    code, _, err = run_cli(["explain", "--", *gpt, "--tensor-model-parallel-size", "8", "--sequence-parallel"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "--sequence-parallel" in err and "Traceback" not in err, err
+    (home / "s.yaml").write_text("tensor_parallel: [2, 8]\nrecompute: [none]\ndistributed_optimizer: [true]\n")
+    data = _tune_json(["--top", "30", "--search", "s.yaml", "--apply", "--dry-run", "--", *gpt,
+                       "--tensor-model-parallel-size", "2"], capsys)
+    assert data["search"]["invalid_by_rule"]["sequence parallel needs (seq_length / cp) % tp == 0"] > 0
+    for row in data["top"]:
+        assert not row["sequence_parallel"] or (4100 // row["cp"]) % row["tp"] == 0, row["layout"]
+    code, _, err = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
+    assert code == 0, err
