@@ -88,16 +88,21 @@ def _profiles(hardware_name: str):
                 f"the directory to fall back to the roofline model.")
 
 
-def _check_not_a_file(directory: Path) -> None:
-    """profiles/NAME (or profiles/ itself) that is a file is damage, not an absent profile: it was priced by the
-    roofline, silently but for a warning, where the user meant a profile to be used."""
-    file = next((p for p in (directory, directory.parent) if p.exists() and not p.is_dir()), None)
+def _check_not_a_file(directory: Path, what: str = "fitted profile", fallback: str = "the roofline model") -> None:
+    """profiles/NAME (or profiles/ itself; for a cluster, profiles/comm/NAME or profiles/comm/) that is a file is
+    damage, not an absent profile: the job was priced by the roofline (or alpha-beta), silently but for a warning
+    (none at all for a comm model), where the user meant a fitted one to be used."""
+    home = llmperf_home()
+    if home not in directory.parents:  # the shipped ones; $LLMPERF_HOME itself a file is the store's to refuse
+        return
+    chain = (directory, *directory.parents[:directory.parents.index(home)])
+    file = next((p for p in chain if p.exists() and not p.is_dir()), None)
     if file is not None:
         from llmperf_hook.errors import ProfileError
 
-        raise ProfileError(f"fitted profile {directory} is unusable: {file} is a file, not a folder (a profile is a "
-                           f"folder holding profile.json and its model files). Move the file away to fall back to "
-                           f"the roofline model, or put the profile's folder there.")
+        raise ProfileError(f"{what} {directory} is unusable: {file} is a file, not a folder (a fitted model is a "
+                           f"folder of JSON and model files, written by `llmperf profile`). Move the file away to fall "
+                           f"back to {fallback}, or put the fitted folder there.")
 
 
 def _check_fitted_for(meta, directory: Path) -> None:
@@ -140,6 +145,7 @@ def _fingerprint_fits_preset(name: str, hardware: object) -> bool:
 def find_comm_model(cluster_name: str) -> OpClassPredictor | None:
     """The fitted communication model for this cluster, or None (alpha-beta fallback)."""
     for directory in profile_dirs(cluster_name, "comm"):
+        _check_not_a_file(directory, "communication model", "the cluster's alpha-beta")
         path = directory / "comm_model.json"
         if path.is_file():
             return _load_comm(str(directory), content_key(path))

@@ -210,6 +210,20 @@ def test_a_corrupted_profile_exits_2_and_predicts_nothing(damage: str, home_copy
     assert len(lines) == 1 and says in lines[0], err
 
 
+@pytest.mark.parametrize("file", ["comm/perlmutter", "comm"])
+def test_a_comm_model_folder_that_is_a_file_exits_2(file: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """$LLMPERF_HOME/profiles/comm/CLUSTER (or comm/) a file: the cluster was priced by plain alpha-beta without a
+    word, where the user's fitted comm model (it comes before the shipped one) was meant."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    (tmp_path / "profiles" / file).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "profiles" / file).write_text("my notes\n")
+    job = [*SMALL[:2], "4", *SMALL[3:-3], "8", "--vocab-size", "1000"]  # 4 ranks: a data-parallel all-reduce
+    code, out, err = run_cli(["predict", "--cluster", "perlmutter", "--", *job], capsys)
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    lines = error_lines(err)
+    assert len(lines) == 1 and "communication model" in lines[0] and "is a file, not a folder" in lines[0], err
+
+
 def test_profile_never_replaces_a_users_file_where_it_writes(tmp_path: Path, capsys, monkeypatch) -> None:
     """profiles/NAME a file: the fit replaced it with the profile folder; profiles/ a file: 'internal error:
     NotADirectoryError' after the whole budget. Both exit 2 now, before sampling, the file kept."""
