@@ -219,11 +219,33 @@ def _write(dist, req: CommRequest, samples: list[CommSamples], notes: list[str],
             "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notes": "; ".join(notes)}
     model = fit_comm_model(req.cluster_name, samples, prov)
     path = write_comm_model(llmperf_home() / "profiles" / "comm" / req.cluster_name.lower(), model)
+    notes += [_fit_line(fit) for fit in model.layouts]
+    if model.provenance.get("rejected_layouts"):
+        notes.append(f"not fitted: {model.provenance['rejected_layouts']}")
     cluster_yaml = _ensure_cluster_yaml(req.cluster_name, model, device, dist.get_world_size())
     if cluster_yaml is not None:
         notes.append(f"wrote {cluster_yaml}: `--cluster {req.cluster_name}` now names this machine (edit it for "
                      f"a larger cluster of the same nodes)")
     return CommResult(str(path), n, tuple(labels), tuple(notes))
+
+
+NOISY_FIT_MAPE = 0.25
+"""A layout fitted further than this from its own (quietest) timings is said to be uncertain: alpha-beta plus the
+residual curve is meant to fit undisturbed collectives within 5 % (issue 4's target on the public NCCL layouts,
+benchmarks/bench_comm_accuracy.py), so five times that is timings scattered by other work on the cores or links
+(170 % for a gloo all-reduce 1x2 at load 8 on 2 cores, 28 Nov 2026)."""
+
+
+def _fit_line(fit) -> str:
+    """One layout's fitted alpha-beta, as the user checks it: latency, bus bandwidth, the error over its timings."""
+    lo, hi = fit.bytes_range
+    line = (f"{fit.collective} {fit.nodes}x{fit.gpus_per_node}: latency {fit.alpha_s * 1e6:.0f} us, bus bandwidth "
+            f"{fit.busbw_bytes_per_s / 1e9:.3g} GB/s, within {fit.fit_mape:.0%} of its {fit.num_samples} timings "
+            f"({lo:.0f}-{hi:.0f} bytes)")
+    if fit.fit_mape > NOISY_FIT_MAPE:
+        line += ("; timings this scattered (other work on the cores or links?) leave it uncertain: rerun on a quiet "
+                 "machine, the same command replaces it")
+    return line
 
 
 def _store_rows(cluster: str, backend: str, samples: list[CommSamples], rounds: dict | None) -> list:

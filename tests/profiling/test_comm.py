@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ def test_two_process_gloo_comm_sampler(tmp_path: Path, monkeypatch: pytest.Monke
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "comm model" in out.stdout
+    # the fitted alpha-beta of each layout is said, as the user checks it
+    assert re.search(r"note: allreduce 1x2: latency \d+ us, bus bandwidth [\d.e+-]+ GB/s, within \d+% of its \d+ "
+                     r"timings", out.stdout), out.stdout
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
     comm = find_comm_model("ci-gloo")
     assert comm is not None and comm.supports("allreduce", "step", "fp32") and comm.supports("p2p", "fwd", "fp32")
