@@ -75,6 +75,8 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
     the script instead they stay as written (script_stops refuses such a line)."""
     if "$" not in word:
         return word
+    if "${!" in word:
+        word = INDIRECT_REF.sub(lambda found: _indirect(found, env, used, unknown), word)
     text = expand_operators(word, env, used)
 
     def sub(match: re.Match[str]) -> str:
@@ -102,6 +104,20 @@ def expand_env_refs(word: str, env: Mapping[str, str], used: dict[str, str],
         return unmark_braces(expand_env_refs(default, env, used, unknown, assigning).strip('"'))  # A set reads no B
 
     return ENV_REF.sub(sub, text)
+
+
+INDIRECT_REF = re.compile(r"\$\{!([A-Za-z_]\w*)\}")
+"""`${!NAME}`: bash's indirect expansion, the variable NAME's value names (bash manual 3.5.3)."""
+
+
+def _indirect(found: re.Match[str], env: Mapping[str, str], used: dict[str, str], unknown: AbstractSet[str]) -> str:
+    """`${!NAME}` as the reference `${VALUE}` it stands for, where NAME holds a variable's name; else as written."""
+    name = found.group(1)
+    target = env.get(name)
+    if name in unknown or target is None or not re.fullmatch(r"[A-Za-z_]\w*", target):
+        return found.group(0)
+    used[name] = target
+    return "${" + target + "}"
 
 
 def in_command_substitution(text: str, at: int) -> bool:

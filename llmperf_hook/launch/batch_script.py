@@ -42,7 +42,7 @@ from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
 from llmperf_hook.launch.shell_loops import in_background, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, missing_arguments, positional_table,
                                                   run_builtin)
-from llmperf_hook.launch.shell_read import HERE_STRING_REF, printf_builtin, read_builtin
+from llmperf_hook.launch.shell_read import HERE_STRING_REF, getopts_builtin, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
                                                   quote_arm_patterns)
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, forks,
@@ -244,6 +244,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         running = self.conditions.running()
         if not self.launches:
             self.condition_source(line, words)
+            if running and "getopts" in words:  # `while getopts "n:" opt; do`: opt, OPTARG are the loop's
+                getopts_builtin(self, words)
         stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested),
                                        condition_expander(self.undecidable, self.expand))
         if self.shell[0] == "dash" and not self.launches:
@@ -258,6 +260,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
         if not self.launches and self.loop_exit(words, line):
             return
+        if not self.launches:
+            self.function_return(words)  # `return` ends the function (or sourced file) being read
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
         if words and not self.launches and run_arithmetic(self, words, self.conditions.uncertain()):
@@ -383,7 +387,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         self.sourcing.add(path)
         outer, self.path = self.path, path
         try:
-            self.read(logical_lines(text))
+            self.read_to_return(logical_lines(text))
         finally:
             self.sourcing.discard(path)
             self.path = outer

@@ -45,6 +45,10 @@ class LoopExit(Exception):
         self.word, self.levels = word, levels
 
 
+class FunctionReturn(Exception):
+    """`return` run where it surely runs, in a function or a sourced file (caught by BlockReading.call / source)."""
+
+
 class Unfollowable(Exception):
     """A `break` / `continue` that runs on a condition llmperf cannot decide: the loop's passes are unknown."""
 
@@ -129,6 +133,26 @@ class BlockReading:
         finally:
             self.sweep, self.loop_calls = outer, outer_calls
 
+    def read_to_return(self, body: Sequence[ScriptLine]) -> None:
+        """A function's body (or a sourced file's lines) read up to a `return` that surely runs there (bash manual
+        4.1: return ends the function or the `.` / `source` and goes on after its call); the `if` blocks around
+        it end with it."""
+        depth = len(self.conditions.frames)
+        try:
+            self.read(body)
+        except FunctionReturn:
+            del self.conditions.frames[depth:]
+            self.conditions.join(";")
+
+    def function_return(self, words: list[str]) -> None:
+        """`return [N]` where it surely runs, in a function or a sourced file: FunctionReturn. Where it may not run
+        (an undecided test, a loop or `case` body, a subshell, whose return ends only that) the lines after it are
+        read as before."""
+        if words[:1] == ["return"] and (self.calling or self.sourcing) and not (
+                self.subshell or self.conditions.undecided or self.conditions.uncertain() or
+                self.conditions.in_undecided_branch() or self.sweep is not None):
+            raise FunctionReturn()
+
     def one_pass(self, body: Sequence[ScriptLine], nested: bool) -> bool:
         """One pass of a loop's body; True when a `break` ends the loop. A `break N` / `continue N` for an outer loop
         (`nested`: one llmperf reads pass by pass) goes on to it; with none, bash ends every enclosing loop."""
@@ -201,7 +225,7 @@ class BlockReading:
         self.calling.add(defined.name)
         self.frames.append({})
         try:
-            self.read(defined.body)
+            self.read_to_return(defined.body)
         finally:
             leave_function(self)
             self.positional, self.path = saved, outer

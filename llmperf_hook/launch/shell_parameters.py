@@ -46,7 +46,8 @@ def _pattern_and_string(spec: str, split: bool = True) -> tuple[str, str]:
             parts.append("")
         else:  # a quote inside the other kind of quotes
             parts[-1] += c
-    pattern = "".join(f"[{c}]" if c in GLOB_MARKS.values() else c for c in parts[0])
+    pattern = "".join(f"[{c}]" if c in GLOB_MARKS.values() else c for c in parts[0]).replace("[^", "[!")  # bash's
+    # `[^0-9]` is fnmatch's `[!0-9]` (bash manual 3.5.8.1)
     return unmark_braces(pattern), unmark_braces(parts[1]) if len(parts) > 1 else ""
 
 

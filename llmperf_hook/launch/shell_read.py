@@ -249,3 +249,16 @@ def printf_builtin(script: _Script, words: Sequence[str], uncertain: bool = Fals
     else:
         _set(script, name, text)
     return True
+
+
+_TESTED_BY = frozenset({"while", "until", "if", "elif", "!"})
+
+
+def getopts_builtin(script: _Script, words: Sequence[str]) -> None:
+    """`getopts OPTSTRING NAME [ARGS]` (bash manual 4.1), as a command or the test of `while getopts ...; do`: it sets
+    NAME, OPTARG and OPTIND from the arguments one call at a time, which only running the loop tells, so they are left
+    undecided (a `case $opt in n) NP=$OPTARG;;` then makes NP unknown; NAME unset matched no arm, NP stayed stale)."""
+    at = next((k for k, word in enumerate(words) if word not in _TESTED_BY), len(words))
+    if words[at:at + 1] == ["getopts"] and len(words) > at + 2:
+        _leave_undecided(script, [words[at + 2], "OPTARG", "OPTIND"])
+

@@ -30,8 +30,10 @@ PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
 """A word `export` takes: NAME, NAME=value or NAME+=value."""
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+_ARRAY_INDICES = re.compile(r"(\"?)\$\{!([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+"""`${!NAME[@]}` / `${!NAME[*]}`: the array's indices (bash manual 6.7)."""
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
-_ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(\d+|[@*])\]\}")
+_ARRAY_ITEM = re.compile(r"\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)\[(-?\d+|[@*])\]\}")
 """`${NAME[N]}` (one element), `${#NAME[@]}` (the count), `${#NAME[N]}` (an element's length): bash manual 6.7."""
 _ASSIGNING_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?=")
 """`${NAME:=word}` / `${NAME=word}`: an expansion that assigns (bash manual 3.5.3)."""
@@ -224,6 +226,15 @@ class ShellVariables:
                 known = shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
             return f"{found.group(0)} {known}" if name in self.unknown_heads else known
 
+        def indices(found: re.Match[str]) -> str:  # `"${!NAME[@]}"`: each index a word (bash manual 6.7)
+            quoted, name, subscript = found.groups()
+            elements = self.array_or_scalar(name)
+            if elements is None or name in self.unknown_heads:
+                return found.group(0)
+            listed = " ".join(map(str, range(len(elements))))
+            return shlex.quote(listed) if quoted and subscript == "*" else listed
+
+        text = _ARRAY_INDICES.sub(indices, text) if "${!" in text else text
         return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
 
     def array_or_scalar(self, name: str) -> list[str] | None:
@@ -242,11 +253,16 @@ class ShellVariables:
         element's length; a `${NAME[@]}` is left to expand_arrays, and an array the script never set stays."""
         count, name, subscript = found.groups()
         elements = self.array_or_scalar(name)
-        if elements is None or name in self.unknown_heads or (not count and not subscript.isdigit()):
+        index = int(subscript) if subscript not in "@*" else None
+        if index is not None and index < 0:  # `${L[-1]}`: counted from the end; before the start bash stops on a
+            index = index + len(elements) if elements is not None and index + len(elements) >= 0 else None  # "bad
+            if index is None:  # array subscript"
+                return found.group(0)
+        if elements is None or name in self.unknown_heads or (not count and index is None):
             return found.group(0)
-        if not subscript.isdigit():
+        if index is None:
             return str(len(elements))
-        element = elements[int(subscript)] if int(subscript) < len(elements) else ""
+        element = elements[index] if index < len(elements) else ""
         if count:
             return str(len(element))
         return element if re.fullmatch(r"[\w.,:/@%+=-]*", element) else found.group(0)  # quoting depends on the word

@@ -153,7 +153,8 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
         return Sized(None, source, "--nproc-per-node cpu starts one process per CPU core of the node (torch/distributed/"
                      "run.py determine_local_world_size: torch._utils.cpu_count()), not one per GPU", env_may_tell=False)
     if value.strip().startswith("$"):  # GPUS_PER_NODE=`python -c "...device_count()"`: the script runs a command
-        what = "the output of a command" if value.strip().startswith("$(") else \
+        what = "arithmetic over a value only running the launch script gives" if value.strip().startswith("$((") \
+            else "the output of a command" if value.strip().startswith("$(") else \
             "a variable whose value only running the launch script gives"
         return Sized(None, source, f"--nproc-per-node {value} is {what} (llmperf reads scripts, never runs them)",
                      env_may_tell=False)
