@@ -159,6 +159,16 @@ def _retry_while_locked(setup) -> None:
             delay = min(delay * 2, 0.2)
 
 
+def _disk_full(folder: Path) -> bool:
+    """Whether the disk holding `folder` has less free space than one SQLite write needs (a page and its WAL frame)."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < 64 * 1024
+    except OSError:
+        return False
+
+
 class Store:
     """A connection to the store; use as a context manager or call close()."""
 
@@ -169,6 +179,10 @@ class Store:
             self.conn = sqlite3.connect(str(path), timeout=30.0)
             _retry_while_locked(self._set_up)
         except sqlite3.DatabaseError as err:
+            if _disk_full(path.parent):  # 'disk I/O error' from a full disk: moving the store away would lose it
+                raise UsageError(f"cannot open the llmperf store {path} ({err}): the disk holding it is full. Free "
+                                 f"some space there, or set $LLMPERF_HOME to a folder on another disk (the store "
+                                 f"is kept as it is).") from err
             raise UsageError(f"cannot open the llmperf store {path} ({err}); move the file away to start a new "
                              f"store, or set $LLMPERF_HOME to another directory.") from err
         except OSError as err:  # its folder cannot be created: a path through a file, no permission

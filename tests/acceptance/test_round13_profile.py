@@ -241,22 +241,42 @@ def test_profile_never_replaces_a_users_file_where_it_writes(tmp_path: Path, cap
     assert (tmp_path / "profiles").read_text() == "my notes\n" and not (tmp_path / "store.sqlite").exists()
 
 
-def test_a_full_disk_under_llmperf_home_exits_2_saying_so(tmp_path: Path, capsys, monkeypatch) -> None:
-    """$LLMPERF_HOME on a 200 KiB tmpfs: SQLite's 'database or disk is full' as a sample is committed was
-    'internal error: OperationalError' (exit 1)."""
+@pytest.fixture
+def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """$LLMPERF_HOME on a 200 KiB tmpfs (skipped where one cannot be mounted: it needs root)."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)],
                       capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     monkeypatch.setenv("LLMPERF_HOME", str(disk))
-    try:
-        code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm", "--name", "full"],
-                               capsys)
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+    yield disk
+    subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_disk_that_fills_while_sampling_exits_2_saying_so(small_disk: Path, capsys) -> None:
+    """SQLite's 'database or disk is full' as a sample is committed was 'internal error: OperationalError'."""
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm", "--name", "full"],
+                           capsys)
     assert code == 2 and "Traceback" not in err, err[-2000:]
     assert "no space left on the disk of" in err and "run the same command again" in err, err[-2000:]
+
+
+def test_a_store_on_a_full_disk_is_not_called_damaged(small_disk: Path, capsys) -> None:
+    """Opening the store on a full disk fails 'disk I/O error', which said to move the store away (its samples
+    lost) as if it were damaged."""
+    from llmperf_hook.store import open_store
+
+    with open_store() as store:
+        store.check_integrity()
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * free)
+    before = (small_disk / "store.sqlite").read_bytes()
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.5", "--ops", "gemm", "--name", "full"],
+                           capsys)
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert "the disk holding it is full" in err and "move the file away" not in err, err
+    assert (small_disk / "store.sqlite").read_bytes() == before
 
 
 def test_deepspeed_for_plan_states_its_job_shapes_and_cost(tmp_path: Path, capsys, monkeypatch) -> None:
