@@ -23,7 +23,7 @@ from llmperf_hook.launch.parse import _shell_script_index, parse_launch, shell_c
 from llmperf_hook.launch.parsed_job import ParsedJob, ScriptFile
 from llmperf_hook.tune.accelerate_apply import accelerate_options_span, rewrite_accelerate_job
 from llmperf_hook.tune import ds_config_rewrite as dsr
-from llmperf_hook.tune.candidate import Candidate, candidate_of, split_layers
+from llmperf_hook.tune.candidate import Candidate, candidate_of, hf_batch_flags, split_layers
 from llmperf_hook.tune.command_string import rewrite_command_string, shell_join as _shell_join, training_words
 from llmperf_hook.tune.megatron_argv import rewrite_megatron_argv
 
@@ -192,6 +192,11 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         batch = (new_cfg.batch.num_microbatches, new_cfg.batch.global_batch_size)
         out, files = rewrite_accelerate_job(out, span, base, new, batch, cwd or Path.cwd(), notes)
         return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
+    if base_cfg.framework == "torch" and hf_batch_flags(base_cfg):  # no ds_config: the Trainer's flags alone
+        hf = dsr.rewrite_hf_argv(out, base, new, new_cfg.batch.num_microbatches)
+        if hf != out:
+            notes.append("Hugging Face Trainer flags replaced in argv")
+        return TunedCommand(argv=tuple(hf), notes=tuple(notes))
     ref = dsr.find_ds_config(out)
     if ref is not None and base_cfg.framework != "megatron":
         out, files = _retarget_ds_config(out, ref, base, new, new_cfg, base_cfg.framework, cwd or Path.cwd(), notes,

@@ -75,6 +75,15 @@ def candidate_of(cfg: TrainingConfig) -> Candidate:
     )
 
 
+def hf_batch_flags(cfg: TrainingConfig) -> bool:
+    """Whether a plain torch job's (DDP / FSDP, no ds_config) micro-batch is the Hugging Face flag
+    --per_device_train_batch_size (read from argv, or the Trainer's default 8 under --model_name_or_path:
+    frameworks/assemble._script_batch), which --apply rewrites with --gradient_accumulation_steps; any other torch
+    script sets it in its own code, so tune keeps it."""
+    src = cfg.sources.get("micro_batch_size")
+    return src is not None and (src.kind == SourceKind.ARGV or src.detail == "script default 8")
+
+
 def recompute_config(c: Candidate) -> RecomputeConfig:
     if c.recompute == "none":
         return RecomputeConfig(granularity="none")

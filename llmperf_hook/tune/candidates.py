@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from llmperf_hook.frameworks.training_config import TrainingConfig
-from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of
+from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candidate, candidate_of, hf_batch_flags
 from llmperf_hook.tune.candidate_rules import MEGATRON_FRAMEWORKS, flags_needing_distopt
 from llmperf_hook.tune.candidate_rules import rule_masks as rule_masks  # re-exported: its callers import it from here
 from llmperf_hook.tune.search_space import SearchSpace
@@ -88,7 +88,8 @@ def knob_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int) -> 
         "sp": pin(int(base.sequence_parallel), [int(v) for v in (space.sequence_parallel or (False, True))]),
         # auto adds the command's own micro-batch; an explicit list is searched as given (`--search` narrows):
         # the command itself is still one candidate (generate_candidates appends it).
-        "mbs": sorted(set(mbs) | ({base.micro_batch_size} if not space.micro_batch_size else set())),
+        "mbs": sorted(set(mbs) | ({base.micro_batch_size} if not space.micro_batch_size else set()))
+        if cfg.framework != "torch" or hf_batch_flags(cfg) else [base.micro_batch_size],
         "distopt": sorted({int(v) for v in space.distributed_optimizer}) if cfg.framework == "megatron"
         else [int(base.distributed_optimizer)],
         "zero": _zero_values(cfg, space, base),

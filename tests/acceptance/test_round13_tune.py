@@ -141,3 +141,43 @@ def test_sequence_parallel_needs_the_ranks_sequence_divisible_by_tp(home: Path, 
         assert not row["sequence_parallel"] or (4100 // row["cp"]) % row["tp"] == 0, row["layout"]
     code, _, err = run_cli(["explain", "--", *data["applied"]["argv"]], capsys)
     assert code == 0, err
+
+
+HF_FSDP = ["torchrun", "--nproc-per-node", "8", "run_clm.py", "--model_name_or_path", "llama",
+           "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--bf16", "--do_train",
+           "--output_dir", "out", "--block_size", "2048", "--fsdp", "full_shard auto_wrap"]
+LLAMA_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+            "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+def test_hf_trainer_without_deepspeed_gets_its_batch_flags_rewritten(home: Path, capsys) -> None:
+    """A Hugging Face Trainer job under FSDP (framework torch, no ds_config) that does not fit at
+    --per_device_train_batch_size 8: tune searched the micro-batch, found 4 fits, then printed 'change it by hand' for
+    every row and --apply launched the user's own command, 'already the fastest configuration found' (it is over
+    the GPU's memory). The Trainer's own flags set it (TrainingArguments.per_device_train_batch_size /
+    gradient_accumulation_steps), as tune rewrites them for hf-deepspeed."""
+    (home / "llama").mkdir()
+    (home / "llama" / "config.json").write_text(json.dumps(LLAMA_7B))
+    data = _tune_json(["--top", "3", "--apply", "--dry-run", "--", *HF_FSDP], capsys)
+    best, applied = data["top"][0], data["applied"]["argv"]
+    assert not data["baseline"]["fits"] and best["micro_batch_size"] < 8
+    assert applied != HF_FSDP and applied[applied.index("--per_device_train_batch_size") + 1] == str(
+        best["micro_batch_size"])
+    assert {c["key"] for c in best["changes"]} == {"--per_device_train_batch_size", "--gradient_accumulation_steps"}
+    code, out, err = run_cli(["explain", "--format", "json", "--", *applied], capsys)
+    assert code == 0, err
+    resolved = json.loads(out)
+    assert (resolved["micro_batch_size"], resolved["global_batch_size"]) == (best["micro_batch_size"], 128)
+
+
+def test_torch_script_of_its_own_keeps_its_micro_batch(home: Path, capsys) -> None:
+    """A DDP script with no batch flag sets its micro-batch in its own code: tune cannot change it from the
+    command, so it is kept, not searched (the rows it offered could only be applied by hand)."""
+    (home / "train.py").write_text("import torch\n")
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--hardware", "mi300x-192gb",
+                              "--model", "llama2-7b", "--", "torchrun", "--nproc-per-node", "8", "train.py"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert "micro_batch_size" not in data["knobs"]["searched"] and data["knobs"]["kept"]["micro_batch_size"] == 1
+    assert all(not row["changes"] for row in data["top"])
