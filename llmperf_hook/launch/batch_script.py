@@ -45,11 +45,11 @@ from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional
 from llmperf_hook.launch.shell_read import HERE_STRING_REF, getopts_builtin, printf_builtin, read_builtin
 from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
                                                   quote_arm_patterns)
-from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, command_list, decode_ansi_c, forks,
-                                              logical_lines, plain_heredoc_operators, protect_literal_dollars,
-                                              quoted_words, rejoin_substitutions, restore_dollars, shell_split,
-                                              group_forks, split_redirections, split_unquoted_words, ungroup,
-                                              word_quoting, written_files)
+from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, array_and_rest, command_list, decode_ansi_c,
+                                              forks, group_forks, logical_lines, plain_heredoc_operators,
+                                              protect_literal_dollars, quoted_words, rejoin_substitutions,
+                                              restore_dollars, shell_split, split_redirections, split_unquoted_words,
+                                              ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.subshell_state import end_subshell, forked_state
@@ -145,6 +145,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 i = after
                 continue
             i += 1
+            head, rest = array_and_rest(line.text)
+            while rest and self.array_assignment(line, head):  # `L=(); L+=(--lr 1); ...`: one at a time
+                self.texts.append(head)
+                line = ScriptLine(line.number, rest, line.heredoc)
+                head, rest = array_and_rest(line.text)
             if self.array_assignment(line, line.text):
                 self.texts.append(line.text)
                 self.note_missing_arguments(line)

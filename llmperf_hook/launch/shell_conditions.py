@@ -28,6 +28,8 @@ from llmperf_hook.launch.shell_arithmetic_commands import arithmetic_expressions
 _NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 """`$NAME` / `${NAME}`: what is left of one after expansion is a variable nobody set."""
+_EXPANSION = re.compile(r"\$[A-Za-z_{(0-9@*#?!$-]")
+"""A `$` that starts an expansion bash would make (a `$` before anything else, or at the end, is literal)."""
 _KEYWORDS = frozenset({"if", "then", "elif", "else", "fi", "while", "until", "for", "do", "done", "case", "esac", "{",
                        "}", "(", ")"})
 """Words that open, go on with or close a compound command (bash manual 3.2.5 Compound Commands)."""
@@ -115,7 +117,7 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
     if any(v is None for v in values):
         return None
     if words[0] == "[[":  # no word splitting inside [[ ]]; its operators are the words as written
-        result = _decide(inner, values, True)  # type: ignore[arg-type]
+        result = _decide_double(inner, values)  # type: ignore[arg-type]
     else:  # `[` and `test` are commands: they see the words expansion and splitting give, operators included
         fields = [_fields(w, v, q) for w, v, q in zip(inner, values, flags)]  # type: ignore[arg-type]
         args = None if any(f is None for f in fields) else [a for f in fields for a in f]  # type: ignore[union-attr]
@@ -149,6 +151,48 @@ def _fields(word: str, value: str, unquoted: bool | None) -> list[str] | None:
     return parts if unquoted else ([value] if parts == [value] else None)
 
 
+def _decide_double(raw: list[str], values: list[str]) -> bool | None:
+    """`[[ A && B || C ]]`: each primary decided alone, `&&` before `||` and each side only where bash evaluates it
+    (bash manual 3.2.5.2: `&&` and `||` do not evaluate the right side when the left decides the result); None where
+    a side that counts is undecided, or a group `( )` or a `!` inside calls for more."""
+    if "(" in raw or ")" in raw or "!" in raw:
+        return _decide(raw, values, True) if "&&" not in raw and "||" not in raw else None
+    result: bool | None = False  # the value of the `||` chain so far
+    start, conjunction = 0, True  # the `&&` chain being read
+    for k in range(len(raw) + 1):
+        if k < len(raw) and raw[k] not in ("&&", "||"):
+            continue
+        if conjunction is not False:  # `false && X`: X is not evaluated
+            part = _decide(raw[start:k], values[start:k], True)
+            conjunction = False if part is False else None if part is None or conjunction is None else True
+        if k == len(raw) or raw[k] == "||":
+            if result is True:
+                return True  # `true || X`: X is not evaluated
+            result = True if conjunction is True else None if conjunction is None or result is None else False
+            conjunction = True
+        start = k + 1
+    return result
+
+
+_POSIX_CLASSES = {"[:digit:]": "0-9", "[:alpha:]": "A-Za-z", "[:alnum:]": "A-Za-z0-9", "[:upper:]": "A-Z",
+                  "[:lower:]": "a-z", "[:space:]": " \\t\\n\\r\\f\\v", "[:xdigit:]": "0-9A-Fa-f"}
+
+
+def _matches_regex(value: str, pattern: str) -> bool | None:
+    """`[[ VALUE =~ PATTERN ]]`: PATTERN a POSIX extended regular expression matched anywhere in VALUE (bash manual
+    3.2.5.2), read by Python's re where the two agree (its common bracket classes translated); None otherwise."""
+    if "\\" in pattern:  # an escape: POSIX and Python read some apart
+        return None
+    for name, chars in _POSIX_CLASSES.items():
+        pattern = pattern.replace(name, chars)
+    if "[:" in pattern or "[=" in pattern or "[." in pattern:
+        return None
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return None
+
+
 def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
     if len(values) == 1:
         return values[0] != ""
@@ -159,6 +203,8 @@ def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
     left, op, right = values[0], raw[1], values[2]
     if op in ("=", "==", "!=") and double and any(c in right for c in "*?["):
         return None  # [[ A == pattern ]] globs unless the pattern was quoted, which the split words no longer show
+    if op == "=~" and double:
+        return _matches_regex(left, right)
     if op in ("=", "=="):
         return left == right
     if op == "!=":
@@ -179,7 +225,7 @@ def condition_expander(undecidable: set[str], expand: Callable[[str], str]) -> C
         if {m.group(1) for m in _NAME_REF.finditer(text + " " + expanded)} & undecidable:
             return None
         done = _PLAIN_REF.sub("", expanded)
-        return None if "$" in done or "`" in done else done
+        return None if _EXPANSION.search(done) or "`" in done else done  # `^[0-9]+$`: a `$` no expansion starts
     return word
 
 

@@ -280,9 +280,35 @@ def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, i
     return None, 0
 
 
-ARRAY_ASSIGN = re.compile(r"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
+ARRAY_ASSIGN = re.compile(r"^\s*(?:export\s+|(?:declare|local|typeset)\s+(?:-[agx]+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
 """`NAME=(`, `NAME+=(` or `declare -a NAME=(`: a bash array assignment (Megatron-LM's example scripts keep their flags
 in arrays, `GPT_MODEL_ARGS=(` newline `--num-layers 96` ... newline `)`, expanded as `${GPT_MODEL_ARGS[@]}`)."""
+
+
+def array_and_rest(text: str) -> tuple[str, str]:
+    """A one-line array assignment followed by more commands, `L=(); L+=(--lr 1); torchrun ...`: the assignment and
+    what follows its `;` (or `&&`: an assignment's status is 0, bash manual 3.7.1); (text, "") for any other line."""
+    match = ARRAY_ASSIGN.match(text)
+    if match is None or "\n" in text:
+        return text, ""
+    depth, quote, i = 0, "", match.end() - 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":
+            i += 2
+            continue
+        if c in "'\"" and quote in ("", c):
+            quote = "" if quote else c
+        elif not quote:
+            depth += (c == "(") - (c == ")")
+            if depth == 0:
+                break
+        i += 1
+    rest = text[i + 1:].lstrip()
+    joined = ";" if rest.startswith(";") and not rest.startswith(";;") else "&&" if rest.startswith("&&") else ""
+    if depth or not joined or not rest[len(joined):].strip():
+        return text, ""
+    return text[:i + 1], rest[len(joined):]
 
 
 def _array_closed(text: str) -> bool:
@@ -363,6 +389,8 @@ def command_list(text: str) -> list[tuple[str, list[str]]]:
     Lists). A line ending in one of CARRIED ends with that operator and an empty pipeline."""
     outside, _, end = _scan(text)
     substituted = _in_substitution(text, outside, end)
+    if "[[" in text:  # `[[ -n $X && $NP == 2 ]]`: its `&&`, `||` are the test's own (bash manual 3.2.5.2)
+        substituted = [a or b for a, b in zip(substituted, _in_double_brackets(text, outside, end))]
     out: list[tuple[str, list[str]]] = []
     pipeline: list[str] = []
     joined, start, i = "", 0, 0
@@ -411,6 +439,19 @@ _BACKGROUND_END = re.compile(r"(?<![&|>])&\s*$")
 CARRIED = ("&&", "||", ";&", ";;&")
 """Operators whose meaning reaches the next line's command when a line ends with them: a list going on (`A &&`), or
 a `case` arm's `;&` / `;;&` (bash manual 3.2.5.2: run the next arm's commands too / test its patterns too)."""
+
+
+_DOUBLE_BRACKETS = re.compile(r"(?:^|(?<=[\s;&|(!]))\[\[(?=\s)(.*?)\s\]\](?=$|[\s;&|)])", re.DOTALL)
+"""A `[[ ... ]]` conditional command: `[[` a word of its own, up to the first `]]` word."""
+
+
+def _in_double_brackets(text: str, outside: list[bool], end: int) -> list[bool]:
+    """For each character: inside an unquoted `[[ ... ]]`."""
+    inside = [False] * len(text)
+    for found in _DOUBLE_BRACKETS.finditer(text, 0, end):
+        if outside[found.start()]:
+            inside[found.start():found.end()] = [True] * (found.end() - found.start())
+    return inside
 
 
 def _in_substitution(text: str, outside: list[bool], end: int) -> list[bool]:

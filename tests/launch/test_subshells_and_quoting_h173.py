@@ -75,6 +75,15 @@ IDIOMS = {
     "return_of_the_inner_function": "NP=2\nouter() { inner; NP=$((NP+1)); }\ninner() { NP=5; return; NP=9; }\nouter\n"
                                     + T + "\n",
     "return_from_a_sourced_file": "printf 'NP=4\\nreturn\\nNP=6\\n' > env.sh\nsource ./env.sh\n" + T + "\n",
+    "arrays_chained_on_one_line": "L=(); L+=(--lr 1); L+=(\"--x-y\" \"a;b\" \"c)\")\nNP=2\n" + T + " \"${L[@]}\"\n",
+    "array_then_a_launch": "A=(--lr \"a;b\") && NP=2 && " + T + " \"${A[@]}\"\n",
+    "local_array_in_a_one_line_function": "f() { local -a A=(--lr 2); NP=2; " + T + " \"${A[@]}\"; }\nf\n",
+    "declare_global_array": "declare -ga G=(--seed 3)\nNP=2\n" + T + " \"${G[@]}\"\n",
+    "double_bracket_and_or": "NP=2\nif [[ -n \"${X:-}\" && $NP == 2 ]]; then NP=3; fi\n"
+                             "[[ -z \"$X\" && $NP == 2 ]] && NN=3 || NN=9\n[[ -n \"$X\" || $NP == 4 ]] || NP=7\n"
+                             + T + " --nnodes $NN\n",
+    "double_bracket_regex": "NP=2\nM=123\n[[ \"$U\" =~ ^[0-9]+$ ]] && NP=4\n[[ $M =~ ^[[:digit:]]+$ ]] && NN=2\n"
+                            + T + " --nnodes $NN\n",
 }
 UNKNOWN = {"(( NP = RANDOM % 4 ))": "RANDOM", "(( NP = 2 ** 70 ))": "outside 64 bits",
            "(( NP += UNSET ))": "an unset name", "while [ -e /x ]; do (( NP *= 2 )); done": "a loop that may run"}
