@@ -23,6 +23,8 @@ one host, for the host-memory verdict; default unknown), description, sources. U
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -153,10 +155,21 @@ def _check_keys(raw: Mapping[str, Any], required: tuple[str, ...], allowed: tupl
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
+    """A positive, finite number: YAML's .nan passes `<= 0` and gave 'MFU nan %'; .inf priced every op at 0 s."""
     value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise UsageError(f"{where}: {key} must be a positive number, found {value!r}. Fix the value.")
     return float(value)
+
+
+def _fraction(raw: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    """An efficiency: the share of a peak (or a link's rate) that is reached, so in (0, 1]. Above 1 every op (or
+    collective) ran faster than the hardware can, silently (1.5 was accepted)."""
+    value = _number(raw, key, where, default)
+    if value > 1:
+        raise UsageError(f"{where}: {key} {value:g} is above 1: an efficiency is the share of the peak that is "
+                         f"reached (e.g. 0.8). Fix the value, or raise the peak it applies to if it is understated.")
+    return value
 
 
 def parse_hardware(raw: Mapping[str, Any], where: str) -> HardwareSpec:
@@ -173,11 +186,11 @@ def parse_hardware(raw: Mapping[str, Any], where: str) -> HardwareSpec:
         peak_flop_per_s={str(k): _number(peaks, k, f"{where} peak_TFLOPs") * 1e12 for k in peaks},
         memory_bandwidth_bytes_per_s=_number(raw, "memory_bandwidth_GBps", where) * 1e9,
         memory_capacity_bytes=int(capacity),
-        gemm_efficiency=_number(raw, "gemm_efficiency", where, 0.8),
-        memory_efficiency=_number(raw, "memory_efficiency", where, 0.85),
+        gemm_efficiency=_fraction(raw, "gemm_efficiency", where, 0.8),
+        memory_efficiency=_fraction(raw, "memory_efficiency", where, 0.85),
         kernel_launch_s=_number(raw, "kernel_launch_us", where, 4.0) * 1e-6,
         gemm_ramp_s=_number(raw, "gemm_ramp_us", where, 15.0) * 1e-6,
-        attention_efficiency=_number(raw, "attention_efficiency", where, 0.6),
+        attention_efficiency=_fraction(raw, "attention_efficiency", where, 0.6),
         host_link_bytes_per_s=_number(raw, "host_link_GBps", where, 31.5) * 1e9,
         compute_capability=_number(raw, "compute_capability", where) if "compute_capability" in raw else 0.0,
         streaming_multiprocessors=_count(raw, "streaming_multiprocessors", where),
@@ -205,7 +218,7 @@ def _tier(raw: Mapping[str, Any], prefix: str, where: str, latency_us: float, ef
     return NetworkTier(
         bandwidth_bytes_per_s=_number(raw, f"{prefix}_bandwidth_GBps", where) * 1e9,
         latency_s=_number(raw, f"{prefix}_latency_us", where, latency_us) * 1e-6,
-        bus_efficiency=_number(raw, f"{prefix}_bus_efficiency", where, efficiency),
+        bus_efficiency=_fraction(raw, f"{prefix}_bus_efficiency", where, efficiency),
     )
 
 
