@@ -98,10 +98,12 @@ def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
         lambda opt, args, kwargs: rec.guarded(rec.torch_optimizer_stepped, opt))
     patches.on_undo(handle.remove)
     fwd: list[Any] = []
+    quiet = _quiet_compile_warning()
 
     def remove_first_forward() -> None:
         while fwd:
             fwd.pop().remove()
+        quiet()
 
     def first_forward(module: Any, inputs: Any) -> None:
         # removed before marking: a mark that fails disables the hook, whose undo removes it too (popping twice
@@ -111,6 +113,30 @@ def patch_torch(torch: ModuleType, rec: StepRecorder, patches: Patches) -> None:
 
     fwd.append(nn_module.register_module_forward_pre_hook(first_forward))
     patches.on_undo(remove_first_forward)
+
+
+COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+"""torch._dynamo's OptimizedModule.__call__ warns so whenever any global module hook exists (torch 2.x eval_frame.py):
+with the first-forward hook above, every job calling a torch.compile'd module got that warning in its stderr, about
+hooks it never registered."""
+
+
+def _quiet_compile_warning() -> Callable[[], None]:
+    """Ignore that warning while the first-forward hook is registered (it fires on the job's first forward, the
+    compiled module's included, and is then removed); returns what takes the filter out again."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=COMPILE_HOOK_WARNING, category=UserWarning)
+    entry = warnings.filters[0]
+
+    def restore() -> None:  # runs inside the job's first forward: never raises
+        try:
+            warnings.filters.remove(entry)
+            warnings._filters_mutated()  # type: ignore[attr-defined]  # as warnings.filterwarnings does
+        except Exception:  # noqa: BLE001 - already gone (the job reset its filters), or another Python's warnings
+            pass
+
+    return restore
 
 
 def patch_torch_grad_scaler(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
