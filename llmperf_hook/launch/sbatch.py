@@ -203,6 +203,12 @@ def _allocation_env(values: dict[str, str]) -> dict[str, str]:
         env["SLURM_NTASKS_PER_NODE"] = values["ntasks_per_node"]
     if "ntasks" in values:
         env["SLURM_NTASKS"] = values["ntasks"]
+    elif _digits(values.get("ntasks_per_node")):  # sbatch(1) SLURM_NTASKS: "if any of the --ntasks-per-* options
+        env["SLURM_NTASKS"] = str(int(nodes) * int(_digits(values["ntasks_per_node"])))  # are specified, set to the
+        # number of tasks in the job" (slurmctld job_mgr.c: num_tasks = min_nodes * ntasks_per_node)
+    for dest, name in (("gpus_per_node", "SLURM_GPUS_PER_NODE"), ("gpus", "SLURM_GPUS")):
+        if values.get(dest):  # sbatch(1): "Only set if the --gpus-per-node option is specified" (-G for SLURM_GPUS)
+            env[name] = values[dest]
     gpus = values.get("gpus_per_node") or (values["gres"] if "gpu" in values.get("gres", "") else None)
     if gpus:
         env["SLURM_GPUS_ON_NODE"] = gpus.split(",")[0].split(":")[-1]

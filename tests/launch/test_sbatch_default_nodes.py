@@ -49,3 +49,22 @@ def test_hostlist_count(text: str, count: int | None) -> None:
 
 def test_no_options_at_all_is_one_node() -> None:
     assert default_node_count({})[:2] == (1, "the default")
+
+
+@pytest.mark.parametrize("header,launch,expected", [
+    ("#SBATCH -N 2\n#SBATCH --gpus-per-node=8\n#SBATCH --ntasks-per-node=1\n",
+     "srun torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_PER_NODE pretrain_gpt.py", (2, 8, 16)),
+    ("#SBATCH --nodes=2\n#SBATCH -G 16\n#SBATCH --ntasks-per-node=1\n",
+     "srun torchrun --nnodes 2 --nproc_per_node $((SLURM_GPUS / SLURM_NNODES)) pretrain_gpt.py", (2, 8, 16)),
+    ("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n",  # SLURM_NTASKS: nodes x --ntasks-per-node
+     "torchrun --nnodes 1 --nproc_per_node $SLURM_NTASKS pretrain_gpt.py", (1, 8, 8)),
+])
+def test_the_gpu_and_task_variables_sbatch_sets(header: str, launch: str, expected: tuple[int, int, int],
+                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch(1) OUTPUT ENVIRONMENT VARIABLES: SLURM_GPUS_PER_NODE only with --gpus-per-node, SLURM_GPUS only with
+    -G/--gpus, SLURM_NTASKS the -n value or, with a --ntasks-per-* option, the job's task count (they were unset, and
+    a launch reading them was refused)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n" + header + launch + " --num-layers 2\n")
+    job = parse_launch(["sbatch", "job.sh"], {})
+    assert (job.nnodes, job.nproc_per_node, job.world_size) == expected
