@@ -123,8 +123,10 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
                          ops=_ops(ops_text), name=name, threads=threads, job_argv=tuple(job), env=dict(os.environ),
                          store_path=Path(store_path) if store_path else None, job_model=model, job_nnodes=nnodes,
                          job_nproc_per_node=nproc_per_node, started_s=started_s)
-    start = _reference_reading("profile-start") if dev == "cpu" else None
-    result = _interruptible(lambda: run_profile(req), req.store_path)
+    def start_and_run() -> tuple[Any, Any]:  # the start reading imports torch: seconds a Ctrl-C or SIGTERM may hit
+        return (_reference_reading("profile-start") if dev == "cpu" else None), run_profile(req)
+
+    start, result = _interruptible(start_and_run, req.store_path)
     if start is not None:
         click.echo(_end_reading(result, start, threads, budget_min))
     click.echo(f"{result.plan_note}")

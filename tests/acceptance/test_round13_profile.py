@@ -111,6 +111,32 @@ def test_sigint_keeps_the_samples_and_the_same_command_resumes(resumed: Resumed)
     assert reused == len(resumed.stored_at_stop) and len(end) == reused + new
 
 
+STOPPED_AT_START = """
+import os, signal, sys, time
+from llmperf_hook.commands import profile as command
+
+
+def start_reading(where):  # the seconds of torch's import and the first reading: SIGTERM arrives there
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+
+command._reference_reading = start_reading
+from llmperf_hook.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_sigterm_during_the_start_reading_says_how_to_resume(tmp_path: Path) -> None:
+    """The start reading (torch imported for it) ran before the SIGTERM handler: the process died by the signal
+    with no word, where a SIGTERM a moment later said how to resume and exited 143."""
+    done = subprocess.run([sys.executable, "-c", STOPPED_AT_START, "profile", "--device", "cpu", "--budget", "0.5",
+                           "--ops", "gemm", "--name", "early"], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 143 and "Traceback" not in done.stderr, (done.returncode, done.stderr[-2000:])
+    assert "profile stopped by SIGTERM" in done.stderr and "run the same command again" in done.stderr
+
+
 def test_the_resumed_run_keeps_its_budget(resumed: Resumed) -> None:
     assert f"budget {BUDGET_MIN * 60:.0f} s" in resumed.resumed.stderr
     assert resumed.resumed_wall_s <= BUDGET_MIN * 60 + BUDGET_MARGIN_S, (resumed.resumed_wall_s, os.getloadavg())
