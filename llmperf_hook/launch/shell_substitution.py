@@ -28,6 +28,9 @@ def _path_command(words: list[str], cwd: str) -> str | None:
     if not words:
         return None
     name, args = words[0], words[1:]
+    if name in ("dirname", "basename", "readlink", "realpath") and "--" in args:  # `dirname -- "$0"`: options end
+        at = args.index("--")
+        args = args[:at] + args[at + 1:]
     if name == "pwd" and all(arg in ("-L", "-P") for arg in args):
         return os.path.realpath(cwd) if args[-1:] == ["-P"] else cwd
     if name == "dirname" and len(args) == 1:
@@ -58,12 +61,16 @@ def _allocation_nodes(text: str, expand: Callable[[str], str]) -> str | None:
     return count if count.isdigit() else None
 
 
+_QUIET = re.compile(r"\s(?:&>|[12]?>)\s*/dev/null\b|\s2>&1\b")
+"""Redirections that only silence cd (`&> /dev/null`, `>/dev/null 2>&1`): its folder is the same."""
+
+
 def _cd_and_pwd(text: str, cwd: str, split: Callable[[str], list[str]]) -> str | None:
     """`cd DIR && pwd` / `cd DIR; pwd` (cd -P resolves links): the folder it prints."""
-    match = re.fullmatch(r"\s*cd\s+(.+?)\s*(?:&&|;)\s*pwd(\s+-[LP])?\s*", text)
+    match = re.fullmatch(r"\s*cd\s+(.+?)\s*(?:&&|;)\s*pwd(\s+-[LP])?\s*", _QUIET.sub(" ", text))
     if match is None:
         return None
-    words = split(match.group(1))
+    words = [word for word in split(match.group(1)) if word != "--"]  # `cd -- "$(dirname ...)" &> /dev/null`
     physical = words[:1] == ["-P"] or (match.group(2) or "").strip() == "-P"
     words = words[1:] if words[:1] in (["-P"], ["-L"]) else words
     if len(words) != 1 or words[0] == "-" or not os.path.isdir(os.path.join(cwd, words[0])):

@@ -84,6 +84,11 @@ IDIOMS = {
                              + T + " --nnodes $NN\n",
     "double_bracket_regex": "NP=2\nM=123\n[[ \"$U\" =~ ^[0-9]+$ ]] && NP=4\n[[ $M =~ ^[[:digit:]]+$ ]] && NN=2\n"
                             + T + " --nnodes $NN\n",
+    "script_dir_idiom": "printf 'NP=4\\n' > env.sh\n"
+                        "SCRIPT_DIR=\"$( cd -- \"$( dirname -- \"${BASH_SOURCE[0]}\" )\" &> /dev/null && pwd )\"\n"
+                        "source \"$SCRIPT_DIR/env.sh\"\n" + T + "\n",
+    "quiet_cd_pwd": "printf 'NP=4\\n' > env.sh\nD=$(cd \"$(dirname \"$0\")\" >/dev/null 2>&1 && pwd -P)\n. $D/env.sh\n"
+                    + T + " --save $D\n",
 }
 UNKNOWN = {"(( NP = RANDOM % 4 ))": "RANDOM", "(( NP = 2 ** 70 ))": "outside 64 bits",
            "(( NP += UNSET ))": "an unset name", "while [ -e /x ]; do (( NP *= 2 )); done": "a loop that may run"}
