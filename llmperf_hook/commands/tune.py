@@ -301,7 +301,8 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     from pathlib import Path
 
     from llmperf_hook.tune import ds_config_rewrite as dsr
-    from llmperf_hook.tune.apply import batch_script_job, expand_flag_variables, launch_words, plan_tuned_command
+    from llmperf_hook.tune.apply import (batch_script_job, expand_flag_variables, launch_words, plan_tuned_command,
+                                         script_index)
     from llmperf_hook.tune.render import command_changes
 
     plans = [plan_tuned_command(argv, cfg, ev.candidate, ev.config) for ev in result.top]
@@ -316,8 +317,9 @@ def _plans(argv: list[str], cfg: Any, result: Any) -> tuple[list[Any], list[Any]
     elif ref is None and (plugin_file := _plugin_config_file(before)) is not None:
         original = dsr.read_ds_config(Path(plugin_file))  # accelerate's: its copy's keys are diffed against it
     shown_plans = [replace(p, argv=tuple(launch_words(p.argv))) for p in plans]
-    return plans, [command_changes(before, replace(p, new_files={**_reused_copy(p), **p.new_files}), original)
-                   for p in shown_plans]
+    at = script_index(before)
+    return plans, [command_changes(before, replace(p, new_files={**_reused_copy(p), **p.new_files}), original,
+                                   (at, script_index(p.argv) if at is not None else None)) for p in shown_plans]
 
 
 def _reused_copy(plan: Any) -> dict[str, str]:

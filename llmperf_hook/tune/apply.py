@@ -117,6 +117,16 @@ def launch_words(argv: Sequence[str]) -> list[str]:
     return list(argv) if words is None else words
 
 
+def script_index(words: Sequence[str]) -> int | None:
+    """Where the training script stands in `words` as the launch parser reads them (the launcher's options before
+    it, the script's flags after), or None when it cannot tell."""
+    try:
+        job = parse_launch(list(words), dict(os.environ))
+    except LlmperfError:
+        return None
+    return list(words).index(job.script) if job.script in words else None
+
+
 def plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Candidate,
                        new_cfg: TrainingConfig, cwd: Path | None = None) -> TunedCommand:
     """The rewritten command (below), marked not launchable when llmperf's --nnodes / --nproc-per-node sized
@@ -192,8 +202,12 @@ def _plan_tuned_command(argv: Sequence[str], base_cfg: TrainingConfig, new: Cand
         batch = (new_cfg.batch.num_microbatches, new_cfg.batch.global_batch_size)
         out, files = rewrite_accelerate_job(out, span, base, new, batch, cwd or Path.cwd(), notes)
         return TunedCommand(argv=tuple(out), new_files=files, notes=tuple(notes))
-    if base_cfg.framework == "torch" and hf_batch_flags(base_cfg):  # no ds_config: the Trainer's flags alone
-        hf = dsr.rewrite_hf_argv(out, base, new, new_cfg.batch.num_microbatches)
+    if base_cfg.framework == "torch" and hf_batch_flags(base_cfg):  # no ds_config: the Trainer's flags alone, the
+        # script's, never `accelerate launch --gradient_accumulation_steps` (the Trainer hands Accelerator its own
+        # GradientAccumulationPlugin, so the launcher's value is not the job's)
+        span = accelerate_options_span(out)
+        cut = span[1] if span is not None else 0
+        hf = out[:cut] + dsr.rewrite_hf_argv(out[cut:], base, new, new_cfg.batch.num_microbatches)
         if hf != out:
             notes.append("Hugging Face Trainer flags replaced in argv")
         return TunedCommand(argv=tuple(hf), notes=tuple(notes))

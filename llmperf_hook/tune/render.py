@@ -89,15 +89,29 @@ INLINE_WHERE = "ds_config in argv"
 """`where` of a key changed inside a config given in argv itself (base64 or JSON in place of a path)."""
 
 
-def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: Mapping[str, Any] | None) -> list[Change]:
-    before, after = argv_flags(user_argv), argv_flags(tuned.argv)
+def command_changes(user_argv: Sequence[str], tuned: TunedCommand, ds_original: Mapping[str, Any] | None,
+                    script_at: tuple[int | None, int | None] = (None, None)) -> list[Change]:
+    """`script_at`: where the training script stands in `user_argv` and in the tuned argv (apply.script_index), so the
+    launcher's options and the script's flags are compared apart: `accelerate launch --gradient_accumulation_steps 2`
+    is not the Trainer's --gradient_accumulation_steps, which --apply adds after the script."""
     changes: list[Change] = []
-    for k in [*before, *[k for k in after if k not in before]]:
-        if before.get(k) != after.get(k):
-            changes += _inline_config_changes(k, before.get(k), after.get(k)) or [Change("argv", k, before.get(k), after.get(k))]
+    for user_words, tuned_words in _sides(user_argv, tuned.argv, script_at):
+        before, after = argv_flags(user_words), argv_flags(tuned_words)
+        for k in [*before, *[k for k in after if k not in before]]:
+            if before.get(k) != after.get(k):
+                changes += _inline_config_changes(k, before.get(k), after.get(k)) or [
+                    Change("argv", k, before.get(k), after.get(k))]
     for path, content in tuned.new_files.items():
         changes += _key_changes(path, ds_original or {}, json.loads(content))
     return changes
+
+
+def _sides(user_argv: Sequence[str], tuned_argv: Sequence[str],
+           script_at: tuple[int | None, int | None]) -> list[tuple[Sequence[str], Sequence[str]]]:
+    user_at, tuned_at = script_at
+    if user_at is None or tuned_at is None:
+        return [(user_argv, tuned_argv)]
+    return [(user_argv[:user_at], tuned_argv[:tuned_at]), (user_argv[user_at:], tuned_argv[tuned_at:])]
 
 
 def _key_changes(where: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:

@@ -181,3 +181,24 @@ def test_torch_script_of_its_own_keeps_its_micro_batch(home: Path, capsys) -> No
     data = json.loads(out)
     assert "micro_batch_size" not in data["knobs"]["searched"] and data["knobs"]["kept"]["micro_batch_size"] == 1
     assert all(not row["changes"] for row in data["top"])
+
+
+def test_launcher_option_and_script_flag_of_one_name_are_told_apart(home: Path, capsys) -> None:
+    """`accelerate launch --gradient_accumulation_steps 2 run_clm.py ...`: the Trainer hands Accelerator its own
+    GradientAccumulationPlugin, so the launcher's value is not the job's (explain: 1, the Trainer default). --apply
+    rewrote the launcher's option (2->4) and left the Trainer at 1 (global batch 16, not 64), and the change list,
+    comparing flags by name over the whole command, reported the launcher's value as the old one."""
+    (home / "llama").mkdir()
+    (home / "llama" / "config.json").write_text(json.dumps(LLAMA_7B))
+    script = ["run_clm.py", "--model_name_or_path", "llama", "--per_device_train_batch_size", "8", "--bf16",
+              "--do_train", "--output_dir", "out", "--block_size", "2048"]
+    argv = ["accelerate", "launch", "--num_processes", "8", "--use_fsdp", "--gradient_accumulation_steps", "2", *script]
+    (home / "s.yaml").write_text("micro_batch_size: [2]\n")
+    data = _tune_json(["--top", "1", "--search", "s.yaml", "--apply", "--dry-run", "--", *argv], capsys)
+    applied, best = data["applied"]["argv"], data["top"][0]
+    assert applied[:applied.index("run_clm.py")] == argv[:argv.index("run_clm.py")]  # the launcher's, untouched
+    assert {(c["key"], c["old"], c["new"]) for c in best["changes"]} == {
+        ("--per_device_train_batch_size", "8", "2"), ("--gradient_accumulation_steps", None, "4")}
+    code, out, err = run_cli(["explain", "--format", "json", "--", *applied], capsys)
+    assert code == 0, err
+    assert (json.loads(out)["micro_batch_size"], json.loads(out)["global_batch_size"]) == (2, 64)
