@@ -212,7 +212,11 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     if calibration is not None and calibration.num_configs:
         notes.append(_shrinkage_note(calibration, fingerprint, variance_source))
     notes.extend(_leave_earlier_key(conn, earlier_key, calibration))
-    if key is None:
+    if prediction is None and not (Path(run.path) / "jobs" / job_id / "prediction.json").is_file():
+        notes.append("no calibration: no prediction was saved when the job was launched (llmperf could not predict "
+                     "the command, and `llmperf run` said why then; give it what it asked for, e.g. --model, and "
+                     "rerun the job under --instrument): there is nothing to compare its steps with")
+    elif key is None:
         notes.append("no calibration: the run's prediction.json does not name the hardware and cluster "
                      "(pass --hardware and --cluster to `llmperf refine`)")
     elif raw is None:
