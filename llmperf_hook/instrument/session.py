@@ -83,9 +83,14 @@ RANK_FILE = re.compile(r"rank\d+\.jsonl")
 
 def _check_rank_files_are_ours(path: Path) -> None:
     """A rank<R>.jsonl already in the run directory that no instrumented job wrote (the user's own file of that name
-    in a reused --run-dir) stops the launch: a rank would append its records to it."""
+    in a reused --run-dir), or that is no file, stops the launch: a rank would append its records to it."""
     for file in sorted(path.iterdir()):
-        if RANK_FILE.fullmatch(file.name) and file.is_file() and not _written_by_the_hook(file):
+        if RANK_FILE.fullmatch(file.name) and not file.is_file():  # a folder (or a FIFO ...) no rank can append to
+            raise UsageError(f"the run directory {str(path)!r} (from --run-dir) holds {file.name}, which is not a "
+                             f"file: the job's ranks append their records to rank<R>.jsonl there, and the hook would "
+                             f"fail at its first write, recording nothing. Pass another --run-dir, or move it away; "
+                             f"the job was not started.")
+        if RANK_FILE.fullmatch(file.name) and not _written_by_the_hook(file):
             raise UsageError(f"the run directory {str(path)!r} (from --run-dir) holds {file.name}, which no "
                              f"`llmperf run --instrument` wrote (no hook record in its first lines): the job's ranks "
                              f"append their records to rank<R>.jsonl there and would write into it. Pass another "
