@@ -129,6 +129,18 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
         return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
 
+    def loop_test(self, text: str) -> bool | None:
+        """The truth of a `while` / `until` test command `text` now; None where llmperf cannot decide it."""
+        text = protect_literal_dollars(text).replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
+        listed = command_list(text)
+        if len(listed) != 1 or len(listed[0][1]) != 1:  # a list or a pipeline: its status is not one test's
+            return None
+        try:
+            words = shell_split(text)
+        except ValueError:
+            return None
+        return self.test(text, words, words) if words else None
+
     def bash_source(self) -> str:
         """${BASH_SOURCE[0]}: the file being read (a sourced file's own path)."""
         return self.path

@@ -24,6 +24,7 @@ from llmperf_hook.launch.shell_conditions import Conditions, condition_expander
 from llmperf_hook.launch.shell_eval import UNSET_REF
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_loops import MAX_TOTAL_PASSES, ForLoop, for_loop, loop_values
+from llmperf_hook.launch.shell_while import MAX_PASSES as MAX_WHILE_PASSES, while_loop
 from llmperf_hook.launch.shell_positional import leave_function, positional_table
 from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
 
@@ -84,6 +85,8 @@ class BlockReading:
 
     def read(self, lines: Sequence[ScriptLine]) -> None: ...
 
+    def loop_test(self, text: str) -> bool | None: ...
+
     def expand(self, text: str, record: bool = True) -> str: ...
 
     def expand_arrays(self, text: str) -> str: ...
@@ -102,7 +105,7 @@ class BlockReading:
             return defined.end
         loop = None if self.conditions.in_undecided_branch() or "IFS" in self.env else for_loop(lines, i)  # 3.5.7
         if loop is None:
-            return None
+            return self.while_block(lines, i)
         words = self.expand_arrays(protect_literal_dollars(loop.words))  # `'$V'` is the word $V (3.1.2.2)
         values = loop_values(words, condition_expander(self.undecidable, self.expand), self.args(),
                              MAX_TOTAL_PASSES - self.passes)
@@ -116,6 +119,27 @@ class BlockReading:
             _restore_state(self, kept)
             return None  # read from the `for` line again, as a body that may run
         return loop.end
+
+    def while_block(self, lines: Sequence[ScriptLine], i: int) -> int | None:
+        """A `while` / `until` loop at lines[i] whose test llmperf decides before every pass (launch/shell_while.py),
+        read pass by pass: the index after it; else None, the reading as it was (the loop is read as a body that
+        may run)."""
+        loop = None if self.conditions.in_undecided_branch() else while_loop(lines, i)
+        if loop is None or self.passes >= MAX_TOTAL_PASSES:
+            return None
+        kept, launched = _kept_state(self), len(self.launches) + len(self.submissions) + len(self.singles)
+        for _ in range(min(MAX_WHILE_PASSES, MAX_TOTAL_PASSES - self.passes) + 1):
+            truth = self.loop_test(loop.test)
+            if truth is None:
+                break
+            if truth is loop.until:  # `while`: a false test ends it; `until`: a true one
+                return loop.end
+            self.passes += 1
+            self.read(loop.body)
+            if len(self.launches) + len(self.submissions) + len(self.singles) > launched:
+                break  # a launch in the body: read as before, once
+        _restore_state(self, kept)
+        return None
 
     def loop(self, loop: ForLoop, values: list[str]) -> None:
         """`for NAME in WORDS`: its body read once per word, NAME set to it (bash manual 3.2.5.1), until a `break`."""

@@ -6,8 +6,9 @@ command substitution, no glob, no variable only running the script gives), it re
 loop that builds the arguments (`for s in 1 2; do ARGS+=" --stage$s"; done`) gives what bash gives. A sweep script
 that launches in the body (bigscience tr7b-extrapolation-law.slurm: `for increment in {100..2000..100}; do ...
 srun ... done`) then has one launch per word, on the same line; batch_script prices the first, which bash starts
-first, and warns which values the others take. Other loops (`while`, `until`, C-style `for ((...))`, or words llmperf
-cannot know) are read once as a body that may run (shell_conditions), and so is a loop whose passes llmperf cannot
+first, and warns which values the others take. A `while` / `until` loop whose test llmperf decides before each pass
+is read pass by pass too (launch/shell_while.py). Other loops (C-style `for ((...))`, words or tests llmperf cannot
+know) are read once as a body that may run (shell_conditions), and so is a loop whose passes llmperf cannot
 follow as bash runs them: a body with `return` (bash manual 4.1: it ends the function, and the loop with it; `break`
 and `continue` are followed, launch/shell_blocks.py), or a `done` that a `;`, `|` or `&` follows (`done | tee log` runs the loop in a subshell, 3.2.3, so what it
 sets is lost; `done; B=1` goes on past the loop on its line).

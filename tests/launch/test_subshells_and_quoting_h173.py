@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.launch.parse import parse_launch
-from tests.launch.test_scripts_as_the_shell_runs_them import _compare
+from tests.launch.test_scripts_as_the_shell_runs_them import ARGS, _compare
 
 T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
 SUBSHELLS = {
@@ -90,6 +90,16 @@ IDIOMS = {
     "quiet_cd_pwd": "printf 'NP=4\\n' > env.sh\nD=$(cd \"$(dirname \"$0\")\" >/dev/null 2>&1 && pwd -P)\n. $D/env.sh\n"
                     + T + " --save $D\n",
 }
+WHILE_LOOPS = {  # (script, its arguments)
+    "argument_loop": ("NP=8\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --np) NP=$2; shift 2;;\n    *) shift;;\n  esac\n"
+                      "done\n" + T + "\n", ["--x", "--np", "4", "--y"]),
+    "argument_loop_without_arguments": ("NP=8\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --np) NP=$2; shift 2;;\n"
+                                        "  esac\ndone\n" + T + "\n", []),
+    "argument_loop_in_main": ("main() {\n  NP=8\n  while [ -n \"$1\" ]; do\n    case \"$1\" in\n      -n) NP=\"$2\"; shift;;\n"
+                              "    esac\n    shift\n  done\n  " + T + "\n}\nmain \"$@\"\n", ["-x", "-n", "2"]),
+    "arithmetic_test": ("NP=8\nwhile (( $# )); do\n  NP=$1\n  shift\ndone\n" + T + "\n", ["2", "4"]),
+    "until": ("NP=1\nuntil [ $NP -ge 8 ]; do\n  NP=$((NP*2))\ndone\n" + T + "\n", []),
+}
 UNKNOWN = {"(( NP = RANDOM % 4 ))": "RANDOM", "(( NP = 2 ** 70 ))": "outside 64 bits",
            "(( NP += UNSET ))": "an unset name", "while [ -e /x ]; do (( NP *= 2 )); done": "a loop that may run"}
 
@@ -112,6 +122,24 @@ def test_getopts_leaves_its_names_unknown(tmp_path: Path, monkeypatch: pytest.Mo
                                        "    n) NP=$OPTARG;;\n  esac\ndone\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
                                        "--tensor-model-parallel-size $NP\n")
     assert parse_launch(["bash", "train.sh", "-n", "2"], {}).script_args[-1] == "$NP"
+
+
+@pytest.mark.parametrize("name", WHILE_LOOPS)
+def test_while_loops_read_pass_by_pass(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, args = WHILE_LOOPS[name]
+    monkeypatch.setitem(ARGS, name, args)
+    _compare("bash", name, text, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("loop", ["while [ -e /nonexistent ]; do\n  NP=2\ndone",  # a file: not decided
+                                  "while [[ $# -gt 0 ]]; do\n  case $1 in\n    *) NP=$1; break;;\n  esac\ndone",
+                                  "while true; do\n  NP=2\ndone"])  # past MAX_PASSES
+def test_a_while_loop_not_followed_is_a_body_that_may_run(loop: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=8\n{loop}\n"
+                                       "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $NP\n")
+    assert parse_launch(["bash", "train.sh", "2"], {}).script_args[-1] == "$NP"
 
 
 @pytest.mark.parametrize("line", UNKNOWN)

@@ -1,0 +1,63 @@
+"""`while TEST; do ... done` (and `until`) read pass by pass where llmperf can decide TEST before every pass.
+
+The argument loop of Megatron-LM's scripts (`while [[ $# -gt 0 ]]; do case $1 in --repo) REPO="$2"; shift 2;; ...
+esac; done`) tests only the script's own arguments, which llmperf has: bash runs the body while the test is true
+(bash manual 3.2.5.1 Looping Constructs; `until` while it is false), so the body is read once per pass, the test
+decided again before each, as long as every one is decided. A test llmperf cannot decide (a file, a command's
+status, a value only running gives) at any pass, a body with `break`, `continue` or `return`, a launch in the body,
+or more than MAX_PASSES passes: the reading goes back to where the loop started and reads it once as a body that
+may run (shell_conditions), as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from llmperf_hook.launch.shell_script import ScriptLine
+
+MAX_PASSES = 256
+"""The most passes one `while` loop is read for (an argument loop takes one or two per argument)."""
+_HEADER = re.compile(r"^\s*(while|until)\s+(.+?)\s*;\s*do\s*(?:#.*)?$")
+_DO = re.compile(r"(?:^|[;&|\s])do(?=$|[;&|\s])")
+_DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
+_DONE_LINE = re.compile(r"^\s*done\s*$")
+_LEAVES = re.compile(r"(?<![\w$./-])(?:break|continue|return|exit)(?![\w=./-])")
+"""Commands that leave the body early: such a loop is not read pass by pass."""
+
+
+@dataclass(frozen=True)
+class WhileLoop:
+    """A `while TEST; do` ... `done` loop on lines of their own."""
+
+    until: bool
+    """`until`: the body runs while the test is false."""
+    test: str
+    """The test command as written."""
+    body: tuple[ScriptLine, ...]
+    """The lines between the header and `done`."""
+    end: int
+    """Index of the first line after `done`."""
+
+
+def _code(text: str) -> str:
+    found = re.search(r"(?:^|\s)#", text)
+    return text[:found.start()] if found else text
+
+
+def while_loop(lines: Sequence[ScriptLine], i: int) -> WhileLoop | None:
+    """The loop lines[i] opens, up to its `done` line alone; None for another line or a loop not read pass by pass."""
+    header = _HEADER.match(lines[i].text)
+    if header is None or _DONE.search(_code(header.group(2))) or "|" in header.group(2).replace("||", ""):
+        return None
+    depth = 1
+    for j in range(i + 1, len(lines)):
+        code = _code(lines[j].text)
+        depth += len(_DO.findall(code)) - len(_DONE.findall(code))
+        if depth <= 0:
+            body = tuple(lines[i + 1:j])
+            leaves = any(_LEAVES.search(_code(line.text)) for line in body)
+            return None if depth or not _DONE_LINE.match(code) or leaves else \
+                WhileLoop(header.group(1) == "until", header.group(2), body, j + 1)
+    return None
