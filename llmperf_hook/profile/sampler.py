@@ -128,9 +128,13 @@ def _validate(req: ProfileRequest) -> tuple[str, ...]:
 def _specs(req: ProfileRequest, ops: Sequence[str], rc: RooflineConstants, name: str) -> list[plans.SampleSpec]:
     specs: list[plans.SampleSpec] = []
     if req.job_argv:
-        specs += [s for s in plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc), req.job_model,
-                                             nnodes=req.job_nnodes, nproc_per_node=req.job_nproc_per_node)
-                  if s.op_class in ops]
+        job = plans.job_specs(req.job_argv, req.env, _local_cluster(name, rc), req.job_model, nnodes=req.job_nnodes,
+                              nproc_per_node=req.job_nproc_per_node)
+        specs += [s for s in job if s.op_class in ops]
+        if req.ops and job and not specs:  # --ops gelu --for a SwiGLU job: its shapes were dropped without a word
+            sys.stderr.write(f"note: the --for job runs none of --ops {','.join(req.ops)} (its op classes: "
+                             f"{', '.join(sorted({s.op_class for s in job}))}), so none of its shapes are sampled; "
+                             f"only the space-filling design of those classes is\n")
     ranges = plans.CPU_RANGES if req.device == "cpu" else plans.GPU_RANGES
     # The design's first round comes group by group, so a short budget still fits the leading classes.
     specs += plans.fit_first(plans.design_specs(ops, ranges, DESIGN_PER_CLASS), MIN_SAMPLES_TO_FIT)

@@ -329,6 +329,23 @@ def test_deepspeed_for_plan_states_its_job_shapes_and_cost(tmp_path: Path, capsy
     assert plan and int(plan[2]) > 0 and float(plan[3]) > 0, err[-2000:]
 
 
+def test_ops_the_for_job_never_runs_are_said(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`--ops gelu --for` a SwiGLU job: every job shape was dropped by the --ops filter, and the plan said only
+    '0 from the job and its neighbours'."""
+    from llmperf_hook.profile import sampler
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sampler, "_measure_all", ctrl_c)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
+    job = [*SMALL, "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope"]
+    code, _, err = run_cli(["profile", "--device", "cpu", "--budget", "0.3", "--name", "swiglu-cpu", "--ops", "gelu",
+                            "--for", "--", *job], capsys)
+    assert code == 130, err[-2000:]
+    assert "the --for job runs none of --ops gelu" in err and "swiglu" in err, err[-2000:]
+
+
 PROBE = """
 import json, sys, time
 import pickle, _pickle  # numpy imports pickle; what must never run is a load
