@@ -13,9 +13,10 @@ from typing import Mapping
 
 from llmperf_hook.launch.braced_blanks import GLOB_MARKS, unmark_braces
 
-OPERATOR = re.compile(r"\$\{(?:#([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)"
+OPERATOR = re.compile(r"\$\{(?:#([A-Za-z_][A-Za-z0-9_]*|[0-9]+)|([A-Za-z_][A-Za-z0-9_]*|[0-9]+)"
                       r"(?:(%%|%|##|#|//|/|\^\^|\^|,,|,)([^}]*)|:(\d+|\s+-?\d+)(?::(\s*-?\d+))?))\}")
-"""`${NAME:-8}` is the default expansion (argv_words), not an offset: a negative offset needs a blank, `${NAME: -2}`."""
+"""`${NAME:-8}` is the default expansion (argv_words), not an offset: a negative offset needs a blank, `${NAME: -2}`.
+NAME may be a positional parameter (`${1#*=}`, `${0##*/}`: shell_positional.expand_positional)."""
 
 
 def _trim(value: str, op: str, pattern: str) -> str:

@@ -10,6 +10,7 @@ from typing import Mapping, Protocol, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import DEFAULT_WORD, ENV_REF
 from llmperf_hook.launch.shell_arithmetic import arithmetic
+from llmperf_hook.launch.shell_parameters import expand_operators
 from llmperf_hook.launch.shell_script import ScriptLine
 
 
@@ -65,11 +66,23 @@ def missing_arguments_note(message: str, missing: Mapping[str, frozenset[str]]) 
             "after the script's path, as the script expects.)")
 
 
+class _Arguments(dict):  # type: ignore[type-arg]
+    """The script's arguments by number, for expand_operators: one not given is empty, as bash expands it."""
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key.isdigit()
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
 def expand_positional(text: str, positional: dict[str, str]) -> str:
     """`$1`, `${10}`, `${3:-MOCK}`, `$#`, `$@`: the script's arguments, as bash expands them (an argument not given is
     empty, or the default of `${N:-default}`)."""
     if "$" not in text or not positional:
         return text
+    if "${" in text:  # `--nn=*) NN="${1#*=}"`, `${0##*/}`
+        text = expand_operators(text, _Arguments((k, v) for k, v in positional.items() if k.isdigit()), {})
 
     def sub(match: re.Match[str]) -> str:
         name, op, default = match.group(1) or match.group(4), match.group(2), match.group(3)
@@ -78,7 +91,7 @@ def expand_positional(text: str, positional: dict[str, str]) -> str:
         if op and missing and "?" in op:  # bash stops the script there (script_stops): left for it to name
             return match.group(0)
         if op and missing:
-            return expand_positional(default, positional).strip("'\"")
+            return expand_positional(default, positional).strip('"')  # `"${1:-'q'}"` keeps its single quotes
         return value
 
     return _POSITIONAL.sub(sub, text)

@@ -98,6 +98,11 @@ WHILE_LOOPS = {  # (script, its arguments)
     "argument_loop_in_main": ("main() {\n  NP=8\n  while [ -n \"$1\" ]; do\n    case \"$1\" in\n      -n) NP=\"$2\"; shift;;\n"
                               "    esac\n    shift\n  done\n  " + T + "\n}\nmain \"$@\"\n", ["-x", "-n", "2"]),
     "arithmetic_test": ("NP=8\nwhile (( $# )); do\n  NP=$1\n  shift\ndone\n" + T + "\n", ["2", "4"]),
+    "argument_loop_with_equals": ("NP=8\nNN=1\nwhile [ -n \"$1\" ]; do\n  case \"$1\" in\n    --np) NP=\"$2\"; shift ;;\n"
+                                  "    --nn=*) NN=\"${1#*=}\" ;;\n  esac\n  shift\ndone\n" + T + " --nnodes $NN\n",
+                                  ["--nn=2", "--np", "4"]),
+    "positional_operators": ("NP=2\n" + T + " --save ${0##*/} --load \"${1%%=*}\" --data-path ${#1} "
+                             "--vocab-file \"${3:-'q'}\" --merge-file ${2^^}\n", ["a=b", "xy"]),
     "until": ("NP=1\nuntil [ $NP -ge 8 ]; do\n  NP=$((NP*2))\ndone\n" + T + "\n", []),
 }
 UNKNOWN = {"(( NP = RANDOM % 4 ))": "RANDOM", "(( NP = 2 ** 70 ))": "outside 64 bits",
