@@ -18,7 +18,8 @@
 3. Launch the command as a child (argument list, no shell), its stdout/stderr passed through untouched;
    forward SIGTERM/SIGHUP/SIGUSR1/SIGUSR2, and SIGINT/SIGQUIT unless the terminal already sent them to the
    child (same foreground process group).
-4. When it ends, `refine` the run directory; a refine failure is a warning, never our exit code.
+4. When it ends, `refine` its records (this job's: others sharing the run directory may still run); a
+   refine failure is a warning, never our exit code.
 5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it);
    `run_instrumented_job` also says which signal, so `llmperf run` can end by that same signal
    (`end_like_the_job`) as the exec path does.
@@ -240,7 +241,7 @@ def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobE
     if not job_has_record(path, job_id, "step"):
         print(f"llmperf: warning: the job (exit code {code}) recorded no step: {no_step_hint(job_dir / 'hook')}",
               file=sys.stderr)
-    _refine_quietly(path)
+    _refine_quietly(path, job_id)
 
 
 def _write_job_files(path: Path, job_dir: Path, job_id: str, steps: int, profile_ops: int, stop_after: int | None,
@@ -393,13 +394,18 @@ def _terminal_sent_it_to_child() -> bool:
     return False
 
 
-def _refine_quietly(run_dir: Path) -> None:
+def _refine_quietly(run_dir: Path, job_id: str) -> None:
+    """Refine this job only: another job of a shared run directory may still be running (its steps so far would be
+    calibrated from, and said to be 'fewer than --instrument asked for'), and one refined earlier under other options
+    (`llmperf refine --cluster ...`) would be moved back to its prediction's key. `llmperf refine DIR` does them all."""
     try:
         from llmperf_hook.commands.refine import check_has_jobs
         from llmperf_hook.refine.refine_run import refine_run, render_refine_report
 
         check_has_jobs(run_dir)  # as `llmperf refine` would: no step of any job is nothing to refine
-        print(render_refine_report(refine_run(run_dir)), file=sys.stderr)
+        report = refine_run(run_dir, job_ids=(job_id,))
+        if report.jobs:  # else the job wrote no record: _record_end said so
+            print(render_refine_report(report), file=sys.stderr)
     except UsageError as err:  # nothing to refine (the job never reached an optimizer step): rerunning won't help
         print(f"llmperf: nothing refined: {err}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - the job's exit code is what matters here

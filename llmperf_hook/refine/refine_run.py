@@ -14,7 +14,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.refine import observation_store as store
@@ -146,11 +146,14 @@ def uncalibrated_prediction_s(prediction: Mapping[str, Any] | None) -> tuple[flo
 
 
 def refine_run(run_dir: str | Path, *, hardware: str | None = None, cluster: str | None = None,
-               framework: str | None = None, store_file: Path | None = None) -> RefineReport:
+               framework: str | None = None, store_file: Path | None = None,
+               job_ids: Sequence[str] | None = None) -> RefineReport:
+    """Every job of the run directory, or those of `job_ids` it holds."""
     run = read_run_dir(run_dir)
     conn = store.connect(store_file)
     try:
-        jobs = tuple(_refine_job(conn, run, job_id, hardware, cluster, framework) for job_id in run.job_ids())
+        jobs = tuple(_refine_job(conn, run, job_id, hardware, cluster, framework) for job_id in run.job_ids()
+                     if job_ids is None or job_id in job_ids)
     finally:
         conn.close()
     return RefineReport(run.path, str(store_file or store.store_path()), jobs)

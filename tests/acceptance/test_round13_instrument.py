@@ -2,8 +2,8 @@
 
 One real 2-rank DeepSpeed ZeRO-1 job (the issue's Done-when) runs through `llmperf run --instrument 5` into a
 --run-dir that already holds another job's records, with the user's own sitecustomize.py and PYTHONPATH; every
-check on what it leaves (records, the job's output and exit code, store rows, refine again, refine under another
-cluster, damaged copies of its files, predict after refine) reads that one run. A plain-torch job whose hook raises
+check on what it leaves (records, the job's output and exit code, store rows, refine of the whole folder and again,
+refine under another cluster, damaged copies of its files, predict after refine) reads that one run. A plain-torch job whose hook raises
 runs apart (the hook's fault is injected through its config, as only a test can). ~30 s on a quiet machine.
 """
 
@@ -121,37 +121,38 @@ def test_the_jobs_output_exit_code_and_own_sitecustomize_are_intact(ds_job: dict
     assert len(pids) == 2 and pids <= {p.name for p in ds_job["marks"].iterdir()}
 
 
-def test_store_rows_hold_both_jobs_of_the_run_dir(ds_job: dict) -> None:
-    """The run directory held another job's records: refine (run when the job ended) ingested both, each with its
-    own prediction, and the measured step is the median over timed steps of the slowest rank."""
+def test_store_rows_of_the_job_and_then_of_the_whole_run_dir(ds_job: dict, tmp_path: Path, capsys,
+                                                              monkeypatch) -> None:
+    """The refine run when the job ended stored its steps (the measured step is the median over timed steps of the
+    slowest rank) and left the other job of the run directory alone; `llmperf refine RUN_DIR` takes both, each with
+    its own prediction, and refining again counts nothing twice."""
     home, job_id = ds_job["home"], ds_job["job_id"]
     steps = [r for r in ds_job["records"] if r["kind"] == "step" and not r["warmup"]]
     slowest = [max(r["wall_time_s"] for r in steps if r["step"] == s) for s in (2, 3, 4)]
-    runs = dict((j, rest) for j, *rest in _rows(home, "SELECT job_id, world_size, num_timed_steps, "
-                                                "measured_step_time_s, hardware, cluster, framework FROM refine_runs"))
-    assert set(runs) == {job_id, EARLIER}
+    runs = {j: rest for j, *rest in _rows(home, "SELECT job_id, world_size, num_timed_steps, measured_step_time_s, "
+                                                "hardware, cluster, framework FROM refine_runs")}
+    assert list(runs) == [job_id] and "predicted after" in ds_job["done"].stderr
     assert runs[job_id][:2] == [2, 3] and runs[job_id][2] == pytest.approx(statistics.median(slowest))
-    assert runs[job_id][3:] == ["cpu-local", "dgx-h100", "megatron-deepspeed"] == runs[EARLIER][3:]
-    assert runs[EARLIER][2] == pytest.approx(0.08)
+    assert runs[job_id][3:] == ["cpu-local", "dgx-h100", "megatron-deepspeed"]
     assert _rows(home, "SELECT COUNT(*) FROM refine_steps WHERE job_id = ?", job_id) == [(10,)]
     assert _rows(home, "SELECT COUNT(*) FROM step_observations WHERE run_id = ?", job_id) == [(10,)]
-    assert _rows(home, "SELECT num_runs, num_configs FROM refine_calibrations") == [(2, 2)]
-    assert "predicted after" in ds_job["done"].stderr
+    assert _rows(home, "SELECT num_runs, num_configs FROM refine_calibrations") == [(1, 1)]
 
-
-def test_refine_again_counts_nothing_twice(ds_job: dict, tmp_path: Path, capsys, monkeypatch) -> None:
     home = _home_copy(ds_job, tmp_path, monkeypatch)
+    code, out, err = run_cli(["refine", "--format", "json", str(ds_job["run"])], capsys)
+    assert code == 0, err
+    jobs = {j["job_id"]: j for j in json.loads(out)["jobs"]}
+    assert jobs[job_id]["steps_by_rank"] == {"0": [0, 1, 2, 3, 4], "1": [0, 1, 2, 3, 4]}
+    assert jobs[EARLIER]["measured_step_time_s"] == pytest.approx(0.08) and jobs[EARLIER]["predicted_before_s"] == 0.04
     tables = ("refine_runs", "refine_steps", "step_observations", "refine_config_scales", "calibrations")
     before = [_rows(home, f"SELECT COUNT(*) FROM {t}") for t in tables]
-    scale = _rows(home, "SELECT step_time_scale, num_runs FROM refine_calibrations")
-    for _ in range(2):
-        code, out, err = run_cli(["refine", "--format", "json", str(ds_job["run"])], capsys)
-        assert code == 0, err
+    scale = _rows(home, "SELECT step_time_scale, num_runs, num_configs FROM refine_calibrations")
+    assert before[:3] == [[(2,)], [(18,)], [(18,)]] and scale[0][1:] == (2, 2)
+    code, out, err = run_cli(["refine", str(ds_job["run"])], capsys)
+    assert code == 0, err
     assert [_rows(home, f"SELECT COUNT(*) FROM {t}") for t in tables] == before
-    assert _rows(home, "SELECT step_time_scale, num_runs FROM refine_calibrations") == \
-        [(pytest.approx(scale[0][0]), scale[0][1])]
-    jobs = {j["job_id"]: j for j in json.loads(out)["jobs"]}
-    assert jobs[ds_job["job_id"]]["steps_by_rank"] == {"0": [0, 1, 2, 3, 4], "1": [0, 1, 2, 3, 4]}
+    assert _rows(home, "SELECT step_time_scale, num_runs, num_configs FROM refine_calibrations") == \
+        [(pytest.approx(scale[0][0]), 2, 2)]
 
 
 def test_predict_after_refine_says_it_uses_the_calibration(ds_job: dict, capsys, monkeypatch) -> None:
@@ -164,7 +165,7 @@ def test_predict_after_refine_says_it_uses_the_calibration(ds_job: dict, capsys,
 
 def test_refine_under_another_cluster_moves_the_runs(ds_job: dict, tmp_path: Path, capsys, monkeypatch) -> None:
     """The run was predicted for the default dgx-h100; refined for the cluster it really ran on, both jobs go to
-    that key, and the dgx-h100 calibration they made is removed, not kept counting them."""
+    that key, and the dgx-h100 calibration the job's own refine made is removed, not kept counting it."""
     home = _home_copy(ds_job, tmp_path, monkeypatch)
     code, out, err = run_cli(["refine", "--cluster", "dgx-a100", str(ds_job["run"])], capsys)
     assert code == 0, err
