@@ -34,12 +34,31 @@ def _int64(value: int) -> int:
     return value
 
 
+def _conditional(text: str) -> str:
+    """`C ? A : B` (bash manual 6.5, the lowest precedence but assignment and `,`; `?:` nests to the right) written as
+    Python's `(A) if (C) else (B)`; a `?` inside parentheses is left, and Python refuses it (the value stays bash's)."""
+    depth, asked = 0, -1
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and c == "?" and asked < 0:
+            asked, nested = i, 0
+        elif depth == 0 and asked >= 0 and c == "?":
+            nested += 1
+        elif depth == 0 and asked >= 0 and c == ":":
+            if nested == 0:
+                return f"({_conditional(text[asked + 1:i])}) if ({text[:asked]}) else ({_conditional(text[i + 1:])})"
+            nested -= 1
+    return text
+
+
 def _arith_value(node: ast.AST) -> int:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return _int64(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _arith_value(node.operand)
         return _int64(-value) if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.IfExp):
+        return _arith_value(node.body) if _arith_value(node.test) != 0 else _arith_value(node.orelse)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARISONS:
         return int(_COMPARISONS[type(node.ops[0])](_arith_value(node.left), _arith_value(node.comparators[0])))
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
@@ -64,10 +83,10 @@ def arithmetic(expr: str, env: dict[str, str]) -> str:
     when it is not plain integer arithmetic over known values."""
     text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({env[m.group(0)]})" if m.group(0) in env else m.group(0),
                   expr).strip()
-    if not re.fullmatch(r"[0-9+\-*/%()<>=!&|^ \t]+", text) or "//" in text or _NOT_PYTHON.search(text) or \
+    if not re.fullmatch(r"[0-9+\-*/%()<>=!&|^?: \t]+", text) or "//" in text or _NOT_PYTHON.search(text) or \
             (_BITWISE.search(text) and _COMPARED.search(text)):
         return f"$(({expr}))"
     try:
-        return str(_arith_value(ast.parse(text, mode="eval").body))
+        return str(_arith_value(ast.parse(_conditional(text), mode="eval").body))
     except (ValueError, SyntaxError, RecursionError):
         return f"$(({expr}))"

@@ -61,6 +61,8 @@ ARITHMETIC = {
     "arithmetic_if": "X=2+3\nNP=8\nif ((X*2 == 10)); then NP=2; else NP=1; fi\n" + T + "\n",
     "negated_arithmetic": "NP=8\n! (( NP > 4 )) || NP=3\n" + T + "\n",
     "dollar_inside": "S=2\n(( NP = $S * 3 ))\n" + T + "\n",
+    "conditional_operator": "A=4\nB=9\nNP=$(( A > B ? A : B ))\nNN=$(( 0 ? 1 : A < 5 ? 2 : 3 ))\n(( NP = NP > 8 ? 8 : NP ))\n"
+                            + T + " --nnodes $NN\n",
     "bitwise_and_comparisons_in_expansions": "NP=$(( (6 & 3) | 1 ))\nNN=$(( 3 > 2 ))\n" + T + " --nnodes $NN\n",
 }
 IDIOMS = {
