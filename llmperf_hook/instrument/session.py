@@ -192,9 +192,11 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
         child_env = build_child_env(env, hook_dir, path)
         child_env.update(_deepspeed_env_file(child_env, hook_dir, job_dir))
     except OSError as err:  # a full disk, a quota: before the launch, so the job is not started half-instrumented
+        where = f" ({err.filename})" if err.filename else ""  # e.g. a file `jobs` where the jobs/ folder goes
         raise UsageError(f"cannot write the hook's files in the run directory {str(path)!r} (from "
-                         f"{'--run-dir' if run_dir else 'the default ./llmperf-runs'}): {err.strerror or err}. Free "
-                         f"space there or pass another --run-dir; the job was not started.") from err
+                         f"{'--run-dir' if run_dir else 'the default ./llmperf-runs'}): {err.strerror or err}{where}. "
+                         f"Free space there, move what is in the way, or pass another --run-dir; the job was not "
+                         f"started.") from err
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)

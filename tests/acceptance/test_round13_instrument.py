@@ -239,11 +239,16 @@ def test_a_hook_that_raises_leaves_the_job_as_it_was(tmp_path: Path) -> None:
     assert [r["kind"] for r in records].count("error") == 1
 
 
-def test_a_folder_named_like_a_rank_file_stops_the_launch(tmp_path: Path, capsys, monkeypatch) -> None:
-    """A folder rank0.jsonl in the --run-dir: the hook failed at its first write and recorded nothing, and the
-    session then said the job 'recorded no step', as if no optimizer step had run; refused before the launch."""
+@pytest.mark.parametrize(("name", "says"), [("rank0.jsonl", "rank0.jsonl, which is not a file"),
+                                            ("jobs", "Not a directory (")])
+def test_something_in_the_way_in_the_run_dir_stops_the_launch(name: str, says: str, tmp_path: Path, capsys,
+                                                              monkeypatch) -> None:
+    """A folder rank0.jsonl in the --run-dir: the hook failed at its first write and recorded nothing, and the session
+    then said the job 'recorded no step', as if no optimizer step had run; refused before the launch now. A file
+    `jobs` where the jobs/ folder goes was refused with 'Not a directory. Free space there': it now names the path."""
     run = tmp_path / "run"
-    (run / "rank0.jsonl").mkdir(parents=True)
+    run.mkdir()
+    (run / name).mkdir() if name.endswith(".jsonl") else (run / name).write_text("my notes\n")
     (tmp_path / "job.py").write_text(PLAIN_JOB)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
@@ -254,4 +259,4 @@ def test_a_folder_named_like_a_rank_file_stops_the_launch(tmp_path: Path, capsys
     monkeypatch.setattr(os, "execvpe", launched)
     monkeypatch.setattr(subprocess, "Popen", launched)
     code, _, err = run_cli(["run", "--instrument", "3", "--run-dir", str(run), "--", sys.executable, "job.py"], capsys)
-    assert code == 2 and len(error_lines(err)) == 1 and "rank0.jsonl, which is not a file" in err, err
+    assert code == 2 and len(error_lines(err)) == 1 and says in err and str(run) in err, err
