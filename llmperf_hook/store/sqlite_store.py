@@ -178,7 +178,11 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(str(path), timeout=30.0)
             _retry_while_locked(self._set_up)
+        except UsageError:  # another schema version (_set_up)
+            self._abandon()
+            raise
         except sqlite3.DatabaseError as err:
+            self._abandon()  # a connection left open holds the file (a disk cannot be unmounted, a lock stays)
             if _disk_full(path.parent):  # 'disk I/O error' from a full disk: moving the store away would lose it
                 raise UsageError(f"cannot open the llmperf store {path} ({err}): the disk holding it is full. Free "
                                  f"some space there, or set $LLMPERF_HOME to a folder on another disk (the store "
@@ -188,6 +192,12 @@ class Store:
         except OSError as err:  # its folder cannot be created: a path through a file, no permission
             raise UsageError(f"cannot create the llmperf store {path} ({err.strerror or err}); point $LLMPERF_HOME "
                              f"(or --store) at a writable directory.") from err
+
+    def _abandon(self) -> None:
+        """Close the connection of a store that could not be set up."""
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            conn.close()
 
     def _set_up(self) -> None:
         """WAL mode, the schema version checked, the tables (idempotent: run again while the file is locked)."""

@@ -277,7 +277,9 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     monkeypatch.setenv("LLMPERF_HOME", str(disk))
     yield disk
-    subprocess.run(["umount", str(disk)], capture_output=True)
+    if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)  # never leave it mounted in /tmp
+        pytest.fail(f"{disk} was still in use after the test: a file on it left open")
 
 
 def test_a_disk_that_fills_while_sampling_exits_2_saying_so(small_disk: Path, capsys) -> None:
