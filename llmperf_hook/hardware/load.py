@@ -86,6 +86,10 @@ DEFAULT_HOST_OVERHEAD_US = 65.0  # eager PyTorch issue cost per modelled op: see
 def find_config_file(kind: str, name_or_path: str) -> Path:
     """The YAML file for `name_or_path` of `kind` ("hardware" | "clusters"), by the lookup order above."""
     path = Path(name_or_path).expanduser()
+    if kind == "hardware" and path.name == "profile.json" and path.is_file():  # the profile's own metadata file
+        raise UsageError(f"--hardware {name_or_path} is the profile.json of a fitted operator profile, not a hardware "
+                         f"file. Pass its name, --hardware {path.resolve().parent.name}, or the path of its hardware "
+                         f"file, {path.resolve().parent.parent.parent / kind / (path.resolve().parent.name + '.yaml')}.")
     if path.is_file():
         return path
     for folder in (llmperf_home() / kind, configs_dir() / kind):

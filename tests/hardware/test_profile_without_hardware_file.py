@@ -24,3 +24,14 @@ def test_a_name_without_a_profile_keeps_the_preset_list(tmp_path: Path, monkeypa
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path))
     with pytest.raises(UsageError, match="not a shipped preset. Shipped: a100"):
         load_hardware("my-cpu")
+
+
+def test_the_profiles_own_profile_json_is_not_a_hardware_file(tmp_path: Path) -> None:
+    """`--hardware HOME/profiles/NAME/profile.json` was read as a hardware YAML (JSON is YAML) and refused for its
+    'unknown keys format, roofline, models ...', which named neither the mistake nor the fix."""
+    meta = tmp_path / "profiles" / "my-cpu" / "profile.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('{"format": "llmperf-profile", "name": "my-cpu"}')
+    with pytest.raises(UsageError, match=r"profile\.json of a fitted operator profile, not a hardware file\. Pass its "
+                                         r"name, --hardware my-cpu, or .*hardware/my-cpu\.yaml"):
+        load_hardware(str(meta))
