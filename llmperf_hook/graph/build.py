@@ -93,9 +93,13 @@ def _with_latent_scatter_backward(block: OpBlock, ctx: lo.LayerContext) -> OpBlo
 
 def _with_scatter_backward(block: OpBlock, ctx: lo.LayerContext, prefix: str = "") -> OpBlock:
     """Under SP with an all-reduced embedding its gradient is gathered over TP right after the embedding dropout's
-    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective."""
+    backward (vocab_ops.embedding_scatter_backward): a backward op with no forward collective. Without a dropout
+    (--hidden-dropout 0: no op) it is the first backward of the embedding's ops."""
     gather = tuple(replace(op, name=prefix + op.name) for op in vo.embedding_scatter_backward(ctx))
-    return _after_backward_of(block, prefix + "embedding.dropout", gather)
+    if not gather or any(op.name == prefix + "embedding.dropout" for op in block.bwd):
+        return _after_backward_of(block, prefix + "embedding.dropout", gather)
+    at = next(i for i, op in enumerate(block.bwd) if op.phase == "bwd" and op.name.startswith(prefix + "embedding."))
+    return replace(block, bwd=block.bwd[:at] + gather + block.bwd[at:])
 
 
 def _after_backward_of(block: OpBlock, name: str, ops: tuple[Op, ...]) -> OpBlock:

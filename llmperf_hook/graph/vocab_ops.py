@@ -16,7 +16,9 @@ from llmperf_hook.graph.params import embedding_width, position_table_rows
 def embedding_ops(ctx: LayerContext) -> list[Op]:
     """Vocab-parallel embedding lookup, then all-reduce, whose backward is the identity (IDENTITY_BACKWARD), or
     under SP a reduce-scatter, whose backward all-gathers the gradient (reduce_scatter_to_sequence_parallel_region);
-    then the learned positions (position_ops) and the dropout."""
+    then the learned positions (position_ops) and the dropout: torch.nn.Dropout(hidden_dropout)
+    (language_model_embedding.py embedding_dropout), which at p = 0 returns its input and runs no kernel (ATen
+    Dropout.cpp _dropout_impl: `if (p == 0 || !train || input.numel() == 0) return input`), so none is priced."""
     m = ctx.cfg.model
     vocab = m.padded_vocab_size // ctx.tp.group_size
     out = ctx.tokens * m.hidden_size
@@ -28,8 +30,9 @@ def embedding_ops(ctx: LayerContext) -> list[Op]:
     else:
         ops += tp_exit("embedding.tp_reduce", ctx)
     ops += position_ops(ctx)
-    ops.append(elementwise("embedding.dropout", "dropout", {"elements": ctx.norm_tokens * m.hidden_size},
-                           ctx.norm_tokens * m.hidden_size, ctx))
+    if ctx.cfg.hidden_dropout > 0:
+        ops.append(elementwise("embedding.dropout", "dropout", {"elements": ctx.norm_tokens * m.hidden_size},
+                               ctx.norm_tokens * m.hidden_size, ctx))
     return ops
 
 

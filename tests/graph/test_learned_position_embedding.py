@@ -115,3 +115,18 @@ def test_a_recomputed_mtp_depth_gathers_its_embedding_gradient_after_the_dropout
     at = names.index(("mtp.embedding.sp_scatter", "bwd"))
     assert names[at - 1] == ("mtp.embedding.dropout", "bwd")
     assert all(phase != "recompute" for _, phase in names[at:])
+
+
+def test_no_embedding_dropout_op_at_hidden_dropout_zero() -> None:
+    """torch.nn.Dropout(0.0) returns its input (ATen _dropout_impl: p == 0), so --hidden-dropout 0 prices no
+    embedding dropout; under SP the split's gradient gather is then the embedding's first backward op, before the
+    position add's (no kernel) and the lookups'."""
+    _, block = _embedding("--hidden-dropout", "0")
+    assert not _named(block.fwd + block.bwd, "embedding.dropout")
+    _, sp = _embedding("--hidden-dropout", "0", "--sequence-parallel")
+    bwd = [op.name for op in sp.bwd if op.phase == "bwd"]
+    assert bwd.index("embedding.sp_scatter") < bwd.index("embedding.position_lookup")
+    assert bwd[0] == "embedding.sp_scatter"
+    _, with_dropout = _embedding("--sequence-parallel")
+    names = [op.name for op in with_dropout.bwd]
+    assert names.index("embedding.sp_scatter") == names.index("embedding.dropout") + 1
