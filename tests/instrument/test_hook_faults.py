@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -138,13 +139,32 @@ def _hook_failing_at(point: str, tmp_path: Path, env: dict[str, str]) -> subproc
     return _start_with_hook(tmp_path, env, config, iters=6)
 
 
-@pytest.mark.parametrize("point", ["import", "step_begin", "profiler", "write"])  # step end: the test above
+FAULT_POINTS = ("import", "step_begin", "profiler", "write")  # step end: test_hook_that_raises_leaves_training_complete
+
+
+@pytest.fixture(scope="module")
+def failing_point_jobs(tmp_path_factory) -> Iterator[dict[str, subprocess.Popen]]:
+    """The four jobs of the test below, each in a folder and $LLMPERF_HOME of its own, started side by side when the
+    first of them is asked for: each is a one-thread child the test only waits on, so run one at a time they left
+    the second core of a 2-core machine idle. Each test waits for its own and asserts on it alone."""
+    jobs = {}
+    for point in FAULT_POINTS:
+        folder = tmp_path_factory.mktemp(f"fault-{point}")
+        jobs[point] = _hook_failing_at(point, folder, make_child_env(folder))
+    yield jobs
+    for proc in jobs.values():  # a test that failed before waiting leaves its job running
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
 def test_a_hook_failing_at_each_point_leaves_the_job_as_without_it(
-        tmp_path: Path, child_env: dict[str, str], clean_run: subprocess.CompletedProcess, point: str) -> None:
+        failing_point_jobs: dict[str, subprocess.Popen], clean_run: subprocess.CompletedProcess, point: str) -> None:
     """Before: failing at the start of step 0 (a timer or memory probe that cannot be made) raised IndexError out
     of the job's first forward, the job died. Wherever the hook fails: the job's own output and exit code as
     without it, and one line from the hook."""
-    done = _finish(_hook_failing_at(point, tmp_path, child_env))
+    done = _finish(failing_point_jobs[point])
     assert done.returncode == clean_run.returncode == 0, done.stderr[-3000:]
     assert _without_times(done.stdout) == _without_times(clean_run.stdout) and "done: 6 steps" in done.stdout
     said = [ln for ln in done.stderr.splitlines() if ln.startswith("llmperf hook:")]
