@@ -86,10 +86,7 @@ DEFAULT_HOST_OVERHEAD_US = 65.0  # eager PyTorch issue cost per modelled op: see
 def find_config_file(kind: str, name_or_path: str) -> Path:
     """The YAML file for `name_or_path` of `kind` ("hardware" | "clusters"), by the lookup order above."""
     path = Path(name_or_path).expanduser()
-    if kind == "hardware" and path.name == "profile.json" and path.is_file():  # the profile's own metadata file
-        raise UsageError(f"--hardware {name_or_path} is the profile.json of a fitted operator profile, not a hardware "
-                         f"file. Pass its name, --hardware {path.resolve().parent.name}, or the path of its hardware "
-                         f"file, {path.resolve().parent.parent.parent / kind / (path.resolve().parent.name + '.yaml')}.")
+    _refuse_fitted_model(kind, name_or_path, path)
     if path.is_file():
         return path
     for folder in (llmperf_home() / kind, configs_dir() / kind):
@@ -121,6 +118,29 @@ def find_config_file(kind: str, name_or_path: str) -> Path:
         f"{llmperf_home() / kind}/{name_or_path}.yaml and not a shipped preset. Shipped: {', '.join(shipped)}. "
         f"Pass one of those names or the path of a YAML file (schema: llmperf_hook/hardware/load.py)."
     )
+
+
+FITTED_FILES = {"hardware": ("profile.json", "a fitted operator profile", 2),
+                 "clusters": ("comm_model.json", "a fitted communication model", 3)}
+"""kind: (the fitted model's metadata file, what it is, folders from it up to $LLMPERF_HOME): `llmperf profile` writes
+HOME/profiles/NAME/profile.json beside HOME/hardware/NAME.yaml, `profile --comm` HOME/profiles/comm/NAME/comm_model.json
+beside HOME/clusters/NAME.yaml."""
+
+
+def _refuse_fitted_model(kind: str, name_or_path: str, path: Path) -> None:
+    """--hardware / --cluster given a fitted model's metadata file (JSON is YAML: it was refused for its 'unknown' or
+    'missing keys'), or for --cluster its folder ('not found (it is a folder)'): name the mistake and both fixes."""
+    meta, what, depth = FITTED_FILES[kind]
+    folder = path.resolve() if path.is_dir() else path.resolve().parent
+    if not ((path.name == meta and path.is_file()) or (kind == "clusters" and (path / meta).is_file())):
+        return
+    home = folder
+    for _ in range(depth):  # Path("/").parent is "/": a metadata file copied near the root names a wrong home, no error
+        home = home.parent
+    option = kind.rstrip("s")
+    raise UsageError(f"--{option} {name_or_path} is the {'folder' if path.is_dir() else meta} of {what}, not a {option} "
+                     f"file. Pass its name, --{option} {folder.name}, or the path of its {option} file, "
+                     f"{home / kind / (folder.name + '.yaml')}.")
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

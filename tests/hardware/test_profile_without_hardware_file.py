@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmperf_hook.errors import UsageError
-from llmperf_hook.hardware.load import load_hardware
+from llmperf_hook.hardware.load import load_cluster, load_hardware
 
 
 def test_profile_without_its_hardware_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,3 +35,16 @@ def test_the_profiles_own_profile_json_is_not_a_hardware_file(tmp_path: Path) ->
     with pytest.raises(UsageError, match=r"profile\.json of a fitted operator profile, not a hardware file\. Pass its "
                                          r"name, --hardware my-cpu, or .*hardware/my-cpu\.yaml"):
         load_hardware(str(meta))
+
+
+@pytest.mark.parametrize("given", ["comm_model.json", "."])
+def test_a_comm_model_is_not_a_cluster_file(tmp_path: Path, given: str) -> None:
+    """`--cluster HOME/profiles/comm/box1/comm_model.json` (what `llmperf profile --comm` prints it wrote) was read as
+    a cluster YAML and refused for 'missing keys name, gpu, ...', and its folder as 'not found (it is a folder)':
+    neither named the mistake nor the cluster file (clusters/box1.yaml) written beside it."""
+    model = tmp_path / "profiles" / "comm" / "box1" / "comm_model.json"
+    model.parent.mkdir(parents=True)
+    model.write_text('{"format": "llmperf-comm-model", "cluster": "box1"}')
+    with pytest.raises(UsageError, match=r"(comm_model\.json|folder) of a fitted communication model, not a cluster "
+                                         r"file\. Pass its name, --cluster box1, or .*clusters/box1\.yaml"):
+        load_cluster(str(model.parent / given))
