@@ -33,6 +33,20 @@ collectives 0.6-1.1 ms (9.5 ms for ZeRO-3's 15 calls). Results: /work/notes/h139
 
 Predictions price it on the wire bytes of every collective of a CPU job with more than one rank in its group
 (predict/cpu_framework.py, graph/cpu_stages.py). torch and deepspeed are imported inside the children only.
+
+No calling-thread term beside it: checked 28 Nov 2026, /work/notes/h172.md. The question was whether world size 2
+costs the engine's calling thread CPU time that the world-size-1 engine terms lack, for example ZeRO-1/2's
+partitioned buffers freed and page-faulted again each step. The setup: train_gpt.py's model and train_step, one
+engine per forked process, the eight 2-rank testbed configurations (gradient accumulation 2 too). Each round ran one
+process at world size 1 alone, then two such processes at once (the pair's concurrency), then the pair at world
+size 2. Four sets of 3-5 rounds, 02:53-03:40, load 3.7-12. Against two world-size-1 processes at once, the pair's
+calling thread used less CPU at every ZeRO-1/2/3 configuration (median -2.2 to -19.9 % of the step): engine.step()
+runs on half the partition. ZeRO-0 (L4 h256) differed by +0.0 %. Forward + backward alone differed by a median of
+-1.5 to +0.9 % per configuration over all rounds. The one set whose median rose past 3 %, +9.1 % at ZeRO-0, did not
+repeat in the other three sets (-0.5, -0.5, -3.6 %). The calling thread page-faulted 1.6-4.4x less at world size
+2: train_gpt.py's bf16 ZeRO-1 (L2 h128) took 334 faults per step against 1,298. The real job under the deepspeed
+launcher agrees: rank 0 took 367 faults per step at 2 ranks and 1,344 at 1 rank. The extra process system time at
+world size 2 (ZeRO-0: 9.2 ms, calling thread 0.1 ms) belongs to the transport threads, and the term above prices it.
 """
 
 from __future__ import annotations
