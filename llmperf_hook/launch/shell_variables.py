@@ -73,7 +73,8 @@ def unknown_value_note(message: str, unknown: Mapping[str, str]) -> str:
         return ""
     named = "; ".join(f"${name} at {where}" for name, where in list(found.items())[:3])
     how = "" if all(BRANCHES in where for where in found.values()) else \
-        " from what only running it tells: a command's output, directly or through another variable"
+        (" from what only running it tells (a command's output, input it reads, or arithmetic or a loop llmperf does "
+         "not follow), directly or through another variable")
     return (f" (the launch script sets {named}{how}; llmperf runs nothing, and setting it in the environment does not "
             "help, since the script assigns it. Write its value into the script, or give the launch line after "
             "`--`.)")
