@@ -79,9 +79,12 @@ def hf_batch_flags(cfg: TrainingConfig) -> bool:
     """Whether a plain torch job's (DDP / FSDP, no ds_config) micro-batch is the Hugging Face flag
     --per_device_train_batch_size (read from argv, or the Trainer's default 8 under --model_name_or_path:
     frameworks/assemble._script_batch), which --apply rewrites with --gradient_accumulation_steps; any other torch
-    script sets it in its own code, so tune keeps it."""
-    src = cfg.sources.get("micro_batch_size")
-    return src is not None and (src.kind == SourceKind.ARGV or src.detail == "script default 8")
+    script sets it in its own code, so tune keeps it. So it does when ACCELERATE_GRADIENT_ACCUMULATION_STEPS sets the
+    accumulation (Accelerator.__init__ reads it over the script's flag: frameworks/accelerate_plugin.
+    accelerator_env_accumulation): the command cannot hold the global batch at another micro-batch."""
+    src, gas = cfg.sources.get("micro_batch_size"), cfg.sources.get("num_microbatches")
+    from_env = gas is not None and gas.kind == SourceKind.ENV
+    return src is not None and (src.kind == SourceKind.ARGV or src.detail == "script default 8") and not from_env
 
 
 def recompute_config(c: Candidate) -> RecomputeConfig:

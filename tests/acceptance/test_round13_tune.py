@@ -202,3 +202,25 @@ def test_launcher_option_and_script_flag_of_one_name_are_told_apart(home: Path, 
     code, out, err = run_cli(["explain", "--format", "json", "--", *applied], capsys)
     assert code == 0, err
     assert (json.loads(out)["micro_batch_size"], json.loads(out)["global_batch_size"]) == (2, 64)
+
+
+def test_accumulation_from_the_environment_pins_the_micro_batch(home: Path, capsys, monkeypatch) -> None:
+    """A script driving Accelerator itself (no Trainer, no DeepSpeed) with ACCELERATE_GRADIENT_ACCUMULATION_STEPS in
+    the environment accumulates that many steps whatever its --gradient_accumulation_steps says: Accelerator.__init__
+    builds its GradientAccumulationPlugin from int(parse_choice_from_env('ACCELERATE_GRADIENT_ACCUMULATION_STEPS',
+    gradient_accumulation_steps)) (accelerate accelerator.py). --apply rewrote the flag to hold the global batch
+    (mbs 8 -> 2, accumulation 2 -> 16) and the job then ran 2 x 4 x 8 = 64 samples a step, not 256. The command
+    cannot change the accumulation, so the micro-batch is kept."""
+    (home / "llama").mkdir()
+    (home / "llama" / "config.json").write_text(json.dumps(LLAMA_7B))
+    (home / "run_clm_no_trainer.py").write_text("from accelerate import Accelerator\nacc = Accelerator()\n")
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
+    argv = ["accelerate", "launch", "--num_processes", "8", "--use_fsdp", "run_clm_no_trainer.py",
+            "--model_name_or_path", "llama", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2",
+            "--block_size", "2048"]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--hardware", "mi300x-192gb",
+                              "--top", "3", "--", *argv], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert "micro_batch_size" not in data["knobs"]["searched"] and data["knobs"]["kept"]["micro_batch_size"] == 8
+    assert all(not row["changes"] for row in data["top"]), data["top"]
