@@ -20,7 +20,10 @@ leaves the probability out:
 The largest probability of each kind is the one priced. The reading gives up (the Megatron defaults stay, and the
 explain output says why) where the code cannot tell: a probability that is not a literal, a model built by
 Hugging Face transformers without both kinds given in its config call (class defaults and config.json are not
-read), a module of the script's own folder it imports (the model may live there), or a file that cannot be read.
+read) or loaded from_pretrained, a module it imports beyond the standard library, torch and a few packages that build
+no layer (_NO_LAYERS; the model may live there, wherever it is installed), a torch dropout reached other than by a
+plain call (an alias, functools.partial, getattr, a star import, exec, `.p = ...`), or a file that cannot be read:
+a false "no dropout" would price too little.
 A script whose argparse defines a dropout option keeps today's reading of the flags too: its value is the option's.
 Read for the jobs assembled from Megatron's flags (assemble.assemble_megatron); plain DeepSpeed and Hugging Face
 scripts keep TrainingConfig's 0.1.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from dataclasses import dataclass
 
 from llmperf_hook.frameworks.flags import FlagValues
@@ -50,6 +54,21 @@ _POSITION = {"Dropout": 0, "dropout": 1, "scaled_dot_product_attention": 4, "Mul
 """The probability's positional index in each signature (after `input` for the functional dropout)."""
 _KEYWORD = {"Dropout": "p", "dropout": "p", "scaled_dot_product_attention": "dropout_p"}
 """The probability's keyword where it is not `dropout`."""
+_NO_LAYERS = frozenset({"torch", "numpy", "deepspeed", "transformers", "tqdm", "wandb", "tensorboard", "tensorboardX",
+                        "yaml", "datasets", "tokenizers", "sentencepiece", "tiktoken", "psutil", "pandas", "mpi4py",
+                        "safetensors", "accelerate"})
+"""Packages besides the standard library a script may import without the reading giving up: they build no dropout
+layer of their own (torch's are read here; transformers' configs are read or given up on below)."""
+_LOADS_CODE = frozenset({"importlib", "runpy", "pkgutil", "zipimport"})
+"""Standard-library modules that load a model's code at run time: the reading gives up."""
+_DEEPSPEED_LAYERS = ("deepspeed.ops.transformer", "deepspeed.module_inject", "deepspeed.runtime.domino",
+                     "deepspeed.sequence.fpdt")
+"""deepspeed's own layers with dropout (ops/transformer DeepSpeedTransformerLayer attn/hidden_dropout_ratio,
+runtime/domino/transformer.py, sequence/fpdt_layer.py, module_inject's injected layers)."""
+_CODE_CALLS = frozenset({"exec", "eval", "compile", "__import__", "getattr"})
+"""Builtins through which a script reaches code or a dropout that its calls do not name."""
+_TORCH_LOADERS = ("torch.hub", "torch.jit.load", "torch.package", "torch.export.load")
+"""torch entry points that load a model whose code the script does not hold."""
 _KINDS = {"scaled_dot_product_attention": ("attention",), "MultiheadAttention": ("attention",),
           "TransformerEncoderLayer": ("hidden", "attention"), "TransformerDecoderLayer": ("hidden", "attention"),
           "Transformer": ("hidden", "attention")}
@@ -72,22 +91,24 @@ def script_dropout(script: str) -> ScriptDropout | str:
     tree = script_tree(script)
     if tree is None:
         return f"{script} could not be read ({script_parse_error(script) or 'no such file here'})"
-    own, local = _dropout_option(tree), _local_import(tree, os.path.dirname(os.path.abspath(script)))
+    own = _dropout_option(tree)
     if own:
         return f"{script} defines its own {own} option, whose default is not read"
-    if local:
-        return f"{script} imports {local} from its own folder, whose code is not read"
+    names = _imported_names(tree, "torch")
+    unread = _unread_import(tree, os.path.dirname(os.path.abspath(script))) or _hidden_dropout(tree, names)
+    if unread:
+        return f"{script} {unread}"
     hf = _imports(tree, "transformers")
-    names, bound = _torch_names(tree), _bound_names(tree)
+    bound = _bound_names(tree)
     sites = [site for call in ast.walk(tree) if isinstance(call, ast.Call) for site in _sites(call, names, bound, hf)]
     computed = next((line for _, p, line in sites if p is None), None)
     if computed is not None:
         return f"{script} line {computed}: the dropout probability is computed, not a literal"
     hidden = max((p for kind, p, _ in sites if kind == "hidden"), default=None)
     attention = max((p for kind, p, _ in sites if kind == "attention"), default=None)
-    if hf and (hidden is None or attention is None):
+    if hf and (hidden is None or attention is None or _calls(tree, "from_pretrained")):
         return (f"{script} imports Hugging Face transformers: a model built there takes its dropout from its config "
-                "(class defaults or config.json), not read")
+                "(class defaults, config.json or from_pretrained), not read")
     lines = sorted({line for _, p, line in sites if p})
     found = f"dropout at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines else \
         "no dropout in its code (no nn.Dropout, F.dropout or dropout_p above 0)"
@@ -148,6 +169,8 @@ def _not_training(call: ast.Call) -> bool:
 
 
 def _probability(call: ast.Call, name: str) -> float | None:
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None  # **kwargs / *args: the probability may be among them
     keyword = _KEYWORD.get(name, "dropout")
     given = next((k.value for k in call.keywords if k.arg == keyword), None)
     index = _POSITION[name]
@@ -181,15 +204,15 @@ def _callee(func: ast.AST) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-def _torch_names(tree: ast.Module) -> dict[str, str]:
-    """Local name -> what it names in torch: `import torch.nn as nn` nn -> torch.nn, `from torch.nn import functional
-    as F` F -> torch.nn.functional, `import torch` torch -> torch."""
+def _imported_names(tree: ast.Module, package: str) -> dict[str, str]:
+    """Local name -> what it names in `package`: `import torch.nn as nn` nn -> torch.nn, `from torch.nn import
+    functional as F` F -> torch.nn.functional, `import torch` torch -> torch."""
     out: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
-                        for a in node.names if a.name.split(".")[0] == "torch"})
-        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+                        for a in node.names if a.name.split(".")[0] == package})
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == package:
             out.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
     return out
 
@@ -230,15 +253,68 @@ def _imports_megatron(script: str) -> bool:
     return tree is not None and _imports(tree, "megatron")
 
 
-def _local_import(tree: ast.Module, folder: str) -> str:
-    """The first module the script imports that is a file or package of its own folder (or a relative import)."""
+def _unread_import(tree: ast.Module, folder: str) -> str:
+    """What the script imports whose code may build its model ('imports gpt, whose code is not read'), else "": a
+    relative import or a module of its own folder, anything beyond the standard library and _NO_LAYERS (installed,
+    or on a sys.path the script extends), a run-time loader (_LOADS_CODE), deepspeed's own layers."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
-            return "." * node.level + (node.module or "")
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
-        for name in names:
+            return f"imports {'.' * node.level}{node.module or ''} from its own folder, whose code is not read"
+        for name in _module_names(node):
             top = name.split(".")[0]
             if os.path.isfile(os.path.join(folder, top + ".py")) or os.path.isdir(os.path.join(folder, top)):
-                return name
+                return f"imports {name} from its own folder, whose code is not read"
+            if top in _LOADS_CODE or top not in _NO_LAYERS and top not in sys.stdlib_module_names:
+                return f"imports {name}, whose code is not read"
+    used = [*_imported_names(tree, "deepspeed").values(), *_dotted_uses(tree, _imported_names(tree, "deepspeed"))]
+    layer = next((name for name in used if name.startswith(_DEEPSPEED_LAYERS)), "")
+    return f"uses {layer}, a deepspeed layer whose dropout is not read" if layer else ""
+
+
+def _module_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+
+
+def _hidden_dropout(tree: ast.Module, names: dict[str, str]) -> str:
+    """How the script may reach a torch dropout that no plain call shows, else "": a star import from torch, a
+    dropout callable used other than called (an alias, functools.partial, isinstance), exec / eval / getattr of a
+    dropout, a model loaded by torch.hub or torch.jit, or an assignment to a module's `.p`."""
+    star = next((name for alias, name in names.items() if alias == "*"), "")
+    if star:
+        return f"does from {star.rsplit('.', 1)[0]} import *, whose names are not read"
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    prefixes = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _reaches_code(node, names):
+            return f"line {node.lineno}: {_callee(node.func)}(...) may reach a dropout that is not read"
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "p" for t in node.targets):
+            return f"line {node.lineno}: sets a dropout probability (.p = ...) that is not read"
+        qualified = _qualified(node, names) if isinstance(node, (ast.Name, ast.Attribute)) else ""
+        if qualified.startswith(_TORCH_LOADERS) and id(node) not in prefixes:
+            return f"line {node.lineno}: {qualified} loads a model whose code is not read"
+        if qualified and _torch_callable(qualified) and id(node) not in called | prefixes:
+            return f"line {node.lineno}: {qualified} is used other than called, so its probability is not read"
     return ""
+
+
+def _reaches_code(call: ast.Call, names: dict[str, str]) -> bool:
+    """exec / eval / compile / __import__, or getattr of a torch name or of an attribute named *dropout*."""
+    if not isinstance(call.func, ast.Name) or call.func.id not in _CODE_CALLS:
+        return False
+    if call.func.id != "getattr":
+        return True
+    attr = call.args[1] if len(call.args) > 1 else None
+    literal = isinstance(attr, ast.Constant) and isinstance(attr.value, str)
+    if literal and "dropout" in attr.value.lower():
+        return True
+    return bool(call.args and _qualified(call.args[0], names)) and not literal
+
+
+def _dotted_uses(tree: ast.Module, names: dict[str, str]) -> list[str]:
+    return [q for n in ast.walk(tree) if isinstance(n, ast.Attribute) for q in [_qualified(n, names)] if q]
+
+
+def _calls(tree: ast.Module, callee: str) -> bool:
+    return any(isinstance(n, ast.Call) and _callee(n.func) == callee for n in ast.walk(tree))
