@@ -166,11 +166,12 @@ def _check_pipeline_kinds(cfg: TrainingConfig) -> None:
         )
     if p.sequence_parallel and p.tp > 1 and (seq // p.cp) % p.tp != 0:
         raise ConfigError(
-            f"--sequence-parallel splits each rank's sequence (seq-length {_at(cfg, 'seq_length', seq)} / CP {p.cp}) "
-            f"over tensor-model-parallel-size {_at(cfg, 'tp', p.tp)}, which does not divide it: Megatron asserts 'First "
-            "dimension of the tensor should be divisible by tensor parallel size' at the first forward "
-            "(megatron/core/tensor_parallel/mappings.py _split_along_first_dim). Use a seq-length that is a multiple of "
-            "TP x CP, another TP, or drop --sequence-parallel.")
+            f"--sequence-parallel splits each rank's sequence (seq-length {_at(cfg, 'seq_length', seq)} / "
+            f"context-parallel-size {p.cp} = {seq // p.cp} tokens) over tensor-model-parallel-size "
+            f"{_at(cfg, 'tp', p.tp)}, which does not divide it. Megatron-LM's and Megatron-DeepSpeed's validate_args "
+            "accept this; the job stops at its first forward on the assertion 'First dimension of the tensor should be "
+            "divisible by tensor parallel size' (megatron/core/tensor_parallel/mappings.py _split_along_first_dim, in "
+            "both). Use a seq-length that is a multiple of TP x CP, another TP, or drop --sequence-parallel.")
     if cfg.optimizer.tp_comm_overlap and not p.sequence_parallel:
         raise ConfigError("--tp-comm-overlap needs --sequence-parallel (Megatron: TP communication/GEMM overlap only "
                           f"with sequence parallelism), and sequence parallelism needs TP > 1 (TP is {_at(cfg, 'tp', p.tp)}).")

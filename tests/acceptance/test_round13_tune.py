@@ -133,6 +133,9 @@ def test_sequence_parallel_needs_the_ranks_sequence_divisible_by_tp(home: Path, 
            "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", "--vocab-size", "50257"]
     code, _, err = run_cli(["explain", "--", *gpt, "--tensor-model-parallel-size", "8", "--sequence-parallel"], capsys)
     assert code == 2 and len(error_lines(err)) == 1 and "--sequence-parallel" in err and "Traceback" not in err, err
+    # Megatron-LM's validate_args (megatron/training/arguments.py) and Megatron-DeepSpeed's (megatron/arguments.py)
+    # have no such check: the message must not read as an argument error the framework would give at start-up.
+    assert "4100 tokens" in err and "validate_args accept" in err and "first forward" in err, err
     (home / "s.yaml").write_text("tensor_parallel: [2, 8]\nrecompute: [none]\ndistributed_optimizer: [true]\n")
     data = _tune_json(["--top", "30", "--search", "s.yaml", "--apply", "--dry-run", "--", *gpt,
                        "--tensor-model-parallel-size", "2"], capsys)
