@@ -29,7 +29,9 @@ NAME_BEFORE_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?=['\"])")
 PWD = re.compile(r"`pwd`|\$\(pwd\)")
 _EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
 """A word `export` takes: NAME, NAME=value or NAME+=value."""
-_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
+_ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\](?::\s*(-?\d+)(?::\s*(\d+))?)?\}\1")
+"""`${NAME[@]}`, `${NAME[*]}`, and their slices `${NAME[@]:OFFSET[:LENGTH]}` (bash manual 3.5.3: a negative OFFSET,
+after a blank, counts from the end)."""
 _ARRAY_INDICES = re.compile(r"(\"?)\$\{!([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 """`${!NAME[@]}` / `${!NAME[*]}`: the array's indices (bash manual 6.7)."""
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
@@ -207,6 +209,9 @@ class ShellVariables:
         out: list[str] = []
         for words, quoting in lines:
             for word, unquoted in zip(words, quoting if len(quoting) == len(words) else [None] * len(words)):
+                if word in ("$@", "${@}"):  # `ARGS=("$@")`: one element per argument (bash manual 3.4.2)
+                    out.extend(field for arg in self.args() for field in (arg.split() if unquoted else [arg]))
+                    continue
                 value = self.expand(word)
                 out.extend(value.split() if unquoted is True else [value])
         return out
@@ -217,10 +222,14 @@ class ShellVariables:
         `"0:16 2.4B:320"` reaches the command as two words); an array the script never set stays, and one of
         unknown_heads stays followed by the elements appended since."""
         def words(found: re.Match[str]) -> str:
-            quoted, name, subscript = found.group(1), found.group(2), found.group(3)
+            quoted, name, subscript, offset, length = found.groups()
             elements = self.array_or_scalar(name)
-            if elements is None or (name in self.unknown_heads and quoted and subscript == "*"):
+            if elements is None or (name in self.unknown_heads and (offset is not None or quoted and subscript == "*")):
                 return found.group(0)
+            if offset is not None:
+                start = int(offset) + len(elements) if int(offset) < 0 else int(offset)
+                elements = elements[max(start, 0):] if int(offset) >= -len(elements) else []
+                elements = elements[:int(length)] if length is not None else elements
             if not quoted:
                 known = shlex.join([field for element in elements for field in element.split()])
             else:

@@ -86,6 +86,10 @@ IDIOMS = {
                              + T + " --nnodes $NN\n",
     "double_bracket_regex": "NP=2\nM=123\n[[ \"$U\" =~ ^[0-9]+$ ]] && NP=4\n[[ $M =~ ^[[:digit:]]+$ ]] && NN=2\n"
                             + T + " --nnodes $NN\n",
+    "array_slices": "L=(1 2 3 4)\nNP=2\n" + T + " --save ${L[@]:1} --load \"${L[@]:1:2}\" --data-path \"${L[*]:2}\" "
+                    "--vocab-file ${L[@]: -1} --merge-file ${L[@]: -9} --tokenizer-model ${L[@]:9}\n",
+    "array_of_the_arguments": "set -- a 'b c' d\nA=(\"$@\")\nB=($@)\nC=(x \"$@\" y)\nNP=2\n" + T +
+                              " --save \"${A[@]}\" --load ${#A[@]} --data-path ${#B[@]} --vocab-file \"${C[@]:1}\"\n",
     "script_dir_idiom": "printf 'NP=4\\n' > env.sh\n"
                         "SCRIPT_DIR=\"$( cd -- \"$( dirname -- \"${BASH_SOURCE[0]}\" )\" &> /dev/null && pwd )\"\n"
                         "source \"$SCRIPT_DIR/env.sh\"\n" + T + "\n",
