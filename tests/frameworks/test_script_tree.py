@@ -5,6 +5,7 @@ parser's stack (RecursionError) is unreadable, never a traceback."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,17 @@ def test_the_tree_is_parsed_once_per_file_version(tmp_path: Path) -> None:
     assert script_tree(path) is first
     Path(path).write_text("import torch\nimport deepspeed\n")  # another size (and mtime): parsed again
     assert script_tree(path) is not first and len(script_tree(path).body) == 2
+
+
+def test_a_same_size_rewrite_within_the_clock_tick_is_parsed_again(tmp_path: Path) -> None:
+    """A file system with coarse timestamps (1 s on NFS, HFS+, ext3; 2 s on FAT) keeps the mtime of a rewrite within
+    that second: `sed -i s/0.1/0.2/` keeps the size too. The tree must be the new text's, not the cached one's."""
+    path = _write(tmp_path, "p = 0.1\n")
+    stat = Path(path).stat()
+    assert script_tree(path).body[0].value.value == 0.1
+    Path(path).write_text("p = 0.2\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the clock tick the rewrite fell in
+    assert script_tree(path).body[0].value.value == 0.2
 
 
 def test_each_reader_reads_a_latin1_script(tmp_path: Path) -> None:
