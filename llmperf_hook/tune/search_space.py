@@ -87,8 +87,9 @@ def default_search_file(framework: str) -> Path:
 
 def read_search_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if p.is_dir() or not p.exists():  # a pipe is read like a file: `--search <(printf 'micro_batch_size: [2]')`
-        what = "a folder, not a file" if p.is_dir() else "no such file"
+    if not (p.is_file() or p.is_fifo()):  # a pipe is read like a file: `--search <(printf 'micro_batch_size: [2]')`
+        what = "a folder, not a file" if p.is_dir() else "no such file" if not p.exists() else \
+            "a device, not a file or a pipe"  # /dev/zero never ends
         raise UsageError(f"--search {path}: {what}. Give a YAML search space (see configs/search/megatron.yaml).")
     try:
         raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # safe_load's loader, keys unique

@@ -72,3 +72,12 @@ def test_an_unreadable_search_file_exits_2_with_the_reason(tmp_path, capsys, mon
     code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", str(tmp_path / "s.yaml"), "--", *MEGATRON],
                              capsys)
     assert code == 2 and "cannot read it (Permission denied)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/zero"])
+def test_a_device_is_not_a_search_file(capsys, device: str) -> None:
+    """A pipe is read as a search file (`--search <(printf ...)`), a device is not: /dev/zero never ends, so reading
+    it filled the memory (dce119a4 let anything that exists and is not a folder through), and /dev/null read as an
+    empty file, the defaults, without a word. Both exit 2 before any read."""
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", device, "--", *MEGATRON], capsys)
+    assert code == 2 and f"--search {device}: a device, not a file or a pipe" in err and "Traceback" not in err, err
