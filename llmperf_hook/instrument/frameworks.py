@@ -160,6 +160,24 @@ def patch_torch_grad_scaler(mod: ModuleType, rec: StepRecorder, patches: Patches
 def patch_deepspeed_engine(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:
     cls = mod.DeepSpeedEngine
     patches.set_attr(cls, "step", wrap_step(cls.step, rec, "deepspeed", _global_steps_advanced))
+    patches.set_attr(cls, "__init__", _setting_up(cls.__init__, rec))
+
+
+def _setting_up(orig: Callable[..., Any], rec: StepRecorder) -> Callable[..., Any]:
+    """DeepSpeedEngine.__init__ (deepspeed.initialize; PipelineEngine's too, through super()): the torch optimizer
+    steps it may take while it builds the engine's optimizer (a bf16 ZeRO-0 job's BF16_Optimizer stepped torch Adam
+    once, before any forward) are no training steps. Counted by the fallback, that one was step 0: the job's slow
+    first iteration became step 1, past the warm-up mark, and --instrument N recorded N - 1 iterations."""
+
+    @functools.wraps(orig)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rec.num_setting_up += 1
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            rec.num_setting_up -= 1
+
+    return wrapper
 
 
 def patch_deepspeed_pipeline(mod: ModuleType, rec: StepRecorder, patches: Patches) -> None:

@@ -74,6 +74,9 @@ class StepRecorder:
             os.register_at_fork(after_in_child=self._forked)
         self._lead_optimizer: Callable[[], Any] | None = None
         """Weak reference to the optimizer whose steps are the job's steps (plain-torch fallback)."""
+        self.num_setting_up = 0
+        """Framework set-ups under way (frameworks._setting_up: DeepSpeedEngine.__init__): a torch optimizer step
+        taken inside one is no training step."""
 
     # -- entry points called by the framework patches (always through `guarded`) --------------------------
 
@@ -127,7 +130,7 @@ class StepRecorder:
         """torch.optim post-step hook: a step only when no framework wraps it (the plain-torch fallback), and
         only of the first optimizer that stepped while it lives: a loop stepping several optimizers per
         iteration (Muon + AdamW, a GAN's two) has one training step per iteration, not one per optimizer."""
-        if self._owner_priority > 0 or any(self._depth.values()):
+        if self._owner_priority > 0 or any(self._depth.values()) or self.num_setting_up:
             return
         if optimizer is not None and not self.is_lead_optimizer(optimizer):
             return
