@@ -201,8 +201,8 @@ class StepRecorder:
         if step == 0:
             os.environ[STEPPING_ENV] = f"{cfg.job_id}:{self._pid}"
             self._resolve_rank()
-            if self._reference is None:  # step 0 had no start mark (a step before the first forward: DeepSpeed's
-                # bf16 optimizer steps torch Adam at initialize): read between steps 0 and 1, in neither
+            if self._reference is None:  # step 0 had no start mark (a step before the first forward: a loop
+                # without nn.Module calls): read between steps 0 and 1, in neither
                 self._reference = self._read_reference(timer.device)
                 restart = timer.mark(), cpu_seconds(process_usage())
             self.writer.write(self._base("meta", **job_facts(timer.device),
