@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from instrument_helpers import TRAIN_GPT, read_records, run_session
+import pytest
+from instrument_helpers import TRAIN_GPT, make_child_env, read_records, run_session
 
 from llmperf_hook.instrument.op_profile import (BACKWARD_PREFIX, STEP_END_MARK, ProfEvent, map_events,
                                                up_to_last_step_end)
@@ -64,10 +68,9 @@ def test_repeated_ops_become_one_sample_with_median_and_count() -> None:
     assert sample["count"] == 3 and sample["seconds"] == 2e-5
 
 
-def test_profile_window_on_a_real_job(tmp_path: Path, child_env: dict[str, str]) -> None:
-    argv = [sys.executable, str(TRAIN_GPT), "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "32", "--vocab-size", "256", "--train-iters", "7"]
-    done = run_session(tmp_path, child_env, argv, steps=3, profile_ops=2)
+def test_profile_window_on_a_real_job(real_jobs: dict[str, tuple[Path, Future]]) -> None:
+    tmp_path, future = real_jobs["window"]
+    done = future.result()
     assert done.returncode == 0 and "done: 7 steps" in done.stdout, done.stderr
     records = read_records(tmp_path / "run")
     steps = [r for r in records if r["kind"] == "step"]
@@ -82,12 +85,11 @@ def test_profile_window_on_a_real_job(tmp_path: Path, child_env: dict[str, str])
     assert "USDT:" not in done.stderr  # torch 2.13's Kineto prints one at the window's start and stop
 
 
-def test_job_ending_inside_the_profile_window_keeps_its_exit_code(tmp_path: Path, child_env: dict[str, str]) -> None:
+def test_job_ending_inside_the_profile_window_keeps_its_exit_code(real_jobs: dict[str, tuple[Path, Future]]) -> None:
     """3 timed steps, a 2-step window opened after them, and a job of only 3 steps: the window never closes
     on a step, so the hook closes it at exit (torch's profiler left running segfaults at interpreter teardown)."""
-    argv = [sys.executable, str(TRAIN_GPT), "--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "32", "--vocab-size", "256", "--train-iters", "3"]
-    done = run_session(tmp_path, child_env, argv, steps=3, profile_ops=2)
+    tmp_path, future = real_jobs["ends_inside"]
+    done = future.result()
     assert done.returncode == 0 and "done: 3 steps" in done.stdout, done.stderr
     steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
     assert [s["step"] for s in steps] == [0, 1, 2]
@@ -107,13 +109,39 @@ print("trained")
 """
 
 
-def test_profile_window_longer_than_the_job_maps_the_steps_it_had(tmp_path: Path, child_env: dict[str, str]) -> None:
+def _real_job(folder: Path, name: str) -> subprocess.CompletedProcess:
+    """One of the three jobs below, run through run_instrumented in `folder` (its own $LLMPERF_HOME)."""
+    shape = ["--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32", "--vocab-size", "256"]
+    if name == "window":
+        argv = [sys.executable, str(TRAIN_GPT), "--num-layers", "2", *shape, "--train-iters", "7"]
+        return run_session(folder, make_child_env(folder), argv, steps=3, profile_ops=2)
+    if name == "ends_inside":
+        argv = [sys.executable, str(TRAIN_GPT), "--num-layers", "1", *shape, "--train-iters", "3"]
+        return run_session(folder, make_child_env(folder), argv, steps=3, profile_ops=2)
+    script = folder / "job.py"
+    script.write_text(SHORT_JOB)
+    return run_session(folder, make_child_env(folder), [sys.executable, str(script), "5"], steps=3, profile_ops=10)
+
+
+@pytest.fixture(scope="module")
+def real_jobs(tmp_path_factory) -> Iterator[dict[str, tuple[Path, Future]]]:
+    """The three real jobs of this module, each in a folder of its own, run side by side (one-thread children the
+    tests only wait on: one at a time they left the second core idle): {name: (folder, future of its session)}.
+    Each test waits for its own, so one that fails or times out fails alone."""
+    with ThreadPoolExecutor(3) as pool:
+        jobs = {}
+        for name in ("window", "ends_inside", "longer_window"):
+            folder = tmp_path_factory.mktemp(f"op-profile-{name}")
+            jobs[name] = (folder, pool.submit(_real_job, folder, name))
+        yield jobs
+
+
+def test_profile_window_longer_than_the_job_maps_the_steps_it_had(real_jobs: dict[str, tuple[Path, Future]]) -> None:
     """--instrument 3 --profile-ops 10 on a 5-step job: the window is open for steps 3 and 4 when the job ends.
     Their ops are sampled at exit (before: the window was dropped, no op record at all), and the evaluation the
     script ran after its last step is not (it began after the last step-end mark)."""
-    script = tmp_path / "job.py"
-    script.write_text(SHORT_JOB)
-    done = run_session(tmp_path, child_env, [sys.executable, str(script), "5"], steps=3, profile_ops=10)
+    tmp_path, future = real_jobs["longer_window"]
+    done = future.result()
     assert done.returncode == 0 and done.stdout == "trained\n", done.stderr[-2000:]
     records = read_records(tmp_path / "run")
     assert [(r["step"], r["profiled"]) for r in records if r["kind"] == "step"] == [
