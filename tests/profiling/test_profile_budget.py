@@ -196,3 +196,33 @@ def test_fits_past_the_budget_are_said() -> None:
                                     for note in notes), notes
     _, _, on_time = profile_fit._fit_groups(groups, {"fp32": RC}, "fp32", time.perf_counter() + 60.0)
     assert not any("past its share" in note for note in on_time)
+
+
+GPT = ("torchrun --nproc-per-node 1 pretrain_gpt.py --num-layers 2 --hidden-size 128 --num-attention-heads 4 "
+       "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 2 --global-batch-size 2 "
+       "--vocab-size 1000").split()
+
+
+def test_past_the_deadline_only_the_for_jobs_classes_get_a_first_fit() -> None:
+    """`--budget 0.4 --for` a Megatron GPT job ran 46 s of 24 (R59, 28 Nov, load 8-11): past the deadline every default
+    class got the 8 shapes of a first fit, RMSNorm, SwiGLU, RoPE and bmm too, which the job never runs (its predict
+    would not use them). With --for and no --ops only the job's classes do; --ops names what the user asked for."""
+    from llmperf_hook.profile import plan
+    from llmperf_hook.profile.features import RooflineConstants
+    from llmperf_hook.profile.sampler import ProfileRequest, SamplingDeadline, _first_fit_classes, _specs
+
+    rc = RooflineConstants(1e11, 1e10, 1, 4)
+    req = ProfileRequest(device="cpu", budget_min=0.4, job_argv=tuple(GPT))
+    ops = plan.CPU_DEFAULT_OPS
+    classes = _first_fit_classes(req, _specs(req, ops, rc, "x"))
+    assert classes is not None and {"gemm", "layernorm", "attention"} <= classes
+    assert not classes & {"rmsnorm", "swiglu", "rope"}, classes
+    asked = ProfileRequest(device="cpu", budget_min=0.4, ops=("gemm", "rmsnorm"), job_argv=tuple(GPT))
+    assert _first_fit_classes(asked, _specs(asked, asked.ops, rc, "x")) is None  # every class of --ops
+    assert _first_fit_classes(ProfileRequest(device="cpu"), _specs(ProfileRequest(device="cpu"), ops, rc, "x")) is None
+
+    spent = budgets.plan_budget(0.01, time.perf_counter() - 60.0, 0.0, cpu=True)  # its deadline long past
+    deadline = SamplingDeadline(spent, {}, first_fit_classes=classes)
+    assert deadline.allows(plan.SampleSpec("gemm", "fwd", {"m": 8, "n": 8, "k": 8}, "design"), 0.01)
+    assert not deadline.allows(plan.SampleSpec("rmsnorm", "fwd", {"tokens": 8, "hidden": 8}, "design"), 0.01)
+    assert SamplingDeadline(spent, {}).allows(plan.SampleSpec("rmsnorm", "fwd", {"tokens": 8, "hidden": 8}, "x"), 0.01)
