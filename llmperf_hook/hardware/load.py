@@ -86,8 +86,8 @@ DEFAULT_HOST_OVERHEAD_US = 65.0  # eager PyTorch issue cost per modelled op: see
 def find_config_file(kind: str, name_or_path: str) -> Path:
     """The YAML file for `name_or_path` of `kind` ("hardware" | "clusters"), by the lookup order above."""
     path = Path(name_or_path).expanduser()
-    _refuse_fitted_model(kind, name_or_path, path)
     if path.is_file():
+        _refuse_fitted_model(kind, name_or_path, path)
         return path
     for folder in (llmperf_home() / kind, configs_dir() / kind):
         for suffix in (".yaml", ".yml"):
@@ -96,12 +96,8 @@ def find_config_file(kind: str, name_or_path: str) -> Path:
                 return candidate
     shipped = sorted(p.stem for p in (configs_dir() / kind).glob("*.yaml"))
     what = kind[:-1] if kind == "clusters" else kind
-    if kind == "hardware" and (path / "profile.json").is_file():  # the folder `llmperf profile` printed first
-        # NAME's hardware file sits beside its profile: HOME/profiles/NAME -> HOME/hardware/NAME.yaml (shipped too)
-        raise UsageError(f"--hardware {name_or_path} is the folder of a fitted operator profile, not a hardware file. "
-                         f"Pass its name, --hardware {path.name} (its hardware file and profile are found by name in "
-                         f"$LLMPERF_HOME and the shipped presets), or the path of its hardware file, "
-                         f"{path.resolve().parent.parent / kind / (path.name + '.yaml')}.")
+    if path.is_dir():  # not a name: a folder `llmperf profile` printed?
+        _refuse_fitted_model(kind, name_or_path, path)
     if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:  # a path, not a name: say only what was looked for
         raise UsageError(f"{what} file {name_or_path} not found{' (it is a folder)' if path.is_dir() else ''}. Give the "
                          f"path of a YAML file (schema: llmperf_hook/hardware/load.py) or a preset name: "
@@ -129,18 +125,21 @@ beside HOME/clusters/NAME.yaml."""
 
 def _refuse_fitted_model(kind: str, name_or_path: str, path: Path) -> None:
     """--hardware / --cluster given a fitted model's metadata file (JSON is YAML: it was refused for its 'unknown' or
-    'missing keys'), or for --cluster its folder ('not found (it is a folder)'): name the mistake and both fixes."""
+    'missing keys') or its folder ('not found (it is a folder)'): name the mistake and both fixes."""
     meta, what, depth = FITTED_FILES[kind]
     folder = path.resolve() if path.is_dir() else path.resolve().parent
-    if not ((path.name == meta and path.is_file()) or (kind == "clusters" and (path / meta).is_file())):
+    if not (path.name == meta if path.is_file() else (path / meta).is_file()):
         return
     home = folder
-    for _ in range(depth):  # Path("/").parent is "/": a metadata file copied near the root names a wrong home, no error
+    for _ in range(depth):  # Path("/").parent is "/": no IndexError for a copy near the root
         home = home.parent
+    beside = home / kind / f"{folder.name}.yaml"
     option = kind.rstrip("s")
     raise UsageError(f"--{option} {name_or_path} is the {'folder' if path.is_dir() else meta} of {what}, not a {option} "
-                     f"file. Pass its name, --{option} {folder.name}, or the path of its {option} file, "
-                     f"{home / kind / (folder.name + '.yaml')}.")
+                     f"file. Pass its name, --{option} {folder.name} (found by name in $LLMPERF_HOME and the shipped "
+                     f"presets), or the path of its {option} file"
+                     + (f", {beside}." if beside.is_file() else f" ({kind}/{folder.name}.yaml in the $LLMPERF_HOME it "
+                                                                f"was written in)."))
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

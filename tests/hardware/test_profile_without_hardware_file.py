@@ -33,8 +33,11 @@ def test_the_profiles_own_profile_json_is_not_a_hardware_file(tmp_path: Path) ->
     meta.parent.mkdir(parents=True)
     meta.write_text('{"format": "llmperf-profile", "name": "my-cpu"}')
     with pytest.raises(UsageError, match=r"profile\.json of a fitted operator profile, not a hardware file\. Pass its "
-                                         r"name, --hardware my-cpu, or .*hardware/my-cpu\.yaml"):
+                                         r"name, --hardware my-cpu .*hardware/my-cpu\.yaml"):
         load_hardware(str(meta))
+    with pytest.raises(UsageError, match=r"folder of a fitted operator profile, not a hardware file\. Pass its name, "
+                                         r"--hardware my-cpu .*hardware/my-cpu\.yaml"):
+        load_hardware(str(meta.parent))
 
 
 @pytest.mark.parametrize("given", ["comm_model.json", "."])
@@ -46,5 +49,5 @@ def test_a_comm_model_is_not_a_cluster_file(tmp_path: Path, given: str) -> None:
     model.parent.mkdir(parents=True)
     model.write_text('{"format": "llmperf-comm-model", "cluster": "box1"}')
     with pytest.raises(UsageError, match=r"(comm_model\.json|folder) of a fitted communication model, not a cluster "
-                                         r"file\. Pass its name, --cluster box1, or .*clusters/box1\.yaml"):
+                                         r"file\. Pass its name, --cluster box1 .*clusters/box1\.yaml"):
         load_cluster(str(model.parent / given))
