@@ -35,7 +35,7 @@ from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
-from llmperf_hook.launch.shell_arithmetic_commands import run_arithmetic
+from llmperf_hook.launch.shell_arithmetic_commands import forget_assigned, run_arithmetic
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
@@ -48,8 +48,8 @@ from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, co
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, array_and_rest, command_list, decode_ansi_c,
                                               forks, group_forks, logical_lines, plain_heredoc_operators,
                                               protect_literal_dollars, quoted_words, rejoin_substitutions,
-                                              restore_dollars, shell_split, split_redirections, split_unquoted_words,
-                                              ungroup, word_quoting, written_files)
+                                              restore_dollars, shell_split, split_after_group, split_redirections,
+                                              split_unquoted_words, ungroup, word_quoting, written_files)
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.subshell_state import end_subshell, forked_state
@@ -127,7 +127,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         """The truth of the test `tested`, the last words of the command `words` split from `source`."""
         quoting = word_quoting(source)  # a redirection dropped or a head split: which words were quoted is unknown
         unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
-        return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted)
+        quoted = quoted_words(source)
+        literal = quoted[len(quoted) - len(tested):] if len(quoted) == len(words) else [True] * len(tested)
+        return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted, literal)
 
     def loop_test(self, text: str) -> bool | None:
         """The truth of a `while` / `until` test command `text` now; None where llmperf cannot decide it."""
@@ -167,6 +169,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 self.note_missing_arguments(line)
                 continue
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
+            parts = None if in_case or line.heredoc else split_after_group(line.text)
+            if parts:  # `( cd run ) && NP=4`: the subshell ends with the group
+                self.read([ScriptLine(line.number, part) for part in parts])
+                continue
             text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
             subshell = self.subshell  # while set, loop_exit follows no break, so nothing it raises skips the reset
             self.subshell |= text is not line.text and not in_case and group_forks(line.text)
@@ -244,7 +250,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
+            before = text
             text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
+            if not self.launches:  # `X=$(( NP++ ))`, `echo $(( NP += 2 ))`: what it assigns is not applied
+                for expr in ARITH.findall(before):
+                    forget_assigned(self, expr)
         if "<<<" in text:
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()

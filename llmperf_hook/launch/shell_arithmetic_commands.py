@@ -55,11 +55,19 @@ def run_arithmetic(reading: Any, words: list[str], uncertain: bool) -> bool:
         elif assignment:
             name, op, value = assignment.group(1), assignment.group(2) or "", assignment.group(3)
         else:
-            for found in _ASSIGNED.finditer(part):
-                _set(reading, next(filter(None, found.groups())), None)
+            forget_assigned(reading, part)
             continue
-        _set(reading, name, None if uncertain else _evaluate(reading, name, op, value))
+        new_value = None if uncertain else _evaluate(reading, name, op, value)
+        forget_assigned(reading, value)  # `X = NP++`, `X = (NP = 4)`: bash changes NP too
+        _set(reading, name, new_value)
     return True
+
+
+def forget_assigned(reading: Any, expr: str) -> None:
+    """Every name the arithmetic `expr` assigns (`NP++`, `NP += 2`) made unknown: an expression llmperf does not apply
+    (inside another's value, a `$(( ))` of a command's words, the test of an `if`) still changes them in bash."""
+    for found in _ASSIGNED.finditer(expr):
+        _set(reading, next(filter(None, found.groups())), None)
 
 
 def _evaluate(reading: Any, name: str, op: str, value: str) -> str | None:

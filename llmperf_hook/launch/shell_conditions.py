@@ -89,14 +89,17 @@ ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
 def decide_test(words: list[str], expand: Callable[[str], str | None],
-                unquoted: Sequence[bool | None] | None = None) -> bool | None:
+                unquoted: Sequence[bool | None] | None = None, quoted: Sequence[bool] | None = None) -> bool | None:
     """The truth of `[ ... ]`, `[[ ... ]]` or `test ...`, or None when bash would need more than the variables.
     `unquoted` (per word, as shell_script.word_quoting says; None: each word quoted, `"$X"`) tells the words of `[`
-    and `test` that bash splits after expanding them: `[ -n $X ]` with X empty is `[ -n ]`, which is true."""
+    and `test` that bash splits after expanding them: `[ -n $X ]` with X empty is `[ -n ]`, which is true.
+    `quoted` (per word, as shell_script.quoted_words says; None: none quoted) tells the `[[ =~ ]]` patterns that match
+    literally."""
     flags = list(unquoted) if unquoted is not None else [False] * len(words)
+    literal = list(quoted) if quoted is not None else [False] * len(words)
     negate = False
     while words and words[0] == "!":
-        negate, words, flags = not negate, words[1:], flags[1:]
+        negate, words, flags, literal = not negate, words[1:], flags[1:], literal[1:]
     if words and words[0] in (":", "true", "false"):  # builtins whose status is fixed, whatever their arguments
         return (words[0] != "false") != negate  # (bash manual 4.1 `:`, 4.2 / POSIX true and false)
     assigned = words[1:] if words[:1] == ["export"] else words
@@ -106,18 +109,18 @@ def decide_test(words: list[str], expand: Callable[[str], str | None],
     if arithmetic_test is not None or words[:1] == ["let"] or (words and words[0].startswith("((")):
         return None if arithmetic_test is None else arithmetic_test != negate
     if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
-        inner, flags = words[1:-1], flags[1:-1]
+        inner, flags, literal = words[1:-1], flags[1:-1], literal[1:-1]
     elif words and words[0] == "test":
-        inner, flags = words[1:], flags[1:]
+        inner, flags, literal = words[1:], flags[1:], literal[1:]
     else:
         return None
     while inner and inner[0] == "!":
-        negate, inner, flags = not negate, inner[1:], flags[1:]
+        negate, inner, flags, literal = not negate, inner[1:], flags[1:], literal[1:]
     values = [expand(w) for w in inner]
     if any(v is None for v in values):
         return None
     if words[0] == "[[":  # no word splitting inside [[ ]]; its operators are the words as written
-        result = _decide_double(inner, values)  # type: ignore[arg-type]
+        result = _decide_double(inner, values, literal)  # type: ignore[arg-type]
     else:  # `[` and `test` are commands: they see the words expansion and splitting give, operators included
         fields = [_fields(w, v, q) for w, v, q in zip(inner, values, flags)]  # type: ignore[arg-type]
         args = None if any(f is None for f in fields) else [a for f in fields for a in f]  # type: ignore[union-attr]
@@ -151,19 +154,19 @@ def _fields(word: str, value: str, unquoted: bool | None) -> list[str] | None:
     return parts if unquoted else ([value] if parts == [value] else None)
 
 
-def _decide_double(raw: list[str], values: list[str]) -> bool | None:
+def _decide_double(raw: list[str], values: list[str], quoted: list[bool]) -> bool | None:
     """`[[ A && B || C ]]`: each primary decided alone, `&&` before `||` and each side only where bash evaluates it
     (bash manual 3.2.5.2: `&&` and `||` do not evaluate the right side when the left decides the result); None where
     a side that counts is undecided, or a group `( )` or a `!` inside calls for more."""
     if "(" in raw or ")" in raw or "!" in raw:
-        return _decide(raw, values, True) if "&&" not in raw and "||" not in raw else None
+        return _decide(raw, values, True, quoted) if "&&" not in raw and "||" not in raw else None
     result: bool | None = False  # the value of the `||` chain so far
     start, conjunction = 0, True  # the `&&` chain being read
     for k in range(len(raw) + 1):
         if k < len(raw) and raw[k] not in ("&&", "||"):
             continue
         if conjunction is not False:  # `false && X`: X is not evaluated
-            part = _decide(raw[start:k], values[start:k], True)
+            part = _decide(raw[start:k], values[start:k], True, quoted[start:k])
             conjunction = False if part is False else None if part is None or conjunction is None else True
         if k == len(raw) or raw[k] == "||":
             if result is True:
@@ -174,14 +177,20 @@ def _decide_double(raw: list[str], values: list[str]) -> bool | None:
     return result
 
 
+_ERE_OPERATOR = re.compile(r"[.\[\]()*+?{}|^$]")
+"""The characters a POSIX extended regular expression reads as operators."""
+
 _POSIX_CLASSES = {"[:digit:]": "0-9", "[:alpha:]": "A-Za-z", "[:alnum:]": "A-Za-z0-9", "[:upper:]": "A-Z",
                   "[:lower:]": "a-z", "[:space:]": " \\t\\n\\r\\f\\v", "[:xdigit:]": "0-9A-Fa-f"}
 
 
-def _matches_regex(value: str, pattern: str) -> bool | None:
+def _matches_regex(value: str, pattern: str, quoted: bool) -> bool | None:
     """`[[ VALUE =~ PATTERN ]]`: PATTERN a POSIX extended regular expression matched anywhere in VALUE (bash manual
-    3.2.5.2), read by Python's re where the two agree (its common bracket classes translated); None otherwise."""
-    if "\\" in pattern:  # an escape: POSIX and Python read some apart
+    3.2.5.2), read by Python's re where the two agree (its common bracket classes translated); None otherwise.
+    A `quoted` pattern (any part of it) matches its quoted part literally ("Any part of the pattern may be quoted to
+    force the quoted portion to be matched literally", 3.2.5.2): decided only where it holds no ERE operator, so that
+    literal and regular expression agree (`=~ "7b"`); `=~ "a.c"` or `=~ "$P"` is left to bash."""
+    if "\\" in pattern or (quoted and _ERE_OPERATOR.search(pattern)):  # an escape: POSIX and Python read some apart
         return None
     for name, chars in _POSIX_CLASSES.items():
         pattern = pattern.replace(name, chars)
@@ -193,7 +202,7 @@ def _matches_regex(value: str, pattern: str) -> bool | None:
         return None
 
 
-def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
+def _decide(raw: list[str], values: list[str], double: bool, quoted: Sequence[bool] = ()) -> bool | None:
     if len(values) == 1:
         return values[0] != ""
     if len(values) == 2 and raw[0] in ("-z", "-n"):
@@ -204,7 +213,7 @@ def _decide(raw: list[str], values: list[str], double: bool) -> bool | None:
     if op in ("=", "==", "!=") and double and any(c in right for c in "*?["):
         return None  # [[ A == pattern ]] globs unless the pattern was quoted, which the split words no longer show
     if op == "=~" and double:
-        return _matches_regex(left, right)
+        return _matches_regex(left, right, len(quoted) == 3 and quoted[2])
     if op in ("=", "=="):
         return left == right
     if op == "!=":

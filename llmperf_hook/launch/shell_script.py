@@ -362,6 +362,28 @@ def ungroup(text: str) -> str:
     return f"{text[:start]} {text[start + 1:close]} {text[close + 1:]}"
 
 
+_LIST_OPERATOR = re.compile(r"&&|\|\||;(?!;)|(?<![<>&|])&(?![>&])")
+"""An operator of a list (bash manual 3.2.4): `;`, `&&`, `||` or `&` (not `;;`, `|&`, `>&2`, `&>`)."""
+
+
+def split_after_group(text: str) -> tuple[str, str] | None:
+    """A line that begins with a group and goes on after it (`( cd run ) && NP=4`, `(NP=4); NP=6`): the group's
+    part, with the list operator after it where that carries to what follows (CARRIED, `&`), and the rest, so that
+    only the group runs in its subshell (bash manual 3.2.5.3); None for another line."""
+    span = _group_span(text)
+    if span is None:
+        return None
+    outside, _, end = _scan(text)
+    for found in _LIST_OPERATOR.finditer(text, span[1] + 1, end):
+        before = [c for c, out in zip(text[span[1] + 1:found.start()], outside[span[1] + 1:]) if out]
+        nested = before.count("(") != before.count(")") or before.count("`") % 2  # in a `$( )` or backquotes
+        if nested or not all(outside[found.start():found.end()]):
+            continue
+        rest = text[found.end():end]
+        return (text[:found.start()] if found.group() == ";" else text[:found.end()], rest) if rest.strip() else None
+    return None
+
+
 def _group_span(text: str) -> tuple[int, int] | None:
     """Where the group a line begins with opens and closes (ungroup), None if it begins with none."""
     outside, _, end = _scan(text)

@@ -1,0 +1,71 @@
+"""Review R60 of H173's shell reading: each script is run by the real bash (the stub launchers of
+test_scripts_as_the_shell_runs_them) and llmperf's reading must give the same job, or name the variable it cannot know.
+
+- A line that begins with a `( )` group (or a piped `{ }` one) and goes on after it: only the group runs in a
+  subshell (bash manual 3.2.5.3); `( cd run ) && NP=6` assigned nothing, and `f() { ( return ); NP=4; }` ended f.
+- `[[ V =~ "a.c" ]]`: a quoted part of the pattern matches literally (3.2.5.2); it was read as a regular expression.
+- An arithmetic expression llmperf does not apply still assigns in bash (`let X=NP++`, `X=$(( NP++ ))`): the names
+  it assigns are unknown, where their stale values were priced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmperf_hook.launch.parse import parse_launch
+from llmperf_hook.launch.shell_conditions import decide_test
+from tests.launch.test_scripts_as_the_shell_runs_them import _compare
+
+T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
+GROUPS_THEN_MORE = {
+    "group_then_a_command": "NP=2\n(NP=4); NP=6\n" + T + "\n",
+    "group_and_an_assignment": "NP=2\n( cd /tmp ) && NP=6\n( false ) || NN=2\n" + T + " --nnodes ${NN:-1}\n",
+    "piped_braces_then_a_command": "NP=2\n{ NP=4; } | cat; NP=6\n" + T + "\n",
+    "group_in_the_background_then": "NP=2\n(NP=4) & NP=6\nwait\n" + T + "\n",
+    "return_in_a_group_of_a_one_line_function": "NP=2\nf() { ( return ); NP=4; }\nf\n" + T + "\n",
+    "return_in_a_group_of_a_sourced_file": "NP=2\necho '( return ); NP=4' > env.sh\nsource ./env.sh\n" + T + "\n",
+    "group_with_a_substitution_after": "NP=2\n(NP=4) | grep \"$(echo a; echo b)\"; NP=6\n" + T + "\n",
+}
+QUOTED_REGEX = {
+    "quoted_literal_without_operators": "NP=2\nV=gpt-7b\n[[ $V =~ \"7b\" ]] && NP=4\n[[ $V =~ '13b' ]] && NN=2\n"
+                                        + T + " --nnodes ${NN:-1}\n",
+}
+
+
+@pytest.mark.parametrize("name", {**GROUPS_THEN_MORE, **QUOTED_REGEX})
+def test_scripts_read_as_bash_runs_them(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, {**GROUPS_THEN_MORE, **QUOTED_REGEX}[name], tmp_path, monkeypatch)
+
+
+def _plain(word: str) -> str:
+    return word.strip("'\"")
+
+
+@pytest.mark.parametrize("pattern,quoted,expected", [("a.c", True, None), ("a.c", False, True), ("b", True, True),
+                                                     ("x", True, False), ("^'a'.c$", True, None)])
+def test_a_quoted_regex_pattern_is_literal(pattern: str, quoted: bool, expected: bool | None) -> None:
+    """`[[ abc =~ "a.c" ]]` is false in bash (the quoted `.` is a dot): left undecided, never decided as a regular
+    expression; a quoted pattern without operators is the same either way and decided."""
+    words = ["[[", "abc", "=~", pattern, "]]"]
+    assert decide_test(words, _plain, None, [False, False, False, quoted, False]) is expected
+
+
+@pytest.mark.parametrize("line", ["let X=NP++", "(( X = NP++ + 1 ))", "(( X = (NP = 4) ))", "X=$(( NP++ ))",
+                                  "echo $(( NP += 2 ))", "export X=$(( NP = 6 ))"])
+def test_what_an_unapplied_arithmetic_assigns_is_unknown(line: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash increments / assigns NP there; the stale NP=8 was priced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\nNP=8\n{line}\n"
+                                       "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $NP\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "$NP"
+
+
+def test_an_applied_arithmetic_keeps_its_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text("#!/bin/bash\nNP=8\n(( NP /= 2 ))\nX=$(( NP * 2 ))\n"
+                                       "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $NP "
+                                       "--save $X\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-3:] == ("4", "--save", "8")
