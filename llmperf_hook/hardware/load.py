@@ -271,13 +271,25 @@ def parse_cluster(raw: Mapping[str, Any], where: str, hardware: HardwareSpec | N
         gpus_per_node=gpus_per_node,
         intra_node=_intra_tier(raw, where, gpu.name, gpus_per_node),
         inter_node=_tier(raw, "inter_node", where, DEFAULT_INTER_LATENCY_US, DEFAULT_INTER_BUS_EFFICIENCY),
-        nics_per_node=int(raw.get("nics_per_node", 0)),
+        nics_per_node=_nics_per_node(raw, where),
         host_overhead_per_op_s=_number(raw, "host_overhead_per_op_us", where, DEFAULT_HOST_OVERHEAD_US) * 1e-6,
         gpus_per_host=gpus_per_host,
         nvme_read_bytes_per_s=_number(raw, "nvme_read_GBps", where, ClusterSpec.nvme_read_bytes_per_s / 1e9) * 1e9,
         nvme_write_bytes_per_s=_number(raw, "nvme_write_GBps", where, ClusterSpec.nvme_write_bytes_per_s / 1e9) * 1e9,
         host_memory_bytes=int(_number(raw, "host_memory_GiB", where) * 2**30) if "host_memory_GiB" in raw else 0,
     )
+
+
+def _nics_per_node(raw: Mapping[str, Any], where: str) -> int:
+    """0 when absent (NCCL's channels then follow gpus_per_node: graph/step_ops.py); else a positive integer (it was
+    int(value): .nan an internal ValueError, -4 a negative channel count, 2.5 cut to 2)."""
+    if "nics_per_node" not in raw:
+        return 0
+    value = raw["nics_per_node"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: nics_per_node must be a positive integer (the node's compute NICs), found "
+                         f"{value!r}. Fix the value, or remove it to let the channel count follow gpus_per_node.")
+    return value
 
 
 def _gpus_per_host(raw: Mapping[str, Any], gpus_per_node: int, where: str) -> int:

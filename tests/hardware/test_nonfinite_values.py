@@ -44,3 +44,16 @@ def test_a_cluster_bus_efficiency_above_1_is_refused(tmp_path: Path) -> None:
                     "inter_node_bandwidth_GBps: 25\ninter_node_bus_efficiency: 1.2\n")
     with pytest.raises(UsageError, match="inter_node_bus_efficiency 1.2 is above 1"):
         load_cluster(str(path))
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-4", "2.5", "eight", "true"])
+def test_nics_per_node_is_a_whole_count(value: str, tmp_path: Path) -> None:
+    """nics_per_node was int(raw value): .nan or 'eight' an internal ValueError, .inf OverflowError, -4 accepted as
+    NCCL's channel count (graph/step_ops.py reads it as one), 2.5 cut to 2 without a word."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\ngpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_bandwidth_GBps: 300\n"
+                    f"inter_node_bandwidth_GBps: 25\nnics_per_node: {value}\n")
+    with pytest.raises(UsageError, match="nics_per_node must be a positive integer"):
+        load_cluster(str(path))
+    path.write_text(path.read_text().replace(f"nics_per_node: {value}", "nics_per_node: 4"))
+    assert load_cluster(str(path)).nics_per_node == 4
