@@ -147,7 +147,7 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
     if found is None:
         return Sized(1, Source(SourceKind.DEFAULT, "torchrun: 1"))
     value, source = found
-    if value.strip() in ("gpu", "auto", "cuda", "xpu", "npu"):
+    if value.strip() in ("gpu", "auto", "xpu", "npu"):  # npu: torch_npu's privateuse1 backend name
         return Sized(None, source, f"--nproc-per-node {value} means 'every GPU of the node'")
     if value.strip() == "cpu":  # run.py determine_local_world_size: one per core, whatever GPUs there are
         return Sized(None, source, "--nproc-per-node cpu starts one process per CPU core of the node (torch/distributed/"
@@ -158,10 +158,26 @@ def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[
             "a variable whose value only running the launch script gives"
         return Sized(None, source, f"--nproc-per-node {value} is {what} (llmperf reads scripts, never runs them)",
                      env_may_tell=False)
-    count = parse_int(value.split(":")[-1], "--nproc-per-node", str(source))  # "$SLURM_GPUS_PER_NODE" may read "h100:8"
+    _check_torchrun_accepts(value, source)
+    count = parse_int(value, "--nproc-per-node", str(source))
     if count < 1:
         raise UsageError(f"--nproc-per-node {count} from {source} must be at least 1.")
     return Sized(count, source)
+
+
+def _check_torchrun_accepts(value: str, source: Source) -> None:
+    """torchrun reads --nproc-per-node as `int(value)`, else one of gpu, cpu, auto, xpu or the privateuse1 backend's
+    name, else stops with 'ValueError: Unsupported nproc_per_node value' (torch/distributed/run.py
+    determine_local_world_size): `cuda` or a Slurm GPU type (`h100:4`, what SLURM_GPUS_PER_NODE holds for
+    --gpus-per-node=h100:4, as written) never start."""
+    try:
+        int(value)
+    except ValueError:
+        hint = (" SLURM_GPUS_PER_NODE holds --gpus-per-node as written: give torchrun the count alone, "
+                "${SLURM_GPUS_PER_NODE##*:}, or --gpus-per-node=N.") if ":" in value else ""
+        raise UsageError(f"--nproc-per-node {value!r} from {source}: torchrun stops with 'ValueError: Unsupported "
+                         f"nproc_per_node value: {value}' (it takes a number, gpu, cpu, auto or xpu: "
+                         f"torch/distributed/run.py determine_local_world_size).{hint}") from None
 
 
 def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], used: dict[str, str], launcher: str) -> LaunchSize:

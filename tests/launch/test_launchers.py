@@ -52,7 +52,16 @@ def test_nproc_gpu_needs_the_target_machine() -> None:
         parse_launch(["torchrun", "--nproc-per-node", "gpu", *SCRIPT], {})
     assert _size(["torchrun", "--nproc-per-node", "gpu", *SCRIPT], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == (1, 4, 4)
     assert _size(["torchrun", "--nproc-per-node", "auto", *SCRIPT], {}, nproc=8) == (1, 8, 8)
-    assert _size(["torchrun", "--nproc-per-node", "$SLURM_GPUS_PER_NODE", *SCRIPT], {"SLURM_GPUS_PER_NODE": "h100:4"}) == (1, 4, 4)
+    assert _size(["torchrun", "--nproc-per-node", "$SLURM_GPUS_PER_NODE", *SCRIPT], {"SLURM_GPUS_PER_NODE": "4"}) == (1, 4, 4)
+
+
+@pytest.mark.parametrize("value", ["h100:4", "cuda", "4gpu"])
+def test_nproc_torchrun_rejects_is_refused(value: str) -> None:
+    """torch/distributed/run.py determine_local_world_size: int(value), else gpu / cpu / auto / xpu / the privateuse1
+    name, else 'Unsupported nproc_per_node value' (R60: `h100:4`, what SLURM_GPUS_PER_NODE holds for
+    --gpus-per-node=h100:4, was priced as 4, `cuda` as every GPU)."""
+    with pytest.raises(UsageError, match="Unsupported nproc_per_node value"):
+        parse_launch(["torchrun", "--nproc-per-node", "$SLURM_GPUS_PER_NODE", *SCRIPT], {"SLURM_GPUS_PER_NODE": value})
 
 
 def test_overrides_win() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.shell_conditions import decide_test
 from tests.launch.test_scripts_as_the_shell_runs_them import _compare
@@ -69,3 +70,20 @@ def test_an_applied_arithmetic_keeps_its_value(tmp_path: Path, monkeypatch: pyte
                                        "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $NP "
                                        "--save $X\n")
     assert parse_launch(["bash", "train.sh"], {}).script_args[-3:] == ("4", "--save", "8")
+
+
+@pytest.mark.parametrize("nproc,expected", [("$SLURM_GPUS_PER_NODE", None), ("${SLURM_GPUS_PER_NODE##*:}", (2, 4, 8))])
+def test_a_typed_gpus_per_node_reaches_torchrun_as_written(nproc: str, expected: tuple[int, int, int] | None,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch sets SLURM_GPUS_PER_NODE to --gpus-per-node as written (slurm src/common/env.c set_env_from_opts), so
+    `h100:4` reaches torchrun, which stops ('Unsupported nproc_per_node value': torch/distributed/run.py
+    determine_local_world_size); it was priced as 4 per node."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=h100:4\n"
+                                     f"srun torchrun --nnodes $SLURM_NNODES --nproc_per_node {nproc} pretrain_gpt.py\n")
+    if expected is None:
+        with pytest.raises(UsageError, match="Unsupported nproc_per_node value: h100:4.*SLURM_GPUS_PER_NODE"):
+            parse_launch(["sbatch", "job.sh"], {})
+        return
+    job = parse_launch(["sbatch", "job.sh"], {})
+    assert (job.nnodes, job.nproc_per_node, job.world_size) == expected
