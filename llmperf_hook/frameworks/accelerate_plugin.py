@@ -104,6 +104,11 @@ def accelerator_env_accumulation(env: Mapping[str, str]) -> tuple[int, Source] |
         return None
     _check_accelerator_accumulation(env)
     value = int(env["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"])
+    if value < 1:  # GradientAccumulationPlugin checks nothing (accelerate 16cb6eb8 accelerator.py)
+        raise ConfigError(f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={value}: Accelerator.__init__ takes it over the "
+                          "script's gradient_accumulation_steps; 0 divides by zero in accumulate() (step % num_steps) "
+                          "and a negative count flips the loss's sign (backward divides the loss by it). Give 1 or "
+                          "more, or unset it.")
     return value, Source(SourceKind.ENV, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS (Accelerator.__init__ reads it over "
                          "its gradient_accumulation_steps argument)")
 

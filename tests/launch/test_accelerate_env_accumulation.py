@@ -46,3 +46,12 @@ def test_a_value_int_cannot_read_is_refused(capsys: pytest.CaptureFixture[str],
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "auto")
     done = llmperf(capsys, "explain", "--model", "llama2-7b", "--", *ACCELERATE, *NO_TRAINER)
     assert done.code == 2 and "invalid literal for int()" in done.err and "Traceback" not in done.err
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_count_below_one_is_refused_naming_the_variable(value: str, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """R60: 0 or -2 exited 2 with 'global_batch_size 0 (derived micro * accumulation * DP)', not naming the variable."""
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", value)
+    done = llmperf(capsys, "explain", "--model", "llama2-7b", "--", *ACCELERATE, *NO_TRAINER)
+    assert done.code == 2 and f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={value}" in done.err, done.err
