@@ -165,9 +165,12 @@ def patch_deepspeed_engine(mod: ModuleType, rec: StepRecorder, patches: Patches)
 
 def _setting_up(orig: Callable[..., Any], rec: StepRecorder) -> Callable[..., Any]:
     """DeepSpeedEngine.__init__ (deepspeed.initialize; PipelineEngine's too, through super()): the torch optimizer
-    steps it may take while it builds the engine's optimizer (a bf16 ZeRO-0 job's BF16_Optimizer stepped torch Adam
-    once, before any forward) are no training steps. Counted by the fallback, that one was step 0: the job's slow
-    first iteration became step 1, past the warm-up mark, and --instrument N recorded N - 1 iterations."""
+    steps it may take while it builds the engine's optimizer are no training steps. A bf16 or fp16 job without ZeRO
+    gets its optimizer wrapped in FP16_UnfusedOptimizer (FP16_Optimizer for FusedAdam; engine._do_optimizer_sanity_
+    check -> DDP_BFLOAT16 / FP16, _configure_fp16_optimizer), whose __init__ calls initialize_optimizer_states(): one
+    self.optimizer.step() on zero gradients, to allocate Adam's state (DeepSpeed 0.19.8 runtime/fp16/
+    unfused_optimizer.py:108,412-425, fused_optimizer.py:123-130). Counted by the fallback, that one was step 0: the
+    job's slow first iteration became step 1, past the warm-up mark, and --instrument N recorded N - 1 iterations."""
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,7 @@
 """A torch optimizer step DeepSpeed takes while deepspeed.initialize builds the engine is no training step.
 
-A bf16 ZeRO-0 job (BF16_Optimizer over the script's torch Adam, DeepSpeed 0.19.8) steps torch Adam once inside
-DeepSpeedEngine.__init__, before any forward: the plain-torch fallback counted it as step 0 (no wall time), so the
+A bf16 ZeRO-0 job (FP16_UnfusedOptimizer in bf16 over the script's torch Adam, DeepSpeed 0.19.8) steps torch Adam
+once inside DeepSpeedEngine.__init__ (FP16_UnfusedOptimizer.initialize_optimizer_states), before any forward: the plain-torch fallback counted it as step 0 (no wall time), so the
 job's slow first iteration became step 1, past the one warm-up step of --instrument 4, and was timed (measured
 23 ms, median of 43 / 23 / 15 ms, for a job whose steps take 15 ms; found on the testbed), and --instrument 4
 recorded only three iterations. Steps taken inside the engine's construction are not counted now."""
