@@ -87,3 +87,21 @@ def test_a_typed_gpus_per_node_reaches_torchrun_as_written(nproc: str, expected:
         return
     job = parse_launch(["sbatch", "job.sh"], {})
     assert (job.nnodes, job.nproc_per_node, job.world_size) == expected
+
+
+def test_nested_while_loops_spend_the_scripts_pass_budget_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two nested while loops of 200 passes: an inner loop given up on restored the passes it had read, so every outer
+    pass read it again (7,146 loop tests, 4.4 s); its passes now stay spent, a while pass counting WHILE_PASS_COST."""
+    from llmperf_hook.launch import batch_script
+    from llmperf_hook.launch.shell_blocks import WHILE_PASS_COST
+    from llmperf_hook.launch.shell_loops import MAX_TOTAL_PASSES
+    tests: list[str] = []
+    loop_test = batch_script._Reading.loop_test
+    monkeypatch.setattr(batch_script._Reading, "loop_test",
+                        lambda self, text: tests.append(text) or loop_test(self, text))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text("#!/bin/bash\nI=0\nwhile [ $I -lt 200 ]; do\n  J=0\n  while [ $J -lt 200 ]; do\n"
+                                       "    J=$((J+1))\n  done\n  I=$((I+1))\ndone\nNP=4\n" + T + " --save $I\n")
+    job = parse_launch(["bash", "train.sh"], {})
+    assert len(tests) <= MAX_TOTAL_PASSES // WHILE_PASS_COST + 400, len(tests)
+    assert job.nproc_per_node == 4 and job.script_args[-1] in ("200", "$I")  # past the budget: unknown, never wrong
