@@ -17,7 +17,7 @@ import pytest
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.parse import parse_launch
 from llmperf_hook.launch.shell_conditions import decide_test
-from tests.launch.test_scripts_as_the_shell_runs_them import _compare
+from tests.launch.test_scripts_as_the_shell_runs_them import ARGS, _compare
 
 T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
 GROUPS_THEN_MORE = {
@@ -105,3 +105,17 @@ def test_nested_while_loops_spend_the_scripts_pass_budget_once(tmp_path: Path, m
     job = parse_launch(["bash", "train.sh"], {})
     assert len(tests) <= MAX_TOTAL_PASSES // WHILE_PASS_COST + 400, len(tests)
     assert job.nproc_per_node == 4 and job.script_args[-1] in ("200", "$I")  # past the budget: unknown, never wrong
+
+
+EXIT_ARMS = ("NP=2\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --np) NP=$2; shift 2;;\n    -h|--help) echo usage; exit 0;;\n"
+             "    *) echo \"Unknown option $1\"; exit 1;;\n  esac\ndone\n" + T + "\n")
+
+
+@pytest.mark.parametrize("args", [["--np", "4"], [], ["--np", "4", "--bogus"], ["-h"]])
+def test_an_argument_loop_with_exit_arms_is_read_pass_by_pass(args: list[str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every argument loop of Megatron-LM's examples/ (gptoss/02_train.sh, multimodal/*, inference/*) has an arm that
+    exits (help, unknown option): the loop was read once as a body that may run (`--np 4` left $NP unknown);
+    now an exit that runs in a pass is refused as bash ends there, and one that does not run changes nothing."""
+    monkeypatch.setitem(ARGS, "exit_arms", args)
+    _compare("bash", "exit_arms", EXIT_ARMS, tmp_path, monkeypatch)
