@@ -380,7 +380,10 @@ def split_after_group(text: str) -> tuple[str, str] | None:
         if nested or not all(outside[found.start():found.end()]):
             continue
         rest = text[found.end():end]
-        return (text[:found.start()] if found.group() == ";" else text[:found.end()], rest) if rest.strip() else None
+        if not rest.strip() or (found.group() != ";" and rest.lstrip()[:1] in "({"):
+            return None  # `( ... ) || { echo failed; exit 1; }`: a group after a carried `||` is read flat (ungroup),
+            # its `exit` as if it surely ran; kept on the group's line
+        return text[:found.start()] if found.group() == ";" else text[:found.end()], rest
     return None
 
 

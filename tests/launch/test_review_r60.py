@@ -28,6 +28,7 @@ GROUPS_THEN_MORE = {
     "return_in_a_group_of_a_one_line_function": "NP=2\nf() { ( return ); NP=4; }\nf\n" + T + "\n",
     "return_in_a_group_of_a_sourced_file": "NP=2\necho '( return ); NP=4' > env.sh\nsource ./env.sh\n" + T + "\n",
     "group_with_a_substitution_after": "NP=2\n(NP=4) | grep \"$(echo a; echo b)\"; NP=6\n" + T + "\n",
+    "group_or_a_group_that_exits": "NP=2\n( cd /tmp ) || { echo failed; exit 1; }\nNP=6\n" + T + "\n",
 }
 QUOTED_REGEX = {
     "quoted_literal_without_operators": "NP=2\nV=gpt-7b\n[[ $V =~ \"7b\" ]] && NP=4\n[[ $V =~ '13b' ]] && NN=2\n"
