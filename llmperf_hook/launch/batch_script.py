@@ -249,12 +249,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
+        arithmetic = ARITH.findall(text)  # `X=$(( NP++ ))`, `echo $(( NP += 2 ))`: what it assigns is not applied
         if "$((" in text:  # bash expands arithmetic when it reaches the command; `N=$(( 4 * 2 ))` is one word
-            before = text
             text = ARITH.sub(lambda m: _arithmetic(self.expand(m.group(1)), self.env), text)
-            if not self.launches:  # `X=$(( NP++ ))`, `echo $(( NP += 2 ))`: what it assigns is not applied
-                for expr in ARITH.findall(before):
-                    forget_assigned(self, expr)
         if "<<<" in text:
             text = HERE_STRING_REF.sub(r'<<< "\1"', text)
         self.split_refs.clear()
@@ -289,6 +286,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             return
         if not self.launches:
             self.function_return(words)  # `return` ends the function (or sourced file) being read
+        for expr in arithmetic if words and not self.launches else ():  # the command runs (a branch may not)
+            forget_assigned(self, expr)
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
         if words and not self.launches and run_arithmetic(self, words, self.conditions.uncertain()):

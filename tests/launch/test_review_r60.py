@@ -35,10 +35,17 @@ QUOTED_REGEX = {
                                         + T + " --nnodes ${NN:-1}\n",
 }
 
+NOT_RUN = {  # an arithmetic side effect only where its command runs
+    "arithmetic_in_a_branch_that_does_not_run": "NP=2\nif false; then X=$(( NP++ )); fi\n[ -n \"\" ] && : $(( NP++ ))\n"
+                                                + T + "\n",
+    "arithmetic_in_a_pipe": "NP=2\necho $(( NP++ )) | cat\n( X=$(( NP += 2 )) )\n" + T + "\n",
+}
+SCRIPTS = {**GROUPS_THEN_MORE, **QUOTED_REGEX, **NOT_RUN}
 
-@pytest.mark.parametrize("name", {**GROUPS_THEN_MORE, **QUOTED_REGEX})
+
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_scripts_read_as_bash_runs_them(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _compare("bash", name, {**GROUPS_THEN_MORE, **QUOTED_REGEX}[name], tmp_path, monkeypatch)
+    _compare("bash", name, SCRIPTS[name], tmp_path, monkeypatch)
 
 
 def _plain(word: str) -> str:
