@@ -243,6 +243,9 @@ def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobE
     if not job_has_record(path, job_id, "step"):
         print(f"llmperf: warning: the job (exit code {code}) recorded no step: {no_step_hint(job_dir / 'hook')}",
               file=sys.stderr)
+        # also beside another job's steps in a shared --run-dir (it was ingested as '0 timed steps' then)
+        print("llmperf: nothing refined: the job has no step time to refine from.", file=sys.stderr)
+        return
     _refine_quietly(path, job_id)
 
 

@@ -44,3 +44,26 @@ def test_the_ending_job_refines_itself_only(tmp_path: Path, monkeypatch, capsys)
     with sqlite3.connect(tmp_path / "home" / "store.sqlite") as conn:
         rows = dict((j, c) for j, c in conn.execute("SELECT job_id, cluster FROM refine_runs"))
     assert rows == {"earlier": "dgx-a100", "ending": "dgx-h100"}
+
+
+def test_a_job_without_a_step_is_not_ingested_beside_another(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A job that ended before its first step, in a run directory where another job has steps (review R61 of
+    d789372): alone it is 'nothing refined'; beside another it was ingested as '0/1 ranks, 0 timed steps' under a
+    note about its prediction, after the warning that it recorded no step."""
+    from llmperf_hook.instrument.session import JobEnd, _record_end
+
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    _job(run, "earlier", [0.05, 0.02, 0.02, 0.02], 4)
+    _job(run, "stepless", [], 4)
+    capsys.readouterr()
+    _record_end(run, run / "jobs" / "stepless", "stepless", {"job_id": "stepless"}, JobEnd(1, None), None)
+    err = capsys.readouterr().err
+    assert "recorded no step" in err and "nothing refined" in err and "job stepless" not in err, err
+    assert not (tmp_path / "home" / "store.sqlite").exists() or _jobs_in_store(tmp_path / "home") == set()
+
+
+def _jobs_in_store(home: Path) -> set[str]:
+    with sqlite3.connect(home / "store.sqlite") as conn:
+        return {j for (j,) in conn.execute("SELECT job_id FROM refine_runs")}
