@@ -226,7 +226,8 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
         notes.append("no calibration: no usable prediction was saved at launch (prediction.json missing, or its "
                      "step_time_s not a positive number)")
     elif job.step_time_s is None:
-        notes.append("no calibration: no timed step (all recorded steps were warm-up or profiled)")
+        notes.append("no calibration: no timed step " + ("(all recorded steps were warm-up or profiled)" if steps
+                                                         else "(the job recorded no step)"))
     after = calibration.apply(raw, fingerprint, shares, job.world_size) if calibration and raw else None
     return JobRefinement(job, key, shown, raw, after, calibration, len(samples), op_refit, tuple(notes),
                          fingerprint=fingerprint, contended=contended)

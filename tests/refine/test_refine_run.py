@@ -291,3 +291,17 @@ def test_cli_hardware_and_cluster_must_name_presets(tmp_path: Path, monkeypatch:
     out = CliRunner().invoke(refine_command, [str(run), "--hardware", "a100-sxm4-80gb", "--cluster", path])
     assert out.exit_code == 0, out.output
     assert find_calibration("a100-sxm4-80gb", "perlmutter", "deepspeed") is not None
+
+
+def test_a_job_without_any_step_is_not_said_to_have_only_warmup_steps(tmp_path: Path) -> None:
+    """`llmperf refine DIR` over a job that ended before its first step, beside one that took steps (review R61):
+    its note said 'all recorded steps were warm-up or profiled' of steps it never recorded."""
+    run = write_run(tmp_path / "run", "stepped", {0: [0.02, 0.011, 0.012]}, prediction=None)
+    write_run(run, "stepless", {0: []}, prediction=None)
+    for job_id in ("stepped", "stepless"):  # each job's own prediction, as jobs sharing a --run-dir keep them
+        (run / "jobs" / job_id).mkdir(parents=True)
+        (run / "jobs" / job_id / "prediction.json").write_text(json.dumps(PREDICTION))
+    report = refine_run(run, store_file=tmp_path / "store.sqlite")
+    notes = {j.job.job_id: j.notes for j in report.jobs}
+    assert any("no timed step (the job recorded no step)" in n for n in notes["stepless"]), notes
+    assert not any("warm-up" in n for n in notes["stepless"]), notes
