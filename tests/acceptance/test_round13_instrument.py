@@ -16,9 +16,11 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from deepspeed_shm import remove_job_buffers
 
 from tests.acceptance.cli import error_lines, run_cli
 
@@ -74,10 +76,13 @@ def ds_job(tmp_path_factory) -> dict:
     env = {**os.environ, "LLMPERF_HOME": str(root / "home"), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "SITE_MARKS": str(marks), "PYTHONPATH": f"{user}{os.pathsep}{REPO}",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    port = _free_port()
+    port, started = _free_port(), time.time()
     argv = [sys.executable, "-m", "llmperf_hook", "run", "--instrument", "5", "--run-dir", str(run), "--",
             *_ds_command(port), "--train-iters", "7"]
-    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=400)
+    try:
+        done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=400)
+    finally:  # the job's two 69 MB /dev/shm all-reduce buffers (tests/deepspeed_shm.py), left by every run before
+        remove_job_buffers([port], started)
     records = [json.loads(line) for path in sorted(run.glob("rank*.jsonl")) for line in path.read_text().splitlines()]
     job_id = json.loads((run / "session.json").read_text())["job_id"]
     return {"root": root, "run": run, "done": done, "home": root / "home", "marks": marks, "port": port,
