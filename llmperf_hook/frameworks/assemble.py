@@ -110,6 +110,16 @@ def assemble_megatron(job: ParsedJob, flags: FlagValues, framework: str, ds: DsS
             recompute = replace(recompute, granularity="full", method="uniform", num_layers=ds.pipeline_checkpoint_interval)
             for key in ("recompute", "recompute_method", "recompute_num_layers"):
                 src[key] = ds.sources["recompute"]
+        elif pipeline_engine and recompute.method == "block":
+            # GPTModelPipe's activation_checkpoint_interval comes from --checkpoint-activations or full *uniform*
+            # recompute only ('deepspeed's pipeline doesn't support the block recompute method', else 0:
+            # Megatron-DeepSpeed megatron/model/gpt_model.py), and its layers never reach _checkpointed_forward
+            warnings.append("--recompute-method block under DeepSpeed's PipelineEngine recomputes nothing: "
+                            "Megatron-DeepSpeed's GPTModelPipe checkpoints layers only for --recompute-method uniform "
+                            "(or --checkpoint-activations); priced as no recompute. Use --recompute-method uniform, or "
+                            "--no-pipeline-parallel at PP 1.")
+            recompute = replace(recompute, granularity="none", method=None, num_layers=None)
+            src["recompute"] = Source(SourceKind.DERIVED, "GPTModelPipe ignores --recompute-method block")
         entry_point = megatron_entry_point(job.script)
         merge_megatron_batch(ds, parts.batch, parts.parallel.dp, src, entry_point)
         warnings += [] if entry_point else unfilled_batch_key_warnings(ds, parts.batch, MEGATRON_SCRIPT_FILLS)

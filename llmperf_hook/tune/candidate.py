@@ -153,9 +153,21 @@ def apply_candidate(cfg: TrainingConfig, c: Candidate) -> TrainingConfig:
     recompute = dataclasses.replace(recompute, distribute_saved_activations=distribute,
                                     cpu_offloading=cfg.recompute.cpu_offloading, modules=cfg.recompute.modules,
                                     **_ds_checkpointing(cfg, c, same_recompute))
-    return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch, recompute=recompute,
+    return dataclasses.replace(cfg, model=model, parallel=parallel, batch=batch,
+                               recompute=_pipe_model_recompute(cfg, c, recompute),
                                optimizer=optimizer, pipeline_schedule=_schedule(cfg, c),
                                deepspeed_pipeline_engine=_pipeline_engine(cfg, c), sources=_sources(cfg, c))
+
+
+def _pipe_model_recompute(cfg: TrainingConfig, c: Candidate, recompute: RecomputeConfig) -> RecomputeConfig:
+    """Block recompute under Megatron-DeepSpeed's PipelineEngine is no recompute: GPTModelPipe sets
+    activation_checkpoint_interval from --checkpoint-activations or full *uniform* recompute only, else 0
+    (megatron/model/gpt_model.py), as `explain` resolves the applied command (frameworks/assemble.py).
+    generate_candidates merges such rows into no recompute already (candidates._pipe_model_ignores_block); this
+    prices a candidate built any other way the same."""
+    if cfg.framework == "megatron-deepspeed" and recompute.method == "block" and _pipeline_engine(cfg, c):
+        return dataclasses.replace(recompute, granularity="none", method=None, num_layers=None)
+    return recompute
 
 
 def _zero_stage_fields(cfg: TrainingConfig, stage: int) -> dict[str, bool]:

@@ -107,8 +107,6 @@ def test_search_whose_every_layout_is_invalid_says_so(home: Path, capsys) -> Non
     assert code == 0 and "every layout it adds" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="frameworks/assemble.py (H171's file) prices block recompute under the "
-                   "PipelineEngine; fix routed as /work/notes/patches/H168-mds-pipe-block-recompute.patch")
 def test_megatron_deepspeed_pipe_model_block_recompute_is_priced_as_none(home: Path, capsys) -> None:
     """The same rule for the command itself: predict priced the user's block recompute under GPTModelPipe as
     recomputation (74.3 GiB, fits) where the job recomputes nothing (87.7 GiB, over the 80 GB H100), so tune's
@@ -121,6 +119,16 @@ def test_megatron_deepspeed_pipe_model_block_recompute_is_priced_as_none(home: P
     code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--", *argv], capsys)
     assert code == 0, err
     assert json.loads(out)["config"]["recompute"] == "none"
+    said = [w for w in json.loads(out)["warnings"] if "block under DeepSpeed's PipelineEngine recomputes nothing" in w]
+    assert len(said) == 1, out
+    # At PP 1 with --no-pipeline-parallel, GPTModel's ParallelTransformer._checkpointed_forward runs block recompute.
+    (home / "ds.json").write_text(json.dumps({**MDS_DS, "train_micro_batch_size_per_gpu": 2,
+                                              "gradient_accumulation_steps": 32}))
+    argv[argv.index("--pipeline-model-parallel-size") + 1] = "1"
+    argv.append("--no-pipeline-parallel")
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--", *argv], capsys)
+    assert code == 0, err
+    assert json.loads(out)["config"]["recompute"].startswith("full") and "recomputes nothing" not in out, out
 
 
 def test_sequence_parallel_needs_the_ranks_sequence_divisible_by_tp(home: Path, capsys) -> None:
