@@ -68,9 +68,17 @@ def _profile_argv() -> list[str]:
             "--dtype", "fp32", "--ops", OPS, "--name", NAME]
 
 
+def _default_sigint() -> None:
+    """Ctrl-C's default action in the child, as in a terminal: a test run started in the background by a
+    non-interactive shell (`.ci/run &`, nohup) inherits SIGINT ignored (bash ignores it for asynchronous commands
+    without job control), and Python then installs no KeyboardInterrupt handler, so the profile would run on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stop_mid_sampling(home: Path) -> subprocess.CompletedProcess:
     """The profile, sent SIGINT (Ctrl-C) once its progress bar shows a few shapes measured."""
-    proc = subprocess.Popen(_profile_argv(), env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_profile_argv(), env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_sigint)
     seen = b""
     while proc.poll() is None and not re.search(rb"\] ([4-9]|\d\d+)/\d+", seen):
         seen += os.read(proc.stderr.fileno(), 4096) or b""
