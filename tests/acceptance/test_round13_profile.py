@@ -159,8 +159,10 @@ def test_predict_names_the_profile_per_op_class_and_says_extrapolation(home_copy
     code, out, err = run_cli(["predict", "--format", "json", "--hardware", NAME, "--", *LARGE], capsys)
     assert code == 0, err
     warnings = json.loads(out)["warnings"]
-    assert any(w.startswith("gemm: ") and "beyond the profiled range" in w for w in warnings), warnings
-    assert any(w.startswith("layernorm: hidden") and "extrapolated" in w for w in warnings), warnings
+    # 'CLASS: dim ...', or 'CLASS (fwd): ...' per phase where the phases were sampled over different ranges (which
+    # depends on the shapes the tiny budget reached: profile/predictor._extrapolation_lines)
+    assert any(re.match(r"gemm( \([a-z/]+\))?: ", w) and "beyond the profiled range" in w for w in warnings), warnings
+    assert any(re.match(r"layernorm( \([a-z/]+\))?: hidden", w) and "extrapolated" in w for w in warnings), warnings
 
 
 def _profile(home: Path) -> Path:
