@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from llmperf_hook.launch.shell_arithmetic import arithmetic
+from llmperf_hook.launch.top_level_split import split_outside
 
 _ASSIGNMENT = re.compile(r"\s*([A-Za-z_]\w*)\s*(<<|>>|[-+*/%&^|])?=(?!=)(.*)", re.DOTALL)
 """`NAME = expr` or `NAME op= expr` (bash manual 6.5: `*= /= %= += -= <<= >>= &= ^= |=`)."""
@@ -33,13 +34,7 @@ def arithmetic_expressions(words: list[str]) -> list[str] | None:
 
 def _parts(expr: str) -> list[str]:
     """`expr` split at its `,` operators outside parentheses (bash evaluates them left to right)."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(expr):
-        depth += (c == "(") - (c == ")")
-        if c == "," and depth == 0:
-            parts.append(expr[start:i])
-            start = i + 1
-    return [*parts, expr[start:]]
+    return split_outside(expr, ",", "()")
 
 
 def run_arithmetic(reading: Any, words: list[str], uncertain: bool) -> bool:

@@ -21,6 +21,8 @@ import itertools
 import re
 from typing import Mapping
 
+from llmperf_hook.launch.top_level_split import split_outside
+
 _BRACKET = re.compile(r"\[([^\]]*)\]")
 
 
@@ -29,15 +31,8 @@ def hostlist_count(text: str) -> int | None:
     reads the file) or cannot be read."""
     if "/" in text or "{" in text:
         return None
-    items, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += (c == "[") - (c == "]")
-        if c == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
     hosts: set[str] = set()
-    for item in filter(None, (item.strip() for item in items)):
+    for item in filter(None, (item.strip() for item in split_outside(text, ",", "[]"))):
         expanded = _expand(item)
         if expanded is None:
             return None
