@@ -27,6 +27,16 @@ GPT3_ON_8 = [
 """GPT-3 175B on one 8-GPU node: nothing fits."""
 
 
+def forbid_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch, by exec or by a child process, fails the test (for commands that must exit before launching)."""
+
+    def launched(*args, **kwargs):
+        raise AssertionError(f"the job was launched: {args[:2]}")
+
+    monkeypatch.setattr(os, "execvpe", launched)
+    monkeypatch.setattr(subprocess, "Popen", launched)
+
+
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     """`llmperf ARGS` in this process: (exit code, stdout, stderr)."""
     from llmperf_hook.cli import main

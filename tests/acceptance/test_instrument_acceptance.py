@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from .cli import error_lines, run_child, run_cli
+from .cli import error_lines, forbid_launch, run_child, run_cli
 
 JOB = """\
 import os, sys, torch, usermod
@@ -86,12 +85,7 @@ def test_instrument_option_misuse_exits_2_before_launch(tmp_path: Path, capsys, 
     (tmp_path / "job.py").write_text("open('ran', 'w').close()\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
-
-    def launched(*args, **kwargs):
-        raise AssertionError(f"the job was launched: {args[:2]}")
-
-    monkeypatch.setattr(os, "execvpe", launched)
-    monkeypatch.setattr(subprocess, "Popen", launched)
+    forbid_launch(monkeypatch)
     code, _, err = run_cli(["run", *args, "--", "python", "job.py"], capsys)
     assert code == 2 and not (tmp_path / "ran").exists(), err
     lines = error_lines(err)

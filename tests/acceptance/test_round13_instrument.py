@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from deepspeed_shm import remove_job_buffers
 
-from tests.acceptance.cli import error_lines, run_cli
+from tests.acceptance.cli import error_lines, forbid_launch, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "cpu-testbed"
@@ -257,11 +257,6 @@ def test_something_in_the_way_in_the_run_dir_stops_the_launch(name: str, says: s
     (tmp_path / "job.py").write_text(PLAIN_JOB)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
-
-    def launched(*args, **kwargs):
-        raise AssertionError(f"the job was launched: {args[:2]}")
-
-    monkeypatch.setattr(os, "execvpe", launched)
-    monkeypatch.setattr(subprocess, "Popen", launched)
+    forbid_launch(monkeypatch)
     code, _, err = run_cli(["run", "--instrument", "3", "--run-dir", str(run), "--", sys.executable, "job.py"], capsys)
     assert code == 2 and len(error_lines(err)) == 1 and says in err and str(run) in err, err
