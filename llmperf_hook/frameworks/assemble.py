@@ -307,12 +307,18 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
     return RecomputeConfig()
 
 
+TRAINER_MICRO_BATCH_DEFAULT = "script default 8"
+"""The micro-batch source of a Hugging Face Trainer job without --per_device_train_batch_size (TrainingArguments'
+default 8); tune/candidate.hf_batch_flags tells such a job by it."""
+
+
 def _script_batch(flags: FlagValues, framework: str, ds: DsSettings | None, dp: int, world: int, src: dict[str, Source],
                   trainer: bool = True, env: Mapping[str, str] | None = None) -> BatchConfig:
     if ds is None:  # Hugging Face Trainer's per_device_train_batch_size defaults to 8; other scripts: 1
-        default = 8 if flags.has("model_name_or_path") else 1
-        mbs = flags.get("per_device_train_batch_size", default)
-        src["micro_batch_size"] = flags.source("per_device_train_batch_size", f"script default {default}")
+        trainer_default = flags.has("model_name_or_path")
+        mbs = flags.get("per_device_train_batch_size", 8 if trainer_default else 1)
+        src["micro_batch_size"] = flags.source("per_device_train_batch_size",
+                                               TRAINER_MICRO_BATCH_DEFAULT if trainer_default else "script default 1")
         gas, src["num_microbatches"] = (None if trainer else accelerator_env_accumulation(env or {})) or \
             (flags.get("gradient_accumulation_steps", 1), flags.source("gradient_accumulation_steps", "default 1"))
         src["global_batch_size"] = Source(SourceKind.DERIVED, "micro * accumulation * DP")

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
+from llmperf_hook.frameworks.assemble import TRAINER_MICRO_BATCH_DEFAULT
 from llmperf_hook.frameworks.deepspeed_release import zero3_fields_at
 from llmperf_hook.frameworks.training_config import RecomputeConfig, TrainingConfig
 from llmperf_hook.provenance import Source, SourceKind
@@ -84,7 +85,7 @@ def hf_batch_flags(cfg: TrainingConfig) -> bool:
     accelerator_env_accumulation): the command cannot hold the global batch at another micro-batch."""
     src, gas = cfg.sources.get("micro_batch_size"), cfg.sources.get("num_microbatches")
     from_env = gas is not None and gas.kind == SourceKind.ENV
-    return src is not None and (src.kind == SourceKind.ARGV or src.detail == "script default 8") and not from_env
+    return src is not None and (src.kind == SourceKind.ARGV or src.detail == TRAINER_MICRO_BATCH_DEFAULT) and not from_env
 
 
 def recompute_config(c: Candidate) -> RecomputeConfig:
