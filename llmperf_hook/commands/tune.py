@@ -200,7 +200,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.command_rules import all_rules, command_rule_masks
     from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
-    from llmperf_hook.tune.search_space import ignored_knobs, load_search_space, read_search_file
+    from llmperf_hook.tune.search_space import (ignored_knobs, load_search_space, no_knob_note, read_search_file,
+                                                sets_a_knob)
 
     try:  # the user's file read once: it may be a pipe (`--search <(...)`)
         asked_raw = read_search_file(search_file) if search_file else {}
@@ -219,6 +220,8 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
         space = replace(space, context_parallel=(cfg.parallel.cp,))
         click.echo(f"llmperf tune: warning: --hierarchical-context-parallel-sizes fixes context parallel at "
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
+    if search_file and not sets_a_knob(asked_raw):
+        click.echo(f"llmperf tune: warning: {no_knob_note(search_file, cfg.framework)}", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
     asked = frozenset(asked_raw)

@@ -141,9 +141,28 @@ def load_search_space(path: str | Path | None, framework: str, raw: Mapping[str,
     merged = dict(read_search_file(default_path))
     origin = str(default_path)
     if path is not None:
-        merged.update(read_search_file(path) if raw is None else raw)
-        origin = str(path)
+        asked = read_search_file(path) if raw is None else raw
+        merged.update(asked)
+        origin = str(path) if sets_a_knob(asked) else f"{default_path} ({path} sets no knob)"
     return parse_search_space(merged, origin)
+
+
+def sets_a_knob(raw: Mapping[str, Any]) -> bool:
+    """Whether a `--search` file's mapping (read_search_file) gives any key besides `name` / `description`: an empty
+    file, one of comments only (`# micro_batch_size: [2]`) or a bare `name:` changes nothing, so the shipped space is
+    searched, and tune says so (an empty `--search <(cmd)` of a failed command was taken without a word)."""
+    return any(key not in _LABELS for key in raw)
+
+
+_LABELS = ("name", "description")
+"""Keys of a search file that label it and set no knob."""
+
+
+def no_knob_note(path: str | Path, framework: str) -> str:
+    """The warning for a `--search` file that sets no knob (sets_a_knob)."""
+    return (f"--search {path} sets no knob (it is empty, or only comments / name / description), so the shipped space "
+            f"{default_search_file(framework)} is searched as is; give keys such as 'micro_batch_size: [1, 2, 4]' "
+            "to narrow or widen it, or drop --search.")
 
 
 def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> SearchSpace:
@@ -152,7 +171,7 @@ def parse_search_space(raw: Mapping[str, Any], origin: str = "search space") -> 
         raise UsageError(f"{origin}: key(s) {', '.join(repr(k) for k in not_names)} are not knob names (YAML read them as "
                          f"{', '.join(sorted({type(k).__name__ for k in not_names}))}). Write each key as a knob name, "
                          "e.g. 'micro_batch_size: [1, 2, 4]' (each documented in configs/search/megatron.yaml).")
-    unknown = sorted(set(raw) - set(_KNOBS) - set(_SCALARS) - {"name", "description"})
+    unknown = sorted(set(raw) - set(_KNOBS) - set(_SCALARS) - set(_LABELS))
     if unknown:
         known = sorted([*_KNOBS, *_SCALARS])
         raise UsageError(f"{origin}: unknown key(s) {', '.join(_with_nearest(k, known) for k in unknown)}. Known keys: "
