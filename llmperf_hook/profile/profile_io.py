@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -202,6 +203,11 @@ def _entry(directory: Path, raw: dict) -> ModelEntry:
         unaligned_samples=_unaligned_samples(directory, raw))
     if not (0.0 <= entry.floor_s < 10.0):
         raise _fail(directory, f"model {entry.file} has an implausible floor_s {entry.floor_s}")
+    bad_ranges = {k: v for k, v in entry.train_ranges.items() if not (math.isfinite(v[0]) and math.isfinite(v[1])
+                                                                       and v[0] <= v[1])}
+    if bad_ranges:  # NaN compares False both ways: every shape would read as inside it, extrapolation unsaid
+        raise _fail(directory, f"model {entry.file} has training range(s) that are not finite [low, high] pairs "
+                               f"({', '.join(f'{k} {list(v)}' for k, v in sorted(bad_ranges.items()))})")
     if entry.op_class not in BUILDERS or entry.phase not in ("fwd", "bwd"):
         raise _fail(directory, f"model {entry.file} is for unknown op class/phase {entry.op_class}/{entry.phase}")
     expected = schema_hash(entry.op_class, entry.phase == "bwd")
@@ -311,11 +317,9 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
     _check_roofline_sha(directory, doc, rc)
-    if "meta_sha256" not in doc and is_shipped(directory):
-        raise _fail(directory, f"{META_FILE} has no meta_sha256, which every shipped profile carries (the digest "
-                               f"line was removed or the file replaced: an edit of a model's floor, baseline or "
-                               f"training range would otherwise go unnoticed)")
-    if "meta_sha256" in doc and doc["meta_sha256"] != meta_sha256(doc):  # user profiles written before it have none
+    if "meta_sha256" not in doc:
+        raise _missing_digest(directory, meta)
+    if doc["meta_sha256"] != meta_sha256(doc):
         raise _fail(directory, f"{META_FILE} does not match its meta_sha256 (corrupted or edited: a changed digit "
                                f"of a model's floor, baseline or training range would change or hide what it "
                                f"predicts)")
@@ -325,6 +329,24 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
     if bad or missing:
         raise _fail(directory, f"roofline constants invalid ({bad}) or missing for dtypes {missing}")
     return meta
+
+
+def _missing_digest(directory: Path, meta: ProfileMeta) -> ProfileError:
+    """A profile.json without meta_sha256 is refused, shipped or not: every writer since the digest exists writes it
+    (write_profile), so its absence is a removed line or a file written by hand, and without it an edit of a model's
+    floor, baseline, training range or of the hardware fingerprint goes unnoticed. A user profile is re-fitted from
+    its samples in the store by the command that measured it (stored shapes are not measured again)."""
+    why = (f"{META_FILE} has no meta_sha256, the digest every profile written by llmperf carries (the line was "
+           f"removed or the file written by hand: an edit of a model's floor, baseline or training range, or of the "
+           f"hardware fingerprint, would go unnoticed)")
+    sampled = re.match(r"llmperf profile --device (cpu|cuda)\b", str(meta.provenance.get("samples", "")))
+    if is_shipped(directory) or sampled is None:  # fitted by a script from published samples: no command re-fits it
+        return _fail(directory, why)
+    refits = " and ".join(f"`llmperf profile --device {sampled.group(1)} --dtype {dt} --name {directory.name}`"
+                          for dt in sorted({m.dtype for m in meta.models}))
+    return ProfileError(f"fitted profile {directory} is unusable: {why}. Re-fit it on the machine that measured it: "
+                        f"{refits} (its samples in the store are reused, not measured again), or get an intact "
+                        f"copy from whoever fitted it; or delete the directory to fall back to the roofline model.")
 
 
 @lru_cache(maxsize=1)
@@ -357,9 +379,9 @@ def measured_under_notes(meta: ProfileMeta) -> tuple[str, ...]:
 
 
 def is_shipped(directory: Path) -> bool:
-    """Whether `directory` is one of the profiles shipped with llmperf (configs/profiles/NAME): those are all written
-    with meta_sha256 (benchmarks/fit_shipped_profiles.py, fit_measured_profile.py), so for them a missing digest is
-    damage, where a user profile fitted before the digest existed is read as it was."""
+    """Whether `directory` is one of the profiles shipped with llmperf (configs/profiles/NAME): a missing
+    roofline_sha256 is damage there (benchmarks/fit_shipped_profiles.py, fit_measured_profile.py write it), and a
+    missing meta_sha256 is not re-fitted by `llmperf profile` but by those scripts."""
     try:
         shipped_root = (configs_dir() / "profiles").resolve()
     except FileNotFoundError:

@@ -66,7 +66,8 @@ def test_hand_edited_peak_is_refused_even_when_the_cache_holds_the_profile(home_
 
 
 def test_edited_bandwidth_and_dropped_digest(home_copy: Path) -> None:
-    """Any constant is covered; a profile without the digest (written before it existed) still loads."""
+    """Any constant is covered; an edit whose digests were deleted with it is refused too (a user profile without
+    meta_sha256 is never read unchecked), naming the command that re-fits it."""
     meta = home_copy / "profile.json"
     doc = json.loads(meta.read_text())
     doc["roofline"]["fp16"]["memory_bandwidth_bytes_per_s"] *= 2
@@ -75,7 +76,9 @@ def test_edited_bandwidth_and_dropped_digest(home_copy: Path) -> None:
         find_profile(NAME, "fp16")
     del doc["roofline_sha256"], doc["meta_sha256"]
     meta.write_text(json.dumps(doc))
-    assert find_profile(NAME, "fp16").meta.roofline["fp16"].memory_bandwidth_bytes_per_s == 2 * 2039e9
+    with pytest.raises(ProfileError, match=r"has no meta_sha256.*Re-create it \(`llmperf profile \.\.\.`, or `python "
+                                           r"benchmarks/fit_shipped_profiles.py`"):  # published samples: no refit
+        find_profile(NAME, "fp16")
 
 
 def test_cache_sees_a_same_size_rewrite_with_the_same_mtime(home_copy: Path) -> None:
@@ -107,8 +110,8 @@ def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_corrupted_shipped_profile_is_refused(shipped_copy: Path) -> None:
     """A changed floor_s of a shipped model (every prediction of that class scales with it) is a ProfileError naming
-    the digest, not a wrong number; so is a shipped profile.json whose digest line was removed, which a user profile
-    fitted before the digest existed may lack."""
+    the digest, not a wrong number; so is a shipped profile.json whose digest line was removed, and a user copy of
+    it."""
     meta = shipped_copy / "profile.json"
     good = meta.read_text()
     assert find_profile(NAME, "fp16").predict_s([GEMM], None)[0] > 0
@@ -121,7 +124,7 @@ def test_corrupted_shipped_profile_is_refused(shipped_copy: Path) -> None:
     doc = json.loads(good)
     del doc["meta_sha256"]
     meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    with pytest.raises(ProfileError, match="has no meta_sha256, which every shipped profile carries"):
+    with pytest.raises(ProfileError, match="has no meta_sha256, the digest every profile written by llmperf carries"):
         find_profile(NAME, "fp16")
     del doc["roofline_sha256"]
     meta.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -130,7 +133,8 @@ def test_corrupted_shipped_profile_is_refused(shipped_copy: Path) -> None:
     user = Path(os.environ["LLMPERF_HOME"]) / "profiles" / NAME
     shutil.copytree(shipped_copy, user)
     assert not is_shipped(user)
-    assert find_profile(NAME, "fp16").predict_s([GEMM], None)[0] > 0
+    with pytest.raises(ProfileError, match="has no meta_sha256"):  # a user profile without it is refused as well
+        find_profile(NAME, "fp16")
 
 
 @pytest.mark.parametrize(("a", "b"), [(("layernorm", "fwd"), ("layernorm", "bwd")), (("gelu", "fwd"), ("gemm", "fwd"))])
