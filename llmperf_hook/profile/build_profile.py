@@ -49,8 +49,12 @@ def pool(sets: Sequence) -> Samples:
 
 
 def _timed_dims(s: Samples) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """(dims, seconds) of the rows with a positive finite time: the rows every fit trains on."""
+    """(dims, seconds) of the rows with a positive finite time and finite dims: the rows every fit trains on, and
+    whose dims make its train_ranges. A NaN dim (a store row written by hand or by another tool: JSON takes NaN)
+    made np.min of the range NaN, which every later comparison reads as inside, so extrapolation went unsaid."""
     keep = np.isfinite(s.time_s) & (s.time_s > 0)
+    for v in s.dims.values():
+        keep &= np.isfinite(np.asarray(v, dtype=np.float64))
     return {k: v[keep] for k, v in s.dims.items()}, s.time_s[keep]
 
 
@@ -247,7 +251,7 @@ def fit_samples(s: Samples, rc: RooflineConstants, dtype: str, prefer: str = "li
         op_class=s.op_class, phase=s.phase, dtype=dtype, file=f"{s.op_class}.{s.phase}.{dtype}.{ext}",
         model_format=reg.model_format,
         sha256="", schema_hash=schema_hash(s.op_class, s.phase == "bwd"), feature_names=names,
-        train_ranges={k: (float(v.min()), float(v.max())) for k, v in s.dims.items()}, num_samples=len(y),
+        train_ranges={k: (float(v.min()), float(v.max())) for k, v in _timed_dims(s)[0].items()}, num_samples=len(y),
         holdout_mape=holdout_mape(s, rc, prefer, floor, loss=reg.loss, baseline=reg.baseline is not None,
                                   linear=reg.linear_leaves, leaves=reg.num_leaves, hinge=reg.hinge is not None)
         if with_holdout else None, floor_s=floor,

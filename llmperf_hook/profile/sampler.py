@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import sqlite3
@@ -292,14 +293,23 @@ def _samples_by_class(store: Store, name: str, dtype: str | None, fp: str) -> di
     groups: dict[tuple[str, str, str], list] = {}
     for r in store.query_op_samples(name, dtype):
         ours = r.source == "sampler" and r.fingerprint == fp
-        if (ours or r.source.startswith("instrument:")) and r.op_class in REQUIRED_DIMS and r.time_s > 0 \
-                and all(k in r.dims for k in REQUIRED_DIMS[r.op_class]):
+        if (ours or r.source.startswith("instrument:")) and r.op_class in REQUIRED_DIMS \
+                and _finite_row(r, REQUIRED_DIMS[r.op_class]):
             groups.setdefault((r.op_class, r.phase, r.dtype), []).append(r)
     out = {}
     for (cls, phase, dt), recs in groups.items():
         dims = {k: np.asarray([float(r.dims[k]) for r in recs]) for k in REQUIRED_DIMS[cls]}
         out[(cls, phase, dt)] = Samples(cls, phase, dims, np.asarray([r.time_s for r in recs]))
     return out
+
+
+def _finite_row(r: OpSampleRecord, dims: Sequence[str]) -> bool:
+    """A row a fit can use: a positive finite time and every dim a finite number. The store reads its dims as JSON,
+    which takes NaN, Infinity and strings (a row edited by hand or written by another tool): a NaN dim made the
+    model's train_ranges NaN (build_profile), a string one an internal error."""
+    values = [r.dims.get(k) for k in dims]
+    return isinstance(r.time_s, (int, float)) and math.isfinite(r.time_s) and r.time_s > 0 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
 def _done_keys(store: Store, name: str, dtype: str, fp: str) -> set[tuple[str, str, str]]:
