@@ -9,7 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Collection, Mapping
 
 import numpy as np
 
@@ -60,15 +60,19 @@ def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> di
 
 def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str, versions: Mapping[str, str],
                   groups: Mapping[tuple[str, str, str], Samples], measured: int, skipped: int,
-                  plan_note: str, budget: ProfileBudget) -> ProfileResult:
+                  plan_note: str, budget: ProfileBudget, asked: Collection[tuple[str, str]] = ()) -> ProfileResult:
     """Fit every group until the budget's fitting deadline, write the profile and hardware file, then (CPU, a
-    budget that measures it) the framework cost until its deadline."""
+    budget that measures it) the framework cost until its deadline. `asked`: the (class, phase) pairs the plan
+    held in req.dtype; those left without a model are recorded (ProfileMeta.unfitted) and said."""
     from llmperf_hook.profile.local_hardware import measure_roofline
 
     # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
     rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
                  for dt in sorted({dt for _, _, dt in groups})}
     entries, texts, notes = _fit_groups(groups, rooflines, req.dtype, budget.fit_end_s)
+    unfitted = unfitted_groups(groups, asked, req.dtype)
+    if unfitted:
+        notes.insert(0, unfitted_note(unfitted))
     if not entries:
         raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
                          f"(need {MIN_SAMPLES_TO_FIT} per op class and direction; {_budget_part(plan_note)}). Give "
@@ -80,7 +84,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
                     "unfused_classes": UNFUSED_CLASSES,
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
-        models=tuple(entries), notes=tuple(notes))
+        models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
     yaml_path = _hardware_yaml(req, name, rc, rooflines)
     if measures_framework(req):  # framework work on the computing thread, measured against this profile
@@ -98,6 +102,24 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
                      f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget)
+
+
+def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Collection[tuple[str, str]],
+                    dtype: str) -> dict[str, int]:
+    """{"class/phase/dtype": samples} of the groups left without a model: those stored with too few samples, and
+    those the plan asked for in `dtype` that got none (a class the budget never reached, one whose runner failed;
+    the store has no row of them, so nothing else would say they are missing)."""
+    counts = {(c, p, dt): len(s.time_s) for (c, p, dt), s in groups.items()}
+    counts.update({(c, p, dtype): 0 for c, p in asked if (c, p, dtype) not in counts})
+    return {f"{c}/{p}/{dt}": n for (c, p, dt), n in sorted(counts.items()) if n < MIN_SAMPLES_TO_FIT}
+
+
+def unfitted_note(unfitted: Mapping[str, int]) -> str:
+    """One line for the groups left without a model."""
+    listed = ", ".join(f"{key} ({n} sample{'' if n == 1 else 's'})" for key, n in unfitted.items())
+    return (f"not fitted, so `predict` prices them with the roofline: {listed}; a regressor needs "
+            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: run the same command with a larger --budget to "
+            f"add them (stored shapes are reused)")
 
 
 def _budget_part(plan_note: str) -> str:
@@ -120,9 +142,7 @@ def _fit_groups(groups: Mapping[tuple[str, str, str], Samples], rooflines: Mappi
     todo = sorted(groups.items(), key=lambda kv: (kv[0][2] != dtype, kv[0]))
     fit_s = []
     for i, ((cls, phase, dt), s) in enumerate(todo):
-        if len(s.time_s) < MIN_SAMPLES_TO_FIT:
-            notes.append(f"{cls}/{phase}/{dt}: only {len(s.time_s)} samples, not fitted (roofline is used); "
-                         f"run again with a larger --budget to add more")
+        if len(s.time_s) < MIN_SAMPLES_TO_FIT:  # said by unfitted_note
             continue
         left_s, each_s = deadline_s - time.perf_counter(), (np.mean(fit_s) if fit_s else 0.5)
         holdout = len(s.time_s) >= 20 and left_s > (len(todo) - i) * each_s * HOLDOUT_COST

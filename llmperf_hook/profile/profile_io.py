@@ -90,6 +90,10 @@ class ProfileMeta:
     """Where the samples came from (and their license / attribution), when and with which tool."""
     models: tuple[ModelEntry, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unfitted: Mapping[str, int] = field(default_factory=dict)
+    """"class/phase/dtype" -> samples, of what `llmperf profile` was asked to sample but could not fit (fewer than
+    profile_fit.MIN_SAMPLES_TO_FIT within the --budget, 0 included): predict prices those with the roofline and says
+    why per class (FittedProfile.unfitted_note). Absent from profile.json when empty (older profiles unchanged)."""
 
     @property
     def serves_dtypes(self) -> tuple[str, ...]:
@@ -117,7 +121,7 @@ def roofline_sha256(roofline: Mapping[str, RooflineConstants]) -> str:
 
 
 PROFILE_KEYS = frozenset({"format", "format_version", "name", "roofline", "roofline_sha256", "dtype_aliases",
-                          "hardware", "library_versions", "provenance", "notes", "models", "meta_sha256"})
+                          "hardware", "library_versions", "provenance", "notes", "models", "meta_sha256", "unfitted"})
 """The top-level keys of profile.json, as write_profile writes them."""
 
 
@@ -179,6 +183,10 @@ def _write_files(directory: Path, meta: ProfileMeta, model_texts: Mapping[str, s
            "dtype_aliases": dict(meta.dtype_aliases),
            "hardware": dict(meta.hardware), "library_versions": dict(meta.library_versions),
            "provenance": dict(meta.provenance), "notes": list(meta.notes), "models": entries}
+    fitted = {f"{m.op_class}/{m.phase}/{m.dtype}" for m in meta.models}
+    unfitted = {k: int(n) for k, n in sorted(meta.unfitted.items()) if k not in fitted}  # a refit (refine) fitted it
+    if unfitted:
+        doc["unfitted"] = unfitted
     doc["meta_sha256"] = meta_sha256(json.loads(json.dumps(doc)))  # as a reader will see it (lists, not tuples)
     (directory / META_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
@@ -253,6 +261,16 @@ def _hinge(directory: Path, raw: dict) -> tuple[float, float, float, float] | No
     return Hinge.from_sequence(values).as_tuple()
 
 
+def _unfitted(directory: Path, raw: object) -> dict[str, int]:
+    """profile.json's "unfitted": {"class/phase/dtype": samples}, each count a non-negative integer."""
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and k.count("/") == 2 and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            for k, n in raw.items()):
+        raise _fail(directory, f"{META_FILE}'s unfitted {raw!r} is not a mapping of 'class/phase/dtype' to a count "
+                               f"of samples")
+    return dict(raw)
+
+
 def _unaligned_samples(directory: Path, raw: dict) -> int | None:
     count = raw.get("unaligned_samples")
     if count is None:
@@ -310,7 +328,8 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         models = tuple(_entry(directory, m) for m in doc["models"])
         meta = ProfileMeta(name=str(doc["name"]), roofline=rc, dtype_aliases=dict(doc["dtype_aliases"]),
                            hardware=doc["hardware"], library_versions=doc["library_versions"],
-                           provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())))
+                           provenance=doc["provenance"], models=models, notes=tuple(doc.get("notes", ())),
+                           unfitted=_unfitted(directory, doc.get("unfitted", {})))
     except ProfileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:  # AttributeError: a list or

@@ -412,7 +412,7 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
                       f"{MIN_SAMPLES_TO_FIT} shapes of a first fit (the --budget is smaller than a profile of them "
                       f"takes here)")
     return fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
-                         plan_note, budget)
+                         plan_note, budget, asked={(s.op_class, s.phase) for s in specs})
 
 
 def _check_state_dirs(req: ProfileRequest) -> None:
