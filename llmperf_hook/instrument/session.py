@@ -2,10 +2,12 @@
 
     run_instrumented(argv, env=..., steps=N, profile_ops=K, stop_after=S, run_dir=DIR, prediction=...)
 
-1. Prepare the run directory (default `./llmperf-runs/<UTC time>-<pid>`): jobs/<job id>/ holds this job's
+1. Prepare the run directory (default `./llmperf-runs/<job id>`): jobs/<job id>/ holds this job's
    prediction.json, session.json and hook/ (the generated sitecustomize.py and its llmperf_hook_config.json),
    so several jobs may share one run directory; prediction.json and session.json at the top are the latest
-   job's. Ranks append to rank<R>.jsonl at the top, every line tagged with the job id.
+   job's. Ranks append to rank<R>.jsonl at the top, every line tagged with the job id. The job id is the
+   scheduler's where the launch has one (SLURM_JOB_ID, torchrun's --rdzv-id, ...), so the `llmperf run` of every
+   node of a multi-node launch records under one job, else `<UTC time>-<pid>` (shared_job.py).
 2. Environment: PYTHONPATH = hook/ + the existing PYTHONPATH (kept, in order); the user's own sitecustomize
    still runs (the generated one chains to it). PYTHONPATH is all a launcher must forward: torchrun and
    DeepSpeed's local launcher copy the whole environment to their ranks, DeepSpeed's multi-node runners
@@ -18,8 +20,9 @@
 3. Launch the command as a child (argument list, no shell), its stdout/stderr passed through untouched;
    forward SIGTERM/SIGHUP/SIGUSR1/SIGUSR2, and SIGINT/SIGQUIT unless the terminal already sent them to the
    child (same foreground process group).
-4. When it ends, `refine` its records (this job's: others sharing the run directory may still run); a
-   refine failure is a warning, never our exit code.
+4. When it ends, `refine` its records (this job's: others sharing the run directory may still run), in the
+   session of the job that ends last when several nodes' sessions share it; a refine failure is a warning, never
+   our exit code.
 5. Return the child's exit code (128 + signal number when a signal killed it, as shells report it);
    `run_instrumented_job` also says which signal, so `llmperf run` can end by that same signal
    (`end_like_the_job`) as the exec path does.
@@ -44,6 +47,7 @@ from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
 from llmperf_hook.instrument.hook_reach import job_has_record, no_step_hint
 from llmperf_hook.instrument.jsonl_writer import shared_lock
+from llmperf_hook.instrument.shared_job import end_node, shared_job_id, start_or_join
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -183,12 +187,16 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
                          prediction: dict | None = None) -> JobEnd:
     """run_instrumented, saying how the job ended (its exit code, or the signal that killed it)."""
     _check_arguments(argv, steps, profile_ops, stop_after)
-    job_id = new_job_id()
-    path = prepare_run_dir(run_dir, job_id)
-    job_dir = path / "jobs" / job_id
+    shared, own_id = shared_job_id(env, argv), new_job_id()
+    path = prepare_run_dir(run_dir, shared.base if shared else own_id)
     try:
+        node = start_or_join(path, own_id, shared, argv, env,
+                             {"steps": steps, "profile_ops": profile_ops, "stop_after": stop_after})
+        job_id = node.job_id
+        job_dir = path / "jobs" / job_id
         session = _session_record(job_id, argv, steps, profile_ops, stop_after)
-        hook_dir = _write_job_files(path, job_dir, job_id, steps, profile_ops, stop_after, prediction, session)
+        hook_dir = job_dir / "hook" if node.joined else \
+            _write_job_files(path, job_dir, job_id, steps, profile_ops, stop_after, prediction, session)
         child_env = build_child_env(env, hook_dir, path)
         child_env.update(_deepspeed_env_file(child_env, hook_dir, job_dir))
     except OSError as err:  # a full disk, a quota: before the launch, so the job is not started half-instrumented
@@ -198,12 +206,16 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
                          f"Free space there, move what is in the way, or pass another --run-dir; the job was not "
                          f"started.") from err
     print(f"llmperf: instrumenting the first {steps} steps of every rank; records in {path}", file=sys.stderr)
+    if shared is not None:  # shared_job.py: every node's `llmperf run` of this launch records under one job
+        print(f"llmperf: job {job_id} (from {shared.origin}): "
+              + ("this node joins it, started by another node's llmperf run" if node.joined else
+                 "the llmperf run of every other node of this launch joins it"), file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
     end = launch_and_wait(_keep_hook_in_env_command(argv, hook_dir), child_env)
     try:  # the job has ended: nothing after this may change its exit code (which is ours)
-        _record_end(path, job_dir, job_id, session, end, stop_after)
+        _record_end(path, job_dir, job_id, session, end, stop_after, end_node(node, end.exit_code))
     except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
         print(f"llmperf: warning: the job ended with exit code {end.exit_code}, but its end could not be recorded "
               f"in {path} ({type(err).__name__}: {err}); nothing refined.", file=sys.stderr)
@@ -232,11 +244,18 @@ def end_like_the_job(end: JobEnd) -> NoReturn:
     sys.exit(end.exit_code)
 
 
-def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobEnd, stop_after: int | None) -> None:
+def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobEnd, stop_after: int | None,
+                still_running: Sequence[str] = ()) -> None:
+    """Record how the job ended and refine it; `still_running`: hosts of the job's other nodes (shared_job.py)
+    whose sessions have not ended yet, which leaves the checks and the refine to the last of them."""
     code = end.exit_code
     ended = {**session, "exit_code": code, "signal": end.signal_number, "ended_unix_s": time.time()}
     write_latest_copy(path, "session.json", ended)  # first: it recognises its own copy by the job's start record
     write_json_atomic(job_dir / "session.json", ended)
+    if still_running:
+        print(f"llmperf: this node's part of job {job_id} ended (exit code {code}); the job still runs on "
+              f"{', '.join(still_running)}: the llmperf run that ends last refines it.", file=sys.stderr)
+        return
     if stop_after is not None and code == 0 and job_has_record(path, job_id, "stop"):
         print(f"llmperf: --stop-after {stop_after}: the job was stopped cleanly after {stop_after} optimizer "
               f"steps (exit code 0); the rest of the script did not run.", file=sys.stderr)

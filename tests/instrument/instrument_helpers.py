@@ -16,12 +16,18 @@ SMALL_GPT = ["--num-layers", "1", "--hidden-size", "32", "--num-attention-heads"
              "--micro-batch-size", "2", "--vocab-size", "128"]
 
 
+SHARED_ID_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "TORCHELASTIC_RUN_ID")
+"""What makes the sessions of one launch share a job id (instrument/shared_job.py)."""
+
+
 def make_child_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a child job: one thread, CPU DeepSpeed, a private LLMPERF_HOME, this checkout importable."""
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", LLMPERF_HOME=str(tmp_path / "home"),
                PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for name in SHARED_ID_VARIABLES:  # a test run inside a Slurm job: each test's job keeps an id of its own
+        env.pop(name, None)
     return env
 
 

@@ -1,0 +1,230 @@
+"""Stage [7]: one job id for every node of a multi-node launch that runs one `llmperf run --instrument` per node.
+
+Under a scheduler the user often starts llmperf once per node (`srun -N 4 llmperf run --instrument 5 -- torchrun
+--nnodes 4 --node-rank $SLURM_NODEID ...`, `mpirun -np 4 --map-by node llmperf run ...`, or one `deepspeed
+--no_ssh --node_rank N` per node). Each of those sessions used to make its own job id (UTC second + pid), so
+refine saw one job per node, each with a part of the ranks ("2/8 ranks"), and two nodes could draw the same id.
+Now a session takes the id the launch already has, the same on every node:
+- the scheduler's job (and step) id: SLURM_JOB_ID (+ SLURM_STEP_ID, which srun sets per job step: two training
+  runs of one allocation are two steps), PBS_JOBID, LSB_JOBID (+ LSB_JOBINDEX), FLUX_JOB_ID;
+- else the elastic run id: TORCHELASTIC_RUN_ID in the environment, or torchrun's `--rdzv-id` / `--rdzv_id`
+  (torch/distributed/run.py: default "none", which names nothing);
+- else the session's own id, as before.
+Every session of a job registers under jobs/<id>/nodes/<host>-<pid>-<ns>.json, under an flock of jobs/.lock.
+A session joins the job folder of that id only when the job is still running there (a node session without its
+end, not dead), its command is the same as ours once the node-rank options are left out (every node of a launch
+runs the same command; `--node-rank`/`--node_rank` differ), and no session of it is the same part of the launch as
+ours (SLURM_PROCID, OMPI/PMI rank, the launcher's node rank, RANK); else it takes `<id>-2`, `<id>-3`, ...: a
+second training run of one allocation (sequential, or beside another with another command), or an id the store
+already holds from another run directory (refine_runs.job_id is the store's key). The last session of a job to end
+refines it (the others' ranks may still be writing their last records).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+SCHEDULER_IDS = (("SLURM_JOB_ID", "slurm", "SLURM_STEP_ID"), ("PBS_JOBID", "pbs", ""),
+                 ("LSB_JOBID", "lsf", "LSB_JOBINDEX"), ("FLUX_JOB_ID", "flux", ""))
+"""(variable, prefix, sub-id variable): the batch scheduler's id of the allocation, and of the step in it."""
+PART_VARIABLES = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "NODE_RANK", "GROUP_RANK", "RANK")
+"""Which part of a launch this session is, when llmperf itself was started once per node or per rank."""
+NODE_RANK_OPTIONS = ("--node-rank", "--node_rank")
+"""torchrun (--node-rank, --node_rank) and the deepspeed launcher (--node_rank): the one word nodes differ in."""
+RDZV_ID_OPTIONS = ("--rdzv-id", "--rdzv_id")
+MAX_SUFFIX = 1000
+
+
+@dataclass(frozen=True)
+class SharedId:
+    """The id a launch already has on every node."""
+
+    base: str
+    """`slurm-4242.0`, `torchrun-myrun`, ...: safe as a folder name."""
+    origin: str
+    """Where it came from, for the session's message: `SLURM_JOB_ID=4242, SLURM_STEP_ID=0 (environment)`."""
+
+
+@dataclass(frozen=True)
+class NodeSession:
+    """This session's place in its job."""
+
+    job_id: str
+    node_file: Path
+    joined: bool
+    """Another session of the launch started the job folder (its hook folder and prediction are used as they are)."""
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:80]
+
+
+def shared_job_id(env: Mapping[str, str], argv: Sequence[str]) -> SharedId | None:
+    """The scheduler's (or elastic rendezvous') id of this launch, or None when it has none."""
+    for variable, prefix, sub in SCHEDULER_IDS:
+        value = env.get(variable, "").strip()
+        if value:
+            step = env.get(sub, "").strip() if sub else ""
+            origin = f"{variable}={value}" + (f", {sub}={step}" if step else "") + " (environment)"
+            return SharedId(f"{prefix}-{_safe(value)}" + (f".{_safe(step)}" if step else ""), origin)
+    run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id != "none":
+        return SharedId(f"torchrun-{_safe(run_id)}", f"TORCHELASTIC_RUN_ID={run_id} (environment)")
+    rdzv = option_value(argv, RDZV_ID_OPTIONS)
+    if rdzv and rdzv != "none":
+        return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)")
+    return None
+
+
+def option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value of the first of `names` in `argv` (`--name V` or `--name=V`), None when absent."""
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        if name in names:
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
+def launch_part(env: Mapping[str, str], argv: Sequence[str]) -> str | None:
+    """Which part of the launch this session is (`SLURM_PROCID=3`, `--node-rank=1`), None when nothing says."""
+    for variable in PART_VARIABLES:
+        if env.get(variable, "").strip():
+            return f"{variable}={env[variable].strip()}"
+    node_rank = option_value(argv, NODE_RANK_OPTIONS)
+    return f"--node-rank={node_rank}" if node_rank is not None else None
+
+
+def same_launch_command(argv: Sequence[str]) -> list[str]:
+    """The command without its node-rank options: what every node of one launch runs alike."""
+    out: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in NODE_RANK_OPTIONS:
+            skip = True
+        elif not ("=" in word and word.partition("=")[0] in NODE_RANK_OPTIONS):
+            out.append(word)
+    return out
+
+
+@contextmanager
+def _jobs_lock(jobs_dir: Path) -> Iterator[None]:
+    """flock(LOCK_EX) on jobs/.lock: one session at a time picks or joins a job, and marks its end. A filesystem
+    without locks (some network mounts) goes unlocked."""
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(jobs_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _node_records(job_dir: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted((job_dir / "nodes").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _running(record: Mapping[str, Any]) -> bool:
+    """A node session without its end that is not known dead (a session of this host whose pid is gone)."""
+    if "ended_unix_s" in record:
+        return False
+    if record.get("hostname") != socket.gethostname() or not isinstance(record.get("pid"), int):
+        return True
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _can_join(job_dir: Path, command: Mapping[str, Any], part: str | None) -> bool:
+    records = _node_records(job_dir)
+    return (any(_running(r) for r in records) and all(r.get("command") == command for r in records)
+            and all(part is None or r.get("part") != part for r in records))
+
+
+def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool:
+    """Whether the store already holds a run of `job_id` from another run directory (best effort, read only)."""
+    import sqlite3
+
+    try:
+        if store_file is None:
+            from llmperf_hook.store import default_store_path
+
+            store_file = default_store_path()
+        if not store_file.is_file():
+            return False
+        with sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5) as conn:
+            row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+        conn.close()
+    except (sqlite3.Error, OSError, ImportError):
+        return False
+    return row is not None and str(row[0]) != str(run_dir)
+
+
+def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Sequence[str],
+                  env: Mapping[str, str], settings: Mapping[str, Any], store_file: Path | None = None) -> NodeSession:
+    """Pick this session's job id (module docstring) and register it under jobs/<id>/nodes/. `settings` (the
+    --instrument options) must be the same too: the job's hook folder, written by its first session, holds them."""
+    jobs_dir = run_dir / "jobs"
+    command, part = {"argv": same_launch_command(argv), **settings}, launch_part(env, argv)
+    with _jobs_lock(jobs_dir):
+        job_id, joined = own_id, False
+        if shared is not None:
+            for n in range(1, MAX_SUFFIX):
+                candidate = shared.base if n == 1 else f"{shared.base}-{n}"
+                folder = jobs_dir / candidate
+                if folder.exists():
+                    if _can_join(folder, command, part):
+                        job_id, joined = candidate, True
+                        break
+                elif not _held_elsewhere(candidate, run_dir, store_file):
+                    job_id = candidate
+                    break
+        node_file = jobs_dir / job_id / "nodes" / f"{_safe(socket.gethostname())}-{os.getpid()}-{time.time_ns()}.json"
+        node_file.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(node_file, {"hostname": socket.gethostname(), "pid": os.getpid(), "part": part,
+                                "command": command, "started_unix_s": time.time()})
+    return NodeSession(job_id, node_file, joined)
+
+
+def end_node(node: NodeSession, exit_code: int) -> list[str]:
+    """Mark this session's end; the hosts of the job's sessions still running ([] when this one ends last)."""
+    job_dir = node.node_file.parent.parent
+    with _jobs_lock(job_dir.parent):
+        try:
+            record = json.loads(node.node_file.read_text())
+        except (OSError, ValueError):
+            record = {"hostname": socket.gethostname(), "pid": os.getpid()}
+        _write_json(node.node_file, {**record, "exit_code": exit_code, "ended_unix_s": time.time()})
+        return sorted({str(r.get("hostname")) for r in _node_records(job_dir) if _running(r)})
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,92 @@
+"""One job id for every node of a multi-node launch that runs one `llmperf run --instrument` per node
+(instrument/shared_job.py): the scheduler's id when there is one, joined only by the same launch's other parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from llmperf_hook.instrument.shared_job import (SharedId, end_node, launch_part, same_launch_command,
+                                                 shared_job_id, start_or_join)
+
+SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
+NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py", "--bf16"]
+
+
+def _other_node(argv: list[str] = NODE) -> list[str]:
+    return [w if w != "0" else "1" for w in argv]
+
+
+def test_the_schedulers_id_names_the_job() -> None:
+    assert shared_job_id({"SLURM_JOB_ID": "4242"}, NODE) == SharedId("slurm-4242", "SLURM_JOB_ID=4242 (environment)")
+    assert shared_job_id({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"}, NODE).base == "slurm-4242.3"
+    assert shared_job_id({"PBS_JOBID": "77.pbs/x"}, NODE).base == "pbs-77.pbs_x"  # no '/' in a folder name
+    assert shared_job_id({}, [*NODE[:1], "--rdzv-id=abc", *NODE[1:]]).base == "torchrun-abc"
+    assert shared_job_id({}, ["torchrun", "--rdzv_id", "none", "t.py"]) is None  # torchrun's default names nothing
+    assert shared_job_id({"TORCHELASTIC_RUN_ID": "r9"}, NODE).base == "torchrun-r9"
+    assert shared_job_id({}, NODE) is None
+
+
+def test_node_rank_options_are_what_nodes_differ_in() -> None:
+    assert same_launch_command(NODE) == same_launch_command(_other_node())
+    assert same_launch_command(["deepspeed", "--node_rank=1", "t.py"]) == ["deepspeed", "t.py"]
+    assert launch_part({"SLURM_PROCID": "3"}, NODE) == "SLURM_PROCID=3"
+    assert launch_part({}, NODE) == "--node-rank=0"
+    assert launch_part({}, ["python", "t.py"]) is None
+
+
+def test_a_second_node_joins_a_running_job(tmp_path: Path) -> None:
+    shared = SharedId("slurm-4242", "test")
+    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
+    second = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, tmp_path / "store.sqlite")
+    assert (first.job_id, first.joined, second.job_id, second.joined) == ("slurm-4242", False, "slurm-4242", True)
+    assert end_node(first, 0) == [os.uname().nodename]  # the other session still runs: it refines
+    assert end_node(second, 0) == []  # the last one to end
+
+
+def test_what_is_not_another_part_of_the_same_launch_starts_its_own_job(tmp_path: Path) -> None:
+    shared, store = SharedId("slurm-4242", "test"), tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, store)
+    same_part = start_or_join(tmp_path, "own-2", shared, NODE, {}, SETTINGS, store)  # node rank 0 again
+    other_command = start_or_join(tmp_path, "own-3", shared, [*_other_node(), "--lr", "1"], {}, SETTINGS, store)
+    other_steps = start_or_join(tmp_path, "own-4", shared, _other_node(), {}, {**SETTINGS, "steps": 3}, store)
+    assert [n.job_id for n in (first, same_part, other_command, other_steps)] == \
+        ["slurm-4242", "slurm-4242-2", "slurm-4242-3", "slurm-4242-4"]
+    assert not any(n.joined for n in (same_part, other_command, other_steps))
+
+
+def test_a_job_that_ended_is_not_joined_by_the_next_run_of_the_allocation(tmp_path: Path) -> None:
+    shared, store = SharedId("slurm-4242", "test"), tmp_path / "store.sqlite"
+    end_node(start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, store), 0)
+    later = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, store)
+    assert (later.job_id, later.joined) == ("slurm-4242-2", False)
+
+
+def test_a_dead_session_of_this_host_is_not_joined(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    shared = SharedId("slurm-4242", "test")
+    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
+    record = json.loads(first.node_file.read_text())
+    first.node_file.write_text(json.dumps({**record, "pid": int(dead.stdout)}))  # killed without its end
+    later = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, tmp_path / "store.sqlite")
+    assert later.job_id == "slurm-4242-2"
+
+
+def test_an_id_the_store_holds_from_another_run_directory_is_not_reused(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    with sqlite3.connect(store) as conn:
+        conn.execute("CREATE TABLE refine_runs (job_id TEXT PRIMARY KEY, run_dir TEXT)")
+        conn.execute("INSERT INTO refine_runs VALUES ('slurm-4242', '/elsewhere')")
+    conn.close()
+    node = start_or_join(tmp_path / "run", "own-1", SharedId("slurm-4242", "test"), NODE, {}, SETTINGS, store)
+    assert node.job_id == "slurm-4242-2"
+
+
+def test_without_a_shared_id_the_session_keeps_its_own(tmp_path: Path) -> None:
+    node = start_or_join(tmp_path, "20261128T000000Z-1", None, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
+    assert (node.job_id, node.joined) == ("20261128T000000Z-1", False)
+    assert node.node_file.parent == tmp_path / "jobs" / "20261128T000000Z-1" / "nodes"
