@@ -15,6 +15,7 @@ from typing import Sequence
 import click
 
 from llmperf_hook.errors import EXIT_INTERNAL, LlmperfError
+from llmperf_hook.resources import pin_llmperf_home
 
 SUBCOMMANDS: dict[str, str] = {
     "explain": "Print the resolved job and training configuration, with where each value came from.",
@@ -69,6 +70,7 @@ def _rewrite_prefix(args: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _rewrite_prefix(list(sys.argv[1:] if argv is None else argv))
+    pin_llmperf_home()  # before any command changes folder or starts a child
     try:
         # standalone_mode=False: click returns (not raises) the code of a click.exceptions.Exit raised in a command.
         code = cli.main(args=args, prog_name="llmperf", standalone_mode=False)

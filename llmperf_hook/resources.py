@@ -31,6 +31,17 @@ def llmperf_home() -> Path:
     return _home(os.environ.get("LLMPERF_HOME"), os.environ.get("HOME"))
 
 
+def pin_llmperf_home() -> None:
+    """A relative $LLMPERF_HOME made absolute once, when a command starts, for this process and every process it
+    starts (the job under `llmperf run`, whose hook records there; a profile's children). Left relative, each
+    access resolved it against the current folder: `predict --batch` reads each line from its file's folder
+    (commands/predict.working_directory), so LLMPERF_HOME=home found no home/hardware/NAME.yaml there, and a job
+    script that changes folder before starting python recorded its steps into another store."""
+    value = os.environ.get("LLMPERF_HOME")
+    if value and not Path(value).expanduser().is_absolute():
+        os.environ["LLMPERF_HOME"] = str(Path(value).expanduser().absolute())
+
+
 @lru_cache(maxsize=8)
 def _home(llmperf_home_env: str | None, home_env: str | None) -> Path:
     """Memoised on the variables it reads (predict --batch asks a few times per command)."""

@@ -134,11 +134,20 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
                f"{', '.join(result.fitted_classes)})")
     click.echo(f"hardware {result.hardware_yaml}")
+    click.echo(f"store    {_store_path(req.store_path)}  (the samples: the same command resumes from them)")
     for note in result.notes:
         click.echo(f"note: {note}")
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _store_path(given: Any) -> Any:
+    """The store the samples went to, absolute: --store, else $LLMPERF_HOME/store.sqlite (made absolute when the
+    command started, cli.pin_llmperf_home)."""
+    from llmperf_hook.store import default_store_path
+
+    return given.expanduser().absolute() if given is not None else default_store_path()
 
 
 def _check_operator_options(budget_min: float, for_job: bool, job: tuple[str, ...], model: str | None,
