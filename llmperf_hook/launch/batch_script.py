@@ -22,7 +22,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import expand_env_refs
@@ -30,12 +30,13 @@ from llmperf_hook.launch.launch_line import (LAUNCH_HEADS, PY_SCRIPT, SHELLS, ap
                                              python_code_step, script_file, shell_commands)
 from llmperf_hook.launch.parsed_job import ScriptFile
 from llmperf_hook.launch.script_launch import ScriptLaunch, ScriptRun
-from llmperf_hook.launch.script_stops import exit_refusal, stop_on_unset
+from llmperf_hook.launch.script_stops import bare_names, exit_refusal, stop_on_nounset, stop_on_unset
 from llmperf_hook.launch.posix_shell import bash_only, refuse_bash_only
 from llmperf_hook.launch.script_files import written_text  # noqa: F401  (frameworks/deepspeed_config_file.py's import)
 from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
-from llmperf_hook.launch.shell_arithmetic_commands import forget_assigned, run_arithmetic
+from llmperf_hook.launch.shell_arithmetic_commands import (ASSIGNED, arithmetic_expressions, arithmetic_status,
+                                                           forget_assigned, run_arithmetic)
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
@@ -120,6 +121,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
     """The loop passes read so far, all loops together (shell_loops.MAX_TOTAL_PASSES)."""
     notes: list[str] = field(default_factory=list)
     """Warnings about what the reading passed over (a sourced file that is not here)."""
+    written: set[str] = field(default_factory=set)
+    """The names the script (and each file it sources) writes bare (script_stops.bare_names), which `set -u` spares."""
+    unread_sources: bool = False
+    """A file the script sources was not there to read: what it sets is not known (`set -u` refuses nothing then)."""
     listed_on: bool = False
     """The command being read is followed by `&&`, `||` or `|` on its line: its failure ends no script (set -e)."""
 
@@ -129,7 +134,28 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         unquoted = quoting[len(quoting) - len(tested):] if len(quoting) == len(words) else [None] * len(tested)
         quoted = quoted_words(source)
         literal = quoted[len(quoted) - len(tested):] if len(quoted) == len(words) else [True] * len(tested)
-        return decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted, literal)
+        decided = decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted, literal)
+        bare = tested[1:] if tested[:1] == ["!"] else tested  # `(( NP++ ))`: its status from NP's old value
+        status = arithmetic_status(self, bare) if decided is None else None
+        return decided if status is None else status != (bare is not tested)
+
+    def arithmetic_test(self, words: list[str], test: Callable[[list[str]], bool | None]) -> \
+            Callable[[list[str]], bool | None]:
+        """The test of an `if` / `elif` / `while` / `until` command `words` where it is an arithmetic command that
+        assigns (`if (( NP++ ))`): bash changes NP when it tests it. After `if`, the change is applied and the status
+        (from the values before it) is what `test` answers for it; after the others, the names it assigns are made
+        unknown (an `elif` bash may not test, a loop test read once for every pass)."""
+        bare = words[2:] if words[1:2] == ["!"] else words[1:]
+        expressions = arithmetic_expressions(bare)
+        if expressions is None or not any(ASSIGNED.search(expr) for expr in expressions):
+            return test
+        if words[0] != "if":
+            for expr in expressions:
+                forget_assigned(self, expr)
+            return test
+        status = test(words[1:])
+        run_arithmetic(self, bare, self.conditions.uncertain())
+        return lambda tested: status if tested == words[1:] else test(tested)
 
     def loop_test(self, text: str) -> bool | None:
         """The truth of a `while` / `until` test command `text` now; None where llmperf cannot decide it."""
@@ -141,14 +167,20 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             words = shell_split(text)
         except ValueError:
             return None
-        return self.test(text, words, words) if words else None
+        truth = self.test(text, words, words) if words else None
+        bare = words[1:] if words[:1] == ["!"] else words
+        if truth is not None and arithmetic_expressions(bare) is not None:  # `while (( i++ < 3 ))`: each pass's test
+            run_arithmetic(self, bare, False)  # changes i (a loop not followed to its end is read again, as before)
+        return truth
 
     def bash_source(self) -> str:
         """${BASH_SOURCE[0]}: the file being read (a sourced file's own path)."""
         return self.path
 
-    def read(self, lines: Sequence[ScriptLine]) -> None:
-        """Read `lines` in order; a function definition is kept (launch/shell_functions.py) and read where called."""
+    def read(self, lines: Sequence[ScriptLine], braced: bool = False) -> None:
+        """Read `lines` in order; a function definition is kept (launch/shell_functions.py) and read where called.
+        `braced`: a line beginning with a `{ ... }` group that runs in the shell keeps its braces, for Conditions.step
+        to run it as the list before it says (`( cd run ) || { NP=4; }`, the rest of split_after_group's line)."""
         i = 0
         while i < len(lines):
             line = lines[i]
@@ -171,9 +203,11 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             in_case = self.conditions.in_case() or "case" in line.text  # `(pattern)` opens an arm, not a subshell
             parts = None if in_case or line.heredoc else split_after_group(line.text)
             if parts:  # `( cd run ) && NP=4`: the subshell ends with the group
-                self.read([ScriptLine(line.number, part) for part in parts])
+                self.read([ScriptLine(line.number, parts[0])])
+                self.read([ScriptLine(line.number, parts[1])], braced=True)
                 continue
-            text = quote_arm_patterns(line.text) if in_case else ungroup(line.text)
+            kept_braces = braced and line.text.lstrip().startswith("{") and not group_forks(line.text)
+            text = quote_arm_patterns(line.text) if in_case else line.text if kept_braces else ungroup(line.text)
             subshell = self.subshell  # while set, loop_exit follows no break, so nothing it raises skips the reset
             self.subshell |= text is not line.text and not in_case and group_forks(line.text)
             kept = forked_state(self) if self.subshell and not (subshell or self.launches) else None
@@ -205,7 +239,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         A || B` is decided as bash runs it, shell_conditions._status); the pipelines read."""
         listed, subshell = command_list(text), self.subshell
         for n, (joined, pipeline) in enumerate(listed):
-            for k, (command, forked) in enumerate(zip(pipeline, forks(listed, n, text, self.lastpipe))):
+            lastpipe = self.lastpipe and not self.monitor  # `shopt -s lastpipe; cat f | read TP` on one line
+            for k, (command, forked) in enumerate(zip(pipeline, forks(listed, n, text, lastpipe))):
                 self.subshell = subshell or forked
                 self.conditions.join("|" if k else joined)
                 self.listed_on = k + 1 < len(pipeline) or (n + 1 < len(listed) and listed[n + 1][0] in ("&&", "||"))
@@ -270,8 +305,10 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.condition_source(line, words)
             if running and "getopts" in words:  # `while getopts "n:" opt; do`: opt, OPTARG are the loop's
                 getopts_builtin(self, words)
-        stepped = self.conditions.step(words, lambda tested: self.test(source, words, tested),
-                                       condition_expander(self.undecidable, self.expand))
+        test: Callable[[list[str]], bool | None] = lambda tested: self.test(source, words, tested)
+        if running and not self.launches and words[:1] in (["if"], ["elif"], ["while"], ["until"]):
+            test = self.arithmetic_test(words, test)
+        stepped = self.conditions.step(words, test, condition_expander(self.undecidable, self.expand))
         if self.shell[0] == "dash" and not self.launches:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped and self.array_assignment(line, after_keywords(text, len(words) - len(stepped))):
@@ -282,6 +319,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.undecided.setdefault(self.where(line), line.text)
         elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
             stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
+            if self.nounset and not self.unread_sources:  # a file not read may set what the script expands
+                stop_on_nounset(text, self.env, self.positional, self.undecidable | self.written | set(self.arrays),
+                                self.stops_at(line))
         if not self.launches and self.loop_exit(words, line):
             return
         if not self.launches:
@@ -406,10 +446,12 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.notes.append(f"{self.where(line)} sources {path}, which is not here: the script is read without it "
                               "(its variables unset)" + (f"; where it is missing, {stops} stops the script there, "
                                                          "before the launch" if stops else ""))
+        self.unread_sources |= not os.path.isfile(path)
         if path in self.sourcing or not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
+        self.written |= bare_names(text)
         self.sourcing.add(path)
         outer, self.path = self.path, path
         try:
@@ -494,6 +536,6 @@ def read_batch_script(lines: Sequence[ScriptLine], env: dict[str, str], used: di
     the exported ones for the command the line starts); `args` are the script's own arguments ($1 ...); `shell` is
     posix_shell.script_shell's answer: under dash a bash-only construct before the launch is refused."""
     reading = _Reading(env=env, used=used, path=path, script=path, kind=kind, positional=positional_table(path, args),
-                       shell=shell, exported=set(env))
+                       shell=shell, exported=set(env), written=bare_names("\n".join(line.text for line in lines)))
     reading.read(lines)
     return reading.launch()

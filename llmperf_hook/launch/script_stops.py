@@ -1,5 +1,6 @@
 """Where bash ends a launch script before its launch line, refused (exit 2) naming the line: an `exit` that surely
-runs, and `${NAME:?message}` / `${NAME?message}` on a variable the script does not have.
+runs, `${NAME:?message}` / `${NAME?message}` on a variable the script does not have, and under `set -u` any plain
+expansion of one.
 
 `exit [N]` ends the script there (bash manual 4.1), so there is no launch to read; the refusal names the line (a
 script that wants its arguments: `[ -z "$1" ] && exit 1`). An exit in a subshell opened on its line, `( [ -z "$X" ]
@@ -16,11 +17,13 @@ llmperf cannot tell runs (an undecided branch, a loop body) is passed over, as a
 
 from __future__ import annotations
 
+import re
 from typing import AbstractSet, Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
 from llmperf_hook.launch.braced_blanks import unmark_braces
+from llmperf_hook.launch.shell_parameters import OPERATOR
 
 
 def _missing(name: str, colon: bool, env: Mapping[str, str], positional: Mapping[str, str]) -> bool:
@@ -77,3 +80,64 @@ def exit_refusal(at: str, words: Sequence[str]) -> UsageError:
     status = f" {words[1]}" if len(words) > 1 else ""
     return UsageError(f"{at} before any launch line: bash runs that exit{status} there. Give the script what it checks "
                       "for at that point (its arguments or variables), or give its launch line after `--`.")
+
+
+BASH_SETS = frozenset({
+    "BASH", "BASHOPTS", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0", "BASH_CMDS", "BASH_COMMAND",
+    "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_LOADABLES_PATH", "BASH_SOURCE", "BASH_SUBSHELL", "BASH_VERSINFO",
+    "BASH_VERSION", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "GROUPS", "HISTCMD",
+    "HOSTNAME", "HOSTTYPE", "IFS", "LINENO", "MACHTYPE", "OPTERR", "OPTIND", "OSTYPE", "PATH", "PPID", "PS4", "PWD",
+    "RANDOM", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TERM", "UID", "FUNCNAME", "PIPESTATUS"})
+"""The variables bash 5.2 sets itself in a script started with an empty environment (`env -i bash -c 'compgen -v'`):
+never unset there, whatever the launching environment holds."""
+_PLAIN_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*|[0-9]+)\}|([A-Za-z_]\w*|[0-9]))")
+"""`$NAME`, `${NAME}`, `$1`, `${10}`: a reference without an operator that supplies a value."""
+
+
+def unbound_reference(text: str, env: Mapping[str, str], positional: Mapping[str, str],
+                      known_elsewhere: AbstractSet[str]) -> tuple[str, str] | None:
+    """The first reference in the command `text` that bash rejects under `set -u`, and its name ("NAME: unbound
+    variable", bash manual 4.3.1 `-u`): a plain `$NAME` / `${NAME}`, or a transforming `${#NAME}` / `${NAME%...}` / `${NAME/...}`
+    (shell_parameters.OPERATOR), of a variable `env` lacks, or a `$N` past the script's arguments. `${NAME:-word}` and
+    the other operators that supply a value, `$@`, `$*`, `$#` and arrays are exempt (bash 4.4 and later), as are the
+    variables bash sets itself (BASH_SETS), Slurm's (set where the job runs), those in `known_elsewhere` (a value only
+    running the script gives, or a name the script writes bare, as `read NAME` or `for NAME in` do, which the reading
+    may not follow), and what a command substitution expands in its own subshell."""
+    for found in sorted([*_PLAIN_REF.finditer(text), *OPERATOR.finditer(text)], key=lambda found: found.start()):
+        name = next(filter(None, found.groups()[:2]))
+        if in_command_substitution(text, found.start()) or text[found.end():found.end() + 1] == "[":
+            continue
+        if name.isdigit():
+            if name != "0" and int(name) > int(positional.get("#", "0")):
+                return found.group(0), f"${name}"
+        elif name not in env and name not in BASH_SETS and name not in known_elsewhere and \
+                not name.startswith("SLURM_"):
+            return found.group(0), name
+    return None
+
+
+def stop_on_nounset(text: str, env: Mapping[str, str], positional: Mapping[str, str],
+                    known_elsewhere: AbstractSet[str], at: str) -> None:
+    """Refuse (exit 2) a command that surely runs before the launch (or is the launch) and expands an unset variable
+    while `set -u` is on (unbound_reference): bash prints 'NAME: unbound variable' and ends the script there."""
+    unbound = unbound_reference(text, env, positional, known_elsewhere)
+    if unbound is None:
+        return
+    found, name = unbound
+    fix = (f"give the script its argument {name[1:]} after its path" if name.startswith("$") else
+           f"set {name} in the environment llmperf reads the script in (`{name}=... llmperf ...`) or give it a default "
+           f"in the script (`${{{name}:-...}}`)")
+    raise UsageError(f"{at}: `{found}` expands {name}, which is not set, while `set -u` (nounset) is on, so bash "
+                     f"prints '{name}: unbound variable' and ends the script there, before its launch (bash manual "
+                     f"4.3.1). To predict the job, {fix}, or give its launch line after `--`.")
+
+
+_BARE_NAME = re.compile(r"(?<![\w$])(?<!\$\{)(?<!\$\{[#!])([A-Za-z_]\w*)")
+"""A name written other than as a `$NAME` / `${NAME}` reference."""
+
+
+def bare_names(text: str) -> set[str]:
+    """Every name `text` writes bare: each variable it may assign in a way the reading does not follow (`read -r A B`,
+    `mapfile -t L`, `getopts n: opt`, `declare -n R=X`) is among them, so that unbound_reference never holds such a
+    variable unset."""
+    return set(_BARE_NAME.findall(text))

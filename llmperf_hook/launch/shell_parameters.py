@@ -14,9 +14,13 @@ from typing import Mapping
 from llmperf_hook.launch.braced_blanks import GLOB_MARKS, unmark_braces
 
 OPERATOR = re.compile(r"\$\{(?:#([A-Za-z_][A-Za-z0-9_]*|[0-9]+)|([A-Za-z_][A-Za-z0-9_]*|[0-9]+)"
-                      r"(?:(%%|%|##|#|//|/|\^\^|\^|,,|,)([^}]*)|:(\d+|\s+-?\d+)(?::(\s*-?\d+))?))\}")
+                      r"(?:(%%|%|##|#|//|/|\^\^|\^|,,|,)((?:[^}$]|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$(?!\{))*)"
+                      r"|:(\d+|\s+-?\d+)(?::(\s*-?\d+))?))\}")
 """`${NAME:-8}` is the default expansion (argv_words), not an offset: a negative offset needs a blank, `${NAME: -2}`.
-NAME may be a positional parameter (`${1#*=}`, `${0##*/}`: shell_positional.expand_positional)."""
+NAME may be a positional parameter (`${1#*=}`, `${0##*/}`: shell_positional.expand_positional); the pattern and string
+may hold `$NAME` / `${NAME}` references (`${P//$D/_}`), which bash expands first (3.5.3: "The pattern is expanded")."""
+_SPEC_REF = re.compile(r"(\"?)\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))\1")
+"""A `$NAME` / `${NAME}` (or its double-quoted form) inside a transforming expansion's pattern or string."""
 
 
 def _trim(value: str, op: str, pattern: str) -> str:
@@ -27,6 +31,24 @@ def _trim(value: str, op: str, pattern: str) -> str:
         return value[:ends[0]] if ends else value
     starts = [i for i in (cuts if op == "#" else reversed(cuts)) if fnmatchcase(value[:i], pattern)]
     return value[starts[0]:] if starts else value
+
+
+def _expand_spec(spec: str, env: Mapping[str, str], used: dict[str, str]) -> str | None:
+    """`spec` (a pattern and string) with its variable references replaced by their values, written so that
+    _pattern_and_string reads them as bash does: a quoted `"$D"` matches its value literally, an unquoted `$D` is a
+    glob (bash manual 3.5.8.1), and a `/` in either value belongs where the reference stood (bash splits PATTERN/STRING
+    before it expands them); None when a reference names a variable `env` lacks (its value is not known here)."""
+    names = [found.group(2) or found.group(3) for found in _SPEC_REF.finditer(spec)]
+    if any(name not in env for name in names):
+        return None
+
+    def value(found: re.Match[str]) -> str:
+        name = found.group(2) or found.group(3)
+        used[name] = env[name]
+        escaped = re.sub(r"([\\/'\"])", r"\\\1", env[name])
+        return f'"{escaped}"' if found.group(1) else escaped
+
+    return _SPEC_REF.sub(value, spec)
 
 
 def _pattern_and_string(spec: str, split: bool = True) -> tuple[str, str]:
@@ -100,8 +122,12 @@ def _transform(match: re.Match[str], env: Mapping[str, str], used: dict[str, str
     name = match.group(1) or match.group(2)
     if name not in env:
         return match.group(0)
-    value = used[name] = env[name]
     op, spec = match.group(3), match.group(4) or ""
+    if "$" in spec:
+        spec = _expand_spec(spec, env, used)  # type: ignore[assignment]
+        if spec is None:
+            return match.group(0)
+    value = used[name] = env[name]
     if match.group(1):
         return str(len(value))
     if op in ("%", "%%", "#", "##"):

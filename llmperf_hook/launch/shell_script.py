@@ -380,9 +380,8 @@ def split_after_group(text: str) -> tuple[str, str] | None:
         if nested or not all(outside[found.start():found.end()]):
             continue
         rest = text[found.end():end]
-        if not rest.strip() or (found.group() != ";" and rest.lstrip()[:1] in "({"):
-            return None  # `( ... ) || { echo failed; exit 1; }`: a group after a carried `||` is read flat (ungroup),
-            # its `exit` as if it surely ran; kept on the group's line
+        if not rest.strip() or (found.group() != ";" and rest.lstrip()[:1] == "("):
+            return None  # `( ... ) || ( ... )`: read flat (ungroup), as one subshell
         return text[:found.start()] if found.group() == ";" else text[:found.end()], rest
     return None
 

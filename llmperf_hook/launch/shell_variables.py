@@ -101,6 +101,11 @@ def _cut_substitution(words: list[str]) -> re.Match[str] | None:
     return match if closing in ([], [len(words) - 1]) else None
 
 
+_SET_OPTIONS = {"a": "allexport", "e": "errexit", "m": "monitor", "u": "nounset"}
+"""The `set` options the reading follows, by letter and by `-o` name (bash manual 4.3.1 The Set Builtin), each a
+ShellVariables field of that name."""
+
+
 @dataclass(kw_only=True)
 class ShellVariables:
     """The variables of one pass over a script (batch_script._Reading reads the script's commands with them)."""
@@ -133,8 +138,14 @@ class ShellVariables:
     errexit: bool = False
     """`set -e` / `set -o errexit` is on: a command that fails ends the script (bash manual 4.3.1)."""
     lastpipe: bool = False
-    """`shopt -s lastpipe` is on: the last command of a pipeline runs in the shell itself (bash manual 4.3.2; a script
-    runs without job control, which would turn it off), so what it assigns stays (subshell_state)."""
+    """`shopt -s lastpipe` is on: the last command of a pipeline runs in the shell itself (bash manual 4.3.2), so what
+    it assigns stays (subshell_state), unless job control is on (`monitor`)."""
+    monitor: bool = False
+    """`set -m` / `set -o monitor`: job control, which a script runs without unless it turns it on; lastpipe then has
+    no effect ("if job control is not active", bash manual 4.3.2 shopt lastpipe)."""
+    nounset: bool = False
+    """`set -u` / `set -o nounset`: expanding an unset variable is an error that ends the script (bash manual 4.3.1;
+    script_stops.stop_on_nounset)."""
 
     def expand(self, text: str, record: bool = True, assign: bool = True) -> str:
         """`text` with the script's arguments and variables expanded; each variable read is recorded in `used`
@@ -338,10 +349,10 @@ class ShellVariables:
         elif words[0] == "set" and "--" not in words:  # `set -- ARGS` sets the positional parameters
             for k, word in enumerate(words[1:], start=1):
                 named = words[k + 1] if word in ("-o", "+o") and k + 1 < len(words) else ""
-                if named == "allexport" or (word[:1] in "-+" and word[1:2] != "o" and "a" in word[1:]):
-                    self.allexport = word.startswith("-")
-                if named == "errexit" or (word[:1] in "-+" and word[1:2] != "o" and "e" in word[1:]):
-                    self.errexit = word.startswith("-")  # `set -euo pipefail` too
+                letters = word[1:] if word[:1] in "-+" and word[1:2] != "o" else ""
+                for letter, option in _SET_OPTIONS.items():  # `set -euo pipefail` too
+                    if named == option or letter in letters:
+                        setattr(self, option, word.startswith("-"))
         elif words[0] == "shopt" and "lastpipe" in words[1:] and ("-s" in words or "-u" in words):
             self.lastpipe = "-s" in words
         else:

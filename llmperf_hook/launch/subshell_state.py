@@ -14,7 +14,7 @@ import copy
 from typing import Any
 
 SHELL_STATE = ("env", "cwd", "arrays", "unknown_heads", "positional", "frames", "undecidable", "exported",
-               "allexport", "errexit", "lastpipe", "functions")
+               "allexport", "errexit", "lastpipe", "monitor", "nounset", "functions")
 """The reading's fields that are the shell's own state (batch_script._Reading), which a subshell copies."""
 
 
