@@ -221,6 +221,15 @@ def record_steps(conn: sqlite3.Connection, job_id: str, steps: Iterable[Mapping[
     return len(rows)
 
 
+def op_sample_groups(conn: sqlite3.Connection, job_id: str) -> dict[str, set[tuple[str, str, str]]]:
+    """{hardware: {(op class, direction, dtype)}} of the job's op samples an earlier refine stored."""
+    out: dict[str, set[tuple[str, str, str]]] = {}
+    for hardware, op_class, phase, dtype in conn.execute(
+            "SELECT DISTINCT hardware, op_class, phase, dtype FROM refine_op_samples WHERE job_id = ?", (job_id,)):
+        out.setdefault(hardware, set()).add((op_class, phase, dtype))
+    return out
+
+
 def forget_op_samples(conn: sqlite3.Connection, job_id: str) -> None:
     """The job's op samples from an earlier refine, in both tables: a refine under another --hardware stores them
     again under that one, and the shared table's key holds the hardware (they stayed under the old one too)."""

@@ -36,7 +36,23 @@ def refit_op_models(hardware: str, samples: Sequence[dict[str, Any]]) -> str:
     return f"refitted {', '.join(refitted)} in {directory}" if refitted else "no op class had enough samples to refit"
 
 
-def _refit_profile(directory: Any, hardware: str) -> list[str]:
+def refit_without_job(hardware: str, groups: set[tuple[str, str, str]]) -> str:
+    """The user profile of `hardware` after a run's op samples left it (`llmperf refine --hardware B` moved a run
+    first refined under A): each (op class, direction, dtype) `groups` names is refitted from what the store still
+    holds for it (the sampler's samples, and other runs' instrument samples), so A's models no longer count the
+    run's samples. Before, A kept the models refitted with them while the samples moved to B. Say what happened."""
+    from llmperf_hook.resources import llmperf_home
+
+    directory = llmperf_home() / "profiles" / hardware.strip().lower()
+    if not groups or not (directory / "profile.json").is_file():
+        return ""
+    refitted = _refit_profile(directory, hardware, groups)
+    return (f"{hardware}'s profile refitted without them: {', '.join(refitted)}" if refitted else
+            f"{hardware}'s profile has no model left to refit without them")
+
+
+def _refit_profile(directory: Any, hardware: str, only: set[tuple[str, str, str]] | None = None) -> list[str]:
+    """Refit the groups that hold instrument samples (or, with `only`, those groups whatever they hold)."""
     from llmperf_hook.profile.features import BUILDERS
     from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
     from llmperf_hook.store import open_store
@@ -59,8 +75,9 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
             groups[(r.op_class, r.phase, r.dtype)].append(r)
     texts = {e.file: read_model_text(directory, e) for e in meta.models}
     models, refitted = list(meta.models), []
+    instrumented = {key for key, recs in groups.items() if any(r.source.startswith("instrument:") for r in recs)}
     for key, recs in sorted(groups.items()):
-        if not any(r.source.startswith("instrument:") for r in recs) or key[2] not in meta.roofline:
+        if key not in (instrumented if only is None else only) or key[2] not in meta.roofline:
             continue
         if key[0] not in BUILDERS:  # a collective: the cluster's communication model prices it, not a per-op model
             continue
@@ -73,12 +90,15 @@ def _refit_profile(directory: Any, hardware: str) -> list[str]:
         n_inst = sum(r.source.startswith("instrument:") for r in recs)
         refitted.append(f"{key[0]}/{key[1]}/{key[2]} ({len(recs) - n_inst} sampled + {n_inst} instrumented)")
     if refitted:
-        provenance = {**meta.provenance, "refined": "refitted by `llmperf refine` with op samples of instrumented runs"}
+        provenance = {k: v for k, v in meta.provenance.items() if k != "refined"}
+        if instrumented:  # no instrument sample left: the profile is the sampler's again
+            provenance["refined"] = "refitted by `llmperf refine` with op samples of instrumented runs"
         write_profile(directory, replace(meta, models=tuple(models), provenance=provenance), texts)
     return refitted
 
 
 def _fit_group(key: tuple[str, str, str], recs: list, roofline: Any) -> tuple[Any, str] | None:
+    """The group's regressor from `recs` (without a held-out error: refine adds a few samples to a fitted group)."""
     import numpy as np
 
     from llmperf_hook.profile.build_profile import Samples, fit_samples

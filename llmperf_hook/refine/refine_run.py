@@ -202,8 +202,10 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     store.record_shared_steps(conn, job_id, usable_key and (key.hardware, key.cluster, key.framework), shown, steps)
     samples = op_records(run.records, job_id)
     op_hardware = None if mismatch else key.hardware if key else hardware  # the key needs a cluster; samples do not
-    store.forget_op_samples(conn, job_id)  # an earlier refine's, maybe under another hardware
+    earlier_ops = store.op_sample_groups(conn, job_id)  # an earlier refine's, maybe under another hardware
+    store.forget_op_samples(conn, job_id)
     op_refit = _refit_ops(conn, job_id, op_hardware, samples)
+    notes.extend(_leave_earlier_op_hardware(earlier_ops, op_hardware))
     if op_refit.startswith("refitted") and raw and usable_key:  # refine/op_rebase.py: not counted twice
         rebased = repredict_uncalibrated(prediction, usable_key.cluster)
         notes.append(describe_rebased(raw, rebased))
@@ -246,6 +248,20 @@ def _leave_earlier_key(conn: Any, earlier: tuple[str, str, str] | None, calibrat
         return [f"an earlier refine of this run calibrated {name}: refitted without it"]
     store.forget_calibration(conn, *earlier)
     return [f"an earlier refine of this run calibrated {name}, which has no other run: its calibration is removed"]
+
+
+def _leave_earlier_op_hardware(earlier: Mapping[str, set[tuple[str, str, str]]], now: str | None) -> list[str]:
+    """An earlier refine stored the run's op samples under other hardware and refitted its user profile with them:
+    that profile's models are refitted without them (op_refit.refit_without_job)."""
+    from llmperf_hook.refine.op_refit import refit_without_job
+
+    notes = []
+    for hardware, groups in sorted(earlier.items()):
+        if hardware != now:
+            said = refit_without_job(hardware, groups)
+            notes.append(f"an earlier refine stored this run's op samples for {hardware}" + (f"; {said}" if said else
+                                                                                              ""))
+    return notes
 
 
 def _sampling_sd(job: JobSteps, contended: ContendedStep | None) -> float:

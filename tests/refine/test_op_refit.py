@@ -127,3 +127,36 @@ def test_collective_samples_are_stored_not_refitted(tmp_path: Path, monkeypatch:
     assert "gelu/fwd/fp32" in job.op_refit and "allreduce" not in job.op_refit, job.op_refit
     with open_store(home / "store.sqlite") as store:
         assert sum(r.op_class == "allreduce" for r in store.query_op_samples("cpu-test")) == 10
+
+
+def test_a_run_moved_to_other_hardware_leaves_the_earlier_profile_refitted_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmperf refine --hardware B` of a run first refined under A moves its op samples to B; A's user profile,
+    refitted with them at the first refine, is refitted without them (it kept the instrumented models before)."""
+    from llmperf_hook.profile.predictor import FittedProfile
+    from llmperf_hook.profile.profile_io import read_profile_meta
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    profile = _user_profile(home)
+    sampled = read_profile_meta(profile).models[0]
+    dims = {"elements": np.array([200000.0, 3000000.0])}
+
+    def gelu_s() -> np.ndarray:
+        return FittedProfile(profile).predict_class_s("gelu", "fwd", "fp32", dims)
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write("".join(f'{{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "gelu", "phase": "fwd", '
+                        f'"dtype": "fp32", "dims": {{"elements": {e}}}, "seconds": {_gelu_time_s(e) * 3}, '
+                        f'"count": 4}}\n' for e in (10000, 200000, 3000000)))
+    refine_run(run)
+    assert read_profile_meta(profile).models[0].num_samples == 27
+    instrumented = gelu_s()  # pulled towards the 3x slower instrumented times
+    (job,) = refine_run(run, hardware="cpu-other").jobs
+    meta = read_profile_meta(profile)
+    assert meta.models[0].num_samples == sampled.num_samples and "refined" not in meta.provenance
+    reverted = gelu_s()
+    assert np.all(np.abs(reverted / _gelu_time_s(dims["elements"]) - 1) < 0.1), reverted  # the sampler's times again
+    assert np.all(instrumented > reverted * 1.2), (instrumented, reverted)
+    assert any("stored this run's op samples for cpu-test" in n and "refitted without them: gelu/fwd/fp32 (24 "
+               "sampled + 0 instrumented)" in n for n in job.notes), job.notes
