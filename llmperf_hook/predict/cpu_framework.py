@@ -97,6 +97,25 @@ def find_cpu_framework_cost(hardware_name: str, dtype: str) -> CpuFrameworkCost 
     return None
 
 
+def timed_on_cpu(profile: object) -> bool:
+    """Whether an operator profile was fitted from samples timed on a CPU: its hardware fingerprint carries the CPU
+    clock (profile/local_hardware.fingerprint; a GPU's names its SMs and CUDA instead). Such hardware is a CPU whether
+    or not the framework cost of the dtype asked was measured: a GPU's sustained matmul floor
+    (roofline.sustained_math_floor_s) never applies to it."""
+    hardware = getattr(getattr(profile, "meta", None), "hardware", None)
+    return isinstance(hardware, Mapping) and "clock" in hardware
+
+
+def missing_cost_warning(hardware_name: str, dtype: str) -> str:
+    """Why a CPU prediction has no framework terms: the profile's FILE_NAME lacks the dtype (its readings did not end
+    within their time box, e.g. bf16 where the CPU has no bf16 GEMM kernel: cpu_framework_readings.time_box_notes) or
+    is missing (a --budget under cpu_framework.MIN_BUDGET_MIN)."""
+    return (f"the CPU profile {hardware_name} has no measured framework cost for {dtype} ({FILE_NAME}): the operators "
+            f"are priced alone, without the framework's own work on the computing thread (per op issue, the optimizer "
+            f"loop, DeepSpeed's engine step), and the step is likely predicted low; measure it with `llmperf profile "
+            f"--device cpu --dtype {dtype} --budget 3 --name {hardware_name}` (or more) on a quiet machine")
+
+
 def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> float:
     """Seconds of `op` on the CPU thread (collectives unchanged: the comm model measured them under gloo)."""
     if op.collective is not None:

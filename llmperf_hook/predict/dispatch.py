@@ -20,7 +20,8 @@ from llmperf_hook.graph.op_graph import OpGraph
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import fitted
 from llmperf_hook.predict.alpha_beta import AlphaBetaPredictor
-from llmperf_hook.predict.cpu_framework import apply_cpu_framework_cost, find_cpu_framework_cost
+from llmperf_hook.predict.cpu_framework import (apply_cpu_framework_cost, find_cpu_framework_cost, missing_cost_warning,
+                                                timed_on_cpu)
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings, learned_by_profile
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
@@ -157,7 +158,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
     comm_model = fitted.find_comm_model(cluster.name)
     ops = graph.all_ops()
     cpu_cost = find_cpu_framework_cost(cluster.gpu.name, dtype)
-    seconds, used = predict_ops(ops, cluster, profile, comm_model, sustained_floor=cpu_cost is None)
+    cpu = cpu_cost is not None or timed_on_cpu(profile)  # the GPU's sustained floor is no CPU's (timed_on_cpu)
+    seconds, used = predict_ops(ops, cluster, profile, comm_model, sustained_floor=not cpu)
     if cpu_cost is not None:  # CPU hardware: framework work adds to compute (predict/cpu_framework.py)
         seconds = apply_cpu_framework_cost(seconds, ops, cpu_cost, op_id)
         used = {k: v if k in COLLECTIVE_CLASSES else v + "+cpu-framework" for k, v in used.items()}
@@ -172,6 +174,8 @@ def predict_op_times(graph: OpGraph, cluster: ClusterSpec, dtype: str) -> OpTime
             warnings += measured_under_notes(profile.meta)
     if profile is None:
         warnings = (_no_profile_warning(cluster.gpu.name, dtype),)
+    elif cpu and cpu_cost is None:
+        warnings += (missing_cost_warning(cluster.gpu.name, dtype),)
     warnings += alignment_warnings(map(bf16_part_of_fp8_run, ops), cluster.gpu,
                                    lambda op: learned_by_profile(op, choose_predictor(op, profile, None)))
     if comm_model is not None and hasattr(comm_model, "extrapolation_warnings"):  # a fit outside its samples

@@ -1,8 +1,10 @@
 """Describe the local device for a user-fitted profile: name, fingerprint, measured peak and bandwidth, and the
 hardware YAML (`$LLMPERF_HOME/hardware/NAME.yaml`, schema of hardware/load.py) that `--hardware NAME` loads.
 
-Peak: the best of a few large square GEMMs in the profiled dtype (smaller where the dtype is emulated, so the
-measurement stays within a short --budget: peak_gemm_size); bandwidth: a large tensor copy (read + write).
+Peak: the best of a few large square GEMMs in the profiled dtype, in each operand layout a training step's GEMMs
+take (GEMM_LAYOUTS: where the CPU has no kernel for the dtype, ATen's fallback runs the layouts at speeds 12x apart),
+each smaller where the layout is slow, so the measurement stays within a short --budget: peak_gemm_size;
+bandwidth: a large tensor copy (read + write).
 Both are measured with the threads the sampler uses (one per rank by default), so the roofline of a CPU profile
 describes one rank of a CPU training job. torch is imported inside the functions only.
 """
@@ -14,6 +16,7 @@ import platform
 import re
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
@@ -131,15 +134,43 @@ probe as on CPU: one 256 GEMM is launch-bound on a GPU (~5 us for 34 MFLOP, a fe
 peak GEMM to 4096 or less, under the size that reaches the peak."""
 
 
-def peak_gemm_size(dtype: str, device: str) -> int:
-    """The square GEMM's n: on CPU the largest of 256 .. 1024, halving from the top, whose time at the speed of one
-    256 GEMM is under PEAK_GEMM_TARGET_S (a GEMM's time grows as n^3 at a given FLOP rate); GPU_PEAK_GEMM_N on GPU."""
-    if device != "cpu":
-        return GPU_PEAK_GEMM_N
+GEMM_LAYOUTS = ("nt", "nn", "tn")
+"""The operand layouts of a training step's GEMMs, as torch runs nn.Linear: the forward X @ W^T (F.linear: "nt"), the
+input gradient dY @ W ("nn") and the weight gradient dY^T @ X ("tn") (mm's backward, mm_mat1_backward and
+mm_mat2_backward of PyTorch's tools/autograd/derivatives.yaml; op_sampler._gemm times the same three). The peak is the
+best of them: no GEMM of a step runs faster than the fastest layout, while one layout alone can be far from it. On a
+CPU without AVX-512 (AMD EPYC with AVX2 only, torch 2.13, one thread) torch gives bf16 matmuls to oneDNN only with
+AVX512BW/VL/DQ (mkldnn_bf16_device_check, aten/src/ATen/native/mkldnn/Utils.h); its own fallback
+(aten/src/ATen/native/cpu/BlasKernel.cpp) ran a 256 x 256 x 768 bf16 GEMM at 1.3 GFLOP/s "nn" (a @ b, the only layout
+measured until session 21), 8.6 "nt" and 15 "tn". That "nn" peak floored every bf16 GEMM of the CPU testbed's steps
+at 1.3 GFLOP/s and predicted them 76-121 % high (/work/notes/h174.md); with AVX-512 BF16 all three run in oneDNN at
+about 210."""
+
+
+def layout_product(layout: str, a: Any, b: Any) -> Any:
+    """The GEMM of two tensors in `layout` (GEMM_LAYOUTS): "nt" a @ b^T through F.linear, "nn" a @ b, "tn" a^T @ b."""
     import torch
 
-    probe = torch.randn(256, 256, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
-    flop_per_s = 2.0 * 256 ** 3 / _best_time(lambda: probe @ probe, device, reps=1)
+    if layout == "nt":
+        return torch.nn.functional.linear(a, b)
+    return a.t() @ b if layout == "tn" else a @ b
+
+
+def _layout_gemm(layout: str, n: int, dtype: str, device: str) -> Callable[[], Any]:
+    """A zero-argument callable running one n-square GEMM in `layout`."""
+    import torch
+
+    a, b = (torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device) for _ in range(2))
+    return lambda: layout_product(layout, a, b)
+
+
+def peak_gemm_size(dtype: str, device: str, layout: str = "nn") -> int:
+    """The square GEMM's n: on CPU the largest of 256 .. 1024, halving from the top, whose time at the speed of one
+    256 GEMM in `layout` is under PEAK_GEMM_TARGET_S (a GEMM's time grows as n^3 at a given FLOP rate); GPU_PEAK_GEMM_N
+    on GPU."""
+    if device != "cpu":
+        return GPU_PEAK_GEMM_N
+    flop_per_s = 2.0 * 256 ** 3 / _best_time(_layout_gemm(layout, 256, dtype, device), device, reps=1)
     n = 1024
     while n > 256 and 2.0 * n ** 3 / flop_per_s > PEAK_GEMM_TARGET_S:
         n //= 2
@@ -147,11 +178,12 @@ def peak_gemm_size(dtype: str, device: str) -> int:
 
 
 def measure_peak_flop_per_s(dtype: str, device: str) -> float:
-    import torch
-
-    n = peak_gemm_size(dtype, device)
-    a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype]), device=device)
-    return 2.0 * n ** 3 / _best_time(lambda: a @ a, device)
+    """The best FLOP rate of an n-square GEMM in any of GEMM_LAYOUTS, each at its own peak_gemm_size."""
+    best = 0.0
+    for layout in GEMM_LAYOUTS:
+        n = peak_gemm_size(dtype, device, layout)
+        best = max(best, 2.0 * n ** 3 / _best_time(_layout_gemm(layout, n, dtype, device), device))
+    return best
 
 
 def measure_bandwidth_bytes_per_s(device: str) -> float:

@@ -3,6 +3,7 @@ sustained_math_floor_s, applied by predict/dispatch.py predict_op_times on GPUs)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Sequence
 
 import pytest
@@ -12,6 +13,7 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.sample_configs import gpt3_175b
 from llmperf_hook.hardware.load import load_cluster
 from llmperf_hook.hardware.spec import ClusterSpec
+from llmperf_hook.predict import dispatch
 from llmperf_hook.predict.dispatch import clear_prediction_cache, predict_op_times, predict_ops
 from llmperf_hook.predict.roofline import sustained_math_floor_s
 
@@ -62,3 +64,36 @@ def test_a_gpu_step_never_runs_a_gemm_above_the_sustained_rate() -> None:
     assert gemms
     for op in gemms:
         assert seconds[op.cost_key] >= sustained_math_floor_s(op, A100.gpu) * (1 - 1e-9)
+
+
+class _TimedProfile(_FastProfile):
+    """_FastProfile with the hardware fingerprint a fitted profile carries (profile/local_hardware.fingerprint)."""
+
+    def __init__(self, hardware: dict) -> None:
+        self.meta = SimpleNamespace(name="stub", hardware=hardware)
+
+
+CPU_FINGERPRINT = {"device": "AMD EPYC", "machine": "x86_64", "threads": "1", "logical_cpus": "2",
+                   "clock": "process_cpu"}
+
+
+@pytest.mark.parametrize(("hardware", "floored"), [(CPU_FINGERPRINT, False),
+                                                   ({"device": "NVIDIA A100-SXM4-80GB", "num_sms": "108"}, True)])
+def test_a_cpu_profile_without_the_dtypes_framework_cost_is_not_floored_as_a_gpu(
+        monkeypatch: pytest.MonkeyPatch, hardware: dict, floored: bool) -> None:
+    """A CPU profile whose framework file lacks the dtype (bf16 readings that did not end in their time box on an
+    AVX2 EPYC) was priced as a GPU: every GEMM raised to flops / the measured peak, which was that CPU's slowest bf16
+    layout, 2x over the testbed's bf16 steps (h174). It is a CPU all the same; the missing cost is said."""
+    clear_prediction_cache()
+    monkeypatch.setattr(dispatch, "find_operator_profile", lambda cluster, dtype: _TimedProfile(hardware))
+    monkeypatch.setattr(dispatch, "find_cpu_framework_cost", lambda name, dtype: None)
+    monkeypatch.setattr(dispatch.fitted, "find_comm_model", lambda name: None)
+    cfg = gpt3_175b(tp=8, pp=8, dp=1, micro_batch_size=2, global_batch_size=16, precision="bf16")
+    graph = build_graph(cfg, A100)
+    times = predict_op_times(graph, A100, cfg.precision)
+    gemm = next(op for op in graph.all_ops() if op.op_class == "gemm" and op.flops > 0)
+    expected = sustained_math_floor_s(gemm, A100.gpu) if floored else 1e-9
+    assert times.seconds[gemm.cost_key] == pytest.approx(expected)
+    said = [w for w in times.warnings if "no measured framework cost for bf16" in w]
+    assert (said == []) == floored
+    assert not said or "llmperf profile --device cpu --dtype bf16" in said[0]
