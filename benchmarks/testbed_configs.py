@@ -71,3 +71,8 @@ CONFIGS = (
     TestbedConfig(2, 256, 4, 64, 2, 0, 1, "bf16"),
     TestbedConfig(1, 256, 4, 256, 1, 2, 2, "bf16"),
 )
+DTYPES = tuple(sorted({c.dtype for c in CONFIGS}))
+"""The dtypes the configurations train in: each needs the profile's framework cost (testbed_setup.framework_cost_gaps).
+A file holding only some of them predicted the others without their framework terms: until session 21 the testbed
+checked only the dtypes the file held, and a file without bf16 (no bf16 reading ended in its box on an AVX2-only EPYC)
+scored bf16 configurations as a GPU's (predict/dispatch.py's sustained floor), 76-121 % high (/work/notes/h174.md)."""

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from testbed_configs import CLUSTER, REPO
+from testbed_configs import CLUSTER, DTYPES, REPO
 
 
 def deepspeed_buffers_removed(port: int) -> Any:
@@ -147,7 +147,7 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
-    dtypes = sorted(doc["dtypes"])
+    dtypes = sorted(set(doc["dtypes"]) | set(DTYPES))  # a dtype the configurations train in but the file lacks: a gap
     # the load when its measurement began (its own children raise the later readings of the 1-minute average)
     load = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0]
     gaps = framework_cost_gaps(path, dtypes)

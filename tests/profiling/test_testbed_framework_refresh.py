@@ -151,3 +151,30 @@ def test_a_re_measurement_that_got_no_reading_stops_the_benchmark_and_keeps_the_
         setup.refresh_framework_cost(tmp_path, 0.3)
     assert "no reading of any dtype" in str(stop.value) and "kept as it was" in str(stop.value)
     assert path.read_text() == before
+
+def _drop_bf16(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    del doc["dtypes"]["bf16"]
+    path.write_text(json.dumps(doc))
+
+
+def test_a_file_without_a_dtype_the_configurations_train_in_is_re_measured_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A complete fp32-only file (no bf16 reading ended in its box on an AVX2-only EPYC) was kept, and the bf16
+    configurations were scored without their framework terms, priced as a GPU's, 76-121 % high (h174)."""
+    _drop_bf16(_write(tmp_path, complete=True))
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    setup.refresh_framework_cost(tmp_path, 0.3)
+    (argv,) = fake.calls
+    assert argv[-2:] == ["bf16", "fp32"] and "bf16" in setup.DTYPES
+
+
+def test_a_busy_machine_stops_on_a_file_without_a_dtype_the_configurations_train_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _drop_bf16(_write(tmp_path, complete=True))
+    fake = FakeMeasure(tmp_path, True)
+    monkeypatch.setattr(setup.subprocess, "run", fake)
+    with pytest.raises(SystemExit) as stop:
+        setup.refresh_framework_cost(tmp_path, 99.0)
+    assert fake.calls == [] and "framework cost bf16: not measured" in str(stop.value)
