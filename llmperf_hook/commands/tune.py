@@ -222,7 +222,9 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
     if search_file and not sets_a_knob(asked_raw):
         click.echo(f"llmperf tune: warning: {no_knob_note(search_file, cfg.framework)}", err=True)
-    for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw) if search_file else ():
+    space, switches = _trainer_checkpointing(cfg, space, script, script_args)
+    for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw,
+                              frozenset({"recompute"} if switches else ())) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)
     asked = frozenset(asked_raw)
     pins = pin_fork_knobs(space, cfg, script, script_args, asked)  # flags the fork's parser lacks are never written
@@ -237,6 +239,25 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
                                command_rules=rules)
     return result, space, pins.rules
+
+
+def _trainer_checkpointing(cfg: Any, space: Any, script: str, script_args: Sequence[str]) -> tuple[Any, bool]:
+    """(space, whether tune switches the Trainer's --gradient_checkpointing): a Trainer job under DeepSpeed, DDP or
+    FSDP searches it on and off, unless its --fsdp_config turns on FSDP's own checkpointing or the script's own
+    parser lacks the flag (then, with a warning, the command's: tune/trainer_checkpointing.py)."""
+    from dataclasses import replace
+
+    from llmperf_hook.tune.candidate import candidate_of
+    from llmperf_hook.tune.trainer_checkpointing import checkpointing_kept, trainer_switches_checkpointing
+
+    if not (cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg)):
+        return space, False
+    why = checkpointing_kept(script, script_args)
+    if why is None:
+        return space, True
+    click.echo(f"llmperf tune: warning: {why}: --gradient_checkpointing is not searched (kept as your command has it)",
+               err=True)
+    return replace(space, recompute=(candidate_of(cfg).recompute,)), True
 
 
 def _zero_stages(cfg: Any, stages: tuple[int, ...], ds_settings: Mapping[int, Any] | None) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from llmperf_hook.tune.candidate import RECOMPUTE_CODES, RECOMPUTE_NAMES, Candid
 from llmperf_hook.tune.candidate_rules import MEGATRON_FRAMEWORKS, flags_needing_distopt
 from llmperf_hook.tune.candidate_rules import rule_masks as rule_masks  # re-exported: its callers import it from here
 from llmperf_hook.tune.search_space import SearchSpace
+from llmperf_hook.tune.trainer_checkpointing import trainer_switches_checkpointing
 
 COLUMNS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "rc", "rc_layers", "distopt", "zero", "ep", "etp")
 _CROSS = ("tp", "pp", "vpp", "cp", "sp", "mbs", "distopt", "zero", "ep", "etp")
@@ -108,7 +109,7 @@ def searched_values(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: int)
     out: dict[str, list] = {
         "micro_batch_size": vals["mbs"], "tp": vals["tp"], "pp": vals["pp"], "vpp": vals["vpp"], "cp": vals["cp"],
         "sequence_parallel": [bool(v) for v in vals["sp"]],
-        "recompute": list(_recompute_modes(cfg.framework, space)) or [base.recompute],
+        "recompute": list(_recompute_modes(cfg, space)) or [base.recompute],
         "distributed_optimizer": [bool(v) for v in vals["distopt"]], "zero_stage": vals["zero"],
     }
     if cfg.framework == "megatron":
@@ -182,20 +183,21 @@ def _zero_values(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> li
     return sorted(stages)
 
 
-def _recompute_modes(framework: str, space: SearchSpace) -> tuple[str, ...]:
+def _recompute_modes(cfg: TrainingConfig, space: SearchSpace) -> tuple[str, ...]:
     """Recompute modes the launch command controls: all in Megatron; Hugging Face's --gradient_checkpointing
-    is full recompute of every layer; a plain DeepSpeed script decides in its own code (kept as is)."""
-    if framework in MEGATRON_FRAMEWORKS:
+    is full recompute of every layer (under DeepSpeed, and under DDP / FSDP where the Trainer lets it switch:
+    tune/trainer_checkpointing.py); a plain DeepSpeed or torch script decides in its own code (kept as is)."""
+    if cfg.framework in MEGATRON_FRAMEWORKS:
         return space.recompute
-    if framework == "hf-deepspeed":
+    if cfg.framework == "hf-deepspeed" or trainer_switches_checkpointing(cfg):
         return tuple(m for m in space.recompute if m in ("none", "full"))
     return ()
 
 
-def _recompute_options(framework: str, space: SearchSpace, base: Candidate) -> list[tuple[int, float]]:
+def _recompute_options(cfg: TrainingConfig, space: SearchSpace, base: Candidate) -> list[tuple[int, float]]:
     """(code, layers) pairs; a negative layers value is a fraction of the chunk's layers, resolved per row."""
     opts: list[tuple[int, float]] = []
-    modes = _recompute_modes(framework, space)
+    modes = _recompute_modes(cfg, space)
     for mode in modes:
         if mode == "block":
             fracs = [-f for f in _BLOCK_FRACTIONS] if space.recompute_block_layers is None else []
@@ -212,7 +214,7 @@ def generate_candidates(cfg: TrainingConfig, space: SearchSpace, gpus_per_node: 
                         extra: tuple[Candidate, ...] = ()) -> CandidateTable:
     """The cross product of the search space (plus the user's own configuration and `extra`), deduplicated."""
     vals = knob_values(cfg, space, gpus_per_node)
-    rc_opts = _recompute_options(cfg.framework, space, candidate_of(cfg))
+    rc_opts = _recompute_options(cfg, space, candidate_of(cfg))
     axes = [np.asarray(vals[k], dtype=np.int64) for k in _CROSS]
     axes.append(np.arange(len(rc_opts)))
     grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij", copy=False)]

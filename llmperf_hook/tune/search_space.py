@@ -265,11 +265,13 @@ _PINNED: dict[str, tuple[str, ...]] = {
 
 
 def ignored_knobs(path: str | Path, framework: str, num_experts: int,
-                  raw: Mapping[str, Any] | None = None) -> list[str]:
+                  raw: Mapping[str, Any] | None = None, searched: frozenset[str] = frozenset()) -> list[str]:
     """Keys of the user's `--search FILE` (`raw`: the file already read) that this framework's launch command cannot
-    change (kept as the command has them), one note each, so a widened knob that does nothing is not silent."""
+    change (kept as the command has them), one note each, so a widened knob that does nothing is not silent;
+    `searched`: knobs this command changes although its framework usually does not (a Trainer's
+    --gradient_checkpointing under DDP / FSDP)."""
     raw = read_search_file(path) if raw is None else raw
-    pinned = set(_PINNED.get(framework, ()))
+    pinned = set(_PINNED.get(framework, ())) - searched
     if num_experts <= 0:
         pinned |= {"expert_parallel", "expert_tensor_parallel"}
     keys = [k for k in raw if k in pinned and raw[k] is not None]

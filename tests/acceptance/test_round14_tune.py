@@ -33,3 +33,67 @@ def test_search_file_that_sets_no_knob_searches_the_defaults_and_says_so(home: P
     assert data["search_space"].endswith("configs/search/megatron.yaml (s.yaml sets no knob)"), data["search_space"]
     assert "warning: --search s.yaml sets no knob" in err and "configs/search/megatron.yaml" in err, err
     assert data["knobs"]["searched"]["tp"] == [1, 2, 4, 8], data["knobs"]  # the commented-out [4] too
+
+
+TRAINER_FSDP = ["torchrun", "--nproc-per-node", "8", "train.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4", "--bf16", "--output_dir",
+                "out", "--fsdp", "full_shard auto_wrap", "--gradient_checkpointing"]
+"""A Llama-2-7B fine-tune with the Hugging Face Trainer under FSDP (no ds_config) with gradient checkpointing."""
+
+
+def _trainer_tune(home: Path, capsys, args: list[str], command: list[str]) -> tuple[dict, str]:
+    (home / "train.py").write_text("from transformers import Trainer, TrainingArguments\n")
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", *args, "--",
+                              *command], capsys)
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def test_trainer_fsdp_searches_gradient_checkpointing_and_apply_writes_the_trainer_flag(home: Path, capsys) -> None:
+    """Under the Trainer's --fsdp (framework torch) tune kept --gradient_checkpointing as the command had it, so a
+    7B job on 8 H100s that fits without it (55 GiB) was never offered the ~25 % faster run. transformers'
+    TrainingArguments.gradient_checkpointing is a bool the Trainer applies under FSDP too; --apply writes
+    `--gradient_checkpointing False`, which explain reads back as no recompute."""
+    data, _ = _trainer_tune(home, capsys, ["--top", "3", "--apply", "--dry-run"], TRAINER_FSDP)
+    assert data["knobs"]["searched"]["recompute"] == ["none", "full"], data["knobs"]
+    best = data["top"][0]
+    assert best["recompute"] == "none" and data["baseline"]["recompute"] == "full", (best, data["baseline"])
+    applied = data["applied"]["argv"]
+    assert applied[-2:] == ["--gradient_checkpointing", "False"] and applied[:-1] == TRAINER_FSDP, applied
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
+                              *applied], capsys)
+    assert code == 0 and json.loads(out)["config"]["recompute"] == "none", err
+    assert not data["applied"]["new_files"]
+
+
+def test_trainer_fsdp_config_with_its_own_checkpointing_keeps_it(home: Path, capsys) -> None:
+    """FSDP's activation_checkpointing in the Trainer's --fsdp_config beside --gradient_checkpointing stops the
+    Trainer ('can't be set to True simultaneously', transformers trainer.py create_accelerator_and_postprocess), so
+    tune must not add the switch there: checkpointing is kept as the command has it, with a warning."""
+    (home / "fsdp.json").write_text('{"fsdp_activation_checkpointing": true}')
+    command = [*TRAINER_FSDP[:-1], "--fsdp_config", "fsdp.json"]
+    data, err = _trainer_tune(home, capsys, ["--top", "3"], command)
+    assert "recompute" not in data["knobs"]["searched"] and data["knobs"]["kept"]["recompute"] == "none", data["knobs"]
+    assert "--fsdp_config fsdp.json turns on FSDP's activation_checkpointing" in err, err
+    assert all(not any(c["key"].startswith("--gradient") and "checkpointing" in c["key"] for c in row["changes"])
+               for row in data["top"]), data["top"]
+
+
+def test_own_argparse_script_without_the_switch_is_never_given_it(home: Path, capsys) -> None:
+    """A script of the user's own (transformers' run_clm_no_trainer.py style: argparse with
+    --per_device_train_batch_size, no --gradient_checkpointing) would stop on the Trainer's switch ('unrecognized
+    arguments'), so tune keeps its checkpointing and says why; the micro-batch is still searched."""
+    (home / "clm.py").write_text(
+        "import argparse\nfrom accelerate import Accelerator\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--model_name_or_path')\np.add_argument('--per_device_train_batch_size', type=int)\n"
+        "p.add_argument('--gradient_accumulation_steps', type=int)\np.add_argument('--output_dir')\n"
+        "args = p.parse_args()\naccelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)\n")
+    command = ["accelerate", "launch", "--num_processes", "8", "--use_fsdp", "clm.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+               "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4", "--output_dir", "out"]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--top", "3",
+                              "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert "recompute" not in data["knobs"]["searched"] and len(data["knobs"]["searched"]["micro_batch_size"]) > 1
+    assert "clm.py parses its own arguments (argparse) and defines no --gradient_checkpointing" in err, err
+

@@ -1,0 +1,77 @@
+"""Whether tune may switch a Hugging Face Trainer job's activation checkpointing (DDP or FSDP, no ds_config).
+
+The Trainer's `--gradient_checkpointing` (transformers TrainingArguments.gradient_checkpointing, a bool: `True` /
+`False` after the flag) calls `model.gradient_checkpointing_enable()`, which recomputes every decoder layer: priced
+as full recompute of each layer, as under DeepSpeed (tune/candidates._recompute_modes). It works under the Trainer's
+`--fsdp` too, with one exception: FSDP's own activation checkpointing (the Trainer's `--fsdp_config` key
+`activation_checkpointing`, or accelerate's FSDP plugin `fsdp_activation_checkpointing`) beside
+`--gradient_checkpointing` makes the Trainer stop at start-up ('The activation_checkpointing in FSDP config and the
+gradient_checkpointing in training arg can't be set to True simultaneously', transformers trainer.py
+create_accelerator_and_postprocess). Such a job keeps its checkpointing as it is, as does a script of the user's own
+whose argparse parser defines no --gradient_checkpointing (a *_no_trainer.py script: argparse stops on the flag,
+'unrecognized arguments'; tune/script_options.py reads the parser without running it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.provenance import SourceKind
+from llmperf_hook.tune.argv_edit import find_flag, flag_value, option_key
+from llmperf_hook.tune.candidate import hf_batch_flags
+from llmperf_hook.tune.script_options import script_options
+
+FSDP_CONFIG = ("--fsdp_config", "--fsdp-config")
+_TRAINER_SWITCH = "--gradient_checkpointing"
+
+
+def trainer_switches_checkpointing(cfg: TrainingConfig) -> bool:
+    """A plain torch job run by the Trainer's flags (tune/candidate.hf_batch_flags) whose checkpointing is the
+    Trainer's switch or off: not accelerate's FSDP plugin (a launcher setting, which the Trainer refuses beside
+    the switch) nor a script's own flag."""
+    source = cfg.sources.get("recompute")
+    if cfg.framework != "torch" or not hf_batch_flags(cfg) or source is None:
+        return False
+    return source.kind == SourceKind.DEFAULT or (source.kind == SourceKind.ARGV and
+                                                 option_key(source.detail) == option_key(_TRAINER_SWITCH))
+
+
+def checkpointing_kept(script: str, script_args: Sequence[str]) -> str | None:
+    """Why a job that trainer_switches_checkpointing keeps its checkpointing after all (None: tune switches it)."""
+    own = script_options(script)  # None: HfArgumentParser (every TrainingArguments flag) or no parser of its own
+    if own is not None and not {"--gradient_checkpointing", "--gradient-checkpointing"} & own.options:
+        return (f"{script} parses its own arguments (argparse) and defines no --gradient_checkpointing, so argparse "
+                "would stop the job on it ('unrecognized arguments')")
+    return _fsdp_config_keeps_checkpointing(script_args)
+
+
+def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:
+    """Why the Trainer's `--fsdp_config` keeps the job's checkpointing as it is (None: it does not, or no such
+    flag): its `activation_checkpointing` is on, or llmperf cannot read it to tell."""
+    hits = find_flag(list(script_args), FSDP_CONFIG)
+    if not hits:
+        return None
+    value = flag_value(list(script_args), FSDP_CONFIG) or ""  # argparse keeps the last
+    raw = _read_fsdp_config(value)
+    if raw is None:
+        return (f"{hits[-1].name} {value!r} is not a JSON file or JSON object llmperf can read, so whether its "
+                "activation_checkpointing is on is unknown")
+    on = raw.get("activation_checkpointing", raw.get("fsdp_activation_checkpointing", False))  # 'fsdp_' stripped
+    if on in (True, "true", "True"):
+        return (f"{hits[-1].name} {value} turns on FSDP's activation_checkpointing, and the Trainer refuses "
+                "--gradient_checkpointing beside it ('can't be set to True simultaneously', transformers trainer.py)")
+    return None
+
+
+def _read_fsdp_config(value: str) -> dict[str, Any] | None:
+    """TrainingArguments.__post_init__ reads a str fsdp_config as a JSON file (a dict given in code or as a JSON
+    string by HfArgumentParser is taken as is)."""
+    try:
+        text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+        raw = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
