@@ -15,6 +15,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
+from llmperf_hook.frameworks.accelerator_code import drives_accelerator
 from llmperf_hook.frameworks.deepspeed_config import AUTO, DsSettings, parse_ds_config, read_ds_config
 from llmperf_hook.frameworks.deepspeed_release import JobRelease
 from llmperf_hook.provenance import Source, SourceKind
@@ -164,9 +165,9 @@ _ACCELERATOR_EXAMPLES = ("nlp_example.py", "cv_example.py", "complete_nlp_exampl
 
 def accelerator_script(script: str, script_args: Sequence[str]) -> bool:
     """A script that drives `Accelerator` itself rather than the Hugging Face Trainer: transformers' *_no_trainer.py
-    examples, accelerate's examples (examples/by_feature/*.py, nlp_example.py ...), or one taking their
-    --with_tracking. Accelerator fills the ds_config's "auto" from its dataloader and plugin and checks nothing
+    examples, accelerate's examples (examples/by_feature/*.py, nlp_example.py ...), one taking their --with_tracking,
+    or one whose code builds an Accelerator and no Trainer (frameworks/accelerator_code.py). Accelerator fills the ds_config's "auto" from its dataloader and plugin and checks nothing
     against the script's arguments (DeepSpeedPlugin.fill_match must_match=False), unlike the Trainer's fill_match."""
     name = os.path.basename(script)
     return (name.endswith("_no_trainer.py") or name in _ACCELERATOR_EXAMPLES or "/by_feature/" in script
-            or "--with_tracking" in script_args)
+            or "--with_tracking" in script_args or drives_accelerator(script))

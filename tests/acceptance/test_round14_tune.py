@@ -97,3 +97,32 @@ def test_own_argparse_script_without_the_switch_is_never_given_it(home: Path, ca
     assert "recompute" not in data["knobs"]["searched"] and len(data["knobs"]["searched"]["micro_batch_size"]) > 1
     assert "clm.py parses its own arguments (argparse) and defines no --gradient_checkpointing" in err, err
 
+
+ACCELERATE_DS = ["accelerate", "launch", "--num_processes", "8", "--use_deepspeed", "--deepspeed_config_file",
+                 "ds.json", "finetune.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                 "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4"]
+
+
+@pytest.mark.parametrize("code, accelerator", [
+    ("from accelerate import Accelerator as Acc\nacc = Acc()\n", True),
+    ("from accelerate import *\naccelerator = Accelerator()\n", True),
+    ("# Accelerator() is built by the Trainer\nfrom transformers import Trainer\nTrainer(model=None).train()\n", False),
+])
+def test_accelerator_script_told_by_its_code(home: Path, capsys, code: str, accelerator: bool) -> None:
+    """A script named like neither transformers' *_no_trainer.py nor accelerate's examples that drives Accelerator
+    itself was taken for the Trainer, whose fill_match refuses a ds_config value unlike its flag: tune exited 2 on a
+    job that runs (Accelerator logs 'Gradient accumulation steps mismatch' and takes DeepSpeed's 8). A comment
+    naming Accelerator in a Trainer script changes nothing: the Trainer's refusal stands."""
+    (home / "finetune.py").write_text(code)
+    (home / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
+                                              "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    code_, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--top", "1",
+                               "--", *ACCELERATE_DS], capsys)
+    data = json.loads(out)
+    if accelerator:
+        assert code_ == 0 and data["baseline"]["micro_batch_size"] == 2, err
+        assert "Accelerator uses DeepSpeed's value" in err, err
+    else:
+        assert code_ == 2 and "mismatches the Hugging Face Trainer's arguments" in data["error"], data
+    assert json.loads((home / "ds.json").read_text())["gradient_accumulation_steps"] == 8
+
