@@ -1,6 +1,7 @@
-"""Predicted vs measured single-GPU training steps on a real GPU (H100 SXM5 and H200 SXM, measured 2026-11-26).
+"""Predicted vs measured single-GPU training steps on a real GPU (H100 SXM5 and H200 SXM, measured 2026-11-26..28).
 
-    python benchmarks/bench_gpu_steps.py [measurements/h100-sxm5-80gb-2026-11-26 | measurements/h200-sxm-141gb-2026-11-26]
+    python benchmarks/bench_gpu_steps.py [measurements/h100-sxm5-80gb-2026-11-26 | measurements/h200-sxm-141gb-2026-11-26
+                                          | measurements/h200-sxm-141gb-2026-11-28 (hold-out shapes) | ...]
 
 The measurements are real DeepSpeed (ZeRO-0/1, bf16) and plain-torch steps of the testbed GPT on one GPU,
 recorded by `llmperf run --instrument` (benchmarks/measure_gpu.sh; the folder's README has the environment).
@@ -33,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_DIR = ROOT / "measurements" / "h100-sxm5-80gb-2026-11-26"
+GPU_WORK_DIR = "/tmp/llmperf-gpu/"
+"""The GPU scripts' work folder (benchmarks/gpu_prologue.sh's $W): a file a run's command named there (e.g. a
+ds_config the script wrote) is saved beside the folder's runs/."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,8 @@ def measure_rows(folder: Path, tmp: Path, hardware: str, cluster: str) -> list[R
         session = json.loads((run_dir / "session.json").read_text())
         run = read_run_dir(run_dir)
         job = summarize_job(run.records, str(session["job_id"]))
-        argv = tuple(a.replace("examples/", str(ROOT / "examples") + "/") for a in session["argv"])
+        argv = tuple(a.replace("examples/", str(ROOT / "examples") + "/").replace(GPU_WORK_DIR, f"{folder}/")
+                     for a in session["argv"])
         env = {"PATH": os.environ.get("PATH", "")}
         analytic = predict_command(argv, env, cluster=cluster, hardware=analytic_hw)
         fitted = predict_command(argv, env, cluster=cluster, hardware=hardware)

@@ -33,6 +33,9 @@ import torch  # noqa: E402
 import train_gpt  # noqa: E402
 
 WARMUP, PROFILED = 6, 3
+NOT_KERNELS = frozenset({"Command Buffer Full"})
+"""CUPTI's record of the host waiting for a full launch queue, with the wait as its 'device' time: no kernel (it made
+measurements/h200-sxm-141gb-2026-11-28/kernels/h06.txt's total 1,025.9 ms, of which 928.7 ms this wait)."""
 
 
 def main() -> None:
@@ -71,6 +74,24 @@ def main() -> None:
     write_table(out, prof, wall_s, device.type == "cuda", " ".join(sys.argv[2:]))
     if os.environ.get("KB_CPROFILE"):  # where the host's time goes, by Python function (framework hooks included)
         host_profile(Path(os.environ["KB_CPROFILE"]), step, sync)
+    if os.environ.get("KB_TRACE"):  # one more step's timeline (host ops and kernels), gzip-compressed Chrome trace
+        chrome_trace(Path(os.environ["KB_TRACE"]), step, sync, acts)
+
+
+def chrome_trace(out: Path, step, sync, acts) -> None:
+    """One profiled step as a Chrome trace (`out`, gzip-compressed): where the device idles between kernels and
+    what the host was doing then (benchmarks/gpu_idle_phases.py reads it)."""
+    import gzip
+    import shutil
+
+    with torch.profiler.profile(activities=acts) as prof:
+        step()
+        sync()
+    raw = out.with_suffix(".tmp.json")
+    prof.export_chrome_trace(str(raw))
+    with raw.open("rb") as src, gzip.open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
 
 
 def host_profile(out: Path, step, sync) -> None:
@@ -97,7 +118,7 @@ def write_table(out: Path, prof, wall_s: float, cuda: bool, argv: str) -> None:
     rows = []
     for e in prof.key_averages():  # per aten op: the device time of the kernels it launched itself (or CPU time)
         t = (e.self_device_time_total if cuda else e.self_cpu_time_total) / PROFILED  # us per step
-        if t > 0 and e.device_type.name == "CPU":
+        if t > 0 and e.device_type.name == "CPU" and e.key not in NOT_KERNELS:
             rows.append((t, e.count / PROFILED, e.key))
     rows.sort(reverse=True)
     total_us = sum(t for t, _, _ in rows)
