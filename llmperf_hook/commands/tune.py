@@ -61,7 +61,7 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     elapsed = time.perf_counter() - started
     if search_file and _only_own_valid(result):
         click.echo(f"llmperf tune: warning: {_only_own_note(search_file, result)}", err=True)
-    header = {**_header(cfg, spec, space.source, elapsed), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
+    header = {**_header(cfg, spec, space.source, elapsed, job), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
     if not result.top and not (own_fits_over_margin(result) and not apply_best):
@@ -198,6 +198,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.candidates import generate_candidates
     from llmperf_hook.tune.assemble_rules import assemble_rule_masks
     from llmperf_hook.tune.command_rules import all_rules, command_rule_masks
+    from llmperf_hook.tune.elastic import elastic_rule_masks
     from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import (ignored_knobs, load_search_space, no_knob_note, read_search_file,
@@ -234,7 +235,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     table = generate_candidates(cfg, space, spec.gpus_per_node)
     rules = command_rule_masks(cfg, script_args)
     if job is not None:
-        rules = all_rules(rules, assemble_rule_masks(cfg, job, ds_settings))
+        rules = all_rules(rules, assemble_rule_masks(cfg, job, ds_settings), elastic_rule_masks(cfg, job))
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
                                command_rules=rules)
@@ -297,12 +298,16 @@ def memory_only(cfg: Any, spec: Any) -> Any:
     return estimate_memory(cfg, build_graph(cfg, spec), spec)
 
 
-def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float) -> dict[str, Any]:
+def _header(cfg: Any, spec: Any, space_source: str, elapsed_s: float, parsed: Any = None) -> dict[str, Any]:
+    from llmperf_hook.tune.elastic import elastic_note
+
     m = cfg.model
+    elastic = elastic_note(parsed) if parsed is not None else None
     job = (f"{cfg.framework} {m.num_layers} layers x hidden {m.hidden_size}, seq {m.seq_length}, "
-           f"{cfg.world_size} GPUs, global batch {cfg.batch.global_batch_size}")
-    return {"job": job, "framework": cfg.framework, "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source,
-            "elapsed_s": elapsed_s, "capacity_bytes": spec.gpu.memory_capacity_bytes,
+           f"{cfg.world_size} GPUs{' (elastic)' if elastic else ''}, global batch {cfg.batch.global_batch_size}")
+    return {"job": job, "framework": cfg.framework, **({"elastic": elastic} if elastic else {}),
+            "cluster": f"{spec.name} ({spec.gpu.name})", "space": space_source, "elapsed_s": elapsed_s,
+            "capacity_bytes": spec.gpu.memory_capacity_bytes,
             "host_capacity_bytes": spec.host_memory_bytes, "host_offload": host_offloads(cfg)}
 
 

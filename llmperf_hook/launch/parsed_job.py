@@ -69,6 +69,10 @@ class ParsedJob:
     """The launch script's arguments its lines read that it was not given (`$3 at line 17`), each with the options
     whose value it gives: a refusal about one of those options names it (shell_positional.missing_arguments_note)."""
 
+    elastic_min_nnodes: int | None = None
+    """The fewest nodes an elastic range starts the job with (torchrun --nnodes 2:4 -> 2; `nnodes` is its maximum,
+    the size predict and tune price); None: a fixed node count (or llmperf's --nnodes)."""
+
     def undecided_setting(self, options: Iterable[str]) -> tuple[str, ...]:
         """The undecided lines that may have set one of `options` (`--mock-data`), in reading order: where a rule on
         those options softens to a warning."""

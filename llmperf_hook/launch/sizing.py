@@ -56,6 +56,9 @@ class Sized:
     of_node: Callable[[int], int] | None = None
     """The count as a function of the node's GPUs, where --cluster gives those (deepspeed --exclude localhost:0
     without a hostfile: the node's GPUs less the excluded ones)."""
+    least: int | None = None
+    """The fewest of an elastic range (torchrun --nnodes MIN:MAX), where `value` is its maximum: torchrun starts the
+    job once MIN nodes joined the rendezvous (torch/distributed/run.py parse_min_max_nnodes -> min_nodes)."""
 
 
 @dataclass(frozen=True)
@@ -156,4 +159,5 @@ def finish_job(
         warnings=size.warnings, script_files=size.script_files, autotuning=size.autotuning, undecided=size.undecided,
         undecided_options=size.undecided_options, unknown_values=size.unknown,
         missing_arguments=size.missing_arguments,
+        elastic_min_nnodes=nnodes.least if nnodes.least is not None and nnodes.least < nnodes.value else None,
     )

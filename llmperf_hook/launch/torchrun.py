@@ -128,19 +128,19 @@ def _lookup(opts: ScannedOptions, dest: str, env: Mapping[str, str], used: dict[
     return None
 
 
-def parse_nnodes(value: str, origin: str) -> tuple[int, str | None]:
-    """`N` or `MIN:MAX` -> (nodes to size for, warning for an elastic range)."""
+def parse_nnodes(value: str, origin: str) -> tuple[int, str | None, int]:
+    """`N` or `MIN:MAX` -> (nodes to size for, warning for an elastic range, the fewest it starts with)."""
     if ":" in value:
         low_text, high_text = value.split(":", 1)
         low, high = parse_int(low_text, "--nnodes MIN", origin), parse_int(high_text, "--nnodes MAX", origin)
         if not 1 <= low <= high:
             raise UsageError(f"--nnodes {value} from {origin} is not a valid MIN:MAX range (1 <= MIN <= MAX).")
         warning = None if low == high else f"elastic --nnodes {value}: sized for the maximum, {high} nodes"
-        return high, warning
+        return high, warning, low
     nodes = parse_int(value, "--nnodes", origin)
     if nodes < 1:
         raise UsageError(f"--nnodes {nodes} from {origin} must be at least 1.")
-    return nodes, None
+    return nodes, None, nodes
 
 
 def _nproc(found: tuple[str, Source] | None, env: Mapping[str, str], used: dict[str, str]) -> Sized:
@@ -195,8 +195,8 @@ def parse_torchrun(words: Sequence[str], start: int, env: Mapping[str, str], use
     if nnodes_found is None:
         nnodes = Sized(1, Source(SourceKind.DEFAULT, "torchrun: 1"))
     else:
-        count, warning = parse_nnodes(nnodes_found[0], str(nnodes_found[1]))
-        nnodes = Sized(count, nnodes_found[1])
+        count, warning, least = parse_nnodes(nnodes_found[0], str(nnodes_found[1]))
+        nnodes = Sized(count, nnodes_found[1], least=least)
         warnings += [warning] if warning else []
     standalone = _lookup(opts, "standalone", env, used)
     if standalone and nnodes.value and nnodes.value > 1:

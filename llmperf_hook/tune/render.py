@@ -3,7 +3,8 @@
 Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the exact flags / ds_config keys
 that differ between the user's command and the tuned one (tune/apply.py produced both).
 
-JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `knobs` {searched {knob: values tried}, kept
+JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `elastic` (only for torchrun --nnodes MIN:MAX: the size
+tune ranks at and the rules it checks at MIN, tune/elastic.py); `knobs` {searched {knob: values tried}, kept
 {knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
 does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered, num_invalid,
 invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted: fit the
@@ -162,6 +163,7 @@ def _row(rank: str, ev: Evaluated, changes: str, margin: float) -> str:
 def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: Mapping[str, Any]) -> str:
     lines = [f"llmperf tune: {header['job']} on {header['cluster']}",
              f"search space: {header['space']}",
+             *([f"elastic: {header['elastic']}"] if header.get("elastic") else []),
              *([knobs_line(header["knobs"], header.get("framework", "megatron"))] if header.get("knobs") else []),
              _pruning_line(res, header)]
     usable = (1 - res.memory_margin) * header["capacity_bytes"] / GiB
@@ -319,6 +321,7 @@ def render_json(res: TuneResult, changes: Sequence[Sequence[Change]], header: Ma
     return {
         "schema": JSON_SCHEMA,
         "job": header["job"], "cluster": header["cluster"], "search_space": header["space"],
+        **({"elastic": header["elastic"]} if header.get("elastic") else {}),
         "knobs": header.get("knobs"), "search": search_json(res, header),
         "baseline": _evaluated_json(base, None) if base else None,
         "top": [_evaluated_json(ev, ch) for ev, ch in zip(res.top, changes)],

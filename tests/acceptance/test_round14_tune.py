@@ -126,3 +126,34 @@ def test_accelerator_script_told_by_its_code(home: Path, capsys, code: str, acce
         assert code_ == 2 and "mismatches the Hugging Face Trainer's arguments" in data["error"], data
     assert json.loads((home / "ds.json").read_text())["gradient_accumulation_steps"] == 8
 
+
+def test_elastic_nnodes_ranks_at_the_maximum_and_lists_only_layouts_that_start_at_the_minimum(home: Path,
+                                                                                                capsys) -> None:
+    """torchrun --nnodes 1:4 starts the job once one node joined (run.py parse_min_max_nnodes, the rendezvous'
+    min_nodes). tune ranked at 4 nodes without a word beyond predict's warning and listed layouts Megatron refuses
+    on one node (TP x PP = 16 or 32 does not divide 8 GPUs: arguments.py's world-size assert). Now the header says
+    which size it ranked at, the layouts listed also start at the minimum, and explain accepts the applied command
+    at one node."""
+    command = ["torchrun", "--nnodes", "1:4", *MEGATRON_16[3:]]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "30", "--apply",
+                              "--dry-run", "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["elastic"].startswith("--nnodes 1:4 starts at 1 to 4 nodes: ranked at the maximum, 4 nodes (32 GPUs)")
+    assert "32 GPUs (elastic)" in data["job"]
+    assert data["search"]["invalid_by_rule"]["world at the elastic minimum (1 node, 8 GPUs) % (tp*pp*cp) != 0"] > 0
+    for row in data["top"]:
+        group = row["tp"] * row["pp"] * row["cp"]
+        assert 8 % group == 0 and 512 % (row["micro_batch_size"] * 8 // group) == 0, row
+    applied = data["applied"]["argv"]
+    assert applied[:4] == ["torchrun", "--nnodes", "1:4", "--nproc-per-node"], applied
+    for nodes in ("1", "4"):
+        code, out, err = run_cli(["explain", "--nnodes", nodes, "--", *applied], capsys)
+        assert code == 0, err
+
+
+def test_fixed_node_count_has_no_elastic_note(home: Path, capsys) -> None:
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [4]\npipeline_parallel: [2]\n")
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "1", "--search", "s.yaml",
+                              "--", *MEGATRON_16], capsys)
+    assert code == 0 and "elastic" not in json.loads(out), err  # the result object's keys as before

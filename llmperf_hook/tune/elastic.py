@@ -1,0 +1,57 @@
+"""An elastic launch (`torchrun --nnodes MIN:MAX`): the size tune ranks at, and the layouts that also start at MIN.
+
+torchrun reads `--nnodes 2:4` as min_nodes 2, max_nodes 4 (torch/distributed/run.py parse_min_max_nnodes) and its
+rendezvous starts the job once MIN nodes joined, admitting more only until its last-call timeout; after a node is lost
+or added it restarts every worker at the new count. So the world the job trains at is anywhere from MIN to MAX nodes.
+predict prices the maximum (launch/torchrun.parse_nnodes, with a warning), and tune ranks at the same size, the
+fastest the job runs. A layout must also start at MIN, where Megatron-LM (arguments.py) asserts world % (TP x PP x CP)
+== 0 and, with the global batch fixed, global_batch % (micro_batch x DP) == 0, and DeepSpeed asserts the same batch
+triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout that breaks either at MIN is
+counted invalid (named masks, as the other layout rules), so the configuration tune lists and --apply launches
+starts at either end of the range. Memory is checked at MAX only: at fewer nodes DP is smaller, so ZeRO and
+distributed-optimizer shards are larger (said in the note); node counts between MIN and MAX are not checked.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from llmperf_hook.frameworks.training_config import TrainingConfig
+from llmperf_hook.launch.parsed_job import ParsedJob
+from llmperf_hook.provenance import SourceKind
+from llmperf_hook.tune.command_rules import Masks, MaskFn
+
+
+def elastic_note(job: ParsedJob) -> str | None:
+    """The size tune ranks at for an elastic launch, for the header (None: a fixed node count)."""
+    least = job.elastic_min_nnodes
+    if least is None:
+        return None
+    return (f"--nnodes {least}:{job.nnodes} starts at {least} to {job.nnodes} nodes: ranked at the maximum, "
+            f"{job.nnodes} nodes ({job.world_size} GPUs); every layout listed also starts at {least} node{'s' * (least > 1)} "
+            f"({least * job.nproc_per_node} GPUs), where memory is not checked (fewer data-parallel ranks: larger "
+            "ZeRO / distributed-optimizer shards); llmperf --nnodes N ranks at N nodes")
+
+
+def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
+    """The layout rules at the range's minimum, as named masks over a candidate table's columns."""
+    least = job.elastic_min_nnodes
+    if least is None or job.world_size != job.nnodes * job.nproc_per_node:
+        return lambda cols: {}
+    world = least * job.nproc_per_node
+    where = f"at the elastic minimum ({least} node{'s' * (least > 1)}, {world} GPUs)"
+    gbs = cfg.batch.global_batch_size
+    fixed_batch = cfg.sources.get("global_batch_size") is not None and \
+        cfg.sources["global_batch_size"].kind != SourceKind.DERIVED  # derived: it follows the world the job got
+
+    def masks(cols: Mapping[str, np.ndarray]) -> Masks:
+        group = cols["tp"] * cols["pp"] * cols["cp"]
+        out = {f"world {where} % (tp*pp*cp) != 0": world % group != 0}
+        if fixed_batch:
+            dp = np.maximum(world // group, 1)
+            out[f"global_batch % (micro_batch*dp) != 0 {where}"] = (world % group == 0) & (gbs % (cols["mbs"] * dp) != 0)
+        return out
+
+    return masks
