@@ -129,6 +129,7 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
     start, result = _interruptible(start_and_run, req.store_path)
     if start is not None:
         click.echo(_end_reading(result, start, threads, budget_min))
+    took = _time_line(result, started_s, time.perf_counter(), "end reading" if start is not None else "output")
     click.echo(f"{result.plan_note}")
     click.echo(f"measured {result.num_measured} shapes ({result.num_skipped} reused from the store)")
     click.echo(f"profile  {result.profile_dir}  ({len(result.fitted_classes)} regressors: "
@@ -139,7 +140,25 @@ def command(device: str | None, budget_min: float, dtype: str | None, ops_text: 
         click.echo(f"note: {note}")
     if name and name != result.name:
         click.echo(f"note: --name {name} is stored lower-case as {result.name}: pass --hardware {result.name}")
+    click.echo(took)
     click.echo(f"use it:  llmperf predict --hardware {result.name} -- <launch command>")
+
+
+def _time_line(result: Any, started_s: float, ended_s: float, last: str) -> str:
+    """Where the --budget went, phase by phase (ProfileResult.phase_ends_s), and when over it, by how much and why
+    (budget.py: the first fits of the classes asked for, and the fits of every class with enough samples, run past
+    it)."""
+    from llmperf_hook.profile.profile_fit import MIN_SAMPLES_TO_FIT
+
+    marks = [("", started_s), *result.phase_ends_s, (last, ended_s)]
+    phases = ", ".join(f"{name} {end - begin:.1f} s" for (_, begin), (name, end) in zip(marks, marks[1:]))
+    budget_s, took_s = result.budget.total_s, ended_s - started_s
+    if took_s <= budget_s + 1.0:
+        return f"time     {took_s:.0f} s of the --budget's {budget_s:.0f} s ({phases})"
+    load = f" at load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
+    return (f"time     budget {budget_s:.0f} s, took {took_s:.0f} s{load} ({phases}): {took_s - budget_s:.0f} s over, "
+            f"because every class asked for gets the {MIN_SAMPLES_TO_FIT} shapes of a first fit and every class with "
+            f"enough samples is fitted, whatever the --budget (a larger --budget keeps to it)")
 
 
 def _store_path(given: Any) -> Any:

@@ -42,6 +42,8 @@ class ProfileResult:
     notes: tuple[str, ...]
     budget: ProfileBudget
     """The deadlines the run kept (the command's end reading keeps to its tail)."""
+    phase_ends_s: tuple[tuple[str, float], ...] = ()
+    """(phase, time.perf_counter() when it ended), in order: where the --budget went (commands/profile says it)."""
 
 
 def _peaks(req: ProfileRequest, measured: Mapping[str, RooflineConstants]) -> dict[str, float]:
@@ -87,6 +89,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
     yaml_path = _hardware_yaml(req, name, rc, rooflines)
+    phase_ends_s = [("fitting and writing", time.perf_counter())]
     if measures_framework(req):  # framework work on the computing thread, measured against this profile
         from llmperf_hook.profile.cpu_framework import write_framework_overhead
         from llmperf_hook.profile.cpu_framework_readings import time_box_notes
@@ -94,6 +97,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         dtypes = sorted({e.dtype for e in entries})
         path = write_framework_overhead(profile_dir, name, dtypes, req.threads, budget.framework_end_s)
         notes += time_box_notes(path, dtypes)
+        phase_ends_s.append(("framework cost", time.perf_counter()))
     elif req.device == "cpu":
         from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
 
@@ -101,7 +105,8 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         notes.append(f"framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= "
                      f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
-                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget)
+                         tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget,
+                         tuple(phase_ends_s))
 
 
 def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Collection[tuple[str, str]],

@@ -21,7 +21,7 @@ import sqlite3
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -401,9 +401,11 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
                      f"{describe_budget(budget, len({(s.op_class, s.phase) for s in specs}))}")
         sys.stderr.write(plan_note + "\n")
         record = (lambda spec, t: _record(store, req, name, spec, t, fp, versions))
+        sampling_s = time.perf_counter()
         measured = _measure_all(todo, deadline, req, rc, record, slowdowns)
         adaptive = _adaptive_rounds(store, req, name, rc, fp, deadline, record)
         groups = _samples_by_class(store, name, None, fp)
+        sampled_s = time.perf_counter()
     plan_note += f"; {adaptive} adaptive samples where the regressors disagreed most"
     if deadline.overrun_s > 0.5:
         whose = ("the --for job runs (other classes stopped at the deadline)" if deadline.first_fit_classes
@@ -411,8 +413,10 @@ def _run_profile(req: ProfileRequest) -> ProfileResult:
         plan_note += (f"; sampling ran {deadline.overrun_s:.0f} s past its deadline to give every class {whose} the "
                       f"{MIN_SAMPLES_TO_FIT} shapes of a first fit (the --budget is smaller than a profile of them "
                       f"takes here)")
-    return fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
-                         plan_note, budget, asked={(s.op_class, s.phase) for s in specs})
+    result = fit_and_write(req, name, rc, fp, versions, groups, measured + adaptive, len(specs) - len(todo),
+                           plan_note, budget, asked={(s.op_class, s.phase) for s in specs})
+    return replace(result, phase_ends_s=(("start-up, torch and the peaks", sampling_s), ("sampling", sampled_s),
+                                         *result.phase_ends_s))
 
 
 def _check_state_dirs(req: ProfileRequest) -> None:
