@@ -334,6 +334,7 @@ def _run_comm(cluster_name: str | None, min_bytes: float, max_bytes: float, devi
                                           device=device))
     if result.path:
         click.echo(f"comm model {result.path} ({result.num_samples} timings; layouts: {', '.join(result.layouts)})")
+        click.echo(f"store      {_store_path(None)}  (the timings)")
         for note in result.notes:
             click.echo(f"note: {note}")
 

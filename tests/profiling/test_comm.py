@@ -25,6 +25,7 @@ def test_two_process_gloo_comm_sampler(tmp_path: Path, monkeypatch: pytest.Monke
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "comm model" in out.stdout
+    assert f"store      {tmp_path / 'store.sqlite'}  (the timings)" in out.stdout  # where they went, said
     # the fitted alpha-beta of each layout is said, as the user checks it
     assert re.search(r"note: allreduce 1x2: latency \d+ us, bus bandwidth [\d.e+-]+ GB/s, within \d+% of its \d+ "
                      r"timings", out.stdout), out.stdout
