@@ -37,13 +37,16 @@ from llmperf_hook.launch.script_file_writes import FileWrites
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic as _arithmetic
 from llmperf_hook.launch.shell_arithmetic_commands import (ASSIGNED, arithmetic_expressions, arithmetic_status,
                                                            forget_assigned, run_arithmetic)
+from llmperf_hook.launch.shell_associative import assign_element, forget
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
 from llmperf_hook.launch.shell_loops import in_background, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, missing_arguments, positional_table,
                                                   run_builtin)
-from llmperf_hook.launch.shell_read import HERE_STRING_REF, getopts_builtin, printf_builtin, read_builtin
+from llmperf_hook.launch.shell_read import (HERE_STRING_REF, ReadCommand, getopts_builtin, input_text,
+                                           mapfile_builtin, printf_builtin, read_builtin, read_command)
+from llmperf_hook.launch.shell_while import WhileLoop
 from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
                                                   quote_arm_patterns)
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, array_and_rest, command_list, decode_ansi_c,
@@ -51,6 +54,7 @@ from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, array_an
                                               protect_literal_dollars, quoted_words, rejoin_substitutions,
                                               restore_dollars, shell_split, split_after_group, split_redirections,
                                               split_unquoted_words, ungroup, word_quoting, written_files)
+from llmperf_hook.launch.shell_function_output import function_substitution
 from llmperf_hook.launch.shell_substitution import substitute_paths
 from llmperf_hook.launch.shell_variables import NAME_BEFORE_QUOTE, PRICED_NAMES, PWD, ShellVariables
 from llmperf_hook.launch.subshell_state import end_subshell, forked_state
@@ -173,6 +177,23 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             run_arithmetic(self, bare, False)  # changes i (a loop not followed to its end is read again, as before)
         return truth
 
+    def loop_input(self, loop: WhileLoop) -> tuple[ReadCommand | None, str | None]:
+        """The `read` command a `while` loop tests (None for another test) and the text its `done` line redirects into
+        it (None where llmperf does not have it: shell_read.input_text)."""
+        try:
+            words = shell_split(protect_literal_dollars(loop.test))
+            done = loop.feed.text if loop.feed is not None else ""
+            kept, redirections = split_redirections(shell_split(protect_literal_dollars(
+                HERE_STRING_REF.sub(r'<<< "\1"', plain_heredoc_operators(done)))))
+        except ValueError:
+            return None, None
+        command = read_command(self, words)
+        if command is None or not command.follows() or "a" in command.options or kept != ["done"]:
+            return None, None
+        feed = loop.feed.heredoc if loop.feed is not None else None
+        text = input_text(self, redirections, feed)
+        return command, None if text is None else restore_dollars(text)
+
     def bash_source(self) -> str:
         """${BASH_SOURCE[0]}: the file being read (a sourced file's own path)."""
         return self.path
@@ -213,7 +234,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             kept = forked_state(self) if self.subshell and not (subshell or self.launches) else None
             try:
                 if "$(" in text and self.conditions.running():  # `$(dirname "$(readlink -f "$0")")`: a path
-                    text = substitute_paths(text, self.cwd, self.source_word)
+                    text = substitute_paths(text, self.cwd, self.source_word, function_substitution(self))
                 if text.strip() and not text.lstrip().startswith("#"):
                     self.texts += [line.text] if not self.launches else []
                     self.note_missing_arguments(line)
@@ -232,6 +253,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if self.conditions.in_undecided_branch():
             self.undecided.setdefault(self.where(line), line.text)
             note_array_assigned(self.conditions, text, self.arrays, self.where(line))
+            assigned = ARRAY_ASSIGN.match(text)
+            if assigned and assigned.group(1) in self.assoc:  # the branches of an associative array are not kept
+                forget(self, assigned.group(1))
         return True
 
     def command_list(self, line: ScriptLine, text: str) -> list[list[str]]:
@@ -280,7 +304,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
-        if self.arrays or "[@]}" in text or "[*]}" in text:  # also `"${EXTRA[@]}"` of an array never set
+        if self.arrays or self.assoc or "[@]}" in text or "[*]}" in text:  # also `"${EXTRA[@]}"` of an array never set
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
@@ -330,6 +354,9 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             forget_assigned(self, expr)
         if words and self.assignments(words, self.conditions.uncertain(), applied=not self.launches):
             return
+        if len(words) == 1 and not self.launches and \
+                assign_element(self, words[0], self.conditions.uncertain() or self.conditions.in_undecided_branch()):
+            return  # `TP[13b]=2`
         if words and not self.launches and run_arithmetic(self, words, self.conditions.uncertain()):
             return  # `(( NP /= 2 ))`, `let NP=X/2`
         if not words or self.launches:  # what follows the launch line does not change it
@@ -343,6 +370,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
                 not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
             raise exit_refusal(self.stops_at(line), words)
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
+                mapfile_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):
             return
         if not self.subshell:  # what a subshell assigns stays there

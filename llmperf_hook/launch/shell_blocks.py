@@ -24,7 +24,8 @@ from llmperf_hook.launch.shell_conditions import Conditions, condition_expander
 from llmperf_hook.launch.shell_eval import UNSET_REF
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_loops import MAX_TOTAL_PASSES, ForLoop, for_loop, loop_values
-from llmperf_hook.launch.shell_while import MAX_PASSES as MAX_WHILE_PASSES, while_loop
+from llmperf_hook.launch.shell_read import ReadCommand
+from llmperf_hook.launch.shell_while import MAX_PASSES as MAX_WHILE_PASSES, WhileLoop, while_loop
 from llmperf_hook.launch.shell_positional import leave_function, positional_table
 from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
 
@@ -91,6 +92,8 @@ class BlockReading:
 
     def loop_test(self, text: str) -> bool | None: ...
 
+    def loop_input(self, loop: WhileLoop) -> tuple[ReadCommand | None, str | None]: ...
+
     def expand(self, text: str, record: bool = True) -> str: ...
 
     def expand_arrays(self, text: str) -> str: ...
@@ -131,6 +134,8 @@ class BlockReading:
         loop = None if self.conditions.in_undecided_branch() else while_loop(lines, i)
         if loop is None or self.passes >= MAX_TOTAL_PASSES:
             return None
+        if loop.feed is not None:
+            return self.read_loop(loop)
         kept, launched = _kept_state(self), len(self.launches) + len(self.submissions) + len(self.singles)
         for _ in range(MAX_WHILE_PASSES + 1):
             truth = None if self.passes >= MAX_TOTAL_PASSES else self.loop_test(loop.test)
@@ -142,6 +147,28 @@ class BlockReading:
             self.read(loop.body)
             if len(self.launches) + len(self.submissions) + len(self.singles) > launched:
                 break  # a launch in the body: read as before, once
+        _restore_state(self, kept, keep_passes=True)
+        return None
+
+    def read_loop(self, loop: WhileLoop) -> int | None:
+        """`while read -r A B; do ... done < FILE` (or `<<< WORD`, `<<EOF`): the body read once per line of the loop's
+        input where llmperf has it (batch_script._Reading.loop_input), the names set from the line before each pass;
+        at the end of the input read fails and the loop ends, its names set from a last line without a newline, else
+        emptied (bash 5.2). Else None: the loop is read as a body that may run."""
+        command, text = self.loop_input(loop)
+        if command is None or text is None or loop.until:
+            return None
+        kept, launched = _kept_state(self), len(self.launches) + len(self.submissions) + len(self.singles)
+        for _ in range(MAX_WHILE_PASSES + 1):
+            line, found, text = text.partition(command.delimiter())
+            command.assign(self, line)
+            if not found:  # read's status is false: no delimiter before the end of its input
+                return loop.end
+            self.passes += WHILE_PASS_COST
+            self.read(loop.body)
+            if len(self.launches) + len(self.submissions) + len(self.singles) > launched or \
+                    self.passes >= MAX_TOTAL_PASSES:
+                break
         _restore_state(self, kept, keep_passes=True)
         return None
 

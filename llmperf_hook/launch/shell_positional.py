@@ -10,6 +10,7 @@ from typing import Mapping, Protocol, Sequence
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import DEFAULT_WORD, ENV_REF
 from llmperf_hook.launch.shell_arithmetic import arithmetic
+from llmperf_hook.launch.shell_associative import declare_associative
 from llmperf_hook.launch.shell_parameters import expand_operators
 from llmperf_hook.launch.shell_script import ScriptLine
 
@@ -115,6 +116,9 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
     value starts unset (bash manual 4.2 `local`, 3.3 Shell Functions: dynamic scoping; under dash it keeps its value).
     Outside a function `local` assigns nothing ('local: can only be used in a function'); dash stops there."""
     options = "".join(word[1:] for word in words[1:] if word.startswith("-"))
+    if "A" in options:  # `declare -A M`: an associative array (launch/shell_associative.py)
+        declare_associative(script, words)
+        return
     scoped = bool(script.frames) and words[0] != "readonly" and "g" not in options
     if words[0] == "local" and not script.frames:
         if script.shell[0] == "dash":
@@ -126,6 +130,9 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
         if word.startswith(("-", "+")):
             continue
         name, eq, _ = word.partition("=")
+        if "$" in name:  # `declare "$n=4"`: bash expands the word first, then assigns the name it gives (4.2 declare)
+            name = _computed_name(script, line, name)
+            word = name + word[word.index("="):] if eq else name
         if scoped:
             script.frames[-1].setdefault(name, script.env.get(name))
             if not eq and script.shell[0] == "bash":  # dash's local keeps the value the name had (dash(1) local)
@@ -136,6 +143,19 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
             script.assign([word])
         if "x" in options:  # `declare -x NAME=value`: exported, as `export` (bash manual 4.2 declare)
             script.exported.add(name)
+
+
+def _computed_name(script: _Script, line: ScriptLine, written: str) -> str:
+    """The variable a `declare "$n=value"` word assigns (NeMo's argument loop: `declare $v="${value}"`); refused (exit
+    2) where only running the script gives the name, since any of its variables may then change."""
+    name = script.expand(written)
+    if re.fullmatch(r"[A-Za-z_]\w*", name):
+        return name
+    raise UsageError(f"{script.kind} {script.path} line {line.number} (`{line.text.strip()[:80]}`): "
+                     f"{line.text.split()[0]} assigns a variable whose name is {written}, which only running the script gives (a command's "
+                     "output or input it reads), so llmperf cannot tell which of the script's variables it changes. "
+                     "Give the script the values it would read, write that assignment with a fixed name, or give the "
+                     "launch line after `--`.")
 
 
 def leave_function(script: _Script) -> None:

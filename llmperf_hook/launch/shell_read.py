@@ -3,13 +3,16 @@ and `printf -v NAME FORMAT ARGS` (bash manual 4.2 Bash Builtin Commands, `read` 
 
 `read -r TP PP <<< "$LAYOUT"` takes one line of its input, splits it into fields at $IFS as word splitting does
 (3.5.7), gives each name one field and the last name the rest of the line; `printf -v GBS "%d" 64` assigns what printf
-would print. Both are read, never run. A `read` whose input only running the script gives (the terminal, a file, a
-pipe) leaves its names undecided, as a command substitution does, so a launch line using them names them."""
+would print; `mapfile -t L <<< "$X"` (`readarray`) makes each line an element. All are read, never run. Input from
+`< FILE` is the text a here-document of the script wrote to FILE, else FILE as it is here (as a ds_config is read). A
+`read` whose input only running the script gives (the terminal, a pipe, a file another command writes or that is not
+here) leaves its names undecided, as a command substitution does, so a launch line using them names them."""
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from llmperf_hook.launch.shell_script import Heredoc, Redirection
 
@@ -30,6 +33,9 @@ class _Script(Protocol):
     exported: set[str]
     allexport: bool
     arrays: dict[str, list[str]]
+    cwd: str
+    files: dict[str, Any]
+    """The files the script wrote before this line (parsed_job.ScriptFile by path)."""
 
     def expand(self, text: str) -> str: ...
 
@@ -104,27 +110,7 @@ def _split_unescaped(line: str, ifs: str, count: int | None) -> list[str]:
     return [unquote.sub(lambda m: chr(ord(m.group(0)) - _QUOTED_BASE), f) for f in ifs_fields(quoted, ifs, count)]
 
 
-def _read_options(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """read's options (by letter, with their values) and its names."""
-    options: dict[str, str] = {}
-    i = 1
-    while i < len(words) and words[i].startswith("-") and words[i] != "-":
-        if words[i] == "--":
-            i += 1
-            break
-        letters = words[i][1:]
-        for k, letter in enumerate(letters):
-            if letter in _READ_OPTIONS_WITH_VALUE:
-                value = letters[k + 1:] or (words[i + 1] if i + 1 < len(words) else "")
-                i += 0 if letters[k + 1:] else 1
-                options[letter] = value
-                break
-            options[letter] = ""
-        i += 1
-    return options, list(words[i:])
-
-
-def _input_text(script: _Script, redirections: Sequence[Redirection], heredoc: Heredoc | None) -> str | None:
+def input_text(script: _Script, redirections: Sequence[Redirection], heredoc: Heredoc | None) -> str | None:
     """The text read gets: a here-string's word expanded with a newline after it (3.6.7), or the here-document's
     text; None when it reads anything else (the terminal, a file, a pipe), or text holding a variable the script's
     own assignments do not give."""
@@ -139,9 +125,33 @@ def _input_text(script: _Script, redirections: Sequence[Redirection], heredoc: H
         elif operator in ("<<", "<<-") and heredoc is not None:  # a quoted one keeps its `$` as text
             text = script.here_document(heredoc)
             text = None if heredoc.expand and _UNEXPANDED.search(text) else text
-        elif operator in ("<<", "<<-", "<", "<&", "<>"):
+        elif operator == "<":
+            text = file_text(script, redirection.target)
+        elif operator in ("<<", "<<-", "<&", "<>"):
             text = None
     return text
+
+
+MAX_INPUT_BYTES = 1 << 20
+"""The most of a file an input redirection is read for (a launch script reads a short list of settings or hosts)."""
+
+
+def file_text(script: _Script, target: str) -> str | None:
+    """What `< target` gives a command: the text a here-document of the script wrote there, else the file as it is
+    where llmperf reads the script; None for a file another command writes (`sed ... > f`), one that is not here, or
+    one past MAX_INPUT_BYTES."""
+    name = script.expand(target)
+    path = os.path.normpath(os.path.join(script.cwd, name))
+    written = script.files.get(os.path.normpath(name), script.files.get(path))  # kept by the name the script wrote
+    if written is not None:
+        return None if written.command else written.text
+    try:
+        if os.path.getsize(path) > MAX_INPUT_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def read_builtin(script: _Script, words: Sequence[str], redirections: Sequence[Redirection],
@@ -149,29 +159,99 @@ def read_builtin(script: _Script, words: Sequence[str], redirections: Sequence[R
     """`[IFS=...] read [-r] [-a NAME] [NAME ...]`: its names set from its input's first line; True when `words` runs
     read. Without a here-string or here-document its input is unknown, and in a loop or `case` arm (`uncertain`)
     whether it runs: the names are left undecided."""
+    command = read_command(script, words)
+    if command is None:
+        return False
+    text = None if uncertain else input_text(script, redirections, heredoc)
+    if text is None or not command.follows():
+        _leave_undecided(script, command.names + ([command.options["a"]] if "a" in command.options else []))
+        return True
+    command.assign(script, text.split(command.delimiter(), 1)[0])
+    return True
+
+
+class ReadCommand:
+    """A `[IFS=...] read [options] [NAME ...]` command: what it assigns from one line of input."""
+
+    def __init__(self, prefixes: dict[str, str], options: dict[str, str], names: list[str]) -> None:
+        self.prefixes, self.options, self.names = prefixes, options, names
+
+    def follows(self) -> bool:
+        """Whether llmperf follows what it reads (not with a count of characters, a timeout or another descriptor)."""
+        return not any(letter in self.options for letter in "nNtu")
+
+    def delimiter(self) -> str:
+        """What ends its line: -d's first character (`-d ''`: a NUL), else a newline."""
+        return self.options.get("d", "\n")[:1] or "\0"
+
+    def assign(self, script: _Script, line: str) -> None:
+        """Its names (or -a's array) set from `line`, split at IFS as read splits it."""
+        ifs = script.expand(self.prefixes["IFS"]) if "IFS" in self.prefixes else script.env.get("IFS", DEFAULT_IFS)
+        split = ifs_fields if "r" in self.options else _split_unescaped
+        if "a" in self.options:
+            script.arrays[self.options["a"]] = split(line, ifs, None)
+            return
+        fields = split(line, ifs, len(self.names))
+        for k, name in enumerate(self.names):
+            _set(script, name, fields[k] if k < len(fields) else "")
+
+
+def read_command(script: _Script, words: Sequence[str]) -> ReadCommand | None:
+    """`words` as a read command; None for another command."""
     at = 0
     while at < len(words) and _PREFIX.match(words[at]):
         at += 1
     if at >= len(words) or words[at] != "read":
-        return False
+        return None
     prefixes = dict(_PREFIX.match(word).groups() for word in words[:at])  # type: ignore[union-attr]
-    options, names = _read_options([script.expand(word) for word in words[at:]])
-    names = names or ([] if "a" in options else ["REPLY"])
-    text = None if uncertain else _input_text(script, redirections, heredoc)
-    if text is None or any(letter in options for letter in "nNtu"):
-        _leave_undecided(script, names + ([options["a"]] if "a" in options else []))
+    options, names = _options([script.expand(word) for word in words[at + 1:]], _READ_OPTIONS_WITH_VALUE)
+    return ReadCommand(prefixes, options, names or ([] if "a" in options else ["REPLY"]))
+
+
+_MAPFILE_OPTIONS = frozenset("dnOsucC")
+"""mapfile's options that take a value (bash manual 4.2 `mapfile`); -t takes none."""
+
+
+def mapfile_builtin(script: _Script, words: Sequence[str], redirections: Sequence[Redirection],
+                    heredoc: Heredoc | None, uncertain: bool = False) -> bool:
+    """`mapfile [-t] [-d DELIM] [-n COUNT] [-s COUNT] [ARRAY]` / `readarray`: ARRAY (MAPFILE) set to its input's lines,
+    each with its delimiter unless -t (bash manual 4.2); True when `words` runs it. Input llmperf does not have, a
+    loop or `case` arm, or -O / -u / -C: the array is left undecided."""
+    if not words or words[0] not in ("mapfile", "readarray"):
+        return False
+    options, names = _options(words[1:], _MAPFILE_OPTIONS)
+    name = names[0] if names else "MAPFILE"
+    text = None if uncertain else input_text(script, redirections, heredoc)
+    counts = [options.get(letter, "0") for letter in "ns"]
+    if text is None or any(letter in options for letter in "OucC") or not all(c.isdigit() for c in counts):
+        _leave_undecided(script, [name])
         return True
     delimiter = options.get("d", "\n")[:1] or "\0"
-    line = text.split(delimiter, 1)[0]
-    ifs = script.expand(prefixes["IFS"]) if "IFS" in prefixes else script.env.get("IFS", DEFAULT_IFS)
-    split = ifs_fields if "r" in options else _split_unescaped
-    if "a" in options:
-        script.arrays[options["a"]] = split(line, ifs, None)
-        return True
-    fields = split(line, ifs, len(names))
-    for k, name in enumerate(names):
-        _set(script, name, fields[k] if k < len(fields) else "")
+    pieces = text.split(delimiter)
+    lines = [piece + ("" if "t" in options else delimiter) for piece in pieces[:-1]]
+    lines += [pieces[-1]] if pieces[-1] else []
+    lines = lines[int(counts[1]):]
+    script.arrays[name] = lines[:int(counts[0])] if int(counts[0]) else lines
+    script.undecidable.discard(name)
+    script.env.pop(name, None)
     return True
+
+
+def _options(words: Sequence[str], with_value: frozenset[str]) -> tuple[dict[str, str], list[str]]:
+    """A builtin's options (by letter, with their values: `-d ''` too) and the words after them."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] not in ("-", "--"):
+        letters = words[i][1:]
+        for k, letter in enumerate(letters):
+            if letter in with_value:
+                value = letters[k + 1:] or (words[i + 1] if i + 1 < len(words) else "")
+                i += 0 if letters[k + 1:] else 1
+                options[letter] = value
+                break
+            options[letter] = ""
+        i += 1
+    return options, list(words[i + (words[i:i + 1] == ["--"]):])
 
 
 _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?([diouxXfFeEgGcs%])|%|\\([0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.)",

@@ -280,7 +280,7 @@ def _heredoc(text: str, rest: list[str], number: int) -> tuple[Heredoc | None, i
     return None, 0
 
 
-ARRAY_ASSIGN = re.compile(r"^\s*(?:export\s+|(?:declare|local|typeset)\s+(?:-[agx]+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
+ARRAY_ASSIGN = re.compile(r"^\s*(?:export\s+|(?:declare|local|typeset)\s+(?:-[agxA]+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
 """`NAME=(`, `NAME+=(` or `declare -a NAME=(`: a bash array assignment (Megatron-LM's example scripts keep their flags
 in arrays, `GPT_MODEL_ARGS=(` newline `--num-layers 96` ... newline `)`, expanded as `${GPT_MODEL_ARGS[@]}`)."""
 

@@ -96,9 +96,11 @@ def _expanded_at(text: str) -> set[int]:
     return starts
 
 
-def substitute_paths(text: str, cwd: str, expand: Callable[[str], str]) -> str:
+def substitute_paths(text: str, cwd: str, expand: Callable[[str], str],
+                     run_function: Callable[[list[str]], str | None] = lambda _: None) -> str:
     """`text` with each command substitution that only computes a path replaced by that path (innermost first);
-    `expand` gives the script's value of a word's variables ($0, ${BASH_SOURCE[0]}, $SCRIPT_PATH)."""
+    `expand` gives the script's value of a word's variables ($0, ${BASH_SOURCE[0]}, $SCRIPT_PATH); `run_function`
+    what a call of one of the script's functions prints (launch/shell_function_output.py), None if not known."""
     def split(inner: str) -> list[str]:
         return [expand(word) for word in shlex.split(inner)]
 
@@ -110,6 +112,7 @@ def substitute_paths(text: str, cwd: str, expand: Callable[[str], str]) -> str:
             printed = _cd_and_pwd(inner, cwd, split)
             printed = printed if printed is not None else _allocation_nodes(inner, expand)
             printed = printed if printed is not None else _path_command(split(inner), cwd)
+            printed = printed if printed is not None else run_function(split(inner))
         except ValueError:
             return found.group(0)
         return printed if printed is not None and _PLAIN_PATH.fullmatch(printed) else found.group(0)

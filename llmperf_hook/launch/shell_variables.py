@@ -15,6 +15,8 @@ from typing import Mapping
 
 from llmperf_hook.launch.argv_words import expand_env_refs
 from llmperf_hook.launch.shell_arithmetic import ARITH, arithmetic
+from llmperf_hook.launch.shell_associative import (ASSOCIATIVE_DECLARE, assign_pairs, associative_values,
+                                                   expand_items)
 from llmperf_hook.launch.shell_conditions import ASSIGNMENT_WORD
 from llmperf_hook.launch.shell_positional import expand_positional
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ASSIGN, LITERAL_DOLLAR, Heredoc, protect_literal_dollars,
@@ -116,6 +118,8 @@ class ShellVariables:
     """The variables an expansion read, for `llmperf explain`."""
     cwd: str = field(default_factory=os.getcwd)
     arrays: dict[str, list[str]] = field(default_factory=dict)
+    assoc: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Associative arrays (`declare -A`), by name: their elements by key (launch/shell_associative.py)."""
     unknown_heads: set[str] = field(default_factory=set)
     """Arrays appended to (`A+=( ... )`) after undecided branches set them apart (undecided_branches.settle_branches):
     `arrays` holds only the appended elements, which follow the unexpanded `"${A[@]}"` where it is expanded."""
@@ -184,6 +188,8 @@ class ShellVariables:
         if elements is None:
             return False
         name = match.group(1)
+        if name in self.assoc or ASSOCIATIVE_DECLARE.match(text):  # `declare -A M=([7b]=1 [70b]=8)`
+            return assign_pairs(self, name, elements, bool(match.group(2)))
         if match.group(2) and name in self.undecidable and name not in self.arrays:  # appended to undecided branches'
             self.unknown_heads.add(name)
         elif not match.group(2):
@@ -250,12 +256,13 @@ class ShellVariables:
         def indices(found: re.Match[str]) -> str:  # `"${!NAME[@]}"`: each index a word (bash manual 6.7)
             quoted, name, subscript = found.groups()
             elements = self.array_or_scalar(name)
+            keys = associative_values(self, name, keys=True) if name in self.assoc else None
             if elements is None or name in self.unknown_heads:
                 return found.group(0)
-            listed = " ".join(map(str, range(len(elements))))
+            listed = " ".join(keys if keys is not None else map(str, range(len(elements))))
             return shlex.quote(listed) if quoted and subscript == "*" else listed
 
-        text = _ARRAY_INDICES.sub(indices, text) if "${!" in text else text
+        text = _ARRAY_INDICES.sub(indices, expand_items(self, text)) if "${!" in text else expand_items(self, text)
         return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
 
     def array_or_scalar(self, name: str) -> list[str] | None:
@@ -265,6 +272,8 @@ class ShellVariables:
         one of bash's own arrays (BASH_*, FUNCNAME, PIPESTATUS ...)."""
         if name in self.arrays:
             return self.arrays[name]
+        if name in self.assoc:
+            return associative_values(self, name, keys=False)
         if name in self.undecidable or name in _SHELL_ARRAYS or name.startswith("BASH"):
             return None
         return [self.env[name]] if name in self.env else []
@@ -273,6 +282,8 @@ class ShellVariables:
         """`${NAME[N]}` -> the element (empty past the end), `${#NAME[@]}` -> the count, `${#NAME[N]}` -> the
         element's length; a `${NAME[@]}` is left to expand_arrays, and an array the script never set stays."""
         count, name, subscript = found.groups()
+        if count and name in self.assoc:  # `${#M[@]}`: its number of keys
+            return str(len(self.assoc[name]))
         elements = self.array_or_scalar(name)
         index = int(subscript) if subscript not in "@*" else None
         if index is not None and index < 0:  # `${L[-1]}`: counted from the end; before the start bash stops on a
@@ -389,6 +400,7 @@ class ShellVariables:
         for name in (word for word in words[1:] if not word.startswith("-")):
             self.env.pop(name, None)
             self.arrays.pop(name, None)
+            self.assoc.pop(name, None)
             self.unknown_heads.discard(name)
             self.exported.discard(name)
             self.undecidable.discard(name)

@@ -22,7 +22,12 @@ MAX_PASSES = 256
 _HEADER = re.compile(r"^\s*(while|until)\s+(.+?)\s*;\s*do\s*(?:#.*)?$")
 _DO = re.compile(r"(?:^|[;&|\s])do(?=$|[;&|\s])")
 _DONE = re.compile(r"(?:^|[;&|\s])done(?=$|[;&|\s<>)])")
-_DONE_LINE = re.compile(r"^\s*done\s*$")
+_DONE_LINE = re.compile(r"^\s*done\s*((?:0?<(?![&>(])|<<<|<<-?)\s*\S.*)?$")
+"""A `done` alone, or with an input redirection (`done < hosts.txt`, `done <<< "$LIST"`, `done <<EOF`): the loop's
+standard input, which a `while read` test reads a line of at each pass."""
+_ONE_LINE = re.compile(r"^\s*(while|until)\s+(.+?)\s*;\s*do\s+(.+?)\s*;?\s*done\s*"
+                       r"((?:0?<(?![&>(])|<<<|<<-?)\s*\S.*)?$")
+"""`while TEST; do BODY; done [< INPUT]` on one line."""
 _LEAVES = re.compile(r"(?<![\w$./-])(?:break|continue|return)(?![\w=./-])")
 """Commands that leave the body early: such a loop is not read pass by pass. Not `exit`: where it surely runs in a
 pass (the `*) echo "Unknown option $1"; exit 1;;` arm of an argument loop, which every argument loop of Megatron-LM's
@@ -42,6 +47,8 @@ class WhileLoop:
     """The lines between the header and `done`."""
     end: int
     """Index of the first line after `done`."""
+    feed: ScriptLine | None = None
+    """The `done` line where it redirects the loop's input (`done < FILE`)."""
 
 
 def _code(text: str) -> str:
@@ -49,8 +56,21 @@ def _code(text: str) -> str:
     return text[:found.start()] if found else text
 
 
+def _one_line(line: ScriptLine, end: int) -> WhileLoop | None:
+    """`while read -r h s; do NN=$((NN+1)); done < hosts`: a loop on one line, its body a line of its own."""
+    found = _ONE_LINE.match(_code(line.text))
+    parts = found.group(2) + " " + found.group(3) if found else ""
+    if found is None or any(pattern.search(parts) for pattern in (_DO, _DONE, _LEAVES)) or \
+            "|" in found.group(2).replace("||", ""):
+        return None
+    feed = ScriptLine(line.number, "done " + found.group(4), line.heredoc) if found.group(4) else None
+    return WhileLoop(found.group(1) == "until", found.group(2), (ScriptLine(line.number, found.group(3)),), end, feed)
+
+
 def while_loop(lines: Sequence[ScriptLine], i: int) -> WhileLoop | None:
     """The loop lines[i] opens, up to its `done` line alone; None for another line or a loop not read pass by pass."""
+    if _ONE_LINE.match(_code(lines[i].text)):
+        return _one_line(lines[i], i + 1)
     header = _HEADER.match(lines[i].text)
     if header is None or _DONE.search(_code(header.group(2))) or "|" in header.group(2).replace("||", ""):
         return None
@@ -61,6 +81,7 @@ def while_loop(lines: Sequence[ScriptLine], i: int) -> WhileLoop | None:
         if depth <= 0:
             body = tuple(lines[i + 1:j])
             leaves = any(_LEAVES.search(_code(line.text)) for line in body)
-            return None if depth or not _DONE_LINE.match(code) or leaves else \
-                WhileLoop(header.group(1) == "until", header.group(2), body, j + 1)
+            done = _DONE_LINE.match(code)
+            return None if depth or done is None or leaves else \
+                WhileLoop(header.group(1) == "until", header.group(2), body, j + 1, lines[j] if done.group(1) else None)
     return None

@@ -5,7 +5,9 @@ a refusal where bash stops before its launch.
 `set -u` (nounset): bash ends the script at the first expansion of an unset variable ("NAME: unbound variable", bash
 manual 4.3.1), so llmperf refuses, naming it, where it surely runs. `if (( NP++ ))` tests NP's old value and changes
 NP (6.5). `( cmd ) || { NP=4; }`: the brace group runs in the shell, as the subshell's status says (3.2.4, 3.2.5.3).
-`${P//$D/_}`: the pattern's variables are expanded first (3.5.3). `set -m` turns lastpipe off (4.3.2).
+`${P//$D/_}`: the pattern's variables are expanded first (3.5.3). `set -m` turns lastpipe off (4.3.2). Associative
+arrays and elements by key or computed index (6.7), `mapfile` / `readarray` and `while read ... done < INPUT` over
+input the script has (4.2), `declare "$name=value"`, and `$(f)` of a script function that only prints (3.5.4).
 """
 
 from __future__ import annotations
@@ -66,6 +68,77 @@ LASTPIPE = {
     "monitor_by_name": "set -o monitor\nshopt -s lastpipe\nNP=2\necho x | NP=6\n" + T + "\n",
 }
 
+TABLES = {
+    "associative_lookup": "declare -A TP=([7b]=1 [13b]=2 [\"70 b\"]=8)\nMODEL=13b\nNP=${TP[$MODEL]}\n" + T +
+                          " --save ${TP[7b]} --load \"${TP[70 b]}\" --data-path x${TP[none]} --vocab-file ${#TP[@]}\n",
+    "associative_elements_assigned": "declare -A M\nM[x]=4\nM+=([y]=8)\nk=y\nNP=${M[x]}\n" + T +
+                                     " --save ${M[$k]} --data-path ${#M[x]} --load ${#M[@]}\n",
+    "associative_one_element": "declare -A M=([only]=2)\nNP=2\n" + T + " --save \"${!M[@]}\" --load ${M[@]}\n",
+    "associative_on_lines": "declare -A PP=(\n  [small]=1\n  [big]=4\n)\nNP=${PP[big]}\n" + T + "\n",
+    "local_associative_in_a_function": "f() {\n  local -A G=([a]=4)\n  NP=${G[a]}\n}\nf\n" + T + "\n",
+    "indexed_by_variable": "L=(1 2 4 8)\ni=2\nNP=${L[$i]}\nL[4]=16\nL[0]=x\n" + T + " --save ${L[i+2]} "
+                           "--load ${L[0]} --data-path ${#L[@]}\n",
+}
+INPUT = {
+    "mapfile_here_string": "mapfile -t L <<< $'2\\n4'\nNP=${L[1]}\n" + T + " --save ${#L[@]}\n",
+    "readarray_heredoc_keeps_newlines": "readarray L <<EOF\n4\n8\nEOF\nNP=2\n" + T + " --save \"${#L[1]}\"\n",
+    "mapfile_from_a_written_file": "cat > hosts <<EOF\nnode1\nnode2\nEOF\nmapfile -t H < hosts\nNP=2\n" + T +
+                                   " --nnodes ${#H[@]} --save ${H[1]}\n",
+    "mapfile_count_and_skip": "mapfile -t -s 1 -n 2 L <<EOF\nx\n2\n4\n8\nEOF\nNP=${L[1]}\n" + T + " --save ${L[0]}\n",
+    "read_from_a_written_file": "cat > layout <<EOF\n4 2\nEOF\nread -r NP NN < layout\n" + T + " --nnodes $NN\n",
+    "while_read_one_line": "while read -r a b; do NP=$b; done <<< 'x 4'\n" + T + " --save \"[$a][$b]\"\n",
+    "while_read_a_written_file": "cat > hosts <<EOF\nnode1 slots=4\nnode2 slots=4\nEOF\nNN=0\n"
+                                 "while read -r h s; do NN=$((NN+1)); NP=${s#slots=}; done < hosts\n"
+                                 + T + " --nnodes $NN --save $h\n",
+    "while_read_settings": "while IFS='=' read -r key value; do\n  case $key in\n    np) NP=$value;;\n"
+                           "    nn) NN=$value;;\n  esac\ndone <<EOF\nnp=4\nnn=2\nEOF\n" + T + " --nnodes $NN\n",
+    "while_read_builds_arguments": "while read -r line; do\n  ARGS+=($line)\ndone <<EOF\n--lr 1e-4\n--seed 3\nEOF\n"
+                                   "NP=2\n" + T + " \"${ARGS[@]}\"\n",
+    "while_read_last_line_without_newline": "L=$'np 2\\nnp 4'\nwhile read -r k v; do NP=$v; done <<< \"$L\"\n"
+                                            "printf 'np 8' > f.txt\n" + T + " --save $v\n",
+    "while_read_declares": "while read -r k v; do declare \"$k=$v\"; done <<EOF\nNP 4\nNN 2\nEOF\n" + T +
+                           " --nnodes $NN\n",
+    "one_line_while_loop": "NP=1\nwhile [ $NP -lt 8 ]; do NP=$((NP*2)); done\n" + T + "\n",
+}
+DECLARE = {
+    "computed_name": "n=NP\ndeclare \"$n=4\"\n" + T + "\n",
+    "computed_name_unquoted": "v=NN; value=2\ndeclare $v=\"${value}\"\nNP=2\n" + T + " --nnodes $NN\n",
+    "computed_name_in_a_function_is_local": "NP=4\nn=NP\nf() { declare \"$n=2\"; }\nf\n" + T + "\n",
+    "argument_loop_declares": "for ARG in \"$@\"; do\n  k=${ARG%%=*}\n  declare \"${k#--}=${ARG#*=}\"\ndone\n"
+                              + T + " --nnodes $NN\n",
+}
+FUNCTION_OUTPUT = {
+    "echo": "np() { echo 4; }\nNP=$(np)\n" + T + "\n",
+    "arguments_local_and_arithmetic": "nodes() {\n  local n=$1\n  echo $(( n * 2 ))\n}\n"
+                                      "gbs() { printf '%d' $(($1 * 8)); }\nNN=$(nodes 1)\nNP=4\n" + T + " --nnodes $NN --global-batch-size $(gbs $NN) "
+                                      "--save \"$(nodes 3)\"\n",
+    "return_and_quoting": "name() { echo \"$1-$2\"; return; echo no; }\nNP=2\n" + T +
+                          " --save $(name a b) --load x$(name c)\n",
+    "assignments_stay_in_the_subshell": "X=1\nf() { X=5; echo $X; }\nNP=$(f)\nNP=$((NP - X))\n" + T + "\n",
+    "echo_n_and_globals": "G=8\nf() { echo -n $G; }\nNP=$(f)\n" + T + "\n",
+}
+ARGS.update({"argument_loop_declares": ["--NN=2", "--NP=4"]})
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_associative_and_indexed_elements(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, TABLES[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", INPUT)
+def test_input_the_script_has(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, INPUT[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", DECLARE)
+def test_declare_of_a_computed_name(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, DECLARE[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", FUNCTION_OUTPUT)
+def test_what_a_script_function_prints(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, FUNCTION_OUTPUT[name], tmp_path, monkeypatch)
+
 
 @pytest.mark.parametrize("name", NOUNSET)
 def test_nounset(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,3 +196,28 @@ def test_an_undecided_arithmetic_test_leaves_its_variable_unknown(tmp_path: Path
                                        "then :; fi\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
                                        "--tensor-model-parallel-size $NP\n")
     assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "$NP"
+
+
+@pytest.mark.parametrize("lines", [
+    "declare -A M=([a]=2 [b]=4)\nNP=2\nX=\"${M[@]}\"",  # bash's hash order
+    "mapfile -t L < <(seq 2 4)\nNP=2\nX=${L[0]}",  # a process substitution's output
+    "printf '4\\n' > f.txt\nNP=2\nread -r X < f.txt",  # a file another command writes
+    "f() { nproc; }\nNP=2\nX=$(f)",  # a function that runs a command
+    "f() { echo $(hostname); }\nNP=2\nX=$(f)",
+    "NP=2\nwhile read -r X; do :; done < <(ls)",
+])
+def test_what_only_running_gives_stays_unknown(lines: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch line names $X (or the reference X was set from) instead of pricing a value llmperf guessed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{lines}\n" + T + " --save $X\n")
+    assert parse_launch(["bash", "train.sh"], {}).script_args[-1] in ("$X", "${M[@]}", "${L[0]}")
+
+
+def test_declare_of_a_name_only_running_gives_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NeMo's argument loop (`key=$(echo $ARG | cut -f1 -d=)`, `declare $v="${value}"`): any variable may change."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text("#!/bin/bash\nNP=2\nfor ARG in \"$@\"; do\n  key=$(echo $ARG | cut -f1 -d=)\n"
+                                       "  v=\"${key/--/}\"\n  declare $v=\"${ARG#*=}\"\ndone\n" + T + "\n")
+    with pytest.raises(UsageError, match=r"line 6 .*declare assigns a variable whose name is \$v"):
+        parse_launch(["bash", "train.sh", "--NP=4"], {})
+    assert parse_launch(["bash", "train.sh"], {}).nproc_per_node == 2  # no argument: the loop never runs
