@@ -13,6 +13,7 @@ Default cluster when none is given: DEFAULT_CLUSTER (with a warning saying so).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
@@ -33,7 +34,8 @@ __all__ = ["DEFAULT_CLUSTER", "Prediction", "load_cluster", "load_hardware", "pr
            "prediction_json", "resolve_cluster", "resolve_command"]
 
 DEFAULT_CLUSTER = "dgx-h100"
-"""Cluster assumed when neither --cluster nor --hardware is given (the most common training system today)."""
+"""Cluster assumed when no --cluster is given and --hardware names no GPU of a shipped cluster (`home_cluster`): the
+most common training system today."""
 SCHEMA_VERSION = 1
 
 
@@ -108,7 +110,8 @@ def predict_config(cfg: TrainingConfig, cluster: ClusterSpec, *, detail: bool = 
 
 
 def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> tuple[ClusterSpec, tuple[str, ...]]:
-    """The cluster to predict on: given, or DEFAULT_CLUSTER with a warning; `hardware` replaces its GPU.
+    """The cluster to predict on: given, or (with a warning) the shipped cluster of the `hardware` GPUs, else
+    DEFAULT_CLUSTER; `hardware` replaces its GPU.
     A name that is not a file is looked up lower-case (presets and `llmperf profile` names are lower-case:
     `--cluster DGX-A100` was 'not found')."""
     cluster = _preset_name(cluster) if isinstance(cluster, str) else cluster
@@ -117,9 +120,30 @@ def resolve_cluster(cluster: str | ClusterSpec | None, hardware: str | None) -> 
         return (replace(cluster, gpu=load_hardware(hardware)) if hardware else cluster), ()
     if cluster:
         return load_cluster(cluster, hardware), ()
+    home = home_cluster(hardware) if hardware else None
+    if home:
+        note = (f"no --cluster given: assuming {home}, the shipped cluster of {hardware} GPUs (its nodes and "
+                f"network); pass --cluster NAME|FILE for your system.")
+        return load_cluster(home, hardware), (note,)
     note = (f"no --cluster given: assuming {DEFAULT_CLUSTER} ({'GPU ' + hardware if hardware else 'its GPUs'}, "
             f"its network); pass --cluster NAME|FILE for your system.")
     return load_cluster(DEFAULT_CLUSTER, hardware), (note,)
+
+
+@lru_cache(maxsize=None)
+def home_cluster(hardware: str) -> str | None:
+    """The shipped cluster preset built of `hardware` GPUs (configs/clusters/*.yaml `gpu:`), the DGX one where
+    several are (a100-sxm4-80gb: dgx-a100, not perlmutter or vtrain-a100); None for a GPU no preset holds. With
+    --hardware alone the job runs on that GPU's own nodes: DEFAULT_CLUSTER's NVLink 4 (450 GB/s per direction) and
+    host would be wrong for an A100 node (NVLink 3, 300 GB/s)."""
+    import yaml
+
+    from llmperf_hook.resources import configs_dir
+
+    names = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
+                   if (yaml.safe_load(p.read_text()) or {}).get("gpu") == hardware)
+    dgx = [n for n in names if n.startswith("dgx-")]
+    return dgx[0] if dgx else names[0] if len(names) == 1 else None
 
 
 def _preset_name(name: str) -> str:

@@ -36,7 +36,8 @@ LINE_OPTIONS = {"--cluster": "cluster", "--hardware": "hardware", "--nnodes": "n
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
+@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default: the shipped cluster of "
+              "the --hardware GPU, else dgx-h100; with a warning).")
 @click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--batch", "batch_file", default=None, help="File of launch commands, one per line (`-` = stdin; `#` comments and blank lines skipped; a line may start with `--id TEXT --cluster NAME -- `). Each result carries its `line` number and `id`; a line that fails gives {\"line\": N, \"id\": ..., \"error\": ...} in its place, the others are still predicted, and the exit code is 0; the count of failed lines goes to stderr. Format: docs/validate.md.")

@@ -33,7 +33,8 @@ from llmperf_hook.frameworks.resolve import JobOverrides
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default dgx-h100, with a warning).")
+@click.option("--cluster", default=None, help="Cluster preset name or YAML file (default: the shipped cluster of "
+              "the --hardware GPU, else dgx-h100; with a warning).")
 @click.option("--hardware", default=None, help="GPU preset name or YAML file (overrides the cluster's GPU).")
 @click.option("--dry-run", is_flag=True, help="Print the prediction and the exact command to stdout, then stop (with --format json: two JSON lines, the "
                    "prediction, then {\"dry_run\": true, \"command\": [...], ...}).")
