@@ -113,7 +113,9 @@ def estimate_step_time(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[
         mb_s = mb_s + exposed * (layers_per_stage * moe_layer_fraction(m))
     p2p_s = _p2p_s(cfg, cluster, cols, tokens)
     pipeline_s = (num_mb + (pp - 1) / vpp) * mb_s + np.where(pp > 1, 2 * (num_mb + pp - 1) * vpp * p2p_s, 0.0)
-    return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp) + _optimizer_s(cfg, cluster, cols, dp)
+    layer_params = (dense, expert)
+    return pipeline_s + _dp_sync_s(cfg, cluster, cols, dp, layer_params) + _optimizer_s(cfg, cluster, cols, dp,
+                                                                                         layer_params)
 
 
 def _host_mb_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray],
@@ -177,12 +179,13 @@ def _p2p_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndar
     return send + np.where(cols["tp"] > 1, nbytes / _bandwidth(cluster, cols["tp"] <= cluster.gpus_per_node), 0.0)
 
 
-def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
+def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray,
+               layer_params: tuple[float, float]) -> np.ndarray:
     """Gradient all-reduce over the data-parallel group (with CP: dp x cp ranks, tp apart) and, for MoE models,
     of the expert gradients over the expert data-parallel group (etp x ep apart), graph/step_ops.dp_groups; a
     ring over the members a node holds (tune/surrogate_comm.py), so a group of neighbouring ranks that spans
-    nodes runs at the node's NIC bandwidth, not one GPU's."""
-    dense, expert = _layer_params(cfg)
+    nodes runs at the node's NIC bandwidth, not one GPU's. layer_params: _layer_params(cfg)."""
+    dense, expert = layer_params
     tp, gpn = cols["tp"], cluster.gpus_per_node
     params = (cfg.model.num_layers / cols["pp"]) * dense / tp + cfg.model.padded_vocab_size * cfg.model.hidden_size / tp
     grad_bytes = 4.0 if cfg.framework == "megatron" and cfg.optimizer.fp32_main_grads else 2.0
@@ -196,8 +199,10 @@ def _dp_sync_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.
     return out + exposed * 2 * ring_s(cluster, e_params * grad_bytes * zero3, edp, per_node(edp, split, gpn))
 
 
-def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray) -> np.ndarray:
-    dense, expert = _layer_params(cfg)
+def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray], dp: np.ndarray,
+                 layer_params: tuple[float, float]) -> np.ndarray:
+    """Adam's step over the rank's (sharded) parameters. layer_params: _layer_params(cfg)."""
+    dense, expert = layer_params
     params = (cfg.model.num_layers / cols["pp"]) * dense / cols["tp"]
     sharded = (cols["distopt"] > 0) | (cols["zero"] > 0)
     params = np.where(sharded, params / dp, params)

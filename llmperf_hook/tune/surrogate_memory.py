@@ -46,15 +46,39 @@ _NONE, _SEL, _FULL, _BLOCK = (RECOMPUTE_CODES[k] for k in ("none", "selective", 
 
 
 def _groups(cols: Cols, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each distinct value of `keys`, group number of every row)."""
-    stacked = np.stack([np.asarray(cols[k], dtype=np.int64) for k in keys], axis=1)
-    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+    """(first row of each distinct value of `keys`, group number of every row): np.unique(axis=0)'s first indices
+    and inverse, groups in the rows' lexicographic order, from 1-D uniques: np.unique over rows (a sort of their void
+    view) took 0.36-0.42 s for the 48,020 rows of GPT-3 175B's table against 0.08-0.10 s, and ~1 ms for one row
+    against 3 us (tests/tune/test_surrogate_memory_groups.py checks the two agree)."""
+    return _unique_rows([np.asarray(cols[k], dtype=np.int64) for k in keys])
 
 
-def _row_config(cfg: TrainingConfig, cols: Cols, i: int) -> TrainingConfig:
-    """The job with row i's knobs (tune/candidate.apply_candidate, as every full prediction gets it)."""
-    return apply_candidate(cfg, CandidateTable(cols, 0).candidate(i))
+def _unique_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(first index, inverse) of the distinct rows of these equal-length integer columns, lexicographic order: each
+    column's dense rank folded into the rows' code so far (code * distinct + rank keeps the order), which is
+    re-densified after each fold so it stays below rows^2."""
+    n = len(columns[0])
+    if n <= 1:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    code = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        values, rank = np.unique(col, return_inverse=True)
+        code = np.unique(code * len(values) + rank.reshape(-1), return_inverse=True)[1].reshape(-1)
+    first = np.unique(code, return_index=True)[1]
+    return first, code
+
+
+class _RowConfigs:
+    """Row i's job (tune/candidate.apply_candidate, as every full prediction gets it), built once per row and call:
+    the state, layer and in-flight tables read the first row of their groups, often the same rows."""
+
+    def __init__(self, cfg: TrainingConfig, cols: Cols) -> None:
+        self._cfg, self._table, self._built = cfg, CandidateTable(cols, 0), {}
+
+    def __call__(self, i: int) -> TrainingConfig:
+        if i not in self._built:  # a row that raises is not kept: it raises again where asked again
+            self._built[i] = apply_candidate(self._cfg, self._table.candidate(i))
+        return self._built[i]
 
 
 UNKNOWN_ERRORS = (ConfigError, AssertionError, ArithmeticError, ValueError, IndexError)
@@ -71,8 +95,15 @@ def _guarded(fn: Callable[..., object], *args: object, width: int = 1) -> object
 
 
 def _with_granularity(cfg: TrainingConfig, granularity: str, modules: tuple[str, ...]) -> TrainingConfig:
+    if (cfg.recompute.granularity, cfg.recompute.modules) == (granularity, modules):
+        return cfg  # what replace would build, equal field by field
     return dataclasses.replace(cfg, recompute=dataclasses.replace(cfg.recompute, granularity=granularity,
                                                                   modules=modules))
+
+
+def _dense_layer(cfg: TrainingConfig) -> TrainingConfig:
+    """activations.dense_layer_config; a dense model's own config is already its dense layer."""
+    return act.dense_layer_config(cfg) if cfg.model.num_experts else cfg
 
 
 LAYER_TERMS = ("layer", "layer_selective", "checkpoint", "softmax_backward", "softmax_backward_selective",
@@ -92,16 +123,15 @@ def _layer_terms(cfg: TrainingConfig, modules: tuple[str, ...]) -> tuple[float, 
             act.softmax_backward_extra_bytes(none), act.softmax_backward_extra_bytes(sel),
             act.embedding_activation_bytes(cfg), act.output_activation_bytes(cfg),
             act.mtp_activation_bytes(cfg) if cfg.model.mtp_num_layers else 0.0, act.score_buffer_bytes(cfg),
-            act.recompute_working_bytes(sel), act.layer_activation_bytes(act.dense_layer_config(none)),
-            act.layer_activation_bytes(act.dense_layer_config(sel)), act.rematerialised_layer_bytes(cfg))
+            act.recompute_working_bytes(sel), act.layer_activation_bytes(_dense_layer(none)),
+            act.layer_activation_bytes(_dense_layer(sel)), act.rematerialised_layer_bytes(cfg))
 
 
-def _layer_table(cfg: TrainingConfig, cols: Cols) -> np.ndarray:
+def _layer_table(cfg: TrainingConfig, cols: Cols, row_config: _RowConfigs) -> np.ndarray:
     """_layer_terms of every row, computed once per distinct LAYER_KEYS: shape (rows, len(LAYER_TERMS))."""
-    first, inverse = _groups(cols, LAYER_KEYS)
+    first, inverse = _groups(cols, (*LAYER_KEYS, "builds"))
     modules = cfg.recompute.modules
-    values = np.array([_guarded(lambda i: _layer_terms(_row_config(cfg, cols, int(i)), modules), i,
-                                width=len(LAYER_TERMS))
+    values = np.array([_guarded(lambda i: _layer_terms(row_config(int(i)), modules), i, width=len(LAYER_TERMS))
                        for i in first], dtype=np.float64)
     return values[inverse]
 
@@ -156,12 +186,12 @@ def _stage_terms(cfg: TrainingConfig, stage: StageGraph, cluster: ClusterSpec) -
             buffers.get("zero_buckets", 0.0), mem.optimizer_step_bytes(cfg, stage, gpn)]
 
 
-def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int, layouts: dict[tuple, list[StageGraph]]
+def _group_state(row_config: _RowConfigs, cluster: ClusterSpec, i: int, layouts: dict[tuple, list[StageGraph]]
                  ) -> tuple[list[list[float]], list[list[tuple[int, int]]]]:
     """(_stage_terms of each peak rank, (layers, MoE layers) of each of its chunks) for row i's group; NaN where
     unknown."""
     try:
-        group_cfg = _row_config(cfg, cols, i)
+        group_cfg = row_config(i)
         p = group_cfg.parallel
         layout = (p.tp, p.pp, p.vpp, p.ep, p.etp, p.sequence_parallel, group_cfg.deepspeed_pipeline_engine)
         if layout not in layouts:
@@ -173,7 +203,8 @@ def _group_state(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, i: int, 
         return [[np.nan] * len(_STATE_FIELDS)], [[(0, 0)]]
 
 
-def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple[np.ndarray, np.ndarray]:
+def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols, row_config: _RowConfigs
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(per row and candidate peak rank: _STATE_FIELDS, (rows, ranks, len)), (per row and rank: layers and MoE
     layers of each model chunk, (rows, ranks, vpp, 2)); groups with fewer peak ranks repeat their first."""
     keys = list(STATE_KEYS) + (["sp"] if cfg.framework == "megatron-deepspeed" else [])
@@ -181,7 +212,7 @@ def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple
         keys += ["num_mb", "rc"]  # fp8 weight copies per micro-batch in flight (memory.fp8_weight_bytes)
     first, inverse = _groups(cols, keys)
     layouts: dict[tuple, list[StageGraph]] = {}  # the ranks' blocks do not depend on ZeRO / distopt / CP
-    groups = [_group_state(cfg, cluster, cols, int(i), layouts) for i in first]
+    groups = [_group_state(row_config, cluster, int(i), layouts) for i in first]
     terms, chunks = [g[0] for g in groups], [g[1] for g in groups]
     ranks = max(len(t) for t in terms)
     vpp = max(len(c[0]) for c in chunks)
@@ -194,15 +225,16 @@ def _state_table(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> tuple
     return term_arr[inverse], chunk_arr[inverse]
 
 
-def _in_flight(cfg: TrainingConfig, cols: Cols, stage: np.ndarray) -> np.ndarray:
+def _in_flight(cols: Cols, stage: np.ndarray, row_config: _RowConfigs) -> np.ndarray:
     """activations.microbatches_in_flight per row and rank, computed once per (pp, vpp, micro-batches, rank)."""
     first, group = _groups(cols, ("pp", "vpp", "num_mb"))
-    configs = [_guarded(_row_config, cfg, cols, int(i)) for i in first]
-    keys = np.stack([np.repeat(group, stage.shape[1]), stage.reshape(-1).astype(np.int64)], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    configs = [_guarded(row_config, int(i)) for i in first]
+    groups, ranks = np.repeat(group, stage.shape[1]), stage.reshape(-1).astype(np.int64)
+    firsts, inverse = _unique_rows([groups, ranks])
     values = np.array([_guarded(act.microbatches_in_flight, configs[g], int(r))
-                       if isinstance(configs[g], TrainingConfig) else np.nan for g, r in uniq], dtype=np.float64)
-    return values[inverse.reshape(-1)].reshape(stage.shape)
+                       if isinstance(configs[g], TrainingConfig) else np.nan
+                       for g, r in zip(groups[firsts], ranks[firsts])], dtype=np.float64)
+    return values[inverse].reshape(stage.shape)
 
 
 def _chunk_activations(cfg: TrainingConfig, cols: Cols, chunks: np.ndarray, layer: np.ndarray) -> np.ndarray:
@@ -230,17 +262,30 @@ def _chunk_activations(cfg: TrainingConfig, cols: Cols, chunks: np.ndarray, laye
     return out.sum(axis=2)
 
 
+def _with_row_job_columns(cfg: TrainingConfig, cols: Cols) -> dict[str, np.ndarray]:
+    """cols plus what each row's job has beyond its knobs, so that a group's first row stands for all of it:
+    "builds" (TP x PP x CP divides the world, which TrainingConfig asserts: else apply_candidate raises and the row's
+    terms are unknown) and "num_mb", the job's micro-batch count (apply_candidate's global // (micro x dp); -1 where
+    the row does not build). A group of a table that also holds rows a layout rule rejects (0 micro-batches, a split
+    of the world that does not divide) then never lends such a row's NaN or count to the valid rows beside it."""
+    split = cols["tp"] * cols["pp"] * cols["cp"]
+    builds = cfg.world_size % split == 0
+    dp = np.maximum(cfg.world_size // split, 1)
+    num_mb = np.where(builds, cfg.batch.global_batch_size // (cols["mbs"] * dp), -1)
+    return {**cols, "builds": builds.astype(np.int64), "num_mb": num_mb}
+
+
 def estimate_peak_bytes(cfg: TrainingConfig, cluster: ClusterSpec, cols: Cols) -> np.ndarray:
     """Peak bytes per GPU of each candidate, as memory.estimate_memory gives it (the busiest pipeline rank)."""
     if len(cols["tp"]) == 0:
         return np.zeros(0)
-    dp = np.maximum(cfg.world_size // (cols["tp"] * cols["pp"] * cols["cp"]), 1)
-    cols = {**cols, "num_mb": np.maximum(cfg.batch.global_batch_size // (cols["mbs"] * dp), 1)}
-    state, layers = _state_table(cfg, cluster, cols)
+    cols = _with_row_job_columns(cfg, cols)
+    row_config = _RowConfigs(cfg, cols)
+    state, layers = _state_table(cfg, cluster, cols, row_config)
     stage, state_b, grads, buffers, live, buckets, step = (state[:, :, i] for i in range(len(_STATE_FIELDS)))
     stage = np.nan_to_num(stage)  # unknown rows stay NaN through state_b
-    layer = _layer_table(cfg, cols)
-    in_flight = _in_flight(cfg, cols, stage)
+    layer = _layer_table(cfg, cols, row_config)
+    in_flight = _in_flight(cols, stage, row_config)
     rc, col = cols["rc"][:, None], lambda i: layer[:, i, None]  # noqa: E731
     activations = _chunk_activations(cfg, cols, layers, layer) * in_flight
     offloaded = act.cpu_offloaded_layers(cfg)  # memory.activation_bytes: --cpu-offloading layers live on the host
