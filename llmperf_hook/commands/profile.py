@@ -153,12 +153,13 @@ def _time_line(result: Any, started_s: float, ended_s: float, last: str) -> str:
     marks = [("", started_s), *result.phase_ends_s, (last, ended_s)]
     phases = ", ".join(f"{name} {end - begin:.1f} s" for (_, begin), (name, end) in zip(marks, marks[1:]))
     budget_s, took_s = result.budget.total_s, ended_s - started_s
+    head = f"time     budget {budget_s:.0f} s, took {took_s:.0f} s: "
     if took_s <= budget_s + 1.0:
-        return f"time     {took_s:.0f} s of the --budget's {budget_s:.0f} s ({phases})"
-    load = f" at load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
-    return (f"time     budget {budget_s:.0f} s, took {took_s:.0f} s{load} ({phases}): {took_s - budget_s:.0f} s over, "
-            f"because every class asked for gets the {MIN_SAMPLES_TO_FIT} shapes of a first fit and every class with "
-            f"enough samples is fitted, whatever the --budget (a larger --budget keeps to it)")
+        return head + f"within it ({phases})"
+    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(os, "getloadavg") else ""
+    return head + (f"{took_s - budget_s:.0f} s over, because every class asked for gets the {MIN_SAMPLES_TO_FIT} "
+                   f"shapes of a first fit and every class with enough samples is fitted, whatever the --budget (a "
+                   f"larger --budget keeps to it; {load}{phases})")
 
 
 def _store_path(given: Any) -> Any:

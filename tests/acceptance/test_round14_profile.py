@@ -73,18 +73,22 @@ def test_the_summary_says_where_the_store_is(profiled: Profiled) -> None:
 
 
 def test_the_summary_says_where_the_budget_went(profiled: Profiled) -> None:
-    """Within the budget: 'N s of the --budget's 12 s (phases)'; over it: 'budget 12 s, took N s ...: M s over,
-    because ...'. The figure is the command's own clock, so it is at most the wall time seen from outside."""
+    """'budget 12 s, took N s: within it (phases)', or over it: 'budget 12 s, took N s: M s over, because ... (load,
+    phases)'. The figure is the command's own clock, so it is at most the wall time seen from outside."""
     line = next(ln for ln in profiled.done.stdout.splitlines() if ln.startswith("time "))
-    within = re.match(r"time +(\d+) s of the --budget's 12 s \(start-up, torch and the peaks [\d.]+ s, sampling "
-                      r"[\d.]+ s, fitting and writing [\d.]+ s, end reading [\d.]+ s\)$", line)
-    over = re.match(r"time +budget 12 s, took (\d+) s at load [\d.]+ on \d+ CPUs \(start-up.*\): (\d+) s over, "
-                    r"because every class asked for gets the 8 shapes of a first fit", line)
-    assert within or over, line
-    took_s = int((within or over)[1])
+    took = re.match(r"time +budget 12 s, took (\d+) s: ", line)
+    assert took, line
+    took_s = int(took[1])
+    phases = (r"start-up, torch and the peaks [\d.]+ s, sampling [\d.]+ s, fitting and writing [\d.]+ s, end reading "
+              r"[\d.]+ s\)$")
+    within = re.search(r": within it \(" + phases, line)
+    over = re.search(r": (\d+) s over, because every class asked for gets the 8 shapes of a first fit and every class "
+                     r"with enough samples is fitted, whatever the --budget \(a larger --budget keeps to it; load "
+                     r"[\d.]+ on \d+ CPUs; " + phases, line)
+    assert (within and took_s <= 13) or (over and took_s > 12), line
     assert took_s <= profiled.wall_s + 1, (line, profiled.wall_s)
     if over:
-        assert int(over[2]) == took_s - 12, line
+        assert abs(int(over[1]) - (took_s - 12)) <= 1, line
 
 
 def test_classes_it_could_not_fit_are_listed_and_predict_names_why(profiled: Profiled, home_copy: Path,
