@@ -35,6 +35,21 @@ def elastic_note(job: ParsedJob) -> str | None:
             "ZeRO / distributed-optimizer shards); llmperf --nnodes N ranks at N nodes")
 
 
+WORLD_RULE = "world at the elastic minimum"
+"""How the layout rule at MIN begins (the named mask: 'world at the elastic minimum (2 nodes, 16 GPUs) % ...')."""
+
+
+def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
+    """For the exit-3 message: the layouts only the elastic minimum refused, which a fixed node count would try."""
+    pruned = {rule: n for rule, n in invalid_by_rule.items() if rule.startswith(WORLD_RULE)}
+    if not pruned:
+        return ""
+    rule, count = next(iter(pruned.items()))
+    return (f" {count:,} layouts were refused only because they split the model over more GPUs than the elastic "
+            f"minimum has ({rule.split('(', 1)[1].split(')', 1)[0]}): a fixed --nnodes at the maximum, or a larger "
+            "minimum, lets tune try them.")
+
+
 def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
     """The layout rules at the range's minimum, as named masks over a candidate table's columns."""
     least = job.elastic_min_nnodes
@@ -48,7 +63,7 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         group = cols["tp"] * cols["pp"] * cols["cp"]
-        out = {f"world {where} % (tp*pp*cp) != 0": world % group != 0}
+        out = {f"{WORLD_RULE} ({least} node{'s' * (least > 1)}, {world} GPUs) % (tp*pp*cp) != 0": world % group != 0}
         if fixed_batch:
             dp = np.maximum(world // group, 1)
             out[f"global_batch % (micro_batch*dp) != 0 {where}"] = (world % group == 0) & (gbs % (cols["mbs"] * dp) != 0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmperf_hook.tune.elastic import elastic_pruned_sentence
+
 GiB = float(1 << 30)
 
 
@@ -128,7 +130,8 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
         msg = (f"{lead}: {counts} The least-memory configuration, {near.candidate.describe()}, needs "
                f"{near.peak_bytes / GiB:.1f} GiB per GPU, {near.peak_bytes / GiB - usable:.1f} GiB over the usable.")
     sentence, widen = ("", True) if host_bound else _largest_split_sentence(cfg, near, header.get("knobs"))
-    return msg + sentence + _largest_model(result, cfg, near) + _infeasible_advice(cfg, host_bound, widen)
+    return (msg + sentence + elastic_pruned_sentence(result.invalid_by_rule) + _largest_model(result, cfg, near) +
+            _infeasible_advice(cfg, host_bound, widen))
 
 
 def _largest_split(cfg: Any, knobs: Any) -> int:

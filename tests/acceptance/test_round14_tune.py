@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.cli import MEGATRON_16, run_cli
+from tests.acceptance.cli import GPT3_ON_8, MEGATRON_16, run_cli
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_elastic_nnodes_ranks_at_the_maximum_and_lists_only_layouts_that_start_a
     assert code == 0, err
     data = json.loads(out)
     assert data["elastic"].startswith("--nnodes 1:4 starts at 1 to 4 nodes: ranked at the maximum, 4 nodes (32 GPUs)")
-    assert "32 GPUs (elastic)" in data["job"]
+    assert "32 GPUs, global batch 512" in data["job"]
     assert data["search"]["invalid_by_rule"]["world at the elastic minimum (1 node, 8 GPUs) % (tp*pp*cp) != 0"] > 0
     for row in data["top"]:
         group = row["tp"] * row["pp"] * row["cp"]
@@ -157,3 +157,14 @@ def test_fixed_node_count_has_no_elastic_note(home: Path, capsys) -> None:
     code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "1", "--search", "s.yaml",
                               "--", *MEGATRON_16], capsys)
     assert code == 0 and "elastic" not in json.loads(out), err  # the result object's keys as before
+
+
+def test_elastic_job_that_fits_nowhere_names_the_layouts_only_the_minimum_refused(home: Path, capsys) -> None:
+    """GPT-3 175B under --nnodes 1:2 fits nowhere: the exit-3 message said to widen TP/PP, while the layouts that
+    split it over both nodes (PP 2) had been refused only because one node cannot start them. It now says so, and
+    what lets tune try them."""
+    command = ["torchrun", "--nnodes", "1:2", *GPT3_ON_8[1:]]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *command], capsys)
+    assert code == 3, err
+    assert "were refused only because they split the model over more GPUs than the elastic minimum has (1 node, " \
+           "8 GPUs): a fixed --nnodes at the maximum" in err, err
