@@ -15,9 +15,11 @@
    benchmark (plain torch, one rank) and of the same shape as a 2-rank DeepSpeed ZeRO-1 job.
 3. End to end, same testbed job with and without the hook, interleaved (the script's own step timer):
    noisier than (1) on a shared machine; printed for completeness.
-On a CPU job the hook also reads the machine's speed once per rank, before step 0 starts
-(instrument/reference_speed.py, ~0.1 s): [2] prints its cost; it is in no timed step, and the loop of [1] takes
-it during its warm-up, outside the compared blocks.
+4. The job's first iteration (the script's own timer) without and with the hook, 3 interleaved runs each, medians:
+   what the hook's start costs the job once. On a CPU job the hook reads the machine's speed once per rank
+   (instrument/reference_speed.py, 100-250 ms of wall on a loaded machine); until 28 Nov 2026 it did so before
+   step 0, inside the job's first iteration (+230 ms there); now when the rank leaves, outside the training: [2]
+   and [4] print its cost. The loop of [1] never reads it (it never leaves before the blocks end).
 Machine load (1-minute load average) is printed before and after.
 """
 
@@ -105,7 +107,7 @@ def hook_cost_s(rounds: int) -> tuple[float, float, float, float, float]:
 
 def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, float, list[float], dict]:
     """Median timed step of an instrumented run (slowest rank) in wall and in CPU time, the script's own step
-    times, and rank 0's machine-speed reading (taken once before step 0, instrument/reference_speed.py)."""
+    times, and rank 0's machine-speed reading (taken once when the rank leaves, instrument/reference_speed.py)."""
     from llmperf_hook.refine.run_records import read_run_dir, summarize_job
 
     code = ("import os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
@@ -114,8 +116,9 @@ def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, float, list[
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     run = read_run_dir(tmp)
     job = summarize_job(run.records, run.job_ids()[0])
+    reading = next((r for r in run.records if r.get("rank") == 0 and isinstance(r.get("reference"), dict)), {})
     return (job.step_time_s, job.cpu_time_s or job.step_time_s, script_step_times(out.stdout),
-            dict(job.facts.get("reference") or {}))
+            dict(reading.get("reference") or {}))
 
 
 def script_step_times(stdout: str) -> list[float]:
@@ -128,8 +131,22 @@ def end_to_end(argv: list[str], rounds: int, tmp: Path) -> tuple[float, float]:
     for r in range(rounds):
         out = subprocess.run(argv, env=env_one_thread(), capture_output=True, text=True, check=True)
         off += script_step_times(out.stdout)[2:]
-        on += instrumented_step_s(argv, tmp / f"e2e{r}")[2][2:]  # step 0 (with the reading before it) left out
+        on += instrumented_step_s(argv, tmp / f"e2e{r}")[2][2:]  # the first iterations left out, as without
     return statistics.median(off), statistics.median(on)
+
+
+def first_iteration(argv: list[str], rounds: int, tmp: Path) -> tuple[list[float], list[float], list[float]]:
+    """The script's own first-iteration time without and with the hook (`rounds` interleaved runs each), and the
+    hook's machine-speed reading's wall time in each instrumented run (taken when the rank leaves): what the job's
+    first iteration pays for the hook (its lazy patches, the first step's meta record)."""
+    off, on, reading = [], [], []
+    for r in range(rounds):
+        out = subprocess.run(argv, env=env_one_thread(), capture_output=True, text=True, check=True)
+        off.append(script_step_times(out.stdout)[0])
+        _, _, times, ref = instrumented_step_s(argv, tmp / f"first{r}")
+        on.append(times[0])
+        reading.append(float(ref.get("wall_s") or 0.0))
+    return off, on, reading
 
 
 def main() -> None:
@@ -159,11 +176,17 @@ def main() -> None:
             print(f"[2] {label}: step {step_s * 1e3:.2f} ms CPU ({wall_s * 1e3:.2f} ms wall) -> hook overhead "
                   f"{pct:.3f} % "
                   f"({'OK' if pct <= 1.0 else 'OVER'} vs the 1 % target); machine-speed reading once per rank "
-                  f"before step 0: {ref.get('wall_s', 0) * 1e3:.0f} ms wall ({ref.get('cpu_s', 0) * 1e3:.2f} ms "
+                  f"when it leaves: {ref.get('wall_s', 0) * 1e3:.0f} ms wall ({ref.get('cpu_s', 0) * 1e3:.2f} ms "
                   f"counted), in no step")
         off_s, on_s = end_to_end(tiny, 3, Path(tmp))
         print(f"[3] end to end (tiny GPT, script's own timer, 3 interleaved runs): {off_s * 1e3:.3f} ms without, "
               f"{on_s * 1e3:.3f} ms with the hook ({100 * (on_s - off_s) / off_s:+.2f} %, noise included)")
+        off, on, reading = first_iteration(plain, 3, Path(tmp))
+        print(f"[4] first iteration (smallest testbed GPT, plain torch, script's own timer, 3 interleaved runs): "
+              f"{statistics.median(off) * 1e3:.0f} ms without, {statistics.median(on) * 1e3:.0f} ms with the hook "
+              f"({(statistics.median(on) - statistics.median(off)) * 1e3:+.0f} ms, medians; runs "
+              f"{[round(x * 1e3) for x in off]} / {[round(x * 1e3) for x in on]} ms); the machine-speed reading, taken "
+              f"when the rank leaves: {statistics.median(reading) * 1e3:.0f} ms wall")
     print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
 
 

@@ -63,8 +63,7 @@ class StepRecorder:
         self._profiler_pid = 0
         """The process that opened the profile window (a forked child holds a copy it must not map)."""
         self._failed = False
-        self._reference: dict[str, Any] | None = None
-        """The reference workload's reading taken before step 0 (reference_speed.py), written in the meta record."""
+        self._exit_registered = False
         self._identity: dict[str, Any] | None = None
         self._prefixes: dict[tuple, str] = {}
         self._pid = os.getpid()
@@ -103,15 +102,12 @@ class StepRecorder:
 
     def _mark_start(self) -> None:
         self._inject_fault("step_begin")
-        timer = self._ensure_timer()
-        if self._num_steps_done == 0 and self._reference is None:
-            self._reference = self._read_reference(timer.device)
-        self._start_mark = timer.mark()
+        self._start_mark = self._ensure_timer().mark()
         self._start_cpu_s = cpu_seconds(process_usage())
 
     def _read_reference(self, device: str) -> dict[str, Any]:
-        """Once, before step 0 starts (so no step contains it): the reference workload's reading on a CPU job
-        ({} otherwise, or when the config turns it off). A failure only loses the reading."""
+        """The reference workload's reading on a CPU job ({} otherwise, or when the config turns it off). A failure
+        only loses the reading."""
         if device != "cpu" or not self.config.reference_speed:
             return {}
         from llmperf_hook.instrument.reference_speed import measure_reference
@@ -120,6 +116,30 @@ class StepRecorder:
             return measure_reference("hook", local_world_size(self.world_size)).to_json()
         except Exception as err:  # noqa: BLE001 - the reading is optional; the steps are what matter
             return {"error": f"{type(err).__name__}: {err}"}
+
+    def _write_reference(self) -> None:
+        """Deferred to the job's exit (or --stop-after's): the reading costs 50 ms of CPU, 100-250 ms of wall on a
+        loaded machine, which it took from the job's first iteration when it ran before step 0; at exit it takes
+        nothing from the training. Written as its own `reference` record (refine reads it from there, or from the
+        meta record of runs recorded before)."""
+        if self._failed:  # a hook disabled by an error does nothing more
+            return
+        try:
+            reading = self._read_reference(self._timer.device if self._timer else "cpu")
+            if reading:  # flushed with the rest by the writer's exit close (or the stop's), which says once if it fails
+                self.writer.write(self._base("reference", reference=reading))
+        except OSError:
+            pass  # the run directory cannot be written: the writer's exit close says so
+        except Exception as err:  # noqa: BLE001 - never harm the job, not even at exit
+            self.fail(err)
+
+    def _at_exit_once(self) -> None:
+        """_run_at_exit registered with atexit, once: after the writer's own exit close, so it runs before (LIFO)."""
+        if not self._exit_registered:
+            import atexit
+
+            atexit.register(self._run_at_exit)
+            self._exit_registered = True
 
     def exit_step(self, source: str, took_step: bool) -> None:
         self._depth[source] = max(0, self._depth.get(source, 0) - 1)
@@ -197,19 +217,16 @@ class StepRecorder:
         if cfg.inject_fault_at_step is not None:  # tests only; one attribute test on the step path otherwise
             self._inject_fault("step_end")
         memory = self._memory.sample_and_reset(usage) if step < self._last_hooked_step else None
-        restart = None
         if step == 0:
             os.environ[STEPPING_ENV] = f"{cfg.job_id}:{self._pid}"
             self._resolve_rank()
-            if self._reference is None:  # step 0 had no start mark (a step before the first forward: a loop
-                # without nn.Module calls): read between steps 0 and 1, in neither
-                self._reference = self._read_reference(timer.device)
-                restart = timer.mark(), cpu_seconds(process_usage())
-            self.writer.write(self._base("meta", **job_facts(timer.device),
-                                         **({"reference": self._reference} if self._reference else {})))
+            self.writer.write(self._base("meta", **job_facts(timer.device)))
+            if timer.device == "cpu" and cfg.reference_speed:  # the machine's speed, read when the job leaves
+                self._at_exit.append(self._write_reference)
+                self._at_exit_once()
         if memory is not None:
             self.writer.write(self._step_record(step, end, end_cpu_s, memory))
-        self._start_mark, self._start_cpu_s = restart or (end, end_cpu_s)
+        self._start_mark, self._start_cpu_s = end, end_cpu_s
         self._num_steps_done += 1
         self._after_step()
 
@@ -244,10 +261,8 @@ class StepRecorder:
             self._profiler.start()
             # At exit: a job that ended inside the window must not leave the profiler running (torch's profiler
             # segfaults at interpreter teardown then, changing the job's exit code), and the window's events
-            # are mapped then (_stop_profiler). Registered after the writer's close, so it runs before it (LIFO).
-            import atexit
-
-            atexit.register(self._run_at_exit)
+            # are mapped then (_stop_profiler).
+            self._at_exit_once()
         if self._profiler is not None and done == cfg.last_hooked_step:
             self._stop_profiler()
         if done == cfg.last_hooked_step:

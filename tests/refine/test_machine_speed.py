@@ -89,6 +89,18 @@ def test_summary_takes_the_median_of_the_ranks_readings(tmp_path: Path) -> None:
     assert plain.reference_cpu_s is None
 
 
+def test_summary_reads_the_reference_records_written_when_the_ranks_left(tmp_path: Path) -> None:
+    """The hook writes its reading in a `reference` record when the rank leaves (before 28 Nov 2026: in the meta
+    record, read before step 0)."""
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02], 1: [0.5, 0.02]})
+    for rank, cpu_s in ((0, 0.010), (1, 0.014)):
+        with open(run / f"rank{rank}.jsonl", "a") as f:
+            f.write(json.dumps({"schema": 1, "kind": "reference", "job_id": "j1", "rank": rank,
+                                "reference": reading(cpu_s, 2, "hook").to_json()}) + "\n")
+    job = summarize_job(read_run_dir(run).records, "j1")
+    assert job.reference_cpu_s == pytest.approx(0.012) and job.reference_concurrent == 2
+
+
 def test_refine_records_the_reading_and_calibrates_from_the_raw_step(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The reading does not track this machine's step-time drift (bench_cpu_testbed.py --drift-check), so it is
