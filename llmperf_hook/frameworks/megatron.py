@@ -407,7 +407,7 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     if shape_model:
         model = preset_megatron_shape(flags, shape_model, parallel.tp, src, warnings)
     else:
-        model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour)
+        model = resolve_megatron_shape(flags, parallel.tp, src, warnings, ds_flavour, script)
     batch = megatron_batch(flags, parallel.dp, src)
     schedule = "none" if parallel.pp == 1 else "interleaved" if parallel.vpp > 1 else "1f1b"
     warnings.extend(not_modelled_warnings(flags))

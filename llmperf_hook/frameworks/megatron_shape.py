@@ -9,11 +9,13 @@ moe-ffn-hidden-size defaults to ffn; padded vocab = ceil(V / (make-vocab-size-di
 from __future__ import annotations
 
 import ast
+import os
 from typing import Any
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
+from llmperf_hook.frameworks.script_defaults import ScriptDefault, own_parser_default, with_own_defaults
 from llmperf_hook.frameworks.training_config import ModelShape, MoeDispatch
 from llmperf_hook.frameworks.vocab import megatron_vocab
 from llmperf_hook.provenance import Source, SourceKind
@@ -157,7 +159,8 @@ def _eval_pattern(node: ast.AST) -> Any:
     raise ValueError("not a list pattern")
 
 
-def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list[str]) -> tuple[int, int | None]:
+def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list[str],
+                       script: str = "") -> tuple[int, int | None]:
     if flags.has("seq_length") and flags.has("encoder_seq_length"):
         raise ConfigError(f"{flags.seen_flags['seq_length']} and {flags.seen_flags['encoder_seq_length']} are both given; "
                           "Megatron asserts encoder_seq_length is None when --seq-length is set. Keep --seq-length.")
@@ -166,6 +169,9 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
     if flags.get("position_embedding_type") == "rotary" and \
             flags.seen_flags.get("position_embedding_type") == "--position-embedding-type":
         return seq, _no_positions_with_rotary(flags, positions)
+    own = own_parser_default(script, "--max-position-embeddings") if positions is None else None
+    if own is not None:  # a script parsing its own flags: Megatron's requirement is not its own
+        return seq, _own_positions(own, script, seq, src, warnings)
     if positions is None:
         raise ConfigError("Megatron requires --max-position-embeddings (arguments.py: required_args, 'max_position_embeddings "
                           f"argument is None') and the command does not give it; add --max-position-embeddings {seq} "
@@ -175,6 +181,22 @@ def _seq_and_positions(flags: FlagValues, src: dict[str, Source], warnings: list
                           f"seq-length {seq} ({src['seq_length']}); Megatron asserts max_position_embeddings >= seq_length. "
                           f"Raise --max-position-embeddings to at least {seq}.")
     return seq, positions
+
+
+def _own_positions(own: ScriptDefault, script: str, seq: int, src: dict[str, Source], warnings: list[str]) -> int | None:
+    """The position table of a script that parses its own flags and was not given --max-position-embeddings: its
+    argparse default where that is a number; else None, which graph/params.py sizes as seq-length rows (the
+    cpu-testbed's `nn.Embedding(args.max_position_embeddings or args.seq_length, hidden)`)."""
+    shown = os.path.basename(script)
+    if isinstance(own.value, int) and not isinstance(own.value, bool):
+        src["max_position_embeddings"] = Source(SourceKind.DEFAULT, f"{shown}'s own argparse default")
+        return own.value
+    if own.defined and not own.literal:
+        warnings.append(f"{shown} computes the default of --max-position-embeddings; its position table is taken as "
+                        f"seq-length {seq} rows. Give --max-position-embeddings to price another size.")
+    src["max_position_embeddings"] = Source(SourceKind.DEFAULT, f"{shown} parses its own flags (Megatron's requirement "
+                                            "does not apply): seq-length rows")
+    return None
 
 
 def _no_positions_with_rotary(flags: FlagValues, positions: int | None) -> None:
@@ -213,8 +235,11 @@ def _gated_mlp(flags: FlagValues, swiglu: bool, warnings: list[str]) -> bool:
     return swiglu
 
 
-def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False) -> ModelShape:
-    """Build the ModelShape; fills `src` for every shape key."""
+def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False,
+                           script: str = "") -> ModelShape:
+    """Build the ModelShape; fills `src` for every shape key. `script`: the training script, whose own argparse
+    parser (when it has one, frameworks/script_defaults.py) replaces Megatron's requirements."""
+    flags = with_own_defaults(flags, script, ("max_position_embeddings", "vocab_size"))
     if flags.has("num_layers") and flags.has("encoder_num_layers"):
         raise ConfigError(f"{flags.seen_flags['num_layers']} and {flags.seen_flags['encoder_num_layers']} are both given; "
                           "Megatron refuses it ('cannot have both num-layers and encoder-num-layers specified'). Keep one.")
@@ -226,7 +251,7 @@ def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], w
     swiglu = _gated_mlp(flags, swiglu, warnings)
     kv, src["kv_channels"] = _kv_channels(flags, hidden, heads, src)
     groups, src["num_query_groups"] = _query_groups(flags, heads, warnings)
-    seq, positions = _seq_and_positions(flags, src, warnings)
+    seq, positions = _seq_and_positions(flags, src, warnings, script)
     tokenizer = flags.get("tokenizer_type")
     if tokenizer is None and flags.has("merge_file"):  # older scripts: --vocab-file/--merge-file = GPT-2 BPE
         tokenizer = "GPT2BPETokenizer"

@@ -1,0 +1,83 @@
+"""The default a user's own training script gives one of its argparse options, read from its source (never imported or
+run), for a script that takes Megatron-style flags but parses them itself.
+
+Megatron's own parser requires some options that a plain torch / DeepSpeed script of the user's need not
+(`--max-position-embeddings`: megatron/training/arguments.py `_check_arg_is_not_none(args,
+'max_position_embeddings')` for learned absolute positions). A script counts as parsing its own options when it builds
+an `argparse.ArgumentParser` itself and imports nothing of Megatron (whose parse_args then runs instead): the rule
+tune/script_options also applies. Its `add_argument('--max-position-embeddings', type=int, default=None)` (the
+cpu-testbed's train_gpt.py, which then sizes its table `args.max_position_embeddings or args.seq_length`) is then read,
+and its `--vocab-size` default stands where Megatron would require a tokenizer or --vocab-size.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, replace
+
+from llmperf_hook.frameworks.flags import FlagValues
+from llmperf_hook.frameworks.script_tree import script_tree
+from llmperf_hook.provenance import Source, SourceKind
+
+
+@dataclass(frozen=True)
+class ScriptDefault:
+    """What the script's own parser does with an option the command does not give."""
+
+    defined: bool
+    """The script's parser defines the option."""
+    value: object
+    """Its default when that is a literal (`default=2048`, `default=None`, no default: None); else None too."""
+    literal: bool
+    """The default is a literal the source states (not a name or a call, whose value only running tells)."""
+
+
+def own_parser_default(script: str, option: str) -> ScriptDefault | None:
+    """The default `script`'s own argparse parser gives `option` (`--max-position-embeddings`, either spelling of its
+    dashes); None when the script is not a readable Python file with a parser of its own (Megatron's parser, or
+    none built in the file), so that the framework's own rule holds."""
+    tree = script_tree(script) if script.endswith(".py") else None
+    if tree is None or _imports_megatron(tree) or not _builds_argument_parser(tree):
+        return None
+    spellings = {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+        names = {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        if call.func.attr == "add_argument" and names & spellings:
+            default = next((kw.value for kw in call.keywords if kw.arg == "default"), None)
+            if default is None:
+                return ScriptDefault(True, None, True)
+            literal = isinstance(default, ast.Constant)
+            return ScriptDefault(True, default.value if literal else None, literal)
+    return ScriptDefault(False, None, True)
+
+
+def _imports_megatron(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "megatron" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "megatron" and not node.level:
+            return True
+    return False
+
+
+def _builds_argument_parser(tree: ast.AST) -> bool:
+    """An `argparse.ArgumentParser(...)` / `ArgumentParser(...)` call, and no HfArgumentParser."""
+    called = {_name(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return "ArgumentParser" in called and "HfArgumentParser" not in called
+
+
+def _name(node: ast.AST) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def with_own_defaults(flags: FlagValues, script: str, dests: tuple[str, ...]) -> FlagValues:
+    """`flags` with each of `dests` the command does not give set to `script`'s own argparse default, where the script
+    parses its own flags and that default is a number (`--vocab-size`, default=32000: what its parser gives)."""
+    values, sources = dict(flags.values), dict(flags.sources)
+    for dest in dests:
+        own = None if flags.has(dest) else own_parser_default(script, "--" + dest.replace("_", "-"))
+        if own is not None and isinstance(own.value, int) and not isinstance(own.value, bool):
+            values[dest] = own.value
+            sources[dest] = Source(SourceKind.DEFAULT, f"{os.path.basename(script)}'s own argparse default")
+    return flags if values == flags.values else replace(flags, values=values, sources=sources)
