@@ -9,15 +9,19 @@ as full recompute of each layer, as under DeepSpeed (tune/candidates._recompute_
 gradient_checkpointing in training arg can't be set to True simultaneously', transformers trainer.py
 create_accelerator_and_postprocess). Such a job keeps its checkpointing as it is, as does a script of the user's own
 whose argparse parser defines no --gradient_checkpointing (a *_no_trainer.py script: argparse stops on the flag,
-'unrecognized arguments'; tune/script_options.py reads the parser without running it).
+'unrecognized arguments'; tune/script_options.py reads the parser without running it), and a script driving
+Accelerator itself with no parser llmperf can read (the flag would not reach its model).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
+from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.provenance import SourceKind
 from llmperf_hook.tune.argv_edit import find_flag, flag_value, option_key
@@ -45,7 +49,18 @@ def checkpointing_kept(script: str, script_args: Sequence[str]) -> str | None:
     if own is not None and not {"--gradient_checkpointing", "--gradient-checkpointing"} & own.options:
         return (f"{script} parses its own arguments (argparse) and defines no --gradient_checkpointing, so argparse "
                 "would stop the job on it ('unrecognized arguments')")
+    if own is None and accelerator_script(script, script_args) and not _builds(script, "HfArgumentParser"):
+        return (f"{script} drives Accelerate's Accelerator itself, not the Trainer, and no parser llmperf can read in "
+                "it defines --gradient_checkpointing, so the flag may stop the job or never reach its model")
     return _fsdp_config_keeps_checkpointing(script_args)
+
+
+def _builds(script: str, name: str) -> bool:
+    """The script's code calls `name(...)` (bare or as an attribute: transformers.HfArgumentParser(...))."""
+    tree = script_tree(script)
+    return tree is not None and any(
+        isinstance(n, ast.Call) and (getattr(n.func, "id", None) == name or getattr(n.func, "attr", None) == name)
+        for n in ast.walk(tree))
 
 
 def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:

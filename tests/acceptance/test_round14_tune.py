@@ -168,3 +168,18 @@ def test_elastic_job_that_fits_nowhere_names_the_layouts_only_the_minimum_refuse
     assert code == 3, err
     assert "were refused only because they split the model over more GPUs than the elastic minimum has (1 node, " \
            "8 GPUs): a fixed --nnodes at the maximum" in err, err
+
+
+def test_accelerator_script_without_a_parser_keeps_its_checkpointing(home: Path, capsys) -> None:
+    """A script driving Accelerator that reads no argv (its settings in code) would get '--gradient_checkpointing
+    True' appended and priced as recomputing, while its model never sees the flag: kept, with the reason."""
+    (home / "finetune.py").write_text("import accelerate\nacc = accelerate.Accelerator()\n")
+    (home / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+                                              "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 3},
+                                              "bf16": {"enabled": True}}))
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--top", "3",
+                              "--", *ACCELERATE_DS], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert "recompute" not in data["knobs"]["searched"], data["knobs"]
+    assert "finetune.py drives Accelerate's Accelerator itself, not the Trainer, and no parser" in err, err
