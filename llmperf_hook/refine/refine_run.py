@@ -408,6 +408,9 @@ def render_refine_report(report: RefineReport) -> str:
                       f"vs the contended run's quiet-equivalent {_ms(r.contended.step_time_s)}")
             lines.append(f"    predicted after:  {_ms(r.predicted_after_s)} ({_pct(r.predicted_after_s, r.calibrated_from_s)} "
                          f"{versus})  [{r.calibration.describe(r.fingerprint)}]")
+            cal = r.calibration  # a plain `llmperf predict` defaults to the cluster's GPU: say how to get this one
+            lines.append(f"    later predictions use it: `llmperf predict --hardware {cal.hardware} --cluster "
+                         f"{cal.cluster} -- <command>` (and `llmperf run` / `tune` with the same options)")
         if r.num_op_samples:
             lines.append(f"    op samples: {r.num_op_samples} ingested; {r.op_refit}")
         lines.extend(f"    note: {n}" for n in r.notes)
