@@ -3,6 +3,7 @@ n = 50257 head) already holds part of their cost: the measured Hopper factor (pr
 multiplied on top of its answer. Profiles fitted on aligned widths only, the shipped ones among them, keep it."""
 
 import csv
+import functools
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from llmperf_hook.predict.gemm_alignment import (ALIGNED_DIMS, alignment_warning
 from llmperf_hook.profile.build_profile import Samples, fit_samples
 from llmperf_hook.profile.features import RooflineConstants
 from llmperf_hook.profile.predictor import FittedProfile
-from llmperf_hook.profile.profile_io import META_FILE, ProfileMeta, read_profile_meta, write_profile
+from llmperf_hook.profile.profile_io import META_FILE, ModelEntry, ProfileMeta, read_profile_meta, write_profile
 from llmperf_hook.resources import configs_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +42,16 @@ def _gemm_samples(phase: str, with_head: bool) -> Samples:
     return Samples("gemm", phase, {"m": m, "n": n, "k": k}, flops / (0.6 * RC.peak_flop_per_s) * slow + 5e-6)
 
 
+@functools.lru_cache(maxsize=None)
+def _fitted(with_head: bool) -> tuple[tuple[ModelEntry, str], ...]:
+    """The two GEMM models of the synthetic samples: a pure function of with_head (fixed seeds, ~1 s of LightGBM
+    each), fitted once per file run; every test writes its own profile folder from them."""
+    return tuple(fit_samples(_gemm_samples(phase, with_head), RC, "bf16", with_holdout=False)
+                 for phase in ("fwd", "bwd"))
+
+
 def _profile(folder: Path, with_head: bool) -> FittedProfile:
-    fitted = [fit_samples(_gemm_samples(phase, with_head), RC, "bf16", with_holdout=False) for phase in ("fwd", "bwd")]
+    fitted = _fitted(with_head)
     meta = ProfileMeta(folder.name, {"bf16": RC}, {"fp16": "bf16"}, {"device": "test"}, {}, {"samples": "synthetic"},
                        tuple(e for e, _ in fitted))
     return FittedProfile(write_profile(folder, meta, {e.file: text for e, text in fitted}))
