@@ -353,13 +353,32 @@ ZERO3_FP32_ACCUM_FIRST_BYTES_UNCAST = 2.0
 (OptimizerConfig.zero3_accum_cast_on_reduce False): the reduce-scattered partition stays bf16 and partition_grads'
 `grad_buffer.copy_(grad_partition)` widens it into the fp32 buffer, read 2, write 4 where bf16 moves 2 + 2. Read from
 stage3.py at v0.10.1 .. v0.19.1 (56e7e0c55 changed it in v0.19.2); the further micro-batches' +12 is the same there."""
+DEEPSPEED_STEP_LAUNCHES_PER_TENSOR = {1: 20.5, 2: 20.5}
+"""Device ops that ZeRO-1/2's step issues per parameter tensor, one Python call each (stage_1_and_2.py's per-tensor
+inf/nan test, norm and copies): the kernel tables of the c01 model (148 tensors) count 3,035 device ops per step
+beyond the plain-torch step, the same for ZeRO-1 bf16 on the H100 (measurements/h100-sxm5-80gb-2026-11-26/kernels/
+ds_zero1.txt), ZeRO-1 fp16 and ZeRO-2 bf16 on the H200 (h200-sxm-141gb-2026-11-27/kernels/ds_fp16_zero1.txt,
+-27-b/kernels/ds_bf16_zero2.txt): per tensor 4 abs, 2 each of ne, eq, logical_not, logical_and and mul, about 3
+copy_, one linalg_vector_norm, amax and amin: 3,035 / 148 = 20.5."""
+DEEPSPEED_STEP_HOST_S_PER_LAUNCH = 5.5e-6
+"""Host seconds per launch of that loop (Python, the dispatcher and cudaLaunchKernel of one small op). Read from
+the one development configuration whose step is host-bound, c02 (12 x 1024, 147 tensors: hidden 1024 makes each
+tensor's kernels short), measured three times: the H100 (measurements/h100-sxm5-80gb-2026-11-26/runs/c02, 55.6 ms)
+and two H200 machines (h200-sxm-141gb-2026-11-26/runs/c02 48.5 ms, -27/run_r1 52.8 ms). Priced by
+schedule/compose.step_bookkeeping_s at 5 / 5.5 / 6 / 6.5 / 7 us, their mean |error| is 3.4 / 3.1 / 3.3 / 4.7 / 6.6 %
+(3.3 % with the loop priced as 30 us per tensor added), and over all 19 ZeRO-0/1/2 development runs 4.58 / 4.54 /
+4.57 / 4.79 / 5.10 % (4.57 %; the runs with large tensors do not move): 5.5 us, about what a small eager op costs
+(the launch alone 4-5 us: LAUNCH_QUEUE_DEPTH's source). One configuration pins it to about +-0.5 us, not better."""
 DEEPSPEED_HOST_S_PER_TENSOR = {0: 83e-6, 1: 30e-6, 2: 30e-6, 3: 30e-6}
-"""Host time per parameter tensor in DeepSpeed's step that the GPU waits for: ZeRO-0's bf16 optimizer reads
-three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148 tensors), each a
-stall of the launch queue; ZeRO-1/2 loop over the tensors in Python without syncing. From the same H100 runs:
-step wall time minus kernel time, beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors). ZeRO-2 on
-an H200 read 85 us, 40 on the H100's scale: ZeRO-1's kept. ZeRO-3 is given ZeRO-2's; its hooks' time beyond ZeRO-2,
-measured against ZeRO-2 on one machine, is graph/zero3_hooks.py's."""
+"""Host time per parameter tensor in DeepSpeed's step that the GPU waits for, added to the step's kernels: ZeRO-0's
+bf16 optimizer reads three scalars per tensor back to the host (447 aten::_local_scalar_dense per step for 148
+tensors), each a stall of the launch queue. ZeRO-1/2 loop over the tensors in Python without syncing; their loop's
+issue is priced as launches (DEEPSPEED_STEP_LAUNCHES_PER_TENSOR, schedule/compose.step_bookkeeping_s), which for
+the c01 model hide behind the backward's queued kernels, and this is what c01's step still shows beyond its kernels
+(its few syncs: 6 aten::_local_scalar_dense per step). From the same H100 runs: step wall time minus kernel time,
+beyond a plain-torch step's (14.1 / 6.3 vs 1.8 ms for 148 tensors). ZeRO-2 on an H200 read 85 us, 40 on the H100's
+scale: ZeRO-1's kept. ZeRO-3 is given ZeRO-2's; its hooks' time beyond ZeRO-2, measured against ZeRO-2 on one
+machine, is graph/zero3_hooks.py's."""
 
 
 def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, local: int,
@@ -380,13 +399,24 @@ def deepspeed_mixed_precision(cfg: TrainingConfig, stage: int, num_layers: int, 
     flat_fp16 = zero == 0 and cfg.precision == "fp16"
     kind = 0 if runs_bf16_optimizer(cfg) else zero  # BF16_Optimizer: the bookkeeping measured at ZeRO-0 bf16
     per_param = DEEPSPEED_FP16_ZERO0_BYTES_PER_PARAM if flat_fp16 else DEEPSPEED_MP_BYTES_PER_PARAM[kind]
-    host_s = 0.0 if flat_fp16 else tensors * DEEPSPEED_HOST_S_PER_TENSOR[kind]
     widened = zero3_grad_dtype_bytes(cfg, local, rank_params)  # ZeRO-3 reducing in another dtype than the model's
     return [Op("optimizer.deepspeed_mixed_precision", "deepspeed_bookkeeping", "step",
                {"params": local, "param_tensors": tensors}, flops=0.0,
                bytes_moved=float(local * per_param + grad_params * accumulated + rank_params * further * bucket_b
-                                 + widened), dtype=cfg.precision,
-               tags={"host_s": f"{host_s:.6g}"} if host_s else {})]
+                                 + widened), dtype=cfg.precision, tags=_step_host_tags(kind, tensors, flat_fp16))]
+
+
+def _step_host_tags(kind: int, tensors: int, flat_fp16: bool) -> dict[str, str]:
+    """The host work of the step. host_s: DEEPSPEED_HOST_S_PER_TENSOR, added to the op's GPU time. ZeRO-1/2 also
+    carry their per-tensor loop's launches (host_launches, host_s_per_launch), which schedule/compose.py
+    step_bookkeeping_s issues behind the backward's queued GPU work."""
+    if flat_fp16:
+        return {}
+    tags = {"host_s": f"{tensors * DEEPSPEED_HOST_S_PER_TENSOR[kind]:.6g}"}
+    if kind in DEEPSPEED_STEP_LAUNCHES_PER_TENSOR:
+        tags.update(host_launches=f"{tensors * DEEPSPEED_STEP_LAUNCHES_PER_TENSOR[kind]:.6g}",
+                    host_s_per_launch=f"{DEEPSPEED_STEP_HOST_S_PER_LAUNCH:.6g}")
+    return tags
 
 
 def zero3_fp32_accum_bytes(cfg: TrainingConfig) -> float:

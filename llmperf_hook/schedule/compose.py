@@ -35,7 +35,7 @@ from llmperf_hook.graph.op import Op
 from llmperf_hook.graph.op_graph import ChunkOps, OpBlock, OpGraph, StageGraph
 from llmperf_hook.graph.zero3_hooks import ZERO3_HOOKS_OP
 from llmperf_hook.predict.dispatch import op_id
-from llmperf_hook.predict.host_issue import queued_pass_s
+from llmperf_hook.predict.host_issue import pass_host_s, queued_pass_s
 from llmperf_hook.schedule.op_timeline import hidden_comm, op_events
 from llmperf_hook.schedule.pipeline import PipelineResult, simulate_lockstep, simulate_pipeline_and_free
 from llmperf_hook.schedule.step_estimate import StageTiming, TimelineEvent
@@ -52,6 +52,8 @@ class PassCost:
     exposed_comm_s: dict[str, float]
     host_wait_s: float = 0.0
     """Time the GPU waits for the host to issue ops (pass host-bound: ops x per-op host cost > GPU time)."""
+    host_lead_s: float = 0.0
+    """GPU time still queued when the host has issued the pass's last op (GPU-bound pass: GPU time - host issue)."""
 
 
 def _comm_kind(op: Op) -> str:
@@ -151,7 +153,7 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
                host_per_op_s: float = 0.0) -> PassCost:
     """A chunk's pass: GPU time of its blocks, lengthened where the host cannot issue kernels fast enough
     (each block is an in-order launch queue, `predict.host_issue.queued_pass_s`)."""
-    total = compute = recompute = wait = 0.0
+    total = compute = recompute = wait = host = 0.0
     exposed: dict[str, float] = defaultdict(float)
     side_stream = lambda op: hidden_comm(op, tp_overlap)  # noqa: E731
     for block in chunk.blocks:
@@ -159,12 +161,14 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
         cost = block_pass(ops, seconds, tp_overlap)
         queued = queued_pass_s(ops, lambda op: seconds[op_id(op)], host_per_op_s, side_stream) if host_per_op_s else 0.0
         wait += max(0.0, queued - cost.total_s) * block.count
+        host += pass_host_s(ops, host_per_op_s, side_stream) * block.count if host_per_op_s else 0.0
         total += cost.total_s * block.count
         compute += cost.compute_s * block.count
         recompute += cost.recompute_s * block.count
         for kind, t in cost.exposed_comm_s.items():
             exposed[kind] += t * block.count
-    return PassCost(total + wait, compute, recompute, dict(exposed), wait)
+    lead = max(0.0, total + wait - host) if host_per_op_s else 0.0
+    return PassCost(total + wait, compute, recompute, dict(exposed), wait, lead)
 
 
 def _bucket_fraction(cfg: TrainingConfig, stage: StageGraph) -> float:
@@ -191,13 +195,15 @@ class StepOpsCost:
 
 
 def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingConfig, bwd_window_s: float,
-                  fwd_window_s: float) -> StepOpsCost:
+                  fwd_window_s: float, lead_s: float = 0.0, host_per_op_s: float = 0.0) -> StepOpsCost:
+    """`lead_s`: GPU time of the last backward still queued when the host starts the step; `host_per_op_s`: the
+    cluster's host cost of one modelled op (the step's per-tensor launches: step_bookkeeping_s)."""
     grad = gather = embed = opt = contention = hooks = 0.0
     grad_overlap = gather_overlap = False
     for op in stage.step_ops:
         t = seconds[op_id(op)]
         if op.op_class in ("optimizer", "deepspeed_bookkeeping", "nvme_swap"):  # the step's own work, not overlapped
-            opt += t
+            opt += step_bookkeeping_s(op, t, lead_s, host_per_op_s) if "host_launches" in op.tags else t
             hooks += t if op.name == ZERO3_HOOKS_OP else 0.0
         elif op.name.startswith("embedding"):
             embed += t
@@ -216,6 +222,28 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
         grad_exposed = max(grad - bwd_window_s, grad * last + contention * (1.0 - last))
     gather_exposed = max(0.0, gather - fwd_window_s) if gather_overlap else gather
     return StepOpsCost(grad_exposed, embed, opt, gather_exposed, grad, gather, hooks)
+
+
+LAUNCH_QUEUE_DEPTH = 1000
+"""Kernel launches a CUDA stream holds before the next launch waits for a kernel to finish: 'the buffer size is
+about 1000 kernels' (NVIDIA developer forum / Stack Overflow 53970187: launches take 4-5 us until ~1,000 are pending,
+then each waits for one to complete). The host blocks on it: CUPTI's 'Command Buffer Full' rows in the kernel tables
+(measurements/h200-sxm-141gb-2026-11-27/kernels/plain_bf16.txt: 159 per step)."""
+
+
+def step_bookkeeping_s(op: Op, gpu_s: float, lead_s: float, host_per_op_s: float) -> float:
+    """Seconds after the backward's last kernel until DeepSpeed ZeRO-1/2's per-tensor step loop is done: the host
+    issues its `host_launches` at `host_s_per_launch` each (graph/step_ops.py) through the launch queue while the GPU
+    still runs `lead_s` of queued backward work (no synchronisation between them), and the GPU runs the loop's
+    `gpu_s` of kernels as they come (predict/host_issue.py's in-order queue, taken whole). The host gains on the GPU
+    only while the queue has room: in the lead it issues at most LAUNCH_QUEUE_DEPTH launches (each further one
+    waits for a backward kernel to leave the queue), so the lead hides min(lead, depth x per-launch) of the issue.
+    A device without a launch queue (host_per_op_s 0: the CPU cluster) runs the ops as they are issued: gpu_s."""
+    if host_per_op_s <= 0.0:
+        return gpu_s
+    per_launch_s = float(op.tags["host_s_per_launch"])
+    issue_s = float(op.tags["host_launches"]) * per_launch_s
+    return max(gpu_s, issue_s - min(lead_s, LAUNCH_QUEUE_DEPTH * per_launch_s))
 
 
 @dataclass(frozen=True)
@@ -239,7 +267,8 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
     sim, sim_free = _simulate(cfg, f_s, b_s, p2p_s, m, detail)
-    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i])) for i, s in enumerate(graph.stages)]
+    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i]), bwd[i][0].host_lead_s, host_per_op_s)
+                  for i, s in enumerate(graph.stages)]
     sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
     critical = max(range(len(sync_end)), key=lambda i: sync_end[i])
     optimizer_s = max(c.optimizer_s for c in step_costs)
@@ -300,7 +329,8 @@ def _with_partition_gathers(fwd: list[list[PassCost]], bwd: list[list[PassCost]]
             return cost
         exposed = dict(cost.exposed_comm_s)
         exposed["pp_gather"] = exposed.get("pp_gather", 0.0) + n * gather_s
-        return PassCost(cost.total_s + n * gather_s, cost.compute_s, cost.recompute_s, exposed, cost.host_wait_s)
+        return PassCost(cost.total_s + n * gather_s, cost.compute_s, cost.recompute_s, exposed, cost.host_wait_s,
+                        cost.host_lead_s)
 
     fwd = [[add(c, int(i > 0)) for c in row] for i, row in enumerate(fwd)]
     bwd = [[add(c, 2 * int(i < last)) for c in row] for i, row in enumerate(bwd)]
