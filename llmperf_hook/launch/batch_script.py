@@ -41,7 +41,7 @@ from llmperf_hook.launch.shell_associative import assign_element, forget
 from llmperf_hook.launch.shell_blocks import BlockReading
 from llmperf_hook.launch.shell_functions import Definition
 from llmperf_hook.launch.shell_eval import UNSET_REF, eval_refusal
-from llmperf_hook.launch.shell_loops import in_background, sweep_warning
+from llmperf_hook.launch.shell_loops import brace_expanded, in_background, sweep_warning
 from llmperf_hook.launch.shell_positional import (bind_locals, expand_positional, missing_arguments, positional_table,
                                                   run_builtin)
 from llmperf_hook.launch.shell_read import (HERE_STRING_REF, ReadCommand, getopts_builtin, input_text,
@@ -304,7 +304,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             text = decode_ansi_c(text)
         text = protect_literal_dollars(plain_heredoc_operators(text) if line.heredoc is not None else text)
         text = NAME_BEFORE_QUOTE.sub(r"${\1}", text)
-        if self.arrays or self.assoc or "[@]}" in text or "[*]}" in text:  # also `"${EXTRA[@]}"` of an array never set
+        if self.arrays or self.assoc or "[@]}" in text or "[*]}" in text or "${@:" in text or "${*:" in text:
             text = self.expand_arrays(text)
         if "$#" in text or "${#}" in text:  # shlex would read the `#` of `$#` / `${#}` as a comment
             text = text.replace("${#}", self.positional["#"]).replace("$#", self.positional["#"])
@@ -317,7 +317,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         source = split_unquoted_words(PWD.sub(self.cwd, text), self.word_value, self.args(), self.undecidable)
         try:  # inside `(( ))` a `>` or `<<` is an operator (bash manual 6.5), no redirection
             words, redirections = (shell_split(source), []) if source.lstrip().startswith("((") else \
-                split_redirections(*rejoin_substitutions(shell_split(source), quoted_words(source)))
+                split_redirections(*brace_expanded(*rejoin_substitutions(shell_split(source), quoted_words(source))))
         except ValueError:
             if any(head in text for head in LAUNCH_HEADS):
                 self.unsplit.append(self.where(line).removeprefix("line "))

@@ -97,12 +97,12 @@ _PLAIN_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*|[0-9]+)\}|([A-Za-z_]\w*|[0-9]))")
 def unbound_reference(text: str, env: Mapping[str, str], positional: Mapping[str, str],
                       known_elsewhere: AbstractSet[str]) -> tuple[str, str] | None:
     """The first reference in the command `text` that bash rejects under `set -u`, and its name ("NAME: unbound
-    variable", bash manual 4.3.1 `-u`): a plain `$NAME` / `${NAME}`, or a transforming `${#NAME}` / `${NAME%...}` / `${NAME/...}`
-    (shell_parameters.OPERATOR), of a variable `env` lacks, or a `$N` past the script's arguments. `${NAME:-word}` and
-    the other operators that supply a value, `$@`, `$*`, `$#` and arrays are exempt (bash 4.4 and later), as are the
-    variables bash sets itself (BASH_SETS), Slurm's (set where the job runs), those in `known_elsewhere` (a value only
-    running the script gives, or a name the script writes bare, as `read NAME` or `for NAME in` do, which the reading
-    may not follow), and what a command substitution expands in its own subshell."""
+    variable", bash manual 4.3.1 `-u`): a plain `$NAME` / `${NAME}`, or a transforming `${#NAME}` / `${NAME%...}` /
+    `${NAME/...}` (shell_parameters.OPERATOR), of a variable `env` lacks, or a `$N` past the script's arguments.
+    `${NAME:-word}` and the other operators that supply a value, `$@`, `$*`, `$#` and arrays are exempt (bash 4.4
+    and later), as are the variables bash sets itself (BASH_SETS), Slurm's (set where the job runs), those in
+    `known_elsewhere` (a value only running the script gives, or a name the script writes bare, as `read NAME` or
+    `for NAME in` do, which the reading may not follow), and what a command substitution expands in its subshell."""
     for found in sorted([*_PLAIN_REF.finditer(text), *OPERATOR.finditer(text)], key=lambda found: found.start()):
         name = next(filter(None, found.groups()[:2]))
         if in_command_substitution(text, found.start()) or text[found.end():found.end() + 1] == "[":

@@ -25,7 +25,8 @@ from llmperf_hook.launch.shell_eval import UNSET_REF
 from llmperf_hook.launch.shell_functions import Definition, definition
 from llmperf_hook.launch.shell_loops import MAX_TOTAL_PASSES, ForLoop, for_loop, loop_values
 from llmperf_hook.launch.shell_read import ReadCommand
-from llmperf_hook.launch.shell_while import MAX_PASSES as MAX_WHILE_PASSES, WhileLoop, while_loop
+from llmperf_hook.launch.shell_arithmetic_commands import run_arithmetic
+from llmperf_hook.launch.shell_while import MAX_PASSES as MAX_WHILE_PASSES, WhileLoop, arithmetic_for, while_loop
 from llmperf_hook.launch.shell_positional import leave_function, positional_table
 from llmperf_hook.launch.shell_script import ScriptLine, protect_literal_dollars
 
@@ -132,11 +133,15 @@ class BlockReading:
         read pass by pass: the index after it; else None, the reading as it was (the loop is read as a body that
         may run)."""
         loop = None if self.conditions.in_undecided_branch() else while_loop(lines, i)
+        counted = None if loop is not None or self.conditions.in_undecided_branch() else arithmetic_for(lines, i)
+        loop = counted[1] if counted else loop
         if loop is None or self.passes >= MAX_TOTAL_PASSES:
             return None
         if loop.feed is not None:
             return self.read_loop(loop)
         kept, launched = _kept_state(self), len(self.launches) + len(self.submissions) + len(self.singles)
+        if counted and counted[0]:  # `for (( i = 0; ...`: INIT once, before the first test
+            run_arithmetic(self, [f"(( {counted[0]} ))"], False)
         for _ in range(MAX_WHILE_PASSES + 1):
             truth = None if self.passes >= MAX_TOTAL_PASSES else self.loop_test(loop.test)
             if truth is None:

@@ -22,8 +22,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from llmperf_hook.launch.extglob import extglob_match
 from llmperf_hook.launch.shell_arithmetic import arithmetic
 from llmperf_hook.launch.shell_arithmetic_commands import arithmetic_expressions
+from llmperf_hook.launch.top_level_split import split_outside
 
 _NAME_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_REF = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
@@ -254,9 +256,12 @@ def _arm_pattern_end(words: list[str]) -> int:
     return 0
 
 
-_ARM_PATTERNS = re.compile(r"(^|;;&?|;&|\bin\s)(\s*)(\(?[^\s;&|()'\"]+(?:\s*\|\s*[^\s;&|()'\"]+)+\s*\))")
-"""A case arm's pattern list joined by `|` (`gpt*|opt*)`, `7B | 13B)`), at a line's start, after `;;` (`;&`, `;;&`)
-or `in`."""
+_PATTERN = r"(?:[^\s;&|()'\"]|[?*+@!]\([^()'\"]*\))+"
+"""One pattern of a case arm: glob characters, and extglob groups (`@(7b|13b)`, bash manual 3.5.8.1)."""
+_ARM_PATTERNS = re.compile(rf"(^|;;&?|;&|\bin\s)(\s*)(\(?(?:{_PATTERN}(?:\s*\|\s*{_PATTERN})+|"
+                           rf"[^\s;&|()'\"]*[?*+@!]\([^()'\"]*\)(?:{_PATTERN})?)\s*\))")
+"""A case arm's pattern list joined by `|` (`gpt*|opt*)`, `7B | 13B)`), or a pattern with an extglob group
+(`*@(7b|13b))`, whose `|` is the group's), at a line's start, after `;;` (`;&`, `;;&`) or `in`."""
 
 
 def quote_arm_patterns(text: str) -> str:
@@ -269,14 +274,18 @@ def quote_arm_patterns(text: str) -> str:
 
 def _open_arm(frame: _Frame, pattern_words: list[str], word: Callable[[str], str | None], after: str = ";;") -> None:
     """A `case` arm begins: it runs when no earlier arm ran and one of its patterns matches the word (bash manual
-    3.2.5.2: the first matching arm runs; patterns match as globs, fnmatch's `*`, `?`, `[...]`); undecided, and
-    what it assigns unknown, when the word or a pattern is not known or uses extended globs. After an arm that ran
+    3.2.5.2: the first matching arm runs; patterns match as globs, fnmatch's `*`, `?`, `[...]`, and extglob groups,
+    launch/extglob.py); undecided, and what it assigns unknown, when the word or a pattern is not known or uses
+    `!(…)`. After an arm that ran
     and ended in `;&` this one runs too, untested; after `;;&` its patterns are tested as well (`after`)."""
     ran = frame.active
     frame.taken = _taken(frame)
-    patterns = [word(p.strip()) for p in "".join(pattern_words).removeprefix("(").removesuffix(")").split("|")]
-    known = frame.subject is not None and all(p is not None and "(" not in p for p in patterns)
-    matched = known and any(fnmatch.fnmatchcase(frame.subject or "", p or "") for p in patterns)
+    listed = split_outside("".join(pattern_words).removeprefix("(").removesuffix(")"), "|", "()")
+    patterns = [word(p.strip()) for p in listed]
+    results = [None if p is None else extglob_match(frame.subject or "", p) if "(" in p else
+               fnmatch.fnmatchcase(frame.subject or "", p) for p in patterns]
+    known = frame.subject is not None and None not in results
+    matched = known and any(results)
     if after == ";;&" and ran is not False:  # the arms from here on are tested as if none had run
         frame.taken = False if ran else None
     if after == ";&" and ran is not False:  # the arm before ran and falls through: this one's commands run too

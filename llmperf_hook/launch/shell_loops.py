@@ -110,6 +110,22 @@ def _braces(word: str) -> list[str] | None:
     return None if _ANY_BRACES.search(word) else [word]
 
 
+def brace_expanded(words: list[str], quoted: list[bool]) -> tuple[list[str], list[bool]]:
+    """A command's words (with their quoted_words marks) after bash's brace expansion (3.5.1), which comes before
+    every other expansion: `--data-path {a,b}_text` is two words. A word with any quoting, an assignment (`X={a,b}`
+    is not expanded), one holding `${` or `$(`, or a form _braces leaves alone stays as it is."""
+    if len(quoted) != len(words) or not any("{" in word for word in words):
+        return words, quoted
+    out: list[str] = []
+    marks: list[bool] = []
+    for word, mark in zip(words, quoted):
+        braced = None if mark or "${" in word or "$(" in word or re.match(r"[A-Za-z_]\w*\+?=", word) else \
+            _braces(word)
+        out.extend(braced or [word])
+        marks.extend([mark] * len(braced or [word]))
+    return out, marks
+
+
 def loop_values(words: str, expand: Callable[[str], str | None], args: Sequence[str],
                 budget: int = MAX_TOTAL_PASSES) -> list[str] | None:
     """The words `for NAME in WORDS` runs its body for, as bash expands them (`args`: the arguments "$@" gives); None

@@ -119,6 +119,12 @@ def _declare(script: _Script, line: ScriptLine, words: list[str]) -> None:
     if "A" in options:  # `declare -A M`: an associative array (launch/shell_associative.py)
         declare_associative(script, words)
         return
+    if "n" in options:  # `declare -n REF=L`: REF reads and writes L (a nameref, bash manual 3.4), which llmperf does
+        for word in words[1:]:  # not follow: REF is left unknown, not the text `L`
+            if not word.startswith(("-", "+")):
+                script.env.pop(word.partition("=")[0], None)
+                script.undecidable.add(word.partition("=")[0])
+        return
     scoped = bool(script.frames) and words[0] != "readonly" and "g" not in options
     if words[0] == "local" and not script.frames:
         if script.shell[0] == "dash":

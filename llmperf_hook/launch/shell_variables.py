@@ -34,6 +34,9 @@ _EXPORTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\+?=.*)?", re.DOTALL)
 _ARRAY_REF = re.compile(r"(\"?)\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\](?::\s*(-?\d+)(?::\s*(\d+))?)?\}\1")
 """`${NAME[@]}`, `${NAME[*]}`, and their slices `${NAME[@]:OFFSET[:LENGTH]}` (bash manual 3.5.3: a negative OFFSET,
 after a blank, counts from the end)."""
+_ARGUMENT_SLICE = re.compile(r"(\"?)\$\{([@*]):\s*(-?\d+)(?::\s*(\d+))?\}\1")
+"""`"${@:2}"`, `${@:2:1}`, `"${*:3}"`: the script's (or function's) arguments from the OFFSET-th on (bash manual 3.5.3:
+`${@:0}` starts with $0, a negative OFFSET, after a blank, counts from the last argument)."""
 _ARRAY_INDICES = re.compile(r"(\"?)\$\{!([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}\1")
 """`${!NAME[@]}` / `${!NAME[*]}`: the array's indices (bash manual 6.7)."""
 _BASH_SOURCE = re.compile(r"\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE\b")
@@ -263,7 +266,20 @@ class ShellVariables:
             return shlex.quote(listed) if quoted and subscript == "*" else listed
 
         text = _ARRAY_INDICES.sub(indices, expand_items(self, text)) if "${!" in text else expand_items(self, text)
+        text = _ARGUMENT_SLICE.sub(self._argument_slice, text) if "${@:" in text or "${*:" in text else text
         return _ARRAY_REF.sub(words, _ARRAY_ITEM.sub(self._array_item, text))
+
+    def _argument_slice(self, found: re.Match[str]) -> str:
+        """`"${@:OFFSET:LENGTH}"` as the words bash gives (quoted `@`: one word an argument; quoted `*`: one word;
+        unquoted: split at blanks)."""
+        quoted, subscript, offset, length = found.groups()
+        listed = [self.positional.get("0", ""), *self.args()]
+        start = int(offset) if int(offset) >= 0 else len(listed) + int(offset)
+        elements = listed[start:] if start >= 1 or int(offset) == 0 else []
+        elements = elements[:int(length)] if length is not None else elements
+        if not quoted:
+            return shlex.join([field for element in elements for field in element.split()])
+        return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
 
     def array_or_scalar(self, name: str) -> list[str] | None:
         """The elements `${name[@]}` expands: the array's; a plain variable's value as element 0; none for a name

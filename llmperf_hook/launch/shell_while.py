@@ -56,6 +56,34 @@ def _code(text: str) -> str:
     return text[:found.start()] if found else text
 
 
+_ARITHMETIC_FOR = re.compile(r"^\s*for\s*\(\(([^;]*);([^;]*);([^;]*)\)\)\s*;?\s*do\s*(?:#.*)?$")
+"""`for (( INIT; TEST; STEP )); do` on a line of its own (bash manual 3.2.5.1: INIT once, then while TEST is not 0
+the body and STEP; an empty TEST is 1)."""
+
+_ARITHMETIC_FOR_LINE = re.compile(r"^\s*for\s*\(\(([^;]*);([^;]*);([^;]*)\)\)\s*;?\s*do\s+(.+?)\s*;?\s*done\s*$")
+"""The same loop on one line: `for ((...)); do BODY; done`."""
+
+
+def arithmetic_for(lines: Sequence[ScriptLine], i: int) -> tuple[str, WhileLoop] | None:
+    """The C-style `for ((...))` loop lines[i] opens, as its INIT and the `while ((TEST))` loop it runs as (STEP the
+    last line of the body); None for another line, or a loop not read pass by pass."""
+    header = _ARITHMETIC_FOR.match(lines[i].text)
+    one_line = None if header else _ARITHMETIC_FOR_LINE.match(_code(lines[i].text))
+    if one_line is not None:  # `for ((i=0; i<3; i++)); do NP=$((NP*2)); done`
+        init, test, step, body = (part.strip() for part in one_line.groups())
+        text = f"while (( {test or 1} )); do {body}; {f'(( {step} ))' if step else ':'}; done"
+        loop = _one_line(ScriptLine(lines[i].number, text), i + 1)
+        return (init, loop) if loop is not None else None
+    if header is None:
+        return None
+    init, test, step = (part.strip() for part in header.groups())
+    loop = while_loop([ScriptLine(lines[i].number, f"while (( {test or 1} )); do"), *lines[i + 1:]], 0)
+    if loop is None or loop.feed is not None:
+        return None
+    step_line = (ScriptLine(lines[i].number, f"(( {step} ))"),) if step else ()
+    return init, WhileLoop(False, loop.test, loop.body + step_line, loop.end + i)
+
+
 def _one_line(line: ScriptLine, end: int) -> WhileLoop | None:
     """`while read -r h s; do NN=$((NN+1)); done < hosts`: a loop on one line, its body a line of its own."""
     found = _ONE_LINE.match(_code(line.text))

@@ -117,7 +117,24 @@ FUNCTION_OUTPUT = {
     "assignments_stay_in_the_subshell": "X=1\nf() { X=5; echo $X; }\nNP=$(f)\nNP=$((NP - X))\n" + T + "\n",
     "echo_n_and_globals": "G=8\nf() { echo -n $G; }\nNP=$(f)\n" + T + "\n",
 }
+MORE = {  # found probing the idioms of Megatron-LM, Megatron-DeepSpeed, DeepSpeedExamples and NeMo scripts
+    "argument_slices": "NP=2\nset -- a b c d\n" + T + " --save \"${@:2}\" --load ${@:2:1} --data-path \"${*:3}\" "
+                       "--vocab-file ${@: -1}\n",
+    "function_passes_the_rest": "run() { NP=$1; " + T + " \"${@:2}\"; }\nrun 4 --lr 2 --seed '1 2'\n",
+    "extglob_case": "shopt -s extglob\nNP=2\nfor V in gpt-7b llama-70b x-1b 123; do\n  case $V in\n"
+                    "    *@(7b|13b)) NN=1;;\n    llama-+([0-9])b) NP=4;;\n    ?(x-)1b) PP=3;;\n    +([0-9])) TP=5;;\n"
+                    "  esac\ndone\n" + T + " --nnodes $NN --save $PP --load $TP\n",
+    "brace_expansion_in_words": "NP=2\nX={a,b}\n" + T + " --save $X --load p{1..3}q --data-path \"{c,d}\" "
+                                "--vocab-file ${U:-{e,f}} --merge-file '{g,h}' --tokenizer-model {x,y}\n",
+    "arithmetic_for": "H=\"\"\nfor (( n = 1; n <= 3; n += 1 )); do\n  H+=\"node$n,\"\ndone\nNP=1\n"
+                      "for ((i=0; i<3; i++)); do NP=$((NP*2)); done\n" + T + " --save ${H%,} --load $n$i\n",
+}
 ARGS.update({"argument_loop_declares": ["--NN=2", "--NP=4"]})
+
+
+@pytest.mark.parametrize("name", MORE)
+def test_more_idioms_of_real_scripts(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, MORE[name], tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", TABLES)
@@ -205,6 +222,8 @@ def test_an_undecided_arithmetic_test_leaves_its_variable_unknown(tmp_path: Path
     "f() { nproc; }\nNP=2\nX=$(f)",  # a function that runs a command
     "f() { echo $(hostname); }\nNP=2\nX=$(f)",
     "NP=2\nwhile read -r X; do :; done < <(ls)",
+    "L=8\ndeclare -n X=L\nNP=2",  # a nameref: X reads L, which llmperf does not follow
+    "shopt -s extglob\nNP=2\ncase $(hostname) in\n  !(a|b)) X=1;;\nesac",
 ])
 def test_what_only_running_gives_stays_unknown(lines: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch line names $X (or the reference X was set from) instead of pricing a value llmperf guessed."""
