@@ -198,7 +198,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     from llmperf_hook.tune.candidates import generate_candidates
     from llmperf_hook.tune.assemble_rules import assemble_rule_masks
     from llmperf_hook.tune.command_rules import all_rules, command_rule_masks
-    from llmperf_hook.tune.elastic import elastic_rule_masks
+    from llmperf_hook.tune.elastic import elastic_rule_masks, own_elastic_problem
     from llmperf_hook.tune.fork_knobs import pin_fork_knobs
     from llmperf_hook.tune.search import search_candidates
     from llmperf_hook.tune.search_space import (ignored_knobs, load_search_space, no_knob_note, read_search_file,
@@ -236,6 +236,9 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
     rules = command_rule_masks(cfg, script_args)
     if job is not None:
         rules = all_rules(rules, assemble_rule_masks(cfg, job, ds_settings), elastic_rule_masks(cfg, job))
+        own_problem = own_elastic_problem(cfg, job)
+        if own_problem:
+            click.echo(f"llmperf tune: warning: {own_problem}", err=True)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
                                command_rules=rules)

@@ -63,10 +63,22 @@ def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
         group = cols["tp"] * cols["pp"] * cols["cp"]
-        out = {f"{WORLD_RULE} ({least} node{'s' * (least > 1)}, {world} GPUs) % (tp*pp*cp) != 0": world % group != 0}
+        out = {f"{WORLD_RULE} ({where.split('(', 1)[1]} % (tp*pp*cp) != 0": world % group != 0}
         if fixed_batch:
             dp = np.maximum(world // group, 1)
             out[f"global_batch % (micro_batch*dp) != 0 {where}"] = (world % group == 0) & (gbs % (cols["mbs"] * dp) != 0)
         return out
 
     return masks
+
+
+def own_elastic_problem(cfg: TrainingConfig, job: ParsedJob) -> str | None:
+    """The rule at MIN that the command's own layout breaks (it stays tune's baseline, priced at MAX), for a warning."""
+    p = cfg.parallel
+    own = {"tp": np.array([p.tp]), "pp": np.array([p.pp]), "cp": np.array([p.cp]),
+           "mbs": np.array([cfg.batch.micro_batch_size])}
+    broken = [rule for rule, mask in elastic_rule_masks(cfg, job)(own).items() if mask[0]]
+    if not broken:
+        return None
+    return (f"your command cannot start at the elastic minimum ({broken[0]}: Megatron / DeepSpeed stop at start-up "
+            f"there); it is priced at {job.nnodes} nodes as the baseline")

@@ -183,3 +183,16 @@ def test_accelerator_script_without_a_parser_keeps_its_checkpointing(home: Path,
     data = json.loads(out)
     assert "recompute" not in data["knobs"]["searched"], data["knobs"]
     assert "finetune.py drives Accelerate's Accelerator itself, not the Trainer, and no parser" in err, err
+
+
+def test_elastic_command_that_cannot_start_at_its_minimum_is_warned_of(home: Path, capsys) -> None:
+    """TP 4 x PP 8 = 32 GPUs under --nnodes 1:4: if the rendezvous completes with one node, Megatron stops at start-up
+    (world 8 % 32). tune keeps it as the baseline (priced at 4 nodes) and now says so."""
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [4]\npipeline_parallel: [1, 2]\n")
+    command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *MEGATRON_16[5:]]
+    command[command.index("--pipeline-model-parallel-size") + 1] = "8"
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--top", "1", "--search", "s.yaml", "--", *command],
+                             capsys)
+    assert code == 0, err
+    assert "warning: your command cannot start at the elastic minimum (world at the elastic minimum (1 node, 8 GPUs) " \
+           "% (tp*pp*cp) != 0" in err, err
