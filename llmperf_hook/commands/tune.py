@@ -223,7 +223,12 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
                    f"{cfg.parallel.cp} (Megatron asserts CP = their product); CP is not searched", err=True)
     if search_file and not sets_a_knob(asked_raw):
         click.echo(f"llmperf tune: warning: {no_knob_note(search_file, cfg.framework)}", err=True)
+    modes_only_megatron = sorted(set(space.recompute) - {"none", "full"}) if "recompute" in asked_raw else []
     space, switches = _trainer_checkpointing(cfg, space, script, script_args)
+    if switches and modes_only_megatron:
+        click.echo(f"llmperf tune: warning: --search {search_file}: recompute {', '.join(modes_only_megatron)} is "
+                   "Megatron's; --gradient_checkpointing is on (full recompute of every layer) or off, so only none "
+                   "and full are tried", err=True)
     for note in ignored_knobs(search_file, cfg.framework, cfg.model.num_experts, asked_raw,
                               frozenset({"recompute"} if switches else ())) if search_file else ():
         click.echo(f"llmperf tune: warning: {note}", err=True)

@@ -196,3 +196,13 @@ def test_elastic_command_that_cannot_start_at_its_minimum_is_warned_of(home: Pat
     assert code == 0, err
     assert "warning: your command cannot start at the elastic minimum (world at the elastic minimum (1 node, 8 GPUs) " \
            "% (tp*pp*cp) != 0" in err, err
+
+
+def test_megatron_recompute_modes_asked_of_a_trainer_job_are_named(home: Path, capsys) -> None:
+    """`recompute: [selective, full]` for a Trainer job: --gradient_checkpointing has no selective mode, so only full
+    was tried, without a word."""
+    (home / "s.yaml").write_text("recompute: [selective, block, full]\n")
+    data, err = _trainer_tune(home, capsys, ["--top", "1", "--search", "s.yaml"], TRAINER_FSDP)
+    knobs = data["knobs"]
+    assert knobs["searched"].get("recompute", ["full"]) == ["full"] and knobs["kept"].get("recompute", "full") == "full"
+    assert "recompute block, selective is Megatron's; --gradient_checkpointing is on" in err, err
