@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from llmperf_hook.errors import ConfigError  # noqa: E402
 from llmperf_hook.profile.build_profile import Samples, fit_samples, library_versions, pool  # noqa: E402
 from llmperf_hook.profile.features import REQUIRED_DIMS, RooflineConstants  # noqa: E402
-from llmperf_hook.profile.profile_io import ProfileMeta, write_profile  # noqa: E402
+from llmperf_hook.profile.profile_io import (OPTIMIZER_SAMPLE_KEY, SAMPLER_ADAM_BYTES_PER_PARAM,  # noqa: E402
+                                             ProfileMeta, write_profile)
 from llmperf_hook.profile.sampler import MIN_SAMPLES_TO_FIT, UNFUSED_CLASSES  # noqa: E402
 
 MEASUREMENTS = ROOT / "measurements"
@@ -135,6 +136,7 @@ def provenance(folders: Sequence[Path], metas: Sequence[dict], counts: Sequence[
             "roofline_measured": json.dumps({f.name: m["roofline"] for f, m in zip(folders, metas)},
                                             sort_keys=True),
             "unfused_classes": UNFUSED_CLASSES, "license": "own measurements",
+            OPTIMIZER_SAMPLE_KEY: f"{SAMPLER_ADAM_BYTES_PER_PARAM:g}",  # op_sampler._optimizer's fp32 torch Adam
             "fitted_by": "benchmarks/fit_measured_profile.py",
             "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 from llmperf_hook.profile.build_profile import fit_samples, library_versions, pool  # noqa: E402
 from llmperf_hook.profile.comm_fit import fit_cluster_comm_model  # noqa: E402
 from llmperf_hook.profile.comm_model import write_comm_model  # noqa: E402
-from llmperf_hook.profile.profile_io import ProfileMeta, write_profile  # noqa: E402
+from llmperf_hook.graph.step_ops import ADAM_BYTES_PER_PARAM  # noqa: E402
+from llmperf_hook.profile.profile_io import OPTIMIZER_SAMPLE_KEY, ProfileMeta, write_profile  # noqa: E402
 from llmperf_hook.profile.public_samples import ATTRIBUTION  # noqa: E402
 from llmperf_hook.profile.shipped import (SHIPPED, SHIPPED_GROUPS, ShippedHardware, clean, corrupt_reason,  # noqa: E402
                                           first_step_reason, load_group)
@@ -65,6 +66,8 @@ def fit_hardware(data: Path, hw: ShippedHardware) -> tuple[ProfileMeta, dict[str
         library_versions=library_versions(),
         provenance={"samples": f"op-samples/{hw.folder}/operator (public)", "attribution": ATTRIBUTION,
                     "license": "MIT", "fitted_by": "benchmarks/fit_shipped_profiles.py",
+                    # their optimizer files time Megatron's fused Adam (op-samples README): step_ops' 30 B
+                    OPTIMIZER_SAMPLE_KEY: f"{ADAM_BYTES_PER_PARAM:g}",
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         models=tuple(entries), notes=tuple(notes))
     return meta, texts

@@ -86,6 +86,9 @@ class DsSettings:
     """data_types.grad_accum_dtype, canonical ("fp32" | "bf16" | "fp16"); None = the model's dtype."""
     optimizer_name: str | None = None
     """"adam" | "sgd" (two or one fp32 states) from the optimizer section DeepSpeed builds; None = no section."""
+    torch_optimizer_impl: str = ""
+    """"foreach" when the Adam that steps the fp32 partition is torch.optim's (a client torch.optim.Adam / AdamW, or
+    the section's torch_adam: true), "" for DeepSpeed's FusedAdam (deepspeed_optimizer.py)."""
     nvme_param_buffer_elems: int = 100_000_000
     """offload_param.buffer_size: elements of each pinned NVMe swap buffer (DeepSpeed's 1e8)."""
     nvme_param_max_in_cpu_elems: int = 1_000_000_000

@@ -42,6 +42,8 @@ KNOWN_CLASSES = ZERO_SUPPORTED_CLASSES | frozenset({"SGD", "RMSprop", "Adamax", 
                                                     "Rprop", "SparseAdam", "Adafactor", "FusedLamb", "Lion"})
 """Optimizer classes a script's call is recognised by (torch.optim's, DeepSpeed's): any other callee may be a
 factory returning one of them, so it is not judged."""
+TORCH_ADAM_CLASSES = frozenset({"Adam", "AdamW"})
+"""torch.optim's Adam classes by name (a script's own class of that name is taken for torch's)."""
 ONE_STATE_CLASSES = frozenset({"SGD", "RMSprop", "Adagrad", "DeepSpeedCPUAdagrad", "DeepSpeedCPULion", "FusedLion",
                                "Lion", "Adafactor"})
 
@@ -75,7 +77,20 @@ def optimizer_settings(raw: dict[str, Any], zero_stage: Any, origin: str, src: d
     if kind not in TWO_STATES:
         warnings.append(f"{origin} optimizer.type {given}: DeepSpeed builds torch.optim.{given}, priced as Adam (two "
                         "fp32 states per parameter)")
-    return {"optimizer_name": "adam"}
+    impl = _torch_adam(section, kind, origin)
+    if impl:
+        src["torch_optimizer_impl"] = Source(SourceKind.CONFIG_FILE, f"{origin} optimizer.params.torch_adam")
+    return {"optimizer_name": "adam", **impl}
+
+
+def _torch_adam(section: dict[str, Any], kind: str, origin: str) -> dict[str, str]:
+    """{"torch_optimizer_impl": "foreach"} when a section of type Adam / AdamW sets params.torch_adam: DeepSpeed then
+    builds torch.optim.Adam / AdamW (foreach on a GPU) instead of FusedAdam (engine.py _configure_basic_optimizer)."""
+    params = section.get("params")
+    flag = params.get("torch_adam", False) if isinstance(params, dict) else False
+    if kind in ("adam", "adamw") and flag != "auto" and ds_bool(flag, "optimizer.params.torch_adam", origin):
+        return {"torch_optimizer_impl": "foreach"}
+    return {}
 
 
 def client_optimizer_settings(client: tuple[str, str], raw: dict[str, Any], fields: dict[str, Any], origin: str,
@@ -101,7 +116,11 @@ def client_optimizer_settings(client: tuple[str, str], raw: dict[str, Any], fiel
                           "_configure_optimizer, zero_force_ds_cpu_optimizer default true). Pass "
                           "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false.")
     src["optimizer_name"] = Source(SourceKind.DERIVED, f"{where}: deepspeed.initialize(optimizer={name}(...))")
-    return {"optimizer_name": "sgd" if name in ONE_STATE_CLASSES else "adam"}
+    # torch.optim's Adam / AdamW step DeepSpeed's fp32 partition with torch's foreach kernels (its CUDA default)
+    impl = {"torch_optimizer_impl": "foreach"} if name in TORCH_ADAM_CLASSES else {}
+    if impl:
+        src["torch_optimizer_impl"] = src["optimizer_name"]
+    return {"optimizer_name": "sgd" if name in ONE_STATE_CLASSES else "adam", **impl}
 
 
 def _callee(node: ast.AST) -> str:

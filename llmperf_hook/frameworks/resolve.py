@@ -21,6 +21,7 @@ from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
+from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.deepspeed_release import schema_release
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
 from llmperf_hook.frameworks.megatron_data_source import DATA_SOURCE_FLAGS, check_single_data_source
@@ -152,8 +153,12 @@ def load_ds_settings(flags: FlagValues, framework: str, world_size: int | None, 
         raw = {**raw, "zero_optimization": {"stage": 0}}  # each experiment's ds_config[ZERO_OPTIMIZATION] holds
     if hf_trainer:  # TrainingArguments hands the file to accelerate's DeepSpeedPlugin(hf_ds_config=...)
         raw = plugin_config_file(raw, env, str(path))
-    client = ("", "Megatron-DeepSpeed's own optimizer") if framework == "megatron-deepspeed" \
-        else script_client_optimizer(script)
+    # Megatron-DeepSpeed's entry points pass their own optimizer (FusedAdam); a user's script taking Megatron's flags
+    # is read for the one it passes (the CPU testbed's torch.optim.AdamW; none: the section's), and one that cannot be
+    # read is taken for Megatron-DeepSpeed's
+    own = ("", "Megatron-DeepSpeed's own optimizer") if framework == "megatron-deepspeed" else None
+    readable = own is not None and not megatron_entry_point(script) and script_tree(script) is not None
+    client = own if own and not readable else script_client_optimizer(script)
     return parse_ds_config(raw, str(path), client_optimizer=client, release=schema_release(env))
 
 

@@ -216,20 +216,52 @@ def script_training(script: str) -> ScriptTraining | None:
     return None
 
 
+def script_torch_adam(script: str) -> tuple[str, str] | None:
+    """(impl, `path line N`) of the first torch.optim.Adam / AdamW a script builds over a model's parameters, cast or
+    not; None when it builds none or cannot be read."""
+    tree = script_tree(script)
+    if tree is None:
+        return None
+    imported = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "torch.optim" for a in node.names}
+    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        found = _optimizer_over(call, imported)
+        if found and found[0] == "adam":
+            return found[1], f"{script} line {call.lineno}"
+    return None
+
+
+def _fp32_torch_adam(cfg: TrainingConfig, script: str) -> TrainingConfig:
+    """An fp32 plain-torch script stepping torch.optim.Adam / AdamW: the step is torch's (foreach or fused) over fp32
+    weights, not a framework's fused Adam (graph/step_ops.adam_bytes_per_param)."""
+    from dataclasses import replace
+
+    found = script_torch_adam(script)
+    if found is None:
+        return cfg
+    origin = Source(SourceKind.DERIVED, f"{found[1]}: torch.optim steps the fp32 model")
+    return replace(cfg, optimizer=replace(cfg.optimizer, torch_optimizer_impl=found[0]),
+                   sources={**cfg.sources, "torch_optimizer_impl": origin})
+
+
 def apply_script_training(cfg: TrainingConfig, script: str) -> TrainingConfig:
     """`cfg` with the optimizer a plain-torch script really runs (script_training): a user's script (not a Megatron
     entry point) without DeepSpeed, trained in bf16/fp16, whose code casts the model and steps torch.optim over it
     keeps weights, gradients and optimizer states in the 16-bit dtype (Adam: 2 + 2 + 2 x 2 bytes per parameter, not
-    Megatron's 2 + 4 + 12). Any other job is returned unchanged."""
+    Megatron's 2 + 4 + 12); such a script trained in fp32 gets torch's implementation of its Adam step
+    (_fp32_torch_adam). Any other job is returned unchanged."""
     from dataclasses import replace
 
     from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 
-    if cfg.framework not in ("megatron", "torch") or cfg.precision not in ("bf16", "fp16") or megatron_entry_point(script):
+    if cfg.framework not in ("megatron", "torch") or cfg.precision not in ("bf16", "fp16", "fp32") \
+            or megatron_entry_point(script):
         return cfg
     o = cfg.optimizer
     if o.distributed_optimizer or o.zero_stage or o.fsdp != "none":
         return cfg
+    if cfg.precision == "fp32":
+        return _fp32_torch_adam(cfg, script)
     found = script_training(script)
     if found is None:
         return cfg

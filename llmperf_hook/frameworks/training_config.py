@@ -363,8 +363,11 @@ class OptimizerConfig:
     optimizer's states are in the model's dtype and no fp32 master copy exists (frameworks/script_shape.py
     script_training). True: mixed precision with fp32 master weights (Megatron, DeepSpeed, torch autocast)."""
     torch_optimizer_impl: str = ""
-    """The torch.optim implementation a plain-torch script's step runs when master_weights is False: "foreach" (the
-    CUDA default, multi-tensor kernels) or "fused" (fused=True); "" = the framework's own optimizer."""
+    """The torch.optim Adam implementation the step runs: "foreach" (the CUDA default, multi-tensor kernels) or "fused"
+    (fused=True); over the 16-bit model when master_weights is False, else over fp32 weights (a plain-torch fp32
+    script; DeepSpeed stepping its fp32 partition with a client torch.optim.Adam / AdamW or the optimizer section's
+    torch_adam). "" = the framework's own fused Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam), also
+    assumed when the optimizer is not recognised (graph/step_ops.adam_bytes_per_param)."""
     zero_grad_allreduce: bool = False
     """DeepSpeed ZeRO-1/2 all-reduces each gradient bucket and keeps its own partition (stage_1_and_2.py
     average_tensor: reduce_scatter false, or use_multi_rank_bucket_allreduce, the default since v0.12.4,

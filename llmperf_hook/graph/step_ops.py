@@ -277,15 +277,28 @@ def offloaded_optimizer_share(cfg: TrainingConfig, local_params: int) -> float:
 
 def _optimizer_steps(cfg: TrainingConfig, local: int, dims: dict[str, int], tags: dict[str, str]) -> list[Op]:
     """The Adam step, split between the GPU (a torch AdamW over its sub-groups, stage3.py backup_optimizer) and
-    the host (DeepSpeedCPUAdam) under a partial offload."""
+    the host (DeepSpeedCPUAdam) under a partial offload; its bytes are those of the Adam the job runs
+    (adam_bytes_per_param), which predict/optimizer_bytes.py sets against the Adam a profile's samples ran."""
     share = offloaded_optimizer_share(cfg, local)
     parts = [(local, tags if share else {})] if share in (0.0, 1.0) else \
         [(local - round(local * share), {}), (round(local * share), tags)]
-    per_param, dtype = ADAM_BYTES_PER_PARAM, "fp32"
-    if not cfg.optimizer.master_weights and cfg.precision != "fp32":
-        per_param, dtype = TORCH_16BIT_ADAM_BYTES_PER_PARAM[cfg.optimizer.torch_optimizer_impl or "foreach"], cfg.precision
+    per_param, dtype = adam_bytes_per_param(cfg)
     return [Op("optimizer.step", "optimizer", "step", {**dims, "params": n}, flops=0.0,
                bytes_moved=float(n * per_param), dtype=dtype, tags=t) for n, t in parts if n > 0]
+
+
+def adam_bytes_per_param(cfg: TrainingConfig) -> tuple[float, str]:
+    """(HBM bytes per parameter, dtype) of the job's Adam step: torch.optim over the 16-bit model itself
+    (OptimizerConfig.master_weights False), torch.optim over fp32 weights (torch_optimizer_impl set: a DeepSpeed client
+    or torch_adam optimizer stepping the fp32 partition, a plain-torch fp32 script), else the framework's fused
+    multi-tensor Adam (Megatron's apex / TE FusedAdam, DeepSpeed's FusedAdam for an optimizer section of type Adam /
+    AdamW: engine.py _configure_basic_optimizer), which is also what an unrecognised optimizer is priced as."""
+    o = cfg.optimizer
+    if not o.master_weights and cfg.precision != "fp32":
+        return TORCH_16BIT_ADAM_BYTES_PER_PARAM[o.torch_optimizer_impl or "foreach"], cfg.precision
+    if o.torch_optimizer_impl:
+        return TORCH_FP32_ADAM_BYTES_PER_PARAM[o.torch_optimizer_impl], "fp32"
+    return ADAM_BYTES_PER_PARAM, "fp32"
 
 
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
@@ -301,6 +314,11 @@ bias correction (2 + 2), add_ eps (2 + 2), param.addcdiv_(exp_avg, denom) (6 + 2
 c08 model (measurements/h100-sxm5-80gb-2026-11-26/kernels/plain.txt, 0.71 B parameters): those kernels take 11.5 ms
 per step, 48 B per parameter at the measured 2.98 TB/s. fused=True: one kernel reading param, grad, m, v (8) and
 writing param, m, v (6): 14 B."""
+TORCH_FP32_ADAM_BYTES_PER_PARAM = {"foreach": 80.0, "fused": 28.0}
+"""The same torch.optim.AdamW over fp32 parameters and states: each pass above at 4 B an element, 80 B (weight decay
+on: AdamW's default 1e-2, Megatron-style --weight-decay 0.01; torch.optim.Adam without it: 72 B); fused 28 B. The
+fp32 foreach AdamW of a DeepSpeed ZeRO-1 step measured 20.8 ms for the same 0.71 B parameters
+(measurements/h100-sxm5-80gb-2026-11-26/kernels/ds_zero1.txt, the _foreach_ rows): 87 B at 2.98 TB/s."""
 
 
 DEEPSPEED_MP_BYTES_PER_PARAM = {0: 73.0, 1: 87.5, 2: 87.5, 3: 106.0}

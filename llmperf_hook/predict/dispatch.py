@@ -2,7 +2,8 @@
 
 Order per op class: the fitted profile of the GPU (predict/fitted.find_profile; else a sibling GPU's,
 predict/sibling_profile.py) when it supports the class,
-phase and dtype, else the roofline; collectives: the cluster's fitted communication model
+phase and dtype, else the roofline (a profile's optimizer step in the bytes of the job's own Adam:
+predict/optimizer_bytes.py); collectives: the cluster's fitted communication model
 (find_comm_model) when present, else alpha-beta. Predictions are memoised on (predictor, cluster numbers,
 op signature), so repeated layers, stages and `tune` candidates cost one prediction each. The predictor
 object is part of the key: a refitted profile (fitted.find_profile returns a new object when the files
@@ -25,6 +26,7 @@ from llmperf_hook.predict.cpu_framework import (apply_cpu_framework_cost, find_c
 from llmperf_hook.predict.fp8_gemm import fp8_gemm_predictor
 from llmperf_hook.predict.gemm_alignment import alignment_factor, alignment_warnings, learned_by_profile
 from llmperf_hook.predict.op_times import OpClassPredictor, OpTimes
+from llmperf_hook.predict.optimizer_bytes import scale_optimizer_times
 from llmperf_hook.predict.roofline import RooflinePredictor, math_dtype, sustained_math_floor_s
 from llmperf_hook.predict.sibling_profile import find_sibling_profile
 
@@ -107,7 +109,8 @@ def predict_ops(ops: Sequence[Op], cluster: ClusterSpec, profile: OpClassPredict
         pending[(id(predictor), op.op_class)].append((oid, op))
     for (pid, _), items in pending.items():
         predictor = predictors[pid]
-        values = predictor.predict_s([op for _, op in items], cluster)
+        batch = [op for _, op in items]
+        values = scale_optimizer_times(batch, predictor.predict_s(batch, cluster), getattr(predictor, "meta", None))
         for (oid, op), value in zip(items, values):
             seconds[oid] = max(0.0, float(value))
             if sustained_floor and predictor is not ROOFLINE:  # isolated-kernel GEMM timings run above sustained

@@ -28,6 +28,11 @@ class SiblingProfile:
         self.memory_time_scale = memory_time_scale
         self.name = f"{profile.name} (sibling GPU; memory-bound ops x{memory_time_scale:.2f})"
 
+    @property
+    def meta(self) -> object:
+        """The sibling's profile metadata (what its optimizer samples ran: predict/optimizer_bytes.py)."""
+        return getattr(self._profile, "meta", None)
+
     def supports(self, op_class: str, phase: str, dtype: str) -> bool:
         return self._profile.supports(op_class, phase, dtype)
 

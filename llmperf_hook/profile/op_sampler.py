@@ -175,6 +175,9 @@ def _cross_entropy(torch, d, bwd, kw) -> Callable[[], Any]:
 
 
 def _optimizer(torch, d, bwd, kw) -> Callable[[], Any]:
+    """torch.optim.Adam (weight decay 0) over fp32 parameters, whatever the sampled dtype: 72 B per parameter
+    (profile_io.SAMPLER_ADAM_BYTES_PER_PARAM, the unit of every optimizer regressor `llmperf profile` fits; a profile
+    states it in its provenance, and predict/optimizer_bytes.py scales it to the job's Adam). Change both together."""
     # Adam over the parameters in tensors of at most 4M elements (a layer's weights), fp32 master copy.
     total = _i(d, "params")
     sizes = [min(4 << 20, total - i) for i in range(0, total, 4 << 20)]

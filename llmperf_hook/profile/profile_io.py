@@ -105,6 +105,37 @@ class ProfileMeta:
         return dtype if any(m.dtype == dtype for m in self.models) else self.dtype_aliases.get(dtype, dtype)
 
 
+OPTIMIZER_SAMPLE_KEY = "optimizer_sample_bytes_per_param"
+"""Provenance key: HBM bytes per parameter of the Adam step the profile's optimizer samples timed, the unit its
+optimizer regressor answers in (predict/optimizer_bytes.py scales it to the bytes of the Adam a job runs)."""
+SAMPLER_ADAM_BYTES_PER_PARAM = 72.0
+"""What `llmperf profile` has always timed (op_sampler._optimizer): torch.optim.Adam, weight decay 0, over fp32
+parameters, the foreach path on a GPU and the single-tensor one on a CPU, the same passes: exp_avg.lerp_(grad) (read
+8, write 4), exp_avg_sq.mul_ (4 + 4), addcmul_(grad, grad) (8 + 4), sqrt (4 + 4), div_ (4 + 4), add_ eps (4 + 4),
+param.addcdiv_(exp_avg, denom) (12 + 4): 72 B (torch/optim/adam.py _multi_tensor_adam, _single_tensor_adam). The
+default for a profile without OPTIMIZER_SAMPLE_KEY."""
+
+
+def optimizer_sample_bytes_per_param(meta: "ProfileMeta") -> float:
+    """Bytes per parameter of the Adam the profile's optimizer samples ran (OPTIMIZER_SAMPLE_KEY in its provenance,
+    else SAMPLER_ADAM_BYTES_PER_PARAM); read_profile_meta has checked it is a positive number."""
+    return float(meta.provenance.get(OPTIMIZER_SAMPLE_KEY, SAMPLER_ADAM_BYTES_PER_PARAM))
+
+
+def _check_optimizer_sample(directory: Path, provenance: object) -> None:
+    if not isinstance(provenance, Mapping):
+        return
+    value = provenance.get(OPTIMIZER_SAMPLE_KEY, SAMPLER_ADAM_BYTES_PER_PARAM)
+    try:
+        ok = math.isfinite(float(value)) and float(value) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise _fail(directory, f"provenance {OPTIMIZER_SAMPLE_KEY} is {value!r}, not a positive number of bytes per "
+                               f"parameter (the Adam its optimizer samples ran; {SAMPLER_ADAM_BYTES_PER_PARAM:g} for "
+                               f"`llmperf profile`'s fp32 torch.optim.Adam)")
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -336,6 +367,7 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
         # string where a mapping belongs ("roofline": "x")
         raise _fail(directory, f"{META_FILE} lacks or mistypes a field ({type(err).__name__}: {err})") from err
     _check_roofline_sha(directory, doc, rc)
+    _check_optimizer_sample(directory, meta.provenance)
     if "meta_sha256" not in doc:
         raise _missing_digest(directory, meta)
     if doc["meta_sha256"] != meta_sha256(doc):
