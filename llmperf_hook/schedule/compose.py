@@ -19,6 +19,8 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
 - the distributed-optimizer parameter all-gather follows the optimizer step, or hides behind the first
   forward of the next step with --overlap-param-gather;
 - all stages meet before the optimizer (gradient-norm and found-inf reductions span the model-parallel group);
+- DeepSpeed ZeRO-1/2's per-tensor step loop is issued by the host while the GPU still runs what the last backward
+  left queued, which hides at most a full launch queue of the issue (step_bookkeeping_s);
 - pipeline send/recv: Megatron's wait on the dependency edge; DeepSpeed's PipelineEngine sends and receives with
   blocking calls at the start of each step of its lock-step schedule, on the stage's own stream
   (schedule.pipeline.simulate_lockstep).
