@@ -254,7 +254,8 @@ def _record_end(path: Path, job_dir: Path, job_id: str, session: dict, end: JobE
     write_json_atomic(job_dir / "session.json", ended)
     if still_running:
         print(f"llmperf: this node's part of job {job_id} ended (exit code {code}); the job still runs on "
-              f"{', '.join(still_running)}: the llmperf run that ends last refines it.", file=sys.stderr)
+              f"{', '.join(still_running)}: the llmperf run that ends last refines it (if that one is killed, "
+              f"`llmperf refine {path}` does it).", file=sys.stderr)
         return
     if stop_after is not None and code == 0 and job_has_record(path, job_id, "stop"):
         print(f"llmperf: --stop-after {stop_after}: the job was stopped cleanly after {stop_after} optimizer "

@@ -22,6 +22,7 @@ refines it (the others' ranks may still be writing their last records).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -120,6 +121,8 @@ def same_launch_command(argv: Sequence[str]) -> list[str]:
 def _jobs_lock(jobs_dir: Path) -> Iterator[None]:
     """flock(LOCK_EX) on jobs/.lock: one session at a time picks or joins a job, and marks its end. A filesystem
     without locks (some network mounts) goes unlocked."""
+    if jobs_dir.exists() and not jobs_dir.is_dir():  # mkdir would say 'File exists' of a file in the way
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(jobs_dir))
     jobs_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(jobs_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
