@@ -234,7 +234,24 @@ def _count(raw: Mapping[str, Any], key: str, where: str) -> int:
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """HardwareSpec from a path or a name (lookup order in the module docstring)."""
     path = find_config_file("hardware", name_or_path)
-    return parse_hardware(read_yaml_mapping(path), str(path))
+    spec = parse_hardware(read_yaml_mapping(path), str(path))
+    _check_named_as_its_profile(spec, path)
+    return spec
+
+
+def _check_named_as_its_profile(spec: HardwareSpec, path: Path) -> None:
+    """$LLMPERF_HOME/hardware/NAME.yaml beside profiles/NAME (both written by `llmperf profile`) must say name: NAME:
+    the fitted profile is looked up by the name inside the file, so one edited or copied in under another name priced
+    every op by the roofline (or by that other name's profile), said only as 'no fitted operator profile for OTHER'."""
+    home = llmperf_home()
+    stem = path.stem.lower()
+    if path.parent != home / "hardware" or spec.name.strip().lower() == stem \
+            or not (home / "profiles" / stem / "profile.json").is_file():
+        return
+    raise UsageError(f"hardware file {path} says name: {spec.name}, but it sits beside the fitted profile "
+                     f"{home / 'profiles' / stem} that `llmperf profile --name {stem}` wrote with it, and profiles are "
+                     f"looked up by the name inside the file: the job would be priced without that profile. Set "
+                     f"name: {stem} in it, or put back the file `llmperf profile` wrote.")
 
 
 def _tier(raw: Mapping[str, Any], prefix: str, where: str, latency_us: float, efficiency: float) -> NetworkTier:

@@ -151,3 +151,15 @@ def test_a_relative_home_serves_predict_batch_from_another_folder(profiled: Prof
                              capsys)
     assert code == 0, err
     assert f"lightgbm:{NAME}" in out
+
+
+def test_a_hardware_file_renamed_inside_is_refused_not_priced_without_its_profile(
+        home_copy: Path, capsys: pytest.CaptureFixture) -> None:
+    """hardware/NAME.yaml whose name: says another machine (edited, or another's file copied in): the profile is
+    looked up by that inner name, so predict priced every op by the roofline with only 'no fitted operator profile
+    for other' (exit 0)."""
+    path = home_copy / "hardware" / f"{NAME}.yaml"
+    path.write_text(path.read_text().replace(f"name: {NAME}", "name: other-box"))
+    code, out, err = run_cli(["predict", "--hardware", NAME, "--", *GPT], capsys)
+    assert code == 2 and out == "" and len(error_lines(err)) == 1, (code, out, err)
+    assert f"says name: other-box, but it sits beside the fitted profile" in err and f"Set name: {NAME}" in err, err
