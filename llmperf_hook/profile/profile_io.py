@@ -126,8 +126,8 @@ def _check_optimizer_sample(directory: Path, provenance: object) -> None:
     if not isinstance(provenance, Mapping):
         return
     value = provenance.get(OPTIMIZER_SAMPLE_KEY, SAMPLER_ADAM_BYTES_PER_PARAM)
-    try:
-        ok = math.isfinite(float(value)) and float(value) > 0
+    try:  # a JSON true is no byte count (float(True) is 1)
+        ok = not isinstance(value, bool) and math.isfinite(float(value)) and float(value) > 0
     except (TypeError, ValueError):
         ok = False
     if not ok:
@@ -393,11 +393,13 @@ def _missing_digest(directory: Path, meta: ProfileMeta) -> ProfileError:
     sampled = re.match(r"llmperf profile --device (cpu|cuda)\b", str(meta.provenance.get("samples", "")))
     if is_shipped(directory) or sampled is None:  # fitted by a script from published samples: no command re-fits it
         return _fail(directory, why)
-    refits = " and ".join(f"`llmperf profile --device {sampled.group(1)} --dtype {dt} --name {directory.name}`"
-                          for dt in sorted({m.dtype for m in meta.models}))
+    ops = ",".join(sorted({m.op_class for m in meta.models}))
+    refits = " and ".join(f"`llmperf profile --device {sampled.group(1)} --dtype {dt} --ops {ops} --budget 0.2 --name "
+                          f"{directory.name}`" for dt in sorted({m.dtype for m in meta.models}))
     return ProfileError(f"fitted profile {directory} is unusable: {why}. Re-fit it on the machine that measured it: "
-                        f"{refits} (its samples in the store are reused, not measured again), or get an intact "
-                        f"copy from whoever fitted it; or delete the directory to fall back to the roofline model.")
+                        f"{refits} (its samples in the store are reused, not measured again; the tiny --budget "
+                        f"refits them), or get an intact copy from whoever fitted it; or delete the directory to fall "
+                        f"back to the roofline model.")
 
 
 @lru_cache(maxsize=1)

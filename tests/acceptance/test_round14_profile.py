@@ -123,7 +123,9 @@ def test_a_profile_whose_digest_was_deleted_is_refused(home_copy: Path, capsys: 
     path.write_text(json.dumps(doc, indent=1))
     code, out, err = run_cli(["predict", "--hardware", NAME, "--", *GPT], capsys)
     assert code == 2 and out == "" and len(error_lines(err)) == 1, (code, out, err)
-    assert "has no meta_sha256" in err and f"`llmperf profile --device cpu --dtype fp32 --name {NAME}`" in err, err
+    ops = ",".join(sorted({m["op_class"] for m in doc["models"]}))
+    assert "has no meta_sha256" in err, err
+    assert f"`llmperf profile --device cpu --dtype fp32 --ops {ops} --budget 0.2 --name {NAME}`" in err, err
 
 
 def test_a_nan_training_range_is_refused_even_with_its_digest(home_copy: Path, capsys: pytest.CaptureFixture) -> None:
