@@ -26,7 +26,11 @@ resumed run whose --budget is smaller than refitting its stored classes). Measur
 cores: --budget 0.5 with 3 classes took 22 s of its 30; --budget 0.4 --for a GPT job (27 classes and directions)
 46 s of 24; --budget 0.01 with one class 16 s. With first fits for the job's classes only (17 of 27 for a
 256-hidden GPT job, same day, load 4-6), --budget 0.4 --for took 18.6 s of 24 where the old rule took 25.6 s, run
-after run; both 38.5 s from a cold start (LightGBM's first import, fitting 13 s over)."""
+after run; both 38.5 s from a cold start (LightGBM's first import, fitting 13 s over). Later that day at load 6-9,
+--ops gemm,layernorm from a fresh home: --budget 0.2 took 25-33 s of 12, --budget 0.5 26-30 s of 30; at load 7 the
+fixed costs alone are about 16 s (torch's import 6.0 s, the fp32 roofline 2.3 s, the bf16 and fp16 peaks 4.0 s,
+LightGBM's import 4.0 s). The command's last lines say it: `time     budget 12 s, took 22 s: 10 s over, because ...`
+with each phase's seconds (commands/profile._time_line)."""
 
 from __future__ import annotations
 
