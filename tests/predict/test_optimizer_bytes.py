@@ -54,8 +54,9 @@ def test_a_profile_without_the_field_is_taken_for_the_samplers(tmp_path: Path) -
     assert optimizer_sample_bytes_per_param(meta) == SAMPLER_ADAM_BYTES_PER_PARAM
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-30", "nan"])
-def test_a_bad_field_is_refused_with_its_name(tmp_path: Path, value: str) -> None:
+@pytest.mark.parametrize("value", ["abc", "0", "-30", "nan", True, [72]])
+def test_a_bad_field_is_refused_with_its_name(tmp_path: Path, value: object) -> None:
+    """True is no byte count (float(True) would read it as 1 B and price the step 72x)."""
     with pytest.raises(ProfileError, match=OPTIMIZER_SAMPLE_KEY):
         read_profile_meta(_copy(tmp_path, "h200-sxm-141gb", value))
 
