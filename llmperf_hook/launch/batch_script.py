@@ -297,7 +297,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             settle_branches(self.conditions, self.env, self.undecidable, self.unknown_at, self.branch_values,
                             self.arrays)
             if before is not None:
-                note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line))
+                note_branch_values(self.conditions, before, self.env, self.undecidable, fresh, self.where(line), text)
 
     def simple_command(self, line: ScriptLine, text: str) -> None:
         if "$'" in text and self.shell[0] == "bash":
@@ -369,6 +369,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if words[0] == "exit" and not self.conditions.undecided and not (self.submissions or self.singles) and \
                 not _SUBSHELL_OPEN.search(line.text.split("exit")[0]):  # `( exit 1 )` ends only the subshell
             raise exit_refusal(self.stops_at(line), words)
+        if words[0] == "exit" and not (self.subshell or _SUBSHELL_OPEN.search(line.text.split("exit")[0])):
+            self.conditions.note_exit()  # `else echo missing; exit 1; fi`: no value of that branch goes on
         if read_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 mapfile_builtin(self, words, redirections, line.heredoc, self.conditions.uncertain()) or \
                 printf_builtin(self, words, self.conditions.uncertain()):

@@ -67,6 +67,14 @@ class _Frame:
     assigned: dict[str, dict[int, tuple[str | None, str]]] = field(default_factory=dict)
     """An undecided `if`'s: the value (None: unknown) each of its branches left in a variable it assigned, and where
     (note_assigned), so that at `fi` a variable two branches set apart is known to be undecided (batch_script)."""
+    prior: dict[str, tuple[str | None]] = field(default_factory=dict)
+    """An undecided `if`'s: the value (None: unset) a variable its branches assign had before the `if`, which it keeps
+    where no branch that assigns it runs (no `else`, or a branch that leaves it alone)."""
+    has_else: bool = False
+    """An `if`'s: it has an `else` branch (one of its branches then surely runs)."""
+    exits: set[int] = field(default_factory=set)
+    """An undecided `if`'s: the branches that end the script (an `exit` among their own commands), after which no
+    value they set is read."""
 
 
 def _status(parts: list[tuple[str, bool | None]]) -> bool | None:
@@ -320,6 +328,8 @@ class Conditions:
         self.undecided = False
         """The command `step` last let through runs only if something llmperf could not decide holds: it sits in an
         undecided `if` branch, a loop or `case` body that may run, or after `&&` / `||` on an undecided status."""
+        self.last_joined = ";"
+        """The list operator before the command `step` last let through."""
 
     def join(self, operator: str, line_end: bool = False) -> None:
         """The operator before the next command (shell_script.command_list): `""` starts a line, which goes on with
@@ -346,12 +356,23 @@ class Conditions:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
         return bool(self.frames) and self.frames[-1].kind == "case"
 
-    def note_assigned(self, name: str, value: str | None, where: str) -> None:
+    def note_assigned(self, name: str, value: str | None, where: str, prior: tuple[str | None] | None = None) -> None:
         """A variable a command set (value None: to what only running the script gives) in a branch of an undecided
-        `if`: kept with the innermost such `if`, by branch."""
+        `if`: kept with the innermost such `if`, by branch; `prior`: its value before the command (None: unset), the
+        first one kept as its value before the `if`."""
         frame = next((f for f in reversed(self.frames) if f.kind == "if" and not f.reading and f.active is None), None)
         if frame is not None:
             frame.assigned.setdefault(name, {})[frame.branch] = (value, where)
+            if prior is not None:
+                frame.prior.setdefault(name, prior)
+
+    def note_exit(self) -> None:
+        """An `exit` read as a command of its own in a branch of an undecided `if` (not after `&&` / `||`, not inside
+        a loop, `case` or inner `if` there): the way through that branch ends the script (Frame.exits)."""
+        frame = self.frames[-1] if self.frames else None
+        if frame is not None and frame.kind == "if" and not frame.reading and frame.active is None and \
+                self.last_joined not in ("&&", "||", "|"):
+            frame.exits.add(frame.branch)
 
     def uncertain(self) -> bool:
         """Whether a command here sits in a loop or `case` body that may run."""
@@ -363,6 +384,7 @@ class Conditions:
         block); the rest of it when it runs, else []. `word` expands a case word or pattern (None: not known)."""
         head = words[0] if words else ""
         joined, self.joined, before = self.joined, ";", self.listed
+        self.last_joined = joined
         if self._skipped(joined, head):
             return []
         gate = True if joined not in ("&&", "||") or self.reading() else \
@@ -403,7 +425,7 @@ class Conditions:
             frame.reading, frame.parts = True, [("", None if frame.taken else test(words[1:]))]
             return []
         elif head == "else":
-            frame.taken, frame.branch = _taken(frame), frame.branch + 1
+            frame.taken, frame.branch, frame.has_else = _taken(frame), frame.branch + 1, True
             frame.active = False if frame.taken else (None if frame.taken is None else True)
         elif head in ("fi", "done", "esac"):
             self.closed += [closed for closed in [self.frames.pop()] if closed.assigned]

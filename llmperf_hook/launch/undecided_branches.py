@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from llmperf_hook.launch.shell_conditions import Conditions
 from llmperf_hook.launch.shell_script import ARRAY_ASSIGN
@@ -24,6 +25,8 @@ from llmperf_hook.launch.shell_script import ARRAY_ASSIGN
 BRANCHES = "branches of an `if` llmperf cannot decide (bash runs one; which, only running the script tells)"
 """How a variable set apart by such branches is described where it was set (ScriptLaunch.unknown)."""
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGNS = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
+"""A name a command's text assigns (`NP=8`, `export NP=8`, `then NP=8`)."""
 _WHOLE_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}|([A-Za-z_][A-Za-z0-9_]*))")
 """A word that is one variable (`$NAME`, `${NAME}`) or all of an array's elements (`${NAME[@]}`)."""
 _FLAG = re.compile(r"--?[A-Za-z][\w-]*")
@@ -35,15 +38,16 @@ BRANCH_WORD = re.compile(r"\s*(?:then|elif|else)\b")
 
 
 def note_branch_values(conditions: Conditions, before: dict[str, str], env: dict[str, str], undecidable: set[str],
-                       fresh: set[str], where: str) -> None:
+                       fresh: set[str], where: str, text: str = "") -> None:
     """Each variable a command changed (`before`: the variables before it; `fresh`: those it made undecidable, which
-    may have been unset before) kept with the undecided `if` branch it ran in (Conditions.note_assigned); None for a
-    value only running the script gives."""
-    for name in {name for name in set(before) | set(env) if before.get(name) != env.get(name)} | fresh:
+    may have been unset before), or that its text `text` assigns (`else NP=8` after `then NP=8`), kept with the
+    undecided `if` branch it ran in (Conditions.note_assigned); None for a value only running the script gives."""
+    written = {name for name in _ASSIGNS.findall(text) if name in env or name in undecidable}
+    for name in {name for name in set(before) | set(env) if before.get(name) != env.get(name)} | fresh | written:
         value = None if name in undecidable else env.get(name)
         if value is not None and set(_REFERENCE.findall(value)) & undecidable:  # `X=$NUM_GPUS`, NUM_GPUS unknown
             value = None
-        conditions.note_assigned(name, value, where)
+        conditions.note_assigned(name, value, where, (before.get(name),))
 
 
 def note_array_assigned(conditions: Conditions, text: str, arrays: dict[str, list[str]], where: str) -> None:
@@ -64,20 +68,48 @@ def settle_branches(conditions: Conditions, env: dict[str, str], undecidable: se
     closed, conditions.closed = conditions.closed, []
     for frame in closed:
         for name, by_branch in frame.assigned.items():
-            values = {value for value, _ in by_branch.values()}
-            if len(by_branch) < 2 or (len(values) == 1 and None not in values):
-                continue  # one branch sets it, or all that set it agree
+            branches = _ways_through(frame, name, by_branch)
+            values = {value for value, _ in branches}
+            if len(values) == 1 and None not in values:  # every way past the `fi` gives it the same value
+                if name not in arrays:
+                    env[name] = next(iter(values))  # type: ignore[assignment]
+                    undecidable.discard(name)
+                continue
+            if len(branches) < 2 or not branches:
+                continue  # the way through sets it as read, or none goes on past the `fi`
             env.pop(name, None)
             arrays.pop(name, None)
             undecidable.add(name)
-            branch_values[name] = tuple(by_branch[branch] for branch in sorted(by_branch))
+            branch_values[name] = branches
             unknown_at[name] = f"{_branch_sets(name, branch_values[name])}, {BRANCHES}"
+
+
+def _ways_through(frame: Any, name: str, by_branch: dict[int, tuple[str | None, str]]) -> Branches:
+    """What each way through an undecided `if` that goes on past its `fi` leaves in `name`: each branch that does not
+    exit (bash manual 4.1 exit), its value where it set it, else the value from before the `if` (Frame.prior); and
+    that value too where no `else` runs when every test fails."""
+    prior = frame.prior.get(name)
+    kept = None if prior is None else (prior[0], _AS_BEFORE if prior[0] is not None else _UNSET)
+    out: list[tuple[str | None, str]] = []
+    for branch in [*range(frame.branch + 1), *([] if frame.has_else else [-1])]:
+        if branch in frame.exits:
+            continue
+        found = by_branch.get(branch, kept)
+        if found is None:  # a value from before the `if` that was not kept (an array)
+            return tuple(by_branch[b] for b in sorted(by_branch))
+        if found is not kept or kept not in out:
+            out.append(found)
+    return tuple(out)
+
+
+_AS_BEFORE = "as before that `if` (where no branch that sets it runs)"
+_UNSET = "unset (as before that `if`, where no branch that sets it runs)"
 
 
 def _branch_sets(name: str, values: Branches) -> str:
     """Where each branch sets `name`, and to what."""
-    return " or ".join(f"{at} ({name}={value!r})" if value is not None else f"{at} (to what only running it gives)"
-                       for value, at in values)
+    return " or ".join(f"{at} ({name}={value!r})" if value is not None else at if at == _UNSET else
+                       f"{at} (to what only running it gives)" for value, at in values)
 
 
 def launch_words(words: list[str], unknown_at: dict[str, str], undecidable: set[str],

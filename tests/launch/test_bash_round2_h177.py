@@ -129,7 +129,36 @@ MORE = {  # found probing the idioms of Megatron-LM, Megatron-DeepSpeed, DeepSpe
     "arithmetic_for": "H=\"\"\nfor (( n = 1; n <= 3; n += 1 )); do\n  H+=\"node$n,\"\ndone\nNP=1\n"
                       "for ((i=0; i<3; i++)); do NP=$((NP*2)); done\n" + T + " --save ${H%,} --load $n$i\n",
 }
+ONE_WAY_THROUGH = {  # an undecided `if` whose other ways through exit, or whose branches agree (cfg.json is there)
+    "else_exits": "NP=2\ntouch cfg.json\nif grep -q x cfg.json; then\n  echo has x; exit 1\nelse\n  NP=4\nfi\n" +
+                  T + "\n",
+    "then_sets_else_exits": "NP=2\necho y > cfg.json\nif [ -f cfg.json ] && grep -qv x cfg.json; then NP=4\n"
+                            "else\n  echo missing\n  exit 1\nfi\n" + T + "\n",
+    "every_branch_agrees": "touch cfg.json\nif grep -q x cfg.json; then NP=4; elif grep -q y cfg.json; then NP=4; "
+                           "else NP=4; fi\n" + T + "\n",
+}
 ARGS.update({"argument_loop_declares": ["--NN=2", "--NP=4"]})
+
+
+@pytest.mark.parametrize("name", ONE_WAY_THROUGH)
+def test_an_undecided_if_with_one_way_through(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, ONE_WAY_THROUGH[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(("lines", "named"), [
+    ("NP=2\nif [ -e /nonexistent-h177 ]; then NP=4; fi", r"line 3 \(NP='4'\) or as before that `if` .*\(NP='2'\)"),
+    ("if grep -q x /etc/hostname; then\n  NP=4\nfi", r"line 3 \(NP='4'\) or unset \(as before that `if`"),
+    ("NP=2\nif grep -q x /etc/hostname; then NP=4; elif grep -q y /etc/hostname; then NP=8; fi",
+     r"\(NP='4'\) or line 3 \(NP='8'\) or as before that `if`"),
+])
+def test_a_variable_one_undecided_branch_sets_is_named(lines: str, named: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash leaves it as it was where no branch that sets it runs: both values are named (it was priced with the
+    branch's value, without a word)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{lines}\n" + T + "\n")
+    with pytest.raises(UsageError, match=named):
+        parse_launch(["bash", "train.sh"], {})
 
 
 @pytest.mark.parametrize("name", MORE)

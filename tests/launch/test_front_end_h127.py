@@ -43,11 +43,12 @@ def test_branches_that_agree_give_their_value(tmp_path: Path) -> None:
     assert parse_launch(["bash", script], {}).nproc_per_node == 8
 
 
-def test_a_branch_one_arm_sets_reads_as_before(tmp_path: Path) -> None:
-    """Only one branch sets it: read as the project reads an undecided branch (applied), unchanged."""
+def test_a_branch_one_arm_sets_is_that_or_as_before(tmp_path: Path) -> None:
+    """Only one branch sets it: bash leaves it 8, or 2 where the test fails (H177; read as the branch's 8 before)."""
     script = _write(tmp_path, "#!/bin/bash\nNP=2\nif [ -e /dev/nvidia0 ]; then\n  NP=8\nfi\n"
                               "torchrun --nproc_per_node $NP pretrain_gpt.py\n")
-    assert parse_launch(["bash", script], {}).nproc_per_node == 8
+    with pytest.raises(UsageError, match=r"line 4 \(NP='8'\) or as before that `if` .*\(NP='2'\)"):
+        parse_launch(["bash", script], {})
 
 
 def test_elif_chains_and_one_line_forms(tmp_path: Path) -> None:

@@ -382,12 +382,14 @@ def test_only_undecided_lines_that_may_set_a_data_flag_soften(branch: str, after
 
 def test_an_undecided_line_assigning_a_variable_that_holds_a_data_flag_softens(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ARGS="$DATA"` on an undecided condition, DATA set to `--data-path ...` before: bash passes --data-path on one
-    branch and not on the other, so the data-source rule is a warning (it was before a166bd5, which refused it)."""
+    """`ARGS="$DATA"` on an undecided condition, DATA set to `--data-path ...` before: the data-source rule is a
+    warning (it was before a166bd5, which refused it). Both branches assign it (H177: where one alone did, ARGS is
+    --data-path or unset after `fi`, which the launch names instead)."""
     from llmperf_hook.frameworks.resolve import resolve_job
 
     (tmp_path / "train.sh").write_text(f"#!/bin/bash\nDATA=\"--data-path /d/text_document\"\n"
-                                       "if [ \"$(hostname)\" = login ]; then ARGS=\"$DATA\"; fi\n"
+                                       "if [ \"$(hostname)\" = login ]; then ARGS=\"$DATA\"; else ARGS=\"$DATA\"; "
+                                       "fi\n"
                                        f"torchrun --nproc-per-node 8 pretrain_gpt.py {GPT} --global-batch-size 32 "
                                        "$ARGS\n")
     monkeypatch.chdir(tmp_path)
