@@ -343,7 +343,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.undecided.setdefault(self.where(line), line.text)
         elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
             stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
-            if self.nounset and not self.unread_sources:  # a file not read may set what the script expands
+            if self.nounset and not (self.unread_sources or self.unevaluated):  # a file not read or an eval of what
+                # only running gives (`eval "$(conda shell.bash hook)"`) may set what the script expands
                 stop_on_nounset(text, self.env, self.positional, self.undecidable | self.written | set(self.arrays),
                                 self.stops_at(line))
         if not self.launches and self.loop_exit(words, line):

@@ -226,12 +226,12 @@ def test_the_nounset_refusal_names_the_variable_and_the_line(tmp_path: Path, mon
 
 
 def test_nounset_spares_what_an_unread_sourced_file_may_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sourced file that is not here (the cluster's own setup) may set the variable: no refusal, the launch names
-    it as before."""
+    """A sourced file that is not here (the cluster's own setup), or an eval of a command's output, may set the
+    variable: no refusal, the launch names it as before."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.sh").write_text("#!/bin/bash\nset -u\nsource /nonexistent-h177/env.sh\nNP=2\n" + T +
-                                       " --save $CKPT_DIR\n")
-    assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "$CKPT_DIR"
+    for setup in ("source /nonexistent-h177/env.sh", 'eval "$(python3 -c \'print(1)\')"'):  # or an eval of output
+        (tmp_path / "train.sh").write_text(f"#!/bin/bash\nset -u\n{setup}\nNP=2\n" + T + " --save $CKPT_DIR\n")
+        assert parse_launch(["bash", "train.sh"], {}).script_args[-1] == "$CKPT_DIR", setup
 
 
 def test_an_undecided_arithmetic_test_leaves_its_variable_unknown(tmp_path: Path,
