@@ -20,7 +20,8 @@ Overlap rules (what a framework hides behind compute, and what it leaves exposed
   forward of the next step with --overlap-param-gather;
 - all stages meet before the optimizer (gradient-norm and found-inf reductions span the model-parallel group);
 - DeepSpeed ZeRO-1/2's per-tensor step loop is issued by the host while the GPU still runs what the last backward
-  left queued, which hides at most a full launch queue of the issue (step_bookkeeping_s);
+  left queued, which hides at most a full launch queue of the issue (step_bookkeeping_s), and nothing under
+  overlap_comm, whose gradient epilogue synchronises the device first (_queued_at_step_s);
 - pipeline send/recv: Megatron's wait on the dependency edge; DeepSpeed's PipelineEngine sends and receives with
   blocking calls at the start of each step of its lock-step schedule, on the stage's own stream
   (schedule.pipeline.simulate_lockstep).
@@ -229,8 +230,10 @@ def step_ops_cost(stage: StageGraph, seconds: dict[str, float], cfg: TrainingCon
 LAUNCH_QUEUE_DEPTH = 1000
 """Kernel launches a CUDA stream holds before the next launch waits for a kernel to finish: 'the buffer size is
 about 1000 kernels' (NVIDIA developer forum / Stack Overflow 53970187: launches take 4-5 us until ~1,000 are pending,
-then each waits for one to complete). The host blocks on it: CUPTI's 'Command Buffer Full' rows in the kernel tables
-(measurements/h200-sxm-141gb-2026-11-27/kernels/plain_bf16.txt: 159 per step)."""
+then each waits for one to complete; OneFlow PR #890, closed, proposed syncing its streams at 1,024 for the same
+reason). NVIDIA does not document the depth (cudaLimitDevRuntimePendingLaunchCount bounds device-side launches only):
+a measured figure of other GPUs and drivers, not a specification. The host blocks on it: CUPTI's 'Command Buffer
+Full' rows in the kernel tables (measurements/h200-sxm-141gb-2026-11-27/kernels/plain_bf16.txt: 159 per step)."""
 
 
 def step_bookkeeping_s(op: Op, gpu_s: float, lead_s: float, host_per_op_s: float) -> float:
@@ -246,6 +249,16 @@ def step_bookkeeping_s(op: Op, gpu_s: float, lead_s: float, host_per_op_s: float
     per_launch_s = float(op.tags["host_s_per_launch"])
     issue_s = float(op.tags["host_launches"]) * per_launch_s
     return max(gpu_s, issue_s - min(lead_s, LAUNCH_QUEUE_DEPTH * per_launch_s))
+
+
+def _queued_at_step_s(cfg: TrainingConfig, last_backward: PassCost) -> float:
+    """GPU time still queued when the step starts: the last backward's lead, or none for DeepSpeed ZeRO-1/2 with
+    overlap_comm, whose gradient epilogue ends the backward with a device synchronisation (stage_1_and_2.py
+    independent_gradient_partition_epilogue: `if self.overlap_comm: get_accelerator().synchronize()`, reached from
+    engine.allreduce_gradients at ZeRO-1 through reduce_gradients and at ZeRO-2 through
+    overlapping_partition_gradients_reduce_epilogue). Only step_bookkeeping_s's ops use it."""
+    o = cfg.optimizer
+    return 0.0 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else last_backward.host_lead_s
 
 
 @dataclass(frozen=True)
@@ -269,8 +282,8 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
     sim, sim_free = _simulate(cfg, f_s, b_s, p2p_s, m, detail)
-    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i]), bwd[i][0].host_lead_s, host_per_op_s)
-                  for i, s in enumerate(graph.stages)]
+    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i]), _queued_at_step_s(cfg, bwd[i][0]),
+                                host_per_op_s) for i, s in enumerate(graph.stages)]
     sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
     critical = max(range(len(sync_end)), key=lambda i: sync_end[i])
     optimizer_s = max(c.optimizer_s for c in step_costs)

@@ -18,10 +18,11 @@ from llmperf_hook.schedule.compose import LAUNCH_QUEUE_DEPTH, step_bookkeeping_s
 TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-testbed" / "train_gpt.py")
 
 
-def _step(tmp_path: Path, layers: int, hidden: int, zero: int = 1) -> tuple[float, float, int]:
+def _step(tmp_path: Path, layers: int, hidden: int, zero: int = 1,
+          overlap_comm: bool = False) -> tuple[float, float, int]:
     """(predicted optimizer seconds, the step ops' own seconds, parameter tensors) of a bf16 testbed GPT on an H200."""
-    ds = tmp_path / f"ds{zero}.json"
-    ds.write_text(json.dumps({"zero_optimization": {"stage": zero}}))
+    ds = tmp_path / f"ds{zero}{overlap_comm}.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": zero, "overlap_comm": overlap_comm}}))
     heads = str(hidden // 128)
     argv = ["deepspeed", "--num_gpus", "1", TRAIN, "--deepspeed_config", str(ds), "--no-pipeline-parallel",
             "--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", heads,
@@ -44,6 +45,18 @@ def test_many_small_tensors_make_the_step_host_bound(tmp_path: Path, zero: int) 
     issue_s = tensors * DEEPSPEED_STEP_LAUNCHES_PER_TENSOR[zero] * DEEPSPEED_STEP_HOST_S_PER_LAUNCH
     assert optimizer_s > own_s * 1.3  # 47 ms against 30 ms of kernels and stalls
     assert optimizer_s > issue_s - LAUNCH_QUEUE_DEPTH * DEEPSPEED_STEP_HOST_S_PER_LAUNCH
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_overlap_comm_drains_the_queue_before_the_step(tmp_path: Path, zero: int) -> None:
+    """With overlap_comm, the end of the last backward synchronises the device (stage_1_and_2.py
+    independent_gradient_partition_epilogue: get_accelerator().synchronize(), reached by engine.allreduce_gradients at
+    both stages): the step's loop starts with nothing queued, so no lead hides any of its issue. The 388-tensor model's
+    backward leaves more than a full queue, so the difference is that queue."""
+    queued, own_s, _ = _step(tmp_path, 32, 1024, zero)
+    drained, own_overlap_s, _ = _step(tmp_path, 32, 1024, zero, overlap_comm=True)
+    assert own_overlap_s == pytest.approx(own_s)  # one GPU: the same ops
+    assert drained - queued == pytest.approx(LAUNCH_QUEUE_DEPTH * DEEPSPEED_STEP_HOST_S_PER_LAUNCH, rel=1e-6)
 
 
 def test_few_large_tensors_hide_the_issue(tmp_path: Path) -> None:
