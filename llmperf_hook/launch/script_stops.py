@@ -87,9 +87,11 @@ BASH_SETS = frozenset({
     "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_LOADABLES_PATH", "BASH_SOURCE", "BASH_SUBSHELL", "BASH_VERSINFO",
     "BASH_VERSION", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "GROUPS", "HISTCMD",
     "HOSTNAME", "HOSTTYPE", "IFS", "LINENO", "MACHTYPE", "OPTERR", "OPTIND", "OSTYPE", "PATH", "PPID", "PS4", "PWD",
-    "RANDOM", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TERM", "UID", "FUNCNAME", "PIPESTATUS"})
-"""The variables bash 5.2 sets itself in a script started with an empty environment (`env -i bash -c 'compgen -v'`):
-never unset there, whatever the launching environment holds."""
+    "RANDOM", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TERM", "UID", "FUNCNAME", "PIPESTATUS", "_",
+    "OLDPWD", "REPLY", "OPTARG"})
+"""The variables bash 5.2 sets itself in a script started with an empty environment (`env -i bash -c 'compgen -v'`),
+and those its builtins set as they run (`cd` OLDPWD, `read` REPLY, `getopts` OPTARG: bash manual 5.2), which the
+reading does not track: never held unset."""
 _PLAIN_REF = re.compile(r"\$(?:\{([A-Za-z_]\w*|[0-9]+)\}|([A-Za-z_]\w*|[0-9]))")
 """`$NAME`, `${NAME}`, `$1`, `${10}`: a reference without an operator that supplies a value."""
 

@@ -39,6 +39,7 @@ NOUNSET = {  # (script, its arguments)
     "unset_in_a_command_substitution": ("set -u\nNP=2\nX=$(echo ${UNSET_DIR:-a})\n" + T + "\n", []),
     "unset_after_the_launch": ("set -u\nNP=2\n" + T + "\necho $UNSET_DIR\n", []),
     "empty_array": ("set -u\nNP=2\nA=()\n" + T + " \"${A[@]}\"\n", []),
+    "set_by_builtins": ("set -u\nNP=2\ncd .\necho \"$OLDPWD $_\"\n" + T + "\n", []),
 }
 ARITHMETIC_TESTS = {
     "post_increment_from_zero": "NP=0\nif (( NP++ )); then NN=2; fi\n" + T + " --nnodes ${NN:-1}\n",
