@@ -383,23 +383,30 @@ def read_profile_meta(directory: Path) -> ProfileMeta:
 
 
 def _missing_digest(directory: Path, meta: ProfileMeta) -> ProfileError:
-    """A profile.json without meta_sha256 is refused, shipped or not: every writer since the digest exists writes it
-    (write_profile), so its absence is a removed line or a file written by hand, and without it an edit of a model's
-    floor, baseline, training range or of the hardware fingerprint goes unnoticed. A user profile is re-fitted from
-    its samples in the store by the command that measured it (stored shapes are not measured again)."""
-    why = (f"{META_FILE} has no meta_sha256, the digest every profile written by llmperf carries (the line was "
-           f"removed or the file written by hand: an edit of a model's floor, baseline or training range, or of the "
-           f"hardware fingerprint, would go unnoticed)")
+    """A profile.json without meta_sha256 is refused, shipped or not: without it an edit of a model's floor,
+    baseline, training range or of the hardware fingerprint goes unnoticed. A user profile may come from llmperf
+    before 811813e2 (26 Nov 2026), whose write_profile wrote none; one sampled by `llmperf profile` is re-fitted from
+    its samples in the store by one command: every fit refits every dtype the store holds for the name
+    (profile_fit.fit_and_write), so the dtype with the most classes is named with only its classes (a class that
+    dtype never had would get the 8 new shapes of a first fit)."""
+    edit = ("an edit of a model's floor, baseline or training range, or of the hardware fingerprint, would go "
+            "unnoticed")
     sampled = re.match(r"llmperf profile --device (cpu|cuda)\b", str(meta.provenance.get("samples", "")))
     if is_shipped(directory) or sampled is None:  # fitted by a script from published samples: no command re-fits it
-        return _fail(directory, why)
-    ops = ",".join(sorted({m.op_class for m in meta.models}))
-    refits = " and ".join(f"`llmperf profile --device {sampled.group(1)} --dtype {dt} --ops {ops} --budget 0.2 --name "
-                          f"{directory.name}`" for dt in sorted({m.dtype for m in meta.models}))
-    return ProfileError(f"fitted profile {directory} is unusable: {why}. Re-fit it on the machine that measured it: "
-                        f"{refits} (its samples in the store are reused, not measured again; the tiny --budget "
-                        f"refits them), or get an intact copy from whoever fitted it; or delete the directory to fall "
-                        f"back to the roofline model.")
+        return _fail(directory, f"{META_FILE} has no meta_sha256, the digest every profile written by llmperf "
+                                f"carries (the line was removed or the file written by hand: {edit})")
+    classes: dict[str, set[str]] = {}
+    for m in meta.models:
+        classes.setdefault(m.dtype, set()).add(m.op_class)
+    dtype = max(sorted(classes), key=lambda dt: len(classes[dt]))
+    return ProfileError(f"fitted profile {directory} is unusable: {META_FILE} has no meta_sha256 (an older llmperf "
+                        f"wrote none, before 27 Nov 2026; else the line was removed or the file written by hand), "
+                        f"without which {edit}. Re-fit it on the machine that measured it (with its --store, if it "
+                        f"had one): `llmperf profile --device {sampled.group(1)} --dtype {dtype} --ops "
+                        f"{','.join(sorted(classes[dtype]))} --budget 0.2 --name {directory.name}` (the samples in the "
+                        f"store are reused, not measured again, and every dtype of the profile is refitted), or get "
+                        f"an intact copy from whoever fitted it; or delete the directory to fall back to the roofline "
+                        f"model.")
 
 
 @lru_cache(maxsize=1)

@@ -81,6 +81,31 @@ def test_edited_bandwidth_and_dropped_digest(home_copy: Path) -> None:
         find_profile(NAME, "fp16")
 
 
+def test_a_sampled_profile_without_its_digest_names_one_command_that_only_refits(home_copy: Path) -> None:
+    """A user profile from llmperf before 811813e2 (26 Nov 2026) has no meta_sha256: the error must not call it an
+    edit, and must name one command that refits it. Every fit refits every dtype the store holds for the name
+    (profile_fit.fit_and_write), so one command in one dtype with that dtype's classes suffices; a command per dtype
+    with the union of the classes sampled first fits of classes that dtype never had (not a refit)."""
+    meta = home_copy / "profile.json"
+    doc = json.loads(meta.read_text())
+    doc["provenance"]["samples"] = "llmperf profile --device cuda (store source 'sampler')"
+    del doc["meta_sha256"]
+    for m in [m for m in doc["models"] if m["op_class"] in ("gemm", "layernorm")]:  # a second dtype, fewer classes
+        bf16 = {k: (v.replace(".fp16.", ".bf16.") if isinstance(v, str) else v) for k, v in m.items()}
+        doc["models"].append({**bf16, "dtype": "bf16"})
+    meta.write_text(json.dumps(doc))
+    per_dtype: dict[str, set[str]] = {}
+    for m in doc["models"]:
+        per_dtype.setdefault(m["dtype"], set()).add(m["op_class"])
+    most = max(sorted(per_dtype), key=lambda dt: len(per_dtype[dt]))
+    command = (f"`llmperf profile --device cuda --dtype {most} --ops {','.join(sorted(per_dtype[most]))} --budget 0.2 "
+               f"--name {NAME}`")
+    with pytest.raises(ProfileError) as err:
+        find_profile(NAME, "fp16")
+    said = str(err.value)
+    assert "an older llmperf wrote none" in said and command in said and said.count("`llmperf profile") == 1, said
+
+
 def test_cache_sees_a_same_size_rewrite_with_the_same_mtime(home_copy: Path) -> None:
     """The edit is caught by meta_sha256 only if the cache reads the rewritten file again."""
     assert find_profile(NAME, "fp16").meta.provenance["fitted_by"].startswith("benchmarks/")
