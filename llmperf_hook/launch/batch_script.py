@@ -48,7 +48,7 @@ from llmperf_hook.launch.shell_read import (HERE_STRING_REF, ReadCommand, getopt
                                            mapfile_builtin, printf_builtin, read_builtin, read_command)
 from llmperf_hook.launch.shell_while import WhileLoop
 from llmperf_hook.launch.shell_conditions import (Conditions, after_keywords, condition_expander, decide_test,
-                                                  quote_arm_patterns)
+                                                  quote_arm_patterns, rematch)
 from llmperf_hook.launch.shell_script import (ARRAY_ASSIGN, ScriptLine, array_and_rest, command_list, decode_ansi_c,
                                               forks, group_forks, logical_lines, plain_heredoc_operators,
                                               protect_literal_dollars, quoted_words, rejoin_substitutions,
@@ -139,6 +139,13 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         quoted = quoted_words(source)
         literal = quoted[len(quoted) - len(tested):] if len(quoted) == len(words) else [True] * len(tested)
         decided = decide_test(tested, condition_expander(self.undecidable, self.expand), unquoted, literal)
+        if len(tested) == 5 and tested[0] == "[[" and tested[2] == "=~":  # `${BASH_REMATCH[1]}` after it
+            groups = rematch(tested, condition_expander(self.undecidable, self.expand), literal)
+            if groups is None:
+                forget(self, "BASH_REMATCH")
+            else:
+                self.arrays["BASH_REMATCH"] = groups
+                self.undecidable.discard("BASH_REMATCH")
         bare = tested[1:] if tested[:1] == ["!"] else tested  # `(( NP++ ))`: its status from NP's old value
         status = arithmetic_status(self, bare) if decided is None else None
         return decided if status is None else status != (bare is not tested)

@@ -200,6 +200,13 @@ def _matches_regex(value: str, pattern: str, quoted: bool) -> bool | None:
     A `quoted` pattern (any part of it) matches its quoted part literally ("Any part of the pattern may be quoted to
     force the quoted portion to be matched literally", 3.2.5.2): decided only where it holds no ERE operator, so that
     literal and regular expression agree (`=~ "7b"`); `=~ "a.c"` or `=~ "$P"` is left to bash."""
+    found = regex_search(value, pattern, quoted)
+    return None if found is None else found is not False
+
+
+def regex_search(value: str, pattern: str, quoted: bool) -> re.Match[str] | bool | None:
+    """The match of `[[ VALUE =~ PATTERN ]]` (_matches_regex's reading), False when it does not match, None where
+    llmperf leaves it to bash."""
     if "\\" in pattern or (quoted and _ERE_OPERATOR.search(pattern)):  # an escape: POSIX and Python read some apart
         return None
     for name, chars in _POSIX_CLASSES.items():
@@ -207,9 +214,20 @@ def _matches_regex(value: str, pattern: str, quoted: bool) -> bool | None:
     if "[:" in pattern or "[=" in pattern or "[." in pattern:
         return None
     try:
-        return re.search(pattern, value) is not None
+        return re.search(pattern, value) or False
     except re.error:
         return None
+
+
+def rematch(words: list[str], expand: Callable[[str], str | None], quoted: Sequence[bool]) -> list[str] | None:
+    """BASH_REMATCH after the test `words` (`[[ L =~ R ]]`, bash manual 5.2: the whole match, then each group's):
+    empty when it fails; None where llmperf does not know it (an undecided test, or an alternation, where POSIX's
+    longest match and Python's first may give other groups)."""
+    values = [expand(word) for word in words[1:4]]
+    if None in values or "|" in (values[2] or ""):
+        return None
+    found = regex_search(values[0] or "", values[2] or "", len(quoted) == 5 and quoted[3])
+    return None if found is None else [] if found is False else [found.group(0), *(g or "" for g in found.groups())]
 
 
 def _decide(raw: list[str], values: list[str], double: bool, quoted: Sequence[bool] = ()) -> bool | None:

@@ -127,6 +127,9 @@ MORE = {  # found probing the idioms of Megatron-LM, Megatron-DeepSpeed, DeepSpe
                     "  esac\ndone\n" + T + " --nnodes $NN --save $PP --load $TP\n",
     "brace_expansion_in_words": "NP=2\nX={a,b}\n" + T + " --save $X --load p{1..3}q --data-path \"{c,d}\" "
                                 "--vocab-file ${U:-{e,f}} --merge-file '{g,h}' --tokenizer-model {x,y}\n",
+    "bash_rematch": "NP=2\nM=llama-70b-v2\nif [[ $M =~ ^([a-z]+)-([0-9]+)b(-v([0-9]))?$ ]]; then\n"
+                    "  SIZE=${BASH_REMATCH[2]}; V=${BASH_REMATCH[4]}\nfi\n[[ x =~ y ]]\n" + T +
+                    " --save $SIZE --load x$V --data-path x${BASH_REMATCH[0]}y --vocab-file ${#BASH_REMATCH[@]}\n",
     "arithmetic_for": "H=\"\"\nfor (( n = 1; n <= 3; n += 1 )); do\n  H+=\"node$n,\"\ndone\nNP=1\n"
                       "for ((i=0; i<3; i++)); do NP=$((NP*2)); done\n" + T + " --save ${H%,} --load $n$i\n",
 }
