@@ -68,12 +68,14 @@ def test_usage_errors_exit_2() -> None:
 
 def test_explain_is_light_and_fast() -> None:
     code = (
-        "import sys, time, json, io, contextlib\nt = time.perf_counter()\nfrom llmperf_hook.cli import main\n"
+        "import sys, time, json, io, contextlib\nt = time.process_time()\nfrom llmperf_hook.cli import main\n"
         f"buf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    try:\n        main(['explain', '--format', 'json', '--', *{LLAMA!r}])\n"
         "    except SystemExit as e:\n        assert e.code == 0, e.code\n"
-        "print(json.dumps({'s': time.perf_counter() - t, 'heavy': [m for m in %r if m in sys.modules]}))" % (HEAVY,)
+        "print(json.dumps({'s': time.process_time() - t, 'heavy': [m for m in %r if m in sys.modules]}))" % (HEAVY,)
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["heavy"] == []
-    assert result["s"] < 1.0, result  # import + parse + resolve + render, well under a second
+    # import + parse + resolve + render, well under a second of the process's own CPU time (not wall time, which
+    # other processes on a loaded 2-core machine stretch: 1.76 s wall was seen at load 15)
+    assert result["s"] < 1.0, result
