@@ -120,11 +120,19 @@ def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Colle
 
 
 def unfitted_note(unfitted: Mapping[str, int]) -> str:
-    """One line for the groups left without a model."""
+    """One line for the groups left without a model, and the options that add them: a group left from an earlier
+    run under this name (other --ops, another --dtype) stays listed while it has too few samples, and the same
+    command with a larger --budget never adds it (the design and the first fits are of the classes asked for, in
+    --dtype: sampler._first_fit_classes)."""
     listed = ", ".join(f"{key} ({n} sample{'' if n == 1 else 's'})" for key, n in unfitted.items())
+    classes: dict[str, set[str]] = {}
+    for key in unfitted:
+        op_class, _, dtype = key.split("/")
+        classes.setdefault(dtype, set()).add(op_class)
+    options = " and ".join(f"`--dtype {dt} --ops {','.join(sorted(cs))}`" for dt, cs in sorted(classes.items()))
     return (f"not fitted, so `predict` prices them with the roofline: {listed}; a regressor needs "
-            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: run the same command with a larger --budget to "
-            f"add them (stored shapes are reused)")
+            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: profile again with {options} to add them (each "
+            f"class named gets the {MIN_SAMPLES_TO_FIT} shapes of a first fit; stored shapes are reused)")
 
 
 def _budget_part(plan_note: str) -> str:

@@ -37,6 +37,17 @@ def test_groups_asked_for_without_a_model_are_listed_with_their_counts() -> None
     assert "attention/fwd/fp32 (0 samples)" in unfitted_note(got) and "roofline" in unfitted_note(got)
 
 
+def test_the_note_names_the_options_that_add_them_not_the_same_command() -> None:
+    """A group left from an earlier run under the same name (another --ops, another dtype) stays listed while it has
+    fewer than 8 samples, and 'the same command with a larger --budget' never adds it (design and first fits are of
+    the classes asked for, in --dtype); naming them with --ops gives each the 8 shapes of a first fit."""
+    few = Samples("rmsnorm", "fwd", {"tokens": np.ones(3), "hidden": np.ones(3)}, np.ones(3))
+    groups = {("rmsnorm", "fwd", "bf16"): few}
+    note = unfitted_note(unfitted_groups(groups, {("gemm", "fwd"), ("swiglu", "bwd")}, "fp32"))
+    assert "rmsnorm/fwd/bf16 (3 samples)" in note and "same command" not in note, note
+    assert "`--dtype bf16 --ops rmsnorm`" in note and "`--dtype fp32 --ops gemm,swiglu`" in note, note
+
+
 def test_predict_names_why_the_roofline_prices_a_class(tmp_path: Path) -> None:
     profile = FittedProfile(_profile(tmp_path, {"gemm/bwd/fp32": 0, "layernorm/fwd/fp32": 1, "gemm/fwd/fp32": 0}))
     assert profile.meta.unfitted == {"gemm/bwd/fp32": 0, "layernorm/fwd/fp32": 1}  # a fitted one is not written
