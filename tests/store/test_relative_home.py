@@ -5,7 +5,10 @@ from the batch file's folder ("hardware 'my-box' not found"), exit 2."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +45,24 @@ def test_pinned_once_and_an_absolute_home_is_left_as_written(tmp_path: Path, mon
     monkeypatch.chdir("/")
     pin_llmperf_home()
     assert llmperf_home() == tmp_path / "a" / "b"
+
+
+DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), sys.stdout)"
+
+
+@pytest.mark.parametrize("entry", ["python -m llmperf_hook", "llmperf"])
+def test_the_job_under_llmperf_run_inherits_the_absolute_home_and_nothing_else(tmp_path: Path, entry: str) -> None:
+    """`llmperf run` execs the job with the environment it was given, LLMPERF_HOME made absolute: the job's hook
+    records into the run folder and the session's refine at the job's end reads that same home, whatever folder
+    the job's script changes to."""
+    script = Path(sys.executable).with_name("llmperf")
+    if entry == "llmperf" and not script.is_file():
+        pytest.skip("no llmperf console script beside this interpreter")
+    argv = [sys.executable, "-m", "llmperf_hook"] if entry != "llmperf" else [str(script)]
+    env = {**os.environ, "LLMPERF_HOME": "home", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([*argv, "run", "--", sys.executable, "-c", DUMP_ENV], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    child = json.loads(done.stdout)
+    assert child.pop("LLMPERF_HOME") == str(tmp_path / "home")
+    assert child == {k: v for k, v in env.items() if k != "LLMPERF_HOME"}
