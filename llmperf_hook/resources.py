@@ -38,11 +38,24 @@ def pin_llmperf_home() -> None:
     (commands/predict.working_directory), so LLMPERF_HOME=home found no home/hardware/NAME.yaml there, and a job
     script that changes folder before starting python recorded its steps into another store."""
     value = os.environ.get("LLMPERF_HOME")
-    if value and not Path(value).expanduser().is_absolute():
-        os.environ["LLMPERF_HOME"] = str(Path(value).expanduser().absolute())
+    try:
+        path = Path(value).expanduser() if value else None
+    except RuntimeError:  # ~name of no user here: said by llmperf_home() if the command reads it (explain does not)
+        return
+    if path is not None and not path.is_absolute():
+        os.environ["LLMPERF_HOME"] = str(path.absolute())
 
 
 @lru_cache(maxsize=8)
 def _home(llmperf_home_env: str | None, home_env: str | None) -> Path:
     """Memoised on the variables it reads (predict --batch asks a few times per command)."""
-    return Path(llmperf_home_env).expanduser() if llmperf_home_env else Path.home() / ".cache" / "llmperf"
+    if not llmperf_home_env:
+        return Path.home() / ".cache" / "llmperf"
+    try:
+        return Path(llmperf_home_env).expanduser()
+    except RuntimeError as err:  # pathlib: "~name/..." of a user this machine does not know
+        from llmperf_hook.errors import UsageError
+
+        raise UsageError(f"$LLMPERF_HOME={llmperf_home_env} starts with the home of a user this machine does not "
+                         f"know ({err}): set it to a folder that exists here, e.g. ~/.cache/llmperf, or unset it."
+                         ) from err

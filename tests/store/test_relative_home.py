@@ -66,3 +66,17 @@ def test_the_job_under_llmperf_run_inherits_the_absolute_home_and_nothing_else(t
     child = json.loads(done.stdout)
     assert child.pop("LLMPERF_HOME") == str(tmp_path / "home")
     assert child == {k: v for k, v in env.items() if k != "LLMPERF_HOME"}
+
+
+def test_a_home_of_an_unknown_user_is_a_usage_error_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """~name/ of no user on this machine (pathlib's expanduser raises RuntimeError): pin_llmperf_home ran before
+    cli.main's error handling, so every command, explain too, died with a traceback; a command reading the home said
+    'internal error' (exit 1) before the pin existed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_HOME", "~no-such-user-r63/home")
+    code, out, err = run_cli(["explain", "--", *JOB.split()], capsys)
+    assert code == 0 and "Traceback" not in err, err  # explain reads no home
+    code, out, err = run_cli(["predict", "--hardware", "my-box", "--", *JOB.split()], capsys)
+    assert code == 2 and out == "" and "Traceback" not in err, (code, err)
+    assert "$LLMPERF_HOME=~no-such-user-r63/home" in err and "user" in err, err
