@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.cli import error_lines, run_cli
+from tests.profiling.budget_lines import assert_the_budget_was_kept
 
 pytest.importorskip("torch")
 
@@ -32,9 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = "r13-cpu"
 OPS = "gemm,layernorm"
 BUDGET_MIN = 0.35
-BUDGET_MARGIN_S = 20.0
-"""Allowed over the --budget of the resumed run: the interpreter's start before its clock, one sample or fit in
-flight at a deadline, and a loaded 2-core machine (tests/profiling/test_profile_budget.py allows the same kind)."""
 SMALL = ["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "128",
          "--num-attention-heads", "4", "--seq-length", "128", "--max-position-embeddings", "128",
          "--micro-batch-size", "2", "--global-batch-size", "2", "--vocab-size", "1000"]
@@ -147,7 +145,9 @@ def test_sigterm_during_the_start_reading_says_how_to_resume(tmp_path: Path) -> 
 
 def test_the_resumed_run_keeps_its_budget(resumed: Resumed) -> None:
     assert f"budget {BUDGET_MIN * 60:.0f} s" in resumed.resumed.stderr
-    assert resumed.resumed_wall_s <= BUDGET_MIN * 60 + BUDGET_MARGIN_S, (resumed.resumed_wall_s, os.getloadavg())
+    # its own clock and phases, not the wall, which load stretches (tests/profiling/budget_lines.py)
+    said = assert_the_budget_was_kept(resumed.resumed.stdout, resumed.resumed_wall_s)
+    assert said.budget_s == BUDGET_MIN * 60, said
 
 
 def test_predict_names_the_profile_per_op_class_and_says_extrapolation(home_copy: Path, capsys) -> None:

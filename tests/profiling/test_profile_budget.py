@@ -10,14 +10,11 @@ import pytest
 
 from llmperf_hook.profile import budget as budgets
 from llmperf_hook.profile import cpu_framework_readings as cfr
+from tests.profiling.budget_lines import assert_the_budget_was_kept
 from tests.profiling.conftest import TINY_NAME, TinyProfile
 from tests.profiling.test_cpu_profile_e2e import _run
 
 pytest.importorskip("torch")
-
-MARGIN_S = 20.0
-"""Allowed over the budget: the interpreter's start and the CLI's imports before the budget's clock starts
-(budget.START_UP_S quiet), one sample or fit in flight at a deadline, the exit; more on a machine at load 10."""
 
 
 def test_the_phases_add_up_to_the_budget() -> None:
@@ -65,8 +62,10 @@ def test_a_tiny_budget_is_kept_and_predict_uses_the_profile(tiny_profile: TinyPr
     by whatever the peaks took. (At load 12 start-up, torch's import and the peaks took 18 s: --budget 0.5 then
     sampled 2 s, too few to fit, which is refused with exit 2.)"""
     assert tiny_profile.returncode == 0, tiny_profile.stderr[-3000:]
-    assert tiny_profile.wall_s <= 60 + MARGIN_S, (tiny_profile.wall_s, os.getloadavg())
     assert "budget 60 s: sampling from" in tiny_profile.stdout
+    # its own clock and phases, not the wall: at load 13 the fits alone ran 20 s over their share (budget_lines.py)
+    said = assert_the_budget_was_kept(tiny_profile.stdout, tiny_profile.wall_s)
+    assert said.budget_s == 60, said
     code, out = _run(["predict", "--format", "json", "--hardware", TINY_NAME, "--", "python", "pretrain_gpt.py",
                       "--num-layers", "2", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
                       "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", "2",
