@@ -18,8 +18,8 @@
 4. The job's first iteration (the script's own timer) without and with the hook, 3 interleaved runs each, medians:
    what the hook's start costs the job once. On a CPU job the hook reads the machine's speed once per rank
    (instrument/reference_speed.py, 100-250 ms of wall on a loaded machine); until 28 Nov 2026 it did so before
-   step 0, inside the job's first iteration (+230 ms there); now when the rank leaves, outside the training: [2]
-   and [4] print its cost. The loop of [1] never reads it (it never leaves before the blocks end).
+   step 0, inside the job's first iteration (+230 ms there); now right after the last recorded step, in no
+   recorded step and not in the first iteration: [2] and [4] print its cost. The loop of [1] never reaches it.
 Machine load (1-minute load average) is printed before and after.
 """
 
@@ -107,7 +107,7 @@ def hook_cost_s(rounds: int) -> tuple[float, float, float, float, float]:
 
 def instrumented_step_s(argv: list[str], tmp: Path) -> tuple[float, float, list[float], dict]:
     """Median timed step of an instrumented run (slowest rank) in wall and in CPU time, the script's own step
-    times, and rank 0's machine-speed reading (taken once when the rank leaves, instrument/reference_speed.py)."""
+    times, and rank 0's machine-speed reading (taken once after its last recorded step, instrument/reference_speed.py)."""
     from llmperf_hook.refine.run_records import read_run_dir, summarize_job
 
     code = ("import os, sys\nfrom llmperf_hook.instrument.session import run_instrumented\n"
@@ -137,7 +137,7 @@ def end_to_end(argv: list[str], rounds: int, tmp: Path) -> tuple[float, float]:
 
 def first_iteration(argv: list[str], rounds: int, tmp: Path) -> tuple[list[float], list[float], list[float]]:
     """The script's own first-iteration time without and with the hook (`rounds` interleaved runs each), and the
-    hook's machine-speed reading's wall time in each instrumented run (taken when the rank leaves): what the job's
+    hook's machine-speed reading's wall time in each instrumented run (after the last recorded step): what the job's
     first iteration pays for the hook (its lazy patches, the first step's meta record)."""
     off, on, reading = [], [], []
     for r in range(rounds):
@@ -176,7 +176,7 @@ def main() -> None:
             print(f"[2] {label}: step {step_s * 1e3:.2f} ms CPU ({wall_s * 1e3:.2f} ms wall) -> hook overhead "
                   f"{pct:.3f} % "
                   f"({'OK' if pct <= 1.0 else 'OVER'} vs the 1 % target); machine-speed reading once per rank "
-                  f"when it leaves: {ref.get('wall_s', 0) * 1e3:.0f} ms wall ({ref.get('cpu_s', 0) * 1e3:.2f} ms "
+                  f"after its last recorded step: {ref.get('wall_s', 0) * 1e3:.0f} ms wall ({ref.get('cpu_s', 0) * 1e3:.2f} ms "
                   f"counted), in no step")
         off_s, on_s = end_to_end(tiny, 3, Path(tmp))
         print(f"[3] end to end (tiny GPT, script's own timer, 3 interleaved runs): {off_s * 1e3:.3f} ms without, "
@@ -186,7 +186,7 @@ def main() -> None:
               f"{statistics.median(off) * 1e3:.0f} ms without, {statistics.median(on) * 1e3:.0f} ms with the hook "
               f"({(statistics.median(on) - statistics.median(off)) * 1e3:+.0f} ms, medians; runs "
               f"{[round(x * 1e3) for x in off]} / {[round(x * 1e3) for x in on]} ms); the machine-speed reading, taken "
-              f"when the rank leaves: {statistics.median(reading) * 1e3:.0f} ms wall")
+              f"after the last recorded step: {statistics.median(reading) * 1e3:.0f} ms wall")
     print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
 
 

@@ -37,8 +37,9 @@ class HookConfig:
     package_root: str = ""
     """Folder that holds the `llmperf_hook` package, appended to sys.path when the job's Python lacks it."""
     reference_speed: bool = True
-    """On a CPU job, time the reference workload once per rank when it leaves (instrument/reference_speed.py: the
-    machine's speed around the run, recorded in a `reference` record and the store); never inside the training."""
+    """On a CPU job, time the reference workload once per rank after the last recorded step (instrument/
+    reference_speed.py: the machine's speed around the run, in the `end` or `stop` record and the store); never
+    inside a step, never in the job's first iteration."""
     inject_fault_at_step: int | None = None
     """Tests only: raise inside the hook at this step to prove the job survives a failing hook."""
     inject_fault_point: str = "step_end"

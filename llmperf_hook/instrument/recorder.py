@@ -64,6 +64,7 @@ class StepRecorder:
         """The process that opened the profile window (a forked child holds a copy it must not map)."""
         self._failed = False
         self._exit_registered = False
+        self._reference_taken = False
         self._identity: dict[str, Any] | None = None
         self._prefixes: dict[tuple, str] = {}
         self._pid = os.getpid()
@@ -117,21 +118,16 @@ class StepRecorder:
         except Exception as err:  # noqa: BLE001 - the reading is optional; the steps are what matter
             return {"error": f"{type(err).__name__}: {err}"}
 
-    def _write_reference(self) -> None:
-        """Deferred to the job's exit (or --stop-after's): the reading costs 50 ms of CPU, 100-250 ms of wall on a
-        loaded machine, which it took from the job's first iteration when it ran before step 0; at exit it takes
-        nothing from the training. Written as its own `reference` record (refine reads it from there, or from the
-        meta record of runs recorded before)."""
-        if self._failed:  # a hook disabled by an error does nothing more
-            return
-        try:
-            reading = self._read_reference(self._timer.device if self._timer else "cpu")
-            if reading:  # flushed with the rest by the writer's exit close (or the stop's), which says once if it fails
-                self.writer.write(self._base("reference", reference=reading))
-        except OSError:
-            pass  # the run directory cannot be written: the writer's exit close says so
-        except Exception as err:  # noqa: BLE001 - never harm the job, not even at exit
-            self.fail(err)
+    def _reference_field(self) -> dict[str, Any]:
+        """{"reference": reading} for the record that ends the hook's work (`end`, or `stop` before it), {} on a GPU
+        job or when turned off. Taken after the last recorded step (the steps are timed without it) and only once:
+        before step 0 it made the job's first iteration 230 ms longer (the reading is 50 ms of CPU, 100-250 ms of
+        wall on a loaded machine), and nothing uses it numerically (refine stores it: reference_speed.py)."""
+        if self._reference_taken or self._timer is None:
+            return {}
+        self._reference_taken = True
+        reading = self._read_reference(self._timer.device)
+        return {"reference": reading} if reading else {}
 
     def _at_exit_once(self) -> None:
         """_run_at_exit registered with atexit, once: after the writer's own exit close, so it runs before (LIFO)."""
@@ -221,9 +217,6 @@ class StepRecorder:
             os.environ[STEPPING_ENV] = f"{cfg.job_id}:{self._pid}"
             self._resolve_rank()
             self.writer.write(self._base("meta", **job_facts(timer.device)))
-            if timer.device == "cpu" and cfg.reference_speed:  # the machine's speed, read when the job leaves
-                self._at_exit.append(self._write_reference)
-                self._at_exit_once()
         if memory is not None:
             self.writer.write(self._step_record(step, end, end_cpu_s, memory))
         self._start_mark, self._start_cpu_s = end, end_cpu_s
@@ -266,7 +259,7 @@ class StepRecorder:
         if self._profiler is not None and done == cfg.last_hooked_step:
             self._stop_profiler()
         if done == cfg.last_hooked_step:
-            self.writer.write(self._base("end", num_steps=done), flush=True)
+            self.writer.write(self._base("end", num_steps=done, **self._reference_field()), flush=True)
         if cfg.stop_after_steps is not None and done >= cfg.stop_after_steps:
             self._stop_job()
         if done >= max(cfg.last_hooked_step, cfg.stop_after_steps or 0):
@@ -322,7 +315,7 @@ class StepRecorder:
         if self._profiler is not None:
             self._stop_profiler()
         self._run_at_exit()
-        self.writer.write(self._base("stop", num_steps=self._num_steps_done))
+        self.writer.write(self._base("stop", num_steps=self._num_steps_done, **self._reference_field()))
         self.writer.close()
         from llmperf_hook.instrument.job_exit import exit_like_a_finished_job
 

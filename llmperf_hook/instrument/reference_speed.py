@@ -7,11 +7,11 @@ drift, which is no model's error. The reference workload is meant to make such d
 - `llmperf profile --device cpu` records readings with the profile (before sampling, around the framework
   measurement, at the end: `reference_speed.json` in the profile directory, and per dtype in
   framework_overhead.json): the machine speed the profile was taken at;
-- the step hook of `llmperf run --instrument` takes one reading per rank of a CPU job when the rank leaves (at
-  its exit, or at --stop-after's: never inside a step, never in the training, never on a GPU job), stored in a
-  `reference` record; `llmperf refine` stores it with the run (refine_runs.reference_cpu_s). Until 28 Nov 2026 it
-  was read before step 0, which made the job's first iteration 230 ms longer (median of 3 runs at load 6-7, the
-  testbed's smallest GPT: bench_hook_overhead.py [4]);
+- the step hook of `llmperf run --instrument` takes one reading per rank of a CPU job right after its last
+  recorded step (never inside a step, never on a GPU job), stored in the rank's `end` record (or `stop`, when
+  --stop-after comes first); `llmperf refine` stores it with the run (refine_runs.reference_cpu_s). Until 28 Nov
+  2026 it was read before step 0, which made the job's first iteration 230 ms longer (median of 3 runs at load
+  6-7, the testbed's smallest GPT: bench_hook_overhead.py [4]);
 - benchmarks/bench_cpu_testbed.py times it before and after every measured configuration and prints it beside
   the measurement, as a ratio to the profile's reading.
 

@@ -189,14 +189,16 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     _check_arguments(argv, steps, profile_ops, stop_after)
     shared, own_id = shared_job_id(env, argv), new_job_id()
     path = prepare_run_dir(run_dir, shared.base if shared else own_id)
+    def prepare(new_id: str) -> None:  # a new job's files, written before any other node may join it
+        _write_job_files(path, path / "jobs" / new_id, new_id, steps, profile_ops, stop_after, prediction,
+                         _session_record(new_id, argv, steps, profile_ops, stop_after))
+
     try:
         node = start_or_join(path, own_id, shared, argv, env,
-                             {"steps": steps, "profile_ops": profile_ops, "stop_after": stop_after})
+                             {"steps": steps, "profile_ops": profile_ops, "stop_after": stop_after}, prepare=prepare)
         job_id = node.job_id
-        job_dir = path / "jobs" / job_id
+        job_dir, hook_dir = path / "jobs" / job_id, path / "jobs" / job_id / "hook"
         session = _session_record(job_id, argv, steps, profile_ops, stop_after)
-        hook_dir = job_dir / "hook" if node.joined else \
-            _write_job_files(path, job_dir, job_id, steps, profile_ops, stop_after, prediction, session)
         child_env = build_child_env(env, hook_dir, path)
         child_env.update(_deepspeed_env_file(child_env, hook_dir, job_dir))
     except OSError as err:  # a full disk, a quota: before the launch, so the job is not started half-instrumented

@@ -28,10 +28,10 @@ import os
 import re
 import socket
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 SCHEDULER_IDS = (("SLURM_JOB_ID", "slurm", "SLURM_STEP_ID"), ("PBS_JOBID", "pbs", ""),
                  ("LSB_JOBID", "lsf", "LSB_JOBINDEX"), ("FLUX_JOB_ID", "flux", ""))
@@ -151,16 +151,17 @@ def _node_records(job_dir: Path) -> list[dict[str, Any]]:
 
 def _running(record: Mapping[str, Any]) -> bool:
     """A node session without its end that is not known dead (a session of this host whose pid is gone)."""
+    pid = record.get("pid")
     if "ended_unix_s" in record:
         return False
-    if record.get("hostname") != socket.gethostname() or not isinstance(record.get("pid"), int):
-        return True
+    if record.get("hostname") != socket.gethostname() or not isinstance(pid, int):
+        return True  # another host's session: only its end record says it ended
     try:
-        os.kill(record["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
-        return True
+    except OSError:  # alive, and another user's
+        pass
     return True
 
 
@@ -181,18 +182,20 @@ def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool
             store_file = default_store_path()
         if not store_file.is_file():
             return False
-        with sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5) as conn:
+        with closing(sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5)) as conn:
             row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
-        conn.close()
     except (sqlite3.Error, OSError, ImportError):
         return False
     return row is not None and str(row[0]) != str(run_dir)
 
 
 def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Sequence[str],
-                  env: Mapping[str, str], settings: Mapping[str, Any], store_file: Path | None = None) -> NodeSession:
+                  env: Mapping[str, str], settings: Mapping[str, Any], store_file: Path | None = None,
+                  prepare: Callable[[str], Any] = lambda job_id: None) -> NodeSession:
     """Pick this session's job id (module docstring) and register it under jobs/<id>/nodes/. `settings` (the
-    --instrument options) must be the same too: the job's hook folder, written by its first session, holds them."""
+    --instrument options) must be the same too: the job's hook folder, written by its first session, holds them.
+    `prepare(job_id)` writes a new job's files (its hook folder) while the lock is held, so a session that joins it
+    never launches its ranks before that folder is whole."""
     jobs_dir = run_dir / "jobs"
     command, part = {"argv": same_launch_command(argv), **settings}, launch_part(env, argv)
     with _jobs_lock(jobs_dir):
@@ -209,6 +212,8 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
                     job_id = candidate
                     break
         node_file = jobs_dir / job_id / "nodes" / f"{_safe(socket.gethostname())}-{os.getpid()}-{time.time_ns()}.json"
+        if not joined:
+            prepare(job_id)
         node_file.parent.mkdir(parents=True, exist_ok=True)
         _write_json(node_file, {"hostname": socket.gethostname(), "pid": os.getpid(), "part": part,
                                 "command": command, "started_unix_s": time.time()})

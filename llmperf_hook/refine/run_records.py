@@ -1,6 +1,6 @@
 """Stage [8] input: what an instrumented run left in its run directory, read and summarised.
 
-    <run_dir>/rank<R>.jsonl    one JSON object per line: kind = meta | step | op | end | stop | reference | error
+    <run_dir>/rank<R>.jsonl    one JSON object per line: kind = meta | step | op | end | stop | error
     <run_dir>/jobs/<job id>/prediction.json  what `llmperf run` predicted before launching that job
     <run_dir>/jobs/<job id>/session.json     the command, start/end time, exit code
     <run_dir>/prediction.json, session.json  the latest job's (also what older run directories hold)
@@ -86,9 +86,9 @@ class JobSteps:
     cpu_step_times_s: tuple[float, ...] = ()
     """The per-step largest per-rank CPU times that went into cpu_time_s."""
     reference_cpu_s: float | None = None
-    """CPU job: median over ranks of the reference workload's reading taken by the hook when the rank left (before
-    step 0 in runs recorded before 28 Nov 2026; instrument/reference_speed.py): the machine's speed around the run.
-    None when no rank took one (a GPU job, a rank killed by a signal)."""
+    """CPU job: median over ranks of the reference workload's reading taken by the hook after the last recorded step
+    (before step 0 in runs recorded before 28 Nov 2026; instrument/reference_speed.py): the machine's speed around
+    the run. None when no rank took one (a GPU job, a job that ended before its last recorded step)."""
     reference_concurrent: int = 1
     """How many ranks on the machine read the reference at once (their readings share caches and bandwidth)."""
 
@@ -214,12 +214,13 @@ def summarize_job(records: Sequence[Mapping[str, Any]], job_id: str) -> JobSteps
         errors=tuple(str(r.get("error")) for r in mine if r.get("kind") == "error"),
         stopped=any(r.get("kind") == "stop" for r in mine), facts=dict(rank0),
         cpu_time_s=_median_or_none(cpu_times), cpu_step_times_s=tuple(cpu_times),
-        **_reference_fields([r for r in mine if r.get("kind") in ("reference", "meta")]))
+        **_reference_fields([r for r in mine if r.get("kind") in ("end", "stop", "meta")]))
 
 
 def _reference_fields(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """reference_cpu_s and reference_concurrent from the ranks' `reference` records (taken when the job left), or
-    their meta records (runs recorded before 28 Nov 2026 read it before step 0); readings of this workload only."""
+    """reference_cpu_s and reference_concurrent from the ranks' `end` (or `stop`) records (read after the last
+    recorded step), or their meta records (runs recorded before 28 Nov 2026 read it before step 0); readings of this
+    workload only."""
     from llmperf_hook.instrument.reference_speed import reading_from_json
 
     readings = [r for r in (reading_from_json(m.get("reference")) for m in records) if r is not None]

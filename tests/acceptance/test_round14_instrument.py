@@ -102,17 +102,17 @@ def test_every_step_of_every_rank_with_the_profile_window_and_the_stop(two_jobs:
     assert sorted(r["rank"] for r in plain if r["kind"] == "end") == [0]
 
 
-def test_the_machine_speed_is_read_when_each_rank_leaves(two_jobs: dict) -> None:
-    """Once per rank, after its last step (before the stop record of a stopped one), never in its first iteration."""
+def test_the_machine_speed_is_read_after_each_ranks_last_recorded_step(two_jobs: dict) -> None:
+    """Once per rank, in the end record after its last recorded step, never in the meta record (it was read before
+    step 0, in the job's first iteration)."""
     for name, ranks in (("ddp", [0, 1]), ("plain", [0])):
         for rank in ranks:
-            mine = [r for r in two_jobs["records"][name] if r["rank"] == rank]
+            mine = [r for r in two_jobs["records"][name] if r["rank"] == rank and r["kind"] != "op"]
             kinds = [r["kind"] for r in mine]
-            assert kinds.count("reference") == 1 and kinds[0] == "meta" and "reference" not in mine[0], (name, kinds)
-            last_step = max(i for i, k in enumerate(kinds) if k == "step")
-            assert kinds.index("reference") > last_step and mine[kinds.index("reference")]["reference"]["cpu_s"] > 0
-            if name == "ddp":
-                assert kinds.index("reference") < kinds.index("stop")
+            assert kinds[0] == "meta" and "reference" not in mine[0], (name, kinds)
+            assert [k for k in kinds if k not in ("meta", "step")] == (["end", "stop"] if name == "ddp" else ["end"])
+            readings = [r for r in mine if "reference" in r]
+            assert len(readings) == 1 and readings[0]["kind"] == "end" and readings[0]["reference"]["cpu_s"] > 0
 
 
 def test_each_session_refined_its_own_job(two_jobs: dict) -> None:

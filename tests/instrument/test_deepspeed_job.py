@@ -54,8 +54,8 @@ def test_deepspeed_zero1_two_ranks_through_llmperf_run(tmp_path: Path, child_env
     assert steps_by_rank(records) == {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
     assert {r["framework"] for r in records if r["kind"] == "step"} == {"deepspeed"}
     assert all(r["world_size"] == 2 for r in records)
-    # each rank read the machine's speed once, when it left (not in the training), both ranks at once
-    refs = [r["reference"] for r in records if r["kind"] == "reference"]
+    # each rank read the machine's speed once, after its last recorded step (in its end record), both ranks at once
+    refs = [r["reference"] for r in records if r["kind"] == "end"]
     assert len(refs) == 2 and all(x["cpu_s"] > 0 and x["concurrent"] == 2 and x["where"] == "hook" for x in refs)
     prediction = json.loads((run_dir / "prediction.json").read_text())
     assert "predicted before" in done.stderr and "predicted after" in done.stderr, done.stderr[-2000:]

@@ -259,8 +259,7 @@ def test_several_optimizers_per_iteration_make_one_step(tmp_path: Path) -> None:
     class Opt:  # stands for a torch.optim.Optimizer (the post-step hook passes the instance)
         pass
 
-    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=10, num_warmup_steps=0,
-                                  reference_speed=False))  # no reading at pytest's exit
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=10, num_warmup_steps=0))
     first, second = Opt(), Opt()
     for _ in range(3):
         rec.torch_optimizer_stepped(first)

@@ -25,6 +25,9 @@ def test_plain_torch_job_recorded_and_output_intact(plain_recorded_run: tuple[Pa
     assert [s["warmup"] for s in steps] == [True, False, False, False]
     assert all(s["framework"] == "torch" and s["wall_time_s"] > 0 and s["peak_rss_bytes"] > 0 for s in steps)
     assert {r["kind"] for r in records} == {"meta", "step", "end"}
+    # the machine-speed reading, taken after the last recorded step, in the end record (not the meta record)
+    (end,) = [r for r in records if r["kind"] == "end"]
+    assert end["reference"]["cpu_s"] > 0 and "reference" not in records[0]
     assert json.loads((folder / "run" / "prediction.json").read_text()) == {"step_time_s": 0.01}
     assert json.loads((folder / "run" / "session.json").read_text())["exit_code"] == 0
 

@@ -40,10 +40,18 @@ def test_node_rank_options_are_what_nodes_differ_in() -> None:
 
 
 def test_a_second_node_joins_a_running_job(tmp_path: Path) -> None:
-    shared = SharedId("slurm-4242", "test")
-    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
-    second = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, tmp_path / "store.sqlite")
+    """The first session writes the job's hook folder (prepare) before it lets go of the lock; a joining one
+    writes nothing of it (it removed the folder the first node's ranks were starting from)."""
+    shared, prepared = SharedId("slurm-4242", "test"), []
+
+    def prepare(job_id: str) -> None:
+        assert not (tmp_path / "jobs" / job_id / "nodes").exists()  # before the job is there to be joined
+        prepared.append(job_id)
+
+    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, tmp_path / "store.sqlite", prepare)
+    second = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, tmp_path / "store.sqlite", prepare)
     assert (first.job_id, first.joined, second.job_id, second.joined) == ("slurm-4242", False, "slurm-4242", True)
+    assert prepared == ["slurm-4242"]
     assert end_node(first, 0) == [os.uname().nodename]  # the other session still runs: it refines
     assert end_node(second, 0) == []  # the last one to end
 

@@ -89,13 +89,13 @@ def test_summary_takes_the_median_of_the_ranks_readings(tmp_path: Path) -> None:
     assert plain.reference_cpu_s is None
 
 
-def test_summary_reads_the_reference_records_written_when_the_ranks_left(tmp_path: Path) -> None:
-    """The hook writes its reading in a `reference` record when the rank leaves (before 28 Nov 2026: in the meta
-    record, read before step 0)."""
+def test_summary_reads_the_reading_from_the_end_and_stop_records(tmp_path: Path) -> None:
+    """The hook writes its reading in the `end` record (`stop` when --stop-after comes first), after the last
+    recorded step (before 28 Nov 2026: in the meta record, read before step 0)."""
     run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02], 1: [0.5, 0.02]})
-    for rank, cpu_s in ((0, 0.010), (1, 0.014)):
+    for rank, cpu_s, kind in ((0, 0.010, "end"), (1, 0.014, "stop")):
         with open(run / f"rank{rank}.jsonl", "a") as f:
-            f.write(json.dumps({"schema": 1, "kind": "reference", "job_id": "j1", "rank": rank,
+            f.write(json.dumps({"schema": 1, "kind": kind, "job_id": "j1", "rank": rank,
                                 "reference": reading(cpu_s, 2, "hook").to_json()}) + "\n")
     job = summarize_job(read_run_dir(run).records, "j1")
     assert job.reference_cpu_s == pytest.approx(0.012) and job.reference_concurrent == 2
