@@ -189,6 +189,7 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     _check_arguments(argv, steps, profile_ops, stop_after)
     shared, own_id = shared_job_id(env, argv), new_job_id()
     path = prepare_run_dir(run_dir, shared.base if shared else own_id)
+
     def prepare(new_id: str) -> None:  # a new job's files, written before any other node may join it
         _write_job_files(path, path / "jobs" / new_id, new_id, steps, profile_ops, stop_after, prediction,
                          _session_record(new_id, argv, steps, profile_ops, stop_after))
@@ -211,7 +212,7 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     if shared is not None:  # shared_job.py: every node's `llmperf run` of this launch records under one job
         print(f"llmperf: job {job_id} (from {shared.origin}): "
               + ("this node joins it, started by another node's llmperf run" if node.joined else
-                 "the llmperf run of every other node of this launch joins it"), file=sys.stderr)
+                 "the llmperf runs of this launch's other nodes, if any, join it"), file=sys.stderr)
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
