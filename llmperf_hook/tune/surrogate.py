@@ -25,6 +25,7 @@ import numpy as np
 from llmperf_hook.frameworks.training_config import ModelShape, TrainingConfig
 from llmperf_hook.graph import params
 from llmperf_hook.graph.layer_ops import DTYPE_BYTES
+from llmperf_hook.graph.step_ops import adam_bytes_per_param
 from llmperf_hook.hardware.spec import ClusterSpec
 from llmperf_hook.predict import host_issue
 from llmperf_hook.tune import surrogate_memory, surrogate_moe
@@ -209,8 +210,10 @@ def _optimizer_s(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, n
     if expert:
         e_params, _, edp = _expert_grid(cfg, cols, expert)
         params = params + np.where(sharded, e_params / np.where(cols["distopt"] > 0, edp, dp), e_params)
-    # Adam reads/writes ~ 4 fp32 tensors + grads: ~ 40 bytes per parameter of HBM traffic.
-    return params * 40.0 / (cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.memory_efficiency)
+    # The bytes per parameter of the Adam the job runs, as the graph prices it (graph/step_ops.adam_bytes_per_param:
+    # the framework's fused Adam 30 B, torch AdamW over fp32 80 B or over the 16-bit model 40 B).
+    bytes_per_param = adam_bytes_per_param(cfg)[0]
+    return params * bytes_per_param / (cluster.gpu.memory_bandwidth_bytes_per_s * cluster.gpu.memory_efficiency)
 
 
 def estimate(cfg: TrainingConfig, cluster: ClusterSpec, cols: Mapping[str, np.ndarray]) -> SurrogateEstimate:
