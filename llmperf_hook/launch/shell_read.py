@@ -138,15 +138,16 @@ MAX_INPUT_BYTES = 1 << 20
 
 def file_text(script: _Script, target: str) -> str | None:
     """What `< target` gives a command: the text a here-document of the script wrote there, else the file as it is
-    where llmperf reads the script; None for a file another command writes (`sed ... > f`), one that is not here, or
-    one past MAX_INPUT_BYTES."""
+    where llmperf reads the script; None for a file another command writes (`sed ... > f`), one that is not here, one
+    that is no regular file (a FIFO, /dev/stdin) or under /dev or /proc, or one past MAX_INPUT_BYTES."""
     name = script.expand(target)
     path = os.path.normpath(os.path.join(script.cwd, name))
     written = script.files.get(os.path.normpath(name), script.files.get(path))  # kept by the name the script wrote
     if written is not None:
         return None if written.command else written.text
-    try:
-        if os.path.getsize(path) > MAX_INPUT_BYTES:
+    try:  # a FIFO blocks until a writer opens it; /dev and /proc hold what the machine running the job gives
+        if not os.path.isfile(path) or path.startswith(("/dev/", "/proc/")) or \
+                os.path.getsize(path) > MAX_INPUT_BYTES:
             return None
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
