@@ -18,12 +18,15 @@ from llmperf_hook.tune.candidate import RECOMPUTE_CODES, fixed_padded_vocab, spl
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-deepspeed")
 
 
-def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Named layout rules (True = violates), Megatron-LM `arguments.py` / `parallel_state.py` divisibility checks."""
+def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray],
+               world_size: int | None = None) -> dict[str, np.ndarray]:
+    """Named layout rules (True = violates), Megatron-LM `arguments.py` / `parallel_state.py` divisibility checks;
+    `world_size`: the GPUs the job starts with where not the config's (an elastic minimum: tune/elastic.py)."""
+    world = cfg.world_size if world_size is None else world_size
     m = cfg.model
     tp, pp, vpp, cp, mbs = cols["tp"], cols["pp"], cols["vpp"], cols["cp"], cols["mbs"]
     model_parallel = tp * pp * cp
-    dp = np.maximum(cfg.world_size // np.maximum(model_parallel, 1), 1)
+    dp = np.maximum(world // np.maximum(model_parallel, 1), 1)
     p = cfg.parallel
     uneven = p.decoder_first_pipeline_num_layers or p.decoder_last_pipeline_num_layers
     total = split_layers(cfg)  # Megatron counts the embedding / loss as a layer if asked to (--account-for-...-split)
@@ -36,7 +39,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
     own_layout = bool(p.pipeline_layout) & (pp == p.pp) & (vpp == p.vpp)
     layers_ok = even | ((pp == p.pp) & bool(uneven)) | (engine & (vpp == 1) & (total == m.num_layers)) | own_layout
     return {
-        "world % (tp*pp*cp) != 0": cfg.world_size % model_parallel != 0,
+        "world % (tp*pp*cp) != 0": world % model_parallel != 0,
         "num_attention_heads % tp != 0": m.num_attention_heads % tp != 0,
         "num_query_groups neither a multiple nor a divisor of tp": (m.num_query_groups % tp != 0) & (tp % m.num_query_groups != 0),
         "virtual pipeline needs pp > 1": (vpp > 1) & (pp == 1),
@@ -47,7 +50,7 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "ZeRO-2/3 with DeepSpeed's pipeline engine (pp > 1)": engine & (cols["zero"] >= 2),
         **_interleaving_masks(cfg, vpp, pp, cfg.batch.global_batch_size // np.maximum(mbs * dp, 1)),
         **_uneven_stage_masks(cfg, total, pp, vpp),
-        **_kept_flag_masks(cfg, cols),
+        **_kept_flag_masks(cfg, cols, world),
         "seq_length % (2*cp) != 0": (cp > 1) & (m.seq_length % (2 * cp) != 0),
         # tensor_parallel/mappings.py _split_along_first_dim asserts the rank's sequence divides by TP under SP
         "sequence parallel needs (seq_length / cp) % tp == 0": (cols["sp"] > 0) & ((m.seq_length // cp) % tp != 0),
@@ -56,13 +59,13 @@ def rule_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str,
         "custom pipeline layout fixes pp and vpp": np.full(pp.shape, bool(p.pipeline_layout)) & (
             (pp != p.pp) | (vpp != p.vpp)),
         **_param_gather_masks(cfg, cols),
-        **_expert_masks(cfg, cols),
+        **_expert_masks(cfg, cols, world),
         **_ulysses_masks(cfg, cols),
         **_fixed_vocab_masks(cfg, cols),
     }
 
 
-def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
     """Rules a flag of the command brings in, which --apply keeps (validation.py refuses the same layouts): only
     where the command gives the flag, so no empty rule is named."""
     o, sp, pp, cp = cfg.optimizer, cols["sp"], cols["pp"], cols["cp"]
@@ -83,7 +86,7 @@ def _kept_flag_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dic
             (cols["distopt"] == 0) | (cols["vpp"] == 1))
     if o.distopt_instances > 1:  # parallel_state.initialize_model_parallel asserts both ('... divisible by partial
         # DistOpt shard factor'); the expert data-parallel size is world / (expert TP x EP x PP)
-        dp_cp, expert_dp = cfg.world_size // (cols["tp"] * pp), cfg.world_size // (cols["etp"] * cols["ep"] * pp)
+        dp_cp, expert_dp = world // (cols["tp"] * pp), world // (cols["etp"] * cols["ep"] * pp)
         masks["dp*cp or expert dp % --num-distributed-optimizer-instances != 0"] = (
             (dp_cp % o.distopt_instances != 0) | (expert_dp % o.distopt_instances != 0))
     for flag in flags_needing_distopt(cfg):  # --apply keeps the flag: dropping --use-distributed-optimizer is refused
@@ -144,7 +147,7 @@ def _fixed_vocab_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> d
     return {"--pad-vocab-size-to % tp != 0 (VocabParallelEmbedding)": cfg.model.padded_vocab_size % cols["tp"] != 0}
 
 
-def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray], world: int) -> dict[str, np.ndarray]:
     """Megatron-LM's expert-layout rules (True = violates)."""
     experts = cfg.model.num_experts
     ep, etp, tp, pp = cols["ep"], cols["etp"], cols["tp"], cols["pp"]
@@ -152,7 +155,7 @@ def _expert_masks(cfg: TrainingConfig, cols: Mapping[str, np.ndarray]) -> dict[s
         # arguments.py validate_args: EP > 1 needs --num-experts, and num_experts % EP == 0.
         "num_experts % ep != 0": (ep > 1) & ((experts <= 0) | (max(experts, 1) % ep != 0)),
         # parallel_state.initialize_model_parallel: the expert grid ETP x EP x (expert DP) x PP spans the world.
-        "world % (etp*ep*pp) != 0": cfg.world_size % (etp * ep * pp) != 0,
+        "world % (etp*ep*pp) != 0": world % (etp * ep * pp) != 0,
         # moe_layer.py MoELayer.forward raises ValueError in training when MoE runs with TP > 1 and no
         # --sequence-parallel (Megatron-LM; DeepSpeed-MoE has no such rule).
         "MoE with tp > 1 needs sequence parallel": (cfg.framework == "megatron") & (experts > 0) & (tp > 1) & (

@@ -4,11 +4,12 @@ torchrun reads `--nnodes 2:4` as min_nodes 2, max_nodes 4 (torch/distributed/run
 rendezvous starts the job once MIN nodes joined, admitting more only until its last-call timeout; after a node is lost
 or added it restarts every worker at the new count. So the world the job trains at is anywhere from MIN to MAX nodes.
 predict prices the maximum (launch/torchrun.parse_nnodes, with a warning), and tune ranks at the same size, the
-fastest the job runs. A layout must also start at MIN, where Megatron-LM (arguments.py) asserts world % (TP x PP x CP)
-== 0 and, with the global batch fixed, global_batch % (micro_batch x DP) == 0, and DeepSpeed asserts the same batch
-triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout that breaks either at MIN is
-counted invalid (named masks, as the other layout rules), so the configuration tune lists and --apply launches
-starts at either end of the range. Memory is checked at MAX only: at fewer nodes DP is smaller, so ZeRO and
+fastest the job runs. A layout must also start at MIN, where Megatron-LM asserts world % (TP x PP x CP) == 0
+(arguments.py), world % (ETP x EP x PP) == 0 (parallel_state.initialize_model_parallel: the expert grid) and, with the
+global batch fixed, global_batch % (micro_batch x DP) == 0 and the interleaved schedule's micro-batch count rules, and
+DeepSpeed asserts the same batch triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout
+that breaks one of them at MIN (candidate_rules.rule_masks at MIN's world) is counted invalid, so the configuration
+tune lists and --apply launches starts at either end of the range. Memory is checked at MAX only: at fewer nodes DP is smaller, so ZeRO and
 distributed-optimizer shards are larger (said in the note); node counts between MIN and MAX are not checked.
 """
 
@@ -21,6 +22,9 @@ import numpy as np
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import SourceKind
+from llmperf_hook.tune.candidate import candidate_of
+from llmperf_hook.tune.candidate_rules import rule_masks
+from llmperf_hook.tune.candidates import candidates_from_list
 from llmperf_hook.tune.command_rules import Masks, MaskFn
 
 
@@ -44,39 +48,51 @@ def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
     pruned = {rule: n for rule, n in invalid_by_rule.items() if rule.startswith(WORLD_RULE)}
     if not pruned:
         return ""
-    rule, count = next(iter(pruned.items()))
-    return (f" {count:,} layouts were refused only because they split the model over more GPUs than the elastic "
-            f"minimum has ({rule.split('(', 1)[1].split(')', 1)[0]}): a fixed --nnodes at the maximum, or a larger "
-            "minimum, lets tune try them.")
+    where = next(iter(pruned)).split("(", 1)[1].split(")", 1)[0]
+    return (f" {sum(pruned.values()):,} layouts were refused only because they split the model over more GPUs than "
+            f"the elastic minimum has ({where}): a fixed --nnodes at the maximum, or a larger minimum, lets tune try "
+            "them.")
+
+
+_WORLD_RULES = ("world % (tp*pp*cp) != 0", "world % (etp*ep*pp) != 0",
+                "dp*cp or expert dp % --num-distributed-optimizer-instances != 0")
+"""candidate_rules.rule_masks' rules that depend on the world alone: the model grid (arguments.py), the expert grid
+(parallel_state.initialize_model_parallel) and the partial distributed optimizer's shard factor."""
+_BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs")
+"""Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks)."""
 
 
 def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
-    """The layout rules at the range's minimum, as named masks over a candidate table's columns."""
+    """The layout rules at the range's minimum, as named masks over a candidate table's columns: candidate_rules'
+    world-dependent rules evaluated at MIN's world, the batch ones only where the global batch is fixed (a derived
+    one follows the world the job got)."""
     least = job.elastic_min_nnodes
     if least is None or job.world_size != job.nnodes * job.nproc_per_node:
         return lambda cols: {}
     world = least * job.nproc_per_node
-    where = f"at the elastic minimum ({least} node{'s' * (least > 1)}, {world} GPUs)"
-    gbs = cfg.batch.global_batch_size
+    where = f"({least} node{'s' * (least > 1)}, {world} GPUs)"
     fixed_batch = cfg.sources.get("global_batch_size") is not None and \
-        cfg.sources["global_batch_size"].kind != SourceKind.DERIVED  # derived: it follows the world the job got
+        cfg.sources["global_batch_size"].kind != SourceKind.DERIVED
+    rules = _WORLD_RULES + (_BATCH_RULES if fixed_batch else ())
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
-        group = cols["tp"] * cols["pp"] * cols["cp"]
-        out = {f"{WORLD_RULE} ({where.split('(', 1)[1]} % (tp*pp*cp) != 0": world % group != 0}
-        if fixed_batch:
-            dp = np.maximum(world // group, 1)
-            out[f"global_batch % (micro_batch*dp) != 0 {where}"] = (world % group == 0) & (gbs % (cols["mbs"] * dp) != 0)
-        return out
+        at_min = rule_masks(cfg, cols, world_size=world)
+        return {_at_min_name(name, where): mask for name, mask in at_min.items() if name.startswith(rules)}
 
     return masks
 
 
+def _at_min_name(rule: str, where: str) -> str:
+    """'world % (tp*pp*cp) != 0' -> 'world at the elastic minimum (1 node, 8 GPUs) % (tp*pp*cp) != 0'; other rules
+    end with 'at the elastic minimum (...)'."""
+    if rule.startswith("world "):
+        return f"{WORLD_RULE} {where} {rule[len('world '):]}"
+    return f"{rule} at the elastic minimum {where}"
+
+
 def own_elastic_problem(cfg: TrainingConfig, job: ParsedJob) -> str | None:
     """The rule at MIN that the command's own layout breaks (it stays tune's baseline, priced at MAX), for a warning."""
-    p = cfg.parallel
-    own = {"tp": np.array([p.tp]), "pp": np.array([p.pp]), "cp": np.array([p.cp]),
-           "mbs": np.array([cfg.batch.micro_batch_size])}
+    own = candidates_from_list((candidate_of(cfg),)).columns
     broken = [rule for rule, mask in elastic_rule_masks(cfg, job)(own).items() if mask[0]]
     if not broken:
         return None

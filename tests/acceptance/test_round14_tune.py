@@ -206,3 +206,24 @@ def test_megatron_recompute_modes_asked_of_a_trainer_job_are_named(home: Path, c
     knobs = data["knobs"]
     assert knobs["searched"].get("recompute", ["full"]) == ["full"] and knobs["kept"].get("recompute", "full") == "full"
     assert "recompute block, selective is Megatron's; --gradient_checkpointing is on" in err, err
+
+
+def test_elastic_moe_layouts_whose_expert_grid_the_minimum_cannot_hold_are_not_listed(home: Path, capsys) -> None:
+    """R66: Megatron also spans the world with the expert grid, ETP x EP x PP (parallel_state.initialize_model_parallel
+    raises unless world % (etp*ep*pp) == 0), so under --nnodes 1:4 x 8 GPUs EP 8 x PP 2 or EP 16 stops at start-up
+    when one node joins although TP x PP x CP divides 8: tune listed them (every row of this top 30 had EP x PP 16
+    or 32). The command's own EP 16 is warned of, as its TP x PP x CP would be."""
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [1]\npipeline_parallel: [1, 2]\n"
+                                 "expert_parallel: [1, 8, 16]\n")
+    command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", "pretrain_gpt.py", "--num-layers", "16",
+               "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+               "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "256", "--bf16",
+               "--vocab-size", "32000", "--num-experts", "16", "--expert-model-parallel-size", "16"]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "30", "--search", "s.yaml",
+                              "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["search"]["invalid_by_rule"]["world at the elastic minimum (1 node, 8 GPUs) % (etp*ep*pp) != 0"] > 0
+    assert data["top"] and all(8 % ((row["etp"] or row["tp"]) * row["ep"] * row["pp"]) == 0 for row in data["top"])
+    assert "your command cannot start at the elastic minimum (world at the elastic minimum (1 node, 8 GPUs) % " \
+           "(etp*ep*pp) != 0" in err, err
