@@ -192,8 +192,9 @@ def _own_positions(own: ScriptDefault, script: str, seq: int, src: dict[str, Sou
         src["max_position_embeddings"] = Source(SourceKind.DEFAULT, f"{shown}'s own argparse default")
         return own.value
     if own.defined and not own.literal:
-        warnings.append(f"{shown} computes the default of --max-position-embeddings; its position table is taken as "
-                        f"seq-length {seq} rows. Give --max-position-embeddings to price another size.")
+        warnings.append(f"{shown} computes the default of --max-position-embeddings (or two parsers state it apart); "
+                        f"its position table is taken as seq-length {seq} rows. Give --max-position-embeddings to "
+                        "price another size.")
     src["max_position_embeddings"] = Source(SourceKind.DEFAULT, f"{shown} parses its own flags (Megatron's requirement "
                                             "does not apply): seq-length rows")
     return None

@@ -41,15 +41,28 @@ def own_parser_default(script: str, option: str) -> ScriptDefault | None:
     if tree is None or _imports_megatron(tree) or not _builds_argument_parser(tree):
         return None
     spellings = {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
-        names = {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
-        if call.func.attr == "add_argument" and names & spellings:
-            default = next((kw.value for kw in call.keywords if kw.arg == "default"), None)
-            if default is None:
-                return ScriptDefault(True, None, True)
-            literal = isinstance(default, ast.Constant)
-            return ScriptDefault(True, default.value if literal else None, literal)
-    return ScriptDefault(False, None, True)
+    found = {_stated_default(call) for call in ast.walk(tree) if isinstance(call, ast.Call) and
+             isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and
+             {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)} & spellings}
+    if len(found) > 1:  # two parsers (entry points) state it apart: which one parses the job only running tells
+        return ScriptDefault(True, None, False)
+    return found.pop() if found else ScriptDefault(False, None, True)
+
+
+def _stated_default(call: ast.Call) -> ScriptDefault:
+    """The default one `add_argument` call states. A string default goes through the option's `type` as a command-line
+    value would (Lib/argparse.py parse_known_args: `self._get_value(action, action.default)` for a str default), so
+    `type=int, default='2048'` gives the script 2048."""
+    keywords = {kw.arg: kw.value for kw in call.keywords}
+    default = keywords.get("default")
+    if default is None:
+        return ScriptDefault(True, None, True)
+    if not isinstance(default, ast.Constant):
+        return ScriptDefault(True, None, False)
+    value = default.value
+    if isinstance(value, str) and _name(keywords.get("type", ast.Constant(None))) == "int":
+        return ScriptDefault(True, int(value), True) if value.strip().isdigit() else ScriptDefault(True, None, False)
+    return ScriptDefault(True, value, True)
 
 
 def _imports_megatron(tree: ast.AST) -> bool:
