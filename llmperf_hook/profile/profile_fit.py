@@ -74,7 +74,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
     entries, texts, notes = _fit_groups(groups, rooflines, req.dtype, budget.fit_end_s)
     unfitted = unfitted_groups(groups, asked, req.dtype)
     if unfitted:
-        notes.insert(0, unfitted_note(unfitted))
+        notes.insert(0, unfitted_note(unfitted, req.device, name))
     if not entries:
         raise UsageError(f"--budget {req.budget_min:g} min measured too few shapes to fit any operator "
                          f"(need {MIN_SAMPLES_TO_FIT} per op class and direction; {_budget_part(plan_note)}). Give "
@@ -119,8 +119,8 @@ def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Colle
     return {f"{c}/{p}/{dt}": n for (c, p, dt), n in sorted(counts.items()) if n < MIN_SAMPLES_TO_FIT}
 
 
-def unfitted_note(unfitted: Mapping[str, int]) -> str:
-    """One line for the groups left without a model, and the options that add them: a group left from an earlier
+def unfitted_note(unfitted: Mapping[str, int], device: str, name: str) -> str:
+    """One line for the groups left without a model, and the commands that add them: a group left from an earlier
     run under this name (other --ops, another --dtype) stays listed while it has too few samples, and the same
     command with a larger --budget never adds it (the design and the first fits are of the classes asked for, in
     --dtype: sampler._first_fit_classes)."""
@@ -129,10 +129,11 @@ def unfitted_note(unfitted: Mapping[str, int]) -> str:
     for key in unfitted:
         op_class, _, dtype = key.split("/")
         classes.setdefault(dtype, set()).add(op_class)
-    options = " and ".join(f"`--dtype {dt} --ops {','.join(sorted(cs))}`" for dt, cs in sorted(classes.items()))
+    commands = " and ".join(f"`llmperf profile --device {device} --dtype {dt} --ops {','.join(sorted(cs))} --name "
+                            f"{name}`" for dt, cs in sorted(classes.items()))
     return (f"not fitted, so `predict` prices them with the roofline: {listed}; a regressor needs "
-            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: profile again with {options} to add them (each "
-            f"class named gets the {MIN_SAMPLES_TO_FIT} shapes of a first fit; stored shapes are reused)")
+            f"{MIN_SAMPLES_TO_FIT} samples per class and direction: {commands} adds them (each class named gets the "
+            f"{MIN_SAMPLES_TO_FIT} shapes of a first fit, whatever the --budget; stored shapes are reused)")
 
 
 def _budget_part(plan_note: str) -> str:

@@ -34,7 +34,8 @@ def test_groups_asked_for_without_a_model_are_listed_with_their_counts() -> None
     asked = {("gemm", "fwd"), ("gemm", "bwd"), ("layernorm", "fwd"), ("attention", "fwd")}
     got = unfitted_groups(groups, asked, "fp32")
     assert got == {"attention/fwd/fp32": 0, "gemm/bwd/fp32": 0, "layernorm/fwd/fp32": 3}
-    assert "attention/fwd/fp32 (0 samples)" in unfitted_note(got) and "roofline" in unfitted_note(got)
+    note = unfitted_note(got, "cpu", "box")
+    assert "attention/fwd/fp32 (0 samples)" in note and "roofline" in note, note
 
 
 def test_the_note_names_the_options_that_add_them_not_the_same_command() -> None:
@@ -43,9 +44,10 @@ def test_the_note_names_the_options_that_add_them_not_the_same_command() -> None
     the classes asked for, in --dtype); naming them with --ops gives each the 8 shapes of a first fit."""
     few = Samples("rmsnorm", "fwd", {"tokens": np.ones(3), "hidden": np.ones(3)}, np.ones(3))
     groups = {("rmsnorm", "fwd", "bf16"): few}
-    note = unfitted_note(unfitted_groups(groups, {("gemm", "fwd"), ("swiglu", "bwd")}, "fp32"))
+    note = unfitted_note(unfitted_groups(groups, {("gemm", "fwd"), ("swiglu", "bwd")}, "fp32"), "cpu", "box")
     assert "rmsnorm/fwd/bf16 (3 samples)" in note and "same command" not in note, note
-    assert "`--dtype bf16 --ops rmsnorm`" in note and "`--dtype fp32 --ops gemm,swiglu`" in note, note
+    assert "`llmperf profile --device cpu --dtype bf16 --ops rmsnorm --name box`" in note, note
+    assert "`llmperf profile --device cpu --dtype fp32 --ops gemm,swiglu --name box`" in note, note
 
 
 def test_predict_names_why_the_roofline_prices_a_class(tmp_path: Path) -> None:
