@@ -80,8 +80,8 @@ from testbed_record import load_record, save_record
 from testbed_report import report_record
 from testbed_rescore import read_log, record_from_log, rescore
 from testbed_runs import measure_rotation, new_record, predict_all, predict_all_detail
-from testbed_setup import (ensure_profiles, print_framework_cost, print_profile_reference, refresh_framework_cost,
-                           shared_home, write_cluster)
+from testbed_setup import (ensure_profiles, missing_dtypes, print_framework_cost, print_profile_reference,
+                           refresh_framework_cost, shared_home, write_cluster)
 
 
 def parse_args() -> argparse.Namespace:
@@ -123,8 +123,13 @@ def parse_args() -> argparse.Namespace:
                          "and calibration runs; no step times), with this home's profile for the priors")
     ap.add_argument("--record", type=Path, metavar="FILE",
                     help="where to save the run's raw record (default HOME/records/testbed-<UTC time>.json)")
-    ap.add_argument("--keep-framework-cost", action="store_true",
-                    help="never re-measure the profile's framework cost (refresh_framework_cost)")
+    cost = ap.add_mutually_exclusive_group()
+    cost.add_argument("--keep-framework-cost", action="store_true",
+                      help="never re-measure the profile's framework cost (refresh_framework_cost)")
+    cost.add_argument("--remeasure-framework-cost", action="store_true",
+                      help="re-measure the profile's framework cost, every dtype the configurations train in, and "
+                           "stop when the machine is too busy or a dtype is still missing (without it a missing "
+                           "dtype is scored without its framework terms, with a caveat)")
     ap.add_argument("--configs", type=index_list, metavar="LIST",
                     help="only these configurations (indices of CONFIGS; --calibrate then counts within them): a "
                          "functional check of the benchmark's path, not its measurement")
@@ -164,7 +169,8 @@ def repredicted(record: dict, home: Path) -> dict:
     eval_home = shared_home(home, "eval-repredict")
     detail = predict_all_detail(record_configs(record), eval_home, home / "work-repredict")
     configs = [{**c, **d} for c, d in zip(record["configs"], detail)]
-    return {**record, "configs": configs, "repredicted_from": str(home)}
+    return {**record, "configs": configs, "repredicted_from": str(home),
+            "framework_cost_missing": missing_dtypes(home / "profiles" / CLUSTER / "framework_overhead.json")}
 
 
 def record_configs(record: dict) -> list[TestbedConfig]:
@@ -213,7 +219,7 @@ def prepare_home(home: Path, args: argparse.Namespace) -> None:
     load_at_start = os.getloadavg()[0]
     ensure_profiles(home, args.profile_budget, load_at_start)
     if not args.keep_framework_cost:
-        refresh_framework_cost(home, load_at_start)
+        refresh_framework_cost(home, load_at_start, args.remeasure_framework_cost)
     write_cluster(home)
 
 

@@ -33,6 +33,15 @@ def print_measured(configs: Sequence[TestbedConfig], measured: list[dict], befor
           f"(target <= {TARGETS['before']:.0f} %)")
 
 
+def print_missing_framework_cost(record: dict, configs: Sequence[TestbedConfig]) -> None:
+    """The caveat of a score whose profile lacked a dtype's framework cost (testbed_setup.missing_dtype_caveats)."""
+    for dtype in record.get("framework_cost_missing") or ():
+        which = [str(i) for i, cfg in enumerate(configs) if cfg.dtype == dtype]
+        if which:
+            print(f"CAVEAT: configurations {', '.join(which)} ({dtype}) were predicted without the framework cost, "
+                  f"which the profile lacks for {dtype}: their errors are the operator profile's alone")
+
+
 def report_record(record: dict, configs: Sequence[TestbedConfig]) -> None:
     """Every score of a record (a fresh run's or --replay's): the twelve against their reference runs, each real
     calibration run of the rotation, and the replay of every choice of instrumented run (testbed_replay.py)."""
@@ -50,6 +59,7 @@ def report_record(record: dict, configs: Sequence[TestbedConfig]) -> None:
           f"runs (the instrumented one's): median |error| {typical:.1%}, within 3 % in {within:.0%} of draws "
           f"(testbed_parts.target_resolution)")
     print_measured(configs, measured, before)
+    print_missing_framework_cost(record, configs)
     for k, cal in sorted((int(k), v) for k, v in record.get("calibrations", {}).items()):
         run = next(r for r in record["runs"] if r["config"] == k and r.get("calibration"))
         print(f"\n[refine] configuration {k} ({configs[k].label()}) instrumented in pass {run['pass'] + 1} into "

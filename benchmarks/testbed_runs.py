@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from testbed_configs import CLUSTER, QUIET_WALL_PER_CPU, REPO, TestbedConfig
 from testbed_record import RECORD_FORMAT, calibration_pass, pct, rank_steps, rotation, save_record
-from testbed_setup import base_env, deepspeed_buffers_removed, llmperf, shared_home
+from testbed_setup import base_env, deepspeed_buffers_removed, llmperf, missing_dtypes, shared_home
 
 
 def instrumented_run(cfg: TestbedConfig, home: Path, work: Path, steps: int, port: int) -> dict:
@@ -148,6 +148,7 @@ def new_record(configs: Sequence[TestbedConfig], home: Path, args: Any, before_d
             "steps": args.steps, "passes": args.repeats, "ref_profile_s": ref_profile,
             "config_indices": args.configs or list(range(len(configs))),
             "bind_cores": bool(getattr(args, "bind_cores", False)),
+            "framework_cost_missing": missing_dtypes(home / "profiles" / CLUSTER / FRAMEWORK_FILE),
             "priors": {"sd_shared": pri.sd_shared, "sd_config": pri.sd_config, "source": pri.source,
                        "sd_moment": pri.sd_moment, "sd_config_op": sd_config_prior(CLUSTER)[0],
                        # the inputs of refine's priors (shrinkage.priors_from_errors), for --replay with a later rule

@@ -130,14 +130,32 @@ def framework_cost_gaps(path: Path, dtypes: Sequence[str]) -> list[str]:
     return gaps
 
 
-def refresh_framework_cost(home: Path, load_at_start: float) -> None:
+def missing_dtypes(path: Path) -> list[str]:
+    """The dtypes the configurations train in (DTYPES) that the framework cost file at `path` lacks altogether."""
+    held = (json.loads(path.read_text()).get("dtypes") or {}) if path.is_file() else {}
+    return [dtype for dtype in DTYPES if dtype not in held]
+
+
+def missing_dtype_caveats(path: Path) -> list[str]:
+    """One line per dtype of DTYPES the file lacks: its configurations are scored on the operator profile alone. Not a
+    stop: on an AVX2-only EPYC one bf16 reading takes ~2.5-3 min of CPU (torch's bf16 GEMM fallback, no oneDNN
+    kernel), so no re-measurement in FRAMEWORK_BOX_S gets the MIN_READINGS a file needs, and a benchmark that stopped
+    on it would never score here (/work/notes/h174.md, r65.md)."""
+    return [f"framework cost {dtype}: not in {path.name} (no {dtype} reading ended within its box on this machine): "
+            f"the {dtype} configurations are scored on the operator profile alone, without the framework's terms "
+            f"(likely low); --remeasure-framework-cost on a quiet machine tries again, {FRAMEWORK_BOX_S:.0f} s a dtype"
+            for dtype in missing_dtypes(path)]
+
+
+def refresh_framework_cost(home: Path, load_at_start: float, remeasure: bool = False) -> None:
     """Re-measure the profile's framework cost (profile/cpu_framework.write_framework_overhead, both dtypes, in
     FRAMEWORK_BOX_S each) when it was measured on a busy machine (its recorded 1-minute load above the core count, or
     not recorded: files before session 9; the 18:13 one was measured at load 4-6), by older code (format before
     FORMAT_VERSION, a per-op-unit reading without its isolated ops: cpu_framework.isolated_difference_s, or engines
     measured all in one process: cpu_engine_cost.ENGINE_METHOD) or with a
     gap (framework_cost_gaps), and the machine is quiet now; the replaced file's steps stay in its history (the
-    shrinkage's step-time drift). "Now" is the load when the benchmark started (the comm refit before this raises it
+    shrinkage's step-time drift). A dtype of DTYPES the file lacks is no gap (missing_dtype_caveats) unless
+    `remeasure` (--remeasure-framework-cost): then the file is re-measured, every dtype of DTYPES with it. "Now" is the load when the benchmark started (the comm refit before this raises it
     by itself). A file with a gap stops the benchmark when the machine is too busy to re-measure it, and so does a
     re-measured file that still has one: its predictions would leave a term out (or carry a busy machine's CPU
     times), and scoring them measures the gap, not the model."""
@@ -147,7 +165,7 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
 
     path = home / "profiles" / CLUSTER / "framework_overhead.json"
     doc, cores, now = json.loads(path.read_text()), os.cpu_count() or 1, load_at_start
-    dtypes = sorted(set(doc["dtypes"]) | set(DTYPES))  # a dtype the configurations train in but the file lacks: a gap
+    dtypes = sorted(set(doc["dtypes"]) | (set(DTYPES) if remeasure else set()))
     # the load when its measurement began (its own children raise the later readings of the 1-minute average)
     load = (doc.get("loads_1m") or [doc.get("load_avg_1m")])[0]
     gaps = framework_cost_gaps(path, dtypes)
@@ -156,7 +174,7 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
     current = doc.get("format_version", 1) >= FORMAT_VERSION and not gaps and all(
         entry.get("tiny_isolated_diff_s") for entry in doc["dtypes"].values()) \
         and doc.get("engine_method") == ENGINE_METHOD
-    if load is not None and load <= cores and current:
+    if load is not None and load <= cores and current and not remeasure:
         print(f"  framework cost measured at load {load:.2f} (<= {cores} cores): kept")
         return
     was = ("an unrecorded load" if load is None else f"load {load:.2f}") + ("" if current else " by older code"
@@ -165,11 +183,13 @@ def refresh_framework_cost(home: Path, load_at_start: float) -> None:
         was += " (its DeepSpeed engines measured all in one process, without the page faults a real job pays)"
     if now > cores:
         busy = f"framework cost measured at {was}, but the machine is busy now (load {now:.2f} > {cores} cores)"
-        if gaps:  # its predictions would leave a term out: the score would measure the gap (21:18 run: 27.8 %)
-            raise SystemExit(f"{busy}, and the file has gaps a re-measurement would fill; rerun when quieter:\n  "
-                             + "\n  ".join(gaps))
+        if gaps or remeasure:  # its predictions would leave a term out: the score would measure the gap (21:18 run)
+            why = "--remeasure-framework-cost asks for a re-measurement" if remeasure else \
+                "the file has gaps a re-measurement would fill"
+            raise SystemExit(f"{busy}, and {why}; rerun when quieter" + "".join("\n  " + g for g in gaps))
         print(f"  {busy}: kept; rerun when quieter to re-measure it")
         return
+    was += " (--remeasure-framework-cost)" if remeasure else ""
     print(f"  framework cost measured at {was}: re-measuring it now (load {now:.2f}, up to {FRAMEWORK_BOX_S:.0f} s "
           f"per dtype) ...", flush=True)
     code = ("import sys, time\nfrom pathlib import Path\n"
@@ -233,6 +253,8 @@ def print_framework_cost(home: Path) -> None:
               f"ops x{v['compute_scale']:.2f}, Adam {v['optimizer_per_tensor_s'] * 1e6:.0f} us/tensor + "
               f"{v['optimizer_per_param_s'] * 1e9:.1f} ns/param, 2 ranks x"
               f"{v.get('concurrency_slowdown', {}).get('2', 1.0):.2f}; DeepSpeed {ds}")
+    for caveat in missing_dtype_caveats(home / "profiles" / CLUSTER / "framework_overhead.json"):
+        print(f"  {caveat}")
 
 
 def print_profile_reference(home: Path) -> float:
