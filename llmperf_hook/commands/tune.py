@@ -62,6 +62,13 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     if search_file and _only_own_valid(result):
         click.echo(f"llmperf tune: warning: {_only_own_note(search_file, result)}", err=True)
     header = {**_header(cfg, spec, space.source, elapsed, job), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
+    if job.elastic_min_nnodes is not None and result.top:
+        from llmperf_hook.tune.elastic import over_memory_at_minimum
+
+        usable = (1 - space.memory_margin) * spec.gpu.memory_capacity_bytes
+        over_at_min = over_memory_at_minimum(job, result.top, usable, lambda c: memory_only(c, spec))
+        if over_at_min:
+            click.echo(f"llmperf tune: warning: {over_at_min}", err=True)
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
     if not result.top and not (own_fits_over_margin(result) and not apply_best):

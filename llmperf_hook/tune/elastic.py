@@ -9,16 +9,20 @@ fastest the job runs. A layout must also start at MIN, where Megatron-LM asserts
 global batch fixed, global_batch % (micro_batch x DP) == 0 and the interleaved schedule's micro-batch count rules, and
 DeepSpeed asserts the same batch triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout
 that breaks one of them at MIN (candidate_rules.rule_masks at MIN's world) is counted invalid, so the configuration
-tune lists and --apply launches starts at either end of the range. Memory is checked at MAX only: at fewer nodes DP is smaller, so ZeRO and
-distributed-optimizer shards are larger (said in the note); node counts between MIN and MAX are not checked.
+tune lists and --apply launches starts at either end of the range. Fit is ranked at MAX; at fewer nodes DP is smaller, so ZeRO and
+distributed-optimizer shards are larger, and the layouts listed are also checked at MIN by the memory model alone
+(over_memory_at_minimum: a warning names those over, e.g. a 13B Megatron job with the distributed optimizer under
+--nnodes 1:4, 9 of its top 10 at 4 nodes over 75 GiB at one node); node counts between MIN and MAX are not checked.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from llmperf_hook.errors import LlmperfError
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.launch.parsed_job import ParsedJob
 from llmperf_hook.provenance import SourceKind
@@ -35,8 +39,9 @@ def elastic_note(job: ParsedJob) -> str | None:
         return None
     return (f"--nnodes {least}:{job.nnodes} starts at {least} to {job.nnodes} nodes: ranked at the maximum, "
             f"{job.nnodes} nodes ({job.world_size} GPUs); every layout listed also starts at {least} node{'s' * (least > 1)} "
-            f"({least * job.nproc_per_node} GPUs), where memory is not checked (fewer data-parallel ranks: larger "
-            "ZeRO / distributed-optimizer shards); llmperf --nnodes N ranks at N nodes")
+            f"({least * job.nproc_per_node} GPUs), where fewer data-parallel ranks hold larger ZeRO / "
+            "distributed-optimizer shards: fit is ranked at the maximum, and a warning names any listed layout over "
+            "memory at the minimum (node counts in between are not checked); llmperf --nnodes N ranks at N nodes")
 
 
 WORLD_RULE = "world at the elastic minimum"
@@ -98,3 +103,46 @@ def own_elastic_problem(cfg: TrainingConfig, job: ParsedJob) -> str | None:
         return None
     return (f"your command cannot start at the elastic minimum ({broken[0]}: Megatron / DeepSpeed stop at start-up "
             f"there); it is priced at {job.nnodes} nodes as the baseline")
+
+
+def at_elastic_minimum(cfg: TrainingConfig, least_nnodes: int) -> TrainingConfig:
+    """A layout's config (tune/candidate.apply_candidate's) on the range's minimum: DP = world / (TP x PP x CP) and
+    the micro-batch count at the fixed global batch, or the global batch at the command's accumulation where the
+    batch follows the world (HF Trainer: per-device x accumulation x world). Call only for a layout the elastic
+    masks accept (its model grid divides MIN's world)."""
+    world = least_nnodes * cfg.nproc_per_node
+    p, b = cfg.parallel, cfg.batch
+    dp = world // (p.tp * p.pp * p.cp)
+    source = cfg.sources.get("global_batch_size")
+    if source is not None and source.kind != SourceKind.DERIVED:
+        batch = dataclasses.replace(b, num_microbatches=b.global_batch_size // (b.micro_batch_size * dp))
+    else:
+        batch = dataclasses.replace(b, global_batch_size=b.micro_batch_size * b.num_microbatches * dp)
+    return dataclasses.replace(cfg, world_size=world, nnodes=least_nnodes, parallel=dataclasses.replace(p, dp=dp),
+                               batch=batch)
+
+
+def over_memory_at_minimum(job: ParsedJob, ranked: Sequence[Any], usable_bytes: float,
+                           memory: Callable[[TrainingConfig], Any]) -> str | None:
+    """A warning naming the listed layouts (tune/search.Evaluated, in rank order) whose peak on the range's minimum
+    exceeds the usable memory (None: all fit, or a fixed node count). At fewer nodes DP is smaller, so each rank
+    holds a larger share of the ZeRO / distributed-optimizer state: the job fits at MAX and runs out at MIN."""
+    least = job.elastic_min_nnodes
+    if least is None:
+        return None
+    over = []
+    for rank, ev in enumerate(ranked, 1):
+        try:
+            peak = float(memory(at_elastic_minimum(ev.config, least)).peak_bytes_per_gpu)
+        except (LlmperfError, AssertionError, ArithmeticError, ValueError):  # as search counts a model failure
+            continue  # a layout the memory model cannot size at MIN: the ranking at MAX stands, unwarned
+        if peak > usable_bytes:
+            over.append(f"#{rank} {peak / 2**30:.1f} GiB")
+    if not over:
+        return None
+    nodes = f"{least} node{'s' * (least > 1)}"
+    return (f"at the elastic minimum ({nodes}) {len(over)} of the {len(ranked)} layouts listed "
+            f"need{'s' * (len(over) == 1)} more than the "
+            f"usable {usable_bytes / 2**30:.1f} GiB per GPU ({', '.join(over)}): fewer data-parallel ranks hold "
+            f"larger ZeRO / distributed-optimizer shards, so they run out of memory if the job starts with {nodes}; "
+            "a larger minimum, or a layout that fits there, avoids it")

@@ -227,3 +227,25 @@ def test_elastic_moe_layouts_whose_expert_grid_the_minimum_cannot_hold_are_not_l
     assert data["top"] and all(8 % ((row["etp"] or row["tp"]) * row["ep"] * row["pp"]) == 0 for row in data["top"])
     assert "your command cannot start at the elastic minimum (world at the elastic minimum (1 node, 8 GPUs) % " \
            "(etp*ep*pp) != 0" in err, err
+
+
+def test_elastic_layouts_over_memory_at_the_minimum_are_named(home: Path, capsys) -> None:
+    """R66: fit was checked at the maximum only. A 13B-like Megatron job with the distributed optimizer under
+    --nnodes 1:4: TP 1 x PP 2 fits 4 nodes (DP 16) but not one (DP 4: each rank holds 4x the optimizer shard, the
+    memory model's peak over the usable 75 GiB). The warning names it by its rank; TP 4 x PP 2 (DP 4 -> 1) is not
+    named (sharded over TP, it fits one node too)."""
+    (home / "s.yaml").write_text("micro_batch_size: [1]\ntensor_parallel: [1, 4]\npipeline_parallel: [2]\n"
+                                 "virtual_pipeline: [1]\ncontext_parallel: [1]\nrecompute: [none]\n"
+                                 "distributed_optimizer: [true]\n")
+    command = ["torchrun", "--nnodes", "1:4", *MEGATRON_16[3:], "--use-distributed-optimizer"]
+    for flag, value in (("--num-layers", "40"), ("--hidden-size", "5120"), ("--num-attention-heads", "40")):
+        command[command.index(flag) + 1] = value
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "5", "--search", "s.yaml",
+                              "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    ranks = {row["tp"]: rank for rank, row in enumerate(data["top"], 1)}
+    assert set(ranks) == {1, 4}, data["top"]  # TP 4 with and without SP
+    assert f"warning: at the elastic minimum (1 node) 1 of the {len(data['top'])} layouts listed needs more than the " \
+           f"usable 75.2 GiB per GPU (#{ranks[1]} " in err, err
+    assert "a warning names any listed layout over memory at the minimum" in data["elastic"], data["elastic"]
