@@ -340,6 +340,8 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
         if running and not self.launches and words[:1] in (["if"], ["elif"], ["while"], ["until"]):
             test = self.arithmetic_test(words, test)
         stepped = self.conditions.step(words, test, condition_expander(self.undecidable, self.expand))
+        if not stepped and self.conditions.tests_surely():  # `if [ -n "$CKPT" ]`: bash expands the test it reaches
+            self.check_nounset(line, text)
         if self.shell[0] == "dash" and not self.launches:
             self.refuse_bash_only(line, text, bool(stepped) or (running and self.conditions.reading()))
         if stepped and self.array_assignment(line, after_keywords(text, len(words) - len(stepped))):
@@ -350,10 +352,7 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.undecided.setdefault(self.where(line), line.text)
         elif words and not (self.launches or self.subshell):  # `: ${DATA:?set DATA}` surely runs: bash stops there
             stop_on_unset(words, self.env, self.positional, self.undecidable, self.stops_at(line))
-            if self.nounset and not (self.unread_sources or self.unevaluated):  # a file not read or an eval of what
-                # only running gives (`eval "$(conda shell.bash hook)"`) may set what the script expands
-                stop_on_nounset(text, self.env, self.positional, self.undecidable | self.written | set(self.arrays),
-                                self.stops_at(line))
+            self.check_nounset(line, text)
         if not self.launches and self.loop_exit(words, line):
             return
         if not self.launches:
@@ -397,6 +396,14 @@ class _Reading(ShellVariables, FileWrites, BlockReading):
             self.cwd = os.path.join(self.cwd, self.expand(words[1]))
         else:
             self.other_command(line, text, words, writes, heredoc)
+
+    def check_nounset(self, line: ScriptLine, text: str) -> None:
+        """Under `set -u`, refuse the command `text` that surely runs before the launch (or is it) where it expands an
+        unset variable (script_stops.stop_on_nounset). A file not read, or an eval of what only running gives (`eval
+        "$(conda shell.bash hook)"`), may set anything: nothing is refused then."""
+        if self.nounset and not (self.launches or self.subshell or self.unread_sources or self.unevaluated):
+            stop_on_nounset(text, self.env, self.positional, self.undecidable | self.written | set(self.arrays),
+                            self.stops_at(line))
 
     def stops_at(self, line: ScriptLine) -> str:
         """How a refusal of a line where bash ends the script begins (script_stops): the script, line and text."""

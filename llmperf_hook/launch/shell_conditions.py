@@ -370,6 +370,15 @@ class Conditions:
         `case` body)."""
         return any(f.active is None or f.gate is None for f in self.frames)
 
+    def tests_surely(self) -> bool:
+        """Whether the command just read is part of the test of an `if` / `while` / `until` bash surely reaches: every
+        block around it runs (decided), and no list operator before it may skip it (bash expands that test, so `set
+        -u` stops at an unset variable in it; an `elif`'s test runs only where the tests before it failed)."""
+        if not self.frames or self.frames[-1].kind not in ("if", "while", "until") or not self.frames[-1].reading or \
+                self.frames[-1].branch:
+            return False
+        return self.frames[-1].gate is True and all(f.active is True and f.gate is True for f in self.frames[:-1])
+
     def in_case(self) -> bool:
         """Whether the innermost block is a `case` body (a line may start with an arm's pattern)."""
         return bool(self.frames) and self.frames[-1].kind == "case"

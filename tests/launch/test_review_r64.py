@@ -10,6 +10,7 @@ from types import FrameType
 import pytest
 
 from llmperf_hook.launch.parse import parse_launch
+from tests.launch.test_scripts_as_the_shell_runs_them import _compare
 
 T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
 
@@ -35,3 +36,21 @@ def test_input_that_is_no_regular_file_is_never_opened(target: str, tmp_path: Pa
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert job.nproc_per_node == 2 and job.script_args[-2:] == ("$X", "${#L[@]}")
+
+
+NOUNSET_TESTS = {  # set -u: bash expands the test of an `if` / `while` it reaches, and stops at an unset variable there
+    "if_test_unset": "set -u\nNP=2\nif [ -n \"$CKPT\" ]; then NP=4; fi\n" + T + "\n",
+    "if_test_unset_on_one_line": "set -eu\nNP=2\nif [[ $CKPT == x ]]; then NP=4; else NP=8; fi\n" + T + "\n",
+    "while_test_unset": "set -o nounset\nNP=2\nwhile [ -n \"$CKPT\" ]; do break; done\n" + T + "\n",
+    "second_test_command_unset": "set -u\nNP=2\nif true; [ -z \"$CKPT\" ]; then NP=4; fi\n" + T + "\n",
+    "if_test_with_a_default": "set -u\nNP=2\nif [ -n \"${CKPT:-}\" ]; then NP=4; fi\n" + T + "\n",
+    "if_test_in_a_branch_not_taken": "set -u\nNP=2\nif [ 1 = 2 ]; then\n  if [ -n \"$CKPT\" ]; then NP=4; fi\nfi\n"
+                                     + T + "\n",
+    "if_test_after_a_true_or": "set -u\nNP=2\ntrue || if [ -n \"$CKPT\" ]; then NP=4; fi\n" + T + "\n",
+    "if_test_of_a_set_variable": "set -u\nNP=2\nCKPT=/c\nif [ -n \"$CKPT\" ]; then NP=4; fi\n" + T + "\n",
+}
+
+
+@pytest.mark.parametrize("name", NOUNSET_TESTS)
+def test_nounset_in_the_test_of_an_if_or_while(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compare("bash", name, NOUNSET_TESTS[name], tmp_path, monkeypatch)
