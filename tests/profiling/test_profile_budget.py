@@ -3,6 +3,7 @@ keeps to its deadline, the framework cost included, and a tiny budget still leav
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -225,3 +226,24 @@ def test_past_the_deadline_only_the_for_jobs_classes_get_a_first_fit() -> None:
     assert deadline.allows(plan.SampleSpec("gemm", "fwd", {"m": 8, "n": 8, "k": 8}, "design"), 0.01)
     assert not deadline.allows(plan.SampleSpec("rmsnorm", "fwd", {"tokens": 8, "hidden": 8}, "design"), 0.01)
     assert SamplingDeadline(spent, {}).allows(plan.SampleSpec("rmsnorm", "fwd", {"tokens": 8, "hidden": 8}, "x"), 0.01)
+
+
+def test_the_time_line_says_when_start_up_left_no_time_to_sample() -> None:
+    """'because every class asked for gets the 8 shapes of a first fit ...' alone hid the usual cause of a tiny
+    budget's overrun: at load 13 start-up, torch's import and the peaks took 16.9 s of a 12-s budget."""
+    from types import SimpleNamespace
+
+    from llmperf_hook.commands.profile import _time_line
+
+    b = budgets.plan_budget(0.2, 100.0, 0.0, cpu=True)
+    starved = SimpleNamespace(budget=b, phase_ends_s=(("start-up, torch and the peaks", 116.9), ("sampling", 128.2),
+                                                      ("fitting and writing", 138.6)))
+    line = _time_line(starved, 100.0, 138.9, "end reading")
+    assert re.search(r"27 s over, because start-up \(torch's import, the peaks\) took 17 s, past the last moment "
+                     r"sampling could start \(\d s\), and every class asked for gets the 8 shapes of a first fit",
+                     line), line  # (2 s, or less once LightGBM is imported: budget.fit_seconds)
+    fed = SimpleNamespace(budget=budgets.plan_budget(1.0, 100.0, 0.0, cpu=True),
+                          phase_ends_s=(("start-up, torch and the peaks", 105.0), ("sampling", 150.0),
+                                        ("fitting and writing", 180.0)))
+    line = _time_line(fed, 100.0, 181.0, "end reading")
+    assert "21 s over, because every class asked for" in line and "start-up (" not in line, line
