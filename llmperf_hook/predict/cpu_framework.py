@@ -113,7 +113,23 @@ def missing_cost_warning(hardware_name: str, dtype: str) -> str:
     return (f"the CPU profile {hardware_name} has no measured framework cost for {dtype} ({FILE_NAME}): the operators "
             f"are priced alone, without the framework's own work on the computing thread (per op issue, the optimizer "
             f"loop, DeepSpeed's engine step), and the step is likely predicted low; measure it with `llmperf profile "
-            f"--device cpu --dtype {dtype} --budget 3 --name {hardware_name}` (or more) on a quiet machine")
+            f"--device cpu --dtype {dtype} --budget 4 --name {hardware_name}` (its full box: "
+            f"cpu_framework_readings.profile_remedy) on a quiet machine")
+
+
+def single_layout_peak_notes(profile: object, dtype: str) -> tuple[str, ...]:
+    """One line for a bf16 / fp16 prediction from a CPU profile whose peaks were a @ b alone (fitted before
+    profile_fit wrote provenance["peak_layouts"], 28 Nov 2026): on a CPU without that dtype's GEMM kernel it is the
+    slowest layout (profile/local_hardware.GEMM_LAYOUTS), so the MFU against its peak reads high, above 100 % for the
+    CPU testbed's bf16 steps, and predict's MFU warning would blame a missing cost."""
+    meta = getattr(profile, "meta", None)
+    if dtype not in ("bf16", "fp16") or not timed_on_cpu(profile) or "peak_layouts" in getattr(meta, "provenance", ()):
+        return ()
+    return (f"the CPU profile {meta.name} measured its {dtype} peak with a @ b alone (llmperf before 28 Nov 2026): "
+            f"where the CPU has no {dtype} GEMM kernel that is its slowest layout (bf16 on an AVX2-only EPYC: 1.3 "
+            f"GFLOP/s, against 15 for a weight gradient's), so the MFU shown reads high against it (an MFU warning "
+            f"is this, not the step); `llmperf profile --device cpu --dtype {dtype} --budget 4 --name {meta.name}` "
+            f"measures the best of the layouts (the samples in the store are reused)",)
 
 
 def op_seconds(op: Op, profile_s: float, cost: CpuFrameworkCost, ranks_on_machine: int = 1) -> float:

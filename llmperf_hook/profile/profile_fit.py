@@ -66,7 +66,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
     """Fit every group until the budget's fitting deadline, write the profile and hardware file, then (CPU, a
     budget that measures it) the framework cost until its deadline. `asked`: the (class, phase) pairs the plan
     held in req.dtype; those left without a model are recorded (ProfileMeta.unfitted) and said."""
-    from llmperf_hook.profile.local_hardware import measure_roofline
+    from llmperf_hook.profile.local_hardware import GEMM_LAYOUTS, measure_roofline
 
     # Every dtype sampled on this device so far is refitted, so one profile NAME serves fp32 and bf16 runs.
     rooflines = {dt: (rc if dt == req.dtype else measure_roofline(dt, req.device, req.threads))
@@ -84,7 +84,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         hardware=json.loads(fp),
         library_versions=dict(versions),
         provenance={"samples": f"llmperf profile --device {req.device} (store source 'sampler')",
-                    "unfused_classes": UNFUSED_CLASSES,
+                    "unfused_classes": UNFUSED_CLASSES, "peak_layouts": ",".join(GEMM_LAYOUTS),
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)

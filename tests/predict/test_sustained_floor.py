@@ -97,3 +97,25 @@ def test_a_cpu_profile_without_the_dtypes_framework_cost_is_not_floored_as_a_gpu
     said = [w for w in times.warnings if "no measured framework cost for bf16" in w]
     assert (said == []) == floored
     assert not said or "llmperf profile --device cpu --dtype bf16" in said[0]
+
+
+@pytest.mark.parametrize(("hardware", "provenance", "dtype", "noted"), [
+    (CPU_FINGERPRINT, {}, "bf16", True),  # fitted before 28 Nov: its bf16 peak was a @ b, the slowest layout here
+    (CPU_FINGERPRINT, {}, "fp32", False),  # MKL runs every fp32 layout at one speed
+    (CPU_FINGERPRINT, {"peak_layouts": "nt,nn,tn"}, "bf16", False),
+    ({"device": "NVIDIA A100-SXM4-80GB", "num_sms": "108"}, {}, "bf16", False)])
+def test_a_cpu_profile_whose_peak_was_one_layout_says_its_mfu_reads_high(
+        monkeypatch: pytest.MonkeyPatch, hardware: dict, provenance: dict, dtype: str, noted: bool) -> None:
+    """The testbed's profile of 05:12 (peak bf16 1.27 GFLOP/s, a @ b) predicts config 10 at MFU 263 %, and predict's
+    MFU warning calls that a missing cost and an llmperf bug: the peak is what is low (r65)."""
+    clear_prediction_cache()
+    profile = _TimedProfile(hardware)
+    profile.meta.provenance = provenance
+    monkeypatch.setattr(dispatch, "find_operator_profile", lambda cluster, dtype: profile)
+    monkeypatch.setattr(dispatch, "find_cpu_framework_cost", lambda name, dtype: None)
+    monkeypatch.setattr(dispatch.fitted, "find_comm_model", lambda name: None)
+    cfg = gpt3_175b(tp=8, pp=8, dp=1, micro_batch_size=2, global_batch_size=16, precision=dtype)
+    times = predict_op_times(build_graph(cfg, A100), A100, dtype)
+    said = [w for w in times.warnings if "peak with a @ b alone" in w]
+    assert len(said) == noted
+    assert not said or f"llmperf profile --device cpu --dtype {dtype} --budget 4 --name stub" in said[0]

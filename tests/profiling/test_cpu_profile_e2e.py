@@ -34,6 +34,7 @@ def test_tiny_budget_profile_is_used_by_predict(tiny_profile: TinyProfile, tiny_
     meta = json.loads((tiny_home / "profiles" / TINY_NAME / "profile.json").read_text())
     fitted = {(m["op_class"], m["phase"], m["dtype"]) for m in meta["models"]}
     assert ("gemm", "fwd", "fp32") in fitted and ("layernorm", "bwd", "fp32") in fitted
+    assert meta["provenance"]["peak_layouts"] == "nt,nn,tn"  # predict tells a peak of a @ b alone by its absence
     assert (tiny_home / "hardware" / f"{TINY_NAME}.yaml").is_file()
     # Resumable: a second run reuses every stored shape.
     code, out2 = _run(["profile", "--device", "cpu", "--budget", "0.1", "--ops", "gemm,layernorm",
