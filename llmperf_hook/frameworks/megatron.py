@@ -14,6 +14,7 @@ from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.ds_checkpointing import ds_checkpointing_flags
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_shape import pick, resolve_megatron_shape
+from llmperf_hook.frameworks.script_defaults import with_own_defaults
 from llmperf_hook.frameworks.megatron_entry_points import megatron_entry_point
 from llmperf_hook.frameworks.megatron_rules import CHOICES
 from llmperf_hook.frameworks.pipeline_layout import layout_num_stages
@@ -403,6 +404,8 @@ def resolve_megatron(flags: FlagValues, world: int, world_src: Source, src: dict
     _deprecated(flags)
     if shape_model:
         flags = _with_preset_counts(flags, shape_model)
+    elif script:  # a script with its own argparse parser runs with its own defaults (frameworks/script_defaults.py)
+        flags = with_own_defaults(flags, script)
     parallel = _layout(flags, world, world_src, src, warnings, ds_flavour)
     if shape_model:
         model = preset_megatron_shape(flags, shape_model, parallel.tp, src, warnings)

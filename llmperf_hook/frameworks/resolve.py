@@ -21,6 +21,7 @@ from llmperf_hook.frameworks.deepspeed_config import DsSettings, parse_ds_config
 from llmperf_hook.frameworks.deepspeed_job import hf_accumulation_warnings
 from llmperf_hook.frameworks.deepspeed_nvme import check_nvme_param_buffers
 from llmperf_hook.frameworks.deepspeed_optimizer import script_client_optimizer
+from llmperf_hook.frameworks.script_defaults import own_parser_shape
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.deepspeed_release import schema_release
 from llmperf_hook.frameworks.flags import FlagValues, parse_flags
@@ -69,9 +70,12 @@ giving the shape); a script merely named finetune*.py (DeepSpeedExamples' finetu
 def has_megatron_shape(flags: FlagValues, script: str = "") -> bool:
     """Megatron's model-shape flags as Megatron's parser spells them (--num-layers: argparse maps no `_` spelling to
     a dashed option, so a script taking --num_layers / --hidden_size has its own parser, e.g. DeepSpeedExamples'
-    bf16_master_weight train.py), or in any spelling for a Megatron entry point (forks such as epfLLM's)."""
+    bf16_master_weight train.py), or in any spelling for a Megatron entry point (forks such as epfLLM's); or none
+    given to a script whose own parser defines --num-layers and --hidden-size with number defaults (the
+    cpu-testbed's train_gpt.py run with no shape flags trains its defaults: script_defaults.own_parser_shape)."""
     any_spelling = not script or megatron_entry_point(script)
-    return any(flags.has(d) and (any_spelling or "-" in flags.seen_flags.get(d, "--")[2:]) for d in _MEGATRON_MARKERS)
+    return (any(flags.has(d) and (any_spelling or "-" in flags.seen_flags.get(d, "--")[2:]) for d in _MEGATRON_MARKERS)
+            or (not any_spelling and own_parser_shape(script)))
 
 
 def check_counts(flags: FlagValues) -> None:

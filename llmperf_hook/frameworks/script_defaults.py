@@ -33,14 +33,14 @@ class ScriptDefault:
     """The default is a literal the source states (not a name or a call, whose value only running tells)."""
 
 
-def own_parser_default(script: str, option: str) -> ScriptDefault | None:
-    """The default `script`'s own argparse parser gives `option` (`--max-position-embeddings`, either spelling of its
-    dashes); None when the script is not a readable Python file with a parser of its own (Megatron's parser, or
-    none built in the file), so that the framework's own rule holds."""
+def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptDefault | None:
+    """The default `script`'s own argparse parser gives `option` (`--max-position-embeddings`, in either spelling of
+    its dashes, or only as written with `exact`); None when the script is not a readable Python file with a parser
+    of its own (Megatron's parser, or none built in the file), so that the framework's own rule holds."""
     tree = script_tree(script) if script.endswith(".py") else None
     if tree is None or _imports_megatron(tree) or not _builds_argument_parser(tree):
         return None
-    spellings = {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
+    spellings = {option} if exact else {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
     found = {_stated_default(call) for call in ast.walk(tree) if isinstance(call, ast.Call) and
              isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and
              {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)} & spellings}
@@ -65,6 +65,17 @@ def _stated_default(call: ast.Call) -> ScriptDefault:
     return ScriptDefault(True, value, True)
 
 
+def own_parser_shape(script: str) -> bool:
+    """`script` parses Megatron's dashed --num-layers and --hidden-size itself, each with a number default: run with
+    neither it trains that shape (examples/cpu-testbed/train_gpt.py: 2 x 128), so it is priced as a Megatron-style
+    script with its own defaults (with_own_defaults), not refused for want of a model shape."""
+    for option in ("--num-layers", "--hidden-size"):
+        own = own_parser_default(script, option, exact=True)  # --num_layers: a parser of other flags (resolve.py)
+        if own is None or not isinstance(own.value, int) or isinstance(own.value, bool):
+            return False
+    return True
+
+
 def _imports_megatron(tree: ast.AST) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "megatron" for a in node.names):
@@ -84,7 +95,16 @@ def _name(node: ast.AST) -> str:
     return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
-def with_own_defaults(flags: FlagValues, script: str, dests: tuple[str, ...]) -> FlagValues:
+OWN_PARSER_DESTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "num_query_groups",
+                    "seq_length", "max_position_embeddings", "vocab_size", "micro_batch_size", "global_batch_size",
+                    "tensor_model_parallel_size", "pipeline_model_parallel_size")
+"""Megatron-style options whose default a script with its own parser gives when the command leaves them out: the
+script runs with them (examples/cpu-testbed/train_gpt.py with no shape flags trains 2 layers x 128, 4 heads, seq
+128, micro-batch 2, vocabulary 1024), so llmperf prices that job instead of asking for flags the script never
+needed."""
+
+
+def with_own_defaults(flags: FlagValues, script: str, dests: tuple[str, ...] = OWN_PARSER_DESTS) -> FlagValues:
     """`flags` with each of `dests` the command does not give set to `script`'s own argparse default, where the script
     parses its own flags and that default is a number (`--vocab-size`, default=32000: what its parser gives)."""
     values, sources = dict(flags.values), dict(flags.sources)
