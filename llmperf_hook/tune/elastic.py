@@ -9,10 +9,11 @@ fastest the job runs. A layout must also start at MIN, where Megatron-LM asserts
 global batch fixed, global_batch % (micro_batch x DP) == 0 and the interleaved schedule's micro-batch count rules, and
 DeepSpeed asserts the same batch triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout
 that breaks one of them at MIN (candidate_rules.rule_masks at MIN's world) is counted invalid, so the configuration
-tune lists and --apply launches starts at either end of the range. Fit is ranked at MAX; at fewer nodes DP is smaller, so ZeRO and
-distributed-optimizer shards are larger, and the layouts listed are also checked at MIN by the memory model alone
-(over_memory_at_minimum: a warning names those over, e.g. a 13B Megatron job with the distributed optimizer under
---nnodes 1:4, 9 of its top 10 at 4 nodes over 75 GiB at one node); node counts between MIN and MAX are not checked.
+tune lists and --apply launches starts at either end of the range. Fit is ranked at MAX; at fewer nodes DP is
+smaller, so ZeRO and distributed-optimizer shards are larger, and the layouts listed are also checked at MIN by the
+memory model alone (over_memory_at_minimum: a warning names those over, e.g. a 13B Megatron job with the
+distributed optimizer under --nnodes 1:4, 9 of its top 10 at 4 nodes over 75 GiB at one node); node counts between
+MIN and MAX are not checked.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from llmperf_hook.frameworks.accelerator_code import drives_accelerator
     ("from accelerate import Accelerator\nprint(Accelerator)\n", False),
     ("from lightning import Accelerator\nAccelerator()\n", False),
     # R66: accelerate used for something else (state, seeds, utilities) by a Trainer script or any script
-    ("from accelerate import PartialState\nfrom transformers import Trainer\nPartialState()\nTrainer(model=None)\n", False),
+    ("from accelerate import PartialState\nfrom transformers import Trainer\nPartialState()\nTrainer(model=None)\n",
+     False),
     ("import accelerate\nfrom accelerate.utils import set_seed\nset_seed(0)\naccelerate.utils.set_seed(1)\n", False),
     ("import accelerate as acc\nstate = acc.PartialState()\nacc.utils.gather_object([1])\n", False),
     # the Trainer builds its own Accelerator: a script building both is the Trainer's
