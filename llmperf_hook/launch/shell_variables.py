@@ -253,7 +253,7 @@ class ShellVariables:
             if not quoted:
                 known = shlex.join([field for element in elements for field in element.split()])
             else:
-                known = shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
+                known = shlex.join(elements) if subscript == "@" else shlex.quote(self.star_joined(elements))
             return f"{found.group(0)} {known}" if name in self.unknown_heads else known
 
         def indices(found: re.Match[str]) -> str:  # `"${!NAME[@]}"`: each index a word (bash manual 6.7)
@@ -279,7 +279,12 @@ class ShellVariables:
         elements = elements[:int(length)] if length is not None else elements
         if not quoted:
             return shlex.join([field for element in elements for field in element.split()])
-        return shlex.join(elements) if subscript == "@" else shlex.quote(" ".join(elements))
+        return shlex.join(elements) if subscript == "@" else shlex.quote(self.star_joined(elements))
+
+    def star_joined(self, elements: list[str]) -> str:
+        """`"${A[*]}"`, `"${*:2}"`: one word, the elements joined with the first character of IFS (a blank where IFS is
+        unset, nothing where it is empty: bash manual 3.4.2 Special Parameters, `*`)."""
+        return self.env.get("IFS", " ")[:1].join(elements)
 
     def array_or_scalar(self, name: str) -> list[str] | None:
         """The elements `${name[@]}` expands: the array's; a plain variable's value as element 0; none for a name

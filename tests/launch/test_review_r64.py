@@ -10,7 +10,7 @@ from types import FrameType
 import pytest
 
 from llmperf_hook.launch.parse import parse_launch
-from tests.launch.test_scripts_as_the_shell_runs_them import _compare
+from tests.launch.test_scripts_as_the_shell_runs_them import ARGS, _compare
 
 T = "torchrun --nproc_per_node $NP pretrain_gpt.py --num-layers 2"
 
@@ -54,3 +54,18 @@ NOUNSET_TESTS = {  # set -u: bash expands the test of an `if` / `while` it reach
 @pytest.mark.parametrize("name", NOUNSET_TESTS)
 def test_nounset_in_the_test_of_an_if_or_while(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _compare("bash", name, NOUNSET_TESTS[name], tmp_path, monkeypatch)
+
+
+STAR_JOINS = {  # bash manual 3.4.2 / 6.7: "${*}" and "${A[*]}" join with the first character of IFS (none if IFS='')
+    "argument_slice_with_ifs_comma": ("NP=2\nIFS=,\nX=\"${*:2}\"\nIFS=' '\n" + T + " --save $X\n", ["a", "b", "c"]),
+    "array_with_ifs_comma": ("NP=2\nA=(a b c)\nIFS=,\nX=\"${A[*]}\"\nunset IFS\n" + T + " --save $X\n", []),
+    "array_with_empty_ifs": ("NP=2\nA=(a b)\nIFS=\nX=\"${A[*]}\"\nunset IFS\n" + T + " --save $X\n", []),
+    "array_with_default_ifs": ("NP=2\nA=(a b)\n" + T + " --save \"${A[*]}\" \"${*:1}\"\n", ["c", "d"]),
+}
+
+
+@pytest.mark.parametrize("name", STAR_JOINS)
+def test_star_joins_with_the_first_character_of_ifs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, args = STAR_JOINS[name]
+    monkeypatch.setitem(ARGS, name, args)
+    _compare("bash", name, text, tmp_path, monkeypatch)
