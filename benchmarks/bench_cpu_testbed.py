@@ -7,7 +7,9 @@
    --home and usable by this llmperf, else refitted: the samples stay in the store). The profile carries the
    framework cost measured on this machine (profile/cpu_framework.py: per issued op, per byte, in-step operator
    scale, Adam per tensor, DeepSpeed engine per ZeRO stage, concurrent ranks); the cluster file's
-   host_overhead_per_op_us is its per-op figure. And, with `llmperf profile --comm` under torchrun (2 ranks, gloo), the comm model of the cluster
+   host_overhead_per_op_us is its per-op figure. A dtype the file lacks (bf16 on an AVX2-only EPYC: no reading ends
+   in any box) is scored on the operator profile alone, said per dtype and in the score (--remeasure-framework-cost
+   tries it again). And, with `llmperf profile --comm` under torchrun (2 ranks, gloo), the comm model of the cluster
    `cpu-testbed`, described by a cluster file written to --home/clusters/cpu-testbed.yaml (2 "GPUs" = 2 ranks of
    one thread each on this machine; gpu = the measured cpu-testbed hardware file).
 2. Twelve testbed configurations (layers, hidden, sequence, micro-batch, ZeRO 0-3, 1-2 ranks, fp32/bf16), each

@@ -72,7 +72,7 @@ CONFIGS = (
     TestbedConfig(1, 256, 4, 256, 1, 2, 2, "bf16"),
 )
 DTYPES = tuple(sorted({c.dtype for c in CONFIGS}))
-"""The dtypes the configurations train in: each needs the profile's framework cost (testbed_setup.framework_cost_gaps).
-A file holding only some of them predicted the others without their framework terms: until session 21 the testbed
-checked only the dtypes the file held, and a file without bf16 (no bf16 reading ended in its box on an AVX2-only EPYC)
-scored bf16 configurations as a GPU's (predict/dispatch.py's sustained floor), 76-121 % high (/work/notes/h174.md)."""
+"""The dtypes the configurations train in. One the profile's framework cost file lacks is scored on the operator
+profile alone and said (testbed_setup.missing_dtype_caveats; re-measured only with --remeasure-framework-cost): no bf16
+reading ends in any box on an AVX2-only EPYC, and until session 21 such a file scored the bf16 configurations unsaid,
+priced as a GPU's (predict/dispatch.py's sustained floor), 76-121 % high (/work/notes/h174.md, r65.md)."""
