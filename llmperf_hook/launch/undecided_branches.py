@@ -108,7 +108,7 @@ _UNSET = "unset (as before that `if`, where no branch that sets it runs)"
 
 def _branch_sets(name: str, values: Branches) -> str:
     """Where each branch sets `name`, and to what."""
-    return " or ".join(f"{at} ({name}={value!r})" if value is not None else at if at == _UNSET else
+    return " or ".join(at if at == _UNSET else f"{at} ({name}={value!r})" if value is not None else
                        f"{at} (to what only running it gives)" for value, at in values)
 
 
@@ -131,7 +131,8 @@ def _first_branch_flags(words: list[str], branch_values: dict[str, Branches],
     for word in words:
         reference = _WHOLE_REFERENCE.fullmatch(word)
         name = (reference.group(1) or reference.group(2)) if reference else ""
-        values = branch_values.get(name, ()) if BRANCHES in unknown.get(name, "") else ()
+        values = tuple(("" if at == _UNSET else value, at) for value, at in  # unset, unquoted: no word
+                       (branch_values.get(name, ()) if BRANCHES in unknown.get(name, "") else ()))
         if not values or not all(value is not None and all(map(_FLAG.fullmatch, value.split()))
                                  for value, _ in values):
             out.append(word)

@@ -69,3 +69,17 @@ def test_star_joins_with_the_first_character_of_ifs(name: str, tmp_path: Path, m
     text, args = STAR_JOINS[name]
     monkeypatch.setitem(ARGS, name, args)
     _compare("bash", name, text, tmp_path, monkeypatch)
+
+
+def test_flags_one_branch_adds_to_a_variable_unset_before_take_the_first_branch(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`if [ "$(hostname)" = big ]; then EXTRA=--use-flash-attn; fi` with EXTRA unset before: unquoted, an unset EXTRA
+    expands to no word, so the ways are --use-flash-attn or no flag, and the flag-only rule (the branch read first,
+    with its warning) applies, as it does where EXTRA was '' before (H177 left '$EXTRA' as a literal word)."""
+    monkeypatch.chdir(tmp_path)
+    for before in ("", "EXTRA=\n"):
+        (tmp_path / "train.sh").write_text(f"#!/bin/bash\n{before}if [ \"$(hostname)\" = big ]; then "
+                                           "EXTRA=--use-flash-attn; fi\n" + T.replace("$NP", "2") + " $EXTRA\n")
+        job = parse_launch(["bash", "train.sh"], {})
+        assert job.script_args[-1] == "--use-flash-attn", (before, job.script_args)
+        assert any("Priced with the branch read first" in w and "--use-flash-attn" in w for w in job.warnings)
