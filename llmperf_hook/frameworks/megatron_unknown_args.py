@@ -172,6 +172,10 @@ def _fork_refusal(script: str, script_args: Sequence[str], fork: str, unknown: l
             f"not know {', '.join(hints)}: argparse 'unrecognized arguments'.{later} Fix or remove these options.")
 
 
+_UNEXPANDED = re.compile(r"\$(?:[A-Za-z_]\w*|\{[A-Za-z_]\w*\})")
+"""A word that is a launch-script variable left as written (`$ARGS`): its value only running the script gives."""
+
+
 def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]:
     """ConfigError for an entry script given options Megatron does not define; a warning for a custom script and
     for other spellings of real flags (`--micro_batch_size`, `--no-swiglu`), which llmperf reads as the flag."""
@@ -189,6 +193,12 @@ def check_megatron_options(script: str, script_args: Sequence[str]) -> list[str]
             "argparse arguments will be ignored', megatron/training/yaml_arguments.py load_yaml), and llmperf does not "
             "read the file, so the flags it sees are not the job's. Give the YAML's settings as flags instead.")
     stray = stray_words(script_args) if megatron_entry_point(script) else []
+    if stray and all(map(_UNEXPANDED.fullmatch, stray)):  # a launch-script variable llmperf could not give a value
+        raise ConfigError(
+            f"{', '.join(repr(w) for w in stray)} reach{'es' if len(stray) == 1 else ''} the launch line unexpanded, "
+            f"so {os.path.basename(script)} would see {'it' if len(stray) == 1 else 'them'} as a positional argument, "
+            "which Megatron's argument parser does not take (argparse parse_args: 'unrecognized arguments'); the job "
+            "gets the variable's value instead. Give the launch line after `--` with the value the job takes.")
     if stray:
         raise ConfigError(
             f"{os.path.basename(script)} would stop at start-up: Megatron's argument parser takes no positional "

@@ -83,3 +83,23 @@ def test_flags_one_branch_adds_to_a_variable_unset_before_take_the_first_branch(
         job = parse_launch(["bash", "train.sh"], {})
         assert job.script_args[-1] == "--use-flash-attn", (before, job.script_args)
         assert any("Priced with the branch read first" in w and "--use-flash-attn" in w for w in job.warnings)
+
+
+def test_an_unexpanded_variable_left_as_a_stray_word_is_named_as_such(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARGS='--data-path ...' in one branch of an undecided `if`, unset before: the launch keeps `$ARGS`, which
+    Megatron's parser would see as a positional argument. The refusal says the variable is unexpanded (not 'Remove
+    it, or give the option whose value it is', which misleads: the script's own variable is the point)."""
+    from llmperf_hook.errors import ConfigError
+    from llmperf_hook.frameworks.resolve import resolve_job
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nDATA=\"--data-path /d/text_document\"\nif [ \"$(hostname)\" = login ]; then ARGS=\"$DATA\"; fi\n"
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 8 "
+        "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 32 $ARGS\n")
+    with pytest.raises(ConfigError) as refused:
+        resolve_job(["bash", "train.sh"], {})
+    message = str(refused.value)
+    assert "'$ARGS' reaches the launch line unexpanded" in message and "Remove it" not in message
+    assert "line 3 (ARGS='--data-path /d/text_document') or unset" in message
