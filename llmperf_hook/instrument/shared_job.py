@@ -14,7 +14,9 @@ Every session of a job registers under jobs/<id>/nodes/<host>-<pid>-<ns>.json, u
 A session joins the job folder of that id only when the job is still running there (a node session without its
 end, not dead), its command is the same as ours once the node-rank options are left out (every node of a launch
 runs the same command; `--node-rank`/`--node_rank` differ), and no session of it is the same part of the launch as
-ours (SLURM_PROCID, OMPI/PMI rank, the launcher's node rank, RANK); else it takes `<id>-2`, `<id>-3`, ...: a
+ours (SLURM_PROCID, OMPI/PMI rank, the launcher's node rank, RANK; under a scheduler's id with none of them, the
+host: the nodes of a launch are different hosts, and two runs of one command on one host are two jobs, whose rank 0
+must not write one file); else it takes `<id>-2`, `<id>-3`, ...: a
 second training run of one allocation (sequential, or beside another with another command), or an id the store
 already holds from another run directory (refine_runs.job_id is the store's key). The last session of a job to end
 refines it (the others' ranks may still be writing their last records).
@@ -52,6 +54,8 @@ class SharedId:
     """`slurm-4242.0`, `torchrun-myrun`, ...: safe as a folder name."""
     origin: str
     """Where it came from, for the session's message: `SLURM_JOB_ID=4242, SLURM_STEP_ID=0 (environment)`."""
+    rendezvous: bool = False
+    """Torchrun's rendezvous id: every session started with it is a part of one launch, also on one host."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,10 @@ def shared_job_id(env: Mapping[str, str], argv: Sequence[str]) -> SharedId | Non
             return SharedId(f"{prefix}-{_safe(value)}" + (f".{_safe(step)}" if step else ""), origin)
     run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if run_id and run_id != "none":
-        return SharedId(f"torchrun-{_safe(run_id)}", f"TORCHELASTIC_RUN_ID={run_id} (environment)")
+        return SharedId(f"torchrun-{_safe(run_id)}", f"TORCHELASTIC_RUN_ID={run_id} (environment)", True)
     rdzv = option_value(argv, RDZV_ID_OPTIONS)
     if rdzv and rdzv != "none":
-        return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)")
+        return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)", True)
     return None
 
 
@@ -149,8 +153,20 @@ def _node_records(job_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (proc(5): /proc/PID/stat field 22, `starttime`),
+    None where there is no /proc. With the pid it names one process: a pid the kernel handed out again after a
+    session was killed names another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after `(comm)` start at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _running(record: Mapping[str, Any]) -> bool:
-    """A node session without its end that is not known dead (a session of this host whose pid is gone)."""
+    """A node session without its end that is not known dead (a session of this host whose pid is gone, or now
+    names a process started at another time)."""
     pid = record.get("pid")
     if "ended_unix_s" in record:
         return False
@@ -162,7 +178,8 @@ def _running(record: Mapping[str, Any]) -> bool:
         return False
     except OSError:  # alive, and another user's
         pass
-    return True
+    started = record.get("pid_start_ticks")
+    return started is None or process_start_ticks(pid) in (None, started)
 
 
 def _can_join(job_dir: Path, command: Mapping[str, Any], part: str | None) -> bool:
@@ -198,6 +215,8 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
     never launches its ranks before that folder is whole."""
     jobs_dir = run_dir / "jobs"
     command, part = {"argv": same_launch_command(argv), **settings}, launch_part(env, argv)
+    if part is None and shared is not None and not shared.rendezvous:
+        part = f"host={socket.gethostname()}"
     with _jobs_lock(jobs_dir):
         job_id, joined = own_id, False
         if shared is not None:
@@ -215,7 +234,8 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
         if not joined:
             prepare(job_id)
         node_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(node_file, {"hostname": socket.gethostname(), "pid": os.getpid(), "part": part,
+        _write_json(node_file, {"hostname": socket.gethostname(), "pid": os.getpid(),
+                                "pid_start_ticks": process_start_ticks(os.getpid()), "part": part,
                                 "command": command, "started_unix_s": time.time()})
     return NodeSession(job_id, node_file, joined)
 

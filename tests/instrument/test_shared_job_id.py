@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmperf_hook.instrument.shared_job import (SharedId, end_node, launch_part, same_launch_command,
-                                                 shared_job_id, start_or_join)
+from llmperf_hook.instrument.shared_job import (SharedId, end_node, launch_part, process_start_ticks,
+                                                 same_launch_command, shared_job_id, start_or_join)
 
 SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
 NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py", "--bf16"]
@@ -67,6 +67,20 @@ def test_what_is_not_another_part_of_the_same_launch_starts_its_own_job(tmp_path
     assert not any(n.joined for n in (same_part, other_command, other_steps))
 
 
+def test_one_command_run_twice_on_one_host_in_an_allocation_is_two_jobs(tmp_path: Path) -> None:
+    """`python train.py &` twice in an salloc shell (SLURM_JOB_ID, no SLURM_PROCID, no node rank): nothing tells
+    the two apart but the host, which nodes of one launch never share; both joined, their rank 0 wrote one
+    rank0.jsonl. Under torchrun's rendezvous id the same command on one host is one launch (a loopback test)."""
+    plain, store = ["python", "train.py", "--bf16"], tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", SharedId("slurm-4242", "test"), plain, {}, SETTINGS, store)
+    again = start_or_join(tmp_path, "own-2", SharedId("slurm-4242", "test"), plain, {}, SETTINGS, store)
+    assert (first.job_id, again.job_id, again.joined) == ("slurm-4242", "slurm-4242-2", False)
+    rdzv = shared_job_id({}, ["torchrun", "--nnodes", "2", "--rdzv-id", "r1", "train.py"])
+    one = start_or_join(tmp_path, "own-3", rdzv, ["torchrun", "--rdzv-id", "r1", "t.py"], {}, SETTINGS, store)
+    two = start_or_join(tmp_path, "own-4", rdzv, ["torchrun", "--rdzv-id", "r1", "t.py"], {}, SETTINGS, store)
+    assert (one.job_id, two.job_id, two.joined) == ("torchrun-r1", "torchrun-r1", True)
+
+
 def test_a_job_that_ended_is_not_joined_by_the_next_run_of_the_allocation(tmp_path: Path) -> None:
     shared, store = SharedId("slurm-4242", "test"), tmp_path / "store.sqlite"
     end_node(start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, store), 0)
@@ -82,6 +96,26 @@ def test_a_dead_session_of_this_host_is_not_joined(tmp_path: Path) -> None:
     first.node_file.write_text(json.dumps({**record, "pid": int(dead.stdout)}))  # killed without its end
     later = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, tmp_path / "store.sqlite")
     assert later.job_id == "slurm-4242-2"
+
+
+def test_a_killed_session_whose_pid_names_another_process_now_is_not_joined(tmp_path: Path) -> None:
+    """A session killed without its end whose pid the kernel gave to another process since (a long allocation
+    reuses pids): the pid is alive, but it started at another time; the next run of the allocation is its own job."""
+    shared, store = SharedId("slurm-4242", "test"), tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", shared, NODE, {}, SETTINGS, store)
+    record = json.loads(first.node_file.read_text())
+    assert record["pid_start_ticks"] == process_start_ticks(os.getpid()) is not None
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as other:
+        try:
+            first.node_file.write_text(json.dumps({**record, "pid": other.pid}))  # its start time is ours, not its
+            later = start_or_join(tmp_path, "own-2", shared, _other_node(), {}, SETTINGS, store)
+            first.node_file.write_text(json.dumps({**record, "pid": other.pid,
+                                                   "pid_start_ticks": process_start_ticks(other.pid)}))
+            joining = start_or_join(tmp_path, "own-3", shared, _other_node(), {}, SETTINGS, store)
+        finally:
+            other.kill()
+    assert (later.job_id, later.joined) == ("slurm-4242-2", False)
+    assert (joining.job_id, joining.joined) == ("slurm-4242", True)  # the same process still: it runs
 
 
 def test_an_id_the_store_holds_from_another_run_directory_is_not_reused(tmp_path: Path) -> None:
