@@ -24,6 +24,7 @@ from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import ENV_REF, in_command_substitution
 from llmperf_hook.launch.braced_blanks import unmark_braces
 from llmperf_hook.launch.shell_parameters import OPERATOR
+from llmperf_hook.launch.shell_script import without_comment
 
 
 def _missing(name: str, colon: bool, env: Mapping[str, str], positional: Mapping[str, str]) -> bool:
@@ -141,5 +142,5 @@ _BARE_NAME = re.compile(r"(?<![\w$])(?<!\$\{)(?<!\$\{[#!])([A-Za-z_]\w*)")
 def bare_names(text: str) -> set[str]:
     """Every name `text` writes bare: each variable it may assign in a way the reading does not follow (`read -r A B`,
     `mapfile -t L`, `getopts n: opt`, `declare -n R=X`) is among them, so that unbound_reference never holds such a
-    variable unset."""
-    return set(_BARE_NAME.findall(text))
+    variable unset. A comment assigns nothing: its names do not count (`# CKPT_DIR: where checkpoints go`)."""
+    return set(_BARE_NAME.findall("\n".join(map(without_comment, text.splitlines()))))

@@ -78,6 +78,11 @@ _ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x
                  "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 
 
+def without_comment(text: str) -> str:
+    """One line of a script up to the comment it ends with, if any (a `#` that begins a word outside quotes)."""
+    return text[:_scan(text)[2]]
+
+
 def _ansi_c(found: re.Match[str]) -> str:
     """A `$'...'` word part as a single-quoted shell word (its simple escapes decoded; a numeric one left as written)."""
     body = re.sub(r"\\(.)", lambda m: _ANSI_ESCAPES.get(m.group(1), m.group(0)), found.group(1))

@@ -103,3 +103,18 @@ def test_an_unexpanded_variable_left_as_a_stray_word_is_named_as_such(tmp_path: 
     message = str(refused.value)
     assert "'$ARGS' reaches the launch line unexpanded" in message and "Remove it" not in message
     assert "line 3 (ARGS='--data-path /d/text_document') or unset" in message
+
+
+COMMENTED = {  # a name in a comment is assigned by nothing: `set -u` still stops at it (bash 5.2.15)
+    "name_in_a_comment": ("set -euo pipefail\n# CKPT_DIR: where checkpoints go\nNP=2\n" + T + " --save $CKPT_DIR\n", []),
+    "name_after_a_command": ("set -u\nNP=2  # CKPT_DIR is set by the cluster\n" + T + " --save $CKPT_DIR\n", []),
+    "hash_that_starts_no_comment": ("set -u\nNP=2\nX=a#CKPT_DIR\nread -r Y <<< x#CKPT_DIR\n" + T + " --save $Y\n", []),
+    "read_target_after_a_length": ("set -u\nNP=2\nN=${#NP}; read -r CKPT_DIR <<< /c\n" + T + " --save $CKPT_DIR\n", []),
+}
+
+
+@pytest.mark.parametrize("name", COMMENTED)
+def test_nounset_and_names_in_comments(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, args = COMMENTED[name]
+    monkeypatch.setitem(ARGS, name, args)
+    _compare("bash", name, text, tmp_path, monkeypatch)
