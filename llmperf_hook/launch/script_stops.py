@@ -142,5 +142,12 @@ _BARE_NAME = re.compile(r"(?<![\w$])(?<!\$\{)(?<!\$\{[#!])([A-Za-z_]\w*)")
 def bare_names(text: str) -> set[str]:
     """Every name `text` writes bare: each variable it may assign in a way the reading does not follow (`read -r A B`,
     `mapfile -t L`, `getopts n: opt`, `declare -n R=X`) is among them, so that unbound_reference never holds such a
-    variable unset. A comment assigns nothing: its names do not count (`# CKPT_DIR: where checkpoints go`)."""
-    return set(_BARE_NAME.findall("\n".join(map(without_comment, text.splitlines()))))
+    variable unset. A comment assigns nothing, nor does a line that is one `echo` (`echo "CKPT_DIR=$CKPT_DIR"`): their
+    names do not count."""
+    code = (without_comment(line) for line in text.splitlines())
+    return set(_BARE_NAME.findall("\n".join(line for line in code if not _ECHO_ALONE.match(line))))
+
+
+_ECHO_ALONE = re.compile(r"\s*echo\s[^;&|`$]*(?:\$(?!\()[^;&|`$]*)*$")
+"""A line that is a single `echo` command: no list or pipe operator, no command substitution (its output is printed,
+nothing assigned)."""

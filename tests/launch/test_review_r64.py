@@ -118,3 +118,18 @@ def test_nounset_and_names_in_comments(name: str, tmp_path: Path, monkeypatch: p
     text, args = COMMENTED[name]
     monkeypatch.setitem(ARGS, name, args)
     _compare("bash", name, text, tmp_path, monkeypatch)
+
+
+LOGGED = {  # `echo "NAME=$NAME"` logs a variable and assigns nothing: under `set -u` bash stops at it where it is unset
+    "logged_before_use": ("set -u\nNP=2\necho \"CKPT_DIR=$CKPT_DIR\"\n" + T + " --save x\n", []),
+    "logged_with_a_default": ("set -u\nNP=2\necho \"CKPT_DIR=${CKPT_DIR:-none}\"\n" + T + " --save $CKPT_DIR\n", []),
+    "echo_then_read_on_one_line": ("set -u\nNP=2\necho go; read -r CKPT_DIR <<< /c\n" + T + " --save $CKPT_DIR\n", []),
+    "echo_of_a_substitution": ("set -u\nNP=2\necho \"$(read -r CKPT_DIR <<< /c)\"\n" + T + " --save x\n", []),
+}
+
+
+@pytest.mark.parametrize("name", LOGGED)
+def test_nounset_and_names_an_echo_prints(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, args = LOGGED[name]
+    monkeypatch.setitem(ARGS, name, args)
+    _compare("bash", name, text, tmp_path, monkeypatch)
