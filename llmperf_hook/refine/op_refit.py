@@ -52,7 +52,8 @@ def refit_without_job(hardware: str, groups: set[tuple[str, str, str]]) -> str:
 
 
 def _refit_profile(directory: Any, hardware: str, only: set[tuple[str, str, str]] | None = None) -> list[str]:
-    """Refit the groups that hold instrument samples (or, with `only`, those groups whatever they hold)."""
+    """Refit the groups that hold instrument samples (or, with `only`, those groups whatever they hold; one of them
+    with too few samples left is removed: its model held the samples `only` names)."""
     from llmperf_hook.profile.features import BUILDERS
     from llmperf_hook.profile.profile_io import read_model_text, read_profile_meta, write_profile
     from llmperf_hook.store import open_store
@@ -76,13 +77,16 @@ def _refit_profile(directory: Any, hardware: str, only: set[tuple[str, str, str]
     texts = {e.file: read_model_text(directory, e) for e in meta.models}
     models, refitted = list(meta.models), []
     instrumented = {key for key, recs in groups.items() if any(r.source.startswith("instrument:") for r in recs)}
-    for key, recs in sorted(groups.items()):
-        if key not in (instrumented if only is None else only) or key[2] not in meta.roofline:
+    for key in sorted(instrumented if only is None else only):
+        recs = groups.get(key, [])
+        if key[2] not in meta.roofline or key[0] not in BUILDERS:  # BUILDERS: a collective is the cluster's to price
             continue
-        if key[0] not in BUILDERS:  # a collective: the cluster's communication model prices it, not a per-op model
-            continue
-        fitted = _fit_group(key, recs, meta.roofline[key[2]])
+        fitted = _fit_group(key, recs, meta.roofline[key[2]]) if recs else None
         if fitted is None:
+            if only is not None and any((m.op_class, m.phase, m.dtype) == key for m in models):
+                # fitted with the moved run's samples, too few left without them: unfitted, as the sampler left it
+                models = [m for m in models if (m.op_class, m.phase, m.dtype) != key]
+                refitted.append(f"{'/'.join(key)} removed ({len(recs)} samples left, {MIN_SAMPLES_TO_FIT} fit one)")
             continue
         entry, text = fitted
         models = [m for m in models if (m.op_class, m.phase, m.dtype) != key] + [entry]

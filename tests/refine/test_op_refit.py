@@ -160,3 +160,29 @@ def test_a_run_moved_to_other_hardware_leaves_the_earlier_profile_refitted_witho
     assert np.all(instrumented > reverted * 1.2), (instrumented, reverted)
     assert any("stored this run's op samples for cpu-test" in n and "refitted without them: gelu/fwd/fp32 (24 "
                "sampled + 0 instrumented)" in n for n in job.notes), job.notes
+
+
+def test_a_model_fitted_from_the_moved_run_alone_leaves_the_earlier_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first refine under A fitted a class the sampler never measured (residual_add) from the run's 8 op
+    samples alone; `refine --hardware B` leaves no sample to refit it without them: the model goes (the class is
+    unfitted in A again, as the sampler left it) and the note says so. It stayed, built from B's run, and the note
+    said A had 'no model left to refit'."""
+    from llmperf_hook.profile.profile_io import read_profile_meta
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMPERF_HOME", str(home))
+    profile = _user_profile(home)
+    run = write_run(tmp_path / "r", "j1", {0: [0.5, 0.02, 0.02]})
+    with open(run / "rank0.jsonl", "a") as f:
+        f.write("".join(f'{{"kind": "op", "job_id": "j1", "rank": 0, "op_class": "residual_add", "phase": "fwd", '
+                        f'"dtype": "fp32", "dims": {{"elements": {e}}}, "seconds": {_gelu_time_s(e)}, "count": 4}}\n'
+                        for e in np.geomspace(10000, 3000000, 8).round()))
+    refine_run(run)
+    meta = read_profile_meta(profile)
+    assert {m.op_class for m in meta.models} == {"gelu", "residual_add"} and "refined" in meta.provenance
+    (job,) = refine_run(run, hardware="cpu-other").jobs
+    meta = read_profile_meta(profile)
+    assert {m.op_class for m in meta.models} == {"gelu"} and "refined" not in meta.provenance
+    assert any("stored this run's op samples for cpu-test" in n and "residual_add/fwd/fp32 removed" in n
+               for n in job.notes), job.notes
