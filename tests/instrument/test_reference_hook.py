@@ -61,3 +61,36 @@ def test_local_world_size_from_the_launchers(monkeypatch: pytest.MonkeyPatch) ->
     assert local_world_size(8) == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # torchrun
     assert local_world_size(8) == 3
+
+
+def test_a_job_that_ends_before_its_last_recorded_step_is_not_read(tmp_path: Path) -> None:
+    """The job's own exit after 2 of --instrument 3 steps: no end record, no reading (at its exit either)."""
+    pytest.importorskip("torch")
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=3, num_warmup_steps=0))
+    for _ in range(2):
+        rec.mark_forward()
+        rec.torch_optimizer_stepped()
+    rec._run_at_exit()  # what the interpreter's exit runs
+    rec.writer.close()
+    assert [r["kind"] for r in _records(tmp_path)] == ["meta", "step", "step"] and not rec._reference_taken
+
+
+def test_stop_after_before_the_last_recorded_step_reads_in_the_stop_record(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """--instrument 3 --stop-after 2: the job leaves at step 2 (job_exit's os._exit, replaced here), and its
+    stop record holds the one reading."""
+    pytest.importorskip("torch")
+    from llmperf_hook.instrument import job_exit
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+    monkeypatch.setattr(job_exit, "exit_like_a_finished_job", leave)
+    rec = StepRecorder(HookConfig(run_dir=str(tmp_path), job_id="j", num_steps=3, num_warmup_steps=0,
+                                  stop_after_steps=2))
+    with pytest.raises(SystemExit):
+        for _ in range(3):
+            rec.mark_forward()
+            rec.torch_optimizer_stepped()
+    records = _records(tmp_path)
+    assert [r["kind"] for r in records] == ["meta", "step", "step", "stop"]
+    assert [r["kind"] for r in records if "reference" in r] == ["stop"] and records[-1]["reference"]["cpu_s"] > 0
