@@ -142,12 +142,14 @@ _BARE_NAME = re.compile(r"(?<![\w$])(?<!\$\{)(?<!\$\{[#!])([A-Za-z_]\w*)")
 def bare_names(text: str) -> set[str]:
     """Every name `text` writes bare: each variable it may assign in a way the reading does not follow (`read -r A B`,
     `mapfile -t L`, `getopts n: opt`, `declare -n R=X`) is among them, so that unbound_reference never holds such a
-    variable unset. A comment assigns nothing, nor does a line that is one `echo` (`echo "CKPT_DIR=$CKPT_DIR"`): their
-    names do not count."""
+    variable unset. A comment assigns nothing, nor does a line that is one `echo` (`echo "CKPT_DIR=$CKPT_DIR"`), and
+    `declare X` / `local X` / `export X` / `unset X` with no value are followed by the reading (X stays, or becomes,
+    unset): their names do not count."""
     code = (without_comment(line) for line in text.splitlines())
-    return set(_BARE_NAME.findall("\n".join(line for line in code if not _ECHO_ALONE.match(line))))
+    return set(_BARE_NAME.findall("\n".join(line for line in code if not _ASSIGNS_NOTHING.match(line))))
 
 
-_ECHO_ALONE = re.compile(r"\s*echo\s[^;&|`$]*(?:\$(?!\()[^;&|`$]*)*$")
-"""A line that is a single `echo` command: no list or pipe operator, no command substitution (its output is printed,
-nothing assigned)."""
+_ASSIGNS_NOTHING = re.compile(r"\s*(?:echo\s[^;&|`$]*(?:\$(?!\()[^;&|`$]*)*|"
+                              r"(?:declare|typeset|local|export|readonly|unset)(?:\s+-[a-mo-zA-Z]+)*(?:\s+[A-Za-z_]\w*)+\s*)$")
+"""A line that is a single `echo` command (no list or pipe operator, no command substitution: its output is printed,
+nothing assigned), or `declare` and its kin, or `unset`, given only names (no value; `-n`, a nameref, excepted)."""

@@ -133,3 +133,21 @@ def test_nounset_and_names_an_echo_prints(name: str, tmp_path: Path, monkeypatch
     text, args = LOGGED[name]
     monkeypatch.setitem(ARGS, name, args)
     _compare("bash", name, text, tmp_path, monkeypatch)
+
+
+DECLARED = {  # `declare X` / `local X` / `export X` give X no value, and `unset X` removes it: `set -u` stops at $X
+    "declare_without_a_value": ("set -u\ndeclare CKPT_DIR\nNP=2\n" + T + " --save x$CKPT_DIR\n", []),
+    "export_without_a_value": ("set -u\nexport CKPT_DIR\nNP=2\n" + T + " --save x$CKPT_DIR\n", []),
+    "local_without_a_value": ("set -u\nf() {\n  local CKPT_DIR\n  echo $CKPT_DIR\n}\nNP=2\nf\n" + T + "\n", []),
+    "unset_then_used": ("set -u\nunset CKPT_DIR\nNP=2\n" + T + " --save x$CKPT_DIR\n", []),
+    "declare_of_a_set_variable": ("set -u\nCKPT_DIR=/c\ndeclare -x CKPT_DIR\nNP=2\n" + T + " --save $CKPT_DIR\n", []),
+    "declare_then_read": ("set -u\ndeclare CKPT_DIR\nread -r CKPT_DIR <<< /c\nNP=2\n" + T + " --save $CKPT_DIR\n", []),
+    "unset_then_set": ("set -u\nunset CKPT_DIR\nCKPT_DIR=/c\nNP=2\n" + T + " --save $CKPT_DIR\n", []),
+}
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_nounset_after_declare_without_a_value(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, args = DECLARED[name]
+    monkeypatch.setitem(ARGS, name, args)
+    _compare("bash", name, text, tmp_path, monkeypatch)
