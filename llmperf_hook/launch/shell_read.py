@@ -145,6 +145,8 @@ def file_text(script: _Script, target: str) -> str | None:
     written = script.files.get(os.path.normpath(name), script.files.get(path))  # kept by the name the script wrote
     if written is not None:
         return None if written.command else written.text
+    if path == os.devnull:  # no input: read fails and empties its names, mapfile gives no elements
+        return ""
     try:  # a FIFO blocks until a writer opens it; /dev and /proc hold what the machine running the job gives
         if not os.path.isfile(path) or path.startswith(("/dev/", "/proc/")) or \
                 os.path.getsize(path) > MAX_INPUT_BYTES:

@@ -38,6 +38,12 @@ def test_input_that_is_no_regular_file_is_never_opened(target: str, tmp_path: Pa
     assert job.nproc_per_node == 2 and job.script_args[-2:] == ("$X", "${#L[@]}")
 
 
+def test_input_from_dev_null_is_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read -r X < /dev/null` fails and leaves X empty; `mapfile -t L < /dev/null` gives no elements (bash 5.2)."""
+    _compare("bash", "dev_null", "NP=2\nX=a\nread -r X < /dev/null\nmapfile -t L < /dev/null\n" + T +
+             " --save x$X ${#L[@]}\n", tmp_path, monkeypatch)
+
+
 NOUNSET_TESTS = {  # set -u: bash expands the test of an `if` / `while` it reaches, and stops at an unset variable there
     "if_test_unset": "set -u\nNP=2\nif [ -n \"$CKPT\" ]; then NP=4; fi\n" + T + "\n",
     "if_test_unset_on_one_line": "set -eu\nNP=2\nif [[ $CKPT == x ]]; then NP=4; else NP=8; fi\n" + T + "\n",
