@@ -17,8 +17,9 @@ runs the same command; `--node-rank`/`--node_rank` differ), and no session of it
 ours (SLURM_PROCID, OMPI/PMI rank, the launcher's node rank, RANK; under a scheduler's id with none of them, the
 host: the nodes of a launch are different hosts, and two runs of one command on one host are two jobs, whose rank 0
 must not write one file); else it takes `<id>-2`, `<id>-3`, ...: a
-second training run of one allocation (sequential, or beside another with another command), or an id the store
-already holds from another run directory (refine_runs.job_id is the store's key). The last session of a job to end
+second training run of one allocation (sequential, or beside another with another command), or an id another run
+directory has: the store holds it from there (refine_runs.job_id is the store's key) or a session there claimed it
+(job_ids/<id> beside the store, _held_elsewhere). The last session of a job to end
 refines it (the others' ranks may still be writing their last records).
 """
 
@@ -189,7 +190,10 @@ def _can_join(job_dir: Path, command: Mapping[str, Any], part: str | None) -> bo
 
 
 def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool:
-    """Whether the store already holds a run of `job_id` from another run directory (best effort, read only)."""
+    """Whether another run directory has `job_id`: the store holds a refined run of it from there, or a session
+    there claimed it (best effort). A claim is a file job_ids/<id> beside the store naming its run directory,
+    created once (O_EXCL): two jobs of one allocation started into two run directories at once both took
+    `slurm-N`, and the second one's refine replaced the first one's run in the store (refine_runs' key)."""
     import sqlite3
 
     try:
@@ -197,13 +201,25 @@ def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool
             from llmperf_hook.store import default_store_path
 
             store_file = default_store_path()
-        if not store_file.is_file():
-            return False
-        with closing(sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5)) as conn:
-            row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+        if store_file.is_file():
+            with closing(sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5)) as conn:
+                row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is not None and str(row[0]) != str(run_dir):
+                return True
+        return _claimed_elsewhere(store_file.parent / "job_ids" / job_id, run_dir)
     except (sqlite3.Error, OSError, ImportError):
         return False
-    return row is not None and str(row[0]) != str(run_dir)
+
+
+def _claimed_elsewhere(claim: Path, run_dir: Path) -> bool:
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return claim.read_text().strip() != str(run_dir)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{run_dir}\n")
+    return False
 
 
 def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Sequence[str],

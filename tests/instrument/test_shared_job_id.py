@@ -128,6 +128,19 @@ def test_an_id_the_store_holds_from_another_run_directory_is_not_reused(tmp_path
     assert node.job_id == "slurm-4242-2"
 
 
+def test_an_id_a_running_job_of_another_run_directory_took_is_not_reused(tmp_path: Path) -> None:
+    """Two jobs of one allocation started into two run directories, neither refined yet: both were slurm-4242,
+    and the second one's refine replaced the first one's run in the store (refine_runs' key is the job id)."""
+    store, shared = tmp_path / "home" / "store.sqlite", SharedId("slurm-4242", "test")
+    first = start_or_join(tmp_path / "a", "own-1", shared, ["python", "a.py"], {}, SETTINGS, store)
+    other = start_or_join(tmp_path / "b", "own-2", shared, ["python", "b.py"], {}, SETTINGS, store)
+    assert (first.job_id, other.job_id) == ("slurm-4242", "slurm-4242-2")
+    assert (tmp_path / "home" / "job_ids" / "slurm-4242").read_text() == f"{tmp_path / 'a'}\n"
+    end_node(first, 0)
+    again = start_or_join(tmp_path / "a", "own-3", shared, ["python", "a.py"], {}, SETTINGS, store)
+    assert again.job_id == "slurm-4242-3"  # its own folder holds the ended slurm-4242; slurm-4242-2 is b's
+
+
 def test_without_a_shared_id_the_session_keeps_its_own(tmp_path: Path) -> None:
     node = start_or_join(tmp_path, "20261128T000000Z-1", None, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
     assert (node.job_id, node.joined) == ("20261128T000000Z-1", False)
