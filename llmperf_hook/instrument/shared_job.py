@@ -212,13 +212,16 @@ def _held_elsewhere(job_id: str, run_dir: Path, store_file: Path | None) -> bool
 
 
 def _claimed_elsewhere(claim: Path, run_dir: Path) -> bool:
+    """The claim names the host too: `srun -N2 llmperf run --run-dir /tmp/x` writes two node-local /tmp/x, where
+    no node sees the other's job folder; one id for both made the second refine replace the first's run."""
     claim.parent.mkdir(parents=True, exist_ok=True)
+    mine = f"{socket.gethostname()}:{run_dir}"
     try:
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        return claim.read_text().strip() != str(run_dir)
+        return claim.read_text().strip() != mine
     with os.fdopen(fd, "w") as out:
-        out.write(f"{run_dir}\n")
+        out.write(f"{mine}\n")
     return False
 
 

@@ -135,10 +135,20 @@ def test_an_id_a_running_job_of_another_run_directory_took_is_not_reused(tmp_pat
     first = start_or_join(tmp_path / "a", "own-1", shared, ["python", "a.py"], {}, SETTINGS, store)
     other = start_or_join(tmp_path / "b", "own-2", shared, ["python", "b.py"], {}, SETTINGS, store)
     assert (first.job_id, other.job_id) == ("slurm-4242", "slurm-4242-2")
-    assert (tmp_path / "home" / "job_ids" / "slurm-4242").read_text() == f"{tmp_path / 'a'}\n"
+    assert (tmp_path / "home" / "job_ids" / "slurm-4242").read_text() == f"{os.uname().nodename}:{tmp_path / 'a'}\n"
     end_node(first, 0)
     again = start_or_join(tmp_path / "a", "own-3", shared, ["python", "a.py"], {}, SETTINGS, store)
     assert again.job_id == "slurm-4242-3"  # its own folder holds the ended slurm-4242; slurm-4242-2 is b's
+
+
+def test_a_node_local_run_directory_of_another_host_is_another_run_directory(tmp_path: Path) -> None:
+    """`srun -N2 llmperf run --run-dir /tmp/x`: the other node took slurm-4242 in its own /tmp/x, whose job folder
+    this node cannot see; one id made the second refine replace the first one's run in the store."""
+    store = tmp_path / "home" / "store.sqlite"
+    (tmp_path / "home" / "job_ids").mkdir(parents=True)
+    (tmp_path / "home" / "job_ids" / "slurm-4242").write_text(f"other-node:{tmp_path / 'x'}\n")
+    node = start_or_join(tmp_path / "x", "own-1", SharedId("slurm-4242", "test"), _other_node(), {}, SETTINGS, store)
+    assert (node.job_id, node.joined) == ("slurm-4242-2", False)
 
 
 def test_without_a_shared_id_the_session_keeps_its_own(tmp_path: Path) -> None:
