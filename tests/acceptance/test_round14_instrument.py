@@ -4,8 +4,8 @@ Inside one Slurm allocation (SLURM_JOB_ID set, as `salloc` leaves it) a user sta
 one --run-dir: a 2-rank torchrun DDP calibration run with a profiler window that stops itself (`--instrument 3
 --profile-ops 2 --stop-after 6`), and a plain-torch one-process job (`--instrument 4`), both the CPU testbed's GPT
 (2 layers, hidden 128). Checked on what they leave: every step of every rank, the profiled steps and their op samples,
-the clean stop, the jobs' own output and exit codes, the machine-speed reading taken when each rank left (never in
-the job's first iteration), one job id each (the allocation's id, not shared by two different commands), the refine
+the clean stop, the jobs' own output and exit codes, the machine-speed reading taken after each rank's last recorded
+step (in its end record; never in the job's first iteration), one job id each (the allocation's id, not shared by two different commands), the refine
 each session ran, `llmperf refine RUN_DIR` (predicted vs measured before and after, both jobs), and predict using
 the calibration afterwards. The 2-node launch sharing one job id is tests/instrument/test_multinode_job.py; the
 2-rank DeepSpeed ZeRO-1 job of the issue's Done-when is test_round13_instrument.py's.
