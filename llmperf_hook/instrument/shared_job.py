@@ -246,7 +246,7 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
                     if _can_join(folder, command, part):
                         job_id, joined = candidate, True
                         break
-                elif not _held_elsewhere(candidate, run_dir, store_file):
+                elif not _held_elsewhere(candidate, run_dir, store_file) and _made(folder):
                     job_id = candidate
                     break
         node_file = jobs_dir / job_id / "nodes" / f"{_safe(socket.gethostname())}-{os.getpid()}-{time.time_ns()}.json"
@@ -257,6 +257,18 @@ def start_or_join(run_dir: Path, own_id: str, shared: SharedId | None, argv: Seq
                                 "pid_start_ticks": process_start_ticks(os.getpid()), "part": part,
                                 "command": command, "started_unix_s": time.time()})
     return NodeSession(job_id, node_file, joined)
+
+
+def _made(folder: Path) -> bool:
+    """Create a new job's folder, False when another session made it first. Under the lock nobody can; where the
+    flock is a no-op (an NFS mount with `nolock` takes it locally only) two nodes starting at once would both
+    write the job's hook folder, the second removing the one the first node's ranks start from: the second takes
+    the next id instead (two partial jobs, nothing broken)."""
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    return True
 
 
 def end_node(node: NodeSession, exit_code: int) -> list[str]:

@@ -151,6 +151,21 @@ def test_a_node_local_run_directory_of_another_host_is_another_run_directory(tmp
     assert (node.job_id, node.joined) == ("slurm-4242-2", False)
 
 
+def test_a_job_folder_another_node_made_at_the_same_moment_is_left_to_it(tmp_path: Path, monkeypatch) -> None:
+    """Where the flock locks nothing (NFS mounted `nolock`), another node may make slurm-4242 between this
+    session's look and its prepare: it must not write (rmtree) that job's hook folder, it takes the next id."""
+    from llmperf_hook.instrument import shared_job
+
+    def other_node_made_it(job_id: str, run_dir: Path, store_file: Path | None) -> bool:
+        (run_dir / "jobs" / "slurm-4242").mkdir(parents=True, exist_ok=True)
+        return False
+    monkeypatch.setattr(shared_job, "_held_elsewhere", other_node_made_it)
+    prepared: list[str] = []
+    node = start_or_join(tmp_path, "own-1", SharedId("slurm-4242", "test"), NODE, {}, SETTINGS,
+                         tmp_path / "store.sqlite", prepared.append)
+    assert (node.job_id, node.joined, prepared) == ("slurm-4242-2", False, ["slurm-4242-2"])
+
+
 def test_without_a_shared_id_the_session_keeps_its_own(tmp_path: Path) -> None:
     node = start_or_join(tmp_path, "20261128T000000Z-1", None, NODE, {}, SETTINGS, tmp_path / "store.sqlite")
     assert (node.job_id, node.joined) == ("20261128T000000Z-1", False)
