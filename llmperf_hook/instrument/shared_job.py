@@ -16,11 +16,11 @@ end, not dead), its command is the same as ours once the node-rank options are l
 runs the same command; `--node-rank`/`--node_rank` differ), and no session of it is the same part of the launch as
 ours (SLURM_PROCID, OMPI/PMI rank, the launcher's node rank, RANK; under a scheduler's id with none of them, the
 host: the nodes of a launch are different hosts, and two runs of one command on one host are two jobs, whose rank 0
-must not write one file); else it takes `<id>-2`, `<id>-3`, ...: a
-second training run of one allocation (sequential, or beside another with another command), or an id another run
-directory has: the store holds it from there (refine_runs.job_id is the store's key) or a session there claimed it
-(job_ids/<id> beside the store, _held_elsewhere). The last session of a job to end
-refines it (the others' ranks may still be writing their last records).
+must not write one file); else it takes `<id>-2`, `<id>-3`, ...: a second training run of one allocation
+(sequential, or beside another with another command), or an id another run directory has: the store holds it from
+there (refine_runs.job_id is the store's key) or a session there claimed it (job_ids/<id> beside the store,
+_held_elsewhere). The last session of a job to end refines it (the others' ranks may still be writing their last
+records).
 """
 
 from __future__ import annotations
