@@ -55,8 +55,6 @@ class PassCost:
     exposed_comm_s: dict[str, float]
     host_wait_s: float = 0.0
     """Time the GPU waits for the host to issue ops (pass host-bound: ops x per-op host cost > GPU time)."""
-    host_lead_s: float = 0.0
-    """GPU time still queued when the host has issued the pass's last op (GPU-bound pass: GPU time - host issue)."""
 
 
 def _comm_kind(op: Op) -> str:
@@ -156,7 +154,7 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
                host_per_op_s: float = 0.0) -> PassCost:
     """A chunk's pass: GPU time of its blocks, lengthened where the host cannot issue kernels fast enough
     (each block is an in-order launch queue, `predict.host_issue.queued_pass_s`)."""
-    total = compute = recompute = wait = host = 0.0
+    total = compute = recompute = wait = 0.0
     exposed: dict[str, float] = defaultdict(float)
     side_stream = lambda op: hidden_comm(op, tp_overlap)  # noqa: E731
     for block in chunk.blocks:
@@ -164,14 +162,22 @@ def chunk_pass(chunk: ChunkOps, seconds: dict[str, float], tp_overlap: bool, bac
         cost = block_pass(ops, seconds, tp_overlap)
         queued = queued_pass_s(ops, lambda op: seconds[op_id(op)], host_per_op_s, side_stream) if host_per_op_s else 0.0
         wait += max(0.0, queued - cost.total_s) * block.count
-        host += pass_host_s(ops, host_per_op_s, side_stream) * block.count if host_per_op_s else 0.0
         total += cost.total_s * block.count
         compute += cost.compute_s * block.count
         recompute += cost.recompute_s * block.count
         for kind, t in cost.exposed_comm_s.items():
             exposed[kind] += t * block.count
-    lead = max(0.0, total + wait - host) if host_per_op_s else 0.0
-    return PassCost(total + wait, compute, recompute, dict(exposed), wait, lead)
+    return PassCost(total + wait, compute, recompute, dict(exposed), wait)
+
+
+def backward_lead_s(chunk: ChunkOps, cost: PassCost, tp_overlap: bool, host_per_op_s: float) -> float:
+    """GPU time of `chunk`'s backward pass (`cost`) still queued when the host has issued its last op: the pass's GPU
+    time less its host issue (predict/host_issue.pass_host_s), 0 for a host-bound pass or without a host model."""
+    if host_per_op_s <= 0.0:
+        return 0.0
+    side_stream = lambda op: hidden_comm(op, tp_overlap)  # noqa: E731
+    host = sum(pass_host_s(block.bwd, host_per_op_s, side_stream) * block.count for block in chunk.blocks)
+    return max(0.0, cost.total_s - host)
 
 
 def _bucket_fraction(cfg: TrainingConfig, stage: StageGraph) -> float:
@@ -251,14 +257,17 @@ def step_bookkeeping_s(op: Op, gpu_s: float, lead_s: float, host_per_op_s: float
     return max(gpu_s, issue_s - min(lead_s, LAUNCH_QUEUE_DEPTH * per_launch_s))
 
 
-def _queued_at_step_s(cfg: TrainingConfig, last_backward: PassCost) -> float:
+def _queued_at_step_s(cfg: TrainingConfig, stage: StageGraph, last_backward: PassCost, host_per_op_s: float) -> float:
     """GPU time still queued when the step starts: the last backward's lead, or none for DeepSpeed ZeRO-1/2 with
     overlap_comm, whose gradient epilogue ends the backward with a device synchronisation (stage_1_and_2.py
     independent_gradient_partition_epilogue: `if self.overlap_comm: get_accelerator().synchronize()`, reached from
     engine.allreduce_gradients at ZeRO-1 through reduce_gradients and at ZeRO-2 through
-    overlapping_partition_gradients_reduce_epilogue). Only step_bookkeeping_s's ops use it."""
+    overlapping_partition_gradients_reduce_epilogue). Only step_bookkeeping_s's ops use it: computed for the stages
+    that hold one (the last backward is chunk 0's, the first chunk a rank's backward ends with)."""
     o = cfg.optimizer
-    return 0.0 if o.zero_stage in (1, 2) and o.overlap_grad_reduce else last_backward.host_lead_s
+    if (o.zero_stage in (1, 2) and o.overlap_grad_reduce) or not any("host_launches" in op.tags for op in stage.step_ops):
+        return 0.0
+    return backward_lead_s(stage.chunks[0], last_backward, cfg.optimizer.tp_comm_overlap, host_per_op_s)
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,7 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     """Simulate the step of `graph` with op `seconds` (by op id); `host_per_op_s` = host issue time per op."""
     tp_overlap = cfg.optimizer.tp_comm_overlap
     fwd, bwd = _chunk_passes(graph, seconds, tp_overlap, host_per_op_s)
+    last_backward = [row[0] for row in bwd]  # before any partition gather is added: the pass's own queue
     p2p_s = seconds[op_id(graph.p2p)] if graph.p2p is not None else 0.0
     if graph.p2p_gather is not None:
         fwd, bwd = _with_partition_gathers(fwd, bwd, seconds[op_id(graph.p2p_gather)])
@@ -282,8 +292,9 @@ def compose_step(graph: OpGraph, seconds: dict[str, float], cfg: TrainingConfig,
     f_s = [[c.total_s for c in row] for row in fwd]
     b_s = [[c.total_s for c in row] for row in bwd]
     sim, sim_free = _simulate(cfg, f_s, b_s, p2p_s, m, detail)
-    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i]), _queued_at_step_s(cfg, bwd[i][0]),
-                                host_per_op_s) for i, s in enumerate(graph.stages)]
+    step_costs = [step_ops_cost(s, seconds, cfg, sum(b_s[i]), sum(f_s[i]),
+                                _queued_at_step_s(cfg, s, last_backward[i], host_per_op_s), host_per_op_s)
+                  for i, s in enumerate(graph.stages)]
     sync_end = [sim.end_s[i] + c.grad_exposed_s + c.embedding_s for i, c in enumerate(step_costs)]
     critical = max(range(len(sync_end)), key=lambda i: sync_end[i])
     optimizer_s = max(c.optimizer_s for c in step_costs)
@@ -344,8 +355,7 @@ def _with_partition_gathers(fwd: list[list[PassCost]], bwd: list[list[PassCost]]
             return cost
         exposed = dict(cost.exposed_comm_s)
         exposed["pp_gather"] = exposed.get("pp_gather", 0.0) + n * gather_s
-        return PassCost(cost.total_s + n * gather_s, cost.compute_s, cost.recompute_s, exposed, cost.host_wait_s,
-                        cost.host_lead_s)
+        return PassCost(cost.total_s + n * gather_s, cost.compute_s, cost.recompute_s, exposed, cost.host_wait_s)
 
     fwd = [[add(c, int(i > 0)) for c in row] for i, row in enumerate(fwd)]
     bwd = [[add(c, 2 * int(i < last)) for c in row] for i, row in enumerate(bwd)]
