@@ -38,7 +38,7 @@ def own_parser_default(script: str, option: str, exact: bool = False) -> ScriptD
     its dashes, or only as written with `exact`); None when the script is not a readable Python file with a parser
     of its own (Megatron's parser, or none built in the file), so that the framework's own rule holds."""
     tree = script_tree(script) if script.endswith(".py") else None
-    if tree is None or _imports_megatron(tree) or not _builds_argument_parser(tree):
+    if tree is None or not parses_its_own_flags(tree):
         return None
     spellings = {option} if exact else {option, "--" + option[2:].replace("-", "_"), "--" + option[2:].replace("_", "-")}
     found = {_stated_default(call) for call in ast.walk(tree) if isinstance(call, ast.Call) and
@@ -76,6 +76,14 @@ def own_parser_shape(script: str) -> bool:
     return True
 
 
+def parses_its_own_flags(tree: ast.AST) -> bool:
+    """The script builds an `argparse.ArgumentParser` itself (not Hugging Face's HfArgumentParser of dataclass
+    fields) and imports nothing of Megatron (whose parse_args would run instead): its own parser defines its options
+    and their defaults. The one rule for frameworks (here) and tune/script_options."""
+    called = {_name(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return "ArgumentParser" in called and "HfArgumentParser" not in called and not _imports_megatron(tree)
+
+
 def _imports_megatron(tree: ast.AST) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "megatron" for a in node.names):
@@ -83,12 +91,6 @@ def _imports_megatron(tree: ast.AST) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "megatron" and not node.level:
             return True
     return False
-
-
-def _builds_argument_parser(tree: ast.AST) -> bool:
-    """An `argparse.ArgumentParser(...)` / `ArgumentParser(...)` call, and no HfArgumentParser."""
-    called = {_name(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return "ArgumentParser" in called and "HfArgumentParser" not in called
 
 
 def _name(node: ast.AST) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from llmperf_hook.frameworks.script_defaults import parses_its_own_flags
 from llmperf_hook.frameworks.script_tree import script_parse_error, script_tree
 
 DEEPSPEED_CONFIG_OPTIONS = frozenset({"--deepspeed", "--deepspeed_config", "--deepscale", "--deepscale_config"})
@@ -65,7 +66,7 @@ def _tree(script: str) -> ast.Module | str | None:
 
 def _read(tree: ast.Module, shown: str) -> ScriptOptions | None:
     """The options of a parsed script (None: Megatron's or Hugging Face's parser, or none built in the file)."""
-    if _imports_megatron(tree) or not _builds_argument_parser(tree):
+    if not parses_its_own_flags(tree):
         return None
     options: set[str] = set()
     unread = 0
@@ -95,21 +96,6 @@ def _option_names(call: ast.Call) -> set[str] | None:
     if _dotted(action).endswith("BooleanOptionalAction"):
         names |= {"--no-" + n[2:] for n in names if n.startswith("--")}
     return names
-
-
-def _imports_megatron(tree: ast.AST) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "megatron" for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "megatron" and not node.level:
-            return True
-    return False
-
-
-def _builds_argument_parser(tree: ast.AST) -> bool:
-    """An `argparse.ArgumentParser(...)` / `ArgumentParser(...)` call, and no HfArgumentParser (dataclass fields)."""
-    called = {_dotted(n.func).rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return "ArgumentParser" in called and "HfArgumentParser" not in called
 
 
 def _dotted(node: ast.AST | None) -> str:
