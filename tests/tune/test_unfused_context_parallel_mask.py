@@ -18,7 +18,7 @@ def _masks(*extra: str) -> dict:
     cfg = resolve_command([*MEGATRON, *extra], {}, cluster="dgx-h100")[1]
     cols = {name: np.array([1, 1]) for name in ("sp", "pp", "rc", "vpp", "distopt")}
     cols["cp"] = np.array([1, 2])
-    return _kept_flag_masks(cfg, cols)
+    return _kept_flag_masks(cfg, cols, 8)  # the world of --nproc-per-node 8
 
 
 def test_unfused_under_te_masks_cp_above_one() -> None:
