@@ -15,7 +15,7 @@ from typing import Any
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.flags import FlagValues
 from llmperf_hook.frameworks.megatron_mla_mtp import resolve_mla, resolve_mtp, resolve_shared_experts
-from llmperf_hook.frameworks.script_defaults import ScriptDefault, own_parser_default, with_own_defaults
+from llmperf_hook.frameworks.script_defaults import ScriptDefault, own_parser_default
 from llmperf_hook.frameworks.training_config import ModelShape, MoeDispatch
 from llmperf_hook.frameworks.vocab import megatron_vocab
 from llmperf_hook.provenance import Source, SourceKind
@@ -238,9 +238,9 @@ def _gated_mlp(flags: FlagValues, swiglu: bool, warnings: list[str]) -> bool:
 
 def resolve_megatron_shape(flags: FlagValues, tp: int, src: dict[str, Source], warnings: list[str], ds_flavour: bool = False,
                            script: str = "") -> ModelShape:
-    """Build the ModelShape; fills `src` for every shape key. `script`: the training script, whose own argparse
-    parser (when it has one, frameworks/script_defaults.py) replaces Megatron's requirements."""
-    flags = with_own_defaults(flags, script, ("max_position_embeddings", "vocab_size"))
+    """Build the ModelShape; fills `src` for every shape key. `script`: the training script; when it parses its own
+    flags, megatron.resolve_megatron has filled in its parser's defaults (frameworks/script_defaults.py) and its
+    position table follows the script's rule, not Megatron's requirement (_seq_and_positions)."""
     if flags.has("num_layers") and flags.has("encoder_num_layers"):
         raise ConfigError(f"{flags.seen_flags['num_layers']} and {flags.seen_flags['encoder_num_layers']} are both given; "
                           "Megatron refuses it ('cannot have both num-layers and encoder-num-layers specified'). Keep one.")
