@@ -61,10 +61,8 @@ class Row:
 
 def device_presets(folder: Path) -> tuple[str, str]:
     """(hardware preset, cluster preset) of the folder's GPU: the samples' hardware name, and the shipped cluster
-    whose nodes hold that GPU."""
-    import yaml
-
-    from llmperf_hook.resources import configs_dir
+    whose nodes hold that GPU (api.home_cluster: the one predict assumes for --hardware alone)."""
+    from llmperf_hook.api import home_cluster
 
     meta = folder / "op_samples_meta.json"
     if meta.exists():
@@ -74,11 +72,10 @@ def device_presets(folder: Path) -> tuple[str, str]:
         if not predictions:
             sys.exit(f"{folder}: neither op_samples_meta.json nor runs/*/prediction.json names the hardware")
         hardware = json.loads(predictions[0].read_text())["cluster"]["gpu"]
-    clusters = sorted(p.stem for p in (configs_dir() / "clusters").glob("*.yaml")
-                      if yaml.safe_load(p.read_text()).get("gpu") == hardware)
-    if not clusters:
+    cluster = home_cluster(hardware)
+    if cluster is None:
         sys.exit(f"no cluster preset in configs/clusters has gpu: {hardware}")
-    return hardware, clusters[0]
+    return hardware, cluster
 
 
 def _analytic_hardware(tmp: Path, hardware: str) -> str:

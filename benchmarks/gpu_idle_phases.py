@@ -3,8 +3,9 @@
     python benchmarks/gpu_idle_phases.py TRACE.json.gz [...]      (traces by benchmarks/kernel_breakdown.py KB_TRACE)
 
 Each device activity (kernel, memset, memcpy) belongs to the phase whose host call launched it, found through the
-trace's correlation ids: a launch on PyTorch's autograd thread is the backward; a launch on the main thread is the
-forward before the backward's first launch and the optimizer step after its last one. Per phase it prints the span
+trace's correlation ids: the backward runs from the first to the last launch of PyTorch's autograd thread (the
+busiest thread beside the one that ran the step's first op); a launch before it is the forward's, one after it the
+optimizer step's. Per phase it prints the span
 on the device (first start to last end), the device busy time inside it (the union of its activities), the idle
 rest, and the launches per phase (the host's issue count). Idle time in a phase means the device waited for the host:
 the launch queue was empty (a synchronisation, or Python slower than the kernels it issues).
