@@ -87,6 +87,7 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
                     "unfused_classes": UNFUSED_CLASSES, "peak_layouts": ",".join(GEMM_LAYOUTS),
                     "fitted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "license": "own measurements"},
         models=tuple(entries), notes=tuple(notes), unfitted=unfitted)
+    earlier = fitted_samples_of(llmperf_home() / "profiles" / name)
     profile_dir = write_profile(llmperf_home() / "profiles" / name, meta, texts)
     yaml_path = _hardware_yaml(req, name, rc, rooflines)
     phase_ends_s = [("fitting and writing", time.perf_counter())]
@@ -99,14 +100,89 @@ def fit_and_write(req: ProfileRequest, name: str, rc: RooflineConstants, fp: str
         notes += time_box_notes(path, dtypes)
         phase_ends_s.append(("framework cost", time.perf_counter()))
     elif req.device == "cpu":
-        from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
-
-        (profile_dir / FILE_NAME).unlink(missing_ok=True)  # measured against an earlier fit: stale now
-        notes.append(f"framework cost on the CPU (profile/cpu_framework.py) not measured: it needs --budget >= "
-                     f"{MIN_BUDGET_MIN:g} min; predictions on this CPU use the operator profile alone")
+        notes.append(framework_file_after_refit(profile_dir, earlier, entries))
     return ProfileResult(name, profile_dir, yaml_path, measured, skipped,
                          tuple(f"{e.op_class}/{e.phase}/{e.dtype}" for e in entries), plan_note, tuple(notes), budget,
                          tuple(phase_ends_s))
+
+
+SampleSet = dict[tuple[str, str, str], tuple[int, tuple[tuple[str, float, float], ...]]]
+"""{(class, phase, dtype): (samples, ((dim, low, high), ...))} of a profile's models: what each was fitted from."""
+
+
+def fitted_samples_of(directory: Path) -> SampleSet | None:
+    """The sample set of every model in `directory`/profile.json, read leniently (the refit that a profile without
+    its digest names must still compare), or None when it cannot be read."""
+    try:
+        models = json.loads((directory / "profile.json").read_text())["models"]
+        return {(str(m["op_class"]), str(m["phase"]), str(m["dtype"])): _sample_set(m["num_samples"], m["train_ranges"])
+                for m in models}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _sample_set(num: object, ranges: Mapping[str, object]) -> tuple[int, tuple[tuple[str, float, float], ...]]:
+    return int(num), tuple((str(k), float(lo), float(hi)) for k, (lo, hi) in sorted(ranges.items()))
+
+
+def framework_file_after_refit(profile_dir: Path, earlier: SampleSet | None, entries: Collection) -> str:
+    """A refit too short to measure the framework cost (--budget < MIN_BUDGET_MIN) keeps the framework file when
+    every dtype it covers was refitted from the samples the earlier models were fitted from (same classes, and per
+    class the same number of samples over the same ranges: no shape measured or recorded since), the usual case of
+    the refit that a profile without its digest names: the cost was measured against regressors of those samples.
+    Else the file is removed: its compute scale and residuals were measured against regressors that changed. Says
+    which it did."""
+    from llmperf_hook.profile.cpu_framework import FILE_NAME, MIN_BUDGET_MIN
+    from llmperf_hook.profile.cpu_framework_readings import put_back_replaced
+
+    path = profile_dir / FILE_NAME
+    put_back_replaced(path)  # a --budget 3 run killed while it measured left the file aside
+    covered = _framework_dtypes(path)
+    measure = (f"`llmperf profile --device cpu --budget {MIN_BUDGET_MIN:g} --name {profile_dir.name}` measures it "
+               f"(it needs --budget >= {MIN_BUDGET_MIN:g} min)")
+    if covered is None:
+        return (f"framework cost on the CPU (profile/cpu_framework.py) not measured: {measure}; predictions on this "
+                f"CPU use the operator profile alone")
+    now: SampleSet = {(e.op_class, e.phase, e.dtype): _sample_set(e.num_samples, e.train_ranges) for e in entries}
+    changed = {dt: why for dt in covered if (why := _changes(earlier, now, dt))} if covered else \
+        {"all dtypes": "the file cannot be read"}
+    if not changed:
+        return (f"framework cost kept ({path}, {', '.join(covered)}): this refit measured no new shape for "
+                f"{'that dtype' if len(covered) == 1 else 'those dtypes'}, so their regressors are fitted from the "
+                f"samples the cost was measured against")
+    path.unlink(missing_ok=True)
+    return (f"framework cost removed ({path}): it was measured against the earlier fit, and this refit changed "
+            f"{'; '.join(f'{dt} ({why})' for dt, why in sorted(changed.items()))}; predictions on this CPU use the "
+            f"operator profile alone until {measure}")
+
+
+def _framework_dtypes(path: Path) -> list[str] | None:
+    """The dtypes a framework file covers ([] for an unreadable one), None without one."""
+    if not path.is_file():
+        return None
+    try:
+        return sorted(str(dt) for dt in json.loads(path.read_text())["dtypes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _changes(earlier: SampleSet | None, now: SampleSet, dtype: str) -> str:
+    """What differs between the sample sets of `dtype`'s models ("" when nothing does)."""
+    if earlier is None:
+        return "the earlier profile.json could not be read to compare"
+    before = {k[:2]: v for k, v in earlier.items() if k[2] == dtype}
+    after = {k[:2]: v for k, v in now.items() if k[2] == dtype}
+    diffs = []
+    for c, p in sorted(set(before) | set(after)):
+        old, new = before.get((c, p)), after.get((c, p))
+        if old != new:
+            same_count = old is not None and new is not None and old[0] == new[0]
+            diffs.append(f"{c}/{p} {_count(old)} -> {_count(new)} samples{', other ranges' if same_count else ''}")
+    return ", ".join(diffs)
+
+
+def _count(entry: tuple | None) -> str:
+    return "no model" if entry is None else str(entry[0])
 
 
 def unfitted_groups(groups: Mapping[tuple[str, str, str], Samples], asked: Collection[tuple[str, str]],
