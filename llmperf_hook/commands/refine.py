@@ -78,6 +78,7 @@ def _preset_names(hardware: str | None, cluster: str | None) -> tuple[str | None
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def command(run_dir: str | None, hardware: str | None, cluster: str | None, framework: str | None, fmt: str) -> None:
     """Ingest an instrumented run into the store, refit the per-op models and the cluster calibration."""
+    from llmperf_hook.instrument.shared_job import release_claims
     from llmperf_hook.refine.refine_run import refine_run, render_refine_report, report_json
 
     hardware, cluster = _preset_names(hardware, cluster)
@@ -88,6 +89,7 @@ def command(run_dir: str | None, hardware: str | None, cluster: str | None, fram
     path = Path(run_dir) if run_dir else newest_run_dir()
     check_has_jobs(path)
     report = refine_run(path, hardware=hardware, cluster=cluster, framework=framework)
+    release_claims(Path(report.store_path))  # instrument/shared_job.py: finished jobs' claims the store now holds
     if fmt == "json":
         click.echo(json.dumps(report_json(report), indent=1))
     else:

@@ -47,7 +47,7 @@ from llmperf_hook.instrument.bootstrap import write_hook_dir
 from llmperf_hook.instrument.config import HookConfig, write_hook_config
 from llmperf_hook.instrument.hook_reach import job_has_record, no_step_hint
 from llmperf_hook.instrument.jsonl_writer import shared_lock
-from llmperf_hook.instrument.shared_job import end_node, shared_job_id, start_or_join
+from llmperf_hook.instrument.shared_job import end_node, heartbeat, release_claims, shared_job_id, start_or_join
 
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -216,7 +216,11 @@ def run_instrumented_job(argv: Sequence[str], *, env: Mapping[str, str], steps: 
     for warning in hook_reach_warnings(argv):
         print(f"llmperf: warning: {warning}", file=sys.stderr)
     remember_latest_run(path)
-    end = launch_and_wait(_keep_hook_in_env_command(argv, hook_dir), child_env)
+    stop_heartbeat = heartbeat(node.node_file)  # other hosts' sessions see this one alive (shared_job._state)
+    try:
+        end = launch_and_wait(_keep_hook_in_env_command(argv, hook_dir), child_env)
+    finally:
+        stop_heartbeat()
     try:  # the job has ended: nothing after this may change its exit code (which is ours)
         _record_end(path, job_dir, job_id, session, end, stop_after, end_node(node, end.exit_code))
     except Exception as err:  # noqa: BLE001 - e.g. the run directory removed or replaced while the job ran
@@ -434,6 +438,7 @@ def _refine_quietly(run_dir: Path, job_id: str) -> None:
         report = refine_run(run_dir, job_ids=(job_id,))
         if report.jobs:  # else the job wrote no record: _record_end said so
             print(render_refine_report(report), file=sys.stderr)
+        release_claims(Path(report.store_path))  # this job's claim, now that the store holds it; older finished ones
     except UsageError as err:  # nothing to refine (the job never reached an optimizer step): rerunning won't help
         print(f"llmperf: nothing refined: {err}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - the job's exit code is what matters here

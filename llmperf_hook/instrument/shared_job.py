@@ -9,6 +9,11 @@ Now a session takes the id the launch already has, the same on every node:
   runs of one allocation are two steps), PBS_JOBID, LSB_JOBID (+ LSB_JOBINDEX), FLUX_JOB_ID;
 - else the elastic run id: TORCHELASTIC_RUN_ID in the environment, or torchrun's `--rdzv-id` / `--rdzv_id`
   (torch/distributed/run.py: default "none", which names nothing);
+- else, for `deepspeed --no_ssh` (every node runs the launcher itself, told its --node_rank; runner.py hands
+  --master_addr/--master_port to each node's deepspeed.launcher.launch), the rendezvous address every node is given:
+  `deepspeed-<master_addr>-<master_port>` (master_port default 29500, TORCH_DISTRIBUTED_DEFAULT_PORT; without
+  --master_addr runner.py takes the hostfile's first host). Node 0 listens there for the whole job, so no two
+  running launches share it; a later launch reusing it finds the earlier job ended and takes `-2`, ... as below;
 - else the session's own id, as before.
 Every session of a job registers under jobs/<id>/nodes/<host>-<pid>-<ns>.json, under an flock of jobs/.lock.
 A session joins the job folder of that id only when the job is still running there (a node session without its
@@ -21,6 +26,17 @@ must not write one file); else it takes `<id>-2`, `<id>-3`, ...: a second traini
 there (refine_runs.job_id is the store's key) or a session there claimed it (job_ids/<id> beside the store,
 _held_elsewhere). The last session of a job to end refines it (the others' ranks may still be writing their last
 records).
+
+When a session ended: its node record says so (`ended_unix_s`). A session killed without it is ended when its pid
+is gone (this host), or, on another host, when it has not signalled for STALE_AFTER_S: every session touches its
+node file every HEARTBEAT_S while its job runs (`heartbeat`), so a session that crashed (or whose node was lost)
+stops counting as running after STALE_AFTER_S instead of forever; `session_states` says which, for refine.
+
+Claims (job_ids/<id>) are removed by `release_claims` only when provably finished: the claimed run directory's job
+folder is readable here and every session in it ended (as above), or that run directory is gone from this, the
+claim's host; and then either the store holds the job's refined run from that run directory (its row keeps the id
+held, as the claim did) or the claim is older than CLAIM_KEEP_S. A claim of another host's node-local run directory
+(not readable here) is never removed, nor one whose job has a session still running.
 """
 
 from __future__ import annotations
@@ -45,6 +61,17 @@ NODE_RANK_OPTIONS = ("--node-rank", "--node_rank")
 """torchrun (--node-rank, --node_rank) and the deepspeed launcher (--node_rank): the one word nodes differ in."""
 RDZV_ID_OPTIONS = ("--rdzv-id", "--rdzv_id")
 MAX_SUFFIX = 1000
+DEEPSPEED_DEFAULT_MASTER_PORT = "29500"
+"""runner.py --master_port's default (deepspeed.constants.TORCH_DISTRIBUTED_DEFAULT_PORT)."""
+HEARTBEAT_S = 60.0
+"""How often a running session touches its node file (the mtime is what another host reads)."""
+STALE_AFTER_S = 600.0
+"""A session of another host without its end record that has not touched its node file for this long is ended
+(crashed, killed, or its node lost): ten heartbeats, well above an NFS client's attribute cache (acregmax 60 s by
+default, nfs(5)) and a hung mount's minute."""
+CLAIM_KEEP_S = 7 * 24 * 3600.0
+"""A finished job's claim that no refined run in the store replaces is kept this long (for a `llmperf refine DIR`
+by hand later; scheduler ids do not come back within a week)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,43 @@ def shared_job_id(env: Mapping[str, str], argv: Sequence[str]) -> SharedId | Non
     rdzv = option_value(argv, RDZV_ID_OPTIONS)
     if rdzv and rdzv != "none":
         return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)", True)
-    return None
+    return deepspeed_no_ssh_id(argv)
+
+
+def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
+    """`deepspeed --no_ssh --node_rank N ...` run on every node (module docstring): the rendezvous address the nodes
+    are given, None for any other command, or when its options cannot be read (the prediction said why)."""
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS
+    from llmperf_hook.launch.options import scan_options
+
+    start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "deepspeed"), None)
+    if start is None:
+        return None
+    try:
+        values = scan_options(argv, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
+    except LlmperfError:
+        return None
+    if "no_ssh" not in values:
+        return None
+    addr, said = values.get("master_addr", ""), "--master_addr"
+    if not addr:  # runner.py: 'hostname -I' of the first host, which every node's hostfile names alike
+        addr, said = _first_host(values.get("hostfile", "")), "the hostfile's first host"
+    if not addr:
+        return None
+    port = values.get("master_port", DEEPSPEED_DEFAULT_MASTER_PORT)
+    return SharedId(f"deepspeed-{_safe(addr)}-{_safe(port)}",
+                    f"deepspeed --no_ssh: {said} {addr}, --master_port {port} (command), the nodes' rendezvous")
+
+
+def _first_host(hostfile: str) -> str:
+    from llmperf_hook.errors import LlmperfError
+    from llmperf_hook.launch.deepspeed_launcher import DEFAULT_HOSTFILE, read_hostfile
+
+    try:
+        return next(iter(read_hostfile(hostfile or DEFAULT_HOSTFILE)), "")
+    except LlmperfError:
+        return ""
 
 
 def option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:
@@ -143,14 +206,15 @@ def _jobs_lock(jobs_dir: Path) -> Iterator[None]:
 
 
 def _node_records(job_dir: Path) -> list[dict[str, Any]]:
+    """The job's node records, each with `touched_unix_s`: its file's mtime, the session's last heartbeat."""
     records = []
     for path in sorted((job_dir / "nodes").glob("*.json")):
         try:
-            record = json.loads(path.read_text())
+            record, touched = json.loads(path.read_text()), path.stat().st_mtime
         except (OSError, ValueError):
             continue
         if isinstance(record, dict):
-            records.append(record)
+            records.append({**record, "touched_unix_s": touched})
     return records
 
 
@@ -165,27 +229,83 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
-def _running(record: Mapping[str, Any]) -> bool:
-    """A node session without its end that is not known dead (a session of this host whose pid is gone, or now
-    names a process started at another time)."""
-    pid = record.get("pid")
+@dataclass(frozen=True)
+class SessionState:
+    """One node session of a job, as another session (or refine) sees it."""
+
+    hostname: str
+    pid: int | None
+    state: str
+    """`ended` (its end record), `running`, `dead` (this host: its pid is gone or names another process, no end
+    record: killed), `stale` (another host: no end record and no heartbeat for STALE_AFTER_S)."""
+    quiet_s: float
+    """Seconds since its node file was last written or touched (its last heartbeat)."""
+
+
+def _state(record: Mapping[str, Any], now_s: float) -> str:
     if "ended_unix_s" in record:
-        return False
+        return "ended"
+    pid = record.get("pid")
     if record.get("hostname") != socket.gethostname() or not isinstance(pid, int):
-        return True  # another host's session: only its end record says it ended
+        touched = record.get("touched_unix_s")
+        return "stale" if isinstance(touched, float) and now_s - touched > STALE_AFTER_S else "running"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "dead"
     except OSError:  # alive, and another user's
         pass
     started = record.get("pid_start_ticks")
-    return started is None or process_start_ticks(pid) in (None, started)
+    return "running" if started is None or process_start_ticks(pid) in (None, started) else "dead"
+
+
+def _running(record: Mapping[str, Any], now_s: float | None = None) -> bool:
+    """A node session without its end that is not known dead (a session of this host whose pid is gone, or now
+    names a process started at another time) or stale (another host's, silent for STALE_AFTER_S)."""
+    return _state(record, time.time() if now_s is None else now_s) == "running"
+
+
+def session_states(job_dir: Path) -> list[SessionState]:
+    """Every node session of the job in `job_dir` (jobs/<id>), oldest first."""
+    records = sorted(_node_records(job_dir), key=lambda r: r.get("started_unix_s") or 0.0)
+    now_s = _filesystem_now(job_dir.parent)
+    return [SessionState(str(r.get("hostname")), r.get("pid") if isinstance(r.get("pid"), int) else None,
+                         _state(r, now_s), max(0.0, now_s - r["touched_unix_s"])) for r in records]
+
+
+def _filesystem_now(jobs_dir: Path) -> float:
+    """Now on the clock that stamps the node files' mtimes: on a network mount the file server's, whatever this
+    host's clock says (utime with no times asks the server to set its own time; nfs(5)). Read by touching
+    jobs/.lock; this host's clock where that cannot be written."""
+    try:
+        lock = jobs_dir / ".lock"
+        os.utime(lock)
+        return lock.stat().st_mtime
+    except OSError:
+        return time.time()
+
+
+def heartbeat(node_file: Path, every_s: float = HEARTBEAT_S) -> Callable[[], None]:
+    """Touch `node_file` every `every_s` from a daemon thread while the job runs (so other hosts see this session
+    alive, _state); returns the function that stops it. Best effort: a failed touch is tried again next time."""
+    import threading
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            try:
+                os.utime(node_file)
+            except OSError:
+                pass
+
+    threading.Thread(target=beat, name="llmperf-heartbeat", daemon=True).start()
+    return stop.set
 
 
 def _can_join(job_dir: Path, command: Mapping[str, Any], part: str | None) -> bool:
-    records = _node_records(job_dir)
-    return (any(_running(r) for r in records) and all(r.get("command") == command for r in records)
+    records, now_s = _node_records(job_dir), _filesystem_now(job_dir.parent)
+    return (any(_running(r, now_s) for r in records) and all(r.get("command") == command for r in records)
             and all(part is None or r.get("part") != part for r in records))
 
 
@@ -280,10 +400,63 @@ def end_node(node: NodeSession, exit_code: int) -> list[str]:
         except (OSError, ValueError):
             record = {"hostname": socket.gethostname(), "pid": os.getpid()}
         _write_json(node.node_file, {**record, "exit_code": exit_code, "ended_unix_s": time.time()})
-        return sorted({str(r.get("hostname")) for r in _node_records(job_dir) if _running(r)})
+        now_s = _filesystem_now(job_dir.parent)
+        return sorted({str(r.get("hostname")) for r in _node_records(job_dir) if _running(r, now_s)})
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data) + "\n")
     os.replace(tmp, path)
+
+
+def release_claims(store_file: Path | None = None, now_s: float | None = None) -> list[str]:
+    """Remove the job-id claims beside the store that are provably finished (module docstring: the rule); the ids
+    whose claim was removed. Best effort: nothing here may fail a refine."""
+    import sqlite3
+
+    try:
+        if store_file is None:
+            from llmperf_hook.store import default_store_path
+
+            store_file = default_store_path()
+        claims = sorted((store_file.parent / "job_ids").iterdir())
+    except (OSError, ImportError):
+        return []
+    now_s = time.time() if now_s is None else now_s
+    released = []
+    for claim in claims:
+        try:
+            host, _, run_dir = claim.read_text().strip().partition(":")
+            age_s = now_s - claim.stat().st_mtime
+            if _claim_finished(claim.name, host, Path(run_dir), age_s) and (
+                    age_s > CLAIM_KEEP_S or _refined_from(store_file, claim.name, run_dir)):
+                claim.unlink()
+                released.append(claim.name)
+        except (OSError, ValueError, sqlite3.Error):
+            continue
+    return released
+
+
+def _claim_finished(job_id: str, host: str, run_dir: Path, age_s: float) -> bool:
+    """Whether the claimed job provably runs nowhere: its folder is readable here (this host's run directory, or a
+    shared one where a session of the claim's host registered) and every session in it ended; or, on the claim's
+    host, the run directory or the job's folder is gone, the claim older than STALE_AFTER_S (a session claims an
+    id just before it makes the folder)."""
+    job_dir = run_dir / "jobs" / job_id
+    records = _node_records(job_dir)
+    here = host == socket.gethostname()
+    if records and (here or any(r.get("hostname") == host for r in records)):
+        now_s = _filesystem_now(job_dir.parent)
+        return not any(_running(r, now_s) for r in records)
+    return here and not job_dir.exists() and age_s > STALE_AFTER_S
+
+
+def _refined_from(store_file: Path, job_id: str, run_dir: str) -> bool:
+    import sqlite3
+
+    if not store_file.is_file():
+        return False
+    with closing(sqlite3.connect(f"file:{store_file}?mode=ro", uri=True, timeout=5)) as conn:
+        row = conn.execute("SELECT run_dir FROM refine_runs WHERE job_id = ?", (job_id,)).fetchone()
+    return row is not None and str(row[0]) == run_dir

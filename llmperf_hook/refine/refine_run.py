@@ -168,7 +168,7 @@ def _refine_job(conn: Any, run: Any, job_id: str, hardware: str | None, cluster:
     fingerprint = fingerprint_from_config_json((prediction or {}).get("config"))
     shares = cost_shares((prediction or {}).get("breakdown"), (prediction or {}).get("config"))  # refine/transfer.py
     notes = [*_damaged_prediction_note(Path(run.path), job_id), *_completeness_notes(job),
-             *_short_run_note(Path(run.path), job_id, job)]
+             *_short_run_note(Path(run.path), job_id, job), *session_notes(Path(run.path) / "jobs" / job_id)]
     if run.num_bad_lines:
         notes.append(f"{run.num_bad_lines} unreadable or malformed line(s) in the run's rank*.jsonl files skipped "
                      f"(a rank killed mid-write, or an edited file)")
@@ -354,6 +354,27 @@ def _damaged_prediction_note(run_dir: Path, job_id: str) -> list[str]:
     return [f"{path} is not a JSON object (damaged, truncated or edited): the prediction made at launch is lost, "
             "so this run cannot be calibrated against it; its steps are stored. Rerun the job under `llmperf run "
             "--instrument` for a calibration"]
+
+
+def session_notes(job_dir: Path) -> list[str]:
+    """The job's `llmperf run` sessions that did not record their end (instrument/shared_job.py): still running (its
+    ranks may still be writing), or counted as ended without it (killed on this host, or silent on another)."""
+    from llmperf_hook.instrument.shared_job import HEARTBEAT_S, STALE_AFTER_S, session_states
+
+    notes = []
+    for s in session_states(job_dir):
+        who = f"the llmperf run on {s.hostname} (pid {s.pid})"
+        if s.state == "running":
+            notes.append(f"{who} has not recorded its end: it still runs (last heard of {s.quiet_s:.0f} s ago), so "
+                         "its ranks may still be writing; refine again when it ends")
+        elif s.state == "dead":
+            notes.append(f"{who} ended without recording its end (its process is gone: killed, or crashed): counted "
+                         "as ended; its ranks' records so far are used")
+        elif s.state == "stale":
+            notes.append(f"{who} never recorded its end and has been silent for {s.quiet_s / 60:.0f} min (a running "
+                         f"session signals every {HEARTBEAT_S:.0f} s; {STALE_AFTER_S / 60:.0f} min of silence count as "
+                         "ended): crashed, killed, or its node lost; counted as ended, its ranks' records so far used")
+    return notes
 
 
 def _short_run_note(run_dir: Path, job_id: str, job: JobSteps) -> list[str]:

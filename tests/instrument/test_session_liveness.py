@@ -1,0 +1,174 @@
+"""When a node session of a multi-node job counts as ended, which job-id claims are removed, and the job id of
+`deepspeed --no_ssh` launches (instrument/shared_job.py; refine_run.session_notes says it in refine's report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from pathlib import Path
+
+from llmperf_hook.instrument.shared_job import (CLAIM_KEEP_S, STALE_AFTER_S, SharedId, end_node, heartbeat,
+                                                 release_claims, session_states, shared_job_id, start_or_join)
+from llmperf_hook.refine.refine_run import session_notes
+
+SETTINGS = {"steps": 5, "profile_ops": 0, "stop_after": None}
+NODE = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "n1", "train.py"]
+OTHER = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1", "train.py"]
+SHARED = SharedId("slurm-4242", "test")
+
+
+def _as_other_host(node_file: Path, silent_s: float) -> None:
+    """The session's record as another host's session wrote it, its last heartbeat `silent_s` ago."""
+    record = json.loads(node_file.read_text())
+    node_file.write_text(json.dumps({**record, "hostname": "other-node", "pid": 4242}))
+    then = time.time() - silent_s
+    os.utime(node_file, (then, then))
+
+
+def test_another_hosts_session_silent_past_the_limit_counts_as_ended(tmp_path: Path) -> None:
+    """A session on another host that crashed without its end record counted as running forever: every later run of
+    the allocation joined it, and no session ever ended last to refine. Now its silence ends it."""
+    store = tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", SHARED, NODE, {}, SETTINGS, store)
+    _as_other_host(first.node_file, STALE_AFTER_S + 60)
+    later = start_or_join(tmp_path, "own-2", SHARED, OTHER, {}, SETTINGS, store)
+    assert (later.job_id, later.joined) == ("slurm-4242-2", False)
+    [state] = session_states(tmp_path / "jobs" / "slurm-4242")
+    assert (state.hostname, state.state) == ("other-node", "stale") and state.quiet_s > STALE_AFTER_S
+    [note] = session_notes(tmp_path / "jobs" / "slurm-4242")
+    assert "other-node (pid 4242) never recorded its end and has been silent for 11 min" in note
+    assert "counted as ended" in note
+
+
+def test_another_hosts_session_that_signalled_lately_still_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", SHARED, NODE, {}, SETTINGS, store)
+    _as_other_host(first.node_file, STALE_AFTER_S - 60)
+    joining = start_or_join(tmp_path, "own-2", SHARED, OTHER, {}, SETTINGS, store)
+    assert (joining.job_id, joining.joined) == ("slurm-4242", True)
+    assert end_node(joining, 0) == ["other-node"]  # it still runs: it refines when it ends
+    [note] = session_notes(tmp_path / "jobs" / "slurm-4242")
+    assert "other-node (pid 4242) has not recorded its end: it still runs" in note
+
+
+def test_the_last_live_session_refines_beside_a_stale_one(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    first = start_or_join(tmp_path, "own-1", SHARED, NODE, {}, SETTINGS, store)
+    joining = start_or_join(tmp_path, "own-2", SHARED, OTHER, {}, SETTINGS, store)
+    _as_other_host(first.node_file, STALE_AFTER_S + 1)
+    assert end_node(joining, 0) == []
+
+
+def test_a_running_session_keeps_its_node_file_fresh(tmp_path: Path) -> None:
+    node_file = tmp_path / "node.json"
+    node_file.write_text("{}")
+    os.utime(node_file, (1.0, 1.0))
+    stop = heartbeat(node_file, every_s=0.02)
+    try:
+        deadline = time.time() + 10
+        while node_file.stat().st_mtime < 2.0 and time.time() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop()
+    assert node_file.stat().st_mtime > time.time() - 60
+
+
+def test_a_killed_session_of_this_host_is_said_ended_by_refine(tmp_path: Path) -> None:
+    first = start_or_join(tmp_path, "own-1", None, ["python", "t.py"], {}, SETTINGS, tmp_path / "store.sqlite")
+    record = json.loads(first.node_file.read_text())
+    first.node_file.write_text(json.dumps({**record, "pid_start_ticks": -1}))  # the pid names another process now
+    [note] = session_notes(first.node_file.parent.parent)
+    assert f"{socket.gethostname()} (pid {os.getpid()}) ended without recording its end" in note
+    end_node(first, 0)
+    assert session_notes(first.node_file.parent.parent) == []
+
+
+def _ds(*options: str) -> list[str]:
+    return ["deepspeed", *options, "train.py", "--deepspeed_config", "ds.json"]
+
+
+def test_deepspeed_no_ssh_nodes_share_their_rendezvous_address(tmp_path: Path) -> None:
+    """deepspeed/launcher/runner.py --no_ssh: each node runs the launcher with its --node_rank; every node is given
+    the same --master_addr/--master_port (default 29500), where node 0 listens for the whole job."""
+    node0 = _ds("--hostfile", "hf", "--no_ssh", "--node_rank", "0", "--master_addr", "10.0.0.1", "--master_port", "29600")
+    shared = shared_job_id({}, node0)
+    assert shared is not None and shared.base == "deepspeed-10.0.0.1-29600"
+    assert "--master_addr 10.0.0.1, --master_port 29600" in shared.origin
+    assert shared_job_id({}, _ds("--no_ssh", "--node_rank=1", "--master_addr=10.0.0.1")).base == "deepspeed-10.0.0.1-29500"
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("worker-7 slots=8\nworker-8 slots=8\n")
+    assert shared_job_id({}, _ds("-H", str(hostfile), "--no_ssh", "--node_rank", "1")).base == "deepspeed-worker-7-29500"
+    assert shared_job_id({}, _ds("--hostfile", str(tmp_path / "none"), "--no_ssh", "--node_rank", "1")) is None
+    assert shared_job_id({}, _ds("--num_gpus", "2", "--master_addr", "10.0.0.1")) is None  # one launcher for all nodes
+    assert shared_job_id({}, ["deepspeed", "train.py", "--no_ssh", "--master_addr", "x"]) is None  # the script's own
+    assert shared_job_id({"SLURM_JOB_ID": "7"}, node0).base == "slurm-7"  # a scheduler's id first, as for torchrun
+
+
+def test_deepspeed_no_ssh_nodes_record_one_job_and_the_next_launch_another(tmp_path: Path) -> None:
+    store, options = tmp_path / "store.sqlite", ("--no_ssh", "--master_addr", "10.0.0.1")
+    node0, node1 = _ds(*options, "--node_rank", "0"), _ds(*options, "--node_rank", "1")
+    first = start_or_join(tmp_path, "own-1", shared_job_id({}, node0), node0, {}, SETTINGS, store)
+    second = start_or_join(tmp_path, "own-2", shared_job_id({}, node1), node1, {}, SETTINGS, store)
+    assert (first.job_id, second.job_id, second.joined) == ("deepspeed-10.0.0.1-29500",) * 2 + (True,)
+    end_node(first, 0), end_node(second, 0)
+    again = start_or_join(tmp_path, "own-3", shared_job_id({}, node0), node0, {}, SETTINGS, store)
+    assert (again.job_id, again.joined) == ("deepspeed-10.0.0.1-29500-2", False)
+
+
+def _store_with(store: Path, job_id: str, run_dir: Path) -> None:
+    with sqlite3.connect(store) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS refine_runs (job_id TEXT PRIMARY KEY, run_dir TEXT)")
+        conn.execute("INSERT OR REPLACE INTO refine_runs VALUES (?, ?)", (job_id, str(run_dir)))
+    conn.close()
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_claims_are_removed_only_when_their_job_provably_finished(tmp_path: Path) -> None:
+    """The rule (shared_job module docstring): the claimed job's sessions all ended, and the store holds its refined
+    run from that run directory or the claim is older than CLAIM_KEEP_S; never a running job's, never one whose run
+    directory cannot be read here."""
+    home = tmp_path / "home"
+    store, claims = home / "store.sqlite", home / "job_ids"
+
+    def job(name: str, run_dir: str, ended: bool = True) -> None:
+        node = start_or_join(tmp_path / run_dir, "own", SharedId(name, "test"), ["python", f"{name}.py"], {},
+                             SETTINGS, store)
+        if ended:
+            end_node(node, 0)
+
+    job("refined", "a")
+    job("unrefined", "a")
+    job("old", "a")
+    job("running", "a", ended=False)
+    job("gone", "gone")
+    for name in ("refined", "running", "gone"):
+        _store_with(store, name, tmp_path / ("gone" if name == "gone" else "a"))
+    _age(claims / "old", CLAIM_KEEP_S + 60)
+    _age(claims / "running", CLAIM_KEEP_S + 60)
+    import shutil
+
+    shutil.rmtree(tmp_path / "gone")
+    _age(claims / "gone", STALE_AFTER_S + 60)
+    (claims / "node-local").write_text(f"other-node:{tmp_path / 'a'}\n")  # its /tmp/x, not this host's
+    _age(claims / "node-local", CLAIM_KEEP_S + 60)
+    assert sorted(release_claims(store)) == ["gone", "old", "refined"]
+    assert sorted(p.name for p in claims.iterdir()) == ["node-local", "running", "unrefined"]
+
+
+def test_another_hosts_claim_in_a_shared_run_directory_is_judged_by_its_sessions(tmp_path: Path) -> None:
+    home, run = tmp_path / "home", tmp_path / "shared"
+    store = home / "store.sqlite"
+    node = start_or_join(run, "own", SHARED, NODE, {}, SETTINGS, store)
+    (home / "job_ids" / "slurm-4242").write_text(f"other-node:{run}\n")
+    _store_with(store, "slurm-4242", run)
+    _as_other_host(node.node_file, 5)  # its session, still heartbeating
+    assert release_claims(store) == []
+    _as_other_host(node.node_file, STALE_AFTER_S + 60)  # silent since: crashed
+    assert release_claims(store) == ["slurm-4242"]
