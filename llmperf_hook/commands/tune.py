@@ -61,6 +61,10 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     elapsed = time.perf_counter() - started
     if search_file and _only_own_valid(result):
         click.echo(f"llmperf tune: warning: {_only_own_note(search_file, result)}", err=True)
+    from llmperf_hook.tune.render import cost_model_notes
+
+    for note in cost_model_notes(result):  # as predict says them: the step times below rest on that cost model
+        click.echo(f"llmperf tune: warning: {note}", err=True)
     header = {**_header(cfg, spec, space.source, elapsed, job), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
     if job.elastic_min_nnodes is not None and result.top:
         from llmperf_hook.tune.elastic import over_memory_at_minimum

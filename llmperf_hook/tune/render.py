@@ -184,6 +184,31 @@ def render_table(res: TuneResult, changes: Sequence[Sequence[Change]], header: M
     return "\n".join(lines)
 
 
+MFU_WARNING = "predicted MFU "
+"""How api.predict_config's implausible-MFU warning starts (api.mfu_bound)."""
+
+
+def cost_model_notes(res: TuneResult) -> list[str]:
+    """What `llmperf predict` says about its cost model, said once for the table: the warnings that every row's full
+    prediction shares (the hardware's profile and its gaps: a CPU profile without its framework cost, a roofline in
+    place of a profile, a calibration), and the highest implausible MFU among the rows with the row it is in (tune
+    printed neither, so a CPU job's table showed step times predict itself flags as likely low)."""
+    own = [("your command", res.baseline)] if res.baseline is not None else []
+    rows = own + [(f"row {i}", ev) for i, ev in enumerate(res.top, 1)]
+    if not rows:
+        return []
+    warnings = [tuple(getattr(ev.estimate, "warnings", ())) for _, ev in rows]
+    notes = [w for w in dict.fromkeys(warnings[0]) if not w.startswith(MFU_WARNING) and all(w in ws for ws in warnings)]
+    flagged = [(float(ev.estimate.mfu), label, w) for (label, ev), ws in zip(rows, warnings) for w in ws
+               if w.startswith(MFU_WARNING)]
+    if flagged:
+        _, label, worst = max(flagged)
+        others = len({lab for _, lab, _ in flagged}) - 1
+        rows_text = label + (f" and {others} other row{'s' * (others > 1)}" if others else "")
+        notes.append(f"{rows_text}: {worst}")
+    return notes
+
+
 _KNOB_NAMES = {"micro_batch_size": "micro-batch", "tp": "TP", "pp": "PP", "vpp": "VPP", "cp": "CP",
                "sequence_parallel": "SP", "recompute": "recompute", "distributed_optimizer": "distributed optimizer",
                "zero_stage": "ZeRO", "ep": "EP", "etp": "expert TP"}
