@@ -168,6 +168,10 @@ def _not_a_run_dir_hint(run: Path) -> str:
         if parent.name == "jobs" and any(parent.parent.glob("rank*.jsonl")):
             return (f"it is inside the run directory {str(parent.parent)!r} (jobs/ holds each job's prediction, "
                     f"session and hook; the records are at the top). Pass {str(parent.parent)!r}.")
+    if not (run / "jobs").is_dir() and not (run / "session.json").is_file():
+        return ("it is no run directory (`llmperf run --instrument` makes one holding jobs/ and the ranks' "
+                "rank<R>.jsonl files). Pass the folder it printed ('records in DIR'), or leave RUN_DIR out for the "
+                "latest instrumented run.")
     return "the job recorded no step (it failed before its first optimizer step, or ran without `--instrument`)."
 
 

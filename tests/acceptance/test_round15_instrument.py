@@ -55,3 +55,16 @@ def test_tune_says_what_predict_says_of_its_cost_model(tmp_path: Path, monkeypat
     assert missing in notes  # word for word as predict says it, once
     mfu = [n for n in notes if "predicted MFU" in n]
     assert len(mfu) == 1 and mfu[0].startswith("your command and ") and "above 100 % of cpu-x's measured peak" in mfu[0]
+
+
+def test_refine_of_a_folder_that_is_no_run_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`llmperf refine ~/notes` (a folder no `llmperf run --instrument` made) was told 'the job recorded no step',
+    as if a job had run there."""
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / "home"))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x\n")
+    code, _, err = run_cli(["refine", str(tmp_path / "notes")], capsys)
+    assert code == 2 and "it is no run directory" in err and "'records in DIR'" in err and "Traceback" not in err
+    (tmp_path / "run" / "jobs" / "j1").mkdir(parents=True)  # a run whose job never took a step: as before
+    code, _, err = run_cli(["refine", str(tmp_path / "run")], capsys)
+    assert code == 2 and "the job recorded no step" in err
