@@ -172,3 +172,21 @@ def test_another_hosts_claim_in_a_shared_run_directory_is_judged_by_its_sessions
     assert release_claims(store) == []
     _as_other_host(node.node_file, STALE_AFTER_S + 60)  # silent since: crashed
     assert release_claims(store) == ["slurm-4242"]
+
+
+def test_torchrun_static_rendezvous_nodes_share_its_address() -> None:
+    """torch/distributed/run.py: with the default static rendezvous every node is started with --nnodes N, its
+    --node-rank, and node 0's --master-addr/--master-port (defaults 127.0.0.1 and 29500; PET_* variables stand in
+    for absent options). Before, without a scheduler, each node recorded a job of its own ('1/2 ranks' each)."""
+    node = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1", "train.py", "--bf16"]
+    assert shared_job_id({}, node).base == "torchrun-n1-29500"
+    assert shared_job_id({}, ["torchrun", "--nnodes=2", "--node_rank=0", "--master_port=1234", "t.py"]).base == \
+        "torchrun-127.0.0.1-1234"
+    assert shared_job_id({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "h"}, ["torchrun", "t.py"]).base \
+        == "torchrun-h-29500"
+    assert shared_job_id({}, ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
+                              "t.py"]).base == "torchrun-127.0.0.1-29500"
+    c10d = ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--node-rank", "0", "t.py"]
+    assert shared_job_id({}, c10d) is None  # its nodes meet at the endpoint under --rdzv-id (joined by that id)
+    assert shared_job_id({}, ["torchrun", "--nnodes", "1", "--node-rank", "0", "t.py"]) is None
+    assert shared_job_id({}, ["torchrun", "--nnodes", "2", "t.py", "--node-rank", "1"]) is None  # the script's own

@@ -28,7 +28,7 @@ def test_the_schedulers_id_names_the_job() -> None:
     assert shared_job_id({}, [*NODE[:1], "--rdzv-id=abc", *NODE[1:]]).base == "torchrun-abc"
     assert shared_job_id({}, ["torchrun", "--rdzv_id", "none", "t.py"]) is None  # torchrun's default names nothing
     assert shared_job_id({"TORCHELASTIC_RUN_ID": "r9"}, NODE).base == "torchrun-r9"
-    assert shared_job_id({}, NODE) is None
+    assert shared_job_id({}, ["torchrun", "--nproc-per-node", "8", "train.py"]) is None  # one node: nothing to share
 
 
 def test_node_rank_options_are_what_nodes_differ_in() -> None:
