@@ -9,12 +9,9 @@ Now a session takes the id the launch already has, the same on every node:
   runs of one allocation are two steps), PBS_JOBID, LSB_JOBID (+ LSB_JOBINDEX), FLUX_JOB_ID;
 - else the elastic run id: TORCHELASTIC_RUN_ID in the environment, or torchrun's `--rdzv-id` / `--rdzv_id`
   (torch/distributed/run.py: default "none", which names nothing);
-- else, for `deepspeed --no_ssh` (every node runs the launcher itself, told its --node_rank; runner.py hands
-  --master_addr/--master_port to each node's deepspeed.launcher.launch), the rendezvous address every node is given:
-  `deepspeed-<master_addr>-<master_port>` (master_port default 29500, TORCH_DISTRIBUTED_DEFAULT_PORT; without
-  --master_addr runner.py takes the hostfile's first host), and likewise torchrun's static rendezvous per node
-  (`--nnodes N --node-rank R`: `torchrun-<master-addr>-<master-port>`). Node 0 listens there for the whole job, so no
-  two running launches share it; a later launch reusing it finds the earlier job ended and takes `-2`, ... as below;
+- else, for a launch run once per node without a scheduler (`deepspeed --no_ssh --node_rank N`, torchrun's static
+  `--node-rank N`), the rendezvous address every node is given (rendezvous_id.py): no two running launches share
+  it, and a later launch reusing it finds the earlier job ended and takes `-2`, ... as below;
 - else the session's own id, as before.
 Every session of a job registers under jobs/<id>/nodes/<host>-<pid>-<ns>.json, under an flock of jobs/.lock.
 A session joins the job folder of that id only when the job is still running there (a node session without its
@@ -62,8 +59,6 @@ NODE_RANK_OPTIONS = ("--node-rank", "--node_rank")
 """torchrun (--node-rank, --node_rank) and the deepspeed launcher (--node_rank): the one word nodes differ in."""
 RDZV_ID_OPTIONS = ("--rdzv-id", "--rdzv_id")
 MAX_SUFFIX = 1000
-DEEPSPEED_DEFAULT_MASTER_PORT = "29500"
-"""runner.py --master_port's default (deepspeed.constants.TORCH_DISTRIBUTED_DEFAULT_PORT)."""
 HEARTBEAT_S = 60.0
 """How often a running session touches its node file (the mtime is what another host reads)."""
 STALE_AFTER_S = 600.0
@@ -115,75 +110,9 @@ def shared_job_id(env: Mapping[str, str], argv: Sequence[str]) -> SharedId | Non
     rdzv = option_value(argv, RDZV_ID_OPTIONS)
     if rdzv and rdzv != "none":
         return SharedId(f"torchrun-{_safe(rdzv)}", f"--rdzv-id {rdzv} (command)", True)
+    from llmperf_hook.instrument.rendezvous_id import deepspeed_no_ssh_id, torchrun_static_id
+
     return deepspeed_no_ssh_id(argv) or torchrun_static_id(argv, env)
-
-
-def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
-    """`deepspeed --no_ssh --node_rank N ...` run on every node (module docstring): the rendezvous address the nodes
-    are given, None for any other command, or when its options cannot be read (the prediction said why)."""
-    from llmperf_hook.errors import LlmperfError
-    from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS
-    from llmperf_hook.launch.options import scan_options
-
-    start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "deepspeed"), None)
-    if start is None:
-        return None
-    try:
-        values = scan_options(argv, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
-    except LlmperfError:
-        return None
-    if "no_ssh" not in values:
-        return None
-    addr, said = values.get("master_addr", ""), "--master_addr"
-    if not addr:  # runner.py: 'hostname -I' of the first host, which every node's hostfile names alike
-        addr, said = _first_host(values.get("hostfile", "")), "the hostfile's first host"
-    if not addr:
-        return None
-    port = values.get("master_port", DEEPSPEED_DEFAULT_MASTER_PORT)
-    return SharedId(f"deepspeed-{_safe(addr)}-{_safe(port)}",
-                    f"deepspeed --no_ssh: {said} {addr}, --master_port {port} (command), the nodes' rendezvous")
-
-
-def torchrun_static_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId | None:
-    """`torchrun --nnodes N --node-rank R --master-addr A --master-port P` run on every node with torchrun's default
-    static rendezvous (torch/distributed/run.py: --rdzv-backend "static", whose endpoint is master_addr:master_port,
-    defaults 127.0.0.1 and 29500; each option falls back to its PET_<NAME> variable): every node is given the same
-    address, where node 0 listens for the whole job. None for any other launch (c10d or etcd rendezvous, one node)."""
-    from llmperf_hook.errors import LlmperfError
-    from llmperf_hook.launch.options import scan_options
-    from llmperf_hook.launch.torchrun import TORCHRUN_OPTIONS, launcher_grammar
-
-    start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "torchrun"), None)
-    if start is None and list(argv[1:3]) == ["-m", "torch.distributed.run"]:
-        start = 3
-    if start is None:
-        return None
-    try:
-        values = scan_options(argv, start, TORCHRUN_OPTIONS, "torchrun", launcher_grammar("torchrun")).values
-    except LlmperfError:
-        return None
-
-    def value(dest: str, default: str = "") -> str:
-        return values.get(dest) or env.get(f"PET_{dest.upper()}", "") or default
-
-    nnodes = value("nnodes", "1")
-    if value("rdzv_backend", "static") != "static" or "standalone" in values or nnodes in ("1", "1:1") \
-            or not value("node_rank"):
-        return None
-    addr, port = value("master_addr", "127.0.0.1"), value("master_port", "29500")
-    return SharedId(f"torchrun-{_safe(addr)}-{_safe(port)}",
-                    f"torchrun's static rendezvous: --master-addr {addr}, --master-port {port} (command, or its PET_ "
-                    "variables), the nodes' rendezvous")
-
-
-def _first_host(hostfile: str) -> str:
-    from llmperf_hook.errors import LlmperfError
-    from llmperf_hook.launch.deepspeed_launcher import DEFAULT_HOSTFILE, read_hostfile
-
-    try:
-        return next(iter(read_hostfile(hostfile or DEFAULT_HOSTFILE)), "")
-    except LlmperfError:
-        return ""
 
 
 def option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:

@@ -1,0 +1,80 @@
+"""Stage [7]: the job id of a launch run once per node without a scheduler, from the rendezvous address its nodes are
+all given (shared_job.py's module docstring says where it ranks among the other ids).
+
+- `deepspeed --no_ssh --node_rank N` (deepspeed/launcher/runner.py: each node runs the launcher itself; runner.py
+  hands --master_addr/--master_port to each node's deepspeed.launcher.launch): `deepspeed-<master_addr>-<port>`;
+- torchrun's static rendezvous per node (`--nnodes N --node-rank R`, torch/distributed/run.py's default backend,
+  whose endpoint is master_addr:master_port): `torchrun-<master-addr>-<port>`.
+Node 0 listens at that address for the whole job, so no two running launches share it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from llmperf_hook.errors import LlmperfError
+from llmperf_hook.instrument.shared_job import SharedId, _safe
+from llmperf_hook.launch.deepspeed_launcher import DEEPSPEED_GRAMMAR, DEEPSPEED_OPTIONS, DEFAULT_HOSTFILE, read_hostfile
+from llmperf_hook.launch.options import scan_options
+from llmperf_hook.launch.torchrun import TORCHRUN_OPTIONS, launcher_grammar
+
+DEEPSPEED_DEFAULT_MASTER_PORT = "29500"
+"""runner.py --master_port's default (deepspeed.constants.TORCH_DISTRIBUTED_DEFAULT_PORT)."""
+
+
+def deepspeed_no_ssh_id(argv: Sequence[str]) -> SharedId | None:
+    """`deepspeed --no_ssh --node_rank N ...` run on every node (module docstring): the rendezvous address the nodes
+    are given, None for any other command, or when its options cannot be read (the prediction said why)."""
+    start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "deepspeed"), None)
+    if start is None:
+        return None
+    try:
+        values = scan_options(argv, start, DEEPSPEED_OPTIONS, "deepspeed", DEEPSPEED_GRAMMAR).values
+    except LlmperfError:
+        return None
+    if "no_ssh" not in values:
+        return None
+    addr, said = values.get("master_addr", ""), "--master_addr"
+    if not addr:  # runner.py: 'hostname -I' of the first host, which every node's hostfile names alike
+        addr, said = _first_host(values.get("hostfile", "")), "the hostfile's first host"
+    if not addr:
+        return None
+    port = values.get("master_port", DEEPSPEED_DEFAULT_MASTER_PORT)
+    return SharedId(f"deepspeed-{_safe(addr)}-{_safe(port)}",
+                    f"deepspeed --no_ssh: {said} {addr}, --master_port {port} (command), the nodes' rendezvous")
+
+
+def torchrun_static_id(argv: Sequence[str], env: Mapping[str, str]) -> SharedId | None:
+    """`torchrun --nnodes N --node-rank R --master-addr A --master-port P` run on every node with torchrun's default
+    static rendezvous (torch/distributed/run.py: --rdzv-backend "static", whose endpoint is master_addr:master_port,
+    defaults 127.0.0.1 and 29500; each option falls back to its PET_<NAME> variable): every node is given the same
+    address, where node 0 listens for the whole job. None for any other launch (c10d or etcd rendezvous, one node)."""
+    start = next((i + 1 for i, word in enumerate(argv[:3]) if os.path.basename(word) == "torchrun"), None)
+    if start is None and list(argv[1:3]) == ["-m", "torch.distributed.run"]:
+        start = 3
+    if start is None:
+        return None
+    try:
+        values = scan_options(argv, start, TORCHRUN_OPTIONS, "torchrun", launcher_grammar("torchrun")).values
+    except LlmperfError:
+        return None
+
+    def value(dest: str, default: str = "") -> str:
+        return values.get(dest) or env.get(f"PET_{dest.upper()}", "") or default
+
+    nnodes = value("nnodes", "1")
+    if value("rdzv_backend", "static") != "static" or "standalone" in values or nnodes in ("1", "1:1") \
+            or not value("node_rank"):
+        return None
+    addr, port = value("master_addr", "127.0.0.1"), value("master_port", "29500")
+    return SharedId(f"torchrun-{_safe(addr)}-{_safe(port)}",
+                    f"torchrun's static rendezvous: --master-addr {addr}, --master-port {port} (command, or its PET_ "
+                    "variables), the nodes' rendezvous")
+
+
+def _first_host(hostfile: str) -> str:
+    try:
+        return next(iter(read_hostfile(hostfile or DEFAULT_HOSTFILE)), "")
+    except LlmperfError:
+        return ""
