@@ -66,19 +66,14 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
     for note in cost_model_notes(result):  # as predict says them: the step times below rest on that cost model
         click.echo(f"llmperf tune: warning: {note}", err=True)
     header = {**_header(cfg, spec, space.source, elapsed, job), "knobs": _knobs(cfg, space, spec.gpus_per_node, fork_rules)}
-    if job.elastic_min_nnodes is not None and result.top:
-        from llmperf_hook.tune.elastic import over_memory_at_minimum
-
-        usable = (1 - space.memory_margin) * spec.gpu.memory_capacity_bytes
-        over_at_min = over_memory_at_minimum(job, result.top, usable, lambda c: memory_only(c, spec))
-        if over_at_min:
-            click.echo(f"llmperf tune: warning: {over_at_min}", err=True)
+    if job.elastic_min_nnodes is not None and result.baseline is not None:
+        _warn_own_over_at_minimum(result, spec, job, space.memory_margin)
     if header["host_offload"] and not spec.host_memory_bytes:
         click.echo(f"llmperf tune: warning: {host_unchecked(cfg, spec)}", err=True)
     if not result.top and not (own_fits_over_margin(result) and not apply_best):
         # Exit 3 only when nothing runs: a command that predict says fits (even tightly) is shown, exit 0, with
         # nothing better within tune's margin; --apply then has nothing to launch, so it still exits 3.
-        message = infeasible_message(result, cfg, header)
+        message = infeasible_message(result, cfg, header, _elastic_sentence(result, spec, job, space.memory_margin))
         if fmt == "json":  # stdout holds one JSON object in every case; the message also goes to stderr
             from llmperf_hook.tune.render import search_json
 
@@ -111,6 +106,33 @@ def command(top_arg: str, search_file: str | None, apply_best: bool, dry_run: bo
         raise UsageError(refusal)
     if applied is not None:
         _apply(applied, dry_run, quiet=fmt == "json", unchanged=list(applied.argv) == argv and not applied.new_files)
+
+
+def _elastic_rule(spec: Any, job: Any) -> Any:
+    """The memory rule of an elastic launch's range (tune/elastic.py), None for a fixed node count."""
+    from llmperf_hook.tune.elastic import elastic_memory
+
+    return elastic_memory(job, lambda c: memory_only(c, spec))
+
+
+def _elastic_sentence(result: Any, spec: Any, job: Any, margin: float) -> str:
+    from llmperf_hook.tune.elastic import over_at_minimum_sentence
+
+    rule = _elastic_rule(spec, job)
+    if rule is None or not result.over_at_minimum:
+        return ""
+    return over_at_minimum_sentence(result.over_at_minimum, rule, (1 - margin) * spec.gpu.memory_capacity_bytes)
+
+
+def _warn_own_over_at_minimum(result: Any, spec: Any, job: Any, margin: float) -> None:
+    """A warning when the user's own layout, tune's baseline, fits the maximum but not the elastic minimum."""
+    rule = _elastic_rule(spec, job)
+    usable = (1 - margin) * spec.gpu.memory_capacity_bytes
+    peak = rule.peak_at_minimum(result.baseline.config) if rule is not None and result.baseline.fits else None
+    if peak is not None and peak > usable:
+        click.echo(f"llmperf tune: warning: your command runs out of memory at the elastic minimum "
+                   f"({rule.least_nnodes} node{'s' * (rule.least_nnodes > 1)}: {peak / 2**30:.1f} GiB per GPU > "
+                   f"{usable / 2**30:.1f} GiB usable); it is priced at {job.nnodes} nodes as the baseline", err=True)
 
 
 def _only_own_valid(result: Any) -> bool:
@@ -257,7 +279,7 @@ def _search(cfg: Any, spec: Any, search_file: str | None, top_k: int, argv: Sequ
             click.echo(f"llmperf tune: warning: {own_problem}", err=True)
     result = search_candidates(cfg, spec, table, top_k=top_k, margin=space.memory_margin,
                                predict=api.predict_config, validate=validate_config, memory=memory_only,
-                               command_rules=rules)
+                               command_rules=rules, elastic=_elastic_rule(spec, job) if job is not None else None)
     return result, space, pins.rules
 
 

@@ -1,4 +1,11 @@
-"""An elastic launch (`torchrun --nnodes MIN:MAX`): the size tune ranks at, and the layouts that also start at MIN.
+"""A launch at a range of node counts (`torchrun --nnodes MIN:MAX`, Slurm's `srun -N MIN-MAX` / `#SBATCH
+--nodes=MIN-MAX`): the size tune ranks at, and the layouts that also start and fit at every smaller count.
+
+Slurm allocates "as many nodes as possible within the range specified and without delaying the initiation of the
+job" (sbatch(1) -N), so the count a step sized by the allocation gets is known only when it starts
+(launch/slurm_node_count.py: a range's MIN becomes `least`, only where the step's world follows its node count: not
+under srun -n, which fixes the tasks; a size-string list such as `1,4` is checked at every count from its first to
+its last, more than Slurm allows). tune treats it as the elastic range below.
 
 torchrun reads `--nnodes 2:4` as min_nodes 2, max_nodes 4 (torch/distributed/run.py parse_min_max_nnodes) and its
 rendezvous starts the job once MIN nodes joined, admitting more only until its last-call timeout; after a node is lost
@@ -9,11 +16,15 @@ fastest the job runs. A layout must also start at MIN, where Megatron-LM asserts
 global batch fixed, global_batch % (micro_batch x DP) == 0 and the interleaved schedule's micro-batch count rules, and
 DeepSpeed asserts the same batch triad (runtime/config.py _batch_assertion) for a ds_config train_batch_size: a layout
 that breaks one of them at MIN (candidate_rules.rule_masks at MIN's world) is counted invalid, so the configuration
-tune lists and --apply launches starts at either end of the range. Fit is ranked at MAX; at fewer nodes DP is
-smaller, so ZeRO and distributed-optimizer shards are larger, and the layouts listed are also checked at MIN by the
-memory model alone (over_memory_at_minimum: a warning names those over, e.g. a 13B Megatron job with the
-distributed optimizer under --nnodes 1:4, 9 of its top 10 at 4 nodes over 75 GiB at one node); node counts between
-MIN and MAX are not checked.
+tune lists and --apply launches starts at every count. Those rules are checked at every node count from MIN to
+MAX, not only the ends: a count in between can break one that both ends keep (2:4 nodes x 8 GPUs with a global batch of
+512: at 3 nodes DP is a multiple of 3, which never divides 512, so Megatron stops there whatever the layout).
+Memory is a ranking rule too: at fewer nodes DP is smaller, so ZeRO and distributed-optimizer shards are larger and,
+at a fixed global batch, each rank runs more micro-batches; a layout that fits at MAX but not at MIN is pruned (its
+own count in the summary) before its step time is predicted. Assumed: the peak per GPU is non-increasing in the node
+count (every term of schedule/memory.py shrinks or stays as DP grows: the shards are 1/DP, the micro-batches in
+flight min(PP, m) with m = global / (micro x DP)), so the memory model is asked at MIN alone; the host RAM the
+offloads pin is checked at MAX only.
 """
 
 from __future__ import annotations
@@ -38,26 +49,81 @@ def elastic_note(job: ParsedJob) -> str | None:
     least = job.elastic_min_nnodes
     if least is None:
         return None
-    return (f"--nnodes {least}:{job.nnodes} starts at {least} to {job.nnodes} nodes: ranked at the maximum, "
-            f"{job.nnodes} nodes ({job.world_size} GPUs); every layout listed also starts at {least} node{'s' * (least > 1)} "
-            f"({least * job.nproc_per_node} GPUs), where fewer data-parallel ranks hold larger ZeRO / "
-            "distributed-optimizer shards: fit is ranked at the maximum, and a warning names any listed layout over "
-            "memory at the minimum (node counts in between are not checked); llmperf --nnodes N ranks at N nodes")
+    inner = range(least + 1, job.nnodes)
+    listed = ", ".join(map(str, inner)) if len(inner) <= 4 else f"{inner.start} to {inner.stop - 1}"
+    between = f" and at every count in between ({listed})" if inner else ""
+    words = _range_words(job)
+    verb = "gives the job" if words.startswith("-N") else "starts at"  # Slurm picks the count when the job starts
+    return (f"{words} {verb} {least} to {job.nnodes} nodes: ranked at the maximum, "
+            f"{job.nnodes} nodes ({job.world_size} GPUs); every layout listed also starts at {least} "
+            f"node{'s' * (least > 1)} ({least * job.nproc_per_node} GPUs){between}, and fits its memory at "
+            f"{least}, where fewer data-parallel ranks hold larger ZeRO / distributed-optimizer shards (assumed: the "
+            "peak per GPU does not grow with the node count, so memory is checked at the minimum); llmperf --nnodes N "
+            "ranks at N nodes")
+
+
+def _range_words(job: ParsedJob) -> str:
+    """How the command asked for a range of node counts: torchrun's `--nnodes MIN:MAX` or Slurm's `-N MIN-MAX`."""
+    source = job.sources.get("nnodes")
+    dash = source is not None and (source.detail in ("-N", "--nodes") or source.detail.startswith("SLURM"))
+    return f"-N {job.elastic_min_nnodes}-{job.nnodes}" if dash else f"--nnodes {job.elastic_min_nnodes}:{job.nnodes}"
 
 
 WORLD_RULE = "world at the elastic minimum"
 """How the layout rule at MIN begins (the named mask: 'world at the elastic minimum (2 nodes, 16 GPUs) % ...')."""
+BETWEEN_RULE = "world at an elastic count"
+"""Likewise at a count between MIN and MAX: 'world at an elastic count (3 nodes, 24 GPUs) % ...'."""
+
+
+def starting_nothing_sentence(counts: Sequence[str], invalid_by_rule: Mapping[str, int]) -> str:
+    """For the exit-3 message: the counts of the range at which no layout searched can start, with the rules that
+    refused the layouts there (a layout is counted under the first rule it breaks)."""
+    if not counts:
+        return ""
+    said = [f"{where.replace(', ', ' (')})" for where in counts]
+    rules = "; ".join(f"{rule}: {n:,}" for rule, n in invalid_by_rule.items() if _where(rule) in counts)
+    return (f" No layout searched can start at {' or at '.join(said)} of the elastic range, and the job starts or "
+            f"restarts at any count of it: there each breaks a rule Megatron / DeepSpeed check at start-up ({rules}). "
+            "Give a range without that count (or a fixed node count), or a global batch that the micro-batch times "
+            "every count's data-parallel size divides.")
 
 
 def elastic_pruned_sentence(invalid_by_rule: Mapping[str, int]) -> str:
-    """For the exit-3 message: the layouts only the elastic minimum refused, which a fixed node count would try."""
-    pruned = {rule: n for rule, n in invalid_by_rule.items() if rule.startswith(WORLD_RULE)}
+    """For the exit-3 message: the layouts only a smaller count of the range refused, which a fixed node count at
+    the maximum would try."""
+    pruned = {rule: n for rule, n in invalid_by_rule.items() if rule.startswith((WORLD_RULE, BETWEEN_RULE))}
     if not pruned:
         return ""
-    where = next(iter(pruned)).split("(", 1)[1].split(")", 1)[0]
-    return (f" {sum(pruned.values()):,} layouts were refused only because they split the model over more GPUs than "
-            f"the elastic minimum has ({where}): a fixed --nnodes at the maximum, or a larger minimum, lets tune try "
-            "them.")
+    where = ", ".join(dict.fromkeys(rule.split("(", 1)[1].split(")", 1)[0] for rule in pruned))
+    return (f" {sum(pruned.values()):,} layouts were refused only because Megatron / DeepSpeed would stop at a smaller "
+            f"node count of the elastic range ({where}: the model grid or the global batch does not divide there): "
+            "a fixed --nnodes at the maximum, or a range without those counts, lets tune try them.")
+
+
+def _where(rule: str) -> str | None:
+    """'3 nodes, 24 GPUs' of a rule named at a smaller count of the range (None: not such a rule)."""
+    if not rule.startswith((WORLD_RULE, BETWEEN_RULE)) and " at the elastic minimum (" not in rule and \
+            " at an elastic count (" not in rule:
+        return None
+    return rule.rsplit("(", 1)[1].split(")", 1)[0] if not rule.startswith("world ") else \
+        rule.split("(", 1)[1].split(")", 1)[0]
+
+
+def counts_starting_nothing(masks: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The smaller counts of an elastic range ('3 nodes, 24 GPUs') at which no candidate that the other rules keep
+    can start: every one breaks a rule there (e.g. a global batch that no data-parallel size of that count divides).
+    Empty when the other rules leave nothing, or the range has no such count."""
+    groups: dict[str, np.ndarray] = {}
+    other: np.ndarray | None = None
+    for name, mask in masks.items():
+        where = _where(name)
+        if where is None:
+            other = mask if other is None else other | mask
+        else:
+            groups[where] = groups[where] | mask if where in groups else mask
+    if other is None or other.all():
+        return ()
+    return tuple(where for where, mask in groups.items() if (mask | other).all())
 
 
 _WORLD_RULES = ("world % (tp*pp*cp) != 0", "world % (etp*ep*pp) != 0",
@@ -68,82 +134,147 @@ _BATCH_RULES = ("global_batch % (micro_batch*dp) != 0", "interleaving needs")
 """Its rules on the micro-batch count at a fixed global batch (the count grows as DP shrinks)."""
 
 
-def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
-    """The layout rules at the range's minimum, as named masks over a candidate table's columns: candidate_rules'
-    world-dependent rules evaluated at MIN's world, the batch ones only where the global batch is fixed (a derived
-    one follows the world the job got)."""
+def smaller_counts(job: ParsedJob) -> range:
+    """The node counts of the range below the maximum (the one ranked): MIN to MAX - 1; empty for a fixed count, or
+    where a launcher states the world itself (uneven slots: the range does not size it)."""
     least = job.elastic_min_nnodes
     if least is None or job.world_size != job.nnodes * job.nproc_per_node:
-        return lambda cols: {}
-    world = least * job.nproc_per_node
-    where = f"({least} node{'s' * (least > 1)}, {world} GPUs)"
-    fixed_batch = cfg.sources.get("global_batch_size") is not None and \
-        cfg.sources["global_batch_size"].kind != SourceKind.DERIVED
-    rules = _WORLD_RULES + (_BATCH_RULES if fixed_batch else ())
+        return range(0)
+    return range(least, job.nnodes)
+
+
+def _fixed_batch(cfg: TrainingConfig) -> bool:
+    source = cfg.sources.get("global_batch_size")
+    return source is not None and source.kind != SourceKind.DERIVED
+
+
+def elastic_rule_masks(cfg: TrainingConfig, job: ParsedJob) -> MaskFn:
+    """The layout rules at each smaller count of the range, as named masks over a candidate table's columns:
+    candidate_rules' world-dependent rules evaluated at that count's world, the batch ones only where the global
+    batch is fixed (a derived one follows the world the job got). MIN first, then the counts in between."""
+    counts = smaller_counts(job)
+    rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
 
     def masks(cols: Mapping[str, np.ndarray]) -> Masks:
-        at_min = rule_masks(cfg, cols, world_size=world)
-        return {_at_min_name(name, where): mask for name, mask in at_min.items() if name.startswith(rules)}
+        named: Masks = {}
+        for nodes in counts:
+            world = nodes * job.nproc_per_node
+            where = f"({nodes} node{'s' * (nodes > 1)}, {world} GPUs)"
+            prefix = WORLD_RULE if nodes == counts.start else BETWEEN_RULE
+            named.update({_count_name(name, prefix, where): mask
+                          for name, mask in rule_masks(cfg, cols, world_size=world).items() if name.startswith(rules)})
+        return named
 
     return masks
 
 
-def _at_min_name(rule: str, where: str) -> str:
+def _count_name(rule: str, prefix: str, where: str) -> str:
     """'world % (tp*pp*cp) != 0' -> 'world at the elastic minimum (1 node, 8 GPUs) % (tp*pp*cp) != 0'; other rules
-    end with 'at the elastic minimum (...)'."""
+    end with 'at the elastic minimum (...)' (or 'at an elastic count (...)')."""
     if rule.startswith("world "):
-        return f"{WORLD_RULE} {where} {rule[len('world '):]}"
-    return f"{rule} at the elastic minimum {where}"
+        return f"{prefix} {where} {rule[len('world '):]}"
+    return f"{rule} {prefix[len('world '):]} {where}"
 
 
 def own_elastic_problem(cfg: TrainingConfig, job: ParsedJob) -> str | None:
-    """The rule at MIN that the command's own layout breaks (it stays tune's baseline, priced at MAX), for a warning."""
+    """The rule at a smaller count that the command's own layout breaks (it stays tune's baseline, priced at MAX),
+    for a warning."""
     own = candidates_from_list((candidate_of(cfg),)).columns
     broken = [rule for rule, mask in elastic_rule_masks(cfg, job)(own).items() if mask[0]]
     if not broken:
         return None
-    return (f"your command cannot start at the elastic minimum ({broken[0]}: Megatron / DeepSpeed stop at start-up "
+    where = "the elastic minimum" if broken[0].startswith(WORLD_RULE) or "minimum" in broken[0] else \
+        "a node count of its elastic range"
+    return (f"your command cannot start at {where} ({broken[0]}: Megatron / DeepSpeed stop at start-up "
             f"there); it is priced at {job.nnodes} nodes as the baseline")
 
 
-def at_elastic_minimum(cfg: TrainingConfig, least_nnodes: int) -> TrainingConfig:
-    """A layout's config (tune/candidate.apply_candidate's) on the range's minimum: DP = world / (TP x PP x CP) and
-    the micro-batch count at the fixed global batch, or the global batch at the command's accumulation where the
-    batch follows the world (HF Trainer: per-device x accumulation x world). Call only for a layout the elastic
-    masks accept (its model grid divides MIN's world)."""
-    world = least_nnodes * cfg.nproc_per_node
+def at_node_count(cfg: TrainingConfig, nnodes: int) -> TrainingConfig:
+    """A layout's config (tune/candidate.apply_candidate's) on `nnodes` nodes of the range: DP = world / (TP x PP x
+    CP) and the micro-batch count at the fixed global batch, or the global batch at the command's accumulation where
+    the batch follows the world (HF Trainer: per-device x accumulation x world). Call only for a layout the elastic
+    masks accept (its model grid divides that count's world)."""
+    world = nnodes * cfg.nproc_per_node
     p, b = cfg.parallel, cfg.batch
     dp = world // (p.tp * p.pp * p.cp)
-    source = cfg.sources.get("global_batch_size")
-    if source is not None and source.kind != SourceKind.DERIVED:
+    if _fixed_batch(cfg):
         batch = dataclasses.replace(b, num_microbatches=b.global_batch_size // (b.micro_batch_size * dp))
     else:
         batch = dataclasses.replace(b, global_batch_size=b.micro_batch_size * b.num_microbatches * dp)
-    return dataclasses.replace(cfg, world_size=world, nnodes=least_nnodes, parallel=dataclasses.replace(p, dp=dp),
+    return dataclasses.replace(cfg, world_size=world, nnodes=nnodes, parallel=dataclasses.replace(p, dp=dp),
                                batch=batch)
 
 
-def over_memory_at_minimum(job: ParsedJob, ranked: Sequence[Any], usable_bytes: float,
-                           memory: Callable[[TrainingConfig], Any]) -> str | None:
-    """A warning naming the listed layouts (tune/search.Evaluated, in rank order) whose peak on the range's minimum
-    exceeds the usable memory (None: all fit, or a fixed node count). At fewer nodes DP is smaller, so each rank
-    holds a larger share of the ZeRO / distributed-optimizer state: the job fits at MAX and runs out at MIN."""
-    least = job.elastic_min_nnodes
-    if least is None:
-        return None
-    over = []
-    for rank, ev in enumerate(ranked, 1):
+@dataclasses.dataclass(frozen=True)
+class ElasticMemory:
+    """The memory rule of an elastic range: a layout's peak per GPU at the range's minimum (search_candidates prunes
+    those over the usable memory, counted apart)."""
+
+    least_nnodes: int
+    nnodes: int
+    """The range's maximum (the count ranked)."""
+    memory: Callable[[TrainingConfig], Any]
+    """The memory model alone (commands/tune.memory_only with the cluster bound) -> MemoryEstimate."""
+
+    def peak_at(self, cfg: TrainingConfig, nnodes: int) -> float | None:
+        """`cfg`'s peak bytes per GPU on `nnodes` nodes (None: the memory model cannot size it there, as search counts
+        a model failure: the ranking at the maximum stands)."""
         try:
-            peak = float(memory(at_elastic_minimum(ev.config, least)).peak_bytes_per_gpu)
-        except (LlmperfError, AssertionError, ArithmeticError, ValueError):  # as search counts a model failure
-            continue  # a layout the memory model cannot size at MIN: the ranking at MAX stands, unwarned
-        if peak > usable_bytes:
-            over.append(f"#{rank} {peak / 2**30:.1f} GiB")
-    if not over:
+            return float(self.memory(at_node_count(cfg, nnodes)).peak_bytes_per_gpu)
+        except (LlmperfError, AssertionError, ArithmeticError, ValueError):
+            return None
+
+    def peak_at_minimum(self, cfg: TrainingConfig) -> float | None:
+        return self.peak_at(cfg, self.least_nnodes)
+
+    def fitting_minimum(self, cfg: TrainingConfig, usable_bytes: float) -> int | None:
+        """The fewest nodes from which `cfg`'s layout starts at every count up to the maximum (the world rules) and
+        fits its memory (at that fewest, by the assumption of the module docstring); None: at none below the maximum."""
+        row = candidates_from_list((candidate_of(cfg),)).columns
+        rules = _WORLD_RULES + (_BATCH_RULES if _fixed_batch(cfg) else ())
+        starts = {nodes: not any(m[0] for name, m in rule_masks(cfg, row, world_size=nodes * cfg.nproc_per_node).items()
+                                 if name.startswith(rules))
+                  for nodes in range(self.least_nnodes + 1, self.nnodes)}
+        for nodes in starts:
+            if all(starts[n] for n in range(nodes, self.nnodes)):
+                peak = self.peak_at(cfg, nodes)
+                if peak is not None and peak <= usable_bytes:
+                    return nodes
         return None
-    nodes = f"{least} node{'s' * (least > 1)}"
-    return (f"at the elastic minimum ({nodes}) {len(over)} of the {len(ranked)} layouts listed "
-            f"need{'s' * (len(over) == 1)} more than the "
-            f"usable {usable_bytes / 2**30:.1f} GiB per GPU ({', '.join(over)}): fewer data-parallel ranks hold "
-            f"larger ZeRO / distributed-optimizer shards, so they run out of memory if the job starts with {nodes}; "
-            "a larger minimum, or a layout that fits there, avoids it")
+
+
+def elastic_memory(job: ParsedJob, memory: Callable[[TrainingConfig], Any]) -> ElasticMemory | None:
+    """The memory rule of the job's range (None: a fixed node count)."""
+    if not smaller_counts(job):
+        return None
+    return ElasticMemory(job.elastic_min_nnodes or job.nnodes, job.nnodes, memory)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverAtMinimum:
+    """A layout that fits the maximum of an elastic range by the memory model, not its minimum."""
+
+    candidate: Any
+    """tune/candidate.Candidate."""
+    config: TrainingConfig
+    """Its config at the maximum."""
+    peak_bytes: float
+    """Its peak per GPU at the minimum."""
+
+
+def over_at_minimum_sentence(over: Sequence[OverAtMinimum], rule: ElasticMemory, usable_bytes: float) -> str:
+    """For the exit-3 message: the layouts the minimum's memory ruled out, the least of them and from how many nodes
+    it fits every count (the largest fitting configuration: a range that starts there)."""
+    if not over:
+        return ""
+    least = min(over, key=lambda o: o.peak_bytes)
+    nodes = f"{rule.least_nnodes} node{'s' * (rule.least_nnodes > 1)}"
+    msg = (f" {len(over):,} layout{'s' * (len(over) > 1)} fit{'s' * (len(over) == 1)} at {rule.nnodes} nodes but not at the elastic minimum ({nodes}), where fewer "
+           f"data-parallel ranks hold larger ZeRO / distributed-optimizer shards; the least there, "
+           f"{least.candidate.describe()}, needs {least.peak_bytes / 2**30:.1f} GiB per GPU, "
+           f"{(least.peak_bytes - usable_bytes) / 2**30:.1f} GiB over the usable.")
+    start = rule.fitting_minimum(least.config, usable_bytes)
+    if start is not None:
+        return msg + (f" It fits from {start} nodes: the largest range that fits is {start} to {rule.nnodes} nodes "
+                      f"(--nnodes {start}:{rule.nnodes}, or a fixed --nnodes {rule.nnodes}).")
+    return msg + f" It fits only at the maximum: a fixed --nnodes {rule.nnodes} fits."

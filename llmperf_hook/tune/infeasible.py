@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmperf_hook.tune.elastic import elastic_pruned_sentence
+from llmperf_hook.tune.elastic import elastic_pruned_sentence, starting_nothing_sentence
 
 GiB = float(1 << 30)
 
@@ -104,11 +104,15 @@ def _layers_meaning(layers: int | None) -> str:
     return "the most layers (whole pipeline chunks) that fit with this layout, hidden size, sequence, batch and GPUs kept"
 
 
-def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
+def infeasible_message(result: Any, cfg: Any, header: dict[str, Any], elastic_sentence: str = "") -> str:
+    """`elastic_sentence`: for an elastic launch whose layouts fit only at more nodes than its minimum, which range
+    would fit (tune/elastic.over_at_minimum_sentence)."""
     usable = (1 - result.memory_margin) * header["capacity_bytes"] / GiB
     host_gib = header.get("host_capacity_bytes", 0) / GiB
     host = (f", {result.num_oom_host:,} of them out of host RAM ({host_gib:,.0f} GiB per node) while fitting the GPU"
             if result.num_oom_host else "")
+    host += (f", {len(result.over_at_minimum):,} of them at the elastic minimum only" if result.over_at_minimum
+             else "")
     counts = (f"Of {result.num_considered:,} candidates, {result.num_invalid:,} are invalid and "
               f"{result.num_oom_estimated + result.num_oom_predicted:,} are predicted out of memory "
               f"(usable {usable:.1f} GiB = {100 * (1 - result.memory_margin):.0f} % of "
@@ -118,6 +122,11 @@ def infeasible_message(result: Any, cfg: Any, header: dict[str, Any]) -> str:
         lead = f"nothing fits tune's {100 * (1 - result.memory_margin):.0f} % margin, so --apply has nothing to launch"
         counts = f"{own_over_margin_sentence(result)} To run it as it is, launch it without tune. {counts}"
     near = result.nearest
+    if near is None and result.over_at_minimum:
+        return f"{lead}: {counts}{elastic_sentence}{elastic_pruned_sentence(result.invalid_by_rule)}"
+    if near is None and result.elastic_counts_starting_nothing:
+        return lead + ": " + counts + starting_nothing_sentence(result.elastic_counts_starting_nothing,
+                                                               result.invalid_by_rule)
     if near is None:
         return f"{lead}: {counts} No candidate passed the layout rules; widen the space with --search."
     host_bound = _host_bound(result, near)

@@ -3,12 +3,13 @@
 Human units only here (GiB = 2**30 bytes, percent). "Changes" are shown as the exact flags / ds_config keys
 that differ between the user's command and the tuned one (tune/apply.py produced both).
 
-JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `elastic` (only for torchrun --nnodes MIN:MAX: the size
-tune ranks at and the rules it checks at MIN, tune/elastic.py); `knobs` {searched {knob: values tried}, kept
+JSON (`--format json`, schema 1): `job`, `cluster`, `search_space`; `elastic` (only for a range of node counts, torchrun
+--nnodes MIN:MAX or Slurm -N MIN-MAX: the size tune ranks at and what it checks at the smaller counts, tune/elastic.py); `knobs` {searched {knob: values tried}, kept
 {knob: the command's value}, rules {knob: the framework rule that narrows or fixes it}} (a setting the framework
 does not have, e.g. ZeRO under Megatron-LM, is in neither); `search` {num_generated, num_considered, num_invalid,
 invalid_by_rule {rule: count}, num_oom_estimated, num_oom_predicted, num_oom_host (of num_oom_predicted: fit the
-GPU, not the host RAM the offloads pin), num_over_margin (1: the user's command fits by predict's verdict, over tune's
+GPU, not the host RAM the offloads pin), num_oom_elastic_minimum (of num_oom_predicted: an elastic range's layouts over
+memory at its minimum, tune/elastic.py; 0 otherwise), num_over_margin (1: the user's command fits by predict's verdict, over tune's
 margin; in neither out-of-memory count), host_capacity_bytes (per node; null = the cluster does not state it, not
 checked), num_slower_by_estimate, num_fitting, num_full_predictions, memory_margin, elapsed_s, candidates_per_s};
 `baseline` and each of `top` {tp, pp, vpp, cp, sequence_parallel, micro_batch_size, recompute,
@@ -256,7 +257,8 @@ def _pruning_line(res: TuneResult, header: Mapping[str, Any]) -> str:
     return (f"{res.num_considered:,} distinct candidates ({res.num_generated:,} generated) in "
             f"{header['elapsed_s']:.2f} s: {res.num_invalid:,} invalid ({rules or 'none'}); "
             f"{res.num_oom_estimated + res.num_oom_predicted:,} out of memory ({res.num_oom_estimated:,} by the "
-            f"memory model alone, {res.num_oom_predicted:,} by the full prediction{_host_pruned(res, header)}); "
+            f"memory model alone, {res.num_oom_predicted:,} by the full prediction{_host_pruned(res, header)}"
+            f"{_elastic_pruned(res)}); "
             f"{_over_margin_count(res)}{res.num_slower:,} slower than the "
             f"top {len(res.top) or 'K'} by estimate; {res.num_fitting:,} predicted in full and fit")
 
@@ -278,6 +280,14 @@ def _host_pruned(res: TuneResult, header: Mapping[str, Any]) -> str:
         return ""
     return (f", {res.num_oom_host:,} of them out of host RAM: they fit the GPU, but their offloads pin more than the "
             f"cluster's {capacity / GiB:,.0f} GiB per node")
+
+
+def _elastic_pruned(res: TuneResult) -> str:
+    """', N of them at the elastic minimum' where an elastic range's minimum ruled layouts out (tune/elastic.py)."""
+    if not res.over_at_minimum:
+        return ""
+    return (f", {len(res.over_at_minimum):,} of them at the elastic minimum: they would fit more nodes, but not the "
+            "fewest the job may start with")
 
 
 def _over_margin_count(res: TuneResult) -> str:
@@ -331,7 +341,8 @@ def search_json(res: TuneResult, header: Mapping[str, Any]) -> dict[str, Any]:
         "num_generated": res.num_generated, "num_considered": res.num_considered,
         "num_invalid": res.num_invalid, "invalid_by_rule": dict(res.invalid_by_rule),
         "num_oom_estimated": res.num_oom_estimated, "num_oom_predicted": res.num_oom_predicted,
-        "num_oom_host": res.num_oom_host, "num_over_margin": res.num_over_margin,
+        "num_oom_host": res.num_oom_host, "num_oom_elastic_minimum": len(res.over_at_minimum),
+        "num_over_margin": res.num_over_margin,
         "host_capacity_bytes": header.get("host_capacity_bytes") or None,
         "num_slower_by_estimate": res.num_slower, "num_fitting": res.num_fitting,
         "num_full_predictions": res.num_full_predictions,

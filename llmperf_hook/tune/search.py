@@ -13,6 +13,9 @@ only orders candidates and skips hopeless ones:
   each batch the surrogate's error is re-fitted (tune/correction.py); the search stops when no remaining
   candidate's corrected estimate, Z_BOUND residual sigmas optimistic, beats the K-th best full prediction.
   Those are reported as "slower by estimate".
+- an elastic launch (tune/elastic.py): a layout must also fit at the range's minimum, where fewer data-parallel ranks
+  hold larger shards; the memory model alone decides that before its step time is predicted (counted as out of
+  memory at the elastic minimum, one of num_oom_predicted).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from llmperf_hook.tune.candidate_rules import rule_masks
 from llmperf_hook.tune.candidates import CandidateTable, candidates_from_list
 from llmperf_hook.tune.command_rules import MaskFn
 from llmperf_hook.tune.correction import Correction, fit_correction, layout_features, no_correction
+from llmperf_hook.tune.elastic import ElasticMemory, OverAtMinimum, counts_starting_nothing
 from llmperf_hook.tune.infeasible import over_margin_only
 
 OOM_CERTAIN_FACTOR = 1.0
@@ -137,6 +141,11 @@ class TuneResult:
     num_over_margin: int = 0
     """The user's own configuration (0 or 1) where predict's verdict says it fits (fits or fits, tight) but its peak
     is over tune's margin: counted here, not as out of memory (tune/infeasible.over_margin_only)."""
+    over_at_minimum: tuple[OverAtMinimum, ...] = ()
+    """Of num_oom_predicted: an elastic launch's layouts whose peak at the range's minimum, by the memory model, is over
+    the usable memory (tune/elastic.py), in the order visited."""
+    elastic_counts_starting_nothing: tuple[str, ...] = ()
+    """The smaller node counts of an elastic range at which no candidate can start ('3 nodes, 24 GPUs')."""
 
     @property
     def num_invalid(self) -> int:
@@ -181,6 +190,8 @@ class _Progress:
     unfit: list[Evaluated] = field(default_factory=list)
     host_unfit: list[Evaluated] = field(default_factory=list)
     """Predicted in full: fit the GPU, not the host RAM."""
+    over_at_minimum: list[OverAtMinimum] = field(default_factory=list)
+    """Over the usable memory at an elastic range's minimum (never predicted in full)."""
     invalid: dict[str, int] = field(default_factory=dict)
     num_full: int = 0
     num_oom_memory_only: int = 0
@@ -209,18 +220,27 @@ class _Job:
     margin: float
     usable_bytes: float
     base: Candidate
+    elastic: ElasticMemory | None = None
+    """An elastic launch's memory rule at its minimum (None: a fixed node count)."""
+
+    def over_at_minimum(self, cand: Candidate, cfg: TrainingConfig) -> OverAtMinimum | None:
+        """`cfg` (the layout `cand` at the maximum) if its peak at the elastic minimum is over the usable memory."""
+        peak = self.elastic.peak_at_minimum(cfg) if self.elastic is not None else None
+        return OverAtMinimum(cand, cfg, peak) if peak is not None and peak > self.usable_bytes else None
 
 
 def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: CandidateTable, *, top_k: int,
                       margin: float, predict: PredictFn, validate: ValidateFn,
-                      memory: MemoryFn | None = None, command_rules: MaskFn | None = None) -> TuneResult:
+                      memory: MemoryFn | None = None, command_rules: MaskFn | None = None,
+                      elastic: ElasticMemory | None = None) -> TuneResult:
     """Rank the table's candidates for this job; see the module docstring for the pruning rules. `command_rules`: the
-    rules the command's own flags bring in that the TrainingConfig does not carry (tune/command_rules.py)."""
+    rules the command's own flags bring in that the TrainingConfig does not carry (tune/command_rules.py); `elastic`:
+    an elastic range's memory rule at its minimum (tune/elastic.elastic_memory)."""
     masks = {**rule_masks(cfg, table.columns), **(command_rules(table.columns) if command_rules else {})}
     bad, invalid = _first_violations(masks, len(table))
     valid = table.select(~bad)
     job = _Job(cfg, cluster, predict, validate, memory, margin,
-               (1.0 - margin) * cluster.gpu.memory_capacity_bytes, candidate_of(cfg))
+               (1.0 - margin) * cluster.gpu.memory_capacity_bytes, candidate_of(cfg), elastic)
     est = surrogate.estimate(cfg, cluster, valid.columns)
     feats = layout_features(valid.columns, cfg.world_size, cfg.batch.global_batch_size)
     certain_oom = est.peak_bytes > OOM_CERTAIN_FACTOR * job.usable_bytes
@@ -230,7 +250,8 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     baseline = _baseline(job)
     oom_est = certain_oom.copy()
     base_row = _row_of(valid, job.base)
-    if baseline is not None and baseline.fits and base_row.any() and all(e.candidate != job.base for e in prog.fitting):
+    if baseline is not None and baseline.fits and base_row.any() and all(e.candidate != job.base for e in prog.fitting) \
+            and job.over_at_minimum(job.base, baseline.config) is None:
         # The user's own configuration always competes, even if bounded out (not when a layout rule rejects it,
         # e.g. MoE + TP without sequence parallelism, which Megatron refuses at the first training step).
         prog.fitting.append(baseline)
@@ -240,16 +261,18 @@ def search_candidates(cfg: TrainingConfig, cluster: ClusterSpec, table: Candidat
     top = tuple(sorted(prog.fitting, key=lambda e: e.step_time_s)[:top_k])
     nearest = layers = seq = None
     num_oom_host = len(prog.host_unfit) + prog.num_host_memory_only
-    if not top:
+    if not top and not prog.over_at_minimum:  # else the message names the range that fits (elastic.py)
         nearest, layers = _nearest_fit(job, valid, est.peak_bytes, prog)
         seq = _seq_length_that_fits(nearest, job) if nearest is not None and layers == 0 else None
     return TuneResult(
         top=top, baseline=baseline, num_generated=table.num_generated, num_considered=len(table),
         invalid_by_rule=prog.invalid,
         num_oom_estimated=int(oom_est.sum()),
-        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only + num_oom_host, num_slower=int(slower.sum()),
+        num_oom_predicted=len(prog.unfit) + prog.num_oom_memory_only + num_oom_host + len(prog.over_at_minimum),
+        num_slower=int(slower.sum()),
         num_full_predictions=prog.num_full, num_fitting=len(prog.fitting), memory_margin=margin, nearest=nearest,
         layers_that_fit=layers, num_oom_host=num_oom_host, seq_length_that_fits=seq, num_over_margin=over_margin,
+        over_at_minimum=tuple(prog.over_at_minimum), elastic_counts_starting_nothing=counts_starting_nothing(masks),
     )
 
 
@@ -323,6 +346,10 @@ def _evaluate_index(job: _Job, valid: CandidateTable, i: int, prog: _Progress, m
     cand = valid.candidate(i)
     new_cfg = _validated(job, cand, prog)
     if new_cfg is None:
+        return
+    over = job.over_at_minimum(cand, new_cfg)
+    if over is not None:  # fits no elastic range's minimum: no count at the maximum makes it run there
+        prog.over_at_minimum.append(over)
         return
     try:
         if job.memory is not None and memory_first:

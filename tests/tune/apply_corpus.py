@@ -133,7 +133,7 @@ CASES: tuple[Case, ...] = (
     _megatron("mlm-deepspeed-launcher-hostfile", ["deepspeed", "--hostfile", "hostfile", "pretrain_gpt.py", *GPT_1B,
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"], files={"hostfile": HOSTFILE}),
     _megatron("mlm-torchrun-elastic-nnodes", ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", "pretrain_gpt.py",
-              *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
+              *GPT_1B, "--micro-batch-size", "1", "--global-batch-size", "384", "--bf16"]),  # 128: nothing at 3 nodes
     _megatron("mlm-srun-options", ["srun", "-N", "2", "--ntasks-per-node", "8", "python", "pretrain_gpt.py", *GPT_1B,
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16"]),
     _megatron("epfllm-underscore-options", ["torchrun", "--nproc_per_node", "8", "finetune.py", "--model_name", "llama2",

@@ -21,7 +21,8 @@ ROW = {"tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batch_size", "recomp
        "peak_bytes_per_gpu", "capacity_bytes", "headroom_bytes", "fits", "host_bytes_per_node", "host_fits",
        "tight", "verdict"}
 SEARCH = {"num_generated", "num_considered", "num_invalid", "invalid_by_rule", "num_oom_estimated", "num_oom_predicted",
-          "num_oom_host", "num_over_margin", "host_capacity_bytes", "num_slower_by_estimate", "num_fitting", "num_full_predictions",
+          "num_oom_host", "num_oom_elastic_minimum", "num_over_margin", "host_capacity_bytes", "num_slower_by_estimate",
+          "num_fitting", "num_full_predictions",
           "memory_margin", "elapsed_s", "candidates_per_s"}
 NEAREST = {"layout", "peak_bytes", "host_bytes_per_node", "short_of", "short_bytes", "layers_that_fit",
            "layers_that_fit_means", "seq_length_that_fits"}
