@@ -31,7 +31,7 @@ from llmperf_hook.launch.posix_shell import script_shell
 from llmperf_hook.launch.shell_script import ScriptLine, logical_lines, restore_dollars
 from llmperf_hook.launch.slurm import SRUN_OPTIONS, export_items
 from llmperf_hook.launch.slurm_default_nodes import default_node_count
-from llmperf_hook.launch.slurm_node_count import parse_node_counts
+from llmperf_hook.launch.slurm_node_count import NODE_RANGE_ENV, parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SBATCH_ARITY
 from llmperf_hook.launch.standard_input import read_standard_input
 
@@ -295,6 +295,8 @@ def sbatch_launch(words: Sequence[str], i: int, env: dict[str, str], used: dict[
     allocation = {**_allocation_env(header), **het}
     env.update(allocation)
     used.update(allocation)
+    if "nodes" in header:  # a MIN-MAX range: the fewest, for a step the allocation sizes (slurm.py), not the job's
+        env[NODE_RANGE_ENV] = header["nodes"]
     script_args = words[cli.rest + 1:] if "wrap" not in cli.values else ()
     launch = read_batch_script(lines, env, used, path, args=script_args, shell=shell)
     where = "sbatch's command line" if "nodes" in given else f"#SBATCH in {path}"

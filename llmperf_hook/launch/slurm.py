@@ -9,12 +9,13 @@ sizes the job on each node and is parsed instead.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from llmperf_hook.errors import UsageError
 from llmperf_hook.launch.argv_words import parse_int
 from llmperf_hook.launch.options import Grammar, Option, scan_options
-from llmperf_hook.launch.slurm_node_count import parse_node_counts
+from llmperf_hook.launch.slurm_node_count import least_of_allocation, parse_node_counts
 from llmperf_hook.launch.slurm_option_names import SRUN_ARITY
 from llmperf_hook.launch.sizing import PRICED_ENV, LaunchSize, Sized, gpus_from_env
 from llmperf_hook.provenance import Source, SourceKind
@@ -70,7 +71,8 @@ def _flag_int(values: Mapping[str, str], flags: Mapping[str, str], dest: str) ->
 
 
 def _flag_nodes(values: Mapping[str, str], flags: Mapping[str, str], warnings: list[str]) -> Sized | None:
-    """srun -N COUNT | MIN-MAX | size string (slurm_node_count.py): the most it allows, with a warning for a range."""
+    """srun -N COUNT | MIN-MAX | size string (slurm_node_count.py): the most it allows, with a warning for a range,
+    and the fewest as `least` (the step gets some count in the range: tune checks each, tune/elastic.py)."""
     if "nodes" not in values:
         return None
     try:
@@ -82,7 +84,16 @@ def _flag_nodes(values: Mapping[str, str], flags: Mapping[str, str], warnings: l
         raise UsageError(f"srun {flags['nodes']} {values['nodes']} must be at least 1.")
     warning = counts.warning(f"srun {flags['nodes']} {values['nodes']}", "its command line")
     warnings.extend([warning] if warning else [])
-    return Sized(counts.assumed, Source(SourceKind.LAUNCHER, flags["nodes"]))
+    return Sized(counts.assumed, Source(SourceKind.LAUNCHER, flags["nodes"]), least=counts.low)
+
+
+def _allocation_nodes(env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
+    """The allocation's node count for a step without -N (SLURM_NNODES), with the fewest of an sbatch --nodes=MIN-MAX
+    range (slurm_node_count.least_of_allocation) as `least`."""
+    nnodes = _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
+    if nnodes is None or nnodes.value is None:
+        return nnodes
+    return replace(nnodes, least=least_of_allocation(env, nnodes.value))
 
 
 def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> Sized | None:
@@ -96,15 +107,17 @@ def _gpus_per_node(values: Mapping[str, str], flags: Mapping[str, str], env: Map
 def size_srun_tasks(values: Mapping[str, str], flags: Mapping[str, str], env: Mapping[str, str], used: dict[str, str]) -> tuple[Sized, Sized, Sized, list[str]]:
     """(nnodes, tasks per node, world) of an srun step that starts the training processes directly."""
     warnings: list[str] = []
-    nnodes = _flag_nodes(values, flags, warnings) or _env_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), used)
+    nnodes = _flag_nodes(values, flags, warnings) or _allocation_nodes(env, used)
     nnodes = nnodes or Sized(1, Source(SourceKind.DEFAULT, "srun: one node"))
     ntasks = _flag_int(values, flags, "ntasks")
     per_node = _flag_int(values, flags, "ntasks_per_node")
     if ntasks is None and per_node is None:
         per_node = _env_int(env, ("SLURM_NTASKS_PER_NODE",), used)
         ntasks = None if per_node else _env_int(env, ("SLURM_NTASKS", "SLURM_NPROCS"), used)
+    if ntasks is not None:  # a task count fixes the world whatever count of a -N MIN-MAX range the step gets
+        nnodes = replace(nnodes, least=None)
     if ntasks is None and per_node is None and env.get("SLURM_TASKS_PER_NODE", "").strip():
-        return _allocation_tasks(env, used, nnodes)
+        return _allocation_tasks(env, used, replace(nnodes, least=None))  # so does the allocation's task layout
     if ntasks is None and per_node is None:
         per_node = _gpus_per_node(values, flags, env, used)
         if per_node is not None:

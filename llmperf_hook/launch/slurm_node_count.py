@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
+NODE_RANGE_ENV = "LLMPERF_SLURM_NODE_RANGE"
+"""llmperf's own variable in the environment it reads a batch script's launch line with (never the job's, never in
+ParsedJob.env): the `--nodes` value of an allocation that allows several counts, so that a step sized by the
+allocation (srun without -N, taking SLURM_NNODES) knows the fewest it may get (slurm.size_srun_tasks)."""
 MAX_JOB_SIZE_BITMAP = 16384
 """slurm/slurm.h: the largest count a size string may list."""
 _COUNT = re.compile(r"\s*([+-]?\d+)([kK]?)([mM]?)")
@@ -82,6 +87,16 @@ def _range(text: str) -> NodeCounts:
     if high != 0 and high < low:
         raise ValueError(f"Maximum node count {high} is less than minimum node count {low}")
     return NodeCounts(low, high or low)
+
+
+def least_of_allocation(env: Mapping[str, str], nnodes: int) -> int | None:
+    """The fewest nodes of the allocation's `--nodes` range (NODE_RANGE_ENV) where `nnodes`, read from SLURM_NNODES,
+    is the count llmperf assumed for it (its maximum); None otherwise (a fixed count, or SLURM_NNODES set again)."""
+    try:
+        counts = parse_node_counts(env.get(NODE_RANGE_ENV, ""))
+    except ValueError:
+        return None
+    return counts.low if counts.low < counts.high == nnodes else None
 
 
 def parse_node_counts(value: str) -> NodeCounts:
