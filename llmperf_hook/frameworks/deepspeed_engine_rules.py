@@ -13,6 +13,7 @@ from typing import Any
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.frameworks.deepspeed_release import (ALLREDUCE_OP_VERSION, REMOVED_FEATURES_VERSION, TODAYS_RELEASE,
                                                        JobRelease, Version)
+from llmperf_hook.frameworks.deepspeed_elasticity import refuse_elasticity
 from llmperf_hook.frameworks.deepspeed_schema import offload_ratio
 from llmperf_hook.frameworks.deepspeed_values import AUTO, ds_bool
 from llmperf_hook.launch.sizing import DEEPSPEED_VERSION_ENV
@@ -275,6 +276,7 @@ def check_top_level(raw: dict[str, Any], origin: str, fields: dict[str, Any], sr
     """Removed sections and gradient_allreduce_op as the job's `release` reads them, data_types.grad_accum_dtype
     against the engine's rule, sequence_parallel_size."""
     _removed(raw, origin, warnings, release)
+    refuse_elasticity(raw, origin)  # accepted by the releases _removed lets through, and not modelled
     _allreduce_op(raw, origin, fields, warnings, release)
     _instrumentation(raw, origin, warnings)
     accum = _grad_accum_dtype(raw, origin, fields, warnings, release)
