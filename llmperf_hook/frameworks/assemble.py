@@ -296,8 +296,8 @@ def _script_recompute(flags: FlagValues, ds: DsSettings | None, src: dict[str, S
     if ds is not None and ds.pipeline_checkpoint_interval > 0 and pipeline_engine:  # PipelineModule: every N layers
         src["recompute"] = ds.sources["recompute"]
         return RecomputeConfig("full", "uniform", ds.pipeline_checkpoint_interval)
-    if fsdp is not None and fsdp.activation_checkpointing:  # accelerate's fsdp_activation_checkpointing
-        src["recompute"] = fsdp.source
+    if fsdp is not None and fsdp.activation_checkpointing:  # accelerate's, or the Trainer's --fsdp_config's
+        src["recompute"] = fsdp.checkpointing_source or fsdp.source
         return RecomputeConfig("full", "uniform", 1)
     for dest in ("gradient_checkpointing", "activation_checkpointing"):  # the script's own switch (DeepSpeed-Chat,
         if flags.get(dest):  # DeepSpeedExamples' finetune_zero3.py: model.gradient_checkpointing_enable())
@@ -370,7 +370,7 @@ def assemble_deepspeed(job: ParsedJob, flags: FlagValues, framework: str, ds: Ds
         warnings += unfilled_batch_key_warnings(ds, batch, ACCELERATOR_FILLS)
     precision = _script_precision(flags, ds, src)
     base = OptimizerConfig(gradient_clipping=float(flags.get("max_grad_norm", 1.0)))
-    fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings) if ds is None else None
+    fsdp = fsdp_sharding(flags.get("fsdp"), job.env, warnings, job.script_args) if ds is None else None
     warnings += trainer_warnings(flags) if ds is None else []  # DeepSpeed replaces DDP and a config's optimizer --optim
     if ds is not None:
         (check_hpz if framework == "hf-deepspeed" else check_plain_deepspeed)(ds, job.world_size)

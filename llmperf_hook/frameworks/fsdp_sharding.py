@@ -9,12 +9,23 @@ is ZeRO-3; SHARD_GRAD_OP (parameters kept after forward) is ZeRO-2; NO_SHARD is 
 al. 2023, "PyTorch FSDP", section 3). The hybrid strategies shard within a node and replicate across nodes;
 they are priced as sharding over the whole data-parallel group, with a warning. CPU offload moves parameters,
 gradients and the optimizer step to the host.
+
+FSDP's own activation checkpointing wraps every decoder layer in checkpoint_wrapper (accelerate's
+FullyShardedDataParallelPlugin.activation_checkpointing): priced as full recompute of each layer, as the Trainer's
+--gradient_checkpointing is. accelerate's plugin takes it from FSDP_ACTIVATION_CHECKPOINTING; the Trainer from its
+`--fsdp_config` (a JSON file, or a JSON object given in place of the path: TrainingArguments.__post_init__ loads both,
+and strips each key's `fsdp_` prefix, so `fsdp_activation_checkpointing` is the same key), which it turns into
+that variable for the plugin (str(value).lower() == "true"). The Trainer refuses it beside --gradient_checkpointing
+('The activation_checkpointing in FSDP config and the gradient_checkpointing in training arg can't be set to True
+simultaneously', trainer.py create_accelerator_and_postprocess).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from llmperf_hook.errors import ConfigError
 from llmperf_hook.provenance import Source, SourceKind
@@ -33,11 +44,69 @@ class FsdpSharding:
     offload: bool
     """CPU offload of parameters, gradients and the optimizer step."""
     activation_checkpointing: bool
+    """FSDP's own activation checkpointing (checkpoint_wrapper on each decoder layer): full recompute per layer."""
     source: Source
+    checkpointing_source: Source | None = None
+    """Where activation_checkpointing came from (the Trainer's --fsdp_config, or the plugin: `source`)."""
 
 
-def fsdp_sharding(hf_fsdp: Any, env: Mapping[str, str], warnings: list[str]) -> FsdpSharding | None:
-    """The FSDP setting of a Hugging Face job (the Trainer's --fsdp value, or accelerate's FSDP plugin), or None."""
+FSDP_CONFIG_FLAGS = ("--fsdp_config", "--fsdp-config")
+"""The Trainer's flag (HfArgumentParser also takes the dashed spelling)."""
+_CHECKPOINTING_SWITCH = ("--gradient_checkpointing", "--gradient-checkpointing")
+_FALSE_WORDS = ("no", "false", "f", "n", "0")
+"""transformers hf_argparser.string_to_bool's false spellings (lowercased)."""
+
+
+def read_fsdp_config(value: str) -> dict[str, Any] | None:
+    """The Trainer's --fsdp_config value as TrainingArguments loads it: a JSON object given in its place, else the
+    JSON file it names, keys with `fsdp_` stripped; None when it cannot be read as one."""
+    try:
+        text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+        raw = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    return {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): v for k, v in raw.items()}
+
+
+def _last_value(script_args: Sequence[str], names: Sequence[str]) -> tuple[str, str] | None:
+    """(spelling, value) of the last of `names` in argv (a bare switch: ""), as argparse keeps the last."""
+    found = None
+    for i, word in enumerate(script_args):
+        name, eq, value = word.partition("=")
+        if name in names:
+            following = script_args[i + 1] if i + 1 < len(script_args) else ""
+            found = (name, value if eq else ("" if following.startswith("-") else following))
+    return found
+
+
+def _trainer_checkpointing(script_args: Sequence[str]) -> tuple[bool, Source | None]:
+    """(FSDP's activation checkpointing is on, its source) from the Trainer's --fsdp_config; ConfigError where the
+    Trainer stops: a file it cannot load, or checkpointing beside --gradient_checkpointing."""
+    given = _last_value(script_args, FSDP_CONFIG_FLAGS)
+    if given is None:
+        return False, None
+    flag, value = given
+    raw = read_fsdp_config(value)
+    if raw is None:
+        raise ConfigError(f"{flag} {value!r} is neither a JSON file llmperf can read nor a JSON object; "
+                          "TrainingArguments loads it at start-up (json.load) and the Trainer stops. Give the path of "
+                          "the FSDP config JSON file (run from the folder the job starts in), or a JSON object.")
+    on = str(raw.get("activation_checkpointing", False)).lower() == "true"
+    switch = _last_value(script_args, _CHECKPOINTING_SWITCH)
+    if on and switch is not None and switch[1].lower() not in _FALSE_WORDS:
+        raise ConfigError(f"{flag} {value} turns on FSDP's activation_checkpointing and the command also gives "
+                          f"{switch[0]}: the Trainer refuses both ('The activation_checkpointing in FSDP config and "
+                          "the gradient_checkpointing in training arg can't be set to True simultaneously', "
+                          f"trainer.py). Drop {switch[0]}: FSDP's checkpointing recomputes each layer already.")
+    return on, Source(SourceKind.ARGV, f"{flag} activation_checkpointing") if on else None
+
+
+def fsdp_sharding(hf_fsdp: Any, env: Mapping[str, str], warnings: list[str],
+                  script_args: Sequence[str] = ()) -> FsdpSharding | None:
+    """The FSDP setting of a Hugging Face job (the Trainer's --fsdp value with its --fsdp_config among
+    `script_args`, or accelerate's FSDP plugin), or None."""
     if hf_fsdp not in (None, ""):
         words = str(hf_fsdp).lower().split()
         unknown = [w for w in words if w not in _HF_OPTIONS]
@@ -45,7 +114,9 @@ def fsdp_sharding(hf_fsdp: Any, env: Mapping[str, str], warnings: list[str]) -> 
             raise ConfigError(f"--fsdp {hf_fsdp!r}: {', '.join(unknown)} is not an FSDP option of transformers "
                               f"({', '.join(_HF_OPTIONS)}); the Trainer stops at start-up.")
         strategy = next((w for w in words if w in _STAGES), "full_shard")  # offload / auto_wrap alone: full_shard
-        return _sharding(strategy, "offload" in words, False, Source(SourceKind.ARGV, "--fsdp"), warnings)
+        checkpointing, where = _trainer_checkpointing(script_args)
+        return _sharding(strategy, "offload" in words, checkpointing, Source(SourceKind.ARGV, "--fsdp"), warnings,
+                         where)
     if env.get("ACCELERATE_USE_FSDP", "").lower() != "true":
         return None
     var = "FSDP_RESHARD_AFTER_FORWARD" if "FSDP_RESHARD_AFTER_FORWARD" in env else "FSDP_SHARDING_STRATEGY"
@@ -58,8 +129,9 @@ def fsdp_sharding(hf_fsdp: Any, env: Mapping[str, str], warnings: list[str]) -> 
                      Source(SourceKind.LAUNCHER, f"accelerate FSDP plugin ({var.lower()} {strategy})"), warnings)
 
 
-def _sharding(strategy: str, offload: bool, checkpointing: bool, source: Source, warnings: list[str]) -> FsdpSharding:
+def _sharding(strategy: str, offload: bool, checkpointing: bool, source: Source, warnings: list[str],
+              checkpointing_source: Source | None = None) -> FsdpSharding:
     if strategy in _HYBRID:
         warnings.append(f"FSDP {strategy}: sharding within a node and replication across nodes is priced as "
                         "sharding over the whole data-parallel group")
-    return FsdpSharding(_STAGES[strategy], offload, checkpointing, source)
+    return FsdpSharding(_STAGES[strategy], offload, checkpointing, source, checkpointing_source or source)

@@ -16,11 +16,10 @@ Accelerator itself with no parser llmperf can read (the flag would not reach its
 from __future__ import annotations
 
 import ast
-import json
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from llmperf_hook.frameworks.accelerate_plugin import accelerator_script
+from llmperf_hook.frameworks.fsdp_sharding import FSDP_CONFIG_FLAGS, read_fsdp_config
 from llmperf_hook.frameworks.script_tree import script_tree
 from llmperf_hook.frameworks.training_config import TrainingConfig
 from llmperf_hook.provenance import SourceKind
@@ -28,19 +27,19 @@ from llmperf_hook.tune.argv_edit import find_flag, flag_value, option_key
 from llmperf_hook.tune.candidate import hf_batch_flags
 from llmperf_hook.tune.script_options import script_options
 
-FSDP_CONFIG = ("--fsdp_config", "--fsdp-config")
+FSDP_CONFIG = FSDP_CONFIG_FLAGS
 _TRAINER_SWITCH = "--gradient_checkpointing"
 
 
 def trainer_switches_checkpointing(cfg: TrainingConfig) -> bool:
     """A plain torch job run by the Trainer's flags (tune/candidate.hf_batch_flags) whose checkpointing is the
-    Trainer's switch or off: not accelerate's FSDP plugin (a launcher setting, which the Trainer refuses beside
-    the switch) nor a script's own flag."""
+    Trainer's switch, its --fsdp_config's (kept by checkpointing_kept, with the reason) or off: not accelerate's FSDP
+    plugin (a launcher setting, which the Trainer refuses beside the switch) nor a script's own flag."""
     source = cfg.sources.get("recompute")
     if cfg.framework != "torch" or not hf_batch_flags(cfg) or source is None:
         return False
-    return source.kind == SourceKind.DEFAULT or (source.kind == SourceKind.ARGV and
-                                                 option_key(source.detail) == option_key(_TRAINER_SWITCH))
+    return source.kind == SourceKind.DEFAULT or (source.kind == SourceKind.ARGV and (
+        option_key(source.detail) == option_key(_TRAINER_SWITCH) or source.detail.startswith(FSDP_CONFIG)))
 
 
 def checkpointing_kept(script: str, script_args: Sequence[str]) -> str | None:
@@ -70,23 +69,11 @@ def _fsdp_config_keeps_checkpointing(script_args: Sequence[str]) -> str | None:
     if not hits:
         return None
     value = flag_value(list(script_args), FSDP_CONFIG) or ""  # argparse keeps the last
-    raw = _read_fsdp_config(value)
+    raw = read_fsdp_config(value)
     if raw is None:
         return (f"{hits[-1].name} {value!r} is not a JSON file or JSON object llmperf can read, so whether its "
                 "activation_checkpointing is on is unknown")
-    on = raw.get("activation_checkpointing", raw.get("fsdp_activation_checkpointing", False))  # 'fsdp_' stripped
-    if on in (True, "true", "True"):
+    if str(raw.get("activation_checkpointing", False)).lower() == "true":  # as frameworks/fsdp_sharding reads it
         return (f"{hits[-1].name} {value} turns on FSDP's activation_checkpointing, and the Trainer refuses "
                 "--gradient_checkpointing beside it ('can't be set to True simultaneously', transformers trainer.py)")
     return None
-
-
-def _read_fsdp_config(value: str) -> dict[str, Any] | None:
-    """TrainingArguments.__post_init__ reads a str fsdp_config as a JSON file (a dict given in code or as a JSON
-    string by HfArgumentParser is taken as is)."""
-    try:
-        text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
-        raw = json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return raw if isinstance(raw, dict) else None

@@ -1,0 +1,189 @@
+"""Issue 7, round 15: `llmperf tune` on jobs that start at a range of node counts (torchrun --nnodes MIN:MAX, Slurm
+-N MIN-MAX), DeepSpeed's elasticity section, and the Hugging Face Trainer's FSDP activation checkpointing (H188)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.cli import MEGATRON_16, run_cli
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    """The user's launch folder as the working directory; an empty llmperf store (no calibration moves a figure)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMPERF_HOME", str(tmp_path / ".llmperf"))
+    return tmp_path
+
+
+def _with(command: list[str], **flags: str) -> list[str]:
+    """`command` with the values of some of its flags replaced (`global_batch_size="768"`)."""
+    out = list(command)
+    for name, value in flags.items():
+        out[out.index("--" + name.replace("_", "-")) + 1] = value
+    return out
+
+
+MEGATRON_ARGS = MEGATRON_16[5:]
+"""The 7B-like Megatron job's script and flags (global batch 512), for other launch lines."""
+NARROW = "micro_batch_size: [1, 2]\ntensor_parallel: [1, 2, 4]\npipeline_parallel: [1, 2]\nvirtual_pipeline: [1]\n" \
+         "context_parallel: [1]\nrecompute: [none]\n"
+"""A small space: the tests are about which layouts the node range allows, not about the fastest."""
+
+
+def test_a_count_between_the_ends_of_the_range_is_checked(home: Path, capsys) -> None:
+    """--nnodes 1:4 with a global batch of 512: at 3 nodes (24 GPUs) DP is a multiple of 3, which never divides 512,
+    so Megatron stops there (global batch % (micro x DP)) whichever layout; torchrun restarts the job at 3 nodes when
+    one of 4 is lost. tune listed layouts checked at 1 and 4 nodes only; now nothing fits (exit 3) and the message
+    names the count and the rule."""
+    (home / "s.yaml").write_text(NARROW)
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--search", "s.yaml", "--", "torchrun", "--nnodes",
+                              "1:4", "--nproc-per-node", "8", *MEGATRON_ARGS], capsys)
+    assert code == 3, err
+    assert "No layout searched can start at 3 nodes (24 GPUs) of the elastic range" in err, err
+    assert "global_batch % (micro_batch*dp) != 0 at an elastic count (3 nodes, 24 GPUs)" in err, err
+
+
+def test_every_listed_layout_starts_at_every_count_of_the_range(home: Path, capsys) -> None:
+    """--nnodes 1:3 with a global batch of 48: both ends keep TP 1 (DP 8 and 24 divide 48) but 2 nodes do not (DP
+    16), and Megatron stops there. The layouts listed keep the model grid and the batch rule at each count, the
+    refusal at 2 nodes is counted by name, and the header says the counts in between are checked."""
+    (home / "s.yaml").write_text(NARROW.replace("[1, 2, 4]", "[1, 2, 4, 8]"))
+    command = ["torchrun", "--nnodes", "1:3", "--nproc-per-node", "8", *_with(MEGATRON_ARGS, global_batch_size="48")]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--top", "30", "--search", "s.yaml",
+                              "--", *command], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert "and at every count in between (2)" in data["elastic"], data["elastic"]
+    assert data["search"]["invalid_by_rule"]["global_batch % (micro_batch*dp) != 0 at an elastic count (2 nodes, 16 "
+                                              "GPUs)"] > 0, data["search"]
+    assert data["top"], data
+    for row in data["top"]:
+        grid = row["tp"] * row["pp"] * row["cp"]
+        for nodes in (1, 2, 3):
+            assert 8 * nodes % grid == 0 and 48 % (row["micro_batch_size"] * 8 * nodes // grid) == 0, (row, nodes)
+
+
+BIG = _with(MEGATRON_ARGS, num_layers="40", hidden_size="5120", num_attention_heads="40", global_batch_size="768",
+            tensor_model_parallel_size="1")
+"""A 13B-like job (R66's): with the distributed optimizer at TP 1 x PP 2 it fits 4 nodes, not 1 (DP 4: 4x the shard)."""
+TP1_ONLY = "micro_batch_size: [1]\ntensor_parallel: [1]\npipeline_parallel: [2]\nvirtual_pipeline: [1]\n" \
+           "context_parallel: [1]\nrecompute: [none]\ndistributed_optimizer: [true]\n"
+
+
+def test_layouts_over_memory_at_the_minimum_are_pruned_and_the_range_that_fits_is_named(home: Path, capsys) -> None:
+    """Memory at the elastic minimum is a ranking rule: the only layout searched fits 4 nodes (DP 16) but not 1 (84.8
+    GiB per GPU > 75.2 usable); R66 listed it with a warning (and --apply would launch it). Now nothing fits (exit 3),
+    the JSON counts it as out of memory at the minimum, and the message names the range that fits: from 3 nodes (at 2
+    it needs 75.7 GiB)."""
+    (home / "s.yaml").write_text(TP1_ONLY)
+    command = ["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", *BIG, "--use-distributed-optimizer"]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--apply",
+                              "--dry-run", "--", *command], capsys)
+    assert code == 3, err
+    data = json.loads(out)
+    assert data["search"]["num_oom_elastic_minimum"] == 1 and data["search"]["num_fitting"] == 0, data["search"]
+    assert "1 layout fits at 4 nodes but not at the elastic minimum (1 node)" in data["error"], data["error"]
+    assert "It fits from 3 nodes: the largest range that fits is 3 to 4 nodes (--nnodes 3:4" in data["error"], data
+    assert "warning: your command runs out of memory at the elastic minimum (1 node: " in err, err
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--", "torchrun",
+                              "--nnodes", "3:4", *command[3:]], capsys)
+    assert code == 0 and json.loads(out)["top"][0]["tp"] == 1, err  # the range it named fits
+
+
+def test_srun_node_range_is_checked_at_every_count(home: Path, capsys) -> None:
+    """`srun -N 2-4 --ntasks-per-node 8 python pretrain_gpt.py`: Slurm gives the step some count in 2-4 (sbatch(1)
+    -N: as many as it can without delaying the start). predict prices 4 and says so; tune now treats the range as
+    elastic: with a global batch of 512 nothing starts at 3 nodes. With srun -n 32 the task count fixes the world
+    (no range to check)."""
+    srun = ["srun", "-N", "2-4", "--ntasks-per-node", "8", "python", *MEGATRON_ARGS]
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", *srun], capsys)
+    assert code == 3 and "No layout searched can start at 3 nodes (24 GPUs)" in err, err
+    assert "lets Slurm allocate 2 to 4 nodes: llmperf assumes 4" in err, err
+    (home / "s.yaml").write_text(NARROW)
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--",
+                              *_with(srun, global_batch_size="768")], capsys)
+    assert code == 0, err
+    assert json.loads(out)["elastic"].startswith("-N 2-4 gives the job 2 to 4 nodes: ranked at the maximum, 4 nodes")
+    fixed = ["srun", "-N", "2-4", "-n", "32", "python", *MEGATRON_ARGS]
+    code, out, err = run_cli(["tune", "--format", "json", "--cluster", "dgx-h100", "--search", "s.yaml", "--", *fixed],
+                             capsys)
+    assert code == 0 and "elastic" not in json.loads(out), err
+
+
+def test_sbatch_node_range_reaches_the_step_it_sizes(home: Path, capsys) -> None:
+    """`#SBATCH --nodes=2-4` with `srun python pretrain_gpt.py` (the step takes the allocation's SLURM_NNODES):
+    checked at 2 and 3 nodes as well."""
+    (home / "job.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2-4\n#SBATCH --ntasks-per-node=8\n"
+                                 "#SBATCH --gpus-per-node=8\nsrun python " + " ".join(MEGATRON_ARGS) + "\n")
+    code, out, err = run_cli(["tune", "--cluster", "dgx-h100", "--", "sbatch", "job.sh"], capsys)
+    assert code == 3 and "No layout searched can start at 3 nodes (24 GPUs)" in err, err
+
+
+DS_TRAIN = ["deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_deepspeed_elasticity_is_refused_when_enabled(home: Path, capsys, enabled: bool) -> None:
+    """An enabled ds_config `elasticity` section (DeepSpeed to 0.19.6) makes DeepSpeed choose the batch, micro batch
+    and accumulation itself (compute_elastic_config), overriding the config's keys, which predict priced as written
+    with a warning. Not modelled: refused (exit 2) with how to price the job. A disabled section does nothing."""
+    (home / "train.py").write_text("import deepspeed\n")
+    (home / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2},
+        "bf16": {"enabled": True}, "elasticity": {"enabled": enabled, "max_train_batch_size": 2000,
+                                                  "micro_batch_sizes": [2, 4, 6], "ignore_non_elastic_batch_info": True}}))
+    for verb in ("predict", "tune"):
+        code, out, err = run_cli([verb, "--cluster", "dgx-h100", "--model", "llama2-7b", "--", *DS_TRAIN], capsys)
+        if enabled:
+            assert code == 2 and "ds.json enables DeepSpeed elasticity (elasticity.enabled)" in err, err
+            assert "copy the config without the elasticity section" in err, err
+        else:
+            assert code == 0, err
+
+
+TRAINER_FSDP = ["torchrun", "--nproc-per-node", "8", "train.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4", "--bf16", "--output_dir",
+                "out", "--fsdp", "full_shard auto_wrap"]
+
+
+def _predict(home: Path, capsys, extra: list[str]) -> tuple[int, dict, str]:
+    (home / "train.py").write_text("from transformers import Trainer, TrainingArguments\n")
+    code, out, err = run_cli(["predict", "--format", "json", "--cluster", "dgx-h100", "--model", "llama2-7b", "--",
+                              *TRAINER_FSDP, *extra], capsys)
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+@pytest.mark.parametrize("form", ["file", "inline"])
+def test_trainer_fsdp_config_checkpointing_is_priced(home: Path, capsys, form: str) -> None:
+    """The Trainer's --fsdp_config `activation_checkpointing` (or `fsdp_activation_checkpointing`: TrainingArguments
+    strips `fsdp_`) wraps each layer in FSDP's checkpoint_wrapper; predict priced the job without recompute (the
+    activations of a run that keeps none, the step without the second forward). Now full recompute: the same as
+    --gradient_checkpointing, fewer GiB, a slower step than the same config with it off."""
+    text = '{"fsdp_activation_checkpointing": true, "transformer_layer_cls_to_wrap": "LlamaDecoderLayer"}'
+    (home / "fsdp.json").write_text(text)
+    (home / "off.json").write_text('{"activation_checkpointing": false}')
+    code, on, err = _predict(home, capsys, ["--fsdp_config", "fsdp.json" if form == "file" else text])
+    assert code == 0 and on["config"]["recompute"] == "full", err
+    code, off, err = _predict(home, capsys, ["--fsdp_config", "off.json"])
+    assert code == 0 and off["config"]["recompute"] == "none", err
+    code, switch, err = _predict(home, capsys, ["--gradient_checkpointing"])
+    assert code == 0 and switch["config"]["recompute"] == "full", err
+    assert on["step_time_s"] == pytest.approx(switch["step_time_s"]), (on["step_time_s"], switch["step_time_s"])
+    assert on["memory"]["peak_bytes_per_gpu"] < off["memory"]["peak_bytes_per_gpu"]
+    assert on["step_time_s"] > off["step_time_s"]
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--fsdp_config", "fsdp.json", "--gradient_checkpointing"], "the Trainer refuses both ('The activation_checkpointing"),
+    (["--fsdp_config", "missing.json"], "--fsdp_config 'missing.json' is neither a JSON file llmperf can read"),
+])
+def test_trainer_fsdp_config_the_trainer_refuses(home: Path, capsys, extra: list[str], said: str) -> None:
+    """FSDP's checkpointing beside --gradient_checkpointing stops the Trainer (trainer.py: "can't be set to True
+    simultaneously"), as does an --fsdp_config it cannot load: exit 2, said."""
+    (home / "fsdp.json").write_text('{"activation_checkpointing": "true"}')
+    code, _, err = _predict(home, capsys, extra)
+    assert code == 2 and said in err, err
